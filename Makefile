@@ -1,0 +1,40 @@
+# rsa-scheduler — developer and CI entry points.
+#   make test   install everything the tests need (Debian 12, as root) and run them
+#   make lint   ruff, mypy, import-linter only
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+PYTHON_SYS ?= /usr/bin/python3
+VENV       ?= $(CURDIR)/.venv
+PY         := $(VENV)/bin/python
+# Debian packages the unit tests and tools need; the lab adds its own in lab/packages.txt.
+APT_PKGS   := python3-venv python3-dev lua5.4 sqlite3 tmux rsync tar
+
+.PHONY: install test unit lint clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml Makefile
+	@missing=$$(for p in $(APT_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "apt: installing $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	$(PYTHON_SYS) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+lint: install
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check rsa_scheduler tests bench
+	$(VENV)/bin/mypy rsa_scheduler
+
+unit: install
+	$(VENV)/bin/pytest -q -m unit tests/unit
+
+test: install lint
+	$(VENV)/bin/pytest -q tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

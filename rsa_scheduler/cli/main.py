@@ -1,0 +1,74 @@
+"""The ``rsa`` click group; sub-commands live one module per noun and load lazily.
+
+Lazy loading keeps ``rsa directives check`` (run from job_submit tests and hooks) fast:
+only the module of the invoked noun is imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+import click
+
+from rsa_scheduler import __version__
+from rsa_scheduler.errors import RsaError
+
+# noun -> "module:attribute" of a click command or group
+COMMANDS: dict[str, str] = {
+    "directives": "rsa_scheduler.cli.directives:directives",
+    "config": "rsa_scheduler.cli.config:config",
+    "sim": "rsa_scheduler.cli.sim:sim",
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose sub-commands are imported only when used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = set(super().list_commands(ctx))
+        for name, target in COMMANDS.items():
+            if importlib.util.find_spec(target.split(":")[0]) is not None:
+                names.add(name)
+        return sorted(names)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module_name, attr = target.split(":")
+        if importlib.util.find_spec(module_name) is None:
+            return None
+        command = getattr(importlib.import_module(module_name), attr)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="rsa")
+@click.option("--debug", is_flag=True, envvar="RSA_DEBUG", help="Show tracebacks on errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """rsa — the RAMDISK Storage Accelerator for SLURM."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+def main() -> None:
+    """Entry point: run the CLI; RsaError becomes one line on stderr and exit status 1."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(1)
+    except RsaError as e:
+        if "--debug" in sys.argv:
+            raise
+        click.echo(f"rsa: error: {e}", err=True)
+        sys.exit(1)

@@ -1,0 +1,66 @@
+"""Typed policy values shared by the core, the config loader and the directive grammar.
+
+Owns the small enums (tiers, early-start policies, stage-out methods) and the allocation
+policy. Stdlib only; must not import any other rsa_scheduler module.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Tier(enum.StrEnum):
+    """Storage tier of an RSA node pool (seed 000: DRAM and SSD tiers)."""
+
+    RAM = "ram"
+    SSD = "ssd"
+
+
+class EarlyStart(enum.StrEnum):
+    """What happens when a job starts running before its stage-in finished."""
+
+    FALLBACK = "fallback"  # seed 004 §3.1: ignore the RAMDISK, read the PFS
+    WAIT = "wait"  # hold the start until staged (Slurm burst buffer behaviour)
+    UNION = "union"  # seed 004 footnote 2: read-only overlay of RAMDISK over the PFS dir
+
+
+class StageOut(enum.StrEnum):
+    """How output is moved from the RAMDISK to persistent storage."""
+
+    RSYNC = "rsync"  # seed 004 §3.4 default stage-out
+    TAR = "tar"  # seed 004 §5.2 custom stage-out aggregating file-per-process output
+
+
+class NodeState(enum.StrEnum):
+    """Administrative/health state of an RSA node as the allocator sees it."""
+
+    UP = "up"
+    DRAINED = "drained"
+    DOWN = "down"
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationPolicy:
+    """How many RSA nodes a job gets (seed 004 §3.1: in proportion to compute nodes).
+
+    ``ratio`` compute nodes per RSA node (rounded up); the result is clamped to
+    ``[min_nodes, max_nodes]``. A job may ask for a count itself (``#RSA_NODES``); it is
+    honoured if ``<= max_request``.
+    """
+
+    ratio: int = 32
+    min_nodes: int = 1
+    max_nodes: int = 8
+    max_request: int = 16
+    default_tier: Tier = Tier.RAM
+
+    def __post_init__(self) -> None:
+        if self.ratio < 1:
+            raise ValueError("ratio must be >= 1")
+        if self.min_nodes < 1:
+            raise ValueError("min_nodes must be >= 1")
+        if self.max_nodes < self.min_nodes:
+            raise ValueError("max_nodes must be >= min_nodes")
+        if self.max_request < 1:
+            raise ValueError("max_request must be >= 1")

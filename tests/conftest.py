@@ -1,0 +1,18 @@
+"""Test-wide configuration: tier markers follow the folder a test lives in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+TIERS = ("unit", "integration", "e2e")
+DATA = Path(__file__).parent / "data"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        for tier in TIERS:
+            if tier in parts:
+                item.add_marker(getattr(pytest.mark, tier))
