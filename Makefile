@@ -38,3 +38,6 @@ test: install lint
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+# Lab targets (lab-up, lab-down, ...) are owned by lab/.
+-include lab/lab.mk
