@@ -1,0 +1,462 @@
+"""RSA node allocation: how many nodes a job gets, which ones, and who holds what.
+
+Owns the pool of RSA nodes (tiers ``ram``/``ssd`` with a per-node capacity, seed 000
+§III), the sizing rule (seed 004 §2 and §3.1: nodes in proportion to the job's compute
+nodes, plus the footnote-1 extension of a per-job request) and the bookkeeping of which
+job holds which node. Allocation is all-or-nothing: when a job cannot get every node it
+needs now, :meth:`Pool.allocate` returns ``None`` and changes nothing, and the caller
+skips the job this cycle as the paper does.
+
+Selection rule (a pure function of pool state and request): within the requested tier,
+free UP nodes are taken in *rank* order, where rank sorts by capacity, largest first,
+then by ClusterShell's natural hostlist order. In a homogeneous tier (the usual case)
+that is simply the lowest-indexed free nodes, which keeps allocations compact hostlist
+ranges and the free space unfragmented; in a mixed tier it lets a ``capacity`` request
+be covered by the fewest nodes.
+
+Pure core: must not import I/O, clock, logging, ``os``/``pathlib`` or any other
+rsa_scheduler layer (import-linter contract). ClusterShell is used only for ``NodeSet``
+and always without group resolution, so no configuration file is ever read.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
+
+from rsa_scheduler.core.policy import AllocationPolicy, NodeState, Tier
+from rsa_scheduler.core.units import format_size
+from rsa_scheduler.errors import RsaError
+
+SNAPSHOT_VERSION = 1
+
+
+class PolicyViolation(RsaError, ValueError):
+    """A request that can never be satisfied under the site policy and this pool.
+
+    ``str(err)`` is one actionable line for the user.
+    """
+
+
+class UnknownNode(RsaError, KeyError):
+    """A node name that is not part of the pool."""
+
+    def __init__(self, node: str) -> None:
+        super().__init__(node)
+        self.node = node
+
+    def __str__(self) -> str:  # KeyError would print the repr of its argument
+        return f"unknown RSA node {self.node!r}: it is not in the configured pool"
+
+
+@dataclass(frozen=True, slots=True)
+class RsaNode:
+    """One RSA node: its hostname, storage tier and usable capacity in bytes."""
+
+    name: str
+    tier: Tier
+    capacity: int
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What one job needs from the RSA.
+
+    ``compute_nodes`` comes from Slurm; ``nodes``, ``tier`` and ``capacity`` (total bytes)
+    come from the job's ``#RSA_NODES``, ``#RSA_TIER`` and ``#RSA_CAPACITY`` directives.
+    """
+
+    job_id: str
+    compute_nodes: int
+    nodes: int | None = None
+    tier: Tier | None = None
+    capacity: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.compute_nodes < 0:
+            raise ValueError(f"job {self.job_id}: compute_nodes must be >= 0")
+
+
+def _nodes(n: int) -> str:
+    return f"{n} RSA node{'' if n == 1 else 's'}"
+
+
+def _base_count(policy: AllocationPolicy, req: Request) -> int:
+    """Node count before capacity: the explicit request, else the proportional share."""
+    if req.nodes is not None:
+        if req.nodes < 1:
+            raise PolicyViolation(f"RSA_NODES={req.nodes} is not valid: ask for at least 1")
+        if req.nodes > policy.max_request:
+            raise PolicyViolation(
+                f"RSA_NODES={req.nodes} exceeds the site limit of "
+                f"{_nodes(policy.max_request)} per job"
+            )
+        return req.nodes
+    # seed 004 §3.1: a fixed ratio of compute nodes per RSA node, rounded up
+    wanted = -(-req.compute_nodes // policy.ratio)
+    return min(max(wanted, policy.min_nodes), policy.max_nodes)
+
+
+def _check_capacity(req: Request) -> int:
+    assert req.capacity is not None
+    if req.capacity < 1:
+        raise PolicyViolation(f"RSA_CAPACITY={req.capacity} is not valid: ask for a size > 0")
+    return req.capacity
+
+
+def nodes_wanted(policy: AllocationPolicy, req: Request, node_capacity: int) -> int:
+    """How many RSA nodes of ``node_capacity`` bytes each ``req`` needs under ``policy``.
+
+    Proportional share ``ceil(compute_nodes / ratio)`` clamped to ``[min_nodes,
+    max_nodes]``; an explicit ``req.nodes`` (1..``max_request``) replaces it. A
+    ``req.capacity`` raises the count to ``ceil(capacity / node_capacity)``, which may
+    exceed ``max_nodes`` but not ``max_request``. Raises :class:`PolicyViolation`.
+    """
+    count = _base_count(policy, req)
+    if req.capacity is not None:
+        if node_capacity < 1:
+            raise ValueError("node_capacity must be >= 1")
+        need = -(-_check_capacity(req) // node_capacity)
+        if need > policy.max_request:
+            raise PolicyViolation(
+                f"RSA_CAPACITY={format_size(req.capacity)} needs {_nodes(need)} of "
+                f"{format_size(node_capacity)}; the site limit is "
+                f"{_nodes(policy.max_request)} per job"
+            )
+        count = max(count, need)
+    return count
+
+
+def _nodeset(names: Iterable[str]) -> NodeSet:
+    # One parse of a comma list is the cheapest public way to build a NodeSet; names
+    # were validated at pool construction, so the list cannot contain hostlist syntax.
+    return NodeSet(",".join(names), resolver=RESOLVER_NOGROUP)
+
+
+class Pool:
+    """The RSA node pool: states, owners and per-tier free lists kept in rank order.
+
+    ``allocate``/``release`` cost O(k log n) comparisons plus one ``NodeSet`` build for
+    the result; no method scans the whole pool except ``free``, ``nodes`` and
+    ``snapshot``.
+    """
+
+    def __init__(self, nodes: Iterable[RsaNode], policy: AllocationPolicy) -> None:
+        given = list(nodes)
+        by_name: dict[str, RsaNode] = {}
+        for node in given:
+            self._validate_node(node)
+            if node.name in by_name:
+                raise ValueError(f"RSA node {node.name} is listed twice")
+            by_name[node.name] = node
+        natural = list(_nodeset(by_name)) if by_name else []
+        self._policy = policy
+        self._natural: list[RsaNode] = [by_name[name] for name in natural]
+        position = {name: i for i, name in enumerate(natural)}
+        # rank order: largest capacity first, then natural hostlist order
+        self._ranked: list[RsaNode] = sorted(
+            self._natural, key=lambda n: (-n.capacity, position[n.name])
+        )
+        self._rank: dict[str, int] = {n.name: r for r, n in enumerate(self._ranked)}
+        self._state: list[NodeState] = [NodeState.UP] * len(self._ranked)
+        self._owner: list[str | None] = [None] * len(self._ranked)
+        self._free: dict[Tier, list[int]] = {}
+        # static per-tier prefix sums of capacity in rank order, to size capacity requests
+        self._prefix: dict[Tier, list[int]] = {}
+        for r, node in enumerate(self._ranked):
+            self._free.setdefault(node.tier, []).append(r)
+            sums = self._prefix.setdefault(node.tier, [])
+            sums.append((sums[-1] if sums else 0) + node.capacity)
+        # the per-node capacity of each tier whose nodes are all alike (None if mixed)
+        self._uniform: dict[Tier, int | None] = {}
+        for node in self._ranked:
+            seen = self._uniform.setdefault(node.tier, node.capacity)
+            if seen != node.capacity:
+                self._uniform[node.tier] = None
+        self._held: dict[str, tuple[list[int], NodeSet]] = {}
+
+    @staticmethod
+    def _validate_node(node: RsaNode) -> None:
+        name = node.name
+        if not name or any(c.isspace() for c in name) or list(_nodeset([name])) != [name]:
+            raise ValueError(f"invalid RSA node name {name!r}: use a plain hostname")
+        if not isinstance(node.tier, Tier):
+            raise ValueError(f"RSA node {name}: unknown tier {node.tier!r}")
+        if node.capacity < 1:
+            raise ValueError(f"RSA node {name}: capacity must be a positive number of bytes")
+
+    @property
+    def policy(self) -> AllocationPolicy:
+        return self._policy
+
+    # -- sizing -------------------------------------------------------------------------
+
+    def _tier_of(self, req: Request) -> Tier:
+        if req.tier is None:
+            tier = self._policy.default_tier
+            if tier not in self._prefix:
+                raise PolicyViolation(
+                    f"this site has no RSA nodes in the default tier {tier}; "
+                    f"choose one of {self._tiers_text()} with #RSA_TIER"
+                )
+            return tier
+        try:
+            tier = Tier(req.tier)
+        except ValueError:
+            raise PolicyViolation(
+                f"RSA_TIER={req.tier} is not a tier: use one of {self._tiers_text()}"
+            ) from None
+        if tier not in self._prefix:
+            raise PolicyViolation(
+                f"RSA_TIER={tier} is not available at this site: use one of {self._tiers_text()}"
+            )
+        return tier
+
+    def _tiers_text(self) -> str:
+        tiers = [str(t) for t in Tier if t in self._prefix]
+        return ", ".join(tiers) if tiers else "(none: the RSA pool is empty)"
+
+    def _size(self, req: Request) -> tuple[Tier, int]:
+        """Validate ``req``; return its tier and the fewest nodes that could satisfy it."""
+        policy = self._policy
+        tier = self._tier_of(req)
+        sums = self._prefix[tier]
+        size = len(sums)
+        count = _base_count(policy, req)
+        if req.nodes is None:
+            # the proportional share never asks for more than the tier has: a site whose
+            # tier is smaller than max_nodes gives big jobs the whole tier
+            count = min(count, size)
+        elif count > size:
+            raise PolicyViolation(
+                f"RSA_NODES={count} exceeds the {_nodes(size)} of tier {tier} at this site"
+            )
+        if req.capacity is not None:
+            capacity = _check_capacity(req)
+            if capacity > sums[-1]:
+                raise PolicyViolation(
+                    f"RSA_CAPACITY={format_size(capacity)} exceeds the whole {tier} tier "
+                    f"({format_size(sums[-1])} on {_nodes(size)})"
+                )
+            need = bisect.bisect_left(sums, capacity) + 1
+            if need > policy.max_request:
+                uniform = self._uniform[tier]
+                each = f"of {format_size(uniform)} " if uniform else "at least, "
+                raise PolicyViolation(
+                    f"RSA_CAPACITY={format_size(capacity)} needs {_nodes(need)} {each}"
+                    f"in tier {tier}; the site limit is {_nodes(policy.max_request)} per job"
+                )
+            count = max(count, need)
+        return tier, count
+
+    def check(self, req: Request) -> int:
+        """Validate ``req`` against policy and pool; return how many nodes it needs.
+
+        Exact for homogeneous tiers; in a mixed tier this is the lower bound reached when
+        the largest nodes are free. Raises :class:`PolicyViolation`.
+        """
+        return self._size(req)[1]
+
+    # -- allocation -------------------------------------------------------------------------
+
+    def allocate(self, req: Request) -> NodeSet | None:
+        """Give ``req.job_id`` all the nodes it needs, or nothing.
+
+        Returns the allocated nodes, or ``None`` (pool unchanged) when not enough free UP
+        nodes of the tier exist right now. Raises :class:`PolicyViolation` for a request
+        that can never be met and ``ValueError`` if the job already holds nodes.
+        """
+        tier, count = self._size(req)
+        if req.job_id in self._held:
+            raise ValueError(
+                f"job {req.job_id} already holds RSA nodes {self._held[req.job_id][1]}; "
+                "release them first"
+            )
+        free = self._free[tier]
+        if req.capacity is not None:
+            # fewest free nodes (largest first) whose capacities cover the request
+            ranked = self._ranked
+            limit = min(len(free), self._policy.max_request)
+            total = 0
+            need = 0
+            while need < limit and total < req.capacity:
+                total += ranked[free[need]].capacity
+                need += 1
+            if total < req.capacity:
+                return None
+            count = max(count, need)
+        if count > len(free):
+            return None
+        taken = free[:count]
+        del free[:count]
+        job = req.job_id
+        owner = self._owner
+        for r in taken:
+            owner[r] = job
+        result = _nodeset(self._ranked[r].name for r in taken)
+        self._held[job] = (taken, result)
+        return result.copy()
+
+    def release(self, job_id: str) -> NodeSet:
+        """Return every node ``job_id`` holds to the pool; an empty NodeSet if none.
+
+        Nodes that were drained or marked down meanwhile go back unowned but not free.
+        """
+        held = self._held.pop(job_id, None)
+        if held is None:
+            return NodeSet(resolver=RESOLVER_NOGROUP)
+        ranks, nodes = held
+        for r in ranks:
+            self._owner[r] = None
+            if self._state[r] is NodeState.UP:
+                bisect.insort(self._free[self._ranked[r].tier], r)
+        return nodes
+
+    def adopt(self, job_id: str, nodes: NodeSet | str) -> None:
+        """Re-attach ``nodes`` to ``job_id`` (replay after a restart); all or nothing.
+
+        Nodes the job already holds are accepted again. Raises :class:`UnknownNode` for a
+        name outside the pool and ``ValueError`` for a node another job holds.
+        """
+        names = list(_nodeset([nodes]) if isinstance(nodes, str) else nodes)
+        ranks = [self._rank_of(name) for name in names]
+        for name, r in zip(names, ranks, strict=True):
+            holder = self._owner[r]
+            if holder is not None and holder != job_id:
+                raise ValueError(
+                    f"can't adopt RSA node {name} for job {job_id}: job {holder} holds it"
+                )
+        if not ranks:
+            return
+        mine = set(self._held[job_id][0]) if job_id in self._held else set()
+        for r in ranks:
+            if r in mine:
+                continue
+            mine.add(r)
+            self._owner[r] = job_id
+            if self._state[r] is NodeState.UP:
+                free = self._free[self._ranked[r].tier]
+                del free[bisect.bisect_left(free, r)]
+        taken = sorted(mine)
+        self._held[job_id] = (taken, _nodeset(self._ranked[r].name for r in taken))
+
+    # -- node states ------------------------------------------------------------------------
+
+    def _rank_of(self, node: str) -> int:
+        try:
+            return self._rank[node]
+        except KeyError:
+            raise UnknownNode(node) from None
+
+    def set_state(self, node: str, state: NodeState) -> None:
+        """Mark ``node`` up, drained or down.
+
+        A held node stays with its job until released, but a node that is not UP is never
+        chosen again. Raises :class:`UnknownNode`.
+        """
+        r = self._rank_of(node)
+        new = NodeState(state)
+        old = self._state[r]
+        if new is old:
+            return
+        self._state[r] = new
+        if self._owner[r] is not None:
+            return
+        free = self._free[self._ranked[r].tier]
+        if old is NodeState.UP:
+            del free[bisect.bisect_left(free, r)]
+        elif new is NodeState.UP:
+            bisect.insort(free, r)
+
+    def state(self, node: str) -> NodeState:
+        return self._state[self._rank_of(node)]
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def holding(self, job_id: str) -> NodeSet:
+        held = self._held.get(job_id)
+        return held[1].copy() if held else NodeSet(resolver=RESOLVER_NOGROUP)
+
+    def owner(self, node: str) -> str | None:
+        return self._owner[self._rank_of(node)]
+
+    def jobs(self) -> list[str]:
+        """Ids of the jobs that hold nodes, sorted."""
+        return sorted(self._held)
+
+    def free(self, tier: Tier | None = None) -> NodeSet:
+        """UP, unallocated nodes (of ``tier``, or of every tier)."""
+        tiers = [tier] if tier is not None else list(self._free)
+        return _nodeset(self._ranked[r].name for t in tiers for r in self._free.get(t, ()))
+
+    def nodes(self) -> list[RsaNode]:
+        """Every node of the pool, in natural hostlist order."""
+        return list(self._natural)
+
+    # -- persistence --------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-serialisable pool: policy and, per node, tier, capacity, state and owner."""
+        p = self._policy
+        return {
+            "version": SNAPSHOT_VERSION,
+            "policy": {
+                "ratio": p.ratio,
+                "min_nodes": p.min_nodes,
+                "max_nodes": p.max_nodes,
+                "max_request": p.max_request,
+                "default_tier": str(p.default_tier),
+            },
+            "nodes": [
+                {
+                    "name": n.name,
+                    "tier": str(n.tier),
+                    "capacity": n.capacity,
+                    "state": str(self._state[self._rank[n.name]]),
+                    "owner": self._owner[self._rank[n.name]],
+                }
+                for n in self._natural
+            ],
+        }
+
+    @classmethod
+    def from_snapshot(cls, data: Mapping[str, Any], policy: AllocationPolicy | None = None) -> Pool:
+        """Rebuild a pool from :meth:`snapshot` output.
+
+        ``policy`` (e.g. freshly loaded configuration) overrides the recorded one.
+        Raises ``ValueError`` for a malformed snapshot.
+        """
+        try:
+            if data["version"] != SNAPSHOT_VERSION:
+                raise ValueError(f"unsupported pool snapshot version {data['version']!r}")
+            if policy is None:
+                p = data["policy"]
+                policy = AllocationPolicy(
+                    ratio=int(p["ratio"]),
+                    min_nodes=int(p["min_nodes"]),
+                    max_nodes=int(p["max_nodes"]),
+                    max_request=int(p["max_request"]),
+                    default_tier=Tier(p["default_tier"]),
+                )
+            entries = list(data["nodes"])
+            pool = cls(
+                (RsaNode(str(e["name"]), Tier(e["tier"]), int(e["capacity"])) for e in entries),
+                policy,
+            )
+            owners: dict[str, list[str]] = {}
+            for e in entries:
+                pool.set_state(e["name"], NodeState(e["state"]))
+                if e["owner"] is not None:
+                    owners.setdefault(str(e["owner"]), []).append(e["name"])
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"malformed pool snapshot: missing or bad field {e}") from e
+        for job, names in owners.items():
+            pool.adopt(job, _nodeset(names))
+        return pool
+
+    def __repr__(self) -> str:
+        return f"Pool({len(self._ranked)} nodes, {len(self._held)} jobs holding)"
