@@ -1,0 +1,601 @@
+"""Typed configuration objects and the declarative schema that describes them.
+
+Owns the frozen dataclasses a loaded configuration is made of (:class:`Config` and its
+sections), the *kinds* that say how each key is written in YAML (duration, size, path,
+hostlist, ...), the per-key documentation the reference is generated from, and rendering
+a Config back to plain YAML/JSON data (:meth:`Config.to_dict`) in Slurm's dialect.
+
+It does not read files and does not validate: :mod:`rsa_scheduler.config.loader`
+interprets the kinds declared here. Must not import the loader or the CLI.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ClusterShell.NodeSet import NodeSet
+
+from rsa_scheduler.core.policy import AllocationPolicy, EarlyStart, StageOut, Tier
+from rsa_scheduler.core.units import format_size, parse_size
+
+# Filesystem plugin names (issue 4). Kept as strings, not an enum: backends are discovered
+# through entry points, and the config only has to name one that exists.
+FS_BACKENDS: tuple[str, ...] = ("beeond", "moosefs", "tmpfs")
+
+# Where a pool lives on an RSA node when `pool.nodes[].pool_dir` is not given.
+DEFAULT_POOL_DIRS: Mapping[Tier, Path] = {
+    Tier.RAM: Path("/dev/shm/rsa"),
+    Tier.SSD: Path("/var/lib/rsa-ssd"),
+}
+
+# Placeholders allowed in `pool.nodes[].address`.
+ADDRESS_FIELDS: tuple[str, ...] = ("name", "num")
+
+
+class LogLevel(enum.StrEnum):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+class SlurmBackend(enum.StrEnum):
+    CLI = "cli"  # squeue/scontrol machine-readable output
+    PYSLURM = "pyslurm"  # needs pyslurm matching the site's Slurm major release
+
+
+class LockinMethod(enum.StrEnum):
+    QOS = "qos"  # seed 004 §3.1: a quality-of-service flag (needs accounting)
+    PRIORITY = "priority"  # raise the job's priority (no accounting needed)
+    NONE = "none"
+
+
+class ScriptSource(enum.StrEnum):
+    JOB_SUBMIT = "job_submit"  # normalised spec in admin_comment, written by job_submit.lua
+    SCONTROL = "scontrol"  # `scontrol write batch_script`, read once per job
+
+
+class HostKeyPolicy(enum.StrEnum):
+    REJECT = "reject"
+    WARN = "warn"
+    AUTO_ADD = "auto-add"
+
+
+class ResetTrigger(enum.StrEnum):
+    DELAY = "delay"  # seed 004 §3.2: "some time in to the job launch"
+    INPUT_DONE = "input-done"  # when the job runs `rsa input-done`
+
+
+# --------------------------------------------------------------------------- kinds
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """How a key is written in YAML. The loader converts, the reference prints ``label``."""
+
+    @property
+    def label(self) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class Str(Kind):
+    @property
+    def label(self) -> str:
+        return "string"
+
+
+@dataclass(frozen=True, slots=True)
+class Int(Kind):
+    min: int | None = None
+    max: int | None = None
+
+    @property
+    def label(self) -> str:
+        if self.min is not None and self.max is not None:
+            return f"integer {self.min}–{self.max}"
+        if self.min is not None:
+            return f"integer ≥ {self.min}"
+        return "integer"
+
+
+@dataclass(frozen=True, slots=True)
+class Duration(Kind):
+    positive: bool = True  # False: zero is allowed
+
+    @property
+    def label(self) -> str:
+        return "duration" if self.positive else "duration (may be 0s)"
+
+
+@dataclass(frozen=True, slots=True)
+class Size(Kind):
+    @property
+    def label(self) -> str:
+        return "size"
+
+
+@dataclass(frozen=True, slots=True)
+class AbsPath(Kind):
+    @property
+    def label(self) -> str:
+        return "absolute path"
+
+
+@dataclass(frozen=True, slots=True)
+class Choice(Kind):
+    values: tuple[str, ...]
+    enum_cls: type[enum.StrEnum] | None = None  # convert to this enum; None keeps the string
+
+    @classmethod
+    def of(cls, enum_cls: type[enum.StrEnum]) -> Choice:
+        return cls(tuple(m.value for m in enum_cls), enum_cls)
+
+    @property
+    def label(self) -> str:
+        return " \\| ".join(f"`{v}`" for v in self.values)
+
+
+@dataclass(frozen=True, slots=True)
+class Listen(Kind):
+    @property
+    def label(self) -> str:
+        return "`host:port` or empty"
+
+
+@dataclass(frozen=True, slots=True)
+class Hostlist(Kind):
+    @property
+    def label(self) -> str:
+        return "hostlist"
+
+
+@dataclass(frozen=True, slots=True)
+class Address(Kind):
+    @property
+    def label(self) -> str:
+        return "host, IP or pattern"
+
+
+@dataclass(frozen=True, slots=True)
+class Section(Kind):
+    cls: type
+
+    @property
+    def label(self) -> str:
+        return "section"
+
+
+@dataclass(frozen=True, slots=True)
+class ListOf(Kind):
+    item: Kind
+
+    @property
+    def label(self) -> str:
+        if isinstance(self.item, Section):
+            return "list of mappings"
+        return f"list of {self.item.label}s"
+
+
+@dataclass(frozen=True, slots=True)
+class MapOf(Kind):
+    keys: type[enum.StrEnum]
+    value: Kind
+
+    @property
+    def label(self) -> str:
+        return f"mapping {'/'.join(m.value for m in self.keys)} → {self.value.label}"
+
+
+@dataclass(frozen=True, slots=True)
+class Optional(Kind):
+    inner: Kind
+
+    @property
+    def label(self) -> str:
+        return f"{self.inner.label} (optional)"
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One documented key: its kind, what it does, and (for list items) its default text."""
+
+    kind: Kind
+    doc: str
+    default_text: str | None = None  # shown in the reference when there is no YAML default
+
+
+def meta(kind: Kind, doc: str, default_text: str | None = None) -> dict[str, Setting]:
+    """Field metadata carrying a key's :class:`Setting`: ``field(metadata=meta(...))``."""
+    return {"rsa": Setting(kind, doc, default_text)}
+
+
+# --------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    """A ``host:port`` to listen on (``[::1]:9465`` for IPv6)."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+_TRAILING_NUM = re.compile(r"(\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class RsaNode:
+    """One RSA node after expanding a pool entry's hostlist."""
+
+    name: str
+    tier: Tier
+    capacity: int  # bytes
+    address: str  # what SSH connects to
+    ssh_port: int
+    pool_dir: Path
+
+
+# --------------------------------------------------------------------------- sections
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiConfig:
+    socket: Path = field(
+        metadata=meta(AbsPath(), "Unix socket of rsad's API (the `rsa` CLI, local hooks).")
+    )
+    listen: HostPort | None = field(
+        metadata=meta(
+            Optional(Listen()),
+            "TCP `host:port` the API also listens on, for the compute nodes' Prolog/Epilog "
+            "(authenticated with MUNGE). Empty: unix socket only.",
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DaemonConfig:
+    state_dir: Path = field(
+        metadata=meta(
+            AbsPath(), "rsad's state directory; the SQLite event store lives there as `rsa.db`."
+        )
+    )
+    poll_interval: float = field(
+        metadata=meta(Duration(), "How often rsad polls Slurm (one `squeue` call).")
+    )
+    workers: int = field(metadata=meta(Int(min=1), "Worker pool size for external operations."))
+    log_level: LogLevel = field(metadata=meta(Choice.of(LogLevel), "Log level of rsad."))
+    api: ApiConfig = field(metadata=meta(Section(ApiConfig), "rsad's API endpoints."))
+
+    @property
+    def db_path(self) -> Path:
+        return self.state_dir / "rsa.db"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LockinConfig:
+    method: LockinMethod = field(
+        metadata=meta(
+            Choice.of(LockinMethod),
+            "How a staged job is protected from demotion (seed 004 §3.1): a QOS (needs "
+            "accounting), a priority boost, or nothing.",
+        )
+    )
+    qos: str = field(metadata=meta(Str(), "QOS given to locked-in jobs (method `qos`)."))
+    priority: int = field(
+        metadata=meta(Int(min=1), "Priority given to locked-in jobs (method `priority`).")
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlurmConfig:
+    backend: SlurmBackend = field(
+        metadata=meta(
+            Choice.of(SlurmBackend),
+            "`cli` parses squeue/scontrol; `pyslurm` needs pyslurm matching the site's Slurm.",
+        )
+    )
+    bin_dir: Path = field(metadata=meta(AbsPath(), "Directory holding squeue, scontrol, ..."))
+    command_timeout: float = field(metadata=meta(Duration(), "Timeout of one Slurm command."))
+    lockin: LockinConfig = field(metadata=meta(Section(LockinConfig), "Lock-in after stage-in."))
+    script_source: ScriptSource = field(
+        metadata=meta(
+            Choice.of(ScriptSource),
+            "Where rsad reads a job's `#RSA_` directives: `job_submit` (admin_comment written "
+            "by job_submit.lua) or `scontrol` (`scontrol write batch_script`, once per job).",
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolNodeGroup:
+    """One entry of ``pool.nodes``: nodes sharing tier, capacity and layout."""
+
+    names: str = field(
+        metadata=meta(Hostlist(), 'Node names as a ClusterShell hostlist, e.g. "rsa[01-04]".')
+    )
+    capacity: int = field(metadata=meta(Size(), "Pool size on each node, e.g. `64G`, `3.5T`."))
+    tier: Tier = field(default=Tier.RAM, metadata=meta(Choice.of(Tier), "Storage tier."))
+    address: str | None = field(
+        default=None,
+        metadata=meta(
+            Optional(Address()),
+            "What SSH connects to. Empty: the node name. A pattern may use `{name}` and "
+            "`{num}` (the name's trailing number), e.g. `{name}-ib` or `10.1.0.{num}`; a fixed "
+            "address is only allowed when `names` is one node.",
+        ),
+    )
+    ssh_port: int = field(default=22, metadata=meta(Int(min=1, max=65535), "SSH port."))
+    pool_dir: Path = field(
+        metadata=meta(
+            AbsPath(),
+            "Directory on the node holding the RAM/SSD pool.",
+            ", ".join(f"`{d}` ({t.value})" for t, d in DEFAULT_POOL_DIRS.items()),
+        )
+    )
+
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(str(n) for n in NodeSet(self.names))
+
+    def expand(self) -> tuple[RsaNode, ...]:
+        return tuple(
+            RsaNode(
+                name=name,
+                tier=self.tier,
+                capacity=self.capacity,
+                address=node_address(self.address, name),
+                ssh_port=self.ssh_port,
+                pool_dir=self.pool_dir,
+            )
+            for name in self.hosts()
+        )
+
+
+def node_address(pattern: str | None, name: str) -> str:
+    """The address of node ``name`` from an ``address`` pattern (see PoolNodeGroup)."""
+    if not pattern:
+        return name
+    m = _TRAILING_NUM.search(name)
+    num: int | str = int(m.group(1)) if m else ""
+    return pattern.format(name=name, num=num)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolConfig:
+    nodes: tuple[PoolNodeGroup, ...] = field(
+        metadata=meta(
+            ListOf(Section(PoolNodeGroup)),
+            "The RSA nodes. A site file must define at least one; each node name only once.",
+        )
+    )
+
+    def members(self) -> tuple[RsaNode, ...]:
+        """Every RSA node, in file order."""
+        return tuple(node for group in self.nodes for node in group.expand())
+
+    def by_tier(self) -> dict[Tier, tuple[RsaNode, ...]]:
+        out: dict[Tier, list[RsaNode]] = {}
+        for node in self.members():
+            out.setdefault(node.tier, []).append(node)
+        return {tier: tuple(nodes) for tier, nodes in out.items()}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FilesystemConfig:
+    backend: Mapping[Tier, str] = field(
+        metadata=meta(
+            MapOf(Tier, Choice(FS_BACKENDS)),
+            "Filesystem plugin per tier. `tmpfs` serves a single RSA node (requires "
+            "`allocation.max_nodes` and `allocation.max_request` of 1 when its tier has nodes).",
+        )
+    )
+    create_timeout: float = field(
+        metadata=meta(Duration(), "Timeout to build a RAMDISK filesystem.")
+    )
+    destroy_timeout: float = field(metadata=meta(Duration(), "Timeout to tear one down."))
+    retries: int = field(metadata=meta(Int(min=0), "Retries of a failed create/destroy."))
+    mount_root: Path = field(metadata=meta(AbsPath(), "Where RAMDISKs are client-mounted."))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SshConfig:
+    user: str = field(metadata=meta(Str(), "User rsad logs in as on RSA nodes."))
+    key: Path = field(metadata=meta(AbsPath(), "Private key."))
+    known_hosts: Path = field(metadata=meta(AbsPath(), "Known-hosts file of the RSA nodes."))
+    host_key_policy: HostKeyPolicy = field(
+        metadata=meta(
+            Choice.of(HostKeyPolicy), "Unknown host key: refuse, warn and connect, or add it."
+        )
+    )
+    connect_timeout: float = field(metadata=meta(Duration(), "SSH connect timeout."))
+    command_timeout: float = field(metadata=meta(Duration(), "Timeout of one remote command."))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResetConfig:
+    trigger: ResetTrigger = field(
+        metadata=meta(
+            Choice.of(ResetTrigger),
+            "When the input RAMDISK is reset for output (seed 004 §3.2): after `delay`, or "
+            "when the job runs `rsa input-done`.",
+        )
+    )
+    delay: float = field(
+        metadata=meta(Duration(positive=False), "Delay after job start (trigger `delay`).")
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StagingConfig:
+    early_start: EarlyStart = field(
+        metadata=meta(
+            Choice.of(EarlyStart),
+            "Default when a job starts before stage-in finished (`#RSA_EARLY_START` overrides).",
+        )
+    )
+    stage_out: StageOut = field(
+        metadata=meta(Choice.of(StageOut), "Default stage-out method (`#RSA_STAGE_OUT` overrides).")
+    )
+    retries: int = field(
+        metadata=meta(Int(min=0), "Retries of a failed transfer before quarantine.")
+    )
+    backoff: float = field(metadata=meta(Duration(), "First retry delay; doubles on each retry."))
+    backoff_max: float = field(metadata=meta(Duration(), "Upper bound of the retry delay."))
+    parallel_per_node: int = field(
+        metadata=meta(Int(min=1), "Parallel transfer streams per RSA node.")
+    )
+    allowed_roots: tuple[Path, ...] = field(
+        metadata=meta(
+            ListOf(AbsPath()),
+            "DATA_IN/DATA_OUT must lie under one of these directories (never `/`).",
+        )
+    )
+    reset: ResetConfig = field(
+        metadata=meta(Section(ResetConfig), "The mid-job input→output reset.")
+    )
+    wait_timeout: float = field(
+        metadata=meta(
+            Duration(), "How long early-start policy `wait` may hold a job before falling back."
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HooksConfig:
+    timeout: float = field(metadata=meta(Duration(), "Hard timeout of a Prolog/Epilog run."))
+    api_timeout: float = field(metadata=meta(Duration(), "Timeout of one hook→rsad API call."))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetricsConfig:
+    listen: HostPort | None = field(
+        metadata=meta(Optional(Listen()), "Prometheus endpoint, e.g. `127.0.0.1:9465`. Empty: off.")
+    )
+
+
+# AllocationPolicy lives in the pure core (no docs metadata there); describe it here.
+EXTERNAL_SETTINGS: dict[type, dict[str, Setting]] = {
+    AllocationPolicy: {
+        "ratio": Setting(Int(min=1), "Compute nodes per RSA node (rounded up)."),
+        "min_nodes": Setting(Int(min=1), "Fewest RSA nodes a job gets."),
+        "max_nodes": Setting(Int(min=1), "Most RSA nodes a job gets by the ratio."),
+        "max_request": Setting(Int(min=1), "Largest `#RSA_NODES` a job may ask for."),
+        "default_tier": Setting(Choice.of(Tier), "Tier used when a job does not ask."),
+    }
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    """The whole validated configuration. Build it with the loader, not by hand."""
+
+    daemon: DaemonConfig = field(metadata=meta(Section(DaemonConfig), "The rsad daemon."))
+    slurm: SlurmConfig = field(metadata=meta(Section(SlurmConfig), "How rsad talks to Slurm."))
+    allocation: AllocationPolicy = field(
+        metadata=meta(
+            Section(AllocationPolicy),
+            "How many RSA nodes a job gets: `ceil(compute nodes / ratio)` clamped to "
+            "`[min_nodes, max_nodes]` (seed 004 §3.1).",
+        )
+    )
+    pool: PoolConfig = field(metadata=meta(Section(PoolConfig), "The RSA node pool."))
+    filesystem: FilesystemConfig = field(
+        metadata=meta(Section(FilesystemConfig), "The on-demand RAMDISK filesystems.")
+    )
+    ssh: SshConfig = field(
+        metadata=meta(Section(SshConfig), "Remote execution on RSA nodes (paramiko).")
+    )
+    staging: StagingConfig = field(metadata=meta(Section(StagingConfig), "Stage-in and stage-out."))
+    hooks: HooksConfig = field(
+        metadata=meta(Section(HooksConfig), "Prolog/Epilog on compute nodes.")
+    )
+    metrics: MetricsConfig = field(metadata=meta(Section(MetricsConfig), "Prometheus metrics."))
+    # Not settings: where this config came from and what the loader warned about.
+    source: Path | None = None
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The effective settings as plain data in Slurm's dialect; loading it gives back
+        an equal Config."""
+        out = render(Section(Config), self)
+        assert isinstance(out, dict)
+        return out
+
+
+def settings_of(cls: type) -> tuple[tuple[str, Setting], ...]:
+    """The documented keys of a section class, in declaration order."""
+    if cls in EXTERNAL_SETTINGS:
+        return tuple(EXTERNAL_SETTINGS[cls].items())
+    return tuple((f.name, f.metadata["rsa"]) for f in fields(cls) if "rsa" in f.metadata)
+
+
+def item_default(cls: type, name: str, values: Mapping[str, Any]) -> Any:
+    """The default of a list-item key given the item's other values, or MISSING."""
+    if cls is PoolNodeGroup and name == "pool_dir":
+        return DEFAULT_POOL_DIRS[values.get("tier", Tier.RAM)]
+    for f in fields(cls):
+        if f.name == name:
+            return f.default
+    return MISSING
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def format_duration_short(seconds: float) -> str:
+    """``300.0`` → ``5m``: the largest unit that is exact, so parsing gives it back."""
+    if seconds == 0:
+        return "0s"
+    if seconds == int(seconds):
+        whole = int(seconds)
+        for unit, mult in (("d", 86400), ("h", 3600), ("m", 60)):
+            if whole % mult == 0:
+                return f"{whole // mult}{unit}"
+        return f"{whole}s"
+    millis = seconds * 1000
+    if millis == int(millis):
+        return f"{int(millis)}ms"
+    return f"{seconds}s"
+
+
+def format_size_exact(nbytes: int) -> str:
+    """Like Slurm (``3.5T``) when that is exact, else the largest exact unit."""
+    text = format_size(nbytes)
+    if parse_size(text) == nbytes:
+        return text
+    for unit, mult in (("P", 1 << 50), ("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20)):
+        if nbytes % mult == 0:
+            return f"{nbytes // mult}{unit}"
+    if nbytes % 1024 == 0:
+        return f"{nbytes // 1024}K"
+    return str(nbytes)
+
+
+def render(kind: Kind, value: Any) -> Any:
+    """A typed value back to the plain YAML form of ``kind``."""
+    if isinstance(kind, Optional):
+        if value is None:
+            return "" if isinstance(kind.inner, Listen | Address) else None
+        return render(kind.inner, value)
+    if isinstance(kind, Section):
+        return {name: render(s.kind, getattr(value, name)) for name, s in settings_of(kind.cls)}
+    if isinstance(kind, ListOf):
+        return [render(kind.item, v) for v in value]
+    if isinstance(kind, MapOf):
+        return {str(k): render(kind.value, v) for k, v in value.items()}
+    if isinstance(kind, Duration):
+        return format_duration_short(value)
+    if isinstance(kind, Size):
+        return format_size_exact(value)
+    if isinstance(kind, AbsPath | Listen | Choice):
+        return str(value)
+    return value
