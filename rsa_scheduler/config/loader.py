@@ -27,7 +27,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 import yaml
-from ClusterShell.NodeSet import NodeSet, NodeSetException
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 
 from rsa_scheduler.config.schema import (
     ADDRESS_FIELDS,
@@ -533,7 +533,7 @@ class _Validator:
             self.error(path, "node groups (@group) are not supported; list the nodes")
             return _BAD
         try:
-            names = [str(n) for n in NodeSet(value)]
+            names = [str(n) for n in NodeSet(value, resolver=RESOLVER_NOGROUP)]
         except NodeSetException as e:
             self.error(path, f"invalid hostlist {value!r}: {e}")
             return _BAD

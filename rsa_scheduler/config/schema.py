@@ -18,7 +18,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ClusterShell.NodeSet import NodeSet
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
 from rsa_scheduler.core.policy import AllocationPolicy, EarlyStart, StageOut, Tier
 from rsa_scheduler.core.units import format_size, parse_size
@@ -198,7 +198,9 @@ class Optional(Kind):
 
     @property
     def label(self) -> str:
-        return f"{self.inner.label} (optional)"
+        if isinstance(self.inner, Listen):
+            return self.inner.label  # already says "or empty"
+        return f"{self.inner.label}, or empty"
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +236,7 @@ _TRAILING_NUM = re.compile(r"(\d+)$")
 
 
 @dataclass(frozen=True, slots=True)
-class RsaNode:
+class RsaNodeSpec:
     """One RSA node after expanding a pool entry's hostlist."""
 
     name: str
@@ -344,11 +346,11 @@ class PoolNodeGroup:
     )
 
     def hosts(self) -> tuple[str, ...]:
-        return tuple(str(n) for n in NodeSet(self.names))
+        return tuple(str(n) for n in NodeSet(self.names, resolver=RESOLVER_NOGROUP))
 
-    def expand(self) -> tuple[RsaNode, ...]:
+    def expand(self) -> tuple[RsaNodeSpec, ...]:
         return tuple(
-            RsaNode(
+            RsaNodeSpec(
                 name=name,
                 tier=self.tier,
                 capacity=self.capacity,
@@ -378,12 +380,12 @@ class PoolConfig:
         )
     )
 
-    def members(self) -> tuple[RsaNode, ...]:
+    def members(self) -> tuple[RsaNodeSpec, ...]:
         """Every RSA node, in file order."""
         return tuple(node for group in self.nodes for node in group.expand())
 
-    def by_tier(self) -> dict[Tier, tuple[RsaNode, ...]]:
-        out: dict[Tier, list[RsaNode]] = {}
+    def by_tier(self) -> dict[Tier, tuple[RsaNodeSpec, ...]]:
+        out: dict[Tier, list[RsaNodeSpec]] = {}
         for node in self.members():
             out.setdefault(node.tier, []).append(node)
         return {tier: tuple(nodes) for tier, nodes in out.items()}
