@@ -192,18 +192,16 @@ def normalise_path(label: str, raw: str) -> str:
 # --- value parsers: tokens (after shlex) -> typed value, raising _Bad ------------------
 
 
-def _one(name: str, tokens: list[str]) -> str:
+def _one(name: str, tokens: list[str], hint: str = "remove the extra words") -> str:
     if len(tokens) != 1:
         words = " ".join(quote(t) for t in tokens)
-        raise _Bad(
-            f"RSA_{name} takes one value, got {len(tokens)} words ({words}); "
-            "put a path with spaces in double quotes"
-        )
+        raise _Bad(f"RSA_{name} takes one value, got {len(tokens)} words ({words}); {hint}")
     return tokens[0]
 
 
 def _path(name: str, tokens: list[str]) -> str:
-    return normalise_path(f"RSA_{name}", _one(name, tokens))
+    value = _one(name, tokens, "put a path that contains spaces in double quotes")
+    return normalise_path(f"RSA_{name}", value)
 
 
 def _argv(name: str, tokens: list[str]) -> tuple[str, ...]:
@@ -316,6 +314,7 @@ DIRECTIVES: Mapping[str, _Directive] = {
     "RESET": _Directive("reset", _reset, "input-done"),
 }
 _KNOWN = [f"RSA_{n}" for n in DIRECTIVES]
+_NAME_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
 _NEEDS: Mapping[str, tuple[str, ...]] = {  # directive -> directives it is useless without
     "PREPROCESS": ("DATA_IN",),
     "EARLY_START": ("DATA_IN",),
@@ -604,16 +603,20 @@ def _scan(text: str) -> _Scan:
 
 def _directive(scan: _Scan, lineno: int, rest: str) -> None:
     """Parse one ``#RSA_`` line (``rest`` is what follows the prefix) into ``scan``."""
-    n = 0
-    while n < len(rest) and rest[n] not in C_SPACE and rest[n] != "=":
-        n += 1
-    name, rest = rest[:n], rest[n:].lstrip(C_SPACE)
-    if rest.startswith("="):
-        rest = rest[1:]
 
     def fail(message: str) -> None:
         scan.errors.append(DirectiveError(lineno, message))
 
+    n = 0
+    while n < len(rest) and rest[n] not in C_SPACE and rest[n] != "=":
+        n += 1
+    name, rest = rest[:n], rest[n:].lstrip(C_SPACE)
+    known = name[: len(name) - len(name.lstrip(_NAME_CHARS))]
+    if known in DIRECTIVES and name != known:  # "#RSA_DATA_IN/x": say what is missing
+        fail(f"RSA_{known} must be followed by '=' or a space, got {quote(name[len(known)])}")
+        return
+    if rest.startswith("="):
+        rest = rest[1:]
     if not name:
         fail("directive name missing after #RSA_; write e.g. #RSA_DATA_IN=/path/to/input")
         return

@@ -1,0 +1,3 @@
+#!/bin/bash
+#RSA_DATA_OUT=/gpfs/alice/out
+#RSA_CAPACITY=0G

@@ -1,0 +1,3 @@
+#!/bin/bash
+#RSA_DATA_IN="/gpfs/alice/a	b"
+#RSA_DATA_OUT=/gpfs/alice/[0m

@@ -1,0 +1,4 @@
+#!/bin/bash
+#RSA_DATA_IN=/gpfs/alice/in
+echo hi
+srun ./app

@@ -1,0 +1,3 @@
+#!/bin/bash
+#RSA_TIER=ram
+#RSA_NODES=1

@@ -1,0 +1,3 @@
+#!/bin/bash
+#RSA_DATA_IN=
+#RSA_TIER=  

@@ -1,0 +1,4 @@
+#!/bin/bash
+#RSA_DATA_OUT
+#RSA_DATA_IN ""
+#RSA_PREPROCESS ''

@@ -1,0 +1,3 @@
+#!/bin/bash
+#RSA_=/gpfs/alice/in
+#RSA_

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH -N 1
+srun hostname

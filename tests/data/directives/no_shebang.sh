@@ -1,0 +1,1 @@
+#RSA_DATA_IN=/gpfs/alice/in

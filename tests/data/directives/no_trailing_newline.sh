@@ -1,0 +1,2 @@
+#!/bin/bash
+#RSA_DATA_OUT=/gpfs/alice/out

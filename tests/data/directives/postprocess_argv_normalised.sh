@@ -1,0 +1,3 @@
+#!/bin/bash
+#RSA_DATA_OUT=/gpfs/alice/out
+#RSA_POSTPROCESS=//home/alice//bin/pack.sh -cf out.tar '*.dat' $HOME

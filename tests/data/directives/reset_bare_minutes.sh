@@ -1,0 +1,4 @@
+#!/bin/bash
+#RSA_DATA_IN=/gpfs/alice/in
+#RSA_DATA_OUT=/gpfs/alice/out
+#RSA_RESET=90

@@ -1,0 +1,2 @@
+#!/bin/bash
+#RSA_DATA_IN=/gpfs/alice/in/..

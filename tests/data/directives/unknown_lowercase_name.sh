@@ -1,0 +1,2 @@
+#!/bin/bash
+#RSA_data_in=/gpfs/alice/in

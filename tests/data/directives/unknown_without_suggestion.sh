@@ -1,0 +1,2 @@
+#!/bin/bash
+#RSA_COLOUR=blue

@@ -1,0 +1,3 @@
+#!/bin/bash
+#RSA_DATA_IN=/gpfs/alice/my input
+#RSA_TIER=ram # fast tier
