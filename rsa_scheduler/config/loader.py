@@ -215,8 +215,10 @@ def _parse(text: str, file: str) -> tuple[_Doc, list[ConfigIssue]]:
                 lists.add(path)
                 return [walk(child, (*path, i)) for i, child in enumerate(node.value)]
             assert isinstance(node, yaml.MappingNode)
-            loader.flatten_mapping(node)  # YAML merge keys (<<)
+            own = {id(k) for k, _ in node.value}
+            loader.flatten_mapping(node)  # YAML merge keys (<<) put merged pairs first
             out: dict[str, Any] = {}
+            merged: set[str] = set()
             for key_node, value_node in node.value:
                 key = loader.construct_object(key_node, deep=True)
                 line = key_node.start_mark.line + 1
@@ -225,9 +227,12 @@ def _parse(text: str, file: str) -> tuple[_Doc, list[ConfigIssue]]:
                         ConfigIssue(file, _key(path), f"key {key!r} is not a string", line)
                     )
                     continue
-                if key in out:
+                if key in out and key not in merged:
                     issues.append(ConfigIssue(file, _key((*path, key)), "duplicate key", line))
                     continue
+                merged.discard(key)  # an explicit key overrides a merged one
+                if id(key_node) not in own:
+                    merged.add(key)
                 out[key] = walk(value_node, (*path, key))
             return out
         finally:
@@ -606,7 +611,7 @@ def _nodes(n: int) -> str:
 class _Checks:
     """Cross-field checks; each runs only when the sections it reads are valid."""
 
-    def __init__(self, v: _Validator, sections: Mapping[str, Any]) -> None:
+    def __init__(self, v: _Validator, sections: dict[str, Any]) -> None:
         self.v = v
         self.s = sections
 
@@ -615,7 +620,10 @@ class _Checks:
 
     def pool(self, require_pool: bool) -> None:
         if self.ok("pool"):
+            before = len(self.v.issues)
             _check_pool(self.v, self.s["pool"], require_pool)
+            if len(self.v.issues) > before:
+                self.s["pool"] = _BAD  # e.g. a bad address pattern: do not expand it
 
     def allocation(self) -> None:
         if not self.ok("pool", "allocation", "filesystem"):

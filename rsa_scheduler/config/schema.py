@@ -543,7 +543,8 @@ def settings_of(cls: type) -> tuple[tuple[str, Setting], ...]:
 def item_default(cls: type, name: str, values: Mapping[str, Any]) -> Any:
     """The default of a list-item key given the item's other values, or MISSING."""
     if cls is PoolNodeGroup and name == "pool_dir":
-        return DEFAULT_POOL_DIRS[values.get("tier", Tier.RAM)]
+        tier = values.get("tier", Tier.RAM)
+        return DEFAULT_POOL_DIRS.get(tier, DEFAULT_POOL_DIRS[Tier.RAM])  # tier may be invalid
     for f in fields(cls):
         if f.name == name:
             return f.default
