@@ -53,9 +53,13 @@ TRACKED: frozenset[ActionKind] = frozenset(
 )
 
 
-def action_id(job_id: str, cycle: int, kind: ActionKind, attempt: int) -> str:
-    """The stable id of an action: ``JOB/CYCLE/KIND/ATTEMPT``."""
-    return f"{job_id}/{cycle}/{kind.value}/{attempt}"
+def action_id(job_id: str, cycle: int, kind: ActionKind, serial: int) -> str:
+    """The stable id of an action: ``JOB/CYCLE/KIND/SERIAL``.
+
+    ``serial`` counts the actions issued for the job and is part of the logged record, so
+    the id is the same when a restarted daemon re-issues the action from the log.
+    """
+    return f"{job_id}/{cycle}/{kind.value}/{serial}"
 
 
 @dataclass(frozen=True, slots=True)

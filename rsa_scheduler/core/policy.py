@@ -64,3 +64,46 @@ class AllocationPolicy:
             raise ValueError("max_nodes must be >= min_nodes")
         if self.max_request < 1:
             raise ValueError("max_request must be >= 1")
+
+
+class ResetTrigger(enum.StrEnum):
+    """What starts the mid-job input->output reset (seed 004 §3.2) by default."""
+
+    DELAY = "delay"  # a fixed time after the input mounts are confirmed
+    INPUT_DONE = "input-done"  # when the job runs `rsa input-done`
+
+
+@dataclass(frozen=True, slots=True)
+class StagingPolicy:
+    """Site-wide defaults and limits the state machine applies to every job.
+
+    Per-job directives override ``early_start``, ``stage_out`` and the reset trigger.
+    Retry delays double from ``backoff`` up to ``backoff_max``; after ``retries`` failed
+    attempts of one step the machine gives up on it (GIVE_UP).
+    """
+
+    early_start: EarlyStart = EarlyStart.FALLBACK
+    stage_out: StageOut = StageOut.RSYNC
+    retries: int = 3
+    backoff: float = 30.0
+    backoff_max: float = 1800.0
+    reset_trigger: ResetTrigger = ResetTrigger.DELAY
+    reset_delay: float = 600.0
+    wait_timeout: float = 1800.0
+    fs_build_attempts: int = 3
+
+    def __post_init__(self) -> None:
+        if self.retries < 0:
+            raise ValueError("retries must be >= 0")
+        if self.backoff <= 0 or self.backoff_max < self.backoff:
+            raise ValueError("backoff must be > 0 and <= backoff_max")
+        if self.reset_delay <= 0:
+            raise ValueError("reset_delay must be > 0")
+        if self.wait_timeout <= 0:
+            raise ValueError("wait_timeout must be > 0")
+        if self.fs_build_attempts < 1:
+            raise ValueError("fs_build_attempts must be >= 1")
+
+    def retry_delay(self, failures: int) -> float:
+        """Backoff before attempt ``failures + 1`` (failures >= 1)."""
+        return float(min(self.backoff * (2 ** max(failures - 1, 0)), self.backoff_max))

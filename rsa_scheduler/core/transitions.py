@@ -134,6 +134,7 @@ class Effect(enum.StrEnum):
     ARM_RESET = "arm-reset"  # start the input->output reset timer (if the job has DATA_OUT)
     DISARM_RESET = "disarm-reset"  # the reset is abandoned; output goes to the PFS (footnote 3)
     ARM_WAIT = "arm-wait"  # early-start=wait: start the wait deadline (once)
+    END_WAIT = "end-wait"  # the wait deadline passed: fall back from now on
     ARM_RETRY = "arm-retry"  # count a failure; backoff timer, or GIVE_UP when out of budget
     RESET_ATTEMPTS = "reset-attempts"  # operator retry: fresh budget
     MARK_DECLINED = "mark-declined"  # never allocate for this job again
@@ -211,11 +212,11 @@ def _rows() -> list[Rule]:
         Rule(S.NONE, T.NODES_BUSY, S.NONE, ref="§3.1",
              note="not enough free RSA nodes: skip this cycle"),
         Rule(S.NONE, T.POLICY_VIOLATION, S.DECLINED, actions=(A.TELL_USER,),
-             effects=(E.MARK_DECLINED,)),
+             effects=(E.MARK_DECLINED,), note="the RSA cannot serve this job; it uses the PFS"),
         Rule(S.NONE, T.GIVE_UP, S.DECLINED, actions=(A.TELL_USER,),
-             effects=(E.MARK_DECLINED,)),
+             effects=(E.MARK_DECLINED,), note="the RSA gave up on this job; it uses the PFS"),
         Rule(S.NONE, T.CANCEL_STAGING, S.DECLINED, actions=(A.TELL_USER,),
-             effects=(E.MARK_DECLINED,)),
+             effects=(E.MARK_DECLINED,), note="staging cancelled by the user; job uses the PFS"),
     ]
 
     # ---- ALLOCATED: nodes held, nothing started --------------------------------------
@@ -237,8 +238,11 @@ def _rows() -> list[Rule]:
         Rule(S.ALLOCATED, T.TICK, S.FS_BUILDING, actions=(A.BUILD_FS,), ref="§3.1",
              note="a separate process constructs the parallel RAMDISK"),
         Rule(S.ALLOCATED, T.CANCEL_STAGING, S.DECLINED, actions=(A.TELL_USER, A.RELEASE),
-             effects=(E.RELEASE_NODES, E.MARK_DECLINED)),
+             effects=(E.RELEASE_NODES, E.MARK_DECLINED),
+             note="staging cancelled by the user; job uses the PFS"),
         Rule(S.ALLOCATED, T.WAIT_EXPIRED, S.FS_BUILDING, actions=(A.BUILD_FS,),
+             effects=(E.END_WAIT,),
+             note="waited too long for stage-in: the job reads the PFS",
              branches=(B(C.NO_OUTPUT, S.RELEASED, (A.TELL_USER, A.RELEASE),
                          (E.RELEASE_NODES,)),)),
     ]
@@ -258,10 +262,11 @@ def _rows() -> list[Rule]:
         Rule(S.FS_BUILDING, T.FINISHED, S.TEARING_DOWN, actions=cancel_teardown),
         Rule(S.FS_BUILDING, T.FS_BUILT, S.FS_READY, ref="§3.1"),
         Rule(S.FS_BUILDING, T.FS_BUILD_FAILED, S.FS_FAILED, actions=(A.ALERT,),
-             effects=(E.ARM_RETRY,)),
+             effects=(E.ARM_RETRY,), note="RAMDISK build failed"),
         Rule(S.FS_BUILDING, T.CANCEL_STAGING, S.TEARING_DOWN, actions=cancel_teardown,
              effects=(E.MARK_DECLINED,)),
-        Rule(S.FS_BUILDING, T.WAIT_EXPIRED, S.FS_BUILDING,
+        Rule(S.FS_BUILDING, T.WAIT_EXPIRED, S.FS_BUILDING, effects=(E.END_WAIT,),
+             note="waited too long for stage-in: the job reads the PFS",
              branches=(B(C.NO_OUTPUT, S.TEARING_DOWN, (A.CANCEL, A.TELL_USER, A.DESTROY_FS)),)),
     ]
 
@@ -270,7 +275,8 @@ def _rows() -> list[Rule]:
         r.append(Rule(S.FS_FAILED, t, S.TEARING_DOWN, actions=teardown,
                       note="remove the half-built RAMDISK; a later cycle may try again"))
     r.append(Rule(S.FS_FAILED, T.GIVE_UP, S.TEARING_DOWN, actions=(A.TELL_USER, A.DESTROY_FS),
-                  effects=(E.MARK_DECLINED,)))
+                  effects=(E.MARK_DECLINED,),
+                  note="the RAMDISK could not be built; the job uses the PFS"))
 
     # ---- FS_READY: empty RAMDISK, nothing outstanding --------------------------------
     r += _stay(S.FS_READY, T.ON_DECK)
@@ -289,7 +295,9 @@ def _rows() -> list[Rule]:
              branches=(B(C.NO_INPUT, S.STAGED_IN, (A.LOCK_IN,)),)),
         Rule(S.FS_READY, T.CANCEL_STAGING, S.TEARING_DOWN, actions=teardown,
              effects=(E.MARK_DECLINED,)),
-        Rule(S.FS_READY, T.WAIT_EXPIRED, S.MOUNTING_OUTPUT, actions=(A.TELL_USER, A.MOUNT_OUTPUT),
+        Rule(S.FS_READY, T.WAIT_EXPIRED, S.MOUNTING_OUTPUT,
+             actions=(A.TELL_USER, A.MOUNT_OUTPUT), effects=(E.END_WAIT,),
+             note="waited too long for stage-in: input from the PFS, RAMDISK for output",
              branches=(B(C.NO_OUTPUT, S.TEARING_DOWN, (A.TELL_USER, A.DESTROY_FS)),)),
     ]
 
@@ -314,13 +322,14 @@ def _rows() -> list[Rule]:
         Rule(S.STAGING_IN, T.STAGE_IN_DONE, S.STAGED_IN, actions=(A.LOCK_IN,), ref="§3.1",
              note="staged: lock the job in"),
         Rule(S.STAGING_IN, T.STAGE_IN_FAILED, S.STAGE_IN_FAILED, actions=(A.ALERT,),
-             effects=(E.ARM_RETRY,)),
+             effects=(E.ARM_RETRY,), note="stage-in failed; will retry"),
         Rule(S.STAGING_IN, T.STAGE_IN_REFUSED, S.TEARING_DOWN,
              actions=(A.TELL_USER, A.DESTROY_FS), effects=(E.MARK_DECLINED,),
              note="the user cannot read DATA_IN (or PREPROCESS failed): job uses the PFS"),
         Rule(S.STAGING_IN, T.CANCEL_STAGING, S.TEARING_DOWN, actions=cancel_teardown,
              effects=(E.MARK_DECLINED,)),
-        Rule(S.STAGING_IN, T.WAIT_EXPIRED, S.RESETTING, fallback_actions, note=fallback_note,
+        Rule(S.STAGING_IN, T.WAIT_EXPIRED, S.RESETTING, fallback_actions,
+             effects=(E.END_WAIT,), note=fallback_note,
              branches=(B(C.NO_OUTPUT, S.TEARING_DOWN, (A.CANCEL, A.TELL_USER, A.DESTROY_FS)),)),
     ]
 
@@ -337,7 +346,7 @@ def _rows() -> list[Rule]:
         Rule(S.STAGE_IN_FAILED, T.RETRY, S.STAGING_IN, actions=(A.STAGE_IN,),
              effects=(E.RESET_ATTEMPTS,)),
         Rule(S.STAGE_IN_FAILED, T.GIVE_UP, S.TEARING_DOWN, actions=(A.TELL_USER, A.DESTROY_FS),
-             effects=(E.MARK_DECLINED,)),
+             effects=(E.MARK_DECLINED,), note="stage-in kept failing; the job uses the PFS"),
         Rule(S.STAGE_IN_FAILED, T.CANCEL_STAGING, S.TEARING_DOWN, actions=teardown,
              effects=(E.MARK_DECLINED,)),
     ]
@@ -354,7 +363,8 @@ def _rows() -> list[Rule]:
                                      (A.CANCEL, A.MOUNT_OUTPUT)),)),
         Rule(S.STAGED_IN, T.FINISHED, S.TEARING_DOWN, actions=cancel_teardown),
         Rule(S.STAGED_IN, T.LOCKED, S.LOCKED_IN, effects=(E.LOCKED,), ref="§3.1"),
-        Rule(S.STAGED_IN, T.LOCK_FAILED, S.LOCK_FAILED, actions=(A.ALERT,)),
+        Rule(S.STAGED_IN, T.LOCK_FAILED, S.LOCK_FAILED, actions=(A.ALERT,),
+             note="lock-in failed: the job may be demoted and lose its RAMDISK"),
         Rule(S.STAGED_IN, T.CANCEL_STAGING, S.TEARING_DOWN,
              actions=(A.CANCEL, A.UNLOCK, A.DESTROY_FS), effects=(E.MARK_DECLINED,)),
     ]
@@ -410,7 +420,7 @@ def _rows() -> list[Rule]:
              branches=(B(C.JOB_ENDED, S.TEARING_DOWN, teardown),
                        B(C.NO_OUTPUT, S.MOUNTED_INPUT))),
         Rule(S.INPUT_WRITEBACK, T.WRITEBACK_FAILED, S.WRITEBACK_FAILED, actions=(A.ALERT,),
-             effects=(E.ARM_RETRY,)),
+             effects=(E.ARM_RETRY,), note="writing modified input back failed; will retry"),
     ]
     r += _stay(S.WRITEBACK_FAILED, *JOB_STATE_TRIGGERS, note="holds user data")
     r += [
@@ -474,11 +484,12 @@ def _rows() -> list[Rule]:
     r += [
         Rule(S.STAGING_OUT, T.STAGE_OUT_DONE, S.VERIFYING, actions=(A.VERIFY,), ref="§3.3"),
         Rule(S.STAGING_OUT, T.STAGE_OUT_FAILED, S.STAGE_OUT_FAILED, actions=(A.ALERT,),
-             effects=(E.ARM_RETRY,)),
+             effects=(E.ARM_RETRY,), note="stage-out failed; will retry, data kept"),
     ]
     r += _stay(S.VERIFYING, *JOB_STATE_TRIGGERS, note="holds user data")
     r += [
-        Rule(S.VERIFYING, T.VERIFIED, S.OUTPUT_VERIFIED, actions=(A.TELL_USER,)),
+        Rule(S.VERIFYING, T.VERIFIED, S.OUTPUT_VERIFIED, actions=(A.TELL_USER,), ref="§3.3",
+             note="output staged out and verified on persistent storage"),
         Rule(S.VERIFYING, T.VERIFY_FAILED, S.STAGE_OUT_FAILED, actions=(A.ALERT,),
              effects=(E.ARM_RETRY,), note="copy differs from the RAMDISK: stage out again"),
     ]
@@ -509,7 +520,7 @@ def _rows() -> list[Rule]:
         Rule(S.TEARING_DOWN, T.DESTROYED, S.RELEASED, actions=(A.RELEASE,),
              effects=(E.RELEASE_NODES,), ref="§3.3"),
         Rule(S.TEARING_DOWN, T.DESTROY_FAILED, S.TEARDOWN_FAILED, actions=(A.ALERT,),
-             effects=(E.ARM_RETRY,)),
+             effects=(E.ARM_RETRY,), note="RAMDISK teardown failed; nodes held, will retry"),
     ]
     r += _stay(S.TEARDOWN_FAILED, *JOB_STATE_TRIGGERS,
                note="nodes stay held: never hand a dirty node to another job")
@@ -531,9 +542,9 @@ def _rows() -> list[Rule]:
         Rule(S.RELEASED, T.NODES_ALLOCATED, S.ALLOCATED, actions=(A.ALLOCATE,)),
         Rule(S.RELEASED, T.NODES_BUSY, S.RELEASED),
         Rule(S.RELEASED, T.POLICY_VIOLATION, S.DECLINED, actions=(A.TELL_USER,),
-             effects=(E.MARK_DECLINED,)),
+             effects=(E.MARK_DECLINED,), note="the RSA cannot serve this job; it uses the PFS"),
         Rule(S.RELEASED, T.GIVE_UP, S.DECLINED, actions=(A.TELL_USER,),
-             effects=(E.MARK_DECLINED,)),
+             effects=(E.MARK_DECLINED,), note="the RSA gave up on this job; it uses the PFS"),
         Rule(S.RELEASED, T.CANCEL_STAGING, S.DECLINED, effects=(E.MARK_DECLINED,)),
     ]
     r += _stay(S.DECLINED, T.QUEUED, T.ON_DECK, T.DEMOTED, T.RUNNING, T.TICK,
