@@ -1,0 +1,71 @@
+"""check-clean: prove that nothing of the lab is left (processes, mounts, namespaces,
+routes, links, qdiscs, listeners, state). Read-only: it reports, lab-down removes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .common import (
+    CTLD_ADDR, CTLD_PORT, DBD_PORT, ENV_FILE, MYSQL_PORT, PFS_GUARD, PFS_VETH, PIDS, RSA_NET,
+    SLURMD_PORT0, Settings, alive, listening, mounts, run,
+)
+from .slurm import ETC_CONF, ETC_MARK
+
+DAEMONS = {"munged", "slurmctld", "slurmd", "slurmdbd", "slurmstepd", "mariadbd", "mysqld",
+           "mfsmaster", "mfschunkserver", "mfsmount"}
+
+
+def leftovers(s: Settings) -> list[str]:
+    found: list[str] = []
+    my_mnt = os.readlink("/proc/self/ns/mnt")
+    my_uts = os.readlink("/proc/self/ns/uts")
+    my_net = os.readlink("/proc/self/ns/net")
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if not cmd:  # kernel thread or zombie
+                continue
+            comm = (d / "comm").read_text().strip()
+            ns = {k: os.readlink(d / "ns" / k) for k in ("mnt", "uts", "net")}
+        except OSError:
+            continue
+        if ns["mnt"] != my_mnt or ns["uts"] != my_uts or ns["net"] != my_net:
+            found.append(f"process {d.name} in a namespace of its own: {cmd.strip()[:120]}")
+        elif comm in DAEMONS or "/run/rsa-lab/" in cmd:
+            found.append(f"process {d.name}: {cmd.strip()[:120]}")
+    if PIDS.exists():
+        for f in PIDS.glob("*.pid"):
+            try:
+                pid = int(f.read_text())
+            except ValueError:
+                continue
+            if alive(pid):
+                found.append(f"pidfile {f.name}: pid {pid} alive")
+    roots = (str(s.pfs_mount), str(s.pool_root), "/var/lib/rsa-lab", "/run/rsa-lab",
+             "/sys/fs/fuse/connections")
+    for mnt, fstype, src in mounts():
+        if mnt.startswith(roots) or fstype.startswith("fuse") or "mfs" in src:
+            found.append(f"mount {mnt} ({fstype} {src})")
+    routes = run(["ip", "route", "show", "table", "all"], check=False).stdout
+    for line in routes.splitlines():
+        if PFS_GUARD.split(".")[0] + "." + PFS_GUARD.split(".")[1] in line:
+            found.append(f"route {line.strip()}")
+    if run(["ip", "link", "show", PFS_VETH], check=False).returncode == 0:
+        found.append(f"link {PFS_VETH}")
+    qdisc = run(["tc", "qdisc", "show", "dev", "lo"], check=False).stdout
+    if qdisc.strip() and "noqueue" not in qdisc:
+        found.append(f"qdisc on lo: {qdisc.strip()}")
+    ports = [(CTLD_ADDR, p) for p in (CTLD_PORT, DBD_PORT, MYSQL_PORT)]
+    ports += [(CTLD_ADDR, SLURMD_PORT0 + i) for i in range(s.n_compute)]
+    ports += [(f"{RSA_NET}.{i}", 22) for i in range(1, s.n_rsa + 1)]
+    for addr, port in ports:
+        if listening(addr, port):
+            found.append(f"listener {addr}:{port}")
+    if ENV_FILE.exists():
+        found.append(f"{ENV_FILE} still exists")
+    if ETC_MARK.exists() or (ETC_CONF.is_symlink() and "rsa-lab" in os.readlink(ETC_CONF)):
+        found.append(f"{ETC_CONF} symlink of the lab")
+    return found

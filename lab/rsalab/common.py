@@ -1,0 +1,329 @@
+"""Paths, settings, the process runner and the pidfile bookkeeping shared by the lab."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+LAB_DIR = Path(__file__).resolve().parent.parent  # <repo>/lab
+REPO = LAB_DIR.parent
+STATE = Path("/run/rsa-lab")  # ephemeral state: pids, configs, keys, logs, env
+DATA = Path("/var/lib/rsa-lab")  # on-disk data: PFS chunks, ssd pools, Slurm/MariaDB state
+PIDS = STATE / "pids"
+NS = STATE / "ns"  # recorded mount-namespace ids of node namespaces
+LOGS = STATE / "log"
+ENV_FILE = STATE / "env"
+HOOKS_LOG = STATE / "hooks.log"
+CREATED = STATE / "created"  # host paths the lab created (removed again by lab-down)
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name, default) or default
+
+
+class Settings:
+    """Everything a user may tune, from RSA_LAB_* environment variables."""
+
+    def __init__(self) -> None:
+        self.accounting = _env("RSA_LAB_ACCOUNTING", "1") not in ("0", "no", "false")
+        self.pfs_rate = _env("RSA_LAB_PFS_RATE", "1gbit")  # tc rate, per direction
+        self.ram_size = _env("RSA_LAB_RAM_SIZE", "2G")  # tmpfs size of each RSA node
+        self.n_compute = int(_env("RSA_LAB_COMPUTE_COUNT", "4"))
+        self.n_rsa = int(_env("RSA_LAB_RSA_COUNT", "4"))
+        # RSA nodes (1-based numbers) that also get an on-disk "ssd" pool.
+        self.ssd_nodes = [int(x) for x in _env("RSA_LAB_SSD_NODES", "3,4").split(",") if x]
+        self.user = "rsauser"
+        self.other_user = "rsaother"
+        self.cluster = "lab"
+        self.account = "rsa"
+        self.qos = "rsa-lockin"
+        self.partition = "debug"
+        self.venv = Path(_env("RSA_LAB_VENV", str(REPO / ".venv")))
+        self.pool_root = Path("/var/lib/rsa-node")  # common path seen on every RSA node
+        self.pfs_mount = Path("/pfs")
+        self.hooks = _read_hooks()
+
+    @property
+    def compute_nodes(self) -> list[str]:
+        return [f"c{i}" for i in range(1, self.n_compute + 1)]
+
+    @property
+    def rsa_nodes(self) -> list[str]:
+        return [f"rsa{i}" for i in range(1, self.n_rsa + 1)]
+
+
+def _read_hooks() -> dict[str, Path]:
+    """Hook paths: lab/hooks.conf (KEY=path relative to lab/), overridable by env."""
+    hooks: dict[str, Path] = {}
+    for line in (LAB_DIR / "hooks.conf").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.partition("=")
+        value = os.environ.get(key, value.strip())
+        path = Path(value) if value.startswith("/") else LAB_DIR / value
+        hooks[key] = path
+    return hooks
+
+
+# Addresses and ports (all on loopback; 127.0.0.0/8 is local on lo without any setup).
+CTLD_ADDR = "127.0.0.1"
+CTLD_PORT = 6817
+DBD_PORT = 6819
+SLURMD_PORT0 = 6821  # c1 = 6821, c2 = 6822, ...
+MYSQL_PORT = 3307
+RSA_NET = "127.0.1"  # rsaN = 127.0.1.N, sshd on port 22
+# The PFS lives in a network namespace of ours: MooseFS refuses a loopback master
+# ("localhost can't be used for connecting with master"). The host end of its veth is
+# .1, the master .2, chunkservers .3, .4. The whole /16 is made unreachable in the root
+# namespace first, so nothing addressed to this range can ever take the default route.
+PFS_NET = "10.213.0"
+PFS_PREFIX = "10.213.0.0/24"
+PFS_GUARD = "10.213.0.0/16"
+PFS_VETH = "rsalab-pfs0"  # host end; the namespace end is called eth0 there
+
+
+def log(msg: str) -> None:
+    print(f"lab: {msg}", flush=True)
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    check: bool = True,
+    timeout: float = 120,
+    env: Mapping[str, str] | None = None,
+    input: str | None = None,
+    user: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run a command to completion; raise with argv and stderr tail on failure."""
+    full_env = {**os.environ, **(env or {})}
+    try:
+        proc = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, env=full_env,
+            input=input, user=user, check=False,
+        )
+    except subprocess.TimeoutExpired as e:
+        raise LabError(f"timed out after {timeout}s: {shlex.join(argv)}") from e
+    if check and proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip()[-800:]
+        raise LabError(f"exit {proc.returncode}: {shlex.join(argv)}\n{tail}")
+    return proc
+
+
+class LabError(RuntimeError):
+    pass
+
+
+def spawn(
+    name: str,
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """Start a long-running foreground daemon detached, log to LOGS/name.out, record its PID.
+
+    The child writes its own pidfile before exec'ing the daemon, so a lab-up killed at any
+    instant never leaves an unrecorded process behind.
+    """
+    PIDS.mkdir(parents=True, exist_ok=True)
+    LOGS.mkdir(parents=True, exist_ok=True)
+    pidfile = PIDS / f"{name}.pid"
+    out = open(LOGS / f"{name}.out", "ab")  # noqa: SIM115 - handed to the child
+    wrapper = ["/bin/sh", "-c", 'echo $$ > "$0"; exec "$@"', str(pidfile), *argv]
+    full_env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", **(env or {})}
+    try:
+        proc = subprocess.Popen(
+            wrapper, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=full_env,
+            start_new_session=True,
+        )
+    finally:
+        out.close()
+    wait_for(f"pidfile of {name}", pidfile.exists, timeout=10)
+    return proc.pid
+
+
+def read_pid(name: str) -> int | None:
+    try:
+        return int((PIDS / f"{name}.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie of ours is not alive for our purposes.
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def stop_pid(pid: int, label: str, *, grace: float = 5.0) -> None:
+    """SIGTERM, wait up to ``grace``, then SIGKILL; reap if it is our child."""
+    if not alive(pid):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if not alive(pid):
+            return
+        time.sleep(0.1)
+    log(f"{label} (pid {pid}) ignored SIGTERM, sending SIGKILL")
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and alive(pid):
+        _reap(pid)
+        time.sleep(0.1)
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def stop_named(name: str, *, grace: float = 5.0) -> None:
+    pid = read_pid(name)
+    if pid is not None:
+        stop_pid(pid, name, grace=grace)
+    (PIDS / f"{name}.pid").unlink(missing_ok=True)
+
+
+def wait_for(what: str, pred: Callable[[], bool], *, timeout: float = 30, every: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if pred():
+                return
+        except Exception:  # noqa: BLE001 - a probe failing just means "not yet"
+            pass
+        if time.monotonic() > deadline:
+            raise LabError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(every)
+
+
+def listening(addr: str, port: int) -> bool:
+    """True if something listens on addr:port (TCP), from /proc/net/tcp."""
+    want = f"{_hexaddr(addr)}:{port:04X}"
+    wild = f"00000000:{port:04X}"
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "0A" and fields[1] in (want, wild):
+            return True
+    return False
+
+
+def _hexaddr(addr: str) -> str:
+    return "".join(f"{int(o):02X}" for o in reversed(addr.split(".")))
+
+
+def mounts() -> list[tuple[str, str, str]]:
+    """(mountpoint, fstype, source) of this mount namespace."""
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        mnt = left.split()[4].replace("\\040", " ")
+        fstype, source = right.split()[:2]
+        out.append((mnt, fstype, source))
+    return out
+
+
+def is_mounted(path: Path) -> bool:
+    return any(m == str(path) for m, _, _ in mounts())
+
+
+def uid_of(user: str) -> int:
+    return pwd.getpwnam(user).pw_uid
+
+
+def note_created(path: Path) -> None:
+    """Remember a host path the lab created, so lab-down can remove it (and only it)."""
+    CREATED.parent.mkdir(parents=True, exist_ok=True)
+    with open(CREATED, "a") as f:
+        f.write(f"{path}\n")
+
+
+def make_dir(path: Path, mode: int = 0o755, owner: str | None = None) -> None:
+    """mkdir -p that records the top-most directory it had to create outside our roots."""
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    path.mkdir(mode=mode, parents=True, exist_ok=True)
+    os.chmod(path, mode)
+    if owner:
+        pw = pwd.getpwnam(owner)
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+    for p in reversed(missing):  # top-most first; lab-down removes them deepest first
+        if not (str(p).startswith(str(STATE)) or str(p).startswith(str(DATA))):
+            note_created(p)
+
+
+def die(msg: str) -> None:
+    print(f"lab: ERROR: {msg}", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def as_user(user: str, argv: Sequence[str]) -> list[str]:
+    """argv that drops to ``user`` in place (same PID), for daemons that do not drop."""
+    return ["/usr/bin/setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", *argv]
+
+
+def in_node_ns(hostname: str, setup: str, argv: Sequence[str]) -> list[str]:
+    """argv running ``setup`` (sh) then exec'ing argv in a new mount+UTS namespace.
+
+    Propagation slave: host mounts (the shared /pfs) reach the node, the node's own
+    mounts stay private to it. Same PID throughout (no --fork), so the pidfile holds.
+    """
+    script = f'set -e; hostname {shlex.quote(hostname)}; {setup}\nexec "$@"'
+    return ["/usr/bin/unshare", "--mount", "--uts", "--propagation", "slave",
+            "/bin/sh", "-c", script, hostname, *argv]
+
+
+def record_ns(name: str, pid: int) -> None:
+    """Remember the node's mount namespace once unshare has made it."""
+    mine = os.readlink("/proc/self/ns/mnt")
+
+    def changed() -> bool:
+        return os.readlink(f"/proc/{pid}/ns/mnt") != mine
+
+    wait_for(f"namespace of {name}", changed, timeout=10, every=0.02)
+    NS.mkdir(parents=True, exist_ok=True)
+    (NS / name).write_text(os.readlink(f"/proc/{pid}/ns/mnt") + "\n")
+
+
+def ns_members(ns_id: str) -> list[int]:
+    """PIDs living in the mount namespace ``ns_id`` (e.g. jobs, ssh sessions)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if os.readlink(d / "ns/mnt") == ns_id:
+                pids.append(int(d.name))
+        except OSError:
+            continue
+    return pids

@@ -1,0 +1,125 @@
+"""RSA nodes rsa1..N: each its own loopback address, sshd, mount+UTS namespace and pools.
+
+Inside node N's namespace (hostname rsaN) the common path /var/lib/rsa-node/ram is that
+node's own tmpfs, and /var/lib/rsa-node/ssd is its own directory on disk (ssd nodes) or a
+read-only empty directory (others). sshd listens on 127.0.1.N:22 only, key auth only.
+rsad (root) reaches them with /run/rsa-lab/ssh/id_ed25519 and .../known_hosts.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from pathlib import Path
+
+from .common import (
+    DATA, NS, RSA_NET, STATE, LabError, Settings, in_node_ns, listening, log, make_dir,
+    ns_members, read_pid, record_ns, run, spawn, stop_named, stop_pid,
+)
+
+SSH = STATE / "ssh"
+KEY = SSH / "id_ed25519"
+KNOWN_HOSTS = SSH / "known_hosts"
+AUTHORIZED = SSH / "authorized_keys"
+
+
+def addr(i: int) -> str:
+    return f"{RSA_NET}.{i}"
+
+
+def up(s: Settings) -> None:
+    make_dir(SSH, 0o700)
+    make_dir(Path("/run/sshd"), 0o755)  # sshd's privilege-separation directory
+    for sub in ("ram", "ssd"):
+        make_dir(s.pool_root / sub, 0o755)  # mount points; empty on the host
+    if not KEY.exists():
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "rsa-lab-daemon",
+             "-f", str(KEY)])
+    AUTHORIZED.write_text(KEY.with_suffix(".pub").read_text())
+    AUTHORIZED.chmod(0o600)
+    known = []
+    for i, name in enumerate(s.rsa_nodes, start=1):
+        a = addr(i)
+        if listening(a, 22):
+            raise LabError(f"{a}:22 already in use; run `make lab-down` first")
+        d = SSH / name
+        make_dir(d, 0o700)
+        hostkey = d / "ssh_host_ed25519_key"
+        if not hostkey.exists():
+            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(hostkey)])
+        pub = hostkey.with_suffix(".pub").read_text().split()
+        known.append(f"{name},{a} {pub[0]} {pub[1]}")
+        (d / "sshd_config").write_text(_sshd_config(a, hostkey, d))
+        _start_node(s, i, name, d)
+    KNOWN_HOSTS.write_text("\n".join(known) + "\n")
+    for i, name in enumerate(s.rsa_nodes, start=1):
+        from .common import wait_for
+
+        wait_for(f"sshd of {name}", lambda a=addr(i): listening(a, 22), timeout=20)
+    log(f"RSA nodes: {', '.join(f'{n}={addr(i)}:22' for i, n in enumerate(s.rsa_nodes, 1))}"
+        f" (ram {s.ram_size} tmpfs each, ssd on rsa{','.join(map(str, s.ssd_nodes))})")
+
+
+def _sshd_config(a: str, hostkey: Path, d: Path) -> str:
+    return "\n".join([
+        f"ListenAddress {a}:22",
+        f"HostKey {hostkey}",
+        f"PidFile {d}/sshd.pid",
+        f"AuthorizedKeysFile {AUTHORIZED}",
+        "PermitRootLogin prohibit-password",
+        "PubkeyAuthentication yes",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "UsePAM no",
+        "UseDNS no",
+        "X11Forwarding no",
+        "PrintMotd no",
+        "PrintLastLog no",
+        "MaxStartups 100:30:200",
+        "MaxSessions 64",
+        "Subsystem sftp internal-sftp",
+        "",
+    ])
+
+
+def _start_node(s: Settings, i: int, name: str, d: Path) -> None:
+    ram = s.pool_root / "ram"
+    ssd = s.pool_root / "ssd"
+    setup = [f"mount -t tmpfs -o size={s.ram_size},mode=0755 rsa-ram-{name} {ram}"]
+    if i in s.ssd_nodes:
+        disk = DATA / "ssd" / name
+        shutil.rmtree(disk, ignore_errors=True)
+        make_dir(disk, 0o755)
+        setup.append(f"mount --bind {disk} {ssd}")
+    else:  # no ssd pool here: make the shared host directory unwritable in this node
+        setup.append(f"mount --bind {ssd} {ssd} && mount -o remount,bind,ro {ssd}")
+    argv = in_node_ns(name, "; ".join(setup),
+                      ["/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")])
+    pid = spawn(f"sshd-{name}", argv)
+    record_ns(name, pid)
+
+
+def down(s: Settings) -> None:
+    for name in reversed(s.rsa_nodes):
+        stop_node(name)
+    shutil.rmtree(DATA / "ssd", ignore_errors=True)
+    shutil.rmtree(SSH, ignore_errors=True)
+
+
+def stop_node(name: str) -> None:
+    """Stop the node's sshd, then anything else still inside its namespace."""
+    nsfile = NS / name
+    ns_id = nsfile.read_text().strip() if nsfile.exists() else None
+    stop_named(f"sshd-{name}", grace=3)
+    if ns_id:
+        for pid in ns_members(ns_id):
+            stop_pid(pid, f"process {pid} left in {name}", grace=2)
+        nsfile.unlink(missing_ok=True)
+
+
+def quote(cmd: list[str]) -> str:
+    return shlex.join(cmd)
+
+
+def running(s: Settings) -> list[str]:
+    return [n for n in s.rsa_nodes if read_pid(f"sshd-{n}") is not None]

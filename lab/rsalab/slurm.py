@@ -1,0 +1,271 @@
+"""Slurm 22.05: munge, optional MariaDB + slurmdbd, slurmctld and slurmd c1..N.
+
+Every slurmd runs as `/usr/sbin/slurmd -D -N cN` in its own mount+UTS namespace
+(hostname cN), NodeAddr=127.0.0.1 with its own Port. Daemons are started through the
+/usr/sbin names (Slurm picks its role from argv[0]). /etc/slurm/slurm.conf becomes a
+symlink to the generated file (only if absent), so plain `squeue` works for everyone.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import secrets
+import shutil
+import socket
+from pathlib import Path
+
+from .common import (
+    CTLD_ADDR, CTLD_PORT, DATA, DBD_PORT, HOOKS_LOG, LOGS, MYSQL_PORT, NS, SLURMD_PORT0,
+    STATE, LabError, Settings, as_user, in_node_ns, listening, log, make_dir, ns_members,
+    record_ns, run, spawn, stop_named, stop_pid, wait_for,
+)
+
+CONF_DIR = STATE / "slurm"
+CONF = CONF_DIR / "slurm.conf"
+ETC_CONF = Path("/etc/slurm/slurm.conf")
+ETC_MARK = STATE / "etc-slurm-conf"  # exists while the /etc symlink is ours
+MYSQL_SOCK = STATE / "mysql/mysqld.sock"
+ENV = {"SLURM_CONF": str(CONF)}
+
+
+def up(s: Settings) -> None:
+    ports = [CTLD_PORT, DBD_PORT, MYSQL_PORT] + [
+        SLURMD_PORT0 + i for i in range(s.n_compute)]
+    for port in ports:
+        if listening(CTLD_ADDR, port):
+            raise LabError(f"127.0.0.1:{port} already in use; run `make lab-down` first")
+    for sub in ("slurm",):
+        shutil.rmtree(DATA / sub, ignore_errors=True)
+    make_dir(CONF_DIR, 0o755)
+    make_dir(DATA / "slurm/ctld", 0o755, owner="slurm")
+    for node in s.compute_nodes:
+        make_dir(DATA / "slurm/d" / node, 0o755)
+    make_dir(LOGS, 0o755)
+    os.chown(LOGS, 0, 0)
+    _hooks_log()
+    _munge_up()
+    password = secrets.token_hex(12)
+    if s.accounting:
+        _mariadb_up(password)
+    CONF.write_text(slurm_conf(s))
+    _link_etc_conf()
+    if s.accounting:
+        _slurmdbd_up(password)
+        _accounts(s)
+    spawn("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i"], env=ENV)
+    wait_for("slurmctld", lambda: listening(CTLD_ADDR, CTLD_PORT), timeout=30)
+    for i, node in enumerate(s.compute_nodes):
+        argv = in_node_ns(node, ":", ["/usr/sbin/slurmd", "-D", "-N", node])
+        pid = spawn(f"slurmd-{node}", argv, env=ENV)
+        record_ns(node, pid)
+    wait_for("compute nodes idle", lambda: _all_idle(s), timeout=60, every=0.5)
+    log(f"Slurm: slurmctld 127.0.0.1:{CTLD_PORT}, nodes {_hostlist(s)} idle, accounting "
+        f"{'on (slurmdbd :%d, QOS %s)' % (DBD_PORT, s.qos) if s.accounting else 'off'}")
+
+
+def _hostlist(s: Settings) -> str:
+    return f"c[1-{s.n_compute}]"
+
+
+def _hooks_log() -> None:
+    # PrologSlurmctld/EpilogSlurmctld run as slurm, node Prolog/Epilog as root.
+    HOOKS_LOG.touch()
+    pw = pwd.getpwnam("slurm")
+    os.chown(HOOKS_LOG, pw.pw_uid, pw.pw_gid)
+    HOOKS_LOG.chmod(0o664)
+
+
+def _munge_up() -> None:
+    key = Path("/etc/munge/munge.key")
+    if not key.exists():
+        run(as_user("munge", ["/usr/sbin/mungekey", "--create", f"--keyfile={key}"]))
+    for d in (Path("/run/munge"), Path("/var/log/munge"), Path("/var/lib/munge")):
+        make_dir(d, 0o755 if d.name == "munge" and d.parent.name == "run" else 0o700,
+                 owner="munge")
+    sock = Path("/run/munge/munge.socket.2")
+    if sock.exists() and run(["munge", "-n"], check=False).returncode == 0:
+        raise LabError("a munged not started by the lab is running; stop it first")
+    spawn("munged", as_user("munge", ["/usr/sbin/munged", "-F", "--force"]))
+    wait_for("munged", lambda: run(["munge", "-n"], check=False).returncode == 0, timeout=20)
+
+
+def _mariadb_up(password: str) -> None:
+    datadir = DATA / "mysql"
+    shutil.rmtree(datadir, ignore_errors=True)
+    make_dir(datadir, 0o750, owner="mysql")
+    make_dir(MYSQL_SOCK.parent, 0o755, owner="mysql")
+    run(["mariadb-install-db", "--no-defaults", "--user=mysql", f"--datadir={datadir}",
+         "--auth-root-authentication-method=socket", "--skip-test-db"], timeout=120)
+    spawn("mariadbd", [
+        "/usr/sbin/mariadbd", "--no-defaults", "--user=mysql", f"--datadir={datadir}",
+        f"--socket={MYSQL_SOCK}", f"--pid-file={MYSQL_SOCK.parent}/mariadbd.pid",
+        "--bind-address=127.0.0.1", f"--port={MYSQL_PORT}", "--skip-name-resolve",
+        "--innodb-buffer-pool-size=64M", "--innodb-log-file-size=48M",
+        "--skip-log-bin", "--max-connections=50", "--performance-schema=OFF",
+        f"--log-error={LOGS}/mariadb.log",
+    ])
+    wait_for("mariadb", lambda: _sql("SELECT 1").returncode == 0, timeout=60, every=0.3)
+    sql = (
+        f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{password}';"
+        "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+        "CREATE DATABASE IF NOT EXISTS slurm_acct_db;"
+    )
+    r = _sql(sql)
+    if r.returncode != 0:
+        raise LabError(f"mariadb setup failed: {r.stderr.strip()}")
+
+
+def _sql(sql: str):  # type: ignore[no-untyped-def]
+    return run(["mariadb", "--no-defaults", f"--socket={MYSQL_SOCK}", "-u", "root",
+                "-e", sql], check=False, timeout=10)
+
+
+def _slurmdbd_up(password: str) -> None:
+    conf = CONF_DIR / "slurmdbd.conf"
+    conf.write_text("\n".join([
+        "AuthType=auth/munge",
+        "DbdHost=localhost",
+        "DbdAddr=127.0.0.1",
+        f"DbdPort={DBD_PORT}",
+        "SlurmUser=slurm",
+        "DebugLevel=info",
+        f"LogFile={LOGS}/slurmdbd.log",
+        f"PidFile={CONF_DIR}/slurmdbd.pid",
+        "StorageType=accounting_storage/mysql",
+        "StorageHost=127.0.0.1",
+        f"StoragePort={MYSQL_PORT}",
+        "StorageUser=slurm",
+        f"StoragePass={password}",
+        "StorageLoc=slurm_acct_db",
+        "",
+    ]))
+    pw = pwd.getpwnam("slurm")
+    os.chown(conf, pw.pw_uid, pw.pw_gid)
+    conf.chmod(0o600)
+    spawn("slurmdbd", ["/usr/sbin/slurmdbd", "-D"], env=ENV)
+    wait_for("slurmdbd", lambda: listening(CTLD_ADDR, DBD_PORT), timeout=60, every=0.3)
+
+
+def _sacctmgr(*args: str) -> None:
+    r = run(["sacctmgr", "-i", *args], env=ENV, check=False, timeout=30)
+    if r.returncode != 0 and "Nothing new added" not in r.stdout + r.stderr:
+        raise LabError(f"sacctmgr {' '.join(args)}: {(r.stderr or r.stdout).strip()}")
+
+
+def _accounts(s: Settings) -> None:
+    _sacctmgr("add", "cluster", s.cluster)
+    _sacctmgr("add", "qos", s.qos, "Priority=1000000",
+              "Description=rsa-scheduler lock-in after stage-in")
+    _sacctmgr("add", "account", s.account, f"Cluster={s.cluster}",
+              "Description=rsa lab users", "Organization=rsa")
+    _sacctmgr("add", "user", f"{s.user},{s.other_user},root", f"Account={s.account}",
+              f"Cluster={s.cluster}")
+
+
+def slurm_conf(s: Settings) -> str:
+    host = socket.gethostname().split(".")[0]
+    h = s.hooks
+    lines = [
+        "# Generated by lab/rsalab/slurm.py for the rsa-scheduler lab. Do not edit.",
+        f"ClusterName={s.cluster}",
+        f"SlurmctldHost={host}({CTLD_ADDR})",
+        f"SlurmctldPort={CTLD_PORT}",
+        "SlurmUser=slurm",
+        "SlurmdUser=root",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"StateSaveLocation={DATA}/slurm/ctld",
+        f"SlurmdSpoolDir={DATA}/slurm/d/%n",
+        f"SlurmctldPidFile={CONF_DIR}/slurmctld.pid",
+        f"SlurmdPidFile={CONF_DIR}/slurmd-%n.pid",
+        f"SlurmctldLogFile={LOGS}/slurmctld.log",
+        f"SlurmdLogFile={LOGS}/slurmd-%n.log",
+        "SlurmctldDebug=info",
+        "SlurmdDebug=info",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "SelectType=select/linear",
+        "SchedulerType=sched/backfill",
+        "SchedulerParameters=bf_interval=5,sched_interval=5,bf_resolution=60",
+        "SlurmdParameters=config_overrides",
+        "MpiDefault=none",
+        "ReturnToService=2",
+        "MinJobAge=600",
+        "KillWait=5",
+        "InactiveLimit=0",
+        "OverTimeLimit=0",
+        "SlurmctldTimeout=30",
+        "SlurmdTimeout=60",
+        "MessageTimeout=10",
+        "PrologEpilogTimeout=60",
+        f"Prolog={h['RSA_LAB_PROLOG']}",
+        f"Epilog={h['RSA_LAB_EPILOG']}",
+        f"PrologSlurmctld={h['RSA_LAB_PROLOG_SLURMCTLD']}",
+        f"EpilogSlurmctld={h['RSA_LAB_EPILOG_SLURMCTLD']}",
+        "JobCompType=jobcomp/none",
+    ]
+    if s.accounting:
+        lines += [
+            "AccountingStorageType=accounting_storage/slurmdbd",
+            f"AccountingStorageHost={CTLD_ADDR}",
+            f"AccountingStoragePort={DBD_PORT}",
+            "AccountingStorageEnforce=associations,limits,qos",
+            "PriorityType=priority/multifactor",
+            "PriorityWeightQOS=100000",
+            "PriorityWeightAge=1000",
+            "PriorityWeightFairshare=0",
+            "PriorityWeightJobSize=0",
+            "PriorityWeightPartition=0",
+            "PriorityMaxAge=1-0",
+        ]
+    else:
+        lines += ["AccountingStorageType=accounting_storage/none",
+                  "PriorityType=priority/basic"]
+    for i, node in enumerate(s.compute_nodes):
+        lines.append(f"NodeName={node} NodeAddr=127.0.0.1 NodeHostname={node} "
+                     f"Port={SLURMD_PORT0 + i} CPUs=1 RealMemory=1000 State=UNKNOWN")
+    lines.append(f"PartitionName={s.partition} Nodes={_hostlist(s)} Default=YES "
+                 "MaxTime=INFINITE DefaultTime=00:10:00 State=UP")
+    return "\n".join(lines) + "\n"
+
+
+def _link_etc_conf() -> None:
+    if ETC_CONF.is_symlink() and os.readlink(ETC_CONF) == str(CONF):
+        ETC_MARK.touch()
+        return
+    if ETC_CONF.exists() or ETC_CONF.is_symlink():
+        log(f"{ETC_CONF} exists and is not ours: clients need SLURM_CONF={CONF}")
+        return
+    ETC_CONF.parent.mkdir(parents=True, exist_ok=True)
+    ETC_MARK.touch()
+    ETC_CONF.symlink_to(CONF)
+
+
+def _all_idle(s: Settings) -> bool:
+    r = run(["sinfo", "-h", "-N", "-o", "%N %t"], env=ENV, check=False, timeout=15)
+    states = dict(line.split() for line in r.stdout.splitlines() if line.strip())
+    return all(states.get(n) == "idle" for n in s.compute_nodes)
+
+
+def down(s: Settings) -> None:
+    for node in reversed(s.compute_nodes):
+        nsfile = NS / node
+        ns_id = nsfile.read_text().strip() if nsfile.exists() else None
+        stop_named(f"slurmd-{node}", grace=5)
+        if ns_id:  # job steps left behind in the node
+            for pid in ns_members(ns_id):
+                stop_pid(pid, f"process {pid} left in {node}", grace=2)
+            nsfile.unlink(missing_ok=True)
+    stop_named("slurmctld", grace=10)
+    stop_named("slurmdbd", grace=10)
+    stop_named("mariadbd", grace=20)
+    stop_named("munged", grace=5)
+    if ETC_MARK.exists():
+        if ETC_CONF.is_symlink() and os.readlink(ETC_CONF) == str(CONF):
+            ETC_CONF.unlink()
+        ETC_MARK.unlink()
+    shutil.rmtree(DATA / "slurm", ignore_errors=True)
+    shutil.rmtree(DATA / "mysql", ignore_errors=True)
+    shutil.rmtree(CONF_DIR, ignore_errors=True)
