@@ -34,7 +34,8 @@ unit: install
 	$(VENV)/bin/pytest -q -m unit tests/unit
 
 test: install lint
-	$(VENV)/bin/pytest -q tests
+	$(VENV)/bin/pytest -q tests/unit
+	$(MAKE) --no-print-directory lab-test
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
