@@ -378,6 +378,8 @@ class DirectiveSpec:
             value = getattr(self, name)
             if value is not None and not isinstance(value, cls):
                 raise ValueError(f"{name} must be a {cls.__name__}, got {value!r}")
+        if self.stage_out is not None and self.postprocess is not None:
+            raise ValueError("stage_out and postprocess are exclusive")
 
     @property
     def is_empty(self) -> bool:
