@@ -790,3 +790,17 @@ def test_real_process_check_errors() -> None:
     assert len(lines) == 11
     assert all(line.startswith(f"{path}:") for line in lines)
     assert f"{path}:16: pool.nodes[1].capacity: invalid size 'lots'" in proc.stderr
+
+
+def test_config_option_reads_flag_and_env(runner: CliRunner) -> None:
+    import click
+
+    from rsa_scheduler.cli.config import config_option
+
+    @click.command()
+    @config_option
+    def probe(config_file: str | None) -> None:
+        click.echo(load_config(config_file).source)
+
+    assert runner.invoke(probe, ["--config", str(LAB)]).stdout == f"{LAB}\n"
+    assert runner.invoke(probe, [], env={"RSA_CONFIG": str(LAB)}).stdout == f"{LAB}\n"
