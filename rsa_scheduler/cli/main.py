@@ -58,7 +58,10 @@ def cli(ctx: click.Context, debug: bool) -> None:
 def main() -> None:
     """Entry point: run the CLI; RsaError becomes one line on stderr and exit status 1."""
     try:
-        cli.main(standalone_mode=False)
+        rc = cli.main(standalone_mode=False)
+        # In non-standalone mode click returns ctx.exit(code) values instead of exiting.
+        if isinstance(rc, int) and rc:
+            sys.exit(rc)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
     except click.ClickException as e:

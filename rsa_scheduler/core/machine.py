@@ -225,9 +225,12 @@ def fire(rec: JobRecord, trigger: Trigger, now: float, policy: StagingPolicy,
     """
     rule = lookup(rec.rsa_state, trigger, rec.job_id)
     step = Step()
-    if rule.is_stay:
+    is_timer = trigger in TIMER_STATES
+    if rule.is_stay and not (is_timer and trigger.value in rec.timers):
         return step
     before = rec.to_json()
+    if is_timer:
+        rec.timers.pop(trigger.value, None)  # a timer fires once
     src = rec.rsa_state
     dst, kinds, effects, note = choose(rule, rec, policy)
     follow: Trigger | None = None
@@ -394,6 +397,12 @@ def _check_invariant(rec: JobRecord, src: RsaState, dst: RsaState, trigger: Trig
             f"job {rec.job_id}: {trigger.value} would destroy unverified data in {src.value}")
 
 
+def _drop_timer(rec: JobRecord, trig: Trigger, now: float) -> Step:
+    rec.timers.pop(trig.value, None)
+    return Step(events=[Event(now, rec.job_id, "timer.dropped", {
+        "timer": trig.value, "set": {"timers": dict(rec.timers)}})])
+
+
 # ---- settling --------------------------------------------------------------------------
 
 def due_timers(rec: JobRecord, now: float) -> list[Trigger]:
@@ -408,11 +417,10 @@ def settle(rec: JobRecord, now: float, policy: StagingPolicy, pool: PoolPort) ->
     for _ in range(MAX_SETTLE):
         moved = False
         for trig in due_timers(rec, now):
-            rec.timers.pop(trig.value, None)
             try:
                 sub = fire(rec, trig, now, policy, pool)
             except InvalidTransition:
-                continue  # a timer armed in a state the job has since left
+                sub = _drop_timer(rec, trig, now)  # armed in a state the job has left
             step.extend(sub)
             moved = True
         level = [JOB_TRIGGERS[rec.job_state]] if rec.job_state else []

@@ -1,0 +1,350 @@
+"""The machine and scheduler on the situations seed 004 §3 names."""
+
+from __future__ import annotations
+
+import pytest
+
+from rsa_scheduler.core.actions import ActionKind, Outcome, Result
+from rsa_scheduler.core.directives import Reset
+from rsa_scheduler.core.policy import EarlyStart, NodeState
+from rsa_scheduler.core.scheduler import CommandRefused, Scheduler, StaleOutcome
+from rsa_scheduler.core.states import JobState, derive_job_state
+from rsa_scheduler.core.transitions import Trigger
+from tests.unit.corekit import Driver, make_pool, make_scheduler, make_spec, obs
+
+A = ActionKind
+
+
+def kinds(dec) -> list[str]:  # type: ignore[no-untyped-def]
+    return [a.kind.value for a in dec.actions]
+
+
+def to_locked_in(d: Driver, job: str = "10", **kw: object) -> None:
+    spec = make_spec(**kw)  # type: ignore[arg-type]
+    d.observe(obs(job, "PENDING", "Resources", spec))
+    for _ in range(3):  # build, stage in (unless no input), lock in
+        if d.state(job) == "locked-in":
+            break
+        d.answer(job)
+    assert d.state(job) == "locked-in"
+
+
+# ---- job-state derivation table --------------------------------------------------------
+
+@pytest.mark.parametrize(("prev", "state", "reason", "want"), [
+    (None, "PENDING", "Resources", JobState.ON_DECK),
+    (None, "PENDING", "Priority", JobState.QUEUED),
+    (JobState.ON_DECK, "PENDING", "Priority", JobState.DEMOTED),
+    (JobState.ON_DECK, "PENDING", "JobHeldUser", JobState.DEMOTED),
+    (JobState.DEMOTED, "PENDING", "Priority", JobState.DEMOTED),
+    (JobState.DEMOTED, "PENDING", "Resources", JobState.ON_DECK),
+    (JobState.RUNNING, "REQUEUED", "BeginTime", JobState.QUEUED),
+    (JobState.ON_DECK, "RUNNING", "None", JobState.RUNNING),
+    (JobState.RUNNING, "COMPLETING", "None", JobState.RUNNING),
+    (JobState.RUNNING, "COMPLETED", "None", JobState.FINISHED),
+    (JobState.RUNNING, "CANCELLED+", "None", JobState.FINISHED),
+    (JobState.RUNNING, "CANCELLED by 1000", "None", JobState.FINISHED),
+    (JobState.RUNNING, "TIMEOUT", "None", JobState.FINISHED),
+    (JobState.RUNNING, "NODE_FAIL", "None", JobState.FINISHED),
+    (JobState.ON_DECK, "GONE", "", JobState.FINISHED),
+])
+def test_derive_job_state(prev: JobState | None, state: str, reason: str,
+                          want: JobState) -> None:
+    assert derive_job_state(prev, state, reason) is want
+
+
+def test_unknown_slurm_state_is_an_error_naming_the_fix() -> None:
+    with pytest.raises(ValueError, match=r"add it to rsa_scheduler\.core\.states"):
+        derive_job_state(None, "WIBBLE", "")
+
+
+# ---- lifecycles ------------------------------------------------------------------------
+
+def test_normal_lifecycle_releases_exactly_the_nodes_taken() -> None:
+    d = Driver(make_scheduler())
+    dec = d.observe(obs("10", "PENDING", "Resources", make_spec()))
+    assert kinds(dec) == ["allocate", "build-fs"]
+    assert dec.actions[0].args["nodes"] == "rsa1"  # 2 compute nodes / ratio 2
+    d.answer("10")
+    assert d.state("10") == "staging-in"
+    d.answer("10")
+    assert d.state("10") == "staged-in"  # lock-in under way
+    d.answer("10")
+    dec = d.observe(obs("10", "RUNNING"), at=50)
+    assert kinds(dec) == ["mount-input"] and dec.actions[0].args["mode"] == "ro"
+    d.answer("10")
+    assert d.state("10") == "mounted-input"
+    assert d.sched.next_timer() == pytest.approx(51 + 600)
+    dec = d.tick(700)
+    assert kinds(dec) == ["reset"]
+    d.answer("10")
+    assert d.state("10") == "mounted-output"
+    dec = d.observe(obs("10", "COMPLETED"), at=800)
+    assert kinds(dec) == ["stage-out"]
+    d.answer("10")
+    assert d.state("10") == "verifying"
+    dec = d.answer("10")
+    assert kinds(dec) == ["tell-user", "destroy-fs"]
+    dec = d.answer("10")
+    assert kinds(dec) == ["release"]
+    assert d.state("10") == "released"
+    assert str(d.sched.pool.free()) == "rsa[1-4]"
+
+
+def test_not_enough_nodes_skips_the_cycle_then_allocates_when_freed() -> None:
+    d = Driver(make_scheduler(make_pool(n_ram=2)))
+    d.observe(obs("1", "PENDING", "Resources", make_spec(nodes=2)))
+    assert d.state("1") == "fs-building"
+    dec = d.observe(obs("1", "PENDING", "Resources", make_spec(nodes=2)),
+                    obs("2", "PENDING", "Resources", make_spec(nodes=2)))
+    assert d.state("2") == "none" and dec.actions == []  # skipped, as the paper does
+    # job 1 is demoted: its nodes come back, job 2 gets them on the next cycle
+    d.observe(obs("1", "PENDING", "Priority", make_spec(nodes=2)),
+              obs("2", "PENDING", "Resources", make_spec(nodes=2)))
+    assert d.state("1") == "tearing-down"
+    d.answer("1")
+    assert d.state("1") == "released"
+    d.tick(d.now + 1)
+    assert d.state("2") == "fs-building"
+
+
+def test_higher_priority_on_deck_job_gets_the_nodes_first() -> None:
+    d = Driver(make_scheduler(make_pool(n_ram=2)))
+    d.observe(obs("1", "PENDING", "Resources", make_spec(nodes=2), priority=10),
+              obs("2", "PENDING", "Resources", make_spec(nodes=2), priority=99))
+    assert d.state("2") == "fs-building" and d.state("1") == "none"
+
+
+def test_demotion_during_stage_in_cancels_and_frees() -> None:
+    d = Driver(make_scheduler())
+    d.observe(obs("10", "PENDING", "Resources", make_spec()))
+    d.answer("10")  # built
+    stage_in = d.sched.records["10"].pending
+    assert stage_in is not None and stage_in.kind is A.STAGE_IN
+    dec = d.observe(obs("10", "PENDING", "Priority", make_spec()))
+    assert kinds(dec) == ["cancel", "destroy-fs"]
+    assert dec.actions[0].args["target"] == stage_in.id
+    with pytest.raises(StaleOutcome):
+        d.sched.outcome(Outcome(stage_in.id, Result.OK), d.now)
+    d.answer("10")
+    assert d.state("10") == "released" and d.sched.records["10"].job_state is JobState.DEMOTED
+    # on-deck again: a new cycle with new action ids
+    dec = d.observe(obs("10", "PENDING", "Resources", make_spec()))
+    assert d.sched.records["10"].cycle == 2 and dec.actions[1].id.startswith("10/2/")
+
+
+def test_demotion_after_lock_in_unlocks() -> None:
+    d = Driver(make_scheduler())
+    to_locked_in(d)
+    dec = d.observe(obs("10", "PENDING", "Priority"))
+    assert kinds(dec) == ["unlock", "destroy-fs"]
+
+
+@pytest.mark.parametrize(("policy", "want_state", "want_kinds"), [
+    (EarlyStart.FALLBACK, "resetting", ["cancel", "tell-user", "reset"]),
+    (EarlyStart.UNION, "mounting-input", ["cancel", "tell-user", "mount-input"]),
+    (EarlyStart.WAIT, "staging-in", []),
+])
+def test_early_start_during_stage_in(policy: EarlyStart, want_state: str,
+                                     want_kinds: list[str]) -> None:
+    d = Driver(make_scheduler())
+    d.observe(obs("10", "PENDING", "Resources", make_spec(early=policy)))
+    d.answer("10")  # built; stage-in running
+    dec = d.observe(obs("10", "RUNNING"))
+    assert d.state("10") == want_state and kinds(dec) == want_kinds
+    if policy is EarlyStart.UNION:
+        assert dec.actions[-1].args["mode"] == "union"
+
+
+def test_wait_policy_falls_back_when_the_deadline_passes() -> None:
+    d = Driver(make_scheduler(wait_timeout=60.0))
+    d.observe(obs("10", "PENDING", "Resources", make_spec(early=EarlyStart.WAIT)), at=0)
+    d.answer("10")
+    d.observe(obs("10", "RUNNING"), at=10)
+    assert d.state("10") == "staging-in"
+    dec = d.tick(71)
+    assert d.state("10") == "resetting" and "tell-user" in kinds(dec)
+
+
+def test_site_default_early_start_applies_when_job_says_nothing() -> None:
+    d = Driver(make_scheduler(early_start=EarlyStart.WAIT))
+    d.observe(obs("10", "PENDING", "Resources", make_spec()))
+    d.answer("10")
+    d.observe(obs("10", "RUNNING"))
+    assert d.state("10") == "staging-in"
+
+
+def test_job_started_before_any_allocation_is_declined_with_a_reason() -> None:
+    d = Driver(make_scheduler())
+    dec = d.observe(obs("10", "RUNNING", spec=make_spec()))
+    assert d.state("10") == "declined"
+    assert "reads the PFS" in dec.actions[0].args["message"]
+
+
+def test_output_only_job_mounts_output_in_the_prolog() -> None:
+    d = Driver(make_scheduler())
+    d.observe(obs("10", "PENDING", "Resources", make_spec(data_in=None)))
+    d.answer("10")  # built -> no input: straight to lock-in
+    assert d.state("10") == "staged-in"
+    d.answer("10")
+    dec = d.observe(obs("10", "RUNNING"))
+    assert kinds(dec) == ["mount-output"]
+
+
+def test_reset_on_input_done_command_only() -> None:
+    d = Driver(make_scheduler())
+    to_locked_in(d, reset=Reset(after=None))
+    d.observe(obs("10", "RUNNING"))
+    d.answer("10")
+    assert d.sched.next_timer() is None
+    with pytest.raises(CommandRefused, match="operator command"):
+        d.sched.command("10", Trigger.DISCARD, d.now, by="alice", operator=False)
+    dec = d.sched.command("10", Trigger.INPUT_DONE, d.now, by="alice", operator=False)
+    assert kinds(dec) == ["reset"]
+
+
+def test_busy_reset_retries_then_output_goes_to_the_pfs() -> None:
+    d = Driver(make_scheduler(retries=1, backoff=10.0, backoff_max=10.0))
+    to_locked_in(d)
+    d.observe(obs("10", "RUNNING"), at=100)
+    d.answer("10")
+    d.tick(10_000)
+    d.answer("10", Result.BUSY)
+    assert d.state("10") == "reset-failed"
+    d.tick(d.now + 10)
+    assert d.state("10") == "resetting"
+    d.answer("10", Result.BUSY)
+    assert d.state("10") == "mounted-input"  # gave up: footnote 3
+    assert d.sched.next_timer() is None
+    dec = d.observe(obs("10", "COMPLETED"))
+    assert kinds(dec) == ["destroy-fs"]
+
+
+def test_writable_input_is_written_back_before_the_reset() -> None:
+    d = Driver(make_scheduler())
+    to_locked_in(d, rw=True)
+    dec = d.observe(obs("10", "RUNNING"))
+    assert dec.actions[0].args["mode"] == "rw"
+    d.answer("10")
+    dec = d.tick(10_000)
+    assert kinds(dec) == ["write-back"]
+    dec = d.answer("10")
+    assert kinds(dec) == ["reset"]
+
+
+def test_stage_out_failure_retries_then_quarantines_and_keeps_data() -> None:
+    d = Driver(make_scheduler(retries=2, backoff=5.0, backoff_max=100.0))
+    to_locked_in(d, data_in=None)
+    d.observe(obs("10", "RUNNING"))
+    d.answer("10")
+    d.observe(obs("10", "FAILED"))
+    delays = []
+    for _ in range(2):
+        d.answer("10", Result.FAILED, "rsync: No space left on device")
+        assert d.state("10") == "stage-out-failed"
+        due = d.sched.next_timer()
+        assert due is not None
+        delays.append(due - d.now)
+        d.tick(due)
+        assert d.state("10") == "staging-out"
+    assert delays == [5.0, 10.0]  # doubling backoff
+    dec = d.answer("10", Result.FAILED, "rsync: No space left on device")
+    assert d.state("10") == "quarantined"
+    assert "No space left" in dec.actions[-1].args["message"]
+    assert d.sched.pool.holding("10")  # data kept on its nodes
+    with pytest.raises(CommandRefused):
+        d.sched.command("10", Trigger.RETRY, d.now, by="alice", operator=False)
+    d.sched.command("10", Trigger.RETRY, d.now, by="root", operator=True)
+    assert d.state("10") == "staging-out"
+    d.answer_all("10")
+    assert d.state("10") == "released"
+
+
+def test_operator_discard_is_the_only_way_to_drop_unverified_output() -> None:
+    d = Driver(make_scheduler(retries=0))
+    to_locked_in(d, data_in=None)
+    d.observe(obs("10", "RUNNING"))
+    d.answer("10")
+    d.observe(obs("10", "COMPLETED"))
+    d.answer("10", Result.FAILED)
+    assert d.state("10") == "quarantined"
+    with pytest.raises(CommandRefused, match="can't force-release from quarantined"):
+        d.sched.command("10", Trigger.FORCE_RELEASE, d.now, by="root", operator=True)
+    dec = d.sched.command("10", Trigger.DISCARD, d.now, by="root", operator=True)
+    assert "destroy-fs" in kinds(dec)
+
+
+def test_verify_failure_stages_out_again() -> None:
+    d = Driver(make_scheduler())
+    to_locked_in(d, data_in=None)
+    d.observe(obs("10", "RUNNING"))
+    d.answer("10")
+    d.observe(obs("10", "COMPLETED"))
+    d.answer("10")
+    d.answer("10", Result.FAILED, "size mismatch out/rank3.dat")
+    assert d.state("10") == "stage-out-failed"
+
+
+def test_requeue_while_mounted_output_stages_out_first() -> None:
+    d = Driver(make_scheduler())
+    to_locked_in(d, data_in=None)
+    d.observe(obs("10", "RUNNING"))
+    d.answer("10")
+    dec = d.observe(obs("10", "PENDING", "BeginTime"))
+    assert kinds(dec) == ["stage-out"]
+
+
+def test_vanished_job_counts_as_finished() -> None:
+    d = Driver(make_scheduler())
+    d.observe(obs("10", "PENDING", "Resources", make_spec()))
+    dec = d.observe()  # not in the queue any more
+    assert kinds(dec) == ["cancel", "destroy-fs"]
+
+
+def test_drained_node_is_never_chosen() -> None:
+    d = Driver(make_scheduler(make_pool(n_ram=2)))
+    d.take(d.sched.set_node_state("rsa1", NodeState.DRAINED, 0, by="root"))
+    dec = d.observe(obs("10", "PENDING", "Resources", make_spec()))
+    assert dec.actions[0].args["nodes"] == "rsa2"
+
+
+def test_policy_violation_declines_with_the_allocator_message() -> None:
+    d = Driver(make_scheduler())
+    dec = d.observe(obs("10", "PENDING", "Resources", make_spec(nodes=4), nodes=1))
+    assert d.state("10") == "fs-building"
+    d2 = Driver(make_scheduler(make_pool(n_ram=2)))
+    dec = d2.observe(obs("10", "PENDING", "Resources", make_spec(nodes=4)))
+    assert d2.state("10") == "declined"
+    assert dec.actions[-1].kind is A.TELL_USER and "RSA" in dec.actions[-1].args["message"]
+
+
+def test_fs_build_failure_retries_on_a_later_cycle_then_gives_up() -> None:
+    d = Driver(make_scheduler(fs_build_attempts=2))
+    spec = make_spec()
+    d.observe(obs("10", "PENDING", "Resources", spec))
+    d.answer("10", Result.FAILED, "mfsmaster did not start")
+    assert d.state("10") == "tearing-down"
+    d.answer("10")
+    d.tick(d.now + 1)
+    assert d.state("10") == "fs-building" and d.sched.records["10"].cycle == 2
+    d.answer("10", Result.FAILED, "mfsmaster did not start")
+    d.answer("10")  # released; still on-deck, but out of build attempts
+    assert d.state("10") == "declined" and d.sched.records["10"].declined
+    assert str(d.sched.pool.free()) == "rsa[1-4]"
+
+
+def test_untracked_jobs_cost_nothing_and_are_not_recorded() -> None:
+    sched = make_scheduler()
+    dec = sched.observe([obs(str(i), "PENDING", "Priority") for i in range(1000)], 0)
+    assert dec.events == [] and sched.records == {}
+
+
+def test_replay_reproduces_live_state_and_pool() -> None:
+    d = Driver(make_scheduler())
+    to_locked_in(d)
+    d.observe(obs("10", "RUNNING"), obs("11", "PENDING", "Resources", make_spec()))
+    d.answer("10")
+    replayed = Scheduler.replay(make_pool(), d.sched.policy, d.log)
+    assert replayed.snapshot() == d.sched.snapshot()
+    assert replayed.pool.snapshot() == d.sched.pool.snapshot()
+    assert [a.id for a in replayed.outstanding()] == [a.id for a in d.sched.outstanding()]
