@@ -29,7 +29,6 @@ from rsa_scheduler.config.schema import (
     PoolConfig,
     PoolNodeGroup,
     ResetConfig,
-    ResetTrigger,
     RsaNodeSpec,
     ScriptSource,
     SlurmBackend,
@@ -37,6 +36,7 @@ from rsa_scheduler.config.schema import (
     SshConfig,
     StagingConfig,
 )
+from rsa_scheduler.core.policy import ResetTrigger
 
 __all__ = [
     "DEFAULTS_PATH",

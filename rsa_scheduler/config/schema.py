@@ -20,7 +20,15 @@ from typing import Any
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
-from rsa_scheduler.core.policy import AllocationPolicy, EarlyStart, StageOut, Tier
+from rsa_scheduler.core.allocator import Pool, RsaNode
+from rsa_scheduler.core.policy import (
+    AllocationPolicy,
+    EarlyStart,
+    ResetTrigger,
+    StageOut,
+    StagingPolicy,
+    Tier,
+)
 from rsa_scheduler.core.units import format_size, parse_size
 
 # Filesystem plugin names (issue 4). Kept as strings, not an enum: backends are discovered
@@ -64,11 +72,6 @@ class HostKeyPolicy(enum.StrEnum):
     REJECT = "reject"
     WARN = "warn"
     AUTO_ADD = "auto-add"
-
-
-class ResetTrigger(enum.StrEnum):
-    DELAY = "delay"  # seed 004 §3.2: "some time in to the job launch"
-    INPUT_DONE = "input-done"  # when the job runs `rsa input-done`
 
 
 # --------------------------------------------------------------------------- kinds
@@ -524,6 +527,24 @@ class Config:
     # Not settings: where this config came from and what the loader warned about.
     source: Path | None = None
     warnings: tuple[str, ...] = ()
+
+    def staging_policy(self) -> StagingPolicy:
+        """The core's site policy for the state machine."""
+        st = self.staging
+        return StagingPolicy(
+            early_start=st.early_start, stage_out=st.stage_out, retries=st.retries,
+            backoff=st.backoff, backoff_max=st.backoff_max, reset_trigger=st.reset.trigger,
+            reset_delay=st.reset.delay, wait_timeout=st.wait_timeout,
+            fs_build_attempts=self.filesystem.retries + 1,
+        )
+
+    def rsa_nodes(self) -> list[RsaNode]:
+        """The pool's nodes as the allocator takes them."""
+        return [RsaNode(n.name, n.tier, n.capacity) for n in self.pool.members()]
+
+    def make_pool(self) -> Pool:
+        """A fresh, empty RSA node pool for the allocator."""
+        return Pool(self.rsa_nodes(), self.allocation)
 
     def to_dict(self) -> dict[str, Any]:
         """The effective settings as plain data in Slurm's dialect; loading it gives back
