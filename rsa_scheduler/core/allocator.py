@@ -245,10 +245,14 @@ class Pool:
             need = bisect.bisect_left(sums, capacity) + 1
             if need > policy.max_request:
                 uniform = self._uniform[tier]
-                each = f"of {format_size(uniform)} " if uniform else "at least, "
+                needs = (
+                    f"{_nodes(need)} of {format_size(uniform)}"
+                    if uniform
+                    else f"at least {_nodes(need)}"
+                )
                 raise PolicyViolation(
-                    f"RSA_CAPACITY={format_size(capacity)} needs {_nodes(need)} {each}"
-                    f"in tier {tier}; the site limit is {_nodes(policy.max_request)} per job"
+                    f"RSA_CAPACITY={format_size(capacity)} needs {needs} in tier {tier}; "
+                    f"the site limit is {_nodes(policy.max_request)} per job"
                 )
             count = max(count, need)
         return tier, count
