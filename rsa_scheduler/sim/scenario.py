@@ -1,0 +1,656 @@
+"""Simulator scenarios: the documented YAML format, loaded into typed, validated objects.
+
+Owns the scenario schema (RSA node pool, policy overrides, jobs with their ``#RSA_*``
+directives and scripted action outcomes, a timeline of Slurm observations, node changes,
+commands and daemon crashes, and the ``expect:`` block) and every format error message:
+each names the file, the line when known, the key and the reason, raised as
+:class:`~rsa_scheduler.errors.ScenarioError`. The format is documented in
+``docs/simulator.md``.
+
+Reads YAML and files; imports only the core's value types (never its state machine).
+"""
+
+from __future__ import annotations
+
+import difflib
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import yaml
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
+
+from rsa_scheduler.core.actions import TRACKED, ActionKind, Result
+from rsa_scheduler.core.directives import DirectiveErrors, DirectiveSpec, parse_directives
+from rsa_scheduler.core.policy import (
+    AllocationPolicy,
+    EarlyStart,
+    NodeState,
+    ResetTrigger,
+    StageOut,
+    StagingPolicy,
+    Tier,
+)
+from rsa_scheduler.core.scheduler import OPERATOR_COMMANDS, USER_COMMANDS
+from rsa_scheduler.core.states import (
+    SLURM_FINISHED,
+    SLURM_PENDING,
+    SLURM_RUNNING,
+    JobState,
+    RsaState,
+)
+from rsa_scheduler.core.transitions import Trigger
+from rsa_scheduler.core.units import parse_duration, parse_size
+from rsa_scheduler.errors import ScenarioError
+
+#: how long each tracked action takes unless the scenario says otherwise (seconds)
+DEFAULT_DURATIONS: Mapping[ActionKind, float] = {
+    ActionKind.BUILD_FS: 30.0,
+    ActionKind.STAGE_IN: 300.0,
+    ActionKind.LOCK_IN: 1.0,
+    ActionKind.MOUNT_INPUT: 2.0,
+    ActionKind.MOUNT_OUTPUT: 2.0,
+    ActionKind.WRITE_BACK: 120.0,
+    ActionKind.RESET: 30.0,
+    ActionKind.STAGE_OUT: 300.0,
+    ActionKind.VERIFY: 30.0,
+    ActionKind.DESTROY_FS: 10.0,
+}
+DEFAULT_POLL = 5.0  # rsad's default daemon.poll_interval
+DEFAULT_HORIZON = 30 * 86400.0  # safety stop after the last timeline entry
+GONE = "GONE"  # timeline state: the job left Slurm's queue (purged)
+SLURM_STATES = SLURM_PENDING | SLURM_RUNNING | SLURM_FINISHED | {GONE}
+COMMANDS: frozenset[Trigger] = USER_COMMANDS | OPERATOR_COMMANDS
+
+KeyPath = tuple[str | int, ...]
+T = TypeVar("T")
+
+
+# ---- the typed scenario --------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class NodeGroup:
+    """RSA nodes sharing a tier and capacity (``names`` is a ClusterShell hostlist)."""
+
+    names: str
+    tier: Tier
+    capacity: int
+    state: NodeState = NodeState.UP
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """How some attempts of one action end: result, duration (None: default) and message."""
+
+    result: Result = Result.OK
+    duration: float | None = None
+    message: str = ""
+    times: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ActionScript:
+    """Scripted outcomes of one action kind for one job.
+
+    ``every`` applies to all attempts; otherwise ``steps`` cover attempts 1, 2, ... in
+    order (a step with ``times: n`` covers n attempts) and later attempts succeed.
+    """
+
+    every: Step | None = None
+    steps: tuple[Step, ...] = ()
+
+    def step(self, attempt: int) -> Step | None:
+        """The step for the ``attempt``-th (1-based) issue of the action, None: default."""
+        if self.every is not None:
+            return self.every
+        n = attempt
+        for s in self.steps:
+            if n <= s.times:
+                return s
+            n -= s.times
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One Slurm job of the scenario."""
+
+    job_id: str
+    user: str
+    compute_nodes: int
+    priority: int
+    spec: DirectiveSpec | None  # None: no #RSA_ directives, the RSA ignores the job
+    actions: Mapping[ActionKind, ActionScript] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmEntry:
+    """At ``at``, Slurm reports job ``job`` as ``state``/``reason`` (GONE: purged)."""
+
+    at: float
+    key: str
+    job: str
+    state: str
+    reason: str
+    priority: int | None = None
+    compute_nodes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEntry:
+    """At ``at``, an operator sets RSA node(s) ``nodes`` to ``state``."""
+
+    at: float
+    key: str
+    nodes: str
+    state: NodeState
+
+
+@dataclass(frozen=True, slots=True)
+class CommandEntry:
+    """At ``at``, a user or operator gives ``command`` for ``job``."""
+
+    at: float
+    key: str
+    job: str
+    command: Trigger
+    by: str
+    operator: bool
+    refused: bool = False  # the scenario expects the command to be refused
+
+
+@dataclass(frozen=True, slots=True)
+class CrashEntry:
+    """At ``at``, the daemon dies; a new one replays the log and re-issues actions."""
+
+    at: float
+    key: str
+
+
+Entry = SlurmEntry | NodeEntry | CommandEntry | CrashEntry
+
+
+@dataclass(frozen=True, slots=True)
+class JobExpect:
+    """What must be true of one job at the end of the run."""
+
+    rsa_state: RsaState | None = None
+    job_state: JobState | None = None
+    visits: tuple[RsaState, ...] = ()  # in this order, other states may come between
+    never: tuple[RsaState, ...] = ()
+    cycles: int | None = None
+    allocations: tuple[str, ...] | None = None  # hostlist of every allocation, in order
+    declined: bool | None = None
+    actions: Mapping[ActionKind, int] = field(default_factory=dict)  # times issued
+
+
+@dataclass(frozen=True, slots=True)
+class PoolExpect:
+    """The RSA node pool at the end of the run (hostlists; None: not checked)."""
+
+    free: str | None = None
+    drained: str | None = None
+    down: str | None = None
+    held: Mapping[str, str] | None = None  # job -> hostlist; {} means nothing held
+
+
+@dataclass(frozen=True, slots=True)
+class Expect:
+    """The scenario's ``expect:`` block."""
+
+    jobs: Mapping[str, JobExpect] = field(default_factory=dict)
+    pool: PoolExpect | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A whole validated scenario."""
+
+    name: str
+    source: str
+    description: str
+    pool: tuple[NodeGroup, ...]
+    allocation: AllocationPolicy
+    staging: StagingPolicy
+    durations: Mapping[ActionKind, float]
+    poll: float | None
+    until: float
+    jobs: Mapping[str, JobSpec]
+    timeline: tuple[Entry, ...]
+    expect: Expect
+
+
+# ---- loading -------------------------------------------------------------------------------
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file. Raises ScenarioError naming file, key and reason."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ScenarioError(f"{p}: cannot read scenario: {e}") from e
+    return parse_scenario(text, source=str(p))
+
+
+def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
+    """Validate scenario YAML text (``source`` names it in errors)."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        problem = getattr(e, "problem", None) or str(e)
+        raise ScenarioError(f"{where}: invalid YAML: {problem}") from e
+    lines: dict[KeyPath, int] = {}
+    if node is not None:
+        _index_lines(node, (), lines)
+    return _Parser(source, lines).scenario(data)
+
+
+def _index_lines(node: yaml.Node, path: KeyPath, out: dict[KeyPath, int]) -> None:
+    out[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            key = k.value if isinstance(k, yaml.ScalarNode) else str(k)
+            _index_lines(v, (*path, str(key)), out)
+            out[(*path, str(key))] = k.start_mark.line + 1  # the key's line, not the value's
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            _index_lines(v, (*path, i), out)
+
+
+def _dotted(path: KeyPath) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+class _Parser:
+    """Converts the plain YAML data, raising located ScenarioErrors."""
+
+    def __init__(self, source: str, lines: Mapping[KeyPath, int]) -> None:
+        self.source = source
+        self.lines = lines
+
+    # -- errors and primitives --------------------------------------------------------------
+    def fail(self, path: KeyPath, reason: str) -> NoReturn:
+        line = self.lines.get(tuple(str(p) if not isinstance(p, int) else p for p in path))
+        where = f"{self.source}:{line}" if line else self.source
+        raise ScenarioError(f"{where}: {_dotted(path)}: {reason}")
+
+    def mapping(self, value: Any, path: KeyPath, known: Sequence[str],
+                required: Sequence[str] = ()) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            self.fail(path, f"expected a mapping, got {_kind(value)}")
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            name = str(key)
+            if name not in known:
+                hint = difflib.get_close_matches(name, list(known), n=1)
+                tail = f"; did you mean {hint[0]!r}?" if hint else \
+                    f"; known keys: {', '.join(known)}"
+                self.fail((*path, name), f"unknown key{tail}")
+            out[name] = item
+        for name in required:
+            if name not in out:
+                self.fail(path, f"missing required key {name!r}")
+        return out
+
+    def seq(self, value: Any, path: KeyPath) -> list[Any]:
+        if not isinstance(value, list):
+            self.fail(path, f"expected a list, got {_kind(value)}")
+        return value
+
+    def text(self, value: Any, path: KeyPath) -> str:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            self.fail(path, f"expected a string, got {_kind(value)}")
+        return str(value)
+
+    def integer(self, value: Any, path: KeyPath, lo: int = 0) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(path, f"expected an integer, got {_kind(value)}")
+        if value < lo:
+            self.fail(path, f"must be >= {lo}, got {value}")
+        return value
+
+    def boolean(self, value: Any, path: KeyPath) -> bool:
+        if not isinstance(value, bool):
+            self.fail(path, f"expected true or false, got {_kind(value)}")
+        return value
+
+    def duration(self, value: Any, path: KeyPath) -> float:
+        try:
+            return parse_duration(value)
+        except (ValueError, TypeError, AttributeError) as e:
+            self.fail(path, str(e) if isinstance(e, ValueError) else
+                      f"expected a duration (e.g. 30, 30s, 5m, 01:00:00), got {_kind(value)}")
+
+    def choice(self, value: Any, path: KeyPath, conv: Callable[[str], T],
+               choices: Sequence[str]) -> T:
+        try:
+            return conv(self.text(value, path))
+        except ValueError:
+            self.fail(path, f"{value!r} is not one of {', '.join(choices)}")
+
+    def hostlist(self, value: Any, path: KeyPath) -> NodeSet:
+        text = self.text(value, path)
+        try:
+            return NodeSet(text, resolver=RESOLVER_NOGROUP)
+        except NodeSetException as e:
+            self.fail(path, f"invalid hostlist {text!r}: {e}")
+
+    # -- the document -------------------------------------------------------------------------
+    def scenario(self, data: Any) -> Scenario:
+        top = self.mapping(data, (), ("name", "description", "pool", "allocation", "staging",
+                                      "durations", "poll", "until", "jobs", "timeline",
+                                      "expect"), required=("pool", "jobs", "timeline"))
+        pool = self.pool(top["pool"], ("pool",))
+        allocation = self.allocation(top.get("allocation", {}), ("allocation",))
+        staging = self.staging(top.get("staging", {}), ("staging",))
+        durations = dict(DEFAULT_DURATIONS)
+        for name, value in self.mapping(top.get("durations", {}), ("durations",),
+                                        [k.value for k in DEFAULT_DURATIONS]).items():
+            durations[ActionKind(name)] = self.duration(value, ("durations", name))
+        poll: float | None = DEFAULT_POLL
+        if "poll" in top:
+            poll = None if top["poll"] in (None, 0, "off") else \
+                self.duration(top["poll"], ("poll",))
+            if poll == 0:
+                poll = None
+        jobs = self.jobs(top["jobs"], ("jobs",))
+        timeline = self.timeline(top["timeline"], ("timeline",), jobs, pool)
+        last = max((e.at for e in timeline), default=0.0)
+        until = self.duration(top["until"], ("until",)) if "until" in top \
+            else last + DEFAULT_HORIZON
+        expect = self.expect(top.get("expect", {}), ("expect",), jobs)
+        name = self.text(top.get("name", Path(self.source).stem), ("name",))
+        return Scenario(name=name, source=self.source,
+                        description=self.text(top.get("description", ""), ("description",)),
+                        pool=pool, allocation=allocation, staging=staging,
+                        durations=durations, poll=poll, until=until, jobs=jobs,
+                        timeline=timeline, expect=expect)
+
+    def pool(self, value: Any, path: KeyPath) -> tuple[NodeGroup, ...]:
+        groups: list[NodeGroup] = []
+        seen: set[str] = set()
+        items = self.seq(value, path)
+        if not items:
+            self.fail(path, "the pool needs at least one entry")
+        for i, item in enumerate(items):
+            p = (*path, i)
+            d = self.mapping(item, p, ("names", "tier", "capacity", "state"),
+                             required=("names",))
+            names = self.hostlist(d["names"], (*p, "names"))
+            for n in names:
+                if n in seen:
+                    self.fail((*p, "names"), f"RSA node {n} is listed twice")
+                seen.add(n)
+            tier = self.choice(d.get("tier", "ram"), (*p, "tier"), Tier, [t.value for t in Tier])
+            try:
+                capacity = parse_size(self.text(d.get("capacity", "64G"), (*p, "capacity")))
+            except ValueError as e:
+                self.fail((*p, "capacity"), str(e))
+            if capacity < 1:
+                self.fail((*p, "capacity"), "must be > 0")
+            state = self.choice(d.get("state", "up"), (*p, "state"), NodeState,
+                                [s.value for s in NodeState])
+            groups.append(NodeGroup(str(names), tier, capacity, state))
+        return tuple(groups)
+
+    def allocation(self, value: Any, path: KeyPath) -> AllocationPolicy:
+        d = self.mapping(value or {}, path,
+                         ("ratio", "min_nodes", "max_nodes", "max_request", "default_tier"))
+        kw: dict[str, Any] = {k: self.integer(v, (*path, k), 1) for k, v in d.items()
+                              if k != "default_tier"}
+        if "default_tier" in d:
+            kw["default_tier"] = self.choice(d["default_tier"], (*path, "default_tier"),
+                                             Tier, [t.value for t in Tier])
+        try:
+            return AllocationPolicy(**kw)
+        except ValueError as e:
+            self.fail(path, str(e))
+
+    def staging(self, value: Any, path: KeyPath) -> StagingPolicy:
+        d = self.mapping(value or {}, path, ("early_start", "stage_out", "retries", "backoff",
+                                             "backoff_max", "reset", "wait_timeout",
+                                             "fs_build_attempts"))
+        kw: dict[str, Any] = {}
+        if "early_start" in d:
+            kw["early_start"] = self.choice(d["early_start"], (*path, "early_start"),
+                                            EarlyStart, [e.value for e in EarlyStart])
+        if "stage_out" in d:
+            kw["stage_out"] = self.choice(d["stage_out"], (*path, "stage_out"), StageOut,
+                                          [s.value for s in StageOut])
+        for k in ("retries", "fs_build_attempts"):
+            if k in d:
+                kw[k] = self.integer(d[k], (*path, k), 0)
+        for k in ("backoff", "backoff_max", "wait_timeout"):
+            if k in d:
+                kw[k] = self.duration(d[k], (*path, k))
+        if "reset" in d:
+            r = self.mapping(d["reset"], (*path, "reset"), ("trigger", "delay"))
+            if "trigger" in r:
+                kw["reset_trigger"] = self.choice(r["trigger"], (*path, "reset", "trigger"),
+                                                  ResetTrigger, [t.value for t in ResetTrigger])
+            if "delay" in r:
+                kw["reset_delay"] = self.duration(r["delay"], (*path, "reset", "delay"))
+        try:
+            return StagingPolicy(**kw)
+        except ValueError as e:
+            self.fail(path, str(e))
+
+    # -- jobs -----------------------------------------------------------------------------------
+    def jobs(self, value: Any, path: KeyPath) -> dict[str, JobSpec]:
+        if not isinstance(value, dict) or not value:
+            self.fail(path, f"expected a mapping of job id to job, got {_kind(value)}")
+        jobs: dict[str, JobSpec] = {}
+        for raw_id, item in value.items():
+            jid = str(raw_id)
+            p = (*path, jid)
+            if not jid or not all(c.isalnum() or c in "_+" for c in jid):
+                self.fail(p, "a job id is a Slurm job id such as 1234 or 1234_5")
+            d = self.mapping(item if item is not None else {}, p,
+                             ("user", "nodes", "priority", "directives", "actions"))
+            spec = self.directives(d.get("directives"), (*p, "directives"))
+            actions = self.actions(d.get("actions", {}), (*p, "actions"))
+            jobs[jid] = JobSpec(
+                job_id=jid, user=self.text(d.get("user", "alice"), (*p, "user")),
+                compute_nodes=self.integer(d.get("nodes", 1), (*p, "nodes"), 1),
+                priority=self.integer(d.get("priority", 0), (*p, "priority"), 0),
+                spec=spec, actions=actions)
+        return jobs
+
+    def directives(self, value: Any, path: KeyPath) -> DirectiveSpec | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            script = value
+        elif isinstance(value, dict):
+            # The mapping form is turned into #RSA_ lines so the real parser validates it.
+            lines = []
+            for k, v in value.items():
+                if isinstance(v, list):
+                    v = shlex.join(str(x) for x in v)
+                elif isinstance(v, bool) or v is None or not isinstance(v, str | int | float):
+                    self.fail((*path, str(k)), f"expected a string, number or list, "
+                                               f"got {_kind(v)}")
+                lines.append(f"#RSA_{str(k).upper()} {v}")
+            script = "\n".join(lines) + "\n"
+        else:
+            self.fail(path, f"expected a script snippet or a mapping, got {_kind(value)}")
+        try:
+            spec = parse_directives(script, source="directives")
+        except DirectiveErrors as e:
+            first = e.errors[0]
+            if isinstance(value, dict):
+                key = list(value)[first.line - 1]
+                self.fail((*path, str(key)), first.message)
+            self.fail(path, f"line {first.line}: {first.message}")
+        return None if spec.is_empty else spec
+
+    def actions(self, value: Any, path: KeyPath) -> dict[ActionKind, ActionScript]:
+        known = sorted(k.value for k in TRACKED)
+        d = self.mapping(value or {}, path, known)
+        out: dict[ActionKind, ActionScript] = {}
+        for name, item in d.items():
+            kind = ActionKind(name)
+            p = (*path, name)
+            if isinstance(item, list):
+                steps = tuple(self.step(s, (*p, i), kind, with_times=True)
+                              for i, s in enumerate(item))
+                out[kind] = ActionScript(steps=steps)
+            else:
+                out[kind] = ActionScript(every=self.step(item, p, kind, with_times=False))
+        return out
+
+    def step(self, value: Any, path: KeyPath, kind: ActionKind, *, with_times: bool) -> Step:
+        if isinstance(value, str):  # shorthand: "failed"
+            value = {"result": value}
+        keys = ("result", "duration", "message", "times") if with_times else \
+            ("result", "duration", "message")
+        d = self.mapping(value, path, keys)
+        result = self.choice(d.get("result", "ok"), (*path, "result"), Result,
+                             [r.value for r in Result])
+        if result is Result.BUSY and kind is not ActionKind.RESET:
+            self.fail((*path, "result"), "busy is only a result of reset (input still "
+                                         "open, seed 004 footnote 3); use ok, failed or refused")
+        duration = self.duration(d["duration"], (*path, "duration")) if "duration" in d \
+            else None
+        times = self.integer(d.get("times", 1), (*path, "times"), 1)
+        return Step(result, duration, self.text(d.get("message", ""), (*path, "message")),
+                    times)
+
+    # -- timeline -------------------------------------------------------------------------------
+    def timeline(self, value: Any, path: KeyPath, jobs: Mapping[str, JobSpec],
+                 pool: Sequence[NodeGroup]) -> tuple[Entry, ...]:
+        nodes = NodeSet(",".join(g.names for g in pool), resolver=RESOLVER_NOGROUP)
+        entries: list[Entry] = []
+        for i, item in enumerate(self.seq(value, path)):
+            entries.append(self.entry(item, (*path, i), jobs, nodes))
+        # stable: equal times keep file order
+        return tuple(sorted(entries, key=lambda e: e.at))
+
+    def entry(self, value: Any, p: KeyPath, jobs: Mapping[str, JobSpec],
+              nodes: NodeSet) -> Entry:
+        if not isinstance(value, dict) or "at" not in value:
+            self.fail(p, "each timeline entry is a mapping with 'at' and one of "
+                         "'state', 'node', 'command' or 'crash'")
+        at = self.duration(value["at"], (*p, "at"))
+        key = _dotted(p)
+        kinds = [k for k in ("state", "node", "command", "crash") if k in value]
+        if len(kinds) != 1:
+            self.fail(p, "give exactly one of 'state' (Slurm observation), 'node' "
+                         "(drain/resume), 'command' (user/operator) or 'crash'")
+        what = kinds[0]
+        if what == "crash":
+            d = self.mapping(value, p, ("at", "crash"))
+            if d["crash"] is not True:
+                self.fail((*p, "crash"), "write 'crash: true'")
+            return CrashEntry(at, key)
+        if what == "node":
+            d = self.mapping(value, p, ("at", "node", "set"), required=("set",))
+            names = self.hostlist(d["node"], (*p, "node"))
+            unknown = NodeSet(names, resolver=RESOLVER_NOGROUP)
+            unknown.difference_update(nodes)
+            if unknown:
+                self.fail((*p, "node"), f"{unknown} is not in the pool")
+            state = self.choice(d["set"], (*p, "set"), NodeState, [s.value for s in NodeState])
+            return NodeEntry(at, key, str(names), state)
+        if what == "command":
+            d = self.mapping(value, p, ("at", "job", "command", "by", "operator", "refused"),
+                             required=("job",))
+            job = self.job_ref(d["job"], (*p, "job"), jobs)
+            command = self.choice(d["command"], (*p, "command"), Trigger,
+                                  sorted(c.value for c in COMMANDS))
+            if command not in COMMANDS:
+                self.fail((*p, "command"), f"{command.value!r} is not a command; use one of "
+                          f"{', '.join(sorted(c.value for c in COMMANDS))}")
+            operator = self.boolean(d["operator"], (*p, "operator")) if "operator" in d \
+                else command not in USER_COMMANDS
+            by = self.text(d.get("by", "root" if operator else jobs[job].user), (*p, "by"))
+            refused = self.boolean(d.get("refused", False), (*p, "refused"))
+            return CommandEntry(at, key, job, command, by, operator, refused)
+        d = self.mapping(value, p, ("at", "job", "state", "reason", "priority", "nodes"),
+                         required=("job",))
+        job = self.job_ref(d["job"], (*p, "job"), jobs)
+        slurm = self.text(d["state"], (*p, "state")).upper()
+        if slurm not in SLURM_STATES:
+            hint = difflib.get_close_matches(slurm, sorted(SLURM_STATES), n=1)
+            self.fail((*p, "state"), f"unknown Slurm job state {slurm!r}"
+                      + (f"; did you mean {hint[0]}?" if hint else ""))
+        reason = self.text(d.get("reason", "None" if slurm != "PENDING" else "Priority"),
+                           (*p, "reason"))
+        priority = self.integer(d["priority"], (*p, "priority")) if "priority" in d else None
+        cn = self.integer(d["nodes"], (*p, "nodes"), 1) if "nodes" in d else None
+        return SlurmEntry(at, key, job, slurm, reason, priority, cn)
+
+    def job_ref(self, value: Any, path: KeyPath, jobs: Mapping[str, JobSpec]) -> str:
+        jid = self.text(value, path)
+        if jid not in jobs:
+            self.fail(path, f"job {jid} is not defined under 'jobs'")
+        return jid
+
+    # -- expectations -------------------------------------------------------------------------
+    def expect(self, value: Any, path: KeyPath, jobs: Mapping[str, JobSpec]) -> Expect:
+        d = self.mapping(value or {}, path, ("jobs", "pool"))
+        out: dict[str, JobExpect] = {}
+        for raw, item in (d.get("jobs") or {}).items():
+            jid = str(raw)
+            p = (*path, "jobs", jid)
+            if jid not in jobs:
+                self.fail(p, f"job {jid} is not defined under 'jobs'")
+            out[jid] = self.job_expect(item, p)
+        pool = None
+        if "pool" in d:
+            pd = self.mapping(d["pool"], (*path, "pool"), ("free", "drained", "down", "held"))
+            held = None
+            if "held" in pd:
+                hd = pd["held"] or {}
+                if not isinstance(hd, dict):
+                    self.fail((*path, "pool", "held"), "expected a mapping of job to hostlist")
+                held = {str(k): str(self.hostlist(v, (*path, "pool", "held", str(k))))
+                        for k, v in hd.items()}
+            pool = PoolExpect(
+                **{k: str(self.hostlist(pd[k], (*path, "pool", k))) if pd[k] else ""
+                   for k in ("free", "drained", "down") if k in pd}, held=held)
+        return Expect(out, pool)
+
+    def job_expect(self, value: Any, p: KeyPath) -> JobExpect:
+        d = self.mapping(value, p, ("rsa_state", "job_state", "visits", "never", "cycles",
+                                    "allocations", "declined", "actions"))
+        rsa_names = [s.value for s in RsaState]
+
+        def states(key: str) -> tuple[RsaState, ...]:
+            return tuple(self.choice(s, (*p, key, i), RsaState, rsa_names)
+                         for i, s in enumerate(self.seq(d.get(key, []), (*p, key))))
+
+        counts: dict[ActionKind, int] = {}
+        for k, v in self.mapping(d.get("actions", {}), (*p, "actions"),
+                                 [a.value for a in ActionKind]).items():
+            counts[ActionKind(k)] = self.integer(v, (*p, "actions", k))
+        allocs = None
+        if "allocations" in d:
+            allocs = tuple(str(self.hostlist(a, (*p, "allocations", i)))
+                           for i, a in enumerate(self.seq(d["allocations"],
+                                                          (*p, "allocations"))))
+        return JobExpect(
+            rsa_state=self.choice(d["rsa_state"], (*p, "rsa_state"), RsaState, rsa_names)
+            if "rsa_state" in d else None,
+            job_state=self.choice(d["job_state"], (*p, "job_state"), JobState,
+                                  [s.value for s in JobState]) if "job_state" in d else None,
+            visits=states("visits"), never=states("never"),
+            cycles=self.integer(d["cycles"], (*p, "cycles")) if "cycles" in d else None,
+            allocations=allocs,
+            declined=self.boolean(d["declined"], (*p, "declined")) if "declined" in d else None,
+            actions=counts)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    return {bool: "a boolean", int: "a number", float: "a number", str: f"{value!r}",
+            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)
