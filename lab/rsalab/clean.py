@@ -7,8 +7,21 @@ import os
 from pathlib import Path
 
 from .common import (
-    CTLD_ADDR, CTLD_PORT, DBD_PORT, ENV_FILE, MYSQL_PORT, PFS_GUARD, PFS_VETH, PIDS, RSA_NET,
-    SLURMD_PORT0, Settings, alive, listening, mounts, run,
+    CTLD_ADDR,
+    CTLD_PORT,
+    DBD_PORT,
+    ENV_FILE,
+    MYSQL_PORT,
+    PFS_GUARD,
+    PFS_VETH,
+    PIDS,
+    RSA_NET,
+    SLURMD_PORT0,
+    Settings,
+    alive,
+    listening,
+    mounts,
+    run,
 )
 from .slurm import ETC_CONF, ETC_MARK
 

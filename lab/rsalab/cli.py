@@ -13,8 +13,20 @@ from pathlib import Path
 
 from . import clean, facts, pfs, rsanodes, slurm, users
 from .common import (
-    CREATED, DATA, ENV_FILE, HOOKS_LOG, LAB_DIR, LOGS, NS, PIDS, STATE, LabError, Settings,
-    alive, log, read_pid,
+    CREATED,
+    DATA,
+    ENV_FILE,
+    HOOKS_LOG,
+    LAB_DIR,
+    LOGS,
+    NS,
+    PIDS,
+    STATE,
+    LabError,
+    Settings,
+    alive,
+    log,
+    read_pid,
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shlex
@@ -198,10 +199,8 @@ def stop_pid(pid: int, label: str, *, grace: float = 5.0) -> None:
 
 
 def _reap(pid: int) -> None:
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def stop_named(name: str, *, grace: float = 5.0) -> None:

@@ -18,8 +18,22 @@ import time
 from pathlib import Path
 
 from .common import (
-    DATA, PFS_GUARD, PFS_NET, PFS_VETH, STATE, LabError, Settings, is_mounted, log,
-    make_dir, mounts, read_pid, run, spawn, stop_named, wait_for,
+    DATA,
+    PFS_GUARD,
+    PFS_NET,
+    PFS_VETH,
+    STATE,
+    LabError,
+    Settings,
+    is_mounted,
+    log,
+    make_dir,
+    mounts,
+    read_pid,
+    run,
+    spawn,
+    stop_named,
+    wait_for,
 )
 
 CONF = STATE / "pfs"

@@ -8,13 +8,28 @@ rsad (root) reaches them with /run/rsa-lab/ssh/id_ed25519 and .../known_hosts.
 
 from __future__ import annotations
 
-import shlex
 import shutil
 from pathlib import Path
 
 from .common import (
-    DATA, NS, RSA_NET, STATE, LabError, Settings, in_node_ns, listening, log, make_dir,
-    ns_members, read_pid, record_ns, run, spawn, stop_named, stop_pid,
+    DATA,
+    NS,
+    RSA_NET,
+    STATE,
+    LabError,
+    Settings,
+    in_node_ns,
+    listening,
+    log,
+    make_dir,
+    ns_members,
+    read_pid,
+    record_ns,
+    run,
+    spawn,
+    stop_named,
+    stop_pid,
+    wait_for,
 )
 
 SSH = STATE / "ssh"
@@ -53,8 +68,6 @@ def up(s: Settings) -> None:
         _start_node(s, i, name, d)
     KNOWN_HOSTS.write_text("\n".join(known) + "\n")
     for i, name in enumerate(s.rsa_nodes, start=1):
-        from .common import wait_for
-
         wait_for(f"sshd of {name}", lambda a=addr(i): listening(a, 22), timeout=20)
     log(f"RSA nodes: {', '.join(f'{n}={addr(i)}:22' for i, n in enumerate(s.rsa_nodes, 1))}"
         f" (ram {s.ram_size} tmpfs each, ssd on rsa{','.join(map(str, s.ssd_nodes))})")
@@ -115,10 +128,6 @@ def stop_node(name: str) -> None:
         for pid in ns_members(ns_id):
             stop_pid(pid, f"process {pid} left in {name}", grace=2)
         nsfile.unlink(missing_ok=True)
-
-
-def quote(cmd: list[str]) -> str:
-    return shlex.join(cmd)
 
 
 def running(s: Settings) -> list[str]:

@@ -16,9 +16,30 @@ import socket
 from pathlib import Path
 
 from .common import (
-    CTLD_ADDR, CTLD_PORT, DATA, DBD_PORT, HOOKS_LOG, LOGS, MYSQL_PORT, NS, SLURMD_PORT0,
-    STATE, LabError, Settings, as_user, in_node_ns, listening, log, make_dir, ns_members,
-    record_ns, run, spawn, stop_named, stop_pid, wait_for,
+    CTLD_ADDR,
+    CTLD_PORT,
+    DATA,
+    DBD_PORT,
+    HOOKS_LOG,
+    LOGS,
+    MYSQL_PORT,
+    NS,
+    SLURMD_PORT0,
+    STATE,
+    LabError,
+    Settings,
+    as_user,
+    in_node_ns,
+    listening,
+    log,
+    make_dir,
+    ns_members,
+    record_ns,
+    run,
+    spawn,
+    stop_named,
+    stop_pid,
+    wait_for,
 )
 
 CONF_DIR = STATE / "slurm"
@@ -55,7 +76,7 @@ def up(s: Settings) -> None:
         _accounts(s)
     spawn("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i"], env=ENV)
     wait_for("slurmctld", lambda: listening(CTLD_ADDR, CTLD_PORT), timeout=30)
-    for i, node in enumerate(s.compute_nodes):
+    for _i, node in enumerate(s.compute_nodes):
         argv = in_node_ns(node, ":", ["/usr/sbin/slurmd", "-D", "-N", node])
         pid = spawn(f"slurmd-{node}", argv, env=ENV)
         record_ns(node, pid)
