@@ -1,0 +1,164 @@
+"""The one seam through which rsa-scheduler runs local processes.
+
+Owns :func:`run` (argv list in, :class:`Completed` out; hard timeout that kills the whole
+process group; optional identity switch to a user's uid/gid/groups with a clean
+environment) and :class:`CommandError`, which carries argv, exit code and the tail of
+stderr. Tests swap the :class:`Runner` seam, never ``subprocess`` itself.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from rsa_scheduler.errors import RsaError
+
+STDERR_TAIL = 2000
+CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a command runs as: the job's user, never root, for anything touching user data."""
+
+    user: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...] = ()
+    home: str = "/"
+
+    @classmethod
+    def of(cls, user: str) -> Identity:
+        """Look a user up in the passwd/group databases (NSS, so LDAP users work too)."""
+        import grp
+        import pwd
+
+        try:
+            pw = pwd.getpwnam(user)
+        except KeyError as e:
+            raise RsaError(f"unknown user {user!r}: not in the passwd database") from e
+        groups = tuple(sorted({g.gr_gid for g in grp.getgrall() if user in g.gr_mem}
+                              | {pw.pw_gid}))
+        return cls(user=user, uid=pw.pw_uid, gid=pw.pw_gid, groups=groups, home=pw.pw_dir)
+
+    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """A clean environment for this user (no inherited daemon variables)."""
+        env = {"PATH": CLEAN_PATH, "HOME": self.home, "USER": self.user,
+               "LOGNAME": self.user, "LANG": "C.UTF-8"}
+        env.update(extra or {})
+        return env
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """A finished command."""
+
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+class CommandError(RsaError):
+    """A command failed or timed out; carries what an operator needs to debug it."""
+
+    def __init__(self, argv: Sequence[str], returncode: int | None, stderr: str,
+                 *, timeout: float | None = None) -> None:
+        self.argv = tuple(argv)
+        self.returncode = returncode
+        self.stderr_tail = stderr[-STDERR_TAIL:]
+        self.timed_out = timeout is not None
+        cmd = " ".join(self.argv[:6]) + (" ..." if len(self.argv) > 6 else "")
+        if timeout is not None:
+            msg = f"{cmd}: timed out after {timeout:g}s (process group killed)"
+        else:
+            last = self.stderr_tail.strip().splitlines()[-1:] or ["no error output"]
+            msg = f"{cmd}: exit {returncode}: {last[0]}"
+        super().__init__(msg)
+
+
+class Runner(Protocol):
+    """The seam: anything that can run an argv."""
+
+    def __call__(self, argv: Sequence[str], *, timeout: float, check: bool = True,
+                 input: str | None = None, as_user: Identity | None = None,
+                 env: Mapping[str, str] | None = None, cwd: str | None = None
+                 ) -> Completed: ...
+
+
+@dataclass
+class LocalRunner:
+    """Runs commands on this host."""
+
+    base_env: Mapping[str, str] = field(default_factory=lambda: {"PATH": CLEAN_PATH,
+                                                                  "LANG": "C.UTF-8"})
+
+    def __call__(self, argv: Sequence[str], *, timeout: float, check: bool = True,
+                 input: str | None = None, as_user: Identity | None = None,
+                 env: Mapping[str, str] | None = None, cwd: str | None = None
+                 ) -> Completed:
+        return run(argv, timeout=timeout, check=check, input=input, as_user=as_user,
+                   env=env if env is not None else (
+                       as_user.env() if as_user else dict(self.base_env)),
+                   cwd=cwd)
+
+
+def run(argv: Sequence[str], *, timeout: float, check: bool = True, input: str | None = None,
+        as_user: Identity | None = None, env: Mapping[str, str] | None = None,
+        cwd: str | None = None) -> Completed:
+    """Run ``argv`` (never through a shell) and wait at most ``timeout`` seconds.
+
+    The child gets its own session, so on timeout the whole process group is killed
+    (SIGTERM, then SIGKILL after 2 s). With ``as_user`` the child runs with that user's
+    uid, gid and supplementary groups and umask 077 (switched by the kernel in the child,
+    not by a Python ``preexec_fn``).
+    """
+    if not argv:
+        raise ValueError("empty argv")
+    kwargs: dict[str, object] = {}
+    if as_user is not None:
+        kwargs.update(user=as_user.uid, group=as_user.gid, extra_groups=list(as_user.groups),
+                      umask=0o077)
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(  # argv list, no shell
+            list(argv), stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+            env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True,
+            **kwargs,  # type: ignore[call-overload]
+        )
+    except OSError as e:
+        raise CommandError(argv, None, f"cannot execute: {e}") from e
+    try:
+        out, err = proc.communicate(input=input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        out, err = proc.communicate()
+        raise CommandError(argv, None, err or "", timeout=timeout) from None
+    except BaseException:
+        kill_group(proc)
+        raise
+    done = Completed(tuple(argv), proc.returncode, out, err, time.monotonic() - start)
+    if check and proc.returncode != 0:
+        raise CommandError(argv, proc.returncode, err)
+    return done
+
+
+def kill_group(proc: subprocess.Popen[str], grace: float = 2.0) -> None:
+    """Terminate a child's whole process group: SIGTERM, then SIGKILL after ``grace``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
