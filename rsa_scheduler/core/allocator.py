@@ -131,10 +131,9 @@ def nodes_wanted(policy: AllocationPolicy, req: Request, node_capacity: int) -> 
     return count
 
 
-def _nodeset(names: Iterable[str]) -> NodeSet:
-    # One parse of a comma list is the cheapest public way to build a NodeSet; names
-    # were validated at pool construction, so the list cannot contain hostlist syntax.
-    return NodeSet(",".join(names), resolver=RESOLVER_NOGROUP)
+def _nodeset(text: str = "") -> NodeSet:
+    """Parse a hostlist without group resolution (which could read config files)."""
+    return NodeSet(text, resolver=RESOLVER_NOGROUP)
 
 
 class Pool:
@@ -148,12 +147,15 @@ class Pool:
     def __init__(self, nodes: Iterable[RsaNode], policy: AllocationPolicy) -> None:
         given = list(nodes)
         by_name: dict[str, RsaNode] = {}
+        single: dict[str, NodeSet] = {}
+        everything = _nodeset()
         for node in given:
-            self._validate_node(node)
+            single[node.name] = self._parse_node(node)
             if node.name in by_name:
                 raise ValueError(f"RSA node {node.name} is listed twice")
             by_name[node.name] = node
-        natural = list(_nodeset(by_name)) if by_name else []
+            everything.update(single[node.name])
+        natural = list(everything)
         self._policy = policy
         self._natural: list[RsaNode] = [by_name[name] for name in natural]
         position = {name: i for i, name in enumerate(natural)}
@@ -162,6 +164,9 @@ class Pool:
             self._natural, key=lambda n: (-n.capacity, position[n.name])
         )
         self._rank: dict[str, int] = {n.name: r for r, n in enumerate(self._ranked)}
+        # one parsed NodeSet per node: merging them (NodeSet.update) is ~8x faster than
+        # parsing a hostlist string, and results are built once per call
+        self._single: list[NodeSet] = [single[n.name] for n in self._ranked]
         self._state: list[NodeState] = [NodeState.UP] * len(self._ranked)
         self._owner: list[str | None] = [None] * len(self._ranked)
         self._free: dict[Tier, list[int]] = {}
@@ -180,14 +185,24 @@ class Pool:
         self._held: dict[str, tuple[list[int], NodeSet]] = {}
 
     @staticmethod
-    def _validate_node(node: RsaNode) -> None:
+    def _parse_node(node: RsaNode) -> NodeSet:
+        """Validate ``node``; return its name as a one-node NodeSet."""
         name = node.name
-        if not name or any(c.isspace() for c in name) or list(_nodeset([name])) != [name]:
+        parsed = _nodeset(name) if name and not any(c.isspace() for c in name) else None
+        if parsed is None or list(parsed) != [name]:
             raise ValueError(f"invalid RSA node name {name!r}: use a plain hostname")
         if not isinstance(node.tier, Tier):
             raise ValueError(f"RSA node {name}: unknown tier {node.tier!r}")
         if node.capacity < 1:
             raise ValueError(f"RSA node {name}: capacity must be a positive number of bytes")
+        return parsed
+
+    def _build(self, ranks: Iterable[int]) -> NodeSet:
+        result = _nodeset()
+        single = self._single
+        for r in ranks:
+            result.update(single[r])
+        return result
 
     @property
     def policy(self) -> AllocationPolicy:
@@ -301,7 +316,7 @@ class Pool:
         owner = self._owner
         for r in taken:
             owner[r] = job
-        result = _nodeset(self._ranked[r].name for r in taken)
+        result = self._build(taken)
         self._held[job] = (taken, result)
         return result.copy()
 
@@ -312,7 +327,7 @@ class Pool:
         """
         held = self._held.pop(job_id, None)
         if held is None:
-            return NodeSet(resolver=RESOLVER_NOGROUP)
+            return _nodeset()
         ranks, nodes = held
         for r in ranks:
             self._owner[r] = None
@@ -326,7 +341,7 @@ class Pool:
         Nodes the job already holds are accepted again. Raises :class:`UnknownNode` for a
         name outside the pool and ``ValueError`` for a node another job holds.
         """
-        names = list(_nodeset([nodes]) if isinstance(nodes, str) else nodes)
+        names = list(_nodeset(nodes) if isinstance(nodes, str) else nodes)
         ranks = [self._rank_of(name) for name in names]
         for name, r in zip(names, ranks, strict=True):
             holder = self._owner[r]
@@ -346,7 +361,7 @@ class Pool:
                 free = self._free[self._ranked[r].tier]
                 del free[bisect.bisect_left(free, r)]
         taken = sorted(mine)
-        self._held[job_id] = (taken, _nodeset(self._ranked[r].name for r in taken))
+        self._held[job_id] = (taken, self._build(taken))
 
     # -- node states ------------------------------------------------------------------------
 
@@ -383,7 +398,7 @@ class Pool:
 
     def holding(self, job_id: str) -> NodeSet:
         held = self._held.get(job_id)
-        return held[1].copy() if held else NodeSet(resolver=RESOLVER_NOGROUP)
+        return held[1].copy() if held else _nodeset()
 
     def owner(self, node: str) -> str | None:
         return self._owner[self._rank_of(node)]
@@ -395,7 +410,7 @@ class Pool:
     def free(self, tier: Tier | None = None) -> NodeSet:
         """UP, unallocated nodes (of ``tier``, or of every tier)."""
         tiers = [tier] if tier is not None else list(self._free)
-        return _nodeset(self._ranked[r].name for t in tiers for r in self._free.get(t, ()))
+        return self._build(r for t in tiers for r in self._free.get(t, ()))
 
     def nodes(self) -> list[RsaNode]:
         """Every node of the pool, in natural hostlist order."""
@@ -459,7 +474,7 @@ class Pool:
         except (KeyError, TypeError) as e:
             raise ValueError(f"malformed pool snapshot: missing or bad field {e}") from e
         for job, names in owners.items():
-            pool.adopt(job, _nodeset(names))
+            pool.adopt(job, _nodeset(",".join(names)))
         return pool
 
     def __repr__(self) -> str:
