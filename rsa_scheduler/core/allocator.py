@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 
 from rsa_scheduler.core.policy import AllocationPolicy, NodeState, Tier
 from rsa_scheduler.core.units import format_size
@@ -188,7 +188,13 @@ class Pool:
     def _parse_node(node: RsaNode) -> NodeSet:
         """Validate ``node``; return its name as a one-node NodeSet."""
         name = node.name
-        parsed = _nodeset(name) if name and not any(c.isspace() for c in name) else None
+        parsed = None
+        # "@" would name a ClusterShell group wherever a default-resolver NodeSet is used
+        if name and "@" not in name and not any(c.isspace() for c in name):
+            try:
+                parsed = _nodeset(name)
+            except NodeSetException:
+                parsed = None
         if parsed is None or list(parsed) != [name]:
             raise ValueError(f"invalid RSA node name {name!r}: use a plain hostname")
         if not isinstance(node.tier, Tier):

@@ -400,7 +400,7 @@ def test_unknown_node_is_a_clear_key_error(method: str) -> None:
 # -- pool construction ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["", "rsa[1-2]", "a,b", "a b", "x!y"])
+@pytest.mark.parametrize("name", ["", "rsa[1-2]", "rsa[1", "a[]", "a,b", "a b", "x!y", "@io"])
 def test_bad_node_names_rejected(name: str) -> None:
     with pytest.raises(ValueError, match="invalid RSA node name"):
         Pool([RsaNode(name, Tier.RAM, G)], POLICY)
