@@ -1,0 +1,101 @@
+"""Pure parsers of Slurm command output (tested on real 22.05 output in tests/data/slurm/).
+
+Owns the squeue format the adapter asks for (:data:`QUEUE_FIELDS`), :class:`QueueRow`,
+:func:`parse_queue`, and :func:`parse_show_job` for ``scontrol show job -o``. No I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+#: One ``squeue -h -r -O`` call per cycle. ``Field:0|`` prints the field whole (no padding
+#: or truncation) followed by ``|``; admin_comment comes last so a ``|`` inside it cannot
+#: shift the other columns. ``JobArrayID`` gives ``123_4`` for array elements (with -r).
+QUEUE_FIELDS: tuple[str, ...] = ("JobArrayID", "State", "Reason", "PriorityLong", "NumNodes",
+                                 "UserName", "admin_comment")
+QUEUE_FORMAT = ",".join(f"{f}:0|" for f in QUEUE_FIELDS)
+_JOB_ID = re.compile(r"^\d+(?:_\d+)?(?:\+\d+)?$")
+NULL = "(null)"
+
+
+class ParseError(ValueError):
+    """Slurm printed something the parser does not understand."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    """One job (or array element) in the queue."""
+
+    job_id: str
+    state: str
+    reason: str
+    priority: int
+    num_nodes: int
+    user: str
+    admin_comment: str | None
+
+
+def parse_queue(text: str) -> list[QueueRow]:
+    """Parse ``squeue -h -r -O QUEUE_FORMAT``.
+
+    A line that does not start a new job (an admin_comment containing a newline) is
+    joined to the previous row's comment.
+    """
+    rows: list[QueueRow] = []
+    pending: list[str] | None = None
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if not line:
+            continue
+        parts = line.split("|", len(QUEUE_FIELDS) - 1)
+        if len(parts) == len(QUEUE_FIELDS) and _JOB_ID.match(parts[0]):
+            if pending is not None:
+                rows.append(_row(pending, lineno))
+            pending = parts
+        elif pending is not None:
+            pending[-1] += "\n" + line
+        else:
+            raise ParseError(f"squeue line {lineno}: unexpected {line[:80]!r}")
+    if pending is not None:
+        rows.append(_row(pending, 0))
+    return rows
+
+
+def _row(parts: list[str], lineno: int) -> QueueRow:
+    job_id, state, reason, prio, nodes, user, comment = parts
+    if comment.endswith("|"):
+        comment = comment[:-1]
+    try:
+        return QueueRow(job_id=job_id, state=state, reason=reason, priority=int(prio),
+                        num_nodes=int(nodes), user=user,
+                        admin_comment=None if comment in (NULL, "") else comment)
+    except ValueError as e:
+        raise ParseError(f"squeue line {lineno}: {e}") from e
+
+
+# ``scontrol show job -o``: ``Key=value`` pairs separated by spaces, where a value may
+# itself contain spaces (JobName=name with spaces). A new pair starts at a space followed
+# by a known-looking key and '='.
+_KEY = re.compile(r"(?:^| )([A-Za-z][A-Za-z0-9_/:]*)=")
+
+
+def parse_show_job(text: str) -> list[dict[str, str]]:
+    """Parse ``scontrol show job -o`` (one job per line) into dicts of raw strings."""
+    return [_pairs(line) for line in text.splitlines() if line.strip()]
+
+
+def _pairs(line: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    matches = list(_KEY.finditer(line))
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        out[m.group(1)] = line[m.end():end].rstrip()
+    return out
+
+
+def iter_hostlist_env(value: str) -> Iterator[str]:
+    """Expand a Slurm hostlist (``c[1-3],d1``) with ClusterShell."""
+    from ClusterShell.NodeSet import NodeSet
+
+    yield from NodeSet(value)

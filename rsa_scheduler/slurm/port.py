@@ -1,0 +1,41 @@
+"""The Slurm port: the one interface through which rsa-scheduler reads and changes Slurm.
+
+Owns :class:`SlurmPort` and :class:`SlurmError`. Backends: ``slurm.cli`` (squeue/scontrol,
+always available) and ``slurm.pyslurm_backend`` (optional, needs pyslurm built for the
+site's Slurm major release).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from rsa_scheduler.errors import RsaError
+from rsa_scheduler.slurm.parse import QueueRow
+
+
+class SlurmError(RsaError):
+    """Slurm could not be read or changed."""
+
+
+class SlurmPort(Protocol):
+    """What rsad needs from Slurm."""
+
+    def queue(self) -> list[QueueRow]:
+        """Every job Slurm knows, in ONE call whatever the queue length."""
+        ...
+
+    def batch_script(self, job_id: str) -> str:
+        """The job's batch script (read once per job when no job_submit plugin is used)."""
+        ...
+
+    def lock_in(self, job_id: str) -> None:
+        """Keep the job on-deck (QOS or priority, per configuration)."""
+        ...
+
+    def unlock(self, job_id: str) -> None:
+        """Undo lock_in after a demotion."""
+        ...
+
+    def set_comment(self, job_id: str, text: str) -> None:
+        """Show the user a short RSA status where they already look (the job comment)."""
+        ...
