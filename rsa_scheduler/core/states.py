@@ -135,6 +135,13 @@ SLURM_FINISHED: frozenset[str] = frozenset(
 #: is only waiting for compute nodes to free up (seed 004 §3.1: RESOURCES).
 ON_DECK_REASONS: frozenset[str] = frozenset({"Resources"})
 
+#: Pending reasons that carry no information: Slurm sets ``None`` on a pending job right
+#: after ``scontrol update`` (e.g. our own lock-in) or submission, until its next
+#: scheduling pass. Seen in the lab: a locked-in on-deck job showed ``PENDING/None`` for
+#: a few seconds. Such an observation keeps the previous job-state, or a false demotion
+#: would tear down a staged RAMDISK.
+UNSETTLED_REASONS: frozenset[str] = frozenset({"None", ""})
+
 #: Pending reasons for which a previously on-deck job counts as *demoted* — every pending
 #: reason other than the on-deck ones. Listed for documentation: the paper's case is
 #: ``Priority``; holds, dependencies, reservations and limits also push a job back.
@@ -172,6 +179,9 @@ def derive_job_state(previous: JobState | None, slurm_state: str, reason: str) -
     if state in SLURM_PENDING:
         if state == "PENDING" and reason in ON_DECK_REASONS:
             return JobState.ON_DECK
+        if state == "PENDING" and reason in UNSETTLED_REASONS and previous in (
+                JobState.ON_DECK, JobState.DEMOTED, JobState.QUEUED):
+            return previous
         if previous in (JobState.ON_DECK, JobState.DEMOTED):
             return JobState.DEMOTED
         return JobState.QUEUED

@@ -20,7 +20,9 @@ LOCKIN_METHODS = ("qos", "priority", "none")
 
 
 def squeue_argv(bin_dir: Path) -> list[str]:
-    return [str(bin_dir / "squeue"), "-h", "-r", "-O", QUEUE_FORMAT]
+    """``-t all`` keeps finished jobs visible (COMPLETED, FAILED, TIMEOUT, ...) until Slurm
+    purges them after MinJobAge; a tracked job that vanishes counts as finished."""
+    return [str(bin_dir / "squeue"), "-h", "-r", "-t", "all", "-O", QUEUE_FORMAT]
 
 
 def batch_script_argv(bin_dir: Path, job_id: str) -> list[str]:

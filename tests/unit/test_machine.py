@@ -38,6 +38,10 @@ def to_locked_in(d: Driver, job: str = "10", **kw: object) -> None:
     (JobState.ON_DECK, "PENDING", "JobHeldUser", JobState.DEMOTED),
     (JobState.DEMOTED, "PENDING", "Priority", JobState.DEMOTED),
     (JobState.DEMOTED, "PENDING", "Resources", JobState.ON_DECK),
+    (JobState.ON_DECK, "PENDING", "None", JobState.ON_DECK),  # after scontrol update
+    (JobState.DEMOTED, "PENDING", "None", JobState.DEMOTED),
+    (None, "PENDING", "None", JobState.QUEUED),
+    (JobState.RUNNING, "PENDING", "None", JobState.QUEUED),
     (JobState.RUNNING, "REQUEUED", "BeginTime", JobState.QUEUED),
     (JobState.ON_DECK, "RUNNING", "None", JobState.RUNNING),
     (JobState.RUNNING, "COMPLETING", "None", JobState.RUNNING),

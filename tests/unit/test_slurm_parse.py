@@ -16,8 +16,8 @@ DATA = Path(__file__).parent.parent / "data" / "slurm"
 
 def test_queue_format_is_one_call_with_admin_comment_last() -> None:
     argv = squeue_argv(Path("/usr/bin"))
-    assert argv[:4] == ["/usr/bin/squeue", "-h", "-r", "-O"]
-    assert argv[4] == QUEUE_FORMAT and QUEUE_FORMAT.endswith("admin_comment:0|")
+    assert argv[:6] == ["/usr/bin/squeue", "-h", "-r", "-t", "all", "-O"]
+    assert argv[6] == QUEUE_FORMAT and QUEUE_FORMAT.endswith("admin_comment:0|")
 
 
 def test_parse_captured_queue() -> None:

@@ -1,0 +1,83 @@
+"""Helpers for integration tests that drive the lab's real Slurm."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+from rsa_scheduler.slurm.cli import CliSlurm
+from tests.integration.conftest import as_user, slurm_env
+
+T = TypeVar("T")
+
+
+def make_slurm(lab: Mapping[str, str], **kw: object) -> CliSlurm:
+    return CliSlurm(env={"PATH": "/usr/bin:/bin", "SLURM_CONF": lab["RSA_LAB_SLURM_CONF"]},
+                    lockin_qos=lab.get("RSA_LAB_QOS", "rsa-lockin"), **kw)  # type: ignore[arg-type]
+
+
+def root(lab: Mapping[str, str], *argv: str) -> str:
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=60,
+                          env=slurm_env(lab), check=True)
+    return done.stdout
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0,
+             every: float = 1.0) -> T:
+    """Poll ``probe`` until it returns something truthy (bounded in time)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = probe()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(every)
+
+
+class Jobs:
+    """Submits jobs as the lab user and cancels every one of them afterwards."""
+
+    def __init__(self, lab: Mapping[str, str]) -> None:
+        self.lab = lab
+        self.ids: list[str] = []
+
+    def submit(self, *args: str, user: str | None = None, script: str | None = None) -> str:
+        user = user or self.lab["RSA_LAB_USER"]
+        argv = ["sbatch", "--parsable", "-o", "/dev/null", f"--chdir={self.lab['RSA_LAB_PFS']}"
+                if user == self.lab["RSA_LAB_USER"] else "--chdir=/tmp", *args]
+        if script is not None:
+            path = Path(f"/tmp/rsa-test-{os.getpid()}-{len(self.ids)}.sh")
+            path.write_text(script)
+            path.chmod(0o644)
+            argv.append(str(path))
+        done = as_user(self.lab, user, argv)
+        if done.returncode != 0:
+            raise AssertionError(f"sbatch failed: {done.stderr.strip()}")
+        job = done.stdout.strip().split(";")[0]
+        self.ids.append(job)
+        return job
+
+    def cancel_all(self) -> None:
+        if self.ids:
+            subprocess.run(["scancel", *self.ids], env=slurm_env(self.lab), check=False,
+                           capture_output=True, timeout=60)
+
+
+@contextmanager
+def make_jobs(lab: Mapping[str, str]) -> Iterator[Jobs]:
+    jobs = Jobs(lab)
+    try:
+        yield jobs
+    finally:
+        jobs.cancel_all()
+        # wait until the nodes are idle again so the next test starts from a clean cluster
+        wait_for("nodes idle", lambda: all(
+            line.split("|")[1] == "idle"
+            for line in root(lab, "sinfo", "-h", "-N", "-o", "%N|%T").splitlines()),
+            timeout=60)

@@ -1,0 +1,127 @@
+"""The Slurm adapter and job-state classification against the lab's live slurmctld."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rsa_scheduler.core.directives import DirectiveSpec
+from rsa_scheduler.core.states import JobState, derive_job_state
+from rsa_scheduler.slurm.parse import QueueRow
+from tests.integration.slurmkit import make_jobs, make_slurm, root, wait_for
+
+LONG = ("-t", "5", "--wrap", "sleep 300")
+
+
+class Classifier:
+    """Derives job-states over successive real squeue reads, as rsad does."""
+
+    def __init__(self, lab: Mapping[str, str]) -> None:
+        self.slurm = make_slurm(lab)
+        self.states: dict[str, JobState] = {}
+        self.rows: dict[str, QueueRow] = {}
+
+    def poll(self) -> dict[str, JobState]:
+        rows = self.slurm.queue()
+        self.rows = {r.job_id: r for r in rows}
+        for r in rows:
+            self.states[r.job_id] = derive_job_state(self.states.get(r.job_id), r.state,
+                                                     r.reason)
+        return self.states
+
+
+def test_more_jobs_than_nodes_give_on_deck_and_priority(lab: Mapping[str, str]) -> None:
+    cls = Classifier(lab)
+    with make_jobs(lab) as jobs:
+        running = [jobs.submit(*LONG) for _ in range(4)]
+        waiting = [jobs.submit(*LONG) for _ in range(3)]
+        states = wait_for("one on-deck job", lambda: (
+            s := cls.poll(),
+            [j for j in waiting if s.get(j) is JobState.ON_DECK])[1])
+        assert all(s is JobState.RUNNING for j, s in cls.states.items() if j in running)
+        on_deck = states
+        assert len(on_deck) == 1, cls.rows
+        assert {cls.states[j] for j in waiting if j not in on_deck} == {JobState.QUEUED}
+        assert {cls.rows[j].reason for j in waiting if j not in on_deck} == {"Priority"}
+
+
+def test_higher_priority_submission_demotes_the_on_deck_job(lab: Mapping[str, str]) -> None:
+    cls = Classifier(lab)
+    with make_jobs(lab) as jobs:
+        for _ in range(4):
+            jobs.submit(*LONG)
+        first = jobs.submit(*LONG)
+        wait_for("first job on-deck", lambda: cls.poll().get(first) is JobState.ON_DECK)
+        urgent = jobs.submit(*LONG)
+        root(lab, "scontrol", "update", f"jobid={urgent}", "priority=50000")
+        wait_for("demotion", lambda: cls.poll().get(first) is JobState.DEMOTED, timeout=30)
+        assert cls.states[urgent] is JobState.ON_DECK
+
+
+def test_lock_in_keeps_the_place_and_unlock_lets_it_go(lab: Mapping[str, str]) -> None:
+    if lab.get("RSA_LAB_ACCOUNTING") != "1":
+        import pytest
+        pytest.skip("QOS lock-in needs accounting (RSA_LAB_ACCOUNTING=1)")
+    cls = Classifier(lab)
+    with make_jobs(lab) as jobs:
+        for _ in range(4):
+            jobs.submit(*LONG)
+        locked = jobs.submit(*LONG)
+        wait_for("job on-deck", lambda: cls.poll().get(locked) is JobState.ON_DECK)
+        token = cls.slurm.lock_in(locked)
+        assert token == "normal"
+        urgent = jobs.submit(*LONG)
+        root(lab, "scontrol", "update", f"jobid={urgent}", "priority=50000")
+        # two scheduler passes (sched_interval=5): the locked job must stay on-deck
+        for _ in range(12):
+            cls.poll()
+            assert cls.states[locked] is JobState.ON_DECK, cls.rows[locked]
+            import time
+            time.sleep(1)
+        assert cls.rows[locked].priority > cls.rows[urgent].priority
+        cls.slurm.unlock(locked, token)
+        wait_for("demotion after unlock",
+                 lambda: cls.poll().get(locked) is JobState.DEMOTED, timeout=30)
+
+
+def test_running_and_every_finished_variant_are_seen(lab: Mapping[str, str]) -> None:
+    cls = Classifier(lab)
+    seen: dict[str, set[str]] = {}
+    with make_jobs(lab) as jobs:
+        ids = {
+            "COMPLETED": jobs.submit("-t", "1", "--wrap", "sleep 3"),
+            "FAILED": jobs.submit("-t", "1", "--wrap", "sleep 3; exit 3"),
+            "TIMEOUT": jobs.submit("-t", "1", "--wrap", "sleep 300"),
+            "CANCELLED": jobs.submit("-t", "1", "--wrap", "sleep 300"),
+        }
+
+        def probe() -> bool:
+            cls.poll()
+            for want, job in ids.items():
+                row = cls.rows.get(job)
+                if row:
+                    seen.setdefault(job, set()).add(row.state)
+                if want == "CANCELLED" and "RUNNING" in seen.get(job, set()) and \
+                        row and row.state == "RUNNING":
+                    root(lab, "scancel", job)
+            return all(want in seen.get(job, set()) for want, job in ids.items())
+
+        wait_for("all finished variants", probe, timeout=150, every=2)
+    for want, job in ids.items():
+        assert "RUNNING" in seen[job], (want, seen[job])
+        assert cls.states[job] is JobState.FINISHED
+
+
+def test_batch_script_and_admin_comment_round_trip(lab: Mapping[str, str]) -> None:
+    slurm = make_slurm(lab)
+    script = ("#!/bin/bash\n#SBATCH -t 5\n#RSA_DATA_IN /pfs/home/rsauser/in\n"
+              "#RSA_DATA_OUT=/pfs/home/rsauser/out\nsleep 1\n")
+    with make_jobs(lab) as jobs:
+        job = jobs.submit("-H", script=script)
+        assert slurm.batch_script(job) == script
+        spec = DirectiveSpec(data_in="/pfs/home/rsauser/in", data_out="/pfs/home/rsauser/out")
+        root(lab, "scontrol", "update", f"jobid={job}",
+             f"admincomment={spec.to_admin_comment()}")
+        (row,) = [r for r in slurm.queue() if r.job_id == job]
+        assert DirectiveSpec.from_admin_comment(row.admin_comment or "") == spec
+        slurm.set_comment(job, "RSA: staging in 40%")
+        assert "Comment=RSA: staging in 40%" in root(lab, "scontrol", "show", "job", "-o", job)
