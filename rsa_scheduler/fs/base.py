@@ -1,0 +1,108 @@
+"""The filesystem backend interface: on-demand RAMDISKs on allocated RSA nodes.
+
+Owns :class:`FsRequest` (what to build), :class:`MountSpec` (what was built and how to
+mount it), :class:`FilesystemBackend` (the small ABC every backend implements) and
+:class:`FsError`. Backends are discovered through the ``rsa_scheduler.filesystems`` entry
+point group (see ``rsa_scheduler.fs.registry``).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from rsa_scheduler.errors import RsaError
+from rsa_scheduler.hosts import CancelToken, Host
+
+
+class FsError(RsaError):
+    """A RAMDISK could not be created, mounted, reset or destroyed."""
+
+
+@dataclass(frozen=True, slots=True)
+class FsRequest:
+    """Build a RAMDISK named ``fs_id`` over ``nodes`` (RSA node names, in order).
+
+    ``fs_id`` is stable for one job cycle (``job<ID>-c<CYCLE>``): creating twice with the
+    same id must find and return the existing filesystem (idempotent re-issue after a
+    daemon restart), and destroy must also clean a half-built one.
+    """
+
+    fs_id: str
+    job_id: str
+    nodes: tuple[str, ...]
+    tier: str  # "ram" or "ssd"
+    pool_dirs: Mapping[str, str]  # node -> the node's pool directory (tmpfs / disk)
+    mount_root: str  # where RAMDISKs are mounted on RSA nodes: <mount_root>/<fs_id>
+
+
+@dataclass(frozen=True, slots=True)
+class MountSpec:
+    """A live RAMDISK.
+
+    ``rsa_mountpoint`` is where it is mounted on every RSA node (staging runs there).
+    ``client`` says how a compute node mounts it (backend-specific, JSON-serialisable).
+    """
+
+    backend: str
+    fs_id: str
+    nodes: tuple[str, ...]
+    rsa_mountpoint: str
+    client: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"backend": self.backend, "fs_id": self.fs_id, "nodes": list(self.nodes),
+                "rsa_mountpoint": self.rsa_mountpoint, "client": dict(self.client)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> MountSpec:
+        return cls(backend=str(data["backend"]), fs_id=str(data["fs_id"]),
+                   nodes=tuple(data["nodes"]), rsa_mountpoint=str(data["rsa_mountpoint"]),
+                   client=dict(data.get("client") or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    ok: bool
+    detail: str = ""
+
+
+class FilesystemBackend(abc.ABC):
+    """One kind of on-demand RAMDISK filesystem."""
+
+    name: ClassVar[str]
+
+    def __init__(self, hosts: Mapping[str, Host], *, create_timeout: float = 60.0,
+                 destroy_timeout: float = 60.0, retries: int = 2) -> None:
+        self.hosts = hosts
+        self.create_timeout = create_timeout
+        self.destroy_timeout = destroy_timeout
+        self.retries = retries
+
+    @abc.abstractmethod
+    def create(self, req: FsRequest, cancel: CancelToken | None = None) -> MountSpec:
+        """Build the RAMDISK on ``req.nodes`` and mount it at ``rsa_mountpoint`` on each;
+        idempotent on ``req.fs_id``; on failure clean up what was half built (LIFO)."""
+
+    @abc.abstractmethod
+    def destroy(self, req: FsRequest) -> None:
+        """Unmount everywhere, stop every server, free the pool space. Idempotent; also
+        removes a half-built filesystem."""
+
+    def reset(self, req: FsRequest, cancel: CancelToken | None = None) -> MountSpec:
+        """Seed 004 §3.2: destroy and recreate empty."""
+        self.destroy(req)
+        return self.create(req, cancel)
+
+    @abc.abstractmethod
+    def health(self, spec: MountSpec) -> Health:
+        """Is the RAMDISK usable from every RSA node?"""
+
+    @abc.abstractmethod
+    def client_mount_argv(self, spec: MountSpec, mountpoint: str) -> list[str]:
+        """argv a compute node (as root) runs to mount the RAMDISK at ``mountpoint``."""
+
+    def client_umount_argv(self, spec: MountSpec, mountpoint: str) -> list[str]:
+        return ["umount", mountpoint]

@@ -1,0 +1,80 @@
+"""The remote-execution port: running argv on RSA nodes.
+
+Owns :class:`Host` (the protocol every backend and the staging engine use to run a
+command on one RSA node), :class:`CancelToken` (set it and running commands are killed,
+whole process tree) and :class:`HostError`. Implementations: ``rsa_scheduler.remote``
+(paramiko, production) and :class:`LocalHost` (this machine, for single-host sites and
+unit tests).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from rsa_scheduler.errors import RsaError
+from rsa_scheduler.runner import Completed, Identity, LocalRunner
+
+
+class HostError(RsaError):
+    """An RSA node could not be reached or a command on it failed."""
+
+
+class Cancelled(RsaError):
+    """The operation was cancelled (demotion, job cancelled, daemon stopping)."""
+
+
+class CancelToken:
+    """A flag shared between the daemon and a running operation."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason = ""
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        self.reason = reason
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._event.wait(timeout)
+
+    def check(self) -> None:
+        if self._event.is_set():
+            raise Cancelled(self.reason)
+
+
+class Host(Protocol):
+    """One RSA node."""
+
+    name: str
+
+    def run(self, argv: Sequence[str], *, timeout: float, check: bool = True,
+            input: str | None = None, as_user: Identity | None = None,
+            env: Mapping[str, str] | None = None,
+            cancel: CancelToken | None = None) -> Completed:
+        """Run argv (no shell) on the node, as root or as ``as_user`` (uid, gid, groups,
+        clean environment). Raise CommandError on failure when ``check``; on timeout or
+        cancellation kill the whole remote process tree."""
+        ...
+
+
+class LocalHost:
+    """This machine as an RSA node (tmpfs backend, tests)."""
+
+    def __init__(self, name: str = "localhost") -> None:
+        self.name = name
+        self._runner = LocalRunner()
+
+    def run(self, argv: Sequence[str], *, timeout: float, check: bool = True,
+            input: str | None = None, as_user: Identity | None = None,
+            env: Mapping[str, str] | None = None,
+            cancel: CancelToken | None = None) -> Completed:
+        if cancel is not None:
+            cancel.check()
+        return self._runner(argv, timeout=timeout, check=check, input=input,
+                            as_user=as_user, env=env)
