@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import clean, facts, pfs, rsanodes, slurm, users
+from . import clean, facts, pfs, rsad, rsanodes, slurm, users
 from .common import (
     CREATED,
     DATA,
@@ -60,8 +60,8 @@ def up(s: Settings) -> int:
         pfs.up(s)  # first: node namespaces copy the /pfs mount
         rsanodes.up(s)
         slurm.up(s)
-        # --- rsad: started here by a later issue (rsad does not exist yet). It will read
-        # --- facts.RSA_YAML and put its socket where the `rsa` CLI looks for it.
+        facts.write_config(s)
+        rsad.up(s, facts.RSA_YAML)
         facts.write(s)
     except (Exception, KeyboardInterrupt) as e:
         print(f"lab: ERROR: lab-up failed: {e}", file=sys.stderr, flush=True)
@@ -88,8 +88,7 @@ def _down(s: Settings, *, quiet: bool = False) -> None:
     t0 = time.monotonic()
     ENV_FILE.unlink(missing_ok=True)  # first: tests see the lab as gone at once
     facts.RSA_YAML.unlink(missing_ok=True)
-    # --- rsad: stopped here first by a later issue.
-    for step in (slurm.down, rsanodes.down, pfs.down):
+    for step in (rsad.down, slurm.down, rsanodes.down, pfs.down):
         try:
             step(s)
         except Exception as e:  # noqa: BLE001 - keep cleaning the rest

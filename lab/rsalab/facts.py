@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from . import pfs, rsanodes, slurm
+from . import pfs, rsad, rsanodes, slurm
 from .common import ENV_FILE, HOOKS_LOG, STATE, Settings
 
 RSA_YAML = STATE / "rsa.yaml"
@@ -41,12 +41,16 @@ def write(s: Settings) -> None:
         "RSA_LAB_VENV": str(s.venv),
         "RSA_LAB_RSA_CONFIG": str(RSA_YAML),
     }
-    RSA_YAML.write_text(rsa_yaml(s))
     body = "".join(f"{k}={shlex.quote(v)}\n" for k, v in facts.items())
     tmp = ENV_FILE.with_suffix(".tmp")
     tmp.write_text("# rsa-scheduler lab facts, written by `make lab-up`\n" + body)
     tmp.chmod(0o644)
     tmp.replace(ENV_FILE)  # atomic: the env file exists only once the lab is complete
+
+
+def write_config(s: Settings) -> None:
+    """rsad's configuration, written before rsad starts (and before the env file)."""
+    RSA_YAML.write_text(rsa_yaml(s))
 
 
 def rsa_yaml(s: Settings) -> str:
@@ -67,7 +71,7 @@ ssh:
   key: {rsanodes.KEY}
   known_hosts: {rsanodes.KNOWN_HOSTS}
   host_key_policy: reject
-slurm:
+{rsad.daemon_yaml()}slurm:
   bin_dir: /usr/bin
   lockin:
     method: {'qos' if s.accounting else 'priority'}

@@ -20,6 +20,8 @@ COMMANDS: dict[str, str] = {
     "directives": "rsa_scheduler.cli.directives:directives",
     "config": "rsa_scheduler.cli.config:config",
     "sim": "rsa_scheduler.cli.sim:sim",
+    "jobs": "rsa_scheduler.cli.jobs:jobs",
+    "job": "rsa_scheduler.cli.jobs:job",
 }
 
 

@@ -1,11 +1,96 @@
-"""rsad entry point. Owns process start-up: argument parsing, config and store opening."""
+"""rsad entry point. Owns process start-up and shutdown: arguments, logging, signals,
+systemd notification, and wiring the daemon to its API servers."""
 
 from __future__ import annotations
 
+import logging
+import signal
 import sys
+import threading
+from types import FrameType
+
+import click
+
+from rsa_scheduler import __version__
+from rsa_scheduler.errors import RsaError
+
+log = logging.getLogger("rsad")
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="rsad")
+@click.option("--config", "config_path", envvar="RSA_CONFIG", type=click.Path(dir_okay=False),
+              help="Configuration file (default /etc/rsa/rsa.yaml).")
+@click.option("--check", is_flag=True,
+              help="Validate the configuration, open and migrate the store, replay the "
+                   "event log, print a summary and exit.")
+@click.option("--log-level", default=None, help="Override daemon.log_level.")
+def rsad(config_path: str | None, check: bool, log_level: str | None) -> None:
+    """rsad — the RSA scheduler daemon."""
+    from rsa_scheduler.config import load_config
+    from rsa_scheduler.daemon.api import ApiServers, Routes
+    from rsa_scheduler.daemon.systemd import notify, watchdog_interval
+    from rsa_scheduler.daemon.wiring import make_daemon
+
+    cfg = load_config(config_path)
+    _setup_logging(log_level or cfg.daemon.log_level.value)
+    daemon = make_daemon(cfg)
+    daemon.start()
+    if check:
+        click.echo(f"rsad: config {cfg.source}: ok; store {cfg.daemon.db_path}: "
+                   f"{daemon.store.last_seq()} events, {len(daemon.sched.records)} jobs "
+                   f"tracked, {len(daemon.sched.outstanding())} actions outstanding")
+        daemon.shutdown()
+        daemon.store.close()
+        return
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    listen = cfg.daemon.api.listen
+    servers = ApiServers(Routes(daemon), cfg.daemon.api.socket,
+                         (listen.host, listen.port) if listen else None)
+    servers.start()
+    wd = watchdog_interval()
+    log.info("rsad %s serving on %s%s; %d RSA nodes", __version__, cfg.daemon.api.socket,
+             f" and {listen.host}:{listen.port}" if listen else "",
+             len(daemon.sched.pool.nodes()))
+    notify("READY=1")
+
+    def on_cycle() -> None:
+        if wd is not None:
+            notify("WATCHDOG=1")
+        notify(f"STATUS={len(daemon.sched.records)} jobs tracked, "
+               f"{len(daemon.running)} actions running")
+
+    try:
+        daemon.run(stop, on_cycle=on_cycle)
+    finally:
+        notify("STOPPING=1")
+        servers.stop()
+        daemon.shutdown()
+        daemon.store.close()
+        log.info("rsad stopped")
 
 
 def main() -> None:
-    """Start rsad."""
-    sys.stderr.write("rsad: not implemented yet\n")
-    sys.exit(2)
+    try:
+        rsad.main(standalone_mode=False)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except RsaError as e:
+        click.echo(f"rsad: error: {e}", err=True)
+        sys.exit(1)

@@ -28,11 +28,12 @@ class SlurmPort(Protocol):
         """The job's batch script (read once per job when no job_submit plugin is used)."""
         ...
 
-    def lock_in(self, job_id: str) -> None:
-        """Keep the job on-deck (QOS or priority, per configuration)."""
+    def lock_in(self, job_id: str) -> str:
+        """Keep the job on-deck (QOS or priority, per configuration); returns the token
+        :meth:`unlock` needs to undo it (e.g. the job's previous QOS)."""
         ...
 
-    def unlock(self, job_id: str) -> None:
+    def unlock(self, job_id: str, token: str = "") -> None:
         """Undo lock_in after a demotion."""
         ...
 

@@ -1,0 +1,84 @@
+"""Executors: how rsad carries out each kind of action the core asks for.
+
+Owns :class:`ActionContext` (what an executor gets: the action, a cancel token, a progress
+callback, the job's facts), the :class:`Registry` of executors by action kind, and the
+mapping of exceptions to outcomes (a permanent error is REFUSED, anything else FAILED —
+never silently OK). Executors run in rsad's worker threads; they must not touch the core.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rsa_scheduler.core.actions import Action, ActionKind, Outcome, Result
+from rsa_scheduler.errors import RsaError
+from rsa_scheduler.hosts import Cancelled, CancelToken
+
+log = logging.getLogger(__name__)
+
+
+class PermanentError(RsaError):
+    """Retrying will not help (the user cannot read DATA_IN, a path is refused...)."""
+
+
+@dataclass
+class ActionContext:
+    """Everything an executor may use."""
+
+    action: Action
+    cancel: CancelToken
+    progress: Callable[[Mapping[str, Any]], None]
+    facts: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"mount": {...}}
+
+
+Executor = Callable[[ActionContext], Mapping[str, Any] | None]
+
+
+class Registry:
+    """Executors by action kind."""
+
+    def __init__(self) -> None:
+        self._by_kind: dict[ActionKind, Executor] = {}
+
+    def register(self, kind: ActionKind, fn: Executor) -> None:
+        self._by_kind[kind] = fn
+
+    def kinds(self) -> frozenset[ActionKind]:
+        return frozenset(self._by_kind)
+
+    def run(self, ctx: ActionContext) -> Outcome:
+        """Run the executor for ``ctx.action`` and turn what happened into an Outcome.
+
+        The executor returns a detail mapping (recorded in the event log) or raises.
+        """
+        action = ctx.action
+        fn = self._by_kind.get(action.kind)
+        if fn is None:
+            return Outcome(action.id, Result.FAILED,
+                           f"rsad has no executor for {action.kind.value}: check the "
+                           "filesystem/staging configuration")
+        try:
+            ctx.cancel.check()
+            detail = fn(ctx) or {}
+            return Outcome(action.id, Result.OK, "", dict(detail))
+        except Cancelled as e:
+            return Outcome(action.id, Result.FAILED, f"cancelled: {e}")
+        except PermanentError as e:
+            return Outcome(action.id, Result.REFUSED, str(e))
+        except BusyError as e:
+            return Outcome(action.id, Result.BUSY, str(e))
+        except RsaError as e:
+            if getattr(e, "permanent", False):
+                return Outcome(action.id, Result.REFUSED, str(e))
+            return Outcome(action.id, Result.FAILED, str(e))
+        except Exception as e:  # an executor bug must not kill rsad; it is a failure
+            log.error("executor for %s crashed:\n%s", action.id, traceback.format_exc())
+            return Outcome(action.id, Result.FAILED, f"internal error: {e!r}")
+
+
+class BusyError(RsaError):
+    """RESET only: the input mounts are still in use; nothing was changed."""

@@ -1,0 +1,384 @@
+"""rsad's service: one loop thread owns the core; worker threads run actions.
+
+Owns :class:`Daemon`: start-up (replay the event log, re-issue outstanding actions),
+the cycle (ONE squeue call → observations → core decision → commit events and
+projections in one transaction → dispatch actions), hook events from
+PrologSlurmctld/EpilogSlurmctld, user/operator commands, action outcomes and progress.
+Everything that changes the core goes through the inbox and the loop thread, so the
+core never sees two callers at once; external operations never block the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from rsa_scheduler.core.actions import Action, ActionKind, Outcome
+from rsa_scheduler.core.directives import DirectiveErrors, DirectiveSpec, parse_directives
+from rsa_scheduler.core.events import Event
+from rsa_scheduler.core.machine import JobRecord
+from rsa_scheduler.core.policy import NodeState
+from rsa_scheduler.core.scheduler import (
+    CommandRefused,
+    Decision,
+    Observation,
+    Scheduler,
+    StaleOutcome,
+)
+from rsa_scheduler.core.states import JobState
+from rsa_scheduler.core.transitions import Trigger
+from rsa_scheduler.daemon.executors import ActionContext, Registry
+from rsa_scheduler.hosts import CancelToken
+from rsa_scheduler.slurm.parse import QueueRow
+from rsa_scheduler.slurm.port import SlurmError, SlurmPort
+from rsa_scheduler.store import JobRow, Store
+
+log = logging.getLogger(__name__)
+
+ADMIN_COMMENT_PREFIX = "rsa1:"
+FACT_KEYS = ("mount", "lock_token", "manifest")  # outcome details worth remembering
+
+
+@dataclass
+class Request:
+    """Something for the loop thread to do on behalf of another thread."""
+
+    kind: str  # "outcome" | "command" | "hook" | "progress" | "node-state" | "call"
+    payload: Any
+    received: float = field(default_factory=time.time)
+    reply: Future[Any] | None = None
+
+
+@dataclass
+class Running:
+    action: Action
+    cancel: CancelToken
+    future: Future[Outcome]
+
+
+class Daemon:
+    """The RSA scheduler daemon, minus its transports (API, systemd) — see main.py."""
+
+    def __init__(self, scheduler: Scheduler, *, slurm: SlurmPort, store: Store,
+                 registry: Registry, workers: int = 8, poll_interval: float = 5.0,
+                 script_source: str = "job_submit",
+                 clock: Callable[[], float] = time.time) -> None:
+        self.sched = scheduler
+        self.slurm = slurm
+        self.store = store
+        self.registry = registry
+        self.poll_interval = poll_interval
+        self.script_source = script_source
+        self.clock = clock
+        self.inbox: queue.Queue[Request] = queue.Queue()
+        self.workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rsa-act")
+        self.running: dict[str, Running] = {}
+        self.facts: dict[str, dict[str, Any]] = {}
+        self.progress: dict[str, dict[str, Any]] = {}
+        self.alerts: list[dict[str, Any]] = []
+        self._specs: dict[str, DirectiveSpec | None] = {}  # script_source=scontrol cache
+        self._hook_seen: dict[str, float] = {}  # job -> time of its latest hook event
+        self._last_poll = 0.0
+        self.last_cycle_seconds = 0.0
+        self.slurm_ok = True
+
+    # ---- start-up -----------------------------------------------------------------------
+    def start(self) -> None:
+        """Rebuild state from the log and re-issue whatever was in flight."""
+        events = list(self.store.events())
+        pool = self.sched.pool
+        self.sched = Scheduler.replay(pool, self.sched.policy, events)
+        for ev in events:
+            self._learn_facts(ev)
+        outstanding = self.sched.outstanding()
+        log.info("replayed %d events: %d jobs tracked, %d actions to re-issue",
+                 len(events), len(self.sched.records), len(outstanding))
+        self._dispatch(outstanding)
+
+    def _learn_facts(self, ev: Event) -> None:
+        if ev.name != "action.outcome" or ev.context.get("result") != "ok":
+            return
+        detail = ev.context.get("detail") or {}
+        for key in FACT_KEYS:
+            if key in detail:
+                self.facts.setdefault(ev.job_id, {})[key] = detail[key]
+
+    # ---- the loop -------------------------------------------------------------------------
+    def run(self, stop: threading.Event, on_cycle: Callable[[], None] | None = None) -> None:
+        """Serve until ``stop`` is set."""
+        while not stop.is_set():
+            now = self.clock()
+            if now - self._last_poll >= self.poll_interval:
+                self.poll()
+                if on_cycle:
+                    on_cycle()
+            wake = self._last_poll + self.poll_interval
+            timer = self.sched.next_timer()
+            if timer is not None:
+                wake = min(wake, timer)
+            self.drain(timeout=max(0.0, min(wake - self.clock(), 1.0)))
+            self._commit(self.sched.tick(self.clock()))
+
+    def drain(self, timeout: float = 0.0) -> int:
+        """Handle queued requests; wait up to ``timeout`` for the first one."""
+        handled = 0
+        try:
+            req = self.inbox.get(timeout=timeout) if timeout > 0 else self.inbox.get_nowait()
+        except queue.Empty:
+            return 0
+        while True:
+            self._handle(req)
+            handled += 1
+            try:
+                req = self.inbox.get_nowait()
+            except queue.Empty:
+                return handled
+
+    def poll(self) -> None:
+        """One cycle: read the whole queue once and let the core decide."""
+        started = self.clock()
+        try:
+            rows = self.slurm.queue()
+        except SlurmError as e:
+            if self.slurm_ok:
+                log.error("cannot read the Slurm queue: %s", e)
+            self.slurm_ok = False
+            self._last_poll = self.clock()
+            return
+        self.slurm_ok = True
+        obs = [o for o in (self._observation(r, started) for r in rows) if o is not None]
+        now = self.clock()
+        fresh = {j for j, t in self._hook_seen.items() if t > started}
+        dec = self.sched.observe(obs, now, complete=not fresh)
+        self._commit(dec)
+        self._last_poll = now
+        self.last_cycle_seconds = self.clock() - started
+
+    def _observation(self, row: QueueRow, poll_started: float) -> Observation | None:
+        if self._hook_seen.get(row.job_id, 0.0) > poll_started:
+            return None  # a hook told us something newer than this snapshot
+        spec = self._spec_of(row)
+        return Observation(job_id=row.job_id, user=row.user, state=row.state,
+                           reason=row.reason, priority=row.priority,
+                           compute_nodes=row.num_nodes, spec=spec)
+
+    def _spec_of(self, row: QueueRow) -> DirectiveSpec | None:
+        if row.job_id in self.sched.records:
+            return None  # already tracked: the record holds the spec
+        comment = row.admin_comment or ""
+        if comment.startswith(ADMIN_COMMENT_PREFIX):
+            try:
+                return DirectiveSpec.from_admin_comment(comment)
+            except ValueError as e:
+                log.error("job %s: unreadable RSA admin_comment: %s", row.job_id, e)
+                return None
+        if self.script_source != "scontrol":
+            return None
+        # Without job_submit.lua: read the script once, only when the job matters
+        # (on-deck or started), never for the whole queue.
+        if row.job_id in self._specs:
+            return self._specs[row.job_id]
+        if not (row.state == "RUNNING" or (row.state == "PENDING" and
+                                           row.reason == "Resources")):
+            return None
+        spec: DirectiveSpec | None = None
+        try:
+            spec = parse_directives(self.slurm.batch_script(row.job_id), f"job {row.job_id}")
+            if spec == DirectiveSpec():
+                spec = None
+        except DirectiveErrors as e:
+            log.warning("job %s: invalid #RSA_ directives, ignored: %s", row.job_id, e)
+            self._tell(row.job_id, f"RSA: directives ignored: {e}")
+        except SlurmError as e:
+            log.error("job %s: cannot read the batch script: %s", row.job_id, e)
+            return None
+        self._specs[row.job_id] = spec
+        return spec
+
+    # ---- requests from other threads ----------------------------------------------------
+    def submit(self, kind: str, payload: Any, *, wait: bool = False,
+               timeout: float = 10.0) -> Any:
+        """Queue a request for the loop thread; optionally wait for its answer."""
+        reply: Future[Any] | None = Future() if wait else None
+        self.inbox.put(Request(kind, payload, reply=reply))
+        return reply.result(timeout=timeout) if reply else None
+
+    def _handle(self, req: Request) -> None:
+        try:
+            result = self._handle_one(req)
+        except Exception as e:  # answered to the caller, never fatal to the loop
+            if req.reply is not None:
+                req.reply.set_exception(e)
+            else:
+                log.exception("request %s failed", req.kind)
+            return
+        if req.reply is not None:
+            req.reply.set_result(result)
+
+    def _handle_one(self, req: Request) -> Any:
+        now = self.clock()
+        if req.kind == "outcome":
+            outcome: Outcome = req.payload
+            self.running.pop(outcome.action_id, None)
+            try:
+                dec = self.sched.outcome(outcome, now)
+            except StaleOutcome:
+                log.info("stale outcome %s ignored", outcome.action_id)
+                self._commit(Decision(events=[Event(now, outcome.job_id, "action.stale", {
+                    "action": outcome.action_id, "result": outcome.result.value})]))
+                return None
+            for ev in dec.events:
+                self._learn_facts(ev)
+            self._commit(dec)
+            return None
+        if req.kind == "progress":
+            job, data = req.payload
+            self.progress[job] = dict(data)
+            return None
+        if req.kind == "command":
+            job, trigger, by, operator = req.payload
+            dec = self.sched.command(job, Trigger(trigger), now, by=by, operator=operator)
+            self._commit(dec)
+            rec = self.sched.records[job]
+            return {"job_id": job, "rsa_state": rec.rsa_state.value}
+        if req.kind == "hook":
+            return self._hook(req.payload, req.received)
+        if req.kind == "node-state":
+            node, state, by = req.payload
+            self._commit(self.sched.set_node_state(node, NodeState(state), now, by=by))
+            return {"node": node, "state": state}
+        if req.kind == "call":
+            fn: Callable[[], Any] = req.payload
+            return fn()
+        raise ValueError(f"unknown request {req.kind!r}")
+
+    def _hook(self, payload: Mapping[str, Any], received: float) -> dict[str, Any]:
+        """PrologSlurmctld (job starting) / EpilogSlurmctld (job ended) from slurmctld."""
+        kind = str(payload["hook"])
+        job = str(payload["job_id"])
+        state = {"prolog_slurmctld": "RUNNING", "epilog_slurmctld": "COMPLETED"}.get(kind)
+        if state is None:
+            raise ValueError(f"unknown hook {kind!r}")
+        self._hook_seen[job] = received
+        rec = self.sched.records.get(job)
+        if rec is None:
+            return {"job_id": job, "tracked": False}
+        obs = Observation(job_id=job, user=rec.user, state=state, reason="None",
+                          priority=rec.priority, compute_nodes=rec.compute_nodes)
+        self._commit(self.sched.observe([obs], self.clock(), complete=False))
+        return {"job_id": job, "tracked": True, "rsa_state": rec.rsa_state.value}
+
+    # ---- commit and dispatch ------------------------------------------------------------
+    def _commit(self, dec: Decision) -> None:
+        """Write-ahead: events and projections are durable before any action runs."""
+        if not dec.events and not dec.actions:
+            return
+        touched = {e.job_id for e in dec.events if not e.job_id.startswith("@")}
+        rows = [self._row(self.sched.records[j]) for j in sorted(touched)
+                if j in self.sched.records]
+        if dec.events:
+            self.store.append(dec.events, rows)
+        for ev in dec.events:
+            if ev.name == "rsa.transition":
+                log.info("job %s: %s -> %s on %s", ev.job_id, ev.context.get("from"),
+                         ev.context.get("to"), ev.context.get("trigger"))
+        self._dispatch(dec.actions)
+
+    def _row(self, rec: JobRecord) -> JobRow:
+        data = rec.to_json()
+        data["progress"] = self.progress.get(rec.job_id)
+        return JobRow(job_id=rec.job_id, user=rec.user,
+                      job_state=rec.job_state.value if rec.job_state else "",
+                      rsa_state=rec.rsa_state.value, updated=rec.since, data=data)
+
+    def _dispatch(self, actions: Iterable[Action]) -> None:
+        for action in actions:
+            if action.kind is ActionKind.CANCEL:
+                target = self.running.get(str(action.args.get("target")))
+                if target is not None:
+                    target.cancel.cancel(f"superseded ({action.job_id})")
+            elif action.kind is ActionKind.ALERT:
+                msg = str(action.args.get("message", ""))
+                log.warning("ALERT job %s: %s", action.job_id, msg)
+                self.alerts.append({"time": self.clock(), "job_id": action.job_id,
+                                    "message": msg})
+                del self.alerts[:-100]
+            elif action.kind is ActionKind.TELL_USER:
+                self._tell(action.job_id, f"RSA: {action.args.get('message', '')}")
+            elif action.kind in (ActionKind.ALLOCATE, ActionKind.RELEASE):
+                log.info("job %s: %s %s", action.job_id, action.kind.value,
+                         action.args.get("nodes"))
+            elif action.kind is ActionKind.UNLOCK:
+                self._start(action, tracked=False)
+            elif action.tracked:
+                self._start(action, tracked=True)
+
+    def _start(self, action: Action, *, tracked: bool) -> None:
+        if action.id in self.running:
+            return  # already in flight (idempotent re-dispatch)
+        cancel = CancelToken()
+        job = action.job_id
+
+        def progress(data: Mapping[str, Any]) -> None:
+            self.inbox.put(Request("progress", (job, data)))
+
+        ctx = ActionContext(action=action, cancel=cancel, progress=progress,
+                            facts=dict(self.facts.get(job, {})))
+        future = self.workers.submit(self.registry.run, ctx)
+        if tracked:
+            self.running[action.id] = Running(action, cancel, future)
+            future.add_done_callback(lambda f: self.inbox.put(Request("outcome", f.result())))
+
+    def _tell(self, job_id: str, text: str) -> None:
+        def work() -> None:
+            try:
+                self.slurm.set_comment(job_id, text[:250])
+            except SlurmError as e:
+                log.info("job %s: could not set the comment: %s", job_id, e)
+
+        self.workers.submit(work)
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Stop workers: running transfers are cancelled and resume after restart."""
+        for run in self.running.values():
+            run.cancel.cancel("rsad stopping")
+        self.workers.shutdown(wait=True, cancel_futures=True)
+
+    # ---- reads for the API (loop thread via "call") ---------------------------------------
+    def job_view(self, rec: JobRecord) -> dict[str, Any]:
+        view = rec.to_json()
+        view["progress"] = self.progress.get(rec.job_id)
+        view["running"] = [r.action.id for r in self.running.values()
+                           if r.action.job_id == rec.job_id]
+        return view
+
+    def jobs_view(self, user: str | None = None) -> list[dict[str, Any]]:
+        return [self.job_view(r) for r in sorted(self.sched.records.values(),
+                                                 key=lambda r: r.job_id)
+                if user is None or r.user == user]
+
+    def status_view(self) -> dict[str, Any]:
+        pool = self.sched.pool
+        nodes = []
+        for node in pool.nodes():
+            nodes.append({"name": node.name, "tier": node.tier.value,
+                          "capacity": node.capacity, "state": pool.state(node.name).value,
+                          "job": pool.owner(node.name)})
+        by_state: dict[str, int] = {}
+        for rec in self.sched.records.values():
+            by_state[rec.rsa_state.value] = by_state.get(rec.rsa_state.value, 0) + 1
+        return {"nodes": nodes, "jobs_by_rsa_state": by_state,
+                "alerts": self.alerts[-20:], "slurm_ok": self.slurm_ok,
+                "last_cycle_seconds": self.last_cycle_seconds,
+                "running_actions": len(self.running),
+                "on_deck": [r.job_id for r in self.sched.records.values()
+                            if r.job_state is JobState.ON_DECK]}
+
+
+__all__ = ["CommandRefused", "Daemon"]

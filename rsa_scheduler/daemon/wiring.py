@@ -1,0 +1,67 @@
+"""Builds a running rsad from a Config: Slurm port, store, pool, executors, API.
+
+Owns the choice of implementations behind each seam (``make_slurm``, ``make_registry``)
+so tests can build a daemon with fakes for pure-logic tests and with the real pieces in
+the lab.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from rsa_scheduler.config import Config
+from rsa_scheduler.core.actions import ActionKind
+from rsa_scheduler.core.scheduler import Scheduler
+from rsa_scheduler.daemon.executors import ActionContext, Registry
+from rsa_scheduler.daemon.service import Daemon
+from rsa_scheduler.slurm.cli import CliSlurm
+from rsa_scheduler.slurm.port import SlurmPort
+from rsa_scheduler.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def make_slurm(cfg: Config) -> SlurmPort:
+    sl = cfg.slurm
+    if sl.backend.value == "pyslurm":
+        from rsa_scheduler.slurm.pyslurm_backend import PySlurm
+
+        return PySlurm(lockin_method=sl.lockin.method.value, lockin_qos=sl.lockin.qos,
+                       lockin_priority=sl.lockin.priority)
+    return CliSlurm(bin_dir=sl.bin_dir, timeout=sl.command_timeout,
+                    lockin_method=sl.lockin.method.value, lockin_qos=sl.lockin.qos,
+                    lockin_priority=sl.lockin.priority)
+
+
+def slurm_executors(registry: Registry, slurm: SlurmPort) -> None:
+    """Lock-in and unlock (seed 004 §3.1) through the Slurm port."""
+
+    def lock_in(ctx: ActionContext) -> Mapping[str, Any]:
+        token = slurm.lock_in(ctx.action.job_id)
+        return {"lock_token": token or ""}
+
+    def unlock(ctx: ActionContext) -> Mapping[str, Any]:
+        slurm.unlock(ctx.action.job_id, str(ctx.facts.get("lock_token", "")))
+        return {}
+
+    registry.register(ActionKind.LOCK_IN, lock_in)
+    registry.register(ActionKind.UNLOCK, unlock)
+
+
+def make_registry(cfg: Config, slurm: SlurmPort) -> Registry:
+    registry = Registry()
+    slurm_executors(registry, slurm)
+    return registry
+
+
+def make_daemon(cfg: Config, *, slurm: SlurmPort | None = None,
+                registry: Registry | None = None) -> Daemon:
+    slurm = slurm or make_slurm(cfg)
+    store = Store.open(cfg.daemon.db_path)
+    sched = Scheduler(cfg.make_pool(), cfg.staging_policy())
+    return Daemon(sched, slurm=slurm, store=store,
+                  registry=registry or make_registry(cfg, slurm),
+                  workers=cfg.daemon.workers, poll_interval=cfg.daemon.poll_interval,
+                  script_source=cfg.slurm.script_source.value)
