@@ -27,7 +27,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 
 lint: install
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/ruff check rsa_scheduler tests bench
+	$(VENV)/bin/ruff check rsa_scheduler tests bench lab
 	$(VENV)/bin/mypy rsa_scheduler
 
 unit: install

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -91,7 +92,7 @@ def _down(s: Settings, *, quiet: bool = False) -> None:
     for step in (rsad.down, slurm.down, rsanodes.down, pfs.down):
         try:
             step(s)
-        except Exception as e:  # noqa: BLE001 - keep cleaning the rest
+        except Exception as e:
             print(f"lab: WARNING: {step.__module__}.down: {e}", file=sys.stderr)
     # Anything still recorded (a daemon from a layout of an older version).
     if PIDS.exists():
@@ -103,10 +104,8 @@ def _down(s: Settings, *, quiet: bool = False) -> None:
     if CREATED.exists():
         for line in reversed(CREATED.read_text().splitlines()):
             p = Path(line)
-            try:
+            with contextlib.suppress(OSError):
                 p.rmdir()  # only if empty: never remove data we did not put there
-            except OSError:
-                pass
         CREATED.unlink()
     shutil.rmtree(DATA, ignore_errors=True)
     if not quiet:

@@ -210,13 +210,15 @@ def stop_named(name: str, *, grace: float = 5.0) -> None:
     (PIDS / f"{name}.pid").unlink(missing_ok=True)
 
 
-def wait_for(what: str, pred: Callable[[], bool], *, timeout: float = 30, every: float = 0.1) -> None:
+def wait_for(
+    what: str, pred: Callable[[], bool], *, timeout: float = 30, every: float = 0.1
+) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
             if pred():
                 return
-        except Exception:  # noqa: BLE001 - a probe failing just means "not yet"
+        except Exception:
             pass
         if time.monotonic() > deadline:
             raise LabError(f"timed out after {timeout}s waiting for {what}")

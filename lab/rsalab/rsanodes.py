@@ -68,7 +68,8 @@ def up(s: Settings) -> None:
         _start_node(s, i, name, d)
     KNOWN_HOSTS.write_text("\n".join(known) + "\n")
     for i, name in enumerate(s.rsa_nodes, start=1):
-        wait_for(f"sshd of {name}", lambda a=addr(i): listening(a, 22), timeout=20)
+        node_addr = addr(i)
+        wait_for(f"sshd of {name}", lambda a=node_addr: listening(a, 22), timeout=20)
     log(f"RSA nodes: {', '.join(f'{n}={addr(i)}:22' for i, n in enumerate(s.rsa_nodes, 1))}"
         f" (ram {s.ram_size} tmpfs each, ssd on rsa{','.join(map(str, s.ssd_nodes))})")
 

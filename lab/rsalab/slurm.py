@@ -82,7 +82,7 @@ def up(s: Settings) -> None:
         record_ns(node, pid)
     wait_for("compute nodes idle", lambda: _all_idle(s), timeout=60, every=0.5)
     log(f"Slurm: slurmctld 127.0.0.1:{CTLD_PORT}, nodes {_hostlist(s)} idle, accounting "
-        f"{'on (slurmdbd :%d, QOS %s)' % (DBD_PORT, s.qos) if s.accounting else 'off'}")
+        f"{f'on (slurmdbd :{DBD_PORT}, QOS {s.qos})' if s.accounting else 'off'}")
 
 
 def _hostlist(s: Settings) -> str:
