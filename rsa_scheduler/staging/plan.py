@@ -1,0 +1,178 @@
+"""Planning a transfer: one scan of the source in, balanced buckets out.
+
+Owns :class:`Bucket` (a list of names copied by one command on one RSA node with one
+tool), :class:`Plan` and :func:`make_plan`, plus :func:`pending` (what an interrupted
+run still has to copy) and :func:`assign` (static longest-processing-time assignment,
+used for archives and reports). The rules, from the measured tool speeds
+(``docs/staging.md``):
+
+* a regular file of at least ``big_bytes`` is a bucket alone, copied with ``cp``
+  (copy_file_range / large reads, sparse-aware);
+* everything else (small files, symlinks, FIFOs) is grouped, in path order so that a
+  directory's files stay together, into buckets copied with a ``tar c | tar x`` pipe,
+  each bounded by bytes and by file count so every RSA node gets several;
+* all names of one inode (hard links) go to the same bucket, which therefore uses tar,
+  so hard links inside the staged tree are kept;
+* directories are never in buckets: the engine creates them first and sets their modes
+  and mtimes last; sockets and device files are skipped and reported.
+
+Pure: no I/O. Must not import ``engine``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from rsa_scheduler.staging.manifest import Entry
+
+BIG_BYTES = 32 * 1024 * 1024
+# Cost model (seconds) for balancing: per-file metadata cost over FUSE dominates small
+# files (copy-tools.md: ~500 files/s per stream into a MooseFS RAMDISK), bandwidth big ones.
+PER_FILE_S = 0.002
+PER_BYTE_S = 1 / 250e6
+BUCKETS_PER_SLOT = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """Names copied together by one command on one RSA node."""
+
+    index: int
+    tool: str  # "tar" | "cp"
+    paths: tuple[bytes, ...]
+    files: int
+    bytes: int
+
+    @property
+    def cost(self) -> float:
+        return self.files * PER_FILE_S + self.bytes * PER_BYTE_S
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    dirs: tuple[Entry, ...]
+    buckets: tuple[Bucket, ...]  # most expensive first
+    skipped: tuple[Entry, ...] = ()  # sockets, devices: not staged
+    files: int = 0
+    bytes: int = 0
+    already: int = 0  # objects found complete at the destination (resume)
+
+    @property
+    def total_cost(self) -> float:
+        return sum(b.cost for b in self.buckets)
+
+
+@dataclass
+class _Unit:
+    paths: list[bytes] = field(default_factory=list)
+    files: int = 0
+    bytes: int = 0
+    linked: bool = False
+
+
+def _units(entries: Iterable[Entry]) -> tuple[list[_Unit], list[Entry], list[Entry]]:
+    units: list[_Unit] = []
+    dirs: list[Entry] = []
+    skipped: list[Entry] = []
+    groups: dict[tuple[int, int], _Unit] = {}
+    for e in entries:
+        if e.kind == "d":
+            dirs.append(e)
+        elif e.kind in ("s", "c", "b"):
+            skipped.append(e)
+        elif e.kind == "f" and e.nlink > 1:
+            unit = groups.get(e.inode)
+            if unit is None:
+                unit = groups[e.inode] = _Unit(bytes=e.size, linked=True)
+                units.append(unit)
+            unit.paths.append(e.path)
+            unit.files += 1
+        else:
+            units.append(_Unit([e.path], 1, e.size if e.kind == "f" else 0))
+    return units, dirs, skipped
+
+
+def make_plan(entries: Sequence[Entry], slots: int, *, big_bytes: int = BIG_BYTES,
+              max_files: int = 5000, already: int = 0) -> Plan:
+    """Bucket ``entries`` (a scan of the source, root excluded) for ``slots`` parallel
+    streams (RSA nodes x parallel_per_node)."""
+    slots = max(1, slots)
+    units, dirs, skipped = _units(entries)
+    big = [u for u in units if u.bytes >= big_bytes]
+    small = sorted((u for u in units if u.bytes < big_bytes), key=lambda u: u.paths[0])
+    small_bytes = sum(u.bytes for u in small)
+    want = slots * BUCKETS_PER_SLOT
+    target_bytes = min(max(small_bytes // want, 8 << 20), 1 << 30)
+    target_files = min(max(math.ceil(len(small) / want), 64), max_files)
+    raw: list[tuple[str, list[_Unit]]] = [("tar" if u.linked else "cp", [u]) for u in big]
+    cur: list[_Unit] = []
+    cur_files = cur_bytes = 0
+    for u in small:
+        if cur and (cur_files + u.files > target_files or cur_bytes + u.bytes > target_bytes):
+            raw.append(("tar", cur))
+            cur, cur_files, cur_bytes = [], 0, 0
+        cur.append(u)
+        cur_files += u.files
+        cur_bytes += u.bytes
+    if cur:
+        raw.append(("tar", cur))
+    buckets = [Bucket(0, tool, tuple(p for u in us for p in u.paths),
+                      sum(u.files for u in us), sum(u.bytes for u in us)) for tool, us in raw]
+    buckets.sort(key=lambda b: -b.cost)
+    buckets = [Bucket(i, b.tool, b.paths, b.files, b.bytes) for i, b in enumerate(buckets)]
+    return Plan(dirs=tuple(sorted(dirs, key=lambda d: d.path)), buckets=tuple(buckets),
+                skipped=tuple(skipped), files=sum(b.files for b in buckets),
+                bytes=sum(b.bytes for b in buckets), already=already)
+
+
+def assign(buckets: Sequence[Bucket], bins: int) -> list[list[Bucket]]:
+    """Longest-processing-time-first: each bucket (most expensive first) to the least
+    loaded bin. Within 4/3 of optimal; used for archives (one per bin)."""
+    out: list[list[Bucket]] = [[] for _ in range(max(1, bins))]
+    load = [0.0] * len(out)
+    for b in sorted(buckets, key=lambda b: -b.cost):
+        i = min(range(len(out)), key=lambda k: (load[k], k))
+        out[i].append(b)
+        load[i] += b.cost
+    return out
+
+
+def _done(src: Entry, dst: Entry | None) -> bool:
+    if dst is None or dst.kind != src.kind:
+        return False
+    if src.kind == "f":
+        return dst.size == src.size and dst.mtime_s == src.mtime_s
+    if src.kind == "l":
+        return dst.target == src.target
+    return True
+
+
+def pending(src: Sequence[Entry], dst: Iterable[Entry]) -> tuple[list[Entry], int]:
+    """What an interrupted run still has to copy (rsync's quick check: size and mtime).
+
+    Sound because every tool used here writes a file's data before setting its mtime:
+    a file cut short keeps the time of the interruption. A hard-link group is redone
+    whole unless every name is complete and still shares one inode. Directories are
+    always kept (creating them again is harmless). Returns (to copy, count already done).
+    """
+    have = {e.path: e for e in dst}
+    out: list[Entry] = []
+    done = 0
+    groups: dict[tuple[int, int], list[Entry]] = {}
+    for e in src:
+        if e.kind == "f" and e.nlink > 1:
+            groups.setdefault(e.inode, []).append(e)
+        elif e.kind == "d" or not _done(e, have.get(e.path)):
+            out.append(e)
+        else:
+            done += 1
+    for names in groups.values():
+        got = [have.get(e.path) for e in names]
+        if all(_done(e, g) for e, g in zip(names, got, strict=True)) and \
+                len({g.inode for g in got if g is not None}) == 1:
+            done += len(names)
+        else:
+            out.extend(names)
+    return out, done

@@ -1,0 +1,137 @@
+"""argv builders for everything the staging engine runs on an RSA node.
+
+Owns the constant bash programs and the pure functions that wrap them into argv lists.
+User data never reaches a shell as code: each program is a fixed string run as
+``bash -c PROGRAM bash ARG...``; paths arrive as positional arguments (``"$1"``), file
+lists arrive on stdin as base64 of NUL-separated ``./<name>`` records (so names with
+newlines or bytes that are not UTF-8 survive any transport), and binary answers leave
+base64-encoded on stdout. Every program runs ``set -o pipefail`` so a failing reader in
+a pipe fails the command.
+
+Pure: builds lists, runs nothing. Must not import ``engine``.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Sequence
+
+BASH = "/bin/bash"
+PRELUDE = "set -o pipefail; export LC_ALL=C TZ=UTC; "
+
+# One record per object below the root: readable flag, then find -printf fields.
+# Symlinks are never followed; files and directories the user cannot read are flagged
+# U so the engine refuses before copying anything.
+SCAN_FORMAT = r"%y\0%s\0%m\0%T@\0%n\0%D\0%i\0%l\0%P\0"
+SCAN = PRELUDE + (
+    'cd -- "$1" || exit 66; '
+    "find . -mindepth 1 \\( -type l -printf 'R\\0' -o \\( -type d -o -type f \\) "
+    "\\! -readable -printf 'U\\0' -o -type d \\! -executable -printf 'U\\0' "
+    "-o -printf 'R\\0' \\) -printf '" + SCAN_FORMAT + "' | base64 -w0")
+
+# Copy a list of non-directories with a tar pipe (hard links inside the list are kept,
+# symlinks copied as links, sparse files kept sparse with -S).
+TAR_PIPE = PRELUDE + (
+    'base64 -d | tar -C "$1" --null --verbatim-files-from --no-recursion -T - $3 -cf - '
+    '| tar -C "$2" -xpf -')
+
+# Copy a list of big regular files with cp (copy_file_range / large reads), mode and
+# mtime kept, holes kept. Overwrites in place: a re-run after a crash is safe.
+CP = PRELUDE + (
+    'cd -- "$1" || exit 66; base64 -d | xargs -0 -r '
+    'cp --preserve=mode,timestamps --sparse=auto --parents -t "$2" --')
+
+# Create the directory skeleton (0700 + u+rwx while staging: a directory that was
+# finalised read-only by an earlier, interrupted run must accept writes again).
+MKDIRS = PRELUDE + (
+    'mkdir -p -- "$1" && cd -- "$1" || exit 66; base64 -d | xargs -0 -r '
+    'sh -c \'mkdir -p -- "$@" && chmod u+rwx -- "$@"\' sh')
+
+# Hash a list of regular files (BLAKE2b-128, ~540 MB/s per core here).
+HASH = PRELUDE + (
+    'cd -- "$1" || exit 66; base64 -d | xargs -0 -r b2sum -l 128 -z -- | base64 -w0')
+
+# Pack a list into one archive: POSIX (pax) format keeps sub-second mtimes and long or
+# odd names; written to <archive>.part and renamed, so a re-run never leaves a torn file.
+TAR_PACK = PRELUDE + (
+    'cd -- "$1" || exit 66; base64 -d | tar --null --verbatim-files-from --no-recursion '
+    '-T - --format=posix --pax-option=delete=atime,delete=ctime -S -cf "$2.part" '
+    '&& mv -f -- "$2.part" "$2"')
+
+# List an archive (parsed by manifest.parse_tar_listing).
+TAR_LIST = PRELUDE + (
+    'tar -tvf "$1" --full-time --quoting-style=c --numeric-owner | base64 -w0')
+
+# Hash every regular member of an archive: <member>\0<hex>\0 per member.
+TAR_HASH_MEMBER = ('h=$(b2sum -l 128) || exit 1; '
+                   'printf "%s\\0%s\\0" "$TAR_FILENAME" "${h%% *}"')
+TAR_HASH = PRELUDE + (
+    'tar -xf "$1" --to-command="$2" | base64 -w0')
+
+# Write stdin (base64) to a file atomically.
+WRITE = PRELUDE + 'base64 -d > "$1.part" && mv -f -- "$1.part" "$1"'
+
+# Root-only: the RAMDISK root of a job, owned by the user, private.
+def prepare_root_argv(path: str, uid: int, gid: int, mode: int = 0o700) -> list[str]:
+    return ["install", "-d", "-o", str(uid), "-g", str(gid), "-m", f"{mode:o}", "--", path]
+
+
+def encode_list(paths: Iterable[bytes]) -> str:
+    """stdin for the list-reading programs: base64 of ``./<path>\\0`` records."""
+    return base64.b64encode(b"".join(b"./" + p + b"\0" for p in paths)).decode("ascii")
+
+
+def decode_output(stdout: str) -> bytes:
+    return base64.b64decode(stdout.strip() or b"")
+
+
+def bash(program: str, *args: str) -> list[str]:
+    return [BASH, "-c", program, "bash", *args]
+
+
+def scan_argv(root: str) -> list[str]:
+    return bash(SCAN, root)
+
+
+def tar_pipe_argv(src: str, dst: str, *, sparse: bool = False) -> list[str]:
+    return bash(TAR_PIPE, src, dst, "-S" if sparse else "")
+
+
+def cp_argv(src: str, dst: str) -> list[str]:
+    return bash(CP, src, dst)
+
+
+def mkdirs_argv(root: str) -> list[str]:
+    return bash(MKDIRS, root)
+
+
+def hash_argv(root: str) -> list[str]:
+    return bash(HASH, root)
+
+
+def tar_pack_argv(root: str, archive: str) -> list[str]:
+    return bash(TAR_PACK, root, archive)
+
+
+def tar_list_argv(archive: str) -> list[str]:
+    return bash(TAR_LIST, archive)
+
+
+def tar_hash_argv(archive: str) -> list[str]:
+    return bash(TAR_HASH, archive, TAR_HASH_MEMBER)
+
+
+def write_argv(path: str) -> list[str]:
+    return bash(WRITE, path)
+
+
+def mkdir_argv(path: str) -> list[str]:
+    """The destination root, created as the user (fails if the user may not write)."""
+    return ["mkdir", "-p", "--", path]
+
+
+def script_argv(argv: Sequence[str], cwd: str) -> list[str]:
+    """A user's PRE/POSTPROCESS argv, started in ``cwd`` (the RAMDISK), no shell."""
+    if not argv:
+        raise ValueError("empty PREPROCESS/POSTPROCESS argv")
+    return ["env", "-C", cwd, "--", *argv]
