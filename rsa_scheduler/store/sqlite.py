@@ -193,7 +193,9 @@ class Store:
             _prepare(p)
             target, uri = str(p), False
         try:
+            # One thread at a time (rsad: its loop thread), but not necessarily the opener.
             conn = sqlite3.connect(target, uri=uri, isolation_level=None,
+                                   check_same_thread=False,
                                    timeout=busy_timeout)
         except sqlite3.Error as e:
             raise _error(p, "opening the store", e) from e

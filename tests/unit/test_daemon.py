@@ -1,0 +1,220 @@
+"""rsad's service loop and API routes, with a scripted Slurm port and instant executors.
+
+These test the daemon's own logic (write-ahead commit, dispatch, restart, hooks,
+authorisation); the same code runs against the real lab in tests/integration.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rsa_scheduler.core.actions import ActionKind
+from rsa_scheduler.core.directives import DirectiveSpec
+from rsa_scheduler.core.policy import StagingPolicy
+from rsa_scheduler.core.scheduler import Scheduler
+from rsa_scheduler.daemon.api import ApiError, Caller, Routes
+from rsa_scheduler.daemon.executors import ActionContext, PermanentError, Registry
+from rsa_scheduler.daemon.service import Daemon
+from rsa_scheduler.slurm.parse import QueueRow
+from rsa_scheduler.store import Store
+from tests.unit.corekit import make_pool
+
+SPEC = DirectiveSpec(data_in="/pfs/in", data_out="/pfs/out")
+
+
+class ScriptedSlurm:
+    def __init__(self) -> None:
+        self.rows: list[QueueRow] = []
+        self.calls: list[tuple[str, str]] = []
+
+    def set(self, job: str, state: str, reason: str = "None",
+            spec: DirectiveSpec | None = SPEC) -> None:
+        self.rows = [r for r in self.rows if r.job_id != job] + [QueueRow(
+            job, state, reason, 10, 2, "alice",
+            spec.to_admin_comment() if spec else None)]
+
+    def queue(self) -> list[QueueRow]:
+        return list(self.rows)
+
+    def batch_script(self, job_id: str) -> str:
+        return "#!/bin/sh\n#RSA_DATA_IN /pfs/in\n"
+
+    def lock_in(self, job_id: str) -> str:
+        self.calls.append(("lock_in", job_id))
+        return "normal"
+
+    def unlock(self, job_id: str, token: str = "") -> None:
+        self.calls.append(("unlock", f"{job_id}:{token}"))
+
+    def set_comment(self, job_id: str, text: str) -> None:
+        self.calls.append(("comment", text))
+
+
+def instant_registry(seen: list[str], fail: set[ActionKind] | None = None) -> Registry:
+    reg = Registry()
+    for kind in ActionKind:
+        def run(ctx: ActionContext, kind: ActionKind = kind) -> Mapping[str, Any]:
+            seen.append(ctx.action.id)
+            if fail and kind in fail:
+                raise PermanentError(f"{kind.value} refused")
+            return {"mount": {"fs_id": "x"}} if kind is ActionKind.BUILD_FS else {}
+        reg.register(kind, run)
+    return reg
+
+
+def with_slurm(reg: Registry, slurm: ScriptedSlurm) -> Registry:
+    from rsa_scheduler.daemon.wiring import slurm_executors
+
+    slurm_executors(reg, slurm)
+    return reg
+
+
+def make_daemon(tmp_path: Path, slurm: ScriptedSlurm, seen: list[str],
+                fail: set[ActionKind] | None = None) -> Daemon:
+    store = Store.open(tmp_path / "rsa.db", durability="normal")
+    clock = iter(float(t) for t in range(1000, 10**6))
+    d = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm, store=store,
+               registry=with_slurm(instant_registry(seen, fail), slurm), workers=2, poll_interval=0,
+               clock=lambda: next(clock))
+    d.start()
+    return d
+
+
+def settle(d: Daemon) -> None:
+    """Let workers finish and the loop handle every outcome."""
+    for _ in range(100):
+        for run in list(d.running.values()):
+            run.future.result(timeout=10)
+        if d.drain(timeout=0.05) == 0 and not d.running:
+            return
+    raise AssertionError("daemon did not settle")
+
+
+def test_poll_commits_before_dispatch_and_runs_to_locked_in(tmp_path: Path) -> None:
+    slurm, seen = ScriptedSlurm(), []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    rec = d.sched.records["7"]
+    assert rec.rsa_state.value == "locked-in"
+    assert ("lock_in", "7") in slurm.calls
+    assert d.facts["7"]["lock_token"] == "normal" and d.facts["7"]["mount"] == {"fs_id": "x"}
+    row = d.store.job("7")
+    assert row is not None and row.rsa_state == "locked-in" and row.user == "alice"
+    outcomes = [e for e in d.store.events("7") if e.name == "action.outcome"]
+    assert [o.context["action"] for o in outcomes] == [*seen, "7/1/lock-in/4"]
+
+
+def test_untracked_jobs_never_reach_the_log(tmp_path: Path) -> None:
+    slurm, seen = ScriptedSlurm(), []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("8", "PENDING", "Resources", spec=None)
+    d.poll()
+    assert d.store.last_seq() == 0 and seen == []
+
+
+def test_restart_reissues_outstanding_actions_with_the_same_ids(tmp_path: Path) -> None:
+    slurm, seen = ScriptedSlurm(), []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()  # build-fs dispatched; we "crash" before handling its outcome
+    first = d.sched.records["7"].pending
+    assert first is not None
+    d.shutdown()
+    d.store.close()
+    seen2: list[str] = []
+    d2 = make_daemon(tmp_path, slurm, seen2)
+    assert d2.sched.records["7"].pending == first
+    settle(d2)
+    assert seen2[0] == first.id  # re-issued, same id: executors are idempotent on it
+    assert d2.sched.records["7"].rsa_state.value == "locked-in"
+
+
+def test_hook_event_moves_a_job_without_waiting_for_the_poll(tmp_path: Path) -> None:
+    slurm, seen = ScriptedSlurm(), []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "7"})
+    d.drain()
+    assert d.sched.records["7"].job_state.value == "running"
+    # a poll whose squeue ran before the hook must not drag the job back to pending
+    before = d.clock() - 10_000
+    d._hook_seen["7"] = d.clock()
+    assert d._observation(slurm.rows[0], before) is None
+
+
+def test_refused_stage_in_declines_and_tells_the_user(tmp_path: Path) -> None:
+    slurm, seen = ScriptedSlurm(), []
+    d = make_daemon(tmp_path, slurm, seen, fail={ActionKind.STAGE_IN})
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    rec = d.sched.records["7"]
+    # released, and still on-deck: the next allocation attempt sees it was declined
+    assert rec.declined and rec.rsa_state.value == "declined"
+    assert any(c == ("comment", "RSA: the user cannot read DATA_IN (or PREPROCESS failed): "
+                     "job uses the PFS: stage-in refused") for c in slurm.calls), slurm.calls
+
+
+def test_missing_executor_is_a_failure_not_a_success(tmp_path: Path) -> None:
+    slurm = ScriptedSlurm()
+    store = Store.open(tmp_path / "rsa.db", durability="normal")
+    d = Daemon(Scheduler(make_pool(), StagingPolicy(fs_build_attempts=1)), slurm=slurm,
+               store=store, registry=Registry(), workers=1, poll_interval=0)
+    d.start()
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    outcome = next(e for e in store.events("7") if e.name == "action.outcome")
+    assert outcome.context["result"] == "failed"
+    assert "no executor for build-fs" in outcome.context["message"]
+
+
+# ---- API authorisation -----------------------------------------------------------------
+
+@pytest.fixture
+def routes(tmp_path: Path):  # type: ignore[no-untyped-def]
+    slurm, seen = ScriptedSlurm(), []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    stop = threading.Event()
+    loop = threading.Thread(target=lambda: [d.drain(0.05) for _ in iter(stop.is_set, True)],
+                            daemon=True)
+    loop.start()
+    yield Routes(d)
+    stop.set()
+    loop.join(5)
+
+
+ALICE, BOB, ROOT = Caller(1001, "alice"), Caller(1002, "bob"), Caller(0, "root")
+
+
+def test_users_see_only_their_own_jobs(routes: Routes) -> None:
+    assert [j["job_id"] for j in routes.dispatch(ALICE, "GET", "/v1/jobs", None)["jobs"]] == ["7"]
+    assert routes.dispatch(BOB, "GET", "/v1/jobs", None)["jobs"] == []
+    with pytest.raises(ApiError, match="not tracked"):
+        routes.dispatch(BOB, "GET", "/v1/jobs/7", None)
+    assert routes.dispatch(ROOT, "GET", "/v1/jobs/7", None)["user"] == "alice"
+
+
+def test_another_users_commands_are_refused(routes: Routes) -> None:
+    with pytest.raises(ApiError, match="not tracked"):
+        routes.dispatch(BOB, "POST", "/v1/jobs/7/command", {"command": "cancel-staging"})
+    with pytest.raises(ApiError, match="not allowed for alice"):
+        routes.dispatch(ALICE, "POST", "/v1/jobs/7/command", {"command": "discard"})
+    with pytest.raises(ApiError, match="root or slurm"):
+        routes.dispatch(ALICE, "POST", "/v1/hooks/prolog_slurmctld", {"job_id": "7"})
+    with pytest.raises(ApiError, match="may drain"):
+        routes.dispatch(ALICE, "POST", "/v1/nodes/rsa1/state", {"state": "drained"})
+    out = routes.dispatch(ALICE, "POST", "/v1/jobs/7/command", {"command": "cancel-staging"})
+    assert out["rsa_state"] in ("tearing-down", "released", "declined")
