@@ -271,7 +271,11 @@ class Daemon:
             return {"job_id": job, "tracked": False}
         obs = Observation(job_id=job, user=rec.user, state=state, reason="None",
                           priority=rec.priority, compute_nodes=rec.compute_nodes)
-        self._commit(self.sched.observe([obs], self.clock(), complete=False))
+        now = self.clock()
+        dec = Decision(events=[Event(now, job, "job.hook", {
+            k: payload[k] for k in ("hook", "nodes", "exit_code") if k in payload})])
+        dec.add(self.sched.observe([obs], now, complete=False))
+        self._commit(dec)
         return {"job_id": job, "tracked": True, "rsa_state": rec.rsa_state.value}
 
     # ---- commit and dispatch ------------------------------------------------------------
