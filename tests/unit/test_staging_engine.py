@@ -1,0 +1,247 @@
+"""The staging engine end to end on this machine (LocalHost), as an unprivileged user.
+
+Needs root (to switch to the user ``nobody``); skipped otherwise. The helpers
+``make_tree`` and ``tree_state`` are shared with the lab tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rsa_scheduler.hosts import Cancelled, CancelToken, LocalHost
+from rsa_scheduler.runner import Identity
+from rsa_scheduler.staging import Progress, StagingEngine, StagingError
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a user")
+ODD = os.fsdecode(b"odd \n name \xff\xfe")
+
+
+def make_tree(root: Path, owner: Identity, *, files: int = 40) -> Path:
+    """A source tree with what users expect to survive: odd names, symlinks (also
+    dangling), hard links, empty and read-only directories, a FIFO, a sparse file,
+    setgid/odd modes and old mtimes. Owned by ``owner``."""
+    (root / "sub dir" / "empty").mkdir(parents=True)
+    (root / "ro").mkdir()
+    for i in range(files):
+        (root / "sub dir" / f"f{i:03d}").write_bytes(os.urandom(i * 37))
+    (root / ODD).write_bytes(b"odd")
+    (root / "big").write_bytes(os.urandom(3 << 20))
+    with open(root / "sparse", "wb") as f:
+        f.truncate(40 << 20)
+        f.seek(20 << 20)
+        f.write(b"middle")
+    (root / "ro" / "inside").write_text("x")
+    os.link(root / "big", root / "sub dir" / "big-link")
+    os.link(root / ODD, root / "ro" / "odd-link")
+    os.symlink("sub dir/f001", root / "link")
+    os.symlink("/nonexistent/target", root / "dangling")
+    os.symlink("ro", root / "dirlink")
+    os.mkfifo(root / "fifo")
+    (root / "mode").write_text("m")
+    for dirpath, dirnames, filenames in os.walk(root):
+        for n in (*dirnames, *filenames):
+            os.lchown(os.path.join(dirpath, n), owner.uid, owner.gid)
+    os.chown(root, owner.uid, owner.gid)
+    os.chmod(root / "mode", 0o2751)
+    os.utime(root / "sub dir" / "f002", (1_000_000_000, 1_000_000_000))
+    os.chmod(root / "ro", 0o555)
+    os.utime(root / "ro", (1_200_000_000, 1_200_000_000))
+    return root
+
+
+def tree_state(root: Path, *, content: bool = True) -> dict[bytes, tuple[object, ...]]:
+    """What must be identical after staging: type, size, mode, mtime (s), link target,
+    content hash, and which names share an inode."""
+    out: dict[bytes, tuple[object, ...]] = {}
+    inodes: dict[tuple[int, int], bytes] = {}
+    base = os.fsencode(root)
+    for dirpath, dirnames, filenames in os.walk(base):
+        for n in sorted(dirnames + filenames):
+            p = os.path.join(dirpath, n)
+            rel = os.path.relpath(p, base)
+            st = os.lstat(p)
+            kind = stat.S_IFMT(st.st_mode)
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = (kind, os.readlink(p))
+                continue
+            digest = b""
+            if stat.S_ISREG(st.st_mode) and content:
+                digest = hashlib.blake2b(Path(os.fsdecode(p)).read_bytes()).digest()
+            first = inodes.setdefault((st.st_dev, st.st_ino), rel) if st.st_nlink > 1 else rel
+            size = st.st_size if stat.S_ISREG(st.st_mode) else 0
+            out[rel] = (kind, size, stat.S_IMODE(st.st_mode), int(st.st_mtime), digest, first)
+    return out
+
+
+@pytest.fixture
+def user() -> Identity:
+    return Identity.of("nobody")
+
+
+@pytest.fixture
+def area(user: Identity) -> Iterator[Path]:
+    """A world-traversable scratch directory with src/ (tree), ram/ and out/ roots."""
+    base = Path(tempfile.mkdtemp(prefix="rsa-staging-"))
+    base.chmod(0o755)
+    try:
+        make_tree(base / "src", user)
+        (base / "outs").mkdir()
+        os.chown(base / "outs", user.uid, user.gid)
+        yield base
+    finally:
+        subprocess.run(["chmod", "-R", "u+rwx", str(base)], check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def make_engine(user: Identity, **kw: object) -> StagingEngine:
+    hosts = [LocalHost("rsa1"), LocalHost("rsa2")]
+    return StagingEngine(hosts, user, job_id="77", **kw)  # type: ignore[arg-type]
+
+
+def staged(area: Path, user: Identity, **kw: object) -> StagingEngine:
+    eng = make_engine(user, **kw)
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(area / "src"), str(area / "ram"))
+    return eng
+
+
+def test_stage_in_and_out_keep_everything(area: Path, user: Identity) -> None:
+    reports: list[Progress] = []
+    eng = make_engine(user, progress=reports.append, progress_interval=0.0)
+    eng.prepare_root(str(area / "ram"))
+    assert (area / "ram").stat().st_uid == user.uid
+    stats = eng.stage_in(str(area / "src"), str(area / "ram"))
+    assert tree_state(area / "ram") == tree_state(area / "src")
+    assert os.stat(area / "ram" / "sparse").st_blocks * 512 < 1 << 20  # holes kept
+    assert stats.files == 51 and stats.dirs == 3 and set(stats.per_node) <= {"rsa1", "rsa2"}
+    assert reports and reports[-1].files_done == reports[-1].files_total == 51
+    assert reports[-1].eta == 0
+    out = area / "outs" / "out"
+    eng.stage_out(str(area / "ram"), str(out))
+    assert tree_state(out) == tree_state(area / "src")
+    v = eng.verify(str(area / "ram"), str(out))
+    assert v.ok and v.checked == 54, v.summary()
+
+
+def test_stage_in_is_idempotent_and_resumes(area: Path, user: Identity) -> None:
+    eng = staged(area, user)
+    victim = area / "ram" / "sub dir" / "f030"
+    victim.chmod(0o600)
+    with open(victim, "r+b") as f:  # an interrupted copy: short, mtime = now
+        f.truncate(5)
+    (area / "ram" / "link").unlink()
+    again = eng.stage_in(str(area / "src"), str(area / "ram"))
+    assert again.files == 2 and again.already == 49
+    assert tree_state(area / "ram") == tree_state(area / "src")
+    full = eng.stage_in(str(area / "src"), str(area / "ram"), resume=False)
+    assert full.files == 51
+    assert tree_state(area / "ram") == tree_state(area / "src")
+
+
+def test_verify_catches_truncated_altered_missing(area: Path, user: Identity) -> None:
+    eng = staged(area, user)
+    out = area / "outs" / "out"
+    eng.stage_out(str(area / "ram"), str(out))
+    f1, f2 = out / "sub dir" / "f010", out / "sub dir" / "f011"
+    st = f2.stat()
+    with open(f1, "r+b") as f:
+        f.truncate(3)
+    data = bytearray(f2.read_bytes())
+    data[0] ^= 0xFF  # same size, same mtime: only the hash sees it
+    f2.write_bytes(bytes(data))
+    os.utime(f2, ns=(st.st_atime_ns, st.st_mtime_ns))
+    (out / ODD).unlink()
+    v = eng.verify(str(area / "ram"), str(out))
+    assert not v.ok
+    whats = {d.path: d.what for d in v.differences}
+    assert whats[b"sub dir/f010"].endswith("(truncated)")
+    assert whats[b"sub dir/f011"] == "content differs (hash)"
+    assert whats[os.fsencode(ODD)] == "missing"
+    assert "3 of 54 objects differ" in v.summary()
+    meta = make_engine(user, verify_level="metadata").verify(str(area / "ram"), str(out))
+    assert {d.path for d in meta.differences} == {b"sub dir/f010", os.fsencode(ODD)}
+
+
+def test_tar_stage_out_round_trips(area: Path, user: Identity) -> None:
+    eng = staged(area, user)
+    out = area / "outs" / "tar"
+    stats = eng.stage_out(str(area / "ram"), str(out), method="tar")
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["rsa-77-0.tar", "rsa-77-1.tar", "rsa-77.index"]
+    assert stats.archives[-1] == str(out / "rsa-77.index")
+    index = (out / "rsa-77.index").read_text().splitlines()
+    assert len(index) == 1 + 54 and "odd \\n name \\xff\\xfe" in "\n".join(index)
+    assert eng.verify(str(area / "ram"), str(out), method="tar").ok
+    back = area / "back"
+    back.mkdir()
+    for archive in sorted(out.glob("*.tar"), reverse=True):  # archive 0 (directories) last
+        subprocess.run(["tar", "-xpf", str(archive), "-C", str(back)], check=True)
+    os.chmod(back, 0o755)
+    assert tree_state(back) == tree_state(area / "src")
+    with open(out / "rsa-77-1.tar", "r+b") as f:  # a torn archive
+        f.truncate(f.seek(0, 2) // 2)
+    with pytest.raises(StagingError):
+        eng.verify(str(area / "ram"), str(out), method="tar")
+
+
+def test_user_cannot_stage_what_they_cannot_read(area: Path, user: Identity) -> None:
+    secret = area / "src" / "secret"
+    secret.write_text("root only")
+    secret.chmod(0o600)
+    eng = make_engine(user)
+    eng.prepare_root(str(area / "ram"))
+    with pytest.raises(StagingError) as err:
+        eng.stage_in(str(area / "src"), str(area / "ram"))
+    assert err.value.permanent and "cannot read 1 object(s)" in str(err.value)
+    assert "secret" in str(err.value)
+    assert list((area / "ram").iterdir()) == []  # refused before copying anything
+    with pytest.raises(StagingError) as missing:
+        eng.stage_in(str(area / "nope"), str(area / "ram"))
+    assert missing.value.permanent
+    with pytest.raises(StagingError) as denied:  # DATA_OUT where the user may not write
+        eng.stage_out(str(area / "ram"), str(area / "rootonly" / "out"))
+    assert denied.value.permanent and "permission denied" in str(denied.value)
+
+
+def test_scripts_get_the_environment_and_decide_success(area: Path, user: Identity) -> None:
+    eng = make_engine(user)
+    eng.prepare_root(str(area / "ram"))
+    res = eng.run_script(["sh", "-c", 'env | grep ^RSA_ | sort; pwd; id -u; echo oops >&2; '
+                          'exit 3'], "stage-out", ramdisk=str(area / "ram"),
+                         data_in="/in", data_out="/out")
+    assert res.returncode == 3 and not res.ok and "exited 3" in res.summary()
+    lines = res.stdout_tail.splitlines()
+    assert lines[:7] == ["RSA_DATA_IN=/in", "RSA_DATA_OUT=/out", "RSA_JOB_ID=77",
+                         "RSA_NODE=rsa1", "RSA_NODES=rsa[1-2]", "RSA_PHASE=stage-out",
+                         f"RSA_RAMDISK={area / 'ram'}"]
+    assert lines[7:] == [str(area / "ram"), str(user.uid)]
+    assert res.stderr_tail == "oops\n"
+    ok = eng.run_script(["true"], "stage-in", ramdisk=str(area / "ram"))
+    assert ok.ok
+    slow = make_engine(user, timeout=0.5).run_script(["sleep", "5"], "stage-in",
+                                                      ramdisk=str(area / "ram"))
+    assert slow.returncode is None and "timed out" in slow.summary()
+
+
+def test_cancelled_token_stops_before_any_copy(area: Path, user: Identity) -> None:
+    token = CancelToken()
+    eng = make_engine(user, cancel=token)
+    eng.prepare_root(str(area / "ram"))
+    token.cancel("demoted")
+    with pytest.raises(Cancelled):
+        eng.stage_in(str(area / "src"), str(area / "ram"))
+    assert list((area / "ram").iterdir()) == []
+
+
+def test_engine_refuses_root() -> None:
+    with pytest.raises(ValueError):
+        StagingEngine([LocalHost()], Identity("root", 0, 0))
