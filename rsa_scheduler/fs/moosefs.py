@@ -1,0 +1,496 @@
+"""On-demand MooseFS RAMDISKs over the allocated RSA nodes' pools.
+
+Owns :class:`MooseFsBackend` and the pure :class:`Layout` (every path, port and config
+file of one filesystem, derived from its ``fs_id``). One filesystem = one ``mfsmaster`` on
+the first node, one ``mfschunkserver`` per node with its chunks in that node's pool
+(tmpfs for ``ram``, disk for ``ssd``), and ``mfsmount`` at ``<mount_root>/<fs_id>`` on
+every node so staging runs on all of them in parallel. Goal 1, trash time 0 (no
+replication, no trash: a throw-away scratch filesystem, like BeeOND).
+
+Everything of a filesystem lives in ``<pool_dir>/rsa-mfs-<fs_id>/`` on each node (configs,
+master metadata, chunkserver state, chunks, ``spec.json`` written last on the master node
+as the "complete" mark), so several jobs' filesystems coexist and destroy frees the pool
+by removing one directory. Ports come from a deterministic block per ``fs_id`` (hash, then
+linear probing past ports already listening on the nodes).
+
+MooseFS refuses a loopback master ("localhost can't be used for connecting with master",
+any 127.0.0.0/8 address): the servers bind to each node's *data address* (``addresses``),
+which must be a non-loopback address routable from the other RSA nodes and from the
+compute nodes. See docs/filesystems.md for the lab's arrangement.
+
+Must not import the daemon or the store; it only talks to :class:`Host` objects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import ipaddress
+import json
+import logging
+import re
+import socket
+import tarfile
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from rsa_scheduler.fs.base import FilesystemBackend, FsError, FsRequest, Health, MountSpec
+from rsa_scheduler.fs.common import Deadline, on_nodes, sh_chain, validate_fs_id
+from rsa_scheduler.hosts import Cancelled, CancelToken, Host, HostError
+from rsa_scheduler.runner import CommandError
+
+log = logging.getLogger(__name__)
+
+PORT_BASE = 20000  # below Linux's ephemeral range (32768-60999)
+PORT_BLOCK = 64  # master uses base+0..2, chunkserver i uses base+3+i
+PORT_SLOTS = 156  # 20000..29983
+MAX_NODES = PORT_BLOCK - 3
+DIR_PREFIX = "rsa-mfs-"
+EMPTY_METADATA = "MFSM NEW"  # /var/lib/mfs/metadata.mfs.empty, 8 bytes
+CLIENT_OPTIONS = ("mfsioretries=5",)  # readers of a dead chunkserver fail in ~30 s, not 160
+
+
+def port_base(fs_id: str, attempt: int = 0, *, base: int = PORT_BASE,
+              slots: int = PORT_SLOTS) -> int:
+    """The first port of ``fs_id``'s block on its ``attempt``-th probe (deterministic)."""
+    h = int.from_bytes(hashlib.sha256(fs_id.encode()).digest()[:4], "big")
+    return base + ((h + attempt) % slots) * PORT_BLOCK
+
+
+def listening_ports(ss_output: str) -> set[int]:
+    """Ports in ``ss -Hltn`` output (any address: a wildcard listener blocks them too)."""
+    ports: set[int] = set()
+    for line in ss_output.splitlines():
+        fields = line.split()
+        if len(fields) >= 4:
+            _, _, port = fields[3].rpartition(":")
+            if port.isdigit():
+                ports.add(int(port))
+    return ports
+
+
+def chunkservers_listed(mfscli_output: str) -> set[tuple[str, int]]:
+    """(ip, port) of every chunk server ``mfscli -SCS`` lists (tab-separated rows)."""
+    found: set[tuple[str, int]] = set()
+    for line in mfscli_output.splitlines():
+        fields = line.split("\t")
+        if (len(fields) >= 3 and fields[0].strip() == "chunk servers:"
+                and fields[2].strip().isdigit()):
+            found.add((fields[1].strip(), int(fields[2])))
+    return found
+
+
+def _cfg(values: Mapping[str, object]) -> str:
+    return "".join(f"{k} = {v}\n" for k, v in values.items())
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where everything of one MooseFS RAMDISK lives (pure: no I/O)."""
+
+    fs_id: str
+    nodes: tuple[str, ...]
+    addresses: Mapping[str, str]
+    pool_dirs: Mapping[str, str]
+    mount_root: str
+    base: int = 0  # first port; 0 when only paths are needed (destroy)
+
+    @property
+    def master(self) -> str:
+        return self.nodes[0]
+
+    @property
+    def master_address(self) -> str:
+        return self.addresses[self.master]
+
+    @property
+    def client_port(self) -> int:
+        return self.base + 2
+
+    @property
+    def mountpoint(self) -> str:
+        return f"{self.mount_root.rstrip('/')}/{self.fs_id}"
+
+    def dir(self, node: str) -> str:
+        return f"{self.pool_dirs[node].rstrip('/')}/{DIR_PREFIX}{self.fs_id}"
+
+    def cs_port(self, node: str) -> int:
+        return self.base + 3 + self.nodes.index(node)
+
+    def ports(self, node: str) -> list[int]:
+        own = [self.cs_port(node)]
+        return [self.base, self.base + 1, self.base + 2, *own] if node == self.master else own
+
+    def master_cfg(self) -> str:
+        d, a = self.dir(self.master), self.master_address
+        return _cfg({
+            "WORKING_USER": "root", "WORKING_GROUP": "root",
+            "SYSLOG_IDENT": f"mfsmaster-{self.fs_id}",
+            "DATA_PATH": f"{d}/master", "EXPORTS_FILENAME": f"{d}/mfsexports.cfg",
+            "TOPOLOGY_FILENAME": f"{d}/mfstopology.cfg",
+            "MATOML_LISTEN_HOST": a, "MATOML_LISTEN_PORT": self.base,
+            "MATOCS_LISTEN_HOST": a, "MATOCS_LISTEN_PORT": self.base + 1,
+            "MATOCL_LISTEN_HOST": a, "MATOCL_LISTEN_PORT": self.base + 2,
+            # a scratch FS: act on chunks at once, never throttle deletions
+            "CHUNKS_LOOP_MIN_TIME": 1, "CHUNKS_SOFT_DEL_LIMIT": 100000,
+            "CHUNKS_HARD_DEL_LIMIT": 200000, "BACK_LOGS": 1, "BACK_META_KEEP_PREVIOUS": 0,
+        })
+
+    def cs_cfg(self, node: str) -> str:
+        d, a = self.dir(node), self.addresses[node]
+        return _cfg({
+            "WORKING_USER": "root", "WORKING_GROUP": "root",
+            "SYSLOG_IDENT": f"mfscs-{self.fs_id}",
+            "DATA_PATH": f"{d}/cs", "HDD_CONF_FILENAME": f"{d}/mfshdd.cfg",
+            "HDD_LEAVE_SPACE_DEFAULT": "64MiB",
+            "MASTER_HOST": self.master_address, "MASTER_PORT": self.base + 1,
+            "BIND_HOST": a, "CSSERV_LISTEN_HOST": a, "CSSERV_LISTEN_PORT": self.cs_port(node),
+        })
+
+    def files(self, node: str) -> dict[str, str]:
+        """Relative path (under the node's dir) → content; '' ending in '/' = a directory."""
+        d = self.dir(node)
+        out = {"cs/": "", "chunks/": "", "mfschunkserver.cfg": self.cs_cfg(node),
+               "mfshdd.cfg": f"{d}/chunks\n"}
+        if node == self.master:
+            out.update({"master/": "", "master/metadata.mfs": EMPTY_METADATA,
+                        "mfsmaster.cfg": self.master_cfg(), "mfstopology.cfg": "",
+                        # exports: any client address (the data network is the site's);
+                        # root stays root (staging switches to the user itself)
+                        "mfsexports.cfg": "* / rw,alldirs,admin,maproot=0:0\n"})
+        return out
+
+    def tarball(self, node: str) -> str:
+        """The node's files as a tar stream (ASCII only) for ``tar -x -C <pool_dir>``."""
+        top = f"{DIR_PREFIX}{self.fs_id}"
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            root = tarfile.TarInfo(top)
+            root.type, root.mode = tarfile.DIRTYPE, 0o700
+            tar.addfile(root)
+            for rel, content in sorted(self.files(node).items()):
+                info = tarfile.TarInfo(f"{top}/{rel.rstrip('/')}")
+                if rel.endswith("/"):
+                    info.type, info.mode = tarfile.DIRTYPE, 0o700
+                    tar.addfile(info)
+                else:
+                    data = content.encode("ascii")
+                    info.size, info.mode = len(data), 0o600
+                    tar.addfile(info, io.BytesIO(data))
+        return buf.getvalue().decode("ascii")
+
+    def mount_argv(self, mountpoint: str, options: Sequence[str]) -> list[str]:
+        return ["mfsmount", mountpoint, "-H", self.master_address, "-P",
+                str(self.client_port), *(["-o", ",".join(options)] if options else [])]
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        try:
+            ip = ipaddress.ip_address(socket.gethostbyname(address))
+        except OSError:
+            return False  # not resolvable here; the node may still resolve it
+    return ip.is_loopback
+
+
+class MooseFsBackend(FilesystemBackend):
+    """A real MooseFS per job cycle; what the lab and CI run."""
+
+    name: ClassVar[str] = "moosefs"
+
+    def __init__(self, hosts: Mapping[str, Host], *, create_timeout: float = 60.0,
+                 destroy_timeout: float = 60.0, retries: int = 2,
+                 addresses: Mapping[str, str] | None = None,
+                 client_options: Sequence[str] = CLIENT_OPTIONS,
+                 port_range: tuple[int, int] = (PORT_BASE, PORT_SLOTS)) -> None:
+        super().__init__(hosts, create_timeout=create_timeout,
+                         destroy_timeout=destroy_timeout, retries=retries)
+        self.addresses = dict(addresses or {})
+        self.client_options = tuple(client_options)
+        self.port_range = port_range
+
+    # ----------------------------------------------------------------- layout
+
+    def _address(self, node: str) -> str:
+        if node in self.addresses:
+            return self.addresses[node]
+        return str(getattr(self.hosts[node], "address", None) or node)
+
+    def layout(self, req: FsRequest, base: int = 0) -> Layout:
+        validate_fs_id(req.fs_id)
+        if not req.nodes:
+            raise FsError(f"{req.fs_id}: no RSA nodes given")
+        if len(req.nodes) > MAX_NODES:
+            raise FsError(f"{req.fs_id}: {len(req.nodes)} nodes; moosefs serves at most "
+                          f"{MAX_NODES} per filesystem")
+        missing = [n for n in req.nodes if n not in self.hosts or n not in req.pool_dirs]
+        if missing:
+            raise FsError(f"{req.fs_id}: no host or pool dir for {', '.join(missing)}")
+        return Layout(req.fs_id, tuple(req.nodes),
+                      {n: self._address(n) for n in req.nodes},
+                      {n: str(req.pool_dirs[n]) for n in req.nodes}, str(req.mount_root),
+                      base)
+
+    def _run(self, node: str, argv: Sequence[str], timeout: float, *, check: bool = True,
+             input: str | None = None, cancel: CancelToken | None = None) -> str:
+        try:
+            return self.hosts[node].run(argv, timeout=timeout, check=check, input=input,
+                                        cancel=cancel).stdout
+        except (CommandError, HostError) as e:
+            raise FsError(f"{node}: {e}") from e
+
+    # ----------------------------------------------------------------- create
+
+    def create(self, req: FsRequest, cancel: CancelToken | None = None) -> MountSpec:
+        lay = self.layout(req)
+        loop = [n for n in lay.nodes if _is_loopback(lay.addresses[n])]
+        if loop:
+            raise FsError(
+                f"{req.fs_id}: moosefs data address of {', '.join(loop)} is loopback "
+                f"({lay.addresses[loop[0]]}); MooseFS chunkservers refuse a loopback "
+                "master: give each RSA node a routable data address (docs/filesystems.md)")
+        existing = self._find(lay)
+        if existing is True:
+            spec = self._read_spec(lay)
+            if spec is not None and self.health(spec).ok:
+                log.info("%s: moosefs already up on %s, reusing it", req.fs_id,
+                         ",".join(lay.nodes))
+                return spec
+        if existing:
+            log.info("%s: removing a half-built or unhealthy moosefs first", req.fs_id)
+            self.destroy(req)
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            if cancel is not None:
+                cancel.check()
+            try:
+                return self._build(req, attempt, cancel)
+            except Cancelled:
+                raise
+            except FsError as e:
+                last = e
+                log.warning("%s: moosefs create attempt %d/%d failed: %s", req.fs_id,
+                            attempt + 1, self.retries + 1, e)
+        raise FsError(f"{req.fs_id}: moosefs create failed after {self.retries + 1} "
+                      f"attempts: {last}") from last
+
+    def _find(self, lay: Layout) -> bool | None:
+        """True: complete (spec.json on master); None: nothing; False: leftovers."""
+        def probe(node: str) -> str:
+            r = self.hosts[node].run(["ls", "-A", lay.dir(node)], timeout=30, check=False)
+            if r.returncode != 0:
+                return "none"
+            return "spec" if "spec.json" in r.stdout.split() else "partial"
+
+        try:
+            seen = on_nodes(lay.nodes, probe, f"{lay.fs_id}: look for an existing moosefs")
+        except FsError:
+            return False
+        if all(s == "none" for s in seen.values()):
+            return None
+        return seen[lay.master] == "spec" and "none" not in seen.values()
+
+    def _read_spec(self, lay: Layout) -> MountSpec | None:
+        r = self.hosts[lay.master].run(["cat", f"{lay.dir(lay.master)}/spec.json"],
+                                       timeout=30, check=False)
+        if r.returncode != 0:
+            return None
+        try:
+            return MountSpec.from_json(json.loads(r.stdout))
+        except (ValueError, KeyError) as e:
+            log.warning("%s: unreadable spec.json: %s", lay.fs_id, e)
+            return None
+
+    def _choose_base(self, lay: Layout, attempt: int, dl: Deadline) -> int:
+        busy_by_node = on_nodes(
+            lay.nodes, lambda n: listening_ports(self._run(n, ["ss", "-Hltn"], dl.left())),
+            f"{lay.fs_id}: list listening ports")
+        busy = set().union(*busy_by_node.values())
+        first, slots = self.port_range
+        for probe in range(slots):
+            base = port_base(lay.fs_id, attempt + probe, base=first, slots=slots)
+            block = range(base, base + 3 + len(lay.nodes))
+            if not busy.intersection(block):
+                return base
+        raise FsError(f"{lay.fs_id}: no free port block in {first}..{first + slots * 64}")
+
+    def _build(self, req: FsRequest, attempt: int, cancel: CancelToken | None) -> MountSpec:
+        dl = Deadline(self.create_timeout, f"{req.fs_id}: moosefs create")
+        t0 = time.monotonic()
+        lay = self.layout(req, 0)
+        lay = self.layout(req, self._choose_base(lay, attempt, dl))
+        with ExitStack() as undo:  # LIFO cleanup of whatever was built, on any exception
+            undo.callback(self._remove_dirs, lay, dl)
+
+            def unpack(node: str) -> None:
+                steps: list[list[str]] = [["mkdir", "-p", lay.mountpoint, lay.pool_dirs[node]],
+                                          ["tar", "-x", "-C", lay.pool_dirs[node], "-f", "-"]]
+                if node == lay.master:
+                    steps.append(["mfsmaster", "-c", f"{lay.dir(node)}/mfsmaster.cfg",
+                                  "start"])
+                self._run(node, sh_chain(*steps), dl.left(), input=lay.tarball(node),
+                          cancel=cancel)
+
+            undo.callback(self._stop_master, lay, dl)
+            on_nodes(lay.nodes, unpack, f"{req.fs_id}: write configs, start mfsmaster")
+            undo.callback(self._stop_chunkservers, lay, dl)
+            on_nodes(lay.nodes, lambda n: self._run(
+                n, ["mfschunkserver", "-c", f"{lay.dir(n)}/mfschunkserver.cfg", "start"],
+                dl.left(), cancel=cancel), f"{req.fs_id}: start mfschunkserver")
+            self._wait_chunkservers(lay, dl, cancel)
+            undo.callback(self._umount_all, lay, dl)
+            on_nodes(lay.nodes, lambda n: self._run(
+                n, lay.mount_argv(lay.mountpoint, self.client_options), dl.left(),
+                cancel=cancel), f"{req.fs_id}: mfsmount")
+            spec = MountSpec(backend=self.name, fs_id=req.fs_id, nodes=lay.nodes,
+                             rsa_mountpoint=lay.mountpoint,
+                             client={"master_host": lay.master_address,
+                                     "master_port": lay.client_port,
+                                     "options": list(self.client_options),
+                                     "port_base": lay.base})
+            self._run(lay.master, sh_chain(
+                ["mfssetgoal", "-r", "1", lay.mountpoint],
+                ["mfssettrashtime", "-r", "0", lay.mountpoint],
+                ["dd", f"of={lay.dir(lay.master)}/spec.json", "status=none"]),
+                dl.left(), input=json.dumps(spec.to_json()), cancel=cancel)
+            undo.pop_all()
+        log.info("%s: moosefs up on %s (master %s:%d) in %.2fs", req.fs_id,
+                 ",".join(lay.nodes), lay.master_address, lay.client_port,
+                 time.monotonic() - t0)
+        return spec
+
+    def _wait_chunkservers(self, lay: Layout, dl: Deadline,
+                           cancel: CancelToken | None) -> None:
+        want = {(lay.addresses[n], lay.cs_port(n)) for n in lay.nodes}
+        argv = ["mfscli", "-H", lay.master_address, "-P", str(lay.client_port), "-SCS"]
+        seen: set[tuple[str, int]] = set()
+        while not dl.expired():
+            if cancel is not None:
+                cancel.check()
+            out = self._run(lay.master, argv, min(10.0, dl.left()), check=False)
+            seen = chunkservers_listed(out) & want
+            if seen == want:
+                return
+            time.sleep(0.1)
+        raise FsError(f"{lay.fs_id}: only {len(seen)}/{len(want)} chunkservers registered "
+                      f"with the master within {dl.seconds:g}s")
+
+    # ----------------------------------------------------------------- destroy
+
+    def destroy(self, req: FsRequest) -> None:
+        lay = self.layout(req)
+        dl = Deadline(self.destroy_timeout, f"{req.fs_id}: moosefs destroy")
+        errors: list[str] = []
+        for step in (self._umount_all, self._stop_chunkservers, self._stop_master,
+                     self._remove_dirs):
+            try:
+                step(lay, dl)
+            except FsError as e:  # keep going: a later step may still free the pool
+                errors.append(str(e))
+        if errors:
+            raise FsError(f"{req.fs_id}: moosefs destroy incomplete: {'; '.join(errors)}")
+        log.info("%s: moosefs destroyed on %s", req.fs_id, ",".join(lay.nodes))
+
+    def _umount_all(self, lay: Layout, dl: Deadline) -> None:
+        on_nodes(lay.nodes, lambda n: self._umount(n, lay.mountpoint, dl),
+                 f"{lay.fs_id}: unmount")
+
+    def _umount(self, node: str, mnt: str, dl: Deadline) -> None:
+        """umount; if busy or hung: lazy umount and abort the FUSE connection (fusectl).
+        Then wait for this node's mfsmount of ``mnt`` to exit (SIGKILL if it lingers)."""
+        host = self.hosts[node]
+        found = host.run(["findmnt", "-n", "-o", "MAJ:MIN", "--mountpoint", mnt],
+                         timeout=min(10.0, dl.left()), check=False)
+        if found.returncode == 0 and found.stdout.strip():
+            minor = found.stdout.strip().split(":")[-1]
+            try:
+                host.run(["umount", mnt], timeout=min(10.0, dl.left()))
+            except (CommandError, HostError) as e:
+                log.warning("%s: umount %s failed (%s); lazy umount + fusectl abort",
+                            node, mnt, e)
+                self._run(node, ["umount", "-l", mnt], min(10.0, dl.left()), check=False)
+                self._run(node, sh_chain(
+                    ["sh", "-c", "mountpoint -q /sys/fs/fuse/connections || "
+                     "mount -t fusectl fusectl /sys/fs/fuse/connections"],
+                    ["sh", "-c", 'test ! -e "$0" || echo 1 > "$0"',
+                     f"/sys/fs/fuse/connections/{minor}/abort"]),
+                    min(10.0, dl.left()), check=False)
+        # mfsmount renames itself "mfsmount (mounted on: MNT)"; match it in this node's
+        # mount namespace only (nodes of one host share the PID namespace).
+        pattern = re.escape(f"mfsmount (mounted on: {mnt})")
+        pgrep = ["sh", "-c", 'exec pgrep --ns $$ --nslist mnt -f -x "$0"', pattern]
+        end = time.monotonic() + min(8.0, dl.left())
+        while True:
+            pids = self._run(node, pgrep, min(10.0, dl.left()), check=False).split()
+            if not pids:
+                break
+            if time.monotonic() >= end:
+                self._run(node, ["kill", "-KILL", *pids], 10, check=False)
+                break
+            time.sleep(0.2)
+        # rmdir, never rm -r: if the unmount failed it must not reach into the RAMDISK
+        self._run(node, ["rmdir", "--ignore-fail-on-non-empty", mnt], min(10.0, dl.left()),
+                  check=False)
+
+    def _stop_chunkservers(self, lay: Layout, dl: Deadline) -> None:
+        on_nodes(lay.nodes, lambda n: self._kill_daemon(
+            n, "mfschunkserver", f"{lay.dir(n)}/mfschunkserver.cfg", dl),
+            f"{lay.fs_id}: stop mfschunkserver")
+
+    def _stop_master(self, lay: Layout, dl: Deadline) -> None:
+        self._kill_daemon(lay.master, "mfsmaster", f"{lay.dir(lay.master)}/mfsmaster.cfg", dl)
+
+    def _kill_daemon(self, node: str, daemon: str, cfg: str, dl: Deadline) -> None:
+        """SIGKILL through the daemon's own lock file (a scratch FS needs no clean stop);
+        it waits until the lock is released. Absent config = never started."""
+        self._run(node, ["sh", "-c", 'test ! -e "$1" || "$0" -c "$1" kill || '
+                         '! "$0" -c "$1" test', daemon, cfg], min(30.0, dl.left()))
+
+    def _remove_dirs(self, lay: Layout, dl: Deadline) -> None:
+        on_nodes(lay.nodes, lambda n: self._run(
+            n, ["rm", "-rf", "--one-file-system", lay.dir(n)], min(60.0, dl.left())),
+            f"{lay.fs_id}: free the pool")
+
+    # ----------------------------------------------------------------- use
+
+    def health(self, spec: MountSpec) -> Health:
+        nodes = tuple(spec.nodes)
+        host, port = str(spec.client["master_host"]), int(spec.client["master_port"])
+
+        def check(node: str) -> str:
+            out = self._run(node, ["findmnt", "-n", "-o", "FSTYPE,SOURCE", "--mountpoint",
+                                   spec.rsa_mountpoint], 10, check=False).split()
+            if not out or not out[0].startswith("fuse"):
+                return "not mounted"
+            # stat -f asks the FUSE server: a dead master makes it hang, hence the timeout
+            r = self.hosts[node].run(["stat", "-f", "-c", "%b", spec.rsa_mountpoint],
+                                     timeout=10, check=False)
+            return "" if r.returncode == 0 else f"statfs failed: {r.stderr.strip()[:80]}"
+
+        try:
+            problems = {n: p for n, p in on_nodes(nodes, check, "health").items() if p}
+            out = self._run(nodes[0], ["mfscli", "-H", host, "-P", str(port), "-SCS"], 10,
+                            check=False)
+        except FsError as e:
+            return Health(False, str(e))
+        listed = len(chunkservers_listed(out))
+        if listed < len(nodes):
+            problems["master"] = f"{listed}/{len(nodes)} chunkservers registered"
+        if problems:
+            return Health(False, "; ".join(f"{n}: {p}" for n, p in problems.items()))
+        return Health(True, f"{len(nodes)} chunkservers, mounted on every node")
+
+    def client_mount_argv(self, spec: MountSpec, mountpoint: str) -> list[str]:
+        c: Mapping[str, Any] = spec.client
+        opts = list(c.get("options") or [])
+        return ["mfsmount", mountpoint, "-H", str(c["master_host"]), "-P",
+                str(c["master_port"]), *(["-o", ",".join(opts)] if opts else [])]
+
+    def client_umount_argv(self, spec: MountSpec, mountpoint: str) -> list[str]:
+        # lazy: a job's leftover open files must not make the Epilog fail
+        return ["umount", "-l", mountpoint]
