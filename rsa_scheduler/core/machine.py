@@ -77,6 +77,7 @@ class JobRecord:
     message: str = ""  # the last thing the user was told
     since: float = 0.0  # time of the last rsa-state change
     wait_over: bool = False  # early-start=wait deadline passed
+    not_before: float = 0.0  # no new allocation before this time (after a failed build)
     serial: int = 0  # actions issued so far: makes every action id unique and stable
 
     # ---- derived --------------------------------------------------------------------
@@ -108,6 +109,7 @@ class JobRecord:
             "since": self.since,
             "serial": self.serial,
             "wait_over": self.wait_over,
+            "not_before": self.not_before,
         }
 
     @classmethod
@@ -240,7 +242,7 @@ def fire(rec: JobRecord, trigger: Trigger, now: float, policy: StagingPolicy,
 
     for eff in effects:
         if eff is Effect.TRY_ALLOCATE:
-            follow, why = _try_allocate(rec, pool, policy)
+            follow, why = _try_allocate(rec, pool, policy, now)
             detail = detail or why
         elif eff is Effect.RELEASE_NODES:
             pool.release(rec.job_id)
@@ -258,6 +260,9 @@ def fire(rec: JobRecord, trigger: Trigger, now: float, policy: StagingPolicy,
             rec.timers.setdefault(Trigger.WAIT_EXPIRED.value, now + policy.wait_timeout)
         elif eff is Effect.ARM_RETRY:
             follow = _arm_retry(rec, now, policy)
+            if src is RsaState.FS_BUILDING and follow is None:
+                rec.not_before = now + policy.retry_delay(
+                    rec.failures.get(ActionKind.BUILD_FS.value, 1))
         elif eff is Effect.RESET_ATTEMPTS:
             rec.failures = {k: v for k, v in rec.failures.items()
                             if k == ActionKind.BUILD_FS.value}
@@ -362,8 +367,10 @@ def _reset_trigger(rec: JobRecord, policy: StagingPolicy) -> ResetTrigger:
     return policy.reset_trigger
 
 
-def _try_allocate(rec: JobRecord, pool: PoolPort, policy: StagingPolicy
+def _try_allocate(rec: JobRecord, pool: PoolPort, policy: StagingPolicy, now: float
                   ) -> tuple[Trigger, str]:
+    if now < rec.not_before:
+        return Trigger.NODES_BUSY, ""  # backing off after a failed RAMDISK build
     if rec.declined:
         return Trigger.GIVE_UP, "the RSA was declined for this job earlier"
     if rec.failures.get(ActionKind.BUILD_FS.value, 0) >= policy.fs_build_attempts:

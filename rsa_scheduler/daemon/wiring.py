@@ -16,6 +16,7 @@ from rsa_scheduler.core.actions import ActionKind
 from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.daemon.executors import ActionContext, Registry
 from rsa_scheduler.daemon.service import Daemon
+from rsa_scheduler.hosts import Host
 from rsa_scheduler.slurm.cli import CliSlurm
 from rsa_scheduler.slurm.port import SlurmPort
 from rsa_scheduler.store import Store
@@ -50,18 +51,27 @@ def slurm_executors(registry: Registry, slurm: SlurmPort) -> None:
     registry.register(ActionKind.UNLOCK, unlock)
 
 
-def make_registry(cfg: Config, slurm: SlurmPort) -> Registry:
+def make_registry(cfg: Config, slurm: SlurmPort, hosts: Mapping[str, Host] | None = None
+                  ) -> Registry:
     registry = Registry()
     slurm_executors(registry, slurm)
+    if hosts is not None:
+        from rsa_scheduler.daemon.data import DataPath
+
+        DataPath(cfg, hosts).register(registry)
     return registry
 
 
 def make_daemon(cfg: Config, *, slurm: SlurmPort | None = None,
                 registry: Registry | None = None) -> Daemon:
     slurm = slurm or make_slurm(cfg)
+    if registry is None:
+        from rsa_scheduler.remote import HostPool
+
+        registry = make_registry(cfg, slurm, HostPool.from_config(cfg))
     store = Store.open(cfg.daemon.db_path)
     sched = Scheduler(cfg.make_pool(), cfg.staging_policy())
     return Daemon(sched, slurm=slurm, store=store,
-                  registry=registry or make_registry(cfg, slurm),
+                  registry=registry,
                   workers=cfg.daemon.workers, poll_interval=cfg.daemon.poll_interval,
                   script_source=cfg.slurm.script_source.value)

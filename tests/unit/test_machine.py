@@ -330,6 +330,8 @@ def test_fs_build_failure_retries_on_a_later_cycle_then_gives_up() -> None:
     assert d.state("10") == "tearing-down"
     d.answer("10")
     d.tick(d.now + 1)
+    assert d.state("10") == "released"  # backing off before the next attempt
+    d.tick(d.now + 30)
     assert d.state("10") == "fs-building" and d.sched.records["10"].cycle == 2
     d.answer("10", Result.FAILED, "mfsmaster did not start")
     d.answer("10")  # released; still on-deck, but out of build attempts
