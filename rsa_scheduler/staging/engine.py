@@ -209,7 +209,7 @@ class StagingEngine:
         per_node: dict[str, int] = {}
 
         def copy(host: Host, b: Bucket) -> None:
-            argv = (scripts.cp_argv(src, dst) if b.tool == "cp"
+            argv = (scripts.big_argv(src, dst) if b.tool == "dd"
                     else scripts.tar_pipe_argv(src, dst, sparse=b.bytes >= self.big_bytes))
             self._user(host, argv, f"{phase}: copying bucket {b.index} ({b.files} files)",
                        input=scripts.encode_list(b.paths))

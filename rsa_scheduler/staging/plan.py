@@ -6,8 +6,8 @@ run still has to copy) and :func:`assign` (static longest-processing-time assign
 used for archives and reports). The rules, from the measured tool speeds
 (``docs/staging.md``):
 
-* a regular file of at least ``big_bytes`` is a bucket alone, copied with ``cp``
-  (copy_file_range / large reads, sparse-aware);
+* a regular file of at least ``big_bytes`` is a bucket alone, copied with ``dd`` in
+  16 MiB blocks (sparse-aware), then its mode and mtime with ``cp --attributes-only``;
 * everything else (small files, symlinks, FIFOs) is grouped, in path order so that a
   directory's files stay together, into buckets copied with a ``tar c | tar x`` pipe,
   each bounded by bytes and by file count so every RSA node gets several;
@@ -40,7 +40,7 @@ class Bucket:
     """Names copied together by one command on one RSA node."""
 
     index: int
-    tool: str  # "tar" | "cp"
+    tool: str  # "tar" | "dd"
     paths: tuple[bytes, ...]
     files: int
     bytes: int
@@ -106,7 +106,7 @@ def make_plan(entries: Sequence[Entry], slots: int, *, big_bytes: int = BIG_BYTE
     want = slots * BUCKETS_PER_SLOT
     target_bytes = min(max(small_bytes // want, 8 << 20), 1 << 30)
     target_files = min(max(math.ceil(len(small) / want), 64), max_files)
-    raw: list[tuple[str, list[_Unit]]] = [("tar" if u.linked else "cp", [u]) for u in big]
+    raw: list[tuple[str, list[_Unit]]] = [("tar" if u.linked else "dd", [u]) for u in big]
     cur: list[_Unit] = []
     cur_files = cur_bytes = 0
     for u in small:

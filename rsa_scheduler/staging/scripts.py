@@ -35,11 +35,14 @@ TAR_PIPE = PRELUDE + (
     'base64 -d | tar -C "$1" --null --verbatim-files-from --no-recursion -T - $3 -cf - '
     '| tar -C "$2" -xpf -')
 
-# Copy a list of big regular files with cp (copy_file_range / large reads), mode and
-# mtime kept, holes kept. Overwrites in place: a re-run after a crash is safe.
-CP = PRELUDE + (
-    'cd -- "$1" || exit 66; base64 -d | xargs -0 -r '
-    'cp --preserve=mode,timestamps --sparse=auto --parents -t "$2" --')
+# Copy a list of big regular files, one at a time: dd with 16 MiB blocks (measured into
+# a 4-node MooseFS RAMDISK: dd bs=16M 305 MB/s, cp 112, rsync -W --inplace 128, after
+# warming the RAM), all-zero blocks seeked over (holes kept), then cp --attributes-only
+# for mode and mtime. dd truncates first: a re-run after a crash is safe.
+BIG = PRELUDE + (
+    'cd -- "$1" || exit 66; base64 -d | xargs -0 -r -n 1 sh -c \''
+    'dd if="$1" of="$0/$1" bs=16M conv=sparse status=none && '
+    'cp --attributes-only --preserve=mode,timestamps -- "$1" "$0/$1"\' "$2"')
 
 # Create the directory skeleton (0700 + u+rwx while staging: a directory that was
 # finalised read-only by an earlier, interrupted run must accept writes again).
@@ -97,8 +100,8 @@ def tar_pipe_argv(src: str, dst: str, *, sparse: bool = False) -> list[str]:
     return bash(TAR_PIPE, src, dst, "-S" if sparse else "")
 
 
-def cp_argv(src: str, dst: str) -> list[str]:
-    return bash(CP, src, dst)
+def big_argv(src: str, dst: str) -> list[str]:
+    return bash(BIG, src, dst)
 
 
 def mkdirs_argv(root: str) -> list[str]:

@@ -33,7 +33,7 @@ def test_big_files_alone_small_files_grouped_in_path_order() -> None:
     entries = [make_file(b"big%d" % i, 2 * BIG_BYTES) for i in range(3)]
     entries += [make_file(b"d/%05d" % i) for i in range(10_000)]
     plan = make_plan(entries, slots=8)
-    big = [b for b in plan.buckets if b.tool == "cp"]
+    big = [b for b in plan.buckets if b.tool == "dd"]
     assert [len(b.paths) for b in big] == [1, 1, 1]
     small = [b for b in plan.buckets if b.tool == "tar"]
     assert len(small) >= 8 * 4 - 1  # several buckets per stream
