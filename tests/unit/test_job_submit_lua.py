@@ -1,0 +1,297 @@
+"""slurm_plugins/job_submit.lua outside Slurm: every shared directive vector, a differential
+run against the Python grammar, and the lock-in rules of slurm_job_modify.
+
+The plugin runs in a real Lua interpreter with a stubbed ``slurm`` table
+(tests/lua/run_vector.lua). Slurm 22.05's job_submit_lua.so links liblua5.1, so Lua 5.1 is
+the target (Debian package ``lua5.1``); every other ``lua5.x`` found runs the same tests.
+Without any interpreter the tests skip, except under CI=true where that is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from rsa_scheduler.core.directives import DirectiveErrors, DirectiveSpec, parse_directives_bytes
+from tests.conftest import DATA
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGIN = ROOT / "slurm_plugins" / "job_submit.lua"
+DRIVER = ROOT / "tests" / "lua" / "run_vector.lua"
+VECTORS = DATA / "directives"
+NAMES = sorted(p.stem for p in VECTORS.glob("*.sh"))
+
+TARGET = "lua5.1"  # what Debian's job_submit_lua.so links (ldd); the one that matters
+INTERPRETERS = [n for n in (TARGET, "lua5.2", "lua5.3", "lua5.4") if shutil.which(n)]
+NO_VAL = 4294967294
+NICE_OFFSET = 2**31
+ACCESS_DENIED = 2002  # ESLURM_ACCESS_DENIED in 22.05's slurm_errno.h
+
+
+def _no_lua() -> None:
+    reason = f"no Lua interpreter ({TARGET} is Slurm 22.05's): apt-get install {TARGET}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(params=INTERPRETERS or [None])
+def lua(request: pytest.FixtureRequest) -> str:
+    if request.param is None:
+        _no_lua()
+    return str(request.param)
+
+
+def test_slurm_target_interpreter_present() -> None:
+    """The interpreter Slurm links must be among those tested (CI installs it)."""
+    if TARGET not in INTERPRETERS:
+        _no_lua()
+
+
+@dataclass
+class Result:
+    rc: int
+    sets: dict[str, str] = field(default_factory=dict)
+    msgs: list[str] = field(default_factory=list)
+    logs: list[str] = field(default_factory=list)
+
+
+def _parse(lines: list[str]) -> Result:
+    res = Result(rc=int(lines[0].removeprefix("RC ")))
+    for line in lines[1:]:
+        kind, _, rest = line.partition(" ")
+        if kind == "SET":
+            key, _, value = rest.partition(" ")
+            res.sets[key] = value
+        elif kind == "MSG":
+            res.msgs.append(rest)
+        elif kind == "LOG":
+            res.logs.append(rest)
+        else:
+            raise AssertionError(f"unexpected driver output {line!r}")
+    return res
+
+
+def run_many(lua: str, scripts: list[Path]) -> dict[str, Result]:
+    """Submit every script through slurm_job_submit in one interpreter."""
+    done = subprocess.run([lua, str(DRIVER), str(PLUGIN), "many", *map(str, scripts)],
+                          capture_output=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    out: dict[str, Result] = {}
+    chunks = done.stdout.decode("utf-8").split("FILE ")[1:]
+    for chunk in chunks:
+        path, *lines = chunk.rstrip("\n").split("\n")
+        out[path] = _parse(lines)
+    assert len(out) == len(scripts)
+    return out
+
+
+def run_modify(lua: str, uid: int, **fields: object) -> Result:
+    args = [f"{k.replace('__', '.', 1)}={v}" for k, v in fields.items()]
+    done = subprocess.run([lua, str(DRIVER), str(PLUGIN), "modify", str(uid), *args],
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    return _parse(done.stdout.rstrip("\n").split("\n"))
+
+
+# --- the shared vectors -----------------------------------------------------------------
+
+
+def test_every_vector(lua: str) -> None:
+    results = run_many(lua, [VECTORS / f"{n}.sh" for n in NAMES])
+    failures = []
+    for name in NAMES:
+        got = results[str(VECTORS / f"{name}.sh")]
+        js, err = VECTORS / f"{name}.json", VECTORS / f"{name}.err"
+        if js.exists():
+            spec = DirectiveSpec.from_json(json.loads(js.read_text(encoding="utf-8")))
+            want_sets = {} if spec.is_empty else {"admin_comment": spec.to_admin_comment()}
+            if (got.rc, got.sets, got.msgs) != (0, want_sets, []):
+                failures.append(f"{name}: want rc 0 {want_sets}, got {got}")
+        else:
+            want = err.read_text(encoding="utf-8").splitlines()
+            if (got.rc, got.sets, got.msgs) != (-1, {}, want):
+                failures.append(f"{name}: want rc -1 {want}, got {got}")
+    assert not failures, "\n".join(failures)
+    assert len(NAMES) >= 70  # the vectors are all there
+
+
+def test_messages_are_not_format_strings(lua: str, tmp_path: Path) -> None:
+    script = tmp_path / "pct.sh"
+    script.write_bytes(b"#!/bin/sh\n#RSA_TIER=%s%d%%\n")
+    got = run_many(lua, [script])[str(script)]
+    assert got.msgs == ["2: RSA_TIER must be one of ram, ssd, got '%s%d%%'"]
+
+
+def test_non_batch_jobs_untouched(lua: str, tmp_path: Path) -> None:
+    script = tmp_path / "empty.sh"
+    script.write_bytes(b"")  # salloc/srun: job_desc.script is nil or empty
+    assert run_many(lua, [script])[str(script)] == Result(rc=0)
+
+
+# --- differential: random scripts through Python and Lua ----------------------------------
+
+PIECES_NAME = ["DATA_IN", "DATA_OUT", "PREPROCESS", "POSTPROCESS", "NODES", "TIER", "CAPACITY",
+               "STAGE_OUT", "EARLY_START", "INPUT", "RESET", "data_in", "NODE", "TEIR", "RSET",
+               "INPT", "DATA_IN/x", "NODES\u00e9", "\u00dfTAGE_OUT", "DATA_\u0131N", "", "X",
+               "STAGE\u2126OUT", "EARLY_ST\ufb06RT", "DATA\xff_IN", "CAPACITY\x01",
+               "EARLY_STARTT" * 2, "data_out" * 3, "\u0390TIER", "PRE\u1f52CESS", "T\u0130ER"]
+PIECES_SEP = ["=", " ", " = ", "\t=\t", "", "==", "\v", " =  "]
+PIECES_VALUE = [
+    "/gpfs/in", "//gpfs//in//", "/gpfs/./in", "/", "gpfs/in", '"/a b/c"', "'/a b'", "/a\\ b",
+    "/a b", "'unclosed", '"/x\\', "\\", "''", '""', "/caf\u00e9", "/x\x01y", "/x\u0085y",
+    "/bad\xff\xfe", "/bin/prog arg1 'two words' \"q\\\"x\" a,b%c", "prog --x", "/p a\xff",
+    "2", "0", "007", "2147483648", "two", "1 2", "512G", "3.5T", "1.5TiB", "3.5tb", "1", "0K",
+    "9007199254740993K", "1e3G", "8P", "0.0000001K", "ram", "RAM", "ssd", "rma", "sd",
+    "r\u0130m", "rsync", "TAR", "tra", "fallbac\u212a", "fallback", "wait", "union", "unoin",
+    "Ro", "rw", "r", "input-done", "INPUT-DONE", "10m", "30s", "1.5s", "1000ms", "1500ms",
+    "2h", "1d", "366d", "0", "5", "1:30", "1:2:3", "1-2", "1-2:3:4", "1:2:3:4", "10x",
+    "1.5", "#hash", "a # b", "\u00e9t\u00e9", "x" * 300, "/" + "a" * 256, "/" + "a/" * 2100,
+]
+PIECES_OTHER = ["#!/bin/bash", "", "# comment", "  #RSA_NODES=2", "#SBATCH -N 1", "\t", "\r",
+                "echo hi", "# RSA_DATA_IN=/x", "\ufeff#x", "#RSA_NODES=2\r"]
+
+
+def _random_script(rng: random.Random) -> bytes:
+    lines = []
+    if rng.random() < 0.7:
+        lines.append("#!/bin/sh")
+    for _ in range(rng.randint(0, 7)):
+        if rng.random() < 0.75:
+            value = " ".join(rng.choice(PIECES_VALUE) for _ in range(rng.choice((1, 1, 1, 2))))
+            lines.append("#RSA_" + rng.choice(PIECES_NAME) + rng.choice(PIECES_SEP) + value)
+        else:
+            lines.append(rng.choice(PIECES_OTHER))
+    text = "\n".join(lines) + rng.choice(["\n", "", "\necho done\n#RSA_NODES=x\n"])
+    # surrogate escapes stand for raw bytes (\xff above is one byte, not U+00FF)
+    data = text.encode("utf-8", "surrogateescape").replace(b"\xc3\xbf", b"\xff")
+    return data.replace(b"\xc3\xbe", b"\xfe")
+
+
+GOOD = {
+    "DATA_IN": ["/gpfs/in", "//gpfs//in//", '"/a b/c d"', "/caf\u00e9/x,y;z%", "/a\\ b"],
+    "DATA_OUT": ["/gpfs/out/", "'/o=ut'", "/\u00fc/\u4e2d"],
+    "PREPROCESS": ["/bin/unpack.sh", "/bin/x a,b '' \"c d\" %41 \u00e9", "//usr//bin/x -v"],
+    "POSTPROCESS": ["/bin/pack.sh out.tar", "/p ,"],
+    "NODES": ["1", "2", "0007", "2147483647"],
+    "TIER": ["ram", "SSD", "Ram"],
+    "CAPACITY": ["512G", "3.5T", "1.5TiB", "3.5tb", "1k", "8P", "0.5K", "12345678901234567890K"],
+    "STAGE_OUT": ["rsync", "TAR"],
+    "EARLY_START": ["fallback", "WAIT", "Union", "fallbac\u212a"],
+    "INPUT": ["ro", "RW"],
+    "RESET": ["input-done", "Input-Done", "10m", "30s", "1000ms", "2h", "1d", "5", "1:30",
+              "1:2:3", "1-2", "1-0:0:1", "365d", "0.5m", "1.5H"],
+}
+
+
+def _valid_script(rng: random.Random) -> bytes:
+    lines = ["#!/bin/bash"]
+    for name in rng.sample(sorted(GOOD), rng.randint(1, 6)):
+        sep = rng.choice(["=", " ", " = ", "\t"])
+        lines.append(f"#RSA_{name}{sep}{rng.choice(GOOD[name])}")
+        if rng.random() < 0.2:
+            lines.append(rng.choice(PIECES_OTHER[:5]))
+    return ("\n".join(lines) + "\nsrun hostname\n").encode()
+
+
+def _python(data: bytes) -> tuple[int, dict[str, str], list[str]]:
+    try:
+        spec = parse_directives_bytes(data)
+    except DirectiveErrors as e:
+        return -1, {}, [str(err) for err in e.errors]
+    return 0, ({} if spec.is_empty else {"admin_comment": spec.to_admin_comment()}), []
+
+
+def test_differential_random_scripts(lua: str, tmp_path: Path) -> None:
+    rng = random.Random(20261104)
+    scripts = []
+    for i in range(2500):
+        path = tmp_path / f"s{i}.sh"
+        path.write_bytes(_random_script(rng) if i % 2 else _valid_script(rng))
+        scripts.append(path)
+    results = run_many(lua, scripts)
+    failures = []
+    for path in scripts:
+        want = _python(path.read_bytes())
+        got = results[str(path)]
+        if (got.rc, got.sets, got.msgs) != want:
+            failures.append(f"{path.read_bytes()!r}\n  python {want}\n  lua    {got}")
+    assert not failures, f"{len(failures)} differ, first:\n" + "\n".join(failures[:5])
+
+
+# --- lock-in protection (slurm_job_modify) -----------------------------------------------
+
+USER = 1001
+SLURM_UID = 64030
+
+
+@pytest.mark.parametrize("change", [
+    {"desc__qos": "normal"},
+    {"desc__priority": 1},
+    {"desc__priority": 0},  # scontrol hold
+    {"desc__nice": NICE_OFFSET + 10},
+    {"desc__qos": "normal", "desc__nice": NICE_OFFSET},
+])
+def test_user_cannot_undo_lockin(lua: str, change: dict[str, object]) -> None:
+    got = run_modify(lua, USER, job__qos="rsa-lockin", **change)
+    assert got.rc == ACCESS_DENIED
+    assert got.sets == {} and got.msgs == []  # job_modify cannot talk to the user (22.05)
+    assert "locked in by the RSA" in got.logs[0] and "job 42" in got.logs[0]
+
+
+@pytest.mark.parametrize("change", [
+    {"desc__time_limit": 30},
+    {"desc__comment": "mine"},
+    {"desc__priority": NO_VAL, "desc__nice": NO_VAL},  # not part of this request
+])
+def test_user_may_change_other_fields_of_locked_job(lua: str, change: dict[str, object]) -> None:
+    assert run_modify(lua, USER, job__qos="rsa-lockin", **change) == Result(rc=0)
+
+
+@pytest.mark.parametrize("job_qos", ["normal", "nil"])
+def test_unlocked_job_is_free(lua: str, job_qos: str) -> None:
+    got = run_modify(lua, USER, job__qos=job_qos, desc__qos="normal", desc__nice=NICE_OFFSET + 5)
+    assert got == Result(rc=0)
+
+
+def test_root_may_unlock(lua: str) -> None:
+    got = run_modify(lua, 0, job__qos="rsa-lockin", desc__qos="normal", desc__priority=1)
+    assert got == Result(rc=0)
+
+
+def test_slurm_user_may_unlock_when_configured(lua: str) -> None:
+    change = {"job__qos": "rsa-lockin", "desc__qos": "normal"}
+    assert run_modify(lua, SLURM_UID, **change).rc == ACCESS_DENIED  # not configured
+    got = run_modify(lua, SLURM_UID, config__slurm_user_uid=SLURM_UID, **change)
+    assert got == Result(rc=0)
+
+
+def test_lockin_qos_is_configurable(lua: str) -> None:
+    change = {"job__qos": "pinned", "desc__qos": "normal"}
+    assert run_modify(lua, USER, **change).rc == 0
+    assert run_modify(lua, USER, config__lockin_qos="pinned", **change).rc == ACCESS_DENIED
+
+
+def test_priority_mode_lockin(lua: str) -> None:
+    job = {"job__qos": "nil", "job__priority": 1_000_000, "desc__nice": NICE_OFFSET + 1}
+    assert run_modify(lua, USER, **job).rc == 0  # off by default
+    assert run_modify(lua, USER, config__lockin_priority=1_000_000, **job).rc == ACCESS_DENIED
+    job["job__priority"] = 999_999
+    assert run_modify(lua, USER, config__lockin_priority=1_000_000, **job).rc == 0
+
+
+def test_plugin_uses_no_io(lua: str) -> None:
+    """Runs inside slurmctld under its locks (style.md): no I/O, no processes, no modules."""
+    text = re.sub(r"--\[\[.*?\]\]", "", PLUGIN.read_text(), flags=re.S)
+    code = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+    for banned in (r"\bio\.", r"\bos\.", r"\brequire\b", r"\bdofile\b", r"\bloadfile\b",
+                   r"\bprint\b"):
+        assert not re.search(banned, code), banned
