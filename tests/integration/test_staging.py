@@ -1,0 +1,231 @@
+"""The staging engine in the lab: a real 4-node MooseFS RAMDISK, SshHost, the lab user.
+
+Stage-in DATA_IN (on the PFS) into the RAMDISK over rsa[1-4] as ``rsauser``, stage-out and
+verify back to the PFS; refusal of unreadable input and of another user's DATA_OUT;
+cancellation kills every transfer; tar aggregation; PRE/POSTPROCESS. The RAMDISK is
+mounted inside the RSA nodes' mount namespaces only, so contents are compared through
+what comes back out (and the engine's own content-hash verify).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from rsa_scheduler.fs.base import FsRequest, MountSpec
+from rsa_scheduler.fs.moosefs import MooseFsBackend
+from rsa_scheduler.hosts import Cancelled, CancelToken
+from rsa_scheduler.remote import SshHost
+from rsa_scheduler.runner import Identity
+from rsa_scheduler.staging import StagingEngine, StagingError
+from tests.unit.test_staging_engine import make_tree, tree_state
+
+DATA_ADDRESS = os.environ.get("RSA_STAGING_DATA_ADDRESS", "10.213.0.1")  # lab veth, host end
+MOUNT_ROOT = "/run/rsa-staging-it"
+
+
+@pytest.fixture(scope="module")
+def hosts(lab: Mapping[str, str]) -> Iterator[list[SshHost]]:
+    addrs = lab["RSA_LAB_RSA_ADDRESSES"].split(",")
+    made = [SshHost(f"rsa{i + 1}", a, key=lab["RSA_LAB_SSH_KEY"],
+                    known_hosts=lab["RSA_LAB_SSH_KNOWN_HOSTS"]) for i, a in enumerate(addrs)]
+    yield made
+    for h in made:
+        h.close()
+
+
+@pytest.fixture(scope="module")
+def ramfs(lab: Mapping[str, str], hosts: list[SshHost]) -> Iterator[MountSpec]:
+    """A real MooseFS RAMDISK over every RSA node's RAM pool, destroyed afterwards."""
+    by_name = {h.name: h for h in hosts}
+    backend = MooseFsBackend(by_name, addresses={n: DATA_ADDRESS for n in by_name})
+    req = FsRequest(fs_id=f"stagingit{os.getpid()}-c1", job_id=f"stagingit{os.getpid()}",
+                    nodes=tuple(by_name), tier="ram",
+                    pool_dirs={n: lab["RSA_LAB_POOL_RAM"] for n in by_name},
+                    mount_root=MOUNT_ROOT)
+    try:
+        yield backend.create(req)
+    finally:
+        backend.destroy(req)
+
+
+@pytest.fixture(scope="module")
+def user(lab: Mapping[str, str]) -> Identity:
+    return Identity.of(lab["RSA_LAB_USER"])
+
+
+@pytest.fixture
+def work(lab: Mapping[str, str], user: Identity, request: pytest.FixtureRequest
+         ) -> Iterator[Path]:
+    """A scratch directory of the lab user's on the PFS (removed afterwards)."""
+    base = Path(lab["RSA_LAB_PFS"]) / f"rsa-staging-it-{os.getpid()}-{request.node.name}"
+    base.mkdir()
+    os.chown(base, user.uid, user.gid)
+    try:
+        yield base
+    finally:
+        subprocess.run(["chmod", "-R", "u+rwx", str(base)], check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def make_engine(hosts: list[SshHost], user: Identity, **kw: object) -> StagingEngine:
+    return StagingEngine(hosts, user, job_id="4242", **kw)  # type: ignore[arg-type]
+
+
+def job_root(ramfs: MountSpec, name: str) -> str:
+    return f"{ramfs.rsa_mountpoint}/{name}"
+
+
+def test_stage_in_out_identical_over_four_nodes(hosts: list[SshHost], ramfs: MountSpec,
+                                                user: Identity, work: Path) -> None:
+    src = make_tree(work / "in", user)
+    eng = make_engine(hosts, user, parallel_per_node=2)
+    ram = job_root(ramfs, "roundtrip")
+    eng.prepare_root(ram)
+    stats = eng.stage_in(str(src), ram)
+    assert stats.files == 51 and len(stats.per_node) >= 2  # spread over the RSA nodes
+    into = eng.verify(ram, str(src))  # the RAMDISK against DATA_IN, content hashes
+    assert into.ok and into.checked == 54, into.summary()
+    again = eng.stage_in(str(src), ram)  # a re-run after a restart: nothing to redo
+    assert again.files == 0 and again.already == 51
+    out = work / "out"
+    eng.stage_out(ram, str(out))
+    assert tree_state(out) == tree_state(src)
+    assert eng.verify(ram, str(out)).ok
+
+    tar_out = work / "tar"
+    tstats = eng.stage_out(ram, str(tar_out), method="tar")
+    assert len(tstats.archives) >= 2 and (tar_out / "rsa-4242.index").exists()
+    assert eng.verify(ram, str(tar_out), method="tar").ok
+    back = work / "back"
+    back.mkdir()
+    for archive in sorted(tar_out.glob("rsa-4242-*.tar"), reverse=True):
+        subprocess.run(["tar", "-xpf", str(archive), "-C", str(back)], check=True)
+    os.chmod(back, os.stat(src).st_mode & 0o7777)
+    assert tree_state(back) == tree_state(src)
+
+
+def test_verify_catches_damage(hosts: list[SshHost], ramfs: MountSpec, user: Identity,
+                               work: Path) -> None:
+    src = make_tree(work / "in", user, files=5)
+    eng = make_engine(hosts, user)
+    ram = job_root(ramfs, "damage")
+    eng.prepare_root(ram)
+    eng.stage_in(str(src), ram)
+    out = work / "out"
+    eng.stage_out(ram, str(out))
+    with open(out / "big", "r+b") as f:
+        f.truncate(1000)
+    f3 = out / "sub dir" / "f003"
+    st = f3.stat()
+    f3.write_bytes(b"X" * st.st_size)
+    os.utime(f3, ns=(st.st_atime_ns, st.st_mtime_ns))
+    (out / "link").unlink()
+    v = eng.verify(ram, str(out))
+    assert not v.ok
+    assert {d.path for d in v.differences} >= {b"big", b"sub dir/f003", b"link"}
+    assert "truncated" in v.summary() and "content differs" in v.summary()
+
+
+def test_user_cannot_stage_a_root_only_file(hosts: list[SshHost], ramfs: MountSpec,
+                                            user: Identity, work: Path) -> None:
+    src = work / "in"
+    src.mkdir()
+    (src / "mine").write_text("ok")
+    (src / "shadow-copy").write_text("root only")
+    os.chmod(src / "shadow-copy", 0o600)  # owned by root
+    os.chown(src, user.uid, user.gid)
+    eng = make_engine(hosts, user)
+    ram = job_root(ramfs, "refused")
+    eng.prepare_root(ram)
+    with pytest.raises(StagingError) as err:
+        eng.stage_in(str(src), ram)
+    assert err.value.permanent and "shadow-copy" in str(err.value)
+
+
+def test_user_cannot_write_into_another_users_data_out(
+        lab: Mapping[str, str], hosts: list[SshHost], ramfs: MountSpec, user: Identity,
+        work: Path) -> None:
+    src = make_tree(work / "in", user, files=3)
+    eng = make_engine(hosts, user)
+    ram = job_root(ramfs, "other")
+    eng.prepare_root(ram)
+    eng.stage_in(str(src), ram)
+    theirs = f"{lab['RSA_LAB_OTHER_PFS']}/stolen-{os.getpid()}"
+    with pytest.raises(StagingError) as err:
+        eng.stage_out(ram, theirs)
+    assert err.value.permanent and "permission denied" in str(err.value)
+    assert not os.path.exists(theirs)
+
+
+def user_procs(user: Identity, token: str) -> list[str]:
+    done = subprocess.run(["pgrep", "-a", "-u", str(user.uid), "-f", token],
+                          capture_output=True, text=True, check=False)
+    return done.stdout.splitlines()
+
+
+def test_cancel_kills_every_transfer_on_every_node(hosts: list[SshHost], user: Identity,
+                                                    work: Path) -> None:
+    token = f"rsa-staging-cancel-{os.getpid()}"
+    src = Path("/var/tmp") / token
+    src.mkdir()
+    try:
+        for i in range(8):  # 8 x 64 MiB of data that does not compress or sparse away
+            (src / f"part{i}").write_bytes(os.urandom(64 << 20))
+        subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(src)], check=True)
+        cancel = CancelToken()
+        eng = make_engine(hosts, user, cancel=cancel, big_bytes=1 << 20)
+        slow = work / token  # the PFS: ~100 MB/s, so 512 MiB takes ~5 s
+        result: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                eng.stage_in(str(src), str(slow))
+            except BaseException as e:
+                result.append(e)
+
+        t = threading.Thread(target=run)
+        t.start()
+        deadline = time.monotonic() + 10
+        while not user_procs(user, token) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        assert user_procs(user, token), "no transfer seen running"
+        t0 = time.monotonic()
+        cancel.cancel("demoted")
+        t.join(15)
+        assert not t.is_alive()
+        assert time.monotonic() - t0 < 8
+        assert result and isinstance(result[0], Cancelled)
+        deadline = time.monotonic() + 5
+        while user_procs(user, token) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert user_procs(user, token) == []
+    finally:
+        shutil.rmtree(src, ignore_errors=True)
+
+
+def test_pre_and_postprocess(hosts: list[SshHost], ramfs: MountSpec, user: Identity,
+                             work: Path) -> None:
+    eng = make_engine(hosts, user)
+    ram = job_root(ramfs, "scripts")
+    eng.prepare_root(ram)
+    res = eng.run_script(["sh", "-c", 'env | grep ^RSA_ | sort; id -u; pwd; '
+                          'echo made > "$RSA_RAMDISK/pre-made"; echo warn >&2; exit 0'],
+                         "stage-in", ramdisk=ram, data_in=str(work), data_out=str(work / "o"))
+    assert res.ok, res.summary()
+    lines = res.stdout_tail.splitlines()
+    assert lines[:7] == [f"RSA_DATA_IN={work}", f"RSA_DATA_OUT={work / 'o'}",
+                         "RSA_JOB_ID=4242", "RSA_NODE=rsa1", "RSA_NODES=rsa[1-4]",
+                         "RSA_PHASE=stage-in", f"RSA_RAMDISK={ram}"]
+    assert lines[7:] == [str(user.uid), ram] and res.stderr_tail == "warn\n"
+    post = eng.run_script(["sh", "-c", 'cat "$RSA_RAMDISK/pre-made"; exit 7'], "stage-out",
+                          ramdisk=ram)
+    assert post.returncode == 7 and post.stdout_tail == "made\n" and not post.ok
