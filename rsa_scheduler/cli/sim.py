@@ -59,6 +59,8 @@ def render(result: SimResult) -> str:
     verdict = "PASS" if result.passed else "FAIL"
     out = [f"scenario {sc.name!r} ({sc.source}): {verdict} — "
            f"{format_duration(result.end)} simulated, {result.steps} steps"]
+    if sc.known_bug:
+        out.append(f"known core bug (expected to fail until fixed): {sc.known_bug}")
     for jid, job in result.jobs.items():
         spec = sc.jobs[jid]
         out.append("")

@@ -142,6 +142,7 @@ class SimResult:
             "scenario": sc.name,
             "file": Path(sc.source).name,
             "passed": self.passed,
+            "known_bug": sc.known_bug or None,
             "end": _num(self.end),
             "steps": self.steps,
             "jobs": jobs,
@@ -400,8 +401,9 @@ class Engine:
             if act.tracked:
                 self._issue(act)
         if dec.events:
+            # A step that logged nothing changed no record and no node: nothing to check.
             self.dirty = True
-        self._check(bool(dec.events))
+            self._check()
 
     def _issue(self, act: Action, *, reissue: bool = False) -> None:
         if not reissue:
@@ -444,7 +446,7 @@ class Engine:
         self.current[ev.job_id] = (js, rs)
 
     # -- checks -------------------------------------------------------------------------------
-    def _check(self, changed: bool) -> None:
+    def _check(self) -> None:
         owner: dict[str, str] = {}
         with_nodes = set()
         for jid, rec in self.sched.records.items():
@@ -472,7 +474,7 @@ class Engine:
             extra = sorted(outstanding - set(self.inflight))
             raise self.broken(f"actions in flight {gone} are no longer outstanding without "
                               f"a cancel; outstanding but never run: {extra}")
-        if changed and self.replay_every_step:
+        if self.replay_every_step:
             self._check_replay()
 
     def _check_replay(self) -> None:

@@ -220,6 +220,7 @@ class Scenario:
     jobs: Mapping[str, JobSpec]
     timeline: tuple[Entry, ...]
     expect: Expect
+    known_bug: str = ""  # a core bug makes this scenario fail until fixed (tests: xfail)
 
 
 # ---- loading -------------------------------------------------------------------------------
@@ -345,9 +346,10 @@ class _Parser:
 
     # -- the document -------------------------------------------------------------------------
     def scenario(self, data: Any) -> Scenario:
-        top = self.mapping(data, (), ("name", "description", "pool", "allocation", "staging",
-                                      "durations", "poll", "until", "jobs", "timeline",
-                                      "expect"), required=("pool", "jobs", "timeline"))
+        top = self.mapping(data, (), ("name", "description", "known_bug", "pool",
+                                      "allocation", "staging", "durations", "poll", "until",
+                                      "jobs", "timeline", "expect"),
+                           required=("pool", "jobs", "timeline"))
         pool = self.pool(top["pool"], ("pool",))
         allocation = self.allocation(top.get("allocation", {}), ("allocation",))
         staging = self.staging(top.get("staging", {}), ("staging",))
@@ -372,7 +374,8 @@ class _Parser:
                         description=self.text(top.get("description", ""), ("description",)),
                         pool=pool, allocation=allocation, staging=staging,
                         durations=durations, poll=poll, until=until, jobs=jobs,
-                        timeline=timeline, expect=expect)
+                        timeline=timeline, expect=expect,
+                        known_bug=self.text(top.get("known_bug", ""), ("known_bug",)))
 
     def pool(self, value: Any, path: KeyPath) -> tuple[NodeGroup, ...]:
         groups: list[NodeGroup] = []

@@ -1,0 +1,250 @@
+"""The scenario simulator: every shipped scenario passes (and is deterministic), the engine
+catches broken invariants, and scenario format errors name file, line, key and reason."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rsa_scheduler.cli.sim import sim
+from rsa_scheduler.core.actions import Result
+from rsa_scheduler.errors import ScenarioError
+from rsa_scheduler.sim import SimulationBroken, load_scenario, parse_scenario, simulate
+from rsa_scheduler.sim.engine import Engine
+
+SCENARIOS = Path(__file__).parent.parent / "data" / "scenarios"
+ALL = sorted(SCENARIOS.glob("*.yaml"))
+
+
+def make_scenario(body: str, source: str = "test.yaml") -> str:
+    """A minimal valid scenario with ``body`` appended (YAML text)."""
+    return textwrap.dedent("""\
+        pool:
+          - names: rsa[1-4]
+        allocation: {ratio: 2}
+        jobs:
+          10:
+            nodes: 4
+            directives: {data_in: /scratch/a/in, data_out: /scratch/a/out}
+        """) + textwrap.dedent(body)
+
+
+TIMELINE = textwrap.dedent("""\
+    timeline:
+      - {at: 0, job: 10, state: PENDING, reason: Resources}
+      - {at: 10m, job: 10, state: RUNNING}
+      - {at: 1h, job: 10, state: COMPLETED}
+    """)
+
+
+def test_scenarios_exist() -> None:
+    assert len(ALL) >= 30
+
+
+@pytest.mark.parametrize("path", ALL, ids=[p.stem for p in ALL])
+def test_scenario(path: Path) -> None:
+    scenario = load_scenario(path)
+    if scenario.known_bug:
+        pytest.xfail(f"known core bug: {scenario.known_bug}")
+    result = simulate(scenario, replay_every_step=True)
+    assert result.passed, "\n".join(result.failures)
+    assert result.checked > 0, "a shipped scenario must expect something"
+
+
+@pytest.mark.parametrize("path", ALL, ids=[p.stem for p in ALL])
+def test_scenario_is_deterministic(path: Path) -> None:
+    runs = [json.dumps(simulate(load_scenario(path)).to_json(), indent=2) for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+def test_known_bug_scenarios_still_fail() -> None:
+    """A fixed bug shows up here: drop the scenario's known_bug key then."""
+    for path in ALL:
+        scenario = load_scenario(path)
+        if scenario.known_bug:
+            assert not simulate(scenario).passed, f"{path.name} passes: remove known_bug"
+
+
+# ---- CLI ------------------------------------------------------------------------------------
+
+def test_cli_human_and_json() -> None:
+    runner = CliRunner()
+    path = str(SCENARIOS / "normal.yaml")
+    human = runner.invoke(sim, [path])
+    assert human.exit_code == 0, human.output
+    assert "PASS" in human.output and "mounted-output" in human.output
+    assert "pool: free rsa[1-4]" in human.output
+    js = runner.invoke(sim, [path, "--json"])
+    assert js.exit_code == 0
+    doc = json.loads(js.output)
+    assert doc["passed"] is True
+    assert doc["jobs"]["10"]["final"]["rsa_state"] == "released"
+    assert doc["pool"] == {"free": "rsa[1-4]", "drained": "", "down": "", "held": {}}
+    assert js.output == runner.invoke(sim, [path, "--json"]).output
+
+
+def test_cli_expectation_failure_exits_1(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(make_scenario(TIMELINE) + "expect: {jobs: {10: {rsa_state: quarantined}}}\n")
+    result = CliRunner().invoke(sim, [str(path)])
+    assert result.exit_code == 1
+    assert "FAILED: job 10: rsa_state is released, expected quarantined" in result.output
+
+
+def test_cli_bad_scenario_exits_65(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("pool: []\njobs: {}\ntimeline: []\n")
+    result = CliRunner().invoke(sim, [str(path)])
+    assert result.exit_code == 65
+    assert "pool: the pool needs at least one entry" in result.output
+
+
+def test_cli_missing_file_exits_65(tmp_path: Path) -> None:
+    result = CliRunner().invoke(sim, [str(tmp_path / "nope.yaml")])
+    assert result.exit_code == 65
+    assert "cannot read scenario" in result.output
+
+
+# ---- engine behaviour -----------------------------------------------------------------------
+
+def test_outcome_steps_cover_attempts_in_order() -> None:
+    steps = "[{result: failed, times: 2}, {result: ok, duration: 7s}]"
+    sc = parse_scenario(make_scenario("staging: {backoff: 10s}\n" + TIMELINE).replace(
+        "directives:", f"actions: {{stage-out: {steps}}}\n    directives:"))
+    result = simulate(sc)
+    job = result.jobs["10"]
+    assert job.counts["stage-out"] == 3
+    rows = [r for r in job.rows if r.trigger == "stage-out-done"]
+    starts = [r for r in job.rows if r.rsa_state == "staging-out"]
+    assert rows[0].t - starts[-1].t == 7
+
+
+def test_crash_reissues_outstanding_action_with_same_id() -> None:
+    sc = parse_scenario(make_scenario(TIMELINE + "  - {at: 2m, crash: true}\n"))
+    result = simulate(sc)
+    crash = [n for n in result.notes if n["event"] == "crash"]
+    assert crash == [{"t": 120, "event": "crash", "lost": ["10/1/stage-in/3"],
+                      "reissued": ["10/1/stage-in/3"]}]
+    assert result.jobs["10"].final["rsa_state"] == "released"
+
+
+def test_simultaneous_observations_form_one_snapshot() -> None:
+    """Job 11 has the higher priority; seen in the same snapshot it is allocated first."""
+    text = textwrap.dedent("""\
+        pool:
+          - names: rsa[1-2]
+        allocation: {ratio: 2}
+        jobs:
+          10: {nodes: 2, priority: 1, directives: {data_out: /scratch/a/out}}
+          11: {nodes: 2, priority: 9, directives: {data_out: /scratch/b/out}}
+        timeline:
+          - {at: 0, job: 10, state: PENDING, reason: Resources}
+          - {at: 0, job: 11, state: PENDING, reason: Resources}
+        """)
+    result = simulate(parse_scenario(text))
+    assert result.jobs["11"].allocations == ["rsa1"]
+    assert result.jobs["10"].allocations == ["rsa2"]
+
+
+def test_engine_detects_a_leaked_node() -> None:
+    """An invariant violation (here: a node taken behind the core's back) fails loudly."""
+    engine = Engine(parse_scenario(make_scenario(TIMELINE)))
+    engine.pool.adopt("999", "rsa4")
+    with pytest.raises(SimulationBroken, match="leak"):
+        engine.run()
+
+
+def test_engine_detects_replay_divergence() -> None:
+    engine = Engine(parse_scenario(make_scenario(TIMELINE)))
+    engine.run()
+    engine.sched.records["10"].priority = 12345  # not in the log
+    with pytest.raises(SimulationBroken, match="replay of the log differs"):
+        engine._check_replay()
+
+
+def test_busy_is_only_a_reset_result() -> None:
+    assert Result.BUSY.value == "busy"
+    with pytest.raises(ScenarioError, match=r"jobs\.10\.actions\.stage-in\.result: busy"):
+        parse_scenario(make_scenario(TIMELINE).replace(
+            "directives:", "actions: {stage-in: {result: busy}}\n    directives:"))
+
+
+# ---- format errors --------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("timeline: []\nfoo: 1\n", r"test\.yaml:\d+: foo: unknown key; known keys"),
+    ("timeline: []\nstagin: {}\n", r"stagin: unknown key; did you mean 'staging'\?"),
+    ("timeline:\n  - {at: 0, job: 11, state: RUNNING}\n",
+     r"timeline\[0\]\.job: job 11 is not defined under 'jobs'"),
+    ("timeline:\n  - {at: 0, job: 10, state: RUNING}\n",
+     r"timeline\[0\]\.state: unknown Slurm job state 'RUNING'; did you mean RUNNING\?"),
+    ("timeline:\n  - {at: soon, job: 10, state: RUNNING}\n",
+     r"timeline\[0\]\.at: invalid duration 'soon'"),
+    ("timeline:\n  - {at: 0, job: 10}\n", r"timeline\[0\]: give exactly one of"),
+    ("timeline:\n  - {at: 0, node: rsa9, set: drained}\n",
+     r"timeline\[0\]\.node: rsa9 is not in the pool"),
+    ("timeline:\n  - {at: 0, node: rsa1, set: broken}\n",
+     r"timeline\[0\]\.set: 'broken' is not one of up, drained, down"),
+    ("timeline:\n  - {at: 0, job: 10, command: explode}\n",
+     r"timeline\[0\]\.command: 'explode' is not one of"),
+    ("timeline:\n  - {at: 0, job: 10, command: on-deck}\n",
+     r"timeline\[0\]\.command: 'on-deck' is not a command"),
+    ("timeline:\n  - {at: 0, crash: yes-please}\n", r"timeline\[0\]\.crash: write 'crash: true'"),
+    ("timeline: []\nstaging: {early_start: later}\n",
+     r"staging\.early_start: 'later' is not one of fallback, wait, union"),
+    ("timeline: []\nstaging: {retries: -1}\n", r"staging\.retries: must be >= 0"),
+    ("timeline: []\nallocation: {ratio: 0}\n", r"allocation\.ratio: must be >= 1"),
+    ("timeline: []\ndurations: {stage-in: fast}\n", r"durations\.stage-in: invalid duration"),
+    ("timeline: []\ndurations: {tell-user: 1s}\n", r"durations\.tell-user: unknown key"),
+    ("timeline: []\nexpect: {jobs: {10: {rsa_state: happy}}}\n",
+     r"expect\.jobs\.10\.rsa_state: 'happy' is not one of none, allocated"),
+    ("timeline: []\nexpect: {jobs: {12: {}}}\n", r"expect\.jobs\.12: job 12 is not defined"),
+    ("timeline: []\nexpect: {pool: {free: 'rsa[1-'}}\n",
+     r"expect\.pool\.free: invalid hostlist"),
+    ("timeline: [\n", r"test\.yaml:\d+: invalid YAML"),
+])
+def test_format_errors(body: str, message: str) -> None:
+    with pytest.raises(ScenarioError, match=message):
+        parse_scenario(make_scenario(body), source="test.yaml")
+
+
+def test_error_names_the_line() -> None:
+    text = make_scenario("timeline:\n  - {at: 0, job: 10, state: RUNING}\n")
+    line = text.splitlines().index("  - {at: 0, job: 10, state: RUNING}") + 1
+    with pytest.raises(ScenarioError, match=rf"^s\.yaml:{line}: timeline\[0\]\.state"):
+        parse_scenario(text, source="s.yaml")
+
+
+@pytest.mark.parametrize(("directives", "message"), [
+    ("{data_in: relative/path}", r"jobs\.10\.directives\.data_in: RSA_DATA_IN"),
+    ("{datain: /x}", r"jobs\.10\.directives\.datain: unknown directive RSA_DATAIN; "
+                     r"did you mean RSA_DATA_IN\?"),
+    ("\"#RSA_DATA_IN /x\\n#RSA_EARLY_START=never\\n\"",
+     r"jobs\.10\.directives: line 2: RSA_EARLY_START"),
+    ("42", r"jobs\.10\.directives: expected a script snippet or a mapping"),
+])
+def test_directive_errors_come_from_the_real_parser(directives: str, message: str) -> None:
+    text = make_scenario(TIMELINE).replace(
+        "{data_in: /scratch/a/in, data_out: /scratch/a/out}", directives)
+    with pytest.raises(ScenarioError, match=message):
+        parse_scenario(text)
+
+
+def test_directives_as_script_and_mapping_agree() -> None:
+    script = make_scenario(TIMELINE).replace(
+        "{data_in: /scratch/a/in, data_out: /scratch/a/out}",
+        '"#!/bin/bash\\n#RSA_DATA_IN /scratch/a/in\\n#RSA_DATA_OUT=/scratch/a/out\\n"')
+    a = parse_scenario(script).jobs["10"].spec
+    b = parse_scenario(make_scenario(TIMELINE)).jobs["10"].spec
+    assert a == b and a is not None
+
+
+def test_job_without_directives_is_not_tracked() -> None:
+    text = make_scenario(TIMELINE).replace(
+        "    directives: {data_in: /scratch/a/in, data_out: /scratch/a/out}\n", "")
+    result = simulate(parse_scenario(text))
+    assert not result.jobs["10"].tracked and result.jobs["10"].rows == []
