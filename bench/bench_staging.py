@@ -1,0 +1,202 @@
+"""Staging benchmark: the engine against single-stream rsync -a and tar c | tar x.
+
+Stages a 10k x 4 KiB tree and a 2 GiB file into and out of a real 4-node MooseFS RAMDISK
+(rsa[1-4] of the lab, as the lab user), from and to a local-disk directory (measures the
+engine) and the throttled PFS (~100 MB/s: what a site sees), every tool on the same paths
+in the same run. Each big-file trial gets a fresh RAMDISK (MooseFS frees deleted chunks
+lazily). The RSA nodes' RAM pools are warmed first (first touch of fresh RAM in this VM
+is slow). Needs the lab (`make lab-up`) and root.
+
+    .venv/bin/python bench/bench_staging.py [--no-pfs-big] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from rsa_scheduler.fs.base import FsRequest, MountSpec
+from rsa_scheduler.fs.moosefs import MooseFsBackend
+from rsa_scheduler.remote import SshHost
+from rsa_scheduler.runner import Identity
+from rsa_scheduler.staging import StagingEngine
+
+LAB_ENV = Path("/run/rsa-lab/env")
+DATA_ADDRESS = os.environ.get("RSA_STAGING_DATA_ADDRESS", "10.213.0.1")
+TREE_FILES, TREE_FILE_SIZE, BIG_SIZE = 10_000, 4096, 2 << 30
+TOOLS = ("rsync", "tar", "engine")
+
+
+def lab_env() -> dict[str, str]:
+    out = {}
+    for line in LAB_ENV.read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            k, _, v = line.partition("=")
+            out[k] = v.strip("'")
+    return out
+
+
+class Bench:
+    def __init__(self, lab: Mapping[str, str], parallel: int) -> None:
+        self.lab = lab
+        self.user = Identity.of(lab["RSA_LAB_USER"])
+        self.hosts = [SshHost(f"rsa{i + 1}", a, key=lab["RSA_LAB_SSH_KEY"],
+                              known_hosts=lab["RSA_LAB_SSH_KNOWN_HOSTS"])
+                      for i, a in enumerate(lab["RSA_LAB_RSA_ADDRESSES"].split(","))]
+        self.backend = MooseFsBackend({h.name: h for h in self.hosts},
+                                      addresses={h.name: DATA_ADDRESS for h in self.hosts})
+        self.parallel = parallel
+        self.results: list[dict[str, object]] = []
+        self._n = 0
+
+    def engine(self) -> StagingEngine:
+        return StagingEngine(self.hosts, self.user, parallel_per_node=self.parallel,
+                             job_id="bench")
+
+    @contextmanager
+    def ramdisk(self) -> Iterator[MountSpec]:
+        self._n += 1
+        req = FsRequest(fs_id=f"stbench{os.getpid()}-c{self._n}", job_id="stbench",
+                        nodes=tuple(h.name for h in self.hosts), tier="ram",
+                        pool_dirs={h.name: self.lab["RSA_LAB_POOL_RAM"] for h in self.hosts},
+                        mount_root="/run/rsa-staging-bench")
+        try:
+            yield self.backend.create(req)
+        finally:
+            self.backend.destroy(req)
+
+    def warm(self) -> None:
+        """Touch most of each node's RAM pool once (then free it)."""
+        pool = self.lab["RSA_LAB_POOL_RAM"]
+        for h in self.hosts:
+            free = int(h.run(["df", "--output=avail", "-B1M", pool], timeout=30)
+                       .stdout.split()[-1])
+            count = max(0, free - 512) // 16  # leave room for other users of the pool
+            h.run(["dd", "if=/dev/zero", f"of={pool}/rsa-warm", "bs=16M", f"count={count}",
+                   "status=none"], timeout=300)
+            h.run(["rm", "-f", f"{pool}/rsa-warm"], timeout=30)
+
+    def as_user(self, argv: list[str]) -> None:
+        self.hosts[0].run(argv, timeout=3600, as_user=self.user, env=self.user.env())
+
+    def tool(self, name: str, src: str, dst: str, out: bool = False) -> Callable[[], None]:
+        if name == "rsync":
+            return lambda: self.as_user(["rsync", "-a", f"{src}/", f"{dst}/"])
+        if name == "tar":
+            return lambda: self.as_user(["bash", "-c", 'set -o pipefail; mkdir -p "$2" && '
+                                         'tar -C "$1" -cf - . | tar -C "$2" -xpf -',
+                                         "bash", src, dst])
+        eng = self.engine()
+        if out:
+            return lambda: (eng.stage_out(src, dst), None)[1]
+        return lambda: (eng.stage_in(src, dst), None)[1]
+
+    def measure(self, what: str, direction: str, where: str, tool: str, files: int,
+                nbytes: int, fn: Callable[[], None]) -> None:
+        t0 = time.monotonic()
+        fn()
+        secs = time.monotonic() - t0
+        row = {"what": what, "direction": direction, "where": where, "tool": tool,
+               "seconds": round(secs, 3), "files_s": round(files / secs, 1),
+               "mb_s": round(nbytes / secs / 1e6, 1)}
+        self.results.append(row)
+        print(json.dumps(row), flush=True)
+
+
+def make_tree(root: Path, user: Identity) -> None:
+    for i in range(TREE_FILES):
+        d = root / f"d{i // 500:02d}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"f{i:05d}").write_bytes(os.urandom(TREE_FILE_SIZE))
+    subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(root)], check=True)
+
+
+def make_big(path: Path, user: Identity) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["dd", "if=/dev/urandom", f"of={path}", "bs=16M",
+                    f"count={BIG_SIZE >> 24}", "status=none"], check=True)
+    subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(path.parent)], check=True)
+
+
+def ratios(rows: list[dict[str, object]]) -> list[str]:
+    out = []
+    keys = sorted({(str(r["what"]), str(r["direction"]), str(r["where"])) for r in rows})
+    for what, direction, where in keys:
+        by = {r["tool"]: float(r["seconds"]) for r in rows  # type: ignore[arg-type]
+              if (r["what"], r["direction"], r["where"]) == (what, direction, where)}
+        if set(by) != set(TOOLS):
+            continue
+        best = min(by["rsync"], by["tar"])
+        out.append(f"{what} {direction} {where}: engine {by['rsync'] / by['engine']:.2f}x "
+                   f"rsync, {best / by['engine']:.2f}x best single stream")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--no-pfs-big", action="store_true", help="skip the 2 GiB file on the PFS")
+    ap.add_argument("--parallel", type=int, default=2, help="streams per RSA node")
+    ap.add_argument("--json", help="write the rows here")
+    args = ap.parse_args()
+    lab = lab_env()
+    b = Bench(lab, args.parallel)
+    local = Path(f"/var/tmp/rsa-staging-bench-{os.getpid()}")
+    pfs = Path(lab["RSA_LAB_PFS"]) / f"rsa-staging-bench-{os.getpid()}"
+    try:
+        for d in (local, pfs):
+            d.mkdir()
+            os.chown(d, b.user.uid, b.user.gid)
+        print("warming the RAM pools ...", flush=True)
+        b.warm()
+        make_tree(local / "tree", b.user)
+        make_tree(pfs / "tree", b.user)
+        make_big(local / "bigsrc" / "big", b.user)
+        tree_bytes = TREE_FILES * TREE_FILE_SIZE
+        with b.ramdisk() as fs:
+            ram = fs.rsa_mountpoint
+            b.hosts[0].run(["install", "-d", "-o", str(b.user.uid), "-g", str(b.user.gid),
+                            f"{ram}/j"], timeout=60)
+            for where, base in (("local", local), ("pfs", pfs)):
+                for tool in TOOLS:
+                    dst = f"{ram}/j/{where}-{tool}"
+                    b.measure("tree", "in", where, tool, TREE_FILES, tree_bytes,
+                              b.tool(tool, str(base / "tree"), dst))
+                for tool in TOOLS:
+                    b.measure("tree", "out", where, tool, TREE_FILES, tree_bytes,
+                              b.tool(tool, f"{ram}/j/local-engine",
+                                     str(base / f"tree-out-{tool}"), out=True))
+        wheres = [("local", local)] + ([] if args.no_pfs_big else [("pfs", pfs)])
+        if not args.no_pfs_big:
+            shutil.copytree(local / "bigsrc", pfs / "bigsrc")
+            subprocess.run(["chown", "-R", f"{b.user.uid}:{b.user.gid}", str(pfs)], check=True)
+        for where, base in wheres:
+            for tool in TOOLS:
+                with b.ramdisk() as fs:
+                    ram = fs.rsa_mountpoint
+                    b.hosts[0].run(["install", "-d", "-o", str(b.user.uid), "-g",
+                                    str(b.user.gid), f"{ram}/j"], timeout=60)
+                    b.measure("big", "in", where, tool, 1, BIG_SIZE,
+                              b.tool(tool, str(base / "bigsrc"), f"{ram}/j/big"))
+                    out = base / f"big-out-{tool}"
+                    b.measure("big", "out", where, tool, 1, BIG_SIZE,
+                              b.tool(tool, f"{ram}/j/big", str(out), out=True))
+                    shutil.rmtree(out, ignore_errors=True)
+    finally:
+        for d in (local, pfs):
+            shutil.rmtree(d, ignore_errors=True)
+        for h in b.hosts:
+            h.close()
+    print("\n".join(ratios(b.results)))
+    if args.json:
+        Path(args.json).write_text(json.dumps(b.results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
