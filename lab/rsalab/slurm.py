@@ -24,6 +24,7 @@ from .common import (
     LOGS,
     MYSQL_PORT,
     NS,
+    REPO,
     SLURMD_PORT0,
     STATE,
     LabError,
@@ -48,6 +49,8 @@ ETC_CONF = Path("/etc/slurm/slurm.conf")
 ETC_MARK = STATE / "etc-slurm-conf"  # exists while the /etc symlink is ours
 MYSQL_SOCK = STATE / "mysql/mysqld.sock"
 ENV = {"SLURM_CONF": str(CONF)}
+JOB_SUBMIT_SRC = REPO / "slurm_plugins/job_submit.lua"
+JOB_SUBMIT = CONF_DIR / "job_submit.lua"  # job_submit/lua reads it next to slurm.conf
 
 
 def up(s: Settings) -> None:
@@ -70,6 +73,7 @@ def up(s: Settings) -> None:
     if s.accounting:
         _mariadb_up(password)
     CONF.write_text(slurm_conf(s))
+    install_job_submit()
     _link_etc_conf()
     if s.accounting:
         _slurmdbd_up(password)
@@ -226,6 +230,7 @@ def slurm_conf(s: Settings) -> str:
         f"PrologSlurmctld={h['RSA_LAB_PROLOG_SLURMCTLD']}",
         f"EpilogSlurmctld={h['RSA_LAB_EPILOG_SLURMCTLD']}",
         "JobCompType=jobcomp/none",
+        "JobSubmitPlugins=lua",
     ]
     if s.accounting:
         lines += [
@@ -250,6 +255,17 @@ def slurm_conf(s: Settings) -> str:
     lines.append(f"PartitionName={s.partition} Nodes={_hostlist(s)} Default=YES "
                  "MaxTime=INFINITE DefaultTime=00:10:00 State=UP")
     return "\n".join(lines) + "\n"
+
+
+def install_job_submit() -> None:
+    """Copy slurm_plugins/job_submit.lua next to slurm.conf, with the lab's SlurmUser uid."""
+    text = JOB_SUBMIT_SRC.read_text()
+    setting = "  slurm_user_uid = nil,"
+    if text.count(setting) != 1:
+        raise LabError(f"{JOB_SUBMIT_SRC}: expected one line {setting.strip()!r}")
+    uid = pwd.getpwnam("slurm").pw_uid
+    JOB_SUBMIT.write_text(text.replace(setting, f"  slurm_user_uid = {uid}, -- lab: slurm"))
+    JOB_SUBMIT.chmod(0o644)
 
 
 def _link_etc_conf() -> None:
