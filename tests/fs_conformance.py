@@ -65,7 +65,8 @@ class FsConformance:
         health = backend.health(spec)
         assert health.ok, health.detail
         backend.destroy(req)
-        assert leftovers(req) == []
+        left = leftovers(req)
+        assert not left, left
         assert not backend.health(spec).ok
 
     def test_reset_leaves_it_empty(self, backend: FilesystemBackend,
@@ -90,7 +91,8 @@ class FsConformance:
         assert run_on(backend, node, ["ls", spec.rsa_mountpoint]).stdout.split() == ["keep"]
         backend.destroy(req)
         backend.destroy(req)
-        assert leftovers(req) == []
+        left = leftovers(req)
+        assert not left, left
 
     def test_destroy_removes_a_half_built_filesystem(self, backend: FilesystemBackend,
                                                      make_request: MakeRequest,
@@ -99,7 +101,8 @@ class FsConformance:
         self.half_build(backend, req)
         assert leftovers(req) != []
         backend.destroy(req)
-        assert leftovers(req) == []
+        left = leftovers(req)
+        assert not left, left
 
     def test_failed_create_unwinds(self, backend: FilesystemBackend,
                                    make_request: MakeRequest, leftovers: Leftovers) -> None:
@@ -109,4 +112,5 @@ class FsConformance:
         req = make_request("broken")
         with pytest.raises(FsError):
             broken.create(req)
-        assert leftovers(req) == []
+        left = leftovers(req)
+        assert not left, left

@@ -33,6 +33,7 @@ import socket
 import tarfile
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -81,6 +82,35 @@ def chunkservers_listed(mfscli_output: str) -> set[tuple[str, int]]:
                 and fields[2].strip().isdigit()):
             found.add((fields[1].strip(), int(fields[2])))
     return found
+
+
+# One round trip per node to unmount: umount; if that fails or hangs, lazy umount and
+# abort the FUSE connection through fusectl so a dead server never hangs teardown; then
+# wait for this node's mfsmount of the mountpoint to exit (SIGKILL after ~8 s). pgrep
+# --ns: nodes of one host share the PID namespace but not the mount namespace.
+UMOUNT_SCRIPT = r"""mnt=$0; title=$1
+minor=$(findmnt -n -o MAJ:MIN --mountpoint "$mnt" | cut -d: -f2)
+if [ -n "$minor" ]; then
+  timeout -s KILL 10 umount "$mnt" 2>/dev/null || {
+    umount -l "$mnt" || exit 1
+    mountpoint -q /sys/fs/fuse/connections ||
+      mount -t fusectl fusectl /sys/fs/fuse/connections
+    c=/sys/fs/fuse/connections/$minor/abort
+    if [ -e "$c" ]; then echo 1 > "$c"; fi
+    echo "lazy-unmounted $mnt, aborted FUSE connection $minor" >&2
+  }
+fi
+i=0
+while pids=$(pgrep --ns $$ --nslist mnt -x -f "$title"); do
+  i=$((i + 1))
+  if [ $i -gt 40 ]; then kill -KILL $pids; break; fi
+  sleep 0.2
+done
+rmdir "$mnt" 2>/dev/null || true
+"""
+
+# Kill a MooseFS daemon by its config's lock file; success if it is not running.
+KILL_SCRIPT = 'test ! -e "$1" || "$0" -c "$1" kill >/dev/null 2>&1 || ! "$0" -c "$1" test'
 
 
 def _cfg(values: Mapping[str, object]) -> str:
@@ -325,7 +355,7 @@ class MooseFsBackend(FilesystemBackend):
         lay = self.layout(req, 0)
         lay = self.layout(req, self._choose_base(lay, attempt, dl))
         with ExitStack() as undo:  # LIFO cleanup of whatever was built, on any exception
-            undo.callback(self._remove_dirs, lay, dl)
+            undo.callback(self._stop_servers, lay, dl)  # servers (if started), then dirs
 
             def unpack(node: str) -> None:
                 steps: list[list[str]] = [["mkdir", "-p", lay.mountpoint, lay.pool_dirs[node]],
@@ -336,9 +366,7 @@ class MooseFsBackend(FilesystemBackend):
                 self._run(node, sh_chain(*steps), dl.left(), input=lay.tarball(node),
                           cancel=cancel)
 
-            undo.callback(self._stop_master, lay, dl)
             on_nodes(lay.nodes, unpack, f"{req.fs_id}: write configs, start mfsmaster")
-            undo.callback(self._stop_chunkservers, lay, dl)
             on_nodes(lay.nodes, lambda n: self._run(
                 n, ["mfschunkserver", "-c", f"{lay.dir(n)}/mfschunkserver.cfg", "start"],
                 dl.left(), cancel=cancel), f"{req.fs_id}: start mfschunkserver")
@@ -386,8 +414,7 @@ class MooseFsBackend(FilesystemBackend):
         lay = self.layout(req)
         dl = Deadline(self.destroy_timeout, f"{req.fs_id}: moosefs destroy")
         errors: list[str] = []
-        for step in (self._umount_all, self._stop_chunkservers, self._stop_master,
-                     self._remove_dirs):
+        for step in (self._umount_all, self._stop_servers):
             try:
                 step(lay, dl)
             except FsError as e:  # keep going: a later step may still free the pool
@@ -397,64 +424,31 @@ class MooseFsBackend(FilesystemBackend):
         log.info("%s: moosefs destroyed on %s", req.fs_id, ",".join(lay.nodes))
 
     def _umount_all(self, lay: Layout, dl: Deadline) -> None:
-        on_nodes(lay.nodes, lambda n: self._umount(n, lay.mountpoint, dl),
-                 f"{lay.fs_id}: unmount")
+        title = re.escape(f"mfsmount (mounted on: {lay.mountpoint})")
+        out = on_nodes(lay.nodes, lambda n: self.hosts[n].run(
+            ["sh", "-c", UMOUNT_SCRIPT, lay.mountpoint, title], timeout=min(60.0, dl.left()),
+            check=False), f"{lay.fs_id}: unmount")
+        bad = {n: r.stderr.strip() for n, r in out.items() if r.returncode != 0}
+        for n, r in out.items():
+            if r.returncode == 0 and r.stderr.strip():
+                log.warning("%s: %s", n, r.stderr.strip())
+        if bad:
+            raise FsError(f"{lay.fs_id}: unmount failed: "
+                          + "; ".join(f"{n}: {e}" for n, e in bad.items()))
 
-    def _umount(self, node: str, mnt: str, dl: Deadline) -> None:
-        """umount; if busy or hung: lazy umount and abort the FUSE connection (fusectl).
-        Then wait for this node's mfsmount of ``mnt`` to exit (SIGKILL if it lingers)."""
-        host = self.hosts[node]
-        found = host.run(["findmnt", "-n", "-o", "MAJ:MIN", "--mountpoint", mnt],
-                         timeout=min(10.0, dl.left()), check=False)
-        if found.returncode == 0 and found.stdout.strip():
-            minor = found.stdout.strip().split(":")[-1]
-            try:
-                host.run(["umount", mnt], timeout=min(10.0, dl.left()))
-            except (CommandError, HostError) as e:
-                log.warning("%s: umount %s failed (%s); lazy umount + fusectl abort",
-                            node, mnt, e)
-                self._run(node, ["umount", "-l", mnt], min(10.0, dl.left()), check=False)
-                self._run(node, sh_chain(
-                    ["sh", "-c", "mountpoint -q /sys/fs/fuse/connections || "
-                     "mount -t fusectl fusectl /sys/fs/fuse/connections"],
-                    ["sh", "-c", 'test ! -e "$0" || echo 1 > "$0"',
-                     f"/sys/fs/fuse/connections/{minor}/abort"]),
-                    min(10.0, dl.left()), check=False)
-        # mfsmount renames itself "mfsmount (mounted on: MNT)"; match it in this node's
-        # mount namespace only (nodes of one host share the PID namespace).
-        pattern = re.escape(f"mfsmount (mounted on: {mnt})")
-        pgrep = ["sh", "-c", 'exec pgrep --ns $$ --nslist mnt -f -x "$0"', pattern]
-        end = time.monotonic() + min(8.0, dl.left())
-        while True:
-            pids = self._run(node, pgrep, min(10.0, dl.left()), check=False).split()
-            if not pids:
-                break
-            if time.monotonic() >= end:
-                self._run(node, ["kill", "-KILL", *pids], 10, check=False)
-                break
-            time.sleep(0.2)
-        # rmdir, never rm -r: if the unmount failed it must not reach into the RAMDISK
-        self._run(node, ["rmdir", "--ignore-fail-on-non-empty", mnt], min(10.0, dl.left()),
-                  check=False)
+    def _stop_servers(self, lay: Layout, dl: Deadline) -> None:
+        """SIGKILL chunkservers and master through their own lock files (a scratch FS
+        needs no clean stop; ``kill`` waits until the lock is released), then free the
+        pool. Absent config = never started."""
+        def stop(node: str) -> None:
+            d = lay.dir(node)
+            steps = [["sh", "-c", KILL_SCRIPT, "mfschunkserver", f"{d}/mfschunkserver.cfg"]]
+            if node == lay.master:
+                steps.append(["sh", "-c", KILL_SCRIPT, "mfsmaster", f"{d}/mfsmaster.cfg"])
+            steps.append(["rm", "-rf", "--one-file-system", d])
+            self._run(node, sh_chain(*steps), min(60.0, dl.left()))
 
-    def _stop_chunkservers(self, lay: Layout, dl: Deadline) -> None:
-        on_nodes(lay.nodes, lambda n: self._kill_daemon(
-            n, "mfschunkserver", f"{lay.dir(n)}/mfschunkserver.cfg", dl),
-            f"{lay.fs_id}: stop mfschunkserver")
-
-    def _stop_master(self, lay: Layout, dl: Deadline) -> None:
-        self._kill_daemon(lay.master, "mfsmaster", f"{lay.dir(lay.master)}/mfsmaster.cfg", dl)
-
-    def _kill_daemon(self, node: str, daemon: str, cfg: str, dl: Deadline) -> None:
-        """SIGKILL through the daemon's own lock file (a scratch FS needs no clean stop);
-        it waits until the lock is released. Absent config = never started."""
-        self._run(node, ["sh", "-c", 'test ! -e "$1" || "$0" -c "$1" kill || '
-                         '! "$0" -c "$1" test', daemon, cfg], min(30.0, dl.left()))
-
-    def _remove_dirs(self, lay: Layout, dl: Deadline) -> None:
-        on_nodes(lay.nodes, lambda n: self._run(
-            n, ["rm", "-rf", "--one-file-system", lay.dir(n)], min(60.0, dl.left())),
-            f"{lay.fs_id}: free the pool")
+        on_nodes(lay.nodes, stop, f"{lay.fs_id}: stop servers, free the pool")
 
     # ----------------------------------------------------------------- use
 
@@ -463,21 +457,26 @@ class MooseFsBackend(FilesystemBackend):
         host, port = str(spec.client["master_host"]), int(spec.client["master_port"])
 
         def check(node: str) -> str:
-            out = self._run(node, ["findmnt", "-n", "-o", "FSTYPE,SOURCE", "--mountpoint",
-                                   spec.rsa_mountpoint], 10, check=False).split()
-            if not out or not out[0].startswith("fuse"):
-                return "not mounted"
-            # stat -f asks the FUSE server: a dead master makes it hang, hence the timeout
-            r = self.hosts[node].run(["stat", "-f", "-c", "%b", spec.rsa_mountpoint],
-                                     timeout=10, check=False)
-            return "" if r.returncode == 0 else f"statfs failed: {r.stderr.strip()[:80]}"
+            # stat -f asks the FUSE server: a dead master makes it hang, hence `timeout`
+            r = self.hosts[node].run(sh_chain(
+                ["findmnt", "-n", "--mountpoint", spec.rsa_mountpoint],
+                ["timeout", "-s", "KILL", "8", "stat", "-f", "-c", "%b",
+                 spec.rsa_mountpoint]), timeout=15, check=False)
+            if r.returncode == 0:
+                return ""
+            return "not mounted" if not r.stdout.strip() else "statfs failed or hung"
 
-        try:
-            problems = {n: p for n, p in on_nodes(nodes, check, "health").items() if p}
-            out = self._run(nodes[0], ["mfscli", "-H", host, "-P", str(port), "-SCS"], 10,
-                            check=False)
-        except FsError as e:
-            return Health(False, str(e))
+        def cli() -> str:
+            return self._run(nodes[0], ["mfscli", "-H", host, "-P", str(port), "-SCS"], 15,
+                             check=False)
+
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            listing = pool.submit(cli)
+            try:
+                problems = {n: p for n, p in on_nodes(nodes, check, "health").items() if p}
+                out = listing.result()
+            except FsError as e:
+                return Health(False, str(e))
         listed = len(chunkservers_listed(out))
         if listed < len(nodes):
             problems["master"] = f"{listed}/{len(nodes)} chunkservers registered"

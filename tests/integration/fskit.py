@@ -1,0 +1,66 @@
+"""Lab helpers for filesystem tests: SSH hosts of the RSA nodes and a lab MooseFS backend.
+
+The lab's RSA nodes listen on 127.0.1.N, which MooseFS refuses for chunkserver→master
+traffic (any 127/8). Until the lab gives RSA nodes a data network
+(``RSA_LAB_RSA_DATA_ADDRESSES``), every node's MooseFS servers bind to the host end of the
+lab's PFS veth (``10.213.0.1``): a non-loopback address local to the host, reachable from
+every RSA and compute node (they share the host's network namespace), never routed off
+the machine (the lab's ``unreachable 10.213.0.0/16`` guard). Ports keep the servers apart.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from rsa_scheduler.config import load_config
+from rsa_scheduler.fs.base import FsRequest
+from rsa_scheduler.fs.moosefs import DIR_PREFIX, MooseFsBackend
+from rsa_scheduler.remote import HostPool
+
+
+def lab_data_addresses(lab: Mapping[str, str]) -> dict[str, str]:
+    nodes = [f"rsa{i}" for i in range(1, len(lab["RSA_LAB_RSA_ADDRESSES"].split(",")) + 1)]
+    given = lab.get("RSA_LAB_RSA_DATA_ADDRESSES", "")
+    if given:
+        return dict(zip(nodes, given.split(","), strict=True))
+    host_end = lab["RSA_LAB_PFS_MASTER"].rsplit(".", 1)[0] + ".1"
+    return {n: host_end for n in nodes}
+
+
+@contextmanager
+def lab_hosts(lab: Mapping[str, str]) -> Iterator[HostPool]:
+    pool = HostPool.from_config(load_config(lab["RSA_LAB_RSA_CONFIG"]))
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+def lab_moosefs(lab: Mapping[str, str], hosts: HostPool, **options: object) -> MooseFsBackend:
+    return MooseFsBackend(hosts, addresses=lab_data_addresses(lab), create_timeout=60,
+                          destroy_timeout=60, retries=1, **options)  # type: ignore[arg-type]
+
+
+LEFTOVERS = r"""d=$0; mnt=$1; daemons=$2; title=$3
+findmnt -n --mountpoint "$mnt" >/dev/null && echo "mount $mnt"
+pgrep --ns $$ --nslist mnt -a -f "$daemons" | sed 's/^/process /'
+pgrep --ns $$ --nslist mnt -a -x -f "$title" | sed 's/^/process /'
+if [ -e "$d" ]; then echo "pool entry $d"; fi
+exit 0
+"""
+
+
+def moosefs_leftovers(hosts: HostPool, req: FsRequest) -> list[str]:
+    """Processes, mounts and pool entries of ``req``'s MooseFS still on its nodes."""
+    found: list[str] = []
+    mnt = f"{req.mount_root}/{req.fs_id}"
+    for node in req.nodes:
+        d = f"{req.pool_dirs[node]}/{DIR_PREFIX}{req.fs_id}"
+        daemons = f"^\\S*mfs(master|chunkserver) -c {re.escape(d)}/"
+        title = re.escape(f"mfsmount (mounted on: {mnt})")
+        out = hosts[node].run(["sh", "-c", LEFTOVERS, d, mnt, daemons, title],
+                              timeout=30).stdout
+        found += [f"{node}: {line}" for line in out.splitlines()]
+    return found

@@ -1,0 +1,111 @@
+"""The MooseFS backend for real on the lab's RSA nodes over SSH: the conformance contract
+on the RAM tier of rsa[1-4] and on the ssd tier of rsa3/rsa4, plus port and config checks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+import pytest
+
+from rsa_scheduler.fs.base import FilesystemBackend, FsError, FsRequest
+from rsa_scheduler.fs.common import sh_chain
+from rsa_scheduler.fs.moosefs import MooseFsBackend, port_base
+from rsa_scheduler.remote import HostPool
+from tests.fs_conformance import FsConformance, Leftovers, MakeRequest
+from tests.integration.fskit import lab_hosts, lab_moosefs, moosefs_leftovers
+
+
+@pytest.fixture(scope="module")
+def hosts(lab: Mapping[str, str]) -> Iterator[HostPool]:
+    with lab_hosts(lab) as pool:
+        yield pool
+
+
+@pytest.fixture
+def backend(lab: Mapping[str, str], hosts: HostPool) -> MooseFsBackend:
+    return lab_moosefs(lab, hosts)
+
+
+@pytest.fixture
+def leftovers(hosts: HostPool) -> Leftovers:
+    return lambda req: moosefs_leftovers(hosts, req)
+
+
+def _factory(backend: MooseFsBackend, lab: Mapping[str, str], tier: str,
+             nodes: tuple[str, ...]) -> Iterator[MakeRequest]:
+    made: list[FsRequest] = []
+    pool = lab["RSA_LAB_POOL_RAM"] if tier == "ram" else lab["RSA_LAB_POOL_SSD"]
+
+    def make(suffix: str) -> FsRequest:
+        req = FsRequest(fs_id=f"itest-{tier}-{suffix}", job_id="0", nodes=nodes, tier=tier,
+                        pool_dirs={n: pool for n in nodes}, mount_root="/run/rsa/mnt")
+        made.append(req)
+        return req
+
+    yield make
+    for req in made:  # also when the test failed half-way
+        backend.destroy(req)
+
+
+class MooseFsContract(FsConformance):
+    def half_build(self, backend: FilesystemBackend, req: FsRequest) -> None:
+        # rsad killed after the master and one chunkserver started, before the mounts
+        assert isinstance(backend, MooseFsBackend)
+        lay = backend.layout(req, port_base(req.fs_id))
+        for node in req.nodes:
+            backend.hosts[node].run(
+                sh_chain(["mkdir", "-p", lay.mountpoint],
+                         ["tar", "-x", "-C", lay.pool_dirs[node], "-f", "-"]),
+                timeout=30, input=lay.tarball(node))
+        backend.hosts[lay.master].run(
+            ["mfsmaster", "-c", f"{lay.dir(lay.master)}/mfsmaster.cfg", "start"], timeout=30)
+        node = req.nodes[-1]
+        backend.hosts[node].run(
+            ["mfschunkserver", "-c", f"{lay.dir(node)}/mfschunkserver.cfg", "start"],
+            timeout=30)
+
+    def broken_backend(self, backend: FilesystemBackend) -> FilesystemBackend | None:
+        # servers start, then every mfsmount fails: create must unwind all of it
+        assert isinstance(backend, MooseFsBackend)
+        return MooseFsBackend(backend.hosts, addresses=backend.addresses, retries=0,
+                              client_options=("mfsnosuchoption=1",))
+
+
+class TestMooseFsRam(MooseFsContract):
+    @pytest.fixture
+    def make_request(self, backend: MooseFsBackend,
+                     lab: Mapping[str, str]) -> Iterator[MakeRequest]:
+        yield from _factory(backend, lab, "ram", ("rsa1", "rsa2", "rsa3", "rsa4"))
+
+
+class TestMooseFsSsd(MooseFsContract):
+    @pytest.fixture
+    def make_request(self, backend: MooseFsBackend,
+                     lab: Mapping[str, str]) -> Iterator[MakeRequest]:
+        nodes = tuple(lab["RSA_LAB_RSA_SSD_NODES"].split(","))
+        yield from _factory(backend, lab, "ssd", nodes)
+
+
+def test_two_filesystems_coexist_on_the_same_nodes(backend: MooseFsBackend,
+                                                   lab: Mapping[str, str]) -> None:
+    nodes = ("rsa1", "rsa2")
+    reqs = [FsRequest(f"itest-co-{i}", str(i), nodes, "ram",
+                      {n: lab["RSA_LAB_POOL_RAM"] for n in nodes}, "/run/rsa/mnt")
+            for i in (1, 2)]
+    try:
+        specs = [backend.create(r) for r in reqs]
+        assert specs[0].client["master_port"] != specs[1].client["master_port"]
+        for s in specs:
+            assert backend.health(s).ok
+    finally:
+        for r in reqs:
+            backend.destroy(r)
+
+
+def test_loopback_data_address_is_refused_before_anything_starts(
+        hosts: HostPool, lab: Mapping[str, str]) -> None:
+    backend = MooseFsBackend(hosts)  # the SSH addresses 127.0.1.N
+    req = FsRequest("itest-loop", "0", ("rsa1",), "ram", {"rsa1": lab["RSA_LAB_POOL_RAM"]},
+                    "/run/rsa/mnt")
+    with pytest.raises(FsError, match="loopback"):
+        backend.create(req)

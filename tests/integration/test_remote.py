@@ -1,0 +1,150 @@
+"""SshHost against the lab's real sshd on the RSA nodes: argv without a shell, identity
+switch, timeouts and cancellation killing the remote tree, connection reuse, host keys."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from rsa_scheduler.hosts import Cancelled, CancelToken, HostError
+from rsa_scheduler.remote import HostPool, SshHost, remote_argv
+from rsa_scheduler.runner import CommandError, Identity
+from tests.integration.fskit import lab_hosts
+
+
+@pytest.fixture(scope="module")
+def hosts(lab: Mapping[str, str]) -> Iterator[HostPool]:
+    with lab_hosts(lab) as pool:
+        yield pool
+
+
+@pytest.fixture
+def rsa1(hosts: HostPool) -> SshHost:
+    return hosts["rsa1"]
+
+
+def _alive(host: SshHost, marker: str) -> list[str]:
+    # "[s]leep" so pgrep does not find its own command line
+    out = host.run(["pgrep", "-a", "-f", f"[s]leep {marker}"], timeout=10, check=False)
+    return out.stdout.splitlines()
+
+
+def test_runs_argv_on_the_node_without_shell_expansion(hosts: HostPool) -> None:
+    for name, host in hosts.items():
+        assert host.run(["hostname"], timeout=10).stdout.strip() == name
+    done = hosts["rsa1"].run(["echo", "$HOME", ";", "`id`", "'q'"], timeout=10)
+    assert done.stdout == "$HOME ; `id` 'q'\n"
+
+
+def test_input_exit_code_and_stderr(rsa1: SshHost) -> None:
+    assert rsa1.run(["cat"], timeout=10, input="data\n").stdout == "data\n"
+    with pytest.raises(CommandError) as info:
+        rsa1.run(["sh", "-c", "echo boom >&2; exit 3"], timeout=10)
+    assert info.value.returncode == 3 and "boom" in info.value.stderr_tail
+    assert rsa1.run(["false"], timeout=10, check=False).returncode == 1
+
+
+def test_as_user_has_the_users_uid_gid_groups_env_and_umask(
+        rsa1: SshHost, lab: Mapping[str, str]) -> None:
+    who = Identity.of(lab["RSA_LAB_USER"])
+    out = rsa1.run(["sh", "-c", "id -u; id -g; id -G; umask; env | sort"], timeout=10,
+                   as_user=who, env={"RSA_X": "1"}).stdout.splitlines()
+    assert out[0] == str(who.uid) and out[1] == str(who.gid)
+    assert sorted(int(g) for g in out[2].split()) == sorted(who.groups)
+    assert out[3] == "0077"
+    env = dict(line.split("=", 1) for line in out[4:])
+    assert env["USER"] == who.user and env["HOME"] == who.home and env["RSA_X"] == "1"
+    assert not any(k.startswith("SSH_") for k in env)
+
+
+def test_user_cannot_read_a_root_only_file(rsa1: SshHost, lab: Mapping[str, str]) -> None:
+    path = "/var/lib/rsa-node/ram/itest-root-only"
+    rsa1.run(["sh", "-c", f"umask 077; echo secret > {path}"], timeout=10)
+    try:
+        assert rsa1.run(["cat", path], timeout=10).stdout == "secret\n"
+        with pytest.raises(CommandError) as info:
+            rsa1.run(["cat", path], timeout=10, as_user=Identity.of(lab["RSA_LAB_USER"]))
+        assert "Permission denied" in info.value.stderr_tail
+    finally:
+        rsa1.run(["rm", "-f", path], timeout=10)
+
+
+def test_timeout_kills_the_whole_remote_tree(rsa1: SshHost) -> None:
+    start = time.monotonic()
+    with pytest.raises(CommandError, match="timed out") as info:
+        rsa1.run(["sh", "-c", "sleep 301 & sleep 302 & wait"], timeout=1)
+    assert info.value.timed_out
+    assert time.monotonic() - start < 6
+    assert _alive(rsa1, "301") == [] and _alive(rsa1, "302") == []
+
+
+def test_cancel_kills_the_whole_remote_tree(rsa1: SshHost, lab: Mapping[str, str]) -> None:
+    token = CancelToken()
+    threading.Timer(0.5, token.cancel, args=("demoted",)).start()
+    with pytest.raises(Cancelled, match="demoted"):
+        rsa1.run(["sh", "-c", "sleep 303 & sleep 304"], timeout=60, cancel=token,
+                 as_user=Identity.of(lab["RSA_LAB_USER"]))
+    assert _alive(rsa1, "303") == [] and _alive(rsa1, "304") == []
+    with pytest.raises(Cancelled):  # an already-cancelled token runs nothing
+        rsa1.run(["true"], timeout=10, cancel=token)
+
+
+def test_one_connection_reused_across_threads(lab: Mapping[str, str]) -> None:
+    with lab_hosts(lab) as pool:
+        host = pool["rsa2"]
+        results: list[str] = []
+
+        def work() -> None:
+            for _ in range(3):
+                results.append(host.run(["hostname"], timeout=20).stdout.strip())
+
+        threads = [threading.Thread(target=work) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results == ["rsa2"] * 18
+        assert host.connects == 1
+
+
+def test_reconnects_after_the_connection_drops(rsa1: SshHost) -> None:
+    rsa1.run(["true"], timeout=10)
+    before = rsa1.connects
+    rsa1.close()
+    assert rsa1.run(["hostname"], timeout=10).stdout.strip() == "rsa1"
+    assert rsa1.connects == before + 1
+
+
+def test_wrong_known_hosts_is_rejected(lab: Mapping[str, str], tmp_path: Path) -> None:
+    # rsa2's key under rsa1's address: a host-key mismatch
+    lines = Path(lab["RSA_LAB_SSH_KNOWN_HOSTS"]).read_text().splitlines()
+    rsa2_key = next(line for line in lines if line.startswith("rsa2,")).split(None, 1)[1]
+    wrong = tmp_path / "known_hosts"
+    wrong.write_text(f"127.0.1.1 {rsa2_key}\n")
+    host = SshHost("rsa1", "127.0.1.1", key=lab["RSA_LAB_SSH_KEY"], known_hosts=wrong)
+    with pytest.raises(HostError, match="does not match"):
+        host.run(["true"], timeout=10)
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    host = SshHost("rsa1", "127.0.1.1", key=lab["RSA_LAB_SSH_KEY"], known_hosts=empty)
+    with pytest.raises(HostError, match="not in known_hosts"):
+        host.run(["true"], timeout=10)
+    added = SshHost("rsa1", "127.0.1.1", key=lab["RSA_LAB_SSH_KEY"], known_hosts=empty,
+                    host_key_policy="auto-add")
+    try:
+        assert added.run(["hostname"], timeout=10).stdout.strip() == "rsa1"
+        assert "127.0.1.1" in empty.read_text()
+    finally:
+        added.close()
+
+
+def test_remote_argv_is_pure_and_quoted() -> None:
+    who = Identity("u", 1001, 1001, (1001, 27), "/home/u")
+    argv = remote_argv(["ls", "a b"], as_user=who)
+    assert argv[:3] == ["setsid", "-w", "sh"]
+    assert "--reuid=1001" in argv and "--groups=1001,27" in argv
+    assert argv[-2:] == ["ls", "a b"]
