@@ -751,7 +751,12 @@ function slurm_job_submit(job_desc, part_list, submit_uid) -- luacheck: ignore (
   end
   -- Hook point: SPANK options (job_desc.spank_job_env, "SPANK_RSA_*=...") may later add
   -- directives here, merged with the script's before admin_comment is written. Not yet.
-  local comment, errors = check(script)
+  local ok, comment, errors = pcall(check, script)
+  if not ok then -- a bug here must not stop the job: it runs without the RSA
+    slurm.log_error("rsa: directive check failed, job accepted without RSA: %s",
+      tostring(comment))
+    return slurm.SUCCESS
+  end
   if errors then
     for _, line in ipairs(errors) do
       slurm.log_user("%s", line) -- "%s": user text must never be a format string
@@ -803,3 +808,5 @@ end
 
 -- For tests (tests/lua/run_vector.lua) and curious admins; Slurm ignores it.
 rsa_job_submit = { check = check, config = CONFIG, quote = quote } -- luacheck: ignore
+
+return slurm.SUCCESS -- load status for slurm_lua_loadscript
