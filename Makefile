@@ -8,7 +8,7 @@ PYTHON_SYS ?= /usr/bin/python3
 VENV       ?= $(CURDIR)/.venv
 PY         := $(VENV)/bin/python
 # Debian packages the unit tests and tools need; the lab adds its own in lab/packages.txt.
-APT_PKGS   := python3-venv python3-dev lua5.4 sqlite3 tmux rsync tar
+APT_PKGS   := python3-venv python3-dev lua5.1 lua5.4 sqlite3 tmux rsync tar munge libmunge2
 
 .PHONY: install test unit lint clean
 

@@ -117,7 +117,7 @@ class Scheduler:
             seen.add(jid)
             rec = records.get(jid)
             if rec is None:
-                if obs.spec is None:
+                if obs.spec is None or not _has_work(obs.spec):
                     continue
                 rec = JobRecord(job_id=jid, user=obs.user, spec=obs.spec,
                                 compute_nodes=obs.compute_nodes, priority=obs.priority,
@@ -171,7 +171,7 @@ class Scheduler:
 
     def _note_waiting(self, rec: JobRecord) -> None:
         if rec.job_state is JobState.ON_DECK and rec.rsa_state in (
-                RsaState.NONE, RsaState.RELEASED) and not rec.declined:
+                RsaState.NONE, RsaState.RELEASED, RsaState.DECLINED) and not rec.declined:
             self._waiting.add(rec.job_id)
         else:
             self._waiting.discard(rec.job_id)
@@ -261,6 +261,13 @@ class Scheduler:
     def snapshot(self) -> Mapping[str, dict[str, object]]:
         """Every record as JSON (for comparisons and projections)."""
         return {jid: rec.to_json() for jid, rec in self.records.items()}
+
+
+def _has_work(spec: DirectiveSpec) -> bool:
+    """A spec with neither input nor output (e.g. only #RSA_NODES) gives the RSA nothing
+    to do: such jobs are not tracked."""
+    return any(x is not None for x in (spec.data_in, spec.preprocess, spec.data_out,
+                                       spec.postprocess))
 
 
 def _job_sort_key(job_id: str) -> tuple[int, str]:

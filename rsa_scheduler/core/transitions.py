@@ -287,6 +287,8 @@ def _rows() -> list[Rule]:
              ref="§3.1 fn. 2",
              note="early start: nothing staged yet; the empty RAMDISK takes the output",
              branches=(
+                 B(C.NO_INPUT, S.MOUNTING_OUTPUT, (A.MOUNT_OUTPUT,),
+                   note="no input to stage: the RAMDISK takes the output"),
                  B(C.POLICY_WAIT, S.STAGING_IN, (A.STAGE_IN,), (E.ARM_WAIT,)),
                  B(C.NO_OUTPUT, S.TEARING_DOWN, (A.TELL_USER, A.DESTROY_FS)),
              )),
@@ -547,9 +549,16 @@ def _rows() -> list[Rule]:
              effects=(E.MARK_DECLINED,), note="the RSA gave up on this job; it uses the PFS"),
         Rule(S.RELEASED, T.CANCEL_STAGING, S.DECLINED, effects=(E.MARK_DECLINED,)),
     ]
-    r += _stay(S.DECLINED, T.QUEUED, T.ON_DECK, T.DEMOTED, T.RUNNING, T.TICK,
-               T.CANCEL_STAGING)
-    r.append(Rule(S.DECLINED, T.FINISHED, S.RELEASED, note="nothing was held"))
+    r += _stay(S.DECLINED, T.QUEUED, T.DEMOTED, T.RUNNING, T.TICK, T.CANCEL_STAGING,
+               T.NODES_BUSY, T.GIVE_UP, T.POLICY_VIOLATION)
+    r += [
+        Rule(S.DECLINED, T.FINISHED, S.RELEASED, note="nothing was held"),
+        Rule(S.DECLINED, T.ON_DECK, S.DECLINED, effects=(E.TRY_ALLOCATE,),
+             note="on-deck again after a requeue: a job declined only because it started "
+                  "before RSA nodes were free gets a new cycle (TRY_ALLOCATE gives up at "
+                  "once for a job the RSA declined for good)"),
+        Rule(S.DECLINED, T.NODES_ALLOCATED, S.ALLOCATED, actions=(A.ALLOCATE,)),
+    ]
     return r
 
 

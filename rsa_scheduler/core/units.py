@@ -12,10 +12,13 @@ import math
 import re
 
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]?)(?:i?B)?\s*$", re.IGNORECASE)
-_DUR_SUFFIX_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$", re.IGNORECASE)
+# re.ASCII: without it IGNORECASE lets U+017F "ſ" match "s" and U+212A "K" match "k".
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]?)(?:i?B)?\s*$",
+                      re.IGNORECASE | re.ASCII)
+_DUR_SUFFIX_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$",
+                            re.IGNORECASE | re.ASCII)
 _DUR_SUFFIX = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-_DUR_SLURM_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+_DUR_SLURM_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$", re.ASCII)
 
 
 def parse_size(text: str) -> int:

@@ -354,3 +354,37 @@ def test_replay_reproduces_live_state_and_pool() -> None:
     assert replayed.snapshot() == d.sched.snapshot()
     assert replayed.pool.snapshot() == d.sched.pool.snapshot()
     assert [a.id for a in replayed.outstanding()] == [a.id for a in d.sched.outstanding()]
+
+
+def test_job_declined_for_an_early_start_gets_a_new_cycle_after_requeue() -> None:
+    """Found by the simulator (tests/data/scenarios/declined-requeued.yaml)."""
+    d = Driver(make_scheduler())
+    d.observe(obs("10", "RUNNING", spec=make_spec()))
+    assert d.state("10") == "declined" and not d.sched.records["10"].declined
+    d.observe(obs("10", "PENDING", "BeginTime", make_spec()))  # requeued
+    dec = d.observe(obs("10", "PENDING", "Resources", make_spec()))
+    assert d.state("10") == "fs-building" and kinds(dec) == ["allocate", "build-fs"]
+
+
+def test_declined_for_good_stays_declined_when_on_deck_again() -> None:
+    d = Driver(make_scheduler(make_pool(n_ram=2)))
+    d.observe(obs("10", "PENDING", "Resources", make_spec(nodes=4)))
+    assert d.state("10") == "declined" and d.sched.records["10"].declined
+    dec = d.observe(obs("10", "PENDING", "Priority", make_spec(nodes=4)),
+                    obs("10", "PENDING", "Resources", make_spec(nodes=4)))
+    assert d.state("10") == "declined" and dec.actions == []
+
+
+def test_wait_policy_does_not_stage_a_job_without_input() -> None:
+    """Found by the simulator (tests/data/scenarios/early-wait-output-only.yaml)."""
+    d = Driver(make_scheduler(early_start=EarlyStart.WAIT))
+    d.observe(obs("10", "PENDING", "Resources", make_spec(data_in=None)))
+    d.observe(obs("10", "RUNNING"))  # started while the RAMDISK was being built
+    dec = d.answer("10")
+    assert d.state("10") == "mounting-output" and kinds(dec) == ["mount-output"]
+
+
+def test_spec_without_input_or_output_is_not_tracked() -> None:
+    sched = make_scheduler()
+    spec = make_spec(data_in=None, data_out=None, nodes=2)
+    assert sched.observe([obs("10", "PENDING", "Resources", spec)], 0).events == []

@@ -23,7 +23,7 @@ def test_parse_size(text: str, expected: int) -> None:
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "G", "-1G", "1.5", "12X", "1e3", "1,5G"])
+@pytest.mark.parametrize("text", ["", "G", "-1G", "1.5", "12X", "1e3", "1,5G", "1\u212a"])
 def test_parse_size_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="invalid size"):
         parse_size(text)
@@ -57,7 +57,7 @@ def test_parse_duration(text: str | int | float, expected: float) -> None:
     assert parse_duration(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "5x", "-5", "a:b", True, -3])
+@pytest.mark.parametrize("text", ["", "5x", "-5", "a:b", True, -3, "10\u017f", "\u0661\u0660s"])
 def test_parse_duration_rejects(text: str | int | float) -> None:
     with pytest.raises(ValueError, match="invalid duration"):
         parse_duration(text)
