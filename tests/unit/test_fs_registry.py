@@ -1,0 +1,46 @@
+"""Backend discovery through entry points: a broken or missing backend fails only when
+selected, with one actionable line."""
+
+from __future__ import annotations
+
+from importlib.metadata import EntryPoint
+
+import pytest
+
+from rsa_scheduler.fs.base import FsError
+from rsa_scheduler.fs.registry import GROUP, available, backend_class
+from rsa_scheduler.fs.tmpfs import TmpfsBackend
+
+
+def _eps(**targets: str) -> dict[str, EntryPoint]:
+    return {n: EntryPoint(n, v, GROUP) for n, v in targets.items()}
+
+
+def test_the_three_shipped_backends_are_registered_and_load() -> None:
+    found = available()
+    assert {"beeond", "moosefs", "tmpfs"} <= set(found)
+    for name in ("beeond", "moosefs", "tmpfs"):
+        reg = found[name]
+        assert reg.usable and reg.cls is not None and reg.cls.name == name, reg.error
+
+
+def test_a_missing_dependency_fails_only_when_selected() -> None:
+    eps = _eps(tmpfs="rsa_scheduler.fs.tmpfs:TmpfsBackend",
+               lustre="rsa_scheduler_lustre_plugin:Backend")
+    found = available(eps)
+    assert found["tmpfs"].usable and not found["lustre"].usable
+    assert isinstance(found["lustre"].error, ImportError)
+    assert backend_class("tmpfs", eps) is TmpfsBackend
+    with pytest.raises(FsError) as info:
+        backend_class("lustre", eps)
+    msg = str(info.value)
+    assert "cannot be loaded" in msg and "ModuleNotFoundError" in msg and "\n" not in msg
+    assert isinstance(info.value.__cause__, ImportError)
+
+
+def test_unknown_name_and_non_backend_targets() -> None:
+    eps = _eps(odd="rsa_scheduler.fs.common:sh_chain")
+    with pytest.raises(FsError, match=r"'nope' is not installed \(registered: odd"):
+        backend_class("nope", eps)
+    with pytest.raises(FsError, match="not a FilesystemBackend"):
+        backend_class("odd", eps)
