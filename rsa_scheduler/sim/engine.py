@@ -196,7 +196,6 @@ class Engine:
         self.cause = "start"
         self.steps = 0
         self.slurm: dict[str, _SlurmJob] = {}
-        self.gone: set[str] = set()
         self.inflight: dict[str, _InFlight] = {}
         self.attempts: dict[tuple[str, ActionKind], int] = {}
         self.attempt_of: dict[str, int] = {}
@@ -321,9 +320,7 @@ class Engine:
         job = self.sc.jobs[e.job]
         if e.state == GONE:
             self.slurm.pop(e.job, None)
-            self.gone.add(e.job)
             return
-        self.gone.discard(e.job)
         old = self.slurm.get(e.job)
         prio = e.priority if e.priority is not None else (old.priority if old else job.priority)
         cn = e.compute_nodes if e.compute_nodes is not None else (
