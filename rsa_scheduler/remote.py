@@ -221,6 +221,10 @@ class SshHost:
                     chan.sendall(input.encode())
                 chan.shutdown_write()
                 out, err, rc, pgid = self._collect(chan, start + limit, cancel)
+            except (paramiko.SSHException, EOFError, OSError) as e:
+                # the connection broke mid-command: its outcome is unknown, do not re-run
+                raise HostError(f"{self.name}: SSH connection lost during "
+                                f"{shlex.join(argv[:4])}: {e}") from e
             finally:
                 chan.close()
             seconds = time.monotonic() - start

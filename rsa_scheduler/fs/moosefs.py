@@ -109,6 +109,11 @@ done
 rmdir "$mnt" 2>/dev/null || true
 """
 
+# What a create needs to know first, in one round trip: the fs_id's pool entries (F:-
+# when there is none) and the ports listening on the node.
+PROBE_SCRIPT = ('if [ -e "$0" ]; then echo F:.; ls -A "$0" | sed "s/^/F:/"; else echo F:-; fi; '
+                'ss -Hltn')
+
 # Kill a MooseFS daemon by its config's lock file; success if it is not running.
 KILL_SCRIPT = 'test ! -e "$1" || "$0" -c "$1" kill >/dev/null 2>&1 || ! "$0" -c "$1" test'
 
@@ -178,6 +183,8 @@ class Layout:
             "HDD_LEAVE_SPACE_DEFAULT": "64MiB",
             "MASTER_HOST": self.master_address, "MASTER_PORT": self.base + 1,
             "BIND_HOST": a, "CSSERV_LISTEN_HOST": a, "CSSERV_LISTEN_PORT": self.cs_port(node),
+            # chunkservers start in parallel with the master: retry every second, not 5
+            "MASTER_RECONNECTION_DELAY": 1,
         })
 
     def files(self, node: str) -> dict[str, str]:
@@ -284,14 +291,15 @@ class MooseFsBackend(FilesystemBackend):
                 f"{req.fs_id}: moosefs data address of {', '.join(loop)} is loopback "
                 f"({lay.addresses[loop[0]]}); MooseFS chunkservers refuse a loopback "
                 "master: give each RSA node a routable data address (docs/filesystems.md)")
-        existing = self._find(lay)
+        probe = self._probe(lay)
+        existing = self._existing(lay, probe)
         if existing is True:
             spec = self._read_spec(lay)
             if spec is not None and self.health(spec).ok:
                 log.info("%s: moosefs already up on %s, reusing it", req.fs_id,
                          ",".join(lay.nodes))
                 return spec
-        if existing:
+        if existing is not None:
             log.info("%s: removing a half-built or unhealthy moosefs first", req.fs_id)
             self.destroy(req)
         last: Exception | None = None
@@ -299,7 +307,10 @@ class MooseFsBackend(FilesystemBackend):
             if cancel is not None:
                 cancel.check()
             try:
-                return self._build(req, attempt, cancel)
+                if attempt > 0 or existing is not None:
+                    probe = self._probe(lay)
+                busy = set().union(*(ports for _, ports in probe.values()))
+                return self._build(req, attempt, busy, cancel)
             except Cancelled:
                 raise
             except FsError as e:
@@ -309,21 +320,26 @@ class MooseFsBackend(FilesystemBackend):
         raise FsError(f"{req.fs_id}: moosefs create failed after {self.retries + 1} "
                       f"attempts: {last}") from last
 
-    def _find(self, lay: Layout) -> bool | None:
-        """True: complete (spec.json on master); None: nothing; False: leftovers."""
-        def probe(node: str) -> str:
-            r = self.hosts[node].run(["ls", "-A", lay.dir(node)], timeout=30, check=False)
-            if r.returncode != 0:
-                return "none"
-            return "spec" if "spec.json" in r.stdout.split() else "partial"
+    def _probe(self, lay: Layout) -> dict[str, tuple[list[str], set[int]]]:
+        """One round trip per node: what this fs_id left in the pool, listening ports."""
+        def probe(node: str) -> tuple[list[str], set[int]]:
+            out = self._run(node, ["sh", "-c", PROBE_SCRIPT, lay.dir(node)], 30)
+            entries = [ln[2:] for ln in out.splitlines() if ln.startswith("F:")]
+            ports = listening_ports("\n".join(ln for ln in out.splitlines()
+                                              if not ln.startswith("F:")))
+            return entries, ports
 
-        try:
-            seen = on_nodes(lay.nodes, probe, f"{lay.fs_id}: look for an existing moosefs")
-        except FsError:
-            return False
-        if all(s == "none" for s in seen.values()):
+        return on_nodes(lay.nodes, probe, f"{lay.fs_id}: look for an existing moosefs")
+
+    @staticmethod
+    def _existing(lay: Layout, probe: Mapping[str, tuple[list[str], set[int]]]
+                  ) -> bool | None:
+        """None: nothing there; True: complete (spec.json everywhere it belongs);
+        False: leftovers of a half-built or half-destroyed filesystem."""
+        present = {n: entries for n, (entries, _) in probe.items() if entries != ["-"]}
+        if not present:
             return None
-        return seen[lay.master] == "spec" and "none" not in seen.values()
+        return len(present) == len(lay.nodes) and "spec.json" in present[lay.master]
 
     def _read_spec(self, lay: Layout) -> MountSpec | None:
         r = self.hosts[lay.master].run(["cat", f"{lay.dir(lay.master)}/spec.json"],
@@ -336,11 +352,7 @@ class MooseFsBackend(FilesystemBackend):
             log.warning("%s: unreadable spec.json: %s", lay.fs_id, e)
             return None
 
-    def _choose_base(self, lay: Layout, attempt: int, dl: Deadline) -> int:
-        busy_by_node = on_nodes(
-            lay.nodes, lambda n: listening_ports(self._run(n, ["ss", "-Hltn"], dl.left())),
-            f"{lay.fs_id}: list listening ports")
-        busy = set().union(*busy_by_node.values())
+    def _choose_base(self, lay: Layout, attempt: int, busy: set[int]) -> int:
         first, slots = self.port_range
         for probe in range(slots):
             base = port_base(lay.fs_id, attempt + probe, base=first, slots=slots)
@@ -349,32 +361,45 @@ class MooseFsBackend(FilesystemBackend):
                 return base
         raise FsError(f"{lay.fs_id}: no free port block in {first}..{first + slots * 64}")
 
-    def _build(self, req: FsRequest, attempt: int, cancel: CancelToken | None) -> MountSpec:
+    def _build(self, req: FsRequest, attempt: int, busy: set[int],
+               cancel: CancelToken | None) -> MountSpec:
+        """Round trips: (1) every node unpacks its configs and starts its chunkserver,
+        the first node also starts the master and mounts; (2) the other nodes mount while
+        the master node is polled until every chunkserver registered; (3) goal, trash
+        time and the spec.json completion mark."""
         dl = Deadline(self.create_timeout, f"{req.fs_id}: moosefs create")
         t0 = time.monotonic()
-        lay = self.layout(req, 0)
-        lay = self.layout(req, self._choose_base(lay, attempt, dl))
+        lay = self.layout(req, self._choose_base(self.layout(req), attempt, busy))
+        mount = lay.mount_argv(lay.mountpoint, self.client_options)
         with ExitStack() as undo:  # LIFO cleanup of whatever was built, on any exception
             undo.callback(self._stop_servers, lay, dl)  # servers (if started), then dirs
+            undo.callback(self._umount_all, lay, dl)
 
-            def unpack(node: str) -> None:
+            def start(node: str) -> None:
+                d = lay.dir(node)
                 steps: list[list[str]] = [["mkdir", "-p", lay.mountpoint, lay.pool_dirs[node]],
                                           ["tar", "-x", "-C", lay.pool_dirs[node], "-f", "-"]]
                 if node == lay.master:
-                    steps.append(["mfsmaster", "-c", f"{lay.dir(node)}/mfsmaster.cfg",
-                                  "start"])
+                    steps.append(["mfsmaster", "-c", f"{d}/mfsmaster.cfg", "start"])
+                steps.append(["mfschunkserver", "-c", f"{d}/mfschunkserver.cfg", "start"])
+                if node == lay.master:
+                    steps.append(mount)
                 self._run(node, sh_chain(*steps), dl.left(), input=lay.tarball(node),
                           cancel=cancel)
 
-            on_nodes(lay.nodes, unpack, f"{req.fs_id}: write configs, start mfsmaster")
-            on_nodes(lay.nodes, lambda n: self._run(
-                n, ["mfschunkserver", "-c", f"{lay.dir(n)}/mfschunkserver.cfg", "start"],
-                dl.left(), cancel=cancel), f"{req.fs_id}: start mfschunkserver")
-            self._wait_chunkservers(lay, dl, cancel)
-            undo.callback(self._umount_all, lay, dl)
-            on_nodes(lay.nodes, lambda n: self._run(
-                n, lay.mount_argv(lay.mountpoint, self.client_options), dl.left(),
-                cancel=cancel), f"{req.fs_id}: mfsmount")
+            on_nodes(lay.nodes, start, f"{req.fs_id}: start mfsmaster, mfschunkservers")
+            log.debug("%s: servers started at +%.2fs", req.fs_id, time.monotonic() - t0)
+            others = [n for n in lay.nodes if n != lay.master]
+
+            def mount_or_wait(node: str) -> None:
+                if node == lay.master:
+                    self._wait_chunkservers(lay, dl, cancel)
+                else:
+                    self._run(node, mount, dl.left(), cancel=cancel)
+
+            on_nodes([lay.master, *others], mount_or_wait, f"{req.fs_id}: mfsmount")
+            log.debug("%s: mounted, %d chunkservers at +%.2fs", req.fs_id, len(lay.nodes),
+                      time.monotonic() - t0)
             spec = MountSpec(backend=self.name, fs_id=req.fs_id, nodes=lay.nodes,
                              rsa_mountpoint=lay.mountpoint,
                              client={"master_host": lay.master_address,
