@@ -3,6 +3,8 @@ on the RAM tier of rsa[1-4] and on the ssd tier of rsa3/rsa4, plus port and conf
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator, Mapping
 
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from rsa_scheduler.fs.base import FilesystemBackend, FsError, FsRequest
 from rsa_scheduler.fs.common import sh_chain
 from rsa_scheduler.fs.moosefs import MooseFsBackend, port_base
+from rsa_scheduler.hosts import Cancelled, CancelToken
 from rsa_scheduler.remote import HostPool
 from tests.fs_conformance import FsConformance, Leftovers, MakeRequest
 from tests.integration.fskit import lab_hosts, lab_moosefs, moosefs_leftovers
@@ -109,3 +112,53 @@ def test_loopback_data_address_is_refused_before_anything_starts(
                     "/run/rsa/mnt")
     with pytest.raises(FsError, match="loopback"):
         backend.create(req)
+
+
+def _two_node_request(lab: Mapping[str, str], fs_id: str) -> FsRequest:
+    nodes = ("rsa1", "rsa2")
+    return FsRequest(fs_id, "0", nodes, "ram", {n: lab["RSA_LAB_POOL_RAM"] for n in nodes},
+                     "/run/rsa/mnt")
+
+
+def test_dead_servers_and_a_busy_mount_never_hang_teardown(
+        backend: MooseFsBackend, hosts: HostPool, lab: Mapping[str, str]) -> None:
+    req = _two_node_request(lab, "itest-dead")
+    sleeper = ""
+    try:
+        spec = backend.create(req)
+        mnt = spec.rsa_mountpoint
+        hosts["rsa2"].run(["dd", f"of={mnt}/f", "status=none"], timeout=30, input="x\n")
+        # a process holding the mount busy on rsa2 (EBUSY for a plain umount)
+        sleeper = hosts["rsa2"].run(
+            ["sh", "-c", 'cd "$0" && setsid sleep 305 </dev/null >/dev/null 2>&1 & echo $!',
+             mnt], timeout=30).stdout.strip()
+        lay = backend.layout(req)
+        for node in req.nodes:  # every server dies at once
+            hosts[node].run(["mfschunkserver", "-c",
+                             f"{lay.dir(node)}/mfschunkserver.cfg", "kill"], timeout=30)
+        hosts["rsa1"].run(["mfsmaster", "-c", f"{lay.dir('rsa1')}/mfsmaster.cfg", "kill"],
+                          timeout=30)
+        assert not backend.health(spec).ok
+        start = time.monotonic()
+        backend.destroy(req)
+        assert time.monotonic() - start < 45
+        left = moosefs_leftovers(hosts, req)
+        assert not left, left
+    finally:
+        if sleeper:
+            hosts["rsa2"].run(["kill", "-KILL", sleeper], timeout=30, check=False)
+        backend.destroy(req)
+
+
+def test_cancel_during_create_unwinds_everything(
+        backend: MooseFsBackend, hosts: HostPool, lab: Mapping[str, str]) -> None:
+    req = _two_node_request(lab, "itest-cancel")
+    token = CancelToken()
+    threading.Timer(0.8, token.cancel, args=("demoted",)).start()
+    try:
+        with pytest.raises(Cancelled):
+            backend.create(req, token)
+        left = moosefs_leftovers(hosts, req)
+        assert not left, left
+    finally:
+        backend.destroy(req)
