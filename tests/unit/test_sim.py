@@ -248,3 +248,79 @@ def test_job_without_directives_is_not_tracked() -> None:
         "    directives: {data_in: /scratch/a/in, data_out: /scratch/a/out}\n", "")
     result = simulate(parse_scenario(text))
     assert not result.jobs["10"].tracked and result.jobs["10"].rows == []
+
+
+# ---- random scenarios -----------------------------------------------------------------------
+
+def make_random_scenario(seed: int) -> str:
+    """A random but valid scenario: jobs, outcomes, observations, drains, commands, crashes;
+    ends with every job completed and operator retry/discard/force-release for each."""
+    import random
+
+    import yaml
+
+    rng = random.Random(seed)
+    kinds = ["build-fs", "stage-in", "lock-in", "mount-input", "mount-output", "write-back",
+             "reset", "stage-out", "verify", "destroy-fs"]
+    states = [("PENDING", "Resources")] * 4 + [
+        ("PENDING", "Priority"), ("PENDING", "BeginTime"), ("RUNNING", "None"),
+        ("RUNNING", "None"), ("COMPLETED", "None"), ("CANCELLED", "None"), ("GONE", "")]
+    jobs: dict[str, dict[str, object]] = {}
+    for j in range(rng.randint(1, 4)):
+        d: dict[str, str] = {}
+        if rng.random() < 0.8:
+            d["data_in"] = f"/scratch/u/in{j}"
+        if rng.random() < 0.8 or not d:
+            d["data_out"] = f"/scratch/u/out{j}"
+        if "data_in" in d and rng.random() < 0.3:
+            d["early_start"] = rng.choice(["fallback", "wait", "union"])
+        if "data_in" in d and rng.random() < 0.2:
+            d["input"] = "rw"
+        acts = {}
+        for k in kinds:
+            if rng.random() < 0.25:
+                res = rng.choice(["ok", "failed", "failed", "refused"]
+                                 + (["busy", "busy"] if k == "reset" else []))
+                acts[k] = [{"result": res, "times": rng.randint(1, 4),
+                            "duration": rng.randint(0, 600)}]
+        jobs[str(100 + j)] = {"nodes": rng.randint(1, 8), "priority": rng.randint(0, 100),
+                              "directives": d, "actions": acts}
+    timeline: list[dict[str, object]] = []
+    t = 0
+    for _ in range(rng.randint(3, 14)):
+        t += rng.choice([0, 5, 30, 60, 120, 300, 900])
+        x = rng.random()
+        if x < 0.75:
+            state, reason = rng.choice(states)
+            e: dict[str, object] = {"at": t, "job": rng.choice(list(jobs)), "state": state}
+            if state == "PENDING":
+                e["reason"] = reason
+            timeline.append(e)
+        elif x < 0.83:
+            timeline.append({"at": t, "crash": True})
+        elif x < 0.9:
+            timeline.append({"at": t, "node": f"rsa{rng.randint(1, 4)}",
+                             "set": rng.choice(["drained", "up", "down"])})
+        else:
+            timeline.append({"at": t, "job": rng.choice(list(jobs)), "command": rng.choice(
+                ["input-done", "cancel-staging", "retry", "discard", "force-release"])})
+    for step, entry in ((600, {"state": "COMPLETED"}), (36000, {"command": "retry"}),
+                        (36000, {"command": "discard"}), (36000, {"command": "force-release"})):
+        t += step
+        timeline += [{"at": t, "job": j, **entry} for j in jobs]
+    return yaml.safe_dump({"pool": [{"names": "rsa[1-4]"}],
+                           "allocation": {"ratio": 2, "max_nodes": 3},
+                           "staging": {"backoff": "30s", "retries": 2}, "poll": "1m",
+                           "jobs": jobs, "timeline": timeline})
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_scenarios_keep_every_invariant(seed: int) -> None:
+    """No double booking, no leak, replay == live after every step and across crashes,
+    and once operators have retried/discarded/force-released, every job's cycle ended."""
+    result = simulate(parse_scenario(make_random_scenario(seed), f"random{seed}"),
+                      replay_every_step=True)
+    for jid, job in result.jobs.items():
+        if job.tracked:
+            assert job.final["rsa_state"] in ("released", "declined"), (jid, job.final)
+    assert result.pool["held"] == {}
