@@ -86,8 +86,9 @@ def chunkservers_listed(mfscli_output: str) -> set[tuple[str, int]]:
 
 # One round trip per node to unmount: umount; if that fails or hangs, lazy umount and
 # abort the FUSE connection through fusectl so a dead server never hangs teardown; then
-# wait for this node's mfsmount of the mountpoint to exit (SIGKILL after ~8 s). pgrep
-# --ns: nodes of one host share the PID namespace but not the mount namespace.
+# SIGKILL this node's mfsmount of the mountpoint (unmounted, and the data is being
+# discarded: nothing to flush; it would otherwise linger 1-3 s) and wait until it is
+# gone. pgrep --ns: nodes of one host share the PID namespace, not the mount namespace.
 UMOUNT_SCRIPT = r"""mnt=$0; title=$1
 minor=$(findmnt -n -o MAJ:MIN --mountpoint "$mnt" | cut -d: -f2)
 if [ -n "$minor" ]; then
@@ -103,7 +104,8 @@ fi
 i=0
 while pids=$(pgrep --ns $$ --nslist mnt -x -f "$title"); do
   i=$((i + 1))
-  if [ $i -gt 40 ]; then kill -KILL $pids; break; fi
+  if [ $i -gt 25 ]; then echo "mfsmount $pids did not exit" >&2; exit 1; fi
+  kill -KILL $pids
   sleep 0.2
 done
 rmdir "$mnt" 2>/dev/null || true
@@ -114,8 +116,27 @@ rmdir "$mnt" 2>/dev/null || true
 PROBE_SCRIPT = ('if [ -e "$0" ]; then echo F:.; ls -A "$0" | sed "s/^/F:/"; else echo F:-; fi; '
                 'ss -Hltn')
 
-# Kill a MooseFS daemon by its config's lock file; success if it is not running.
-KILL_SCRIPT = 'test ! -e "$1" || "$0" -c "$1" kill >/dev/null 2>&1 || ! "$0" -c "$1" test'
+# SIGKILL MooseFS daemons (a scratch FS needs no clean stop) given "lockfile cfg" pairs:
+# the pid comes from the daemon's own lock file and is only killed if that process runs
+# with this cfg (a recycled pid is left alone); then wait until each is gone or a zombie
+# (the lock file's lock is released at exit). All of a node's daemons die at once.
+KILL_SCRIPT = r"""pids=""
+while [ $# -ge 2 ]; do
+  lock=$1; cfg=$2; shift 2
+  pid=$(cat "$lock" 2>/dev/null) || continue
+  case $pid in ''|*[!0-9]*) continue;; esac
+  tr '\0' ' ' < /proc/$pid/cmdline 2>/dev/null | grep -qF -- "$cfg" || continue
+  kill -KILL "$pid" && pids="$pids $pid"
+done
+for pid in $pids; do
+  i=0
+  while st=$(ps -o stat= -p "$pid") && [ "${st#Z}" = "$st" ]; do
+    i=$((i + 1))
+    if [ $i -gt 200 ]; then echo "pid $pid survived SIGKILL" >&2; exit 1; fi
+    sleep 0.05
+  done
+done
+"""
 
 
 def _cfg(values: Mapping[str, object]) -> str:
@@ -439,9 +460,12 @@ class MooseFsBackend(FilesystemBackend):
         lay = self.layout(req)
         dl = Deadline(self.destroy_timeout, f"{req.fs_id}: moosefs destroy")
         errors: list[str] = []
+        t0 = time.monotonic()
         for step in (self._umount_all, self._stop_servers):
             try:
                 step(lay, dl)
+                log.debug("%s: %s done at +%.2fs", req.fs_id, step.__name__,
+                          time.monotonic() - t0)
             except FsError as e:  # keep going: a later step may still free the pool
                 errors.append(str(e))
         if errors:
@@ -462,16 +486,16 @@ class MooseFsBackend(FilesystemBackend):
                           + "; ".join(f"{n}: {e}" for n, e in bad.items()))
 
     def _stop_servers(self, lay: Layout, dl: Deadline) -> None:
-        """SIGKILL chunkservers and master through their own lock files (a scratch FS
-        needs no clean stop; ``kill`` waits until the lock is released), then free the
-        pool. Absent config = never started."""
+        """SIGKILL chunkservers and master (pids from their lock files, see
+        KILL_SCRIPT), then free the pool. No lock file = never started."""
         def stop(node: str) -> None:
             d = lay.dir(node)
-            steps = [["sh", "-c", KILL_SCRIPT, "mfschunkserver", f"{d}/mfschunkserver.cfg"]]
+            daemons = [f"{d}/cs/.mfschunkserver.lock", f"{d}/mfschunkserver.cfg"]
             if node == lay.master:
-                steps.append(["sh", "-c", KILL_SCRIPT, "mfsmaster", f"{d}/mfsmaster.cfg"])
-            steps.append(["rm", "-rf", "--one-file-system", d])
-            self._run(node, sh_chain(*steps), min(60.0, dl.left()))
+                daemons += [f"{d}/master/.mfsmaster.lock", f"{d}/mfsmaster.cfg"]
+            self._run(node, sh_chain(["sh", "-c", KILL_SCRIPT, "kill", *daemons],
+                                     ["rm", "-rf", "--one-file-system", d]),
+                      min(60.0, dl.left()))
 
         on_nodes(lay.nodes, stop, f"{lay.fs_id}: stop servers, free the pool")
 
