@@ -65,6 +65,9 @@ pool:
       capacity: {s.ram_size}
       address: "{rsanodes.RSA_NET}.{{num}}"
       ssh_port: 22
+      # MooseFS refuses loopback: the RSA nodes' filesystem servers bind to the host end
+      # of the lab's PFS veth (non-loopback, local, guarded), on per-job ports.
+      data_address: "{pfs.PFS_NET}.1"
       pool_dir: {s.pool_root / 'ram'}
 ssh:
   user: root

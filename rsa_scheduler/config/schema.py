@@ -248,6 +248,7 @@ class RsaNodeSpec:
     address: str  # what SSH connects to
     ssh_port: int
     pool_dir: Path
+    data_address: str = ""  # where its filesystem servers listen ("" = address)
 
 
 # --------------------------------------------------------------------------- sections
@@ -340,6 +341,15 @@ class PoolNodeGroup:
         ),
     )
     ssh_port: int = field(default=22, metadata=meta(Int(min=1, max=65535), "SSH port."))
+    data_address: str | None = field(
+        default=None,
+        metadata=meta(
+            Optional(Address()),
+            "Where the node's filesystem servers (e.g. MooseFS) listen; compute and RSA "
+            "nodes must reach it. Empty: the SSH address. Same patterns as `address`; a fixed "
+            "address may be shared (servers use distinct ports). MooseFS refuses loopback.",
+        ),
+    )
     pool_dir: Path = field(
         metadata=meta(
             AbsPath(),
@@ -360,6 +370,8 @@ class PoolNodeGroup:
                 address=node_address(self.address, name),
                 ssh_port=self.ssh_port,
                 pool_dir=self.pool_dir,
+                data_address=node_address(self.data_address, name)
+                if self.data_address else node_address(self.address, name),
             )
             for name in self.hosts()
         )

@@ -50,9 +50,16 @@ class DataPath:
 
     def backend(self, tier: str) -> FilesystemBackend:
         if tier not in self._backends:
-            from rsa_scheduler.fs.registry import make_backend
+            from rsa_scheduler.fs.registry import backend_class, make_backend
 
-            self._backends[tier] = make_backend(self.cfg, tier, self.hosts)
+            name = {str(k): v for k, v in self.cfg.filesystem.backend.items()}.get(tier, "")
+            options: dict[str, Any] = {}
+            if name == "moosefs":
+                options["addresses"] = {n.name: n.data_address or n.address
+                                        for n in self.cfg.pool.members()}
+            elif name:
+                backend_class(name)  # fail early with the registry's message
+            self._backends[tier] = make_backend(self.cfg, tier, self.hosts, **options)
         return self._backends[tier]
 
     def request(self, ctx: ActionContext) -> FsRequest:

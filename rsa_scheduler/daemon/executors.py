@@ -37,6 +37,9 @@ class ActionContext:
 
 Executor = Callable[[ActionContext], Mapping[str, Any] | None]
 
+#: actions carried out on the job's compute nodes (Prolog, mid-job reset)
+NODE_SIDE = frozenset({ActionKind.MOUNT_INPUT, ActionKind.MOUNT_OUTPUT, ActionKind.RESET})
+
 
 class Registry:
     """Executors by action kind."""
@@ -58,9 +61,11 @@ class Registry:
         action = ctx.action
         fn = self._by_kind.get(action.kind)
         if fn is None:
+            why = ("the compute-node side (rsa Prolog/Epilog) is not available"
+                   if action.kind in NODE_SIDE else
+                   "check the filesystem/staging configuration")
             return Outcome(action.id, Result.FAILED,
-                           f"rsad has no executor for {action.kind.value}: check the "
-                           "filesystem/staging configuration")
+                           f"rsad cannot {action.kind.value}: {why}")
         try:
             ctx.cancel.check()
             detail = fn(ctx) or {}

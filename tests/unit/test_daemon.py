@@ -175,7 +175,7 @@ def test_missing_executor_is_a_failure_not_a_success(tmp_path: Path) -> None:
     settle(d)
     outcome = next(e for e in store.events("7") if e.name == "action.outcome")
     assert outcome.context["result"] == "failed"
-    assert "no executor for build-fs" in outcome.context["message"]
+    assert "rsad cannot build-fs: check the filesystem" in outcome.context["message"]
 
 
 # ---- API authorisation -----------------------------------------------------------------
