@@ -1,11 +1,11 @@
 """Lab helpers for filesystem tests: SSH hosts of the RSA nodes and a lab MooseFS backend.
 
 The lab's RSA nodes listen on 127.0.1.N, which MooseFS refuses for chunkserver→master
-traffic (any 127/8). Until the lab gives RSA nodes a data network
-(``RSA_LAB_RSA_DATA_ADDRESSES``), every node's MooseFS servers bind to the host end of the
-lab's PFS veth (``10.213.0.1``): a non-loopback address local to the host, reachable from
-every RSA and compute node (they share the host's network namespace), never routed off
-the machine (the lab's ``unreachable 10.213.0.0/16`` guard). Ports keep the servers apart.
+traffic (any 127/8). So every node's MooseFS servers bind to its ``data_address``, which
+the lab sets to the host end of its PFS veth (``10.213.0.1``): a non-loopback address
+local to the host, reachable from every RSA and compute node (they share the host's
+network namespace), never routed off the machine (the lab's ``unreachable
+10.213.0.0/16`` guard). Ports keep the servers apart.
 """
 
 from __future__ import annotations
@@ -21,12 +21,14 @@ from rsa_scheduler.remote import HostPool
 
 
 def lab_data_addresses(lab: Mapping[str, str]) -> dict[str, str]:
-    nodes = [f"rsa{i}" for i in range(1, len(lab["RSA_LAB_RSA_ADDRESSES"].split(",")) + 1)]
-    given = lab.get("RSA_LAB_RSA_DATA_ADDRESSES", "")
+    """Each RSA node's data address: ``pool.nodes[].data_address`` of the lab's rsa.yaml
+    (lab-up sets the PFS veth's host end), else the host end derived from the env."""
+    cfg = load_config(lab["RSA_LAB_RSA_CONFIG"])
+    given = {n.name: n.data_address for n in cfg.pool.members() if n.data_address}
     if given:
-        return dict(zip(nodes, given.split(","), strict=True))
+        return given
     host_end = lab["RSA_LAB_PFS_MASTER"].rsplit(".", 1)[0] + ".1"
-    return {n: host_end for n in nodes}
+    return {n.name: host_end for n in cfg.pool.members()}
 
 
 @contextmanager
