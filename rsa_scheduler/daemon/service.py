@@ -358,6 +358,8 @@ class Daemon:
     def job_view(self, rec: JobRecord) -> dict[str, Any]:
         view = rec.to_json()
         view["progress"] = self.progress.get(rec.job_id)
+        mount = self.facts.get(rec.job_id, {}).get("mount")
+        view["ramdisk"] = mount if rec.nodes else None  # where it lives while held
         view["running"] = [r.action.id for r in self.running.values()
                            if r.action.job_id == rec.job_id]
         return view

@@ -1,0 +1,190 @@
+"""rsad driving real RAMDISKs in the lab (issue 4): a job's input staged as its user into a
+MooseFS RAMDISK on its RSA nodes; demotion during stage-in; a root-only file refused; rsad
+SIGKILLed during stage-in resumes without re-building or leaking anything."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rsa_scheduler.remote import SshHost
+from tests.integration.conftest import as_user
+from tests.integration.slurmkit import Jobs, make_jobs, root, wait_for
+
+LAB_DIR = Path(__file__).resolve().parents[2] / "lab"
+FILL = ("-t", "5", "--wrap", "sleep 300")
+
+
+def rsa_job(lab: Mapping[str, str], job: str) -> dict[str, Any] | None:
+    out = subprocess.run([f"{lab['RSA_LAB_VENV']}/bin/rsa", "job", job, "--json"],
+                         capture_output=True, text=True, timeout=30, check=False)
+    return json.loads(out.stdout) if out.returncode == 0 else None
+
+
+def state_of(lab: Mapping[str, str], job: str) -> str:
+    data = rsa_job(lab, job)
+    return data["rsa_state"] if data else ""
+
+
+def wait_state(lab: Mapping[str, str], job: str, *states: str, timeout: float = 90) -> str:
+    return wait_for(f"job {job} in {states}", lambda: (s := state_of(lab, job)) in states and s,
+                    timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def area(lab: Mapping[str, str]) -> Iterator[Path]:
+    """The lab user's test data on the PFS: a small tree and a slow big input."""
+    base = Path(lab["RSA_LAB_PFS"]) / f"rsad-it-{os.getpid()}"
+    user = lab["RSA_LAB_USER"]
+    script = (f"set -e; mkdir -p {base}/small/sub {base}/big {base}/out; "
+              f"for i in $(seq 1 40); do head -c $((i*1000)) /dev/urandom "
+              f"> {base}/small/f$i; done; "
+              f"echo hi > '{base}/small/sub/name with space'; ln -s f1 {base}/small/link; "
+              f"head -c 900M /dev/zero > {base}/big/blob")
+    done = as_user(lab, user, ["bash", "-c", script], timeout=300)
+    assert done.returncode == 0, done.stderr
+    yield base
+    subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)
+
+
+def submit_rsa(jobs: Jobs, data_in: Path, data_out: Path, tmp: Path) -> str:
+    script = tmp / "rsa-job.sh"
+    script.write_text(f"#!/bin/bash\n#SBATCH -t 5\n#RSA_DATA_IN={data_in}\n"
+                      f"#RSA_DATA_OUT={data_out}\nsleep 1\n")
+    script.chmod(0o644)
+    tmp.chmod(0o755)
+    return jobs.submit(script=script.read_text())
+
+
+def ssh(lab: Mapping[str, str], node: int) -> SshHost:
+    addr = lab["RSA_LAB_RSA_ADDRESSES"].split(",")[node - 1]
+    return SshHost(f"rsa{node}", addr, key=lab["RSA_LAB_SSH_KEY"],
+                   known_hosts=lab["RSA_LAB_SSH_KNOWN_HOSTS"])
+
+
+def hashes(host: SshHost, root_dir: str) -> str:
+    cmd = (f"cd {root_dir} && find . -type f -print0 | sort -z | xargs -0 b2sum; "
+           "find . -type l -printf '%p -> %l\\n' | sort")
+    return host.run(["bash", "-c", cmd], timeout=120).stdout
+
+
+def test_input_is_staged_into_a_real_ramdisk_with_identical_contents(
+        lab: Mapping[str, str], area: Path, tmp_path: Path) -> None:
+    with make_jobs(lab) as jobs:
+        for _ in range(4):
+            jobs.submit(*FILL)
+        job = submit_rsa(jobs, area / "small", area / "out", tmp_path)
+        wait_state(lab, job, "locked-in")
+        data = rsa_job(lab, job)
+        assert data is not None
+        mount = data["ramdisk"]["rsa_mountpoint"]
+        nodes = data["nodes"]
+        host = ssh(lab, int(nodes.strip("rsa[").split("-")[0].split(",")[0].rstrip("]")))
+        try:
+            assert hashes(host, mount) == hashes(host, str(area / "small"))
+            owner = host.run(["stat", "-c", "%U", mount], timeout=30).stdout.strip()
+            assert owner == lab["RSA_LAB_USER"]
+        finally:
+            host.close()
+        qos = root(lab, "squeue", "-h", "-j", job, "-O", "QOS:0").strip()
+        assert qos.startswith("rsa-lockin")  # locked in after the stage-in
+
+
+def test_demotion_during_stage_in_stops_the_transfer_and_frees_the_nodes(
+        lab: Mapping[str, str], area: Path, tmp_path: Path) -> None:
+    with make_jobs(lab) as jobs:
+        for _ in range(4):
+            jobs.submit(*FILL)
+        job = submit_rsa(jobs, area / "big", area / "out", tmp_path)
+        wait_state(lab, job, "staging-in")
+        urgent = jobs.submit(*FILL)
+        root(lab, "scontrol", "update", f"jobid={urgent}", "priority=500000")
+        wait_state(lab, job, "released", timeout=60)
+        data = rsa_job(lab, job)
+        assert data is not None and data["job_state"] == "demoted"
+        names = [e["name"] for e in data["events"]]
+        assert "job.state" in names
+        transitions = [(e["from"], e["to"]) for e in data["events"]
+                       if e["name"] == "rsa.transition"]
+        assert ("staging-in", "tearing-down") in transitions
+        # nothing of the transfer survives on the RSA nodes (they share this PID space)
+        time.sleep(1)
+        left = subprocess.run(["pgrep", "-u", lab["RSA_LAB_USER"], "-a", "-f",
+                               str(area / "big")], capture_output=True, text=True).stdout
+        assert left.strip() == ""
+        status = json.loads(subprocess.run(
+            [f"{lab['RSA_LAB_VENV']}/bin/python", "-c",
+             "import json; from rsa_scheduler.client import ApiClient; "
+             "print(json.dumps(ApiClient().get('/v1/status')))"],
+            capture_output=True, text=True, check=True).stdout)
+        assert all(n["job"] != job for n in status["nodes"])
+
+
+def test_a_user_cannot_stage_a_file_only_root_can_read(
+        lab: Mapping[str, str], area: Path, tmp_path: Path) -> None:
+    secret_dir = area / "secret"
+    as_user(lab, lab["RSA_LAB_USER"], ["mkdir", "-p", str(secret_dir)])
+    secret = secret_dir / "root-only"
+    secret.write_text("not for users\n")
+    secret.chmod(0o600)  # created by root: owned by root
+    with make_jobs(lab) as jobs:
+        for _ in range(4):
+            jobs.submit(*FILL)
+        job = submit_rsa(jobs, secret_dir, area / "out", tmp_path)
+        wait_state(lab, job, "declined", "released", timeout=90)
+        data = rsa_job(lab, job)
+        assert data is not None and data["declined"]
+        refused = [e for e in data["events"] if e["name"] == "action.outcome"
+                   and e["result"] == "refused"]
+        assert refused and "root-only" in refused[0]["message"]
+        assert "Permission denied" in refused[0]["message"] or "cannot read" in \
+            refused[0]["message"]
+
+
+def _restart_rsad(lab: Mapping[str, str], kill: signal.Signals) -> None:
+    pid = int(Path("/run/rsa-lab/pids/rsad.pid").read_text())
+    os.kill(pid, kill)
+    wait_for("rsad gone", lambda: not Path(f"/proc/{pid}").exists()
+             or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2], timeout=30)
+    Path("/run/rsa/rsad.sock").unlink(missing_ok=True)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "from rsalab import common, facts, rsad; s = common.Settings(); "
+            "rsad.up(s, facts.RSA_YAML)")
+    subprocess.run(["/usr/bin/python3", "-c", code, str(LAB_DIR)], check=True, timeout=60,
+                   env={**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+
+
+def test_rsad_killed_during_stage_in_resumes_without_rebuilding(
+        lab: Mapping[str, str], area: Path, tmp_path: Path) -> None:
+    with make_jobs(lab) as jobs:
+        for _ in range(4):
+            jobs.submit(*FILL)
+        job = submit_rsa(jobs, area / "big", area / "out", tmp_path)
+        wait_state(lab, job, "staging-in")
+        before = rsa_job(lab, job)
+        assert before is not None
+        stage_in = before["pending"]["id"]
+        _restart_rsad(lab, signal.SIGKILL)
+        wait_state(lab, job, "locked-in", timeout=120)
+        data = rsa_job(lab, job)
+        assert data is not None
+        outcomes = [(e["action"], e["result"]) for e in data["events"]
+                    if e["name"] == "action.outcome"]
+        assert (stage_in, "ok") in outcomes  # the same action, re-issued after the crash
+        assert sum(1 for a, _ in outcomes if "/build-fs/" in a) == 1  # not rebuilt
+        fs_id = f"job{job}-c1"
+        masters = subprocess.run(["pgrep", "-f", f"mfsmaster.*{fs_id}"], capture_output=True,
+                                 text=True).stdout.split()
+        assert len(masters) == 1, masters  # one RAMDISK, nothing leaked
+    wait_state(lab, job, "released", timeout=90)
+    gone = subprocess.run(["pgrep", "-f", f"mfsmaster.*{fs_id}"], capture_output=True,
+                          text=True).stdout.split()
+    assert gone == []
