@@ -359,7 +359,7 @@ class _Parser:
             durations[ActionKind(name)] = self.duration(value, ("durations", name))
         poll: float | None = DEFAULT_POLL
         if "poll" in top:
-            poll = None if top["poll"] in (None, 0, "off") else \
+            poll = None if top["poll"] in (None, False, 0, "off") else \
                 self.duration(top["poll"], ("poll",))
             if poll == 0:
                 poll = None
