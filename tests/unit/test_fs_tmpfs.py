@@ -54,10 +54,23 @@ def leftovers() -> Leftovers:
     return left
 
 
+class FailsAfterMount(TmpfsBackend):
+    """The last create step (writing spec.json) fails: the mount must be unwound."""
+
+    def _run(self, node: str, argv: list[str], timeout: float, *, check: bool = True,
+             input: str | None = None, cancel: object = None) -> str:
+        if argv[0] == "dd":
+            raise FsError(f"{node}: injected failure")
+        return super()._run(node, argv, timeout, check=check, input=input)
+
+
 class TestTmpfsConformance(FsConformance):
     def half_build(self, backend: FilesystemBackend, req: FsRequest) -> None:
         # killed between mkdir and mount: data dir without a mount, no spec
         Path(req.pool_dirs["rsa1"], f"rsa-tmpfs-{req.fs_id}").mkdir()
+
+    def broken_backend(self, backend: FilesystemBackend) -> FilesystemBackend | None:
+        return FailsAfterMount(backend.hosts)
 
 
 def test_registered_under_its_name() -> None:
