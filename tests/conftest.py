@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+# Shared assertion helpers live outside test modules: let pytest rewrite their asserts.
+pytest.register_assert_rewrite("tests.fs_conformance", "tests.unit.corekit")
+
 TIERS = ("unit", "integration", "e2e")
 DATA = Path(__file__).parent / "data"
 
