@@ -191,7 +191,8 @@ def main() -> None:
     args = ap.parse_args()
     print(f"# Python {platform.python_version()}, {platform.machine()}, "
           f"{RSA_NODES} RSA nodes, {int(RSA_SHARE * 100)}% of jobs with #RSA_ directives")
-    print("| jobs | tracked | jobs holding RSA nodes | steady ms (cpu) | µs/job | churn: changed jobs "
+    print("| jobs | tracked | jobs holding RSA nodes | steady ms (cpu) | µs/job "
+          "| churn: changed jobs "
           "| churn ms (cpu) | µs/job | events |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     rows = []

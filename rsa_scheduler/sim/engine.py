@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
@@ -38,7 +37,7 @@ from rsa_scheduler.core.scheduler import (
 )
 from rsa_scheduler.core.states import HOLDING_NODES, RsaState
 from rsa_scheduler.errors import RsaError
-from rsa_scheduler.sim.scenario import (
+from rsa_scheduler.sim.model import (
     GONE,
     CommandEntry,
     CrashEntry,
@@ -48,6 +47,7 @@ from rsa_scheduler.sim.scenario import (
     SlurmEntry,
     Step,
 )
+from rsa_scheduler.sim.result import JobResult, Row, SimResult, describe, job_key, num, pool_view
 
 MAX_STEPS = 1_000_000
 # queue classes: lower runs first at equal times
@@ -59,101 +59,6 @@ class SimulationBroken(RsaError):
 
     The message is one line: simulated time, the step being processed and what broke.
     """
-
-
-# ---- results -----------------------------------------------------------------------------------
-
-@dataclass(slots=True)
-class Row:
-    """One line of a job's timeline."""
-
-    t: float
-    job_state: str
-    rsa_state: str
-    trigger: str
-    actions: list[dict[str, Any]] = field(default_factory=list)
-    detail: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"t": _num(self.t), "job_state": self.job_state,
-                               "rsa_state": self.rsa_state, "trigger": self.trigger,
-                               "actions": self.actions}
-        if self.detail:
-            out["detail"] = self.detail
-        return out
-
-
-@dataclass(slots=True)
-class JobResult:
-    """Everything the run produced for one job."""
-
-    job_id: str
-    tracked: bool
-    rows: list[Row] = field(default_factory=list)
-    allocations: list[str] = field(default_factory=list)
-    counts: dict[str, int] = field(default_factory=dict)  # action kind -> times issued
-    final: dict[str, Any] = field(default_factory=dict)
-
-    def visited(self) -> list[str]:
-        """RSA-states in the order entered (consecutive repeats merged), from ``none``."""
-        out = [RsaState.NONE.value] if self.tracked else []
-        for row in self.rows:
-            if row.rsa_state != out[-1]:
-                out.append(row.rsa_state)
-        return out
-
-
-@dataclass(slots=True)
-class SimResult:
-    """The outcome of one run: timelines, final pool, notes and expectation failures."""
-
-    scenario: Scenario
-    end: float
-    steps: int
-    jobs: dict[str, JobResult]
-    pool: dict[str, Any]
-    notes: list[dict[str, Any]]
-    failures: list[str]
-    checked: int
-
-    @property
-    def passed(self) -> bool:
-        return not self.failures
-
-    def to_json(self) -> dict[str, Any]:
-        """A stable JSON document: same scenario, byte-identical ``json.dumps``."""
-        sc = self.scenario
-        jobs: dict[str, Any] = {}
-        for jid, job in self.jobs.items():
-            spec = sc.jobs[jid].spec
-            jobs[jid] = {
-                "user": sc.jobs[jid].user,
-                "compute_nodes": sc.jobs[jid].compute_nodes,
-                "priority": sc.jobs[jid].priority,
-                "directives": spec.to_json() if spec else None,
-                "tracked": job.tracked,
-                "final": job.final,
-                "visited": job.visited(),
-                "allocations": job.allocations,
-                "actions": dict(sorted(job.counts.items())),
-                "timeline": [r.to_json() for r in job.rows],
-            }
-        return {
-            "scenario": sc.name,
-            "file": Path(sc.source).name,
-            "passed": self.passed,
-            "known_bug": sc.known_bug or None,
-            "end": _num(self.end),
-            "steps": self.steps,
-            "jobs": jobs,
-            "pool": self.pool,
-            "notes": self.notes,
-            "expectations": {"checked": self.checked, "failures": self.failures},
-        }
-
-
-def _num(t: float) -> float | int:
-    return int(t) if float(t).is_integer() else t
 
 
 # ---- the engine --------------------------------------------------------------------------------
@@ -221,7 +126,7 @@ class Engine:
         heapq.heappush(self.queue, (at, cls, self.seq, payload))
 
     def broken(self, what: str) -> SimulationBroken:
-        return SimulationBroken(f"{self.sc.source}: t={_num(self.now)} ({self.cause}): {what}")
+        return SimulationBroken(f"{self.sc.source}: t={num(self.now)} ({self.cause}): {what}")
 
     # -- main loop --------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -241,7 +146,7 @@ class Engine:
             timer = self.sched.next_timer()
             if timer is not None:
                 if timer < self.now:
-                    raise self.broken(f"a timer due at {_num(timer)} was not fired")
+                    raise self.broken(f"a timer due at {num(timer)} was not fired")
                 candidates.append((timer, _TIMER))
             if self.sc.poll and (self.queue or timer is not None or self.dirty):
                 if self.next_poll < self.now:
@@ -251,7 +156,7 @@ class Engine:
                 break
             at, cls = min(candidates)
             if at > self.sc.until:
-                self.notes.append({"t": _num(self.sc.until), "event": "until",
+                self.notes.append({"t": num(self.sc.until), "event": "until",
                                    "detail": "stopped at the scenario's 'until'"})
                 self.now = self.sc.until
                 break
@@ -329,7 +234,7 @@ class Engine:
 
     def _snapshot(self) -> list[Observation]:
         out = []
-        for jid in sorted(self.slurm, key=_job_key):
+        for jid in sorted(self.slurm, key=job_key):
             s, job = self.slurm[jid], self.sc.jobs[jid]
             out.append(Observation(jid, job.user, s.state, s.reason, s.priority,
                                    s.compute_nodes, job.spec))
@@ -368,8 +273,8 @@ class Engine:
             reissued.append(act.id)
             cur = self.current.get(act.job_id, ("-", "-"))
             self.jobs[act.job_id].rows.append(Row(self.now, cur[0], cur[1], "daemon restart",
-                                                  [_describe(act)], "re-issued from the log"))
-        self.notes.append({"t": _num(self.now), "event": "crash", "lost": lost,
+                                                  [describe(act)], "re-issued from the log"))
+        self.notes.append({"t": num(self.now), "event": "crash", "lost": lost,
                            "reissued": reissued})
         # the new daemon's first poll
         self._call(lambda: self.sched.observe(self._snapshot(), self.now))
@@ -419,7 +324,7 @@ class Engine:
     def _record(self, ev: Event, by_id: Mapping[str, Action]) -> None:
         ctx = ev.context
         if ev.job_id == POOL_STREAM:
-            self.notes.append({"t": _num(ev.time), "event": ev.name, "node": ctx.get("node"),
+            self.notes.append({"t": num(ev.time), "event": ev.name, "node": ctx.get("node"),
                                "from": ctx.get("from"), "to": ctx.get("to")})
             return
         job = self.jobs[ev.job_id]
@@ -435,7 +340,7 @@ class Engine:
             job.rows.append(Row(ev.time, js, rs, trigger))
         elif ev.name == "rsa.transition":
             rs = str(ctx["to"])
-            acts = [_describe(by_id[str(a)]) for a in ctx.get("actions", [])]
+            acts = [describe(by_id[str(a)]) for a in ctx.get("actions", [])]
             detail = str(ctx.get("detail") or "")
             if ctx.get("by"):
                 detail = f"by {ctx['by']}" + (f": {detail}" if detail else "")
@@ -561,45 +466,6 @@ class Engine:
         return n
 
 
-def pool_view(pool: Pool) -> dict[str, Any]:
-    """Free / drained / down hostlists and job -> held hostlist."""
-    by: dict[str, list[str]] = {"free": [], "drained": [], "down": []}
-    held: dict[str, list[str]] = {}
-    for node in pool.nodes():
-        owner = pool.owner(node.name)
-        state = pool.state(node.name)
-        if owner is not None:
-            held.setdefault(owner, []).append(node.name)
-        if state is NodeState.UP and owner is None:
-            by["free"].append(node.name)
-        elif state is NodeState.DRAINED:
-            by["drained"].append(node.name)
-        elif state is NodeState.DOWN:
-            by["down"].append(node.name)
-    out: dict[str, Any] = {k: _hostlist(v) for k, v in by.items()}
-    out["held"] = {j: _hostlist(held[j]) for j in sorted(held, key=_job_key)}
-    return out
-
-
-def _hostlist(names: Iterable[str]) -> str:
-    names = list(names)
-    return str(NodeSet(",".join(names), resolver=RESOLVER_NOGROUP)) if names else ""
-
-
-def _describe(act: Action) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": act.id, "kind": act.kind.value}
-    args = act.args
-    if act.kind in (ActionKind.ALLOCATE, ActionKind.RELEASE):
-        out["nodes"] = args.get("nodes")
-    elif act.kind is ActionKind.CANCEL:
-        out["target"] = args.get("target")
-    elif act.kind in (ActionKind.TELL_USER, ActionKind.ALERT):
-        out["message"] = args.get("message")
-    elif act.kind is ActionKind.MOUNT_INPUT:
-        out["mode"] = args.get("mode")
-    return out
-
-
 def _node_change(sched: Scheduler, node: str, state: NodeState, now: float
                  ) -> Callable[[], Decision]:
     return lambda: sched.set_node_state(node, state, now, by="operator")
@@ -615,11 +481,6 @@ def _batches(timeline: Iterable[Entry]) -> list[tuple[float, list[Entry]]]:
         else:
             out.append((e.at, [e]))
     return out
-
-
-def _job_key(job_id: str) -> tuple[int, str]:
-    head = job_id.split("_", 1)[0]
-    return (int(head), job_id) if head.isdigit() else (1 << 62, job_id)
 
 
 def _first_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:

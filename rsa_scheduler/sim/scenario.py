@@ -1,6 +1,6 @@
 """Simulator scenarios: the documented YAML format, loaded into typed, validated objects.
 
-Owns the scenario schema (RSA node pool, policy overrides, jobs with their ``#RSA_*``
+Owns the YAML scenario schema (RSA node pool, policy overrides, jobs with their ``#RSA_*``
 directives and scripted action outcomes, a timeline of Slurm observations, node changes,
 commands and daemon crashes, and the ``expect:`` block) and every format error message:
 each names the file, the line when known, the key and the reason, raised as
@@ -15,7 +15,6 @@ from __future__ import annotations
 import difflib
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -44,6 +43,22 @@ from rsa_scheduler.core.states import (
 from rsa_scheduler.core.transitions import Trigger
 from rsa_scheduler.core.units import parse_duration, parse_size
 from rsa_scheduler.errors import ScenarioError
+from rsa_scheduler.sim.model import (
+    GONE,
+    ActionScript,
+    CommandEntry,
+    CrashEntry,
+    Entry,
+    Expect,
+    JobExpect,
+    JobSpec,
+    NodeEntry,
+    NodeGroup,
+    PoolExpect,
+    Scenario,
+    SlurmEntry,
+    Step,
+)
 
 #: how long each tracked action takes unless the scenario says otherwise (seconds)
 DEFAULT_DURATIONS: Mapping[ActionKind, float] = {
@@ -60,167 +75,11 @@ DEFAULT_DURATIONS: Mapping[ActionKind, float] = {
 }
 DEFAULT_POLL = 5.0  # rsad's default daemon.poll_interval
 DEFAULT_HORIZON = 30 * 86400.0  # safety stop after the last timeline entry
-GONE = "GONE"  # timeline state: the job left Slurm's queue (purged)
 SLURM_STATES = SLURM_PENDING | SLURM_RUNNING | SLURM_FINISHED | {GONE}
 COMMANDS: frozenset[Trigger] = USER_COMMANDS | OPERATOR_COMMANDS
 
 KeyPath = tuple[str | int, ...]
 T = TypeVar("T")
-
-
-# ---- the typed scenario --------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class NodeGroup:
-    """RSA nodes sharing a tier and capacity (``names`` is a ClusterShell hostlist)."""
-
-    names: str
-    tier: Tier
-    capacity: int
-    state: NodeState = NodeState.UP
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """How some attempts of one action end: result, duration (None: default) and message."""
-
-    result: Result = Result.OK
-    duration: float | None = None
-    message: str = ""
-    times: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class ActionScript:
-    """Scripted outcomes of one action kind for one job.
-
-    ``every`` applies to all attempts; otherwise ``steps`` cover attempts 1, 2, ... in
-    order (a step with ``times: n`` covers n attempts) and later attempts succeed.
-    """
-
-    every: Step | None = None
-    steps: tuple[Step, ...] = ()
-
-    def step(self, attempt: int) -> Step | None:
-        """The step for the ``attempt``-th (1-based) issue of the action, None: default."""
-        if self.every is not None:
-            return self.every
-        n = attempt
-        for s in self.steps:
-            if n <= s.times:
-                return s
-            n -= s.times
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class JobSpec:
-    """One Slurm job of the scenario."""
-
-    job_id: str
-    user: str
-    compute_nodes: int
-    priority: int
-    spec: DirectiveSpec | None  # None: no #RSA_ directives, the RSA ignores the job
-    actions: Mapping[ActionKind, ActionScript] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class SlurmEntry:
-    """At ``at``, Slurm reports job ``job`` as ``state``/``reason`` (GONE: purged)."""
-
-    at: float
-    key: str
-    job: str
-    state: str
-    reason: str
-    priority: int | None = None
-    compute_nodes: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class NodeEntry:
-    """At ``at``, an operator sets RSA node(s) ``nodes`` to ``state``."""
-
-    at: float
-    key: str
-    nodes: str
-    state: NodeState
-
-
-@dataclass(frozen=True, slots=True)
-class CommandEntry:
-    """At ``at``, a user or operator gives ``command`` for ``job``."""
-
-    at: float
-    key: str
-    job: str
-    command: Trigger
-    by: str
-    operator: bool
-    refused: bool = False  # the scenario expects the command to be refused
-
-
-@dataclass(frozen=True, slots=True)
-class CrashEntry:
-    """At ``at``, the daemon dies; a new one replays the log and re-issues actions."""
-
-    at: float
-    key: str
-
-
-Entry = SlurmEntry | NodeEntry | CommandEntry | CrashEntry
-
-
-@dataclass(frozen=True, slots=True)
-class JobExpect:
-    """What must be true of one job at the end of the run."""
-
-    rsa_state: RsaState | None = None
-    job_state: JobState | None = None
-    visits: tuple[RsaState, ...] = ()  # in this order, other states may come between
-    never: tuple[RsaState, ...] = ()
-    cycles: int | None = None
-    allocations: tuple[str, ...] | None = None  # hostlist of every allocation, in order
-    declined: bool | None = None
-    actions: Mapping[ActionKind, int] = field(default_factory=dict)  # times issued
-
-
-@dataclass(frozen=True, slots=True)
-class PoolExpect:
-    """The RSA node pool at the end of the run (hostlists; None: not checked)."""
-
-    free: str | None = None
-    drained: str | None = None
-    down: str | None = None
-    held: Mapping[str, str] | None = None  # job -> hostlist; {} means nothing held
-
-
-@dataclass(frozen=True, slots=True)
-class Expect:
-    """The scenario's ``expect:`` block."""
-
-    jobs: Mapping[str, JobExpect] = field(default_factory=dict)
-    pool: PoolExpect | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Scenario:
-    """A whole validated scenario."""
-
-    name: str
-    source: str
-    description: str
-    pool: tuple[NodeGroup, ...]
-    allocation: AllocationPolicy
-    staging: StagingPolicy
-    durations: Mapping[ActionKind, float]
-    poll: float | None
-    until: float
-    jobs: Mapping[str, JobSpec]
-    timeline: tuple[Entry, ...]
-    expect: Expect
-    known_bug: str = ""  # a core bug makes this scenario fail until fixed (tests: xfail)
 
 
 # ---- loading -------------------------------------------------------------------------------
