@@ -83,6 +83,7 @@ class Daemon:
         self.progress: dict[str, dict[str, Any]] = {}
         self.alerts: list[dict[str, Any]] = []
         self._specs: dict[str, DirectiveSpec | None] = {}  # script_source=scontrol cache
+        self._comment_specs: dict[str, DirectiveSpec | None] = {}  # admin_comment -> spec
         self._hook_seen: dict[str, float] = {}  # job -> time of its latest hook event
         self._last_poll = 0.0
         self.last_cycle_seconds = 0.0
@@ -173,11 +174,18 @@ class Daemon:
             return None  # already tracked: the record holds the spec
         comment = row.admin_comment or ""
         if comment.startswith(ADMIN_COMMENT_PREFIX):
+            # Pending jobs keep their comment for many cycles: parse each distinct one once.
+            if comment in self._comment_specs:
+                return self._comment_specs[comment]
             try:
-                return DirectiveSpec.from_admin_comment(comment)
+                parsed: DirectiveSpec | None = DirectiveSpec.from_admin_comment(comment)
             except ValueError as e:
                 log.error("job %s: unreadable RSA admin_comment: %s", row.job_id, e)
-                return None
+                parsed = None
+            if len(self._comment_specs) > 100_000:
+                self._comment_specs.clear()
+            self._comment_specs[comment] = parsed
+            return parsed
         if self.script_source != "scontrol":
             return None
         # Without job_submit.lua: read the script once, only when the job matters
