@@ -1,0 +1,123 @@
+"""Path safety: may root mount over this user path? (seed 004 §3.2, issue 5)
+
+Owns :func:`check_target` and :class:`UnsafePath`. Root mounts the RAMDISK over a path a
+user wrote into a job script, so before that the path must: be absolute and normalised
+(no ``..``), exist as a directory, have no symlink component (checked with ``lstat`` on
+every prefix, so a symlink anywhere cannot redirect the mount into ``/etc``), lie strictly
+inside one of ``staging.allowed_roots`` (never a root itself, never a system directory),
+and be owned by the job's user or writable by them. Imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from rsa_scheduler.errors import RsaError
+
+#: never mounted over, whatever the configuration says
+SYSTEM_PATHS = frozenset({
+    "/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/opt", "/proc",
+    "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var",
+})
+SYSTEM_PREFIXES = ("/bin/", "/boot/", "/dev/", "/etc/", "/lib/", "/lib32/", "/lib64/",
+                   "/proc/", "/root/", "/run/", "/sbin/", "/sys/", "/usr/", "/var/")
+
+
+class UnsafePath(RsaError):
+    """Root refuses to mount over this path; the message says why, for the user."""
+
+    permanent = True
+
+
+@dataclass(frozen=True, slots=True)
+class Who:
+    """The job's user as the node sees it."""
+
+    uid: int
+    gids: frozenset[int]
+
+
+def _under(path: PurePosixPath, root: PurePosixPath) -> bool:
+    return path != root and root in path.parents
+
+
+def lexical_check(path: str, allowed_roots: Sequence[str]) -> PurePosixPath:
+    """The checks that need no filesystem: absolute, normalised, inside a root, not system."""
+    if not path or not path.startswith("/"):
+        raise UnsafePath(f"{path!r} is not an absolute path")
+    if "\0" in path or any(part in ("..", ".") for part in path.split("/")):
+        raise UnsafePath(f"{path} contains '.' or '..' components")
+    p = PurePosixPath(os.path.normpath(path))
+    if str(p) in SYSTEM_PATHS or (str(p) + "/").startswith(SYSTEM_PREFIXES):
+        raise UnsafePath(f"{p} is a system path; the RSA never mounts over it")
+    roots = [PurePosixPath(os.path.normpath(str(r))) for r in allowed_roots]
+    roots = [r for r in roots if str(r) != "/"]
+    if not any(_under(p, r) for r in roots):
+        allowed = ", ".join(str(r) for r in roots) or "(none configured)"
+        raise UnsafePath(f"{p} is outside the allowed roots ({allowed})")
+    return p
+
+
+def _prefixes(p: PurePosixPath) -> Iterable[str]:
+    parts = p.parts[1:]
+    for i in range(1, len(parts) + 1):
+        yield "/" + "/".join(parts[:i])
+
+
+def writable_by(st: os.stat_result, who: Who) -> bool:
+    mode = st.st_mode
+    if st.st_uid == who.uid:
+        return True  # the owner may always chmod it writable
+    if st.st_gid in who.gids:
+        return bool(mode & stat.S_IWGRP)
+    return bool(mode & stat.S_IWOTH) and not (mode & stat.S_ISVTX)
+
+
+def open_target(path: str, who: Who, allowed_roots: Sequence[str]) -> int:
+    """Open ``path`` (O_PATH) if root may mount over it for ``who``; else raise.
+
+    Walks the path one component at a time with ``openat(O_PATH|O_NOFOLLOW|O_DIRECTORY)``
+    from ``/``, so a symlink anywhere fails the walk and the checked directory is the one
+    the returned descriptor holds: mounting onto ``/proc/self/fd/N`` (``mount -c``) leaves
+    no window in which a user could swap a component for a symlink. The caller closes it.
+    """
+    p = lexical_check(path, allowed_roots)
+    flags = os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
+    fd = os.open("/", flags)
+    try:
+        for prefix, name in zip(_prefixes(p), p.parts[1:], strict=True):
+            try:
+                nfd = os.open(name, flags, dir_fd=fd)
+            except FileNotFoundError as e:
+                raise UnsafePath(f"{p} does not exist ({prefix} is missing)") from e
+            except NotADirectoryError as e:
+                try:
+                    is_link = stat.S_ISLNK(os.lstat(prefix).st_mode)
+                except OSError:
+                    is_link = False
+                why = (f"has a symlink component ({prefix}); use the real path" if is_link
+                       else f"is not a directory ({prefix})")
+                raise UnsafePath(f"{p} {why}") from e
+            except OSError as e:
+                if e.errno == errno.ELOOP:
+                    raise UnsafePath(f"{p} has a symlink component ({prefix})") from e
+                raise UnsafePath(f"{p}: cannot inspect {prefix}: {e.strerror}") from e
+            os.close(fd)
+            fd = nfd
+        if not writable_by(os.fstat(fd), who):
+            raise UnsafePath(f"{p} is neither owned by nor writable by uid {who.uid}")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def check_target(path: str, who: Who, allowed_roots: Sequence[str]) -> str:
+    """Return the normalised ``path`` if root may mount over it for ``who``; else raise."""
+    os.close(open_target(path, who, allowed_roots))
+    return str(PurePosixPath(os.path.normpath(path)))

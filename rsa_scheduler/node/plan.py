@@ -1,0 +1,88 @@
+"""Instructions rsad gives the compute nodes, and how their reports add up.
+
+Owns the wire format between ``rsad`` and the node side (node Prolog and the per-job
+node agent) as plain JSON-able dicts, the pure functions that build them
+(:func:`mount_instruction`, :func:`release_instruction`) and :func:`aggregate`, which
+turns per-node reports into one verdict for a tracked action. No I/O here.
+
+An instruction is ``{"seq": N, "do": ...}``:
+
+- ``mount``: client-mount the RAMDISK at the node's private per-job place (``client_argv``
+  with :data:`MOUNTPOINT` replaced) and bind it over ``target`` — ``mode`` ``ro`` (read-only
+  bind), ``rw`` (writable bind) or ``union`` (read-only overlayfs, RAMDISK over the PFS
+  directory; FUSE is accepted as an overlay lower layer, never as the upper one);
+- ``release``: unmount everything of the job on the node, refusing (``busy``) when a
+  mount is still in use — never forced (seed 004 footnote 3);
+- ``nothing`` / ``wait`` (Prolog: poll again after ``retry`` seconds) / ``exit`` (agent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+MOUNTPOINT = "@MOUNTPOINT@"
+MODES = ("ro", "rw", "union")
+
+
+def mount_instruction(seq: int, *, job_id: str, user: str, role: str, target: str,
+                      mode: str, client_argv: Sequence[str],
+                      client_umount_argv: Sequence[str]) -> dict[str, Any]:
+    """Mount the RAMDISK over ``target`` (``role`` ``input`` = DATA_IN, ``output`` = DATA_OUT)."""
+    if role not in ("input", "output"):
+        raise ValueError(f"unknown mount role {role!r}")
+    if mode not in MODES:
+        raise ValueError(f"unknown mount mode {mode!r}; use one of {', '.join(MODES)}")
+    if role == "output" and mode != "rw":
+        raise ValueError("DATA_OUT is always mounted read-write")
+    if not target:
+        raise ValueError(f"no {'DATA_IN' if role == 'input' else 'DATA_OUT'} to mount over")
+    if MOUNTPOINT not in client_argv:
+        raise ValueError(f"client argv has no {MOUNTPOINT} placeholder: {list(client_argv)}")
+    return {"seq": seq, "do": "mount", "job_id": job_id, "user": user, "role": role,
+            "target": target, "mode": mode, "client_argv": list(client_argv),
+            "client_umount_argv": list(client_umount_argv)}
+
+
+def release_instruction(seq: int, *, job_id: str) -> dict[str, Any]:
+    return {"seq": seq, "do": "release", "job_id": job_id}
+
+
+def substitute(argv: Sequence[str], mountpoint: str) -> list[str]:
+    return [mountpoint if a == MOUNTPOINT else a for a in argv]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Where a node-side step stands: ``pending``, ``ok``, ``failed`` or ``busy``."""
+
+    state: str
+    message: str = ""
+    missing: tuple[str, ...] = ()
+
+
+def aggregate(nodes: Iterable[str] | None, reports: Mapping[str, Mapping[str, Any]],
+              seq: int) -> Verdict:
+    """One verdict from the reports of ``nodes`` for instruction ``seq``.
+
+    The first failure decides (fail fast: the job must not wait for the others); a busy
+    node makes the step busy once no node failed; ok only when every node said ok.
+    ``nodes`` None means no node has asked yet (the job's node list is not known).
+    """
+    current = {n: r for n, r in reports.items() if int(r.get("seq", -1)) == seq}
+    failed = sorted(n for n, r in current.items() if not r.get("ok") and not r.get("busy"))
+    if failed:
+        msgs = "; ".join(f"{n}: {current[n].get('message') or 'failed'}" for n in failed)
+        return Verdict("failed", msgs)
+    if nodes is None:
+        return Verdict("pending", "no compute node has asked yet")
+    expected = sorted(set(nodes))
+    missing = tuple(n for n in expected if n not in current)
+    if missing:
+        return Verdict("pending", f"waiting for {', '.join(missing)}", missing)
+    busy = sorted(n for n in expected if current[n].get("busy"))
+    if busy:
+        msgs = "; ".join(f"{n}: {current[n].get('message') or 'busy'}" for n in busy)
+        return Verdict("busy", msgs)
+    return Verdict("ok", "")

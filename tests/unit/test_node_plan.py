@@ -1,0 +1,64 @@
+"""Node instructions and the aggregation of per-node reports."""
+
+from __future__ import annotations
+
+import pytest
+
+from rsa_scheduler.node.plan import (
+    MOUNTPOINT,
+    aggregate,
+    mount_instruction,
+    release_instruction,
+    substitute,
+)
+
+ARGV = ["mfsmount", MOUNTPOINT, "-H", "10.0.0.1", "-P", "9421"]
+
+
+def test_mount_instruction_carries_everything_the_node_needs() -> None:
+    ins = mount_instruction(3, job_id="42", user="alice", role="input",
+                            target="/scratch/alice/in", mode="ro", client_argv=ARGV,
+                            client_umount_argv=["umount", "-l", MOUNTPOINT])
+    assert ins["seq"] == 3 and ins["do"] == "mount" and ins["mode"] == "ro"
+    assert substitute(ins["client_argv"], "/run/x")[1] == "/run/x"
+
+
+@pytest.mark.parametrize(("role", "mode", "target", "argv"), [
+    ("input", "rwx", "/a", ARGV), ("output", "ro", "/a", ARGV), ("input", "ro", "", ARGV),
+    ("input", "ro", "/a", ["mfsmount", "/fixed"]), ("other", "ro", "/a", ARGV)])
+def test_bad_instructions_are_refused(role: str, mode: str, target: str,
+                                      argv: list[str]) -> None:
+    with pytest.raises(ValueError):
+        mount_instruction(1, job_id="1", user="u", role=role, target=target, mode=mode,
+                          client_argv=argv, client_umount_argv=[])
+
+
+def test_release_instruction() -> None:
+    assert release_instruction(5, job_id="9") == {"seq": 5, "do": "release", "job_id": "9"}
+
+
+def test_pending_until_every_node_reported() -> None:
+    assert aggregate(None, {}, 1).state == "pending"
+    v = aggregate(["c1", "c2"], {"c1": {"seq": 1, "ok": True}}, 1)
+    assert v.state == "pending" and v.missing == ("c2",)
+    v = aggregate(["c1", "c2"], {"c1": {"seq": 1, "ok": True}, "c2": {"seq": 1, "ok": True}}, 1)
+    assert v.state == "ok"
+
+
+def test_reports_for_an_older_instruction_do_not_count() -> None:
+    v = aggregate(["c1"], {"c1": {"seq": 1, "ok": True}}, 2)
+    assert v.state == "pending"
+
+
+def test_first_failure_decides_without_waiting_for_the_rest() -> None:
+    v = aggregate(["c1", "c2"], {"c2": {"seq": 1, "ok": False, "message": "refused"}}, 1)
+    assert v.state == "failed" and "c2: refused" in v.message
+    v = aggregate(None, {"c2": {"seq": 1, "ok": False}}, 1)
+    assert v.state == "failed"
+
+
+def test_busy_when_a_node_cannot_release_and_none_failed() -> None:
+    reports = {"c1": {"seq": 4, "ok": True},
+               "c2": {"seq": 4, "ok": False, "busy": True, "message": "in use"}}
+    v = aggregate(["c1", "c2"], reports, 4)
+    assert v.state == "busy" and "c2: in use" in v.message
