@@ -225,6 +225,8 @@ def slurm_conf(s: Settings) -> str:
         "SlurmdTimeout=60",
         "MessageTimeout=10",
         "PrologEpilogTimeout=60",
+        # bench/bench_cycle.py queues 100k array tasks; each task counts against this.
+        "MaxJobCount=150000",
         f"Prolog={h['RSA_LAB_PROLOG']}",
         f"Epilog={h['RSA_LAB_EPILOG']}",
         f"PrologSlurmctld={h['RSA_LAB_PROLOG_SLURMCTLD']}",
