@@ -34,6 +34,7 @@ AUTH_HEADER = "X-RSA-Munge"
 MAX_BODY = 1 << 20
 OPERATOR_USERS = frozenset({"root", "slurm"})
 USER_COMMANDS = {"input-done", "cancel-staging"}
+NODE_HOOKS = frozenset({"prolog", "agent", "mounted", "epilog"})
 OPERATOR_COMMANDS = {"retry", "discard", "force-release", "input-done", "cancel-staging"}
 
 
@@ -156,7 +157,43 @@ class Routes:
         payload["hook"] = hook
         if not re.fullmatch(r"\d+(_\d+)?", str(payload.get("job_id", ""))):
             raise ApiError(HTTPStatus.BAD_REQUEST, "hook without a valid job_id")
+        if hook in NODE_HOOKS:
+            return self._node_hook(hook, payload)
         return self.daemon.submit("hook", payload, wait=True)
+
+    def _node_hook(self, hook: str, payload: dict[str, Any]) -> Any:
+        """Node Prolog / node agent / Epilog of a compute node (rsa_scheduler.node)."""
+        from rsa_scheduler.daemon.nodeside import nodeside_of
+
+        job = str(payload["job_id"])
+        node = str(payload.get("node") or "")
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", node):
+            raise ApiError(HTTPStatus.BAD_REQUEST, "node hook without a valid node name")
+        nodes = str(payload.get("nodes") or "")
+        side = nodeside_of(self.daemon.registry)
+        if side is None:
+            return {"do": "nothing", "agent": False, "why": "rsad has no compute-node side"}
+        if hook == "mounted":
+            return side.report(job, node, payload)
+        if hook == "epilog":
+            return side.epilog(job, node)
+        if hook == "agent":
+            wait = min(float(payload.get("wait", 20.0)), 25.0)
+            return side.agent(job, node, nodes, int(payload.get("last_seq", 0)), wait)
+
+        def state() -> tuple[str | None, str | None]:
+            rec = self.daemon.sched.records.get(job)
+            if rec is None:
+                return None, None
+            return rec.rsa_state.value, rec.job_state.value if rec.job_state else None
+
+        rsa_state, job_state = self._call(state)
+        if rsa_state is not None and job_state not in ("running", "finished"):
+            # the node Prolog runs after PrologSlurmctld; if rsad missed that, tell it now
+            self.daemon.submit("hook", {"hook": "prolog_slurmctld", "job_id": job,
+                                        "nodes": nodes}, wait=True)
+            rsa_state, job_state = self._call(state)
+        return side.prolog(job, node, nodes, rsa_state)
 
 
 def make_handler(routes: Routes) -> type[BaseHTTPRequestHandler]:

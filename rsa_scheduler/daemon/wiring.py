@@ -57,8 +57,17 @@ def make_registry(cfg: Config, slurm: SlurmPort, hosts: Mapping[str, Host] | Non
     slurm_executors(registry, slurm)
     if hosts is not None:
         from rsa_scheduler.daemon.data import DataPath
+        from rsa_scheduler.daemon.nodeside import NodeSide
 
-        DataPath(cfg, hosts).register(registry)
+        data = DataPath(cfg, hosts)
+        data.register(registry)
+
+        def backend_for(ctx: ActionContext) -> tuple[Any, Any]:
+            req = data.request(ctx)
+            return data.backend(req.tier), req
+
+        NodeSide(backend_for=backend_for, mount_timeout=3 * cfg.hooks.timeout + 5,
+                 reset_timeout=max(90.0, 3 * cfg.hooks.timeout)).register(registry)
     return registry
 
 

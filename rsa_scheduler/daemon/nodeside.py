@@ -1,0 +1,251 @@
+"""rsad's half of the compute-node side: MOUNT_INPUT, MOUNT_OUTPUT and RESET executors.
+
+Owns :class:`NodeSide`: per job, the one instruction currently outstanding for its
+compute nodes and their reports. rsad never reaches into compute nodes (no SSH): the node
+Prolog asks (``POST /v1/hooks/prolog``), and a small per-job node agent the Prolog starts
+long-polls (``POST /v1/hooks/agent``) for the mid-job reset; both report each step
+(``POST /v1/hooks/mounted``). An executor publishes an instruction, waits until every node
+of the job reported it done (ok), the first node failed (failed), or a node could not
+release a busy input mount (busy — RESET only, retried by the core), within a timeout.
+
+Runs in worker threads (executors) and API threads (routes); never touches the core.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ClusterShell.NodeSet import NodeSet
+
+from rsa_scheduler.core.actions import ActionKind
+from rsa_scheduler.daemon.executors import ActionContext, BusyError, PermanentError, Registry
+from rsa_scheduler.errors import RsaError
+from rsa_scheduler.fs.base import FilesystemBackend, FsRequest, MountSpec
+from rsa_scheduler.hosts import Cancelled
+from rsa_scheduler.node.plan import (
+    MOUNTPOINT,
+    Verdict,
+    aggregate,
+    mount_instruction,
+    release_instruction,
+)
+
+log = logging.getLogger(__name__)
+
+#: the core is about to ask for a mount (or, under early-start wait, staging goes on)
+PRE_MOUNT = frozenset({"allocated", "fs-building", "fs-ready", "staging-in",
+                       "stage-in-failed", "staged-in", "locked-in", "lock-failed",
+                       "mounting-input", "mounting-output"})
+#: the job may get node instructions later: keep a node agent
+AGENT_STATES = PRE_MOUNT | {"mounted-input", "resetting", "reset-failed", "input-writeback",
+                            "writeback-failed", "mounted-output"}
+AGENT_POLL = 20.0
+
+_BY_REGISTRY: weakref.WeakKeyDictionary[Registry, NodeSide] = weakref.WeakKeyDictionary()
+
+
+def nodeside_of(registry: Registry) -> NodeSide | None:
+    """The NodeSide registered into ``registry`` (the API routes find it here)."""
+    return _BY_REGISTRY.get(registry)
+
+
+@dataclass
+class JobNodes:
+    """What rsad knows about one running job's compute nodes."""
+
+    nodes: frozenset[str] | None = None
+    seq: int = 0
+    current: dict[str, Any] | None = None
+    reports: dict[str, dict[str, Any]] = field(default_factory=dict)
+    agents: set[str] = field(default_factory=set)
+    ended: set[str] = field(default_factory=set)
+
+
+class NodeSide:
+    """Instructions for compute nodes and the executors that wait for their reports."""
+
+    def __init__(self, *, backend_for: Callable[[ActionContext], tuple[FilesystemBackend,
+                                                                        FsRequest]],
+                 mount_timeout: float = 30.0, reset_timeout: float = 90.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.backend_for = backend_for
+        self.mount_timeout = mount_timeout
+        self.reset_timeout = reset_timeout
+        self.clock = clock
+        self._cond = threading.Condition()
+        self._jobs: dict[str, JobNodes] = {}
+
+    # ---- executors ----------------------------------------------------------------------
+    def mount_input(self, ctx: ActionContext) -> Mapping[str, Any]:
+        args = ctx.action.args
+        return self._mount(ctx, role="input", target=str(args.get("data_in") or ""),
+                           mode=str(args.get("mode") or "ro"))
+
+    def mount_output(self, ctx: ActionContext) -> Mapping[str, Any]:
+        return self._mount(ctx, role="output", target=str(ctx.action.args.get("data_out")
+                                                           or ""), mode="rw")
+
+    def reset(self, ctx: ActionContext) -> Mapping[str, Any]:
+        """§3.2: every node releases its input mount; RAMDISK recreated; mounted over DATA_OUT.
+
+        A node whose input mount is still in use reports busy and keeps it: the step is
+        BUSY (the core retries, then sends output to the PFS, footnote 3). A node that did
+        release reads DATA_IN from the PFS from then on, which is always correct.
+        """
+        job = ctx.action.job_id
+        v = self._step(ctx, release_instruction(0, job_id=job), self.reset_timeout)
+        if v.state == "busy":
+            raise BusyError(f"input mount still in use ({v.message}); will retry")
+        if v.state != "ok":
+            raise RsaError(f"releasing the input mounts failed: {v.message}")
+        backend, req = self.backend_for(ctx)
+        spec = backend.reset(req, ctx.cancel)
+        detail = dict(self._mount(ctx, role="output", target=str(
+            ctx.action.args.get("data_out") or ""), mode="rw", spec=spec))
+        detail["mount"] = spec.to_json()
+        return detail
+
+    def _mount(self, ctx: ActionContext, *, role: str, target: str, mode: str,
+               spec: MountSpec | None = None) -> Mapping[str, Any]:
+        backend, _req = self.backend_for(ctx)
+        if spec is None:
+            data = ctx.facts.get("mount")
+            if not data:
+                raise RsaError(f"job {ctx.action.job_id}: no RAMDISK is recorded")
+            spec = MountSpec.from_json(data)
+        try:
+            ins = mount_instruction(
+                0, job_id=ctx.action.job_id, user=str(ctx.action.args.get("user") or ""),
+                role=role, target=target, mode=mode,
+                client_argv=backend.client_mount_argv(spec, MOUNTPOINT),
+                client_umount_argv=backend.client_umount_argv(spec, MOUNTPOINT))
+        except ValueError as e:
+            raise PermanentError(str(e)) from e
+        v = self._step(ctx, ins, self.mount_timeout)
+        if v.state != "ok":
+            raise RsaError(f"mounting the RAMDISK over {target} failed: {v.message}")
+        return {"nodes": sorted(self._job(ctx.action.job_id).nodes or ())}
+
+    def _step(self, ctx: ActionContext, ins: dict[str, Any], timeout: float) -> Verdict:
+        job = ctx.action.job_id
+        deadline = self.clock() + timeout
+        with self._cond:
+            j = self._job(job)
+            j.seq += 1
+            ins = {**ins, "seq": j.seq}
+            j.current = ins
+            self._cond.notify_all()
+            try:
+                while True:
+                    v = aggregate(j.nodes, j.reports, ins["seq"])
+                    if v.state != "pending":
+                        log.info("job %s: node step %s %s: %s %s", job, ins["seq"],
+                                 ins["do"], v.state, v.message)
+                        return v
+                    if ctx.cancel.cancelled:
+                        raise Cancelled(ctx.cancel.reason)
+                    left = deadline - self.clock()
+                    if left <= 0:
+                        why = v.message if j.nodes is not None else (
+                            "no compute node asked rsad (is rsa-prolog the node Prolog?)")
+                        raise RsaError(f"compute nodes did not {ins['do']} within "
+                                       f"{timeout:.0f}s: {why}")
+                    self._cond.wait(min(left, 0.5))
+            finally:
+                if j.current is ins:
+                    j.current = None
+
+    def _job(self, job: str) -> JobNodes:
+        return self._jobs.setdefault(job, JobNodes())
+
+    def _learn_nodes(self, j: JobNodes, node: str, nodes: str) -> None:
+        if j.nodes is None:
+            names = frozenset(NodeSet(nodes)) if nodes else frozenset()
+            j.nodes = names | {node}
+            self._cond.notify_all()
+
+    # ---- routes (API threads) -----------------------------------------------------------
+    def prolog(self, job: str, node: str, nodes: str, rsa_state: str | None) -> dict[str, Any]:
+        """What the node Prolog of ``job`` on ``node`` should do now."""
+        if rsa_state is None:
+            return {"do": "nothing", "agent": False}
+        with self._cond:
+            j = self._job(job)
+            self._learn_nodes(j, node, nodes)
+            j.ended.discard(node)
+            cur = j.current
+            agent = rsa_state in AGENT_STATES
+            if cur is not None and cur["do"] == "mount" and not self._done(j, node, cur):
+                return {**cur, "agent": True}
+            if cur is None and rsa_state in PRE_MOUNT:
+                return {"do": "wait", "retry": 0.3, "agent": agent,
+                        "why": f"RSA state {rsa_state}"}
+            return {"do": "nothing", "agent": agent}
+
+    def agent(self, job: str, node: str, nodes: str, last_seq: int,
+              wait: float = AGENT_POLL) -> dict[str, Any]:
+        """Long poll of the node agent: the next instruction for it, or idle/exit."""
+        deadline = self.clock() + wait
+        with self._cond:
+            j = self._job(job)
+            self._learn_nodes(j, node, nodes)
+            j.agents.add(node)
+            while True:
+                if node in j.ended:
+                    return {"do": "exit"}
+                cur = j.current
+                if (cur is not None and int(cur["seq"]) > last_seq
+                        and not self._done(j, node, cur)
+                        and (cur["do"] == "release" or cur.get("role") == "output")):
+                    return dict(cur)
+                left = deadline - self.clock()
+                if left <= 0:
+                    return {"do": "idle"}
+                self._cond.wait(min(left, 1.0))
+
+    def report(self, job: str, node: str, data: Mapping[str, Any]) -> dict[str, Any]:
+        with self._cond:
+            j = self._job(job)
+            j.reports[node] = {"seq": int(data.get("seq", -1)), "ok": bool(data.get("ok")),
+                               "busy": bool(data.get("busy")),
+                               "message": str(data.get("message") or "")[:500]}
+            if not j.reports[node]["ok"]:
+                log.warning("job %s node %s: %s", job, node, j.reports[node]["message"])
+            self._cond.notify_all()
+        return {"job_id": job, "node": node, "recorded": True}
+
+    def epilog(self, job: str, node: str) -> dict[str, Any]:
+        with self._cond:
+            j = self._jobs.get(job)
+            if j is not None:
+                j.ended.add(node)
+                j.agents.discard(node)
+                self._cond.notify_all()
+            self._prune()
+        return {"job_id": job, "node": node}
+
+    def _prune(self, keep: int = 2000) -> None:
+        """Forget the oldest jobs whose every node ran its Epilog (bounded memory)."""
+        if len(self._jobs) <= keep:
+            return
+        over = len(self._jobs) - keep
+        for job in [k for k, j in self._jobs.items()
+                    if j.current is None and j.nodes is not None and j.ended >= j.nodes][:over]:
+            del self._jobs[job]
+
+    @staticmethod
+    def _done(j: JobNodes, node: str, cur: Mapping[str, Any]) -> bool:
+        r = j.reports.get(node)
+        return r is not None and r["seq"] == cur["seq"]
+
+    def register(self, registry: Registry) -> None:
+        registry.register(ActionKind.MOUNT_INPUT, self.mount_input)
+        registry.register(ActionKind.MOUNT_OUTPUT, self.mount_output)
+        registry.register(ActionKind.RESET, self.reset)
+        _BY_REGISTRY[registry] = self

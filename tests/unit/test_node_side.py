@@ -1,0 +1,183 @@
+"""rsad's compute-node side: instructions handed to Prologs/agents, reports aggregated."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+
+from rsa_scheduler.core.actions import Action, ActionKind, Outcome, Result
+from rsa_scheduler.daemon.executors import ActionContext, Registry
+from rsa_scheduler.daemon.nodeside import NodeSide, nodeside_of
+from rsa_scheduler.fs.base import FilesystemBackend, FsRequest, Health, MountSpec
+from rsa_scheduler.hosts import CancelToken
+
+SPEC = MountSpec("fake", "job7-c1", ("rsa1",), "/mnt/rsa/job7-c1",
+                 {"master_host": "10.0.0.1", "master_port": 9421})
+
+
+class FakeBackend(FilesystemBackend):
+    name = "fake"
+
+    def __init__(self) -> None:
+        super().__init__({})
+        self.resets = 0
+
+    def create(self, req: FsRequest, cancel: CancelToken | None = None) -> MountSpec:
+        return MountSpec("fake", req.fs_id, req.nodes, "/mnt/rsa/new", {"master_port": 1})
+
+    def destroy(self, req: FsRequest) -> None:
+        self.resets += 1
+
+    def health(self, spec: MountSpec) -> Health:
+        return Health(True)
+
+    def client_mount_argv(self, spec: MountSpec, mountpoint: str) -> list[str]:
+        return ["fakemount", str(spec.client["master_port"]), mountpoint]
+
+
+def make_side(timeout: float = 5.0) -> tuple[NodeSide, Registry, FakeBackend]:
+    backend = FakeBackend()
+    req = FsRequest("job7-c1", "7", ("rsa1",), "ram", {"rsa1": "/p"}, "/mnt/rsa")
+
+    def backend_for(ctx: ActionContext) -> tuple[FilesystemBackend, FsRequest]:
+        return backend, req
+
+    side = NodeSide(backend_for=backend_for, mount_timeout=timeout, reset_timeout=timeout)
+    reg = Registry()
+    side.register(reg)
+    return side, reg, backend
+
+
+def start(reg: Registry, kind: ActionKind, args: Mapping[str, Any]) -> Future[Outcome]:
+    action = Action(f"7/1/{kind.value}/3", "7", kind, dict(args))
+    ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
+                        facts={"mount": SPEC.to_json()})
+    fut: Future[Outcome] = Future()
+    threading.Thread(target=lambda: fut.set_result(reg.run(ctx)), daemon=True).start()
+    return fut
+
+
+def until(side: NodeSide, ask: Callable[[], dict[str, Any]], want: str) -> dict[str, Any]:
+    """Ask until the answer is ``want`` (the executor publishes from its own thread)."""
+    for _ in range(2000):
+        ans = ask()
+        if ans["do"] == want:
+            return ans
+        with side._cond:
+            side._cond.wait(0.005)
+    raise AssertionError(f"never got {want}")
+
+
+INPUT = {"user": "alice", "nodes": "rsa1", "data_in": "/scratch/a/in", "mode": "ro"}
+
+
+def test_registered_for_the_three_node_side_kinds() -> None:
+    side, reg, _ = make_side()
+    assert {ActionKind.MOUNT_INPUT, ActionKind.MOUNT_OUTPUT, ActionKind.RESET} <= reg.kinds()
+    assert nodeside_of(reg) is side
+
+
+def test_untracked_job_gets_nothing_and_no_agent() -> None:
+    side, _, _ = make_side()
+    assert side.prolog("9", "c1", "c[1-2]", None) == {"do": "nothing", "agent": False}
+
+
+def test_tracked_job_before_the_mount_is_asked_to_wait() -> None:
+    side, _, _ = make_side()
+    ans = side.prolog("7", "c1", "c1", "locked-in")
+    assert ans["do"] == "wait" and ans["agent"] is True
+
+
+def test_mount_input_completes_when_every_node_reported_ok() -> None:
+    side, reg, _ = make_side()
+    fut = start(reg, ActionKind.MOUNT_INPUT, INPUT)
+    ins = until(side, lambda: side.prolog("7", "c1", "c[1-2]", "mounting-input"), "mount")
+    assert ins["target"] == "/scratch/a/in" and ins["mode"] == "ro"
+    assert ins["client_argv"] == ["fakemount", "9421", "@MOUNTPOINT@"]
+    side.report("7", "c1", {"seq": ins["seq"], "ok": True})
+    assert not fut.done()
+    ins2 = side.prolog("7", "c2", "c[1-2]", "mounting-input")
+    assert ins2["seq"] == ins["seq"]
+    # a node that already reported is not told again
+    assert side.prolog("7", "c1", "c[1-2]", "mounting-input")["do"] != "mount"
+    side.report("7", "c2", {"seq": ins["seq"], "ok": True})
+    out = fut.result(5)
+    assert out.result is Result.OK and out.detail["nodes"] == ["c1", "c2"]
+
+
+def test_first_node_failure_fails_the_mount_with_its_reason() -> None:
+    side, reg, _ = make_side()
+    fut = start(reg, ActionKind.MOUNT_INPUT, INPUT)
+    ins = until(side, lambda: side.prolog("7", "c1", "c[1-2]", "mounting-input"), "mount")
+    side.report("7", "c1", {"seq": ins["seq"], "ok": False,
+                            "message": "/scratch/a/in has a symlink component"})
+    out = fut.result(5)
+    assert out.result is Result.FAILED and "symlink component" in out.message
+
+
+def test_no_prolog_at_all_times_out_with_a_hint() -> None:
+    _side, reg, _ = make_side(timeout=0.2)
+    out = start(reg, ActionKind.MOUNT_OUTPUT,
+                {"user": "alice", "nodes": "rsa1", "data_out": "/scratch/a/out"}).result(5)
+    assert out.result is Result.FAILED and "rsa-prolog" in out.message
+
+
+def test_reset_releases_recreates_and_mounts_output_through_the_agents() -> None:
+    side, reg, backend = make_side()
+    side.prolog("7", "c1", "c[1-2]", "mounted-input")
+    fut = start(reg, ActionKind.RESET, {"user": "alice", "nodes": "rsa1",
+                                        "data_in": "/scratch/a/in",
+                                        "data_out": "/scratch/a/out"})
+    for node in ("c1", "c2"):
+        rel = side.agent("7", node, "c[1-2]", 0, wait=2)
+        assert rel["do"] == "release"
+        side.report("7", node, {"seq": rel["seq"], "ok": True})
+    mounts = [side.agent("7", n, "c[1-2]", 1, wait=2) for n in ("c1", "c2")]
+    assert all(m["do"] == "mount" and m["role"] == "output" for m in mounts)
+    assert mounts[0]["target"] == "/scratch/a/out" and mounts[0]["mode"] == "rw"
+    assert mounts[0]["client_argv"] == ["fakemount", "1", "@MOUNTPOINT@"]  # the new FS
+    for node in ("c1", "c2"):
+        side.report("7", node, {"seq": mounts[0]["seq"], "ok": True})
+    out = fut.result(5)
+    assert out.result is Result.OK and backend.resets == 1
+    assert out.detail["mount"]["rsa_mountpoint"] == "/mnt/rsa/new"
+
+
+def test_reset_with_a_busy_input_mount_is_busy_and_changes_nothing() -> None:
+    side, reg, backend = make_side()
+    side.prolog("7", "c1", "c1", "mounted-input")
+    fut = start(reg, ActionKind.RESET, {"user": "alice", "nodes": "rsa1",
+                                        "data_in": "/scratch/a/in",
+                                        "data_out": "/scratch/a/out"})
+    rel = side.agent("7", "c1", "c1", 0, wait=2)
+    side.report("7", "c1", {"seq": rel["seq"], "ok": False, "busy": True,
+                            "message": "target is busy"})
+    out = fut.result(5)
+    assert out.result is Result.BUSY and backend.resets == 0
+
+
+def test_agent_is_told_to_exit_after_the_epilog_and_idles_otherwise() -> None:
+    side, _, _ = make_side()
+    assert side.agent("7", "c1", "c1", 0, wait=0)["do"] == "idle"
+    side.epilog("7", "c1")
+    assert side.agent("7", "c1", "c1", 0, wait=0)["do"] == "exit"
+
+
+def test_agent_does_not_take_the_prologs_input_mount() -> None:
+    side, reg, _ = make_side()
+    fut = start(reg, ActionKind.MOUNT_INPUT, INPUT)
+    ins = until(side, lambda: side.prolog("7", "c1", "c1", "mounting-input"), "mount")
+    assert side.agent("7", "c1", "c1", 0, wait=0)["do"] == "idle"
+    side.report("7", "c1", {"seq": ins["seq"], "ok": True})
+    assert fut.result(5).result is Result.OK
+
+
+@pytest.mark.parametrize("mode", ["bogus"])
+def test_bad_mode_is_refused_not_retried(mode: str) -> None:
+    _, reg, _ = make_side()
+    out = start(reg, ActionKind.MOUNT_INPUT, {**INPUT, "mode": mode}).result(5)
+    assert out.result is Result.REFUSED
