@@ -11,6 +11,7 @@ carries a ``set`` patch, so replaying the log reproduces the record exactly.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -93,7 +94,7 @@ class JobRecord:
         return {
             "job_id": self.job_id,
             "user": self.user,
-            "spec": self.spec.to_json(),
+            "spec": _spec_json(self.spec),
             "compute_nodes": self.compute_nodes,
             "priority": self.priority,
             "job_state": self.job_state.value if self.job_state else None,
@@ -118,6 +119,16 @@ class JobRecord:
                   spec=DirectiveSpec.from_json(data["spec"]))
         _patch(rec, {k: v for k, v in data.items() if k not in ("job_id", "user", "spec")})
         return rec
+
+
+@functools.lru_cache(maxsize=65536)
+def _spec_json_cached(spec: DirectiveSpec) -> dict[str, Any]:
+    return spec.to_json()
+
+
+def _spec_json(spec: DirectiveSpec) -> dict[str, Any]:
+    """The spec's JSON (specs are frozen: computed once per distinct spec)."""
+    return dict(_spec_json_cached(spec))
 
 
 def _patch(rec: JobRecord, values: Mapping[str, Any]) -> None:

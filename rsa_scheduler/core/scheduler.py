@@ -88,6 +88,7 @@ class Scheduler:
         self.records: dict[str, JobRecord] = {}
         self._last_obs: dict[str, tuple[str, str]] = {}
         self._waiting: set[str] = set()  # on-deck, waiting for free RSA nodes
+        self._timed: set[str] = set()  # jobs with an armed timer
 
     # ---- queries ----------------------------------------------------------------------
     def outstanding(self) -> list[Action]:
@@ -96,7 +97,7 @@ class Scheduler:
 
     def next_timer(self) -> float | None:
         """Earliest armed timer, so the daemon knows when to wake up."""
-        times = [t for r in self.records.values() for t in r.timers.values()]
+        times = [t for j in self._timed for t in self.records[j].timers.values()]
         return min(times) if times else None
 
     # ---- inputs -----------------------------------------------------------------------
@@ -114,7 +115,6 @@ class Scheduler:
         records, last = self.records, self._last_obs
         for obs in snapshot:
             jid = obs.job_id
-            seen.add(jid)
             rec = records.get(jid)
             if rec is None:
                 if obs.spec is None or not _has_work(obs.spec):
@@ -124,12 +124,13 @@ class Scheduler:
                                 since=now)
                 records[jid] = rec
                 dec.events.append(new_record_event(rec, now))
+            seen.add(jid)  # only tracked jobs: the other 90% of a queue cost one lookup
             key = (obs.state, obs.reason)
             if last.get(jid) == key and jid not in self._waiting:
                 continue
             last[jid] = key
             changed.append((rec, obs))
-        if complete:
+        if complete and len(seen) != len(records):
             for jid, rec in records.items():
                 if jid not in seen and rec.job_state is not JobState.FINISHED:
                     changed.append((rec, None))
@@ -170,6 +171,10 @@ class Scheduler:
         return step
 
     def _note_waiting(self, rec: JobRecord) -> None:
+        if rec.timers:
+            self._timed.add(rec.job_id)
+        else:
+            self._timed.discard(rec.job_id)
         if rec.job_state is JobState.ON_DECK and rec.rsa_state in (
                 RsaState.NONE, RsaState.RELEASED, RsaState.DECLINED) and not rec.declined:
             self._waiting.add(rec.job_id)
@@ -180,8 +185,9 @@ class Scheduler:
         """Fire due timers and retry allocation for on-deck jobs still waiting for nodes."""
         dec = Decision()
         exclude = exclude or set()
-        todo = [r for r in self.records.values() if r.job_id not in exclude and (
-            r.job_id in self._waiting or any(t <= now for t in r.timers.values()))]
+        records = self.records
+        todo = [records[j] for j in self._waiting | self._timed if j not in exclude and (
+            j in self._waiting or any(t <= now for t in records[j].timers.values()))]
         todo.sort(key=lambda r: (-r.priority, _job_sort_key(r.job_id)))
         for rec in todo:
             dec.add(settle(rec, now, self.policy, self.pool))
@@ -238,6 +244,7 @@ class Scheduler:
             del self.records[jid]
             self._last_obs.pop(jid, None)
             self._waiting.discard(jid)
+            self._timed.discard(jid)
         return done
 
     # ---- replay -----------------------------------------------------------------------
