@@ -197,7 +197,7 @@ def choose(rule: Rule, rec: JobRecord, policy: StagingPolicy
 # ---- action arguments ------------------------------------------------------------------
 
 def _args(kind: ActionKind, rec: JobRecord, policy: StagingPolicy, note: str,
-          detail: str) -> dict[str, Any]:
+          detail: str, dst: RsaState) -> dict[str, Any]:
     spec = rec.spec
     common: dict[str, Any] = {"user": rec.user, "nodes": rec.nodes}
     if kind is ActionKind.BUILD_FS:
@@ -221,7 +221,7 @@ def _args(kind: ActionKind, rec: JobRecord, policy: StagingPolicy, note: str,
                 "postprocess": list(spec.postprocess) if spec.postprocess else None}
     if kind in (ActionKind.TELL_USER, ActionKind.ALERT):
         text = note if not detail else (f"{note}: {detail}" if note else detail)
-        return {"message": text, "rsa_state": rec.rsa_state.value}
+        return {"message": text, "rsa_state": dst.value}
     if kind in (ActionKind.ALLOCATE, ActionKind.RELEASE, ActionKind.DESTROY_FS,
                 ActionKind.LOCK_IN, ActionKind.UNLOCK):
         return common
@@ -304,7 +304,7 @@ def fire(rec: JobRecord, trigger: Trigger, now: float, policy: StagingPolicy,
             continue
         rec.serial += 1
         act = Action(action_id(rec.job_id, rec.cycle, kind, rec.serial), rec.job_id, kind,
-                     _args(kind, rec, policy, note, detail))
+                     _args(kind, rec, policy, note, detail, dst))
         if kind in TRACKED:
             if rec.pending is not None:
                 raise InvariantViolation(

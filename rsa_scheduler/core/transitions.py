@@ -545,8 +545,8 @@ def _rows() -> list[Rule]:
         Rule(S.RELEASED, T.NODES_BUSY, S.RELEASED),
         Rule(S.RELEASED, T.POLICY_VIOLATION, S.DECLINED, actions=(A.TELL_USER,),
              effects=(E.MARK_DECLINED,), note="the RSA cannot serve this job; it uses the PFS"),
-        Rule(S.RELEASED, T.GIVE_UP, S.DECLINED, actions=(A.TELL_USER,),
-             effects=(E.MARK_DECLINED,), note="the RSA gave up on this job; it uses the PFS"),
+        Rule(S.RELEASED, T.GIVE_UP, S.DECLINED, effects=(E.MARK_DECLINED,),
+             note="declined earlier (the user was told why then): no new message"),
         Rule(S.RELEASED, T.CANCEL_STAGING, S.DECLINED, effects=(E.MARK_DECLINED,)),
     ]
     r += _stay(S.DECLINED, T.QUEUED, T.DEMOTED, T.RUNNING, T.TICK, T.CANCEL_STAGING,
