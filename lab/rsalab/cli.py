@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import clean, facts, pfs, rsad, rsanodes, slurm, users
+from . import clean, facts, pfs, rsad, rsanodes, slurm, users, venv
 from .common import (
     CREATED,
     DATA,
@@ -58,6 +58,7 @@ def up(s: Settings) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     try:
         users.ensure(s)
+        venv.ensure(s)  # the lab user and slurm must be able to run rsa / rsa-hook
         pfs.up(s)  # first: node namespaces copy the /pfs mount
         rsanodes.up(s)
         slurm.up(s)
