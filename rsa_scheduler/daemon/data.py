@@ -26,7 +26,7 @@ from rsa_scheduler.fs.base import FilesystemBackend, FsRequest, MountSpec
 from rsa_scheduler.hosts import Host
 from rsa_scheduler.runner import Identity
 from rsa_scheduler.staging.engine import StagingEngine
-from rsa_scheduler.staging.report import Progress
+from rsa_scheduler.staging.report import Progress, Stats
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,29 @@ def fs_id(action_id: str) -> str:
     """``JOB/CYCLE/KIND/SERIAL`` -> ``job<JOB>-c<CYCLE>`` (array ids keep their ``_``)."""
     job, cycle = action_id.rsplit("/", 3)[:2]
     return f"job{job}-c{cycle}"
+
+
+def _stats(stats: Stats) -> dict[str, Any]:
+    return {"stats": {"files": stats.files, "bytes": stats.bytes,
+                      "seconds": round(stats.seconds, 3)}}
+
+
+def _script(eng: StagingEngine, spec: MountSpec, args: Mapping[str, Any], key: str,
+            phase: str) -> dict[str, Any]:
+    """Run the user's PREPROCESS (replaces stage-in) or POSTPROCESS (replaces stage-out).
+
+    A failing PREPROCESS is permanent (the job uses the PFS); a failing POSTPROCESS is
+    retried and the RAMDISK is kept, like any failed stage-out.
+    """
+    res = eng.run_script(list(args[key]), phase, ramdisk=spec.rsa_mountpoint,
+                         data_in=str(args.get("data_in") or ""),
+                         data_out=str(args.get("data_out") or ""))
+    if not res.ok:
+        why = f"{key.upper()} exited {res.returncode}: {res.stderr_tail.strip()[-300:]}"
+        if key == "preprocess":
+            raise PermanentError(why)
+        raise RsaError(f"{why} (RAMDISK kept)")
+    return {"script": {"returncode": res.returncode, "seconds": res.seconds}}
 
 
 class DataPath:
@@ -107,33 +130,17 @@ class DataPath:
         eng = self.engine(ctx, spec)
         eng.prepare_root(spec.rsa_mountpoint)
         if args.get("preprocess"):
-            res = eng.run_script(list(args["preprocess"]), "stage-in",
-                                 ramdisk=spec.rsa_mountpoint,
-                                 data_in=str(args.get("data_in") or ""))
-            if not res.ok:
-                raise PermanentError(f"PREPROCESS exited {res.returncode}: "
-                                     f"{res.stderr_tail.strip()[-300:]}")
-            return {"script": {"returncode": res.returncode, "seconds": res.seconds}}
-        stats = eng.stage_in(str(args["data_in"]), spec.rsa_mountpoint)
-        return {"stats": {"files": stats.files, "bytes": stats.bytes,
-                          "seconds": round(stats.seconds, 3)}}
+            return _script(eng, spec, args, "preprocess", "stage-in")
+        return _stats(eng.stage_in(str(args["data_in"]), spec.rsa_mountpoint))
 
     def stage_out(self, ctx: ActionContext) -> Mapping[str, Any]:
         args = ctx.action.args
         spec = self.mount(ctx)
         eng = self.engine(ctx, spec)
         if args.get("postprocess"):
-            res = eng.run_script(list(args["postprocess"]), "stage-out",
-                                 ramdisk=spec.rsa_mountpoint,
-                                 data_out=str(args.get("data_out") or ""))
-            if not res.ok:
-                raise RsaError(f"POSTPROCESS exited {res.returncode}: "
-                               f"{res.stderr_tail.strip()[-300:]} (RAMDISK kept)")
-            return {"script": {"returncode": res.returncode, "seconds": res.seconds}}
-        stats = eng.stage_out(spec.rsa_mountpoint, str(args["data_out"]),
-                              str(args.get("method") or "rsync"))
-        return {"stats": {"files": stats.files, "bytes": stats.bytes,
-                          "seconds": round(stats.seconds, 3)}}
+            return _script(eng, spec, args, "postprocess", "stage-out")
+        return _stats(eng.stage_out(spec.rsa_mountpoint, str(args["data_out"]),
+                                    str(args.get("method") or "rsync")))
 
     def verify(self, ctx: ActionContext) -> Mapping[str, Any]:
         args = ctx.action.args

@@ -55,6 +55,12 @@ def area(lab: Mapping[str, str]) -> Iterator[Path]:
     subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)
 
 
+def fill(jobs: Jobs) -> None:
+    """Occupy the 4 compute nodes so the next job waits on Resources (on-deck)."""
+    for _ in range(4):
+        jobs.submit(*FILL)
+
+
 def submit_rsa(jobs: Jobs, data_in: Path, data_out: Path, tmp: Path) -> str:
     script = tmp / "rsa-job.sh"
     script.write_text(f"#!/bin/bash\n#SBATCH -t 5\n#RSA_DATA_IN={data_in}\n"
@@ -79,8 +85,7 @@ def hashes(host: SshHost, root_dir: str) -> str:
 def test_input_is_staged_into_a_real_ramdisk_with_identical_contents(
         lab: Mapping[str, str], area: Path, tmp_path: Path) -> None:
     with make_jobs(lab) as jobs:
-        for _ in range(4):
-            jobs.submit(*FILL)
+        fill(jobs)
         job = submit_rsa(jobs, area / "small", area / "out", tmp_path)
         wait_state(lab, job, "locked-in")
         data = rsa_job(lab, job)
@@ -101,8 +106,7 @@ def test_input_is_staged_into_a_real_ramdisk_with_identical_contents(
 def test_demotion_during_stage_in_stops_the_transfer_and_frees_the_nodes(
         lab: Mapping[str, str], area: Path, tmp_path: Path) -> None:
     with make_jobs(lab) as jobs:
-        for _ in range(4):
-            jobs.submit(*FILL)
+        fill(jobs)
         job = submit_rsa(jobs, area / "big", area / "out", tmp_path)
         wait_state(lab, job, "staging-in")
         urgent = jobs.submit(*FILL)
@@ -136,8 +140,7 @@ def test_a_user_cannot_stage_a_file_only_root_can_read(
     secret.write_text("not for users\n")
     secret.chmod(0o600)  # created by root: owned by root
     with make_jobs(lab) as jobs:
-        for _ in range(4):
-            jobs.submit(*FILL)
+        fill(jobs)
         job = submit_rsa(jobs, secret_dir, area / "out", tmp_path)
         wait_state(lab, job, "declined", "released", timeout=90)
         data = rsa_job(lab, job)
@@ -165,8 +168,7 @@ def _restart_rsad(lab: Mapping[str, str], kill: signal.Signals) -> None:
 def test_rsad_killed_during_stage_in_resumes_without_rebuilding(
         lab: Mapping[str, str], area: Path, tmp_path: Path) -> None:
     with make_jobs(lab) as jobs:
-        for _ in range(4):
-            jobs.submit(*FILL)
+        fill(jobs)
         job = submit_rsa(jobs, area / "big", area / "out", tmp_path)
         wait_state(lab, job, "staging-in")
         before = rsa_job(lab, job)
