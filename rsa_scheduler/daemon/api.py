@@ -179,7 +179,8 @@ class Routes:
             return side.epilog(job, node)
         if hook == "agent":
             wait = min(float(payload.get("wait", 20.0)), 25.0)
-            return side.agent(job, node, nodes, int(payload.get("last_seq", 0)), wait)
+            return side.agent(job, node, nodes, int(payload.get("last_seq", 0)), wait,
+                              str(payload.get("epoch") or ""))
 
         def state() -> tuple[str | None, str | None]:
             rec = self.daemon.sched.records.get(job)

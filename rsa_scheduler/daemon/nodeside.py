@@ -80,6 +80,8 @@ class NodeSide:
         self.clock = clock
         self._cond = threading.Condition()
         self._jobs: dict[str, JobNodes] = {}
+        # instruction numbers restart with rsad: agents send back the epoch they saw
+        self.epoch = f"{time.time():.6f}"
 
     # ---- executors ----------------------------------------------------------------------
     def mount_input(self, ctx: ActionContext) -> Mapping[str, Any]:
@@ -189,8 +191,16 @@ class NodeSide:
             return {"do": "nothing", "agent": agent}
 
     def agent(self, job: str, node: str, nodes: str, last_seq: int,
-              wait: float = AGENT_POLL) -> dict[str, Any]:
+              wait: float = AGENT_POLL, epoch: str = "") -> dict[str, Any]:
         """Long poll of the node agent: the next instruction for it, or idle/exit."""
+        if epoch != self.epoch:
+            last_seq = 0
+        answer = self._agent(job, node, nodes, last_seq, wait)
+        answer["epoch"] = self.epoch
+        return answer
+
+    def _agent(self, job: str, node: str, nodes: str, last_seq: int,
+               wait: float) -> dict[str, Any]:
         deadline = self.clock() + wait
         with self._cond:
             j = self._job(job)

@@ -1,0 +1,59 @@
+"""The per-job node agent: carries out rsad's mid-job instructions on one compute node.
+
+Started detached by the node Prolog (in the job's mount namespace, as root), stopped by
+the Epilog. It long-polls rsad (``POST /v1/hooks/agent``) for the next instruction —
+``release`` the input mount (busy is reported, never forced) and ``mount`` the fresh
+RAMDISK over DATA_OUT (seed 004 §3.2) — reports each (``/v1/hooks/mounted``), and exits
+when rsad says so, when the Epilog removed the job's directory, or after ``max_life``.
+No SSH into compute nodes: the node calls rsad, as Slurm's own daemons do.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping
+
+from rsa_scheduler.node.hooks import execute, settings, who_of
+from rsa_scheduler.node.mounts import JobMounts
+
+POLL = 20.0
+
+
+def serve(job: str, env: Mapping[str, str], max_life: float = 7 * 86400.0) -> int:
+    from rsa_scheduler.client import ApiClient, ApiRefused, ApiUnavailable
+
+    node = env["SLURMD_NODENAME"]
+    nodes = env.get("SLURM_NODELIST", node)
+    st = settings(env)
+    jm = JobMounts(job, node, st.base)
+    who = who_of(env)
+    client = ApiClient(st.address, timeout=POLL + 10)
+    last = 0
+    epoch = ""
+    end = time.monotonic() + max_life
+    while time.monotonic() < end and jm.dir.exists():
+        try:
+            ins = client.post("/v1/hooks/agent", {"job_id": job, "node": node,
+                                                  "nodes": nodes, "last_seq": last,
+                                                  "epoch": epoch, "wait": POLL})
+        except (ApiUnavailable, ApiRefused) as e:
+            sys.stderr.write(f"rsa-node-agent job {job}: {e}; retrying\n")
+            time.sleep(5)
+            continue
+        epoch = str(ins.get("epoch") or epoch)
+        if ins.get("do") == "exit":
+            return 0
+        if ins.get("do") in ("release", "mount"):
+            report = execute(ins, jm, who, st.allowed_roots)
+            last = int(ins.get("seq", last))
+            try:
+                client.post("/v1/hooks/mounted", {"job_id": job, "node": node, **report})
+            except (ApiUnavailable, ApiRefused) as e:
+                sys.stderr.write(f"rsa-node-agent job {job}: report lost: {e}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(serve(sys.argv[1], os.environ))

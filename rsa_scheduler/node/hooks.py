@@ -1,0 +1,224 @@
+"""The node Prolog and Epilog: ``rsa-prolog`` and ``rsa-epilog`` (run by slurmd as root).
+
+Owns :func:`prolog` and :func:`epilog`. Both are thin: read Slurm's environment, ask rsad
+(``POST /v1/hooks/prolog``), carry out at most one mount instruction, report it
+(``POST /v1/hooks/mounted``), start the job's node agent, and exit. Both ALWAYS exit 0:
+a non-zero node Prolog drains the node and requeues the job held, and the RSA must never
+hurt a job — when anything is wrong (rsad unreachable, a path refused, a mount failing)
+the job runs from the PFS and the reason goes to rsad (which tells the user) and stderr
+(slurmd's log). A hard timeout (``hooks.timeout``) bounds every run; what a timed-out run
+had mounted is unwound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from rsa_scheduler.node.mounts import DEFAULT_BASE, JobMounts, MountError
+from rsa_scheduler.node.paths import UnsafePath, Who
+
+AGENT_MODULE = "rsa_scheduler.node.agent"
+
+
+class HookTimeout(Exception):
+    """The hook's hard timeout expired."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    address: str
+    api_timeout: float
+    timeout: float
+    allowed_roots: tuple[str, ...]
+    base: str
+
+
+def settings(env: Mapping[str, str]) -> Settings:
+    """Everything a node hook needs, from RSA_* variables or the configuration file."""
+    base = env.get("RSA_NODE_DIR", DEFAULT_BASE)
+    if env.get("RSA_API") and env.get("RSA_ALLOWED_ROOTS"):
+        return Settings(env["RSA_API"], float(env.get("RSA_HOOK_TIMEOUT", "2")),
+                        float(env.get("RSA_PROLOG_TIMEOUT", "10")),
+                        tuple(env["RSA_ALLOWED_ROOTS"].split(":")), base)
+    from rsa_scheduler.config import load_config
+
+    cfg = load_config(env.get("RSA_CONFIG"), env=env)
+    listen = cfg.daemon.api.listen
+    here = os.path.exists(cfg.daemon.api.socket)
+    address = env.get("RSA_API") or (str(cfg.daemon.api.socket) if here or not listen
+                                     else f"{listen.host}:{listen.port}")
+    return Settings(address, cfg.hooks.api_timeout, cfg.hooks.timeout,
+                    tuple(str(r) for r in cfg.staging.allowed_roots), base)
+
+
+def who_of(env: Mapping[str, str]) -> Who:
+    import pwd
+
+    uid = int(env.get("SLURM_JOB_UID", "-1"))
+    try:
+        pw = pwd.getpwuid(uid)
+        gids = frozenset(os.getgrouplist(pw.pw_name, pw.pw_gid))
+    except KeyError:
+        gids = frozenset({int(env.get("SLURM_JOB_GID", "-1"))})
+    return Who(uid, gids)
+
+
+def _alarm(seconds: float) -> None:
+    def on_alarm(_sig: int, _frame: FrameType | None) -> None:
+        raise HookTimeout(f"hard timeout of {seconds:.0f}s")
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.1))
+
+
+def _say(hook: str, job: str, text: str) -> None:
+    sys.stderr.write(f"rsa-{hook} job {job}: {text}\n")
+
+
+def execute(ins: Mapping[str, Any], jm: JobMounts, who: Who,
+            roots: Sequence[str]) -> dict[str, Any]:
+    """Carry out one instruction; the report for rsad (never raises for node problems)."""
+    seq = int(ins.get("seq", 0))
+    try:
+        if ins["do"] == "mount":
+            if ins.get("user") and who.uid >= 0:
+                import pwd
+
+                with contextlib.suppress(KeyError):
+                    if pwd.getpwuid(who.uid).pw_name != ins["user"]:
+                        raise MountError(f"instruction for {ins['user']} but the job "
+                                         f"runs as uid {who.uid}")
+            msg = jm.mount(dict(ins), who, roots)
+            return {"seq": seq, "ok": True, "message": msg}
+        if ins["do"] == "release":
+            rel = jm.release(lazy=False)
+            return {"seq": seq, "ok": rel.ok, "busy": rel.busy, "message": rel.message}
+        return {"seq": seq, "ok": False, "message": f"unknown instruction {ins['do']!r}"}
+    except UnsafePath as e:
+        return {"seq": seq, "ok": False, "message": f"refused: {e}"}
+    except MountError as e:
+        return {"seq": seq, "ok": False, "message": str(e)}
+
+
+def start_agent(job: str, node: str, nodes: str, jm: JobMounts,
+                env: Mapping[str, str]) -> None:
+    """Start the job's node agent, detached (own session, no inherited descriptors)."""
+    jm.prepare()
+    keep = {k: v for k, v in env.items() if k.startswith(("RSA_", "SLURM_JOB_"))}
+    keep.update(PATH="/usr/sbin:/usr/bin:/sbin:/bin", SLURMD_NODENAME=node,
+                SLURM_NODELIST=nodes)
+    proc = subprocess.Popen(  # detached on purpose: it outlives the Prolog
+        [sys.executable, "-m", AGENT_MODULE, job], env=keep, start_new_session=True,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        close_fds=True, cwd="/")
+    (jm.dir / "agent.pid").write_text(f"{proc.pid}\n")
+
+
+def prolog(env: Mapping[str, str]) -> int:
+    job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""
+    node = env.get("SLURMD_NODENAME", "")
+    nodes = env.get("SLURM_NODELIST") or env.get("SLURM_JOB_NODELIST") or node
+    if not job or not node:
+        _say("prolog", job or "?", "no SLURM_JOB_ID/SLURMD_NODENAME; nothing to do")
+        return 0
+    jm: JobMounts | None = None
+    client: Any = None
+    try:
+        st = settings(env)
+        _alarm(st.timeout)
+        from rsa_scheduler.client import ApiClient
+
+        client = ApiClient(st.address, timeout=st.api_timeout)
+        deadline = time.monotonic() + st.timeout - st.api_timeout - 0.5
+        body = {"job_id": job, "node": node, "nodes": nodes}
+        ans = client.post("/v1/hooks/prolog", body)
+        while ans.get("do") == "wait" and time.monotonic() < deadline:
+            time.sleep(float(ans.get("retry", 0.5)))
+            ans = client.post("/v1/hooks/prolog", body)
+        jm = JobMounts(job, node, st.base)
+        if ans.get("do") == "mount":
+            who = who_of(env)
+            report = execute(ans, jm, who, st.allowed_roots)
+            if not report["ok"]:
+                _say("prolog", job, f"{report['message']}; the job uses the PFS")
+            client.post("/v1/hooks/mounted", {"job_id": job, "node": node, **report})
+        elif ans.get("do") == "wait":
+            _say("prolog", job, "RAMDISK not ready in time; the job starts from the PFS")
+        if ans.get("agent"):
+            start_agent(job, node, nodes, jm, env)
+    except HookTimeout as e:
+        _say("prolog", job, f"{e}; unwinding, the job uses the PFS")
+        if jm is not None:
+            jm.release(lazy=True)
+    except Exception as e:  # never fail the job or drain the node because of the RSA
+        _say("prolog", job, f"{e}; the job uses the PFS")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    return 0
+
+
+def stop_agent(jm: JobMounts, grace: float = 1.0) -> None:
+    try:
+        pid = int((jm.dir / "agent.pid").read_text().strip())
+        cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")  # noqa: SIM115
+    except (OSError, ValueError):
+        return
+    if AGENT_MODULE.encode() not in cmdline or jm.job.encode() not in cmdline:
+        return  # the pid was reused: not ours
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+        end = time.monotonic() + grace
+        while time.monotonic() < end:
+            os.kill(pid, 0)
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+
+
+def epilog(env: Mapping[str, str]) -> int:
+    job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""
+    node = env.get("SLURMD_NODENAME", "")
+    if not job or not node:
+        return 0
+    base = env.get("RSA_NODE_DIR", DEFAULT_BASE)
+    jm = JobMounts(job, node, base)
+    if not jm.dir.exists():
+        return 0  # nothing of the RSA on this node for this job: the fast path
+    try:
+        st = settings(env)
+        _alarm(st.timeout)
+        stop_agent(jm)
+        rel = jm.release(lazy=True)
+        jm.remove()
+        if not rel.ok:
+            _say("epilog", job, f"could not release everything: {rel.message}")
+        from rsa_scheduler.client import ApiClient
+
+        ApiClient(st.address, timeout=st.api_timeout).post(
+            "/v1/hooks/epilog", {"job_id": job, "node": node, "ok": rel.ok,
+                                 "message": rel.message})
+    except Exception as e:  # HookTimeout included: never drain the node
+        _say("epilog", job, f"{e}")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    return 0
+
+
+def main_prolog() -> None:
+    sys.exit(prolog(os.environ))
+
+
+def main_epilog() -> None:
+    sys.exit(epilog(os.environ))
+
+
+if __name__ == "__main__":
+    sys.exit({"prolog": prolog, "epilog": epilog}[sys.argv[1]](os.environ))

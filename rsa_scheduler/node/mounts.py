@@ -1,0 +1,209 @@
+"""The mounts of one job on one compute node, made and undone by root.
+
+Owns :class:`JobMounts`: the per-job directory ``<base>/<node>/<job>/`` (private, root
+only) with the RAMDISK's client mount (``ramdisk/``), a read-only bind of it (``ro/``,
+so the bind over DATA_IN is read-only from its first instant) and ``mounts.json``, the
+LIFO record of every mount made, which the node agent and the Epilog undo. Mounts over
+user paths go through :func:`~rsa_scheduler.node.paths.open_target` and the
+``mount(2)`` syscall on ``/proc/self/fd/N``, so the directory checked is the directory
+mounted over. A failure half-way unwinds what was made, newest first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rsa_scheduler.errors import RsaError
+from rsa_scheduler.node.paths import Who, open_target
+from rsa_scheduler.node.plan import substitute
+from rsa_scheduler.runner import CommandError, run
+
+MS_RDONLY = 1
+MS_REMOUNT = 32
+MS_BIND = 4096
+MNT_DETACH = 2
+DEFAULT_BASE = "/run/rsa/node"
+
+_libc: ctypes.CDLL | None = None
+
+
+def _c() -> ctypes.CDLL:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def sys_mount(source: str, target: str, fstype: str | None, flags: int,
+              data: str | None = None) -> None:
+    rc = _c().mount(source.encode(), target.encode(), fstype.encode() if fstype else None,
+                    ctypes.c_ulong(flags), data.encode() if data else None)
+    if rc != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"mount {source} on {target}: {os.strerror(e)}")
+
+
+def sys_umount(target: str, flags: int = 0) -> None:
+    rc = _c().umount2(target.encode(), ctypes.c_int(flags))
+    if rc != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"umount {target}: {os.strerror(e)}")
+
+
+class MountError(RsaError):
+    """A node-side mount step failed; the message is for the user and the log."""
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    ok: bool
+    busy: bool = False
+    message: str = ""
+
+
+class JobMounts:
+    """Everything job ``job`` has mounted on node ``node``."""
+
+    def __init__(self, job: str, node: str, base: str = DEFAULT_BASE,
+                 command_timeout: float = 8.0) -> None:
+        self.job = job
+        self.node = node
+        self.dir = Path(base) / node / job
+        self.ramdisk = self.dir / "ramdisk"
+        self.ro = self.dir / "ro"
+        self.state_file = self.dir / "mounts.json"
+        self.command_timeout = command_timeout
+
+    # ---- state --------------------------------------------------------------------------
+    def entries(self) -> list[dict[str, Any]]:
+        try:
+            data = json.loads(self.state_file.read_text())
+        except FileNotFoundError:
+            return []
+        except ValueError:
+            return []
+        return [e for e in data.get("mounts", []) if isinstance(e, dict)]
+
+    def _save(self, entries: Sequence[dict[str, Any]], seq: int | None = None) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"job": self.job, "node": self.node, "seq": seq,
+                                   "mounts": list(entries)}))
+        tmp.replace(self.state_file)
+
+    def prepare(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.dir, 0o700)
+        for d in (self.ramdisk, self.ro):
+            d.mkdir(exist_ok=True, mode=0o700)
+
+    # ---- mount --------------------------------------------------------------------------
+    def mount(self, ins: dict[str, Any], who: Who, allowed_roots: Sequence[str]) -> str:
+        """Carry out a ``mount`` instruction; return a one-line summary."""
+        target = str(ins["target"])
+        done = self.entries()
+        if any(e.get("kind") == "target" and e.get("seq") == ins["seq"] for e in done):
+            return f"{target} already mounted"  # idempotent: a retried Prolog
+        if done:
+            rel = self.release(lazy=False)
+            if not rel.ok:
+                raise MountError(f"earlier mounts still in place: {rel.message}")
+        fd = open_target(target, who, allowed_roots)  # refuse before mounting anything
+        made: list[dict[str, Any]] = []
+        try:
+            self.prepare()
+            argv = substitute(ins["client_argv"], str(self.ramdisk))
+            try:
+                run(argv, timeout=self.command_timeout)
+            except CommandError as e:
+                raise MountError(f"cannot mount the RAMDISK on the node: {e}") from e
+            made.append({"kind": "client", "path": str(self.ramdisk),
+                         "umount": substitute(ins.get("client_umount_argv") or
+                                              ["umount", "-l", str(self.ramdisk)],
+                                              str(self.ramdisk))})
+            self._save(made, ins["seq"])
+            if not os.path.ismount(self.ramdisk):
+                raise MountError(f"{argv[0]} succeeded but {self.ramdisk} is not a mount")
+            fdpath = f"/proc/self/fd/{fd}"
+            mode = str(ins["mode"])
+            if mode == "union":
+                # read-only overlay: RAMDISK first, the PFS directory (the fd) below it
+                sys_mount("rsa-union", fdpath, "overlay", MS_RDONLY,
+                          f"lowerdir={self.ramdisk}:{fdpath}")
+            else:
+                source = str(self.ramdisk)
+                if mode == "ro":
+                    sys_mount(str(self.ramdisk), str(self.ro), None, MS_BIND)
+                    made.append({"kind": "bind", "path": str(self.ro)})
+                    self._save(made, ins["seq"])
+                    sys_mount("none", str(self.ro), None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+                    source = str(self.ro)
+                sys_mount(source, fdpath, None, MS_BIND)
+            made.append({"kind": "target", "path": target, "seq": ins["seq"],
+                         "role": ins.get("role"), "mode": mode})
+            self._save(made, ins["seq"])
+        except BaseException as e:
+            self._unwind(made)
+            if isinstance(e, OSError):
+                raise MountError(str(e)) from e
+            raise
+        finally:
+            os.close(fd)
+        return f"RAMDISK mounted over {target} ({mode})"
+
+    def _unwind(self, made: list[dict[str, Any]]) -> None:
+        for entry in reversed(made):
+            with contextlib.suppress(Exception):
+                self._undo(entry, lazy=True)
+        with contextlib.suppress(Exception):
+            self._save([])
+
+    # ---- release ------------------------------------------------------------------------
+    def _undo(self, entry: dict[str, Any], *, lazy: bool) -> None:
+        path = str(entry["path"])
+        if entry.get("kind") == "client":
+            try:
+                run([str(a) for a in entry["umount"]], timeout=self.command_timeout)
+            except CommandError:
+                if os.path.ismount(path):
+                    sys_umount(path, MNT_DETACH)
+            return
+        try:
+            sys_umount(path, MNT_DETACH if lazy else 0)
+        except OSError as e:
+            if e.errno not in (errno.EINVAL, errno.ENOENT):  # EINVAL: not mounted (any more)
+                raise
+
+    def release(self, *, lazy: bool) -> Released:
+        """Undo every mount, newest first. Without ``lazy`` a mount in use stays (busy)."""
+        entries = self.entries()
+        while entries:
+            entry = entries[-1]
+            try:
+                self._undo(entry, lazy=lazy)
+            except OSError as e:
+                self._save(entries)
+                if e.errno == errno.EBUSY:
+                    return Released(False, True, f"{entry['path']} is in use (open files "
+                                                 "or a working directory in it)")
+                return Released(False, False, str(e))
+            entries.pop()
+            self._save(entries)
+        return Released(True, False, "released")
+
+    def remove(self) -> None:
+        """Remove the per-job directory once nothing is mounted (never recursively)."""
+        for p in (self.state_file, self.state_file.with_suffix(".tmp"),
+                  self.dir / "agent.pid"):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+        for d in (self.ramdisk, self.ro, self.dir):
+            with contextlib.suppress(OSError):
+                d.rmdir()
