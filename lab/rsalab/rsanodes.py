@@ -107,6 +107,12 @@ def _start_node(s: Settings, i: int, name: str, d: Path) -> None:
         setup.append(f"mount --bind {disk} {ssd}")
     else:  # no ssd pool here: make the shared host directory unwritable in this node
         setup.append(f"mount --bind {ssd} {ssd} && mount -o remount,bind,ro {ssd}")
+    # A real RSA node has a plain root account. This VM's /root/.bashrc runs `pyenv init`,
+    # which bash sources for every SSH command (0.2-0.9 s each); inside the node's own
+    # mount namespace only, a plain rc file covers it (the host's file is never touched).
+    rc = d / "root.bashrc"
+    rc.write_text("# RSA node root shell rc (lab)\n")
+    setup.append(f"if [ -f /root/.bashrc ]; then mount --bind {rc} /root/.bashrc; fi")
     argv = in_node_ns(name, "; ".join(setup),
                       ["/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")])
     pid = spawn(f"sshd-{name}", argv)
