@@ -1,7 +1,8 @@
 #!/bin/bash
 # Lab hook for every Slurm hook: append this hook's environment to
 # /run/rsa-lab/hooks.log, then hand over to the product's hook where there is one
-# (PrologSlurmctld/EpilogSlurmctld -> rsa-hook, which tells rsad). Called through
+# (PrologSlurmctld/EpilogSlurmctld -> rsa-hook, which tells rsad; node Prolog/Epilog ->
+# rsa_scheduler.node.hooks, which mounts the job's RAMDISK over its paths). Called through
 # symlinks named after the hook (prolog, epilog, prolog_slurmctld, epilog_slurmctld).
 # Exit 0 on purpose: a non-zero node Prolog would drain the node.
 hook=$(basename "$0")
@@ -14,6 +15,18 @@ case "$hook" in
     venv=${venv:-$(dirname "$(readlink -f "$0")")/../../.venv}
     if [ -x "$venv/bin/rsa-hook" ]; then
       RSA_CONFIG=/run/rsa-lab/rsa.yaml exec "$venv/bin/rsa-hook" "$hook"
+    fi
+    ;;
+  prolog|epilog)
+    # slurmd reads this script's path at every job: no slurmd restart needed. The lab's
+    # PFS (/pfs/home) is an allowed root here; RSA_API + RSA_ALLOWED_ROOTS also spare the
+    # hook from parsing the configuration (Prolog latency when there is nothing to do).
+    venv=$(sed -n 's/^RSA_LAB_VENV=//p' /run/rsa-lab/env 2>/dev/null)
+    venv=${venv:-$(dirname "$(readlink -f "$0")")/../../.venv}
+    if [ -x "$venv/bin/python" ]; then
+      RSA_CONFIG=/run/rsa-lab/rsa.yaml RSA_API=/run/rsa/rsad.sock \
+        RSA_ALLOWED_ROOTS=/pfs/home:/home:/scratch RSA_PROLOG_TIMEOUT=10 RSA_HOOK_TIMEOUT=2 \
+        timeout -k 2 20 "$venv/bin/python" -m rsa_scheduler.node.hooks "$hook"
     fi
     ;;
 esac

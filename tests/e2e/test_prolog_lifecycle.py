@@ -1,0 +1,161 @@
+"""The compute-node side in the lab, as the lab user (issue 5, seed 004 §3.2–3.3).
+
+A 2-node job reads its input through the RAMDISK mounted over DATA_IN (contents checked
+on both nodes), asks for the reset (``input-done``), writes through the RAMDISK mounted
+over DATA_OUT, and its output is on the PFS after stage-out; hostile DATA_IN paths are
+refused with nothing mounted; with rsad down the job still runs, from the PFS.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import as_user
+from tests.integration.slurmkit import Jobs, make_jobs, root, wait_for
+from tests.integration.test_rsad_staging import fill, rsa_job, wait_state
+
+LAB_DIR = Path(__file__).resolve().parents[2] / "lab"
+NODE_DIR = Path("/run/rsa/node")
+
+
+@pytest.fixture
+def area(lab: Mapping[str, str]) -> Iterator[Path]:
+    base = Path(lab["RSA_LAB_PFS"]) / f"prolog-e2e-{os.getpid()}-{time.monotonic_ns()}"
+    script = (f"set -e; mkdir -p {base}/in/sub {base}/out {base}/res; "
+              f"for i in $(seq 1 12); do head -c $((i*3000)) /dev/urandom > {base}/in/f$i; "
+              f"done; echo deep > {base}/in/sub/deep")
+    done = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", script], timeout=120)
+    assert done.returncode == 0, done.stderr
+    yield base
+    subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)
+
+
+def node_mounts(lab: Mapping[str, str], path: str) -> dict[str, str]:
+    """node -> the mount point containing ``path`` as that node (its namespace) sees it."""
+    seen = {}
+    for n in range(1, 5):
+        pid = Path(f"/run/rsa-lab/pids/slurmd-c{n}.pid").read_text().strip()
+        out = subprocess.run(["nsenter", "-t", pid, "-m", "findmnt", "-n", "-o", "TARGET",
+                              "--target", path], capture_output=True, text=True, timeout=10)
+        seen[f"c{n}"] = out.stdout.strip()
+    return seen
+
+
+def nothing_of_job_mounted(job: str) -> bool:
+    for n in range(1, 5):
+        pid = Path(f"/run/rsa-lab/pids/slurmd-c{n}.pid").read_text().strip()
+        text = Path(f"/proc/{pid}/mounts").read_text()
+        if f"/run/rsa/node/c{n}/{job}/" in text:
+            return False
+    return True
+
+
+def job_script(lab: Mapping[str, str], base: Path, *, data_in: str, extra: str = "") -> str:
+    py = f"{lab['RSA_LAB_VENV']}/bin/python"
+    res, out = base / "res", base / "out"
+    return f"""#!/bin/bash
+#SBATCH -t 5
+#SBATCH -N 2
+#RSA_DATA_IN={data_in}
+#RSA_DATA_OUT={out}
+#RSA_RESET=input-done
+{extra}
+srun -N2 -n2 bash -c 'h=$(hostname); findmnt -n -o TARGET --target {data_in} > {res}/inmnt.$h;
+  (cd {data_in} && md5sum f* sub/deep) > {res}/md5.$h'
+{py} -c "from rsa_scheduler.client import ApiClient as A; \\
+A().post('/v1/jobs/$SLURM_JOB_ID/command', {{'command': 'input-done'}})" > {res}/input-done 2>&1
+for i in $(seq 1 90); do
+  n=$(srun -N2 -n2 findmnt -n -o TARGET --target {out} | grep -cx {out})
+  [ "$n" = 2 ] && break; sleep 1
+done
+srun -N2 -n2 bash -c 'h=$(hostname); findmnt -n -o TARGET --target {out} > {res}/outmnt.$h;
+  echo "written by $h" > {out}/from-$h'
+"""
+
+
+def md5_pfs(base: Path) -> str:
+    return subprocess.run(["bash", "-c", "md5sum f* sub/deep"], cwd=base / "in",
+                          capture_output=True, text=True, timeout=30, check=True).stdout
+
+
+def run_to_start(lab: Mapping[str, str], jobs: Jobs, script: str,
+                 before_start: Callable[[], None] | None = None) -> str:
+    fill(jobs)
+    job = jobs.submit(script=script)
+    wait_state(lab, job, "locked-in", timeout=120)
+    if before_start is not None:
+        before_start()
+    for filler in jobs.ids[:4]:
+        root(lab, "scancel", filler)
+    return job
+
+
+def test_two_node_job_reads_input_and_writes_output_through_the_ramdisk(
+        lab: Mapping[str, str], area: Path) -> None:
+    with make_jobs(lab) as jobs:
+        job = run_to_start(lab, jobs, job_script(lab, area, data_in=str(area / "in")))
+        # the compute nodes are free before stage-out ends
+        wait_state(lab, job, "staging-out", "verifying", "output-verified", "tearing-down",
+                   "released", timeout=180)
+        state = root(lab, "squeue", "-h", "-j", job, "-o", "%T").strip()
+        assert state in ("", "COMPLETING", "COMPLETED")
+        wait_state(lab, job, "released", timeout=180)
+    res = area / "res"
+    nodes = sorted(p.name.split(".", 1)[1] for p in res.glob("md5.*"))
+    assert len(nodes) == 2
+    for node in nodes:
+        assert (res / f"inmnt.{node}").read_text().strip() == str(area / "in")
+        assert (res / f"md5.{node}").read_text() == md5_pfs(area)
+        assert (res / f"outmnt.{node}").read_text().strip() == str(area / "out")
+        assert (area / "out" / f"from-{node}").read_text() == f"written by {node}\n"
+    assert nothing_of_job_mounted(job)
+    data = rsa_job(lab, job)
+    assert data is not None
+    outcomes = {e["action"].split("/")[2]: e["result"] for e in data["events"]
+                if e["name"] == "action.outcome"}
+    assert outcomes.get("mount-input") == "ok" and outcomes.get("reset") == "ok"
+
+
+@pytest.mark.parametrize("hostile", ["symlink-etc", "outside", "other-user"])
+def test_hostile_data_in_is_refused_with_nothing_mounted(
+        lab: Mapping[str, str], area: Path, hostile: str) -> None:
+    if hostile == "symlink-etc":
+        as_user(lab, lab["RSA_LAB_USER"], ["ln", "-s", "/etc", str(area / "evil")])
+        data_in = str(area / "evil")
+    elif hostile == "outside":
+        data_in = "/tmp"
+    else:
+        data_in = lab["RSA_LAB_OTHER_PFS"]
+    with make_jobs(lab) as jobs:
+        job = jobs.submit(script=job_script(lab, area, data_in=data_in))
+        wait_for(f"job {job} ended", lambda: root(lab, "squeue", "-h", "-j", job, "-o",
+                                                  "%T").strip() in ("", "COMPLETED"),
+                 timeout=120)
+    assert nothing_of_job_mounted(job)
+    for node, target in node_mounts(lab, "/etc").items():
+        assert target == "/", f"{node}: something is mounted over /etc"
+
+
+def test_rsad_down_during_the_prolog_the_job_runs_from_the_pfs(
+        lab: Mapping[str, str], area: Path) -> None:
+    pid = int(Path("/run/rsa-lab/pids/rsad.pid").read_text())
+    with make_jobs(lab) as jobs:
+        try:
+            # rsad alive but unresponsive when the job starts: the worst case for a hook
+            job = run_to_start(lab, jobs, job_script(lab, area, data_in=str(area / "in")),
+                         before_start=lambda: os.kill(pid, signal.SIGSTOP))
+            wait_for(f"job {job} ran", lambda: len(list((area / "res").glob("md5.*"))) == 2,
+                     timeout=90)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    for f in (area / "res").glob("md5.*"):
+        assert f.read_text() == md5_pfs(area)
+    sinfo = root(lab, "sinfo", "-h", "-o", "%T").split()
+    assert "drained" not in sinfo and "draining" not in sinfo
