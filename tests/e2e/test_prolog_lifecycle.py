@@ -123,24 +123,65 @@ def test_two_node_job_reads_input_and_writes_output_through_the_ramdisk(
     assert outcomes.get("mount-input") == "ok" and outcomes.get("reset") == "ok"
 
 
-@pytest.mark.parametrize("hostile", ["symlink-etc", "outside", "other-user"])
-def test_hostile_data_in_is_refused_with_nothing_mounted(
-        lab: Mapping[str, str], area: Path, hostile: str) -> None:
-    if hostile == "symlink-etc":
-        as_user(lab, lab["RSA_LAB_USER"], ["ln", "-s", "/etc", str(area / "evil")])
-        data_in = str(area / "evil")
-    elif hostile == "outside":
-        data_in = "/tmp"
+@pytest.fixture
+def hostile_dir(lab: Mapping[str, str], area: Path, request: pytest.FixtureRequest
+                ) -> Iterator[str]:
+    """A DATA_IN the user can stage from but root must never mount over."""
+    kind = request.param
+    made: list[str] = []
+    if kind == "symlink-etc":
+        as_user(lab, lab["RSA_LAB_USER"], ["ln", "-s", "/etc/skel", str(area / "evil")])
+        path = str(area / "evil")
     else:
-        data_in = lab["RSA_LAB_OTHER_PFS"]
+        if kind == "outside":  # /pfs is not an allowed root (only /pfs/home is)
+            path, owner = f"/pfs/rsa-outside-{os.getpid()}", lab["RSA_LAB_USER"]
+        else:  # another user's directory, readable but not writable by the job's user
+            path, owner = f"/pfs/home/rsa-other-{os.getpid()}", lab["RSA_LAB_OTHER_USER"]
+        subprocess.run(["install", "-d", "-m", "0755", "-o", owner, path], check=True,
+                       timeout=30)
+        Path(path, "f1").write_text("x\n")
+        os.chown(Path(path, "f1"), *_ids(owner))
+        made.append(path)
+    yield path
+    for p in made:
+        subprocess.run(["rm", "-rf", p], check=False, timeout=60)
+
+
+def _ids(user: str) -> tuple[int, int]:
+    import pwd
+
+    pw = pwd.getpwnam(user)
+    return pw.pw_uid, pw.pw_gid
+
+
+@pytest.mark.parametrize("hostile_dir", ["symlink-etc", "outside", "other-user"],
+                         indirect=True)
+def test_hostile_data_in_is_refused_with_nothing_mounted(
+        lab: Mapping[str, str], area: Path, hostile_dir: str) -> None:
     with make_jobs(lab) as jobs:
-        job = jobs.submit(script=job_script(lab, area, data_in=data_in))
+        fill(jobs)
+        job = jobs.submit(script=job_script(lab, area, data_in=hostile_dir))
+        reached = wait_state(lab, job, "locked-in", "declined", "released", timeout=120)
+        for filler in jobs.ids[:4]:
+            root(lab, "scancel", filler)
         wait_for(f"job {job} ended", lambda: root(lab, "squeue", "-h", "-j", job, "-o",
                                                   "%T").strip() in ("", "COMPLETED"),
-                 timeout=120)
+                 timeout=150)
+        assert reached == "locked-in", "staged: the mount is what must be refused"
+        wait_state(lab, job, "released", timeout=120)
     assert nothing_of_job_mounted(job)
-    for node, target in node_mounts(lab, "/etc").items():
-        assert target == "/", f"{node}: something is mounted over /etc"
+    for node, target in node_mounts(lab, hostile_dir).items():
+        assert target != hostile_dir, f"{node}: something is mounted over {hostile_dir}"
+    for node, target in node_mounts(lab, "/etc/skel").items():
+        assert target == "/", f"{node}: something is mounted over /etc/skel"
+    data = rsa_job(lab, job)
+    assert data is not None
+    failed = [e for e in data["events"] if e["name"] == "action.outcome"
+              and "/mount-input/" in e["action"]]
+    assert failed and failed[0]["result"] != "ok"
+    assert "refused" in str(failed[0].get("message", ""))
+    # the job ran, from the PFS
+    assert len(list((area / "res").glob("md5.*"))) == 2
 
 
 def test_rsad_down_during_the_prolog_the_job_runs_from_the_pfs(
