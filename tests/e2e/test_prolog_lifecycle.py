@@ -200,3 +200,33 @@ def test_rsad_down_during_the_prolog_the_job_runs_from_the_pfs(
         assert f.read_text() == md5_pfs(area)
     sinfo = root(lab, "sinfo", "-h", "-o", "%T").split()
     assert "drained" not in sinfo and "draining" not in sinfo
+
+
+def test_busy_input_mount_is_never_forced_and_output_goes_to_the_pfs(
+        lab: Mapping[str, str], area: Path) -> None:
+    py = f"{lab['RSA_LAB_VENV']}/bin/python"
+    res, out, data_in = area / "res", area / "out", area / "in"
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_IN={data_in}
+#RSA_DATA_OUT={out}
+#RSA_RESET=input-done
+exec 3< {data_in}/f1   # the input stays open: the reset must wait (seed 004 fn. 3)
+{py} -c "from rsa_scheduler.client import ApiClient as A; \\
+A().post('/v1/jobs/$SLURM_JOB_ID/command', {{'command': 'input-done'}})" > {res}/input-done 2>&1
+sleep 6
+findmnt -n -o TARGET --target {data_in} > {res}/inmnt-after
+md5sum < {data_in}/f1 > {res}/md5-after
+echo direct > {out}/direct
+"""
+    with make_jobs(lab) as jobs:
+        job = run_to_start(lab, jobs, script)
+        wait_state(lab, job, "released", timeout=180)
+    assert (res / "inmnt-after").read_text().strip() == str(data_in)  # not forced away
+    assert (out / "direct").read_text() == "direct\n"
+    data = rsa_job(lab, job)
+    assert data is not None
+    resets = [e["result"] for e in data["events"]
+              if e["name"] == "action.outcome" and "/reset/" in e["action"]]
+    assert resets and resets[0] == "busy"
+    assert nothing_of_job_mounted(job)
