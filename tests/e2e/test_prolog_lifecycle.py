@@ -230,3 +230,37 @@ echo direct > {out}/direct
               if e["name"] == "action.outcome" and "/reset/" in e["action"]]
     assert resets and resets[0] == "busy"
     assert nothing_of_job_mounted(job)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "staging engine writes files under their final names: a file half-staged when the job "
+    "starts (0 bytes here) hides the complete PFS file in the union; stage-in must write to "
+    "a temporary name and rename when complete (rsa_scheduler/staging, issue 5 report)"))
+def test_early_start_union_overlays_the_partial_ramdisk_on_the_pfs(
+        lab: Mapping[str, str], area: Path) -> None:
+    res, out, data_in = area / "res", area / "out", area / "in"
+    done = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", f"head -c 700M /dev/zero > "
+                                              f"{data_in}/zz-blob"], timeout=300)
+    assert done.returncode == 0, done.stderr
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_IN={data_in}
+#RSA_DATA_OUT={out}
+#RSA_EARLY_START=union
+findmnt -n -o TARGET,FSTYPE --target {data_in} > {res}/inmnt
+(cd {data_in} && md5sum f* sub/deep) > {res}/md5.union
+stat -c %s {data_in}/zz-blob > {res}/blob-size
+touch {data_in}/new 2> {res}/write-err; echo $? > {res}/write-rc
+"""
+    with make_jobs(lab) as jobs:
+        fill(jobs)
+        job = jobs.submit(script=script)
+        wait_state(lab, job, "staging-in", timeout=120)
+        for filler in jobs.ids[:4]:
+            root(lab, "scancel", filler)
+        wait_state(lab, job, "released", timeout=240)
+    assert (res / "inmnt").read_text().split() == [str(data_in), "overlay"]
+    assert (res / "md5.union").read_text() == md5_pfs(area)
+    assert (res / "blob-size").read_text().strip() == str(700 << 20)
+    assert (res / "write-rc").read_text().strip() != "0"  # read-only
+    assert nothing_of_job_mounted(job)
