@@ -182,19 +182,23 @@ class Routes:
             return side.agent(job, node, nodes, int(payload.get("last_seq", 0)), wait,
                               str(payload.get("epoch") or ""))
 
-        def state() -> tuple[str | None, str | None]:
+        def state() -> tuple[str | None, str | None, float]:
             rec = self.daemon.sched.records.get(job)
             if rec is None:
-                return None, None
-            return rec.rsa_state.value, rec.job_state.value if rec.job_state else None
+                return None, None, 0.0
+            policy = self.daemon.sched.policy
+            early = rec.spec.early_start or policy.early_start
+            hold = policy.wait_timeout if early.value == "wait" and not rec.wait_over else 0.0
+            return (rec.rsa_state.value, rec.job_state.value if rec.job_state else None,
+                    hold)
 
-        rsa_state, job_state = self._call(state)
+        rsa_state, job_state, hold = self._call(state)
         if rsa_state is not None and job_state not in ("running", "finished"):
             # the node Prolog runs after PrologSlurmctld; if rsad missed that, tell it now
             self.daemon.submit("hook", {"hook": "prolog_slurmctld", "job_id": job,
                                         "nodes": nodes}, wait=True)
-            rsa_state, job_state = self._call(state)
-        return side.prolog(job, node, nodes, rsa_state)
+            rsa_state, job_state, hold = self._call(state)
+        return side.prolog(job, node, nodes, rsa_state, hold=hold)
 
 
 def make_handler(routes: Routes) -> type[BaseHTTPRequestHandler]:

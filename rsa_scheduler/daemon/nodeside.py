@@ -173,8 +173,14 @@ class NodeSide:
             self._cond.notify_all()
 
     # ---- routes (API threads) -----------------------------------------------------------
-    def prolog(self, job: str, node: str, nodes: str, rsa_state: str | None) -> dict[str, Any]:
-        """What the node Prolog of ``job`` on ``node`` should do now."""
+    def prolog(self, job: str, node: str, nodes: str, rsa_state: str | None,
+               hold: float = 0.0) -> dict[str, Any]:
+        """What the node Prolog of ``job`` on ``node`` should do now.
+
+        ``hold`` > 0: early start ``wait`` — the Prolog may hold the job's start up to that
+        many seconds (its own hard timeout is extended; Slurm's PrologEpilogTimeout must
+        allow it) while the stage-in finishes.
+        """
         if rsa_state is None:
             return {"do": "nothing", "agent": False}
         with self._cond:
@@ -186,8 +192,8 @@ class NodeSide:
             if cur is not None and cur["do"] == "mount" and not self._done(j, node, cur):
                 return {**cur, "agent": True}
             if cur is None and rsa_state in PRE_MOUNT:
-                return {"do": "wait", "retry": 0.3, "agent": agent,
-                        "why": f"RSA state {rsa_state}"}
+                return {"do": "wait", "retry": 1.0 if hold else 0.3, "hold": hold,
+                        "agent": agent, "why": f"RSA state {rsa_state}"}
             return {"do": "nothing", "agent": agent}
 
     def agent(self, job: str, node: str, nodes: str, last_seq: int,

@@ -141,6 +141,12 @@ def prolog(env: Mapping[str, str]) -> int:
         deadline = time.monotonic() + st.timeout - st.api_timeout - 0.5
         body = {"job_id": job, "node": node, "nodes": nodes}
         ans = client.post("/v1/hooks/prolog", body)
+        if ans.get("do") == "wait" and float(ans.get("hold") or 0) > 0:
+            # early start "wait": hold the job's start while the stage-in finishes
+            hold = float(ans["hold"])
+            _alarm(hold + st.timeout)
+            deadline = time.monotonic() + hold
+            _say("prolog", job, f"holding the start up to {hold:.0f}s for the stage-in")
         while ans.get("do") == "wait" and time.monotonic() < deadline:
             time.sleep(float(ans.get("retry", 0.5)))
             ans = client.post("/v1/hooks/prolog", body)

@@ -264,3 +264,31 @@ touch {data_in}/new 2> {res}/write-err; echo $? > {res}/write-rc
     assert (res / "blob-size").read_text().strip() == str(700 << 20)
     assert (res / "write-rc").read_text().strip() != "0"  # read-only
     assert nothing_of_job_mounted(job)
+
+
+def test_early_start_wait_holds_the_start_until_staged(
+        lab: Mapping[str, str], area: Path) -> None:
+    res, out, data_in = area / "res", area / "out", area / "in"
+    done = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", f"head -c 500M /dev/zero > "
+                                              f"{data_in}/zz-blob"], timeout=300)
+    assert done.returncode == 0, done.stderr
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_IN={data_in}
+#RSA_DATA_OUT={out}
+#RSA_EARLY_START=wait
+findmnt -n -o TARGET --target {data_in} > {res}/inmnt
+(cd {data_in} && md5sum f* sub/deep) > {res}/md5.wait
+stat -c %s {data_in}/zz-blob > {res}/blob-size
+"""
+    with make_jobs(lab) as jobs:
+        fill(jobs)
+        job = jobs.submit(script=script)
+        wait_state(lab, job, "staging-in", timeout=120)
+        for filler in jobs.ids[:4]:
+            root(lab, "scancel", filler)
+        wait_state(lab, job, "released", timeout=300)
+    assert (res / "inmnt").read_text().strip() == str(data_in)
+    assert (res / "md5.wait").read_text() == md5_pfs(area)
+    assert (res / "blob-size").read_text().strip() == str(500 << 20)
+    assert nothing_of_job_mounted(job)

@@ -181,3 +181,10 @@ def test_bad_mode_is_refused_not_retried(mode: str) -> None:
     _, reg, _ = make_side()
     out = start(reg, ActionKind.MOUNT_INPUT, {**INPUT, "mode": mode}).result(5)
     assert out.result is Result.REFUSED
+
+
+def test_early_start_wait_tells_the_prolog_how_long_it_may_hold() -> None:
+    side, _, _ = make_side()
+    ans = side.prolog("7", "c1", "c1", "staging-in", hold=1800.0)
+    assert ans["do"] == "wait" and ans["hold"] == 1800.0
+    assert side.prolog("7", "c1", "c1", "staging-in")["hold"] == 0.0
