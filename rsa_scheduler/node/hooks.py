@@ -12,29 +12,27 @@ had mounted is unwound.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from rsa_scheduler.node.mounts import DEFAULT_BASE, JobMounts, MountError
-from rsa_scheduler.node.paths import UnsafePath, Who
+if TYPE_CHECKING:  # imported when needed: the nothing-to-do path stays fast
+    from rsa_scheduler.node.mounts import JobMounts
+    from rsa_scheduler.node.paths import Who
 
 AGENT_MODULE = "rsa_scheduler.node.agent"
+DEFAULT_BASE = "/run/rsa/node"  # = rsa_scheduler.node.mounts.DEFAULT_BASE
 
 
 class HookTimeout(Exception):
     """The hook's hard timeout expired."""
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
+class Settings(NamedTuple):
     address: str
     api_timeout: float
     timeout: float
@@ -63,6 +61,8 @@ def settings(env: Mapping[str, str]) -> Settings:
 def who_of(env: Mapping[str, str]) -> Who:
     import pwd
 
+    from rsa_scheduler.node.paths import Who
+
     uid = int(env.get("SLURM_JOB_UID", "-1"))
     try:
         pw = pwd.getpwuid(uid)
@@ -87,16 +87,22 @@ def _say(hook: str, job: str, text: str) -> None:
 def execute(ins: Mapping[str, Any], jm: JobMounts, who: Who,
             roots: Sequence[str]) -> dict[str, Any]:
     """Carry out one instruction; the report for rsad (never raises for node problems)."""
+    from rsa_scheduler.node.mounts import MountError
+    from rsa_scheduler.node.paths import UnsafePath
+
     seq = int(ins.get("seq", 0))
     try:
         if ins["do"] == "mount":
             if ins.get("user") and who.uid >= 0:
                 import pwd
 
-                with contextlib.suppress(KeyError):
-                    if pwd.getpwuid(who.uid).pw_name != ins["user"]:
-                        raise MountError(f"instruction for {ins['user']} but the job "
-                                         f"runs as uid {who.uid}")
+                try:
+                    name = pwd.getpwuid(who.uid).pw_name
+                except KeyError:
+                    name = ins["user"]
+                if name != ins["user"]:
+                    raise MountError(f"instruction for {ins['user']} but the job "
+                                     f"runs as uid {who.uid}")
             msg = jm.mount(dict(ins), who, roots)
             return {"seq": seq, "ok": True, "message": msg}
         if ins["do"] == "release":
@@ -112,6 +118,8 @@ def execute(ins: Mapping[str, Any], jm: JobMounts, who: Who,
 def start_agent(job: str, node: str, nodes: str, jm: JobMounts,
                 env: Mapping[str, str]) -> None:
     """Start the job's node agent, detached (own session, no inherited descriptors)."""
+    import subprocess
+
     jm.prepare()
     keep = {k: v for k, v in env.items() if k.startswith(("RSA_", "SLURM_JOB_"))}
     keep.update(PATH="/usr/sbin:/usr/bin:/sbin:/bin", SLURMD_NODENAME=node,
@@ -150,8 +158,11 @@ def prolog(env: Mapping[str, str]) -> int:
         while ans.get("do") == "wait" and time.monotonic() < deadline:
             time.sleep(float(ans.get("retry", 0.5)))
             ans = client.post("/v1/hooks/prolog", body)
-        jm = JobMounts(job, node, st.base)
-        if ans.get("do") == "mount":
+        if ans.get("do") in ("mount", "wait") or ans.get("agent"):
+            from rsa_scheduler.node.mounts import JobMounts
+
+            jm = JobMounts(job, node, st.base)
+        if ans.get("do") == "mount" and jm is not None:
             who = who_of(env)
             report = execute(ans, jm, who, st.allowed_roots)
             if not report["ok"]:
@@ -159,7 +170,7 @@ def prolog(env: Mapping[str, str]) -> int:
             client.post("/v1/hooks/mounted", {"job_id": job, "node": node, **report})
         elif ans.get("do") == "wait":
             _say("prolog", job, "RAMDISK not ready in time; the job starts from the PFS")
-        if ans.get("agent"):
+        if ans.get("agent") and jm is not None:
             start_agent(job, node, nodes, jm, env)
     except HookTimeout as e:
         _say("prolog", job, f"{e}; unwinding, the job uses the PFS")
@@ -180,13 +191,15 @@ def stop_agent(jm: JobMounts, grace: float = 1.0) -> None:
         return
     if AGENT_MODULE.encode() not in cmdline or jm.job.encode() not in cmdline:
         return  # the pid was reused: not ours
-    with contextlib.suppress(ProcessLookupError):
+    try:
         os.kill(pid, signal.SIGTERM)
         end = time.monotonic() + grace
         while time.monotonic() < end:
             os.kill(pid, 0)
             time.sleep(0.05)
         os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def epilog(env: Mapping[str, str]) -> int:
@@ -195,9 +208,11 @@ def epilog(env: Mapping[str, str]) -> int:
     if not job or not node:
         return 0
     base = env.get("RSA_NODE_DIR", DEFAULT_BASE)
-    jm = JobMounts(job, node, base)
-    if not jm.dir.exists():
+    if not os.path.isdir(os.path.join(base, node, job)):
         return 0  # nothing of the RSA on this node for this job: the fast path
+    from rsa_scheduler.node.mounts import JobMounts
+
+    jm = JobMounts(job, node, base)
     try:
         st = settings(env)
         _alarm(st.timeout)
