@@ -77,3 +77,75 @@ def job(api: str | None, job_id: str, as_json: bool) -> None:
         elif what == "action.outcome":
             what = f"{ev['action']}: {ev['result']} {ev.get('message') or ''}"
         click.echo(f"    {when}  {what}")
+
+
+#: rsa-states in which the RAMDISK holds output (or changed input) not yet verified on
+#: persistent storage (core.states.HOLDS_USER_DATA)
+UNVERIFIED = frozenset({"input-writeback", "writeback-failed", "resetting", "mounting-output",
+                        "mounted-output", "staging-out", "stage-out-failed", "verifying",
+                        "quarantined"})
+PRE_RUN = frozenset({"allocated", "fs-building", "fs-failed", "fs-ready", "staging-in",
+                     "stage-in-failed", "staged-in", "locked-in", "lock-failed"})
+
+
+def _command(api: str | None, job_id: str, command: str) -> dict[str, Any]:
+    out: dict[str, Any] = ApiClient(api).post(f"/v1/jobs/{job_id}/command",
+                                              {"command": command})
+    click.echo(f"job {job_id}: {command}: now {out['rsa_state']}")
+    return out
+
+
+@click.command("retry")
+@API_OPTION
+@click.argument("job_id")
+def retry(api: str | None, job_id: str) -> None:
+    """Operators: retry a failed step now (stage-in/out, write-back, reset, teardown)."""
+    _command(api, job_id, "retry")
+
+
+@click.command("release")
+@API_OPTION
+@click.argument("job_id")
+@click.option("--discard-output", is_flag=True,
+              help="Drop output that is NOT verified on persistent storage (data loss).")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+def release(api: str | None, job_id: str, discard_output: bool, yes: bool) -> None:
+    """Operators: force the teardown of a job's RAMDISK and release its RSA nodes."""
+    job = ApiClient(api).get(f"/v1/jobs/{job_id}")
+    state = job["rsa_state"]
+    if state in UNVERIFIED:
+        if not discard_output:
+            raise click.ClickException(
+                f"job {job_id} holds output not verified on persistent storage "
+                f"({state}); retry with `rsa retry {job_id}`, or pass --discard-output "
+                "to destroy it (data loss)")
+        command, what = "discard", f"DESTROY the unverified output of job {job_id}"
+    elif state == "teardown-failed":
+        command, what = "force-release", (f"release the RSA nodes of job {job_id} "
+                                          f"({job['nodes']}) without a clean teardown")
+    elif state in PRE_RUN:
+        command, what = "cancel-staging", f"stop staging job {job_id} and release its nodes"
+    else:
+        raise click.ClickException(f"job {job_id} holds no RSA resources to release "
+                                   f"({state})")
+    if not yes:
+        click.confirm(f"{what}?", abort=True)
+    _command(api, job_id, command)
+
+
+@click.command("input-done")
+@API_OPTION
+@click.argument("job_id", required=False, envvar="SLURM_JOB_ID")
+def input_done(api: str | None, job_id: str | None) -> None:
+    """From inside a job: input is read; reset the RAMDISK for output now (seed 004 §3.2)."""
+    if not job_id:
+        raise click.ClickException("no job id: run inside a job (SLURM_JOB_ID) or give one")
+    _command(api, job_id, "input-done")
+
+
+@click.command("cancel-staging")
+@API_OPTION
+@click.argument("job_id")
+def cancel_staging(api: str | None, job_id: str) -> None:
+    """Do not use the RSA for this run of the job: stop staging, release its RSA nodes."""
+    _command(api, job_id, "cancel-staging")

@@ -22,6 +22,15 @@ COMMANDS: dict[str, str] = {
     "sim": "rsa_scheduler.cli.sim:sim",
     "jobs": "rsa_scheduler.cli.jobs:jobs",
     "job": "rsa_scheduler.cli.jobs:job",
+    "retry": "rsa_scheduler.cli.jobs:retry",
+    "release": "rsa_scheduler.cli.jobs:release",
+    "input-done": "rsa_scheduler.cli.jobs:input_done",
+    "cancel-staging": "rsa_scheduler.cli.jobs:cancel_staging",
+    "status": "rsa_scheduler.cli.status:status",
+    "nodes": "rsa_scheduler.cli.nodes:nodes",
+    "drain": "rsa_scheduler.cli.nodes:drain",
+    "resume": "rsa_scheduler.cli.nodes:resume",
+    "events": "rsa_scheduler.cli.events:events",
 }
 
 

@@ -173,7 +173,9 @@ def derive_job_state(previous: JobState | None, slurm_state: str, reason: str) -
     """
     state = slurm_state.split()[0].rstrip("+").upper() if slurm_state else ""
     if state in SLURM_RUNNING:
-        return JobState.RUNNING
+        # EpilogSlurmctld reports the end while squeue still shows COMPLETING (seen in
+        # the lab): a finished job comes back only through a requeue (pending states).
+        return JobState.FINISHED if previous is JobState.FINISHED else JobState.RUNNING
     if state in SLURM_FINISHED or state == "GONE":
         return JobState.FINISHED
     if state in SLURM_PENDING:

@@ -45,6 +45,8 @@ def to_locked_in(d: Driver, job: str = "10", **kw: object) -> None:
     (JobState.RUNNING, "REQUEUED", "BeginTime", JobState.QUEUED),
     (JobState.ON_DECK, "RUNNING", "None", JobState.RUNNING),
     (JobState.RUNNING, "COMPLETING", "None", JobState.RUNNING),
+    (JobState.FINISHED, "COMPLETING", "None", JobState.FINISHED),  # after EpilogSlurmctld
+    (JobState.FINISHED, "REQUEUED", "BeginTime", JobState.QUEUED),
     (JobState.RUNNING, "COMPLETED", "None", JobState.FINISHED),
     (JobState.RUNNING, "CANCELLED+", "None", JobState.FINISHED),
     (JobState.RUNNING, "CANCELLED by 1000", "None", JobState.FINISHED),

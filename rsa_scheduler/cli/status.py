@@ -1,0 +1,42 @@
+"""``rsa status``: the RSA pool and its jobs at a glance (operators; users see the pool)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from rsa_scheduler.cli.jobs import API_OPTION
+from rsa_scheduler.client import ApiClient
+from rsa_scheduler.core.units import format_size
+
+
+@click.command("status")
+@API_OPTION
+@click.option("--json", "as_json", is_flag=True, help="One JSON object (stable keys).")
+def status(api: str | None, as_json: bool) -> None:
+    """RSA nodes by tier and state, jobs by rsa-state, failures needing attention."""
+    data = ApiClient(api).get("/v1/status")
+    if as_json:
+        click.echo(json.dumps(data, sort_keys=True))
+        return
+    by: dict[tuple[str, str], int] = {}
+    cap: dict[str, int] = {}
+    for n in data["nodes"]:
+        state = n["state"] if n["state"] != "up" else ("allocated" if n["job"] else "idle")
+        by[(n["tier"], state)] = by.get((n["tier"], state), 0) + 1
+        cap[n["tier"]] = cap.get(n["tier"], 0) + n["capacity"]
+    click.echo("RSA nodes:")
+    for tier in sorted(cap):
+        parts = ", ".join(f"{c} {s}" for (t, s), c in sorted(by.items()) if t == tier)
+        click.echo(f"  {tier:<4} {format_size(cap[tier]):>7} total  {parts}")
+    jobs = data["jobs_by_rsa_state"]
+    click.echo("Jobs: " + (", ".join(f"{c} {s}" for s, c in sorted(jobs.items())) or "none"))
+    click.echo(f"On-deck: {', '.join(data['on_deck']) or 'none'}   "
+               f"actions running: {data['running_actions']}   "
+               f"last cycle: {data['last_cycle_seconds'] * 1000:.0f} ms   "
+               f"Slurm: {'ok' if data['slurm_ok'] else 'UNREACHABLE'}")
+    if data["alerts"]:
+        click.echo("Needs attention:")
+        for a in data["alerts"][-10:]:
+            click.echo(f"  job {a['job_id']}: {a['message']}")

@@ -1,0 +1,112 @@
+"""The operator/user commands of ``rsa`` (status, nodes, drain/resume, events, retry,
+release, input-done, cancel-staging) with click's CliRunner and a recording API double.
+The same commands run against the live rsad in tests/integration/test_cli_live.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from rsa_scheduler.cli.main import cli
+from rsa_scheduler.client import ApiClient
+
+STATUS = {"nodes": [{"name": "rsa1", "tier": "ram", "capacity": 2 << 30, "state": "up",
+                     "job": "7"},
+                    {"name": "rsa2", "tier": "ram", "capacity": 2 << 30, "state": "drained",
+                     "job": None}],
+          "jobs_by_rsa_state": {"staging-in": 1}, "alerts": [
+              {"time": 0, "job_id": "9", "message": "stage-out failed; will retry"}],
+          "slurm_ok": True, "last_cycle_seconds": 0.004, "running_actions": 1,
+          "on_deck": ["7"]}
+
+
+class Recorder:
+    def __init__(self, job_state: str = "quarantined") -> None:
+        self.calls: list[tuple[str, str, Any]] = []
+        self.job_state = job_state
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        self.calls.append((method, path, body))
+        if path == "/v1/status":
+            return STATUS
+        if path.startswith("/v1/events"):
+            return {"events": [{"seq": 5, "time": 0, "job_id": "7", "name": "rsa.transition",
+                                "from": "fs-ready", "to": "staging-in", "trigger": "tick"}]}
+        if path.endswith("/command"):
+            return {"job_id": "7", "rsa_state": "tearing-down"}
+        if path.startswith("/v1/jobs/"):
+            return {"job_id": "7", "rsa_state": self.job_state, "nodes": "rsa1"}
+        return {}
+
+
+@pytest.fixture
+def api(monkeypatch: pytest.MonkeyPatch) -> Recorder:
+    rec = Recorder()
+    monkeypatch.setattr(ApiClient, "request", rec.request)
+    return rec
+
+
+def run(*args: str, input: str | None = None) -> Any:
+    return CliRunner().invoke(cli, list(args), input=input, catch_exceptions=False)
+
+
+def test_status_summarises_pool_jobs_and_alerts(api: Recorder) -> None:
+    out = run("status").output
+    assert "ram       4G total  1 allocated, 1 drained" in out
+    assert "Jobs: 1 staging-in" in out and "On-deck: 7" in out
+    assert "job 9: stage-out failed; will retry" in out
+
+
+def test_nodes_table_and_json(api: Recorder) -> None:
+    assert "rsa2         ram   drained          2G  -" in run("nodes").output
+    assert '"name": "rsa1"' in run("nodes", "--json").output
+
+
+def test_drain_and_resume_post_node_states(api: Recorder) -> None:
+    run("drain", "rsa2")
+    run("resume", "rsa2")
+    assert [c[1:] for c in api.calls] == [("/v1/nodes/rsa2/state", {"state": "drained"}),
+                                          ("/v1/nodes/rsa2/state", {"state": "up"})]
+
+
+def test_events_lines(api: Recorder) -> None:
+    assert "fs-ready -> staging-in (tick)" in run("events").output
+
+
+def test_release_refuses_unverified_output_without_discard(api: Recorder) -> None:
+    res = CliRunner().invoke(cli, ["release", "7"])
+    assert res.exit_code != 0 and "--discard-output" in res.output
+    assert not any(c[1].endswith("/command") for c in api.calls)
+
+
+def test_release_discard_asks_for_confirmation(api: Recorder) -> None:
+    res = CliRunner().invoke(cli, ["release", "7", "--discard-output"], input="n\n")
+    assert res.exit_code != 0 and "DESTROY the unverified output" in res.output
+    assert not any(c[1].endswith("/command") for c in api.calls)
+    run("release", "7", "--discard-output", "--yes")
+    assert api.calls[-1] == ("POST", "/v1/jobs/7/command", {"command": "discard"})
+
+
+@pytest.mark.parametrize(("state", "command"), [("teardown-failed", "force-release"),
+                                                ("staging-in", "cancel-staging")])
+def test_release_picks_the_command_for_the_state(monkeypatch: pytest.MonkeyPatch,
+                                                 state: str, command: str) -> None:
+    rec = Recorder(job_state=state)
+    monkeypatch.setattr(ApiClient, "request", rec.request)
+    run("release", "7", "--yes")
+    assert rec.calls[-1] == ("POST", "/v1/jobs/7/command", {"command": command})
+
+
+def test_input_done_takes_the_job_from_slurm_env(api: Recorder,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    run("input-done")
+    assert api.calls[-1] == ("POST", "/v1/jobs/7/command", {"command": "input-done"})
+
+
+def test_retry_and_cancel_staging(api: Recorder) -> None:
+    run("retry", "7")
+    run("cancel-staging", "7")
+    assert [c[2]["command"] for c in api.calls] == ["retry", "cancel-staging"]
