@@ -85,7 +85,7 @@ class Routes:
         if method == "GET" and len(parts) == 2 and parts[0] == "jobs":
             return self._job(caller, parts[1])
         if method == "GET" and parts == ["status"]:
-            return self._call(self.daemon.status_view)
+            return self._call(lambda: self._status(caller))
         if method == "GET" and parts == ["events"]:
             return self._events(caller, query)
         if method == "POST" and len(parts) == 3 and parts[0] == "jobs" and parts[2] == "command":
@@ -98,6 +98,15 @@ class Routes:
             state = str((body or {}).get("state", ""))
             return self.daemon.submit("node-state", (parts[1], state, caller.user), wait=True)
         raise ApiError(HTTPStatus.NOT_FOUND, f"no such endpoint {method} {url.path}")
+
+    def _status(self, caller: Caller) -> dict[str, Any]:
+        """The pool for everyone; alerts only about the caller's own jobs for users."""
+        view = self.daemon.status_view()
+        if not caller.operator:
+            recs = self.daemon.sched.records
+            view["alerts"] = [a for a in view["alerts"]
+                              if (r := recs.get(a["job_id"])) and r.user == caller.user]
+        return view
 
     def _visible(self, caller: Caller, job_id: str) -> dict[str, Any]:
         def view() -> dict[str, Any] | None:
