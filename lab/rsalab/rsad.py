@@ -16,6 +16,7 @@ from .common import STATE, Settings, log, make_dir, spawn, stop_named, wait_for
 STATE_DIR = STATE / "rsad"
 SOCKET = Path("/run/rsa/rsad.sock")
 LISTEN = "127.0.0.1:6820"
+METRICS = "127.0.0.1:9465"
 
 
 def daemon_yaml() -> str:
@@ -26,6 +27,8 @@ daemon:
   api:
     socket: {SOCKET}
     listen: "{LISTEN}"
+metrics:
+  listen: "{METRICS}"
 """
 
 

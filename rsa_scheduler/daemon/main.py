@@ -61,6 +61,14 @@ def rsad(config_path: str | None, check: bool, log_level: str | None) -> None:
     servers = ApiServers(Routes(daemon), cfg.daemon.api.socket,
                          (listen.host, listen.port) if listen else None)
     servers.start()
+    if cfg.metrics.listen is not None:
+        from rsa_scheduler.daemon.metrics import Metrics
+
+        daemon.metrics = Metrics()
+        daemon.metrics.watch(daemon)
+        daemon.metrics.serve(cfg.metrics.listen.host, cfg.metrics.listen.port)
+        log.info("metrics on http://%s:%d/metrics", cfg.metrics.listen.host,
+                 cfg.metrics.listen.port)
     wd = watchdog_interval()
     log.info("rsad %s serving on %s%s; %d RSA nodes", __version__, cfg.daemon.api.socket,
              f" and {listen.host}:{listen.port}" if listen else "",

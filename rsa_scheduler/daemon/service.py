@@ -34,6 +34,7 @@ from rsa_scheduler.core.scheduler import (
 from rsa_scheduler.core.states import JobState
 from rsa_scheduler.core.transitions import Trigger
 from rsa_scheduler.daemon.executors import ActionContext, Registry
+from rsa_scheduler.daemon.metrics import Metrics
 from rsa_scheduler.hosts import CancelToken
 from rsa_scheduler.slurm.parse import QueueRow
 from rsa_scheduler.slurm.port import SlurmError, SlurmPort
@@ -60,6 +61,7 @@ class Running:
     action: Action
     cancel: CancelToken
     future: Future[Outcome]
+    started: float = 0.0
 
 
 class Daemon:
@@ -88,6 +90,7 @@ class Daemon:
         self._last_poll = 0.0
         self.last_cycle_seconds = 0.0
         self.slurm_ok = True
+        self.metrics: Metrics | None = None
 
     # ---- start-up -----------------------------------------------------------------------
     def start(self) -> None:
@@ -160,6 +163,8 @@ class Daemon:
         self._commit(dec)
         self._last_poll = now
         self.last_cycle_seconds = self.clock() - started
+        if self.metrics is not None:
+            self.metrics.cycle.observe(self.last_cycle_seconds)
 
     def _observation(self, row: QueueRow, poll_started: float) -> Observation | None:
         if self._hook_seen.get(row.job_id, 0.0) > poll_started:
@@ -233,7 +238,10 @@ class Daemon:
         now = self.clock()
         if req.kind == "outcome":
             outcome: Outcome = req.payload
-            self.running.pop(outcome.action_id, None)
+            run = self.running.pop(outcome.action_id, None)
+            if self.metrics is not None and run is not None:
+                self.metrics.action_done(run.action.kind.value, outcome.result.value,
+                                         now - run.started, outcome.detail)
             try:
                 dec = self.sched.outcome(outcome, now)
             except StaleOutcome:
@@ -318,6 +326,8 @@ class Daemon:
             elif action.kind is ActionKind.ALERT:
                 msg = str(action.args.get("message", ""))
                 log.warning("ALERT job %s: %s", action.job_id, msg)
+                if self.metrics is not None:
+                    self.metrics.alerts.inc()
                 self.alerts.append({"time": self.clock(), "job_id": action.job_id,
                                     "message": msg})
                 del self.alerts[:-100]
@@ -344,7 +354,7 @@ class Daemon:
                             facts=dict(self.facts.get(job, {})))
         future = self.workers.submit(self.registry.run, ctx)
         if tracked:
-            self.running[action.id] = Running(action, cancel, future)
+            self.running[action.id] = Running(action, cancel, future, self.clock())
             future.add_done_callback(lambda f: self.inbox.put(Request("outcome", f.result())))
 
     def _tell(self, job_id: str, text: str) -> None:

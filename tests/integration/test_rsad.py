@@ -123,3 +123,13 @@ def test_rsad_notifies_systemd_ready_and_watchdog(lab: Mapping[str, str], tmp_pa
         assert proc.returncode == 0, err[-2000:]
         assert "rsad stopped" in err
         assert not (tmp_path / "rsad.sock").exists()
+
+
+def test_prometheus_endpoint_serves_pool_and_job_metrics(lab: Mapping[str, str]) -> None:
+    import urllib.request
+
+    with urllib.request.urlopen("http://127.0.0.1:9465/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    for name in ("rsa_nodes{", "rsa_slurm_up 1.0", "rsa_cycle_seconds_count",
+                 "rsa_actions_running"):
+        assert name in text, name

@@ -1,0 +1,80 @@
+"""Prometheus metrics for rsad (prometheus-client), served on ``metrics.listen``.
+
+Owns the metric definitions and :class:`Metrics`: counters and histograms the daemon
+updates as actions finish and cycles run, plus a collector that reads the pool and the
+jobs at scrape time. Names follow Prometheus conventions (``rsa_`` prefix, base units).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from rsa_scheduler.daemon.service import Daemon
+
+DURATION_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600)
+
+
+class _StateCollector(Collector):
+    """Gauges computed at scrape time from the daemon's state."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        view = self.daemon.status_view()
+        nodes = GaugeMetricFamily("rsa_nodes", "RSA nodes by tier and state",
+                                  labels=["tier", "state"])
+        counts: dict[tuple[str, str], int] = {}
+        for n in view["nodes"]:
+            state = n["state"] if n["state"] != "up" else ("allocated" if n["job"] else "idle")
+            counts[(n["tier"], state)] = counts.get((n["tier"], state), 0) + 1
+        for (tier, state), c in sorted(counts.items()):
+            nodes.add_metric([tier, state], c)
+        yield nodes
+        jobs = GaugeMetricFamily("rsa_jobs", "Tracked jobs by rsa-state", labels=["rsa_state"])
+        for state, c in sorted(view["jobs_by_rsa_state"].items()):
+            jobs.add_metric([state], c)
+        yield jobs
+        yield GaugeMetricFamily("rsa_actions_running", "Actions in flight",
+                                value=view["running_actions"])
+        yield GaugeMetricFamily("rsa_slurm_up", "1 if the last squeue call worked",
+                                value=1 if view["slurm_ok"] else 0)
+
+
+class Metrics:
+    """rsad's metrics; one instance per daemon (its own registry)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.actions = Counter("rsa_actions_total", "Finished actions by kind and result",
+                               ["kind", "result"], registry=r)
+        self.action_seconds = Histogram("rsa_action_duration_seconds",
+                                        "Duration of finished actions", ["kind"],
+                                        buckets=DURATION_BUCKETS, registry=r)
+        self.bytes = Counter("rsa_staged_bytes_total", "Bytes staged", ["phase"], registry=r)
+        self.files = Counter("rsa_staged_files_total", "Files staged", ["phase"], registry=r)
+        self.cycle = Histogram("rsa_cycle_seconds", "One scheduling cycle (squeue + decide)",
+                               buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=r)
+        self.alerts = Counter("rsa_alerts_total", "Alerts raised for operators", registry=r)
+
+    def watch(self, daemon: Daemon) -> None:
+        self.registry.register(_StateCollector(daemon))
+
+    def action_done(self, kind: str, result: str, seconds: float,
+                    detail: Mapping[str, Any]) -> None:
+        self.actions.labels(kind, result).inc()
+        self.action_seconds.labels(kind).observe(seconds)
+        stats = detail.get("stats") if isinstance(detail, Mapping) else None
+        if result == "ok" and isinstance(stats, Mapping) and kind in ("stage-in", "stage-out"):
+            self.bytes.labels(kind).inc(float(stats.get("bytes", 0)))
+            self.files.labels(kind).inc(float(stats.get("files", 0)))
+
+    def serve(self, host: str, port: int) -> None:
+        start_http_server(port, addr=host, registry=self.registry)
