@@ -1,0 +1,99 @@
+"""Node Prolog/Epilog decisions: always exit 0, refuse before mounting, report to rsad."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from rsa_scheduler.node import hooks
+from rsa_scheduler.node.plan import MOUNTPOINT
+
+
+class FakeClient:
+    """Stands in for rsad: scripted answers to /v1/hooks/prolog, records every post."""
+
+    answers: ClassVar[list[dict[str, Any]]] = []
+    posts: ClassVar[list[tuple[str, dict[str, Any]]]] = []
+
+    def __init__(self, address: str, timeout: float) -> None:
+        pass
+
+    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        FakeClient.posts.append((path, body))
+        if path == "/v1/hooks/prolog":
+            return FakeClient.answers.pop(0) if FakeClient.answers else {"do": "nothing"}
+        return {}
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> type[FakeClient]:
+    import rsa_scheduler.client
+
+    FakeClient.answers, FakeClient.posts = [], []
+    monkeypatch.setattr(rsa_scheduler.client, "ApiClient", FakeClient)
+    monkeypatch.setattr(hooks.time, "sleep", lambda _s: None)
+    return FakeClient
+
+
+def env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "c1", "SLURM_NODELIST": "c[1-2]",
+            "SLURM_JOB_UID": "1001", "RSA_API": "/nonexistent/rsad.sock",
+            "RSA_ALLOWED_ROOTS": str(tmp_path / "pfs"), "RSA_NODE_DIR": str(tmp_path / "n"),
+            "RSA_PROLOG_TIMEOUT": "5", **extra}
+
+
+def test_rsad_unreachable_the_prolog_exits_0_and_says_pfs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert hooks.prolog(env(tmp_path)) == 0
+    assert "uses the PFS" in capsys.readouterr().err
+    assert not (tmp_path / "n").exists()
+
+
+def test_without_slurm_environment_nothing_happens(tmp_path: Path) -> None:
+    assert hooks.prolog({"RSA_API": "/x"}) == 0
+    assert hooks.epilog({}) == 0
+
+
+def test_nothing_to_do_makes_no_directory_and_starts_no_agent(
+        tmp_path: Path, fake: type[FakeClient]) -> None:
+    assert hooks.prolog(env(tmp_path)) == 0
+    assert [p for p, _ in fake.posts] == ["/v1/hooks/prolog"]
+    assert fake.posts[0][1] == {"job_id": "42", "node": "c1", "nodes": "c[1-2]"}
+    assert not (tmp_path / "n").exists()
+
+
+def test_wait_polls_again_until_told(tmp_path: Path, fake: type[FakeClient]) -> None:
+    fake.answers = [{"do": "wait", "retry": 0.1}, {"do": "wait", "retry": 0.1},
+                    {"do": "nothing"}]
+    assert hooks.prolog(env(tmp_path)) == 0
+    assert [p for p, _ in fake.posts].count("/v1/hooks/prolog") == 3
+
+
+def test_a_refused_path_is_reported_and_nothing_is_mounted(
+        tmp_path: Path, fake: type[FakeClient]) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    fake.answers = [{"seq": 1, "do": "mount", "job_id": "42", "user": "", "role": "input",
+                     "target": str(tmp_path / "elsewhere"), "mode": "ro",
+                     "client_argv": ["/bin/false", MOUNTPOINT], "client_umount_argv": []}]
+    assert hooks.prolog(env(tmp_path)) == 0
+    path, report = fake.posts[-1]
+    assert path == "/v1/hooks/mounted"
+    assert report["ok"] is False and "outside the allowed roots" in report["message"]
+    assert report["seq"] == 1 and report["node"] == "c1"
+    assert not (tmp_path / "n" / "c1" / "42" / "mounts.json").exists()
+
+
+def test_epilog_fast_path_does_not_call_rsad(tmp_path: Path, fake: type[FakeClient]) -> None:
+    assert hooks.epilog(env(tmp_path)) == 0
+    assert fake.posts == []
+
+
+def test_epilog_releases_and_reports(tmp_path: Path, fake: type[FakeClient]) -> None:
+    d = tmp_path / "n" / "c1" / "42"
+    d.mkdir(parents=True)
+    (d / "mounts.json").write_text('{"mounts": []}')
+    assert hooks.epilog(env(tmp_path)) == 0
+    assert fake.posts[-1][0] == "/v1/hooks/epilog" and fake.posts[-1][1]["ok"] is True
+    assert not d.exists()
