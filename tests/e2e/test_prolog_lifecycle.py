@@ -292,3 +292,33 @@ stat -c %s {data_in}/zz-blob > {res}/blob-size
     assert (res / "md5.wait").read_text() == md5_pfs(area)
     assert (res / "blob-size").read_text().strip() == str(500 << 20)
     assert nothing_of_job_mounted(job)
+
+
+def test_writable_input_changes_are_written_back_before_the_reset(
+        lab: Mapping[str, str], area: Path) -> None:
+    py = f"{lab['RSA_LAB_VENV']}/bin/python"
+    res, out, data_in = area / "res", area / "out", area / "in"
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_IN={data_in}
+#RSA_DATA_OUT={out}
+#RSA_INPUT=rw
+#RSA_RESET=input-done
+findmnt -n -o TARGET --target {data_in} > {res}/inmnt
+echo changed > {data_in}/f1
+echo added > {data_in}/added
+{py} -c "from rsa_scheduler.client import ApiClient as A; \\
+A().post('/v1/jobs/$SLURM_JOB_ID/command', {{'command': 'input-done'}})" > {res}/input-done 2>&1
+for i in $(seq 1 60); do
+  [ "$(findmnt -n -o TARGET --target {out})" = {out} ] && break; sleep 1
+done
+findmnt -n -o TARGET --target {out} > {res}/outmnt
+"""
+    with make_jobs(lab) as jobs:
+        job = run_to_start(lab, jobs, script)
+        wait_state(lab, job, "released", timeout=180)
+    assert (res / "inmnt").read_text().strip() == str(data_in)
+    assert (res / "outmnt").read_text().strip() == str(out)
+    assert (data_in / "f1").read_text() == "changed\n"  # on the PFS
+    assert (data_in / "added").read_text() == "added\n"
+    assert nothing_of_job_mounted(job)
