@@ -58,7 +58,7 @@ def nothing_of_job_mounted(job: str) -> bool:
 
 
 def job_script(lab: Mapping[str, str], base: Path, *, data_in: str, extra: str = "") -> str:
-    py = f"{lab['RSA_LAB_VENV']}/bin/python"
+    rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
     res, out = base / "res", base / "out"
     return f"""#!/bin/bash
 #SBATCH -t 5
@@ -69,8 +69,7 @@ def job_script(lab: Mapping[str, str], base: Path, *, data_in: str, extra: str =
 {extra}
 srun -N2 -n2 bash -c 'h=$(hostname); findmnt -n -o TARGET --target {data_in} > {res}/inmnt.$h;
   (cd {data_in} && md5sum f* sub/deep) > {res}/md5.$h'
-{py} -c "from rsa_scheduler.client import ApiClient as A; \\
-A().post('/v1/jobs/$SLURM_JOB_ID/command', {{'command': 'input-done'}})" > {res}/input-done 2>&1
+{rsa} input-done > {res}/input-done 2>&1
 for i in $(seq 1 90); do
   n=$(srun -N2 -n2 findmnt -n -o TARGET --target {out} | grep -cx {out})
   [ "$n" = 2 ] && break; sleep 1
@@ -204,7 +203,7 @@ def test_rsad_down_during_the_prolog_the_job_runs_from_the_pfs(
 
 def test_busy_input_mount_is_never_forced_and_output_goes_to_the_pfs(
         lab: Mapping[str, str], area: Path) -> None:
-    py = f"{lab['RSA_LAB_VENV']}/bin/python"
+    rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
     res, out, data_in = area / "res", area / "out", area / "in"
     script = f"""#!/bin/bash
 #SBATCH -t 5
@@ -212,8 +211,7 @@ def test_busy_input_mount_is_never_forced_and_output_goes_to_the_pfs(
 #RSA_DATA_OUT={out}
 #RSA_RESET=input-done
 exec 3< {data_in}/f1   # the input stays open: the reset must wait (seed 004 fn. 3)
-{py} -c "from rsa_scheduler.client import ApiClient as A; \\
-A().post('/v1/jobs/$SLURM_JOB_ID/command', {{'command': 'input-done'}})" > {res}/input-done 2>&1
+{rsa} input-done > {res}/input-done 2>&1
 sleep 6
 findmnt -n -o TARGET --target {data_in} > {res}/inmnt-after
 md5sum < {data_in}/f1 > {res}/md5-after
@@ -296,7 +294,7 @@ stat -c %s {data_in}/zz-blob > {res}/blob-size
 
 def test_writable_input_changes_are_written_back_before_the_reset(
         lab: Mapping[str, str], area: Path) -> None:
-    py = f"{lab['RSA_LAB_VENV']}/bin/python"
+    rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
     res, out, data_in = area / "res", area / "out", area / "in"
     script = f"""#!/bin/bash
 #SBATCH -t 5
@@ -307,8 +305,7 @@ def test_writable_input_changes_are_written_back_before_the_reset(
 findmnt -n -o TARGET --target {data_in} > {res}/inmnt
 echo changed > {data_in}/f1
 echo added > {data_in}/added
-{py} -c "from rsa_scheduler.client import ApiClient as A; \\
-A().post('/v1/jobs/$SLURM_JOB_ID/command', {{'command': 'input-done'}})" > {res}/input-done 2>&1
+{rsa} input-done > {res}/input-done 2>&1
 for i in $(seq 1 60); do
   [ "$(findmnt -n -o TARGET --target {out})" = {out} ] && break; sleep 1
 done
