@@ -85,10 +85,11 @@ def md5_pfs(base: Path) -> str:
 
 
 def run_to_start(lab: Mapping[str, str], jobs: Jobs, script: str,
-                 before_start: Callable[[], None] | None = None) -> str:
+                 before_start: Callable[[], None] | None = None,
+                 staged_state: str = "locked-in") -> str:
     fill(jobs)
     job = jobs.submit(script=script)
-    wait_state(lab, job, "locked-in", timeout=120)
+    wait_state(lab, job, staged_state, timeout=120)
     if before_start is not None:
         before_start()
     for filler in jobs.ids[:4]:
@@ -318,4 +319,42 @@ findmnt -n -o TARGET --target {out} > {res}/outmnt
     assert (res / "outmnt").read_text().strip() == str(out)
     assert (data_in / "f1").read_text() == "changed\n"  # on the PFS
     assert (data_in / "added").read_text() == "added\n"
+    assert nothing_of_job_mounted(job)
+
+
+@pytest.mark.parametrize("stage_out", ["tar", "postprocess"])
+def test_output_only_job_writes_through_data_out_from_the_start(
+        lab: Mapping[str, str], area: Path, stage_out: str) -> None:
+    res, out = area / "res", area / "out"
+    post = area / "pack.sh"
+    if stage_out == "postprocess":
+        post.write_text('#!/bin/bash\nset -e\ntar -C "$RSA_RAMDISK" -cf '
+                        '"$RSA_DATA_OUT/packed.tar" .\n')
+        post.chmod(0o755)
+        os.chown(post, *_ids(lab["RSA_LAB_USER"]))
+        directive = f"#RSA_POSTPROCESS={post}"
+    else:
+        directive = "#RSA_STAGE_OUT=tar"
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#SBATCH -N 2
+#RSA_DATA_OUT={out}
+{directive}
+srun -N2 -n2 bash -c 'h=$(hostname); findmnt -n -o TARGET --target {out} > {res}/outmnt.$h;
+  echo "written by $h" > {out}/from-$h'
+"""
+    with make_jobs(lab) as jobs:
+        job = run_to_start(lab, jobs, script)
+        wait_state(lab, job, "released", timeout=180)
+    nodes = sorted(p.name.split(".", 1)[1] for p in res.glob("outmnt.*"))
+    assert len(nodes) == 2
+    for node in nodes:
+        assert (res / f"outmnt.{node}").read_text().strip() == str(out)
+        assert not (out / f"from-{node}").exists()  # it went to the RAMDISK, not the PFS
+    archives = sorted(out.glob("*.tar"))
+    assert archives, sorted(p.name for p in out.iterdir())
+    listing = subprocess.run(["tar", "-tf", str(archives[0])], capture_output=True,
+                             text=True, timeout=30, check=True).stdout
+    for node in nodes:
+        assert f"from-{node}" in listing
     assert nothing_of_job_mounted(job)
