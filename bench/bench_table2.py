@@ -1,0 +1,150 @@
+"""Benchmark: seed 004 Table 2 at lab scale — compute-node hold time writing output
+directly to the PFS vs through DATA_OUT on the RSA, and the stage-out time (rsync, tar).
+
+64 processes (16 on each of the 4 compute nodes) write one file each. ``direct``: into a
+PFS directory; ``rsa-rsync`` / ``rsa-tar``: into DATA_OUT, which the RSA has mounted as a
+RAMDISK on every node (``#RSA_DATA_OUT``, ``#RSA_STAGE_OUT``). Hold time = the batch
+script's own wall time (the compute nodes are busy exactly that long); stage-out = the
+time between the RSA entering ``staging-out`` and ``output-verified`` (after the job has
+released its nodes). Needs the lab (root; jobs run as the lab user).
+
+    .venv/bin/python bench/bench_table2.py --size-mib 16 --procs-per-node 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+LAB = Path("/run/rsa-lab/env")
+
+
+def lab_env() -> dict[str, str]:
+    out = {}
+    for line in LAB.read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            k, _, v = line.partition("=")
+            out[k] = v.strip("'\"")
+    return out
+
+
+def sh(argv: list[str], user: str | None = None, **kw: Any) -> str:
+    if user:
+        argv = ["runuser", "-u", user, "--", *argv]
+    env = {**os.environ, "SLURM_CONF": lab_env()["RSA_LAB_SLURM_CONF"]}
+    return subprocess.run(argv, capture_output=True, text=True, check=True, env=env,
+                          timeout=kw.pop("timeout", 120), cwd="/", **kw).stdout
+
+
+def submit(user: str, script: str, chdir: str) -> str:
+    path = Path(f"/tmp/bench-t2-{os.getpid()}-{time.monotonic_ns()}.sh")
+    path.write_text(script)
+    path.chmod(0o644)
+    try:
+        return sh(["sbatch", "--parsable", "-o", "/dev/null", f"--chdir={chdir}",
+                   str(path)], user).strip()
+    finally:
+        path.unlink()
+
+
+def rsa_job(venv: str, job: str) -> dict[str, Any]:
+    done = subprocess.run([f"{venv}/bin/rsa", "job", job, "--json"], capture_output=True,
+                          text=True, timeout=30, check=False)
+    return dict(json.loads(done.stdout)) if done.returncode == 0 else {"rsa_state": ""}
+
+
+def wait(what: str, probe: Any, timeout: float) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = probe()
+        if got:
+            return got
+        time.sleep(0.5)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+def job_gone(job: str) -> bool:
+    return sh(["squeue", "-h", "-j", job, "-o", "%T"]).strip() in ("", "COMPLETED")
+
+
+def writer_script(out: str, res: str, size_mib: int, per_node: int, rsa: str) -> str:
+    return f"""#!/bin/bash
+#SBATCH -t 10
+#SBATCH -N 4
+{rsa}
+t0=$(date +%s.%N)
+srun -N4 -n4 bash -c 'h=$(hostname); for i in $(seq 1 {per_node}); do
+  head -c {size_mib}M /dev/zero > {out}/$h-$i & done; wait'
+t1=$(date +%s.%N)
+echo "$t0 $t1" > {res}
+"""
+
+
+def run(mode: str, base: Path, user: str, venv: str, size_mib: int, per_node: int
+        ) -> dict[str, float]:
+    out = base / mode
+    res = base / f"{mode}.time"
+    sh(["mkdir", "-p", str(out)], user)
+    rsa = "" if mode == "direct" else (f"#RSA_DATA_OUT={out}\n"
+                                       f"#RSA_STAGE_OUT={mode.split('-')[1]}")
+    fillers = []
+    if rsa:
+        fillers = [submit(user, "#!/bin/bash\n#SBATCH -t 5\nsleep 300\n", str(base))
+                   for _ in range(4)]
+    job = submit(user, writer_script(str(out), str(res), size_mib, per_node, rsa),
+                 str(base))
+    if rsa:
+        try:
+            wait("locked-in", lambda: rsa_job(venv, job)["rsa_state"] == "locked-in", 180)
+        finally:
+            sh(["scancel", *fillers])
+    try:
+        wait("job end", lambda: job_gone(job) and res.exists(), 600)
+    finally:
+        sh(["scancel", job])
+    t0, t1 = (float(x) for x in res.read_text().split())
+    row = {"hold": t1 - t0}
+    if rsa:
+        data = wait("released", lambda: (d := rsa_job(venv, job))["rsa_state"] == "released"
+                    and d, 600)
+        times = {e["to"]: e["time"] for e in data["events"] if e["name"] == "rsa.transition"}
+        row["stage_out"] = times.get("output-verified", times.get("verifying", 0)) - \
+            times.get("staging-out", 0)
+        row["nodes_free_after"] = times.get("staging-out", 0) - t1
+    files = len(list(out.iterdir())) if mode != "rsa-tar" else -1
+    row["files"] = files
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size-mib", type=int, default=16)
+    ap.add_argument("--procs-per-node", type=int, default=16)
+    ap.add_argument("--modes", default="direct,rsa-rsync,rsa-tar")
+    args = ap.parse_args()
+    lab = lab_env()
+    user, venv = lab["RSA_LAB_USER"], lab["RSA_LAB_VENV"]
+    base = Path(lab["RSA_LAB_PFS"]) / f"bench-t2-{os.getpid()}"
+    sh(["mkdir", "-p", str(base)], user)
+    total = 4 * args.procs_per_node
+    print(f"{total} processes x {args.size_mib} MiB = {total * args.size_mib} MiB")
+    print("| mode | hold s | stage-out s | files on PFS |")
+    print("|---|---|---|---|")
+    try:
+        for mode in args.modes.split(","):
+            r = run(mode, base, user, venv, args.size_mib, args.procs_per_node)
+            print(f"| {mode} | {r['hold']:.2f} | {r.get('stage_out', 0):.2f} | "
+                  f"{r['files'] if r['files'] >= 0 else 'tar'} |", flush=True)
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=False, timeout=300)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
