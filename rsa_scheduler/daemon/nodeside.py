@@ -65,6 +65,9 @@ class JobNodes:
     reports: dict[str, dict[str, Any]] = field(default_factory=dict)
     agents: set[str] = field(default_factory=set)
     ended: set[str] = field(default_factory=set)
+    # the last mount every node of the job should have: a node whose Prolog runs late
+    # (Slurm runs it at the node's first step unless PrologFlags=Alloc) still gets it
+    standing: dict[str, Any] | None = None
 
 
 class NodeSide:
@@ -73,11 +76,14 @@ class NodeSide:
     def __init__(self, *, backend_for: Callable[[ActionContext], tuple[FilesystemBackend,
                                                                         FsRequest]],
                  mount_timeout: float = 30.0, reset_timeout: float = 90.0,
+                 settle: float = 3.0, agent_settle: float = 12.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.backend_for = backend_for
         self.mount_timeout = mount_timeout
         self.reset_timeout = reset_timeout
         self.clock = clock
+        self.settle = settle
+        self.agent_settle = agent_settle
         self._cond = threading.Condition()
         self._jobs: dict[str, JobNodes] = {}
         # instruction numbers restart with rsad: agents send back the epoch they saw
@@ -109,12 +115,12 @@ class NodeSide:
         backend, req = self.backend_for(ctx)
         spec = backend.reset(req, ctx.cancel)
         detail = dict(self._mount(ctx, role="output", target=str(
-            ctx.action.args.get("data_out") or ""), mode="rw", spec=spec))
+            ctx.action.args.get("data_out") or ""), mode="rw", spec=spec, via="agent"))
         detail["mount"] = spec.to_json()
         return detail
 
     def _mount(self, ctx: ActionContext, *, role: str, target: str, mode: str,
-               spec: MountSpec | None = None) -> Mapping[str, Any]:
+               spec: MountSpec | None = None, via: str = "prolog") -> Mapping[str, Any]:
         backend, _req = self.backend_for(ctx)
         if spec is None:
             data = ctx.facts.get("mount")
@@ -129,23 +135,47 @@ class NodeSide:
                 client_umount_argv=backend.client_umount_argv(spec, MOUNTPOINT))
         except ValueError as e:
             raise PermanentError(str(e)) from e
+        ins["via"] = via
         v = self._step(ctx, ins, self.mount_timeout)
         if v.state != "ok":
             raise RsaError(f"mounting the RAMDISK over {target} failed: {v.message}")
         return {"nodes": sorted(self._job(ctx.action.job_id).nodes or ())}
 
+    def _expected(self, j: JobNodes, ins: Mapping[str, Any]) -> frozenset[str] | None:
+        """The nodes a step waits for. Mounts at job start: the job's nodes (from the
+        Prologs' SLURM_NODELIST). Steps the agents carry out: the nodes that have an agent
+        (a node whose Prolog never ran has nothing to release; it gets the standing mount
+        when its Prolog runs)."""
+        if ins["do"] == "mount" and ins.get("via") != "agent":
+            return j.nodes
+        return frozenset(j.agents - j.ended) or None
+
     def _step(self, ctx: ActionContext, ins: dict[str, Any], timeout: float) -> Verdict:
         job = ctx.action.job_id
-        deadline = self.clock() + timeout
+        start = self.clock()
+        deadline = start + timeout
         with self._cond:
             j = self._job(job)
             j.seq += 1
             ins = {**ins, "seq": j.seq}
             j.current = ins
+            if ins["do"] == "release":
+                j.standing = None
             self._cond.notify_all()
             try:
                 while True:
-                    v = aggregate(j.nodes, j.reports, ins["seq"])
+                    v = aggregate(self._expected(j, ins), j.reports, ins["seq"])
+                    if v.state == "pending" and self._enough(j, ins, start):
+                        v = Verdict("ok", f"{', '.join(v.missing)}: mount when their "
+                                          "Prolog runs")
+                    if (v.state == "ok" and self._agent_step(ins) and not (
+                            j.nodes and j.agents >= j.nodes)
+                            and self.clock() - start < self.agent_settle):
+                        # some nodes have no agent (yet): after an rsad restart agents
+                        # reconnect within seconds; never destroy a RAMDISK one still uses
+                        v = Verdict("pending", "waiting for the other nodes' agents")
+                    if v.state == "ok" and ins["do"] == "mount":
+                        j.standing = ins
                     if v.state != "pending":
                         log.info("job %s: node step %s %s: %s %s", job, ins["seq"],
                                  ins["do"], v.state, v.message)
@@ -162,6 +192,18 @@ class NodeSide:
             finally:
                 if j.current is ins:
                     j.current = None
+
+    @staticmethod
+    def _agent_step(ins: Mapping[str, Any]) -> bool:
+        return ins["do"] != "mount" or ins.get("via") == "agent"
+
+    def _enough(self, j: JobNodes, ins: Mapping[str, Any], start: float) -> bool:
+        """A start-of-job mount is done when some node mounted and the others have not
+        asked within ``settle`` s: Slurm runs a node's Prolog at its first step."""
+        oks = [r for r in j.reports.values() if r["seq"] == ins["seq"] and r["ok"]]
+        if ins["do"] != "mount" or ins.get("via") == "agent" or not oks:
+            return False
+        return self.clock() - start >= self.settle
 
     def _job(self, job: str) -> JobNodes:
         return self._jobs.setdefault(job, JobNodes())
@@ -187,11 +229,11 @@ class NodeSide:
             j = self._job(job)
             self._learn_nodes(j, node, nodes)
             j.ended.discard(node)
-            cur = j.current
+            cur = j.current if j.current is not None else j.standing
             agent = rsa_state in AGENT_STATES
             if cur is not None and cur["do"] == "mount" and not self._done(j, node, cur):
                 return {**cur, "agent": True}
-            if cur is None and rsa_state in PRE_MOUNT:
+            if j.current is None and rsa_state in PRE_MOUNT:
                 return {"do": "wait", "retry": 1.0 if hold else 0.3, "hold": hold,
                         "agent": agent, "why": f"RSA state {rsa_state}"}
             return {"do": "nothing", "agent": agent}

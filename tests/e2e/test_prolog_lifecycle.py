@@ -358,3 +358,52 @@ srun -N2 -n2 bash -c 'h=$(hostname); findmnt -n -o TARGET --target {out} > {res}
     for node in nodes:
         assert f"from-{node}" in listing
     assert nothing_of_job_mounted(job)
+
+
+def _restart_rsad() -> None:
+    pid = int(Path("/run/rsa-lab/pids/rsad.pid").read_text())
+    os.kill(pid, signal.SIGTERM)
+    wait_for("rsad gone", lambda: not Path(f"/proc/{pid}").exists()
+             or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2], timeout=30)
+    Path("/run/rsa/rsad.sock").unlink(missing_ok=True)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "from rsalab import common, facts, rsad; s = common.Settings(); "
+            "rsad.up(s, facts.RSA_YAML)")
+    subprocess.run(["/usr/bin/python3", "-c", code, str(LAB_DIR)], check=True, timeout=60,
+                   env={**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+
+
+def test_rsad_restarted_mid_job_the_node_agents_still_do_the_reset(
+        lab: Mapping[str, str], area: Path) -> None:
+    rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
+    res, out, data_in = area / "res", area / "out", area / "in"
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#SBATCH -N 2
+#RSA_DATA_IN={data_in}
+#RSA_DATA_OUT={out}
+#RSA_RESET=input-done
+touch {res}/started
+while [ ! -e {res}/go ]; do sleep 0.5; done
+until {rsa} input-done > {res}/input-done 2>&1; do sleep 1; done
+for i in $(seq 1 90); do
+  n=$(srun -N2 -n2 findmnt -n -o TARGET --target {out} | grep -cx {out})
+  [ "$n" = 2 ] && break; sleep 1
+done
+srun -N2 -n2 bash -c 'h=$(hostname); echo "written by $h" > {out}/from-$h'
+"""
+    with make_jobs(lab) as jobs:
+        job = run_to_start(lab, jobs, script)
+        wait_for("job started", (res / "started").exists, timeout=60)
+        wait_state(lab, job, "mounted-input", timeout=60)
+        _restart_rsad()
+        (res / "go").write_text("")
+        wait_state(lab, job, "released", timeout=240)
+    files = sorted(p.name for p in out.glob("from-*"))
+    assert len(files) == 2, files
+    data = rsa_job(lab, job)
+    assert data is not None
+    resets = [e["result"] for e in data["events"]
+              if e["name"] == "action.outcome" and "/reset/" in e["action"]]
+    assert resets == ["ok"]
+    assert nothing_of_job_mounted(job)

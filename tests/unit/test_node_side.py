@@ -188,3 +188,34 @@ def test_early_start_wait_tells_the_prolog_how_long_it_may_hold() -> None:
     ans = side.prolog("7", "c1", "c1", "staging-in", hold=1800.0)
     assert ans["do"] == "wait" and ans["hold"] == 1800.0
     assert side.prolog("7", "c1", "c1", "staging-in")["hold"] == 0.0
+
+
+def test_a_node_whose_prolog_runs_late_gets_the_standing_mount() -> None:
+    side, reg, _ = make_side()
+    side.settle = 0.05
+    fut = start(reg, ActionKind.MOUNT_INPUT, INPUT)
+    ins = until(side, lambda: side.prolog("7", "c1", "c[1-2]", "mounting-input"), "mount")
+    side.report("7", "c1", {"seq": ins["seq"], "ok": True})
+    out = fut.result(5)  # c2 has not asked: Slurm runs its Prolog at its first step
+    assert out.result is Result.OK
+    late = side.prolog("7", "c2", "c[1-2]", "mounted-input")
+    assert late["do"] == "mount" and late["seq"] == ins["seq"]
+    assert side.prolog("7", "c1", "c[1-2]", "mounted-input")["do"] == "nothing"
+
+
+def test_release_waits_for_every_nodes_agent_before_destroying() -> None:
+    side, reg, backend = make_side()
+    side.agent_settle = 0.3
+    side.prolog("7", "c1", "c[1-2]", "mounted-input")
+    fut = start(reg, ActionKind.RESET, {"user": "alice", "nodes": "rsa1",
+                                        "data_in": "/scratch/a/in",
+                                        "data_out": "/scratch/a/out"})
+    rel = side.agent("7", "c1", "c[1-2]", 0, wait=2)
+    side.report("7", "c1", {"seq": rel["seq"], "ok": True})
+    rel2 = side.agent("7", "c2", "c[1-2]", 0, wait=2)  # c2's agent reconnects later
+    assert rel2["do"] == "release" and backend.resets == 0
+    side.report("7", "c2", {"seq": rel2["seq"], "ok": True})
+    mount = side.agent("7", "c1", "c[1-2]", rel["seq"], wait=2)
+    for node in ("c1", "c2"):
+        side.report("7", node, {"seq": mount["seq"], "ok": True})
+    assert fut.result(5).result is Result.OK and backend.resets == 1
