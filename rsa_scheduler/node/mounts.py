@@ -31,6 +31,17 @@ MS_REMOUNT = 32
 MS_BIND = 4096
 MNT_DETACH = 2
 DEFAULT_BASE = "/run/rsa/node"
+#: programs rsad may have a node run (as root) to client-mount a RAMDISK; anything else
+#: is refused, so a forged or confused answer cannot make root run an arbitrary program
+CLIENT_PROGRAMS = frozenset({"mfsmount", "mount", "umount", "fusermount", "fusermount3",
+                             "beegfs-client", "mount.beegfs", "mount.glusterfs"})
+
+
+def check_client_argv(argv: Sequence[str]) -> None:
+    if not argv or os.path.basename(str(argv[0])) not in CLIENT_PROGRAMS:
+        prog = argv[0] if argv else "(empty)"
+        raise MountError(f"refusing to run {prog!r} as root to mount the RAMDISK "
+                         f"(allowed: {', '.join(sorted(CLIENT_PROGRAMS))})")
 
 _libc: ctypes.CDLL | None = None
 
@@ -120,14 +131,15 @@ class JobMounts:
         try:
             self.prepare()
             argv = substitute(ins["client_argv"], str(self.ramdisk))
+            check_client_argv(argv)
+            umount_argv = substitute(ins.get("client_umount_argv") or
+                                     ["umount", "-l", str(self.ramdisk)], str(self.ramdisk))
+            check_client_argv(umount_argv)
             try:
                 run(argv, timeout=self.command_timeout)
             except CommandError as e:
                 raise MountError(f"cannot mount the RAMDISK on the node: {e}") from e
-            made.append({"kind": "client", "path": str(self.ramdisk),
-                         "umount": substitute(ins.get("client_umount_argv") or
-                                              ["umount", "-l", str(self.ramdisk)],
-                                              str(self.ramdisk))})
+            made.append({"kind": "client", "path": str(self.ramdisk), "umount": umount_argv})
             self._save(made, ins["seq"])
             if not os.path.ismount(self.ramdisk):
                 raise MountError(f"{argv[0]} succeeded but {self.ramdisk} is not a mount")

@@ -97,3 +97,20 @@ def test_epilog_releases_and_reports(tmp_path: Path, fake: type[FakeClient]) -> 
     assert hooks.epilog(env(tmp_path)) == 0
     assert fake.posts[-1][0] == "/v1/hooks/epilog" and fake.posts[-1][1]["ok"] is True
     assert not d.exists()
+
+
+def test_a_client_program_outside_the_allowlist_is_never_run(
+        tmp_path: Path, fake: type[FakeClient]) -> None:
+    import os
+
+    target = tmp_path / "pfs" / "me" / "in"
+    target.mkdir(parents=True)
+    marker = tmp_path / "ran"
+    fake.answers = [{"seq": 2, "do": "mount", "job_id": "42", "user": "", "role": "input",
+                     "target": str(target), "mode": "ro",
+                     "client_argv": ["/usr/bin/touch", str(marker), MOUNTPOINT],
+                     "client_umount_argv": []}]
+    assert hooks.prolog(env(tmp_path, SLURM_JOB_UID=str(os.getuid()))) == 0
+    report = fake.posts[-1][1]
+    assert report["ok"] is False and "refusing to run" in report["message"]
+    assert not marker.exists()
