@@ -407,3 +407,35 @@ srun -N2 -n2 bash -c 'h=$(hostname); echo "written by $h" > {out}/from-$h'
               if e["name"] == "action.outcome" and "/reset/" in e["action"]]
     assert resets == ["ok"]
     assert nothing_of_job_mounted(job)
+
+
+def test_early_start_fallback_reads_the_pfs_and_still_gets_the_output_ramdisk(
+        lab: Mapping[str, str], area: Path) -> None:
+    res, out, data_in = area / "res", area / "out", area / "in"
+    done = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", f"head -c 700M /dev/zero > "
+                                              f"{data_in}/zz-blob"], timeout=300)
+    assert done.returncode == 0, done.stderr
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_IN={data_in}
+#RSA_DATA_OUT={out}
+findmnt -n -o TARGET --target {data_in} > {res}/inmnt
+(cd {data_in} && md5sum f* sub/deep) > {res}/md5.fallback
+for i in $(seq 1 60); do
+  [ "$(findmnt -n -o TARGET --target {out})" = {out} ] && break; sleep 1
+done
+findmnt -n -o TARGET --target {out} > {res}/outmnt
+echo result > {out}/result
+"""
+    with make_jobs(lab) as jobs:
+        fill(jobs)
+        job = jobs.submit(script=script)
+        wait_state(lab, job, "staging-in", timeout=120)
+        for filler in jobs.ids[:4]:
+            root(lab, "scancel", filler)
+        wait_state(lab, job, "released", timeout=240)
+    assert (res / "inmnt").read_text().strip() != str(data_in)  # the PFS
+    assert (res / "md5.fallback").read_text() == md5_pfs(area)
+    assert (res / "outmnt").read_text().strip() == str(out)  # RAMDISK for the output
+    assert (out / "result").read_text() == "result\n"  # staged out to the PFS
+    assert nothing_of_job_mounted(job)
