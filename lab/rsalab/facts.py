@@ -74,7 +74,13 @@ ssh:
   key: {rsanodes.KEY}
   known_hosts: {rsanodes.KNOWN_HOSTS}
   host_key_policy: reject
-{rsad.daemon_yaml()}slurm:
+{rsad.daemon_yaml()}allocation:
+  max_nodes: {s.n_rsa}
+  max_request: {s.n_rsa}
+staging:
+  # the lab's users keep their data on the PFS
+  allowed_roots: [/pfs/home, /home, /scratch]
+slurm:
   bin_dir: /usr/bin
   lockin:
     method: {'qos' if s.accounting else 'priority'}
