@@ -102,11 +102,13 @@ class Scheduler:
 
     # ---- inputs -----------------------------------------------------------------------
     def observe(self, snapshot: Iterable[Observation], now: float, *,
-                complete: bool = True) -> Decision:
+                complete: bool = True, present: set[str] | None = None) -> Decision:
         """Take one view of the Slurm queue.
 
         ``complete`` means the snapshot lists every job Slurm still knows: tracked jobs
-        missing from it have finished (purged from the controller).
+        missing from it have finished (purged from the controller). ``present``, when
+        given, is the set of job ids Slurm still knows while ``snapshot`` holds only the
+        jobs that changed (rsad's incremental cycle): tracked jobs not in it have ended.
         """
         dec = Decision()
         seen: set[str] = set()
@@ -130,7 +132,12 @@ class Scheduler:
                 continue
             last[jid] = key
             changed.append((rec, obs))
-        if complete and len(seen) != len(records):
+        if present is not None:
+            for jid, rec in records.items():
+                if jid not in present and jid not in seen and \
+                        rec.job_state is not JobState.FINISHED:
+                    changed.append((rec, None))
+        elif complete and len(seen) != len(records):
             for jid, rec in records.items():
                 if jid not in seen and rec.job_state is not JobState.FINISHED:
                     changed.append((rec, None))

@@ -36,7 +36,7 @@ from rsa_scheduler.core.transitions import Trigger
 from rsa_scheduler.daemon.executors import ActionContext, Registry
 from rsa_scheduler.daemon.metrics import Metrics
 from rsa_scheduler.hosts import CancelToken
-from rsa_scheduler.slurm.parse import QueueRow
+from rsa_scheduler.slurm.parse import QueueRow, parse_queue
 from rsa_scheduler.slurm.port import SlurmError, SlurmPort
 from rsa_scheduler.store import JobRow, Store
 
@@ -86,6 +86,7 @@ class Daemon:
         self.alerts: list[dict[str, Any]] = []
         self._specs: dict[str, DirectiveSpec | None] = {}  # script_source=scontrol cache
         self._comment_specs: dict[str, DirectiveSpec | None] = {}  # admin_comment -> spec
+        self._prev_lines: dict[str, str] = {}  # job -> its squeue line last cycle
         self._hook_seen: dict[str, float] = {}  # job -> time of its latest hook event
         self._last_poll = 0.0
         self.last_cycle_seconds = 0.0
@@ -147,7 +148,11 @@ class Daemon:
     def poll(self) -> None:
         """One cycle: read the whole queue once and let the core decide."""
         started = self.clock()
+        incremental = self.script_source != "scontrol" and hasattr(self.slurm, "queue_text")
         try:
+            if incremental:
+                self._poll_incremental(started)
+                return
             rows = self.slurm.queue()
         except SlurmError as e:
             if self.slurm_ok:
@@ -160,6 +165,34 @@ class Daemon:
         now = self.clock()
         fresh = {j for j, t in self._hook_seen.items() if t > started}
         dec = self.sched.observe(obs, now, complete=not fresh)
+        self._commit(dec)
+        self._last_poll = now
+        self.last_cycle_seconds = self.clock() - started
+        if self.metrics is not None:
+            self.metrics.cycle.observe(self.last_cycle_seconds)
+
+    def _poll_incremental(self, started: float) -> None:
+        """The cycle when job_submit.lua marks RSA jobs: only squeue lines carrying an
+        ``rsa1:`` admin_comment can matter, and only the ones that changed since the last
+        cycle are parsed (a 100k-job queue costs a substring test per line)."""
+        text: str = self.slurm.queue_text()  # type: ignore[attr-defined]
+        marker = "|" + ADMIN_COMMENT_PREFIX
+        prev, lines = self._prev_lines, {}
+        changed: list[str] = []
+        for line in text.split("\n"):
+            if marker not in line:
+                continue
+            jid = line.split("|", 1)[0]
+            lines[jid] = line
+            if prev.get(jid) != line or jid in self.sched._waiting:
+                changed.append(line)
+        self._prev_lines = lines
+        self.slurm_ok = True
+        rows = parse_queue("\n".join(changed)) if changed else []
+        obs = [o for o in (self._observation(r, started) for r in rows) if o is not None]
+        now = self.clock()
+        fresh = {j for j, t in self._hook_seen.items() if t > started}
+        dec = self.sched.observe(obs, now, complete=False, present=set(lines) | fresh)
         self._commit(dec)
         self._last_poll = now
         self.last_cycle_seconds = self.clock() - started

@@ -62,7 +62,11 @@ class CliSlurm:
                              f"(scontrol ping)?") from e
 
     def queue(self) -> list[QueueRow]:
-        return parse_queue(self._run(squeue_argv(self.bin_dir)))
+        return parse_queue(self.queue_text())
+
+    def queue_text(self) -> str:
+        """The raw output of the one squeue call (for rsad's incremental parse)."""
+        return self._run(squeue_argv(self.bin_dir))
 
     def batch_script(self, job_id: str) -> str:
         return self._run(batch_script_argv(self.bin_dir, job_id))

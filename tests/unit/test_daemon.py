@@ -218,3 +218,35 @@ def test_another_users_commands_are_refused(routes: Routes) -> None:
         routes.dispatch(ALICE, "POST", "/v1/nodes/rsa1/state", {"state": "drained"})
     out = routes.dispatch(ALICE, "POST", "/v1/jobs/7/command", {"command": "cancel-staging"})
     assert out["rsa_state"] in ("tearing-down", "released", "declined")
+
+
+class TextSlurm(ScriptedSlurm):
+    """Also offers the raw squeue text, so rsad takes its incremental path."""
+
+    def queue_text(self) -> str:
+        return "".join(f"{r.job_id}|{r.state}|{r.reason}|{r.priority}|{r.num_nodes}|"
+                       f"{r.user}|{r.admin_comment or '(null)'}|\n" for r in self.rows)
+
+
+def test_incremental_cycle_matches_the_full_parse(tmp_path: Path) -> None:
+    results = []
+    for cls in (ScriptedSlurm, TextSlurm):
+        slurm, seen = cls(), []
+        d = make_daemon(tmp_path / cls.__name__, slurm, seen)
+        for i in range(50):
+            slurm.set(f"{100 + i}", "PENDING", "Priority", spec=None)  # never relevant
+        slurm.set("7", "PENDING", "Resources")
+        slurm.set("8", "PENDING", "Priority")
+        d.poll()
+        settle(d)
+        d.poll()  # nothing changed
+        slurm.rows = [r for r in slurm.rows if r.job_id != "8"]  # 8 purged by Slurm
+        slurm.set("7", "RUNNING")
+        d.poll()
+        settle(d)
+        results.append({j: (r.job_state.value if r.job_state else None, r.rsa_state.value)
+                        for j, r in d.sched.records.items()})
+        d.shutdown()
+    assert results[0] == results[1]
+    assert results[1]["8"] == ("finished", "released")
+    assert results[1]["7"][0] == "running"
