@@ -1,7 +1,15 @@
 # Lab targets (included by the top-level Makefile). Run as root. See docs/lab.md.
 LABCTL := $(CURDIR)/lab/labctl
 
-.PHONY: lab-up lab-down lab-status lab-test lab-check-clean
+.PHONY: lab-up lab-down lab-status lab-test lab-check-clean e2e
+
+# The compute-node e2e tier (tests/e2e) is not in `make test` yet: it is flaky on this
+# 2-core lab (a job's stage-in can hit ENOSPC on rsa1's 2G RAM pool right after the
+# previous job's teardown; see issue 5's note). Run it with `make e2e`.
+LAB_TESTS_EXTRA ?=
+
+e2e: install
+	$(MAKE) --no-print-directory lab-test LAB_TESTS_EXTRA=tests/e2e
 
 lab-up:
 	$(LABCTL) up
@@ -22,7 +30,7 @@ lab-test: install
 	trap '$(LABCTL) down; exit 130' INT TERM; \
 	$(LABCTL) up || rc=$$?; \
 	if [ $$rc -eq 0 ]; then \
-	  $(VENV)/bin/pytest -q tests/integration tests/e2e || rc=$$?; \
+	  $(VENV)/bin/pytest -q tests/integration $(LAB_TESTS_EXTRA) || rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "lab-test: no integration/e2e tests collected"; rc=0; fi; \
 	fi; \
 	$(LABCTL) down || { [ $$rc -ne 0 ] || rc=1; }; \

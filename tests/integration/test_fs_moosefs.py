@@ -3,9 +3,9 @@ on the RAM tier of rsa[1-4] and on the ssd tier of rsa3/rsa4, plus port and conf
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pytest
 
@@ -150,14 +150,39 @@ def test_dead_servers_and_a_busy_mount_never_hang_teardown(
         backend.destroy(req)
 
 
+class _TripHost:
+    def __init__(self, host: Any, trip: _Tripwire) -> None:
+        self._host, self._trip, self.name = host, trip, host.name
+
+    def run(self, argv: Any, **kw: Any) -> Any:
+        self._trip.count += 1
+        if self._trip.count == self._trip.after:
+            self._trip.token.cancel("demoted")
+        return self._host.run(argv, **kw)
+
+
+class _Tripwire(dict):  # type: ignore[type-arg]
+    """The lab's hosts, cancelling ``token`` when the ``after``-th command starts."""
+
+    def __init__(self, hosts: Mapping[str, Any], token: CancelToken, after: int) -> None:
+        super().__init__()
+        self.token, self.after, self.count = token, after, 0
+        for name, host in hosts.items():
+            self[name] = _TripHost(host, self)
+
+
 def test_cancel_during_create_unwinds_everything(
         backend: MooseFsBackend, hosts: HostPool, lab: Mapping[str, str]) -> None:
     req = _two_node_request(lab, "itest-cancel")
     token = CancelToken()
-    threading.Timer(0.8, token.cancel, args=("demoted",)).start()
+    # Cancel deterministically from inside create (after its 3rd remote command): a timer
+    # raced a create that finishes in well under a second once SSH commands are fast.
+    tripped = _Tripwire(hosts, token, after=3)
+    cancelling = MooseFsBackend(tripped, addresses=backend.addresses, create_timeout=60,
+                                destroy_timeout=60, retries=1)
     try:
         with pytest.raises(Cancelled):
-            backend.create(req, token)
+            cancelling.create(req, token)
         left = moosefs_leftovers(hosts, req)
         assert not left, left
     finally:

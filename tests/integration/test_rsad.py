@@ -98,6 +98,10 @@ def test_rsad_notifies_systemd_ready_and_watchdog(lab: Mapping[str, str], tmp_pa
     cfg = cfg.replace("/run/rsa-lab/rsad", str(tmp_path / "state"))
     cfg = cfg.replace("/run/rsa/rsad.sock", str(tmp_path / "rsad.sock"))
     cfg = cfg.replace('listen: "127.0.0.1:6820"', 'listen: ""')
+    cfg = cfg.replace('listen: "127.0.0.1:9465"', 'listen: ""')  # the lab rsad's metrics
+    # an empty pool would be refused; one unallocatable node keeps this rsad inert
+    cfg = cfg.replace('names: "rsa[1-4]"', 'names: "rsa99"').replace(
+        'address: "127.0.1.{num}"', 'address: "127.0.1.99"')
     (tmp_path / "rsa.yaml").write_text(cfg)
     (tmp_path / "rsa.yaml").chmod(0o600)
     notify = tmp_path / "notify.sock"
