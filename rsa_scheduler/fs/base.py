@@ -9,12 +9,13 @@ point group (see ``rsa_scheduler.fs.registry``).
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from rsa_scheduler.errors import RsaError
-from rsa_scheduler.hosts import CancelToken, Host
+from rsa_scheduler.hosts import CancelToken, Host, HostError
+from rsa_scheduler.runner import CommandError
 
 
 class FsError(RsaError):
@@ -106,3 +107,12 @@ class FilesystemBackend(abc.ABC):
 
     def client_umount_argv(self, spec: MountSpec, mountpoint: str) -> list[str]:
         return ["umount", mountpoint]
+
+    def _run(self, node: str, argv: Sequence[str], timeout: float, *, check: bool = True,
+             input: str | None = None, cancel: CancelToken | None = None) -> str:
+        """Run argv as root on RSA node ``node``; failures become one FsError line."""
+        try:
+            return self.hosts[node].run(argv, timeout=timeout, check=check, input=input,
+                                        cancel=cancel).stdout
+        except (CommandError, HostError) as e:
+            raise FsError(f"{node}: {e}") from e

@@ -40,8 +40,7 @@ from typing import Any, ClassVar
 
 from rsa_scheduler.fs.base import FilesystemBackend, FsError, FsRequest, Health, MountSpec
 from rsa_scheduler.fs.common import Deadline, on_nodes, sh_chain, validate_fs_id
-from rsa_scheduler.hosts import Cancelled, CancelToken, Host, HostError
-from rsa_scheduler.runner import CommandError
+from rsa_scheduler.hosts import Cancelled, CancelToken, Host
 
 log = logging.getLogger(__name__)
 
@@ -294,13 +293,6 @@ class MooseFsBackend(FilesystemBackend):
                       {n: str(req.pool_dirs[n]) for n in req.nodes}, str(req.mount_root),
                       base)
 
-    def _run(self, node: str, argv: Sequence[str], timeout: float, *, check: bool = True,
-             input: str | None = None, cancel: CancelToken | None = None) -> str:
-        try:
-            return self.hosts[node].run(argv, timeout=timeout, check=check, input=input,
-                                        cancel=cancel).stdout
-        except (CommandError, HostError) as e:
-            raise FsError(f"{node}: {e}") from e
 
     # ----------------------------------------------------------------- create
 

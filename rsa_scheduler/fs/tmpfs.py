@@ -26,8 +26,7 @@ from typing import ClassVar
 
 from rsa_scheduler.fs.base import FilesystemBackend, FsError, FsRequest, Health, MountSpec
 from rsa_scheduler.fs.common import sh_chain, validate_fs_id
-from rsa_scheduler.hosts import CancelToken, Host, HostError, LocalHost
-from rsa_scheduler.runner import CommandError
+from rsa_scheduler.hosts import CancelToken, Host, LocalHost
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +57,6 @@ class TmpfsBackend(FilesystemBackend):
         data = f"{str(req.pool_dirs[node]).rstrip('/')}/{DIR_PREFIX}{req.fs_id}"
         return node, data, f"{str(req.mount_root).rstrip('/')}/{req.fs_id}"
 
-    def _run(self, node: str, argv: list[str], timeout: float, *, check: bool = True,
-             input: str | None = None, cancel: CancelToken | None = None) -> str:
-        try:
-            return self.hosts[node].run(argv, timeout=timeout, check=check, input=input,
-                                        cancel=cancel).stdout
-        except (CommandError, HostError) as e:
-            raise FsError(f"{node}: {e}") from e
 
     def _mounted(self, node: str, mnt: str) -> bool:
         out = self._run(node, ["findmnt", "-n", "-o", "TARGET", "--mountpoint", mnt], 30,

@@ -18,10 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import as_user
-from tests.integration.slurmkit import Jobs, make_jobs, root, wait_for
+from tests.integration.slurmkit import Jobs, make_jobs, restart_lab_rsad, root, wait_for
 from tests.integration.test_rsad_staging import fill, rsa_job, wait_state
 
-LAB_DIR = Path(__file__).resolve().parents[2] / "lab"
 NODE_DIR = Path("/run/rsa/node")
 
 
@@ -360,18 +359,6 @@ srun -N2 -n2 bash -c 'h=$(hostname); findmnt -n -o TARGET --target {out} > {res}
     assert nothing_of_job_mounted(job)
 
 
-def _restart_rsad() -> None:
-    pid = int(Path("/run/rsa-lab/pids/rsad.pid").read_text())
-    os.kill(pid, signal.SIGTERM)
-    wait_for("rsad gone", lambda: not Path(f"/proc/{pid}").exists()
-             or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2], timeout=30)
-    Path("/run/rsa/rsad.sock").unlink(missing_ok=True)
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
-            "from rsalab import common, facts, rsad; s = common.Settings(); "
-            "rsad.up(s, facts.RSA_YAML)")
-    subprocess.run(["/usr/bin/python3", "-c", code, str(LAB_DIR)], check=True, timeout=60,
-                   env={**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
-
 
 def test_rsad_restarted_mid_job_the_node_agents_still_do_the_reset(
         lab: Mapping[str, str], area: Path) -> None:
@@ -396,7 +383,7 @@ srun -N2 -n2 bash -c 'h=$(hostname); echo "written by $h" > {out}/from-$h'
         job = run_to_start(lab, jobs, script)
         wait_for("job started", (res / "started").exists, timeout=60)
         wait_state(lab, job, "mounted-input", timeout=60)
-        _restart_rsad()
+        restart_lab_rsad(signal.SIGTERM)
         (res / "go").write_text("")
         wait_state(lab, job, "released", timeout=240)
     files = sorted(p.name for p in out.glob("from-*"))

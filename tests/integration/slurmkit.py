@@ -81,3 +81,23 @@ def make_jobs(lab: Mapping[str, str]) -> Iterator[Jobs]:
             line.split("|")[1] == "idle"
             for line in root(lab, "sinfo", "-h", "-N", "-o", "%N|%T").splitlines()),
             timeout=60)
+
+
+LAB_DIR = Path(__file__).resolve().parents[2] / "lab"
+
+
+def restart_lab_rsad(sig: int) -> None:
+    """Stop the lab's rsad with ``sig`` (SIGKILL: a crash) and start it again on the same
+    state, as lab-up does (its event log survives; only lab-down wipes it)."""
+    import signal as _signal
+
+    pid = int(Path("/run/rsa-lab/pids/rsad.pid").read_text())
+    os.kill(pid, _signal.Signals(sig))
+    wait_for("rsad gone", lambda: not Path(f"/proc/{pid}").exists()
+             or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2], timeout=30)
+    Path("/run/rsa/rsad.sock").unlink(missing_ok=True)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "from rsalab import common, facts, rsad; s = common.Settings(); "
+            "rsad.up(s, facts.RSA_YAML)")
+    subprocess.run(["/usr/bin/python3", "-c", code, str(LAB_DIR)], check=True, timeout=60,
+                   env={**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})

@@ -17,9 +17,8 @@ import pytest
 
 from rsa_scheduler.remote import SshHost
 from tests.integration.conftest import as_user
-from tests.integration.slurmkit import Jobs, make_jobs, root, wait_for
+from tests.integration.slurmkit import Jobs, make_jobs, restart_lab_rsad, root, wait_for
 
-LAB_DIR = Path(__file__).resolve().parents[2] / "lab"
 FILL = ("-t", "5", "--wrap", "sleep 300")
 
 
@@ -152,18 +151,6 @@ def test_a_user_cannot_stage_a_file_only_root_can_read(
             refused[0]["message"]
 
 
-def _restart_rsad(lab: Mapping[str, str], kill: signal.Signals) -> None:
-    pid = int(Path("/run/rsa-lab/pids/rsad.pid").read_text())
-    os.kill(pid, kill)
-    wait_for("rsad gone", lambda: not Path(f"/proc/{pid}").exists()
-             or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2], timeout=30)
-    Path("/run/rsa/rsad.sock").unlink(missing_ok=True)
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
-            "from rsalab import common, facts, rsad; s = common.Settings(); "
-            "rsad.up(s, facts.RSA_YAML)")
-    subprocess.run(["/usr/bin/python3", "-c", code, str(LAB_DIR)], check=True, timeout=60,
-                   env={**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
-
 
 def test_rsad_killed_during_stage_in_resumes_without_rebuilding(
         lab: Mapping[str, str], area: Path, tmp_path: Path) -> None:
@@ -174,7 +161,7 @@ def test_rsad_killed_during_stage_in_resumes_without_rebuilding(
         before = rsa_job(lab, job)
         assert before is not None
         stage_in = before["pending"]["id"]
-        _restart_rsad(lab, signal.SIGKILL)
+        restart_lab_rsad(signal.SIGKILL)
         wait_state(lab, job, "locked-in", timeout=120)
         data = rsa_job(lab, job)
         assert data is not None
