@@ -72,15 +72,24 @@ def listening_ports(ss_output: str) -> set[int]:
     return ports
 
 
-def chunkservers_listed(mfscli_output: str) -> set[tuple[str, int]]:
-    """(ip, port) of every chunk server ``mfscli -SCS`` lists (tab-separated rows)."""
-    found: set[tuple[str, int]] = set()
+def chunkservers_listed(mfscli_output: str) -> dict[tuple[str, int], int]:
+    """(ip, port) -> total space in bytes of every chunk server ``mfscli -SCS`` lists
+    (tab-separated rows: ip, port, id, labels, version, load, maintenance, chunks, used,
+    total, ...). A chunk server registers with total 0 and reports its space only after
+    it scanned its chunk directory; writes before that fail with ENOSPC."""
+    found: dict[tuple[str, int], int] = {}
     for line in mfscli_output.splitlines():
         fields = line.split("\t")
         if (len(fields) >= 3 and fields[0].strip() == "chunk servers:"
                 and fields[2].strip().isdigit()):
-            found.add((fields[1].strip(), int(fields[2])))
+            total = fields[10].strip() if len(fields) > 10 else ""
+            found[(fields[1].strip(), int(fields[2]))] = int(total) if total.isdigit() else 0
     return found
+
+
+def chunkservers_ready(mfscli_output: str) -> set[tuple[str, int]]:
+    """Chunk servers that registered AND reported their space (ready for writes)."""
+    return {cs for cs, total in chunkservers_listed(mfscli_output).items() if total > 0}
 
 
 # One round trip per node to unmount: umount; if that fails or hangs, lazy umount and
@@ -439,12 +448,12 @@ class MooseFsBackend(FilesystemBackend):
             if cancel is not None:
                 cancel.check()
             out = self._run(lay.master, argv, min(10.0, dl.left()), check=False)
-            seen = chunkservers_listed(out) & want
+            seen = chunkservers_ready(out) & want
             if seen == want:
                 return
             time.sleep(0.1)
         raise FsError(f"{lay.fs_id}: only {len(seen)}/{len(want)} chunkservers registered "
-                      f"with the master within {dl.seconds:g}s")
+                      f"with the master and reported their space within {dl.seconds:g}s")
 
     # ----------------------------------------------------------------- destroy
 
@@ -518,9 +527,9 @@ class MooseFsBackend(FilesystemBackend):
                 out = listing.result()
             except FsError as e:
                 return Health(False, str(e))
-        listed = len(chunkservers_listed(out))
-        if listed < len(nodes):
-            problems["master"] = f"{listed}/{len(nodes)} chunkservers registered"
+        ready = len(chunkservers_ready(out))
+        if ready < len(nodes):
+            problems["master"] = f"{ready}/{len(nodes)} chunkservers registered with space"
         if problems:
             return Health(False, "; ".join(f"{n}: {p}" for n, p in problems.items()))
         return Health(True, f"{len(nodes)} chunkservers, mounted on every node")

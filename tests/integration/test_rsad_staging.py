@@ -34,8 +34,15 @@ def state_of(lab: Mapping[str, str], job: str) -> str:
 
 
 def wait_state(lab: Mapping[str, str], job: str, *states: str, timeout: float = 90) -> str:
-    return wait_for(f"job {job} in {states}", lambda: (s := state_of(lab, job)) in states and s,
-                    timeout=timeout)
+    try:
+        return wait_for(f"job {job} in {states}",
+                        lambda: (s := state_of(lab, job)) in states and s, timeout=timeout)
+    except AssertionError as exc:  # say where the job got stuck, and why
+        data = rsa_job(lab, job) or {}
+        tail = [{k: v for k, v in e.items() if k != "seq"} for e in data.get("events", [])[-12:]]
+        queue = root(lab, "squeue", "-h", "-t", "all", "-o", "%i %T %r %u")
+        raise AssertionError(f"{exc}; job is {data.get('job_state')}/{data.get('rsa_state')}, "
+                             f"last events {json.dumps(tail)}; queue:\n{queue}") from None
 
 
 @pytest.fixture(scope="module")
