@@ -203,7 +203,9 @@ def _args(kind: ActionKind, rec: JobRecord, policy: StagingPolicy, note: str,
     if kind is ActionKind.BUILD_FS:
         return {**common, "tier": spec.tier.value if spec.tier else None}
     if kind is ActionKind.STAGE_IN:
-        return {**common, "data_in": spec.data_in,
+        # union: the job may read the RAMDISK while it fills, so files appear atomically
+        atomic = (spec.early_start or policy.early_start) is EarlyStart.UNION
+        return {**common, "data_in": spec.data_in, "atomic": atomic,
                 "preprocess": list(spec.preprocess) if spec.preprocess else None}
     if kind is ActionKind.MOUNT_INPUT:
         union = (spec.early_start or policy.early_start) is EarlyStart.UNION and (

@@ -131,7 +131,8 @@ class DataPath:
         eng.prepare_root(spec.rsa_mountpoint)
         if args.get("preprocess"):
             return _script(eng, spec, args, "preprocess", "stage-in")
-        return _stats(eng.stage_in(str(args["data_in"]), spec.rsa_mountpoint))
+        return _stats(eng.stage_in(str(args["data_in"]), spec.rsa_mountpoint,
+                                   atomic=bool(args.get("atomic"))))
 
     def stage_out(self, ctx: ActionContext) -> Mapping[str, Any]:
         args = ctx.action.args

@@ -107,9 +107,13 @@ class StagingEngine:
         except CommandError as e:
             raise classify(e, f"creating RAMDISK root {path}", host.name) from e
 
-    def stage_in(self, src: str, ramdisk: str, *, resume: bool = True) -> Stats:
-        """DATA_IN → RAMDISK. ``resume``: skip what an interrupted run already finished."""
-        return self._copy("stage-in", src, ramdisk, resume=resume)
+    def stage_in(self, src: str, ramdisk: str, *, resume: bool = True,
+                 atomic: bool = False) -> Stats:
+        """DATA_IN → RAMDISK. ``resume``: skip what an interrupted run already finished.
+        ``atomic``: every file appears under its name only once complete (copied into
+        ``<ramdisk>/.rsa-staging/`` and renamed; for the ``union`` early-start policy,
+        where the job may already be reading)."""
+        return self._copy("stage-in", src, ramdisk, resume=resume, atomic=atomic)
 
     def stage_out(self, ramdisk: str, dst: str, method: str = "rsync", *,
                   resume: bool = True) -> Stats:
@@ -178,14 +182,16 @@ class StagingEngine:
 
     # --- stage-in / stage-out as a tree -------------------------------------------------
 
-    def _copy(self, phase: str, src: str, dst: str, *, resume: bool) -> Stats:
+    def _copy(self, phase: str, src: str, dst: str, *, resume: bool,
+              atomic: bool = False) -> Stats:
         self._start()
         try:
-            return self._copy_tree(phase, src, dst, resume)
+            return self._copy_tree(phase, src, dst, resume, atomic)
         finally:
             self._stop()
 
-    def _copy_tree(self, phase: str, src: str, dst: str, resume: bool) -> Stats:
+    def _copy_tree(self, phase: str, src: str, dst: str, resume: bool,
+                   atomic: bool = False) -> Stats:
         t0 = self.clock()
         first = self.hosts[0]
         entries = self._scan(first, src, f"{phase}: scanning {src}")
@@ -193,8 +199,10 @@ class StagingEngine:
         self._user(first, scripts.mkdir_argv(dst), f"{phase}: creating {dst}")
         todo: Sequence[Entry] = entries
         already = 0
+        parts = posixpath.join(dst, scripts.PART_DIR)
         if resume:
-            existing = self._scan(first, dst, f"{phase}: scanning {dst} to resume")
+            existing = [e for e in self._scan(first, dst, f"{phase}: scanning {dst} to resume")
+                        if e.path.split(b"/", 1)[0] != scripts.PART_DIR.encode()]
             if existing:
                 todo, already = pending(entries, existing)
         plan = make_plan(todo, len(self.hosts) * self.parallel_per_node,
@@ -211,12 +219,16 @@ class StagingEngine:
         def copy(host: Host, b: Bucket) -> None:
             argv = (scripts.big_argv(src, dst) if b.tool == "dd"
                     else scripts.tar_pipe_argv(src, dst, sparse=b.bytes >= self.big_bytes))
+            if atomic:
+                argv = scripts.atomic_argv(argv, dst, posixpath.join(parts, str(b.index)))
             self._user(host, argv, f"{phase}: copying bucket {b.index} ({b.files} files)",
                        input=scripts.encode_list(b.paths))
             meter.add(b.files, b.bytes)
             per_node[host.name] = per_node.get(host.name, 0) + b.bytes
 
         self._parallel(plan.buckets, copy, meter)
+        if atomic:
+            self._user(first, scripts.remove_tree_argv(parts), f"{phase}: removing {parts}")
         # Directory modes and mtimes last: writing into a directory changes its mtime,
         # and a read-only directory would refuse the files staged into it.
         dirs = [d.path for d in plan.dirs]

@@ -44,6 +44,23 @@ BIG = PRELUDE + (
     'dd if="$1" of="$0/$1" bs=16M conv=sparse status=none && '
     'cp --attributes-only --preserve=mode,timestamps -- "$1" "$0/$1"\' "$2"')
 
+# Atomic placement (stage-in for the ``union`` early-start policy, where a running job
+# already sees the RAMDISK over the PFS: a half-written file must never hide the complete
+# PFS file). The bucket's list is copied into a private part directory ($3, below the
+# destination root, same filesystem) with the program in $4, then every name is renamed
+# into place: a file appears complete or not at all. $5 is passed on to the copier.
+ATOMIC = PRELUDE + (
+    'list=$(cat) || exit 1; rm -rf -- "$3" && mkdir -p -- "$3" || exit 1; prev=; '
+    'printf %s "$list" | base64 -d | while IFS= read -r -d "" p; do d=${p%/*}; '
+    '[ "$d" = "$prev" ] || mkdir -p -- "$3/$d" || exit 1; prev=$d; done || exit 1; '
+    'printf %s "$list" | bash -c "$4" bash "$1" "$3" "$5" || exit $?; '
+    'cd -- "$2" || exit 66; '
+    'printf %s "$list" | base64 -d | while IFS= read -r -d "" p; do '
+    'mv -f -T -- "$3/$p" "$p" || exit 1; done || exit 1; rm -rf -- "$3"')
+
+# The part directories of atomic placement, one per bucket, below the destination root.
+PART_DIR = ".rsa-staging"
+
 # Create the directory skeleton (0700 + u+rwx while staging: a directory that was
 # finalised read-only by an earlier, interrupted run must accept writes again).
 MKDIRS = PRELUDE + (
@@ -102,6 +119,20 @@ def tar_pipe_argv(src: str, dst: str, *, sparse: bool = False) -> list[str]:
 
 def big_argv(src: str, dst: str) -> list[str]:
     return bash(BIG, src, dst)
+
+
+def atomic_argv(copier: Sequence[str], dst: str, part: str) -> list[str]:
+    """Run a ``tar_pipe_argv``/``big_argv`` copier into ``part``, then rename each listed
+    name from ``part`` to its place below ``dst`` (stdin: the list, as for the copier)."""
+    if copier[:2] != [BASH, "-c"] or len(copier) < 5:
+        raise ValueError("atomic placement wraps a tar_pipe_argv or big_argv copier")
+    program, src = copier[2], copier[4]
+    extra = copier[6] if len(copier) > 6 else ""
+    return bash(ATOMIC, src, dst, part, program, extra)
+
+
+def remove_tree_argv(path: str) -> list[str]:
+    return ["rm", "-rf", "--", path]
 
 
 def mkdirs_argv(root: str) -> list[str]:

@@ -230,10 +230,6 @@ echo direct > {out}/direct
     assert nothing_of_job_mounted(job)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "staging engine writes files under their final names: a file half-staged when the job "
-    "starts (0 bytes here) hides the complete PFS file in the union; stage-in must write to "
-    "a temporary name and rename when complete (rsa_scheduler/staging, issue 5 report)"))
 def test_early_start_union_overlays_the_partial_ramdisk_on_the_pfs(
         lab: Mapping[str, str], area: Path) -> None:
     res, out, data_in = area / "res", area / "out", area / "in"

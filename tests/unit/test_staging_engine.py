@@ -6,12 +6,14 @@ Needs root (to switch to the user ``nobody``); skipped otherwise. The helpers
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import stat
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -245,3 +247,53 @@ def test_cancelled_token_stops_before_any_copy(area: Path, user: Identity) -> No
 def test_engine_refuses_root() -> None:
     with pytest.raises(ValueError):
         StagingEngine([LocalHost()], Identity("root", 0, 0))
+
+
+def test_atomic_stage_in_keeps_everything_and_leaves_no_part_directory(
+        area: Path, user: Identity) -> None:
+    eng = make_engine(user, big_bytes=1 << 20)  # "big" and "sparse" take the dd path
+    eng.prepare_root(str(area / "ram"))
+    stats = eng.stage_in(str(area / "src"), str(area / "ram"), atomic=True)
+    assert stats.files == 51
+    assert tree_state(area / "ram") == tree_state(area / "src")
+    assert not (area / "ram" / ".rsa-staging").exists()
+
+
+def test_atomic_stage_in_resumes_past_a_part_directory_left_by_a_crash(
+        area: Path, user: Identity) -> None:
+    eng = make_engine(user)
+    eng.prepare_root(str(area / "ram"))
+    part = area / "ram" / ".rsa-staging" / "0" / "sub dir"
+    part.mkdir(parents=True)
+    (part / "f003").write_bytes(b"torn")
+    for p in (area / "ram" / ".rsa-staging", area / "ram" / ".rsa-staging" / "0", part,
+              part / "f003"):
+        os.chown(p, user.uid, user.gid)
+    eng.stage_in(str(area / "src"), str(area / "ram"), atomic=True)
+    assert tree_state(area / "ram") == tree_state(area / "src")
+
+
+def test_atomic_stage_in_never_shows_a_partial_file(area: Path, user: Identity) -> None:
+    src = area / "src"
+    (src / "huge").write_bytes(os.urandom(1 << 20) * 96)  # 96 MiB: copying takes a while
+    os.chown(src / "huge", user.uid, user.gid)
+    ram = area / "ram"
+    eng = make_engine(user, big_bytes=1 << 20)
+    eng.prepare_root(str(ram))
+    seen: list[int] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            with contextlib.suppress(FileNotFoundError):
+                seen.append(os.stat(ram / "huge").st_size)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        eng.stage_in(str(src), str(ram), atomic=True)
+    finally:
+        done.set()
+        watcher.join()
+    assert set(seen) <= {96 << 20}  # absent, or complete
+    assert (ram / "huge").stat().st_size == 96 << 20
