@@ -100,8 +100,12 @@ class Routes:
         raise ApiError(HTTPStatus.NOT_FOUND, f"no such endpoint {method} {url.path}")
 
     def _status(self, caller: Caller) -> dict[str, Any]:
-        """The pool for everyone; alerts only about the caller's own jobs for users."""
+        """The pool for everyone; alerts only about the caller's own jobs for users.
+
+        ``last_seq`` (the newest event's seq) lets a client ask ``/v1/events`` for the
+        tail of the log only (``rsa top``)."""
         view = self.daemon.status_view()
+        view["last_seq"] = self.daemon.store.last_seq()
         if not caller.operator:
             recs = self.daemon.sched.records
             view["alerts"] = [a for a in view["alerts"]

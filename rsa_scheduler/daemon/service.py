@@ -272,6 +272,8 @@ class Daemon:
         if req.kind == "outcome":
             outcome: Outcome = req.payload
             run = self.running.pop(outcome.action_id, None)
+            if (self.progress.get(outcome.job_id) or {}).get("action") == outcome.action_id:
+                del self.progress[outcome.job_id]  # progress is shown while staging only
             if self.metrics is not None and run is not None:
                 self.metrics.action_done(run.action.kind.value, outcome.result.value,
                                          now - run.started, outcome.detail)
@@ -288,7 +290,8 @@ class Daemon:
             return None
         if req.kind == "progress":
             job, data = req.payload
-            self.progress[job] = dict(data)
+            # "time": when rsad heard it, so clients can count the ETA down between reports
+            self.progress[job] = {**data, "time": now}
             return None
         if req.kind == "command":
             job, trigger, by, operator = req.payload
@@ -381,7 +384,7 @@ class Daemon:
         job = action.job_id
 
         def progress(data: Mapping[str, Any]) -> None:
-            self.inbox.put(Request("progress", (job, data)))
+            self.inbox.put(Request("progress", (job, {**data, "action": action.id})))
 
         ctx = ActionContext(action=action, cancel=cancel, progress=progress,
                             facts=dict(self.facts.get(job, {})))
