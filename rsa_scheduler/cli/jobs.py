@@ -2,7 +2,8 @@
 
 Users see their own jobs; root and slurm see all. ``--json`` keys are stable:
 ``job_id, user, job_state, rsa_state, nodes, cycle, message, since, progress`` (plus the
-full record fields) — documented in docs/user-guide.md.
+full record fields) — documented in docs/user-guide.md. The table shows ``progress`` as
+bytes and files staged of total, rate and ETA (cli/progress.py).
 """
 
 from __future__ import annotations
@@ -13,22 +14,12 @@ from typing import Any
 
 import click
 
+from rsa_scheduler.cli.progress import Staging, short_duration
 from rsa_scheduler.client import ApiClient
-from rsa_scheduler.core.units import format_duration
 
 API_OPTION = click.option("--api", envvar="RSA_API", default=None,
                           help="rsad address: unix socket path or host:port "
                                "(default /run/rsa/rsad.sock).")
-
-
-def _progress(job: dict[str, Any]) -> str:
-    p = job.get("progress") or {}
-    if not p:
-        return ""
-    done, total = p.get("bytes_done"), p.get("bytes_total")
-    if done is not None and total:
-        return f"{100 * done / total:.0f}%"
-    return ""
 
 
 @click.command("jobs")
@@ -45,13 +36,16 @@ def jobs(api: str | None, as_json: bool) -> None:
         click.echo("no jobs tracked by the RSA")
         return
     now = time.time()
-    click.echo(f"{'JOBID':<10} {'USER':<10} {'JOB STATE':<10} {'RSA STATE':<17} "
-               f"{'NODES':<12} {'FOR':>9} {'PROG':>5}  MESSAGE")
+    click.echo(f"{'JOBID':<8} {'USER':<8} {'JOB STATE':<9} {'RSA STATE':<16} {'NODES':<10} "
+               f"{'FOR':>10} {'STAGED':>11} {'FILES':>11} {'RATE':>7} {'ETA':>8}  MESSAGE")
     for j in rows:
-        since = format_duration(now - j["since"]) if j.get("since") else ""
-        click.echo(f"{j['job_id']:<10} {j['user']:<10} {(j['job_state'] or ''):<10} "
-                   f"{j['rsa_state']:<17} {(j['nodes'] or '-'):<12} {since:>9} "
-                   f"{_progress(j):>5}  {j.get('message') or ''}")
+        since = short_duration(now - j["since"]) if j.get("since") else "-"
+        st = Staging.of(j, now)
+        staged, files, rate, eta = ((st.staged, st.files, st.speed, st.time_left) if st
+                                    else ("-", "-", "-", "-"))
+        click.echo(f"{j['job_id']:<8} {j['user']:<8} {(j['job_state'] or '-'):<9} "
+                   f"{j['rsa_state']:<16} {(j['nodes'] or '-'):<10} {since:>10} {staged:>11} "
+                   f"{files:>11} {rate:>7} {eta:>8}  {j.get('message') or ''}".rstrip())
 
 
 @click.command("job")
@@ -66,6 +60,10 @@ def job(api: str | None, job_id: str, as_json: bool) -> None:
         return
     for key in ("job_id", "user", "job_state", "rsa_state", "nodes", "cycle", "message"):
         click.echo(f"{key:>10}: {data.get(key)}")
+    st = Staging.of(data, time.time())
+    if st is not None:
+        click.echo(f"{'staging':>10}: {st.phase} {st.staged} ({st.percent}), {st.files} files, "
+                   f"{st.speed}, ETA {st.time_left}")
     click.echo("  timeline:")
     for ev in data.get("events", []):
         when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ev["time"]))

@@ -4,6 +4,7 @@ The same commands run against the live rsad in tests/integration/test_cli_live.p
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -22,6 +23,16 @@ STATUS = {"nodes": [{"name": "rsa1", "tier": "ram", "capacity": 2 << 30, "state"
           "on_deck": ["7"]}
 
 
+JOBS = {"jobs": [
+    {"job_id": "7", "user": "alice", "job_state": "on-deck", "rsa_state": "staging-in",
+     "nodes": "rsa[1-2]", "since": 5.0, "cycle": 1, "message": "staging input",
+     "progress": {"phase": "stage-in", "bytes": [3 << 30, 4 << 30], "files": [12_345, 40_000],
+                  "rate": 200 << 20, "files_rate": 800.0, "elapsed": 15.4, "eta": 3725.0,
+                  "time": 5.0, "action": "7/1/stage-in/3"}},
+    {"job_id": "8", "user": "bob", "job_state": "queued", "rsa_state": "none", "nodes": "",
+     "since": 65.0, "cycle": 0, "message": None, "progress": None}]}
+
+
 class Recorder:
     def __init__(self, job_state: str = "quarantined") -> None:
         self.calls: list[tuple[str, str, Any]] = []
@@ -36,6 +47,8 @@ class Recorder:
                                 "from": "fs-ready", "to": "staging-in", "trigger": "tick"}]}
         if path.endswith("/command"):
             return {"job_id": "7", "rsa_state": "tearing-down"}
+        if path == "/v1/jobs":
+            return JOBS
         if path.startswith("/v1/jobs/"):
             return {"job_id": "7", "rsa_state": self.job_state, "nodes": "rsa1"}
         return {}
@@ -110,3 +123,29 @@ def test_retry_and_cancel_staging(api: Recorder) -> None:
     run("retry", "7")
     run("cancel-staging", "7")
     assert [c[2]["command"] for c in api.calls] == ["retry", "cancel-staging"]
+
+
+def test_jobs_table_shows_bytes_and_files_staged_rate_and_eta(
+        api: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("time.time", lambda: 125.0)  # 2 min after job 7's change and report
+    out = run("jobs").output.splitlines()
+    assert out[0].split() == ["JOBID", "USER", "JOB", "STATE", "RSA", "STATE", "NODES", "FOR",
+                              "STAGED", "FILES", "RATE", "ETA", "MESSAGE"]
+    assert out[1].split() == ["7", "alice", "on-deck", "staging-in", "rsa[1-2]", "2:00",
+                              "3G/4G", "12.3k/40k", "200M/s", "1:00:05", "staging", "input"]
+    assert out[2].split() == ["8", "bob", "queued", "none", "-", "1:00", "-", "-", "-", "-"]
+
+
+def test_jobs_json_keeps_the_stable_keys(api: Recorder) -> None:
+    job = json.loads(run("jobs", "--json").output)["jobs"][0]
+    assert {"job_id", "user", "job_state", "rsa_state", "nodes", "cycle", "message", "since",
+            "progress"} <= set(job)
+    assert set(job["progress"]) >= {"phase", "files", "bytes", "rate", "eta", "time"}
+
+
+def test_job_detail_says_how_far_staging_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    job = {**JOBS["jobs"][0], "events": []}
+    monkeypatch.setattr(ApiClient, "request", lambda self, method, path, body=None: job)
+    monkeypatch.setattr("time.time", lambda: 125.0)
+    assert ("   staging: stage-in 3G/4G (75%), 12.3k/40k files, 200M/s, ETA 1:00:05"
+            in run("job", "7").output.splitlines())
