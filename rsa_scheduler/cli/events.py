@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -12,16 +13,19 @@ from rsa_scheduler.cli.jobs import API_OPTION
 from rsa_scheduler.client import ApiClient
 
 
-def _line(ev: dict[str, Any]) -> str:
-    when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ev["time"]))
+def describe(ev: Mapping[str, Any]) -> str:
+    """What an event says, without its seq, time, job and name (also used by ``rsa top``)."""
     rest = {k: v for k, v in ev.items() if k not in ("seq", "time", "job_id", "name")}
     if ev["name"] == "rsa.transition":
-        text = f"{rest.get('from')} -> {rest.get('to')} ({rest.get('trigger')})"
-    elif ev["name"] == "action.outcome":
-        text = f"{rest.get('action')}: {rest.get('result')} {rest.get('message') or ''}"
-    else:
-        text = " ".join(f"{k}={v}" for k, v in sorted(rest.items()))
-    return f"{ev['seq']:>8} {when} {ev['job_id']:<10} {ev['name']:<16} {text}".rstrip()
+        return f"{rest.get('from')} -> {rest.get('to')} ({rest.get('trigger')})"
+    if ev["name"] == "action.outcome":
+        return f"{rest.get('action')}: {rest.get('result')} {rest.get('message') or ''}".rstrip()
+    return " ".join(f"{k}={v}" for k, v in sorted(rest.items()))
+
+
+def _line(ev: dict[str, Any]) -> str:
+    when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ev["time"]))
+    return f"{ev['seq']:>8} {when} {ev['job_id']:<10} {ev['name']:<16} {describe(ev)}".rstrip()
 
 
 @click.command("events")

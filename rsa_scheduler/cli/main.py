@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "drain": "rsa_scheduler.cli.nodes:drain",
     "resume": "rsa_scheduler.cli.nodes:resume",
     "events": "rsa_scheduler.cli.events:events",
+    "top": "rsa_scheduler.cli.top:top",
 }
 
 
