@@ -19,12 +19,13 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shlex
 import shutil
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -503,10 +504,18 @@ main()
 """
 
 
+def launcher(tmp_path: Path) -> list[str]:
+    """argv that runs ``rsa`` with the stand-in MUNGE credential (see the module doc)."""
+    path = tmp_path / "launch.py"
+    path.write_text(LAUNCHER)
+    return [sys.executable, str(path)]
+
+
 class Terminal:
-    """``rsa top`` in an 80x24 pane of a private tmux server. When it exits, its exit status
-    and the terminal's modes (``stty -a``) go to files: what the pane shows after leaving
-    the alternate screen is not reliable in a detached tmux."""
+    """A command (``rsa top``) in an 80x24 pane of a private tmux server. When it exits,
+    its exit status and the terminal's modes (``stty -a``) go to files: what the pane
+    shows after leaving the alternate screen is not reliable in a detached tmux.
+    Also used by tests/integration/test_cli_top.py."""
 
     def __init__(self, tmp_path: Path, name: str) -> None:
         self.name = name
@@ -515,15 +524,14 @@ class Terminal:
         self.status = tmp_path / "exit-status"
         self.modes = tmp_path / "stty"
 
-    def start(self, *args: str) -> None:
-        launcher = self.tmp / "launch.py"
-        launcher.write_text(LAUNCHER)
+    def start(self, argv: Sequence[str]) -> None:
         script = self.tmp / "run.sh"
-        argv = " ".join(f"'{a}'" for a in (sys.executable, str(launcher), "top", *args))
+        command = " ".join(shlex.quote(a) for a in argv)
         # The shell survives Ctrl-C as an interactive one would: a trap, not an ignore
         # (rsa top must start with SIGINT's default disposition).
-        script.write_text(f"#!/bin/sh\ntrap 'true' INT\n{argv}\necho $? > '{self.status}.new'\n"
-                          f"stty -a > '{self.modes}'\nmv '{self.status}.new' '{self.status}'\n")
+        script.write_text(f"#!/bin/sh\ntrap 'true' INT\ncd /\n{command}\n"
+                          f"echo $? > '{self.status}.new'\nstty -a > '{self.modes}'\n"
+                          f"mv '{self.status}.new' '{self.status}'\n")
         script.chmod(0o755)
         subprocess.run([*self.tmux, "new-session", "-d", "-s", self.name, "-x", "80", "-y",
                         "24", str(script), ";", "set-option", "-w", "-t", self.name,
@@ -591,7 +599,7 @@ def _rows(text: str) -> list[str]:
 
 def test_top_in_a_real_80x24_terminal_quits_on_q(rsad: Rsad, tmp_path: Path) -> None:
     with make_terminal(tmp_path, "rsa-top-unit") as term:
-        term.start("--api", str(rsad.socket), "--interval", "0.3")
+        term.start([*launcher(tmp_path), "top", "--api", str(rsad.socket), "--interval", "0.3"])
         text = term.until("jobs, progress, nodes and events",
                           lambda s: "staging-in" in s and "120/400 files" in s and "EVENTS" in s)
         rows = _rows(text)
@@ -618,7 +626,7 @@ def test_top_waits_for_rsad_and_ctrl_c_quits(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     with make_rsad(tmp_path, monkeypatch, serve=False) as rsad, \
             make_terminal(tmp_path, "rsa-top-unit-away") as term:
-        term.start("--api", str(rsad.socket), "--interval", "0.3")
+        term.start([*launcher(tmp_path), "top", "--api", str(rsad.socket), "--interval", "0.3"])
         text = term.until("the error line", lambda s: "rsa: error: cannot reach rsad" in s)
         assert "waiting for rsad ..." in text
         rsad.serve()  # rsad comes up: the next refresh shows it, without the error
