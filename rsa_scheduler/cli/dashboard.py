@@ -95,6 +95,7 @@ def lines(frame: Frame, now: float, width: int, height: int, *,
 # ---- drawing helpers ----------------------------------------------------------------------
 
 Segment = tuple[str, str]  # text, rich style
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 class _Draw:
@@ -105,10 +106,15 @@ class _Draw:
         self.ascii = ascii_only
         self.ellipsis = "~" if ascii_only else "…"
 
+    def clean(self, text: str) -> str:
+        """One line of printable text: rsad's messages may quote a program's stderr
+        (newlines, tabs, escape sequences)."""
+        text = _CONTROL.sub(" ", text)
+        return text.encode("ascii", "replace").decode() if self.ascii else text
+
     def cell(self, text: str, width: int, *, right: bool = False) -> str:
         """``text`` in exactly ``width`` cells: cut with an ellipsis, or padded."""
-        if self.ascii:
-            text = text.encode("ascii", "replace").decode()
+        text = self.clean(text)
         if cell_len(text) > width:
             return set_cell_size(text, max(width - 1, 0)) + self.ellipsis if width else ""
         pad = " " * (width - cell_len(text))
@@ -122,10 +128,9 @@ class _Draw:
             room = self.width - used
             if room <= 0:
                 break
+            text = self.clean(text)
             if cell_len(text) > room:
                 text = self.cell(text, room)
-            elif self.ascii:
-                text = text.encode("ascii", "replace").decode()
             out.append(text, seg_style)
             used += cell_len(text)
         if style:  # header bars span the whole width

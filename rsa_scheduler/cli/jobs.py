@@ -45,7 +45,8 @@ def jobs(api: str | None, as_json: bool) -> None:
                                     else ("-", "-", "-", "-"))
         click.echo(f"{j['job_id']:<8} {j['user']:<8} {(j['job_state'] or '-'):<9} "
                    f"{j['rsa_state']:<16} {(j['nodes'] or '-'):<10} {since:>10} {staged:>11} "
-                   f"{files:>11} {rate:>7} {eta:>8}  {j.get('message') or ''}".rstrip())
+                   f"{files:>11} {rate:>7} {eta:>8}  {' '.join((j.get('message') or '').split())}"
+                   .rstrip())
 
 
 @click.command("job")

@@ -149,3 +149,12 @@ def test_job_detail_says_how_far_staging_is(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr("time.time", lambda: 125.0)
     assert ("   staging: stage-in 3G/4G (75%), 12.3k/40k files, 200M/s, ETA 1:00:05"
             in run("job", "7").output.splitlines())
+
+
+def test_jobs_table_keeps_a_multi_line_message_on_its_row(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    job = {**JOBS["jobs"][1], "message": "PREPROCESS exited 1: first\n\tsecond"}
+    monkeypatch.setattr(ApiClient, "request",
+                        lambda self, method, path, body=None: {"jobs": [job]})
+    out = run("jobs").output.splitlines()
+    assert len(out) == 2 and out[1].endswith("PREPROCESS exited 1: first second")

@@ -229,6 +229,14 @@ def test_ascii_terminals_get_ascii_only() -> None:
     assert any(ln.startswith("  stage-in ") and "#" in ln for ln in out)
 
 
+def test_a_message_quoting_stderr_stays_on_its_line() -> None:
+    noisy = {**QUEUED, "message": "PREPROCESS exited 1: line one\n\tline two \x1b[31mred"}
+    out = screen(frame(jobs=[noisy]), 200, 24)
+    row = next(ln for ln in out if ln.startswith("1300"))
+    assert row.endswith("PREPROCESS exited 1: line one  line two  [31mred")
+    assert out[out.index(row) + 1].startswith("NODE ")
+
+
 def test_no_jobs_says_so() -> None:
     assert "no jobs tracked by the RSA" in screen(frame(jobs=()))
 
