@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 PGID_MARK = "RSA-PGID "
 KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL of a remote process group
+EOF_GRACE = 0.5  # seconds of quiet output after the exit status, when EOF does not come
 # paramiko multiplexes channels over one connection; sshd refuses more than MaxSessions
 # (default 10) at once, so stay below it.
 DEFAULT_MAX_SESSIONS = 8
@@ -244,28 +245,41 @@ class SshHost:
         out = bytearray()
         err = bytearray()
         pgid: int | None = None
+        quiet_since: float | None = None  # when output last arrived after the exit status
         while True:
+            got = False
             if chan.recv_ready():
                 out += chan.recv(65536)
+                got = True
             if chan.recv_stderr_ready():
                 err += chan.recv_stderr(65536)
+                got = True
             if pgid is None and b"\n" in out:
                 line, _, rest = out.partition(b"\n")
                 text = line.decode(errors="replace")
                 if text.startswith(PGID_MARK):
                     pgid = int(text[len(PGID_MARK):])
                     out = bytearray(rest)
+            # sshd may send the exit status before the last of the output: done at EOF,
+            # or once output has been quiet for EOF_GRACE (a daemon the command started
+            # may hold stdout open, and then EOF never comes)
             if (chan.exit_status_ready() and not chan.recv_ready()
                     and not chan.recv_stderr_ready()):
-                rc = chan.recv_exit_status()
-                return (out.decode(errors="replace"), err.decode(errors="replace"), rc, pgid)
+                now = time.monotonic()
+                if got or quiet_since is None:
+                    quiet_since = now
+                if chan.eof_received or now - quiet_since >= EOF_GRACE:
+                    rc = chan.recv_exit_status()
+                    return (out.decode(errors="replace"), err.decode(errors="replace"), rc,
+                            pgid)
             now = time.monotonic()
             if now >= deadline or (cancel is not None and cancel.cancelled):
                 if pgid is None:  # the wrapper has not printed yet: give it a moment
                     pgid = self._await_pgid(chan, out)
                 return (out.decode(errors="replace"), err.decode(errors="replace"), None,
                         pgid)
-            select.select([chan], [], [], min(0.05, max(0.0, deadline - now)))
+            select.select([chan], [], [], min(0.02 if quiet_since else 0.05,
+                                              max(0.0, deadline - now)))
 
     @staticmethod
     def _await_pgid(chan: paramiko.Channel, out: bytearray, wait: float = 2.0) -> int | None:

@@ -148,3 +148,16 @@ def test_remote_argv_is_pure_and_quoted() -> None:
     assert argv[:3] == ["setsid", "-w", "sh"]
     assert "--reuid=1001" in argv and "--groups=1001,27" in argv
     assert argv[-2:] == ["ls", "a b"]
+
+
+def test_output_written_after_the_exit_status_is_not_lost(rsa1: SshHost) -> None:
+    # sshd reports the exit status when the command exits; output still in flight from a
+    # process that holds its stdout arrives after it (then EOF)
+    done = rsa1.run(["sh", "-c", "(sleep 0.3; echo late) &"], timeout=20)
+    assert done.stdout == "late\n"
+
+
+def test_a_daemon_holding_stdout_does_not_hold_the_command(rsa1: SshHost) -> None:
+    # EOF never comes while the background sleep lives; the command is still over
+    pid = rsa1.run(["sh", "-c", "sleep 60 & echo $!"], timeout=5).stdout.strip()
+    rsa1.run(["kill", pid], timeout=10)
