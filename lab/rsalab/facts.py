@@ -80,6 +80,10 @@ ssh:
 staging:
   # the lab's users keep their data on the PFS
   allowed_roots: [/pfs/home, /home, /scratch]
+  # short retries so tests see retry -> quarantine in seconds (production: 30s .. 30m)
+  retries: 2
+  backoff: 2s
+  backoff_max: 4s
 slurm:
   bin_dir: /usr/bin
   lockin:

@@ -1,0 +1,131 @@
+"""Stage-out when things go wrong, through whole jobs in the lab (issue 4, seed 004 §3.4):
+a stage-out that keeps failing is retried with backoff, then quarantined with the RAMDISK
+and its data intact, and an operator's ``rsa retry`` finishes it once the cause is fixed;
+rsad SIGKILLed in the middle of a stage-out resumes it, verifies the output and leaks no
+filesystem. The lab's rsa.yaml retries stage-out twice, 2 s then 4 s apart."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_prolog_lifecycle import nothing_of_job_mounted, run_to_start
+from tests.integration.conftest import as_user
+from tests.integration.slurmkit import make_jobs, restart_lab_rsad, root
+from tests.integration.test_rsad_staging import rsa_job, ssh, wait_state
+
+
+@pytest.fixture
+def area(lab: Mapping[str, str]) -> Iterator[Path]:
+    base = Path(lab["RSA_LAB_PFS"]) / f"stage-out-e2e-{os.getpid()}-{time.monotonic_ns()}"
+    done = as_user(lab, lab["RSA_LAB_USER"], ["mkdir", "-p", f"{base}/out", f"{base}/res"])
+    assert done.returncode == 0, done.stderr
+    yield base
+    subprocess.run(["chmod", "-R", "u+rwx", str(base)], check=False, timeout=60)
+    subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)
+
+
+def output_job(out: Path, res: Path, size_mib: int) -> str:
+    """A job that writes ``size_mib`` MiB of random data through DATA_OUT (the RAMDISK
+    from the start: no DATA_IN) and records its checksum where the test can read it."""
+    return f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_OUT={out}
+findmnt -n -o TARGET --target {out} > {res}/outmnt
+mkdir -p {out}/sub
+head -c {size_mib}M /dev/urandom > {out}/sub/result.bin
+for i in $(seq 1 20); do echo "line $i" > {out}/small-$i; done
+(cd {out} && md5sum sub/result.bin small-*) > {res}/md5
+"""
+
+
+def md5_of(out: Path) -> str:
+    return subprocess.run(["bash", "-c", "md5sum sub/result.bin small-*"], cwd=out,
+                          capture_output=True, text=True, timeout=120, check=True).stdout
+
+
+def on_ramdisk(lab: Mapping[str, str], job: str) -> str:
+    """The checksums of the job's output as its RAMDISK holds it (on its first RSA node)."""
+    data = rsa_job(lab, job)
+    assert data is not None and data["ramdisk"], data
+    mount = data["ramdisk"]["rsa_mountpoint"]
+    first = data["nodes"].strip("rsa[").split("-")[0].split(",")[0].rstrip("]")
+    host = ssh(lab, int(first))
+    try:
+        return host.run(["bash", "-c", f"cd {mount} && md5sum sub/result.bin small-*"],
+                        timeout=120).stdout
+    finally:
+        host.close()
+
+
+def events(lab: Mapping[str, str], job: str, name: str) -> list[dict[str, object]]:
+    data = rsa_job(lab, job)
+    assert data is not None
+    return [e for e in data["events"] if e["name"] == name]
+
+
+def test_failing_stage_out_is_retried_then_quarantined_with_the_data_intact(
+        lab: Mapping[str, str], area: Path) -> None:
+    out, res = area / "out", area / "res"
+    rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
+    with make_jobs(lab) as jobs:
+        job = run_to_start(lab, jobs, output_job(out, res, 64))
+        wait_for_file(res / "outmnt")
+        # the PFS side of DATA_OUT (the host does not see the job's mounts) refuses writes
+        out.chmod(0o555)
+        wait_state(lab, job, "quarantined", timeout=240)
+        failures = [e for e in events(lab, job, "action.outcome")
+                    if "/stage-out/" in str(e["action"])]
+        assert len(failures) == 3 and all(e["result"] != "ok" for e in failures), failures
+        assert all("ermission" in str(e.get("message", "")) for e in failures), failures
+        # the compute node was released long ago; the RAMDISK still holds every byte
+        assert root(lab, "squeue", "-h", "-j", job, "-o", "%T").strip() in ("", "COMPLETED")
+        expected = (res / "md5").read_text()
+        assert on_ramdisk(lab, job) == expected
+        # a user may not force it; the operator fixes the cause and retries
+        refused = as_user(lab, lab["RSA_LAB_USER"], [rsa, "release", job, "--yes"])
+        assert refused.returncode != 0
+        out.chmod(0o755)
+        subprocess.run([rsa, "retry", job], check=True, capture_output=True, timeout=60)
+        wait_state(lab, job, "released", timeout=180)
+    assert md5_of(out) == expected
+    verified = [e for e in events(lab, job, "action.outcome")
+                if "/verify/" in str(e["action"]) and e["result"] == "ok"]
+    assert verified
+    assert nothing_of_job_mounted(job)
+
+
+def test_rsad_killed_during_stage_out_resumes_verifies_and_leaks_nothing(
+        lab: Mapping[str, str], area: Path) -> None:
+    out, res = area / "out", area / "res"
+    with make_jobs(lab) as jobs:
+        job = run_to_start(lab, jobs, output_job(out, res, 900))
+        wait_state(lab, job, "staging-out", timeout=240)
+        time.sleep(1.5)  # into the copy (900 MiB over the ~100 MB/s PFS link: ~9 s)
+        restart_lab_rsad(signal.SIGKILL)
+        wait_state(lab, job, "released", timeout=240)
+    assert md5_of(out) == (res / "md5").read_text()
+    outcomes = [(str(e["action"]), e["result"]) for e in events(lab, job, "action.outcome")]
+    assert [r for a, r in outcomes if "/verify/" in a] == ["ok"]
+    assert sum(1 for a, _ in outcomes if "/build-fs/" in a) == 1
+    fs_id = f"job{job}-c1"
+    left = subprocess.run(["pgrep", "-a", "-f", f"mfs(master|chunkserver).*{fs_id}"],
+                          capture_output=True, text=True).stdout
+    assert left.strip() == ""
+    assert nothing_of_job_mounted(job)
+    status = rsa_job(lab, job)
+    assert status is not None and status["rsa_state"] == "released"
+
+
+def wait_for_file(path: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {path}")
+        time.sleep(0.5)
