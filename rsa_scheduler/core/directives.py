@@ -31,7 +31,7 @@ import math
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
 from rsa_scheduler.core.policy import EarlyStart, StageOut, Tier
@@ -536,6 +536,7 @@ class _Scan:
     first_line: dict[str, int]
     errors: list[DirectiveError]
     warnings: list[DirectiveWarning]
+    raw: dict[str, str] = field(default_factory=dict)  # value text of each valid directive
 
 
 def _is_blank_or_comment(line: str) -> bool:
@@ -555,7 +556,7 @@ MSG_CRLF = (
 MSG_NUL = "script contains a NULL character '\\0', which Slurm does not allow; remove it"
 
 
-def _scan(text: str) -> _Scan:
+def _scan(text: str, *, exclusive: bool = True) -> _Scan:
     scan = _Scan({}, {}, [], [])
 
     def error(line: int, message: str) -> None:
@@ -593,14 +594,15 @@ def _scan(text: str) -> _Scan:
         if name in scan.values and not any(n in scan.values for n in needs):
             want = " or ".join(f"RSA_{n}" for n in needs)
             warning(scan.first_line[name], f"RSA_{name} has no effect without {want}")
-    if "STAGE_OUT" in scan.values and "POSTPROCESS" in scan.values:
+    if exclusive and "STAGE_OUT" in scan.values and "POSTPROCESS" in scan.values:
         first, second = sorted((scan.first_line["STAGE_OUT"], scan.first_line["POSTPROCESS"]))
-        error(
-            second,
-            "RSA_STAGE_OUT and RSA_POSTPROCESS both choose how output is staged "
-            f"out (lines {first} and {second}); keep one",
-        )
+        error(second, _exclusive(f"lines {first} and {second}"))
     return scan
+
+
+def _exclusive(where: str) -> str:
+    return ("RSA_STAGE_OUT and RSA_POSTPROCESS both choose how output is staged "
+            f"out ({where}); keep one")
 
 
 def _directive(scan: _Scan, lineno: int, rest: str) -> None:
@@ -634,23 +636,29 @@ def _directive(scan: _Scan, lineno: int, rest: str) -> None:
         return
     scan.first_line[name] = lineno
     try:
+        scan.values[name] = _value(name, rest)
+    except _Bad as e:
+        fail(str(e))
+    else:
+        scan.raw[name] = rest
+
+
+def _value(name: str, rest: str) -> Any:
+    """The typed value of ``#RSA_<name>=<rest>`` (``rest``: the text after ``=``); _Bad."""
+    spec = DIRECTIVES[name]
+    try:
         tokens = shlex.split(rest)
     except ValueError as e:
         if "escaped" in str(e):
-            fail(f"RSA_{name} ends with a lone backslash; remove it or quote the value")
-        else:
-            fail(
-                f"RSA_{name} has an unmatched quote in {quote(rest.strip(C_SPACE))}; "
-                "close it or escape it with a backslash"
-            )
-        return
+            raise _Bad(f"RSA_{name} ends with a lone backslash; remove it or quote the value"
+                       ) from e
+        raise _Bad(
+            f"RSA_{name} has an unmatched quote in {quote(rest.strip(C_SPACE))}; "
+            "close it or escape it with a backslash"
+        ) from e
     if not tokens or tokens == [""]:
-        fail(f"RSA_{name} has an empty value; write e.g. #RSA_{name}={spec.example}")
-        return
-    try:
-        scan.values[name] = spec.parse(name, tokens)
-    except _Bad as e:
-        fail(str(e))
+        raise _Bad(f"RSA_{name} has an empty value; write e.g. #RSA_{name}={spec.example}")
+    return spec.parse(name, tokens)
 
 
 def parse_directives(text: str, source: str = "<script>") -> DirectiveSpec:
@@ -678,3 +686,104 @@ def decode_script(data: bytes) -> str:
 def directive_warnings(text: str) -> list[DirectiveWarning]:
     """Likely mistakes that are not errors: ``# RSA_X`` comments, late or useless directives."""
     return sorted(_scan(text).warnings, key=lambda w: w.line)
+
+
+# ---------------------------------------------------------------------------------------
+# Options: `sbatch/salloc/srun --rsa-data-in=...` (the SPANK plugin in slurm_plugins/spank/)
+#
+# An option's value is written exactly as the directive's value after `=`: the same
+# shlex splitting, the same checks, the same messages, located at the option instead of
+# a line (`--rsa-tier: RSA_TIER must be one of ram, ssd, got 'nvme'`). The plugin checks
+# each option in sbatch before anything is sent; job_submit.lua merges the options
+# (job_desc.spank_job_env, `RSA_<NAME>=<value>`) with the script's directives exactly as
+# :func:`check_submission` does, which is the reference both ports are tested against.
+
+OPTION_PREFIX = "--rsa-"
+
+
+def option_of(name: str) -> str:
+    """``DATA_IN`` -> ``--rsa-data-in``: the command line option of a directive."""
+    return OPTION_PREFIX + name.lower().replace("_", "-")
+
+
+class OptionError(NamedTuple):
+    """A bad ``--rsa-*`` option: the option and one actionable sentence."""
+
+    option: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.option}: {self.message}"
+
+
+class SubmissionErrors(ValueError):
+    """Every problem of one submission, one ``LINE: message`` or ``--rsa-x: message`` each.
+
+    Option errors come first (in directive declaration order), then the script's errors
+    sorted by line (stable) -- the order job_submit.lua prints them in.
+    """
+
+    def __init__(self, errors: Sequence[OptionError | DirectiveError]) -> None:
+        opts = [e for e in errors if isinstance(e, OptionError)]
+        lines = sorted((e for e in errors if isinstance(e, DirectiveError)), key=lambda e: e.line)
+        self.errors: list[OptionError | DirectiveError] = [*opts, *lines]
+        self.lines = [str(e) for e in self.errors]
+        super().__init__("\n".join(self.lines))
+
+
+def parse_option(name: str, value: str) -> Any:
+    """The typed value of ``--rsa-<name>=<value>``; raises :class:`SubmissionErrors`."""
+    if name not in DIRECTIVES:
+        raise ValueError(f"no directive RSA_{name}")
+    try:
+        return _value(name, value)
+    except _Bad as e:
+        raise SubmissionErrors([OptionError(option_of(name), str(e))]) from e
+
+
+def check_submission(text: str | None, options: Mapping[str, str]) -> DirectiveSpec:
+    """A job's RSA request: its script's directives merged with its ``--rsa-*`` options.
+
+    ``options`` maps a directive name (``DATA_IN``) to the option's value text. An option
+    naming the same directive as a script line must give the same value (compared after
+    normalisation, so ``/a//`` equals ``/a``); a different value is an error on that line
+    naming both. ``text`` None or empty: a job without a batch script (salloc, srun).
+    Raises :class:`SubmissionErrors`.
+    """
+    unknown = sorted(set(options) - set(DIRECTIVES))
+    if unknown:
+        raise ValueError(f"unknown directive names: {', '.join(unknown)}")
+    # the script-only exclusivity check is made below, with the options in view
+    scan = _scan(text, exclusive=False) if text else _Scan({}, {}, [], [])
+    errors: list[OptionError | DirectiveError] = list(scan.errors)
+    given: dict[str, Any] = {}
+    for name in DIRECTIVES:
+        if name in options:
+            try:
+                given[name] = _value(name, options[name])
+            except _Bad as e:
+                errors.append(OptionError(option_of(name), str(e)))
+    for name, value in given.items():
+        if name in scan.values and scan.values[name] != value:
+            line = scan.first_line[name]
+            errors.append(DirectiveError(line, (
+                f"#RSA_{name}={quote(scan.raw[name].strip(C_SPACE))} conflicts with "
+                f"{option_of(name)}={quote(options[name])}; keep one")))
+    where = {n: (scan.first_line[n] if n in scan.values else option_of(n))
+             for n in ("STAGE_OUT", "POSTPROCESS") if n in scan.values or n in given}
+    if len(where) == 2:
+        so, post = where["STAGE_OUT"], where["POSTPROCESS"]
+        if isinstance(so, int) and isinstance(post, int):
+            first, second = sorted((so, post))
+            errors.append(DirectiveError(second, _exclusive(f"lines {first} and {second}")))
+        elif isinstance(so, int):
+            errors.append(DirectiveError(so, _exclusive(f"line {so} and {post}")))
+        elif isinstance(post, int):
+            errors.append(DirectiveError(post, _exclusive(f"line {post} and {so}")))
+        else:
+            errors.append(OptionError(option_of("POSTPROCESS"),
+                                      _exclusive(f"{so} and {post}")))
+    if errors:
+        raise SubmissionErrors(errors)
+    merged = {**scan.values, **given}
+    return DirectiveSpec(**{DIRECTIVES[n].field: v for n, v in merged.items()})
