@@ -7,6 +7,10 @@ What it owns
     refused with one `LINE: message` line per error (slurm.log_user + slurm.ERROR); a good
     one gets its normalised spec written to job_desc.admin_comment in the `rsa1:` encoding
     of DirectiveSpec.to_admin_comment(), byte for byte. Jobs without directives are untouched.
+    --rsa-* options (the SPANK plugin in slurm_plugins/spank, passed in
+    job_desc.spank_job_env as RSA_<NAME>=<value>) are merged with the script's directives
+    exactly as directives.check_submission() does: same checks, a differing duplicate is
+    an error naming both, salloc/srun jobs with options get an admin_comment too.
   * slurm_job_modify: users cannot undo a lock-in. While a job's QOS is the lock-in QOS,
     only root and SlurmUser may change its qos, priority or nice.
 
@@ -587,6 +591,26 @@ local KNOWN_LIST = table.concat(KNOWN, ", ")
 -- ---------------------------------------------------------------------------------------
 -- The scan (directives._scan / _directive): the leading comment block, one error per line.
 
+-- directives._value: the value of #RSA_<name>=<rest> (or of --rsa-<name>=<rest>), or nil
+-- and the message.
+local function parse_value(name, rest)
+  local spec = DIRECTIVES[name]
+  local words, serr = shlex_split(rest)
+  if not words then
+    if serr:find("escaped", 1, true) then
+      return nil, string.format("RSA_%s ends with a lone backslash; remove it or quote the "
+        .. "value", name)
+    end
+    return nil, string.format("RSA_%s has an unmatched quote in %s; close it or escape it "
+      .. "with a backslash", name, quote(strip_c(rest)))
+  end
+  if #words == 0 or (#words == 1 and words[1] == "") then
+    return nil, string.format("RSA_%s has an empty value; write e.g. #RSA_%s=%s", name, name,
+      spec[2])
+  end
+  return spec[1](name, words)
+end
+
 local function directive(scan, lineno, rest)
   local function fail(message) scan.errors[#scan.errors + 1] = { lineno, message } end
   local n = 1
@@ -620,25 +644,12 @@ local function directive(scan, lineno, rest)
     return
   end
   scan.first_line[name] = lineno
-  local words, serr = shlex_split(rest)
-  if not words then
-    if serr:find("escaped", 1, true) then
-      fail(string.format("RSA_%s ends with a lone backslash; remove it or quote the value", name))
-    else
-      fail(string.format("RSA_%s has an unmatched quote in %s; close it or escape it with a "
-        .. "backslash", name, quote(strip_c(rest))))
-    end
-    return
-  end
-  if #words == 0 or (#words == 1 and words[1] == "") then
-    fail(string.format("RSA_%s has an empty value; write e.g. #RSA_%s=%s", name, name, spec[2]))
-    return
-  end
-  local value, err = spec[1](name, words)
+  local value, err = parse_value(name, rest)
   if value == nil then
     fail(err)
   else
     scan.values[name] = value
+    scan.raw[name] = rest
   end
 end
 
@@ -690,10 +701,31 @@ local function admin_comment(values)
   return ADMIN_COMMENT_PREFIX .. table.concat(out, ";")
 end
 
--- Check a script. Returns (nil, {"LINE: message", ...}) when it has errors, otherwise
--- (admin_comment or nil when the script has no directive).
-local function check(text)
-  local scan = { values = {}, first_line = {}, errors = {} }
+local function option_of(name) -- directives.option_of: DATA_IN -> --rsa-data-in
+  return "--rsa-" .. name:lower():gsub("_", "-")
+end
+
+local function same_value(x, y) -- canonical values: strings, or argv tables
+  if type(x) ~= "table" or type(y) ~= "table" then return x == y end
+  if #x ~= #y then return false end
+  for k = 1, #x do
+    if x[k] ~= y[k] then return false end
+  end
+  return true
+end
+
+local function exclusive(where)
+  return "RSA_STAGE_OUT and RSA_POSTPROCESS both choose how output is staged out (" .. where
+    .. "); keep one"
+end
+
+-- Check a submission (directives.check_submission): the script's #RSA_ lines merged with
+-- the --rsa-* options (name -> value text, or nil). Returns (nil, {"LINE: message" or
+-- "--rsa-x: message", ...}) when there are errors, otherwise (admin_comment or nil when
+-- neither asks for the RSA).
+local function check(text, options)
+  options = options or {}
+  local scan = { values = {}, first_line = {}, errors = {}, raw = {} }
   if text:sub(1, 3) == "\239\187\191" then -- sbatch refuses it: the first line is not "#!"
     scan.errors[1] = { 1, MSG_BOM }
     text = text:sub(4)
@@ -716,25 +748,81 @@ local function check(text)
     if not nl then break end
     pos = nl + 1
   end
-  local v, first = scan.values, scan.first_line
-  if v.STAGE_OUT and v.POSTPROCESS then
-    local a, b = first.STAGE_OUT, first.POSTPROCESS
-    if a > b then a, b = b, a end
-    scan.errors[#scan.errors + 1] = { b, string.format("RSA_STAGE_OUT and RSA_POSTPROCESS "
-      .. "both choose how output is staged out (lines %d and %d); keep one", a, b) }
+  -- the options: each checked like its directive, then compared with the script's
+  local given, option_errors = {}, {}
+  for _, name in ipairs(ORDER) do
+    if options[name] ~= nil then
+      local value, err = parse_value(name, options[name])
+      if value == nil then
+        option_errors[#option_errors + 1] = option_of(name) .. ": " .. err
+      else
+        given[name] = value
+      end
+    end
   end
-  if #scan.errors > 0 then
+  local v, first = scan.values, scan.first_line
+  for _, name in ipairs(ORDER) do
+    if given[name] ~= nil and v[name] ~= nil and not same_value(v[name], given[name]) then
+      scan.errors[#scan.errors + 1] = { first[name], string.format(
+        "#RSA_%s=%s conflicts with %s=%s; keep one", name, quote(strip_c(scan.raw[name])),
+        option_of(name), quote(options[name])) }
+    end
+  end
+  local so = v.STAGE_OUT and first.STAGE_OUT or (given.STAGE_OUT and option_of("STAGE_OUT"))
+  local post = v.POSTPROCESS and first.POSTPROCESS
+    or (given.POSTPROCESS and option_of("POSTPROCESS"))
+  if so and post then
+    if type(so) == "number" and type(post) == "number" then
+      local a, b = so, post
+      if a > b then a, b = b, a end
+      scan.errors[#scan.errors + 1] = { b, exclusive(string.format("lines %d and %d", a, b)) }
+    elseif type(so) == "number" or type(post) == "number" then
+      local line, opt = so, post
+      if type(so) ~= "number" then line, opt = post, so end
+      scan.errors[#scan.errors + 1] = { line, exclusive(string.format("line %d and %s", line,
+        opt)) }
+    else
+      option_errors[#option_errors + 1] = option_of("POSTPROCESS") .. ": "
+        .. exclusive(so .. " and " .. post)
+    end
+  end
+  if #scan.errors > 0 or #option_errors > 0 then
     for k, e in ipairs(scan.errors) do e[3] = k end
     table.sort(scan.errors, function(x, y) -- by line, stable
       if x[1] ~= y[1] then return x[1] < y[1] end
       return x[3] < y[3]
     end)
-    local lines = {}
-    for k, e in ipairs(scan.errors) do lines[k] = e[1] .. ": " .. e[2] end
+    local lines = option_errors
+    for _, e in ipairs(scan.errors) do lines[#lines + 1] = e[1] .. ": " .. e[2] end
     return nil, lines
   end
-  if next(scan.values) == nil then return nil end
-  return admin_comment(scan.values)
+  for name, value in pairs(given) do v[name] = value end
+  if next(v) == nil then return nil end
+  return admin_comment(v)
+end
+
+-- The --rsa-* options of a submission: the SPANK plugin (slurm_plugins/spank) passes each
+-- as "RSA_<NAME>=<value>" in job_desc.spank_job_env, a table indexed from 0. Entries for
+-- unknown names are not ours; of two entries for one name the first counts. nil if none.
+local function spank_options(job_desc)
+  local env = job_desc.spank_job_env
+  if type(env) ~= "table" then return nil end
+  local keys = {}
+  for k in pairs(env) do
+    if type(k) == "number" then keys[#keys + 1] = k end
+  end
+  table.sort(keys)
+  local options
+  for _, k in ipairs(keys) do
+    local entry = env[k]
+    local name, value
+    if type(entry) == "string" then name, value = entry:match("^RSA_([A-Z_]+)=(.*)$") end
+    if name and DIRECTIVES[name] and (options == nil or options[name] == nil) then
+      options = options or {}
+      options[name] = value
+    end
+  end
+  return options
 end
 
 -- ---------------------------------------------------------------------------------------
@@ -746,12 +834,17 @@ end
 --   sbatch: error: Batch job submission failed: Unspecified error
 function slurm_job_submit(job_desc, part_list, submit_uid) -- luacheck: ignore (Slurm API)
   local script = job_desc.script
-  if script == nil or script == "" then
-    return slurm.SUCCESS -- salloc/srun allocations have no batch script: not RSA jobs
+  -- --rsa-* options (the SPANK plugin) are merged with the script's #RSA_ lines; a job
+  -- with neither (any salloc/srun allocation without options) is not an RSA job
+  local got, options = pcall(spank_options, job_desc)
+  if not got then
+    slurm.log_error("rsa: reading spank_job_env failed, options ignored: %s", tostring(options))
+    options = nil
   end
-  -- Hook point: SPANK options (job_desc.spank_job_env, "SPANK_RSA_*=...") may later add
-  -- directives here, merged with the script's before admin_comment is written. Not yet.
-  local ok, comment, errors = pcall(check, script)
+  if (script == nil or script == "") and options == nil then
+    return slurm.SUCCESS
+  end
+  local ok, comment, errors = pcall(check, script or "", options)
   if not ok then -- a bug here must not stop the job: it runs without the RSA
     slurm.log_error("rsa: directive check failed, job accepted without RSA: %s",
       tostring(comment))
@@ -807,6 +900,7 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid) -- luacheck:
 end
 
 -- For tests (tests/lua/run_vector.lua) and curious admins; Slurm ignores it.
-rsa_job_submit = { check = check, config = CONFIG, quote = quote } -- luacheck: ignore
+rsa_job_submit = { check = check, config = CONFIG, quote = quote, -- luacheck: ignore
+  spank_options = spank_options }
 
 return slurm.SUCCESS -- load status for slurm_lua_loadscript

@@ -1,7 +1,9 @@
 --[[ Drive slurm_plugins/job_submit.lua outside Slurm with a stubbed `slurm` table.
 
   lua run_vector.lua PLUGIN submit SCRIPT [SUBMIT_UID]
-  lua run_vector.lua PLUGIN many SCRIPT...       (submit each; "FILE <path>" before each)
+  lua run_vector.lua PLUGIN many SCRIPT...       (submit each; "FILE <path>" before each;
+                                                 SCRIPT.spank, if present, holds its
+                                                 spank_job_env; a missing SCRIPT: no script)
   lua run_vector.lua PLUGIN modify MODIFY_UID [job.FIELD=VALUE ...] [desc.FIELD=VALUE ...]
       [config.FIELD=VALUE ...]
 
@@ -62,11 +64,30 @@ local function report(rc, writes, order)
   user_msg, logs = nil, {}
 end
 
-local function submit(path, uid)
-  local f = assert(io.open(path, "rb"))
-  local script = f:read("*a")
+-- PATH.spank (optional): job_desc.spank_job_env, NUL-separated entries, indexed from 0
+-- as job_submit_lua.c builds it. A script "-" means none (job_desc.script nil).
+local function spank_env(path)
+  local f = io.open(path .. ".spank", "rb")
+  if not f then return nil end
+  local data = f:read("*a")
   f:close()
-  local desc, writes, order = make_desc({ script = script, user_id = 1001 })
+  local env, n = {}, 0
+  for entry in (data .. "\0"):gmatch("(.-)%z") do
+    env[n] = entry
+    n = n + 1
+  end
+  return env
+end
+
+local function submit(path, uid)
+  local script = nil
+  local f = io.open(path, "rb")
+  if f then
+    script = f:read("*a")
+    f:close()
+  end
+  local desc, writes, order = make_desc({ script = script, user_id = 1001,
+    spank_job_env = spank_env(path) })
   report(slurm_job_submit(desc, {}, uid), writes, order)
 end
 

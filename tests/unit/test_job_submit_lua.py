@@ -1,5 +1,6 @@
 """slurm_plugins/job_submit.lua outside Slurm: every shared directive vector, a differential
-run against the Python grammar, and the lock-in rules of slurm_job_modify.
+run against the Python grammar, --rsa-* options merged with the script (against
+directives.check_submission), and the lock-in rules of slurm_job_modify.
 
 The plugin runs in a real Lua interpreter with a stubbed ``slurm`` table
 (tests/lua/run_vector.lua). Slurm 22.05's job_submit_lua.so links liblua5.1, so Lua 5.1 is
@@ -20,7 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from rsa_scheduler.core.directives import DirectiveErrors, DirectiveSpec, parse_directives_bytes
+from rsa_scheduler.core.directives import (
+    DirectiveErrors,
+    DirectiveSpec,
+    SubmissionErrors,
+    check_submission,
+    decode_script,
+    parse_directives_bytes,
+)
 from tests.conftest import DATA
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -295,3 +303,111 @@ def test_plugin_uses_no_io(lua: str) -> None:
     for banned in (r"\bio\.", r"\bos\.", r"\brequire\b", r"\bdofile\b", r"\bloadfile\b",
                    r"\bprint\b"):
         assert not re.search(banned, code), banned
+
+
+# --- --rsa-* options (SPANK plugin) merged with the script: directives.check_submission ----
+
+
+def _submission(script: bytes | None, options: dict[str, bytes]) -> tuple[int, dict[str, str],
+                                                                            list[str]]:
+    """What job_submit.lua must answer, from the Python reference."""
+    text = None if script is None else decode_script(script)
+    opts = {k: v.decode("utf-8", "surrogateescape") for k, v in options.items()}
+    try:
+        spec = check_submission(text, opts)
+    except SubmissionErrors as e:
+        return -1, {}, e.lines
+    return 0, ({} if spec.is_empty else {"admin_comment": spec.to_admin_comment()}), []
+
+
+def _write_job(path: Path, script: bytes | None, env: list[bytes]) -> Path:
+    if script is not None:
+        path.write_bytes(script)
+    if env:
+        Path(f"{path}.spank").write_bytes(b"\0".join(env))
+    return path
+
+
+def _first_wins(env: list[bytes]) -> dict[str, bytes]:
+    known = {f"RSA_{n}".encode() for n in GOOD}
+    out: dict[str, bytes] = {}
+    for entry in env:
+        key, sep, value = entry.partition(b"=")
+        if sep and key in known and key[4:].decode() not in out:
+            out[key[4:].decode()] = value
+    return out
+
+
+def test_options_merge_cases(lua: str, tmp_path: Path) -> None:
+    cases: list[tuple[bytes | None, list[bytes], int, list[str] | str]] = [
+        # salloc/srun: no script, options only
+        (None, [b"RSA_DATA_IN=/pfs/in", b"RSA_NODES=2"], 0, "rsa1:i=/pfs/in;n=2"),
+        # same value as the script after normalisation: fine
+        (b"#!/bin/sh\n#RSA_DATA_IN=/pfs//in/\ntrue\n", [b"RSA_DATA_IN=/pfs/in"], 0,
+         "rsa1:i=/pfs/in"),
+        # options add to the script's directives
+        (b"#!/bin/sh\n#RSA_DATA_IN=/pfs/in\n", [b"RSA_TIER=SSD"], 0, "rsa1:i=/pfs/in;t=ssd"),
+        (b"#!/bin/sh\n#RSA_DATA_IN=/pfs/a\ntrue\n", [b"RSA_DATA_IN=/pfs/b"], -1,
+         ["2: #RSA_DATA_IN='/pfs/a' conflicts with --rsa-data-in='/pfs/b'; keep one"]),
+        (None, [b"RSA_TIER=nvme", b"RSA_NODES=x"], -1,
+         ["--rsa-nodes: RSA_NODES must be a whole number of RSA nodes, at least 1, got 'x'",
+          "--rsa-tier: RSA_TIER must be one of ram, ssd, got 'nvme'"]),
+        (b"#!/bin/sh\n#RSA_STAGE_OUT=tar\n", [b"RSA_POSTPROCESS=/bin/pack"], -1,
+         ["2: RSA_STAGE_OUT and RSA_POSTPROCESS both choose how output is staged out "
+          "(line 2 and --rsa-postprocess); keep one"]),
+        (None, [b"RSA_STAGE_OUT=tar", b"RSA_POSTPROCESS=/bin/pack"], -1,
+         ["--rsa-postprocess: RSA_STAGE_OUT and RSA_POSTPROCESS both choose how output is "
+          "staged out (--rsa-stage-out and --rsa-postprocess); keep one"]),
+        # not ours, or a second entry for one name: ignored; index 0 is read
+        (None, [b"RSA_NODES=3", b"RSA_NODES=4", b"RSA_FOO=1", b"OTHER=x",
+                b"_SLURM_SPANK_OPTION_rsa_rsa_nodes=3"], 0, "rsa1:n=3"),
+        (None, [b"OTHER=x"], 0, ""),
+        # a bad script line and a bad option are both reported, options first
+        (b"#!/bin/sh\n#RSA_NODES=two\n", [b"RSA_DATA_IN=rel"], -1,
+         ["--rsa-data-in: RSA_DATA_IN must be an absolute path, got 'rel'",
+          "2: RSA_NODES must be a whole number of RSA nodes, at least 1, got 'two'"]),
+    ]
+    paths = [_write_job(tmp_path / f"job{i}.sh", script, env)
+             for i, (script, env, _rc, _want) in enumerate(cases)]
+    results = run_many(lua, paths)
+    for path, (script, env, rc, want) in zip(paths, cases, strict=True):
+        got = results[str(path)]
+        assert (got.rc, got.sets, got.msgs) == _submission(script, _first_wins(env))
+        assert got.rc == rc
+        if rc == 0:
+            assert got.sets == ({"admin_comment": want} if want else {})
+        else:
+            assert got.msgs == want
+
+
+def test_differential_options(lua: str, tmp_path: Path) -> None:
+    """Random scripts with random --rsa-* options: Lua answers exactly as Python."""
+    rng = random.Random(20261122)
+    names = sorted(GOOD)
+    jobs: list[tuple[Path, bytes | None, list[bytes]]] = []
+    for i in range(1500):
+        if rng.random() < 0.2:
+            script: bytes | None = None
+        elif i % 3 == 0:
+            script = _random_script(rng)
+        else:
+            script = _valid_script(rng)
+        env = []
+        for name in rng.sample(names, rng.randint(0, 4)):
+            pool = GOOD[name] if rng.random() < 0.6 else PIECES_VALUE
+            value = " ".join(rng.choice(pool) for _ in range(rng.choice((1, 1, 1, 2))))
+            data = value.encode("utf-8", "surrogateescape").replace(b"\xc3\xbf", b"\xff")
+            env.append(f"RSA_{name}=".encode() + data.replace(b"\0", b""))
+        if rng.random() < 0.1 and script:  # an option copying a line of the script
+            m = re.search(rb"^#RSA_([A-Z_]+)[ =]+(.*)$", script, re.M)
+            if m and m.group(1).decode() in GOOD:
+                env.insert(0, b"RSA_" + m.group(1) + b"=" + m.group(2))
+        jobs.append((_write_job(tmp_path / f"o{i}.sh", script, env), script, env))
+    results = run_many(lua, [p for p, _s, _e in jobs])
+    failures = []
+    for path, script, env in jobs:
+        want = _submission(script, _first_wins(env))
+        got = results[str(path)]
+        if (got.rc, got.sets, got.msgs) != want:
+            failures.append(f"{script!r} {env!r}\n  python {want}\n  lua    {got}")
+    assert not failures, f"{len(failures)} differ, first:\n" + "\n".join(failures[:5])
