@@ -68,6 +68,11 @@ class ScriptSource(enum.StrEnum):
     SCONTROL = "scontrol"  # `scontrol write batch_script`, read once per job
 
 
+class MountScope(enum.StrEnum):
+    NODE = "node"  # the RAMDISK is bind-mounted in the compute node's mount namespace
+    JOB = "job"  # ... in a mount namespace of the job's own (needs the SPANK plugin)
+
+
 class HostKeyPolicy(enum.StrEnum):
     REJECT = "reject"
     WARN = "warn"
@@ -490,6 +495,15 @@ class StagingConfig:
 class HooksConfig:
     timeout: float = field(metadata=meta(Duration(), "Hard timeout of a Prolog/Epilog run."))
     api_timeout: float = field(metadata=meta(Duration(), "Timeout of one hook→rsad API call."))
+    mounts: MountScope = field(
+        metadata=meta(
+            Choice.of(MountScope),
+            "Where the RAMDISK is mounted over DATA_IN/DATA_OUT: `node` — in the compute "
+            "node's mount namespace, seen by every process on the node; `job` — in a mount "
+            "namespace of the job's own that the SPANK plugin moves its tasks into, so other "
+            "jobs and users never see it (docs/spank.md).",
+        )
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
