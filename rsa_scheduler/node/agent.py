@@ -1,7 +1,8 @@
 """The per-job node agent: carries out rsad's mid-job instructions on one compute node.
 
 Started detached by the node Prolog (in the job's mount namespace, as root), stopped by
-the Epilog. It long-polls rsad (``POST /v1/hooks/agent``) for the next instruction —
+the Epilog; with ``hooks.mounts: job`` it works inside the job's own mount namespace. It
+long-polls rsad (``POST /v1/hooks/agent``) for the next instruction —
 ``release`` the input mount (busy is reported, never forced) and ``mount`` the fresh
 RAMDISK over DATA_OUT (seed 004 §3.2) — reports each (``/v1/hooks/mounted``), and exits
 when rsad says so, when the Epilog removed the job's directory, or after ``max_life``.
@@ -14,11 +15,41 @@ import os
 import sys
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from rsa_scheduler.node.hooks import execute, settings, who_of
 from rsa_scheduler.node.mounts import JobMounts
 
 POLL = 20.0
+
+
+def enter_job_namespace(jm: JobMounts) -> bool:
+    """``hooks.mounts: job``: work inside the job's own mount namespace (the Prolog
+    started us there already; entering again is harmless). False if there is none."""
+    from rsa_scheduler.node.namespace import JobNamespace, NamespaceError
+
+    ns = JobNamespace(jm.dir)
+    if not ns.exists():
+        return False
+    try:
+        ns.enter()
+    except NamespaceError as e:
+        sys.stderr.write(f"rsa-node-agent job {jm.job}: {e}\n")
+        return False
+    return True
+
+
+def note(jm: JobMounts, ins: Mapping[str, Any], report: Mapping[str, Any],
+         mounts: str) -> None:
+    """Keep job.env current: steps started after the reset see RSA_STATE=output."""
+    from rsa_scheduler.node import jobstate
+
+    try:
+        current = jobstate.read(jm.dir)
+        if current:
+            jobstate.write(jm.dir, jobstate.after(current, ins, report, mounts))
+    except OSError as e:
+        sys.stderr.write(f"rsa-node-agent job {jm.job}: job.env not updated: {e}\n")
 
 
 def serve(job: str, env: Mapping[str, str], max_life: float = 7 * 86400.0) -> int:
@@ -29,6 +60,7 @@ def serve(job: str, env: Mapping[str, str], max_life: float = 7 * 86400.0) -> in
     st = settings(env)
     jm = JobMounts(job, node, st.base)
     who = who_of(env)
+    private = st.mounts == "job" and enter_job_namespace(jm)
     client = ApiClient(st.address, timeout=POLL + 10)
     last = 0
     epoch = ""
@@ -46,7 +78,13 @@ def serve(job: str, env: Mapping[str, str], max_life: float = 7 * 86400.0) -> in
         if ins.get("do") == "exit":
             return 0
         if ins.get("do") in ("release", "mount"):
-            report = execute(ins, jm, who, st.allowed_roots)
+            if ins["do"] == "mount" and st.mounts == "job" and not private:
+                report = {"seq": int(ins.get("seq", 0)), "ok": False,
+                          "message": "the job has no mount namespace of its own on this "
+                                     "node; it uses the PFS"}
+            else:
+                report = execute(ins, jm, who, st.allowed_roots)
+            note(jm, ins, report, st.mounts)
             last = int(ins.get("seq", last))
             try:
                 client.post("/v1/hooks/mounted", {"job_id": job, "node": node, **report})

@@ -12,6 +12,7 @@ had mounted is unwound.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -20,8 +21,11 @@ from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from rsa_scheduler.errors import RsaError
+
 if TYPE_CHECKING:  # imported when needed: the nothing-to-do path stays fast
     from rsa_scheduler.node.mounts import JobMounts
+    from rsa_scheduler.node.namespace import JobNamespace
     from rsa_scheduler.node.paths import Who
 
 AGENT_MODULE = "rsa_scheduler.node.agent"
@@ -38,6 +42,7 @@ class Settings(NamedTuple):
     timeout: float
     allowed_roots: tuple[str, ...]
     base: str
+    mounts: str = "node"  # hooks.mounts: node-wide, or in the job's own mount namespace
 
 
 def settings(env: Mapping[str, str]) -> Settings:
@@ -46,7 +51,8 @@ def settings(env: Mapping[str, str]) -> Settings:
     if env.get("RSA_API") and env.get("RSA_ALLOWED_ROOTS"):
         return Settings(env["RSA_API"], float(env.get("RSA_HOOK_TIMEOUT", "2")),
                         float(env.get("RSA_PROLOG_TIMEOUT", "10")),
-                        tuple(env["RSA_ALLOWED_ROOTS"].split(":")), base)
+                        tuple(env["RSA_ALLOWED_ROOTS"].split(":")), base,
+                        "job" if env.get("RSA_MOUNTS") == "job" else "node")
     from rsa_scheduler.config import load_config
 
     cfg = load_config(env.get("RSA_CONFIG"), env=env)
@@ -54,8 +60,10 @@ def settings(env: Mapping[str, str]) -> Settings:
     here = os.path.exists(cfg.daemon.api.socket)
     address = env.get("RSA_API") or (str(cfg.daemon.api.socket) if here or not listen
                                      else f"{listen.host}:{listen.port}")
+    mounts = env.get("RSA_MOUNTS") or str(cfg.hooks.mounts)
     return Settings(address, cfg.hooks.api_timeout, cfg.hooks.timeout,
-                    tuple(str(r) for r in cfg.staging.allowed_roots), base)
+                    tuple(str(r) for r in cfg.staging.allowed_roots), base,
+                    "job" if mounts == "job" else "node")
 
 
 def who_of(env: Mapping[str, str]) -> Who:
@@ -131,6 +139,39 @@ def start_agent(job: str, node: str, nodes: str, jm: JobMounts,
     (jm.dir / "agent.pid").write_text(f"{proc.pid}\n")
 
 
+def inside(ns: JobNamespace | None) -> contextlib.AbstractContextManager[None]:
+    """Run a block in the job's mount namespace (``hooks.mounts: job``), else right here."""
+    return ns.entered() if ns is not None else contextlib.nullcontext()
+
+
+def job_namespace(jm: JobMounts) -> JobNamespace:
+    """Make (or find) the job's own mount namespace on this node."""
+    from rsa_scheduler.node.namespace import JobNamespace
+
+    jm.prepare()
+    ns = JobNamespace(jm.dir)
+    ns.create()
+    return ns
+
+
+def note_start(jm: JobMounts | None, st: Settings, job: str, node: str,
+               ans: Mapping[str, Any], report: Mapping[str, Any] | None,
+               env: Mapping[str, str]) -> None:
+    """Tell the job's tasks what they got (job.env, read by the SPANK plugin)."""
+    options = any(k.startswith("SPANK_RSA_") for k in env)
+    if ans.get("do") == "nothing" and not ans.get("agent") and not options:
+        return  # not an RSA job: untouched
+    from rsa_scheduler.node import jobstate
+    from rsa_scheduler.node.mounts import JobMounts
+
+    state = jobstate.at_start(ans, report, job=job, has_options=options, mounts=st.mounts)
+    if state is None:
+        return
+    jm = jm or JobMounts(job, node, st.base)
+    jm.prepare()
+    jobstate.write(jm.dir, state)
+
+
 def prolog(env: Mapping[str, str]) -> int:
     job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""
     node = env.get("SLURMD_NODENAME", "")
@@ -139,6 +180,7 @@ def prolog(env: Mapping[str, str]) -> int:
         _say("prolog", job or "?", "no SLURM_JOB_ID/SLURMD_NODENAME; nothing to do")
         return 0
     jm: JobMounts | None = None
+    ns: JobNamespace | None = None
     client: Any = None
     try:
         st = settings(env)
@@ -162,20 +204,35 @@ def prolog(env: Mapping[str, str]) -> int:
             from rsa_scheduler.node.mounts import JobMounts
 
             jm = JobMounts(job, node, st.base)
+        report: dict[str, Any] | None = None
         if ans.get("do") == "mount" and jm is not None:
             who = who_of(env)
-            report = execute(ans, jm, who, st.allowed_roots)
+            try:
+                if st.mounts == "job":
+                    ns = job_namespace(jm)
+                with inside(ns):
+                    report = execute(ans, jm, who, st.allowed_roots)
+            except RsaError as e:  # the namespace: nothing was mounted
+                report = {"seq": int(ans.get("seq", 0)), "ok": False, "message": str(e)}
             if not report["ok"]:
                 _say("prolog", job, f"{report['message']}; the job uses the PFS")
             client.post("/v1/hooks/mounted", {"job_id": job, "node": node, **report})
         elif ans.get("do") == "wait":
             _say("prolog", job, "RAMDISK not ready in time; the job starts from the PFS")
         if ans.get("agent") and jm is not None:
-            start_agent(job, node, nodes, jm, env)
+            if st.mounts == "job" and ns is None:
+                try:  # the agent's mounts go where the tasks will be
+                    ns = job_namespace(jm)
+                except RsaError as e:
+                    _say("prolog", job, f"{e}; the job uses the PFS")
+            with inside(ns):
+                start_agent(job, node, nodes, jm, env)
+        note_start(jm, st, job, node, ans, report, env)
     except HookTimeout as e:
         _say("prolog", job, f"{e}; unwinding, the job uses the PFS")
         if jm is not None:
-            jm.release(lazy=True)
+            with inside(ns):
+                jm.release(lazy=True)
     except Exception as e:  # never fail the job or drain the node because of the RSA
         _say("prolog", job, f"{e}; the job uses the PFS")
     finally:
@@ -211,13 +268,20 @@ def epilog(env: Mapping[str, str]) -> int:
     if not os.path.isdir(os.path.join(base, node, job)):
         return 0  # nothing of the RSA on this node for this job: the fast path
     from rsa_scheduler.node.mounts import JobMounts
+    from rsa_scheduler.node.namespace import JobNamespace
 
     jm = JobMounts(job, node, base)
+    ns = JobNamespace(jm.dir)
     try:
         st = settings(env)
         _alarm(st.timeout)
         stop_agent(jm)
-        rel = jm.release(lazy=True)
+        if ns.exists():  # private mounts: they are all inside the job's namespace
+            with ns.entered():
+                rel = jm.release(lazy=True)
+            ns.destroy()
+        else:
+            rel = jm.release(lazy=True)
         jm.remove()
         if not rel.ok:
             _say("epilog", job, f"could not release everything: {rel.message}")

@@ -31,6 +31,9 @@ MS_REMOUNT = 32
 MS_BIND = 4096
 MNT_DETACH = 2
 DEFAULT_BASE = "/run/rsa/node"
+#: what else lives in the per-job directory: job.env for the SPANK plugin (jobstate), the
+#: job's mount namespace handle and the plugin's job-container lock (namespace)
+JOB_FILES = ("job.env", ".job.env.tmp", "mnt", "carry.lock", "carried")
 #: programs rsad may have a node run (as root) to client-mount a RAMDISK; anything else
 #: is refused, so a forged or confused answer cannot make root run an arbitrary program
 CLIENT_PROGRAMS = frozenset({"mfsmount", "mount", "umount", "fusermount", "fusermount3",
@@ -213,7 +216,7 @@ class JobMounts:
     def remove(self) -> None:
         """Remove the per-job directory once nothing is mounted (never recursively)."""
         for p in (self.state_file, self.state_file.with_suffix(".tmp"),
-                  self.dir / "agent.pid"):
+                  self.dir / "agent.pid", *(self.dir / n for n in JOB_FILES)):
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
         for d in (self.ramdisk, self.ro, self.dir):
