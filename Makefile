@@ -8,11 +8,19 @@ PYTHON_SYS ?= /usr/bin/python3
 VENV       ?= $(CURDIR)/.venv
 PY         := $(VENV)/bin/python
 # Debian packages the unit tests and tools need; the lab adds its own in lab/packages.txt.
-APT_PKGS   := python3-venv python3-dev lua5.1 lua5.4 sqlite3 tmux rsync tar munge libmunge2
+# gcc, make, libc6-dev, libslurm-dev build the SPANK plugin; slurm-client gives the unit
+# tests a real sbatch to load it into (no daemon is started or contacted).
+APT_PKGS   := python3-venv python3-dev lua5.1 lua5.4 sqlite3 tmux rsync tar munge libmunge2 \
+              gcc make libc6-dev libslurm-dev slurm-client
+SPANK      := slurm_plugins/spank
 
-.PHONY: install test unit lint clean
+.PHONY: install test unit lint clean spank
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed spank
+
+# The SPANK plugin (slurm_plugins/spank/rsa_spank.so, -Werror); the lab copies it at lab-up.
+spank: $(VENV)/.installed
+	$(MAKE) --no-print-directory -s -C $(SPANK)
 
 $(VENV)/.installed: pyproject.toml Makefile
 	@missing=$$(for p in $(APT_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
@@ -39,6 +47,7 @@ test: install lint
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	$(MAKE) --no-print-directory -s -C $(SPANK) clean
 
 # Lab targets (lab-up, lab-down, ...) are owned by lab/.
 -include lab/lab.mk

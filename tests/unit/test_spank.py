@@ -1,0 +1,422 @@
+"""slurm_plugins/spank (the SPANK plugin) outside a running cluster.
+
+* It builds with -Wall -Wextra -Werror against libslurm-dev's spank.h (its Makefile).
+* Its value grammar (rsa_grammar.c, driven by rsa-spank-check) gives exactly the Python
+  grammar's answers: every directive line of the shared vectors given as an option, and
+  thousands of generated values against ``directives.parse_option``.
+* Real ``sbatch`` (Slurm 22.05, no controller: a temporary slurm.conf whose SlurmctldHost
+  is a closed port on 127.0.0.1 and whose PlugStackConfig names a temporary plugstack.conf)
+  lists the options in ``--help``, refuses a bad value before contacting anything, and
+  loads the plugin as ``optional`` and as ``required``.
+* The job.env reader (rsa_jobenv.c) exports what jobstate.py writes, and refuses files
+  and directories others could have written.
+
+Without gcc, spank.h or sbatch the tests skip, except under CI=true, where that fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rsa_scheduler.core.directives import (
+    C_SPACE,
+    DIRECTIVES,
+    PREFIX,
+    DirectiveSpec,
+    SubmissionErrors,
+    check_submission,
+    decode_script,
+    option_of,
+    parse_option,
+)
+from rsa_scheduler.node import jobstate
+from tests.conftest import DATA
+from tests.unit.test_job_submit_lua import GOOD, PIECES_VALUE
+
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "slurm_plugins" / "spank"
+SPANK_H = Path("/usr/include/slurm/spank.h")
+VECTORS = DATA / "directives"
+JSON_KEY = {"input_writable": "input"}
+
+
+def _missing(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The plugin and its test driver, built by the plugin's own Makefile (-Werror)."""
+    if not shutil.which("gcc") or not shutil.which("make"):
+        _missing("no gcc/make: apt-get install gcc make")
+    if not SPANK_H.exists():
+        _missing(f"no {SPANK_H}: apt-get install libslurm-dev")
+    out = tmp_path_factory.mktemp("spank-build")
+    done = subprocess.run(["make", "-s", "-C", str(SRC), f"BUILD={out}"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
+def test_builds_without_warnings(build: Path) -> None:
+    assert (build / "rsa_spank.so").exists() and (build / "rsa-spank-check").exists()
+    makefile = (SRC / "Makefile").read_text()
+    assert re.search(r"^WARNINGS\s*:=.*-Wall.*-Wextra.*-Werror", makefile, re.M)
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(build / "rsa_spank.so")],
+                             capture_output=True, text=True, check=True).stdout
+    for sym in ("slurm_spank_init", "slurm_spank_init_post_opt",
+                "slurm_spank_task_init_privileged", "slurm_spank_exit", "plugin_name",
+                "plugin_type", "plugin_version", "spank_plugin_version"):
+        assert re.search(rf"\b{sym}$", symbols, re.M), sym
+    assert not re.search(r"\bspank_options$", symbols, re.M)  # registered, not a table
+
+
+# --- the value grammar ------------------------------------------------------------------
+
+
+def check_values(build: Path, pairs: list[tuple[str, bytes]]) -> list[tuple[str, object]]:
+    """(OK, canonical JSON value) or (ERR, message) for each (NAME, value bytes)."""
+    data = b"".join(n.encode() + b"\0" + v + b"\0" for n, v in pairs)
+    done = subprocess.run([str(build / "rsa-spank-check"), "values"], input=data,
+                          capture_output=True, timeout=120, check=True)
+    lines = done.stdout.decode("utf-8").rstrip("\n").split("\n")
+    assert len(lines) == len(pairs)
+    out: list[tuple[str, object]] = []
+    for line in lines:
+        kind, _, rest = line.partition(" ")
+        out.append((kind, json.loads(rest) if kind == "OK" else rest))
+    return out
+
+
+def python_value(name: str, value: bytes) -> tuple[str, object]:
+    try:
+        typed = parse_option(name, decode_script(value))
+    except SubmissionErrors as e:
+        return "ERR", e.errors[0].message
+    field = DIRECTIVES[name].field
+    return "OK", DirectiveSpec(**{field: typed}).to_json()[JSON_KEY.get(field, field)]
+
+
+def directive_lines(data: bytes) -> Iterator[tuple[int, str, bytes]]:
+    """(line, NAME, value text) of each known directive's first line in a script header."""
+    seen = set()
+    for no, line in enumerate(data.split(b"\n"), start=1):
+        if not line.startswith(PREFIX.encode()):
+            if line.strip(C_SPACE.encode()) and not line.lstrip(C_SPACE.encode()
+                                                                ).startswith(b"#"):
+                return
+            continue
+        rest = line[len(PREFIX):]
+        m = re.match(rb"([^ \t\n\v\f\r=]*)", rest)
+        assert m is not None
+        name = m.group(1).decode("utf-8", "surrogateescape")
+        if name not in DIRECTIVES or name in seen:
+            continue
+        seen.add(name)
+        value = rest[m.end():].lstrip(C_SPACE.encode())
+        yield no, name, value[1:] if value.startswith(b"=") else value
+
+
+def vector_values() -> Iterator[tuple[str, str, bytes, tuple[str, object] | str]]:
+    """(vector, NAME, value text, expected) for every directive line of the shared vectors
+    whose outcome depends on its value alone; expected is ("OK", value), ("ERR", message)
+    or just "OK" (a good line in a script that has errors elsewhere)."""
+    for sh in sorted(VECTORS.glob("*.sh")):
+        data = sh.read_bytes()
+        if data.startswith(b"\xef\xbb\xbf") or b"\r\n" in data or b"\0" in data:
+            continue  # script-level errors: not about a value
+        err = sh.with_suffix(".err")
+        errors: dict[int, str] = {}
+        if err.exists():
+            for msg in err.read_text(encoding="utf-8").splitlines():
+                no, _, text = msg.partition(": ")
+                errors[int(no)] = text
+        js = {} if err.exists() else json.loads(sh.with_suffix(".json").read_text("utf-8"))
+        for no, name, value in directive_lines(data):
+            field = DIRECTIVES[name].field
+            if no in errors:
+                if "both choose how output is staged out" not in errors[no]:
+                    yield sh.stem, name, value, ("ERR", errors[no])
+            elif js:
+                yield sh.stem, name, value, ("OK", js[JSON_KEY.get(field, field)])
+            else:
+                yield sh.stem, name, value, "OK"
+
+
+def test_shared_vectors(build: Path) -> None:
+    """Each directive line of the shared vectors, given as an option instead."""
+    cases = list(vector_values())
+    got = check_values(build, [(n, v) for _s, n, v, _w in cases])
+    failures = [f"{stem} {name}={value!r}: want {want}, got {g}"
+                for (stem, name, value, want), g in zip(cases, got, strict=True)
+                if g != want and not (want == "OK" and g[0] == "OK")]
+    assert not failures, "\n".join(failures)
+    assert sum(1 for *_x, w in cases if w != "OK" and w[0] == "ERR") >= 35
+    assert sum(1 for *_x, w in cases if w != "OK" and w[0] == "OK") >= 80
+    assert {n for _s, n, _v, _w in cases} == set(DIRECTIVES)
+
+
+def _raw(text: str) -> bytes:
+    # as in test_job_submit_lua: U+00FF / U+00FE stand for the raw bytes 0xff / 0xfe
+    data = text.encode("utf-8", "surrogateescape")
+    return data.replace(b"\xc3\xbf", b"\xff").replace(b"\xc3\xbe", b"\xfe").replace(b"\0", b"")
+
+
+def test_differential_against_python(build: Path) -> None:
+    rng = random.Random(20261122)
+    pool = PIECES_VALUE + [v for values in GOOD.values() for v in values] + [
+        "", " ", "=x", "'a b' c", '"/a\\"b"', "\\\\", "a\\ b", "\t/x\t", "\u212a", "\u0130",
+        "in\u0130", "Input-Done", "INPUT-DONE", "1e3", "0.5", "12345678901234567890123G",
+        "9007199254740992", "8191.999P", "8192P", "1.0000000000000000001K", "365d",
+        "31536001s", "525600", "525601", "8760:00:00", "0-0:0:1", "00:00:00", "fall back",
+        "fallbacK", "\u017fsd", "tars", "rsnyc", "RW ", "r w", "/a/\u00e9/\u00ff",
+        "/a\u00c2\u0085", "/x/" + "y" * 255, "/x/" + "y" * 256, "/" + "z/" * 2047,
+        "/bin/p '' \"\"", "/p \u00ff", "rel/prog -x", "\u00ffprog", "~/bin/x", "$HOME/x",
+    ]
+    pairs: list[tuple[str, bytes]] = []
+    for name in DIRECTIVES:
+        pairs += [(name, _raw(v)) for v in pool]
+        for _ in range(400):
+            words = [rng.choice(pool) for _ in range(rng.choice((1, 1, 2, 3)))]
+            pairs.append((name, _raw(rng.choice((" ", "  ", "\t")).join(words))))
+    got = check_values(build, pairs)
+    failures = [f"{n} {v!r}\n  python {python_value(n, v)}\n  c      {g}"
+                for (n, v), g in zip(pairs, got, strict=True) if g != python_value(n, v)]
+    assert not failures, f"{len(failures)} of {len(pairs)} differ:\n" + "\n".join(failures[:8])
+
+
+def test_stage_out_with_postprocess_message(build: Path) -> None:
+    done = subprocess.run([str(build / "rsa-spank-check"), "exclusive"],
+                          capture_output=True, text=True, check=True)
+    with pytest.raises(SubmissionErrors) as e:
+        check_submission(None, {"STAGE_OUT": "tar", "POSTPROCESS": "/bin/pack"})
+    assert e.value.lines == [f"--rsa-postprocess: {done.stdout.strip()}"]
+
+
+def test_options_are_named_after_the_directives() -> None:
+    source = (SRC / "rsa_grammar.c").read_text()
+    for name in DIRECTIVES:
+        assert f'{{"{name}", "{option_of(name)[2:]}",' in source
+
+
+# --- real sbatch, no controller ---------------------------------------------------------
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def slurm_conf(tmp_path: Path, build: Path) -> Path:
+    """A slurm.conf of our own: no /etc/slurm, no lab; its controller is a closed port."""
+    if not shutil.which("sbatch"):
+        _missing("no sbatch: apt-get install slurm-client")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("\n".join([
+        "ClusterName=rsatest",
+        "SlurmctldHost=localhost(127.0.0.1)",
+        f"SlurmctldPort={_closed_port()}",
+        "MessageTimeout=1",
+        "AuthType=auth/munge",
+        f"PlugStackConfig={tmp_path / 'plugstack.conf'}",
+        "NodeName=n1 NodeAddr=127.0.0.1 CPUs=1 State=UNKNOWN",
+        "PartitionName=p Nodes=n1 Default=YES",
+        "",
+    ]))
+    plugstack(conf, f"required {build / 'rsa_spank.so'}")
+    return conf
+
+
+def plugstack(conf: Path, *lines: str) -> None:
+    (conf.parent / "plugstack.conf").write_text("\n".join(lines) + "\n")
+
+
+def sbatch(conf: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SLURM_CONF": str(conf),
+           "HOME": str(conf.parent)}
+    return subprocess.run(["sbatch", *args], capture_output=True, text=True, timeout=60,
+                          env=env, cwd=conf.parent, check=False)
+
+
+@pytest.mark.parametrize("how", ["required", "optional"])
+def test_help_lists_every_option(slurm_conf: Path, build: Path, how: str) -> None:
+    plugstack(slurm_conf, f"{how} {build / 'rsa_spank.so'}")
+    done = sbatch(slurm_conf, "--help")
+    assert done.returncode == 0, done.stderr
+    plugins = done.stdout.split("Options provided by plugins:")[1]
+    for name in DIRECTIVES:
+        assert f"{option_of(name)}=" in plugins, name
+        assert f"(#RSA_{name})" in re.sub(r"\s+", " ", plugins), name
+    assert done.stderr == ""
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--rsa-data-in=data/in"],
+     "--rsa-data-in: RSA_DATA_IN must be an absolute path, got 'data/in'"),
+    (["--rsa-data-out=/a/../b"], "--rsa-data-out: RSA_DATA_OUT must not contain '.' or '..' "
+     "components, got '/a/../b'; write the direct path"),
+    (["--rsa-tier=nvme"], "--rsa-tier: RSA_TIER must be one of ram, ssd, got 'nvme'"),
+    (["--rsa-stage-out=tra"],
+     "--rsa-stage-out: RSA_STAGE_OUT must be one of rsync, tar, got 'tra'; did you mean tar?"),
+    (["--rsa-nodes", "two"],
+     "--rsa-nodes: RSA_NODES must be a whole number of RSA nodes, at least 1, got 'two'"),
+    (["--rsa-capacity=100"],
+     "--rsa-capacity: RSA_CAPACITY needs a unit K, M, G, T or P, e.g. 512G; got '100'"),
+    (["--rsa-reset=soon"], "--rsa-reset: RSA_RESET must be input-done or a duration such as "
+     "30s, 10m, 2h or HH:MM:SS, got 'soon'"),
+    (["--rsa-input="], "--rsa-input: RSA_INPUT has an empty value; write e.g. #RSA_INPUT=ro"),
+    (["--rsa-preprocess=unpack.sh -x"], "--rsa-preprocess: RSA_PREPROCESS must start with "
+     "the absolute path of a program, got 'unpack.sh'"),
+    (["--rsa-data-in=/my input"], "--rsa-data-in: RSA_DATA_IN takes one value, got 2 words "
+     "('/my' 'input'); put a path that contains spaces in double quotes"),
+    (["--rsa-stage-out=tar", "--rsa-postprocess=/bin/pack"], "--rsa-postprocess: "
+     "RSA_STAGE_OUT and RSA_POSTPROCESS both choose how output is staged out "
+     "(--rsa-stage-out and --rsa-postprocess); keep one"),
+])
+def test_bad_value_is_refused_before_any_controller(slurm_conf: Path, args: list[str],
+                                                    message: str) -> None:
+    done = sbatch(slurm_conf, *args, "-t", "1", "--wrap", "true")
+    assert done.returncode != 0
+    lines = done.stderr.splitlines()
+    assert lines[0] == f"sbatch: error: {message}"
+    assert lines[1].startswith("sbatch: error: Invalid --rsa-")  # Slurm's own line
+    assert "controller" not in done.stderr  # refused before any connection
+
+
+def test_bad_value_in_an_sbatch_line_is_refused_too(slurm_conf: Path) -> None:
+    script = slurm_conf.parent / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --rsa-tier=nvme\ntrue\n")
+    done = sbatch(slurm_conf, "-t", "1", str(script))
+    assert done.stderr.splitlines()[0] == (
+        "sbatch: error: --rsa-tier: RSA_TIER must be one of ram, ssd, got 'nvme'")
+
+
+def test_good_values_pass_the_plugin(slurm_conf: Path) -> None:
+    """Valid options get past the plugin; sbatch then fails only at the (closed) controller."""
+    done = sbatch(slurm_conf, "--rsa-data-in=/pfs/in", "--rsa-data-out", "/pfs/out",
+                  "--rsa-nodes=2", "--rsa-tier=SSD", "--rsa-capacity=3.5T",
+                  "--rsa-stage-out=tar", "--rsa-early-start=union", "--rsa-input=rw",
+                  "--rsa-reset=10m", "--rsa-preprocess=/bin/unpack -x 'a b'",
+                  "-t", "1", "--wrap", "true")
+    assert done.returncode != 0
+    assert "--rsa" not in done.stderr and "Invalid" not in done.stderr
+    assert "Batch job submission failed" in done.stderr
+
+
+def test_optional_plugin_that_is_missing_is_ignored(slurm_conf: Path, tmp_path: Path) -> None:
+    plugstack(slurm_conf, f"optional {tmp_path / 'nonexistent.so'}")
+    done = sbatch(slurm_conf, "--help")
+    assert done.returncode == 0 and "--rsa-data-in" not in done.stdout
+    plugstack(slurm_conf, f"required {tmp_path / 'nonexistent.so'}")
+    done = sbatch(slurm_conf, "--help")
+    assert done.returncode != 0  # required: a plugin that cannot load stops sbatch
+
+
+def test_unknown_plugstack_argument_is_reported_not_fatal(slurm_conf: Path,
+                                                          build: Path) -> None:
+    plugstack(slurm_conf, f"required {build / 'rsa_spank.so'} node_dir=/run/rsa/node frob=1")
+    done = sbatch(slurm_conf, "--help")
+    assert done.returncode == 0
+    assert "unknown plugstack.conf argument 'frob=1'" in done.stderr
+
+
+# --- job.env: what the node wrote, what a task gets -------------------------------------
+
+
+def jobenv(build: Path, node_dir: Path, job: str = "42", options: bool = False) -> str:
+    done = subprocess.run([str(build / "rsa-spank-check"), "jobenv", str(node_dir), "c1", job,
+                           "1" if options else "0"], capture_output=True, text=True,
+                          check=True)
+    return done.stdout
+
+
+def make_jobdir(tmp_path: Path) -> Path:
+    jobdir = tmp_path / "node" / "c1" / "42"
+    jobdir.mkdir(parents=True)
+    for d in (tmp_path / "node", tmp_path / "node" / "c1", jobdir):
+        d.chmod(0o755 if d != jobdir else 0o700)
+    return jobdir
+
+
+def test_task_gets_what_the_node_wrote(build: Path, tmp_path: Path) -> None:
+    jobdir = make_jobdir(tmp_path)
+    ins = {"do": "mount", "role": "input", "target": "/pfs/a b/in", "mode": "ro"}
+    jobstate.write(jobdir, jobstate.mounted(ins, "job"))
+    assert jobenv(build, tmp_path / "node") == (
+        "RSA_STATE=input\nRSA_RAMDISK=/pfs/a b/in\nRSA_DATA_IN=/pfs/a b/in\n"
+        "RSA_INPUT=ro\nRSA_MOUNTS=job\n")
+    jobstate.write(jobdir, jobstate.on_pfs("refused: /pfs/x has a symlink\ncomponent"))
+    assert jobenv(build, tmp_path / "node") == (
+        "RSA_STATE=pfs\nRSA_MESSAGE=refused: /pfs/x has a symlink component\n")
+
+
+def test_no_state_untouched_unless_options(build: Path, tmp_path: Path) -> None:
+    make_jobdir(tmp_path)
+    assert jobenv(build, tmp_path / "node") == ""
+    assert jobenv(build, tmp_path / "node", job="7") == ""  # no directory at all
+    out = jobenv(build, tmp_path / "node", job="7", options=True)
+    assert out.startswith("RSA_STATE=unavailable\nRSA_MESSAGE=this node has no RSA state")
+
+
+@pytest.mark.parametrize("spoil", ["group-writable file", "symlinked file",
+                                   "world-writable dir", "symlinked dir"])
+def test_state_others_could_write_is_ignored(build: Path, tmp_path: Path, spoil: str) -> None:
+    jobdir = make_jobdir(tmp_path)
+    jobstate.write(jobdir, jobstate.on_pfs("x"))
+    if spoil == "group-writable file":
+        (jobdir / jobstate.FILE).chmod(0o620)
+    elif spoil == "symlinked file":
+        (jobdir / "real").write_text("RSA_STATE=input\n")
+        (jobdir / jobstate.FILE).unlink()
+        (jobdir / jobstate.FILE).symlink_to(jobdir / "real")
+    elif spoil == "world-writable dir":
+        (tmp_path / "node" / "c1").chmod(0o777)
+    else:
+        (tmp_path / "node" / "c1").rename(tmp_path / "node" / "c1-real")
+        (tmp_path / "node" / "c1").symlink_to(tmp_path / "node" / "c1-real")
+    assert jobenv(build, tmp_path / "node", options=True).startswith("RSA_STATE=unavailable")
+
+
+def test_unknown_keys_and_control_characters_are_dropped(build: Path, tmp_path: Path) -> None:
+    jobdir = make_jobdir(tmp_path)
+    (jobdir / jobstate.FILE).write_bytes(
+        b"# comment\nLD_PRELOAD=/evil.so\nRSA_STATE=output\nRSA_MESSAGE=a\x1bb\n"
+        b"RSA_RAMDISK=/x\nRSA_RAMDISK=/y\n" + b"RSA_DATA_IN=/" + b"z" * 5000 + b"\n")
+    (jobdir / jobstate.FILE).chmod(0o600)
+    assert jobenv(build, tmp_path / "node") == "RSA_STATE=output\nRSA_RAMDISK=/y\n"
+
+
+# --- the lab's plugstack.conf (lab/rsalab/slurm.py; the lab itself is not started) -------
+
+
+def test_lab_plugstack_generation() -> None:
+    import sys
+
+    sys.path.insert(0, str(ROOT / "lab"))
+    try:
+        from rsalab import common, slurm  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(ROOT / "lab"))
+    so = Path("/run/rsa-lab/slurm/rsa_spank.so")
+    assert slurm.plugstack_conf("optional", so).splitlines()[1] == (
+        f"optional {so} node_dir=/run/rsa/node")
+    assert slurm.plugstack_conf("required", so).splitlines()[1].startswith("required ")
+    assert not [ln for ln in slurm.plugstack_conf("off", so).splitlines()
+                if not ln.startswith("#")]
+    with pytest.raises(common.LabError):
+        slurm.plugstack_conf("sometimes", so)
+    assert f"PlugStackConfig={slurm.PLUGSTACK}" in slurm.slurm_conf(common.Settings())
