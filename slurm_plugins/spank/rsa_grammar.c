@@ -7,6 +7,7 @@
  * character here too. Messages must stay byte-identical to Python's.
  */
 #include "rsa_grammar.h"
+#include "rsa_text.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -64,406 +65,6 @@ int rsa_directive_by_name(const char *name)
 }
 
 /* ---------------------------------------------------------------------------------
- * A growable string; any allocation failure poisons it (s == NULL) for good.
- */
-struct buf {
-	char *s;
-	size_t len, cap;
-	int failed;
-};
-
-static void buf_addn(struct buf *b, const char *p, size_t n)
-{
-	if (b->failed)
-		return;
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 64;
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		char *s = realloc(b->s, cap);
-		if (!s) {
-			free(b->s);
-			b->s = NULL;
-			b->failed = 1;
-			return;
-		}
-		b->s = s;
-		b->cap = cap;
-	}
-	memcpy(b->s + b->len, p, n);
-	b->len += n;
-	b->s[b->len] = '\0';
-}
-
-static void buf_add(struct buf *b, const char *p)
-{
-	buf_addn(b, p, strlen(p));
-}
-
-static void buf_printf(struct buf *b, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-static void buf_printf(struct buf *b, const char *fmt, ...)
-{
-	char small[256];
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(small, sizeof(small), fmt, ap);
-	va_end(ap);
-	if (n < 0) {
-		b->failed = 1;
-		return;
-	}
-	if ((size_t) n < sizeof(small)) {
-		buf_addn(b, small, (size_t) n);
-		return;
-	}
-	char *big = malloc((size_t) n + 1);
-	if (!big) {
-		b->failed = 1;
-		return;
-	}
-	va_start(ap, fmt);
-	vsnprintf(big, (size_t) n + 1, fmt, ap);
-	va_end(ap);
-	buf_addn(b, big, (size_t) n);
-	free(big);
-}
-
-/* The finished string (malloc()ed, "" for an empty buffer), or NULL after a failure. */
-static char *buf_take(struct buf *b)
-{
-	if (b->failed)
-		return NULL;
-	if (!b->s)
-		return strdup("");
-	return b->s;
-}
-
-/* ---------------------------------------------------------------------------------
- * Characters: the UTF-8 character at s[i] is `len` bytes long and valid or not, exactly
- * as Python's strict decoder decides (Unicode Table 3-7); an invalid byte is one
- * character on its own (surrogateescape).
- */
-static size_t char_len(const unsigned char *s, size_t i, size_t n, int *valid)
-{
-	unsigned char b = s[i];
-	size_t len;
-	unsigned char lo, hi;
-	*valid = 1;
-	if (b < 0x80)
-		return 1;
-	if (b >= 0xC2 && b <= 0xDF) {
-		len = 2; lo = 0x80; hi = 0xBF;
-	} else if (b == 0xE0) {
-		len = 3; lo = 0xA0; hi = 0xBF;
-	} else if (b == 0xED) {
-		len = 3; lo = 0x80; hi = 0x9F;
-	} else if (b >= 0xE1 && b <= 0xEF) {
-		len = 3; lo = 0x80; hi = 0xBF;
-	} else if (b == 0xF0) {
-		len = 4; lo = 0x90; hi = 0xBF;
-	} else if (b >= 0xF1 && b <= 0xF3) {
-		len = 4; lo = 0x80; hi = 0xBF;
-	} else if (b == 0xF4) {
-		len = 4; lo = 0x80; hi = 0x8F;
-	} else {
-		*valid = 0;
-		return 1;
-	}
-	if (i + 1 >= n || s[i + 1] < lo || s[i + 1] > hi) {
-		*valid = 0;
-		return 1;
-	}
-	for (size_t k = i + 2; k < i + len; k++) {
-		if (k >= n || s[k] < 0x80 || s[k] > 0xBF) {
-			*valid = 0;
-			return 1;
-		}
-	}
-	return len;
-}
-
-/* directives.quote(): user text in single quotes, one line. */
-static void add_quoted(struct buf *b, const char *text, size_t n)
-{
-	const unsigned char *s = (const unsigned char *) text;
-	buf_add(b, "'");
-	for (size_t i = 0; i < n;) {
-		int valid;
-		size_t len = char_len(s, i, n, &valid);
-		if (!valid || s[i] < 0x20 || s[i] == 0x7F)
-			buf_printf(b, "\\x%02x", s[i]);
-		else if (s[i] == '\\' || s[i] == '\'')
-			buf_printf(b, "\\%c", s[i]);
-		else if (s[i] == 0xC2 && s[i + 1] <= 0x9F) /* C1 control U+0080..U+009F */
-			buf_printf(b, "\\x%02x", s[i + 1]);
-		else
-			buf_addn(b, text + i, len);
-		i += len;
-	}
-	buf_add(b, "'");
-}
-
-/* directives._undecodable(): the first byte that is not valid UTF-8, or -1. */
-static int undecodable(const char *text, size_t n)
-{
-	const unsigned char *s = (const unsigned char *) text;
-	for (size_t i = 0; i < n;) {
-		int valid;
-		size_t len = char_len(s, i, n, &valid);
-		if (!valid)
-			return s[i];
-		i += len;
-	}
-	return -1;
-}
-
-/* directives._is_control() over valid UTF-8 text */
-static int has_control(const char *text, size_t n)
-{
-	const unsigned char *s = (const unsigned char *) text;
-	for (size_t i = 0; i < n; i++)
-		if (s[i] < 0x20 || s[i] == 0x7F || (s[i] == 0xC2 && i + 1 < n && s[i + 1] <= 0x9F))
-			return 1;
-	return 0;
-}
-
-/*
- * The "shape" of str.lower(): one byte per character of Python's result, ASCII kept,
- * every other character 0 (it never equals a choice's character). str.lower() maps only
- * two non-ASCII characters to ASCII: U+212A KELVIN SIGN -> "k", U+0130 -> "i" U+0307.
- */
-static char *lower_shape(const char *text, size_t n, size_t *out_len)
-{
-	const unsigned char *s = (const unsigned char *) text;
-	char *out = malloc(2 * n + 1);
-	size_t o = 0;
-	if (!out)
-		return NULL;
-	for (size_t i = 0; i < n;) {
-		int valid;
-		size_t len = char_len(s, i, n, &valid);
-		if (len == 1 && valid) {
-			out[o++] = (s[i] >= 'A' && s[i] <= 'Z') ? (char) (s[i] + 32) : (char) s[i];
-		} else if (valid && len == 3 && s[i] == 0xE2 && s[i + 1] == 0x84 && s[i + 2] == 0xAA) {
-			out[o++] = 'k';
-		} else if (valid && len == 2 && s[i] == 0xC4 && s[i + 1] == 0xB0) {
-			out[o++] = 'i';
-			out[o++] = '\0';
-		} else {
-			out[o++] = '\0';
-		}
-		i += len;
-	}
-	out[o] = '\0';
-	*out_len = o;
-	return out;
-}
-
-/* ---------------------------------------------------------------------------------
- * difflib.get_close_matches(word, choices, n=1, cutoff=0.6) of CPython 3.11, for short
- * ASCII choices (a = choice, b = word). No junk: autojunk needs a word of 200+
- * characters, which real_quick_ratio already rules out against choices this short.
- */
-static size_t matching_chars(const char *a, size_t la, const char *b, size_t lb)
-{
-	size_t total = 0;
-	size_t stack[64][4];
-	int top = 0;
-	size_t *j2len = calloc(lb + 1, sizeof(size_t));
-	size_t *newj2len = calloc(lb + 1, sizeof(size_t));
-	if (!j2len || !newj2len) {
-		free(j2len);
-		free(newj2len);
-		return 0;
-	}
-	stack[top][0] = 0; stack[top][1] = la; stack[top][2] = 0; stack[top][3] = lb;
-	top++;
-	while (top > 0) {
-		top--;
-		size_t alo = stack[top][0], ahi = stack[top][1];
-		size_t blo = stack[top][2], bhi = stack[top][3];
-		size_t besti = alo, bestj = blo, bestsize = 0;
-		/* j2len[j + 1] holds the previous row's run ending at b[j] */
-		memset(j2len, 0, (lb + 1) * sizeof(size_t));
-		for (size_t i = alo; i < ahi; i++) {
-			memset(newj2len, 0, (lb + 1) * sizeof(size_t));
-			for (size_t j = blo; j < bhi; j++) {
-				if (b[j] != a[i])
-					continue;
-				size_t k = j2len[j] + 1;
-				newj2len[j + 1] = k;
-				if (k > bestsize) {
-					besti = i + 1 - k;
-					bestj = j + 1 - k;
-					bestsize = k;
-				}
-			}
-			size_t *t = j2len;
-			j2len = newj2len;
-			newj2len = t;
-		}
-		if (bestsize > 0) {
-			total += bestsize;
-			if (alo < besti && blo < bestj && top < 63) {
-				stack[top][0] = alo; stack[top][1] = besti;
-				stack[top][2] = blo; stack[top][3] = bestj;
-				top++;
-			}
-			if (besti + bestsize < ahi && bestj + bestsize < bhi && top < 63) {
-				stack[top][0] = besti + bestsize; stack[top][1] = ahi;
-				stack[top][2] = bestj + bestsize; stack[top][3] = bhi;
-				top++;
-			}
-		}
-	}
-	free(j2len);
-	free(newj2len);
-	return total;
-}
-
-static const char *close_match(const char *word, size_t lw, const char *const *choices)
-{
-	const char *best = NULL;
-	double best_score = 0.0;
-	for (int c = 0; choices[c]; c++) {
-		size_t lx = strlen(choices[c]);
-		double length = (double) (lx + lw);
-		double quick = 2.0 * (double) (lx < lw ? lx : lw) / length;
-		if (quick < 0.6)
-			continue;
-		double score = 2.0 * (double) matching_chars(choices[c], lx, word, lw) / length;
-		if (score >= 0.6 && (!best || score > best_score ||
-				     (score == best_score && strcmp(choices[c], best) > 0))) {
-			best = choices[c];
-			best_score = score;
-		}
-	}
-	return best;
-}
-
-/* ---------------------------------------------------------------------------------
- * shlex.split(s) (POSIX mode, no comments) of CPython 3.11: whitespace " \t\r\n",
- * '...', "..." (backslash escapes only " and \ inside), \x outside quotes.
- */
-struct words {
-	char **w;
-	size_t n;
-};
-
-static void words_free(struct words *ws)
-{
-	for (size_t k = 0; k < ws->n; k++)
-		free(ws->w[k]);
-	free(ws->w);
-	ws->w = NULL;
-	ws->n = 0;
-}
-
-enum { SH_OK = 0, SH_NOCLOSE = 1, SH_NOESCAPE = 2, SH_NOMEM = 3 };
-
-static int is_shlex_space(char c)
-{
-	return c == ' ' || c == '\t' || c == '\r' || c == '\n';
-}
-
-static int shlex_split(const char *s, struct words *out)
-{
-	size_t pos = 0, n = strlen(s);
-	int state = ' '; /* ' ', 'a', '\'', '"', '\\', or 0 at the end */
-	out->w = NULL;
-	out->n = 0;
-	while (state) {
-		struct buf token = {0};
-		int quoted = 0, escapedstate = ' ';
-		for (;;) {
-			int c = pos < n ? (unsigned char) s[pos] : -1;
-			pos++;
-			if (state == ' ') {
-				if (c < 0) {
-					state = 0;
-					break;
-				} else if (is_shlex_space((char) c)) {
-					if (token.len || quoted)
-						break;
-				} else if (c == '\\') {
-					escapedstate = 'a';
-					state = c;
-				} else if (c == '\'' || c == '"') {
-					state = c;
-				} else {
-					char ch = (char) c;
-					buf_addn(&token, &ch, 1);
-					state = 'a';
-				}
-			} else if (state == '\'' || state == '"') {
-				quoted = 1;
-				if (c < 0) {
-					free(token.s);
-					words_free(out);
-					return SH_NOCLOSE;
-				}
-				if (c == state) {
-					state = 'a';
-				} else if (c == '\\' && state == '"') {
-					escapedstate = state;
-					state = c;
-				} else {
-					char ch = (char) c;
-					buf_addn(&token, &ch, 1);
-				}
-			} else if (state == '\\') {
-				if (c < 0) {
-					free(token.s);
-					words_free(out);
-					return SH_NOESCAPE;
-				}
-				if ((escapedstate == '\'' || escapedstate == '"') && c != state &&
-				    c != escapedstate) {
-					char ch = (char) state;
-					buf_addn(&token, &ch, 1);
-				}
-				char ch = (char) c;
-				buf_addn(&token, &ch, 1);
-				state = escapedstate;
-			} else { /* 'a' */
-				if (c < 0) {
-					state = 0;
-					break;
-				} else if (is_shlex_space((char) c)) {
-					state = ' ';
-					if (token.len || quoted)
-						break;
-				} else if (c == '\'' || c == '"') {
-					state = c;
-				} else if (c == '\\') {
-					escapedstate = 'a';
-					state = c;
-				} else {
-					char ch = (char) c;
-					buf_addn(&token, &ch, 1);
-				}
-			}
-		}
-		if (!token.len && !quoted) {
-			free(token.s);
-			break;
-		}
-		char *word = buf_take(&token);
-		char **w = word ? realloc(out->w, (out->n + 1) * sizeof(char *)) : NULL;
-		if (!w) {
-			free(word);
-			words_free(out);
-			return SH_NOMEM;
-		}
-		out->w = w;
-		out->w[out->n++] = word;
-	}
-	return SH_OK;
-}
-
-/* ---------------------------------------------------------------------------------
  * Value parsers: (directive, words) -> canonical JSON in *ok, or the message in *msg.
  * Each returns 0 or -1.
  */
@@ -472,53 +73,53 @@ static const char *NAME(int d)
 	return rsa_directives[d].name;
 }
 
-static void add_json_string(struct buf *b, const char *s)
+static void add_json_string(struct rsa_buf *b, const char *s)
 {
-	buf_add(b, "\"");
+	rsa_buf_add(b, "\"");
 	for (const unsigned char *p = (const unsigned char *) s; *p; p++) {
 		if (*p == '"' || *p == '\\')
-			buf_printf(b, "\\%c", *p);
+			rsa_buf_printf(b, "\\%c", *p);
 		else if (*p < 0x20 || *p == 0x7F)
-			buf_printf(b, "\\u%04x", *p);
+			rsa_buf_printf(b, "\\u%04x", *p);
 		else
-			buf_addn(b, (const char *) p, 1);
+			rsa_buf_addn(b, (const char *) p, 1);
 	}
-	buf_add(b, "\"");
+	rsa_buf_add(b, "\"");
 }
 
 /* directives._one() */
-static const char *one(int d, const struct words *ws, const char *hint, struct buf *msg)
+static const char *one(int d, const struct rsa_words *ws, const char *hint, struct rsa_buf *msg)
 {
 	if (ws->n == 1)
 		return ws->w[0];
-	buf_printf(msg, "RSA_%s takes one value, got %zu words (", NAME(d), ws->n);
+	rsa_buf_printf(msg, "RSA_%s takes one value, got %zu words (", NAME(d), ws->n);
 	for (size_t k = 0; k < ws->n; k++) {
 		if (k)
-			buf_add(msg, " ");
-		add_quoted(msg, ws->w[k], strlen(ws->w[k]));
+			rsa_buf_add(msg, " ");
+		rsa_add_quoted(msg, ws->w[k], strlen(ws->w[k]));
 	}
-	buf_printf(msg, "); %s", hint ? hint : "remove the extra words");
+	rsa_buf_printf(msg, "); %s", hint ? hint : "remove the extra words");
 	return NULL;
 }
 
 /* directives.normalise_path(): the normalised path into *path, or -1. */
-static int normalise_path(int d, const char *raw, struct buf *path, struct buf *msg)
+static int normalise_path(int d, const char *raw, struct rsa_buf *path, struct rsa_buf *msg)
 {
 	size_t n = strlen(raw);
-	int bad = undecodable(raw, n);
+	int bad = rsa_undecodable(raw, n);
 	if (bad >= 0) {
-		buf_printf(msg, "RSA_%s must be valid UTF-8, found byte 0x%02x in ", NAME(d), bad);
-		add_quoted(msg, raw, n);
+		rsa_buf_printf(msg, "RSA_%s must be valid UTF-8, found byte 0x%02x in ", NAME(d), bad);
+		rsa_add_quoted(msg, raw, n);
 		return -1;
 	}
-	if (has_control(raw, n)) {
-		buf_printf(msg, "RSA_%s must not contain control characters, got ", NAME(d));
-		add_quoted(msg, raw, n);
+	if (rsa_has_control(raw, n)) {
+		rsa_buf_printf(msg, "RSA_%s must not contain control characters, got ", NAME(d));
+		rsa_add_quoted(msg, raw, n);
 		return -1;
 	}
 	if (raw[0] != '/') {
-		buf_printf(msg, "RSA_%s must be an absolute path, got ", NAME(d));
-		add_quoted(msg, raw, n);
+		rsa_buf_printf(msg, "RSA_%s must be an absolute path, got ", NAME(d));
+		rsa_add_quoted(msg, raw, n);
 		return -1;
 	}
 	size_t parts = 0;
@@ -534,15 +135,15 @@ static int normalise_path(int d, const char *raw, struct buf *path, struct buf *
 		parts++;
 		if ((len == 1 && raw[start] == '.') ||
 		    (len == 2 && raw[start] == '.' && raw[start + 1] == '.')) {
-			buf_printf(msg, "RSA_%s must not contain '.' or '..' components, got ",
+			rsa_buf_printf(msg, "RSA_%s must not contain '.' or '..' components, got ",
 				   NAME(d));
-			add_quoted(msg, raw, n);
-			buf_add(msg, "; write the direct path");
+			rsa_add_quoted(msg, raw, n);
+			rsa_buf_add(msg, "; write the direct path");
 			return -1;
 		}
 	}
 	if (!parts) {
-		buf_printf(msg, "RSA_%s must not be the root directory '/'; name a directory "
+		rsa_buf_printf(msg, "RSA_%s must not be the root directory '/'; name a directory "
 			   "below it", NAME(d));
 		return -1;
 	}
@@ -553,26 +154,26 @@ static int normalise_path(int d, const char *raw, struct buf *path, struct buf *
 		while (i < n && raw[i] != '/')
 			i++;
 		if (i - start > NAME_MAX_) {
-			buf_printf(msg, "RSA_%s has a path component longer than %d bytes", NAME(d),
+			rsa_buf_printf(msg, "RSA_%s has a path component longer than %d bytes", NAME(d),
 				   NAME_MAX_);
 			return -1;
 		}
 		if (i > start) {
-			buf_add(path, "/");
-			buf_addn(path, raw + start, i - start);
+			rsa_buf_add(path, "/");
+			rsa_buf_addn(path, raw + start, i - start);
 		}
 	}
 	if (path->len >= PATH_MAX_) {
-		buf_printf(msg, "RSA_%s is longer than %d bytes", NAME(d), PATH_MAX_ - 1);
+		rsa_buf_printf(msg, "RSA_%s is longer than %d bytes", NAME(d), PATH_MAX_ - 1);
 		return -1;
 	}
 	return 0;
 }
 
-static int parse_path(int d, const struct words *ws, struct buf *ok, struct buf *msg)
+static int parse_path(int d, const struct rsa_words *ws, struct rsa_buf *ok, struct rsa_buf *msg)
 {
 	const char *value = one(d, ws, "put a path that contains spaces in double quotes", msg);
-	struct buf path = {0};
+	struct rsa_buf path = {0};
 	if (!value)
 		return -1;
 	if (normalise_path(d, value, &path, msg) < 0) {
@@ -589,14 +190,14 @@ static int parse_path(int d, const struct words *ws, struct buf *ok, struct buf 
 }
 
 /* directives._argv() */
-static int parse_argv(int d, const struct words *ws, struct buf *ok, struct buf *msg)
+static int parse_argv(int d, const struct rsa_words *ws, struct rsa_buf *ok, struct rsa_buf *msg)
 {
 	const char *prog = ws->w[0];
-	struct buf path = {0};
-	if (prog[0] != '/' && undecodable(prog, strlen(prog)) < 0) {
-		buf_printf(msg, "RSA_%s must start with the absolute path of a program, got ",
+	struct rsa_buf path = {0};
+	if (prog[0] != '/' && rsa_undecodable(prog, strlen(prog)) < 0) {
+		rsa_buf_printf(msg, "RSA_%s must start with the absolute path of a program, got ",
 			   NAME(d));
-		add_quoted(msg, prog, strlen(prog));
+		rsa_add_quoted(msg, prog, strlen(prog));
 		return -1;
 	}
 	if (normalise_path(d, prog, &path, msg) < 0) {
@@ -604,34 +205,34 @@ static int parse_argv(int d, const struct words *ws, struct buf *ok, struct buf 
 		return -1;
 	}
 	for (size_t k = 1; k < ws->n; k++) {
-		int bad = undecodable(ws->w[k], strlen(ws->w[k]));
+		int bad = rsa_undecodable(ws->w[k], strlen(ws->w[k]));
 		if (bad >= 0) {
-			buf_printf(msg, "RSA_%s argument %zu must be valid UTF-8, found byte 0x%02x",
+			rsa_buf_printf(msg, "RSA_%s argument %zu must be valid UTF-8, found byte 0x%02x",
 				   NAME(d), k, bad);
 			free(path.s);
 			return -1;
 		}
 	}
-	buf_add(ok, "[");
+	rsa_buf_add(ok, "[");
 	add_json_string(ok, path.s ? path.s : "");
 	free(path.s);
 	for (size_t k = 1; k < ws->n; k++) {
-		buf_add(ok, ", ");
+		rsa_buf_add(ok, ", ");
 		add_json_string(ok, ws->w[k]);
 	}
-	buf_add(ok, "]");
+	rsa_buf_add(ok, "]");
 	return 0;
 }
 
 /* directives._choice() */
-static int parse_choice(int d, const struct words *ws, const char *const *choices,
-			struct buf *ok, struct buf *msg)
+static int parse_choice(int d, const struct rsa_words *ws, const char *const *choices,
+			struct rsa_buf *ok, struct rsa_buf *msg)
 {
 	const char *value = one(d, ws, NULL, msg);
 	size_t lw;
 	if (!value)
 		return -1;
-	char *lowered = lower_shape(value, strlen(value), &lw);
+	char *lowered = rsa_lower_shape(value, strlen(value), &lw);
 	if (!lowered) {
 		msg->failed = 1;
 		return -1;
@@ -643,15 +244,15 @@ static int parse_choice(int d, const struct words *ws, const char *const *choice
 			return 0;
 		}
 	}
-	const char *hint = close_match(lowered, lw, choices);
+	const char *hint = rsa_close_match(lowered, lw, choices);
 	free(lowered);
-	buf_printf(msg, "RSA_%s must be one of ", NAME(d));
+	rsa_buf_printf(msg, "RSA_%s must be one of ", NAME(d));
 	for (int c = 0; choices[c]; c++)
-		buf_printf(msg, "%s%s", c ? ", " : "", choices[c]);
-	buf_add(msg, ", got ");
-	add_quoted(msg, value, strlen(value));
+		rsa_buf_printf(msg, "%s%s", c ? ", " : "", choices[c]);
+	rsa_buf_add(msg, ", got ");
+	rsa_add_quoted(msg, value, strlen(value));
 	if (hint)
-		buf_printf(msg, "; did you mean %s?", hint);
+		rsa_buf_printf(msg, "; did you mean %s?", hint);
 	return -1;
 }
 
@@ -667,7 +268,7 @@ static size_t digits(const char *s, size_t from, size_t max)
 }
 
 /* directives._nodes() */
-static int parse_nodes(int d, const struct words *ws, struct buf *ok, struct buf *msg)
+static int parse_nodes(int d, const struct rsa_words *ws, struct rsa_buf *ok, struct rsa_buf *msg)
 {
 	const char *value = one(d, ws, NULL, msg);
 	if (!value)
@@ -676,12 +277,12 @@ static int parse_nodes(int d, const struct words *ws, struct buf *ok, struct buf
 	if (e && !value[e]) {
 		unsigned long long nodes = strtoull(value, NULL, 10);
 		if (nodes >= 1 && nodes <= MAX_NODES) {
-			buf_printf(ok, "%llu", nodes);
+			rsa_buf_printf(ok, "%llu", nodes);
 			return 0;
 		}
 	}
-	buf_printf(msg, "RSA_%s must be a whole number of RSA nodes, at least 1, got ", NAME(d));
-	add_quoted(msg, value, strlen(value));
+	rsa_buf_printf(msg, "RSA_%s must be a whole number of RSA nodes, at least 1, got ", NAME(d));
+	rsa_add_quoted(msg, value, strlen(value));
 	return -1;
 }
 
@@ -698,7 +299,7 @@ static int unit_power(char c)
 }
 
 /* directives._capacity(): [0-9]{1,20}(\.[0-9]{1,20})?([KMGTPkmgtp](i?[Bb])?)? */
-static int parse_capacity(int d, const struct words *ws, struct buf *ok, struct buf *msg)
+static int parse_capacity(int d, const struct rsa_words *ws, struct rsa_buf *ok, struct rsa_buf *msg)
 {
 	const char *value = one(d, ws, NULL, msg);
 	if (!value)
@@ -717,13 +318,13 @@ static int parse_capacity(int d, const struct words *ws, struct buf *ok, struct 
 			power = unit_power(unit[0]);
 	}
 	if (power == 0) {
-		buf_printf(msg, "RSA_%s needs a unit K, M, G, T or P, e.g. 512G; got ", NAME(d));
-		add_quoted(msg, value, strlen(value));
+		rsa_buf_printf(msg, "RSA_%s needs a unit K, M, G, T or P, e.g. 512G; got ", NAME(d));
+		rsa_add_quoted(msg, value, strlen(value));
 		return -1;
 	}
 	if (power < 0) {
-		buf_printf(msg, "RSA_%s must be a size such as 512G or 3.5T, got ", NAME(d));
-		add_quoted(msg, value, strlen(value));
+		rsa_buf_printf(msg, "RSA_%s must be a size such as 512G or 3.5T, got ", NAME(d));
+		rsa_add_quoted(msg, value, strlen(value));
 		return -1;
 	}
 	char number[64];
@@ -733,16 +334,16 @@ static int parse_capacity(int d, const struct words *ws, struct buf *ok, struct 
 	for (int k = 0; k < power; k++)
 		size *= 1024.0; /* exact: powers of two */
 	if (size < 1.0) { /* int() truncates: below 1 byte is 0 */
-		buf_printf(msg, "RSA_%s must be greater than 0, got ", NAME(d));
-		add_quoted(msg, value, strlen(value));
+		rsa_buf_printf(msg, "RSA_%s must be greater than 0, got ", NAME(d));
+		rsa_add_quoted(msg, value, strlen(value));
 		return -1;
 	}
 	if (size > MAX_CAPACITY) {
-		buf_printf(msg, "RSA_%s is too large, got ", NAME(d));
-		add_quoted(msg, value, strlen(value));
+		rsa_buf_printf(msg, "RSA_%s is too large, got ", NAME(d));
+		rsa_add_quoted(msg, value, strlen(value));
 		return -1;
 	}
-	buf_printf(ok, "%llu", (unsigned long long) size);
+	rsa_buf_printf(ok, "%llu", (unsigned long long) size);
 	return 0;
 }
 
@@ -805,13 +406,13 @@ static double duration(const char *v)
 }
 
 /* directives._reset() */
-static int parse_reset(int d, const struct words *ws, struct buf *ok, struct buf *msg)
+static int parse_reset(int d, const struct rsa_words *ws, struct rsa_buf *ok, struct rsa_buf *msg)
 {
 	const char *value = one(d, ws, NULL, msg);
 	size_t lw;
 	if (!value)
 		return -1;
-	char *lowered = lower_shape(value, strlen(value), &lw);
+	char *lowered = rsa_lower_shape(value, strlen(value), &lw);
 	if (!lowered) {
 		msg->failed = 1;
 		return -1;
@@ -824,22 +425,22 @@ static int parse_reset(int d, const struct words *ws, struct buf *ok, struct buf
 	}
 	double seconds = duration(value);
 	if (seconds < 0) {
-		buf_printf(msg, "RSA_%s must be input-done or a duration such as 30s, 10m, 2h or "
+		rsa_buf_printf(msg, "RSA_%s must be input-done or a duration such as 30s, 10m, 2h or "
 			   "HH:MM:SS, got ", NAME(d));
-		add_quoted(msg, value, strlen(value));
+		rsa_add_quoted(msg, value, strlen(value));
 		return -1;
 	}
 	if (seconds < 1 || seconds > MAX_RESET) {
-		buf_printf(msg, "RSA_%s must be between 1s and 365 days, got ", NAME(d));
-		add_quoted(msg, value, strlen(value));
+		rsa_buf_printf(msg, "RSA_%s must be between 1s and 365 days, got ", NAME(d));
+		rsa_add_quoted(msg, value, strlen(value));
 		return -1;
 	}
 	if (seconds != (double) (unsigned long long) seconds) {
-		buf_printf(msg, "RSA_%s must be whole seconds, got ", NAME(d));
-		add_quoted(msg, value, strlen(value));
+		rsa_buf_printf(msg, "RSA_%s must be whole seconds, got ", NAME(d));
+		rsa_add_quoted(msg, value, strlen(value));
 		return -1;
 	}
-	buf_printf(ok, "\"%llus\"", (unsigned long long) seconds);
+	rsa_buf_printf(ok, "\"%llus\"", (unsigned long long) seconds);
 	return 0;
 }
 
@@ -859,26 +460,26 @@ static void strip_c_space(const char *s, size_t *from, size_t *to)
 
 int rsa_check_value(int d, const char *value, char **out)
 {
-	struct buf ok = {0}, msg = {0};
-	struct words ws;
+	struct rsa_buf ok = {0}, msg = {0};
+	struct rsa_words ws;
 	int rc = -1;
 	*out = NULL;
 	if (d < 0 || d >= RSA_NDIRECTIVES || !value)
 		return -1;
-	int sh = shlex_split(value, &ws);
+	int sh = rsa_shlex_split(value, &ws);
 	if (sh == SH_NOMEM)
 		return -1;
 	if (sh == SH_NOESCAPE) {
-		buf_printf(&msg, "RSA_%s ends with a lone backslash; remove it or quote the value",
+		rsa_buf_printf(&msg, "RSA_%s ends with a lone backslash; remove it or quote the value",
 			   NAME(d));
 	} else if (sh == SH_NOCLOSE) {
 		size_t from, to;
 		strip_c_space(value, &from, &to);
-		buf_printf(&msg, "RSA_%s has an unmatched quote in ", NAME(d));
-		add_quoted(&msg, value + from, to - from);
-		buf_add(&msg, "; close it or escape it with a backslash");
+		rsa_buf_printf(&msg, "RSA_%s has an unmatched quote in ", NAME(d));
+		rsa_add_quoted(&msg, value + from, to - from);
+		rsa_buf_add(&msg, "; close it or escape it with a backslash");
 	} else if (!ws.n || (ws.n == 1 && !ws.w[0][0])) {
-		buf_printf(&msg, "RSA_%s has an empty value; write e.g. #RSA_%s=%s", NAME(d),
+		rsa_buf_printf(&msg, "RSA_%s has an empty value; write e.g. #RSA_%s=%s", NAME(d),
 			   NAME(d), rsa_directives[d].example);
 	} else {
 		switch (d) {
@@ -914,14 +515,14 @@ int rsa_check_value(int d, const char *value, char **out)
 		}
 	}
 	if (sh == SH_OK)
-		words_free(&ws);
+		rsa_words_free(&ws);
 	if (rc == 0) {
 		free(msg.s);
-		*out = buf_take(&ok);
+		*out = rsa_buf_take(&ok);
 		return *out ? 0 : -1;
 	}
 	free(ok.s);
-	*out = buf_take(&msg);
+	*out = rsa_buf_take(&msg);
 	return -1;
 }
 
