@@ -23,8 +23,11 @@ case "$hook" in
     # hook from parsing the configuration (Prolog latency when there is nothing to do).
     venv=$(sed -n 's/^RSA_LAB_VENV=//p' /run/rsa-lab/env 2>/dev/null)
     venv=${venv:-$(dirname "$(readlink -f "$0")")/../../.venv}
+    # hooks.mounts: node-wide unless /run/rsa-lab/mounts says "job" (private mounts:
+    # tests/integration/test_spank.py switches it for its own jobs, read at every job)
+    mounts=$(cat /run/rsa-lab/mounts 2>/dev/null || echo node)
     if [ -x "$venv/bin/python" ]; then
-      RSA_CONFIG=/run/rsa-lab/rsa.yaml RSA_API=/run/rsa/rsad.sock \
+      RSA_CONFIG=/run/rsa-lab/rsa.yaml RSA_API=/run/rsa/rsad.sock RSA_MOUNTS="$mounts" \
         RSA_ALLOWED_ROOTS=/pfs/home:/home:/scratch RSA_PROLOG_TIMEOUT=10 RSA_HOOK_TIMEOUT=2 \
         timeout -k 2 20 "$venv/bin/python" -m rsa_scheduler.node.hooks "$hook"
     fi

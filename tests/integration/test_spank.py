@@ -1,0 +1,297 @@
+"""slurm_plugins/spank in the lab: --rsa-* options, RSA_* variables, private mounts.
+
+The lab builds the plugin at lab-up and names it in its plugstack.conf
+(lab/rsalab/slurm.py; RSA_LAB_SPANK=optional|required|off, default optional).
+
+* Options are accepted and refused exactly as the directives are: every directive line
+  of the shared vectors is given to real ``sbatch`` as an option instead; a good one ends
+  up in the job's admin_comment as job_submit.lua encodes it, a bad one is refused by the
+  plugin with the directive's message before the job reaches slurmctld.
+* An option conflicting with a #RSA_ line is refused by job_submit.lua naming both;
+  ``#SBATCH --rsa-*`` lines and ``srun``/``salloc`` options work too.
+* A job without RSA options or directives is untouched: no RSA_* variable, no per-job
+  state on the node, its tasks in the node's own mount namespace.
+* The plugin loads as ``optional`` and as ``required`` in sbatch (a client-side
+  plugstack.conf); slurmd/slurmstepd use the lab's (see RSA_LAB_SPANK).
+* Private mounts (``hooks.mounts: job``; the lab's hooks read /run/rsa-lab/mounts): a
+  staged job sees its RAMDISK over DATA_IN and RSA_STATE=input, RSA_MOUNTS=job, while the
+  node's namespace -- every other job and user on that node -- sees the PFS directory; a
+  second user's job on the same node, where the lab's scheduler lets two jobs share one,
+  sees only its own.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from rsa_scheduler.core.directives import (
+    DIRECTIVES,
+    SubmissionErrors,
+    check_submission,
+    decode_script,
+    option_of,
+)
+from rsa_scheduler.node import jobstate
+from tests.integration.conftest import as_user, slurm_env
+from tests.integration.slurmkit import Jobs, make_jobs, root, wait_for
+from tests.integration.test_rsad_staging import fill, wait_state
+from tests.unit.test_spank import vector_values
+
+LAB_MOUNTS = Path("/run/rsa-lab/mounts")  # read by lab/hooks/log-env.sh at every job
+NODE_DIR = Path("/run/rsa/node")
+VARIABLES = jobstate.KEYS  # what the plugin may export (the runner's own RSA_* aside)
+
+
+def plugstack(lab: Mapping[str, str]) -> Path:
+    return Path(lab["RSA_LAB_SLURM_CONF"]).parent / "plugstack.conf"
+
+
+@pytest.fixture(scope="module")
+def plugin(lab: Mapping[str, str]) -> str:
+    """The lab's plugstack.conf line for the plugin (its load mode first)."""
+    conf = Path(lab["RSA_LAB_SLURM_CONF"]).read_text()
+    assert f"PlugStackConfig={plugstack(lab)}" in conf, "lab/rsalab/slurm.py names no plugstack"
+    lines = [ln for ln in plugstack(lab).read_text().splitlines()
+             if ln.strip() and not ln.startswith("#")]
+    if not lines:
+        pytest.skip("the lab runs without the SPANK plugin (RSA_LAB_SPANK=off)")
+    assert lines[0].split()[1].endswith("rsa_spank.so")
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def jobs(lab: Mapping[str, str], plugin: str) -> Iterator[Jobs]:
+    with make_jobs(lab) as j:
+        yield j
+
+
+def sbatch_bytes(lab: Mapping[str, str], jobs: Jobs, *args: bytes | str,
+                 user: str | None = None) -> tuple[int, str | None, list[str]]:
+    """(exit code, job id, stderr lines) of sbatch as the lab user; args may be bytes."""
+    argv: list[bytes | str] = ["runuser", "-u", user or lab["RSA_LAB_USER"], "--", "sbatch",
+                               "--parsable", "-o", "/dev/null", "--chdir=/tmp", *args]
+    done = subprocess.run(argv, capture_output=True, timeout=60, env=slurm_env(lab),
+                          cwd="/", check=False)
+    job = done.stdout.decode().strip().split(";")[0] or None
+    if job:
+        jobs.ids.append(job)
+    return done.returncode, job, done.stderr.decode("utf-8", "replace").splitlines()
+
+
+def admin_comment(lab: Mapping[str, str], job: str) -> str:
+    return root(lab, "squeue", "-h", "-O", "admin_comment:0", "-j", job).strip()
+
+
+# --- options accepted and refused as the directives are ---------------------------------
+
+
+def test_help_lists_the_options(lab: Mapping[str, str], plugin: str) -> None:
+    done = as_user(lab, lab["RSA_LAB_USER"], ["sbatch", "--help"])
+    assert done.returncode == 0
+    for name in DIRECTIVES:
+        assert f"{option_of(name)}=" in done.stdout
+
+
+def test_every_vector_line_as_an_option(lab: Mapping[str, str], jobs: Jobs) -> None:
+    failures = []
+    for stem, name, value, want in vector_values():
+        rc, job, err = sbatch_bytes(lab, jobs, "-H", "-t", "1",
+                                    f"{option_of(name)}=".encode() + value, "--wrap", "true")
+        if want != "OK" and want[0] == "ERR":
+            line = f"sbatch: error: {option_of(name)}: {want[1]}"
+            if rc == 0 or not err or err[0] != line:
+                failures.append(f"{stem} {name}: want {line!r}, got rc {rc} {err[:2]}")
+            continue
+        try:
+            spec = check_submission(None, {name: decode_script(value)})
+        except SubmissionErrors as e:
+            failures.append(f"{stem} {name}: python refuses it: {e}")
+            continue
+        if rc != 0 or job is None or admin_comment(lab, job) != spec.to_admin_comment():
+            failures.append(f"{stem} {name}: want {spec.to_admin_comment()}, got rc {rc} "
+                            f"{err[:2]} {job and admin_comment(lab, job)}")
+    assert not failures, "\n".join(failures)
+
+
+def test_option_conflicting_with_a_directive_is_refused(lab: Mapping[str, str],
+                                                        jobs: Jobs) -> None:
+    with tempfile.TemporaryDirectory(prefix="rsa-spank-") as tmp:
+        script = Path(tmp) / "job.sh"
+        script.write_text("#!/bin/sh\n#RSA_DATA_IN=/pfs/home/a\n#SBATCH --rsa-tier=ssd\ntrue\n")
+        Path(tmp).chmod(0o755)
+        script.chmod(0o644)
+        rc, _job, err = sbatch_bytes(lab, jobs, "-H", "-t", "1", "--rsa-data-in=/pfs/home/b",
+                                     str(script))
+        assert rc != 0
+        assert err[0] == ("sbatch: error: 2: #RSA_DATA_IN='/pfs/home/a' conflicts with "
+                          "--rsa-data-in='/pfs/home/b'; keep one")
+        rc, job, err = sbatch_bytes(lab, jobs, "-H", "-t", "1", "--rsa-data-in=/pfs/home//a/",
+                                    "--rsa-nodes=1", str(script))
+        assert rc == 0 and job, err
+        assert admin_comment(lab, job) == "rsa1:i=/pfs/home/a;n=1;t=ssd"
+
+
+def test_srun_and_salloc_options(lab: Mapping[str, str], jobs: Jobs) -> None:
+    done = as_user(lab, lab["RSA_LAB_USER"], [
+        "srun", "-t", "1", "--rsa-data-out=/pfs/home/x/out", "--rsa-stage-out=tar",
+        "bash", "-c", "echo $SLURM_JOB_ID"], timeout=120)
+    assert done.returncode == 0, done.stderr
+    job = done.stdout.strip().splitlines()[-1]
+    jobs.ids.append(job)
+    text = root(lab, "scontrol", "show", "job", "-o", job)
+    assert "AdminComment=rsa1:o=/pfs/home/x/out;so=tar" in text
+    done = as_user(lab, lab["RSA_LAB_USER"], ["salloc", "--no-shell", "-t", "1",
+                                              "--rsa-tier=ram", "--rsa-nodes=0"])
+    assert done.returncode != 0
+    assert ("salloc: error: --rsa-nodes: RSA_NODES must be a whole number of RSA nodes, at "
+            "least 1, got '0'") in done.stderr
+
+
+@pytest.mark.parametrize("how", ["optional", "required"])
+def test_plugin_loads_as(lab: Mapping[str, str], jobs: Jobs, plugin: str, how: str) -> None:
+    """Client side: sbatch with a plugstack.conf naming the lab's plugin as ``how``."""
+    with tempfile.TemporaryDirectory(prefix="rsa-plugstack-") as tmp:
+        d = Path(tmp)
+        d.chmod(0o755)
+        conf = Path(lab["RSA_LAB_SLURM_CONF"]).read_text()
+        conf = re.sub(r"^PlugStackConfig=.*$", f"PlugStackConfig={d / 'plugstack.conf'}",
+                      conf, flags=re.M)
+        (d / "slurm.conf").write_text(conf)
+        (d / "plugstack.conf").write_text(f"{how} {' '.join(plugin.split()[1:])}\n")
+        for f in d.iterdir():
+            f.chmod(0o644)
+        env = {**slurm_env(lab), "SLURM_CONF": str(d / "slurm.conf")}
+        run = subprocess.run(["runuser", "-u", lab["RSA_LAB_USER"], "--", "sbatch",
+                              "--parsable", "-H", "-t", "1", "-o", "/dev/null",
+                              "--chdir=/tmp", "--rsa-data-in=/pfs/home/in", "--wrap", "true"],
+                             capture_output=True, text=True, timeout=60, env=env, check=False)
+        assert run.returncode == 0, run.stderr
+        job = run.stdout.strip().split(";")[0]
+        jobs.ids.append(job)
+        assert admin_comment(lab, job) == "rsa1:i=/pfs/home/in"
+
+
+# --- the job's side ---------------------------------------------------------------------
+
+
+def probe_script(out: Path, extra: str = "") -> str:
+    """A job that records what its task sees: RSA_* variables, namespace, mounts."""
+    return f"""#!/bin/bash
+#SBATCH -t 5
+{extra}
+{{ env | grep -E '^({"|".join(VARIABLES)})=' | sort; echo "ns=$(stat -L -c %i /proc/self/ns/mnt)";
+   echo "node=$SLURMD_NODENAME"; }} > {out}
+"""
+
+
+def wait_done(lab: Mapping[str, str], job: str, timeout: float = 120) -> None:
+    wait_for(f"job {job} done", lambda: root(lab, "squeue", "-h", "-j", job, "-o",
+                                             "%T").strip() in ("", "COMPLETED"),
+             timeout=timeout)
+
+
+def slurmd_ns(node: str) -> int:
+    pid = Path(f"/run/rsa-lab/pids/slurmd-{node}.pid").read_text().strip()
+    return os.stat(f"/proc/{pid}/ns/mnt").st_ino
+
+
+def parse_probe(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
+def test_job_without_rsa_is_untouched(lab: Mapping[str, str], jobs: Jobs) -> None:
+    out = Path(lab["RSA_LAB_PFS"]) / f"spank-plain-{os.getpid()}-{time.monotonic_ns()}"
+    job = jobs.submit(script=probe_script(out))
+    wait_for(f"{out}", out.exists, timeout=120)
+    seen = parse_probe(out)
+    assert [k for k in seen if k in VARIABLES] == []
+    assert int(seen["ns"]) == slurmd_ns(seen["node"])  # tasks stay in the node's namespace
+    assert not (NODE_DIR / seen["node"] / job).exists()
+    out.unlink()
+
+
+@pytest.fixture
+def private_mounts() -> Iterator[None]:
+    """The lab's node hooks in ``hooks.mounts: job`` for the jobs of one test."""
+    LAB_MOUNTS.write_text("job\n")
+    try:
+        yield
+    finally:
+        LAB_MOUNTS.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def area(lab: Mapping[str, str]) -> Iterator[Path]:
+    base = Path(lab["RSA_LAB_PFS"]) / f"spank-it-{os.getpid()}-{time.monotonic_ns()}"
+    script = f"set -e; mkdir -p {base}/in {base}/res; echo pfs > {base}/in/who"
+    done = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", script], timeout=120)
+    assert done.returncode == 0, done.stderr
+    yield base
+    subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)
+
+
+def node_view(node: str, path: Path) -> str:
+    """What the node's own namespace (every other job and user there) has at ``path``."""
+    pid = Path(f"/run/rsa-lab/pids/slurmd-{node}.pid").read_text().strip()
+    done = subprocess.run(["nsenter", "-t", pid, "-m", "findmnt", "-n", "-o", "TARGET",
+                           "--target", str(path)], capture_output=True, text=True, timeout=10)
+    return done.stdout.strip()
+
+
+def test_private_mounts_only_the_job_sees_its_ramdisk(
+        lab: Mapping[str, str], area: Path, private_mounts: None) -> None:
+    res = area / "res" / "probe"
+    script = probe_script(res, extra=f"#RSA_DATA_IN={area / 'in'}") + (
+        f"findmnt -n -o TARGET --target {area / 'in'} > {area / 'res' / 'mnt'}\n"
+        f"sleep 20\n")
+    with make_jobs(lab) as jobs:
+        fill(jobs)  # the job waits on-deck while its input is staged
+        job = jobs.submit(script=script)
+        wait_state(lab, job, "locked-in", timeout=120)
+        for filler in jobs.ids[:4]:
+            root(lab, "scancel", filler)
+        wait_for("the job's probe", res.exists, timeout=120)
+        seen = parse_probe(res)
+        node = seen["node"]
+        assert seen["RSA_STATE"] == "input" and seen["RSA_MOUNTS"] == "job", seen
+        assert seen["RSA_RAMDISK"] == str(area / "in")
+        assert int(seen["ns"]) != slurmd_ns(node)  # the task is in the job's namespace
+        assert (area / "res" / "mnt").read_text().strip() == str(area / "in")
+        assert node_view(node, area / "in") != str(area / "in")  # the node sees the PFS
+        handle = NODE_DIR / node / job / "mnt"
+        pid = Path(f"/run/rsa-lab/pids/slurmd-{node}.pid").read_text().strip()
+        assert subprocess.run(["nsenter", "-t", pid, "-m", "findmnt", str(handle)],
+                              capture_output=True, timeout=10).returncode == 0
+        shared = _second_user_on(lab, jobs, node, area)
+        wait_done(lab, job)
+    if shared is not None:
+        assert shared.get("RSA_STATE") is None, shared
+        assert shared["mounts"] == "0"  # no mount point at the first job's DATA_IN
+    wait_for("the Epilog's cleanup", lambda: not (NODE_DIR / node / job).exists(), timeout=60)
+
+
+def _second_user_on(lab: Mapping[str, str], jobs: Jobs, node: str,
+                    area: Path) -> dict[str, str] | None:
+    """rsaother's job on the same node, if the lab's scheduler lets two jobs share one
+    (select/linear gives whole nodes: then the node's namespace view above stands for it)."""
+    config = root(lab, "scontrol", "show", "config")
+    if re.search(r"^SelectType\s*=\s*select/linear", config, re.M):
+        return None
+    other = lab["RSA_LAB_OTHER_USER"]
+    out = Path(f"/tmp/rsa-spank-other-{os.getpid()}")
+    # the other user cannot enter rsauser's home: read the mount table, not the path
+    script = (f"#!/bin/bash\n#SBATCH -t 2\n{{ env | grep '^RSA_STATE='; echo mounts=$(awk "
+              f"'$5 == \"{area / 'in'}\"' /proc/self/mountinfo | wc -l); }} > {out}\n")
+    jobs.submit("-w", node, user=other, script=script)
+    wait_for("the other user's probe", out.exists, timeout=120)
+    seen = parse_probe(out)
+    out.unlink()
+    return seen
