@@ -35,6 +35,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <slurm/slurm.h> /* SLURM_EXTERN_CONT */
 #include <slurm/spank.h>
 
 #include "rsa_grammar.h"
@@ -204,7 +205,12 @@ static void remote_setup(spank_t sp)
 	struct rsa_jobenv env = {0};
 	int have_file = 0;
 	const char *node = getenv("SLURMD_NODENAME"); /* slurmstepd sets it for itself */
+	uint32_t step_id = 0;
 	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS)
+		return;
+	/* the extern step runs no task; holding the namespace there would only outlive it */
+	if (spank_get_item(sp, S_JOB_STEPID, &step_id) == ESPANK_SUCCESS &&
+	    step_id == SLURM_EXTERN_CONT)
 		return;
 	if (node) {
 		jobdir_fd = rsa_jobdir_open(node_dir, node, job_id, 0);
