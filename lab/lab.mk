@@ -1,7 +1,7 @@
 # Lab targets (included by the top-level Makefile). Run as root. See docs/lab.md.
 LABCTL := $(CURDIR)/lab/labctl
 
-.PHONY: lab-up lab-down lab-status lab-test lab-check-clean e2e
+.PHONY: lab-up lab-down lab-status lab-test lab-check-clean e2e demo
 
 # lab-test runs the integration tier and the compute-node e2e tier (whole job lifecycles
 # through the node Prolog/Epilog). LAB_TESTS narrows it, e.g. LAB_TESTS=tests/e2e.
@@ -34,4 +34,18 @@ lab-test: install
 	fi; \
 	$(LABCTL) down || { [ $$rc -ne 0 ] || rc=1; }; \
 	$(CURDIR)/lab/check-clean || { [ $$rc -ne 0 ] || rc=1; }; \
+	exit $$rc
+
+# The demo: lab up with a slower PFS (so the RSA's effect shows), the sample jobs with
+# the live view (lab/demo.py), the summary, lab down. DEMO_ARGS passes options (--plain,
+# --scale 0.3, --keep); DEMO_PFS_RATE the PFS link rate.
+DEMO_PFS_RATE ?= 200mbit
+DEMO_ARGS ?=
+
+demo: install
+	@rc=0; \
+	trap '$(LABCTL) down; exit 130' INT TERM; \
+	RSA_LAB_PFS_RATE=$(DEMO_PFS_RATE) $(LABCTL) up || rc=$$?; \
+	if [ $$rc -eq 0 ]; then $(VENV)/bin/python $(CURDIR)/lab/demo.py $(DEMO_ARGS) || rc=$$?; fi; \
+	$(LABCTL) down || { [ $$rc -ne 0 ] || rc=1; }; \
 	exit $$rc
