@@ -470,9 +470,10 @@ def _rows() -> list[Rule]:
                       note="unconfirmed mounts may have taken output: stage out to be safe"))
     r += [
         Rule(S.MOUNTING_OUTPUT, T.OUTPUT_MOUNTED, S.MOUNTED_OUTPUT, ref="§3.2"),
-        Rule(S.MOUNTING_OUTPUT, T.OUTPUT_MOUNT_FAILED, S.STAGING_OUT,
-             actions=(A.TELL_USER, A.STAGE_OUT),
-             note="the job writes to the PFS; stage out whatever a node may have written"),
+        Rule(S.MOUNTING_OUTPUT, T.OUTPUT_MOUNT_FAILED, S.MOUNTED_OUTPUT,
+             actions=(A.TELL_USER,),
+             note="nodes without the mount write to the PFS; nodes that did mount it may "
+                  "write to the RAMDISK: stage out only after the job has ended"),
     ]
 
     # ---- MOUNTED_OUTPUT: job writing results to the RAMDISK ----------------------------

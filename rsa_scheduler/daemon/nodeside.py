@@ -114,8 +114,15 @@ class NodeSide:
             raise RsaError(f"releasing the input mounts failed: {v.message}")
         backend, req = self.backend_for(ctx)
         spec = backend.reset(req, ctx.cancel)
-        detail = dict(self._mount(ctx, role="output", target=str(
-            ctx.action.args.get("data_out") or ""), mode="rw", spec=spec, via="agent"))
+        try:
+            detail = dict(self._mount(ctx, role="output", target=str(
+                ctx.action.args.get("data_out") or ""), mode="rw", spec=spec, via="agent"))
+        except RsaError as e:
+            # The new RAMDISK exists and some nodes may have mounted it: the job may be
+            # writing there. Reporting a failure would tear it down under the job; the
+            # reset is done, nodes without the mount write to the PFS (seed 004 §3.2).
+            log.warning("job %s: reset: %s", ctx.action.job_id, e)
+            detail = {"partial": str(e)}
         detail["mount"] = spec.to_json()
         return detail
 

@@ -390,3 +390,20 @@ def test_spec_without_input_or_output_is_not_tracked() -> None:
     sched = make_scheduler()
     spec = make_spec(data_in=None, data_out=None, nodes=2)
     assert sched.observe([obs("10", "PENDING", "Resources", spec)], 0).events == []
+
+
+def test_a_failed_output_mount_keeps_the_ramdisk_until_the_job_has_ended() -> None:
+    """Found by `make demo`: one node's mfsmount timed out while the others had mounted the
+    RAMDISK over DATA_OUT; staging out at once (and tearing down after verifying) would
+    have destroyed it under the running job's later writes."""
+    d = Driver(make_scheduler())
+    d.observe(obs("10", "PENDING", "Resources", make_spec(data_in=None)))
+    d.answer_all("10")  # allocated, built: waits for the start
+    d.observe(obs("10", "RUNNING"))
+    assert d.state("10") == "mounting-output"
+    dec = d.answer("10", Result.FAILED, "c3: cannot mount the RAMDISK on the node")
+    assert d.state("10") == "mounted-output" and kinds(dec) == ["tell-user"]
+    dec = d.observe(obs("10", "RUNNING"))
+    assert d.state("10") == "mounted-output" and dec.actions == []
+    dec = d.observe(obs("10", "COMPLETED"))
+    assert d.state("10") == "staging-out" and kinds(dec) == ["stage-out"]

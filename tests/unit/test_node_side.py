@@ -147,6 +147,27 @@ def test_reset_releases_recreates_and_mounts_output_through_the_agents() -> None
     assert out.detail["mount"]["rsa_mountpoint"] == "/mnt/rsa/new"
 
 
+def test_reset_whose_output_mount_fails_on_one_node_keeps_the_new_ramdisk() -> None:
+    """The other node mounted the new RAMDISK and its job may write there: the reset is
+    reported done (with what failed), never as an error that would tear it down."""
+    side, reg, backend = make_side()
+    side.prolog("7", "c1", "c[1-2]", "mounted-input")
+    fut = start(reg, ActionKind.RESET, {"user": "alice", "nodes": "rsa1",
+                                        "data_in": "/scratch/a/in",
+                                        "data_out": "/scratch/a/out"})
+    for node in ("c1", "c2"):
+        rel = side.agent("7", node, "c[1-2]", 0, wait=2)
+        side.report("7", node, {"seq": rel["seq"], "ok": True})
+    mounts = [side.agent("7", n, "c[1-2]", 1, wait=2) for n in ("c1", "c2")]
+    side.report("7", "c1", {"seq": mounts[0]["seq"], "ok": True})
+    side.report("7", "c2", {"seq": mounts[1]["seq"], "ok": False,
+                            "message": "mfsmount: ETIMEDOUT"})
+    out = fut.result(5)
+    assert out.result is Result.OK and backend.resets == 1
+    assert "ETIMEDOUT" in out.detail["partial"]
+    assert out.detail["mount"]["rsa_mountpoint"] == "/mnt/rsa/new"
+
+
 def test_reset_with_a_busy_input_mount_is_busy_and_changes_nothing() -> None:
     side, reg, backend = make_side()
     side.prolog("7", "c1", "c1", "mounted-input")
