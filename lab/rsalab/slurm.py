@@ -264,6 +264,10 @@ def slurm_conf(s: Settings) -> str:
                      f"Port={SLURMD_PORT0 + i} CPUs=1 RealMemory=1000 State=UNKNOWN")
     lines.append(f"PartitionName={s.partition} Nodes={_hostlist(s)} Default=YES "
                  "MaxTime=INFINITE DefaultTime=00:10:00 State=UP")
+    # the same nodes, shareable by two jobs at once (SPANK private-mount tests: two users'
+    # jobs on one node); jobs of the default partition still get whole nodes
+    lines.append(f"PartitionName=shared Nodes={_hostlist(s)} Default=NO OverSubscribe=FORCE:2 "
+                 "MaxTime=INFINITE DefaultTime=00:10:00 State=UP")
     return "\n".join(lines) + "\n"
 
 

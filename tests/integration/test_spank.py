@@ -254,7 +254,7 @@ def test_private_mounts_only_the_job_sees_its_ramdisk(
         f"sleep 20\n")
     with make_jobs(lab) as jobs:
         fill(jobs)  # the job waits on-deck while its input is staged
-        job = jobs.submit(script=script)
+        job = jobs.submit("-p", "shared", script=script)  # a node two jobs may share
         wait_state(lab, job, "locked-in", timeout=120)
         for filler in jobs.ids[:4]:
             root(lab, "scancel", filler)
@@ -271,26 +271,25 @@ def test_private_mounts_only_the_job_sees_its_ramdisk(
         assert subprocess.run(["nsenter", "-t", pid, "-m", "findmnt", str(handle)],
                               capture_output=True, timeout=10).returncode == 0
         shared = _second_user_on(lab, jobs, node, area)
+        # ... while this job still ran there: the two really shared the node
+        assert root(lab, "squeue", "-h", "-j", job, "-o", "%T").strip() == "RUNNING"
         wait_done(lab, job)
-    if shared is not None:
-        assert shared.get("RSA_STATE") is None, shared
-        assert shared["mounts"] == "0"  # no mount point at the first job's DATA_IN
+    # the other user's job ran on the same node at the same time and saw none of it
+    assert shared.get("RSA_STATE") is None, shared
+    assert shared["mounts"] == "0"  # no mount point at the first job's DATA_IN
     wait_for("the Epilog's cleanup", lambda: not (NODE_DIR / node / job).exists(), timeout=60)
 
 
 def _second_user_on(lab: Mapping[str, str], jobs: Jobs, node: str,
-                    area: Path) -> dict[str, str] | None:
-    """rsaother's job on the same node, if the lab's scheduler lets two jobs share one
-    (select/linear gives whole nodes: then the node's namespace view above stands for it)."""
-    config = root(lab, "scontrol", "show", "config")
-    if re.search(r"^SelectType\s*=\s*select/linear", config, re.M):
-        return None
+                    area: Path) -> dict[str, str]:
+    """rsaother's job on the same node at the same time (the lab's ``shared`` partition
+    lets two jobs share a node)."""
     other = lab["RSA_LAB_OTHER_USER"]
     out = Path(f"/tmp/rsa-spank-other-{os.getpid()}")
     # the other user cannot enter rsauser's home: read the mount table, not the path
     script = (f"#!/bin/bash\n#SBATCH -t 2\n{{ env | grep '^RSA_STATE='; echo mounts=$(awk "
               f"'$5 == \"{area / 'in'}\"' /proc/self/mountinfo | wc -l); }} > {out}\n")
-    jobs.submit("-w", node, user=other, script=script)
+    jobs.submit("-p", "shared", "-w", node, user=other, script=script)
     wait_for("the other user's probe", out.exists, timeout=120)
     seen = parse_probe(out)
     out.unlink()
