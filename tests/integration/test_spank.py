@@ -179,6 +179,30 @@ def test_plugin_loads_as(lab: Mapping[str, str], jobs: Jobs, plugin: str, how: s
         assert admin_comment(lab, job) == "rsa1:i=/pfs/home/in"
 
 
+@pytest.mark.parametrize("how", ["optional", "required"])
+def test_nodes_run_jobs_with_the_plugin_loaded_as(lab: Mapping[str, str], jobs: Jobs,
+                                                  plugin: str, how: str) -> None:
+    """Node side: slurmstepd reads plugstack.conf for every step; with the plugin
+    ``optional`` or ``required`` a job with an option gets its RSA_* variables (here
+    RSA_STATE=pfs: a job that started at once, with nothing staged, reads the PFS), and a
+    plain job runs untouched."""
+    conf = plugstack(lab)
+    saved = conf.read_text()
+    conf.write_text(f"{how} {' '.join(plugin.split()[1:])}\n")
+    try:
+        base = Path(lab["RSA_LAB_PFS"]) / f"spank-{how}-{os.getpid()}-{time.monotonic_ns()}"
+        with_opt, plain = Path(f"{base}-opt"), Path(f"{base}-plain")
+        jobs.submit("--rsa-tier=ram", script=probe_script(with_opt))
+        jobs.submit(script=probe_script(plain))
+        wait_for("both probes", lambda: with_opt.exists() and plain.exists(), timeout=120)
+        assert parse_probe(with_opt).get("RSA_STATE") == "pfs"
+        assert [k for k in parse_probe(plain) if k in VARIABLES] == []
+        for p in (with_opt, plain):
+            p.unlink()
+    finally:
+        conf.write_text(saved)
+
+
 # --- the job's side ---------------------------------------------------------------------
 
 
