@@ -17,6 +17,7 @@ from rsa_scheduler.errors import RsaError
 
 DEFAULT_SOCKET = "/run/rsa/rsad.sock"
 AUTH_HEADER = "X-RSA-Munge"
+REPLY_HEADER = "X-RSA-Munge-Reply"
 
 
 class ApiUnavailable(RsaError):
@@ -46,9 +47,14 @@ class _UnixConnection(http.client.HTTPConnection):
 class ApiClient:
     """Talks to rsad. ``address`` is a unix socket path or ``host:port``."""
 
-    def __init__(self, address: str | None = None, timeout: float = 10.0) -> None:
+    def __init__(self, address: str | None = None, timeout: float = 10.0,
+                 trust_uid: int | None = None) -> None:
+        """``trust_uid``: accept only replies signed with a MUNGE credential of this uid
+        (rsad runs as root: the node hooks pass 0 before they mount anything as root on
+        what rsad answers); None: replies are not checked (the ``rsa`` CLI)."""
         self.address = address or os.environ.get("RSA_API") or DEFAULT_SOCKET
         self.timeout = timeout
+        self.trust_uid = trust_uid
 
     def _connection(self) -> http.client.HTTPConnection:
         if self.address.startswith("/"):
@@ -71,6 +77,8 @@ class ApiClient:
                                  "running (systemctl status rsad)?") from e
         finally:
             conn.close()
+        if self.trust_uid is not None:
+            self._check_signature(cred, resp.status, data, resp.getheader(REPLY_HEADER))
         try:
             decoded = json.loads(data) if data else None
         except ValueError as e:
@@ -80,6 +88,22 @@ class ApiClient:
             msg = decoded.get("error") if isinstance(decoded, dict) else None
             raise ApiRefused(resp.status, str(msg or f"HTTP {resp.status}"))
         return decoded
+
+    def _check_signature(self, cred: str, status: int, data: bytes,
+                         signature: str | None) -> None:
+        where = f"the answer from {self.address}"
+        if not signature:
+            raise ApiUnavailable(f"{where} is not signed with MUNGE; refusing it (is it "
+                                 "rsad, and is munged running there?)")
+        try:
+            sender, payload = munge.decode(signature)
+        except munge.MungeError as e:
+            raise ApiUnavailable(f"{where}: {e}; refusing it") from e
+        if sender.uid != self.trust_uid:
+            raise ApiUnavailable(f"{where} is signed by uid {sender.uid}, not by rsad's "
+                                 f"uid {self.trust_uid}; refusing it")
+        if payload != munge.reply_digest(cred, status, data):
+            raise ApiUnavailable(f"{where} does not match its MUNGE signature; refusing it")
 
     def get(self, path: str) -> Any:
         return self.request("GET", path)

@@ -31,6 +31,7 @@ from rsa_scheduler.daemon.service import Daemon
 
 log = logging.getLogger(__name__)
 AUTH_HEADER = "X-RSA-Munge"
+REPLY_HEADER = "X-RSA-Munge-Reply"  # rsad's credential over its answer (node hooks check it)
 MAX_BODY = 1 << 20
 OPERATOR_USERS = frozenset({"root", "slurm"})
 USER_COMMANDS = {"input-done", "cancel-staging"}
@@ -259,6 +260,11 @@ def make_handler(routes: Routes) -> type[BaseHTTPRequestHandler]:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(out)))
+            try:  # sign the answer: the node hooks act as root on what it says
+                self.send_header(REPLY_HEADER, munge.encode(munge.reply_digest(
+                    self.headers.get(AUTH_HEADER) or "", int(status), out)))
+            except munge.MungeError as e:
+                log.warning("api: reply not signed: %s", e)
             self.end_headers()
             self.wfile.write(out)
 

@@ -58,6 +58,13 @@ def request_digest(method: str, path: str, body: bytes) -> bytes:
     return hashlib.sha256(method.encode() + b"\0" + path.encode() + b"\0" + body).digest()
 
 
+def reply_digest(request_credential: str, status: int, body: bytes) -> bytes:
+    """What rsad's reply credential vouches for: this answer (status and body) to the
+    request that carried ``request_credential`` (so an old reply cannot be replayed)."""
+    return hashlib.sha256(b"reply\0" + request_credential.encode() + b"\0"
+                          + str(status).encode() + b"\0" + body).digest()
+
+
 def encode(payload: bytes) -> str:
     """A credential for ``payload`` from this process's uid/gid."""
     lib = _lib()

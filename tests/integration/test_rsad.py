@@ -9,8 +9,10 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+
+import pytest
 
 from rsa_scheduler.core.directives import DirectiveSpec
 from tests.integration.conftest import as_user
@@ -137,3 +139,82 @@ def test_prometheus_endpoint_serves_pool_and_job_metrics(lab: Mapping[str, str])
     for name in ("rsa_nodes{", "rsa_slurm_up 1.0", "rsa_cycle_seconds_count",
                  "rsa_actions_running"):
         assert name in text, name
+
+
+class _Impostor:
+    """Something listening on a unix socket that answers the node hooks like rsad would,
+    with a reply credential made by ``sign`` (or none)."""
+
+    def __init__(self, path: Path, sign: Callable[[str, bytes], str | None]) -> None:
+        import http.server
+        import socketserver
+        import threading
+
+        sign_reply = sign
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, fmt: str, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                out = json.dumps({"do": "mount", "target": "/etc"}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(out)))
+                signature = sign_reply(self.headers.get("X-RSA-Munge") or "", out)
+                if signature:
+                    self.send_header("X-RSA-Munge-Reply", signature)
+                self.end_headers()
+                self.wfile.write(out)
+
+        class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+            daemon_threads = True
+
+            def get_request(self) -> tuple[socket.socket, object]:
+                conn, _ = super().get_request()
+                return conn, ("local", 0)
+
+        self.server = Server(str(path), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _encode_as(lab: Mapping[str, str], user: str, payload: bytes) -> str:
+    code = ("import sys; from rsa_scheduler.daemon import munge; "
+            "print(munge.encode(bytes.fromhex(sys.argv[1])))")
+    done = as_user(lab, user, [f"{lab['RSA_LAB_VENV']}/bin/python", "-c", code, payload.hex()])
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_node_hooks_accept_only_answers_signed_by_rsad(lab: Mapping[str, str],
+                                                       tmp_path: Path) -> None:
+    """The node hooks mount as root on what rsad answers: an answer must carry rsad's
+    (root's) MUNGE credential over exactly this reply to exactly this request."""
+    from rsa_scheduler.client import ApiClient, ApiUnavailable
+    from rsa_scheduler.daemon import munge
+
+    # the real rsad, over TCP as the compute nodes reach it
+    assert ApiClient(TCP, trust_uid=0).get("/v1/whoami")["uid"] == 0
+    cases: dict[str, Callable[[str, bytes], str | None]] = {
+        "is not signed with MUNGE": lambda cred, out: None,
+        "is signed by uid": lambda cred, out: _encode_as(
+            lab, lab["RSA_LAB_USER"], munge.reply_digest(cred, 200, out)),
+        "does not match its MUNGE signature": lambda cred, out: munge.encode(
+            munge.reply_digest("an earlier request", 200, out)),
+    }
+    for i, (message, sign) in enumerate(cases.items()):
+        sock = tmp_path / f"impostor-{i}.sock"
+        impostor = _Impostor(sock, sign)
+        try:
+            with pytest.raises(ApiUnavailable, match=message):
+                ApiClient(str(sock), trust_uid=0).post("/v1/hooks/prolog", {"job_id": "1"})
+            # the rsa CLI does not check answers (it mounts nothing)
+            assert ApiClient(str(sock)).post("/v1/hooks/prolog", {})["do"] == "mount"
+        finally:
+            impostor.close()
