@@ -265,9 +265,12 @@ class NodeSide:
                 if node in j.ended:
                     return {"do": "exit"}
                 cur = j.current
+                # an agent exists only once its node's Prolog is over: an input mount it
+                # sees was re-issued (rsad restarted mid-mount); it answers from what the
+                # node has, so the step ends now instead of at its timeout
                 if (cur is not None and int(cur["seq"]) > last_seq
                         and not self._done(j, node, cur)
-                        and (cur["do"] == "release" or cur.get("role") == "output")):
+                        and cur["do"] in ("release", "mount")):
                     return dict(cur)
                 left = deadline - self.clock()
                 if left <= 0:

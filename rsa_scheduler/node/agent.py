@@ -4,7 +4,9 @@ Started detached by the node Prolog (in the job's mount namespace, as root), sto
 the Epilog; with ``hooks.mounts: job`` it works inside the job's own mount namespace. It
 long-polls rsad (``POST /v1/hooks/agent``) for the next instruction —
 ``release`` the input mount (busy is reported, never forced) and ``mount`` the fresh
-RAMDISK over DATA_OUT (seed 004 §3.2) — reports each (``/v1/hooks/mounted``), and exits
+RAMDISK over DATA_OUT (seed 004 §3.2); an input mount re-issued after an rsad restart is
+answered from what the Prolog did (never mounted under a running job) — reports each
+(``/v1/hooks/mounted``), and exits
 when rsad says so, when the Epilog removed the job's directory, or after ``max_life``.
 No SSH into compute nodes: the node calls rsad, as Slurm's own daemons do.
 """
@@ -52,6 +54,20 @@ def note(jm: JobMounts, ins: Mapping[str, Any], report: Mapping[str, Any],
         sys.stderr.write(f"rsa-node-agent job {jm.job}: job.env not updated: {e}\n")
 
 
+def input_state(jm: JobMounts, ins: Mapping[str, Any]) -> dict[str, Any]:
+    """A re-issued input mount (rsad restarted while the Prologs mounted): the job is
+    already running, so nothing is mounted under it now; say whether the Prolog did."""
+    seq = int(ins.get("seq", 0))
+    for e in jm.entries():
+        if (e.get("kind") == "target" and e.get("role") == "input"
+                and e.get("path") == ins.get("target") and e.get("mode") == ins.get("mode")):
+            return {"seq": seq, "ok": True,
+                    "message": f"RAMDISK already mounted over {e['path']} ({e['mode']})"}
+    return {"seq": seq, "ok": False,
+            "message": "the job already runs from the PFS on this node; its input is not "
+                       "mounted under it"}
+
+
 def serve(job: str, env: Mapping[str, str], max_life: float = 7 * 86400.0) -> int:
     from rsa_scheduler.client import ApiClient, ApiRefused, ApiUnavailable
 
@@ -78,7 +94,9 @@ def serve(job: str, env: Mapping[str, str], max_life: float = 7 * 86400.0) -> in
         if ins.get("do") == "exit":
             return 0
         if ins.get("do") in ("release", "mount"):
-            if ins["do"] == "mount" and st.mounts == "job" and not private:
+            if ins["do"] == "mount" and ins.get("role") == "input":
+                report = input_state(jm, ins)
+            elif ins["do"] == "mount" and st.mounts == "job" and not private:
                 report = {"seq": int(ins.get("seq", 0)), "ok": False,
                           "message": "the job has no mount namespace of its own on this "
                                      "node; it uses the PFS"}

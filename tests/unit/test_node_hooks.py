@@ -114,3 +114,23 @@ def test_a_client_program_outside_the_allowlist_is_never_run(
     report = fake.posts[-1][1]
     assert report["ok"] is False and "refusing to run" in report["message"]
     assert not marker.exists()
+
+
+def test_agent_answers_a_reissued_input_mount_from_the_nodes_state(tmp_path: Path) -> None:
+    import json
+
+    from rsa_scheduler.node.agent import input_state
+    from rsa_scheduler.node.mounts import JobMounts
+
+    jm = JobMounts("7", "c1", str(tmp_path))
+    ins = {"do": "mount", "role": "input", "seq": 4, "target": "/pfs/a/in", "mode": "ro"}
+    jm.prepare()
+    no = input_state(jm, ins)
+    assert no["ok"] is False and "runs from the PFS" in no["message"]
+    jm.state_file.write_text(json.dumps({"mounts": [
+        {"kind": "client", "path": str(jm.ramdisk)},
+        {"kind": "target", "path": "/pfs/a/in", "seq": 1, "role": "input", "mode": "ro"}]}))
+    yes = input_state(jm, ins)
+    assert yes == {"seq": 4, "ok": True,
+                   "message": "RAMDISK already mounted over /pfs/a/in (ro)"}
+    assert input_state(jm, {**ins, "mode": "union"})["ok"] is False

@@ -188,13 +188,20 @@ def test_agent_is_told_to_exit_after_the_epilog_and_idles_otherwise() -> None:
     assert side.agent("7", "c1", "c1", 0, wait=0)["do"] == "exit"
 
 
-def test_agent_does_not_take_the_prologs_input_mount() -> None:
-    side, reg, _ = make_side()
+def test_an_input_mount_reissued_after_a_restart_is_answered_by_the_agents() -> None:
+    """rsad restarted while the Prologs mounted: they are over, their agents reconnect;
+    the re-issued mount goes to the agents (who answer from what the node has) instead of
+    waiting for Prologs that will never run again."""
+    side, reg, _ = make_side(timeout=30)
+    for node in ("c1", "c2"):  # the agents of the earlier rsad reconnect
+        assert side.agent("7", node, "c[1-2]", 0, wait=0)["do"] == "idle"
     fut = start(reg, ActionKind.MOUNT_INPUT, INPUT)
-    ins = until(side, lambda: side.prolog("7", "c1", "c1", "mounting-input"), "mount")
-    assert side.agent("7", "c1", "c1", 0, wait=0)["do"] == "idle"
-    side.report("7", "c1", {"seq": ins["seq"], "ok": True})
-    assert fut.result(5).result is Result.OK
+    got = [side.agent("7", n, "c[1-2]", 0, wait=2) for n in ("c1", "c2")]
+    assert all(g["do"] == "mount" and g["role"] == "input" for g in got)
+    side.report("7", "c1", {"seq": got[0]["seq"], "ok": True})
+    side.report("7", "c2", {"seq": got[1]["seq"], "ok": True})
+    out = fut.result(5)
+    assert out.result is Result.OK
 
 
 @pytest.mark.parametrize("mode", ["bogus"])
