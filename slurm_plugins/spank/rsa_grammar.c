@@ -4,7 +4,8 @@
  * Every function mirrors one in rsa_scheduler/core/directives.py (named in its comment)
  * and its Lua twin in slurm_plugins/job_submit.lua. Strings are bytes; Python decodes a
  * script as UTF-8 with surrogateescape, so each byte of an invalid sequence counts as one
- * character here too. Messages must stay byte-identical to Python's.
+ * character here too, also after shlex (rsa_escape_invalid() in rsa_check_value()).
+ * Messages must stay byte-identical to Python's.
  */
 #include "rsa_grammar.h"
 #include "rsa_text.h"
@@ -458,17 +459,23 @@ static void strip_c_space(const char *s, size_t *from, size_t *to)
 	*to = j;
 }
 
-int rsa_check_value(int d, const char *value, char **out)
+int rsa_check_value(int d, const char *raw, char **out)
 {
 	struct rsa_buf ok = {0}, msg = {0};
 	struct rsa_words ws;
 	int rc = -1;
 	*out = NULL;
-	if (d < 0 || d >= RSA_NDIRECTIVES || !value)
+	if (d < 0 || d >= RSA_NDIRECTIVES || !raw)
+		return -1;
+	/* decoded first, as Python does: invalid bytes stay invalid whatever the split does */
+	char *value = rsa_escape_invalid(raw, strlen(raw));
+	if (!value)
 		return -1;
 	int sh = rsa_shlex_split(value, &ws);
-	if (sh == SH_NOMEM)
+	if (sh == SH_NOMEM) {
+		free(value);
 		return -1;
+	}
 	if (sh == SH_NOESCAPE) {
 		rsa_buf_printf(&msg, "RSA_%s ends with a lone backslash; remove it or quote the value",
 			   NAME(d));
@@ -516,6 +523,7 @@ int rsa_check_value(int d, const char *value, char **out)
 	}
 	if (sh == SH_OK)
 		rsa_words_free(&ws);
+	free(value);
 	if (rc == 0) {
 		free(msg.s);
 		*out = rsa_buf_take(&ok);

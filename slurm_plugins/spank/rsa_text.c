@@ -82,7 +82,7 @@ char *rsa_buf_take(struct rsa_buf *b)
  * as Python's strict decoder decides (Unicode Table 3-7); an invalid byte is one
  * character on its own (surrogateescape).
  */
-size_t rsa_char_len(const unsigned char *s, size_t i, size_t n, int *valid)
+static size_t utf8_char_len(const unsigned char *s, size_t i, size_t n, int *valid)
 {
 	unsigned char b = s[i];
 	size_t len;
@@ -121,6 +121,56 @@ size_t rsa_char_len(const unsigned char *s, size_t i, size_t n, int *valid)
 	return len;
 }
 
+/*
+ * Python decodes the value before shlex.split() removes quotes and backslashes, so an
+ * invalid byte stays one undecodable character even when that removal puts it next to
+ * bytes it would make a valid sequence with: b'\xc3"\xa9"' is two characters, not 'é'.
+ * rsa_escape_invalid() does the decoding first too: each invalid byte b becomes the
+ * three-byte form of its surrogate escape U+DC00+b (ED B2|B3 xx), which no valid text
+ * contains, which shlex passes through, and which rsa_char_len() reads back as one
+ * invalid character standing for b (rsa_char_byte()).
+ */
+static int is_escape(const unsigned char *s, size_t i, size_t n)
+{
+	return s[i] == 0xED && i + 2 < n && (s[i + 1] == 0xB2 || s[i + 1] == 0xB3) &&
+	       s[i + 2] >= 0x80 && s[i + 2] <= 0xBF;
+}
+
+char *rsa_escape_invalid(const char *text, size_t n)
+{
+	const unsigned char *s = (const unsigned char *) text;
+	struct rsa_buf b = {0};
+	for (size_t i = 0; i < n;) {
+		int valid;
+		size_t len = utf8_char_len(s, i, n, &valid);
+		if (valid) {
+			rsa_buf_addn(&b, text + i, len);
+		} else {
+			char esc[3] = {(char) 0xED, (char) (0xB0 | (s[i] >> 6)),
+				       (char) (0x80 | (s[i] & 0x3F))};
+			rsa_buf_addn(&b, esc, 3);
+		}
+		i += len;
+	}
+	return rsa_buf_take(&b);
+}
+
+size_t rsa_char_len(const unsigned char *s, size_t i, size_t n, int *valid)
+{
+	if (is_escape(s, i, n)) {
+		*valid = 0;
+		return 3;
+	}
+	return utf8_char_len(s, i, n, valid);
+}
+
+unsigned char rsa_char_byte(const unsigned char *s, size_t i, size_t n)
+{
+	if (is_escape(s, i, n))
+		return (unsigned char) (((s[i + 1] & 0x03) << 6) | (s[i + 2] & 0x3F));
+	return s[i];
+}
+
 /* directives.quote(): user text in single quotes, one line. */
 void rsa_add_quoted(struct rsa_buf *b, const char *text, size_t n)
 {
@@ -130,7 +180,7 @@ void rsa_add_quoted(struct rsa_buf *b, const char *text, size_t n)
 		int valid;
 		size_t len = rsa_char_len(s, i, n, &valid);
 		if (!valid || s[i] < 0x20 || s[i] == 0x7F)
-			rsa_buf_printf(b, "\\x%02x", s[i]);
+			rsa_buf_printf(b, "\\x%02x", rsa_char_byte(s, i, n));
 		else if (s[i] == '\\' || s[i] == '\'')
 			rsa_buf_printf(b, "\\%c", s[i]);
 		else if (s[i] == 0xC2 && s[i + 1] <= 0x9F) /* C1 control U+0080..U+009F */
@@ -150,7 +200,7 @@ int rsa_undecodable(const char *text, size_t n)
 		int valid;
 		size_t len = rsa_char_len(s, i, n, &valid);
 		if (!valid)
-			return s[i];
+			return rsa_char_byte(s, i, n);
 		i += len;
 	}
 	return -1;

@@ -22,8 +22,13 @@ void rsa_buf_printf(struct rsa_buf *b, const char *fmt, ...) __attribute__((form
 /* The finished string (malloc()ed, "" for an empty buffer), or NULL after a failure. */
 char *rsa_buf_take(struct rsa_buf *b);
 
-/* Length of the UTF-8 character at s[i] and whether it is valid (Python's decoder). */
+/* Python's decoding before splitting: each invalid byte of text as a three-byte escape
+ * that stays one invalid character whatever ends up next to it (malloc()ed, or NULL). */
+char *rsa_escape_invalid(const char *text, size_t n);
+/* Length of the character at s[i] and whether it is valid (Python's decoder; an escape
+ * of rsa_escape_invalid() is one invalid character), and the byte an invalid one is. */
 size_t rsa_char_len(const unsigned char *s, size_t i, size_t n, int *valid);
+unsigned char rsa_char_byte(const unsigned char *s, size_t i, size_t n);
 /* directives.quote(): user text in single quotes, one line. */
 void rsa_add_quoted(struct rsa_buf *b, const char *text, size_t n);
 /* directives._undecodable(): the first byte that is not valid UTF-8, or -1. */

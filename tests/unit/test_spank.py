@@ -197,6 +197,37 @@ def test_differential_against_python(build: Path) -> None:
     assert not failures, f"{len(failures)} of {len(pairs)} differ:\n" + "\n".join(failures[:8])
 
 
+@pytest.mark.parametrize(("name", "value"), [
+    ("DATA_IN", b"/a\xd4\\\xb2"),             # a backslash between two invalid bytes
+    ("DATA_OUT", b'/o\xc3"\xa9"'),            # a quote between them
+    ("PREPROCESS", b"/bin/x a\xc3''\xa9"),    # in an argument
+    ("TIER", b"r\xc3\"\xa9\"am"),             # in a message only
+    ("RESET", b"\xe2\\\x84\\\xaa"),           # three bytes of a KELVIN SIGN, apart
+    ("NODES", b"'\xed'\xb2\x80"),             # the bytes of a surrogate escape, apart
+])
+def test_invalid_bytes_stay_invalid_after_splitting(build: Path, name: str,
+                                                    value: bytes) -> None:
+    """Python decodes the value before shlex removes quotes and backslashes, so invalid
+    bytes that end up side by side do not become a valid character."""
+    assert check_values(build, [(name, value)]) == [python_value(name, value)]
+    assert python_value(name, value)[0] == "ERR"
+
+
+def test_differential_random_bytes(build: Path) -> None:
+    """Values of random bytes, quotes and backslashes, against Python."""
+    rng = random.Random(20260517)
+    alphabet = [b"'", b'"', b"\\", b" ", b"/", b"a", b"\xc3", b"\xa9", b"\xe2", b"\x84",
+                b"\xaa", b"\xed", b"\xb2", b"\x80", b"\xff", b"\xc2\x85", b"1", b"s", b"."]
+    pairs = [(name, b"".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 12))))
+             for name in DIRECTIVES for _ in range(300)]
+    pairs += [(name, bytes(rng.randrange(1, 256) for _ in range(rng.randrange(1, 30))))
+              for name in DIRECTIVES for _ in range(100)]
+    got = check_values(build, pairs)
+    failures = [f"{n} {v!r}\n  python {python_value(n, v)}\n  c      {g}"
+                for (n, v), g in zip(pairs, got, strict=True) if g != python_value(n, v)]
+    assert not failures, f"{len(failures)} of {len(pairs)} differ:\n" + "\n".join(failures[:8])
+
+
 def test_stage_out_with_postprocess_message(build: Path) -> None:
     done = subprocess.run([str(build / "rsa-spank-check"), "exclusive"],
                           capture_output=True, text=True, check=True)
