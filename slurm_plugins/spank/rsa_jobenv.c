@@ -182,7 +182,9 @@ int rsa_jobenv_read(int jobdir_fd, uid_t owner, struct rsa_jobenv *env)
 {
 	char *text;
 	ssize_t got, total = 0;
-	int fd = openat(jobdir_fd, RSA_JOBENV_FILE, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO (or device) must not hang slurmstepd; trusted() refuses it */
+	int fd = openat(jobdir_fd, RSA_JOBENV_FILE,
+			O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
 		return -1;
 	if (!trusted(fd, owner, S_IFREG) || !(text = malloc(MAX_FILE))) {
@@ -226,7 +228,8 @@ int rsa_ns_open(int jobdir_fd, uid_t owner)
 {
 	struct statfs sfs;
 	struct stat st;
-	int fd = openat(jobdir_fd, RSA_JOBENV_NS, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	int fd = openat(jobdir_fd, RSA_JOBENV_NS,
+			O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
 		return -1;
 	if (fstatfs(fd, &sfs) < 0 || sfs.f_type != NSFS_MAGIC || fstat(fd, &st) < 0 ||

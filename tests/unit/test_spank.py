@@ -422,6 +422,31 @@ def test_state_others_could_write_is_ignored(build: Path, tmp_path: Path, spoil:
     assert jobenv(build, tmp_path / "node", options=True).startswith("RSA_STATE=unavailable")
 
 
+@pytest.mark.parametrize("name", [jobstate.FILE, "mnt"])
+def test_a_fifo_in_the_job_directory_does_not_hang_the_step(build: Path, tmp_path: Path,
+                                                            name: str) -> None:
+    """Opening job.env or the namespace handle must not block (slurmstepd would hang
+    before the job's tasks start): a FIFO is refused like any file that is not the
+    expected kind."""
+    jobdir = make_jobdir(tmp_path)
+    os.mkfifo(jobdir / name, 0o600)
+    if name == "mnt":
+        jobstate.write(jobdir, jobstate.on_pfs("x"))
+        argv = [str(build / "rsa-spank-check"), "join", str(tmp_path / "node"), "c1", "42",
+                "--", "true"]
+    else:
+        argv = [str(build / "rsa-spank-check"), "jobenv", str(tmp_path / "node"), "c1", "42",
+                "1"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"blocked opening a FIFO named {name}")
+    if name == "mnt":
+        assert done.returncode == 1 and "no namespace" in done.stderr
+    else:
+        assert done.stdout.startswith("RSA_STATE=unavailable\n")
+
+
 def test_unknown_keys_and_control_characters_are_dropped(build: Path, tmp_path: Path) -> None:
     jobdir = make_jobdir(tmp_path)
     (jobdir / jobstate.FILE).write_bytes(
