@@ -112,7 +112,9 @@ def render(env: Mapping[str, str]) -> str:
 
 def parse(text: str) -> Env:
     env: Env = {}
-    for line in text.splitlines():
+    # "\n" only, as rsa_jobenv.c reads it: str.splitlines() would also end a line at
+    # U+2028, U+0085, ... which _clean keeps (a path may hold them)
+    for line in text.split("\n"):
         key, sep, value = line.partition("=")
         if sep and key in KEYS:
             env[key] = value

@@ -93,6 +93,19 @@ def test_file_round_trip_and_permissions(tmp_path: Path) -> None:
     assert not jobstate.has_options({"SPANK_OTHER": "x", "SLURM_JOB_ID": "1"})
 
 
+@pytest.mark.parametrize("sep", ["\u2028", "\u2029", "\x85"])
+def test_file_lines_are_split_on_newline_only(tmp_path: Path, sep: str) -> None:
+    """job.env lines end at \\n only, as rsa_jobenv.c reads them: a value with another
+    line break of str.splitlines() (a DATA_IN path may hold U+2028) must not turn into a
+    line of its own when the agent reads the file back and rewrites it."""
+    target = f"/pfs/a{sep}RSA_STATE=input{sep}RSA_RAMDISK=/elsewhere"
+    state = jobstate.on_pfs("the RAMDISK could not be mounted", {**INPUT, "target": target})
+    jobstate.write(tmp_path, state)
+    back = jobstate.read(tmp_path)
+    assert back["RSA_STATE"] == "pfs" and "RSA_RAMDISK" not in back
+    assert back == state
+
+
 # --- namespace: mountinfo ---------------------------------------------------------------
 
 MOUNTINFO = """\
