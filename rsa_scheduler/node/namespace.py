@@ -96,14 +96,20 @@ def propagation(mountinfo: str, path: str) -> str | None:
 
 
 def ensure_private(path: Path) -> None:
-    """Make ``path`` a mount point that propagates nothing (self-bind, then private)."""
+    """Make ``path`` a mount point that propagates nothing (self-bind, then private).
+
+    mountinfo names mount points without symlinks, so ``path`` is resolved first: else a
+    node directory reached through one (``/var/run`` -> ``/run``) never looks like a mount
+    point and every job binds it over itself again, hiding the running jobs' handles.
+    """
+    real = os.path.realpath(path)
     with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-        state = propagation(f.read(), str(path))
+        state = propagation(f.read(), real)
     if state == "private":
         return
     if state is None:
-        _mount(str(path), str(path), MS_BIND)
-    _mount(None, str(path), MS_PRIVATE)
+        _mount(real, real, MS_BIND)
+    _mount(None, real, MS_PRIVATE)
 
 
 class JobNamespace:

@@ -126,3 +126,46 @@ def test_two_jobs_each_see_only_their_own_mounts(build: Path) -> None:  # noqa: 
     assert out["release 42"] is True
     assert out["task 42 after reset"][1] == "pfs 42\n"
     assert out["gone 42"] and out["gone 43"]
+
+
+SYMLINKED = textwrap.dedent('''
+    import json, os, subprocess, sys
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[1])
+    from rsa_scheduler.node.namespace import JobNamespace, propagation
+    R = Path(sys.argv[2])
+    subprocess.run(["mount", "-t", "tmpfs", "rsa-test", str(R)], check=True)
+    (R / "real").mkdir()
+    (R / "alias").symlink_to(R / "real")  # node_dir=/var/run/rsa/node with /var/run -> /run
+    out = {}
+    for job in ("42", "43"):
+        d = R / "alias" / "node" / "c1" / job
+        d.mkdir(parents=True, mode=0o700)
+        JobNamespace(d).create()
+    with open("/proc/self/mountinfo") as f:
+        info = f.read()
+    out["mounts on the node dir"] = sum(
+        1 for line in info.splitlines() if line.split(" ")[4] == str(R / "real/node/c1"))
+    out["propagation"] = propagation(info, str(R / "real/node/c1"))
+    out["handles"] = {j: JobNamespace(R / "alias/node/c1" / j).exists() for j in ("42", "43")}
+    print(json.dumps(out))
+''')
+
+
+def test_node_dir_through_a_symlink_is_made_private_once(build: Path) -> None:  # noqa: F811
+    """A second job's Prolog must not bind the node directory over itself again: a new
+    bind has none of the mounts below it, so it hid the first job's namespace handle
+    (its later steps then ran outside the namespace, its Epilog never released it)."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or not SANDBOX.is_dir():
+        reason = "needs root, unshare(1) and /media"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", sys.executable, "-c", SYMLINKED,
+         str(ROOT), str(SANDBOX)],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out == {"mounts on the node dir": 1, "propagation": "private",
+                   "handles": {"42": True, "43": True}}
