@@ -190,6 +190,8 @@ static int job_has_options(spank_t sp)
 	return 0;
 }
 
+/* The step gets exactly the node's variables: any other RSA_* it inherited (from the
+ * batch step before the reset, or from the job that ran sbatch) describes something else. */
 static void export_env(spank_t sp, const struct rsa_jobenv *env)
 {
 	for (int k = 0; k < env->n; k++) {
@@ -198,6 +200,9 @@ static void export_env(spank_t sp, const struct rsa_jobenv *env)
 			slurm_error("rsa: job %u: cannot set %s: %s", job_id, env->key[k],
 				    spank_strerror(rc));
 	}
+	for (int k = 0; rsa_jobenv_keys[k]; k++)
+		if (!rsa_jobenv_get(env, rsa_jobenv_keys[k]))
+			spank_unsetenv(sp, rsa_jobenv_keys[k]);
 }
 
 static void remote_setup(spank_t sp)

@@ -456,6 +456,81 @@ def test_unknown_keys_and_control_characters_are_dropped(build: Path, tmp_path: 
     assert jobenv(build, tmp_path / "node") == "RSA_STATE=output\nRSA_RAMDISK=/y\n"
 
 
+# --- the plugin in a stand-in slurmstepd (rsa_fake_stepd.c) -----------------------------
+
+EXTERN_STEP = 0xFFFFFFFC  # SLURM_EXTERN_CONT
+
+
+@pytest.fixture(scope="module")
+def fake_stepd(build: Path) -> Path:
+    """rsa_fake_stepd.c: loads rsa_spank.so and calls it as slurmstepd does for a step."""
+    out = build / "rsa-fake-stepd"
+    done = subprocess.run(["gcc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-rdynamic",
+                           "-o", str(out), str(SRC / "rsa_fake_stepd.c"), "-ldl"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def step(fake_stepd: Path, build: Path, node_dir: Path, env: dict[str, str], *,
+         job: int = 42, step_id: int = 0, options: tuple[str, ...] = ()
+         ) -> tuple[list[str], dict[str, str], str]:
+    """(callback lines, the task's RSA_* variables, slurmd's log) of one step on node c1."""
+    stdin = "".join(f"{k}={v}\n" for k, v in env.items())
+    stdin += "".join(f"OPTION {o}\n" for o in options)
+    done = subprocess.run([str(fake_stepd), str(build / "rsa_spank.so"), str(job),
+                           str(step_id), f"node_dir={node_dir}"], input=stdin,
+                          capture_output=True, text=True, timeout=30, check=False,
+                          env={**os.environ, "SLURMD_NODENAME": "c1"})
+    assert done.returncode == 0, done.stderr
+    calls = [ln for ln in done.stdout.splitlines() if not ln.startswith("ENV ")]
+    task_env = dict(ln[4:].partition("=")[::2] for ln in done.stdout.splitlines()
+                    if ln.startswith("ENV "))
+    return calls, task_env, done.stderr
+
+
+BATCH_STEP_ENV = {"RSA_STATE": "input", "RSA_RAMDISK": "/pfs/a/in", "RSA_DATA_IN": "/pfs/a/in",
+                  "RSA_INPUT": "ro", "RSA_MOUNTS": "node", "PATH": "/usr/bin"}
+
+
+def test_a_step_after_the_reset_keeps_no_variable_of_the_batch_step(
+        fake_stepd: Path, build: Path, tmp_path: Path) -> None:
+    """srun inherits the batch step's RSA_* variables; a step started after the reset
+    must see only what the node says now (RSA_RAMDISK unset: there is none)."""
+    if os.geteuid() != 0:
+        _missing("job.env must belong to root, as on a node")
+    jobdir = make_jobdir(tmp_path)
+    released = jobstate.after(jobstate.mounted({"do": "mount", "role": "input",
+                                                "target": "/pfs/a/in", "mode": "ro"}, "node"),
+                              {"do": "release"}, {"ok": True}, "node")
+    jobstate.write(jobdir, released)
+    calls, task_env, log = step(fake_stepd, build, tmp_path / "node", BATCH_STEP_ENV)
+    assert calls == ["init 0", "post_opt 0", "task 0", "exit 0"]
+    assert task_env == released and "RSA_RAMDISK" not in task_env, log
+
+
+def test_variables_of_the_submitting_job_do_not_reach_another_job(
+        fake_stepd: Path, build: Path, tmp_path: Path) -> None:
+    """sbatch run from an RSA job's task exports its RSA_* variables to the new job; they
+    describe the other job. No state, no options: the new job gets none."""
+    calls, task_env, _log = step(fake_stepd, build, tmp_path / "node", BATCH_STEP_ENV)
+    assert calls == ["init 0", "post_opt 0", "task 0", "exit 0"]
+    assert task_env == {}
+    calls, task_env, _log = step(fake_stepd, build, tmp_path / "node", BATCH_STEP_ENV,
+                                 options=("rsa-data-in=/pfs/b/in",))
+    assert calls == ["init 0", "option 0", "post_opt 0", "task 0", "exit 0"]
+    assert set(task_env) == {"RSA_STATE", "RSA_MESSAGE"}
+    assert task_env["RSA_STATE"] == "unavailable"
+
+
+def test_the_extern_step_is_left_alone(fake_stepd: Path, build: Path, tmp_path: Path) -> None:
+    make_jobdir(tmp_path)
+    calls, task_env, log = step(fake_stepd, build, tmp_path / "node", BATCH_STEP_ENV,
+                                step_id=EXTERN_STEP)
+    assert calls == ["init 0", "post_opt 0", "task 0", "exit 0"] and log == ""
+    assert task_env == {k: v for k, v in BATCH_STEP_ENV.items() if k.startswith("RSA_")}
+
+
 # --- the lab's plugstack.conf (lab/rsalab/slurm.py; the lab itself is not started) -------
 
 
