@@ -267,7 +267,8 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 	if (rsa_ns_join(ns_fd, jobdir_fd, home_ns, carry, err, sizeof(err)) < 0) {
 		slurm_error("rsa: job %u: %s; this task reads and writes the PFS", job_id, err);
 		spank_setenv(sp, "RSA_STATE", "pfs", 1);
-		spank_unsetenv(sp, "RSA_RAMDISK");
+		spank_unsetenv(sp, "RSA_RAMDISK"); /* as jobstate.after() writes a released job */
+		spank_unsetenv(sp, "RSA_INPUT");
 		spank_setenv(sp, "RSA_MESSAGE", "the RAMDISK could not be shown to this task "
 			     "(see slurmd's log); it reads and writes the PFS", 1);
 	}

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_spank import build  # noqa: F401  (the module-scoped build fixture)
+from tests.unit.test_spank import build, fake_stepd  # noqa: F401  (module-scoped fixtures)
 
 ROOT = Path(__file__).resolve().parents[2]
 SANDBOX = Path("/media")  # exists on Debian; only ever covered inside the throwaway ns
@@ -169,3 +169,36 @@ def test_node_dir_through_a_symlink_is_made_private_once(build: Path) -> None:  
     out = json.loads(done.stdout)
     assert out == {"mounts on the node dir": 1, "propagation": "private",
                    "handles": {"42": True, "43": True}}
+
+
+def test_a_task_that_cannot_join_is_told_it_runs_on_the_pfs(
+        build: Path, fake_stepd: Path) -> None:  # noqa: F811
+    """The handle is a namespace file but setns refuses it (here: a UTS namespace): the
+    task stays where it is, its step does not fail, and its variables say PFS -- none of
+    the RAMDISK's (RSA_RAMDISK, RSA_INPUT) are left."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or not SANDBOX.is_dir():
+        reason = "needs root, unshare(1) and /media"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    script = textwrap.dedent(f'''
+        set -e
+        mount -t tmpfs rsa-test {SANDBOX}
+        mkdir -p -m 0755 {SANDBOX}/node/c1 && mkdir -m 0700 {SANDBOX}/node/c1/42
+        printf 'RSA_STATE=input\\nRSA_RAMDISK=/pfs/in\\nRSA_DATA_IN=/pfs/in\\nRSA_INPUT=ro\\n' \\
+            > {SANDBOX}/node/c1/42/job.env
+        touch {SANDBOX}/node/c1/42/mnt
+        mount --bind /proc/self/ns/uts {SANDBOX}/node/c1/42/mnt
+        echo PATH=/usr/bin | SLURMD_NODENAME=c1 {fake_stepd} {build / "rsa_spank.so"} 42 0 \\
+            node_dir={SANDBOX}/node
+    ''')
+    done = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                           script], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [ln for ln in lines if not ln.startswith("ENV ")] == [
+        "init 0", "post_opt 0", "task 0", "exit 0"]
+    env = dict(ln[4:].partition("=")[::2] for ln in lines if ln.startswith("ENV "))
+    assert set(env) == {"RSA_STATE", "RSA_DATA_IN", "RSA_MESSAGE"}, env
+    assert env["RSA_STATE"] == "pfs"
+    assert "cannot enter the job's RSA mount namespace" in done.stderr
