@@ -456,6 +456,30 @@ def test_unknown_keys_and_control_characters_are_dropped(build: Path, tmp_path: 
     assert jobenv(build, tmp_path / "node") == "RSA_STATE=output\nRSA_RAMDISK=/y\n"
 
 
+# --- the same under AddressSanitizer and UBSan (make asan) ------------------------------
+
+
+@pytest.fixture(scope="module")
+def asan(build: Path) -> Path:
+    """rsa-spank-check built with -fsanitize=address,undefined (any finding aborts it)."""
+    done = subprocess.run(["make", "-s", "-C", str(SRC), f"BUILD={build}", "asan"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return build / "asan"
+
+
+def test_grammar_and_job_env_under_sanitizers(asan: Path, tmp_path: Path) -> None:
+    test_shared_vectors(asan)
+    test_differential_against_python(asan)
+    test_differential_random_bytes(asan)
+    test_unknown_keys_and_control_characters_are_dropped(asan, tmp_path)
+    jobdir = tmp_path / "node" / "c1" / "42"
+    (jobdir / jobstate.FILE).write_bytes(b"RSA_MESSAGE=" + b"x" * 70000)  # over 64 KiB
+    assert jobenv(asan, tmp_path / "node") == "RSA_STATE=unavailable\n"
+    (jobdir / jobstate.FILE).write_bytes(b"=\n\n=x\nRSA_STATE\nRSA_STATE=")  # no final \n
+    assert jobenv(asan, tmp_path / "node") == "RSA_STATE=\n"
+
+
 # --- the plugin in a stand-in slurmstepd (rsa_fake_stepd.c) -----------------------------
 
 EXTERN_STEP = 0xFFFFFFFC  # SLURM_EXTERN_CONT
