@@ -81,6 +81,12 @@ def test_builds_without_warnings(build: Path) -> None:
                 "plugin_type", "plugin_version", "spank_plugin_version"):
         assert re.search(rf"\b{sym}$", symbols, re.M), sym
     assert not re.search(r"\bspank_options$", symbols, re.M)  # registered, not a table
+    # it runs as root in every job step: stack protector and fortified libc calls
+    imports = subprocess.run(["nm", "-D", "--undefined-only", str(build / "rsa_spank.so")],
+                             capture_output=True, text=True, check=True).stdout
+    assert re.search(r"\b__stack_chk_fail\b", imports), "no -fstack-protector-strong"
+    assert re.search(r"\b__\w+_chk\b", imports.replace("__stack_chk_fail", "")), \
+        "no -D_FORTIFY_SOURCE"
 
 
 # --- the value grammar ------------------------------------------------------------------
