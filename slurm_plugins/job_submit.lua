@@ -18,7 +18,8 @@ Rules for this file (docs/job_submit.md, /work/shared/style.md): it runs inside 
 under its locks, so it is pure string work — no I/O, no os.execute, no require, no
 globals besides the two Slurm entry points and `rsa_job_submit` (tests). Lua 5.1 syntax
 and library only (Debian's job_submit_lua.so links liblua5.1); it also runs on 5.2–5.4.
-Strings are bytes: UTF-8 is decoded by hand where Python's str semantics matter.
+Strings are bytes: UTF-8 is decoded by hand where Python's str semantics matter (user text
+is decoded once on entry, invalid bytes kept as surrogate escapes: see decode()).
 ]]
 
 -- ---------------------------------------------------------------------------------------
@@ -107,11 +108,20 @@ local LOWER_SPECIAL = { [utf8_encode(0x130)] = "i\0", [utf8_encode(0x212A)] = "k
 
 -- ---------------------------------------------------------------------------------------
 -- Characters: Python decodes the script as UTF-8 with surrogateescape, so each byte of an
--- invalid sequence is one "character". char_at returns the character starting at byte i,
--- its length in bytes and whether it is valid UTF-8 (well-formed per Unicode Table 3-7,
--- exactly what Python's strict decoder accepts).
+-- invalid sequence is one "character". utf8_len returns the length in bytes of the
+-- character starting at byte i and whether it is valid UTF-8 (well-formed per Unicode
+-- Table 3-7, exactly what Python's strict decoder accepts).
+--
+-- Python decodes BEFORE shlex.split removes quotes and backslashes, so an invalid byte
+-- stays one undecodable character even when that removal puts it next to bytes it would
+-- make a valid sequence with: b'/a\xd4\\\xb2' is '/a' and two undecodable characters,
+-- not '/a\u0532'. decode() does the same, first: each invalid byte b becomes the three
+-- bytes of its surrogate escape U+DC00+b (ED B2 xx or ED B3 xx), which valid UTF-8 never
+-- contains and shlex_split passes through whole. All user text is decoded once where it
+-- enters (directive(), check()'s options); from then on char_len reads an escape as one
+-- invalid character and invalid_byte gives the byte it stands for.
 
-local function char_len(s, i)
+local function utf8_len(s, i)
   local b = s:byte(i)
   if b < 0x80 then return 1 end
   local n, lo, hi
@@ -132,7 +142,42 @@ local function char_len(s, i)
   return n, true
 end
 
--- Iterate characters: for i, ch, valid in chars(s)
+local function is_escape(s, i) -- the surrogate escape decode() writes for an invalid byte
+  if s:byte(i) ~= 0xED then return false end
+  local b2, b3 = s:byte(i + 1, i + 2)
+  return (b2 == 0xB2 or b2 == 0xB3) and b3 ~= nil and b3 >= 0x80 and b3 <= 0xBF
+end
+
+-- directives.decode_script(): bytes to text, each invalid byte as its surrogate escape
+local function decode(s)
+  if not s:find("[\128-\255]") then return s end
+  local out, i = {}, 1
+  while i <= #s do
+    local n, valid = utf8_len(s, i)
+    if valid == false then
+      local b = s:byte(i)
+      out[#out + 1] = string.char(0xED, 0xB0 + math.floor(b / 64), 0x80 + b % 64)
+    else
+      out[#out + 1] = s:sub(i, i + n - 1)
+    end
+    i = i + n
+  end
+  return table.concat(out)
+end
+
+-- Length of the character at byte i of decoded text and whether it is valid
+local function char_len(s, i)
+  if is_escape(s, i) then return 3, false end
+  return utf8_len(s, i)
+end
+
+-- The byte an invalid character (as chars() returns it) stands for
+local function invalid_byte(ch)
+  if #ch == 3 then return (ch:byte(2) - 0xB0) * 64 + ch:byte(3) - 0x80 end
+  return ch:byte(1)
+end
+
+-- Iterate the characters of decoded text: for i, ch, valid in chars(s)
 local function chars(s)
   local i = 1
   return function()
@@ -151,7 +196,7 @@ local function quote(text)
   for _, ch, valid in chars(text) do
     local b = ch:byte(1)
     if not valid then
-      out[#out + 1] = string.format("\\x%02x", b)
+      out[#out + 1] = string.format("\\x%02x", invalid_byte(ch))
     elseif ch == "\\" or ch == "'" then
       out[#out + 1] = "\\" .. ch
     elseif b < 0x20 or b == 0x7F then
@@ -168,7 +213,7 @@ end
 -- directives._undecodable(): the first byte that is not valid UTF-8, as "0xNN", or nil
 local function undecodable(text)
   for _, ch, valid in chars(text) do
-    if not valid then return string.format("0x%02x", ch:byte(1)) end
+    if not valid then return string.format("0x%02x", invalid_byte(ch)) end
   end
   return nil
 end
@@ -613,6 +658,7 @@ end
 
 local function directive(scan, lineno, rest)
   local function fail(message) scan.errors[#scan.errors + 1] = { lineno, message } end
+  rest = decode(rest) -- before anything splits it, as Python decodes the whole script
   local n = 1
   while n <= #rest and not C_SPACE[rest:byte(n)] and rest:byte(n) ~= 61 do n = n + 1 end -- '='
   local name = rest:sub(1, n - 1)
@@ -724,7 +770,9 @@ end
 -- "--rsa-x: message", ...}) when there are errors, otherwise (admin_comment or nil when
 -- neither asks for the RSA).
 local function check(text, options)
-  options = options or {}
+  local decoded = {} -- option values decoded like the script's lines (directive())
+  for name, value in pairs(options or {}) do decoded[name] = decode(value) end
+  options = decoded
   local scan = { values = {}, first_line = {}, errors = {}, raw = {} }
   if text:sub(1, 3) == "\239\187\191" then -- sbatch refuses it: the first line is not "#!"
     scan.errors[1] = { 1, MSG_BOM }
@@ -900,7 +948,7 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid) -- luacheck:
 end
 
 -- For tests (tests/lua/run_vector.lua) and curious admins; Slurm ignores it.
-rsa_job_submit = { check = check, config = CONFIG, quote = quote, -- luacheck: ignore
-  spank_options = spank_options }
+rsa_job_submit = { check = check, config = CONFIG, -- luacheck: ignore
+  quote = function(text) return quote(decode(text)) end, spank_options = spank_options }
 
 return slurm.SUCCESS -- load status for slurm_lua_loadscript

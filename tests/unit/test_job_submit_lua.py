@@ -235,6 +235,7 @@ def test_differential_random_scripts(lua: str, tmp_path: Path) -> None:
     assert not failures, f"{len(failures)} differ, first:\n" + "\n".join(failures[:5])
 
 
+
 # --- lock-in protection (slurm_job_modify) -----------------------------------------------
 
 USER = 1001
@@ -403,6 +404,132 @@ def test_differential_options(lua: str, tmp_path: Path) -> None:
             if m and m.group(1).decode() in GOOD:
                 env.insert(0, b"RSA_" + m.group(1) + b"=" + m.group(2))
         jobs.append((_write_job(tmp_path / f"o{i}.sh", script, env), script, env))
+    results = run_many(lua, [p for p, _s, _e in jobs])
+    failures = []
+    for path, script, env in jobs:
+        want = _submission(script, _first_wins(env))
+        got = results[str(path)]
+        if (got.rc, got.sets, got.msgs) != want:
+            failures.append(f"{script!r} {env!r}\n  python {want}\n  lua    {got}")
+    assert not failures, f"{len(failures)} differ, first:\n" + "\n".join(failures[:5])
+
+
+# --- invalid bytes stay invalid after shlex (Python decodes before splitting) -------------
+
+SPLIT_BYTES = [
+    ("DATA_IN", b"/a\xd4\\\xb2"),              # a backslash between two invalid bytes
+    ("DATA_IN", b'"/a\xd4\\\xb2"'),            # the same inside double quotes
+    ("DATA_OUT", b'/o\xc3"\xa9"'),             # a quote between them
+    ("DATA_OUT", b"'/o\xc3'\xa9"),             # split across single quotes
+    ("DATA_IN", b"/a\xe2''\x82\"\"\xac"),      # three bytes of a euro sign, apart
+    ("PREPROCESS", b"/bin/x a\xc3''\xa9"),     # in an argument
+    ("PREPROCESS", b"/bin/\xc3\\\xa9 a"),      # in the program
+    ("POSTPROCESS", b"'\xc3'\xa9x /p"),        # a program that is not absolute
+    ("TIER", b'r\xc3"\xa9"am'),                # only in a message
+    ("EARLY_START", b"fallbac\xe2\\\x84\\\xaa"),  # KELVIN SIGN apart: not 'fallback'
+    ("RESET", b"\xe2\\\x84\\\xaa"),            # the same, alone
+    ("NODES", b"'\xed'\xb2\x80"),              # the bytes of a surrogate escape, apart
+    ("NODES", b"\xed\xb2\x80 2"),              # ... together: three invalid bytes
+    ("CAPACITY", b'5\xc3"\xa9"G'),             # inside a size
+    ("STAGE_OUT", b"\\\xf0\\\x9f\\\x98\\\x80"),  # four bytes, each after a backslash
+    ("INPUT", b"r\xc3'\xa9' \xc3\\\xa9"),      # two words, both in the message
+]
+
+
+def _write_script(path: Path, lines: list[bytes]) -> Path:
+    path.write_bytes(b"#!/bin/sh\n" + b"\n".join(lines) + b"\nsrun true\n")
+    return path
+
+
+@pytest.mark.parametrize(("name", "value"), SPLIT_BYTES)
+def test_invalid_bytes_stay_invalid_after_splitting(lua: str, tmp_path: Path, name: str,
+                                                    value: bytes) -> None:
+    """Removing quotes and backslashes must not join invalid bytes into a character: the
+    script line is refused, with Python's message (b'/a\\xd4\\\\\\xb2' is not '/a\\u0532')."""
+    script = _write_script(tmp_path / "s.sh", [f"#RSA_{name}=".encode() + value])
+    option = _write_job(tmp_path / "o.sh", None, [f"RSA_{name}=".encode() + value])
+    results = run_many(lua, [script, option])
+    want = _python(script.read_bytes())
+    assert want[0] == -1
+    assert (results[str(script)].rc, results[str(script)].sets,
+            results[str(script)].msgs) == want
+    got = results[str(option)]
+    assert (got.rc, got.sets, got.msgs) == _submission(None, {name: value})
+
+
+def test_invalid_bytes_example_message(lua: str, tmp_path: Path) -> None:
+    script = _write_script(tmp_path / "s.sh", [b"#RSA_DATA_IN=/a\xd4\\\xb2"])
+    got = run_many(lua, [script])[str(script)]
+    assert (got.rc, got.sets, got.msgs) == (-1, {}, [
+        "2: RSA_DATA_IN must be valid UTF-8, found byte 0xd4 in '/a\\xd4\\xb2'"])
+
+
+def test_escape_bytes_in_the_script_are_three_bytes(lua: str, tmp_path: Path) -> None:
+    """The bytes decode() writes for an invalid byte (ED B2 xx), found in a script or an
+    option, are three invalid bytes like any others: in a name, a value, an option."""
+    cases: list[tuple[bytes | None, list[bytes]]] = [
+        (b"#!/bin/sh\n#RSA_DATA_IN\xed\xb2\x80=/x\n", []),
+        (b"#!/bin/sh\n#RSA_N\xed\xb3\xbfODES=2\n", []),
+        (b"#!/bin/sh\n#RSA_TIER=r\xed\xb2\xa1m\n", []),
+        (b"#!/bin/sh\n#RSA_DATA_IN=/a/\xed\xb2\x80\n", [b"RSA_DATA_IN=/b\xed\xb2\xb2"]),
+        (None, [b"RSA_PREPROCESS=/bin/x '\xed'\\\xb2\x80"]),
+    ]
+    paths = [_write_job(tmp_path / f"e{i}.sh", script, env)
+             for i, (script, env) in enumerate(cases)]
+    results = run_many(lua, paths)
+    for path, (script, env) in zip(paths, cases, strict=True):
+        got = results[str(path)]
+        want = _submission(script, _first_wins(env))
+        assert want[0] == -1
+        assert (got.rc, got.sets, got.msgs) == want
+
+
+# quotes, backslashes and pieces of UTF-8 sequences that the splitting can bring together
+ADVERSARIAL = [b"'", b'"', b"\\", b" ", b"/", b"a", b"\xc3", b"\xa9", b"\xe2", b"\x84",
+               b"\xaa", b"\xed", b"\xb2", b"\xb3", b"\x80", b"\xbf", b"\xff", b"\xf0", b"\x9f",
+               b"\xc2\x85", b"\xd4", b"1", b"k", b"G", b"s", b"r", b"."]
+
+
+# characters whose bytes, kept apart by quotes or backslashes, must not come together
+APART = ["\u00e9", "\u0532", "\u20ac", "\u212a", "\u0130", "\ufb06", "\U0001f600", "\u0085",
+         "\udcb2"]  # the last: the three bytes of a surrogate escape
+SEPARATORS = [b"\\", b"''", b'""', b"'", b'"', b"", b"\\'", b'"\\']
+
+
+def _apart(rng: random.Random) -> bytes:
+    """The bytes of one character with quotes and backslashes between them."""
+    data = rng.choice(APART).encode("utf-8", "surrogatepass")
+    out = data[:1]
+    for b in data[1:]:
+        out += rng.choice(SEPARATORS) + bytes([b])
+    return out
+
+
+def _adversarial_value(rng: random.Random, name: str) -> bytes:
+    """A random value of quotes, backslashes and UTF-8 fragments, often in a good one."""
+    noise = b"".join(_apart(rng) if rng.random() < 0.3 else rng.choice(ADVERSARIAL)
+                     for _ in range(rng.randrange(1, 8)))
+    if rng.random() < 0.5:
+        return noise
+    good = rng.choice(GOOD[name]).encode()
+    cut = rng.randrange(len(good) + 1)
+    return good[:cut] + noise + good[cut:]
+
+
+def test_differential_invalid_bytes(lua: str, tmp_path: Path) -> None:
+    """Values full of invalid bytes, quotes and backslashes, in the script and as --rsa-*
+    options: Lua answers exactly as Python."""
+    rng = random.Random(20261123)
+    names = sorted(GOOD)
+    jobs: list[tuple[Path, bytes | None, list[bytes]]] = []
+    for i in range(800):
+        lines = [f"#RSA_{name}{rng.choice(['=', ' '])}".encode()
+                 + _adversarial_value(rng, name).replace(b"\n", b"")
+                 for name in rng.sample(names, rng.randint(0, 3))]
+        env = [f"RSA_{name}=".encode() + _adversarial_value(rng, name)
+               for name in rng.sample(names, rng.choice((0, 0, 1, 2)))]
+        script = b"#!/bin/sh\n" + b"\n".join(lines) + b"\ntrue\n" if lines or not env else None
+        jobs.append((_write_job(tmp_path / f"b{i}.sh", script, env), script, env))
     results = run_many(lua, [p for p, _s, _e in jobs])
     failures = []
     for path, script, env in jobs:
