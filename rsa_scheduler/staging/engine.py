@@ -317,7 +317,7 @@ class StagingEngine:
     # --- manifests --------------------------------------------------------------------
 
     def _scan(self, host: Host, root: str, what: str) -> list[Entry]:
-        done = self._user(host, scripts.scan_argv(root), what)
+        done = self._user(host, scripts.scan_argv(root, self.identity.uid), what)
         return parse_scan(scripts.decode_output(done.stdout))
 
     def _hash(self, root: str, files: Sequence[Entry]) -> dict[bytes, str]:

@@ -297,3 +297,21 @@ def test_atomic_stage_in_never_shows_a_partial_file(area: Path, user: Identity) 
         watcher.join()
     assert set(seen) <= {96 << 20}  # absent, or complete
     assert (ram / "huge").stat().st_size == 96 << 20
+
+
+def test_own_objects_without_owner_read_are_refused(area: Path, user: Identity) -> None:
+    """The scan trusts owner bits for the user's own objects: u-r files and u-x
+    directories are still found (and so is another user's unreadable file)."""
+    src = area / "src"
+    (src / "own-wo").write_text("write only")
+    (src / "own-dir").mkdir()
+    for p in (src / "own-wo", src / "own-dir"):
+        os.chown(p, user.uid, user.gid)
+    os.chmod(src / "own-wo", 0o200)
+    os.chmod(src / "own-dir", 0o600)
+    eng = make_engine(user)
+    eng.prepare_root(str(area / "ram"))
+    with pytest.raises(StagingError) as err:
+        eng.stage_in(str(src), str(area / "ram"))
+    assert err.value.permanent and "cannot read 2 object(s)" in str(err.value)
+    assert "own-wo" in str(err.value) and "own-dir" in str(err.value)

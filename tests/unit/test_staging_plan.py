@@ -174,3 +174,9 @@ def test_argv_never_puts_names_in_a_shell_program() -> None:
 def test_index_lines() -> None:
     text = index_lines([("rsa-7-0.tar", make_file(b"a\tb", 3))])
     assert text.splitlines()[1] == "rsa-7-0.tar\tf\t3\ta\\tb"
+
+
+def test_scan_program_takes_the_uid_and_trusts_owner_bits() -> None:
+    argv = scripts.scan_argv("/ram/j", 1234)
+    assert argv[3:] == ["bash", "/ram/j", "1234"]
+    assert '-uid "$2"' in argv[2] and "-readable" in argv[2]
