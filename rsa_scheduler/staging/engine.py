@@ -199,16 +199,22 @@ class StagingEngine:
         self._user(first, scripts.mkdir_argv(dst), f"{phase}: creating {dst}")
         todo: Sequence[Entry] = entries
         already = 0
+        complete: set[bytes] = set()
         parts = posixpath.join(dst, scripts.PART_DIR)
         if resume:
             existing = [e for e in self._scan(first, dst, f"{phase}: scanning {dst} to resume")
                         if e.path.split(b"/", 1)[0] != scripts.PART_DIR.encode()]
             if existing:
                 todo, already = pending(entries, existing)
+                complete = {e.path for e in entries} - {e.path for e in todo}
+        # Whole directories go recursively, except for atomic placement, which renames
+        # every copied name into place and therefore needs the names.
         plan = make_plan(todo, len(self.hosts) * self.parallel_per_node,
-                         big_bytes=self.big_bytes, already=already)
-        log.info("%s: %s %s -> %s: %d files, %d bytes, %d buckets (%d already done)",
-                 self.job_id, phase, src, dst, plan.files, plan.bytes, len(plan.buckets),
+                         big_bytes=self.big_bytes, already=already, trees=not atomic,
+                         complete=complete)
+        log.info("%s: %s %s -> %s: %d files, %d bytes, %d buckets (%d of whole "
+                 "directories; %d already done)", self.job_id, phase, src, dst, plan.files,
+                 plan.bytes, len(plan.buckets), sum(b.tool == "tree" for b in plan.buckets),
                  already)
         self._user(first, scripts.mkdirs_argv(dst), f"{phase}: creating directories",
                    input=scripts.encode_list(d.path for d in plan.dirs))
@@ -218,7 +224,8 @@ class StagingEngine:
 
         def copy(host: Host, b: Bucket) -> None:
             argv = (scripts.big_argv(src, dst) if b.tool == "dd"
-                    else scripts.tar_pipe_argv(src, dst, sparse=b.bytes >= self.big_bytes))
+                    else scripts.tar_pipe_argv(src, dst, sparse=b.bytes >= self.big_bytes,
+                                               recursive=b.tool == "tree"))
             if atomic:
                 argv = scripts.atomic_argv(argv, dst, posixpath.join(parts, str(b.index)))
             self._user(host, argv, f"{phase}: copying bucket {b.index} ({b.files} files)",

@@ -8,13 +8,19 @@ used for archives and reports). The rules, from the measured tool speeds
 
 * a regular file of at least ``big_bytes`` is a bucket alone, copied with ``dd`` in
   16 MiB blocks (sparse-aware), then its mode and mtime with ``cp --attributes-only``;
+* with ``trees``, a directory whose whole subtree is to be copied (no big file, no
+  socket or device, nothing already complete, every hard link of its files inside it)
+  and that is at most one stream's share is a unit alone, copied with a *recursive*
+  ``tar c | tar x`` (tool ``tree``): tar then finds its files through readdir, which a
+  MooseFS client answers from the open directory, where a list of names costs two more
+  master round trips per file (``docs/benchmarks.md#staging``);
 * everything else (small files, symlinks, FIFOs) is grouped, in path order so that a
   directory's files stay together, into buckets copied with a ``tar c | tar x`` pipe,
   each bounded by bytes and by file count so every RSA node gets several;
 * all names of one inode (hard links) go to the same bucket, which therefore uses tar,
   so hard links inside the staged tree are kept;
-* directories are never in buckets: the engine creates them first and sets their modes
-  and mtimes last; sockets and device files are skipped and reported.
+* directories are never in list buckets: the engine creates them first and sets their
+  modes and mtimes last; sockets and device files are skipped and reported.
 
 Pure: no I/O. Must not import ``engine``.
 """
@@ -22,7 +28,7 @@ Pure: no I/O. Must not import ``engine``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from rsa_scheduler.staging.manifest import Entry
@@ -40,7 +46,7 @@ class Bucket:
     """Names copied together by one command on one RSA node."""
 
     index: int
-    tool: str  # "tar" | "dd"
+    tool: str  # "tar" (a list of names) | "tree" (directories, recursively) | "dd"
     paths: tuple[bytes, ...]
     files: int
     bytes: int
@@ -94,30 +100,124 @@ def _units(entries: Iterable[Entry]) -> tuple[list[_Unit], list[Entry], list[Ent
     return units, dirs, skipped
 
 
-def make_plan(entries: Sequence[Entry], slots: int, *, big_bytes: int = BIG_BYTES,
-              max_files: int = 5000, already: int = 0) -> Plan:
-    """Bucket ``entries`` (a scan of the source, root excluded) for ``slots`` parallel
-    streams (RSA nodes x parallel_per_node)."""
-    slots = max(1, slots)
-    units, dirs, skipped = _units(entries)
-    big = [u for u in units if u.bytes >= big_bytes]
-    small = sorted((u for u in units if u.bytes < big_bytes), key=lambda u: u.paths[0])
-    small_bytes = sum(u.bytes for u in small)
-    want = slots * BUCKETS_PER_SLOT
-    target_bytes = min(max(small_bytes // want, 8 << 20), 1 << 30)
-    target_files = min(max(math.ceil(len(small) / want), 64), max_files)
-    raw: list[tuple[str, list[_Unit]]] = [("tar" if u.linked else "dd", [u]) for u in big]
+def _parent(path: bytes) -> bytes:
+    """The directory holding ``path`` (b"" = the root)."""
+    return path.rpartition(b"/")[0]
+
+
+def _ancestors(path: bytes, stop: bytes = b"") -> Iterable[bytes]:
+    """The directories above ``path``, nearest first, down to (excluding) ``stop``."""
+    d = _parent(path)
+    while d != stop and d:
+        yield d
+        d = _parent(d)
+
+
+def _lineage(d: bytes) -> Iterable[bytes]:
+    """Directory ``d`` and every directory above it (nothing for the root)."""
+    while d:
+        yield d
+        d = _parent(d)
+
+
+def _common_dir(paths: Sequence[bytes]) -> bytes:
+    """The deepest directory holding every path (b"" = the root)."""
+    parts = [_parent(p).split(b"/") if _parent(p) else [] for p in paths]
+    common: list[bytes] = []
+    for level in zip(*parts, strict=False):
+        if any(x != level[0] for x in level):
+            break
+        common.append(level[0])
+    return b"/".join(common)
+
+
+def _trees(small: list[_Unit], dirs: Sequence[Entry], blockers: Iterable[bytes],
+           max_files: int, max_bytes: int) -> tuple[list[_Unit], list[_Unit]]:
+    """Split ``small`` into units of whole directories (copied recursively) and the rest.
+
+    A directory qualifies when nothing below it is a blocker (a big file, a skipped
+    object, an object already complete at the destination), no hard-link group reaches
+    out of it, it holds at least one file and at most ``max_files``/``max_bytes``; the
+    highest qualifying directories are taken. The root never is one (its own mode and
+    mtime are not staged)."""
+    blocked: set[bytes] = set()
+    for p in blockers:
+        blocked.update(_ancestors(p))
+    files: dict[bytes, int] = {}
+    nbytes: dict[bytes, int] = {}
+    home: list[bytes] = []  # per unit: the deepest directory holding all its names
+    for u in small:
+        top = _common_dir(u.paths) if u.linked else _parent(u.paths[0])
+        home.append(top)
+        if u.linked:  # a group split over subdirectories pins them: none is whole
+            for p in u.paths:
+                blocked.update(_ancestors(p, stop=top))
+        for d in _lineage(top):
+            files[d] = files.get(d, 0) + u.files
+            nbytes[d] = nbytes.get(d, 0) + u.bytes
+    chosen: set[bytes] = set()
+    for d in sorted(e.path for e in dirs):
+        if (d in blocked or not 0 < files.get(d, 0) <= max_files
+                or nbytes.get(d, 0) > max_bytes or any(a in chosen for a in _ancestors(d))):
+            continue
+        chosen.add(d)
+    if not chosen:
+        return [], small
+    rest: list[_Unit] = []
+    for u, top in zip(small, home, strict=True):
+        if not any(d in chosen for d in _lineage(top)):
+            rest.append(u)
+    trees = [_Unit([d], files[d], nbytes[d]) for d in sorted(chosen)]
+    return trees, rest
+
+
+def _group(units: Sequence[_Unit], target_files: int, target_bytes: int
+           ) -> list[list[_Unit]]:
+    """Consecutive units (path order: a directory's files together) into buckets."""
+    out: list[list[_Unit]] = []
     cur: list[_Unit] = []
     cur_files = cur_bytes = 0
-    for u in small:
+    for u in units:
         if cur and (cur_files + u.files > target_files or cur_bytes + u.bytes > target_bytes):
-            raw.append(("tar", cur))
+            out.append(cur)
             cur, cur_files, cur_bytes = [], 0, 0
         cur.append(u)
         cur_files += u.files
         cur_bytes += u.bytes
     if cur:
-        raw.append(("tar", cur))
+        out.append(cur)
+    return out
+
+
+def make_plan(entries: Sequence[Entry], slots: int, *, big_bytes: int = BIG_BYTES,
+              max_files: int = 5000, already: int = 0, trees: bool = False,
+              complete: Collection[bytes] = ()) -> Plan:
+    """Bucket ``entries`` (a scan of the source, root excluded) for ``slots`` parallel
+    streams (RSA nodes x parallel_per_node). ``trees``: copy whole directories
+    recursively where possible; ``complete``: paths left out of ``entries`` because the
+    destination already has them (resume), so no directory above them is whole."""
+    slots = max(1, slots)
+    units, dirs, skipped = _units(entries)
+    big = [u for u in units if u.bytes >= big_bytes]
+    small = sorted((u for u in units if u.bytes < big_bytes), key=lambda u: u.paths[0])
+    small_files = sum(u.files for u in small)
+    small_bytes = sum(u.bytes for u in small)
+    want = slots * BUCKETS_PER_SLOT
+    target_bytes = min(max(small_bytes // want, 8 << 20), 1 << 30)
+    target_files = min(max(math.ceil(small_files / want), 64), max_files)
+    raw: list[tuple[str, list[_Unit]]] = [("tar" if u.linked else "dd", [u]) for u in big]
+    if trees:
+        # A whole directory may be as large as one stream's share: fewer, larger
+        # buckets balance a little worse, but every file avoids two master lookups.
+        blockers = [p for u in big for p in u.paths]
+        blockers += [e.path for e in skipped]
+        blockers += complete
+        tree_units, small = _trees(
+            small, dirs, blockers,
+            min(max(target_files, math.ceil(small_files / slots)), max_files),
+            min(max(target_bytes, small_bytes // slots), 1 << 30))
+        raw += [("tree", g) for g in _group(tree_units, target_files, target_bytes)]
+    raw += [("tar", g) for g in _group(small, target_files, target_bytes)]
     buckets = [Bucket(0, tool, tuple(p for u in us for p in u.paths),
                       sum(u.files for u in us), sum(u.bytes for u in us)) for tool, us in raw]
     buckets.sort(key=lambda b: -b.cost)

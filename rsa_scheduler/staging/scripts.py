@@ -40,6 +40,16 @@ TAR_PIPE = PRELUDE + (
     'base64 -d | tar -C "$1" --null --verbatim-files-from --no-recursion -T - $3 -cf - '
     '| tar -C "$2" -xpf -')
 
+# Copy whole directories (the list names directories) with a recursive tar pipe: tar
+# reads each directory and looks its entries up relative to it while holding it open,
+# and a MooseFS client answers those lookups from that open directory: 2 master requests
+# per file (open, chunk location) instead of 4 for a list of paths (measured, 10k files;
+# docs/benchmarks.md#staging). The extracting tar sets directory modes and mtimes after
+# their contents.
+TREE_PIPE = PRELUDE + (
+    'base64 -d | tar -C "$1" --null --verbatim-files-from -T - $3 -cf - '
+    '| tar -C "$2" -xpf -')
+
 # Copy a list of big regular files, one at a time: dd with 16 MiB blocks (measured into
 # a 4-node MooseFS RAMDISK: dd bs=16M 305 MB/s, cp 112, rsync -W --inplace 128, after
 # warming the RAM), all-zero blocks seeked over (holes kept), then cp --attributes-only
@@ -119,8 +129,10 @@ def scan_argv(root: str, uid: int) -> list[str]:
     return bash(SCAN, root, str(uid))
 
 
-def tar_pipe_argv(src: str, dst: str, *, sparse: bool = False) -> list[str]:
-    return bash(TAR_PIPE, src, dst, "-S" if sparse else "")
+def tar_pipe_argv(src: str, dst: str, *, sparse: bool = False,
+                  recursive: bool = False) -> list[str]:
+    """Copy the listed names (``recursive``: the listed directories, whole)."""
+    return bash(TREE_PIPE if recursive else TAR_PIPE, src, dst, "-S" if sparse else "")
 
 
 def big_argv(src: str, dst: str) -> list[str]:

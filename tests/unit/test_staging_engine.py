@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from rsa_scheduler.hosts import Cancelled, CancelToken, LocalHost
-from rsa_scheduler.runner import Identity
-from rsa_scheduler.staging import Progress, StagingEngine, StagingError
+from rsa_scheduler.runner import Completed, Identity
+from rsa_scheduler.staging import Progress, StagingEngine, StagingError, scripts
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a user")
 ODD = os.fsdecode(b"odd \n name \xff\xfe")
@@ -62,11 +62,13 @@ def make_tree(root: Path, owner: Identity, *, files: int = 40) -> Path:
 
 def tree_state(root: Path, *, content: bool = True) -> dict[bytes, tuple[object, ...]]:
     """What must be identical after staging: type, size, mode, mtime (s), link target,
-    content hash, and which names share an inode."""
+    content hash, and which names share an inode (named by the first name in a walk in
+    name order, whatever order the filesystem lists directories in)."""
     out: dict[bytes, tuple[object, ...]] = {}
     inodes: dict[tuple[int, int], bytes] = {}
     base = os.fsencode(root)
     for dirpath, dirnames, filenames in os.walk(base):
+        dirnames.sort()  # os.walk descends in this list's order
         for n in sorted(dirnames + filenames):
             p = os.path.join(dirpath, n)
             rel = os.path.relpath(p, base)
@@ -297,6 +299,69 @@ def test_atomic_stage_in_never_shows_a_partial_file(area: Path, user: Identity) 
         watcher.join()
     assert set(seen) <= {96 << 20}  # absent, or complete
     assert (ram / "huge").stat().st_size == 96 << 20
+
+
+def add_whole_directory(root: Path, owner: Identity) -> None:
+    """A subtree the plan copies with one recursive tar: nested and read-only
+    directories, odd names, a symlink, a FIFO and hard links that stay inside it."""
+    (root / "whole" / "x" / "deep").mkdir(parents=True)
+    (root / "whole" / "ro").mkdir()
+    for i in range(5):
+        (root / "whole" / "x" / f"f{i}").write_bytes(os.urandom(100 + i))
+    (root / "whole" / "x" / "deep" / ODD).write_bytes(b"deep odd")
+    (root / "whole" / "ro" / "inside").write_text("ro")
+    os.link(root / "whole" / "x" / "f0", root / "whole" / "ro" / "f0-link")
+    os.symlink("../x/f1", root / "whole" / "ro" / "sym")
+    os.mkfifo(root / "whole" / "x" / "fifo")
+    for dirpath, _, filenames in os.walk(root / "whole"):
+        os.chown(dirpath, owner.uid, owner.gid)
+        for n in filenames:
+            os.lchown(os.path.join(dirpath, n), owner.uid, owner.gid)
+    os.chmod(root / "whole" / "x" / "f2", 0o4750)
+    os.utime(root / "whole" / "x" / "f3", (1_100_000_000, 1_100_000_000))
+    os.utime(root / "whole" / "x" / "deep", (1_300_000_000, 1_300_000_000))
+    os.chmod(root / "whole" / "ro", 0o500)
+    os.utime(root / "whole" / "ro", (1_250_000_000, 1_250_000_000))
+
+
+class SpyHost(LocalHost):
+    """A LocalHost that remembers every argv it ran."""
+
+    def __init__(self, name: str, seen: list[list[str]]) -> None:
+        super().__init__(name)
+        self.seen = seen
+
+    def run(self, argv: object, **kw: object) -> Completed:  # type: ignore[override]
+        self.seen.append(list(argv))  # type: ignore[call-overload]
+        return super().run(argv, **kw)  # type: ignore[arg-type]
+
+
+def test_whole_directories_are_staged_recursively_and_keep_everything(
+        area: Path, user: Identity) -> None:
+    add_whole_directory(area / "src", user)
+    seen: list[list[str]] = []
+    eng = StagingEngine([SpyHost("rsa1", seen), SpyHost("rsa2", seen)], user, job_id="77")
+    eng.prepare_root(str(area / "ram"))
+    stats = eng.stage_in(str(area / "src"), str(area / "ram"))
+    assert tree_state(area / "ram") == tree_state(area / "src")
+    trees = [a for a in seen if a[2:3] == [scripts.TREE_PIPE]]
+    assert len(trees) == 1 and stats.files == 51 + 10
+    out = area / "outs" / "out"
+    seen.clear()
+    eng.stage_out(str(area / "ram"), str(out))
+    assert tree_state(out) == tree_state(area / "src")
+    assert any(a[2:3] == [scripts.TREE_PIPE] for a in seen)
+    assert eng.verify(str(area / "ram"), str(out)).ok
+    # Resume: a file cut short inside the whole directory is copied again by name; the
+    # directory's complete files are not copied again.
+    victim = area / "ram" / "whole" / "x" / "f4"
+    with open(victim, "r+b") as f:
+        f.truncate(5)
+    seen.clear()
+    again = eng.stage_in(str(area / "src"), str(area / "ram"))
+    assert again.files == 1 and again.already == 51 + 9
+    assert not any(a[2:3] == [scripts.TREE_PIPE] for a in seen)
+    assert tree_state(area / "ram") == tree_state(area / "src")
 
 
 def test_own_objects_without_owner_read_are_refused(area: Path, user: Identity) -> None:

@@ -6,6 +6,8 @@ import base64
 import shlex
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rsa_scheduler.staging import scripts
 from rsa_scheduler.staging.manifest import (
@@ -176,7 +178,151 @@ def test_index_lines() -> None:
     assert text.splitlines()[1] == "rsa-7-0.tar\tf\t3\ta\\tb"
 
 
+def tree_buckets(plan_buckets: object) -> dict[bytes, str]:
+    """path -> tool of every bucketed path."""
+    return {p: b.tool for b in plan_buckets for p in b.paths}  # type: ignore[attr-defined]
+
+
+def test_whole_directories_are_copied_recursively() -> None:
+    entries = [Entry(b"d%02d" % d, "d") for d in range(20)]
+    entries += [make_file(b"d%02d/f%05d" % (i // 500, i)) for i in range(10_000)]
+    plan = make_plan(entries, slots=8, trees=True)
+    assert {b.tool for b in plan.buckets} == {"tree"}
+    assert sorted(p for b in plan.buckets for p in b.paths) == [b"d%02d" % d for d in range(20)]
+    assert plan.files == sum(b.files for b in plan.buckets) == 10_000
+    assert plan.bytes == 10_000 * 4096
+    assert len(plan.dirs) == 20  # still created first and finalised last
+    lists = make_plan(entries, slots=8)  # trees off: the same files as lists of names
+    assert {b.tool for b in lists.buckets} == {"tar"} and lists.files == 10_000
+    tree = scripts.tar_pipe_argv("/a", "/b", recursive=True)
+    assert tree[2] == scripts.TREE_PIPE and "--no-recursion" not in tree[2]
+    assert "--no-recursion" in scripts.tar_pipe_argv("/a", "/b")[2]
+
+
+def test_a_directory_is_whole_only_without_big_files_specials_or_outside_links() -> None:
+    entries = [Entry(p, "d") for p in (b"a", b"a/b", b"a/b/c", b"a/e", b"big", b"big/sub",
+                                       b"lnk", b"lnk/x", b"lnk/y", b"sock", b"empty")]
+    entries += [make_file(b"a/b/c/f%d" % i) for i in range(3)]
+    entries += [make_file(b"a/e/g"), make_file(b"a/h"), Entry(b"a/l", "l", target=b"h"),
+                Entry(b"a/fifo", "p"),
+                make_file(b"a/b/in1", nlink=2, inode=(1, 1)),  # both names inside a/
+                make_file(b"a/e/in2", nlink=2, inode=(1, 1))]
+    entries += [make_file(b"big/huge", 2 * BIG_BYTES), make_file(b"big/sub/s")]
+    entries += [make_file(b"lnk/x/1", nlink=2, inode=(1, 2)),
+                make_file(b"lnk/y/2", nlink=2, inode=(1, 2)), make_file(b"lnk/y/3")]
+    entries += [Entry(b"sock/s", "s"), make_file(b"sock/f"), make_file(b"top")]
+    plan = make_plan(entries, slots=2, trees=True)
+    tools = tree_buckets(plan.buckets)
+    assert tools[b"a"] == "tree"  # highest whole directory: nothing below it is listed
+    assert not any(p.startswith(b"a/") for p in tools)
+    assert tools[b"big/huge"] == "dd" and tools[b"big/sub"] == "tree"  # big/ is not whole
+    # a hard-link group spanning lnk/x and lnk/y keeps both out, but lnk/ holds it whole
+    assert tools[b"lnk"] == "tree"
+    assert tools[b"sock/f"] == "tar" and b"sock" not in tools  # a socket is skipped
+    assert tools[b"top"] == "tar" and b"empty" not in tools
+    assert plan.files == 16 and [e.path for e in plan.skipped] == [b"sock/s"]
+    (tree,) = [b for b in plan.buckets if b.tool == "tree"]  # small units grouped
+    assert tree.paths == (b"a", b"big/sub", b"lnk")
+    assert tree.files == 9 + 1 + 3 and tree.bytes == (6 + 1 + 2) * 4096  # links once
+
+
+def test_hard_links_reaching_out_of_a_directory_keep_it_a_list() -> None:
+    entries = [Entry(b"d", "d"), Entry(b"d/sub", "d"), make_file(b"d/sub/a"),
+               make_file(b"d/sub/l", nlink=2, inode=(1, 3)),
+               make_file(b"outside", nlink=2, inode=(1, 3))]
+    plan = make_plan(entries, slots=2, trees=True)
+    assert {b.tool for b in plan.buckets} == {"tar"}
+    where = {p: b.index for b in plan.buckets for p in b.paths}
+    assert where[b"d/sub/l"] == where[b"outside"]
+
+
+def test_resume_keeps_directories_with_complete_files_out_of_trees() -> None:
+    entries = [Entry(b"done", "d"), Entry(b"new", "d"), make_file(b"done/b"),
+               make_file(b"new/a"), make_file(b"new/b")]
+    plan = make_plan(entries, slots=2, trees=True, complete={b"done/a"})
+    tools = tree_buckets(plan.buckets)
+    assert tools == {b"done/b": "tar", b"new": "tree"}
+
+
+def test_a_directory_larger_than_a_stream_share_is_split() -> None:
+    entries = [Entry(b"huge", "d"), Entry(b"huge/small", "d"), Entry(b"other", "d")]
+    entries += [make_file(b"huge/f%05d" % i) for i in range(9_000)]
+    entries += [make_file(b"huge/small/f%d" % i) for i in range(10)]
+    entries += [make_file(b"other/f%d" % i) for i in range(990)]
+    plan = make_plan(entries, slots=8, trees=True)  # share: 10,000 / 8 = 1,250 files
+    tools = tree_buckets(plan.buckets)
+    assert b"huge" not in tools and tools[b"huge/small"] == "tree"
+    assert tools[b"other"] == "tree" and tools[b"huge/f00000"] == "tar"
+    assert plan.files == 10_000
+    assert max(b.files for b in plan.buckets if b.tool == "tar") <= 313
+
+
 def test_scan_program_takes_the_uid_and_trusts_owner_bits() -> None:
     argv = scripts.scan_argv("/ram/j", 1234)
     assert argv[3:] == ["bash", "/ram/j", "1234"]
     assert '-uid "$2"' in argv[2] and "-readable" in argv[2]
+
+
+NAMES = st.sampled_from([b"a", b"b", b"c d", b"\xff", b"e"])
+
+
+@st.composite
+def scans(draw: st.DrawFn) -> tuple[list[Entry], set[bytes]]:
+    """A random tree (as a scan) and a random set of its files already complete."""
+    dirs = {b""}
+    for _ in range(draw(st.integers(0, 8))):
+        parent = draw(st.sampled_from(sorted(dirs)))
+        dirs.add((parent + b"/" if parent else b"") + draw(NAMES))
+    entries = [Entry(d, "d") for d in sorted(dirs - {b""})]
+    for i in range(draw(st.integers(0, 30))):
+        parent = draw(st.sampled_from(sorted(dirs)))
+        path = (parent + b"/" if parent else b"") + b"f%d" % i
+        kind = draw(st.sampled_from(["f", "f", "f", "l", "p", "s"]))
+        size = draw(st.sampled_from([0, 4096, 2 * BIG_BYTES])) if kind == "f" else 0
+        link = draw(st.integers(0, 3)) if kind == "f" else 0  # 1..3: an inode group
+        entries.append(Entry(path, kind, size=size, nlink=2 if link else 1,
+                             inode=(1, 1000 + link) if link else (1, i)))
+    files = [e.path for e in entries if e.kind != "d"]
+    complete = set(draw(st.lists(st.sampled_from(files), max_size=3))) if files else set()
+    return [e for e in entries if e.path not in complete], complete
+
+
+@settings(max_examples=300, deadline=None)
+@given(scans(), st.integers(1, 8))
+def test_trees_copy_every_object_once_and_keep_link_groups(
+        scan: tuple[list[Entry], set[bytes]], slots: int) -> None:
+    entries, complete = scan
+    plan = make_plan(entries, slots, trees=True, complete=complete)
+    trees = {p for b in plan.buckets if b.tool == "tree" for p in b.paths}
+    covered: dict[bytes, int] = {}  # object -> bucket that copies it
+    for b in plan.buckets:
+        if b.tool != "tree":
+            for p in b.paths:
+                assert p not in covered
+                covered[p] = b.index
+    for e in entries:
+        if e.kind == "d":
+            continue
+        above = [d for d in trees if e.path.startswith(d + b"/")]
+        assert len(above) <= 1  # trees never nest
+        if e.kind in ("s", "c", "b"):
+            assert not above and e.path not in covered  # skipped, never in a tree
+        elif above:
+            assert e.path not in covered  # copied once: by its tree only
+            assert e.size < BIG_BYTES or e.nlink > 1
+        else:
+            assert e.path in covered
+    for d in trees:  # nothing complete or big below a tree; links stay inside it
+        assert not any(p.startswith(d + b"/") for p in complete)
+        inside = [e for e in entries if e.path.startswith(d + b"/") and e.kind == "f"]
+        for e in inside:
+            if e.nlink > 1:
+                group = [x for x in entries if x.kind == "f" and x.inode == e.inode]
+                assert all(x.path.startswith(d + b"/") for x in group)
+    where = {p: b.index for b in plan.buckets for p in b.paths}
+    for e in entries:  # a link group outside trees: one list bucket
+        if e.kind == "f" and e.nlink > 1 and e.path in covered:
+            group = [x.path for x in entries if x.kind == "f" and x.inode == e.inode]
+            assert len({where[p] for p in group}) == 1
+    total = sum(1 for e in entries if e.kind not in ("d", "s", "c", "b"))
+    assert plan.files == total
