@@ -7,6 +7,14 @@ in the same run. Each big-file trial gets a fresh RAMDISK (MooseFS frees deleted
 lazily). The RSA nodes' RAM pools are warmed first (first touch of fresh RAM in this VM
 is slow). Needs the lab (`make lab-up`) and root.
 
+Every tool reads data that is not in the reading client's page cache, as a real stage-in
+(a job's input on the PFS) and stage-out (output the compute nodes wrote) do: a MooseFS
+client keeps what it read in its page cache, and a second reader of the same tree on
+the same node reads 3-5x faster. So the PFS sources are dropped from the page cache
+(posix_fadvise DONTNEED, file by file) before each tool reads them, and each tool stages
+out the RAMDISK copy its own stage-in wrote, which no RSA node has read (the local-disk
+source is in the page cache for every tool alike).
+
     .venv/bin/python bench/bench_staging.py [--no-pfs-big] [--json out.json]
 """
 
@@ -26,7 +34,7 @@ from rsa_scheduler.fs.base import FsRequest, MountSpec
 from rsa_scheduler.fs.moosefs import MooseFsBackend
 from rsa_scheduler.remote import SshHost
 from rsa_scheduler.runner import Identity
-from rsa_scheduler.staging import StagingEngine
+from rsa_scheduler.staging import StagingEngine, Stats
 
 LAB_ENV = Path("/run/rsa-lab/env")
 DATA_ADDRESS = os.environ.get("RSA_STAGING_DATA_ADDRESS", "10.213.0.1")
@@ -86,7 +94,8 @@ class Bench:
     def as_user(self, argv: list[str]) -> None:
         self.hosts[0].run(argv, timeout=3600, as_user=self.user, env=self.user.env())
 
-    def tool(self, name: str, src: str, dst: str, out: bool = False) -> Callable[[], None]:
+    def tool(self, name: str, src: str, dst: str, out: bool = False
+             ) -> Callable[[], Stats | None]:
         if name == "rsync":
             return lambda: self.as_user(["rsync", "-a", f"{src}/", f"{dst}/"])
         if name == "tar":
@@ -95,17 +104,20 @@ class Bench:
                                          "bash", src, dst])
         eng = self.engine()
         if out:
-            return lambda: (eng.stage_out(src, dst), None)[1]
-        return lambda: (eng.stage_in(src, dst), None)[1]
+            return lambda: eng.stage_out(src, dst)
+        return lambda: eng.stage_in(src, dst)
 
     def measure(self, what: str, direction: str, where: str, tool: str, files: int,
-                nbytes: int, fn: Callable[[], None]) -> None:
+                nbytes: int, fn: Callable[[], Stats | None]) -> None:
         t0 = time.monotonic()
-        fn()
+        stats = fn()
         secs = time.monotonic() - t0
-        row = {"what": what, "direction": direction, "where": where, "tool": tool,
-               "seconds": round(secs, 3), "files_s": round(files / secs, 1),
-               "mb_s": round(nbytes / secs / 1e6, 1)}
+        row: dict[str, object] = {
+            "what": what, "direction": direction, "where": where, "tool": tool,
+            "seconds": round(secs, 3), "files_s": round(files / secs, 1),
+            "mb_s": round(nbytes / secs / 1e6, 1)}
+        if stats is not None:
+            row["buckets"] = stats.buckets
         self.results.append(row)
         print(json.dumps(row), flush=True)
 
@@ -116,6 +128,18 @@ def make_tree(root: Path, user: Identity) -> None:
         d.mkdir(parents=True, exist_ok=True)
         (d / f"f{i:05d}").write_bytes(os.urandom(TREE_FILE_SIZE))
     subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(root)], check=True)
+
+
+def drop_cache(root: Path) -> None:
+    """Drop every regular file below ``root`` from the page cache (the PFS client is
+    shared by this host and the RSA nodes, so this also makes their next read cold)."""
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            fd = os.open(os.path.join(dirpath, n), os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
 
 
 def make_big(path: Path, user: Identity) -> None:
@@ -165,12 +189,13 @@ def main() -> None:
                             f"{ram}/j"], timeout=60)
             for where, base in (("local", local), ("pfs", pfs)):
                 for tool in TOOLS:
-                    dst = f"{ram}/j/{where}-{tool}"
+                    if where == "pfs":
+                        drop_cache(base / "tree")
                     b.measure("tree", "in", where, tool, TREE_FILES, tree_bytes,
-                              b.tool(tool, str(base / "tree"), dst))
+                              b.tool(tool, str(base / "tree"), f"{ram}/j/{where}-{tool}"))
                 for tool in TOOLS:
                     b.measure("tree", "out", where, tool, TREE_FILES, tree_bytes,
-                              b.tool(tool, f"{ram}/j/local-engine",
+                              b.tool(tool, f"{ram}/j/{where}-{tool}",
                                      str(base / f"tree-out-{tool}"), out=True))
         wheres = [("local", local)] + ([] if args.no_pfs_big else [("pfs", pfs)])
         if not args.no_pfs_big:
@@ -182,6 +207,8 @@ def main() -> None:
                     ram = fs.rsa_mountpoint
                     b.hosts[0].run(["install", "-d", "-o", str(b.user.uid), "-g",
                                     str(b.user.gid), f"{ram}/j"], timeout=60)
+                    if where == "pfs":
+                        drop_cache(base / "bigsrc")
                     b.measure("big", "in", where, tool, 1, BIG_SIZE,
                               b.tool(tool, str(base / "bigsrc"), f"{ram}/j/big"))
                     out = base / f"big-out-{tool}"
