@@ -71,3 +71,18 @@ def test_create_gives_up_when_a_chunkserver_never_reports_space() -> None:
     with pytest.raises(FsError, match="0/1 chunkservers registered with the master and "
                                       "reported their space"):
         backend._wait_chunkservers(lay, Deadline(0.5, "t"), None)  # type: ignore[arg-type]
+
+
+def test_only_the_rsa_nodes_own_mounts_cache_file_entries() -> None:
+    from rsa_scheduler.fs.base import MountSpec
+
+    host = ScriptedHost([SCANNED])
+    backend, lay = _layout(host)
+    rsa_side = lay.mount_argv(lay.mountpoint, backend.rsa_node_options)  # type: ignore[attr-defined]
+    assert "mfsentrycacheto=1" in " ".join(rsa_side)
+    spec = MountSpec("moosefs", "job1-c1", ("rsa1",), "/mnt/job1-c1",
+                     {"master_host": "10.213.0.1", "master_port": 22946,
+                      "options": list(backend.client_options)})
+    compute = backend.client_mount_argv(spec, "/run/rsa/node/c1/1/ramdisk")
+    assert "mfsentrycacheto" not in " ".join(compute)
+    assert compute[-2:] == ["-o", "mfsioretries=5"]
