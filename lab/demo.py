@@ -269,6 +269,10 @@ srun -N4 -n4 bash -c 'cat {self.base}/input/part* | md5sum > /dev/null'
             if acct["elapsed"]:
                 line += f" held {acct['nodes'] or '-'} for {acct['elapsed']}s"
             rows.append(line)
+            if acct["state"].startswith(("FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_ME")):
+                log = self.base / "logs" / f"{job.name}.out"
+                tail = log.read_text(errors="replace").splitlines()[-4:] if log.exists() else []
+                rows += [f"{'':11} log: {t}" for t in tail] or [f"{'':11} (no job log)"]
             if job.rsa:
                 data = self.rsa_job(job) or {}
                 trans = [e for e in data.get("events", []) if e.get("name") == "rsa.transition"
