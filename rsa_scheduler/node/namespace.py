@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rsa_scheduler.errors import RsaError
+from rsa_scheduler.node.mounts import _c  # one libc handle for the node side
 
 CLONE_NEWNS = 0x00020000
 MS_BIND = 4096
@@ -35,14 +36,6 @@ MS_SLAVE = 1 << 19
 MNT_DETACH = 2
 HANDLE = "mnt"
 
-_libc: ctypes.CDLL | None = None
-
-
-def _c() -> ctypes.CDLL:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-    return _libc
 
 
 class NamespaceError(RsaError):
