@@ -161,6 +161,7 @@ class Scheduler:
         if obs is not None and obs.compute_nodes != rec.compute_nodes and \
                 rec.rsa_state in (RsaState.NONE, RsaState.RELEASED):
             updates["compute_nodes"] = obs.compute_nodes
+        started = job_state is JobState.RUNNING and rec.job_state is not JobState.RUNNING
         if "job_state" in updates:
             step.events.append(Event(now, rec.job_id, "job.state", {
                 "from": rec.job_state.value if rec.job_state else None,
@@ -173,6 +174,8 @@ class Scheduler:
             rec.priority = obs.priority
         if "compute_nodes" in updates and obs is not None:
             rec.compute_nodes = obs.compute_nodes
+        if started:
+            step.extend(fire(rec, Trigger.STARTED, now, self.policy, self.pool))
         step.extend(settle(rec, now, self.policy, self.pool))
         self._note_waiting(rec)
         return step

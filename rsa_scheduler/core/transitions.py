@@ -30,6 +30,7 @@ class Trigger(enum.StrEnum):
     DEMOTED = "demoted"
     RUNNING = "running"
     FINISHED = "finished"
+    STARTED = "started"  # edge: the job began running this observation (running is the level)
     TICK = "tick"  # "nothing new": lets transient states move on
     # results of in-core effects
     NODES_ALLOCATED = "nodes-allocated"
@@ -540,6 +541,9 @@ def _rows() -> list[Rule]:
     # ---- RELEASED / DECLINED --------------------------------------------------------------
     r += _stay(S.RELEASED, T.QUEUED, T.DEMOTED, T.RUNNING, T.FINISHED, T.TICK)
     r += [
+        Rule(S.RELEASED, T.STARTED, S.DECLINED, actions=(A.TELL_USER,), ref="§3.2",
+             note="started before its RSA nodes were allocated again (after a demotion or "
+                  "a requeue): the job reads and writes the PFS"),
         Rule(S.RELEASED, T.ON_DECK, S.RELEASED, effects=(E.TRY_ALLOCATE,),
              note="on-deck again (after a demotion or requeue): new cycle"),
         Rule(S.RELEASED, T.NODES_ALLOCATED, S.ALLOCATED, actions=(A.ALLOCATE,)),
@@ -560,6 +564,11 @@ def _rows() -> list[Rule]:
                   "once for a job the RSA declined for good)"),
         Rule(S.DECLINED, T.NODES_ALLOCATED, S.ALLOCATED, actions=(A.ALLOCATE,)),
     ]
+    # The start edge matters only to a released job; everywhere else the running level
+    # (fed on every settle) does the work.
+    for state in RsaState:
+        if state is not S.RELEASED:
+            r += _stay(state, T.STARTED)
     return r
 
 

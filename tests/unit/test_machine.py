@@ -146,6 +146,33 @@ def test_demotion_after_lock_in_unlocks() -> None:
     assert kinds(dec) == ["unlock", "destroy-fs"]
 
 
+def test_a_demoted_job_that_starts_before_a_new_allocation_is_told_it_uses_the_pfs() -> None:
+    """Seen in CI: demoted, torn down, then started at once when its nodes freed up."""
+    d = Driver(make_scheduler())
+    to_locked_in(d)
+    d.observe(obs("10", "PENDING", "Priority"))
+    d.answer("10")  # destroyed
+    assert d.state("10") == "released"
+    dec = d.observe(obs("10", "RUNNING"))
+    assert d.state("10") == "declined" and kinds(dec) == ["tell-user"]
+    assert "demotion" in dec.actions[0].args["message"]
+    # told once: later observations of the running job say nothing more
+    assert kinds(d.observe(obs("10", "COMPLETING"))) == []
+    d.observe(obs("10", "COMPLETED"))
+    assert d.state("10") == "released"
+
+
+def test_a_job_released_while_running_is_not_told_again() -> None:
+    """No DATA_OUT and started before the RAMDISK existed: released while running, once."""
+    d = Driver(make_scheduler())
+    d.observe(obs("10", "PENDING", "Resources", make_spec(data_out=None)))
+    dec = d.observe(obs("10", "RUNNING"))
+    assert "tell-user" in kinds(dec)
+    d.answer("10")
+    told = kinds(d.observe(obs("10", "RUNNING", spec=make_spec(data_out=None))))
+    assert "tell-user" not in told and d.state("10") in ("released", "tearing-down")
+
+
 @pytest.mark.parametrize(("policy", "want_state", "want_kinds"), [
     (EarlyStart.FALLBACK, "resetting", ["cancel", "tell-user", "reset"]),
     (EarlyStart.UNION, "mounting-input", ["cancel", "tell-user", "mount-input"]),
