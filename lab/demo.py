@@ -15,8 +15,9 @@ The story (4 compute nodes c[1-4], 4 RSA nodes rsa[1-4], the PFS throttled):
    free as soon as it ends; the output is staged out (rsync) and verified afterwards.
 3. ``many-files``— RSA job, output only, 2,000 small files, aggregated into tar archives.
 4. ``demoted``   — RSA job (input only), on-deck and staging when an urgent job jumps the
-   queue: it is demoted, its RAMDISK torn down; when the urgent job is withdrawn it is
-   on-deck again and staged anew.
+   queue (its priority set above ``demoted`` but below the locked-in ``many-files``): it is
+   demoted, its RAMDISK torn down, while the locked-in job keeps its place; when the
+   urgent job is withdrawn it is on-deck again and staged anew.
 5. ``baseline``  — ``analysis`` again without any directive: reads and writes the PFS.
 
 The summary compares how long ``analysis`` and ``baseline`` held their compute nodes.
@@ -136,6 +137,12 @@ class Demo:
                 raise SystemExit(f"demo: gave up after {timeout:.0f}s waiting for {what}")
             time.sleep(0.5)
 
+    def priority(self, job: Job) -> int:
+        out = self.run(["squeue", "-h", "-j", job.id, "-o", "%Q"]).strip()
+        if not out.isdigit():
+            raise SystemExit(f"demo: no priority for {job.name} (job {job.id}): {out!r}")
+        return int(out)
+
     def rsa_state(self, job: Job) -> str:
         data = self.rsa_job(job)
         return data["rsa_state"] if data else ""
@@ -177,10 +184,9 @@ class Demo:
         mib = max(1, int(16 * self.scale))
         directives = (f"#RSA_DATA_IN={self.base}/input\n#RSA_DATA_OUT={self.base}/{out}\n"
                       "#RSA_RESET=input-done\n") if rsa else ""
-        reset = (f"{self.rsa} input-done\n"
-                 f"until [ \"$(srun -N4 -n4 findmnt -n -o TARGET --target "
-                 f"{self.base}/{out} | grep -cx {self.base}/{out})\" = 4 ]; do sleep 0.5; done\n"
-                 ) if rsa else ""
+        # returns once the RAMDISK is over DATA_OUT on all 4 nodes (or the RSA says the
+        # output goes to the PFS)
+        reset = f"{self.rsa} input-done --timeout 120\n" if rsa else ""
         return f"""#!/bin/bash
 #SBATCH -N 4 -t 10
 {directives}# read the input on every node, then write one file per process
@@ -225,13 +231,23 @@ srun -N4 -n4 bash -c 'cat {self.base}/input/part* | md5sum > /dev/null'
                     f"#!/bin/bash\n#SBATCH -N 4 -t 5\n#RSA_DATA_IN={self.base}/in-demoted\n"
                     f"md5sum {self.base}/in-demoted/blob > {self.base}/out-demoted/md5\n")
         demoted = self.jobs["demoted"]
+        # The urgent job must find analysis running and many-files locked in (the busy
+        # job may still hold the nodes when demoted is staging).
+        self.wait("analysis running", lambda: self.squeue_state(
+            self.jobs["analysis"])[0] in ("RUNNING", "COMPLETING", ""), timeout=600)
+        self.wait("many-files locked in", lambda: self.rsa_state(self.jobs["many-files"])
+                  == "locked-in", timeout=600)
         self.wait("demoted on-deck and staging", lambda: self.rsa_state(demoted)
                   == "staging-in", timeout=600)
-        self.submit(Job("urgent", "plain job, top priority: jumps the queue", False),
+        self.submit(Job("urgent", "plain job, high priority: jumps the queue", False),
                     "#!/bin/bash\n#SBATCH -N 4 -t 5\nsleep 2\n")
+        # Above every plain job, below the locked-in ones: lock-in keeps a staged job
+        # ahead (seed 004 §3.1); only the job still staging is pushed back.
+        urgent = (self.priority(demoted) + self.priority(self.jobs["many-files"])) // 2
         self.run(["scontrol", "update", f"jobid={self.jobs['urgent'].id}",
-                  "priority=4000000"])
-        self.say("urgent: an operator gave it the top priority")
+                  f"priority={urgent}"])
+        self.say(f"urgent: an operator raised its priority to {urgent}, above demoted, "
+                 "below the locked-in many-files")
         self.wait("demoted torn down", lambda: self.rsa_state(demoted)
                   in ("released", "tearing-down", "none"), timeout=300)
         self.run(["scancel", self.jobs["urgent"].id])

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import click
 
 from rsa_scheduler.cli.progress import Staging, short_duration
-from rsa_scheduler.client import ApiClient
+from rsa_scheduler.client import ApiClient, ApiRefused
 
 API_OPTION = click.option("--api", envvar="RSA_API", default=None,
                           help="rsad address: unix socket path or host:port "
@@ -132,14 +133,69 @@ def release(api: str | None, job_id: str, discard_output: bool, yes: bool) -> No
     _command(api, job_id, command)
 
 
+#: rsa-states in which the input->output reset is under way: ``rsa input-done`` waits
+RESET_UNDER_WAY = frozenset({"input-writeback", "writeback-failed", "resetting", "reset-failed",
+                             "mounting-output"})
+
+
+class _WaitTimeout(click.ClickException):
+    exit_code = 2
+
+
 @click.command("input-done")
 @API_OPTION
 @click.argument("job_id", required=False, envvar="SLURM_JOB_ID")
-def input_done(api: str | None, job_id: str | None) -> None:
-    """From inside a job: input is read; reset the RAMDISK for output now (seed 004 §3.2)."""
+@click.option("--no-wait", is_flag=True,
+              help="Return once rsad has the request; do not wait for the output mount.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=600.0, show_default=True,
+              help="Seconds to wait for the RAMDISK over DATA_OUT.")
+def input_done(api: str | None, job_id: str | None, no_wait: bool, timeout: float) -> None:
+    """From inside a job: input is read; reset the RAMDISK for output now (seed 004 §3.2).
+
+    Waits until the RAMDISK is mounted over the job's DATA_OUT on all its nodes, so what the
+    job writes after this returns lands on the RAMDISK, or until the RSA says the output
+    goes to the PFS (no RAMDISK for this run, no DATA_OUT, or the input mount never
+    freed). Exit status 0 in both cases, 1 when rsad cannot be reached or refuses, 2 when
+    the reset is still under way after --timeout.
+    """
     if not job_id:
         raise click.ClickException("no job id: run inside a job (SLURM_JOB_ID) or give one")
-    _command(api, job_id, "input-done")
+    client = ApiClient(api)
+    data = client.get(f"/v1/jobs/{job_id}")
+    if data["rsa_state"] == "mounted-input":
+        try:
+            data = client.post(f"/v1/jobs/{job_id}/command", {"command": "input-done"})
+        except ApiRefused:  # the reset timer beat us to it: look again
+            data = client.get(f"/v1/jobs/{job_id}")
+            if data["rsa_state"] not in RESET_UNDER_WAY | {"mounted-output"}:
+                raise
+    deadline = time.monotonic() + timeout
+    while not no_wait and data["rsa_state"] in RESET_UNDER_WAY:
+        if time.monotonic() >= deadline:
+            raise _WaitTimeout(
+                f"job {job_id}: the RAMDISK is still not mounted over DATA_OUT after "
+                f"{timeout:g}s ({data['rsa_state']}); `rsa job {job_id}` shows why, and "
+                "`rsa input-done --timeout` waits longer")
+        time.sleep(0.5)
+        data = client.get(f"/v1/jobs/{job_id}")
+    if "spec" not in data:  # a command's answer is the short form
+        data = client.get(f"/v1/jobs/{job_id}")
+    click.echo(_input_done_line(job_id, data))
+
+
+def _input_done_line(job_id: str, data: Mapping[str, Any]) -> str:
+    state = data["rsa_state"]
+    out = (data.get("spec") or {}).get("data_out")
+    told = " ".join((data.get("message") or "").split())
+    if state == "mounted-output":
+        return f"job {job_id}: input done; the RAMDISK is mounted over {out}: write there"
+    if state in RESET_UNDER_WAY:
+        return f"job {job_id}: input done; the reset is under way ({state})"
+    if not out:
+        return f"job {job_id}: input done; the job has no #RSA_DATA_OUT: nothing to reset"
+    why = f"{state}{': ' + told if told else ''}"
+    return (f"job {job_id}: input done; no RAMDISK for output ({why}): {out} is on the PFS "
+            "as usual")
 
 
 @click.command("cancel-staging")

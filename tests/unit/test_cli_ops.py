@@ -112,11 +112,77 @@ def test_release_picks_the_command_for_the_state(monkeypatch: pytest.MonkeyPatch
     assert rec.calls[-1] == ("POST", "/v1/jobs/7/command", {"command": command})
 
 
-def test_input_done_takes_the_job_from_slurm_env(api: Recorder,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+class ResetDouble:
+    """rsad for ``rsa input-done``: the job's states as successive GETs see them."""
+
+    def __init__(self, states: list[str], *, refuse: bool = False,
+                 message: str = "") -> None:
+        self.states, self.refuse, self.message = states, refuse, message
+        self.calls: list[tuple[str, str, Any]] = []
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        from rsa_scheduler.client import ApiRefused
+        self.calls.append((method, path, body))
+        if method == "POST":
+            if self.refuse:
+                raise ApiRefused(409, "job 7: can't input-done from resetting")
+            return {"job_id": "7", "rsa_state": "resetting"}
+        state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+        return {"job_id": "7", "rsa_state": state, "message": self.message,
+                "spec": {"data_out": "/pfs/alice/out"}}
+
+
+@pytest.fixture
+def no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("rsa_scheduler.cli.jobs.time.sleep", lambda _s: None)
+
+
+def test_input_done_takes_the_job_from_slurm_env(monkeypatch: pytest.MonkeyPatch,
+                                                 no_sleep: None) -> None:
+    rsad = ResetDouble(["mounted-input", "resetting", "mounting-output", "mounted-output"])
+    monkeypatch.setattr(ApiClient, "request", rsad.request)
     monkeypatch.setenv("SLURM_JOB_ID", "7")
-    run("input-done")
-    assert api.calls[-1] == ("POST", "/v1/jobs/7/command", {"command": "input-done"})
+    out = run("input-done").output
+    assert ("POST", "/v1/jobs/7/command", {"command": "input-done"}) in rsad.calls
+    assert out.strip() == ("job 7: input done; the RAMDISK is mounted over /pfs/alice/out: "
+                           "write there")
+    assert [c[0] for c in rsad.calls] == ["GET", "POST", "GET", "GET", "GET"]
+
+
+def test_input_done_no_wait_returns_once_rsad_has_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    rsad = ResetDouble(["mounted-input", "resetting"])
+    monkeypatch.setattr(ApiClient, "request", rsad.request)
+    assert "reset is under way (resetting)" in run("input-done", "7", "--no-wait").output
+
+
+def test_input_done_when_the_reset_timer_won_the_race(monkeypatch: pytest.MonkeyPatch,
+                                                       no_sleep: None) -> None:
+    rsad = ResetDouble(["mounted-input", "resetting", "mounted-output"], refuse=True)
+    monkeypatch.setattr(ApiClient, "request", rsad.request)
+    assert "mounted over /pfs/alice/out" in run("input-done", "7").output
+
+
+@pytest.mark.parametrize(("state", "said"), [
+    ("declined", "no RAMDISK for output (declined: started before its RSA nodes were "
+                 "allocated again): /pfs/alice/out is on the PFS as usual"),
+    ("released", "no RAMDISK for output (released: started before its RSA nodes were "
+                 "allocated again): /pfs/alice/out is on the PFS as usual"),
+])
+def test_input_done_without_a_ramdisk_is_not_an_error(monkeypatch: pytest.MonkeyPatch,
+                                                      state: str, said: str) -> None:
+    """A job the RSA is not serving keeps running: its output goes to the PFS."""
+    rsad = ResetDouble([state], message="started before its RSA nodes were allocated again")
+    monkeypatch.setattr(ApiClient, "request", rsad.request)
+    assert said in run("input-done", "7").output
+    assert all(c[0] == "GET" for c in rsad.calls)
+
+
+def test_input_done_gives_up_after_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    rsad = ResetDouble(["mounted-input", "reset-failed"])
+    monkeypatch.setattr(ApiClient, "request", rsad.request)
+    result = CliRunner().invoke(cli, ["input-done", "7", "--timeout", "0"])
+    assert result.exit_code == 2
+    assert "still not mounted over DATA_OUT after 0s (resetting)" in result.output
 
 
 def test_retry_and_cancel_staging(api: Recorder) -> None:
