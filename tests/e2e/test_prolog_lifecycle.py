@@ -69,10 +69,7 @@ def job_script(lab: Mapping[str, str], base: Path, *, data_in: str, extra: str =
 srun -N2 -n2 bash -c 'h=$(hostname); findmnt -n -o TARGET --target {data_in} > {res}/inmnt.$h;
   (cd {data_in} && md5sum f* sub/deep) > {res}/md5.$h'
 {rsa} input-done > {res}/input-done 2>&1
-for i in $(seq 1 90); do
-  n=$(srun -N2 -n2 findmnt -n -o TARGET --target {out} | grep -cx {out})
-  [ "$n" = 2 ] && break; sleep 1
-done
+# no polling: input-done returns once the RAMDISK is over DATA_OUT on both nodes
 srun -N2 -n2 bash -c 'h=$(hostname); findmnt -n -o TARGET --target {out} > {res}/outmnt.$h;
   echo "written by $h" > {out}/from-$h'
 """
@@ -114,6 +111,8 @@ def test_two_node_job_reads_input_and_writes_output_through_the_ramdisk(
         assert (res / f"md5.{node}").read_text() == md5_pfs(area)
         assert (res / f"outmnt.{node}").read_text().strip() == str(area / "out")
         assert (area / "out" / f"from-{node}").read_text() == f"written by {node}\n"
+    assert (res / "input-done").read_text() == (
+        f"job {job}: input done; the RAMDISK is mounted over {area / 'out'}: write there\n")
     assert nothing_of_job_mounted(job)
     data = rsa_job(lab, job)
     assert data is not None
@@ -302,9 +301,6 @@ findmnt -n -o TARGET --target {data_in} > {res}/inmnt
 echo changed > {data_in}/f1
 echo added > {data_in}/added
 {rsa} input-done > {res}/input-done 2>&1
-for i in $(seq 1 60); do
-  [ "$(findmnt -n -o TARGET --target {out})" = {out} ] && break; sleep 1
-done
 findmnt -n -o TARGET --target {out} > {res}/outmnt
 """
     with make_jobs(lab) as jobs:
