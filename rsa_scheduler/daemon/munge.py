@@ -10,9 +10,8 @@ request's method, path and body by putting their SHA-256 in the payload.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import hashlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from rsa_scheduler.errors import RsaError
 
@@ -26,12 +25,17 @@ class MungeError(RsaError):
 def _lib() -> ctypes.CDLL:
     global _LIB
     if _LIB is None:
-        name = ctypes.util.find_library("munge") or "libmunge.so.2"
-        try:
-            lib = ctypes.CDLL(name)
-        except OSError as e:
-            raise MungeError("libmunge not found: install libmunge2 (apt-get install "
-                             "libmunge2) and run munged") from e
+        try:  # Debian's soname first: find_library runs ldconfig (a fork per hook run)
+            lib = ctypes.CDLL("libmunge.so.2")
+        except OSError:
+            from ctypes import util
+
+            name = util.find_library("munge")
+            try:
+                lib = ctypes.CDLL(name or "libmunge.so.2")
+            except OSError as e:
+                raise MungeError("libmunge not found: install libmunge2 (apt-get install "
+                                 "libmunge2) and run munged") from e
         lib.munge_encode.argtypes = [ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p,
                                      ctypes.c_void_p, ctypes.c_int]
         lib.munge_encode.restype = ctypes.c_int
@@ -81,8 +85,9 @@ def encode(payload: bytes) -> str:
         _free(cred)
 
 
-@dataclass(frozen=True, slots=True)
-class Sender:
+class Sender(NamedTuple):
+    """Who made a credential (a NamedTuple: dataclasses cost the hooks ~25 ms of imports)."""
+
     uid: int
     gid: int
 

@@ -1,0 +1,137 @@
+"""The API client's own HTTP/1.1 exchange (client._exchange and ApiClient.request) against
+byte-exact answers on a socket pair, and against Python's own HTTP server over a unix
+socket (the server rsad uses). MUNGE is replaced here; the lab tests use the real one."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rsa_scheduler import client as client_mod
+from rsa_scheduler.client import ApiClient, ApiRefused, ApiUnavailable, _BadReply, _exchange
+
+
+def answer(raw: bytes, *, chunks: int = 1) -> tuple[int, dict[str, str], bytes]:
+    """Run _exchange against a peer that sends ``raw`` (in ``chunks`` pieces), then closes."""
+    ours, theirs = socket.socketpair()
+    got: list[bytes] = []
+
+    def peer() -> None:
+        got.append(theirs.recv(65536))
+        step = max(1, len(raw) // chunks)
+        for i in range(0, len(raw), step):
+            theirs.sendall(raw[i:i + step])
+        theirs.close()
+
+    t = threading.Thread(target=peer)
+    t.start()
+    try:
+        ours.settimeout(5)
+        return _exchange(ours, b"GET / HTTP/1.1\r\n\r\n")
+    finally:
+        ours.close()
+        t.join()
+
+
+def test_a_reply_in_pieces_is_put_together() -> None:
+    body = json.dumps({"x": "y" * 5000}).encode()
+    raw = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+           + str(len(body)).encode() + b"\r\nX-RSA-Munge-Reply: abc\r\n\r\n" + body)
+    status, headers, got = answer(raw, chunks=7)
+    assert status == 200 and got == body
+    assert headers["x-rsa-munge-reply"] == "abc" and headers["content-type"] == \
+        "application/json"
+
+
+def test_a_reply_without_length_runs_to_the_end_of_the_connection() -> None:
+    assert answer(b"HTTP/1.0 404 Not Found\r\n\r\n{}")[::2] == (404, b"{}")
+
+
+@pytest.mark.parametrize(("raw", "why"), [
+    (b"SSH-2.0-OpenSSH_9.2\r\n\r\n", "not an HTTP answer"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", "after 3 of 10 body bytes"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "bad Content-Length"),
+    (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "bad header line"),
+    (b"HTTP/1.1 200 OK\r\n", "closed before the answer's headers"),
+    (b"HTTP/1.1 200 OK\r\n" + b"X: " + b"a" * (70 << 10), "too long"),
+])
+def test_what_is_not_an_answer_is_refused(raw: bytes, why: str) -> None:
+    with pytest.raises(_BadReply, match=why):
+        answer(raw)
+
+
+class Echo(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as rsad: the client must not wait for EOF
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        status = 409 if self.path == "/refuse" else 200
+        out = json.dumps({"error": "no"} if status == 409 else {
+            "method": self.command, "path": self.path, "body": body,
+            "cred": self.headers.get("X-RSA-Munge")}).encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    do_GET = do_POST = _serve
+
+
+@pytest.fixture
+def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    import socketserver
+
+    monkeypatch.setattr(client_mod.munge, "encode", lambda payload: "CRED" + payload.hex())
+
+    class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+        daemon_threads = True
+
+        def get_request(self) -> tuple[socket.socket, Any]:
+            conn, _ = super().get_request()
+            return conn, ("local", 0)
+
+    path = str(tmp_path / "api.sock")
+    srv = Server(path, Echo)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield path
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_request_round_trip_over_a_unix_socket(server: str) -> None:
+    api = ApiClient(server, timeout=5)
+    got = api.post("/v1/jobs/7/command", {"command": "input-done"})
+    assert got["method"] == "POST" and got["path"] == "/v1/jobs/7/command"
+    assert got["body"] == {"command": "input-done"} and got["cred"].startswith("CRED")
+    assert api.get("/v1/status")["body"] is None
+
+
+def test_an_error_answer_is_rsads_message(server: str) -> None:
+    with pytest.raises(ApiRefused, match=r"^no$") as e:
+        ApiClient(server, timeout=5).get("/refuse")
+    assert e.value.status == 409
+
+
+def test_no_daemon_is_one_actionable_line(tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(client_mod.munge, "encode", lambda payload: "CRED")
+    with pytest.raises(ApiUnavailable, match=r"cannot reach rsad at .*missing\.sock.*is rsad "
+                                             r"running"):
+        ApiClient(str(tmp_path / "missing.sock"), timeout=2).get("/v1/status")
+
+
+def test_a_path_that_would_break_the_request_line_is_refused(server: str) -> None:
+    with pytest.raises(ValueError, match="not a request path"):
+        ApiClient(server).get("/v1/jobs/7 HTTP/1.1\r\nX: y")
