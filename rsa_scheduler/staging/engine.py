@@ -223,7 +223,7 @@ class StagingEngine:
         per_node: dict[str, int] = {}
 
         def copy(host: Host, b: Bucket) -> None:
-            argv = (scripts.big_argv(src, dst) if b.tool == "dd"
+            argv = (scripts.big_argv(src, dst, scripts.big_block(phase)) if b.tool == "dd"
                     else scripts.tar_pipe_argv(src, dst, sparse=b.bytes >= self.big_bytes,
                                                recursive=b.tool == "tree"))
             if atomic:

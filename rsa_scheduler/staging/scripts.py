@@ -50,14 +50,21 @@ TREE_PIPE = PRELUDE + (
     'base64 -d | tar -C "$1" --null --verbatim-files-from -T - $3 -cf - '
     '| tar -C "$2" -xpf -')
 
-# Copy a list of big regular files, one at a time: dd with 16 MiB blocks (measured into
-# a 4-node MooseFS RAMDISK: dd bs=16M 305 MB/s, cp 112, rsync -W --inplace 128, after
-# warming the RAM), all-zero blocks seeked over (holes kept), then cp --attributes-only
-# for mode and mtime. dd truncates first: a re-run after a crash is safe.
+# Copy a list of big regular files, one at a time: dd with the block size in $3, all-zero
+# blocks seeked over (holes kept), then cp --attributes-only for mode and mtime. dd
+# truncates first: a re-run after a crash is safe. The block size depends on which side
+# is the RAMDISK (measured on a 4-node MooseFS RAMDISK, 2 GiB file, cold reads;
+# docs/benchmarks.md#staging): writing into it favours big writes (bs=16M 403-465 MB/s,
+# bs=128K 355-382, rsync 270-290), reading out of it small reads (bs=128K 324-407 MB/s,
+# bs=64K 193-396, bs=256K 233-321, bs=1M 165-262, bs=16M 127-203): the kernel reads a
+# FUSE file ahead only 128 KiB, asynchronously, while the reader is back for more; a
+# 16 MiB read waits for all of it, then the 16 MiB write leaves the client idle.
 BIG = PRELUDE + (
     'cd -- "$1" || exit 66; base64 -d | xargs -0 -r -n 1 sh -c \''
-    'dd if="$1" of="$0/$1" bs=16M conv=sparse status=none && '
-    'cp --attributes-only --preserve=mode,timestamps -- "$1" "$0/$1"\' "$2"')
+    'dd if="$2" of="$0/$2" bs="$1" conv=sparse status=none && '
+    'cp --attributes-only --preserve=mode,timestamps -- "$2" "$0/$2"\' "$2" "$3"')
+BLOCK_INTO_RAMDISK = "16M"  # stage-in: dd writes into the RAMDISK
+BLOCK_OUT_OF_RAMDISK = "128K"  # stage-out: dd reads out of the RAMDISK
 
 # Atomic placement (stage-in for the ``union`` early-start policy, where a running job
 # already sees the RAMDISK over the PFS: a half-written file must never hide the complete
@@ -135,8 +142,19 @@ def tar_pipe_argv(src: str, dst: str, *, sparse: bool = False,
     return bash(TREE_PIPE if recursive else TAR_PIPE, src, dst, "-S" if sparse else "")
 
 
-def big_argv(src: str, dst: str) -> list[str]:
-    return bash(BIG, src, dst)
+def big_block(phase: str) -> str:
+    """dd's block size for big files: big writes into the RAMDISK (stage-in), small
+    reads out of it (stage-out)."""
+    if phase == "stage-in":
+        return BLOCK_INTO_RAMDISK
+    if phase == "stage-out":
+        return BLOCK_OUT_OF_RAMDISK
+    raise ValueError(f"phase {phase!r}: expected stage-in or stage-out")
+
+
+def big_argv(src: str, dst: str, block: str = BLOCK_INTO_RAMDISK) -> list[str]:
+    """Copy the listed big files with dd in ``block``-sized blocks (see ``big_block``)."""
+    return bash(BIG, src, dst, block)
 
 
 def atomic_argv(copier: Sequence[str], dst: str, part: str) -> list[str]:

@@ -380,3 +380,23 @@ def test_own_objects_without_owner_read_are_refused(area: Path, user: Identity) 
         eng.stage_in(str(src), str(area / "ram"))
     assert err.value.permanent and "cannot read 2 object(s)" in str(err.value)
     assert "own-wo" in str(err.value) and "own-dir" in str(err.value)
+
+
+def test_big_files_are_copied_with_the_block_size_of_their_direction(
+        area: Path, user: Identity) -> None:
+    """dd writes 16 MiB blocks into the RAMDISK and reads 128 KiB blocks out of it; holes
+    of the sparse file survive both (its stage-out copy is sparse at 128 KiB)."""
+    seen: list[list[str]] = []
+    eng = StagingEngine([SpyHost("rsa1", seen), SpyHost("rsa2", seen)], user, job_id="77",
+                        big_bytes=1 << 20)
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(area / "src"), str(area / "ram"))
+    # one dd bucket: "sparse" ("big" is hard-linked, so tar copies it)
+    assert [a[-1] for a in seen if a[2:3] == [scripts.BIG]] == ["16M"]
+    out = area / "outs" / "out"
+    seen.clear()
+    eng.stage_out(str(area / "ram"), str(out))
+    assert [a[-1] for a in seen if a[2:3] == [scripts.BIG]] == ["128K"]
+    assert tree_state(out) == tree_state(area / "src")
+    assert eng.verify(str(area / "ram"), str(out)).ok
+    assert (out / "sparse").stat().st_blocks * 512 < 1 << 20  # 40 MiB, 6 bytes of data

@@ -173,6 +173,22 @@ def test_argv_never_puts_names_in_a_shell_program() -> None:
     assert shlex.split(shlex.join(scripts.hash_argv("/x")))[2] == scripts.HASH
 
 
+def test_big_files_use_big_writes_into_the_ramdisk_and_small_reads_out_of_it() -> None:
+    assert scripts.big_block("stage-in") == scripts.BLOCK_INTO_RAMDISK == "16M"
+    assert scripts.big_block("stage-out") == scripts.BLOCK_OUT_OF_RAMDISK == "128K"
+    with pytest.raises(ValueError):
+        scripts.big_block("verify")
+    argv = scripts.big_argv("/ram/job 1", "/pfs/out dir", "128K")
+    assert argv[:3] == ["/bin/bash", "-c", scripts.BIG]
+    assert argv[3:] == ["bash", "/ram/job 1", "/pfs/out dir", "128K"]
+    assert 'bs="$1"' in scripts.BIG and "16M" not in scripts.BIG  # the block is an argument
+    assert scripts.big_argv("/a", "/b")[-1] == scripts.BLOCK_INTO_RAMDISK
+    # atomic placement hands the block on to the copier as its $3
+    wrapped = scripts.atomic_argv(argv, "/ram/job 1", "/ram/job 1/.rsa-staging/0")
+    assert wrapped[3:] == ["bash", "/ram/job 1", "/ram/job 1", "/ram/job 1/.rsa-staging/0",
+                           scripts.BIG, "128K"]
+
+
 def test_index_lines() -> None:
     text = index_lines([("rsa-7-0.tar", make_file(b"a\tb", 3))])
     assert text.splitlines()[1] == "rsa-7-0.tar\tf\t3\ta\\tb"
