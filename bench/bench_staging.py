@@ -13,7 +13,8 @@ client keeps what it read in its page cache, and a second reader of the same tre
 the same node reads 3-5x faster. So the PFS sources are dropped from the page cache
 (posix_fadvise DONTNEED, file by file) before each tool reads them, and each tool stages
 out the RAMDISK copy its own stage-in wrote, which no RSA node has read (the local-disk
-source is in the page cache for every tool alike).
+source is in the page cache for every tool alike). Every trial starts after a sync, so
+none pays for the writeback of an earlier one.
 
     .venv/bin/python bench/bench_staging.py [--no-pfs-big] [--json out.json]
 """
@@ -109,6 +110,9 @@ class Bench:
 
     def measure(self, what: str, direction: str, where: str, tool: str, files: int,
                 nbytes: int, fn: Callable[[], Stats | None]) -> None:
+        # Write back what earlier steps left dirty (the 2 GiB copied to the PFS, the last
+        # trial's output), so no trial pays for another's writeback.
+        os.sync()
         t0 = time.monotonic()
         stats = fn()
         secs = time.monotonic() - t0
