@@ -6,8 +6,9 @@ run still has to copy) and :func:`assign` (static longest-processing-time assign
 used for archives and reports). The rules, from the measured tool speeds
 (``docs/staging.md``):
 
-* a regular file of at least ``big_bytes`` is a bucket alone, copied with ``dd`` in
-  16 MiB blocks (sparse-aware), then its mode and mtime with ``cp --attributes-only``;
+* a regular file of at least ``big_bytes`` is a bucket alone, copied with ``dd``
+  (sparse-aware; 16 MiB blocks into the RAMDISK, 128 KiB out of it), then its mode and
+  mtime with ``cp --attributes-only``;
 * with ``trees``, a directory whose whole subtree is to be copied (no big file, no
   socket or device, nothing already complete, every hard link of its files inside it)
   and that is at most one stream's share is a unit alone, copied with a *recursive*

@@ -56,9 +56,10 @@ TREE_PIPE = PRELUDE + (
 # is the RAMDISK (measured on a 4-node MooseFS RAMDISK, 2 GiB file, cold reads;
 # docs/benchmarks.md#staging): writing into it favours big writes (bs=16M 403-465 MB/s,
 # bs=128K 355-382, rsync 270-290), reading out of it small reads (bs=128K 324-407 MB/s,
-# bs=64K 193-396, bs=256K 233-321, bs=1M 165-262, bs=16M 127-203): the kernel reads a
-# FUSE file ahead only 128 KiB, asynchronously, while the reader is back for more; a
-# 16 MiB read waits for all of it, then the 16 MiB write leaves the client idle.
+# bs=64K 193-396, bs=256K 233-321, bs=1M 165-262, bs=16M 127-203), most likely as the
+# kernel reads a FUSE file ahead only 128 KiB, asynchronously, while the reader is back
+# for more: a 16 MiB read waits for all of it, then the 16 MiB write leaves the client
+# idle.
 BIG = PRELUDE + (
     'cd -- "$1" || exit 66; base64 -d | xargs -0 -r -n 1 sh -c \''
     'dd if="$2" of="$0/$2" bs="$1" conv=sparse status=none && '
