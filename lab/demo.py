@@ -236,7 +236,7 @@ srun -N4 -n4 bash -c 'cat {self.base}/input/part* | md5sum > /dev/null'
         self.wait("analysis running", lambda: self.squeue_state(
             self.jobs["analysis"])[0] in ("RUNNING", "COMPLETING", ""), timeout=600)
         self.wait("many-files locked in", lambda: self.rsa_state(self.jobs["many-files"])
-                  == "locked-in", timeout=600)
+                  in ("locked-in", "mounting-output", "mounted-output"), timeout=600)
         self.wait("demoted on-deck and staging", lambda: self.rsa_state(demoted)
                   == "staging-in", timeout=600)
         self.submit(Job("urgent", "plain job, high priority: jumps the queue", False),
@@ -246,8 +246,8 @@ srun -N4 -n4 bash -c 'cat {self.base}/input/part* | md5sum > /dev/null'
         urgent = (self.priority(demoted) + self.priority(self.jobs["many-files"])) // 2
         self.run(["scontrol", "update", f"jobid={self.jobs['urgent'].id}",
                   f"priority={urgent}"])
-        self.say(f"urgent: an operator raised its priority to {urgent}, above demoted, "
-                 "below the locked-in many-files")
+        self.say(f"urgent: an operator raised its priority to {urgent}: above demoted's, "
+                 "below a locked-in job's")
         self.wait("demoted torn down", lambda: self.rsa_state(demoted)
                   in ("released", "tearing-down", "none"), timeout=300)
         self.run(["scancel", self.jobs["urgent"].id])

@@ -50,7 +50,15 @@ PORT_SLOTS = 156  # 20000..29983
 MAX_NODES = PORT_BLOCK - 3
 DIR_PREFIX = "rsa-mfs-"
 EMPTY_METADATA = "MFSM NEW"  # /var/lib/mfs/metadata.mfs.empty, 8 bytes
-CLIENT_OPTIONS = ("mfsioretries=5",)  # readers of a dead chunkserver fail in ~30 s, not 160
+# I/O retries of every client (compute and RSA nodes). The master lets a chunkserver hold
+# another chunk open for writing only while its free space > 64 MiB x (1 + 10 x chunks
+# already open for writing) (matocsserv.c, getservers_wrandom): 3 at once on a 2 GiB pool.
+# Past that, a new file's first write is answered "no space" and the client retries,
+# 1 ms + (try - 1) x 300 ms apart, then fails with ENOSPC. 5 tries (~1.8 s) failed 16
+# fresh 3 MiB writers on a 1-node lab RAMDISK in 2 of 4 trials; 12 (~16.5 s) none in
+# 8 trials of 16 and 64 writers. The price: a reader of a dead chunkserver fails after
+# ~50 s instead of ~10 s (MooseFS's default 30 tries: minutes). docs/filesystems.md.
+CLIENT_OPTIONS = ("mfsioretries=12",)
 # The RSA nodes' own mounts (staging) also keep file names in the kernel's dentry cache
 # for 1 s (MooseFS's default is 0: every open of a path that was just looked up asks the
 # client and the master again). Measured on a cold 10k-file stage-out to local disk

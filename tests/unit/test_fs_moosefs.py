@@ -85,4 +85,4 @@ def test_only_the_rsa_nodes_own_mounts_cache_file_entries() -> None:
                       "options": list(backend.client_options)})
     compute = backend.client_mount_argv(spec, "/run/rsa/node/c1/1/ramdisk")
     assert "mfsentrycacheto" not in " ".join(compute)
-    assert compute[-2:] == ["-o", "mfsioretries=5"]
+    assert compute[-2:] == ["-o", "mfsioretries=12"]
