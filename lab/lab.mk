@@ -1,7 +1,7 @@
 # Lab targets (included by the top-level Makefile). Run as root. See docs/lab.md.
 LABCTL := $(CURDIR)/lab/labctl
 
-.PHONY: lab-up lab-down lab-status lab-test lab-check-clean e2e demo
+.PHONY: lab-up lab-down lab-status lab-test lab-test-contain lab-check-clean e2e demo
 
 # lab-test runs the integration tier and the compute-node e2e tier (whole job lifecycles
 # through the node Prolog/Epilog). LAB_TESTS narrows it, e.g. LAB_TESTS=tests/e2e.
@@ -35,6 +35,14 @@ lab-test: install
 	$(LABCTL) down || { [ $$rc -ne 0 ] || rc=1; }; \
 	$(CURDIR)/lab/check-clean || { [ $$rc -ne 0 ] || rc=1; }; \
 	exit $$rc
+
+# The tests marked `prologflags` again, with the lab's Slurm on PrologFlags=Alloc,Contain
+# (Prolog at allocation on every node, extern step): `make test` runs both set-ups.
+CONTAIN_TESTS ?= -m prologflags tests/e2e tests/integration/test_spank.py
+
+lab-test-contain: install
+	RSA_LAB_PROLOG_FLAGS=Alloc,Contain $(MAKE) --no-print-directory lab-test \
+	  LAB_TESTS="$(CONTAIN_TESTS)"
 
 # The demo: lab up with a slower PFS (so the RSA's effect shows), the sample jobs with
 # the live view (lab/demo.py), the summary, lab down. DEMO_ARGS passes options (--plain,

@@ -35,6 +35,9 @@ class Settings:
     def __init__(self) -> None:
         self.accounting = _env("RSA_LAB_ACCOUNTING", "1") not in ("0", "no", "false")
         self.pfs_rate = _env("RSA_LAB_PFS_RATE", "1gbit")  # tc rate, per direction
+        # slurm.conf PrologFlags ("" = none: the node Prolog runs at a node's first step);
+        # `make test` also runs the lifecycle tests with Alloc,Contain (lab-test-contain)
+        self.prolog_flags = os.environ.get("RSA_LAB_PROLOG_FLAGS", "").strip()
         self.ram_size = _env("RSA_LAB_RAM_SIZE", "2G")  # tmpfs size of each RSA node
         self.n_compute = int(_env("RSA_LAB_COMPUTE_COUNT", "4"))
         self.n_rsa = int(_env("RSA_LAB_RSA_COUNT", "4"))

@@ -19,6 +19,7 @@ def write(s: Settings) -> None:
         "RSA_LAB_OTHER_PFS": f"{s.pfs_mount}/home/{s.other_user}",
         "RSA_LAB_PFS_ROOT": str(s.pfs_mount),
         "RSA_LAB_PFS_RATE": s.pfs_rate,
+        "RSA_LAB_PROLOG_FLAGS": s.prolog_flags,
         "RSA_LAB_PFS_MASTER": pfs.MASTER,
         "RSA_LAB_COMPUTE_NODES": f"c[1-{s.n_compute}]",
         "RSA_LAB_RSA_NODES": f"rsa[1-{s.n_rsa}]",

@@ -232,6 +232,7 @@ def slurm_conf(s: Settings) -> str:
         "SlurmdTimeout=60",
         "MessageTimeout=10",
         "PrologEpilogTimeout=60",
+        *([f"PrologFlags={s.prolog_flags}"] if s.prolog_flags else []),
         # bench/bench_cycle.py queues 100k array tasks; each task counts against this.
         "MaxJobCount=150000",
         f"Prolog={h['RSA_LAB_PROLOG']}",

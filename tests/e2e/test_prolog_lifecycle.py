@@ -93,6 +93,22 @@ def run_to_start(lab: Mapping[str, str], jobs: Jobs, script: str,
     return job
 
 
+@pytest.mark.prologflags
+def test_slurm_runs_with_the_prolog_flags_this_run_asked_for(lab: Mapping[str, str]) -> None:
+    """The tests marked ``prologflags`` run twice in `make test`: with no PrologFlags (the
+    Prolog runs at each node's first step) and with Alloc,Contain (at allocation, on every
+    node, with an extern step). This proves which one Slurm really runs."""
+    want = os.environ.get("RSA_LAB_PROLOG_FLAGS", "")
+    config = root(lab, "scontrol", "show", "config")
+    line = next(ln for ln in config.splitlines() if ln.startswith("PrologFlags"))
+    have = line.split("=", 1)[1].strip()
+    if not want:
+        assert have in ("(null)", ""), line
+    else:
+        assert {f.lower() for f in have.split(",")} >= {f.lower() for f in want.split(",")}, line
+
+
+@pytest.mark.prologflags
 def test_two_node_job_reads_input_and_writes_output_through_the_ramdisk(
         lab: Mapping[str, str], area: Path) -> None:
     with make_jobs(lab) as jobs:
@@ -314,6 +330,7 @@ findmnt -n -o TARGET --target {out} > {res}/outmnt
 
 
 @pytest.mark.parametrize("stage_out", ["tar", "postprocess"])
+@pytest.mark.prologflags
 def test_output_only_job_writes_through_data_out_from_the_start(
         lab: Mapping[str, str], area: Path, stage_out: str) -> None:
     res, out = area / "res", area / "out"
@@ -388,6 +405,7 @@ srun -N2 -n2 bash -c 'h=$(hostname); echo "written by $h" > {out}/from-$h'
     assert nothing_of_job_mounted(job)
 
 
+@pytest.mark.prologflags
 def test_early_start_fallback_reads_the_pfs_and_still_gets_the_output_ramdisk(
         lab: Mapping[str, str], area: Path) -> None:
     res, out, data_in = area / "res", area / "out", area / "in"

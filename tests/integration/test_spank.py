@@ -270,6 +270,7 @@ def node_view(node: str, path: Path) -> str:
     return done.stdout.strip()
 
 
+@pytest.mark.prologflags
 def test_private_mounts_only_the_job_sees_its_ramdisk(
         lab: Mapping[str, str], area: Path, private_mounts: None) -> None:
     res = area / "res" / "probe"
