@@ -6,7 +6,8 @@ PFS directory; ``rsa-rsync`` / ``rsa-tar``: into DATA_OUT, which the RSA has mou
 RAMDISK on every node (``#RSA_DATA_OUT``, ``#RSA_STAGE_OUT``). Hold time = the batch
 script's own wall time (the compute nodes are busy exactly that long); stage-out = the
 time between the RSA entering ``staging-out`` and ``output-verified`` (after the job has
-released its nodes). Needs the lab (root; jobs run as the lab user).
+released its nodes). Slurm's elapsed time of the job (``sacct``, whole seconds, with the
+Prolog's mounts) is printed beside the script's own. Needs the lab (root; jobs run as the lab user).
 
     .venv/bin/python bench/bench_table2.py --size-mib 16 --procs-per-node 16
 """
@@ -38,8 +39,8 @@ def sh(argv: list[str], user: str | None = None, **kw: Any) -> str:
     if user:
         argv = ["runuser", "-u", user, "--", *argv]
     env = {**os.environ, "SLURM_CONF": lab_env()["RSA_LAB_SLURM_CONF"]}
-    return subprocess.run(argv, capture_output=True, text=True, check=True, env=env,
-                          timeout=kw.pop("timeout", 120), cwd="/", **kw).stdout
+    return str(subprocess.run(argv, capture_output=True, text=True, check=True, env=env,
+                          timeout=kw.pop("timeout", 120), cwd="/", **kw).stdout)
 
 
 def submit(user: str, script: str, chdir: str) -> str:
@@ -86,13 +87,14 @@ echo "$t0 $t1" > {res}
 """
 
 
-def run(mode: str, base: Path, user: str, venv: str, size_mib: int, per_node: int
-        ) -> dict[str, float]:
+def run(mode: str, base: Path, user: str, venv: str, size_mib: int, per_node: int,
+        rsa_nodes: int = 0) -> dict[str, float]:
     out = base / mode
     res = base / f"{mode}.time"
     sh(["mkdir", "-p", str(out)], user)
     rsa = "" if mode == "direct" else (f"#RSA_DATA_OUT={out}\n"
-                                       f"#RSA_STAGE_OUT={mode.split('-')[1]}")
+                                       f"#RSA_STAGE_OUT={mode.split('-')[1]}"
+                                       + (f"\n#RSA_NODES={rsa_nodes}" if rsa_nodes else ""))
     fillers = []
     if rsa:
         fillers = [submit(user, "#!/bin/bash\n#SBATCH -t 5\nsleep 300\n", str(base))
@@ -109,7 +111,9 @@ def run(mode: str, base: Path, user: str, venv: str, size_mib: int, per_node: in
     finally:
         sh(["scancel", job])
     t0, t1 = (float(x) for x in res.read_text().split())
-    row = {"hold": t1 - t0}
+    # Slurm's own count (whole seconds) also covers the Prolog/Epilog mounts
+    elapsed = sh(["sacct", "-X", "-n", "-P", "-j", job, "-o", "ElapsedRaw"]).split()
+    row = {"hold": t1 - t0, "elapsed": float(elapsed[0]) if elapsed else -1.0}
     if rsa:
         data = wait("released", lambda: (d := rsa_job(venv, job))["rsa_state"] == "released"
                     and d, 600)
@@ -127,6 +131,8 @@ def main() -> None:
     ap.add_argument("--size-mib", type=int, default=16)
     ap.add_argument("--procs-per-node", type=int, default=16)
     ap.add_argument("--modes", default="direct,rsa-rsync,rsa-tar")
+    ap.add_argument("--rsa-nodes", type=int, default=0,
+                    help="#RSA_NODES for the RSA modes (0: the site's ratio decides)")
     args = ap.parse_args()
     lab = lab_env()
     user, venv = lab["RSA_LAB_USER"], lab["RSA_LAB_VENV"]
@@ -134,12 +140,14 @@ def main() -> None:
     sh(["mkdir", "-p", str(base)], user)
     total = 4 * args.procs_per_node
     print(f"{total} processes x {args.size_mib} MiB = {total * args.size_mib} MiB")
-    print("| mode | hold s | stage-out s | files on PFS |")
-    print("|---|---|---|---|")
+    print("| mode | hold s (script) | held s (sacct) | stage-out s | files on PFS |")
+    print("|---|---|---|---|---|")
     try:
         for mode in args.modes.split(","):
-            r = run(mode, base, user, venv, args.size_mib, args.procs_per_node)
-            print(f"| {mode} | {r['hold']:.2f} | {r.get('stage_out', 0):.2f} | "
+            r = run(mode, base, user, venv, args.size_mib, args.procs_per_node,
+                    args.rsa_nodes)
+            print(f"| {mode} | {r['hold']:.2f} | {r['elapsed']:.0f} | "
+                  f"{r.get('stage_out', 0):.2f} | "
                   f"{r['files'] if r['files'] >= 0 else 'tar'} |", flush=True)
     finally:
         subprocess.run(["rm", "-rf", str(base)], check=False, timeout=300)
