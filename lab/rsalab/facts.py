@@ -85,6 +85,8 @@ staging:
   retries: 2
   backoff: 2s
   backoff_max: 4s
+  # the lab's slurmctld re-evaluates a new job within ~3 s (production default: 10s)
+  on_deck_settle: 3s
 slurm:
   bin_dir: /usr/bin
   lockin:

@@ -489,6 +489,16 @@ class StagingConfig:
             Duration(), "How long early-start policy `wait` may hold a job before falling back."
         )
     )
+    on_deck_settle: float = field(
+        metadata=meta(
+            Duration(positive=False),
+            "How long a job must stay on-deck (pending `Resources`) before RSA nodes are "
+            "allocated. slurmctld gives every job submitted to a full cluster `Resources` "
+            "at once and `Priority` at its next scheduling pass; this keeps such a job from "
+            "costing a RAMDISK build and a partial stage-in. 0s: allocate at once (the "
+            "paper's behaviour).",
+        )
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -561,7 +571,7 @@ class Config:
             early_start=st.early_start, stage_out=st.stage_out, retries=st.retries,
             backoff=st.backoff, backoff_max=st.backoff_max, reset_trigger=st.reset.trigger,
             reset_delay=st.reset.delay, wait_timeout=st.wait_timeout,
-            fs_build_attempts=self.filesystem.retries + 1,
+            fs_build_attempts=self.filesystem.retries + 1, on_deck_settle=st.on_deck_settle,
         )
 
     def rsa_nodes(self) -> list[RsaNode]:

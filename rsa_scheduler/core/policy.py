@@ -91,6 +91,10 @@ class StagingPolicy:
     reset_delay: float = 600.0
     wait_timeout: float = 1800.0
     fs_build_attempts: int = 3
+    # A job must stay on-deck this long before RSA nodes are allocated: slurmctld tries
+    # every new submission at once and gives it reason Resources when the cluster is full,
+    # and its next scheduling pass says Priority (older jobs come first). 0: at once.
+    on_deck_settle: float = 0.0
 
     def __post_init__(self) -> None:
         if self.retries < 0:
@@ -103,6 +107,8 @@ class StagingPolicy:
             raise ValueError("wait_timeout must be > 0")
         if self.fs_build_attempts < 1:
             raise ValueError("fs_build_attempts must be >= 1")
+        if self.on_deck_settle < 0:
+            raise ValueError("on_deck_settle must be >= 0")
 
     def retry_delay(self, failures: int) -> float:
         """Backoff before attempt ``failures + 1`` (failures >= 1)."""

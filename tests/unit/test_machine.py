@@ -6,7 +6,7 @@ import pytest
 
 from rsa_scheduler.core.actions import ActionKind, Outcome, Result
 from rsa_scheduler.core.directives import Reset
-from rsa_scheduler.core.policy import EarlyStart, NodeState
+from rsa_scheduler.core.policy import EarlyStart, NodeState, StagingPolicy
 from rsa_scheduler.core.scheduler import CommandRefused, Scheduler, StaleOutcome
 from rsa_scheduler.core.states import JobState, derive_job_state
 from rsa_scheduler.core.transitions import Trigger
@@ -434,3 +434,39 @@ def test_a_failed_output_mount_keeps_the_ramdisk_until_the_job_has_ended() -> No
     assert d.state("10") == "mounted-output" and dec.actions == []
     dec = d.observe(obs("10", "COMPLETED"))
     assert d.state("10") == "staging-out" and kinds(dec) == ["stage-out"]
+
+
+# ---- on-deck settle (policy.on_deck_settle) ----------------------------------------------
+
+def test_a_job_on_deck_for_one_scheduling_pass_costs_nothing() -> None:
+    """Seen in the lab: slurmctld gives a job submitted to a full cluster Resources at once
+    and Priority a second later. With a settle time, no RSA node is touched."""
+    d = Driver(make_scheduler(on_deck_settle=5.0))
+    assert kinds(d.observe(obs("10", "PENDING", "Resources", make_spec()), at=100)) == []
+    assert d.state("10") == "none" and d.sched.pool.jobs() == []
+    assert kinds(d.tick(102)) == []
+    d.observe(obs("10", "PENDING", "Priority"), at=103)
+    assert kinds(d.tick(110)) == [] and d.state("10") == "none"
+
+
+def test_a_job_still_on_deck_after_the_settle_time_gets_its_nodes() -> None:
+    d = Driver(make_scheduler(on_deck_settle=5.0))
+    d.observe(obs("10", "PENDING", "Resources", make_spec()), at=100)
+    assert kinds(d.tick(104.9)) == []
+    assert kinds(d.tick(105)) == ["allocate", "build-fs"]
+    # on-deck again after a demotion: settles again, from then
+    d.answer_all("10")
+    d.observe(obs("10", "PENDING", "Priority"), at=200)
+    d.answer_all("10")
+    assert d.state("10") == "released"
+    d.observe(obs("10", "PENDING", "Resources"), at=300)
+    assert kinds(d.tick(304)) == [] and kinds(d.tick(305)) == ["allocate", "build-fs"]
+
+
+def test_the_settle_survives_a_restart() -> None:
+    """not_before is in the job.state event's patch: replay keeps the deadline."""
+    d = Driver(make_scheduler(on_deck_settle=5.0))
+    d.observe(obs("10", "PENDING", "Resources", make_spec()), at=100)
+    again = Scheduler.replay(make_pool(), StagingPolicy(on_deck_settle=5.0), d.log)
+    assert again.records["10"].not_before == 105.0
+    assert kinds(again.tick(103)) == []
