@@ -102,8 +102,7 @@ class ApiClient:
                 raise
             return sock
         host, _, port = self.address.rpartition(":")
-        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=self.timeout)
-        return sock
+        return socket.create_connection((host.strip("[]"), int(port)), timeout=self.timeout)
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         if not path.startswith("/") or any(c <= " " or c == "\x7f" for c in path):

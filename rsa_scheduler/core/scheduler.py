@@ -163,10 +163,11 @@ class Scheduler:
             updates["compute_nodes"] = obs.compute_nodes
         started = job_state is JobState.RUNNING and rec.job_state is not JobState.RUNNING
         wait = self.policy.on_deck_settle
+        not_before: float | None = None
         if wait and job_state is JobState.ON_DECK and rec.job_state is not JobState.ON_DECK \
                 and rec.rsa_state in (RsaState.NONE, RsaState.RELEASED, RsaState.DECLINED):
             # on-deck only from now: allocate if it still is after the settle time
-            updates["not_before"] = max(rec.not_before, now + wait)
+            not_before = updates["not_before"] = max(rec.not_before, now + wait)
         if "job_state" in updates:
             step.events.append(Event(now, rec.job_id, "job.state", {
                 "from": rec.job_state.value if rec.job_state else None,
@@ -179,8 +180,8 @@ class Scheduler:
             rec.priority = obs.priority
         if "compute_nodes" in updates and obs is not None:
             rec.compute_nodes = obs.compute_nodes
-        if "not_before" in updates:
-            rec.not_before = float(updates["not_before"])  # type: ignore[arg-type]
+        if not_before is not None:
+            rec.not_before = not_before
         if started:
             step.extend(fire(rec, Trigger.STARTED, now, self.policy, self.pool))
         step.extend(settle(rec, now, self.policy, self.pool))
