@@ -34,7 +34,7 @@ from pathlib import Path
 from rsa_scheduler.fs.base import FsRequest, MountSpec
 from rsa_scheduler.fs.moosefs import MooseFsBackend
 from rsa_scheduler.remote import SshHost
-from rsa_scheduler.runner import Identity
+from rsa_scheduler.runner import CommandError, Identity
 from rsa_scheduler.staging import StagingEngine, Stats
 
 LAB_ENV = Path("/run/rsa-lab/env")
@@ -230,4 +230,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except CommandError as e:
+        # The exception's message keeps only stderr's last line; a bench failure is
+        # debugged from the whole tail.
+        raise SystemExit(f"{e}\n--- stderr (last {len(e.stderr_tail)} chars) ---\n"
+                         f"{e.stderr_tail}") from e
