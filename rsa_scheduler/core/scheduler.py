@@ -100,6 +100,18 @@ class Scheduler:
         times = [t for j in self._timed for t in self.records[j].timers.values()]
         return min(times) if times else None
 
+    def next_wake(self, now: float, ticked_at: float | None = None) -> float | None:
+        """Earliest time the core can act with no new input: an armed timer, or the end
+        of a waiting on-deck job's hold-off (the on-deck settle time, the back-off after
+        a failed RAMDISK build), when ``tick`` retries its allocation. A hold-off ending
+        at ``now`` itself counts only if the last ``tick`` (``ticked_at``) was earlier."""
+        records = self.records
+        last = now if ticked_at is None else ticked_at
+        times = [t for j in self._timed for t in records[j].timers.values()]
+        times += [nb for j in self._waiting
+                  if (nb := records[j].not_before) >= now and nb > last]
+        return min(times) if times else None
+
     # ---- inputs -----------------------------------------------------------------------
     def observe(self, snapshot: Iterable[Observation], now: float, *,
                 complete: bool = True, present: set[str] | None = None) -> Decision:

@@ -124,7 +124,7 @@ class Daemon:
                 if on_cycle:
                     on_cycle()
             wake = self._last_poll + self.poll_interval
-            timer = self.sched.next_timer()
+            timer = self.sched.next_wake(self.clock())
             if timer is not None:
                 wake = min(wake, timer)
             self.drain(timeout=max(0.0, min(wake - self.clock(), 1.0)))

@@ -108,6 +108,7 @@ class Engine:
         self.seq = 0
         self.dirty = False
         self.next_poll = scenario.poll or 0.0
+        self.last_tick = -1.0  # when tick last ran: a hold-off ending then is over
         self.jobs = {jid: JobResult(jid, tracked=False) for jid in scenario.jobs}
         self.current: dict[str, tuple[str, str]] = {}
         self.notes: list[dict[str, Any]] = []
@@ -143,7 +144,7 @@ class Engine:
             candidates: list[tuple[float, int]] = []
             if self.queue:
                 candidates.append(self.queue[0][:2])
-            timer = self.sched.next_timer()
+            timer = self.sched.next_wake(self.now, self.last_tick)
             if timer is not None:
                 if timer < self.now:
                     raise self.broken(f"a timer due at {num(timer)} was not fired")
@@ -163,6 +164,7 @@ class Engine:
             self.now = at
             if cls == _TIMER:
                 self.cause = "timer"
+                self.last_tick = self.now
                 self._call(lambda: self.sched.tick(self.now))
             elif cls == _POLL:
                 self.cause = "poll"

@@ -279,7 +279,7 @@ class _Parser:
     def staging(self, value: Any, path: KeyPath) -> StagingPolicy:
         d = self.mapping(value or {}, path, ("early_start", "stage_out", "retries", "backoff",
                                              "backoff_max", "reset", "wait_timeout",
-                                             "fs_build_attempts"))
+                                             "fs_build_attempts", "on_deck_settle"))
         kw: dict[str, Any] = {}
         if "early_start" in d:
             kw["early_start"] = self.choice(d["early_start"], (*path, "early_start"),
@@ -290,7 +290,7 @@ class _Parser:
         for k in ("retries", "fs_build_attempts"):
             if k in d:
                 kw[k] = self.integer(d[k], (*path, k), 0)
-        for k in ("backoff", "backoff_max", "wait_timeout"):
+        for k in ("backoff", "backoff_max", "wait_timeout", "on_deck_settle"):
             if k in d:
                 kw[k] = self.duration(d[k], (*path, k))
         if "reset" in d:

@@ -463,6 +463,20 @@ def test_a_job_still_on_deck_after_the_settle_time_gets_its_nodes() -> None:
     assert kinds(d.tick(304)) == [] and kinds(d.tick(305)) == ["allocate", "build-fs"]
 
 
+def test_the_core_says_when_a_settle_ends() -> None:
+    """rsad and the simulator sleep until next_wake: the end of a waiting job's settle
+    time is a wake-up like an armed timer, once (not again after the tick at that time)."""
+    d = Driver(make_scheduler(on_deck_settle=5.0))
+    assert d.sched.next_wake(100) is None
+    d.observe(obs("10", "PENDING", "Resources", make_spec()), at=100)
+    assert d.sched.next_timer() is None
+    assert d.sched.next_wake(100) == 105.0
+    assert d.sched.next_wake(105, ticked_at=104) == 105.0  # due now, not ticked since
+    assert d.sched.next_wake(105) is None                   # ticked at 105: over
+    d.observe(obs("10", "PENDING", "Priority"), at=103)     # not waiting any more
+    assert d.sched.next_wake(103) is None
+
+
 def test_the_settle_survives_a_restart() -> None:
     """not_before is in the job.state event's patch: replay keeps the deadline."""
     d = Driver(make_scheduler(on_deck_settle=5.0))
