@@ -86,7 +86,7 @@ class Daemon:
         self.alerts: list[dict[str, Any]] = []
         self._specs: dict[str, DirectiveSpec | None] = {}  # script_source=scontrol cache
         self._comment_specs: dict[str, DirectiveSpec | None] = {}  # admin_comment -> spec
-        self._prev_lines: dict[str, str] = {}  # job -> its squeue line last cycle
+        self._prev_lines: dict[str, object] = {}  # job -> its squeue line (row) last cycle
         self._hook_seen: dict[str, float] = {}  # job -> time of its latest hook event
         self._last_poll = 0.0
         self.last_cycle_seconds = 0.0
@@ -148,9 +148,8 @@ class Daemon:
     def poll(self) -> None:
         """One cycle: read the whole queue once and let the core decide."""
         started = self.clock()
-        incremental = self.script_source != "scontrol" and hasattr(self.slurm, "queue_text")
         try:
-            if incremental:
+            if self.script_source != "scontrol":
                 self._poll_incremental(started)
                 return
             rows = self.slurm.queue()
@@ -172,23 +171,36 @@ class Daemon:
             self.metrics.cycle.observe(self.last_cycle_seconds)
 
     def _poll_incremental(self, started: float) -> None:
-        """The cycle when job_submit.lua marks RSA jobs: only squeue lines carrying an
-        ``rsa1:`` admin_comment can matter, and only the ones that changed since the last
-        cycle are parsed (a 100k-job queue costs a substring test per line)."""
-        text: str = self.slurm.queue_text()  # type: ignore[attr-defined]
-        marker = "|" + ADMIN_COMMENT_PREFIX
-        prev, lines = self._prev_lines, {}
+        """The cycle when job_submit.lua marks RSA jobs: only jobs carrying an ``rsa1:``
+        admin_comment can matter, and only the ones that changed since the last cycle are
+        observed. With the CLI backend that is a substring test per squeue line, and only
+        the changed lines are parsed (a 100k-job queue costs little); other backends give
+        rows, compared the same way."""
+        queue_text = getattr(self.slurm, "queue_text", None)
+        prev = self._prev_lines
+        lines: dict[str, object] = {}
         changed: list[str] = []
-        for line in text.split("\n"):
-            if marker not in line:
-                continue
-            jid = line.split("|", 1)[0]
-            lines[jid] = line
-            if prev.get(jid) != line or jid in self.sched._waiting:
-                changed.append(line)
+        waiting = self.sched._waiting
+        if queue_text is not None:
+            marker = "|" + ADMIN_COMMENT_PREFIX
+            for line in queue_text().split("\n"):
+                if marker not in line:
+                    continue
+                jid = line.split("|", 1)[0]
+                lines[jid] = line
+                if prev.get(jid) != line or jid in waiting:
+                    changed.append(line)
+            rows = parse_queue("\n".join(changed)) if changed else []
+        else:
+            rows = []
+            for row in self.slurm.queue():
+                if not (row.admin_comment or "").startswith(ADMIN_COMMENT_PREFIX):
+                    continue
+                lines[row.job_id] = row
+                if prev.get(row.job_id) != row or row.job_id in waiting:
+                    rows.append(row)
         self._prev_lines = lines
         self.slurm_ok = True
-        rows = parse_queue("\n".join(changed)) if changed else []
         obs = [o for o in (self._observation(r, started) for r in rows) if o is not None]
         now = self.clock()
         fresh = {j for j, t in self._hook_seen.items() if t > started}

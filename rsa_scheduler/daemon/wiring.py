@@ -26,14 +26,14 @@ log = logging.getLogger(__name__)
 
 def make_slurm(cfg: Config) -> SlurmPort:
     sl = cfg.slurm
+    cli = CliSlurm(bin_dir=sl.bin_dir, timeout=sl.command_timeout,
+                   lockin_method=sl.lockin.method.value, lockin_qos=sl.lockin.qos,
+                   lockin_priority=sl.lockin.priority)
     if sl.backend.value == "pyslurm":
         from rsa_scheduler.slurm.pyslurm_backend import PySlurm
 
-        return PySlurm(lockin_method=sl.lockin.method.value, lockin_qos=sl.lockin.qos,
-                       lockin_priority=sl.lockin.priority)
-    return CliSlurm(bin_dir=sl.bin_dir, timeout=sl.command_timeout,
-                    lockin_method=sl.lockin.method.value, lockin_qos=sl.lockin.qos,
-                    lockin_priority=sl.lockin.priority)
+        return PySlurm(cli)
+    return cli
 
 
 def slurm_executors(registry: Registry, slurm: SlurmPort) -> None:

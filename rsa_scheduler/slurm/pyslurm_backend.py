@@ -2,12 +2,16 @@
 
 pyslurm must be built for the site's Slurm major release (pyslurm 25.11.x needs Slurm
 25.11; nothing on PyPI supports 22.05). Import errors surface only when this backend is
-selected (``slurm.backend: pyslurm``), as one actionable line. Lock-in, unlock and
-comments go through scontrol (as root), exactly as the CLI backend does.
+selected (``slurm.backend: pyslurm``), as one actionable line. The queue is read with
+one ``Jobs.load()`` RPC per cycle; batch scripts, lock-in, unlock and comments go through
+scontrol (as root) exactly as the CLI backend does, through a :class:`CliSlurm` this
+backend holds, not inherits: it has no ``queue_text``, so rsad never reads the queue
+with squeue behind its back.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from rsa_scheduler.slurm.cli import CliSlurm
@@ -25,25 +29,44 @@ def _load() -> Any:
     return pyslurm
 
 
-class PySlurm(CliSlurm):
-    """Reads the queue through pyslurm's ``Jobs.load()`` (one RPC), writes via scontrol."""
+def rows_from_jobs(jobs: Iterable[Any]) -> list[QueueRow]:
+    """Queue rows from pyslurm ``Job`` objects, with the CLI backend's conventions: an
+    array element is ``ARRAYID_TASK``, a job without a pending reason has ``None``."""
+    rows = []
+    for job in jobs:
+        array_task = getattr(job, "array_task_id", None)
+        job_id = (f"{job.array_id}_{array_task}" if array_task is not None
+                  else str(job.id))
+        rows.append(QueueRow(
+            job_id=job_id, state=str(job.state), reason=str(job.state_reason or "None"),
+            priority=int(job.priority or 0), num_nodes=int(job.num_nodes or 1),
+            user=str(job.user_name), admin_comment=job.admin_comment or None))
+    return rows
 
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
-        self._pyslurm = _load()
+
+class PySlurm:
+    """SlurmPort: the queue through pyslurm's ``Jobs.load()``, the rest through scontrol."""
+
+    def __init__(self, cli: CliSlurm | None = None, module: Any = None) -> None:
+        self.cli = cli if cli is not None else CliSlurm()
+        self._pyslurm = module if module is not None else _load()
 
     def queue(self) -> list[QueueRow]:
         try:
             jobs = self._pyslurm.Jobs.load()
         except Exception as e:  # pyslurm raises its own RPCError
-            raise SlurmError(f"pyslurm could not load the job list: {e}") from e
-        rows = []
-        for job in jobs.values():
-            array_task = getattr(job, "array_task_id", None)
-            job_id = (f"{job.array_id}_{array_task}" if array_task is not None
-                      else str(job.id))
-            rows.append(QueueRow(
-                job_id=job_id, state=str(job.state), reason=str(job.state_reason or "None"),
-                priority=int(job.priority or 0), num_nodes=int(job.num_nodes or 1),
-                user=str(job.user_name), admin_comment=job.admin_comment or None))
-        return rows
+            raise SlurmError(f"pyslurm could not load the job list: {e}; is slurmctld "
+                             f"reachable (scontrol ping)?") from e
+        return rows_from_jobs(jobs.values())
+
+    def batch_script(self, job_id: str) -> str:
+        return self.cli.batch_script(job_id)
+
+    def lock_in(self, job_id: str) -> str:
+        return self.cli.lock_in(job_id)
+
+    def unlock(self, job_id: str, token: str = "") -> None:
+        self.cli.unlock(job_id, token)
+
+    def set_comment(self, job_id: str, text: str) -> None:
+        self.cli.set_comment(job_id, text)

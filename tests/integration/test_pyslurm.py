@@ -24,6 +24,6 @@ def test_pyslurm_and_cli_backends_see_the_same_queue(lab: Mapping[str, str]) -> 
     with make_jobs(lab) as jobs:
         for _ in range(3):
             jobs.submit("-H", "-t", "5", "--wrap", "sleep 30")
-        py = PySlurm(env=cli.env)
+        py = PySlurm(cli)
         view = {(r.job_id, r.state, r.user) for r in py.queue()}
         assert view == {(r.job_id, r.state, r.user) for r in cli.queue()}
