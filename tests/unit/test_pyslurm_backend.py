@@ -69,7 +69,7 @@ class RecordingRunner:
 
 def test_missing_pyslurm_is_one_actionable_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pyslurm", None)  # import raises ImportError
-    with pytest.raises(SlurmError, match="pyslurm is not importable.*slurm.backend: cli"):
+    with pytest.raises(SlurmError, match=r"pyslurm is not importable.*slurm.backend: cli"):
         _load()
     with pytest.raises(SlurmError):
         PySlurm(CliSlurm())
@@ -92,7 +92,7 @@ def test_rows_follow_the_cli_conventions() -> None:
 def test_an_rpc_error_is_a_slurm_error() -> None:
     fake = FakePySlurm()
     fake.fail = RuntimeError("Unable to contact slurm controller")
-    with pytest.raises(SlurmError, match="could not load the job list.*scontrol ping"):
+    with pytest.raises(SlurmError, match=r"could not load the job list.*scontrol ping"):
         PySlurm(CliSlurm(), module=fake).queue()
 
 
