@@ -75,6 +75,10 @@ class StaleOutcome(Exception):
     """An outcome for an action that is no longer outstanding (cancelled or re-issued)."""
 
 
+class InvalidOutcome(ValueError):
+    """An executor reported a result its action kind cannot have (e.g. build-fs busy)."""
+
+
 class CommandRefused(Exception):
     """A user/operator command that is not allowed now; the message says why."""
 
@@ -229,7 +233,12 @@ class Scheduler:
         rec = self.records.get(outcome.job_id)
         if rec is None or rec.pending is None or rec.pending.id != outcome.action_id:
             raise StaleOutcome(f"no outstanding action {outcome.action_id}")
-        trigger = OUTCOME_TRIGGERS[(rec.pending.kind, outcome.result)]
+        trigger = OUTCOME_TRIGGERS.get((rec.pending.kind, outcome.result))
+        if trigger is None:
+            possible = sorted(r.value for k, r in OUTCOME_TRIGGERS if k is rec.pending.kind)
+            raise InvalidOutcome(
+                f"job {rec.job_id}: a {rec.pending.kind.value} action cannot end "
+                f"{outcome.result.value!r} (only {', '.join(possible)}): executor bug")
         dec = Decision()
         dec.events.append(Event(now, rec.job_id, "action.outcome", {
             "action": outcome.action_id, "result": outcome.result.value,

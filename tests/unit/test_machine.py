@@ -7,7 +7,12 @@ import pytest
 from rsa_scheduler.core.actions import ActionKind, Outcome, Result
 from rsa_scheduler.core.directives import Reset
 from rsa_scheduler.core.policy import EarlyStart, NodeState, StagingPolicy
-from rsa_scheduler.core.scheduler import CommandRefused, Scheduler, StaleOutcome
+from rsa_scheduler.core.scheduler import (
+    CommandRefused,
+    InvalidOutcome,
+    Scheduler,
+    StaleOutcome,
+)
 from rsa_scheduler.core.states import JobState, derive_job_state
 from rsa_scheduler.core.transitions import Trigger
 from tests.unit.corekit import Driver, make_pool, make_scheduler, make_spec, obs
@@ -119,6 +124,16 @@ def test_higher_priority_on_deck_job_gets_the_nodes_first() -> None:
     d.observe(obs("1", "PENDING", "Resources", make_spec(nodes=2), priority=10),
               obs("2", "PENDING", "Resources", make_spec(nodes=2), priority=99))
     assert d.state("2") == "fs-building" and d.state("1") == "none"
+
+
+def test_an_impossible_outcome_is_a_clear_error_and_changes_nothing() -> None:
+    d = Driver(make_scheduler())
+    d.observe(obs("10", "PENDING", "Resources", make_spec()))
+    build = d.sched.records["10"].pending
+    assert build is not None and build.kind is A.BUILD_FS
+    with pytest.raises(InvalidOutcome, match=r"build-fs action cannot end 'busy' \(only "):
+        d.sched.outcome(Outcome(build.id, Result.BUSY), d.now)
+    assert d.sched.records["10"].pending == build and d.state("10") == "fs-building"
 
 
 def test_demotion_during_stage_in_cancels_and_frees() -> None:
