@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from rsa_scheduler.core.actions import Outcome, Result
+from rsa_scheduler.core.actions import ActionKind, Outcome, Result
 from rsa_scheduler.core.policy import EarlyStart, NodeState, StagingPolicy
 from rsa_scheduler.core.scheduler import CommandRefused, Observation, Scheduler
 from rsa_scheduler.core.states import HOLDING_NODES, HOLDS_USER_DATA, JobState, RsaState
@@ -29,6 +29,8 @@ specs = st.builds(
     rw=st.sampled_from([None, True]),
     nodes=st.sampled_from([None, 1, 2, 3]),
 )
+LIFE = [("PENDING", "Priority"), ("PENDING", "Resources"), ("RUNNING", "None"),
+        ("COMPLETED", "None")]
 POLICY = StagingPolicy(retries=2, backoff=5.0, backoff_max=20.0, reset_delay=30.0,
                        wait_timeout=50.0, fs_build_attempts=2)
 
@@ -56,9 +58,35 @@ class Interleavings(RuleBasedStateMachine):
         self.slurm: dict[str, tuple[str, str]] = {}
         self.spec = {j: make_spec() for j in JOBS}
         self.data_states_seen: set[str] = set()
+        # The verified-output rule, tracked from the actions and outcomes alone (not from
+        # the core's own guard): data written on a RAMDISK is at risk from the moment a
+        # mount that lets the job write to it succeeds until it is verified on persistent
+        # storage (output) or written back (writable input), or an operator discards it.
+        self.output_at_risk: set[str] = set()
+        self.input_at_risk: set[str] = set()
 
     def _take(self, dec) -> None:  # type: ignore[no-untyped-def]
         self.log.extend(dec.events)
+        for act in dec.actions:
+            job = act.job_id
+            if act.kind in (ActionKind.DESTROY_FS, ActionKind.RELEASE):
+                assert job not in self.output_at_risk, f"job {job}: unverified output lost"
+                assert job not in self.input_at_risk, f"job {job}: written input lost"
+            if act.kind is ActionKind.RESET:
+                assert job not in self.input_at_risk, f"job {job}: reset before write-back"
+
+    def _outcome_seen(self, job: str, kind: ActionKind, result: Result) -> None:
+        if result is not Result.OK:
+            return
+        spec = self.sched.records[job].spec
+        if kind in (ActionKind.MOUNT_OUTPUT, ActionKind.RESET) and spec.data_out:
+            self.output_at_risk.add(job)
+        elif kind is ActionKind.MOUNT_INPUT and spec.input_writable:
+            self.input_at_risk.add(job)
+        elif kind is ActionKind.VERIFY:
+            self.output_at_risk.discard(job)
+        elif kind is ActionKind.WRITE_BACK:
+            self.input_at_risk.discard(job)
 
     @rule(job=st.sampled_from(JOBS), spec=specs)
     def set_spec(self, job: str, spec) -> None:  # type: ignore[no-untyped-def]
@@ -82,7 +110,30 @@ class Interleavings(RuleBasedStateMachine):
         if result is Result.BUSY and rec.pending.kind.value != "reset":
             result = Result.FAILED
         self.now += 1
-        self._take(self.sched.outcome(Outcome(rec.pending.id, result, "boom"), self.now))
+        kind = rec.pending.kind
+        dec = self.sched.outcome(Outcome(rec.pending.id, result, "boom"), self.now)
+        self._outcome_seen(job, kind, result)
+        self._take(dec)
+
+    @rule(job=st.sampled_from(JOBS), steps=st.integers(1, 8))
+    def actions_succeed(self, job: str, steps: int) -> None:
+        """Fast-forward: the job's next actions all succeed, so runs reach the deep states
+        (output mounted, staging out, verifying) often, not once in a blue moon."""
+        for _ in range(steps):
+            self.action_finishes(job, Result.OK)
+
+    @rule(job=st.sampled_from(JOBS))
+    def slurm_moves_on(self, job: str) -> None:
+        """The usual life of a job, one step: its actions succeed first (the RSA kept up),
+        then Slurm moves it along queued -> on-deck -> running -> completed, with the
+        reset delay passing while it runs. Mixed with the random rules, runs reach the
+        states holding user data (output mounted, staging out, verifying) often."""
+        self.actions_succeed(job, 8)
+        order = LIFE.index(self.slurm[job]) if self.slurm.get(job) in LIFE else -1
+        if order + 1 < len(LIFE):
+            self.slurm_changes(job, LIFE[order + 1], 1.0)
+        self.actions_succeed(job, 8)
+        self.time_passes(POLICY.reset_delay + 1)
 
     @rule(dt=st.floats(0, 100))
     def time_passes(self, dt: float) -> None:
@@ -95,7 +146,11 @@ class Interleavings(RuleBasedStateMachine):
           operator=st.booleans())
     def command(self, job: str, trig: Trigger, operator: bool) -> None:
         with contextlib.suppress(CommandRefused):
-            self._take(self.sched.command(job, trig, self.now, by="x", operator=operator))
+            dec = self.sched.command(job, trig, self.now, by="x", operator=operator)
+            if trig is Trigger.DISCARD:  # accepted: the operator gave the data up
+                self.output_at_risk.discard(job)
+                self.input_at_risk.discard(job)
+            self._take(dec)
 
     @rule(node=st.sampled_from(["rsa1", "rsa2", "rsa3", "rsa4"]),
           state=st.sampled_from(list(NodeState)))
@@ -181,3 +236,22 @@ def test_user_data_states_are_covered_by_the_interleavings() -> None:
 
     run()
     assert reached & HOLDS_USER_DATA, reached
+
+
+def test_interleavings_reach_the_output_states() -> None:
+    """Guard against a vacuous stateful test: its runs do mount output, verify it and
+    tear down after verification, so the verified-output check above has teeth (found
+    when a mutation that destroyed unverified output went unnoticed)."""
+    from hypothesis.stateful import run_state_machine_as_test
+
+    kinds: set[ActionKind] = set()
+
+    class Counting(Interleavings):
+        def _take(self, dec) -> None:  # type: ignore[no-untyped-def]
+            super()._take(dec)
+            kinds.update(a.kind for a in dec.actions)
+
+    run_state_machine_as_test(Counting, settings=settings(
+        max_examples=60, stateful_step_count=40, deadline=None, database=None,
+        suppress_health_check=[HealthCheck.too_slow]))
+    assert {ActionKind.RESET, ActionKind.STAGE_OUT, ActionKind.VERIFY} <= kinds, kinds
