@@ -35,10 +35,11 @@ def rsad(config_path: str | None, check: bool, log_level: str | None) -> None:
     from rsa_scheduler.config import load_config
     from rsa_scheduler.daemon.api import ApiServers, Routes
     from rsa_scheduler.daemon.systemd import notify, watchdog_interval
-    from rsa_scheduler.daemon.wiring import make_daemon
+    from rsa_scheduler.daemon.wiring import check_lockin, make_daemon
 
     cfg = load_config(config_path)
     _setup_logging(log_level or cfg.daemon.log_level.value)
+    check_lockin(cfg)  # refuses a lock-in the running Slurm would ignore
     daemon = make_daemon(cfg)
     daemon.start()
     if check:

@@ -16,9 +16,10 @@ from rsa_scheduler.core.actions import ActionKind
 from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.daemon.executors import ActionContext, Registry
 from rsa_scheduler.daemon.service import Daemon
+from rsa_scheduler.errors import RsaError
 from rsa_scheduler.hosts import Host
-from rsa_scheduler.slurm.cli import CliSlurm
-from rsa_scheduler.slurm.port import SlurmPort
+from rsa_scheduler.slurm.cli import CliSlurm, lockin_problem, qos_warning
+from rsa_scheduler.slurm.port import SlurmError, SlurmPort
 from rsa_scheduler.store import Store
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,36 @@ def make_slurm(cfg: Config) -> SlurmPort:
 
         return PySlurm(cli)
     return cli
+
+
+class LockinUnusable(RsaError):
+    """The configured lock-in cannot work on the running Slurm (rsad refuses to start)."""
+
+
+def check_lockin(cfg: Config, slurm: CliSlurm | None = None) -> None:
+    """Read ``scontrol show config`` once and refuse a lock-in Slurm would silently ignore.
+
+    Without accounting Slurm accepts ``qos=`` and ignores it, so rsad would believe its
+    jobs locked in while any urgent job overtakes them: that is a configuration error, not
+    something to run with. If slurmctld cannot be asked (down at boot), rsad starts anyway
+    and says so: it must come up before Slurm too, and its poll waits for Slurm.
+    """
+    lk = cfg.slurm.lockin
+    if lk.method.value == "none":
+        return
+    sl = slurm or CliSlurm(bin_dir=cfg.slurm.bin_dir, timeout=cfg.slurm.command_timeout)
+    try:
+        config = sl.show_config()
+    except SlurmError as e:
+        log.warning("cannot check slurm.lockin.method %s against Slurm's configuration: %s",
+                    lk.method.value, e)
+        return
+    problem = lockin_problem(lk.method.value, lk.priority, config)
+    if problem:
+        raise LockinUnusable(problem)
+    warning = qos_warning(lk.method.value, lk.qos, config)
+    if warning:
+        log.warning("%s", warning)
 
 
 def slurm_executors(registry: Registry, slurm: SlurmPort) -> None:

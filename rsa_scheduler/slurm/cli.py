@@ -38,6 +38,68 @@ def job_qos_argv(bin_dir: Path, job_id: str) -> list[str]:
     return [str(bin_dir / "squeue"), "-h", "-j", job_id, "-O", "QOS:0"]
 
 
+def show_config_argv(bin_dir: Path) -> list[str]:
+    return [str(bin_dir / "scontrol"), "show", "config"]
+
+
+# priority/basic gives each new job the previous one's priority minus one, counting down
+# from 0xffff0000 (slurmctld's TOP_PRIORITY); scontrol accepts priorities up to NO_VAL - 2.
+BASIC_TOP_PRIORITY = 0xFFFF0000
+MAX_PRIORITY = 0xFFFFFFFD
+
+
+def parse_show_config(text: str) -> dict[str, str]:
+    """``scontrol show config`` as {key: value}: every ``Key = value`` line, the first
+    occurrence of a key winning (later sections, e.g. cgroup.conf's, may repeat names)."""
+    config: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if not sep or not key or " " in key:
+            continue
+        config.setdefault(key, value.strip())
+    return config
+
+
+def lockin_problem(method: str, priority: int, config: Mapping[str, str]) -> str | None:
+    """Why lock-in by ``method`` cannot work on a Slurm with this ``scontrol show config``,
+    as one actionable line; None when it can (or the output does not say)."""
+    acct = config.get("AccountingStorageType", "")
+    prio_type = config.get("PriorityType", "")
+    if method == "qos":
+        if acct == "accounting_storage/none":
+            return ("slurm.lockin.method is qos but Slurm has no accounting "
+                    f"(AccountingStorageType={acct}), so it accepts qos= and ignores it: "
+                    "set slurm.lockin.method: priority, or enable slurmdbd")
+        if prio_type == "priority/basic":
+            return ("slurm.lockin.method is qos but PriorityType=priority/basic ignores a "
+                    "QOS's priority: use priority/multifactor with PriorityWeightQOS > 0, "
+                    "or set slurm.lockin.method: priority")
+        if prio_type == "priority/multifactor" and config.get("PriorityWeightQOS") == "0":
+            return ("slurm.lockin.method is qos but PriorityWeightQOS=0, so a QOS's priority "
+                    "counts for nothing: set PriorityWeightQOS (e.g. 100000) in slurm.conf, "
+                    "or set slurm.lockin.method: priority")
+    if method == "priority" and prio_type == "priority/basic" and \
+            not BASIC_TOP_PRIORITY <= priority <= MAX_PRIORITY:
+        return (f"slurm.lockin.priority {priority} is not above what PriorityType="
+                f"priority/basic gives ordinary jobs (up to {BASIC_TOP_PRIORITY - 1}): set "
+                f"it between {BASIC_TOP_PRIORITY} and {MAX_PRIORITY}")
+    return None
+
+
+def qos_warning(method: str, qos: str, config: Mapping[str, str]) -> str | None:
+    """A lock-in that works but that users can give themselves: without ``qos`` in
+    AccountingStorageEnforce, Slurm does not check a requested QOS against the user's."""
+    enforce = {e.strip() for e in config.get("AccountingStorageEnforce", "").split(",")}
+    if method != "qos" or config.get("AccountingStorageType") == "accounting_storage/none":
+        return None
+    if "qos" in enforce:
+        return None
+    return (f"AccountingStorageEnforce={config.get('AccountingStorageEnforce', '')!s} does "
+            f"not enforce QOS: users can submit with --qos={qos} and look locked in; add "
+            "qos to AccountingStorageEnforce")
+
+
 @dataclass
 class CliSlurm:
     """SlurmPort over squeue/scontrol."""
@@ -93,6 +155,10 @@ class CliSlurm:
 
     def set_comment(self, job_id: str, text: str) -> None:
         self._run(update_argv(self.bin_dir, job_id, comment=text))
+
+    def show_config(self) -> dict[str, str]:
+        """slurmctld's running configuration (``scontrol show config``), parsed."""
+        return parse_show_config(self._run(show_config_argv(self.bin_dir)))
 
 
 def _slurm_env(environ: Mapping[str, str]) -> dict[str, str]:

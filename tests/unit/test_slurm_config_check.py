@@ -1,0 +1,98 @@
+"""rsad's start-up check of the lock-in method against ``scontrol show config``, on output
+captured from the lab's real Slurm 22.05 (accounting on and off)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from rsa_scheduler.slurm.cli import (
+    BASIC_TOP_PRIORITY,
+    MAX_PRIORITY,
+    lockin_problem,
+    parse_show_config,
+    qos_warning,
+    show_config_argv,
+)
+
+pytestmark = pytest.mark.unit
+
+DATA = Path(__file__).parent.parent / "data" / "slurm"
+NOACCT = (DATA / "scontrol_show_config_noacct.txt").read_text()
+ACCT = (DATA / "scontrol_show_config.txt").read_text()
+
+
+def _with(text: str, key: str, value: str) -> dict[str, str]:
+    """The captured config with one key changed, as Slurm would print it."""
+    changed = re.sub(rf"^{key}\s*=.*$", f"{key} = {value}", text, count=1, flags=re.M)
+    assert changed != text or f"{key} = {value}" in text, key
+    return parse_show_config(changed)
+
+
+def test_argv() -> None:
+    assert show_config_argv(Path("/opt/slurm/bin")) == ["/opt/slurm/bin/scontrol", "show",
+                                                        "config"]
+
+
+def test_parse_the_captured_configs() -> None:
+    off, on = parse_show_config(NOACCT), parse_show_config(ACCT)
+    assert off["AccountingStorageType"] == "accounting_storage/none"
+    assert off["PriorityType"] == "priority/basic"
+    assert off["AccountingStorageEnforce"] == "none"
+    assert on["AccountingStorageType"] == "accounting_storage/slurmdbd"
+    assert on["PriorityType"] == "priority/multifactor"
+    assert on["PriorityWeightQOS"] == "100000"
+    assert set(on["AccountingStorageEnforce"].split(",")) >= {"associations", "limits", "qos"}
+    # values keep inner spaces and '=' signs; the header and the status line are no keys
+    assert off["SchedulerParameters"] == "bf_interval=5,sched_interval=5,bf_resolution=60"
+    assert off["MinJobAge"] == "600 sec"
+    assert not any(k.startswith(("Configuration", "Slurmctld(")) for k in off)
+
+
+def test_qos_without_accounting_is_refused_in_one_actionable_line() -> None:
+    problem = lockin_problem("qos", 1_000_000, parse_show_config(NOACCT))
+    assert problem == (
+        "slurm.lockin.method is qos but Slurm has no accounting "
+        "(AccountingStorageType=accounting_storage/none), so it accepts qos= and ignores "
+        "it: set slurm.lockin.method: priority, or enable slurmdbd")
+    assert "\n" not in problem
+
+
+def test_qos_with_accounting_is_accepted() -> None:
+    config = parse_show_config(ACCT)
+    assert lockin_problem("qos", 1_000_000, config) is None
+    assert qos_warning("qos", "rsa-lockin", config) is None
+
+
+def test_qos_is_refused_when_the_priority_plugin_ignores_it() -> None:
+    basic = _with(ACCT, "PriorityType", "priority/basic")
+    assert "PriorityType=priority/basic ignores" in (lockin_problem("qos", 1, basic) or "")
+    no_weight = _with(ACCT, "PriorityWeightQOS", "0")
+    assert "PriorityWeightQOS=0" in (lockin_problem("qos", 1, no_weight) or "")
+
+
+def test_qos_not_enforced_is_a_warning_not_a_refusal() -> None:
+    loose = _with(ACCT, "AccountingStorageEnforce", "associations,limits")
+    assert lockin_problem("qos", 1, loose) is None
+    warning = qos_warning("qos", "rsa-lockin", loose)
+    assert warning and "--qos=rsa-lockin" in warning
+    assert qos_warning("priority", "rsa-lockin", loose) is None
+
+
+def test_priority_under_priority_basic_must_beat_ordinary_jobs() -> None:
+    config = parse_show_config(NOACCT)
+    # the default 1000000 would be a demotion: basic counts down from 0xffff0000
+    problem = lockin_problem("priority", 1_000_000, config)
+    assert problem and f"between {BASIC_TOP_PRIORITY} and {MAX_PRIORITY}" in problem
+    assert lockin_problem("priority", BASIC_TOP_PRIORITY, config) is None
+    assert lockin_problem("priority", MAX_PRIORITY, config) is None
+    assert lockin_problem("priority", MAX_PRIORITY + 1, config) is not None
+    # with multifactor, ordinary priorities are the weights' sum: any value is the site's call
+    assert lockin_problem("priority", 1_000_000, parse_show_config(ACCT)) is None
+
+
+def test_none_and_unknown_output_pass() -> None:
+    assert lockin_problem("none", 1, parse_show_config(NOACCT)) is None
+    assert lockin_problem("qos", 1, {}) is None
