@@ -165,6 +165,7 @@ class Daemon:
         fresh = {j for j, t in self._hook_seen.items() if t > started}
         dec = self.sched.observe(obs, now, complete=not fresh)
         self._commit(dec)
+        self._prune_specs(rows)
         self._last_poll = now
         self.last_cycle_seconds = self.clock() - started
         if self.metrics is not None:
@@ -258,6 +259,17 @@ class Daemon:
             return None
         self._specs[row.job_id] = spec
         return spec
+
+    def _prune_specs(self, rows: Iterable[QueueRow]) -> None:
+        """Forget the scripts read for jobs that left the queue, and for jobs now tracked
+        (their record holds the spec): the cache is as large as the queue's running and
+        on-deck jobs, not every job rsad ever read."""
+        if not self._specs:
+            return
+        queued = {r.job_id for r in rows}
+        records = self.sched.records
+        self._specs = {j: spec for j, spec in self._specs.items()
+                       if j in queued and j not in records}
 
     # ---- requests from other threads ----------------------------------------------------
     def submit(self, kind: str, payload: Any, *, wait: bool = False,

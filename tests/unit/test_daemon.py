@@ -250,3 +250,41 @@ def test_incremental_cycle_matches_the_full_parse(tmp_path: Path) -> None:
     assert results[0] == results[1]
     assert results[1]["8"] == ("finished", "released")
     assert results[1]["7"][0] == "running"
+
+
+class ScriptSlurm(ScriptedSlurm):
+    """Jobs without job_submit.lua's admin_comment: rsad reads their scripts."""
+
+    def __init__(self, scripts: dict[str, str]) -> None:
+        super().__init__()
+        self.scripts = scripts
+        self.reads: list[str] = []
+
+    def batch_script(self, job_id: str) -> str:
+        self.reads.append(job_id)
+        return self.scripts[job_id]
+
+
+def test_scontrol_script_cache_is_pruned(tmp_path: Path) -> None:
+    slurm = ScriptSlurm({"8": "#!/bin/sh\n#RSA_DATA_IN /pfs/in\n", "9": "#!/bin/sh\ntrue\n"})
+    store = Store.open(tmp_path / "rsa.db", durability="normal")
+    d = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm, store=store,
+               registry=with_slurm(instant_registry([]), slurm), workers=2, poll_interval=0,
+               script_source="scontrol")
+    d.start()
+    slurm.set("8", "PENDING", "Resources", spec=None)
+    slurm.set("9", "RUNNING", spec=None)
+    slurm.set("10", "PENDING", "Priority", spec=None)
+    d.poll()
+    settle(d)
+    assert sorted(slurm.reads) == ["8", "9"]  # never the job that is merely queued
+    assert d.sched.records["8"].spec == DirectiveSpec(data_in="/pfs/in")
+    assert "9" not in d.sched.records
+    assert d._specs == {"9": None}  # 8 is tracked: its record holds the spec
+    d.poll()
+    assert sorted(slurm.reads) == ["8", "9"]  # each script read once
+    slurm.rows = [r for r in slurm.rows if r.job_id != "9"]  # purged from the controller
+    d.poll()
+    assert d._specs == {}
+    d.shutdown()
+    store.close()
