@@ -44,7 +44,7 @@ unit: install
 test: install lint
 	$(VENV)/bin/pytest -q tests/unit
 	$(MAKE) --no-print-directory lab-test
-	$(MAKE) --no-print-directory lab-test-contain
+	$(MAKE) --no-print-directory lab-test-variant
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

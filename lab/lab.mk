@@ -1,7 +1,7 @@
 # Lab targets (included by the top-level Makefile). Run as root. See docs/lab.md.
 LABCTL := $(CURDIR)/lab/labctl
 
-.PHONY: lab-up lab-down lab-status lab-test lab-test-contain lab-check-clean e2e demo
+.PHONY: lab-up lab-down lab-status lab-test lab-test-variant lab-check-clean e2e demo
 
 # lab-test runs the integration tier and the compute-node e2e tier (whole job lifecycles
 # through the node Prolog/Epilog). LAB_TESTS narrows it, e.g. LAB_TESTS=tests/e2e.
@@ -22,27 +22,33 @@ lab-status:
 lab-check-clean:
 	$(LABCTL) check-clean
 
-# Bring the lab up, run the integration and e2e tiers, ALWAYS bring it down, then prove
-# nothing is left. The first failure's status wins; pytest's 5 (no tests) is not one.
+# Bring the lab up, prove a second `labctl up` changes nothing, run the integration and
+# e2e tiers, ALWAYS bring it down, prove nothing is left, then prove check-clean would
+# have seen a leak (it plants one and removes it). The first failure's status wins;
+# pytest's 5 (no tests) is not one.
 lab-test: install
 	@rc=0; \
 	trap '$(LABCTL) down; exit 130' INT TERM; \
 	$(LABCTL) up || rc=$$?; \
+	if [ $$rc -eq 0 ]; then $(LABCTL) verify-up-again || rc=$$?; fi; \
 	if [ $$rc -eq 0 ]; then \
 	  $(VENV)/bin/pytest -q $(LAB_TESTS) || rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "lab-test: no integration/e2e tests collected"; rc=0; fi; \
 	fi; \
 	$(LABCTL) down || { [ $$rc -ne 0 ] || rc=1; }; \
-	$(CURDIR)/lab/check-clean || { [ $$rc -ne 0 ] || rc=1; }; \
+	if $(CURDIR)/lab/check-clean; then \
+	  $(LABCTL) verify-check-clean || { [ $$rc -ne 0 ] || rc=1; }; \
+	else [ $$rc -ne 0 ] || rc=1; fi; \
 	exit $$rc
 
-# The tests marked `prologflags` again, with the lab's Slurm on PrologFlags=Alloc,Contain
-# (Prolog at allocation on every node, extern step): `make test` runs both set-ups.
-CONTAIN_TESTS ?= -m prologflags tests/e2e tests/integration/test_spank.py
+# The second lab set-up `make test` runs: no accounting (so rsad locks in by priority,
+# job_submit.lua with lockin_priority) and PrologFlags=Alloc,Contain (Prolog at allocation
+# on every node, extern step). Runs the tests marked `prologflags` or `lockin`.
+VARIANT_TESTS ?= -m "prologflags or lockin" tests/e2e tests/integration
 
-lab-test-contain: install
-	RSA_LAB_PROLOG_FLAGS=Alloc,Contain $(MAKE) --no-print-directory lab-test \
-	  LAB_TESTS="$(CONTAIN_TESTS)"
+lab-test-variant: install
+	RSA_LAB_ACCOUNTING=0 RSA_LAB_PROLOG_FLAGS=Alloc,Contain \
+	  $(MAKE) --no-print-directory lab-test LAB_TESTS='$(VARIANT_TESTS)'
 
 # The demo: lab up with a slower PFS (so the RSA's effect shows), the sample jobs with
 # the live view (lab/demo.py), the summary, lab down. DEMO_ARGS passes options (--plain,

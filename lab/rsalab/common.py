@@ -36,7 +36,7 @@ class Settings:
         self.accounting = _env("RSA_LAB_ACCOUNTING", "1") not in ("0", "no", "false")
         self.pfs_rate = _env("RSA_LAB_PFS_RATE", "1gbit")  # tc rate, per direction
         # slurm.conf PrologFlags ("" = none: the node Prolog runs at a node's first step);
-        # `make test` also runs the lifecycle tests with Alloc,Contain (lab-test-contain)
+        # `make test` also runs the lifecycle tests with Alloc,Contain (lab-test-variant)
         self.prolog_flags = os.environ.get("RSA_LAB_PROLOG_FLAGS", "").strip()
         self.ram_size = _env("RSA_LAB_RAM_SIZE", "2G")  # tmpfs size of each RSA node
         self.n_compute = int(_env("RSA_LAB_COMPUTE_COUNT", "4"))
@@ -48,6 +48,10 @@ class Settings:
         self.cluster = "lab"
         self.account = "rsa"
         self.qos = "rsa-lockin"
+        # Without accounting rsad locks jobs in by priority. priority/basic gives ordinary
+        # jobs 0xffff0000 - n (counting down), so the lock-in value must lie above that and
+        # at most 0xfffffffd (scontrol's limit); job_submit.lua gets the same value.
+        self.lockin_priority = 4_294_967_000
         self.partition = "debug"
         self.venv = Path(_env("RSA_LAB_VENV", str(REPO / ".venv")))
         self.pool_root = Path("/var/lib/rsa-node")  # common path seen on every RSA node

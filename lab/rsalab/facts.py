@@ -33,6 +33,8 @@ def write(s: Settings) -> None:
         "RSA_LAB_SSH_KNOWN_HOSTS": str(rsanodes.KNOWN_HOSTS),
         "RSA_LAB_ACCOUNTING": "1" if s.accounting else "0",
         "RSA_LAB_QOS": s.qos if s.accounting else "",
+        "RSA_LAB_LOCKIN_METHOD": "qos" if s.accounting else "priority",
+        "RSA_LAB_LOCKIN_PRIORITY": "" if s.accounting else str(s.lockin_priority),
         "RSA_LAB_CLUSTER": s.cluster,
         "RSA_LAB_ACCOUNT": s.account,
         "RSA_LAB_PARTITION": s.partition,
@@ -92,4 +94,11 @@ slurm:
   lockin:
     method: {'qos' if s.accounting else 'priority'}
     qos: {s.qos}
-"""
+{_lockin_priority(s)}"""
+
+
+def _lockin_priority(s: Settings) -> str:
+    if s.accounting:
+        return ""
+    return (f"    # priority/basic gives ordinary jobs up to 0xffff0000 - 1: the lock-in is above\n"
+            f"    priority: {s.lockin_priority}\n")

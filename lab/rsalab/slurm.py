@@ -79,7 +79,7 @@ def up(s: Settings) -> None:
     if s.accounting:
         _mariadb_up(password)
     CONF.write_text(slurm_conf(s))
-    install_job_submit()
+    install_job_submit(s)
     install_spank(os.environ.get("RSA_LAB_SPANK") or "optional")
     _link_etc_conf()
     if s.accounting:
@@ -272,14 +272,20 @@ def slurm_conf(s: Settings) -> str:
     return "\n".join(lines) + "\n"
 
 
-def install_job_submit() -> None:
-    """Copy slurm_plugins/job_submit.lua next to slurm.conf, with the lab's SlurmUser uid."""
+def install_job_submit(s: Settings) -> None:
+    """Copy slurm_plugins/job_submit.lua next to slurm.conf, with the lab's SlurmUser uid
+    and, without accounting (rsad locks in by priority), the lock-in priority."""
     text = JOB_SUBMIT_SRC.read_text()
-    setting = "  slurm_user_uid = nil,"
-    if text.count(setting) != 1:
-        raise LabError(f"{JOB_SUBMIT_SRC}: expected one line {setting.strip()!r}")
-    uid = pwd.getpwnam("slurm").pw_uid
-    JOB_SUBMIT.write_text(text.replace(setting, f"  slurm_user_uid = {uid}, -- lab: slurm"))
+    settings = {"  slurm_user_uid = nil,":
+                f"  slurm_user_uid = {pwd.getpwnam('slurm').pw_uid}, -- lab: slurm"}
+    if not s.accounting:
+        settings["  lockin_priority = nil,"] = (
+            f"  lockin_priority = {s.lockin_priority}, -- lab: rsad's slurm.lockin.priority")
+    for setting, value in settings.items():
+        if text.count(setting) != 1:
+            raise LabError(f"{JOB_SUBMIT_SRC}: expected one line {setting.strip()!r}")
+        text = text.replace(setting, value)
+    JOB_SUBMIT.write_text(text)
     JOB_SUBMIT.chmod(0o644)
 
 

@@ -99,7 +99,7 @@ def reference() -> str:
         for br in rule.branches:
             rows.append(f"| {rule.src.value} | {rule.trigger.value} [{br.cond.value}] | "
                         f"{br.dst.value} | {_acts(br.actions)} | {br.note or rule.note} | "
-                        f"{rule.ref} |")
+                        f"{br.ref or rule.ref} |")
         rows.append(f"| {rule.src.value} | {rule.trigger.value} | {rule.dst.value} | "
                     f"{_acts(rule.actions)} | {rule.note} | {rule.ref} |")
     stays = sorted({(r.src.value, r.trigger.value) for r in TABLE.values() if r.is_stay})

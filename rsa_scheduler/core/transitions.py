@@ -151,7 +151,8 @@ class Branch:
     dst: RsaState
     actions: tuple[ActionKind, ...] = ()
     effects: tuple[Effect, ...] = ()
-    note: str = ""
+    note: str = ""  # why; empty: the rule's note (it is also the tell-user/alert text)
+    ref: str = ""  # where in seed 004 (or "ext: ..."); empty: the rule's ref
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,8 +166,10 @@ class Rule:
     actions: tuple[ActionKind, ...] = ()
     effects: tuple[Effect, ...] = ()
     branches: tuple[Branch, ...] = ()
-    note: str = ""
-    ref: str = ""  # where in seed 004 this comes from
+    note: str = ""  # why this row exists; also the text of its tell-user/alert actions
+    #: where in seed 004 this comes from ("§3.1 Fig. 3", "§3.2 fn. 3"), or "ext: <what>
+    #: (<closest passage>)" for our own additions the paper does not cover
+    ref: str = ""
 
     @property
     def is_stay(self) -> bool:
@@ -190,8 +193,32 @@ B = Branch
 JOB_STATE_TRIGGERS = (T.QUEUED, T.ON_DECK, T.DEMOTED, T.RUNNING, T.FINISHED, T.TICK)
 
 
+# Refs for rows seed 004 does not cover: "ext: <what> (<closest passage or 'silent'>)".
+_FAIL = "ext: failure handling (§3 is silent)"
+_OPERATOR = "ext: operator command (§3 is silent)"
+_USER_CANCEL = "ext: user command cancel-staging (§3 is silent)"
+_REQUEUE = "ext: requeue of a started job (§3 is silent)"
+_CANCELLED = "ext: cancelled before it ran (§3.1: jobs 'may be canceled'); tear-down as Fig. 3"
+_NOTHING_HELD = "§3.3 (nothing held to stage out or release)"
+_UNSERVABLE = "ext: unservable request (cf. §2 fn. 1)"
+_WAIT = "§3.1 fn. 2 (job option to wait); ext: wait deadline"
+_EARLY_NO_OUT = "§3.1 (RAMDISK ignored); ext: no DATA_OUT"
+_NO_IN = "ext: no DATA_IN (§3.4 assumes one)"
+_NO_OUT = "ext: no DATA_OUT (§3.4 assumes one)"
+_RW_IN = "ext: writable input (§2 assumes input stays on disk)"
+_QUARANTINE = "ext: quarantine (§3 is silent)"
+_VERIFY = "ext: output verification (§3.3 is silent)"
+
+
 def _stay(src: RsaState, *triggers: Trigger, note: str = "") -> list[Rule]:
     return [Rule(src, t, src, note=note) for t in triggers]
+
+
+def _left(finished_ref: str) -> dict[Trigger, str]:
+    """Refs for the four ways a started job leaves the compute nodes: it finished (the paper
+    case, ``finished_ref``) or it was requeued (pending again: ours)."""
+    return {T.QUEUED: _REQUEUE, T.ON_DECK: _REQUEUE, T.DEMOTED: _REQUEUE,
+            T.FINISHED: finished_ref}
 
 
 def _rows() -> list[Rule]:
@@ -200,108 +227,141 @@ def _rows() -> list[Rule]:
     cancel_teardown = (A.CANCEL, A.DESTROY_FS)
     fallback_actions = (A.CANCEL, A.TELL_USER, A.RESET)
     fallback_note = "early start: input read from the PFS; RAMDISK recreated for output"
+    wait_note = "wait: the Prolog holds the start until staged"
+    early_no_out = "started before staging finished and has no DATA_OUT: the job uses the PFS"
+    wait_no_out = "waited too long for stage-in and has no DATA_OUT: the job uses the PFS"
+    rw_teardown = "writable input: write the changes back before tear-down"
+    no_in_out = "no DATA_IN: mount the RAMDISK over DATA_OUT"
 
     # ---- NONE: no RSA resources ------------------------------------------------------
     r += _stay(S.NONE, T.QUEUED, T.DEMOTED, T.TICK)
     r += [
-        Rule(S.NONE, T.ON_DECK, S.NONE, effects=(E.TRY_ALLOCATE,), ref="§3.1",
+        Rule(S.NONE, T.ON_DECK, S.NONE, effects=(E.TRY_ALLOCATE,),
+             ref="§3.1; ext: on-deck settle time",
              note="on-deck: allocate RSA nodes in proportion to the job"),
         Rule(S.NONE, T.RUNNING, S.DECLINED, actions=(A.TELL_USER,), ref="§3.2",
              note="started before RSA nodes were free: the job reads the PFS"),
-        Rule(S.NONE, T.FINISHED, S.RELEASED, note="ended without ever being on-deck"),
-        Rule(S.NONE, T.NODES_ALLOCATED, S.ALLOCATED, actions=(A.ALLOCATE,), ref="§3.1"),
+        Rule(S.NONE, T.FINISHED, S.RELEASED, note="ended without ever being on-deck",
+             ref=_NOTHING_HELD),
+        Rule(S.NONE, T.NODES_ALLOCATED, S.ALLOCATED, actions=(A.ALLOCATE,), ref="§3.1",
+             note="nodes removed from the free list and marked as the job's"),
         Rule(S.NONE, T.NODES_BUSY, S.NONE, ref="§3.1",
              note="not enough free RSA nodes: skip this cycle"),
         Rule(S.NONE, T.POLICY_VIOLATION, S.DECLINED, actions=(A.TELL_USER,),
-             effects=(E.MARK_DECLINED,), note="the RSA cannot serve this job; it uses the PFS"),
+             effects=(E.MARK_DECLINED,), ref=_UNSERVABLE,
+             note="the RSA cannot serve this job; it uses the PFS"),
         Rule(S.NONE, T.GIVE_UP, S.DECLINED, actions=(A.TELL_USER,),
-             effects=(E.MARK_DECLINED,), note="the RSA gave up on this job; it uses the PFS"),
+             effects=(E.MARK_DECLINED,), ref=_FAIL,
+             note="the RSA gave up on this job; it uses the PFS"),
         Rule(S.NONE, T.CANCEL_STAGING, S.DECLINED, actions=(A.TELL_USER,),
-             effects=(E.MARK_DECLINED,), note="staging cancelled by the user; job uses the PFS"),
+             effects=(E.MARK_DECLINED,), ref=_USER_CANCEL,
+             note="staging cancelled by the user; job uses the PFS"),
     ]
 
     # ---- ALLOCATED: nodes held, nothing started --------------------------------------
     r += _stay(S.ALLOCATED, T.ON_DECK)
     r += [
         Rule(S.ALLOCATED, T.QUEUED, S.RELEASED, actions=(A.RELEASE,),
-             effects=(E.RELEASE_NODES,), ref="§3.1 Fig. 3"),
+             effects=(E.RELEASE_NODES,), ref="§3.1 Fig. 3",
+             note="demoted: release the nodes (nothing built yet)"),
         Rule(S.ALLOCATED, T.DEMOTED, S.RELEASED, actions=(A.RELEASE,),
-             effects=(E.RELEASE_NODES,), ref="§3.1 Fig. 3"),
+             effects=(E.RELEASE_NODES,), ref="§3.1 Fig. 3",
+             note="demoted: release the nodes (nothing built yet)"),
         Rule(S.ALLOCATED, T.RUNNING, S.FS_BUILDING, actions=(A.BUILD_FS,),
              ref="§3.1 fn. 2",
              note="early start: build the RAMDISK for output",
              branches=(
-                 B(C.POLICY_WAIT, S.ALLOCATED, effects=(E.ARM_WAIT,)),
-                 B(C.NO_OUTPUT, S.RELEASED, (A.TELL_USER, A.RELEASE), (E.RELEASE_NODES,)),
+                 B(C.POLICY_WAIT, S.ALLOCATED, effects=(E.ARM_WAIT,), note=wait_note),
+                 B(C.NO_OUTPUT, S.RELEASED, (A.TELL_USER, A.RELEASE), (E.RELEASE_NODES,),
+                   note=early_no_out, ref=_EARLY_NO_OUT),
              )),
         Rule(S.ALLOCATED, T.FINISHED, S.RELEASED, actions=(A.RELEASE,),
-             effects=(E.RELEASE_NODES,)),
+             effects=(E.RELEASE_NODES,), ref=_CANCELLED,
+             note="cancelled before it ran: release the nodes"),
         Rule(S.ALLOCATED, T.TICK, S.FS_BUILDING, actions=(A.BUILD_FS,), ref="§3.1",
              note="a separate process constructs the parallel RAMDISK"),
         Rule(S.ALLOCATED, T.CANCEL_STAGING, S.DECLINED, actions=(A.TELL_USER, A.RELEASE),
-             effects=(E.RELEASE_NODES, E.MARK_DECLINED),
+             effects=(E.RELEASE_NODES, E.MARK_DECLINED), ref=_USER_CANCEL,
              note="staging cancelled by the user; job uses the PFS"),
         Rule(S.ALLOCATED, T.WAIT_EXPIRED, S.FS_BUILDING, actions=(A.BUILD_FS,),
-             effects=(E.END_WAIT,),
+             effects=(E.END_WAIT,), ref=_WAIT,
              note="waited too long for stage-in: the job reads the PFS",
              branches=(B(C.NO_OUTPUT, S.RELEASED, (A.TELL_USER, A.RELEASE),
-                         (E.RELEASE_NODES,)),)),
+                         (E.RELEASE_NODES,), ref=_NO_OUT),)),
     ]
 
     # ---- FS_BUILDING: BUILD_FS outstanding --------------------------------------------
     r += _stay(S.FS_BUILDING, T.ON_DECK, T.TICK)
     r += [
-        Rule(S.FS_BUILDING, T.QUEUED, S.TEARING_DOWN, actions=cancel_teardown, ref="Fig. 3"),
-        Rule(S.FS_BUILDING, T.DEMOTED, S.TEARING_DOWN, actions=cancel_teardown, ref="Fig. 3"),
+        Rule(S.FS_BUILDING, T.QUEUED, S.TEARING_DOWN, actions=cancel_teardown,
+             ref="§3.1 Fig. 3", note="demoted: stop the build, destroy, release the nodes"),
+        Rule(S.FS_BUILDING, T.DEMOTED, S.TEARING_DOWN, actions=cancel_teardown,
+             ref="§3.1 Fig. 3", note="demoted: stop the build, destroy, release the nodes"),
         Rule(S.FS_BUILDING, T.RUNNING, S.FS_BUILDING, ref="§3.1 fn. 2",
              note="early start: let the build finish, then use it for output",
              effects=(),
              branches=(
-                 B(C.POLICY_WAIT, S.FS_BUILDING, effects=(E.ARM_WAIT,)),
-                 B(C.NO_OUTPUT, S.TEARING_DOWN, (A.CANCEL, A.TELL_USER, A.DESTROY_FS)),
+                 B(C.POLICY_WAIT, S.FS_BUILDING, effects=(E.ARM_WAIT,), note=wait_note),
+                 B(C.NO_OUTPUT, S.TEARING_DOWN, (A.CANCEL, A.TELL_USER, A.DESTROY_FS),
+                   note=early_no_out, ref=_EARLY_NO_OUT),
              )),
-        Rule(S.FS_BUILDING, T.FINISHED, S.TEARING_DOWN, actions=cancel_teardown),
-        Rule(S.FS_BUILDING, T.FS_BUILT, S.FS_READY, ref="§3.1"),
+        Rule(S.FS_BUILDING, T.FINISHED, S.TEARING_DOWN, actions=cancel_teardown,
+             ref=_CANCELLED, note="cancelled before it ran: stop the build and tear down"),
+        Rule(S.FS_BUILDING, T.FS_BUILT, S.FS_READY, ref="§3.1",
+             note="the RAMDISK is marked ready for use"),
         Rule(S.FS_BUILDING, T.FS_BUILD_FAILED, S.FS_FAILED, actions=(A.ALERT,),
-             effects=(E.ARM_RETRY,), note="RAMDISK build failed"),
+             effects=(E.ARM_RETRY,), ref=_FAIL, note="RAMDISK build failed"),
         Rule(S.FS_BUILDING, T.CANCEL_STAGING, S.TEARING_DOWN, actions=cancel_teardown,
-             effects=(E.MARK_DECLINED,)),
-        Rule(S.FS_BUILDING, T.WAIT_EXPIRED, S.FS_BUILDING, effects=(E.END_WAIT,),
+             effects=(E.MARK_DECLINED,), ref=_USER_CANCEL,
+             note="staging cancelled by the user: stop the build and tear down"),
+        Rule(S.FS_BUILDING, T.WAIT_EXPIRED, S.FS_BUILDING, effects=(E.END_WAIT,), ref=_WAIT,
              note="waited too long for stage-in: the job reads the PFS",
-             branches=(B(C.NO_OUTPUT, S.TEARING_DOWN, (A.CANCEL, A.TELL_USER, A.DESTROY_FS)),)),
+             branches=(B(C.NO_OUTPUT, S.TEARING_DOWN, (A.CANCEL, A.TELL_USER, A.DESTROY_FS),
+                         ref=_NO_OUT),)),
     ]
 
     # ---- FS_FAILED: the build failed; clean up whatever half exists -------------------
     for t in JOB_STATE_TRIGGERS:
-        r.append(Rule(S.FS_FAILED, t, S.TEARING_DOWN, actions=teardown,
+        r.append(Rule(S.FS_FAILED, t, S.TEARING_DOWN, actions=teardown, ref=_FAIL,
                       note="remove the half-built RAMDISK; a later cycle may try again"))
     r.append(Rule(S.FS_FAILED, T.GIVE_UP, S.TEARING_DOWN, actions=(A.TELL_USER, A.DESTROY_FS),
-                  effects=(E.MARK_DECLINED,),
+                  effects=(E.MARK_DECLINED,), ref=_FAIL,
                   note="the RAMDISK could not be built; the job uses the PFS"))
 
     # ---- FS_READY: empty RAMDISK, nothing outstanding --------------------------------
     r += _stay(S.FS_READY, T.ON_DECK)
     r += [
-        Rule(S.FS_READY, T.QUEUED, S.TEARING_DOWN, actions=teardown, ref="Fig. 3"),
-        Rule(S.FS_READY, T.DEMOTED, S.TEARING_DOWN, actions=teardown, ref="Fig. 3"),
+        Rule(S.FS_READY, T.QUEUED, S.TEARING_DOWN, actions=teardown, ref="§3.1 Fig. 3",
+             note="demoted: destroy the RAMDISK, release the nodes"),
+        Rule(S.FS_READY, T.DEMOTED, S.TEARING_DOWN, actions=teardown, ref="§3.1 Fig. 3",
+             note="demoted: destroy the RAMDISK, release the nodes"),
         Rule(S.FS_READY, T.RUNNING, S.MOUNTING_OUTPUT, actions=(A.TELL_USER, A.MOUNT_OUTPUT),
              ref="§3.1 fn. 2",
              note="early start: nothing staged yet; the empty RAMDISK takes the output",
              branches=(
                  B(C.NO_INPUT, S.MOUNTING_OUTPUT, (A.MOUNT_OUTPUT,),
-                   note="no input to stage: the RAMDISK takes the output"),
-                 B(C.POLICY_WAIT, S.STAGING_IN, (A.STAGE_IN,), (E.ARM_WAIT,)),
-                 B(C.NO_OUTPUT, S.TEARING_DOWN, (A.TELL_USER, A.DESTROY_FS)),
+                   note="no input to stage: the RAMDISK takes the output",
+                   ref=f"§3.2; {_NO_IN}"),
+                 B(C.POLICY_WAIT, S.STAGING_IN, (A.STAGE_IN,), (E.ARM_WAIT,),
+                   note="wait: stage in while the Prolog holds the start"),
+                 B(C.NO_OUTPUT, S.TEARING_DOWN, (A.TELL_USER, A.DESTROY_FS),
+                   note=early_no_out, ref=_EARLY_NO_OUT),
              )),
-        Rule(S.FS_READY, T.FINISHED, S.TEARING_DOWN, actions=teardown),
+        Rule(S.FS_READY, T.FINISHED, S.TEARING_DOWN, actions=teardown, ref=_CANCELLED,
+             note="cancelled before it ran: destroy the RAMDISK"),
         Rule(S.FS_READY, T.TICK, S.STAGING_IN, actions=(A.STAGE_IN,), ref="§3.1",
-             branches=(B(C.NO_INPUT, S.STAGED_IN, (A.LOCK_IN,)),)),
+             note="the RAMDISK is ready: start the data stage-in",
+             branches=(B(C.NO_INPUT, S.STAGED_IN, (A.LOCK_IN,),
+                         note="nothing to stage in: lock the job in at once",
+                         ref=f"§3.1; {_NO_IN}"),)),
         Rule(S.FS_READY, T.CANCEL_STAGING, S.TEARING_DOWN, actions=teardown,
-             effects=(E.MARK_DECLINED,)),
+             effects=(E.MARK_DECLINED,), ref=_USER_CANCEL,
+             note="staging cancelled by the user: destroy the RAMDISK"),
         Rule(S.FS_READY, T.WAIT_EXPIRED, S.MOUNTING_OUTPUT,
-             actions=(A.TELL_USER, A.MOUNT_OUTPUT), effects=(E.END_WAIT,),
+             actions=(A.TELL_USER, A.MOUNT_OUTPUT), effects=(E.END_WAIT,), ref=_WAIT,
              note="waited too long for stage-in: input from the PFS, RAMDISK for output",
-             branches=(B(C.NO_OUTPUT, S.TEARING_DOWN, (A.TELL_USER, A.DESTROY_FS)),)),
+             branches=(B(C.NO_OUTPUT, S.TEARING_DOWN, (A.TELL_USER, A.DESTROY_FS),
+                         note=wait_no_out, ref=_NO_OUT),)),
     ]
 
     # ---- STAGING_IN: STAGE_IN outstanding ---------------------------------------------
@@ -312,64 +372,85 @@ def _rows() -> list[Rule]:
         Rule(S.STAGING_IN, T.DEMOTED, S.TEARING_DOWN, actions=cancel_teardown,
              ref="§3.1 Fig. 3",
              note="demoted: stop staging, destroy the RAMDISK, release the nodes"),
-        Rule(S.STAGING_IN, T.RUNNING, S.RESETTING, fallback_actions, ref="§3.1, fn. 2",
+        Rule(S.STAGING_IN, T.RUNNING, S.RESETTING, fallback_actions, ref="§3.1 fn. 2",
              note=fallback_note,
              branches=(
-                 B(C.POLICY_WAIT, S.STAGING_IN, effects=(E.ARM_WAIT,),
-                   note="wait: the Prolog holds the start until staged"),
+                 B(C.POLICY_WAIT, S.STAGING_IN, effects=(E.ARM_WAIT,), note=wait_note),
                  B(C.POLICY_UNION, S.MOUNTING_INPUT, (A.CANCEL, A.TELL_USER, A.MOUNT_INPUT),
                    note="union: overlay what is staged over the PFS directory"),
-                 B(C.NO_OUTPUT, S.TEARING_DOWN, (A.CANCEL, A.TELL_USER, A.DESTROY_FS)),
+                 B(C.NO_OUTPUT, S.TEARING_DOWN, (A.CANCEL, A.TELL_USER, A.DESTROY_FS),
+                   note=early_no_out, ref=_EARLY_NO_OUT),
              )),
-        Rule(S.STAGING_IN, T.FINISHED, S.TEARING_DOWN, actions=cancel_teardown),
+        Rule(S.STAGING_IN, T.FINISHED, S.TEARING_DOWN, actions=cancel_teardown,
+             ref=_CANCELLED, note="cancelled before it ran: stop staging and tear down"),
         Rule(S.STAGING_IN, T.STAGE_IN_DONE, S.STAGED_IN, actions=(A.LOCK_IN,), ref="§3.1",
              note="staged: lock the job in"),
         Rule(S.STAGING_IN, T.STAGE_IN_FAILED, S.STAGE_IN_FAILED, actions=(A.ALERT,),
-             effects=(E.ARM_RETRY,), note="stage-in failed; will retry"),
+             effects=(E.ARM_RETRY,), ref=_FAIL, note="stage-in failed; will retry"),
         Rule(S.STAGING_IN, T.STAGE_IN_REFUSED, S.TEARING_DOWN,
              actions=(A.TELL_USER, A.DESTROY_FS), effects=(E.MARK_DECLINED,),
+             ref="§3.4 (scripts run as the user); ext: refusal",
              note="the user cannot read DATA_IN (or PREPROCESS failed): job uses the PFS"),
         Rule(S.STAGING_IN, T.CANCEL_STAGING, S.TEARING_DOWN, actions=cancel_teardown,
-             effects=(E.MARK_DECLINED,)),
+             effects=(E.MARK_DECLINED,), ref=_USER_CANCEL,
+             note="staging cancelled by the user: stop staging and tear down"),
         Rule(S.STAGING_IN, T.WAIT_EXPIRED, S.RESETTING, fallback_actions,
-             effects=(E.END_WAIT,), note=fallback_note,
-             branches=(B(C.NO_OUTPUT, S.TEARING_DOWN, (A.CANCEL, A.TELL_USER, A.DESTROY_FS)),)),
+             effects=(E.END_WAIT,), ref=_WAIT, note=fallback_note,
+             branches=(B(C.NO_OUTPUT, S.TEARING_DOWN, (A.CANCEL, A.TELL_USER, A.DESTROY_FS),
+                         note=wait_no_out, ref=_NO_OUT),)),
     ]
 
     # ---- STAGE_IN_FAILED: waiting to retry -------------------------------------------
     r += _stay(S.STAGE_IN_FAILED, T.ON_DECK, T.TICK)
     r += [
-        Rule(S.STAGE_IN_FAILED, T.QUEUED, S.TEARING_DOWN, actions=teardown),
-        Rule(S.STAGE_IN_FAILED, T.DEMOTED, S.TEARING_DOWN, actions=teardown),
+        Rule(S.STAGE_IN_FAILED, T.QUEUED, S.TEARING_DOWN, actions=teardown,
+             ref="§3.1 Fig. 3", note="demoted: destroy the RAMDISK, release the nodes"),
+        Rule(S.STAGE_IN_FAILED, T.DEMOTED, S.TEARING_DOWN, actions=teardown,
+             ref="§3.1 Fig. 3", note="demoted: destroy the RAMDISK, release the nodes"),
         Rule(S.STAGE_IN_FAILED, T.RUNNING, S.RESETTING, actions=(A.TELL_USER, A.RESET),
+             ref=f"§3.1 fn. 2; {_FAIL}",
              note="started while stage-in was failing: input from the PFS",
-             branches=(B(C.NO_OUTPUT, S.TEARING_DOWN, (A.TELL_USER, A.DESTROY_FS)),)),
-        Rule(S.STAGE_IN_FAILED, T.FINISHED, S.TEARING_DOWN, actions=teardown),
-        Rule(S.STAGE_IN_FAILED, T.RETRY_DUE, S.STAGING_IN, actions=(A.STAGE_IN,)),
+             branches=(B(C.NO_OUTPUT, S.TEARING_DOWN, (A.TELL_USER, A.DESTROY_FS),
+                         ref=_NO_OUT),)),
+        Rule(S.STAGE_IN_FAILED, T.FINISHED, S.TEARING_DOWN, actions=teardown, ref=_CANCELLED,
+             note="cancelled before it ran: destroy the RAMDISK"),
+        Rule(S.STAGE_IN_FAILED, T.RETRY_DUE, S.STAGING_IN, actions=(A.STAGE_IN,), ref=_FAIL,
+             note="back-off over: stage in again"),
         Rule(S.STAGE_IN_FAILED, T.RETRY, S.STAGING_IN, actions=(A.STAGE_IN,),
-             effects=(E.RESET_ATTEMPTS,)),
+             effects=(E.RESET_ATTEMPTS,), ref=_OPERATOR,
+             note="operator: stage in again now, with a fresh retry budget"),
         Rule(S.STAGE_IN_FAILED, T.GIVE_UP, S.TEARING_DOWN, actions=(A.TELL_USER, A.DESTROY_FS),
-             effects=(E.MARK_DECLINED,), note="stage-in kept failing; the job uses the PFS"),
+             effects=(E.MARK_DECLINED,), ref=_FAIL,
+             note="stage-in kept failing; the job uses the PFS"),
         Rule(S.STAGE_IN_FAILED, T.CANCEL_STAGING, S.TEARING_DOWN, actions=teardown,
-             effects=(E.MARK_DECLINED,)),
+             effects=(E.MARK_DECLINED,), ref=_USER_CANCEL,
+             note="staging cancelled by the user: destroy the RAMDISK"),
     ]
 
     # ---- STAGED_IN: LOCK_IN outstanding; LOCKED_IN / LOCK_FAILED: waiting to start ------
     r += _stay(S.STAGED_IN, T.ON_DECK, T.TICK)
     r += [
         Rule(S.STAGED_IN, T.QUEUED, S.TEARING_DOWN, actions=(A.CANCEL, A.UNLOCK, A.DESTROY_FS),
-             ref="Fig. 3"),
+             ref="§3.1 Fig. 3", note="demoted: undo the lock-in, destroy, release the nodes"),
         Rule(S.STAGED_IN, T.DEMOTED, S.TEARING_DOWN,
-             actions=(A.CANCEL, A.UNLOCK, A.DESTROY_FS), ref="Fig. 3"),
+             actions=(A.CANCEL, A.UNLOCK, A.DESTROY_FS), ref="§3.1 Fig. 3",
+             note="demoted: undo the lock-in, destroy, release the nodes"),
         Rule(S.STAGED_IN, T.RUNNING, S.MOUNTING_INPUT, actions=(A.CANCEL, A.MOUNT_INPUT),
-             ref="§3.2", branches=(B(C.NO_INPUT, S.MOUNTING_OUTPUT,
-                                     (A.CANCEL, A.MOUNT_OUTPUT)),)),
-        Rule(S.STAGED_IN, T.FINISHED, S.TEARING_DOWN, actions=cancel_teardown),
-        Rule(S.STAGED_IN, T.LOCKED, S.LOCKED_IN, effects=(E.LOCKED,), ref="§3.1"),
+             ref="§3.2",
+             note="started during lock-in: Prolog bind-mounts the RAMDISK over DATA_IN",
+             branches=(B(C.NO_INPUT, S.MOUNTING_OUTPUT, (A.CANCEL, A.MOUNT_OUTPUT),
+                         note=no_in_out, ref=f"§3.2; {_NO_IN}"),)),
+        Rule(S.STAGED_IN, T.FINISHED, S.TEARING_DOWN, actions=cancel_teardown, ref=_CANCELLED,
+             note="cancelled before it ran: destroy the RAMDISK"),
+        Rule(S.STAGED_IN, T.LOCKED, S.LOCKED_IN, effects=(E.LOCKED,), ref="§3.1",
+             note="lock-in QOS set: a demotion is now unlikely"),
         Rule(S.STAGED_IN, T.LOCK_FAILED, S.LOCK_FAILED, actions=(A.ALERT,),
+             ref=f"§3.1 (lock-in); {_FAIL}",
              note="lock-in failed: the job may be demoted and lose its RAMDISK"),
         Rule(S.STAGED_IN, T.CANCEL_STAGING, S.TEARING_DOWN,
-             actions=(A.CANCEL, A.UNLOCK, A.DESTROY_FS), effects=(E.MARK_DECLINED,)),
+             actions=(A.CANCEL, A.UNLOCK, A.DESTROY_FS), effects=(E.MARK_DECLINED,),
+             ref=_USER_CANCEL,
+             note="staging cancelled by the user: undo the lock-in, destroy the RAMDISK"),
     ]
     for src, unlock in ((S.LOCKED_IN, (A.UNLOCK,)), (S.LOCK_FAILED, ())):
         r += _stay(src, T.ON_DECK, T.TICK)
@@ -382,83 +463,109 @@ def _rows() -> list[Rule]:
                  note="demoted despite lock-in: tear down"),
             Rule(src, T.RUNNING, S.MOUNTING_INPUT, actions=(A.MOUNT_INPUT,), ref="§3.2",
                  note="Prolog bind-mounts the RAMDISK over DATA_IN",
-                 branches=(B(C.NO_INPUT, S.MOUNTING_OUTPUT, (A.MOUNT_OUTPUT,)),)),
-            Rule(src, T.FINISHED, S.TEARING_DOWN, actions=teardown,
+                 branches=(B(C.NO_INPUT, S.MOUNTING_OUTPUT, (A.MOUNT_OUTPUT,),
+                             note=no_in_out, ref=f"§3.2; {_NO_IN}"),)),
+            Rule(src, T.FINISHED, S.TEARING_DOWN, actions=teardown, ref=_CANCELLED,
                  note="cancelled before it started"),
             Rule(src, T.CANCEL_STAGING, S.TEARING_DOWN, actions=(*unlock, A.DESTROY_FS),
-                 effects=(E.UNLOCKED, E.MARK_DECLINED)),
+                 effects=(E.UNLOCKED, E.MARK_DECLINED), ref=_USER_CANCEL,
+                 note="staging cancelled by the user: undo the lock-in, destroy the RAMDISK"),
         ]
-    r.append(Rule(S.LOCK_FAILED, T.RETRY, S.STAGED_IN, actions=(A.LOCK_IN,)))
+    r.append(Rule(S.LOCK_FAILED, T.RETRY, S.STAGED_IN, actions=(A.LOCK_IN,), ref=_OPERATOR,
+                  note="operator: try the lock-in again"))
 
     # ---- MOUNTING_INPUT: Prolog mounting the RAMDISK over DATA_IN ----------------------
     r += _stay(S.MOUNTING_INPUT, T.RUNNING, T.TICK)
-    for t in (T.QUEUED, T.ON_DECK, T.DEMOTED, T.FINISHED):
-        r.append(Rule(S.MOUNTING_INPUT, t, S.TEARING_DOWN, actions=cancel_teardown,
+    for t, ref in _left("§3.3 (input only: nothing to stage out)").items():
+        r.append(Rule(S.MOUNTING_INPUT, t, S.TEARING_DOWN, actions=cancel_teardown, ref=ref,
                       note="the job left the compute nodes before its mounts were confirmed",
-                      branches=(B(C.RW_INPUT, S.INPUT_WRITEBACK, (A.CANCEL, A.WRITE_BACK)),)))
+                      branches=(B(C.RW_INPUT, S.INPUT_WRITEBACK, (A.CANCEL, A.WRITE_BACK),
+                                  note=rw_teardown, ref=_RW_IN),)))
     r += [
         Rule(S.MOUNTING_INPUT, T.INPUT_MOUNTED, S.MOUNTED_INPUT, effects=(E.ARM_RESET,),
-             ref="§3.2"),
+             ref="§3.2", note="input bind-mounted: arm the input→output reset"),
         Rule(S.MOUNTING_INPUT, T.INPUT_MOUNT_FAILED, S.RESETTING, actions=(A.TELL_USER, A.RESET),
+             ref=f"{_FAIL}; PFS fallback as §3.2",
              note="input read from the PFS; RAMDISK reset for output",
-             branches=(B(C.NO_OUTPUT, S.TEARING_DOWN, (A.TELL_USER, A.DESTROY_FS)),)),
+             branches=(B(C.NO_OUTPUT, S.TEARING_DOWN, (A.TELL_USER, A.DESTROY_FS),
+                         note="input mount failed and there is no DATA_OUT: the job uses "
+                              "the PFS", ref=_NO_OUT),)),
     ]
 
     # ---- MOUNTED_INPUT: job reading its input from the RAMDISK --------------------------
     r += _stay(S.MOUNTED_INPUT, T.RUNNING, T.TICK)
-    for t in (T.QUEUED, T.ON_DECK, T.DEMOTED, T.FINISHED):
-        r.append(Rule(S.MOUNTED_INPUT, t, S.TEARING_DOWN, actions=teardown, ref="§3.3",
+    for t, ref in _left("§3.2 fn. 3").items():
+        r.append(Rule(S.MOUNTED_INPUT, t, S.TEARING_DOWN, actions=teardown, ref=ref,
                       note="ended before the reset: the RAMDISK holds only input",
-                      branches=(B(C.RW_INPUT, S.INPUT_WRITEBACK, (A.WRITE_BACK,)),)))
-    for t in (T.RESET_DUE, T.INPUT_DONE):
-        r.append(Rule(S.MOUNTED_INPUT, t, S.RESETTING, actions=(A.RESET,), ref="§3.2",
+                      branches=(B(C.RW_INPUT, S.INPUT_WRITEBACK, (A.WRITE_BACK,),
+                                  note=rw_teardown, ref=_RW_IN),)))
+    for t, ref in ((T.RESET_DUE, "§3.2 Fig. 4, §3.4"),
+                   (T.INPUT_DONE, "§3.2 Fig. 4; ext: user command input-done")):
+        r.append(Rule(S.MOUNTED_INPUT, t, S.RESETTING, actions=(A.RESET,), ref=ref,
                       note="reset: release input mounts, recreate empty, mount over DATA_OUT",
-                      branches=(B(C.RW_INPUT, S.INPUT_WRITEBACK, (A.WRITE_BACK,)),
-                                B(C.NO_OUTPUT, S.MOUNTED_INPUT))))
+                      branches=(B(C.RW_INPUT, S.INPUT_WRITEBACK, (A.WRITE_BACK,),
+                                  note="writable input: write the changes back, then reset",
+                                  ref=_RW_IN),
+                                B(C.NO_OUTPUT, S.MOUNTED_INPUT,
+                                  note="no DATA_OUT: nothing to reset for; input stays "
+                                       "mounted", ref=_NO_OUT))))
 
     # ---- INPUT_WRITEBACK / WRITEBACK_FAILED: modified input is user data ---------------
     r += _stay(S.INPUT_WRITEBACK, *JOB_STATE_TRIGGERS, note="holds user data")
     r += [
-        Rule(S.INPUT_WRITEBACK, T.WRITEBACK_DONE, S.RESETTING, actions=(A.RESET,),
-             branches=(B(C.JOB_ENDED, S.TEARING_DOWN, teardown),
-                       B(C.NO_OUTPUT, S.MOUNTED_INPUT))),
+        Rule(S.INPUT_WRITEBACK, T.WRITEBACK_DONE, S.RESETTING, actions=(A.RESET,), ref=_RW_IN,
+             note="modified input is on disk: go on with the reset",
+             branches=(B(C.JOB_ENDED, S.TEARING_DOWN, teardown,
+                         note="modified input is on disk and the job has ended: tear down"),
+                       B(C.NO_OUTPUT, S.MOUNTED_INPUT,
+                         note="modified input is on disk; no DATA_OUT: input stays mounted"))),
         Rule(S.INPUT_WRITEBACK, T.WRITEBACK_FAILED, S.WRITEBACK_FAILED, actions=(A.ALERT,),
-             effects=(E.ARM_RETRY,), note="writing modified input back failed; will retry"),
+             effects=(E.ARM_RETRY,), ref=_FAIL,
+             note="writing modified input back failed; will retry"),
     ]
     r += _stay(S.WRITEBACK_FAILED, *JOB_STATE_TRIGGERS, note="holds user data")
     r += [
-        Rule(S.WRITEBACK_FAILED, T.RETRY_DUE, S.INPUT_WRITEBACK, actions=(A.WRITE_BACK,)),
+        Rule(S.WRITEBACK_FAILED, T.RETRY_DUE, S.INPUT_WRITEBACK, actions=(A.WRITE_BACK,),
+             ref=_FAIL, note="back-off over: write the modified input back again"),
         Rule(S.WRITEBACK_FAILED, T.RETRY, S.INPUT_WRITEBACK, actions=(A.WRITE_BACK,),
-             effects=(E.RESET_ATTEMPTS,)),
+             effects=(E.RESET_ATTEMPTS,), ref=_OPERATOR,
+             note="operator: write back again now, with a fresh retry budget"),
         Rule(S.WRITEBACK_FAILED, T.GIVE_UP, S.WRITEBACK_FAILED,
-             actions=(A.ALERT, A.TELL_USER), note="kept for the operator: retry or discard"),
+             actions=(A.ALERT, A.TELL_USER), ref=_QUARANTINE,
+             note="kept for the operator: retry or discard"),
         Rule(S.WRITEBACK_FAILED, T.DISCARD, S.TEARING_DOWN, actions=(A.ALERT, A.DESTROY_FS),
-             note="operator discarded the modified input"),
+             ref=_OPERATOR, note="operator discarded the modified input"),
     ]
 
     # ---- RESETTING: RESET outstanding (never cancelled: it may already hold output) ----
     r += _stay(S.RESETTING, *JOB_STATE_TRIGGERS,
                note="waits for the reset to report: output may already be there")
     r += [
-        Rule(S.RESETTING, T.RESET_DONE, S.MOUNTED_OUTPUT, ref="§3.2"),
+        Rule(S.RESETTING, T.RESET_DONE, S.MOUNTED_OUTPUT, ref="§3.2 Fig. 4",
+             note="the fresh RAMDISK is bind-mounted over DATA_OUT"),
         Rule(S.RESETTING, T.RESET_BUSY, S.RESET_FAILED, effects=(E.ARM_RETRY,),
              ref="§3.2 fn. 3", note="input still open: retry later"),
         Rule(S.RESETTING, T.RESET_ERROR, S.TEARING_DOWN, actions=(A.TELL_USER, A.ALERT,
                                                                   A.DESTROY_FS),
-             note="no RAMDISK for output: the job writes to the PFS"),
+             ref=_FAIL, note="no RAMDISK for output: the job writes to the PFS"),
     ]
 
     # ---- RESET_FAILED: input mounts busy, waiting to retry ----------------------------
     r += _stay(S.RESET_FAILED, T.RUNNING, T.TICK)
-    for t in (T.QUEUED, T.ON_DECK, T.DEMOTED, T.FINISHED):
-        r.append(Rule(S.RESET_FAILED, t, S.TEARING_DOWN, actions=teardown, ref="§3.2 fn. 3",
+    for t, ref in _left("§3.2 fn. 3").items():
+        r.append(Rule(S.RESET_FAILED, t, S.TEARING_DOWN, actions=teardown, ref=ref,
                       note="the job ended with its input still mounted: no output here",
-                      branches=(B(C.RW_INPUT, S.INPUT_WRITEBACK, (A.WRITE_BACK,)),)))
+                      branches=(B(C.RW_INPUT, S.INPUT_WRITEBACK, (A.WRITE_BACK,),
+                                  note=rw_teardown, ref=_RW_IN),)))
     r += [
         Rule(S.RESET_FAILED, T.RETRY_DUE, S.RESETTING, actions=(A.RESET,),
-             branches=(B(C.JOB_ENDED, S.TEARING_DOWN, teardown),)),
+             ref="§3.2 fn. 3; ext: retry back-off",
+             note="back-off over: try the reset again (the input may be closed now)",
+             branches=(B(C.JOB_ENDED, S.TEARING_DOWN, teardown,
+                         note="the job ended with its input still mounted: no output here"),)),
         Rule(S.RESET_FAILED, T.RETRY, S.RESETTING, actions=(A.RESET,),
-             effects=(E.RESET_ATTEMPTS,)),
+             effects=(E.RESET_ATTEMPTS,), ref=_OPERATOR,
+             note="operator: try the reset again now, with a fresh retry budget"),
         Rule(S.RESET_FAILED, T.GIVE_UP, S.MOUNTED_INPUT, actions=(A.TELL_USER,),
              effects=(E.DISARM_RESET,), ref="§3.2 fn. 3",
              note="input never released: output goes straight to the PFS"),
@@ -466,53 +573,61 @@ def _rows() -> list[Rule]:
 
     # ---- MOUNTING_OUTPUT: Prolog mounting the empty RAMDISK over DATA_OUT --------------
     r += _stay(S.MOUNTING_OUTPUT, T.RUNNING, T.TICK)
-    for t in (T.QUEUED, T.ON_DECK, T.DEMOTED, T.FINISHED):
+    for t, ref in _left("§3.3 Fig. 5; ext: mounts unconfirmed").items():
         r.append(Rule(S.MOUNTING_OUTPUT, t, S.STAGING_OUT, actions=(A.CANCEL, A.STAGE_OUT),
+                      ref=ref,
                       note="unconfirmed mounts may have taken output: stage out to be safe"))
     r += [
-        Rule(S.MOUNTING_OUTPUT, T.OUTPUT_MOUNTED, S.MOUNTED_OUTPUT, ref="§3.2"),
+        Rule(S.MOUNTING_OUTPUT, T.OUTPUT_MOUNTED, S.MOUNTED_OUTPUT, ref="§3.2 Fig. 4",
+             note="the RAMDISK is bind-mounted over DATA_OUT: the job writes results there"),
         Rule(S.MOUNTING_OUTPUT, T.OUTPUT_MOUNT_FAILED, S.MOUNTED_OUTPUT,
-             actions=(A.TELL_USER,),
+             actions=(A.TELL_USER,), ref=_FAIL,
              note="nodes without the mount write to the PFS; nodes that did mount it may "
                   "write to the RAMDISK: stage out only after the job has ended"),
     ]
 
     # ---- MOUNTED_OUTPUT: job writing results to the RAMDISK ----------------------------
     r += _stay(S.MOUNTED_OUTPUT, T.RUNNING, T.TICK, note="§3.2: no changes until finished")
-    for t in (T.QUEUED, T.ON_DECK, T.DEMOTED, T.FINISHED):
-        r.append(Rule(S.MOUNTED_OUTPUT, t, S.STAGING_OUT, actions=(A.STAGE_OUT,), ref="§3.3",
+    for t, ref in _left("§3.3 Fig. 5").items():
+        r.append(Rule(S.MOUNTED_OUTPUT, t, S.STAGING_OUT, actions=(A.STAGE_OUT,), ref=ref,
                       note="job ended (or was requeued): stage the output out"))
 
     # ---- STAGING_OUT / VERIFYING / STAGE_OUT_FAILED / QUARANTINED: output at risk -----
     r += _stay(S.STAGING_OUT, *JOB_STATE_TRIGGERS, note="holds user data")
     r += [
-        Rule(S.STAGING_OUT, T.STAGE_OUT_DONE, S.VERIFYING, actions=(A.VERIFY,), ref="§3.3"),
+        Rule(S.STAGING_OUT, T.STAGE_OUT_DONE, S.VERIFYING, actions=(A.VERIFY,),
+             ref=f"§3.3; {_VERIFY}",
+             note="output copied out: check it before the RAMDISK is destroyed"),
         Rule(S.STAGING_OUT, T.STAGE_OUT_FAILED, S.STAGE_OUT_FAILED, actions=(A.ALERT,),
-             effects=(E.ARM_RETRY,), note="stage-out failed; will retry, data kept"),
+             effects=(E.ARM_RETRY,), ref=_FAIL, note="stage-out failed; will retry, data kept"),
     ]
     r += _stay(S.VERIFYING, *JOB_STATE_TRIGGERS, note="holds user data")
     r += [
         Rule(S.VERIFYING, T.VERIFIED, S.OUTPUT_VERIFIED, actions=(A.TELL_USER,), ref="§3.3",
              note="output staged out and verified on persistent storage"),
         Rule(S.VERIFYING, T.VERIFY_FAILED, S.STAGE_OUT_FAILED, actions=(A.ALERT,),
-             effects=(E.ARM_RETRY,), note="copy differs from the RAMDISK: stage out again"),
+             effects=(E.ARM_RETRY,), ref=_VERIFY,
+             note="copy differs from the RAMDISK: stage out again"),
     ]
     r += _stay(S.STAGE_OUT_FAILED, *JOB_STATE_TRIGGERS, note="holds user data")
     r += [
-        Rule(S.STAGE_OUT_FAILED, T.RETRY_DUE, S.STAGING_OUT, actions=(A.STAGE_OUT,)),
+        Rule(S.STAGE_OUT_FAILED, T.RETRY_DUE, S.STAGING_OUT, actions=(A.STAGE_OUT,), ref=_FAIL,
+             note="back-off over: stage out again"),
         Rule(S.STAGE_OUT_FAILED, T.RETRY, S.STAGING_OUT, actions=(A.STAGE_OUT,),
-             effects=(E.RESET_ATTEMPTS,)),
+             effects=(E.RESET_ATTEMPTS,), ref=_OPERATOR,
+             note="operator: stage out again now, with a fresh retry budget"),
         Rule(S.STAGE_OUT_FAILED, T.GIVE_UP, S.QUARANTINED, actions=(A.ALERT, A.TELL_USER),
-             note="kept on the RSA nodes for the operator"),
+             ref=_QUARANTINE, note="kept on the RSA nodes for the operator"),
         Rule(S.STAGE_OUT_FAILED, T.DISCARD, S.TEARING_DOWN, actions=(A.ALERT, A.DESTROY_FS),
-             note="operator discarded the output"),
+             ref=_OPERATOR, note="operator discarded the output"),
     ]
     r += _stay(S.QUARANTINED, *JOB_STATE_TRIGGERS, note="data kept until an operator acts")
     r += [
         Rule(S.QUARANTINED, T.RETRY, S.STAGING_OUT, actions=(A.STAGE_OUT,),
-             effects=(E.RESET_ATTEMPTS,)),
+             effects=(E.RESET_ATTEMPTS,), ref=_OPERATOR,
+             note="operator: stage out again, with a fresh retry budget"),
         Rule(S.QUARANTINED, T.DISCARD, S.TEARING_DOWN, actions=(A.ALERT, A.DESTROY_FS),
-             note="operator discarded the output"),
+             ref=_OPERATOR, note="operator discarded the output"),
     ]
 
     # ---- OUTPUT_VERIFIED -> TEARING_DOWN -> RELEASED ------------------------------------
@@ -522,20 +637,25 @@ def _rows() -> list[Rule]:
     r += _stay(S.TEARING_DOWN, *JOB_STATE_TRIGGERS)
     r += [
         Rule(S.TEARING_DOWN, T.DESTROYED, S.RELEASED, actions=(A.RELEASE,),
-             effects=(E.RELEASE_NODES,), ref="§3.3"),
+             effects=(E.RELEASE_NODES,), ref="§3.3",
+             note="RAMDISK destroyed: the nodes go back to the free list"),
         Rule(S.TEARING_DOWN, T.DESTROY_FAILED, S.TEARDOWN_FAILED, actions=(A.ALERT,),
-             effects=(E.ARM_RETRY,), note="RAMDISK teardown failed; nodes held, will retry"),
+             effects=(E.ARM_RETRY,), ref=_FAIL,
+             note="RAMDISK teardown failed; nodes held, will retry"),
     ]
     r += _stay(S.TEARDOWN_FAILED, *JOB_STATE_TRIGGERS,
                note="nodes stay held: never hand a dirty node to another job")
     r += [
-        Rule(S.TEARDOWN_FAILED, T.RETRY_DUE, S.TEARING_DOWN, actions=teardown),
+        Rule(S.TEARDOWN_FAILED, T.RETRY_DUE, S.TEARING_DOWN, actions=teardown, ref=_FAIL,
+             note="back-off over: try the teardown again"),
         Rule(S.TEARDOWN_FAILED, T.RETRY, S.TEARING_DOWN, actions=teardown,
-             effects=(E.RESET_ATTEMPTS,)),
-        Rule(S.TEARDOWN_FAILED, T.GIVE_UP, S.TEARDOWN_FAILED, actions=(A.ALERT,),
+             effects=(E.RESET_ATTEMPTS,), ref=_OPERATOR,
+             note="operator: try the teardown again now, with a fresh retry budget"),
+        Rule(S.TEARDOWN_FAILED, T.GIVE_UP, S.TEARDOWN_FAILED, actions=(A.ALERT,), ref=_FAIL,
              note="an operator must clean the nodes and force-release"),
         Rule(S.TEARDOWN_FAILED, T.FORCE_RELEASE, S.RELEASED, actions=(A.ALERT, A.RELEASE),
-             effects=(E.RELEASE_NODES,), note="operator vouches the nodes are clean"),
+             effects=(E.RELEASE_NODES,), ref=_OPERATOR,
+             note="operator vouches the nodes are clean"),
     ]
 
     # ---- RELEASED / DECLINED --------------------------------------------------------------
@@ -545,24 +665,30 @@ def _rows() -> list[Rule]:
              note="started before its RSA nodes were allocated again (after a demotion or "
                   "a requeue): the job reads and writes the PFS"),
         Rule(S.RELEASED, T.ON_DECK, S.RELEASED, effects=(E.TRY_ALLOCATE,),
+             ref="§3.1 (jobs move between job-states); ext: on-deck settle time",
              note="on-deck again (after a demotion or requeue): new cycle"),
-        Rule(S.RELEASED, T.NODES_ALLOCATED, S.ALLOCATED, actions=(A.ALLOCATE,)),
+        Rule(S.RELEASED, T.NODES_ALLOCATED, S.ALLOCATED, actions=(A.ALLOCATE,), ref="§3.1",
+             note="nodes allocated again: a new cycle"),
         Rule(S.RELEASED, T.NODES_BUSY, S.RELEASED),
         Rule(S.RELEASED, T.POLICY_VIOLATION, S.DECLINED, actions=(A.TELL_USER,),
-             effects=(E.MARK_DECLINED,), note="the RSA cannot serve this job; it uses the PFS"),
-        Rule(S.RELEASED, T.GIVE_UP, S.DECLINED, effects=(E.MARK_DECLINED,),
+             effects=(E.MARK_DECLINED,), ref=_UNSERVABLE,
+             note="the RSA cannot serve this job; it uses the PFS"),
+        Rule(S.RELEASED, T.GIVE_UP, S.DECLINED, effects=(E.MARK_DECLINED,), ref=_FAIL,
              note="declined earlier (the user was told why then): no new message"),
-        Rule(S.RELEASED, T.CANCEL_STAGING, S.DECLINED, effects=(E.MARK_DECLINED,)),
+        Rule(S.RELEASED, T.CANCEL_STAGING, S.DECLINED, effects=(E.MARK_DECLINED,),
+             ref=_USER_CANCEL,
+             note="staging cancelled by the user: never allocate for this job again"),
     ]
     r += _stay(S.DECLINED, T.QUEUED, T.DEMOTED, T.RUNNING, T.TICK, T.CANCEL_STAGING,
                T.NODES_BUSY, T.GIVE_UP, T.POLICY_VIOLATION)
     r += [
-        Rule(S.DECLINED, T.FINISHED, S.RELEASED, note="nothing was held"),
-        Rule(S.DECLINED, T.ON_DECK, S.DECLINED, effects=(E.TRY_ALLOCATE,),
+        Rule(S.DECLINED, T.FINISHED, S.RELEASED, note="nothing was held", ref=_NOTHING_HELD),
+        Rule(S.DECLINED, T.ON_DECK, S.DECLINED, effects=(E.TRY_ALLOCATE,), ref=_REQUEUE,
              note="on-deck again after a requeue: a job declined only because it started "
                   "before RSA nodes were free gets a new cycle (TRY_ALLOCATE gives up at "
                   "once for a job the RSA declined for good)"),
-        Rule(S.DECLINED, T.NODES_ALLOCATED, S.ALLOCATED, actions=(A.ALLOCATE,)),
+        Rule(S.DECLINED, T.NODES_ALLOCATED, S.ALLOCATED, actions=(A.ALLOCATE,),
+             ref=f"§3.1; {_REQUEUE}", note="nodes allocated after a requeue: a new cycle"),
     ]
     # The start edge matters only to a released job; everywhere else the running level
     # (fed on every settle) does the work.

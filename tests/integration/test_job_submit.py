@@ -176,6 +176,47 @@ def test_locked_in_job_cannot_be_unlocked_by_its_user(lab: Mapping[str, str], jo
     assert _qos_prio_nice(lab, job)[2] == "10"
 
 
+def _priority_of(lab: Mapping[str, str], job: str) -> int:
+    return int(_qos_prio_nice(lab, job)[1])
+
+
+@pytest.mark.lockin
+def test_priority_locked_in_job_cannot_be_unlocked_by_its_user(
+        lab: Mapping[str, str], jobs: Jobs, scripts: Path) -> None:
+    """Without accounting rsad locks in by priority; the lab sets job_submit.lua's
+    lockin_priority to rsad's slurm.lockin.priority, so the user cannot undo it either."""
+    if lab.get("RSA_LAB_LOCKIN_METHOD", "qos") != "priority":
+        pytest.skip("the lab locks in by QOS (accounting on): see the test above")
+    from rsa_scheduler.slurm.cli import CliSlurm
+
+    lockin = int(lab["RSA_LAB_LOCKIN_PRIORITY"])
+    slurm = CliSlurm(env={"PATH": "/usr/bin:/bin", "SLURM_CONF": lab["RSA_LAB_SLURM_CONF"]},
+                     lockin_method="priority", lockin_priority=lockin)
+    user = lab["RSA_LAB_USER"]
+    job = _submit_directive_job(lab, jobs, scripts)
+    # an ordinary job is the user's: lockin_priority lies above every ordinary priority
+    assert _priority_of(lab, job) < lockin
+    done = as_user(lab, user, ["scontrol", "update", f"jobid={job}", "nice=5"])
+    assert done.returncode == 0, done.stderr
+    assert slurm.lock_in(job) == ""  # what rsad does after the stage-in
+    locked = _qos_prio_nice(lab, job)
+    assert int(locked[1]) == lockin
+    for change in (["priority=1"], ["nice=10"], ["qos=normal"], ["nice=0", "priority=5"]):
+        done = as_user(lab, user, ["scontrol", "update", f"jobid={job}", *change])
+        assert done.returncode != 0 and DENIED in done.stderr, (change, done)
+    for verb in ("hold", "release"):  # hold sets priority 0; release recomputes it
+        done = as_user(lab, user, ["scontrol", verb, job])
+        assert done.returncode != 0 and DENIED in done.stderr, (verb, done)
+    assert _qos_prio_nice(lab, job) == locked
+    done = as_user(lab, user, ["scontrol", "update", f"jobid={job}", "comment=mine"])
+    assert done.returncode == 0, done.stderr  # other changes stay the user's
+    slurm.unlock(job)  # root: hold + release, as rsad unlocks
+    wait_for("unlock", lambda: _priority_of(lab, job) < lockin, timeout=10, every=0.2)
+    done = as_user(lab, user, ["scontrol", "update", f"jobid={job}", "nice=10"])
+    assert done.returncode == 0, done.stderr
+    assert _qos_prio_nice(lab, job)[2] == "10"
+
+
 def test_root_may_change_a_locked_in_job(lab: Mapping[str, str], jobs: Jobs,
                                          scripts: Path) -> None:
     qos = lab.get("RSA_LAB_QOS", "rsa-lockin")

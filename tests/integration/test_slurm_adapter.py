@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
+
+import pytest
 
 from rsa_scheduler.core.directives import DirectiveSpec
 from rsa_scheduler.core.states import JobState, derive_job_state
+from rsa_scheduler.slurm.cli import CliSlurm
 from rsa_scheduler.slurm.parse import QueueRow
 from tests.integration.slurmkit import make_jobs, make_slurm, root, wait_for
 
@@ -57,30 +61,57 @@ def test_higher_priority_submission_demotes_the_on_deck_job(lab: Mapping[str, st
         assert cls.states[urgent] is JobState.ON_DECK
 
 
+def lockin_method(lab: Mapping[str, str]) -> str:
+    """The lab's lock-in: QOS with accounting, priority without (RSA_LAB_ACCOUNTING=0)."""
+    return lab.get("RSA_LAB_LOCKIN_METHOD") or (
+        "qos" if lab.get("RSA_LAB_ACCOUNTING") == "1" else "priority")
+
+
+def urgent_priority(lab: Mapping[str, str]) -> int:
+    """A priority an admin gives an urgent job: above every ordinary job, below the lock-in
+    (QOS rsa-lockin adds 100000 under priority/multifactor; priority/basic counts ordinary
+    jobs down from 0xffff0000, under the lab's lock-in priority)."""
+    if lockin_method(lab) == "qos":
+        return 50_000
+    return int(lab["RSA_LAB_LOCKIN_PRIORITY"]) - 1000
+
+
+def make_lockin_slurm(lab: Mapping[str, str]) -> CliSlurm:
+    method = lockin_method(lab)
+    if method == "qos":
+        return make_slurm(lab, lockin_method="qos")
+    return make_slurm(lab, lockin_method="priority",
+                      lockin_priority=int(lab["RSA_LAB_LOCKIN_PRIORITY"]))
+
+
+@pytest.mark.lockin
 def test_lock_in_keeps_the_place_and_unlock_lets_it_go(lab: Mapping[str, str]) -> None:
-    if lab.get("RSA_LAB_ACCOUNTING") != "1":
-        import pytest
-        pytest.skip("QOS lock-in needs accounting (RSA_LAB_ACCOUNTING=1)")
+    """Both lab phases: by QOS (accounting on), by priority (accounting off)."""
     cls = Classifier(lab)
+    slurm = make_lockin_slurm(lab)
     with make_jobs(lab) as jobs:
         for _ in range(4):
             jobs.submit(*LONG)
         locked = jobs.submit(*LONG)
         wait_for("job on-deck", lambda: cls.poll().get(locked) is JobState.ON_DECK)
-        token = cls.slurm.lock_in(locked)
-        assert token == "normal"
+        before = cls.rows[locked].priority
+        token = slurm.lock_in(locked)
+        assert token == ("normal" if slurm.lockin_method == "qos" else "")
         urgent = jobs.submit(*LONG)
-        root(lab, "scontrol", "update", f"jobid={urgent}", "priority=50000")
+        root(lab, "scontrol", "update", f"jobid={urgent}", f"priority={urgent_priority(lab)}")
+        cls.poll()
+        assert cls.rows[urgent].priority > before  # it would have overtaken the job
         # two scheduler passes (sched_interval=5): the locked job must stay on-deck
         for _ in range(12):
             cls.poll()
             assert cls.states[locked] is JobState.ON_DECK, cls.rows[locked]
-            import time
             time.sleep(1)
         assert cls.rows[locked].priority > cls.rows[urgent].priority
-        cls.slurm.unlock(locked, token)
+        assert cls.states[urgent] is JobState.QUEUED
+        slurm.unlock(locked, token)
         wait_for("demotion after unlock",
                  lambda: cls.poll().get(locked) is JobState.DEMOTED, timeout=30)
+        assert cls.states[urgent] is JobState.ON_DECK
 
 
 def test_running_and_every_finished_variant_are_seen(lab: Mapping[str, str]) -> None:

@@ -1,0 +1,126 @@
+"""Lock-in against the lab's real Slurm, in both lab phases: by QOS (accounting on, `make
+lab-test`) and by priority (accounting off, `make lab-test-variant`).
+
+The lab's rsad locks a staged job in, the job keeps its place when an urgent job arrives,
+and once unlocked it is demoted and rsad sees it; rsad's start-up check reads the running
+Slurm's configuration and refuses a lock-in Slurm would silently ignore.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from rsa_scheduler.config import load_config
+from rsa_scheduler.config.schema import LockinMethod
+from rsa_scheduler.daemon.wiring import LockinUnusable, check_lockin
+from tests.integration.conftest import as_user
+from tests.integration.slurmkit import make_jobs, root, wait_for
+from tests.integration.test_rsad_staging import fill, rsa_job, submit_rsa, wait_state
+from tests.integration.test_slurm_adapter import lockin_method, make_lockin_slurm, urgent_priority
+
+pytestmark = pytest.mark.lockin
+
+FILL = ("-t", "5", "--wrap", "sleep 300")
+
+
+def _queue(lab: Mapping[str, str], job: str) -> tuple[str, str, int, str]:
+    """(state, reason, priority, qos) of a job in Slurm's own words."""
+    state, reason, prio, qos = root(lab, "squeue", "-h", "-j", job, "-o",
+                                    "%T|%r|%Q|%q").strip().split("|")
+    return state, reason, int(prio), qos
+
+
+@pytest.fixture()
+def small_input(lab: Mapping[str, str]) -> Iterator[Path]:
+    base = Path(lab["RSA_LAB_PFS"]) / f"lockin-it-{os.getpid()}"
+    done = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", (
+        f"mkdir -p {base}/in {base}/out && head -c 100000 /dev/urandom > {base}/in/data")])
+    assert done.returncode == 0, done.stderr
+    yield base
+    subprocess.run(["rm", "-rf", str(base)], check=False, timeout=60)
+
+
+def test_rsad_lock_in_holds_the_place_and_rsad_sees_the_demotion_after_unlock(
+        lab: Mapping[str, str], small_input: Path, tmp_path: Path) -> None:
+    method = lockin_method(lab)
+    with make_jobs(lab) as jobs:
+        fill(jobs)
+        job = submit_rsa(jobs, small_input / "in", small_input / "out", tmp_path)
+        wait_state(lab, job, "locked-in")
+        state, reason, prio, qos = _queue(lab, job)
+        assert state == "PENDING" and reason != "Priority"  # ("None" until the next pass)
+        if method == "qos":
+            assert qos == lab["RSA_LAB_QOS"]
+        else:
+            assert prio == int(lab["RSA_LAB_LOCKIN_PRIORITY"])
+        urgent = jobs.submit(*FILL)
+        root(lab, "scontrol", "update", f"jobid={urgent}", f"priority={urgent_priority(lab)}")
+        # three scheduler passes (sched_interval=5) and several rsad cycles (2 s)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            assert _queue(lab, job)[:2] in (("PENDING", "Resources"), ("PENDING", "None")), \
+                _queue(lab, job)
+            data = rsa_job(lab, job)
+            assert data and (data["job_state"], data["rsa_state"]) == ("on-deck", "locked-in")
+            time.sleep(1)
+        assert _queue(lab, urgent)[1] == "Priority"
+        assert _queue(lab, job)[1] == "Resources"  # still next, after three passes
+        # unlock behind rsad's back (as an admin could): the job is demoted at once
+        make_lockin_slurm(lab).unlock(job, "normal")
+        wait_for("rsad sees the demotion",
+                 lambda: (rsa_job(lab, job) or {}).get("job_state") == "demoted", timeout=30)
+        assert _queue(lab, urgent)[1] == "Resources"
+        wait_state(lab, job, "released", timeout=60)  # its RAMDISK is torn down
+
+
+def _lab_config(lab: Mapping[str, str]):  # type: ignore[no-untyped-def]
+    return load_config(lab["RSA_LAB_RSA_CONFIG"])
+
+
+def test_lab_rsad_runs_with_the_lock_in_the_lab_set(lab: Mapping[str, str]) -> None:
+    cfg = _lab_config(lab)
+    assert cfg.slurm.lockin.method.value == lockin_method(lab)
+    pid = int(Path("/run/rsa-lab/pids/rsad.pid").read_text())
+    assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1].endswith(b"rsad")
+    # rsad ran check_lockin at start-up against this same Slurm: it passes here too
+    check_lockin(cfg)
+
+
+def test_start_up_check_refuses_qos_without_accounting(lab: Mapping[str, str],
+                                                       tmp_path: Path) -> None:
+    cfg = _lab_config(lab)
+    qos = replace(cfg, slurm=replace(cfg.slurm, lockin=replace(
+        cfg.slurm.lockin, method=LockinMethod.QOS)))
+    if lab["RSA_LAB_ACCOUNTING"] == "1":
+        check_lockin(qos)  # slurmdbd, priority/multifactor, PriorityWeightQOS: it works
+        return
+    with pytest.raises(LockinUnusable) as exc:
+        check_lockin(qos)
+    assert str(exc.value) == (
+        "slurm.lockin.method is qos but Slurm has no accounting "
+        "(AccountingStorageType=accounting_storage/none), so it accepts qos= and ignores "
+        "it: set slurm.lockin.method: priority, or enable slurmdbd")
+    # the real rsad refuses to start with it, in one line (--check starts no servers)
+    text = Path(lab["RSA_LAB_RSA_CONFIG"]).read_text()
+    text = text.replace("method: priority", "method: qos")
+    text = text.replace("state_dir: /run/rsa-lab/rsad", f"state_dir: {tmp_path}/state")
+    assert "method: qos" in text and str(tmp_path) in text
+    conf = tmp_path / "rsa.yaml"
+    conf.write_text(text)
+    done = subprocess.run([f"{lab['RSA_LAB_VENV']}/bin/rsad", "--config", str(conf), "--check"],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "SLURM_CONF": lab["RSA_LAB_SLURM_CONF"]})
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == f"rsad: error: {exc.value}"
+    # ... and the lab's priority/basic refuses rsad's default priority, a demotion there
+    low = replace(cfg, slurm=replace(cfg.slurm, lockin=replace(cfg.slurm.lockin,
+                                                               priority=1_000_000)))
+    with pytest.raises(LockinUnusable, match=r"slurm\.lockin\.priority 1000000 is not above"):
+        check_lockin(low)
