@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from rsa_scheduler.core.actions import TRACKED, Action, ActionKind
@@ -103,6 +105,51 @@ def test_every_message_to_users_and_operators_has_text() -> None:
                                                           for b in rule.branches]:
             if A.TELL_USER in kinds or A.ALERT in kinds:
                 assert note, (rule.src.value, rule.trigger.value)
+
+
+#: Sections, footnotes and figures that exist in seed 004 (the ROSS'12 paper).
+SEED_004_SECTIONS = {"1", "1.1", "2", "2.1", "3", "3.1", "3.2", "3.3", "3.4", "4", "5", "5.1",
+                     "5.2", "5.3", "6"}
+SEED_004_FOOTNOTES = {"1", "2", "3"}
+SEED_004_FIGURES = {"1", "2", "3", "4", "5"}
+
+
+def _resolved(rule: Rule) -> list[tuple[str, str, str]]:
+    """(label, why, ref) for the rule's default and each branch, as the reference shows them."""
+    out = [(f"{rule.src.value} {rule.trigger.value}", rule.note, rule.ref)]
+    out += [(f"{rule.src.value} {rule.trigger.value} [{br.cond.value}]",
+             br.note or rule.note, br.ref or rule.ref) for br in rule.branches]
+    return out
+
+
+def test_every_row_that_does_something_says_why_and_where_in_seed_004() -> None:
+    """docs/architecture.md explains each transition with a reference to seed 004 (issue 2);
+    our own additions say so with an "ext: ..." reference."""
+    no_why, no_ref, bad_ref = [], [], []
+    for rule in TABLE.values():
+        if rule.is_stay:
+            continue
+        for label, why, ref in _resolved(rule):
+            if not why.strip():
+                no_why.append(label)
+            if not ref.strip():
+                no_ref.append(label)
+            elif not (ref.startswith("§") or ref.startswith("ext: ")):
+                bad_ref.append(f"{label}: {ref}")
+    assert no_why == [], "rows without a note (why)"
+    assert no_ref == [], "rows without a seed 004 ref (use 'ext: ...' for our own additions)"
+    assert bad_ref == [], "a ref starts with '§N' or 'ext: '"
+
+
+def test_seed_004_refs_name_places_that_exist_in_the_paper() -> None:
+    refs = {ref for rule in TABLE.values() for _label, _why, ref in _resolved(rule) if ref}
+    for ref in refs:
+        for sec in re.findall(r"§(\d+(?:\.\d+)?)", ref):
+            assert sec in SEED_004_SECTIONS, ref
+        for fn in re.findall(r"fn\. (\d+)", ref):
+            assert fn in SEED_004_FOOTNOTES, ref
+        for fig in re.findall(r"Fig\. (\d+)", ref):
+            assert fig in SEED_004_FIGURES, ref
 
 
 def test_operator_discard_only_where_output_is_held() -> None:
