@@ -1,4 +1,5 @@
-"""labctl up|down|status|check-clean: the lab's only entry point (see docs/lab.md)."""
+"""labctl up|down|status|check-clean: the lab's only entry point (see docs/lab.md); and
+verify-up-again|verify-check-clean, the lab's checks of itself (selftest.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import clean, facts, pfs, rsad, rsanodes, slurm, users, venv
+from . import clean, facts, pfs, rsad, rsanodes, selftest, slurm, users, venv
 from .common import (
     CREATED,
     DATA,
@@ -25,9 +26,8 @@ from .common import (
     STATE,
     LabError,
     Settings,
-    alive,
     log,
-    read_pid,
+    running_named,
 )
 
 
@@ -75,12 +75,19 @@ def up(s: Settings) -> int:
     return 0
 
 
-def _healthy(s: Settings) -> bool:
-    names = ["munged", "slurmctld", "mfsmaster", "mfsmount", "pfsnet"]
+def daemons(s: Settings) -> list[str]:
+    """Every long-running process of a complete lab, by pidfile name."""
+    names = ["munged", "slurmctld", "mfsmaster", "mfsmount", "pfsnet", "rsad"]
+    names += [f"mfschunkserver{i}" for i in range(1, pfs.N_CHUNKSERVERS + 1)]
     names += [f"slurmd-{n}" for n in s.compute_nodes]
     names += [f"sshd-{n}" for n in s.rsa_nodes]
     names += ["slurmdbd", "mariadbd"] if s.accounting else []
-    bad = [n for n in names if (p := read_pid(n)) is None or not alive(p)]
+    return names
+
+
+def _healthy(s: Settings) -> bool:
+    """All of the lab's daemons run (a missing one makes lab-up tear down and rebuild)."""
+    bad = [n for n in daemons(s) if running_named(n) is None]
     if bad:
         log(f"lab is broken ({', '.join(bad)} not running)")
     return not bad
@@ -145,7 +152,9 @@ def main(argv: list[str]) -> int:
     if os.geteuid() != 0:
         print("lab: must run as root", file=sys.stderr)
         return 2
-    cmds = {"up": up, "down": down, "status": status, "check-clean": check_clean}
+    cmds = {"up": up, "down": down, "status": status, "check-clean": check_clean,
+            "verify-up-again": selftest.up_again,
+            "verify-check-clean": selftest.check_clean_negative}
     if len(argv) != 1 or argv[0] not in cmds:
         print(f"usage: labctl {'|'.join(cmds)}", file=sys.stderr)
         return 2

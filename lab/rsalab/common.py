@@ -145,7 +145,10 @@ def spawn(
     LOGS.mkdir(parents=True, exist_ok=True)
     pidfile = PIDS / f"{name}.pid"
     out = open(LOGS / f"{name}.out", "ab")  # noqa: SIM115 - handed to the child
-    wrapper = ["/bin/sh", "-c", 'echo $$ > "$0"; exec "$@"', str(pidfile), *argv]
+    # The child records its /proc stat line (its start time: see running_named) before its
+    # PID, then becomes the daemon (exec keeps PID and start time).
+    script = 'read -r st < /proc/$$/stat; echo "$st" > "$1"; echo $$ > "$0"; shift; exec "$@"'
+    wrapper = ["/bin/sh", "-c", script, str(pidfile), str(_startfile(name)), *argv]
     full_env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", **(env or {})}
     try:
         proc = subprocess.Popen(
@@ -163,6 +166,42 @@ def read_pid(name: str) -> int | None:
         return int((PIDS / f"{name}.pid").read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def _startfile(name: str) -> Path:
+    return PIDS / f"{name}.start"
+
+
+def _start_time(stat_line: str) -> str | None:
+    """Field 22 of a /proc/PID/stat line: the start time, in clock ticks after boot."""
+    fields = stat_line.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def running_named(name: str) -> int | None:
+    """The PID of the lab's process ``name`` if that very process still runs: the pidfile's
+    PID is alive AND started when the one spawn() started did (a PID the kernel reused for
+    another process has another start time). None otherwise."""
+    pid = read_pid(name)
+    if pid is None or not alive(pid):
+        return None
+    try:
+        have = _start_time(Path(f"/proc/{pid}/stat").read_text())
+        if not _startfile(name).exists():  # recorded by an older lab: judge by the pidfile
+            return pid if have and _started_by(have, PIDS / f"{name}.pid") else None
+        want = _start_time(_startfile(name).read_text())
+    except OSError:
+        return None
+    return pid if want is not None and want == have else None
+
+
+def _started_by(start_ticks: str, pidfile: Path) -> bool:
+    """A process started no later than its pidfile was written (1 s slack: boot time is in
+    whole seconds); a reused PID belongs to a process started after the original died."""
+    btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                 if line.startswith("btime "))
+    started = btime + int(start_ticks) / os.sysconf("SC_CLK_TCK")
+    return started <= pidfile.stat().st_mtime + 1.0
 
 
 def alive(pid: int) -> bool:
@@ -211,10 +250,17 @@ def _reap(pid: int) -> None:
 
 
 def stop_named(name: str, *, grace: float = 5.0) -> None:
+    """Stop the process the lab started as ``name``, only if its pidfile still names it
+    (see running_named), and forget it."""
     pid = read_pid(name)
-    if pid is not None:
-        stop_pid(pid, name, grace=grace)
+    if pid is not None and alive(pid):
+        if running_named(name) == pid:
+            stop_pid(pid, name, grace=grace)
+        else:
+            log(f"{name}: pid {pid} is not the process the lab started (another start "
+                "time, or none recorded): not signalled")
     (PIDS / f"{name}.pid").unlink(missing_ok=True)
+    _startfile(name).unlink(missing_ok=True)
 
 
 def wait_for(
