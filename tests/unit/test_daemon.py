@@ -7,6 +7,7 @@ authorisation); the same code runs against the real lab in tests/integration.
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from rsa_scheduler.core.policy import StagingPolicy
 from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.daemon.api import ApiError, Caller, Routes
 from rsa_scheduler.daemon.executors import ActionContext, PermanentError, Registry
-from rsa_scheduler.daemon.service import Daemon
+from rsa_scheduler.daemon.service import Daemon, Request
 from rsa_scheduler.slurm.parse import QueueRow
 from rsa_scheduler.store import Store
 from tests.unit.corekit import make_pool
@@ -288,3 +289,50 @@ def test_scontrol_script_cache_is_pruned(tmp_path: Path) -> None:
     assert d._specs == {}
     d.shutdown()
     store.close()
+
+
+def test_a_burst_of_requests_is_one_commit_before_any_action(tmp_path: Path) -> None:
+    """Group commit: hook events (and outcomes, commands) queued together are decided one
+    by one, written in ONE store transaction, and only then are their actions run and
+    their callers answered (write-ahead holds for the whole group)."""
+    slurm, seen = ScriptedSlurm(), []
+    d = make_daemon(tmp_path, slurm, seen)
+    try:
+        for job in ("7", "8", "9"):
+            slurm.set(job, "PENDING", "Resources")
+        d.poll()
+        settle(d)
+        assert {r.rsa_state.value for r in d.sched.records.values()} == {"locked-in"}
+        order: list[str] = []
+        append, dispatch = d.store.append, d._dispatch
+
+        def counted_append(events, rows):  # type: ignore[no-untyped-def]
+            order.append(f"commit {len(events)} events")
+            return append(events, rows)
+
+        def counted_dispatch(actions):  # type: ignore[no-untyped-def]
+            actions = list(actions)
+            order.append(f"dispatch {len(actions)} actions")
+            return dispatch(actions)
+
+        d.store.append = counted_append  # type: ignore[method-assign]
+        d._dispatch = counted_dispatch  # type: ignore[method-assign]
+        replies = [d.submit("hook", {"hook": "prolog_slurmctld", "job_id": job}, wait=False)
+                   for job in ("7", "8")]
+        assert replies == [None, None]
+        waited: Future[Any] = Future()
+        d.inbox.put(Request("hook", {"hook": "prolog_slurmctld", "job_id": "9"},
+                            reply=waited))
+        bogus: Future[Any] = Future()
+        d.inbox.put(Request("hook", {"hook": "bogus", "job_id": "9"}, reply=bogus))
+        assert d.drain() == 4
+        assert len(order) == 2 and order[0].startswith("commit ")
+        assert order[1] == "dispatch 3 actions"  # one mount-input per started job
+        assert waited.result(timeout=1)["tracked"] is True
+        assert {d.sched.records[j].rsa_state.value for j in ("7", "8", "9")} == {
+            "mounting-input"}
+        # a bad request in the group is answered with its error; the others are not hurt
+        with pytest.raises(ValueError, match="unknown hook"):
+            bogus.result(timeout=1)
+    finally:
+        d.shutdown()
