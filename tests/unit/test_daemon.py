@@ -7,8 +7,8 @@ authorisation); the same code runs against the real lab in tests/integration.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
 from collections.abc import Mapping
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
