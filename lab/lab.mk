@@ -23,7 +23,7 @@ lab-check-clean:
 	$(LABCTL) check-clean
 
 # Bring the lab up, prove a second `labctl up` changes nothing, run the integration and
-# e2e tiers, ALWAYS bring it down, prove nothing is left, then prove check-clean would
+# e2e tiers, prove the health check sees a dead rsad and chunkserver, ALWAYS bring it down, prove nothing is left, then prove check-clean would
 # have seen a leak (it plants one and removes it). The first failure's status wins;
 # pytest's 5 (no tests) is not one.
 lab-test: install
@@ -34,6 +34,7 @@ lab-test: install
 	if [ $$rc -eq 0 ]; then \
 	  $(VENV)/bin/pytest -q $(LAB_TESTS) || rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "lab-test: no integration/e2e tests collected"; rc=0; fi; \
+	  $(LABCTL) verify-health || { [ $$rc -ne 0 ] || rc=1; }; \
 	fi; \
 	$(LABCTL) down || { [ $$rc -ne 0 ] || rc=1; }; \
 	if $(CURDIR)/lab/check-clean; then \

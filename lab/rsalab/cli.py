@@ -1,5 +1,5 @@
 """labctl up|down|status|check-clean: the lab's only entry point (see docs/lab.md); and
-verify-up-again|verify-check-clean, the lab's checks of itself (selftest.py)."""
+verify-up-again|verify-health|verify-check-clean, the lab's checks of itself (selftest.py)."""
 
 from __future__ import annotations
 
@@ -154,6 +154,7 @@ def main(argv: list[str]) -> int:
         return 2
     cmds = {"up": up, "down": down, "status": status, "check-clean": check_clean,
             "verify-up-again": selftest.up_again,
+            "verify-health": selftest.health,
             "verify-check-clean": selftest.check_clean_negative}
     if len(argv) != 1 or argv[0] not in cmds:
         print(f"usage: labctl {'|'.join(cmds)}", file=sys.stderr)

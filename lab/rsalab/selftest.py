@@ -2,6 +2,8 @@
 
 * ``verify-up-again`` (lab up): a second `labctl up` succeeds quickly and changes nothing
   (the same daemons, by PID and start time; the same env file and configurations).
+* ``verify-health`` (lab up, after the tests): with rsad and a MooseFS chunkserver
+  stopped, the health check (lab-status, lab-up) reports the lab broken, naming both.
 * ``verify-check-clean`` (lab down): check-clean is not blind. It must fail on a leak this
   check makes itself (a tmpfs mounted under /var/lib/rsa-lab and a process in a network
   namespace of its own, like the lab's PFS holder), and pass again once that is removed;
@@ -78,6 +80,36 @@ def up_again(s: Settings) -> int:
     if not problems:
         log(f"verify-up-again: a second up took {took:.1f} s and changed nothing "
             f"({len(pids)} daemons, same PIDs and start times)")
+    return 1 if problems else 0
+
+
+def health(s: Settings) -> int:
+    """After the tests, before lab-down: stop rsad and the second chunkserver the way a
+    crash would leave them (gone, pidfile still there) and require the health check that
+    lab-up and lab-status use to name both."""
+    if not ENV_FILE.exists():
+        log("verify-health: the lab is not up")
+        return 2
+    victims = ["rsad", "mfschunkserver2"]
+    for name in victims:
+        pid = running_named(name)
+        if pid is None:
+            print(f"lab: verify-health: FAILED: {name} was not running", flush=True)
+            return 1
+        stop_pid(pid, name, grace=10)  # the pidfile stays, as after a crash
+    done = subprocess.run([str(LAB_DIR / "labctl"), "status"], capture_output=True,
+                          text=True, timeout=120, check=False)
+    problems = []
+    if done.returncode != 1:
+        problems.append(f"labctl status exited {done.returncode}, not 1")
+    problems += [f"labctl status did not name {n}" for n in victims
+                 if not any("lab is broken" in line and n in line
+                            for line in done.stdout.splitlines())]
+    for p in problems:
+        print(f"lab: verify-health: FAILED: {p}\n{done.stdout[-600:]}", flush=True)
+    if not problems:
+        log(f"verify-health: with {' and '.join(victims)} stopped the lab is reported "
+            "broken, naming both (lab-up would rebuild it)")
     return 1 if problems else 0
 
 
