@@ -201,7 +201,9 @@ _REQUEUE = "ext: requeue of a started job (§3 is silent)"
 _CANCELLED = "ext: cancelled before it ran (§3.1: jobs 'may be canceled'); tear-down as Fig. 3"
 _NOTHING_HELD = "§3.3 (nothing held to stage out or release)"
 _UNSERVABLE = "ext: unservable request (cf. §2 fn. 1)"
-_WAIT = "§3.1 fn. 2 (job option to wait); ext: wait deadline"
+_WAIT = "§3.1 fn. 2 (job option to wait); ext: wait deadline, RAMDISK kept for output"
+_EARLY_OUT = "§3.1 fn. 2 (RAMDISK ignored for input); ext: RAMDISK kept for output"
+_EARLY = "§3.1 fn. 2"
 _EARLY_NO_OUT = "§3.1 (RAMDISK ignored); ext: no DATA_OUT"
 _NO_IN = "ext: no DATA_IN (§3.4 assumes one)"
 _NO_OUT = "ext: no DATA_OUT (§3.4 assumes one)"
@@ -268,10 +270,11 @@ def _rows() -> list[Rule]:
              effects=(E.RELEASE_NODES,), ref="§3.1 Fig. 3",
              note="demoted: release the nodes (nothing built yet)"),
         Rule(S.ALLOCATED, T.RUNNING, S.FS_BUILDING, actions=(A.BUILD_FS,),
-             ref="§3.1 fn. 2",
+             ref=_EARLY_OUT,
              note="early start: build the RAMDISK for output",
              branches=(
-                 B(C.POLICY_WAIT, S.ALLOCATED, effects=(E.ARM_WAIT,), note=wait_note),
+                 B(C.POLICY_WAIT, S.ALLOCATED, effects=(E.ARM_WAIT,),
+                   note=wait_note, ref=_EARLY),
                  B(C.NO_OUTPUT, S.RELEASED, (A.TELL_USER, A.RELEASE), (E.RELEASE_NODES,),
                    note=early_no_out, ref=_EARLY_NO_OUT),
              )),
@@ -297,11 +300,12 @@ def _rows() -> list[Rule]:
              ref="§3.1 Fig. 3", note="demoted: stop the build, destroy, release the nodes"),
         Rule(S.FS_BUILDING, T.DEMOTED, S.TEARING_DOWN, actions=cancel_teardown,
              ref="§3.1 Fig. 3", note="demoted: stop the build, destroy, release the nodes"),
-        Rule(S.FS_BUILDING, T.RUNNING, S.FS_BUILDING, ref="§3.1 fn. 2",
+        Rule(S.FS_BUILDING, T.RUNNING, S.FS_BUILDING, ref=_EARLY_OUT,
              note="early start: let the build finish, then use it for output",
              effects=(),
              branches=(
-                 B(C.POLICY_WAIT, S.FS_BUILDING, effects=(E.ARM_WAIT,), note=wait_note),
+                 B(C.POLICY_WAIT, S.FS_BUILDING, effects=(E.ARM_WAIT,),
+                   note=wait_note, ref=_EARLY),
                  B(C.NO_OUTPUT, S.TEARING_DOWN, (A.CANCEL, A.TELL_USER, A.DESTROY_FS),
                    note=early_no_out, ref=_EARLY_NO_OUT),
              )),
@@ -336,14 +340,14 @@ def _rows() -> list[Rule]:
         Rule(S.FS_READY, T.DEMOTED, S.TEARING_DOWN, actions=teardown, ref="§3.1 Fig. 3",
              note="demoted: destroy the RAMDISK, release the nodes"),
         Rule(S.FS_READY, T.RUNNING, S.MOUNTING_OUTPUT, actions=(A.TELL_USER, A.MOUNT_OUTPUT),
-             ref="§3.1 fn. 2",
+             ref=_EARLY_OUT,
              note="early start: nothing staged yet; the empty RAMDISK takes the output",
              branches=(
                  B(C.NO_INPUT, S.MOUNTING_OUTPUT, (A.MOUNT_OUTPUT,),
                    note="no input to stage: the RAMDISK takes the output",
                    ref=f"§3.2; {_NO_IN}"),
                  B(C.POLICY_WAIT, S.STAGING_IN, (A.STAGE_IN,), (E.ARM_WAIT,),
-                   note="wait: stage in while the Prolog holds the start"),
+                   note="wait: stage in while the Prolog holds the start", ref=_EARLY),
                  B(C.NO_OUTPUT, S.TEARING_DOWN, (A.TELL_USER, A.DESTROY_FS),
                    note=early_no_out, ref=_EARLY_NO_OUT),
              )),
@@ -372,12 +376,13 @@ def _rows() -> list[Rule]:
         Rule(S.STAGING_IN, T.DEMOTED, S.TEARING_DOWN, actions=cancel_teardown,
              ref="§3.1 Fig. 3",
              note="demoted: stop staging, destroy the RAMDISK, release the nodes"),
-        Rule(S.STAGING_IN, T.RUNNING, S.RESETTING, fallback_actions, ref="§3.1 fn. 2",
+        Rule(S.STAGING_IN, T.RUNNING, S.RESETTING, fallback_actions, ref=_EARLY_OUT,
              note=fallback_note,
              branches=(
-                 B(C.POLICY_WAIT, S.STAGING_IN, effects=(E.ARM_WAIT,), note=wait_note),
+                 B(C.POLICY_WAIT, S.STAGING_IN, effects=(E.ARM_WAIT,),
+                   note=wait_note, ref=_EARLY),
                  B(C.POLICY_UNION, S.MOUNTING_INPUT, (A.CANCEL, A.TELL_USER, A.MOUNT_INPUT),
-                   note="union: overlay what is staged over the PFS directory"),
+                   note="union: overlay what is staged over the PFS directory", ref=_EARLY),
                  B(C.NO_OUTPUT, S.TEARING_DOWN, (A.CANCEL, A.TELL_USER, A.DESTROY_FS),
                    note=early_no_out, ref=_EARLY_NO_OUT),
              )),
