@@ -7,10 +7,13 @@ Needs the lab up (`make lab-up`; run as root). Submits held job arrays as the la
   * ``squeue`` alone (the exact argv rsad runs), best of N;
   * rsad's cycle: the same squeue + parsing + observations + core decision + commit,
     through a real ``Daemon`` with a throw-away store (first cycle: every RSA job is new;
-    steady cycles: nothing changed).
+    steady cycles: nothing changed; busy cycles: before each, ``--churn`` percent of the
+    RSA jobs changed in Slurm, their hold switched between user and admin hold with
+    scontrol, so their lines, pending reasons and job records change and rsad parses,
+    observes and decides on them).
 Cancels everything it submitted.
 
-    .venv/bin/python bench/bench_cycle.py --jobs 10000 100000
+    .venv/bin/python bench/bench_cycle.py --jobs 10000 100000 [--churn 5]
 """
 
 from __future__ import annotations
@@ -67,7 +70,14 @@ def submit(lab: dict[str, str], n_arrays: int, rsa_every: int, workdir: Path,
     return ids
 
 
-def measure(lab: dict[str, str], n_jobs: int, repeats: int) -> dict[str, float]:
+def churn_sets(rsa_arrays: list[str], percent: float) -> list[str]:
+    """``percent`` of each RSA array's tasks, as scontrol job lists (``ID_[a-b]``)."""
+    per = max(1, round(ARRAY * percent / 100))
+    return [f"{arr}_[0-{per - 1}]" for arr in rsa_arrays]
+
+
+def measure(lab: dict[str, str], n_jobs: int, repeats: int,
+            churn: float) -> dict[str, float]:
     env = {"PATH": "/usr/bin:/bin", "SLURM_CONF": lab["RSA_LAB_SLURM_CONF"]}
     slurm = CliSlurm(env=env, timeout=300)
     argv = squeue_argv(Path("/usr/bin"))
@@ -94,30 +104,53 @@ def measure(lab: dict[str, str], n_jobs: int, repeats: int) -> dict[str, float]:
                 t0 = time.perf_counter()
                 daemon.poll()
                 cyc.append(time.perf_counter() - t0)
+            # busy cycles: a share of the RSA jobs changed since the last cycle
+            rsa_arrays = [a for i, a in enumerate(ids) if i % 10 == 0]
+            sets = churn_sets(rsa_arrays, churn)
+            changed_before = len(daemon._prev_lines)
+            sq_busy, cyc_busy = [], []
+            for r in range(repeats):
+                verb = "hold" if r % 2 == 0 else "uhold"  # admin hold, then user hold again
+                subprocess.run(["scontrol", verb, ",".join(sets)], env=env, check=True,
+                               capture_output=True)
+                t0 = time.perf_counter()
+                run(argv, timeout=300, env=env)
+                sq_busy.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                daemon.poll()
+                cyc_busy.append(time.perf_counter() - t0)
+            assert len(daemon._prev_lines) == changed_before, "the RSA jobs changed count"
             daemon.shutdown()
             store.close()
         finally:
             if ids:
                 subprocess.run(["scancel", *ids], env=env, check=False)
     return {"jobs": lines, "tracked": tracked, "squeue": statistics.median(sq),
-            "cycle": statistics.median(cyc), "first": first}
+            "cycle": statistics.median(cyc), "first": first,
+            "squeue_busy": statistics.median(sq_busy), "cycle_busy": statistics.median(cyc_busy),
+            "changed": len(sets) * max(1, round(ARRAY * churn / 100))}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, nargs="+", default=[10_000, 100_000])
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--churn", type=float, default=5.0,
+                    help="percent of the RSA jobs changed before each busy cycle")
     args = ap.parse_args()
     if os.geteuid() != 0 or not ENV_FILE.exists():
         raise SystemExit("run as root with the lab up (make lab-up)")
     lab = lab_env()
     print("| queue (squeue lines) | RSA jobs tracked | squeue alone | rsad cycle (steady) "
-          "| ratio | first cycle (all new) |")
-    print("|---|---|---|---|---|---|")
+          "| ratio | RSA jobs changed | squeue (busy) | rsad cycle (busy) | ratio (busy) "
+          "| first cycle (all new) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for n in args.jobs:
-        r = measure(lab, n, args.repeats)
+        r = measure(lab, n, args.repeats, args.churn)
         print(f"| {r['jobs']:,} | {r['tracked']:,} | {r['squeue'] * 1000:.0f} ms | "
               f"{r['cycle'] * 1000:.0f} ms | {r['cycle'] / r['squeue']:.2f}x | "
+              f"{r['changed']:,} | {r['squeue_busy'] * 1000:.0f} ms | "
+              f"{r['cycle_busy'] * 1000:.0f} ms | {r['cycle_busy'] / r['squeue_busy']:.2f}x | "
               f"{r['first'] * 1000:.0f} ms |", flush=True)
 
 
