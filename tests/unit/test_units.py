@@ -2,7 +2,14 @@ from __future__ import annotations
 
 import pytest
 
-from rsa_scheduler.core.units import format_duration, format_size, parse_duration, parse_size
+from rsa_scheduler.core.units import (
+    MAX_DURATION,
+    MAX_TIME,
+    format_duration,
+    format_size,
+    parse_duration,
+    parse_size,
+)
 
 
 @pytest.mark.parametrize(
@@ -67,3 +74,48 @@ def test_format_duration() -> None:
     assert format_duration(0) == "00:00:00"
     assert format_duration(3725) == "01:02:05"
     assert format_duration(90061) == "1-01:01:01"
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (float("nan"), "not a number"),
+        (float("inf"), "must be finite"),
+        (-0.5, "must not be negative"),
+        (10**400, "must be finite"),  # too large for a float
+        ("9" * 400 + "s", "must be finite"),
+        ("9" * 400 + "-00", "must be finite"),
+        (True, "got a boolean"),
+    ],
+)
+def test_parse_duration_is_finite_and_not_negative(value: object, reason: str) -> None:
+    with pytest.raises(ValueError, match=rf"invalid duration.*{reason}"):
+        parse_duration(value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [366 * 86400, 1e300, float("inf"), "366d", "99999999999999999999999999d", "8761h",
+     "366-00", "9" * 400 + "-00", "525601"],
+)
+def test_parse_duration_limit(value: str | float) -> None:
+    with pytest.raises(ValueError, match=r"invalid duration .*must be (at most 365d|finite)"):
+        parse_duration(value, limit=MAX_DURATION)
+
+
+def test_parse_duration_limit_is_inclusive() -> None:
+    assert parse_duration("365d", limit=MAX_DURATION) == MAX_DURATION
+    assert parse_duration("3650d", limit=MAX_TIME) == MAX_TIME
+    with pytest.raises(ValueError, match=r"must be at most 3650d \(10 years\)"):
+        parse_duration("3651d", limit=MAX_TIME)
+    assert parse_duration("99999999999999999999d") == 99999999999999999999 * 86400.0
+
+
+def test_parse_duration_rejects_other_types() -> None:
+    with pytest.raises(TypeError, match="expected a duration"):
+        parse_duration([5])  # type: ignore[arg-type]
+
+
+def test_format_duration_of_non_finite_values_is_slurms() -> None:
+    assert format_duration(float("nan")) == "INVALID"
+    assert format_duration(float("inf")) == "UNLIMITED"
