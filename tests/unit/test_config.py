@@ -83,9 +83,19 @@ def test_defaults_alone_load_with_an_empty_pool() -> None:
     assert cfg.warnings == ()
 
 
-def test_lab_file_is_merged_over_the_defaults() -> None:
-    cfg = load_config(LAB, env={})
-    assert cfg.source == LAB
+@pytest.fixture
+def lab(tmp_path: Path) -> Path:
+    """The lab config copied with mode 0644: the checkout's umask (002 makes it
+    group-writable) must not add a permissions warning to what the tests compare."""
+    path = tmp_path / "lab.yaml"
+    path.write_bytes(LAB.read_bytes())
+    path.chmod(0o644)
+    return path
+
+
+def test_lab_file_is_merged_over_the_defaults(lab: Path) -> None:
+    cfg = load_config(lab, env={})
+    assert cfg.source == lab
     assert isinstance(cfg.allocation, AllocationPolicy)
     assert cfg.allocation == AllocationPolicy(ratio=1, min_nodes=1, max_nodes=4, max_request=4)
     nodes = cfg.pool.members()
@@ -560,8 +570,8 @@ def test_warnings(tmp_path: Path) -> None:
     assert "writable by group or others" in warning and f"chmod go-w {site}" in warning
 
 
-def test_to_dict_round_trips_and_is_json() -> None:
-    cfg = load_config(LAB, env={})
+def test_to_dict_round_trips_and_is_json(lab: Path) -> None:
+    cfg = load_config(lab, env={})
     data = cfg.to_dict()
     json.dumps(data)
     assert data["pool"]["nodes"][1]["capacity"] == "3.5T"
@@ -655,11 +665,11 @@ def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
     return CliRunner()
 
 
-def test_cli_check_ok(runner: CliRunner) -> None:
-    result = runner.invoke(cli, ["config", "check", str(LAB)])
+def test_cli_check_ok(runner: CliRunner, lab: Path) -> None:
+    result = runner.invoke(cli, ["config", "check", str(lab)])
     assert result.exit_code == 0, result.output
     assert result.stdout == (
-        f"OK {LAB}: 6 RSA nodes (ram: rsa[1-4], 8G total, moosefs; ssd: rsa-ssd[1-2], 7T total, "
+        f"OK {lab}: 6 RSA nodes (ram: rsa[1-4], 8G total, moosefs; ssd: rsa-ssd[1-2], 7T total, "
         "moosefs); 1 RSA node per 1 compute node, 1-4 per job; lock-in priority\n"
     )
     assert result.stderr == ""
