@@ -54,16 +54,36 @@ def config() -> None:
     """Check, show and document the rsa configuration."""
 
 
+def file_argument(f: F) -> F:
+    """``[FILE]`` or ``--config FILE`` (as ``rsad --config``); neither: ``$RSA_CONFIG``.
+
+    No envvar on the option: the loader reads ``$RSA_CONFIG`` itself, so its errors can
+    say the path came from there.
+    """
+    f = click.option(
+        "--config", "config_file", metavar="FILE", type=click.Path(dir_okay=False),
+        help="Same as FILE.",
+    )(f)
+    return click.argument("file", required=False, type=click.Path(dir_okay=False))(f)
+
+
+def _one_file(file: str | None, config_file: str | None) -> str | None:
+    if file is not None and config_file is not None and file != config_file:
+        raise click.UsageError("give FILE or --config FILE, not both")
+    return file if file is not None else config_file
+
+
 @config.command()
-@click.argument("file", required=False, type=click.Path(dir_okay=False))
+@file_argument
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def check(file: str | None, as_json: bool) -> None:
-    """Validate FILE merged over the shipped defaults.
+def check(file: str | None, config_file: str | None, as_json: bool) -> None:
+    """Validate FILE (or --config FILE; default: $RSA_CONFIG, else /etc/rsa/rsa.yaml)
+    merged over the shipped defaults.
 
     Prints a one-line summary and exits 0, or prints every problem as
     FILE:LINE: KEY: REASON and exits 1.
     """
-    cfg = _load_or_exit(file, as_json)
+    cfg = _load_or_exit(_one_file(file, config_file), as_json)
     if as_json:
         _echo_json({"ok": True, "file": str(cfg.source), **summary_dict(cfg)})
         return
@@ -73,19 +93,21 @@ def check(file: str | None, as_json: bool) -> None:
 
 
 @config.command()
-@click.argument("file", required=False, type=click.Path(dir_okay=False))
+@file_argument
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
 @click.option(
     "--defaults",
     is_flag=True,
     help="Print the shipped, commented defaults (a starting point for a site file).",
 )
-def show(file: str | None, as_json: bool, defaults: bool) -> None:
-    """Print the effective configuration: FILE merged over the shipped defaults.
+def show(file: str | None, config_file: str | None, as_json: bool, defaults: bool) -> None:
+    """Print the effective configuration: FILE (or --config FILE) merged over the shipped
+    defaults.
 
     Sizes and durations are printed in Slurm's dialect; the output is itself a valid
     config file.
     """
+    file = _one_file(file, config_file)
     if defaults:
         if file is not None:
             raise click.UsageError("give FILE or --defaults, not both")

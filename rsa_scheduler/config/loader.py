@@ -31,6 +31,7 @@ from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 
 from rsa_scheduler.config.schema import (
     ADDRESS_FIELDS,
+    MAX_POOL_NODES,
     AbsPath,
     Address,
     Choice,
@@ -57,7 +58,7 @@ from rsa_scheduler.config.schema import (
     settings_of,
 )
 from rsa_scheduler.core.policy import AllocationPolicy, Tier
-from rsa_scheduler.core.units import parse_duration, parse_size
+from rsa_scheduler.core.units import format_size, parse_duration, parse_size
 from rsa_scheduler.errors import ConfigError
 
 DEFAULT_CONFIG_PATH: Final = Path("/etc/rsa/rsa.yaml")
@@ -67,8 +68,11 @@ DEFAULTS_PATH: Final = Path(__file__).with_name("defaults.yaml")
 KeyPath = tuple[str | int, ...]
 
 _BAD: Final = object()  # conversion failed; the issue is already recorded
+_COLLECTION_TAGS: Final = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})
 _HOSTNAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 _ADDRESS_RE = re.compile(r"^[A-Za-z0-9._:-]+$")
+_BRACKET_RE = re.compile(r"\[([^\]]*)\]")
+_RANGE_RE = re.compile(r"(\d+)-(\d+)")
 _LISTEN_RE = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9._-]+)):(?P<port>\d+)$")
 
 
@@ -200,6 +204,12 @@ def _parse(text: str, file: str) -> tuple[_Doc, list[ConfigIssue]]:
     def walk(node: yaml.Node, path: KeyPath) -> Any:
         if path:
             lines[path] = node.start_mark.line + 1
+        if not isinstance(node, yaml.ScalarNode) and node.tag not in _COLLECTION_TAGS:
+            # Scalars with an unknown tag fail in construct_object; collections are
+            # walked here, so refuse their tags (!foo, !!set, !!omap) explicitly.
+            raise yaml.constructor.ConstructorError(
+                None, None, f"unsupported YAML tag {node.tag!r}", node.start_mark
+            )
         if id(node) in active:
             issues.append(ConfigIssue(file, _key(path), "recursive YAML alias", lines.get(path)))
             return None
@@ -248,6 +258,9 @@ def _parse(text: str, file: str) -> tuple[_Doc, list[ConfigIssue]]:
         raise ConfigErrors([ConfigIssue(file, "", f"invalid YAML: {problem}", line)]) from e
     except yaml.YAMLError as e:
         raise ConfigErrors([ConfigIssue(file, "", f"invalid YAML: {e}")]) from e
+    except RecursionError as e:
+        reason = "invalid YAML: nested too deeply"
+        raise ConfigErrors([ConfigIssue(file, "", reason)]) from e
     finally:
         loader.dispose()
     if data is None:
@@ -391,7 +404,7 @@ class _Validator:
         if isinstance(kind, Duration):
             return self._duration(kind, value, path)
         if isinstance(kind, Size):
-            return self._size(value, path)
+            return self._size(kind, value, path)
         if isinstance(kind, AbsPath):
             return self._abspath(value, path)
         if isinstance(kind, Listen):
@@ -480,21 +493,21 @@ class _Validator:
     def _duration(self, kind: Duration, value: Any, path: KeyPath) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float | str):
             return self._expected(path, "a duration such as 30s, 5m, 2h or HH:MM:SS", value)
+        try:
+            seconds = parse_duration(value, limit=kind.max)
+        except ValueError as e:
+            self.error(path, str(e))
+            return _BAD
         if isinstance(value, int | float) and value != 0:
             # A bare number is minutes to Slurm (--time) and seconds to most people.
             self.error(path, f"ambiguous duration {value}: add a unit, e.g. {value}s or {value}m")
-            return _BAD
-        try:
-            seconds = parse_duration(value)
-        except ValueError as e:
-            self.error(path, str(e))
             return _BAD
         if kind.positive and seconds <= 0:
             self.error(path, f"must be longer than 0s, got {value!r}")
             return _BAD
         return seconds
 
-    def _size(self, value: Any, path: KeyPath) -> Any:
+    def _size(self, kind: Size, value: Any, path: KeyPath) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | str):
             return self._expected(path, "a size such as 512M, 64G or 3.5T", value)
         try:
@@ -504,6 +517,9 @@ class _Validator:
             return _BAD
         if nbytes <= 0:
             self.error(path, f"must be larger than 0, got {value!r}")
+            return _BAD
+        if nbytes > kind.max:
+            self.error(path, f"must be at most {format_size(kind.max)}, got {value!r}")
             return _BAD
         return nbytes
 
@@ -537,11 +553,23 @@ class _Validator:
         if "@" in value:
             self.error(path, "node groups (@group) are not supported; list the nodes")
             return _BAD
+        # Refuse huge ranges before ClusterShell expands them (it builds every number,
+        # and only an assert stops it at 10^9).
+        for bracket in _BRACKET_RE.findall(value):
+            for low, high in _RANGE_RE.findall(bracket):
+                if int(high) - int(low) >= MAX_POOL_NODES:
+                    self.error(path, f"range {low}-{high} is too large: a pool has at most "
+                                     f"{MAX_POOL_NODES} nodes")
+                    return _BAD
         try:
-            names = [str(n) for n in NodeSet(value, resolver=RESOLVER_NOGROUP)]
+            nodeset = NodeSet(value, resolver=RESOLVER_NOGROUP)
         except NodeSetException as e:
             self.error(path, f"invalid hostlist {value!r}: {e}")
             return _BAD
+        if len(nodeset) > MAX_POOL_NODES:
+            self.error(path, f"{len(nodeset)} nodes: a pool has at most {MAX_POOL_NODES}")
+            return _BAD
+        names = [str(n) for n in nodeset]
         bad = [n for n in names if not _HOSTNAME_RE.match(n)]
         if bad:
             self.error(path, f"invalid node name {bad[0]!r} in {value!r}")
@@ -698,6 +726,10 @@ def _check_pool(v: _Validator, pool: PoolConfig, require_pool: bool) -> None:
                 "(see `rsa config show --defaults`)",
                 note_default=False,
             )
+        return
+    total = sum(len(NodeSet(g.names, resolver=RESOLVER_NOGROUP)) for g in groups)
+    if total > MAX_POOL_NODES:
+        v.error(("pool", "nodes"), f"{total} nodes: a pool has at most {MAX_POOL_NODES}")
         return
     seen: dict[str, int] = {}
     endpoints: dict[tuple[str, int], str] = {}

@@ -29,7 +29,7 @@ from rsa_scheduler.core.policy import (
     StagingPolicy,
     Tier,
 )
-from rsa_scheduler.core.units import format_size, parse_size
+from rsa_scheduler.core.units import MAX_DURATION, format_size, parse_size
 
 # Filesystem plugin names (issue 4). Kept as strings, not an enum: backends are discovered
 # through entry points, and the config only has to name one that exists.
@@ -43,6 +43,16 @@ DEFAULT_POOL_DIRS: Mapping[Tier, Path] = {
 
 # Placeholders allowed in `pool.nodes[].address`.
 ADDRESS_FIELDS: tuple[str, ...] = ("name", "num")
+
+# Upper bounds of integer and duration keys: past these a value is a typo (or an
+# overflow), never a site's intent. Shown in the generated reference.
+HOUR, DAY = 3600.0, 86400.0
+MAX_NODES = 100_000  # RSA nodes per job, compute nodes per RSA node
+MAX_POOL_NODES = 10_000  # RSA nodes in the pool
+MAX_RETRIES = 100
+MAX_SIZE = 1 << 50  # 1P: an RSA node's pool
+# Slurm job priorities are uint32; 0xfffffffe and 0xffffffff mean NO_VAL and INFINITE.
+MAX_SLURM_PRIORITY = 0xFFFFFFFD
 
 
 class LogLevel(enum.StrEnum):
@@ -115,17 +125,21 @@ class Int(Kind):
 @dataclass(frozen=True, slots=True)
 class Duration(Kind):
     positive: bool = True  # False: zero is allowed
+    max: float = MAX_DURATION  # seconds; longer values are rejected
 
     @property
     def label(self) -> str:
-        return "duration" if self.positive else "duration (may be 0s)"
+        text = f"duration ≤ {format_duration_short(self.max)}"
+        return text if self.positive else f"{text} (may be 0s)"
 
 
 @dataclass(frozen=True, slots=True)
 class Size(Kind):
+    max: int = MAX_SIZE  # bytes; larger values are rejected
+
     @property
     def label(self) -> str:
-        return "size"
+        return f"size ≤ {format_size(self.max)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,9 +295,11 @@ class DaemonConfig:
         )
     )
     poll_interval: float = field(
-        metadata=meta(Duration(), "How often rsad polls Slurm (one `squeue` call).")
+        metadata=meta(Duration(max=HOUR), "How often rsad polls Slurm (one `squeue` call).")
     )
-    workers: int = field(metadata=meta(Int(min=1), "Worker pool size for external operations."))
+    workers: int = field(
+        metadata=meta(Int(min=1, max=1024), "Worker pool size for external operations.")
+    )
     log_level: LogLevel = field(metadata=meta(Choice.of(LogLevel), "Log level of rsad."))
     api: ApiConfig = field(metadata=meta(Section(ApiConfig), "rsad's API endpoints."))
 
@@ -303,7 +319,10 @@ class LockinConfig:
     )
     qos: str = field(metadata=meta(Str(), "QOS given to locked-in jobs (method `qos`)."))
     priority: int = field(
-        metadata=meta(Int(min=1), "Priority given to locked-in jobs (method `priority`).")
+        metadata=meta(
+            Int(min=1, max=MAX_SLURM_PRIORITY),
+            "Priority given to locked-in jobs (method `priority`).",
+        )
     )
 
 
@@ -316,7 +335,9 @@ class SlurmConfig:
         )
     )
     bin_dir: Path = field(metadata=meta(AbsPath(), "Directory holding squeue, scontrol, ..."))
-    command_timeout: float = field(metadata=meta(Duration(), "Timeout of one Slurm command."))
+    command_timeout: float = field(
+        metadata=meta(Duration(max=HOUR), "Timeout of one Slurm command.")
+    )
     lockin: LockinConfig = field(metadata=meta(Section(LockinConfig), "Lock-in after stage-in."))
     script_source: ScriptSource = field(
         metadata=meta(
@@ -396,7 +417,8 @@ class PoolConfig:
     nodes: tuple[PoolNodeGroup, ...] = field(
         metadata=meta(
             ListOf(Section(PoolNodeGroup)),
-            "The RSA nodes. A site file must define at least one; each node name only once.",
+            "The RSA nodes. A site file must define at least one; each node name only once; "
+            f"at most {MAX_POOL_NODES} in all.",
         )
     )
 
@@ -421,10 +443,12 @@ class FilesystemConfig:
         )
     )
     create_timeout: float = field(
-        metadata=meta(Duration(), "Timeout to build a RAMDISK filesystem.")
+        metadata=meta(Duration(max=DAY), "Timeout to build a RAMDISK filesystem.")
     )
-    destroy_timeout: float = field(metadata=meta(Duration(), "Timeout to tear one down."))
-    retries: int = field(metadata=meta(Int(min=0), "Retries of a failed create/destroy."))
+    destroy_timeout: float = field(metadata=meta(Duration(max=DAY), "Timeout to tear one down."))
+    retries: int = field(
+        metadata=meta(Int(min=0, max=MAX_RETRIES), "Retries of a failed create/destroy.")
+    )
     mount_root: Path = field(metadata=meta(AbsPath(), "Where RAMDISKs are client-mounted."))
 
 
@@ -438,8 +462,10 @@ class SshConfig:
             Choice.of(HostKeyPolicy), "Unknown host key: refuse, warn and connect, or add it."
         )
     )
-    connect_timeout: float = field(metadata=meta(Duration(), "SSH connect timeout."))
-    command_timeout: float = field(metadata=meta(Duration(), "Timeout of one remote command."))
+    connect_timeout: float = field(metadata=meta(Duration(max=HOUR), "SSH connect timeout."))
+    command_timeout: float = field(
+        metadata=meta(Duration(max=DAY), "Timeout of one remote command.")
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -452,7 +478,10 @@ class ResetConfig:
         )
     )
     delay: float = field(
-        metadata=meta(Duration(positive=False), "Delay after job start (trigger `delay`).")
+        metadata=meta(
+            Duration(positive=False),
+            "Delay after job start (trigger `delay`); same range as `#RSA_RESET`.",
+        )
     )
 
 
@@ -468,12 +497,16 @@ class StagingConfig:
         metadata=meta(Choice.of(StageOut), "Default stage-out method (`#RSA_STAGE_OUT` overrides).")
     )
     retries: int = field(
-        metadata=meta(Int(min=0), "Retries of a failed transfer before quarantine.")
+        metadata=meta(
+            Int(min=0, max=MAX_RETRIES), "Retries of a failed transfer before quarantine."
+        )
     )
-    backoff: float = field(metadata=meta(Duration(), "First retry delay; doubles on each retry."))
-    backoff_max: float = field(metadata=meta(Duration(), "Upper bound of the retry delay."))
+    backoff: float = field(
+        metadata=meta(Duration(max=DAY), "First retry delay; doubles on each retry.")
+    )
+    backoff_max: float = field(metadata=meta(Duration(max=DAY), "Upper bound of the retry delay."))
     parallel_per_node: int = field(
-        metadata=meta(Int(min=1), "Parallel transfer streams per RSA node.")
+        metadata=meta(Int(min=1, max=256), "Parallel transfer streams per RSA node.")
     )
     allowed_roots: tuple[Path, ...] = field(
         metadata=meta(
@@ -486,12 +519,13 @@ class StagingConfig:
     )
     wait_timeout: float = field(
         metadata=meta(
-            Duration(), "How long early-start policy `wait` may hold a job before falling back."
+            Duration(max=30 * DAY),
+            "How long early-start policy `wait` may hold a job before falling back.",
         )
     )
     on_deck_settle: float = field(
         metadata=meta(
-            Duration(positive=False),
+            Duration(positive=False, max=DAY),
             "How long a job must stay on-deck (pending `Resources`) before RSA nodes are "
             "allocated. slurmctld gives every job submitted to a full cluster `Resources` "
             "at once and `Priority` at its next scheduling pass; this keeps such a job from "
@@ -503,8 +537,12 @@ class StagingConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HooksConfig:
-    timeout: float = field(metadata=meta(Duration(), "Hard timeout of a Prolog/Epilog run."))
-    api_timeout: float = field(metadata=meta(Duration(), "Timeout of one hook→rsad API call."))
+    timeout: float = field(
+        metadata=meta(Duration(max=HOUR), "Hard timeout of a Prolog/Epilog run.")
+    )
+    api_timeout: float = field(
+        metadata=meta(Duration(max=HOUR), "Timeout of one hook→rsad API call.")
+    )
     mounts: MountScope = field(
         metadata=meta(
             Choice.of(MountScope),
@@ -526,10 +564,10 @@ class MetricsConfig:
 # AllocationPolicy lives in the pure core (no docs metadata there); describe it here.
 EXTERNAL_SETTINGS: dict[type, dict[str, Setting]] = {
     AllocationPolicy: {
-        "ratio": Setting(Int(min=1), "Compute nodes per RSA node (rounded up)."),
-        "min_nodes": Setting(Int(min=1), "Fewest RSA nodes a job gets."),
-        "max_nodes": Setting(Int(min=1), "Most RSA nodes a job gets by the ratio."),
-        "max_request": Setting(Int(min=1), "Largest `#RSA_NODES` a job may ask for."),
+        "ratio": Setting(Int(1, MAX_NODES), "Compute nodes per RSA node (rounded up)."),
+        "min_nodes": Setting(Int(1, MAX_NODES), "Fewest RSA nodes a job gets."),
+        "max_nodes": Setting(Int(1, MAX_NODES), "Most RSA nodes a job gets by the ratio."),
+        "max_request": Setting(Int(1, MAX_NODES), "Largest `#RSA_NODES` a job may ask for."),
         "default_tier": Setting(Choice.of(Tier), "Tier used when a job does not ask."),
     }
 }

@@ -30,9 +30,17 @@ from rsa_scheduler.config import (
     resolve_config_path,
 )
 from rsa_scheduler.config.reference import BEGIN, END, extract, generate_reference, splice
-from rsa_scheduler.config.schema import format_duration_short, format_size_exact, settings_of
+from rsa_scheduler.config.schema import (
+    Duration,
+    Int,
+    ListOf,
+    Section,
+    format_duration_short,
+    format_size_exact,
+    settings_of,
+)
 from rsa_scheduler.core.policy import AllocationPolicy, EarlyStart, Tier
-from rsa_scheduler.core.units import parse_duration, parse_size
+from rsa_scheduler.core.units import MAX_DURATION, parse_duration, parse_size
 from rsa_scheduler.errors import ConfigError, RsaError
 from tests.conftest import DATA
 
@@ -494,6 +502,118 @@ def test_zero_duration_where_allowed() -> None:
 
 
 @pytest.mark.parametrize(
+    ("snippet", "key", "reason"),
+    [
+        ("daemon:\n  poll_interval: .nan\n", "daemon.poll_interval", "nan: not a number"),
+        ("daemon:\n  poll_interval: .inf\n", "daemon.poll_interval", "inf: must be finite"),
+        ("daemon:\n  poll_interval: -5\n", "daemon.poll_interval", "must not be negative"),
+        (
+            "daemon:\n  poll_interval: 99999999999999999999d\n",
+            "daemon.poll_interval",
+            "must be at most 1h",
+        ),
+        ("daemon:\n  poll_interval: 2h\n", "daemon.poll_interval", "must be at most 1h"),
+        ("daemon:\n  poll_interval: yes\n", "daemon.poll_interval", "expected a duration"),
+        ("staging:\n  backoff: .nan\n", "staging.backoff", "not a number"),
+        ("staging:\n  reset:\n    delay: 366d\n", "staging.reset.delay", "at most 365d"),
+        (
+            "slurm:\n  command_timeout: '" + "9" * 400 + "-00'\n",
+            "slurm.command_timeout",
+            "must be at most 1h",
+        ),
+        (
+            "daemon:\n  workers: 99999999999999999999999\n",
+            "daemon.workers",
+            "must be <= 1024, got 99999999999999999999999",
+        ),
+        ("staging:\n  retries: 1000\n", "staging.retries", "must be <= 100"),
+        ("allocation:\n  max_request: 1000000\n", "allocation.max_request", "must be <= 100000"),
+        (
+            "slurm:\n  lockin:\n    priority: 4294967295\n",
+            "slurm.lockin.priority",
+            "must be <= 4294967293",
+        ),
+    ],
+)
+def test_numbers_must_be_finite_and_bounded(snippet: str, key: str, reason: str) -> None:
+    issue = one_issue(POOL + snippet)
+    assert issue.key == key
+    assert reason in issue.reason
+    assert "ambiguous" not in issue.reason
+
+
+@pytest.mark.parametrize("capacity", ["2P", "9" * 400 + "P"])
+def test_capacity_is_bounded(capacity: str) -> None:
+    issue = one_issue(f"pool:\n  nodes:\n    - {{names: rsa1, capacity: '{capacity}'}}\n")
+    assert issue.key == "pool.nodes[0].capacity"
+    assert "must be at most 1P" in issue.reason or "too large" in issue.reason
+
+
+@pytest.mark.parametrize(
+    ("names", "reason"),
+    [
+        # ClusterShell would expand these (or fail an assert) before any check ran
+        ("rsa[1-99999999999]", "range 1-99999999999 is too large: a pool has at most 10000"),
+        ("rsa[1-20000]", "range 1-20000 is too large"),
+        ("a[1-999]b[1-999]", "998001 nodes: a pool has at most 10000"),
+    ],
+)
+def test_huge_hostlists_are_refused_before_expansion(names: str, reason: str) -> None:
+    issue = one_issue(f'pool:\n  nodes:\n    - {{names: "{names}", capacity: 2G}}\n')
+    assert issue.key == "pool.nodes[0].names" and issue.reason.startswith(reason)
+
+
+def test_pool_size_is_bounded_in_all() -> None:
+    text = "pool:\n  nodes:\n" + "".join(
+        f'    - {{names: "{p}[1-6000]", capacity: 2G}}\n' for p in "ab"
+    )
+    issue = one_issue(text + "allocation: {max_nodes: 1}\n")
+    assert (issue.key, issue.reason) == ("pool.nodes", "12000 nodes: a pool has at most 10000")
+
+
+def test_every_number_key_has_an_upper_bound() -> None:
+    def walk(cls: type, prefix: str) -> list[str]:
+        unbounded = []
+        for name, s in settings_of(cls):
+            kind = s.kind.item if isinstance(s.kind, ListOf) else s.kind
+            if isinstance(kind, Section):
+                unbounded += walk(kind.cls, f"{prefix}{name}.")
+            elif (isinstance(kind, Int) and kind.max is None) or (
+                isinstance(kind, Duration) and not kind.max <= MAX_DURATION
+            ):
+                unbounded.append(f"{prefix}{name}")
+        return unbounded
+
+    assert walk(Config, "") == []
+    assert "| `daemon.poll_interval` | duration ≤ 1h |" in generate_reference()
+
+
+@pytest.mark.parametrize(
+    ("snippet", "line", "reason"),
+    [
+        ("daemon: !foo {workers: 3}\n", 6, "unsupported YAML tag '!foo'"),
+        ("daemon:\n  workers: !foo 3\n", 7, "tag '!foo'"),
+        ("staging:\n  allowed_roots: !!set {/a: null}\n", 7, "unsupported YAML tag"),
+        ("staging:\n  allowed_roots: !!omap [a: 1]\n", 7, "unsupported YAML tag"),
+    ],
+)
+def test_unknown_yaml_tags_are_refused(snippet: str, line: int, reason: str) -> None:
+    issue = one_issue(POOL + snippet)
+    assert (issue.line, issue.key) == (line, "")
+    assert issue.reason.startswith("invalid YAML: ") and reason in issue.reason
+
+
+def test_standard_tags_still_work() -> None:
+    cfg = load_config_text(POOL + "daemon: !!map {workers: !!int 3}\n")
+    assert cfg.daemon.workers == 3
+
+
+def test_deeply_nested_yaml_is_an_error_not_a_crash() -> None:
+    issue = one_issue("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert issue.reason == "invalid YAML: nested too deeply"
+
+
+@pytest.mark.parametrize(
     ("text", "nbytes"),
     [
         ("2G", 2 * G),
@@ -644,7 +764,7 @@ def test_reference_lists_every_key() -> None:
     ):
         assert f"| `{key}` |" in ref
     assert "| `pool.nodes[].names` | hostlist | **required** |" in ref
-    assert "| `daemon.poll_interval` | duration | `5s` |" in ref
+    assert "| `daemon.poll_interval` | duration ≤ 1h | `5s` |" in ref
 
 
 def test_splice_replaces_only_the_block() -> None:
@@ -724,6 +844,26 @@ def test_cli_check_missing_default(
     result = runner.invoke(cli, ["config", "check"])
     assert result.exit_code == 1
     assert "start from `rsa config show --defaults`" in result.stderr
+
+
+def test_cli_check_takes_config_option_like_rsad(runner: CliRunner, lab: Path) -> None:
+    # The missing-file hint says "pass --config FILE": the check command takes it too.
+    result = runner.invoke(cli, ["config", "check", "--config", str(lab)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(f"OK {lab}:")
+    result = runner.invoke(cli, ["config", "show", "--config", str(lab)])
+    assert result.exit_code == 0 and result.stdout.startswith(f"# effective configuration of {lab}")
+    result = runner.invoke(cli, ["config", "check", str(lab), "--config", "/other.yaml"])
+    assert result.exit_code == 2 and "give FILE or --config FILE, not both" in result.stderr
+
+
+def test_cli_check_missing_default_hint_works(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lab: Path
+) -> None:
+    monkeypatch.setattr(loader, "DEFAULT_CONFIG_PATH", tmp_path / "rsa.yaml")
+    result = runner.invoke(cli, ["config", "check"])
+    assert "pass --config FILE" in result.stderr
+    assert runner.invoke(cli, ["config", "check", "--config", str(lab)]).exit_code == 0
 
 
 def test_cli_check_prints_warnings_on_stderr(runner: CliRunner, tmp_path: Path) -> None:
