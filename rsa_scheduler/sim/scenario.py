@@ -13,6 +13,7 @@ Reads YAML and files; imports only the core's value types (never its state machi
 from __future__ import annotations
 
 import difflib
+import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -41,7 +42,13 @@ from rsa_scheduler.core.states import (
     RsaState,
 )
 from rsa_scheduler.core.transitions import Trigger
-from rsa_scheduler.core.units import parse_duration, parse_size
+from rsa_scheduler.core.units import (
+    MAX_DURATION,
+    MAX_TIME,
+    format_duration,
+    parse_duration,
+    parse_size,
+)
 from rsa_scheduler.errors import ScenarioError
 from rsa_scheduler.sim.model import (
     GONE,
@@ -75,11 +82,23 @@ DEFAULT_DURATIONS: Mapping[ActionKind, float] = {
 }
 DEFAULT_POLL = 5.0  # rsad's default daemon.poll_interval
 DEFAULT_HORIZON = 30 * 86400.0  # safety stop after the last timeline entry
+# Polls a run may need: (the timeline, then its longest action, capped by until) / poll.
+# The engine stops at MAX_STEPS (10^6) and calls that a bug; a scenario that needs more
+# is refused here instead. The rest of MAX_STEPS is left for events (a test keeps it so).
+MAX_POLLS = 900_000
+# Bounds of the integers a scenario gives; as rsad's config (docs/operator-guide.md).
+MAX_NODES = 100_000  # allocation counts, a job's compute nodes
+MAX_POOL_NODES = 10_000
+MAX_RETRIES = 100
+MAX_PRIORITY = 0xFFFFFFFD  # Slurm's uint32 job priority below NO_VAL and INFINITE
+MAX_TIMES = 1_000  # attempts one scripted outcome covers
 SLURM_STATES = SLURM_PENDING | SLURM_RUNNING | SLURM_FINISHED | {GONE}
 COMMANDS: frozenset[Trigger] = USER_COMMANDS | OPERATOR_COMMANDS
 
 KeyPath = tuple[str | int, ...]
 T = TypeVar("T")
+_BRACKET_RE = re.compile(r"\[([^\]]*)\]")
+_RANGE_RE = re.compile(r"(\d+)-(\d+)")
 
 
 # ---- loading -------------------------------------------------------------------------------
@@ -89,8 +108,10 @@ def load_scenario(path: str | Path) -> Scenario:
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ScenarioError(f"{p}: cannot read scenario: {e}") from e
+    except UnicodeDecodeError as e:
+        raise ScenarioError(f"{p}: cannot read scenario: not UTF-8 text ({e.reason})") from e
+    except OSError as e:
+        raise ScenarioError(f"{p}: cannot read scenario: {e.strerror or e}") from e
     return parse_scenario(text, source=str(p))
 
 
@@ -104,6 +125,8 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
         where = f"{source}:{mark.line + 1}" if mark is not None else source
         problem = getattr(e, "problem", None) or str(e)
         raise ScenarioError(f"{where}: invalid YAML: {problem}") from e
+    except RecursionError as e:
+        raise ScenarioError(f"{source}: invalid YAML: nested too deeply") from e
     lines: dict[KeyPath, int] = {}
     if node is not None:
         _index_lines(node, (), lines)
@@ -170,11 +193,13 @@ class _Parser:
             self.fail(path, f"expected a string, got {_kind(value)}")
         return str(value)
 
-    def integer(self, value: Any, path: KeyPath, lo: int = 0) -> int:
+    def integer(self, value: Any, path: KeyPath, lo: int = 0, hi: int | None = None) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(path, f"expected an integer, got {_kind(value)}")
         if value < lo:
             self.fail(path, f"must be >= {lo}, got {value}")
+        if hi is not None and value > hi:
+            self.fail(path, f"must be <= {hi}, got {value}")
         return value
 
     def boolean(self, value: Any, path: KeyPath) -> bool:
@@ -182,10 +207,11 @@ class _Parser:
             self.fail(path, f"expected true or false, got {_kind(value)}")
         return value
 
-    def duration(self, value: Any, path: KeyPath) -> float:
+    def duration(self, value: Any, path: KeyPath, limit: float = MAX_DURATION) -> float:
+        """A finite duration ``0 <= d <= limit`` (a year; points in time: ten years)."""
         try:
-            return parse_duration(value)
-        except (ValueError, TypeError, AttributeError) as e:
+            return parse_duration(value, limit=limit)
+        except (ValueError, TypeError) as e:
             self.fail(path, str(e) if isinstance(e, ValueError) else
                       f"expected a duration (e.g. 30, 30s, 5m, 01:00:00), got {_kind(value)}")
 
@@ -198,13 +224,25 @@ class _Parser:
 
     def hostlist(self, value: Any, path: KeyPath) -> NodeSet:
         text = self.text(value, path)
+        # Refuse huge ranges before ClusterShell expands them (only an assert stops it).
+        for bracket in _BRACKET_RE.findall(text):
+            for low, high in _RANGE_RE.findall(bracket):
+                if int(high) - int(low) >= MAX_POOL_NODES:
+                    self.fail(path, f"range {low}-{high} is too large: a pool has at most "
+                                    f"{MAX_POOL_NODES} nodes")
         try:
-            return NodeSet(text, resolver=RESOLVER_NOGROUP)
+            nodes = NodeSet(text, resolver=RESOLVER_NOGROUP)
         except NodeSetException as e:
             self.fail(path, f"invalid hostlist {text!r}: {e}")
+        if len(nodes) > MAX_POOL_NODES:
+            self.fail(path, f"{len(nodes)} nodes: a pool has at most {MAX_POOL_NODES}")
+        return nodes
 
     # -- the document -------------------------------------------------------------------------
     def scenario(self, data: Any) -> Scenario:
+        if data is None:
+            self.fail((), "the file is empty; a scenario needs pool, jobs and timeline "
+                          "(docs/simulator.md)")
         top = self.mapping(data, (), ("name", "description", "known_bug", "pool",
                                       "allocation", "staging", "durations", "poll", "until",
                                       "jobs", "timeline", "expect"),
@@ -225,8 +263,22 @@ class _Parser:
         jobs = self.jobs(top["jobs"], ("jobs",))
         timeline = self.timeline(top["timeline"], ("timeline",), jobs, pool)
         last = max((e.at for e in timeline), default=0.0)
-        until = self.duration(top["until"], ("until",)) if "until" in top \
+        until = self.duration(top["until"], ("until",), MAX_TIME) if "until" in top \
             else last + DEFAULT_HORIZON
+        # The daemon polls while an action runs: one action can outlast the timeline.
+        longest = max([*durations.values(),
+                       *(st.duration or 0.0 for job in jobs.values()
+                         for script in job.actions.values()
+                         for st in (*script.steps, *([script.every] if script.every else [])))])
+        span = min(last + longest, until)
+        if poll is not None and span / poll > MAX_POLLS:
+            given = "" if "poll" in top else " (the default)"
+            self.fail(("poll",) if "poll" in top else ("timeline",),
+                      f"the run spans up to {_seconds(span)} (the timeline, then the longest "
+                      f"action): at poll {_seconds(poll)}{given} that is up to "
+                      f"{int(span / poll)} polls, more than the simulator runs "
+                      f"({MAX_POLLS}); set a longer poll or 'poll: off', or shorten the "
+                      "timeline or the action")
         expect = self.expect(top.get("expect", {}), ("expect",), jobs)
         name = self.text(top.get("name", Path(self.source).stem), ("name",))
         return Scenario(name=name, source=self.source,
@@ -247,6 +299,8 @@ class _Parser:
             d = self.mapping(item, p, ("names", "tier", "capacity", "state"),
                              required=("names",))
             names = self.hostlist(d["names"], (*p, "names"))
+            if len(seen) + len(names) > MAX_POOL_NODES:
+                self.fail((*p, "names"), f"a pool has at most {MAX_POOL_NODES} nodes")
             for n in names:
                 if n in seen:
                     self.fail((*p, "names"), f"RSA node {n} is listed twice")
@@ -266,8 +320,8 @@ class _Parser:
     def allocation(self, value: Any, path: KeyPath) -> AllocationPolicy:
         d = self.mapping(value or {}, path,
                          ("ratio", "min_nodes", "max_nodes", "max_request", "default_tier"))
-        kw: dict[str, Any] = {k: self.integer(v, (*path, k), 1) for k, v in d.items()
-                              if k != "default_tier"}
+        kw: dict[str, Any] = {k: self.integer(v, (*path, k), 1, MAX_NODES)
+                              for k, v in d.items() if k != "default_tier"}
         if "default_tier" in d:
             kw["default_tier"] = self.choice(d["default_tier"], (*path, "default_tier"),
                                              Tier, [t.value for t in Tier])
@@ -289,7 +343,7 @@ class _Parser:
                                           [s.value for s in StageOut])
         for k in ("retries", "fs_build_attempts"):
             if k in d:
-                kw[k] = self.integer(d[k], (*path, k), 0)
+                kw[k] = self.integer(d[k], (*path, k), 0, MAX_RETRIES)
         for k in ("backoff", "backoff_max", "wait_timeout", "on_deck_settle"):
             if k in d:
                 kw[k] = self.duration(d[k], (*path, k))
@@ -307,8 +361,10 @@ class _Parser:
 
     # -- jobs -----------------------------------------------------------------------------------
     def jobs(self, value: Any, path: KeyPath) -> dict[str, JobSpec]:
-        if not isinstance(value, dict) or not value:
+        if not isinstance(value, dict):
             self.fail(path, f"expected a mapping of job id to job, got {_kind(value)}")
+        if not value:
+            self.fail(path, "must not be empty: define at least one job (job id: job)")
         jobs: dict[str, JobSpec] = {}
         for raw_id, item in value.items():
             jid = str(raw_id)
@@ -321,8 +377,8 @@ class _Parser:
             actions = self.actions(d.get("actions", {}), (*p, "actions"))
             jobs[jid] = JobSpec(
                 job_id=jid, user=self.text(d.get("user", "alice"), (*p, "user")),
-                compute_nodes=self.integer(d.get("nodes", 1), (*p, "nodes"), 1),
-                priority=self.integer(d.get("priority", 0), (*p, "priority"), 0),
+                compute_nodes=self.integer(d.get("nodes", 1), (*p, "nodes"), 1, MAX_NODES),
+                priority=self.integer(d.get("priority", 0), (*p, "priority"), 0, MAX_PRIORITY),
                 spec=spec, actions=actions)
         return jobs
 
@@ -382,7 +438,7 @@ class _Parser:
                                          "open, seed 004 footnote 3); use ok, failed or refused")
         duration = self.duration(d["duration"], (*path, "duration")) if "duration" in d \
             else None
-        times = self.integer(d.get("times", 1), (*path, "times"), 1)
+        times = self.integer(d.get("times", 1), (*path, "times"), 1, MAX_TIMES)
         return Step(result, duration, self.text(d.get("message", ""), (*path, "message")),
                     times)
 
@@ -401,7 +457,7 @@ class _Parser:
         if not isinstance(value, dict) or "at" not in value:
             self.fail(p, "each timeline entry is a mapping with 'at' and one of "
                          "'state', 'node', 'command' or 'crash'")
-        at = self.duration(value["at"], (*p, "at"))
+        at = self.duration(value["at"], (*p, "at"), MAX_TIME)
         key = _dotted(p)
         kinds = [k for k in ("state", "node", "command", "crash") if k in value]
         if len(kinds) != 1:
@@ -446,8 +502,9 @@ class _Parser:
                       + (f"; did you mean {hint[0]}?" if hint else ""))
         reason = self.text(d.get("reason", "None" if slurm != "PENDING" else "Priority"),
                            (*p, "reason"))
-        priority = self.integer(d["priority"], (*p, "priority")) if "priority" in d else None
-        cn = self.integer(d["nodes"], (*p, "nodes"), 1) if "nodes" in d else None
+        priority = self.integer(d["priority"], (*p, "priority"), 0, MAX_PRIORITY) \
+            if "priority" in d else None
+        cn = self.integer(d["nodes"], (*p, "nodes"), 1, MAX_NODES) if "nodes" in d else None
         return SlurmEntry(at, key, job, slurm, reason, priority, cn)
 
     def job_ref(self, value: Any, path: KeyPath, jobs: Mapping[str, JobSpec]) -> str:
@@ -509,6 +566,10 @@ class _Parser:
             allocations=allocs,
             declined=self.boolean(d["declined"], (*p, "declined")) if "declined" in d else None,
             actions=counts)
+
+
+def _seconds(value: float) -> str:
+    return format_duration(value) if value >= 60 else f"{value:g}s"
 
 
 def _kind(value: Any) -> str:

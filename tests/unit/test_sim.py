@@ -13,7 +13,14 @@ from click.testing import CliRunner
 from rsa_scheduler.cli.sim import sim
 from rsa_scheduler.core.actions import Result
 from rsa_scheduler.errors import ScenarioError
-from rsa_scheduler.sim import SimulationBroken, load_scenario, parse_scenario, simulate
+from rsa_scheduler.sim import (
+    SimulationBroken,
+    engine,
+    load_scenario,
+    parse_scenario,
+    scenario,
+    simulate,
+)
 from rsa_scheduler.sim.engine import Engine
 
 SCENARIOS = Path(__file__).parent.parent / "data" / "scenarios"
@@ -210,6 +217,86 @@ def test_busy_is_only_a_reset_result() -> None:
 def test_format_errors(body: str, message: str) -> None:
     with pytest.raises(ScenarioError, match=message):
         parse_scenario(make_scenario(body), source="test.yaml")
+
+
+def timeline_at(at: str) -> str:
+    return TIMELINE.replace("{at: 10m,", f"{{at: {at},")
+
+
+@pytest.mark.parametrize(("body", "line", "key", "reason"), [
+    # NaN was a traceback from format_duration; infinity and huge times were exit 70
+    # ("no end after 1000000 steps"), i.e. reported as a core bug.
+    (timeline_at(".nan"), 10, "timeline[1].at", "invalid duration nan: not a number"),
+    (timeline_at(".inf"), 10, "timeline[1].at", "invalid duration inf: must be finite"),
+    (timeline_at("99999999999999999999999999d"), 10, "timeline[1].at",
+     "must be at most 3650d (10 years)"),
+    (timeline_at("-5"), 10, "timeline[1].at", "must not be negative"),
+    (timeline_at("yes"), 10, "timeline[1].at", "got a boolean"),
+    (timeline_at("'" + "9" * 400 + "-00'"), 10, "timeline[1].at", "must be at most 3650d"),
+    ("poll: .nan\n" + TIMELINE, 8, "poll", "invalid duration nan: not a number"),
+    ("until: .inf\n" + TIMELINE, 8, "until", "must be finite"),
+    ("staging: {backoff: .nan}\n" + TIMELINE, 8, "staging.backoff", "not a number"),
+    ("staging: {wait_timeout: 366d}\n" + TIMELINE, 8, "staging.wait_timeout",
+     "must be at most 365d (1 year)"),
+    ("durations: {stage-in: .nan}\n" + TIMELINE, 8, "durations.stage-in", "not a number"),
+    # the default poll (5s) over 300 days: more polls than the engine's step budget
+    (timeline_at("300d"), 8, "timeline", "at poll 5s (the default) that is up to 5184060 polls"),
+    ("poll: 1s\n" + timeline_at("20d"), 8, "poll", "up to 1728300 polls"),
+    # the daemon polls while an action runs: a long one after the timeline counts too
+    ("poll: 1s\ndurations: {stage-out: 20d}\n" + TIMELINE, 8, "poll", "up to 1731600 polls"),
+    ("staging: {retries: 99999999999}\n" + TIMELINE, 8, "staging.retries", "must be <= 100"),
+    ("allocation: {ratio: 99999999999999999999}\n" + TIMELINE, 8, "allocation.ratio",
+     "must be <= 100000"),
+])
+def test_bad_numbers_are_format_errors(
+    tmp_path: Path, body: str, line: int, key: str, reason: str
+) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(make_scenario(body))
+    result = CliRunner().invoke(sim, [str(path)])
+    assert result.exit_code == 65, result.output
+    prefix = f"rsa sim: {path}:{line}: {key}: "
+    assert result.output.startswith(prefix) and reason in result.output, result.output
+    assert len(result.output.splitlines()) == 1
+
+
+def test_action_duration_nan_is_a_format_error() -> None:
+    body = "    actions: {stage-in: {duration: .nan}}\n" + TIMELINE
+    with pytest.raises(ScenarioError, match=r"jobs\.10\.actions\.stage-in\.duration: "
+                                            r"invalid duration nan: not a number"):
+        parse_scenario(make_scenario(body), source="test.yaml")
+
+
+def test_long_timelines_run_with_a_long_poll_or_none() -> None:
+    for poll in ("off", "1h"):
+        sc = parse_scenario(make_scenario(f"poll: {poll}\n" + timeline_at("300d")))
+        assert simulate(sc).passed
+
+
+def test_poll_budget_stays_below_the_engine_step_limit() -> None:
+    assert scenario.MAX_POLLS <= 0.9 * engine.MAX_STEPS
+
+
+def test_empty_jobs_mapping_says_it_must_not_be_empty() -> None:
+    text = "pool:\n  - names: rsa1\njobs: {}\ntimeline: []\n"
+    with pytest.raises(ScenarioError, match=r"^s\.yaml:3: jobs: must not be empty"):
+        parse_scenario(text, source="s.yaml")
+
+
+@pytest.mark.parametrize(("content", "reason"), [
+    (b"", "the file is empty; a scenario needs pool, jobs and timeline"),
+    (b"\xff\xfepool: []\n", "cannot read scenario: not UTF-8 text (invalid start byte)"),
+    (b"pool: " + b"[" * 5000 + b"]" * 5000 + b"\n", "invalid YAML: nested too deeply"),
+    (b"pool: !foo []\n", "invalid YAML: could not determine a constructor for the tag '!foo'"),
+    (b"pool:\n  - names: rsa[1-99999999999]\njobs: {1: {}}\ntimeline: []\n",
+     "pool[0].names: range 1-99999999999 is too large"),
+])
+def test_unusable_files_are_format_errors(tmp_path: Path, content: bytes, reason: str) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_bytes(content)
+    result = CliRunner().invoke(sim, [str(path)])
+    assert result.exit_code == 65, result.output
+    assert result.output.startswith(f"rsa sim: {path}") and reason in result.output
 
 
 def test_error_names_the_line() -> None:
