@@ -36,7 +36,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 lint: install
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check rsa_scheduler tests bench lab
-	$(VENV)/bin/mypy rsa_scheduler
+	$(VENV)/bin/mypy rsa_scheduler tests bench
 
 unit: install
 	$(VENV)/bin/pytest -q -m unit tests/unit

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 from rsa_scheduler.config import load_config
 from rsa_scheduler.fs.base import FsRequest
@@ -40,9 +41,9 @@ def lab_hosts(lab: Mapping[str, str]) -> Iterator[HostPool]:
         pool.close()
 
 
-def lab_moosefs(lab: Mapping[str, str], hosts: HostPool, **options: object) -> MooseFsBackend:
+def lab_moosefs(lab: Mapping[str, str], hosts: HostPool, **options: Any) -> MooseFsBackend:
     return MooseFsBackend(hosts, addresses=lab_data_addresses(lab), create_timeout=60,
-                          destroy_timeout=60, retries=1, **options)  # type: ignore[arg-type]
+                          destroy_timeout=60, retries=1, **options)
 
 
 LEFTOVERS = r"""d=$0; mnt=$1; daemons=$2; title=$3

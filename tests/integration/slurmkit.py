@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from rsa_scheduler.slurm.cli import CliSlurm
 from tests.integration.conftest import as_user, slurm_env
@@ -16,9 +16,9 @@ from tests.integration.conftest import as_user, slurm_env
 T = TypeVar("T")
 
 
-def make_slurm(lab: Mapping[str, str], **kw: object) -> CliSlurm:
+def make_slurm(lab: Mapping[str, str], **kw: Any) -> CliSlurm:
     return CliSlurm(env={"PATH": "/usr/bin:/bin", "SLURM_CONF": lab["RSA_LAB_SLURM_CONF"]},
-                    lockin_qos=lab.get("RSA_LAB_QOS", "rsa-lockin"), **kw)  # type: ignore[arg-type]
+                    lockin_qos=lab.get("RSA_LAB_QOS", "rsa-lockin"), **kw)
 
 
 def root(lab: Mapping[str, str], *argv: str) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rsa_scheduler.config import load_config
+from rsa_scheduler.config import Config, load_config
 from rsa_scheduler.config.schema import LockinMethod
 from rsa_scheduler.daemon.wiring import LockinUnusable, check_lockin
 from tests.integration.conftest import as_user
@@ -80,7 +80,7 @@ def test_rsad_lock_in_holds_the_place_and_rsad_sees_the_demotion_after_unlock(
         wait_state(lab, job, "released", timeout=60)  # its RAMDISK is torn down
 
 
-def _lab_config(lab: Mapping[str, str]):  # type: ignore[no-untyped-def]
+def _lab_config(lab: Mapping[str, str]) -> Config:
     return load_config(lab["RSA_LAB_RSA_CONFIG"])
 
 

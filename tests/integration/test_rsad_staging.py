@@ -36,7 +36,7 @@ def state_of(lab: Mapping[str, str], job: str) -> str:
 def wait_state(lab: Mapping[str, str], job: str, *states: str, timeout: float = 90) -> str:
     try:
         return wait_for(f"job {job} in {states}",
-                        lambda: (s := state_of(lab, job)) in states and s, timeout=timeout)
+                        lambda: s if (s := state_of(lab, job)) in states else None, timeout=timeout)
     except AssertionError as exc:  # say where the job got stuck, and why
         data = rsa_job(lab, job) or {}
         tail = [{k: v for k, v in e.items() if k != "seq"} for e in data.get("events", [])[-12:]]

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,8 +77,8 @@ def work(lab: Mapping[str, str], user: Identity, request: pytest.FixtureRequest
         shutil.rmtree(base, ignore_errors=True)
 
 
-def make_engine(hosts: list[SshHost], user: Identity, **kw: object) -> StagingEngine:
-    return StagingEngine(hosts, user, job_id="4242", **kw)  # type: ignore[arg-type]
+def make_engine(hosts: list[SshHost], user: Identity, **kw: Any) -> StagingEngine:
+    return StagingEngine(hosts, user, job_id="4242", **kw)
 
 
 def job_root(ramfs: MountSpec, name: str) -> str:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rsa_scheduler.core.actions import Outcome, Result
 from rsa_scheduler.core.allocator import Pool, RsaNode
 from rsa_scheduler.core.directives import DirectiveSpec, Reset
+from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.policy import AllocationPolicy, EarlyStart, StagingPolicy, Tier
 from rsa_scheduler.core.scheduler import Decision, Observation, Scheduler
 
@@ -24,8 +27,8 @@ def make_spec(*, data_in: str | None = "/pfs/in", data_out: str | None = "/pfs/o
                          input_writable=rw, reset=reset, nodes=nodes)
 
 
-def make_scheduler(pool: Pool | None = None, **policy: object) -> Scheduler:
-    return Scheduler(pool or make_pool(), StagingPolicy(**policy))  # type: ignore[arg-type]
+def make_scheduler(pool: Pool | None = None, **policy: Any) -> Scheduler:
+    return Scheduler(pool or make_pool(), StagingPolicy(**policy))
 
 
 def obs(job: str, state: str, reason: str = "None", spec: DirectiveSpec | None = None,
@@ -38,7 +41,7 @@ class Driver:
 
     def __init__(self, sched: Scheduler) -> None:
         self.sched = sched
-        self.log: list = []
+        self.log: list[Event] = []
         self.now = 0.0
 
     def take(self, dec: Decision) -> Decision:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import pytest
 from ClusterShell.NodeSet import NodeSet
@@ -513,9 +514,9 @@ def test_snapshot_with_new_policy() -> None:
         lambda d: d["nodes"][0].update(state="broken"),
     ],
 )
-def test_malformed_snapshot(mutate: object) -> None:
+def test_malformed_snapshot(mutate: Callable[[dict[str, Any]], object]) -> None:
     data = make_pool(ram=2, ssd=0).snapshot()
-    mutate(data)  # type: ignore[operator]
+    mutate(data)
     with pytest.raises(ValueError):
         Pool.from_snapshot(data)
 

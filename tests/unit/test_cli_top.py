@@ -63,13 +63,14 @@ GIB = 1 << 30
 
 # ---- fixture data (the JSON rsad answers) ----------------------------------------------------
 
-STAGING = {"job_id": "1234", "user": "alice", "job_state": "on-deck", "rsa_state": "staging-in",
-           "nodes": "rsa[1-2]", "since": NOW - 75, "cycle": 1,
-           "message": "staging input into the RAMDISK",
-           "progress": {"phase": "stage-in", "bytes": [3 * GIB // 10 * 4, 4 * GIB],
-                        "files": [120, 400], "rate": 117_000_000, "files_rate": 10.9,
-                        "elapsed": 11.0, "eta": 40.0, "time": NOW - 4,
-                        "action": "1234/1/stage-in/3"}}
+STAGING: dict[str, Any] = {
+    "job_id": "1234", "user": "alice", "job_state": "on-deck", "rsa_state": "staging-in",
+    "nodes": "rsa[1-2]", "since": NOW - 75, "cycle": 1,
+    "message": "staging input into the RAMDISK",
+    "progress": {"phase": "stage-in", "bytes": [3 * GIB // 10 * 4, 4 * GIB],
+                 "files": [120, 400], "rate": 117_000_000, "files_rate": 10.9,
+                 "elapsed": 11.0, "eta": 40.0, "time": NOW - 4,
+                 "action": "1234/1/stage-in/3"}}
 QUEUED = {"job_id": "1300", "user": "alice", "job_state": "queued", "rsa_state": "none",
           "nodes": "", "since": NOW - 30, "message": None, "progress": None}
 DONE = {"job_id": "1200", "user": "alice", "job_state": "finished", "rsa_state": "released",
@@ -86,7 +87,7 @@ STATUS = {"nodes": [
     {"name": "rsa5", "tier": "ssd", "capacity": 8 * GIB, "state": "up", "job": None}],
     "jobs_by_rsa_state": {"staging-in": 1}, "alerts": [], "slurm_ok": True,
     "last_cycle_seconds": 0.004, "running_actions": 1, "on_deck": ["1234"], "last_seq": 42}
-EVENTS = [
+EVENTS: list[dict[str, Any]] = [
     {"seq": 40, "time": NOW - 20, "job_id": "1234", "name": "rsa.transition",
      "from": "allocated", "to": "fs-building", "trigger": "tick"},
     {"seq": 41, "time": NOW - 15, "job_id": "1234", "name": "action.outcome",
@@ -142,7 +143,8 @@ def test_staging_counts_the_eta_down_from_rsads_report() -> None:
     assert (st.phase, st.staged, st.files, st.percent) == ("stage-in", "1.2G/4G", "120/400",
                                                            "30%")
     assert st.speed == "112M/s" and st.eta == 36.0 and st.time_left == "0:36"
-    assert Staging.of(STAGING, NOW + 100).time_left == "0:00"  # type: ignore[union-attr]
+    later = Staging.of(STAGING, NOW + 100)
+    assert later is not None and later.time_left == "0:00"
 
 
 @pytest.mark.parametrize("progress", [None, {}, {"phase": "stage-in"}, {"bytes": "x"}])

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from rsa_scheduler import client as client_mod
 from rsa_scheduler.client import ApiClient, ApiRefused, ApiUnavailable, _BadReply, _exchange
+from rsa_scheduler.daemon import munge
 
 
 def answer(raw: bytes, *, chunks: int = 1) -> tuple[int, dict[str, str], bytes]:
@@ -92,7 +92,7 @@ class Echo(BaseHTTPRequestHandler):
 def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     import socketserver
 
-    monkeypatch.setattr(client_mod.munge, "encode", lambda payload: "CRED" + payload.hex())
+    monkeypatch.setattr(munge, "encode", lambda payload: "CRED" + payload.hex())
 
     class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         daemon_threads = True
@@ -126,7 +126,7 @@ def test_an_error_answer_is_rsads_message(server: str) -> None:
 
 def test_no_daemon_is_one_actionable_line(tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(client_mod.munge, "encode", lambda payload: "CRED")
+    monkeypatch.setattr(munge, "encode", lambda payload: "CRED")
     with pytest.raises(ApiUnavailable, match=r"cannot reach rsad at .*missing\.sock.*is rsad "
                                              r"running"):
         ApiClient(str(tmp_path / "missing.sock"), timeout=2).get("/v1/status")

@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from rsa_scheduler.core.actions import ActionKind, Outcome, Result
+from rsa_scheduler.core.directives import DirectiveSpec
+from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.policy import EarlyStart, NodeState, StagingPolicy
-from rsa_scheduler.core.scheduler import CommandRefused, Observation, Scheduler
+from rsa_scheduler.core.scheduler import CommandRefused, Decision, Observation, Scheduler
 from rsa_scheduler.core.states import HOLDING_NODES, HOLDS_USER_DATA, JobState, RsaState
 from rsa_scheduler.core.transitions import Trigger
 from tests.unit.corekit import make_pool, make_spec
@@ -53,7 +55,7 @@ class Interleavings(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.sched = Scheduler(make_pool(n_ram=4), POLICY)
-        self.log: list = []
+        self.log: list[Event] = []
         self.now = 0.0
         self.slurm: dict[str, tuple[str, str]] = {}
         self.spec = {j: make_spec() for j in JOBS}
@@ -65,7 +67,7 @@ class Interleavings(RuleBasedStateMachine):
         self.output_at_risk: set[str] = set()
         self.input_at_risk: set[str] = set()
 
-    def _take(self, dec) -> None:  # type: ignore[no-untyped-def]
+    def _take(self, dec: Decision) -> None:
         self.log.extend(dec.events)
         for act in dec.actions:
             job = act.job_id
@@ -89,7 +91,7 @@ class Interleavings(RuleBasedStateMachine):
             self.input_at_risk.discard(job)
 
     @rule(job=st.sampled_from(JOBS), spec=specs)
-    def set_spec(self, job: str, spec) -> None:  # type: ignore[no-untyped-def]
+    def set_spec(self, job: str, spec: DirectiveSpec) -> None:
         if job not in self.sched.records:
             self.spec[job] = spec
 
@@ -184,9 +186,11 @@ ends = st.sampled_from([("COMPLETED", "None"), ("FAILED", "None"), ("CANCELLED",
 @settings(max_examples=300, deadline=None)
 @given(spec=specs, path=paths, end=ends, gaps=st.lists(st.floats(0, 100), min_size=10,
                                                         max_size=10))
-def test_finished_job_with_successful_actions_ends_released(spec, path, end, gaps) -> None:  # type: ignore[no-untyped-def]
+def test_finished_job_with_successful_actions_ends_released(
+        spec: DirectiveSpec, path: list[tuple[str, str]], end: tuple[str, str],
+        gaps: list[float]) -> None:
     sched = Scheduler(make_pool(n_ram=4), POLICY)
-    log: list = []
+    log: list[Event] = []
     now = 0.0
 
     def drain() -> None:
@@ -222,7 +226,7 @@ def test_user_data_states_are_covered_by_the_interleavings() -> None:
 
     @settings(max_examples=200, deadline=None, database=None)
     @given(path=st.lists(st.sampled_from(SLURM), min_size=3, max_size=10))
-    def run(path):  # type: ignore[no-untyped-def]
+    def run(path: list[tuple[str, str]]) -> None:
         sched = Scheduler(make_pool(n_ram=4), POLICY)
         now = 0.0
         for state, reason in [("PENDING", "Resources"), *path]:
@@ -247,7 +251,7 @@ def test_interleavings_reach_the_output_states() -> None:
     kinds: set[ActionKind] = set()
 
     class Counting(Interleavings):
-        def _take(self, dec) -> None:  # type: ignore[no-untyped-def]
+        def _take(self, dec: Decision) -> None:
             super()._take(dec)
             kinds.update(a.kind for a in dec.actions)
 

@@ -7,22 +7,25 @@ authorisation); the same code runs against the real lab in tests/integration.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rsa_scheduler.core.actions import ActionKind
+from rsa_scheduler.core.actions import Action, ActionKind
 from rsa_scheduler.core.directives import DirectiveSpec
+from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.policy import StagingPolicy
 from rsa_scheduler.core.scheduler import Scheduler
+from rsa_scheduler.core.states import JobState
 from rsa_scheduler.daemon.api import ApiError, Caller, Routes
 from rsa_scheduler.daemon.executors import ActionContext, PermanentError, Registry
 from rsa_scheduler.daemon.service import Daemon, Request
 from rsa_scheduler.slurm.parse import QueueRow
-from rsa_scheduler.store import Store
+from rsa_scheduler.slurm.port import SlurmPort
+from rsa_scheduler.store import JobRow, Store
 from tests.unit.corekit import make_pool
 
 SPEC = DirectiveSpec(data_in="/pfs/in", data_out="/pfs/out")
@@ -68,14 +71,14 @@ def instant_registry(seen: list[str], fail: set[ActionKind] | None = None) -> Re
     return reg
 
 
-def with_slurm(reg: Registry, slurm: ScriptedSlurm) -> Registry:
+def with_slurm(reg: Registry, slurm: SlurmPort) -> Registry:
     from rsa_scheduler.daemon.wiring import slurm_executors
 
     slurm_executors(reg, slurm)
     return reg
 
 
-def make_daemon(tmp_path: Path, slurm: ScriptedSlurm, seen: list[str],
+def make_daemon(tmp_path: Path, slurm: SlurmPort, seen: list[str],
                 fail: set[ActionKind] | None = None) -> Daemon:
     store = Store.open(tmp_path / "rsa.db", durability="normal")
     clock = iter(float(t) for t in range(1000, 10**6))
@@ -97,7 +100,8 @@ def settle(d: Daemon) -> None:
 
 
 def test_poll_commits_before_dispatch_and_runs_to_locked_in(tmp_path: Path) -> None:
-    slurm, seen = ScriptedSlurm(), []
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
     d = make_daemon(tmp_path, slurm, seen)
     slurm.set("7", "PENDING", "Resources")
     d.poll()
@@ -113,7 +117,8 @@ def test_poll_commits_before_dispatch_and_runs_to_locked_in(tmp_path: Path) -> N
 
 
 def test_untracked_jobs_never_reach_the_log(tmp_path: Path) -> None:
-    slurm, seen = ScriptedSlurm(), []
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
     d = make_daemon(tmp_path, slurm, seen)
     slurm.set("8", "PENDING", "Resources", spec=None)
     d.poll()
@@ -121,7 +126,8 @@ def test_untracked_jobs_never_reach_the_log(tmp_path: Path) -> None:
 
 
 def test_restart_reissues_outstanding_actions_with_the_same_ids(tmp_path: Path) -> None:
-    slurm, seen = ScriptedSlurm(), []
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
     d = make_daemon(tmp_path, slurm, seen)
     slurm.set("7", "PENDING", "Resources")
     d.poll()  # build-fs dispatched; we "crash" before handling its outcome
@@ -138,14 +144,15 @@ def test_restart_reissues_outstanding_actions_with_the_same_ids(tmp_path: Path) 
 
 
 def test_hook_event_moves_a_job_without_waiting_for_the_poll(tmp_path: Path) -> None:
-    slurm, seen = ScriptedSlurm(), []
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
     d = make_daemon(tmp_path, slurm, seen)
     slurm.set("7", "PENDING", "Resources")
     d.poll()
     settle(d)
     d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "7"})
     d.drain()
-    assert d.sched.records["7"].job_state.value == "running"
+    assert d.sched.records["7"].job_state is JobState.RUNNING
     # a poll whose squeue ran before the hook must not drag the job back to pending
     before = d.clock() - 10_000
     d._hook_seen["7"] = d.clock()
@@ -153,7 +160,8 @@ def test_hook_event_moves_a_job_without_waiting_for_the_poll(tmp_path: Path) -> 
 
 
 def test_refused_stage_in_declines_and_tells_the_user(tmp_path: Path) -> None:
-    slurm, seen = ScriptedSlurm(), []
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
     d = make_daemon(tmp_path, slurm, seen, fail={ActionKind.STAGE_IN})
     slurm.set("7", "PENDING", "Resources")
     d.poll()
@@ -182,8 +190,9 @@ def test_missing_executor_is_a_failure_not_a_success(tmp_path: Path) -> None:
 # ---- API authorisation -----------------------------------------------------------------
 
 @pytest.fixture
-def routes(tmp_path: Path):  # type: ignore[no-untyped-def]
-    slurm, seen = ScriptedSlurm(), []
+def routes(tmp_path: Path) -> Iterator[Routes]:
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
     d = make_daemon(tmp_path, slurm, seen)
     slurm.set("7", "PENDING", "Resources")
     d.poll()
@@ -232,7 +241,8 @@ class TextSlurm(ScriptedSlurm):
 def test_incremental_cycle_matches_the_full_parse(tmp_path: Path) -> None:
     results = []
     for cls in (ScriptedSlurm, TextSlurm):
-        slurm, seen = cls(), []
+        slurm = cls()
+        seen: list[str] = []
         d = make_daemon(tmp_path / cls.__name__, slurm, seen)
         for i in range(50):
             slurm.set(f"{100 + i}", "PENDING", "Priority", spec=None)  # never relevant
@@ -295,7 +305,8 @@ def test_a_burst_of_requests_is_one_commit_before_any_action(tmp_path: Path) -> 
     """Group commit: hook events (and outcomes, commands) queued together are decided one
     by one, written in ONE store transaction, and only then are their actions run and
     their callers answered (write-ahead holds for the whole group)."""
-    slurm, seen = ScriptedSlurm(), []
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
     d = make_daemon(tmp_path, slurm, seen)
     try:
         for job in ("7", "8", "9"):
@@ -306,14 +317,14 @@ def test_a_burst_of_requests_is_one_commit_before_any_action(tmp_path: Path) -> 
         order: list[str] = []
         append, dispatch = d.store.append, d._dispatch
 
-        def counted_append(events, rows):  # type: ignore[no-untyped-def]
+        def counted_append(events: Sequence[Event], rows: Sequence[JobRow] = ()) -> list[Event]:
             order.append(f"commit {len(events)} events")
             return append(events, rows)
 
-        def counted_dispatch(actions):  # type: ignore[no-untyped-def]
-            actions = list(actions)
-            order.append(f"dispatch {len(actions)} actions")
-            return dispatch(actions)
+        def counted_dispatch(actions: Iterable[Action]) -> None:
+            batch = list(actions)
+            order.append(f"dispatch {len(batch)} actions")
+            dispatch(batch)
 
         d.store.append = counted_append  # type: ignore[method-assign]
         d._dispatch = counted_dispatch  # type: ignore[method-assign]

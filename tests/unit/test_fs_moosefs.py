@@ -10,7 +10,12 @@ import pytest
 
 from rsa_scheduler.fs.base import FsError, FsRequest
 from rsa_scheduler.fs.common import Deadline
-from rsa_scheduler.fs.moosefs import MooseFsBackend, chunkservers_listed, chunkservers_ready
+from rsa_scheduler.fs.moosefs import (
+    Layout,
+    MooseFsBackend,
+    chunkservers_listed,
+    chunkservers_ready,
+)
 from rsa_scheduler.hosts import CancelToken
 from rsa_scheduler.runner import Completed
 
@@ -50,8 +55,8 @@ class ScriptedHost:
         return Completed(tuple(argv), 0, out, "", 0.0)
 
 
-def _layout(host: ScriptedHost) -> tuple[MooseFsBackend, object]:
-    backend = MooseFsBackend({"rsa1": host}, addresses={"rsa1": "10.213.0.1"})  # type: ignore[dict-item]
+def _layout(host: ScriptedHost) -> tuple[MooseFsBackend, Layout]:
+    backend = MooseFsBackend({"rsa1": host}, addresses={"rsa1": "10.213.0.1"})
     req = FsRequest(fs_id="job1-c1", job_id="1", nodes=("rsa1",), tier="ram",
                     pool_dirs={"rsa1": "/pool"}, mount_root="/mnt")
     lay = backend.layout(req, base=22944)  # chunkserver of node 0 at base+3 = 22947
@@ -61,7 +66,7 @@ def _layout(host: ScriptedHost) -> tuple[MooseFsBackend, object]:
 def test_create_waits_until_every_chunkserver_has_reported_its_space() -> None:
     host = ScriptedHost(["", REGISTERED, REGISTERED, SCANNED])
     backend, lay = _layout(host)
-    backend._wait_chunkservers(lay, Deadline(10, "t"), None)  # type: ignore[arg-type]
+    backend._wait_chunkservers(lay, Deadline(10, "t"), None)
     assert host.calls == 4
 
 
@@ -70,7 +75,7 @@ def test_create_gives_up_when_a_chunkserver_never_reports_space() -> None:
     backend, lay = _layout(host)
     with pytest.raises(FsError, match="0/1 chunkservers registered with the master and "
                                       "reported their space"):
-        backend._wait_chunkservers(lay, Deadline(0.5, "t"), None)  # type: ignore[arg-type]
+        backend._wait_chunkservers(lay, Deadline(0.5, "t"), None)
 
 
 def test_only_the_rsa_nodes_own_mounts_cache_file_entries() -> None:
@@ -78,7 +83,7 @@ def test_only_the_rsa_nodes_own_mounts_cache_file_entries() -> None:
 
     host = ScriptedHost([SCANNED])
     backend, lay = _layout(host)
-    rsa_side = lay.mount_argv(lay.mountpoint, backend.rsa_node_options)  # type: ignore[attr-defined]
+    rsa_side = lay.mount_argv(lay.mountpoint, backend.rsa_node_options)
     assert "mfsentrycacheto=1" in " ".join(rsa_side)
     spec = MountSpec("moosefs", "job1-c1", ("rsa1",), "/mnt/job1-c1",
                      {"master_host": "10.213.0.1", "master_port": 22946,

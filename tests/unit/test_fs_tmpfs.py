@@ -5,7 +5,7 @@ the bind mounts (skipped otherwise)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -13,7 +13,7 @@ import pytest
 from rsa_scheduler.fs.base import FilesystemBackend, FsError, FsRequest, MountSpec
 from rsa_scheduler.fs.registry import backend_class
 from rsa_scheduler.fs.tmpfs import TmpfsBackend
-from rsa_scheduler.hosts import LocalHost
+from rsa_scheduler.hosts import CancelToken, LocalHost
 from rsa_scheduler.runner import run
 from tests.fs_conformance import FsConformance, Leftovers, MakeRequest
 
@@ -57,11 +57,11 @@ def leftovers() -> Leftovers:
 class FailsAfterMount(TmpfsBackend):
     """The last create step (writing spec.json) fails: the mount must be unwound."""
 
-    def _run(self, node: str, argv: list[str], timeout: float, *, check: bool = True,
-             input: str | None = None, cancel: object = None) -> str:
+    def _run(self, node: str, argv: Sequence[str], timeout: float, *, check: bool = True,
+             input: str | None = None, cancel: CancelToken | None = None) -> str:
         if argv[0] == "dd":
             raise FsError(f"{node}: injected failure")
-        return super()._run(node, argv, timeout, check=check, input=input)
+        return super()._run(node, argv, timeout, check=check, input=input, cancel=cancel)
 
 
 class TestTmpfsConformance(FsConformance):

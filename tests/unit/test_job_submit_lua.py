@@ -39,6 +39,7 @@ NAMES = sorted(p.stem for p in VECTORS.glob("*.sh"))
 
 TARGET = "lua5.1"  # what Debian's job_submit_lua.so links (ldd); the one that matters
 INTERPRETERS = [n for n in (TARGET, "lua5.2", "lua5.3", "lua5.4") if shutil.which(n)]
+LUA_PARAMS: list[str | None] = [*INTERPRETERS] or [None]  # None: skip (or fail in CI)
 NO_VAL = 4294967294
 NICE_OFFSET = 2**31
 ACCESS_DENIED = 2002  # ESLURM_ACCESS_DENIED in 22.05's slurm_errno.h
@@ -51,7 +52,7 @@ def _no_lua() -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(params=INTERPRETERS or [None])
+@pytest.fixture(params=LUA_PARAMS)
 def lua(request: pytest.FixtureRequest) -> str:
     if request.param is None:
         _no_lua()

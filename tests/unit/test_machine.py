@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from rsa_scheduler.core.actions import ActionKind, Outcome, Result
@@ -9,6 +11,7 @@ from rsa_scheduler.core.directives import Reset
 from rsa_scheduler.core.policy import EarlyStart, NodeState, StagingPolicy
 from rsa_scheduler.core.scheduler import (
     CommandRefused,
+    Decision,
     InvalidOutcome,
     Scheduler,
     StaleOutcome,
@@ -20,12 +23,12 @@ from tests.unit.corekit import Driver, make_pool, make_scheduler, make_spec, obs
 A = ActionKind
 
 
-def kinds(dec) -> list[str]:  # type: ignore[no-untyped-def]
+def kinds(dec: Decision) -> list[str]:
     return [a.kind.value for a in dec.actions]
 
 
-def to_locked_in(d: Driver, job: str = "10", **kw: object) -> None:
-    spec = make_spec(**kw)  # type: ignore[arg-type]
+def to_locked_in(d: Driver, job: str = "10", **kw: Any) -> None:
+    spec = make_spec(**kw)
     d.observe(obs(job, "PENDING", "Resources", spec))
     for _ in range(3):  # build, stage in (unless no input), lock in
         if d.state(job) == "locked-in":

@@ -11,7 +11,8 @@ from tests.unit.test_daemon import ScriptedSlurm, make_daemon, settle
 
 
 def test_metrics_reflect_pool_jobs_and_actions(tmp_path: Path) -> None:
-    slurm, seen = ScriptedSlurm(), []
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
     d = make_daemon(tmp_path, slurm, seen)
     d.metrics = Metrics()
     d.metrics.watch(d)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -33,7 +34,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> type[FakeClient]:
 
     FakeClient.answers, FakeClient.posts = [], []
     monkeypatch.setattr(rsa_scheduler.client, "ApiClient", FakeClient)
-    monkeypatch.setattr(hooks.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(time, "sleep", lambda _s: None)
     return FakeClient
 
 

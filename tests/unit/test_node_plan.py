@@ -58,7 +58,8 @@ def test_first_failure_decides_without_waiting_for_the_rest() -> None:
 
 
 def test_busy_when_a_node_cannot_release_and_none_failed() -> None:
-    reports = {"c1": {"seq": 4, "ok": True},
-               "c2": {"seq": 4, "ok": False, "busy": True, "message": "in use"}}
+    reports: dict[str, dict[str, object]] = {
+        "c1": {"seq": 4, "ok": True},
+        "c2": {"seq": 4, "ok": False, "busy": True, "message": "in use"}}
     v = aggregate(["c1", "c2"], reports, 4)
     assert v.state == "busy" and "c2: in use" in v.message

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from rsa_scheduler.core.directives import DirectiveSpec
+from rsa_scheduler.core.states import JobState
 from rsa_scheduler.runner import Completed, Identity
 from rsa_scheduler.slurm.cli import CliSlurm
 from rsa_scheduler.slurm.parse import QueueRow
@@ -102,7 +103,7 @@ def test_rsad_reads_the_queue_through_pyslurm_and_writes_through_scontrol(
     slurm = PySlurm(CliSlurm(bin_dir=Path("/opt/slurm/bin"), runner=runner), module=fake)
     assert not hasattr(slurm, "queue_text")  # rsad cannot fall back to squeue
     seen: list[str] = []
-    d = make_daemon(tmp_path, slurm, seen)  # type: ignore[arg-type]
+    d = make_daemon(tmp_path, slurm, seen)
     try:
         fake.jobs = {7: job(7), 8: job(8, reason="Priority"),
                      9: job(9, admin_comment=None)}  # 9: no RSA directives
@@ -114,7 +115,7 @@ def test_rsad_reads_the_queue_through_pyslurm_and_writes_through_scontrol(
         fake.jobs[7] = job(7, state="RUNNING", reason=None)
         d.poll()
         settle(d)
-        assert fake.loads == 2 and d.sched.records["7"].job_state.value == "running"
+        assert fake.loads == 2 and d.sched.records["7"].job_state is JobState.RUNNING
         # the lock-in reads the job's own QOS (squeue -j 7) and sets the lock-in QOS; the
         # queue itself is never read with squeue
         queue_reads = [a for a in runner.argv if a[0].endswith("squeue") and "-j" not in a]

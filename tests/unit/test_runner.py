@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -60,7 +61,7 @@ def test_runs_as_another_user_with_clean_env() -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
-def test_user_cannot_read_root_only_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_user_cannot_read_root_only_file(tmp_path: Path) -> None:
     secret = tmp_path / "secret"
     secret.write_text("root only")
     secret.chmod(0o600)

@@ -147,8 +147,8 @@ def vector_values() -> Iterator[tuple[str, str, bytes, tuple[str, object] | str]
         errors: dict[int, str] = {}
         if err.exists():
             for msg in err.read_text(encoding="utf-8").splitlines():
-                no, _, text = msg.partition(": ")
-                errors[int(no)] = text
+                num, _, text = msg.partition(": ")
+                errors[int(num)] = text
         js = {} if err.exists() else json.loads(sh.with_suffix(".json").read_text("utf-8"))
         for no, name, value in directive_lines(data):
             field = DIRECTIVES[name].field

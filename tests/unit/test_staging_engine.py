@@ -14,8 +14,9 @@ import stat
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,9 +107,9 @@ def area(user: Identity) -> Iterator[Path]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def make_engine(user: Identity, **kw: object) -> StagingEngine:
+def make_engine(user: Identity, **kw: Any) -> StagingEngine:
     hosts = [LocalHost("rsa1"), LocalHost("rsa2")]
-    return StagingEngine(hosts, user, job_id="77", **kw)  # type: ignore[arg-type]
+    return StagingEngine(hosts, user, job_id="77", **kw)
 
 
 def staged(area: Path, user: Identity, **kw: object) -> StagingEngine:
@@ -331,9 +332,9 @@ class SpyHost(LocalHost):
         super().__init__(name)
         self.seen = seen
 
-    def run(self, argv: object, **kw: object) -> Completed:  # type: ignore[override]
-        self.seen.append(list(argv))  # type: ignore[call-overload]
-        return super().run(argv, **kw)  # type: ignore[arg-type]
+    def run(self, argv: Sequence[str], **kw: Any) -> Completed:
+        self.seen.append(list(argv))
+        return super().run(argv, **kw)
 
 
 def test_whole_directories_are_staged_recursively_and_keep_everything(

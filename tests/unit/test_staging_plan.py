@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import shlex
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -21,14 +23,14 @@ from rsa_scheduler.staging.manifest import (
     resolve_tar,
     undisplay,
 )
-from rsa_scheduler.staging.plan import BIG_BYTES, assign, make_plan, pending
+from rsa_scheduler.staging.plan import BIG_BYTES, Bucket, assign, make_plan, pending
 
 MIB = 1 << 20
 
 
-def make_file(name: bytes, size: int = 4096, **kw: object) -> Entry:
+def make_file(name: bytes, size: int = 4096, **kw: Any) -> Entry:
     return Entry(path=name, kind="f", size=size, mode=0o644, mtime_ns=1_700_000_000 * 10**9,
-                 **kw)  # type: ignore[arg-type]
+                 **kw)
 
 
 def test_big_files_alone_small_files_grouped_in_path_order() -> None:
@@ -194,9 +196,9 @@ def test_index_lines() -> None:
     assert text.splitlines()[1] == "rsa-7-0.tar\tf\t3\ta\\tb"
 
 
-def tree_buckets(plan_buckets: object) -> dict[bytes, str]:
+def tree_buckets(plan_buckets: Sequence[Bucket]) -> dict[bytes, str]:
     """path -> tool of every bucketed path."""
-    return {p: b.tool for b in plan_buckets for p in b.paths}  # type: ignore[attr-defined]
+    return {p: b.tool for b in plan_buckets for p in b.paths}
 
 
 def test_whole_directories_are_copied_recursively() -> None:
@@ -338,7 +340,7 @@ def test_trees_copy_every_object_once_and_keep_link_groups(
     where = {p: b.index for b in plan.buckets for p in b.paths}
     for e in entries:  # a link group outside trees: one list bucket
         if e.kind == "f" and e.nlink > 1 and e.path in covered:
-            group = [x.path for x in entries if x.kind == "f" and x.inode == e.inode]
-            assert len({where[p] for p in group}) == 1
+            linked = [x.path for x in entries if x.kind == "f" and x.inode == e.inode]
+            assert len({where[p] for p in linked}) == 1
     total = sum(1 for e in entries if e.kind not in ("d", "s", "c", "b"))
     assert plan.files == total

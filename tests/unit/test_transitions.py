@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
 from rsa_scheduler.core.actions import TRACKED, Action, ActionKind
-from rsa_scheduler.core.allocator import Pool
+from rsa_scheduler.core.allocator import Pool, Request
 from rsa_scheduler.core.machine import InvariantViolation, JobRecord, choose, fire
 from rsa_scheduler.core.policy import EarlyStart, StagingPolicy
 from rsa_scheduler.core.states import HOLDS_USER_DATA, JobState, RsaState
@@ -162,7 +163,7 @@ def test_operator_discard_only_where_output_is_held() -> None:
 
 def _record_in(rule: Rule, pool: Pool, cond: Cond | None) -> JobRecord:
     """A record sitting in ``rule.src`` whose facts make ``cond`` (or no branch) hold."""
-    spec_kw: dict[str, object] = {}
+    spec_kw: dict[str, Any] = {}
     job_state = JobState.RUNNING
     if cond is Cond.NO_INPUT:
         spec_kw["data_in"] = None
@@ -176,20 +177,19 @@ def _record_in(rule: Rule, pool: Pool, cond: Cond | None) -> JobRecord:
         spec_kw["early"] = EarlyStart.UNION
     elif cond is Cond.JOB_ENDED:
         job_state = JobState.FINISHED
-    rec = JobRecord(job_id="42", user="alice", spec=make_spec(**spec_kw),  # type: ignore[arg-type]
+    rec = JobRecord(job_id="42", user="alice", spec=make_spec(**spec_kw),
                     compute_nodes=2, job_state=job_state, rsa_state=rule.src, cycle=1)
     if rule.src not in (S.NONE, S.RELEASED, S.DECLINED):
         got = pool.allocate(_request(rec))
         assert got is not None
         rec.nodes = str(got)
-    kinds = [k for k, trig in OUTCOME_TRIGGERS if trig is rule.trigger]
+    kinds = [k for (k, _result), trig in OUTCOME_TRIGGERS.items() if trig is rule.trigger]
     if kinds:
         rec.pending = Action(f"42/1/{kinds[0].value}/1", "42", kinds[0])
     return rec
 
 
-def _request(rec: JobRecord):  # type: ignore[no-untyped-def]
-    from rsa_scheduler.core.allocator import Request
+def _request(rec: JobRecord) -> Request:
     return Request(job_id=rec.job_id, compute_nodes=2)
 
 
