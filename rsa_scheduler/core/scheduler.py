@@ -104,6 +104,11 @@ class Scheduler:
         times = [t for j in self._timed for t in self.records[j].timers.values()]
         return min(times) if times else None
 
+    def has_waiting(self) -> bool:
+        """True while an on-deck job waits for RSA nodes: only then can a poll of an
+        unchanged queue change anything (it retries the allocation)."""
+        return bool(self._waiting)
+
     def next_wake(self, now: float, ticked_at: float | None = None) -> float | None:
         """Earliest time the core can act with no new input: an armed timer, or the end
         of a waiting on-deck job's hold-off (the on-deck settle time, the back-off after

@@ -149,7 +149,11 @@ class Engine:
                 if timer < self.now:
                     raise self.broken(f"a timer due at {num(timer)} was not fired")
                 candidates.append((timer, _TIMER))
-            if self.sc.poll and (self.queue or timer is not None or self.dirty):
+            # Slurm changes only at timeline entries, so a poll of the unchanged queue can
+            # only retry the allocation of on-deck jobs waiting for nodes; a retry timer
+            # hours away does not need thousands of empty polls.
+            if self.sc.poll and self.sched.has_waiting() and (
+                    self.queue or timer is not None or self.dirty):
                 if self.next_poll < self.now:
                     self.next_poll = -(-self.now // self.sc.poll) * self.sc.poll
                 candidates.append((self.next_poll, _POLL))
