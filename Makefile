@@ -37,6 +37,7 @@ lint: install
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check rsa_scheduler tests bench lab
 	$(VENV)/bin/mypy rsa_scheduler tests bench
+	$(VENV)/bin/mypy lab  # alone: the lab's package is rsalab, imported from lab/
 
 unit: install
 	$(VENV)/bin/pytest -q -m unit tests/unit

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 
 from . import pfs, rsad, rsanodes, slurm
-from .common import ENV_FILE, HOOKS_LOG, STATE, Settings
+from .common import ENV_FILE, HOOKS_LOG, PFS_NET, RSA_NET, STATE, Settings
 
 RSA_YAML = STATE / "rsa.yaml"
 
@@ -66,11 +66,11 @@ pool:
     - names: "rsa[1-{s.n_rsa}]"
       tier: ram
       capacity: {s.ram_size}
-      address: "{rsanodes.RSA_NET}.{{num}}"
+      address: "{RSA_NET}.{{num}}"
       ssh_port: 22
       # MooseFS refuses loopback: the RSA nodes' filesystem servers bind to the host end
       # of the lab's PFS veth (non-loopback, local, guarded), on per-job ports.
-      data_address: "{pfs.PFS_NET}.1"
+      data_address: "{PFS_NET}.1"
       pool_dir: {s.pool_root / 'ram'}
 ssh:
   user: root

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -153,7 +154,7 @@ def _cfg(**kv: object) -> str:
     return "".join(f"{k} = {v}\n" for k, v in kv.items())
 
 
-def _mfscli(*args: str) -> object:
+def _mfscli(*args: str) -> subprocess.CompletedProcess[str]:
     return run(["mfscli", "-H", MASTER, "-P", "9421", *args], timeout=10, check=False)
 
 

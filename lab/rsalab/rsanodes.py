@@ -8,6 +8,7 @@ rsad (root) reaches them with /run/rsa-lab/ssh/id_ed25519 and .../known_hosts.
 
 from __future__ import annotations
 
+import functools
 import shutil
 from pathlib import Path
 
@@ -68,8 +69,7 @@ def up(s: Settings) -> None:
         _start_node(s, i, name, d)
     KNOWN_HOSTS.write_text("\n".join(known) + "\n")
     for i, name in enumerate(s.rsa_nodes, start=1):
-        node_addr = addr(i)
-        wait_for(f"sshd of {name}", lambda a=node_addr: listening(a, 22), timeout=20)
+        wait_for(f"sshd of {name}", functools.partial(listening, addr(i), 22), timeout=20)
     log(f"RSA nodes: {', '.join(f'{n}={addr(i)}:22' for i, n in enumerate(s.rsa_nodes, 1))}"
         f" (ram {s.ram_size} tmpfs each, ssd on rsa{','.join(map(str, s.ssd_nodes))})")
 
