@@ -36,6 +36,7 @@ from rsa_scheduler.store import Store
 
 ENV_FILE = Path("/run/rsa-lab/env")
 ARRAY = 1000
+RSA_EVERY = 10  # every 10th array carries #RSA_ directives
 
 
 def lab_env() -> dict[str, str]:
@@ -70,6 +71,16 @@ def submit(lab: dict[str, str], n_arrays: int, rsa_every: int, workdir: Path,
     return ids
 
 
+def squeue_then_cycle(argv: list[str], env: dict[str, str],
+                      daemon: Daemon) -> tuple[float, float]:
+    """Seconds of the squeue call alone, then of one rsad cycle (which runs it again)."""
+    t0 = time.perf_counter()
+    run(argv, timeout=300, env=env)
+    t1 = time.perf_counter()
+    daemon.poll()
+    return t1 - t0, time.perf_counter() - t1
+
+
 def churn_sets(rsa_arrays: list[str], percent: float) -> list[str]:
     """``percent`` of each RSA array's tasks, as scontrol job lists (``ID_[a-b]``)."""
     per = max(1, round(ARRAY * percent / 100))
@@ -84,7 +95,7 @@ def measure(lab: dict[str, str], n_jobs: int, repeats: int,
     with tempfile.TemporaryDirectory() as tmp:
         ids: list[str] = []
         try:
-            ids = submit(lab, n_jobs // ARRAY, 10, Path(tmp), ids)
+            ids = submit(lab, n_jobs // ARRAY, RSA_EVERY, Path(tmp), ids)
             lines = len(run(argv, timeout=300, env=env).stdout.splitlines())
             from rsa_scheduler.config import load_config
 
@@ -98,28 +109,22 @@ def measure(lab: dict[str, str], n_jobs: int, repeats: int,
             tracked = len(daemon.sched.records)
             sq, cyc = [], []
             for _ in range(repeats):
-                t0 = time.perf_counter()
-                run(argv, timeout=300, env=env)
-                sq.append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                daemon.poll()
-                cyc.append(time.perf_counter() - t0)
+                squeue_s, cycle_s = squeue_then_cycle(argv, env, daemon)
+                sq.append(squeue_s)
+                cyc.append(cycle_s)
             # busy cycles: a share of the RSA jobs changed since the last cycle
-            rsa_arrays = [a for i, a in enumerate(ids) if i % 10 == 0]
+            rsa_arrays = [a for i, a in enumerate(ids) if i % RSA_EVERY == 0]
             sets = churn_sets(rsa_arrays, churn)
-            changed_before = len(daemon._prev_lines)
+            rsa_lines = len(daemon._prev_lines)
             sq_busy, cyc_busy = [], []
             for r in range(repeats):
                 verb = "hold" if r % 2 == 0 else "uhold"  # admin hold, then user hold again
                 subprocess.run(["scontrol", verb, ",".join(sets)], env=env, check=True,
                                capture_output=True)
-                t0 = time.perf_counter()
-                run(argv, timeout=300, env=env)
-                sq_busy.append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                daemon.poll()
-                cyc_busy.append(time.perf_counter() - t0)
-            assert len(daemon._prev_lines) == changed_before, "the RSA jobs changed count"
+                squeue_s, cycle_s = squeue_then_cycle(argv, env, daemon)
+                sq_busy.append(squeue_s)
+                cyc_busy.append(cycle_s)
+            assert len(daemon._prev_lines) == rsa_lines, "the number of RSA jobs changed"
             daemon.shutdown()
             store.close()
         finally:

@@ -116,9 +116,10 @@ class Scheduler:
         at ``now`` itself counts only if the last ``tick`` (``ticked_at``) was earlier."""
         records = self.records
         last = now if ticked_at is None else ticked_at
-        times = [t for j in self._timed for t in records[j].timers.values()]
-        times += [nb for j in self._waiting
-                  if (nb := records[j].not_before) >= now and nb > last]
+        times = [nb for j in self._waiting if (nb := records[j].not_before) >= now and nb > last]
+        timer = self.next_timer()
+        if timer is not None:
+            times.append(timer)
         return min(times) if times else None
 
     # ---- inputs -----------------------------------------------------------------------
