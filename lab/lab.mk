@@ -5,7 +5,7 @@ LABCTL := $(CURDIR)/lab/labctl
 
 # lab-test runs the integration tier and the compute-node e2e tier (whole job lifecycles
 # through the node Prolog/Epilog). LAB_TESTS narrows it, e.g. LAB_TESTS=tests/e2e.
-LAB_TESTS ?= tests/integration tests/e2e
+LAB_TESTS ?= tests/integration tests/e2e tests/security
 
 e2e: install
 	$(MAKE) --no-print-directory lab-test LAB_TESTS=tests/e2e
@@ -45,7 +45,7 @@ lab-test: install
 # The second lab set-up `make test` runs: no accounting (so rsad locks in by priority,
 # job_submit.lua with lockin_priority) and PrologFlags=Alloc,Contain (Prolog at allocation
 # on every node, extern step). Runs the tests marked `prologflags` or `lockin`.
-VARIANT_TESTS ?= -m "prologflags or lockin" tests/e2e tests/integration
+VARIANT_TESTS ?= -m "prologflags or lockin" tests/e2e tests/integration tests/security
 
 lab-test-variant: install
 	RSA_LAB_ACCOUNTING=0 RSA_LAB_PROLOG_FLAGS=Alloc,Contain \
