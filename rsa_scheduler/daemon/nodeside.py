@@ -68,6 +68,8 @@ class JobNodes:
     # the last mount every node of the job should have: a node whose Prolog runs late
     # (Slurm runs it at the node's first step unless PrologFlags=Alloc) still gets it
     standing: dict[str, Any] | None = None
+    # node -> the mount instruction (seq) its Prolog was handed and has not yet reported
+    asked: dict[str, int] = field(default_factory=dict)
 
 
 class NodeSide:
@@ -76,7 +78,7 @@ class NodeSide:
     def __init__(self, *, backend_for: Callable[[ActionContext], tuple[FilesystemBackend,
                                                                         FsRequest]],
                  mount_timeout: float = 30.0, reset_timeout: float = 90.0,
-                 settle: float = 3.0, agent_settle: float = 12.0,
+                 settle: float = 0.5, agent_settle: float = 12.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.backend_for = backend_for
         self.mount_timeout = mount_timeout
@@ -205,12 +207,19 @@ class NodeSide:
         return ins["do"] != "mount" or ins.get("via") == "agent"
 
     def _enough(self, j: JobNodes, ins: Mapping[str, Any], start: float) -> bool:
-        """A start-of-job mount is done when some node mounted and the others have not
-        asked within ``settle`` s: Slurm runs a node's Prolog at its first step."""
-        oks = [r for r in j.reports.values() if r["seq"] == ins["seq"] and r["ok"]]
+        """A start-of-job mount is done once some node mounted, every node that was handed
+        the instruction reported, and no other node asked within ``settle`` s (or the job
+        is already ending): Slurm runs a node's Prolog at its first step, and a late one
+        still gets the standing mount. A short job must not end before its mount is
+        confirmed: its history would say the RAMDISK was never used."""
+        seq = ins["seq"]
+        oks = [r for r in j.reports.values() if r["seq"] == seq and r["ok"]]
         if ins["do"] != "mount" or ins.get("via") == "agent" or not oks:
             return False
-        return self.clock() - start >= self.settle
+        if any(s == seq and n not in j.ended and not self._done(j, n, ins)
+               for n, s in j.asked.items()):
+            return False  # a node is mounting now: its report decides
+        return bool(j.ended) or self.clock() - start >= self.settle
 
     def _job(self, job: str) -> JobNodes:
         return self._jobs.setdefault(job, JobNodes())
@@ -239,6 +248,7 @@ class NodeSide:
             cur = j.current if j.current is not None else j.standing
             agent = rsa_state in AGENT_STATES
             if cur is not None and cur["do"] == "mount" and not self._done(j, node, cur):
+                j.asked[node] = int(cur["seq"])
                 return {**cur, "agent": True}
             if j.current is None and rsa_state in PRE_MOUNT:
                 return {"do": "wait", "retry": 1.0 if hold else 0.3, "hold": hold,

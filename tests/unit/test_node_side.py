@@ -247,3 +247,26 @@ def test_release_waits_for_every_nodes_agent_before_destroying() -> None:
     for node in ("c1", "c2"):
         side.report("7", node, {"seq": mount["seq"], "ok": True})
     assert fut.result(5).result is Result.OK and backend.resets == 1
+
+
+def test_a_short_job_ending_confirms_its_mount_at_once() -> None:
+    side, reg, _ = make_side()
+    side.settle = 60.0
+    fut = start(reg, ActionKind.MOUNT_INPUT, INPUT)
+    ins = until(side, lambda: side.prolog("7", "c1", "c[1-4]", "mounting-input"), "mount")
+    side.report("7", "c1", {"seq": ins["seq"], "ok": True})
+    side.epilog("7", "c1")  # the batch script was done before the others ran a step
+    assert fut.result(5).result is Result.OK
+
+
+def test_a_node_that_is_mounting_holds_the_step_until_it_reports() -> None:
+    side, reg, _ = make_side()
+    side.settle = 0.05
+    fut = start(reg, ActionKind.MOUNT_INPUT, INPUT)
+    ins = until(side, lambda: side.prolog("7", "c1", "c[1-4]", "mounting-input"), "mount")
+    assert side.prolog("7", "c2", "c[1-4]", "mounting-input")["do"] == "mount"
+    side.report("7", "c1", {"seq": ins["seq"], "ok": True})
+    with pytest.raises(TimeoutError):
+        fut.result(0.5)
+    side.report("7", "c2", {"seq": ins["seq"], "ok": False, "message": "no such dir"})
+    assert fut.result(5).result is not Result.OK
