@@ -13,8 +13,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from rsa_scheduler.contain import contain_argv
 from rsa_scheduler.errors import RsaError
-from rsa_scheduler.runner import Completed, Identity, LocalRunner
+from rsa_scheduler.runner import CommandError, Completed, Identity, LocalRunner
 
 
 class HostError(RsaError):
@@ -76,5 +77,18 @@ class LocalHost:
             cancel: CancelToken | None = None) -> Completed:
         if cancel is not None:
             cancel.check()
-        return self._runner(argv, timeout=timeout, check=check, input=input,
-                            as_user=as_user, env=env)
+        if as_user is None or not as_user.scope:
+            return self._runner(argv, timeout=timeout, check=check, input=input,
+                                as_user=as_user, env=env)
+        # in the job's cgroup, as on a remote node: root joins it, then drops to the user
+        wrapped = contain_argv(as_user.scope, "077", [
+            *as_user.setpriv(), "env", "-i",
+            *(f"{k}={v}" for k, v in as_user.env(env).items()), *argv])
+        try:
+            done = self._runner(wrapped, timeout=timeout, check=check, input=input)
+        except CommandError as e:
+            raise CommandError(argv, e.returncode, e.stderr_tail,
+                               timeout=timeout if e.timed_out else None) from None
+        out = done.stdout.partition("\n")[2] if done.stdout.startswith(
+            "RSA-PGID ") else done.stdout
+        return Completed(tuple(argv), done.returncode, out, done.stderr, done.seconds)

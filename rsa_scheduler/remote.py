@@ -12,7 +12,8 @@ leads its own session and process group and reports its id first. A timeout or a
 :class:`~rsa_scheduler.hosts.CancelToken` then kills the whole remote tree with
 ``kill -- -PGID`` (TERM, then KILL). ``as_user`` switches uid, gid and supplementary
 groups with ``setpriv`` (no shell, no PAM) and runs with that user's clean environment
-and umask 077.
+and umask 077; with ``as_user.scope`` (a job id) the command first joins the job's
+cgroup and what it leaves behind is killed when it ends (:mod:`rsa_scheduler.contain`).
 
 Must not import the daemon, the store or the core's scheduler; it only knows hosts.
 """
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import paramiko
 
+from rsa_scheduler.contain import contain_argv, kill_leaf_argv
 from rsa_scheduler.hosts import Cancelled, CancelToken, HostError
 from rsa_scheduler.runner import CLEAN_PATH, CommandError, Completed, Identity
 
@@ -59,15 +61,16 @@ def remote_argv(argv: Sequence[str], *, as_user: Identity | None = None,
     if as_user is not None:
         clean = as_user.env(env)
         umask = "077"
-        ident = ["setpriv", f"--reuid={as_user.uid}", f"--regid={as_user.gid}",
-                 *([f"--groups={','.join(str(g) for g in as_user.groups)}"]
-                   if as_user.groups else ["--clear-groups"]),
-                 "--"]
+        ident = as_user.setpriv()
     else:
         clean = {"PATH": CLEAN_PATH, "LANG": "C.UTF-8", **(env or {})}
         umask = "022"
         ident = []
     env_argv = ["env", "-i", *(f"{k}={v}" for k, v in clean.items())]
+    if as_user is not None and as_user.scope:
+        # in the job's cgroup; what the command leaves behind dies when it ends
+        return ["setsid", "-w", *contain_argv(as_user.scope, umask,
+                                              [*ident, *env_argv, *argv])]
     return ["setsid", "-w", "sh", "-c", _WRAPPER, umask, *ident, *env_argv, *argv]
 
 
@@ -231,6 +234,8 @@ class SshHost:
             seconds = time.monotonic() - start
         if rc is None:  # timed out or cancelled: kill the remote tree
             self._kill_group(pgid)
+            if as_user is not None and as_user.scope and pgid is not None:
+                self._kill_leaf(as_user.scope, pgid)
             if cancel is not None and cancel.cancelled:
                 raise Cancelled(f"{self.name}: {shlex.join(argv[:4])}: {cancel.reason}")
             raise CommandError([f"{self.name}:", *argv], None, err, timeout=limit)
@@ -309,6 +314,15 @@ class SshHost:
             self._simple(["kill", "-KILL", "--", f"-{pgid}"])
         except HostError as e:
             log.warning("%s: could not kill remote process group %d: %s", self.name, pgid, e)
+
+    def _kill_leaf(self, scope: str, pgid: int) -> None:
+        """Kill what a killed command left in its cgroup (a child that left the process
+        group with setsid), then remove the cgroup."""
+        try:
+            self._simple(kill_leaf_argv(scope, pgid))
+        except HostError as e:
+            log.warning("%s: could not kill the cgroup of process group %d: %s", self.name,
+                        pgid, e)
 
     def _simple(self, argv: Sequence[str]) -> int:
         chan = self._open_channel()

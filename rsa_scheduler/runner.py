@@ -31,6 +31,9 @@ class Identity:
     gid: int
     groups: tuple[int, ...] = ()
     home: str = "/"
+    #: the job whose processes these are: commands run in its cgroup on the node and are
+    #: killed when they end and when the job's RAMDISK goes (rsa_scheduler.contain)
+    scope: str = ""
 
     @classmethod
     def of(cls, user: str) -> Identity:
@@ -50,8 +53,16 @@ class Identity:
         """A clean environment for this user (no inherited daemon variables)."""
         env = {"PATH": CLEAN_PATH, "HOME": self.home, "USER": self.user,
                "LOGNAME": self.user, "LANG": "C.UTF-8"}
+        if self.scope:
+            env["RSA_SCOPE"] = self.scope
         env.update(extra or {})
         return env
+
+    def setpriv(self) -> list[str]:
+        """argv prefix that switches to this user (uid, gid, groups): no shell, no PAM."""
+        return ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}",
+                *([f"--groups={','.join(str(g) for g in self.groups)}"]
+                  if self.groups else ["--clear-groups"]), "--"]
 
 
 @dataclass(frozen=True, slots=True)

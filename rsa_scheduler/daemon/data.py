@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 
 from rsa_scheduler.config import Config
+from rsa_scheduler.contain import parse_reaped, reap_argv
 from rsa_scheduler.core.actions import ActionKind
 from rsa_scheduler.daemon.executors import ActionContext, PermanentError, Registry
 from rsa_scheduler.errors import RsaError
@@ -103,7 +105,8 @@ class DataPath:
 
     def engine(self, ctx: ActionContext, spec: MountSpec) -> StagingEngine:
         user = str(ctx.action.args["user"])
-        identity = Identity.of(user)
+        # scoped: its commands run in the job's cgroup on each node (rsa_scheduler.contain)
+        identity = replace(Identity.of(user), scope=ctx.action.job_id)
 
         def progress(p: Progress) -> None:
             ctx.progress(p.to_json())
@@ -121,8 +124,31 @@ class DataPath:
 
     def destroy_fs(self, ctx: ActionContext) -> Mapping[str, Any]:
         req = self.request(ctx)
+        reaped = self.reap(req)
         self.backend(req.tier).destroy(req)
-        return {}
+        return {"reaped": reaped} if any(reaped.values()) else {}
+
+    def reap(self, req: FsRequest) -> dict[str, int]:
+        """Kill every process the RSA started for the job on its RSA nodes (a POSTPROCESS
+        daemon, a copy a crash left) before its filesystem goes. A node that cannot be
+        reached fails the teardown: it is retried, the RAMDISK is kept meanwhile."""
+        argv = reap_argv(req.job_id)
+        reaped: dict[str, int] = {}
+        for node in req.nodes:
+            try:
+                done = self.hosts[node].run(argv, timeout=60)
+                n, how, left = parse_reaped(done.stdout)
+            except (RsaError, ValueError) as e:
+                raise RsaError(f"job {req.job_id}: cannot kill its processes on {node} "
+                               f"before destroying its RAMDISK: {e}") from e
+            if left:
+                raise RsaError(f"job {req.job_id}: {left} of its processes on {node} "
+                               "survived SIGKILL (uninterruptible I/O?); will retry")
+            if n:
+                log.warning("job %s: killed %d leftover process(es) on %s (by %s)",
+                            req.job_id, n, node, how)
+            reaped[node] = n
+        return reaped
 
     def stage_in(self, ctx: ActionContext) -> Mapping[str, Any]:
         args = ctx.action.args

@@ -1,0 +1,116 @@
+"""Containment of the user processes rsad starts on RSA nodes.
+
+Owns the two fixed shell programs and their pure argv builders:
+
+* :data:`CONTAIN` wraps every command run as a job's user (staging copies, PREPROCESS,
+  POSTPROCESS). As root, before dropping to the user, it puts itself into a fresh leaf
+  cgroup ``rsa.jobs/<job>/p<pid>`` of the node's cgroup v2 hierarchy, runs the command,
+  and when the command is over kills whatever the command left in that leaf (a daemon a
+  POSTPROCESS started with ``setsid``, a ``nohup`` child) and removes the leaf. A user
+  process cannot leave its cgroup: that takes a write to a root-owned ``cgroup.procs``.
+* :data:`REAP` is run as root on every RSA node of a job before its filesystem is
+  destroyed: it kills every process in the job's cgroup subtree (``cgroup.kill``, or
+  freeze-kill-thaw on kernels before 5.14) and removes it.
+
+Without a writable cgroup v2 hierarchy on a node (a v1-only host, a container without
+cgroupns write access) commands still run, and :data:`REAP` falls back to the
+environment tag ``RSA_SCOPE=<job>`` every such command carries: it kills the non-root
+processes whose environment holds the tag. That is best effort (a process can exec with
+a scrubbed environment) and says so in its output; docs/security.md lists it.
+
+Pure: builds strings and lists, runs nothing.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: the cgroup (below the cgroup v2 root) under which each job's subtree lives
+CGROUP_TOP = "rsa.jobs"
+#: environment variable every contained command carries (the fallback's tag)
+SCOPE_ENV = "RSA_SCOPE"
+#: what REAP prints, then the number of processes it signalled and how
+REAPED_MARK = "RSA-REAPED"
+
+_SCOPE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_+.-]{0,63}")
+
+# Field 5 of /proc/self/mountinfo is the mount point; the file system type follows the
+# "-" separator (the optional fields before it vary in number).
+_CG_ROOT = ("r=$(awk '{for(i=7;i<=NF;i++) if($i==\"-\"){if($(i+1)==\"cgroup2\")"
+            "{print $5; exit} break}}' /proc/self/mountinfo); ")
+
+# Kill everything in cgroup "$k" and wait (at most 5 s) until it is empty.
+_KILL_CG = (
+    'if [ -e "$k/cgroup.kill" ]; then echo 1 > "$k/cgroup.kill"; '
+    'else echo 1 > "$k/cgroup.freeze" 2>/dev/null; '
+    '  for q in $(find "$k" -name cgroup.procs -exec cat {} +); do kill -9 "$q" '
+    '2>/dev/null; done; echo 0 > "$k/cgroup.freeze" 2>/dev/null; fi; '
+    'i=0; while grep -q "populated 1" "$k/cgroup.events" 2>/dev/null && [ $i -lt 100 ]; '
+    'do sleep 0.05; i=$((i+1)); done; ')
+
+#: argv: sh -c CONTAIN UMASK SCOPE CMD... (run as root; CMD switches to the user)
+CONTAIN = (
+    'u=$0; s=$1; shift; d=; ' + _CG_ROOT +
+    'if [ -n "$r" ] && mkdir -p -- "$r/' + CGROUP_TOP + '/$s/p$$" 2>/dev/null '
+    '&& echo $$ > "$r/' + CGROUP_TOP + '/$s/p$$/cgroup.procs" 2>/dev/null; '
+    'then d="$r/' + CGROUP_TOP + '/$s"; fi; '
+    'echo "RSA-PGID $$"; umask "$u"; cd /; '
+    '[ -n "$d" ] || exec "$@"; '
+    '"$@"; rc=$?; '
+    # leave the leaf (the job's cgroup has no controllers enabled: it may hold us), then
+    # kill what the command left behind and remove the leaf
+    'echo $$ > "$d/cgroup.procs"; k="$d/p$$"; ' + _KILL_CG +
+    'rmdir "$k" 2>/dev/null; exit $rc')
+
+#: argv: sh -c KILL_LEAF SCOPE PGID (run as root): what one command left, after it was
+#: killed by its process group (timeout, cancel)
+KILL_LEAF = (
+    's=$0; ' + _CG_ROOT + '[ -n "$r" ] || exit 0; k="$r/' + CGROUP_TOP + '/$s/p$1"; '
+    '[ -d "$k" ] || exit 0; ' + _KILL_CG + 'rmdir "$k" 2>/dev/null; exit 0')
+
+#: argv: sh -c REAP SCOPE (run as root)
+REAP = (
+    's=$0; n=0; ' + _CG_ROOT +
+    'if [ -n "$r" ] && [ -d "$r/' + CGROUP_TOP + '/$s" ]; then k="$r/' + CGROUP_TOP + '/$s"; '
+    '  n=$(find "$k" -name cgroup.procs -exec cat {} + | wc -l); ' + _KILL_CG +
+    '  left=$(find "$k" -name cgroup.procs -exec cat {} + | wc -l); '
+    '  find "$k" -depth -mindepth 1 -type d -exec rmdir {} + 2>/dev/null; rmdir "$k"; '
+    '  echo "' + REAPED_MARK + ' $n cgroup $left"; exit 0; fi; '
+    # no cgroup of this job: the environment tag (processes that kept it, never root's)
+    'for e in /proc/[0-9]*/environ; do p=${e#/proc/}; p=${p%/environ}; '
+    '  [ "$p" = $$ ] && continue; '
+    '  if tr "\\0" "\\n" < "$e" 2>/dev/null | grep -qxF "' + SCOPE_ENV + '=$s"; then '
+    '    [ "$(stat -c %u "/proc/$p" 2>/dev/null)" = 0 ] && continue; '
+    '    kill -9 "$p" 2>/dev/null && n=$((n+1)); fi; done; '
+    'echo "' + REAPED_MARK + ' $n environment 0"')
+
+
+def check_scope(scope: str) -> str:
+    """A job's containment scope: its Slurm job id (``123``, ``123_4``, ``123+1``)."""
+    if not _SCOPE_RE.fullmatch(scope) or ".." in scope:
+        raise ValueError(f"bad containment scope {scope!r}: expected a Slurm job id")
+    return scope
+
+
+def contain_argv(scope: str, umask: str, argv: list[str]) -> list[str]:
+    """``argv`` (which switches to the user itself) wrapped to run in the job's cgroup."""
+    return ["sh", "-c", CONTAIN, umask, check_scope(scope), *argv]
+
+
+def kill_leaf_argv(scope: str, pgid: int) -> list[str]:
+    """Kill what the command led by ``pgid`` left in its leaf cgroup and remove the leaf."""
+    return ["sh", "-c", KILL_LEAF, check_scope(scope), str(int(pgid))]
+
+
+def reap_argv(scope: str) -> list[str]:
+    """Kill and remove everything the RSA started for job ``scope`` on one node."""
+    return ["sh", "-c", REAP, check_scope(scope)]
+
+
+def parse_reaped(stdout: str) -> tuple[int, str, int]:
+    """(processes signalled, "cgroup" or "environment", processes still there)."""
+    for line in stdout.splitlines():
+        if line.startswith(REAPED_MARK + " "):
+            _, n, how, left = line.split()
+            return int(n), how, int(left)
+    raise ValueError(f"no {REAPED_MARK} line in {stdout[-200:]!r}")

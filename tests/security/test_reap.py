@@ -1,0 +1,121 @@
+"""A job's processes do not outlive it on the RSA nodes (issue 12.5).
+
+A user's PREPROCESS or POSTPROCESS starts a daemon that leaves the process group the RSA
+would kill (``setsid``), as a hostile or careless script does. Each must be gone once
+the command that started it ended, and the job's cgroup on the RSA node with it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_prolog_lifecycle import run_to_start
+from tests.integration.conftest import as_user
+from tests.integration.slurmkit import make_jobs
+from tests.integration.test_rsad_staging import rsa_job, wait_state
+
+
+def job_cgroup(job: str) -> Path | None:
+    """The job's cgroup on this host (the lab's RSA nodes share its kernel), if any."""
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        if right.split()[0] == "cgroup2":
+            return Path(left.split()[4]) / "rsa.jobs" / job
+    return None
+
+
+def daemon_script(marker: int, tail: str) -> str:
+    """A script that leaves a session leader behind, records its pid, then does ``tail``."""
+    return ("#!/bin/bash\nset -e\n"
+            f"setsid bash -c 'echo $$ >> \"$RSA_DATA_OUT/daemon-$RSA_PHASE.pid\"; "
+            f"exec sleep {marker}' < /dev/null > /dev/null 2>&1 &\n"
+            f"for i in $(seq 50); do [ -s \"$RSA_DATA_OUT/daemon-$RSA_PHASE.pid\" ] && break; "
+            "sleep 0.1; done\n" + tail)
+
+
+def alive(pid: int, marker: int) -> bool:
+    try:
+        return f"sleep\0{marker}" in Path(f"/proc/{pid}/cmdline").read_text()
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def area(lab: Mapping[str, str]) -> Iterator[Path]:
+    base = Path(lab["RSA_LAB_PFS"]) / f"reap-{os.getpid()}-{time.monotonic_ns()}"
+    done = as_user(lab, lab["RSA_LAB_USER"], ["mkdir", "-p", f"{base}/in", f"{base}/out"])
+    assert done.returncode == 0, done.stderr
+    yield base
+    subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)
+
+
+def _owned_script(lab: Mapping[str, str], path: Path, text: str) -> None:
+    done = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", f"cat > {path}; chmod 755 {path}"])
+    assert done.returncode == 0, done.stderr
+    path.write_text(text)
+
+
+def test_a_postprocess_daemon_dies_with_its_command(lab: Mapping[str, str],
+                                                    area: Path) -> None:
+    marker = 6100 + os.getpid() % 1000
+    post = area / "post.sh"
+    _owned_script(lab, post, daemon_script(
+        marker, 'tar -C "$RSA_RAMDISK" -cf "$RSA_DATA_OUT/packed.tar" .\n'))
+    out = area / "out"
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_OUT={out}
+#RSA_POSTPROCESS={post}
+echo result > {out}/result
+"""
+    with make_jobs(lab) as jobs:
+        job = run_to_start(lab, jobs, script)
+        wait_state(lab, job, "released", "output-failed", timeout=180)
+    data = rsa_job(lab, job) or {}
+    assert data.get("rsa_state") == "released", data.get("events", [])[-6:]
+    pids = [int(p) for p in (out / "daemon-stage-out.pid").read_text().split()]
+    assert pids
+    assert not [p for p in pids if alive(p, marker)], f"POSTPROCESS daemons outlived {job}"
+    listing = subprocess.run(["tar", "-tf", str(out / "packed.tar")], capture_output=True,
+                             text=True, timeout=30, check=True).stdout
+    assert "./result" in listing
+    cg = job_cgroup(job)
+    assert cg is None or not cg.exists(), f"job {job}'s cgroup {cg} is left on the RSA node"
+
+
+def test_a_preprocess_daemon_dies_before_the_job_starts(lab: Mapping[str, str],
+                                                        area: Path) -> None:
+    marker = 7100 + os.getpid() % 1000
+    pre = area / "pre.sh"
+    # PREPROCESS runs with RSA_DATA_OUT unset when the job has no DATA_OUT: write the
+    # pid next to the input instead
+    _owned_script(lab, pre, daemon_script(marker, 'cp -r "$RSA_DATA_IN/." "$RSA_RAMDISK/"\n')
+                  .replace("$RSA_DATA_OUT", "$RSA_DATA_IN"))
+    (area / "in" / "x").write_text("x\n")
+    os.chown(area / "in" / "x", *_ids(lab))
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_IN={area}/in
+#RSA_PREPROCESS={pre}
+cat {area}/in/x
+"""
+    with make_jobs(lab) as jobs:
+        job = run_to_start(lab, jobs, script)
+        pids = [int(p) for p in (area / "in" / "daemon-stage-in.pid").read_text().split()]
+        # killed when the PREPROCESS command ended: before the job started
+        assert pids and not [p for p in pids if alive(p, marker)], \
+            f"PREPROCESS daemons {pids} outlived their command"
+        wait_state(lab, job, "released", timeout=180)
+
+
+def _ids(lab: Mapping[str, str]) -> tuple[int, int]:
+    import pwd
+
+    pw = pwd.getpwnam(lab["RSA_LAB_USER"])
+    return pw.pw_uid, pw.pw_gid

@@ -1,0 +1,142 @@
+"""Containment of user processes on an RSA node: the programs run for real on this host
+(as root, in its cgroup v2 hierarchy) through LocalHost, the same wrapper SshHost sends."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from rsa_scheduler.contain import check_scope, kill_leaf_argv, parse_reaped, reap_argv
+from rsa_scheduler.hosts import LocalHost
+from rsa_scheduler.remote import remote_argv
+from rsa_scheduler.runner import CommandError, Identity
+
+
+def cgroup2_root() -> Path | None:
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        if right.split()[0] == "cgroup2":
+            return Path(left.split()[4])
+    return None
+
+
+CG = cgroup2_root()
+needs_cgroup = pytest.mark.skipif(
+    os.geteuid() != 0 or CG is None or not os.access(CG, os.W_OK),
+    reason="needs root and a writable cgroup v2 hierarchy")
+
+
+@pytest.mark.parametrize("scope", ["", "../x", "a/b", "1 2", "-1", "x" * 65, "1..2"])
+def test_a_scope_that_is_not_a_job_id_is_refused(scope: str) -> None:
+    with pytest.raises(ValueError, match="bad containment scope"):
+        check_scope(scope)
+
+
+@pytest.mark.parametrize("scope", ["123", "123_4", "123+1", "abc.1"])
+def test_job_ids_are_scopes(scope: str) -> None:
+    assert check_scope(scope) == scope
+    assert reap_argv(scope)[-1] == scope and kill_leaf_argv(scope, 7)[-2:] == [scope, "7"]
+
+
+def test_a_scoped_remote_command_joins_the_cgroup_before_dropping_to_the_user() -> None:
+    ident = Identity("alice", 1000, 1000, (1000, 20), "/home/alice", scope="42")
+    argv = remote_argv(["true"], as_user=ident)
+    assert argv[:4] == ["setsid", "-w", "sh", "-c"] and "rsa.jobs" in argv[4]
+    assert argv[5:7] == ["077", "42"]
+    assert argv[7:11] == ["setpriv", "--reuid=1000", "--regid=1000", "--groups=1000,20"]
+    assert "RSA_SCOPE=42" in argv
+    plain = remote_argv(["true"], as_user=replace(ident, scope=""))
+    assert "rsa.jobs" not in plain[4] and "RSA_SCOPE=42" not in plain
+
+
+def test_reap_output_is_parsed_and_its_absence_is_an_error() -> None:
+    assert parse_reaped("noise\nRSA-REAPED 3 cgroup 0\n") == (3, "cgroup", 0)
+    with pytest.raises(ValueError):
+        parse_reaped("")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_gone(pid: int, timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+SCOPE = f"9{os.getpid()}"
+USER = replace(Identity.of("nobody"), scope=SCOPE)
+
+
+@needs_cgroup
+def test_a_daemon_a_command_leaves_behind_is_killed_when_it_ends() -> None:
+    host = LocalHost()
+    done = host.run(["sh", "-c", "setsid sleep 3001 </dev/null >/dev/null 2>&1 & "
+                     "echo $!; id -u"], timeout=20, as_user=USER)
+    pid_s, uid = done.stdout.split()
+    assert uid == "65534" and done.argv[:2] == ("sh", "-c")  # ran as the user, argv shown
+    assert _wait_gone(int(pid_s)), "the setsid daemon outlived its command"
+    assert CG is not None and not list((CG / "rsa.jobs" / SCOPE).glob("p*"))
+    assert host.run(reap_argv(SCOPE), timeout=20).stdout.startswith("RSA-REAPED 0 cgroup")
+
+
+@needs_cgroup
+def test_exit_status_and_errors_are_the_commands_own() -> None:
+    host = LocalHost()
+    assert host.run(["sh", "-c", "exit 3"], timeout=20, as_user=USER,
+                    check=False).returncode == 3
+    with pytest.raises(CommandError, match=r"^false: exit 1"):
+        host.run(["false"], timeout=20, as_user=USER)
+    host.run(reap_argv(SCOPE), timeout=20)
+
+
+@needs_cgroup
+def test_reap_kills_what_a_killed_command_left_in_the_jobs_cgroup() -> None:
+    assert CG is not None
+    leaf = CG / "rsa.jobs" / SCOPE / "p1"
+    leaf.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                             "sleep", "3002"], start_new_session=True)
+    try:
+        (leaf / "cgroup.procs").write_text(str(proc.pid))
+        done = LocalHost().run(reap_argv(SCOPE), timeout=30)
+        assert parse_reaped(done.stdout) == (1, "cgroup", 0)
+        assert proc.wait(5) == -9
+        assert not (CG / "rsa.jobs" / SCOPE).exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
+def test_without_a_cgroup_reap_kills_the_tagged_processes_of_users_only() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    scope = f"8{os.getpid()}"
+    env = {"PATH": "/usr/bin:/bin", "RSA_SCOPE": scope}
+    user = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                             "sleep", "3003"], env=env, start_new_session=True)
+    mine = subprocess.Popen(["sleep", "3004"], env=env, start_new_session=True)
+    try:
+        time.sleep(0.2)
+        done = LocalHost().run(reap_argv(scope), timeout=60)
+        assert parse_reaped(done.stdout) == (1, "environment", 0)
+        assert user.wait(5) == -9
+        assert mine.poll() is None  # root's own processes are never signalled
+    finally:
+        for p in (user, mine):
+            if p.poll() is None:
+                p.kill()
+                p.wait(5)
