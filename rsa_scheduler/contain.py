@@ -11,6 +11,9 @@ Owns the two fixed shell programs and their pure argv builders:
 * :data:`REAP` is run as root on every RSA node of a job before its filesystem is
   destroyed: it kills every process in the job's cgroup subtree (``cgroup.kill``, or
   freeze-kill-thaw on kernels before 5.14) and removes it.
+* :data:`FENCE` is run as root on a node before a newly started rsad runs anything as a
+  user there: it kills every command an earlier rsad left running (every leaf of every
+  job), so a stale copy can never write after the new rsad re-issued its action.
 
 Without a writable cgroup v2 hierarchy on a node (a v1-only host, a container without
 cgroupns write access) commands still run, and :data:`REAP` falls back to the
@@ -31,6 +34,8 @@ CGROUP_TOP = "rsa.jobs"
 SCOPE_ENV = "RSA_SCOPE"
 #: what REAP prints, then the number of processes it signalled and how
 REAPED_MARK = "RSA-REAPED"
+#: what FENCE prints, then the number of processes it signalled
+FENCED_MARK = "RSA-FENCED"
 
 _SCOPE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_+.-]{0,63}")
 
@@ -85,6 +90,22 @@ REAP = (
     'echo "' + REAPED_MARK + ' $n environment 0"')
 
 
+#: argv: sh -c FENCE (run as root)
+FENCE = (
+    'n=0; ' + _CG_ROOT +
+    'if [ -n "$r" ] && [ -d "$r/' + CGROUP_TOP + '" ]; then '
+    '  for k in "$r"/' + CGROUP_TOP + '/*/p*; do [ -d "$k" ] || continue; '
+    '    n=$((n + $(wc -l < "$k/cgroup.procs"))); ' + _KILL_CG +
+    '    rmdir "$k" 2>/dev/null; done; fi; '
+    # commands of a node without a writable cgroup hierarchy carry only the tag
+    'for e in /proc/[0-9]*/environ; do p=${e#/proc/}; p=${p%/environ}; '
+    '  [ "$p" = $$ ] && continue; '
+    '  if tr "\\0" "\\n" < "$e" 2>/dev/null | grep -q "^' + SCOPE_ENV + '="; then '
+    '    [ "$(stat -c %u "/proc/$p" 2>/dev/null)" = 0 ] && continue; '
+    '    kill -9 "$p" 2>/dev/null && n=$((n+1)); fi; done; '
+    'echo "' + FENCED_MARK + ' $n"')
+
+
 def check_scope(scope: str) -> str:
     """A job's containment scope: its Slurm job id (``123``, ``123_4``, ``123+1``)."""
     if not _SCOPE_RE.fullmatch(scope) or ".." in scope:
@@ -114,3 +135,16 @@ def parse_reaped(stdout: str) -> tuple[int, str, int]:
             _, n, how, left = line.split()
             return int(n), how, int(left)
     raise ValueError(f"no {REAPED_MARK} line in {stdout[-200:]!r}")
+
+
+def fence_argv() -> list[str]:
+    """Kill every command an earlier rsad started as a user on one node."""
+    return ["sh", "-c", FENCE]
+
+
+def parse_fenced(stdout: str) -> int:
+    """How many processes FENCE signalled."""
+    for line in stdout.splitlines():
+        if line.startswith(FENCED_MARK + " "):
+            return int(line.split()[1])
+    raise ValueError(f"no {FENCED_MARK} line in {stdout[-200:]!r}")

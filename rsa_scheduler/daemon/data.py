@@ -13,6 +13,7 @@ cannot be used.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 from ClusterShell.NodeSet import NodeSet
 
 from rsa_scheduler.config import Config
-from rsa_scheduler.contain import parse_reaped, reap_argv
+from rsa_scheduler.contain import fence_argv, parse_fenced, parse_reaped, reap_argv
 from rsa_scheduler.core.actions import ActionKind
 from rsa_scheduler.daemon.executors import ActionContext, PermanentError, Registry
 from rsa_scheduler.errors import RsaError
@@ -72,6 +73,44 @@ class DataPath:
         self._backends = dict(backends or {})
         self.pool_dirs = {n.name: str(n.pool_dir) for n in cfg.pool.members()}
         self.tiers = {n.name: n.tier.value for n in cfg.pool.members()}
+        self._fenced: set[str] = set()
+        self._fence_locks = {name: threading.Lock() for name in hosts}
+
+    # ---- fencing --------------------------------------------------------------------------
+    def fenced(self, node: str) -> Host:
+        """``node``, once every command an earlier rsad left running there as a user is
+        dead: a stale copy must never write after this rsad re-issued its action. A node
+        that cannot be reached fails the action that needs it (retried later)."""
+        if node not in self._fenced:
+            with self._fence_locks[node]:
+                if node not in self._fenced:
+                    try:
+                        done = self.hosts[node].run(fence_argv(), timeout=120)
+                        killed = parse_fenced(done.stdout)
+                    except (RsaError, ValueError) as e:
+                        raise RsaError(f"{node}: cannot stop what an earlier rsad left "
+                                       f"running there: {e}") from e
+                    if killed:
+                        log.warning("%s: killed %d process(es) an earlier rsad left "
+                                    "running", node, killed)
+                    self._fenced.add(node)
+        return self.hosts[node]
+
+    def fence_all(self) -> None:
+        """At start-up, fence every RSA node at once (a node down now is fenced when an
+        action first needs it)."""
+        def one(node: str) -> None:
+            try:
+                self.fenced(node)
+            except RsaError as e:
+                log.warning("fence: %s", e)
+
+        threads = [threading.Thread(target=one, args=(n,), name=f"fence-{n}")
+                   for n in self.hosts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
 
     def backend(self, tier: str) -> FilesystemBackend:
         if tier not in self._backends:
@@ -112,7 +151,7 @@ class DataPath:
             ctx.progress(p.to_json())
 
         st = self.cfg.staging
-        return StagingEngine([self.hosts[n] for n in spec.nodes], identity,
+        return StagingEngine([self.fenced(n) for n in spec.nodes], identity,
                              parallel_per_node=st.parallel_per_node, progress=progress,
                              cancel=ctx.cancel, job_id=ctx.action.job_id)
 
@@ -136,7 +175,7 @@ class DataPath:
         reaped: dict[str, int] = {}
         for node in req.nodes:
             try:
-                done = self.hosts[node].run(argv, timeout=60)
+                done = self.fenced(node).run(argv, timeout=60)
                 n, how, left = parse_reaped(done.stdout)
             except (RsaError, ValueError) as e:
                 raise RsaError(f"job {req.job_id}: cannot kill its processes on {node} "
@@ -195,6 +234,7 @@ class DataPath:
         return {"verified": {"objects": result.checked}}
 
     def register(self, registry: Registry) -> None:
+        registry.on_start(self.fence_all)
         registry.register(ActionKind.BUILD_FS, self.build_fs)
         registry.register(ActionKind.DESTROY_FS, self.destroy_fs)
         registry.register(ActionKind.STAGE_IN, self.stage_in)

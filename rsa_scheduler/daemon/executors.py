@@ -46,9 +46,18 @@ class Registry:
 
     def __init__(self) -> None:
         self._by_kind: dict[ActionKind, Executor] = {}
+        self._on_start: list[Callable[[], None]] = []
 
     def register(self, kind: ActionKind, fn: Executor) -> None:
         self._by_kind[kind] = fn
+
+    def on_start(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` when rsad starts, before it re-issues any outstanding action."""
+        self._on_start.append(fn)
+
+    def starting(self) -> None:
+        for fn in self._on_start:
+            fn()
 
     def kinds(self) -> frozenset[ActionKind]:
         return frozenset(self._by_kind)

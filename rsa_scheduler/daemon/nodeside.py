@@ -70,6 +70,8 @@ class JobNodes:
     standing: dict[str, Any] | None = None
     # node -> the mount instruction (seq) its Prolog was handed and has not yet reported
     asked: dict[str, int] = field(default_factory=dict)
+    # nodes that confirmed the RAMDISK mounted (Prolog or agent) and did not release it
+    mounted: set[str] = field(default_factory=set)
 
 
 class NodeSide:
@@ -148,19 +150,27 @@ class NodeSide:
         v = self._step(ctx, ins, self.mount_timeout)
         if v.state != "ok":
             raise RsaError(f"mounting the RAMDISK over {target} failed: {v.message}")
-        return {"nodes": sorted(self._job(ctx.action.job_id).nodes or ())}
+        j = self._job(ctx.action.job_id)
+        with self._cond:
+            return {"nodes": sorted(j.nodes or ()), "mounted": sorted(j.mounted)}
 
-    def _expected(self, j: JobNodes, ins: Mapping[str, Any]) -> frozenset[str] | None:
+    def _expected(self, j: JobNodes, ins: Mapping[str, Any],
+                  known: frozenset[str] = frozenset()) -> frozenset[str] | None:
         """The nodes a step waits for. Mounts at job start: the job's nodes (from the
-        Prologs' SLURM_NODELIST). Steps the agents carry out: the nodes that have an agent
-        (a node whose Prolog never ran has nothing to release; it gets the standing mount
-        when its Prolog runs)."""
+        Prologs' SLURM_NODELIST). A release: every node that has an agent or holds the
+        mount (``known``: what the last mount step recorded, which survives an rsad
+        restart) — the RAMDISK is destroyed after it, so no node may still use it. The
+        output mount the agents make: the nodes that have an agent (a node whose Prolog
+        never ran has nothing to release; it gets the standing mount when it runs)."""
         if ins["do"] == "mount" and ins.get("via") != "agent":
             return j.nodes
+        if ins["do"] == "release":
+            return frozenset((j.agents | j.mounted | known) - j.ended) or None
         return frozenset(j.agents - j.ended) or None
 
     def _step(self, ctx: ActionContext, ins: dict[str, Any], timeout: float) -> Verdict:
         job = ctx.action.job_id
+        known = frozenset(str(n) for n in ctx.facts.get("mounted") or ())
         start = self.clock()
         deadline = start + timeout
         with self._cond:
@@ -173,18 +183,21 @@ class NodeSide:
             self._cond.notify_all()
             try:
                 while True:
-                    v = aggregate(self._expected(j, ins), j.reports, ins["seq"])
+                    v = aggregate(self._expected(j, ins, known), j.reports, ins["seq"])
                     if v.state == "pending" and self._enough(j, ins, start):
                         v = Verdict("ok", f"{', '.join(v.missing)}: mount when their "
                                           "Prolog runs")
-                    if (v.state == "ok" and self._agent_step(ins) and not (
-                            j.nodes and j.agents >= j.nodes)
+                    if (v.state == "ok" and ins["do"] == "mount" and self._agent_step(ins)
+                            and not (j.nodes and j.agents >= j.nodes)
                             and self.clock() - start < self.agent_settle):
                         # some nodes have no agent (yet): after an rsad restart agents
                         # reconnect within seconds; never destroy a RAMDISK one still uses
                         v = Verdict("pending", "waiting for the other nodes' agents")
                     if v.state == "ok" and ins["do"] == "mount":
                         j.standing = ins
+                        j.mounted |= self._oks(j, ins)
+                    elif v.state == "ok":
+                        j.mounted -= self._oks(j, ins)
                     if v.state != "pending":
                         log.info("job %s: node step %s %s: %s %s", job, ins["seq"],
                                  ins["do"], v.state, v.message)
@@ -195,12 +208,19 @@ class NodeSide:
                     if left <= 0:
                         why = v.message if j.nodes is not None else (
                             "no compute node asked rsad (is rsa-prolog the node Prolog?)")
+                        if ins["do"] == "release":
+                            why += ("; nodes that hold the mount must confirm before the "
+                                    "RAMDISK is recreated: it is kept")
                         raise RsaError(f"compute nodes did not {ins['do']} within "
                                        f"{timeout:.0f}s: {why}")
                     self._cond.wait(min(left, 0.5))
             finally:
                 if j.current is ins:
                     j.current = None
+
+    @staticmethod
+    def _oks(j: JobNodes, ins: Mapping[str, Any]) -> set[str]:
+        return {n for n, r in j.reports.items() if r["seq"] == ins["seq"] and r["ok"]}
 
     @staticmethod
     def _agent_step(ins: Mapping[str, Any]) -> bool:
@@ -295,6 +315,9 @@ class NodeSide:
                                "message": str(data.get("message") or "")[:500]}
             if not j.reports[node]["ok"]:
                 log.warning("job %s node %s: %s", job, node, j.reports[node]["message"])
+            elif (j.current is None and j.standing is not None
+                  and j.reports[node]["seq"] == j.standing["seq"]):
+                j.mounted.add(node)  # a late Prolog mounted the standing mount
             self._cond.notify_all()
         return {"job_id": job, "node": node, "recorded": True}
 
@@ -304,6 +327,7 @@ class NodeSide:
             if j is not None:
                 j.ended.add(node)
                 j.agents.discard(node)
+                j.mounted.discard(node)
                 self._cond.notify_all()
             self._prune()
         return {"job_id": job, "node": node}

@@ -43,7 +43,7 @@ from rsa_scheduler.store import JobRow, Store
 log = logging.getLogger(__name__)
 
 ADMIN_COMMENT_PREFIX = "rsa1:"
-FACT_KEYS = ("mount", "lock_token", "manifest")  # outcome details worth remembering
+FACT_KEYS = ("mount", "lock_token", "manifest", "mounted")  # outcome details worth remembering
 
 
 #: request kinds handled in groups with one commit (group commit); the rest one by one
@@ -110,6 +110,7 @@ class Daemon:
         outstanding = self.sched.outstanding()
         log.info("replayed %d events: %d jobs tracked, %d actions to re-issue",
                  len(events), len(self.sched.records), len(outstanding))
+        self.registry.starting()  # fence: what an earlier rsad left running is killed
         self._dispatch(outstanding)
 
     def _learn_facts(self, ev: Event) -> None:

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from rsa_scheduler.contain import check_scope, kill_leaf_argv, parse_reaped, reap_argv
+from rsa_scheduler.contain import (
+    check_scope,
+    fence_argv,
+    kill_leaf_argv,
+    parse_fenced,
+    parse_reaped,
+    reap_argv,
+)
 from rsa_scheduler.hosts import LocalHost
 from rsa_scheduler.remote import remote_argv
 from rsa_scheduler.runner import CommandError, Identity
@@ -140,3 +147,40 @@ def test_without_a_cgroup_reap_kills_the_tagged_processes_of_users_only() -> Non
             if p.poll() is None:
                 p.kill()
                 p.wait(5)
+
+
+@needs_cgroup
+def test_fence_kills_every_leftover_command_of_every_job_and_keeps_root_processes() -> None:
+    assert CG is not None
+    leaves = [CG / "rsa.jobs" / f"7{os.getpid()}" / "p1", CG / "rsa.jobs" / SCOPE / "p2"]
+    procs = []
+    root_tagged = subprocess.Popen(["sleep", "3005"], start_new_session=True,
+                                   env={"PATH": "/usr/bin:/bin", "RSA_SCOPE": SCOPE})
+    try:
+        for leaf in leaves:
+            leaf.mkdir(parents=True, exist_ok=True)
+            p = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534",
+                                  "--clear-groups", "sleep", "3006"], start_new_session=True)
+            (leaf / "cgroup.procs").write_text(str(p.pid))
+            procs.append(p)
+        # a node without cgroups: only the tag marks the command
+        procs.append(subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534",
+                                       "--clear-groups", "sleep", "3007"],
+                                      start_new_session=True,
+                                      env={"PATH": "/usr/bin:/bin", "RSA_SCOPE": "5"}))
+        time.sleep(0.2)
+        done = LocalHost().run(fence_argv(), timeout=60)
+        assert parse_fenced(done.stdout) == 3
+        assert [p.wait(5) for p in procs] == [-9, -9, -9]
+        assert root_tagged.poll() is None
+        assert not any(leaf.exists() for leaf in leaves)
+        assert (CG / "rsa.jobs" / SCOPE).is_dir()  # the job's own cgroup stays for REAP
+    finally:
+        for p in [*procs, root_tagged]:
+            if p.poll() is None:
+                p.kill()
+                p.wait(5)
+        for leaf in leaves:
+            for d in (leaf, leaf.parent):
+                if d.exists():
+                    d.rmdir()

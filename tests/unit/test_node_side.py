@@ -270,3 +270,42 @@ def test_a_node_that_is_mounting_holds_the_step_until_it_reports() -> None:
         fut.result(0.5)
     side.report("7", "c2", {"seq": ins["seq"], "ok": False, "message": "no such dir"})
     assert fut.result(5).result is not Result.OK
+
+
+RESET_ARGS = {"user": "alice", "nodes": "rsa1", "data_in": "/scratch/a/in",
+              "data_out": "/scratch/a/out"}
+
+
+def test_a_release_is_never_done_while_a_node_that_holds_the_mount_is_silent() -> None:
+    side, reg, backend = make_side(timeout=1.5)
+    side.agent_settle = 0.1
+    side.settle = 0.05
+    fut = start(reg, ActionKind.MOUNT_INPUT, INPUT)
+    ins = until(side, lambda: side.prolog("7", "c1", "c[1-2]", "mounting-input"), "mount")
+    side.prolog("7", "c2", "c[1-2]", "mounting-input")
+    for node in ("c1", "c2"):
+        side.report("7", node, {"seq": ins["seq"], "ok": True})
+    done = fut.result(5)
+    assert done.result is Result.OK and done.detail["mounted"] == ["c1", "c2"]
+    # only c1's agent is there: c2 (which holds the input mount) never confirms
+    reset = start(reg, ActionKind.RESET, RESET_ARGS)
+    rel = side.agent("7", "c1", "c[1-2]", 0, wait=2)
+    side.report("7", "c1", {"seq": rel["seq"], "ok": True})
+    out = reset.result(5)
+    assert out.result is Result.FAILED and "c2" in out.message and "kept" in out.message
+    assert backend.resets == 0  # the RAMDISK c2 still reads was not destroyed
+
+
+def test_after_a_restart_the_recorded_mounts_must_confirm_the_release() -> None:
+    side, reg, backend = make_side(timeout=1.5)
+    side.agent_settle = 0.1
+    action = Action("7/1/reset/3", "7", ActionKind.RESET, dict(RESET_ARGS))
+    ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
+                        facts={"mount": SPEC.to_json(), "mounted": ["c1", "c2"]})
+    fut: Future[Outcome] = Future()
+    threading.Thread(target=lambda: fut.set_result(reg.run(ctx)), daemon=True).start()
+    rel = side.agent("7", "c1", "c[1-2]", 0, wait=2)  # c2's agent never comes back
+    side.report("7", "c1", {"seq": rel["seq"], "ok": True})
+    out = fut.result(5)
+    assert out.result is Result.FAILED and "c2" in out.message
+    assert backend.resets == 0
