@@ -33,6 +33,9 @@ class ActionContext:
     cancel: CancelToken
     progress: Callable[[Mapping[str, Any]], None]
     facts: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"mount": {...}}
+    #: record a step durably (returns once it is in the event log): the facts of this
+    #: action when it is re-issued after a crash
+    milestone: Callable[[Mapping[str, Any]], None] = lambda _data: None
 
 
 Executor = Callable[[ActionContext], Mapping[str, Any] | None]

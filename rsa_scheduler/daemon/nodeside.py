@@ -111,13 +111,21 @@ class NodeSide:
         release reads DATA_IN from the PFS from then on, which is always correct.
         """
         job = ctx.action.job_id
-        v = self._step(ctx, release_instruction(0, job_id=job), self.reset_timeout)
-        if v.state == "busy":
-            raise BusyError(f"input mount still in use ({v.message}); will retry")
-        if v.state != "ok":
-            raise RsaError(f"releasing the input mounts failed: {v.message}")
         backend, req = self.backend_for(ctx)
-        spec = backend.reset(req, ctx.cancel)
+        if ctx.facts.get("reset_of") == ctx.action.id and ctx.facts.get("mount"):
+            # this reset recreated the RAMDISK before rsad restarted: the job may already
+            # write its output there; never destroy it again, only finish the mounts
+            spec = MountSpec.from_json(ctx.facts["mount"])
+            log.info("job %s: reset already recreated the RAMDISK; mounting it over "
+                     "DATA_OUT", job)
+        else:
+            v = self._step(ctx, release_instruction(0, job_id=job), self.reset_timeout)
+            if v.state == "busy":
+                raise BusyError(f"input mount still in use ({v.message}); will retry")
+            if v.state != "ok":
+                raise RsaError(f"releasing the input mounts failed: {v.message}")
+            spec = backend.reset(req, ctx.cancel)
+            ctx.milestone({"reset_of": ctx.action.id, "mount": spec.to_json()})
         try:
             detail = dict(self._mount(ctx, role="output", target=str(
                 ctx.action.args.get("data_out") or ""), mode="rw", spec=spec, via="agent"))

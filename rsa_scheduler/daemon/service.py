@@ -43,7 +43,8 @@ from rsa_scheduler.store import JobRow, Store
 log = logging.getLogger(__name__)
 
 ADMIN_COMMENT_PREFIX = "rsa1:"
-FACT_KEYS = ("mount", "lock_token", "manifest", "mounted")  # outcome details worth remembering
+# outcome (and milestone) details worth remembering
+FACT_KEYS = ("mount", "lock_token", "manifest", "mounted", "reset_of")
 
 
 #: request kinds handled in groups with one commit (group commit); the rest one by one
@@ -114,7 +115,8 @@ class Daemon:
         self._dispatch(outstanding)
 
     def _learn_facts(self, ev: Event) -> None:
-        if ev.name != "action.outcome" or ev.context.get("result") != "ok":
+        if not (ev.name == "action.milestone" or (
+                ev.name == "action.outcome" and ev.context.get("result") == "ok")):
             return
         detail = ev.context.get("detail") or {}
         for key in FACT_KEYS:
@@ -369,6 +371,14 @@ class Daemon:
             # "time": when rsad heard it, so clients can count the ETA down between reports
             self.progress[job] = {**data, "time": now}
             return None
+        if req.kind == "milestone":
+            # durable before the executor goes on: a re-issued action after a crash
+            # finds it in its facts and does not redo (or undo) what is behind it
+            job, action_id, data = req.payload
+            ev = Event(now, job, "action.milestone", {"action": action_id, "detail": data})
+            self._commit(Decision(events=[ev]))
+            self._learn_facts(ev)
+            return {"recorded": True}
         if req.kind == "command":
             job, trigger, by, operator = req.payload
             dec = self.sched.command(job, Trigger(trigger), now, by=by, operator=operator)
@@ -467,8 +477,11 @@ class Daemon:
         def progress(data: Mapping[str, Any]) -> None:
             self.inbox.put(Request("progress", (job, {**data, "action": action.id})))
 
+        def milestone(data: Mapping[str, Any]) -> None:
+            self.submit("milestone", (job, action.id, dict(data)), wait=True, timeout=60)
+
         ctx = ActionContext(action=action, cancel=cancel, progress=progress,
-                            facts=dict(self.facts.get(job, {})))
+                            facts=dict(self.facts.get(job, {})), milestone=milestone)
         future = self.workers.submit(self.registry.run, ctx)
         if tracked:
             self.running[action.id] = Running(action, cancel, future, self.clock())

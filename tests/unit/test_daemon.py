@@ -347,3 +347,23 @@ def test_a_burst_of_requests_is_one_commit_before_any_action(tmp_path: Path) -> 
             bogus.result(timeout=1)
     finally:
         d.shutdown()
+
+
+def test_a_milestone_is_durable_before_the_executor_goes_on_and_a_restart_knows_it(
+        tmp_path: Path) -> None:
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    d.submit("milestone", ("7", "7/1/reset/9", {"reset_of": "7/1/reset/9",
+                                                "mount": {"fs_id": "new"}}))
+    d.drain(timeout=0.5)
+    ev = [e for e in d.store.events("7") if e.name == "action.milestone"]
+    assert ev and ev[0].context["action"] == "7/1/reset/9"
+    assert d.facts["7"]["reset_of"] == "7/1/reset/9"
+    d.shutdown()
+    d.store.close()
+    d2 = make_daemon(tmp_path, slurm, [])
+    assert d2.facts["7"]["reset_of"] == "7/1/reset/9"
+    assert d2.facts["7"]["mount"] == {"fs_id": "new"}

@@ -309,3 +309,37 @@ def test_after_a_restart_the_recorded_mounts_must_confirm_the_release() -> None:
     out = fut.result(5)
     assert out.result is Result.FAILED and "c2" in out.message
     assert backend.resets == 0
+
+
+def test_a_reset_reissued_after_a_crash_never_destroys_the_ramdisk_it_made() -> None:
+    side, reg, backend = make_side()
+    side.agent_settle = 0.0
+    milestones: list[Mapping[str, Any]] = []
+
+    token = CancelToken()
+
+    def run(facts: dict[str, Any]) -> Future[Outcome]:
+        action = Action("7/1/reset/3", "7", ActionKind.RESET, dict(RESET_ARGS))
+        ctx = ActionContext(action=action, cancel=token, progress=lambda _d: None,
+                            facts=facts, milestone=milestones.append)
+        fut: Future[Outcome] = Future()
+        threading.Thread(target=lambda: fut.set_result(reg.run(ctx)), daemon=True).start()
+        return fut
+
+    side.prolog("7", "c1", "c1", "mounted-input")
+    first = run({"mount": SPEC.to_json()})
+    rel = side.agent("7", "c1", "c1", 0, wait=2)
+    side.report("7", "c1", {"seq": rel["seq"], "ok": True})
+    mount = side.agent("7", "c1", "c1", rel["seq"], wait=2)
+    assert mount["do"] == "mount" and backend.resets == 1
+    assert milestones == [{"reset_of": "7/1/reset/3", "mount": milestones[0]["mount"]}]
+    # rsad dies here, the job writes its output; the new rsad re-issues the same action
+    token.cancel("rsad stopped")
+    first.result(5)  # (a crash records no outcome: this one is dropped)
+    token = CancelToken()
+    again = run({"mount": milestones[0]["mount"], "reset_of": "7/1/reset/3"})
+    mount2 = side.agent("7", "c1", "c1", mount["seq"], wait=2)
+    assert mount2["do"] == "mount" and mount2["role"] == "output"  # no release first
+    side.report("7", "c1", {"seq": mount2["seq"], "ok": True})
+    assert again.result(5).result is Result.OK
+    assert backend.resets == 1  # the output RAMDISK was not destroyed again
