@@ -27,6 +27,8 @@ daemon:
   api:
     socket: {SOCKET}
     listen: "{LISTEN}"
+health:
+  interval: 2s
 metrics:
   listen: "{METRICS}"
 """

@@ -20,28 +20,37 @@ def nodes(api: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"nodes": data}, sort_keys=True))
         return
-    click.echo(f"{'NODE':<12} {'TIER':<5} {'STATE':<9} {'CAPACITY':>9}  JOB")
+    click.echo(f"{'NODE':<12} {'TIER':<5} {'STATE':<9} {'CAPACITY':>9}  {'JOB':<10} REASON")
     for n in data:
+        why = n.get("reason") or ""
+        if why and n.get("by"):
+            why = f"{why} [{n['by']}]"
         click.echo(f"{n['name']:<12} {n['tier']:<5} {n['state']:<9} "
-                   f"{format_size(n['capacity']):>9}  {n['job'] or '-'}")
+                   f"{format_size(n['capacity']):>9}  {n['job'] or '-':<10} {why}".rstrip())
 
 
-def _set(api: str | None, node: str, state: str) -> None:
-    ApiClient(api).post(f"/v1/nodes/{node}/state", {"state": state})
-    click.echo(f"{node}: {state}")
+def _set(api: str | None, node: str, state: str, reason: str) -> None:
+    ApiClient(api).post(f"/v1/nodes/{node}/state", {"state": state, "reason": reason})
+    click.echo(f"{node}: {state}" + (f" ({reason})" if reason else ""))
+
+
+REASON = click.option("--reason", default="", help="Why (shown by rsa nodes and logged).")
 
 
 @click.command("drain")
 @API_OPTION
+@REASON
 @click.argument("node")
-def drain(api: str | None, node: str) -> None:
+def drain(api: str | None, reason: str, node: str) -> None:
     """Never allocate NODE again until resumed (a job holding it keeps it)."""
-    _set(api, node, "drained")
+    _set(api, node, "drained", reason)
 
 
 @click.command("resume")
 @API_OPTION
+@REASON
 @click.argument("node")
-def resume(api: str | None, node: str) -> None:
-    """Make a drained or down NODE allocatable again."""
-    _set(api, node, "up")
+def resume(api: str | None, reason: str, node: str) -> None:
+    """Make a drained or down NODE allocatable again (also one the health loop took out:
+    it is probed again and taken out again if still unhealthy)."""
+    _set(api, node, "up", reason)

@@ -555,6 +555,26 @@ class HooksConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HealthConfig:
+    interval: float = field(
+        metadata=meta(Duration(max=HOUR), "How often rsad probes every RSA node over SSH "
+                      "(free space of its pool directory, its clock). 0s: off.")
+    )
+    down_after: int = field(
+        metadata=meta(Int(1, 100), "Failed probes in a row before a node is marked down "
+                      "(never allocated; comes back by itself once it answers).")
+    )
+    min_free: int = field(
+        metadata=meta(Size(), "A node with less free space in its pool directory is "
+                      "drained by the health loop (and resumed once it has it again).")
+    )
+    max_clock_skew: float = field(
+        metadata=meta(Duration(max=HOUR), "A node whose clock is further off than this "
+                      "is drained (timestamps and verification compare mtimes).")
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MetricsConfig:
     listen: HostPort | None = field(
         metadata=meta(Optional(Listen()), "Prometheus endpoint, e.g. `127.0.0.1:9465`. Empty: off.")
@@ -596,6 +616,9 @@ class Config:
     staging: StagingConfig = field(metadata=meta(Section(StagingConfig), "Stage-in and stage-out."))
     hooks: HooksConfig = field(
         metadata=meta(Section(HooksConfig), "Prolog/Epilog on compute nodes.")
+    )
+    health: HealthConfig = field(
+        metadata=meta(Section(HealthConfig), "RSA-node health checks and automatic drain.")
     )
     metrics: MetricsConfig = field(metadata=meta(Section(MetricsConfig), "Prometheus metrics."))
     # Not settings: where this config came from and what the loader warned about.

@@ -278,12 +278,15 @@ class Scheduler:
         self._note_waiting(rec)
         return dec
 
-    def set_node_state(self, node: str, state: NodeState, now: float, *, by: str) -> Decision:
-        """Operator drain/resume/down of an RSA node."""
+    def set_node_state(self, node: str, state: NodeState, now: float, *, by: str,
+                       reason: str = "") -> Decision:
+        """Drain/resume/down of an RSA node by an operator or the health loop."""
         before = self.pool.state(node)
         self.pool.set_state(node, state)
-        return Decision(events=[Event(now, POOL_STREAM, "node.state", {
-            "node": node, "from": before.value, "to": state.value, "by": by})])
+        ctx = {"node": node, "from": before.value, "to": state.value, "by": by}
+        if reason:
+            ctx["reason"] = reason
+        return Decision(events=[Event(now, POOL_STREAM, "node.state", ctx)])
 
     def forget_finished(self) -> list[str]:
         """Drop finished jobs whose RSA cycle has ended from memory (their log stays)."""

@@ -97,7 +97,15 @@ class Routes:
             if not caller.operator:
                 raise ApiError(HTTPStatus.FORBIDDEN, "only root or slurm may drain nodes")
             state = str((body or {}).get("state", ""))
-            return self.daemon.submit("node-state", (parts[1], state, caller.user), wait=True)
+            reason = " ".join(str((body or {}).get("reason") or "").split())[:200]
+            if state not in ("up", "drained", "down"):
+                raise ApiError(HTTPStatus.BAD_REQUEST,
+                               f"state must be up, drained or down, not {state[:20]!r}")
+            if parts[1] not in {n.name for n in self.daemon.sched.pool.nodes()}:
+                raise ApiError(HTTPStatus.NOT_FOUND, f"no RSA node {parts[1][:64]!r} in "
+                                                     "the pool (see rsa nodes)")
+            return self.daemon.submit("node-state", (parts[1], state, caller.user, reason),
+                                      wait=True)
         raise ApiError(HTTPStatus.NOT_FOUND, f"no such endpoint {method} {url.path}")
 
     def _status(self, caller: Caller) -> dict[str, Any]:

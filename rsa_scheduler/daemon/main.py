@@ -62,6 +62,12 @@ def rsad(config_path: str | None, check: bool, log_level: str | None) -> None:
     servers = ApiServers(Routes(daemon), cfg.daemon.api.socket,
                          (listen.host, listen.port) if listen else None)
     servers.start()
+    from rsa_scheduler.daemon.wiring import make_health
+
+    health = make_health(cfg, daemon)
+    if health is not None:
+        health.start(stop)
+        log.info("RSA-node health checks every %gs", cfg.health.interval)
     if cfg.metrics.listen is not None:
         from rsa_scheduler.daemon.metrics import Metrics
 

@@ -99,6 +99,9 @@ class Daemon:
         self.slurm_ok = True
         self.metrics: Metrics | None = None
         self._group: Decision | None = None  # decisions of the request group being handled
+        self.hosts: Mapping[str, Any] | None = None  # the RSA nodes (None: no data path)
+        # node -> who set its state last, why and when (from the log, then live)
+        self.node_notes: dict[str, dict[str, Any]] = {}
 
     # ---- start-up -----------------------------------------------------------------------
     def start(self) -> None:
@@ -108,6 +111,10 @@ class Daemon:
         self.sched = Scheduler.replay(pool, self.sched.policy, events)
         for ev in events:
             self._learn_facts(ev)
+            if ev.name == "node.state":
+                self.node_notes[str(ev.context["node"])] = {
+                    "by": ev.context.get("by", ""), "reason": ev.context.get("reason", ""),
+                    "time": ev.time}
         outstanding = self.sched.outstanding()
         log.info("replayed %d events: %d jobs tracked, %d actions to re-issue",
                  len(events), len(self.sched.records), len(outstanding))
@@ -388,8 +395,11 @@ class Daemon:
         if req.kind == "hook":
             return self._hook(req.payload, req.received)
         if req.kind == "node-state":
-            node, state, by = req.payload
-            self._commit(self.sched.set_node_state(node, NodeState(state), now, by=by))
+            node, state, by, *rest = req.payload
+            reason = str(rest[0]) if rest else ""
+            self._commit(self.sched.set_node_state(node, NodeState(state), now, by=by,
+                                                   reason=reason))
+            self.node_notes[node] = {"by": by, "reason": reason, "time": now}
             return {"node": node, "state": state}
         if req.kind == "call":
             fn: Callable[[], Any] = req.payload
@@ -521,9 +531,13 @@ class Daemon:
         pool = self.sched.pool
         nodes = []
         for node in pool.nodes():
+            note = self.node_notes.get(node.name, {})
+            state = pool.state(node.name).value
             nodes.append({"name": node.name, "tier": node.tier.value,
-                          "capacity": node.capacity, "state": pool.state(node.name).value,
-                          "job": pool.owner(node.name)})
+                          "capacity": node.capacity, "state": state,
+                          "job": pool.owner(node.name),
+                          "reason": note.get("reason", "") if state != "up" else "",
+                          "by": note.get("by", "") if state != "up" else ""})
         by_state: dict[str, int] = {}
         for rec in self.sched.records.values():
             by_state[rec.rsa_state.value] = by_state.get(rec.rsa_state.value, 0) + 1

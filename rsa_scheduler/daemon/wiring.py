@@ -13,8 +13,10 @@ from typing import Any
 
 from rsa_scheduler.config import Config
 from rsa_scheduler.core.actions import ActionKind
+from rsa_scheduler.core.policy import NodeState
 from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.daemon.executors import ActionContext, Registry
+from rsa_scheduler.daemon.health import HEALTH_BY, HealthLoop, Thresholds
 from rsa_scheduler.daemon.service import Daemon
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.hosts import Host
@@ -105,13 +107,37 @@ def make_registry(cfg: Config, slurm: SlurmPort, hosts: Mapping[str, Host] | Non
 def make_daemon(cfg: Config, *, slurm: SlurmPort | None = None,
                 registry: Registry | None = None) -> Daemon:
     slurm = slurm or make_slurm(cfg)
+    hosts: Mapping[str, Host] | None = None
     if registry is None:
         from rsa_scheduler.remote import HostPool
 
-        registry = make_registry(cfg, slurm, HostPool.from_config(cfg))
+        hosts = HostPool.from_config(cfg)
+        registry = make_registry(cfg, slurm, hosts)
     store = Store.open(cfg.daemon.db_path)
     sched = Scheduler(cfg.make_pool(), cfg.staging_policy())
-    return Daemon(sched, slurm=slurm, store=store,
-                  registry=registry,
-                  workers=cfg.daemon.workers, poll_interval=cfg.daemon.poll_interval,
-                  script_source=cfg.slurm.script_source.value)
+    daemon = Daemon(sched, slurm=slurm, store=store,
+                    registry=registry,
+                    workers=cfg.daemon.workers, poll_interval=cfg.daemon.poll_interval,
+                    script_source=cfg.slurm.script_source.value)
+    daemon.hosts = hosts
+    return daemon
+
+
+def make_health(cfg: Config, daemon: Daemon) -> HealthLoop | None:
+    """The RSA-node health loop (``health.interval`` 0: off; no data path: off)."""
+    if not daemon.hosts or cfg.health.interval <= 0:
+        return None
+    pool = daemon.sched.pool
+
+    def set_state(node: str, state: NodeState, reason: str) -> None:
+        daemon.submit("node-state", (node, state.value, HEALTH_BY, reason), wait=True,
+                      timeout=60)
+
+    # nodes the health loop took out before a restart: it may bring them back
+    taken = {n for n, note in daemon.node_notes.items() if note.get("by") == HEALTH_BY}
+    return HealthLoop(daemon.hosts, {n.name: str(n.pool_dir) for n in cfg.pool.members()},
+                      state_of=pool.state, set_state=set_state,
+                      limits=Thresholds(down_after=cfg.health.down_after,
+                                        min_free=cfg.health.min_free,
+                                        max_skew=cfg.health.max_clock_skew),
+                      interval=cfg.health.interval, taken_out=taken)

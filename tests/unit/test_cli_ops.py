@@ -78,10 +78,11 @@ def test_nodes_table_and_json(api: Recorder) -> None:
 
 
 def test_drain_and_resume_post_node_states(api: Recorder) -> None:
-    run("drain", "rsa2")
+    assert "rsa2: drained (disk swap)" in run("drain", "rsa2", "--reason", "disk swap").output
     run("resume", "rsa2")
-    assert [c[1:] for c in api.calls] == [("/v1/nodes/rsa2/state", {"state": "drained"}),
-                                          ("/v1/nodes/rsa2/state", {"state": "up"})]
+    assert [c[1:] for c in api.calls] == [
+        ("/v1/nodes/rsa2/state", {"state": "drained", "reason": "disk swap"}),
+        ("/v1/nodes/rsa2/state", {"state": "up", "reason": ""})]
 
 
 def test_events_lines(api: Recorder) -> None:

@@ -1,0 +1,173 @@
+"""RSA-node health: a probe per node, a pure verdict, automatic drain/down and resume.
+
+Owns :data:`PROBE` (one fixed shell program run as root on a node: free space of its pool
+directory, its clock), :func:`parse_probe`, :func:`verdict` (pure: the probe history of
+one node and the thresholds in, the state it should be in and why out) and
+:class:`HealthLoop` (a thread that probes every node each ``health.interval`` and asks
+the loop thread to change a node's state through the same ``node-state`` request an
+operator's ``rsa drain`` uses, with ``by="health"``).
+
+The loop only ever undoes what it did: a node an operator drained stays drained until
+an operator resumes it; a node the health loop took out comes back by itself once its
+probe is healthy again. The allocator never hands out a node that is not ``up``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from rsa_scheduler.core.policy import NodeState
+from rsa_scheduler.core.units import format_size
+from rsa_scheduler.errors import RsaError
+from rsa_scheduler.hosts import Host
+
+log = logging.getLogger(__name__)
+
+HEALTH_BY = "health"
+
+#: argv: sh -c PROBE POOL_DIR (run as root)
+PROBE = ('f=$(df -PB1 -- "$0" 2>/dev/null | awk \'NR==2{print $4}\'); '
+         'echo "free ${f:--1}"; echo "clock $(date +%s.%N)"; echo "probe ok"')
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """What one probe of one node found."""
+
+    ok: bool  # the node answered
+    free: int | None = None  # bytes free in its pool directory (None: unknown)
+    skew: float | None = None  # its clock minus ours, seconds (round trip halved)
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    down_after: int = 2  # consecutive failed probes before a node is down
+    min_free: int = 1 << 30
+    max_skew: float = 30.0
+
+
+def parse_probe(stdout: str, sent: float, received: float) -> Probe:
+    """The probe's output (``sent``/``received``: our clock around the call)."""
+    vals = dict(line.split(" ", 1) for line in stdout.splitlines() if " " in line)
+    if vals.get("probe") != "ok":
+        return Probe(False, error=f"probe output incomplete: {stdout[-200:]!r}")
+    free = int(vals["free"]) if vals.get("free", "-1").lstrip("-").isdigit() else -1
+    skew = float(vals["clock"]) - (sent + received) / 2 if "clock" in vals else None
+    return Probe(True, free if free >= 0 else None, skew)
+
+
+def verdict(history: list[Probe], current: NodeState, set_by_health: bool,
+            limits: Thresholds) -> tuple[NodeState, str] | None:
+    """The state a node should move to now, and why; None: leave it as it is.
+
+    ``history`` is newest last. Only a node that is up, or that the health loop itself
+    took out, is changed.
+    """
+    if not history or (current is not NodeState.UP and not set_by_health):
+        return None
+    last = history[-1]
+    failing = 0
+    for p in reversed(history):
+        if p.ok:
+            break
+        failing += 1
+    want: tuple[NodeState, str] | None = None
+    if failing >= limits.down_after:
+        want = (NodeState.DOWN, f"health: unreachable in {failing} probes in a row "
+                                f"({last.error})")
+    elif not last.ok:
+        return None  # one failure: wait for the next probe
+    elif last.free is not None and last.free < limits.min_free:
+        want = (NodeState.DRAINED, f"health: only {format_size(last.free)} free in its "
+                                   f"pool directory (needs {format_size(limits.min_free)})")
+    elif last.skew is not None and abs(last.skew) > limits.max_skew:
+        want = (NodeState.DRAINED, f"health: clock off by {last.skew:+.0f}s "
+                                   f"(limit {limits.max_skew:.0f}s)")
+    if want is None:
+        return (NodeState.UP, "health: healthy again") if current is not NodeState.UP \
+            else None
+    return want if want[0] is not current else None
+
+
+class HealthLoop:
+    """Probes every RSA node each ``interval`` s from its own thread."""
+
+    def __init__(self, hosts: Mapping[str, Host], pool_dirs: Mapping[str, str], *,
+                 state_of: Callable[[str], NodeState],
+                 set_state: Callable[[str, NodeState, str], None],
+                 limits: Thresholds, interval: float = 30.0, timeout: float = 10.0,
+                 taken_out: set[str] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.hosts = hosts
+        self.pool_dirs = pool_dirs
+        self.state_of = state_of
+        self.set_state = set_state
+        self.limits = limits
+        self.interval = interval
+        self.timeout = timeout
+        self.clock = clock
+        self.history: dict[str, list[Probe]] = {n: [] for n in hosts}
+        self.taken_out: set[str] = set(taken_out or ())  # nodes this loop took out
+        self.reasons: dict[str, str] = {}
+        self._thread: threading.Thread | None = None
+
+    def probe(self, node: str) -> Probe:
+        sent = self.clock()
+        try:
+            done = self.hosts[node].run(["sh", "-c", PROBE, self.pool_dirs[node]],
+                                        timeout=self.timeout, check=False)
+        except RsaError as e:
+            return Probe(False, error=str(e)[:300])
+        return parse_probe(done.stdout, sent, self.clock())
+
+    def check(self, node: str, probe: Probe) -> None:
+        """Record ``probe`` and move the node if the verdict says so."""
+        hist = self.history.setdefault(node, [])
+        hist.append(probe)
+        del hist[:-10]
+        current = self.state_of(node)
+        if node in self.taken_out and current is NodeState.UP:
+            self.taken_out.discard(node)  # an operator resumed it meanwhile
+        want = verdict(hist, current, node in self.taken_out, self.limits)
+        if want is None:
+            return
+        state, reason = want
+        log.warning("RSA node %s: %s -> %s (%s)", node, current.value, state.value, reason)
+        self.set_state(node, state, reason)
+        self.reasons[node] = reason
+        if state is NodeState.UP:
+            self.taken_out.discard(node)
+        else:
+            self.taken_out.add(node)
+
+    def round(self) -> None:
+        """Probe every node at once, then judge each."""
+        found: dict[str, Probe] = {}
+
+        def one(node: str) -> None:
+            found[node] = self.probe(node)
+
+        threads = [threading.Thread(target=one, args=(n,), name=f"health-{n}")
+                   for n in self.hosts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for node in sorted(found):
+            try:
+                self.check(node, found[node])
+            except Exception:  # a health round must never kill rsad
+                log.exception("health check of %s failed", node)
+
+    def start(self, stop: threading.Event) -> None:
+        def loop() -> None:
+            while not stop.wait(self.interval):
+                self.round()
+
+        self._thread = threading.Thread(target=loop, name="rsa-health", daemon=True)
+        self._thread.start()

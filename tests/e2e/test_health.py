@@ -1,0 +1,77 @@
+"""RSA-node health in the lab (issue 13.5): a node whose sshd stops answering is marked
+down by the health loop with its reason and comes back by itself; an operator's drain
+with a reason is shown and never undone by the loop."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from tests.integration.slurmkit import wait_for
+
+SSH_DIR = Path("/run/rsa-lab/ssh")
+
+
+def nodes(lab: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    out = subprocess.run([f"{lab['RSA_LAB_VENV']}/bin/rsa", "nodes", "--json"],
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    return {n["name"]: n for n in json.loads(out)["nodes"]}
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (the sshd listener and its sessions)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
+def test_a_node_that_stops_answering_is_down_then_back(lab: Mapping[str, str]) -> None:
+    listener = int((SSH_DIR / "rsa4" / "sshd.pid").read_text())
+    pids = tree(listener)
+    assert nodes(lab)["rsa4"]["state"] == "up"
+    try:
+        for p in pids:
+            os.kill(p, signal.SIGSTOP)
+        down = wait_for("rsa4 down", lambda: n if (n := nodes(lab)["rsa4"])["state"]
+                        == "down" else None, timeout=120)
+        assert down["by"] == "health" and "probes in a row" in down["reason"]
+        text = subprocess.run([f"{lab['RSA_LAB_VENV']}/bin/rsa", "nodes"],
+                              capture_output=True, text=True, timeout=30).stdout
+        assert any(ln.startswith("rsa4") and "[health]" in ln for ln in text.splitlines())
+    finally:
+        for p in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGCONT)
+    wait_for("rsa4 up again", lambda: nodes(lab)["rsa4"]["state"] == "up", timeout=120)
+
+
+def test_an_operators_drain_keeps_its_reason_and_is_not_undone(
+        lab: Mapping[str, str]) -> None:
+    rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
+    subprocess.run([rsa, "drain", "rsa3", "--reason", "DIMM swap"], check=True,
+                   capture_output=True, timeout=30)
+    try:
+        time.sleep(5)  # two health rounds at the lab's 2 s interval
+        n = nodes(lab)["rsa3"]
+        assert n["state"] == "drained" and n["reason"] == "DIMM swap" and n["by"] == "root"
+    finally:
+        subprocess.run([rsa, "resume", "rsa3"], check=True, capture_output=True, timeout=30)
+    assert nodes(lab)["rsa3"]["state"] == "up"
+    bad = subprocess.run([rsa, "drain", "rsa9"], capture_output=True, text=True, timeout=30)
+    assert bad.returncode != 0 and "no RSA node 'rsa9'" in bad.stderr + bad.stdout

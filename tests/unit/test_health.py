@@ -1,0 +1,95 @@
+"""RSA-node health: the probe parser, the pure verdict, and the loop's bookkeeping (only
+ever undoing what it did itself)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pytest
+
+from rsa_scheduler.core.policy import NodeState
+from rsa_scheduler.daemon.health import HealthLoop, Probe, Thresholds, parse_probe, verdict
+from rsa_scheduler.runner import Completed
+
+LIMITS = Thresholds(down_after=2, min_free=1 << 30, max_skew=30.0)
+GOOD = Probe(True, free=8 << 30, skew=0.2)
+BAD = Probe(False, error="rsa2: cannot connect to 10.0.0.2:22: timed out")
+
+
+def test_probe_output_is_parsed_with_the_round_trip_halved() -> None:
+    p = parse_probe("free 2147483648\nclock 1010.5\nprobe ok\n", sent=1000.0, received=1001.0)
+    assert p.ok and p.free == 2147483648 and p.skew == pytest.approx(10.0)
+    assert parse_probe("free -1\nclock 5\nprobe ok\n", 5, 5).free is None
+    cut = parse_probe("free 1\n", 0, 0)
+    assert not cut.ok and "incomplete" in cut.error
+
+
+def test_one_failed_probe_is_not_enough_two_take_the_node_down() -> None:
+    assert verdict([GOOD, BAD], NodeState.UP, False, LIMITS) is None
+    state, why = verdict([GOOD, BAD, BAD], NodeState.UP, False, LIMITS) or (None, "")
+    assert state is NodeState.DOWN and "2 probes in a row" in why and "timed out" in why
+
+
+def test_low_space_and_a_wrong_clock_drain() -> None:
+    low = Probe(True, free=100 << 20, skew=0.0)
+    state, why = verdict([low], NodeState.UP, False, LIMITS) or (None, "")
+    assert state is NodeState.DRAINED and "only 100M free" in why and "needs 1G" in why
+    skewed = Probe(True, free=8 << 30, skew=-95.0)
+    state, why = verdict([skewed], NodeState.UP, False, LIMITS) or (None, "")
+    assert state is NodeState.DRAINED and "-95s" in why
+
+
+def test_a_node_the_loop_took_out_comes_back_an_operators_drain_stays() -> None:
+    assert verdict([BAD, BAD, GOOD], NodeState.DOWN, True, LIMITS) == (
+        NodeState.UP, "health: healthy again")
+    assert verdict([GOOD], NodeState.DRAINED, False, LIMITS) is None
+    assert verdict([BAD, BAD], NodeState.DRAINED, False, LIMITS) is None
+    assert verdict([GOOD], NodeState.UP, False, LIMITS) is None
+
+
+class Hosts:
+    """name -> a host whose probe answers from a script."""
+
+    def __init__(self, answers: Mapping[str, list[str | Exception]]) -> None:
+        self.answers = {k: list(v) for k, v in answers.items()}
+
+    def __getitem__(self, name: str) -> Hosts:
+        self.current = name
+        return self
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.answers)
+
+    def run(self, argv: Sequence[str], **_kw: object) -> Completed:
+        ans = self.answers[self.current].pop(0)
+        if isinstance(ans, Exception):
+            raise ans
+        return Completed(tuple(argv), 0, ans, "", 0.01)
+
+
+def test_the_loop_moves_nodes_through_the_daemon_and_remembers_what_it_did() -> None:
+    from rsa_scheduler.hosts import HostError
+
+    ok = "free 9000000000\nclock 100.0\nprobe ok\n"
+    hosts = Hosts({"rsa1": [ok, ok, ok, ok], "rsa2": [HostError("down"), HostError("down"),
+                                                      ok, ok]})
+    states = {"rsa1": NodeState.UP, "rsa2": NodeState.UP}
+    moves: list[tuple[str, NodeState, str]] = []
+
+    def set_state(node: str, state: NodeState, reason: str) -> None:
+        states[node] = state
+        moves.append((node, state, reason))
+
+    loop = HealthLoop(hosts, {"rsa1": "/p", "rsa2": "/p"},  # type: ignore[arg-type]
+                      state_of=states.__getitem__, set_state=set_state, limits=LIMITS,
+                      clock=lambda: 100.0)
+    loop.round()
+    assert moves == []
+    loop.round()
+    assert [(n, s) for n, s, _ in moves] == [("rsa2", NodeState.DOWN)]
+    assert loop.taken_out == {"rsa2"}
+    loop.round()
+    assert moves[-1][:2] == ("rsa2", NodeState.UP) and loop.taken_out == set()
+    states["rsa1"] = NodeState.DRAINED  # an operator's drain: never undone
+    loop.round()
+    assert states["rsa1"] is NodeState.DRAINED and len(moves) == 2
