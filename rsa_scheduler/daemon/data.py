@@ -60,7 +60,10 @@ def _script(eng: StagingEngine, spec: MountSpec, args: Mapping[str, Any], key: s
         if key == "preprocess":
             raise PermanentError(why)
         raise RsaError(f"{why} (RAMDISK kept)")
-    return {"script": {"returncode": res.returncode, "seconds": res.seconds}}
+    # the script's own words stay with the job (rsa job ID --json, rsa events --job ID)
+    return {"script": {"returncode": res.returncode, "seconds": res.seconds,
+                       "node": res.node, "stdout": res.stdout_tail[-2000:],
+                       "stderr": res.stderr_tail[-2000:]}}
 
 
 class DataPath:

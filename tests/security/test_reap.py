@@ -66,7 +66,7 @@ def test_a_postprocess_daemon_dies_with_its_command(lab: Mapping[str, str],
     marker = 6100 + os.getpid() % 1000
     post = area / "post.sh"
     _owned_script(lab, post, daemon_script(
-        marker, 'tar -C "$RSA_RAMDISK" -cf "$RSA_DATA_OUT/packed.tar" .\n'))
+        marker, 'tar -C "$RSA_RAMDISK" -cf "$RSA_DATA_OUT/packed.tar" .\necho packed-ok\n'))
     out = area / "out"
     script = f"""#!/bin/bash
 #SBATCH -t 5
@@ -79,6 +79,10 @@ echo result > {out}/result
         wait_state(lab, job, "released", "output-failed", timeout=180)
     data = rsa_job(lab, job) or {}
     assert data.get("rsa_state") == "released", data.get("events", [])[-6:]
+    # the POSTPROCESS's own output stays with the job
+    scripts = [e["detail"]["script"] for e in data["events"] if e.get("name") ==
+               "action.outcome" and "script" in (e.get("detail") or {})]
+    assert scripts and scripts[-1]["stdout"].strip() == "packed-ok", scripts
     pids = [int(p) for p in (out / "daemon-stage-out.pid").read_text().split()]
     assert pids
     assert not [p for p in pids if alive(p, marker)], f"POSTPROCESS daemons outlived {job}"
