@@ -70,6 +70,14 @@ class Running:
     started: float = 0.0
 
 
+def _failed(exit_code: object) -> bool:
+    """Whether EpilogSlurmctld's ``SLURM_JOB_EXIT_CODE`` (a wait status: 768 is exit 3,
+    9 is SIGKILL) says the job did not succeed; unknown counts as success, as Slurm's
+    COMPLETED does, and the next queue poll has the final word."""
+    text = str(exit_code or "").strip()
+    return text.isdigit() and int(text) != 0
+
+
 class Daemon:
     """The RSA scheduler daemon, minus its transports (API, systemd) — see main.py."""
 
@@ -413,6 +421,8 @@ class Daemon:
         state = {"prolog_slurmctld": "RUNNING", "epilog_slurmctld": "COMPLETED"}.get(kind)
         if state is None:
             raise ValueError(f"unknown hook {kind!r}")
+        if kind == "epilog_slurmctld" and _failed(payload.get("exit_code")):
+            state = "FAILED"  # SLURM_JOB_EXIT_CODE is the batch script's wait status
         self._hook_seen[job] = received
         rec = self.sched.records.get(job)
         if rec is None:

@@ -367,3 +367,20 @@ def test_a_milestone_is_durable_before_the_executor_goes_on_and_a_restart_knows_
     d2 = make_daemon(tmp_path, slurm, [])
     assert d2.facts["7"]["reset_of"] == "7/1/reset/9"
     assert d2.facts["7"]["mount"] == {"fs_id": "new"}
+
+
+@pytest.mark.parametrize(("code", "want"), [("768", "FAILED"), ("9", "FAILED"),
+                                            ("0", "COMPLETED"), ("", "COMPLETED")])
+def test_the_end_hook_records_what_slurm_records(tmp_path: Path, code: str,
+                                                  want: str) -> None:
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "7"})
+    d.submit("hook", {"hook": "epilog_slurmctld", "job_id": "7", "exit_code": code})
+    d.drain()
+    ends = [e.context.get("slurm_state") for e in d.store.events("7")
+            if e.context.get("to") == "finished"]
+    assert ends == [want]
