@@ -23,6 +23,7 @@ from ClusterShell.NodeSet import NodeSet
 from rsa_scheduler.config import Config
 from rsa_scheduler.contain import fence_argv, parse_fenced, parse_reaped, reap_argv
 from rsa_scheduler.core.actions import ActionKind
+from rsa_scheduler.core.units import format_size
 from rsa_scheduler.daemon.executors import ActionContext, PermanentError, Registry
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.fs.base import FilesystemBackend, FsRequest, MountSpec
@@ -215,15 +216,20 @@ class DataPath:
         args = ctx.action.args
         if args.get("postprocess"):
             # The user's POSTPROCESS owns the output's form; its exit status was checked.
-            return {"verified": "postprocess exit status"}
+            return {"verified": "postprocess exit status",
+                    "summary": "your POSTPROCESS exited 0 (its output is not checked)"}
         spec = self.mount(ctx)
         eng = self.engine(ctx, spec)
         result = eng.verify(spec.rsa_mountpoint, str(args["data_out"]),
                             str(args.get("method") or "rsync"))
         if not result.ok:
             raise RsaError(result.summary(str(args["data_out"])))
+        out = str(args["data_out"])
+        summary = (f"{result.checked} objects, {format_size(result.checked_bytes)} in {out}"
+                   if result.checked else
+                   f"the RAMDISK held no output: nothing was copied to {out}")
         return {"verified": {"objects": result.checked, "bytes": result.checked_bytes,
-                             "level": result.level}}
+                             "level": result.level}, "summary": summary}
 
     def write_back(self, ctx: ActionContext) -> Mapping[str, Any]:
         args = ctx.action.args

@@ -80,8 +80,9 @@ class Registry:
                            f"rsad cannot {action.kind.value}: {why}")
         try:
             ctx.cancel.check()
-            detail = fn(ctx) or {}
-            return Outcome(action.id, Result.OK, "", dict(detail))
+            detail = dict(fn(ctx) or {})
+            # an executor may say in one line what it did (it reaches the user's message)
+            return Outcome(action.id, Result.OK, str(detail.pop("summary", "")), detail)
         except Cancelled as e:
             return Outcome(action.id, Result.FAILED, f"cancelled: {e}")
         except PermanentError as e:

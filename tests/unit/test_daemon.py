@@ -384,3 +384,16 @@ def test_the_end_hook_records_what_slurm_records(tmp_path: Path, code: str,
     ends = [e.context.get("slurm_state") for e in d.store.events("7")
             if e.context.get("to") == "finished"]
     assert ends == [want]
+
+
+def test_an_executors_summary_becomes_the_outcome_message_not_detail() -> None:
+    reg = Registry()
+    reg.register(ActionKind.VERIFY, lambda ctx: {"verified": {"objects": 0},
+                                                  "summary": "the RAMDISK held no output"})
+    from rsa_scheduler.hosts import CancelToken
+
+    ctx = ActionContext(action=Action("7/1/verify/5", "7", ActionKind.VERIFY, {}),
+                        cancel=CancelToken(), progress=lambda _d: None)
+    out = reg.run(ctx)
+    assert out.message == "the RAMDISK held no output"
+    assert out.detail == {"verified": {"objects": 0}}
