@@ -1,11 +1,18 @@
 # Lab targets (included by the top-level Makefile). Run as root. See docs/lab.md.
 LABCTL := $(CURDIR)/lab/labctl
 
-.PHONY: lab-up lab-down lab-status lab-test lab-test-variant lab-check-clean e2e demo
+.PHONY: lab-up lab-down lab-status lab-test lab-test-variant lab-check-clean e2e chaos demo
 
 # lab-test runs the integration tier and the compute-node e2e tier (whole job lifecycles
 # through the node Prolog/Epilog). LAB_TESTS narrows it, e.g. LAB_TESTS=tests/e2e.
-LAB_TESTS ?= tests/integration tests/e2e tests/security
+LAB_TESTS ?= tests/integration tests/e2e tests/security tests/chaos
+
+# Whole lifecycles under seeded random crashes: `make chaos N=100 [SEED=123]`
+# (make test runs one round of it with lab-test); docs/reliability.md has the last run.
+N ?= 20
+chaos: install
+	RSA_CHAOS_ROUNDS=$(N) RSA_CHAOS_SEED=$(SEED) $(MAKE) --no-print-directory lab-test \
+	  LAB_TESTS="tests/chaos -s"
 
 e2e: install
 	$(MAKE) --no-print-directory lab-test LAB_TESTS=tests/e2e

@@ -101,3 +101,16 @@ def restart_lab_rsad(sig: int) -> None:
             "rsad.up(s, facts.RSA_YAML)")
     subprocess.run(["/usr/bin/python3", "-c", code, str(LAB_DIR)], check=True, timeout=60,
                    env={**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+
+
+def restart_lab_slurmctld() -> None:
+    """Stop the lab's slurmctld (SIGTERM, by its recorded PID) and start it again on its
+    saved state, as lab-up does; running jobs keep running on their slurmd."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "from rsalab import common, slurm; "
+            "common.stop_named('slurmctld', grace=10); "
+            "common.spawn('slurmctld', ['/usr/sbin/slurmctld', '-D', '-i'], env=slurm.ENV); "
+            "common.wait_for('slurmctld', lambda: common.listening(slurm.CTLD_ADDR, "
+            "slurm.CTLD_PORT), timeout=30)")
+    subprocess.run(["/usr/bin/python3", "-c", code, str(LAB_DIR)], check=True, timeout=90,
+                   env={**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})

@@ -1,0 +1,219 @@
+"""Whole RSA lifecycles under a seeded random schedule of crashes (issue 13).
+
+Each round submits a mix of job shapes with outputs whose content the test knows — output
+straight through the RAMDISK staged out by rsync and by tar, input staged in and read back
+with its checksums, a POSTPROCESS, a job cancelled while it waits — and, while they run,
+kills rsad with SIGKILL (and restarts it, as systemd would) or restarts slurmctld, at
+times drawn from the seed. After the round: every output file is on the PFS with the
+right content, every job is in a terminal RSA state, and nothing leaked (per-job
+filesystem servers, compute-node mounts, RSA-node cgroups, held RSA nodes).
+
+``RSA_CHAOS_SEED`` picks the schedule (printed; default: from the clock) and
+``RSA_CHAOS_ROUNDS`` how many rounds (``make test``: 1; ``make chaos N=100``: N). The
+results of the last long run are in docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import tarfile
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.e2e.test_prolog_lifecycle import nothing_of_job_mounted
+from tests.integration.conftest import as_user
+from tests.integration.slurmkit import (
+    make_jobs,
+    restart_lab_rsad,
+    restart_lab_slurmctld,
+    root,
+    wait_for,
+)
+from tests.integration.test_rsad_staging import rsa_job
+from tests.security.test_reap import job_cgroup
+
+TERMINAL = ("released", "declined")
+
+
+@dataclass
+class Shape:
+    name: str
+    script: str
+    expect: dict[str, str] = field(default_factory=dict)  # relative path -> content
+    out: Path | None = None
+    archive: bool = False
+    cancel: bool = False
+    job: str = ""
+
+
+def content(seed: int, job: str, i: int) -> str:
+    return f"{job} {i} {seed} " + hashlib.sha256(f"{seed}/{job}/{i}".encode()).hexdigest()
+
+
+def shapes(base: Path, seed: int, rng: random.Random) -> list[Shape]:
+    made: list[Shape] = []
+    for kind in ("rsync", "tar", "post", "inout", "cancel"):
+        n = rng.randint(5, 40)
+        out = base / f"out-{kind}"
+        lines = "\n".join(f"echo '{content(seed, kind, i)}' > {out}/f{i}" for i in range(n))
+        hold = f"sleep {rng.randint(1, 6)}\n"
+        if kind == "rsync":
+            made.append(Shape(kind, f"#RSA_DATA_OUT={out}\n{hold}{lines}\n",
+                              {f"f{i}": content(seed, kind, i) for i in range(n)}, out))
+        elif kind == "tar":
+            made.append(Shape(kind, f"#RSA_DATA_OUT={out}\n#RSA_STAGE_OUT=tar\n{hold}{lines}\n",
+                              {f"f{i}": content(seed, kind, i) for i in range(n)}, out,
+                              archive=True))
+        elif kind == "post":
+            post = base / "pack.sh"
+            made.append(Shape(kind, f"#RSA_DATA_OUT={out}\n#RSA_POSTPROCESS={post}\n"
+                                    f"{hold}{lines}\n",
+                              {f"f{i}": content(seed, kind, i) for i in range(n)}, out,
+                              archive=True))
+        elif kind == "inout":
+            data_in = base / "in"
+            made.append(Shape(kind, f"#RSA_DATA_IN={data_in}\n#RSA_DATA_OUT={out}\n"
+                                    f"#RSA_RESET=input-done\n{hold}"
+                                    f"(cd {data_in} && md5sum *) > {base}/res-inout\n"
+                                    f"{{rsa}} input-done\n{lines}\n",
+                              {f"f{i}": content(seed, kind, i) for i in range(n)}, out))
+        else:
+            made.append(Shape(kind, f"#RSA_DATA_IN={base}/in\nsleep 30\n", cancel=True))
+    return made
+
+
+def chaos(lab: Mapping[str, str], rng: random.Random, stop: threading.Event,
+          log: list[str]) -> None:
+    while not stop.wait(rng.uniform(3.0, 12.0)):
+        what = rng.choice(["rsad", "rsad", "rsad", "slurmctld"])
+        try:
+            if what == "rsad":
+                restart_lab_rsad(signal.SIGKILL)
+            else:
+                restart_lab_slurmctld()
+            log.append(f"{time.strftime('%T')} {what}")
+        except Exception as e:  # the harness must not die with a half-restarted lab
+            log.append(f"{time.strftime('%T')} {what} restart failed: {e}")
+            raise
+
+
+def check_output(shape: Shape, lab: Mapping[str, str]) -> None:
+    assert shape.out is not None
+    got: dict[str, str] = {}
+    if shape.archive:
+        archives = sorted(shape.out.glob("*.tar"))
+        assert archives, f"{shape.name}: no archive in {shape.out}"
+        for a in archives:
+            with tarfile.open(a) as t:
+                for m in t.getmembers():
+                    f = t.extractfile(m) if m.isfile() else None
+                    if f is not None:
+                        got[m.name.removeprefix("./")] = f.read().decode().strip()
+    else:
+        for p in shape.out.iterdir():
+            if p.is_file():
+                got[p.name] = p.read_text().strip()
+    missing = sorted(set(shape.expect) - set(got))
+    wrong = sorted(k for k in shape.expect if k in got and got[k] != shape.expect[k])
+    assert not missing and not wrong, (f"{shape.name} (job {shape.job}): lost {missing}, "
+                                       f"corrupt {wrong}")
+
+
+def leaks(job: str) -> list[str]:
+    found = []
+    servers = subprocess.run(["pgrep", "-a", "-f", f"mfs(master|chunkserver).*job{job}-"],
+                             capture_output=True, text=True).stdout.strip()
+    if servers:
+        found.append(f"job {job}: filesystem servers left: {servers}")
+    if not nothing_of_job_mounted(job):
+        found.append(f"job {job}: a compute node still mounts its RAMDISK")
+    cg = job_cgroup(job)
+    if cg is not None and cg.exists():
+        found.append(f"job {job}: cgroup {cg} left on the RSA nodes")
+    return found
+
+
+def one_round(lab: Mapping[str, str], seed: int) -> None:
+    rng = random.Random(seed)
+    rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
+    base = Path(lab["RSA_LAB_PFS"]) / f"chaos-{seed}"
+    made = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", (
+        f"set -e; rm -rf {base}; mkdir -p {base}/in " +
+        " ".join(f"{base}/out-{k}" for k in ("rsync", "tar", "post", "inout")) +
+        f"; for i in $(seq 1 {rng.randint(5, 30)}); do head -c $((RANDOM*4)) /dev/urandom "
+        f"> {base}/in/i$i; done; printf '#!/bin/bash\\nset -e\\ntar -C \"$RSA_RAMDISK\" -cf "
+        f"\"$RSA_DATA_OUT/packed.tar\" .\\n' > {base}/pack.sh; chmod 755 {base}/pack.sh")],
+        timeout=120)
+    assert made.returncode == 0, made.stderr
+    want_in = subprocess.run(["bash", "-c", "md5sum *"], cwd=base / "in", capture_output=True,
+                             text=True, check=True, timeout=60).stdout
+    jobs_made = shapes(base, seed, rng)
+    rng.shuffle(jobs_made)
+    stop, log = threading.Event(), list[str]()
+    with make_jobs(lab) as jobs:
+        # whole-cluster jobs behind a whole-cluster filler: each waits on Resources
+        # (on-deck) while the one before it runs, so each gets its RAMDISK staged
+        jobs.submit("-N4", "--wrap", f"sleep {rng.randint(8, 15)}")
+        for s in jobs_made:
+            s.job = jobs.submit(script="#!/bin/bash\n#SBATCH -t 10 -N 4\n"
+                                + s.script.replace("{rsa}", rsa))
+        killer = threading.Thread(target=chaos, args=(lab, random.Random(seed + 1), stop, log),
+                                  daemon=True)
+        killer.start()
+        try:
+            cancel = [s for s in jobs_made if s.cancel]
+            time.sleep(rng.uniform(1, 5))
+            for s in cancel:
+                root(lab, "scancel", s.job)
+
+            def done() -> bool:
+                try:  # slurmctld or rsad may be restarting right now
+                    subprocess.run([rsa, "status", "--json"], capture_output=True,
+                                   timeout=30, check=True)  # rsad answers: None = untracked
+                    queue = root(lab, "squeue", "-h", "-o", "%i").split()
+                    states = [((rsa_job(lab, s.job) or {}).get("rsa_state") or "")
+                              for s in jobs_made]
+                except Exception:
+                    return False
+                return not queue and all(st in TERMINAL or st == "" for st in states)
+
+            wait_for("every job over and every RSA cycle ended", done, timeout=900, every=2)
+        finally:
+            stop.set()
+            killer.join(timeout=120)
+    print(f"chaos seed {seed}: kills {log}")
+    problems: list[str] = []
+    for s in jobs_made:
+        data = rsa_job(lab, s.job) or {}
+        if s.out is not None:
+            try:
+                check_output(s, lab)
+            except AssertionError as e:
+                problems.append(f"{e}; history {json.dumps(data.get('events', [])[-8:])}")
+        problems += leaks(s.job)
+    res = base / "res-inout"
+    if res.exists():
+        assert res.read_text() == want_in, "the input read through the RAMDISK differs"
+    held = [n for n in json.loads(subprocess.run([rsa, "nodes", "--json"], capture_output=True,
+                                                 text=True, timeout=30, check=True).stdout)
+            ["nodes"] if n["job"]]
+    if held:
+        problems.append(f"RSA nodes still held: {held}")
+    assert not problems, f"seed {seed} (kills {log}):\n" + "\n".join(problems)
+    subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)
+
+
+def test_lifecycles_survive_random_crashes(lab: Mapping[str, str]) -> None:
+    seed = int(os.environ.get("RSA_CHAOS_SEED") or time.time_ns() % 1_000_000)
+    rounds = int(os.environ.get("RSA_CHAOS_ROUNDS") or 1)
+    print(f"chaos: seed {seed}, {rounds} round(s); rerun with RSA_CHAOS_SEED={seed}")
+    for r in range(rounds):
+        one_round(lab, seed + 1000 * r)
