@@ -6,6 +6,7 @@ authorisation); the same code runs against the real lab in tests/integration.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -347,3 +348,18 @@ def test_a_burst_of_requests_is_one_commit_before_any_action(tmp_path: Path) -> 
             bogus.result(timeout=1)
     finally:
         d.shutdown()
+
+
+def test_users_see_no_other_users_job_ids_in_the_status(routes: Routes) -> None:
+    held = {n["name"]: n["job"] for n in routes.dispatch(ROOT, "GET", "/v1/status",
+                                                         None)["nodes"] if n["job"]}
+    assert set(held.values()) == {"7"}  # alice's job holds RSA nodes
+    mine = routes.dispatch(ALICE, "GET", "/v1/status", None)
+    assert {n["name"]: n["job"] for n in mine["nodes"] if n["job"]} == held
+    assert mine["on_deck"] == routes.dispatch(ROOT, "GET", "/v1/status", None)["on_deck"] \
+        == ["7"]
+    theirs = routes.dispatch(BOB, "GET", "/v1/status", None)
+    assert {n["name"]: n["job"] for n in theirs["nodes"] if n["job"]} == {
+        name: "(hidden)" for name in held}  # still shown as held, by nobody bob may know
+    assert "7" not in theirs["on_deck"] and "7" not in json.dumps(theirs["alerts"])
+    assert routes.dispatch(BOB, "GET", "/v1/events", None)["events"] == []
