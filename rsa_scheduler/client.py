@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from typing import Any
 
 from rsa_scheduler.daemon import munge
@@ -79,6 +80,25 @@ def _exchange(sock: socket.socket, request: bytes) -> tuple[int, dict[str, str],
     return int(parts[1]), headers, body[:length]
 
 
+#: pauses before retrying an answer of 429/503 (rsad full for the moment)
+BUSY_RETRIES = (0.2, 0.5, 1.0)
+
+
+def _denied(address: str) -> str:
+    """rsad's socket is 0660 root:daemon.api.socket_group: say which group to ask for."""
+    try:
+        import grp
+
+        group = grp.getgrgid(os.stat(address).st_gid).gr_name
+    except (OSError, KeyError):
+        group = ""
+    who = (f"for members of group {group}" if group and group != "root"
+           else "for root only")
+    return (f"permission denied on {address}: rsad's socket is {who}; ask your "
+            "administrator to add you (daemon.api.socket_group), or use the TCP API "
+            "with --api HOST:PORT (RSA_API)")
+
+
 class ApiClient:
     """Talks to rsad. ``address`` is a unix socket path or ``host:port``."""
 
@@ -105,8 +125,21 @@ class ApiClient:
         return socket.create_connection((host.strip("[]"), int(port)), timeout=self.timeout)
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
+        """One API call. rsad answers 429 (this user has ``daemon.api.per_user``
+        requests under way) or 503 (busy) when it is full: those are retried a few times
+        with a fresh credential before they are the answer."""
         if not path.startswith("/") or any(c <= " " or c == "\x7f" for c in path):
             raise ValueError(f"not a request path: {path!r}")
+        for pause in BUSY_RETRIES:
+            try:
+                return self._request_once(method, path, body)
+            except ApiRefused as e:
+                if e.status not in (429, 503):
+                    raise
+            time.sleep(pause)
+        return self._request_once(method, path, body)
+
+    def _request_once(self, method: str, path: str, body: Any) -> Any:
         raw = json.dumps(body).encode() if body is not None else b""
         cred = munge.encode(munge.request_digest(method, path, raw))
         host = "localhost" if self.address.startswith("/") else self.address
@@ -119,6 +152,8 @@ class ApiClient:
                 status, headers, data = _exchange(sock, head.encode("latin-1") + raw)
             finally:
                 sock.close()
+        except PermissionError as e:
+            raise ApiUnavailable(_denied(self.address)) from e
         except (OSError, ValueError, _BadReply) as e:
             raise ApiUnavailable(f"cannot reach rsad at {self.address}: {e}; is rsad "
                                  "running (systemctl status rsad)?") from e

@@ -285,6 +285,31 @@ class ApiConfig:
             "(authenticated with MUNGE). Empty: unix socket only.",
         )
     )
+    socket_group: str = field(
+        metadata=meta(
+            Str(),
+            "Group that may connect to the unix socket (mode 0660 root:group): SlurmUser "
+            "and whoever runs `rsa` on rsad's host. Missing or empty: mode 0600, root only.",
+        )
+    )
+    read_timeout: float = field(
+        metadata=meta(Duration(max=HOUR), "Time a caller has to send a whole request "
+                                          "(and to take its answer); then 408.")
+    )
+    max_connections: int = field(
+        metadata=meta(Int(min=8, max=65536), "API connections open at once, both "
+                                             "listeners; the last 1/8 only for root's and "
+                                             "SlurmUser's on the unix socket.")
+    )
+    per_user: int = field(
+        metadata=meta(Int(min=1, max=1024), "Connections (requests) one user may have "
+                                            "open at once; more are answered 429. Root "
+                                            "and SlurmUser are exempt.")
+    )
+    workers: int = field(
+        metadata=meta(Int(min=1, max=1024), "Users' requests served at once (root's and "
+                                            "SlurmUser's hooks never wait for these).")
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,38 +2,42 @@
 hooks), every request authenticated with a MUNGE credential, as Slurm does.
 
 Owns the routes, the authorisation rule (root and the Slurm user may see and act on every
-job; anyone else only on their own jobs) and the servers. Requests that change state are
-handed to the daemon's loop thread; nothing here touches the core directly.
+job; anyone else only on their own jobs, and sees other users' job ids nowhere), the
+identity check (MUNGE, and on the unix socket the kernel's SO_PEERCRED must name the same
+uid), the unix socket's mode (0660 root:``daemon.api.socket_group``, else 0600) and the
+listeners. The limits on what a caller can hold live in :mod:`rsa_scheduler.daemon.httpd`.
+Requests that change state are handed to the daemon's loop thread; nothing here touches
+the core directly.
 """
 
 from __future__ import annotations
 
 import contextlib
+import grp
 import json
 import logging
 import os
 import pwd
 import re
+import resource
 import socket
-import socketserver
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from rsa_scheduler.config.schema import ApiConfig
 from rsa_scheduler.core.scheduler import CommandRefused
-from rsa_scheduler.daemon import munge
+from rsa_scheduler.daemon import httpd, munge
 from rsa_scheduler.daemon.service import Daemon
 
 log = logging.getLogger(__name__)
 AUTH_HEADER = "X-RSA-Munge"
 REPLY_HEADER = "X-RSA-Munge-Reply"  # rsad's credential over its answer (node hooks check it)
-MAX_BODY = 1 << 20
 OPERATOR_USERS = frozenset({"root", "slurm"})
+HIDDEN_JOB = "(hidden)"  # a node held by a job the caller may not see
 USER_COMMANDS = {"input-done", "cancel-staging"}
 NODE_HOOKS = frozenset({"prolog", "agent", "mounted", "epilog"})
 OPERATOR_COMMANDS = {"retry", "discard", "force-release", "input-done", "cancel-staging"}
@@ -109,7 +113,8 @@ class Routes:
         raise ApiError(HTTPStatus.NOT_FOUND, f"no such endpoint {method} {url.path}")
 
     def _status(self, caller: Caller) -> dict[str, Any]:
-        """The pool for everyone; alerts only about the caller's own jobs for users.
+        """The pool for everyone; for users, job ids (alerts, on-deck jobs, the job holding
+        a node) only of their own jobs: another user's shows as ``HIDDEN_JOB``.
 
         ``last_seq`` (the newest event's seq) lets a client ask ``/v1/events`` for the
         tail of the log only (``rsa top``)."""
@@ -117,8 +122,12 @@ class Routes:
         view["last_seq"] = self.daemon.store.last_seq()
         if not caller.operator:
             recs = self.daemon.sched.records
-            view["alerts"] = [a for a in view["alerts"]
-                              if (r := recs.get(a["job_id"])) and r.user == caller.user]
+            mine = {j for j, r in recs.items() if r.user == caller.user}
+            view["alerts"] = [a for a in view["alerts"] if a["job_id"] in mine]
+            view["on_deck"] = [j for j in view["on_deck"] if j in mine]
+            for node in view["nodes"]:
+                if node["job"] and node["job"] not in mine:
+                    node["job"] = HIDDEN_JOB
         return view
 
     def _visible(self, caller: Caller, job_id: str) -> dict[str, Any]:
@@ -223,104 +232,149 @@ class Routes:
         return side.prolog(job, node, nodes, rsa_state, hold=hold)
 
 
-def make_handler(routes: Routes) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "rsad/1"
-        protocol_version = "HTTP/1.1"
+class Endpoint:
+    """The API over :mod:`rsa_scheduler.daemon.httpd`: MUNGE says who is calling (and on
+    the unix socket must agree with the kernel's SO_PEERCRED), :class:`Routes` answer, and
+    every answer is signed with rsad's own credential (the node hooks act on it as root)."""
 
-        def log_message(self, fmt: str, *args: Any) -> None:
-            log.debug("api: " + fmt, *args)
+    def __init__(self, routes: Routes) -> None:
+        self.routes = routes
 
-        def _serve(self, method: str) -> None:
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-                if length > MAX_BODY:
-                    raise ApiError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "request too large")
-                raw = self.rfile.read(length) if length else b""
-                caller = self._authenticate(method, raw)
-                body = json.loads(raw) if raw else None
-                result = routes.dispatch(caller, method, self.path, body)
-                self._reply(HTTPStatus.OK, result)
-            except ApiError as e:
-                self._reply(e.status, {"error": str(e)})
-            except munge.MungeError as e:
-                self._reply(HTTPStatus.UNAUTHORIZED, {"error": str(e)})
-            except (ValueError, KeyError) as e:
-                self._reply(HTTPStatus.BAD_REQUEST, {"error": str(e)})
-            except TimeoutError:
-                self._reply(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "rsad is busy; retry"})
-            except Exception as e:
-                log.exception("api: %s %s failed", method, self.path)
-                self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {e}"})
-
-        def _authenticate(self, method: str, raw: bytes) -> Caller:
-            cred = self.headers.get(AUTH_HEADER)
-            if not cred:
-                raise ApiError(HTTPStatus.UNAUTHORIZED, "missing MUNGE credential")
+    def identify(self, req: httpd.Request) -> httpd.Identity:
+        cred = req.head.headers.get(AUTH_HEADER.lower())
+        if not cred:
+            raise httpd.HttpError(HTTPStatus.UNAUTHORIZED, "missing MUNGE credential")
+        try:
             sender, payload = munge.decode(cred)
-            if payload != munge.request_digest(method, self.path, raw):
-                raise ApiError(HTTPStatus.UNAUTHORIZED,
-                               "MUNGE credential does not match this request")
-            return Caller(sender.uid, _user_of(sender.uid))
+        except (munge.MungeError, ValueError) as e:
+            raise httpd.HttpError(HTTPStatus.UNAUTHORIZED, str(e)) from e
+        if payload != munge.request_digest(req.head.method, req.head.target, req.body):
+            raise httpd.HttpError(HTTPStatus.UNAUTHORIZED,
+                                  "MUNGE credential does not match this request")
+        if req.peer_uid is not None and req.peer_uid != sender.uid:
+            raise httpd.HttpError(HTTPStatus.UNAUTHORIZED,
+                                  f"the MUNGE credential is uid {sender.uid}'s but the "
+                                  f"connection is uid {req.peer_uid}'s")
+        caller = Caller(sender.uid, _user_of(sender.uid))
+        return httpd.Identity(caller.uid, caller.user, caller.operator)
 
-        def _reply(self, status: HTTPStatus, data: Any) -> None:
-            out = json.dumps(data, sort_keys=True).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(out)))
-            try:  # sign the answer: the node hooks act as root on what it says
-                self.send_header(REPLY_HEADER, munge.encode(munge.reply_digest(
-                    self.headers.get(AUTH_HEADER) or "", int(status), out)))
-            except munge.MungeError as e:
-                log.warning("api: reply not signed: %s", e)
-            self.end_headers()
-            self.wfile.write(out)
+    def respond(self, req: httpd.Request, who: httpd.Identity) -> httpd.Reply:
+        method, path = req.head.method, req.head.target
+        try:
+            body = json.loads(req.body) if req.body else None
+            result = self.routes.dispatch(Caller(who.uid, who.name), method, path, body)
+            return self._reply(req, HTTPStatus.OK, result)
+        except ApiError as e:
+            return self._reply(req, e.status, {"error": str(e)})
+        except munge.MungeError as e:
+            return self._reply(req, HTTPStatus.UNAUTHORIZED, {"error": str(e)})
+        except (ValueError, KeyError) as e:
+            return self._reply(req, HTTPStatus.BAD_REQUEST, {"error": str(e)})
+        except TimeoutError:
+            return self._reply(req, HTTPStatus.SERVICE_UNAVAILABLE,
+                               {"error": "rsad is busy; retry"})
+        except Exception as e:
+            log.exception("api: %s %s failed", method, path)
+            return self._reply(req, HTTPStatus.INTERNAL_SERVER_ERROR,
+                               {"error": f"internal error: {e}"})
 
-        def do_GET(self) -> None:
-            self._serve("GET")
+    def refuse(self, req: httpd.Request, status: HTTPStatus, message: str) -> httpd.Reply:
+        return self._reply(req, status, {"error": message})
 
-        def do_POST(self) -> None:
-            self._serve("POST")
+    def _reply(self, req: httpd.Request, status: HTTPStatus, data: Any) -> httpd.Reply:
+        out = json.dumps(data, sort_keys=True).encode()
+        headers: dict[str, str] = {}
+        try:  # sign the answer: the node hooks act as root on what it says
+            headers[REPLY_HEADER] = munge.encode(munge.reply_digest(
+                req.head.headers.get(AUTH_HEADER.lower(), ""), int(status), out))
+        except munge.MungeError as e:
+            log.warning("api: reply not signed: %s", e)
+        return httpd.Reply(int(status), out, headers)
 
-    return Handler
+
+def _privileged_uid(uid: int) -> bool:
+    return Caller(uid, _user_of(uid)).operator
 
 
-class UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
+def bind_unix(path: Path, group: str) -> socket.socket:
+    """rsad's unix socket, mode 0660 root:``group`` (0600 without a group), put in place
+    atomically: it never exists at ``path`` with a looser mode."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(tmp))
+        gid: int | None = None
+        if group:
+            try:
+                gid = grp.getgrnam(group).gr_gid
+            except KeyError:
+                log.warning("daemon.api.socket_group %s does not exist: %s is mode 0600 "
+                            "(root only); create it (groupadd --system %s), add slurm and "
+                            "the users who run rsa on this host, and restart rsad",
+                            group, path, group)
+        if gid is None:
+            os.chmod(tmp, 0o600)
+        else:
+            os.chown(tmp, -1, gid)
+            os.chmod(tmp, 0o660)
+        if path.exists() or path.is_symlink():
+            path.unlink()
+        os.replace(tmp, path)
+        sock.listen(socket.SOMAXCONN)
+    except BaseException:
+        sock.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    return sock
 
-    def get_request(self) -> tuple[socket.socket, Any]:
-        conn, _ = super().get_request()
-        return conn, ("local", 0)
+
+def _raise_fd_limit(needed: int) -> None:
+    """Connections are file descriptors: make room for ``needed`` more than rsad's own."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = needed + 256
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        if new < want:
+            log.warning("daemon.api.max_connections %d needs %d file descriptors; the hard "
+                        "limit is %d (LimitNOFILE= in rsad.service)", needed, want, hard)
 
 
 class ApiServers:
-    """The unix-socket server (always) and the TCP server (when configured)."""
+    """The unix-socket listener (always) and the TCP listener (when configured), served
+    by one bounded :class:`rsa_scheduler.daemon.httpd.Server`."""
 
     def __init__(self, routes: Routes, socket_path: Path,
-                 listen: tuple[str, int] | None = None) -> None:
-        handler = make_handler(routes)
-        socket_path.parent.mkdir(parents=True, exist_ok=True)
-        if socket_path.exists() or socket_path.is_symlink():
-            socket_path.unlink()
-        self.unix = UnixHTTPServer(str(socket_path), handler)
-        os.chmod(socket_path, 0o666)  # every user may connect; MUNGE says who they are
-        self.tcp = ThreadingHTTPServer(listen, handler) if listen else None
-        if self.tcp is not None:
-            self.tcp.daemon_threads = True
+                 listen: tuple[str, int] | None = None, *, socket_group: str = "",
+                 limits: httpd.Limits | None = None) -> None:
+        self.limits = limits or httpd.Limits()
+        _raise_fd_limit(self.limits.max_connections)
+        listeners = [bind_unix(socket_path, socket_group)]
+        if listen is not None:
+            family = socket.AF_INET6 if ":" in listen[0] else socket.AF_INET
+            try:
+                listeners.append(socket.create_server(listen, family=family,
+                                                      backlog=socket.SOMAXCONN))
+            except BaseException:
+                listeners[0].close()
+                raise
         self.socket_path = socket_path
-        self._threads: list[threading.Thread] = []
+        self.server = httpd.Server(listeners, Endpoint(routes), self.limits, _privileged_uid)
+
+    @classmethod
+    def from_config(cls, routes: Routes, api: ApiConfig) -> ApiServers:
+        listen = (api.listen.host, api.listen.port) if api.listen else None
+        return cls(routes, api.socket, listen, socket_group=api.socket_group,
+                   limits=httpd.Limits(read_timeout=api.read_timeout,
+                                       max_connections=api.max_connections,
+                                       per_user=api.per_user, workers=api.workers))
 
     def start(self) -> None:
-        for srv in (self.unix, self.tcp):
-            if srv is not None:
-                t = threading.Thread(target=srv.serve_forever, name="rsa-api", daemon=True)
-                t.start()
-                self._threads.append(t)
+        self.server.start()
 
     def stop(self) -> None:
-        for srv in (self.unix, self.tcp):
-            if srv is not None:
-                srv.shutdown()
-                srv.server_close()
+        self.server.stop()
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()

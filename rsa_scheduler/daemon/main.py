@@ -59,8 +59,7 @@ def rsad(config_path: str | None, check: bool, log_level: str | None) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     listen = cfg.daemon.api.listen
-    servers = ApiServers(Routes(daemon), cfg.daemon.api.socket,
-                         (listen.host, listen.port) if listen else None)
+    servers = ApiServers.from_config(Routes(daemon), cfg.daemon.api)
     servers.start()
     from rsa_scheduler.daemon.wiring import make_health
 

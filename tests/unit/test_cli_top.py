@@ -49,7 +49,7 @@ from rsa_scheduler.client import ApiClient, ApiUnavailable
 from rsa_scheduler.core.actions import ActionKind
 from rsa_scheduler.core.policy import StagingPolicy
 from rsa_scheduler.core.scheduler import Scheduler
-from rsa_scheduler.daemon import munge
+from rsa_scheduler.daemon import httpd, munge
 from rsa_scheduler.daemon.api import ApiServers, Routes
 from rsa_scheduler.daemon.executors import ActionContext
 from rsa_scheduler.daemon.service import Daemon
@@ -405,6 +405,9 @@ class Rsad:
 def make_rsad(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, serve: bool = True
               ) -> Iterator[Rsad]:
     monkeypatch.setattr(munge, "decode", fake_decode)
+    # the stand-in credential names the caller; the kernel's SO_PEERCRED would say root
+    # (test_api_server.py tests that check): the socket peer is left unknown, as on TCP
+    monkeypatch.setattr(httpd, "peer_uid", lambda _sock: None)
     slurm: ScriptedSlurm = ScriptedSlurm()
     registry = with_slurm(instant_registry([]), slurm)
     rsad = Rsad(tmp_path / "rsad.sock", None)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ authorisation); the same code runs against the real lab in tests/integration.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -397,3 +398,18 @@ def test_an_executors_summary_becomes_the_outcome_message_not_detail() -> None:
     out = reg.run(ctx)
     assert out.message == "the RAMDISK held no output"
     assert out.detail == {"verified": {"objects": 0}}
+
+
+def test_users_see_no_other_users_job_ids_in_the_status(routes: Routes) -> None:
+    held = {n["name"]: n["job"] for n in routes.dispatch(ROOT, "GET", "/v1/status",
+                                                         None)["nodes"] if n["job"]}
+    assert set(held.values()) == {"7"}  # alice's job holds RSA nodes
+    mine = routes.dispatch(ALICE, "GET", "/v1/status", None)
+    assert {n["name"]: n["job"] for n in mine["nodes"] if n["job"]} == held
+    assert mine["on_deck"] == routes.dispatch(ROOT, "GET", "/v1/status", None)["on_deck"] \
+        == ["7"]
+    theirs = routes.dispatch(BOB, "GET", "/v1/status", None)
+    assert {n["name"]: n["job"] for n in theirs["nodes"] if n["job"]} == {
+        name: "(hidden)" for name in held}  # still shown as held, by nobody bob may know
+    assert "7" not in theirs["on_deck"] and "7" not in json.dumps(theirs["alerts"])
+    assert routes.dispatch(BOB, "GET", "/v1/events", None)["events"] == []

@@ -1,0 +1,249 @@
+"""Holding rsad's API (issue 12, point 4), tried for real against the lab's rsad as the
+second lab user (rsaother) and as an unauthenticated TCP peer: bad Content-Length values,
+a slow-loris, hundreds of idle connections, another user's job ids. Meanwhile rsad must
+stay live: root's `rsa status` answers at once, and (a second rsad under a fake systemd)
+the watchdog keeps being fed."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import as_user
+from tests.integration.slurmkit import make_jobs, root, wait_for
+from tests.security import attack
+
+SOCK = "/run/rsa/rsad.sock"
+TCP = "127.0.0.1:6820"
+ATTACK = str(Path(attack.__file__).resolve())
+FAST = 2.0  # seconds root's `rsa status` may take while the API is under attack
+
+
+def rsa(lab: Mapping[str, str], user: str, *args: str,
+        api: str = SOCK) -> subprocess.CompletedProcess[str]:
+    argv = [f"{lab['RSA_LAB_VENV']}/bin/rsa", *args, "--api", api]
+    if user == "root":
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    return as_user(lab, user, argv, timeout=60)
+
+
+def root_status_seconds(lab: Mapping[str, str], api: str = SOCK) -> float:
+    start = time.monotonic()
+    out = rsa(lab, "root", "status", "--json", api=api)
+    took = time.monotonic() - start
+    assert out.returncode == 0, out.stderr
+    assert "nodes" in json.loads(out.stdout)
+    return took
+
+
+def attack_as(lab: Mapping[str, str], user: str, *args: str,
+              timeout: float = 90) -> dict[str, Any]:
+    out = as_user(lab, user, [f"{lab['RSA_LAB_VENV']}/bin/python", ATTACK, *args],
+                  timeout=timeout)
+    assert out.returncode == 0, out.stderr
+    result: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])
+    return result
+
+
+@contextmanager
+def holding(lab: Mapping[str, str], user: str, address: str, count: int,
+            seconds: float) -> Iterator[dict[str, Any]]:
+    """``count`` idle connections held by ``user``; yields what rsad did with them."""
+    proc = subprocess.Popen(["runuser", "-u", user, "--", f"{lab['RSA_LAB_VENV']}/bin/python",
+                             ATTACK, "hold", address, str(count), str(seconds)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd="/")
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read() if proc.stderr else "no output"
+        yield json.loads(line)
+    finally:
+        proc.kill()
+        proc.wait(30)
+
+
+@pytest.mark.parametrize("address", [SOCK, TCP])
+def test_bad_content_length_is_answered_at_once(lab: Mapping[str, str], address: str) -> None:
+    other = lab["RSA_LAB_OTHER_USER"]
+    cases = {"-1": (400, "invalid Content-Length"), "abc": (400, "invalid Content-Length"),
+             "1e3": (400, "invalid Content-Length"),
+             "104857600": (413, "over rsad's limit"),
+             "9" * 40: (413, "over rsad's limit")}
+    for value, (status, message) in cases.items():
+        got = attack_as(lab, other, "length", address, value)
+        assert got["status"] == status and message in got["body"], (value, got)
+        assert got["seconds"] < FAST, (value, got)
+    assert root_status_seconds(lab) < FAST
+
+
+@pytest.mark.parametrize("address", [SOCK, TCP])
+def test_a_slow_loris_is_cut_off_and_rsad_stays_live(lab: Mapping[str, str],
+                                                     address: str) -> None:
+    other = lab["RSA_LAB_OTHER_USER"]
+    with ThreadPoolExecutor(4) as pool:
+        lorises = [pool.submit(attack_as, lab, other, "slowloris", address, "1")
+                   for _ in range(3)]
+        time.sleep(2)
+        while not all(f.done() for f in lorises):
+            assert root_status_seconds(lab) < FAST
+            assert root_status_seconds(lab, TCP) < FAST
+            time.sleep(1)
+        for f in lorises:
+            got = f.result()
+            # daemon.api.read_timeout (10s): the whole request, however it trickles in
+            assert got["status"] == 408 and "not complete within 10s" in got["body"], got
+            assert 9 < got["seconds"] < 14, got
+
+
+def test_one_user_cannot_hold_hundreds_of_connections(lab: Mapping[str, str]) -> None:
+    user, other = lab["RSA_LAB_USER"], lab["RSA_LAB_OTHER_USER"]
+    with holding(lab, other, SOCK, 300, 20) as held:
+        # daemon.api.per_user (8): the rest is told why at once
+        assert held["kept"] <= 8, held
+        assert held["refused"].get("429", 0) >= 290, held
+        assert root_status_seconds(lab) < FAST
+        mine = rsa(lab, user, "jobs", "--json")
+        assert mine.returncode == 0, mine.stderr
+        again = rsa(lab, other, "status")
+        assert again.returncode == 1
+        assert "has 8 connections to rsad open (daemon.api.per_user)" in again.stderr
+
+
+def test_unauthenticated_tcp_connections_cannot_lock_out_hooks(lab: Mapping[str, str]) -> None:
+    """Before its credential is read a TCP peer has no uid: the table is capped
+    (daemon.api.max_connections 256) and the oldest idle connection makes room."""
+    other = lab["RSA_LAB_OTHER_USER"]
+    with holding(lab, other, TCP, 400, 25) as held:
+        assert held["kept"] <= 256, held
+        for _ in range(3):
+            assert root_status_seconds(lab, TCP) < FAST
+            assert root_status_seconds(lab) < FAST
+        out = rsa(lab, lab["RSA_LAB_USER"], "jobs", "--json", api=TCP)
+        assert out.returncode == 0, out.stderr
+
+
+def test_the_socket_is_for_its_group_only(lab: Mapping[str, str]) -> None:
+    """0660 root:rsa (daemon.api.socket_group); the lab's users and slurm are members."""
+    st = os.stat(SOCK)
+    import grp
+
+    assert (st.st_mode & 0o777, st.st_uid, grp.getgrgid(st.st_gid).gr_name) == (0o660, 0, "rsa")
+    other = lab["RSA_LAB_OTHER_USER"]
+    # rsaother without its supplementary groups: not a member of rsa
+    out = subprocess.run(["setpriv", f"--reuid={other}", f"--regid={other}", "--clear-groups",
+                          f"{lab['RSA_LAB_VENV']}/bin/rsa", "status", "--api", SOCK],
+                         capture_output=True, text=True, timeout=60, check=False, cwd="/")
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        f"rsa: error: permission denied on {SOCK}: rsad's socket is for members of group "
+        "rsa; ask your administrator to add you (daemon.api.socket_group), or use the TCP "
+        "API with --api HOST:PORT (RSA_API)"], out.stderr
+
+
+def test_another_users_job_ids_are_nowhere(lab: Mapping[str, str], tmp_path: Path) -> None:
+    from tests.integration.test_rsad_staging import fill, wait_state
+
+    user, other = lab["RSA_LAB_USER"], lab["RSA_LAB_OTHER_USER"]
+    base = Path(lab["RSA_LAB_PFS"]) / f"api-sec-{os.getpid()}"
+    made = as_user(lab, user, ["bash", "-c", f"mkdir -p {base}/in {base}/out && "
+                                             f"echo data > {base}/in/f"])
+    assert made.returncode == 0, made.stderr
+    with make_jobs(lab) as jobs:
+        fill(jobs)
+        job = jobs.submit(script=f"#!/bin/bash\n#SBATCH -t 5\n#RSA_DATA_IN={base}/in\n"
+                                 f"#RSA_DATA_OUT={base}/out\nsleep 1\n")
+        wait_state(lab, job, "locked-in", timeout=120)
+        held = json.loads(rsa(lab, "root", "nodes", "--json").stdout)["nodes"]
+        assert job in {n["job"] for n in held}
+        assert job in {n["job"] for n in json.loads(rsa(lab, user, "nodes", "--json").stdout)[
+            "nodes"]}
+        for api in (SOCK, TCP):
+            for args in (("status", "--json"), ("nodes", "--json"), ("jobs", "--json"),
+                         ("events", "--json", "--since", "0")):
+                out = rsa(lab, other, *args, api=api)
+                assert out.returncode == 0, (args, out.stderr)
+                assert f'"{job}"' not in out.stdout, (args, out.stdout[:2000])
+            nodes = json.loads(rsa(lab, other, "nodes", "--json", api=api).stdout)["nodes"]
+            assert "(hidden)" in {n["job"] for n in nodes}
+            seen = rsa(lab, other, "job", job, api=api)
+            assert seen.returncode == 1
+            assert seen.stderr.strip() == f"rsa: error: job {job} is not tracked by the RSA"
+        for filler in jobs.ids[:4]:
+            root(lab, "scancel", filler)
+    root(lab, "rm", "-rf", str(base))
+
+
+def test_the_watchdog_is_fed_while_the_api_is_attacked(lab: Mapping[str, str],
+                                                       tmp_path: Path) -> None:
+    """A second rsad (own state, socket and TCP port; an inert pool) under a fake systemd
+    notify socket: while users hammer its API, WATCHDOG=1 keeps coming every cycle (2s)."""
+    port = 6831
+    public = Path(tempfile.mkdtemp(prefix="rsa-api-sec-"))  # rsaother must reach the socket
+    public.chmod(0o755)
+    sock_path = public / "rsad.sock"
+    cfg = Path(lab["RSA_LAB_RSA_CONFIG"]).read_text()
+    cfg = cfg.replace("/run/rsa-lab/rsad", str(tmp_path / "state"))
+    cfg = cfg.replace(SOCK, str(sock_path))
+    cfg = cfg.replace(f'listen: "{TCP}"', f'listen: "127.0.0.1:{port}"')
+    cfg = cfg.replace('listen: "127.0.0.1:9465"', 'listen: ""')
+    cfg = cfg.replace('names: "rsa[1-4]"', 'names: "rsa99"').replace(
+        'address: "127.0.1.{num}"', 'address: "127.0.1.99"')
+    (tmp_path / "rsa.yaml").write_text(cfg)
+    (tmp_path / "rsa.yaml").chmod(0o600)
+    notify = tmp_path / "notify.sock"
+    other = lab["RSA_LAB_OTHER_USER"]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as srv:
+        srv.bind(str(notify))
+        srv.settimeout(1)
+        env = {**os.environ, "SLURM_CONF": lab["RSA_LAB_SLURM_CONF"],
+               "NOTIFY_SOCKET": str(notify), "WATCHDOG_USEC": "10000000"}
+        proc = subprocess.Popen([f"{lab['RSA_LAB_VENV']}/bin/rsad", "--config",
+                                 str(tmp_path / "rsa.yaml")], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for("second rsad ready", lambda: sock_path.exists(), timeout=30, every=0.2)
+            tcp = f"127.0.0.1:{port}"
+            pool = ThreadPoolExecutor(8)
+            attacks = [pool.submit(attack_as, lab, other, "slowloris", a, "1")
+                       for a in (str(sock_path), tcp, tcp)]
+            attacks += [pool.submit(attack_as, lab, other, "length", a, "-1")
+                        for a in (str(sock_path), tcp)]
+            attacks.append(pool.submit(attack_as, lab, other, "hold", tcp, "300", "12"))
+            attacks.append(pool.submit(attack_as, lab, other, "hold", str(sock_path), "100",
+                                       "12"))
+            pings: list[float] = []
+            slowest = 0.0
+            end = time.monotonic() + 16
+            while time.monotonic() < end:
+                try:
+                    if srv.recv(4096).decode() == "WATCHDOG=1":
+                        pings.append(time.monotonic())
+                except TimeoutError:
+                    pass
+                slowest = max(slowest, root_status_seconds(lab, str(sock_path)))
+            for f in attacks:
+                f.result(timeout=60)
+            pool.shutdown()
+            gaps = [b - a for a, b in itertools.pairwise(pings)]
+            assert len(pings) >= 5 and max(gaps) < 5, (pings, gaps)
+            assert slowest < FAST
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+        shutil.rmtree(public, ignore_errors=True)
+        assert proc.returncode == 0, err[-2000:]
