@@ -18,7 +18,7 @@ Access control (docs/filesystems.md, "Who can reach a RAMDISK"): every filesyste
 random secret; the master exports it only with ``password=<secret>`` and only to the RSA
 nodes' addresses and the configured client networks. The secret exists only in root-only
 files on the RSA nodes (never in the mount spec, so never in rsad's event log or views):
-RSA nodes' mounts read it with ``mfspassfile=``, a compute node's mount argv gets it
+RSA nodes' mounts read it from a config file (``-c``), a compute node's mount argv gets it
 from the first node when rsad builds it. The RAMDISK's root directory belongs to the
 job's user, mode 0700.
 
@@ -57,7 +57,11 @@ PORT_BASE = 20000  # below Linux's ephemeral range (32768-60999)
 PORT_BLOCK = 64  # master uses base+0..2, chunkserver i uses base+3+i
 PORT_SLOTS = 156  # 20000..29983
 SECRET_BYTES = 16  # 128 random bits, written as 32 hex digits (safe in mfsexports.cfg)
-PASS_FILE = "mfsmount.pass"  # in the node's root-only directory of the filesystem
+# The secret as an mfsmount config file (``mfspassword=...``), given with ``-c``, in the
+# node's root-only directory of the filesystem. Not ``-o mfspassfile=``: MooseFS 3.0.117
+# answers "Incorrect password" for a pass file holding the right password, with or without
+# a newline (tested in the lab), while the same password from ``-c`` is accepted.
+PASS_FILE = "mfsmount.cfg"
 MAX_NODES = PORT_BLOCK - 3
 DIR_PREFIX = "rsa-mfs-"
 EMPTY_METADATA = "MFSM NEW"  # /var/lib/mfs/metadata.mfs.empty, 8 bytes
@@ -304,7 +308,7 @@ class Layout:
         """Relative path (under the node's dir) → content; '' ending in '/' = a directory."""
         d = self.dir(node)
         out = {"cs/": "", "chunks/": "", "mfschunkserver.cfg": self.cs_cfg(node),
-               "mfshdd.cfg": f"{d}/chunks\n", PASS_FILE: self.secret}
+               "mfshdd.cfg": f"{d}/chunks\n", PASS_FILE: f"mfspassword={self.secret}\n"}
         if node == self.master:
             out.update({"master/": "", "master/metadata.mfs": EMPTY_METADATA,
                         "mfsmaster.cfg": self.master_cfg(), "mfstopology.cfg": "",
@@ -331,10 +335,10 @@ class Layout:
         return buf.getvalue().decode("ascii")
 
     def mount_argv(self, node: str, options: Sequence[str]) -> list[str]:
-        """``node``'s own mount: the secret is read from its root-only pass file."""
-        opts = [*options, f"mfspassfile={self.dir(node)}/{PASS_FILE}"]
+        """``node``'s own mount: the secret is read from its root-only config file."""
         return ["mfsmount", self.mountpoint, "-H", self.master_address, "-P",
-                str(self.client_port), "-o", ",".join(opts)]
+                str(self.client_port), "-c", f"{self.dir(node)}/{PASS_FILE}",
+                *(["-o", ",".join(options)] if options else [])]
 
 
 def _is_loopback(address: str) -> bool:
@@ -650,8 +654,10 @@ class MooseFsBackend(FilesystemBackend):
         if node not in self.hosts:
             raise FsError(f"{spec.fs_id}: no host for {node}, which holds the RAMDISK's "
                           "access secret")
-        secret = self._run(node, ["cat", "--", path], 15).strip()
-        if not re.fullmatch(r"[0-9a-f]{16,128}", secret):
+        text = self._run(node, ["cat", "--", path], 15)
+        found = re.search(r"^mfspassword=([0-9a-f]{16,128})$", text, re.MULTILINE)
+        secret = found.group(1) if found else ""
+        if not secret:
             raise FsError(f"{spec.fs_id}: {node}:{path} holds no access secret; the "
                           "RAMDISK is damaged: rebuild it (rsa retry)")
         return secret

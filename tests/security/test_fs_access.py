@@ -133,7 +133,7 @@ def test_another_users_job_ramdisk_cannot_be_mounted_read_or_written(
             assert wrong.returncode != 0 and not os.path.ismount(mnt), wrong.stderr
             # control: with the secret (root on the RSA node can read it) the route works
             secret = hosts[rsa_node].run(["cat", "--", spec["client"]["pass_file"]],
-                                         timeout=30).stdout.strip()
+                                         timeout=30).stdout.strip().split("=", 1)[1]
             assert secret and secret not in json.dumps(info)  # never in what rsad shows
             right = mfsmount(mnt, spec, f"mfspassword={secret}")
             assert right.returncode == 0, right.stderr
@@ -144,10 +144,10 @@ def test_another_users_job_ramdisk_cannot_be_mounted_read_or_written(
         # -- the RAMDISK's backing files and staging mount on its RSA node ---------------
         pool = lab["RSA_LAB_POOL_RAM"]
         d = f"{pool}/rsa-mfs-{spec['fs_id']}"
-        assert hosts[rsa_node].run(["test", "-s", f"{d}/mfsmount.pass"], timeout=30,
+        assert hosts[rsa_node].run(["test", "-s", f"{d}/mfsmount.cfg"], timeout=30,
                                    check=False).returncode == 0
         ident = Identity.of(other)
-        for argv in (["ls", d], ["ls", f"{d}/chunks"], ["cat", f"{d}/mfsmount.pass"],
+        for argv in (["ls", d], ["ls", f"{d}/chunks"], ["cat", f"{d}/mfsmount.cfg"],
                      ["cat", f"{d}/spec.json"], ["ls", f"{d}/master"],
                      ["ls", spec["rsa_mountpoint"]],
                      ["cat", f"{spec['rsa_mountpoint']}/private"],

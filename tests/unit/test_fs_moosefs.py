@@ -152,13 +152,13 @@ def test_the_secret_reaches_rsa_nodes_in_a_root_only_file_never_in_argv() -> Non
     for node, pool in (("rsa1", "/pool"), ("rsa2", "/p2")):
         argv = lay.mount_argv(node, backend.rsa_node_options)
         assert SECRET not in " ".join(argv)
-        assert f"mfspassfile={pool}/rsa-mfs-job1-c1/{PASS_FILE}" in argv[-1]
+        assert argv[6:8] == ["-c", f"{pool}/rsa-mfs-job1-c1/{PASS_FILE}"]
         assert "nosuid" in argv[-1] and "nodev" in argv[-1]
         with tarfile.open(fileobj=io.BytesIO(lay.tarball(node).encode())) as tar:
             modes = {m.name: (m.mode, m.isdir()) for m in tar.getmembers()}
             assert all(mode == (0o700 if isdir else 0o600) for mode, isdir in modes.values())
             f = tar.extractfile(f"rsa-mfs-job1-c1/{PASS_FILE}")
-            assert f is not None and f.read().decode() == SECRET
+            assert f is not None and f.read().decode() == f"mfspassword={SECRET}\n"
     exports = lay.files("rsa1")["mfsexports.cfg"]
     assert exports == exports_cfg(["10.0.0.5", "10.0.0.6", "10.1.0.0/16"], SECRET)
     assert "mfsexports.cfg" not in lay.files("rsa2")
@@ -175,7 +175,7 @@ class PassHost:
             env: Mapping[str, str] | None = None,
             cancel: CancelToken | None = None) -> Completed:
         self.calls.append(list(argv))
-        return Completed(tuple(argv), 0, self.secret + "\n", "", 0.0)
+        return Completed(tuple(argv), 0, f"mfspassword={self.secret}\n", "", 0.0)
 
 
 def test_compute_nodes_get_the_secret_from_the_rsa_node_and_the_spec_never_holds_it(
@@ -187,10 +187,10 @@ def test_compute_nodes_get_the_secret_from_the_rsa_node_and_the_spec_never_holds
     spec = MountSpec("moosefs", "job1-c1", ("rsa1",), "/mnt/job1-c1",
                      {"master_host": "10.0.0.5", "master_port": 22946,
                       "options": ["mfsioretries=12"],
-                      "pass_file": "/pool/rsa-mfs-job1-c1/mfsmount.pass"})
+                      "pass_file": "/pool/rsa-mfs-job1-c1/mfsmount.cfg"})
     argv = backend.client_mount_argv(spec, "@MOUNTPOINT@")
     assert argv == ["mfsmount", "@MOUNTPOINT@", "-H", "10.0.0.5", "-P", "22946", "-o",
                     f"mfsioretries=12,mfspassword={SECRET}"]
-    assert host.calls == [["cat", "--", "/pool/rsa-mfs-job1-c1/mfsmount.pass"]]
+    assert host.calls == [["cat", "--", "/pool/rsa-mfs-job1-c1/mfsmount.cfg"]]
     with pytest.raises(FsError, match="holds no access secret"):
         MooseFsBackend({"rsa1": PassHost("")}).client_mount_argv(spec, "@MOUNTPOINT@")
