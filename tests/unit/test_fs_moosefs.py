@@ -168,7 +168,8 @@ class PassHost:
     """An RSA node whose pass file holds ``secret``."""
 
     def __init__(self, secret: str) -> None:
-        self.name, self.secret, self.calls = "rsa1", secret, []  # type: list[list[str]]
+        self.name, self.secret = "rsa1", secret
+        self.calls: list[list[str]] = []
 
     def run(self, argv: Sequence[str], *, timeout: float, check: bool = True,
             input: str | None = None, as_user: object = None,
