@@ -193,5 +193,10 @@ def test_compute_nodes_get_the_secret_from_the_rsa_node_and_the_spec_never_holds
     assert argv == ["mfsmount", "@MOUNTPOINT@", "-H", "10.0.0.5", "-P", "22946", "-o",
                     f"mfsioretries=12,mfspassword={SECRET}"]
     assert host.calls == [["cat", "--", "/pool/rsa-mfs-job1-c1/mfsmount.cfg"]]
+    # a failed mount's error message names the first 6 words only (runner.CommandError):
+    # the secret must stay out of them, or it would reach the job's events
+    from rsa_scheduler.runner import CommandError
+
+    assert SECRET not in str(CommandError(argv, 1, "mfsmaster register error"))
     with pytest.raises(FsError, match="holds no access secret"):
         MooseFsBackend({"rsa1": PassHost("")}).client_mount_argv(spec, "@MOUNTPOINT@")
