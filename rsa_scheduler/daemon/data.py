@@ -92,6 +92,7 @@ class DataPath:
             if name == "moosefs":
                 options["addresses"] = {n.name: n.data_address or n.address
                                         for n in self.cfg.pool.members()}
+                options["client_networks"] = tuple(self.cfg.filesystem.client_networks)
             elif name:
                 backend_class(name)  # fail early with the registry's message
             self._backends[tier] = make_backend(self.cfg, tier, self.hosts, **options)

@@ -126,9 +126,26 @@ def export_ranges(addresses: Sequence[str], networks: Sequence[str]) -> list[str
         if ip not in ranges:
             ranges.append(ip)
     for net in networks:
+        if not valid_range(net):
+            raise FsError(f"filesystem.client_networks: {net!r} is not an export range; "
+                          "use *, an IPv4 address, IP/bits, IP/netmask or IP-IP")
         if net not in ranges:
             ranges.append(net)
     return ranges
+
+
+def valid_range(text: str) -> bool:
+    """Is ``text`` a client range mfsexports.cfg takes (``*``, IP, IP/bits, IP/mask, IP-IP)?"""
+    if text == "*":
+        return True
+    try:
+        if "-" in text:
+            low, high = (ipaddress.IPv4Address(p) for p in text.split("-", 1))
+            return low <= high
+        ipaddress.IPv4Network(text, strict=False)
+        return True
+    except ValueError:
+        return False
 
 
 def exports_cfg(ranges: Sequence[str], secret: str) -> str:

@@ -119,6 +119,11 @@ def test_export_ranges_are_the_rsa_nodes_and_the_client_networks() -> None:
     assert export_ranges(["10.0.0.5"], ["*"]) == ["*"]
     # an address that cannot be resolved here cannot be written as a range: any address
     assert export_ranges(["no-such-host.invalid"], ["10.1.0.0/16"]) == ["*"]
+    assert export_ranges(["10.0.0.5"], ["10.1.0.1-10.1.0.9", "10.2.0.0/255.255.0.0"]) == [
+        "10.0.0.5", "10.1.0.1-10.1.0.9", "10.2.0.0/255.255.0.0"]
+    for bad in ("10.1.0.0/33", "compute-net", "10.1.0.9-10.1.0.1", "10.0.0.1 / rw"):
+        with pytest.raises(FsError, match="is not an export range"):
+            export_ranges(["10.0.0.5"], [bad])
 
 
 def test_secrets_are_random_and_hex() -> None:
