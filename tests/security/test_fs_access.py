@@ -169,3 +169,64 @@ def test_another_users_job_ramdisk_cannot_be_mounted_read_or_written(
         (area / "stop").touch()
         wait_state(lab, job, "staging-out", "verifying", "output-verified", "tearing-down",
                    "released", timeout=120)
+
+
+# -- mfsmount's master proxy ------------------------------------------------------------
+# Every mfsmount listens on 127.0.0.1 (a random port) for MooseFS tools and forwards any
+# request on its own authenticated session (mfsmount/masterproxy.c), with the uid the
+# request names. A local user of a node where a RAMDISK is mounted can therefore act as
+# root on it without the secret. In the lab every node shares the host's network
+# namespace, so rsaother on the host reaches every RSA node's staging mount.
+PROXY_PROBE = r"""
+import socket, struct
+def readn(s, n):
+    b = b""
+    while len(b) < n:
+        c = s.recv(n - len(b))
+        if not c:
+            raise EOFError
+        b += c
+    return b
+for line in open("/proc/net/tcp").read().splitlines()[1:]:
+    f = line.split()
+    ip, port = f[1].split(":")
+    if f[3] != "0A" or ip != "0100007F":
+        continue
+    try:
+        s = socket.create_connection(("127.0.0.1", int(port, 16)), timeout=2)
+        # CLTOMA_FUSE_READDIR of inode 1 as uid 0: msgid inode uid gcnt gid flags max nedge
+        body = struct.pack(">IIIIIBIQ", 1, 1, 0, 1, 0, 0, 0xFFFFFFFF, 0)
+        s.sendall(struct.pack(">II", 428, len(body)) + body)
+        cmd, size = struct.unpack(">II", readn(s, 8))
+        data, i = readn(s, size), 12
+        while cmd == 429 and size > 5 and i < len(data):
+            n = data[i]
+            print(data[i + 1:i + 1 + n].decode(errors="replace"))
+            i += n + 6
+    except (OSError, EOFError, struct.error):
+        pass
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="open: mfsmount's master proxy serves any local user "
+                   "(docs/security-fsacl.md); this must start passing once it is closed")
+def test_a_local_user_cannot_use_a_mounts_master_proxy(lab: Mapping[str, str]) -> None:
+    from rsa_scheduler.fs.base import FsRequest
+    from tests.integration.fskit import lab_moosefs
+
+    other = lab["RSA_LAB_OTHER_USER"]
+    nodes = ("rsa1",)
+    req = FsRequest(f"sec-proxy-{os.getpid()}", "0", nodes, "ram",
+                    {n: lab["RSA_LAB_POOL_RAM"] for n in nodes}, "/run/rsa/mnt",
+                    owner=_ids(lab["RSA_LAB_USER"]))
+    with lab_hosts(lab) as hosts:
+        backend = lab_moosefs(lab, hosts)
+        try:
+            spec = backend.create(req)
+            hosts["rsa1"].run(["touch", f"{spec.rsa_mountpoint}/victim-file"], timeout=30)
+            seen = as_user(lab, other, ["python3", "-c", PROXY_PROBE], timeout=60)
+            assert seen.returncode == 0, seen.stderr
+            assert "victim-file" not in seen.stdout.split(), (
+                f"{other} listed the RAMDISK through an mfsmount proxy")
+        finally:
+            backend.destroy(req)
