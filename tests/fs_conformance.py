@@ -15,6 +15,7 @@ late, to check that the cleanup stack unwinds it).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -76,6 +77,14 @@ class FsConformance:
         for node in spec2.nodes:
             assert run_on(backend, node, ["ls", "-A", spec2.rsa_mountpoint]).stdout == ""
         assert backend.health(spec2).ok
+
+    def test_the_root_is_the_jobs_users_and_private_also_after_reset(
+            self, backend: FilesystemBackend, make_request: MakeRequest) -> None:
+        req = dataclasses.replace(make_request("owner"), owner=(4242, 4343))
+        for spec in (backend.create(req), backend.reset(req)):
+            for node in spec.nodes:
+                got = run_on(backend, node, ["stat", "-c", "%u:%g %a", spec.rsa_mountpoint])
+                assert got.stdout.split() == ["4242:4343", "700"], node
 
     def test_create_and_destroy_are_idempotent(self, backend: FilesystemBackend,
                                                make_request: MakeRequest,

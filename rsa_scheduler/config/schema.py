@@ -475,6 +475,13 @@ class FilesystemConfig:
         metadata=meta(Int(min=0, max=MAX_RETRIES), "Retries of a failed create/destroy.")
     )
     mount_root: Path = field(metadata=meta(AbsPath(), "Where RAMDISKs are client-mounted."))
+    client_networks: tuple[str, ...] = field(
+        metadata=meta(
+            ListOf(Str()),
+            "Where compute nodes mount RAMDISKs from (moosefs export ranges: `*`, an IP, "
+            "`IP/bits` or `IP-IP`); the RSA nodes' own addresses are always added.",
+        )
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -67,6 +67,18 @@ def _script(eng: StagingEngine, spec: MountSpec, args: Mapping[str, Any], key: s
                        "stderr": res.stderr_tail[-2000:]}}
 
 
+def _owner(user: str) -> tuple[int, int] | None:
+    """(uid, gid) the RAMDISK's root is given to; None if the user is unknown here (a
+    destroy must still work; a create then leaves the root root's, 0700)."""
+    import pwd
+
+    try:
+        pw = pwd.getpwnam(user) if user else None
+    except KeyError:
+        return None
+    return (pw.pw_uid, pw.pw_gid) if pw else None
+
+
 class DataPath:
     """Everything the data-path executors share: config, hosts, backends."""
 
@@ -125,6 +137,7 @@ class DataPath:
             if name == "moosefs":
                 options["addresses"] = {n.name: n.data_address or n.address
                                         for n in self.cfg.pool.members()}
+                options["client_networks"] = tuple(self.cfg.filesystem.client_networks)
             elif name:
                 backend_class(name)  # fail early with the registry's message
             self._backends[tier] = make_backend(self.cfg, tier, self.hosts, **options)
@@ -138,7 +151,8 @@ class DataPath:
         tier = str(args.get("tier") or self.tiers[nodes[0]])
         return FsRequest(fs_id=fs_id(ctx.action.id), job_id=ctx.action.job_id, nodes=nodes,
                          tier=tier, pool_dirs={n: self.pool_dirs[n] for n in nodes},
-                         mount_root=str(self.cfg.filesystem.mount_root))
+                         mount_root=str(self.cfg.filesystem.mount_root),
+                         owner=_owner(str(args.get("user") or "")))
 
     def mount(self, ctx: ActionContext) -> MountSpec:
         data = ctx.facts.get("mount")

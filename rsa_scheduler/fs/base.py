@@ -37,6 +37,9 @@ class FsRequest:
     tier: str  # "ram" or "ssd"
     pool_dirs: Mapping[str, str]  # node -> the node's pool directory (tmpfs / disk)
     mount_root: str  # where RAMDISKs are mounted on RSA nodes: <mount_root>/<fs_id>
+    # (uid, gid) of the job's user: the RAMDISK's root directory is made theirs, mode 0700.
+    # None (tests, older callers): the root stays root's, 0700, until staging hands it over.
+    owner: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +48,8 @@ class MountSpec:
 
     ``rsa_mountpoint`` is where it is mounted on every RSA node (staging runs there).
     ``client`` says how a compute node mounts it (backend-specific, JSON-serialisable).
+    It never holds a filesystem's access secret: rsad records it in its event log and
+    shows it to the job's user; secrets stay in root-only files on the RSA nodes.
     """
 
     backend: str
@@ -103,7 +108,9 @@ class FilesystemBackend(abc.ABC):
 
     @abc.abstractmethod
     def client_mount_argv(self, spec: MountSpec, mountpoint: str) -> list[str]:
-        """argv a compute node (as root) runs to mount the RAMDISK at ``mountpoint``."""
+        """argv a compute node (as root) runs to mount the RAMDISK at ``mountpoint``. It
+        may fetch the filesystem's secret from its RSA node (the argv is handed to the
+        job's compute nodes only, never recorded)."""
 
     def client_umount_argv(self, spec: MountSpec, mountpoint: str) -> list[str]:
         return ["umount", mountpoint]

@@ -8,10 +8,19 @@ every node so staging runs on all of them in parallel. Goal 1, trash time 0 (no
 replication, no trash: a throw-away scratch filesystem, like BeeOND).
 
 Everything of a filesystem lives in ``<pool_dir>/rsa-mfs-<fs_id>/`` on each node (configs,
-master metadata, chunkserver state, chunks, ``spec.json`` written last on the master node
-as the "complete" mark), so several jobs' filesystems coexist and destroy frees the pool
-by removing one directory. Ports come from a deterministic block per ``fs_id`` (hash, then
-linear probing past ports already listening on the nodes).
+master metadata, chunkserver state, chunks, the mount password file, ``spec.json`` written
+last on the master node as the "complete" mark), root-only (0700), so several jobs'
+filesystems coexist and destroy frees the pool by removing one directory. Ports are a
+block drawn at random per filesystem (nothing public predicts them), skipping ports
+already listening on the nodes, and recorded in the mount spec.
+
+Access control (docs/filesystems.md, "Who can reach a RAMDISK"): every filesystem has a
+random secret; the master exports it only with ``password=<secret>`` and only to the RSA
+nodes' addresses and the configured client networks. The secret exists only in root-only
+files on the RSA nodes (never in the mount spec, so never in rsad's event log or views):
+RSA nodes' mounts read it from a config file (``-c``), a compute node's mount argv gets it
+from the first node when rsad builds it. The RAMDISK's root directory belongs to the
+job's user, mode 0700.
 
 MooseFS refuses a loopback master ("localhost can't be used for connecting with master",
 any 127.0.0.0/8 address): the servers bind to each node's *data address* (``addresses``),
@@ -23,12 +32,12 @@ Must not import the daemon or the store; it only talks to :class:`Host` objects.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import ipaddress
 import json
 import logging
 import re
+import secrets
 import socket
 import tarfile
 import time
@@ -47,6 +56,12 @@ log = logging.getLogger(__name__)
 PORT_BASE = 20000  # below Linux's ephemeral range (32768-60999)
 PORT_BLOCK = 64  # master uses base+0..2, chunkserver i uses base+3+i
 PORT_SLOTS = 156  # 20000..29983
+SECRET_BYTES = 16  # 128 random bits, written as 32 hex digits (safe in mfsexports.cfg)
+# The secret as an mfsmount config file (``mfspassword=...``), given with ``-c``, in the
+# node's root-only directory of the filesystem. Not ``-o mfspassfile=``: MooseFS 3.0.117
+# answers "Incorrect password" for a pass file holding the right password, with or without
+# a newline (tested in the lab), while the same password from ``-c`` is accepted.
+PASS_FILE = "mfsmount.cfg"
 MAX_NODES = PORT_BLOCK - 3
 DIR_PREFIX = "rsa-mfs-"
 EMPTY_METADATA = "MFSM NEW"  # /var/lib/mfs/metadata.mfs.empty, 8 bytes
@@ -58,7 +73,9 @@ EMPTY_METADATA = "MFSM NEW"  # /var/lib/mfs/metadata.mfs.empty, 8 bytes
 # fresh 3 MiB writers on a 1-node lab RAMDISK in 2 of 4 trials; 12 (~16.5 s) none in
 # 8 trials of 16 and 64 writers. The price: a reader of a dead chunkserver fails after
 # ~50 s instead of ~10 s (MooseFS's default 30 tries: minutes). docs/filesystems.md.
-CLIENT_OPTIONS = ("mfsioretries=12",)
+# nosuid,nodev: a file on the RAMDISK never runs with its owner's privileges (a root on one
+# compute node of a job could otherwise plant a setuid binary for the job's other nodes).
+CLIENT_OPTIONS = ("mfsioretries=12", "nosuid", "nodev")
 # The RSA nodes' own mounts (staging) also keep file names in the kernel's dentry cache
 # for 1 s (MooseFS's default is 0: every open of a path that was just looked up asks the
 # client and the master again). Measured on a cold 10k-file stage-out to local disk
@@ -72,11 +89,78 @@ CLIENT_OPTIONS = ("mfsioretries=12",)
 RSA_NODE_OPTIONS = ("mfsentrycacheto=1",)
 
 
-def port_base(fs_id: str, attempt: int = 0, *, base: int = PORT_BASE,
-              slots: int = PORT_SLOTS) -> int:
-    """The first port of ``fs_id``'s block on its ``attempt``-th probe (deterministic)."""
-    h = int.from_bytes(hashlib.sha256(fs_id.encode()).digest()[:4], "big")
-    return base + ((h + attempt) % slots) * PORT_BLOCK
+def new_secret() -> str:
+    """A filesystem's access secret: random, hex (no character mfsexports.cfg parses)."""
+    return secrets.token_hex(SECRET_BYTES)
+
+
+def random_base(busy: set[int], width: int, *, base: int = PORT_BASE,
+                slots: int = PORT_SLOTS) -> int:
+    """The first port of a block of ``width`` ports drawn at random among the ``slots``
+    blocks from ``base`` that have no port in ``busy``; FsError if every block is busy."""
+    free = [base + i * PORT_BLOCK for i in range(slots)
+            if not busy.intersection(range(base + i * PORT_BLOCK,
+                                           base + i * PORT_BLOCK + width))]
+    if not free:
+        raise FsError(f"no free port block in {base}..{base + slots * PORT_BLOCK - 1}")
+    return free[secrets.randbelow(len(free))]
+
+
+def export_ranges(addresses: Sequence[str], networks: Sequence[str]) -> list[str]:
+    """The client ranges of a filesystem's exports: each RSA node's address (resolved to
+    an IP here) and each client network; ``*`` (any address) if a network is ``*`` or an
+    RSA address cannot be resolved (an export only takes IP addresses and ranges)."""
+    if "*" in networks:
+        return ["*"]
+    ranges: list[str] = []
+    for addr in addresses:
+        try:
+            ip = str(ipaddress.ip_address(addr))
+        except ValueError:
+            try:
+                ip = socket.gethostbyname(addr)
+            except OSError:
+                log.warning("cannot resolve RSA node address %s: exporting to any address",
+                            addr)
+                return ["*"]
+        if ip not in ranges:
+            ranges.append(ip)
+    for net in networks:
+        if not valid_range(net):
+            raise FsError(f"filesystem.client_networks: {net!r} is not an export range; "
+                          "use *, an IPv4 address, IP/bits, IP/netmask or IP-IP")
+        if net not in ranges:
+            ranges.append(net)
+    return ranges
+
+
+def valid_range(text: str) -> bool:
+    """Is ``text`` a client range mfsexports.cfg takes (``*``, IP, IP/bits, IP/mask, IP-IP)?"""
+    if text == "*":
+        return True
+    try:
+        if "-" in text:
+            low, high = (ipaddress.IPv4Address(p) for p in text.split("-", 1))
+            return low <= high
+        ipaddress.IPv4Network(text, strict=False)
+        return True
+    except ValueError:
+        return False
+
+
+def exports_cfg(ranges: Sequence[str], secret: str) -> str:
+    """mfsexports.cfg: the whole tree, read-write, to ``ranges`` with the password only.
+
+    No ``admin``. ``maproot=0:0`` (root stays root) because root acts on the RAMDISK in
+    documented steps: the backend sets goal and trash time and hands the root directory
+    to the job's user, staging creates the root as root before it switches to the user,
+    and a compute node's ``union`` mount is an overlay, which reads its lower layers with
+    the mounter's (root's) credentials. A root on a compute node gains nothing from it:
+    it can read the secret and become the job's user anyway (docs/security.md).
+    """
+    if not secret:
+        raise FsError("a moosefs export needs a secret")
+    return "".join(f"{r} / rw,alldirs,maproot=0:0,password={secret}\n" for r in ranges)
 
 
 def listening_ports(ss_output: str) -> set[int]:
@@ -180,6 +264,8 @@ class Layout:
     pool_dirs: Mapping[str, str]
     mount_root: str
     base: int = 0  # first port; 0 when only paths are needed (destroy)
+    secret: str = ""  # empty when only paths are needed (destroy)
+    export_ranges: tuple[str, ...] = ("*",)
 
     @property
     def master(self) -> str:
@@ -239,13 +325,11 @@ class Layout:
         """Relative path (under the node's dir) → content; '' ending in '/' = a directory."""
         d = self.dir(node)
         out = {"cs/": "", "chunks/": "", "mfschunkserver.cfg": self.cs_cfg(node),
-               "mfshdd.cfg": f"{d}/chunks\n"}
+               "mfshdd.cfg": f"{d}/chunks\n", PASS_FILE: f"mfspassword={self.secret}\n"}
         if node == self.master:
             out.update({"master/": "", "master/metadata.mfs": EMPTY_METADATA,
                         "mfsmaster.cfg": self.master_cfg(), "mfstopology.cfg": "",
-                        # exports: any client address (the data network is the site's);
-                        # root stays root (staging switches to the user itself)
-                        "mfsexports.cfg": "* / rw,alldirs,admin,maproot=0:0\n"})
+                        "mfsexports.cfg": exports_cfg(self.export_ranges, self.secret)})
         return out
 
     def tarball(self, node: str) -> str:
@@ -267,9 +351,11 @@ class Layout:
                     tar.addfile(info, io.BytesIO(data))
         return buf.getvalue().decode("ascii")
 
-    def mount_argv(self, mountpoint: str, options: Sequence[str]) -> list[str]:
-        return ["mfsmount", mountpoint, "-H", self.master_address, "-P",
-                str(self.client_port), *(["-o", ",".join(options)] if options else [])]
+    def mount_argv(self, node: str, options: Sequence[str]) -> list[str]:
+        """``node``'s own mount: the secret is read from its root-only config file."""
+        return ["mfsmount", self.mountpoint, "-H", self.master_address, "-P",
+                str(self.client_port), "-c", f"{self.dir(node)}/{PASS_FILE}",
+                *(["-o", ",".join(options)] if options else [])]
 
 
 def _is_loopback(address: str) -> bool:
@@ -292,13 +378,18 @@ class MooseFsBackend(FilesystemBackend):
                  destroy_timeout: float = 60.0, retries: int = 2,
                  addresses: Mapping[str, str] | None = None,
                  client_options: Sequence[str] = CLIENT_OPTIONS,
-                 port_range: tuple[int, int] = (PORT_BASE, PORT_SLOTS)) -> None:
+                 port_range: tuple[int, int] = (PORT_BASE, PORT_SLOTS),
+                 client_networks: Sequence[str] = ("*",)) -> None:
         super().__init__(hosts, create_timeout=create_timeout,
                          destroy_timeout=destroy_timeout, retries=retries)
         self.addresses = dict(addresses or {})
         self.client_options = tuple(client_options)
         self.rsa_node_options = (*self.client_options, *RSA_NODE_OPTIONS)
         self.port_range = port_range
+        # where compute nodes mount from (IP, IP/bits or IP-IP, as mfsexports.cfg takes
+        # them; "*": anywhere). A job's compute nodes are not known when its RAMDISK is
+        # built (it is built while the job waits), so this is the site's compute network.
+        self.client_networks = tuple(client_networks)
 
     # ----------------------------------------------------------------- layout
 
@@ -307,7 +398,7 @@ class MooseFsBackend(FilesystemBackend):
             return self.addresses[node]
         return str(getattr(self.hosts[node], "address", None) or node)
 
-    def layout(self, req: FsRequest, base: int = 0) -> Layout:
+    def layout(self, req: FsRequest, base: int = 0, secret: str = "") -> Layout:
         validate_fs_id(req.fs_id)
         if not req.nodes:
             raise FsError(f"{req.fs_id}: no RSA nodes given")
@@ -317,10 +408,12 @@ class MooseFsBackend(FilesystemBackend):
         missing = [n for n in req.nodes if n not in self.hosts or n not in req.pool_dirs]
         if missing:
             raise FsError(f"{req.fs_id}: no host or pool dir for {', '.join(missing)}")
-        return Layout(req.fs_id, tuple(req.nodes),
-                      {n: self._address(n) for n in req.nodes},
+        addresses = {n: self._address(n) for n in req.nodes}
+        ranges = tuple(export_ranges(list(addresses.values()), self.client_networks)
+                       ) if secret else ("*",)
+        return Layout(req.fs_id, tuple(req.nodes), addresses,
                       {n: str(req.pool_dirs[n]) for n in req.nodes}, str(req.mount_root),
-                      base)
+                      base, secret, ranges)
 
 
     # ----------------------------------------------------------------- create
@@ -337,7 +430,10 @@ class MooseFsBackend(FilesystemBackend):
         existing = self._existing(lay, probe)
         if existing is True:
             spec = self._read_spec(lay)
-            if spec is not None and self.health(spec).ok:
+            if spec is not None and not spec.client.get("pass_file"):
+                # built by a version without access control: open to anyone, rebuild it
+                log.info("%s: moosefs without an access secret, rebuilding it", req.fs_id)
+            elif spec is not None and self.health(spec).ok:
                 log.info("%s: moosefs already up on %s, reusing it", req.fs_id,
                          ",".join(lay.nodes))
                 return spec
@@ -394,25 +490,22 @@ class MooseFsBackend(FilesystemBackend):
             log.warning("%s: unreadable spec.json: %s", lay.fs_id, e)
             return None
 
-    def _choose_base(self, lay: Layout, attempt: int, busy: set[int]) -> int:
-        first, slots = self.port_range
-        for probe in range(slots):
-            base = port_base(lay.fs_id, attempt + probe, base=first, slots=slots)
-            block = range(base, base + 3 + len(lay.nodes))
-            if not busy.intersection(block):
-                return base
-        raise FsError(f"{lay.fs_id}: no free port block in {first}..{first + slots * 64}")
-
     def _build(self, req: FsRequest, attempt: int, busy: set[int],
                cancel: CancelToken | None) -> MountSpec:
         """Round trips: (1) every node unpacks its configs and starts its chunkserver,
         the first node also starts the master and mounts; (2) the other nodes mount while
         the master node is polled until every chunkserver registered; (3) goal, trash
-        time and the spec.json completion mark."""
+        time, the root directory handed to the job's user and the spec.json completion
+        mark. Each attempt draws a new port block (a bind failure is retried elsewhere)
+        and a new secret."""
         dl = Deadline(self.create_timeout, f"{req.fs_id}: moosefs create")
         t0 = time.monotonic()
-        lay = self.layout(req, self._choose_base(self.layout(req), attempt, busy))
-        mount = lay.mount_argv(lay.mountpoint, self.rsa_node_options)
+        first, slots = self.port_range
+        try:
+            base = random_base(busy, 3 + len(req.nodes), base=first, slots=slots)
+        except FsError as e:
+            raise FsError(f"{req.fs_id}: {e}") from e
+        lay = self.layout(req, base, new_secret())
         with ExitStack() as undo:  # LIFO cleanup of whatever was built, on any exception
             undo.callback(self._stop_servers, lay, dl)  # servers (if started), then dirs
             undo.callback(self._umount_all, lay, dl)
@@ -425,7 +518,7 @@ class MooseFsBackend(FilesystemBackend):
                     steps.append(["mfsmaster", "-c", f"{d}/mfsmaster.cfg", "start"])
                 steps.append(["mfschunkserver", "-c", f"{d}/mfschunkserver.cfg", "start"])
                 if node == lay.master:
-                    steps.append(mount)
+                    steps.append(lay.mount_argv(node, self.rsa_node_options))
                 self._run(node, sh_chain(*steps), dl.left(), input=lay.tarball(node),
                           cancel=cancel)
 
@@ -437,7 +530,8 @@ class MooseFsBackend(FilesystemBackend):
                 if node == lay.master:
                     self._wait_chunkservers(lay, dl, cancel)
                 else:
-                    self._run(node, mount, dl.left(), cancel=cancel)
+                    self._run(node, lay.mount_argv(node, self.rsa_node_options), dl.left(),
+                              cancel=cancel)
 
             on_nodes([lay.master, *others], mount_or_wait, f"{req.fs_id}: mfsmount")
             log.debug("%s: mounted, %d chunkservers at +%.2fs", req.fs_id, len(lay.nodes),
@@ -447,16 +541,20 @@ class MooseFsBackend(FilesystemBackend):
                              client={"master_host": lay.master_address,
                                      "master_port": lay.client_port,
                                      "options": list(self.client_options),
-                                     "port_base": lay.base})
+                                     "port_base": lay.base,
+                                     "pass_file": f"{lay.dir(lay.master)}/{PASS_FILE}"})
+            uid, gid = req.owner or (0, 0)
             self._run(lay.master, sh_chain(
                 ["mfssetgoal", "-r", "1", lay.mountpoint],
                 ["mfssettrashtime", "-r", "0", lay.mountpoint],
+                ["chown", f"{uid}:{gid}", lay.mountpoint],
+                ["chmod", "0700", lay.mountpoint],
                 ["dd", f"of={lay.dir(lay.master)}/spec.json", "status=none"]),
                 dl.left(), input=json.dumps(spec.to_json()), cancel=cancel)
             undo.pop_all()
-        log.info("%s: moosefs up on %s (master %s:%d) in %.2fs", req.fs_id,
+        log.info("%s: moosefs up on %s (master %s:%d, exported to %s) in %.2fs", req.fs_id,
                  ",".join(lay.nodes), lay.master_address, lay.client_port,
-                 time.monotonic() - t0)
+                 " ".join(lay.export_ranges), time.monotonic() - t0)
         return spec
 
     def _wait_chunkservers(self, lay: Layout, dl: Deadline,
@@ -555,10 +653,31 @@ class MooseFsBackend(FilesystemBackend):
         return Health(True, f"{len(nodes)} chunkservers, mounted on every node")
 
     def client_mount_argv(self, spec: MountSpec, mountpoint: str) -> list[str]:
+        """A compute node's mount, with the secret read from the first RSA node's pass
+        file. The node runs this argv as it is and writes no file, so the secret travels
+        in it (``mfspassword=``): mfsmount replaces its command line with its title once
+        mounted, but until then (while it registers with the master) the node's other
+        users can read it in /proc (docs/security-fsacl.md). A spec recorded before
+        access control names no pass file: its filesystem was exported without one."""
         c: Mapping[str, Any] = spec.client
         opts = list(c.get("options") or [])
+        if c.get("pass_file"):
+            opts.append(f"mfspassword={self._secret(spec)}")
         return ["mfsmount", mountpoint, "-H", str(c["master_host"]), "-P",
                 str(c["master_port"]), *(["-o", ",".join(opts)] if opts else [])]
+
+    def _secret(self, spec: MountSpec) -> str:
+        node, path = spec.nodes[0], str(spec.client["pass_file"])
+        if node not in self.hosts:
+            raise FsError(f"{spec.fs_id}: no host for {node}, which holds the RAMDISK's "
+                          "access secret")
+        text = self._run(node, ["cat", "--", path], 15)
+        found = re.search(r"^mfspassword=([0-9a-f]{16,128})$", text, re.MULTILINE)
+        secret = found.group(1) if found else ""
+        if not secret:
+            raise FsError(f"{spec.fs_id}: {node}:{path} holds no access secret; the "
+                          "RAMDISK is damaged: rebuild it (rsa retry)")
+        return secret
 
     def client_umount_argv(self, spec: MountSpec, mountpoint: str) -> list[str]:
         # lazy: a job's leftover open files must not make the Epilog fail

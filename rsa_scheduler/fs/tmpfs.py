@@ -2,7 +2,8 @@
 
 Owns :class:`TmpfsBackend`. The RAMDISK is a directory ``<pool_dir>/rsa-tmpfs-<fs_id>``
 in the node's pool (already a tmpfs for the ``ram`` tier, a disk directory for ``ssd``),
-bind-mounted at ``<mount_root>/<fs_id>`` on that node, where staging runs.
+owned by the job's user with mode 0700, bind-mounted at ``<mount_root>/<fs_id>`` on that
+node, where staging runs.
 
 Compute nodes: a directory that lives in one machine's memory can only be mounted on
 another machine through a network filesystem, and Linux has no honest one-liner for that
@@ -31,6 +32,13 @@ from rsa_scheduler.hosts import CancelToken, Host, LocalHost
 log = logging.getLogger(__name__)
 
 DIR_PREFIX = "rsa-tmpfs-"
+
+
+def root_dir_argv(path: str, owner: tuple[int, int] | None) -> list[str]:
+    """Create the RAMDISK directory: the job's user's (root's if unknown), mode 0700, so
+    no other user reaches the data through the pool or the mount point."""
+    uid, gid = owner or (0, 0)
+    return ["install", "-d", "-o", str(uid), "-g", str(gid), "-m", "0700", "--", path]
 
 
 class TmpfsBackend(FilesystemBackend):
@@ -75,8 +83,8 @@ class TmpfsBackend(FilesystemBackend):
             self.destroy(req)
         with ExitStack() as undo:
             undo.callback(self._remove, node, data, mnt)
-            self._run(node, sh_chain(["mkdir", "-p", "-m", "0700", data],
-                                     ["mkdir", "-p", mnt]), self.create_timeout, cancel=cancel)
+            self._run(node, sh_chain(root_dir_argv(data, req.owner), ["mkdir", "-p", mnt]),
+                      self.create_timeout, cancel=cancel)
             undo.callback(self._umount, node, mnt)
             self._run(node, ["mount", "--bind", data, mnt], self.create_timeout, cancel=cancel)
             # spec.json sits next to the data (not inside it: reset must find it empty)

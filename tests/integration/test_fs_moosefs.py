@@ -11,7 +11,7 @@ import pytest
 
 from rsa_scheduler.fs.base import FilesystemBackend, FsError, FsRequest
 from rsa_scheduler.fs.common import sh_chain
-from rsa_scheduler.fs.moosefs import MooseFsBackend, port_base
+from rsa_scheduler.fs.moosefs import MooseFsBackend, new_secret, random_base
 from rsa_scheduler.hosts import Cancelled, CancelToken
 from rsa_scheduler.remote import HostPool
 from tests.fs_conformance import FsConformance, Leftovers, MakeRequest
@@ -54,7 +54,7 @@ class MooseFsContract(FsConformance):
     def half_build(self, backend: FilesystemBackend, req: FsRequest) -> None:
         # rsad killed after the master and one chunkserver started, before the mounts
         assert isinstance(backend, MooseFsBackend)
-        lay = backend.layout(req, port_base(req.fs_id))
+        lay = backend.layout(req, random_base(set(), 3 + len(req.nodes)), new_secret())
         for node in req.nodes:
             backend.hosts[node].run(
                 sh_chain(["mkdir", "-p", lay.mountpoint],

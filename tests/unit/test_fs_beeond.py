@@ -5,13 +5,18 @@ that is skipped with the reason wherever ``beeond`` is not installed."""
 from __future__ import annotations
 
 import shutil
+import stat
+import subprocess
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import pytest
 
 from rsa_scheduler.fs.base import FsError, FsRequest
 from rsa_scheduler.fs.beeond import (
+    CONFIG_FILES,
     BeeondBackend,
+    auth_setup_argv,
     client_argv,
     nodefile,
     paths,
@@ -73,9 +78,10 @@ def test_start_argv_matches_the_beeond_cli() -> None:
         "timeout", "-k", "10", "60", "beeond", "start",
         "-n", "/run/rsa-beeond/job42-c1.nodes", "-d", "/dev/shm/rsa/rsa-beeond-job42-c1",
         "-c", "/run/rsa/mnt/job42-c1", "-i", "/run/rsa-beeond/job42-c1.status",
-        "-p", str(shift), "-L", "/var/log/rsa-beeond/job42-c1", "-F", "-q"]
-    assert start_argv(REQ, timeout=60, use_pdsh=True, config_dir="/etc/beegfs/od")[-3:] == [
-        "-P", "-f", "/etc/beegfs/od"]
+        "-p", str(shift), "-L", "/var/log/rsa-beeond/job42-c1", "-F", "-q",
+        "-f", "/run/rsa-beeond/job42-c1.conf"]
+    assert start_argv(REQ, timeout=60, use_pdsh=True)[-3:] == [
+        "-P", "-f", "/run/rsa-beeond/job42-c1.conf"]
 
 
 def test_stop_argv_deletes_data_and_logs_and_cleans_half_starts() -> None:
@@ -96,6 +102,39 @@ def test_client_mount_argv() -> None:
     assert client_argv("rsa01", 1230, "/mnt/x") == [
         "mount", "-t", "beegfs", "beegfs_ondemand", "/mnt/x",
         "-osysMgmtdHost=rsa01,connPortShift=1230"]
+    assert client_argv("rsa01", 1230, "/mnt/x", "/run/rsa-beeond/j.auth")[-1] == (
+        "-osysMgmtdHost=rsa01,connPortShift=1230,connAuthFile=/run/rsa-beeond/j.auth")
+
+
+def _run_auth_setup(tmp_path: Path, site: str | None) -> tuple[Path, Path]:
+    auth, conf = tmp_path / "run" / "j.auth", tmp_path / "run" / "j.conf"
+    argv = auth_setup_argv(REQ, site)
+    assert argv[4:6] == ["/run/rsa-beeond/job42-c1.auth", "/run/rsa-beeond/job42-c1.conf"]
+    argv[4:6] = [str(auth), str(conf)]
+    done = subprocess.run(argv, input="s3cret", text=True, capture_output=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return auth, conf
+
+
+def test_auth_setup_writes_a_root_only_secret_and_every_config_names_it(
+        tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "beegfs-meta.conf").write_text("storeUseExtendedAttribs = false\n")
+    auth, conf = _run_auth_setup(tmp_path, str(site))
+    assert auth.read_text() == "s3cret"
+    assert stat.S_IMODE(auth.stat().st_mode) == 0o600
+    assert stat.S_IMODE(conf.stat().st_mode) == 0o700
+    assert sorted(p.name for p in conf.iterdir()) == sorted(CONFIG_FILES)
+    for f in CONFIG_FILES:
+        text = (conf / f).read_text()
+        assert text.rstrip().endswith(f"connAuthFile = {auth}"), f
+        assert stat.S_IMODE((conf / f).stat().st_mode) == 0o600
+    assert (conf / "beegfs-meta.conf").read_text().startswith("storeUseExtendedAttribs")
+    # a second run (a retried create) starts from a fresh directory
+    (conf / "stale").write_text("x")
+    _run_auth_setup(tmp_path, None)
+    assert sorted(p.name for p in conf.iterdir()) == sorted(CONFIG_FILES)
 
 
 def test_one_data_path_for_all_nodes() -> None:
@@ -118,8 +157,45 @@ def test_create_writes_the_nodefile_then_starts_on_the_first_node() -> None:
     assert starts == [start_argv(REQ, timeout=60)]
     assert "rsa01\nrsa02\nrsa03\n" in first.inputs
     assert spec.rsa_mountpoint == "/run/rsa/mnt/job42-c1"
-    assert _backend(first).client_mount_argv(spec, "/c")[-1].startswith(
-        "-osysMgmtdHost=rsa01,")
+    assert _backend(first).client_mount_argv(spec, "/c")[-1] == (
+        f"-osysMgmtdHost=rsa01,connPortShift={port_shift(REQ.fs_id)},"
+        "connAuthFile=/run/rsa-beeond/job42-c1.auth")
+
+
+def test_create_gives_every_node_the_same_fresh_secret_and_the_root_to_the_user() -> None:
+    first = ScriptedHost("rsa01", missing=["/run/rsa-beeond/job42-c1.status"])
+    b = _backend(first)
+    req = FsRequest(REQ.fs_id, REQ.job_id, REQ.nodes, REQ.tier, REQ.pool_dirs,
+                    REQ.mount_root, owner=(1001, 1002))
+    spec = b.create(req)
+    secrets = set()
+    for node in REQ.nodes:
+        host = b.hosts[node]
+        assert isinstance(host, ScriptedHost)
+        setups = [i for c, i in zip(host.calls, host.inputs, strict=True)
+                  if c == auth_setup_argv(REQ)]
+        assert len(setups) == 1 and setups[0] is not None, node  # on stdin, not in argv
+        secrets.add(setups[0])
+    secret = secrets.pop()
+    assert not secrets and len(secret) == 64
+    assert secret not in " ".join(" ".join(c) for c in first.calls)
+    assert secret not in str(spec.to_json())  # the spec is recorded and shown to users
+    owner = first.calls.index(["sh", "-c", 'chown "$1" "$0" && chmod 0700 "$0"',
+                               "/run/rsa/mnt/job42-c1", "1001:1002"])
+    assert owner > first.calls.index(start_argv(REQ, timeout=60))
+    again = ScriptedHost("rsa01", missing=["/run/rsa-beeond/job42-c1.status"])
+    _backend(again).create(REQ)
+    assert secret not in again.inputs  # a new secret per instance
+
+
+def test_destroy_removes_the_secret_from_every_node() -> None:
+    b = _backend(ScriptedHost("rsa01"))
+    b.destroy(REQ)
+    for node in REQ.nodes:
+        host = b.hosts[node]
+        assert isinstance(host, ScriptedHost)
+        assert ["rm", "-rf", "--", "/run/rsa-beeond/job42-c1.auth",
+                "/run/rsa-beeond/job42-c1.conf"] in host.calls, node
 
 
 def test_a_hung_start_is_cleaned_with_stop_then_retried() -> None:

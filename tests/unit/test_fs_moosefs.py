@@ -11,10 +11,15 @@ import pytest
 from rsa_scheduler.fs.base import FsError, FsRequest
 from rsa_scheduler.fs.common import Deadline
 from rsa_scheduler.fs.moosefs import (
+    PASS_FILE,
     Layout,
     MooseFsBackend,
     chunkservers_listed,
     chunkservers_ready,
+    export_ranges,
+    exports_cfg,
+    new_secret,
+    random_base,
 )
 from rsa_scheduler.hosts import CancelToken
 from rsa_scheduler.runner import Completed
@@ -59,7 +64,8 @@ def _layout(host: ScriptedHost) -> tuple[MooseFsBackend, Layout]:
     backend = MooseFsBackend({"rsa1": host}, addresses={"rsa1": "10.213.0.1"})
     req = FsRequest(fs_id="job1-c1", job_id="1", nodes=("rsa1",), tier="ram",
                     pool_dirs={"rsa1": "/pool"}, mount_root="/mnt")
-    lay = backend.layout(req, base=22944)  # chunkserver of node 0 at base+3 = 22947
+    # chunkserver of node 0 at base+3 = 22947
+    lay = backend.layout(req, base=22944, secret="ab" * 16)
     return backend, lay
 
 
@@ -83,11 +89,119 @@ def test_only_the_rsa_nodes_own_mounts_cache_file_entries() -> None:
 
     host = ScriptedHost([SCANNED])
     backend, lay = _layout(host)
-    rsa_side = lay.mount_argv(lay.mountpoint, backend.rsa_node_options)
+    rsa_side = lay.mount_argv("rsa1", backend.rsa_node_options)
     assert "mfsentrycacheto=1" in " ".join(rsa_side)
     spec = MountSpec("moosefs", "job1-c1", ("rsa1",), "/mnt/job1-c1",
                      {"master_host": "10.213.0.1", "master_port": 22946,
                       "options": list(backend.client_options)})
     compute = backend.client_mount_argv(spec, "/run/rsa/node/c1/1/ramdisk")
     assert "mfsentrycacheto" not in " ".join(compute)
-    assert compute[-2:] == ["-o", "mfsioretries=12"]
+    # a spec recorded before access control: mounted as it was exported, without secret
+    assert compute[-2:] == ["-o", "mfsioretries=12,nosuid,nodev"]
+
+
+SECRET = "0123456789abcdef" * 2
+
+
+def test_exports_need_the_password_and_grant_no_admin() -> None:
+    text = exports_cfg(["10.0.0.5", "10.1.0.0/16"], SECRET)
+    assert text == (f"10.0.0.5 / rw,alldirs,maproot=0:0,password={SECRET}\n"
+                    f"10.1.0.0/16 / rw,alldirs,maproot=0:0,password={SECRET}\n")
+    assert "admin" not in text
+    with pytest.raises(FsError, match="needs a secret"):
+        exports_cfg(["*"], "")
+
+
+def test_export_ranges_are_the_rsa_nodes_and_the_client_networks() -> None:
+    assert export_ranges(["10.0.0.5", "10.0.0.6", "10.0.0.5"], ["10.1.0.0/16"]) == [
+        "10.0.0.5", "10.0.0.6", "10.1.0.0/16"]
+    assert export_ranges(["localhost"], ["10.1.0.0/16"]) == ["127.0.0.1", "10.1.0.0/16"]
+    assert export_ranges(["10.0.0.5"], ["*"]) == ["*"]
+    # an address that cannot be resolved here cannot be written as a range: any address
+    assert export_ranges(["no-such-host.invalid"], ["10.1.0.0/16"]) == ["*"]
+    assert export_ranges(["10.0.0.5"], ["10.1.0.1-10.1.0.9", "10.2.0.0/255.255.0.0"]) == [
+        "10.0.0.5", "10.1.0.1-10.1.0.9", "10.2.0.0/255.255.0.0"]
+    for bad in ("10.1.0.0/33", "compute-net", "10.1.0.9-10.1.0.1", "10.0.0.1 / rw"):
+        with pytest.raises(FsError, match="is not an export range"):
+            export_ranges(["10.0.0.5"], [bad])
+
+
+def test_secrets_are_random_and_hex() -> None:
+    seen = {new_secret() for _ in range(50)}
+    assert len(seen) == 50
+    assert all(len(s) == 32 and int(s, 16) >= 0 for s in seen)
+
+
+def test_port_blocks_are_random_and_skip_busy_ports() -> None:
+    bases = {random_base(set(), 5) for _ in range(200)}
+    assert len(bases) > 50  # not derived from anything public: ~156 blocks drawn at random
+    assert all(20000 <= b <= 29920 and (b - 20000) % 64 == 0 for b in bases)
+    busy = {p for b in range(20000, 29984, 64) for p in (b + 4,)} - {20000 + 7 * 64 + 4}
+    assert random_base(busy, 5) == 20000 + 7 * 64  # the only block with 5 free ports
+    assert random_base(busy, 4) in range(20000, 29984, 64)  # base+4 is outside the block
+    with pytest.raises(FsError, match="no free port block"):
+        random_base(busy | {20000 + 7 * 64 + 4}, 5)
+
+
+def test_the_secret_reaches_rsa_nodes_in_a_root_only_file_never_in_argv() -> None:
+    import io
+    import tarfile
+
+    backend = MooseFsBackend({"rsa1": ScriptedHost([]), "rsa2": ScriptedHost([])},
+                             addresses={"rsa1": "10.0.0.5", "rsa2": "10.0.0.6"},
+                             client_networks=("10.1.0.0/16",))
+    req = FsRequest(fs_id="job1-c1", job_id="1", nodes=("rsa1", "rsa2"), tier="ram",
+                    pool_dirs={"rsa1": "/pool", "rsa2": "/p2"}, mount_root="/mnt")
+    lay = backend.layout(req, base=22944, secret=SECRET)
+    assert lay.export_ranges == ("10.0.0.5", "10.0.0.6", "10.1.0.0/16")
+    for node, pool in (("rsa1", "/pool"), ("rsa2", "/p2")):
+        argv = lay.mount_argv(node, backend.rsa_node_options)
+        assert SECRET not in " ".join(argv)
+        assert argv[6:8] == ["-c", f"{pool}/rsa-mfs-job1-c1/{PASS_FILE}"]
+        assert "nosuid" in argv[-1] and "nodev" in argv[-1]
+        with tarfile.open(fileobj=io.BytesIO(lay.tarball(node).encode())) as tar:
+            modes = {m.name: (m.mode, m.isdir()) for m in tar.getmembers()}
+            assert all(mode == (0o700 if isdir else 0o600) for mode, isdir in modes.values())
+            f = tar.extractfile(f"rsa-mfs-job1-c1/{PASS_FILE}")
+            assert f is not None and f.read().decode() == f"mfspassword={SECRET}\n"
+    exports = lay.files("rsa1")["mfsexports.cfg"]
+    assert exports == exports_cfg(["10.0.0.5", "10.0.0.6", "10.1.0.0/16"], SECRET)
+    assert "mfsexports.cfg" not in lay.files("rsa2")
+
+
+class PassHost:
+    """An RSA node whose pass file holds ``secret``."""
+
+    def __init__(self, secret: str) -> None:
+        self.name, self.secret = "rsa1", secret
+        self.calls: list[list[str]] = []
+
+    def run(self, argv: Sequence[str], *, timeout: float, check: bool = True,
+            input: str | None = None, as_user: object = None,
+            env: Mapping[str, str] | None = None,
+            cancel: CancelToken | None = None) -> Completed:
+        self.calls.append(list(argv))
+        return Completed(tuple(argv), 0, f"mfspassword={self.secret}\n", "", 0.0)
+
+
+def test_compute_nodes_get_the_secret_from_the_rsa_node_and_the_spec_never_holds_it(
+        ) -> None:
+    from rsa_scheduler.fs.base import MountSpec
+
+    host = PassHost(SECRET)
+    backend = MooseFsBackend({"rsa1": host}, addresses={"rsa1": "10.0.0.5"})
+    spec = MountSpec("moosefs", "job1-c1", ("rsa1",), "/mnt/job1-c1",
+                     {"master_host": "10.0.0.5", "master_port": 22946,
+                      "options": ["mfsioretries=12"],
+                      "pass_file": "/pool/rsa-mfs-job1-c1/mfsmount.cfg"})
+    argv = backend.client_mount_argv(spec, "@MOUNTPOINT@")
+    assert argv == ["mfsmount", "@MOUNTPOINT@", "-H", "10.0.0.5", "-P", "22946", "-o",
+                    f"mfsioretries=12,mfspassword={SECRET}"]
+    assert host.calls == [["cat", "--", "/pool/rsa-mfs-job1-c1/mfsmount.cfg"]]
+    # a failed mount's error message names the first 6 words only (runner.CommandError):
+    # the secret must stay out of them, or it would reach the job's events
+    from rsa_scheduler.runner import CommandError
+
+    assert SECRET not in str(CommandError(argv, 1, "mfsmaster register error"))
+    with pytest.raises(FsError, match="holds no access secret"):
+        MooseFsBackend({"rsa1": PassHost("")}).client_mount_argv(spec, "@MOUNTPOINT@")
