@@ -657,7 +657,7 @@ class MooseFsBackend(FilesystemBackend):
         file. The node runs this argv as it is and writes no file, so the secret travels
         in it (``mfspassword=``): mfsmount replaces its command line with its title once
         mounted, but until then (while it registers with the master) the node's other
-        users can read it in /proc (docs/security-fsacl.md). A spec recorded before
+        users can read it in /proc (docs/security.md). A spec recorded before
         access control names no pass file: its filesystem was exported without one."""
         c: Mapping[str, Any] = spec.client
         opts = list(c.get("options") or [])

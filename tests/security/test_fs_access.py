@@ -209,7 +209,7 @@ for line in open("/proc/net/tcp").read().splitlines()[1:]:
 
 
 @pytest.mark.xfail(strict=True, reason="open: mfsmount's master proxy serves any local user "
-                   "(docs/security-fsacl.md); this must start passing once it is closed")
+                   "(docs/security.md); this must start passing once it is closed")
 def test_a_local_user_cannot_use_a_mounts_master_proxy(lab: Mapping[str, str]) -> None:
     from rsa_scheduler.fs.base import FsRequest
     from tests.integration.fskit import lab_moosefs
