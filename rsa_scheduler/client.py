@@ -9,6 +9,7 @@ imports this module runs at every job start on every node.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -44,7 +45,10 @@ class _BadReply(Exception):
 
 def _exchange(sock: socket.socket, request: bytes) -> tuple[int, dict[str, str], bytes]:
     """Send one request, read one answer: (status, lower-cased headers, body)."""
-    sock.sendall(request)
+    # rsad may refuse a connection (429, 503) and close it before reading the request:
+    # its answer is still there to read
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        sock.sendall(request)
     buf = b""
     while b"\r\n\r\n" not in buf:
         if len(buf) > MAX_HEADER:

@@ -387,3 +387,34 @@ def test_transport_errors_are_json(make_api: Any) -> None:
     assert status == 400 and json.loads(body)["error"].startswith("invalid Content-Length")
     assert httpd.encode_reply(httpd.plain(HTTPStatus.OK, "x")).startswith(
         b"HTTP/1.1 200 OK\r\n")
+
+
+def test_a_refusal_sent_before_the_request_was_read_still_reaches_the_client(
+        tmp_path: Path) -> None:
+    """rsad answers 429 at accept and closes: a client still writing its request gets
+    EPIPE, and must read the answer rather than report rsad unreachable."""
+    import socket as _socket
+
+    from rsa_scheduler.client import _exchange
+
+    path = str(tmp_path / "s")
+    srv = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(1)
+    body = b'{"error": "uid 1002 already has 8 connections to rsad open"}'
+
+    def refuse() -> None:
+        conn, _ = srv.accept()
+        conn.sendall(b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        conn.close()
+
+    t = threading.Thread(target=refuse)
+    t.start()
+    cli = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    cli.connect(path)
+    t.join(5)
+    status, _headers, got = _exchange(cli, b"POST / HTTP/1.1\r\n\r\n" + b"x" * (8 << 20))
+    cli.close()
+    srv.close()
+    assert status == 429 and b"already has 8 connections" in got
