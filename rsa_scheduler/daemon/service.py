@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from rsa_scheduler.core.actions import Action, ActionKind, Outcome
 from rsa_scheduler.core.directives import DirectiveErrors, DirectiveSpec, parse_directives
@@ -78,6 +78,9 @@ def _failed(exit_code: object) -> bool:
     return text.isdigit() and int(text) != 0
 
 
+_UNREAD = object()  # a batch script that could not be read this cycle
+
+
 class Daemon:
     """The RSA scheduler daemon, minus its transports (API, systemd) — see main.py."""
 
@@ -99,6 +102,10 @@ class Daemon:
         self.progress: dict[str, dict[str, Any]] = {}
         self.alerts: list[dict[str, Any]] = []
         self._specs: dict[str, DirectiveSpec | None] = {}  # script_source=scontrol cache
+        # scripts being read and parsed off the loop thread: job -> (future, started)
+        self._parser = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rsa-parse")
+        self._parsing: dict[str, tuple[Future[tuple[Any, str]], float]] = {}
+        self.parse_timeout = 30.0
         self._comment_specs: dict[str, DirectiveSpec | None] = {}  # admin_comment -> spec
         self._prev_lines: dict[str, object] = {}  # job -> its squeue line (row) last cycle
         self._hook_seen: dict[str, float] = {}  # job -> time of its latest hook event
@@ -309,33 +316,60 @@ class Daemon:
         if self.script_source != "scontrol":
             return None
         # Without job_submit.lua: read the script once, only when the job matters
-        # (on-deck or started), never for the whole queue.
+        # (on-deck or started), never for the whole queue; read and parsed by a worker,
+        # never on this thread (a huge script must not stall the loop or the watchdog).
         if row.job_id in self._specs:
             return self._specs[row.job_id]
         if not (row.state == "RUNNING" or (row.state == "PENDING" and
                                            row.reason == "Resources")):
             return None
-        spec: DirectiveSpec | None = None
-        try:
-            spec = parse_directives(self.slurm.batch_script(row.job_id), f"job {row.job_id}")
-            if spec == DirectiveSpec():
-                spec = None
-        except DirectiveErrors as e:
-            log.warning("job %s: invalid #RSA_ directives, ignored: %s", row.job_id, e)
-            self._tell(row.job_id, f"RSA: directives ignored: {e}")
-        except SlurmError as e:
-            log.error("job %s: cannot read the batch script: %s", row.job_id, e)
+        now = time.monotonic()
+        job = row.job_id
+        if job not in self._parsing:
+            self._parsing[job] = (self._parser.submit(self._read_spec, job), now)
             return None
-        self._specs[row.job_id] = spec
-        return spec
+        fut, started = self._parsing[job]
+        if not fut.done():
+            if now - started > self.parse_timeout:
+                del self._parsing[job]
+                self._specs[job] = None
+                log.error("job %s: reading its #RSA_ directives took over %.0fs: ignored",
+                          job, self.parse_timeout)
+                self._tell(job, "RSA: directives ignored: the batch script took too long "
+                                "to read; shorten it or move the #RSA_ lines to its top")
+            return None
+        del self._parsing[job]
+        spec, told = fut.result()
+        if told:
+            self._tell(job, told)
+        if spec is _UNREAD:
+            return None
+        self._specs[job] = spec
+        return cast("DirectiveSpec | None", spec)
+
+    def _read_spec(self, job: str) -> tuple[Any, str]:
+        """Worker thread: the job's directives (None: none), and what to tell the user.
+        ``_UNREAD``: the script could not be read now (tried again next cycle)."""
+        try:
+            spec: DirectiveSpec | None = parse_directives(self.slurm.batch_script(job),
+                                                          f"job {job}")
+        except DirectiveErrors as e:
+            log.warning("job %s: invalid #RSA_ directives, ignored: %s", job, e)
+            return None, f"RSA: directives ignored: {e}"
+        except SlurmError as e:
+            log.error("job %s: cannot read the batch script: %s", job, e)
+            return _UNREAD, ""
+        return (None if spec == DirectiveSpec() else spec), ""
 
     def _prune_specs(self, rows: Iterable[QueueRow]) -> None:
         """Forget the scripts read for jobs that left the queue, and for jobs now tracked
         (their record holds the spec): the cache is as large as the queue's running and
         on-deck jobs, not every job rsad ever read."""
+        queued = {r.job_id for r in rows}
+        for job in [j for j in self._parsing if j not in queued]:
+            del self._parsing[job]  # left the queue while its script was read
         if not self._specs:
             return
-        queued = {r.job_id for r in rows}
         records = self.sched.records
         self._specs = {j: spec for j, spec in self._specs.items()
                        if j in queued and j not in records}
@@ -521,6 +555,7 @@ class Daemon:
         for run in self.running.values():
             run.cancel.cancel("rsad stopping")
         self.workers.shutdown(wait=True, cancel_futures=True)
+        self._parser.shutdown(wait=False, cancel_futures=True)
 
     # ---- reads for the API (loop thread via "call") ---------------------------------------
     def job_view(self, rec: JobRecord) -> dict[str, Any]:

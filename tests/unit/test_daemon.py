@@ -277,6 +277,11 @@ class ScriptSlurm(ScriptedSlurm):
         return self.scripts[job_id]
 
 
+def parsed(d: Daemon) -> None:
+    for fut, _started in list(d._parsing.values()):
+        fut.result(timeout=10)
+
+
 def test_scontrol_script_cache_is_pruned(tmp_path: Path) -> None:
     slurm = ScriptSlurm({"8": "#!/bin/sh\n#RSA_DATA_IN /pfs/in\n", "9": "#!/bin/sh\ntrue\n"})
     store = Store.open(tmp_path / "rsa.db", durability="normal")
@@ -287,7 +292,9 @@ def test_scontrol_script_cache_is_pruned(tmp_path: Path) -> None:
     slurm.set("8", "PENDING", "Resources", spec=None)
     slurm.set("9", "RUNNING", spec=None)
     slurm.set("10", "PENDING", "Priority", spec=None)
-    d.poll()
+    d.poll()  # the scripts are read off the loop thread ...
+    parsed(d)
+    d.poll()  # ... and used by the next cycle
     settle(d)
     assert sorted(slurm.reads) == ["8", "9"]  # never the job that is merely queued
     assert d.sched.records["8"].spec == DirectiveSpec(data_in="/pfs/in")
@@ -413,3 +420,29 @@ def test_users_see_no_other_users_job_ids_in_the_status(routes: Routes) -> None:
         name: "(hidden)" for name in held}  # still shown as held, by nobody bob may know
     assert "7" not in theirs["on_deck"] and "7" not in json.dumps(theirs["alerts"])
     assert routes.dispatch(BOB, "GET", "/v1/events", None)["events"] == []
+
+
+def test_a_script_that_takes_long_to_read_never_stalls_the_loop(tmp_path: Path) -> None:
+    gate = threading.Event()
+
+    class SlowSlurm(ScriptSlurm):
+        def batch_script(self, job_id: str) -> str:
+            gate.wait(10)
+            return super().batch_script(job_id)
+
+    slurm = SlowSlurm({"8": "#!/bin/sh\n#RSA_DATA_IN /pfs/in\n"})
+    store = Store.open(tmp_path / "rsa.db", durability="normal")
+    d = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm, store=store,
+               registry=with_slurm(instant_registry([]), slurm), workers=2, poll_interval=0,
+               script_source="scontrol")
+    d.start()
+    slurm.set("8", "PENDING", "Resources", spec=None)
+    for _ in range(3):
+        d.poll()  # returns at once while the script is read
+    assert "8" not in d.sched.records
+    d.parse_timeout = 0.0
+    d.poll()  # given up: told once, never retried
+    assert d._specs == {"8": None}
+    gate.set()
+    d.shutdown()  # (the user is told from a worker)
+    assert any("took too long" in text for kind, text in slurm.calls if kind == "comment")
