@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pwd
 import shlex
 import signal
 import subprocess
@@ -274,6 +275,15 @@ srun -N4 -n4 bash -c 'cat {self.base}/input/part* | md5sum > /dev/null'
                         "State,ElapsedRaw,NodeList,Start,End"], check=False)
         line = out.strip().splitlines()[0] if out.strip() else "|||||"
         state, elapsed, nodes, start, end = (line.split("|") + [""] * 5)[:5]
+        # sacct says "CANCELLED by 0" (a uid) and "None assigned" for a job that never ran
+        if state.startswith("CANCELLED by "):
+            uid = state.rsplit(" ", 1)[1]
+            try:
+                state = f"CANCELLED (by {pwd.getpwuid(int(uid)).pw_name})"
+            except (KeyError, ValueError):
+                state = f"CANCELLED (by uid {uid})"
+        if nodes.startswith("None"):
+            nodes, elapsed = "", "" if elapsed in ("", "0") else elapsed
         return {"state": state, "elapsed": elapsed, "nodes": nodes, "start": start,
                 "end": end}
 
@@ -282,8 +292,10 @@ srun -N4 -n4 bash -c 'cat {self.base}/input/part* | md5sum > /dev/null'
         for job in self.jobs.values():
             acct = self.sacct(job)
             line = f"{job.name:<11} job {job.id:<5} {acct['state']:<10}"
-            if acct["elapsed"]:
-                line += f" held {acct['nodes'] or '-'} for {acct['elapsed']}s"
+            if acct["elapsed"] and acct["nodes"]:
+                line += f" held {acct['nodes']} for {acct['elapsed']}s"
+            elif not acct["nodes"]:
+                line += " never ran"
             rows.append(line)
             if acct["state"].startswith(("FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_ME")):
                 log = self.base / "logs" / f"{job.name}.out"
