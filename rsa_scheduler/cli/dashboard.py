@@ -44,6 +44,7 @@ class Frame:
     events: Sequence[Mapping[str, Any]] = ()  # the newest events, oldest first
     fetched: float | None = None  # when jobs and status were read; None: never
     error: str | None = None  # the last refresh failed: why (one actionable line)
+    keys: bool = True  # a live view that reads keys (q quits); False: plain frames
 
 
 def render(frame: Frame, now: float, width: int, height: int, *,
@@ -213,7 +214,8 @@ def _title(frame: Frame, now: float) -> list[Segment]:
     parts: list[Segment] = [("rsa top", "bold"), (f" | {_clock(now)}", "")]
     if frame.error and frame.fetched is not None:
         parts.append((f" | data from {_clock(frame.fetched)}", "yellow"))
-    parts += [(f" | every {frame.interval:g}s, q quits", "dim"), (f" | rsad {frame.api}", "")]
+    quits = ", q quits" if frame.keys else ", Ctrl-C quits"
+    parts += [(f" | every {frame.interval:g}s{quits}", "dim"), (f" | rsad {frame.api}", "")]
     return parts
 
 

@@ -161,6 +161,30 @@ def live(poller: Poller, console: Console, keys: int | None) -> None:
                 return
 
 
+def _plain(client: ApiClient, source: Source, interval: float) -> None:
+    """Without a terminal (``rsa top | tee log``, a cron job): print a plain frame every
+    ``interval`` s, separated by a blank line, until interrupted; rsad away: one line."""
+    width, height = shutil.get_terminal_size((80, 24))
+    try:
+        while True:
+            try:
+                jobs, status, events = source.read()
+            except RsaError as e:
+                click.echo(f"rsa: error: {e} (retrying every {interval:g}s)", err=True)
+            else:
+                now = time.time()
+                frame = Frame(client.address, interval, jobs, status, events, fetched=now,
+                              keys=False)
+                console = Console(width=width, height=height, force_terminal=False,
+                                  no_color=True)
+                console.print(render(frame, now, width, height, ascii_only=True))
+                click.echo("")
+            sys.stdout.flush()
+            time.sleep(interval)
+    except (KeyboardInterrupt, BrokenPipeError):
+        pass
+
+
 @click.command("top")
 @API_OPTION
 @click.option("--interval", "-n", type=click.FloatRange(min=0.1), default=2.0,
@@ -190,8 +214,8 @@ def top(api: str | None, interval: float, once: bool, as_json: bool) -> None:
         return
     console = Console()
     if not console.is_terminal:
-        raise click.ClickException("rsa top needs a terminal; use `rsa top --once` for one "
-                                   "frame or `rsa jobs --json` for scripts")
+        _plain(client, source, interval)  # piped or logged: one frame after another
+        return
     poller = Poller(source, Frame(client.address, interval), interval)
     poller.start()
     try:

@@ -299,9 +299,22 @@ def test_json_is_one_frames_data(api: FakeApi) -> None:
     assert [e["seq"] for e in data["events"]] == [40, 41, 42]
 
 
-def test_live_view_needs_a_terminal(api: FakeApi) -> None:
-    res = CliRunner().invoke(cli, ["top"])
-    assert res.exit_code == 1 and "rsa top needs a terminal; use `rsa top --once`" in res.output
+def test_without_a_terminal_frames_follow_each_other_as_plain_text(
+        api: FakeApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr("rsa_scheduler.cli.top.time.sleep", sleep)
+    res = CliRunner().invoke(cli, ["top", "--interval", "3"])
+    assert res.exit_code == 0, res.output
+    assert sleeps == [3.0, 3.0]
+    assert res.output.count("every 3s") == 2, res.output  # two frames
+    assert "\x1b[" not in res.output  # no escape sequences in a log
+    assert "Ctrl-C quits" in res.output and "q quits" not in res.output
 
 
 def test_interval_is_checked() -> None:
