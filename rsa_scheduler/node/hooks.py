@@ -282,9 +282,13 @@ def epilog(env: Mapping[str, str]) -> int:
             ns.destroy()
         else:
             rel = jm.release(lazy=True)
-        jm.remove()
-        if not rel.ok:
-            _say("epilog", job, f"could not release everything: {rel.message}")
+        if rel.ok:
+            jm.remove()
+        else:  # mounts.json stays: what is left, for the operator
+            _say("epilog", job, f"could not release everything: {rel.message} (record "
+                                f"kept in {jm.state_file})")
+        elif rel.message != "released":
+            _say("epilog", job, rel.message)  # e.g. a mount the job moved: refused by path
         from rsa_scheduler.client import ApiClient
 
         ApiClient(st.address, timeout=st.api_timeout, trust_uid=0).post(
