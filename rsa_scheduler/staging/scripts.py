@@ -60,9 +60,12 @@ TREE_PIPE = PRELUDE + (
 # kernel reads a FUSE file ahead only 128 KiB, asynchronously, while the reader is back
 # for more: a 16 MiB read waits for all of it, then the 16 MiB write leaves the client
 # idle.
+# Writes never go through a symlink: dd opens with O_NOFOLLOW (a planted symlink fails
+# the bucket), and cp, which would follow one, runs only on what dd wrote.
 BIG = PRELUDE + (
     'cd -- "$1" || exit 66; base64 -d | xargs -0 -r -n 1 sh -c \''
-    'dd if="$2" of="$0/$2" bs="$1" conv=sparse status=none && '
+    'dd if="$2" of="$0/$2" bs="$1" conv=sparse oflag=nofollow status=none && '
+    '! [ -L "$0/$2" ] && '
     'cp --attributes-only --preserve=mode,timestamps -- "$2" "$0/$2"\' "$2" "$3"')
 BLOCK_INTO_RAMDISK = "16M"  # stage-in: dd writes into the RAMDISK
 BLOCK_OUT_OF_RAMDISK = "128K"  # stage-out: dd reads out of the RAMDISK
@@ -85,10 +88,20 @@ ATOMIC = PRELUDE + (
 PART_DIR = ".rsa-staging"
 
 # Create the directory skeleton (0700 + u+rwx while staging: a directory that was
-# finalised read-only by an earlier, interrupted run must accept writes again).
+# finalised read-only by an earlier, interrupted run must accept writes again). A symlink
+# where a directory goes is refused (exit 65), never followed; the list is in path
+# order, so every parent was checked before its children.
+REFUSE_LINK = ('for d; do if [ -L "$d" ]; then echo "refusing to write through '
+               'the symlink $d: remove it or choose another destination" >&2; exit 65; '
+               'fi; done; ')
 MKDIRS = PRELUDE + (
+    '[ ! -L "$1" ] || { echo "refusing to write through the symlink $1" >&2; exit 65; }; '
     'mkdir -p -- "$1" && cd -- "$1" || exit 66; base64 -d | xargs -0 -r '
-    'sh -c \'mkdir -p -- "$@" && chmod u+rwx -- "$@"\' sh')
+    'sh -c \'' + REFUSE_LINK + 'mkdir -p -- "$@" && chmod u+rwx -- "$@"\' sh')
+# The destination root, created as the user (fails if the user may not write); a symlink
+# there is refused, not followed.
+MKDIR = ('[ ! -L "$1" ] || { echo "refusing to write through the symlink $1: use the real '
+         'path" >&2; exit 65; }; mkdir -p -- "$1"')
 
 # Hash a list of regular files (BLAKE2b-128, ~540 MB/s per core here).
 HASH = PRELUDE + (
@@ -198,7 +211,7 @@ def write_argv(path: str) -> list[str]:
 
 def mkdir_argv(path: str) -> list[str]:
     """The destination root, created as the user (fails if the user may not write)."""
-    return ["mkdir", "-p", "--", path]
+    return bash(MKDIR, path)
 
 
 def script_argv(argv: Sequence[str], cwd: str) -> list[str]:
