@@ -109,10 +109,15 @@ HASH = PRELUDE + (
 
 # Pack a list into one archive: POSIX (pax) format keeps sub-second mtimes and long or
 # odd names; written to <archive>.part and renamed, so a re-run never leaves a torn file.
+# The .part file is created afresh (rm, then noclobber: O_EXCL), so a symlink planted
+# under that predictable name in a shared DATA_OUT is removed, never written through;
+# the rename replaces one at the archive's own name.
+FRESH = 'rm -f -- "$p.part" && set -C && '
 TAR_PACK = PRELUDE + (
-    'cd -- "$1" || exit 66; base64 -d | tar --null --verbatim-files-from --no-recursion '
-    '-T - --format=posix --pax-option=delete=atime,delete=ctime -S -cf "$2.part" '
-    '&& mv -f -- "$2.part" "$2"')
+    'cd -- "$1" || exit 66; p=$2; ' + FRESH + 'base64 -d | tar --null '
+    '--verbatim-files-from --no-recursion -T - --format=posix '
+    '--pax-option=delete=atime,delete=ctime -S -cf - > "$p.part" '
+    '&& mv -f -- "$p.part" "$p"')
 
 # List an archive (parsed by manifest.parse_tar_listing).
 TAR_LIST = PRELUDE + (
@@ -124,8 +129,9 @@ TAR_HASH_MEMBER = ('h=$(b2sum -l 128) || exit 1; '
 TAR_HASH = PRELUDE + (
     'tar -xf "$1" --to-command="$2" | base64 -w0')
 
-# Write stdin (base64) to a file atomically.
-WRITE = PRELUDE + 'base64 -d > "$1.part" && mv -f -- "$1.part" "$1"'
+# Write stdin (base64) to a file atomically (a fresh .part file, as for TAR_PACK).
+WRITE = PRELUDE + ('p=$1; ' + FRESH + 'base64 -d > "$p.part" && '
+                   'mv -f -- "$p.part" "$p"')
 
 # Root-only: the RAMDISK root of a job, owned by the user, private.
 def prepare_root_argv(path: str, uid: int, gid: int, mode: int = 0o700) -> list[str]:

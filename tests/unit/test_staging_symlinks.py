@@ -132,3 +132,21 @@ def test_what_staging_creates_is_private_until_the_source_modes_are_copied(
     assert stat.S_IMODE(dst.stat().st_mode) == 0o700  # made under umask 077
     assert stat.S_IMODE((dst / "sub").stat().st_mode) == 0o750  # the source's own mode
     assert (dst / "sub" / "deep").read_text() == "deep\n" and untouched(area)
+
+
+@needs_root
+def test_tar_stage_out_never_writes_through_planted_archive_names(
+        area: Path, user: Identity) -> None:
+    """Archive names are predictable (rsa-<job>-<n>.tar): symlinks planted at them or at
+    their .part files are removed or replaced, never written through."""
+    out = area / "out"
+    os.symlink(area / "victim" / "small", out / "rsa-88-0.tar.part")
+    os.symlink(area / "victim" / "big", out / "rsa-88-0.tar")
+    os.symlink(area / "victim" / "small", out / "rsa-88.index.part")
+    eng = engine(user)
+    stats = eng.stage_out(str(area / "src"), str(out), method="tar")
+    assert untouched(area)
+    assert not (out / "rsa-88-0.tar").is_symlink() and not (out / "rsa-88-0.tar.part").exists()
+    assert not (out / "rsa-88.index.part").exists()
+    assert str(out / "rsa-88-0.tar") in stats.archives
+    assert eng.verify(str(area / "src"), str(out), method="tar").ok
