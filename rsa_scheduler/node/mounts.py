@@ -23,6 +23,7 @@ import ctypes
 import errno
 import json
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +85,30 @@ class MountError(RsaError):
     """A node-side mount step failed; the message is for the user and the log."""
 
 
+def check_root_dir(path: str) -> None:
+    """``path`` must be a directory (not a symlink) that only root can change: owned by
+    root, not group/world-writable unless sticky (as /tmp)."""
+    st = os.lstat(path)
+    mode = stat.S_IMODE(st.st_mode)
+    if (not stat.S_ISDIR(st.st_mode) or st.st_uid not in (0, os.geteuid())
+            or (mode & 0o022 and not mode & stat.S_ISVTX)):
+        kind = ("a symlink" if stat.S_ISLNK(st.st_mode)
+                else f"owner uid {st.st_uid}, mode {mode:04o}")
+        raise MountError(f"{path} is not a root-only directory ({kind}); the RSA keeps "
+                         "its node state only below directories no user can change: fix "
+                         "it or set RSA_NODE_DIR")
+
+
+def ensure_root_dirs(path: Path) -> None:
+    """Create ``path`` and its missing parents (0755) and check every component with
+    :func:`check_root_dir`, parents first, so none could be made or swapped by a user."""
+    real = Path(os.path.realpath(path))  # a root-owned /var/run -> /run is fine
+    for d in (*reversed(real.parents), real):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(d, 0o755)
+        check_root_dir(str(d))
+
+
 @dataclass(frozen=True, slots=True)
 class Released:
     ok: bool
@@ -121,7 +146,12 @@ class JobMounts:
         tmp.replace(self.state_file)
 
     def prepare(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        """Make the per-job directory, private, below directories only root can change
+        (else a user could have made or replaced one of them: refused)."""
+        ensure_root_dirs(self.dir.parent)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(self.dir, 0o700)
+        check_root_dir(str(self.dir))
         os.chmod(self.dir, 0o700)
         for d in (self.ramdisk, self.ro):
             d.mkdir(exist_ok=True, mode=0o700)

@@ -202,3 +202,32 @@ def test_mount_ids_in_mountinfo() -> None:
     ref = MountRef(5, 6, 7)
     assert MountRef.from_json(ref.to_json()) == ref
     assert MountRef.from_json({"mnt_id": "x"}) is None and MountRef.from_json(None) is None
+
+
+def test_node_state_lives_only_below_directories_no_user_can_change(tmp_path: Path) -> None:
+    from rsa_scheduler.node.mounts import JobMounts, MountError
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (chown)")
+    base = tmp_path / "run" / "rsa" / "node"
+    jm = JobMounts("7", "c1", str(base))
+    jm.prepare()
+    assert oct(jm.dir.stat().st_mode & 0o7777) == "0o700"
+    assert oct(base.stat().st_mode & 0o7777) == "0o755"  # never the umask's say
+    # a user-made node directory (say, world-writable, or a user's own) is refused
+    other = JobMounts("8", "c2", str(base))
+    (base / "c2").mkdir(mode=0o777)
+    os.chmod(base / "c2", 0o777)
+    with pytest.raises(MountError, match=r"c2 is not a root-only directory .*mode 0777"):
+        other.prepare()
+    os.chmod(base / "c2", 0o755)
+    os.chown(base / "c2", 65534, 65534)
+    with pytest.raises(MountError, match="owner uid 65534"):
+        other.prepare()
+    # the job's own directory planted as a symlink
+    os.chown(base / "c2", 0, 0)
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", base / "c2" / "8")
+    with pytest.raises(MountError, match="a symlink"):
+        other.prepare()
+    assert list((tmp_path / "elsewhere").iterdir()) == []
