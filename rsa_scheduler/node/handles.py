@@ -4,12 +4,12 @@ Owns the Linux mount API calls the node side needs beyond ``mount(2)``: a detach
 of a mount (``open_tree``), an overlayfs built from descriptors (``fsopen``/``fsconfig``/
 ``fsmount``), attaching it on a directory held by an ``O_PATH`` descriptor
 (``move_mount``), the identity of a mount behind a descriptor (:class:`MountRef`: the
-mount id from ``/proc/self/fdinfo`` plus the device and inode of its root, so a recycled
-mount id is never taken for ours), where a mount id sits now (``/proc/self/mountinfo``),
-and unmounting through a descriptor (``umount2("/proc/self/fd/N")``), never through a
-path a user could have changed since. The system call numbers of this API are the same
-on every Linux architecture (424 and up); it needs Linux 5.2. Standard library only;
-must not import the daemon or the CLI.
+mount id from ``/proc/self/fdinfo`` plus its filesystem's device from mountinfo, so a
+recycled mount id is never taken for ours; never a call into the filesystem), where a
+mount id sits now (``/proc/self/mountinfo``), and unmounting through a descriptor
+(``umount2("/proc/self/fd/N")``), never through a path a user could have changed since.
+The system call numbers of this API are the same on every Linux architecture (424 and
+up); it needs Linux 5.2. Standard library only; must not import the daemon or the CLI.
 """
 
 from __future__ import annotations
@@ -100,21 +100,22 @@ def attach(tree: int, onto: int) -> None:
 
 @dataclass(frozen=True, slots=True)
 class MountRef:
-    """Which mount: its id, and the device and inode of its root (ids are recycled)."""
+    """Which mount: its id, and its filesystem's device (``major:minor``), since mount
+    ids are recycled. Both come from procfs: naming a mount never asks its filesystem
+    (a RAMDISK whose servers are gone would hang the caller)."""
 
     mnt_id: int
-    dev: int
-    ino: int
+    dev: str
 
-    def to_json(self) -> dict[str, int]:
-        return {"mnt_id": self.mnt_id, "dev": self.dev, "ino": self.ino}
+    def to_json(self) -> dict[str, object]:
+        return {"mnt_id": self.mnt_id, "dev": self.dev}
 
     @classmethod
     def from_json(cls, data: object) -> MountRef | None:
         if not isinstance(data, dict):
             return None
         try:
-            return cls(int(data["mnt_id"]), int(data["dev"]), int(data["ino"]))
+            return cls(int(data["mnt_id"]), str(data["dev"]))
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -130,9 +131,13 @@ def mount_id(fd: int) -> int:
 
 
 def ref_of(fd: int) -> MountRef:
-    """What is behind ``fd``: the mount it is on and the object it holds."""
-    st = os.fstat(fd)
-    return MountRef(mount_id(fd), st.st_dev, st.st_ino)
+    """The attached mount descriptor ``fd`` is on, named from procfs only."""
+    mnt = mount_id(fd)
+    for line in read_mountinfo().splitlines():
+        fields = line.split(" ")
+        if len(fields) > 4 and fields[0] == str(mnt):
+            return MountRef(mnt, fields[2])
+    raise OSError(f"mount {mnt} is not in this mount namespace")
 
 
 def unescape(field: str) -> str:

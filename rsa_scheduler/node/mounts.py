@@ -7,13 +7,14 @@ LIFO record of every mount made, which the node agent and the Epilog undo. Mount
 user paths are made and undone by handle (:mod:`~rsa_scheduler.node.handles`): the
 directory is opened by :func:`~rsa_scheduler.node.paths.open_target` (no symlink
 anywhere, checked), a detached copy of the RAMDISK (or the union overlay) is attached on
-that very descriptor, and the record names the mount by id (plus its root's device and
-inode). To undo it the path is walked again without following symlinks and the mount
-found there must be the recorded one; it is detached through its descriptor. If the user
-renamed or replaced a component meanwhile, the path is refused (one line in the report)
-and a lazy release detaches the mount by its id where it is now, if that place is
-reachable without symlinks; else it is left and reported. A failure half-way unwinds
-what was made, newest first.
+that very descriptor, and the record names the mount by id plus its filesystem's device
+(both from procfs: a RAMDISK whose servers are gone is never asked). To undo it the path
+is walked again without following symlinks and the mount found there must be the
+recorded one; it is detached through its descriptor. If the user renamed or replaced a
+component meanwhile, the path is refused (one line in the report) and a lazy release
+detaches the mount by its id where it is now, if that place is reachable without
+symlinks; else it is left and reported. A failure half-way unwinds what was made,
+newest first.
 """
 
 from __future__ import annotations
@@ -199,8 +200,8 @@ class JobMounts:
                 tree = handles.clone(source)
             try:
                 # attached on the very directory checked (the fd), and named by its id
-                ref = handles.ref_of(tree)
                 handles.attach(tree, fd)
+                ref = handles.ref_of(tree)
             finally:
                 os.close(tree)
             made.append({"kind": "target", "path": target, "seq": ins["seq"],

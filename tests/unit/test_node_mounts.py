@@ -199,7 +199,7 @@ def test_mount_ids_in_mountinfo() -> None:
     assert mount_point(info, 271) == "/pfs/a b/in"
     assert mount_point(info, 27) is None
     assert unescape("a\\011b") == "a\tb"
-    ref = MountRef(5, 6, 7)
+    ref = MountRef(5, "0:48")
     assert MountRef.from_json(ref.to_json()) == ref
     assert MountRef.from_json({"mnt_id": "x"}) is None and MountRef.from_json(None) is None
 
