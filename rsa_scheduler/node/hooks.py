@@ -282,9 +282,13 @@ def epilog(env: Mapping[str, str]) -> int:
             ns.destroy()
         else:
             rel = jm.release(lazy=True)
-        jm.remove()
-        if not rel.ok:
-            _say("epilog", job, f"could not release everything: {rel.message}")
+        if not rel.ok:  # mounts.json stays: what is left, for the operator
+            _say("epilog", job, f"could not release everything: {rel.message} (record "
+                                f"kept in {jm.state_file})")
+        else:
+            jm.remove()
+            if rel.message != "released":  # e.g. a mount the job moved: refused by path
+                _say("epilog", job, rel.message)
         from rsa_scheduler.client import ApiClient
 
         ApiClient(st.address, timeout=st.api_timeout, trust_uid=0).post(

@@ -4,9 +4,17 @@ Owns :class:`JobMounts`: the per-job directory ``<base>/<node>/<job>/`` (private
 only) with the RAMDISK's client mount (``ramdisk/``), a read-only bind of it (``ro/``,
 so the bind over DATA_IN is read-only from its first instant) and ``mounts.json``, the
 LIFO record of every mount made, which the node agent and the Epilog undo. Mounts over
-user paths go through :func:`~rsa_scheduler.node.paths.open_target` and the
-``mount(2)`` syscall on ``/proc/self/fd/N``, so the directory checked is the directory
-mounted over. A failure half-way unwinds what was made, newest first.
+user paths are made and undone by handle (:mod:`~rsa_scheduler.node.handles`): the
+directory is opened by :func:`~rsa_scheduler.node.paths.open_target` (no symlink
+anywhere, checked), a detached copy of the RAMDISK (or the union overlay) is attached on
+that very descriptor, and the record names the mount by id plus its filesystem's device
+(both from procfs: a RAMDISK whose servers are gone is never asked). To undo it the path
+is walked again without following symlinks and the mount found there must be the
+recorded one; it is detached through its descriptor. If the user renamed or replaced a
+component meanwhile, the path is refused (one line in the report) and a lazy release
+detaches the mount by its id where it is now, if that place is reachable without
+symlinks; else it is left and reported. A failure half-way unwinds what was made,
+newest first.
 """
 
 from __future__ import annotations
@@ -16,13 +24,15 @@ import ctypes
 import errno
 import json
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rsa_scheduler.errors import RsaError
-from rsa_scheduler.node.paths import Who, open_target
+from rsa_scheduler.node import handles
+from rsa_scheduler.node.paths import UnsafePath, Who, open_nofollow, open_target
 from rsa_scheduler.node.plan import substitute
 from rsa_scheduler.runner import CommandError, run
 
@@ -76,6 +86,30 @@ class MountError(RsaError):
     """A node-side mount step failed; the message is for the user and the log."""
 
 
+def check_root_dir(path: str) -> None:
+    """``path`` must be a directory (not a symlink) that only root can change: owned by
+    root, not group/world-writable unless sticky (as /tmp)."""
+    st = os.lstat(path)
+    mode = stat.S_IMODE(st.st_mode)
+    if (not stat.S_ISDIR(st.st_mode) or st.st_uid not in (0, os.geteuid())
+            or (mode & 0o022 and not mode & stat.S_ISVTX)):
+        kind = ("a symlink" if stat.S_ISLNK(st.st_mode)
+                else f"owner uid {st.st_uid}, mode {mode:04o}")
+        raise MountError(f"{path} is not a root-only directory ({kind}); the RSA keeps "
+                         "its node state only below directories no user can change: fix "
+                         "it or set RSA_NODE_DIR")
+
+
+def ensure_root_dirs(path: Path) -> None:
+    """Create ``path`` and its missing parents (0755) and check every component with
+    :func:`check_root_dir`, parents first, so none could be made or swapped by a user."""
+    real = Path(os.path.realpath(path))  # a root-owned /var/run -> /run is fine
+    for d in (*reversed(real.parents), real):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(d, 0o755)
+        check_root_dir(str(d))
+
+
 @dataclass(frozen=True, slots=True)
 class Released:
     ok: bool
@@ -113,7 +147,12 @@ class JobMounts:
         tmp.replace(self.state_file)
 
     def prepare(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        """Make the per-job directory, private, below directories only root can change
+        (else a user could have made or replaced one of them: refused)."""
+        ensure_root_dirs(self.dir.parent)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(self.dir, 0o700)
+        check_root_dir(str(self.dir))
         os.chmod(self.dir, 0o700)
         for d in (self.ramdisk, self.ro):
             d.mkdir(exist_ok=True, mode=0o700)
@@ -146,26 +185,32 @@ class JobMounts:
             self._save(made, ins["seq"])
             if not os.path.ismount(self.ramdisk):
                 raise MountError(f"{argv[0]} succeeded but {self.ramdisk} is not a mount")
-            fdpath = f"/proc/self/fd/{fd}"
             mode = str(ins["mode"])
             if mode == "union":
                 # read-only overlay: RAMDISK first, the PFS directory (the fd) below it
-                sys_mount("rsa-union", fdpath, "overlay", MS_RDONLY,
-                          f"lowerdir={self.ramdisk}:{fdpath}")
+                tree = handles.overlay([str(self.ramdisk), f"/proc/self/fd/{fd}"])
             else:
                 source = str(self.ramdisk)
-                if mode == "ro":
+                if mode == "ro":  # read-only from its first instant: a copy of an ro bind
                     sys_mount(str(self.ramdisk), str(self.ro), None, MS_BIND)
                     made.append({"kind": "bind", "path": str(self.ro)})
                     self._save(made, ins["seq"])
                     sys_mount("none", str(self.ro), None, MS_REMOUNT | MS_BIND | MS_RDONLY)
                     source = str(self.ro)
-                sys_mount(source, fdpath, None, MS_BIND)
+                tree = handles.clone(source)
+            try:
+                # attached on the very directory checked (the fd), and named by its id
+                handles.attach(tree, fd)
+                ref = handles.ref_of(tree)
+            finally:
+                os.close(tree)
             made.append({"kind": "target", "path": target, "seq": ins["seq"],
-                         "role": ins.get("role"), "mode": mode})
+                         "role": ins.get("role"), "mode": mode, "mount": ref.to_json()})
             self._save(made, ins["seq"])
         except BaseException as e:
             self._unwind(made)
+            if isinstance(e, handles.MountApiMissing):
+                raise MountError(str(e)) from e
             if isinstance(e, OSError):
                 raise MountError(str(e)) from e
             raise
@@ -181,37 +226,113 @@ class JobMounts:
             self._save([])
 
     # ---- release ------------------------------------------------------------------------
-    def _undo(self, entry: dict[str, Any], *, lazy: bool) -> None:
+    def _undo(self, entry: dict[str, Any], *, lazy: bool) -> str:
+        """Undo one recorded mount; return a note for the log ("" when as expected)."""
         path = str(entry["path"])
         if entry.get("kind") == "client":
             try:
                 run([str(a) for a in entry["umount"]], timeout=self.command_timeout)
             except CommandError:
-                if os.path.ismount(path):
+                try:  # root-only path; no stat first: a dead RAMDISK would hang it
                     sys_umount(path, MNT_DETACH)
-            return
-        try:
+                except OSError as e:
+                    if e.errno not in (errno.EINVAL, errno.ENOENT):  # not mounted (any more)
+                        raise
+            return ""
+        if entry.get("kind") == "target":
+            return self._undo_target(entry, lazy=lazy)
+        try:  # the read-only bind in the root-only job directory
             sys_umount(path, MNT_DETACH if lazy else 0)
         except OSError as e:
             if e.errno not in (errno.EINVAL, errno.ENOENT):  # EINVAL: not mounted (any more)
                 raise
+        return ""
+
+    def _undo_target(self, entry: dict[str, Any], *, lazy: bool) -> str:
+        """Unmount the mount made over a user's directory: found again without following
+        symlinks and checked to be the recorded mount; never by a path lookup that a
+        planted symlink could send elsewhere. If the user moved it, it is refused at the
+        path and, for a lazy release, detached where it is now, by its recorded id."""
+        path = str(entry["path"])
+        ref = handles.MountRef.from_json(entry.get("mount"))
+        try:
+            fd, parent, name = open_nofollow(path)
+        except UnsafePath as e:
+            return self._moved(ref, path, str(e), lazy=lazy)
+        try:
+            here = handles.ref_of(fd)
+            if ref is None:
+                # recorded by an older version (no mount id): only what is at the path,
+                # reached without symlinks, and only if it is a mount over the directory
+                if here.mnt_id == handles.mount_id(parent):
+                    return ""  # nothing mounted there (any more)
+            elif here != ref:
+                if handles.mount_point(handles.read_mountinfo(), ref.mnt_id) is None:
+                    return ""  # unmounted already (a release retried after a crash)
+                return self._moved(ref, path, "another directory or mount is there now",
+                                   lazy=lazy)
+            if lazy:
+                handles.detach(fd)
+            else:
+                os.close(fd)
+                fd = -1
+                handles.unmount_at(parent, name)
+            return ""
+        finally:
+            if fd >= 0:
+                os.close(fd)
+            os.close(parent)
+
+    def _moved(self, ref: handles.MountRef | None, path: str, why: str, *,
+               lazy: bool) -> str:
+        """The recorded mount is no longer at ``path`` (the user renamed or replaced a
+        component). Refuse the path; for a lazy release find the mount by its id and
+        detach it through a descriptor if it can be reached without symlinks."""
+        refused = f"refused to unmount {path} by path ({why})"
+        if ref is None:
+            raise OSError(errno.EPERM, f"{refused}; no mount id recorded: left in place, "
+                                       "check this node's mounts")
+        where = handles.mount_point(handles.read_mountinfo(), ref.mnt_id)
+        if where is None:
+            return f"{refused}; mount {ref.mnt_id} is gone already"
+        if not lazy:
+            raise OSError(errno.EPERM, f"{refused}; the RAMDISK is now at {where}")
+        try:
+            fd, parent, _ = open_nofollow(where)
+        except UnsafePath as e:
+            raise OSError(errno.EPERM, f"{refused}; mount {ref.mnt_id} is at {where}, "
+                                       f"not safely reachable ({e}): left in place, "
+                                       f"an administrator may detach it") from e
+        try:
+            if handles.ref_of(fd) != ref:
+                raise OSError(errno.EPERM, f"{refused}; {where} holds another mount now: "
+                                           f"mount {ref.mnt_id} left in place")
+            handles.detach(fd)
+        finally:
+            os.close(fd)
+            os.close(parent)
+        return f"{refused}; detached mount {ref.mnt_id} where it is now, {where}"
 
     def release(self, *, lazy: bool) -> Released:
-        """Undo every mount, newest first. Without ``lazy`` a mount in use stays (busy)."""
+        """Undo every mount, newest first. Without ``lazy`` a mount in use stays (busy).
+        ``message`` carries what had to be refused on the way (a moved mount)."""
         entries = self.entries()
+        notes: list[str] = []
         while entries:
             entry = entries[-1]
             try:
-                self._undo(entry, lazy=lazy)
+                note = self._undo(entry, lazy=lazy)
             except OSError as e:
                 self._save(entries)
                 if e.errno == errno.EBUSY:
                     return Released(False, True, f"{entry['path']} is in use (open files "
                                                  "or a working directory in it)")
-                return Released(False, False, str(e))
+                return Released(False, False, "; ".join([*notes, str(e.strerror or e)]))
+            if note:
+                notes.append(note)
             entries.pop()
             self._save(entries)
-        return Released(True, False, "released")
+        return Released(True, False, "; ".join(notes) or "released")
 
     def remove(self) -> None:
         """Remove the per-job directory once nothing is mounted (never recursively)."""

@@ -1,11 +1,14 @@
 """Path safety: may root mount over this user path? (seed 004 §3.2, issue 5)
 
-Owns :func:`check_target` and :class:`UnsafePath`. Root mounts the RAMDISK over a path a
+Owns :func:`check_target`, :func:`open_target`, :func:`open_nofollow` and
+:class:`UnsafePath`. Root mounts the RAMDISK over a path a
 user wrote into a job script, so before that the path must: be absolute and normalised
 (no ``..``), exist as a directory, have no symlink component (checked with ``lstat`` on
 every prefix, so a symlink anywhere cannot redirect the mount into ``/etc``), lie strictly
 inside one of ``staging.allowed_roots`` (never a root itself, never a system directory),
-and be owned by the job's user or writable by them. Imports only the standard library.
+and be owned by the job's user or writable by them. To unmount, root finds its mount
+again the same way (:func:`open_nofollow`), never through a symlink the user planted
+since. Imports only the standard library.
 """
 
 from __future__ import annotations
@@ -78,17 +81,14 @@ def writable_by(st: os.stat_result, who: Who) -> bool:
     return bool(mode & stat.S_IWOTH) and not (mode & stat.S_ISVTX)
 
 
-def open_target(path: str, who: Who, allowed_roots: Sequence[str]) -> int:
-    """Open ``path`` (O_PATH) if root may mount over it for ``who``; else raise.
-
-    Walks the path one component at a time with ``openat(O_PATH|O_NOFOLLOW|O_DIRECTORY)``
-    from ``/``, so a symlink anywhere fails the walk and the checked directory is the one
-    the returned descriptor holds: mounting onto ``/proc/self/fd/N`` (``mount -c``) leaves
-    no window in which a user could swap a component for a symlink. The caller closes it.
-    """
-    p = lexical_check(path, allowed_roots)
+def _walk(p: PurePosixPath, *, keep_parent: bool = False,
+          advice: str = "") -> tuple[int, int]:
+    """Open ``p`` one component at a time from ``/`` with
+    ``openat(O_PATH|O_NOFOLLOW|O_DIRECTORY)``: a symlink anywhere fails the walk. Returns
+    (descriptor of ``p``, descriptor of its parent or -1); the caller closes both."""
     flags = os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
     fd = os.open("/", flags)
+    parent = -1
     try:
         for prefix, name in zip(_prefixes(p), p.parts[1:], strict=True):
             try:
@@ -100,15 +100,52 @@ def open_target(path: str, who: Who, allowed_roots: Sequence[str]) -> int:
                     is_link = stat.S_ISLNK(os.lstat(prefix).st_mode)
                 except OSError:
                     is_link = False
-                why = (f"has a symlink component ({prefix}); use the real path" if is_link
+                why = (f"has a symlink component ({prefix}){advice}" if is_link
                        else f"is not a directory ({prefix})")
                 raise UnsafePath(f"{p} {why}") from e
             except OSError as e:
                 if e.errno == errno.ELOOP:
                     raise UnsafePath(f"{p} has a symlink component ({prefix})") from e
                 raise UnsafePath(f"{p}: cannot inspect {prefix}: {e.strerror}") from e
-            os.close(fd)
+            if parent >= 0:
+                os.close(parent)
+                parent = -1
+            if keep_parent:
+                parent = fd
+            else:
+                os.close(fd)
             fd = nfd
+        return fd, parent
+    except BaseException:
+        os.close(fd)
+        if parent >= 0:
+            os.close(parent)
+        raise
+
+
+def open_nofollow(path: str) -> tuple[int, int, str]:
+    """(descriptor of the directory ``path``, descriptor of its parent, last name), all
+    reached without following a symlink (``UnsafePath`` otherwise). Root uses this to
+    find again a mount it made over a user's directory: whatever the user renamed or
+    replaced since, it never leads elsewhere. The caller closes both descriptors."""
+    p = PurePosixPath(os.path.normpath(path))
+    if not p.is_absolute() or len(p.parts) < 2:
+        raise UnsafePath(f"{path!r} is not an absolute path below /")
+    fd, parent = _walk(p, keep_parent=True)
+    return fd, parent, p.name
+
+
+def open_target(path: str, who: Who, allowed_roots: Sequence[str]) -> int:
+    """Open ``path`` (O_PATH) if root may mount over it for ``who``; else raise.
+
+    Walks the path one component at a time (:func:`_walk`), so a symlink anywhere fails
+    the walk and the checked directory is the one the returned descriptor holds:
+    mounting onto it (``move_mount`` to the descriptor) leaves no window in which a user
+    could swap a component for a symlink. The caller closes it.
+    """
+    p = lexical_check(path, allowed_roots)
+    fd, _ = _walk(p, advice="; use the real path")
+    try:
         if not writable_by(os.fstat(fd), who):
             raise UnsafePath(f"{p} is neither owned by nor writable by uid {who.uid}")
         return fd

@@ -41,6 +41,7 @@ from rsa_scheduler.staging.manifest import (
     parse_member_hashes,
     parse_scan,
     parse_tar_listing,
+    planted_symlinks,
     resolve_tar,
     with_hashes,
 )
@@ -201,12 +202,12 @@ class StagingEngine:
         already = 0
         complete: set[bytes] = set()
         parts = posixpath.join(dst, scripts.PART_DIR)
-        if resume:
-            existing = [e for e in self._scan(first, dst, f"{phase}: scanning {dst} to resume")
-                        if e.path.split(b"/", 1)[0] != scripts.PART_DIR.encode()]
-            if existing:
-                todo, already = pending(entries, existing)
-                complete = {e.path for e in entries} - {e.path for e in todo}
+        existing = [e for e in self._scan(first, dst, f"{phase}: scanning {dst}")
+                    if e.path.split(b"/", 1)[0] != scripts.PART_DIR.encode()]
+        self._refuse_planted(entries, existing, dst, phase)
+        if resume and existing:
+            todo, already = pending(entries, existing)
+            complete = {e.path for e in entries} - {e.path for e in todo}
         # Whole directories go recursively, except for atomic placement, which renames
         # every copied name into place and therefore needs the names.
         plan = make_plan(todo, len(self.hosts) * self.parallel_per_node,
@@ -359,6 +360,18 @@ class StagingEngine:
 
         self._parallel(jobs, run, None)
         return out
+
+    def _refuse_planted(self, entries: Iterable[Entry], existing: Iterable[Entry],
+                        dst: str, phase: str) -> None:
+        bad = planted_symlinks(entries, existing)
+        if bad:
+            shown = ", ".join(repr(display(p)) for p in bad[:5])
+            more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+            raise StagingError(
+                f"{phase} refused: {dst} has a symlink where the copy writes "
+                f"{len(bad)} object(s): {shown}{more}; the RSA never writes through a "
+                f"symlink: remove them (someone else may have planted them) and retry",
+                permanent=True)
 
     def _refuse_unreadable(self, entries: Iterable[Entry], root: str, phase: str) -> None:
         bad = [e for e in entries if not e.readable]

@@ -125,6 +125,14 @@ def with_hashes(entries: Iterable[Entry], hashes: Mapping[bytes, str]) -> list[E
             for e in entries]
 
 
+def planted_symlinks(expected: Iterable[Entry], existing: Iterable[Entry]) -> list[bytes]:
+    """Paths where the destination already has a symlink and the copy would write a file
+    or a directory: writing there would follow it out of the destination (a symlink
+    planted in a shared DATA_OUT), so the copy is refused instead. Pure."""
+    links = {e.path for e in existing if e.kind == "l"}
+    return sorted(e.path for e in expected if e.kind != "l" and e.path in links)
+
+
 # --- tar archives -------------------------------------------------------------------
 
 _TV = re.compile(rb'^(?P<perm>\S{10}) \S+\s+(?P<size>\d+) (?P<date>\S+) (?P<time>\S+) '

@@ -60,9 +60,12 @@ TREE_PIPE = PRELUDE + (
 # kernel reads a FUSE file ahead only 128 KiB, asynchronously, while the reader is back
 # for more: a 16 MiB read waits for all of it, then the 16 MiB write leaves the client
 # idle.
+# Writes never go through a symlink: dd opens with O_NOFOLLOW (a planted symlink fails
+# the bucket), and cp, which would follow one, runs only on what dd wrote.
 BIG = PRELUDE + (
     'cd -- "$1" || exit 66; base64 -d | xargs -0 -r -n 1 sh -c \''
-    'dd if="$2" of="$0/$2" bs="$1" conv=sparse status=none && '
+    'dd if="$2" of="$0/$2" bs="$1" conv=sparse oflag=nofollow status=none && '
+    '! [ -L "$0/$2" ] && '
     'cp --attributes-only --preserve=mode,timestamps -- "$2" "$0/$2"\' "$2" "$3"')
 BLOCK_INTO_RAMDISK = "16M"  # stage-in: dd writes into the RAMDISK
 BLOCK_OUT_OF_RAMDISK = "128K"  # stage-out: dd reads out of the RAMDISK
@@ -85,10 +88,20 @@ ATOMIC = PRELUDE + (
 PART_DIR = ".rsa-staging"
 
 # Create the directory skeleton (0700 + u+rwx while staging: a directory that was
-# finalised read-only by an earlier, interrupted run must accept writes again).
+# finalised read-only by an earlier, interrupted run must accept writes again). A symlink
+# where a directory goes is refused (exit 65), never followed; the list is in path
+# order, so every parent was checked before its children.
+REFUSE_LINK = ('for d; do if [ -L "$d" ]; then echo "refusing to write through '
+               'the symlink $d: remove it or choose another destination" >&2; exit 65; '
+               'fi; done; ')
 MKDIRS = PRELUDE + (
+    '[ ! -L "$1" ] || { echo "refusing to write through the symlink $1" >&2; exit 65; }; '
     'mkdir -p -- "$1" && cd -- "$1" || exit 66; base64 -d | xargs -0 -r '
-    'sh -c \'mkdir -p -- "$@" && chmod u+rwx -- "$@"\' sh')
+    'sh -c \'' + REFUSE_LINK + 'mkdir -p -- "$@" && chmod u+rwx -- "$@"\' sh')
+# The destination root, created as the user (fails if the user may not write); a symlink
+# there is refused, not followed.
+MKDIR = ('[ ! -L "$1" ] || { echo "refusing to write through the symlink $1: use the real '
+         'path" >&2; exit 65; }; mkdir -p -- "$1"')
 
 # Hash a list of regular files (BLAKE2b-128, ~540 MB/s per core here).
 HASH = PRELUDE + (
@@ -96,10 +109,15 @@ HASH = PRELUDE + (
 
 # Pack a list into one archive: POSIX (pax) format keeps sub-second mtimes and long or
 # odd names; written to <archive>.part and renamed, so a re-run never leaves a torn file.
+# The .part file is created afresh (rm, then noclobber: O_EXCL), so a symlink planted
+# under that predictable name in a shared DATA_OUT is removed, never written through;
+# the rename replaces one at the archive's own name.
+FRESH = 'rm -f -- "$p.part" && set -C && '
 TAR_PACK = PRELUDE + (
-    'cd -- "$1" || exit 66; base64 -d | tar --null --verbatim-files-from --no-recursion '
-    '-T - --format=posix --pax-option=delete=atime,delete=ctime -S -cf "$2.part" '
-    '&& mv -f -- "$2.part" "$2"')
+    'cd -- "$1" || exit 66; p=$2; ' + FRESH + 'base64 -d | tar --null '
+    '--verbatim-files-from --no-recursion -T - --format=posix '
+    '--pax-option=delete=atime,delete=ctime -S -cf - > "$p.part" '
+    '&& mv -f -- "$p.part" "$p"')
 
 # List an archive (parsed by manifest.parse_tar_listing).
 TAR_LIST = PRELUDE + (
@@ -111,8 +129,9 @@ TAR_HASH_MEMBER = ('h=$(b2sum -l 128) || exit 1; '
 TAR_HASH = PRELUDE + (
     'tar -xf "$1" --to-command="$2" | base64 -w0')
 
-# Write stdin (base64) to a file atomically.
-WRITE = PRELUDE + 'base64 -d > "$1.part" && mv -f -- "$1.part" "$1"'
+# Write stdin (base64) to a file atomically (a fresh .part file, as for TAR_PACK).
+WRITE = PRELUDE + ('p=$1; ' + FRESH + 'base64 -d > "$p.part" && '
+                   'mv -f -- "$p.part" "$p"')
 
 # Root-only: the RAMDISK root of a job, owned by the user, private.
 def prepare_root_argv(path: str, uid: int, gid: int, mode: int = 0o700) -> list[str]:
@@ -198,7 +217,7 @@ def write_argv(path: str) -> list[str]:
 
 def mkdir_argv(path: str) -> list[str]:
     """The destination root, created as the user (fails if the user may not write)."""
-    return ["mkdir", "-p", "--", path]
+    return bash(MKDIR, path)
 
 
 def script_argv(argv: Sequence[str], cwd: str) -> list[str]:

@@ -1,0 +1,233 @@
+"""Mount and unmount by handle (rsa_scheduler.node.mounts/handles) with real mounts.
+
+Each scenario runs in a throwaway mount namespace (``unshare --mount --propagation
+private``) on a tmpfs over /media, so nothing is left behind; the RAMDISK is a tmpfs
+"client mount". It plays the symlink swap of issue 12: the job renames the parent of its
+DATA_IN and plants a symlink to a directory holding a sentinel mount; releasing must leave
+the sentinel alone and still remove the job's mount (lazily: the Epilog), or refuse it
+(not lazily: the reset). Needs root and unshare(1); skips otherwise, except under CI=true.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PRELUDE = textwrap.dedent('''
+    import json, os, subprocess, sys
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[1])
+    from rsa_scheduler.node.mounts import JobMounts
+    from rsa_scheduler.node.paths import Who
+    R = Path("/media")
+    subprocess.run(["mount", "-t", "tmpfs", "rsa-test", str(R)], check=True)
+    pfs = R / "pfs"
+    (pfs / "u" / "x" / "in").mkdir(parents=True)
+    (pfs / "u" / "x" / "in" / "f").write_text("pfs\\n")
+    sentinel = R / "root" / "sentinel"
+    (sentinel / "in").mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "sentinel", str(sentinel / "in")], check=True)
+    (sentinel / "in" / "marker").write_text("sentinel\\n")
+    out = {}
+    def target_of(path):
+        return subprocess.run(["findmnt", "-n", "-o", "TARGET", "--target", str(path)],
+                              capture_output=True, text=True).stdout.strip()
+    def mount(mode, target=pfs / "u" / "x" / "in"):
+        jm = JobMounts("7", "c1", str(R / "node"))
+        ins = {"seq": 1, "do": "mount", "role": "input", "target": str(target),
+               "mode": mode, "client_argv": ["mount", "-t", "tmpfs", "ram", "@MOUNTPOINT@"],
+               "client_umount_argv": ["umount", "@MOUNTPOINT@"]}
+        out["mounted"] = jm.mount(ins, Who(0, frozenset({0})), [str(pfs)])
+        out["record"] = jm.entries()[-1]
+        return jm
+    def swap():
+        os.rename(pfs / "u" / "x", pfs / "u" / "x.moved")
+        os.symlink(str(sentinel), pfs / "u" / "x")
+    def sentinel_ok():
+        return os.path.ismount(sentinel / "in") and (sentinel / "in" / "marker").exists()
+''')
+
+
+def run(scenario: str) -> dict[str, Any]:
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI: needs root and unshare(1)")
+        pytest.skip("needs root and unshare(1)")
+    code = PRELUDE + textwrap.dedent(scenario) + "\nprint(json.dumps(out))\n"
+    done = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable,
+                           "-c", code, str(ROOT)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+@pytest.mark.parametrize("mode", ["ro", "rw", "union"])
+def test_epilog_release_never_follows_a_planted_symlink(mode: str) -> None:
+    out = run(f'''
+        jm = mount({mode!r})
+        out["over"] = target_of(pfs / "u" / "x" / "in")
+        swap()
+        out["moved"] = target_of(pfs / "u" / "x.moved" / "in")
+        rel = jm.release(lazy=True)
+        out["ok"], out["message"] = rel.ok, rel.message
+        out["sentinel"] = sentinel_ok()
+        out["after"] = target_of(pfs / "u" / "x.moved" / "in")
+        out["left"] = jm.entries()
+    ''')
+    assert out["record"]["mount"]["mnt_id"] > 0
+    assert out["over"] == out["moved"].replace("x.moved", "x") == "/media/pfs/u/x/in"
+    assert out["sentinel"] is True
+    assert out["ok"] is True and out["left"] == []
+    assert out["after"] == "/media"  # the job's mount is gone from where it was moved
+    msg = out["message"]
+    assert msg.startswith("refused to unmount /media/pfs/u/x/in by path (") and "\n" not in msg
+    assert "symlink component (/media/pfs/u/x)" in msg
+    assert "where it is now, /media/pfs/u/x.moved/in" in msg
+
+
+def test_reset_release_refuses_a_moved_mount_and_keeps_the_record() -> None:
+    out = run('''
+        jm = mount("ro")
+        swap()
+        rel = jm.release(lazy=False)
+        out["ok"], out["busy"], out["message"] = rel.ok, rel.busy, rel.message
+        out["sentinel"] = sentinel_ok()
+        out["still"] = target_of(pfs / "u" / "x.moved" / "in")
+        out["left"] = [e["kind"] for e in jm.entries()]
+    ''')
+    assert out["ok"] is False and out["busy"] is False
+    assert out["sentinel"] is True
+    assert out["still"] == "/media/pfs/u/x.moved/in"  # refused: not forced
+    assert out["left"] == ["client", "bind", "target"]
+    assert "the RAMDISK is now at /media/pfs/u/x.moved/in" in out["message"]
+
+
+def test_a_mount_moved_twice_is_still_found_by_its_id() -> None:
+    out = run('''
+        jm = mount("rw")
+        os.rename(pfs / "u" / "x", pfs / "u" / "x.moved")
+        (pfs / "u" / "real").mkdir()
+        os.rename(pfs / "u" / "x.moved", pfs / "u" / "real" / "x")
+        os.symlink("real", pfs / "u" / "via")
+        os.rename(pfs / "u" / "via", pfs / "u" / "x")  # x -> real: a path with a symlink
+        os.rename(pfs / "u" / "real", pfs / "u" / "hidden")
+        os.symlink("hidden", pfs / "u" / "real")  # where the mount is now: via a symlink
+        rel = jm.release(lazy=True)
+        out["ok"], out["message"] = rel.ok, rel.message
+        out["sentinel"] = sentinel_ok()
+        out["still"] = target_of(pfs / "u" / "hidden" / "x" / "in")
+    ''')
+    # mountinfo names it /media/pfs/u/hidden/x/in: reachable, so detached by its id
+    assert out["ok"] is True and out["still"] == "/media"
+    assert "detached mount" in out["message"]
+
+
+def test_normal_release_unmounts_and_a_busy_mount_is_never_forced() -> None:
+    out = run('''
+        jm = mount("ro")
+        busy = os.open(pfs / "u" / "x" / "in", os.O_RDONLY)  # a working directory, say
+        rel = jm.release(lazy=False)
+        out["busy"] = [rel.ok, rel.busy, rel.message]
+        out["still"] = target_of(pfs / "u" / "x" / "in")
+        os.close(busy)
+        rel = jm.release(lazy=False)
+        out["free"] = [rel.ok, rel.message]
+        out["after"] = target_of(pfs / "u" / "x" / "in")
+        out["pfs"] = (pfs / "u" / "x" / "in" / "f").read_text()
+        out["left"] = jm.entries()
+        out["sentinel"] = sentinel_ok()
+    ''')
+    assert out["busy"][:2] == [False, True] and "is in use" in out["busy"][2]
+    assert out["still"] == "/media/pfs/u/x/in"
+    assert out["free"] == [True, "released"]
+    assert out["after"] == "/media" and out["pfs"] == "pfs\n" and out["left"] == []
+    assert out["sentinel"] is True
+
+
+def test_a_mount_replaced_by_another_at_the_same_path_is_not_taken_for_ours() -> None:
+    out = run('''
+        jm = mount("rw")
+        swap()
+        os.mkdir(pfs / "u" / "x2")
+        os.unlink(pfs / "u" / "x")
+        os.rename(pfs / "u" / "x2", pfs / "u" / "x")
+        (pfs / "u" / "x" / "in").mkdir()
+        # another mount where ours was (say, another job's): never unmounted for ours
+        subprocess.run(["mount", "-t", "tmpfs", "other", str(pfs / "u" / "x" / "in")],
+                       check=True)
+        rel = jm.release(lazy=True)
+        out["ok"], out["message"] = rel.ok, rel.message
+        out["other"] = os.path.ismount(pfs / "u" / "x" / "in")
+        out["ours"] = target_of(pfs / "u" / "x.moved" / "in")
+    ''')
+    assert out["other"] is True
+    assert out["ok"] is True and out["ours"] == "/media"
+    assert "another directory or mount is there now" in out["message"]
+
+
+def test_a_record_without_a_mount_id_is_undone_only_without_symlinks() -> None:
+    out = run('''
+        jm = mount("rw")
+        entries = jm.entries()
+        entries[-1].pop("mount")  # as written by a version before mount ids
+        jm._save(entries)
+        swap()
+        rel = jm.release(lazy=True)
+        out["ok"], out["message"] = rel.ok, rel.message
+        out["sentinel"] = sentinel_ok()
+    ''')
+    assert out["sentinel"] is True
+    assert out["ok"] is False and "no mount id recorded: left in place" in out["message"]
+
+
+def test_mount_ids_in_mountinfo() -> None:
+    from rsa_scheduler.node.handles import MountRef, mount_point, unescape
+
+    info = ("22 1 0:21 / / rw - ext4 /dev/sda1 rw\n"
+            "271 22 0:48 / /pfs/a\\040b/in ro,relatime shared:5 - tmpfs ram rw\n")
+    assert mount_point(info, 271) == "/pfs/a b/in"
+    assert mount_point(info, 27) is None
+    assert unescape("a\\011b") == "a\tb"
+    ref = MountRef(5, "0:48")
+    assert MountRef.from_json(ref.to_json()) == ref
+    assert MountRef.from_json({"mnt_id": "x"}) is None and MountRef.from_json(None) is None
+
+
+def test_node_state_lives_only_below_directories_no_user_can_change(tmp_path: Path) -> None:
+    from rsa_scheduler.node.mounts import JobMounts, MountError
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (chown)")
+    base = tmp_path / "run" / "rsa" / "node"
+    jm = JobMounts("7", "c1", str(base))
+    jm.prepare()
+    assert oct(jm.dir.stat().st_mode & 0o7777) == "0o700"
+    assert oct(base.stat().st_mode & 0o7777) == "0o755"  # never the umask's say
+    # a user-made node directory (say, world-writable, or a user's own) is refused
+    other = JobMounts("8", "c2", str(base))
+    (base / "c2").mkdir(mode=0o777)
+    os.chmod(base / "c2", 0o777)
+    with pytest.raises(MountError, match=r"c2 is not a root-only directory .*mode 0777"):
+        other.prepare()
+    os.chmod(base / "c2", 0o755)
+    os.chown(base / "c2", 65534, 65534)
+    with pytest.raises(MountError, match="owner uid 65534"):
+        other.prepare()
+    # the job's own directory planted as a symlink
+    os.chown(base / "c2", 0, 0)
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", base / "c2" / "8")
+    with pytest.raises(MountError, match="a symlink"):
+        other.prepare()
+    assert list((tmp_path / "elsewhere").iterdir()) == []
