@@ -654,11 +654,10 @@ class MooseFsBackend(FilesystemBackend):
 
     def client_mount_argv(self, spec: MountSpec, mountpoint: str) -> list[str]:
         """A compute node's mount, with the secret read from the first RSA node's pass
-        file. The node runs this argv as it is and writes no file, so the secret travels
-        in it (``mfspassword=``): mfsmount replaces its command line with its title once
-        mounted, but until then (while it registers with the master) the node's other
-        users can read it in /proc (docs/security.md). A spec recorded before
-        access control names no pass file: its filesystem was exported without one."""
+        file as ``-o mfspassword=``: the node moves it into a root-only config file
+        before it runs mfsmount (``node.mounts.secret_to_file``), so it never appears in
+        the node's process table. A spec recorded before access control names no pass
+        file: its filesystem was exported without one."""
         c: Mapping[str, Any] = spec.client
         opts = list(c.get("options") or [])
         if c.get("pass_file"):

@@ -56,6 +56,29 @@ def check_client_argv(argv: Sequence[str]) -> None:
         raise MountError(f"refusing to run {prog!r} as root to mount the RAMDISK "
                          f"(allowed: {', '.join(sorted(CLIENT_PROGRAMS))})")
 
+def secret_to_file(argv: Sequence[str], where: Path) -> tuple[list[str], Path | None]:
+    """Keep a RAMDISK's access secret out of the node's process table: an
+    ``mfspassword=`` mount option moves into a root-only config file in ``where`` (the
+    job's node directory, which only root can change) given with ``-c``; other users of
+    the node could read it in /proc while mfsmount starts."""
+    out, secret = list(argv), None
+    for i, a in enumerate(out[:-1]):
+        if a == "-o" and "mfspassword=" in out[i + 1]:
+            opts = out[i + 1].split(",")
+            secret = next(o for o in opts if o.startswith("mfspassword="))
+            rest = [o for o in opts if not o.startswith("mfspassword=")]
+            out[i:i + 2] = ["-o", ",".join(rest)] if rest else []
+            break
+    if secret is None:
+        return out, None
+    path = where / "mfsmount.cfg"
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
+    return [*out, "-c", str(path)], path
+
+
 _libc: ctypes.CDLL | None = None
 
 
@@ -177,10 +200,14 @@ class JobMounts:
             umount_argv = substitute(ins.get("client_umount_argv") or
                                      ["umount", "-l", str(self.ramdisk)], str(self.ramdisk))
             check_client_argv(umount_argv)
+            argv, secret_file = secret_to_file(argv, self.dir)
             try:
                 run(argv, timeout=self.command_timeout)
             except CommandError as e:
                 raise MountError(f"cannot mount the RAMDISK on the node: {e}") from e
+            finally:
+                if secret_file is not None:  # read at start; mfsmount keeps it in memory
+                    secret_file.unlink(missing_ok=True)
             made.append({"kind": "client", "path": str(self.ramdisk), "umount": umount_argv})
             self._save(made, ins["seq"])
             if not os.path.ismount(self.ramdisk):

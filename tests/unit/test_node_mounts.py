@@ -231,3 +231,19 @@ def test_node_state_lives_only_below_directories_no_user_can_change(tmp_path: Pa
     with pytest.raises(MountError, match="a symlink"):
         other.prepare()
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_the_access_secret_never_reaches_the_process_table(tmp_path: Path) -> None:
+    from rsa_scheduler.node.mounts import secret_to_file
+
+    argv, path = secret_to_file(["mfsmount", "/m", "-H", "h", "-P", "1", "-o",
+                                 "nosuid,mfspassword=abc123,nodev"], tmp_path)
+    assert argv == ["mfsmount", "/m", "-H", "h", "-P", "1", "-o", "nosuid,nodev", "-c",
+                    str(tmp_path / "mfsmount.cfg")]
+    assert path is not None and path.read_text() == "mfspassword=abc123\n"
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert not any("abc123" in a for a in argv)
+    only, none = secret_to_file(["mfsmount", "/m", "-o", "mfspassword=x"], tmp_path)
+    assert only == ["mfsmount", "/m", "-c", str(tmp_path / "mfsmount.cfg")]
+    plain = ["mount", "-t", "tmpfs", "x", "/m"]
+    assert secret_to_file(plain, tmp_path) == (plain, None)
