@@ -243,7 +243,7 @@ def test_the_access_secret_never_reaches_the_process_table(tmp_path: Path) -> No
     assert path is not None and path.read_text() == "mfspassword=abc123\n"
     assert path.stat().st_mode & 0o777 == 0o600
     assert not any("abc123" in a for a in argv)
-    only, none = secret_to_file(["mfsmount", "/m", "-o", "mfspassword=x"], tmp_path)
+    only, _ = secret_to_file(["mfsmount", "/m", "-o", "mfspassword=x"], tmp_path)
     assert only == ["mfsmount", "/m", "-c", str(tmp_path / "mfsmount.cfg")]
     plain = ["mount", "-t", "tmpfs", "x", "/m"]
     assert secret_to_file(plain, tmp_path) == (plain, None)
