@@ -169,14 +169,27 @@ def _fuse_at(mnt: Path) -> bool:
     return any(m == str(mnt) and t.startswith("fuse") for m, t, _ in mounts())
 
 
+def _fuse_dev(mnt: Path) -> int | None:
+    """The FUSE mount's device number, read from mountinfo: a stat() of a mount whose
+    server died (ENOTCONN) would fail exactly when the abort is needed."""
+    dev = None
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        f = line.split()
+        if f[4] == str(mnt) and " - fuse" in line:
+            major, minor = (int(x) for x in f[2].split(":"))
+            dev = os.makedev(major, minor)  # the topmost wins: mountinfo lists it last
+    return dev
+
+
 def down(s: Settings) -> None:
     mnt = s.pfs_mount
     # Unmount first (lazy: never block on a dead server), abort the FUSE connection if
     # it lingers, then stop the servers (a kill is fine for a throw-away instance).
     if _fuse_at(mnt):
-        dev = os.stat(mnt).st_dev
+        dev = _fuse_dev(mnt)
         run(["umount", "-l", str(mnt)], check=False, timeout=20)
-        _fusectl_abort(dev)
+        if dev is not None:
+            _fusectl_abort(dev)
     stop_named("mfsmount", grace=5)
     for i in range(N_CHUNKSERVERS, 0, -1):
         stop_named(f"mfschunkserver{i}", grace=3)
