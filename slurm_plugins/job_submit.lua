@@ -48,11 +48,17 @@ local MAX_NODES = 2147483647 -- 2^31 - 1
 local MAX_CAPACITY = 2 ^ 53
 local MAX_RESET = 365 * 86400
 local ADMIN_COMMENT_PREFIX = "rsa1:"
+-- Bounds on the work done inside slurmctld (directives.MAX_LINE, MAX_ERRORS, QUOTE_MAX)
+local MAX_LINE = 16384 -- bytes of one #RSA_ line (without "\n"), or of one option value
+local MAX_ERRORS = 20 -- the scan stops after this many errors (and says so)
+local QUOTE_MAX = 200 -- characters of user text quoted in one message
 
 local MSG_BOM = "script starts with a byte order mark (BOM); save it as UTF-8 without BOM"
 local MSG_CRLF = "script contains DOS line breaks (\\r\\n) instead of expected UNIX line "
   .. "breaks (\\n); convert it with dos2unix"
 local MSG_NUL = "script contains a NULL character '\\0', which Slurm does not allow; remove it"
+local MSG_TOO_MANY = "more than " .. MAX_ERRORS .. " errors, checking stopped at this line; "
+  .. "fix the ones above and submit again"
 local MSG_NO_NAME = "directive name missing after #RSA_; write e.g. #RSA_DATA_IN=/path/to/input"
 
 -- C isspace() in the "C" locale (what sbatch and directives.C_SPACE use)
@@ -192,8 +198,13 @@ end
 
 -- directives.quote(): user text in single quotes, one line, escapes as Python writes them
 local function quote(text)
-  local out = {}
+  local out, count, tail = {}, 0, ""
   for _, ch, valid in chars(text) do
+    count = count + 1
+    if count > QUOTE_MAX then -- cut: "..." after the closing quote
+      tail = "..."
+      break
+    end
     local b = ch:byte(1)
     if not valid then
       out[#out + 1] = string.format("\\x%02x", invalid_byte(ch))
@@ -207,7 +218,7 @@ local function quote(text)
       out[#out + 1] = ch
     end
   end
-  return "'" .. table.concat(out) .. "'"
+  return "'" .. table.concat(out) .. "'" .. tail
 end
 
 -- directives._undecodable(): the first byte that is not valid UTF-8, as "0xNN", or nil
@@ -334,70 +345,52 @@ local function close_match(word, possibilities)
 end
 
 -- ---------------------------------------------------------------------------------------
--- shlex.split(s) (POSIX mode, comments off), ported from CPython 3.11 shlex.read_token.
--- Returns the words, or nil and "No closing quotation" / "No escaped character".
+-- shlex.split(s) (POSIX mode, comments off) of CPython 3.11, in time linear in #s: runs
+-- of ordinary characters and quoted text are taken with string.find and joined once
+-- (appending a byte at a time would copy the word again for each byte: quadratic, and
+-- this runs inside slurmctld). Returns the words, or nil and shlex's message: "No
+-- closing quotation" / "No escaped character".
 
 local function shlex_split(s)
-  local words = {}
-  local pos, len = 1, #s
-  local state = " " -- " ", "a", "'", '"', "\\", or nil at end of input
-  while true do
-    local token, quoted, escapedstate = "", false, " "
-    if state == nil then break end
-    while true do
-      local c = pos <= len and s:sub(pos, pos) or ""
-      pos = pos + 1
-      if state == nil then
-        token = ""
-        break
-      elseif state == " " then
-        if c == "" then
-          state = nil
-          break
-        elseif SHLEX_SPACE[c:byte()] then
-          if token ~= "" or quoted then break end
-        elseif c == "\\" then
-          escapedstate, state = "a", c
-        elseif c == "'" or c == '"' then
-          state = c
-        else
-          token, state = c, "a"
+  local words, len = {}, #s
+  local pos = s:find("[^ \t\r\n]") or len + 1
+  while pos <= len do
+    local parts = {}
+    while pos <= len do
+      local c = s:sub(pos, pos)
+      if SHLEX_SPACE[c:byte()] then break end
+      if c == "'" then -- everything up to the next ' as it is
+        local e = s:find("'", pos + 1, true)
+        if not e then return nil, "No closing quotation" end
+        parts[#parts + 1] = s:sub(pos + 1, e - 1)
+        pos = e + 1
+      elseif c == '"' then -- a backslash escapes only " and itself
+        pos = pos + 1
+        while true do
+          local e = s:find('["\\]', pos)
+          if not e then return nil, "No closing quotation" end
+          parts[#parts + 1] = s:sub(pos, e - 1)
+          if s:sub(e, e) == '"' then
+            pos = e + 1
+            break
+          end
+          if e == len then return nil, "No escaped character" end
+          local nxt = s:sub(e + 1, e + 1)
+          parts[#parts + 1] = (nxt == '"' or nxt == "\\") and nxt or "\\" .. nxt
+          pos = e + 2
         end
-      elseif state == "'" or state == '"' then
-        quoted = true
-        if c == "" then return nil, "No closing quotation" end
-        if c == state then
-          state = "a"
-        elseif c == "\\" and state == '"' then
-          escapedstate, state = state, c
-        else
-          token = token .. c
-        end
-      elseif state == "\\" then
-        if c == "" then return nil, "No escaped character" end
-        if (escapedstate == "'" or escapedstate == '"') and c ~= state and c ~= escapedstate then
-          token = token .. state
-        end
-        token = token .. c
-        state = escapedstate
-      else -- "a"
-        if c == "" then
-          state = nil
-          break
-        elseif SHLEX_SPACE[c:byte()] then
-          state = " "
-          if token ~= "" or quoted then break end
-        elseif c == "'" or c == '"' then
-          state = c
-        elseif c == "\\" then
-          escapedstate, state = "a", c
-        else
-          token = token .. c
-        end
+      elseif c == "\\" then -- outside quotes: the next byte as it is
+        if pos == len then return nil, "No escaped character" end
+        parts[#parts + 1] = s:sub(pos + 1, pos + 1)
+        pos = pos + 2
+      else
+        local _, e = s:find("^[^ \t\r\n'\"\\]+", pos)
+        parts[#parts + 1] = s:sub(pos, e)
+        pos = e + 1
       end
     end
-    if token == "" and not quoted then break end
-    words[#words + 1] = token
+    words[#words + 1] = table.concat(parts) -- never an unquoted "": it starts with a byte
+    pos = s:find("[^ \t\r\n]", pos) or len + 1
   end
   return words
 end
@@ -770,8 +763,11 @@ end
 -- "--rsa-x: message", ...}) when there are errors, otherwise (admin_comment or nil when
 -- neither asks for the RSA).
 local function check(text, options)
-  local decoded = {} -- option values decoded like the script's lines (directive())
-  for name, value in pairs(options or {}) do decoded[name] = decode(value) end
+  local decoded, sizes = {}, {} -- option values decoded like the script's lines (directive())
+  for name, value in pairs(options or {}) do
+    if #value <= MAX_LINE then decoded[name] = decode(value) else decoded[name] = value end
+    sizes[name] = #value
+  end
   options = decoded
   local scan = { values = {}, first_line = {}, errors = {}, raw = {} }
   if text:sub(1, 3) == "\239\187\191" then -- sbatch refuses it: the first line is not "#!"
@@ -789,7 +785,16 @@ local function check(text, options)
     local line = text:sub(pos, (nl or #text + 1) - 1)
     lineno = lineno + 1
     if line:sub(1, #PREFIX) == PREFIX then
-      directive(scan, lineno, line:sub(#PREFIX + 1))
+      if #scan.errors >= MAX_ERRORS then
+        scan.errors[#scan.errors + 1] = { lineno, MSG_TOO_MANY }
+        break
+      end
+      if #line > MAX_LINE then
+        scan.errors[#scan.errors + 1] = { lineno, string.format("directive line is %d bytes "
+          .. "long, more than the %d allowed; shorten it", #line, MAX_LINE) }
+      else
+        directive(scan, lineno, line:sub(#PREFIX + 1))
+      end
     elseif not is_blank_or_comment(line) then
       break
     end
@@ -800,7 +805,13 @@ local function check(text, options)
   local given, option_errors = {}, {}
   for _, name in ipairs(ORDER) do
     if options[name] ~= nil then
-      local value, err = parse_value(name, options[name])
+      local value, err
+      if sizes[name] > MAX_LINE then -- never split: directives._value
+        err = string.format("RSA_%s is %d bytes long, more than the %d allowed; shorten it",
+          name, sizes[name], MAX_LINE)
+      else
+        value, err = parse_value(name, options[name])
+      end
       if value == nil then
         option_errors[#option_errors + 1] = option_of(name) .. ": " .. err
       else

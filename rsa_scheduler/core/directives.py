@@ -20,7 +20,15 @@ and ``next_line``; ``src/sbatch/sbatch.c:_get_script_buffer``):
   (reported once, on the first offending line).
 
 Unlike sbatch's ``get_argument`` (which also ends an argument at an unquoted ``#``), a
-value is split with :func:`shlex.split` (POSIX rules), so ``#`` is an ordinary character.
+value is split by :func:`split_words`, which gives exactly what :func:`shlex.split` (POSIX
+rules) gives, so ``#`` is an ordinary character.
+
+The same grammar runs inside slurmctld (job_submit.lua) on every submission, so every
+step is linear in the script's size and the work and output are bounded whatever the
+script: a directive line (or ``--rsa-*`` value) longer than :data:`MAX_LINE` bytes is an
+error without being split, checking stops after :data:`MAX_ERRORS` errors, and user text
+quoted in a message is cut at :data:`QUOTE_MAX` characters. The three ports (this module,
+job_submit.lua, the SPANK plugin's C) share these numbers and messages.
 """
 
 from __future__ import annotations
@@ -29,7 +37,6 @@ import difflib
 import enum
 import math
 import re
-import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
@@ -45,6 +52,10 @@ MAX_NODES = 2**31 - 1
 MAX_CAPACITY = 2**53  # exact in a Lua 5.1 number (double)
 MAX_RESET = 365 * 86400
 ADMIN_COMMENT_PREFIX = "rsa1:"
+MAX_LINE = 16384  # bytes of one #RSA_ line (without its newline), or of one option value
+MAX_ERRORS = 20  # a script's scan stops after this many errors (and says so)
+MAX_WARNINGS = 20  # warnings listed; the rest are counted in one last warning
+QUOTE_MAX = 200  # characters of user text quoted in one message
 
 
 class DirectiveError(NamedTuple):
@@ -126,8 +137,12 @@ RESET_ON_INPUT_DONE = Reset(None)
 
 
 def quote(text: str) -> str:
-    """Quote user text for a one-line message."""
+    """Quote user text for a one-line message; beyond :data:`QUOTE_MAX` characters it is
+    cut and ``...`` follows the closing quote."""
     out = []
+    tail = ""
+    if len(text) > QUOTE_MAX:
+        text, tail = text[:QUOTE_MAX], "..."
     for ch in text:
         o = ord(ch)
         if ch in "\\'":
@@ -140,7 +155,7 @@ def quote(text: str) -> str:
             out.append(f"\\u{o:04x}")
         else:
             out.append(ch)
-    return "'" + "".join(out) + "'"
+    return "'" + "".join(out) + "'" + tail
 
 
 def _undecodable(text: str) -> str | None:
@@ -189,7 +204,90 @@ def normalise_path(label: str, raw: str) -> str:
     return path
 
 
-# --- value parsers: tokens (after shlex) -> typed value, raising _Bad ------------------
+# --- splitting a value into words --------------------------------------------------------
+
+
+class SplitError(ValueError):
+    """A value :func:`split_words` cannot split; ``str()`` is shlex's own message."""
+
+
+_SPLIT_SPACE = " \t\r\n"  # shlex's whitespace: not \v or \f
+_RUN = re.compile(r"[^ \t\r\n'\"\\]+")  # unquoted ordinary characters
+_SPACES = re.compile(r"[ \t\r\n]*")
+_DQ_RUN = re.compile(r'[^"\\]*')  # inside double quotes, up to the next " or backslash
+
+
+def split_words(text: str) -> list[str]:
+    """``shlex.split(text)`` (POSIX mode, no comments), in time linear in ``len(text)``.
+
+    CPython's shlex reads one character at a time through several method calls, about
+    7 us each: a 4 MB script would take half a minute. This takes runs at once with
+    regular expressions and gives exactly the same words and the same errors (raised as
+    :class:`SplitError` with shlex's message: ``No closing quotation`` or ``No escaped
+    character``); tests/unit/test_directives.py checks that with generated input.
+    """
+    words: list[str] = []
+    n = len(text)
+    i = _SPACES.match(text, 0).end()  # type: ignore[union-attr]
+    while i < n:
+        parts: list[str] = []
+        while i < n:
+            c = text[i]
+            if c in _SPLIT_SPACE:
+                break
+            if c == "'":
+                end = text.find("'", i + 1)
+                if end < 0:
+                    raise SplitError("No closing quotation")
+                parts.append(text[i + 1 : end])
+                i = end + 1
+            elif c == '"':
+                i += 1
+                while True:
+                    m = _DQ_RUN.match(text, i)
+                    assert m is not None
+                    parts.append(m.group())
+                    i = m.end()
+                    if i >= n:
+                        raise SplitError("No closing quotation")
+                    if text[i] == '"':
+                        i += 1
+                        break
+                    if i + 1 >= n:  # a backslash at the very end, inside the quotes
+                        raise SplitError("No escaped character")
+                    nxt = text[i + 1]
+                    parts.append(nxt if nxt in '"\\' else "\\" + nxt)
+                    i += 2
+            elif c == "\\":
+                if i + 1 >= n:
+                    raise SplitError("No escaped character")
+                parts.append(text[i + 1])
+                i += 2
+            else:
+                m = _RUN.match(text, i)
+                assert m is not None
+                parts.append(m.group())
+                i = m.end()
+        words.append("".join(parts))  # never an unquoted "": a word starts with a character
+        i = _SPACES.match(text, i).end()  # type: ignore[union-attr]
+    return words
+
+
+def _over_max_line(text: str) -> int | None:
+    """The size in bytes of script text longer than :data:`MAX_LINE` bytes, else None.
+
+    Bytes as the user wrote them: an undecodable byte (a surrogate escape) is one.
+    """
+    if len(text) * 4 <= MAX_LINE:  # even 4-byte characters only: not over
+        return None
+    try:
+        size = len(text.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError:  # a lone surrogate that was never a byte
+        size = len(text.encode("utf-8", "surrogatepass"))
+    return size if size > MAX_LINE else None
+
+
+# --- value parsers: words -> typed value, raising _Bad ----------------------------------
 
 
 def _one(name: str, tokens: list[str], hint: str = "remove the extra words") -> str:
@@ -554,6 +652,8 @@ MSG_CRLF = (
     "convert it with dos2unix"
 )
 MSG_NUL = "script contains a NULL character '\\0', which Slurm does not allow; remove it"
+MSG_TOO_MANY = (f"more than {MAX_ERRORS} errors, checking stopped at this line; fix the ones "
+                "above and submit again")
 
 
 def _scan(text: str, *, exclusive: bool = True) -> _Scan:
@@ -562,8 +662,14 @@ def _scan(text: str, *, exclusive: bool = True) -> _Scan:
     def error(line: int, message: str) -> None:
         scan.errors.append(DirectiveError(line, message))
 
+    unlisted = 0  # warnings beyond MAX_WARNINGS
+
     def warning(line: int, message: str) -> None:
-        scan.warnings.append(DirectiveWarning(line, message))
+        nonlocal unlisted
+        if len(scan.warnings) < MAX_WARNINGS:
+            scan.warnings.append(DirectiveWarning(line, message))
+        else:
+            unlisted += 1
 
     if text.startswith("\ufeff"):  # sbatch refuses it: the first line is not "#!"
         error(1, MSG_BOM)
@@ -576,7 +682,15 @@ def _scan(text: str, *, exclusive: bool = True) -> _Scan:
     stop = len(lines)
     for index, line in enumerate(lines):
         if line.startswith(PREFIX):
-            _directive(scan, index + 1, line[len(PREFIX) :])
+            if len(scan.errors) >= MAX_ERRORS:
+                error(index + 1, MSG_TOO_MANY)
+                stop = len(lines)  # nothing after this line is looked at
+                break
+            if (size := _over_max_line(line)) is not None:
+                error(index + 1, f"directive line is {size} bytes long, more than the "
+                      f"{MAX_LINE} allowed; shorten it")
+            else:
+                _directive(scan, index + 1, line[len(PREFIX) :])
         elif not _is_blank_or_comment(line):
             stop = index
             break
@@ -594,6 +708,9 @@ def _scan(text: str, *, exclusive: bool = True) -> _Scan:
         if name in scan.values and not any(n in scan.values for n in needs):
             want = " or ".join(f"RSA_{n}" for n in needs)
             warning(scan.first_line[name], f"RSA_{name} has no effect without {want}")
+    if unlisted:
+        scan.warnings.append(DirectiveWarning(
+            max(w.line for w in scan.warnings), f"{unlisted} more warnings not listed"))
     if exclusive and "STAGE_OUT" in scan.values and "POSTPROCESS" in scan.values:
         first, second = sorted((scan.first_line["STAGE_OUT"], scan.first_line["POSTPROCESS"]))
         error(second, _exclusive(f"lines {first} and {second}"))
@@ -646,9 +763,12 @@ def _directive(scan: _Scan, lineno: int, rest: str) -> None:
 def _value(name: str, rest: str) -> Any:
     """The typed value of ``#RSA_<name>=<rest>`` (``rest``: the text after ``=``); _Bad."""
     spec = DIRECTIVES[name]
+    if (size := _over_max_line(rest)) is not None:  # only an option's value can be
+        raise _Bad(f"RSA_{name} is {size} bytes long, more than the {MAX_LINE} allowed; "
+                   "shorten it")
     try:
-        tokens = shlex.split(rest)
-    except ValueError as e:
+        tokens = split_words(rest)
+    except SplitError as e:
         if "escaped" in str(e):
             raise _Bad(f"RSA_{name} ends with a lone backslash; remove it or quote the value"
                        ) from e

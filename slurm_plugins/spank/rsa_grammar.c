@@ -467,6 +467,13 @@ int rsa_check_value(int d, const char *raw, char **out)
 	*out = NULL;
 	if (d < 0 || d >= RSA_NDIRECTIVES || !raw)
 		return -1;
+	size_t size = strlen(raw);
+	if (size > RSA_MAX_LINE) { /* directives._value: never split */
+		rsa_buf_printf(&msg, "RSA_%s is %zu bytes long, more than the %d allowed; shorten it",
+			       NAME(d), size, RSA_MAX_LINE);
+		*out = rsa_buf_take(&msg);
+		return -1;
+	}
 	/* decoded first, as Python does: invalid bytes stay invalid whatever the split does */
 	char *value = rsa_escape_invalid(raw, strlen(raw));
 	if (!value)

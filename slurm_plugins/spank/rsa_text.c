@@ -171,13 +171,19 @@ unsigned char rsa_char_byte(const unsigned char *s, size_t i, size_t n)
 	return s[i];
 }
 
-/* directives.quote(): user text in single quotes, one line. */
+/* directives.quote(): user text in single quotes, one line, cut after RSA_QUOTE_MAX
+ * characters. */
 void rsa_add_quoted(struct rsa_buf *b, const char *text, size_t n)
 {
 	const unsigned char *s = (const unsigned char *) text;
+	size_t count = 0;
 	rsa_buf_add(b, "'");
-	for (size_t i = 0; i < n;) {
+	for (size_t i = 0; i < n; count++) {
 		int valid;
+		if (count == RSA_QUOTE_MAX) { /* cut: "..." after the closing quote */
+			rsa_buf_add(b, "'...");
+			return;
+		}
 		size_t len = rsa_char_len(s, i, n, &valid);
 		if (!valid || s[i] < 0x20 || s[i] == 0x7F)
 			rsa_buf_printf(b, "\\x%02x", rsa_char_byte(s, i, n));

@@ -9,6 +9,11 @@
 
 #include <stddef.h>
 
+/* Bounds shared with directives.py and job_submit.lua: the longest value checked (bytes;
+ * a longer one is refused without being split) and the characters of user text quoted. */
+#define RSA_MAX_LINE 16384
+#define RSA_QUOTE_MAX 200
+
 /* A growable string; any allocation failure poisons it (s == NULL) for good. */
 struct rsa_buf {
 	char *s;

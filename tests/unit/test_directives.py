@@ -18,19 +18,29 @@ from hypothesis import strategies as st
 
 from rsa_scheduler.core.directives import (
     DIRECTIVES,
+    MAX_ERRORS,
+    MAX_LINE,
     MAX_NODES,
     MAX_RESET,
+    MAX_WARNINGS,
+    QUOTE_MAX,
     DirectiveError,
     DirectiveErrors,
     DirectiveSpec,
     Reset,
+    SplitError,
+    SubmissionErrors,
+    check_submission,
     directive_warnings,
     normalise_path,
     parse_directives,
     parse_directives_bytes,
+    quote,
+    split_words,
 )
 from rsa_scheduler.core.policy import EarlyStart, StageOut, Tier
 from tests.conftest import DATA
+from tests.split_text import SPLIT_TEXT
 
 VECTORS = DATA / "directives"
 NAMES = sorted(p.stem for p in VECTORS.glob("*.sh"))
@@ -411,3 +421,135 @@ def test_parser_on_arbitrary_bytes(data: bytes) -> None:
         parse_directives_bytes(b"#RSA_" + data)
     except DirectiveErrors as e:
         _check_errors(e.errors, data.count(b"\n") + 1)
+
+
+# --- bounded work: the linear splitter and the caps (issue 12) ---------------------------
+
+_SPLIT_ALPHABET = st.sampled_from([*" \t\r\n\v\f'\"\\#=/a-b", "é", "\udcff", "\x00"])
+
+
+def _shlex(text: str) -> list[str] | str:
+    try:
+        return shlex.split(text)
+    except ValueError as e:
+        return str(e)
+
+
+def _ours(text: str) -> list[str] | str:
+    try:
+        return split_words(text)
+    except SplitError as e:
+        return str(e)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(SPLIT_TEXT | st.text(_SPLIT_ALPHABET, max_size=40) | st.text(max_size=40))
+def test_split_words_is_shlex_split(text: str) -> None:
+    assert _ours(text) == _shlex(text)
+
+
+@pytest.mark.parametrize("text", [
+    "", " ", "a", "''", '""', "'' ''", "a''b", 'a"b"c', "'a'\"b\"", "\\", "a\\", "'\\'",
+    '"\\"', '"\\', '"\\\\"', '"\\a"', "\\\\", "\\ a", "a\\\n b", "'", '"', "a'b", "\v a \f",
+    '"a\\"b"', "'a\\'b", "x # y", " \t\r\n ",
+])
+def test_split_words_edge_cases(text: str) -> None:
+    assert _ours(text) == _shlex(text)
+
+
+def _time(fn: Any, *args: Any) -> float:
+    import time
+    t = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t
+
+
+def test_split_words_is_linear() -> None:
+    """Ten times the input costs about ten times as long (a quadratic splitter: 100)."""
+    small, big = "a" * 40_000 + ' "b\\"c" ', "a" * 400_000 + ' "b\\"c" '
+    t_small = min(_time(split_words, small) for _ in range(5))
+    t_big = min(_time(split_words, big) for _ in range(3))
+    assert t_big < 40 * max(t_small, 1e-5)
+
+
+def _errors(text: str) -> list[str]:
+    with pytest.raises(DirectiveErrors) as e:
+        parse_directives(text)
+    return [str(x) for x in e.value.errors]
+
+
+def test_a_directive_line_over_the_cap_is_one_error_and_never_split() -> None:
+    line = "#RSA_DATA_IN=/" + "a" * (MAX_LINE - len("#RSA_DATA_IN=/") + 1)
+    assert len(line.encode()) == MAX_LINE + 1
+    assert _errors(f"#!/bin/sh\n{line}\n") == [
+        f"2: directive line is {MAX_LINE + 1} bytes long, more than the {MAX_LINE} allowed; "
+        "shorten it"]
+    at_cap = line[:-1]  # exactly MAX_LINE bytes: parsed (and refused for its path length)
+    assert "path component longer than 255" in _errors(f"#!/bin/sh\n{at_cap}\n")[0]
+
+
+def test_the_cap_counts_bytes_not_characters() -> None:
+    prefix = "#RSA_DATA_IN=/"
+    n = (MAX_LINE - len(prefix)) // 2 + 1  # two bytes each: just over in bytes
+    line = prefix + "é" * n
+    assert len(line) < MAX_LINE < len(line.encode())
+    assert "bytes long, more than the" in _errors(line + "\n")[0]
+    raw = prefix.encode() + b"\xff" * (MAX_LINE - len(prefix) + 1)  # undecodable: 1 each
+    with pytest.raises(DirectiveErrors) as e:
+        parse_directives_bytes(raw)
+    assert f"is {MAX_LINE + 1} bytes long" in str(e.value)
+
+
+def test_an_option_value_over_the_cap() -> None:
+    with pytest.raises(SubmissionErrors) as e:
+        check_submission(None, {"DATA_IN": "/" + "a" * MAX_LINE})
+    assert e.value.lines == [f"--rsa-data-in: RSA_DATA_IN is {MAX_LINE + 1} bytes long, more "
+                             f"than the {MAX_LINE} allowed; shorten it"]
+
+
+def test_checking_stops_after_max_errors() -> None:
+    script = "#!/bin/sh\n" + "#RSA_NOPE=1\n" * 1000 + "#RSA_DATA_IN=relative\n"
+    errors = _errors(script)
+    assert len(errors) == MAX_ERRORS + 1
+    assert errors[-1] == (f"{MAX_ERRORS + 2}: more than {MAX_ERRORS} errors, checking stopped "
+                          "at this line; fix the ones above and submit again")
+
+
+def test_exactly_max_errors_has_no_stop_line() -> None:
+    script = "#!/bin/sh\n" + "#RSA_NOPE=1\n" * MAX_ERRORS + "echo\n#RSA_NOPE=1\n"
+    assert len(_errors(script)) == MAX_ERRORS
+
+
+def test_warnings_are_bounded() -> None:
+    script = "#!/bin/sh\n# RSA_X\necho\n" + "#RSA_DATA_IN=/late\n" * 5000
+    warnings = directive_warnings(script)
+    assert len(warnings) == MAX_WARNINGS + 1
+    assert warnings[-1].message == f"{5000 + 1 - MAX_WARNINGS} more warnings not listed"
+    assert warnings[-1].line == max(w.line for w in warnings)
+
+
+def test_quoted_user_text_is_cut() -> None:
+    long = "x" * (QUOTE_MAX + 50)
+    assert quote(long) == "'" + "x" * QUOTE_MAX + "'..."
+    assert quote("x" * QUOTE_MAX) == "'" + "x" * QUOTE_MAX + "'"
+    msg = _errors(f"#RSA_TIER={long}\n")[0]
+    assert msg.endswith("'...") and len(msg) < 400
+
+
+def test_a_huge_script_is_checked_quickly() -> None:
+    """4 MB (Slurm's default max_script_size) of the worst text we know: bounded."""
+    import time
+    worst = [
+        "#!/bin/sh\n#RSA_DATA_IN=/" + "a" * (4 << 20) + "\n",  # one huge line
+        "#!/bin/sh\n" + ("#RSA_PREPROCESS=/x " + '"\\a' * 5000 + '"\n') * 250,  # many big ones
+        "#!/bin/sh\n" + "#RSA_FOO=1\n" * 380_000,  # many unknown names
+        "#!/bin/sh\n" + "#\n" * 2_000_000,  # a long header
+    ]
+    for text in worst:
+        t = time.perf_counter()
+        try:
+            parse_directives(text)
+        except DirectiveErrors as e:
+            assert len(e.errors) <= MAX_ERRORS + 1
+        directive_warnings(text)
+        assert time.perf_counter() - t < 5, text[:40]

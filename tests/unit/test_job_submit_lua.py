@@ -20,8 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rsa_scheduler.core.directives import (
+    MAX_LINE,
     DirectiveErrors,
     DirectiveSpec,
     SubmissionErrors,
@@ -30,6 +33,7 @@ from rsa_scheduler.core.directives import (
     parse_directives_bytes,
 )
 from tests.conftest import DATA
+from tests.split_text import SPLIT_TEXT
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "slurm_plugins" / "job_submit.lua"
@@ -539,3 +543,46 @@ def test_differential_invalid_bytes(lua: str, tmp_path: Path) -> None:
         if (got.rc, got.sets, got.msgs) != want:
             failures.append(f"{script!r} {env!r}\n  python {want}\n  lua    {got}")
     assert not failures, f"{len(failures)} differ, first:\n" + "\n".join(failures[:5])
+
+
+def test_option_value_cap_and_quote_cut(lua: str, tmp_path: Path) -> None:
+    """An --rsa-* value over the cap is refused by size, undecoded and unsplit; a long
+    value is quoted cut, as Python does (issue 12)."""
+    cases: list[tuple[bytes | None, dict[str, bytes]]] = [
+        (None, {"DATA_IN": b"/" + b"\xff" * MAX_LINE}),
+        (None, {"PREPROCESS": b"/x " + b'"' * (MAX_LINE - 2)}),
+        (b"#!/bin/sh\n#RSA_TIER=" + "\u00e9".encode() * 400 + b"\n", {}),
+        (b"#!/bin/sh\n#RSA_DATA_IN=/a\n", {"DATA_IN": b"/" + b"b" * 300}),
+    ]
+    jobs = []
+    for k, (script, options) in enumerate(cases):
+        env = [f"RSA_{n}=".encode() + v for n, v in options.items()]
+        jobs.append(_write_job(tmp_path / f"job{k}", script, env))
+    got = run_many(lua, jobs)
+    for job, (script, options) in zip(jobs, cases, strict=True):
+        rc, _sets, msgs = _submission(script, options)
+        assert (got[str(job)].rc, got[str(job)].msgs) == (rc, msgs)
+        assert rc != 0
+    assert got[str(jobs[0])].msgs == [
+        f"--rsa-data-in: RSA_DATA_IN is {MAX_LINE + 1} bytes long, more than the "
+        f"{MAX_LINE} allowed; shorten it"]
+
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(SPLIT_TEXT, min_size=40, max_size=40))
+def test_splitting_agrees_with_python(lua: str, tmp_path: Path, values: list[str]) -> None:
+    """Generated quoting and escaping, as an --rsa-preprocess value (its words show in the
+    admin_comment) and as a script line: the Lua splitter gives Python's words and errors."""
+    jobs, expected = [], []
+    for k, text in enumerate(values):
+        raw = text.encode("utf-8", "surrogateescape")
+        if "\n" not in text and "\r" not in text:
+            script = b"#!/bin/sh\n#RSA_PREPROCESS=" + raw + b"\n#RSA_DATA_IN=/in\n"
+            jobs.append(_write_job(tmp_path / f"s{k}.sh", script, []))
+            expected.append(_submission(script, {}))
+        jobs.append(_write_job(tmp_path / f"o{k}.sh", None, [b"RSA_PREPROCESS=" + raw]))
+        expected.append(_submission(None, {"PREPROCESS": raw}))
+    got = run_many(lua, jobs)
+    for job, (rc, sets, msgs) in zip(jobs, expected, strict=True):
+        assert (got[str(job)].rc, got[str(job)].sets, got[str(job)].msgs) == (rc, sets, msgs)
