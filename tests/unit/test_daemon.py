@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -446,3 +447,43 @@ def test_a_script_that_takes_long_to_read_never_stalls_the_loop(tmp_path: Path) 
     gate.set()
     d.shutdown()  # (the user is told from a worker)
     assert any("took too long" in text for kind, text in slurm.calls if kind == "comment")
+
+
+class SlowScriptSlurm(ScriptSlurm):
+    """A controller whose `scontrol write batch_script` hangs until released."""
+
+    def __init__(self, scripts: dict[str, str]) -> None:
+        super().__init__(scripts)
+        self.release = threading.Event()
+
+    def batch_script(self, job_id: str) -> str:
+        self.release.wait(30)
+        return super().batch_script(job_id)
+
+
+def test_a_slow_or_huge_script_never_stalls_the_loop(tmp_path: Path) -> None:
+    """Scripts are read and parsed off the loop thread (issue 12.3): while one hangs the
+    loop keeps polling; a 4 MB one (Slurm's default max_script_size) is parsed in time."""
+    huge = "#!/bin/sh\n#RSA_DATA_IN=/pfs/in\n" + "# padding\n" * 400_000 + "true\n"
+    slurm = SlowScriptSlurm({"8": huge})
+    store = Store.open(tmp_path / "rsa.db", durability="normal")
+    d = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm, store=store,
+               registry=with_slurm(instant_registry([]), slurm), workers=2, poll_interval=0,
+               script_source="scontrol")
+    d.start()
+    try:
+        slurm.set("8", "PENDING", "Resources", spec=None)
+        for _ in range(3):  # the script is still being read: each poll returns at once
+            t = time.monotonic()
+            d.poll()
+            assert time.monotonic() - t < 1.0
+        assert "8" not in d.sched.records
+        slurm.release.set()
+        parsed(d)
+        d.poll()
+        settle(d)
+        assert d.sched.records["8"].spec == DirectiveSpec(data_in="/pfs/in")
+    finally:
+        slurm.release.set()
+        d.shutdown()
+        store.close()
