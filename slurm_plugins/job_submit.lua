@@ -51,12 +51,15 @@ local ADMIN_COMMENT_PREFIX = "rsa1:"
 -- Bounds on the work done inside slurmctld (directives.MAX_LINE, MAX_ERRORS, QUOTE_MAX)
 local MAX_LINE = 16384 -- bytes of one #RSA_ line (without "\n"), or of one option value
 local MAX_ERRORS = 20 -- the scan stops after this many errors (and says so)
+local MAX_SCRIPT = 4194304 -- bytes of a script scanned for directives
 local QUOTE_MAX = 200 -- characters of user text quoted in one message
 
 local MSG_BOM = "script starts with a byte order mark (BOM); save it as UTF-8 without BOM"
 local MSG_CRLF = "script contains DOS line breaks (\\r\\n) instead of expected UNIX line "
   .. "breaks (\\n); convert it with dos2unix"
 local MSG_NUL = "script contains a NULL character '\\0', which Slurm does not allow; remove it"
+local MSG_TOO_FAR = "#RSA_ line starts after the first " .. MAX_SCRIPT .. " bytes of the "
+  .. "script, where checking stops; move the #RSA_ lines to the top"
 local MSG_TOO_MANY = "more than " .. MAX_ERRORS .. " errors, checking stopped at this line; "
   .. "fix the ones above and submit again"
 local MSG_NO_NAME = "directive name missing after #RSA_; write e.g. #RSA_DATA_IN=/path/to/input"
@@ -785,6 +788,10 @@ local function check(text, options)
     local line = text:sub(pos, (nl or #text + 1) - 1)
     lineno = lineno + 1
     if line:sub(1, #PREFIX) == PREFIX then
+      if pos - 1 >= MAX_SCRIPT then
+        scan.errors[#scan.errors + 1] = { lineno, MSG_TOO_FAR }
+        break
+      end
       if #scan.errors >= MAX_ERRORS then
         scan.errors[#scan.errors + 1] = { lineno, MSG_TOO_MANY }
         break

@@ -54,6 +54,7 @@ MAX_RESET = 365 * 86400
 ADMIN_COMMENT_PREFIX = "rsa1:"
 MAX_LINE = 16384  # bytes of one #RSA_ line (without its newline), or of one option value
 MAX_ERRORS = 20  # a script's scan stops after this many errors (and says so)
+MAX_SCRIPT = 4 << 20  # bytes of a script scanned for directives (Slurm's default script cap)
 MAX_WARNINGS = 20  # warnings listed; the rest are counted in one last warning
 QUOTE_MAX = 200  # characters of user text quoted in one message
 
@@ -273,17 +274,20 @@ def split_words(text: str) -> list[str]:
     return words
 
 
-def _over_max_line(text: str) -> int | None:
-    """The size in bytes of script text longer than :data:`MAX_LINE` bytes, else None.
+def _nbytes(text: str) -> int:
+    """Bytes of script text as the user wrote them: an undecodable byte (a surrogate
+    escape) is one."""
+    try:
+        return len(text.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError:  # a lone surrogate that was never a byte
+        return len(text.encode("utf-8", "surrogatepass"))
 
-    Bytes as the user wrote them: an undecodable byte (a surrogate escape) is one.
-    """
+
+def _over_max_line(text: str) -> int | None:
+    """The size in bytes of script text longer than :data:`MAX_LINE` bytes, else None."""
     if len(text) * 4 <= MAX_LINE:  # even 4-byte characters only: not over
         return None
-    try:
-        size = len(text.encode("utf-8", "surrogateescape"))
-    except UnicodeEncodeError:  # a lone surrogate that was never a byte
-        size = len(text.encode("utf-8", "surrogatepass"))
+    size = _nbytes(text)
     return size if size > MAX_LINE else None
 
 
@@ -652,6 +656,8 @@ MSG_CRLF = (
     "convert it with dos2unix"
 )
 MSG_NUL = "script contains a NULL character '\\0', which Slurm does not allow; remove it"
+MSG_TOO_FAR = (f"#RSA_ line starts after the first {MAX_SCRIPT} bytes of the script, where "
+               "checking stops; move the #RSA_ lines to the top")
 MSG_TOO_MANY = (f"more than {MAX_ERRORS} errors, checking stopped at this line; fix the ones "
                 "above and submit again")
 
@@ -680,14 +686,22 @@ def _scan(text: str, *, exclusive: bool = True) -> _Scan:
 
     lines = text.split("\n")
     stop = len(lines)
+    chars = 0  # characters before this line; exact bytes once they might matter:
+    size: int | None = None  # bytes before this line, or None while chars * 4 <= MAX_SCRIPT
     for index, line in enumerate(lines):
+        if size is None and chars * 4 > MAX_SCRIPT:
+            size = _nbytes(text[:chars])
         if line.startswith(PREFIX):
+            if size is not None and size >= MAX_SCRIPT:
+                error(index + 1, MSG_TOO_FAR)
+                stop = len(lines)
+                break
             if len(scan.errors) >= MAX_ERRORS:
                 error(index + 1, MSG_TOO_MANY)
                 stop = len(lines)  # nothing after this line is looked at
                 break
-            if (size := _over_max_line(line)) is not None:
-                error(index + 1, f"directive line is {size} bytes long, more than the "
+            if (long := _over_max_line(line)) is not None:
+                error(index + 1, f"directive line is {long} bytes long, more than the "
                       f"{MAX_LINE} allowed; shorten it")
             else:
                 _directive(scan, index + 1, line[len(PREFIX) :])
@@ -697,6 +711,9 @@ def _scan(text: str, *, exclusive: bool = True) -> _Scan:
         elif _NEAR_MISS.match(line):
             shown = quote(line.strip(C_SPACE)[:40])
             warning(index + 1, f"{shown} is a plain comment; directives start exactly with #RSA_")
+        chars += len(line) + 1
+        if size is not None:
+            size += _nbytes(line) + 1
     for index in range(stop + 1, len(lines)):
         if lines[index].startswith(PREFIX):
             warning(

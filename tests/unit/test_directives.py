@@ -22,6 +22,7 @@ from rsa_scheduler.core.directives import (
     MAX_LINE,
     MAX_NODES,
     MAX_RESET,
+    MAX_SCRIPT,
     MAX_WARNINGS,
     QUOTE_MAX,
     DirectiveError,
@@ -40,7 +41,7 @@ from rsa_scheduler.core.directives import (
 )
 from rsa_scheduler.core.policy import EarlyStart, StageOut, Tier
 from tests.conftest import DATA
-from tests.split_text import SPLIT_TEXT
+from tests.directive_inputs import SPLIT_TEXT, far_script
 
 VECTORS = DATA / "directives"
 NAMES = sorted(p.stem for p in VECTORS.glob("*.sh"))
@@ -553,3 +554,12 @@ def test_a_huge_script_is_checked_quickly() -> None:
             assert len(e.errors) <= MAX_ERRORS + 1
         directive_warnings(text)
         assert time.perf_counter() - t < 5, text[:40]
+
+
+@pytest.mark.parametrize("pad", ["#", "# \u00e9\u00e9\u00e9"])
+def test_directives_beyond_the_scanned_bytes_are_an_error(pad: str) -> None:
+    assert parse_directives(far_script(MAX_SCRIPT - 1, pad)).data_in == "/far"
+    line = far_script(MAX_SCRIPT, pad).count("\n")
+    assert _errors(far_script(MAX_SCRIPT, pad)) == [
+        f"{line}: #RSA_ line starts after the first {MAX_SCRIPT} bytes of the script, where "
+        "checking stops; move the #RSA_ lines to the top"]

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from rsa_scheduler.core.directives import (
     MAX_LINE,
+    MAX_SCRIPT,
     DirectiveErrors,
     DirectiveSpec,
     SubmissionErrors,
@@ -33,7 +34,7 @@ from rsa_scheduler.core.directives import (
     parse_directives_bytes,
 )
 from tests.conftest import DATA
-from tests.split_text import SPLIT_TEXT
+from tests.directive_inputs import SPLIT_TEXT, far_script
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "slurm_plugins" / "job_submit.lua"
@@ -586,3 +587,18 @@ def test_splitting_agrees_with_python(lua: str, tmp_path: Path, values: list[str
     got = run_many(lua, jobs)
     for job, (rc, sets, msgs) in zip(jobs, expected, strict=True):
         assert (got[str(job)].rc, got[str(job)].sets, got[str(job)].msgs) == (rc, sets, msgs)
+
+
+def test_directives_beyond_the_scanned_bytes(lua: str, tmp_path: Path) -> None:
+    """The 4 MiB scan limit counts bytes, as Python does (issue 12)."""
+    jobs, expected = [], []
+    for k, (start, pad) in enumerate([(MAX_SCRIPT - 1, "#"), (MAX_SCRIPT, "#"),
+                                      (MAX_SCRIPT - 1, "# \u00e9\u00e9"),
+                                      (MAX_SCRIPT, "# \u00e9\u00e9")]):
+        script = far_script(start, pad).encode()
+        jobs.append(_write_job(tmp_path / f"far{k}.sh", script, []))
+        expected.append(_submission(script, {}))
+    got = run_many(lua, jobs)
+    for job, (rc, sets, msgs) in zip(jobs, expected, strict=True):
+        assert (got[str(job)].rc, got[str(job)].sets, got[str(job)].msgs) == (rc, sets, msgs)
+    assert [rc for rc, _s, _m in expected] == [0, -1, 0, -1]

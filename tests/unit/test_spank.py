@@ -44,7 +44,7 @@ from rsa_scheduler.core.directives import (
 )
 from rsa_scheduler.node import jobstate
 from tests.conftest import DATA
-from tests.split_text import SPLIT_TEXT
+from tests.directive_inputs import SPLIT_TEXT
 from tests.unit.test_job_submit_lua import GOOD, PIECES_VALUE
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,6 +1,7 @@
-"""A Hypothesis strategy for directive values that stress splitting (quotes, escapes,
-whitespace, undecodable bytes): mostly well-formed pieces, so most values split, plus
-stray characters. Shared by the tests of the three ports (Python, Lua, C)."""
+"""Inputs for the directive-parser tests of the three ports (Python, Lua, C): a Hypothesis
+strategy for values that stress splitting (quotes, escapes, whitespace, undecodable
+bytes: mostly well-formed pieces, so most values split, plus stray characters), and
+scripts that put a directive at a given byte offset."""
 
 from __future__ import annotations
 
@@ -26,3 +27,14 @@ _PIECE = st.one_of(
     _chars(" \t\r\n\v'\"\\#=a/", E_ACUTE, BAD_BYTE),  # stray: may leave a quote open
 )
 SPLIT_TEXT = st.lists(_PIECE, max_size=8).map(lambda pieces: "/p " + "".join(pieces))
+
+
+def far_script(start: int, pad: str = "#") -> str:
+    """A script whose #RSA_DATA_IN line starts at byte offset ``start``."""
+    head = "#!/bin/sh\n"
+    unit = len(pad.encode()) + 1
+    n, rest = divmod(start - len(head), unit)
+    body = (pad + "\n") * n + "#" * (rest - 1) + "\n" if rest else (pad + "\n") * n
+    text = head + body + "#RSA_DATA_IN=/far\n"
+    assert len(text.encode()) - len("#RSA_DATA_IN=/far\n") == start
+    return text
