@@ -44,14 +44,15 @@ def hosts(lab: Mapping[str, str]) -> Iterator[list[SshHost]]:
 
 
 @pytest.fixture(scope="module")
-def ramfs(lab: Mapping[str, str], hosts: list[SshHost]) -> Iterator[MountSpec]:
-    """A real MooseFS RAMDISK over every RSA node's RAM pool, destroyed afterwards."""
+def ramfs(lab: Mapping[str, str], hosts: list[SshHost], user: Identity) -> Iterator[MountSpec]:
+    """A real MooseFS RAMDISK over every RSA node's RAM pool, destroyed afterwards; its
+    root is the lab user's (as the daemon makes it the job's user's)."""
     by_name = {h.name: h for h in hosts}
     backend = MooseFsBackend(by_name, addresses={n: DATA_ADDRESS for n in by_name})
     req = FsRequest(fs_id=f"stagingit{os.getpid()}-c1", job_id=f"stagingit{os.getpid()}",
                     nodes=tuple(by_name), tier="ram",
                     pool_dirs={n: lab["RSA_LAB_POOL_RAM"] for n in by_name},
-                    mount_root=MOUNT_ROOT)
+                    mount_root=MOUNT_ROOT, owner=(user.uid, user.gid))
     try:
         yield backend.create(req)
     finally:
