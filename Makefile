@@ -9,9 +9,10 @@ VENV       ?= $(CURDIR)/.venv
 PY         := $(VENV)/bin/python
 # Debian packages the unit tests and tools need; the lab adds its own in lab/packages.txt.
 # gcc, make, libc6-dev, libslurm-dev build the SPANK plugin; slurm-client gives the unit
-# tests a real sbatch to load it into (no daemon is started or contacted).
+# tests a real sbatch to load it into (no daemon is started or contacted). nftables: the
+# mfsmount proxy guard, loaded for real in a network namespace of the unit tests' own.
 APT_PKGS   := python3-venv python3-dev lua5.1 lua5.4 sqlite3 tmux rsync tar munge libmunge2 \
-              gcc make libc6-dev libslurm-dev slurm-client
+              gcc make libc6-dev libslurm-dev slurm-client nftables
 SPANK      := slurm_plugins/spank
 
 .PHONY: install test unit lint clean spank

@@ -4,6 +4,7 @@ routes, links, qdiscs, listeners, state). Read-only: it reports, lab-down remove
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from .common import (
@@ -27,6 +28,18 @@ from .slurm import ETC_CONF, ETC_MARK
 
 DAEMONS = {"munged", "slurmctld", "slurmd", "slurmdbd", "slurmstepd", "mariadbd", "mysqld",
            "mfsmaster", "mfschunkserver", "mfsmount", "rsad"}
+
+
+# The nftables table RAMDISK mounts load to guard mfsmount's master proxy
+# (rsa_scheduler/fs/mfsproxy.py); the lab's nodes share the host's network namespace, so
+# theirs is the host's, and lab-down removes it.
+NFT_GUARD = "rsa_mfsproxy"
+
+
+def nft_guard_loaded() -> bool:
+    nft = shutil.which("nft", path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin"]))
+    return nft is not None and run([nft, "list", "table", "inet", NFT_GUARD],
+                                   check=False).returncode == 0
 
 
 def leftovers(s: Settings) -> list[str]:
@@ -66,6 +79,8 @@ def leftovers(s: Settings) -> list[str]:
     for line in routes.splitlines():
         if PFS_GUARD.split(".")[0] + "." + PFS_GUARD.split(".")[1] in line:
             found.append(f"route {line.strip()}")
+    if nft_guard_loaded():
+        found.append(f"nftables table inet {NFT_GUARD}")
     if run(["ip", "link", "show", PFS_VETH], check=False).returncode == 0:
         found.append(f"link {PFS_VETH}")
     qdisc = run(["tc", "qdisc", "show", "dev", "lo"], check=False).stdout

@@ -27,6 +27,7 @@ from .common import (
     LabError,
     Settings,
     log,
+    run,
     running_named,
 )
 
@@ -109,6 +110,8 @@ def _down(s: Settings, *, quiet: bool = False) -> None:
         for f in PIDS.glob("*.pid"):
             stop_named(f.name[:-4])
     shutil.rmtree(NS, ignore_errors=True)
+    if clean.nft_guard_loaded():  # loaded by the RAMDISK mounts of the lab's nodes
+        run(["nft", "delete", "table", "inet", clean.NFT_GUARD], check=False)
     if CREATED.exists():
         for line in reversed(CREATED.read_text().splitlines()):
             p = Path(line)

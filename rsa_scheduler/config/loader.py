@@ -60,6 +60,7 @@ from rsa_scheduler.config.schema import (
 from rsa_scheduler.core.policy import AllocationPolicy, Tier
 from rsa_scheduler.core.units import format_size, parse_duration, parse_size
 from rsa_scheduler.errors import ConfigError
+from rsa_scheduler.fs.mfsproxy import check_address as check_proxy_address
 
 DEFAULT_CONFIG_PATH: Final = Path("/etc/rsa/rsa.yaml")
 ENV_VAR: Final = "RSA_CONFIG"
@@ -704,6 +705,13 @@ class _Checks:
                 v.error(("staging", "backoff_max"), "must be >= staging.backoff")
             if not staging.allowed_roots:
                 v.error(("staging", "allowed_roots"), "must list at least one directory")
+        if self.ok("filesystem"):
+            proxy = self.s["filesystem"].moosefs_proxy
+            if proxy != "off":
+                try:
+                    check_proxy_address(proxy)
+                except ValueError as e:
+                    v.error(("filesystem", "moosefs_proxy"), f"{e}; or off")
         if self.ok("hooks"):
             hooks: HooksConfig = self.s["hooks"]
             if hooks.api_timeout > hooks.timeout:

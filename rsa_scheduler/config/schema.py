@@ -482,6 +482,16 @@ class FilesystemConfig:
             "`IP/bits` or `IP-IP`); the RSA nodes' own addresses are always added.",
         )
     )
+    moosefs_proxy: str = field(
+        metadata=meta(
+            Str(),
+            "Loopback address every moosefs RAMDISK mount's master proxy listens on; each "
+            "node loads an nftables rule (table `inet rsa_mfsproxy`) so only root can "
+            "connect to it, and refuses to mount without `nft` (docs/security.md). `off` "
+            "leaves the proxy on 127.0.0.1, where any local user of a node that mounts "
+            "a RAMDISK can read and change it as root.",
+        )
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

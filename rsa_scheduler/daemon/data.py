@@ -138,6 +138,8 @@ class DataPath:
                 options["addresses"] = {n.name: n.data_address or n.address
                                         for n in self.cfg.pool.members()}
                 options["client_networks"] = tuple(self.cfg.filesystem.client_networks)
+                proxy = self.cfg.filesystem.moosefs_proxy
+                options["proxy_address"] = None if proxy == "off" else proxy
             elif name:
                 backend_class(name)  # fail early with the registry's message
             self._backends[tier] = make_backend(self.cfg, tier, self.hosts, **options)

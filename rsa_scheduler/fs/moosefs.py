@@ -47,6 +47,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from rsa_scheduler.fs import mfsproxy
 from rsa_scheduler.fs.base import FilesystemBackend, FsError, FsRequest, Health, MountSpec
 from rsa_scheduler.fs.common import Deadline, on_nodes, sh_chain, validate_fs_id
 from rsa_scheduler.hosts import Cancelled, CancelToken, Host
@@ -266,6 +267,7 @@ class Layout:
     base: int = 0  # first port; 0 when only paths are needed (destroy)
     secret: str = ""  # empty when only paths are needed (destroy)
     export_ranges: tuple[str, ...] = ("*",)
+    guard: str = ""  # the mfsmount proxy guard's nftables ruleset; "" = none
 
     @property
     def master(self) -> str:
@@ -326,6 +328,8 @@ class Layout:
         d = self.dir(node)
         out = {"cs/": "", "chunks/": "", "mfschunkserver.cfg": self.cs_cfg(node),
                "mfshdd.cfg": f"{d}/chunks\n", PASS_FILE: f"mfspassword={self.secret}\n"}
+        if self.guard:
+            out[mfsproxy.NFT_FILE] = self.guard
         if node == self.master:
             out.update({"master/": "", "master/metadata.mfs": EMPTY_METADATA,
                         "mfsmaster.cfg": self.master_cfg(), "mfstopology.cfg": "",
@@ -350,6 +354,14 @@ class Layout:
                     info.size, info.mode = len(data), 0o600
                     tar.addfile(info, io.BytesIO(data))
         return buf.getvalue().decode("ascii")
+
+    def guard_argv(self, node: str) -> list[str]:
+        """Load the mfsmount proxy guard on ``node`` (before its mount), or say what is
+        missing: a RAMDISK is never mounted unguarded (fs/mfsproxy.py)."""
+        return ["sh", "-c", 'command -v nft >/dev/null || { echo "nft not found: install '
+                'nftables on this RSA node; it keeps users off mfsmount\'s master proxy '
+                '(docs/security.md)" >&2; exit 1; }; exec nft -f "$1"', "sh",
+                f"{self.dir(node)}/{mfsproxy.NFT_FILE}"]
 
     def mount_argv(self, node: str, options: Sequence[str]) -> list[str]:
         """``node``'s own mount: the secret is read from its root-only config file."""
@@ -379,11 +391,17 @@ class MooseFsBackend(FilesystemBackend):
                  addresses: Mapping[str, str] | None = None,
                  client_options: Sequence[str] = CLIENT_OPTIONS,
                  port_range: tuple[int, int] = (PORT_BASE, PORT_SLOTS),
-                 client_networks: Sequence[str] = ("*",)) -> None:
+                 client_networks: Sequence[str] = ("*",),
+                 proxy_address: str | None = mfsproxy.PROXY_ADDRESS) -> None:
         super().__init__(hosts, create_timeout=create_timeout,
                          destroy_timeout=destroy_timeout, retries=retries)
         self.addresses = dict(addresses or {})
-        self.client_options = tuple(client_options)
+        # every mount's master proxy on a loopback address only root may connect to
+        # (fs/mfsproxy.py); None: the proxy on mfsmount's default, unguarded
+        self.proxy_address = (None if proxy_address is None
+                              else mfsproxy.check_address(proxy_address))
+        proxy = (f"mfsproxy={self.proxy_address}",) if self.proxy_address else ()
+        self.client_options = (*client_options, *proxy)
         self.rsa_node_options = (*self.client_options, *RSA_NODE_OPTIONS)
         self.port_range = port_range
         # where compute nodes mount from (IP, IP/bits or IP-IP, as mfsexports.cfg takes
@@ -411,9 +429,10 @@ class MooseFsBackend(FilesystemBackend):
         addresses = {n: self._address(n) for n in req.nodes}
         ranges = tuple(export_ranges(list(addresses.values()), self.client_networks)
                        ) if secret else ("*",)
+        guard = mfsproxy.ruleset(self.proxy_address) if self.proxy_address else ""
         return Layout(req.fs_id, tuple(req.nodes), addresses,
                       {n: str(req.pool_dirs[n]) for n in req.nodes}, str(req.mount_root),
-                      base, secret, ranges)
+                      base, secret, ranges, guard)
 
 
     # ----------------------------------------------------------------- create
@@ -518,6 +537,8 @@ class MooseFsBackend(FilesystemBackend):
                     steps.append(["mfsmaster", "-c", f"{d}/mfsmaster.cfg", "start"])
                 steps.append(["mfschunkserver", "-c", f"{d}/mfschunkserver.cfg", "start"])
                 if node == lay.master:
+                    if lay.guard:
+                        steps.append(lay.guard_argv(node))
                     steps.append(lay.mount_argv(node, self.rsa_node_options))
                 self._run(node, sh_chain(*steps), dl.left(), input=lay.tarball(node),
                           cancel=cancel)
@@ -530,8 +551,9 @@ class MooseFsBackend(FilesystemBackend):
                 if node == lay.master:
                     self._wait_chunkservers(lay, dl, cancel)
                 else:
-                    self._run(node, lay.mount_argv(node, self.rsa_node_options), dl.left(),
-                              cancel=cancel)
+                    mount = lay.mount_argv(node, self.rsa_node_options)
+                    self._run(node, sh_chain(lay.guard_argv(node), mount) if lay.guard
+                              else mount, dl.left(), cancel=cancel)
 
             on_nodes([lay.master, *others], mount_or_wait, f"{req.fs_id}: mfsmount")
             log.debug("%s: mounted, %d chunkservers at +%.2fs", req.fs_id, len(lay.nodes),

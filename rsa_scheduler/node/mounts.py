@@ -24,6 +24,7 @@ import ctypes
 import errno
 import json
 import os
+import shutil
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rsa_scheduler.errors import RsaError
+from rsa_scheduler.fs import mfsproxy
 from rsa_scheduler.node import handles
 from rsa_scheduler.node.paths import UnsafePath, Who, open_nofollow, open_target
 from rsa_scheduler.node.plan import substitute
@@ -77,6 +79,28 @@ def secret_to_file(argv: Sequence[str], where: Path) -> tuple[list[str], Path | 
     with os.fdopen(fd, "w") as f:
         f.write(secret + "\n")
     return [*out, "-c", str(path)], path
+
+
+def guard_proxy(argv: Sequence[str], *, timeout: float) -> None:
+    """Before an mfsmount whose master proxy is to listen on a guarded address, load the
+    nftables guard that keeps everyone but root off that address (fs/mfsproxy.py); a node
+    that cannot is refused the mount, never given an unguarded one."""
+    try:
+        address = mfsproxy.proxy_address_of(argv)
+    except mfsproxy.ProxyAddressError as e:
+        raise MountError(f"refusing the RAMDISK mount: {e}") from e
+    if address is None:
+        return
+    search = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+    nft = shutil.which("nft", path=search)
+    if nft is None:
+        raise MountError("cannot mount the RAMDISK on this node: nft not found; install "
+                         "nftables here (it keeps other users off mfsmount's master proxy; "
+                         "docs/security.md)")
+    try:
+        run([nft, "-f", "-"], input=mfsproxy.ruleset(address), timeout=timeout)
+    except CommandError as e:
+        raise MountError(f"cannot guard mfsmount's master proxy on this node: {e}") from e
 
 
 _libc: ctypes.CDLL | None = None
@@ -200,6 +224,7 @@ class JobMounts:
             umount_argv = substitute(ins.get("client_umount_argv") or
                                      ["umount", "-l", str(self.ramdisk)], str(self.ramdisk))
             check_client_argv(umount_argv)
+            guard_proxy(argv, timeout=self.command_timeout)
             argv, secret_file = secret_to_file(argv, self.dir)
             try:
                 run(argv, timeout=self.command_timeout)

@@ -172,11 +172,13 @@ def test_another_users_job_ramdisk_cannot_be_mounted_read_or_written(
 
 
 # -- mfsmount's master proxy ------------------------------------------------------------
-# Every mfsmount listens on 127.0.0.1 (a random port) for MooseFS tools and forwards any
-# request on its own authenticated session (mfsmount/masterproxy.c), with the uid the
-# request names. A local user of a node where a RAMDISK is mounted can therefore act as
-# root on it without the secret. In the lab every node shares the host's network
-# namespace, so rsaother on the host reaches every RSA node's staging mount.
+# Every mfsmount listens on a loopback address (a random port) for MooseFS tools and
+# forwards any request on its own authenticated session (mfsmount/masterproxy.c), with
+# the uid the request names. Unguarded, a local user of a node where a RAMDISK is
+# mounted could act as root on it without the secret. RAMDISK mounts put the proxy on a
+# dedicated address only root may reach (fs/mfsproxy.py). In the lab every node shares
+# the host's network namespace, so rsaother on the host tries every loopback listener
+# there, the RSA node's staging mount among them.
 PROXY_PROBE = r"""
 import socket, struct
 def readn(s, n):
@@ -190,10 +192,11 @@ def readn(s, n):
 for line in open("/proc/net/tcp").read().splitlines()[1:]:
     f = line.split()
     ip, port = f[1].split(":")
-    if f[3] != "0A" or ip != "0100007F":
+    if f[3] != "0A" or int(ip, 16) & 0xFF != 127:  # every listener on 127.0.0.0/8
         continue
+    addr = ".".join(str(int(ip, 16) >> s & 0xFF) for s in (0, 8, 16, 24))
     try:
-        s = socket.create_connection(("127.0.0.1", int(port, 16)), timeout=2)
+        s = socket.create_connection((addr, int(port, 16)), timeout=2)
         # CLTOMA_FUSE_READDIR of inode 1 as uid 0: msgid inode uid gcnt gid flags max nedge
         body = struct.pack(">IIIIIBIQ", 1, 1, 0, 1, 0, 0, 0xFFFFFFFF, 0)
         s.sendall(struct.pack(">II", 428, len(body)) + body)
@@ -208,8 +211,6 @@ for line in open("/proc/net/tcp").read().splitlines()[1:]:
 """
 
 
-@pytest.mark.xfail(strict=True, reason="open: mfsmount's master proxy serves any local user "
-                   "(docs/security.md); this must start passing once it is closed")
 def test_a_local_user_cannot_use_a_mounts_master_proxy(lab: Mapping[str, str]) -> None:
     from rsa_scheduler.fs.base import FsRequest
     from tests.integration.fskit import lab_moosefs
@@ -224,6 +225,10 @@ def test_a_local_user_cannot_use_a_mounts_master_proxy(lab: Mapping[str, str]) -
         try:
             spec = backend.create(req)
             hosts["rsa1"].run(["touch", f"{spec.rsa_mountpoint}/victim-file"], timeout=30)
+            # the probe works: root, whom the guard lets through, lists the RAMDISK
+            ctl = subprocess.run(["python3", "-c", PROXY_PROBE], capture_output=True,
+                                 text=True, timeout=60, check=False)
+            assert "victim-file" in ctl.stdout.split(), (ctl.stdout, ctl.stderr)
             seen = as_user(lab, other, ["python3", "-c", PROXY_PROBE], timeout=60)
             assert seen.returncode == 0, seen.stderr
             assert "victim-file" not in seen.stdout.split(), (

@@ -1,0 +1,134 @@
+"""The guard on mfsmount's master proxy (rsa_scheduler/fs/mfsproxy.py): the address
+rules, what an argv names, the node side refusing to mount unguarded, and the ruleset
+loaded for real by nft in a network namespace of the test's own, where root still
+connects to the proxy address and another user is refused."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rsa_scheduler.fs import mfsproxy
+from rsa_scheduler.node import mounts
+
+
+@pytest.mark.parametrize("bad", ["127.0.0.1", "10.0.0.1", "::1", "localhost", "127.0.0.300",
+                                 ""])
+def test_only_a_dedicated_loopback_address_is_taken(bad: str) -> None:
+    with pytest.raises(mfsproxy.ProxyAddressError):
+        mfsproxy.check_address(bad)
+
+
+def test_the_default_address_is_loopback_and_not_the_tools_one() -> None:
+    assert mfsproxy.check_address(mfsproxy.PROXY_ADDRESS) == "127.83.65.1"
+
+
+def test_what_an_argv_names() -> None:
+    base = ["mfsmount", "/m", "-H", "10.0.0.5", "-P", "22946"]
+    assert mfsproxy.proxy_address_of(base) is None
+    assert mfsproxy.proxy_address_of([*base, "-o", "nosuid,mfsproxy=127.83.65.1"]) == \
+        "127.83.65.1"
+    assert mfsproxy.proxy_address_of([*base, "-L", "127.9.9.9"]) == "127.9.9.9"
+    with pytest.raises(mfsproxy.ProxyAddressError):  # never a rule against a real host
+        mfsproxy.proxy_address_of([*base, "-o", "mfsproxy=10.0.0.7"])
+
+
+def test_the_ruleset_replaces_the_table_whole() -> None:
+    text = mfsproxy.ruleset("127.83.65.1")
+    lines = text.splitlines()
+    assert lines[:2] == ["table inet rsa_mfsproxy", "delete table inet rsa_mfsproxy"]
+    assert "ip daddr 127.83.65.1 meta skuid != 0 counter reject with tcp reset" in text
+
+
+def test_a_node_without_nft_refuses_to_mount(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda *a, **k: None)
+    argv = ["mfsmount", "/m", "-o", "mfsproxy=127.83.65.1"]
+    with pytest.raises(mounts.MountError, match="nft not found; install nftables"):
+        mounts.guard_proxy(argv, timeout=5)
+    mounts.guard_proxy(["mfsmount", "/m", "-o", "nosuid"], timeout=5)  # nothing to guard
+    with pytest.raises(mounts.MountError, match="refusing the RAMDISK mount"):
+        mounts.guard_proxy(["mfsmount", "/m", "-o", "mfsproxy=8.8.8.8"], timeout=5)
+
+
+PROBE = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()
+    print("connected")
+except OSError as e:
+    print("refused", e.errno)
+"""
+
+
+def _nft_or_skip() -> str:
+    nft = shutil.which("nft", path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin"]))
+    if os.geteuid() != 0 or nft is None or shutil.which("unshare") is None:
+        reason = "needs root, nft (apt-get install nftables) and unshare"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return nft
+
+
+def test_the_guard_keeps_other_users_off_the_proxy_address(tmp_path: Path) -> None:
+    """In a fresh network namespace (nothing else sees it): before the guard every user
+    connects to a listener on the proxy address; after loading it twice (idempotent),
+    root still does, `nobody` is refused."""
+    nft = _nft_or_skip()
+    rules = tmp_path / "guard.nft"
+    rules.write_text(mfsproxy.ruleset(mfsproxy.PROXY_ADDRESS))
+    script = f"""
+set -e
+ip link set lo up
+{sys.executable} -c '
+import socket, subprocess, sys
+s = socket.socket(); s.bind(("{mfsproxy.PROXY_ADDRESS}", 0)); s.listen(8)
+port = str(s.getsockname()[1])
+def probe(user):
+    argv = ["/usr/bin/python3", "-c", sys.argv[1], "{mfsproxy.PROXY_ADDRESS}", port]
+    if user != "root":
+        argv = ["runuser", "-u", user, "--", *argv]
+    return subprocess.run(argv, capture_output=True, text=True).stdout.strip()
+print("before", probe("root"), "|", probe("nobody"))
+for _ in range(2):
+    subprocess.run(["{nft}", "-f", "{rules}"], check=True)
+print("after", probe("root"), "|", probe("nobody"))
+' "$1"
+"""
+    done = subprocess.run(["unshare", "--net", "sh", "-c", script, "sh", PROBE],
+                          capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines == ["before connected | connected", "after connected | refused 111"], lines
+
+
+def test_the_backend_puts_every_mount_behind_the_guard() -> None:
+    from rsa_scheduler.fs.base import FsRequest
+    from rsa_scheduler.fs.moosefs import MooseFsBackend
+
+    class Host:
+        name = "rsa1"
+
+    backend = MooseFsBackend({"rsa1": Host(), "rsa2": Host()},  # type: ignore[dict-item]
+                             addresses={"rsa1": "10.0.0.5", "rsa2": "10.0.0.6"})
+    req = FsRequest(fs_id="job1-c1", job_id="1", nodes=("rsa1", "rsa2"), tier="ram",
+                    pool_dirs={"rsa1": "/pool", "rsa2": "/p2"}, mount_root="/mnt")
+    lay = backend.layout(req, base=22944, secret="ab" * 16)
+    assert f"mfsproxy={mfsproxy.PROXY_ADDRESS}" in backend.client_options
+    for node in ("rsa1", "rsa2"):
+        assert lay.files(node)[mfsproxy.NFT_FILE] == mfsproxy.ruleset(mfsproxy.PROXY_ADDRESS)
+        argv = lay.mount_argv(node, backend.rsa_node_options)
+        assert mfsproxy.proxy_address_of(argv) == mfsproxy.PROXY_ADDRESS
+        guard = lay.guard_argv(node)
+        assert guard[-1].endswith(f"/rsa-mfs-job1-c1/{mfsproxy.NFT_FILE}")
+    off = MooseFsBackend({"rsa1": Host()}, proxy_address=None)  # type: ignore[dict-item]
+    assert not any(o.startswith("mfsproxy=") for o in off.client_options)
+    one = FsRequest(fs_id="j-c1", job_id="1", nodes=("rsa1",), tier="ram",
+                    pool_dirs={"rsa1": "/p"}, mount_root="/mnt")
+    assert off.layout(one, base=22944, secret="ab" * 16).guard == ""
