@@ -213,23 +213,23 @@ class Routes:
             return side.agent(job, node, nodes, int(payload.get("last_seq", 0)), wait,
                               str(payload.get("epoch") or ""))
 
-        def state() -> tuple[str | None, str | None, float]:
+        def state() -> tuple[str | None, str | None, float, str]:
             rec = self.daemon.sched.records.get(job)
             if rec is None:
-                return None, None, 0.0
+                return None, None, 0.0, ""
             policy = self.daemon.sched.policy
             early = rec.spec.early_start or policy.early_start
             hold = policy.wait_timeout if early.value == "wait" and not rec.wait_over else 0.0
             return (rec.rsa_state.value, rec.job_state.value if rec.job_state else None,
-                    hold)
+                    hold, rec.message)
 
-        rsa_state, job_state, hold = self._call(state)
+        rsa_state, job_state, hold, message = self._call(state)
         if rsa_state is not None and job_state not in ("running", "finished"):
             # the node Prolog runs after PrologSlurmctld; if rsad missed that, tell it now
             self.daemon.submit("hook", {"hook": "prolog_slurmctld", "job_id": job,
                                         "nodes": nodes}, wait=True)
-            rsa_state, job_state, hold = self._call(state)
-        return side.prolog(job, node, nodes, rsa_state, hold=hold)
+            rsa_state, job_state, hold, message = self._call(state)
+        return side.prolog(job, node, nodes, rsa_state, hold=hold, message=message)
 
 
 class Endpoint:

@@ -46,13 +46,26 @@ def _stats(stats: Stats) -> dict[str, Any]:
                       "seconds": round(stats.seconds, 3)}}
 
 
-def _script(eng: StagingEngine, spec: MountSpec, args: Mapping[str, Any], key: str,
+def _script(ctx: ActionContext, eng: StagingEngine, spec: MountSpec, key: str,
             phase: str) -> dict[str, Any]:
     """Run the user's PREPROCESS (replaces stage-in) or POSTPROCESS (replaces stage-out).
 
     A failing PREPROCESS is permanent (the job uses the PFS); a failing POSTPROCESS is
     retried and the RAMDISK is kept, like any failed stage-out.
+
+    At most once per attempt (action id): the start is recorded durably first (milestone
+    ``script_started``). An action re-issued after an rsad restart that finds its own
+    start recorded does not run the script again: the earlier run was killed by fencing
+    half-way, so this attempt failed; the retry, a new attempt, runs it from the start
+    on the same RAMDISK (docs/staging.md).
     """
+    args = ctx.action.args
+    started = ctx.facts.get("script_started") or {}
+    if started.get("action") == ctx.action.id:
+        raise RsaError(f"{key.upper()} was interrupted when rsad restarted (this attempt "
+                       "started it once; it is not run twice); it will be run again from "
+                       "the start as a new attempt, on the same RAMDISK")
+    ctx.milestone({"script_started": {"action": ctx.action.id, "script": key}})
     res = eng.run_script(list(args[key]), phase, ramdisk=spec.rsa_mountpoint,
                          data_in=str(args.get("data_in") or ""),
                          data_out=str(args.get("data_out") or ""))
@@ -215,7 +228,7 @@ class DataPath:
         eng = self.engine(ctx, spec)
         eng.prepare_root(spec.rsa_mountpoint)
         if args.get("preprocess"):
-            return _script(eng, spec, args, "preprocess", "stage-in")
+            return _script(ctx, eng, spec, "preprocess", "stage-in")
         return _stats(eng.stage_in(str(args["data_in"]), spec.rsa_mountpoint,
                                    atomic=bool(args.get("atomic"))))
 
@@ -224,7 +237,7 @@ class DataPath:
         spec = self.mount(ctx)
         eng = self.engine(ctx, spec)
         if args.get("postprocess"):
-            return _script(eng, spec, args, "postprocess", "stage-out")
+            return _script(ctx, eng, spec, "postprocess", "stage-out")
         return _stats(eng.stage_out(spec.rsa_mountpoint, str(args["data_out"]),
                                     str(args.get("method") or "rsync")))
 

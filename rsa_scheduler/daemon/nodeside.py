@@ -260,15 +260,19 @@ class NodeSide:
 
     # ---- routes (API threads) -----------------------------------------------------------
     def prolog(self, job: str, node: str, nodes: str, rsa_state: str | None,
-               hold: float = 0.0) -> dict[str, Any]:
+               hold: float = 0.0, message: str = "") -> dict[str, Any]:
         """What the node Prolog of ``job`` on ``node`` should do now.
 
         ``hold`` > 0: early start ``wait`` — the Prolog may hold the job's start up to that
         many seconds (its own hard timeout is extended; Slurm's PrologEpilogTimeout must
-        allow it) while the stage-in finishes.
+        allow it) while the stage-in finishes. A job the RSA declined is told so, with
+        ``message`` (what its user was told), for its RSA_STATE/RSA_MESSAGE.
         """
         if rsa_state is None:
             return {"do": "nothing", "agent": False}
+        if rsa_state == "declined":
+            return {"do": "nothing", "agent": False,
+                    "declined": message or "the RSA does not serve this run"}
         with self._cond:
             j = self._job(job)
             self._learn_nodes(j, node, nodes)

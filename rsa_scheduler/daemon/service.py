@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 ADMIN_COMMENT_PREFIX = "rsa1:"
 # outcome (and milestone) details worth remembering
-FACT_KEYS = ("mount", "lock_token", "manifest", "mounted", "reset_of")
+FACT_KEYS = ("mount", "lock_token", "manifest", "mounted", "reset_of", "script_started")
 
 
 #: request kinds handled in groups with one commit (group commit); the rest one by one

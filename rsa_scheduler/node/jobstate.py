@@ -72,6 +72,8 @@ def at_start(answer: Mapping[str, Any], report: Mapping[str, Any] | None, *,
                       answer)
     if do == "wait":
         return on_pfs("the RAMDISK was not ready when the job started; it reads the PFS")
+    if answer.get("declined"):
+        return on_pfs(f"the RSA declined this job: {answer['declined']} (rsa job {job})")
     if answer.get("agent"):
         return on_pfs(f"no RAMDISK at the job's start (rsa job {job} says why); output may "
                       "still go to one after the reset")

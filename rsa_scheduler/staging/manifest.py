@@ -135,7 +135,7 @@ def planted_symlinks(expected: Iterable[Entry], existing: Iterable[Entry]) -> li
 
 # --- tar archives -------------------------------------------------------------------
 
-_TV = re.compile(rb'^(?P<perm>\S{10}) \S+\s+(?P<size>\d+) (?P<date>\S+) (?P<time>\S+) '
+_TV = re.compile(rb'^(?P<perm>\S{10}) \S+\s+(?P<size>\d+) (?P<date>\S+) (?P<time>\S+) +'
                  rb'"(?P<name>(?:[^"\\]|\\.)*)"(?: (?:->|link to) '
                  rb'"(?P<link>(?:[^"\\]|\\.)*)")?$')
 _TAR_KIND = {ord("-"): "f", ord("d"): "d", ord("l"): "l", ord("p"): "p", ord("h"): "h",

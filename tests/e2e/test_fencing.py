@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tests.integration.slurmkit import make_jobs, restart_lab_rsad, root, wait_for
-from tests.integration.test_rsad_staging import fill, wait_state
+from tests.integration.test_rsad_staging import fill, rsa_job, wait_state
 from tests.security.test_reap import _owned_script, alive, area
 
 __all__ = ["area"]
@@ -20,7 +20,7 @@ def test_a_preprocess_of_a_killed_rsad_is_stopped_before_it_is_run_again(
         lab: Mapping[str, str], area: Path) -> None:
     marker = 8100 + os.getpid() % 1000
     pre, runs, data = area / "pre.sh", area / "in" / "runs", area / "in" / "x"
-    # the first run records its pid and hangs; the re-issued one copies at once
+    # the first run records its pid and hangs; the next one copies at once
     _owned_script(lab, pre, f"""#!/bin/bash
 echo $$ >> "$RSA_DATA_IN/runs"
 if [ "$(wc -l < "$RSA_DATA_IN/runs")" = 1 ]; then exec sleep {marker}; fi
@@ -44,8 +44,15 @@ cat {area}/in/x
         # fenced at start-up, long before its own sleep would end
         wait_for("the crashed rsad's PREPROCESS stopped",
                  lambda: not alive(first, marker), timeout=60)
-        wait_state(lab, job, "locked-in", timeout=120)
+        wait_state(lab, job, "locked-in", timeout=180)
         assert len(runs.read_text().split()) == 2  # the stale run did not go on
+        # the re-issued attempt did not run it again: it failed as interrupted, and the
+        # retry (a new attempt) ran it once from the start
+        record = rsa_job(lab, job)
+        assert record is not None
+        said = [str(e.get("message") or "") for e in record["events"]
+                if e["name"] == "action.outcome" and "/stage-in/" in str(e.get("action"))]
+        assert any("interrupted when rsad restarted" in m for m in said), said
         for filler in jobs.ids[:4]:
             root(lab, "scancel", filler)
         wait_state(lab, job, "released", timeout=120)

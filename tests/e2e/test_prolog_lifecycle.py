@@ -436,3 +436,32 @@ echo result > {out}/result
     assert (res / "outmnt").read_text().strip() == str(out)  # RAMDISK for the output
     assert (out / "result").read_text() == "result\n"  # staged out to the PFS
     assert nothing_of_job_mounted(job)
+
+
+def test_a_declined_job_runs_from_the_pfs_and_its_tasks_are_told_why(
+        lab: Mapping[str, str], area: Path) -> None:
+    """Issue 13: a job whose request the RSA can never meet (more capacity than the whole
+    pool) is declined while on-deck; when it runs, its tasks see RSA_STATE=pfs and the
+    reason, as `rsa job` shows it."""
+    res = area / "res"
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_OUT={area}/out
+#RSA_CAPACITY=1P
+echo "$RSA_STATE|$RSA_MESSAGE" > {res}/env
+echo out > {area}/out/result
+"""
+    with make_jobs(lab) as jobs:
+        fill(jobs)
+        job = jobs.submit(script=script)
+        wait_state(lab, job, "declined", timeout=120)
+        for filler in jobs.ids[:4]:
+            root(lab, "scancel", filler)
+        wait_for(f"job {job} ran", lambda: (res / "env").exists(), timeout=120)
+    state, _, message = (res / "env").read_text().strip().partition("|")
+    assert state == "pfs", (state, message)
+    data = rsa_job(lab, job)
+    assert data is not None and data["rsa_state"] == "declined"
+    told = str(data.get("message") or "")
+    assert told and message == f"the RSA declined this job: {told} (rsa job {job})"
+    assert (area / "out" / "result").read_text() == "out\n"  # on the PFS: nothing to stage

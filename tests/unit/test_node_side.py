@@ -343,3 +343,10 @@ def test_a_reset_reissued_after_a_crash_never_destroys_the_ramdisk_it_made() -> 
     side.report("7", "c1", {"seq": mount2["seq"], "ok": True})
     assert again.result(5).result is Result.OK
     assert backend.resets == 1  # the output RAMDISK was not destroyed again
+
+
+def test_a_declined_job_is_told_the_reason() -> None:
+    side, _, _ = make_side()
+    ans = side.prolog("7", "c1", "c1", "declined", message="no RSA node holds 9T")
+    assert ans == {"do": "nothing", "agent": False, "declined": "no RSA node holds 9T"}
+    assert side.prolog("7", "c1", "c1", "declined")["declined"]  # never an empty reason

@@ -198,3 +198,13 @@ def test_agent_keeps_job_env_current(tmp_path: Path) -> None:
     assert jobstate.read(jm.dir)["RSA_STATE"] == "output"
     jm.remove()
     assert not jm.dir.exists()  # job.env is the Epilog's to remove too
+
+
+def test_a_declined_job_is_told_why() -> None:
+    """Issue 13: a job whose directives the RSA declined gets RSA_STATE=pfs and the reason
+    its user was told, not silence."""
+    ans = {"do": "nothing", "agent": False,
+           "declined": "RSA_DATA_IN /etc/x is outside staging.allowed_roots"}
+    env = jobstate.at_start(ans, None, job="7", has_options=False, mounts="node")
+    assert env == {"RSA_STATE": "pfs", "RSA_MESSAGE": "the RSA declined this job: RSA_DATA_IN "
+                   "/etc/x is outside staging.allowed_roots (rsa job 7)"}

@@ -344,3 +344,13 @@ def test_trees_copy_every_object_once_and_keep_link_groups(
             assert len({where[p] for p in linked}) == 1
     total = sum(1 for e in entries if e.kind not in ("d", "s", "c", "b"))
     assert plan.files == total
+
+
+def test_tar_pads_a_short_fraction_of_a_second_and_the_listing_still_parses() -> None:
+    """GNU tar drops trailing zeros of the nanoseconds and pads the column with spaces
+    (captured: a file whose mtime was 04:48:36.650093400)."""
+    listing = (b'-rw-r--r-- 65534/65534       6 2026-11-25 04:48:36.6500934   "./small"\n'
+               b'-rw-r--r-- 65534/65534       6 2026-11-25 04:48:36.650093401 "./other"\n')
+    small, other = parse_tar_listing(listing)
+    assert small.path == b"small" and small.mtime_ns % 10**9 == 650_093_400
+    assert other.mtime_ns % 10**9 == 650_093_401
