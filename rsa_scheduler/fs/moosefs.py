@@ -512,10 +512,9 @@ class MooseFsBackend(FilesystemBackend):
     def _build(self, req: FsRequest, attempt: int, busy: set[int],
                cancel: CancelToken | None) -> MountSpec:
         """Round trips: (1) every node unpacks its configs and starts its chunkserver,
-        the first node also starts the master and mounts; (2) the other nodes mount while
-        the master node is polled until every chunkserver registered; (3) goal, trash
-        time, the root directory handed to the job's user and the spec.json completion
-        mark. Each attempt draws a new port block (a bind failure is retried elsewhere)
+        the first node also starts the master, mounts and hands the root directory to the
+        job's user; (2) the other nodes mount while the master node is polled until every
+        chunkserver registered; (3) goal, trash time and the spec.json completion mark. Each attempt draws a new port block (a bind failure is retried elsewhere)
         and a new secret."""
         dl = Deadline(self.create_timeout, f"{req.fs_id}: moosefs create")
         t0 = time.monotonic()
@@ -525,6 +524,7 @@ class MooseFsBackend(FilesystemBackend):
         except FsError as e:
             raise FsError(f"{req.fs_id}: {e}") from e
         lay = self.layout(req, base, new_secret())
+        uid, gid = req.owner or (0, 0)
         with ExitStack() as undo:  # LIFO cleanup of whatever was built, on any exception
             undo.callback(self._stop_servers, lay, dl)  # servers (if started), then dirs
             undo.callback(self._umount_all, lay, dl)
@@ -540,6 +540,10 @@ class MooseFsBackend(FilesystemBackend):
                     if lay.guard:
                         steps.append(lay.guard_argv(node))
                     steps.append(lay.mount_argv(node, self.rsa_node_options))
+                    # the root is the user's before any other node mounts: their clients
+                    # never cache the fresh filesystem's root:root 0777 (attribute cache)
+                    steps += [["chown", f"{uid}:{gid}", lay.mountpoint],
+                              ["chmod", "0700", lay.mountpoint]]
                 self._run(node, sh_chain(*steps), dl.left(), input=lay.tarball(node),
                           cancel=cancel)
 
@@ -565,12 +569,9 @@ class MooseFsBackend(FilesystemBackend):
                                      "options": list(self.client_options),
                                      "port_base": lay.base,
                                      "pass_file": f"{lay.dir(lay.master)}/{PASS_FILE}"})
-            uid, gid = req.owner or (0, 0)
             self._run(lay.master, sh_chain(
                 ["mfssetgoal", "-r", "1", lay.mountpoint],
                 ["mfssettrashtime", "-r", "0", lay.mountpoint],
-                ["chown", f"{uid}:{gid}", lay.mountpoint],
-                ["chmod", "0700", lay.mountpoint],
                 ["dd", f"of={lay.dir(lay.master)}/spec.json", "status=none"]),
                 dl.left(), input=json.dumps(spec.to_json()), cancel=cancel)
             undo.pop_all()
