@@ -8,8 +8,12 @@ rsad (root) reaches them with /run/rsa-lab/ssh/id_ed25519 and .../known_hosts.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import shutil
+import signal
+import time
 from pathlib import Path
 
 from .common import (
@@ -19,6 +23,7 @@ from .common import (
     STATE,
     LabError,
     Settings,
+    alive,
     in_node_ns,
     listening,
     log,
@@ -139,3 +144,27 @@ def stop_node(name: str) -> None:
 
 def running(s: Settings) -> list[str]:
     return [n for n in s.rsa_nodes if read_pid(f"sshd-{n}") is not None]
+
+
+def crash_sshd(s: Settings, name: str, down_for: float) -> None:
+    """An RSA node's sshd dies (SIGKILL) and comes back ``down_for`` seconds later, as
+    systemd would restart it, inside the node's namespace (tests/chaos). Sessions already
+    open survive, as on a real node; new connections are refused meanwhile. If nothing
+    else lives in the node's namespace, the node is started afresh."""
+    i = s.rsa_nodes.index(name) + 1
+    pid = read_pid(f"sshd-{name}")
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        wait_for(f"sshd of {name} gone", lambda: not alive(pid), timeout=10, every=0.05)
+    time.sleep(down_for)
+    nsfile = NS / name
+    ns_id = nsfile.read_text().strip() if nsfile.exists() else None
+    members = ns_members(ns_id) if ns_id else []
+    d = SSH / name
+    if members:
+        spawn(f"sshd-{name}", ["/usr/bin/nsenter", "-t", str(members[0]), "-m", "-u",
+                               "/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")])
+    else:
+        _start_node(s, i, name, d)
+    wait_for(f"sshd of {name}", functools.partial(listening, addr(i), 22), timeout=20)

@@ -514,8 +514,9 @@ class MooseFsBackend(FilesystemBackend):
         """Round trips: (1) every node unpacks its configs and starts its chunkserver,
         the first node also starts the master, mounts and hands the root directory to the
         job's user; (2) the other nodes mount while the master node is polled until every
-        chunkserver registered; (3) goal, trash time and the spec.json completion mark. Each attempt draws a new port block (a bind failure is retried elsewhere)
-        and a new secret."""
+        chunkserver registered; (3) goal, trash time and the spec.json completion mark.
+        Each attempt draws a new port block (a bind failure is retried elsewhere) and a
+        new secret."""
         dl = Deadline(self.create_timeout, f"{req.fs_id}: moosefs create")
         t0 = time.monotonic()
         first, slots = self.port_range

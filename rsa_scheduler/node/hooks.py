@@ -159,7 +159,8 @@ def note_start(jm: JobMounts | None, st: Settings, job: str, node: str,
                env: Mapping[str, str]) -> None:
     """Tell the job's tasks what they got (job.env, read by the SPANK plugin)."""
     options = any(k.startswith("SPANK_RSA_") for k in env)
-    if ans.get("do") == "nothing" and not ans.get("agent") and not options:
+    if (ans.get("do") == "nothing" and not ans.get("agent") and not options
+            and not ans.get("declined")):
         return  # not an RSA job: untouched
     from rsa_scheduler.node import jobstate
     from rsa_scheduler.node.mounts import JobMounts

@@ -3,8 +3,9 @@
 Each round submits a mix of job shapes with outputs whose content the test knows — output
 straight through the RAMDISK staged out by rsync and by tar, input staged in and read back
 with its checksums, a POSTPROCESS, a job cancelled while it waits — and, while they run,
-kills rsad with SIGKILL (and restarts it, as systemd would) or restarts slurmctld, at
-times drawn from the seed. After the round: every output file is on the PFS with the
+kills rsad with SIGKILL (and restarts it, as systemd would), restarts slurmctld, or kills
+an RSA node's sshd (back after 1-8 s: the node is unreachable meanwhile), at times drawn
+from the seed. After the round: every output file is on the PFS with the
 right content, every job is in a terminal RSA state, and nothing leaked (per-job
 filesystem servers, compute-node mounts, RSA-node cgroups, held RSA nodes).
 
@@ -31,6 +32,7 @@ from pathlib import Path
 from tests.e2e.test_prolog_lifecycle import nothing_of_job_mounted
 from tests.integration.conftest import as_user
 from tests.integration.slurmkit import (
+    crash_lab_rsa_sshd,
     make_jobs,
     restart_lab_rsad,
     restart_lab_slurmctld,
@@ -103,11 +105,16 @@ def rsa_state(rsa: str, job: str) -> str:
 
 def chaos(lab: Mapping[str, str], rng: random.Random, stop: threading.Event,
           log: list[str]) -> None:
+    nodes = [f"rsa{i}" for i in range(1, len(lab["RSA_LAB_RSA_ADDRESSES"].split(",")) + 1)]
     while not stop.wait(rng.uniform(3.0, 12.0)):
-        what = rng.choice(["rsad", "rsad", "rsad", "slurmctld"])
+        what = rng.choice(["rsad", "rsad", "rsad", "slurmctld", "sshd"])
         try:
             if what == "rsad":
                 restart_lab_rsad(signal.SIGKILL)
+            elif what == "sshd":  # an RSA node unreachable for a while (its data stays)
+                node, down = rng.choice(nodes), round(rng.uniform(1.0, 8.0), 1)
+                what = f"sshd of {node} for {down}s"
+                crash_lab_rsa_sshd(node, down)
             else:
                 restart_lab_slurmctld()
             log.append(f"{time.strftime('%T')} {what}")

@@ -103,6 +103,17 @@ def restart_lab_rsad(sig: int) -> None:
                    env={**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
 
 
+def crash_lab_rsa_sshd(node: str, down_for: float) -> None:
+    """SIGKILL the sshd of the lab's RSA node ``node`` and start it again ``down_for``
+    seconds later in the node's namespace (lab/rsalab/rsanodes.py crash_sshd)."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "from rsalab import common, rsanodes; "
+            "rsanodes.crash_sshd(common.Settings(), sys.argv[2], float(sys.argv[3]))")
+    subprocess.run(["/usr/bin/python3", "-c", code, str(LAB_DIR), node, str(down_for)],
+                   check=True, timeout=90 + down_for,
+                   env={**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+
+
 def restart_lab_slurmctld() -> None:
     """Stop the lab's slurmctld (SIGTERM, by its recorded PID) and start it again on its
     saved state, as lab-up does; running jobs keep running on their slurmd."""

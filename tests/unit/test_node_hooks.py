@@ -135,3 +135,16 @@ def test_agent_answers_a_reissued_input_mount_from_the_nodes_state(tmp_path: Pat
     assert yes == {"seq": 4, "ok": True,
                    "message": "RAMDISK already mounted over /pfs/a/in (ro)"}
     assert input_state(jm, {**ins, "mode": "union"})["ok"] is False
+
+
+def test_the_prolog_writes_a_declined_jobs_state(tmp_path: Path) -> None:
+    """A declined job (no mount, no agent, no option) still gets its job.env: pfs, why."""
+    from rsa_scheduler.node import hooks, jobstate
+
+    st = hooks.Settings("unix:/x", 2.0, 10.0, ("/pfs",), str(tmp_path))
+    hooks.note_start(None, st, "7", "c1", {"do": "nothing", "agent": False,
+                                           "declined": "no RSA node holds 9T"}, None, {})
+    text = (tmp_path / "c1" / "7" / jobstate.FILE).read_text()
+    assert "RSA_STATE=pfs" in text and "no RSA node holds 9T" in text
+    hooks.note_start(None, st, "8", "c1", {"do": "nothing", "agent": False}, None, {})
+    assert not (tmp_path / "c1" / "8").exists()  # not an RSA job: untouched
