@@ -323,7 +323,13 @@ class DaemonConfig:
         metadata=meta(Duration(max=HOUR), "How often rsad polls Slurm (one `squeue` call).")
     )
     workers: int = field(
-        metadata=meta(Int(min=1, max=1024), "Worker pool size for external operations.")
+        metadata=meta(Int(min=1, max=1024), "Workers for bulk operations: RAMDISK builds, "
+                                            "stage-in, stage-out, verification.")
+    )
+    urgent_workers: int = field(
+        metadata=meta(Int(min=1, max=1024), "Workers for everything else (mounts, the "
+                                            "reset, lock-in, teardown, messages): they "
+                                            "never wait behind bulk operations.")
     )
     log_level: LogLevel = field(metadata=meta(Choice.of(LogLevel), "Log level of rsad."))
     api: ApiConfig = field(metadata=meta(Section(ApiConfig), "rsad's API endpoints."))

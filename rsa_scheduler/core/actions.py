@@ -36,6 +36,19 @@ class ActionKind(enum.StrEnum):
     ALERT = "alert"  # something an operator must look at
 
 
+#: bulk work (builds, copies, verification): run in its own lane of workers, so a job's
+#: mount, reset, lock-in, teardown or message never waits behind other jobs' stage-outs
+#: (a mount that waits longer than the Prolog does sends the job to the PFS)
+BULK: frozenset[ActionKind] = frozenset(
+    {
+        ActionKind.BUILD_FS,
+        ActionKind.STAGE_IN,
+        ActionKind.WRITE_BACK,
+        ActionKind.STAGE_OUT,
+        ActionKind.VERIFY,
+    }
+)
+
 #: kinds whose completion the core waits for (an Outcome must come back)
 TRACKED: frozenset[ActionKind] = frozenset(
     {

@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from rsa_scheduler.core.actions import Action, ActionKind, Outcome
+from rsa_scheduler.core.actions import BULK, Action, ActionKind, Outcome
 from rsa_scheduler.core.directives import DirectiveErrors, DirectiveSpec, parse_directives
 from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.machine import JobRecord
@@ -85,7 +85,8 @@ class Daemon:
     """The RSA scheduler daemon, minus its transports (API, systemd) — see main.py."""
 
     def __init__(self, scheduler: Scheduler, *, slurm: SlurmPort, store: Store,
-                 registry: Registry, workers: int = 8, poll_interval: float = 5.0,
+                 registry: Registry, workers: int = 8, urgent_workers: int = 8,
+                 poll_interval: float = 5.0,
                  script_source: str = "job_submit",
                  clock: Callable[[], float] = time.time) -> None:
         self.sched = scheduler
@@ -96,7 +97,11 @@ class Daemon:
         self.script_source = script_source
         self.clock = clock
         self.inbox: queue.Queue[Request] = queue.Queue()
-        self.workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rsa-act")
+        # two lanes: bulk work (core.actions.BULK) on ``workers`` threads, everything
+        # else (mounts, reset, lock-in, teardown, messages) on its own ``urgent_workers``
+        self.workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rsa-bulk")
+        self.urgent = ThreadPoolExecutor(max_workers=urgent_workers,
+                                         thread_name_prefix="rsa-urgent")
         self.running: dict[str, Running] = {}
         self.facts: dict[str, dict[str, Any]] = {}
         self.progress: dict[str, dict[str, Any]] = {}
@@ -536,7 +541,8 @@ class Daemon:
 
         ctx = ActionContext(action=action, cancel=cancel, progress=progress,
                             facts=dict(self.facts.get(job, {})), milestone=milestone)
-        future = self.workers.submit(self.registry.run, ctx)
+        lane = self.workers if action.kind in BULK else self.urgent
+        future = lane.submit(self.registry.run, ctx)
         if tracked:
             self.running[action.id] = Running(action, cancel, future, self.clock())
             future.add_done_callback(lambda f: self.inbox.put(Request("outcome", f.result())))
@@ -548,13 +554,14 @@ class Daemon:
             except SlurmError as e:
                 log.info("job %s: could not set the comment: %s", job_id, e)
 
-        self.workers.submit(work)
+        self.urgent.submit(work)
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stop workers: running transfers are cancelled and resume after restart."""
         for run in self.running.values():
             run.cancel.cancel("rsad stopping")
         self.workers.shutdown(wait=True, cancel_futures=True)
+        self.urgent.shutdown(wait=True, cancel_futures=True)
         self._parser.shutdown(wait=False, cancel_futures=True)
 
     # ---- reads for the API (loop thread via "call") ---------------------------------------

@@ -117,7 +117,8 @@ def make_daemon(cfg: Config, *, slurm: SlurmPort | None = None,
     sched = Scheduler(cfg.make_pool(), cfg.staging_policy())
     daemon = Daemon(sched, slurm=slurm, store=store,
                     registry=registry,
-                    workers=cfg.daemon.workers, poll_interval=cfg.daemon.poll_interval,
+                    workers=cfg.daemon.workers, urgent_workers=cfg.daemon.urgent_workers,
+                    poll_interval=cfg.daemon.poll_interval,
                     script_source=cfg.slurm.script_source.value)
     daemon.hosts = hosts
     return daemon

@@ -487,3 +487,44 @@ def test_a_slow_or_huge_script_never_stalls_the_loop(tmp_path: Path) -> None:
         slurm.release.set()
         d.shutdown()
         store.close()
+
+
+def test_a_mount_never_waits_behind_bulk_copies(tmp_path: Path) -> None:
+    """Two lanes (issue 16): with every bulk worker busy on stage-outs, a job's mount,
+    lock-in, teardown and messages still run at once."""
+    from rsa_scheduler.core.actions import BULK, Action
+
+    release = threading.Event()
+    ran: list[str] = []
+    reg = Registry()
+    for kind in ActionKind:
+        def run(ctx: ActionContext, kind: ActionKind = kind) -> Mapping[str, Any]:
+            ran.append(ctx.action.id)
+            if kind in BULK:
+                release.wait(30)
+            return {}
+        reg.register(kind, run)
+    slurm = ScriptedSlurm()
+    store = Store.open(tmp_path / "rsa.db", durability="normal")
+    d = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm, store=store,
+               registry=reg, workers=2, urgent_workers=2, poll_interval=0)
+    try:
+        for n in range(6):  # more stage-outs than bulk workers: four of them queue
+            d._start(Action(f"{n}/1/stage-out/1", str(n), ActionKind.STAGE_OUT), tracked=True)
+        urgent = [Action("9/1/mount-input/3", "9", ActionKind.MOUNT_INPUT),
+                  Action("8/1/destroy-fs/5", "8", ActionKind.DESTROY_FS),
+                  Action("7/1/lock-in/2", "7", ActionKind.LOCK_IN)]
+        for a in urgent:
+            d._start(a, tracked=True)
+        d._tell("9", "RSA: staging")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not (
+                all(a.id in ran for a in urgent) and ("comment", "RSA: staging") in slurm.calls):
+            time.sleep(0.01)
+        assert all(a.id in ran for a in urgent), ran
+        assert ("comment", "RSA: staging") in slurm.calls
+        assert sum(1 for r in ran if "/stage-out/" in r) == 2  # the bulk lane is still full
+    finally:
+        release.set()
+        d.shutdown()
+        store.close()
