@@ -326,6 +326,12 @@ class DaemonConfig:
         metadata=meta(Int(min=1, max=1024), "Workers for bulk operations: RAMDISK builds, "
                                             "stage-in, stage-out, verification.")
     )
+    retention: float = field(
+        metadata=meta(Duration(max=365 * DAY), "How long a finished job stays in rsad's "
+                      "memory (and in `rsa jobs`) after its RSA cycle ended; its history "
+                      "stays in the store, where `rsa job ID` and `rsa events --job ID` "
+                      "read it. Bounds memory by live jobs.")
+    )
     urgent_workers: int = field(
         metadata=meta(Int(min=1, max=1024), "Workers for everything else (mounts, the "
                                             "reset, lock-in, teardown, messages): they "

@@ -12,7 +12,7 @@ so a 100k-job queue is classified in tens of milliseconds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rsa_scheduler.core.actions import Action, Outcome
@@ -288,10 +288,17 @@ class Scheduler:
             ctx["reason"] = reason
         return Decision(events=[Event(now, POOL_STREAM, "node.state", ctx)])
 
-    def forget_finished(self) -> list[str]:
-        """Drop finished jobs whose RSA cycle has ended from memory (their log stays)."""
+    def forget_finished(self, now: float | None = None, older_than: float = 0.0,
+                        present: Container[str] = frozenset()) -> list[str]:
+        """Drop finished jobs whose RSA cycle has ended from memory (their log stays).
+
+        With ``now``: only those whose last RSA-state change is at least ``older_than``
+        seconds old and that Slurm no longer lists (``present``: the job ids it does), so a
+        job still shown as COMPLETING never comes back as a new record.
+        """
         done = [j for j, r in self.records.items()
-                if r.job_state is JobState.FINISHED and r.rsa_state in TERMINAL]
+                if r.job_state is JobState.FINISHED and r.rsa_state in TERMINAL
+                and (now is None or (now - r.since >= older_than and j not in present))]
         for jid in done:
             del self.records[jid]
             self._last_obs.pop(jid, None)

@@ -136,10 +136,26 @@ class Routes:
             return self.daemon.job_view(rec) if rec else None
 
         job = self._call(view)
+        if job is None:
+            job = self._archived(job_id)
         if job is None or (not caller.operator and job["user"] != caller.user):
             # the same answer for "not yours" and "unknown": no information leak
             raise ApiError(HTTPStatus.NOT_FOUND, f"job {job_id} is not tracked by the RSA")
         return dict(job)
+
+    def _archived(self, job_id: str) -> dict[str, Any] | None:
+        """A job no longer in rsad's memory (finished, past ``daemon.retention``), rebuilt
+        from its history in the store, on this API thread."""
+        from rsa_scheduler.core.machine import JobRecord, apply_event
+
+        recs: dict[str, JobRecord] = {}
+        for ev in self._store_events(job_id):
+            apply_event(recs, ev)
+        rec = recs.get(job_id)
+        if rec is None:
+            return None
+        return {**rec.to_json(), "progress": None, "ramdisk": None, "running": [],
+                "archived": True}
 
     def _job(self, caller: Caller, job_id: str) -> dict[str, Any]:
         job = self._visible(caller, job_id)
@@ -161,7 +177,7 @@ class Routes:
         if job is not None:
             self._visible(caller, job)
         events = self._store_events(job, since)
-        if not caller.operator:
+        if not caller.operator and job is None:  # one job: _visible checked it is theirs
             mine = {j["job_id"] for j in self._call(lambda: self.daemon.jobs_view(caller.user))}
             events = [e for e in events if e.job_id in mine]
         return {"events": [{"seq": e.seq, "time": e.time, "job_id": e.job_id, "name": e.name,

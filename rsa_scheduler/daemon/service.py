@@ -86,7 +86,7 @@ class Daemon:
 
     def __init__(self, scheduler: Scheduler, *, slurm: SlurmPort, store: Store,
                  registry: Registry, workers: int = 8, urgent_workers: int = 8,
-                 poll_interval: float = 5.0,
+                 poll_interval: float = 5.0, retention: float = 3600.0,
                  script_source: str = "job_submit",
                  clock: Callable[[], float] = time.time) -> None:
         self.sched = scheduler
@@ -94,6 +94,10 @@ class Daemon:
         self.store = store
         self.registry = registry
         self.poll_interval = poll_interval
+        # a finished job leaves memory this long after its RSA cycle ended (its history
+        # stays in the store: rsa job / rsa events read it there)
+        self.retention = retention
+        self._last_forget = 0.0
         self.script_source = script_source
         self.clock = clock
         self.inbox: queue.Queue[Request] = queue.Queue()
@@ -247,6 +251,7 @@ class Daemon:
         dec = self.sched.observe(obs, now, complete=not fresh)
         self._commit(dec)
         self._prune_specs(rows)
+        self._forget(now, {r.job_id for r in rows} | fresh)
         self._last_poll = now
         self.last_cycle_seconds = self.clock() - started
         if self.metrics is not None:
@@ -288,10 +293,25 @@ class Daemon:
         fresh = {j for j, t in self._hook_seen.items() if t > started}
         dec = self.sched.observe(obs, now, complete=False, present=set(lines) | fresh)
         self._commit(dec)
+        self._forget(now, set(lines) | fresh)
         self._last_poll = now
         self.last_cycle_seconds = self.clock() - started
         if self.metrics is not None:
             self.metrics.cycle.observe(self.last_cycle_seconds)
+
+    def _forget(self, now: float, present: set[str]) -> None:
+        """Bound memory by live jobs: at most once a minute, finished jobs whose cycle
+        ended over ``retention`` ago and that Slurm no longer lists leave memory."""
+        if now - self._last_forget < 60.0:
+            return
+        self._last_forget = now
+        gone = self.sched.forget_finished(now, self.retention, present)
+        for job in gone:
+            for table in (self.facts, self.progress, self._hook_seen, self._specs):
+                table.pop(job, None)
+        if gone:
+            log.info("%d finished jobs left memory (retention %.0fs); their history stays "
+                     "in the store", len(gone), self.retention)
 
     def _observation(self, row: QueueRow, poll_started: float) -> Observation | None:
         if self._hook_seen.get(row.job_id, 0.0) > poll_started:

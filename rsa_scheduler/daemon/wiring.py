@@ -118,7 +118,7 @@ def make_daemon(cfg: Config, *, slurm: SlurmPort | None = None,
     daemon = Daemon(sched, slurm=slurm, store=store,
                     registry=registry,
                     workers=cfg.daemon.workers, urgent_workers=cfg.daemon.urgent_workers,
-                    poll_interval=cfg.daemon.poll_interval,
+                    poll_interval=cfg.daemon.poll_interval, retention=cfg.daemon.retention,
                     script_source=cfg.slurm.script_source.value)
     daemon.hosts = hosts
     return daemon

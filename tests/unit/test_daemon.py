@@ -528,3 +528,44 @@ def test_a_mount_never_waits_behind_bulk_copies(tmp_path: Path) -> None:
         release.set()
         d.shutdown()
         store.close()
+
+
+def test_finished_jobs_leave_memory_and_their_history_stays_readable(tmp_path: Path) -> None:
+    """Issue 16: memory is bounded by live jobs. A finished job whose RSA cycle ended
+    leaves rsad's memory after ``retention`` once Slurm no longer lists it; `rsa job`
+    (and `rsa events --job`) still answer from the store, to its owner only."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    d.retention = 0.0
+    slurm.set("7", "PENDING", "Priority")
+    d.poll()
+    settle(d)
+    slurm.set("7", "COMPLETED")
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state.value == "released"
+    d._last_forget = -1e9
+    d.poll()
+    assert "7" in d.sched.records  # Slurm still lists it (COMPLETING, MinJobAge)
+    slurm.rows = []
+    d._last_forget = -1e9
+    d.poll()
+    assert "7" not in d.sched.records and "7" not in d.facts
+    stop = threading.Event()
+    loop = threading.Thread(target=lambda: [d.drain(0.05) for _ in iter(stop.is_set, True)],
+                            daemon=True)
+    loop.start()
+    try:
+        routes = Routes(d)
+        job = routes.dispatch(ALICE, "GET", "/v1/jobs/7", None)
+        assert job["archived"] is True and job["rsa_state"] == "released"
+        assert job["events"] and job["user"] == "alice"
+        assert routes.dispatch(ALICE, "GET", "/v1/events?job=7", None)["events"]
+        with pytest.raises(ApiError, match="not tracked"):
+            routes.dispatch(BOB, "GET", "/v1/jobs/7", None)
+        with pytest.raises(ApiError, match="not tracked"):
+            routes.dispatch(ALICE, "GET", "/v1/jobs/999", None)
+    finally:
+        stop.set()
+        loop.join(5)
