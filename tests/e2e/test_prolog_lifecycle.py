@@ -8,6 +8,7 @@ refused with nothing mounted; with rsad down the job still runs, from the PFS.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -461,7 +462,10 @@ echo out > {area}/out/result
     state, _, message = (res / "env").read_text().strip().partition("|")
     assert state == "pfs", (state, message)
     data = rsa_job(lab, job)
-    assert data is not None and data["rsa_state"] == "declined"
-    told = str(data.get("message") or "")
-    assert told and message == f"the RSA declined this job: {told} (rsa job {job})"
+    assert data is not None and data["declined"] is True  # declined, then released at its end
+    prefix, suffix = "the RSA declined this job: ", f" (rsa job {job})"
+    assert message.startswith(prefix) and message.endswith(suffix), message
+    why = message[len(prefix):-len(suffix)]
+    told = json.dumps(data["events"])
+    assert why and why in told, (why, told)  # what the user was told when it was declined
     assert (area / "out" / "result").read_text() == "out\n"  # on the PFS: nothing to stage
