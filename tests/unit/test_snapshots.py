@@ -14,7 +14,8 @@ from rsa_scheduler.core.policy import StagingPolicy
 from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.daemon.service import Daemon
 from rsa_scheduler.store import Store
-from tests.unit.test_daemon import ScriptedSlurm, instant_registry, make_pool, settle, with_slurm
+from tests.unit.corekit import make_pool
+from tests.unit.test_daemon import ScriptedSlurm, instant_registry, settle, with_slurm
 
 
 def daemon(db: Path, slurm: ScriptedSlurm, snapshot_every: int = 0) -> Daemon:
