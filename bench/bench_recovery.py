@@ -40,7 +40,7 @@ from rsa_scheduler.daemon.wiring import slurm_executors
 from rsa_scheduler.store import Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_daemon_commit import Queue, instant, settle  # noqa: E402
+from bench_daemon_commit import Queue, instant, settle
 
 BATCH = 200
 
