@@ -332,6 +332,11 @@ class DaemonConfig:
                       "stays in the store, where `rsa job ID` and `rsa events --job ID` "
                       "read it. Bounds memory by live jobs.")
     )
+    snapshot_every: int = field(
+        metadata=meta(Int(min=0, max=10**9), "Write a snapshot of rsad's state every this "
+                      "many events; a restart loads the newest and replays only the events "
+                      "after it (0: never, replay the whole log).")
+    )
     urgent_workers: int = field(
         metadata=meta(Int(min=1, max=1024), "Workers for everything else (mounts, the "
                                             "reset, lock-in, teardown, messages): they "

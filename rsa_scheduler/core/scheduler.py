@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from rsa_scheduler.core.actions import Action, Outcome
 from rsa_scheduler.core.allocator import Pool
@@ -308,10 +309,19 @@ class Scheduler:
 
     # ---- replay -----------------------------------------------------------------------
     @classmethod
-    def replay(cls, pool: Pool, policy: StagingPolicy, events: Iterable[Event]
-               ) -> Scheduler:
-        """Rebuild a scheduler from its event log (Flux RFC 21: replay reproduces state)."""
+    def replay(cls, pool: Pool, policy: StagingPolicy, events: Iterable[Event],
+               base: Mapping[str, Any] | None = None) -> Scheduler:
+        """Rebuild a scheduler from its event log (Flux RFC 21: replay reproduces state).
+
+        ``base``: a :meth:`durable_state` taken when the log ended at some event; then
+        ``events`` are only those after it. The result is the same as a replay of the
+        whole log (tests/unit/test_snapshots.py)."""
         sched = cls(pool, policy)
+        if base is not None:
+            for name, state in dict(base.get("pool") or {}).items():
+                pool.set_state(str(name), NodeState(str(state)))
+            for jid, data in dict(base.get("records") or {}).items():
+                sched.records[str(jid)] = JobRecord.from_json(data)
         for ev in events:
             if ev.job_id == POOL_STREAM:
                 if ev.name == "node.state":
@@ -323,6 +333,12 @@ class Scheduler:
                 pool.adopt(rec.job_id, rec.nodes)
             sched._note_waiting(rec)
         return sched
+
+    def durable_state(self) -> dict[str, Any]:
+        """What :meth:`replay` needs to start from instead of an empty log: every record
+        and the pool's node states (JSON)."""
+        return {"records": {jid: rec.to_json() for jid, rec in self.records.items()},
+                "pool": {n.name: self.pool.state(n.name).value for n in self.pool.nodes()}}
 
     def snapshot(self) -> Mapping[str, dict[str, object]]:
         """Every record as JSON (for comparisons and projections)."""

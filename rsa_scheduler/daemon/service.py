@@ -35,6 +35,7 @@ from rsa_scheduler.core.states import JobState
 from rsa_scheduler.core.transitions import Trigger
 from rsa_scheduler.daemon.executors import ActionContext, Registry
 from rsa_scheduler.daemon.metrics import Metrics
+from rsa_scheduler.errors import StoreError
 from rsa_scheduler.hosts import CancelToken
 from rsa_scheduler.slurm.parse import QueueRow, parse_queue
 from rsa_scheduler.slurm.port import SlurmError, SlurmPort
@@ -87,6 +88,7 @@ class Daemon:
     def __init__(self, scheduler: Scheduler, *, slurm: SlurmPort, store: Store,
                  registry: Registry, workers: int = 8, urgent_workers: int = 8,
                  poll_interval: float = 5.0, retention: float = 3600.0,
+                 snapshot_every: int = 10_000,
                  script_source: str = "job_submit",
                  clock: Callable[[], float] = time.time) -> None:
         self.sched = scheduler
@@ -98,6 +100,10 @@ class Daemon:
         # stays in the store: rsa job / rsa events read it there)
         self.retention = retention
         self._last_forget = 0.0
+        # a snapshot of the state every ``snapshot_every`` events: a restart replays only
+        # what came after the newest one
+        self.snapshot_every = snapshot_every
+        self._snap_seq = 0
         self.script_source = script_source
         self.clock = clock
         self.inbox: queue.Queue[Request] = queue.Queue()
@@ -129,10 +135,19 @@ class Daemon:
 
     # ---- start-up -----------------------------------------------------------------------
     def start(self) -> None:
-        """Rebuild state from the log and re-issue whatever was in flight."""
-        events = list(self.store.events())
+        """Rebuild state from the newest snapshot and the log after it (or the whole log)
+        and re-issue whatever was in flight."""
+        snap = self.store.latest_snapshot()
+        since, base = snap if snap is not None else (0, None)
+        events = list(self.store.events(since=since))
         pool = self.sched.pool
-        self.sched = Scheduler.replay(pool, self.sched.policy, events)
+        self.sched = Scheduler.replay(pool, self.sched.policy, events, base=base)
+        self._snap_seq = since
+        if base is not None:
+            self.facts = {str(j): dict(f) for j, f in dict(base.get("facts") or {}).items()}
+            self.node_notes = {str(n): dict(v)
+                               for n, v in dict(base.get("node_notes") or {}).items()}
+            log.info("loaded the snapshot at event %d: %d jobs", since, len(self.sched.records))
         for ev in events:
             self._learn_facts(ev)
             if ev.name == "node.state":
@@ -252,6 +267,7 @@ class Daemon:
         self._commit(dec)
         self._prune_specs(rows)
         self._forget(now, {r.job_id for r in rows} | fresh)
+        self._maybe_snapshot()
         self._last_poll = now
         self.last_cycle_seconds = self.clock() - started
         if self.metrics is not None:
@@ -294,10 +310,29 @@ class Daemon:
         dec = self.sched.observe(obs, now, complete=False, present=set(lines) | fresh)
         self._commit(dec)
         self._forget(now, set(lines) | fresh)
+        self._maybe_snapshot()
         self._last_poll = now
         self.last_cycle_seconds = self.clock() - started
         if self.metrics is not None:
             self.metrics.cycle.observe(self.last_cycle_seconds)
+
+    def snapshot(self) -> int:
+        """Write the state as of the newest committed event (loop thread: every event up
+        to it is folded in); returns its seq."""
+        seq = self.store.last_seq()
+        data = {**self.sched.durable_state(), "facts": self.facts,
+                "node_notes": self.node_notes}
+        self.store.write_snapshot(seq, self.clock(), data)
+        self._snap_seq = seq
+        log.info("snapshot at event %d: %d jobs", seq, len(self.sched.records))
+        return seq
+
+    def _maybe_snapshot(self) -> None:
+        if self.snapshot_every and self.store.last_seq() - self._snap_seq >= self.snapshot_every:
+            try:
+                self.snapshot()
+            except (StoreError, ValueError) as e:  # the log stays the truth: go on
+                log.error("could not write a snapshot: %s", e)
 
     def _forget(self, now: float, present: set[str]) -> None:
         """Bound memory by live jobs: at most once a minute, finished jobs whose cycle

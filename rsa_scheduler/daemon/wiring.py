@@ -119,6 +119,7 @@ def make_daemon(cfg: Config, *, slurm: SlurmPort | None = None,
                     registry=registry,
                     workers=cfg.daemon.workers, urgent_workers=cfg.daemon.urgent_workers,
                     poll_interval=cfg.daemon.poll_interval, retention=cfg.daemon.retention,
+                    snapshot_every=cfg.daemon.snapshot_every,
                     script_source=cfg.slurm.script_source.value)
     daemon.hosts = hosts
     return daemon

@@ -19,6 +19,10 @@ from rsa_scheduler.runner import CommandError
 
 TAIL = 4000
 EXIT_ROOT = 66  # scripts: cannot enter the root directory
+# A filesystem that stopped answering (a dead server behind a FUSE mount): not the user's
+# fault and not a missing directory, whatever the exit status says
+_NOT_ANSWERING = ("Input/output error", "Transport endpoint is not connected",
+                  "Software caused connection abort")
 _PERMANENT = (("Permission denied", "permission denied"),
               ("Operation not permitted", "operation not permitted"),
               ("No space left on device", "no space left (RAMDISK or quota too small)"),
@@ -45,6 +49,12 @@ def classify(err: CommandError, what: str, node: str) -> StagingError:
     if err.timed_out:
         return StagingError(f"{what} on {node} timed out (transfer killed); will retry",
                             permanent=False, node=node)
+    for needle in _NOT_ANSWERING:
+        if needle in err.stderr_tail:
+            hit = next((ln for ln in tail if needle in ln), last)
+            return StagingError(f"{what} on {node}: the filesystem does not answer "
+                                f"({needle}): {hit.strip()}; one of its servers may have "
+                                "failed; will retry", permanent=False, node=node)
     for needle, why in _PERMANENT:
         if needle in err.stderr_tail:
             hit = next((ln for ln in tail if needle in ln), last)

@@ -76,6 +76,17 @@ MIGRATIONS: tuple[Migration, ...] = (
         # events(job_id) reads one stream in seq order without scanning the whole log.
         ("CREATE INDEX events_job_seq ON events (job_id, seq)",),
     ),
+    Migration(
+        4,
+        "snapshots",
+        # The daemon's state as of event ``seq``: a restart loads the newest and replays
+        # only the events after it. Never the source of truth: the log still is.
+        ("""CREATE TABLE snapshots (
+                seq  INTEGER PRIMARY KEY,
+                time REAL    NOT NULL,
+                data TEXT    NOT NULL
+            )""",),
+    ),
 )
 
 LATEST: int = MIGRATIONS[-1].version

@@ -362,6 +362,32 @@ class Store:
             if remaining is not None:
                 remaining -= len(page)
 
+    def write_snapshot(self, seq: int, time: float, data: Mapping[str, Any],
+                       keep: int = 2) -> None:
+        """Record the daemon's state as of event ``seq`` (every event up to it folded in);
+        only the newest ``keep`` snapshots are kept. One transaction."""
+        if seq > self.last_seq():
+            raise ValueError(f"snapshot at seq {seq} is ahead of the log")
+        try:
+            text = _dumps(data)
+        except (TypeError, ValueError) as e:
+            raise StoreError(f"{self.path}: snapshot at seq {seq} cannot be stored: not "
+                             f"JSON ({e}); this is a bug, please report it") from e
+        with self._write("writing a snapshot") as conn:
+            conn.execute("INSERT OR REPLACE INTO snapshots (seq, time, data) VALUES (?, ?, ?)",
+                         (seq, time, text))
+            conn.execute("DELETE FROM snapshots WHERE seq NOT IN "
+                         "(SELECT seq FROM snapshots ORDER BY seq DESC LIMIT ?)", (keep,))
+
+    def latest_snapshot(self) -> tuple[int, dict[str, Any]] | None:
+        """(seq, data) of the newest snapshot, or None."""
+        row = self._query_one("reading the latest snapshot",
+                              "SELECT seq, data FROM snapshots ORDER BY seq DESC LIMIT 1", ())
+        if row is None:
+            return None
+        data = _loads(row[1])
+        return int(row[0]), dict(data)
+
     def last_seq(self) -> int:
         """The ``seq`` of the newest committed event (0 for an empty log)."""
         return int(self._query_one("reading the last seq",
