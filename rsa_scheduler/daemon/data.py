@@ -12,9 +12,10 @@ cannot be used.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -30,7 +31,7 @@ from rsa_scheduler.fs.base import FilesystemBackend, FsRequest, MountSpec
 from rsa_scheduler.hosts import Host
 from rsa_scheduler.runner import Identity
 from rsa_scheduler.staging.engine import StagingEngine
-from rsa_scheduler.staging.report import Progress, Stats
+from rsa_scheduler.staging.report import Progress, StagingError, Stats
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +189,27 @@ class DataPath:
                              parallel_per_node=st.parallel_per_node, progress=progress,
                              cancel=ctx.cancel, job_id=ctx.action.job_id)
 
+    @contextlib.contextmanager
+    def diagnosed(self, spec: MountSpec) -> Iterator[None]:
+        """When a staging command finds the filesystem not answering (EIO, ENOTCONN),
+        ask the backend whether the RAMDISK itself is broken and say so in the error:
+        "will retry" alone would hide a dead server the health loop is about to act on."""
+        try:
+            yield
+        except StagingError as e:
+            if not e.unanswered:
+                raise
+            try:
+                health = self.backend(self.tiers[spec.nodes[0]]).health(spec)
+            except Exception as probe:  # noqa: BLE001 - the diagnosis must not hide e
+                log.warning("job RAMDISK %s: health probe failed: %s", spec.fs_id, probe)
+                raise e from None
+            if health.ok:
+                raise
+            raise StagingError(f"{e}; the RAMDISK's filesystem is broken: {health.detail}",
+                               permanent=e.permanent, node=e.node,
+                               unanswered=True) from e
+
     # ---- executors ----------------------------------------------------------------------
     def build_fs(self, ctx: ActionContext) -> Mapping[str, Any]:
         req = self.request(ctx)
@@ -226,20 +248,22 @@ class DataPath:
         args = ctx.action.args
         spec = self.mount(ctx)
         eng = self.engine(ctx, spec)
-        eng.prepare_root(spec.rsa_mountpoint)
-        if args.get("preprocess"):
-            return _script(ctx, eng, spec, "preprocess", "stage-in")
-        return _stats(eng.stage_in(str(args["data_in"]), spec.rsa_mountpoint,
-                                   atomic=bool(args.get("atomic"))))
+        with self.diagnosed(spec):
+            eng.prepare_root(spec.rsa_mountpoint)
+            if args.get("preprocess"):
+                return _script(ctx, eng, spec, "preprocess", "stage-in")
+            return _stats(eng.stage_in(str(args["data_in"]), spec.rsa_mountpoint,
+                                       atomic=bool(args.get("atomic"))))
 
     def stage_out(self, ctx: ActionContext) -> Mapping[str, Any]:
         args = ctx.action.args
         spec = self.mount(ctx)
         eng = self.engine(ctx, spec)
-        if args.get("postprocess"):
-            return _script(ctx, eng, spec, "postprocess", "stage-out")
-        return _stats(eng.stage_out(spec.rsa_mountpoint, str(args["data_out"]),
-                                    str(args.get("method") or "rsync")))
+        with self.diagnosed(spec):
+            if args.get("postprocess"):
+                return _script(ctx, eng, spec, "postprocess", "stage-out")
+            return _stats(eng.stage_out(spec.rsa_mountpoint, str(args["data_out"]),
+                                        str(args.get("method") or "rsync")))
 
     def verify(self, ctx: ActionContext) -> Mapping[str, Any]:
         args = ctx.action.args
@@ -249,8 +273,9 @@ class DataPath:
                     "summary": "your POSTPROCESS exited 0 (its output is not checked)"}
         spec = self.mount(ctx)
         eng = self.engine(ctx, spec)
-        result = eng.verify(spec.rsa_mountpoint, str(args["data_out"]),
-                            str(args.get("method") or "rsync"))
+        with self.diagnosed(spec):
+            result = eng.verify(spec.rsa_mountpoint, str(args["data_out"]),
+                                str(args.get("method") or "rsync"))
         if not result.ok:
             raise RsaError(result.summary(str(args["data_out"])))
         out = str(args["data_out"])
@@ -265,8 +290,9 @@ class DataPath:
         spec = self.mount(ctx)
         eng = self.engine(ctx, spec)
         data_in = str(args["data_in"])
-        eng.stage_out(spec.rsa_mountpoint, data_in, "rsync")
-        result = eng.verify(spec.rsa_mountpoint, data_in, "rsync")
+        with self.diagnosed(spec):
+            eng.stage_out(spec.rsa_mountpoint, data_in, "rsync")
+            result = eng.verify(spec.rsa_mountpoint, data_in, "rsync")
         if not result.ok:
             raise RsaError(result.summary(data_in))
         return {"verified": {"objects": result.checked}}

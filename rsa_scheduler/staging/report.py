@@ -34,11 +34,15 @@ class StagingError(RsaError):
     """A transfer, scan, verification or script could not be done.
 
     ``permanent``: retrying cannot help (permission denied, DATA_IN missing, no space);
-    otherwise the failure may be transient (I/O error, timeout, node lost)."""
+    otherwise the failure may be transient (I/O error, timeout, node lost).
+    ``unanswered``: the filesystem did not answer (EIO, ENOTCONN): worth asking the
+    backend whether the RAMDISK itself is broken."""
 
-    def __init__(self, message: str, *, permanent: bool, node: str = "") -> None:
+    def __init__(self, message: str, *, permanent: bool, node: str = "",
+                 unanswered: bool = False) -> None:
         self.permanent = permanent
         self.node = node
+        self.unanswered = unanswered
         super().__init__(message)
 
 
@@ -54,7 +58,8 @@ def classify(err: CommandError, what: str, node: str) -> StagingError:
             hit = next((ln for ln in tail if needle in ln), last)
             return StagingError(f"{what} on {node}: the filesystem does not answer "
                                 f"({needle}): {hit.strip()}; one of its servers may have "
-                                "failed; will retry", permanent=False, node=node)
+                                "failed; will retry", permanent=False, node=node,
+                                unanswered=True)
     for needle, why in _PERMANENT:
         if needle in err.stderr_tail:
             hit = next((ln for ln in tail if needle in ln), last)

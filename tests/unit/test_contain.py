@@ -38,6 +38,17 @@ needs_cgroup = pytest.mark.skipif(
     reason="needs root and a writable cgroup v2 hierarchy")
 
 
+def lab_is_running() -> bool:
+    """True when the local Slurm lab's rsad is alive: its RSA nodes share this host's
+    cgroup tree, so a real FENCE here would kill the lab's staging commands too."""
+    pid_file = Path("/run/rsa-lab/pids/rsad.pid")
+    try:
+        pid = int(pid_file.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return False
+    return Path(f"/proc/{pid}").exists()
+
+
 @pytest.mark.parametrize("scope", ["", "../x", "a/b", "1 2", "-1", "x" * 65, "1..2"])
 def test_a_scope_that_is_not_a_job_id_is_refused(scope: str) -> None:
     with pytest.raises(ValueError, match="bad containment scope"):
@@ -152,6 +163,9 @@ def test_without_a_cgroup_reap_kills_the_tagged_processes_of_users_only() -> Non
 @needs_cgroup
 def test_fence_kills_every_leftover_command_of_every_job_and_keeps_root_processes() -> None:
     assert CG is not None
+    if lab_is_running():
+        pytest.fail("the lab is up: a real FENCE on this host would kill its staging "
+                    "commands; run the unit tests with the lab down (make lab-down)")
     leaves = [CG / "rsa.jobs" / f"7{os.getpid()}" / "p1", CG / "rsa.jobs" / SCOPE / "p2"]
     procs = []
     root_tagged = subprocess.Popen(["sleep", "3005"], start_new_session=True,
