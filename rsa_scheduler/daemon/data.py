@@ -199,12 +199,12 @@ class DataPath:
         except StagingError as e:
             if not e.unanswered:
                 raise
+            health = None
             try:
                 health = self.backend(self.tiers[spec.nodes[0]]).health(spec)
-            except Exception as probe:  # noqa: BLE001 - the diagnosis must not hide e
-                log.warning("job RAMDISK %s: health probe failed: %s", spec.fs_id, probe)
-                raise e from None
-            if health.ok:
+            except Exception as probe:  # the diagnosis must never hide e
+                log.warning("RAMDISK %s: health probe failed: %s", spec.fs_id, probe)
+            if health is None or health.ok:
                 raise
             raise StagingError(f"{e}; the RAMDISK's filesystem is broken: {health.detail}",
                                permanent=e.permanent, node=e.node,
