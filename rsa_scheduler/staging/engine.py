@@ -112,18 +112,21 @@ class StagingEngine:
                  atomic: bool = False) -> Stats:
         """DATA_IN → RAMDISK. ``resume``: skip what an interrupted run already finished.
         ``atomic``: every file appears under its name only once complete (copied into
-        ``<ramdisk>/.rsa-staging/`` and renamed; for the ``union`` early-start policy,
-        where the job may already be reading)."""
+        ``<ramdisk>/.rsa-staging-<job>/`` and renamed; for the ``union`` early-start
+        policy, where the job may already be reading)."""
         return self._copy("stage-in", src, ramdisk, resume=resume, atomic=atomic)
 
     def stage_out(self, ramdisk: str, dst: str, method: str = "rsync", *,
                   resume: bool = True) -> Stats:
-        """RAMDISK → DATA_OUT, as a tree (``rsync``, the default) or as archives (``tar``)."""
+        """RAMDISK → DATA_OUT, as a tree (``rsync``, the default) or as archives (``tar``).
+        Either way a file appears under its final name only once complete: the tree is
+        copied into ``<dst>/.rsa-staging-<job>/`` and renamed into place, archives are
+        written to ``.part`` names and renamed."""
         if method not in METHODS:
             raise ValueError(f"stage-out method {method!r}: expected one of {METHODS}")
         if method == "tar":
             return self._pack(ramdisk, dst)
-        return self._copy("stage-out", ramdisk, dst, resume=resume)
+        return self._copy("stage-out", ramdisk, dst, resume=resume, atomic=True)
 
     def verify(self, ramdisk: str, dst: str, method: str = "rsync") -> Verification:
         """Compare DATA_OUT (or its archives) with a manifest of the RAMDISK."""
@@ -201,17 +204,18 @@ class StagingEngine:
         todo: Sequence[Entry] = entries
         already = 0
         complete: set[bytes] = set()
-        parts = posixpath.join(dst, scripts.PART_DIR)
+        part_name = scripts.part_dir(self.job_id)
+        parts = posixpath.join(dst, part_name)
         existing = [e for e in self._scan(first, dst, f"{phase}: scanning {dst}")
-                    if e.path.split(b"/", 1)[0] != scripts.PART_DIR.encode()]
+                    if e.path.split(b"/", 1)[0] != part_name.encode()]
         self._refuse_planted(entries, existing, dst, phase)
         if resume and existing:
             todo, already = pending(entries, existing)
             complete = {e.path for e in entries} - {e.path for e in todo}
-        # Whole directories go recursively, except for atomic placement, which renames
-        # every copied name into place and therefore needs the names.
+        # Whole directories go recursively (atomic placement too: it renames what the
+        # copy left in its part directory, whatever the names were).
         plan = make_plan(todo, len(self.hosts) * self.parallel_per_node,
-                         big_bytes=self.big_bytes, already=already, trees=not atomic,
+                         big_bytes=self.big_bytes, already=already, trees=True,
                          complete=complete)
         log.info("%s: %s %s -> %s: %d files, %d bytes, %d buckets (%d of whole "
                  "directories; %d already done)", self.job_id, phase, src, dst, plan.files,

@@ -70,22 +70,39 @@ BIG = PRELUDE + (
 BLOCK_INTO_RAMDISK = "16M"  # stage-in: dd writes into the RAMDISK
 BLOCK_OUT_OF_RAMDISK = "128K"  # stage-out: dd reads out of the RAMDISK
 
-# Atomic placement (stage-in for the ``union`` early-start policy, where a running job
-# already sees the RAMDISK over the PFS: a half-written file must never hide the complete
-# PFS file). The bucket's list is copied into a private part directory ($3, below the
-# destination root, same filesystem) with the program in $4, then every name is renamed
-# into place: a file appears complete or not at all. $5 is passed on to the copier.
+# Atomic placement: every stage-out (a killed or interrupted copy must never leave a
+# file cut short under its final name in DATA_OUT) and the stage-in of the ``union``
+# early-start policy (a running job already sees the RAMDISK over the PFS: a half-written
+# file must never hide the complete PFS file). The bucket is copied into a private part
+# directory ($3, below the destination root, same filesystem) with the program in $4 ($5
+# is passed on to it), then every non-directory is renamed into the same directory below
+# the destination root ($2), which the engine created beforehand: a file appears complete
+# or not at all. Renames go one `mv -t` per directory (xargs batches the names), not one
+# process per file; the part directories are made u+rwx first, since moving a name out
+# of a directory needs write access to it (the engine sets every directory's mode last).
+# rename(2) replaces a symlink planted at the final name; it never follows it.
 ATOMIC = PRELUDE + (
     'list=$(cat) || exit 1; rm -rf -- "$3" && mkdir -p -- "$3" || exit 1; prev=; '
     'printf %s "$list" | base64 -d | while IFS= read -r -d "" p; do d=${p%/*}; '
     '[ "$d" = "$prev" ] || mkdir -p -- "$3/$d" || exit 1; prev=$d; done || exit 1; '
     'printf %s "$list" | bash -c "$4" bash "$1" "$3" "$5" || exit $?; '
-    'cd -- "$2" || exit 66; '
-    'printf %s "$list" | base64 -d | while IFS= read -r -d "" p; do '
-    'mv -f -T -- "$3/$p" "$p" || exit 1; done || exit 1; rm -rf -- "$3"')
+    'cd -- "$3" || exit 1; '
+    'find . -type d ! -perm -u=rwx -exec chmod u+rwx -- {} + || exit 1; '
+    'find . -type d -print0 | while IFS= read -r -d "" d; do '
+    'find "$d" -mindepth 1 -maxdepth 1 ! -type d -print0 '
+    '| xargs -0 -r mv -f -t "$2/$d" -- || exit 1; done || exit 1; '
+    'cd / && rm -rf -- "$3"')
 
-# The part directories of atomic placement, one per bucket, below the destination root.
+# The part directories of atomic placement, below the destination root: one per job
+# (``<PART_DIR>-<job>``: a name of the user's own in DATA_OUT is never touched), one
+# subdirectory per bucket.
 PART_DIR = ".rsa-staging"
+
+
+def part_dir(job_id: str) -> str:
+    """The name of a job's part directory below a destination root."""
+    return f"{PART_DIR}-{job_id}"
+
 
 # Create the directory skeleton (0700 + u+rwx while staging: a directory that was
 # finalised read-only by an earlier, interrupted run must accept writes again). A symlink

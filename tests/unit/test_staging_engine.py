@@ -259,17 +259,17 @@ def test_atomic_stage_in_keeps_everything_and_leaves_no_part_directory(
     stats = eng.stage_in(str(area / "src"), str(area / "ram"), atomic=True)
     assert stats.files == 51
     assert tree_state(area / "ram") == tree_state(area / "src")
-    assert not (area / "ram" / ".rsa-staging").exists()
+    assert not (area / "ram" / ".rsa-staging-77").exists()
 
 
 def test_atomic_stage_in_resumes_past_a_part_directory_left_by_a_crash(
         area: Path, user: Identity) -> None:
     eng = make_engine(user)
     eng.prepare_root(str(area / "ram"))
-    part = area / "ram" / ".rsa-staging" / "0" / "sub dir"
+    part = area / "ram" / ".rsa-staging-77" / "0" / "sub dir"
     part.mkdir(parents=True)
     (part / "f003").write_bytes(b"torn")
-    for p in (area / "ram" / ".rsa-staging", area / "ram" / ".rsa-staging" / "0", part,
+    for p in (area / "ram" / ".rsa-staging-77", area / "ram" / ".rsa-staging-77" / "0", part,
               part / "f003"):
         os.chown(p, user.uid, user.gid)
     eng.stage_in(str(area / "src"), str(area / "ram"), atomic=True)
@@ -300,6 +300,89 @@ def test_atomic_stage_in_never_shows_a_partial_file(area: Path, user: Identity) 
         watcher.join()
     assert set(seen) <= {96 << 20}  # absent, or complete
     assert (ram / "huge").stat().st_size == 96 << 20
+
+
+def test_stage_out_never_shows_a_partial_file_under_its_final_name(
+        area: Path, user: Identity) -> None:
+    """Issue 13: a killed or interrupted stage-out copy must never leave a file cut short
+    under its final name in DATA_OUT (the copy goes to the part directory first)."""
+    ram = area / "ram"
+    eng = make_engine(user, big_bytes=1 << 20)
+    eng.prepare_root(str(ram))
+    eng.stage_in(str(area / "src"), str(ram))
+    (ram / "huge").write_bytes(os.urandom(1 << 20) * 96)  # dd path, takes a while
+    (ram / "many").mkdir()
+    for i in range(300):  # a whole directory: the recursive tar path
+        (ram / "many" / f"r{i:04d}").write_bytes(os.urandom(3000))
+    for q in [ram / "huge", ram / "many", *(ram / "many").iterdir()]:
+        os.chown(q, user.uid, user.gid)
+    out = area / "outs" / "out"
+    seen: dict[str, set[int]] = {}
+    want = {n: (ram / n).stat().st_size for n in ("huge", "many/r0000", "many/r0299")}
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            for name in want:
+                with contextlib.suppress(FileNotFoundError):
+                    seen.setdefault(name, set()).add(os.stat(out / name).st_size)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        eng.stage_out(str(ram), str(out))
+    finally:
+        done.set()
+        watcher.join()
+    for name, size in want.items():
+        assert seen.get(name, set()) <= {size}, name  # absent, or complete
+    assert tree_state(out) == tree_state(ram)
+    assert not (out / ".rsa-staging-77").exists()
+
+
+def test_stage_out_resumes_past_a_torn_part_directory_and_keeps_the_users_own(
+        area: Path, user: Identity) -> None:
+    """A crash mid-stage-out leaves only the job's part directory (torn files in it): the
+    next run replaces it and removes it. A ``.rsa-staging`` of the user's own in
+    DATA_OUT, or one of another job, is never touched."""
+    eng = staged(area, user)
+    out = area / "outs" / "out"
+    torn = out / ".rsa-staging-77" / "3" / "sub dir"
+    mine = out / ".rsa-staging" / "keep.txt"
+    other = out / ".rsa-staging-78" / "keep.txt"
+    for d in (torn, mine.parent, other.parent):
+        d.mkdir(parents=True)
+    (torn / "f003").write_bytes(b"torn")
+    mine.write_text("mine")
+    other.write_text("another job's")
+    for dirpath, _, names in os.walk(out):
+        os.chown(dirpath, user.uid, user.gid)
+        for n in names:
+            os.chown(os.path.join(dirpath, n), user.uid, user.gid)
+    eng.stage_out(str(area / "ram"), str(out))
+    assert not (out / ".rsa-staging-77").exists()
+    assert mine.read_text() == "mine" and other.read_text() == "another job's"
+    got = tree_state(out)
+    assert {k: v for k, v in got.items() if not k.startswith(b".rsa-staging")} \
+        == tree_state(area / "ram")
+
+
+def test_stage_out_replaces_an_older_file_at_the_final_name_whole(
+        area: Path, user: Identity) -> None:
+    """An older, longer file at a final name is replaced by the staged one (renamed over
+    it), not written into."""
+    eng = staged(area, user)
+    out = area / "outs" / "out"
+    (out / "sub dir").mkdir(parents=True)
+    (out / "sub dir" / "f001").write_bytes(b"an older, longer version of the file" * 100)
+    for q in (out, out / "sub dir", out / "sub dir" / "f001"):
+        os.chown(q, user.uid, user.gid)
+    before = (out / "sub dir" / "f001").stat().st_ino
+    eng.stage_out(str(area / "ram"), str(out))
+    assert (out / "sub dir" / "f001").stat().st_ino != before
+    assert (out / "sub dir" / "f001").read_bytes() == \
+        (area / "ram" / "sub dir" / "f001").read_bytes()
+    assert tree_state(out) == tree_state(area / "ram")
 
 
 def add_whole_directory(root: Path, owner: Identity) -> None:
@@ -351,7 +434,9 @@ def test_whole_directories_are_staged_recursively_and_keep_everything(
     seen.clear()
     eng.stage_out(str(area / "ram"), str(out))
     assert tree_state(out) == tree_state(area / "src")
-    assert any(a[2:3] == [scripts.TREE_PIPE] for a in seen)
+    # stage-out places atomically: the recursive copier runs inside the placement
+    assert any(a[2:3] == [scripts.ATOMIC] and a[7:8] == [scripts.TREE_PIPE] for a in seen)
+    assert not (out / ".rsa-staging-77").exists()
     assert eng.verify(str(area / "ram"), str(out)).ok
     # Resume: a file cut short inside the whole directory is copied again by name; the
     # directory's complete files are not copied again.
@@ -397,7 +482,9 @@ def test_big_files_are_copied_with_the_block_size_of_their_direction(
     out = area / "outs" / "out"
     seen.clear()
     eng.stage_out(str(area / "ram"), str(out))
-    assert [a[-1] for a in seen if a[2:3] == [scripts.BIG]] == ["128K"]
+    # stage-out places atomically: the copier is ATOMIC's $4, its block its $5
+    assert [a[-1] for a in seen if a[2:3] == [scripts.ATOMIC]
+            and a[7:8] == [scripts.BIG]] == ["128K"]
     assert tree_state(out) == tree_state(area / "src")
     assert eng.verify(str(area / "ram"), str(out)).ok
     assert (out / "sparse").stat().st_blocks * 512 < 1 << 20  # 40 MiB, 6 bytes of data
