@@ -16,7 +16,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
@@ -91,6 +91,20 @@ def _owner(user: str) -> tuple[int, int] | None:
     except KeyError:
         return None
     return (pw.pw_uid, pw.pw_gid) if pw else None
+
+
+#: seconds between checks of a RAMDISK while data moves on it
+TEND_EVERY = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class Tending:
+    """What one check of a RAMDISK found: ``detail`` what was wrong ("" = healthy),
+    ``broken`` what still is (not repaired), ``restarted`` what was restarted."""
+
+    detail: str = ""
+    broken: str = ""
+    restarted: tuple[str, ...] = ()
 
 
 class DataPath:
@@ -189,26 +203,73 @@ class DataPath:
                              parallel_per_node=st.parallel_per_node, progress=progress,
                              cancel=ctx.cancel, job_id=ctx.action.job_id)
 
+    # ---- keeping the RAMDISK alive while data moves ----------------------------------
+    def check_and_repair(self, ctx: ActionContext, spec: MountSpec) -> Tending:
+        """Check the RAMDISK; if it is broken, restart what died (backend.repair) and
+        record what was restarted as an event of the job."""
+        req = self.request(ctx)
+        backend = self.backend(req.tier)
+        try:
+            health = backend.health(spec)
+        except Exception as e:  # a probe that fails says nothing about the data
+            log.warning("RAMDISK %s: health probe failed: %s", spec.fs_id, e)
+            return Tending()
+        if health.ok:
+            return Tending()
+        try:
+            done = backend.repair(req, spec)
+        except Exception as e:
+            log.warning("RAMDISK %s is broken (%s) and could not be repaired: %s",
+                        spec.fs_id, health.detail, e)
+            return Tending(health.detail, broken=f"{health.detail} (repair failed: {e})")
+        if not done:
+            return Tending(health.detail, broken=health.detail)
+        log.warning("job %s: RAMDISK %s was broken (%s): restarted %s", ctx.action.job_id,
+                    spec.fs_id, health.detail, ", ".join(done))
+        with contextlib.suppress(Exception):  # the event is for the operator: best effort
+            ctx.milestone({"repaired": {"broken": health.detail, "restarted": done}})
+        return Tending(health.detail, restarted=tuple(done))
+
     @contextlib.contextmanager
-    def diagnosed(self, spec: MountSpec) -> Iterator[None]:
-        """When a staging command finds the filesystem not answering (EIO, ENOTCONN),
-        ask the backend whether the RAMDISK itself is broken and say so in the error:
-        "will retry" alone would hide a dead server the health loop is about to act on."""
+    def tended(self, ctx: ActionContext, spec: MountSpec,
+               every: float = TEND_EVERY) -> Iterator[None]:
+        """Move data on a RAMDISK that is looked after: checked (and repaired) before
+        the first command, every ``every`` seconds while commands run (a copy stalled on
+        a dead chunkserver goes on once it is restarted), and, when a command found the
+        filesystem not answering (EIO, ENOTCONN), once more: the error then names what
+        is broken, or what was restarted, instead of a bare "will retry"."""
+        first = self.check_and_repair(ctx, spec)
+        if first.broken:
+            raise StagingError(f"job {ctx.action.job_id}: the RAMDISK's filesystem is "
+                               f"broken: {first.broken}; will retry", permanent=False,
+                               unanswered=True)
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.wait(every):
+                self.check_and_repair(ctx, spec)
+
+        watcher = threading.Thread(target=watch, name=f"tend-{spec.fs_id}", daemon=True)
+        watcher.start()
         try:
             yield
         except StagingError as e:
             if not e.unanswered:
                 raise
-            health = None
-            try:
-                health = self.backend(self.tiers[spec.nodes[0]]).health(spec)
-            except Exception as probe:  # the diagnosis must never hide e
-                log.warning("RAMDISK %s: health probe failed: %s", spec.fs_id, probe)
-            if health is None or health.ok:
+            stop.set()
+            t = self.check_and_repair(ctx, spec)
+            if t.broken:
+                why = f"the RAMDISK's filesystem is broken: {t.broken}"
+            elif t.restarted:
+                why = (f"the RAMDISK's filesystem was broken ({t.detail}): restarted "
+                       f"{', '.join(t.restarted)}")
+            else:
                 raise
-            raise StagingError(f"{e}; the RAMDISK's filesystem is broken: {health.detail}",
-                               permanent=e.permanent, node=e.node,
+            raise StagingError(f"{e}; {why}", permanent=e.permanent, node=e.node,
                                unanswered=True) from e
+        finally:
+            stop.set()
+            watcher.join()
 
     # ---- executors ----------------------------------------------------------------------
     def build_fs(self, ctx: ActionContext) -> Mapping[str, Any]:
@@ -248,7 +309,7 @@ class DataPath:
         args = ctx.action.args
         spec = self.mount(ctx)
         eng = self.engine(ctx, spec)
-        with self.diagnosed(spec):
+        with self.tended(ctx, spec):
             eng.prepare_root(spec.rsa_mountpoint)
             if args.get("preprocess"):
                 return _script(ctx, eng, spec, "preprocess", "stage-in")
@@ -259,7 +320,7 @@ class DataPath:
         args = ctx.action.args
         spec = self.mount(ctx)
         eng = self.engine(ctx, spec)
-        with self.diagnosed(spec):
+        with self.tended(ctx, spec):
             if args.get("postprocess"):
                 return _script(ctx, eng, spec, "postprocess", "stage-out")
             return _stats(eng.stage_out(spec.rsa_mountpoint, str(args["data_out"]),
@@ -273,7 +334,7 @@ class DataPath:
                     "summary": "your POSTPROCESS exited 0 (its output is not checked)"}
         spec = self.mount(ctx)
         eng = self.engine(ctx, spec)
-        with self.diagnosed(spec):
+        with self.tended(ctx, spec):
             result = eng.verify(spec.rsa_mountpoint, str(args["data_out"]),
                                 str(args.get("method") or "rsync"))
         if not result.ok:
@@ -290,7 +351,7 @@ class DataPath:
         spec = self.mount(ctx)
         eng = self.engine(ctx, spec)
         data_in = str(args["data_in"])
-        with self.diagnosed(spec):
+        with self.tended(ctx, spec):
             eng.stage_out(spec.rsa_mountpoint, data_in, "rsync")
             result = eng.verify(spec.rsa_mountpoint, data_in, "rsync")
         if not result.ok:

@@ -106,6 +106,13 @@ class FilesystemBackend(abc.ABC):
     def health(self, spec: MountSpec) -> Health:
         """Is the RAMDISK usable from every RSA node?"""
 
+    def repair(self, req: FsRequest, spec: MountSpec) -> list[str]:
+        """Restart what died of the RAMDISK's servers and RSA-node mounts, keeping its
+        data (a RAM pool outlives the daemons that serve it). Returns what was restarted,
+        one short phrase each (``[]``: nothing to do, or nothing this backend can do).
+        Raises FsError when a node cannot be repaired (unreachable, its files gone)."""
+        return []
+
     @abc.abstractmethod
     def client_mount_argv(self, spec: MountSpec, mountpoint: str) -> list[str]:
         """argv a compute node (as root) runs to mount the RAMDISK at ``mountpoint``. It

@@ -228,6 +228,34 @@ rmdir "$mnt" 2>/dev/null || true
 PROBE_SCRIPT = ('if [ -e "$0" ]; then echo F:.; ls -A "$0" | sed "s/^/F:/"; else echo F:-; fi; '
                 'ss -Hltn')
 
+# Restart a job's MooseFS servers on one node if they died (kill -9, OOM), keeping their
+# data: the chunks stay in the node's pool directory, and the master, started with -a,
+# rebuilds its metadata from its last dump and change logs. $0: the node's dir, $1: 1 on
+# the master's node. Prints "restarted: <daemon>" per restart. A node whose files are
+# gone (rebooted, pool wiped) exits 3: starting empty servers there would hide the loss.
+REPAIR_SCRIPT = r"""d=$0
+[ -f "$d/mfschunkserver.cfg" ] || {
+  echo "its RAMDISK files are gone from this node (restarted? pool wiped?)" >&2; exit 3; }
+if [ "$1" = 1 ] && ! mfsmaster -c "$d/mfsmaster.cfg" test >/dev/null 2>&1; then
+  mfsmaster -a -c "$d/mfsmaster.cfg" start >/dev/null 2>"$d/repair.err" || {
+    echo "mfsmaster would not start: $(tail -n 1 "$d/repair.err")" >&2; exit 1; }
+  echo "restarted: master"
+fi
+if ! mfschunkserver -c "$d/mfschunkserver.cfg" test >/dev/null 2>&1; then
+  mfschunkserver -c "$d/mfschunkserver.cfg" start >/dev/null 2>"$d/repair.err" || {
+    echo "mfschunkserver would not start: $(tail -n 1 "$d/repair.err")" >&2; exit 1; }
+  echo "restarted: chunkserver"
+fi
+"""
+
+# Is the node's own mount of the RAMDISK alive? "ok", "missing" (not mounted), "dead"
+# (its mfsmount died: ENOTCONN) or "hung" (no answer in 8 s: a dead master, which
+# REPAIR_SCRIPT restarts; the mount recovers by itself).
+MOUNT_CHECK = r"""mnt=$0
+findmnt -n --mountpoint "$mnt" >/dev/null || { echo missing; exit 0; }
+if err=$(timeout -s KILL 8 stat -f -c %b "$mnt" 2>&1 >/dev/null); then echo ok
+else case $err in *"not connected"*) echo dead;; *) echo hung;; esac; fi"""
+
 # SIGKILL MooseFS daemons (a scratch FS needs no clean stop) given "lockfile cfg" pairs:
 # the pid comes from the daemon's own lock file and is only killed if that process runs
 # with this cfg (a recycled pid is left alone); then wait until each is gone or a zombie
@@ -675,6 +703,46 @@ class MooseFsBackend(FilesystemBackend):
         if problems:
             return Health(False, "; ".join(f"{n}: {p}" for n, p in problems.items()))
         return Health(True, f"{len(nodes)} chunkservers, mounted on every node")
+
+    # ----------------------------------------------------------------- repair
+
+    def repair(self, req: FsRequest, spec: MountSpec) -> list[str]:
+        """Restart dead servers (master with metadata recovery, chunkservers) on every
+        node, then remount the RSA-node mounts whose mfsmount died. Data is kept: it
+        lives in the pool directories, not in the daemons."""
+        lay = self.layout(req, int(spec.client.get("port_base") or 0))
+        if not lay.base:
+            raise FsError(f"{req.fs_id}: no port block recorded: cannot repair")
+
+        def servers(node: str) -> list[str]:
+            out = self._run(node, ["sh", "-c", REPAIR_SCRIPT, lay.dir(node),
+                                   "1" if node == lay.master else "0"], 60)
+            return [f"{ln.split(': ', 1)[1]} on {node}" for ln in out.splitlines()
+                    if ln.startswith("restarted: ")]
+
+        found = on_nodes(lay.nodes, servers, f"{req.fs_id}: restart dead servers")
+        done = [d for n in lay.nodes for d in found[n]]
+        if done:
+            self._wait_chunkservers(lay, Deadline(self.create_timeout,
+                                                  f"{req.fs_id}: repair"), None)
+        title = re.escape(f"mfsmount (mounted on: {lay.mountpoint})")
+
+        def mount(node: str) -> str:
+            state = self._run(node, ["sh", "-c", MOUNT_CHECK, lay.mountpoint], 30).strip()
+            if state not in ("missing", "dead"):
+                return ""
+            steps = [["sh", "-c", UMOUNT_SCRIPT, lay.mountpoint, title]]
+            if lay.guard:
+                steps.append(lay.guard_argv(node))
+            steps.append(lay.mount_argv(node, self.rsa_node_options))
+            self._run(node, sh_chain(*steps), 60)
+            return f"mount on {node}"
+
+        remounted = on_nodes(lay.nodes, mount, f"{req.fs_id}: remount")
+        done += [remounted[n] for n in lay.nodes if remounted[n]]
+        if done:
+            log.warning("%s: repaired: restarted %s", req.fs_id, ", ".join(done))
+        return done
 
     def client_mount_argv(self, spec: MountSpec, mountpoint: str) -> list[str]:
         """A compute node's mount, with the secret read from the first RSA node's pass

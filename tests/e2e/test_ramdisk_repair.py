@@ -1,0 +1,80 @@
+"""A job's RAMDISK servers killed with SIGKILL while the job runs (issue 13): the data is
+still in the RSA nodes' RAM pools, so rsad restarts what died before it stages out (the
+master with metadata recovery from its change logs, every chunkserver, the RSA node's own
+mfsmount), stages the output out, verifies it and says what it restarted. Nothing is
+lost, nothing leaks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from tests.e2e.test_prolog_lifecycle import nothing_of_job_mounted, run_to_start
+from tests.e2e.test_stage_out_failures import area, events, md5_of, wait_for_file
+from tests.integration.slurmkit import make_jobs
+from tests.integration.test_rsad_staging import rsa_job, wait_state
+
+__all__ = ["area"]  # the fixture, shared with the stage-out tests
+
+
+def servers_of(fs_id: str) -> dict[int, str]:
+    """PIDs and command lines of the RAMDISK's processes (all RSA nodes share this
+    host's PID namespace): its master, chunkservers and the RSA nodes' own mfsmounts."""
+    out = subprocess.run(["pgrep", "-a", "-f", f"mfs(master|chunkserver|mount).*{fs_id}"],
+                         capture_output=True, text=True, timeout=30).stdout
+    procs = {}
+    for line in out.splitlines():
+        pid, _, cmd = line.partition(" ")
+        procs[int(pid)] = cmd
+    return procs
+
+
+def test_servers_killed_during_the_run_are_restarted_and_the_output_kept(
+        lab: Mapping[str, str], area: Path) -> None:
+    out, res = area / "out", area / "res"
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_OUT={out}
+mkdir -p {out}/sub
+head -c 48M /dev/urandom > {out}/sub/result.bin
+for i in $(seq 1 20); do echo "line $i" > {out}/small-$i; done
+sync
+(cd {out} && md5sum sub/result.bin small-*) > {res}/md5
+while [ ! -e {res}/go ]; do sleep 0.5; done
+"""
+    with make_jobs(lab) as jobs:
+        job = run_to_start(lab, jobs, script)
+        wait_for_file(res / "md5")
+        fs_id = f"job{job}-c1"
+        time.sleep(2)  # let the master write its change log
+        procs = servers_of(fs_id)
+        master = [p for p, c in procs.items() if c.startswith("mfsmaster")]
+        chunkservers = [p for p, c in procs.items() if c.startswith("mfschunkserver")]
+        own_mounts = [p for p, c in procs.items() if c.startswith("mfsmount")]
+        assert len(master) == 1 and chunkservers and own_mounts, procs
+        # what the lab started for this job, by PID: its master, every chunkserver and
+        # the first RSA node's own mount
+        for pid in [*master, *chunkservers, own_mounts[0]]:
+            os.kill(pid, signal.SIGKILL)
+        (res / "go").touch()
+        wait_state(lab, job, "released", timeout=300)
+    assert md5_of(out) == (res / "md5").read_text()
+    repaired = [e for e in events(lab, job, "action.milestone")
+                if "repaired" in (e.get("detail") or {})]  # type: ignore[operator]
+    assert repaired, events(lab, job, "action.milestone")
+    restarted = [r for e in repaired
+                 for r in e["detail"]["repaired"]["restarted"]]  # type: ignore[index]
+    assert any(r.startswith("master on ") for r in restarted), restarted
+    assert sum(r.startswith("chunkserver on ") for r in restarted) == len(chunkservers)
+    assert any(r.startswith("mount on ") for r in restarted), restarted
+    verified = [e for e in events(lab, job, "action.outcome")
+                if "/verify/" in str(e["action"]) and e["result"] == "ok"]
+    assert verified
+    assert servers_of(fs_id) == {}
+    assert nothing_of_job_mounted(job)
+    status = rsa_job(lab, job)
+    assert status is not None and status["rsa_state"] == "released"

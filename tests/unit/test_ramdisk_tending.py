@@ -1,0 +1,201 @@
+"""A RAMDISK that data moves on is looked after (issue 13): checked and repaired before
+the first staging command, checked every few seconds while commands run, and when a
+command finds the filesystem not answering (EIO, ENOTCONN) the error names what is broken
+or what was restarted, instead of a bare "will retry". Real repairs run in the lab
+(tests/e2e/test_ramdisk_repair.py); here the backend is a stand-in and the logic is
+DataPath's."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+
+from rsa_scheduler.config import load_config_text
+from rsa_scheduler.core.actions import Action, ActionKind
+from rsa_scheduler.daemon.data import DataPath
+from rsa_scheduler.daemon.executors import ActionContext
+from rsa_scheduler.fs.base import FilesystemBackend, FsError, FsRequest, Health, MountSpec
+from rsa_scheduler.hosts import CancelToken, Host
+from rsa_scheduler.runner import CommandError
+from rsa_scheduler.staging.report import StagingError, classify
+
+SPEC = MountSpec("tmpfs", "job7-c1", ("rsa1",), "/run/rsa/mnt/job7-c1", {})
+CFG = load_config_text("pool:\n  nodes:\n    - names: rsa1\n      capacity: 2G\n")
+GOOD = Health(True, "1 chunkserver")
+BAD = Health(False, "master: 0/1 chunkservers registered with space")
+
+
+class Backend(FilesystemBackend):
+    name = "probe"
+
+    def __init__(self, health: Callable[[], Health],
+                 repair: Callable[[], list[str]] = lambda: ["chunkserver on rsa1"]) -> None:
+        super().__init__({})
+        self._health = health
+        self._repair = repair
+        self.checks = 0
+        self.repairs: list[FsRequest] = []
+
+    def create(self, req: FsRequest, cancel: CancelToken | None = None) -> MountSpec:
+        raise NotImplementedError
+
+    def destroy(self, req: FsRequest) -> None:
+        raise NotImplementedError
+
+    def health(self, spec: MountSpec) -> Health:
+        self.checks += 1
+        return self._health()
+
+    def repair(self, req: FsRequest, spec: MountSpec) -> list[str]:
+        self.repairs.append(req)
+        return self._repair()
+
+    def client_mount_argv(self, spec: MountSpec, mountpoint: str) -> list[str]:
+        raise NotImplementedError
+
+
+def sequence(*answers: Health) -> Callable[[], Health]:
+    """Health answers in turn, the last one for ever after."""
+    left = list(answers)
+
+    def next_answer() -> Health:
+        return left.pop(0) if len(left) > 1 else left[0]
+    return next_answer
+
+
+def data_path(backend: Backend) -> DataPath:
+    hosts: Mapping[str, Host] = {}
+    return DataPath(CFG, hosts, {CFG.pool.members()[0].tier.value: backend})
+
+
+def context(marks: list[Mapping[str, Any]]) -> ActionContext:
+    action = Action("7/1/stage-out/3", "7", ActionKind.STAGE_OUT,
+                    {"nodes": "rsa1", "user": "nobody", "data_out": "/pfs/u/out"})
+    return ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
+                         milestone=marks.append)
+
+
+def unanswered() -> StagingError:
+    err = CommandError(["rsync"], 23, (
+        'rsync: [receiver] write failed on "/run/rsa/mnt/job7-c1/a": '
+        "Transport endpoint is not connected (107)\n"))
+    return classify(err, "stage-out", "rsa1")
+
+
+def test_classify_marks_a_filesystem_that_does_not_answer() -> None:
+    e = unanswered()
+    assert e.unanswered and not e.permanent and "does not answer" in str(e)
+    perm = classify(CommandError(["rsync"], 23, "open: Permission denied\n"),
+                    "stage-out", "rsa1")
+    assert not perm.unanswered
+
+
+def test_a_healthy_ramdisk_is_checked_once_and_never_repaired() -> None:
+    backend, marks = Backend(lambda: GOOD), []  # type: ignore[var-annotated]
+    with data_path(backend).tended(context(marks), SPEC):
+        pass
+    assert backend.checks == 1 and backend.repairs == [] and marks == []
+
+
+def test_a_broken_ramdisk_is_repaired_before_the_first_command_and_the_event_kept(
+        ) -> None:
+    backend, marks = Backend(sequence(BAD, GOOD)), []  # type: ignore[var-annotated]
+    ran = []
+    with data_path(backend).tended(context(marks), SPEC):
+        ran.append(True)
+    assert ran and len(backend.repairs) == 1
+    req = backend.repairs[0]
+    assert req.fs_id == "job7-c1" and req.nodes == ("rsa1",) and req.job_id == "7"
+    assert marks == [{"repaired": {"broken": BAD.detail,
+                                   "restarted": ["chunkserver on rsa1"]}}]
+
+
+@pytest.mark.parametrize(("repair", "said"), [
+    (lambda: [], BAD.detail),
+    (lambda: (_ for _ in ()).throw(FsError("rsa1: ssh: connect to host: refused")),
+     f"{BAD.detail} (repair failed: rsa1: ssh: connect to host: refused)"),
+])
+def test_a_ramdisk_that_cannot_be_repaired_stops_the_action_before_it_copies(
+        repair: Callable[[], list[str]], said: str) -> None:
+    backend, marks = Backend(lambda: BAD, repair), []  # type: ignore[var-annotated]
+    ran = []
+    with pytest.raises(StagingError) as caught, \
+            data_path(backend).tended(context(marks), SPEC):
+        ran.append(True)
+    assert not ran and marks == []
+    assert str(caught.value) == (f"job 7: the RAMDISK's filesystem is broken: {said}; "
+                                 "will retry")
+    assert not caught.value.permanent  # retried with backoff, then quarantined: data kept
+
+
+def test_an_error_from_a_dead_server_names_what_was_restarted() -> None:
+    backend, marks = Backend(sequence(GOOD, BAD, GOOD)), []  # type: ignore[var-annotated]
+    err = unanswered()
+    with pytest.raises(StagingError) as caught, \
+            data_path(backend).tended(context(marks), SPEC, every=60):
+        raise err
+    msg = str(caught.value)
+    assert msg.startswith("stage-out on rsa1: the filesystem does not answer")
+    assert msg.endswith(f"; the RAMDISK's filesystem was broken ({BAD.detail}): "
+                        "restarted chunkserver on rsa1")
+    assert "\n" not in msg and not caught.value.permanent
+    assert caught.value.__cause__ is err and len(backend.repairs) == 1
+
+
+def test_an_error_on_a_healthy_ramdisk_is_left_as_it_was() -> None:
+    backend, marks = Backend(lambda: GOOD), []  # type: ignore[var-annotated]
+    err = unanswered()
+    with pytest.raises(StagingError) as caught, \
+            data_path(backend).tended(context(marks), SPEC, every=60):
+        raise err
+    assert caught.value is err and backend.checks == 2 and backend.repairs == []
+
+
+@pytest.mark.parametrize("raised", [
+    StagingError("DATA_IN /pfs/u/in does not exist", permanent=True),
+    ValueError("not a staging error"),
+])
+def test_other_errors_are_not_probed(raised: Exception) -> None:
+    backend, marks = Backend(lambda: GOOD), []  # type: ignore[var-annotated]
+    with pytest.raises(type(raised)) as caught, \
+            data_path(backend).tended(context(marks), SPEC, every=60):
+        raise raised
+    assert caught.value is raised and backend.checks == 1
+
+
+def test_a_server_that_dies_while_data_moves_is_restarted_meanwhile() -> None:
+    broke = threading.Event()
+    backend, marks = Backend(lambda: BAD if broke.is_set() else GOOD), []  # type: ignore[var-annotated]
+
+    def repaired() -> list[str]:
+        broke.clear()
+        return ["master on rsa1"]
+    backend._repair = repaired
+    with data_path(backend).tended(context(marks), SPEC, every=0.02):
+        broke.set()  # a copy is running; the master dies
+        deadline = time.monotonic() + 10
+        while broke.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert not broke.is_set() and len(backend.repairs) == 1
+    assert marks and marks[0]["repaired"]["restarted"] == ["master on rsa1"]
+    assert not [t for t in threading.enumerate() if t.name == "tend-job7-c1"]
+
+
+def test_a_failing_probe_never_hides_the_original_error() -> None:
+    calls = iter([GOOD])
+
+    def health() -> Health:
+        try:
+            return next(calls)
+        except StopIteration:
+            raise RuntimeError("ssh: connect to host rsa1: Connection refused") from None
+    backend, marks = Backend(health), []  # type: ignore[var-annotated]
+    err = unanswered()
+    with pytest.raises(StagingError) as caught, \
+            data_path(backend).tended(context(marks), SPEC, every=60):
+        raise err
+    assert caught.value is err and backend.repairs == []
