@@ -631,6 +631,12 @@ class HealthConfig:
         metadata=meta(Duration(max=HOUR), "A node whose clock is further off than this "
                       "is drained (timestamps and verification compare mtimes).")
     )
+    ramdisk_interval: float = field(
+        metadata=meta(Duration(max=HOUR), "How often rsad checks every live RAMDISK (its "
+                      "servers and RSA-node mounts) and restarts what died, on the data "
+                      "still in the pools; also while staging moves data. 0s: only before "
+                      "each staging step and when one finds the filesystem not answering.")
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

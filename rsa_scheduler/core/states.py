@@ -92,6 +92,25 @@ PRE_RUN: frozenset[RsaState] = frozenset(
     }
 )
 
+#: states in which rsad looks after the RAMDISK between steps (restarts its servers if
+#: they die): it exists, may hold the job's input or output, and no step is building,
+#: staging into or out of, resetting or destroying it (staging steps look after it
+#: themselves)
+TENDED: frozenset[RsaState] = frozenset(
+    {
+        RsaState.STAGE_IN_FAILED,
+        RsaState.STAGED_IN,
+        RsaState.LOCKED_IN,
+        RsaState.LOCK_FAILED,
+        RsaState.MOUNTED_INPUT,
+        RsaState.WRITEBACK_FAILED,
+        RsaState.RESET_FAILED,
+        RsaState.MOUNTED_OUTPUT,
+        RsaState.STAGE_OUT_FAILED,
+        RsaState.QUARANTINED,
+    }
+)
+
 #: failure states an operator may need to look at
 FAILURES: frozenset[RsaState] = frozenset(
     {

@@ -15,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -93,8 +95,8 @@ def _owner(user: str) -> tuple[int, int] | None:
     return (pw.pw_uid, pw.pw_gid) if pw else None
 
 
-#: seconds between checks of a RAMDISK while data moves on it
-TEND_EVERY = 15.0
+#: destroyed RAMDISKs remembered (a check that read the jobs before the destroy skips them)
+GONE_KEPT = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +121,15 @@ class DataPath:
         self.tiers = {n.name: n.tier.value for n in cfg.pool.members()}
         self._fenced: set[str] = set()
         self._fence_locks = {name: threading.Lock() for name in hosts}
+        # A repair never runs beside a destroy or a reset of the same RAMDISK (it would
+        # start servers on a filesystem being taken apart): one lock per fs_id, striped
+        # so the table never grows. ``_gone``: RAMDISKs destroyed lately (a check based on
+        # an older view of the jobs skips them); ``_current``: the newest spec of each
+        # RAMDISK this rsad built or reset (a check with an older spec skips it).
+        self._stripes = [threading.Lock() for _ in range(256)]
+        self._gone: OrderedDict[str, None] = OrderedDict()
+        self._current: dict[str, MountSpec] = {}
+        self.tend_every = cfg.health.ramdisk_interval
 
     # ---- fencing --------------------------------------------------------------------------
     def fenced(self, node: str) -> Host:
@@ -203,61 +214,99 @@ class DataPath:
                              parallel_per_node=st.parallel_per_node, progress=progress,
                              cancel=ctx.cancel, job_id=ctx.action.job_id)
 
-    # ---- keeping the RAMDISK alive while data moves ----------------------------------
-    def check_and_repair(self, ctx: ActionContext, spec: MountSpec) -> Tending:
+    # ---- keeping the RAMDISK alive ---------------------------------------------------
+    @contextlib.contextmanager
+    def exclusive(self, fs_id: str) -> Iterator[None]:
+        """No repair of ``fs_id`` while this block builds, resets or destroys it."""
+        with self._stripes[zlib.crc32(fs_id.encode()) % len(self._stripes)]:
+            yield
+
+    def learned(self, spec: MountSpec) -> None:
+        """``spec`` is now the RAMDISK ``spec.fs_id`` (built, or recreated by a reset)."""
+        self._current[spec.fs_id] = spec
+        self._gone.pop(spec.fs_id, None)
+
+    def _forget_fs(self, fs_id: str) -> None:
+        self._current.pop(fs_id, None)
+        self._gone[fs_id] = None
+        while len(self._gone) > GONE_KEPT:
+            self._gone.popitem(last=False)
+
+    def request_of(self, job: str, spec: MountSpec) -> FsRequest:
+        nodes = tuple(spec.nodes)
+        return FsRequest(fs_id=spec.fs_id, job_id=job, nodes=nodes,
+                         tier=self.tiers[nodes[0]],
+                         pool_dirs={n: self.pool_dirs[n] for n in nodes},
+                         mount_root=str(self.cfg.filesystem.mount_root))
+
+    def check_and_repair(self, job: str, spec: MountSpec,
+                         record: Callable[[Mapping[str, Any]], None]) -> Tending:
         """Check the RAMDISK; if it is broken, restart what died (backend.repair) and
-        record what was restarted as an event of the job."""
-        req = self.request(ctx)
-        backend = self.backend(req.tier)
-        try:
-            health = backend.health(spec)
-        except Exception as e:  # a probe that fails says nothing about the data
-            log.warning("RAMDISK %s: health probe failed: %s", spec.fs_id, e)
-            return Tending()
-        if health.ok:
-            return Tending()
-        try:
-            done = backend.repair(req, spec)
-        except Exception as e:
-            log.warning("RAMDISK %s is broken (%s) and could not be repaired: %s",
-                        spec.fs_id, health.detail, e)
-            return Tending(health.detail, broken=f"{health.detail} (repair failed: {e})")
+        ``record`` what was restarted (an event of the job). A RAMDISK destroyed or
+        rebuilt since ``spec`` was read is left alone."""
+        with self.exclusive(spec.fs_id):
+            if spec.fs_id in self._gone or self._current.get(spec.fs_id, spec) != spec:
+                return Tending()
+            try:
+                req = self.request_of(job, spec)
+                backend = self.backend(req.tier)
+                health = backend.health(spec)
+            except Exception as e:  # a probe that fails says nothing about the data
+                log.warning("RAMDISK %s: health probe failed: %s", spec.fs_id, e)
+                return Tending()
+            if health.ok:
+                return Tending()
+            try:
+                done = backend.repair(req, spec)
+            except Exception as e:
+                log.warning("RAMDISK %s is broken (%s) and could not be repaired: %s",
+                            spec.fs_id, health.detail, e)
+                return Tending(health.detail,
+                               broken=f"{health.detail} (repair failed: {e})")
         if not done:
             return Tending(health.detail, broken=health.detail)
-        log.warning("job %s: RAMDISK %s was broken (%s): restarted %s", ctx.action.job_id,
-                    spec.fs_id, health.detail, ", ".join(done))
+        log.warning("job %s: RAMDISK %s was broken (%s): restarted %s", job, spec.fs_id,
+                    health.detail, ", ".join(done))
         with contextlib.suppress(Exception):  # the event is for the operator: best effort
-            ctx.milestone({"repaired": {"broken": health.detail, "restarted": done}})
+            record({"repaired": {"broken": health.detail, "restarted": done}})
         return Tending(health.detail, restarted=tuple(done))
+
+    def tend(self, job: str, mount: Mapping[str, Any],
+             record: Callable[[Mapping[str, Any]], None]) -> Tending:
+        """The background check of one live RAMDISK (daemon/health.py RamdiskTender)."""
+        return self.check_and_repair(job, MountSpec.from_json(mount), record)
 
     @contextlib.contextmanager
     def tended(self, ctx: ActionContext, spec: MountSpec,
-               every: float = TEND_EVERY) -> Iterator[None]:
+               every: float | None = None) -> Iterator[None]:
         """Move data on a RAMDISK that is looked after: checked (and repaired) before
         the first command, every ``every`` seconds while commands run (a copy stalled on
         a dead chunkserver goes on once it is restarted), and, when a command found the
         filesystem not answering (EIO, ENOTCONN), once more: the error then names what
         is broken, or what was restarted, instead of a bare "will retry"."""
-        first = self.check_and_repair(ctx, spec)
+        job, record = ctx.action.job_id, ctx.milestone
+        every = self.tend_every if every is None else every
+        first = self.check_and_repair(job, spec, record)
         if first.broken:
-            raise StagingError(f"job {ctx.action.job_id}: the RAMDISK's filesystem is "
+            raise StagingError(f"job {job}: the RAMDISK's filesystem is "
                                f"broken: {first.broken}; will retry", permanent=False,
                                unanswered=True)
         stop = threading.Event()
 
         def watch() -> None:
             while not stop.wait(every):
-                self.check_and_repair(ctx, spec)
+                self.check_and_repair(job, spec, record)
 
         watcher = threading.Thread(target=watch, name=f"tend-{spec.fs_id}", daemon=True)
-        watcher.start()
+        if every > 0:
+            watcher.start()
         try:
             yield
         except StagingError as e:
             if not e.unanswered:
                 raise
             stop.set()
-            t = self.check_and_repair(ctx, spec)
+            t = self.check_and_repair(job, spec, record)
             if t.broken:
                 why = f"the RAMDISK's filesystem is broken: {t.broken}"
             elif t.restarted:
@@ -269,18 +318,22 @@ class DataPath:
                                unanswered=True) from e
         finally:
             stop.set()
-            watcher.join()
+            if watcher.is_alive():
+                watcher.join()
 
     # ---- executors ----------------------------------------------------------------------
     def build_fs(self, ctx: ActionContext) -> Mapping[str, Any]:
         req = self.request(ctx)
         spec = self.backend(req.tier).create(req, ctx.cancel)
+        self.learned(spec)
         return {"mount": spec.to_json()}
 
     def destroy_fs(self, ctx: ActionContext) -> Mapping[str, Any]:
         req = self.request(ctx)
-        reaped = self.reap(req)
-        self.backend(req.tier).destroy(req)
+        with self.exclusive(req.fs_id):
+            self._forget_fs(req.fs_id)
+            reaped = self.reap(req)
+            self.backend(req.tier).destroy(req)
         return {"reaped": reaped} if any(reaped.values()) else {}
 
     def reap(self, req: FsRequest) -> dict[str, int]:
@@ -360,6 +413,7 @@ class DataPath:
 
     def register(self, registry: Registry) -> None:
         registry.on_start(self.fence_all)
+        registry.on_tend(self.tend)
         registry.register(ActionKind.BUILD_FS, self.build_fs)
         registry.register(ActionKind.DESTROY_FS, self.destroy_fs)
         registry.register(ActionKind.STAGE_IN, self.stage_in)

@@ -50,6 +50,8 @@ class Registry:
     def __init__(self) -> None:
         self._by_kind: dict[ActionKind, Executor] = {}
         self._on_start: list[Callable[[], None]] = []
+        self._tend: Callable[[str, Mapping[str, Any],
+                              Callable[[Mapping[str, Any]], None]], Any] | None = None
 
     def register(self, kind: ActionKind, fn: Executor) -> None:
         self._by_kind[kind] = fn
@@ -57,6 +59,20 @@ class Registry:
     def on_start(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` when rsad starts, before it re-issues any outstanding action."""
         self._on_start.append(fn)
+
+    def on_tend(self, fn: Callable[[str, Mapping[str, Any],
+                                    Callable[[Mapping[str, Any]], None]], Any]) -> None:
+        """``fn(job, mount, record)`` checks one live RAMDISK and repairs it if it can
+        (``record`` keeps an event of the job); the RAMDISK tender calls it."""
+        self._tend = fn
+
+    def tend(self, job: str, mount: Mapping[str, Any],
+             record: Callable[[Mapping[str, Any]], None]) -> Any:
+        return self._tend(job, mount, record) if self._tend is not None else None
+
+    @property
+    def tends(self) -> bool:
+        return self._tend is not None
 
     def starting(self) -> None:
         for fn in self._on_start:

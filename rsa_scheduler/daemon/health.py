@@ -1,11 +1,13 @@
-"""RSA-node health: a probe per node, a pure verdict, automatic drain/down and resume.
+"""RSA-node and RAMDISK health: a probe per node, a pure verdict, automatic drain/down
+and resume; and the RAMDISK tender, which has the dead servers of live RAMDISKs restarted.
 
 Owns :data:`PROBE` (one fixed shell program run as root on a node: free space of its pool
 directory, its clock), :func:`parse_probe`, :func:`verdict` (pure: the probe history of
 one node and the thresholds in, the state it should be in and why out) and
 :class:`HealthLoop` (a thread that probes every node each ``health.interval`` and asks
 the loop thread to change a node's state through the same ``node-state`` request an
-operator's ``rsa drain`` uses, with ``by="health"``).
+operator's ``rsa drain`` uses, with ``by="health"``), and :class:`RamdiskTender` (a
+thread that checks every live RAMDISK each ``health.ramdisk_interval``).
 
 The loop only ever undoes what it did: a node an operator drained stays drained until
 an operator resumes it; a node the health loop took out comes back by itself once its
@@ -18,7 +20,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from rsa_scheduler.core.policy import NodeState
 from rsa_scheduler.core.units import format_size
@@ -170,4 +174,48 @@ class HealthLoop:
                 self.round()
 
         self._thread = threading.Thread(target=loop, name="rsa-health", daemon=True)
+        self._thread.start()
+
+
+class RamdiskTender:
+    """Checks every live RAMDISK each ``interval`` s from its own thread and has what
+    died restarted (``tend``: DataPath.tend through the registry). ``tendable`` asks the
+    loop thread which jobs hold a RAMDISK no step is working on (core.states.TENDED);
+    RAMDISKs are checked a few at a time, so one that hangs cannot hold up the rest."""
+
+    def __init__(self, tendable: Callable[[], list[tuple[str, Mapping[str, Any]]]],
+                 tend: Callable[[str, Mapping[str, Any]], None], *,
+                 interval: float = 15.0, parallel: int = 4) -> None:
+        self.tendable = tendable
+        self.tend = tend
+        self.interval = interval
+        self.parallel = max(1, parallel)
+        self._thread: threading.Thread | None = None
+
+    def round(self) -> int:
+        """Check each RAMDISK once; returns how many were checked."""
+        try:
+            items = self.tendable()
+        except Exception as e:  # the loop is busy or stopping: try next round
+            log.warning("RAMDISK checks: cannot list the live RAMDISKs: %s", e)
+            return 0
+
+        def one(item: tuple[str, Mapping[str, Any]]) -> None:
+            job, mount = item
+            try:
+                self.tend(job, mount)
+            except Exception:  # a check must never kill rsad
+                log.exception("RAMDISK check of job %s failed", job)
+
+        with ThreadPoolExecutor(max_workers=self.parallel,
+                                thread_name_prefix="rsa-tend") as pool:
+            list(pool.map(one, items))
+        return len(items)
+
+    def start(self, stop: threading.Event) -> None:
+        def loop() -> None:
+            while not stop.wait(self.interval):
+                self.round()
+
+        self._thread = threading.Thread(target=loop, name="rsa-tender", daemon=True)
         self._thread.start()

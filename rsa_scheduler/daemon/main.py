@@ -61,12 +61,16 @@ def rsad(config_path: str | None, check: bool, log_level: str | None) -> None:
     listen = cfg.daemon.api.listen
     servers = ApiServers.from_config(Routes(daemon), cfg.daemon.api)
     servers.start()
-    from rsa_scheduler.daemon.wiring import make_health
+    from rsa_scheduler.daemon.wiring import make_health, make_tender
 
     health = make_health(cfg, daemon)
     if health is not None:
         health.start(stop)
         log.info("RSA-node health checks every %gs", cfg.health.interval)
+    tender = make_tender(cfg, daemon)
+    if tender is not None:
+        tender.start(stop)
+        log.info("RAMDISK checks every %gs", cfg.health.ramdisk_interval)
     if cfg.metrics.listen is not None:
         from rsa_scheduler.daemon.metrics import Metrics
 

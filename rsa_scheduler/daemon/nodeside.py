@@ -13,11 +13,13 @@ Runs in worker threads (executors) and API threads (routes); never touches the c
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,8 +83,13 @@ class NodeSide:
                                                                         FsRequest]],
                  mount_timeout: float = 30.0, reset_timeout: float = 90.0,
                  settle: float = 0.5, agent_settle: float = 12.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 exclusive: Callable[[str], AbstractContextManager[Any]] | None = None,
+                 learned: Callable[[MountSpec], None] = lambda _spec: None) -> None:
         self.backend_for = backend_for
+        # the reset recreates the RAMDISK: never beside a repair of it (daemon/data.py)
+        self.exclusive = exclusive or (lambda _fs_id: contextlib.nullcontext())
+        self.learned = learned
         self.mount_timeout = mount_timeout
         self.reset_timeout = reset_timeout
         self.clock = clock
@@ -124,7 +131,9 @@ class NodeSide:
                 raise BusyError(f"input mount still in use ({v.message}); will retry")
             if v.state != "ok":
                 raise RsaError(f"releasing the input mounts failed: {v.message}")
-            spec = backend.reset(req, ctx.cancel)
+            with self.exclusive(req.fs_id):
+                spec = backend.reset(req, ctx.cancel)
+                self.learned(spec)
             ctx.milestone({"reset_of": ctx.action.id, "mount": spec.to_json()})
         try:
             detail = dict(self._mount(ctx, role="output", target=str(

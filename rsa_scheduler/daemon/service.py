@@ -31,7 +31,7 @@ from rsa_scheduler.core.scheduler import (
     Scheduler,
     StaleOutcome,
 )
-from rsa_scheduler.core.states import JobState
+from rsa_scheduler.core.states import TENDED, JobState
 from rsa_scheduler.core.transitions import Trigger
 from rsa_scheduler.daemon.executors import ActionContext, Registry
 from rsa_scheduler.daemon.metrics import Metrics
@@ -315,6 +315,17 @@ class Daemon:
         self.last_cycle_seconds = self.clock() - started
         if self.metrics is not None:
             self.metrics.cycle.observe(self.last_cycle_seconds)
+
+    def tendable(self) -> list[tuple[str, Mapping[str, Any]]]:
+        """(job, mount spec) of every RAMDISK no step is working on (loop thread): the
+        RAMDISK tender checks these (core.states.TENDED)."""
+        busy = {r.action.job_id for r in self.running.values()}
+        out: list[tuple[str, Mapping[str, Any]]] = []
+        for job, rec in self.sched.records.items():
+            mount = self.facts.get(job, {}).get("mount")
+            if mount and rec.rsa_state in TENDED and job not in busy:
+                out.append((job, dict(mount)))
+        return out
 
     def snapshot(self) -> int:
         """Write the state as of the newest committed event (loop thread: every event up

@@ -16,7 +16,7 @@ from rsa_scheduler.core.actions import ActionKind
 from rsa_scheduler.core.policy import NodeState
 from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.daemon.executors import ActionContext, Registry
-from rsa_scheduler.daemon.health import HEALTH_BY, HealthLoop, Thresholds
+from rsa_scheduler.daemon.health import HEALTH_BY, HealthLoop, RamdiskTender, Thresholds
 from rsa_scheduler.daemon.service import Daemon
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.hosts import Host
@@ -100,7 +100,8 @@ def make_registry(cfg: Config, slurm: SlurmPort, hosts: Mapping[str, Host] | Non
             return data.backend(req.tier), req
 
         NodeSide(backend_for=backend_for, mount_timeout=3 * cfg.hooks.timeout + 5,
-                 reset_timeout=max(90.0, 3 * cfg.hooks.timeout)).register(registry)
+                 reset_timeout=max(90.0, 3 * cfg.hooks.timeout),
+                 exclusive=data.exclusive, learned=data.learned).register(registry)
     return registry
 
 
@@ -123,6 +124,23 @@ def make_daemon(cfg: Config, *, slurm: SlurmPort | None = None,
                     script_source=cfg.slurm.script_source.value)
     daemon.hosts = hosts
     return daemon
+
+
+def make_tender(cfg: Config, daemon: Daemon) -> RamdiskTender | None:
+    """The RAMDISK tender (``health.ramdisk_interval`` 0: off; no data path: off)."""
+    if not daemon.registry.tends or cfg.health.ramdisk_interval <= 0:
+        return None
+
+    def tendable() -> list[tuple[str, Mapping[str, Any]]]:
+        return list(daemon.submit("call", daemon.tendable, wait=True, timeout=60))
+
+    def tend(job: str, mount: Mapping[str, Any]) -> None:
+        def record(data: Mapping[str, Any]) -> None:
+            daemon.submit("milestone", (job, f"{job}/tend", dict(data)), wait=True,
+                          timeout=60)
+        daemon.registry.tend(job, mount, record)
+
+    return RamdiskTender(tendable, tend, interval=cfg.health.ramdisk_interval)
 
 
 def make_health(cfg: Config, daemon: Daemon) -> HealthLoop | None:

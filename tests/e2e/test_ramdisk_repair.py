@@ -1,8 +1,9 @@
 """A job's RAMDISK servers killed with SIGKILL while the job runs (issue 13): the data is
-still in the RSA nodes' RAM pools, so rsad restarts what died before it stages out (the
-master with metadata recovery from its change logs, every chunkserver, the RSA node's own
-mfsmount), stages the output out, verifies it and says what it restarted. Nothing is
-lost, nothing leaks."""
+still in the RSA nodes' RAM pools, so rsad's RAMDISK tender restarts what died (the master
+with metadata recovery from its change logs, every chunkserver, the RSA node's own
+mfsmount) while the job still runs; the job's writes after the kill wait for it and go
+on; the output is staged out, verified, and rsad says what it restarted. Nothing is lost,
+nothing leaks."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tests.e2e.test_prolog_lifecycle import nothing_of_job_mounted, run_to_start
-from tests.e2e.test_stage_out_failures import area, events, md5_of, wait_for_file
+from tests.e2e.test_stage_out_failures import area, events, wait_for_file
 from tests.integration.slurmkit import make_jobs
 from tests.integration.test_rsad_staging import rsa_job, wait_state
 
@@ -43,12 +44,17 @@ mkdir -p {out}/sub
 head -c 48M /dev/urandom > {out}/sub/result.bin
 for i in $(seq 1 20); do echo "line $i" > {out}/small-$i; done
 sync
-(cd {out} && md5sum sub/result.bin small-*) > {res}/md5
+(cd {out} && md5sum sub/result.bin small-*) > {res}/md5-before
 while [ ! -e {res}/go ]; do sleep 0.5; done
+mkdir {out}/after
+head -c 8M /dev/urandom > {out}/after/late.bin
+for i in $(seq 1 10); do echo "late $i" > {out}/after/small-$i; done
+sync
+(cd {out} && md5sum sub/result.bin small-* after/*) > {res}/md5
 """
     with make_jobs(lab) as jobs:
         job = run_to_start(lab, jobs, script)
-        wait_for_file(res / "md5")
+        wait_for_file(res / "md5-before")
         fs_id = f"job{job}-c1"
         time.sleep(2)  # let the master write its change log
         procs = servers_of(fs_id)
@@ -61,8 +67,13 @@ while [ ! -e {res}/go ]; do sleep 0.5; done
         for pid in [*master, *chunkservers, own_mounts[0]]:
             os.kill(pid, signal.SIGKILL)
         (res / "go").touch()
+        wait_for_file(res / "md5", timeout=180)  # the late writes waited for the repair
         wait_state(lab, job, "released", timeout=300)
-    assert md5_of(out) == (res / "md5").read_text()
+    want = (res / "md5").read_text()
+    assert want.startswith((res / "md5-before").read_text()) and "after/late.bin" in want
+    got = subprocess.run(["bash", "-c", "md5sum sub/result.bin small-* after/*"], cwd=out,
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    assert got == want
     repaired = [e for e in events(lab, job, "action.milestone")
                 if "repaired" in (e.get("detail") or {})]  # type: ignore[operator]
     assert repaired, events(lab, job, "action.milestone")

@@ -24,7 +24,8 @@ from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.core.states import JobState
 from rsa_scheduler.daemon.api import ApiError, Caller, Routes
 from rsa_scheduler.daemon.executors import ActionContext, PermanentError, Registry
-from rsa_scheduler.daemon.service import Daemon, Request
+from rsa_scheduler.daemon.service import Daemon, Request, Running
+from rsa_scheduler.hosts import CancelToken
 from rsa_scheduler.slurm.parse import QueueRow
 from rsa_scheduler.slurm.port import SlurmPort
 from rsa_scheduler.store import JobRow, Store
@@ -569,3 +570,22 @@ def test_finished_jobs_leave_memory_and_their_history_stays_readable(tmp_path: P
     finally:
         stop.set()
         loop.join(5)
+
+
+def test_only_ramdisks_no_step_works_on_are_tendable(tmp_path: Path) -> None:
+    """The RAMDISK tender checks jobs in core.states.TENDED that have a RAMDISK and no
+    action running: a staged, locked-in job is one; a job still staging is not."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state.value == "locked-in"
+    assert d.tendable() == [("7", {"fs_id": "x"})]
+    step = Action("7/1/stage-in/9", "7", ActionKind.STAGE_IN, {})
+    d.running[step.id] = Running(step, CancelToken(), Future())
+    assert d.tendable() == []  # a step works on it: it looks after the RAMDISK itself
+    del d.running[step.id]
+    d.facts["7"].pop("mount")
+    assert d.tendable() == []

@@ -16,8 +16,9 @@ import pytest
 
 from rsa_scheduler.config import load_config_text
 from rsa_scheduler.core.actions import Action, ActionKind
-from rsa_scheduler.daemon.data import DataPath
+from rsa_scheduler.daemon.data import DataPath, Tending
 from rsa_scheduler.daemon.executors import ActionContext
+from rsa_scheduler.daemon.health import RamdiskTender
 from rsa_scheduler.fs.base import FilesystemBackend, FsError, FsRequest, Health, MountSpec
 from rsa_scheduler.hosts import CancelToken, Host
 from rsa_scheduler.runner import CommandError
@@ -199,3 +200,50 @@ def test_a_failing_probe_never_hides_the_original_error() -> None:
             data_path(backend).tended(context(marks), SPEC, every=60):
         raise err
     assert caught.value is err and backend.repairs == []
+
+
+def test_a_destroyed_or_rebuilt_ramdisk_is_never_repaired_from_an_older_view() -> None:
+    """A check that read the jobs before a destroy or a reset must not start servers on a
+    filesystem being taken apart or already replaced."""
+    backend = Backend(lambda: BAD)
+    dp = data_path(backend)
+    marks: list[Mapping[str, Any]] = []
+    dp._forget_fs(SPEC.fs_id)  # destroyed since
+    assert dp.tend("7", SPEC.to_json(), marks.append) == Tending()
+    newer = MountSpec("tmpfs", SPEC.fs_id, ("rsa1",), SPEC.rsa_mountpoint, {"port": 2})
+    dp.learned(newer)  # rebuilt by a reset
+    assert dp.tend("7", SPEC.to_json(), marks.append) == Tending()
+    assert backend.checks == 0 and backend.repairs == [] and marks == []
+    assert dp.tend("7", newer.to_json(), marks.append).restarted == ("chunkserver on rsa1",)
+
+
+def test_a_repair_waits_for_a_destroy_of_the_same_ramdisk() -> None:
+    backend = Backend(lambda: BAD)
+    dp = data_path(backend)
+    order: list[str] = []
+    with dp.exclusive(SPEC.fs_id):
+        t = threading.Thread(target=lambda: order.append(
+            "tended" if dp.tend("7", SPEC.to_json(), lambda _d: None).restarted
+            else "skipped"))
+        t.start()
+        time.sleep(0.2)
+        order.append("destroying")
+        dp._forget_fs(SPEC.fs_id)
+    t.join(10)
+    assert order == ["destroying", "skipped"] and backend.repairs == []
+
+
+def test_the_tender_checks_every_live_ramdisk_and_survives_a_failing_one() -> None:
+    seen: list[str] = []
+
+    def tend(job: str, mount: Mapping[str, Any]) -> None:
+        seen.append(job)
+        if job == "8":
+            raise RuntimeError("ssh: connect to host rsa2: Connection refused")
+
+    tender = RamdiskTender(lambda: [("7", {}), ("8", {}), ("9", {})], tend, interval=60)
+    assert tender.round() == 3 and sorted(seen) == ["7", "8", "9"]
+
+    def busy() -> list[tuple[str, Mapping[str, Any]]]:
+        raise TimeoutError("the loop did not answer")
+    assert RamdiskTender(busy, tend).round() == 0
