@@ -29,6 +29,7 @@ daemon:
     listen: "{LISTEN}"
 health:
   interval: 2s
+  ramdisk_interval: 5s
 metrics:
   listen: "{METRICS}"
 """
