@@ -3,11 +3,13 @@
 Each round submits a mix of job shapes with outputs whose content the test knows — output
 straight through the RAMDISK staged out by rsync and by tar, input staged in and read back
 with its checksums, a POSTPROCESS, a job cancelled while it waits — and, while they run,
-kills rsad with SIGKILL (and restarts it, as systemd would), restarts slurmctld, or kills
-an RSA node's sshd (back after 1-8 s: the node is unreachable meanwhile), at times drawn
-from the seed. After the round: every output file is on the PFS with the
-right content, every job is in a terminal RSA state, and nothing leaked (per-job
-filesystem servers, compute-node mounts, RSA-node cgroups, held RSA nodes).
+kills rsad with SIGKILL (and restarts it, as systemd would), restarts slurmctld, kills
+an RSA node's sshd (back after 1-8 s: the node is unreachable meanwhile), or SIGKILLs one
+server of a job's RAMDISK (master, chunkserver, an RSA node's own mfsmount: rsad must
+restart it on its data), at times drawn from the seed. After the round: every output
+file is on the PFS with the right content, every job is in a terminal RSA state, and
+nothing leaked (per-job filesystem servers, compute-node mounts, RSA-node cgroups, held
+RSA nodes).
 
 ``RSA_CHAOS_SEED`` picks the schedule (printed; default: from the clock) and
 ``RSA_CHAOS_ROUNDS`` how many rounds (``make test``: 1; ``make chaos N=100``: N). The
@@ -107,9 +109,11 @@ def chaos(lab: Mapping[str, str], rng: random.Random, stop: threading.Event,
           log: list[str]) -> None:
     nodes = [f"rsa{i}" for i in range(1, len(lab["RSA_LAB_RSA_ADDRESSES"].split(",")) + 1)]
     while not stop.wait(rng.uniform(3.0, 12.0)):
-        what = rng.choice(["rsad", "rsad", "rsad", "slurmctld", "sshd"])
+        what = rng.choice(["rsad", "rsad", "rsad", "slurmctld", "sshd", "ramdisk"])
         try:
-            if what == "rsad":
+            if what == "ramdisk":  # a job's RAMDISK server or RSA-node mount (SIGKILL)
+                what = kill_a_ramdisk_process(rng)
+            elif what == "rsad":
                 restart_lab_rsad(signal.SIGKILL)
             elif what == "sshd":  # an RSA node unreachable for a while (its data stays)
                 node, down = rng.choice(nodes), round(rng.uniform(1.0, 8.0), 1)
@@ -121,6 +125,27 @@ def chaos(lab: Mapping[str, str], rng: random.Random, stop: threading.Event,
         except Exception as e:  # the harness must not die with a half-restarted lab
             log.append(f"{time.strftime('%T')} {what} restart failed: {e}")
             raise
+
+
+def kill_a_ramdisk_process(rng: random.Random) -> str:
+    """SIGKILL one process of a live RAMDISK: a master, a chunkserver or an RSA node's
+    own mfsmount (all started by the lab's rsad for a job; their command lines name the
+    RAMDISK ``job<ID>-c<CYCLE>``; compute-node mounts do not, and are left alone)."""
+    pattern = r"mfs(master|chunkserver|mount) .*job[0-9]+-c[0-9]+"
+    out = subprocess.run(["pgrep", "-a", "-f", pattern], capture_output=True, text=True,
+                         timeout=30).stdout
+    procs = [line.split(" ", 2) for line in out.splitlines() if line.count(" ") >= 2]
+    procs = [p for p in procs if p[1] in ("mfsmaster", "mfschunkserver", "mfsmount")]
+    if not procs:
+        return "ramdisk: none alive"
+    pid, prog, rest = rng.choice(sorted(procs))
+    fs = next((w for w in rest.replace("/", " ").split() if w.startswith(("job", "rsa-job"))),
+              "?")
+    try:
+        os.kill(int(pid), signal.SIGKILL)
+    except ProcessLookupError:
+        return f"ramdisk: {prog} of {fs} already gone"
+    return f"ramdisk: SIGKILL {prog} of {fs}"
 
 
 def check_output(shape: Shape, lab: Mapping[str, str]) -> None:
