@@ -466,6 +466,12 @@ echo out > {area}/out/result
     prefix, suffix = "the RSA declined this job: ", f" (rsa job {job})"
     assert message.startswith(prefix) and message.endswith(suffix), message
     why = message[len(prefix):-len(suffix)]
-    told = json.dumps(data["events"])
-    assert why and why in told, (why, told)  # what the user was told when it was declined
+    # what the user was told when it was declined: the rule's note and the reason, the
+    # reason recorded in the declining transition (`rsa job` shows both)
+    note, _, reason = why.partition(": ")
+    assert note == "the RSA cannot serve this job; it uses the PFS", why
+    assert "RSA_CAPACITY=1P" in reason, why
+    declining = [e for e in data["events"]
+                 if e["name"] == "rsa.transition" and e.get("to") == "declined"]
+    assert [e.get("detail") for e in declining] == [reason], (why, json.dumps(declining))
     assert (area / "out" / "result").read_text() == "out\n"  # on the PFS: nothing to stage
