@@ -714,9 +714,18 @@ class MooseFsBackend(FilesystemBackend):
         if not lay.base:
             raise FsError(f"{req.fs_id}: no port block recorded: cannot repair")
 
+        def run(node: str, argv: list[str]) -> str:
+            """argv as root on node; a failure is its last line of stderr (on_nodes
+            names the step and the node)."""
+            r = self.hosts[node].run(argv, timeout=60, check=False)
+            if r.returncode != 0:
+                raise FsError((r.stderr.strip().splitlines()
+                               or [f"exit status {r.returncode}"])[-1])
+            return r.stdout
+
         def servers(node: str) -> list[str]:
-            out = self._run(node, ["sh", "-c", REPAIR_SCRIPT, lay.dir(node),
-                                   "1" if node == lay.master else "0"], 60)
+            out = run(node, ["sh", "-c", REPAIR_SCRIPT, lay.dir(node),
+                             "1" if node == lay.master else "0"])
             return [f"{ln.split(': ', 1)[1]} on {node}" for ln in out.splitlines()
                     if ln.startswith("restarted: ")]
 
@@ -728,17 +737,25 @@ class MooseFsBackend(FilesystemBackend):
         title = re.escape(f"mfsmount (mounted on: {lay.mountpoint})")
 
         def mount(node: str) -> str:
-            state = self._run(node, ["sh", "-c", MOUNT_CHECK, lay.mountpoint], 30).strip()
+            state = run(node, ["sh", "-c", MOUNT_CHECK, lay.mountpoint]).strip()
             if state not in ("missing", "dead"):
                 return ""
-            steps = [["sh", "-c", UMOUNT_SCRIPT, lay.mountpoint, title]]
+            # the unmount removes the mountpoint directory: make it again
+            steps = [["sh", "-c", UMOUNT_SCRIPT, lay.mountpoint, title],
+                     ["mkdir", "-p", lay.mountpoint]]
             if lay.guard:
                 steps.append(lay.guard_argv(node))
             steps.append(lay.mount_argv(node, self.rsa_node_options))
-            self._run(node, sh_chain(*steps), 60)
+            run(node, sh_chain(*steps))
             return f"mount on {node}"
 
-        remounted = on_nodes(lay.nodes, mount, f"{req.fs_id}: remount")
+        try:
+            remounted = on_nodes(lay.nodes, mount, f"{req.fs_id}: remount")
+        except FsError as e:
+            if done:
+                log.warning("%s: restarted %s", req.fs_id, ", ".join(done))
+                raise FsError(f"{e} (after restarting {', '.join(done)})") from e
+            raise
         done += [remounted[n] for n in lay.nodes if remounted[n]]
         if done:
             log.warning("%s: repaired: restarted %s", req.fs_id, ", ".join(done))
