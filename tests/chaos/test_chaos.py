@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import tarfile
@@ -139,8 +140,8 @@ def kill_a_ramdisk_process(rng: random.Random) -> str:
     if not procs:
         return "ramdisk: none alive"
     pid, prog, rest = rng.choice(sorted(procs))
-    fs = next((w for w in rest.replace("/", " ").split() if w.startswith(("job", "rsa-job"))),
-              "?")
+    named = re.search(r"job[0-9]+-c[0-9]+", rest)
+    fs = named.group(0) if named else "?"
     try:
         os.kill(int(pid), signal.SIGKILL)
     except ProcessLookupError:
