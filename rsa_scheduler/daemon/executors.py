@@ -36,6 +36,9 @@ class ActionContext:
     #: record a step durably (returns once it is in the event log): the facts of this
     #: action when it is re-issued after a crash
     milestone: Callable[[Mapping[str, Any]], None] = lambda _data: None
+    #: Slurm had reported the job over when the action was dispatched (a step re-issued
+    #: after an rsad restart must not wait for the job's nodes to answer)
+    job_ended: bool = False
 
 
 Executor = Callable[[ActionContext], Mapping[str, Any] | None]

@@ -123,6 +123,14 @@ class NodeSide:
             # this reset recreated the RAMDISK before rsad restarted: the job may already
             # write its output there; never destroy it again, only finish the mounts
             spec = MountSpec.from_json(ctx.facts["mount"])
+            if ctx.job_ended:
+                # the job ended meanwhile: no node will mount it any more; whatever the
+                # job wrote there before it ended is staged out from it
+                log.info("job %s: reset already recreated the RAMDISK and the job has "
+                         "ended: nothing left to mount", job)
+                return {"mount": spec.to_json(),
+                        "partial": "the job ended before every node mounted the "
+                                   "recreated RAMDISK over DATA_OUT"}
             log.info("job %s: reset already recreated the RAMDISK; mounting it over "
                      "DATA_OUT", job)
         else:

@@ -605,8 +605,10 @@ class Daemon:
         def milestone(data: Mapping[str, Any]) -> None:
             self.submit("milestone", (job, action.id, dict(data)), wait=True, timeout=60)
 
+        rec = self.sched.records.get(job)
         ctx = ActionContext(action=action, cancel=cancel, progress=progress,
-                            facts=dict(self.facts.get(job, {})), milestone=milestone)
+                            facts=dict(self.facts.get(job, {})), milestone=milestone,
+                            job_ended=rec is not None and rec.job_state is JobState.FINISHED)
         lane = self.workers if action.kind in BULK else self.urgent
         future = lane.submit(self.registry.run, ctx)
         if tracked:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
@@ -343,6 +344,26 @@ def test_a_reset_reissued_after_a_crash_never_destroys_the_ramdisk_it_made() -> 
     side.report("7", "c1", {"seq": mount2["seq"], "ok": True})
     assert again.result(5).result is Result.OK
     assert backend.resets == 1  # the output RAMDISK was not destroyed again
+
+
+def test_a_reset_reissued_after_the_job_ended_does_not_wait_for_its_nodes() -> None:
+    """Found by the chaos harness: rsad killed after the reset recreated the RAMDISK, the
+    job ended meanwhile (its Epilog told the dead rsad). The new rsad knows from Slurm
+    that the job is over: no agent will ever ask again, so the re-issued reset finishes
+    at once (the RAMDISK, with what the job wrote to it, is staged out), instead of
+    waiting its whole mount timeout after every restart."""
+    side, reg, backend = make_side()
+    side.mount_timeout = 60.0
+    spec = SPEC.to_json()
+    action = Action("7/1/reset/3", "7", ActionKind.RESET, dict(RESET_ARGS))
+    ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
+                        facts={"mount": spec, "reset_of": "7/1/reset/3"},
+                        job_ended=True)
+    t0 = time.monotonic()
+    out = reg.run(ctx)
+    assert out.result is Result.OK and time.monotonic() - t0 < 5
+    assert out.detail["mount"] == spec and "job ended" in out.detail["partial"]
+    assert backend.resets == 0
 
 
 def test_a_declined_job_is_told_the_reason() -> None:
