@@ -42,6 +42,18 @@ def nft_guard_loaded() -> bool:
                                    check=False).returncode == 0
 
 
+def job_cgroups() -> list[Path]:
+    """The per-job cgroups rsad's commands made on the lab's RSA nodes
+    (``<cgroup2>/rsa.jobs/<job>``, rsa_scheduler/contain.py): the nodes share this host's
+    cgroup tree, so a job the lab did not see to its end leaves its cgroup here."""
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        if right.split()[:1] == ["cgroup2"]:
+            top = Path(left.split()[4]) / "rsa.jobs"
+            return sorted(d for d in top.glob("*") if d.is_dir()) if top.is_dir() else []
+    return []
+
+
 def leftovers(s: Settings) -> list[str]:
     found: list[str] = []
     my_mnt = os.readlink("/proc/self/ns/mnt")
@@ -81,6 +93,7 @@ def leftovers(s: Settings) -> list[str]:
             found.append(f"route {line.strip()}")
     if nft_guard_loaded():
         found.append(f"nftables table inet {NFT_GUARD}")
+    found += [f"job cgroup {d}" for d in job_cgroups()]
     if run(["ip", "link", "show", PFS_VETH], check=False).returncode == 0:
         found.append(f"link {PFS_VETH}")
     qdisc = run(["tc", "qdisc", "show", "dev", "lo"], check=False).stdout

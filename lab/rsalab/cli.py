@@ -112,6 +112,18 @@ def _down(s: Settings, *, quiet: bool = False) -> None:
     shutil.rmtree(NS, ignore_errors=True)
     if clean.nft_guard_loaded():  # loaded by the RAMDISK mounts of the lab's nodes
         run(["nft", "delete", "table", "inet", clean.NFT_GUARD], check=False)
+    for cg in clean.job_cgroups():  # of jobs rsad did not see to their end
+        with contextlib.suppress(OSError):
+            (cg / "cgroup.kill").write_text("1")  # the whole subtree (lab users' commands)
+        for _ in range(20):  # a killed process leaves its cgroup a moment later
+            for d in sorted((d for d in cg.rglob("*") if d.is_dir()), reverse=True):
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+            with contextlib.suppress(OSError):
+                cg.rmdir()
+            if not cg.exists():
+                break
+            time.sleep(0.1)
     if CREATED.exists():
         for line in reversed(CREATED.read_text().splitlines()):
             p = Path(line)
