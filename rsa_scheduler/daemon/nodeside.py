@@ -134,15 +134,26 @@ class NodeSide:
             log.info("job %s: reset already recreated the RAMDISK; mounting it over "
                      "DATA_OUT", job)
         else:
-            v = self._step(ctx, release_instruction(0, job_id=job), self.reset_timeout)
-            if v.state == "busy":
-                raise BusyError(f"input mount still in use ({v.message}); will retry")
-            if v.state != "ok":
-                raise RsaError(f"releasing the input mounts failed: {v.message}")
+            if ctx.job_ended:
+                # re-issued after an rsad restart, the job over meanwhile: its nodes'
+                # Epilogs took every mount of it down and no agent will answer a release;
+                # the RAMDISK held only input, so it is recreated empty at once
+                log.info("job %s: the job has ended: its nodes hold no mount; recreating "
+                         "the RAMDISK without asking them", job)
+            else:
+                v = self._step(ctx, release_instruction(0, job_id=job), self.reset_timeout)
+                if v.state == "busy":
+                    raise BusyError(f"input mount still in use ({v.message}); will retry")
+                if v.state != "ok":
+                    raise RsaError(f"releasing the input mounts failed: {v.message}")
             with self.exclusive(req.fs_id):
                 spec = backend.reset(req, ctx.cancel)
                 self.learned(spec)
             ctx.milestone({"reset_of": ctx.action.id, "mount": spec.to_json()})
+            if ctx.job_ended:
+                return {"mount": spec.to_json(),
+                        "partial": "the job ended before the RAMDISK was reset for its "
+                                   "output: its output is on the PFS"}
         try:
             detail = dict(self._mount(ctx, role="output", target=str(
                 ctx.action.args.get("data_out") or ""), mode="rw", spec=spec, via="agent"))

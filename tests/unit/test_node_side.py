@@ -366,6 +366,25 @@ def test_a_reset_reissued_after_the_job_ended_does_not_wait_for_its_nodes() -> N
     assert backend.resets == 0
 
 
+def test_a_reset_of_a_job_that_ended_before_it_ran_does_not_wait_for_a_release() -> None:
+    """Found by the chaos harness (seed 20273127): rsad killed before the reset recreated
+    the RAMDISK, the job ended meanwhile. The Epilogs took the job's mounts down and no
+    agent will answer a release: the re-issued reset recreates the (input-only) RAMDISK
+    at once, empty, instead of waiting its whole timeout after every restart."""
+    side, reg, backend = make_side()
+    side.reset_timeout = 60.0
+    milestones: list[Mapping[str, Any]] = []
+    action = Action("7/1/reset/3", "7", ActionKind.RESET, dict(RESET_ARGS))
+    ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
+                        facts={"mount": SPEC.to_json(), "mounted": ["c1"]},
+                        milestone=milestones.append, job_ended=True)
+    t0 = time.monotonic()
+    out = reg.run(ctx)
+    assert out.result is Result.OK and time.monotonic() - t0 < 5
+    assert backend.resets == 1 and "its output is on the PFS" in out.detail["partial"]
+    assert milestones and milestones[0]["reset_of"] == "7/1/reset/3"
+
+
 def test_a_declined_job_is_told_the_reason() -> None:
     side, _, _ = make_side()
     ans = side.prolog("7", "c1", "c1", "declined", message="no RSA node holds 9T")
