@@ -75,7 +75,8 @@ class Bench:
         req = FsRequest(fs_id=f"stbench{os.getpid()}-c{self._n}", job_id="stbench",
                         nodes=tuple(h.name for h in self.hosts), tier="ram",
                         pool_dirs={h.name: self.lab["RSA_LAB_POOL_RAM"] for h in self.hosts},
-                        mount_root="/run/rsa-staging-bench")
+                        mount_root="/run/rsa-staging-bench",
+                        owner=(self.user.uid, self.user.gid))  # as rsad hands it over
         try:
             yield self.backend.create(req)
         finally:
