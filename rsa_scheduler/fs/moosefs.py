@@ -313,6 +313,11 @@ class Layout:
     def mountpoint(self) -> str:
         return f"{self.mount_root.rstrip('/')}/{self.fs_id}"
 
+    @property
+    def mount_title(self) -> str:
+        """A pattern of the process title of an mfsmount of this RAMDISK (UMOUNT_SCRIPT)."""
+        return re.escape(f"mfsmount (mounted on: {self.mountpoint})")
+
     def dir(self, node: str) -> str:
         return f"{self.pool_dirs[node].rstrip('/')}/{DIR_PREFIX}{self.fs_id}"
 
@@ -644,7 +649,7 @@ class MooseFsBackend(FilesystemBackend):
         log.info("%s: moosefs destroyed on %s", req.fs_id, ",".join(lay.nodes))
 
     def _umount_all(self, lay: Layout, dl: Deadline) -> None:
-        title = re.escape(f"mfsmount (mounted on: {lay.mountpoint})")
+        title = lay.mount_title
         out = on_nodes(lay.nodes, lambda n: self.hosts[n].run(
             ["sh", "-c", UMOUNT_SCRIPT, lay.mountpoint, title], timeout=min(60.0, dl.left()),
             check=False), f"{lay.fs_id}: unmount")
@@ -734,7 +739,7 @@ class MooseFsBackend(FilesystemBackend):
         if done:
             self._wait_chunkservers(lay, Deadline(self.create_timeout,
                                                   f"{req.fs_id}: repair"), None)
-        title = re.escape(f"mfsmount (mounted on: {lay.mountpoint})")
+        title = lay.mount_title
 
         def mount(node: str) -> str:
             state = run(node, ["sh", "-c", MOUNT_CHECK, lay.mountpoint]).strip()
@@ -753,13 +758,10 @@ class MooseFsBackend(FilesystemBackend):
             remounted = on_nodes(lay.nodes, mount, f"{req.fs_id}: remount")
         except FsError as e:
             if done:
-                log.warning("%s: restarted %s", req.fs_id, ", ".join(done))
                 raise FsError(f"{e} (after restarting {', '.join(done)})") from e
             raise
-        done += [remounted[n] for n in lay.nodes if remounted[n]]
-        if done:
-            log.warning("%s: repaired: restarted %s", req.fs_id, ", ".join(done))
-        return done
+        # the caller logs and records what was restarted
+        return done + [remounted[n] for n in lay.nodes if remounted[n]]
 
     def client_mount_argv(self, spec: MountSpec, mountpoint: str) -> list[str]:
         """A compute node's mount, with the secret read from the first RSA node's pass
