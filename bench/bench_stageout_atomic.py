@@ -1,5 +1,5 @@
 """What atomic placement costs a stage-out: the same RAMDISK tree staged out with every
-file copied into ``DATA_OUT/.rsa-staging-<job>/`` and renamed into place (what rsad
+file copied into ``DATA_OUT/.rsa-staging-<job>-<random>/`` and renamed into place (what rsad
 does) and written straight to its final name (what it did before), alternately, in one
 run, to local disk and to the lab's throttled MooseFS PFS.
 

@@ -21,6 +21,7 @@ import concurrent.futures as cf
 import logging
 import posixpath
 import queue
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -112,7 +113,7 @@ class StagingEngine:
                  atomic: bool = False) -> Stats:
         """DATA_IN → RAMDISK. ``resume``: skip what an interrupted run already finished.
         ``atomic``: every file appears under its name only once complete (copied into
-        ``<ramdisk>/.rsa-staging-<job>/`` and renamed; for the ``union`` early-start
+        ``<ramdisk>/.rsa-staging-<job>-<random>/`` and renamed; for the ``union`` early-start
         policy, where the job may already be reading)."""
         return self._copy("stage-in", src, ramdisk, resume=resume, atomic=atomic)
 
@@ -120,7 +121,7 @@ class StagingEngine:
                   resume: bool = True) -> Stats:
         """RAMDISK → DATA_OUT, as a tree (``rsync``, the default) or as archives (``tar``).
         Either way a file appears under its final name only once complete: the tree is
-        copied into ``<dst>/.rsa-staging-<job>/`` and renamed into place, archives are
+        copied into ``<dst>/.rsa-staging-<job>-<random>/`` and renamed into place, archives are
         written to ``.part`` names and renamed."""
         if method not in METHODS:
             raise ValueError(f"stage-out method {method!r}: expected one of {METHODS}")
@@ -204,10 +205,8 @@ class StagingEngine:
         todo: Sequence[Entry] = entries
         already = 0
         complete: set[bytes] = set()
-        part_name = scripts.part_dir(self.job_id)
-        parts = posixpath.join(dst, part_name)
         existing = [e for e in self._scan(first, dst, f"{phase}: scanning {dst}")
-                    if e.path.split(b"/", 1)[0] != part_name.encode()]
+                    if not scripts.is_part_dir(e.path.split(b"/", 1)[0], self.job_id)]
         self._refuse_planted(entries, existing, dst, phase)
         if resume and existing:
             todo, already = pending(entries, existing)
@@ -226,6 +225,12 @@ class StagingEngine:
         meter = ProgressMeter(phase, plan.files, plan.bytes, self.progress,
                               self.progress_interval, self.clock)
         per_node: dict[str, int] = {}
+        parts = ""
+        if atomic:
+            token = secrets.token_hex(8)  # unpredictable: see scripts.part_dir
+            parts = posixpath.join(dst, scripts.part_dir(self.job_id, token))
+            self._user(first, scripts.new_part_argv(dst, self.job_id, token),
+                       f"{phase}: creating the part directory {parts}")
 
         def copy(host: Host, b: Bucket) -> None:
             argv = (scripts.big_argv(src, dst, scripts.big_block(phase)) if b.tool == "dd"

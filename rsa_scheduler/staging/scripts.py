@@ -93,15 +93,43 @@ ATOMIC = PRELUDE + (
     '| xargs -0 -r mv -f -t "$2/$d" -- || exit 1; done || exit 1; '
     'cd / && rm -rf -- "$3"')
 
-# The part directories of atomic placement, below the destination root: one per job
-# (``<PART_DIR>-<job>``: a name of the user's own in DATA_OUT is never touched), one
-# subdirectory per bucket.
+# The part directories of atomic placement, below the destination root: one per copy
+# run, ``<PART_DIR>-<job>-<random>`` (a name of the user's own in DATA_OUT is never
+# touched), one subdirectory per bucket. The random part matters in a shared sticky
+# DATA_OUT: a name another user can predict, they can create first (their directory:
+# every stage-out of the job fails) or create writable (they could swap the user's
+# files between the copy and the rename).
 PART_DIR = ".rsa-staging"
 
 
-def part_dir(job_id: str) -> str:
-    """The name of a job's part directory below a destination root."""
+def part_prefix(job_id: str) -> str:
+    """What every part directory of ``job_id`` is named ``<prefix>-<random>``."""
     return f"{PART_DIR}-{job_id}"
+
+
+def part_dir(job_id: str, token: str) -> str:
+    """The name of one part directory of ``job_id`` below a destination root."""
+    if not token or not token.isalnum():
+        raise ValueError(f"part directory token {token!r}: expected letters and digits")
+    return f"{part_prefix(job_id)}-{token}"
+
+
+def is_part_dir(name: bytes, job_id: str) -> bool:
+    """True for a top-level name of a part directory of ``job_id`` (also the unsuffixed
+    name older versions used)."""
+    prefix = part_prefix(job_id).encode()
+    return name == prefix or name.startswith(prefix + b"-")
+
+
+# Make a fresh part directory: first remove the user's own leftovers of the job's earlier
+# runs (a killed copy's: $2 is the prefix; only directories the user owns: in a sticky
+# directory another user's are not the user's to remove anyway, and are never entered),
+# then mkdir (never -p: an existing name, anyone's, fails it) private to the user.
+NEW_PART = PRELUDE + (
+    'cd -- "$1" || exit 66; '
+    'find . -mindepth 1 -maxdepth 1 -type d \\( -name "$2" -o -name "$2-*" \\) '
+    '-user "$(id -u)" -print0 | xargs -0 -r rm -rf -- || exit 1; '
+    'mkdir -m 700 -- "$3"')
 
 
 # Create the directory skeleton (0700 + u+rwx while staging: a directory that was
@@ -230,6 +258,12 @@ def tar_hash_argv(archive: str) -> list[str]:
 
 def write_argv(path: str) -> list[str]:
     return bash(WRITE, path)
+
+
+def new_part_argv(root: str, job_id: str, token: str) -> list[str]:
+    """As the user: remove the job's own leftover part directories below ``root``, then
+    create ``part_dir(job_id, token)`` there, mode 0700 (fails if the name exists)."""
+    return bash(NEW_PART, root, part_prefix(job_id), part_dir(job_id, token))
 
 
 def mkdir_argv(path: str) -> list[str]:

@@ -259,7 +259,7 @@ def test_atomic_stage_in_keeps_everything_and_leaves_no_part_directory(
     stats = eng.stage_in(str(area / "src"), str(area / "ram"), atomic=True)
     assert stats.files == 51
     assert tree_state(area / "ram") == tree_state(area / "src")
-    assert not (area / "ram" / ".rsa-staging-77").exists()
+    assert not list((area / "ram").glob(".rsa-staging-77*"))
 
 
 def test_atomic_stage_in_resumes_past_a_part_directory_left_by_a_crash(
@@ -337,7 +337,7 @@ def test_stage_out_never_shows_a_partial_file_under_its_final_name(
     for name, size in want.items():
         assert seen.get(name, set()) <= {size}, name  # absent, or complete
     assert tree_state(out) == tree_state(ram)
-    assert not (out / ".rsa-staging-77").exists()
+    assert not list(out.glob(".rsa-staging-77*"))
 
 
 def test_stage_out_resumes_past_a_torn_part_directory_and_keeps_the_users_own(
@@ -360,11 +360,57 @@ def test_stage_out_resumes_past_a_torn_part_directory_and_keeps_the_users_own(
         for n in names:
             os.chown(os.path.join(dirpath, n), user.uid, user.gid)
     eng.stage_out(str(area / "ram"), str(out))
-    assert not (out / ".rsa-staging-77").exists()
+    assert not list(out.glob(".rsa-staging-77*"))
     assert mine.read_text() == "mine" and other.read_text() == "another job's"
     got = tree_state(out)
     assert {k: v for k, v in got.items() if not k.startswith(b".rsa-staging")} \
         == tree_state(area / "ram")
+
+
+def test_stage_out_in_a_shared_sticky_directory_is_not_stopped_by_another_users_part_dir(
+        area: Path, user: Identity) -> None:
+    """Issue 13: in a shared sticky DATA_OUT another user can create names first. The
+    part directory's name is unpredictable and made fresh (never reused, never entered if
+    someone else's): names another user planted stay theirs and the stage-out completes;
+    the user's own leftover of a killed run is removed."""
+    eng = staged(area, user)
+    shared = area / "outs" / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    other_uid = 12345
+    planted = [shared / "out" / ".rsa-staging-77", shared / "out" / ".rsa-staging-77-0"]
+    (shared / "out").mkdir()
+    (shared / "out").chmod(0o1777)
+    for d in planted:
+        d.mkdir()
+        (d / "theirs").write_text("x")
+        os.chown(d / "theirs", other_uid, other_uid)
+        os.chown(d, other_uid, other_uid)
+    planted[1].chmod(0o777)  # writable: they could swap files in a reused name
+    left = shared / "out" / ".rsa-staging-77-0badc0de"
+    (left / "3").mkdir(parents=True)
+    (left / "3" / "torn").write_bytes(b"torn")
+    for q in (left, left / "3", left / "3" / "torn"):
+        os.chown(q, user.uid, user.gid)
+    out = shared / "out"
+    eng.stage_out(str(area / "ram"), str(out))
+    assert eng.verify(str(area / "ram"), str(out)).ok
+    for d in planted:
+        assert (d / "theirs").read_text() == "x"
+        assert d.stat().st_uid == other_uid
+    assert not left.exists()
+    assert sorted(p.name for p in out.glob(".rsa-staging-77*")) == \
+        sorted(p.name for p in planted)
+
+
+def test_part_directory_names_are_unpredictable_and_checked() -> None:
+    assert scripts.part_dir("77", "ab12") == ".rsa-staging-77-ab12"
+    assert scripts.is_part_dir(b".rsa-staging-77-ab12", "77")
+    assert scripts.is_part_dir(b".rsa-staging-77", "77")
+    assert not scripts.is_part_dir(b".rsa-staging-770-ab", "77")
+    assert not scripts.is_part_dir(b".rsa-staging", "77")
+    with pytest.raises(ValueError):
+        scripts.part_dir("77", "../x")
 
 
 def test_stage_out_replaces_an_older_file_at_the_final_name_whole(
@@ -436,7 +482,7 @@ def test_whole_directories_are_staged_recursively_and_keep_everything(
     assert tree_state(out) == tree_state(area / "src")
     # stage-out places atomically: the recursive copier runs inside the placement
     assert any(a[2:3] == [scripts.ATOMIC] and a[7:8] == [scripts.TREE_PIPE] for a in seen)
-    assert not (out / ".rsa-staging-77").exists()
+    assert not list(out.glob(".rsa-staging-77*"))
     assert eng.verify(str(area / "ram"), str(out)).ok
     # Resume: a file cut short inside the whole directory is copied again by name; the
     # directory's complete files are not copied again.
