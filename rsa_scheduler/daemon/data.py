@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
@@ -99,6 +100,37 @@ def _owner(user: str) -> tuple[int, int] | None:
 GONE_KEPT = 4096
 
 
+class Repeats:
+    """Keeps a warning that repeats every few seconds (a RAMDISK that cannot be repaired,
+    checked every ``health.ramdisk_interval``) from flooding the log: ``say`` is true the
+    first time, when the text changes, and then once every ``every`` seconds, with how
+    many were held back. ``clear`` when the condition is over."""
+
+    def __init__(self, every: float = 600.0, clock: Callable[[], float] = time.monotonic,
+                 kept: int = GONE_KEPT) -> None:
+        self.every = every
+        self.clock = clock
+        self.kept = kept
+        self._seen: OrderedDict[str, tuple[str, float, int]] = OrderedDict()
+
+    def say(self, key: str, text: str) -> str | None:
+        """The line to log now (``text``, perhaps with a count), or None: held back."""
+        now = self.clock()
+        last = self._seen.get(key)
+        if last is not None and last[0] == text and now - last[1] < self.every:
+            self._seen[key] = (text, last[1], last[2] + 1)
+            return None
+        held = last[2] if last is not None and last[0] == text else 0
+        self._seen[key] = (text, now, 0)
+        self._seen.move_to_end(key)
+        while len(self._seen) > self.kept:
+            self._seen.popitem(last=False)
+        return f"{text} (again; {held} more like it not logged)" if held else text
+
+    def clear(self, key: str) -> None:
+        self._seen.pop(key, None)
+
+
 @dataclass(frozen=True, slots=True)
 class Tending:
     """What one check of a RAMDISK found: ``detail`` what was wrong ("" = healthy),
@@ -130,6 +162,7 @@ class DataPath:
         self._gone: OrderedDict[str, None] = OrderedDict()
         self._current: dict[str, MountSpec] = {}
         self.tend_every = cfg.health.ramdisk_interval
+        self._repeats = Repeats()
 
     # ---- fencing --------------------------------------------------------------------------
     def fenced(self, node: str) -> Host:
@@ -252,17 +285,19 @@ class DataPath:
                 backend = self.backend(req.tier)
                 health = backend.health(spec)
             except Exception as e:  # a probe that fails says nothing about the data
-                log.warning("RAMDISK %s: health probe failed: %s", spec.fs_id, e)
+                self._warn(spec.fs_id, f"RAMDISK {spec.fs_id}: health probe failed: {e}")
                 return Tending()
             if health.ok:
+                self._repeats.clear(spec.fs_id)
                 return Tending()
             try:
                 done = backend.repair(req, spec)
             except Exception as e:
-                log.warning("RAMDISK %s is broken (%s) and could not be repaired: %s",
-                            spec.fs_id, health.detail, e)
+                self._warn(spec.fs_id, f"RAMDISK {spec.fs_id} is broken ({health.detail}) "
+                                       f"and could not be repaired: {e}")
                 return Tending(health.detail,
                                broken=f"{health.detail} (repair failed: {e})")
+            self._repeats.clear(spec.fs_id)
         if not done:
             return Tending(health.detail, broken=health.detail)
         log.warning("job %s: RAMDISK %s was broken (%s): restarted %s", job, spec.fs_id,
@@ -270,6 +305,13 @@ class DataPath:
         with contextlib.suppress(Exception):  # the event is for the operator: best effort
             record({"repaired": {"broken": health.detail, "restarted": done}})
         return Tending(health.detail, restarted=tuple(done))
+
+    def _warn(self, key: str, text: str) -> None:
+        line = self._repeats.say(key, text)
+        if line is None:
+            log.debug("%s", text)
+        else:
+            log.warning("%s", line)
 
     def tend(self, job: str, mount: Mapping[str, Any],
              record: Callable[[Mapping[str, Any]], None]) -> Tending:

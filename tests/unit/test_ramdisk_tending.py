@@ -16,7 +16,7 @@ import pytest
 
 from rsa_scheduler.config import load_config_text
 from rsa_scheduler.core.actions import Action, ActionKind
-from rsa_scheduler.daemon.data import DataPath, Tending
+from rsa_scheduler.daemon.data import DataPath, Repeats, Tending
 from rsa_scheduler.daemon.executors import ActionContext
 from rsa_scheduler.daemon.health import RamdiskTender
 from rsa_scheduler.fs.base import FilesystemBackend, FsError, FsRequest, Health, MountSpec
@@ -247,3 +247,40 @@ def test_the_tender_checks_every_live_ramdisk_and_survives_a_failing_one() -> No
     def busy() -> list[tuple[str, Mapping[str, Any]]]:
         raise TimeoutError("the loop did not answer")
     assert RamdiskTender(busy, tend).round() == 0
+
+
+def test_a_ramdisk_that_stays_broken_is_logged_once_per_period_not_every_check(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The tender checks every 15 s: a RAMDISK that cannot be repaired must not write a
+    warning every 15 s for hours; the first, a changed one and one per period, with the
+    count held back."""
+    def fail() -> list[str]:
+        raise FsError("rsa1: ssh: connect to host: refused")
+    dp = data_path(Backend(lambda: BAD, fail))
+    now = [1000.0]
+    dp._repeats.clock = lambda: now[0]
+    marks: list[Mapping[str, Any]] = []
+    with caplog.at_level("WARNING", logger="rsa_scheduler.daemon.data"):
+        for _ in range(20):
+            assert dp.check_and_repair("7", SPEC, marks.append).broken
+            now[0] += 15
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "could not be repaired" in warned[0]
+    now[0] += 600
+    with caplog.at_level("WARNING", logger="rsa_scheduler.daemon.data"):
+        dp.check_and_repair("7", SPEC, marks.append)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 2 and warned[1].endswith("(again; 19 more like it not logged)")
+
+
+def test_repeats_say_a_changed_text_at_once_and_forget_a_cleared_key() -> None:
+    now = [0.0]
+    r = Repeats(every=60, clock=lambda: now[0], kept=2)
+    assert r.say("a", "x") == "x"
+    assert r.say("a", "x") is None
+    assert r.say("a", "y") == "y"
+    r.clear("a")
+    assert r.say("a", "y") == "y"
+    r.say("b", "1")
+    r.say("c", "1")  # "a" falls out: kept=2
+    assert r.say("a", "y") == "y"
