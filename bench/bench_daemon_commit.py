@@ -70,6 +70,9 @@ class Queue:
     def set_comment(self, job_id: str, text: str) -> None:
         pass
 
+    def drain_nodes(self, nodes: Sequence[str], reason: str) -> None:
+        pass
+
 
 def instant() -> Registry:
     reg = Registry()

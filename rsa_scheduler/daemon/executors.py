@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,7 +107,8 @@ class Registry:
         except PermanentError as e:
             return Outcome(action.id, Result.REFUSED, str(e))
         except BusyError as e:
-            return Outcome(action.id, Result.BUSY, str(e))
+            return Outcome(action.id, Result.BUSY, str(e),
+                           {"silent": list(e.silent)} if e.silent else {})
         except RsaError as e:
             if getattr(e, "permanent", False):
                 return Outcome(action.id, Result.REFUSED, str(e))
@@ -118,4 +119,9 @@ class Registry:
 
 
 class BusyError(RsaError):
-    """RESET only: the input mounts are still in use; nothing was changed."""
+    """RESET only: the input mounts are still in use, or not every node that holds one
+    confirmed its release (``silent``: those nodes); nothing was changed."""
+
+    def __init__(self, message: str, *, silent: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.silent = tuple(silent)

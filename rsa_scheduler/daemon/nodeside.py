@@ -244,9 +244,12 @@ class NodeSide:
                     if left <= 0:
                         why = v.message if j.nodes is not None else (
                             "no compute node asked rsad (is rsa-prolog the node Prolog?)")
-                        if ins["do"] == "release":
-                            why += ("; nodes that hold the mount must confirm before the "
-                                    "RAMDISK is recreated: it is kept")
+                        if ins["do"] == "release" and v.missing:
+                            raise BusyError(
+                                f"compute node(s) {', '.join(v.missing)} did not confirm "
+                                f"the release of the input mount within {timeout:.0f}s: "
+                                "the RAMDISK is kept (they may still read it); will retry",
+                                silent=v.missing)
                         raise RsaError(f"compute nodes did not {ins['do']} within "
                                        f"{timeout:.0f}s: {why}")
                     self._cond.wait(min(left, 0.5))

@@ -485,6 +485,9 @@ class Daemon:
             for ev in dec.events:
                 self._learn_facts(ev)
             self._commit(dec)
+            silent = [str(n) for n in outcome.detail.get("silent") or ()]
+            if silent:
+                self._unconfirmed(outcome.job_id, silent, now)
             return None
         if req.kind == "progress":
             job, data = req.payload
@@ -576,13 +579,7 @@ class Daemon:
                 if target is not None:
                     target.cancel.cancel(f"superseded ({action.job_id})")
             elif action.kind is ActionKind.ALERT:
-                msg = str(action.args.get("message", ""))
-                log.warning("ALERT job %s: %s", action.job_id, msg)
-                if self.metrics is not None:
-                    self.metrics.alerts.inc()
-                self.alerts.append({"time": self.clock(), "job_id": action.job_id,
-                                    "message": msg})
-                del self.alerts[:-100]
+                self._alert(action.job_id, str(action.args.get("message", "")))
             elif action.kind is ActionKind.TELL_USER:
                 self._tell(action.job_id, f"RSA: {action.args.get('message', '')}")
             elif action.kind in (ActionKind.ALLOCATE, ActionKind.RELEASE):
@@ -614,6 +611,36 @@ class Daemon:
         if tracked:
             self.running[action.id] = Running(action, cancel, future, self.clock())
             future.add_done_callback(lambda f: self.inbox.put(Request("outcome", f.result())))
+
+    def _alert(self, job_id: str, msg: str) -> None:
+        log.warning("ALERT job %s: %s", job_id, msg)
+        if self.metrics is not None:
+            self.metrics.alerts.inc()
+        self.alerts.append({"time": self.clock(), "job_id": job_id, "message": msg})
+        del self.alerts[:-100]
+
+    def _unconfirmed(self, job_id: str, nodes: list[str], now: float) -> None:
+        """Compute nodes of ``job_id`` that did not confirm a release of its RAMDISK: the
+        RAMDISK is kept (the step is retried), the nodes are drained in Slurm with the
+        reason (no new job lands on a node whose mounts are in doubt) and the operator is
+        alerted. Resume them with ``scontrol update NodeName=... State=RESUME`` once
+        checked."""
+        reason = f"rsa: did not confirm release of job {job_id}'s RAMDISK"
+        self._commit(Decision(events=[Event(now, job_id, "compute.unconfirmed", {
+            "nodes": nodes, "drain": reason})]))
+
+        def work() -> None:
+            try:
+                self.slurm.drain_nodes(nodes, reason)
+                what = "drained"
+            except SlurmError as e:
+                what = f"could not be drained ({e})"
+            self.inbox.put(Request("call", lambda: self._alert(
+                job_id, f"compute node(s) {', '.join(nodes)} did not confirm the release "
+                        f"of the job's RAMDISK (kept; retried): {what}; check them, then "
+                        "scontrol update NodeName=... State=RESUME")))
+
+        self.urgent.submit(work)
 
     def _tell(self, job_id: str, text: str) -> None:
         def work() -> None:

@@ -8,9 +8,11 @@ implementation. Queue reads are ONE ``squeue`` call per cycle.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ClusterShell.NodeSet import NodeSet
 
 from rsa_scheduler.runner import CLEAN_PATH, CommandError, LocalRunner, Runner
 from rsa_scheduler.slurm.parse import QUEUE_FORMAT, QueueRow, parse_queue
@@ -32,6 +34,14 @@ def batch_script_argv(bin_dir: Path, job_id: str) -> list[str]:
 def update_argv(bin_dir: Path, job_id: str, **fields: str) -> list[str]:
     return [str(bin_dir / "scontrol"), "update", f"jobid={job_id}",
             *(f"{k}={v}" for k, v in fields.items())]
+
+
+def drain_argv(bin_dir: Path, nodes: Sequence[str], reason: str) -> list[str]:
+    """``scontrol update`` draining ``nodes`` (one argument: no shell, no quoting)."""
+    if not nodes:
+        raise ValueError("no nodes to drain")
+    return [str(bin_dir / "scontrol"), "update", f"NodeName={NodeSet.fromlist(nodes)}",
+            "State=DRAIN", f"Reason={reason[:200]}"]
 
 
 def job_qos_argv(bin_dir: Path, job_id: str) -> list[str]:
@@ -155,6 +165,9 @@ class CliSlurm:
 
     def set_comment(self, job_id: str, text: str) -> None:
         self._run(update_argv(self.bin_dir, job_id, comment=text))
+
+    def drain_nodes(self, nodes: Sequence[str], reason: str) -> None:
+        self._run(drain_argv(self.bin_dir, nodes, reason))
 
     def show_config(self) -> dict[str, str]:
         """slurmctld's running configuration (``scontrol show config``), parsed."""

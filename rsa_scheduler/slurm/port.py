@@ -7,6 +7,7 @@ site's Slurm major release).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from rsa_scheduler.errors import RsaError
@@ -39,4 +40,8 @@ class SlurmPort(Protocol):
 
     def set_comment(self, job_id: str, text: str) -> None:
         """Show the user a short RSA status where they already look (the job comment)."""
+        ...
+
+    def drain_nodes(self, nodes: Sequence[str], reason: str) -> None:
+        """Drain compute nodes (no new jobs; running ones go on) with ``reason``."""
         ...

@@ -11,7 +11,7 @@ with squeue behind its back.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rsa_scheduler.slurm.cli import CliSlurm
@@ -70,3 +70,6 @@ class PySlurm:
 
     def set_comment(self, job_id: str, text: str) -> None:
         self.cli.set_comment(job_id, text)
+
+    def drain_nodes(self, nodes: Sequence[str], reason: str) -> None:
+        self.cli.drain_nodes(nodes, reason)

@@ -156,3 +156,25 @@ def test_batch_script_and_admin_comment_round_trip(lab: Mapping[str, str]) -> No
         assert DirectiveSpec.from_admin_comment(row.admin_comment or "") == spec
         slurm.set_comment(job, "RSA: staging in 40%")
         assert "Comment=RSA: staging in 40%" in root(lab, "scontrol", "show", "job", "-o", job)
+
+
+def test_drain_nodes_drains_with_the_reason_and_leaves_running_jobs(
+        lab: Mapping[str, str]) -> None:
+    """rsad drains compute nodes that did not confirm a release of a RAMDISK (issue 13):
+    the real scontrol takes the node list and the reason as one argument each."""
+    slurm = make_slurm(lab)
+    with make_jobs(lab) as jobs:
+        job = jobs.submit(*LONG)
+        node = wait_for("the job running", lambda: next(
+            (r for r in root(lab, "squeue", "-h", "-j", job, "-o", "%T %N").split()
+             [1:2] if r), None))
+        reason = f"rsa: did not confirm release of job {job}'s RAMDISK"
+        try:
+            slurm.drain_nodes([node], reason)
+            shown = root(lab, "scontrol", "show", "node", node)
+            assert "DRAIN" in shown and f"Reason={reason}" in shown
+            # draining stops new jobs landing there; the running one goes on
+            assert root(lab, "squeue", "-h", "-j", job, "-o", "%T").strip() == "RUNNING"
+        finally:
+            root(lab, "scontrol", "update", f"NodeName={node}", "State=RESUME")
+        assert "DRAIN" not in root(lab, "sinfo", "-h", "-n", node, "-o", "%T").upper()

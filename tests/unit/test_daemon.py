@@ -23,7 +23,7 @@ from rsa_scheduler.core.policy import StagingPolicy
 from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.core.states import JobState
 from rsa_scheduler.daemon.api import ApiError, Caller, Routes
-from rsa_scheduler.daemon.executors import ActionContext, PermanentError, Registry
+from rsa_scheduler.daemon.executors import ActionContext, BusyError, PermanentError, Registry
 from rsa_scheduler.daemon.service import Daemon, Request, Running
 from rsa_scheduler.hosts import CancelToken
 from rsa_scheduler.slurm.parse import QueueRow
@@ -60,6 +60,9 @@ class ScriptedSlurm:
 
     def set_comment(self, job_id: str, text: str) -> None:
         self.calls.append(("comment", text))
+
+    def drain_nodes(self, nodes: Sequence[str], reason: str) -> None:
+        self.calls.append(("drain", f"{','.join(nodes)}:{reason}"))
 
 
 def instant_registry(seen: list[str], fail: set[ActionKind] | None = None) -> Registry:
@@ -589,3 +592,43 @@ def test_only_ramdisks_no_step_works_on_are_tendable(tmp_path: Path) -> None:
     del d.running[step.id]
     d.facts["7"].pop("mount")
     assert d.tendable() == []
+
+
+def test_compute_nodes_that_do_not_confirm_a_release_are_drained_and_alerted(
+        tmp_path: Path) -> None:
+    """Issue 13: completion means every node agent confirmed. A reset whose release a
+    compute node never confirms keeps the RAMDISK (retried, not torn down), drains the
+    node in Slurm with the reason, raises an alert and records the event."""
+    slurm = DrainingSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+
+    def silent_reset(ctx: ActionContext) -> Mapping[str, Any]:
+        raise BusyError("compute node(s) c2 did not confirm the release", silent=["c2"])
+    d.registry.register(ActionKind.RESET, silent_reset)
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    slurm.set("7", "RUNNING")
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state.value == "mounted-input"
+    d.submit("command", ("7", "input-done", "alice", False))
+    settle(d)
+    d.urgent.submit(lambda: None).result(10)  # the drain ran
+    settle(d)
+    assert d.sched.records["7"].rsa_state.value == "reset-failed"
+    assert ActionKind.DESTROY_FS.value not in {a.split("/")[2] for a in seen}
+    assert slurm.drained == [(["c2"], "rsa: did not confirm release of job 7's RAMDISK")]
+    assert any("c2" in a["message"] and "drained" in a["message"] for a in d.alerts)
+    assert [e.context["nodes"] for e in d.store.events("7")
+            if e.name == "compute.unconfirmed"] == [["c2"]]
+
+
+class DrainingSlurm(ScriptedSlurm):
+    def __init__(self) -> None:
+        super().__init__()
+        self.drained: list[tuple[list[str], str]] = []
+
+    def drain_nodes(self, nodes: Sequence[str], reason: str) -> None:
+        self.drained.append((list(nodes), reason))
