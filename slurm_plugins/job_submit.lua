@@ -34,6 +34,16 @@ local CONFIG = {
   lockin_priority = nil,
   -- uid of SlurmUser (`id -u slurm`); root (uid 0) is always privileged.
   slurm_user_uid = nil,
+  -- Early-start policy of jobs that do not choose one (rsa config: staging.early_start;
+  -- keep the two equal). With `wait`, an RSA job is held at submission (its begin time
+  -- set to now + wait_timeout, " hold=<deadline>" appended to its admin_comment) until
+  -- rsad has its RAMDISK ready and releases it; Slurm releases it by itself at the
+  -- deadline (docs/architecture.md, "Holding a job until its RAMDISK is ready").
+  early_start = "wait",
+  -- Seconds a job may be held for its RAMDISK (rsa config: staging.wait_timeout).
+  wait_timeout = 1800,
+  -- The clock (seconds since the epoch; tests replace it). Reading it is no I/O.
+  now = os.time,
 }
 
 local unpack = unpack or table.unpack -- luacheck: ignore (5.1 global vs 5.2+ table field)
@@ -892,6 +902,36 @@ local function spank_options(job_desc)
 end
 
 -- ---------------------------------------------------------------------------------------
+-- Early start `wait`: the start hold (rsa_scheduler/daemon/holds.py says what rsad does)
+
+-- The admin_comment to store for a job with RSA work whose early-start policy is wait:
+-- the job is held (begin time = now + wait_timeout) and the comment says until when. A
+-- job with a begin time of its own in the future keeps it and is not held (rsad stages
+-- it when it is on-deck). Fields are ";"-separated and values never contain ";" or "="
+-- (percent-encoded), so the patterns cannot match inside a value.
+local function hold_comment(job_desc, comment)
+  local work = false
+  for _, key in ipairs({ "i", "o", "pre", "post" }) do
+    if comment:find("[:;]" .. key .. "=") then work = true end
+  end
+  if not work then
+    return comment
+  end
+  local es = comment:match("[:;]es=([%a]+)") or CONFIG.early_start
+  if es ~= "wait" then
+    return comment
+  end
+  local now = CONFIG.now()
+  local begin = job_desc.begin_time
+  if begin ~= nil and begin ~= slurm.NO_VAL and begin > now then
+    return comment -- the user's own --begin
+  end
+  local deadline = now + CONFIG.wait_timeout
+  job_desc.begin_time = deadline
+  return comment .. " hold=" .. string.format("%d", deadline)
+end
+
+-- ---------------------------------------------------------------------------------------
 -- Slurm entry points
 
 -- Submission: validate the #RSA_ directives of a batch script, annotate admin_comment.
@@ -925,7 +965,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid) -- luacheck: ignore (
     return slurm.ERROR
   end
   if comment then
-    job_desc.admin_comment = comment
+    job_desc.admin_comment = hold_comment(job_desc, comment)
   end
   return slurm.SUCCESS
 end
@@ -966,7 +1006,7 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid) -- luacheck:
 end
 
 -- For tests (tests/lua/run_vector.lua) and curious admins; Slurm ignores it.
-rsa_job_submit = { check = check, config = CONFIG, -- luacheck: ignore
+rsa_job_submit = { check = check, config = CONFIG, hold_comment = hold_comment, -- luacheck: ignore
   quote = function(text) return quote(decode(text)) end, spank_options = spank_options }
 
 return slurm.SUCCESS -- load status for slurm_lua_loadscript

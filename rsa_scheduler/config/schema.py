@@ -549,7 +549,9 @@ class StagingConfig:
     early_start: EarlyStart = field(
         metadata=meta(
             Choice.of(EarlyStart),
-            "Default when a job starts before stage-in finished (`#RSA_EARLY_START` overrides).",
+            "Default when a job could start before its RAMDISK is ready "
+            "(`#RSA_EARLY_START` overrides); `wait` holds it (job_submit.lua's "
+            "`CONFIG.early_start` must say the same).",
         )
     )
     stage_out: StageOut = field(

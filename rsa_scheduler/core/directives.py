@@ -52,6 +52,12 @@ MAX_NODES = 2**31 - 1
 MAX_CAPACITY = 2**53  # exact in a Lua 5.1 number (double)
 MAX_RESET = 365 * 86400
 ADMIN_COMMENT_PREFIX = "rsa1:"
+# The start hold of early-start `wait` (docs/architecture.md, "Holding a job until its
+# RAMDISK is ready"): job_submit.lua (or rsad, when the job becomes on-deck) sets the
+# job's begin time to the deadline and appends `` hold=<deadline, epoch seconds>`` to
+# the admin_comment; rsad removes it when it releases the job. The spec's encoding never
+# contains a space, so the marker cannot be confused with a spec field.
+HOLD_MARK = " hold="
 MAX_LINE = 16384  # bytes of one #RSA_ line (without its newline), or of one option value
 MAX_ERRORS = 20  # a script's scan stops after this many errors (and says so)
 MAX_SCRIPT = 4 << 20  # bytes of a script scanned for directives (Slurm's default script cap)
@@ -586,6 +592,23 @@ class DirectiveSpec:
         if spec.to_admin_comment() != text:
             raise ValueError(f"RSA admin comment is not in canonical form: {text!r}")
         return spec
+
+
+def split_hold(comment: str) -> tuple[str, int | None]:
+    """An admin_comment as (the spec's encoding, the hold deadline or None). A marker
+    that is not a whole number of seconds is no hold (and is left in the spec part, which
+    then fails to parse loudly)."""
+    spec, sep, deadline = comment.partition(HOLD_MARK)
+    if not sep or not re.fullmatch(r"[1-9][0-9]{0,11}", deadline):
+        return comment, None
+    return spec, int(deadline)
+
+
+def with_hold(comment: str, deadline: int | None) -> str:
+    """The admin_comment ``comment`` with its hold marker set to ``deadline`` (None:
+    removed)."""
+    spec, _ = split_hold(comment)
+    return spec if deadline is None else f"{spec}{HOLD_MARK}{int(deadline)}"
 
 
 # to_json keys in order, with their admin_comment abbreviations

@@ -80,6 +80,10 @@ class JobRecord:
     wait_over: bool = False  # early-start=wait deadline passed
     not_before: float = 0.0  # no new allocation before this time (after a failed build)
     serial: int = 0  # actions issued so far: makes every action id unique and stable
+    #: early start `wait`: the deadline of the start hold Slurm keeps the job in (its
+    #: admin_comment's hold marker, seconds since the epoch); None when not held. The
+    #: wait at start ends then too: a job is never held longer than its wait_timeout.
+    hold_until: float | None = None
 
     # ---- derived --------------------------------------------------------------------
     @property
@@ -111,6 +115,7 @@ class JobRecord:
             "serial": self.serial,
             "wait_over": self.wait_over,
             "not_before": self.not_before,
+            "hold_until": self.hold_until,
         }
 
     @classmethod
@@ -270,7 +275,10 @@ def fire(rec: JobRecord, trigger: Trigger, now: float, policy: StagingPolicy,
         elif eff is Effect.END_WAIT:
             rec.wait_over = True
         elif eff is Effect.ARM_WAIT:
-            rec.timers.setdefault(Trigger.WAIT_EXPIRED.value, now + policy.wait_timeout)
+            # a job Slurm held before it started has spent its wait there already
+            due = now + policy.wait_timeout if rec.hold_until is None else \
+                min(now + policy.wait_timeout, max(now, rec.hold_until))
+            rec.timers.setdefault(Trigger.WAIT_EXPIRED.value, due)
         elif eff is Effect.ARM_RETRY:
             follow = _arm_retry(rec, now, policy)
             if src is RsaState.FS_BUILDING and follow is None:

@@ -58,6 +58,12 @@ class Observation:
     priority: int = 0
     compute_nodes: int = 1
     spec: DirectiveSpec | None = None
+    #: early start `wait`: Slurm holds the job (begin time) for the RSA until this time
+    #: (its admin_comment's hold marker); None: no hold
+    hold_until: float | None = None
+    #: the hold counts as on-deck: the job could start now, it waits only for the RSA
+    #: (rsad releases a hold that does not: the job then queues as any other)
+    held: bool = False
 
 
 @dataclass(slots=True)
@@ -155,6 +161,7 @@ class Scheduler:
             seen_add(jid)  # only tracked jobs: the other 70-90% of a queue cost one lookup
             prev = get_last(jid)
             if prev is not None and prev.state == obs.state and prev.reason == obs.reason \
+                    and prev.held == obs.held and prev.hold_until == obs.hold_until \
                     and jid not in waiting:
                 continue
             last[jid] = obs
@@ -179,10 +186,15 @@ class Scheduler:
     def _observe_one(self, rec: JobRecord, obs: Observation | None, now: float) -> Step:
         step = Step()
         state, reason = (obs.state, obs.reason) if obs else ("GONE", "")
-        job_state = derive_job_state(rec.job_state, state, reason)
+        held = obs is not None and obs.held and state == "PENDING"
+        # held for the RSA: on-deck in all but name (Slurm would start it now)
+        job_state = JobState.ON_DECK if held else derive_job_state(rec.job_state, state,
+                                                                    reason)
         updates: dict[str, object] = {}
         if job_state is not rec.job_state:
             updates["job_state"] = job_state.value
+        if obs is not None and obs.hold_until != rec.hold_until:
+            updates["hold_until"] = obs.hold_until
         if obs is not None and obs.priority != rec.priority:
             updates["priority"] = obs.priority
         if obs is not None and obs.compute_nodes != rec.compute_nodes and \
@@ -191,7 +203,8 @@ class Scheduler:
         started = job_state is JobState.RUNNING and rec.job_state is not JobState.RUNNING
         wait = self.policy.on_deck_settle
         not_before: float | None = None
-        if wait and job_state is JobState.ON_DECK and rec.job_state is not JobState.ON_DECK \
+        if wait and not held and job_state is JobState.ON_DECK \
+                and rec.job_state is not JobState.ON_DECK \
                 and rec.rsa_state in (RsaState.NONE, RsaState.RELEASED, RsaState.DECLINED):
             # on-deck only from now: allocate if it still is after the settle time
             not_before = updates["not_before"] = max(rec.not_before, now + wait)
@@ -207,6 +220,8 @@ class Scheduler:
             rec.priority = obs.priority
         if "compute_nodes" in updates and obs is not None:
             rec.compute_nodes = obs.compute_nodes
+        if "hold_until" in updates and obs is not None:
+            rec.hold_until = obs.hold_until
         if not_before is not None:
             rec.not_before = not_before
         if started:

@@ -236,6 +236,11 @@ class Routes:
             policy = self.daemon.sched.policy
             early = rec.spec.early_start or policy.early_start
             hold = policy.wait_timeout if early.value == "wait" and not rec.wait_over else 0.0
+            due = rec.timers.get("wait-expired")
+            if hold and (due is not None or rec.hold_until is not None):
+                # what is left of the wait (a job Slurm held has spent some already)
+                end = due if due is not None else float(rec.hold_until or 0.0)
+                hold = max(0.0, min(hold, end - self.daemon.clock()))
             return (rec.rsa_state.value, rec.job_state.value if rec.job_state else None,
                     hold, rec.message)
 

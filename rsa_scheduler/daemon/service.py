@@ -20,7 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from rsa_scheduler.core.actions import BULK, Action, ActionKind, Outcome
-from rsa_scheduler.core.directives import DirectiveErrors, DirectiveSpec, parse_directives
+from rsa_scheduler.core.directives import (
+    DirectiveErrors,
+    DirectiveSpec,
+    parse_directives,
+    split_hold,
+)
 from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.machine import JobRecord
 from rsa_scheduler.core.policy import NodeState
@@ -34,6 +39,7 @@ from rsa_scheduler.core.scheduler import (
 from rsa_scheduler.core.states import TENDED, JobState
 from rsa_scheduler.core.transitions import Trigger
 from rsa_scheduler.daemon.executors import ActionContext, Registry
+from rsa_scheduler.daemon.holds import held_message, hold_verdict, startable
 from rsa_scheduler.daemon.metrics import Metrics
 from rsa_scheduler.errors import StoreError
 from rsa_scheduler.hosts import CancelToken
@@ -47,6 +53,10 @@ ADMIN_COMMENT_PREFIX = "rsa1:"
 # outcome (and milestone) details worth remembering
 FACT_KEYS = ("mount", "lock_token", "manifest", "mounted", "reset_of", "script_started")
 
+
+#: seconds after rsad released a job's start hold in which Slurm still showing it pending
+#: for ``BeginTime`` is not news (it has not rescheduled it yet)
+RELEASE_SETTLE = 60.0
 
 #: request kinds handled in groups with one commit (group commit); the rest one by one
 GROUPED = frozenset({"outcome", "command", "hook", "progress", "node-state"})
@@ -132,6 +142,16 @@ class Daemon:
         self.hosts: Mapping[str, Any] | None = None  # the RSA nodes (None: no data path)
         # node -> who set its state last, why and when (from the log, then live)
         self.node_notes: dict[str, dict[str, Any]] = {}
+        # early start wait, the start hold (daemon/holds.py): job -> (deadline, its
+        # admin_comment without the marker) while Slurm holds it for the RSA; whether it
+        # could start now (judged once); releases asked for (job -> when); jobs told
+        self._held: dict[str, tuple[float, str]] = {}
+        self._can_start: dict[str, bool] = {}
+        self._releasing: dict[str, float] = {}
+        self._told_held: set[str] = set()
+        # jobs released to start (job -> when): Slurm may show BeginTime for a moment
+        # after the release; it must not read as a demotion of a staged job
+        self._released: dict[str, float] = {}
 
     # ---- start-up -----------------------------------------------------------------------
     def start(self) -> None:
@@ -260,11 +280,13 @@ class Daemon:
             self._last_poll = self.clock()
             return
         self.slurm_ok = True
+        self._note_holds(rows, {r.job_id for r in rows})
         obs = [o for o in (self._observation(r, started) for r in rows) if o is not None]
         now = self.clock()
         fresh = {j for j, t in self._hook_seen.items() if t > started}
         dec = self.sched.observe(obs, now, complete=not fresh)
         self._commit(dec)
+        self._check_holds()
         self._prune_specs(rows)
         self._forget(now, {r.job_id for r in rows} | fresh)
         self._maybe_snapshot()
@@ -304,11 +326,13 @@ class Daemon:
                     rows.append(row)
         self._prev_lines = lines
         self.slurm_ok = True
+        self._note_holds(rows, set(lines))
         obs = [o for o in (self._observation(r, started) for r in rows) if o is not None]
         now = self.clock()
         fresh = {j for j, t in self._hook_seen.items() if t > started}
         dec = self.sched.observe(obs, now, complete=False, present=set(lines) | fresh)
         self._commit(dec)
+        self._check_holds()
         self._forget(now, set(lines) | fresh)
         self._maybe_snapshot()
         self._last_poll = now
@@ -363,9 +387,95 @@ class Daemon:
         if self._hook_seen.get(row.job_id, 0.0) > poll_started:
             return None  # a hook told us something newer than this snapshot
         spec = self._spec_of(row)
+        _, deadline = split_hold(row.admin_comment or "")
+        held = (row.job_id in self._held and self._can_start.get(row.job_id, False)) or (
+            row.reason == "BeginTime"
+            and self.clock() - self._released.get(row.job_id, -1e18) < RELEASE_SETTLE)
         return Observation(job_id=row.job_id, user=row.user, state=row.state,
                            reason=row.reason, priority=row.priority,
-                           compute_nodes=row.num_nodes, spec=spec)
+                           compute_nodes=row.num_nodes, spec=spec,
+                           hold_until=None if deadline is None else float(deadline),
+                           held=held)
+
+    # ---- the start hold (early start wait; daemon/holds.py) -----------------------------
+    def _note_holds(self, rows: Iterable[QueueRow], present: set[str]) -> None:
+        """Learn which jobs Slurm holds for the RSA (pending ``BeginTime`` with the hold
+        marker, deadline ahead) from this cycle's rows; judge the new ones once: could
+        they start now (daemon/holds.py ``startable``)?"""
+        now = self.clock()
+        new: list[QueueRow] = []
+        for row in rows:
+            spec_text, deadline = split_hold(row.admin_comment or "")
+            if deadline is not None and row.state == "PENDING" and \
+                    row.reason == "BeginTime" and deadline > now:
+                if row.job_id not in self._held:
+                    new.append(row)
+                self._held[row.job_id] = (float(deadline), spec_text)
+            else:
+                self._forget_hold(row.job_id)
+        for job in [j for j in self._held if j not in present]:
+            self._forget_hold(job)
+        for job in [j for j, t in self._released.items() if now - t >= RELEASE_SETTLE]:
+            del self._released[job]
+        if not new:
+            return
+        new.sort(key=lambda r: (-r.priority, r.job_id))
+        try:
+            idle = self.slurm.idle_nodes()
+            judged = [(r.job_id, self.slurm.job_fields(r.job_id).get("Partition", ""),
+                       r.num_nodes) for r in new]
+            fits = startable(judged, idle)
+        except SlurmError as e:  # unsure: release (the job then behaves as unheld)
+            log.warning("cannot tell whether held jobs could start now: %s", e)
+            fits = set()
+        for r in new:
+            self._can_start[r.job_id] = r.job_id in fits
+            log.info("job %s: held by Slurm for the RSA until %s; %s", r.job_id,
+                     self._held[r.job_id][0], "it could start now: staging while held"
+                     if r.job_id in fits else "the cluster is busy: releasing the hold")
+
+    def _forget_hold(self, job: str) -> None:
+        self._held.pop(job, None)
+        self._can_start.pop(job, None)
+        self._releasing.pop(job, None)
+        self._told_held.discard(job)
+
+    def _check_holds(self) -> None:
+        """Release every held job whose RAMDISK is ready, that the RSA will not serve, or
+        that could not start now anyway; tell the others' users they are held."""
+        if not self._held:
+            return
+        now = self.clock()
+        for job, (deadline, spec_text) in list(self._held.items()):
+            if job not in self._can_start or now - self._releasing.get(job, -1e18) < 30:
+                continue
+            rec = self.sched.records.get(job)
+            verdict = hold_verdict(job, rec, self._can_start[job])
+            if verdict is None:
+                if job not in self._told_held:
+                    self._told_held.add(job)
+                    self._tell(job, held_message(deadline))
+                continue
+            self._releasing[job] = now
+            if self._can_start[job]:
+                self._released[job] = now
+            if rec is not None:
+                self._commit(Decision(events=[Event(now, job, "job.hold-released", {
+                    "deadline": deadline, "why": verdict.message})]))
+            self.urgent.submit(self._release_hold, job, spec_text, verdict.message)
+
+    def _release_hold(self, job: str, spec_text: str, message: str) -> None:
+        """Worker: begin time now, hold marker removed; then the user's comment."""
+        try:
+            self.slurm.release_hold(job, spec_text)
+        except SlurmError as e:  # tried again in 30 s while Slurm still holds it
+            log.warning("job %s: could not release its start hold: %s", job, e)
+            return
+        log.info("job %s: start hold released: %s", job, message)
+        try:
+            self.slurm.set_comment(job, message[:250])
+        except SlurmError as e:
+            log.info("job %s: could not set the comment: %s", job, e)
 
     def _spec_of(self, row: QueueRow) -> DirectiveSpec | None:
         if row.job_id in self.sched.records:
@@ -376,7 +486,8 @@ class Daemon:
             if comment in self._comment_specs:
                 return self._comment_specs[comment]
             try:
-                parsed: DirectiveSpec | None = DirectiveSpec.from_admin_comment(comment)
+                parsed: DirectiveSpec | None = DirectiveSpec.from_admin_comment(
+                    split_hold(comment)[0])
             except ValueError as e:
                 log.error("job %s: unreadable RSA admin_comment: %s", row.job_id, e)
                 parsed = None
@@ -488,6 +599,8 @@ class Daemon:
             silent = [str(n) for n in outcome.detail.get("silent") or ()]
             if silent:
                 self._unconfirmed(outcome.job_id, silent, now)
+            if outcome.job_id in self._held:
+                self._check_holds()
             return None
         if req.kind == "progress":
             job, data = req.payload
@@ -506,6 +619,8 @@ class Daemon:
             job, trigger, by, operator = req.payload
             dec = self.sched.command(job, Trigger(trigger), now, by=by, operator=operator)
             self._commit(dec)
+            if job in self._held:
+                self._check_holds()
             rec = self.sched.records[job]
             return {"job_id": job, "rsa_state": rec.rsa_state.value}
         if req.kind == "hook":

@@ -15,7 +15,14 @@ from pathlib import Path
 from ClusterShell.NodeSet import NodeSet
 
 from rsa_scheduler.runner import CLEAN_PATH, CommandError, LocalRunner, Runner
-from rsa_scheduler.slurm.parse import QUEUE_FORMAT, QueueRow, parse_queue
+from rsa_scheduler.slurm.parse import (
+    QUEUE_FORMAT,
+    SINFO_PARTITIONS,
+    QueueRow,
+    parse_queue,
+    parse_show_job,
+    parse_sinfo_partitions,
+)
 from rsa_scheduler.slurm.port import SlurmError
 
 LOCKIN_METHODS = ("qos", "priority", "none")
@@ -168,6 +175,21 @@ class CliSlurm:
 
     def drain_nodes(self, nodes: Sequence[str], reason: str) -> None:
         self._run(drain_argv(self.bin_dir, nodes, reason))
+
+    def job_fields(self, job_id: str) -> dict[str, str]:
+        jobs = parse_show_job(self._run([str(self.bin_dir / "scontrol"), "show", "job",
+                                         "-o", job_id]))
+        if not jobs:
+            raise SlurmError(f"job {job_id}: scontrol show job printed nothing")
+        return jobs[0]
+
+    def idle_nodes(self) -> dict[str, int]:
+        return parse_sinfo_partitions(self._run([str(self.bin_dir / "sinfo"), "-h", "-o",
+                                                 SINFO_PARTITIONS]))
+
+    def release_hold(self, job_id: str, admin_comment: str) -> None:
+        self._run(update_argv(self.bin_dir, job_id, StartTime="now",
+                              AdminComment=admin_comment))
 
     def show_config(self) -> dict[str, str]:
         """slurmctld's running configuration (``scontrol show config``), parsed."""

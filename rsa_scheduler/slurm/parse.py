@@ -94,6 +94,32 @@ def _pairs(line: str) -> dict[str, str]:
     return out
 
 
+#: ``sinfo`` format of :func:`parse_sinfo_partitions` (as captured in tests/data/slurm/)
+SINFO_PARTITIONS = "%P|%a|%l|%D|%T|%N"
+#: Slurm's state of a node that can take a job now (``sinfo %T``; suffixes such as ``*``
+#: not responding, ``~`` powered off, ``#`` powering up, ``@`` reboot, ``$`` maintenance
+#: mean it cannot)
+IDLE = "idle"
+
+
+def parse_sinfo_partitions(text: str) -> dict[str, int]:
+    """Idle nodes per partition from ``sinfo -h -o '%P|%a|%l|%D|%T|%N'`` (the default
+    partition's ``*`` dropped; partitions that are not ``up`` count nothing)."""
+    idle: dict[str, int] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        if len(fields) < 5:
+            raise ValueError(f"sinfo line has {len(fields)} fields, expected 6: {line!r}")
+        part, avail, _limit, count, state = fields[:5]
+        part = part.rstrip("*")
+        idle.setdefault(part, 0)
+        if avail == "up" and state == IDLE:
+            idle[part] += int(count)
+    return idle
+
+
 def iter_hostlist_env(value: str) -> Iterator[str]:
     """Expand a Slurm hostlist (``c[1-3],d1``) with ClusterShell."""
     from ClusterShell.NodeSet import NodeSet

@@ -45,3 +45,16 @@ class SlurmPort(Protocol):
     def drain_nodes(self, nodes: Sequence[str], reason: str) -> None:
         """Drain compute nodes (no new jobs; running ones go on) with ``reason``."""
         ...
+
+    def job_fields(self, job_id: str) -> dict[str, str]:
+        """One job's fields as ``scontrol show job -o`` prints them (Partition, ...)."""
+        ...
+
+    def idle_nodes(self) -> dict[str, int]:
+        """Idle nodes per partition (``sinfo``)."""
+        ...
+
+    def release_hold(self, job_id: str, admin_comment: str) -> None:
+        """Let a job held for the RSA start now (begin time now), with its admin_comment
+        replaced (the hold marker removed)."""
+        ...

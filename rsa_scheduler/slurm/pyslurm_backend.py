@@ -73,3 +73,12 @@ class PySlurm:
 
     def drain_nodes(self, nodes: Sequence[str], reason: str) -> None:
         self.cli.drain_nodes(nodes, reason)
+
+    def job_fields(self, job_id: str) -> dict[str, str]:
+        return self.cli.job_fields(job_id)
+
+    def idle_nodes(self) -> dict[str, int]:
+        return self.cli.idle_nodes()
+
+    def release_hold(self, job_id: str, admin_comment: str) -> None:
+        self.cli.release_hold(job_id, admin_comment)

@@ -35,6 +35,19 @@ slurm.log_error, slurm.log_verbose, slurm.log_debug = slurm.log_info, slurm.log_
 
 dofile(plugin)
 
+-- RSA_LUA_CONFIG="key=value,...": CONFIG settings for this run (the shared vectors run
+-- with early_start=fallback: they check the grammar, not the start hold); RSA_LUA_NOW:
+-- a fixed clock
+for pair in (os.getenv("RSA_LUA_CONFIG") or ""):gmatch("[^,]+") do
+  local key, value = pair:match("^([%w_]+)=(.*)$")
+  assert(key, "bad RSA_LUA_CONFIG entry " .. pair)
+  rsa_job_submit.config[key] = tonumber(value) or value
+end
+local fixed_now = tonumber(os.getenv("RSA_LUA_NOW") or "")
+if fixed_now then
+  rsa_job_submit.config.now = function() return fixed_now end
+end
+
 -- job_desc: a proxy that records every write, as Slurm's __newindex would apply it
 local function make_desc(fields)
   local writes, order = {}, {}
@@ -98,6 +111,11 @@ elseif mode == "many" then
     print("FILE " .. arg[k])
     submit(arg[k], 1001)
   end
+elseif mode == "hold" then
+  -- arg[3]: the admin_comment; arg[4]: job_desc.begin_time ("nil" for none)
+  local desc, writes, order = make_desc({ begin_time = parse_value(arg[4]) })
+  print("COMMENT " .. rsa_job_submit.hold_comment(desc, arg[3]))
+  report(0, writes, order)
 elseif mode == "modify" then
   local job, fields = { job_id = 42, qos = "normal", priority = 100 }, {
     qos = nil, priority = slurm.NO_VAL, nice = slurm.NO_VAL, user_id = 1001 }

@@ -84,7 +84,7 @@ def test_defaults_alone_load_with_an_empty_pool() -> None:
     assert cfg.allocation == AllocationPolicy()
     assert cfg.filesystem.backend == {Tier.RAM: "moosefs", Tier.SSD: "moosefs"}
     assert cfg.ssh.command_timeout == 300.0
-    assert cfg.staging.early_start is EarlyStart.FALLBACK
+    assert cfg.staging.early_start is EarlyStart.WAIT
     assert cfg.staging.allowed_roots == (Path("/home"), Path("/scratch"), Path("/work"))
     assert cfg.staging.reset.delay == 600.0
     assert cfg.metrics.listen is None

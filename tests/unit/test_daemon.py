@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from rsa_scheduler.core.actions import Action, ActionKind
-from rsa_scheduler.core.directives import DirectiveSpec
+from rsa_scheduler.core.directives import DirectiveSpec, with_hold
 from rsa_scheduler.core.events import Event
-from rsa_scheduler.core.policy import StagingPolicy
+from rsa_scheduler.core.policy import EarlyStart, StagingPolicy
 from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.core.states import JobState
 from rsa_scheduler.daemon.api import ApiError, Caller, Routes
@@ -38,12 +38,30 @@ class ScriptedSlurm:
     def __init__(self) -> None:
         self.rows: list[QueueRow] = []
         self.calls: list[tuple[str, str]] = []
+        self.idle = {"debug": 4}
 
     def set(self, job: str, state: str, reason: str = "None",
-            spec: DirectiveSpec | None = SPEC) -> None:
+            spec: DirectiveSpec | None = SPEC, hold: int | None = None) -> None:
+        comment = spec.to_admin_comment() if spec else None
+        if comment and hold is not None:
+            comment = with_hold(comment, hold)
         self.rows = [r for r in self.rows if r.job_id != job] + [QueueRow(
-            job, state, reason, 10, 2, "alice",
-            spec.to_admin_comment() if spec else None)]
+            job, state, reason, 10, 2, "alice", comment)]
+
+    def job_fields(self, job_id: str) -> dict[str, str]:
+        self.calls.append(("job_fields", job_id))
+        return {"JobId": job_id, "Partition": "debug"}
+
+    def idle_nodes(self) -> dict[str, int]:
+        return dict(self.idle)
+
+    def release_hold(self, job_id: str, admin_comment: str) -> None:
+        self.calls.append(("release_hold", f"{job_id}:{admin_comment}"))
+        row = next(r for r in self.rows if r.job_id == job_id)
+        # Slurm: begin time now; until its next scheduling pass it may still say BeginTime
+        self.rows = [r for r in self.rows if r.job_id != job_id] + [QueueRow(
+            job_id, row.state, row.reason, row.priority, row.num_nodes, row.user,
+            admin_comment)]
 
     def queue(self) -> list[QueueRow]:
         return list(self.rows)
@@ -632,3 +650,109 @@ class DrainingSlurm(ScriptedSlurm):
 
     def drain_nodes(self, nodes: Sequence[str], reason: str) -> None:
         self.drained.append((list(nodes), reason))
+
+
+# ---- early start wait: the start hold (issue 14; daemon/holds.py) ----------------------
+
+HOLD = 900_000  # the hold's deadline, far ahead of the test clock
+
+
+def released(slurm: ScriptedSlurm) -> list[str]:
+    return [v for k, v in slurm.calls if k == "release_hold"]
+
+
+def test_a_held_job_on_an_idle_cluster_is_staged_while_held_then_released(
+        tmp_path: Path) -> None:
+    """The README's job on an idle cluster: Slurm holds it from submission (BeginTime);
+    rsad sees it could start now, treats it as on-deck at once, stages its input and
+    releases it only when the RAMDISK is ready, with the marker removed."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "BeginTime", hold=HOLD)
+    d.poll()
+    rec = d.sched.records["7"]
+    assert rec.job_state is JobState.ON_DECK and rec.hold_until == HOLD
+    assert released(slurm) == []  # nothing staged yet: still held
+    settle(d)
+    d.urgent.submit(lambda: None).result(10)
+    assert d.sched.records["7"].rsa_state.value == "locked-in"
+    assert released(slurm) == [f"7:{SPEC.to_admin_comment()}"]
+    comments = [v for k, v in slurm.calls if k == "comment"]
+    assert any(c.startswith("RSA: held until its input is staged") for c in comments)
+    assert comments[-1] == "RSA: input staged to the RAMDISK; released to start"
+    assert [e.context["why"] for e in d.store.events("7") if e.name == "job.hold-released"]
+    # Slurm still says BeginTime for a moment, without the marker: not a demotion
+    d.poll()
+    settle(d)
+    rec = d.sched.records["7"]
+    assert rec.job_state is JobState.ON_DECK and rec.rsa_state.value == "locked-in"
+    assert rec.hold_until is None
+    slurm.set("7", "RUNNING")
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state.value == "mounted-input"
+
+
+def test_a_held_job_on_a_busy_cluster_is_released_at_once_and_queues_as_usual(
+        tmp_path: Path) -> None:
+    slurm = ScriptedSlurm()
+    slurm.idle = {"debug": 1}  # the job needs 2 nodes
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "BeginTime", hold=HOLD)
+    d.poll()
+    settle(d)
+    d.urgent.submit(lambda: None).result(10)
+    rec = d.sched.records["7"]
+    assert rec.job_state is JobState.QUEUED and rec.rsa_state.value == "none"
+    assert seen == []  # no RSA node allocated for a job that could not start anyway
+    assert released(slurm) == [f"7:{SPEC.to_admin_comment()}"]
+    assert [v for k, v in slurm.calls if k == "comment"][-1].startswith(
+        "RSA: the cluster is busy")
+    d.poll()  # still BeginTime for a moment: queued, not on-deck
+    assert d.sched.records["7"].job_state is JobState.QUEUED
+
+
+def test_held_jobs_do_not_all_count_on_the_same_idle_nodes(tmp_path: Path) -> None:
+    slurm = ScriptedSlurm()
+    slurm.idle = {"debug": 4}  # room for two 2-node jobs
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    for job in ("7", "8", "9"):
+        slurm.set(job, "PENDING", "BeginTime", hold=HOLD)
+    d.poll()
+    states = {j: d.sched.records[j].job_state for j in ("7", "8", "9")}
+    assert sorted(s.value for s in states.values()) == ["on-deck", "on-deck", "queued"]
+
+
+def test_a_held_job_the_rsa_will_not_serve_is_released_at_once(tmp_path: Path) -> None:
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "BeginTime", hold=HOLD,
+              spec=DirectiveSpec(data_in="/pfs/in", nodes=99))  # more than the pool
+    d.poll()
+    settle(d)
+    d.urgent.submit(lambda: None).result(10)
+    assert d.sched.records["7"].rsa_state.value == "declined"
+    assert len(released(slurm)) == 1
+    last = [v for k, v in slurm.calls if k == "comment"][-1]
+    assert last.startswith("RSA: no RAMDISK for this run") and "reads from the PFS" in last
+
+
+def test_a_job_slurm_started_at_the_deadline_has_no_wait_left(tmp_path: Path) -> None:
+    """rsad never released it (stage-in too slow): Slurm starts it at the deadline; the
+    Prolog must not hold it for another wait_timeout."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    rec_spec = DirectiveSpec(data_in="/pfs/in", data_out="/pfs/out")
+    slurm.set("7", "PENDING", "BeginTime", hold=1010, spec=rec_spec)
+    d.poll()  # no settle: stage-in outstanding
+    slurm.set("7", "RUNNING", hold=1010, spec=rec_spec)
+    d.sched.policy = StagingPolicy(early_start=EarlyStart.WAIT)
+    d.poll()
+    rec = d.sched.records["7"]
+    due = rec.timers.get("wait-expired")
+    assert rec.hold_until == 1010 and due is not None and due <= d.clock()

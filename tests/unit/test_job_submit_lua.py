@@ -32,6 +32,7 @@ from rsa_scheduler.core.directives import (
     check_submission,
     decode_script,
     parse_directives_bytes,
+    split_hold,
 )
 from tests.conftest import DATA
 from tests.directive_inputs import SPLIT_TEXT, far_script
@@ -48,6 +49,8 @@ LUA_PARAMS: list[str | None] = [*INTERPRETERS] or [None]  # None: skip (or fail 
 NO_VAL = 4294967294
 NICE_OFFSET = 2**31
 ACCESS_DENIED = 2002  # ESLURM_ACCESS_DENIED in 22.05's slurm_errno.h
+# the grammar vectors run with early_start=fallback: no start hold (tested on its own)
+VECTOR_ENV = {**os.environ, "RSA_LUA_CONFIG": "early_start=fallback"}
 
 
 def _no_lua() -> None:
@@ -76,6 +79,7 @@ class Result:
     sets: dict[str, str] = field(default_factory=dict)
     msgs: list[str] = field(default_factory=list)
     logs: list[str] = field(default_factory=list)
+    hold: int | None = None  # the start hold's deadline (early start wait), taken out of sets
 
 
 def _parse(lines: list[str]) -> Result:
@@ -91,13 +95,18 @@ def _parse(lines: list[str]) -> Result:
             res.logs.append(rest)
         else:
             raise AssertionError(f"unexpected driver output {line!r}")
+    if "begin_time" in res.sets and "admin_comment" in res.sets:
+        # the start hold: begin time and the marker agree; the grammar tests compare the rest
+        spec, deadline = split_hold(res.sets["admin_comment"])
+        assert deadline is not None and str(deadline) == res.sets.pop("begin_time"), res
+        res.sets["admin_comment"], res.hold = spec, deadline
     return res
 
 
 def run_many(lua: str, scripts: list[Path]) -> dict[str, Result]:
     """Submit every script through slurm_job_submit in one interpreter."""
     done = subprocess.run([lua, str(DRIVER), str(PLUGIN), "many", *map(str, scripts)],
-                          capture_output=True, timeout=120, check=False)
+                          capture_output=True, timeout=120, check=False, env=VECTOR_ENV)
     assert done.returncode == 0, done.stderr.decode(errors="replace")
     out: dict[str, Result] = {}
     chunks = done.stdout.decode("utf-8").split("FILE ")[1:]
@@ -111,7 +120,8 @@ def run_many(lua: str, scripts: list[Path]) -> dict[str, Result]:
 def run_modify(lua: str, uid: int, **fields: object) -> Result:
     args = [f"{k.replace('__', '.', 1)}={v}" for k, v in fields.items()]
     done = subprocess.run([lua, str(DRIVER), str(PLUGIN), "modify", str(uid), *args],
-                          capture_output=True, text=True, timeout=30, check=False)
+                          capture_output=True, text=True, timeout=30, check=False,
+                          env=VECTOR_ENV)
     assert done.returncode == 0, done.stderr
     return _parse(done.stdout.rstrip("\n").split("\n"))
 
@@ -307,8 +317,9 @@ def test_plugin_uses_no_io(lua: str) -> None:
     """Runs inside slurmctld under its locks (style.md): no I/O, no processes, no modules."""
     text = re.sub(r"--\[\[.*?\]\]", "", PLUGIN.read_text(), flags=re.S)
     code = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
-    for banned in (r"\bio\.", r"\bos\.", r"\brequire\b", r"\bdofile\b", r"\bloadfile\b",
-                   r"\bprint\b"):
+    # os.time (a clock read, for the start hold's deadline) is the one os function
+    for banned in (r"\bio\.", r"\bos\.(?!time\b)", r"\brequire\b", r"\bdofile\b",
+                   r"\bloadfile\b", r"\bprint\b"):
         assert not re.search(banned, code), banned
 
 
@@ -602,3 +613,57 @@ def test_directives_beyond_the_scanned_bytes(lua: str, tmp_path: Path) -> None:
     for job, (rc, sets, msgs) in zip(jobs, expected, strict=True):
         assert (got[str(job)].rc, got[str(job)].sets, got[str(job)].msgs) == (rc, sets, msgs)
     assert [rc for rc, _s, _m in expected] == [0, -1, 0, -1]
+
+
+# --- early start wait: the start hold ----------------------------------------------------
+
+NOW = 1_790_000_000
+
+
+def run_hold(lua: str, comment: str, begin: object = 0, **config: object) -> tuple[str, Result]:
+    env = {**os.environ, "RSA_LUA_NOW": str(NOW),
+           "RSA_LUA_CONFIG": ",".join(f"{k}={v}" for k, v in config.items())}
+    done = subprocess.run([lua, str(DRIVER), str(PLUGIN), "hold", comment, str(begin)],
+                          capture_output=True, text=True, timeout=30, check=False, env=env)
+    assert done.returncode == 0, done.stderr
+    first, *rest = done.stdout.rstrip("\n").split("\n")
+    return first.removeprefix("COMMENT "), _parse(rest)
+
+
+@pytest.mark.parametrize(("comment", "begin", "config", "held"), [
+    ("rsa1:i=/home/a/in", 0, {}, True),  # the default policy is wait
+    ("rsa1:o=/home/a/out", 0, {}, True),  # output only: its RAMDISK is built first
+    ("rsa1:i=/home/a/in;es=wait", 0, {"early_start": "fallback"}, True),  # the job's own
+    ("rsa1:i=/home/a/in;es=fallback", 0, {}, False),
+    ("rsa1:i=/home/a/in;es=union", 0, {}, False),
+    ("rsa1:i=/home/a/in", 0, {"early_start": "fallback"}, False),
+    ("rsa1:n=2", 0, {}, False),  # no work for the RSA
+    ("rsa1:i=/home/a/in", NOW + 3600, {}, False),  # the user's own --begin stays
+    ("rsa1:i=/home/a/in", NOW, {}, True),  # --begin=now is no begin time
+    ("rsa1:i=/home/a/in", NO_VAL, {}, True),
+    ("rsa1:i=/home/a/in", "nil", {}, True),
+    ("rsa1:i=/home/a/es%3Dwait;es=fallback", 0, {}, False),  # only the field counts
+])
+def test_wait_jobs_are_held_at_submission_until_the_deadline(
+        lua: str, comment: str, begin: object, config: dict[str, object], held: bool) -> None:
+    """Issue 14: an RSA job under early start wait is held from submission (begin time =
+    now + wait_timeout) and its admin_comment says until when; rsad releases it when its
+    RAMDISK is ready, Slurm at the deadline."""
+    got, res = run_hold(lua, comment, begin, wait_timeout=600, **config)
+    if held:
+        assert got == f"{comment} hold={NOW + 600}"
+        assert res.sets == {"begin_time": str(NOW + 600)}
+        spec, deadline = split_hold(got)
+        assert spec == comment and deadline == NOW + 600
+    else:
+        assert got == comment and res.sets == {}
+
+
+def test_the_default_policy_agrees_with_rsad() -> None:
+    """The plugin's early_start and wait_timeout defaults are rsad's (staging.*)."""
+    from rsa_scheduler.config import load_config_text
+
+    cfg = load_config_text("pool:\n  nodes:\n    - names: rsa1\n      capacity: 2G\n")
+    text = PLUGIN.read_text()
+    assert f'early_start = "{cfg.staging.early_start.value}",' in text
+    assert f"wait_timeout = {int(cfg.staging.wait_timeout)}," in text

@@ -1,0 +1,87 @@
+"""Early start ``wait``: holding a job's start until its RAMDISK is ready (issue 14).
+
+Owns the decisions about the *start hold* (docs/architecture.md, "Holding a job until its
+RAMDISK is ready"); the daemon (service.py) does the Slurm calls.
+
+job_submit.lua holds every RSA job whose early-start policy is ``wait`` from the moment it
+is submitted: its begin time is set to submit time + ``staging.wait_timeout`` and its
+admin_comment gets the marker `` hold=<deadline>`` (core.directives.HOLD_MARK). Slurm
+keeps it pending, reason ``BeginTime``, and starts it at the deadline by itself: a job
+whose rsad is dead never waits longer than that. Each cycle rsad looks at every held job:
+
+* it **could start now** (enough idle nodes in one of its partitions, judged once when
+  first seen, higher priority first): the core treats it as on-deck, RSA nodes are
+  allocated and the input staged while Slurm holds it; the hold is released
+  (``scontrol update StartTime=now``, marker removed) as soon as the RAMDISK is ready,
+  or as soon as the RSA will not serve the job (declined: it runs from the PFS at once);
+* it **could not start now** (the cluster is busy): the hold is released at once and the
+  job queues as any other; it is staged when it is on-deck (reason ``Resources``).
+
+Without a record (the job has no RSA work, or its comment is unreadable) the hold is
+released at once. Everything here is pure: ``now`` and facts in, verdicts out.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from rsa_scheduler.core.machine import JobRecord
+from rsa_scheduler.core.states import RsaState
+
+#: the RAMDISK is ready for the job to start: staged (and locked in, or lock-in failed:
+#: the job may start anyway)
+READY = frozenset({RsaState.STAGED_IN, RsaState.LOCKED_IN, RsaState.LOCK_FAILED})
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Release the hold of ``job_id`` now; ``message`` tells its user why (job comment)."""
+
+    job_id: str
+    message: str
+
+
+def startable(held: Iterable[tuple[str, str, int]], idle: Mapping[str, int]) -> set[str]:
+    """Which newly held jobs could start now: ``held`` is (job, its partitions as Slurm
+    shows them, ``a,b``, node count), highest priority first. Each job that fits takes its
+    nodes from the first of its partitions that has them, so ten one-node jobs do not all
+    count on the same four idle nodes. An approximation: CPUs, memory and GRES of nodes
+    that are partly used (``mixed``), reservations and other pending jobs are not looked
+    at; a job judged busy wrongly starts at once and uses the PFS (as without the hold),
+    one judged startable wrongly waits for its stage-in, then queues."""
+    left = dict(idle)
+    out: set[str] = set()
+    for job, partitions, nodes in held:
+        for part in (p for p in partitions.split(",") if p):
+            if left.get(part, 0) >= max(1, nodes):
+                left[part] -= max(1, nodes)
+                out.add(job)
+                break
+    return out
+
+
+def hold_verdict(job_id: str, rec: JobRecord | None, can_start: bool) -> Release | None:
+    """What to do with a job Slurm holds for the RSA: None keeps holding it."""
+    if rec is None:
+        return Release(job_id, "RSA: not used for this job; released to start")
+    if rec.rsa_state in READY:
+        return Release(job_id, "RSA: input staged to the RAMDISK; released to start")
+    if rec.declined or rec.rsa_state is RsaState.DECLINED:
+        why = f" ({rec.message})" if rec.message else ""
+        return Release(job_id, f"RSA: no RAMDISK for this run{why}; released to start: "
+                               "it reads from the PFS")
+    if not can_start and rec.rsa_state in (RsaState.NONE, RsaState.RELEASED):
+        return Release(job_id, "RSA: the cluster is busy: queued as usual; the input is "
+                               "staged when the job is next to run")
+    return None
+
+
+def held_message(deadline: float) -> str:
+    """What a held job's comment says while it waits."""
+    return (f"RSA: held until its input is staged to the RAMDISK (at the latest until "
+            f"{_utc(deadline)} UTC, then it starts and reads from the PFS)")
+
+
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
