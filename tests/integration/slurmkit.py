@@ -89,6 +89,12 @@ LAB_DIR = Path(__file__).resolve().parents[2] / "lab"
 def restart_lab_rsad(sig: int) -> None:
     """Stop the lab's rsad with ``sig`` (SIGKILL: a crash) and start it again on the same
     state, as lab-up does (its event log survives; only lab-down wipes it)."""
+    stop_lab_rsad(sig)
+    start_lab_rsad()
+
+
+def stop_lab_rsad(sig: int) -> None:
+    """Stop the lab's rsad with ``sig`` (SIGKILL: a crash); its state stays."""
     import signal as _signal
 
     pid = int(Path("/run/rsa-lab/pids/rsad.pid").read_text())
@@ -96,6 +102,10 @@ def restart_lab_rsad(sig: int) -> None:
     wait_for("rsad gone", lambda: not Path(f"/proc/{pid}").exists()
              or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2], timeout=30)
     Path("/run/rsa/rsad.sock").unlink(missing_ok=True)
+
+
+def start_lab_rsad() -> None:
+    """Start the lab's rsad on its state, as lab-up does."""
     code = ("import sys; sys.path.insert(0, sys.argv[1]); "
             "from rsalab import common, facts, rsad; s = common.Settings(); "
             "rsad.up(s, facts.RSA_YAML)")
