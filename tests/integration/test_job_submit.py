@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rsa_scheduler.core.directives import DirectiveSpec
+from rsa_scheduler.core.directives import DirectiveSpec, split_hold
 from tests.conftest import DATA
 from tests.integration.conftest import as_user
 from tests.integration.slurmkit import Jobs, make_jobs, root, wait_for
@@ -80,6 +80,11 @@ def sbatch(lab: Mapping[str, str], jobs: Jobs, script: Path, *args: str,
 
 
 def admin_comment(lab: Mapping[str, str], job: str) -> str:
+    """The spec part (the start hold's marker, when there is one, is checked apart)."""
+    return split_hold(raw_admin_comment(lab, job))[0]
+
+
+def raw_admin_comment(lab: Mapping[str, str], job: str) -> str:
     text = root(lab, "squeue", "-h", "-O", "admin_comment:0", "-j", job).strip()
     return "" if text == "(null)" else text
 
@@ -110,6 +115,12 @@ def test_good_script_carries_its_spec(lab: Mapping[str, str], jobs: Jobs, script
     assert admin_comment(lab, job) == ("" if spec.is_empty else spec.to_admin_comment())
     if not spec.is_empty:
         assert DirectiveSpec.from_admin_comment(admin_comment(lab, job)) == spec
+    # early start wait (the lab's default, as rsad's): held from submission (issue 14)
+    work = any(x is not None for x in (spec.data_in, spec.data_out, spec.preprocess,
+                                       spec.postprocess))
+    held = work and (spec.early_start is None or spec.early_start.value == "wait")
+    deadline = split_hold(raw_admin_comment(lab, job))[1]
+    assert (deadline is not None) == held, raw_admin_comment(lab, job)
 
 
 def test_job_without_directives_has_no_admin_comment(lab: Mapping[str, str], jobs: Jobs,

@@ -72,7 +72,8 @@ def test_directives_are_read_from_the_batch_script_once(lab: Mapping[str, str],
             root(lab, "squeue", "-h", "-j", j, "-o", "%T").strip() == "RUNNING"
             for j in fillers), timeout=60)
         job = jobs.submit("-H", script=script.read_text())
-        root(lab, "scontrol", "update", f"jobid={job}", "admincomment=")  # no job_submit.lua
+        # no job_submit.lua: no spec in the admin_comment, and no start hold either
+        root(lab, "scontrol", "update", f"jobid={job}", "admincomment=", "StartTime=now")
         assert root(lab, "squeue", "-h", "-j", job, "-O", "admin_comment:0").strip() in (
             "", "(null)")
         root(lab, "scontrol", "release", job)

@@ -38,6 +38,7 @@ from rsa_scheduler.core.directives import (
     check_submission,
     decode_script,
     option_of,
+    split_hold,
 )
 from rsa_scheduler.node import jobstate
 from tests.integration.conftest import as_user, slurm_env
@@ -87,7 +88,9 @@ def sbatch_bytes(lab: Mapping[str, str], jobs: Jobs, *args: bytes | str,
 
 
 def admin_comment(lab: Mapping[str, str], job: str) -> str:
-    return root(lab, "squeue", "-h", "-O", "admin_comment:0", "-j", job).strip()
+    """The spec part (without the start hold's marker of early start wait)."""
+    return split_hold(root(lab, "squeue", "-h", "-O", "admin_comment:0", "-j",
+                           job).strip())[0]
 
 
 # --- options accepted and refused as the directives are ---------------------------------

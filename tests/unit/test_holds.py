@@ -1,0 +1,90 @@
+"""The start hold's pure parts (daemon/holds.py, slurm/parse.py): which held jobs could
+start now, and why each one is released. The Slurm side runs in the lab
+(tests/e2e/test_start_hold.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rsa_scheduler.core.directives import DirectiveSpec, split_hold, with_hold
+from rsa_scheduler.core.machine import JobRecord
+from rsa_scheduler.core.states import RsaState
+from rsa_scheduler.daemon.holds import READY, hold_verdict, startable
+from rsa_scheduler.slurm.parse import parse_sinfo_partitions
+from tests.conftest import DATA
+
+SPEC = DirectiveSpec(data_in="/pfs/in")
+
+
+def test_idle_nodes_per_partition_from_real_sinfo_output() -> None:
+    # captured in the lab with every node allocated (tests/data/slurm/README.md)
+    text = (DATA / "slurm" / "sinfo_partitions.txt").read_text()
+    assert parse_sinfo_partitions(text) == {"debug": 0}
+
+
+def test_only_idle_nodes_of_partitions_that_are_up_count() -> None:
+    text = ("debug*|up|infinite|2|idle|c[1-2]\n"
+            "debug*|up|infinite|1|mixed|c3\n"
+            "debug*|up|infinite|1|idle~|c4\n"
+            "long|up|infinite|3|idle|c[1-2,5]\n"
+            "gone|down|infinite|4|idle|d[1-4]\n")
+    assert parse_sinfo_partitions(text) == {"debug": 2, "long": 3, "gone": 0}
+    with pytest.raises(ValueError):
+        parse_sinfo_partitions("debug|up\n")
+
+
+def test_held_jobs_take_idle_nodes_in_priority_order() -> None:
+    idle = {"debug": 4, "long": 1}
+    held = [("1", "debug", 2), ("2", "debug", 3), ("3", "debug,long", 1), ("4", "debug", 2),
+            ("5", "nosuch", 1), ("6", "long", 1)]
+    # 1 takes 2 of debug's 4; 2 does not fit; 3 takes debug's third; 4 does not fit
+    # (1 left); 5's partition is unknown; 6 takes long's one
+    assert startable(held, idle) == {"1", "3", "6"}
+
+
+def rec(state: RsaState, **kw: object) -> JobRecord:
+    r = JobRecord(job_id="7", user="alice", spec=SPEC, rsa_state=state)
+    for k, v in kw.items():
+        setattr(r, k, v)
+    return r
+
+
+@pytest.mark.parametrize("state", sorted(READY))
+def test_a_job_whose_ramdisk_is_ready_is_released(state: RsaState) -> None:
+    v = hold_verdict("7", rec(state), True)
+    assert v is not None and v.message == "RSA: input staged to the RAMDISK; released to start"
+
+
+@pytest.mark.parametrize("state", [RsaState.NONE, RsaState.ALLOCATED, RsaState.FS_BUILDING,
+                                   RsaState.FS_READY, RsaState.STAGING_IN,
+                                   RsaState.STAGE_IN_FAILED])
+def test_a_job_on_its_way_stays_held(state: RsaState) -> None:
+    assert hold_verdict("7", rec(state), True) is None
+
+
+def test_a_job_the_rsa_will_not_serve_is_released_with_the_reason() -> None:
+    v = hold_verdict("7", rec(RsaState.DECLINED, message="the RSA cannot serve this job"),
+                     True)
+    assert v is not None and v.message == (
+        "RSA: no RAMDISK for this run (the RSA cannot serve this job); released to start: "
+        "it reads from the PFS")
+    v = hold_verdict("7", rec(RsaState.TEARING_DOWN, declined=True), True)
+    assert v is not None and "no RAMDISK" in v.message
+
+
+def test_a_job_that_could_not_start_now_is_released_before_it_gets_rsa_nodes() -> None:
+    v = hold_verdict("7", rec(RsaState.NONE), False)
+    assert v is not None and v.message.startswith("RSA: the cluster is busy")
+    assert hold_verdict("7", None, True) is not None  # no RSA work: nothing to wait for
+
+
+def test_the_hold_marker_round_trips_and_never_parses_as_a_spec_field() -> None:
+    comment = SPEC.to_admin_comment()
+    held = with_hold(comment, 1_790_000_000)
+    assert held == f"{comment} hold=1790000000"
+    assert split_hold(held) == (comment, 1_790_000_000)
+    assert with_hold(held, None) == comment
+    assert split_hold(comment) == (comment, None)
+    assert split_hold(f"{comment} hold=soon") == (f"{comment} hold=soon", None)
+    with pytest.raises(ValueError):
+        DirectiveSpec.from_admin_comment(held)  # the marker is not part of the spec
