@@ -32,8 +32,10 @@ def _api_address(env: Mapping[str, str]) -> tuple[str | None, float]:
 
 def payload(hook: str, env: Mapping[str, str]) -> dict[str, object]:
     """What the hook tells rsad, from Slurm's hook environment (see tests/data/slurm)."""
+    from rsa_scheduler.core.jobkey import from_env
+
     data: dict[str, object] = {
-        "job_id": env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID", ""),
+        **from_env(env),  # an array task names its task too (core.jobkey)
         "user": env.get("SLURM_JOB_USER", ""),
         "uid": env.get("SLURM_JOB_UID", ""),
         "nodes": env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST", ""),

@@ -9,6 +9,7 @@ bytes and files staged of total, rate and ETA (cli/progress.py).
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -17,6 +18,7 @@ import click
 
 from rsa_scheduler.cli.progress import Staging, short_duration
 from rsa_scheduler.client import ApiClient, ApiRefused
+from rsa_scheduler.core.jobkey import key_from_env
 
 API_OPTION = click.option("--api", envvar="RSA_API", default=None,
                           help="rsad address: unix socket path or host:port "
@@ -50,13 +52,22 @@ def jobs(api: str | None, as_json: bool) -> None:
                    .rstrip())
 
 
+def _this_job(job_id: str | None) -> str:
+    """``job_id``, else the job this runs in: an array task is ``<array>_<task>``, as
+    squeue and rsad name it (core.jobkey)."""
+    key = job_id or key_from_env(os.environ)
+    if not key:
+        raise click.ClickException("no job id: run inside a job (SLURM_JOB_ID) or give one")
+    return key
+
+
 @click.command("job")
 @API_OPTION
-@click.argument("job_id")
+@click.argument("job_id", required=False)
 @click.option("--json", "as_json", is_flag=True, help="The job and its event timeline.")
-def job(api: str | None, job_id: str, as_json: bool) -> None:
-    """One job in detail, with its event timeline."""
-    data = ApiClient(api).get(f"/v1/jobs/{job_id}")
+def job(api: str | None, job_id: str | None, as_json: bool) -> None:
+    """One job in detail, with its event timeline (inside a job: that job)."""
+    data = ApiClient(api).get(f"/v1/jobs/{_this_job(job_id)}")
     if as_json:
         click.echo(json.dumps(data, sort_keys=True))
         return
@@ -144,7 +155,7 @@ class _WaitTimeout(click.ClickException):
 
 @click.command("input-done")
 @API_OPTION
-@click.argument("job_id", required=False, envvar="SLURM_JOB_ID")
+@click.argument("job_id", required=False)
 @click.option("--no-wait", is_flag=True,
               help="Return once rsad has the request; do not wait for the output mount.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=600.0, show_default=True,
@@ -158,8 +169,7 @@ def input_done(api: str | None, job_id: str | None, no_wait: bool, timeout: floa
     freed). Exit status 0 in both cases, 1 when rsad cannot be reached or refuses, 2 when
     the reset is still under way after --timeout.
     """
-    if not job_id:
-        raise click.ClickException("no job id: run inside a job (SLURM_JOB_ID) or give one")
+    job_id = _this_job(job_id)
     client = ApiClient(api)
     data = client.get(f"/v1/jobs/{job_id}")
     if data["rsa_state"] == "mounted-input":

@@ -38,7 +38,7 @@ import enum
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, NamedTuple
 
 from rsa_scheduler.core.policy import EarlyStart, StageOut, Tier
@@ -546,6 +546,22 @@ class DirectiveSpec:
         )
 
     # --- admin_comment -----------------------------------------------------------------
+
+    def for_array_task(self, array_job: str, task: str) -> DirectiveSpec:
+        """The spec of one array task: ``%A`` in DATA_IN/DATA_OUT becomes the array's job
+        id and ``%a`` the task id, as in sbatch's ``--output`` (nothing else is replaced;
+        a job that is not an array task uses its paths as written)."""
+        if not (array_job.isdigit() and task.isdigit()):
+            raise ValueError(f"bad array task {array_job!r}_{task!r}")
+
+        def fill(path: str | None) -> str | None:
+            if path is None or "%" not in path:
+                return path
+            return path.replace("%A", array_job).replace("%a", task)
+        data_in, data_out = fill(self.data_in), fill(self.data_out)
+        if (data_in, data_out) == (self.data_in, self.data_out):
+            return self
+        return replace(self, data_in=data_in, data_out=data_out)
 
     def to_admin_comment(self) -> str:
         """Compact canonical one-line ASCII form, e.g. ``rsa1:i=/gpfs/in;o=/gpfs/out;n=2``.

@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from rsa_scheduler.config.schema import ApiConfig
+from rsa_scheduler.core.jobkey import job_key
 from rsa_scheduler.core.scheduler import CommandRefused
 from rsa_scheduler.daemon import httpd, munge
 from rsa_scheduler.daemon.service import Daemon
@@ -204,6 +205,12 @@ class Routes:
         payload["hook"] = hook
         if not re.fullmatch(r"\d+(_\d+)?", str(payload.get("job_id", ""))):
             raise ApiError(HTTPStatus.BAD_REQUEST, "hook without a valid job_id")
+        # an array task is known to rsad (squeue) as <array job>_<task>; its hooks see its
+        # own job id too: the task's key replaces it (core.jobkey)
+        try:
+            payload["job_id"] = job_key(payload)
+        except ValueError as e:
+            raise ApiError(HTTPStatus.BAD_REQUEST, str(e)) from e
         if hook in NODE_HOOKS:
             return self._node_hook(hook, payload)
         return self.daemon.submit("hook", payload, wait=True)

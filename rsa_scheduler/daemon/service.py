@@ -480,6 +480,17 @@ class Daemon:
     def _spec_of(self, row: QueueRow) -> DirectiveSpec | None:
         if row.job_id in self.sched.records:
             return None  # already tracked: the record holds the spec
+        spec = self._spec_of_job(row)
+        array, sep, task = row.job_id.partition("_")
+        if spec is not None and sep and task.isdigit():
+            try:  # %A / %a in an array task's paths
+                return spec.for_array_task(array, task)
+            except ValueError as e:
+                log.error("job %s: %s", row.job_id, e)
+                return None
+        return spec
+
+    def _spec_of_job(self, row: QueueRow) -> DirectiveSpec | None:
         comment = row.admin_comment or ""
         if comment.startswith(ADMIN_COMMENT_PREFIX):
             # Pending jobs keep their comment for many cycles: parse each distinct one once.

@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from rsa_scheduler.core.jobkey import from_env
 from rsa_scheduler.node.hooks import execute, settings, who_of
 from rsa_scheduler.node.mounts import JobMounts
 
@@ -75,6 +76,9 @@ def serve(job: str, env: Mapping[str, str], max_life: float = 7 * 86400.0) -> in
     nodes = env.get("SLURM_NODELIST", node)
     st = settings(env)
     jm = JobMounts(job, node, st.base)
+    # rsad's name for the job (an array task's <array>_<task>); ``job`` names the
+    # node-side directory (the numeric job id)
+    ref = {**from_env(env), "job_id": job}
     who = who_of(env)
     private = st.mounts == "job" and enter_job_namespace(jm)
     client = ApiClient(st.address, timeout=POLL + 10, trust_uid=0)
@@ -83,7 +87,7 @@ def serve(job: str, env: Mapping[str, str], max_life: float = 7 * 86400.0) -> in
     end = time.monotonic() + max_life
     while time.monotonic() < end and jm.dir.exists():
         try:
-            ins = client.post("/v1/hooks/agent", {"job_id": job, "node": node,
+            ins = client.post("/v1/hooks/agent", {**ref, "node": node,
                                                   "nodes": nodes, "last_seq": last,
                                                   "epoch": epoch, "wait": POLL})
         except (ApiUnavailable, ApiRefused) as e:
@@ -105,7 +109,7 @@ def serve(job: str, env: Mapping[str, str], max_life: float = 7 * 86400.0) -> in
             note(jm, ins, report, st.mounts)
             last = int(ins.get("seq", last))
             try:
-                client.post("/v1/hooks/mounted", {"job_id": job, "node": node, **report})
+                client.post("/v1/hooks/mounted", {**ref, "node": node, **report})
             except (ApiUnavailable, ApiRefused) as e:
                 sys.stderr.write(f"rsa-node-agent job {job}: report lost: {e}\n")
     return 0

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from rsa_scheduler.core.jobkey import from_env
 from rsa_scheduler.errors import RsaError
 
 if TYPE_CHECKING:  # imported when needed: the nothing-to-do path stays fast
@@ -129,7 +130,8 @@ def start_agent(job: str, node: str, nodes: str, jm: JobMounts,
     import subprocess
 
     jm.prepare()
-    keep = {k: v for k, v in env.items() if k.startswith(("RSA_", "SLURM_JOB_"))}
+    keep = {k: v for k, v in env.items()
+            if k.startswith(("RSA_", "SLURM_JOB_", "SLURM_ARRAY_"))}
     keep.update(PATH="/usr/sbin:/usr/bin:/sbin:/bin", SLURMD_NODENAME=node,
                 SLURM_NODELIST=nodes)
     proc = subprocess.Popen(  # detached on purpose: it outlives the Prolog
@@ -190,7 +192,7 @@ def prolog(env: Mapping[str, str]) -> int:
 
         client = ApiClient(st.address, timeout=st.api_timeout, trust_uid=0)
         deadline = time.monotonic() + st.timeout - st.api_timeout - 0.5
-        body = {"job_id": job, "node": node, "nodes": nodes}
+        body = {**from_env(env), "node": node, "nodes": nodes}
         ans = client.post("/v1/hooks/prolog", body)
         if ans.get("do") == "wait" and float(ans.get("hold") or 0) > 0:
             # early start "wait": hold the job's start while the stage-in finishes
@@ -217,7 +219,7 @@ def prolog(env: Mapping[str, str]) -> int:
                 report = {"seq": int(ans.get("seq", 0)), "ok": False, "message": str(e)}
             if not report["ok"]:
                 _say("prolog", job, f"{report['message']}; the job uses the PFS")
-            client.post("/v1/hooks/mounted", {"job_id": job, "node": node, **report})
+            client.post("/v1/hooks/mounted", {**from_env(env), "node": node, **report})
         elif ans.get("do") == "wait":
             _say("prolog", job, "RAMDISK not ready in time; the job starts from the PFS")
         if ans.get("agent") and jm is not None:
@@ -293,7 +295,7 @@ def epilog(env: Mapping[str, str]) -> int:
         from rsa_scheduler.client import ApiClient
 
         ApiClient(st.address, timeout=st.api_timeout, trust_uid=0).post(
-            "/v1/hooks/epilog", {"job_id": job, "node": node, "ok": rel.ok,
+            "/v1/hooks/epilog", {**from_env(env), "node": node, "ok": rel.ok,
                                  "message": rel.message})
     except Exception as e:  # HookTimeout included: never drain the node
         _say("epilog", job, f"{e}")

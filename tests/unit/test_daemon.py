@@ -756,3 +756,32 @@ def test_a_job_slurm_started_at_the_deadline_has_no_wait_left(tmp_path: Path) ->
     rec = d.sched.records["7"]
     due = rec.timers.get("wait-expired")
     assert rec.hold_until == 1010 and due is not None and due <= d.clock()
+
+
+def test_an_array_tasks_hooks_reach_the_task_under_its_squeue_name(tmp_path: Path) -> None:
+    """Issue 14: an array task's hooks see its own job id (131); rsad knows it as 127_4."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("127_4", "PENDING", "Resources",
+              spec=DirectiveSpec(data_in="/pfs/in/%a", data_out="/pfs/out/%A_%a"))
+    d.poll()
+    settle(d)
+    rec = d.sched.records["127_4"]
+    assert (rec.spec.data_in, rec.spec.data_out) == ("/pfs/in/4", "/pfs/out/127_4")
+    stop = threading.Event()
+    loop = threading.Thread(target=lambda: [d.drain(0.05) for _ in iter(stop.is_set, True)],
+                            daemon=True)
+    loop.start()
+    try:
+        routes = Routes(d)
+        routes.dispatch(ROOT, "POST", "/v1/hooks/prolog_slurmctld",
+                        {"job_id": "131", "array_job_id": "127", "array_task_id": "4"})
+        assert d.sched.records["127_4"].job_state is JobState.RUNNING
+        assert "131" not in d.sched.records
+        with pytest.raises(ApiError, match="bad array task"):
+            routes.dispatch(ROOT, "POST", "/v1/hooks/prolog_slurmctld",
+                            {"job_id": "131", "array_job_id": "127", "array_task_id": "x"})
+    finally:
+        stop.set()
+        loop.join(5)

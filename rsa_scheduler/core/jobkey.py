@@ -1,0 +1,46 @@
+"""One key per job everywhere (issue 14): the name ``squeue -r`` gives it (``JobArrayID``).
+
+A plain job's key is its job id (``123``). An array task's key is ``<array job id>_<task
+id>`` (``123_4``): squeue, the event log, the API, the CLI and the metrics all use it,
+although Slurm gives each started task a job id of its own, which is what its Prolog,
+Epilog and tasks see as ``SLURM_JOB_ID``. Hooks and ``rsa`` inside a job send both
+(:func:`from_env`); rsad keys by :func:`job_key`. Node-side directories stay named by the
+numeric job id (what every process on the node, the SPANK plugin too, knows).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+#: Slurm's NO_VAL in SLURM_ARRAY_TASK_ID: not an array task
+NO_TASK = "4294967294"
+_NUM = re.compile(r"[0-9]{1,10}")
+
+
+def job_key(fields: Mapping[str, object]) -> str:
+    """The key of the job described by ``job_id`` and, for an array task,
+    ``array_job_id`` and ``array_task_id``. Raises ValueError for malformed ids."""
+    job = str(fields.get("job_id") or "")
+    array = str(fields.get("array_job_id") or "")
+    task = str(fields.get("array_task_id") or "")
+    if array and task and task != NO_TASK:
+        if not (_NUM.fullmatch(array) and _NUM.fullmatch(task)):
+            raise ValueError(f"bad array task id {array!r}_{task!r}")
+        return f"{array}_{task}"
+    return job
+
+
+def from_env(env: Mapping[str, str]) -> dict[str, str]:
+    """What a hook (or ``rsa`` inside a job) sends to name its job: ``job_id`` and, in an
+    array task, ``array_job_id`` and ``array_task_id``."""
+    out = {"job_id": env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""}
+    array, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    if array and task and task != NO_TASK:
+        out.update(array_job_id=array, array_task_id=task)
+    return out
+
+
+def key_from_env(env: Mapping[str, str]) -> str:
+    """The key of the job whose environment ``env`` is ("" outside a job)."""
+    return job_key(from_env(env))
