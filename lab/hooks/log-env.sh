@@ -29,7 +29,7 @@ case "$hook" in
     if [ -x "$venv/bin/python" ]; then
       RSA_CONFIG=/run/rsa-lab/rsa.yaml RSA_API=/run/rsa/rsad.sock RSA_MOUNTS="$mounts" \
         RSA_ALLOWED_ROOTS=/pfs/home:/home:/scratch RSA_PROLOG_TIMEOUT=10 RSA_HOOK_TIMEOUT=2 \
-        timeout -k 2 20 "$venv/bin/python" -m rsa_scheduler.node.hooks "$hook"
+        timeout -k 2 50 "$venv/bin/python" -m rsa_scheduler.node.hooks "$hook"
     fi
     ;;
 esac

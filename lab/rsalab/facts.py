@@ -89,6 +89,10 @@ staging:
   backoff_max: 4s
   # the lab's slurmctld re-evaluates a new job within ~3 s (production default: 10s)
   on_deck_settle: 3s
+hooks:
+  # the Prolog holds a start at most 30 s (+ hooks.timeout 10 s): lab/hooks/prolog's
+  # backstop is 50 s, the lab's PrologEpilogTimeout 60 s (production: 5m, 330 s, 340 s)
+  max_hold: 30s
 slurm:
   bin_dir: /usr/bin
   lockin:

@@ -604,6 +604,16 @@ class HooksConfig:
     api_timeout: float = field(
         metadata=meta(Duration(max=HOUR), "Timeout of one hook→rsad API call.")
     )
+    max_hold: float = field(
+        metadata=meta(
+            Duration(positive=False, max=DAY),
+            "Longest the node Prolog holds a job's start for its stage-in (early start "
+            "`wait` when an on-deck job's nodes freed before its input was staged; a job "
+            "held from submission waits in Slurm instead). Slurm's `PrologEpilogTimeout` "
+            "and the Prolog wrapper's backstop (`RSA_PROLOG_BACKSTOP`) must exceed "
+            "`hooks.timeout` + this.",
+        )
+    )
     mounts: MountScope = field(
         metadata=meta(
             Choice.of(MountScope),

@@ -82,7 +82,7 @@ class NodeSide:
     def __init__(self, *, backend_for: Callable[[ActionContext], tuple[FilesystemBackend,
                                                                         FsRequest]],
                  mount_timeout: float = 30.0, reset_timeout: float = 90.0,
-                 settle: float = 0.5, agent_settle: float = 12.0,
+                 settle: float = 0.5, agent_settle: float = 12.0, max_hold: float = 300.0,
                  clock: Callable[[], float] = time.monotonic,
                  exclusive: Callable[[str], AbstractContextManager[Any]] | None = None,
                  learned: Callable[[MountSpec], None] = lambda _spec: None) -> None:
@@ -92,6 +92,7 @@ class NodeSide:
         self.learned = learned
         self.mount_timeout = mount_timeout
         self.reset_timeout = reset_timeout
+        self.max_hold = max_hold  # hooks.max_hold: the Prolog holds a start no longer
         self.clock = clock
         self.settle = settle
         self.agent_settle = agent_settle
@@ -314,6 +315,7 @@ class NodeSide:
                 j.asked[node] = int(cur["seq"])
                 return {**cur, "agent": True}
             if j.current is None and rsa_state in PRE_MOUNT:
+                hold = max(0.0, min(hold, self.max_hold))
                 return {"do": "wait", "retry": 1.0 if hold else 0.3, "hold": hold,
                         "agent": agent, "why": f"RSA state {rsa_state}"}
             return {"do": "nothing", "agent": agent}

@@ -214,9 +214,17 @@ def test_bad_mode_is_refused_not_retried(mode: str) -> None:
 
 def test_early_start_wait_tells_the_prolog_how_long_it_may_hold() -> None:
     side, _, _ = make_side()
-    ans = side.prolog("7", "c1", "c1", "staging-in", hold=1800.0)
-    assert ans["do"] == "wait" and ans["hold"] == 1800.0
+    ans = side.prolog("7", "c1", "c1", "staging-in", hold=120.0)
+    assert ans["do"] == "wait" and ans["hold"] == 120.0
     assert side.prolog("7", "c1", "c1", "staging-in")["hold"] == 0.0
+
+
+def test_the_prolog_never_holds_a_start_longer_than_hooks_max_hold() -> None:
+    """Issue 14: what is left of the wait may be 30 minutes; the Prolog holds the job's
+    (allocated, idle) nodes at most hooks.max_hold, which PrologEpilogTimeout allows."""
+    side, _, _ = make_side()
+    side.max_hold = 30.0
+    assert side.prolog("7", "c1", "c1", "staging-in", hold=1800.0)["hold"] == 30.0
 
 
 def test_a_node_whose_prolog_runs_late_gets_the_standing_mount() -> None:
