@@ -139,3 +139,16 @@ def test_a_hold_nobody_releases_ends_at_its_deadline_even_with_rsad_down(
                 root(lab, rsa, "resume", f"rsa{n}")
     assert (area / "res" / "md5").read_text() == md5_pfs(area)  # from the PFS
     assert (area / "res" / "inmnt").read_text().strip() != f"{area}/in"
+
+
+def test_fallback_on_an_idle_cluster_starts_at_once_from_the_pfs_and_says_so(
+        lab: Mapping[str, str], area: Path) -> None:
+    with make_jobs(lab) as jobs:
+        job = jobs.submit(script=job_script(area, "#RSA_EARLY_START=fallback"))
+        assert split_hold(show(lab, job)["AdminComment"])[1] is None  # not held
+        wait_for("the job ran", lambda: (area / "res" / "env").exists(), timeout=60)
+        wait_state(lab, job, "declined", "released", timeout=120)
+    assert (area / "res" / "md5").read_text() == md5_pfs(area)
+    assert (area / "res" / "inmnt").read_text().strip() != f"{area}/in"
+    state, _, message = (area / "res" / "env").read_text().strip().partition("|")
+    assert state == "pfs" and message.startswith("the RSA declined this job"), message

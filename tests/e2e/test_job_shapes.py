@@ -1,0 +1,85 @@
+"""Every job shape gets its RAMDISK, in the lab (issue 14): a job array on a full cluster,
+each task its own RSA job end to end (``<array>_<task>`` everywhere, ``%a`` in its
+paths), input read through its RAMDISK and output staged out; ``rsa job`` and ``rsa
+input-done`` from inside the task."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import as_user
+from tests.integration.slurmkit import make_jobs, root, wait_for
+from tests.integration.test_rsad_staging import fill, rsa_job, wait_state
+
+TASKS = 4
+
+
+@pytest.fixture
+def area(lab: Mapping[str, str]) -> Iterator[Path]:
+    base = Path(lab["RSA_LAB_PFS"]) / f"shapes-e2e-{os.getpid()}-{time.monotonic_ns()}"
+    script = (f"set -e; mkdir -p {base}/res; for t in $(seq 0 {TASKS - 1}); do "
+              f"mkdir -p {base}/in/$t {base}/out/$t; for i in 1 2 3; do "
+              f"head -c $((t*1000 + i*777)) /dev/urandom > {base}/in/$t/f$i; done; done")
+    done = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", script], timeout=120)
+    assert done.returncode == 0, done.stderr
+    yield base
+    subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)
+
+
+def md5(path: Path) -> str:
+    return subprocess.run(["bash", "-c", "md5sum f*"], cwd=path, capture_output=True,
+                          text=True, timeout=30, check=True).stdout
+
+
+def test_an_array_on_a_full_cluster_gives_every_task_its_ramdisk(
+        lab: Mapping[str, str], area: Path) -> None:
+    rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
+    res = area / "res"
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#SBATCH --array=0-{TASKS - 1}
+#RSA_DATA_IN={area}/in/%a
+#RSA_DATA_OUT={area}/out/%a
+#RSA_RESET=input-done
+t=$SLURM_ARRAY_TASK_ID
+findmnt -n -o TARGET --target {area}/in/$t > {res}/inmnt.$t
+(cd {area}/in/$t && md5sum f*) > {res}/md5.$t
+{rsa} job --json > {res}/job.$t 2>&1
+{rsa} input-done > {res}/input-done.$t 2>&1
+findmnt -n -o TARGET --target {area}/out/$t > {res}/outmnt.$t
+head -c $((t*4096 + 100)) /dev/urandom > {area}/out/$t/result
+md5sum {area}/out/$t/result | cut -d' ' -f1 > {res}/result.$t
+"""
+    with make_jobs(lab) as jobs:
+        fill(jobs)
+        array = jobs.submit(script=script)
+        tasks = [f"{array}_{t}" for t in range(TASKS)]
+        # Slurm reaches the tasks one by one: each is on-deck, staged and locked in, then
+        # a node frees and it starts with its RAMDISK
+        for t, task in enumerate(tasks):
+            wait_state(lab, task, "locked-in", timeout=180)
+            root(lab, "scancel", jobs.ids[t])
+            wait_for(f"task {task} ran", lambda t=t: (res / f"result.{t}").exists(),
+                     timeout=180)
+        for task in tasks:
+            wait_state(lab, task, "released", timeout=240)
+    for t, task in enumerate(tasks):
+        assert (res / f"inmnt.{t}").read_text().strip() == f"{area}/in/{t}"
+        assert (res / f"md5.{t}").read_text() == md5(area / "in" / str(t))
+        assert (res / f"outmnt.{t}").read_text().strip() == f"{area}/out/{t}"
+        got = subprocess.run(["md5sum", str(area / "out" / str(t) / "result")],
+                             capture_output=True, text=True, timeout=30, check=True)
+        assert got.stdout.split()[0] == (res / f"result.{t}").read_text().strip()
+        seen = (res / f"job.{t}").read_text()
+        assert f'"job_id": "{task}"' in seen, seen  # rsa job inside the task: the task
+        data = rsa_job(lab, task)
+        assert data is not None
+        reached = [e.get("to") for e in data["events"] if e["name"] == "rsa.transition"]
+        assert "mounted-input" in reached and "output-verified" in reached, reached
+    assert rsa_job(lab, array) is None  # one key per task: no record under the bare id
