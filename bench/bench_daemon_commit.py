@@ -73,6 +73,18 @@ class Queue:
     def drain_nodes(self, nodes: Sequence[str], reason: str) -> None:
         pass
 
+    def job_fields(self, job_id: str) -> dict[str, str]:
+        return {}
+
+    def idle_nodes(self) -> dict[str, int]:
+        return {}
+
+    def hold(self, job_id: str, seconds: int, admin_comment: str) -> None:
+        pass
+
+    def release_hold(self, job_id: str, admin_comment: str) -> None:
+        pass
+
 
 def instant() -> Registry:
     reg = Registry()

@@ -21,6 +21,7 @@ from typing import Any, cast
 
 from rsa_scheduler.core.actions import BULK, Action, ActionKind, Outcome
 from rsa_scheduler.core.directives import (
+    HOLD_MARK,
     DirectiveErrors,
     DirectiveSpec,
     parse_directives,
@@ -286,6 +287,7 @@ class Daemon:
         fresh = {j for j, t in self._hook_seen.items() if t > started}
         dec = self.sched.observe(obs, now, complete=not fresh)
         self._commit(dec)
+        self._hold_requeued(dec)
         self._check_holds()
         self._prune_specs(rows)
         self._forget(now, {r.job_id for r in rows} | fresh)
@@ -332,6 +334,7 @@ class Daemon:
         fresh = {j for j, t in self._hook_seen.items() if t > started}
         dec = self.sched.observe(obs, now, complete=False, present=set(lines) | fresh)
         self._commit(dec)
+        self._hold_requeued(dec)
         self._check_holds()
         self._forget(now, set(lines) | fresh)
         self._maybe_snapshot()
@@ -463,6 +466,36 @@ class Daemon:
                 self._commit(Decision(events=[Event(now, job, "job.hold-released", {
                     "deadline": deadline, "why": verdict.message})]))
             self.urgent.submit(self._release_hold, job, spec_text, verdict.message)
+
+    def _hold_requeued(self, dec: Decision) -> None:
+        """A requeued job under early start wait is held again, as at submission: on an
+        idle cluster it would start before its first run's output is staged and its
+        RAMDISK built again (docs/architecture.md, "Holding a job ...")."""
+        for ev in dec.events:
+            if ev.name != "job.state" or ev.context.get("from") not in ("running",
+                                                                         "finished"):
+                continue
+            if ev.context.get("to") not in ("queued", "demoted", "on-deck"):
+                continue
+            rec = self.sched.records.get(ev.job_id)
+            if rec is None or ev.job_id in self._held:
+                continue
+            early = rec.spec.early_start or self.sched.policy.early_start
+            if early.value != "wait":
+                continue
+            self.urgent.submit(self._hold, ev.job_id, int(self.sched.policy.wait_timeout))
+
+    def _hold(self, job: str, seconds: int) -> None:
+        """Worker: hold ``job`` for ``seconds`` (its admin_comment gets the marker)."""
+        try:
+            spec_text, _ = split_hold(self.slurm.job_fields(job).get("AdminComment", ""))
+            deadline = int(time.time()) + seconds
+            self.slurm.hold(job, seconds, f"{spec_text}{HOLD_MARK}{deadline}")
+        except SlurmError as e:
+            log.warning("job %s: requeued, but could not hold it for its RAMDISK: %s", job,
+                        e)
+            return
+        log.info("job %s: requeued: held for its RAMDISK until %d", job, deadline)
 
     def _release_hold(self, job: str, spec_text: str, message: str) -> None:
         """Worker: begin time now, hold marker removed; then the user's comment."""

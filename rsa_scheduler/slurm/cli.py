@@ -187,6 +187,10 @@ class CliSlurm:
         return parse_sinfo_partitions(self._run([str(self.bin_dir / "sinfo"), "-h", "-o",
                                                  SINFO_PARTITIONS]))
 
+    def hold(self, job_id: str, seconds: int, admin_comment: str) -> None:
+        self._run(update_argv(self.bin_dir, job_id, StartTime=f"now+{int(seconds)}",
+                              AdminComment=admin_comment))
+
     def release_hold(self, job_id: str, admin_comment: str) -> None:
         self._run(update_argv(self.bin_dir, job_id, StartTime="now",
                               AdminComment=admin_comment))

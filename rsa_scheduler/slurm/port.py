@@ -54,6 +54,11 @@ class SlurmPort(Protocol):
         """Idle nodes per partition (``sinfo``)."""
         ...
 
+    def hold(self, job_id: str, seconds: int, admin_comment: str) -> None:
+        """Hold a pending job for the RSA: begin time ``seconds`` from now, with its
+        admin_comment replaced (the hold marker added)."""
+        ...
+
     def release_hold(self, job_id: str, admin_comment: str) -> None:
         """Let a job held for the RSA start now (begin time now), with its admin_comment
         replaced (the hold marker removed)."""

@@ -80,5 +80,8 @@ class PySlurm:
     def idle_nodes(self) -> dict[str, int]:
         return self.cli.idle_nodes()
 
+    def hold(self, job_id: str, seconds: int, admin_comment: str) -> None:
+        self.cli.hold(job_id, seconds, admin_comment)
+
     def release_hold(self, job_id: str, admin_comment: str) -> None:
         self.cli.release_hold(job_id, admin_comment)

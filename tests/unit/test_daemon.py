@@ -50,7 +50,16 @@ class ScriptedSlurm:
 
     def job_fields(self, job_id: str) -> dict[str, str]:
         self.calls.append(("job_fields", job_id))
-        return {"JobId": job_id, "Partition": "debug"}
+        row = next((r for r in self.rows if r.job_id == job_id), None)
+        return {"JobId": job_id, "Partition": "debug",
+                "AdminComment": (row.admin_comment or "") if row else ""}
+
+    def hold(self, job_id: str, seconds: int, admin_comment: str) -> None:
+        self.calls.append(("hold", f"{job_id}:{seconds}:{admin_comment}"))
+        row = next(r for r in self.rows if r.job_id == job_id)
+        self.rows = [r for r in self.rows if r.job_id != job_id] + [QueueRow(
+            job_id, "PENDING", "BeginTime", row.priority, row.num_nodes, row.user,
+            admin_comment)]
 
     def idle_nodes(self) -> dict[str, int]:
         return dict(self.idle)
@@ -785,3 +794,34 @@ def test_an_array_tasks_hooks_reach_the_task_under_its_squeue_name(tmp_path: Pat
     finally:
         stop.set()
         loop.join(5)
+
+
+def test_a_requeued_wait_job_is_held_again_until_its_ramdisk_is_rebuilt(
+        tmp_path: Path) -> None:
+    """Issue 14: requeued on an idle cluster, the job would start again before its first
+    run's output is staged and a new RAMDISK built; it is held, then released staged."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    d.sched.policy = StagingPolicy(early_start=EarlyStart.WAIT)
+    out_only = DirectiveSpec(data_out="/pfs/out")
+    slurm.set("7", "PENDING", "Resources", spec=out_only)
+    d.poll()
+    settle(d)
+    slurm.set("7", "RUNNING", spec=out_only)
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state.value == "mounted-output"
+    slurm.set("7", "PENDING", "BeginTime", spec=out_only)  # scontrol requeue
+    d.poll()
+    d.urgent.submit(lambda: None).result(10)
+    holds = [v for k, v in slurm.calls if k == "hold"]
+    assert len(holds) == 1 and holds[0].startswith(f"7:1800:{out_only.to_admin_comment()} "
+                                                   "hold=")
+    settle(d)  # the first run's output is staged out, the RAMDISK torn down
+    d.poll()  # now held (the marker): on-deck again, allocated and built again
+    settle(d)
+    d.urgent.submit(lambda: None).result(10)
+    rec = d.sched.records["7"]
+    assert rec.cycle == 2 and rec.rsa_state.value == "locked-in", rec
+    assert len(released(slurm)) == 1
