@@ -83,3 +83,36 @@ md5sum {area}/out/$t/result | cut -d' ' -f1 > {res}/result.$t
         reached = [e.get("to") for e in data["events"] if e["name"] == "rsa.transition"]
         assert "mounted-input" in reached and "output-verified" in reached, reached
     assert rsa_job(lab, array) is None  # one key per task: no record under the bare id
+
+
+def test_a_requeued_job_stages_its_first_runs_output_and_gets_a_new_ramdisk(
+        lab: Mapping[str, str], area: Path) -> None:
+    """``scontrol requeue`` of a running job: what the first run wrote to its RAMDISK is
+    staged out and verified, the job is held again and gets a new RAMDISK for its second
+    run (on an idle cluster too), and nothing is left behind."""
+    res, out = area / "res", area / "out" / "0"
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#SBATCH --requeue
+#RSA_DATA_OUT={out}
+n=${{SLURM_RESTART_COUNT:-0}}
+findmnt -n -o TARGET --target {out} > {res}/outmnt.$n
+echo "run $n" > {out}/run$n
+touch {res}/wrote.$n
+[ "$n" -gt 0 ] || sleep 300
+"""
+    with make_jobs(lab) as jobs:
+        job = jobs.submit(script=script)
+        wait_for("the first run wrote", lambda: (res / "wrote.0").exists(), timeout=180)
+        root(lab, "scontrol", "requeue", job)
+        wait_for("the second run wrote", lambda: (res / "wrote.1").exists(), timeout=300)
+        wait_state(lab, job, "released", timeout=240)
+    assert (out / "run0").read_text() == "run 0\n"  # the first run's output, staged out
+    assert (out / "run1").read_text() == "run 1\n"
+    for n in (0, 1):  # both runs wrote through a RAMDISK
+        assert (res / f"outmnt.{n}").read_text().strip() == str(out)
+    data = rsa_job(lab, job)
+    assert data is not None and data["cycle"] == 2 and data["nodes"] == ""
+    verified = [e for e in data["events"]
+                if e["name"] == "rsa.transition" and e.get("to") == "output-verified"]
+    assert len(verified) == 2
