@@ -153,6 +153,7 @@ class Daemon:
         # jobs released to start (job -> when): Slurm may show BeginTime for a moment
         # after the release; it must not read as a demotion of a staged job
         self._released: dict[str, float] = {}
+        self._told_het: set[str] = set()  # hetjob components told they are not served
 
     # ---- start-up -----------------------------------------------------------------------
     def start(self) -> None:
@@ -514,6 +515,16 @@ class Daemon:
         if row.job_id in self.sched.records:
             return None  # already tracked: the record holds the spec
         spec = self._spec_of_job(row)
+        if spec is not None and "+" in row.job_id:
+            # a heterogeneous job's components (N+0, N+1): not served yet (issue 14);
+            # its user is told once, and it runs from the PFS
+            if row.job_id not in self._told_het:
+                self._told_het.add(row.job_id)
+                if len(self._told_het) > 100_000:
+                    self._told_het.clear()
+                self._tell(row.job_id, "RSA: heterogeneous jobs are not supported yet: "
+                                       "the job reads and writes the PFS")
+            return None
         array, sep, task = row.job_id.partition("_")
         if spec is not None and sep and task.isdigit():
             try:  # %A / %a in an array task's paths

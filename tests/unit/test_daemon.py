@@ -825,3 +825,17 @@ def test_a_requeued_wait_job_is_held_again_until_its_ramdisk_is_rebuilt(
     rec = d.sched.records["7"]
     assert rec.cycle == 2 and rec.rsa_state.value == "locked-in", rec
     assert len(released(slurm)) == 1
+
+
+def test_a_heterogeneous_job_is_not_tracked_and_its_user_is_told_once(
+        tmp_path: Path) -> None:
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("40+0", "PENDING", "Resources")
+    d.poll()
+    d.poll()
+    d.urgent.submit(lambda: None).result(10)
+    assert "40+0" not in d.sched.records and seen == []
+    assert [v for k, v in slurm.calls if k == "comment"] == [
+        "RSA: heterogeneous jobs are not supported yet: the job reads and writes the PFS"]
