@@ -85,6 +85,10 @@ def job(api: str | None, job_id: str | None, as_json: bool) -> None:
             what = f"{ev['from']} -> {ev['to']} ({ev['trigger']})"
         elif what == "job.state":
             what = f"job {ev['from']} -> {ev['to']} ({ev.get('slurm_state')}/{ev.get('reason')})"
+        elif what == "job.hold-released":
+            what = f"start hold released: {ev.get('why', '')}"
+        elif what == "compute.unconfirmed":
+            what = f"compute nodes {ev.get('nodes')} did not confirm a release: drained"
         elif what == "action.outcome":
             what = f"{ev['action']}: {ev['result']} {ev.get('message') or ''}"
         click.echo(f"    {when}  {what}")

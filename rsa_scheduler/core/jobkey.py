@@ -3,9 +3,12 @@
 A plain job's key is its job id (``123``). An array task's key is ``<array job id>_<task
 id>`` (``123_4``): squeue, the event log, the API, the CLI and the metrics all use it,
 although Slurm gives each started task a job id of its own, which is what its Prolog,
-Epilog and tasks see as ``SLURM_JOB_ID``. Hooks and ``rsa`` inside a job send both
-(:func:`from_env`); rsad keys by :func:`job_key`. Node-side directories stay named by the
-numeric job id (what every process on the node, the SPANK plugin too, knows).
+Epilog and tasks see as ``SLURM_JOB_ID``. PrologSlurmctld/EpilogSlurmctld and ``rsa``
+inside a job see both and send both (:func:`from_env`); rsad keys by :func:`job_key` and
+remembers the pair, because a node's Prolog, Epilog and agent see only the task's own id
+(Slurm 22.05 gives them no ``SLURM_ARRAY_*``, seen in the lab): rsad maps it
+(``Daemon.aliases``). Node-side directories stay named by the numeric job id (what every
+process on the node, the SPANK plugin too, knows).
 """
 
 from __future__ import annotations

@@ -206,11 +206,17 @@ class Routes:
         if not re.fullmatch(r"\d+(_\d+)?", str(payload.get("job_id", ""))):
             raise ApiError(HTTPStatus.BAD_REQUEST, "hook without a valid job_id")
         # an array task is known to rsad (squeue) as <array job>_<task>; its hooks see its
-        # own job id too: the task's key replaces it (core.jobkey)
+        # own job id too: the task's key replaces it (core.jobkey). slurmctld's hooks name
+        # both (rsad remembers the pair); a node's Prolog/Epilog only the job's own id
+        # (Slurm 22.05 gives them no SLURM_ARRAY_*): rsad's memory of the pair names it.
         try:
-            payload["job_id"] = job_key(payload)
+            key = job_key(payload)
         except ValueError as e:
             raise ApiError(HTTPStatus.BAD_REQUEST, str(e)) from e
+        own = str(payload["job_id"])
+        if key != own:
+            payload["alias"] = own
+        payload["job_id"] = self.daemon.aliases.get(key, key)
         if hook in NODE_HOOKS:
             return self._node_hook(hook, payload)
         return self.daemon.submit("hook", payload, wait=True)

@@ -154,6 +154,9 @@ class Daemon:
         # after the release; it must not read as a demotion of a staged job
         self._released: dict[str, float] = {}
         self._told_het: set[str] = set()  # hetjob components told they are not served
+        # an array task's own job id -> its key (<array>_<task>): a node's hooks know only
+        # the former (core.jobkey); learned from slurmctld's hooks, kept in their events
+        self.aliases: dict[str, str] = {}
 
     # ---- start-up -----------------------------------------------------------------------
     def start(self) -> None:
@@ -172,6 +175,8 @@ class Daemon:
             log.info("loaded the snapshot at event %d: %d jobs", since, len(self.sched.records))
         for ev in events:
             self._learn_facts(ev)
+            if ev.name == "job.hook" and ev.context.get("alias"):
+                self.aliases[str(ev.context["alias"])] = ev.job_id
             if ev.name == "node.state":
                 self.node_notes[str(ev.context["node"])] = {
                     "by": ev.context.get("by", ""), "reason": ev.context.get("reason", ""),
@@ -383,6 +388,9 @@ class Daemon:
         for job in gone:
             for table in (self.facts, self.progress, self._hook_seen, self._specs):
                 table.pop(job, None)
+        if gone and self.aliases:
+            left = set(gone)
+            self.aliases = {k: v for k, v in self.aliases.items() if v not in left}
         if gone:
             log.info("%d finished jobs left memory (retention %.0fs); their history stays "
                      "in the store", len(gone), self.retention)
@@ -489,6 +497,8 @@ class Daemon:
     def _hold(self, job: str, seconds: int) -> None:
         """Worker: hold ``job`` for ``seconds`` (its admin_comment gets the marker)."""
         try:
+            # (scontrol show job -o cuts AdminComment at a " hold=" marker: either way
+            # this is the spec's part)
             spec_text, _ = split_hold(self.slurm.job_fields(job).get("AdminComment", ""))
             deadline = int(time.time()) + seconds
             self.slurm.hold(job, seconds, f"{spec_text}{HOLD_MARK}{deadline}")
@@ -705,11 +715,13 @@ class Daemon:
         rec = self.sched.records.get(job)
         if rec is None:
             return {"job_id": job, "tracked": False}
+        if payload.get("alias"):
+            self.aliases[str(payload["alias"])] = job
         obs = Observation(job_id=job, user=rec.user, state=state, reason="None",
                           priority=rec.priority, compute_nodes=rec.compute_nodes)
         now = self.clock()
         dec = Decision(events=[Event(now, job, "job.hook", {
-            k: payload[k] for k in ("hook", "nodes", "exit_code") if k in payload})])
+            k: payload[k] for k in ("hook", "nodes", "exit_code", "alias") if k in payload})])
         dec.add(self.sched.observe([obs], now, complete=False))
         self._commit(dec)
         return {"job_id": job, "tracked": True, "rsa_state": rec.rsa_state.value}

@@ -61,9 +61,15 @@ def md5_pfs(base: Path) -> str:
 
 
 def show(lab: Mapping[str, str], job: str) -> dict[str, str]:
+    """scontrol's fields, with AdminComment whole (its `` hold=`` part would read as a
+    field of its own in ``scontrol show job -o``)."""
     from rsa_scheduler.slurm.parse import parse_show_job
 
-    return parse_show_job(root(lab, "scontrol", "show", "job", "-o", job))[0]
+    fields = parse_show_job(root(lab, "scontrol", "show", "job", "-o", job))[0]
+    fields["AdminComment"] = root(lab, "squeue", "-h", "-j", job, "-O",
+                                  "admin_comment:0").strip()
+    fields["Comment"] = root(lab, "squeue", "-h", "-j", job, "-O", "Comment:0").strip()
+    return fields
 
 
 def test_the_readme_job_on_an_idle_cluster_waits_for_its_ramdisk(
@@ -77,7 +83,7 @@ def test_the_readme_job_on_an_idle_cluster_waits_for_its_ramdisk(
         wait_state(lab, job, "released", timeout=240)
     assert (area / "res" / "inmnt").read_text().strip() == f"{area}/in"  # the RAMDISK
     assert (area / "res" / "md5").read_text() == md5_pfs(area)
-    assert (area / "res" / "env").read_text().split("|")[0] == "ramdisk"
+    assert (area / "res" / "env").read_text().split("|")[0] == "input"
     data = rsa_job(lab, job)
     assert data is not None
     names = [e["name"] for e in data["events"]]
@@ -94,6 +100,9 @@ def test_on_a_busy_cluster_the_hold_is_released_at_once(
         lab: Mapping[str, str], area: Path) -> None:
     with make_jobs(lab) as jobs:
         fill(jobs)
+        wait_for("the cluster full", lambda: all(
+            root(lab, "squeue", "-h", "-j", j, "-o", "%T").strip() == "RUNNING"
+            for j in jobs.ids), timeout=60)
         job = jobs.submit(script=job_script(area))
 
         def let_go() -> dict[str, str] | None:
@@ -127,7 +136,7 @@ def test_a_hold_nobody_releases_ends_at_its_deadline_even_with_rsad_down(
             deadline = int(time.time()) + 15
             root(lab, "scontrol", "update", f"JobId={job}", "StartTime=now+15",
                  f"AdminComment={spec} hold={deadline}")
-            assert show(lab, job)["Reason"] == "BeginTime"
+            assert show(lab, job)["JobState"] == "PENDING"
             stop_lab_rsad(signal.SIGKILL)
             try:
                 wait_for("the job ran", lambda: (area / "res" / "env").exists(), timeout=90)
@@ -148,7 +157,10 @@ def test_fallback_on_an_idle_cluster_starts_at_once_from_the_pfs_and_says_so(
         assert split_hold(show(lab, job)["AdminComment"])[1] is None  # not held
         wait_for("the job ran", lambda: (area / "res" / "env").exists(), timeout=60)
         wait_state(lab, job, "declined", "released", timeout=120)
+        # the user sees why where they look: the job's comment, `rsa job`
+        wait_for("the comment", lambda: show(lab, job)["Comment"].startswith(
+            "RSA: started before RSA nodes were free: the job reads the PFS"), timeout=30)
     assert (area / "res" / "md5").read_text() == md5_pfs(area)
     assert (area / "res" / "inmnt").read_text().strip() != f"{area}/in"
-    state, _, message = (area / "res" / "env").read_text().strip().partition("|")
-    assert state == "pfs" and message.startswith("the RSA declined this job"), message
+    data = rsa_job(lab, job)
+    assert data is not None and data["declined"] is True

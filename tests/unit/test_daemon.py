@@ -788,6 +788,12 @@ def test_an_array_tasks_hooks_reach_the_task_under_its_squeue_name(tmp_path: Pat
                         {"job_id": "131", "array_job_id": "127", "array_task_id": "4"})
         assert d.sched.records["127_4"].job_state is JobState.RUNNING
         assert "131" not in d.sched.records
+        # a node's Prolog/Epilog knows only 131 (Slurm 22.05 gives them no SLURM_ARRAY_*)
+        assert d.aliases == {"131": "127_4"}
+        assert routes._node_hook  # the node hooks go through the same translation
+        routes.dispatch(ROOT, "POST", "/v1/hooks/epilog_slurmctld",
+                        {"job_id": "131", "exit_code": "0"})
+        assert d.sched.records["127_4"].job_state is JobState.FINISHED
         with pytest.raises(ApiError, match="bad array task"):
             routes.dispatch(ROOT, "POST", "/v1/hooks/prolog_slurmctld",
                             {"job_id": "131", "array_job_id": "127", "array_task_id": "x"})
@@ -839,3 +845,19 @@ def test_a_heterogeneous_job_is_not_tracked_and_its_user_is_told_once(
     assert "40+0" not in d.sched.records and seen == []
     assert [v for k, v in slurm.calls if k == "comment"] == [
         "RSA: heterogeneous jobs are not supported yet: the job reads and writes the PFS"]
+
+
+def test_the_array_task_aliases_survive_a_restart(tmp_path: Path) -> None:
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("127_4", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "127_4", "alias": "131"})
+    settle(d)
+    assert d.aliases == {"131": "127_4"}
+    d.shutdown()
+    d.store.close()
+    again = make_daemon(tmp_path, slurm, seen)
+    assert again.aliases == {"131": "127_4"}
