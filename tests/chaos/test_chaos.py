@@ -2,7 +2,9 @@
 
 Each round submits a mix of job shapes with outputs whose content the test knows — output
 straight through the RAMDISK staged out by rsync and by tar, input staged in and read back
-with its checksums, a POSTPROCESS, a job cancelled while it waits — and, while they run,
+with its checksums, a POSTPROCESS, a job cancelled while it waits, a job demoted while
+it is staged (an urgent job jumps the queue; it is torn down and staged again when it is
+next) — and, while they run,
 kills rsad with SIGKILL (and restarts it, as systemd would), restarts slurmctld, kills
 an RSA node's sshd (back after 1-8 s: the node is unreachable meanwhile), or SIGKILLs one
 server of a job's RAMDISK (master, chunkserver, an RSA node's own mfsmount: rsad must
@@ -56,6 +58,7 @@ class Shape:
     out: Path | None = None
     archive: bool = False
     cancel: bool = False
+    demote: bool = False
     job: str = ""
 
 
@@ -65,7 +68,7 @@ def content(seed: int, job: str, i: int) -> str:
 
 def shapes(base: Path, seed: int, rng: random.Random) -> list[Shape]:
     made: list[Shape] = []
-    for kind in ("rsync", "tar", "post", "inout", "cancel"):
+    for kind in ("rsync", "tar", "post", "inout", "cancel", "demote"):
         n = rng.randint(5, 40)
         out = base / f"out-{kind}"
         lines = "\n".join(f"echo '{content(seed, kind, i)}' > {out}/f{i}" for i in range(n))
@@ -90,9 +93,52 @@ def shapes(base: Path, seed: int, rng: random.Random) -> list[Shape]:
                                     f"(cd {data_in} && md5sum *) > {base}/res-inout\n"
                                     f"{{rsa}} input-done\n{lines}\n",
                               {f"f{i}": content(seed, kind, i) for i in range(n)}, out))
+        elif kind == "demote":  # a big input: slow enough to be demoted while staged
+            made.append(Shape(kind, f"#RSA_DATA_IN={base}/in-big\n#RSA_DATA_OUT={out}\n"
+                                    f"#RSA_RESET=input-done\n"
+                                    f"cmp -s {base}/in-big/blob <(head -c {BIG} /dev/zero) "
+                                    f"&& echo ok > {base}/res-demote\n"
+                                    f"{{rsa}} input-done\n{lines}\n",
+                              {f"f{i}": content(seed, kind, i) for i in range(n)}, out,
+                              demote=True))
         else:
             made.append(Shape(kind, f"#RSA_DATA_IN={base}/in\nsleep 30\n", cancel=True))
     return made
+
+
+BIG = 400 << 20  # the demoted job's input: some seconds to stage (the PFS is throttled)
+STAGING = ("allocated", "fs-building", "fs-ready", "staging-in", "stage-in-failed")
+
+
+def demote(lab: Mapping[str, str], shape: Shape, log: list[str], stop: threading.Event) -> None:
+    """Once ``shape`` is being staged, an urgent whole-cluster job with a higher priority
+    jumps the queue (seed 004 §3.1 Fig. 3: the job drops back to Priority, its RAMDISK is
+    torn down); it runs a few seconds, then the job is next again and staged anew."""
+    rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
+    deadline = time.monotonic() + 600
+    while not stop.is_set() and time.monotonic() < deadline:
+        try:
+            state = rsa_state(rsa, shape.job)
+        except (subprocess.SubprocessError, RuntimeError):
+            state = ""
+        if state in STAGING:
+            break
+        if state in TERMINAL or state in ("locked-in", "mounting-input", "mounted-input"):
+            log.append(f"{time.strftime('%T')} demotion missed (job {shape.job} {state})")
+            return
+        time.sleep(0.3)
+    else:
+        return
+    try:
+        prio = int(root(lab, "squeue", "-h", "-j", shape.job, "-O", "PriorityLong:0").strip())
+        urgent = as_user(lab, lab["RSA_LAB_USER"], [
+            "sbatch", "--parsable", "-o", "/dev/null", f"--chdir={lab['RSA_LAB_PFS']}",
+            "-N4", "-t", "2", "--wrap", "sleep 3"]).stdout.strip().split(";")[0]
+        root(lab, "scontrol", "update", f"jobid={urgent}", f"priority={prio + 1}")
+        log.append(f"{time.strftime('%T')} urgent job {urgent} demotes job {shape.job} "
+                   f"({state})")
+    except Exception as e:  # slurmctld restarting: the round goes on without it
+        log.append(f"{time.strftime('%T')} demotion failed: {e}")
 
 
 def rsa_state(rsa: str, job: str) -> str:
@@ -190,8 +236,9 @@ def one_round(lab: Mapping[str, str], seed: int) -> None:
     rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
     base = Path(lab["RSA_LAB_PFS"]) / f"chaos-{seed}"
     made = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", (
-        f"set -e; rm -rf {base}; mkdir -p {base}/in " +
-        " ".join(f"{base}/out-{k}" for k in ("rsync", "tar", "post", "inout")) +
+        f"set -e; rm -rf {base}; mkdir -p {base}/in {base}/in-big " +
+        " ".join(f"{base}/out-{k}" for k in ("rsync", "tar", "post", "inout", "demote")) +
+        f"; head -c {BIG} /dev/zero > {base}/in-big/blob" +
         f"; for i in $(seq 1 {rng.randint(5, 30)}); do head -c $((RANDOM*4)) /dev/urandom "
         f"> {base}/in/i$i; done; printf '#!/bin/bash\\nset -e\\ntar -C \"$RSA_RAMDISK\" -cf "
         f"\"$RSA_DATA_OUT/packed.tar\" .\\n' > {base}/pack.sh; chmod 755 {base}/pack.sh")],
@@ -212,6 +259,10 @@ def one_round(lab: Mapping[str, str], seed: int) -> None:
         killer = threading.Thread(target=chaos, args=(lab, random.Random(seed + 1), stop, log),
                                   daemon=True)
         killer.start()
+        demoters = [threading.Thread(target=demote, args=(lab, s, log, stop), daemon=True)
+                    for s in jobs_made if s.demote]
+        for t in demoters:
+            t.start()
         try:
             cancel = [s for s in jobs_made if s.cancel]
             time.sleep(rng.uniform(1, 5))
@@ -231,6 +282,8 @@ def one_round(lab: Mapping[str, str], seed: int) -> None:
         finally:
             stop.set()
             killer.join(timeout=120)
+            for t in demoters:
+                t.join(timeout=60)
     print(f"chaos seed {seed}: kills {log}")
     problems: list[str] = []
     for s in jobs_made:
@@ -244,6 +297,8 @@ def one_round(lab: Mapping[str, str], seed: int) -> None:
     res = base / "res-inout"
     if res.exists():
         assert res.read_text() == want_in, "the input read through the RAMDISK differs"
+    res = base / "res-demote"  # written only if the demoted job read its input intact
+    assert res.exists(), "the demoted job's input read back differs (or it never ran)"
     held = [n for n in json.loads(subprocess.run([rsa, "nodes", "--json"], capture_output=True,
                                                  text=True, timeout=30, check=True).stdout)
             ["nodes"] if n["job"]]
