@@ -732,7 +732,7 @@ def test_held_jobs_do_not_all_count_on_the_same_idle_nodes(tmp_path: Path) -> No
         slurm.set(job, "PENDING", "BeginTime", hold=HOLD)
     d.poll()
     states = {j: d.sched.records[j].job_state for j in ("7", "8", "9")}
-    assert sorted(s.value for s in states.values()) == ["on-deck", "on-deck", "queued"]
+    assert sorted(str(s) for s in states.values()) == ["on-deck", "on-deck", "queued"]
 
 
 def test_a_held_job_the_rsa_will_not_serve_is_released_at_once(tmp_path: Path) -> None:
@@ -786,14 +786,13 @@ def test_an_array_tasks_hooks_reach_the_task_under_its_squeue_name(tmp_path: Pat
         routes = Routes(d)
         routes.dispatch(ROOT, "POST", "/v1/hooks/prolog_slurmctld",
                         {"job_id": "131", "array_job_id": "127", "array_task_id": "4"})
-        assert d.sched.records["127_4"].job_state is JobState.RUNNING
+        assert str(d.sched.records["127_4"].job_state) == "running"
         assert "131" not in d.sched.records
         # a node's Prolog/Epilog knows only 131 (Slurm 22.05 gives them no SLURM_ARRAY_*)
         assert d.aliases == {"131": "127_4"}
-        assert routes._node_hook  # the node hooks go through the same translation
         routes.dispatch(ROOT, "POST", "/v1/hooks/epilog_slurmctld",
                         {"job_id": "131", "exit_code": "0"})
-        assert d.sched.records["127_4"].job_state is JobState.FINISHED
+        assert str(d.sched.records["127_4"].job_state) == "finished"
         with pytest.raises(ApiError, match="bad array task"):
             routes.dispatch(ROOT, "POST", "/v1/hooks/prolog_slurmctld",
                             {"job_id": "131", "array_job_id": "127", "array_task_id": "x"})
