@@ -33,6 +33,11 @@ from rsa_scheduler.core.states import TERMINAL, JobState, RsaState, derive_job_s
 from rsa_scheduler.core.transitions import OUTCOME_TRIGGERS, InvalidTransition, Trigger
 
 POOL_STREAM = "@pool"  # event stream for node drain/resume (not a job)
+#: states in which an RSA node going down sends the job Trigger.NODE_LOST: its RAMDISK is
+#: being prepared and holds no more than a partial copy of its input
+NODE_LOST_STATES = frozenset({RsaState.ALLOCATED, RsaState.FS_BUILDING, RsaState.FS_READY,
+                              RsaState.STAGING_IN, RsaState.STAGE_IN_FAILED,
+                              RsaState.FS_FAILED})
 
 #: commands users and operators may give, and who may give them
 USER_COMMANDS: frozenset[Trigger] = frozenset({Trigger.INPUT_DONE, Trigger.CANCEL_STAGING})
@@ -302,7 +307,16 @@ class Scheduler:
         ctx = {"node": node, "from": before.value, "to": state.value, "by": by}
         if reason:
             ctx["reason"] = reason
-        return Decision(events=[Event(now, POOL_STREAM, "node.state", ctx)])
+        dec = Decision(events=[Event(now, POOL_STREAM, "node.state", ctx)])
+        owner = self.pool.owner(node)
+        rec = self.records.get(owner) if owner else None
+        if state is NodeState.DOWN and rec is not None and rec.rsa_state in NODE_LOST_STATES:
+            # its input was not staged yet: tear the RAMDISK down (core/transitions.py)
+            dec.add(fire(rec, Trigger.NODE_LOST, now, self.policy, self.pool,
+                         detail=f"{node}: {reason}" if reason else node))
+            dec.add(settle(rec, now, self.policy, self.pool))
+            self._note_waiting(rec)
+        return dec
 
     def forget_finished(self, now: float | None = None, older_than: float = 0.0,
                         present: Container[str] = frozenset()) -> list[str]:

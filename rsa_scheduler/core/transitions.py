@@ -70,6 +70,8 @@ class Trigger(enum.StrEnum):
     RETRY = "retry"  # operator: try the failed step again now
     DISCARD = "discard"  # operator: give up the output on the RAMDISK (explicit)
     FORCE_RELEASE = "force-release"  # operator: nodes are clean, return them
+    # the RSA-node pool
+    NODE_LOST = "node-lost"  # an RSA node of the job went down before its input was staged
 
 
 JOB_TRIGGERS: Mapping[JobState, Trigger] = {
@@ -210,6 +212,7 @@ _NO_OUT = "ext: no DATA_OUT (§3.4 assumes one)"
 _RW_IN = "ext: writable input (§2 assumes input stays on disk)"
 _QUARANTINE = "ext: quarantine (§3 is silent)"
 _VERIFY = "ext: output verification (§3.3 is silent)"
+_LOST = "ext: RSA node lost while the RAMDISK is prepared (§3 is silent; cf. §3.1 fn. 2)"
 
 
 def _stay(src: RsaState, *triggers: Trigger, note: str = "") -> list[Rule]:
@@ -404,6 +407,23 @@ def _rows() -> list[Rule]:
              branches=(B(C.NO_OUTPUT, S.TEARING_DOWN, (A.CANCEL, A.TELL_USER, A.DESTROY_FS),
                          note=wait_no_out, ref=_NO_OUT),)),
     ]
+
+    # ---- an RSA node lost before the input is staged (Scheduler.set_node_state) -------
+    # The RAMDISK holds at most a partial copy of DATA_IN: it is torn down (the lost node
+    # is skipped and cleaned when it comes back, daemon/service.py). Under wait the job is
+    # staged again on healthy nodes when it is next; otherwise it reads the PFS.
+    lost_note = "an RSA node was lost while the input was staged"
+    r.append(Rule(S.ALLOCATED, T.NODE_LOST, S.RELEASED, actions=(A.RELEASE,), ref=_LOST,
+                  note=f"{lost_note}: other nodes are allocated when the job is next"))
+    for src, acts in ((S.FS_BUILDING, cancel_teardown), (S.FS_READY, teardown),
+                      (S.STAGING_IN, cancel_teardown), (S.STAGE_IN_FAILED, teardown),
+                      (S.FS_FAILED, teardown)):
+        r.append(Rule(src, T.NODE_LOST, S.TEARING_DOWN, actions=(A.TELL_USER, *acts),
+                      effects=(E.MARK_DECLINED,), ref=_LOST,
+                      note=f"{lost_note}: the job reads the PFS",
+                      branches=(B(C.POLICY_WAIT, S.TEARING_DOWN, (A.TELL_USER, *acts),
+                                  note=f"{lost_note}: it is staged again on other RSA "
+                                       "nodes"),)))
 
     # ---- STAGE_IN_FAILED: waiting to retry -------------------------------------------
     r += _stay(S.STAGE_IN_FAILED, T.ON_DECK, T.TICK)

@@ -109,8 +109,11 @@ class Routes:
             if parts[1] not in {n.name for n in self.daemon.sched.pool.nodes()}:
                 raise ApiError(HTTPStatus.NOT_FOUND, f"no RSA node {parts[1][:64]!r} in "
                                                      "the pool (see rsa nodes)")
-            return self.daemon.submit("node-state", (parts[1], state, caller.user, reason),
-                                      wait=True)
+            try:
+                return self.daemon.submit("node-state", (parts[1], state, caller.user,
+                                                         reason), wait=True)
+            except CommandRefused as e:
+                raise ApiError(HTTPStatus.CONFLICT, str(e)) from e
         raise ApiError(HTTPStatus.NOT_FOUND, f"no such endpoint {method} {url.path}")
 
     def _status(self, caller: Caller) -> dict[str, Any]:

@@ -371,12 +371,41 @@ class DataPath:
         return {"mount": spec.to_json()}
 
     def destroy_fs(self, ctx: ActionContext) -> Mapping[str, Any]:
+        """Destroy the job's RAMDISK on its nodes. A node the health loop has marked down
+        is skipped (a teardown must not wait for a node that may never answer): what is
+        left there is reported (``left_on``) and cleaned before it comes back up
+        (:meth:`scrub`). Only RAMDISKs without unverified output are ever destroyed."""
         req = self.request(ctx)
+        lost = tuple(n for n in req.nodes if n in ctx.down)
+        part = replace(req, nodes=tuple(n for n in req.nodes if n not in ctx.down))
+        reaped: dict[str, int] = {}
         with self.exclusive(req.fs_id):
             self._forget_fs(req.fs_id)
-            reaped = self.reap(req)
-            self.backend(req.tier).destroy(req)
-        return {"reaped": reaped} if any(reaped.values()) else {}
+            if part.nodes:
+                reaped = self.reap(part)
+                self.backend(req.tier).destroy(part)
+        out: dict[str, Any] = {"reaped": reaped} if any(reaped.values()) else {}
+        if lost:
+            log.warning("job %s: RAMDISK %s destroyed without %s (down): cleaned when it "
+                        "is back", req.job_id, req.fs_id, ", ".join(lost))
+            out["left_on"] = [{"node": n, "fs_id": req.fs_id, "job_id": req.job_id,
+                               "tier": req.tier} for n in lost]
+        return out
+
+    def scrub(self, node: str, leftovers: list[Mapping[str, Any]]) -> None:
+        """Clean what teardowns left on ``node`` while it was down (``left_on`` of
+        :meth:`destroy_fs`): the jobs' processes there killed, their RAMDISK parts (mount,
+        servers, pool files) destroyed on that node alone. Raises if it cannot."""
+        for item in leftovers:
+            fs, job, tier = str(item["fs_id"]), str(item["job_id"]), str(item["tier"])
+            req = FsRequest(fs_id=fs, job_id=job, nodes=(node,), tier=tier,
+                            pool_dirs={node: self.pool_dirs[node]},
+                            mount_root=str(self.cfg.filesystem.mount_root))
+            with self.exclusive(fs):
+                self.reap(req)
+                self.backend(tier).destroy(req)
+            log.info("%s: cleaned what job %s's RAMDISK %s left there while it was down",
+                     node, job, fs)
 
     def reap(self, req: FsRequest) -> dict[str, int]:
         """Kill every process the RSA started for the job on its RSA nodes (a POSTPROCESS
@@ -456,6 +485,7 @@ class DataPath:
     def register(self, registry: Registry) -> None:
         registry.on_start(self.fence_all)
         registry.on_tend(self.tend)
+        registry.on_scrub(self.scrub)
         registry.register(ActionKind.BUILD_FS, self.build_fs)
         registry.register(ActionKind.DESTROY_FS, self.destroy_fs)
         registry.register(ActionKind.STAGE_IN, self.stage_in)

@@ -39,6 +39,9 @@ class ActionContext:
     #: Slurm had reported the job over when the action was dispatched (a step re-issued
     #: after an rsad restart must not wait for the job's nodes to answer)
     job_ended: bool = False
+    #: RSA nodes of the job the health loop has marked down when the action was
+    #: dispatched (a teardown skips them; they are cleaned when they come back)
+    down: frozenset[str] = frozenset()
 
 
 Executor = Callable[[ActionContext], Mapping[str, Any] | None]
@@ -55,6 +58,7 @@ class Registry:
         self._on_start: list[Callable[[], None]] = []
         self._tend: Callable[[str, Mapping[str, Any],
                               Callable[[Mapping[str, Any]], None]], Any] | None = None
+        self._scrub: Callable[[str, list[Mapping[str, Any]]], None] | None = None
 
     def register(self, kind: ActionKind, fn: Executor) -> None:
         self._by_kind[kind] = fn
@@ -62,6 +66,16 @@ class Registry:
     def on_start(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` when rsad starts, before it re-issues any outstanding action."""
         self._on_start.append(fn)
+
+    def on_scrub(self, fn: Callable[[str, list[Mapping[str, Any]]], None]) -> None:
+        """``fn(node, leftovers)`` cleans what teardowns left on ``node`` while it was down
+        (each leftover: ``fs_id``, ``job_id``, ``tier``); raises if it cannot."""
+        self._scrub = fn
+
+    def scrub(self, node: str, leftovers: list[Mapping[str, Any]]) -> None:
+        if self._scrub is None:
+            raise RsaError("rsad has no data path to clean RSA nodes with")
+        self._scrub(node, leftovers)
 
     def on_tend(self, fn: Callable[[str, Mapping[str, Any],
                                     Callable[[Mapping[str, Any]], None]], Any]) -> None:

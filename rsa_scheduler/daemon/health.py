@@ -106,6 +106,7 @@ class HealthLoop:
                  set_state: Callable[[str, NodeState, str], None],
                  limits: Thresholds, interval: float = 30.0, timeout: float = 10.0,
                  taken_out: set[str] | None = None,
+                 before_up: Callable[[str], str | None] = lambda _node: None,
                  clock: Callable[[], float] = time.time) -> None:
         self.hosts = hosts
         self.pool_dirs = pool_dirs
@@ -118,6 +119,9 @@ class HealthLoop:
         self.history: dict[str, list[Probe]] = {n: [] for n in hosts}
         self.taken_out: set[str] = set(taken_out or ())  # nodes this loop took out
         self.reasons: dict[str, str] = {}
+        # runs before a node is brought back up: cleans what teardowns left there while
+        # it was down; a non-empty answer keeps it out, with that reason
+        self.before_up = before_up
         self._thread: threading.Thread | None = None
 
     def probe(self, node: str) -> Probe:
@@ -141,6 +145,15 @@ class HealthLoop:
         if want is None:
             return
         state, reason = want
+        if state is NodeState.UP:
+            kept = self.before_up(node)
+            if kept:
+                if self.reasons.get(node) != kept:
+                    log.warning("RSA node %s answers again but stays %s: %s", node,
+                                current.value, kept)
+                    self.set_state(node, current, kept)
+                    self.reasons[node] = kept
+                return
         log.warning("RSA node %s: %s -> %s (%s)", node, current.value, state.value, reason)
         self.set_state(node, state, reason)
         self.reasons[node] = reason

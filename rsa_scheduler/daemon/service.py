@@ -19,6 +19,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from ClusterShell.NodeSet import NodeSet
+
 from rsa_scheduler.core.actions import BULK, Action, ActionKind, Outcome
 from rsa_scheduler.core.directives import (
     HOLD_MARK,
@@ -31,6 +33,7 @@ from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.machine import JobRecord
 from rsa_scheduler.core.policy import NodeState
 from rsa_scheduler.core.scheduler import (
+    POOL_STREAM,
     CommandRefused,
     Decision,
     Observation,
@@ -40,6 +43,7 @@ from rsa_scheduler.core.scheduler import (
 from rsa_scheduler.core.states import TENDED, JobState
 from rsa_scheduler.core.transitions import Trigger
 from rsa_scheduler.daemon.executors import ActionContext, Registry
+from rsa_scheduler.daemon.health import HEALTH_BY
 from rsa_scheduler.daemon.holds import held_message, hold_verdict, startable
 from rsa_scheduler.daemon.metrics import Metrics
 from rsa_scheduler.errors import StoreError
@@ -157,6 +161,9 @@ class Daemon:
         # an array task's own job id -> its key (<array>_<task>): a node's hooks know only
         # the former (core.jobkey); learned from slurmctld's hooks, kept in their events
         self.aliases: dict[str, str] = {}
+        # RSA node -> what teardowns left there while it was down (each: fs_id, job_id,
+        # tier); cleaned before it is up again (daemon/data.py DataPath.scrub)
+        self.debris: dict[str, list[dict[str, Any]]] = {}
 
     # ---- start-up -----------------------------------------------------------------------
     def start(self) -> None:
@@ -172,9 +179,16 @@ class Daemon:
             self.facts = {str(j): dict(f) for j, f in dict(base.get("facts") or {}).items()}
             self.node_notes = {str(n): dict(v)
                                for n, v in dict(base.get("node_notes") or {}).items()}
+            self.debris = {str(n): [dict(x) for x in v]
+                           for n, v in dict(base.get("debris") or {}).items()}
             log.info("loaded the snapshot at event %d: %d jobs", since, len(self.sched.records))
         for ev in events:
             self._learn_facts(ev)
+            if ev.name == "node.debris":
+                item = {k: v for k, v in ev.context.items() if k != "node"}
+                self.debris.setdefault(str(ev.context["node"]), []).append(item)
+            elif ev.name == "node.scrubbed":
+                self.debris.pop(str(ev.context["node"]), None)
             if ev.name == "job.hook" and ev.context.get("alias"):
                 self.aliases[str(ev.context["alias"])] = ev.job_id
             if ev.name == "node.state":
@@ -365,7 +379,7 @@ class Daemon:
         to it is folded in); returns its seq."""
         seq = self.store.last_seq()
         data = {**self.sched.durable_state(), "facts": self.facts,
-                "node_notes": self.node_notes}
+                "node_notes": self.node_notes, "debris": self.debris}
         self.store.write_snapshot(seq, self.clock(), data)
         self._snap_seq = seq
         log.info("snapshot at event %d: %d jobs", seq, len(self.sched.records))
@@ -661,6 +675,9 @@ class Daemon:
             for ev in dec.events:
                 self._learn_facts(ev)
             self._commit(dec)
+            left = [dict(x) for x in outcome.detail.get("left_on") or ()]
+            if left:
+                self._left_on(left, now)
             silent = [str(n) for n in outcome.detail.get("silent") or ()]
             if silent:
                 self._unconfirmed(outcome.job_id, silent, now)
@@ -693,6 +710,12 @@ class Daemon:
         if req.kind == "node-state":
             node, state, by, *rest = req.payload
             reason = str(rest[0]) if rest else ""
+            if state == NodeState.UP.value and self.debris.get(node) and by != HEALTH_BY:
+                jobs = ", ".join(sorted({str(d["job_id"]) for d in self.debris[node]}))
+                raise CommandRefused(
+                    f"{node} still holds what job(s) {jobs} left there while it was down "
+                    "(RAMDISK servers, mounts, pool files): the health loop cleans it and "
+                    "brings the node back as soon as it answers (health.interval)")
             self._commit(self.sched.set_node_state(node, NodeState(state), now, by=by,
                                                    reason=reason))
             self.node_notes[node] = {"by": by, "reason": reason, "time": now}
@@ -785,14 +808,36 @@ class Daemon:
             self.submit("milestone", (job, action.id, dict(data)), wait=True, timeout=60)
 
         rec = self.sched.records.get(job)
+        down: frozenset[str] = frozenset()
+        if action.kind is ActionKind.DESTROY_FS and action.args.get("nodes"):
+            pool = self.sched.pool
+            down = frozenset(n for n in NodeSet(str(action.args["nodes"]))
+                             if pool.state(n) is NodeState.DOWN)
         ctx = ActionContext(action=action, cancel=cancel, progress=progress,
                             facts=dict(self.facts.get(job, {})), milestone=milestone,
-                            job_ended=rec is not None and rec.job_state is JobState.FINISHED)
+                            job_ended=rec is not None and rec.job_state is JobState.FINISHED,
+                            down=down)
         lane = self.workers if action.kind in BULK else self.urgent
         future = lane.submit(self.registry.run, ctx)
         if tracked:
             self.running[action.id] = Running(action, cancel, future, self.clock())
             future.add_done_callback(lambda f: self.inbox.put(Request("outcome", f.result())))
+
+    def _left_on(self, left: list[dict[str, Any]], now: float) -> None:
+        """A teardown skipped RSA nodes that were down: remember what it left on each
+        (cleaned before the node is up again, :meth:`scrubbed`)."""
+        events = []
+        for item in left:
+            node = str(item.pop("node"))
+            self.debris.setdefault(node, []).append(item)
+            events.append(Event(now, POOL_STREAM, "node.debris", {"node": node, **item}))
+        self._commit(Decision(events=events))
+
+    def scrubbed(self, node: str) -> None:
+        """Loop thread: ``node`` was cleaned of what teardowns left there."""
+        if self.debris.pop(node, None) is not None:
+            self._commit(Decision(events=[Event(self.clock(), POOL_STREAM, "node.scrubbed",
+                                                {"node": node})]))
 
     def _alert(self, job_id: str, msg: str) -> None:
         log.warning("ALERT job %s: %s", job_id, msg)

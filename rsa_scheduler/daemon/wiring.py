@@ -153,6 +153,20 @@ def make_health(cfg: Config, daemon: Daemon) -> HealthLoop | None:
         daemon.submit("node-state", (node, state.value, HEALTH_BY, reason), wait=True,
                       timeout=60)
 
+    def before_up(node: str) -> str | None:
+        """Clean what teardowns left on ``node`` while it was down, before it is used."""
+        left = daemon.submit("call", lambda: list(daemon.debris.get(node, ())), wait=True,
+                             timeout=60)
+        if not left:
+            return None
+        try:
+            daemon.registry.scrub(node, left)
+        except Exception as e:
+            jobs = ", ".join(sorted({str(d["job_id"]) for d in left}))
+            return f"what job(s) {jobs} left here while it was down is not cleaned: {e}"
+        daemon.submit("call", lambda: daemon.scrubbed(node), wait=True, timeout=60)
+        return None
+
     # nodes the health loop took out before a restart: it may bring them back
     taken = {n for n, note in daemon.node_notes.items() if note.get("by") == HEALTH_BY}
     return HealthLoop(daemon.hosts, {n.name: str(n.pool_dir) for n in cfg.pool.members()},
@@ -160,4 +174,4 @@ def make_health(cfg: Config, daemon: Daemon) -> HealthLoop | None:
                       limits=Thresholds(down_after=cfg.health.down_after,
                                         min_free=cfg.health.min_free,
                                         max_skew=cfg.health.max_clock_skew),
-                      interval=cfg.health.interval, taken_out=taken)
+                      interval=cfg.health.interval, taken_out=taken, before_up=before_up)

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ClusterShell.NodeSet import NodeSet
 
 from rsa_scheduler.core.actions import Action, ActionKind
 from rsa_scheduler.core.directives import DirectiveSpec, with_hold
 from rsa_scheduler.core.events import Event
-from rsa_scheduler.core.policy import EarlyStart, StagingPolicy
+from rsa_scheduler.core.policy import EarlyStart, NodeState, StagingPolicy
 from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.core.states import JobState
 from rsa_scheduler.daemon.api import ApiError, Caller, Routes
@@ -860,3 +861,36 @@ def test_the_array_task_aliases_survive_a_restart(tmp_path: Path) -> None:
     d.store.close()
     again = make_daemon(tmp_path, slurm, seen)
     assert again.aliases == {"131": "127_4"}
+
+
+def test_what_a_teardown_left_on_a_down_node_is_remembered_until_it_is_cleaned(
+        tmp_path: Path) -> None:
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    left = {"fs_id": "job7-c1", "job_id": "7", "tier": "ram"}
+    d.registry.register(ActionKind.DESTROY_FS, lambda ctx: {"left_on": [
+        {"node": n, **left} for n in ctx.down]})
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    node = next(iter(NodeSet(d.sched.records["7"].nodes)))
+    d.submit("node-state", (node, "down", "health", "ssh: no route"))
+    settle(d)
+    slurm.set("7", "CANCELLED")  # the job goes: its RAMDISK is destroyed without the node
+    d.poll()
+    settle(d)
+    assert d.debris == {node: [left]}
+    d.submit("node-state", (node, "up", "root", ""))
+    settle(d)
+    assert d.sched.pool.state(node) is NodeState.DOWN  # an operator cannot resume it yet
+    d.shutdown()
+    d.store.close()
+    again = make_daemon(tmp_path, slurm, seen)
+    assert again.debris == {node: [left]}  # known after a restart
+    again.submit("call", lambda: again.scrubbed(node))
+    settle(again)
+    assert again.debris == {}
+    again.submit("node-state", (node, "up", "health", ""))
+    settle(again)
+    assert again.sched.pool.state(node) is NodeState.UP

@@ -93,3 +93,29 @@ def test_the_loop_moves_nodes_through_the_daemon_and_remembers_what_it_did() -> 
     states["rsa1"] = NodeState.DRAINED  # an operator's drain: never undone
     loop.round()
     assert states["rsa1"] is NodeState.DRAINED and len(moves) == 2
+
+
+def test_a_node_that_answers_again_is_cleaned_before_it_is_used() -> None:
+    """Issue 13: a teardown skipped the node while it was down; what it left there (RAMDISK
+    servers, mounts, pool files) is cleaned before the node is up again; if that fails the
+    node stays out, with the reason."""
+    moved: list[tuple[str, NodeState, str]] = []
+    state = {"rsa1": NodeState.DOWN}
+    answers = ["cannot reach rsa1 to clean job 7's RAMDISK", None]
+    cleaned: list[str] = []
+
+    def before_up(node: str) -> str | None:
+        cleaned.append(node)
+        return answers.pop(0)
+
+    def set_state(node: str, st: NodeState, why: str) -> None:
+        moved.append((node, st, why))
+        state[node] = st
+
+    loop = HealthLoop({}, {}, state_of=state.__getitem__, set_state=set_state,
+                      limits=LIMITS, taken_out={"rsa1"}, before_up=before_up)
+    loop.check("rsa1", GOOD)
+    assert state["rsa1"] is NodeState.DOWN and cleaned == ["rsa1"]
+    assert moved == [("rsa1", NodeState.DOWN, "cannot reach rsa1 to clean job 7's RAMDISK")]
+    loop.check("rsa1", GOOD)
+    assert str(state["rsa1"]) == "up" and cleaned == ["rsa1", "rsa1"]

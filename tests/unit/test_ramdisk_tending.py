@@ -284,3 +284,56 @@ def test_repeats_say_a_changed_text_at_once_and_forget_a_cleared_key() -> None:
     r.say("b", "1")
     r.say("c", "1")  # "a" falls out: kept=2
     assert r.say("a", "y") == "y"
+
+
+# ---- a teardown skips RSA nodes that are down; they are cleaned before they come back --
+
+class AnsweringHost(Host):
+    """Answers rsad's fence and reap commands; records that it was asked."""
+
+    def __init__(self, name: str, asked: list[str]) -> None:
+        self.name = name
+        self.asked = asked
+
+    def run(self, argv: Any, *, timeout: float, check: bool = True, input: Any = None,
+            as_user: Any = None, env: Any = None, cancel: Any = None) -> Any:
+        from rsa_scheduler.contain import FENCED_MARK, REAPED_MARK
+        from rsa_scheduler.runner import Completed
+
+        self.asked.append(self.name)
+        text = " ".join(argv)
+        out = f"{REAPED_MARK} 0 cgroup 0\n" if REAPED_MARK in text else f"{FENCED_MARK} 0\n"
+        return Completed(tuple(argv), 0, out, "", 0.0)
+
+
+class Destroyer(Backend):
+    def __init__(self) -> None:
+        super().__init__(lambda: GOOD)
+        self.destroyed: list[FsRequest] = []
+
+    def destroy(self, req: FsRequest) -> None:
+        self.destroyed.append(req)
+
+
+CFG2 = load_config_text("pool:\n  nodes:\n    - names: rsa[1-2]\n      capacity: 2G\n")
+
+
+def test_a_teardown_skips_a_node_that_is_down_and_says_what_it_left_there() -> None:
+    asked: list[str] = []
+    backend = Destroyer()
+    dp = DataPath(CFG2, {n: AnsweringHost(n, asked) for n in ("rsa1", "rsa2")},
+                  {CFG2.pool.members()[0].tier.value: backend})
+    action = Action("7/2/destroy-fs/9", "7", ActionKind.DESTROY_FS,
+                    {"nodes": "rsa[1-2]", "user": "nobody"})
+    ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
+                        down=frozenset({"rsa2"}))
+    out = dp.destroy_fs(ctx)
+    assert [r.nodes for r in backend.destroyed] == [("rsa1",)]
+    assert "rsa2" not in asked  # never waited for
+    assert out["left_on"] == [{"node": "rsa2", "fs_id": "job7-c2", "job_id": "7",
+                               "tier": "ram"}]
+    # back up: its part alone is destroyed, the job's processes there killed first
+    asked.clear()
+    dp.scrub("rsa2", [{"fs_id": "job7-c2", "job_id": "7", "tier": "ram"}])
+    assert backend.destroyed[-1].nodes == ("rsa2",) and backend.destroyed[-1].fs_id == "job7-c2"
+    assert set(asked) == {"rsa2"}

@@ -1,0 +1,90 @@
+"""An RSA node lost while a job's input is staged, in the lab (issue 13): under early
+start ``wait`` the job's RAMDISK is torn down without the lost node and the input is staged
+again on a healthy node; the job starts with it. What the teardown left on the lost node
+is cleaned before the node is used again."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+from ClusterShell.NodeSet import NodeSet
+
+from tests.e2e.test_health import SSH_DIR, nodes, tree
+from tests.integration.conftest import as_user
+from tests.integration.slurmkit import make_jobs, wait_for
+from tests.integration.test_rsad_staging import rsa_job, wait_state
+
+BIG = 700 << 20  # seconds to stage through the lab's throttled PFS
+
+
+@pytest.fixture
+def area(lab: Mapping[str, str]) -> Iterator[Path]:
+    base = Path(lab["RSA_LAB_PFS"]) / f"lost-e2e-{os.getpid()}-{time.monotonic_ns()}"
+    script = (f"set -e; mkdir -p {base}/in {base}/out {base}/res; "
+              f"head -c {BIG} /dev/zero > {base}/in/blob; "
+              f"for i in 1 2 3; do head -c $((i*5000)) /dev/urandom > {base}/in/f$i; done")
+    done = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", script], timeout=300)
+    assert done.returncode == 0, done.stderr
+    yield base
+    subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)
+
+
+def transitions(lab: Mapping[str, str], job: str) -> list[tuple[str, str, str]]:
+    data = rsa_job(lab, job) or {}
+    return [(e.get("from", ""), e.get("to", ""), e.get("trigger", ""))
+            for e in data.get("events", []) if e["name"] == "rsa.transition"]
+
+
+def test_a_node_lost_while_staging_in_means_staging_again_on_a_healthy_node(
+        lab: Mapping[str, str], area: Path) -> None:
+    script = f"""#!/bin/bash
+#SBATCH -t 10
+#RSA_DATA_IN={area}/in
+#RSA_NODES=1
+findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
+(cd {area}/in && md5sum f* blob) > {area}/res/md5
+"""
+    with make_jobs(lab) as jobs:
+        job = jobs.submit(script=script)
+        wait_state(lab, job, "staging-in", timeout=120)
+        lost = str((rsa_job(lab, job) or {})["nodes"])
+        assert len(NodeSet(lost)) == 1
+        pids = tree(int((SSH_DIR / lost / "sshd.pid").read_text()))
+        try:  # the node hangs: its sshd and every session through it stop
+            for p in pids:
+                os.kill(p, signal.SIGSTOP)
+            wait_for("the node lost", lambda: any(
+                t == "node-lost" for _, _, t in transitions(lab, job)), timeout=120)
+            wait_for("staged again elsewhere", lambda: (d := rsa_job(lab, job)) and
+                     d["rsa_state"] in ("locked-in", "mounting-input", "mounted-input",
+                                        "tearing-down", "released")
+                     and d["cycle"] == 2, timeout=240)
+        finally:
+            for p in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, signal.SIGCONT)
+        wait_state(lab, job, "released", timeout=240)
+        # back: what the teardown left on it is cleaned before it is up again
+        wait_for(f"{lost} up again", lambda: nodes(lab)[lost]["state"] == "up", timeout=120)
+    assert (area / "res" / "inmnt").read_text().strip() == f"{area}/in"  # the RAMDISK
+    want = subprocess.run(["bash", "-c", "md5sum f* blob"], cwd=area / "in",
+                          capture_output=True, text=True, timeout=120, check=True).stdout
+    assert (area / "res" / "md5").read_text() == want
+    data = rsa_job(lab, job) or {}
+    told = [e for e in data.get("events", []) if e["name"] == "rsa.transition"
+            and e.get("trigger") == "node-lost"]
+    assert told and told[0]["to"] == "tearing-down"
+    assert not data.get("declined")
+    left = subprocess.run(["pgrep", "-a", "-f", f"mfs(master|chunkserver).*job{job}-c1"],
+                          capture_output=True, text=True).stdout.strip()
+    assert not left, f"the first RAMDISK's servers are still running: {left}"
+    events = subprocess.run([f"{lab['RSA_LAB_VENV']}/bin/rsa", "events", "--json"],
+                            capture_output=True, text=True, timeout=30).stdout
+    assert '"node.scrubbed"' in events and f"job{job}-c1" in events
