@@ -273,12 +273,19 @@ def one_round(lab: Mapping[str, str], seed: int) -> None:
                 try:  # slurmctld or rsad may be restarting right now
                     queue = root(lab, "squeue", "-h", "-o", "%i").split()
                     states = [rsa_state(rsa, s.job) for s in jobs_made]
-                except (subprocess.SubprocessError, RuntimeError):
+                    pool = json.loads(subprocess.run(
+                        [rsa, "nodes", "--json"], capture_output=True, text=True,
+                        timeout=30, check=True).stdout)["nodes"]
+                except (subprocess.SubprocessError, RuntimeError, ValueError):
                     return False
+                # a node an sshd kill took down is cleaned of what teardowns left there
+                # before it is up again: only then is "nothing leaked" decided
                 return not queue and all(st in TERMINAL or st == "untracked"
-                                         for st in states)
+                                         for st in states) and all(
+                    n["state"] == "up" for n in pool)
 
-            wait_for("every job over and every RSA cycle ended", done, timeout=900, every=2)
+            wait_for("every job over, every RSA cycle ended, every RSA node up", done,
+                     timeout=900, every=2)
         finally:
             stop.set()
             killer.join(timeout=120)
