@@ -79,6 +79,9 @@ class Queue:
     def idle_nodes(self) -> dict[str, int]:
         return {}
 
+    def pending_jobs(self) -> list[tuple[str, int, str, str]]:
+        return []
+
     def hold(self, job_id: str, seconds: int, admin_comment: str) -> None:
         pass
 

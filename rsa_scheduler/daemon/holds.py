@@ -42,23 +42,29 @@ class Release:
     message: str
 
 
-def startable(held: Iterable[tuple[str, str, int]], idle: Mapping[str, int]) -> set[str]:
+def startable(held: Iterable[tuple[str, str, int]], idle: Mapping[str, int],
+              ahead: Iterable[tuple[str, int]] = ()) -> set[str]:
     """Which newly held jobs could start now: ``held`` is (job, its partitions as Slurm
-    shows them, ``a,b``, node count), highest priority first. Each job that fits takes its
-    nodes from the first of its partitions that has them, so ten one-node jobs do not all
-    count on the same four idle nodes. An approximation: CPUs, memory and GRES of nodes
-    that are partly used (``mixed``), reservations and other pending jobs are not looked
-    at; a job judged busy wrongly starts at once and uses the PFS (as without the hold),
-    one judged startable wrongly waits for its stage-in, then queues."""
+    shows them, ``a,b``, node count), highest priority first; ``ahead`` the pending jobs
+    Slurm would start first (partitions, node count: submitted before them and not held,
+    e.g. jobs that filled the cluster a moment ago and have not started yet). Each job
+    takes its nodes from the first of its partitions that has them, so ten one-node jobs do
+    not all count on the same four idle nodes. An approximation: CPUs, memory and GRES of
+    nodes that are partly used (``mixed``) and reservations are not looked at; a job
+    judged busy wrongly starts at once and uses the PFS (as without the hold), one judged
+    startable wrongly waits for its stage-in, then queues."""
     left = dict(idle)
-    out: set[str] = set()
-    for job, partitions, nodes in held:
-        for part in (p for p in partitions.split(",") if p):
-            if left.get(part, 0) >= max(1, nodes):
-                left[part] -= max(1, nodes)
-                out.add(job)
-                break
-    return out
+    for partitions, nodes in ahead:
+        _take(left, partitions, nodes)
+    return {job for job, partitions, nodes in held if _take(left, partitions, nodes)}
+
+
+def _take(left: dict[str, int], partitions: str, nodes: int) -> bool:
+    for part in (p for p in partitions.split(",") if p):
+        if left.get(part, 0) >= max(1, nodes):
+            left[part] -= max(1, nodes)
+            return True
+    return False
 
 
 def hold_verdict(job_id: str, rec: JobRecord | None, can_start: bool) -> Release | None:

@@ -48,7 +48,7 @@ from rsa_scheduler.daemon.holds import held_message, hold_verdict, startable
 from rsa_scheduler.daemon.metrics import Metrics
 from rsa_scheduler.errors import StoreError
 from rsa_scheduler.hosts import CancelToken
-from rsa_scheduler.slurm.parse import QueueRow, parse_queue
+from rsa_scheduler.slurm.parse import ELIGIBLE_REASONS, QueueRow, parse_queue
 from rsa_scheduler.slurm.port import SlurmError, SlurmPort
 from rsa_scheduler.store import JobRow, Store
 
@@ -448,14 +448,22 @@ class Daemon:
         new.sort(key=lambda r: (-r.priority, r.job_id))
         try:
             idle = self.slurm.idle_nodes()
+            mine = {r.job_id for r in new}
+            ahead = [(parts, nodes) for job, nodes, reason, parts in self.slurm.pending_jobs()
+                     if reason in ELIGIBLE_REASONS and job not in mine]
             judged = [(r.job_id, self.slurm.job_fields(r.job_id).get("Partition", ""),
                        r.num_nodes) for r in new]
-            fits = startable(judged, idle)
+            fits = startable(judged, idle, ahead)
         except SlurmError as e:  # unsure: release (the job then behaves as unheld)
             log.warning("cannot tell whether held jobs could start now: %s", e)
             fits = set()
         for r in new:
-            self._can_start[r.job_id] = r.job_id in fits
+            rec = self.sched.records.get(r.job_id)
+            # judged before an rsad restart (this memory is not kept): its RAMDISK is on
+            # its way, so it was judged able to start; judging it busy now would read as
+            # a demotion and tear the RAMDISK down
+            going = rec is not None and rec.nodes != "" and rec.job_state is JobState.ON_DECK
+            self._can_start[r.job_id] = r.job_id in fits or going
             log.info("job %s: held by Slurm for the RSA until %s; %s", r.job_id,
                      self._held[r.job_id][0], "it could start now: staging while held"
                      if r.job_id in fits else "the cluster is busy: releasing the hold")

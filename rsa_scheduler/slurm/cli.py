@@ -16,9 +16,11 @@ from ClusterShell.NodeSet import NodeSet
 
 from rsa_scheduler.runner import CLEAN_PATH, CommandError, LocalRunner, Runner
 from rsa_scheduler.slurm.parse import (
+    PENDING_FORMAT,
     QUEUE_FORMAT,
     SINFO_PARTITIONS,
     QueueRow,
+    parse_pending,
     parse_queue,
     parse_show_job,
     parse_sinfo_partitions,
@@ -186,6 +188,10 @@ class CliSlurm:
     def idle_nodes(self) -> dict[str, int]:
         return parse_sinfo_partitions(self._run([str(self.bin_dir / "sinfo"), "-h", "-o",
                                                  SINFO_PARTITIONS]))
+
+    def pending_jobs(self) -> list[tuple[str, int, str, str]]:
+        return parse_pending(self._run([str(self.bin_dir / "squeue"), "-h", "-r", "-t",
+                                        "PD", "-O", PENDING_FORMAT]))
 
     def hold(self, job_id: str, seconds: int, admin_comment: str) -> None:
         self._run(update_argv(self.bin_dir, job_id, StartTime=f"now+{int(seconds)}",

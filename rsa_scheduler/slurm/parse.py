@@ -94,6 +94,26 @@ def _pairs(line: str) -> dict[str, str]:
     return out
 
 
+#: ``squeue -t PD`` fields of :func:`parse_pending` (as captured in tests/data/slurm/)
+PENDING_FIELDS: tuple[str, ...] = ("JobArrayID", "NumNodes", "Reason", "Partition")
+PENDING_FORMAT = ",".join(f"{f}:0|" for f in PENDING_FIELDS)
+#: pending reasons of jobs Slurm would start as soon as nodes are free
+ELIGIBLE_REASONS = frozenset({"None", "Resources", "Priority"})
+
+
+def parse_pending(text: str) -> list[tuple[str, int, str, str]]:
+    """``squeue -h -r -t PD -O PENDING_FORMAT``: (job, nodes, reason, partitions) each."""
+    out: list[tuple[str, int, str, str]] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        if len(fields) < 4 or not fields[1].isdigit():
+            raise ParseError(f"pending job line not understood: {line[:200]!r}")
+        out.append((fields[0], int(fields[1]), fields[2], fields[3]))
+    return out
+
+
 #: ``sinfo`` format of :func:`parse_sinfo_partitions` (as captured in tests/data/slurm/)
 SINFO_PARTITIONS = "%P|%a|%l|%D|%T|%N"
 #: Slurm's state of a node that can take a job now (``sinfo %T``; suffixes such as ``*``

@@ -54,6 +54,10 @@ class SlurmPort(Protocol):
         """Idle nodes per partition (``sinfo``)."""
         ...
 
+    def pending_jobs(self) -> list[tuple[str, int, str, str]]:
+        """Every pending job: (job, nodes, reason, partitions) (``squeue -t PD``)."""
+        ...
+
     def hold(self, job_id: str, seconds: int, admin_comment: str) -> None:
         """Hold a pending job for the RSA: begin time ``seconds`` from now, with its
         admin_comment replaced (the hold marker added)."""

@@ -80,6 +80,9 @@ class PySlurm:
     def idle_nodes(self) -> dict[str, int]:
         return self.cli.idle_nodes()
 
+    def pending_jobs(self) -> list[tuple[str, int, str, str]]:
+        return self.cli.pending_jobs()
+
     def hold(self, job_id: str, seconds: int, admin_comment: str) -> None:
         self.cli.hold(job_id, seconds, admin_comment)
 

@@ -417,6 +417,7 @@ def test_early_start_fallback_reads_the_pfs_and_still_gets_the_output_ramdisk(
 #SBATCH -t 5
 #RSA_DATA_IN={data_in}
 #RSA_DATA_OUT={out}
+#RSA_EARLY_START=fallback
 findmnt -n -o TARGET --target {data_in} > {res}/inmnt
 (cd {data_in} && md5sum f* sub/deep) > {res}/md5.fallback
 for i in $(seq 1 60); do

@@ -65,6 +65,10 @@ class ScriptedSlurm:
     def idle_nodes(self) -> dict[str, int]:
         return dict(self.idle)
 
+    def pending_jobs(self) -> list[tuple[str, int, str, str]]:
+        return [(r.job_id, r.num_nodes, r.reason, "debug") for r in self.rows
+                if r.state == "PENDING"]
+
     def release_hold(self, job_id: str, admin_comment: str) -> None:
         self.calls.append(("release_hold", f"{job_id}:{admin_comment}"))
         row = next(r for r in self.rows if r.job_id == job_id)
@@ -894,3 +898,23 @@ def test_what_a_teardown_left_on_a_down_node_is_remembered_until_it_is_cleaned(
     again.submit("node-state", (node, "up", "health", ""))
     settle(again)
     assert again.sched.pool.state(node) is NodeState.UP
+
+
+def test_a_held_job_being_staged_is_not_demoted_by_an_rsad_restart(tmp_path: Path) -> None:
+    """rsad does not keep its judgement of held jobs: after a restart the job is judged
+    again; the cluster busy meanwhile must not read as a demotion of a job whose RAMDISK
+    is on its way (it was judged able to start)."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "BeginTime", hold=HOLD)
+    d.poll()  # on-deck, RSA nodes allocated, build-fs under way; then rsad dies
+    assert d.sched.records["7"].nodes
+    d.shutdown()
+    d.store.close()
+    slurm.idle = {"debug": 0}
+    again = make_daemon(tmp_path, slurm, seen)
+    again.poll()
+    settle(again)
+    rec = again.sched.records["7"]
+    assert rec.job_state is JobState.ON_DECK and rec.rsa_state.value == "locked-in", rec

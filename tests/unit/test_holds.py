@@ -10,7 +10,7 @@ from rsa_scheduler.core.directives import DirectiveSpec, split_hold, with_hold
 from rsa_scheduler.core.machine import JobRecord
 from rsa_scheduler.core.states import RsaState
 from rsa_scheduler.daemon.holds import READY, hold_verdict, startable
-from rsa_scheduler.slurm.parse import parse_sinfo_partitions
+from rsa_scheduler.slurm.parse import parse_pending, parse_sinfo_partitions
 from tests.conftest import DATA
 
 SPEC = DirectiveSpec(data_in="/pfs/in")
@@ -40,6 +40,23 @@ def test_held_jobs_take_idle_nodes_in_priority_order() -> None:
     # 1 takes 2 of debug's 4; 2 does not fit; 3 takes debug's third; 4 does not fit
     # (1 left); 5's partition is unknown; 6 takes long's one
     assert startable(held, idle) == {"1", "3", "6"}
+
+
+def test_pending_jobs_submitted_before_take_the_idle_nodes_first() -> None:
+    # four idle nodes, but four one-node jobs just submitted (not started yet) will take
+    # them: a job held now could not start
+    ahead = [("debug", 1)] * 4
+    assert startable([("9", "debug", 1)], {"debug": 4}, ahead) == set()
+    assert startable([("9", "debug", 1)], {"debug": 5}, ahead) == {"9"}
+
+
+def test_pending_jobs_are_parsed() -> None:
+    text = "12|4|Resources|debug\n13_2|1|Priority|debug,long\n14|2|BeginTime|debug\n"
+    assert parse_pending(text) == [("12", 4, "Resources", "debug"),
+                                   ("13_2", 1, "Priority", "debug,long"),
+                                   ("14", 2, "BeginTime", "debug")]
+    with pytest.raises(ValueError):
+        parse_pending("12|many|None|debug\n")
 
 
 def rec(state: RsaState, **kw: object) -> JobRecord:
