@@ -68,6 +68,7 @@ scontrol show job -o >"$out/scontrol_show_job.txt"
 scontrol show node -o >"$out/scontrol_show_node.txt"
 sinfo -h -N -o '%N|%T|%c|%m|%P|%E' >"$out/sinfo_nodes.txt"
 sinfo -h -o '%P|%a|%l|%D|%T|%N' >"$out/sinfo_partitions.txt"
+squeue -h -r -t PD -O "JobArrayID:0|,NumNodes:0|,Reason:0|,Partition:0|" >"$out/squeue_pending.txt"
 sinfo --json >"$out/sinfo.json"
 scontrol write batch_script "$j_script" - >"$out/batch_script_output.txt"
 # TIMEOUT arrives once the 1-minute limit has passed and slurmctld checks it.

@@ -50,6 +50,14 @@ def test_pending_jobs_submitted_before_take_the_idle_nodes_first() -> None:
     assert startable([("9", "debug", 1)], {"debug": 5}, ahead) == {"9"}
 
 
+def test_pending_jobs_from_real_squeue_output() -> None:
+    # captured in the lab: 4 running, 2 plain jobs, an array of 3, one with --begin
+    text = (DATA / "slurm" / "squeue_pending.txt").read_text()
+    got = parse_pending(text)
+    assert ("61", 1, "Resources", "debug") in got and ("63_1", 1, "Priority", "debug") in got
+    assert ("64", 1, "BeginTime", "debug") in got and len(got) == 6
+
+
 def test_pending_jobs_are_parsed() -> None:
     text = "12|4|Resources|debug\n13_2|1|Priority|debug,long\n14|2|BeginTime|debug\n"
     assert parse_pending(text) == [("12", 4, "Resources", "debug"),
