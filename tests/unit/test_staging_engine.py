@@ -534,3 +534,17 @@ def test_big_files_are_copied_with_the_block_size_of_their_direction(
     assert tree_state(out) == tree_state(area / "src")
     assert eng.verify(str(area / "ram"), str(out)).ok
     assert (out / "sparse").stat().st_blocks * 512 < 1 << 20  # 40 MiB, 6 bytes of data
+
+
+@pytest.mark.parametrize("method", ["rsync", "tar"])
+def test_an_empty_ramdisk_leaves_data_out_alone(area: Path, user: Identity, method: str) -> None:
+    """No node ever mounted the RAMDISK for output (its DATA_OUT was refused at mount
+    time): nothing to stage out, and a DATA_OUT the user cannot create is no reason to
+    keep the (empty) RAMDISK and its RSA nodes."""
+    eng = make_engine(user)
+    eng.prepare_root(str(area / "ram"))
+    out = area / "no-such-parent" / "out"  # its parent is root's: mkdir would be refused
+    stats = eng.stage_out(str(area / "ram"), str(out), method)
+    assert stats.files == 0 and not out.exists()
+    result = eng.verify(str(area / "ram"), str(out), method)
+    assert result.ok and result.checked == 0
