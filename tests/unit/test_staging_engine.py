@@ -212,6 +212,8 @@ def test_user_cannot_stage_what_they_cannot_read(area: Path, user: Identity) -> 
     with pytest.raises(StagingError) as missing:
         eng.stage_in(str(area / "nope"), str(area / "ram"))
     assert missing.value.permanent
+    (area / "ram" / "result").write_text("output")  # (an empty RAMDISK copies nothing)
+    os.chown(area / "ram" / "result", user.uid, user.gid)
     with pytest.raises(StagingError) as denied:  # DATA_OUT where the user may not write
         eng.stage_out(str(area / "ram"), str(area / "rootonly" / "out"))
     assert denied.value.permanent and "permission denied" in str(denied.value)
