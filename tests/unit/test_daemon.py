@@ -6,6 +6,7 @@ authorisation); the same code runs against the real lab in tests/integration.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -227,6 +228,20 @@ def test_missing_executor_is_a_failure_not_a_success(tmp_path: Path) -> None:
 
 # ---- API authorisation -----------------------------------------------------------------
 
+@contextlib.contextmanager
+def serving(d: Daemon) -> Iterator[Routes]:
+    """The daemon's loop in a thread, for API calls that wait for it."""
+    stop = threading.Event()
+    loop = threading.Thread(target=lambda: [d.drain(0.05) for _ in iter(stop.is_set, True)],
+                            daemon=True)
+    loop.start()
+    try:
+        yield Routes(d)
+    finally:
+        stop.set()
+        loop.join(5)
+
+
 @pytest.fixture
 def routes(tmp_path: Path) -> Iterator[Routes]:
     slurm = ScriptedSlurm()
@@ -235,13 +250,8 @@ def routes(tmp_path: Path) -> Iterator[Routes]:
     slurm.set("7", "PENDING", "Resources")
     d.poll()
     settle(d)
-    stop = threading.Event()
-    loop = threading.Thread(target=lambda: [d.drain(0.05) for _ in iter(stop.is_set, True)],
-                            daemon=True)
-    loop.start()
-    yield Routes(d)
-    stop.set()
-    loop.join(5)
+    with serving(d) as r:
+        yield r
 
 
 ALICE, BOB, ROOT = Caller(1001, "alice"), Caller(1002, "bob"), Caller(0, "root")
@@ -588,12 +598,7 @@ def test_finished_jobs_leave_memory_and_their_history_stays_readable(tmp_path: P
     d._last_forget = -1e9
     d.poll()
     assert "7" not in d.sched.records and "7" not in d.facts
-    stop = threading.Event()
-    loop = threading.Thread(target=lambda: [d.drain(0.05) for _ in iter(stop.is_set, True)],
-                            daemon=True)
-    loop.start()
-    try:
-        routes = Routes(d)
+    with serving(d) as routes:
         job = routes.dispatch(ALICE, "GET", "/v1/jobs/7", None)
         assert job["archived"] is True and job["rsa_state"] == "released"
         assert job["events"] and job["user"] == "alice"
@@ -602,9 +607,6 @@ def test_finished_jobs_leave_memory_and_their_history_stays_readable(tmp_path: P
             routes.dispatch(BOB, "GET", "/v1/jobs/7", None)
         with pytest.raises(ApiError, match="not tracked"):
             routes.dispatch(ALICE, "GET", "/v1/jobs/999", None)
-    finally:
-        stop.set()
-        loop.join(5)
 
 
 def test_only_ramdisks_no_step_works_on_are_tendable(tmp_path: Path) -> None:
