@@ -250,9 +250,12 @@ srun -N4 -n4 bash -c 'cat {self.base}/input/part* | md5sum > /dev/null'
                   == "staging-in", timeout=600)
         self.submit(Job("urgent", "plain job, high priority: jumps the queue", False),
                     "#!/bin/bash\n#SBATCH -N 4 -t 5\nsleep 2\n")
-        # Above every plain job, below the locked-in ones: lock-in keeps a staged job
-        # ahead (seed 004 §3.1); only the job still staging is pushed back.
-        urgent = (self.priority(demoted) + self.priority(self.jobs["many-files"])) // 2
+        # Above demoted, below any locked-in job: lock-in keeps a staged job ahead (seed
+        # 004 §3.1); only the job still staging is pushed back. The gap is twice the lab's
+        # PriorityWeightAge, so demoted's ageing can never catch up while the demo waits
+        # (a midpoint towards many-files was a tie whenever many-files started before
+        # its lock-in); lock-in adds 100000 (QOS) or sets 1000000, far above.
+        urgent = self.priority(demoted) + 2000
         self.run(["scontrol", "update", f"jobid={self.jobs['urgent'].id}",
                   f"priority={urgent}"])
         self.say(f"urgent: an operator raised its priority to {urgent}: above demoted's, "

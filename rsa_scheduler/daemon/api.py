@@ -217,12 +217,47 @@ class Routes:
         except ValueError as e:
             raise ApiError(HTTPStatus.BAD_REQUEST, str(e)) from e
         own = str(payload["job_id"])
+        if key == own and hook in NODE_HOOKS:
+            key = self._array_task_of(own) or own
         if key != own:
             payload["alias"] = own
         payload["job_id"] = self.daemon.aliases.get(key, key)
         if hook in NODE_HOOKS:
             return self._node_hook(hook, payload)
         return self.daemon.submit("hook", payload, wait=True)
+
+    def _array_task_of(self, own: str) -> str | None:
+        """The key of the array task whose own job id is ``own``, when rsad tracks an
+        array task it has not matched to its own id yet (a node Prolog can come before
+        slurmctld's hook names the pair, or rsad restarted in between): asked of Slurm
+        once, and remembered. None when ``own`` is not such a task."""
+        def unmatched() -> bool:
+            d = self.daemon
+            if own in d.aliases or own in d.sched.records:
+                return False
+            named = set(d.aliases.values())
+            return any("_" in k and k not in named for k in d.sched.records)
+
+        if not self._call(unmatched):
+            return None
+        try:
+            fields = self.daemon.slurm.job_fields(own)
+        except Exception as e:  # any failure: the hook goes on under its own id
+            log.warning("job %s: could not ask Slurm whether it is an array task: %s",
+                        own, e)
+            return None
+        array, task = fields.get("ArrayJobId", ""), fields.get("ArrayTaskId", "")
+        if not (array.isdigit() and task.isdigit()):
+            return None
+        key = f"{array}_{task}"
+
+        def learn() -> bool:
+            if key not in self.daemon.sched.records:
+                return False
+            self.daemon.aliases[own] = key
+            return True
+
+        return key if self._call(learn) else None
 
     def _node_hook(self, hook: str, payload: dict[str, Any]) -> Any:
         """Node Prolog / node agent / Epilog of a compute node (rsa_scheduler.node)."""
@@ -263,8 +298,10 @@ class Routes:
         rsa_state, job_state, hold, message = self._call(state)
         if rsa_state is not None and job_state not in ("running", "finished"):
             # the node Prolog runs after PrologSlurmctld; if rsad missed that, tell it now
-            self.daemon.submit("hook", {"hook": "prolog_slurmctld", "job_id": job,
-                                        "nodes": nodes}, wait=True)
+            told = {"hook": "prolog_slurmctld", "job_id": job, "nodes": nodes}
+            if payload.get("alias"):  # an array task's own id: kept in the event log
+                told["alias"] = payload["alias"]
+            self.daemon.submit("hook", told, wait=True)
             rsa_state, job_state, hold, message = self._call(state)
         return side.prolog(job, node, nodes, rsa_state, hold=hold, message=message)
 

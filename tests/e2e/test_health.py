@@ -41,13 +41,30 @@ def tree(pid: int) -> list[int]:
     return out
 
 
+def freeze(pid: int) -> list[int]:
+    """SIGSTOP ``pid`` (the sshd listener: no session starts after it) and then every
+    descendant, listing again until no new one appears; returns every process stopped.
+    A session that ends meanwhile is skipped."""
+    stopped: list[int] = []
+    while todo := [p for p in tree(pid) if p not in stopped]:
+        for p in todo:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGSTOP)
+            stopped.append(p)
+    return stopped
+
+
+def thaw(pids: list[int]) -> None:
+    for p in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGCONT)
+
+
 def test_a_node_that_stops_answering_is_down_then_back(lab: Mapping[str, str]) -> None:
     listener = int((SSH_DIR / "rsa4" / "sshd.pid").read_text())
-    pids = tree(listener)
     assert nodes(lab)["rsa4"]["state"] == "up"
+    pids = freeze(listener)
     try:
-        for p in pids:
-            os.kill(p, signal.SIGSTOP)
         down = wait_for("rsa4 down", lambda: n if (n := nodes(lab)["rsa4"])["state"]
                         == "down" else None, timeout=120)
         assert down["by"] == "health" and "probes in a row" in down["reason"]
@@ -55,9 +72,7 @@ def test_a_node_that_stops_answering_is_down_then_back(lab: Mapping[str, str]) -
                               capture_output=True, text=True, timeout=30).stdout
         assert any(ln.startswith("rsa4") and "[health]" in ln for ln in text.splitlines())
     finally:
-        for p in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p, signal.SIGCONT)
+        thaw(pids)
     wait_for("rsa4 up again", lambda: nodes(lab)["rsa4"]["state"] == "up", timeout=120)
 
 

@@ -5,9 +5,7 @@ is cleaned before the node is used again."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
@@ -16,7 +14,7 @@ from pathlib import Path
 import pytest
 from ClusterShell.NodeSet import NodeSet
 
-from tests.e2e.test_health import SSH_DIR, nodes, tree
+from tests.e2e.test_health import SSH_DIR, freeze, nodes, thaw
 from tests.integration.conftest import as_user
 from tests.integration.slurmkit import make_jobs, wait_for
 from tests.integration.test_rsad_staging import rsa_job, wait_state
@@ -56,10 +54,9 @@ findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
         wait_state(lab, job, "staging-in", timeout=120)
         lost = str((rsa_job(lab, job) or {})["nodes"])
         assert len(NodeSet(lost)) == 1
-        pids = tree(int((SSH_DIR / lost / "sshd.pid").read_text()))
-        try:  # the node hangs: its sshd and every session through it stop
-            for p in pids:
-                os.kill(p, signal.SIGSTOP)
+        # the node hangs: its sshd and every session through it stop
+        pids = freeze(int((SSH_DIR / lost / "sshd.pid").read_text()))
+        try:
             wait_for("the node lost", lambda: any(
                 t == "node-lost" for _, _, t in transitions(lab, job)), timeout=120)
             wait_for("staged again elsewhere", lambda: (d := rsa_job(lab, job)) and
@@ -67,9 +64,7 @@ findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
                                         "tearing-down", "released")
                      and d["cycle"] == 2, timeout=240)
         finally:
-            for p in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p, signal.SIGCONT)
+            thaw(pids)
         wait_state(lab, job, "released", timeout=240)
         # back: what the teardown left on it is cleaned before it is up again
         wait_for(f"{lost} up again", lambda: nodes(lab)[lost]["state"] == "up", timeout=120)

@@ -165,9 +165,10 @@ def test_drain_nodes_drains_with_the_reason_and_leaves_running_jobs(
     slurm = make_slurm(lab)
     with make_jobs(lab) as jobs:
         job = jobs.submit(*LONG)
+        # RUNNING, not CONFIGURING: the Prolog must be over before the check below
         node = wait_for("the job running", lambda: next(
-            (r for r in root(lab, "squeue", "-h", "-j", job, "-o", "%T %N").split()
-             [1:2] if r), None))
+            (f[1] for f in [root(lab, "squeue", "-h", "-j", job, "-o", "%T %N").split()]
+             if len(f) == 2 and f[0] == "RUNNING"), None))
         reason = f"rsa: did not confirm release of job {job}'s RAMDISK"
         try:
             slurm.drain_nodes([node], reason)

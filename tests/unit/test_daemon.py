@@ -41,6 +41,7 @@ class ScriptedSlurm:
         self.rows: list[QueueRow] = []
         self.calls: list[tuple[str, str]] = []
         self.idle = {"debug": 4}
+        self.tasks: dict[str, tuple[str, str]] = {}  # own job id -> (array job, task)
 
     def set(self, job: str, state: str, reason: str = "None",
             spec: DirectiveSpec | None = SPEC, hold: int | None = None) -> None:
@@ -53,8 +54,10 @@ class ScriptedSlurm:
     def job_fields(self, job_id: str) -> dict[str, str]:
         self.calls.append(("job_fields", job_id))
         row = next((r for r in self.rows if r.job_id == job_id), None)
+        array = dict(zip(("ArrayJobId", "ArrayTaskId"), self.tasks[job_id], strict=True)
+                     ) if job_id in self.tasks else {}
         return {"JobId": job_id, "Partition": "debug",
-                "AdminComment": (row.admin_comment or "") if row else ""}
+                "AdminComment": (row.admin_comment or "") if row else "", **array}
 
     def hold(self, job_id: str, seconds: int, admin_comment: str) -> None:
         self.calls.append(("hold", f"{job_id}:{seconds}:{admin_comment}"))
@@ -806,6 +809,30 @@ def test_an_array_tasks_hooks_reach_the_task_under_its_squeue_name(tmp_path: Pat
     finally:
         stop.set()
         loop.join(5)
+
+
+def test_a_node_hook_before_slurmctlds_names_its_array_task_by_asking_slurm(
+        tmp_path: Path) -> None:
+    """Issue 14: under load a node's Prolog (own job id only) can reach rsad before
+    slurmctld's hook names the pair: rsad asks Slurm once instead of treating the task
+    as a job it does not track (which ran it without its RAMDISK)."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("127_4", "PENDING", "Resources")
+    slurm.tasks = {"131": ("127", "4"), "140": ("139", "1")}
+    d.poll()
+    settle(d)
+    with serving(d):
+        routes = Routes(d)
+        routes.dispatch(ROOT, "POST", "/v1/hooks/epilog", {"job_id": "131", "node": "c1"})
+        assert d.aliases == {"131": "127_4"}
+        routes.dispatch(ROOT, "POST", "/v1/hooks/epilog", {"job_id": "131", "node": "c2"})
+        # every task matched: a plain job's hooks (and an untracked array's) ask nothing
+        routes.dispatch(ROOT, "POST", "/v1/hooks/epilog", {"job_id": "140", "node": "c1"})
+        routes.dispatch(ROOT, "POST", "/v1/hooks/epilog", {"job_id": "55", "node": "c1"})
+    assert [v for k, v in slurm.calls if k == "job_fields"] == ["131"]
+    assert d.aliases == {"131": "127_4"}
 
 
 def test_a_requeued_wait_job_is_held_again_until_its_ramdisk_is_rebuilt(
