@@ -38,7 +38,9 @@ def payload(hook: str, env: Mapping[str, str]) -> dict[str, object]:
         **from_env(env),  # an array task names its task too (core.jobkey)
         "user": env.get("SLURM_JOB_USER", ""),
         "uid": env.get("SLURM_JOB_UID", ""),
-        "nodes": env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST", ""),
+        # a hetjob leader's hooks name every component's nodes
+        "nodes": env.get("SLURM_HET_JOB_NODELIST") or env.get("SLURM_JOB_NODELIST")
+        or env.get("SLURM_NODELIST", ""),
         "num_nodes": env.get("SLURM_JOB_NUM_NODES", ""),
     }
     if hook == "epilog_slurmctld":

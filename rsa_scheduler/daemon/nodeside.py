@@ -285,10 +285,23 @@ class NodeSide:
         return self._jobs.setdefault(job, JobNodes())
 
     def _learn_nodes(self, j: JobNodes, node: str, nodes: str) -> None:
-        if j.nodes is None:
-            names = frozenset(NodeSet(nodes)) if nodes else frozenset()
-            j.nodes = names | {node}
+        """The job's nodes, from what a node says it belongs to. A heterogeneous job's
+        component knows only its own nodes (the leader's know them all): the union."""
+        self._add_nodes(j, (frozenset(NodeSet(nodes)) if nodes else frozenset()) | {node})
+
+    def _add_nodes(self, j: JobNodes, names: frozenset[str]) -> None:
+        if j.nodes is not None and j.nodes <= j.ended:
+            j.nodes = None  # every node of an earlier run ended: a requeued run's nodes
+        if j.nodes is None or not names <= j.nodes:
+            j.nodes = names | (j.nodes or frozenset())
             self._cond.notify_all()
+
+    def expect(self, job: str, nodes: str) -> None:
+        """slurmctld named the job's nodes (PrologSlurmctld; a hetjob leader's names every
+        component's): steps wait for them all, whichever node reports first."""
+        if nodes:
+            with self._cond:
+                self._add_nodes(self._job(job), frozenset(NodeSet(nodes)))
 
     # ---- routes (API threads) -----------------------------------------------------------
     def prolog(self, job: str, node: str, nodes: str, rsa_state: str | None,

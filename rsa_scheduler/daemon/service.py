@@ -46,9 +46,10 @@ from rsa_scheduler.daemon.executors import ActionContext, Registry
 from rsa_scheduler.daemon.health import HEALTH_BY
 from rsa_scheduler.daemon.holds import held_message, hold_verdict, startable
 from rsa_scheduler.daemon.metrics import Metrics
+from rsa_scheduler.daemon.nodeside import nodeside_of
 from rsa_scheduler.errors import StoreError
 from rsa_scheduler.hosts import CancelToken
-from rsa_scheduler.slurm.parse import ELIGIBLE_REASONS, QueueRow, parse_queue
+from rsa_scheduler.slurm.parse import ELIGIBLE_REASONS, QueueRow, merge_hetjobs, parse_queue
 from rsa_scheduler.slurm.port import SlurmError, SlurmPort
 from rsa_scheduler.store import JobRow, Store
 
@@ -157,7 +158,6 @@ class Daemon:
         # jobs released to start (job -> when): Slurm may show BeginTime for a moment
         # after the release; it must not read as a demotion of a staged job
         self._released: dict[str, float] = {}
-        self._told_het: set[str] = set()  # hetjob components told they are not served
         # an array task's own job id -> its key (<array>_<task>): a node's hooks know only
         # the former (core.jobkey); learned from slurmctld's hooks, kept in their events
         self.aliases: dict[str, str] = {}
@@ -293,7 +293,7 @@ class Daemon:
             if self.script_source != "scontrol":
                 self._poll_incremental(started)
                 return
-            rows = self.slurm.queue()
+            rows = merge_hetjobs(self.slurm.queue())
         except SlurmError as e:
             if self.slurm_ok:
                 log.error("cannot read the Slurm queue: %s", e)
@@ -328,35 +328,54 @@ class Daemon:
         lines: dict[str, object] = {}
         changed: list[str] = []
         waiting = self.sched._waiting
+        # a heterogeneous job's components (N+K): only the leader carries the marker, all
+        # are needed (slurm.parse.merge_hetjobs); when one changed, all are parsed
+        hets: set[str] = set()
         if queue_text is not None:
             marker = "|" + ADMIN_COMMENT_PREFIX
             for line in queue_text().split("\n"):
-                if marker not in line:
-                    continue
                 jid = line.split("|", 1)[0]
+                het = "+" in jid
+                if not het and marker not in line:
+                    continue
                 lines[jid] = line
-                if prev.get(jid) != line or jid in waiting:
-                    changed.append(line)
-            rows = parse_queue("\n".join(changed)) if changed else []
+                key = jid.split("+", 1)[0]
+                if prev.get(jid) != line or key in waiting:
+                    if het:
+                        hets.add(key)
+                    else:
+                        changed.append(line)
+            changed += [str(v) for j, v in lines.items()
+                        if "+" in j and j.split("+", 1)[0] in hets]
+            rows = merge_hetjobs(parse_queue("\n".join(changed))) if changed else []
         else:
             rows = []
             for row in self.slurm.queue():
-                if not (row.admin_comment or "").startswith(ADMIN_COMMENT_PREFIX):
+                het = "+" in row.job_id
+                if not het and not (row.admin_comment or "").startswith(
+                        ADMIN_COMMENT_PREFIX):
                     continue
                 lines[row.job_id] = row
-                if prev.get(row.job_id) != row or row.job_id in waiting:
-                    rows.append(row)
+                key = row.job_id.split("+", 1)[0]
+                if prev.get(row.job_id) != row or key in waiting:
+                    if het:
+                        hets.add(key)
+                    else:
+                        rows.append(row)
+            rows = merge_hetjobs(rows + [r for j, r in lines.items() if "+" in j and isinstance(
+                r, QueueRow) and j.split("+", 1)[0] in hets])
         self._prev_lines = lines
+        keys = {j.split("+", 1)[0] for j in lines}
         self.slurm_ok = True
-        self._note_holds(rows, set(lines))
+        self._note_holds(rows, keys)
         obs = [o for o in (self._observation(r, started) for r in rows) if o is not None]
         now = self.clock()
         fresh = {j for j, t in self._hook_seen.items() if t > started}
-        dec = self.sched.observe(obs, now, complete=False, present=set(lines) | fresh)
+        dec = self.sched.observe(obs, now, complete=False, present=keys | fresh)
         self._commit(dec)
         self._hold_requeued(dec)
         self._check_holds()
-        self._forget(now, set(lines) | fresh)
+        self._forget(now, keys | fresh)
         self._maybe_snapshot()
         self._last_poll = now
         self.last_cycle_seconds = self.clock() - started
@@ -450,7 +469,7 @@ class Daemon:
             idle = self.slurm.idle_nodes()
             mine = {r.job_id for r in new}
             ahead = [(parts, nodes) for job, nodes, reason, parts in self.slurm.pending_jobs()
-                     if reason in ELIGIBLE_REASONS and job not in mine]
+                     if reason in ELIGIBLE_REASONS and job.split("+", 1)[0] not in mine]
             judged = [(r.job_id, self.slurm.job_fields(r.job_id).get("Partition", ""),
                        r.num_nodes) for r in new]
             fits = startable(judged, idle, ahead)
@@ -547,16 +566,6 @@ class Daemon:
         if row.job_id in self.sched.records:
             return None  # already tracked: the record holds the spec
         spec = self._spec_of_job(row)
-        if spec is not None and "+" in row.job_id:
-            # a heterogeneous job's components (N+0, N+1): not served yet (issue 14);
-            # its user is told once, and it runs from the PFS
-            if row.job_id not in self._told_het:
-                self._told_het.add(row.job_id)
-                if len(self._told_het) > 100_000:
-                    self._told_het.clear()
-                self._tell(row.job_id, "RSA: heterogeneous jobs are not supported yet: "
-                                       "the job reads and writes the PFS")
-            return None
         array, sep, task = row.job_id.partition("_")
         if spec is not None and sep and task.isdigit():
             try:  # %A / %a in an array task's paths
@@ -748,6 +757,14 @@ class Daemon:
             return {"job_id": job, "tracked": False}
         if payload.get("alias"):
             self.aliases[str(payload["alias"])] = job
+        if kind == "prolog_slurmctld" and payload.get("nodes"):
+            side = nodeside_of(self.registry)
+            if side is not None:  # a hetjob's steps wait for every component's nodes
+                side.expect(job, str(payload["nodes"]))
+        if str(payload.get("het_job_offset") or "0") != "0":
+            # a heterogeneous job's other component: it starts and ends with the leader,
+            # whose hooks say so (its batch script's exit code is the leader's)
+            return {"job_id": job, "tracked": True, "rsa_state": rec.rsa_state.value}
         obs = Observation(job_id=job, user=rec.user, state=state, reason="None",
                           priority=rec.priority, compute_nodes=rec.compute_nodes)
         now = self.clock()

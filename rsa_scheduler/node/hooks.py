@@ -178,7 +178,9 @@ def note_start(jm: JobMounts | None, st: Settings, job: str, node: str,
 def prolog(env: Mapping[str, str]) -> int:
     job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""
     node = env.get("SLURMD_NODENAME", "")
-    nodes = env.get("SLURM_NODELIST") or env.get("SLURM_JOB_NODELIST") or node
+    # a hetjob leader's nodes see every component's nodes; another component's, its own
+    nodes = (env.get("SLURM_HET_JOB_NODELIST") or env.get("SLURM_NODELIST")
+             or env.get("SLURM_JOB_NODELIST") or node)
     if not job or not node:
         _say("prolog", job or "?", "no SLURM_JOB_ID/SLURMD_NODENAME; nothing to do")
         return 0

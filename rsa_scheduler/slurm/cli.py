@@ -155,7 +155,9 @@ class CliSlurm:
     def lock_in(self, job_id: str) -> str:
         """Lock the job in; returns what :meth:`unlock` needs to undo it."""
         if self.lockin_method == "qos":
-            before = self._run(job_qos_argv(self.bin_dir, job_id)).strip().rstrip("|")
+            # one line per component of a heterogeneous job: the leader's (the first)
+            lines = self._run(job_qos_argv(self.bin_dir, job_id)).strip().splitlines()
+            before = (lines[0] if lines else "").strip().rstrip("|")
             self._run(update_argv(self.bin_dir, job_id, qos=self.lockin_qos))
             return before
         if self.lockin_method == "priority":

@@ -62,6 +62,54 @@ def parse_queue(text: str) -> list[QueueRow]:
     return rows
 
 
+_HET = re.compile(r"^(\d+)\+(\d+)$")
+#: a component's reasons that say where the whole hetjob stands (on-deck, or behind)
+_WAITING = ("Resources", "Priority")
+
+
+def merge_hetjobs(rows: list[QueueRow]) -> list[QueueRow]:
+    """One row per heterogeneous job, keyed by its leader's id (core.jobkey): squeue
+    lists ``113+0``, ``113+1``, ... The leader (``+0``) gives the state, priority, user
+    and admin_comment (job_submit.lua marks only the leader: the batch script is its);
+    the node count is every component's. Slurm starts the components together. The
+    leader's reason is the hetjob's, except ``None`` right after submission while another
+    component already says ``Resources`` (seen in the lab): then that one's. A component
+    whose leader is not in ``rows`` stays as it is."""
+    groups: dict[str, list[tuple[int, QueueRow]]] = {}
+    for r in rows:
+        m = _HET.match(r.job_id)
+        if m:
+            groups.setdefault(m.group(1), []).append((int(m.group(2)), r))
+    if not groups:
+        return rows
+    out: list[QueueRow] = []
+    done: set[str] = set()
+    for r in rows:
+        m = _HET.match(r.job_id)
+        if not m:
+            out.append(r)
+            continue
+        het = m.group(1)
+        parts = sorted(groups[het], key=lambda p: p[0])
+        if parts[0][0] != 0:
+            out.append(r)
+            continue
+        if het in done:
+            continue
+        done.add(het)
+        lead = parts[0][1]
+        reason = lead.reason
+        if lead.state == "PENDING" and reason == "None":
+            # the leader says None until a scheduling pass has looked at the whole hetjob
+            reasons = {p.reason for _, p in parts}
+            reason = next((w for w in _WAITING if w in reasons), reason)
+        out.append(QueueRow(job_id=het, state=lead.state, reason=reason,
+                            priority=lead.priority,
+                            num_nodes=sum(p.num_nodes for _, p in parts), user=lead.user,
+                            admin_comment=lead.admin_comment))
+    return out
+
+
 def _row(parts: list[str], lineno: int) -> QueueRow:
     job_id, state, reason, prio, nodes, user, comment = parts
     if comment.endswith("|"):

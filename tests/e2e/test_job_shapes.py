@@ -1,7 +1,7 @@
 """Every job shape gets its RAMDISK, in the lab (issue 14): a job array on a full cluster,
 each task its own RSA job end to end (``<array>_<task>`` everywhere, ``%a`` in its
 paths), input read through its RAMDISK and output staged out; ``rsa job`` and ``rsa
-input-done`` from inside the task."""
+input-done`` from inside the task; a requeued job; a heterogeneous job."""
 
 from __future__ import annotations
 
@@ -118,3 +118,48 @@ touch {res}/wrote.$n
     verified = [e for e in data["events"]
                 if e["name"] == "rsa.transition" and e.get("to") == "output-verified"]
     assert len(verified) == 2
+
+
+def test_a_heterogeneous_job_gets_one_ramdisk_on_every_components_nodes(
+        lab: Mapping[str, str], area: Path) -> None:
+    """A hetjob (1 + 2 nodes) submitted to an idle cluster: held, staged, one RSA job
+    under the leader's id; every node of both components reads its input through the
+    RAMDISK and, after ``rsa input-done``, writes its output to it; staged out."""
+    rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
+    res, data_in, out = area / "res", area / "in" / "1", area / "out" / "1"
+    step = (f"n=$(hostname); findmnt -n -o TARGET --target {data_in} > {res}/inmnt.$n; "
+            f"(cd {data_in} && md5sum f*) > {res}/md5.$n")
+    write = (f"n=$(hostname); findmnt -n -o TARGET --target {out} > {res}/outmnt.$n; "
+             f"head -c 5000 /dev/urandom > {out}/r.$n; md5sum < {out}/r.$n > {res}/r.$n")
+    script = f"""#!/bin/bash
+#SBATCH -t 5 -N 1
+#SBATCH hetjob
+#SBATCH -N 2
+#RSA_DATA_IN={data_in}
+#RSA_DATA_OUT={out}
+#RSA_RESET=input-done
+srun --het-group=0,1 bash -c '{step}'
+{rsa} job --json > {res}/job 2>&1
+{rsa} input-done > {res}/input-done 2>&1
+srun --het-group=0,1 bash -c '{write}'
+"""
+    with make_jobs(lab) as jobs:
+        job = jobs.submit(script=script)
+        wait_state(lab, job, "released", timeout=300)
+    nodes = sorted(p.name.split(".", 1)[1] for p in res.glob("inmnt.*"))
+    assert len(nodes) == 3, nodes  # every node of both components ran the steps
+    for n in nodes:
+        assert (res / f"inmnt.{n}").read_text().strip() == str(data_in)  # the RAMDISK
+        assert (res / f"md5.{n}").read_text() == md5(data_in)
+        assert (res / f"outmnt.{n}").read_text().strip() == str(out)
+        got = subprocess.run(["bash", "-c", f"md5sum < {out}/r.{n}"], capture_output=True,
+                             text=True, timeout=30, check=True).stdout
+        assert got == (res / f"r.{n}").read_text()
+    assert f'"job_id": "{job}"' in (res / "job").read_text()
+    data = rsa_job(lab, job)
+    assert data is not None
+    reached = [e.get("to") for e in data["events"] if e["name"] == "rsa.transition"]
+    assert "mounted-input" in reached and "output-verified" in reached, reached
+    assert rsa_job(lab, f"{job}+1") is None and rsa_job(lab, str(int(job) + 1)) is None
+    # idle cluster, early start wait: held at submission until its RAMDISK was ready
+    assert any(e["name"] == "job.hold-released" for e in data["events"]), data["events"]

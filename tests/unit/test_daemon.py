@@ -866,18 +866,35 @@ def test_a_requeued_wait_job_is_held_again_until_its_ramdisk_is_rebuilt(
     assert len(released(slurm)) == 1
 
 
-def test_a_heterogeneous_job_is_not_tracked_and_its_user_is_told_once(
-        tmp_path: Path) -> None:
+def test_a_heterogeneous_job_is_one_rsa_job_under_its_leaders_id(tmp_path: Path) -> None:
+    """Issue 14: squeue lists 40+0 and 40+1; rsad tracks 40, sized for both components;
+    only the leader's EpilogSlurmctld ends it."""
     slurm = ScriptedSlurm()
     seen: list[str] = []
     d = make_daemon(tmp_path, slurm, seen)
     slurm.set("40+0", "PENDING", "Resources")
+    slurm.set("40+1", "PENDING", "Resources")
     d.poll()
-    d.poll()
-    d.urgent.submit(lambda: None).result(10)
-    assert "40+0" not in d.sched.records and seen == []
-    assert [v for k, v in slurm.calls if k == "comment"] == [
-        "RSA: heterogeneous jobs are not supported yet: the job reads and writes the PFS"]
+    settle(d)
+    assert set(d.sched.records) == {"40"}
+    rec = d.sched.records["40"]
+    assert rec.compute_nodes == 4 and rec.rsa_state.value == "locked-in"
+    with serving(d) as routes:
+        routes.dispatch(ROOT, "POST", "/v1/hooks/prolog_slurmctld",
+                        {"job_id": "41", "het_job_id": "40", "het_job_offset": "1"})
+        assert str(d.sched.records["40"].job_state) == "on-deck"  # the leader's says so
+        routes.dispatch(ROOT, "POST", "/v1/hooks/prolog_slurmctld",
+                        {"job_id": "40", "het_job_id": "40", "het_job_offset": "0"})
+        assert str(d.sched.records["40"].job_state) == "running"
+        routes.dispatch(ROOT, "POST", "/v1/hooks/epilog_slurmctld",
+                        {"job_id": "41", "het_job_id": "40", "het_job_offset": "1",
+                         "exit_code": "0"})
+        assert str(d.sched.records["40"].job_state) == "running"
+        routes.dispatch(ROOT, "POST", "/v1/hooks/epilog_slurmctld",
+                        {"job_id": "40", "het_job_id": "40", "het_job_offset": "0",
+                         "exit_code": "256"})
+        assert str(d.sched.records["40"].job_state) == "finished"
+    assert "heterogeneous" not in " ".join(v for k, v in slurm.calls if k == "comment")
 
 
 def test_the_array_task_aliases_survive_a_restart(tmp_path: Path) -> None:

@@ -402,3 +402,36 @@ def test_a_declined_job_is_told_the_reason() -> None:
     ans = side.prolog("7", "c1", "c1", "declined", message="no RSA node holds 9T")
     assert ans == {"do": "nothing", "agent": False, "declined": "no RSA node holds 9T"}
     assert side.prolog("7", "c1", "c1", "declined")["declined"]  # never an empty reason
+
+
+def test_a_hetjobs_mount_waits_for_every_components_nodes() -> None:
+    """Issue 14: a heterogeneous job's other component knows only its own nodes (c[2-3]);
+    slurmctld's hook for the leader names them all (c[1-3]): the mount is done only
+    when c1 reported too, whichever node's Prolog came first."""
+    side, reg, _ = make_side()
+    side.expect("7", "c[1-3]")
+    fut = start(reg, ActionKind.MOUNT_INPUT, INPUT)
+    ins = until(side, lambda: side.prolog("7", "c2", "c[2-3]", "mounting-input"), "mount")
+    side.report("7", "c2", {"seq": ins["seq"], "ok": True})
+    side.prolog("7", "c3", "c[2-3]", "mounting-input")
+    side.report("7", "c3", {"seq": ins["seq"], "ok": True})
+    time.sleep(0.2)
+    assert not fut.done()  # c1 (the leader's node) has not mounted it yet
+    side.prolog("7", "c1", "c1", "mounting-input")
+    side.report("7", "c1", {"seq": ins["seq"], "ok": True})
+    out = fut.result(5)
+    assert out.result is Result.OK and out.detail["nodes"] == ["c1", "c2", "c3"]
+
+
+def test_a_requeued_run_waits_for_its_new_nodes_only() -> None:
+    side, reg, _ = make_side()
+    side.prolog("7", "c1", "c[1-2]", "locked-in")
+    side.epilog("7", "c1")
+    side.epilog("7", "c2")
+    # requeued: runs on c3 now; c1 and c2 of the first run are over
+    side.expect("7", "c3")
+    fut = start(reg, ActionKind.MOUNT_INPUT, INPUT)
+    ins = until(side, lambda: side.prolog("7", "c3", "c3", "mounting-input"), "mount")
+    side.report("7", "c3", {"seq": ins["seq"], "ok": True})
+    out = fut.result(5)
+    assert out.result is Result.OK and out.detail["nodes"] == ["c3"]

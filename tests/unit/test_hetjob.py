@@ -1,0 +1,101 @@
+"""Heterogeneous jobs (issue 14): one RSA job per hetjob, keyed by its leader's id, on
+real captured Slurm 22.05 output (lab/capture-hetjob.sh, tests/data/slurm/README.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rsa_scheduler.core.jobkey import from_env, job_key
+from rsa_scheduler.hooks import payload
+from rsa_scheduler.runner import Completed, Identity
+from rsa_scheduler.slurm.cli import CliSlurm
+from rsa_scheduler.slurm.parse import QueueRow, merge_hetjobs, parse_queue
+
+DATA = Path(__file__).parent.parent / "data" / "slurm"
+
+
+def hook_envs() -> list[tuple[str, dict[str, str]]]:
+    """(hook, environment) of every hook run in the capture."""
+    out: list[tuple[str, dict[str, str]]] = []
+    env: dict[str, str] | None = None
+    hook = ""
+    for line in (DATA / "hooks_env_hetjob.log").read_text().splitlines():
+        if line.startswith("=== hook="):
+            hook, env = line.split()[1].split("=", 1)[1], {}
+        elif line.startswith("=== end"):
+            assert env is not None
+            out.append((hook, env))
+            env = None
+        elif env is not None and "=" in line:
+            k, v = line.split("=", 1)
+            env[k] = v
+    return out
+
+
+def test_squeue_lists_each_component_and_rsad_sees_one_job() -> None:
+    for name in ("squeue_hetjob_pending.txt", "squeue_hetjob_running.txt"):
+        raw = parse_queue((DATA / name).read_text())
+        assert {"2+0", "2+1"} <= {r.job_id for r in raw}
+        rows = {r.job_id: r for r in merge_hetjobs(raw)}
+        assert "2+0" not in rows and "2+1" not in rows
+        het = rows["2"]
+        assert het.num_nodes == 3  # 1 + 2: the RAMDISK is sized for every component
+        assert het.admin_comment == "rsa1:i=/pfs/home/rsauser/capture-hetjob/in"
+        assert het.user == "rsauser"
+    pending = {r.job_id: r for r in merge_hetjobs(parse_queue(
+        (DATA / "squeue_hetjob_pending.txt").read_text()))}
+    assert pending["2"].state == "PENDING" and pending["1"].state == "RUNNING"
+
+
+def test_the_leaders_none_gives_way_to_a_components_resources() -> None:
+    """Seen in the lab right after submission: ``113+0`` None, ``113+1`` Resources."""
+    def row(job: str, reason: str, nodes: int, comment: str | None = None) -> QueueRow:
+        return QueueRow(job, "PENDING", reason, 5, nodes, "alice", comment)
+
+    merged = merge_hetjobs([row("113+0", "None", 1, "rsa1:i=/a"), row("113+1", "Resources", 2),
+                            row("9", "Priority", 1)])
+    assert [(r.job_id, r.reason, r.num_nodes, r.admin_comment) for r in merged] == [
+        ("113", "Resources", 3, "rsa1:i=/a"), ("9", "Priority", 1, None)]
+    # the leader's own reason wins otherwise
+    assert merge_hetjobs([row("5+0", "Priority", 1), row("5+1", "Resources", 1)])[0].reason \
+        == "Priority"
+    # a component without its leader (not listed): left as it is
+    assert [r.job_id for r in merge_hetjobs([row("7+1", "Resources", 1)])] == ["7+1"]
+
+
+def test_every_hook_of_every_component_names_the_hetjob() -> None:
+    envs = [(h, e) for h, e in hook_envs() if e.get("SLURM_HET_JOB_ID") == "2"]
+    seen = {(h, e["SLURM_JOB_ID"]) for h, e in envs}
+    # slurmctld's hooks and every node's Prolog and Epilog, of both components (2 and 3)
+    assert {("prolog_slurmctld", "2"), ("prolog_slurmctld", "3"), ("prolog", "2"),
+            ("prolog", "3"), ("epilog", "3"), ("epilog_slurmctld", "3")} <= seen
+    for _hook, env in envs:
+        assert job_key(from_env(env)) == "2"
+    offsets = {e["SLURM_JOB_ID"]: from_env(e).get("het_job_offset")
+               for h, e in envs if h == "prolog_slurmctld"}
+    assert offsets == {"2": "0", "3": "1"}
+    lead = next(e for h, e in envs if h == "prolog_slurmctld" and e["SLURM_JOB_ID"] == "2")
+    assert payload("prolog_slurmctld", lead)["nodes"] == lead.get(
+        "SLURM_HET_JOB_NODELIST", lead["SLURM_JOB_NODELIST"])
+
+
+class QosRunner:
+    """The runner seam: answers squeue's QOS query as for a two-component hetjob."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+
+    def __call__(self, argv: Sequence[str], *, timeout: float, check: bool = True,
+                 input: str | None = None, as_user: Identity | None = None,
+                 env: Any = None, cwd: str | None = None) -> Completed:
+        return Completed(tuple(argv), 0, self.out if "-O" in argv else "", "", 0.0)
+
+
+def test_a_hetjobs_lock_in_remembers_the_leaders_qos() -> None:
+    """squeue prints one QOS line per component: the token to restore is one QOS name."""
+    runner = QosRunner("normal|\nnormal|\n")
+    slurm = CliSlurm(bin_dir=Path("/usr/bin"), runner=runner, lockin_method="qos",
+                     lockin_qos="rsa-lockin")
+    assert slurm.lock_in("2") == "normal"
