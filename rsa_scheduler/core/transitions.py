@@ -629,7 +629,7 @@ def _rows() -> list[Rule]:
     r += _stay(S.VERIFYING, *JOB_STATE_TRIGGERS, note="holds user data")
     r += [
         Rule(S.VERIFYING, T.VERIFIED, S.OUTPUT_VERIFIED, actions=(A.TELL_USER,), ref="§3.3",
-             note="output staged out and verified on persistent storage"),
+             note="stage-out finished"),  # the verify step's summary says what is where
         Rule(S.VERIFYING, T.VERIFY_FAILED, S.STAGE_OUT_FAILED, actions=(A.ALERT,),
              effects=(E.ARM_RETRY,), ref=_VERIFY,
              note="copy differs from the RAMDISK: stage out again"),

@@ -464,8 +464,9 @@ class DataPath:
         if not result.ok:
             raise RsaError(result.summary(str(args["data_out"])))
         out = str(args["data_out"])
-        summary = (f"{result.checked} objects, {format_size(result.checked_bytes)} in {out}"
-                   if result.checked else
+        # the user's message is "stage-out finished: <summary>": true for an empty RAMDISK
+        summary = (f"{result.checked} objects ({format_size(result.checked_bytes)}) verified "
+                   f"on persistent storage in {out}" if result.checked else
                    f"the RAMDISK held no output: nothing was copied to {out}")
         return {"verified": {"objects": result.checked, "bytes": result.checked_bytes,
                              "level": result.level}, "summary": summary}

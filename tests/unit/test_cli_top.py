@@ -75,7 +75,7 @@ QUEUED = {"job_id": "1300", "user": "alice", "job_state": "queued", "rsa_state":
           "nodes": "", "since": NOW - 30, "message": None, "progress": None}
 DONE = {"job_id": "1200", "user": "alice", "job_state": "finished", "rsa_state": "released",
         "nodes": "", "since": NOW - 4000, "progress": None,
-        "message": "output staged out and verified on persistent storage"}
+        "message": "stage-out finished: 3 objects (12K) verified on persistent storage in /pfs/out"}
 QUARANTINED = {"job_id": "1100", "user": "alice", "job_state": "finished",
                "rsa_state": "quarantined", "nodes": "rsa3", "since": NOW - 600,
                "progress": None, "message": "stage-out failed 4 times: data kept on rsa3"}

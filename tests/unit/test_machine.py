@@ -105,6 +105,29 @@ def test_normal_lifecycle_releases_exactly_the_nodes_taken() -> None:
     assert str(d.sched.pool.free()) == "rsa[1-4]"
 
 
+@pytest.mark.parametrize("summary", [
+    "16 objects (1.2M) verified on persistent storage in /pfs/out",
+    "the RAMDISK held no output: nothing was copied to /pfs/out",
+    "your POSTPROCESS exited 0 (its output is not checked)"])
+def test_the_end_of_a_stage_out_is_told_as_the_verify_step_found_it(summary: str) -> None:
+    """Issue 13: a stage-out with nothing to copy, or a POSTPROCESS whose output is not
+    checked, was told "output staged out and verified"; the message now says what the
+    verify step found, and nothing more."""
+    d = Driver(make_scheduler())
+    d.observe(obs("10", "PENDING", "Resources", make_spec()))
+    d.answer_all("10")
+    d.observe(obs("10", "RUNNING"), at=50)
+    d.answer_all("10")
+    d.tick(700)  # the reset: the RAMDISK over DATA_OUT
+    d.answer_all("10")
+    d.observe(obs("10", "COMPLETED"), at=800)
+    assert d.state("10") == "staging-out"
+    d.answer("10")  # stage-out
+    dec = d.answer("10", msg=summary)  # verify
+    told = [a.args["message"] for a in dec.actions if a.kind is ActionKind.TELL_USER]
+    assert told == [f"stage-out finished: {summary}"]
+
+
 def test_not_enough_nodes_skips_the_cycle_then_allocates_when_freed() -> None:
     d = Driver(make_scheduler(make_pool(n_ram=2)))
     d.observe(obs("1", "PENDING", "Resources", make_spec(nodes=2)))
