@@ -15,7 +15,7 @@ APT_PKGS   := python3-venv python3-dev lua5.1 lua5.4 sqlite3 tmux rsync tar mung
               gcc make libc6-dev libslurm-dev slurm-client nftables
 SPANK      := slurm_plugins/spank
 
-.PHONY: install test unit lint clean spank
+.PHONY: install test unit lint clean spank deb install-test
 
 install: $(VENV)/.installed spank
 
@@ -45,10 +45,39 @@ unit: install
 
 test: install lint
 	$(VENV)/bin/pytest -q tests/unit
+	$(MAKE) --no-print-directory install-test
 	$(MAKE) --no-print-directory lab-test
 	$(MAKE) --no-print-directory lab-test-variant
 
+# The Debian packages, built with Debian's own tooling (debhelper, pybuild) from a clean
+# copy of the tree (tracked files and new ones not ignored), into dist/:
+#   dist/rsa-scheduler_<version>_all.deb, dist/rsa-scheduler-spank_<version>_<arch>.deb
+DEB_PKGS := debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools \
+            libslurm-dev gcc make
+VERSION  := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+deb:
+	@missing=$$(for p in $(DEB_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	rm -rf dist/build && mkdir -p dist/build/rsa-scheduler-$(VERSION)
+	git ls-files -z --cached --others --exclude-standard | \
+	  xargs -0 -I{} sh -c 'test -e "{}" -o -L "{}" && echo "{}"' | \
+	  tar -cf - -T - | tar -xf - -C dist/build/rsa-scheduler-$(VERSION)
+	cd dist/build/rsa-scheduler-$(VERSION) && env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+	  HOME=/nonexistent LC_ALL=C.UTF-8 dpkg-buildpackage -us -uc -b >../build.log 2>&1 || \
+	  { tail -40 ../build.log; exit 1; }
+	mv dist/build/*.deb dist/
+	@ls -1 dist/*.deb
+
+# The packages on a fresh machine: a clean Debian 12 root (debootstrap), apt-get install
+# of dist/*.deb with Debian's own dependencies, then what an operator runs first and the
+# unit tests on Debian's library versions (tests/install/run).
+install-test: deb
+	tests/install/run
+
 clean:
+	rm -rf dist
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
 	$(MAKE) --no-print-directory -s -C $(SPANK) clean
 

@@ -67,6 +67,27 @@ def run(hook: str, env: Mapping[str, str]) -> int:
     return 0
 
 
+USAGE = """usage: rsa-hook prolog_slurmctld|epilog_slurmctld
+
+Tells rsad at once that a Slurm job starts (PrologSlurmctld) or ended (EpilogSlurmctld),
+from the environment slurmctld gives the hook (SLURM_JOB_ID, SLURM_JOB_NODELIST, ...).
+slurm.conf on the controller (Slurm runs these without arguments; the shipped wrappers
+name the hook):
+  PrologSlurmctld=/usr/lib/rsa-scheduler/rsa-prolog-slurmctld
+  EpilogSlurmctld=/usr/lib/rsa-scheduler/rsa-epilog-slurmctld
+Always exits 0: a failing PrologSlurmctld would requeue the job. rsad's address: RSA_API,
+else daemon.api of the configuration (RSA_CONFIG, default /etc/rsa/rsa.yaml).
+"""
+
+
 def main() -> None:
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        sys.stdout.write(USAGE)
+        sys.exit(0)
+    if any(a == "--version" for a in sys.argv[1:]):
+        from rsa_scheduler import __version__
+
+        sys.stdout.write(f"rsa-hook {__version__}\n")
+        sys.exit(0)
     hook = sys.argv[1] if len(sys.argv) > 1 else os.path.basename(sys.argv[0])
     sys.exit(run(hook.replace("rsa-", "").replace("-", "_"), os.environ))

@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from types import FrameType
 
 import click
@@ -26,7 +27,7 @@ def _setup_logging(level: str) -> None:
 @click.version_option(__version__, prog_name="rsad")
 @click.option("--config", "config_path", envvar="RSA_CONFIG", type=click.Path(dir_okay=False),
               help="Configuration file (default /etc/rsa/rsa.yaml).")
-@click.option("--check", is_flag=True,
+@click.option("--check", "--check-config", "check", is_flag=True,
               help="Validate the configuration, open and migrate the store, replay the "
                    "event log, print a summary and exit.")
 @click.option("--log-level", default=None, help="Override daemon.log_level.")
@@ -86,13 +87,22 @@ def rsad(config_path: str | None, check: bool, log_level: str | None) -> None:
     notify("READY=1")
 
     def on_cycle() -> None:
-        if wd is not None:
-            notify("WATCHDOG=1")
         notify(f"STATUS={len(daemon.sched.records)} jobs tracked, "
                f"{len(daemon.running)} actions running")
 
+    last_beat = [0.0]
+
+    def on_beat() -> None:
+        # from the loop thread itself: a stuck loop stops pinging and systemd restarts
+        # rsad; every watchdog_interval (half of WatchdogSec), not every poll: a
+        # poll_interval longer than WatchdogSec must not look like a hang
+        now = time.monotonic()
+        if wd is not None and now - last_beat[0] >= wd:
+            last_beat[0] = now
+            notify("WATCHDOG=1")
+
     try:
-        daemon.run(stop, on_cycle=on_cycle)
+        daemon.run(stop, on_cycle=on_cycle, on_beat=on_beat)
     finally:
         notify("STOPPING=1")
         servers.stop()

@@ -211,9 +211,14 @@ class Daemon:
                 self.facts.setdefault(ev.job_id, {})[key] = detail[key]
 
     # ---- the loop -------------------------------------------------------------------------
-    def run(self, stop: threading.Event, on_cycle: Callable[[], None] | None = None) -> None:
-        """Serve until ``stop`` is set."""
+    def run(self, stop: threading.Event, on_cycle: Callable[[], None] | None = None,
+            on_beat: Callable[[], None] | None = None) -> None:
+        """Serve until ``stop`` is set. ``on_cycle`` after every poll of Slurm;
+        ``on_beat`` on every turn of the loop (at least once a second while it is not
+        stuck): systemd's watchdog, whatever ``poll_interval`` is."""
         while not stop.is_set():
+            if on_beat:
+                on_beat()
             now = self.clock()
             if now - self._last_poll >= self.poll_interval:
                 self.poll()

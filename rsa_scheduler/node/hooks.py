@@ -306,13 +306,43 @@ def epilog(env: Mapping[str, str]) -> int:
     return 0
 
 
+USAGE = """usage: rsa-{hook}
+
+The compute node's Slurm {Hook} (slurmd, as root) for rsa-scheduler: {what}
+It reads only Slurm's environment (SLURM_JOB_ID, SLURMD_NODENAME, ...), asks rsad, and
+always exits 0 (a failing node {Hook} would drain the node; the job then uses the PFS).
+slurm.conf: {Hook}=/usr/lib/rsa-scheduler/rsa-{hook} (the wrapper with the hard
+timeout; prolog_epilog/README.md). Environment: RSA_CONFIG (default /etc/rsa/rsa.yaml),
+RSA_API (rsad's address, spares reading the configuration), RSA_MOUNTS (node|job).
+"""
+_WHAT = {"prolog": "mounts the job's RAMDISK over its #RSA_DATA_IN/#RSA_DATA_OUT paths\n"
+                   "and starts the node agent that follows rsad's later instructions.",
+         "epilog": "unmounts the job's RAMDISK and tells rsad the node released it."}
+
+
+def _main(hook: str) -> None:
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        sys.stdout.write(USAGE.format(hook=hook, Hook=hook.capitalize(), what=_WHAT[hook]))
+        sys.exit(0)
+    if any(a == "--version" for a in sys.argv[1:]):
+        from rsa_scheduler import __version__
+
+        sys.stdout.write(f"rsa-{hook} {__version__}\n")
+        sys.exit(0)
+    sys.exit({"prolog": prolog, "epilog": epilog}[hook](os.environ))
+
+
 def main_prolog() -> None:
-    sys.exit(prolog(os.environ))
+    _main("prolog")
 
 
 def main_epilog() -> None:
-    sys.exit(epilog(os.environ))
+    _main("epilog")
 
 
 if __name__ == "__main__":
-    sys.exit({"prolog": prolog, "epilog": epilog}[sys.argv[1]](os.environ))
+    hook_name = sys.argv.pop(1) if len(sys.argv) > 1 else ""
+    if hook_name not in _WHAT:
+        sys.stderr.write("usage: python -m rsa_scheduler.node.hooks prolog|epilog [--help]\n")
+        sys.exit(0)
+    _main(hook_name)

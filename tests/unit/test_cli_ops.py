@@ -8,10 +8,10 @@ import json
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from rsa_scheduler.cli.main import cli
 from rsa_scheduler.client import ApiClient
+from tests.clirunner import cli_runner
 
 STATUS = {"nodes": [{"name": "rsa1", "tier": "ram", "capacity": 2 << 30, "state": "up",
                      "job": "7"},
@@ -62,7 +62,7 @@ def api(monkeypatch: pytest.MonkeyPatch) -> Recorder:
 
 
 def run(*args: str, input: str | None = None) -> Any:
-    return CliRunner().invoke(cli, list(args), input=input, catch_exceptions=False)
+    return cli_runner().invoke(cli, list(args), input=input, catch_exceptions=False)
 
 
 def test_status_summarises_pool_jobs_and_alerts(api: Recorder) -> None:
@@ -90,13 +90,13 @@ def test_events_lines(api: Recorder) -> None:
 
 
 def test_release_refuses_unverified_output_without_discard(api: Recorder) -> None:
-    res = CliRunner().invoke(cli, ["release", "7"])
+    res = cli_runner().invoke(cli, ["release", "7"])
     assert res.exit_code != 0 and "--discard-output" in res.output
     assert not any(c[1].endswith("/command") for c in api.calls)
 
 
 def test_release_discard_asks_for_confirmation(api: Recorder) -> None:
-    res = CliRunner().invoke(cli, ["release", "7", "--discard-output"], input="n\n")
+    res = cli_runner().invoke(cli, ["release", "7", "--discard-output"], input="n\n")
     assert res.exit_code != 0 and "DESTROY the unverified output" in res.output
     assert not any(c[1].endswith("/command") for c in api.calls)
     run("release", "7", "--discard-output", "--yes")
@@ -181,7 +181,7 @@ def test_input_done_without_a_ramdisk_is_not_an_error(monkeypatch: pytest.Monkey
 def test_input_done_gives_up_after_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     rsad = ResetDouble(["mounted-input", "reset-failed"])
     monkeypatch.setattr(ApiClient, "request", rsad.request)
-    result = CliRunner().invoke(cli, ["input-done", "7", "--timeout", "0"])
+    result = cli_runner().invoke(cli, ["input-done", "7", "--timeout", "0"])
     assert result.exit_code == 2
     assert "still not mounted over DATA_OUT after 0s (resetting)" in result.output
 

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from rich.console import Console
 
 from rsa_scheduler.cli import dashboard
@@ -55,6 +54,7 @@ from rsa_scheduler.daemon.executors import ActionContext
 from rsa_scheduler.daemon.service import Daemon
 from rsa_scheduler.slurm.parse import QueueRow
 from rsa_scheduler.store import Store
+from tests.clirunner import cli_runner
 from tests.unit.corekit import make_pool
 from tests.unit.test_daemon import SPEC, ScriptedSlurm, instant_registry, with_slurm
 
@@ -278,7 +278,7 @@ def api(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
 
 
 def invoke(*args: str, env: Mapping[str, str] | None = None) -> Any:
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False,
+    return cli_runner().invoke(cli, list(args), catch_exceptions=False,
                               env={"COLUMNS": "80", "LINES": "24", **(env or {})})
 
 
@@ -309,7 +309,7 @@ def test_without_a_terminal_frames_follow_each_other_as_plain_text(
             raise KeyboardInterrupt
 
     monkeypatch.setattr("rsa_scheduler.cli.top.time.sleep", sleep)
-    res = CliRunner().invoke(cli, ["top", "--interval", "3"])
+    res = cli_runner().invoke(cli, ["top", "--interval", "3"])
     assert res.exit_code == 0, res.output
     assert sleeps == [3.0, 3.0]
     assert res.output.count("every 3s") == 2, res.output  # two frames
@@ -318,7 +318,7 @@ def test_without_a_terminal_frames_follow_each_other_as_plain_text(
 
 
 def test_interval_is_checked() -> None:
-    res = CliRunner().invoke(cli, ["top", "--interval", "0"])
+    res = cli_runner().invoke(cli, ["top", "--interval", "0"])
     assert res.exit_code == 2 and "0.1" in res.output
 
 
@@ -525,6 +525,7 @@ import os, sys
 from rsa_scheduler.daemon import munge
 munge.encode = lambda payload: f"test:{os.getuid()}:{payload.hex()}"  # see the module doc
 from rsa_scheduler.cli import main
+from tests.clirunner import cli_runner
 sys.argv[0] = "rsa"
 main()
 """

@@ -42,6 +42,7 @@ from rsa_scheduler.config.schema import (
 from rsa_scheduler.core.policy import AllocationPolicy, EarlyStart, Tier
 from rsa_scheduler.core.units import MAX_DURATION, parse_duration, parse_size
 from rsa_scheduler.errors import ConfigError, RsaError
+from tests.clirunner import cli_runner
 from tests.conftest import DATA
 
 CONFIGS = DATA / "config"
@@ -782,7 +783,7 @@ def test_splice_replaces_only_the_block() -> None:
 @pytest.fixture
 def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
     monkeypatch.delenv("RSA_CONFIG", raising=False)
-    return CliRunner()
+    return cli_runner()
 
 
 def test_cli_check_ok(runner: CliRunner, lab: Path) -> None:

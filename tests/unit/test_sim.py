@@ -8,7 +8,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from rsa_scheduler.cli.sim import sim
 from rsa_scheduler.core.actions import Result
@@ -22,6 +21,7 @@ from rsa_scheduler.sim import (
     simulate,
 )
 from rsa_scheduler.sim.engine import Engine
+from tests.clirunner import cli_runner
 
 SCENARIOS = Path(__file__).parent.parent / "data" / "scenarios"
 ALL = sorted(SCENARIOS.glob("*.yaml"))
@@ -79,7 +79,7 @@ def test_known_bug_scenarios_still_fail() -> None:
 # ---- CLI ------------------------------------------------------------------------------------
 
 def test_cli_human_and_json() -> None:
-    runner = CliRunner()
+    runner = cli_runner()
     path = str(SCENARIOS / "normal.yaml")
     human = runner.invoke(sim, [path])
     assert human.exit_code == 0, human.output
@@ -97,7 +97,7 @@ def test_cli_human_and_json() -> None:
 def test_cli_expectation_failure_exits_1(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(make_scenario(TIMELINE) + "expect: {jobs: {10: {rsa_state: quarantined}}}\n")
-    result = CliRunner().invoke(sim, [str(path)])
+    result = cli_runner().invoke(sim, [str(path)])
     assert result.exit_code == 1
     assert "FAILED: job 10: rsa_state is released, expected quarantined" in result.output
 
@@ -105,13 +105,13 @@ def test_cli_expectation_failure_exits_1(tmp_path: Path) -> None:
 def test_cli_bad_scenario_exits_65(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text("pool: []\njobs: {}\ntimeline: []\n")
-    result = CliRunner().invoke(sim, [str(path)])
+    result = cli_runner().invoke(sim, [str(path)])
     assert result.exit_code == 65
     assert "pool: the pool needs at least one entry" in result.output
 
 
 def test_cli_missing_file_exits_65(tmp_path: Path) -> None:
-    result = CliRunner().invoke(sim, [str(tmp_path / "nope.yaml")])
+    result = cli_runner().invoke(sim, [str(tmp_path / "nope.yaml")])
     assert result.exit_code == 65
     assert "cannot read scenario" in result.output
 
@@ -253,7 +253,7 @@ def test_bad_numbers_are_format_errors(
 ) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(make_scenario(body))
-    result = CliRunner().invoke(sim, [str(path)])
+    result = cli_runner().invoke(sim, [str(path)])
     assert result.exit_code == 65, result.output
     prefix = f"rsa sim: {path}:{line}: {key}: "
     assert result.output.startswith(prefix) and reason in result.output, result.output
@@ -294,7 +294,7 @@ def test_empty_jobs_mapping_says_it_must_not_be_empty() -> None:
 def test_unusable_files_are_format_errors(tmp_path: Path, content: bytes, reason: str) -> None:
     path = tmp_path / "s.yaml"
     path.write_bytes(content)
-    result = CliRunner().invoke(sim, [str(path)])
+    result = cli_runner().invoke(sim, [str(path)])
     assert result.exit_code == 65, result.output
     assert result.output.startswith(f"rsa sim: {path}") and reason in result.output
 
