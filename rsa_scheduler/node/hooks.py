@@ -246,21 +246,25 @@ def prolog(env: Mapping[str, str]) -> int:
 
 
 def stop_agent(jm: JobMounts, grace: float = 1.0) -> None:
+    """SIGTERM the job's node agent, SIGKILL it after ``grace``: only if the recorded pid
+    still runs the agent of this job (a reused pid is left alone)."""
+    import psutil
+
     try:
         pid = int((jm.dir / "agent.pid").read_text().strip())
-        cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")  # noqa: SIM115
-    except (OSError, ValueError):
+        proc = psutil.Process(pid)
+        cmdline = proc.cmdline()
+    except (OSError, ValueError, psutil.Error):
         return
-    if AGENT_MODULE.encode() not in cmdline or jm.job.encode() not in cmdline:
+    if AGENT_MODULE not in cmdline or jm.job not in cmdline:
         return  # the pid was reused: not ours
     try:
-        os.kill(pid, signal.SIGTERM)
-        end = time.monotonic() + grace
-        while time.monotonic() < end:
-            os.kill(pid, 0)
-            time.sleep(0.05)
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
+        proc.terminate()
+        proc.wait(timeout=grace)
+    except psutil.TimeoutExpired:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    except psutil.NoSuchProcess:
         pass
 
 

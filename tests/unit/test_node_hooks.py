@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from types import SimpleNamespace
+from typing import Any, ClassVar, cast
 
 import pytest
 
@@ -148,3 +152,28 @@ def test_the_prolog_writes_a_declined_jobs_state(tmp_path: Path) -> None:
     assert "RSA_STATE=pfs" in text and "no RSA node holds 9T" in text
     hooks.note_start(None, st, "8", "c1", {"do": "nothing", "agent": False}, None, {})
     assert not (tmp_path / "c1" / "8").exists()  # not an RSA job: untouched
+
+
+def _sleeper(*args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *args])
+
+
+def test_the_epilog_stops_the_jobs_agent_and_nothing_a_reused_pid_runs(
+        tmp_path: Path) -> None:
+    agent = _sleeper(hooks.AGENT_MODULE, "7")
+    stranger = _sleeper("something", "else")
+    try:
+        jm = cast(Any, SimpleNamespace(dir=tmp_path, job="7"))
+        (tmp_path / "agent.pid").write_text(f"{stranger.pid}\n")
+        hooks.stop_agent(jm, grace=0.5)  # the pid now runs something else: left alone
+        assert stranger.poll() is None
+        (tmp_path / "agent.pid").write_text(f"{agent.pid}\n")
+        hooks.stop_agent(cast(Any, SimpleNamespace(dir=tmp_path, job="8")), grace=0.5)
+        assert agent.poll() is None  # another job's agent
+        hooks.stop_agent(jm, grace=0.5)
+        with pytest.raises(ProcessLookupError):  # gone (and reaped: it is our child here)
+            os.kill(agent.pid, 0)
+    finally:
+        for p in (agent, stranger):
+            p.kill()
+            p.wait(5)
