@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 
+from rsa_scheduler.cli.config import config_option
 from rsa_scheduler.cli.jobs import API_OPTION
 from rsa_scheduler.client import ApiClient
 from rsa_scheduler.core.units import format_size
 
+if TYPE_CHECKING:
+    from rsa_scheduler.fs.nodecheck import NodeReport
 
-@click.command("nodes")
+
+@click.group("nodes", invoke_without_command=True)
 @API_OPTION
 @click.option("--json", "as_json", is_flag=True, help="{\"nodes\": [...]} (stable keys).")
-def nodes(api: str | None, as_json: bool) -> None:
-    """Per RSA node: tier, state, capacity, the job holding it."""
+@click.pass_context
+def nodes(ctx: click.Context, api: str | None, as_json: bool) -> None:
+    """Per RSA node: tier, state, capacity, the job holding it.
+
+    `rsa nodes check` says what the RSA nodes lack for the configured filesystem."""
+    if ctx.invoked_subcommand is not None:
+        return
     data = ApiClient(api).get("/v1/status")["nodes"]
     if as_json:
         click.echo(json.dumps({"nodes": data}, sort_keys=True))
@@ -54,3 +64,54 @@ def resume(api: str | None, reason: str, node: str) -> None:
     """Make a drained or down NODE allocatable again (also one the health loop took out:
     it is probed again and taken out again if still unhealthy)."""
     _set(api, node, "up", reason)
+
+
+@nodes.command("check")
+@click.argument("names", required=False)
+@config_option
+@click.option("--json", "as_json", is_flag=True,
+              help='{"nodes": {NAME: {"ok", "lacks", "error"}}}.')
+def check(names: str | None, config_file: str | None, as_json: bool) -> None:
+    """What each RSA node (NAMES: a hostlist, default all) lacks for its tier's filesystem
+    and the data path: one line each, with the fix. Connects as rsad does (ssh.* of the
+    configuration: run it as root on rsad's host, before rsad starts too); changes
+    nothing. Exit 1 when a node lacks something or cannot be reached."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ClusterShell.NodeSet import NodeSet
+
+    from rsa_scheduler.config import load_config
+    from rsa_scheduler.errors import RsaError
+    from rsa_scheduler.fs.nodecheck import check_node
+    from rsa_scheduler.fs.registry import backend_class
+    from rsa_scheduler.remote import HostPool
+
+    try:
+        cfg = load_config(config_file)
+    except (RsaError, OSError) as e:
+        raise click.ClickException(str(e)) from e
+    members = {n.name: n for n in cfg.pool.members()}
+    wanted = list(NodeSet(names)) if names else list(members)
+    unknown = [n for n in wanted if n not in members]
+    if unknown:
+        raise click.ClickException(f"not RSA nodes of {cfg.source}: {','.join(unknown)}")
+    hosts = HostPool.from_config(cfg)
+    by_tier = {str(k): v for k, v in cfg.filesystem.backend.items()}
+
+    def one(name: str) -> NodeReport:
+        node = members[name]
+        needs = backend_class(by_tier[str(node.tier)]).node_needs
+        return check_node(name, hosts[name], needs, str(node.pool_dir))
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        reports = list(pool.map(one, wanted))
+    if as_json:
+        click.echo(json.dumps({"nodes": {r.node: {"ok": r.ok, "lacks": list(r.lacks),
+                                                  "error": r.error} for r in reports}},
+                              sort_keys=True))
+    else:
+        for r in reports:
+            for line in r.lines():
+                click.echo(line)
+    if not all(r.ok for r in reports):
+        raise SystemExit(1)

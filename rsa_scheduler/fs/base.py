@@ -75,10 +75,27 @@ class Health:
     detail: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Need:
+    """Something an RSA node must have for a backend (``rsa nodes check``): ``test`` is
+    a POSIX shell test that succeeds when the node has it; ``fix`` says what to do."""
+
+    what: str
+    test: str
+    fix: str
+
+
+def command_need(cmd: str, package: str) -> Need:
+    return Need(f"command {cmd}", f"command -v {cmd} >/dev/null 2>&1",
+                f"install {package}")
+
+
 class FilesystemBackend(abc.ABC):
     """One kind of on-demand RAMDISK filesystem."""
 
     name: ClassVar[str]
+    #: what every RSA node of this backend must have (``rsa nodes check``)
+    node_needs: ClassVar[tuple[Need, ...]] = ()
 
     def __init__(self, hosts: Mapping[str, Host], *, create_timeout: float = 60.0,
                  destroy_timeout: float = 60.0, retries: int = 2) -> None:

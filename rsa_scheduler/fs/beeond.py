@@ -39,7 +39,15 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
-from rsa_scheduler.fs.base import FilesystemBackend, FsError, FsRequest, Health, MountSpec
+from rsa_scheduler.fs.base import (
+    FilesystemBackend,
+    FsError,
+    FsRequest,
+    Health,
+    MountSpec,
+    Need,
+    command_need,
+)
 from rsa_scheduler.fs.common import on_nodes, sh_chain, validate_fs_id
 from rsa_scheduler.hosts import Cancelled, CancelToken, Host, HostError
 from rsa_scheduler.runner import CommandError
@@ -161,6 +169,14 @@ class BeeondBackend(FilesystemBackend):
     """BeeOND over the allocated RSA nodes, driven from the first one."""
 
     name: ClassVar[str] = "beeond"
+    node_needs: ClassVar[tuple[Need, ...]] = (
+        command_need("beeond", "beeond (BeeGFS's repository)"),
+        *(command_need(f"beegfs-{s}", f"beegfs-{s}") for s in ("mgmtd", "meta", "storage",
+                                                              "helperd")),
+        Need("kernel module beegfs", "modinfo beegfs >/dev/null 2>&1",
+             "install beegfs-client and build its module (/etc/init.d/beegfs-client rebuild)"),
+        command_need("findmnt", "util-linux"),
+    )
 
     def __init__(self, hosts: Mapping[str, Host], *, create_timeout: float = 60.0,
                  destroy_timeout: float = 60.0, retries: int = 2, use_pdsh: bool = False,

@@ -48,7 +48,15 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rsa_scheduler.fs import mfsproxy
-from rsa_scheduler.fs.base import FilesystemBackend, FsError, FsRequest, Health, MountSpec
+from rsa_scheduler.fs.base import (
+    FilesystemBackend,
+    FsError,
+    FsRequest,
+    Health,
+    MountSpec,
+    Need,
+    command_need,
+)
 from rsa_scheduler.fs.common import Deadline, on_nodes, sh_chain, validate_fs_id
 from rsa_scheduler.hosts import Cancelled, CancelToken, Host
 
@@ -418,6 +426,14 @@ class MooseFsBackend(FilesystemBackend):
     """A real MooseFS per job cycle; what the lab and CI run."""
 
     name: ClassVar[str] = "moosefs"
+    node_needs: ClassVar[tuple[Need, ...]] = (
+        command_need("mfsmaster", "moosefs-master"),
+        command_need("mfschunkserver", "moosefs-chunkserver"),
+        command_need("mfsmount", "moosefs-client"),
+        command_need("nft", "nftables (the mount's master proxy guard; "
+                     "filesystem.moosefs_proxy)"),
+        Need("the fuse device", "[ -c /dev/fuse ]", "load the fuse module (modprobe fuse)"),
+    )
 
     def __init__(self, hosts: Mapping[str, Host], *, create_timeout: float = 60.0,
                  destroy_timeout: float = 60.0, retries: int = 2,

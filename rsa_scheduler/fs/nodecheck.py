@@ -1,0 +1,85 @@
+"""``rsa nodes check``: what an RSA node lacks for the configured backends, one line each.
+
+Owns :data:`COMMON_NEEDS` (what the data path runs on every RSA node), the pure
+:func:`check_script` (one POSIX shell script per node: every test of every need, one
+``MISSING`` line per failure) and :func:`parse_check`, and :func:`check_node`, the one
+call over the node's host seam. The backends name their own needs
+(``FilesystemBackend.node_needs``). Nothing here changes a node.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rsa_scheduler.fs.base import Need, command_need
+from rsa_scheduler.hosts import Host, HostError
+from rsa_scheduler.runner import CommandError
+
+#: what staging, verification and containment run on every RSA node
+COMMON_NEEDS: tuple[Need, ...] = (
+    command_need("rsync", "rsync"),
+    command_need("tar", "tar"),
+    command_need("setpriv", "util-linux"),
+    command_need("timeout", "coreutils"),
+    command_need("find", "findutils"),
+    command_need("dd", "coreutils"),
+    command_need("sha256sum", "coreutils"),
+)
+MARK = "MISSING\t"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReport:
+    node: str
+    lacks: tuple[str, ...]  # "what: fix", one each
+    error: str = ""  # the node could not be asked at all
+
+    @property
+    def ok(self) -> bool:
+        return not self.lacks and not self.error
+
+    def lines(self) -> list[str]:
+        if self.error:
+            return [f"{self.node}: cannot check: {self.error}"]
+        if not self.lacks:
+            return [f"{self.node}: ok"]
+        return [f"{self.node}: lacks {x}" for x in self.lacks]
+
+
+def pool_need(pool_dir: str) -> Need:
+    q = shlex.quote(pool_dir)
+    return Need(f"pool directory {pool_dir}", f"[ -d {q} ] && [ -w {q} ]",
+                f"create it (a tmpfs for ram, a file system on the SSD for ssd): "
+                f"mkdir -p {pool_dir}")
+
+
+def check_script(needs: Sequence[Need], pool_dir: str) -> str:
+    """One shell script testing every need and the pool directory; prints one
+    ``MISSING<TAB>what<TAB>fix`` line per failure, nothing else."""
+    lines = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+    for n in (*needs, pool_need(pool_dir)):
+        lines.append(f"{{ {n.test}; }} || printf '{MARK}%s\\t%s\\n' "
+                     f"{shlex.quote(n.what)} {shlex.quote(n.fix)}")
+    lines.append("exit 0")
+    return "\n".join(lines) + "\n"
+
+
+def parse_check(stdout: str) -> tuple[str, ...]:
+    out: list[str] = []
+    for line in stdout.splitlines():
+        if line.startswith(MARK):
+            _, what, fix = [*line.split("\t", 2), "", ""][:3]
+            out.append(f"{what}: {fix}" if fix else what)
+    return tuple(out)
+
+
+def check_node(name: str, host: Host, needs: Sequence[Need], pool_dir: str,
+               timeout: float = 30.0) -> NodeReport:
+    unique = list({n.what: n for n in (*COMMON_NEEDS, *needs)}.values())
+    try:
+        done = host.run(["sh", "-c", check_script(unique, pool_dir)], timeout=timeout)
+    except (HostError, CommandError, OSError) as e:
+        return NodeReport(name, (), str(e).splitlines()[0] if str(e) else type(e).__name__)
+    return NodeReport(name, parse_check(done.stdout))

@@ -1,0 +1,46 @@
+"""``rsa nodes check`` (issue 18): the script it runs on a node, run here by a real shell."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from rsa_scheduler.fs.base import Need, command_need
+from rsa_scheduler.fs.beeond import BeeondBackend
+from rsa_scheduler.fs.moosefs import MooseFsBackend
+from rsa_scheduler.fs.nodecheck import COMMON_NEEDS, NodeReport, check_script, parse_check
+
+
+def run(script: str) -> str:
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30,
+                          check=True).stdout
+
+
+def test_what_is_missing_is_one_line_each_with_its_fix(tmp_path: Path) -> None:
+    needs = [command_need("sh", "dash"), command_need("no-such-tool-rsa", "rsa-tools"),
+             Need("a file with a 'quote'", "[ -e /nonexistent/'x' ]", "touch it; don't")]
+    lacks = parse_check(run(check_script(needs, str(tmp_path / "pool dir"))))
+    assert lacks == (
+        "command no-such-tool-rsa: install rsa-tools",
+        "a file with a 'quote': touch it; don't",
+        f"pool directory {tmp_path}/pool dir: create it (a tmpfs for ram, a file system on "
+        f"the SSD for ssd): mkdir -p {tmp_path}/pool dir")
+    (tmp_path / "pool dir").mkdir()
+    assert parse_check(run(check_script(needs[:1], str(tmp_path / "pool dir")))) == ()
+
+
+def test_every_backends_needs_are_valid_shell_and_name_a_fix(tmp_path: Path) -> None:
+    for needs in (COMMON_NEEDS, MooseFsBackend.node_needs, BeeondBackend.node_needs):
+        assert needs and all(n.what and n.fix for n in needs)
+        out = run(check_script(needs, str(tmp_path)))  # runs: no shell syntax error
+        assert set(parse_check(out)) <= {f"{n.what}: {n.fix}" for n in needs}
+    assert any("beegfs" in n.what for n in BeeondBackend.node_needs)
+
+
+def test_a_report_says_ok_what_is_lacking_or_why_it_could_not_ask() -> None:
+    assert NodeReport("rsa1", ()).lines() == ["rsa1: ok"]
+    assert NodeReport("rsa1", ("command nft: install nftables",)).lines() == [
+        "rsa1: lacks command nft: install nftables"]
+    bad = NodeReport("rsa1", (), "cannot connect to 10.0.0.1:22: refused")
+    assert not bad.ok and bad.lines() == [
+        "rsa1: cannot check: cannot connect to 10.0.0.1:22: refused"]
