@@ -525,7 +525,6 @@ import os, sys
 from rsa_scheduler.daemon import munge
 munge.encode = lambda payload: f"test:{os.getuid()}:{payload.hex()}"  # see the module doc
 from rsa_scheduler.cli import main
-from tests.clirunner import cli_runner
 sys.argv[0] = "rsa"
 main()
 """
