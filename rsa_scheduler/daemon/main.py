@@ -94,10 +94,11 @@ def rsad(config_path: str | None, check: bool, log_level: str | None) -> None:
 
     def on_beat() -> None:
         # from the loop thread itself: a stuck loop stops pinging and systemd restarts
-        # rsad; every watchdog_interval (half of WatchdogSec), not every poll: a
-        # poll_interval longer than WatchdogSec must not look like a hang
+        # rsad; once a second (or every watchdog_interval, half of WatchdogSec, if that
+        # is shorter), not every poll: a poll_interval longer than WatchdogSec must not
+        # look like a hang
         now = time.monotonic()
-        if wd is not None and now - last_beat[0] >= wd:
+        if wd is not None and now - last_beat[0] >= min(wd, 1.0):
             last_beat[0] = now
             notify("WATCHDOG=1")
 

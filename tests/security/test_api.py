@@ -191,7 +191,8 @@ def test_another_users_job_ids_are_nowhere(lab: Mapping[str, str], tmp_path: Pat
 def test_the_watchdog_is_fed_while_the_api_is_attacked(lab: Mapping[str, str],
                                                        tmp_path: Path) -> None:
     """A second rsad (own state, socket and TCP port; an inert pool) under a fake systemd
-    notify socket: while users hammer its API, WATCHDOG=1 keeps coming every cycle (2s)."""
+    notify socket: while users hammer its API, WATCHDOG=1 keeps coming (once a second from
+    its loop; a gap of 5 s would be half the watchdog's 10 s gone)."""
     port = 6831
     public = Path(tempfile.mkdtemp(prefix="rsa-api-sec-"))  # rsaother must reach the socket
     public.chmod(0o755)
