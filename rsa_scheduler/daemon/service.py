@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -54,6 +55,8 @@ from rsa_scheduler.slurm.port import SlurmError, SlurmPort
 from rsa_scheduler.store import JobRow, Store
 
 log = logging.getLogger(__name__)
+#: how long a teardown waits for the job's other steps to wind down (they were cancelled)
+SIBLING_WAIT = 120.0
 
 ADMIN_COMMENT_PREFIX = "rsa1:"
 # outcome (and milestone) details worth remembering
@@ -848,7 +851,19 @@ class Daemon:
                             job_ended=rec is not None and rec.job_state is JobState.FINISHED,
                             down=down)
         lane = self.workers if action.kind in BULK else self.urgent
-        future = lane.submit(self.registry.run, ctx)
+        run: Callable[[ActionContext], Outcome] = self.registry.run
+        if action.kind is ActionKind.DESTROY_FS:
+            # a step of the job still winding down (a stage-in cancelled by a demotion)
+            # may start one more command as the user on the RSA nodes, which makes the
+            # job's cgroup again after the teardown reaped it (seen in the chaos run):
+            # the teardown waits for it (bounded; the other lane, so no deadlock)
+            before = [r.future for r in self.running.values()
+                      if r.action.job_id == job and r.action.id != action.id]
+            if before:
+                def run(c: ActionContext, before: list[Future[Outcome]] = before) -> Outcome:
+                    wait_futures(before, timeout=SIBLING_WAIT)
+                    return self.registry.run(c)
+        future = lane.submit(run, ctx)
         if tracked:
             self.running[action.id] = Running(action, cancel, future, self.clock())
             future.add_done_callback(lambda f: self.inbox.put(Request("outcome", f.result())))

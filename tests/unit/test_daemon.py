@@ -964,3 +964,41 @@ def test_a_held_job_being_staged_is_not_demoted_by_an_rsad_restart(tmp_path: Pat
     settle(again)
     rec = again.sched.records["7"]
     assert rec.job_state is JobState.ON_DECK and rec.rsa_state.value == "locked-in", rec
+
+
+def test_a_teardown_waits_for_the_cancelled_stage_in_to_wind_down(tmp_path: Path) -> None:
+    """Chaos run (seed 20262128): a demotion cancels the stage-in and starts the teardown
+    at once; the stage-in's last command made the job's cgroup on the RSA node again after
+    the teardown had reaped it. The teardown now starts once the stage-in returned."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    order: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    staging = threading.Event()
+
+    def stage_in(ctx: ActionContext) -> Mapping[str, Any]:
+        staging.set()
+        while not ctx.cancel.cancelled:
+            time.sleep(0.01)
+        time.sleep(0.3)  # one more command as the user, after the cancel
+        order.append("stage-in over")
+        return {}
+
+    def destroy(ctx: ActionContext) -> Mapping[str, Any]:
+        order.append("teardown")
+        return {}
+
+    d.registry.register(ActionKind.STAGE_IN, stage_in)
+    d.registry.register(ActionKind.DESTROY_FS, destroy)
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    for _ in range(200):
+        d.drain(timeout=0.02)
+        if staging.is_set():
+            break
+    assert staging.is_set() and d.sched.records["7"].rsa_state.value == "staging-in"
+    slurm.set("7", "PENDING", "Priority")  # an urgent job came first: demoted
+    d.poll()
+    settle(d)
+    assert order == ["stage-in over", "teardown"]
+    assert d.sched.records["7"].rsa_state.value == "released"
