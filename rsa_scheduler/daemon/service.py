@@ -342,6 +342,8 @@ class Daemon:
         if queue_text is not None:
             marker = "|" + ADMIN_COMMENT_PREFIX
             for line in queue_text().split("\n"):
+                if marker not in line and "+" not in line:
+                    continue  # the common case, two substring tests: not split at all
                 jid = line.split("|", 1)[0]
                 het = "+" in jid
                 if not het and marker not in line:

@@ -99,3 +99,21 @@ def test_a_hetjobs_lock_in_remembers_the_leaders_qos() -> None:
     slurm = CliSlurm(bin_dir=Path("/usr/bin"), runner=runner, lockin_method="qos",
                      lockin_qos="rsa-lockin")
     assert slurm.lock_in("2") == "normal"
+
+
+def test_rsads_incremental_poll_tracks_the_captured_hetjob(tmp_path: Path) -> None:
+    """The squeue text rsad reads when job_submit.lua marks jobs (its per-line filter): the
+    captured hetjob becomes one tracked job with both components' nodes."""
+    from tests.unit.test_daemon import ScriptedSlurm, make_daemon, settle
+
+    class TextSlurm(ScriptedSlurm):
+        def queue_text(self) -> str:
+            return (DATA / "squeue_hetjob_pending.txt").read_text()
+
+    slurm = TextSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    d.script_source = "job_submit"
+    d.poll()
+    settle(d)
+    assert set(d.sched.records) == {"2"}
+    assert d.sched.records["2"].compute_nodes == 3
