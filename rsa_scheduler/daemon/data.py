@@ -283,7 +283,7 @@ class DataPath:
             try:
                 req = self.request_of(job, spec)
                 backend = self.backend(req.tier)
-                health = backend.health(spec)
+                health = backend.health(spec, req)
             except Exception as e:  # a probe that fails says nothing about the data
                 self._warn(spec.fs_id, f"RAMDISK {spec.fs_id}: health probe failed: {e}")
                 return Tending()

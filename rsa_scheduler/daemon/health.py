@@ -226,9 +226,13 @@ class RamdiskTender:
         return len(items)
 
     def start(self, stop: threading.Event) -> None:
+        """Check at once, then every ``interval``: a RAMDISK whose server died while
+        rsad was down is repaired as soon as rsad is back, not one interval later."""
         def loop() -> None:
-            while not stop.wait(self.interval):
+            while not stop.is_set():
                 self.round()
+                if stop.wait(self.interval):
+                    break
 
         self._thread = threading.Thread(target=loop, name="rsa-tender", daemon=True)
         self._thread.start()

@@ -120,8 +120,11 @@ class FilesystemBackend(abc.ABC):
         return self.create(req, cancel)
 
     @abc.abstractmethod
-    def health(self, spec: MountSpec) -> Health:
-        """Is the RAMDISK usable from every RSA node?"""
+    def health(self, spec: MountSpec, req: FsRequest | None = None) -> Health:
+        """Is the RAMDISK usable from every RSA node? ``req`` (where the caller has it:
+        the RAMDISK's nodes and pool directories) lets a backend look at its servers
+        first, which answers at once when one died, before it asks a mount that may
+        hang on a dead server."""
 
     def repair(self, req: FsRequest, spec: MountSpec) -> list[str]:
         """Restart what died of the RAMDISK's servers and RSA-node mounts, keeping its

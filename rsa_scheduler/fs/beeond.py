@@ -294,7 +294,7 @@ class BeeondBackend(FilesystemBackend):
         first.run(["rm", "-f", p["nodefile"], p["status"]], timeout=30, check=False)
         self._remove_auth(req)
 
-    def health(self, spec: MountSpec) -> Health:
+    def health(self, spec: MountSpec, req: FsRequest | None = None) -> Health:
         def check(node: str) -> str:
             r = self.hosts[node].run(sh_chain(
                 ["findmnt", "-n", "-t", "beegfs", "--mountpoint", spec.rsa_mountpoint],

@@ -84,7 +84,7 @@ EMPTY_METADATA = "MFSM NEW"  # /var/lib/mfs/metadata.mfs.empty, 8 bytes
 # ~50 s instead of ~10 s (MooseFS's default 30 tries: minutes). docs/filesystems.md.
 # nosuid,nodev: a file on the RAMDISK never runs with its owner's privileges (a root on one
 # compute node of a job could otherwise plant a setuid binary for the job's other nodes).
-CLIENT_OPTIONS = ("mfsioretries=12", "nosuid", "nodev")
+CLIENT_OPTIONS = ("mfsioretries=20", "nosuid", "nodev")
 # The RSA nodes' own mounts (staging) also keep file names in the kernel's dentry cache
 # for 1 s (MooseFS's default is 0: every open of a path that was just looked up asks the
 # client and the master again). Measured on a cold 10k-file stage-out to local disk
@@ -254,6 +254,17 @@ if ! mfschunkserver -c "$d/mfschunkserver.cfg" test >/dev/null 2>&1; then
     echo "mfschunkserver would not start: $(tail -n 1 "$d/repair.err")" >&2; exit 1; }
   echo "restarted: chunkserver"
 fi
+"""
+
+# Are a job's MooseFS servers on one node alive? The same tests as REPAIR_SCRIPT (each
+# daemon's lock file and pid: instant, never waits on the network), without restarting
+# anything. $0: the node's dir, $1: 1 on the master's node. Prints what is dead, one line
+# each ("gone" when the node's RAMDISK files are gone); nothing when all live.
+SERVERS_CHECK = r"""d=$0
+[ -f "$d/mfschunkserver.cfg" ] || { echo gone; exit 0; }
+if [ "$1" = 1 ] && ! mfsmaster -c "$d/mfsmaster.cfg" test >/dev/null 2>&1; then
+  echo master; fi
+mfschunkserver -c "$d/mfschunkserver.cfg" test >/dev/null 2>&1 || echo chunkserver
 """
 
 # Is the node's own mount of the RAMDISK alive? "ok", "missing" (not mounted), "dead"
@@ -501,7 +512,7 @@ class MooseFsBackend(FilesystemBackend):
             if spec is not None and not spec.client.get("pass_file"):
                 # built by a version without access control: open to anyone, rebuild it
                 log.info("%s: moosefs without an access secret, rebuilding it", req.fs_id)
-            elif spec is not None and self.health(spec).ok:
+            elif spec is not None and self.health(spec, req).ok:
                 log.info("%s: moosefs already up on %s, reusing it", req.fs_id,
                          ",".join(lay.nodes))
                 return spec
@@ -693,9 +704,16 @@ class MooseFsBackend(FilesystemBackend):
 
     # ----------------------------------------------------------------- use
 
-    def health(self, spec: MountSpec) -> Health:
+    def health(self, spec: MountSpec, req: FsRequest | None = None) -> Health:
+        """With ``req``, the servers are looked at first (SERVERS_CHECK): a dead master
+        or chunkserver is reported in well under a second, so the repair starts at once
+        instead of after the mounts' statfs ran into its timeout on the dead master."""
         nodes = tuple(spec.nodes)
         host, port = str(spec.client["master_host"]), int(spec.client["master_port"])
+        if req is not None:
+            dead = self._dead_servers(req, spec)
+            if dead:
+                return Health(False, "; ".join(f"{n}: {p}" for n, p in dead.items()))
 
         def check(node: str) -> str:
             # stat -f asks the FUSE server: a dead master makes it hang, hence `timeout`
@@ -724,6 +742,25 @@ class MooseFsBackend(FilesystemBackend):
         if problems:
             return Health(False, "; ".join(f"{n}: {p}" for n, p in problems.items()))
         return Health(True, f"{len(nodes)} chunkservers, mounted on every node")
+
+    def _dead_servers(self, req: FsRequest, spec: MountSpec) -> dict[str, str]:
+        """Node -> what of the RAMDISK's servers is dead there (only nodes with a dead
+        one). Raises FsError when a node does not answer."""
+        lay = self.layout(req, int(spec.client.get("port_base") or 0))
+
+        def check(node: str) -> str:
+            out = self._run(node, ["sh", "-c", SERVERS_CHECK, lay.dir(node),
+                                   "1" if node == lay.master else "0"], 15, check=False)
+            dead = out.split()
+            if "gone" in dead:
+                return "its RAMDISK files are gone"
+            return ", ".join(f"{d} dead" for d in dead)
+
+        try:
+            found = on_nodes(lay.nodes, check, f"{req.fs_id}: look at the servers")
+        except FsError as e:
+            return {"servers": str(e)}
+        return {n: p for n, p in found.items() if p}
 
     # ----------------------------------------------------------------- repair
 

@@ -116,7 +116,7 @@ class TmpfsBackend(FilesystemBackend):
             raise FsError(f"{req.fs_id}: {mnt} on {node} is still mounted; not removing data")
         self._remove(node, data, mnt)
 
-    def health(self, spec: MountSpec) -> Health:
+    def health(self, spec: MountSpec, req: FsRequest | None = None) -> Health:
         node = spec.nodes[0]
         try:
             if not self._mounted(node, spec.rsa_mountpoint):

@@ -97,7 +97,7 @@ def test_only_the_rsa_nodes_own_mounts_cache_file_entries() -> None:
     compute = backend.client_mount_argv(spec, "/run/rsa/node/c1/1/ramdisk")
     assert "mfsentrycacheto" not in " ".join(compute)
     # a spec recorded before access control: mounted as it was exported, without secret
-    assert compute[-2:] == ["-o", "mfsioretries=12,nosuid,nodev,mfsproxy=127.83.65.1"]
+    assert compute[-2:] == ["-o", "mfsioretries=20,nosuid,nodev,mfsproxy=127.83.65.1"]
 
 
 SECRET = "0123456789abcdef" * 2

@@ -33,7 +33,7 @@ class FakeBackend(FilesystemBackend):
     def destroy(self, req: FsRequest) -> None:
         self.resets += 1
 
-    def health(self, spec: MountSpec) -> Health:
+    def health(self, spec: MountSpec, req: FsRequest | None = None) -> Health:
         return Health(True)
 
     def client_mount_argv(self, spec: MountSpec, mountpoint: str) -> list[str]:
