@@ -11,7 +11,7 @@ PY         := $(VENV)/bin/python
 # gcc, make, libc6-dev, libslurm-dev build the SPANK plugin; slurm-client gives the unit
 # tests a real sbatch to load it into (no daemon is started or contacted). nftables: the
 # mfsmount proxy guard, loaded for real in a network namespace of the unit tests' own.
-APT_PKGS   := python3-venv python3-dev lua5.1 lua5.4 sqlite3 tmux rsync tar munge libmunge2 \
+APT_PKGS   := python3-venv python3-dev lua5.1 lua5.4 sqlite3 tmux rsync tar munge libmunge2 groff-base \
               gcc make libc6-dev libslurm-dev slurm-client nftables
 SPANK      := slurm_plugins/spank
 

@@ -62,7 +62,13 @@ class LazyGroup(click.Group):
 @click.option("--debug", is_flag=True, envvar="RSA_DEBUG", help="Show tracebacks on errors.")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
-    """rsa — the RAMDISK Storage Accelerator for SLURM."""
+    """rsa — the RAMDISK Storage Accelerator for SLURM.
+
+    Users check their #RSA_* directives (rsa directives check) and follow their jobs (rsa
+    job, rsa jobs, rsa top); operators watch and steer rsad (rsa status, rsa nodes, rsa
+    events, rsa retry, rsa release, rsa drain/resume) and check its configuration (rsa
+    config check). Each command talks to rsad over its socket; what a user may see and do
+    is limited to their own jobs."""
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
 

@@ -32,7 +32,16 @@ def _setup_logging(level: str) -> None:
                    "event log, print a summary and exit.")
 @click.option("--log-level", default=None, help="Override daemon.log_level.")
 def rsad(config_path: str | None, check: bool, log_level: str | None) -> None:
-    """rsad — the RSA scheduler daemon."""
+    """rsad — the RSA scheduler daemon.
+
+    Watches Slurm's queue, allocates RSA nodes to the job next to run, builds its RAMDISK,
+    stages its #RSA_DATA_IN in before it starts and its #RSA_DATA_OUT out after it ends,
+    and tears the RAMDISK down once the output is verified on persistent storage. Runs as
+    root under systemd (rsad.service: Type=notify, a watchdog); its state lives in
+    daemon.db_path and survives restarts (a restart fences what an earlier rsad left
+    running on the RSA nodes before it re-issues anything). SIGTERM stops it cleanly.
+    Operators talk to it with rsa(1); the Prolog, Epilog and PrologSlurmctld hooks
+    through its API."""
     from rsa_scheduler.config import load_config
     from rsa_scheduler.daemon.api import ApiServers, Routes
     from rsa_scheduler.daemon.systemd import notify, watchdog_interval

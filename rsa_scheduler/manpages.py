@@ -1,0 +1,187 @@
+"""Man pages of the installed programs, generated from their own help (one source: the
+click commands' docstrings and options, the hooks' usage texts).
+
+``python -m rsa_scheduler.manpages [DIR]`` writes ``rsa.1``, ``rsad.8``, ``rsa-hook.8``,
+``rsa-prolog.8`` and ``rsa-epilog.8`` into DIR (default ``docs/man``); the Debian package
+installs them (``debian/rsa-scheduler.manpages``) and the unit tests fail when the
+committed pages are stale or groff warns about them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import click
+
+from rsa_scheduler import __version__
+
+MAN = Path(__file__).resolve().parent.parent / "docs" / "man"
+DATE = "2026-11-26"  # bumped with the version; no clock, so the pages are reproducible
+SOURCE = f"rsa-scheduler {__version__}"
+SEE_ALSO = ("rsa(1)", "rsad(8)", "rsa-hook(8)", "rsa-prolog(8)", "rsa-epilog(8)",
+            "slurm.conf(5)")
+FILES = ("/etc/rsa/rsa.yaml  the configuration (RSA_CONFIG overrides)",
+         "/var/lib/rsa/rsa.db  rsad's state (event log and snapshots)",
+         "/usr/share/doc/rsa-scheduler/  the operator and user guides")
+
+
+def esc(text: str) -> str:
+    """``text`` safe as roff body text: backslashes as ``\\e``, '-' as a minus glyph,
+    non-ASCII as ``\\[uXXXX]``, a leading '.' or "'" (a request) neutralised."""
+    out = []
+    text = text.replace("\\", "\\e").replace("-", "\\-")
+    text = "".join(c if ord(c) < 128 else f"\\[u{ord(c):04X}]" for c in text)
+    for line in text.splitlines():
+        out.append("\\&" + line if line.startswith((".", "'")) else line)
+    return "\n".join(out)
+
+
+def paragraphs(text: str) -> str:
+    """Help text (blank-line separated paragraphs; indented lines kept as they are) as
+    roff: paragraphs filled, indented blocks verbatim."""
+    blocks: list[str] = []
+    for para in inspect.cleandoc(click.unstyle(text)).split("\n\n"):
+        lines = para.splitlines()
+        if lines and lines[0].strip() == "\b":  # click's "do not rewrap" marker
+            lines = lines[1:]
+            blocks.append(".nf\n" + esc("\n".join(lines)) + "\n.fi")
+        elif any(ln.startswith("  ") for ln in lines):
+            blocks.append(".nf\n" + esc("\n".join(lines)) + "\n.fi")
+        else:
+            blocks.append(esc(" ".join(ln.strip() for ln in lines)))
+    return "\n.PP\n".join(blocks)
+
+
+def header(name: str, section: int, summary: str) -> str:
+    return (f'.TH {name.upper()} {section} "{DATE}" "{SOURCE}" "rsa-scheduler"\n'
+            f".SH NAME\n{esc(name)} \\- {esc(summary)}\n")
+
+
+def footer(name: str) -> str:
+    see = ", ".join(f"\\fB{esc(s.split('(')[0])}\\fR({s.split('(')[1]}"
+                    for s in SEE_ALSO if not s.startswith(name + "("))
+    files = "".join(f".TP\n{esc(f.split('  ')[0])}\n{esc(f.split('  ')[1])}\n"
+                    for f in FILES)
+    return f".SH FILES\n{files}.SH SEE ALSO\n{see}\n"
+
+
+def _options(cmd: click.Command, ctx: click.Context) -> str:
+    out = []
+    for param in cmd.get_params(ctx):
+        if not isinstance(param, click.Option) or (ctx.parent and "--help" in param.opts):
+            continue  # arguments are in the usage line; --help once, on the top page
+        record = param.get_help_record(ctx)
+        if record is None:
+            continue
+        flags, text = record
+        out.append(f".TP\n\\fB{esc(flags)}\\fR\n{esc(text) if text else ''}".rstrip())
+    return "\n".join(out)
+
+
+def _walk(cmd: click.Command, ctx: click.Context, path: tuple[str, ...]
+          ) -> Iterator[tuple[tuple[str, ...], click.Command, click.Context]]:
+    yield path, cmd, ctx
+    if isinstance(cmd, click.Group):
+        for name in cmd.list_commands(ctx):
+            sub = cmd.get_command(ctx, name)
+            if sub is not None and not sub.hidden:
+                yield from _walk(sub, click.Context(sub, parent=ctx, info_name=name),
+                                 (*path, name))
+
+
+def click_page(cmd: click.Command, name: str, section: int, summary: str) -> str:
+    """A whole page for a click command: its usage, help, options, and one subsection
+    per sub-command (recursively) with its own usage, help and options."""
+    root = click.Context(cmd, info_name=name)
+    parts = [header(name, section, summary), ".SH SYNOPSIS\n",
+             f"\\fB{esc(name)}\\fR {esc(' '.join(cmd.collect_usage_pieces(root)))}\n",
+             ".SH DESCRIPTION\n", paragraphs(cmd.help or summary), "\n"]
+    opts = _options(cmd, root)
+    if opts:
+        parts += [".SH OPTIONS\n", opts, "\n"]
+    subs = list(_walk(cmd, root, (name,)))[1:]
+    if subs:
+        parts.append(".SH COMMANDS\n")
+        for path, sub, ctx in subs:
+            usage = " ".join(sub.collect_usage_pieces(ctx))
+            parts += [f".SS {esc(' '.join(path))}\n",
+                      f"\\fB{esc(' '.join(path))}\\fR {esc(usage)}\n.PP\n",
+                      paragraphs(sub.help or sub.short_help or ""), "\n"]
+            opts = _options(sub, ctx)
+            if opts:
+                parts += [opts, "\n"]
+    parts += [".SH EXIT STATUS\n0 on success; 1 with one line on standard error "
+              "(\\fBrsa: error: ...\\fR) when the request failed; 2 for a usage error.\n",
+              ".SH ENVIRONMENT\n.TP\nRSA_CONFIG\nthe configuration file "
+              "(default /etc/rsa/rsa.yaml)\n.TP\nRSA_API\nrsad's address, instead of "
+              "daemon.api of the configuration\n", footer(name)]
+    return "".join(parts)
+
+
+def text_page(name: str, section: int, summary: str, usage: str) -> str:
+    """A page for a program whose help is a usage text: its first line is the synopsis,
+    the rest the description."""
+    first, _, rest = usage.strip().partition("\n")
+    synopsis = first.removeprefix("usage:").strip()
+    return "".join([header(name, section, summary), ".SH SYNOPSIS\n",
+                    f"\\fB{esc(synopsis)}\\fR\n", ".SH DESCRIPTION\n", paragraphs(rest),
+                    "\n.SH OPTIONS\n.TP\n\\fB\\-h\\fR, \\fB\\-\\-help\\fR\nthis text\n"
+                    ".TP\n\\fB\\-\\-version\\fR\nthe version\n", footer(name)])
+
+
+def pages() -> dict[str, Callable[[], str]]:
+    """File name -> generator of its text."""
+    def rsa() -> str:
+        from rsa_scheduler.cli.main import cli
+        return click_page(cli, "rsa", 1, "the RAMDISK Storage Accelerator's command line")
+
+    def rsad() -> str:
+        from rsa_scheduler.daemon.main import rsad as command
+        return click_page(command, "rsad", 8, "the RAMDISK Storage Accelerator daemon")
+
+    def rsa_hook() -> str:
+        from rsa_scheduler.hooks import USAGE
+        return text_page("rsa-hook", 8, "tell rsad a Slurm job starts or ended", USAGE)
+
+    def node_hook(hook: str) -> Callable[[], str]:
+        def page() -> str:
+            from rsa_scheduler.node.hooks import _WHAT, USAGE
+            text = USAGE.format(hook=hook, Hook=hook.capitalize(), what=_WHAT[hook])
+            return text_page(f"rsa-{hook}", 8, f"the compute node's Slurm {hook}", text)
+        return page
+
+    return {"rsa.1": rsa, "rsad.8": rsad, "rsa-hook.8": rsa_hook,
+            "rsa-prolog.8": node_hook("prolog"), "rsa-epilog.8": node_hook("epilog")}
+
+
+def stale(where: Path = MAN) -> list[str]:
+    """The pages in ``where`` that differ from what the code generates (or are missing)."""
+    return [name for name, gen in pages().items()
+            if not (where / name).is_file() or (where / name).read_text() != gen()]
+
+
+def write(where: Path = MAN) -> list[str]:
+    where.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, gen in pages().items():
+        text = gen()
+        target = where / name
+        if not target.is_file() or target.read_text() != text:
+            target.write_text(text)
+            written.append(name)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    where = Path(args[0]) if args else MAN
+    for name in write(where):
+        print(f"wrote {where / name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
