@@ -80,8 +80,11 @@ EMPTY_METADATA = "MFSM NEW"  # /var/lib/mfs/metadata.mfs.empty, 8 bytes
 # Past that, a new file's first write is answered "no space" and the client retries,
 # 1 ms + (try - 1) x 300 ms apart, then fails with ENOSPC. 5 tries (~1.8 s) failed 16
 # fresh 3 MiB writers on a 1-node lab RAMDISK in 2 of 4 trials; 12 (~16.5 s) none in
-# 8 trials of 16 and 64 writers. The price: a reader of a dead chunkserver fails after
-# ~50 s instead of ~10 s (MooseFS's default 30 tries: minutes). docs/filesystems.md.
+# 8 trials of 16 and 64 writers. The same budget is how long a job's I/O waits for a dead
+# server before it fails, i.e. the time rsad has to restart it: with 12 a write failed
+# after 20 s of a dead master (a chaos run lost a job's write to a 33 s outage); 20
+# waits 57 s (a read of a dead chunkserver 91 s, 30 tries: 132 s / 150 s), measured with
+# bench/bench_mfs_outage.py. docs/filesystems.md.
 # nosuid,nodev: a file on the RAMDISK never runs with its owner's privileges (a root on one
 # compute node of a job could otherwise plant a setuid binary for the job's other nodes).
 CLIENT_OPTIONS = ("mfsioretries=20", "nosuid", "nodev")

@@ -210,12 +210,14 @@ def test_nodes_run_jobs_with_the_plugin_loaded_as(lab: Mapping[str, str], jobs: 
 
 
 def probe_script(out: Path, extra: str = "") -> str:
-    """A job that records what its task sees: RSA_* variables, namespace, mounts."""
+    """A job that records what its task sees: RSA_* variables, namespace, mounts. The
+    record appears complete or not at all (written aside, renamed): a test reads it as
+    soon as it exists (a make test once read it half written)."""
     return f"""#!/bin/bash
 #SBATCH -t 5
 {extra}
 {{ env | grep -E '^({"|".join(VARIABLES)})=' | sort; echo "ns=$(stat -L -c %i /proc/self/ns/mnt)";
-   echo "node=$SLURMD_NODENAME"; }} > {out}
+   echo "node=$SLURMD_NODENAME"; }} > {out}.part && mv {out}.part {out}
 """
 
 
