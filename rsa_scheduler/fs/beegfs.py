@@ -28,6 +28,9 @@ SERVICES: Mapping[int, tuple[str, ...]] = {
     7: ("beegfs-mgmtd", "beegfs-meta", "beegfs-storage", "beegfs-helperd"),
     8: ("beegfs-mgmtd", "beegfs-meta", "beegfs-storage"),
 }
+#: the pseudo mount option that carries an instance's secret to a compute node, which
+#: moves it into root-only files (``node.mounts.secret_to_file``) before it mounts
+SECRET_OPTION = "rsaConnAuth"
 #: BeeGFS 8's ``beeond start -C`` wants the secret under this name in the -f directory
 CONN_AUTH_NAME = "conn.auth"
 
