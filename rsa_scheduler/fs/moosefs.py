@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rsa_scheduler.fs import mfsproxy
 from rsa_scheduler.fs.base import (
@@ -59,6 +59,9 @@ from rsa_scheduler.fs.base import (
 )
 from rsa_scheduler.fs.common import Deadline, on_nodes, sh_chain, validate_fs_id
 from rsa_scheduler.hosts import Cancelled, CancelToken, Host
+
+if TYPE_CHECKING:
+    from rsa_scheduler.config.schema import Config
 
 log = logging.getLogger(__name__)
 
@@ -434,6 +437,14 @@ class MooseFsBackend(FilesystemBackend):
                      "filesystem.moosefs_proxy)"),
         Need("the fuse device", "[ -c /dev/fuse ]", "load the fuse module (modprobe fuse)"),
     )
+
+    @classmethod
+    def config_options(cls, cfg: Config) -> dict[str, Any]:
+        proxy = cfg.filesystem.moosefs_proxy
+        return {"addresses": {n.name: n.data_address or n.address
+                              for n in cfg.pool.members()},
+                "client_networks": tuple(cfg.filesystem.client_networks),
+                "proxy_address": None if proxy == "off" else proxy}
 
     def __init__(self, hosts: Mapping[str, Host], *, create_timeout: float = 60.0,
                  destroy_timeout: float = 60.0, retries: int = 2,
