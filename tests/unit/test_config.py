@@ -839,6 +839,21 @@ def test_defaults_file_documents_every_key() -> None:
         assert f"#   {name}" in text
 
 
+def test_the_shipped_example_and_its_beeond_block_are_valid() -> None:
+    text = (REPO / "examples" / "rsa.yaml").read_text(encoding="utf-8")
+    cfg = load_config_text(text, file="examples/rsa.yaml")
+    assert cfg.filesystem.backend[Tier.RAM] == "moosefs"
+    start = text.index("# >>> beeond\n") + len("# >>> beeond\n")
+    block = text[start:text.index("# <<< beeond")]
+    assert block and all(line.startswith("#") for line in block.splitlines())
+    beeond = "".join(line[1:] + "\n" for line in block.splitlines())
+    cfg = load_config_text(text + beeond, file="examples/rsa.yaml")
+    b = cfg.filesystem.beeond
+    assert cfg.filesystem.backend[Tier.RAM] == "beeond"
+    assert (b.use_pdsh, b.config_dir, b.client_options) == (
+        True, Path("/etc/beegfs/beeond"), ("connInterfacesList=/etc/beegfs/ib.conf",))
+
+
 # --------------------------------------------------------------------------- reference
 
 
