@@ -119,7 +119,7 @@ class BeeondOptions:
     log_dir: str = "/var/log/rsa-beeond"
     keep_logs: bool = False  # else beeond stop -L
     port_shift_min: int = 1000
-    port_shift_max: int = 50990
+    port_shift_max: int = 24750
     kill_after: float = 10.0  # timeout -k
     stop_backoff: float = 2.0  # seconds, times the attempt number
     client_options: tuple[str, ...] = ()
@@ -260,6 +260,22 @@ def _executable(path: str, what: str, fix: str) -> Need:
     return Need(what, f"[ -x {shlex.quote(path)} ]", fix)
 
 
+def ports_need(opts: BeeondOptions, sysctl: str = "/proc/sys/net/ipv4") -> Need:
+    """The instances' ports must lie outside the node's ephemeral port range (or be
+    reserved, exactly this range): else any outgoing connection can take a port a
+    RAMDISK's server needs, and its start fails."""
+    lo, hi = beegfs.port_range(opts.port_shift_min, opts.port_shift_max)
+    rng = shlex.quote(f"{sysctl}/ip_local_port_range")
+    res = shlex.quote(f"{sysctl}/ip_local_reserved_ports")
+    test = (f'read e_lo e_hi < {rng} && {{ [ "$e_lo" -gt {hi} ] || [ "$e_hi" -lt {lo} ] '
+            f'|| case ",$(cat {res} 2>/dev/null)," in *,{lo}-{hi},*) true ;; '
+            "*) false ;; esac; }")
+    return Need(f"BeeGFS ports {lo}-{hi} outside the ephemeral port range", test,
+                "set filesystem.beeond.port_shift_max so that 8010 + it is below the "
+                "start of net.ipv4.ip_local_port_range, or reserve them: sysctl -w "
+                f"net.ipv4.ip_local_reserved_ports={lo}-{hi}")
+
+
 def needs_for(opts: BeeondOptions) -> tuple[Need, ...]:
     """What every RSA node needs for BeeOND with ``opts`` (``rsa nodes check``)."""
     major = opts.beegfs_major
@@ -302,6 +318,7 @@ def needs_for(opts: BeeondOptions) -> tuple[Need, ...]:
             needs.append(Need(f"file {value} ({key})", f"[ -f {shlex.quote(value)} ]",
                               "create it on every RSA and compute node "
                               "(filesystem.beeond.client_options)"))
+    needs.append(ports_need(opts))
     needs.append(command_need("findmnt", "util-linux"))
     return tuple(needs)
 

@@ -27,6 +27,7 @@ from rsa_scheduler.fs.beeond import (
     nodefile,
     paths,
     port_shift,
+    ports_need,
     start_argv,
     stop_argv,
 )
@@ -151,8 +152,8 @@ def test_stop_argv_deletes_data_and_logs_and_cleans_half_starts() -> None:
 def test_port_shift_is_deterministic_distinct_and_in_range() -> None:
     shifts = {port_shift(f"job{i}-c1") for i in range(200)}
     assert port_shift("job42-c1") == port_shift("job42-c1")
-    assert len(shifts) > 190
-    assert all(1000 <= s <= 50990 and s % 10 == 0 for s in shifts)
+    assert len(shifts) > 180  # 2376 slots: ~8 birthday collisions expected among 200
+    assert all(1000 <= s <= 24750 and s % 10 == 0 for s in shifts)
     # a site's range: every port of every instance inside the range it opened
     opts = BeeondOptions(port_shift_min=20005, port_shift_max=20100)
     site = {port_shift(f"job{i}-c1", opts) for i in range(500)}
@@ -444,7 +445,9 @@ def test_what_a_node_needs_follows_the_options() -> None:
     assert v8 == ["command beeond", "root's login shell /bin/bash",
                   "/opt/beegfs/sbin/beegfs-mgmtd", "/opt/beegfs/sbin/beegfs-meta",
                   "/opt/beegfs/sbin/beegfs-storage", "kernel module beegfs",
-                  "mount helper mount.beegfs", "command beegfs", "command findmnt"]
+                  "mount helper mount.beegfs", "command beegfs",
+                  "BeeGFS ports 9003-32760 outside the ephemeral port range",
+                  "command findmnt"]
     assert BeeondBackend({}).needs() == BeeondBackend.node_needs == needs_for(BeeondOptions())
     v7 = _whats(V7)
     assert "/opt/beegfs/sbin/beegfs-helperd" in v7 and "command beegfs-ctl" in v7
@@ -498,3 +501,27 @@ def test_real_beeond_on_this_host(tmp_path: object) -> None:  # pragma: no cover
         assert b.health(spec).ok
     finally:
         b.destroy(req)
+
+
+@pytest.mark.parametrize(("ephemeral", "reserved", "ok"), [
+    ("32768\t60999\n", "\n", True),  # Linux's default: above 9003-32760
+    ("1024\t65535\n", "\n", False),
+    ("1024\t65535\n", "22,9003-32760,40000\n", True),  # reserved for BeeGFS
+    ("1024\t65535\n", "9003-32000\n", False),
+    ("40000\t45000\n", "", True),
+])
+def test_the_port_range_must_stay_clear_of_ephemeral_ports(
+        tmp_path: Path, ephemeral: str, reserved: str, ok: bool) -> None:
+    (tmp_path / "ip_local_port_range").write_text(ephemeral)
+    if reserved:
+        (tmp_path / "ip_local_reserved_ports").write_text(reserved)
+    need = ports_need(BeeondOptions(), str(tmp_path))
+    out = subprocess.run(["sh", "-c", check_script([need], str(tmp_path))],
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    assert parse_check(out) == (() if ok else (
+        "BeeGFS ports 9003-32760 outside the ephemeral port range: set "
+        "filesystem.beeond.port_shift_max so that 8010 + it is below the start of "
+        "net.ipv4.ip_local_port_range, or reserve them: sysctl -w "
+        "net.ipv4.ip_local_reserved_ports=9003-32760",))
+    wide = ports_need(BeeondOptions(port_shift_max=50990), str(tmp_path))
+    assert wide.what == "BeeGFS ports 9003-59000 outside the ephemeral port range"
