@@ -539,8 +539,9 @@ class BeeondConfig:
     port_shift_min: int = field(
         metadata=meta(Int(min=0, max=65535 - 8010), "Lowest port shift (`beeond -p`) of a "
                       "RAMDISK. Each RAMDISK gets its own shift, a multiple of 10 above this "
-                      "(from a hash of its name), so several share a node: open TCP and UDP "
-                      "8003+min … 8010+max between RSA and compute nodes.")
+                      "drawn at random among those whose ports are free on its nodes, so "
+                      "several share a node: open TCP and UDP 8003+min … 8010+max between "
+                      "RSA and compute nodes.")
     )
     port_shift_max: int = field(
         metadata=meta(Int(min=0, max=65535 - 8010), "Highest port shift of a RAMDISK.")

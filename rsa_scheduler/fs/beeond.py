@@ -3,7 +3,7 @@
 Owns :class:`BeeondOptions` (what a site sets, ``filesystem.beeond`` of the
 configuration), :class:`BeeondBackend` and the pure builders of everything it runs: the
 nodefile (:func:`nodefile`), ``beeond start``/``stop`` argv (:func:`start_argv`,
-:func:`stop_argv`), the per-filesystem port shift (:func:`port_shift`), the instance's
+:func:`stop_argv`), the per-filesystem port shift (:func:`pick_shift`), the instance's
 config directory (:func:`auth_setup_argv`), the client mount (:func:`client_argv`) and
 what a node needs (:func:`needs_for`). Written against the ``beeond`` script of
 ThinkParQ/beegfs (``beeond/source/beeond``, releases 7.4 and 8.x; the differences are in
@@ -13,7 +13,10 @@ ThinkParQ/beegfs (``beeond/source/beeond``, releases 7.4 and 8.x; the difference
   -m N [-r] [-l] [-P [-b PDSH]] -f CONF [-C]`` runs on the first node (the management
   host), reaches the others over SSH (root key auth between RSA nodes, or pdsh with
   ``-P``) and mounts the client on *every* node of the nodefile at MOUNT. ``-p`` shifts
-  all BeeGFS ports so several instances coexist; ``-i`` gives each instance its own
+  all BeeGFS ports so several instances coexist: a multiple of 10 in the site's range,
+  drawn at random among those whose ports no socket on the job's nodes holds (``ss``),
+  recorded on the first node (``<fs_id>.shift``) and in the mount spec; ``-i`` gives each
+  instance its own
   status file (start refuses if it exists). ``-s``/``-m``: storage/metadata servers on
   the first N nodes (0: all); ``-r``: a tmpfs of beeond's own over DATA; ``-l``: clients
   prefer local servers. ``-C`` (BeeGFS 8) must follow ``-f``: it reads ``CONF/conn.auth``.
@@ -47,7 +50,6 @@ Must not import the daemon, the store or the configuration (only its types, for
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import secrets
@@ -67,7 +69,7 @@ from rsa_scheduler.fs.base import (
     Need,
     command_need,
 )
-from rsa_scheduler.fs.common import on_nodes, sh_chain, validate_fs_id
+from rsa_scheduler.fs.common import listening_ports, on_nodes, sh_chain, validate_fs_id
 from rsa_scheduler.hosts import Cancelled, CancelToken, Host, HostError
 from rsa_scheduler.runner import CommandError
 
@@ -143,12 +145,31 @@ class BeeondOptions:
 DEFAULT = BeeondOptions()
 
 
-def port_shift(fs_id: str, opts: BeeondOptions = DEFAULT) -> int:
-    """A deterministic ``-p`` port shift for ``fs_id`` in the site's range: a multiple of
-    SHIFT_STEP above ``port_shift_min`` (several instances per node)."""
+#: every TCP and UDP socket bound on a node (BeeGFS services take both kinds of port)
+PORTS_ARGV = ["sh", "-c", "ss -Hltn && ss -Hlun"]
+
+
+def shifts(opts: BeeondOptions = DEFAULT) -> list[int]:
+    """Every ``-p`` port shift of the site's range: SHIFT_STEP apart from its minimum."""
     slots = beegfs.shift_slots(opts.port_shift_min, opts.port_shift_max)
-    h = int.from_bytes(hashlib.sha256(fs_id.encode()).digest()[:4], "big")
-    return opts.port_shift_min + beegfs.SHIFT_STEP * (h % slots)
+    return [opts.port_shift_min + beegfs.SHIFT_STEP * i for i in range(slots)]
+
+
+def shift_ports(shift: int) -> range:
+    """The ports an instance with this shift may use (BeeGFS's 8003..8010 + shift)."""
+    return range(beegfs.BASE_PORT_LOW + shift, beegfs.BASE_PORT_HIGH + shift + 1)
+
+
+def pick_shift(busy: set[int], opts: BeeondOptions = DEFAULT) -> int:
+    """A ``-p`` shift drawn at random among the site's shifts none of whose ports is in
+    ``busy`` (what listens on the job's nodes: other RAMDISKs, other services), so
+    several instances share a node and nothing public predicts an instance's ports."""
+    free = [s for s in shifts(opts) if not busy.intersection(shift_ports(s))]
+    if not free:
+        raise FsError(f"no free BeeGFS port shift in {opts.port_shift_min}.."
+                      f"{opts.port_shift_max}: every one has a port in use on the job's "
+                      "RSA nodes; widen filesystem.beeond.port_shift_min/max")
+    return free[secrets.randbelow(len(free))]
 
 
 def nodefile(nodes: Sequence[str]) -> str:
@@ -176,6 +197,7 @@ def paths(req: FsRequest, opts: BeeondOptions = DEFAULT) -> dict[str, str]:
         "mount": f"{str(req.mount_root).rstrip('/')}/{req.fs_id}",
         "nodefile": f"{RUN_DIR}/{req.fs_id}.nodes",
         "status": f"{RUN_DIR}/{req.fs_id}.status",
+        "shift": f"{RUN_DIR}/{req.fs_id}.shift",
         "auth": auth,
         "conf": conf,
         "logs": f"{opts.log_dir.rstrip('/')}/{req.fs_id}",
@@ -210,14 +232,15 @@ def _pdsh(opts: BeeondOptions) -> list[str]:
     return ["-P", *(["-b", opts.pdsh_path] if opts.pdsh_path else [])]
 
 
-def start_argv(req: FsRequest, *, timeout: float, opts: BeeondOptions = DEFAULT) -> list[str]:
+def start_argv(req: FsRequest, *, timeout: float, shift: int,
+               opts: BeeondOptions = DEFAULT) -> list[str]:
     """``timeout -k K T beeond start ...`` for ``req`` (wrapped as sites do), reading the
     instance's own config directory (its secret; :func:`auth_setup_argv`). ``-f`` comes
     before ``-C``: beeond looks for ``conn.auth`` in the directory already given."""
     p = paths(req, opts)
     argv = [*_timeout(timeout, opts), BEEOND, "start", "-n", p["nodefile"],
             "-d", p["data"], "-c", p["mount"], "-i", p["status"],
-            "-p", str(port_shift(req.fs_id, opts)), "-L", p["logs"], "-F", "-q",
+            "-p", str(shift), "-L", p["logs"], "-F", "-q",
             "-s", str(opts.storage_servers), "-m", str(opts.metadata_servers)]
     if opts.tmpfs:
         argv.append("-r")
@@ -302,6 +325,7 @@ def needs_for(opts: BeeondOptions) -> tuple[Need, ...]:
     else:
         needs.append(command_need("beegfs-ctl", f"beegfs-utils ({repo}; beeond waits "
                                                 "with it)"))
+    needs.append(command_need("ss", "iproute2 (rsad looks for free ports with it)"))
     if opts.use_pdsh:
         needs.append(_executable(opts.pdsh_path, f"pdsh {opts.pdsh_path}",
                                  "install pdsh there or fix filesystem.beeond.pdsh_path")
@@ -371,13 +395,13 @@ class BeeondBackend(FilesystemBackend):
             raise FsError(f"{req.fs_id}: no host for {', '.join(missing)}")
         return self.hosts[req.nodes[0]]
 
-    def _spec(self, req: FsRequest) -> MountSpec:
+    def _spec(self, req: FsRequest, shift: int) -> MountSpec:
         p = paths(req, self.options)
         first = req.nodes[0]
         return MountSpec(backend=self.name, fs_id=req.fs_id, nodes=tuple(req.nodes),
                          rsa_mountpoint=p["mount"],
                          client={"mgmtd_host": self.addresses.get(first) or first,
-                                 "port_shift": port_shift(req.fs_id, self.options),
+                                 "port_shift": shift,
                                  "conn_auth_file": p["auth"],
                                  "options": list(self.options.client_options)})
 
@@ -405,6 +429,25 @@ class BeeondBackend(FilesystemBackend):
                                        "status=none"]),
                              timeout=30, input=nodefile(req.nodes), cancel=cancel)
 
+    def _choose_shift(self, req: FsRequest, cancel: CancelToken | None) -> int:
+        """A free shift on every node of the job, recorded on the first one."""
+        def busy(node: str) -> set[int]:
+            out = self.hosts[node].run(PORTS_ARGV, timeout=30, cancel=cancel).stdout
+            return listening_ports(out)
+
+        found = on_nodes(req.nodes, busy, f"{req.fs_id}: look for free BeeGFS ports")
+        shift = pick_shift(set().union(*found.values()), self.options)
+        self._first(req).run(["dd", f"of={paths(req, self.options)['shift']}",
+                              "status=none"], timeout=30, input=f"{shift}\n", cancel=cancel)
+        return shift
+
+    def _recorded_shift(self, req: FsRequest) -> int | None:
+        """The shift a running instance was started with (None: not recorded)."""
+        r = self._first(req).run(["cat", "--", paths(req, self.options)["shift"]],
+                                 timeout=30, check=False)
+        text = r.stdout.strip()
+        return int(text) if r.returncode == 0 and text.isdigit() else None
+
     def create(self, req: FsRequest, cancel: CancelToken | None = None) -> MountSpec:
         first = self._first(req)
         p = paths(req, self.options)
@@ -412,11 +455,13 @@ class BeeondBackend(FilesystemBackend):
             raise FsError(f"{req.fs_id}: beeond is not installed on {req.nodes[0]} (BeeGFS "
                           "packages beeond, beegfs-client); install it or choose moosefs")
         if first.run(["test", "-e", p["status"]], timeout=30, check=False).returncode == 0:
-            spec = self._spec(req)
+            shift = self._recorded_shift(req)
             auth = first.run(["test", "-s", p["auth"]], timeout=30, check=False)
-            if auth.returncode == 0 and self.health(spec).ok:
-                log.info("%s: beeond already running, reusing it", req.fs_id)
-                return spec
+            if shift is not None and auth.returncode == 0:
+                spec = self._spec(req, shift)
+                if self.health(spec).ok:
+                    log.info("%s: beeond already running, reusing it", req.fs_id)
+                    return spec
             self.destroy(req)
         last: Exception | None = None
         for attempt in range(self.retries + 1):
@@ -426,11 +471,13 @@ class BeeondBackend(FilesystemBackend):
                 secret = new_secret()
                 self._write_auth(req, secret, cancel)
                 self._write_nodefile(req, cancel)
-                first.run(start_argv(req, timeout=self.create_timeout, opts=self.options),
+                shift = self._choose_shift(req, cancel)
+                first.run(start_argv(req, timeout=self.create_timeout, shift=shift,
+                                     opts=self.options),
                           timeout=self.create_timeout + self.options.kill_after + 5,
                           cancel=cancel)
                 first.run(owner_argv(p["mount"], req.owner), timeout=30, cancel=cancel)
-                return self._spec(req)
+                return self._spec(req, shift)
             except Cancelled:
                 self.destroy(req)  # the cleanup stack of a beeond start is `stop -c`
                 raise
@@ -470,7 +517,8 @@ class BeeondBackend(FilesystemBackend):
         if err is not None:
             raise FsError(f"{req.fs_id}: beeond stop failed after {self.retries + 1} "
                           f"attempts: {err}") from err
-        first.run(["rm", "-f", p["nodefile"], p["status"]], timeout=30, check=False)
+        first.run(["rm", "-f", p["nodefile"], p["status"], p["shift"]], timeout=30,
+                  check=False)
         self._remove_auth(req)
 
     def health(self, spec: MountSpec) -> Health:

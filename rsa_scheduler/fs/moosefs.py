@@ -57,7 +57,13 @@ from rsa_scheduler.fs.base import (
     Need,
     command_need,
 )
-from rsa_scheduler.fs.common import Deadline, on_nodes, sh_chain, validate_fs_id
+from rsa_scheduler.fs.common import (
+    Deadline,
+    listening_ports,
+    on_nodes,
+    sh_chain,
+    validate_fs_id,
+)
 from rsa_scheduler.hosts import Cancelled, CancelToken, Host
 
 if TYPE_CHECKING:
@@ -173,18 +179,6 @@ def exports_cfg(ranges: Sequence[str], secret: str) -> str:
     if not secret:
         raise FsError("a moosefs export needs a secret")
     return "".join(f"{r} / rw,alldirs,maproot=0:0,password={secret}\n" for r in ranges)
-
-
-def listening_ports(ss_output: str) -> set[int]:
-    """Ports in ``ss -Hltn`` output (any address: a wildcard listener blocks them too)."""
-    ports: set[int] = set()
-    for line in ss_output.splitlines():
-        fields = line.split()
-        if len(fields) >= 4:
-            _, _, port = fields[3].rpartition(":")
-            if port.isdigit():
-                ports.add(int(port))
-    return ports
 
 
 def chunkservers_listed(mfscli_output: str) -> dict[tuple[str, int], int]:

@@ -26,8 +26,9 @@ from rsa_scheduler.fs.beeond import (
     needs_for,
     nodefile,
     paths,
-    port_shift,
+    pick_shift,
     ports_need,
+    shift_ports,
     start_argv,
     stop_argv,
 )
@@ -45,10 +46,12 @@ V7 = BeeondOptions(beegfs_major=7)
 
 class ScriptedHost:
     """Records argv; fails the commands whose first words match ``fail`` (count times);
-    ``cat`` of an auth file answers ``secret``."""
+    ``cat`` of an auth file answers ``secret``, of the shift file ``shift``; ``ss``
+    answers ``listening``."""
 
     def __init__(self, name: str, fail: Mapping[str, int] | None = None,
-                 missing: Sequence[str] = (), secret: str = SECRET) -> None:
+                 missing: Sequence[str] = (), secret: str = SECRET, shift: str = "",
+                 listening: str = "") -> None:
         self.name = name
         self.calls: list[list[str]] = []
         self.inputs: list[str | None] = []
@@ -56,6 +59,8 @@ class ScriptedHost:
         self.fail = dict(fail or {})
         self.missing = set(missing)
         self.secret = secret
+        self.shift = shift
+        self.listening = listening
 
     def run(self, argv: Sequence[str], *, timeout: float, check: bool = True,
             input: str | None = None, as_user: Identity | None = None,
@@ -75,7 +80,11 @@ class ScriptedHost:
             rc = 1
         if rc and check:
             raise CommandError(argv, rc, "ERROR: something hung\n")
-        out = self.secret if argv[:2] == ["cat", "--"] else ""
+        out = ""
+        if argv[:2] == ["cat", "--"]:
+            out = self.shift if argv[2].endswith(".shift") else self.secret
+        elif list(argv[:3]) == ["sh", "-c", "ss -Hltn && ss -Hlun"]:
+            out = self.listening
         return Completed(tuple(argv), rc, out, "", 0.0)
 
 
@@ -87,7 +96,7 @@ def test_nodefile_is_one_host_per_line_first_is_management() -> None:
         nodefile([])
 
 
-SHIFT = port_shift("job42-c1")
+SHIFT = 1230
 BASE = ["beeond", "start", "-n", "/run/rsa-beeond/job42-c1.nodes",
         "-d", "/dev/shm/rsa/rsa-beeond-job42-c1", "-c", "/run/rsa/mnt/job42-c1",
         "-i", "/run/rsa-beeond/job42-c1.status", "-p", str(SHIFT),
@@ -96,7 +105,7 @@ BASE = ["beeond", "start", "-n", "/run/rsa-beeond/job42-c1.nodes",
 
 def test_start_argv_with_the_shipped_options_matches_the_beeond_cli() -> None:
     # BeeGFS 8: -C after -f (beeond looks for conn.auth in the directory given before)
-    assert start_argv(REQ, timeout=60) == [
+    assert start_argv(REQ, timeout=60, shift=SHIFT) == [
         "timeout", "-k", "10", "60", *BASE, "-s", "0", "-m", "1",
         "-f", "/run/rsa-beeond/job42-c1.conf", "-C"]
 
@@ -119,7 +128,8 @@ def test_start_argv_with_the_shipped_options_matches_the_beeond_cli() -> None:
 ])
 def test_start_argv_for_each_option(change: dict[str, Any], tail: list[str]) -> None:
     opts = dataclasses.replace(BeeondOptions(), **change)
-    assert start_argv(REQ, timeout=60, opts=opts) == ["timeout", "-k", "10", "60", *BASE,
+    assert start_argv(REQ, timeout=60, shift=SHIFT, opts=opts) == [
+        "timeout", "-k", "10", "60", *BASE,
                                                       *tail]
 
 
@@ -128,7 +138,7 @@ def test_start_argv_with_every_option_at_once() -> None:
                          prefer_local=True, use_pdsh=True, pdsh_path="/usr/bin/pdsh",
                          config_dir="/etc/beegfs/site", log_dir="/scratch/logs/",
                          port_shift_min=2000, port_shift_max=2000, kill_after=30.0)
-    assert start_argv(REQ, timeout=90, opts=opts) == [
+    assert start_argv(REQ, timeout=90, shift=2000, opts=opts) == [
         "timeout", "-k", "30", "90", "beeond", "start",
         "-n", "/run/rsa-beeond/job42-c1.nodes", "-d", "/dev/shm/rsa/rsa-beeond-job42-c1",
         "-c", "/run/rsa/mnt/job42-c1", "-i", "/run/rsa-beeond/job42-c1.status",
@@ -149,17 +159,22 @@ def test_stop_argv_deletes_data_and_logs_and_cleans_half_starts() -> None:
         "-d", "-c", "-q", "-P", "-b", "/usr/bin/pdsh"]
 
 
-def test_port_shift_is_deterministic_distinct_and_in_range() -> None:
-    shifts = {port_shift(f"job{i}-c1") for i in range(200)}
-    assert port_shift("job42-c1") == port_shift("job42-c1")
-    assert len(shifts) > 180  # 2376 slots: ~8 birthday collisions expected among 200
-    assert all(1000 <= s <= 24750 and s % 10 == 0 for s in shifts)
-    # a site's range: every port of every instance inside the range it opened
+def test_a_shift_is_drawn_among_those_whose_ports_are_free() -> None:
     opts = BeeondOptions(port_shift_min=20005, port_shift_max=20100)
-    site = {port_shift(f"job{i}-c1", opts) for i in range(500)}
-    assert site == set(range(20005, 20096, 10))
+    drawn = {pick_shift(set(), opts) for _ in range(400)}
+    assert drawn == set(range(20005, 20096, 10))  # every slot, none past the maximum
     assert beegfs.port_range(20005, 20100) == (28008, 28105)
-    assert port_shift("j-c1", BeeondOptions(port_shift_min=0, port_shift_max=0)) == 0
+    assert list(shift_ports(1230)) == list(range(9233, 9241))
+    # a port of 20005's range (28008..28015) and of 20095's (28098..28105) are taken
+    busy = {28015, 28098, 22}
+    assert {pick_shift(busy, opts) for _ in range(400)} == set(range(20015, 20086, 10))
+    one = BeeondOptions(port_shift_min=0, port_shift_max=9)
+    assert pick_shift(set(), one) == 0
+    with pytest.raises(FsError, match=r"no free BeeGFS port shift in 0\.\.9: every one has "
+                                      "a port in use on the job's RSA nodes"):
+        pick_shift({8010}, one)
+    shipped = {pick_shift(set()) for _ in range(200)}
+    assert all(1000 <= s <= 24750 and s % 10 == 0 for s in shipped) and len(shipped) > 150
 
 
 def test_client_mount_argv() -> None:
@@ -245,14 +260,18 @@ def test_create_writes_the_nodefile_then_starts_on_the_first_node() -> None:
     first = ScriptedHost("rsa01", missing=["/run/rsa-beeond/job42-c1.status"])
     spec = _backend(first).create(REQ)
     starts = [c for c in first.calls if c[:1] == ["timeout"]]
-    assert starts == [start_argv(REQ, timeout=60)]
+    shift = int(spec.client["port_shift"])
+    assert starts == [start_argv(REQ, timeout=60, shift=shift)]
+    # recorded on the first node, for a create re-issued after an rsad restart
+    assert f"{shift}\n" in first.inputs
+    assert ["dd", "of=/run/rsa-beeond/job42-c1.shift", "status=none"] in first.calls
     assert "rsa01\nrsa02\nrsa03\n" in first.inputs
     assert spec.rsa_mountpoint == "/run/rsa/mnt/job42-c1"
     # the compute node gets the secret (read from the first node) to put in a root-only
     # file (node.mounts.secret_to_file); the RAMDISK's record never holds it
     assert _backend(first).client_mount_argv(spec, "/c") == [
         "mount", "-t", "beegfs", "beegfs_ondemand", "/c", "-o",
-        f"sysMgmtdHost=rsa01,connPortShift={port_shift(REQ.fs_id)},rsaConnAuth={SECRET}"]
+        f"sysMgmtdHost=rsa01,connPortShift={shift},rsaConnAuth={SECRET}"]
     assert first.calls[-1] == ["cat", "--", "/run/rsa-beeond/job42-c1.conf/conn.auth"]
     assert SECRET not in str(spec.to_json())
 
@@ -277,7 +296,8 @@ def test_create_gives_every_node_the_same_fresh_secret_and_the_root_to_the_user(
     assert secret not in str(spec.to_json())  # the spec is recorded and shown to users
     owner = first.calls.index(["sh", "-c", 'chown "$1" "$0" && chmod 0700 "$0"',
                                "/run/rsa/mnt/job42-c1", "1001:1002"])
-    assert owner > first.calls.index(start_argv(REQ, timeout=60))
+    assert owner > first.calls.index(start_argv(REQ, timeout=60,
+                                                shift=int(spec.client["port_shift"])))
     again = ScriptedHost("rsa01", missing=["/run/rsa-beeond/job42-c1.status"])
     _backend(again).create(REQ)
     assert secret not in again.inputs  # a new secret per instance
@@ -343,17 +363,18 @@ def test_the_configured_options_reach_every_command_line() -> None:
     b = _backend(first, opts=opts, addresses={"rsa01": "rsa01-ib", "rsa02": "rsa02-ib"})
     spec = b.create(REQ)
     o = b.options
-    assert [c for c in first.calls if c[:1] == ["timeout"]] == [
-        start_argv(REQ, timeout=60, opts=o)]
-    assert "-r" in start_argv(REQ, timeout=60, opts=o)
+    shift = int(spec.client["port_shift"])
+    start = start_argv(REQ, timeout=60, shift=shift, opts=o)
+    assert [c for c in first.calls if c[:1] == ["timeout"]] == [start]
+    assert "-r" in start
     # the runner's own timeout outlasts timeout -k's SIGKILL
-    assert first.timeouts[first.calls.index(start_argv(REQ, timeout=60, opts=o))] == 70
+    assert first.timeouts[first.calls.index(start)] == 70
     assert auth_setup_argv(REQ, o) in first.calls
-    assert spec.client == {"mgmtd_host": "rsa01-ib", "port_shift": port_shift(REQ.fs_id, o),
+    assert spec.client == {"mgmtd_host": "rsa01-ib", "port_shift": shift,
                            "conn_auth_file": "/run/rsa-beeond/job42-c1.auth",
                            "options": ["connMgmtdPortTCP=9008"]}
     assert b.client_mount_argv(spec, "/c")[-1] == (
-        f"sysMgmtdHost=rsa01-ib,connPortShift={port_shift(REQ.fs_id, o)},"
+        f"sysMgmtdHost=rsa01-ib,connPortShift={shift},"
         f"connMgmtdPortTCP=9008,rsaConnAuth={SECRET}")
     b.destroy(REQ)
     assert stop_argv(REQ, timeout=30, opts=o) in first.calls
@@ -445,7 +466,7 @@ def test_what_a_node_needs_follows_the_options() -> None:
     assert v8 == ["command beeond", "root's login shell /bin/bash",
                   "/opt/beegfs/sbin/beegfs-mgmtd", "/opt/beegfs/sbin/beegfs-meta",
                   "/opt/beegfs/sbin/beegfs-storage", "kernel module beegfs",
-                  "mount helper mount.beegfs", "command beegfs",
+                  "mount helper mount.beegfs", "command beegfs", "command ss",
                   "BeeGFS ports 9003-32760 outside the ephemeral port range",
                   "command findmnt"]
     assert BeeondBackend({}).needs() == BeeondBackend.node_needs == needs_for(BeeondOptions())
@@ -525,3 +546,34 @@ def test_the_port_range_must_stay_clear_of_ephemeral_ports(
         "net.ipv4.ip_local_reserved_ports=9003-32760",))
     wide = ports_need(BeeondOptions(port_shift_max=50990), str(tmp_path))
     assert wide.what == "BeeGFS ports 9003-59000 outside the ephemeral port range"
+
+
+def test_the_shift_avoids_every_port_listening_on_any_of_the_jobs_nodes() -> None:
+    opts = BeeondOptions(port_shift_min=1000, port_shift_max=1020)  # 3 shifts
+    ss_tcp = "LISTEN 0 128 0.0.0.0:9003 0.0.0.0:*\n"  # 1000's range, on rsa02
+    ss_udp = "UNCONN 0 0 [::]:9020 [::]:*\n"  # 1010's range (9013..9020), on rsa03
+    hosts = {"rsa01": ScriptedHost("rsa01", missing=["/run/rsa-beeond/job42-c1.status"]),
+             "rsa02": ScriptedHost("rsa02", listening=ss_tcp),
+             "rsa03": ScriptedHost("rsa03", listening=ss_udp)}
+    b = BeeondBackend(hosts, options=opts)
+    spec = b.create(REQ)
+    assert spec.client["port_shift"] == 1020
+    assert all(["sh", "-c", "ss -Hltn && ss -Hlun"] in h.calls for h in hosts.values())
+    hosts["rsa01"].listening = "LISTEN 0 5 127.0.0.1:9030 0.0.0.0:*\n"  # 1020's last
+    with pytest.raises(FsError, match=r"no free BeeGFS port shift in 1000\.\.1020"):
+        BeeondBackend(hosts, options=opts, retries=0).create(REQ)
+
+
+def test_a_reissued_create_reuses_the_running_instance_with_its_recorded_shift() -> None:
+    first = ScriptedHost("rsa01", shift="1240\n")
+    b = _backend(first)
+    spec = b.create(REQ)
+    assert spec.client["port_shift"] == 1240
+    assert not any(c[:1] == ["timeout"] for c in first.calls)  # neither start nor stop
+    # no recorded shift: the instance cannot be described, so it is rebuilt
+    again = ScriptedHost("rsa01")
+    rebuilt = _backend(again).create(REQ)
+    verbs = [c[5] for c in again.calls if c[:1] == ["timeout"]]
+    assert verbs == ["stop", "start"] and 1000 <= rebuilt.client["port_shift"] <= 24750
+    assert ["rm", "-f", "/run/rsa-beeond/job42-c1.nodes", "/run/rsa-beeond/job42-c1.status",
+            "/run/rsa-beeond/job42-c1.shift"] in again.calls
