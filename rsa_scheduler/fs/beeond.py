@@ -16,8 +16,7 @@ ThinkParQ/beegfs (``beeond/source/beeond``, releases 7.4 and 8.x; the difference
   all BeeGFS ports so several instances coexist: a multiple of 10 in the site's range,
   drawn at random among those whose ports no socket on the job's nodes holds (``ss``),
   recorded on the first node (``<fs_id>.shift``) and in the mount spec; ``-i`` gives each
-  instance its own
-  status file (start refuses if it exists). ``-s``/``-m``: storage/metadata servers on
+  instance its own status file (start refuses if it exists). ``-s``/``-m``: servers on
   the first N nodes (0: all); ``-r``: a tmpfs of beeond's own over DATA; ``-l``: clients
   prefer local servers. ``-C`` (BeeGFS 8) must follow ``-f``: it reads ``CONF/conn.auth``.
 - ``beeond stop -n NODEFILE -i STATUS [-L] -d -c -q [-P [-b PDSH]]``: unmount, stop the
