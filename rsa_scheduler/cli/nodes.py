@@ -83,7 +83,7 @@ def check(names: str | None, config_file: str | None, as_json: bool) -> None:
     from rsa_scheduler.config import load_config
     from rsa_scheduler.errors import RsaError
     from rsa_scheduler.fs.nodecheck import check_node
-    from rsa_scheduler.fs.registry import backend_class
+    from rsa_scheduler.fs.registry import make_backend
     from rsa_scheduler.remote import HostPool
 
     try:
@@ -96,12 +96,15 @@ def check(names: str | None, config_file: str | None, as_json: bool) -> None:
     if unknown:
         raise click.ClickException(f"not RSA nodes of {cfg.source}: {','.join(unknown)}")
     hosts = HostPool.from_config(cfg)
-    by_tier = {str(k): v for k, v in cfg.filesystem.backend.items()}
+    try:  # configured as rsad configures them: the needs follow the backends' options
+        needs = {str(t): make_backend(cfg, str(t), hosts).needs()
+                 for t in {n.tier for n in members.values()}}
+    except RsaError as e:
+        raise click.ClickException(str(e)) from e
 
     def one(name: str) -> NodeReport:
         node = members[name]
-        needs = backend_class(by_tier[str(node.tier)]).node_needs
-        return check_node(name, hosts[name], needs, str(node.pool_dir))
+        return check_node(name, hosts[name], needs[str(node.tier)], str(node.pool_dir))
 
     with ThreadPoolExecutor(max_workers=16) as pool:
         reports = list(pool.map(one, wanted))

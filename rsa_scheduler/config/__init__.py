@@ -16,6 +16,8 @@ from rsa_scheduler.config.loader import (
 )
 from rsa_scheduler.config.schema import (
     ApiConfig,
+    BeeondConfig,
+    BeeondStorage,
     Config,
     DaemonConfig,
     FilesystemConfig,
@@ -44,6 +46,8 @@ __all__ = [
     "DEFAULT_CONFIG_PATH",
     "ENV_VAR",
     "ApiConfig",
+    "BeeondConfig",
+    "BeeondStorage",
     "Config",
     "ConfigErrors",
     "ConfigIssue",

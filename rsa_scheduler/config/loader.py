@@ -34,6 +34,9 @@ from rsa_scheduler.config.schema import (
     MAX_POOL_NODES,
     AbsPath,
     Address,
+    BeeondConfig,
+    BeeondStorage,
+    Bool,
     Choice,
     Config,
     Duration,
@@ -60,6 +63,7 @@ from rsa_scheduler.config.schema import (
 from rsa_scheduler.core.policy import AllocationPolicy, Tier
 from rsa_scheduler.core.units import format_size, parse_duration, parse_size
 from rsa_scheduler.errors import ConfigError
+from rsa_scheduler.fs.beegfs import check_client_option, check_shift_range
 from rsa_scheduler.fs.mfsproxy import check_address as check_proxy_address
 
 DEFAULT_CONFIG_PATH: Final = Path("/etc/rsa/rsa.yaml")
@@ -386,7 +390,8 @@ class _Validator:
 
     def convert(self, kind: Kind, value: Any, path: KeyPath) -> Any:
         if isinstance(kind, Optional):
-            if value is None or (value == "" and isinstance(kind.inner, Listen | Address)):
+            if value is None or (value == "" and isinstance(kind.inner,
+                                                            Listen | Address | AbsPath)):
                 return None
             return self.convert(kind.inner, value, path)
         if isinstance(kind, Section):
@@ -400,6 +405,10 @@ class _Validator:
             return self._map(kind, value, path)
         if isinstance(kind, Choice):
             return self._choice(kind, value, path)
+        if isinstance(kind, Bool):
+            if not isinstance(value, bool):
+                return self._expected(path, "true or false", value)
+            return value
         if isinstance(kind, Int):
             return self._int(kind, value, path)
         if isinstance(kind, Duration):
@@ -712,6 +721,8 @@ class _Checks:
                     check_proxy_address(proxy)
                 except ValueError as e:
                     v.error(("filesystem", "moosefs_proxy"), f"{e}; or off")
+        if self.ok("filesystem"):
+            self.beeond(self.s["filesystem"].beeond)
         if self.ok("hooks"):
             hooks: HooksConfig = self.s["hooks"]
             if hooks.api_timeout > hooks.timeout:
@@ -722,6 +733,28 @@ class _Checks:
             api_listen = self.s["daemon"].api.listen
             if api_listen is not None and api_listen == self.s["metrics"].listen:
                 v.error(("metrics", "listen"), f"same address as daemon.api.listen ({api_listen})")
+
+
+    def beeond(self, b: BeeondConfig) -> None:
+        v, path = self.v, ("filesystem", "beeond")
+        try:
+            check_shift_range(b.port_shift_min, b.port_shift_max)
+        except ValueError as e:
+            v.error((*path, "port_shift_max"), str(e))
+        for i, option in enumerate(b.client_options):
+            try:
+                check_client_option(option, b.beegfs_major)
+            except ValueError as e:
+                v.error((*path, "client_options", i), str(e))
+        if b.pdsh_path is not None and not b.use_pdsh:
+            v.error((*path, "pdsh_path"), "set, but use_pdsh is false; set use_pdsh: true "
+                                          "or remove pdsh_path")
+        if b.storage == BeeondStorage.TMPFS and self.ok("pool"):
+            backends = self.s["filesystem"].backend
+            ssd_nodes = Tier.SSD in self.s["pool"].by_tier()
+            if ssd_nodes and backends.get(Tier.SSD) == "beeond":
+                v.error((*path, "storage"), "tmpfs would keep the ssd tier's RAMDISKs in "
+                        "RAM; use pool_dir (or another backend for ssd)")
 
 
 def _check_pool(v: _Validator, pool: PoolConfig, require_pool: bool) -> None:

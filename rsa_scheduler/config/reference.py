@@ -95,6 +95,8 @@ def _empty(kind: Kind) -> Any:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
     if value == "" or value is None:
         return "empty"
     if isinstance(value, list):

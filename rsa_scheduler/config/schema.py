@@ -83,6 +83,11 @@ class MountScope(enum.StrEnum):
     JOB = "job"  # ... in a mount namespace of the job's own (needs the SPANK plugin)
 
 
+class BeeondStorage(enum.StrEnum):
+    POOL_DIR = "pool_dir"  # BeeGFS data in the node's pool directory (its tmpfs or disk)
+    TMPFS = "tmpfs"  # beeond -r: beeond mounts a tmpfs of its own over the data path
+
+
 class HostKeyPolicy(enum.StrEnum):
     REJECT = "reject"
     WARN = "warn"
@@ -106,6 +111,13 @@ class Str(Kind):
     @property
     def label(self) -> str:
         return "string"
+
+
+@dataclass(frozen=True, slots=True)
+class Bool(Kind):
+    @property
+    def label(self) -> str:
+        return "`true` \\| `false`"
 
 
 @dataclass(frozen=True, slots=True)
@@ -476,6 +488,83 @@ class PoolConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BeeondConfig:
+    beegfs_major: int = field(
+        metadata=meta(Int(min=7, max=8), "Major release of BeeGFS on the RSA and compute "
+                      "nodes (7 or 8): the config files, the connection authentication "
+                      "(8: `beeond start -C`) and the client's mount options differ.")
+    )
+    storage_servers: int = field(
+        metadata=meta(Int(min=0, max=MAX_NODES), "Storage servers per RAMDISK (`beeond "
+                      "-s`): the job's first N RSA nodes. 0: every node of the job; more "
+                      "than the job has: every node.")
+    )
+    metadata_servers: int = field(
+        metadata=meta(Int(min=0, max=MAX_NODES), "Metadata servers per RAMDISK (`beeond "
+                      "-m`): the job's first N RSA nodes. 0: every node (many small files).")
+    )
+    storage: BeeondStorage = field(
+        metadata=meta(Choice.of(BeeondStorage), "Where BeeGFS keeps data and metadata: "
+                      "`pool_dir` — below the node's pool directory (a tmpfs for ram, the "
+                      "SSD for ssd); `tmpfs` — beeond mounts a tmpfs of its own over the data "
+                      "path (`beeond -r`; ram tier only).")
+    )
+    prefer_local: bool = field(
+        metadata=meta(Bool(), "Each RSA node's client prefers its own storage and metadata "
+                      "server (`beeond -l`; stripes over one target).")
+    )
+    use_pdsh: bool = field(
+        metadata=meta(Bool(), "Start and stop the services with pdsh, in parallel (`beeond "
+                      "-P`), instead of one ssh per node. Needs pdsh on the RSA nodes.")
+    )
+    pdsh_path: Path | None = field(
+        metadata=meta(Optional(AbsPath()), "pdsh binary (`beeond -b`), with `use_pdsh`. "
+                      "Empty: beeond finds it on PATH.")
+    )
+    config_dir: Path | None = field(
+        metadata=meta(Optional(AbsPath()), "Directory of BeeGFS config files on every RSA "
+                      "node (`beegfs-meta.conf`, `beegfs-storage.conf`, `beegfs-client.conf`, "
+                      "`beegfs-mgmtd.toml` (8) or `.conf` (7), `beegfs-helperd.conf` (7)); "
+                      "copied into each RAMDISK's own config directory (`beeond -f`). Empty: "
+                      "BeeOND's defaults.")
+    )
+    log_dir: Path = field(
+        metadata=meta(AbsPath(), "BeeGFS logs on the RSA nodes: `<log_dir>/<RAMDISK>` "
+                      "(`beeond -L`).")
+    )
+    keep_logs: bool = field(
+        metadata=meta(Bool(), "Keep a RAMDISK's logs after it is destroyed (else `beeond "
+                      "stop -L` deletes them).")
+    )
+    port_shift_min: int = field(
+        metadata=meta(Int(min=0, max=65535 - 8010), "Lowest port shift (`beeond -p`) of a "
+                      "RAMDISK. Each RAMDISK gets its own shift, a multiple of 10 above this "
+                      "drawn at random among those whose ports are free on its nodes, so "
+                      "several share a node: open TCP and UDP 8003+min … 8010+max between "
+                      "RSA and compute nodes.")
+    )
+    port_shift_max: int = field(
+        metadata=meta(Int(min=0, max=65535 - 8010), "Highest port shift of a RAMDISK.")
+    )
+    kill_after: float = field(
+        metadata=meta(Duration(max=HOUR), "`beeond start`/`stop` run under `timeout -k "
+                      "kill_after` (filesystem.create_timeout / destroy_timeout): how long "
+                      "a hung beeond gets after SIGTERM before SIGKILL.")
+    )
+    stop_backoff: float = field(
+        metadata=meta(Duration(positive=False, max=HOUR), "Wait before retrying a failed "
+                      "`beeond stop`, times the attempt number (filesystem.retries).")
+    )
+    client_options: tuple[str, ...] = field(
+        metadata=meta(ListOf(Str()), "Extra BeeGFS client mount options, `key=value` (e.g. "
+                      "`connInterfacesList=/etc/beegfs/ib.conf`), on the RSA nodes (in the "
+                      "RAMDISK's `beegfs-client.conf`) and the compute nodes (`mount -o`). "
+                      "Only options the client module accepts; rsad sets sysMgmtdHost, "
+                      "connPortShift and the connection authentication itself.")
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FilesystemConfig:
     backend: Mapping[Tier, str] = field(
         metadata=meta(
@@ -508,6 +597,9 @@ class FilesystemConfig:
             "leaves the proxy on 127.0.0.1, where any local user of a node that mounts "
             "a RAMDISK can read and change it as root.",
         )
+    )
+    beeond: BeeondConfig = field(
+        metadata=meta(Section(BeeondConfig), "The `beeond` backend (BeeGFS On Demand).")
     )
 
 
@@ -782,7 +874,7 @@ def render(kind: Kind, value: Any) -> Any:
     """A typed value back to the plain YAML form of ``kind``."""
     if isinstance(kind, Optional):
         if value is None:
-            return "" if isinstance(kind.inner, Listen | Address) else None
+            return "" if isinstance(kind.inner, Listen | Address | AbsPath) else None
         return render(kind.inner, value)
     if isinstance(kind, Section):
         return {name: render(s.kind, getattr(value, name)) for name, s in settings_of(kind.cls)}

@@ -202,19 +202,10 @@ class DataPath:
 
     def backend(self, tier: str) -> FilesystemBackend:
         if tier not in self._backends:
-            from rsa_scheduler.fs.registry import backend_class, make_backend
+            from rsa_scheduler.fs.registry import make_backend
 
-            name = {str(k): v for k, v in self.cfg.filesystem.backend.items()}.get(tier, "")
-            options: dict[str, Any] = {}
-            if name == "moosefs":
-                options["addresses"] = {n.name: n.data_address or n.address
-                                        for n in self.cfg.pool.members()}
-                options["client_networks"] = tuple(self.cfg.filesystem.client_networks)
-                proxy = self.cfg.filesystem.moosefs_proxy
-                options["proxy_address"] = None if proxy == "off" else proxy
-            elif name:
-                backend_class(name)  # fail early with the registry's message
-            self._backends[tier] = make_backend(self.cfg, tier, self.hosts, **options)
+            # the backend's own settings come from the config (its config_options)
+            self._backends[tier] = make_backend(self.cfg, tier, self.hosts)
         return self._backends[tier]
 
     def request(self, ctx: ActionContext) -> FsRequest:

@@ -11,11 +11,14 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.hosts import CancelToken, Host, HostError
 from rsa_scheduler.runner import CommandError
+
+if TYPE_CHECKING:
+    from rsa_scheduler.config.schema import Config
 
 
 class FsError(RsaError):
@@ -103,6 +106,17 @@ class FilesystemBackend(abc.ABC):
         self.create_timeout = create_timeout
         self.destroy_timeout = destroy_timeout
         self.retries = retries
+
+    @classmethod
+    def config_options(cls, cfg: Config) -> dict[str, Any]:
+        """The keyword arguments of this backend's constructor that the configuration
+        sets (beyond the timeouts and retries every backend takes)."""
+        return {}
+
+    def needs(self) -> tuple[Need, ...]:
+        """What every RSA node needs for this backend as configured (``rsa nodes
+        check``); by default the class's :attr:`node_needs`."""
+        return self.node_needs
 
     @abc.abstractmethod
     def create(self, req: FsRequest, cancel: CancelToken | None = None) -> MountSpec:

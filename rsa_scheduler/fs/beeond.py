@@ -1,44 +1,64 @@
 """The ``beeond`` backend: BeeGFS On Demand, the production RAMDISK filesystem.
 
-Owns :class:`BeeondBackend` and the pure builders of everything it runs: the nodefile
-(:func:`nodefile`), ``beeond start``/``stop`` argv (:func:`start_argv`, :func:`stop_argv`),
-the per-filesystem port shift (:func:`port_shift`) and a compute node's mount argv. Written
-against the ``beeond`` script of ThinkParQ/beegfs (``beeond/source/beeond``):
+Owns :class:`BeeondOptions` (what a site sets, ``filesystem.beeond`` of the
+configuration), :class:`BeeondBackend` and the pure builders of everything it runs: the
+nodefile (:func:`nodefile`), ``beeond start``/``stop`` argv (:func:`start_argv`,
+:func:`stop_argv`), the per-filesystem port shift (:func:`pick_shift`), the instance's
+config directory (:func:`auth_setup_argv`), the client mount (:func:`client_argv`) and
+what a node needs (:func:`needs_for`). Written against the ``beeond`` script of
+ThinkParQ/beegfs (``beeond/source/beeond``, releases 7.4 and 8.x; the differences are in
+:mod:`rsa_scheduler.fs.beegfs`):
 
-- ``beeond start -n NODEFILE -d DATA -c MOUNT -i STATUS -p SHIFT -L LOGDIR -q [-P] [-f CFG]``
-  runs on the first node (the management host), reaches the others over SSH (root key
-  auth between RSA nodes, or pdsh with ``-P``) and mounts the client on *every* node of the
-  nodefile at MOUNT. ``-p`` shifts all BeeGFS ports so several instances coexist; ``-i``
-  gives each instance its own status file (start refuses if it exists).
-- ``beeond stop -n NODEFILE -i STATUS -L -d -c -q [-P]``: unmount, stop the services,
-  delete logs (``-L``) and data (``-d``); ``-c`` tolerates a half-started instance.
-- Clients mount with ``mount -t beegfs beegfs_ondemand MNT
-  -osysMgmtdHost=FIRST,connPortShift=SHIFT`` after ``modprobe beegfs`` (kernel module).
+- ``beeond start -n NODEFILE -d DATA -c MOUNT -i STATUS -p SHIFT -L LOGDIR -F -q -s N
+  -m N [-r] [-l] [-P [-b PDSH]] -f CONF [-C]`` runs on the first node (the management
+  host), reaches the others over SSH (root key auth between RSA nodes, or pdsh with
+  ``-P``) and mounts the client on *every* node of the nodefile at MOUNT. ``-p`` shifts
+  all BeeGFS ports so several instances coexist: a multiple of 10 in the site's range,
+  drawn at random among those whose ports no socket on the job's nodes holds (``ss``),
+  recorded on the first node (``<fs_id>.shift``) and in the mount spec; ``-i`` gives each
+  instance its own status file (start refuses if it exists). ``-s``/``-m``: servers on
+  the first N nodes (0: all); ``-r``: a tmpfs of beeond's own over DATA; ``-l``: clients
+  prefer local servers. ``-C`` (BeeGFS 8) must follow ``-f``: it reads ``CONF/conn.auth``.
+- ``beeond stop -n NODEFILE -i STATUS [-L] -d -c -q [-P [-b PDSH]]``: unmount, stop the
+  services, delete logs (``-L``) and data (``-d``); ``-c`` tolerates a half-started
+  instance.
+- Compute nodes mount with ``mount -t beegfs beegfs_ondemand MNT -o sysMgmtdHost=FIRST,
+  connPortShift=SHIFT,<client options>,cfgFile=...`` (the kernel module refuses unknown
+  options; BeeGFS 7 has no ``connAuthFile`` mount option, so the secret reaches the
+  client through a config file on both releases).
 
 Access control: every instance has its own random connection-authentication secret
-(BeeGFS ``connAuthFile``): :func:`auth_setup_argv` writes it, root-only, to
-``/run/rsa-beeond/<fs_id>.auth`` on every node, with a per-instance config directory
-(``<fs_id>.conf/``: the site's ``config_dir`` files, if any, plus ``connAuthFile = ...``
-in each service's and the client's file) that ``beeond start -f`` reads; the client mount
-names the same file (``connAuthFile=``). A BeeGFS service or client without the secret
-is refused. The RAMDISK's root directory is handed to the job's user (mode 0700).
+(BeeGFS ``connAuthFile``): :func:`auth_setup_argv` writes it, root-only, on every RSA node
+(BeeGFS 8: ``<conf>/conn.auth``, which ``beeond start -C`` hands to every service and
+client; BeeGFS 7: ``/run/rsa-beeond/<fs_id>.auth``, named by a ``connAuthFile`` line in
+each service's and the client's config file), in a per-instance config directory
+(``<fs_id>.conf/``: the site's ``config_dir`` files, if any, then rsad's lines) that
+``beeond start -f`` reads. A compute node gets the secret with its mount instruction
+(:meth:`BeeondBackend.client_mount_argv`, option ``rsaConnAuth=``) and writes it to a
+root-only file before it mounts (``node.mounts.secret_to_file``). A BeeGFS service or
+client without the secret is refused. The RAMDISK's root directory is handed to the
+job's user (mode 0700).
 
 Sites wrap ``start`` in ``timeout`` ("sometimes BeeOND just hangs") and retry ``stop``;
 so does this backend. It runs only where BeeGFS is installed: :meth:`BeeondBackend.create`
 checks for the ``beeond`` command first and fails with one line if it is missing.
 
-Must not import the daemon or the store.
+Must not import the daemon, the store or the configuration (only its types, for
+:meth:`BeeondBackend.config_options`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
+import re
 import secrets
+import shlex
 import time
 from collections.abc import Mapping, Sequence
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from rsa_scheduler.fs import beegfs
 from rsa_scheduler.fs.base import (
     FilesystemBackend,
     FsError,
@@ -48,42 +68,107 @@ from rsa_scheduler.fs.base import (
     Need,
     command_need,
 )
-from rsa_scheduler.fs.common import on_nodes, sh_chain, validate_fs_id
+from rsa_scheduler.fs.common import listening_ports, on_nodes, sh_chain, validate_fs_id
 from rsa_scheduler.hosts import Cancelled, CancelToken, Host, HostError
 from rsa_scheduler.runner import CommandError
+
+if TYPE_CHECKING:
+    from rsa_scheduler.config.schema import Config
 
 log = logging.getLogger(__name__)
 
 BEEOND = "beeond"
-SHIFT_BASE = 1000  # beeond's own default shift
-SHIFT_STEP = 10  # BeeGFS services use 8003..8008 (+ shift)
-SHIFT_SLOTS = 5000  # highest port 8008 + 1000 + 49990 < 65536
-STOP_BACKOFF = 2.0
 RUN_DIR = "/run/rsa-beeond"
 SECRET_BYTES = 32
-#: the config files beeond -f reads, one per service and the client
-CONFIG_FILES = ("beegfs-mgmtd.conf", "beegfs-meta.conf", "beegfs-storage.conf",
-                "beegfs-helperd.conf", "beegfs-client.conf")
+SECRET_OPTION = beegfs.SECRET_OPTION  # carries the secret to a compute node
+_SECRET_RE = re.compile(r"[0-9a-f]{64}")
 # On one node, as root: a fresh root-only config directory $2 (the site's files from $3,
-# if given, copied in first), the secret from stdin into $1 (0600), and connAuthFile
-# appended to every config file named after $3 (a later line overrides an earlier one).
-AUTH_SETUP = r"""auth=$1; conf=$2; site=$3; shift 3
+# if given, copied in first), the secret from stdin into $1 (0600); if $4 is 1,
+# connAuthFile appended to every config file (BeeGFS 7; a later line overrides an earlier
+# one); the client's extra options $5 (lines) appended to beegfs-client.conf.
+AUTH_SETUP = r"""auth=$1; conf=$2; site=$3; name_auth=$4; client=$5; shift 5
 umask 077
-mkdir -p -m 0700 "${auth%/*}" && rm -rf -- "$conf" && mkdir -m 0700 -- "$conf" || exit 1
+mkdir -p -m 0700 "${conf%/*}" && rm -rf -- "$conf" && mkdir -m 0700 -- "$conf" || exit 1
+mkdir -p -m 0700 "${auth%/*}" || exit 1
 if [ -n "$site" ]; then
   for f in "$@"; do if [ -f "$site/$f" ]; then cp -- "$site/$f" "$conf/$f" || exit 1; fi; done
 fi
 cat > "$auth" && chmod 0600 "$auth" || exit 1
-for f in "$@"; do printf '
-connAuthFile = %s
-' "$auth" >> "$conf/$f" || exit 1; done
+if [ "$name_auth" = 1 ]; then
+  for f in "$@"; do printf '\nconnAuthFile = %s\n' "$auth" >> "$conf/$f" || exit 1; done
+fi
+if [ -n "$client" ]; then
+  printf '\n%s\n' "$client" >> "$conf/beegfs-client.conf" || exit 1
+fi
 """
 
 
-def port_shift(fs_id: str) -> int:
-    """A deterministic ``-p`` port shift for ``fs_id`` (several instances per node)."""
-    h = int.from_bytes(hashlib.sha256(fs_id.encode()).digest()[:4], "big")
-    return SHIFT_BASE + SHIFT_STEP * (h % SHIFT_SLOTS)
+@dataclass(frozen=True, slots=True)
+class BeeondOptions:
+    """What a site sets for BeeOND (``filesystem.beeond``; the defaults are the shipped
+    ones). The loader validated them; :meth:`check` repeats what a wrong value would
+    break here, for callers that build options by hand."""
+
+    beegfs_major: int = 8
+    storage_servers: int = 0  # beeond -s; 0: every node
+    metadata_servers: int = 1  # beeond -m; 0: every node
+    tmpfs: bool = False  # beeond -r
+    prefer_local: bool = False  # beeond -l
+    use_pdsh: bool = False  # beeond -P
+    pdsh_path: str | None = None  # beeond -b
+    config_dir: str | None = None  # the site's files, copied into beeond -f's directory
+    log_dir: str = "/var/log/rsa-beeond"
+    keep_logs: bool = False  # else beeond stop -L
+    port_shift_min: int = 1000
+    port_shift_max: int = 24750
+    kill_after: float = 10.0  # timeout -k
+    stop_backoff: float = 2.0  # seconds, times the attempt number
+    client_options: tuple[str, ...] = ()
+
+    def check(self) -> None:
+        """Raise FsError (one line) for a value beeond or the client would refuse."""
+        if self.beegfs_major not in beegfs.MAJORS:
+            raise FsError(f"BeeGFS {self.beegfs_major} is not supported (7 or 8)")
+        try:
+            beegfs.check_shift_range(self.port_shift_min, self.port_shift_max)
+            for option in self.client_options:
+                beegfs.check_client_option(option, self.beegfs_major)
+        except ValueError as e:
+            raise FsError(f"beeond: {e}") from e
+        if self.storage_servers < 0 or self.metadata_servers < 0:
+            raise FsError("beeond: server counts must be >= 0")
+        if self.pdsh_path and not self.use_pdsh:
+            raise FsError("beeond: pdsh_path is set but use_pdsh is false")
+
+
+DEFAULT = BeeondOptions()
+
+
+#: every TCP and UDP socket bound on a node (BeeGFS services take both kinds of port)
+PORTS_ARGV = ["sh", "-c", "ss -Hltn && ss -Hlun"]
+
+
+def shifts(opts: BeeondOptions = DEFAULT) -> list[int]:
+    """Every ``-p`` port shift of the site's range: SHIFT_STEP apart from its minimum."""
+    slots = beegfs.shift_slots(opts.port_shift_min, opts.port_shift_max)
+    return [opts.port_shift_min + beegfs.SHIFT_STEP * i for i in range(slots)]
+
+
+def shift_ports(shift: int) -> range:
+    """The ports an instance with this shift may use (BeeGFS's 8003..8010 + shift)."""
+    return range(beegfs.BASE_PORT_LOW + shift, beegfs.BASE_PORT_HIGH + shift + 1)
+
+
+def pick_shift(busy: set[int], opts: BeeondOptions = DEFAULT) -> int:
+    """A ``-p`` shift drawn at random among the site's shifts none of whose ports is in
+    ``busy`` (what listens on the job's nodes: other RAMDISKs, other services), so
+    several instances share a node and nothing public predicts an instance's ports."""
+    free = [s for s in shifts(opts) if not busy.intersection(shift_ports(s))]
+    if not free:
+        raise FsError(f"no free BeeGFS port shift in {opts.port_shift_min}.."
+                      f"{opts.port_shift_max}: every one has a port in use on the job's "
+                      "RSA nodes; widen filesystem.beeond.port_shift_min/max")
+    return free[secrets.randbelow(len(free))]
 
 
 def nodefile(nodes: Sequence[str]) -> str:
@@ -95,7 +180,7 @@ def nodefile(nodes: Sequence[str]) -> str:
     return "".join(f"{n}\n" for n in nodes)
 
 
-def paths(req: FsRequest) -> dict[str, str]:
+def paths(req: FsRequest, opts: BeeondOptions = DEFAULT) -> dict[str, str]:
     """Every path of one instance (the data path is the same on all nodes)."""
     validate_fs_id(req.fs_id)
     pools = {str(req.pool_dirs[n]).rstrip("/") for n in req.nodes}
@@ -103,14 +188,18 @@ def paths(req: FsRequest) -> dict[str, str]:
         raise FsError(f"{req.fs_id}: beeond uses one data path on every node; the pool "
                       f"dirs differ ({', '.join(sorted(pools))})")
     pool = pools.pop()
+    conf = f"{RUN_DIR}/{req.fs_id}.conf"
+    auth = (f"{conf}/{beegfs.CONN_AUTH_NAME}" if opts.beegfs_major >= 8
+            else f"{RUN_DIR}/{req.fs_id}.auth")
     return {
         "data": f"{pool}/rsa-beeond-{req.fs_id}",
         "mount": f"{str(req.mount_root).rstrip('/')}/{req.fs_id}",
-        "nodefile": f"/run/rsa-beeond/{req.fs_id}.nodes",
-        "status": f"/run/rsa-beeond/{req.fs_id}.status",
-        "auth": f"{RUN_DIR}/{req.fs_id}.auth",
-        "conf": f"{RUN_DIR}/{req.fs_id}.conf",
-        "logs": f"/var/log/rsa-beeond/{req.fs_id}",
+        "nodefile": f"{RUN_DIR}/{req.fs_id}.nodes",
+        "status": f"{RUN_DIR}/{req.fs_id}.status",
+        "shift": f"{RUN_DIR}/{req.fs_id}.shift",
+        "auth": auth,
+        "conf": conf,
+        "logs": f"{opts.log_dir.rstrip('/')}/{req.fs_id}",
     }
 
 
@@ -119,44 +208,68 @@ def new_secret() -> str:
     return secrets.token_hex(SECRET_BYTES)
 
 
-def auth_setup_argv(req: FsRequest, site_config_dir: str | None = None) -> list[str]:
+def client_conf_lines(opts: BeeondOptions) -> str:
+    """The site's client options as ``beegfs-client.conf`` lines (``key = value``)."""
+    return "\n".join(" = ".join(o.split("=", 1)) for o in opts.client_options)
+
+
+def auth_setup_argv(req: FsRequest, opts: BeeondOptions = DEFAULT) -> list[str]:
     """argv that writes ``req``'s auth file (secret on stdin) and its config directory."""
-    p = paths(req)
+    p = paths(req, opts)
     return ["sh", "-c", AUTH_SETUP, "rsa-beeond-auth", p["auth"], p["conf"],
-            site_config_dir or "",
-            *CONFIG_FILES]
+            opts.config_dir or "", "1" if opts.beegfs_major < 8 else "0",
+            client_conf_lines(opts), *beegfs.CONFIG_FILES[opts.beegfs_major]]
 
 
-def start_argv(req: FsRequest, *, timeout: float, use_pdsh: bool = False) -> list[str]:
-    """``timeout -k 10 T beeond start ...`` for ``req`` (wrapped as sites do), reading
-    the instance's own config directory (its connAuthFile; :func:`auth_setup_argv`)."""
-    p = paths(req)
-    argv = ["timeout", "-k", "10", f"{timeout:g}", BEEOND, "start", "-n", p["nodefile"],
+def _timeout(seconds: float, opts: BeeondOptions) -> list[str]:
+    return ["timeout", "-k", f"{opts.kill_after:g}", f"{seconds:g}"]
+
+
+def _pdsh(opts: BeeondOptions) -> list[str]:
+    if not opts.use_pdsh:
+        return []
+    return ["-P", *(["-b", opts.pdsh_path] if opts.pdsh_path else [])]
+
+
+def start_argv(req: FsRequest, *, timeout: float, shift: int,
+               opts: BeeondOptions = DEFAULT) -> list[str]:
+    """``timeout -k K T beeond start ...`` for ``req`` (wrapped as sites do), reading the
+    instance's own config directory (its secret; :func:`auth_setup_argv`). ``-f`` comes
+    before ``-C``: beeond looks for ``conn.auth`` in the directory already given."""
+    p = paths(req, opts)
+    argv = [*_timeout(timeout, opts), BEEOND, "start", "-n", p["nodefile"],
             "-d", p["data"], "-c", p["mount"], "-i", p["status"],
-            "-p", str(port_shift(req.fs_id)), "-L", p["logs"], "-F", "-q"]
-    if use_pdsh:
-        argv.append("-P")
-    return [*argv, "-f", p["conf"]]
-
-
-def stop_argv(req: FsRequest, *, timeout: float, use_pdsh: bool = False) -> list[str]:
-    """``beeond stop``: unmount everywhere, stop services, delete data and logs; ``-c``
-    so a half-started instance (missing status entries, failed mounts) is cleaned too."""
-    p = paths(req)
-    argv = ["timeout", "-k", "10", f"{timeout:g}", BEEOND, "stop", "-n", p["nodefile"],
-            "-i", p["status"], "-L", "-d", "-c", "-q"]
-    if use_pdsh:
-        argv.append("-P")
+            "-p", str(shift), "-L", p["logs"], "-F", "-q",
+            "-s", str(opts.storage_servers), "-m", str(opts.metadata_servers)]
+    if opts.tmpfs:
+        argv.append("-r")
+    if opts.prefer_local:
+        argv.append("-l")
+    argv += [*_pdsh(opts), "-f", p["conf"]]
+    if opts.beegfs_major >= 8:
+        argv.append("-C")
     return argv
 
 
-def client_argv(mgmtd: str, shift: int, mountpoint: str,
-                auth_file: str | None = None) -> list[str]:
-    """A client mount; ``auth_file`` (the instance's connAuthFile) must exist on the node."""
-    opts = f"sysMgmtdHost={mgmtd},connPortShift={shift}"
-    if auth_file:
-        opts += f",connAuthFile={auth_file}"
-    return ["mount", "-t", "beegfs", "beegfs_ondemand", mountpoint, f"-o{opts}"]
+def stop_argv(req: FsRequest, *, timeout: float, opts: BeeondOptions = DEFAULT) -> list[str]:
+    """``beeond stop``: unmount everywhere, stop services, delete data (and logs unless
+    kept); ``-c`` so a half-started instance (missing status entries, failed mounts) is
+    cleaned too."""
+    p = paths(req, opts)
+    return [*_timeout(timeout, opts), BEEOND, "stop", "-n", p["nodefile"],
+            "-i", p["status"], *([] if opts.keep_logs else ["-L"]), "-d", "-c", "-q",
+            *_pdsh(opts)]
+
+
+def client_argv(mgmtd: str, shift: int, mountpoint: str, options: Sequence[str] = (),
+                secret: str | None = None) -> list[str]:
+    """A compute node's mount. ``secret``: the instance's connAuth secret, as the
+    ``rsaConnAuth=`` option the node turns into a root-only config file (``cfgFile=``)
+    before it runs mount."""
+    opts = [f"sysMgmtdHost={mgmtd}", f"connPortShift={shift}", *options]
+    if secret:
+        opts.append(f"{SECRET_OPTION}={secret}")
+    return ["mount", "-t", "beegfs", "beegfs_ondemand", mountpoint, "-o", ",".join(opts)]
 
 
 def owner_argv(mountpoint: str, owner: tuple[int, int] | None) -> list[str]:
@@ -165,28 +278,113 @@ def owner_argv(mountpoint: str, owner: tuple[int, int] | None) -> list[str]:
     return ["sh", "-c", 'chown "$1" "$0" && chmod 0700 "$0"', mountpoint, f"{uid}:{gid}"]
 
 
+def _executable(path: str, what: str, fix: str) -> Need:
+    return Need(what, f"[ -x {shlex.quote(path)} ]", fix)
+
+
+def ports_need(opts: BeeondOptions, sysctl: str = "/proc/sys/net/ipv4") -> Need:
+    """The instances' ports must lie outside the node's ephemeral port range (or be
+    reserved, exactly this range): else any outgoing connection can take a port a
+    RAMDISK's server needs, and its start fails."""
+    lo, hi = beegfs.port_range(opts.port_shift_min, opts.port_shift_max)
+    rng = shlex.quote(f"{sysctl}/ip_local_port_range")
+    res = shlex.quote(f"{sysctl}/ip_local_reserved_ports")
+    test = (f'read e_lo e_hi < {rng} && {{ [ "$e_lo" -gt {hi} ] || [ "$e_hi" -lt {lo} ] '
+            f'|| case ",$(cat {res} 2>/dev/null)," in *,{lo}-{hi},*) true ;; '
+            "*) false ;; esac; }")
+    return Need(f"BeeGFS ports {lo}-{hi} outside the ephemeral port range", test,
+                "set filesystem.beeond.port_shift_max so that 8010 + it is below the "
+                "start of net.ipv4.ip_local_port_range, or reserve them: sysctl -w "
+                f"net.ipv4.ip_local_reserved_ports={lo}-{hi}")
+
+
+def needs_for(opts: BeeondOptions) -> tuple[Need, ...]:
+    """What every RSA node needs for BeeOND with ``opts`` (``rsa nodes check``)."""
+    major = opts.beegfs_major
+    repo = f"BeeGFS {major}'s repository"
+    needs: list[Need] = [
+        command_need(BEEOND, f"beeond ({repo})"),
+        Need("root's login shell /bin/bash",
+             '[ "$(getent passwd root | cut -d: -f7)" = /bin/bash ]',
+             "chsh -s /bin/bash root (beeond refuses a node whose root shell is not bash)"),
+        *(_executable(f"{beegfs.SBIN}/{s}", f"{beegfs.SBIN}/{s}",
+                      f"install {s} ({repo}); beeond starts it from there")
+          for s in beegfs.SERVICES[major]),
+        Need("kernel module beegfs", "modinfo beegfs >/dev/null 2>&1",
+             "install beegfs-client and build its module"
+             + (" (DKMS)" if major >= 8 else " (/etc/init.d/beegfs-client rebuild)")),
+    ]
+    if major >= 8:
+        needs += [
+            Need("mount helper mount.beegfs",
+                 "[ -x /sbin/mount.beegfs ] || [ -x /usr/sbin/mount.beegfs ]",
+                 "install beegfs-client (the helper resolves sysMgmtdHost for the module)"),
+            command_need("beegfs", f"beegfs-tools ({repo}; beeond waits with it)"),
+        ]
+    else:
+        needs.append(command_need("beegfs-ctl", f"beegfs-utils ({repo}; beeond waits "
+                                                "with it)"))
+    needs.append(command_need("ss", "iproute2 (rsad looks for free ports with it)"))
+    if opts.use_pdsh:
+        needs.append(_executable(opts.pdsh_path, f"pdsh {opts.pdsh_path}",
+                                 "install pdsh there or fix filesystem.beeond.pdsh_path")
+                     if opts.pdsh_path else command_need("pdsh", "pdsh (use_pdsh)"))
+    if opts.config_dir:
+        q = shlex.quote(opts.config_dir)
+        needs.append(Need(f"config directory {opts.config_dir}", f"[ -d {q} ]",
+                          "create it on every RSA node with the site's BeeGFS config "
+                          "files (filesystem.beeond.config_dir)"))
+    for option in opts.client_options:
+        key, _, value = option.partition("=")
+        if key in ("connInterfacesList", "tunePreferredMetaFile",
+                   "tunePreferredStorageFile"):
+            needs.append(Need(f"file {value} ({key})", f"[ -f {shlex.quote(value)} ]",
+                              "create it on every RSA and compute node "
+                              "(filesystem.beeond.client_options)"))
+    needs.append(ports_need(opts))
+    needs.append(command_need("findmnt", "util-linux"))
+    return tuple(needs)
+
+
 class BeeondBackend(FilesystemBackend):
     """BeeOND over the allocated RSA nodes, driven from the first one."""
 
     name: ClassVar[str] = "beeond"
-    node_needs: ClassVar[tuple[Need, ...]] = (
-        command_need("beeond", "beeond (BeeGFS's repository)"),
-        *(command_need(f"beegfs-{s}", f"beegfs-{s}") for s in ("mgmtd", "meta", "storage",
-                                                              "helperd")),
-        Need("kernel module beegfs", "modinfo beegfs >/dev/null 2>&1",
-             "install beegfs-client and build its module (/etc/init.d/beegfs-client rebuild)"),
-        command_need("findmnt", "util-linux"),
-    )
+    #: with the shipped options; :meth:`needs` has the configured ones
+    node_needs: ClassVar[tuple[Need, ...]] = needs_for(DEFAULT)
 
     def __init__(self, hosts: Mapping[str, Host], *, create_timeout: float = 60.0,
-                 destroy_timeout: float = 60.0, retries: int = 2, use_pdsh: bool = False,
-                 config_dir: str | None = None, mgmtd_address: str | None = None) -> None:
+                 destroy_timeout: float = 60.0, retries: int = 2,
+                 options: BeeondOptions = DEFAULT,
+                 addresses: Mapping[str, str] | None = None) -> None:
         super().__init__(hosts, create_timeout=create_timeout,
                          destroy_timeout=destroy_timeout, retries=retries)
-        self.use_pdsh = use_pdsh
-        self.config_dir = config_dir
-        self.mgmtd_address = mgmtd_address  # what compute nodes use; default: node name
-        self.stop_backoff = STOP_BACKOFF  # seconds, times the attempt number
+        options.check()
+        self.options = options
+        # what compute nodes reach a node's mgmtd at (pool.nodes[].data_address); default:
+        # the node name
+        self.addresses = dict(addresses or {})
+        self.stop_backoff = options.stop_backoff
+
+    @classmethod
+    def config_options(cls, cfg: Config) -> dict[str, Any]:
+        b = cfg.filesystem.beeond
+        opts = BeeondOptions(
+            beegfs_major=b.beegfs_major, storage_servers=b.storage_servers,
+            metadata_servers=b.metadata_servers, tmpfs=b.storage.value == "tmpfs",
+            prefer_local=b.prefer_local, use_pdsh=b.use_pdsh,
+            pdsh_path=str(b.pdsh_path) if b.pdsh_path else None,
+            config_dir=str(b.config_dir) if b.config_dir else None,
+            log_dir=str(b.log_dir), keep_logs=b.keep_logs,
+            port_shift_min=b.port_shift_min, port_shift_max=b.port_shift_max,
+            kill_after=b.kill_after, stop_backoff=b.stop_backoff,
+            client_options=tuple(b.client_options))
+        return {"options": opts,
+                "addresses": {n.name: n.data_address or n.address
+                              for n in cfg.pool.members()}}
+
+    def needs(self) -> tuple[Need, ...]:
+        return needs_for(self.options)
 
     def _first(self, req: FsRequest) -> Host:
         if not req.nodes:
@@ -196,23 +394,25 @@ class BeeondBackend(FilesystemBackend):
             raise FsError(f"{req.fs_id}: no host for {', '.join(missing)}")
         return self.hosts[req.nodes[0]]
 
-    def _spec(self, req: FsRequest) -> MountSpec:
-        p = paths(req)
+    def _spec(self, req: FsRequest, shift: int) -> MountSpec:
+        p = paths(req, self.options)
+        first = req.nodes[0]
         return MountSpec(backend=self.name, fs_id=req.fs_id, nodes=tuple(req.nodes),
                          rsa_mountpoint=p["mount"],
-                         client={"mgmtd_host": self.mgmtd_address or req.nodes[0],
-                                 "port_shift": port_shift(req.fs_id),
-                                 "conn_auth_file": p["auth"]})
+                         client={"mgmtd_host": self.addresses.get(first) or first,
+                                 "port_shift": shift,
+                                 "conn_auth_file": p["auth"],
+                                 "options": list(self.options.client_options)})
 
     def _write_auth(self, req: FsRequest, secret: str, cancel: CancelToken | None) -> None:
         """The auth file and config directory on every node (servers and clients)."""
-        argv = auth_setup_argv(req, self.config_dir)
+        argv = auth_setup_argv(req, self.options)
         on_nodes(req.nodes, lambda n: self.hosts[n].run(argv, timeout=30, input=secret,
                                                          cancel=cancel),
                  f"{req.fs_id}: write the connAuthFile")
 
     def _remove_auth(self, req: FsRequest) -> None:
-        p = paths(req)
+        p = paths(req, self.options)
         on_nodes(req.nodes, lambda n: self.hosts[n].run(
             ["rm", "-rf", "--", p["auth"], p["conf"]], timeout=30, check=False),
             f"{req.fs_id}: remove the connAuthFile")
@@ -222,18 +422,45 @@ class BeeondBackend(FilesystemBackend):
                                  check=False)
         return r.returncode == 0
 
+    def _write_nodefile(self, req: FsRequest, cancel: CancelToken | None = None) -> None:
+        self._first(req).run(sh_chain(["mkdir", "-p", "-m", "0700", RUN_DIR],
+                                      ["dd", f"of={paths(req, self.options)['nodefile']}",
+                                       "status=none"]),
+                             timeout=30, input=nodefile(req.nodes), cancel=cancel)
+
+    def _choose_shift(self, req: FsRequest, cancel: CancelToken | None) -> int:
+        """A free shift on every node of the job, recorded on the first one."""
+        def busy(node: str) -> set[int]:
+            out = self.hosts[node].run(PORTS_ARGV, timeout=30, cancel=cancel).stdout
+            return listening_ports(out)
+
+        found = on_nodes(req.nodes, busy, f"{req.fs_id}: look for free BeeGFS ports")
+        shift = pick_shift(set().union(*found.values()), self.options)
+        self._first(req).run(["dd", f"of={paths(req, self.options)['shift']}",
+                              "status=none"], timeout=30, input=f"{shift}\n", cancel=cancel)
+        return shift
+
+    def _recorded_shift(self, req: FsRequest) -> int | None:
+        """The shift a running instance was started with (None: not recorded)."""
+        r = self._first(req).run(["cat", "--", paths(req, self.options)["shift"]],
+                                 timeout=30, check=False)
+        text = r.stdout.strip()
+        return int(text) if r.returncode == 0 and text.isdigit() else None
+
     def create(self, req: FsRequest, cancel: CancelToken | None = None) -> MountSpec:
         first = self._first(req)
-        p = paths(req)
+        p = paths(req, self.options)
         if not self.installed(req):
             raise FsError(f"{req.fs_id}: beeond is not installed on {req.nodes[0]} (BeeGFS "
                           "packages beeond, beegfs-client); install it or choose moosefs")
         if first.run(["test", "-e", p["status"]], timeout=30, check=False).returncode == 0:
-            spec = self._spec(req)
+            shift = self._recorded_shift(req)
             auth = first.run(["test", "-s", p["auth"]], timeout=30, check=False)
-            if auth.returncode == 0 and self.health(spec).ok:
-                log.info("%s: beeond already running, reusing it", req.fs_id)
-                return spec
+            if shift is not None and auth.returncode == 0:
+                spec = self._spec(req, shift)
+                if self.health(spec).ok:
+                    log.info("%s: beeond already running, reusing it", req.fs_id)
+                    return spec
             self.destroy(req)
         last: Exception | None = None
         for attempt in range(self.retries + 1):
@@ -242,14 +469,14 @@ class BeeondBackend(FilesystemBackend):
             try:
                 secret = new_secret()
                 self._write_auth(req, secret, cancel)
-                first.run(sh_chain(["mkdir", "-p", "-m", "0700", RUN_DIR],
-                                   ["dd", f"of={p['nodefile']}", "status=none"]),
-                          timeout=30, input=nodefile(req.nodes), cancel=cancel)
-                first.run(start_argv(req, timeout=self.create_timeout,
-                                     use_pdsh=self.use_pdsh),
-                          timeout=self.create_timeout + 15, cancel=cancel)
+                self._write_nodefile(req, cancel)
+                shift = self._choose_shift(req, cancel)
+                first.run(start_argv(req, timeout=self.create_timeout, shift=shift,
+                                     opts=self.options),
+                          timeout=self.create_timeout + self.options.kill_after + 5,
+                          cancel=cancel)
                 first.run(owner_argv(p["mount"], req.owner), timeout=30, cancel=cancel)
-                return self._spec(req)
+                return self._spec(req, shift)
             except Cancelled:
                 self.destroy(req)  # the cleanup stack of a beeond start is `stop -c`
                 raise
@@ -265,21 +492,19 @@ class BeeondBackend(FilesystemBackend):
         """One ``beeond stop -c`` run; the error, if any (never raises)."""
         try:
             self._first(req).run(stop_argv(req, timeout=self.destroy_timeout,
-                                           use_pdsh=self.use_pdsh),
-                                 timeout=self.destroy_timeout + 15)
+                                           opts=self.options),
+                                 timeout=self.destroy_timeout + self.options.kill_after + 5)
             return None
         except (CommandError, HostError) as e:
             return e
 
     def destroy(self, req: FsRequest) -> None:
         first = self._first(req)
-        p = paths(req)
+        p = paths(req, self.options)
         if first.run(["test", "-e", p["nodefile"]], timeout=30, check=False).returncode:
             # never started (or already stopped): write the nodefile so stop -c can
             # sweep anything a crashed start left behind
-            first.run(sh_chain(["mkdir", "-p", "-m", "0700", RUN_DIR],
-                               ["dd", f"of={p['nodefile']}", "status=none"]),
-                      timeout=30, input=nodefile(req.nodes))
+            self._write_nodefile(req)
         err: Exception | None = None
         for attempt in range(self.retries + 1):
             err = self._stop(req)
@@ -291,7 +516,8 @@ class BeeondBackend(FilesystemBackend):
         if err is not None:
             raise FsError(f"{req.fs_id}: beeond stop failed after {self.retries + 1} "
                           f"attempts: {err}") from err
-        first.run(["rm", "-f", p["nodefile"], p["status"]], timeout=30, check=False)
+        first.run(["rm", "-f", p["nodefile"], p["status"], p["shift"]], timeout=30,
+                  check=False)
         self._remove_auth(req)
 
     def health(self, spec: MountSpec, req: FsRequest | None = None) -> Health:
@@ -311,9 +537,25 @@ class BeeondBackend(FilesystemBackend):
         return Health(True, f"beegfs mounted on {len(spec.nodes)} nodes")
 
     def client_mount_argv(self, spec: MountSpec, mountpoint: str) -> list[str]:
-        """The compute node must hold the instance's connAuthFile (the same path as on
-        the RSA nodes, copied from the first one); a spec recorded before access control
-        names none."""
-        auth = spec.client.get("conn_auth_file")
-        return client_argv(str(spec.client["mgmtd_host"]), int(spec.client["port_shift"]),
-                           mountpoint, str(auth) if auth else None)
+        """The compute node's mount, with the instance's secret read from the first RSA
+        node's auth file as ``rsaConnAuth=``: the node moves it into a root-only
+        connAuthFile and a client config file naming it (``cfgFile=``) before it runs
+        mount, so it never appears in the node's process table. The site's client
+        options are the ones the RAMDISK was built with. A spec recorded before access
+        control names no auth file: its instance has none."""
+        c: Mapping[str, Any] = spec.client
+        auth = c.get("conn_auth_file")
+        return client_argv(str(c["mgmtd_host"]), int(c["port_shift"]), mountpoint,
+                           [str(o) for o in c.get("options") or ()],
+                           self._secret(spec, str(auth)) if auth else None)
+
+    def _secret(self, spec: MountSpec, path: str) -> str:
+        node = spec.nodes[0]
+        if node not in self.hosts:
+            raise FsError(f"{spec.fs_id}: no host for {node}, which holds the RAMDISK's "
+                          "access secret")
+        secret = self._run(node, ["cat", "--", path], 15).strip()
+        if not _SECRET_RE.fullmatch(secret):
+            raise FsError(f"{spec.fs_id}: {node}:{path} holds no access secret; the "
+                          "RAMDISK is damaged: rebuild it (rsa retry)")
+        return secret

@@ -3,7 +3,8 @@
 Owns :func:`on_nodes` (run one step on many RSA nodes at once, collect every failure),
 :class:`Deadline` (one budget for a multi-step create/destroy), :func:`sh_chain` (several
 argv lists joined with ``&&`` for one SSH round trip, every word quoted by
-:func:`shlex.join`) and :func:`validate_fs_id`. Must not import any backend.
+:func:`shlex.join`), :func:`validate_fs_id` and :func:`listening_ports` (``ss``
+output). Must not import any backend.
 """
 
 from __future__ import annotations
@@ -85,3 +86,15 @@ def on_nodes(nodes: Sequence[str], step: Callable[[str], T], what: str) -> dict[
         detail = "; ".join(f"{n}: {e}" for n, e in errors.items())
         raise FsError(f"{what} failed on {len(errors)}/{len(nodes)} nodes: {detail}") from first
     return results
+
+
+def listening_ports(ss_output: str) -> set[int]:
+    """Ports in ``ss -Hltn`` output (any address: a wildcard listener blocks them too)."""
+    ports: set[int] = set()
+    for line in ss_output.splitlines():
+        fields = line.split()
+        if len(fields) >= 4:
+            _, _, port = fields[3].rpartition(":")
+            if port.isdigit():
+                ports.add(int(port))
+    return ports

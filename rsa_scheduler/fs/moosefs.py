@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rsa_scheduler.fs import mfsproxy
 from rsa_scheduler.fs.base import (
@@ -57,8 +57,17 @@ from rsa_scheduler.fs.base import (
     Need,
     command_need,
 )
-from rsa_scheduler.fs.common import Deadline, on_nodes, sh_chain, validate_fs_id
+from rsa_scheduler.fs.common import (
+    Deadline,
+    listening_ports,
+    on_nodes,
+    sh_chain,
+    validate_fs_id,
+)
 from rsa_scheduler.hosts import Cancelled, CancelToken, Host
+
+if TYPE_CHECKING:
+    from rsa_scheduler.config.schema import Config
 
 log = logging.getLogger(__name__)
 
@@ -173,18 +182,6 @@ def exports_cfg(ranges: Sequence[str], secret: str) -> str:
     if not secret:
         raise FsError("a moosefs export needs a secret")
     return "".join(f"{r} / rw,alldirs,maproot=0:0,password={secret}\n" for r in ranges)
-
-
-def listening_ports(ss_output: str) -> set[int]:
-    """Ports in ``ss -Hltn`` output (any address: a wildcard listener blocks them too)."""
-    ports: set[int] = set()
-    for line in ss_output.splitlines():
-        fields = line.split()
-        if len(fields) >= 4:
-            _, _, port = fields[3].rpartition(":")
-            if port.isdigit():
-                ports.add(int(port))
-    return ports
 
 
 def chunkservers_listed(mfscli_output: str) -> dict[tuple[str, int], int]:
@@ -448,6 +445,14 @@ class MooseFsBackend(FilesystemBackend):
                      "filesystem.moosefs_proxy)"),
         Need("the fuse device", "[ -c /dev/fuse ]", "load the fuse module (modprobe fuse)"),
     )
+
+    @classmethod
+    def config_options(cls, cfg: Config) -> dict[str, Any]:
+        proxy = cfg.filesystem.moosefs_proxy
+        return {"addresses": {n.name: n.data_address or n.address
+                              for n in cfg.pool.members()},
+                "client_networks": tuple(cfg.filesystem.client_networks),
+                "proxy_address": None if proxy == "off" else proxy}
 
     def __init__(self, hosts: Mapping[str, Host], *, create_timeout: float = 60.0,
                  destroy_timeout: float = 60.0, retries: int = 2,

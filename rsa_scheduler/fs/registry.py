@@ -72,7 +72,8 @@ def backend_class(name: str, eps: Mapping[str, EntryPoint] | None = None
 
 def make_backend(cfg: Config, tier: str, hosts: Mapping[str, Host],
                  **options: Any) -> FilesystemBackend:
-    """The configured backend of ``tier`` (``ram``/``ssd``), with the config's timeouts."""
+    """The configured backend of ``tier`` (``ram``/``ssd``): the config's timeouts and
+    retries, the backend's own settings (``config_options``), then ``options``."""
     fs = cfg.filesystem
     by_tier = {str(k): v for k, v in fs.backend.items()}
     if tier not in by_tier:
@@ -80,4 +81,4 @@ def make_backend(cfg: Config, tier: str, hosts: Mapping[str, Host],
                       "(filesystem.backend)")
     cls = backend_class(by_tier[tier])
     return cls(hosts, create_timeout=fs.create_timeout, destroy_timeout=fs.destroy_timeout,
-               retries=fs.retries, **options)
+               retries=fs.retries, **{**cls.config_options(cfg), **options})

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rsa_scheduler.errors import RsaError
-from rsa_scheduler.fs import mfsproxy
+from rsa_scheduler.fs import beegfs, mfsproxy
 from rsa_scheduler.node import handles
 from rsa_scheduler.node.paths import UnsafePath, Who, open_nofollow, open_target
 from rsa_scheduler.node.plan import substitute
@@ -58,27 +58,46 @@ def check_client_argv(argv: Sequence[str]) -> None:
         raise MountError(f"refusing to run {prog!r} as root to mount the RAMDISK "
                          f"(allowed: {', '.join(sorted(CLIENT_PROGRAMS))})")
 
-def secret_to_file(argv: Sequence[str], where: Path) -> tuple[list[str], Path | None]:
-    """Keep a RAMDISK's access secret out of the node's process table: an
-    ``mfspassword=`` mount option moves into a root-only config file in ``where`` (the
-    job's node directory, which only root can change) given with ``-c``; other users of
-    the node could read it in /proc while mfsmount starts."""
-    out, secret = list(argv), None
+def secret_to_file(argv: Sequence[str], where: Path) -> tuple[list[str], list[Path]]:
+    """Keep a RAMDISK's access secret out of the node's process table; returns the argv
+    to run and the files to remove once it ran (the client reads them as it mounts).
+    The files go to ``where`` (the job's node directory, which only root can change),
+    root-only; other users of the node could read the secret in /proc.
+
+    - moosefs: an ``mfspassword=`` mount option moves into a config file given with
+      ``-c``.
+    - beegfs: the ``rsaConnAuth=`` option (rsad's, never mount's) becomes the instance's
+      connAuthFile, byte for byte as on the RSA nodes, and a client config file naming
+      it, given as ``cfgFile=`` (BeeGFS 7 has no connAuthFile mount option)."""
+    out = list(argv)
     for i, a in enumerate(out[:-1]):
-        if a == "-o" and "mfspassword=" in out[i + 1]:
-            opts = out[i + 1].split(",")
+        if a != "-o":
+            continue
+        opts = out[i + 1].split(",")
+        if any(o.startswith("mfspassword=") for o in opts):
             secret = next(o for o in opts if o.startswith("mfspassword="))
             rest = [o for o in opts if not o.startswith("mfspassword=")]
             out[i:i + 2] = ["-o", ",".join(rest)] if rest else []
-            break
-    if secret is None:
-        return out, None
-    path = where / "mfsmount.cfg"
+            path = _private_file(where / "mfsmount.cfg", secret + "\n")
+            return [*out, "-c", str(path)], [path]
+        mark = f"{beegfs.SECRET_OPTION}="
+        if any(o.startswith(mark) for o in opts):
+            secret = next(o for o in opts if o.startswith(mark))[len(mark):]
+            auth = _private_file(where / "beegfs-conn.auth", secret)
+            conf = _private_file(where / "beegfs-client.conf", f"connAuthFile = {auth}\n")
+            rest = [o for o in opts if not o.startswith(mark)]
+            out[i + 1] = ",".join([*rest, f"cfgFile={conf}"])
+            return out, [conf, auth]
+    return out, []
+
+
+def _private_file(path: Path, text: str) -> Path:
+    """A fresh root-only file (never one a user planted: O_EXCL, O_NOFOLLOW)."""
     path.unlink(missing_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
-        f.write(secret + "\n")
-    return [*out, "-c", str(path)], path
+        f.write(text)
+    return path
 
 
 def guard_proxy(argv: Sequence[str], *, timeout: float) -> None:
@@ -225,13 +244,13 @@ class JobMounts:
                                      ["umount", "-l", str(self.ramdisk)], str(self.ramdisk))
             check_client_argv(umount_argv)
             guard_proxy(argv, timeout=self.command_timeout)
-            argv, secret_file = secret_to_file(argv, self.dir)
+            argv, secret_files = secret_to_file(argv, self.dir)
             try:
                 run(argv, timeout=self.command_timeout)
             except CommandError as e:
                 raise MountError(f"cannot mount the RAMDISK on the node: {e}") from e
             finally:
-                if secret_file is not None:  # read at start; mfsmount keeps it in memory
+                for secret_file in secret_files:  # read as it mounts, kept in memory
                     secret_file.unlink(missing_ok=True)
             made.append({"kind": "client", "path": str(self.ramdisk), "umount": umount_argv})
             self._save(made, ins["seq"])

@@ -31,6 +31,7 @@ from rsa_scheduler.config import (
 )
 from rsa_scheduler.config.reference import BEGIN, END, extract, generate_reference, splice
 from rsa_scheduler.config.schema import (
+    BeeondStorage,
     Duration,
     Int,
     ListOf,
@@ -675,6 +676,104 @@ def test_ipv6_listen_and_single_fixed_address() -> None:
     assert cfg.pool.members()[-1].address == "10.0.0.9"
 
 
+# --------------------------------------------------------------------------- beeond
+
+BEEOND = "filesystem:\n  backend: {ram: beeond}\n  beeond:\n"
+
+
+def test_beeond_options_load_typed() -> None:
+    cfg = load_config_text(POOL + BEEOND + """\
+    beegfs_major: 7
+    storage_servers: 2
+    metadata_servers: 0
+    storage: tmpfs
+    prefer_local: true
+    use_pdsh: true
+    pdsh_path: /usr/local/bin/pdsh
+    config_dir: /etc/beegfs/beeond
+    log_dir: /var/log/bo
+    keep_logs: true
+    port_shift_min: 2000
+    port_shift_max: 2990
+    kill_after: 30s
+    stop_backoff: 0s
+    client_options: [connMgmtdPortTCP=9008, "connInterfacesList=/etc/beegfs/ib.conf"]
+""")
+    b = cfg.filesystem.beeond
+    assert (b.beegfs_major, b.storage_servers, b.metadata_servers) == (7, 2, 0)
+    assert b.storage == BeeondStorage.TMPFS and b.prefer_local and b.use_pdsh and b.keep_logs
+    assert (b.pdsh_path, b.config_dir, b.log_dir) == (
+        Path("/usr/local/bin/pdsh"), Path("/etc/beegfs/beeond"), Path("/var/log/bo"))
+    assert (b.port_shift_min, b.port_shift_max, b.kill_after, b.stop_backoff) == (
+        2000, 2990, 30.0, 0.0)
+    assert b.client_options == ("connMgmtdPortTCP=9008",
+                                "connInterfacesList=/etc/beegfs/ib.conf")
+    again = config_from_mapping(cfg.to_dict())
+    assert again.filesystem.beeond == b
+    shipped = load_defaults().filesystem.beeond
+    assert (shipped.pdsh_path, shipped.config_dir, shipped.use_pdsh) == (None, None, False)
+    assert load_defaults().to_dict()["filesystem"]["beeond"]["config_dir"] == ""
+
+
+@pytest.mark.parametrize(
+    ("snippet", "key", "reason"),
+    [
+        ("    beegfs_major: 6\n", "beegfs_major", "must be >= 7, got 6"),
+        ("    beegfs_major: '8'\n", "beegfs_major", "expected an integer, got string '8'"),
+        ("    storage_servers: -1\n", "storage_servers", "must be >= 0, got -1"),
+        ("    metadata_servers: many\n", "metadata_servers", "expected an integer"),
+        ("    storage: ram\n", "storage", "expected one of pool_dir, tmpfs, got string 'ram'"),
+        ("    use_pdsh: 'yes'\n", "use_pdsh", "expected true or false, got string 'yes'"),
+        ("    keep_logs: 1\n", "keep_logs", "expected true or false, got number 1"),
+        ("    pdsh_path: /usr/bin/pdsh\n", "pdsh_path",
+         "set, but use_pdsh is false; set use_pdsh: true or remove pdsh_path"),
+        ("    use_pdsh: true\n    pdsh_path: pdsh\n", "pdsh_path",
+         "must be an absolute path, got 'pdsh'"),
+        ("    config_dir: /etc/../beegfs\n", "config_dir", "without '.', '..' or NUL"),
+        ("    log_dir: ''\n", "log_dir", "expected an absolute path, got string ''"),
+        ("    port_shift_min: 3000\n    port_shift_max: 2000\n", "port_shift_max",
+         "must be >= port_shift_min (3000)"),
+        ("    port_shift_max: 57526\n", "port_shift_max", "must be <= 57525, got 57526"),
+        ("    kill_after: 10\n", "kill_after", "ambiguous duration 10: add a unit"),
+        ("    stop_backoff: 2h\n", "stop_backoff", "at most"),
+        ("    client_options: logLevel=3\n", "client_options", "expected a list"),
+        ("    client_options: [logLevel]\n", "client_options[0]",
+         "logLevel needs a value (logLevel=...)"),
+        ("    client_options: [logLevel=3, connAuthFile=/x]\n", "client_options[1]",
+         "connAuthFile is set by rsad on every mount; remove it"),
+        ("    client_options: ['logLevel=3,grpid']\n", "client_options[0]",
+         "'logLevel=3,grpid' is not one mount option (key=value, no commas or spaces)"),
+        ("    client_options: [tuneFileCacheType=native]\n", "client_options[0]",
+         "tuneFileCacheType is not a mount option of the BeeGFS 8 client (one of "
+         "connDisableIPv6, connInterfacesList, connMgmtdPort, logLevel, logStdFile, "
+         "sysMountSanityCheckMS, tunePreferredMetaFile, tunePreferredStorageFile)"),
+        ("    beegfs_major: 7\n    client_options: [connMgmtdPort=9008]\n",
+         "client_options[0]", "connMgmtdPort is not a mount option of the BeeGFS 7 client"),
+        ("    sotrage: tmpfs\n", "sotrage", "unknown key; did you mean 'storage'?"),
+    ],
+)
+def test_beeond_errors(snippet: str, key: str, reason: str) -> None:
+    issue = one_issue(POOL + BEEOND + snippet)
+    assert issue.key == f"filesystem.beeond.{key}"
+    assert reason in issue.reason, issue.reason
+    assert str(issue).startswith(f"site.yaml:{issue.line}: filesystem.beeond.{key}: ")
+
+
+def test_beeond_tmpfs_storage_is_for_the_ram_tier_only() -> None:
+    ssd = '    - {names: "ssd1", capacity: 1T, tier: ssd}\n'
+    tmpfs = "    storage: tmpfs\n"
+    issue = one_issue(POOL + ssd + "filesystem:\n  backend: {ram: beeond, ssd: beeond}\n"
+                      "  beeond:\n" + tmpfs)
+    assert (issue.key, issue.reason) == (
+        "filesystem.beeond.storage",
+        "tmpfs would keep the ssd tier's RAMDISKs in RAM; use pool_dir (or another "
+        "backend for ssd)")
+    # no ssd nodes, or another backend serves them: fine
+    load_config_text(POOL + "filesystem:\n  backend: {ram: beeond, ssd: beeond}\n"
+                     "  beeond:\n" + tmpfs)
+    load_config_text(POOL + ssd + BEEOND + tmpfs)
+
+
 def test_warnings(tmp_path: Path) -> None:
     cfg = load_config_text(
         "pool:\n  nodes:\n    - {names: rsa1, capacity: 1G}\nssh:\n  host_key_policy: auto-add\n"
@@ -738,6 +837,21 @@ def test_defaults_file_documents_every_key() -> None:
     # list-item keys are documented in comments
     for name in ("names", "capacity", "tier", "address", "ssh_port", "pool_dir"):
         assert f"#   {name}" in text
+
+
+def test_the_shipped_example_and_its_beeond_block_are_valid() -> None:
+    text = (REPO / "examples" / "rsa.yaml").read_text(encoding="utf-8")
+    cfg = load_config_text(text, file="examples/rsa.yaml")
+    assert cfg.filesystem.backend[Tier.RAM] == "moosefs"
+    start = text.index("# >>> beeond\n") + len("# >>> beeond\n")
+    block = text[start:text.index("# <<< beeond")]
+    assert block and all(line.startswith("#") for line in block.splitlines())
+    beeond = "".join(line[1:] + "\n" for line in block.splitlines())
+    cfg = load_config_text(text + beeond, file="examples/rsa.yaml")
+    b = cfg.filesystem.beeond
+    assert cfg.filesystem.backend[Tier.RAM] == "beeond"
+    assert (b.use_pdsh, b.config_dir, b.client_options) == (
+        True, Path("/etc/beegfs/beeond"), ("connInterfacesList=/etc/beegfs/ib.conf",))
 
 
 # --------------------------------------------------------------------------- reference

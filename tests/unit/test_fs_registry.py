@@ -44,3 +44,31 @@ def test_unknown_name_and_non_backend_targets() -> None:
         backend_class("nope", eps)
     with pytest.raises(FsError, match="not a FilesystemBackend"):
         backend_class("odd", eps)
+
+
+def test_make_backend_gives_each_backend_its_settings_from_the_configuration() -> None:
+    from rsa_scheduler.config import load_config_text
+    from rsa_scheduler.fs.moosefs import MooseFsBackend
+    from rsa_scheduler.fs.registry import make_backend
+
+    cfg = load_config_text("""
+pool:
+  nodes:
+    - {names: "rsa[1-2]", capacity: 1G, data_address: "10.9.0.{num}"}
+filesystem:
+  backend: {ram: moosefs}
+  destroy_timeout: 3m
+  client_networks: [10.1.0.0/16]
+  moosefs_proxy: "off"
+""")
+    b = make_backend(cfg, "ram", {})
+    assert isinstance(b, MooseFsBackend)
+    assert b.addresses == {"rsa1": "10.9.0.1", "rsa2": "10.9.0.2"}
+    assert (b.client_networks, b.proxy_address, b.destroy_timeout) == (
+        ("10.1.0.0/16",), None, 180.0)
+    # an explicit option wins over the configuration's
+    explicit = make_backend(cfg, "ram", {}, proxy_address="127.83.65.9")
+    assert isinstance(explicit, MooseFsBackend)
+    assert explicit.proxy_address == "127.83.65.9"
+    with pytest.raises(FsError, match="no filesystem backend configured for tier 'nvme'"):
+        make_backend(cfg, "nvme", {})

@@ -236,14 +236,36 @@ def test_node_state_lives_only_below_directories_no_user_can_change(tmp_path: Pa
 def test_the_access_secret_never_reaches_the_process_table(tmp_path: Path) -> None:
     from rsa_scheduler.node.mounts import secret_to_file
 
-    argv, path = secret_to_file(["mfsmount", "/m", "-H", "h", "-P", "1", "-o",
-                                 "nosuid,mfspassword=abc123,nodev"], tmp_path)
+    argv, files = secret_to_file(["mfsmount", "/m", "-H", "h", "-P", "1", "-o",
+                                  "nosuid,mfspassword=abc123,nodev"], tmp_path)
     assert argv == ["mfsmount", "/m", "-H", "h", "-P", "1", "-o", "nosuid,nodev", "-c",
                     str(tmp_path / "mfsmount.cfg")]
-    assert path is not None and path.read_text() == "mfspassword=abc123\n"
+    (path,) = files
+    assert path.read_text() == "mfspassword=abc123\n"
     assert path.stat().st_mode & 0o777 == 0o600
     assert not any("abc123" in a for a in argv)
     only, _ = secret_to_file(["mfsmount", "/m", "-o", "mfspassword=x"], tmp_path)
     assert only == ["mfsmount", "/m", "-c", str(tmp_path / "mfsmount.cfg")]
     plain = ["mount", "-t", "tmpfs", "x", "/m"]
-    assert secret_to_file(plain, tmp_path) == (plain, None)
+    assert secret_to_file(plain, tmp_path) == (plain, [])
+
+
+def test_a_beegfs_secret_becomes_a_root_only_conn_auth_file_named_by_a_cfg_file(
+        tmp_path: Path) -> None:
+    from rsa_scheduler.node.mounts import secret_to_file
+
+    secret = "ab" * 32
+    (tmp_path / "beegfs-conn.auth").symlink_to(tmp_path / "planted")  # replaced, not used
+    argv, files = secret_to_file(
+        ["mount", "-t", "beegfs", "beegfs_ondemand", "/m", "-o",
+         f"sysMgmtdHost=rsa01,connPortShift=1230,logLevel=3,rsaConnAuth={secret}"],
+        tmp_path)
+    conf, auth = tmp_path / "beegfs-client.conf", tmp_path / "beegfs-conn.auth"
+    assert argv == ["mount", "-t", "beegfs", "beegfs_ondemand", "/m", "-o",
+                    f"sysMgmtdHost=rsa01,connPortShift=1230,logLevel=3,cfgFile={conf}"]
+    assert files == [conf, auth]
+    assert auth.read_text() == secret  # byte for byte what the servers hash
+    assert conf.read_text() == f"connAuthFile = {auth}\n"
+    assert not auth.is_symlink() and not (tmp_path / "planted").exists()
+    assert {p.stat().st_mode & 0o777 for p in files} == {0o600}
+    assert not any(secret in a for a in argv)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from rsa_scheduler.fs.base import Need, command_need
-from rsa_scheduler.fs.beeond import BeeondBackend
+from rsa_scheduler.fs.beeond import BeeondBackend, BeeondOptions, needs_for
 from rsa_scheduler.fs.moosefs import MooseFsBackend
 from rsa_scheduler.fs.nodecheck import COMMON_NEEDS, NodeReport, check_script, parse_check
 
@@ -30,7 +32,10 @@ def test_what_is_missing_is_one_line_each_with_its_fix(tmp_path: Path) -> None:
 
 
 def test_every_backends_needs_are_valid_shell_and_name_a_fix(tmp_path: Path) -> None:
-    for needs in (COMMON_NEEDS, MooseFsBackend.node_needs, BeeondBackend.node_needs):
+    beeond7 = needs_for(BeeondOptions(beegfs_major=7, use_pdsh=True, config_dir="/a 'b",
+                                      client_options=("connInterfacesList=/x y",)))
+    for needs in (COMMON_NEEDS, MooseFsBackend.node_needs, BeeondBackend.node_needs,
+                  beeond7):
         assert needs and all(n.what and n.fix for n in needs)
         out = run(check_script(needs, str(tmp_path)))  # runs: no shell syntax error
         assert set(parse_check(out)) <= {f"{n.what}: {n.fix}" for n in needs}
@@ -44,3 +49,44 @@ def test_a_report_says_ok_what_is_lacking_or_why_it_could_not_ask() -> None:
     bad = NodeReport("rsa1", (), "cannot connect to 10.0.0.1:22: refused")
     assert not bad.ok and bad.lines() == [
         "rsa1: cannot check: cannot connect to 10.0.0.1:22: refused"]
+
+
+def test_rsa_nodes_check_asks_for_what_the_configured_beeond_options_need(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI builds the backend from the configuration, as rsad does: a node is asked
+    for pdsh at the configured path and for the config directory (here a real shell on
+    this machine stands in for the node's SSH)."""
+    from rsa_scheduler.cli.main import cli
+    from rsa_scheduler.hosts import LocalHost
+    from rsa_scheduler.remote import HostPool
+    from tests.clirunner import cli_runner
+
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    site = tmp_path / "rsa.yaml"
+    site.write_text(f"""
+pool:
+  nodes:
+    - {{names: rsa1, capacity: 1G, pool_dir: {pool}}}
+allocation: {{max_nodes: 1}}
+filesystem:
+  backend: {{ram: beeond}}
+  beeond:
+    use_pdsh: true
+    pdsh_path: {tmp_path}/bin/pdsh
+    config_dir: {tmp_path}/beegfs
+""")
+    site.chmod(0o600)
+    monkeypatch.setattr(HostPool, "from_config",
+                        classmethod(lambda cls, cfg: cls({"rsa1": LocalHost("rsa1")})))
+    result = cli_runner().invoke(cli, ["nodes", "check", "--config", str(site)])
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert (f"rsa1: lacks pdsh {tmp_path}/bin/pdsh: install pdsh there or fix "
+            "filesystem.beeond.pdsh_path") in lines
+    assert (f"rsa1: lacks config directory {tmp_path}/beegfs: create it on every RSA node "
+            "with the site's BeeGFS config files (filesystem.beeond.config_dir)") in lines
+    (tmp_path / "beegfs").mkdir()
+    again = cli_runner().invoke(cli, ["nodes", "check", "--config", str(site)])
+    assert not any("config directory" in line for line in again.output.splitlines())
+    assert any("lacks pdsh" in line for line in again.output.splitlines())
