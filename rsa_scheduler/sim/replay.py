@@ -46,9 +46,7 @@ from rsa_scheduler.core.actions import Action, ActionKind, Outcome, Result
 from rsa_scheduler.core.allocator import Pool, RsaNode
 from rsa_scheduler.core.directives import DirectiveSpec
 from rsa_scheduler.core.events import Event
-from rsa_scheduler.core.policy import (
-    StageOut,
-)
+from rsa_scheduler.core.policy import StageOut, Tier
 from rsa_scheduler.core.scheduler import Decision, Observation, Scheduler
 from rsa_scheduler.core.states import HOLDING_NODES, TERMINAL, RsaState
 from rsa_scheduler.core.transitions import Trigger
@@ -85,6 +83,7 @@ class _Job:
     rsa_out: int = 0  # output bytes on the RAMDISK, to stage out
     rsa_nodes: int = 0
     rsa_bw: float = 0.0
+    tier: str = "-"  # of the RSA nodes it got last
     ended_at: float = -1.0
     released_at: float | None = None
 
@@ -144,9 +143,10 @@ class Replay:
         self.timer_at: float | None = None
         self.last_tick = -1.0
         self.poll_at: float | None = None
-        self.specs: dict[tuple[bool, bool, int], DirectiveSpec] = {}
-        self.max_tier_bytes = max(t.capacity for t in cfg.tiers) * cfg.allocation.max_request
-        self.unit = min(t.capacity for t in cfg.tiers)
+        self.specs: dict[tuple[bool, bool, Tier, int], DirectiveSpec] = {}
+        # what one job can get of each tier: max_request nodes, or all of them
+        self.limits = [(t, t.capacity * min(cfg.allocation.max_request, t.count))
+                       for t in cfg.tiers]
 
     # ---- plumbing ---------------------------------------------------------------------
     def _push(self, at: float, cls: int, kind: str, payload: Any) -> int:
@@ -252,22 +252,28 @@ class Replay:
         self._schedule()
 
     def _spec(self, vol: Volumes) -> DirectiveSpec | None:
+        """The job's ``#RSA_*`` directives: its data in and out, and ``#RSA_CAPACITY`` for
+        the larger of the two. With several tiers, ``#RSA_TIER`` is the first tier (in
+        ``--tiers`` order) whose nodes can hold it at all; a job no tier can hold asks the
+        largest and is declined by the allocator (it uses the PFS)."""
         has_in, has_out = vol.input_bytes > 0, vol.output_bytes > 0
         if not (has_in or has_out):
             return None
         need = max(vol.input_bytes, vol.output_bytes)
-        if need > self.max_tier_bytes:
-            need = self.max_tier_bytes + 1  # refused by the allocator: the job is declined
-        # in whole nodes of the smallest capacity: the count a uniform tier gives is the
+        tier = next((t for t, limit in self.limits if need <= limit), None)
+        if tier is None:
+            tier, limit = max(self.limits, key=lambda tl: tl[1])
+            need = limit + 1
+        # in whole nodes of the tier: the count the allocator gives a uniform tier is the
         # same, and the few distinct specs are built once
-        unit = self.unit
-        whole = -(-need // unit)
-        key = (has_in, has_out, whole)
+        whole = -(-need // tier.capacity)
+        key = (has_in, has_out, tier.tier, whole)
         spec = self.specs.get(key)
         if spec is None:
             spec = DirectiveSpec(data_in="/pfs/input" if has_in else None,
                                  data_out="/pfs/output" if has_out else None,
-                                 capacity=whole * unit, stage_out=self.cfg.stage_out)
+                                 capacity=whole * tier.capacity, stage_out=self.cfg.stage_out,
+                                 tier=tier.tier if len(self.limits) > 1 else None)
             self.specs[key] = spec
         return spec
 
@@ -388,7 +394,10 @@ class Replay:
             self.observer("job", self.now, {"job": job.jid, "submit": job.submit,
                                             "start": job.start, "end": self.now,
                                             "read": job.read_from, "write": job.write_to,
-                                            "staged_at": job.staged_at, "io_s": job.io_s})
+                                            "staged_at": job.staged_at, "io_s": job.io_s,
+                                            "tier": job.tier, "rsa_nodes": job.rsa_nodes,
+                                            "input_bytes": job.vol.input_bytes,
+                                            "output_bytes": job.vol.output_bytes})
         if job.spec is not None:
             self.cause = f"job {job.jid} completed"
             self._observe(job, "COMPLETED")
@@ -504,6 +513,7 @@ class Replay:
             spec = self.tier_of[names[0]]
             job.rsa_nodes = len(names)
             job.rsa_bw = len(names) * spec.bw
+            job.tier = spec.tier.value
 
     def _issue(self, act: Action) -> None:
         jid = act.job_id

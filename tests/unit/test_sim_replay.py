@@ -43,7 +43,7 @@ def make_config(**kw: Any) -> ReplayConfig:
 class CheckedNet(FlowNet):
     """The PFS, checked at every re-share (the engine's own check is not trusted here)."""
 
-    def __init__(self, capacity: float, tier_bw: float) -> None:
+    def __init__(self, capacity: float, tier_bw: tuple[float, ...]) -> None:
         super().__init__(capacity)
         self.tier_bw = tier_bw
         self.saturated = 0
@@ -57,8 +57,8 @@ class CheckedNet(FlowNet):
         for fid, rate in rates.items():
             assert rate <= caps[fid] * (1 + 1e-12), f"{fid} above its cap"
             if "/stage-" in fid:  # a staging flow runs at most at its RSA nodes' bandwidth
-                nodes = caps[fid] / self.tier_bw
-                assert nodes == int(nodes) and 1 <= nodes <= 16, fid
+                counts = [caps[fid] / bw for bw in self.tier_bw]
+                assert any(n == int(n) and 1 <= n <= 16 for n in counts), fid
         if total >= self.capacity * (1 - 1e-9):
             self.saturated += 1
         self.max_outs = max(self.max_outs, sum("/stage-out/" in f for f in rates))
@@ -67,7 +67,7 @@ class CheckedNet(FlowNet):
 def run_checked(cfg: ReplayConfig, path: Path = SMALL,
                 observer: Any = None) -> tuple[Replay, CheckedNet]:
     run = Replay(read_swf(path), cfg, rsa=True, source=str(path), observer=observer)
-    net = CheckedNet(cfg.io.pfs_bw, cfg.tiers[0].bw)
+    net = CheckedNet(cfg.io.pfs_bw, tuple(t.bw for t in cfg.tiers))
     run.net = net
     run.run()
     return run, net
@@ -127,6 +127,23 @@ def test_scenario_without_subcommand_still_runs() -> None:
     named = runner.invoke(sim, ["run", str(SCENARIO)])
     assert plain.exit_code == named.exit_code == 0
     assert plain.output == named.output and "PASS" in plain.output
+
+
+def test_tiers_a_job_goes_to_the_first_that_can_hold_it() -> None:
+    ended: list[dict[str, Any]] = []
+
+    def observe(what: str, now: float, detail: Mapping[str, Any]) -> None:
+        if what == "job":
+            ended.append(dict(detail))
+
+    tiers = (TierSpec(Tier.RAM, 4, 16 * GIB, 5.0 * GIB),
+             TierSpec(Tier.SSD, 8, 1024 * GIB, 1.5 * GIB))
+    run_checked(make_config(tiers=tiers), observer=observe)
+    ram_limit = 4 * 16 * GIB  # max_request 16 > 4 nodes: the whole tier
+    by_tier = {t: [max(j["input_bytes"], j["output_bytes"]) for j in ended if j["tier"] == t]
+               for t in ("ram", "ssd")}
+    assert by_tier["ram"] and by_tier["ssd"]
+    assert max(by_tier["ram"]) <= ram_limit < min(by_tier["ssd"])
 
 
 def test_parse_tiers() -> None:
