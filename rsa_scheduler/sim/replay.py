@@ -141,6 +141,7 @@ class Replay:
         self.window = 0
         self.base: Mapping[str, Any] | None = None
         self.timer_at: float | None = None
+        self.core_moved = False
         self.last_tick = -1.0
         self.poll_at: float | None = None
         self.specs: dict[tuple[bool, bool, Tier, int], DirectiveSpec] = {}
@@ -207,7 +208,9 @@ class Replay:
                     self.cause = "poll"
                     self.last_tick = self.now
                     self._apply(self.sched.tick(self.now))
-            if self.rsa:
+            if self.rsa and (self.core_moved or kind in ("timer", "poll")):
+                # the core's next wake changes only when it did something, or a wake passed
+                self.core_moved = False
                 self._arm_timer()
             active = len(self.jobs)
             if active > t.max_active:
@@ -455,6 +458,7 @@ class Replay:
     def _apply(self, dec: Decision) -> None:
         if not dec.events and not dec.actions:
             return
+        self.core_moved = True
         self.logged += len(dec.events)
         if self.window % self.cfg.check_stride == 0:
             self.log.extend(dec.events)
