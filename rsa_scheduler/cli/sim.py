@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, TextIO
 
 import click
 
@@ -249,13 +249,22 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> floa
               help="Queued jobs Slurm shows pending on Resources (FIFO: the first one).")
 @click.option("--check-stride", type=click.IntRange(min=1), default=1, show_default=True,
               help="Replay-check every Nth window of 20000 logged events (1: all).")
+@click.option("--pfs-create", type=click.FloatRange(min=0.0), default=83.27 / 2048,
+              show_default=True, help="Seconds to create one file when a job's processes "
+              "create theirs in one PFS directory (seed 004 Table 3: 83.27 s / 2048).")
+@click.option("--rsa-create", type=click.FloatRange(min=0.0), default=0.43 / 2048,
+              show_default=True, help="Seconds to create one file on a RAMDISK (seed 004 "
+              "Table 3: 0.43 s / 2048).")
+@click.option("--per-job", type=click.File("w"),
+              help="Write one JSON line per job and run (rsa, baseline) to this file.")
 @click.option("--limit", type=click.IntRange(min=1), help="Replay only the first N jobs.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def replay(trace: str, rsa_nodes: int | None, tiers: str | None, ordering: str, alpha: int,
            procs: int | None, procs_per_node: int | None, ratio: int, max_nodes: int,
            pfs_bw: float, client_bw: float, io_per_proc: float, fpp: float,
            stage_out: str | None, prices: str, seed: int, on_deck: int, check_stride: int,
-           limit: int | None, as_json: bool) -> None:
+           pfs_create: float, rsa_create: float, per_job: TextIO | None, limit: int | None,
+           as_json: bool) -> None:
     """Replay TRACE with the RSA, then without it (the baseline), and compare.
 
     Jobs run first-come-first-served on --procs processors; each reads its input, computes
@@ -279,7 +288,8 @@ def replay(trace: str, rsa_nodes: int | None, tiers: str | None, ordering: str, 
             ppn = hp // max_nodes_h if hp and max_nodes_h and hp >= max_nodes_h else 1
         io = IoParams(pfs_bw=pfs_bw, client_bw=client_bw,
                       tier_bw={t.tier: t.bw for t in specs}, seed=seed,
-                      io_per_proc=io_per_proc, fpp_fraction=fpp)
+                      io_per_proc=io_per_proc, fpp_fraction=fpp,
+                      pfs_create_shared_s=pfs_create, rsa_create_s=rsa_create)
         cfg = ReplayConfig(
             procs=max_procs, procs_per_node=ppn, tiers=specs,
             allocation=AllocationPolicy(ratio=ratio, max_nodes=max_nodes,
@@ -293,7 +303,11 @@ def replay(trace: str, rsa_nodes: int | None, tiers: str | None, ordering: str, 
         def jobs() -> Iterator[SwfJob]:
             return read_swf(trace)
 
-        result = run_replay(jobs, cfg, source=trace)
+        def write_job(run: str, detail: Mapping[str, Any]) -> None:
+            assert per_job is not None
+            per_job.write(json.dumps({"run": run, **detail}) + "\n")
+
+        result = run_replay(jobs, cfg, source=trace, per_job=write_job if per_job else None)
     except ScenarioError as e:
         click.echo(f"rsa sim replay: {e}", err=True)
         sys.exit(EX_DATAERR)

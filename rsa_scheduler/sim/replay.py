@@ -57,7 +57,8 @@ from rsa_scheduler.sim.report import Totals, summary
 from rsa_scheduler.sim.swf import SwfJob
 
 #: observer(what, now, detail): "read" (a job starts reading), "outcome" (an action's
-#: outcome is delivered to the core), "job" (a job left the compute nodes)
+#: outcome is delivered to the core), "job" (a job is done: off its compute nodes and, with
+#: the RSA, its RSA nodes released or never held)
 Observer = Callable[[str, float, Mapping[str, Any]], None]
 # event classes: lower runs first at equal times
 _DONE, _PHASE, _SUBMIT, _TIMER, _POLL = 0, 1, 2, 3, 4
@@ -393,14 +394,6 @@ class Replay:
         t.io += job.io_s
         t.compute_node_s += hold * job.nodes
         t.last_end = max(t.last_end, self.now)
-        if self.observer:
-            self.observer("job", self.now, {"job": job.jid, "submit": job.submit,
-                                            "start": job.start, "end": self.now,
-                                            "read": job.read_from, "write": job.write_to,
-                                            "staged_at": job.staged_at, "io_s": job.io_s,
-                                            "tier": job.tier, "rsa_nodes": job.rsa_nodes,
-                                            "input_bytes": job.vol.input_bytes,
-                                            "output_bytes": job.vol.output_bytes})
         if job.spec is not None:
             self.cause = f"job {job.jid} completed"
             self._observe(job, "COMPLETED")
@@ -423,6 +416,16 @@ class Replay:
             if job.released_at is not None and job.rsa_out:
                 t.stage_outs += 1
                 t.stage_out_s += job.released_at - job.ended_at
+        if self.observer:
+            self.observer("job", self.now, {"job": job.jid, "submit": job.submit,
+                                            "start": job.start, "end": job.ended_at,
+                                            "read": job.read_from, "write": job.write_to,
+                                            "staged_at": job.staged_at, "io_s": job.io_s,
+                                            "tier": job.tier, "rsa_nodes": job.rsa_nodes,
+                                            "input_bytes": job.vol.input_bytes,
+                                            "output_bytes": job.vol.output_bytes,
+                                            "output_files": job.vol.output_files,
+                                            "released": job.released_at})
         del self.jobs[job.jid]
 
     # ---- the PFS ------------------------------------------------------------------------------
@@ -641,11 +644,24 @@ class Replay:
 
 
 def replay(jobs: Callable[[], Iterable[SwfJob]], cfg: ReplayConfig,
-           source: str = "<trace>") -> dict[str, Any]:
-    """Replay the trace (``jobs()`` gives a fresh iterator) with and without the RSA."""
-    run = Replay(jobs(), cfg, rsa=True, source=source)
+           source: str = "<trace>",
+           per_job: Callable[[str, Mapping[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Replay the trace (``jobs()`` gives a fresh iterator) with and without the RSA.
+
+    ``per_job(run, detail)`` is called as each job leaves its compute nodes, ``run`` being
+    ``"rsa"`` or ``"baseline"``."""
+    def observer(name: str) -> Observer | None:
+        if per_job is None:
+            return None
+
+        def see(what: str, now: float, detail: Mapping[str, Any]) -> None:
+            if what == "job":
+                per_job(name, detail)
+        return see
+
+    run = Replay(jobs(), cfg, rsa=True, source=source, observer=observer("rsa"))
     with_rsa = summary(run.run(), cfg, rsa=True, nodes=run.node_count)
-    base = Replay(jobs(), cfg, rsa=False, source=source)
+    base = Replay(jobs(), cfg, rsa=False, source=source, observer=observer("baseline"))
     baseline = summary(base.run(), cfg, rsa=False, nodes=0)
     out = dict(with_rsa)
     out["baseline"] = baseline

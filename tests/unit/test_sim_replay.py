@@ -264,3 +264,25 @@ def test_seed004_file_per_process_output_is_much_shorter_with_the_rsa() -> None:
     assert direct / via_rsa > 5  # paper 31x; why ours is smaller: docs/simulator.md
     assert via_rsa < 60 and direct > 100
     assert out["mean_hold_s"] < out["baseline"]["mean_hold_s"]
+
+
+def test_per_job_lines_and_the_per_file_cost(tmp_path: Path) -> None:
+    """With the create cost fitted to Table 2 itself ((1109.86 s - 2 GiB at 36.18 MB/s) /
+    2048 files), the direct write takes Table 2's time: the per-file term is applied once
+    per file, in series, on top of the transfer."""
+    lines = tmp_path / "jobs.jsonl"
+    fitted = (1109.86 - 2 * GIB / 36.18e6) / 2048
+    result = cli_runner().invoke(sim, ["replay", "--swf", str(FPP), *SEED004, "--stage-out",
+                                       "tar", "--pfs-create", f"{fitted:.6f}",
+                                       "--per-job", str(lines), "--json"])
+    assert result.exit_code == 0, result.stderr
+    rows = [json.loads(line) for line in lines.read_text().splitlines()]
+    assert [(r["run"], r["job"]) for r in rows] == [("rsa", "1"), ("rsa", "2"),
+                                                   ("baseline", "1"), ("baseline", "2")]
+    direct, via_rsa = rows[3], rows[1]
+    assert direct["write"] == "pfs" and via_rsa["write"] == "rsa"
+    assert direct["io_s"] == pytest.approx(1109.86, abs=0.01)
+    assert via_rsa["output_files"] == 2048 and via_rsa["rsa_nodes"] == 16
+    # tar: one file created on the PFS, 2 GiB at 36.18 MB/s, then verify and destroy
+    assert via_rsa["released"] - via_rsa["end"] == pytest.approx(
+        0.001 + 2 * GIB / 36.18e6 + 30 + 10, abs=0.01)
