@@ -74,7 +74,7 @@ class _Job:
     submit: float
     spec: DirectiveSpec | None
     start: float = -1.0
-    phase: str = "queued"  # queued, mounting, reading, computing, writing, ended
+    phase: str = "queued"  # queued, mounting, reading, computing, creating, writing, ended
     token: int = 0  # the phase event that is current
     io_s: float = 0.0
     phase_at: float = 0.0
@@ -135,7 +135,7 @@ class Replay:
         self._nodes = nodes
         self.owner: dict[str, str] = {}  # RSA node -> job, as the actions said
         self.inflight: dict[str, _InFlight] = {}  # job -> its tracked action
-        self.slots: list[tuple[Any, ...]] = []  # stage-outs waiting for a PFS slot
+        self.slots: list[tuple[_Job, _InFlight]] = []  # stage-outs waiting for a PFS slot
         self.flowing_outs = 0
         self.log: list[Event] = []
         self.logged = 0  # events of the current window (logged or not)
