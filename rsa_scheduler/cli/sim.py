@@ -19,7 +19,14 @@ from typing import Any, TextIO
 
 import click
 
-from rsa_scheduler.core.policy import AllocationPolicy, ResetTrigger, StageOut, StagingPolicy, Tier
+from rsa_scheduler.core.policy import (
+    AllocationPolicy,
+    EarlyStart,
+    ResetTrigger,
+    StageOut,
+    StagingPolicy,
+    Tier,
+)
 from rsa_scheduler.core.units import format_duration, parse_size
 from rsa_scheduler.errors import ScenarioError
 from rsa_scheduler.sim import SimResult, SimulationBroken, load_scenario, simulate
@@ -245,6 +252,11 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> floa
 @click.option("--prices", default="", help="Per node-hour: compute=1,ram=4,ssd=1 (default).")
 @click.option("--seed", type=int, default=1, show_default=True,
               help="Seed of the synthetic volume model.")
+@click.option("--early-start", type=click.Choice([e.value for e in EarlyStart
+                                                  if e is not EarlyStart.UNION]),
+              default="fallback", show_default=True,
+              help="A job that starts before its stage-in is done reads the PFS "
+              "(fallback, seed 004 §3.1) or its Prolog holds it until staged (wait).")
 @click.option("--on-deck", type=click.IntRange(min=1), default=1, show_default=True,
               help="Queued jobs Slurm shows pending on Resources (FIFO: the first one).")
 @click.option("--check-stride", type=click.IntRange(min=1), default=1, show_default=True,
@@ -262,7 +274,8 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> floa
 def replay(trace: str, rsa_nodes: int | None, tiers: str | None, ordering: str, alpha: int,
            procs: int | None, procs_per_node: int | None, ratio: int, max_nodes: int,
            pfs_bw: float, client_bw: float, io_per_proc: float, fpp: float,
-           stage_out: str | None, prices: str, seed: int, on_deck: int, check_stride: int,
+           stage_out: str | None, prices: str, seed: int, early_start: str, on_deck: int,
+           check_stride: int,
            pfs_create: float, rsa_create: float, per_job: TextIO | None, limit: int | None,
            as_json: bool) -> None:
     """Replay TRACE with the RSA, then without it (the baseline), and compare.
@@ -295,7 +308,8 @@ def replay(trace: str, rsa_nodes: int | None, tiers: str | None, ordering: str, 
             allocation=AllocationPolicy(ratio=ratio, max_nodes=max_nodes,
                                         max_request=max(16, max_nodes),
                                         default_tier=specs[0].tier),
-            staging=StagingPolicy(reset_trigger=ResetTrigger.INPUT_DONE),
+            staging=StagingPolicy(reset_trigger=ResetTrigger.INPUT_DONE,
+                                  early_start=EarlyStart(early_start)),
             io=io, stage_out=StageOut(stage_out) if stage_out else None,
             ordering=ordering, alpha=alpha, prices=parse_prices(prices), on_deck=on_deck,
             check_stride=check_stride, limit=limit)

@@ -46,7 +46,7 @@ from rsa_scheduler.core.actions import Action, ActionKind, Outcome, Result
 from rsa_scheduler.core.allocator import Pool, RsaNode
 from rsa_scheduler.core.directives import DirectiveSpec
 from rsa_scheduler.core.events import Event
-from rsa_scheduler.core.policy import StageOut, Tier
+from rsa_scheduler.core.policy import EarlyStart, StageOut, Tier
 from rsa_scheduler.core.scheduler import Decision, Observation, Scheduler
 from rsa_scheduler.core.states import HOLDING_NODES, TERMINAL, RsaState
 from rsa_scheduler.core.transitions import Trigger
@@ -60,6 +60,12 @@ from rsa_scheduler.sim.swf import SwfJob
 #: outcome is delivered to the core), "job" (a job is done: off its compute nodes and, with
 #: the RSA, its RSA nodes released or never held)
 Observer = Callable[[str, float, Mapping[str, Any]], None]
+#: rsa-states of a job whose RAMDISK is still being prepared for its input
+_STAGING = frozenset({RsaState.ALLOCATED, RsaState.FS_BUILDING, RsaState.FS_READY,
+                      RsaState.STAGING_IN})
+#: ... and those in which the input is on its way to the job's mount
+_INPUT_COMING = _STAGING | {RsaState.STAGED_IN, RsaState.LOCKED_IN, RsaState.MOUNTING_INPUT,
+                            RsaState.MOUNTED_INPUT}
 # event classes: lower runs first at equal times
 _DONE, _PHASE, _SUBMIT, _TIMER, _POLL = 0, 1, 2, 3, 4
 
@@ -309,8 +315,13 @@ class Replay:
             self._observe(job, "RUNNING")
             rec = self.sched.records.get(job.jid)
         job.phase_at = self.now
-        if rec is not None and rec.rsa_state is RsaState.MOUNTING_INPUT:
-            job.phase = "mounting"  # the Prolog's bind mount: reading starts when it is done
+        if rec is not None and (rec.rsa_state is RsaState.MOUNTING_INPUT or (
+                rec.rsa_state in _STAGING and not rec.wait_over and rec.spec.data_in
+                and (rec.spec.early_start or self.cfg.staging.early_start)
+                is EarlyStart.WAIT)):
+            # the Prolog's bind mount (or, under early start "wait", the Prolog holding the
+            # start until the stage-in is done): reading starts when the mount is done
+            job.phase = "mounting"
             return
         self._read(job, rsa=False)
 
@@ -489,6 +500,7 @@ class Replay:
                 self._issue(act)
         touched = {e.job_id for e in dec.events}
         records = self.sched.records
+        unheld: list[_Job] = []
         for jid in touched:
             rec = records.get(jid)
             if rec is None:
@@ -505,8 +517,15 @@ class Replay:
             job = self.jobs.get(jid)
             if job is not None and job.phase == "ended":
                 self._maybe_forget(job)
+            elif job is not None and job.phase == "mounting" and (
+                    rec.rsa_state not in _INPUT_COMING
+                    or (rec.wait_over and rec.rsa_state in _STAGING)):
+                unheld.append(job)  # no RSA input will come (the wait expired): the PFS
         if self.logged >= self.cfg.check_every:
             self._checkpoint()
+        for job in unheld:
+            if job.phase == "mounting":
+                self._read(job, rsa=False)
 
     def _allocated(self, act: Action) -> None:
         jid = act.job_id

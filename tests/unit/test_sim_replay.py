@@ -306,3 +306,34 @@ def test_seed003_ordered_stage_outs_end_sooner_on_average() -> None:
         assert out["rsa"]["wrote_to_rsa"] == len(done) == 16
         mean[ordering] = sum(done) / len(done)
     assert mean["trio"] < 0.8 * mean["fifo"]
+
+
+def test_early_start_wait_holds_jobs_until_staged() -> None:
+    """Under ``wait`` no job that got RSA nodes before it started reads the PFS: its
+    Prolog holds it (on its compute nodes) until the stage-in is done; under
+    ``fallback`` such jobs read the PFS at once (seed 004 §3.1)."""
+    from rsa_scheduler.core.policy import EarlyStart, ResetTrigger, StagingPolicy
+
+    fell_back: dict[str, int] = {}
+    held_longest: dict[str, float] = {}
+    for policy in (EarlyStart.FALLBACK, EarlyStart.WAIT):
+        reads: dict[str, float] = {}
+        ended: list[dict[str, Any]] = []
+
+        def observe(what: str, now: float, d: Mapping[str, Any],
+                    reads: dict[str, float] = reads,
+                    ended: list[dict[str, Any]] = ended) -> None:
+            if what == "read":
+                reads[d["job"]] = now
+            elif what == "job":
+                ended.append(dict(d))
+
+        staging = StagingPolicy(reset_trigger=ResetTrigger.INPUT_DONE, early_start=policy)
+        run_checked(make_config(staging=staging), observer=observe)
+        allocated = [j for j in ended if j["rsa_nodes"] and j["input_bytes"]]
+        fell_back[policy] = sum(j["read"] == "pfs" for j in allocated)
+        held_longest[policy] = max(reads[j["job"]] - j["start"] for j in allocated)
+    assert fell_back[EarlyStart.FALLBACK] > 0
+    assert fell_back[EarlyStart.WAIT] == 0
+    assert held_longest[EarlyStart.FALLBACK] <= 2.0  # at most the input mount
+    assert held_longest[EarlyStart.WAIT] > 10.0  # held for a stage-in
