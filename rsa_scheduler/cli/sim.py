@@ -1,34 +1,69 @@
-"""``rsa sim``: run a scenario through the real core and show what happened.
+"""``rsa sim``: run a scenario or replay a workload trace through the real core.
 
-Owns the command line, exit codes and the human-readable rendering of a run; loading
-and running a scenario is :mod:`rsa_scheduler.sim`.
+Owns the command lines (``rsa sim [run] SCENARIO``, ``rsa sim replay --swf TRACE``), exit
+codes and the human-readable rendering of a run; loading and running scenarios and
+traces is :mod:`rsa_scheduler.sim`.
 
-Exit codes: 0 every expectation met; 1 an expectation failed (one ``FAILED`` line each on
-stderr); 65 (EX_DATAERR) the scenario file is invalid; 70 (EX_SOFTWARE) an invariant broke
-or the core raised — a bug, described on one line.
+Exit codes: 0 every expectation met (a replay that ran); 1 an expectation failed (one
+``FAILED`` line each on stderr); 65 (EX_DATAERR) the scenario or trace file is invalid
+(``FILE:LINE: message``); 70 (EX_SOFTWARE) an invariant broke or the core raised — a bug,
+described on one line.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, TextIO
 
 import click
 
-from rsa_scheduler.core.units import format_duration
+from rsa_scheduler.core.policy import (
+    AllocationPolicy,
+    EarlyStart,
+    ResetTrigger,
+    StageOut,
+    StagingPolicy,
+    Tier,
+)
+from rsa_scheduler.core.units import format_duration, parse_size
 from rsa_scheduler.errors import ScenarioError
 from rsa_scheduler.sim import SimResult, SimulationBroken, load_scenario, simulate
+from rsa_scheduler.sim.cluster import ORDERINGS, ReplayConfig, TierSpec
+from rsa_scheduler.sim.iomodel import IoParams
+from rsa_scheduler.sim.replay import replay as run_replay
+from rsa_scheduler.sim.swf import SwfJob, read_header, read_swf
 
 EX_FAILED = 1
 EX_DATAERR = 65
 EX_SOFTWARE = 70
 
 
-@click.command()
+class _SimGroup(click.Group):
+    """``rsa sim SCENARIO`` is ``rsa sim run SCENARIO``: a first argument that names no
+    sub-command (and is not --help) selects ``run``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_SimGroup)
+def sim() -> None:
+    """Simulate the RSA with the real scheduler core: a scenario, or a workload trace.
+
+    \b
+    rsa sim SCENARIO.yaml [--json]        a scripted scenario (same as rsa sim run)
+    rsa sim replay --swf TRACE.swf --json  a Standard Workload Format trace
+    """
+
+
+@sim.command("run")
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the run as one JSON document.")
-def sim(scenario: str, as_json: bool) -> None:
+def run(scenario: str, as_json: bool) -> None:
     """Simulate SCENARIO (a YAML file) with the real scheduler core.
 
     Prints each job's job-state and rsa-state timeline and the final RSA node pool, then
@@ -117,3 +152,209 @@ def _table(rows: list[tuple[str, ...]], indent: str) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return [(indent + "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=False))
             + "  " + r[-1]).rstrip() for r in rows]
+
+
+# ---- rsa sim replay ----------------------------------------------------------------------
+
+DEFAULT_CAPACITY = "128G"  # seed 004 §4: the full-scale design's RSA nodes, 128 GB DRAM each
+DEFAULT_TIER_BW = {Tier.RAM: "5G", Tier.SSD: "1536M"}
+
+
+def parse_tiers(text: str) -> tuple[TierSpec, ...]:
+    """``TIER:COUNT[:CAPACITY[:BANDWIDTH]]``, comma separated (sizes as Slurm writes them,
+    bandwidth per node per second). Raises click.BadParameter."""
+    out: list[TierSpec] = []
+    seen: set[Tier] = set()
+    for part in text.split(","):
+        bits = part.strip().split(":")
+        try:
+            if not 2 <= len(bits) <= 4:
+                raise ValueError("expected TIER:COUNT[:CAPACITY[:BANDWIDTH]]")
+            tier = Tier(bits[0])
+            count = int(bits[1])
+            if count < 0:
+                raise ValueError("COUNT must be >= 0")
+            capacity = parse_size(bits[2] if len(bits) > 2 else DEFAULT_CAPACITY)
+            bw = parse_size(bits[3] if len(bits) > 3 else DEFAULT_TIER_BW[tier])
+            if capacity < 1 or bw < 1:
+                raise ValueError("CAPACITY and BANDWIDTH must be > 0")
+        except ValueError as e:
+            raise click.BadParameter(f"{part.strip()!r}: {e}", param_hint="--tiers") from e
+        if tier in seen:
+            raise click.BadParameter(f"tier {tier} given twice", param_hint="--tiers")
+        seen.add(tier)
+        if count:
+            out.append(TierSpec(tier, count, capacity, float(bw)))
+    if not out:
+        raise click.BadParameter("no RSA nodes: give a COUNT > 0", param_hint="--tiers")
+    return tuple(out)
+
+
+def parse_prices(text: str) -> dict[str, float]:
+    """``compute=1,ram=4,ssd=1``: price per node-hour."""
+    prices = {"compute": 1.0, "ram": 4.0, "ssd": 1.0}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        try:
+            if not sep or key not in prices:
+                raise ValueError("expected compute=P, ram=P or ssd=P")
+            price = float(value)
+            if not price >= 0:
+                raise ValueError("a price is >= 0")
+        except ValueError as e:
+            raise click.BadParameter(f"{part!r}: {e}", param_hint="--prices") from e
+        prices[key] = price
+    return prices
+
+
+def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        n = parse_size(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from e
+    if n < 1:
+        raise click.BadParameter("must be > 0")
+    return float(n)
+
+
+@sim.command("replay")
+@click.option("--swf", "trace", required=True, type=click.Path(dir_okay=False),
+              help="Standard Workload Format trace (Parallel Workloads Archive).")
+@click.option("--rsa-nodes", type=click.IntRange(min=1), envvar="RSA_SIM_RSA_NODES",
+              help="RAM RSA nodes (default 16); the same as --tiers ram:N.")
+@click.option("--tiers", help="RSA nodes per tier: TIER:COUNT[:CAPACITY[:BANDWIDTH]],... "
+              "e.g. ram:16:128G:5G,ssd:16:2T:1536M (bandwidth per node per second).")
+@click.option("--ordering", type=click.Choice(ORDERINGS), default="fifo", show_default=True,
+              help="Stage-out ordering on the PFS: all at once (fifo); at most --alpha at a "
+              "time, smallest first (sjf) or priority then smallest (trio).")
+@click.option("--alpha", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Concurrent stage-outs under sjf/trio (seed 003's α).")
+@click.option("--procs", type=click.IntRange(min=1),
+              help="Processors of the compute cluster (default: the trace's MaxProcs).")
+@click.option("--procs-per-node", type=click.IntRange(min=1),
+              help="Default: MaxProcs / MaxNodes of the trace header, else 1.")
+@click.option("--ratio", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Compute nodes per RSA node (seed 004 §3.1 proportional allocation).")
+@click.option("--max-nodes", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Most RSA nodes one job gets from the proportional share.")
+@click.option("--pfs-bw", callback=_size, default="20G", show_default=True,
+              help="The PFS's aggregate bandwidth per second, shared by all transfers.")
+@click.option("--client-bw", callback=_size, default="1G", show_default=True,
+              help="One compute node's bandwidth per second to any storage.")
+@click.option("--io-per-proc", callback=_size, default="1G", show_default=True,
+              help="Median input per processor of the synthetic volume model.")
+@click.option("--fpp", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
+              help="Share of jobs writing one file per process (synthetic model).")
+@click.option("--stage-out", type=click.Choice([m.value for m in StageOut]),
+              help="Every job's stage-out method (tar aggregates many files into one).")
+@click.option("--prices", default="", help="Per node-hour: compute=1,ram=4,ssd=1 (default).")
+@click.option("--seed", type=int, default=1, show_default=True,
+              help="Seed of the synthetic volume model.")
+@click.option("--early-start", type=click.Choice([e.value for e in EarlyStart
+                                                  if e is not EarlyStart.UNION]),
+              default="fallback", show_default=True,
+              help="A job that starts before its stage-in is done reads the PFS "
+              "(fallback, seed 004 §3.1) or its Prolog holds it until staged (wait).")
+@click.option("--on-deck", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Queued jobs Slurm shows pending on Resources (FIFO: the first one).")
+@click.option("--check-stride", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Replay-check every Nth window of 20000 logged events (1: all).")
+@click.option("--pfs-create", type=click.FloatRange(min=0.0), default=83.27 / 2048,
+              show_default=True, help="Seconds to create one file when a job's processes "
+              "create theirs in one PFS directory (seed 004 Table 3: 83.27 s / 2048).")
+@click.option("--rsa-create", type=click.FloatRange(min=0.0), default=0.43 / 2048,
+              show_default=True, help="Seconds to create one file on a RAMDISK (seed 004 "
+              "Table 3: 0.43 s / 2048).")
+@click.option("--per-job", type=click.File("w"),
+              help="Write one JSON line per job and run (rsa, baseline) to this file.")
+@click.option("--limit", type=click.IntRange(min=1), help="Replay only the first N jobs.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def replay(trace: str, rsa_nodes: int | None, tiers: str | None, ordering: str, alpha: int,
+           procs: int | None, procs_per_node: int | None, ratio: int, max_nodes: int,
+           pfs_bw: float, client_bw: float, io_per_proc: float, fpp: float,
+           stage_out: str | None, prices: str, seed: int, early_start: str, on_deck: int,
+           check_stride: int,
+           pfs_create: float, rsa_create: float, per_job: TextIO | None, limit: int | None,
+           as_json: bool) -> None:
+    """Replay TRACE with the RSA, then without it (the baseline), and compare.
+
+    Jobs run first-come-first-served on --procs processors; each reads its input, computes
+    for its trace run time and writes its output, from and to its RSA nodes when the RSA
+    staged it in time, else the PFS. The RSA run drives the daemon's own core and
+    allocator. Prints jobs, mean wait, hold (time on the compute nodes) and I/O time, and
+    cost, for both runs. The model and its defaults: docs/simulator.md.
+    """
+    if rsa_nodes is not None and tiers is not None:
+        raise click.UsageError("give --rsa-nodes or --tiers, not both")
+    specs = parse_tiers(tiers if tiers else f"ram:{rsa_nodes or 16}")
+    try:
+        header = read_header(trace)
+        max_procs = procs or header.int_field("MaxProcs")
+        if max_procs is None:
+            raise click.UsageError(f"{trace}: the trace has no MaxProcs header: give --procs")
+        ppn = procs_per_node
+        if ppn is None:
+            max_nodes_h = header.int_field("MaxNodes")
+            hp = header.int_field("MaxProcs")
+            ppn = hp // max_nodes_h if hp and max_nodes_h and hp >= max_nodes_h else 1
+        io = IoParams(pfs_bw=pfs_bw, client_bw=client_bw,
+                      tier_bw={t.tier: t.bw for t in specs}, seed=seed,
+                      io_per_proc=io_per_proc, fpp_fraction=fpp,
+                      pfs_create_shared_s=pfs_create, rsa_create_s=rsa_create)
+        cfg = ReplayConfig(
+            procs=max_procs, procs_per_node=ppn, tiers=specs,
+            allocation=AllocationPolicy(ratio=ratio, max_nodes=max_nodes,
+                                        max_request=max(16, max_nodes),
+                                        default_tier=specs[0].tier),
+            staging=StagingPolicy(reset_trigger=ResetTrigger.INPUT_DONE,
+                                  early_start=EarlyStart(early_start)),
+            io=io, stage_out=StageOut(stage_out) if stage_out else None,
+            ordering=ordering, alpha=alpha, prices=parse_prices(prices), on_deck=on_deck,
+            check_stride=check_stride, limit=limit)
+
+        def jobs() -> Iterator[SwfJob]:
+            return read_swf(trace)
+
+        def write_job(run: str, detail: Mapping[str, Any]) -> None:
+            assert per_job is not None
+            per_job.write(json.dumps({"run": run, **detail}) + "\n")
+
+        result = run_replay(jobs, cfg, source=trace, per_job=write_job if per_job else None)
+    except ScenarioError as e:
+        click.echo(f"rsa sim replay: {e}", err=True)
+        sys.exit(EX_DATAERR)
+    except SimulationBroken as e:
+        click.echo(f"rsa sim replay: invariant violated: {e}", err=True)
+        sys.exit(EX_SOFTWARE)
+    result = {"trace": trace, **result}
+    if as_json:
+        click.echo(json.dumps(result, indent=2, sort_keys=False))
+    else:
+        click.echo(render_replay(result))
+
+
+def render_replay(result: dict[str, Any]) -> str:
+    """The two runs side by side."""
+    base = result["baseline"]
+    rows = [("", "with RSA", "baseline")]
+    for key, label in (("jobs", "jobs"), ("mean_wait_s", "mean wait"),
+                       ("mean_hold_s", "mean hold"), ("mean_io_s", "mean I/O"),
+                       ("makespan_s", "makespan"), ("cost", "cost")):
+        a, b = result[key], base[key]
+        if key.endswith("_s"):
+            rows.append((label, format_duration(a), format_duration(b)))
+        else:
+            rows.append((label, str(a), str(b)))
+    rsa = result["rsa"]
+    out = [f"trace {result['trace']}: {result['jobs']} jobs replayed "
+           f"({result['skipped']} skipped), {rsa['nodes']} RSA nodes, "
+           f"stage-out ordering {rsa['ordering']}"]
+    out += _table([(*r, "") for r in rows], indent="  ")
+    out.append(f"  RSA: {rsa['tracked']} jobs tracked, {rsa['never_allocated']} started "
+               f"before RSA nodes were theirs, {rsa['declined']} declined, "
+               f"{rsa['read_from_rsa']} read their input from it, {rsa['wrote_to_rsa']} "
+               f"wrote their output to it; mean stage-out "
+               f"{format_duration(rsa['mean_stage_out_s'])}")
+    return "\n".join(out)

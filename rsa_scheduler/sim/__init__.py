@@ -1,22 +1,30 @@
-"""Scenario simulator: drive the real core and allocator with a scripted scenario.
+"""Simulators that drive the real core and allocator: scripted scenarios and trace replay.
 
 Re-exports only; see :mod:`rsa_scheduler.sim.scenario` (the YAML format, loaded into
 :mod:`rsa_scheduler.sim.model`), :mod:`rsa_scheduler.sim.engine` (the discrete-event
-engine) and :mod:`rsa_scheduler.sim.result` (timelines and the JSON document).
+engine), :mod:`rsa_scheduler.sim.result` (timelines and the JSON document), and for trace
+replay :mod:`rsa_scheduler.sim.swf` (the SWF reader), :mod:`rsa_scheduler.sim.iomodel`
+(volumes, bandwidths, the shared PFS) and :mod:`rsa_scheduler.sim.replay` (the engine;
+its ``replay`` function is not re-exported: it would hide the module).
 """
 
+from rsa_scheduler.sim.cluster import ReplayConfig
 from rsa_scheduler.sim.engine import SimulationBroken, simulate
 from rsa_scheduler.sim.model import Scenario
 from rsa_scheduler.sim.result import JobResult, Row, SimResult
 from rsa_scheduler.sim.scenario import load_scenario, parse_scenario
+from rsa_scheduler.sim.swf import TraceError, read_swf
 
 __all__ = [
     "JobResult",
+    "ReplayConfig",
     "Row",
     "Scenario",
     "SimResult",
     "SimulationBroken",
+    "TraceError",
     "load_scenario",
     "parse_scenario",
+    "read_swf",
     "simulate",
 ]

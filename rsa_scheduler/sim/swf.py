@@ -1,0 +1,195 @@
+"""Standard Workload Format (SWF) traces: a streaming, validating reader.
+
+Owns the SWF record (:class:`SwfJob`), the header fields the replay needs
+(:class:`SwfHeader`) and every message about a malformed trace, raised as
+:class:`TraceError` with ``FILE:LINE: message``. SWF is the Parallel Workloads Archive's
+format (https://www.cs.huji.ac.il/labs/parallel/workload/swf.html): lines starting with
+``;`` are comments, ``; Key: value`` comments at the top form the header, every other
+non-blank line is one job of 18 whitespace-separated numbers, ``-1`` meaning unknown.
+
+Extension (rsa-scheduler only, documented in docs/simulator.md): a job line may carry 3
+more fields, 19 input bytes, 20 output bytes, 21 output files (``-1`` unknown), so a
+trace can say how much data each job moves. Lines of 18 fields are plain SWF.
+
+Reading is lazy: :func:`read_swf` yields one job at a time and keeps nothing but the
+previous submit time, so a trace of any length streams in constant memory.
+
+Reads files only; must not import the core's state machine or the engine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from rsa_scheduler.errors import ScenarioError
+
+SWF_FIELDS = 18
+EXT_FIELDS = 21  # SWF + input bytes, output bytes, output files
+FIELD_NAMES = (
+    "job number", "submit time", "wait time", "run time", "allocated processors",
+    "average CPU time", "used memory", "requested processors", "requested time",
+    "requested memory", "status", "user id", "group id", "executable number",
+    "queue number", "partition number", "preceding job", "think time",
+    "input bytes", "output bytes", "output files",
+)
+#: header keys whose integer values the replay uses
+HEADER_INTS = ("MaxJobs", "MaxRecords", "MaxNodes", "MaxProcs", "UnixStartTime")
+
+
+class TraceError(ScenarioError):
+    """A trace file is unreadable or malformed: ``FILE:LINE: message``."""
+
+
+@dataclass(frozen=True, slots=True)
+class SwfJob:
+    """One job line of an SWF trace (times in seconds, -1 or None when unknown)."""
+
+    line: int
+    job: int
+    submit: float
+    wait: float
+    run: float
+    procs: int  # allocated processors, else requested; -1 unknown
+    requested_time: float
+    used_memory_kb: float  # per processor
+    status: int
+    user: int
+    input_bytes: int | None = None
+    output_bytes: int | None = None
+    output_files: int | None = None
+
+
+@dataclass(slots=True)
+class SwfHeader:
+    """The ``; Key: value`` comments of the trace (integers for :data:`HEADER_INTS`)."""
+
+    fields: dict[str, str] = field(default_factory=dict)
+
+    def int_field(self, key: str) -> int | None:
+        value = self.fields.get(key, "").split()
+        try:
+            n = int(value[0]) if value else None
+        except ValueError:
+            return None
+        return n if n is not None and n > 0 else None
+
+
+def _number(text: str, where: str, index: int) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise TraceError(f"{where}: field {index + 1} ({FIELD_NAMES[index]}) is "
+                         f"{text!r}, not a number") from None
+    if not math.isfinite(value):
+        raise TraceError(f"{where}: field {index + 1} ({FIELD_NAMES[index]}) is "
+                         f"{text!r}, not a finite number")
+    if value < 0 and value != -1:
+        raise TraceError(f"{where}: field {index + 1} ({FIELD_NAMES[index]}) is {text}: "
+                         "negative values other than -1 (unknown) are not SWF")
+    return value
+
+
+def parse_job(text: str, where: str, line: int) -> SwfJob:
+    """One SWF job line (``where`` is ``FILE:LINE`` for messages). Raises TraceError."""
+    parts = text.split()
+    if len(parts) not in (SWF_FIELDS, EXT_FIELDS):
+        raise TraceError(f"{where}: {len(parts)} fields, SWF has {SWF_FIELDS} "
+                         f"(or {EXT_FIELDS} with rsa-scheduler's I/O columns)")
+    try:  # the fast path for a good line; the slow one names the bad field
+        v = [float(p) for p in parts]
+        good = math.isfinite(math.fsum(v)) and (min(v) >= 0 or all(x >= 0 or x == -1
+                                                                    for x in v))
+    except ValueError:
+        good = False
+    if not good:
+        v = [_number(p, where, i) for i, p in enumerate(parts)]
+    if v[0] != int(v[0]) or v[0] < 1:
+        raise TraceError(f"{where}: field 1 (job number) is {parts[0]}: "
+                         "SWF numbers jobs 1, 2, ...")
+    if v[1] == -1:
+        raise TraceError(f"{where}: field 2 (submit time) is unknown (-1): "
+                         "a job cannot be replayed without it")
+    procs = v[4] if v[4] > 0 else v[7]
+
+    def opt(i: int) -> int | None:
+        return int(v[i]) if len(v) > i and v[i] >= 0 else None
+
+    return SwfJob(line=line, job=int(v[0]), submit=v[1], wait=v[2], run=v[3],
+                  procs=int(procs) if procs > 0 else -1, requested_time=v[8],
+                  used_memory_kb=v[6], status=int(v[10]), user=int(v[11]),
+                  input_bytes=opt(18), output_bytes=opt(19), output_files=opt(20))
+
+
+class SwfReader:
+    """Iterate a trace's jobs in file order; ``header`` fills as the top comments pass.
+
+    Raises :class:`TraceError` at the first malformed line, and when submit times go
+    backwards (SWF lists jobs in submit order; the replay streams them in that order).
+    """
+
+    def __init__(self, stream: TextIO, name: str) -> None:
+        self.stream = stream
+        self.name = name
+        self.header = SwfHeader()
+        self.lines = 0
+
+    def __iter__(self) -> Iterator[SwfJob]:
+        last = -math.inf
+        for n, raw in enumerate(self.stream, start=1):
+            self.lines = n
+            text = raw.strip()
+            if not text:
+                continue
+            where = f"{self.name}:{n}"
+            if text.startswith(";"):
+                key, sep, value = text[1:].partition(":")
+                if sep and key.strip() and " " not in key.strip():
+                    self.header.fields.setdefault(key.strip(), value.strip())
+                continue
+            job = parse_job(text, where, n)
+            if job.submit < last:
+                raise TraceError(f"{where}: submit time {_fmt(job.submit)} is before the "
+                                 f"previous job's {_fmt(last)}: SWF lists jobs in submit "
+                                 "order")
+            last = job.submit
+            yield job
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if x == int(x) else str(x)
+
+
+def read_swf(path: str | Path) -> Iterator[SwfJob]:
+    """Every job of the trace at ``path``, lazily. Raises TraceError (``FILE:LINE: ...``)."""
+    p = Path(path)
+    try:
+        stream = p.open(encoding="utf-8")
+    except OSError as e:
+        raise TraceError(f"{p}: cannot read trace: {e.strerror or e}") from e
+    with stream:
+        try:
+            yield from SwfReader(stream, str(p))
+        except UnicodeDecodeError as e:
+            raise TraceError(f"{p}: cannot read trace: not UTF-8 text ({e.reason})") from e
+
+
+def read_header(path: str | Path, limit: int = 200) -> SwfHeader:
+    """The header comments at the top of the trace (the first ``limit`` lines at most)."""
+    header = SwfHeader()
+    p = Path(path)
+    try:
+        with p.open(encoding="utf-8", errors="replace") as stream:
+            for n, raw in enumerate(stream):
+                text = raw.strip()
+                if n >= limit or (text and not text.startswith(";")):
+                    break
+                key, sep, value = text[1:].partition(":")
+                if sep and key.strip() and " " not in key.strip():
+                    header.fields.setdefault(key.strip(), value.strip())
+    except OSError as e:
+        raise TraceError(f"{p}: cannot read trace: {e.strerror or e}") from e
+    return header

@@ -1,0 +1,104 @@
+"""The SWF reader: the Parallel Workloads Archive's layout read right, every malformed line
+named ``FILE:LINE: message``, and the synthetic generator's output reproducible."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rsa_scheduler.sim.swf import TraceError, parse_job, read_header, read_swf
+
+DATA = Path(__file__).parent.parent / "data" / "swf"
+ROOT = Path(__file__).parent.parent.parent
+GOOD = "1 0 12 3600 256 3590.0 1048576 256 7200 -1 1 3 1 -1 1 1 -1 -1"
+
+
+def test_pwa_layout_header_and_jobs() -> None:
+    path = DATA / "pwa-format.swf"
+    jobs = list(read_swf(path))
+    assert [j.job for j in jobs] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert [j.line for j in jobs][:2] == [26, 27]
+    first = jobs[0]
+    assert (first.submit, first.wait, first.run, first.procs) == (0, 12, 3600, 256)
+    assert first.used_memory_kb == 1048576
+    assert first.requested_time == 7200 and first.user == 3 and first.status == 1
+    assert first.input_bytes is None and first.output_bytes is None
+    cancelled = jobs[4]
+    assert cancelled.run == -1 and cancelled.wait == -1
+    assert cancelled.procs == 32  # allocated unknown: the requested processors
+    header = read_header(path)
+    assert header.int_field("MaxProcs") == 256 and header.int_field("MaxNodes") == 64
+    assert header.fields["TimeZoneString"] == "US/Pacific"
+    assert header.fields["Note"].startswith("job 5 was cancelled")  # continuation ignored
+    assert header.int_field("Computer") is None
+
+
+def test_extension_columns() -> None:
+    job = parse_job(GOOD + " 1000 2000 64", "t.swf:1", 1)
+    assert (job.input_bytes, job.output_bytes, job.output_files) == (1000, 2000, 64)
+    unknown = parse_job(GOOD + " -1 -1 -1", "t.swf:1", 1)
+    assert unknown.input_bytes is None and unknown.output_files is None
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("1 0 12 3600 256", "t.swf:9: 5 fields, SWF has 18 (or 21 with rsa-scheduler's I/O"),
+    (GOOD + " 7", "t.swf:9: 19 fields, SWF has 18"),
+    (GOOD.replace("3600", "1h", 1), "t.swf:9: field 4 (run time) is '1h', not a number"),
+    (GOOD.replace(" 256 ", " -4 ", 1), "t.swf:9: field 5 (allocated processors) is -4: "
+     "negative values other than -1 (unknown) are not SWF"),
+    (GOOD.replace("3590.0", "nan"), "t.swf:9: field 6 (average CPU time) is 'nan', not a "
+     "finite number"),
+    ("0" + GOOD[1:], "t.swf:9: field 1 (job number) is 0: SWF numbers jobs 1, 2, ..."),
+    ("1 -1" + GOOD[3:], "t.swf:9: field 2 (submit time) is unknown (-1)"),
+    (GOOD + " 10 x 1", "t.swf:9: field 20 (output bytes) is 'x', not a number"),
+])
+def test_malformed_line(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "t.swf"
+    path.write_text("; Version: 2.2\n" + "; MaxProcs: 256\n" * 7 + line + "\n")
+    with pytest.raises(TraceError) as err:
+        list(read_swf(path))
+    assert str(err.value).startswith(str(path) + message[len("t.swf"):])
+
+
+def test_submit_order(tmp_path: Path) -> None:
+    path = tmp_path / "t.swf"
+    second = GOOD.replace("1 0 12", "2 100 12", 1)
+    third = GOOD.replace("1 0 12", "3 50 12", 1)
+    path.write_text(f"{GOOD}\n\n{second}\n{third}\n")
+    with pytest.raises(TraceError, match=r"t\.swf:4: submit time 50 is before the previous "
+                                         r"job's 100: SWF lists jobs in submit order"):
+        list(read_swf(path))
+
+
+def test_unreadable(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match=r"nope\.swf: cannot read trace"):
+        list(read_swf(tmp_path / "nope.swf"))
+    binary = tmp_path / "bin.swf"
+    binary.write_bytes(b"; Version: 2.2\n\xff\xfe 1 2\n")
+    with pytest.raises(TraceError, match=r"bin\.swf: cannot read trace: not UTF-8 text"):
+        list(read_swf(binary))
+
+
+def test_lazy_reading_stops_at_the_bad_line(tmp_path: Path) -> None:
+    path = tmp_path / "t.swf"
+    path.write_text(f"{GOOD}\nbroken\n")
+    it = iter(read_swf(path))
+    assert next(it).job == 1  # the good line comes out before the bad one is read
+    with pytest.raises(TraceError, match=r"t\.swf:2: 1 fields"):
+        next(it)
+
+
+def test_generator_reproduces_the_shipped_trace(tmp_path: Path) -> None:
+    shipped = DATA / "small.swf"
+    cmd = shipped.read_text().splitlines()[2].removeprefix("; Installation: ").split()
+    assert cmd[0] == "bench/gen_swf.py"
+    out = tmp_path / "again.swf"
+    subprocess.run([sys.executable, str(ROOT / cmd[0]), *cmd[1:], "-o", str(out)],
+                   check=True)
+    assert out.read_bytes() == shipped.read_bytes()
+    jobs = list(read_swf(out))
+    assert len(jobs) == 300 and all(j.input_bytes is not None for j in jobs)
+    assert any(j.output_files and j.output_files > 1 for j in jobs)  # --fpp 0.2
