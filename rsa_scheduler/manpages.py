@@ -88,14 +88,17 @@ def _walk(cmd: click.Command, ctx: click.Context, path: tuple[str, ...]
         for name in cmd.list_commands(ctx):
             sub = cmd.get_command(ctx, name)
             if sub is not None and not sub.hidden:
-                yield from _walk(sub, click.Context(sub, parent=ctx, info_name=name),
-                                 (*path, name))
+                sub_ctx = click.Context(sub, parent=ctx, info_name=name,
+                                        **sub.context_settings)
+                yield from _walk(sub, sub_ctx, (*path, name))
 
 
 def click_page(cmd: click.Command, name: str, section: int, summary: str) -> str:
     """A whole page for a click command: its usage, help, options, and one subsection
     per sub-command (recursively) with its own usage, help and options."""
-    root = click.Context(cmd, info_name=name)
+    # the command's own context settings (its -h), as when it runs: a context made
+    # without them gives --help alone, or -h too once click cached the option (a run)
+    root = click.Context(cmd, info_name=name, **cmd.context_settings)
     parts = [header(name, section, summary), ".SH SYNOPSIS\n",
              f"\\fB{esc(name)}\\fR {esc(' '.join(cmd.collect_usage_pieces(root)))}\n",
              ".SH DESCRIPTION\n", paragraphs(cmd.help or summary), "\n"]
