@@ -686,6 +686,30 @@ class StagingConfig:
             "paper's behaviour).",
         )
     )
+    stage_out_order: str = field(
+        metadata=meta(
+            Choice(("fifo", "sjf", "trio")),
+            "Which stage-out copies first when several share a PFS target (seed 003): "
+            "`fifo` all at once; `sjf` at most `flushes_per_target` at once, the fewest "
+            "bytes first; `trio` the same cap, the oldest job (lowest job id) first, then "
+            "the fewest bytes.",
+        )
+    )
+    flushes_per_target: int = field(
+        metadata=meta(
+            Int(min=1, max=1024),
+            "Stage-outs copying to one PFS target at once under `sjf` and `trio` (seed "
+            "003's alpha).",
+        )
+    )
+    pfs_targets: tuple[Path, ...] = field(
+        metadata=meta(
+            ListOf(AbsPath()),
+            "The PFS's independent targets (file systems, or directories on their own "
+            "servers): a stage-out counts against the longest that holds its DATA_OUT; "
+            "empty: the whole PFS is one target.",
+        )
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -34,6 +34,7 @@ from rsa_scheduler.fs.base import FilesystemBackend, FsRequest, MountSpec
 from rsa_scheduler.hosts import Host
 from rsa_scheduler.runner import Identity
 from rsa_scheduler.staging.engine import StagingEngine
+from rsa_scheduler.staging.flush import FlushGate
 from rsa_scheduler.staging.report import Progress, StagingError, Stats
 
 log = logging.getLogger(__name__)
@@ -163,6 +164,10 @@ class DataPath:
         self._current: dict[str, MountSpec] = {}
         self.tend_every = cfg.health.ramdisk_interval
         self._repeats = Repeats()
+        # one gate for every stage-out of this rsad: the order they take the PFS in
+        st = cfg.staging
+        self.flush_gate = FlushGate(st.stage_out_order, st.flushes_per_target,
+                                    [str(t) for t in st.pfs_targets])
 
     # ---- fencing --------------------------------------------------------------------------
     def fenced(self, node: str) -> Host:
@@ -236,7 +241,8 @@ class DataPath:
         st = self.cfg.staging
         return StagingEngine([self.fenced(n) for n in spec.nodes], identity,
                              parallel_per_node=st.parallel_per_node, progress=progress,
-                             cancel=ctx.cancel, job_id=ctx.action.job_id)
+                             cancel=ctx.cancel, job_id=ctx.action.job_id,
+                             gate=self.flush_gate)
 
     # ---- keeping the RAMDISK alive ---------------------------------------------------
     @contextlib.contextmanager

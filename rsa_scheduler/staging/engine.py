@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures as cf
+import contextlib
 import logging
 import posixpath
 import queue
@@ -32,6 +33,7 @@ from ClusterShell.NodeSet import NodeSet
 from rsa_scheduler.hosts import Cancelled, CancelToken, Host
 from rsa_scheduler.runner import CommandError, Completed, Identity
 from rsa_scheduler.staging import scripts
+from rsa_scheduler.staging.flush import FlushGate
 from rsa_scheduler.staging.manifest import (
     Entry,
     Verification,
@@ -76,7 +78,8 @@ class StagingEngine:
                  parallel_per_node: int = 2, progress: Callable[[Progress], None] | None = None,
                  cancel: CancelToken | None = None, timeout: float = 24 * 3600.0,
                  progress_interval: float = 5.0, job_id: str = "", verify_level: str = "content",
-                 big_bytes: int = 32 << 20, clock: Callable[[], float] = time.monotonic) -> None:
+                 big_bytes: int = 32 << 20, clock: Callable[[], float] = time.monotonic,
+                 gate: FlushGate | None = None) -> None:
         if not hosts:
             raise ValueError("StagingEngine needs at least one RSA node")
         if identity.uid == 0:
@@ -94,8 +97,10 @@ class StagingEngine:
         self.verify_level = verify_level
         self.big_bytes = big_bytes
         self.clock = clock
+        self.gate = gate
         self._deadline = 0.0
         self._abort = CancelToken()
+        self._held = contextlib.ExitStack()
 
     # --- public API -------------------------------------------------------------------
 
@@ -231,6 +236,8 @@ class StagingEngine:
                  "directories; %d already done)", self.job_id, phase, src, dst, plan.files,
                  plan.bytes, len(plan.buckets), sum(b.tool == "tree" for b in plan.buckets),
                  already)
+        if phase == "stage-out":
+            self._take_slot(dst, plan.bytes)
         self._user(first, scripts.mkdirs_argv(dst), f"{phase}: creating directories",
                    input=scripts.encode_list(d.path for d in plan.dirs))
         meter = ProgressMeter(phase, plan.files, plan.bytes, self.progress,
@@ -284,6 +291,7 @@ class StagingEngine:
             self._user(first, scripts.mkdir_argv(dst), f"stage-out: creating {dst}")
             plan = make_plan(entries, len(self.hosts) * self.parallel_per_node,
                              big_bytes=self.big_bytes)
+            self._take_slot(dst, plan.bytes)
             groups = [g for g in assign(plan.buckets, len(self.hosts)) if g] or [[]]
             names, index = self.archive_names(dst, len(groups))
             by_path = {e.path: e for e in entries}
@@ -409,9 +417,24 @@ class StagingEngine:
         self.cancel.check()
         self._abort = CancelToken()
         self._deadline = self.clock() + self.timeout
+        self._held = contextlib.ExitStack()
 
     def _stop(self) -> None:
         self._abort.cancel("operation finished")
+        self._held.close()  # a PFS slot (_take_slot) is given back
+
+    def _take_slot(self, dst: str, nbytes: int) -> None:
+        """Wait for a slot on ``dst``'s PFS target (staging.flush, seed 003) before a
+        stage-out copies; held until the operation ends. The wait does not count against
+        the copy's timeout."""
+        if self.gate is None or not self.gate.gates:
+            return
+        waited = self._held.enter_context(
+            self.gate.slot(self.job_id, dst, nbytes, self.cancel.check))
+        if waited >= 1.0:
+            log.info("%s: stage-out waited %.0fs for a slot on the PFS (%s, %d bytes)",
+                     self.job_id, waited, self.gate.order, nbytes)
+        self._deadline = self.clock() + self.timeout
 
     def _left(self) -> float:
         left = self._deadline - self.clock()
