@@ -40,7 +40,7 @@ from rsa_scheduler.staging import StagingEngine, Stats
 LAB_ENV = Path("/run/rsa-lab/env")
 DATA_ADDRESS = os.environ.get("RSA_STAGING_DATA_ADDRESS", "10.213.0.1")
 TREE_FILES, TREE_FILE_SIZE, BIG_SIZE = 10_000, 4096, 2 << 30
-TOOLS = ("rsync", "tar", "engine")
+TOOLS = ("rsync", "tar", "engine", "engine-rsync")  # engine-rsync: staging.copy_tool rsync
 
 
 def lab_env() -> dict[str, str]:
@@ -65,9 +65,9 @@ class Bench:
         self.results: list[dict[str, object]] = []
         self._n = 0
 
-    def engine(self) -> StagingEngine:
+    def engine(self, copy_tool: str = "engine") -> StagingEngine:
         return StagingEngine(self.hosts, self.user, parallel_per_node=self.parallel,
-                             job_id="bench")
+                             job_id="bench", copy_tool=copy_tool)
 
     @contextmanager
     def ramdisk(self) -> Iterator[MountSpec]:
@@ -104,7 +104,7 @@ class Bench:
             return lambda: self.as_user(["bash", "-c", 'set -o pipefail; mkdir -p "$2" && '
                                          'tar -C "$1" -cf - . | tar -C "$2" -xpf -',
                                          "bash", src, dst])
-        eng = self.engine()
+        eng = self.engine("rsync" if name == "engine-rsync" else "engine")
         if out:
             return lambda: eng.stage_out(src, dst)
         return lambda: eng.stage_in(src, dst)

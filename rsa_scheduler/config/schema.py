@@ -686,6 +686,15 @@ class StagingConfig:
             "paper's behaviour).",
         )
     )
+    copy_tool: str = field(
+        metadata=meta(
+            Choice(("engine", "rsync")),
+            "What copies a tree (stage-in, and stage-out as a tree): `engine` tar pipes "
+            "and dd per bucket (measured faster than one rsync -a: docs/benchmarks.md), "
+            "`rsync` real rsync -aH per bucket; either way in parallel buckets over the "
+            "job's RSA nodes, as the user, placed atomically and verified the same way.",
+        )
+    )
     stage_out_order: str = field(
         metadata=meta(
             Choice(("fifo", "sjf", "trio")),

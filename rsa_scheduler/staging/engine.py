@@ -2,8 +2,9 @@
 
 Owns :class:`StagingEngine`. One scan of the source (as the user) → a plan of balanced
 buckets (``plan``) → every bucket run on one of the job's RSA nodes, ``parallel_per_node``
-streams per node, each with the tool its bucket calls for (``scripts``) → directory
-modes and mtimes set last. Every command that touches user data runs through
+streams per node, each with the tool its bucket calls for (``scripts``: tar pipes and
+dd, or rsync for every bucket when the site's ``staging.copy_tool`` is ``rsync``) →
+directory modes and mtimes set last. Every command that touches user data runs through
 ``Host.run(as_user=identity)``: the job's uid, gid and supplementary groups, a clean
 environment. The engine never deletes anything; ``verify`` only reports.
 
@@ -79,7 +80,7 @@ class StagingEngine:
                  cancel: CancelToken | None = None, timeout: float = 24 * 3600.0,
                  progress_interval: float = 5.0, job_id: str = "", verify_level: str = "content",
                  big_bytes: int = 32 << 20, clock: Callable[[], float] = time.monotonic,
-                 gate: FlushGate | None = None) -> None:
+                 gate: FlushGate | None = None, copy_tool: str = "engine") -> None:
         if not hosts:
             raise ValueError("StagingEngine needs at least one RSA node")
         if identity.uid == 0:
@@ -98,6 +99,9 @@ class StagingEngine:
         self.big_bytes = big_bytes
         self.clock = clock
         self.gate = gate
+        if copy_tool not in scripts.COPY_TOOLS:
+            raise ValueError(f"copy tool {copy_tool!r}: expected one of {scripts.COPY_TOOLS}")
+        self.copy_tool = copy_tool
         self._deadline = 0.0
         self._abort = CancelToken()
         self._held = contextlib.ExitStack()
@@ -251,9 +255,14 @@ class StagingEngine:
                        f"{phase}: creating the part directory {parts}")
 
         def copy(host: Host, b: Bucket) -> None:
-            argv = (scripts.big_argv(src, dst, scripts.big_block(phase)) if b.tool == "dd"
-                    else scripts.tar_pipe_argv(src, dst, sparse=b.bytes >= self.big_bytes,
-                                               recursive=b.tool == "tree"))
+            if self.copy_tool == "rsync":
+                argv = scripts.rsync_argv(src, dst, sparse=b.bytes >= self.big_bytes,
+                                          recursive=b.tool == "tree")
+            elif b.tool == "dd":
+                argv = scripts.big_argv(src, dst, scripts.big_block(phase))
+            else:
+                argv = scripts.tar_pipe_argv(src, dst, sparse=b.bytes >= self.big_bytes,
+                                             recursive=b.tool == "tree")
             if atomic:
                 argv = scripts.atomic_argv(argv, dst, posixpath.join(parts, str(b.index)))
             self._user(host, argv, f"{phase}: copying bucket {b.index} ({b.files} files)",
@@ -267,8 +276,10 @@ class StagingEngine:
         # Directory modes and mtimes last: writing into a directory changes its mtime,
         # and a read-only directory would refuse the files staged into it.
         dirs = [d.path for d in plan.dirs]
-        self._user(first, scripts.tar_pipe_argv(src, dst), f"{phase}: setting directory "
-                   "modes and times", input=scripts.encode_list(dirs))
+        dir_argv = (scripts.rsync_argv(src, dst) if self.copy_tool == "rsync"
+                    else scripts.tar_pipe_argv(src, dst))
+        self._user(first, dir_argv, f"{phase}: setting directory modes and times",
+                   input=scripts.encode_list(dirs))
         meter.tick(final=True)
         return Stats(phase, plan.files, plan.bytes, len(plan.dirs), self.clock() - t0,
                      len(plan.buckets), already, tuple(display(e.path) for e in plan.skipped),

@@ -67,6 +67,14 @@ BIG = PRELUDE + (
     'dd if="$2" of="$0/$2" bs="$1" conv=sparse oflag=nofollow status=none && '
     '! [ -L "$0/$2" ] && '
     'cp --attributes-only --preserve=mode,timestamps -- "$2" "$0/$2"\' "$2" "$3"')
+# The same list copied by rsync (``staging.copy_tool: rsync``): -a without the recursion
+# --files-from turns off ($3 is "-r" for a bucket of whole directories), -H keeps hard
+# links inside the list as the tar pipe does, -S keeps holes in big files. rsync writes
+# each file under a temporary name and renames it: a planted symlink at the final name is
+# replaced, never followed. $3 and $4 are rsync's own flags, never user data.
+RSYNC = PRELUDE + ('base64 -d | rsync -aH --from0 --files-from=- $3 '
+                   '-- "$1"/ "$2"/')
+COPY_TOOLS = ("engine", "rsync")  # staging.copy_tool
 BLOCK_INTO_RAMDISK = "16M"  # stage-in: dd writes into the RAMDISK
 BLOCK_OUT_OF_RAMDISK = "128K"  # stage-out: dd reads out of the RAMDISK
 
@@ -207,6 +215,13 @@ def tar_pipe_argv(src: str, dst: str, *, sparse: bool = False,
     return bash(TREE_PIPE if recursive else TAR_PIPE, src, dst, "-S" if sparse else "")
 
 
+def rsync_argv(src: str, dst: str, *, sparse: bool = False,
+               recursive: bool = False) -> list[str]:
+    """Copy the listed names with rsync (``recursive``: the listed directories, whole)."""
+    flags = " ".join(f for f, on in (("-r", recursive), ("-S", sparse)) if on)
+    return bash(RSYNC, src, dst, flags)
+
+
 def big_block(phase: str) -> str:
     """dd's block size for big files: big writes into the RAMDISK (stage-in), small
     reads out of it (stage-out)."""
@@ -223,7 +238,8 @@ def big_argv(src: str, dst: str, block: str = BLOCK_INTO_RAMDISK) -> list[str]:
 
 
 def atomic_argv(copier: Sequence[str], dst: str, part: str) -> list[str]:
-    """Run a ``tar_pipe_argv``/``big_argv`` copier into ``part``, then rename each listed
+    """Run a ``tar_pipe_argv``/``big_argv``/``rsync_argv`` copier into ``part``, then
+    rename each listed
     name from ``part`` to its place below ``dst`` (stdin: the list, as for the copier)."""
     if copier[:2] != [BASH, "-c"] or len(copier) < 5:
         raise ValueError("atomic placement wraps a tar_pipe_argv or big_argv copier")
