@@ -65,6 +65,7 @@ from rsa_scheduler.core.units import format_size, parse_duration, parse_size
 from rsa_scheduler.errors import ConfigError
 from rsa_scheduler.fs.beegfs import check_client_option, check_shift_range
 from rsa_scheduler.fs.mfsproxy import check_address as check_proxy_address
+from rsa_scheduler.staging.scripts import check_copy_command
 
 DEFAULT_CONFIG_PATH: Final = Path("/etc/rsa/rsa.yaml")
 ENV_VAR: Final = "RSA_CONFIG"
@@ -714,6 +715,14 @@ class _Checks:
                 v.error(("staging", "backoff_max"), "must be >= staging.backoff")
             if not staging.allowed_roots:
                 v.error(("staging", "allowed_roots"), "must list at least one directory")
+            if staging.copy_tool == "custom":
+                try:
+                    check_copy_command(staging.copy_command or "")
+                except ValueError as e:
+                    v.error(("staging", "copy_command"), f"{e} (copy_tool is custom)")
+            elif staging.copy_command:
+                v.warn(("staging", "copy_command"), f"set, but copy_tool is "
+                       f"{staging.copy_tool}: it is not used")
         if self.ok("filesystem"):
             proxy = self.s["filesystem"].moosefs_proxy
             if proxy != "off":

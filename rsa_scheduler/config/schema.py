@@ -688,11 +688,22 @@ class StagingConfig:
     )
     copy_tool: str = field(
         metadata=meta(
-            Choice(("engine", "rsync")),
+            Choice(("engine", "rsync", "custom")),
             "What copies a tree (stage-in, and stage-out as a tree): `engine` tar pipes "
             "and dd per bucket (measured faster than one rsync -a: docs/benchmarks.md), "
-            "`rsync` real rsync -aH per bucket; either way in parallel buckets over the "
-            "job's RSA nodes, as the user, placed atomically and verified the same way.",
+            "`rsync` real rsync -aH per bucket, `custom` the site's `copy_command`; "
+            "always in parallel buckets over the job's RSA nodes, as the user, placed "
+            "atomically and verified the same way.",
+        )
+    )
+    copy_command: str | None = field(
+        metadata=meta(
+            Optional(Str()),
+            "The copier of one bucket when `copy_tool` is `custom`, run by bash as the "
+            "job's user on an RSA node: it must copy the names listed in `{list}` "
+            "(NUL-separated, relative to `{src}`) from `{src}` to `{dst}`; `{recursive}` "
+            "is `-r` for a bucket of whole directories. E.g. `rsync -a --from0 "
+            "--files-from={list} {recursive} {src}/ {dst}/`.",
         )
     )
     stage_out_order: str = field(

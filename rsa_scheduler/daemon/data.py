@@ -242,7 +242,8 @@ class DataPath:
         return StagingEngine([self.fenced(n) for n in spec.nodes], identity,
                              parallel_per_node=st.parallel_per_node, progress=progress,
                              cancel=ctx.cancel, job_id=ctx.action.job_id,
-                             gate=self.flush_gate, copy_tool=st.copy_tool)
+                             gate=self.flush_gate, copy_tool=st.copy_tool,
+                             copy_command=st.copy_command or "")
 
     # ---- keeping the RAMDISK alive ---------------------------------------------------
     @contextlib.contextmanager

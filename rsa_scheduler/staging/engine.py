@@ -3,10 +3,10 @@
 Owns :class:`StagingEngine`. One scan of the source (as the user) → a plan of balanced
 buckets (``plan``) → every bucket run on one of the job's RSA nodes, ``parallel_per_node``
 streams per node, each with the tool its bucket calls for (``scripts``: tar pipes and
-dd, or rsync for every bucket when the site's ``staging.copy_tool`` is ``rsync``) →
-directory modes and mtimes set last. Every command that touches user data runs through
-``Host.run(as_user=identity)``: the job's uid, gid and supplementary groups, a clean
-environment. The engine never deletes anything; ``verify`` only reports.
+dd; or, as ``staging.copy_tool`` says, rsync or the site's own ``copy_command`` for
+every bucket) → directory modes and mtimes set last. Every command that touches user
+data runs through ``Host.run(as_user=identity)``: the job's uid, gid and supplementary
+groups, a clean environment. The engine never deletes anything; ``verify`` only reports.
 
 Cancellation: the caller's :class:`CancelToken` (and the first failing bucket) cancel an
 internal token handed to every running ``Host.run``, whose implementation kills the
@@ -80,7 +80,8 @@ class StagingEngine:
                  cancel: CancelToken | None = None, timeout: float = 24 * 3600.0,
                  progress_interval: float = 5.0, job_id: str = "", verify_level: str = "content",
                  big_bytes: int = 32 << 20, clock: Callable[[], float] = time.monotonic,
-                 gate: FlushGate | None = None, copy_tool: str = "engine") -> None:
+                 gate: FlushGate | None = None, copy_tool: str = "engine",
+                 copy_command: str = "") -> None:
         if not hosts:
             raise ValueError("StagingEngine needs at least one RSA node")
         if identity.uid == 0:
@@ -102,6 +103,9 @@ class StagingEngine:
         if copy_tool not in scripts.COPY_TOOLS:
             raise ValueError(f"copy tool {copy_tool!r}: expected one of {scripts.COPY_TOOLS}")
         self.copy_tool = copy_tool
+        if copy_tool == "custom":
+            scripts.check_copy_command(copy_command)
+        self.copy_command = copy_command
         self._deadline = 0.0
         self._abort = CancelToken()
         self._held = contextlib.ExitStack()
@@ -258,6 +262,9 @@ class StagingEngine:
             if self.copy_tool == "rsync":
                 argv = scripts.rsync_argv(src, dst, sparse=b.bytes >= self.big_bytes,
                                           recursive=b.tool == "tree")
+            elif self.copy_tool == "custom":
+                argv = scripts.custom_argv(self.copy_command, src, dst,
+                                           recursive=b.tool == "tree")
             elif b.tool == "dd":
                 argv = scripts.big_argv(src, dst, scripts.big_block(phase))
             else:
@@ -276,6 +283,7 @@ class StagingEngine:
         # Directory modes and mtimes last: writing into a directory changes its mtime,
         # and a read-only directory would refuse the files staged into it.
         dirs = [d.path for d in plan.dirs]
+        # (a custom copier's buckets hold no directory entries: the tar pipe sets them)
         dir_argv = (scripts.rsync_argv(src, dst) if self.copy_tool == "rsync"
                     else scripts.tar_pipe_argv(src, dst))
         self._user(first, dir_argv, f"{phase}: setting directory modes and times",

@@ -14,6 +14,7 @@ Pure: builds lists, runs nothing. Must not import ``engine``.
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Iterable, Sequence
 
 BASH = "/bin/bash"
@@ -74,7 +75,39 @@ BIG = PRELUDE + (
 # replaced, never followed. $3 and $4 are rsync's own flags, never user data.
 RSYNC = PRELUDE + ('base64 -d | rsync -aH --from0 --files-from=- $3 '
                    '-- "$1"/ "$2"/')
-COPY_TOOLS = ("engine", "rsync")  # staging.copy_tool
+COPY_TOOLS = ("engine", "rsync", "custom")  # staging.copy_tool
+# staging.copy_command (copy_tool: custom): the site's own copier of one bucket, run as
+# the user on an RSA node in place of rsync above. Placeholders: {src} and {dst} (the
+# source and destination roots: quoted positional arguments, never user text pasted
+# into the program), {list} (the bucket's names, NUL-separated, relative to {src}, as
+# a file the command reads: /dev/stdin), {recursive} ("-r" for a bucket of whole
+# directories, else empty). The template itself comes from the root-owned config.
+COPY_PLACEHOLDERS = {"src": '"$1"', "dst": '"$2"', "recursive": "$3", "list": "/dev/stdin"}
+
+
+def check_copy_command(template: str) -> None:
+    """Raise ValueError (one actionable line) unless ``template`` is a usable copier."""
+    if not template.strip():
+        raise ValueError("is not set: give the command that copies the names in {list} "
+                         "from {src} to {dst}")
+    names = set(re.findall(r"{([^{}]*)}", template))
+    unknown = sorted(names - set(COPY_PLACEHOLDERS))
+    if unknown:
+        raise ValueError(f"unknown placeholder {{{unknown[0]}}}: use {{src}}, {{dst}}, "
+                         "{list}, {recursive}")
+    missing = [n for n in ("src", "dst", "list") if n not in names]
+    if missing:
+        raise ValueError(f"needs {{{missing[0]}}}: the command must copy the names in "
+                         "{list} from {src} to {dst}")
+
+
+def custom_program(template: str) -> str:
+    """The bash program of ``copy_command``: the decoded list on the command's stdin."""
+    check_copy_command(template)
+    body = template
+    for name, value in COPY_PLACEHOLDERS.items():
+        body = body.replace("{" + name + "}", value)
+    return PRELUDE + "base64 -d | { " + body + "; }"
 BLOCK_INTO_RAMDISK = "16M"  # stage-in: dd writes into the RAMDISK
 BLOCK_OUT_OF_RAMDISK = "128K"  # stage-out: dd reads out of the RAMDISK
 
@@ -220,6 +253,11 @@ def rsync_argv(src: str, dst: str, *, sparse: bool = False,
     """Copy the listed names with rsync (``recursive``: the listed directories, whole)."""
     flags = " ".join(f for f, on in (("-r", recursive), ("-S", sparse)) if on)
     return bash(RSYNC, src, dst, flags)
+
+
+def custom_argv(template: str, src: str, dst: str, *, recursive: bool = False) -> list[str]:
+    """Copy the listed names with the site's ``copy_command``."""
+    return bash(custom_program(template), src, dst, "-r" if recursive else "")
 
 
 def big_block(phase: str) -> str:

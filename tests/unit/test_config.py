@@ -1069,3 +1069,22 @@ def test_config_option_reads_flag_and_env(runner: CliRunner) -> None:
 
     assert runner.invoke(probe, ["--config", str(LAB)]).stdout == f"{LAB}\n"
     assert runner.invoke(probe, [], env={"RSA_CONFIG": str(LAB)}).stdout == f"{LAB}\n"
+
+
+def test_a_custom_copy_tool_needs_a_usable_copy_command() -> None:
+    ok = load_config_text(POOL + "staging:\n  copy_tool: custom\n  copy_command: "
+                          "'rsync -a --from0 --files-from={list} {recursive} {src}/ {dst}/'\n")
+    assert ok.staging.copy_tool == "custom"
+    for text, want in [
+        ("staging:\n  copy_tool: custom\n",
+         "staging.copy_command: is not set: give the command that copies the names in "
+         "{list} from {src} to {dst} (copy_tool is custom)"),
+        ("staging:\n  copy_tool: custom\n  copy_command: 'cp {src} {dst} {lst}'\n",
+         "staging.copy_command: unknown placeholder {lst}: use {src}, {dst}, {list}, "
+         "{recursive} (copy_tool is custom)"),
+    ]:
+        with pytest.raises(ConfigErrors) as e:
+            load_config_text(POOL + text)
+        assert want in str(e.value), str(e.value)
+    warned = load_config_text(POOL + "staging:\n  copy_command: 'x {src} {dst} {list}'\n")
+    assert any("copy_command: set, but copy_tool is engine" in w for w in warned.warnings)

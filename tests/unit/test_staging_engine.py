@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -584,3 +585,41 @@ def test_copy_tool_rsync_runs_real_rsync_for_every_bucket_and_keeps_everything(
     assert tree_state(area / "ram") == tree_state(area / "src")
     with pytest.raises(ValueError, match="copy tool"):
         StagingEngine([LocalHost()], user, copy_tool="scp")
+
+
+def test_copy_tool_custom_runs_the_sites_template_as_the_user(
+        area: Path, user: Identity) -> None:
+    """staging.copy_tool: custom: the site's copy_command copies every bucket, as the
+    user, with the paths as quoted arguments; what lands is checked as for the engine."""
+    add_whole_directory(area / "src", user)
+    seen: list[list[str]] = []
+    template = ("touch {dst}/.ran-as-$(id -u); "
+                "rsync -aH --from0 --files-from={list} {recursive} {src}/ {dst}/")
+    eng = StagingEngine([SpyHost("rsa1", seen), SpyHost("rsa2", seen)], user, job_id="77",
+                        copy_tool="custom", copy_command=template)
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(area / "src"), str(area / "ram"))
+    marker = area / "ram" / f".ran-as-{user.uid}"
+    assert marker.exists() and marker.stat().st_uid == user.uid
+    marker.unlink()
+    assert tree_state(area / "ram") == tree_state(area / "src")
+    progs = {a[2] for a in seen if a[:2] == [scripts.BASH, "-c"] and "touch" in a[2]}
+    assert progs == {scripts.custom_program(template)}
+    assert '"$1"' in next(iter(progs)) and str(area) not in next(iter(progs))
+    out = area / "outs" / "out"
+    eng.stage_out(str(area / "ram"), str(out))
+    for m in out.glob(".ran-as-*"):  # written into the part directory, renamed in place
+        m.unlink()
+    assert tree_state(out) == tree_state(area / "src")
+    assert not list(out.glob(".rsa-staging-77*"))
+
+
+@pytest.mark.parametrize(("template", "message"), [
+    ("cp {src} {dst}", "needs {list}"),
+    ("rsync --files-from={list} {src}/ {out}/", "unknown placeholder {out}"),
+    ("rsync --files-from={list} {src}/", "needs {dst}"),
+])
+def test_a_copy_command_without_its_placeholders_is_refused(
+        user: Identity, template: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        StagingEngine([LocalHost()], user, copy_tool="custom", copy_command=template)
