@@ -94,8 +94,33 @@ def test_at_most_alpha_copy_at_once_and_the_smallest_waiter_goes_next() -> None:
     for t in first + later:
         t.join(10)
     assert peak[0] == 2
-    assert order[2:] == ["small", "mid", "big"]
+    assert order[2] == "small"  # the first free slot; the next two may enter together
     assert gate.state() == {}
+
+
+def test_with_one_slot_the_waiters_copy_smallest_first() -> None:
+    gate = FlushGate("sjf", alpha=1)
+    order: list[str] = []
+    hold = threading.Event()
+
+    def stage_out(job: str, nbytes: int) -> None:
+        with gate.slot(job, "/pfs/u/out", nbytes):
+            order.append(job)
+            if job == "first":
+                hold.wait(10)
+
+    first = threading.Thread(target=stage_out, args=("first", 5))
+    first.start()
+    until(lambda: order == ["first"])
+    later = [threading.Thread(target=stage_out, args=(j, n))
+             for j, n in (("big", 10**9), ("small", 1), ("mid", 10**6))]
+    for t in later:
+        t.start()
+    until(lambda: gate.state().get("/", {}).get("waiting", 0) == 3)
+    hold.set()
+    for t in [first, *later]:
+        t.join(10)
+    assert order == ["first", "small", "mid", "big"]
 
 
 def test_a_cancelled_stage_out_gives_up_its_wait_and_its_place() -> None:
