@@ -94,7 +94,9 @@ def test_at_most_alpha_copy_at_once_and_the_smallest_waiter_goes_next() -> None:
     for t in first + later:
         t.join(10)
     assert peak[0] == 2
-    assert order[2] == "small"  # the first free slot; the next two may enter together
+    # the two smallest take the two slots the first ones leave (together, when both left
+    # at once: then either may enter first); the biggest always goes last
+    assert set(order[2:4]) == {"small", "mid"} and order[4] == "big"
     assert gate.state() == {}
 
 
