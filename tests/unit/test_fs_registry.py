@@ -3,7 +3,12 @@ selected, with one actionable line."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 from importlib.metadata import EntryPoint
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +77,30 @@ filesystem:
     assert explicit.proxy_address == "127.83.65.9"
     with pytest.raises(FsError, match="no filesystem backend configured for tier 'nvme'"):
         make_backend(cfg, "nvme", {})
+
+
+def test_an_installed_backend_package_is_a_valid_config_choice(tmp_path: Path) -> None:
+    """A site's own backend, registered through the entry point group, can be named in
+    filesystem.backend (the config asks the registry's group, not a fixed list); an
+    unregistered name is still refused."""
+    dist = tmp_path / "rsa_site_fs-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: rsa-site-fs\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[{GROUP}]\nlustre = rsa_site_fs:Backend\n")
+    check = textwrap.dedent("""
+        from rsa_scheduler.config import load_config_text
+        from rsa_scheduler.errors import ConfigError
+        pool = "pool:\\n  nodes:\\n    - names: rsa1\\n      capacity: 2G\\n"
+        cfg = load_config_text(pool + "filesystem:\\n  backend:\\n    ram: lustre\\n")
+        print(cfg.filesystem.backend)
+        try:
+            load_config_text(pool + "filesystem:\\n  backend:\\n    ram: gpfs\\n")
+        except ConfigError as e:
+            print("refused:", e)
+    """)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "'lustre'" in out.stdout and "refused:" in out.stdout and "gpfs" in out.stdout
+    assert "lustre" in out.stdout.split("refused:")[1]  # the choices offered name it
