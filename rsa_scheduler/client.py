@@ -16,7 +16,7 @@ import socket
 import time
 from typing import Any
 
-from rsa_scheduler.daemon import munge
+from rsa_scheduler import munge
 from rsa_scheduler.errors import RsaError
 
 DEFAULT_SOCKET = "/run/rsa/rsad.sock"

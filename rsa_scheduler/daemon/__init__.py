@@ -1,6 +1,6 @@
 """rsad, the RSA scheduler daemon (see ``rsa_scheduler.daemon.main``).
 
-Nothing is imported eagerly: the node Prolog imports ``rsa_scheduler.daemon.munge``
+Nothing is imported eagerly: the node Prolog imports ``rsa_scheduler.munge``
 through the API client and must not pay for click and the daemon's modules.
 """
 

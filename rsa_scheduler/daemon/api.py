@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from rsa_scheduler import munge
 from rsa_scheduler.config.schema import ApiConfig
 from rsa_scheduler.core.jobkey import job_key
 from rsa_scheduler.core.scheduler import CommandRefused
-from rsa_scheduler.daemon import httpd, munge
+from rsa_scheduler.daemon import httpd
 from rsa_scheduler.daemon.service import Daemon
 
 log = logging.getLogger(__name__)

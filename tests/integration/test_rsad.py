@@ -68,7 +68,7 @@ def test_forged_or_missing_credentials_are_refused(lab: Mapping[str, str]) -> No
     resp = conn.getresponse()
     assert resp.status == 401 and b"missing MUNGE credential" in resp.read()
     # a valid credential for another request cannot be reused for this one
-    from rsa_scheduler.daemon import munge
+    from rsa_scheduler import munge
 
     cred = munge.encode(munge.request_digest("GET", "/v1/whoami", b""))
     conn.request("GET", "/v1/jobs", headers={"X-RSA-Munge": cred})
@@ -185,7 +185,7 @@ class _Impostor:
 
 
 def _encode_as(lab: Mapping[str, str], user: str, payload: bytes) -> str:
-    code = ("import sys; from rsa_scheduler.daemon import munge; "
+    code = ("import sys; from rsa_scheduler import munge; "
             "print(munge.encode(bytes.fromhex(sys.argv[1])))")
     done = as_user(lab, user, [f"{lab['RSA_LAB_VENV']}/bin/python", "-c", code, payload.hex()])
     assert done.returncode == 0, done.stderr
@@ -196,8 +196,8 @@ def test_node_hooks_accept_only_answers_signed_by_rsad(lab: Mapping[str, str],
                                                        tmp_path: Path) -> None:
     """The node hooks mount as root on what rsad answers: an answer must carry rsad's
     (root's) MUNGE credential over exactly this reply to exactly this request."""
+    from rsa_scheduler import munge
     from rsa_scheduler.client import ApiClient, ApiUnavailable
-    from rsa_scheduler.daemon import munge
 
     # the real rsad, over TCP as the compute nodes reach it
     assert ApiClient(TCP, trust_uid=0).get("/v1/whoami")["uid"] == 0

@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
+from rsa_scheduler import munge
 from rsa_scheduler.client import ApiClient, ApiRefused, _denied
-from rsa_scheduler.daemon import httpd, munge
+from rsa_scheduler.daemon import httpd
 from rsa_scheduler.daemon.api import ApiServers, Caller, Routes
 from rsa_scheduler.daemon.httpd import Conn, Gate, HttpError, Limits, parse_head
 

@@ -6,7 +6,7 @@ own daemon, routes and HTTP server on a unix socket (a scripted Slurm, executors
 stage nothing), with ``rsa top`` running in a real terminal (tmux, 80x24).
 
 The MUNGE seam: munged is not running in the unit tier, and libmunge is only used by
-``rsa_scheduler.daemon.munge.encode`` (client) and ``.decode`` (rsad). Both are replaced
+``rsa_scheduler.munge.encode`` (client) and ``.decode`` (rsad). Both are replaced
 by a stand-in credential ``test:<uid>:<hex of the request digest>``: in this process with
 monkeypatch, in the ``rsa top`` under tmux by a launcher that patches ``encode`` before
 running ``rsa``. The digest check stays real, so each request is still bound to its
@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from rsa_scheduler import munge
 from rsa_scheduler.cli import dashboard
 from rsa_scheduler.cli.dashboard import Frame
 from rsa_scheduler.cli.main import cli, main
@@ -48,7 +49,7 @@ from rsa_scheduler.client import ApiClient, ApiUnavailable
 from rsa_scheduler.core.actions import ActionKind
 from rsa_scheduler.core.policy import StagingPolicy
 from rsa_scheduler.core.scheduler import Scheduler
-from rsa_scheduler.daemon import httpd, munge
+from rsa_scheduler.daemon import httpd
 from rsa_scheduler.daemon.api import ApiServers, Routes
 from rsa_scheduler.daemon.executors import ActionContext
 from rsa_scheduler.daemon.service import Daemon
@@ -522,7 +523,7 @@ def test_users_see_only_their_own_jobs_in_top(rsad: Rsad,
 
 LAUNCHER = """\
 import os, sys
-from rsa_scheduler.daemon import munge
+from rsa_scheduler import munge
 munge.encode = lambda payload: f"test:{os.getuid()}:{payload.hex()}"  # see the module doc
 from rsa_scheduler.cli import main
 sys.argv[0] = "rsa"

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from rsa_scheduler import munge
 from rsa_scheduler.client import ApiClient, ApiRefused, ApiUnavailable, _BadReply, _exchange
-from rsa_scheduler.daemon import munge
 
 
 def answer(raw: bytes, *, chunks: int = 1) -> tuple[int, dict[str, str], bytes]:
