@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +45,7 @@ STAGED: frozenset[RsaState] = frozenset({
     RsaState.WRITEBACK_FAILED, RsaState.RESETTING, RsaState.RESET_FAILED,
     RsaState.MOUNTING_OUTPUT, RsaState.MOUNTED_OUTPUT, RsaState.STAGING_OUT,
     RsaState.STAGE_OUT_FAILED, RsaState.VERIFYING, RsaState.OUTPUT_VERIFIED,
-    RsaState.QUARANTINED, RsaState.TEARING_DOWN, RsaState.TEARDOWN_FAILED,
+    RsaState.QUARANTINED,
 })
 
 #: what a waiting stage-in is doing, for ``rsa-bb``'s progress line
@@ -83,6 +84,16 @@ class BbJob:
 
 # ---- the answers (pure) -------------------------------------------------------------------
 
+#: the core's messages say where a declined job's data comes from in queue mode ("the job
+#: uses the PFS"); in native mode Slurm holds such a job instead, so that clause is untrue
+_PFS_CLAUSE = re.compile(r"\s*[:;,]\s*(?:the )?(?:job|it) (?:uses|reads) the PFS")
+
+
+def native_text(message: str) -> str:
+    """A core message as it is true in native mode (without the PFS fallback clause)."""
+    return _PFS_CLAUSE.sub("", message).strip()
+
+
 def answer_data_in(rec: JobRecord | None, seen: bool) -> Answer:
     """``slurm_bb_data_in``: done once the job's input is on its RAMDISK.
 
@@ -93,12 +104,16 @@ def answer_data_in(rec: JobRecord | None, seen: bool) -> Answer:
             return Answer("done", "no #RSA_DATA_IN or #RSA_DATA_OUT: nothing to stage")
         return Answer("wait", "rsad has not read the job from the queue yet")
     state = rec.rsa_state
-    if state in STAGED:
-        return Answer("done", f"staged in on {rec.nodes}" if rec.nodes else "staged in")
     if state is RsaState.DECLINED or rec.declined:
-        why = rec.message or "the RSA will not serve this job"
+        why = native_text(rec.message) or "the RSA will not serve this job"
         return Answer("failed", f"stage-in of job {rec.job_id} failed: {why}; fix it, then "
                                 "scancel the job and submit it again")
+    if state in STAGED:
+        return Answer("done", f"staged in on {rec.nodes}" if rec.nodes else "staged in")
+    if state in (RsaState.TEARING_DOWN, RsaState.TEARDOWN_FAILED) or (
+            state is RsaState.RELEASED and rec.job_state is JobState.FINISHED):
+        return Answer("failed", f"job {rec.job_id}'s RAMDISK was torn down before it "
+                                f"started: {native_text(rec.message) or state.value}")
     return Answer("wait", WAITING_FOR.get(state, state.value))
 
 
