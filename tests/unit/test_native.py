@@ -186,7 +186,7 @@ def native_daemon(tmp_path: Path, slurm: ScriptedSlurm, seen: list[str], clock: 
 
 def test_a_job_is_staged_only_after_slurm_sets_it_up_and_is_never_demoted_meanwhile(
         tmp_path: Path) -> None:
-    slurm, seen, clock = ScriptedSlurm(), [], Clock()
+    slurm, seen, clock = ScriptedSlurm(), list[str](), Clock()
     d = native_daemon(tmp_path, slurm, seen, clock)
     slurm.set("7", "PENDING", "Resources")  # on-deck in queue mode: not here
     d.poll()
@@ -213,7 +213,7 @@ def test_a_job_is_staged_only_after_slurm_sets_it_up_and_is_never_demoted_meanwh
 
 def test_output_is_reported_staged_out_only_once_verified_also_after_a_restart(
         tmp_path: Path) -> None:
-    slurm, seen, clock = ScriptedSlurm(), [], Clock()
+    slurm, seen, clock = ScriptedSlurm(), list[str](), Clock()
     d = native_daemon(tmp_path, slurm, seen, clock)
     slurm.set("9", "PENDING", "BurstBufferResources", spec=OUT_ONLY)
     d.bb("setup", "9", {})
@@ -240,7 +240,7 @@ def test_output_is_reported_staged_out_only_once_verified_also_after_a_restart(
 
 def test_a_teardown_of_a_pending_job_keeps_its_ramdisk_for_a_new_setup_then_frees_it(
         tmp_path: Path) -> None:
-    slurm, seen, clock = ScriptedSlurm(), [], Clock()
+    slurm, seen, clock = ScriptedSlurm(), list[str](), Clock()
     d = native_daemon(tmp_path, slurm, seen, clock, grace=120.0)
     slurm.set("7", "PENDING", "BurstBufferResources")
     d.bb("setup", "7", {})
@@ -263,7 +263,7 @@ def test_a_teardown_of_a_pending_job_keeps_its_ramdisk_for_a_new_setup_then_free
     clock.now += 121
     d.poll()
     settle(d)
-    assert d.sched.records["7"].rsa_state is RsaState.RELEASED
+    assert d.sched.records["7"].rsa_state.value == "released"
 
 
 def test_queue_mode_refuses_burst_buffer_hooks(tmp_path: Path) -> None:
@@ -271,7 +271,7 @@ def test_queue_mode_refuses_burst_buffer_hooks(tmp_path: Path) -> None:
 
     from rsa_scheduler.core.scheduler import CommandRefused
 
-    slurm, seen, clock = ScriptedSlurm(), [], Clock()
+    slurm, seen, clock = ScriptedSlurm(), list[str](), Clock()
     d = native_daemon(tmp_path, slurm, seen, clock)
     d.native = None
     with pytest.raises(CommandRefused, match=r"slurm\.mode: native"):
@@ -284,7 +284,7 @@ def test_only_root_or_slurm_may_call_the_burst_buffer_hooks(tmp_path: Path) -> N
     from rsa_scheduler.daemon.api import ApiError, Caller
     from tests.unit.test_daemon import serving
 
-    slurm, seen, clock = ScriptedSlurm(), [], Clock()
+    slurm, seen, clock = ScriptedSlurm(), list[str](), Clock()
     d = native_daemon(tmp_path, slurm, seen, clock)
     with serving(d) as routes:
         with pytest.raises(ApiError, match="root or slurm only"):
