@@ -1,0 +1,170 @@
+"""Native mode in the lab (issue 15): Slurm's real burst_buffer/lua runs the shipped
+slurm_plugins/burst_buffer.lua, whose hooks drive rsad (``RSA_LAB_MODE=native make
+lab-up``; ``make lab-test-native``).
+
+A non-root job on an idle cluster pends with ``BurstBufferStageIn`` while rsad stages its
+input, then reads it from the RAMDISK; a DATA_OUT-only job's output is staged out and
+verified after its compute node was released; a stage-in the user's rights refuse holds
+the job with ``BurstBufferOperation`` and rsad's line. Skipped in a queue-mode lab.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from rsa_scheduler.slurm.parse import parse_show_job
+from tests.integration.conftest import as_user
+from tests.integration.slurmkit import make_jobs, root, wait_for
+from tests.integration.test_rsad_staging import rsa_job, wait_state
+
+pytestmark = pytest.mark.native
+
+
+@pytest.fixture(autouse=True)
+def _native_lab(lab: Mapping[str, str]) -> None:
+    if lab.get("RSA_LAB_MODE", "queue") != "native":
+        pytest.skip("the lab runs in queue mode: RSA_LAB_MODE=native make lab-up "
+                    "(make lab-test-native)")
+
+
+@pytest.fixture
+def area(lab: Mapping[str, str]) -> Iterator[Path]:
+    base = Path(lab["RSA_LAB_PFS"]) / f"native-e2e-{os.getpid()}-{time.monotonic_ns()}"
+    script = (f"set -e; mkdir -p {base}/in {base}/out {base}/res; "
+              f"for i in $(seq 1 8); do head -c $((i*5000)) /dev/urandom > {base}/in/f$i; "
+              "done")
+    done = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", script], timeout=120)
+    assert done.returncode == 0, done.stderr
+    yield base
+    as_user(lab, lab["RSA_LAB_USER"], ["chmod", "-R", "u+rwx", str(base)], timeout=60)
+    subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)
+
+
+def show(lab: Mapping[str, str], job: str) -> dict[str, str]:
+    return parse_show_job(root(lab, "scontrol", "show", "job", "-o", job))[0]
+
+
+def queue_line(lab: Mapping[str, str], job: str) -> tuple[str, str]:
+    """(state, reason) as squeue prints them (%T, %r)."""
+    out = root(lab, "squeue", "-h", "-t", "all", "-j", job, "-o", "%T|%r").strip()
+    state, _, reason = out.partition("|")
+    return state, reason
+
+
+def node_states(lab: Mapping[str, str]) -> dict[str, str]:
+    out = root(lab, "sinfo", "-h", "-N", "-o", "%N|%T")
+    return dict(line.split("|", 1) for line in out.splitlines() if line.strip())
+
+
+def md5_of(directory: Path) -> str:
+    return subprocess.run(["bash", "-c", "md5sum f*"], cwd=directory, capture_output=True,
+                          text=True, timeout=60, check=True).stdout
+
+
+def transitions(lab: Mapping[str, str], job: str) -> list[str]:
+    data = rsa_job(lab, job) or {}
+    return [str(e.get("to")) for e in data.get("events", []) if e["name"] == "rsa.transition"]
+
+
+def test_an_idle_cluster_job_pends_in_stage_in_then_reads_its_input_from_the_ramdisk(
+        lab: Mapping[str, str], area: Path) -> None:
+    rsa = lab["RSA_LAB_VENV"] + "/bin/rsa"
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_IN={area}/in
+#RSA_DATA_OUT={area}/out
+findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
+(cd {area}/in && md5sum f*) > {area}/res/md5
+echo "$RSA_MODE|$RSA_STATE" > {area}/res/env
+"""
+    with make_jobs(lab) as jobs:
+        # no RSA node free at first: Slurm's data_in blocks in rsad, the job stays pending
+        for n in range(1, 5):
+            root(lab, rsa, "drain", f"rsa{n}", "--reason", "native e2e")
+        try:
+            job = jobs.submit(script=script)
+            assert "#BB_LUA" in show(lab, job).get("BurstBuffer", ""), show(lab, job)
+            wait_for("BurstBufferStageIn", lambda: queue_line(lab, job) == (
+                "PENDING", "BurstBufferStageIn"), timeout=90, every=0.5)
+            assert (rsa_job(lab, job) or {}).get("rsa_state") == "none"
+            assert node_states(lab) == {f"c{i}": "idle" for i in range(1, 5)}
+        finally:
+            for n in range(1, 5):
+                root(lab, rsa, "resume", f"rsa{n}")
+        wait_state(lab, job, "released", timeout=300)
+    assert (area / "res" / "inmnt").read_text().strip() == f"{area}/in"  # the RAMDISK
+    assert (area / "res" / "md5").read_text() == md5_of(area / "in")
+    assert (area / "res" / "env").read_text().strip() == "native|input"
+    reached = transitions(lab, job)
+    assert "staged-in" in reached and "mounted-input" in reached, reached
+    assert "declined" not in reached, reached
+
+
+def test_output_only_job_is_staged_out_and_verified_after_its_node_was_released(
+        lab: Mapping[str, str], area: Path) -> None:
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_OUT={area}/out
+for i in 1 2 3; do head -c 100M /dev/urandom > {area}/out/f$i; done
+(cd {area}/out && md5sum f*) > {area}/res/md5
+"""
+    seen_released = False
+    with make_jobs(lab) as jobs:
+        job = jobs.submit(script=script)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            data = rsa_job(lab, job) or {}
+            state = data.get("rsa_state")
+            if state in ("staging-out", "verifying"):
+                slurm_state, _ = queue_line(lab, job)
+                nodes = node_states(lab)
+                # Slurm holds the job in stage-out, its compute node already free
+                if "STAGE_OUT" in slurm_state and all(v == "idle" for v in nodes.values()):
+                    seen_released = True
+            if state in ("released", "quarantined"):
+                break
+            time.sleep(0.2)
+        assert wait_state(lab, job, "released", timeout=30) == "released"
+        wait_for("the job gone from stage-out", lambda: "STAGE_OUT" not in queue_line(
+            lab, job)[0], timeout=60)
+        final = show(lab, job)
+    assert seen_released, "never saw the stage-out running with the compute node free"
+    assert (area / "res" / "md5").read_text() == md5_of(area / "out")  # on the PFS
+    assert "output-verified" in transitions(lab, job)
+    assert final["JobState"] == "COMPLETED", final
+
+
+def test_an_unreadable_data_in_holds_the_job_with_rsads_reason(
+        lab: Mapping[str, str], area: Path) -> None:
+    user = lab["RSA_LAB_USER"]
+    done = as_user(lab, user, ["chmod", "000", str(area / "in")])
+    assert done.returncode == 0, done.stderr
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_IN={area}/in
+echo ran > {area}/res/ran
+"""
+    with make_jobs(lab) as jobs:
+        job = jobs.submit(script=script)
+
+        def failed() -> dict[str, str] | None:
+            fields = show(lab, job)
+            return fields if f"stage-in of job {job} failed" in fields.get(
+                "Reason", "") + fields.get("SystemComment", "") else None
+
+        fields = wait_for("the stage-in failure", failed, timeout=180, every=1.0)
+        assert fields["JobState"] == "PENDING" and fields["Priority"] == "0", fields
+        text = fields.get("Reason", "") + " " + fields.get("SystemComment", "")
+        assert "burst_buffer/lua" in text and str(area / "in") in text, text
+        assert "scancel the job and submit it again" in text, text
+        assert "uses the PFS" not in text, text
+        _, reason = queue_line(lab, job)
+        assert "BurstBufferOperation" in reason or "burst_buffer/lua" in reason, reason
+        wait_state(lab, job, "declined", "released", timeout=120)
+    assert not (area / "res" / "ran").exists()
