@@ -165,6 +165,11 @@ def main() -> None:
     if any(a in ("-h", "--help") for a in sys.argv[1:]):
         sys.stdout.write(USAGE)
         sys.exit(0)
+    if sys.argv[1:] == ["--version"]:
+        from rsa_scheduler import __version__
+
+        sys.stdout.write(f"rsa-bb {__version__}\n")
+        sys.exit(0)
     ok, message = run(sys.argv[1:], os.environ)
     line = " ".join(message.split()) if "\n" not in message else message
     sys.stdout.write(f"{'ok' if ok else 'error'} {line}\n")
