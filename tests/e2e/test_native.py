@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -168,3 +169,50 @@ echo ran > {area}/res/ran
         assert "BurstBufferOperation" in reason or "burst_buffer/lua" in reason, reason
         wait_state(lab, job, "declined", "released", timeout=120)
     assert not (area / "res" / "ran").exists()
+
+
+def test_a_slurmctld_restart_after_stage_in_stages_nothing_twice(
+        lab: Mapping[str, str], area: Path) -> None:
+    """A full cluster: the job is staged while it waits for nodes (Slurm starts stage-in
+    for a job due within 10 h). slurmctld restarts: it tears the buffer down (hurry) and
+    sets it up again a minute later; rsad kept the RAMDISK (slurm.bb_grace) and answers
+    at once. The job then reads its input from the one RAMDISK built for it."""
+    from tests.integration.slurmkit import restart_lab_slurmctld
+    from tests.integration.test_rsad_staging import fill
+
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_IN={area}/in
+findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
+(cd {area}/in && md5sum f*) > {area}/res/md5
+"""
+    with make_jobs(lab) as jobs:
+        fill(jobs)
+        wait_for("the cluster full", lambda: all(
+            queue_line(lab, j)[0] == "RUNNING" for j in jobs.ids), timeout=60)
+        job = jobs.submit(script=script)
+        wait_state(lab, job, "locked-in", timeout=180)
+        assert queue_line(lab, job)[0] == "PENDING"
+        restart_lab_slurmctld()
+
+        def set_up_again() -> dict[str, Any] | None:
+            got = rsa_job(lab, job) or {}
+            names = [e["name"] for e in got.get("events", [])]
+            return got if names.count("bb.setup") >= 2 else None
+
+        data = wait_for("Slurm's teardown and setup again", set_up_again, timeout=180,
+                        every=2.0)
+        names = [e["name"] for e in data["events"]]
+        assert "bb.teardown" in names, names
+        assert data["rsa_state"] == "locked-in", data["rsa_state"]
+        for filler in jobs.ids[:-1]:
+            root(lab, "scancel", filler)
+        wait_state(lab, job, "released", timeout=240)
+        data = rsa_job(lab, job) or {}
+    builds = [e for e in data["events"] if e["name"] == "action.outcome"
+              and "/build-fs/" in str(e.get("action"))]
+    stage_ins = [e for e in data["events"] if e["name"] == "action.outcome"
+                 and "/stage-in/" in str(e.get("action"))]
+    assert len(builds) == 1 and len(stage_ins) == 1, (builds, stage_ins)
+    assert (area / "res" / "inmnt").read_text().strip() == f"{area}/in"
+    assert (area / "res" / "md5").read_text() == md5_of(area / "in")
