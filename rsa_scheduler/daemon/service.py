@@ -461,7 +461,10 @@ class Daemon:
             for table in (self.facts, self.progress, self._hook_seen, self._specs):
                 table.pop(job, None)
         if self.native is not None:
-            self.native.forget(gone)
+            # and burst buffer jobs without RSA work, once Slurm no longer lists them
+            idle = [j for j, bb in self.native.jobs.items() if j not in self.sched.records
+                    and j not in present and now - bb.setup >= self.retention]
+            self.native.forget([*gone, *idle])
         if gone and self.aliases:
             left = set(gone)
             self.aliases = {k: v for k, v in self.aliases.items() if v not in left}
