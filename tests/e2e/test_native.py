@@ -10,6 +10,7 @@ the job with ``BurstBufferOperation`` and rsad's line. Skipped in a queue-mode l
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -56,6 +57,13 @@ def queue_line(lab: Mapping[str, str], job: str) -> tuple[str, str]:
     out = root(lab, "squeue", "-h", "-t", "all", "-j", job, "-o", "%T|%r").strip()
     state, _, reason = out.partition("|")
     return state, reason
+
+
+def json_job(lab: Mapping[str, str], job: str) -> dict[str, Any]:
+    """The job's entry of ``squeue --json`` (22.05: it ignores -j, so filtered here): it
+    has the reason code even when a description replaces it in squeue's %r."""
+    data = json.loads(root(lab, "squeue", "--json"))
+    return next((j for j in data["jobs"] if str(j["job_id"]) == job), {})
 
 
 def node_states(lab: Mapping[str, str]) -> dict[str, str]:
@@ -154,19 +162,20 @@ echo ran > {area}/res/ran
     with make_jobs(lab) as jobs:
         job = jobs.submit(script=script)
 
-        def failed() -> dict[str, str] | None:
-            fields = show(lab, job)
-            return fields if f"stage-in of job {job} failed" in fields.get(
-                "Reason", "") + fields.get("SystemComment", "") else None
+        def failed() -> dict[str, Any] | None:
+            entry = json_job(lab, job)
+            return entry if entry.get("state_reason") == "BurstBufferOperation" else None
 
-        fields = wait_for("the stage-in failure", failed, timeout=180, every=1.0)
-        assert fields["JobState"] == "PENDING" and fields["Priority"] == "0", fields
-        text = fields.get("Reason", "") + " " + fields.get("SystemComment", "")
-        assert "burst_buffer/lua" in text and str(area / "in") in text, text
-        assert "scancel the job and submit it again" in text, text
-        assert "uses the PFS" not in text, text
-        _, reason = queue_line(lab, job)
-        assert "BurstBufferOperation" in reason or "burst_buffer/lua" in reason, reason
+        entry = wait_for("the stage-in failure", failed, timeout=180, every=1.0)
+        assert entry["job_state"] == "PENDING" and entry["priority"] == 0, entry  # held
+        # what squeue's reason and scontrol show: Slurm's prefix and rsad's one line
+        text = str(entry["state_description"])
+        assert text.startswith("burst_buffer/lua: slurm_bb_data_in: "
+                               f"stage-in of job {job} failed: "), text
+        assert str(area / "in") in text and text.endswith(
+            "; fix it, then scancel the job and submit it again"), text
+        assert "PFS" not in text, text
+        assert queue_line(lab, job)[1] == text
         wait_state(lab, job, "declined", "released", timeout=120)
     assert not (area / "res" / "ran").exists()
 
