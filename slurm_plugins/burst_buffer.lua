@@ -86,6 +86,7 @@ end
 
 -- Run rsa-bb for one killable hook (slurmscriptd child; never inside slurmctld).
 local function ask_rsad(hook, ...)
+  local job_id = ... -- nil for get_status
   local cmd = command(hook, { ... })
   local pipe = io.popen(cmd)
   if pipe == nil then
@@ -95,7 +96,8 @@ local function ask_rsad(hook, ...)
   pipe:close()
   local rc, text = parse_answer(out, hook)
   if rc ~= slurm.SUCCESS then
-    slurm.log_error("rsa: %s of job %s: %s", hook, tostring(select(1, ...)), text)
+    local what = job_id and (hook .. " of job " .. tostring(job_id)) or hook
+    slurm.log_error("rsa: %s: %s", what, text)
   end
   return rc, text
 end

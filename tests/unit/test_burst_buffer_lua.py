@@ -125,6 +125,12 @@ def test_bbstat_shows_rsads_lines(tmp_path: Path) -> None:
     assert (got.rc, got.msg) == ("0", ["RSA nodes: 4, free 3", "jobs: locked-in 1"])
 
 
+def test_bbstat_failing_is_a_line_too(tmp_path: Path) -> None:
+    script, _ = fake_rsa_bb(tmp_path, "error rsa-bb status: cannot reach rsad")
+    got = call("slurm_bb_get_status", config={"rsa_bb": str(script)})
+    assert (got.rc, got.msg) == ("-1", ["rsa-bb status: cannot reach rsad"])
+
+
 def test_pools_come_from_rsads_file_and_no_file_means_no_pools(tmp_path: Path) -> None:
     pools = tmp_path / "bb-pools.json"
     got = call("slurm_bb_pools", config={"pools_file": str(pools)})
