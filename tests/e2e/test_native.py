@@ -225,3 +225,32 @@ findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
     assert len(builds) == 1 and len(stage_ins) == 1, (builds, stage_ins)
     assert (area / "res" / "inmnt").read_text().strip() == f"{area}/in"
     assert (area / "res" / "md5").read_text() == md5_of(area / "in")
+
+
+def test_a_slurmctld_restart_during_stage_out_loses_nothing(
+        lab: Mapping[str, str], area: Path) -> None:
+    """slurmctld restarts while rsad stages a job's output out: Slurm runs post_run and
+    data_out again on recovery; rsad's stage-out goes on (one), and data_out answers done
+    once the output is verified; the job then leaves stage-out."""
+    from tests.integration.slurmkit import restart_lab_slurmctld
+
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_OUT={area}/out
+for i in 1 2 3 4 5 6; do head -c 100M /dev/urandom > {area}/out/f$i; done
+(cd {area}/out && md5sum f*) > {area}/res/md5
+"""
+    with make_jobs(lab) as jobs:
+        job = jobs.submit(script=script)
+        wait_state(lab, job, "staging-out", "verifying", "output-verified", "tearing-down",
+                   "released", timeout=240)
+        restart_lab_slurmctld()
+        wait_state(lab, job, "released", timeout=240)
+        wait_for("the job out of stage-out", lambda: queue_line(lab, job)[0] == "COMPLETED",
+                 timeout=120, every=1.0)
+        data = rsa_job(lab, job) or {}
+    stage_outs = [e for e in data["events"] if e["name"] == "action.outcome"
+                  and "/stage-out/" in str(e.get("action"))]
+    assert [e["result"] for e in stage_outs] == ["ok"], stage_outs
+    assert "output-verified" in transitions(lab, job)
+    assert (area / "res" / "md5").read_text() == md5_of(area / "out")
