@@ -79,6 +79,7 @@ class BbJob:
     setup: float  # when slurm_bb_setup came (the latest one)
     torn: float | None = None  # when slurm_bb_job_teardown came for it while pending
     verified: bool = False  # its output was verified on persistent storage
+    discarded: bool = False  # an operator discarded the output on its RAMDISK
     expired: bool = False  # torn and past bb_grace: no longer held
 
 
@@ -133,10 +134,15 @@ def answer_data_out(rec: JobRecord | None, bb: BbJob | None) -> Answer:
     if state in TERMINAL or state in (RsaState.TEARING_DOWN, RsaState.TEARDOWN_FAILED):
         if not has_output:
             return Answer("done", "no #RSA_DATA_OUT: nothing to stage out")
-        if rec.declined or state is RsaState.DECLINED:
-            return Answer("done", "the job used the PFS, not a RAMDISK: nothing to stage out")
-        return Answer("failed", f"job {rec.job_id}'s output was not staged out: "
-                                f"{rec.message or 'its RAMDISK was released'}")
+        if bb is not None and bb.discarded:
+            return Answer("failed", f"job {rec.job_id}'s output on its RAMDISK was discarded "
+                                    "by an operator (rsa discard): it is not on the PFS; "
+                                    f"scancel --hurry {rec.job_id} ends the stage-out")
+        # the core never destroys a RAMDISK holding unverified output (HOLDS_USER_DATA):
+        # released without a verification, the job wrote its output to the PFS itself
+        # (it ended before its RAMDISK was reset for output, or never got one)
+        return Answer("done", "no RAMDISK held the job's output: it was written to the PFS "
+                              "directly")
     if rec.job_state is not JobState.FINISHED:
         return Answer("wait", "waiting for rsad to see the job end")
     return Answer("wait", state.value)
@@ -189,8 +195,9 @@ class NativeDriver:
     def learn(self, ev: Event) -> None:
         """Fold one logged event in (replay, and every commit)."""
         if ev.name == "bb.setup":
-            self.jobs[ev.job_id] = BbJob(setup=ev.time,
-                                         verified=self.verified(ev.job_id))
+            old = self.jobs.get(ev.job_id)
+            self.jobs[ev.job_id] = BbJob(setup=ev.time, verified=bool(old and old.verified),
+                                         discarded=bool(old and old.discarded))
         elif ev.name == "bb.teardown":
             bb = self.jobs.get(ev.job_id)
             if bb is not None and bb.torn is None:
@@ -198,19 +205,22 @@ class NativeDriver:
         elif ev.name == "rsa.transition" and \
                 ev.context.get("to") == RsaState.OUTPUT_VERIFIED.value:
             self.jobs.setdefault(ev.job_id, BbJob(setup=ev.time)).verified = True
+        elif ev.name == "rsa.transition" and ev.context.get("trigger") == "discard":
+            self.jobs.setdefault(ev.job_id, BbJob(setup=ev.time)).discarded = True
 
     def verified(self, job: str) -> bool:
         bb = self.jobs.get(job)
         return bb is not None and bb.verified
 
     def to_json(self) -> dict[str, Any]:
-        return {j: {"setup": b.setup, "torn": b.torn, "verified": b.verified}
-                for j, b in self.jobs.items()}
+        return {j: {"setup": b.setup, "torn": b.torn, "verified": b.verified,
+                    "discarded": b.discarded} for j, b in self.jobs.items()}
 
     def load(self, data: Mapping[str, Any]) -> None:
         for job, b in data.items():
             self.jobs[str(job)] = BbJob(setup=float(b["setup"]), torn=b.get("torn"),
-                                        verified=bool(b.get("verified")))
+                                        verified=bool(b.get("verified")),
+                                        discarded=bool(b.get("discarded")))
 
     # -- observation ------------------------------------------------------------------------
     def tracks(self, job: str) -> bool:

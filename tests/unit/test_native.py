@@ -82,9 +82,13 @@ def test_data_out_is_done_only_when_verified_and_fails_when_quarantined() -> Non
     answer = answer_data_out(quarantined, BbJob(setup=1.0))
     assert answer.status == "failed" and "rsa retry 7" in answer.message
     assert "stays on its RAMDISK" in answer.message
-    # released without verified output: never reported as staged out
-    lost = record(RsaState.RELEASED, job_state=JobState.FINISHED, message="discarded")
-    assert answer_data_out(lost, BbJob(setup=1.0)).status == "failed"
+    # released without a verification: the job wrote to the PFS itself (it ended before
+    # the reset), unless an operator discarded the RAMDISK's output
+    direct = record(RsaState.RELEASED, job_state=JobState.FINISHED)
+    answer = answer_data_out(direct, BbJob(setup=1.0))
+    assert answer.status == "done" and "written to the PFS directly" in answer.message
+    lost = answer_data_out(direct, BbJob(setup=1.0, discarded=True))
+    assert lost.status == "failed" and "discarded by an operator" in lost.message
     no_output = record(RsaState.RELEASED, spec=DirectiveSpec(data_in="/pfs/in"),
                        job_state=JobState.FINISHED)
     assert answer_data_out(no_output, BbJob(setup=1.0)).status == "done"
@@ -151,12 +155,14 @@ def test_the_driver_state_is_rebuilt_from_the_log_and_from_a_snapshot() -> None:
     events = [Event(1.0, "7", "bb.setup", {}),
               Event(2.0, "7", "rsa.transition", {"from": "verifying",
                                                   "to": "output-verified"}),
-              Event(3.0, "8", "bb.setup", {}), Event(4.0, "8", "bb.teardown", {})]
+              Event(3.0, "8", "bb.setup", {}), Event(4.0, "8", "bb.teardown", {}),
+              Event(5.0, "8", "rsa.transition", {"from": "quarantined",
+                                                  "to": "tearing-down", "trigger": "discard"})]
     driver = NativeDriver(Path("/x"), grace=60.0)
     for ev in events:
         driver.learn(ev)
     assert driver.verified("7") and not driver.verified("8")
-    assert driver.jobs["8"].torn == 4.0
+    assert driver.jobs["8"].torn == 4.0 and driver.jobs["8"].discarded
     again = NativeDriver(Path("/x"), grace=60.0)
     again.load(json.loads(json.dumps(driver.to_json())))
     assert again.to_json() == driver.to_json()
