@@ -1,7 +1,8 @@
 # Lab targets (included by the top-level Makefile). Run as root. See docs/lab.md.
 LABCTL := $(CURDIR)/lab/labctl
 
-.PHONY: lab-up lab-down lab-status lab-test lab-test-variant lab-check-clean e2e chaos demo
+.PHONY: lab-up lab-down lab-status lab-test lab-test-variant lab-test-native lab-check-clean e2e \
+        chaos demo
 
 # lab-test runs the integration tier and the compute-node e2e tier (whole job lifecycles
 # through the node Prolog/Epilog). LAB_TESTS narrows it, e.g. LAB_TESTS=tests/e2e.
@@ -57,6 +58,14 @@ VARIANT_TESTS ?= -m "prologflags or lockin" tests/e2e tests/integration tests/se
 lab-test-variant: install
 	RSA_LAB_ACCOUNTING=0 RSA_LAB_PROLOG_FLAGS=Alloc,Contain \
 	  $(MAKE) --no-print-directory lab-test LAB_TESTS='$(VARIANT_TESTS)'
+
+# The native-mode lab (RSA_LAB_MODE=native: BurstBufferType=burst_buffer/lua runs
+# slurm_plugins/burst_buffer.lua, rsad with slurm.mode native): the tests marked `native`
+# (tests/e2e/test_native.py; docs/design/native-mode.md).
+NATIVE_TESTS ?= -m native tests/e2e
+
+lab-test-native: install
+	RSA_LAB_MODE=native $(MAKE) --no-print-directory lab-test LAB_TESTS='$(NATIVE_TESTS)'
 
 # The demo: lab up with a slower PFS (so the RSA's effect shows), the sample jobs with
 # the live view (lab/demo.py), the summary, lab down. DEMO_ARGS passes options (--plain,

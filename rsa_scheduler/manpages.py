@@ -2,7 +2,7 @@
 click commands' docstrings and options, the hooks' usage texts).
 
 ``python -m rsa_scheduler.manpages [DIR]`` writes ``rsa.1``, ``rsad.8``, ``rsa-hook.8``,
-``rsa-prolog.8`` and ``rsa-epilog.8`` into DIR (default ``docs/man``); the Debian package
+``rsa-bb.8``, ``rsa-prolog.8`` and ``rsa-epilog.8`` into DIR (default ``docs/man``); the Debian package
 installs them (``debian/rsa-scheduler.manpages``) and the unit tests fail when the
 committed pages are stale or groff warns about them.
 """
@@ -21,8 +21,8 @@ from rsa_scheduler import __version__
 MAN = Path(__file__).resolve().parent.parent / "docs" / "man"
 DATE = "2026-11-26"  # bumped with the version; no clock, so the pages are reproducible
 SOURCE = f"rsa-scheduler {__version__}"
-SEE_ALSO = ("rsa(1)", "rsad(8)", "rsa-hook(8)", "rsa-prolog(8)", "rsa-epilog(8)",
-            "slurm.conf(5)")
+SEE_ALSO = ("rsa(1)", "rsad(8)", "rsa-hook(8)", "rsa-bb(8)", "rsa-prolog(8)",
+            "rsa-epilog(8)", "slurm.conf(5)", "burst_buffer.conf(5)")
 FILES = ("/etc/rsa/rsa.yaml  the configuration (RSA_CONFIG overrides)",
          "/var/lib/rsa/rsa.db  rsad's state (event log and snapshots)",
          "/usr/share/doc/rsa-scheduler/  the operator and user guides")
@@ -125,12 +125,16 @@ def click_page(cmd: click.Command, name: str, section: int, summary: str) -> str
 
 
 def text_page(name: str, section: int, summary: str, usage: str) -> str:
-    """A page for a program whose help is a usage text: its first line is the synopsis,
-    the rest the description."""
-    first, _, rest = usage.strip().partition("\n")
-    synopsis = first.removeprefix("usage:").strip()
+    """A page for a program whose help is a usage text: its first block (up to the first
+    blank line) is the synopsis, the rest the description."""
+    block, _, rest = usage.strip().partition("\n\n")
+    lines = block.splitlines()
+    lines[0] = lines[0].removeprefix("usage:").strip()
+    synopsis = "\n".join(ln.replace("       ", "", 1) if i else ln
+                         for i, ln in enumerate(lines))
     return "".join([header(name, section, summary), ".SH SYNOPSIS\n",
-                    f"\\fB{esc(synopsis)}\\fR\n", ".SH DESCRIPTION\n", paragraphs(rest),
+                    f".nf\n\\fB{esc(synopsis)}\\fR\n.fi\n", ".SH DESCRIPTION\n",
+                    paragraphs(rest),
                     "\n.SH OPTIONS\n.TP\n\\fB\\-h\\fR, \\fB\\-\\-help\\fR\nthis text\n"
                     ".TP\n\\fB\\-\\-version\\fR\nthe version\n", footer(name)])
 
@@ -149,6 +153,11 @@ def pages() -> dict[str, Callable[[], str]]:
         from rsa_scheduler.hooks import USAGE
         return text_page("rsa-hook", 8, "tell rsad a Slurm job starts or ended", USAGE)
 
+    def rsa_bb() -> str:
+        from rsa_scheduler.bb import USAGE
+        return text_page("rsa-bb", 8, "burst_buffer.lua's call into rsad (native mode)",
+                         USAGE)
+
     def node_hook(hook: str) -> Callable[[], str]:
         def page() -> str:
             from rsa_scheduler.node.hooks import _WHAT, USAGE
@@ -156,7 +165,7 @@ def pages() -> dict[str, Callable[[], str]]:
             return text_page(f"rsa-{hook}", 8, f"the compute node's Slurm {hook}", text)
         return page
 
-    return {"rsa.1": rsa, "rsad.8": rsad, "rsa-hook.8": rsa_hook,
+    return {"rsa.1": rsa, "rsad.8": rsad, "rsa-hook.8": rsa_hook, "rsa-bb.8": rsa_bb,
             "rsa-prolog.8": node_hook("prolog"), "rsa-epilog.8": node_hook("epilog")}
 
 

@@ -44,6 +44,11 @@ local CONFIG = {
   wait_timeout = 1800,
   -- The clock (seconds since the epoch; tests replace it). Reading it is no I/O.
   now = os.time,
+  -- Native mode (rsa config: slurm.mode=native, docs/design/native-mode.md): the
+  -- burst_buffer.conf Directive= word (Slurm's default "BB_LUA"). An RSA job then gets a
+  -- "#BB_LUA" line (job_desc.burst_buffer) unless it has one, so Slurm's burst_buffer/lua
+  -- hooks stage it; no start hold (Slurm holds it in stage-in). nil = queue mode.
+  bb_directive = nil,
 }
 
 local unpack = unpack or table.unpack -- luacheck: ignore (5.1 global vs 5.2+ table field)
@@ -932,6 +937,40 @@ local function hold_comment(job_desc, comment)
 end
 
 -- ---------------------------------------------------------------------------------------
+-- Native mode: the burst buffer directive (docs/design/native-mode.md)
+
+-- Whether the leading comment block of `script` has a "#<directive>" line: Slurm's
+-- burst_buffer/lua reads only that block, up to the first line not starting with "#".
+local function has_bb_line(script, directive)
+  for line in script:gmatch("[^\n]+") do
+    if line:sub(1, 1) ~= "#" then
+      return false
+    end
+    if line:sub(2, 1 + #directive) == directive then
+      return true
+    end
+  end
+  return false
+end
+
+-- An RSA job with work (input, output, pre- or postprocess) gets "#<directive>" so
+-- Slurm runs burst_buffer.lua's hooks for it; one it already has (or a --bb) is kept.
+local function bb_line(job_desc, script, comment)
+  local work = false
+  for _, key in ipairs({ "i", "o", "pre", "post" }) do
+    if comment:find("[:;]" .. key .. "=") then work = true end
+  end
+  if not work or has_bb_line(script, CONFIG.bb_directive) then
+    return
+  end
+  local bb = job_desc.burst_buffer
+  if bb ~= nil and bb ~= "" then
+    return
+  end
+  job_desc.burst_buffer = "#" .. CONFIG.bb_directive
+end
+
+-- ---------------------------------------------------------------------------------------
 -- Slurm entry points
 
 -- Submission: validate the #RSA_ directives of a batch script, annotate admin_comment.
@@ -965,7 +1004,12 @@ function slurm_job_submit(job_desc, part_list, submit_uid) -- luacheck: ignore (
     return slurm.ERROR
   end
   if comment then
-    job_desc.admin_comment = hold_comment(job_desc, comment)
+    if CONFIG.bb_directive ~= nil then
+      job_desc.admin_comment = comment
+      bb_line(job_desc, script or "", comment)
+    else
+      job_desc.admin_comment = hold_comment(job_desc, comment)
+    end
   end
   return slurm.SUCCESS
 end
@@ -1007,6 +1051,7 @@ end
 
 -- For tests (tests/lua/run_vector.lua) and curious admins; Slurm ignores it.
 rsa_job_submit = { check = check, config = CONFIG, hold_comment = hold_comment, -- luacheck: ignore
+  bb_line = bb_line, has_bb_line = has_bb_line,
   quote = function(text) return quote(decode(text)) end, spank_options = spank_options }
 
 return slurm.SUCCESS -- load status for slurm_lua_loadscript

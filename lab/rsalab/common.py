@@ -57,6 +57,11 @@ class Settings:
         self.pool_root = Path("/var/lib/rsa-node")  # common path seen on every RSA node
         self.pfs_mount = Path("/pfs")
         self.hooks = _read_hooks()
+        # queue: rsad watches the queue (on-deck, demotion, lock-in); native: Slurm's
+        # burst_buffer/lua runs slurm_plugins/burst_buffer.lua (docs/design/native-mode.md)
+        self.mode = _env("RSA_LAB_MODE", "queue")
+        if self.mode not in ("queue", "native"):
+            raise ValueError(f"RSA_LAB_MODE={self.mode!r}: use queue or native")
 
     @property
     def compute_nodes(self) -> list[str]:

@@ -43,6 +43,7 @@ def write(s: Settings) -> None:
         "RSA_LAB_HOOKS_LOG": str(HOOKS_LOG),
         "RSA_LAB_VENV": str(s.venv),
         "RSA_LAB_RSA_CONFIG": str(RSA_YAML),
+        "RSA_LAB_MODE": s.mode,
     }
     body = "".join(f"{k}={shlex.quote(v)}\n" for k, v in facts.items())
     tmp = ENV_FILE.with_suffix(".tmp")
@@ -95,6 +96,8 @@ hooks:
   max_hold: 30s
 slurm:
   bin_dir: /usr/bin
+  mode: {s.mode}
+  bb_pools_file: {slurm.BB_POOLS}
   lockin:
     method: {'qos' if s.accounting else 'priority'}
     qos: {s.qos}

@@ -36,6 +36,7 @@ from rsa_scheduler.config.schema import (
     ScriptSource,
     SlurmBackend,
     SlurmConfig,
+    SlurmMode,
     SshConfig,
     StagingConfig,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "ScriptSource",
     "SlurmBackend",
     "SlurmConfig",
+    "SlurmMode",
     "SshConfig",
     "StagingConfig",
     "config_from_mapping",

@@ -94,6 +94,11 @@ class ScriptSource(enum.StrEnum):
     SCONTROL = "scontrol"  # `scontrol write batch_script`, read once per job
 
 
+class SlurmMode(enum.StrEnum):
+    QUEUE = "queue"  # rsad watches the queue: on-deck, demotion, lock-in (seed 004 §3.1)
+    NATIVE = "native"  # Slurm's burst_buffer/lua drives stage-in/out (docs/design/native-mode.md)
+
+
 class MountScope(enum.StrEnum):
     NODE = "node"  # the RAMDISK is bind-mounted in the compute node's mount namespace
     JOB = "job"  # ... in a mount namespace of the job's own (needs the SPANK plugin)
@@ -414,6 +419,31 @@ class SlurmConfig:
             Choice.of(ScriptSource),
             "Where rsad reads a job's `#RSA_` directives: `job_submit` (admin_comment written "
             "by job_submit.lua) or `scontrol` (`scontrol write batch_script`, once per job).",
+        )
+    )
+    mode: SlurmMode = field(
+        metadata=meta(
+            Choice.of(SlurmMode),
+            "`queue`: rsad watches the queue and stages a job in when it is on-deck (demotion, "
+            "lock-in); `native`: Slurm's burst_buffer/lua plugin (slurm_plugins/"
+            "burst_buffer.lua) starts stage-in and stage-out and holds the job meanwhile "
+            "(docs/design/native-mode.md).",
+        )
+    )
+    bb_pools_file: Path = field(
+        metadata=meta(
+            AbsPath(),
+            "Native mode: the JSON file rsad rewrites with the free RSA capacity per tier; "
+            "burst_buffer.lua's slurm_bb_pools reports it to Slurm (it must be readable by "
+            "SlurmUser).",
+        )
+    )
+    bb_grace: float = field(
+        metadata=meta(
+            Duration(max=DAY),
+            "Native mode: how long a staged RAMDISK of a still-pending job outlives Slurm's "
+            "teardown of it (a restarted slurmctld tears down and sets up again ~60 s "
+            "later: the input is not staged twice).",
         )
     )
 

@@ -99,6 +99,8 @@ class Routes:
             return self._command(caller, parts[1], body)
         if method == "POST" and len(parts) == 2 and parts[0] == "hooks":
             return self._hook(caller, parts[1], body)
+        if method == "POST" and len(parts) == 2 and parts[0] == "bb":
+            return self._bb(caller, parts[1], body)
         if method == "POST" and len(parts) == 3 and parts[0] == "nodes" and parts[2] == "state":
             if not caller.operator:
                 raise ApiError(HTTPStatus.FORBIDDEN, "only root or slurm may drain nodes")
@@ -226,6 +228,43 @@ class Routes:
         if hook in NODE_HOOKS:
             return self._node_hook(hook, payload)
         return self.daemon.submit("hook", payload, wait=True)
+
+    def _bb(self, caller: Caller, hook: str, body: Any) -> Any:
+        """burst_buffer.lua's hooks, through ``rsa-bb`` (native mode, daemon/native.py):
+        run as SlurmUser. A job array task is known to Slurm's hooks by its own job id
+        and to rsad by ``<array>_<task>``: asked of Slurm at setup, remembered."""
+        from rsa_scheduler.daemon.native import HOOKS
+
+        if not caller.operator:
+            raise ApiError(HTTPStatus.FORBIDDEN, "burst buffer hooks are accepted from root "
+                                                 "or slurm only")
+        if hook not in HOOKS:
+            raise ApiError(HTTPStatus.NOT_FOUND, f"no burst buffer hook {hook[:32]!r}")
+        payload = dict(body or {})
+        own = str(payload.get("job_id", ""))
+        if not re.fullmatch(r"\d+", own):
+            raise ApiError(HTTPStatus.BAD_REQUEST, "burst buffer hook without a valid job_id")
+        job = self.daemon.aliases.get(own, own)
+        if hook == "setup" and job == own:
+            try:
+                fields = self.daemon.slurm.job_fields(own)
+            except Exception as e:  # the job goes on under its own id
+                log.warning("job %s: could not ask Slurm whether it is an array task: %s",
+                            own, e)
+                fields = {}
+            array, task = fields.get("ArrayJobId", ""), fields.get("ArrayTaskId", "")
+            if array.isdigit() and task.isdigit():
+                job = f"{array}_{task}"
+                payload["alias"] = own
+
+                def learn() -> None:
+                    self.daemon.aliases[own] = job
+
+                self._call(learn)
+        try:
+            return self._call(lambda: self.daemon.bb(hook, job, payload))
+        except CommandRefused as e:
+            raise ApiError(HTTPStatus.CONFLICT, str(e)) from e
 
     def _array_task_of(self, own: str) -> str | None:
         """The key of the array task whose own job id is ``own``, when rsad tracks an

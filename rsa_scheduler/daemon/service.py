@@ -41,12 +41,19 @@ from rsa_scheduler.core.scheduler import (
     Scheduler,
     StaleOutcome,
 )
-from rsa_scheduler.core.states import TENDED, JobState
+from rsa_scheduler.core.states import TENDED, JobState, RsaState
 from rsa_scheduler.core.transitions import Trigger
 from rsa_scheduler.daemon.executors import ActionContext, Registry
 from rsa_scheduler.daemon.health import HEALTH_BY
 from rsa_scheduler.daemon.holds import held_message, hold_verdict, startable
 from rsa_scheduler.daemon.metrics import Metrics
+from rsa_scheduler.daemon.native import (
+    Answer,
+    NativeDriver,
+    answer_data_in,
+    answer_data_out,
+    answer_teardown,
+)
 from rsa_scheduler.daemon.nodeside import nodeside_of
 from rsa_scheduler.errors import StoreError
 from rsa_scheduler.hosts import CancelToken
@@ -167,6 +174,9 @@ class Daemon:
         # RSA node -> what teardowns left there while it was down (each: fs_id, job_id,
         # tier); cleaned before it is up again (daemon/data.py DataPath.scrub)
         self.debris: dict[str, list[dict[str, Any]]] = {}
+        # native mode (slurm.mode: native): Slurm's burst_buffer/lua hooks start stage-in
+        # and stage-out (daemon/native.py); None in queue mode
+        self.native: NativeDriver | None = None
 
     # ---- start-up -----------------------------------------------------------------------
     def start(self) -> None:
@@ -184,9 +194,13 @@ class Daemon:
                                for n, v in dict(base.get("node_notes") or {}).items()}
             self.debris = {str(n): [dict(x) for x in v]
                            for n, v in dict(base.get("debris") or {}).items()}
+            if self.native is not None:
+                self.native.load(dict(base.get("bb") or {}))
             log.info("loaded the snapshot at event %d: %d jobs", since, len(self.sched.records))
         for ev in events:
             self._learn_facts(ev)
+            if self.native is not None:
+                self.native.learn(ev)
             if ev.name == "node.debris":
                 item = {k: v for k, v in ev.context.items() if k != "node"}
                 self.debris.setdefault(str(ev.context["node"]), []).append(item)
@@ -309,6 +323,8 @@ class Daemon:
             self._last_poll = self.clock()
             return
         self.slurm_ok = True
+        if self.native is not None:
+            self.native.due(started)  # every row is observed on this path
         self._note_holds(rows, {r.job_id for r in rows})
         obs = [o for o in (self._observation(r, started) for r in rows) if o is not None]
         now = self.clock()
@@ -320,6 +336,7 @@ class Daemon:
         self._prune_specs(rows)
         self._forget(now, {r.job_id for r in rows} | fresh)
         self._maybe_snapshot()
+        self._write_pools()
         self._last_poll = now
         self.last_cycle_seconds = self.clock() - started
         if self.metrics is not None:
@@ -336,6 +353,8 @@ class Daemon:
         lines: dict[str, object] = {}
         changed: list[str] = []
         waiting = self.sched._waiting
+        if self.native is not None:  # set up by Slurm since the last poll, grace ended
+            waiting = waiting | self.native.due(started)
         # a heterogeneous job's components (N+K): only the leader carries the marker, all
         # are needed (slurm.parse.merge_hetjobs); when one changed, all are parsed
         hets: set[str] = set()
@@ -387,10 +406,19 @@ class Daemon:
         self._check_holds()
         self._forget(now, keys | fresh)
         self._maybe_snapshot()
+        self._write_pools()
         self._last_poll = now
         self.last_cycle_seconds = self.clock() - started
         if self.metrics is not None:
             self.metrics.cycle.observe(self.last_cycle_seconds)
+
+    def _write_pools(self) -> None:
+        """Native mode: the free RSA capacity per tier for slurm_bb_pools."""
+        if self.native is None:
+            return
+        pool = self.sched.pool
+        self.native.write_pools((n.tier.value, n.capacity, pool.state(n.name),
+                                 pool.owner(n.name)) for n in pool.nodes())
 
     def tendable(self) -> list[tuple[str, Mapping[str, Any]]]:
         """(job, mount spec) of every RAMDISK no step is working on (loop thread): the
@@ -408,7 +436,8 @@ class Daemon:
         to it is folded in); returns its seq."""
         seq = self.store.last_seq()
         data = {**self.sched.durable_state(), "facts": self.facts,
-                "node_notes": self.node_notes, "debris": self.debris}
+                "node_notes": self.node_notes, "debris": self.debris,
+                "bb": self.native.to_json() if self.native is not None else {}}
         self.store.write_snapshot(seq, self.clock(), data)
         self._snap_seq = seq
         log.info("snapshot at event %d: %d jobs", seq, len(self.sched.records))
@@ -431,6 +460,11 @@ class Daemon:
         for job in gone:
             for table in (self.facts, self.progress, self._hook_seen, self._specs):
                 table.pop(job, None)
+        if self.native is not None:
+            # and burst buffer jobs without RSA work, once Slurm no longer lists them
+            idle = [j for j, bb in self.native.jobs.items() if j not in self.sched.records
+                    and j not in present and now - bb.setup >= self.retention]
+            self.native.forget([*gone, *idle])
         if gone and self.aliases:
             left = set(gone)
             self.aliases = {k: v for k, v in self.aliases.items() if v not in left}
@@ -441,11 +475,19 @@ class Daemon:
     def _observation(self, row: QueueRow, poll_started: float) -> Observation | None:
         if self._hook_seen.get(row.job_id, 0.0) > poll_started:
             return None  # a hook told us something newer than this snapshot
+        native = self.native
+        if native is not None and not native.tracks(row.job_id) and \
+                row.job_id not in self.sched.records:
+            return None  # native mode: a job is the RSA's once Slurm sets its buffer up
         spec = self._spec_of(row)
         _, deadline = split_hold(row.admin_comment or "")
-        held = (row.job_id in self._held and self._can_start.get(row.job_id, False)) or (
-            row.reason == "BeginTime"
-            and self.clock() - self._released.get(row.job_id, -1e18) < RELEASE_SETTLE)
+        if native is not None:
+            # held by Slurm in stage-in (BurstBufferStageIn ...): on-deck, never demoted
+            held = native.held(row.job_id, row.state, self.clock())
+        else:
+            held = (row.job_id in self._held and self._can_start.get(row.job_id, False)) or (
+                row.reason == "BeginTime"
+                and self.clock() - self._released.get(row.job_id, -1e18) < RELEASE_SETTLE)
         return Observation(job_id=row.job_id, user=row.user, state=row.state,
                            reason=row.reason, priority=row.priority,
                            compute_nodes=row.num_nodes, spec=spec,
@@ -609,7 +651,8 @@ class Daemon:
         if row.job_id in self._specs:
             return self._specs[row.job_id]
         if not (row.state == "RUNNING" or (row.state == "PENDING" and
-                                           row.reason == "Resources")):
+                                           row.reason == "Resources") or (
+                self.native is not None and self.native.tracks(row.job_id))):
             return None
         now = time.monotonic()
         job = row.job_id
@@ -784,6 +827,62 @@ class Daemon:
         self._commit(dec)
         return {"job_id": job, "tracked": True, "rsa_state": rec.rsa_state.value}
 
+    # ---- native mode: Slurm's burst_buffer/lua hooks (daemon/native.py) -------------------
+    def bb(self, hook: str, job: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """One ``rsa-bb`` call from burst_buffer.lua (loop thread). Answers at once;
+        data_in, data_out and teardown are asked again until done or failed."""
+        native = self.native
+        if native is None:
+            raise CommandRefused("rsad runs in queue mode (slurm.mode: queue): set "
+                                 "slurm.mode: native in rsa.yaml and restart rsad to "
+                                 "serve burst_buffer.lua")
+        now = self.clock()
+        rec = self.sched.records.get(job)
+        answer: Answer
+        if hook == "setup":
+            events = native.setup(job, now, {k: str(payload[k]) for k in (
+                "uid", "gid", "pool", "size", "alias") if k in payload})
+            if events:
+                self._commit(Decision(events=events))
+            if rec is None or rec.job_state is not JobState.FINISHED:
+                self._last_poll = 0.0  # read the queue now: the job is the RSA's
+            answer = Answer("done", "set up")
+        elif hook == "data_in":
+            bb = native.jobs.get(job)
+            seen = bb is not None and self._last_poll > bb.setup and \
+                job not in native.fresh and job not in self._parsing
+            if bb is None:  # rsad lost the setup (its state was reset): take it now
+                self._commit(Decision(events=native.setup(job, now, {})))
+                self._last_poll = 0.0
+            answer = answer_data_in(rec, seen)
+        elif hook == "real_size":
+            size = 0
+            if rec is not None and rec.nodes:
+                caps = {n.name: n.capacity for n in self.sched.pool.nodes()}
+                size = sum(caps.get(n, 0) for n in NodeSet(rec.nodes))
+            answer = Answer("done", str(size))
+        elif hook in ("pre_run", "post_run"):
+            answer = Answer("done", rec.rsa_state.value if rec else "not an RSA job")
+        elif hook == "data_out":
+            answer = answer_data_out(rec, native.jobs.get(job))
+        elif hook == "teardown":
+            hurry = str(payload.get("hurry", "false")) == "true"
+            if rec is not None and rec.job_state is not JobState.FINISHED and \
+                    rec.rsa_state not in (RsaState.RELEASED, RsaState.DECLINED):
+                # still pending (a restarted slurmctld tears down, then sets up again):
+                # kept bb_grace seconds, then torn down as a demotion would
+                events = native.teardown_pending(job, now, hurry)
+                if events:
+                    self._commit(Decision(events=events))
+                answer = Answer("done", f"kept {native.grace:.0f}s for a new setup, then "
+                                        "torn down unless the job starts")
+            else:
+                answer = answer_teardown(rec)
+        else:
+            raise ValueError(f"unknown burst buffer hook {hook!r}")
+        return {"job_id": job, **answer.to_json(),
+                "rsa_state": rec.rsa_state.value if rec else None}
+
     # ---- commit and dispatch ------------------------------------------------------------
     def _commit(self, dec: Decision) -> None:
         """Write-ahead: events and projections are durable before any action runs.
@@ -799,6 +898,10 @@ class Daemon:
                 if j in self.sched.records]
         if dec.events:
             self.store.append(dec.events, rows)
+        if self.native is not None:
+            for ev in dec.events:
+                if ev.name == "rsa.transition":
+                    self.native.learn(ev)
         for ev in dec.events:
             if ev.name == "rsa.transition":
                 log.info("job %s: %s -> %s on %s", ev.job_id, ev.context.get("from"),

@@ -7,16 +7,18 @@ the lab.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any
 
-from rsa_scheduler.config import Config
+from rsa_scheduler.config import Config, SlurmMode
 from rsa_scheduler.core.actions import ActionKind
 from rsa_scheduler.core.policy import NodeState
 from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.daemon.executors import ActionContext, Registry
 from rsa_scheduler.daemon.health import HEALTH_BY, HealthLoop, RamdiskTender, Thresholds
+from rsa_scheduler.daemon.native import NativeDriver
 from rsa_scheduler.daemon.service import Daemon
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.hosts import Host
@@ -25,6 +27,8 @@ from rsa_scheduler.slurm.port import SlurmError, SlurmPort
 from rsa_scheduler.store import Store
 
 log = logging.getLogger(__name__)
+#: native mode's early-start wait: the longest StageInTimeout Slurm's lua plugin accepts
+NATIVE_WAIT = 2_073_600.0
 
 
 def make_slurm(cfg: Config) -> SlurmPort:
@@ -52,8 +56,8 @@ def check_lockin(cfg: Config, slurm: CliSlurm | None = None) -> None:
     and says so: it must come up before Slurm too, and its poll waits for Slurm.
     """
     lk = cfg.slurm.lockin
-    if lk.method.value == "none":
-        return
+    if lk.method.value == "none" or cfg.slurm.mode is SlurmMode.NATIVE:
+        return  # native mode: Slurm keeps the staged job itself, no lock-in is used
     sl = slurm or CliSlurm(bin_dir=cfg.slurm.bin_dir, timeout=cfg.slurm.command_timeout)
     try:
         config = sl.show_config()
@@ -84,10 +88,29 @@ def slurm_executors(registry: Registry, slurm: SlurmPort) -> None:
     registry.register(ActionKind.UNLOCK, unlock)
 
 
+def native_lock_executors(registry: Registry) -> None:
+    """Native mode: Slurm itself keeps a staged job (its burst buffer is staged-in and it
+    is next to start), so lock-in changes nothing in Slurm and says so in the log."""
+
+    def lock_in(ctx: ActionContext) -> Mapping[str, Any]:
+        log.info("job %s: native mode: Slurm holds the staged job for its burst buffer; "
+                 "no lock-in", ctx.action.job_id)
+        return {"lock_token": ""}
+
+    def unlock(_ctx: ActionContext) -> Mapping[str, Any]:
+        return {}
+
+    registry.register(ActionKind.LOCK_IN, lock_in)
+    registry.register(ActionKind.UNLOCK, unlock)
+
+
 def make_registry(cfg: Config, slurm: SlurmPort, hosts: Mapping[str, Host] | None = None
                   ) -> Registry:
     registry = Registry()
-    slurm_executors(registry, slurm)
+    if cfg.slurm.mode is SlurmMode.NATIVE:
+        native_lock_executors(registry)
+    else:
+        slurm_executors(registry, slurm)
     if hosts is not None:
         from rsa_scheduler.daemon.data import DataPath
         from rsa_scheduler.daemon.nodeside import NodeSide
@@ -115,7 +138,12 @@ def make_daemon(cfg: Config, *, slurm: SlurmPort | None = None,
         hosts = HostPool.from_config(cfg)
         registry = make_registry(cfg, slurm, hosts)
     store = Store.open(cfg.daemon.db_path)
-    sched = Scheduler(cfg.make_pool(), cfg.staging_policy())
+    policy = cfg.staging_policy()
+    if cfg.slurm.mode is SlurmMode.NATIVE:
+        # Slurm holds the job until data_in returns, bounded by burst_buffer.conf's
+        # StageInTimeout: no early-start fallback of rsad's own
+        policy = dataclasses.replace(policy, wait_timeout=NATIVE_WAIT)
+    sched = Scheduler(cfg.make_pool(), policy)
     daemon = Daemon(sched, slurm=slurm, store=store,
                     registry=registry,
                     workers=cfg.daemon.workers, urgent_workers=cfg.daemon.urgent_workers,
@@ -123,6 +151,8 @@ def make_daemon(cfg: Config, *, slurm: SlurmPort | None = None,
                     snapshot_every=cfg.daemon.snapshot_every,
                     script_source=cfg.slurm.script_source.value)
     daemon.hosts = hosts
+    if cfg.slurm.mode is SlurmMode.NATIVE:
+        daemon.native = NativeDriver(cfg.slurm.bb_pools_file, cfg.slurm.bb_grace)
     return daemon
 
 

@@ -1,0 +1,176 @@
+"""``rsa-bb``: the command slurm_plugins/burst_buffer.lua runs for each killable hook.
+
+Owns the hook client of native mode (``slurm.mode: native``, docs/design/native-mode.md):
+one rsad API call per hook (``POST /v1/bb/HOOK``), and for ``data_in``, ``data_out`` and
+``teardown`` a blocking poll until rsad answers done or failed (Slurm 22.05 has no
+test_data_in/out: the stage is done when the hook returns, and Slurm's StageInTimeout /
+StageOutTimeout / OtherTimeout kill it). It prints ONE answer on stdout, ``ok MESSAGE`` or
+``error MESSAGE`` (the message is what Slurm shows: the job's Reason text on a failure)
+and exits 0 or 1. It runs as SlurmUser in slurmscriptd; it never touches user data.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+#: hooks that block until rsad says done (or failed)
+BLOCKING = frozenset({"data_in", "data_out", "teardown"})
+HOOKS = ("setup", "data_in", "real_size", "pre_run", "post_run", "data_out", "teardown",
+         "status")
+POLL = 1.0  # seconds between two questions to rsad while a stage runs
+#: how long rsad may be unreachable before a blocking hook gives up (a restarting rsad
+#: must not fail a stage-in; a dead one must not hold the job for StageInTimeout)
+UNREACHABLE = 300.0
+#: teardown answers before Slurm's OtherTimeout (default 300 s) kills it: Slurm retries
+TEARDOWN_WAIT = 240.0
+
+Post = Callable[[str, Mapping[str, Any]], Any]
+
+
+class Unreachable(Exception):
+    """rsad did not answer (the transport's error text)."""
+
+
+class Refused(Exception):
+    """rsad answered with an error (its text)."""
+
+
+def call_hook(post: Post, hook: str, body: Mapping[str, Any], *,
+              sleep: Callable[[float], None] = time.sleep,
+              clock: Callable[[], float] = time.monotonic,
+              poll: float = POLL, unreachable: float = UNREACHABLE,
+              teardown_wait: float = TEARDOWN_WAIT) -> tuple[bool, str]:
+    """Ask rsad, and for a blocking hook ask again until done or failed.
+
+    ``post(path, body)`` returns rsad's JSON answer or raises :class:`Unreachable` /
+    :class:`Refused`. Returns (success, the one line for Slurm)."""
+    path = f"/v1/bb/{hook}"
+    started = last_contact = clock()
+    last_wait = ""
+    while True:
+        try:
+            answer = post(path, body)
+        except Refused as e:
+            return False, f"rsad refused {hook} of job {body.get('job_id')}: {e}"
+        except Unreachable as e:
+            waited = clock() - last_contact
+            if waited >= unreachable or (hook not in BLOCKING and waited >= min(
+                    unreachable, 30.0)):
+                return False, (f"rsad unreachable for {waited:.0f}s ({e}); start rsad "
+                               "(systemctl start rsad), then see `rsa job "
+                               f"{body.get('job_id')}`")
+            sleep(poll)
+            continue
+        last_contact = clock()
+        status = str(answer.get("status", "")) if isinstance(answer, dict) else ""
+        message = str(answer.get("message", "")) if isinstance(answer, dict) else ""
+        if status == "done":
+            return True, message
+        if status == "failed":
+            return False, message
+        if status != "wait" or hook not in BLOCKING:
+            return False, f"rsad answered {hook} with {answer!r}: rsad and rsa-bb differ"
+        last_wait = message
+        if hook == "teardown" and clock() - started >= teardown_wait:
+            return False, (f"job {body.get('job_id')}: still {last_wait} after "
+                           f"{teardown_wait:.0f}s; rsad goes on, Slurm asks again")
+        sleep(poll)
+
+
+def request_body(hook: str, args: Sequence[str]) -> dict[str, Any]:
+    """The API body from burst_buffer.lua's arguments (all strings, Slurm's order):
+    ``setup JOB UID GID POOL SIZE``, ``teardown JOB HURRY``, else ``HOOK JOB``."""
+    if not args or not args[0].isdigit():
+        raise ValueError(f"rsa-bb {hook}: the first argument must be a job id, not "
+                         f"{(args[0] if args else '')[:20]!r}")
+    body: dict[str, Any] = {"job_id": args[0]}
+    if hook == "setup":
+        for key, value in zip(("uid", "gid", "pool", "size"), args[1:], strict=False):
+            body[key] = value
+    elif hook == "teardown":
+        body["hurry"] = "true" if len(args) > 1 and args[1] == "true" else "false"
+    return body
+
+
+def status_text(status: Mapping[str, Any]) -> str:
+    """``scontrol show bbstat``: rsad's RSA nodes and jobs, in a few lines."""
+    nodes = list(status.get("nodes") or [])
+    free = [n["name"] for n in nodes if n.get("state") == "up" and not n.get("job")]
+    lines = [f"RSA nodes: {len(nodes)}, free {len(free)}"
+             + (f" ({','.join(free)})" if free else "")]
+    for node in nodes:
+        if node.get("state") != "up" or node.get("job"):
+            lines.append(f"  {node['name']} {node.get('state')} "
+                         f"{'job ' + str(node['job']) if node.get('job') else ''}".rstrip())
+    by_state = dict(status.get("jobs_by_rsa_state") or {})
+    if by_state:
+        lines.append("jobs: " + ", ".join(f"{k} {v}" for k, v in sorted(by_state.items())))
+    return "\n".join(lines)
+
+
+USAGE = """usage: rsa-bb HOOK JOB_ID [ARGS...]   (HOOK: setup data_in real_size pre_run
+                                       post_run data_out teardown)
+       rsa-bb status
+
+Run by slurm_plugins/burst_buffer.lua (native mode, slurm.mode: native) as SlurmUser.
+Prints `ok MESSAGE` or `error MESSAGE` and exits 0 or 1. rsad's address: --api ADDR,
+RSA_API, else daemon.api of the configuration (RSA_CONFIG, default /etc/rsa/rsa.yaml).
+"""
+
+
+def _post_with(address: str | None, timeout: float) -> tuple[Post, Callable[[str], Any]]:
+    from rsa_scheduler.client import ApiClient, ApiRefused, ApiUnavailable
+
+    client = ApiClient(address, timeout=timeout)
+
+    def post(path: str, body: Mapping[str, Any]) -> Any:
+        try:
+            return client.post(path, dict(body))
+        except ApiRefused as e:
+            raise Refused(str(e)) from e
+        except ApiUnavailable as e:
+            raise Unreachable(str(e)) from e
+
+    return post, client.get
+
+
+def run(argv: Sequence[str], env: Mapping[str, str]) -> tuple[bool, str]:
+    args = list(argv)
+    address: str | None = None
+    if len(args) >= 2 and args[0] == "--api":
+        address, args = args[1], args[2:]
+    if not args or args[0] not in HOOKS:
+        return False, f"rsa-bb: unknown hook {(args[0] if args else '')[:20]!r}; see rsa-bb -h"
+    hook, rest = args[0], args[1:]
+    try:
+        if address is None:
+            from rsa_scheduler.hooks import _api_address
+
+            address, timeout = _api_address(env)
+        else:
+            timeout = 10.0
+        post, get = _post_with(address, max(timeout, 10.0))
+        if hook == "status":
+            return True, status_text(get("/v1/status"))
+        return call_hook(post, hook, request_body(hook, rest))
+    except Exception as e:  # one line for Slurm, whatever went wrong
+        return False, f"rsa-bb {hook}: {e}"
+
+
+def main() -> None:
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        sys.stdout.write(USAGE)
+        sys.exit(0)
+    if sys.argv[1:] == ["--version"]:
+        from rsa_scheduler import __version__
+
+        sys.stdout.write(f"rsa-bb {__version__}\n")
+        sys.exit(0)
+    ok, message = run(sys.argv[1:], os.environ)
+    line = " ".join(message.split()) if "\n" not in message else message
+    sys.stdout.write(f"{'ok' if ok else 'error'} {line}\n")
+    sys.exit(0 if ok else 1)

@@ -1,0 +1,293 @@
+"""Native mode (``slurm.mode: native``): Slurm's burst_buffer/lua hooks drive the core.
+
+Owns :class:`NativeDriver`: which jobs Slurm has set a burst buffer up for (``bb.setup``
+and ``bb.teardown`` events in the job's log, so a restarted rsad knows), how such a job
+is observed while pending (held: on-deck for the core, never demoted while Slurm holds it
+in stage-in), the answer to each hook as a pure function of the job's record
+(:func:`answer_data_in`, :func:`answer_data_out`, :func:`answer_teardown`), and the pools
+file ``burst_buffer.lua``'s ``slurm_bb_pools`` reports to Slurm (:func:`pools_json`).
+
+The core, allocator, backends, staging, verification and fencing are the queue-watching
+mode's own: only *when* stage-in starts differs (Slurm's ``slurm_bb_setup`` instead of the
+on-deck observation). Runs on the daemon's loop thread; must not call Slurm or the
+network (the API thread does what needs Slurm).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rsa_scheduler.core.events import Event
+from rsa_scheduler.core.machine import JobRecord
+from rsa_scheduler.core.policy import NodeState
+from rsa_scheduler.core.states import TERMINAL, JobState, RsaState
+
+log = logging.getLogger(__name__)
+
+#: the hooks burst_buffer.lua forwards to rsad (``rsa-bb HOOK JOB ...``)
+HOOKS = ("setup", "data_in", "real_size", "pre_run", "post_run", "data_out", "teardown")
+
+#: Slurm's pool granularity we report: sizes are counted in MiB, as Slurm's bb TRES is
+GRANULARITY = 1 << 20
+
+#: rsa-states in which the job's input is on its RAMDISK (or it needs none) and it may
+#: start: data_in is done
+STAGED: frozenset[RsaState] = frozenset({
+    RsaState.STAGED_IN, RsaState.LOCKED_IN, RsaState.LOCK_FAILED,
+    RsaState.MOUNTING_INPUT, RsaState.MOUNTED_INPUT, RsaState.INPUT_WRITEBACK,
+    RsaState.WRITEBACK_FAILED, RsaState.RESETTING, RsaState.RESET_FAILED,
+    RsaState.MOUNTING_OUTPUT, RsaState.MOUNTED_OUTPUT, RsaState.STAGING_OUT,
+    RsaState.STAGE_OUT_FAILED, RsaState.VERIFYING, RsaState.OUTPUT_VERIFIED,
+    RsaState.QUARANTINED,
+})
+
+#: what a waiting stage-in is doing, for ``rsa-bb``'s progress line
+WAITING_FOR: Mapping[RsaState, str] = {
+    RsaState.NONE: "waiting for free RSA nodes",
+    RsaState.RELEASED: "waiting for free RSA nodes",
+    RsaState.ALLOCATED: "RSA nodes allocated",
+    RsaState.FS_BUILDING: "building the RAMDISK",
+    RsaState.FS_FAILED: "RAMDISK build failed, retrying",
+    RsaState.FS_READY: "RAMDISK ready",
+    RsaState.STAGING_IN: "staging in",
+    RsaState.STAGE_IN_FAILED: "stage-in failed, retrying",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """rsad's answer to one hook call: ``done``, ``wait`` (ask again) or ``failed``."""
+
+    status: str
+    message: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"status": self.status, "message": self.message}
+
+
+@dataclass(slots=True)
+class BbJob:
+    """What Slurm said about one job's burst buffer."""
+
+    setup: float  # when slurm_bb_setup came (the latest one)
+    torn: float | None = None  # when slurm_bb_job_teardown came for it while pending
+    verified: bool = False  # its output was verified on persistent storage
+    discarded: bool = False  # an operator discarded the output on its RAMDISK
+    expired: bool = False  # torn and past bb_grace: no longer held
+
+
+# ---- the answers (pure) -------------------------------------------------------------------
+
+#: the core's messages say where a declined job's data comes from in queue mode ("the job
+#: uses the PFS"); in native mode Slurm holds such a job instead, so that clause is untrue
+_PFS_CLAUSE = re.compile(r"\s*[:;,]\s*(?:the )?(?:job|it) (?:uses|reads) the PFS")
+
+
+def native_text(message: str) -> str:
+    """A core message as it is true in native mode (without the PFS fallback clause)."""
+    return _PFS_CLAUSE.sub("", message).strip()
+
+
+def answer_data_in(rec: JobRecord | None, seen: bool) -> Answer:
+    """``slurm_bb_data_in``: done once the job's input is on its RAMDISK.
+
+    ``seen``: rsad has read the queue since the job's setup; a job it then still does not
+    track has no ``#RSA_DATA_IN``/``#RSA_DATA_OUT`` and nothing to stage."""
+    if rec is None:
+        if seen:
+            return Answer("done", "no #RSA_DATA_IN or #RSA_DATA_OUT: nothing to stage")
+        return Answer("wait", "rsad has not read the job from the queue yet")
+    state = rec.rsa_state
+    if state is RsaState.DECLINED or rec.declined:
+        why = native_text(rec.message) or "the RSA will not serve this job"
+        return Answer("failed", f"stage-in of job {rec.job_id} failed: {why}; fix it, then "
+                                "scancel the job and submit it again")
+    if state in STAGED:
+        return Answer("done", f"staged in on {rec.nodes}" if rec.nodes else "staged in")
+    if state in (RsaState.TEARING_DOWN, RsaState.TEARDOWN_FAILED) or (
+            state is RsaState.RELEASED and rec.job_state is JobState.FINISHED):
+        return Answer("failed", f"job {rec.job_id}'s RAMDISK was torn down before it "
+                                f"started: {native_text(rec.message) or state.value}")
+    return Answer("wait", WAITING_FOR.get(state, state.value))
+
+
+def answer_data_out(rec: JobRecord | None, bb: BbJob | None) -> Answer:
+    """``slurm_bb_data_out``: done once the job's output is verified on persistent
+    storage; failed (output kept on the RAMDISK) once the stage-out is quarantined."""
+    if rec is None:
+        return Answer("done", "no #RSA_DATA_OUT: nothing to stage out")
+    if bb is not None and bb.verified:
+        return Answer("done", "output staged out and verified")
+    state = rec.rsa_state
+    has_output = rec.spec.data_out is not None or rec.spec.postprocess is not None
+    if state is RsaState.QUARANTINED:
+        return Answer("failed", f"stage-out of job {rec.job_id} failed: {rec.message}; the "
+                                "output stays on its RAMDISK (quarantined): an operator "
+                                f"fixes the cause and runs `rsa retry {rec.job_id}`")
+    if state in TERMINAL or state in (RsaState.TEARING_DOWN, RsaState.TEARDOWN_FAILED):
+        if not has_output:
+            return Answer("done", "no #RSA_DATA_OUT: nothing to stage out")
+        if bb is not None and bb.discarded:
+            return Answer("failed", f"job {rec.job_id}'s output on its RAMDISK was discarded "
+                                    "by an operator (rsa discard): it is not on the PFS; "
+                                    f"scancel --hurry {rec.job_id} ends the stage-out")
+        # the core never destroys a RAMDISK holding unverified output (HOLDS_USER_DATA):
+        # released without a verification, the job wrote its output to the PFS itself
+        # (it ended before its RAMDISK was reset for output, or never got one)
+        return Answer("done", "no RAMDISK held the job's output: it was written to the PFS "
+                              "directly")
+    if rec.job_state is not JobState.FINISHED:
+        return Answer("wait", "waiting for rsad to see the job end")
+    return Answer("wait", state.value)
+
+
+def answer_teardown(rec: JobRecord | None) -> Answer:
+    """``slurm_bb_job_teardown`` of a job that ended (or was cancelled): done once its
+    RAMDISK is gone; never before its output is verified (quarantined output is kept)."""
+    if rec is None or rec.rsa_state in TERMINAL:
+        return Answer("done", "no RAMDISK left")
+    if rec.rsa_state is RsaState.QUARANTINED:
+        return Answer("failed", f"job {rec.job_id}'s output is quarantined on its RAMDISK "
+                                f"({rec.message}); kept until an operator runs `rsa retry "
+                                f"{rec.job_id}` or `rsa discard {rec.job_id}`")
+    return Answer("wait", f"tearing down ({rec.rsa_state.value})")
+
+
+def pools_json(nodes: Iterable[tuple[str, int, NodeState, str | None]]) -> str:
+    """slurm_bb_pools' JSON: one pool per tier, in MiB (granularity 1 MiB). ``nodes``:
+    (tier, capacity in bytes, state, owning job or None). A node that is down counts in
+    no pool; a drained or busy one is not free."""
+    total: dict[str, int] = {}
+    free: dict[str, int] = {}
+    for tier, capacity, state, owner in nodes:
+        if state is NodeState.DOWN:
+            total.setdefault(tier, 0)
+            free.setdefault(tier, 0)
+            continue
+        total[tier] = total.get(tier, 0) + capacity // GRANULARITY
+        free[tier] = free.get(tier, 0) + (
+            capacity // GRANULARITY if state is NodeState.UP and owner is None else 0)
+    pools = [{"id": tier, "quantity": total[tier], "granularity": GRANULARITY,
+              "free": free[tier]} for tier in sorted(total)]
+    return json.dumps({"pools": pools}, sort_keys=True)
+
+
+# ---- the driver ---------------------------------------------------------------------------
+
+class NativeDriver:
+    """Slurm's burst buffer view of rsad's jobs (loop thread only)."""
+
+    def __init__(self, pools_file: Path, grace: float) -> None:
+        self.pools_file = pools_file
+        self.grace = grace
+        self.jobs: dict[str, BbJob] = {}
+        self.fresh: set[str] = set()  # set up or expired since the last poll: observe them
+        self._pools_text = ""
+
+    # -- what the log says ------------------------------------------------------------------
+    def learn(self, ev: Event) -> None:
+        """Fold one logged event in (replay, and every commit)."""
+        if ev.name == "bb.setup":
+            old = self.jobs.get(ev.job_id)
+            self.jobs[ev.job_id] = BbJob(setup=ev.time, verified=bool(old and old.verified),
+                                         discarded=bool(old and old.discarded))
+        elif ev.name == "bb.teardown":
+            bb = self.jobs.get(ev.job_id)
+            if bb is not None and bb.torn is None:
+                bb.torn = ev.time
+        elif ev.name == "rsa.transition" and \
+                ev.context.get("to") == RsaState.OUTPUT_VERIFIED.value:
+            self.jobs.setdefault(ev.job_id, BbJob(setup=ev.time)).verified = True
+        elif ev.name == "rsa.transition" and ev.context.get("trigger") == "discard":
+            self.jobs.setdefault(ev.job_id, BbJob(setup=ev.time)).discarded = True
+
+    def verified(self, job: str) -> bool:
+        bb = self.jobs.get(job)
+        return bb is not None and bb.verified
+
+    def to_json(self) -> dict[str, Any]:
+        return {j: {"setup": b.setup, "torn": b.torn, "verified": b.verified,
+                    "discarded": b.discarded} for j, b in self.jobs.items()}
+
+    def load(self, data: Mapping[str, Any]) -> None:
+        for job, b in data.items():
+            self.jobs[str(job)] = BbJob(setup=float(b["setup"]), torn=b.get("torn"),
+                                        verified=bool(b.get("verified")),
+                                        discarded=bool(b.get("discarded")))
+
+    # -- observation ------------------------------------------------------------------------
+    def tracks(self, job: str) -> bool:
+        """Slurm has set a burst buffer up for ``job``: rsad may track it."""
+        return job in self.jobs
+
+    def held(self, job: str, slurm_state: str, now: float) -> bool:
+        """Whether a pending job is held by Slurm for its burst buffer (on-deck for the
+        core: no demotion). After Slurm's teardown of a pending job, ``grace`` more
+        seconds (a restarted slurmctld sets it up again)."""
+        bb = self.jobs.get(job)
+        if bb is None or slurm_state != "PENDING":
+            return False
+        return bb.torn is None or now - bb.torn < self.grace
+
+    def due(self, now: float) -> set[str]:
+        """Jobs to observe this poll even if their queue line did not change: new set-ups
+        and pending jobs whose grace after a teardown just ended."""
+        out = set(self.fresh)
+        self.fresh.clear()
+        for job, bb in self.jobs.items():
+            if bb.torn is not None and not bb.expired and now - bb.torn >= self.grace:
+                bb.expired = True
+                out.add(job)
+        return out
+
+    def setup(self, job: str, now: float, context: Mapping[str, Any]) -> list[Event]:
+        """slurm_bb_setup: the job is Slurm's to stage now. Idempotent: a re-run setup of
+        a job already set up (slurmctld restarted) changes nothing but the teardown mark."""
+        bb = self.jobs.get(job)
+        self.fresh.add(job)
+        if bb is not None and bb.torn is None:
+            return []
+        ev = Event(now, job, "bb.setup", dict(context))
+        self.learn(ev)
+        return [ev]
+
+    def teardown_pending(self, job: str, now: float, hurry: bool) -> list[Event]:
+        """slurm_bb_job_teardown of a job still pending: kept ``grace`` seconds."""
+        bb = self.jobs.get(job)
+        if bb is None or bb.torn is not None:
+            return []
+        ev = Event(now, job, "bb.teardown", {"hurry": hurry, "kept_for": self.grace})
+        self.learn(ev)
+        return [ev]
+
+    def forget(self, jobs: Iterable[str]) -> None:
+        for job in jobs:
+            self.jobs.pop(job, None)
+            self.fresh.discard(job)
+
+    # -- pools ------------------------------------------------------------------------------
+    def write_pools(self, nodes: Iterable[tuple[str, int, NodeState, str | None]]) -> bool:
+        """Rewrite the pools file when the free capacity changed (atomically, mode 0644:
+        SlurmUser reads it). Returns whether it wrote."""
+        text = pools_json(nodes)
+        if text == self._pools_text:
+            return False
+        tmp = self.pools_file.with_name(f".{self.pools_file.name}.tmp")
+        try:
+            self.pools_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(text + "\n")
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, self.pools_file)
+        except OSError as e:
+            log.error("cannot write the burst buffer pools file %s: %s (slurm_bb_pools "
+                      "reports no pools)", self.pools_file, e)
+            return False
+        self._pools_text = text
+        return True

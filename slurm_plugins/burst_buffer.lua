@@ -1,0 +1,191 @@
+--[[ rsa-scheduler's burst_buffer.lua: native mode (rsa config slurm.mode=native).
+
+Slurm's burst_buffer/lua plugin (slurm.conf BurstBufferType=burst_buffer/lua) loads this
+file from the directory of slurm.conf and calls the slurm_bb_* functions below; every job
+with a "#BB_LUA" line (burst_buffer.conf Directive=; job_submit.lua adds it to RSA jobs
+when its CONFIG.bb_directive is set) gets them. rsad does the work on the same state
+machine, RAMDISKs, staging and verification as in queue mode (docs/design/native-mode.md).
+
+Slurm 22.05 (Debian 12) calling conventions, as this file relies on them:
+  * every argument is a string; return rc[, string]; Lua 5.1; all 11 functions must exist;
+    the file is loaded afresh for every call (no state survives between calls);
+  * slurm_bb_job_process, slurm_bb_pools and slurm_bb_paths run INSIDE slurmctld with its
+    locks held: no network, no command, only a small local file read;
+  * the others run as SlurmUser in a slurmscriptd child that Slurm kills at its timeout:
+    each runs `rsa-bb HOOK JOB ...`, which asks rsad; data_in and data_out block until
+    rsad answers staged-in / staged-out-and-verified (22.05 has no test_data_in/out);
+  * a failed setup/data_in holds the job (Reason BurstBufferOperation, the message below);
+    a failed data_out keeps the job in stage-out and its data on the RAMDISK.
+slurm_bb_test_data_in/out are Slurm 24.05's: harmless extras here (22.05 never calls them).
+]]
+
+-- ---------------------------------------------------------------------------------------
+-- Site configuration
+
+local CONFIG = {
+  -- The hook client (the rsa-scheduler package's rsa-bb).
+  rsa_bb = "/usr/bin/rsa-bb",
+  -- rsad's API address for rsa-bb ("host:port" or a socket path); nil: RSA_API, else
+  -- daemon.api of /etc/rsa/rsa.yaml.
+  api = nil,
+  -- The file rsad rewrites with the free RSA capacity per tier (rsa config
+  -- slurm.bb_pools_file): slurm_bb_pools reports it to Slurm.
+  pools_file = "/run/rsa/bb-pools.json",
+}
+
+-- ---------------------------------------------------------------------------------------
+-- Helpers
+
+-- One shell word: everything single-quoted (job ids, uids, pool names, "true"...).
+local function quote(word)
+  return "'" .. tostring(word):gsub("'", "'\\''") .. "'"
+end
+
+-- The command line of `rsa-bb HOOK ARGS...` (stderr joined: its last words are the
+-- message when rsa-bb cannot even start).
+local function command(hook, args)
+  local parts = { quote(CONFIG.rsa_bb) }
+  if CONFIG.api ~= nil then
+    parts[#parts + 1] = "--api " .. quote(CONFIG.api)
+  end
+  parts[#parts + 1] = quote(hook)
+  for _, a in ipairs(args) do
+    parts[#parts + 1] = quote(a)
+  end
+  return table.concat(parts, " ") .. " 2>&1"
+end
+
+-- rsa-bb's output -> rc, message. Its answer is the first line starting with "ok" or
+-- "error"; what follows belongs to the message (bbstat's lines).
+local function parse_answer(out, hook)
+  local answer, rest = nil, {}
+  for line in (out or ""):gmatch("[^\n]+") do
+    if answer == nil then
+      local word, text = line:match("^(%a+)%s?(.*)$")
+      if word == "ok" or word == "error" then
+        answer = { word = word, text = text }
+      end
+    else
+      rest[#rest + 1] = line
+    end
+  end
+  if answer == nil then
+    local tail = (out or ""):gsub("%s+", " "):sub(-200)
+    return slurm.ERROR, "rsa-bb " .. hook .. " gave no answer (is " .. CONFIG.rsa_bb
+      .. " installed and rsa-scheduler's config readable by SlurmUser?): " .. tail
+  end
+  local text = answer.text
+  if #rest > 0 then
+    text = text .. "\n" .. table.concat(rest, "\n")
+  end
+  if answer.word == "ok" then
+    return slurm.SUCCESS, text
+  end
+  return slurm.ERROR, text
+end
+
+-- Run rsa-bb for one killable hook (slurmscriptd child; never inside slurmctld).
+local function ask_rsad(hook, ...)
+  local job_id = ... -- nil for get_status
+  local cmd = command(hook, { ... })
+  local pipe = io.popen(cmd)
+  if pipe == nil then
+    return slurm.ERROR, "cannot run " .. CONFIG.rsa_bb
+  end
+  local out = pipe:read("*a")
+  pipe:close()
+  local rc, text = parse_answer(out, hook)
+  if rc ~= slurm.SUCCESS then
+    local what = job_id and (hook .. " of job " .. tostring(job_id)) or hook
+    slurm.log_error("rsa: %s: %s", what, text)
+  end
+  return rc, text
+end
+
+-- ---------------------------------------------------------------------------------------
+-- In slurmctld, locks held: fast, local only
+
+-- At submission. The #RSA_ directives were checked by job_submit.lua in the same RPC
+-- (before this; a bad one was rejected with its line there), so nothing is read here.
+function slurm_bb_job_process(job_script) -- luacheck: ignore (Slurm API)
+  return slurm.SUCCESS
+end
+
+-- Every 30 s: one pool per RSA tier, from the file rsad rewrites (no network here). No
+-- file (rsad not started yet): no pools, and the plugin stays up.
+function slurm_bb_pools() -- luacheck: ignore (Slurm API)
+  local f = io.open(CONFIG.pools_file, "r")
+  if f == nil then
+    return slurm.SUCCESS
+  end
+  local text = f:read("*a") or ""
+  f:close()
+  text = text:gsub("%s+$", "")
+  if text:sub(1, 1) ~= "{" or #text > 65536 then
+    slurm.log_error("rsa: %s is not rsad's pools JSON: no pools reported", CONFIG.pools_file)
+    return slurm.SUCCESS
+  end
+  return slurm.SUCCESS, text
+end
+
+-- When the job is about to start: its environment. The RSA_STATE, RSA_DATA_IN... the
+-- job sees are set at start by the SPANK plugin / Prolog as in queue mode; this only
+-- says the job is served in native mode.
+function slurm_bb_paths(job_id, job_script, path_file) -- luacheck: ignore (Slurm API)
+  local f = io.open(path_file, "a")
+  if f == nil then
+    return slurm.ERROR, "cannot write " .. tostring(path_file)
+  end
+  f:write("RSA_MODE=native\n")
+  f:close()
+  return slurm.SUCCESS
+end
+
+-- ---------------------------------------------------------------------------------------
+-- In slurmscriptd, as SlurmUser, killed at Slurm's timeouts
+
+function slurm_bb_setup(job_id, uid, gid, pool, bb_size, job_script) -- luacheck: ignore
+  return ask_rsad("setup", job_id, uid, gid, pool, bb_size)
+end
+
+function slurm_bb_data_in(job_id, job_script) -- luacheck: ignore (Slurm API)
+  return ask_rsad("data_in", job_id)
+end
+
+function slurm_bb_real_size(job_id) -- luacheck: ignore (Slurm API)
+  return ask_rsad("real_size", job_id)
+end
+
+function slurm_bb_pre_run(job_id, job_script) -- luacheck: ignore (Slurm API)
+  return ask_rsad("pre_run", job_id)
+end
+
+function slurm_bb_post_run(job_id, job_script) -- luacheck: ignore (Slurm API)
+  return ask_rsad("post_run", job_id)
+end
+
+function slurm_bb_data_out(job_id, job_script) -- luacheck: ignore (Slurm API)
+  return ask_rsad("data_out", job_id)
+end
+
+function slurm_bb_job_teardown(job_id, job_script, hurry) -- luacheck: ignore (Slurm API)
+  return ask_rsad("teardown", job_id, hurry)
+end
+
+-- `scontrol show bbstat`: rsad's RSA nodes and jobs.
+function slurm_bb_get_status(...) -- luacheck: ignore (Slurm API)
+  return ask_rsad("status")
+end
+
+-- Slurm 24.05+ only: data_in/data_out above block until done, so a test is always done.
+function slurm_bb_test_data_in(job_id, job_script) -- luacheck: ignore (Slurm API)
+  return slurm.SUCCESS, ""
+end
+
+function slurm_bb_test_data_out(job_id, job_script) -- luacheck: ignore (Slurm API)
+  return slurm.SUCCESS, ""
+end
+
+-- For tests (tests/unit/test_burst_buffer_lua.py); Slurm ignores it.
+rsa_burst_buffer = { config = CONFIG, command = command, parse_answer = parse_answer, -- luacheck: ignore
+  quote = quote }

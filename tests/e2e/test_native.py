@@ -1,0 +1,256 @@
+"""Native mode in the lab (issue 15): Slurm's real burst_buffer/lua runs the shipped
+slurm_plugins/burst_buffer.lua, whose hooks drive rsad (``RSA_LAB_MODE=native make
+lab-up``; ``make lab-test-native``).
+
+A non-root job on an idle cluster pends with ``BurstBufferStageIn`` while rsad stages its
+input, then reads it from the RAMDISK; a DATA_OUT-only job's output is staged out and
+verified after its compute node was released; a stage-in the user's rights refuse holds
+the job with ``BurstBufferOperation`` and rsad's line. Skipped in a queue-mode lab.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rsa_scheduler.slurm.parse import parse_show_job
+from tests.integration.conftest import as_user
+from tests.integration.slurmkit import make_jobs, root, wait_for
+from tests.integration.test_rsad_staging import rsa_job, wait_state
+
+pytestmark = pytest.mark.native
+
+
+@pytest.fixture(autouse=True)
+def _native_lab(lab: Mapping[str, str]) -> None:
+    if lab.get("RSA_LAB_MODE", "queue") != "native":
+        pytest.skip("the lab runs in queue mode: RSA_LAB_MODE=native make lab-up "
+                    "(make lab-test-native)")
+
+
+@pytest.fixture
+def area(lab: Mapping[str, str]) -> Iterator[Path]:
+    base = Path(lab["RSA_LAB_PFS"]) / f"native-e2e-{os.getpid()}-{time.monotonic_ns()}"
+    script = (f"set -e; mkdir -p {base}/in {base}/out {base}/res; "
+              f"for i in $(seq 1 8); do head -c $((i*5000)) /dev/urandom > {base}/in/f$i; "
+              "done")
+    done = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", script], timeout=120)
+    assert done.returncode == 0, done.stderr
+    yield base
+    as_user(lab, lab["RSA_LAB_USER"], ["chmod", "-R", "u+rwx", str(base)], timeout=60)
+    subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)
+
+
+def show(lab: Mapping[str, str], job: str) -> dict[str, str]:
+    return parse_show_job(root(lab, "scontrol", "show", "job", "-o", job))[0]
+
+
+def queue_line(lab: Mapping[str, str], job: str) -> tuple[str, str]:
+    """(state, reason) as squeue prints them (%T, %r)."""
+    out = root(lab, "squeue", "-h", "-t", "all", "-j", job, "-o", "%T|%r").strip()
+    state, _, reason = out.partition("|")
+    return state, reason
+
+
+def json_job(lab: Mapping[str, str], job: str) -> dict[str, Any]:
+    """The job's entry of ``squeue --json`` (22.05: it ignores -j, so filtered here): it
+    has the reason code even when a description replaces it in squeue's %r."""
+    data = json.loads(root(lab, "squeue", "--json"))
+    return next((j for j in data["jobs"] if str(j["job_id"]) == job), {})
+
+
+def node_states(lab: Mapping[str, str]) -> dict[str, str]:
+    out = root(lab, "sinfo", "-h", "-N", "-o", "%N|%T")
+    return dict(line.split("|", 1) for line in out.splitlines() if line.strip())
+
+
+def md5_of(directory: Path) -> str:
+    return subprocess.run(["bash", "-c", "md5sum f*"], cwd=directory, capture_output=True,
+                          text=True, timeout=60, check=True).stdout
+
+
+def transitions(lab: Mapping[str, str], job: str) -> list[str]:
+    data = rsa_job(lab, job) or {}
+    return [str(e.get("to")) for e in data.get("events", []) if e["name"] == "rsa.transition"]
+
+
+def test_an_idle_cluster_job_pends_in_stage_in_then_reads_its_input_from_the_ramdisk(
+        lab: Mapping[str, str], area: Path) -> None:
+    rsa = lab["RSA_LAB_VENV"] + "/bin/rsa"
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_IN={area}/in
+#RSA_DATA_OUT={area}/out
+findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
+(cd {area}/in && md5sum f*) > {area}/res/md5
+echo "$RSA_MODE|$RSA_STATE" > {area}/res/env
+"""
+    with make_jobs(lab) as jobs:
+        # no RSA node free at first: Slurm's data_in blocks in rsad, the job stays pending
+        for n in range(1, 5):
+            root(lab, rsa, "drain", f"rsa{n}", "--reason", "native e2e")
+        try:
+            job = jobs.submit(script=script)
+            assert "#BB_LUA" in show(lab, job).get("BurstBuffer", ""), show(lab, job)
+            wait_for("BurstBufferStageIn", lambda: queue_line(lab, job) == (
+                "PENDING", "BurstBufferStageIn"), timeout=90, every=0.5)
+            assert (rsa_job(lab, job) or {}).get("rsa_state") == "none"
+            assert node_states(lab) == {f"c{i}": "idle" for i in range(1, 5)}
+        finally:
+            for n in range(1, 5):
+                root(lab, rsa, "resume", f"rsa{n}")
+        wait_state(lab, job, "released", timeout=300)
+    assert (area / "res" / "inmnt").read_text().strip() == f"{area}/in"  # the RAMDISK
+    assert (area / "res" / "md5").read_text() == md5_of(area / "in")
+    assert (area / "res" / "env").read_text().strip() == "native|input"
+    reached = transitions(lab, job)
+    assert "staged-in" in reached and "mounted-input" in reached, reached
+    assert "declined" not in reached, reached
+
+
+def test_output_only_job_is_staged_out_and_verified_after_its_node_was_released(
+        lab: Mapping[str, str], area: Path) -> None:
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_OUT={area}/out
+for i in 1 2 3; do head -c 100M /dev/urandom > {area}/out/f$i; done
+(cd {area}/out && md5sum f*) > {area}/res/md5
+"""
+    seen_released = False
+    with make_jobs(lab) as jobs:
+        job = jobs.submit(script=script)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            data = rsa_job(lab, job) or {}
+            state = data.get("rsa_state")
+            if state in ("staging-out", "verifying"):
+                slurm_state, _ = queue_line(lab, job)
+                nodes = node_states(lab)
+                # Slurm holds the job in stage-out, its compute node already free
+                if "STAGE_OUT" in slurm_state and all(v == "idle" for v in nodes.values()):
+                    seen_released = True
+            if state in ("released", "quarantined"):
+                break
+            time.sleep(0.2)
+        assert wait_state(lab, job, "released", timeout=30) == "released"
+        wait_for("the job gone from stage-out", lambda: "STAGE_OUT" not in queue_line(
+            lab, job)[0], timeout=60)
+        final = show(lab, job)
+    assert seen_released, "never saw the stage-out running with the compute node free"
+    assert (area / "res" / "md5").read_text() == md5_of(area / "out")  # on the PFS
+    assert "output-verified" in transitions(lab, job)
+    assert final["JobState"] == "COMPLETED", final
+
+
+def test_an_unreadable_data_in_holds_the_job_with_rsads_reason(
+        lab: Mapping[str, str], area: Path) -> None:
+    user = lab["RSA_LAB_USER"]
+    done = as_user(lab, user, ["chmod", "000", str(area / "in")])
+    assert done.returncode == 0, done.stderr
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_IN={area}/in
+echo ran > {area}/res/ran
+"""
+    with make_jobs(lab) as jobs:
+        job = jobs.submit(script=script)
+
+        def failed() -> dict[str, Any] | None:
+            entry = json_job(lab, job)
+            return entry if entry.get("state_reason") == "BurstBufferOperation" else None
+
+        entry = wait_for("the stage-in failure", failed, timeout=180, every=1.0)
+        assert entry["job_state"] == "PENDING" and entry["priority"] == 0, entry  # held
+        # what squeue's reason and scontrol show: Slurm's prefix and rsad's one line
+        text = str(entry["state_description"])
+        assert text.startswith("burst_buffer/lua: slurm_bb_data_in: "
+                               f"stage-in of job {job} failed: "), text
+        assert str(area / "in") in text and text.endswith(
+            "; fix it, then scancel the job and submit it again"), text
+        assert "PFS" not in text, text
+        assert queue_line(lab, job)[1] == text
+        wait_state(lab, job, "declined", "released", timeout=120)
+    assert not (area / "res" / "ran").exists()
+
+
+def test_a_slurmctld_restart_after_stage_in_stages_nothing_twice(
+        lab: Mapping[str, str], area: Path) -> None:
+    """A full cluster: the job is staged while it waits for nodes (Slurm starts stage-in
+    for a job due within 10 h). slurmctld restarts: it tears the buffer down (hurry) and
+    sets it up again a minute later; rsad kept the RAMDISK (slurm.bb_grace) and answers
+    at once. The job then reads its input from the one RAMDISK built for it."""
+    from tests.integration.slurmkit import restart_lab_slurmctld
+    from tests.integration.test_rsad_staging import fill
+
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_IN={area}/in
+findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
+(cd {area}/in && md5sum f*) > {area}/res/md5
+"""
+    with make_jobs(lab) as jobs:
+        fill(jobs)
+        wait_for("the cluster full", lambda: all(
+            queue_line(lab, j)[0] == "RUNNING" for j in jobs.ids), timeout=60)
+        job = jobs.submit(script=script)
+        wait_state(lab, job, "locked-in", timeout=180)
+        assert queue_line(lab, job)[0] == "PENDING"
+        restart_lab_slurmctld()
+
+        def set_up_again() -> dict[str, Any] | None:
+            got = rsa_job(lab, job) or {}
+            names = [e["name"] for e in got.get("events", [])]
+            return got if names.count("bb.setup") >= 2 else None
+
+        data = wait_for("Slurm's teardown and setup again", set_up_again, timeout=180,
+                        every=2.0)
+        names = [e["name"] for e in data["events"]]
+        assert "bb.teardown" in names, names
+        assert data["rsa_state"] == "locked-in", data["rsa_state"]
+        for filler in jobs.ids[:-1]:
+            root(lab, "scancel", filler)
+        wait_state(lab, job, "released", timeout=240)
+        data = rsa_job(lab, job) or {}
+    builds = [e for e in data["events"] if e["name"] == "action.outcome"
+              and "/build-fs/" in str(e.get("action"))]
+    stage_ins = [e for e in data["events"] if e["name"] == "action.outcome"
+                 and "/stage-in/" in str(e.get("action"))]
+    assert len(builds) == 1 and len(stage_ins) == 1, (builds, stage_ins)
+    assert (area / "res" / "inmnt").read_text().strip() == f"{area}/in"
+    assert (area / "res" / "md5").read_text() == md5_of(area / "in")
+
+
+def test_a_slurmctld_restart_during_stage_out_loses_nothing(
+        lab: Mapping[str, str], area: Path) -> None:
+    """slurmctld restarts while rsad stages a job's output out: Slurm runs post_run and
+    data_out again on recovery; rsad's stage-out goes on (one), and data_out answers done
+    once the output is verified; the job then leaves stage-out."""
+    from tests.integration.slurmkit import restart_lab_slurmctld
+
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_OUT={area}/out
+for i in 1 2 3 4 5 6; do head -c 100M /dev/urandom > {area}/out/f$i; done
+(cd {area}/out && md5sum f*) > {area}/res/md5
+"""
+    with make_jobs(lab) as jobs:
+        job = jobs.submit(script=script)
+        wait_state(lab, job, "staging-out", "verifying", "output-verified", "tearing-down",
+                   "released", timeout=240)
+        restart_lab_slurmctld()
+        wait_state(lab, job, "released", timeout=240)
+        wait_for("the job out of stage-out", lambda: queue_line(lab, job)[0] == "COMPLETED",
+                 timeout=120, every=1.0)
+        data = rsa_job(lab, job) or {}
+    stage_outs = [e for e in data["events"] if e["name"] == "action.outcome"
+                  and "/stage-out/" in str(e.get("action"))]
+    assert [e["result"] for e in stage_outs] == ["ok"], stage_outs
+    assert "output-verified" in transitions(lab, job)
+    assert (area / "res" / "md5").read_text() == md5_of(area / "out")

@@ -1,0 +1,106 @@
+"""rsa-bb, the hook client of native mode: its blocking poll (injected clock, no sleeps),
+its arguments, and the one line it prints for Slurm."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from rsa_scheduler.bb import Refused, Unreachable, call_hook, request_body, run, status_text
+
+
+class Rsad:
+    """Scripted answers (or exceptions), one per call; the clock advances by the sleeps."""
+
+    def __init__(self, *answers: object) -> None:
+        self.answers = list(answers)
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.now = 0.0
+
+    def post(self, path: str, body: Mapping[str, Any]) -> Any:
+        self.calls.append((path, dict(body)))
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def clock(self) -> float:
+        return self.now
+
+
+def hook(rsad: Rsad, name: str, **kw: Any) -> tuple[bool, str]:
+    return call_hook(rsad.post, name, {"job_id": "42"}, sleep=rsad.sleep, clock=rsad.clock,
+                     **kw)
+
+
+def test_data_in_blocks_until_rsad_says_staged() -> None:
+    rsad = Rsad({"status": "wait", "message": "building the RAMDISK"},
+                {"status": "wait", "message": "staging in"},
+                {"status": "done", "message": "staged in on rsa1"})
+    assert hook(rsad, "data_in") == (True, "staged in on rsa1")
+    assert [p for p, _ in rsad.calls] == ["/v1/bb/data_in"] * 3 and rsad.now == 2.0
+
+
+def test_a_failure_is_rsads_one_line() -> None:
+    rsad = Rsad({"status": "wait", "message": "staging in"},
+                {"status": "failed", "message": "stage-in of job 42 failed: x"})
+    assert hook(rsad, "data_in") == (False, "stage-in of job 42 failed: x")
+    refused = Rsad(Refused("rsad runs in queue mode"))
+    ok, line = hook(refused, "setup")
+    assert not ok and line == "rsad refused setup of job 42: rsad runs in queue mode"
+
+
+def test_a_restarting_rsad_does_not_fail_a_stage_but_a_dead_one_does() -> None:
+    rsad = Rsad(*[Unreachable("connection refused")] * 5,
+                {"status": "done", "message": "staged in"})
+    assert hook(rsad, "data_in") == (True, "staged in")
+    dead = Rsad(Unreachable("connection refused"))
+    ok, line = hook(dead, "data_out", unreachable=300.0)
+    assert not ok and line.startswith("rsad unreachable for 300s (connection refused)")
+    assert "systemctl start rsad" in line
+    quick = Rsad(Unreachable("connection refused"))
+    ok, _ = hook(quick, "setup")  # not a blocking hook: gives up sooner
+    assert not ok and quick.now == 30.0
+
+
+def test_teardown_answers_before_slurms_other_timeout() -> None:
+    rsad = Rsad({"status": "wait", "message": "tearing down (verifying)"})
+    ok, line = hook(rsad, "teardown", teardown_wait=240.0)
+    assert not ok and "still tearing down (verifying) after 240s" in line
+    assert rsad.now == 240.0
+
+
+def test_a_non_blocking_hook_never_waits() -> None:
+    rsad = Rsad({"status": "wait", "message": "?"})
+    ok, line = hook(rsad, "pre_run")
+    assert not ok and "rsad and rsa-bb differ" in line and rsad.now == 0.0
+
+
+def test_arguments_become_the_api_body() -> None:
+    assert request_body("setup", ["42", "1001", "1001", "(null)", "0"]) == {
+        "job_id": "42", "uid": "1001", "gid": "1001", "pool": "(null)", "size": "0"}
+    assert request_body("teardown", ["42", "true"]) == {"job_id": "42", "hurry": "true"}
+    assert request_body("teardown", ["42", "yes"])["hurry"] == "false"
+    with pytest.raises(ValueError, match="must be a job id"):
+        request_body("data_in", ["42; rm"])
+
+
+def test_unknown_hooks_and_bad_job_ids_are_one_line() -> None:
+    assert run(["nope"], {}) == (False, "rsa-bb: unknown hook 'nope'; see rsa-bb -h")
+    ok, line = run(["--api", "127.0.0.1:1", "data_in", "x"], {})
+    assert not ok and "must be a job id" in line
+
+
+def test_bbstat_text() -> None:
+    text = status_text({"nodes": [
+        {"name": "rsa1", "state": "up", "job": None},
+        {"name": "rsa2", "state": "up", "job": "42"},
+        {"name": "rsa3", "state": "drained", "job": None}],
+        "jobs_by_rsa_state": {"locked-in": 1}})
+    assert text.split("\n") == ["RSA nodes: 3, free 1 (rsa1)", "  rsa2 up job 42",
+                                "  rsa3 drained", "jobs: locked-in 1"]

@@ -1,0 +1,193 @@
+"""slurm_plugins/burst_buffer.lua outside Slurm (native mode), and job_submit.lua's
+native-mode rule (the ``#BB_LUA`` line, no start hold).
+
+The script runs in a real Lua 5.1 interpreter (Debian's burst_buffer_lua.so links
+liblua5.1) with a stubbed ``slurm`` table (tests/lua/run_bb.lua); ``rsa-bb`` is replaced
+by a shell script that records its arguments and prints a chosen answer. Against the real
+slurmctld: tests/e2e/test_native.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGIN = ROOT / "slurm_plugins" / "burst_buffer.lua"
+JOB_SUBMIT = ROOT / "slurm_plugins" / "job_submit.lua"
+DRIVER = ROOT / "tests" / "lua" / "run_bb.lua"
+VECTOR = ROOT / "tests" / "lua" / "run_vector.lua"
+LUA = "lua5.1"
+
+#: what Slurm 22.05's burst_buffer/lua requires (req_fxns), and 24.05's two extras
+REQUIRED = {"slurm_bb_job_process", "slurm_bb_pools", "slurm_bb_job_teardown",
+            "slurm_bb_setup", "slurm_bb_data_in", "slurm_bb_real_size", "slurm_bb_paths",
+            "slurm_bb_pre_run", "slurm_bb_post_run", "slurm_bb_data_out",
+            "slurm_bb_get_status"}
+EXTRAS = {"slurm_bb_test_data_in", "slurm_bb_test_data_out"}
+
+
+@pytest.fixture(autouse=True)
+def _lua() -> None:
+    if shutil.which(LUA) is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"no {LUA}: apt-get install {LUA}")
+        pytest.skip(f"no {LUA}: apt-get install {LUA}")
+
+
+@dataclass
+class Called:
+    nret: int = 0
+    rc: str = ""
+    msg: list[str] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)
+
+
+def call(fn: str, *args: str, config: dict[str, str] | None = None) -> Called:
+    env = {**os.environ, "RSA_BB_CONFIG": ",".join(f"{k}={v}" for k, v in
+                                                   (config or {}).items())}
+    done = subprocess.run([LUA, str(DRIVER), str(PLUGIN), fn, *args], capture_output=True,
+                          text=True, timeout=30, check=False, env=env)
+    assert done.returncode == 0, done.stderr
+    got = Called()
+    for line in done.stdout.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "NRET":
+            got.nret = int(value)
+        elif key == "RC":
+            got.rc = value
+        elif key == "MSG":
+            got.msg.append(value)
+        elif key == "LOG":
+            got.log.append(value)
+    return got
+
+
+def fake_rsa_bb(tmp_path: Path, answer: str) -> tuple[Path, Path]:
+    """A stand-in for rsa-bb: records its arguments one per line, prints ``answer``."""
+    args = tmp_path / "args"
+    script = tmp_path / "rsa-bb"
+    script.write_text(f"#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done > {args}\n"
+                      f"printf '%s\\n' '{answer}'\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return script, args
+
+
+def test_every_hook_slurm_22_05_requires_is_defined() -> None:
+    done = subprocess.run([LUA, str(DRIVER), str(PLUGIN), "defined"], capture_output=True,
+                          text=True, timeout=30, check=True)
+    names = {line.split()[1] for line in done.stdout.splitlines()}
+    assert names == REQUIRED | EXTRAS
+
+
+def test_setup_passes_slurms_arguments_to_rsa_bb_in_order(tmp_path: Path) -> None:
+    script, args = fake_rsa_bb(tmp_path, "ok set up")
+    got = call("slurm_bb_setup", "42", "1001", "1001", "(null)", "0", "/state/script",
+               config={"rsa_bb": str(script), "api": "127.0.0.1:6820"})
+    assert (got.nret, got.rc, got.msg) == (2, "0", ["set up"])
+    assert args.read_text().split("\n")[:-1] == [
+        "--api", "127.0.0.1:6820", "setup", "42", "1001", "1001", "(null)", "0"]
+
+
+def test_a_failed_stage_in_returns_rsads_line_for_the_jobs_reason(tmp_path: Path) -> None:
+    line = ("stage-in of job 42 failed: the user cannot read DATA_IN: cannot read "
+            "/pfs/x: Permission denied; fix it, then scancel the job and submit it again")
+    script, args = fake_rsa_bb(tmp_path, f"error {line}")
+    got = call("slurm_bb_data_in", "42", "/state/script", config={"rsa_bb": str(script)})
+    assert (got.rc, got.msg) == ("-1", [line])
+    assert args.read_text().split("\n")[:-1] == ["data_in", "42"]
+    assert any("data_in of job 42" in entry for entry in got.log)
+
+
+def test_teardown_passes_hurry_and_arguments_are_never_shell_code(tmp_path: Path) -> None:
+    script, args = fake_rsa_bb(tmp_path, "ok no RAMDISK left")
+    got = call("slurm_bb_job_teardown", "42", "/s", "true; touch /tmp/pwned'",
+               config={"rsa_bb": str(script)})
+    assert got.rc == "0"
+    assert args.read_text().split("\n")[:-1] == ["teardown", "42", "true; touch /tmp/pwned'"]
+
+
+def test_a_missing_rsa_bb_fails_with_a_line_saying_so(tmp_path: Path) -> None:
+    got = call("slurm_bb_pre_run", "42", "/s", config={"rsa_bb": str(tmp_path / "none")})
+    assert got.rc == "-1"
+    assert got.msg[0].startswith("rsa-bb pre_run gave no answer (is ")
+
+
+def test_bbstat_shows_rsads_lines(tmp_path: Path) -> None:
+    script, _ = fake_rsa_bb(tmp_path, "ok RSA nodes: 4, free 3\njobs: locked-in 1")
+    got = call("slurm_bb_get_status", "a", config={"rsa_bb": str(script)})
+    assert (got.rc, got.msg) == ("0", ["RSA nodes: 4, free 3", "jobs: locked-in 1"])
+
+
+def test_bbstat_failing_is_a_line_too(tmp_path: Path) -> None:
+    script, _ = fake_rsa_bb(tmp_path, "error rsa-bb status: cannot reach rsad")
+    got = call("slurm_bb_get_status", config={"rsa_bb": str(script)})
+    assert (got.rc, got.msg) == ("-1", ["rsa-bb status: cannot reach rsad"])
+
+
+def test_pools_come_from_rsads_file_and_no_file_means_no_pools(tmp_path: Path) -> None:
+    pools = tmp_path / "bb-pools.json"
+    got = call("slurm_bb_pools", config={"pools_file": str(pools)})
+    assert (got.nret, got.rc) == (1, "0")  # the plugin stays up, tracks no pools
+    text = '{"pools": [{"free": 2048, "granularity": 1048576, "id": "ram", "quantity": 8192}]}'
+    pools.write_text(text + "\n")
+    got = call("slurm_bb_pools", config={"pools_file": str(pools)})
+    assert (got.rc, got.msg) == ("0", [text])
+    pools.write_text("garbage")
+    got = call("slurm_bb_pools", config={"pools_file": str(pools)})
+    assert got.nret == 1 and any("not rsad's pools JSON" in e for e in got.log)
+
+
+def test_paths_and_job_process_stay_local(tmp_path: Path) -> None:
+    path_file = tmp_path / "path"
+    path_file.write_text("")
+    got = call("slurm_bb_paths", "42", "/s", str(path_file),
+               config={"rsa_bb": str(tmp_path / "must-not-run")})
+    assert got.rc == "0" and path_file.read_text() == "RSA_MODE=native\n"
+    assert call("slurm_bb_job_process", "/s").rc == "0"
+    assert call("slurm_bb_test_data_in", "42", "/s").rc == "0"
+
+
+# --- job_submit.lua in native mode ----------------------------------------------------------
+
+def submit(tmp_path: Path, script: str, **config: str) -> dict[str, str]:
+    job = tmp_path / "job.sh"
+    job.write_text(script)
+    env = {**os.environ, "RSA_LUA_CONFIG": ",".join(f"{k}={v}" for k, v in config.items())}
+    done = subprocess.run([LUA, str(VECTOR), str(JOB_SUBMIT), "submit", str(job)],
+                          capture_output=True, text=True, timeout=30, check=True, env=env)
+    sets = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("SET "):
+            key, _, value = line[4:].partition(" ")
+            sets[key] = value
+        assert not line.startswith("RC ") or line == "RC 0", done.stdout
+    return sets
+
+
+def test_native_mode_gives_rsa_jobs_the_bb_line_and_no_start_hold(tmp_path: Path) -> None:
+    sets = submit(tmp_path, "#!/bin/bash\n#RSA_DATA_IN=/pfs/home/a/in\nhostname\n",
+                  bb_directive="BB_LUA")
+    assert sets["burst_buffer"] == "#BB_LUA"
+    assert sets["admin_comment"].startswith("rsa1:") and " hold=" not in sets["admin_comment"]
+    assert "begin_time" not in sets
+    # queue mode (the default): the start hold, no burst buffer
+    sets = submit(tmp_path, "#!/bin/bash\n#RSA_DATA_IN=/pfs/home/a/in\nhostname\n")
+    assert "burst_buffer" not in sets and " hold=" in sets["admin_comment"]
+
+
+def test_a_job_with_its_own_bb_line_or_without_rsa_work_is_left_alone(
+        tmp_path: Path) -> None:
+    own = submit(tmp_path, "#!/bin/bash\n#BB_LUA\n#RSA_DATA_OUT=/pfs/home/a/out\ntrue\n",
+                 bb_directive="BB_LUA")
+    assert "burst_buffer" not in own and own["admin_comment"].startswith("rsa1:")
+    none = submit(tmp_path, "#!/bin/bash\n#RSA_NODES=2\ntrue\n", bb_directive="BB_LUA")
+    assert "burst_buffer" not in none
+    plain = submit(tmp_path, "#!/bin/bash\ntrue\n", bb_directive="BB_LUA")
+    assert plain == {}

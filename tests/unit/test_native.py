@@ -1,0 +1,305 @@
+"""Native mode (slurm.mode: native): the driver's answers, the pools file, and the daemon
+driven by burst buffer hooks with a scripted Slurm and instant executors.
+
+The same daemon against the real slurmctld and burst_buffer/lua: tests/e2e/test_native.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rsa_scheduler.core.directives import DirectiveSpec
+from rsa_scheduler.core.events import Event
+from rsa_scheduler.core.machine import JobRecord
+from rsa_scheduler.core.policy import NodeState, StagingPolicy
+from rsa_scheduler.core.scheduler import Scheduler
+from rsa_scheduler.core.states import JobState, RsaState
+from rsa_scheduler.daemon.native import (
+    GRANULARITY,
+    BbJob,
+    NativeDriver,
+    answer_data_in,
+    answer_data_out,
+    answer_teardown,
+    native_text,
+    pools_json,
+)
+from rsa_scheduler.daemon.service import Daemon
+from rsa_scheduler.store import Store
+from tests.unit.corekit import make_pool
+from tests.unit.test_daemon import ScriptedSlurm, instant_registry, settle
+
+SPEC = DirectiveSpec(data_in="/pfs/in", data_out="/pfs/out")
+OUT_ONLY = DirectiveSpec(data_out="/pfs/out")
+
+
+def record(state: RsaState, spec: DirectiveSpec = SPEC, **kw: object) -> JobRecord:
+    rec = JobRecord(job_id="7", user="alice", spec=spec, rsa_state=state)
+    for key, value in kw.items():
+        setattr(rec, key, value)
+    return rec
+
+
+# ---- answers -----------------------------------------------------------------------------
+
+def test_data_in_waits_until_the_input_is_staged() -> None:
+    assert answer_data_in(None, seen=False).status == "wait"
+    for state in (RsaState.NONE, RsaState.ALLOCATED, RsaState.FS_BUILDING,
+                  RsaState.STAGING_IN, RsaState.STAGE_IN_FAILED):
+        assert answer_data_in(record(state), seen=True).status == "wait", state
+    for state in (RsaState.STAGED_IN, RsaState.LOCKED_IN, RsaState.MOUNTED_INPUT):
+        assert answer_data_in(record(state, nodes="rsa1"), seen=True).status == "done"
+
+
+def test_data_in_of_a_job_without_rsa_work_is_done_once_the_queue_was_read() -> None:
+    answer = answer_data_in(None, seen=True)
+    assert answer.status == "done" and "nothing to stage" in answer.message
+
+
+def test_a_refused_stage_in_fails_with_what_to_do_and_no_pfs_promise() -> None:
+    rec = record(RsaState.TEARING_DOWN, declined=True, message=(
+        "the user cannot read DATA_IN (or PREPROCESS failed): job uses the PFS: cannot "
+        "read /pfs/in: Permission denied"))
+    answer = answer_data_in(rec, seen=True)
+    assert answer.status == "failed"
+    assert answer.message == (
+        "stage-in of job 7 failed: the user cannot read DATA_IN (or PREPROCESS failed): "
+        "cannot read /pfs/in: Permission denied; fix it, then scancel the job and submit "
+        "it again")
+    assert native_text("the RSA gave up on this job; it uses the PFS") == \
+        "the RSA gave up on this job"
+
+
+def test_data_out_is_done_only_when_verified_and_fails_when_quarantined() -> None:
+    running = record(RsaState.MOUNTED_OUTPUT, job_state=JobState.RUNNING)
+    assert answer_data_out(running, BbJob(setup=1.0)).status == "wait"
+    staging = record(RsaState.STAGING_OUT, job_state=JobState.FINISHED)
+    assert answer_data_out(staging, BbJob(setup=1.0)).status == "wait"
+    assert answer_data_out(staging, BbJob(setup=1.0, verified=True)).status == "done"
+    quarantined = record(RsaState.QUARANTINED, job_state=JobState.FINISHED,
+                         message="stage-out kept failing")
+    answer = answer_data_out(quarantined, BbJob(setup=1.0))
+    assert answer.status == "failed" and "rsa retry 7" in answer.message
+    assert "stays on its RAMDISK" in answer.message
+    # released without a verification: the job wrote to the PFS itself (it ended before
+    # the reset), unless an operator discarded the RAMDISK's output
+    direct = record(RsaState.RELEASED, job_state=JobState.FINISHED)
+    answer = answer_data_out(direct, BbJob(setup=1.0))
+    assert answer.status == "done" and "written to the PFS directly" in answer.message
+    lost = answer_data_out(direct, BbJob(setup=1.0, discarded=True))
+    assert lost.status == "failed" and "discarded by an operator" in lost.message
+    no_output = record(RsaState.RELEASED, spec=DirectiveSpec(data_in="/pfs/in"),
+                       job_state=JobState.FINISHED)
+    assert answer_data_out(no_output, BbJob(setup=1.0)).status == "done"
+    assert answer_data_out(None, None).status == "done"
+
+
+def test_teardown_never_answers_done_while_output_is_held() -> None:
+    assert answer_teardown(None).status == "done"
+    assert answer_teardown(record(RsaState.RELEASED)).status == "done"
+    assert answer_teardown(record(RsaState.VERIFYING)).status == "wait"
+    assert answer_teardown(record(RsaState.TEARING_DOWN)).status == "wait"
+    held = answer_teardown(record(RsaState.QUARANTINED, message="x"))
+    assert held.status == "failed" and "kept" in held.message
+
+
+# ---- pools -------------------------------------------------------------------------------
+
+def test_pools_are_per_tier_in_mib_and_count_only_free_up_nodes() -> None:
+    gib = 1 << 30
+    text = pools_json([
+        ("ram", 2 * gib, NodeState.UP, None),
+        ("ram", 2 * gib, NodeState.UP, "7"),
+        ("ram", 2 * gib, NodeState.DRAINED, None),
+        ("ssd", 4 * gib, NodeState.DOWN, None),
+    ])
+    data = json.loads(text)
+    assert data == {"pools": [
+        {"id": "ram", "quantity": 3 * 2048, "granularity": GRANULARITY, "free": 2048},
+        {"id": "ssd", "quantity": 0, "granularity": GRANULARITY, "free": 0},
+    ]}
+
+
+def test_the_pools_file_is_rewritten_only_when_it_changes(tmp_path: Path) -> None:
+    driver = NativeDriver(tmp_path / "run" / "bb-pools.json", grace=60.0)
+    nodes = [("ram", 1 << 30, NodeState.UP, None)]
+    assert driver.write_pools(nodes)
+    assert (tmp_path / "run" / "bb-pools.json").stat().st_mode & 0o777 == 0o644
+    assert not driver.write_pools(nodes)
+    assert driver.write_pools([("ram", 1 << 30, NodeState.UP, "7")])
+    assert json.loads((tmp_path / "run" / "bb-pools.json").read_text())["pools"][0]["free"] == 0
+
+
+# ---- the driver's memory -------------------------------------------------------------------
+
+def test_setup_is_idempotent_and_teardown_keeps_a_pending_job_for_the_grace() -> None:
+    driver = NativeDriver(Path("/nonexistent/pools.json"), grace=60.0)
+    assert [e.name for e in driver.setup("7", 100.0, {"uid": "1001"})] == ["bb.setup"]
+    assert driver.setup("7", 101.0, {}) == []  # a re-run setup (slurmctld restarted)
+    assert driver.held("7", "PENDING", 102.0) and not driver.held("7", "RUNNING", 102.0)
+    assert driver.due(102.0) == {"7"} and driver.due(103.0) == set()
+    assert [e.name for e in driver.teardown_pending("7", 110.0, True)] == ["bb.teardown"]
+    assert driver.held("7", "PENDING", 169.0)
+    assert not driver.held("7", "PENDING", 170.0)
+    assert driver.due(170.0) == {"7"}  # observed again: the core sees the demotion
+    # set up again within the grace: held again, one new event
+    driver2 = NativeDriver(Path("/nonexistent/pools.json"), grace=60.0)
+    driver2.setup("7", 100.0, {})
+    driver2.teardown_pending("7", 110.0, True)
+    assert [e.name for e in driver2.setup("7", 150.0, {})] == ["bb.setup"]
+    assert driver2.held("7", "PENDING", 500.0)
+
+
+def test_the_driver_state_is_rebuilt_from_the_log_and_from_a_snapshot() -> None:
+    events = [Event(1.0, "7", "bb.setup", {}),
+              Event(2.0, "7", "rsa.transition", {"from": "verifying",
+                                                  "to": "output-verified"}),
+              Event(3.0, "8", "bb.setup", {}), Event(4.0, "8", "bb.teardown", {}),
+              Event(5.0, "8", "rsa.transition", {"from": "quarantined",
+                                                  "to": "tearing-down", "trigger": "discard"})]
+    driver = NativeDriver(Path("/x"), grace=60.0)
+    for ev in events:
+        driver.learn(ev)
+    assert driver.verified("7") and not driver.verified("8")
+    assert driver.jobs["8"].torn == 4.0 and driver.jobs["8"].discarded
+    again = NativeDriver(Path("/x"), grace=60.0)
+    again.load(json.loads(json.dumps(driver.to_json())))
+    assert again.to_json() == driver.to_json()
+
+
+# ---- the daemon, driven by hooks ---------------------------------------------------------------
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        self.now += 0.001
+        return self.now
+
+
+def native_daemon(tmp_path: Path, slurm: ScriptedSlurm, seen: list[str], clock: Clock,
+                  grace: float = 120.0) -> Daemon:
+    store = Store.open(tmp_path / "rsa.db", durability="normal")
+    d = Daemon(Scheduler(make_pool(), StagingPolicy(wait_timeout=2_073_600.0)), slurm=slurm,
+               store=store, registry=instant_registry(seen), workers=2, poll_interval=0,
+               clock=clock)
+    d.native = NativeDriver(tmp_path / "bb-pools.json", grace)
+    d.start()
+    return d
+
+
+def test_a_job_is_staged_only_after_slurm_sets_it_up_and_is_never_demoted_meanwhile(
+        tmp_path: Path) -> None:
+    slurm, seen, clock = ScriptedSlurm(), list[str](), Clock()
+    d = native_daemon(tmp_path, slurm, seen, clock)
+    slurm.set("7", "PENDING", "Resources")  # on-deck in queue mode: not here
+    d.poll()
+    settle(d)
+    assert "7" not in d.sched.records and seen == []
+    assert d.bb("data_in", "7", {})["status"] == "wait"  # rsad lost the setup: takes it
+    d.poll()
+    settle(d)
+    assert d.bb("setup", "7", {"uid": "1001"})["status"] == "done"
+    slurm.set("7", "PENDING", "BurstBufferStageIn")
+    d.poll()
+    settle(d)
+    rec = d.sched.records["7"]
+    assert rec.rsa_state is RsaState.LOCKED_IN and rec.job_state is JobState.ON_DECK
+    assert d.bb("data_in", "7", {})["status"] == "done"
+    # Slurm keeps it pending for another reason: still the RSA's, nothing torn down
+    slurm.set("7", "PENDING", "Priority")
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state is RsaState.LOCKED_IN
+    pools = json.loads((tmp_path / "bb-pools.json").read_text())["pools"]
+    assert sum(p["quantity"] for p in pools) > sum(p["free"] for p in pools)
+
+
+def test_output_is_reported_staged_out_only_once_verified_also_after_a_restart(
+        tmp_path: Path) -> None:
+    slurm, seen, clock = ScriptedSlurm(), list[str](), Clock()
+    d = native_daemon(tmp_path, slurm, seen, clock)
+    slurm.set("9", "PENDING", "BurstBufferResources", spec=OUT_ONLY)
+    d.bb("setup", "9", {})
+    d.poll()
+    settle(d)
+    assert d.bb("data_in", "9", {})["status"] == "done"
+    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "9"})
+    settle(d)
+    assert d.bb("data_out", "9", {})["status"] == "wait"  # still running
+    d.submit("hook", {"hook": "epilog_slurmctld", "job_id": "9", "exit_code": "0"})
+    settle(d)
+    slurm.set("9", "STAGE_OUT", "None", spec=OUT_ONLY)
+    d.poll()
+    settle(d)
+    assert d.bb("data_out", "9", {})["status"] == "done"
+    assert d.bb("teardown", "9", {"hurry": "false"})["status"] == "done"
+    assert d.sched.records["9"].rsa_state is RsaState.RELEASED
+    d.shutdown()
+    d.store.close()
+    d2 = native_daemon(tmp_path, slurm, seen, clock)  # slurmctld re-runs data_out
+    assert d2.bb("post_run", "9", {})["status"] == "done"
+    assert d2.bb("data_out", "9", {})["status"] == "done"
+
+
+def test_a_teardown_of_a_pending_job_keeps_its_ramdisk_for_a_new_setup_then_frees_it(
+        tmp_path: Path) -> None:
+    slurm, seen, clock = ScriptedSlurm(), list[str](), Clock()
+    d = native_daemon(tmp_path, slurm, seen, clock, grace=120.0)
+    slurm.set("7", "PENDING", "BurstBufferResources")
+    d.bb("setup", "7", {})
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state is RsaState.LOCKED_IN
+    builds = [a for a in seen if "/build-fs/" in a]
+    # slurmctld restarted: it tears down (hurry), then sets up again a minute later
+    assert d.bb("teardown", "7", {"hurry": "true"})["status"] == "done"
+    clock.now += 60
+    d.poll()
+    settle(d)
+    d.bb("setup", "7", {})
+    d.poll()
+    settle(d)
+    assert d.bb("data_in", "7", {})["status"] == "done"  # at once: nothing staged twice
+    assert [a for a in seen if "/build-fs/" in a] == builds
+    # torn down again and never set up: after the grace the RAMDISK goes
+    d.bb("teardown", "7", {"hurry": "true"})
+    clock.now += 121
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state.value == "released"
+
+
+def test_queue_mode_refuses_burst_buffer_hooks(tmp_path: Path) -> None:
+    import pytest
+
+    from rsa_scheduler.core.scheduler import CommandRefused
+
+    slurm, seen, clock = ScriptedSlurm(), list[str](), Clock()
+    d = native_daemon(tmp_path, slurm, seen, clock)
+    d.native = None
+    with pytest.raises(CommandRefused, match=r"slurm\.mode: native"):
+        d.bb("setup", "7", {})
+
+
+def test_only_root_or_slurm_may_call_the_burst_buffer_hooks(tmp_path: Path) -> None:
+    import pytest
+
+    from rsa_scheduler.daemon.api import ApiError, Caller
+    from tests.unit.test_daemon import serving
+
+    slurm, seen, clock = ScriptedSlurm(), list[str](), Clock()
+    d = native_daemon(tmp_path, slurm, seen, clock)
+    with serving(d) as routes:
+        with pytest.raises(ApiError, match="root or slurm only"):
+            routes.dispatch(Caller(1001, "alice"), "POST", "/v1/bb/setup", {"job_id": "7"})
+        with pytest.raises(ApiError, match="valid job_id"):
+            routes.dispatch(Caller(0, "root"), "POST", "/v1/bb/setup", {"job_id": "7;x"})
+        with pytest.raises(ApiError, match="no burst buffer hook"):
+            routes.dispatch(Caller(0, "root"), "POST", "/v1/bb/paths", {"job_id": "7"})
+        slurm.tasks["12"] = ("10", "2")  # an array task: rsad knows it as 10_2
+        got = routes.dispatch(Caller(0, "root"), "POST", "/v1/bb/setup", {"job_id": "12"})
+        assert got["job_id"] == "10_2" and got["status"] == "done"
+        assert d.aliases["12"] == "10_2"
