@@ -2,9 +2,9 @@
 click commands' docstrings and options, the hooks' usage texts).
 
 ``python -m rsa_scheduler.manpages [DIR]`` writes ``rsa.1``, ``rsad.8``, ``rsa-hook.8``,
-``rsa-bb.8``, ``rsa-prolog.8`` and ``rsa-epilog.8`` into DIR (default ``docs/man``); the Debian package
-installs them (``debian/rsa-scheduler.manpages``) and the unit tests fail when the
-committed pages are stale or groff warns about them.
+``rsa-bb.8``, ``rsa-prolog.8`` and ``rsa-epilog.8`` into DIR (default ``docs/man``);
+the Debian package installs them (``debian/rsa-scheduler.manpages``) and the unit tests
+fail when the committed pages are stale or groff warns about them.
 """
 
 from __future__ import annotations
