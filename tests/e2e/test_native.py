@@ -254,3 +254,34 @@ for i in 1 2 3 4 5 6; do head -c 100M /dev/urandom > {area}/out/f$i; done
     assert [e["result"] for e in stage_outs] == ["ok"], stage_outs
     assert "output-verified" in transitions(lab, job)
     assert (area / "res" / "md5").read_text() == md5_of(area / "out")
+
+
+def test_sacct_accounts_the_ramdisk_as_the_bb_tres(
+        lab: Mapping[str, str], area: Path) -> None:
+    """A job asking for ``pool=ram capacity=1G``: Slurm checks the pool rsad reports
+    (scontrol show burst), real_size raises the size to the RSA node rsad gave it, and
+    sacct shows both (accounting on: AccountingStorageTRES=bb/lua)."""
+    if lab["RSA_LAB_ACCOUNTING"] != "1":
+        pytest.skip("needs slurmdbd (RSA_LAB_ACCOUNTING=1)")
+    wait_for("the ram pool in scontrol show burst", lambda: "PoolName[0]=ram " in root(
+        lab, "scontrol", "show", "burst"), timeout=60)
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#BB_LUA pool=ram capacity=1G
+#RSA_DATA_IN={area}/in
+(cd {area}/in && md5sum f*) > {area}/res/md5
+"""
+    with make_jobs(lab) as jobs:
+        job = jobs.submit(script=script)
+        wait_state(lab, job, "released", timeout=240)
+
+        def tres() -> tuple[str, str] | None:
+            out = root(lab, "sacct", "-n", "-X", "-P", "-j", job, "-o",
+                       "State,ReqTRES,AllocTRES").strip()
+            state, req, alloc = [*out.split("|"), "", "", ""][:3]
+            return (req, alloc) if state == "COMPLETED" and "bb/lua" in alloc else None
+
+        req, alloc = wait_for("sacct's bb/lua", tres, timeout=120, every=2.0)
+    assert "bb/lua=1G" in req.split(","), req
+    assert f"bb/lua={lab['RSA_LAB_RAM_SIZE']}" in alloc.split(","), alloc  # one RSA node
+    assert (area / "res" / "md5").read_text() == md5_of(area / "in")
