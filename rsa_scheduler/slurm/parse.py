@@ -172,7 +172,10 @@ IDLE = "idle"
 
 def parse_sinfo_partitions(text: str) -> dict[str, int]:
     """Idle nodes per partition from ``sinfo -h -o '%P|%a|%l|%D|%T|%N'`` (the default
-    partition's ``*`` dropped; partitions that are not ``up`` count nothing)."""
+    partition's ``*`` dropped; partitions that are not ``up`` count nothing). ``planned``
+    nodes count as idle: they are idle nodes the backfill scheduler set aside for a
+    pending job (often the held job's own components: a hetjob's second component pends
+    with reason None), and the pending jobs ahead are counted by the caller."""
     idle: dict[str, int] = {}
     for line in text.splitlines():
         if not line.strip():
@@ -183,7 +186,7 @@ def parse_sinfo_partitions(text: str) -> dict[str, int]:
         part, avail, _limit, count, state = fields[:5]
         part = part.rstrip("*")
         idle.setdefault(part, 0)
-        if avail == "up" and state == IDLE:
+        if avail == "up" and state in (IDLE, "planned"):
             idle[part] += int(count)
     return idle
 

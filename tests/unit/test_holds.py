@@ -113,3 +113,13 @@ def test_the_hold_marker_round_trips_and_never_parses_as_a_spec_field() -> None:
     assert split_hold(f"{comment} hold=soon") == (f"{comment} hold=soon", None)
     with pytest.raises(ValueError):
         DirectiveSpec.from_admin_comment(held)  # the marker is not part of the spec
+
+
+def test_planned_nodes_count_as_idle() -> None:
+    """Slurm 22.05 shows idle nodes its backfill set aside for a pending job as
+    ``planned`` (seen in the lab: a held hetjob's second component pends with reason None
+    and its nodes turn planned, so the hetjob was judged unable to start)."""
+    text = ("debug*|up|infinite|3|planned|c[1-3]\n"
+            "debug*|up|infinite|1|idle|c4\n")
+    assert parse_sinfo_partitions(text) == {"debug": 4}
+    assert startable([("20", "debug", 3)], parse_sinfo_partitions(text)) == {"20"}
