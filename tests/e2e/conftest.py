@@ -1,5 +1,30 @@
-"""e2e tier: whole job lifecycles in the live lab (same facts/skip rules as integration)."""
+"""e2e tier: whole job lifecycles in the live lab (same facts/skip rules as integration),
+and the input area several e2e files stage from."""
 
-from tests.integration.conftest import _needs_lab, lab
+import os
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
 
-__all__ = ["_needs_lab", "lab"]
+from tests.integration.conftest import _needs_lab, as_user, lab
+
+__all__ = ["_needs_lab", "input_area", "lab"]
+
+
+@contextmanager
+def input_area(lab: Mapping[str, str], prefix: str) -> Iterator[Path]:
+    """A fresh directory of the lab user's on the PFS with in/ (8 small random files),
+    out/ and res/; removed afterwards (made writable first: a job may leave it read-only)."""
+    base = Path(lab["RSA_LAB_PFS"]) / f"{prefix}-{os.getpid()}-{time.monotonic_ns()}"
+    script = (f"set -e; mkdir -p {base}/in {base}/out {base}/res; "
+              f"for i in $(seq 1 8); do head -c $((i*5000)) /dev/urandom > {base}/in/f$i; "
+              "done")
+    done = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", script], timeout=120)
+    assert done.returncode == 0, done.stderr
+    try:
+        yield base
+    finally:
+        as_user(lab, lab["RSA_LAB_USER"], ["chmod", "-R", "u+rwx", str(base)], timeout=60)
+        subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)

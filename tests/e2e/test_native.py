@@ -11,7 +11,6 @@ the job with ``BurstBufferOperation`` and rsad's line. Skipped in a queue-mode l
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
@@ -21,6 +20,7 @@ from typing import Any
 import pytest
 
 from rsa_scheduler.slurm.parse import parse_show_job
+from tests.e2e.conftest import input_area
 from tests.integration.conftest import as_user
 from tests.integration.slurmkit import make_jobs, root, wait_for
 from tests.integration.test_rsad_staging import rsa_job, wait_state
@@ -37,15 +37,8 @@ def _native_lab(lab: Mapping[str, str]) -> None:
 
 @pytest.fixture
 def area(lab: Mapping[str, str]) -> Iterator[Path]:
-    base = Path(lab["RSA_LAB_PFS"]) / f"native-e2e-{os.getpid()}-{time.monotonic_ns()}"
-    script = (f"set -e; mkdir -p {base}/in {base}/out {base}/res; "
-              f"for i in $(seq 1 8); do head -c $((i*5000)) /dev/urandom > {base}/in/f$i; "
-              "done")
-    done = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", script], timeout=120)
-    assert done.returncode == 0, done.stderr
-    yield base
-    as_user(lab, lab["RSA_LAB_USER"], ["chmod", "-R", "u+rwx", str(base)], timeout=60)
-    subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)
+    with input_area(lab, "native-e2e") as base:
+        yield base
 
 
 def show(lab: Mapping[str, str], job: str) -> dict[str, str]:

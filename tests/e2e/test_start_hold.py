@@ -9,7 +9,6 @@ reads the PFS with a message saying so.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import time
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rsa_scheduler.core.directives import split_hold
-from tests.integration.conftest import as_user
+from tests.e2e.conftest import input_area
 from tests.integration.slurmkit import (
     make_jobs,
     root,
@@ -32,14 +31,8 @@ from tests.integration.test_rsad_staging import fill, rsa_job, wait_state
 
 @pytest.fixture
 def area(lab: Mapping[str, str]) -> Iterator[Path]:
-    base = Path(lab["RSA_LAB_PFS"]) / f"hold-e2e-{os.getpid()}-{time.monotonic_ns()}"
-    script = (f"set -e; mkdir -p {base}/in {base}/out {base}/res; "
-              f"for i in $(seq 1 8); do head -c $((i*5000)) /dev/urandom > {base}/in/f$i; "
-              "done")
-    done = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", script], timeout=120)
-    assert done.returncode == 0, done.stderr
-    yield base
-    subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)
+    with input_area(lab, "hold-e2e") as base:
+        yield base
 
 
 def job_script(base: Path, extra: str = "") -> str:
