@@ -111,6 +111,12 @@ def answer_data_in(rec: JobRecord | None, seen: bool) -> Answer:
                                 "scancel the job and submit it again")
     if state in STAGED:
         return Answer("done", f"staged in on {rec.nodes}" if rec.nodes else "staged in")
+    if state in (RsaState.TEARING_DOWN, RsaState.RELEASED) and rec.job_state not in (
+            JobState.RUNNING, JobState.FINISHED):
+        # not declined and still pending: the RAMDISK is rebuilt (an RSA node was lost
+        # while the input was staged: the core stages it again on other nodes)
+        why = native_text(rec.message)
+        return Answer("wait", f"staging again: {why}" if why else "waiting for free RSA nodes")
     if state in (RsaState.TEARING_DOWN, RsaState.TEARDOWN_FAILED) or (
             state is RsaState.RELEASED and rec.job_state is JobState.FINISHED):
         return Answer("failed", f"job {rec.job_id}'s RAMDISK was torn down before it "

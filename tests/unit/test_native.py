@@ -52,6 +52,25 @@ def test_data_in_waits_until_the_input_is_staged() -> None:
         assert answer_data_in(record(state, nodes="rsa1"), seen=True).status == "done"
 
 
+def test_data_in_waits_while_a_lost_nodes_ramdisk_is_torn_down_and_staged_again() -> None:
+    """An RSA node lost during stage-in: the core tears the RAMDISK down and stages the
+    still-pending job again on other nodes (not declined). data_in must keep waiting: a
+    failed answer would make Slurm hold the job for good (found in the lab)."""
+    lost = ("an RSA node was lost while the input was staged: it is staged again on other "
+            "RSA nodes: rsa3: health: unreachable")
+    for state in (RsaState.TEARING_DOWN, RsaState.RELEASED):
+        answer = answer_data_in(record(state, job_state=JobState.ON_DECK, message=lost),
+                                seen=True)
+        assert answer.status == "wait", state
+        assert answer.message.startswith("staging again: an RSA node was lost"), answer
+    # torn down for good: declined, or the job ended
+    declined = record(RsaState.TEARING_DOWN, job_state=JobState.ON_DECK, declined=True,
+                      message=lost)
+    assert answer_data_in(declined, seen=True).status == "failed"
+    ended = record(RsaState.TEARING_DOWN, job_state=JobState.FINISHED, message=lost)
+    assert answer_data_in(ended, seen=True).status == "failed"
+
+
 def test_data_in_of_a_job_without_rsa_work_is_done_once_the_queue_was_read() -> None:
     answer = answer_data_in(None, seen=True)
     assert answer.status == "done" and "nothing to stage" in answer.message
