@@ -1,5 +1,10 @@
 """e2e tier: whole job lifecycles in the live lab (same facts/skip rules as integration),
-and the input area several e2e files stage from."""
+and the input area several e2e files stage from.
+
+The tier runs in both modes (``make lab-test`` queue, ``make lab-test-native`` native):
+a test marked ``queue`` is about what only the queue-watching mode does (the start hold,
+early start on the PFS, a decline to the PFS) and is skipped in a native-mode lab; a test
+marked ``native`` needs a native-mode lab; every other test runs in both."""
 
 import os
 import subprocess
@@ -8,9 +13,22 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from tests.integration.conftest import _needs_lab, as_user, lab
 
-__all__ = ["_needs_lab", "input_area", "lab"]
+__all__ = ["_needs_lab", "input_area", "lab", "lab_mode"]
+
+
+def lab_mode(lab: Mapping[str, str]) -> str:
+    """The lab's rsad mode: ``queue`` or ``native`` (RSA_LAB_MODE at lab-up)."""
+    return lab.get("RSA_LAB_MODE", "queue")
+
+
+@pytest.fixture(autouse=True)
+def _mode_of_the_test(request: pytest.FixtureRequest, lab: Mapping[str, str]) -> None:
+    if request.node.get_closest_marker("queue") and lab_mode(lab) == "native":
+        pytest.skip("queue-watching mode only (the native-mode lab runs the rest)")
 
 
 @contextmanager

@@ -220,6 +220,48 @@ findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
     assert (area / "res" / "md5").read_text() == md5_of(area / "in")
 
 
+def test_a_slurmctld_restart_during_stage_in_loses_nothing(
+        lab: Mapping[str, str], area: Path) -> None:
+    """slurmctld restarts while rsad stages a job's input in (a 1 GiB file through the
+    lab's throttled PFS, seconds of work): Slurm's recovery tears the buffer down (hurry)
+    and sets it up again; rsad keeps the RAMDISK (slurm.bb_grace), its stage-in goes on,
+    and data_in answers once it is done. The job reads every byte from the one RAMDISK
+    built for it; nothing is staged twice and nothing of it is left afterwards."""
+    from tests.integration.slurmkit import restart_lab_slurmctld
+
+    made = as_user(lab, lab["RSA_LAB_USER"], [
+        "bash", "-c", f"head -c {1 << 30} /dev/urandom > {area}/in/blob"], timeout=300)
+    assert made.returncode == 0, made.stderr
+    script = f"""#!/bin/bash
+#SBATCH -t 10
+#RSA_DATA_IN={area}/in
+findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
+(cd {area}/in && md5sum f* blob) > {area}/res/md5
+"""
+    with make_jobs(lab) as jobs:
+        job = jobs.submit(script=script)
+        wait_state(lab, job, "staging-in", timeout=180)
+        assert queue_line(lab, job) == ("PENDING", "BurstBufferStageIn")
+        restart_lab_slurmctld()
+        assert (rsa_job(lab, job) or {}).get("rsa_state") == "staging-in", \
+            "the restart did not land during the stage-in: make the input bigger"
+        wait_state(lab, job, "released", timeout=400)
+        data = rsa_job(lab, job) or {}
+        wait_for("the job completed", lambda: queue_line(lab, job)[0] == "COMPLETED",
+                 timeout=120, every=1.0)
+    outcomes = [e for e in data["events"] if e["name"] == "action.outcome"]
+    builds = [e for e in outcomes if "/build-fs/" in str(e.get("action"))]
+    stage_ins = [e for e in outcomes if "/stage-in/" in str(e.get("action"))]
+    assert len(builds) == 1 and [e["result"] for e in stage_ins] == ["ok"], outcomes
+    assert (area / "res" / "inmnt").read_text().strip() == f"{area}/in"  # the RAMDISK
+    want = subprocess.run(["bash", "-c", "md5sum f* blob"], cwd=area / "in",
+                          capture_output=True, text=True, timeout=120, check=True).stdout
+    assert (area / "res" / "md5").read_text() == want
+    left = subprocess.run(["pgrep", "-a", "-f", f"mfs(master|chunkserver).*job{job}-"],
+                          capture_output=True, text=True).stdout.strip()
+    assert not left, f"the job's RAMDISK servers are still running: {left}"
+
+
 def test_a_slurmctld_restart_during_stage_out_loses_nothing(
         lab: Mapping[str, str], area: Path) -> None:
     """slurmctld restarts while rsad stages a job's output out: Slurm runs post_run and

@@ -199,6 +199,7 @@ def test_hostile_data_in_is_refused_with_nothing_mounted(
     assert len(list((area / "res").glob("md5.*"))) == 2
 
 
+@pytest.mark.queue
 def test_rsad_down_during_the_prolog_the_job_runs_from_the_pfs(
         lab: Mapping[str, str], area: Path) -> None:
     pid = int(Path("/run/rsa-lab/pids/rsad.pid").read_text())
@@ -246,6 +247,7 @@ echo direct > {out}/direct
     assert nothing_of_job_mounted(job)
 
 
+@pytest.mark.queue
 def test_early_start_union_overlays_the_partial_ramdisk_on_the_pfs(
         lab: Mapping[str, str], area: Path) -> None:
     res, out, data_in = area / "res", area / "out", area / "in"
@@ -406,6 +408,7 @@ srun -N2 -n2 bash -c 'h=$(hostname); echo "written by $h" > {out}/from-$h'
     assert nothing_of_job_mounted(job)
 
 
+@pytest.mark.queue
 @pytest.mark.prologflags
 def test_early_start_fallback_reads_the_pfs_and_still_gets_the_output_ramdisk(
         lab: Mapping[str, str], area: Path) -> None:
@@ -440,6 +443,7 @@ echo result > {out}/result
     assert nothing_of_job_mounted(job)
 
 
+@pytest.mark.queue
 def test_a_declined_job_runs_from_the_pfs_and_its_tasks_are_told_why(
         lab: Mapping[str, str], area: Path) -> None:
     """Issue 13: a job whose request the RSA can never meet (more capacity than the whole

@@ -28,6 +28,8 @@ from tests.integration.slurmkit import (
 )
 from tests.integration.test_rsad_staging import fill, rsa_job, wait_state
 
+pytestmark = pytest.mark.queue  # native mode: Slurm holds the job itself (test_native.py)
+
 
 @pytest.fixture
 def area(lab: Mapping[str, str]) -> Iterator[Path]:
