@@ -17,6 +17,19 @@ class Tier(enum.StrEnum):
     SSD = "ssd"
 
 
+#: The tiers an RSA node can be in (config, simulator). A job may ask for more: ``Tier``
+#: values beyond these are choices the allocator makes for it.
+NODE_TIERS: tuple[Tier, ...] = (Tier.RAM, Tier.SSD)
+
+
+def node_tier(text: str) -> Tier:
+    """The tier ``text`` names if a node can be in it; ValueError otherwise."""
+    tier = Tier(text)
+    if tier not in NODE_TIERS:
+        raise ValueError(f"no RSA node is in tier {tier}: use {' or '.join(NODE_TIERS)}")
+    return tier
+
+
 class EarlyStart(enum.StrEnum):
     """What happens when a job starts running before its stage-in finished."""
 
