@@ -85,7 +85,7 @@ local GRAMMAR = {
   { "PREPROCESS", "argv", "/home/alice/bin/unpack.sh --fast", "pre" },
   { "POSTPROCESS", "argv", "/home/alice/bin/pack.sh out.tar", "post" },
   { "NODES", "nodes", "2", "n" },
-  { "TIER", "choice", "ram", "t", { "ram", "ssd" } },
+  { "TIER", "choice", "ram", "t", { "ram", "ssd", "auto" } },
   { "CAPACITY", "capacity", "512G", "c" },
   { "STAGE_OUT", "choice", "rsync", "so", { "rsync", "tar" } },
   { "EARLY_START", "choice", "fallback", "es", { "fallback", "wait", "union" } },

@@ -15,6 +15,7 @@ class Tier(enum.StrEnum):
 
     RAM = "ram"
     SSD = "ssd"
+    AUTO = "auto"  # a job's request only (#RSA_TIER=auto): the allocator chooses (seed 000)
 
 
 #: The tiers an RSA node can be in (config, simulator). A job may ask for more: ``Tier``

@@ -28,7 +28,7 @@
 	"RSA_STAGE_OUT and RSA_POSTPROCESS both choose how output is staged out " \
 	"(--rsa-stage-out and --rsa-postprocess); keep one"
 
-static const char *const CHOICES_TIER[] = {"ram", "ssd", NULL};
+static const char *const CHOICES_TIER[] = {"ram", "ssd", "auto", NULL};
 static const char *const CHOICES_STAGE_OUT[] = {"rsync", "tar", NULL};
 static const char *const CHOICES_EARLY_START[] = {"fallback", "wait", "union", NULL};
 static const char *const CHOICES_INPUT[] = {"ro", "rw", NULL};
@@ -50,7 +50,7 @@ const struct rsa_directive_info rsa_directives[RSA_NDIRECTIVES] = {
 	{"NODES", "rsa-nodes", "n",
 	 "RSA: number of RSA nodes (#RSA_NODES)",
 	 "2", RSA_KIND_NODES, NULL},
-	{"TIER", "rsa-tier", "ram|ssd",
+	{"TIER", "rsa-tier", "ram|ssd|auto",
 	 "RSA: kind of RSA nodes (#RSA_TIER)",
 	 "ram", RSA_KIND_CHOICE, CHOICES_TIER},
 	{"CAPACITY", "rsa-capacity", "size",
