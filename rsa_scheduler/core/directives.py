@@ -103,8 +103,11 @@ __all__ = [
 DIRECTIVES: Mapping[str, Directive] = BY_NAME
 _KNOWN = [f"RSA_{d.name}" for d in GRAMMAR]
 _NAME_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
-# directive -> directives it is useless without
-_NEEDS: Mapping[str, tuple[str, ...]] = {d.name: d.needs for d in GRAMMAR if d.needs}
+# directive -> directives it is useless without; checked (and warned about, up to
+# MAX_WARNINGS) those needing DATA_IN first, then DATA_OUT, then either
+_NEEDS: Mapping[str, tuple[str, ...]] = {
+    d.name: d.needs for d in sorted((d for d in GRAMMAR if d.needs),
+                                    key=lambda d: (len(d.needs), d.needs))}
 
 
 class DirectiveError(NamedTuple):
