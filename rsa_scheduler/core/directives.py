@@ -327,8 +327,9 @@ def directive_warnings(text: str) -> list[DirectiveWarning]:
 #
 # An option's value is written exactly as the directive's value after `=`: the same
 # shlex splitting, the same checks, the same messages, located at the option instead of
-# a line (`--rsa-tier: RSA_TIER must be one of ram, ssd, auto, got 'nvme'`). The plugin checks
-# each option in sbatch before anything is sent; job_submit.lua merges the options
+# a line (`--rsa-nodes: RSA_NODES must be a whole number of RSA nodes, at least 1, got
+# 'two'`). The plugin checks each option in sbatch before anything is sent;
+# job_submit.lua merges the options
 # (job_desc.spank_job_env, `RSA_<NAME>=<value>`) with the script's directives exactly as
 # :func:`check_submission` does, which is the reference both ports are tested against.
 
