@@ -1,6 +1,8 @@
 # rsa-scheduler — developer and CI entry points.
 #   make test   install everything the tests need (Debian 12, as root) and run them
 #   make lint   ruff, mypy, import-linter only
+#   make grammar  regenerate the directive grammar's tables in job_submit.lua and the SPANK
+#                 plugin from rsa_scheduler/core/grammar.py (a unit test fails when stale)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
@@ -15,7 +17,7 @@ APT_PKGS   := python3-venv python3-dev lua5.1 lua5.4 sqlite3 tmux rsync tar mung
               gcc make libc6-dev libslurm-dev slurm-client nftables
 SPANK      := slurm_plugins/spank
 
-.PHONY: install test unit lint clean spank deb install-test
+.PHONY: install test unit lint clean spank deb install-test grammar
 
 install: $(VENV)/.installed spank
 
@@ -33,6 +35,9 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
+
+grammar: $(VENV)/.installed
+	$(PY) -m rsa_scheduler.grammargen
 
 lint: install
 	$(VENV)/bin/lint-imports

@@ -54,30 +54,45 @@ local CONFIG = {
 local unpack = unpack or table.unpack -- luacheck: ignore (5.1 global vs 5.2+ table field)
 
 -- ---------------------------------------------------------------------------------------
--- Constants mirrored from rsa_scheduler/core/directives.py
-
+-- The grammar's data (rsa_scheduler/core/grammar.py): limits, fixed messages, directives
+-- BEGIN GENERATED: grammar
+-- generated from rsa_scheduler/core/grammar.py by `make grammar`; do not edit
 local PREFIX = "#RSA_"
+local ADMIN_COMMENT_PREFIX = "rsa1:"
 local PATH_MAX = 4096
 local NAME_MAX = 255
-local MAX_NODES = 2147483647 -- 2^31 - 1
-local MAX_CAPACITY = 2 ^ 53
-local MAX_RESET = 365 * 86400
-local ADMIN_COMMENT_PREFIX = "rsa1:"
--- Bounds on the work done inside slurmctld (directives.MAX_LINE, MAX_ERRORS, QUOTE_MAX)
-local MAX_LINE = 16384 -- bytes of one #RSA_ line (without "\n"), or of one option value
-local MAX_ERRORS = 20 -- the scan stops after this many errors (and says so)
-local MAX_SCRIPT = 4194304 -- bytes of a script scanned for directives
-local QUOTE_MAX = 200 -- characters of user text quoted in one message
-
+local MAX_NODES = 2147483647
+local MAX_CAPACITY = 9007199254740992
+local MAX_RESET = 31536000
+local MAX_LINE = 16384
+local MAX_ERRORS = 20
+local MAX_SCRIPT = 4194304
+local QUOTE_MAX = 200
 local MSG_BOM = "script starts with a byte order mark (BOM); save it as UTF-8 without BOM"
-local MSG_CRLF = "script contains DOS line breaks (\\r\\n) instead of expected UNIX line "
-  .. "breaks (\\n); convert it with dos2unix"
+local MSG_CRLF = "script contains DOS line breaks (\\r\\n) instead of expected UNIX line breaks "
+  .. "(\\n); convert it with dos2unix"
 local MSG_NUL = "script contains a NULL character '\\0', which Slurm does not allow; remove it"
-local MSG_TOO_FAR = "#RSA_ line starts after the first " .. MAX_SCRIPT .. " bytes of the "
-  .. "script, where checking stops; move the #RSA_ lines to the top"
-local MSG_TOO_MANY = "more than " .. MAX_ERRORS .. " errors, checking stopped at this line; "
-  .. "fix the ones above and submit again"
+local MSG_TOO_FAR = "#RSA_ line starts after the first 4194304 bytes of the script, where "
+  .. "checking stops; move the #RSA_ lines to the top"
+local MSG_TOO_MANY = "more than 20 errors, checking stopped at this line; fix the ones above and "
+  .. "submit again"
 local MSG_NO_NAME = "directive name missing after #RSA_; write e.g. #RSA_DATA_IN=/path/to/input"
+-- in declaration order: { name, value kind, example for an empty value,
+--   admin_comment key[, choices] }
+local GRAMMAR = {
+  { "DATA_IN", "path", "/gpfs/alice/input", "i" },
+  { "DATA_OUT", "path", "/gpfs/alice/output", "o" },
+  { "PREPROCESS", "argv", "/home/alice/bin/unpack.sh --fast", "pre" },
+  { "POSTPROCESS", "argv", "/home/alice/bin/pack.sh out.tar", "post" },
+  { "NODES", "nodes", "2", "n" },
+  { "TIER", "choice", "ram", "t", { "ram", "ssd", "auto" } },
+  { "CAPACITY", "capacity", "512G", "c" },
+  { "STAGE_OUT", "choice", "rsync", "so", { "rsync", "tar" } },
+  { "EARLY_START", "choice", "fallback", "es", { "fallback", "wait", "union" } },
+  { "INPUT", "choice", "ro", "im", { "ro", "rw" } },
+  { "RESET", "reset", "input-done", "r" },
+}
+-- END GENERATED: grammar
 
 -- C isspace() in the "C" locale (what sbatch and directives.C_SPACE use)
 local C_SPACE = { [32] = true, [9] = true, [10] = true, [11] = true, [12] = true, [13] = true }
@@ -624,22 +639,17 @@ local function parse_reset(name, words)
 end
 
 -- name -> { parse, example shown for an empty value, admin_comment key }; ORDER is the
--- declaration order (messages list names in it) and KEYS the admin_comment field order.
-local DIRECTIVES = {
-  DATA_IN = { parse_path, "/gpfs/alice/input", "i" },
-  DATA_OUT = { parse_path, "/gpfs/alice/output", "o" },
-  PREPROCESS = { parse_argv, "/home/alice/bin/unpack.sh --fast", "pre" },
-  POSTPROCESS = { parse_argv, "/home/alice/bin/pack.sh out.tar", "post" },
-  NODES = { parse_nodes, "2", "n" },
-  TIER = { enum({ "ram", "ssd" }), "ram", "t" },
-  CAPACITY = { parse_capacity, "512G", "c" },
-  STAGE_OUT = { enum({ "rsync", "tar" }), "rsync", "so" },
-  EARLY_START = { enum({ "fallback", "wait", "union" }), "fallback", "es" },
-  INPUT = { enum({ "ro", "rw" }), "ro", "im" },
-  RESET = { parse_reset, "input-done", "r" },
-}
-local ORDER = { "DATA_IN", "DATA_OUT", "PREPROCESS", "POSTPROCESS", "NODES", "TIER", "CAPACITY",
-  "STAGE_OUT", "EARLY_START", "INPUT", "RESET" }
+-- declaration order (messages list names in it, admin_comment fields follow it). A value
+-- kind without a parser here is a bug of this file: refuse to load.
+local PARSERS = { path = parse_path, argv = parse_argv, nodes = parse_nodes,
+  capacity = parse_capacity, reset = parse_reset }
+local DIRECTIVES, ORDER = {}, {}
+for k, d in ipairs(GRAMMAR) do
+  local name, kind, example, key, choices = unpack(d)
+  DIRECTIVES[name] = { choices and enum(choices) or PARSERS[kind], example, key }
+  assert(DIRECTIVES[name][1], "job_submit.lua: no parser for value kind " .. kind)
+  ORDER[k] = name
+end
 local KNOWN = {}
 for k, n in ipairs(ORDER) do KNOWN[k] = "RSA_" .. n end
 local KNOWN_LIST = table.concat(KNOWN, ", ")

@@ -76,19 +76,9 @@ def up(s: Settings) -> int:
     return 0
 
 
-def daemons(s: Settings) -> list[str]:
-    """Every long-running process of a complete lab, by pidfile name."""
-    names = ["munged", "slurmctld", "mfsmaster", "mfsmount", "pfsnet", "rsad"]
-    names += [f"mfschunkserver{i}" for i in range(1, pfs.N_CHUNKSERVERS + 1)]
-    names += [f"slurmd-{n}" for n in s.compute_nodes]
-    names += [f"sshd-{n}" for n in s.rsa_nodes]
-    names += ["slurmdbd", "mariadbd"] if s.accounting else []
-    return names
-
-
 def _healthy(s: Settings) -> bool:
     """All of the lab's daemons run (a missing one makes lab-up tear down and rebuild)."""
-    bad = [n for n in daemons(s) if running_named(n) is None]
+    bad = [n for n in facts.daemons(s) if running_named(n) is None]
     if bad:
         log(f"lab is broken ({', '.join(bad)} not running)")
     return not bad

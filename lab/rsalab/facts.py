@@ -1,4 +1,5 @@
-"""What the lab tells its users: /run/rsa-lab/env (shell KEY=VALUE) and rsa.yaml."""
+"""What the lab tells its users: /run/rsa-lab/env (shell KEY=VALUE) and rsa.yaml; which
+daemons a complete lab runs (cli.py checks them, selftest.py compares them)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,16 @@ from . import pfs, rsad, rsanodes, slurm
 from .common import ENV_FILE, HOOKS_LOG, PFS_NET, RSA_NET, STATE, Settings
 
 RSA_YAML = STATE / "rsa.yaml"
+
+
+def daemons(s: Settings) -> list[str]:
+    """Every long-running process of a complete lab, by pidfile name."""
+    names = ["munged", "slurmctld", "mfsmaster", "mfsmount", "pfsnet", "rsad"]
+    names += [f"mfschunkserver{i}" for i in range(1, pfs.N_CHUNKSERVERS + 1)]
+    names += [f"slurmd-{n}" for n in s.compute_nodes]
+    names += [f"sshd-{n}" for n in s.rsa_nodes]
+    names += ["slurmdbd", "mariadbd"] if s.accounting else []
+    return names
 
 
 def write(s: Settings) -> None:

@@ -19,6 +19,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from . import clean, facts
 from .common import (
     DATA,
     ENV_FILE,
@@ -53,10 +54,8 @@ def up_again(s: Settings) -> int:
     if not ENV_FILE.exists():
         log("verify-up-again: the lab is not up")
         return 2
-    from .cli import daemons
-
     before = _snapshot()
-    pids = {n: running_named(n) for n in daemons(s)}
+    pids = {n: running_named(n) for n in facts.daemons(s)}
     t0 = time.monotonic()
     done = subprocess.run([str(LAB_DIR / "labctl"), "up"], capture_output=True, text=True,
                           timeout=300, check=False)
@@ -72,7 +71,7 @@ def up_again(s: Settings) -> int:
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
     if changed:
         problems.append(f"it changed {', '.join(changed)}")
-    now = {n: running_named(n) for n in daemons(s)}
+    now = {n: running_named(n) for n in facts.daemons(s)}
     if now != pids or None in pids.values():
         problems.append(f"daemons before {pids}, after {now}")
     for p in problems:
@@ -120,8 +119,6 @@ def _check_clean() -> tuple[int, str]:
 
 
 def check_clean_negative(s: Settings) -> int:
-    from . import clean
-
     if ENV_FILE.exists() or clean.leftovers(s):
         log("verify-check-clean: runs only with the lab down and clean (make lab-down)")
         return 2

@@ -464,7 +464,7 @@ class _Validator:
     def _map(self, kind: MapOf, value: Any, path: KeyPath) -> Any:
         if not isinstance(value, dict):
             return self._expected(path, "a mapping", value)
-        keys = [m.value for m in kind.keys]
+        keys = list(kind.key_values)
         out: dict[Any, Any] = {}
         bad = False
         for k, v in value.items():

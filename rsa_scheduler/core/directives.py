@@ -1,12 +1,14 @@
 """The ``#RSA_*`` directive grammar: batch script text in, a typed :class:`DirectiveSpec` out.
 
-Owns which lines are directives, how values are split and validated, every user-facing
-directive error message, and the two serialised forms of a spec (``to_json`` for tools and
-``to_admin_comment`` for the compact line job_submit.lua stores in Slurm's admin_comment).
-The same rules are written down as shared vectors in ``tests/data/directives/``.
+Owns which lines are directives, the scan's errors and warnings, and how ``--rsa-*``
+options merge with a script (:func:`check_submission`). The grammar's data (names, kinds,
+limits, fixed messages) is ``core.grammar``; values are parsed by ``core.directive_values``;
+the typed result and its serialised forms are ``core.directive_spec``. This module
+re-exports their public names, so callers import the grammar from here. The same rules
+are written down as shared vectors in ``tests/data/directives/``.
 
-Pure: stdlib string logic plus ``core.policy`` and ``core.units``. It must not import
-os, pathlib, io, logging, time or anything that reads files or the clock (import-linter).
+Pure: stdlib string logic plus those ``core`` modules. It must not import os, pathlib,
+io, logging, time or anything that reads files or the clock (import-linter).
 
 Which lines are read mirrors sbatch (Slurm 22.05, ``src/sbatch/opt.c:_opt_batch_script``
 and ``next_line``; ``src/sbatch/sbatch.c:_get_script_buffer``):
@@ -31,38 +33,81 @@ quoted in a message is cut at :data:`QUOTE_MAX` characters. The three ports (thi
 job_submit.lua, the SPANK plugin's C) share these numbers and messages.
 """
 
+
 from __future__ import annotations
 
 import difflib
-import enum
-import math
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from rsa_scheduler.core.policy import EarlyStart, StageOut, Tier
-from rsa_scheduler.core.units import parse_duration, parse_size
+from rsa_scheduler.core.directive_spec import (
+    HOLD_MARK,
+    DirectiveSpec,
+    split_hold,
+    with_hold,
+)
+from rsa_scheduler.core.directive_values import (
+    RESET_ON_INPUT_DONE,
+    Reset,
+    SplitError,
+    _Bad,
+    _nbytes,
+    _over_max_line,
+    normalise_path,
+    parse_words,
+    quote,
+    split_words,
+)
+from rsa_scheduler.core.grammar import (
+    ADMIN_COMMENT_PREFIX,
+    BY_NAME,
+    C_SPACE,
+    GRAMMAR,
+    MAX_CAPACITY,
+    MAX_ERRORS,
+    MAX_LINE,
+    MAX_NODES,
+    MAX_RESET,
+    MAX_SCRIPT,
+    MAX_WARNINGS,
+    MSG_BOM,
+    MSG_CRLF,
+    MSG_NO_NAME,
+    MSG_NUL,
+    MSG_TOO_FAR,
+    MSG_TOO_MANY,
+    NAME_MAX,
+    OPTION_PREFIX,
+    PATH_MAX,
+    PREFIX,
+    QUOTE_MAX,
+    Directive,
+    exclusive_message,
+)
 
-PREFIX = "#RSA_"
-C_SPACE = " \t\n\v\f\r"  # isspace() in the "C" locale, as sbatch uses it
-PATH_MAX = 4096  # Linux limit including the terminating NUL
-NAME_MAX = 255
-MAX_NODES = 2**31 - 1
-MAX_CAPACITY = 2**53  # exact in a Lua 5.1 number (double)
-MAX_RESET = 365 * 86400
-ADMIN_COMMENT_PREFIX = "rsa1:"
-# The start hold of early-start `wait` (docs/architecture.md, "Holding a job until its
-# RAMDISK is ready"): job_submit.lua (or rsad, when the job becomes on-deck) sets the
-# job's begin time to the deadline and appends `` hold=<deadline, epoch seconds>`` to
-# the admin_comment; rsad removes it when it releases the job. The spec's encoding never
-# contains a space, so the marker cannot be confused with a spec field.
-HOLD_MARK = " hold="
-MAX_LINE = 16384  # bytes of one #RSA_ line (without its newline), or of one option value
-MAX_ERRORS = 20  # a script's scan stops after this many errors (and says so)
-MAX_SCRIPT = 4 << 20  # bytes of a script scanned for directives (Slurm's default script cap)
-MAX_WARNINGS = 20  # warnings listed; the rest are counted in one last warning
-QUOTE_MAX = 200  # characters of user text quoted in one message
+__all__ = [
+    "ADMIN_COMMENT_PREFIX", "C_SPACE", "DIRECTIVES", "HOLD_MARK", "MAX_CAPACITY",
+    "MAX_ERRORS", "MAX_LINE", "MAX_NODES", "MAX_RESET", "MAX_SCRIPT", "MAX_WARNINGS",
+    "MSG_BOM", "MSG_CRLF", "MSG_NUL", "MSG_TOO_FAR", "MSG_TOO_MANY", "NAME_MAX",
+    "OPTION_PREFIX", "PATH_MAX", "PREFIX", "QUOTE_MAX", "RESET_ON_INPUT_DONE",
+    "DirectiveError", "DirectiveErrors", "DirectiveSpec", "DirectiveWarning", "OptionError",
+    "Reset", "SplitError", "SubmissionErrors", "check_submission", "decode_script",
+    "directive_warnings", "normalise_path", "option_of", "parse_directives",
+    "parse_directives_bytes", "parse_option", "quote", "split_hold", "split_words",
+    "with_hold",
+]
+
+#: The directives by name, in declaration order (``core.grammar.GRAMMAR``).
+DIRECTIVES: Mapping[str, Directive] = BY_NAME
+_KNOWN = [f"RSA_{d.name}" for d in GRAMMAR]
+_NAME_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
+# directive -> directives it is useless without; checked (and warned about, up to
+# MAX_WARNINGS) those needing DATA_IN first, then DATA_OUT, then either
+_NEEDS: Mapping[str, tuple[str, ...]] = {
+    d.name: d.needs for d in sorted((d for d in GRAMMAR if d.needs),
+                                    key=lambda d: (len(d.needs), d.needs))}
 
 
 class DirectiveError(NamedTuple):
@@ -94,578 +139,6 @@ class DirectiveErrors(ValueError):
         super().__init__("\n".join(f"{source}:{e}" for e in self.errors))
 
 
-class _Bad(ValueError):
-    """A value failed validation; the message is the user-facing sentence."""
-
-
-@dataclass(frozen=True, slots=True)
-class Reset:
-    """When the input RAMDISK is reset to receive output (seed 004 §3.2).
-
-    ``after`` is seconds after the job started; ``None`` means "when the job reports its
-    input is done" (``#RSA_RESET=input-done``). Text form: ``input-done`` or ``600s``.
-    """
-
-    after: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.after is not None and (
-            isinstance(self.after, bool)
-            or not isinstance(self.after, int)
-            or not 1 <= self.after <= MAX_RESET
-        ):
-            raise ValueError(f"reset delay must be 1..{MAX_RESET} seconds, got {self.after!r}")
-
-    @property
-    def on_input_done(self) -> bool:
-        return self.after is None
-
-    def __str__(self) -> str:
-        return "input-done" if self.after is None else f"{self.after}s"
-
-    @classmethod
-    def from_str(cls, text: str) -> Reset:
-        """Parse the canonical text form produced by ``str()``."""
-        if text == "input-done":
-            return cls(None)
-        m = re.fullmatch(r"([1-9][0-9]{0,9})s", text)
-        if not m:
-            raise ValueError(f"invalid reset {text!r}: expected 'input-done' or e.g. '600s'")
-        return cls(int(m.group(1)))
-
-
-RESET_ON_INPUT_DONE = Reset(None)
-
-
-# ---------------------------------------------------------------------------------------
-# Messages quote user text the same way everywhere (and the Lua port must too): in single
-# quotes, with \\ and \' escaped, control characters as \xNN and undecodable bytes (which
-# arrive as surrogate escapes U+DC80..U+DCFF) as \xNN of the original byte.
-
-
-def quote(text: str) -> str:
-    """Quote user text for a one-line message; beyond :data:`QUOTE_MAX` characters it is
-    cut and ``...`` follows the closing quote."""
-    out = []
-    tail = ""
-    if len(text) > QUOTE_MAX:
-        text, tail = text[:QUOTE_MAX], "..."
-    for ch in text:
-        o = ord(ch)
-        if ch in "\\'":
-            out.append("\\" + ch)
-        elif o < 0x20 or 0x7F <= o <= 0x9F:
-            out.append(f"\\x{o:02x}")
-        elif 0xDC80 <= o <= 0xDCFF:
-            out.append(f"\\x{o - 0xDC00:02x}")
-        elif 0xD800 <= o <= 0xDFFF:
-            out.append(f"\\u{o:04x}")
-        else:
-            out.append(ch)
-    return "'" + "".join(out) + "'" + tail
-
-
-def _undecodable(text: str) -> str | None:
-    """The first byte that was not valid UTF-8, as ``0xNN`` (or a lone surrogate), or None."""
-    for ch in text:
-        o = ord(ch)
-        if 0xDC80 <= o <= 0xDCFF:
-            return f"0x{o - 0xDC00:02x}"
-        if 0xD800 <= o <= 0xDFFF:
-            return f"U+{o:04X}"
-    return None
-
-
-def _is_control(ch: str) -> bool:
-    o = ord(ch)
-    return o < 0x20 or 0x7F <= o <= 0x9F
-
-
-def normalise_path(label: str, raw: str) -> str:
-    """Validate an absolute path and drop repeated and trailing slashes.
-
-    ``.``/``..`` components are refused rather than resolved: the daemon mounts over the
-    path as root, so it must be the literal directory the user means. ``/`` is refused.
-    """
-    bad = _undecodable(raw)
-    if bad:
-        raise _Bad(f"{label} must be valid UTF-8, found byte {bad} in {quote(raw)}")
-    if any(_is_control(ch) for ch in raw):
-        raise _Bad(f"{label} must not contain control characters, got {quote(raw)}")
-    if not raw.startswith("/"):
-        raise _Bad(f"{label} must be an absolute path, got {quote(raw)}")
-    parts = [p for p in raw.split("/") if p]
-    if any(p in (".", "..") for p in parts):
-        raise _Bad(
-            f"{label} must not contain '.' or '..' components, got {quote(raw)}; "
-            "write the direct path"
-        )
-    if not parts:
-        raise _Bad(f"{label} must not be the root directory '/'; name a directory below it")
-    for p in parts:
-        if len(p.encode()) > NAME_MAX:
-            raise _Bad(f"{label} has a path component longer than {NAME_MAX} bytes")
-    path = "/" + "/".join(parts)
-    if len(path.encode()) >= PATH_MAX:
-        raise _Bad(f"{label} is longer than {PATH_MAX - 1} bytes")
-    return path
-
-
-# --- splitting a value into words --------------------------------------------------------
-
-
-class SplitError(ValueError):
-    """A value :func:`split_words` cannot split; ``str()`` is shlex's own message."""
-
-
-_SPLIT_SPACE = " \t\r\n"  # shlex's whitespace: not \v or \f
-_RUN = re.compile(r"[^ \t\r\n'\"\\]+")  # unquoted ordinary characters
-_SPACES = re.compile(r"[ \t\r\n]*")
-_DQ_RUN = re.compile(r'[^"\\]*')  # inside double quotes, up to the next " or backslash
-
-
-def split_words(text: str) -> list[str]:
-    """``shlex.split(text)`` (POSIX mode, no comments), in time linear in ``len(text)``.
-
-    CPython's shlex reads one character at a time through several method calls, about
-    7 us each: a 4 MB script would take half a minute. This takes runs at once with
-    regular expressions and gives exactly the same words and the same errors (raised as
-    :class:`SplitError` with shlex's message: ``No closing quotation`` or ``No escaped
-    character``); tests/unit/test_directives.py checks that with generated input.
-    """
-    words: list[str] = []
-    n = len(text)
-    i = _SPACES.match(text, 0).end()  # type: ignore[union-attr]
-    while i < n:
-        parts: list[str] = []
-        while i < n:
-            c = text[i]
-            if c in _SPLIT_SPACE:
-                break
-            if c == "'":
-                end = text.find("'", i + 1)
-                if end < 0:
-                    raise SplitError("No closing quotation")
-                parts.append(text[i + 1 : end])
-                i = end + 1
-            elif c == '"':
-                i += 1
-                while True:
-                    m = _DQ_RUN.match(text, i)
-                    assert m is not None
-                    parts.append(m.group())
-                    i = m.end()
-                    if i >= n:
-                        raise SplitError("No closing quotation")
-                    if text[i] == '"':
-                        i += 1
-                        break
-                    if i + 1 >= n:  # a backslash at the very end, inside the quotes
-                        raise SplitError("No escaped character")
-                    nxt = text[i + 1]
-                    parts.append(nxt if nxt in '"\\' else "\\" + nxt)
-                    i += 2
-            elif c == "\\":
-                if i + 1 >= n:
-                    raise SplitError("No escaped character")
-                parts.append(text[i + 1])
-                i += 2
-            else:
-                m = _RUN.match(text, i)
-                assert m is not None
-                parts.append(m.group())
-                i = m.end()
-        words.append("".join(parts))  # never an unquoted "": a word starts with a character
-        i = _SPACES.match(text, i).end()  # type: ignore[union-attr]
-    return words
-
-
-def _nbytes(text: str) -> int:
-    """Bytes of script text as the user wrote them: an undecodable byte (a surrogate
-    escape) is one."""
-    try:
-        return len(text.encode("utf-8", "surrogateescape"))
-    except UnicodeEncodeError:  # a lone surrogate that was never a byte
-        return len(text.encode("utf-8", "surrogatepass"))
-
-
-def _over_max_line(text: str) -> int | None:
-    """The size in bytes of script text longer than :data:`MAX_LINE` bytes, else None."""
-    if len(text) * 4 <= MAX_LINE:  # even 4-byte characters only: not over
-        return None
-    size = _nbytes(text)
-    return size if size > MAX_LINE else None
-
-
-# --- value parsers: words -> typed value, raising _Bad ----------------------------------
-
-
-def _one(name: str, tokens: list[str], hint: str = "remove the extra words") -> str:
-    if len(tokens) != 1:
-        words = " ".join(quote(t) for t in tokens)
-        raise _Bad(f"RSA_{name} takes one value, got {len(tokens)} words ({words}); {hint}")
-    return tokens[0]
-
-
-def _path(name: str, tokens: list[str]) -> str:
-    value = _one(name, tokens, "put a path that contains spaces in double quotes")
-    return normalise_path(f"RSA_{name}", value)
-
-
-def _argv(name: str, tokens: list[str]) -> tuple[str, ...]:
-    prog = tokens[0]
-    if not prog.startswith("/") and _undecodable(prog) is None:
-        raise _Bad(f"RSA_{name} must start with the absolute path of a program, got {quote(prog)}")
-    argv = [normalise_path(f"RSA_{name}", prog)]
-    for i, arg in enumerate(tokens[1:], start=1):
-        bad = _undecodable(arg)
-        if bad:
-            raise _Bad(f"RSA_{name} argument {i} must be valid UTF-8, found byte {bad}")
-        if "\0" in arg:
-            raise _Bad(f"RSA_{name} argument {i} must not contain a NUL character")
-        argv.append(arg)
-    return tuple(argv)
-
-
-def _choice(name: str, tokens: list[str], choices: Sequence[str]) -> str:
-    value = _one(name, tokens)
-    if value.lower() in choices:
-        return value.lower()
-    hint = difflib.get_close_matches(value.lower(), choices, n=1, cutoff=0.6)
-    tail = f"; did you mean {hint[0]}?" if hint else ""
-    raise _Bad(f"RSA_{name} must be one of {', '.join(choices)}, got {quote(value)}{tail}")
-
-
-def _enum_parser(cls: type[enum.StrEnum]) -> Callable[[str, list[str]], Any]:
-    def parse(name: str, tokens: list[str]) -> Any:
-        return cls(_choice(name, tokens, [m.value for m in cls]))
-
-    return parse
-
-
-def _nodes(name: str, tokens: list[str]) -> int:
-    value = _one(name, tokens)
-    if re.fullmatch(r"[0-9]{1,10}", value) and 1 <= int(value) <= MAX_NODES:
-        return int(value)
-    raise _Bad(f"RSA_{name} must be a whole number of RSA nodes, at least 1, got {quote(value)}")
-
-
-_SIZE_RE = re.compile(r"[0-9]{1,20}(?:\.[0-9]{1,20})?([KMGTPkmgtp](?:i?[Bb])?)?")
-
-
-def _capacity(name: str, tokens: list[str]) -> int:
-    value = _one(name, tokens)
-    m = _SIZE_RE.fullmatch(value)  # ASCII only: units.parse_size would take any \d
-    if m and not m.group(1):
-        raise _Bad(f"RSA_{name} needs a unit K, M, G, T or P, e.g. 512G; got {quote(value)}")
-    if not m:
-        raise _Bad(f"RSA_{name} must be a size such as 512G or 3.5T, got {quote(value)}")
-    try:
-        size = parse_size(value)
-    except (ValueError, OverflowError) as e:
-        raise _Bad(f"RSA_{name} must be a size such as 512G or 3.5T, got {quote(value)}") from e
-    if size < 1:
-        raise _Bad(f"RSA_{name} must be greater than 0, got {quote(value)}")
-    if size > MAX_CAPACITY:
-        raise _Bad(f"RSA_{name} is too large, got {quote(value)}")
-    return size
-
-
-_DURATION_RE = re.compile(
-    r"[0-9]{1,12}(?:\.[0-9]{1,12})?(?:ms|s|m|h|d)|[0-9]{1,12}(?:-[0-9]{1,12})?(?::[0-9]{1,12}){0,2}",
-    re.IGNORECASE,
-)
-
-
-def _reset(name: str, tokens: list[str]) -> Reset:
-    value = _one(name, tokens)
-    if value.lower() == "input-done":
-        return RESET_ON_INPUT_DONE
-    usage = (
-        f"RSA_{name} must be input-done or a duration such as 30s, 10m, 2h or "
-        f"HH:MM:SS, got {quote(value)}"
-    )
-    if not _DURATION_RE.fullmatch(value):
-        raise _Bad(usage)
-    try:
-        seconds = parse_duration(value)
-    except (ValueError, OverflowError) as e:
-        raise _Bad(usage) from e
-    if not 1 <= seconds <= MAX_RESET or not math.isfinite(seconds):
-        raise _Bad(f"RSA_{name} must be between 1s and 365 days, got {quote(value)}")
-    if seconds != int(seconds):
-        raise _Bad(f"RSA_{name} must be whole seconds, got {quote(value)}")
-    return Reset(int(seconds))
-
-
-def _input(name: str, tokens: list[str]) -> bool:
-    return _choice(name, tokens, ["ro", "rw"]) == "rw"
-
-
-class _Directive(NamedTuple):
-    field: str  # DirectiveSpec attribute
-    parse: Callable[[str, list[str]], Any]
-    example: str  # shown when the value is empty
-
-
-DIRECTIVES: Mapping[str, _Directive] = {
-    "DATA_IN": _Directive("data_in", _path, "/gpfs/alice/input"),
-    "DATA_OUT": _Directive("data_out", _path, "/gpfs/alice/output"),
-    "PREPROCESS": _Directive("preprocess", _argv, "/home/alice/bin/unpack.sh --fast"),
-    "POSTPROCESS": _Directive("postprocess", _argv, "/home/alice/bin/pack.sh out.tar"),
-    "NODES": _Directive("nodes", _nodes, "2"),
-    "TIER": _Directive("tier", _enum_parser(Tier), "ram"),
-    "CAPACITY": _Directive("capacity", _capacity, "512G"),
-    "STAGE_OUT": _Directive("stage_out", _enum_parser(StageOut), "rsync"),
-    "EARLY_START": _Directive("early_start", _enum_parser(EarlyStart), "fallback"),
-    "INPUT": _Directive("input_writable", _input, "ro"),
-    "RESET": _Directive("reset", _reset, "input-done"),
-}
-_KNOWN = [f"RSA_{n}" for n in DIRECTIVES]
-_NAME_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
-_NEEDS: Mapping[str, tuple[str, ...]] = {  # directive -> directives it is useless without
-    "PREPROCESS": ("DATA_IN",),
-    "EARLY_START": ("DATA_IN",),
-    "INPUT": ("DATA_IN",),
-    "POSTPROCESS": ("DATA_OUT",),
-    "STAGE_OUT": ("DATA_OUT",),
-    "NODES": ("DATA_IN", "DATA_OUT"),
-    "TIER": ("DATA_IN", "DATA_OUT"),
-    "CAPACITY": ("DATA_IN", "DATA_OUT"),
-    "RESET": ("DATA_IN", "DATA_OUT"),
-}
-
-
-@dataclass(frozen=True, slots=True)
-class DirectiveSpec:
-    """What a job asked of the RSA. ``None`` everywhere means "not given": site default.
-
-    Construction validates, so every instance is canonical (normalised paths, bounds).
-    """
-
-    data_in: str | None = None
-    data_out: str | None = None
-    preprocess: tuple[str, ...] | None = None
-    postprocess: tuple[str, ...] | None = None
-    nodes: int | None = None
-    tier: Tier | None = None
-    capacity: int | None = None
-    stage_out: StageOut | None = None
-    early_start: EarlyStart | None = None
-    input_writable: bool | None = None
-    reset: Reset | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("data_in", "data_out"):
-            value = getattr(self, name)
-            if value is not None and (
-                not isinstance(value, str) or normalise_path(name, value) != value
-            ):
-                raise ValueError(f"{name} must be a normalised absolute path, got {value!r}")
-        for name in ("preprocess", "postprocess"):
-            argv = getattr(self, name)
-            if argv is None:
-                continue
-            if not isinstance(argv, tuple) or not argv or not all(isinstance(a, str) for a in argv):
-                raise ValueError(f"{name} must be a non-empty tuple of strings, got {argv!r}")
-            if _argv(name.upper(), list(argv)) != argv:
-                raise ValueError(f"{name} must start with a normalised absolute path")
-        for name, lo, hi in (("nodes", 1, MAX_NODES), ("capacity", 1, MAX_CAPACITY)):
-            value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi
-            ):
-                raise ValueError(f"{name} must be an integer in {lo}..{hi}, got {value!r}")
-        for name, cls in (
-            ("tier", Tier),
-            ("stage_out", StageOut),
-            ("early_start", EarlyStart),
-            ("input_writable", bool),
-            ("reset", Reset),
-        ):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, cls):
-                raise ValueError(f"{name} must be a {cls.__name__}, got {value!r}")
-        if self.stage_out is not None and self.postprocess is not None:
-            raise ValueError("stage_out and postprocess are exclusive")
-
-    @property
-    def is_empty(self) -> bool:
-        """True when the script has no directive: the job does not use the RSA."""
-        return all(getattr(self, f.name) is None for f in fields(self))
-
-    # --- JSON ------------------------------------------------------------------------
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain JSON types, stable keys in a fixed order, enums as their strings."""
-        return {
-            "data_in": self.data_in,
-            "data_out": self.data_out,
-            "preprocess": None if self.preprocess is None else list(self.preprocess),
-            "postprocess": None if self.postprocess is None else list(self.postprocess),
-            "nodes": self.nodes,
-            "tier": _str_or_none(self.tier),
-            "capacity": self.capacity,
-            "stage_out": _str_or_none(self.stage_out),
-            "early_start": _str_or_none(self.early_start),
-            "input": None if self.input_writable is None else _INPUT[self.input_writable],
-            "reset": _str_or_none(self.reset),
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> DirectiveSpec:
-        """Inverse of :meth:`to_json`; missing keys are ``None``, unknown keys an error."""
-        unknown = set(data) - set(_JSON_KEYS)
-        if unknown:
-            raise ValueError(f"unknown directive spec keys: {', '.join(sorted(unknown))}")
-
-        def text(key: str, conv: Callable[[str], Any]) -> Any:
-            value = data.get(key)
-            if value is not None and not isinstance(value, str):
-                raise ValueError(f"{key} must be a string, got {value!r}")
-            return None if value is None else conv(value)
-
-        def argv(key: str) -> tuple[str, ...] | None:
-            value = data.get(key)
-            if value is not None and not isinstance(value, list):
-                raise ValueError(f"{key} must be a list of strings, got {value!r}")
-            return None if value is None else tuple(value)
-
-        return cls(
-            data_in=data.get("data_in"),
-            data_out=data.get("data_out"),
-            preprocess=argv("preprocess"),
-            postprocess=argv("postprocess"),
-            nodes=data.get("nodes"),
-            tier=text("tier", Tier),
-            capacity=data.get("capacity"),
-            stage_out=text("stage_out", StageOut),
-            early_start=text("early_start", EarlyStart),
-            input_writable=text("input", _input_from_str),
-            reset=text("reset", Reset.from_str),
-        )
-
-    # --- admin_comment -----------------------------------------------------------------
-
-    def for_array_task(self, array_job: str, task: str) -> DirectiveSpec:
-        """The spec of one array task: ``%A`` in DATA_IN/DATA_OUT becomes the array's job
-        id and ``%a`` the task id, as in sbatch's ``--output`` (nothing else is replaced;
-        a job that is not an array task uses its paths as written)."""
-        if not (array_job.isdigit() and task.isdigit()):
-            raise ValueError(f"bad array task {array_job!r}_{task!r}")
-
-        def fill(path: str | None) -> str | None:
-            if path is None or "%" not in path:
-                return path
-            return path.replace("%A", array_job).replace("%a", task)
-        data_in, data_out = fill(self.data_in), fill(self.data_out)
-        if (data_in, data_out) == (self.data_in, self.data_out):
-            return self
-        return replace(self, data_in=data_in, data_out=data_out)
-
-    def to_admin_comment(self) -> str:
-        """Compact canonical one-line ASCII form, e.g. ``rsa1:i=/gpfs/in;o=/gpfs/out;n=2``.
-
-        Fields in fixed order, ``;``-separated ``key=value``, absent fields omitted; values
-        are UTF-8 percent-encoded keeping only ``A-Za-z0-9-._~/``; an argv is its encoded
-        words joined by ``,``.
-        """
-        js = self.to_json()
-        out = []
-        for key, short in _ADMIN_KEYS:
-            value = js[key]
-            if value is None:
-                continue
-            if isinstance(value, list):
-                encoded = ",".join(_pct_encode(v) for v in value)
-            else:
-                encoded = _pct_encode(str(value))
-            out.append(f"{short}={encoded}")
-        return ADMIN_COMMENT_PREFIX + ";".join(out)
-
-    @classmethod
-    def from_admin_comment(cls, text: str) -> DirectiveSpec:
-        """Inverse of :meth:`to_admin_comment`; anything not canonical is a ValueError."""
-        if not text.startswith(ADMIN_COMMENT_PREFIX):
-            raise ValueError(f"not an RSA admin comment (no {ADMIN_COMMENT_PREFIX!r} prefix)")
-        body = text[len(ADMIN_COMMENT_PREFIX) :]
-        by_short = {short: key for key, short in _ADMIN_KEYS}
-        data: dict[str, Any] = {}
-        for item in body.split(";") if body else []:
-            short, sep, value = item.partition("=")
-            key = by_short.get(short)
-            if not sep or key is None or key in data:
-                raise ValueError(f"bad RSA admin comment field {item!r}")
-            if key in ("preprocess", "postprocess"):
-                data[key] = [_pct_decode(v) for v in value.split(",")]
-            elif key in ("nodes", "capacity"):
-                if not re.fullmatch(r"[1-9][0-9]{0,15}", value):
-                    raise ValueError(f"bad RSA admin comment number {item!r}")
-                data[key] = int(value)
-            else:
-                data[key] = _pct_decode(value)
-        spec = cls.from_json(data)
-        if spec.to_admin_comment() != text:
-            raise ValueError(f"RSA admin comment is not in canonical form: {text!r}")
-        return spec
-
-
-def split_hold(comment: str) -> tuple[str, int | None]:
-    """An admin_comment as (the spec's encoding, the hold deadline or None). A marker
-    that is not a whole number of seconds is no hold (and is left in the spec part, which
-    then fails to parse loudly)."""
-    spec, sep, deadline = comment.partition(HOLD_MARK)
-    if not sep or not re.fullmatch(r"[1-9][0-9]{0,11}", deadline):
-        return comment, None
-    return spec, int(deadline)
-
-
-def with_hold(comment: str, deadline: int | None) -> str:
-    """The admin_comment ``comment`` with its hold marker set to ``deadline`` (None:
-    removed)."""
-    spec, _ = split_hold(comment)
-    return spec if deadline is None else f"{spec}{HOLD_MARK}{int(deadline)}"
-
-
-# to_json keys in order, with their admin_comment abbreviations
-_ADMIN_KEYS = (
-    *[("data_in", "i"), ("data_out", "o"), ("preprocess", "pre"), ("postprocess", "post")],
-    *[("nodes", "n"), ("tier", "t"), ("capacity", "c"), ("stage_out", "so")],
-    *[("early_start", "es"), ("input", "im"), ("reset", "r")],
-)
-_JSON_KEYS = tuple(key for key, _ in _ADMIN_KEYS)
-_INPUT = {False: "ro", True: "rw"}
-_PCT_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~/")
-
-
-def _str_or_none(value: object) -> str | None:
-    return None if value is None else str(value)
-
-
-def _input_from_str(text: str) -> bool:
-    if text not in ("ro", "rw"):
-        raise ValueError(f"input must be 'ro' or 'rw', got {text!r}")
-    return text == "rw"
-
-
-def _pct_encode(text: str) -> str:
-    return "".join(chr(b) if b in _PCT_SAFE else f"%{b:02X}" for b in text.encode())
-
-
-def _pct_decode(text: str) -> str:
-    out = bytearray()
-    i = 0
-    while i < len(text):
-        if text[i] == "%" and re.fullmatch(r"[0-9A-F]{2}", text[i + 1 : i + 3]):
-            out.append(int(text[i + 1 : i + 3], 16))
-            i += 3
-        elif ord(text[i]) < 128 and ord(text[i]) in _PCT_SAFE:
-            out.append(ord(text[i]))
-            i += 1
-        else:
-            raise ValueError(f"bad character {text[i]!r} in RSA admin comment")
-    return out.decode("utf-8")  # strict: UnicodeDecodeError is a ValueError
-
 
 # ---------------------------------------------------------------------------------------
 # The scan
@@ -686,19 +159,6 @@ def _is_blank_or_comment(line: str) -> bool:
 
 
 _NEAR_MISS = re.compile(r"[ \t]*#[ \t]*rsa_", re.IGNORECASE)
-
-
-# Script-level errors, worded after sbatch's own (src/sbatch/sbatch.c:_get_script_buffer).
-MSG_BOM = "script starts with a byte order mark (BOM); save it as UTF-8 without BOM"
-MSG_CRLF = (
-    "script contains DOS line breaks (\\r\\n) instead of expected UNIX line breaks (\\n); "
-    "convert it with dos2unix"
-)
-MSG_NUL = "script contains a NULL character '\\0', which Slurm does not allow; remove it"
-MSG_TOO_FAR = (f"#RSA_ line starts after the first {MAX_SCRIPT} bytes of the script, where "
-               "checking stops; move the #RSA_ lines to the top")
-MSG_TOO_MANY = (f"more than {MAX_ERRORS} errors, checking stopped at this line; fix the ones "
-                "above and submit again")
 
 
 def _scan(text: str, *, exclusive: bool = True) -> _Scan:
@@ -773,9 +233,7 @@ def _scan(text: str, *, exclusive: bool = True) -> _Scan:
     return scan
 
 
-def _exclusive(where: str) -> str:
-    return ("RSA_STAGE_OUT and RSA_POSTPROCESS both choose how output is staged "
-            f"out ({where}); keep one")
+_exclusive = exclusive_message
 
 
 def _directive(scan: _Scan, lineno: int, rest: str) -> None:
@@ -795,7 +253,7 @@ def _directive(scan: _Scan, lineno: int, rest: str) -> None:
     if rest.startswith("="):
         rest = rest[1:]
     if not name:
-        fail("directive name missing after #RSA_; write e.g. #RSA_DATA_IN=/path/to/input")
+        fail(MSG_NO_NAME)
         return
     spec = DIRECTIVES.get(name)
     if spec is None:
@@ -834,7 +292,7 @@ def _value(name: str, rest: str) -> Any:
         ) from e
     if not tokens or tokens == [""]:
         raise _Bad(f"RSA_{name} has an empty value; write e.g. #RSA_{name}={spec.example}")
-    return spec.parse(name, tokens)
+    return parse_words(spec, tokens)
 
 
 def parse_directives(text: str, source: str = "<script>") -> DirectiveSpec:
@@ -869,13 +327,11 @@ def directive_warnings(text: str) -> list[DirectiveWarning]:
 #
 # An option's value is written exactly as the directive's value after `=`: the same
 # shlex splitting, the same checks, the same messages, located at the option instead of
-# a line (`--rsa-tier: RSA_TIER must be one of ram, ssd, got 'nvme'`). The plugin checks
-# each option in sbatch before anything is sent; job_submit.lua merges the options
+# a line (`--rsa-nodes: RSA_NODES must be a whole number of RSA nodes, at least 1, got
+# 'two'`). The plugin checks each option in sbatch before anything is sent;
+# job_submit.lua merges the options
 # (job_desc.spank_job_env, `RSA_<NAME>=<value>`) with the script's directives exactly as
 # :func:`check_submission` does, which is the reference both ports are tested against.
-
-OPTION_PREFIX = "--rsa-"
-
 
 def option_of(name: str) -> str:
     """``DATA_IN`` -> ``--rsa-data-in``: the command line option of a directive."""

@@ -15,6 +15,20 @@ class Tier(enum.StrEnum):
 
     RAM = "ram"
     SSD = "ssd"
+    AUTO = "auto"  # a job's request only (#RSA_TIER=auto): the allocator chooses (seed 000)
+
+
+#: The tiers an RSA node can be in (config, simulator). A job may ask for more: ``Tier``
+#: values beyond these are choices the allocator makes for it.
+NODE_TIERS: tuple[Tier, ...] = (Tier.RAM, Tier.SSD)
+
+
+def node_tier(text: str) -> Tier:
+    """The tier ``text`` names if a node can be in it; ValueError otherwise."""
+    tier = Tier(text)
+    if tier not in NODE_TIERS:
+        raise ValueError(f"no RSA node is in tier {tier}: use {' or '.join(NODE_TIERS)}")
+    return tier
 
 
 class EarlyStart(enum.StrEnum):

@@ -8,14 +8,19 @@ jobs at scrape time. Names follow Prometheus conventions (``rsa_`` prefix, base 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from rsa_scheduler.daemon.service import Daemon
+
+class StatusSource(Protocol):
+    """What the gauges read at scrape time (the daemon's ``status_view``); a protocol, so
+    this module needs nothing from daemon/service.py, which imports it."""
+
+    def status_view(self) -> Mapping[str, Any]: ...
+
 
 DURATION_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600)
 
@@ -23,7 +28,7 @@ DURATION_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 2
 class _StateCollector(Collector):
     """Gauges computed at scrape time from the daemon's state."""
 
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(self, daemon: StatusSource) -> None:
         self.daemon = daemon
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -64,7 +69,7 @@ class Metrics:
                                buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=r)
         self.alerts = Counter("rsa_alerts_total", "Alerts raised for operators", registry=r)
 
-    def watch(self, daemon: Daemon) -> None:
+    def watch(self, daemon: StatusSource) -> None:
         self.registry.register(_StateCollector(daemon))
 
     def action_done(self, kind: str, result: str, seconds: float,

@@ -16,46 +16,60 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The grammar's data: limits, choices, the directive table (core/grammar.py) */
+/* BEGIN GENERATED: tables */
+/* generated from rsa_scheduler/core/grammar.py by `make grammar`; do not edit */
 #define PATH_MAX_ 4096
 #define NAME_MAX_ 255
 #define MAX_NODES 2147483647ULL
-#define MAX_CAPACITY 9007199254740992.0 /* 2^53 */
-#define MAX_RESET (365.0 * 86400.0)
+#define MAX_CAPACITY 9007199254740992.0
+#define MAX_RESET 31536000.0
+#define RSA_MSG_EXCLUSIVE_OPTIONS \
+	"RSA_STAGE_OUT and RSA_POSTPROCESS both choose how output is staged out " \
+	"(--rsa-stage-out and --rsa-postprocess); keep one"
+
+static const char *const CHOICES_TIER[] = {"ram", "ssd", "auto", NULL};
+static const char *const CHOICES_STAGE_OUT[] = {"rsync", "tar", NULL};
+static const char *const CHOICES_EARLY_START[] = {"fallback", "wait", "union", NULL};
+static const char *const CHOICES_INPUT[] = {"ro", "rw", NULL};
 
 const struct rsa_directive_info rsa_directives[RSA_NDIRECTIVES] = {
 	{"DATA_IN", "rsa-data-in", "path",
 	 "RSA: stage this directory into a RAMDISK and mount it there (#RSA_DATA_IN)",
-	 "/gpfs/alice/input"},
+	 "/gpfs/alice/input", RSA_KIND_PATH, NULL},
 	{"DATA_OUT", "rsa-data-out", "path",
 	 "RSA: write output to a RAMDISK mounted here, staged out after the job "
 	 "(#RSA_DATA_OUT)",
-	 "/gpfs/alice/output"},
+	 "/gpfs/alice/output", RSA_KIND_PATH, NULL},
 	{"PREPROCESS", "rsa-preprocess", "command",
 	 "RSA: run this program instead of the default stage-in copy (#RSA_PREPROCESS)",
-	 "/home/alice/bin/unpack.sh --fast"},
+	 "/home/alice/bin/unpack.sh --fast", RSA_KIND_ARGV, NULL},
 	{"POSTPROCESS", "rsa-postprocess", "command",
 	 "RSA: run this program instead of the default stage-out (#RSA_POSTPROCESS)",
-	 "/home/alice/bin/pack.sh out.tar"},
-	{"NODES", "rsa-nodes", "n", "RSA: number of RSA nodes (#RSA_NODES)", "2"},
-	{"TIER", "rsa-tier", "ram|ssd", "RSA: kind of RSA nodes (#RSA_TIER)", "ram"},
+	 "/home/alice/bin/pack.sh out.tar", RSA_KIND_ARGV, NULL},
+	{"NODES", "rsa-nodes", "n",
+	 "RSA: number of RSA nodes (#RSA_NODES)",
+	 "2", RSA_KIND_NODES, NULL},
+	{"TIER", "rsa-tier", "ram|ssd|auto",
+	 "RSA: kind of RSA nodes (#RSA_TIER)",
+	 "ram", RSA_KIND_CHOICE, CHOICES_TIER},
 	{"CAPACITY", "rsa-capacity", "size",
-	 "RSA: RAMDISK space the job needs, e.g. 512G (#RSA_CAPACITY)", "512G"},
+	 "RSA: RAMDISK space the job needs, e.g. 512G (#RSA_CAPACITY)",
+	 "512G", RSA_KIND_CAPACITY, NULL},
 	{"STAGE_OUT", "rsa-stage-out", "rsync|tar",
-	 "RSA: how output is staged out (#RSA_STAGE_OUT)", "rsync"},
+	 "RSA: how output is staged out (#RSA_STAGE_OUT)",
+	 "rsync", RSA_KIND_CHOICE, CHOICES_STAGE_OUT},
 	{"EARLY_START", "rsa-early-start", "fallback|wait|union",
 	 "RSA: if the job starts before its stage-in finished (#RSA_EARLY_START)",
-	 "fallback"},
+	 "fallback", RSA_KIND_CHOICE, CHOICES_EARLY_START},
 	{"INPUT", "rsa-input", "ro|rw",
-	 "RSA: staged input read-only or writable (#RSA_INPUT)", "ro"},
+	 "RSA: staged input read-only or writable (#RSA_INPUT)",
+	 "ro", RSA_KIND_CHOICE, CHOICES_INPUT},
 	{"RESET", "rsa-reset", "input-done|time",
 	 "RSA: when the RAMDISK switches from input to output (#RSA_RESET)",
-	 "input-done"},
+	 "input-done", RSA_KIND_RESET, NULL},
 };
-
-static const char *const TIERS[] = {"ram", "ssd", NULL};
-static const char *const STAGE_OUTS[] = {"rsync", "tar", NULL};
-static const char *const EARLY_STARTS[] = {"fallback", "wait", "union", NULL};
-static const char *const INPUTS[] = {"ro", "rw", NULL};
+/* END GENERATED: tables */
 
 int rsa_directive_by_name(const char *name)
 {
@@ -496,34 +510,23 @@ int rsa_check_value(int d, const char *raw, char **out)
 		rsa_buf_printf(&msg, "RSA_%s has an empty value; write e.g. #RSA_%s=%s", NAME(d),
 			   NAME(d), rsa_directives[d].example);
 	} else {
-		switch (d) {
-		case RSA_DATA_IN:
-		case RSA_DATA_OUT:
+		switch (rsa_directives[d].kind) {
+		case RSA_KIND_PATH:
 			rc = parse_path(d, &ws, &ok, &msg);
 			break;
-		case RSA_PREPROCESS:
-		case RSA_POSTPROCESS:
+		case RSA_KIND_ARGV:
 			rc = parse_argv(d, &ws, &ok, &msg);
 			break;
-		case RSA_NODES:
+		case RSA_KIND_NODES:
 			rc = parse_nodes(d, &ws, &ok, &msg);
 			break;
-		case RSA_TIER:
-			rc = parse_choice(d, &ws, TIERS, &ok, &msg);
-			break;
-		case RSA_CAPACITY:
+		case RSA_KIND_CAPACITY:
 			rc = parse_capacity(d, &ws, &ok, &msg);
 			break;
-		case RSA_STAGE_OUT:
-			rc = parse_choice(d, &ws, STAGE_OUTS, &ok, &msg);
+		case RSA_KIND_CHOICE:
+			rc = parse_choice(d, &ws, rsa_directives[d].choices, &ok, &msg);
 			break;
-		case RSA_EARLY_START:
-			rc = parse_choice(d, &ws, EARLY_STARTS, &ok, &msg);
-			break;
-		case RSA_INPUT:
-			rc = parse_choice(d, &ws, INPUTS, &ok, &msg);
-			break;
-		case RSA_RESET:
+		case RSA_KIND_RESET:
 			rc = parse_reset(d, &ws, &ok, &msg);
 			break;
 		}
@@ -543,6 +546,5 @@ int rsa_check_value(int d, const char *raw, char **out)
 
 char *rsa_exclusive_options_message(void)
 {
-	return strdup("RSA_STAGE_OUT and RSA_POSTPROCESS both choose how output is staged out "
-		      "(--rsa-stage-out and --rsa-postprocess); keep one");
+	return strdup(RSA_MSG_EXCLUSIVE_OPTIONS);
 }

@@ -13,7 +13,9 @@
 
 #include <stddef.h>
 
-/* Directives in declaration order (directives.DIRECTIVES). */
+/* Directives in declaration order (rsa_scheduler/core/grammar.py: GRAMMAR). */
+/* BEGIN GENERATED: directives */
+/* generated from rsa_scheduler/core/grammar.py by `make grammar`; do not edit */
 enum rsa_directive {
 	RSA_DATA_IN,
 	RSA_DATA_OUT,
@@ -28,6 +30,17 @@ enum rsa_directive {
 	RSA_RESET,
 	RSA_NDIRECTIVES
 };
+/* END GENERATED: directives */
+
+/* How a directive's words become its value: one parser per kind (core/grammar.py: Kind). */
+enum rsa_kind {
+	RSA_KIND_PATH,
+	RSA_KIND_ARGV,
+	RSA_KIND_NODES,
+	RSA_KIND_CAPACITY,
+	RSA_KIND_CHOICE,
+	RSA_KIND_RESET
+};
 
 struct rsa_directive_info {
 	const char *name;    /* "DATA_IN" */
@@ -35,6 +48,8 @@ struct rsa_directive_info {
 	const char *arginfo; /* one word for --help */
 	const char *usage;   /* the --help text */
 	const char *example; /* shown when the value is empty */
+	enum rsa_kind kind;
+	const char *const *choices; /* RSA_KIND_CHOICE: the values, NULL-terminated */
 };
 
 extern const struct rsa_directive_info rsa_directives[RSA_NDIRECTIVES];

@@ -11,8 +11,11 @@
 
 /* Bounds shared with directives.py and job_submit.lua: the longest value checked (bytes;
  * a longer one is refused without being split) and the characters of user text quoted. */
+/* BEGIN GENERATED: limits */
+/* generated from rsa_scheduler/core/grammar.py by `make grammar`; do not edit */
 #define RSA_MAX_LINE 16384
 #define RSA_QUOTE_MAX 200
+/* END GENERATED: limits */
 
 /* A growable string; any allocation failure poisons it (s == NULL) for good. */
 struct rsa_buf {

@@ -368,6 +368,9 @@ def test_value_from_the_defaults_is_flagged() -> None:
         ),
         ("allocation:\n  default_tier: ssd\n", "allocation.default_tier", "tier ssd has no nodes"),
         ("allocation:\n  default_tier: nvme\n", "allocation.default_tier", "one of ram, ssd"),
+        # a job may ask for `auto` (the allocator chooses); no node is in it
+        ("allocation:\n  default_tier: auto\n", "allocation.default_tier",
+         "one of ram, ssd, got string 'auto'"),
         (
             "allocation:\n  min_nodes: 5\n",
             "allocation.min_nodes",
@@ -442,6 +445,7 @@ def test_error(snippet: str, key: str, reason: str) -> None:
         ),
         ("- {names: rsa1, capacity: 1G, ssh_port: 0}", "pool.nodes[0].ssh_port", "must be >= 1"),
         ("- {names: rsa1, capacity: 1G, tier: disk}", "pool.nodes[0].tier", "one of ram, ssd"),
+        ("- {names: rsa1, capacity: 1G, tier: auto}", "pool.nodes[0].tier", "ram, ssd, got"),
         ("- {names: rsa1, capacity: 1G, pool_dir: shm}", "pool.nodes[0].pool_dir", "absolute path"),
         ("- {names: rsa1, capacity: 1G, size: 1G}", "pool.nodes[0].size", "unknown key"),
     ],

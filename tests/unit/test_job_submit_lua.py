@@ -152,7 +152,7 @@ def test_messages_are_not_format_strings(lua: str, tmp_path: Path) -> None:
     script = tmp_path / "pct.sh"
     script.write_bytes(b"#!/bin/sh\n#RSA_TIER=%s%d%%\n")
     got = run_many(lua, [script])[str(script)]
-    assert got.msgs == ["2: RSA_TIER must be one of ram, ssd, got '%s%d%%'"]
+    assert got.msgs == ["2: RSA_TIER must be one of ram, ssd, auto, got '%s%d%%'"]
 
 
 def test_non_batch_jobs_untouched(lua: str, tmp_path: Path) -> None:
@@ -369,7 +369,7 @@ def test_options_merge_cases(lua: str, tmp_path: Path) -> None:
          ["2: #RSA_DATA_IN='/pfs/a' conflicts with --rsa-data-in='/pfs/b'; keep one"]),
         (None, [b"RSA_TIER=nvme", b"RSA_NODES=x"], -1,
          ["--rsa-nodes: RSA_NODES must be a whole number of RSA nodes, at least 1, got 'x'",
-          "--rsa-tier: RSA_TIER must be one of ram, ssd, got 'nvme'"]),
+          "--rsa-tier: RSA_TIER must be one of ram, ssd, auto, got 'nvme'"]),
         (b"#!/bin/sh\n#RSA_STAGE_OUT=tar\n", [b"RSA_POSTPROCESS=/bin/pack"], -1,
          ["2: RSA_STAGE_OUT and RSA_POSTPROCESS both choose how output is staged out "
           "(line 2 and --rsa-postprocess); keep one"]),

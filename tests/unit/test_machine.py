@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from rsa_scheduler.core.actions import ActionKind, Outcome, Result
-from rsa_scheduler.core.directives import Reset
-from rsa_scheduler.core.policy import EarlyStart, NodeState, StagingPolicy
+from rsa_scheduler.core.allocator import Pool, Request
+from rsa_scheduler.core.directives import DirectiveSpec, Reset
+from rsa_scheduler.core.policy import EarlyStart, NodeState, StagingPolicy, Tier
 from rsa_scheduler.core.scheduler import (
     CommandRefused,
     Decision,
@@ -525,3 +527,39 @@ def test_the_settle_survives_a_restart() -> None:
     again = Scheduler.replay(make_pool(), StagingPolicy(on_deck_settle=5.0), d.log)
     assert again.records["10"].not_before == 105.0
     assert kinds(again.tick(103)) == []
+
+
+# ---- #RSA_TIER=auto: the allocator chooses the tier ------------------------------------
+
+
+class _ChoosingPool(Pool):
+    """A pool whose allocator answers `auto` with RAM nodes, as a choosing one may."""
+
+    def allocate(self, req: Request) -> Any:
+        return super().allocate(replace(req, tier=Tier.RAM) if req.tier is Tier.AUTO else req)
+
+
+def test_a_tier_auto_job_builds_on_the_tier_of_the_nodes_it_got() -> None:
+    pool = make_pool(n_ram=2)
+    d = Driver(Scheduler(_ChoosingPool(pool.nodes(), pool.policy), StagingPolicy()))
+    d.observe(obs("10", "PENDING", "Resources", DirectiveSpec(data_in="/pfs/in",
+                                                              tier=Tier.AUTO)))
+    build = d.sched.records["10"].pending
+    assert build is not None and build.kind is A.BUILD_FS
+    assert build.args["tier"] is None  # the executor takes the allocated nodes' tier
+    d.observe(obs("11", "PENDING", "Resources", DirectiveSpec(data_in="/pfs/in",
+                                                              tier=Tier.RAM)))
+    other = d.sched.records["11"].pending
+    assert other is not None and other.args["tier"] == "ram"
+
+
+def test_a_tier_auto_job_gets_an_answer_from_any_allocator() -> None:
+    """Until the allocator chooses, `auto` is declined with one line; never an exception."""
+    d = Driver(make_scheduler())
+    d.observe(obs("10", "PENDING", "Resources", DirectiveSpec(data_in="/pfs/in",
+                                                              tier=Tier.AUTO)))
+    rec = d.sched.records["10"]
+    if rec.pending is not None:  # an allocator that chooses
+        assert rec.pending.kind is A.BUILD_FS and rec.pending.args["tier"] is None
+    else:
+        assert d.state("10") == "declined" and "RSA_TIER=auto" in rec.message

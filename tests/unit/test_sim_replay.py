@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 
 from rsa_scheduler.cli.sim import parse_tiers, sim
@@ -150,6 +151,9 @@ def test_parse_tiers() -> None:
     (ram, ssd) = parse_tiers("ram:2:64G:1G,ssd:3")
     assert ram == TierSpec(Tier.RAM, 2, 64 * GIB, float(GIB))
     assert (ssd.tier, ssd.count, ssd.capacity) == (Tier.SSD, 3, 128 * GIB)
+    for not_a_node_tier in ("auto:2", "nvme:2"):
+        with pytest.raises(click.BadParameter):
+            parse_tiers(not_a_node_tier)
 
 
 # ---- invariants ------------------------------------------------------------------------------

@@ -313,7 +313,7 @@ def test_help_lists_every_option(slurm_conf: Path, build: Path, how: str) -> Non
      "--rsa-data-in: RSA_DATA_IN must be an absolute path, got 'data/in'"),
     (["--rsa-data-out=/a/../b"], "--rsa-data-out: RSA_DATA_OUT must not contain '.' or '..' "
      "components, got '/a/../b'; write the direct path"),
-    (["--rsa-tier=nvme"], "--rsa-tier: RSA_TIER must be one of ram, ssd, got 'nvme'"),
+    (["--rsa-tier=nvme"], "--rsa-tier: RSA_TIER must be one of ram, ssd, auto, got 'nvme'"),
     (["--rsa-stage-out=tra"],
      "--rsa-stage-out: RSA_STAGE_OUT must be one of rsync, tar, got 'tra'; did you mean tar?"),
     (["--rsa-nodes", "two"],
@@ -346,7 +346,7 @@ def test_bad_value_in_an_sbatch_line_is_refused_too(slurm_conf: Path) -> None:
     script.write_text("#!/bin/sh\n#SBATCH --rsa-tier=nvme\ntrue\n")
     done = sbatch(slurm_conf, "-t", "1", str(script))
     assert done.stderr.splitlines()[0] == (
-        "sbatch: error: --rsa-tier: RSA_TIER must be one of ram, ssd, got 'nvme'")
+        "sbatch: error: --rsa-tier: RSA_TIER must be one of ram, ssd, auto, got 'nvme'")
 
 
 def test_good_values_pass_the_plugin(slurm_conf: Path) -> None:
