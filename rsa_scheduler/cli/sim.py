@@ -26,6 +26,7 @@ from rsa_scheduler.core.policy import (
     StageOut,
     StagingPolicy,
     Tier,
+    node_tier,
 )
 from rsa_scheduler.core.units import format_duration, parse_size
 from rsa_scheduler.errors import ScenarioError
@@ -170,7 +171,7 @@ def parse_tiers(text: str) -> tuple[TierSpec, ...]:
         try:
             if not 2 <= len(bits) <= 4:
                 raise ValueError("expected TIER:COUNT[:CAPACITY[:BANDWIDTH]]")
-            tier = Tier(bits[0])
+            tier = node_tier(bits[0])
             count = int(bits[1])
             if count < 0:
                 raise ValueError("COUNT must be >= 0")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -23,6 +23,7 @@ from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
 from rsa_scheduler.core.allocator import Pool, RsaNode
 from rsa_scheduler.core.policy import (
+    NODE_TIERS,
     AllocationPolicy,
     EarlyStart,
     ResetTrigger,
@@ -56,6 +57,8 @@ DEFAULT_POOL_DIRS: Mapping[Tier, Path] = {
     Tier.RAM: Path("/dev/shm/rsa"),
     Tier.SSD: Path("/var/lib/rsa-ssd"),
 }
+
+MAX_PRICE = 1e12  # per RSA node-hour: past this a price is a typo
 
 # Placeholders allowed in `pool.nodes[].address`.
 ADDRESS_FIELDS: tuple[str, ...] = ("name", "num")
@@ -156,6 +159,18 @@ class Int(Kind):
 
 
 @dataclass(frozen=True, slots=True)
+class Number(Kind):
+    """A finite decimal number (an int is accepted too)."""
+
+    min: float
+    max: float
+
+    @property
+    def label(self) -> str:
+        return f"number {self.min:g}–{self.max:g}"
+
+
+@dataclass(frozen=True, slots=True)
 class Duration(Kind):
     positive: bool = True  # False: zero is allowed
     max: float = MAX_DURATION  # seconds; longer values are rejected
@@ -188,8 +203,10 @@ class Choice(Kind):
     enum_cls: type[enum.StrEnum] | None = None  # convert to this enum; None keeps the string
 
     @classmethod
-    def of(cls, enum_cls: type[enum.StrEnum]) -> Choice:
-        return cls(tuple(m.value for m in enum_cls), enum_cls)
+    def of(cls, enum_cls: type[enum.StrEnum],
+           members: Iterable[enum.StrEnum] | None = None) -> Choice:
+        """The enum's values (or only ``members``'), converted to the enum."""
+        return cls(tuple(m.value for m in (enum_cls if members is None else members)), enum_cls)
 
     @property
     def label(self) -> str:
@@ -241,10 +258,15 @@ class ListOf(Kind):
 class MapOf(Kind):
     keys: type[enum.StrEnum]
     value: Kind
+    members: tuple[enum.StrEnum, ...] = ()  # the keys allowed; () for every member of `keys`
+
+    @property
+    def key_values(self) -> tuple[str, ...]:
+        return tuple(m.value for m in (self.members or self.keys))
 
     @property
     def label(self) -> str:
-        return f"mapping {'/'.join(m.value for m in self.keys)} → {self.value.label}"
+        return f"mapping {'/'.join(self.key_values)} → {self.value.label}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,7 +478,8 @@ class PoolNodeGroup:
         metadata=meta(Hostlist(), 'Node names as a ClusterShell hostlist, e.g. "rsa[01-04]".')
     )
     capacity: int = field(metadata=meta(Size(), "Pool size on each node, e.g. `64G`, `3.5T`."))
-    tier: Tier = field(default=Tier.RAM, metadata=meta(Choice.of(Tier), "Storage tier."))
+    tier: Tier = field(default=Tier.RAM,
+                       metadata=meta(Choice.of(Tier, NODE_TIERS), "Storage tier."))
     address: str | None = field(
         default=None,
         metadata=meta(
@@ -614,7 +637,7 @@ class BeeondConfig:
 class FilesystemConfig:
     backend: Mapping[Tier, str] = field(
         metadata=meta(
-            MapOf(Tier, Choice(FS_BACKENDS)),
+            MapOf(Tier, Choice(FS_BACKENDS), NODE_TIERS),
             "Filesystem plugin per tier. `tmpfs` serves a single RSA node (requires "
             "`allocation.max_nodes` and `allocation.max_request` of 1 when its tier has nodes).",
         )
@@ -847,7 +870,19 @@ EXTERNAL_SETTINGS: dict[type, dict[str, Setting]] = {
         "min_nodes": Setting(Int(1, MAX_NODES), "Fewest RSA nodes a job gets."),
         "max_nodes": Setting(Int(1, MAX_NODES), "Most RSA nodes a job gets by the ratio."),
         "max_request": Setting(Int(1, MAX_NODES), "Largest `#RSA_NODES` a job may ask for."),
-        "default_tier": Setting(Choice.of(Tier), "Tier used when a job does not ask."),
+        "default_tier": Setting(Choice.of(Tier), "Tier used when a job does not ask "
+                                "(`#RSA_TIER`); `auto`: the cheapest tier that meets the "
+                                "job's size and bandwidth (docs/allocation.md)."),
+        "price": Setting(MapOf(Tier, Number(0, MAX_PRICE), NODE_TIERS),
+                         "Price of one RSA node-hour per tier, in the site's own unit: "
+                         "what tier `auto` minimises (nodes × price)."),
+        "bandwidth": Setting(MapOf(Tier, Size(), NODE_TIERS),
+                             "Bandwidth of one RSA node per tier, per second (measure it: "
+                             "docs/allocation.md); tier `auto` gives a job enough nodes to "
+                             "move its `#RSA_CAPACITY` within `io_time`."),
+        "io_time": Setting(Duration(max=DAY), "Tier `auto`: the time in which a job's "
+                           "`#RSA_CAPACITY` must be movable (seed 000's checkpoint time "
+                           "target); its bandwidth need is capacity / io_time."),
     }
 }
 

@@ -20,7 +20,7 @@ from rsa_scheduler.core.actions import TRACKED, Action, ActionKind, action_id
 from rsa_scheduler.core.allocator import PolicyViolation, Request
 from rsa_scheduler.core.directives import DirectiveSpec
 from rsa_scheduler.core.events import Event
-from rsa_scheduler.core.policy import EarlyStart, ResetTrigger, StageOut, StagingPolicy
+from rsa_scheduler.core.policy import EarlyStart, ResetTrigger, StageOut, StagingPolicy, Tier
 from rsa_scheduler.core.states import HOLDS_USER_DATA, JobState, RsaState
 from rsa_scheduler.core.transitions import (
     JOB_TRIGGERS,
@@ -44,6 +44,7 @@ class PoolPort(Protocol):
 
     def allocate(self, req: Request) -> Any: ...  # NodeSet | None; raises PolicyViolation
     def release(self, job_id: str) -> Any: ...  # NodeSet
+    def explain(self, job_id: str) -> str: ...  # why tier auto chose them ("" otherwise)
 
 
 #: which timers stay armed in which states; a state change drops the others
@@ -206,7 +207,9 @@ def _args(kind: ActionKind, rec: JobRecord, policy: StagingPolicy, note: str,
     spec = rec.spec
     common: dict[str, Any] = {"user": rec.user, "nodes": rec.nodes}
     if kind is ActionKind.BUILD_FS:
-        return {**common, "tier": spec.tier.value if spec.tier else None}
+        # auto: the executor takes the tier of the nodes (an allocation is one tier)
+        tier = spec.tier.value if spec.tier and spec.tier is not Tier.AUTO else None
+        return {**common, "tier": tier}
     if kind is ActionKind.STAGE_IN:
         # union: the job may read the RAMDISK while it fills, so files appear atomically
         atomic = (spec.early_start or policy.early_start) is EarlyStart.UNION
@@ -407,7 +410,7 @@ def _try_allocate(rec: JobRecord, pool: PoolPort, policy: StagingPolicy, now: fl
     rec.nodes = str(got)
     rec.cycle += 1
     rec.failures = {k: v for k, v in rec.failures.items() if k == ActionKind.BUILD_FS.value}
-    return Trigger.NODES_ALLOCATED, ""
+    return Trigger.NODES_ALLOCATED, pool.explain(rec.job_id)
 
 
 def _check_invariant(rec: JobRecord, src: RsaState, dst: RsaState, trigger: Trigger,

@@ -7,7 +7,10 @@ policy. Stdlib only; must not import any other rsa_scheduler module.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 
 class Tier(enum.StrEnum):
@@ -15,6 +18,28 @@ class Tier(enum.StrEnum):
 
     RAM = "ram"
     SSD = "ssd"
+    AUTO = "auto"
+
+
+#: The tiers an RSA node can be in (config, simulator). A job may ask for more: ``Tier``
+#: values beyond these are choices the allocator makes for it.
+NODE_TIERS: tuple[Tier, ...] = (Tier.RAM, Tier.SSD)
+
+
+def node_tier(text: str) -> Tier:
+    """The tier ``text`` names if a node can be in it; ValueError otherwise."""
+    tier = Tier(text)
+    if tier not in NODE_TIERS:
+        raise ValueError(f"no RSA node is in tier {tier}: use {' or '.join(NODE_TIERS)}")
+    return tier
+
+
+#: Default price of one RSA node-hour per tier, in the site's own unit (seed 000 §III.B:
+#: unit costs are the site's). 4:1 is our placeholder ratio of DRAM to SSD node prices.
+DEFAULT_PRICES: Mapping[Tier, float] = MappingProxyType({Tier.RAM: 4.0, Tier.SSD: 1.0})
+#: Default bandwidth of one RSA node per tier, bytes/s (docs/allocation.md says why).
+DEFAULT_BANDWIDTH: Mapping[Tier, int] = MappingProxyType({Tier.RAM: 5 << 30,
+                                                          Tier.SSD: 1536 << 20})
 
 
 class EarlyStart(enum.StrEnum):
@@ -47,6 +72,11 @@ class AllocationPolicy:
     ``ratio`` compute nodes per RSA node (rounded up); the result is clamped to
     ``[min_nodes, max_nodes]``. A job may ask for a count itself (``#RSA_NODES``); it is
     honoured if ``<= max_request``.
+
+    The cost model of tier ``auto`` (seed 000 §III.B; docs/allocation.md): ``price`` of one
+    RSA node-hour and ``bandwidth`` (bytes/s) of one RSA node, per tier; a job with
+    ``#RSA_CAPACITY`` needs ``capacity / io_time`` bytes/s (seed 000: checkpoint within a
+    target time), and auto gives it the cheapest allocation that has that bandwidth.
     """
 
     ratio: int = 32
@@ -54,6 +84,9 @@ class AllocationPolicy:
     max_nodes: int = 8
     max_request: int = 16
     default_tier: Tier = Tier.RAM
+    price: Mapping[Tier, float] = field(default_factory=lambda: DEFAULT_PRICES)
+    bandwidth: Mapping[Tier, int] = field(default_factory=lambda: DEFAULT_BANDWIDTH)
+    io_time: float = 300.0
 
     def __post_init__(self) -> None:
         if self.ratio < 1:
@@ -64,6 +97,38 @@ class AllocationPolicy:
             raise ValueError("max_nodes must be >= min_nodes")
         if self.max_request < 1:
             raise ValueError("max_request must be >= 1")
+        for tier, price in self.price.items():
+            if tier not in NODE_TIERS:
+                raise ValueError(f"price of tier {tier}: only {_tiers()} have prices")
+            if not (math.isfinite(price) and price >= 0):
+                raise ValueError(f"price of tier {tier} must be a number >= 0, got {price}")
+        for tier, bw in self.bandwidth.items():
+            if tier not in NODE_TIERS:
+                raise ValueError(f"bandwidth of tier {tier}: only {_tiers()} have one")
+            if bw < 1:
+                raise ValueError(f"bandwidth of tier {tier} must be > 0 bytes/s")
+        if not (math.isfinite(self.io_time) and self.io_time > 0):
+            raise ValueError("io_time must be > 0")
+
+    def price_of(self, tier: Tier) -> float:
+        """Price of one RSA node-hour of ``tier`` (the default when not set)."""
+        return self.price.get(tier, DEFAULT_PRICES.get(tier, 0.0))
+
+    def bandwidth_of(self, tier: Tier) -> int:
+        """Bytes/s one RSA node of ``tier`` delivers (the default when not set)."""
+        return self.bandwidth.get(tier, DEFAULT_BANDWIDTH.get(tier, 1))
+        if self.ratio < 1:
+            raise ValueError("ratio must be >= 1")
+        if self.min_nodes < 1:
+            raise ValueError("min_nodes must be >= 1")
+        if self.max_nodes < self.min_nodes:
+            raise ValueError("max_nodes must be >= min_nodes")
+        if self.max_request < 1:
+            raise ValueError("max_request must be >= 1")
+
+
+def _tiers() -> str:
+    return ", ".join(t.value for t in NODE_TIERS)
 
 
 class ResetTrigger(enum.StrEnum):

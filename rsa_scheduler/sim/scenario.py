@@ -25,6 +25,7 @@ from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 from rsa_scheduler.core.actions import TRACKED, ActionKind, Result
 from rsa_scheduler.core.directives import DirectiveErrors, DirectiveSpec, parse_directives
 from rsa_scheduler.core.policy import (
+    NODE_TIERS,
     AllocationPolicy,
     EarlyStart,
     NodeState,
@@ -32,6 +33,7 @@ from rsa_scheduler.core.policy import (
     StageOut,
     StagingPolicy,
     Tier,
+    node_tier,
 )
 from rsa_scheduler.core.scheduler import OPERATOR_COMMANDS, USER_COMMANDS
 from rsa_scheduler.core.states import (
@@ -305,7 +307,8 @@ class _Parser:
                 if n in seen:
                     self.fail((*p, "names"), f"RSA node {n} is listed twice")
                 seen.add(n)
-            tier = self.choice(d.get("tier", "ram"), (*p, "tier"), Tier, [t.value for t in Tier])
+            tier = self.choice(d.get("tier", "ram"), (*p, "tier"), node_tier,
+                               [t.value for t in NODE_TIERS])
             try:
                 capacity = parse_size(self.text(d.get("capacity", "64G"), (*p, "capacity")))
             except ValueError as e:
