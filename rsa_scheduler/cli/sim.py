@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TextIO
 
 import click
 
 from rsa_scheduler.core.policy import (
+    NODE_TIERS,
     AllocationPolicy,
     EarlyStart,
     ResetTrigger,
@@ -28,7 +29,7 @@ from rsa_scheduler.core.policy import (
     Tier,
     node_tier,
 )
-from rsa_scheduler.core.units import format_duration, parse_size
+from rsa_scheduler.core.units import format_duration, parse_duration, parse_size
 from rsa_scheduler.errors import ScenarioError
 from rsa_scheduler.sim import SimResult, SimulationBroken, load_scenario, simulate
 from rsa_scheduler.sim.cluster import ORDERINGS, ReplayConfig, TierSpec
@@ -220,6 +221,111 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> floa
     return float(n)
 
 
+def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    try:
+        seconds = parse_duration(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from e
+    if seconds <= 0:
+        raise click.BadParameter("must be > 0")
+    return seconds
+
+
+#: the model options replay and plan share (docs/simulator.md)
+MODEL_OPTIONS = [
+    click.option("--io-time", default="5m", show_default=True, callback=_duration,
+                 help="Tier auto: a job's #RSA_CAPACITY must be movable within this (its "
+                 "bandwidth need, seed 000's checkpoint time target)."),
+    click.option("--ordering", type=click.Choice(ORDERINGS), default="fifo",
+                 show_default=True,
+                 help="Stage-out ordering on the PFS: all at once (fifo); at most --alpha at a "
+                 "time, smallest first (sjf) or priority then smallest (trio)."),
+    click.option("--alpha", type=click.IntRange(min=1), default=2, show_default=True,
+                 help="Concurrent stage-outs under sjf/trio (seed 003's α)."),
+    click.option("--procs", type=click.IntRange(min=1),
+                 help="Processors of the compute cluster (default: the trace's MaxProcs)."),
+    click.option("--procs-per-node", type=click.IntRange(min=1),
+                 help="Default: MaxProcs / MaxNodes of the trace header, else 1."),
+    click.option("--ratio", type=click.IntRange(min=1), default=32, show_default=True,
+                 help="Compute nodes per RSA node (seed 004 §3.1 proportional allocation)."),
+    click.option("--max-nodes", type=click.IntRange(min=1), default=8, show_default=True,
+                 help="Most RSA nodes one job gets from the proportional share."),
+    click.option("--pfs-bw", callback=_size, default="20G", show_default=True,
+                 help="The PFS's aggregate bandwidth per second, shared by all transfers."),
+    click.option("--client-bw", callback=_size, default="1G", show_default=True,
+                 help="One compute node's bandwidth per second to any storage."),
+    click.option("--io-per-proc", callback=_size, default="1G", show_default=True,
+                 help="Median input per processor of the synthetic volume model."),
+    click.option("--fpp", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
+                 help="Share of jobs writing one file per process (synthetic model)."),
+    click.option("--stage-out", type=click.Choice([m.value for m in StageOut]),
+                 help="Every job's stage-out method (tar aggregates many files into "
+                 "one)."),
+    click.option("--prices", default="",
+                 help="Per node-hour: compute=1,ram=4,ssd=1 (default); ram and ssd "
+                 "are also tier auto's prices."),
+    click.option("--seed", type=int, default=1, show_default=True,
+                 help="Seed of the synthetic volume model."),
+    click.option("--early-start", type=click.Choice([e.value for e in EarlyStart
+                                                     if e is not EarlyStart.UNION]),
+                 default="fallback", show_default=True,
+                 help="A job that starts before its stage-in is done reads the PFS "
+                 "(fallback, seed 004 §3.1) or its Prolog holds it until staged (wait)."),
+    click.option("--on-deck", type=click.IntRange(min=1), default=1, show_default=True,
+                 help="Queued jobs Slurm shows pending on Resources (FIFO: the first one)."),
+    click.option("--check-stride", type=click.IntRange(min=1), default=1, show_default=True,
+                 help="Replay-check every Nth window of 20000 logged events (1: all)."),
+    click.option("--pfs-create", type=click.FloatRange(min=0.0), default=83.27 / 2048,
+                 show_default=True, help="Seconds to create one file when a job's processes "
+                 "create theirs in one PFS directory (seed 004 Table 3: 83.27 s / 2048)."),
+    click.option("--rsa-create", type=click.FloatRange(min=0.0), default=0.43 / 2048,
+                 show_default=True, help="Seconds to create one file on a RAMDISK (seed 004 "
+                 "Table 3: 0.43 s / 2048)."),
+]
+
+
+def model_options(f: Callable[..., None]) -> Callable[..., None]:
+    for option in reversed(MODEL_OPTIONS):
+        f = option(f)
+    return f
+
+
+def build_config(trace: str, specs: tuple[TierSpec, ...], *, ordering: str, alpha: int,
+                 procs: int | None, procs_per_node: int | None, ratio: int, max_nodes: int,
+                 pfs_bw: float, client_bw: float, io_per_proc: float, fpp: float,
+                 stage_out: str | None, prices: str, seed: int, early_start: str,
+                 on_deck: int, check_stride: int, pfs_create: float, rsa_create: float,
+                 io_time: float, limit: int | None = None) -> ReplayConfig:
+    """The replay's site from the command line and the trace's header. The allocator's
+    cost model is the same prices (per node-hour) and per-node bandwidths."""
+    header = read_header(trace)
+    max_procs = procs or header.int_field("MaxProcs")
+    if max_procs is None:
+        raise click.UsageError(f"{trace}: the trace has no MaxProcs header: give --procs")
+    ppn = procs_per_node
+    if ppn is None:
+        max_nodes_h = header.int_field("MaxNodes")
+        hp = header.int_field("MaxProcs")
+        ppn = hp // max_nodes_h if hp and max_nodes_h and hp >= max_nodes_h else 1
+    io = IoParams(pfs_bw=pfs_bw, client_bw=client_bw,
+                  tier_bw={t.tier: t.bw for t in specs}, seed=seed,
+                  io_per_proc=io_per_proc, fpp_fraction=fpp,
+                  pfs_create_shared_s=pfs_create, rsa_create_s=rsa_create)
+    price = parse_prices(prices)
+    policy = AllocationPolicy(
+        ratio=ratio, max_nodes=max_nodes, max_request=max(16, max_nodes),
+        default_tier=specs[0].tier if len(specs) == 1 else Tier.AUTO,
+        price={t: price[t.value] for t in NODE_TIERS},
+        bandwidth={t.tier: max(int(t.bw), 1) for t in specs}, io_time=io_time)
+    return ReplayConfig(
+        procs=max_procs, procs_per_node=ppn, tiers=specs, allocation=policy,
+        staging=StagingPolicy(reset_trigger=ResetTrigger.INPUT_DONE,
+                              early_start=EarlyStart(early_start)),
+        io=io, stage_out=StageOut(stage_out) if stage_out else None,
+        ordering=ordering, alpha=alpha, prices=price, on_deck=on_deck,
+        check_stride=check_stride, limit=limit)
+
+
 @sim.command("replay")
 @click.option("--swf", "trace", required=True, type=click.Path(dir_okay=False),
               help="Standard Workload Format trace (Parallel Workloads Archive).")
@@ -227,58 +333,13 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> floa
               help="RAM RSA nodes (default 16); the same as --tiers ram:N.")
 @click.option("--tiers", help="RSA nodes per tier: TIER:COUNT[:CAPACITY[:BANDWIDTH]],... "
               "e.g. ram:16:128G:5G,ssd:16:2T:1536M (bandwidth per node per second).")
-@click.option("--ordering", type=click.Choice(ORDERINGS), default="fifo", show_default=True,
-              help="Stage-out ordering on the PFS: all at once (fifo); at most --alpha at a "
-              "time, smallest first (sjf) or priority then smallest (trio).")
-@click.option("--alpha", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Concurrent stage-outs under sjf/trio (seed 003's α).")
-@click.option("--procs", type=click.IntRange(min=1),
-              help="Processors of the compute cluster (default: the trace's MaxProcs).")
-@click.option("--procs-per-node", type=click.IntRange(min=1),
-              help="Default: MaxProcs / MaxNodes of the trace header, else 1.")
-@click.option("--ratio", type=click.IntRange(min=1), default=32, show_default=True,
-              help="Compute nodes per RSA node (seed 004 §3.1 proportional allocation).")
-@click.option("--max-nodes", type=click.IntRange(min=1), default=8, show_default=True,
-              help="Most RSA nodes one job gets from the proportional share.")
-@click.option("--pfs-bw", callback=_size, default="20G", show_default=True,
-              help="The PFS's aggregate bandwidth per second, shared by all transfers.")
-@click.option("--client-bw", callback=_size, default="1G", show_default=True,
-              help="One compute node's bandwidth per second to any storage.")
-@click.option("--io-per-proc", callback=_size, default="1G", show_default=True,
-              help="Median input per processor of the synthetic volume model.")
-@click.option("--fpp", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
-              help="Share of jobs writing one file per process (synthetic model).")
-@click.option("--stage-out", type=click.Choice([m.value for m in StageOut]),
-              help="Every job's stage-out method (tar aggregates many files into one).")
-@click.option("--prices", default="", help="Per node-hour: compute=1,ram=4,ssd=1 (default).")
-@click.option("--seed", type=int, default=1, show_default=True,
-              help="Seed of the synthetic volume model.")
-@click.option("--early-start", type=click.Choice([e.value for e in EarlyStart
-                                                  if e is not EarlyStart.UNION]),
-              default="fallback", show_default=True,
-              help="A job that starts before its stage-in is done reads the PFS "
-              "(fallback, seed 004 §3.1) or its Prolog holds it until staged (wait).")
-@click.option("--on-deck", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Queued jobs Slurm shows pending on Resources (FIFO: the first one).")
-@click.option("--check-stride", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Replay-check every Nth window of 20000 logged events (1: all).")
-@click.option("--pfs-create", type=click.FloatRange(min=0.0), default=83.27 / 2048,
-              show_default=True, help="Seconds to create one file when a job's processes "
-              "create theirs in one PFS directory (seed 004 Table 3: 83.27 s / 2048).")
-@click.option("--rsa-create", type=click.FloatRange(min=0.0), default=0.43 / 2048,
-              show_default=True, help="Seconds to create one file on a RAMDISK (seed 004 "
-              "Table 3: 0.43 s / 2048).")
+@model_options
 @click.option("--per-job", type=click.File("w"),
               help="Write one JSON line per job and run (rsa, baseline) to this file.")
 @click.option("--limit", type=click.IntRange(min=1), help="Replay only the first N jobs.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def replay(trace: str, rsa_nodes: int | None, tiers: str | None, ordering: str, alpha: int,
-           procs: int | None, procs_per_node: int | None, ratio: int, max_nodes: int,
-           pfs_bw: float, client_bw: float, io_per_proc: float, fpp: float,
-           stage_out: str | None, prices: str, seed: int, early_start: str, on_deck: int,
-           check_stride: int,
-           pfs_create: float, rsa_create: float, per_job: TextIO | None, limit: int | None,
-           as_json: bool) -> None:
+def replay(trace: str, rsa_nodes: int | None, tiers: str | None, per_job: TextIO | None,
+           limit: int | None, as_json: bool, **model: Any) -> None:
     """Replay TRACE with the RSA, then without it (the baseline), and compare.
 
     Jobs run first-come-first-served on --procs processors; each reads its input, computes
@@ -291,29 +352,7 @@ def replay(trace: str, rsa_nodes: int | None, tiers: str | None, ordering: str, 
         raise click.UsageError("give --rsa-nodes or --tiers, not both")
     specs = parse_tiers(tiers if tiers else f"ram:{rsa_nodes or 16}")
     try:
-        header = read_header(trace)
-        max_procs = procs or header.int_field("MaxProcs")
-        if max_procs is None:
-            raise click.UsageError(f"{trace}: the trace has no MaxProcs header: give --procs")
-        ppn = procs_per_node
-        if ppn is None:
-            max_nodes_h = header.int_field("MaxNodes")
-            hp = header.int_field("MaxProcs")
-            ppn = hp // max_nodes_h if hp and max_nodes_h and hp >= max_nodes_h else 1
-        io = IoParams(pfs_bw=pfs_bw, client_bw=client_bw,
-                      tier_bw={t.tier: t.bw for t in specs}, seed=seed,
-                      io_per_proc=io_per_proc, fpp_fraction=fpp,
-                      pfs_create_shared_s=pfs_create, rsa_create_s=rsa_create)
-        cfg = ReplayConfig(
-            procs=max_procs, procs_per_node=ppn, tiers=specs,
-            allocation=AllocationPolicy(ratio=ratio, max_nodes=max_nodes,
-                                        max_request=max(16, max_nodes),
-                                        default_tier=specs[0].tier),
-            staging=StagingPolicy(reset_trigger=ResetTrigger.INPUT_DONE,
-                                  early_start=EarlyStart(early_start)),
-            io=io, stage_out=StageOut(stage_out) if stage_out else None,
-            ordering=ordering, alpha=alpha, prices=parse_prices(prices), on_deck=on_deck,
-            check_stride=check_stride, limit=limit)
+        cfg = build_config(trace, specs, limit=limit, **model)
 
         def jobs() -> Iterator[SwfJob]:
             return read_swf(trace)
