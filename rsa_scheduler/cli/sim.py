@@ -1,8 +1,9 @@
 """``rsa sim``: run a scenario or replay a workload trace through the real core.
 
-Owns the command lines (``rsa sim [run] SCENARIO``, ``rsa sim replay --swf TRACE``), exit
-codes and the human-readable rendering of a run; loading and running scenarios and
-traces is :mod:`rsa_scheduler.sim`.
+Owns the command lines (``rsa sim [run] SCENARIO``, ``rsa sim replay --swf TRACE``,
+``rsa sim plan --swf TRACE --target ...``), exit codes and the human-readable rendering
+of a run; loading and running scenarios and traces, and the plan's sweep and plots, is
+:mod:`rsa_scheduler.sim`.
 
 Exit codes: 0 every expectation met (a replay that ran); 1 an expectation failed (one
 ``FAILED`` line each on stderr); 65 (EX_DATAERR) the scenario or trace file is invalid
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, TextIO
 
 import click
@@ -34,7 +36,11 @@ from rsa_scheduler.errors import ScenarioError
 from rsa_scheduler.sim import SimResult, SimulationBroken, load_scenario, simulate
 from rsa_scheduler.sim.cluster import ORDERINGS, ReplayConfig, TierSpec
 from rsa_scheduler.sim.iomodel import IoParams
+from rsa_scheduler.sim.plan import mixes, parse_target, recommend, sweep
+from rsa_scheduler.sim.replay import Replay
 from rsa_scheduler.sim.replay import replay as run_replay
+from rsa_scheduler.sim.report import summary
+from rsa_scheduler.sim.svg import CHARTS, plan_charts
 from rsa_scheduler.sim.swf import SwfJob, read_header, read_swf
 
 EX_FAILED = 1
@@ -59,6 +65,7 @@ def sim() -> None:
     \b
     rsa sim SCENARIO.yaml [--json]        a scripted scenario (same as rsa sim run)
     rsa sim replay --swf TRACE.swf --json  a Standard Workload Format trace
+    rsa sim plan --swf TRACE.swf --target mean_io_s=5m   which RSA to provision
     """
 
 
@@ -373,6 +380,109 @@ def replay(trace: str, rsa_nodes: int | None, tiers: str | None, per_job: TextIO
         click.echo(json.dumps(result, indent=2, sort_keys=False))
     else:
         click.echo(render_replay(result))
+
+
+@sim.command("plan")
+@click.option("--swf", "trace", required=True, type=click.Path(dir_okay=False),
+              help="Standard Workload Format trace (Parallel Workloads Archive).")
+@click.option("--target", "target_text", required=True,
+              help="What a configuration must meet: mean_wait_s, mean_hold_s or mean_io_s "
+              "at most a duration (mean_io_s=5m), or io_throughput at least a size per "
+              "second (io_throughput=2G).")
+@click.option("--nodes", "counts", default="4,8,16,32", show_default=True,
+              help="RSA node counts to try, comma separated.")
+@click.option("--ram-shares", default="0,0.25,0.5,0.75,1", show_default=True,
+              help="Shares of DRAM nodes to try (the rest SSD), comma separated, 0..1.")
+@click.option("--ram", "ram_node", default="128G:5G", show_default=True,
+              help="One DRAM node: CAPACITY:BANDWIDTH (per second).")
+@click.option("--ssd", "ssd_node", default="2T:1536M", show_default=True,
+              help="One SSD node: CAPACITY:BANDWIDTH (per second).")
+@model_options
+@click.option("--plots", type=click.Path(file_okay=False),
+              help="Write wait.svg, hold.svg, utilisation.svg and cost.svg here.")
+@click.option("--limit", type=click.IntRange(min=1), help="Replay only the first N jobs.")
+def plan(trace: str, target_text: str, counts: str, ram_shares: str, ram_node: str,
+         ssd_node: str, plots: str | None, limit: int | None, **model: Any) -> None:
+    """Sweep RSA node count and DRAM:SSD mix over TRACE; recommend the cheapest that meets
+    --target (seed 000's least-cost provisioning).
+
+    Each configuration is one replay with the RSA (jobs ask #RSA_TIER=auto: the allocator
+    picks each job's tier by --prices); its cost is every RSA node times its tier's price
+    per node-hour. Prints one JSON object: the baseline without the RSA, every point, the
+    recommendation, the cheapest DRAM-only configuration meeting the target, the cost
+    saving over it and the I/O throughput gained at its cost (docs/simulator.md).
+    """
+    try:
+        target = parse_target(target_text)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--target") from e
+    configs = mixes(_ints(counts, "--nodes"), _shares(ram_shares))
+    per_tier = {t.tier: t for t in (_node_spec(Tier.RAM, ram_node, "--ram"),
+                                    _node_spec(Tier.SSD, ssd_node, "--ssd"))}
+    try:
+        cfg = build_config(trace, tuple(per_tier.values()), limit=limit, **model)
+
+        def jobs() -> Iterator[SwfJob]:
+            return read_swf(trace)
+
+        base_run = Replay(jobs(), cfg, rsa=False, source=trace)
+        baseline = summary(base_run.run(), cfg, rsa=False, nodes=0)
+        points = sweep(jobs, cfg, configs, per_tier, target, source=trace)
+    except ScenarioError as e:
+        click.echo(f"rsa sim plan: {e}", err=True)
+        sys.exit(EX_DATAERR)
+    except SimulationBroken as e:
+        click.echo(f"rsa sim plan: invariant violated: {e}", err=True)
+        sys.exit(EX_SOFTWARE)
+    out: dict[str, Any] = {"trace": trace, **recommend(points, target)}
+    out["baseline"] = {k: baseline[k] for k in ("jobs", "mean_wait_s", "mean_hold_s",
+                                                "mean_io_s", "io_throughput")}
+    out["points"] = points
+    if plots:
+        try:
+            Path(plots).mkdir(parents=True, exist_ok=True)
+            for name, text in plan_charts(points).items():
+                (Path(plots) / name).write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise click.ClickException(f"can't write the plots to {plots}: "
+                                       f"{e.strerror or e}") from e
+        out["plots"] = sorted(str(Path(plots) / n) for n in CHARTS)
+    click.echo(json.dumps(out, indent=2))
+
+
+def _ints(text: str, hint: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: expected whole numbers, comma separated",
+                                 param_hint=hint) from None
+    if not values or min(values) < 1:
+        raise click.BadParameter(f"{text!r}: give counts >= 1", param_hint=hint)
+    return values
+
+
+def _shares(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or not all(0.0 <= v <= 1.0 for v in values):
+        raise click.BadParameter(f"{text!r}: expected shares between 0 and 1, comma "
+                                 "separated (e.g. 0,0.5,1)", param_hint="--ram-shares")
+    return values
+
+
+def _node_spec(tier: Tier, text: str, hint: str) -> TierSpec:
+    cap, sep, bw = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError("expected CAPACITY:BANDWIDTH, e.g. 128G:5G")
+        spec = TierSpec(tier, 1, parse_size(cap), float(parse_size(bw)))
+        if spec.capacity < 1 or spec.bw < 1:
+            raise ValueError("CAPACITY and BANDWIDTH must be > 0")
+    except ValueError as e:
+        raise click.BadParameter(f"{text!r}: {e}", param_hint=hint) from e
+    return spec
 
 
 def render_replay(result: dict[str, Any]) -> str:
