@@ -257,6 +257,7 @@ def fire(rec: JobRecord, trigger: Trigger, now: float, policy: StagingPolicy,
     src = rec.rsa_state
     dst, kinds, effects, note = choose(rule, rec, policy)
     follow: Trigger | None = None
+    follow_detail = ""  # said only by the follow-up transition (why tier auto chose)
 
     if dst is not src:
         _check_invariant(rec, src, dst, trigger, kinds)
@@ -264,7 +265,10 @@ def fire(rec: JobRecord, trigger: Trigger, now: float, policy: StagingPolicy,
     for eff in effects:
         if eff is Effect.TRY_ALLOCATE:
             follow, why = _try_allocate(rec, pool, policy, now)
-            detail = detail or why
+            if follow is Trigger.NODES_ALLOCATED:
+                follow_detail = why
+            else:
+                detail = detail or why
         elif eff is Effect.RELEASE_NODES:
             pool.release(rec.job_id)
         elif eff is Effect.ARM_RESET:
@@ -356,7 +360,7 @@ def fire(rec: JobRecord, trigger: Trigger, now: float, policy: StagingPolicy,
         step.events.append(Event(now, rec.job_id, "rsa.transition", ctx))
         step.actions.extend(actions)
     if follow is not None:
-        step.extend(fire(rec, follow, now, policy, pool, detail=detail))
+        step.extend(fire(rec, follow, now, policy, pool, detail=follow_detail or detail))
     return step
 
 
