@@ -271,6 +271,8 @@ class Replay:
         key = (has_in, has_out, need)
         spec = self.specs.get(key)
         if spec is None:
+            if len(self.specs) >= 4096:  # distinct sizes of a long trace: memory stays bounded
+                self.specs.clear()
             spec = DirectiveSpec(data_in="/pfs/input" if has_in else None,
                                  data_out="/pfs/output" if has_out else None,
                                  capacity=need, stage_out=self.cfg.stage_out,

@@ -930,7 +930,10 @@ def test_cli_check_json(runner: CliRunner) -> None:
         "hostlist": "rsa-ssd[1-2]",
         "capacity": "7T",
         "backend": "moosefs",
+        "price": 1.0,
+        "bandwidth": "1.5G",
     }
+    assert data["allocation"]["io_time"] == 300.0
     result = runner.invoke(cli, ["config", "check", "--json", str(CONFIGS / "bad-syntax.yaml")])
     assert result.exit_code == 1
     data = json.loads(result.stdout)
