@@ -110,6 +110,11 @@ class AllocationPolicy:
         if not (math.isfinite(self.io_time) and self.io_time > 0):
             raise ValueError("io_time must be > 0")
 
+    def __hash__(self) -> int:  # the mappings are not hashable themselves
+        return hash((self.ratio, self.min_nodes, self.max_nodes, self.max_request,
+                     self.default_tier, tuple(sorted(self.price.items())),
+                     tuple(sorted(self.bandwidth.items())), self.io_time))
+
     def price_of(self, tier: Tier) -> float:
         """Price of one RSA node-hour of ``tier`` (the default when not set)."""
         return self.price.get(tier, DEFAULT_PRICES.get(tier, 0.0))
@@ -117,14 +122,6 @@ class AllocationPolicy:
     def bandwidth_of(self, tier: Tier) -> int:
         """Bytes/s one RSA node of ``tier`` delivers (the default when not set)."""
         return self.bandwidth.get(tier, DEFAULT_BANDWIDTH.get(tier, 1))
-        if self.ratio < 1:
-            raise ValueError("ratio must be >= 1")
-        if self.min_nodes < 1:
-            raise ValueError("min_nodes must be >= 1")
-        if self.max_nodes < self.min_nodes:
-            raise ValueError("max_nodes must be >= min_nodes")
-        if self.max_request < 1:
-            raise ValueError("max_request must be >= 1")
 
 
 def _tiers() -> str:

@@ -279,3 +279,14 @@ def test_a_node_cannot_be_in_tier_auto() -> None:
                          "      tier: auto\n", file="site.yaml")
     assert any(i.key == "pool.nodes[0].tier" and "expected one of ram, ssd" in i.reason
                for i in e.value.issues)
+
+
+def test_the_policy_stays_a_hashable_value() -> None:
+    same = AllocationPolicy(default_tier=Tier.AUTO, price={Tier.RAM: 4.0, Tier.SSD: 1.0},
+                            bandwidth=POLICY.bandwidth, io_time=300.0)
+    assert same == POLICY and hash(same) == hash(POLICY)
+    assert len({POLICY, same, AllocationPolicy()}) == 2
+    with pytest.raises(ValueError, match="price of tier auto: only ram, ssd have prices"):
+        AllocationPolicy(price={Tier.AUTO: 1.0})
+    with pytest.raises(ValueError, match="io_time must be > 0"):
+        AllocationPolicy(io_time=0.0)
