@@ -176,3 +176,26 @@ def test_seed000_ssd_saves_cost_at_fixed_io_time_and_gains_throughput_at_fixed_c
     assert out["saving_vs_ram_only"] == pytest.approx(0.6)
     assert out["throughput_gain_at_ram_only_cost"] == pytest.approx(0.4115, abs=1e-4)
     assert out["baseline"]["mean_io_s"] > 300 >= out["recommended"]["mean_io_s"]
+
+
+def test_replay_cost_is_the_cost_model_and_utilisation_is_what_jobs_held() -> None:
+    res = cli_runner().invoke(sim, ["replay", "--swf", str(SMALL), "--limit", "80", "--tiers",
+                                    "ram:3:128G:5G,ssd:5:2T:1536M", "--prices",
+                                    "compute=2,ram=6,ssd=1.5", "--json"])
+    assert res.exit_code == 0, res.stderr
+    out = json.loads(res.output)
+    hours = out["makespan_s"] / 3600
+    assert out["rsa_cost"] == pytest.approx((3 * 6 + 5 * 1.5) * hours, rel=1e-3)
+    assert out["compute_cost"] == pytest.approx(2 * out["compute_node_hours"], rel=1e-3)
+    assert out["cost"] == pytest.approx(out["compute_cost"] + out["rsa_cost"], abs=0.01)
+    tiers = out["rsa"]["tiers"]
+    assert set(tiers) == {"ram", "ssd"}
+    held = 0.0
+    for t in tiers.values():
+        assert 0 <= t["held_node_hours"] <= t["node_hours"] + 1e-6
+        assert t["utilisation"] == pytest.approx(t["held_node_hours"] / t["node_hours"],
+                                                 abs=1e-3)
+        held += t["held_node_hours"]
+    assert held > 0  # jobs did hold RSA nodes
+    assert out["rsa"]["utilisation"] == pytest.approx(held / out["rsa_node_hours"], abs=1e-3)
+    assert out["baseline"]["rsa_cost"] == 0.0
