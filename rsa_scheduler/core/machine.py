@@ -20,7 +20,13 @@ from rsa_scheduler.core.actions import TRACKED, Action, ActionKind, action_id
 from rsa_scheduler.core.allocator import PolicyViolation, Request
 from rsa_scheduler.core.directives import DirectiveSpec
 from rsa_scheduler.core.events import Event
-from rsa_scheduler.core.policy import EarlyStart, ResetTrigger, StageOut, StagingPolicy, Tier
+from rsa_scheduler.core.policy import (
+    NODE_TIERS,
+    EarlyStart,
+    ResetTrigger,
+    StageOut,
+    StagingPolicy,
+)
 from rsa_scheduler.core.states import HOLDS_USER_DATA, JobState, RsaState
 from rsa_scheduler.core.transitions import (
     JOB_TRIGGERS,
@@ -207,8 +213,8 @@ def _args(kind: ActionKind, rec: JobRecord, policy: StagingPolicy, note: str,
     spec = rec.spec
     common: dict[str, Any] = {"user": rec.user, "nodes": rec.nodes}
     if kind is ActionKind.BUILD_FS:
-        # auto: the executor takes the tier of the nodes (an allocation is one tier)
-        tier = spec.tier.value if spec.tier and spec.tier is not Tier.AUTO else None
+        # a tier a node can be in; `auto` (the allocator chose): the nodes' own, None here
+        tier = spec.tier.value if spec.tier in NODE_TIERS else None
         return {**common, "tier": tier}
     if kind is ActionKind.STAGE_IN:
         # union: the job may read the RAMDISK while it fills, so files appear atomically

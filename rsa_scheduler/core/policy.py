@@ -18,7 +18,7 @@ class Tier(enum.StrEnum):
 
     RAM = "ram"
     SSD = "ssd"
-    AUTO = "auto"
+    AUTO = "auto"  # a job's request only (#RSA_TIER=auto): the allocator chooses (seed 000)
 
 
 #: The tiers an RSA node can be in (config, simulator). A job may ask for more: ``Tier``

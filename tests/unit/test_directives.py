@@ -142,7 +142,7 @@ def test_cli_stdin() -> None:
     assert bad.returncode == 65
     assert bad.stderr.decode().splitlines() == [
         "-:1: RSA_DATA_IN must be an absolute path, got 'a'",
-        "-:2: RSA_TIER must be one of ram, ssd, got 'x'",
+        "-:2: RSA_TIER must be one of ram, ssd, auto, got 'x'",
     ]
 
 
