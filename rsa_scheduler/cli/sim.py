@@ -507,4 +507,9 @@ def render_replay(result: dict[str, Any]) -> str:
                f"{rsa['read_from_rsa']} read their input from it, {rsa['wrote_to_rsa']} "
                f"wrote their output to it; mean stage-out "
                f"{format_duration(rsa['mean_stage_out_s'])}")
+    tiers = "; ".join(f"{name} {t['nodes']} nodes, {t['held_node_hours']:g} of "
+                      f"{t['node_hours']:g} node-hours held, cost {t['cost']:g}"
+                      for name, t in rsa["tiers"].items())
+    out.append(f"  cost: compute {result['compute_cost']:g} + RSA {result['rsa_cost']:g} "
+               f"({tiers}); RSA utilisation {100 * rsa['utilisation']:.1f} %")
     return "\n".join(out)

@@ -95,6 +95,8 @@ def test_cli_text_limit_and_tiers() -> None:
     assert result.exit_code == 0, result.stderr
     assert "20 jobs replayed" in result.output and "12 RSA nodes" in result.output
     assert "stage-out ordering trio" in result.output
+    assert "cost: compute " in result.output and "(ram 4 nodes, " in result.output
+    assert "; ssd 8 nodes, " in result.output and "RSA utilisation " in result.output
 
 
 def test_cli_bad_trace_exits_65(tmp_path: Path) -> None:
