@@ -171,14 +171,16 @@ def _echo_json(data: Any) -> None:
 def summary_dict(cfg: Config) -> dict[str, Any]:
     """Pool and policy facts for ``check --json``."""
     tiers: dict[str, Any] = {}
+    policy = cfg.allocation
     for tier, nodes in cfg.pool.by_tier().items():
         tiers[tier.value] = {
             "nodes": len(nodes),
             "hostlist": str(NodeSet.fromlist([n.name for n in nodes], resolver=RESOLVER_NOGROUP)),
             "capacity": format_size_exact(sum(n.capacity for n in nodes)),
             "backend": cfg.filesystem.backend.get(tier),
+            "price": policy.price_of(tier),  # per node-hour: tier auto's cost model
+            "bandwidth": format_size_exact(policy.bandwidth_of(tier)),  # per node, per second
         }
-    policy = cfg.allocation
     return {
         "nodes": sum(t["nodes"] for t in tiers.values()),
         "tiers": tiers,
@@ -188,6 +190,7 @@ def summary_dict(cfg: Config) -> dict[str, Any]:
             "max_nodes": policy.max_nodes,
             "max_request": policy.max_request,
             "default_tier": policy.default_tier.value,
+            "io_time": policy.io_time,
         },
         "lockin": cfg.slurm.lockin.method.value,
         "warnings": list(cfg.warnings),

@@ -1,8 +1,9 @@
 """``rsa sim``: run a scenario or replay a workload trace through the real core.
 
-Owns the command lines (``rsa sim [run] SCENARIO``, ``rsa sim replay --swf TRACE``), exit
-codes and the human-readable rendering of a run; loading and running scenarios and
-traces is :mod:`rsa_scheduler.sim`.
+Owns the command lines (``rsa sim [run] SCENARIO``, ``rsa sim replay --swf TRACE``,
+``rsa sim plan --swf TRACE --target ...``), exit codes and the human-readable rendering
+of a run; loading and running scenarios and traces, and the plan's sweep and plots, is
+:mod:`rsa_scheduler.sim`.
 
 Exit codes: 0 every expectation met (a replay that ran); 1 an expectation failed (one
 ``FAILED`` line each on stderr); 65 (EX_DATAERR) the scenario or trace file is invalid
@@ -14,12 +15,14 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, TextIO
 
 import click
 
 from rsa_scheduler.core.policy import (
+    NODE_TIERS,
     AllocationPolicy,
     EarlyStart,
     ResetTrigger,
@@ -28,12 +31,16 @@ from rsa_scheduler.core.policy import (
     Tier,
     node_tier,
 )
-from rsa_scheduler.core.units import format_duration, parse_size
+from rsa_scheduler.core.units import format_duration, parse_duration, parse_size
 from rsa_scheduler.errors import ScenarioError
 from rsa_scheduler.sim import SimResult, SimulationBroken, load_scenario, simulate
 from rsa_scheduler.sim.cluster import ORDERINGS, ReplayConfig, TierSpec
 from rsa_scheduler.sim.iomodel import IoParams
+from rsa_scheduler.sim.plan import mixes, parse_target, recommend, sweep
+from rsa_scheduler.sim.replay import Replay
 from rsa_scheduler.sim.replay import replay as run_replay
+from rsa_scheduler.sim.report import summary
+from rsa_scheduler.sim.svg import CHARTS, plan_charts
 from rsa_scheduler.sim.swf import SwfJob, read_header, read_swf
 
 EX_FAILED = 1
@@ -58,6 +65,7 @@ def sim() -> None:
     \b
     rsa sim SCENARIO.yaml [--json]        a scripted scenario (same as rsa sim run)
     rsa sim replay --swf TRACE.swf --json  a Standard Workload Format trace
+    rsa sim plan --swf TRACE.swf --target mean_io_s=5m   which RSA to provision
     """
 
 
@@ -220,6 +228,111 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> floa
     return float(n)
 
 
+def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    try:
+        seconds = parse_duration(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from e
+    if seconds <= 0:
+        raise click.BadParameter("must be > 0")
+    return seconds
+
+
+#: the model options replay and plan share (docs/simulator.md)
+MODEL_OPTIONS = [
+    click.option("--io-time", default="5m", show_default=True, callback=_duration,
+                 help="Tier auto: a job's #RSA_CAPACITY must be movable within this (its "
+                 "bandwidth need, seed 000's checkpoint time target)."),
+    click.option("--ordering", type=click.Choice(ORDERINGS), default="fifo",
+                 show_default=True,
+                 help="Stage-out ordering on the PFS: all at once (fifo); at most --alpha at a "
+                 "time, smallest first (sjf) or priority then smallest (trio)."),
+    click.option("--alpha", type=click.IntRange(min=1), default=2, show_default=True,
+                 help="Concurrent stage-outs under sjf/trio (seed 003's α)."),
+    click.option("--procs", type=click.IntRange(min=1),
+                 help="Processors of the compute cluster (default: the trace's MaxProcs)."),
+    click.option("--procs-per-node", type=click.IntRange(min=1),
+                 help="Default: MaxProcs / MaxNodes of the trace header, else 1."),
+    click.option("--ratio", type=click.IntRange(min=1), default=32, show_default=True,
+                 help="Compute nodes per RSA node (seed 004 §3.1 proportional allocation)."),
+    click.option("--max-nodes", type=click.IntRange(min=1), default=8, show_default=True,
+                 help="Most RSA nodes one job gets from the proportional share."),
+    click.option("--pfs-bw", callback=_size, default="20G", show_default=True,
+                 help="The PFS's aggregate bandwidth per second, shared by all transfers."),
+    click.option("--client-bw", callback=_size, default="1G", show_default=True,
+                 help="One compute node's bandwidth per second to any storage."),
+    click.option("--io-per-proc", callback=_size, default="1G", show_default=True,
+                 help="Median input per processor of the synthetic volume model."),
+    click.option("--fpp", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
+                 help="Share of jobs writing one file per process (synthetic model)."),
+    click.option("--stage-out", type=click.Choice([m.value for m in StageOut]),
+                 help="Every job's stage-out method (tar aggregates many files into "
+                 "one)."),
+    click.option("--prices", default="",
+                 help="Per node-hour: compute=1,ram=4,ssd=1 (default); ram and ssd "
+                 "are also tier auto's prices."),
+    click.option("--seed", type=int, default=1, show_default=True,
+                 help="Seed of the synthetic volume model."),
+    click.option("--early-start", type=click.Choice([e.value for e in EarlyStart
+                                                     if e is not EarlyStart.UNION]),
+                 default="fallback", show_default=True,
+                 help="A job that starts before its stage-in is done reads the PFS "
+                 "(fallback, seed 004 §3.1) or its Prolog holds it until staged (wait)."),
+    click.option("--on-deck", type=click.IntRange(min=1), default=1, show_default=True,
+                 help="Queued jobs Slurm shows pending on Resources (FIFO: the first one)."),
+    click.option("--check-stride", type=click.IntRange(min=1), default=1, show_default=True,
+                 help="Replay-check every Nth window of 20000 logged events (1: all)."),
+    click.option("--pfs-create", type=click.FloatRange(min=0.0), default=83.27 / 2048,
+                 show_default=True, help="Seconds to create one file when a job's processes "
+                 "create theirs in one PFS directory (seed 004 Table 3: 83.27 s / 2048)."),
+    click.option("--rsa-create", type=click.FloatRange(min=0.0), default=0.43 / 2048,
+                 show_default=True, help="Seconds to create one file on a RAMDISK (seed 004 "
+                 "Table 3: 0.43 s / 2048)."),
+]
+
+
+def model_options(f: Callable[..., None]) -> Callable[..., None]:
+    for option in reversed(MODEL_OPTIONS):
+        f = option(f)
+    return f
+
+
+def build_config(trace: str, specs: tuple[TierSpec, ...], *, ordering: str, alpha: int,
+                 procs: int | None, procs_per_node: int | None, ratio: int, max_nodes: int,
+                 pfs_bw: float, client_bw: float, io_per_proc: float, fpp: float,
+                 stage_out: str | None, prices: str, seed: int, early_start: str,
+                 on_deck: int, check_stride: int, pfs_create: float, rsa_create: float,
+                 io_time: float, limit: int | None = None) -> ReplayConfig:
+    """The replay's site from the command line and the trace's header. The allocator's
+    cost model is the same prices (per node-hour) and per-node bandwidths."""
+    header = read_header(trace)
+    max_procs = procs or header.int_field("MaxProcs")
+    if max_procs is None:
+        raise click.UsageError(f"{trace}: the trace has no MaxProcs header: give --procs")
+    ppn = procs_per_node
+    if ppn is None:
+        max_nodes_h = header.int_field("MaxNodes")
+        hp = header.int_field("MaxProcs")
+        ppn = hp // max_nodes_h if hp and max_nodes_h and hp >= max_nodes_h else 1
+    io = IoParams(pfs_bw=pfs_bw, client_bw=client_bw,
+                  tier_bw={t.tier: t.bw for t in specs}, seed=seed,
+                  io_per_proc=io_per_proc, fpp_fraction=fpp,
+                  pfs_create_shared_s=pfs_create, rsa_create_s=rsa_create)
+    price = parse_prices(prices)
+    policy = AllocationPolicy(
+        ratio=ratio, max_nodes=max_nodes, max_request=max(16, max_nodes),
+        default_tier=specs[0].tier if len(specs) == 1 else Tier.AUTO,
+        price={t: price[t.value] for t in NODE_TIERS},
+        bandwidth={t.tier: max(int(t.bw), 1) for t in specs}, io_time=io_time)
+    return ReplayConfig(
+        procs=max_procs, procs_per_node=ppn, tiers=specs, allocation=policy,
+        staging=StagingPolicy(reset_trigger=ResetTrigger.INPUT_DONE,
+                              early_start=EarlyStart(early_start)),
+        io=io, stage_out=StageOut(stage_out) if stage_out else None,
+        ordering=ordering, alpha=alpha, prices=price, on_deck=on_deck,
+        check_stride=check_stride, limit=limit)
+
+
 @sim.command("replay")
 @click.option("--swf", "trace", required=True, type=click.Path(dir_okay=False),
               help="Standard Workload Format trace (Parallel Workloads Archive).")
@@ -227,58 +340,13 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> floa
               help="RAM RSA nodes (default 16); the same as --tiers ram:N.")
 @click.option("--tiers", help="RSA nodes per tier: TIER:COUNT[:CAPACITY[:BANDWIDTH]],... "
               "e.g. ram:16:128G:5G,ssd:16:2T:1536M (bandwidth per node per second).")
-@click.option("--ordering", type=click.Choice(ORDERINGS), default="fifo", show_default=True,
-              help="Stage-out ordering on the PFS: all at once (fifo); at most --alpha at a "
-              "time, smallest first (sjf) or priority then smallest (trio).")
-@click.option("--alpha", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Concurrent stage-outs under sjf/trio (seed 003's α).")
-@click.option("--procs", type=click.IntRange(min=1),
-              help="Processors of the compute cluster (default: the trace's MaxProcs).")
-@click.option("--procs-per-node", type=click.IntRange(min=1),
-              help="Default: MaxProcs / MaxNodes of the trace header, else 1.")
-@click.option("--ratio", type=click.IntRange(min=1), default=32, show_default=True,
-              help="Compute nodes per RSA node (seed 004 §3.1 proportional allocation).")
-@click.option("--max-nodes", type=click.IntRange(min=1), default=8, show_default=True,
-              help="Most RSA nodes one job gets from the proportional share.")
-@click.option("--pfs-bw", callback=_size, default="20G", show_default=True,
-              help="The PFS's aggregate bandwidth per second, shared by all transfers.")
-@click.option("--client-bw", callback=_size, default="1G", show_default=True,
-              help="One compute node's bandwidth per second to any storage.")
-@click.option("--io-per-proc", callback=_size, default="1G", show_default=True,
-              help="Median input per processor of the synthetic volume model.")
-@click.option("--fpp", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
-              help="Share of jobs writing one file per process (synthetic model).")
-@click.option("--stage-out", type=click.Choice([m.value for m in StageOut]),
-              help="Every job's stage-out method (tar aggregates many files into one).")
-@click.option("--prices", default="", help="Per node-hour: compute=1,ram=4,ssd=1 (default).")
-@click.option("--seed", type=int, default=1, show_default=True,
-              help="Seed of the synthetic volume model.")
-@click.option("--early-start", type=click.Choice([e.value for e in EarlyStart
-                                                  if e is not EarlyStart.UNION]),
-              default="fallback", show_default=True,
-              help="A job that starts before its stage-in is done reads the PFS "
-              "(fallback, seed 004 §3.1) or its Prolog holds it until staged (wait).")
-@click.option("--on-deck", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Queued jobs Slurm shows pending on Resources (FIFO: the first one).")
-@click.option("--check-stride", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Replay-check every Nth window of 20000 logged events (1: all).")
-@click.option("--pfs-create", type=click.FloatRange(min=0.0), default=83.27 / 2048,
-              show_default=True, help="Seconds to create one file when a job's processes "
-              "create theirs in one PFS directory (seed 004 Table 3: 83.27 s / 2048).")
-@click.option("--rsa-create", type=click.FloatRange(min=0.0), default=0.43 / 2048,
-              show_default=True, help="Seconds to create one file on a RAMDISK (seed 004 "
-              "Table 3: 0.43 s / 2048).")
+@model_options
 @click.option("--per-job", type=click.File("w"),
               help="Write one JSON line per job and run (rsa, baseline) to this file.")
 @click.option("--limit", type=click.IntRange(min=1), help="Replay only the first N jobs.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def replay(trace: str, rsa_nodes: int | None, tiers: str | None, ordering: str, alpha: int,
-           procs: int | None, procs_per_node: int | None, ratio: int, max_nodes: int,
-           pfs_bw: float, client_bw: float, io_per_proc: float, fpp: float,
-           stage_out: str | None, prices: str, seed: int, early_start: str, on_deck: int,
-           check_stride: int,
-           pfs_create: float, rsa_create: float, per_job: TextIO | None, limit: int | None,
-           as_json: bool) -> None:
+def replay(trace: str, rsa_nodes: int | None, tiers: str | None, per_job: TextIO | None,
+           limit: int | None, as_json: bool, **model: Any) -> None:
     """Replay TRACE with the RSA, then without it (the baseline), and compare.
 
     Jobs run first-come-first-served on --procs processors; each reads its input, computes
@@ -291,29 +359,7 @@ def replay(trace: str, rsa_nodes: int | None, tiers: str | None, ordering: str, 
         raise click.UsageError("give --rsa-nodes or --tiers, not both")
     specs = parse_tiers(tiers if tiers else f"ram:{rsa_nodes or 16}")
     try:
-        header = read_header(trace)
-        max_procs = procs or header.int_field("MaxProcs")
-        if max_procs is None:
-            raise click.UsageError(f"{trace}: the trace has no MaxProcs header: give --procs")
-        ppn = procs_per_node
-        if ppn is None:
-            max_nodes_h = header.int_field("MaxNodes")
-            hp = header.int_field("MaxProcs")
-            ppn = hp // max_nodes_h if hp and max_nodes_h and hp >= max_nodes_h else 1
-        io = IoParams(pfs_bw=pfs_bw, client_bw=client_bw,
-                      tier_bw={t.tier: t.bw for t in specs}, seed=seed,
-                      io_per_proc=io_per_proc, fpp_fraction=fpp,
-                      pfs_create_shared_s=pfs_create, rsa_create_s=rsa_create)
-        cfg = ReplayConfig(
-            procs=max_procs, procs_per_node=ppn, tiers=specs,
-            allocation=AllocationPolicy(ratio=ratio, max_nodes=max_nodes,
-                                        max_request=max(16, max_nodes),
-                                        default_tier=specs[0].tier),
-            staging=StagingPolicy(reset_trigger=ResetTrigger.INPUT_DONE,
-                                  early_start=EarlyStart(early_start)),
-            io=io, stage_out=StageOut(stage_out) if stage_out else None,
-            ordering=ordering, alpha=alpha, prices=parse_prices(prices), on_deck=on_deck,
-            check_stride=check_stride, limit=limit)
+        cfg = build_config(trace, specs, limit=limit, **model)
 
         def jobs() -> Iterator[SwfJob]:
             return read_swf(trace)
@@ -334,6 +380,109 @@ def replay(trace: str, rsa_nodes: int | None, tiers: str | None, ordering: str, 
         click.echo(json.dumps(result, indent=2, sort_keys=False))
     else:
         click.echo(render_replay(result))
+
+
+@sim.command("plan")
+@click.option("--swf", "trace", required=True, type=click.Path(dir_okay=False),
+              help="Standard Workload Format trace (Parallel Workloads Archive).")
+@click.option("--target", "target_text", required=True,
+              help="What a configuration must meet: mean_wait_s, mean_hold_s or mean_io_s "
+              "at most a duration (mean_io_s=5m), or io_throughput at least a size per "
+              "second (io_throughput=2G).")
+@click.option("--nodes", "counts", default="4,8,16,32", show_default=True,
+              help="RSA node counts to try, comma separated.")
+@click.option("--ram-shares", default="0,0.25,0.5,0.75,1", show_default=True,
+              help="Shares of DRAM nodes to try (the rest SSD), comma separated, 0..1.")
+@click.option("--ram", "ram_node", default="128G:5G", show_default=True,
+              help="One DRAM node: CAPACITY:BANDWIDTH (per second).")
+@click.option("--ssd", "ssd_node", default="2T:1536M", show_default=True,
+              help="One SSD node: CAPACITY:BANDWIDTH (per second).")
+@model_options
+@click.option("--plots", type=click.Path(file_okay=False),
+              help="Write wait.svg, hold.svg, utilisation.svg and cost.svg here.")
+@click.option("--limit", type=click.IntRange(min=1), help="Replay only the first N jobs.")
+def plan(trace: str, target_text: str, counts: str, ram_shares: str, ram_node: str,
+         ssd_node: str, plots: str | None, limit: int | None, **model: Any) -> None:
+    """Sweep RSA node count and DRAM:SSD mix over TRACE; recommend the cheapest that meets
+    --target (seed 000's least-cost provisioning).
+
+    Each configuration is one replay with the RSA (jobs ask #RSA_TIER=auto: the allocator
+    picks each job's tier by --prices); its cost is every RSA node times its tier's price
+    per node-hour. Prints one JSON object: the baseline without the RSA, every point, the
+    recommendation, the cheapest DRAM-only configuration meeting the target, the cost
+    saving over it and the I/O throughput gained at its cost (docs/simulator.md).
+    """
+    try:
+        target = parse_target(target_text)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--target") from e
+    configs = mixes(_ints(counts, "--nodes"), _shares(ram_shares))
+    per_tier = {t.tier: t for t in (_node_spec(Tier.RAM, ram_node, "--ram"),
+                                    _node_spec(Tier.SSD, ssd_node, "--ssd"))}
+    try:
+        cfg = build_config(trace, tuple(per_tier.values()), limit=limit, **model)
+
+        def jobs() -> Iterator[SwfJob]:
+            return read_swf(trace)
+
+        base_run = Replay(jobs(), cfg, rsa=False, source=trace)
+        baseline = summary(base_run.run(), cfg, rsa=False, nodes=0)
+        points = sweep(jobs, cfg, configs, per_tier, target, source=trace)
+    except ScenarioError as e:
+        click.echo(f"rsa sim plan: {e}", err=True)
+        sys.exit(EX_DATAERR)
+    except SimulationBroken as e:
+        click.echo(f"rsa sim plan: invariant violated: {e}", err=True)
+        sys.exit(EX_SOFTWARE)
+    out: dict[str, Any] = {"trace": trace, **recommend(points, target)}
+    out["baseline"] = {k: baseline[k] for k in ("jobs", "mean_wait_s", "mean_hold_s",
+                                                "mean_io_s", "io_throughput")}
+    out["points"] = points
+    if plots:
+        try:
+            Path(plots).mkdir(parents=True, exist_ok=True)
+            for name, text in plan_charts(points).items():
+                (Path(plots) / name).write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise click.ClickException(f"can't write the plots to {plots}: "
+                                       f"{e.strerror or e}") from e
+        out["plots"] = sorted(str(Path(plots) / n) for n in CHARTS)
+    click.echo(json.dumps(out, indent=2))
+
+
+def _ints(text: str, hint: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: expected whole numbers, comma separated",
+                                 param_hint=hint) from None
+    if not values or min(values) < 1:
+        raise click.BadParameter(f"{text!r}: give counts >= 1", param_hint=hint)
+    return values
+
+
+def _shares(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or not all(0.0 <= v <= 1.0 for v in values):
+        raise click.BadParameter(f"{text!r}: expected shares between 0 and 1, comma "
+                                 "separated (e.g. 0,0.5,1)", param_hint="--ram-shares")
+    return values
+
+
+def _node_spec(tier: Tier, text: str, hint: str) -> TierSpec:
+    cap, sep, bw = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError("expected CAPACITY:BANDWIDTH, e.g. 128G:5G")
+        spec = TierSpec(tier, 1, parse_size(cap), float(parse_size(bw)))
+        if spec.capacity < 1 or spec.bw < 1:
+            raise ValueError("CAPACITY and BANDWIDTH must be > 0")
+    except ValueError as e:
+        raise click.BadParameter(f"{text!r}: {e}", param_hint=hint) from e
+    return spec
 
 
 def render_replay(result: dict[str, Any]) -> str:
@@ -358,4 +507,9 @@ def render_replay(result: dict[str, Any]) -> str:
                f"{rsa['read_from_rsa']} read their input from it, {rsa['wrote_to_rsa']} "
                f"wrote their output to it; mean stage-out "
                f"{format_duration(rsa['mean_stage_out_s'])}")
+    tiers = "; ".join(f"{name} {t['nodes']} nodes, {t['held_node_hours']:g} of "
+                      f"{t['node_hours']:g} node-hours held, cost {t['cost']:g}"
+                      for name, t in rsa["tiers"].items())
+    out.append(f"  cost: compute {result['compute_cost']:g} + RSA {result['rsa_cost']:g} "
+               f"({tiers}); RSA utilisation {100 * rsa['utilisation']:.1f} %")
     return "\n".join(out)

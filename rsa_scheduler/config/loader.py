@@ -17,6 +17,7 @@ one RSA node, since a daemon without RSA nodes does nothing.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import string
@@ -49,6 +50,7 @@ from rsa_scheduler.config.schema import (
     Listen,
     ListOf,
     MapOf,
+    Number,
     Optional,
     PoolConfig,
     PoolNodeGroup,
@@ -412,6 +414,8 @@ class _Validator:
             return value
         if isinstance(kind, Int):
             return self._int(kind, value, path)
+        if isinstance(kind, Number):
+            return self._number(kind, value, path)
         if isinstance(kind, Duration):
             return self._duration(kind, value, path)
         if isinstance(kind, Size):
@@ -480,6 +484,15 @@ class _Validator:
         if bad:
             return _BAD
         return MappingProxyType({m: out[m] for m in kind.keys if m in out})
+
+    def _number(self, kind: Number, value: Any, path: KeyPath) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or not math.isfinite(value):
+            return self._expected(path, "a number", value)
+        if not kind.min <= value <= kind.max:
+            self.error(path, f"must be between {kind.min:g} and {kind.max:g}, got {value:g}")
+            return _BAD
+        return float(value)
 
     def _choice(self, kind: Choice, value: Any, path: KeyPath) -> Any:
         if not isinstance(value, str) or value not in kind.values:
@@ -673,6 +686,8 @@ class _Checks:
         by_tier = {tier: len(nodes) for tier, nodes in pool.by_tier().items()}
         if by_tier:
             tier = policy.default_tier
+            if tier is Tier.AUTO:  # auto may use any tier: the largest bounds a job
+                tier = max(by_tier, key=lambda t: by_tier[t])
             have = by_tier.get(tier, 0)
             if have == 0:
                 present = ", ".join(t.value for t in by_tier)

@@ -58,6 +58,8 @@ DEFAULT_POOL_DIRS: Mapping[Tier, Path] = {
     Tier.SSD: Path("/var/lib/rsa-ssd"),
 }
 
+MAX_PRICE = 1e12  # per RSA node-hour: past this a price is a typo
+
 # Placeholders allowed in `pool.nodes[].address`.
 ADDRESS_FIELDS: tuple[str, ...] = ("name", "num")
 
@@ -154,6 +156,18 @@ class Int(Kind):
         if self.min is not None:
             return f"integer ≥ {self.min}"
         return "integer"
+
+
+@dataclass(frozen=True, slots=True)
+class Number(Kind):
+    """A finite decimal number (an int is accepted too)."""
+
+    min: float
+    max: float
+
+    @property
+    def label(self) -> str:
+        return f"number {self.min:g}–{self.max:g}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -856,8 +870,19 @@ EXTERNAL_SETTINGS: dict[type, dict[str, Setting]] = {
         "min_nodes": Setting(Int(1, MAX_NODES), "Fewest RSA nodes a job gets."),
         "max_nodes": Setting(Int(1, MAX_NODES), "Most RSA nodes a job gets by the ratio."),
         "max_request": Setting(Int(1, MAX_NODES), "Largest `#RSA_NODES` a job may ask for."),
-        "default_tier": Setting(Choice.of(Tier, NODE_TIERS),
-                                "Tier used when a job does not ask."),
+        "default_tier": Setting(Choice.of(Tier), "Tier used when a job does not ask "
+                                "(`#RSA_TIER`); `auto`: the cheapest tier that meets the "
+                                "job's size and bandwidth (docs/allocation.md)."),
+        "price": Setting(MapOf(Tier, Number(0, MAX_PRICE), NODE_TIERS),
+                         "Price of one RSA node-hour per tier, in the site's own unit: "
+                         "what tier `auto` minimises (nodes × price)."),
+        "bandwidth": Setting(MapOf(Tier, Size(), NODE_TIERS),
+                             "Bandwidth of one RSA node per tier, per second (measure it: "
+                             "docs/allocation.md); tier `auto` gives a job enough nodes to "
+                             "move its `#RSA_CAPACITY` within `io_time`."),
+        "io_time": Setting(Duration(max=DAY), "Tier `auto`: the time in which a job's "
+                           "`#RSA_CAPACITY` must be movable (seed 000's checkpoint time "
+                           "target); its bandwidth need is capacity / io_time."),
     }
 }
 

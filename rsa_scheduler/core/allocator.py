@@ -7,6 +7,10 @@ job holds which node. Allocation is all-or-nothing: when a job cannot get every 
 needs now, :meth:`Pool.allocate` returns ``None`` and changes nothing, and the caller
 skips the job this cycle as the paper does.
 
+Tier ``auto`` (a job's ``#RSA_TIER=auto`` or the site's ``default_tier``): the cheapest
+tier whose allocation meets the job's size and bandwidth need, falling back to the next
+when its nodes are busy (:mod:`rsa_scheduler.core.tiering`, seed 000 §III.B).
+
 Selection rule (a pure function of pool state and request): within the requested tier,
 free UP nodes are taken in *rank* order, where rank sorts by capacity, largest first,
 then by ClusterShell's natural hostlist order. In a homogeneous tier (the usual case)
@@ -28,6 +32,7 @@ from typing import Any
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 
+from rsa_scheduler.core import tiering
 from rsa_scheduler.core.policy import AllocationPolicy, NodeState, Tier
 from rsa_scheduler.core.units import format_size
 from rsa_scheduler.errors import RsaError
@@ -183,6 +188,7 @@ class Pool:
             if seen != node.capacity:
                 self._uniform[node.tier] = None
         self._held: dict[str, tuple[list[int], NodeSet]] = {}
+        self._why: dict[str, str] = {}  # job -> why tier auto chose its nodes
 
     @staticmethod
     def _parse_node(node: RsaNode) -> NodeSet:
@@ -217,9 +223,10 @@ class Pool:
     # -- sizing -------------------------------------------------------------------------
 
     def _tier_of(self, req: Request) -> Tier:
+        """The tier ``req`` asks for (``auto`` included), validated against the pool."""
         if req.tier is None:
             tier = self._policy.default_tier
-            if tier not in self._prefix:
+            if tier is not Tier.AUTO and tier not in self._prefix:
                 raise PolicyViolation(
                     f"this site has no RSA nodes in the default tier {tier}; "
                     f"choose one of {self._tiers_text()} with #RSA_TIER"
@@ -231,7 +238,7 @@ class Pool:
             raise PolicyViolation(
                 f"RSA_TIER={req.tier} is not a tier: use one of {self._tiers_text()}"
             ) from None
-        if tier not in self._prefix:
+        if tier is not Tier.AUTO and tier not in self._prefix:
             raise PolicyViolation(
                 f"RSA_TIER={tier} is not available at this site: use one of {self._tiers_text()}"
             )
@@ -239,12 +246,13 @@ class Pool:
 
     def _tiers_text(self) -> str:
         tiers = [str(t) for t in Tier if t in self._prefix]
+        if tiers:
+            tiers.append(str(Tier.AUTO))
         return ", ".join(tiers) if tiers else "(none: the RSA pool is empty)"
 
-    def _size(self, req: Request) -> tuple[Tier, int]:
-        """Validate ``req``; return its tier and the fewest nodes that could satisfy it."""
+    def _size(self, req: Request, tier: Tier) -> int:
+        """Validate ``req`` in ``tier``; return the fewest nodes that could satisfy it."""
         policy = self._policy
-        tier = self._tier_of(req)
         sums = self._prefix[tier]
         size = len(sums)
         count = _base_count(policy, req)
@@ -276,32 +284,53 @@ class Pool:
                     f"the site limit is {_nodes(policy.max_request)} per job"
                 )
             count = max(count, need)
-        return tier, count
+        return count
+
+    def _options(self, req: Request) -> tuple[list[tiering.Option], float, list[str]]:
+        """Tier auto: every tier's option for ``req``, ranked; the bandwidth it needs; and
+        why the other tiers cannot serve it. Raises :class:`PolicyViolation` if none can."""
+        policy = self._policy
+        bps = tiering.need(policy, req.capacity)
+        options: list[tiering.Option] = []
+        refused: list[str] = []
+        for tier in Tier:
+            if tier not in self._prefix:
+                continue
+            try:
+                sized = self._size(req, tier)
+            except PolicyViolation as e:
+                refused.append(f"{tier}: {e}")
+                continue
+            limit = min(policy.max_request, len(self._prefix[tier]))
+            count = tiering.nodes_for(policy, tier, sized, bps, limit, req.nodes is not None)
+            options.append(tiering.option(policy, tier, count, bps))
+        if not options:
+            raise PolicyViolation("RSA_TIER=auto: no tier can serve this job (" +
+                                  "; ".join(refused) + ")")
+        return tiering.rank(options), bps, refused
 
     def check(self, req: Request) -> int:
         """Validate ``req`` against policy and pool; return how many nodes it needs.
 
         Exact for homogeneous tiers; in a mixed tier this is the lower bound reached when
-        the largest nodes are free. Raises :class:`PolicyViolation`.
+        the largest nodes are free. Tier ``auto``: the count of its first choice. Raises
+        :class:`PolicyViolation`.
         """
-        return self._size(req)[1]
+        tier = self._tier_of(req)
+        if tier is Tier.AUTO:
+            return self._options(req)[0][0].nodes
+        return self._size(req, tier)
+
+    def explain(self, job_id: str) -> str:
+        """Why tier auto chose the nodes ``job_id`` holds ("" when it asked for a tier)."""
+        return self._why.get(job_id, "")
 
     # -- allocation -------------------------------------------------------------------------
 
-    def allocate(self, req: Request) -> NodeSet | None:
-        """Give ``req.job_id`` all the nodes it needs, or nothing.
-
-        Returns the allocated nodes, or ``None`` (pool unchanged) when not enough free UP
-        nodes of the tier exist right now. Raises :class:`PolicyViolation` for a request
-        that can never be met and ``ValueError`` if the job already holds nodes.
-        """
-        tier, count = self._size(req)
-        if req.job_id in self._held:
-            raise ValueError(
-                f"job {req.job_id} already holds RSA nodes {self._held[req.job_id][1]}; "
-                "release them first"
-            )
-        free = self._free[tier]
+    def _take(self, req: Request, tier: Tier, count: int) -> list[int] | None:
+        """The free ranks of ``tier`` that would serve ``req`` with at least ``count``
+        nodes, or None when too few are free now. Changes nothing."""
+        free = self._free.get(tier, [])
         if req.capacity is not None:
             # fewest free nodes (largest first) whose capacities cover the request
             ranked = self._ranked
@@ -316,14 +345,53 @@ class Pool:
             count = max(count, need)
         if count > len(free):
             return None
-        taken = free[:count]
-        del free[:count]
+        return free[:count]
+
+    def allocate(self, req: Request) -> NodeSet | None:
+        """Give ``req.job_id`` all the nodes it needs, or nothing.
+
+        Returns the allocated nodes, or ``None`` (pool unchanged) when not enough free UP
+        nodes of the tier exist right now. Tier ``auto`` takes the first of
+        :meth:`_options` whose nodes are free (:meth:`explain` says why). Raises
+        :class:`PolicyViolation` for a request that can never be met and ``ValueError`` if
+        the job already holds nodes.
+        """
+        tier = self._tier_of(req)
+        why = ""
+        if tier is Tier.AUTO:
+            ranked, bps, refused = self._options(req)
+        else:
+            ranked, bps, refused = [], 0.0, []
+            count = self._size(req, tier)
+        if req.job_id in self._held:
+            raise ValueError(
+                f"job {req.job_id} already holds RSA nodes {self._held[req.job_id][1]}; "
+                "release them first"
+            )
+        if tier is Tier.AUTO:
+            taken = None
+            busy: list[Tier] = []
+            for opt in ranked:
+                taken = self._take(req, opt.tier, opt.nodes)
+                if taken is not None:
+                    tier = opt.tier
+                    why = tiering.explain(opt, ranked, bps, busy, refused)
+                    break
+                busy.append(opt.tier)
+        else:
+            taken = self._take(req, tier, count)
+        if taken is None:
+            return None
+        free = self._free[tier]
+        del free[:len(taken)]
         job = req.job_id
         owner = self._owner
         for r in taken:
             owner[r] = job
         result = self._build(taken)
         self._held[job] = (taken, result)
+        if why:
+            self._why[job] = why
         return result.copy()
 
     def release(self, job_id: str) -> NodeSet:
@@ -332,6 +400,7 @@ class Pool:
         Nodes that were drained or marked down meanwhile go back unowned but not free.
         """
         held = self._held.pop(job_id, None)
+        self._why.pop(job_id, None)
         if held is None:
             return _nodeset()
         ranks, nodes = held
@@ -435,6 +504,9 @@ class Pool:
                 "max_nodes": p.max_nodes,
                 "max_request": p.max_request,
                 "default_tier": str(p.default_tier),
+                "price": {str(t): v for t, v in p.price.items()},
+                "bandwidth": {str(t): v for t, v in p.bandwidth.items()},
+                "io_time": p.io_time,
             },
             "nodes": [
                 {
@@ -466,6 +538,9 @@ class Pool:
                     max_nodes=int(p["max_nodes"]),
                     max_request=int(p["max_request"]),
                     default_tier=Tier(p["default_tier"]),
+                    price={Tier(t): float(v) for t, v in p.get("price", {}).items()},
+                    bandwidth={Tier(t): int(v) for t, v in p.get("bandwidth", {}).items()},
+                    io_time=float(p.get("io_time", 300.0)),
                 )
             entries = list(data["nodes"])
             pool = cls(

@@ -50,6 +50,7 @@ class PoolPort(Protocol):
 
     def allocate(self, req: Request) -> Any: ...  # NodeSet | None; raises PolicyViolation
     def release(self, job_id: str) -> Any: ...  # NodeSet
+    def explain(self, job_id: str) -> str: ...  # why tier auto chose them ("" otherwise)
 
 
 #: which timers stay armed in which states; a state change drops the others
@@ -262,6 +263,7 @@ def fire(rec: JobRecord, trigger: Trigger, now: float, policy: StagingPolicy,
     src = rec.rsa_state
     dst, kinds, effects, note = choose(rule, rec, policy)
     follow: Trigger | None = None
+    follow_detail = ""  # said only by the follow-up transition (why tier auto chose)
 
     if dst is not src:
         _check_invariant(rec, src, dst, trigger, kinds)
@@ -269,7 +271,10 @@ def fire(rec: JobRecord, trigger: Trigger, now: float, policy: StagingPolicy,
     for eff in effects:
         if eff is Effect.TRY_ALLOCATE:
             follow, why = _try_allocate(rec, pool, policy, now)
-            detail = detail or why
+            if follow is Trigger.NODES_ALLOCATED:
+                follow_detail = why
+            else:
+                detail = detail or why
         elif eff is Effect.RELEASE_NODES:
             pool.release(rec.job_id)
         elif eff is Effect.ARM_RESET:
@@ -361,7 +366,7 @@ def fire(rec: JobRecord, trigger: Trigger, now: float, policy: StagingPolicy,
         step.events.append(Event(now, rec.job_id, "rsa.transition", ctx))
         step.actions.extend(actions)
     if follow is not None:
-        step.extend(fire(rec, follow, now, policy, pool, detail=detail))
+        step.extend(fire(rec, follow, now, policy, pool, detail=follow_detail or detail))
     return step
 
 
@@ -415,7 +420,7 @@ def _try_allocate(rec: JobRecord, pool: PoolPort, policy: StagingPolicy, now: fl
     rec.nodes = str(got)
     rec.cycle += 1
     rec.failures = {k: v for k, v in rec.failures.items() if k == ActionKind.BUILD_FS.value}
-    return Trigger.NODES_ALLOCATED, ""
+    return Trigger.NODES_ALLOCATED, pool.explain(rec.job_id)
 
 
 def _check_invariant(rec: JobRecord, src: RsaState, dst: RsaState, trigger: Trigger,

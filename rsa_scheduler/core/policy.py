@@ -7,7 +7,10 @@ policy. Stdlib only; must not import any other rsa_scheduler module.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 
 class Tier(enum.StrEnum):
@@ -29,6 +32,14 @@ def node_tier(text: str) -> Tier:
     if tier not in NODE_TIERS:
         raise ValueError(f"no RSA node is in tier {tier}: use {' or '.join(NODE_TIERS)}")
     return tier
+
+
+#: Default price of one RSA node-hour per tier, in the site's own unit (seed 000 §III.B:
+#: unit costs are the site's). 4:1 is our placeholder ratio of DRAM to SSD node prices.
+DEFAULT_PRICES: Mapping[Tier, float] = MappingProxyType({Tier.RAM: 4.0, Tier.SSD: 1.0})
+#: Default bandwidth of one RSA node per tier, bytes/s (docs/allocation.md says why).
+DEFAULT_BANDWIDTH: Mapping[Tier, int] = MappingProxyType({Tier.RAM: 5 << 30,
+                                                          Tier.SSD: 1536 << 20})
 
 
 class EarlyStart(enum.StrEnum):
@@ -61,6 +72,11 @@ class AllocationPolicy:
     ``ratio`` compute nodes per RSA node (rounded up); the result is clamped to
     ``[min_nodes, max_nodes]``. A job may ask for a count itself (``#RSA_NODES``); it is
     honoured if ``<= max_request``.
+
+    The cost model of tier ``auto`` (seed 000 §III.B; docs/allocation.md): ``price`` of one
+    RSA node-hour and ``bandwidth`` (bytes/s) of one RSA node, per tier; a job with
+    ``#RSA_CAPACITY`` needs ``capacity / io_time`` bytes/s (seed 000: checkpoint within a
+    target time), and auto gives it the cheapest allocation that has that bandwidth.
     """
 
     ratio: int = 32
@@ -68,6 +84,9 @@ class AllocationPolicy:
     max_nodes: int = 8
     max_request: int = 16
     default_tier: Tier = Tier.RAM
+    price: Mapping[Tier, float] = field(default_factory=lambda: DEFAULT_PRICES)
+    bandwidth: Mapping[Tier, int] = field(default_factory=lambda: DEFAULT_BANDWIDTH)
+    io_time: float = 300.0
 
     def __post_init__(self) -> None:
         if self.ratio < 1:
@@ -78,6 +97,35 @@ class AllocationPolicy:
             raise ValueError("max_nodes must be >= min_nodes")
         if self.max_request < 1:
             raise ValueError("max_request must be >= 1")
+        for tier, price in self.price.items():
+            if tier not in NODE_TIERS:
+                raise ValueError(f"price of tier {tier}: only {_tiers()} have prices")
+            if not (math.isfinite(price) and price >= 0):
+                raise ValueError(f"price of tier {tier} must be a number >= 0, got {price}")
+        for tier, bw in self.bandwidth.items():
+            if tier not in NODE_TIERS:
+                raise ValueError(f"bandwidth of tier {tier}: only {_tiers()} have one")
+            if bw < 1:
+                raise ValueError(f"bandwidth of tier {tier} must be > 0 bytes/s")
+        if not (math.isfinite(self.io_time) and self.io_time > 0):
+            raise ValueError("io_time must be > 0")
+
+    def __hash__(self) -> int:  # the mappings are not hashable themselves
+        return hash((self.ratio, self.min_nodes, self.max_nodes, self.max_request,
+                     self.default_tier, tuple(sorted(self.price.items())),
+                     tuple(sorted(self.bandwidth.items())), self.io_time))
+
+    def price_of(self, tier: Tier) -> float:
+        """Price of one RSA node-hour of ``tier`` (the default when not set)."""
+        return self.price.get(tier, DEFAULT_PRICES.get(tier, 0.0))
+
+    def bandwidth_of(self, tier: Tier) -> int:
+        """Bytes/s one RSA node of ``tier`` delivers (the default when not set)."""
+        return self.bandwidth.get(tier, DEFAULT_BANDWIDTH.get(tier, 1))
+
+
+def _tiers() -> str:
+    return ", ".join(t.value for t in NODE_TIERS)
 
 
 class ResetTrigger(enum.StrEnum):

@@ -50,7 +50,7 @@ from rsa_scheduler.core.policy import EarlyStart, StageOut, Tier
 from rsa_scheduler.core.scheduler import Decision, Observation, Scheduler
 from rsa_scheduler.core.states import HOLDING_NODES, TERMINAL, RsaState
 from rsa_scheduler.core.transitions import Trigger
-from rsa_scheduler.sim.cluster import ReplayConfig, TierSpec
+from rsa_scheduler.sim.cluster import GIB, ReplayConfig, TierSpec
 from rsa_scheduler.sim.engine import SimulationBroken
 from rsa_scheduler.sim.iomodel import EPS, FlowNet, Volumes, job_volumes
 from rsa_scheduler.sim.report import Totals, summary
@@ -91,6 +91,7 @@ class _Job:
     rsa_nodes: int = 0
     rsa_bw: float = 0.0
     tier: str = "-"  # of the RSA nodes it got last
+    alloc_at: float = 0.0  # when it got them
     ended_at: float = -1.0
     released_at: float | None = None
 
@@ -151,10 +152,7 @@ class Replay:
         self.core_moved = False
         self.last_tick = -1.0
         self.poll_at: float | None = None
-        self.specs: dict[tuple[bool, bool, Tier, int], DirectiveSpec] = {}
-        # what one job can get of each tier: max_request nodes, or all of them
-        self.limits = [(t, t.capacity * min(cfg.allocation.max_request, t.count))
-                       for t in cfg.tiers]
+        self.specs: dict[tuple[bool, bool, int], DirectiveSpec] = {}
 
     # ---- plumbing ---------------------------------------------------------------------
     def _push(self, at: float, cls: int, kind: str, payload: Any) -> int:
@@ -262,28 +260,23 @@ class Replay:
         self._schedule()
 
     def _spec(self, vol: Volumes) -> DirectiveSpec | None:
-        """The job's ``#RSA_*`` directives: its data in and out, and ``#RSA_CAPACITY`` for
-        the larger of the two. With several tiers, ``#RSA_TIER`` is the first tier (in
-        ``--tiers`` order) whose nodes can hold it at all; a job no tier can hold asks the
-        largest and is declined by the allocator (it uses the PFS)."""
+        """The job's ``#RSA_*`` directives: its data in and out, ``#RSA_CAPACITY`` for the
+        larger of the two (whole GiB, so the few distinct specs are built once) and, with
+        several tiers, ``#RSA_TIER=auto``: the allocator picks the tier by the site's cost
+        model, as rsad would (a job no tier can hold is declined: it uses the PFS)."""
         has_in, has_out = vol.input_bytes > 0, vol.output_bytes > 0
         if not (has_in or has_out):
             return None
-        need = max(vol.input_bytes, vol.output_bytes)
-        tier = next((t for t, limit in self.limits if need <= limit), None)
-        if tier is None:
-            tier, limit = max(self.limits, key=lambda tl: tl[1])
-            need = limit + 1
-        # in whole nodes of the tier: the count the allocator gives a uniform tier is the
-        # same, and the few distinct specs are built once
-        whole = -(-need // tier.capacity)
-        key = (has_in, has_out, tier.tier, whole)
+        need = -(-max(vol.input_bytes, vol.output_bytes) // GIB) * GIB
+        key = (has_in, has_out, need)
         spec = self.specs.get(key)
         if spec is None:
+            if len(self.specs) >= 4096:  # distinct sizes of a long trace: memory stays bounded
+                self.specs.clear()
             spec = DirectiveSpec(data_in="/pfs/input" if has_in else None,
                                  data_out="/pfs/output" if has_out else None,
-                                 capacity=whole * tier.capacity, stage_out=self.cfg.stage_out,
-                                 tier=tier.tier if len(self.limits) > 1 else None)
+                                 capacity=need, stage_out=self.cfg.stage_out,
+                                 tier=Tier.AUTO if len(self.cfg.tiers) > 1 else None)
             self.specs[key] = spec
         return spec
 
@@ -403,6 +396,7 @@ class Replay:
         t.wait += job.start - job.submit
         t.hold += hold
         t.io += job.io_s
+        t.io_bytes += job.vol.input_bytes + job.vol.output_bytes
         t.compute_node_s += hold * job.nodes
         t.last_end = max(t.last_end, self.now)
         if job.spec is not None:
@@ -488,6 +482,7 @@ class Replay:
                 job = self.jobs.get(jid)
                 if job is not None:
                     job.released_at = self.now
+                    self.totals.held(job.tier, job.rsa_nodes * (self.now - job.alloc_at))
                 if self.sched.has_waiting():
                     self._arm_poll()
             elif kind is ActionKind.CANCEL:
@@ -537,7 +532,7 @@ class Replay:
         job = self.jobs.get(jid)
         if job is not None:
             spec = self.tier_of[names[0]]
-            job.rsa_nodes = len(names)
+            job.rsa_nodes, job.alloc_at = len(names), self.now
             job.rsa_bw = len(names) * spec.bw
             job.tier = spec.tier.value
 

@@ -32,6 +32,7 @@ from rsa_scheduler.core.policy import (
     ResetTrigger,
     StageOut,
     StagingPolicy,
+    Tier,
     node_tier,
 )
 from rsa_scheduler.core.scheduler import OPERATOR_COMMANDS, USER_COMMANDS
@@ -321,14 +322,34 @@ class _Parser:
 
     def allocation(self, value: Any, path: KeyPath) -> AllocationPolicy:
         d = self.mapping(value or {}, path,
-                         ("ratio", "min_nodes", "max_nodes", "max_request", "default_tier"))
-        kw: dict[str, Any] = {k: self.integer(v, (*path, k), 1, MAX_NODES)
-                              for k, v in d.items() if k != "default_tier"}
+                         ("ratio", "min_nodes", "max_nodes", "max_request", "default_tier",
+                          "price", "bandwidth", "io_time"))
+        kw: dict[str, Any] = {k: self.integer(v, (*path, k), 1, MAX_NODES) for k, v in d.items()
+                              if k not in ("default_tier", "price", "bandwidth", "io_time")}
         if "default_tier" in d:
             kw["default_tier"] = self.choice(d["default_tier"], (*path, "default_tier"),
-                                             node_tier, [t.value for t in NODE_TIERS])
+                                             Tier, [t.value for t in Tier])
+        tiers = [t.value for t in NODE_TIERS]
+        for key in ("price", "bandwidth"):
+            if key in d:
+                per = self.mapping(d[key], (*path, key), tiers)
+                kw[key] = {node_tier(t): self.number(v, (*path, key, t)) if key == "price"
+                           else self.size(v, (*path, key, t)) for t, v in per.items()}
+        if "io_time" in d:
+            kw["io_time"] = self.duration(d["io_time"], (*path, "io_time"))
         try:
             return AllocationPolicy(**kw)
+        except ValueError as e:
+            self.fail(path, str(e))
+
+    def number(self, value: Any, path: KeyPath) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            self.fail(path, f"expected a number >= 0, got {value!r}")
+        return float(value)
+
+    def size(self, value: Any, path: KeyPath) -> int:
+        try:
+            return parse_size(self.text(value, path))
         except ValueError as e:
             self.fail(path, str(e))
 

@@ -172,7 +172,8 @@ def test_check_default_tier_absent() -> None:
 def test_check_requested_tier_absent() -> None:
     pool = make_pool(ssd=0)
     with pytest.raises(
-        PolicyViolation, match=r"^RSA_TIER=ssd is not available at this site: use one of ram$"
+        PolicyViolation,
+        match=r"^RSA_TIER=ssd is not available at this site: use one of ram, auto$",
     ):
         pool.check(Request("1", 1, tier=Tier.SSD))
 
@@ -564,8 +565,13 @@ def apply(pool: Pool, op: tuple[object, ...]) -> object:
 
 def reference_choice(pool: Pool, req: Request) -> str | None:
     """The documented rule, written the slow obvious way, against the pool's public view."""
-    count = pool.check(req)
     tier = req.tier or PROP_POLICY.default_tier
+    if tier is Tier.AUTO:
+        return reference_auto(pool, req)
+    return reference_in(pool, req, tier, pool.check(req))
+
+
+def reference_in(pool: Pool, req: Request, tier: Tier, count: int) -> str | None:
     order = {n.name: i for i, n in enumerate(pool.nodes())}
     free = sorted(pool.free(tier), key=lambda n: (-CAPACITY[n], order[n]))
     if req.capacity is not None:
@@ -579,6 +585,37 @@ def reference_choice(pool: Pool, req: Request) -> str | None:
     if count > len(free):
         return None
     return str(NodeSet.fromlist(free[:count]))
+
+
+def reference_auto(pool: Pool, req: Request) -> str | None:
+    """Tier auto (docs/allocation.md): per tier, the job's size there raised to its
+    bandwidth need (capacity / io_time) within the limits; bandwidth met first, then the
+    cheapest, the fastest, ram before ssd; the first whose nodes are free."""
+    policy = PROP_POLICY
+    bps = 0.0 if req.capacity is None else req.capacity / policy.io_time
+    options = []
+    for i, tier in enumerate((Tier.RAM, Tier.SSD)):
+        try:
+            count = pool.check(Request(req.job_id, req.compute_nodes, req.nodes, tier,
+                                       req.capacity))
+        except PolicyViolation:
+            continue
+        per = policy.bandwidth_of(tier)
+        if req.nodes is None and bps > 0:
+            size = sum(1 for n in PROP_NODES if n.tier is tier)
+            wanted = int(bps) // per + (1 if int(bps) % per else 0)
+            count = max(count, min(wanted, policy.max_request, size))
+        bw = count * per
+        cost = count * policy.price_of(tier)
+        options.append((False, cost, -bw, i, tier, count) if bw >= bps
+                       else (True, -bw, cost, i, tier, count))
+    if not options:
+        raise PolicyViolation("no tier")
+    for *_, tier, count in sorted(options):
+        got = reference_in(pool, req, tier, count)
+        if got is not None:
+            return got
+    return None
 
 
 class PoolMachine(RuleBasedStateMachine):
@@ -622,7 +659,10 @@ class PoolMachine(RuleBasedStateMachine):
         for name in got:
             assert before["nodes"][NAMES_INDEX[name]]["state"] == "up"  # never a drained node
             assert before["nodes"][NAMES_INDEX[name]]["owner"] is None
-            assert TIER[name] == (req.tier or PROP_POLICY.default_tier)
+        asked = req.tier or PROP_POLICY.default_tier
+        tiers = {TIER[name] for name in got}
+        # one tier per allocation (one filesystem backend); auto picks one of the node tiers
+        assert tiers == {asked} if asked is not Tier.AUTO else len(tiers) == 1
         if req.capacity is not None:
             assert sum(CAPACITY[n] for n in got) >= req.capacity
         self.held[job] = got

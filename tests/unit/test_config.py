@@ -368,9 +368,6 @@ def test_value_from_the_defaults_is_flagged() -> None:
         ),
         ("allocation:\n  default_tier: ssd\n", "allocation.default_tier", "tier ssd has no nodes"),
         ("allocation:\n  default_tier: nvme\n", "allocation.default_tier", "one of ram, ssd"),
-        # a job may ask for `auto` (the allocator chooses); no node is in it
-        ("allocation:\n  default_tier: auto\n", "allocation.default_tier",
-         "one of ram, ssd, got string 'auto'"),
         (
             "allocation:\n  min_nodes: 5\n",
             "allocation.min_nodes",
@@ -934,7 +931,10 @@ def test_cli_check_json(runner: CliRunner) -> None:
         "hostlist": "rsa-ssd[1-2]",
         "capacity": "7T",
         "backend": "moosefs",
+        "price": 1.0,
+        "bandwidth": "1.5G",
     }
+    assert data["allocation"]["io_time"] == 300.0
     result = runner.invoke(cli, ["config", "check", "--json", str(CONFIGS / "bad-syntax.yaml")])
     assert result.exit_code == 1
     data = json.loads(result.stdout)

@@ -15,7 +15,7 @@ import pytest
 
 from rsa_scheduler.cli.sim import parse_tiers, sim
 from rsa_scheduler.core.events import Event
-from rsa_scheduler.core.policy import Tier
+from rsa_scheduler.core.policy import AllocationPolicy, Tier
 from rsa_scheduler.sim import SimulationBroken
 from rsa_scheduler.sim.cluster import ReplayConfig, TierSpec
 from rsa_scheduler.sim.iomodel import FlowNet, IoParams
@@ -96,6 +96,8 @@ def test_cli_text_limit_and_tiers() -> None:
     assert result.exit_code == 0, result.stderr
     assert "20 jobs replayed" in result.output and "12 RSA nodes" in result.output
     assert "stage-out ordering trio" in result.output
+    assert "cost: compute " in result.output and "(ram 4 nodes, " in result.output
+    assert "; ssd 8 nodes, " in result.output and "RSA utilisation " in result.output
 
 
 def test_cli_bad_trace_exits_65(tmp_path: Path) -> None:
@@ -130,21 +132,33 @@ def test_scenario_without_subcommand_still_runs() -> None:
     assert plain.output == named.output and "PASS" in plain.output
 
 
-def test_tiers_a_job_goes_to_the_first_that_can_hold_it() -> None:
-    ended: list[dict[str, Any]] = []
+def test_tiers_auto_picks_each_jobs_tier_by_the_cost_model() -> None:
+    """With two tiers every job asks #RSA_TIER=auto: the allocator's cost model decides."""
+    def tiers_used(price: dict[Tier, float]) -> dict[str, list[int]]:
+        ended: list[dict[str, Any]] = []
 
-    def observe(what: str, now: float, detail: Mapping[str, Any]) -> None:
-        if what == "job":
-            ended.append(dict(detail))
+        def observe(what: str, now: float, detail: Mapping[str, Any]) -> None:
+            if what == "job":
+                ended.append(dict(detail))
 
-    tiers = (TierSpec(Tier.RAM, 4, 16 * GIB, 5.0 * GIB),
-             TierSpec(Tier.SSD, 8, 1024 * GIB, 1.5 * GIB))
-    run_checked(make_config(tiers=tiers), observer=observe)
+        tiers = (TierSpec(Tier.RAM, 4, 16 * GIB, 5.0 * GIB),
+                 TierSpec(Tier.SSD, 8, 1024 * GIB, 1.5 * GIB))
+        policy = AllocationPolicy(default_tier=Tier.AUTO, price=price,
+                                  bandwidth={Tier.RAM: 5 * GIB, Tier.SSD: 1536 << 20})
+        run_checked(make_config(tiers=tiers, allocation=policy), observer=observe)
+        return {t: [max(j["input_bytes"], j["output_bytes"]) for j in ended
+                    if j["tier"] == t] for t in ("ram", "ssd")}
+
+    # SSD nodes 4x cheaper, and fast enough for these volumes in 5 minutes: SSD, and RAM
+    # only when the SSD nodes are all taken (the fallback)
+    cheap_ssd = tiers_used({Tier.RAM: 4.0, Tier.SSD: 1.0})
+    assert len(cheap_ssd["ssd"]) > 3 * len(cheap_ssd["ram"])
+    # RAM nodes cheaper: what fits the RAM tier goes there (SSD when RAM is busy), what
+    # does not fit goes to SSD
+    cheap_ram = tiers_used({Tier.RAM: 1.0, Tier.SSD: 4.0})
     ram_limit = 4 * 16 * GIB  # max_request 16 > 4 nodes: the whole tier
-    by_tier = {t: [max(j["input_bytes"], j["output_bytes"]) for j in ended if j["tier"] == t]
-               for t in ("ram", "ssd")}
-    assert by_tier["ram"] and by_tier["ssd"]
-    assert max(by_tier["ram"]) <= ram_limit < min(by_tier["ssd"])
+    assert max(cheap_ram["ram"]) <= ram_limit < max(cheap_ram["ssd"])
+    assert len(cheap_ram["ram"]) > len(cheap_ssd["ram"])
 
 
 def test_parse_tiers() -> None:

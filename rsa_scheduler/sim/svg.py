@@ -1,0 +1,120 @@
+"""Hand-written SVG line charts of a ``rsa sim plan`` sweep (no plotting library).
+
+Owns :func:`line_chart` (one chart: axes with round ticks, one polyline and marker set
+per series, a legend) and :func:`plan_charts` (the four charts of a sweep: mean wait,
+mean hold, RSA utilisation and cost per hour against the RSA node count, one line per
+DRAM share). Returns text; must not write files.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+from xml.sax.saxutils import escape
+
+W, H = 640, 400
+LEFT, RIGHT, TOP, BOTTOM = 80, 150, 40, 50
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#17becf")
+
+
+def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """Round tick values covering ``[low, high]`` (1, 2 or 5 times a power of ten apart)."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise ValueError("ticks of a non-finite range")
+    if high <= low:
+        high = low + (abs(low) or 1.0)
+    raw = (high - low) / max(count, 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    start = math.floor(low / step) * step
+    ticks = []
+    t = start
+    while t <= high + step * 1e-9:
+        ticks.append(round(t, 12))
+        t += step
+    if ticks[-1] < high:
+        ticks.append(round(t, 12))
+    return ticks
+
+
+def _num(v: float) -> str:
+    return f"{v:g}" if abs(v) < 1e6 else f"{v:.3g}"
+
+
+def line_chart(title: str, xlabel: str, ylabel: str,
+               series: Mapping[str, Sequence[tuple[float, float]]]) -> str:
+    """An SVG document: one line per series of (x, y) points (sorted by x here)."""
+    xs = [x for pts in series.values() for x, _ in pts]
+    ys = [y for pts in series.values() for _, y in pts]
+    if not xs:
+        raise ValueError(f"chart {title!r} has no points")
+    xt = nice_ticks(min(xs), max(xs))
+    yt = nice_ticks(min(0.0, min(ys)), max(ys))
+    pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
+
+    def px(x: float) -> float:
+        return LEFT + (x - xt[0]) / (xt[-1] - xt[0]) * pw
+
+    def py(y: float) -> float:
+        return TOP + ph - (y - yt[0]) / (yt[-1] - yt[0]) * ph
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
+           f'viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">',
+           f'<rect width="{W}" height="{H}" fill="white"/>',
+           f'<text x="{W / 2:.1f}" y="22" text-anchor="middle" font-size="15">'
+           f'{escape(title)}</text>']
+    for t in yt:
+        y = py(t)
+        out.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{LEFT + pw}" y2="{y:.1f}" '
+                   'stroke="#ddd"/>')
+        out.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_num(t)}</text>')
+    for t in xt:
+        x = px(t)
+        out.append(f'<line x1="{x:.1f}" y1="{TOP + ph}" x2="{x:.1f}" y2="{TOP + ph + 5}" '
+                   'stroke="black"/>')
+        out.append(f'<text x="{x:.1f}" y="{TOP + ph + 18}" text-anchor="middle">'
+                   f'{_num(t)}</text>')
+    out.append(f'<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" '
+               'stroke="black"/>')
+    out.append(f'<text x="{LEFT + pw / 2:.1f}" y="{H - 12}" text-anchor="middle">'
+               f'{escape(xlabel)}</text>')
+    out.append(f'<text x="18" y="{TOP + ph / 2:.1f}" text-anchor="middle" '
+               f'transform="rotate(-90 18 {TOP + ph / 2:.1f})">{escape(ylabel)}</text>')
+    for i, (name, pts) in enumerate(series.items()):
+        colour = COLOURS[i % len(COLOURS)]
+        ordered = sorted(pts)
+        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in ordered)
+        out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" '
+                   'stroke-width="2"/>')
+        out += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{colour}"/>'
+                for x, y in ordered]
+        ly = TOP + 10 + 18 * i
+        out.append(f'<line x1="{LEFT + pw + 12}" y1="{ly}" x2="{LEFT + pw + 32}" y2="{ly}" '
+                   f'stroke="{colour}" stroke-width="2"/>')
+        out.append(f'<text x="{LEFT + pw + 38}" y="{ly + 4}">{escape(name)}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+#: file name -> (point key, title, y axis label)
+CHARTS = {
+    "wait.svg": ("mean_wait_s", "Mean wait", "seconds"),
+    "hold.svg": ("mean_hold_s", "Mean hold on the compute nodes", "seconds"),
+    "utilisation.svg": ("utilisation", "RSA utilisation (node-hours held / provisioned)",
+                        "fraction"),
+    "cost.svg": ("rsa_cost_per_hour", "RSA cost per hour", "price units per hour"),
+}
+
+
+def plan_charts(points: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The sweep's four charts, by file name: x RSA nodes, one line per DRAM share."""
+    out = {}
+    for name, (key, title, ylabel) in CHARTS.items():
+        series: dict[str, list[tuple[float, float]]] = {}
+        for p in points:
+            label = f"DRAM {round(100 * float(p['ram_share']))}%"
+            series.setdefault(label, []).append((float(p["nodes"]), float(p[key])))
+        ordered = dict(sorted(series.items(), key=lambda kv: -float(kv[0][5:-1])))
+        out[name] = line_chart(title, "RSA nodes", ylabel, ordered)
+    return out
