@@ -22,6 +22,11 @@ class ConfigError(RsaError):
         super().__init__(f"{where}: {reason}")
 
 
+class FsError(RsaError):
+    """A RAMDISK could not be created, mounted, reset or destroyed, or its backend is
+    missing or cannot be loaded."""
+
+
 class StoreError(RsaError):
     """The durable store cannot be opened, migrated or written."""
 

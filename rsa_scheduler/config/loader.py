@@ -30,13 +30,12 @@ from typing import Any, Final
 import yaml
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 
+from rsa_scheduler.config.backends import check_backends
 from rsa_scheduler.config.schema import (
     ADDRESS_FIELDS,
     MAX_POOL_NODES,
     AbsPath,
     Address,
-    BeeondConfig,
-    BeeondStorage,
     Bool,
     Choice,
     Config,
@@ -65,8 +64,6 @@ from rsa_scheduler.config.schema import (
 from rsa_scheduler.core.policy import AllocationPolicy, Tier
 from rsa_scheduler.core.units import format_size, parse_duration, parse_size
 from rsa_scheduler.errors import ConfigError
-from rsa_scheduler.fs.beegfs import check_client_option, check_shift_range
-from rsa_scheduler.fs.mfsproxy import check_address as check_proxy_address
 from rsa_scheduler.staging.scripts import check_copy_command
 
 DEFAULT_CONFIG_PATH: Final = Path("/etc/rsa/rsa.yaml")
@@ -648,6 +645,7 @@ def _build(
     checks = _Checks(v, sections)
     checks.pool(require_pool)
     checks.allocation()
+    checks.backends()
     checks.others()
     if v.issues:
         v.issues.sort(key=lambda i: (i.line is None, i.line or 0))
@@ -707,20 +705,19 @@ class _Checks:
                     f"tier {tier.value} has only {_nodes(have)}; jobs sized for more never "
                     "get an RSA (allocation is all-or-nothing)",
                 )
-        backends: Mapping[Tier, str] = self.s["filesystem"].backend
-        for tier in by_tier:
-            backend = backends.get(tier)
-            if backend is None:
-                v.error(
-                    ("filesystem", "backend", tier.value),
-                    f"no backend for tier {tier.value}, which has nodes",
-                )
-            elif backend == "tmpfs" and (policy.max_nodes > 1 or policy.max_request > 1):
-                v.error(
-                    ("filesystem", "backend", tier.value),
-                    "tmpfs serves a single RSA node; set allocation.max_nodes and "
-                    "allocation.max_request to 1, or use moosefs or beeond",
-                )
+
+    def backends(self) -> None:
+        """Ask the registered backends (config/backends.py): their own settings, and
+        whether each one a tier chose can serve it."""
+        if not self.ok("filesystem"):
+            return
+        pool = self.s["pool"] if self.ok("pool") else None
+        policy = self.s["allocation"] if self.ok("allocation") else None
+        for finding in check_backends(self.s["filesystem"], pool, policy):
+            if finding.warning:
+                self.v.warn(finding.key, finding.reason)
+            else:
+                self.v.error(finding.key, finding.reason)
 
     def others(self) -> None:
         v = self.v
@@ -738,15 +735,6 @@ class _Checks:
             elif staging.copy_command:
                 v.warn(("staging", "copy_command"), f"set, but copy_tool is "
                        f"{staging.copy_tool}: it is not used")
-        if self.ok("filesystem"):
-            proxy = self.s["filesystem"].moosefs_proxy
-            if proxy != "off":
-                try:
-                    check_proxy_address(proxy)
-                except ValueError as e:
-                    v.error(("filesystem", "moosefs_proxy"), f"{e}; or off")
-        if self.ok("filesystem"):
-            self.beeond(self.s["filesystem"].beeond)
         if self.ok("hooks"):
             hooks: HooksConfig = self.s["hooks"]
             if hooks.api_timeout > hooks.timeout:
@@ -758,27 +746,6 @@ class _Checks:
             if api_listen is not None and api_listen == self.s["metrics"].listen:
                 v.error(("metrics", "listen"), f"same address as daemon.api.listen ({api_listen})")
 
-
-    def beeond(self, b: BeeondConfig) -> None:
-        v, path = self.v, ("filesystem", "beeond")
-        try:
-            check_shift_range(b.port_shift_min, b.port_shift_max)
-        except ValueError as e:
-            v.error((*path, "port_shift_max"), str(e))
-        for i, option in enumerate(b.client_options):
-            try:
-                check_client_option(option, b.beegfs_major)
-            except ValueError as e:
-                v.error((*path, "client_options", i), str(e))
-        if b.pdsh_path is not None and not b.use_pdsh:
-            v.error((*path, "pdsh_path"), "set, but use_pdsh is false; set use_pdsh: true "
-                                          "or remove pdsh_path")
-        if b.storage == BeeondStorage.TMPFS and self.ok("pool"):
-            backends = self.s["filesystem"].backend
-            ssd_nodes = Tier.SSD in self.s["pool"].by_tier()
-            if ssd_nodes and backends.get(Tier.SSD) == "beeond":
-                v.error((*path, "storage"), "tmpfs would keep the ssd tier's RAMDISKs in "
-                        "RAM; use pool_dir (or another backend for ssd)")
 
 
 def _check_pool(v: _Validator, pool: PoolConfig, require_pool: bool) -> None:

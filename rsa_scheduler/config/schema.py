@@ -15,7 +15,6 @@ import enum
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -32,25 +31,13 @@ from rsa_scheduler.core.policy import (
     Tier,
 )
 from rsa_scheduler.core.units import MAX_DURATION, format_size, parse_size
+from rsa_scheduler.fs import registry
 
 # Filesystem plugin names (issue 4). Kept as strings, not an enum: backends are discovered
 # through the ``rsa_scheduler.filesystems`` entry points (fs/registry.py), so a site's own
-# backend package is a valid choice once installed; the shipped three are always known
-# (a source tree that was never installed has no entry points).
-SHIPPED_FS_BACKENDS: tuple[str, ...] = ("beeond", "moosefs", "tmpfs")
-
-
-def fs_backend_names() -> tuple[str, ...]:
-    """Every backend name the config may choose: the registered entry points (names only:
-    nothing is imported) and the shipped ones."""
-    try:
-        names = {ep.name for ep in entry_points(group="rsa_scheduler.filesystems")}
-    except Exception:  # broken metadata must not make every config invalid
-        names = set()
-    return tuple(sorted(names | set(SHIPPED_FS_BACKENDS)))
-
-
-FS_BACKENDS: tuple[str, ...] = fs_backend_names()
+# backend package is a valid choice once installed; what each can do is checked by
+# config/backends.py, which asks the backends themselves.
+FS_BACKENDS: tuple[str, ...] = registry.names()
 
 # Where a pool lives on an RSA node when `pool.nodes[].pool_dir` is not given.
 DEFAULT_POOL_DIRS: Mapping[Tier, Path] = {
