@@ -17,13 +17,11 @@ from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
 from rsa_scheduler.config.schema import Config, FilesystemConfig, PoolConfig
+from rsa_scheduler.config.yamldoc import KeyPath
 from rsa_scheduler.core.policy import AllocationPolicy, Tier
 from rsa_scheduler.fs import registry
 from rsa_scheduler.fs.base import BackendSettings, FilesystemBackend, FsError
 from rsa_scheduler.hosts import Host
-
-#: a key under the configuration's root, with list indexes (``filesystem.beeond.x``)
-KeyPath = tuple[str | int, ...]
 
 
 @dataclass(frozen=True, slots=True)
