@@ -84,6 +84,9 @@ class Number(Kind):
 class Duration(Kind):
     positive: bool = True  # False: zero is allowed
     max: float = MAX_DURATION  # seconds; longer values are rejected
+    # True: a bare number is seconds (the simulator's scenarios); False: a bare number
+    # other than 0 is refused as ambiguous (Slurm reads minutes, most people seconds)
+    bare_seconds: bool = False
 
     @property
     def label(self) -> str:

@@ -182,6 +182,8 @@ def item_default(cls: type, name: str, values: Mapping[str, Any]) -> Any:
         return DEFAULT_POOL_DIRS.get(tier, DEFAULT_POOL_DIRS[Tier.RAM])  # tier may be invalid
     for f in fields(cls):
         if f.name == name:
+            if f.default is MISSING and f.default_factory is not MISSING:
+                return f.default_factory()
             return f.default
     return MISSING
 

@@ -52,7 +52,12 @@ _LISTEN_RE = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9._-]
 
 
 class Validator:
-    """Converts merged data along the schema, collecting issues with file and line."""
+    """Converts merged data along the schema, collecting issues with file and line.
+
+    The configuration and the simulator's scenarios (``sim/settings.py``) both convert
+    with it; a scenario words two things its own way (how a wrong value is described, a
+    wrong choice), by overriding :meth:`describe` and :meth:`not_a_choice`.
+    """
 
     def __init__(self, defaults: Doc, user: Doc | None) -> None:
         self.defaults = defaults
@@ -87,6 +92,16 @@ class Validator:
         if from_defaults and note_default:
             reason += " (the shipped default; override it in this file)"
         return ConfigIssue(file, key_text(path), reason, line)
+
+    # -- wording
+
+    def describe(self, value: Any) -> str:
+        """A wrong value, as the end of ``expected ..., got <this>``."""
+        return got(value)
+
+    def not_a_choice(self, kind: Choice, value: Any) -> str:
+        """Why ``value`` is not one of a choice's values (a hint may follow)."""
+        return f"expected one of {', '.join(kind.values)}, got {self.describe(value)}"
 
     # -- kinds
 
@@ -132,7 +147,7 @@ class Validator:
         raise AssertionError(f"unknown kind {kind!r}")
 
     def _expected(self, path: KeyPath, what: str, value: Any) -> object:
-        self.error(path, f"expected {what}, got {got(value)}")
+        self.error(path, f"expected {what}, got {self.describe(value)}")
         return BAD
 
     def _section(self, cls: type, value: Any, path: KeyPath) -> Any:
@@ -198,7 +213,7 @@ class Validator:
             hint = suggest(value, kind.values) if isinstance(value, str) else ""
             if isinstance(value, bool):
                 hint = " (YAML reads yes/no/on/off as booleans; quote the value)"
-            self.error(path, f"expected one of {', '.join(kind.values)}, got {got(value)}{hint}")
+            self.error(path, self.not_a_choice(kind, value) + hint)
             return BAD
         return kind.enum_cls(value) if kind.enum_cls is not None else value
 
@@ -221,7 +236,7 @@ class Validator:
         except ValueError as e:
             self.error(path, str(e))
             return BAD
-        if isinstance(value, int | float) and value != 0:
+        if isinstance(value, int | float) and value != 0 and not kind.bare_seconds:
             # A bare number is minutes to Slurm (--time) and seconds to most people.
             self.error(path, f"ambiguous duration {value}: add a unit, e.g. {value}s or {value}m")
             return BAD

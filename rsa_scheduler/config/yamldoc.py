@@ -35,9 +35,13 @@ class Doc:
         self.lists = lists  # key paths whose value is a list (replaces the default wholesale)
 
 
-def parse_yaml(text: str, file: str) -> tuple[Doc, list[ConfigIssue]]:
-    """YAML → (Doc, issues). Syntax errors raise; duplicate/non-string keys are issues.
-    The data of an empty document is None; what the top level must be is the caller's."""
+def parse_yaml(text: str, file: str, *, keys_as_text: bool = False,
+               later_key_wins: bool = False) -> tuple[Doc, list[ConfigIssue]]:
+    """YAML → (Doc, issues). Syntax errors raise; duplicate/non-string keys are issues
+    (``keys_as_text``: a scalar key such as a job id ``10`` is taken as its text;
+    ``later_key_wins``: a repeated key replaces the earlier one, as PyYAML reads it).
+    The data of an empty document is None; what the top level must be is the caller's.
+    ``lines`` has the line of each mapping key (a list item's: where it starts)."""
     issues: list[ConfigIssue] = []
     lines: dict[KeyPath, int] = {}
     lists: set[KeyPath] = set()
@@ -49,10 +53,13 @@ def parse_yaml(text: str, file: str) -> tuple[Doc, list[ConfigIssue]]:
             lines[path] = node.start_mark.line + 1
         if not isinstance(node, yaml.ScalarNode) and node.tag not in _COLLECTION_TAGS:
             # Scalars with an unknown tag fail in construct_object; collections are
-            # walked here, so refuse their tags (!foo, !!set, !!omap) explicitly.
-            raise yaml.constructor.ConstructorError(
-                None, None, f"unsupported YAML tag {node.tag!r}", node.start_mark
-            )
+            # walked here, so refuse their tags (!foo, !!set, !!omap) explicitly, in
+            # PyYAML's words too when it has no constructor for the tag either.
+            problem = f"unsupported YAML tag {node.tag!r}"
+            if node.tag not in yaml.SafeLoader.yaml_constructors:
+                problem = (f"could not determine a constructor for the tag {node.tag!r} "
+                           f"({problem}: write plain YAML)")
+            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark)
         if id(node) in active:
             issues.append(ConfigIssue(file, key_text(path), "recursive YAML alias",
                                       lines.get(path)))
@@ -76,18 +83,22 @@ def parse_yaml(text: str, file: str) -> tuple[Doc, list[ConfigIssue]]:
             for key_node, value_node in node.value:
                 key = loader.construct_object(key_node, deep=True)
                 line = key_node.start_mark.line + 1
+                if keys_as_text and isinstance(key_node, yaml.ScalarNode) \
+                        and not isinstance(key, str):
+                    key = str(key)
                 if not isinstance(key, str):
                     issues.append(
                         ConfigIssue(file, key_text(path), f"key {key!r} is not a string", line)
                     )
                     continue
-                if key in out and key not in merged:
+                if key in out and key not in merged and not later_key_wins:
                     issues.append(ConfigIssue(file, key_text((*path, key)), "duplicate key", line))
                     continue
                 merged.discard(key)  # an explicit key overrides a merged one
                 if id(key_node) not in own:
                     merged.add(key)
                 out[key] = walk(value_node, (*path, key))
+                lines[(*path, key)] = line  # the key's line, also for a block value
             return out
         finally:
             active.discard(id(node))
