@@ -1,7 +1,33 @@
 """The project's one exception tree.
 
-Every error the user may see derives from :class:`RsaError` and renders as one actionable
-line (``str(err)``); causes are chained with ``raise ... from``.
+Every exception class of the package derives from :class:`RsaError` and renders as one
+actionable line (``str(err)``; an error raised without a message says what its class's
+docstring says); causes are chained with ``raise ... from``. The commands print it as
+one line (:func:`user_line`: ``rsa: error: ...``, ``rsad: error: ...``, ``rsa sim: ...``);
+``--debug`` shows the traceback. A unit test (``tests/unit/test_errors.py``) walks the
+package and keeps every exception class in this tree.
+
+The tree (where each is defined; the classes a module owns stay beside its code):
+
+- here: :class:`ConfigError` (:class:`ConfigIssue`, :class:`ConfigErrors`),
+  :class:`FsError`, :class:`StoreError`, :class:`ScenarioError` (``sim.swf.TraceError``),
+  :class:`InternalError` (a bug: ``core.machine.InvariantViolation``)
+- core: ``allocator.PolicyViolation``, ``allocator.UnknownNode``,
+  ``states.UnknownSlurmState``, ``transitions.InvalidTransition``,
+  ``scheduler.StaleOutcome``/``InvalidOutcome``/``CommandRefused``,
+  ``directives.DirectiveErrors``/``SubmissionErrors``, ``directive_values.SplitError``
+- running things: ``runner.CommandError``, ``hosts.HostError``, ``hosts.Cancelled``,
+  ``munge.MungeError``, ``slurm.port.SlurmError``, ``slurm.parse.ParseError``,
+  ``fs.mfsproxy.ProxyAddressError``, ``staging.report.StagingError``
+- rsad: ``daemon.executors.PermanentError``/``BusyError``, ``daemon.wiring.LockinUnusable``,
+  ``daemon.api.ApiError``, ``daemon.httpd.HttpError``, ``sim.engine.SimulationBroken``
+- clients and nodes: ``client.ApiUnavailable``/``ApiRefused``, ``bb.Unreachable``/
+  ``Refused``, ``node.hooks.HookTimeout``, ``node.mounts.MountError``,
+  ``node.paths.UnsafePath``, ``node.namespace.NamespaceError``,
+  ``node.handles.MountApiMissing``
+
+An error that still is a ``ValueError``/``KeyError``/``AssertionError`` to older callers
+keeps that base beside :class:`RsaError`.
 """
 
 from __future__ import annotations
@@ -12,6 +38,26 @@ from typing import Any
 
 class RsaError(Exception):
     """Base of every error rsa-scheduler raises on purpose."""
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if text:
+            return text
+        doc = (type(self).__doc__ or "").strip()
+        return doc.splitlines()[0] if doc else type(self).__name__
+
+
+class InternalError(RsaError):
+    """rsa-scheduler broke one of its own rules: a bug, never the user's input."""
+
+
+def user_line(err: RsaError, traceback_at: str = "run again with --debug to see it") -> str:
+    """The line a command prints for ``err``: its message, and for a bug what to do
+    (``traceback_at``: where the reporter finds the traceback)."""
+    text = str(err)
+    if isinstance(err, InternalError):
+        text += f" (a bug in rsa-scheduler: report it with its traceback; {traceback_at})"
+    return text
 
 
 class ConfigError(RsaError):

@@ -37,11 +37,12 @@ from rsa_scheduler.core.transitions import (
     Trigger,
     lookup,
 )
+from rsa_scheduler.errors import InternalError
 
 MAX_SETTLE = 32  # more rule firings than this for one job in one step is a table bug
 
 
-class InvariantViolation(AssertionError):
+class InvariantViolation(InternalError, AssertionError):
     """The machine was about to break a safety rule (a bug, never user error)."""
 
 

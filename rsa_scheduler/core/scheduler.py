@@ -31,6 +31,7 @@ from rsa_scheduler.core.machine import (
 from rsa_scheduler.core.policy import NodeState, StagingPolicy
 from rsa_scheduler.core.states import TERMINAL, JobState, RsaState, derive_job_state
 from rsa_scheduler.core.transitions import OUTCOME_TRIGGERS, InvalidTransition, Trigger
+from rsa_scheduler.errors import RsaError
 
 POOL_STREAM = "@pool"  # event stream for node drain/resume (not a job)
 #: states in which an RSA node going down sends the job Trigger.NODE_LOST: its RAMDISK is
@@ -83,15 +84,15 @@ class Decision:
         self.actions.extend(step.actions)
 
 
-class StaleOutcome(Exception):
+class StaleOutcome(RsaError):
     """An outcome for an action that is no longer outstanding (cancelled or re-issued)."""
 
 
-class InvalidOutcome(ValueError):
+class InvalidOutcome(RsaError, ValueError):
     """An executor reported a result its action kind cannot have (e.g. build-fs busy)."""
 
 
-class CommandRefused(Exception):
+class CommandRefused(RsaError):
     """A user/operator command that is not allowed now; the message says why."""
 
 

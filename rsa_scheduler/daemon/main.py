@@ -13,7 +13,7 @@ from types import FrameType
 import click
 
 from rsa_scheduler import __version__
-from rsa_scheduler.errors import RsaError
+from rsa_scheduler.errors import InternalError, RsaError, user_line
 
 log = logging.getLogger("rsad")
 
@@ -130,5 +130,8 @@ def main() -> None:
         e.show()
         sys.exit(e.exit_code)
     except RsaError as e:
-        click.echo(f"rsad: error: {e}", err=True)
+        if isinstance(e, InternalError):
+            log.exception("rsad stopped on a bug")
+        line = user_line(e, "rsad's log has it")
+        click.echo(f"rsad: error: {line}", err=True)
         sys.exit(1)
