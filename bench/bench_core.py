@@ -201,6 +201,7 @@ def run_size(n: int, rounds: int, profile: str | None) -> dict[str, float]:
     churns: list[float] = []
     churns_cpu: list[float] = []
     delta_churns: list[float] = []
+    delta_churns_cpu: list[float] = []
     events = delta_events = 0
     decided: list[tuple[str, str, Any]] | None = None
     for r in range(rounds):
@@ -226,6 +227,7 @@ def run_size(n: int, rounds: int, profile: str | None) -> dict[str, float]:
                 events, decided = len(dec.events), got
             else:
                 delta_churns.append(dt)
+                delta_churns_cpu.append(cpu)
                 delta_events = len(dec.events)
                 assert decided is None or got == decided, "the two forms decided differently"
     changed = sum(1 for a, b in zip(queue.obs, nxt, strict=True)
@@ -238,6 +240,7 @@ def run_size(n: int, rounds: int, profile: str | None) -> dict[str, float]:
             "changed": changed, "events": events, "delta_events": delta_events,
             "delta_steady_ms": med(delta_steady) * 1e3,
             "delta_churn_ms": med(delta_churns) * 1e3 if delta_churns else float("nan"),
+            "delta_churn_cpu_ms": med(delta_churns_cpu) * 1e3 if delta_churns else float("nan"),
             "core_mb": core_mb, "peak_mb": proc_mb("VmHWM")}
 
 
@@ -261,7 +264,7 @@ def main() -> None:
     print(f"# Python {platform.python_version()}, {platform.machine()}, "
           f"{RSA_NODES} RSA nodes, {int(RSA_SHARE * 100)}% of jobs with #RSA_ directives")
     print("| jobs | tracked | core MB | peak MB | steady: snapshot ms (cpu) | changes ms "
-          "| churn: changed jobs | snapshot ms (cpu) | events | changes ms | events |")
+          "| churn: changed jobs | snapshot ms (cpu) | events | changes ms (cpu) | events |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     rows = []
     for n in (int(s) for s in args.sizes.split(",")):
@@ -270,7 +273,8 @@ def main() -> None:
         print(f"| {n:,} | {r['tracked']:,.0f} | {r['core_mb']:,.0f} | {r['peak_mb']:,.0f} | "
               f"{r['steady_ms']:.1f} ({r['steady_cpu_ms']:.1f}) | {r['delta_steady_ms']:.1f} | "
               f"{r['changed']:,.0f} | {r['churn_ms']:.1f} ({r['churn_cpu_ms']:.1f}) | "
-              f"{r['events']:,.0f} | {r['delta_churn_ms']:.1f} | {r['delta_events']:,.0f} |",
+              f"{r['events']:,.0f} | {r['delta_churn_ms']:.1f} ({r['delta_churn_cpu_ms']:.1f}) | "
+              f"{r['delta_events']:,.0f} |",
               flush=True)
     if len(rows) > 1:
         a, b = rows[0], rows[-1]
