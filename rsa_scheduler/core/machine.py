@@ -135,20 +135,27 @@ class JobRecord:
 _NEW_STATE: Mapping[str, Any] = JobRecord("", "", DirectiveSpec()).state_json()
 
 
-#: id(spec) -> (spec, its JSON). Specs are frozen and shared (every task of an array,
-#: every job of one admin_comment): keyed by identity, a hit costs no hash of the spec's
-#: fields (a dataclass hash in Python); the spec is kept so its id is not reused.
-_SPEC_JSON: dict[int, tuple[DirectiveSpec, dict[str, Any]]] = {}
+#: id(spec) -> (spec, its JSON, the same without unset keys). Specs are frozen and
+#: shared (every task of an array, every job of one admin_comment): keyed by identity, a
+#: hit costs no hash of the spec's fields (a dataclass hash in Python); the spec is kept
+#: so its id is not reused.
+_SPEC_JSON: dict[int, tuple[DirectiveSpec, dict[str, Any], dict[str, Any]]] = {}
 
 
-def _spec_json(spec: DirectiveSpec) -> dict[str, Any]:
-    """The spec's JSON (computed once per spec object)."""
+def _spec_jsons(spec: DirectiveSpec) -> tuple[DirectiveSpec, dict[str, Any], dict[str, Any]]:
     hit = _SPEC_JSON.get(id(spec))
     if hit is None or hit[0] is not spec:
         if len(_SPEC_JSON) >= 65536:
             _SPEC_JSON.clear()
-        hit = _SPEC_JSON[id(spec)] = (spec, spec.to_json())
-    return dict(hit[1])
+        full = spec.to_json()
+        hit = _SPEC_JSON[id(spec)] = (spec, full,
+                                      {k: v for k, v in full.items() if v is not None})
+    return hit
+
+
+def _spec_json(spec: DirectiveSpec) -> dict[str, Any]:
+    """The spec's JSON (computed once per spec object)."""
+    return dict(_spec_jsons(spec)[1])
 
 
 def _patch(rec: JobRecord, values: Mapping[str, Any]) -> None:
@@ -492,8 +499,8 @@ def new_record_event(rec: JobRecord, now: float) -> Event:
     other fields that differ from a new record's defaults (a job's first sight is the
     bulk of rsad's first cycle after a start: thousands of these in one transaction).
     Logs written before carry every field; :func:`apply_event` reads both."""
-    spec = {k: v for k, v in _spec_json(rec.spec).items() if v is not None}
-    ctx: dict[str, Any] = {"job_id": rec.job_id, "user": rec.user, "spec": spec}
+    ctx: dict[str, Any] = {"job_id": rec.job_id, "user": rec.user,
+                           "spec": dict(_spec_jsons(rec.spec)[2])}
     for key, value in rec.state_json().items():
         if value != _NEW_STATE[key]:
             ctx[key] = value
