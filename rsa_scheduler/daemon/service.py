@@ -554,6 +554,9 @@ class Daemon:
                      if r.job_id in fits else "the cluster is busy: releasing the hold")
 
     def _forget_hold(self, job: str) -> None:
+        if job not in self._held and job not in self._can_start and \
+                job not in self._releasing and job not in self._told_held:
+            return  # most jobs, every time their line changes
         self._held.pop(job, None)
         self._can_start.pop(job, None)
         self._releasing.pop(job, None)
