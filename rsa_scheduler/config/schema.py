@@ -389,8 +389,10 @@ class DaemonConfig:
     )
     snapshot_every: int = field(
         metadata=meta(Int(min=0, max=10**9), "Write a snapshot of rsad's state every this "
-                      "many events; a restart loads the newest and replays only the events "
-                      "after it (0: never, replay the whole log).")
+                      "many events, and no sooner than as many events as jobs in memory, "
+                      "never in the first cycle after a start; a restart loads the newest "
+                      "and replays only the events after it (0: never, replay the whole "
+                      "log).")
     )
     urgent_workers: int = field(
         metadata=meta(Int(min=1, max=1024), "Workers for everything else (mounts, the "
