@@ -9,6 +9,7 @@ slurmctld: tests/e2e/test_native.py.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -131,10 +132,14 @@ def test_bbstat_failing_is_a_line_too(tmp_path: Path) -> None:
     assert (got.rc, got.msg) == ("-1", ["rsa-bb status: cannot reach rsad"])
 
 
-def test_pools_come_from_rsads_file_and_no_file_means_no_pools(tmp_path: Path) -> None:
+def test_pools_come_from_rsads_file_and_no_file_means_empty_pools(tmp_path: Path) -> None:
     pools = tmp_path / "bb-pools.json"
     got = call("slurm_bb_pools", config={"pools_file": str(pools)})
-    assert (got.nret, got.rc) == (1, "0")  # the plugin stays up, tracks no pools
+    # rsad has not written its file yet: the configured pools, no space (Slurm then
+    # accepts jobs naming them, and they wait, instead of refusing them)
+    assert got.rc == "0"
+    assert json.loads(got.msg[0]) == {"pools": [
+        {"free": 0, "granularity": 1048576, "id": "ram", "quantity": 0}]}
     text = '{"pools": [{"free": 2048, "granularity": 1048576, "id": "ram", "quantity": 8192}]}'
     pools.write_text(text + "\n")
     got = call("slurm_bb_pools", config={"pools_file": str(pools)})
