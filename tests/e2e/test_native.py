@@ -14,6 +14,7 @@ import json
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -293,30 +294,38 @@ for i in 1 2 3 4 5 6; do head -c 100M /dev/urandom > {area}/out/f$i; done
 
 def test_sacct_accounts_the_ramdisk_as_the_bb_tres(
         lab: Mapping[str, str], area: Path) -> None:
-    """A job asking for ``pool=ram capacity=1G``: Slurm checks the pool rsad reports
-    (scontrol show burst), real_size raises the size to the RSA node rsad gave it, and
-    sacct shows both (accounting on: AccountingStorageTRES=bb/lua)."""
+    """Every RSA job's RAMDISK is the bb/lua TRES in sacct (accounting on:
+    AccountingStorageTRES=bb/lua). A job asking for ``pool=ram capacity=1G`` itself, and a
+    plain RSA job whose ``#BB_LUA pool=ram capacity=1M`` line job_submit.lua wrote: Slurm
+    checks the pool rsad reports (scontrol show burst), real_size raises the size to the
+    RSA node rsad gave each job, and sacct shows the request and the allocation."""
     if lab["RSA_LAB_ACCOUNTING"] != "1":
         pytest.skip("needs slurmdbd (RSA_LAB_ACCOUNTING=1)")
     wait_for("the ram pool in scontrol show burst", lambda: "PoolName[0]=ram " in root(
         lab, "scontrol", "show", "burst"), timeout=60)
-    script = f"""#!/bin/bash
-#SBATCH -t 5
-#BB_LUA pool=ram capacity=1G
-#RSA_DATA_IN={area}/in
-(cd {area}/in && md5sum f*) > {area}/res/md5
+    body = f"""#RSA_DATA_IN={area}/in
+(cd {area}/in && md5sum f*) > {area}/res/md5.$SLURM_JOB_ID
 """
+    own = f"#!/bin/bash\n#SBATCH -t 5\n#BB_LUA pool=ram capacity=1G\n{body}"
+    plain = f"#!/bin/bash\n#SBATCH -t 5\n{body}"
     with make_jobs(lab) as jobs:
-        job = jobs.submit(script=script)
-        wait_state(lab, job, "released", timeout=240)
+        asked, given = jobs.submit(script=own), jobs.submit(script=plain)
+        # (scontrol's one-line form splits the value at its spaces: read the long form)
+        assert "   BurstBuffer=#BB_LUA pool=ram capacity=1M\n" in root(
+            lab, "scontrol", "show", "job", given)
+        for job in (asked, given):
+            wait_state(lab, job, "released", timeout=240)
 
-        def tres() -> tuple[str, str] | None:
+        def tres(job: str) -> tuple[str, str] | None:
             out = root(lab, "sacct", "-n", "-X", "-P", "-j", job, "-o",
                        "State,ReqTRES,AllocTRES").strip()
             state, req, alloc = [*out.split("|"), "", "", ""][:3]
             return (req, alloc) if state == "COMPLETED" and "bb/lua" in alloc else None
 
-        req, alloc = wait_for("sacct's bb/lua", tres, timeout=120, every=2.0)
-    assert "bb/lua=1G" in req.split(","), req
-    assert f"bb/lua={lab['RSA_LAB_RAM_SIZE']}" in alloc.split(","), alloc  # one RSA node
-    assert (area / "res" / "md5").read_text() == md5_of(area / "in")
+        got = {job: wait_for(f"sacct's bb/lua of {job}", partial(tres, job), timeout=120,
+                             every=2.0) for job in (asked, given)}
+    for job, want in ((asked, "bb/lua=1G"), (given, "bb/lua=1M")):
+        req, alloc = got[job]
+        assert want in req.split(","), req
+        assert f"bb/lua={lab['RSA_LAB_RAM_SIZE']}" in alloc.split(","), alloc  # one node
+        assert (area / "res" / f"md5.{job}").read_text() == md5_of(area / "in")
