@@ -82,12 +82,27 @@ def run_through(lab: Mapping[str, str], area: Path, tier: str) -> dict[str, obje
 
 
 def nodes_of(data: Mapping[str, object]) -> NodeSet:
-    """The RSA nodes the job's one allocation named (its nodes-allocated transition)."""
+    """The RSA nodes the job's one RAMDISK was built on (its build-fs outcome's ``nodes``)."""
     events = data["events"]
     assert isinstance(events, list)
-    got = [e for e in events if e["name"] == "rsa.transition" and e.get("to") == "allocated"]
-    assert len(got) == 1, got
-    return NodeSet(str(got[0]["nodes"]))
+    builds = [e for e in events if e["name"] == "action.outcome"
+              and "/build-fs/" in str(e.get("action")) and e.get("result") == "ok"]
+    assert len(builds) == 1, builds
+    found: list[str] = []
+
+    def walk(value: object) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key == "nodes" and isinstance(item, list):
+                    found.extend(str(n) for n in item)
+                else:
+                    walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+    walk(builds[0])
+    assert found, builds[0]
+    return NodeSet.fromlist(found)
 
 
 def test_tier_auto_puts_the_job_on_the_cheaper_ssd_nodes(
