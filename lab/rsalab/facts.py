@@ -74,13 +74,13 @@ def _pool_nodes(s: Settings) -> str:
     """pool.nodes: every RSA node in the ram tier, or (RSA_LAB_TIERS=mixed) the ssd nodes
     in the ssd tier on their on-disk pool and the others in the ram tier. pool.nodes
     allows each node name once."""
-    groups = [("ram", s.rsa_nodes, s.ram_size)]
+    groups = [("ram", f"rsa[1-{s.n_rsa}]", s.ram_size)]  # tests rewrite this exact line
     if s.tiers == "mixed":
         ssd = [f"rsa{i}" for i in s.ssd_nodes]
-        groups = [("ram", [n for n in s.rsa_nodes if n not in ssd], s.ram_size),
-                  ("ssd", ssd, s.ssd_size)]
+        groups = [("ram", ",".join(n for n in s.rsa_nodes if n not in ssd), s.ram_size),
+                  ("ssd", ",".join(ssd), s.ssd_size)]
     return "".join(f"""\
-    - names: "{','.join(names)}"
+    - names: "{names}"
       tier: {tier}
       capacity: {size}
       address: "{RSA_NET}.{{num}}"
