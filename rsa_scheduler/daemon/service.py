@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 from ClusterShell.NodeSet import NodeSet
@@ -85,7 +85,6 @@ class Request:
 
     kind: str  # "outcome" | "command" | "hook" | "progress" | "node-state" | "call"
     payload: Any
-    received: float = field(default_factory=time.time)
     reply: Future[Any] | None = None
 
 
@@ -803,7 +802,8 @@ class Daemon:
             rec = self.sched.records[job]
             return {"job_id": job, "rsa_state": rec.rsa_state.value}
         if req.kind == "hook":
-            return self._hook(req.payload, req.received)
+            # the loop's own (injected) clock, read on the loop thread: when rsad heard it
+            return self._hook(req.payload, self.clock())
         if req.kind == "node-state":
             node, state, by, *rest = req.payload
             reason = str(rest[0]) if rest else ""
