@@ -87,19 +87,34 @@ findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
 echo "$RSA_MODE|$RSA_STATE" > {area}/res/env
 """
     with make_jobs(lab) as jobs:
-        # no RSA node free at first: Slurm's data_in blocks in rsad, the job stays pending
+        # no RSA node free at first: the job stays pending, the compute nodes idle. Slurm
+        # either sees no free space in the pool (BurstBufferResources: rsad's pools file
+        # says so) or, with a pools view up to 30 s old, already runs setup, which waits
+        # in rsad (BurstBufferStageIn)
         for n in range(1, 5):
             root(lab, rsa, "drain", f"rsa{n}", "--reason", "native e2e")
+        seen: set[str] = set()
         try:
             job = jobs.submit(script=script)
-            assert "#BB_LUA" in show(lab, job).get("BurstBuffer", ""), show(lab, job)
-            wait_for("BurstBufferStageIn", lambda: queue_line(lab, job) == (
-                "PENDING", "BurstBufferStageIn"), timeout=90, every=0.5)
-            assert (rsa_job(lab, job) or {}).get("rsa_state") == "none"
+            assert "   BurstBuffer=#BB_LUA pool=ram capacity=1M\n" in root(
+                lab, "scontrol", "show", "job", job)
+            waiting = ("BurstBufferResources", "BurstBufferStageIn")
+            wait_for("the job waiting for its burst buffer", lambda: queue_line(lab, job) in {
+                ("PENDING", r) for r in waiting}, timeout=90, every=0.5)
+            time.sleep(5)  # it keeps waiting
+            assert queue_line(lab, job) in {("PENDING", r) for r in waiting}
+            # nothing allocated (rsad may not track it yet: Slurm has not set it up)
+            assert (rsa_job(lab, job) or {}).get("rsa_state") in (None, "none")
             assert node_states(lab) == {f"c{i}": "idle" for i in range(1, 5)}
         finally:
             for n in range(1, 5):
                 root(lab, rsa, "resume", f"rsa{n}")
+        # once nodes are free Slurm starts the stage-in and holds the job in it until done
+        deadline = time.monotonic() + 180
+        while (line := queue_line(lab, job))[0] == "PENDING" and time.monotonic() < deadline:
+            seen.add(line[1])
+            time.sleep(0.2)
+        assert "BurstBufferStageIn" in seen, seen
         wait_state(lab, job, "released", timeout=300)
     assert (area / "res" / "inmnt").read_text().strip() == f"{area}/in"  # the RAMDISK
     assert (area / "res" / "md5").read_text() == md5_of(area / "in")
