@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from rsa_scheduler.slurm.parse import parse_show_job
-from tests.e2e.conftest import input_area
+from tests.e2e.conftest import input_area, md5_of
 from tests.integration.conftest import as_user
 from tests.integration.slurmkit import make_jobs, root, wait_for
 from tests.integration.test_rsad_staging import rsa_job, wait_state
@@ -64,10 +64,6 @@ def node_states(lab: Mapping[str, str]) -> dict[str, str]:
     out = root(lab, "sinfo", "-h", "-N", "-o", "%N|%T")
     return dict(line.split("|", 1) for line in out.splitlines() if line.strip())
 
-
-def md5_of(directory: Path) -> str:
-    return subprocess.run(["bash", "-c", "md5sum f*"], cwd=directory, capture_output=True,
-                          text=True, timeout=60, check=True).stdout
 
 
 def transitions(lab: Mapping[str, str], job: str) -> list[str]:
@@ -270,9 +266,7 @@ findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
     stage_ins = [e for e in outcomes if "/stage-in/" in str(e.get("action"))]
     assert len(builds) == 1 and [e["result"] for e in stage_ins] == ["ok"], outcomes
     assert (area / "res" / "inmnt").read_text().strip() == f"{area}/in"  # the RAMDISK
-    want = subprocess.run(["bash", "-c", "md5sum f* blob"], cwd=area / "in",
-                          capture_output=True, text=True, timeout=120, check=True).stdout
-    assert (area / "res" / "md5").read_text() == want
+    assert (area / "res" / "md5").read_text() == md5_of(area / "in", "f* blob")
     left = subprocess.run(["pgrep", "-a", "-f", f"mfs(master|chunkserver).*job{job}-"],
                           capture_output=True, text=True).stdout.strip()
     assert not left, f"the job's RAMDISK servers are still running: {left}"

@@ -12,14 +12,13 @@ Skipped in a lab whose RSA nodes are all in one tier.
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 from ClusterShell.NodeSet import NodeSet
 
-from tests.e2e.conftest import input_area
+from tests.e2e.conftest import input_area, md5_of
 from tests.integration.slurmkit import make_jobs, root
 from tests.integration.test_rsad_staging import rsa_job, wait_state
 
@@ -40,10 +39,6 @@ def area(lab: Mapping[str, str]) -> Iterator[Path]:
     with input_area(lab, "tiers-e2e") as base:
         yield base
 
-
-def md5_of(directory: Path, pattern: str) -> str:
-    return subprocess.run(["bash", "-c", f"md5sum {pattern}"], cwd=directory,
-                          capture_output=True, text=True, timeout=60, check=True).stdout
 
 
 def job_script(lab: Mapping[str, str], area: Path, tier: str) -> str:
