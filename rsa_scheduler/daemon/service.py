@@ -106,6 +106,47 @@ def _failed(exit_code: object) -> bool:
 
 _UNREAD = object()  # a batch script that could not be read this cycle
 
+#: new RSA jobs a cycle takes on at most, of those that need nothing yet (see
+#: :func:`defer_first_sights`): a fresh rsad on a queue of 100k jobs takes them on over a
+#: few cycles instead of stalling its loop for one long first cycle
+FIRST_SIGHTS_PER_CYCLE = 2000
+
+#: pending reasons of a job that is not about to start: rsad has nothing to do for it yet
+NOT_YET = frozenset({"Priority", "JobHeldUser", "JobHeldAdmin", "Dependency"})
+
+
+def defer_first_sights(rows: list[QueueRow], known: Mapping[str, object],
+                       waiting: Iterable[str],
+                       limit: int = FIRST_SIGHTS_PER_CYCLE) -> tuple[list[QueueRow], set[str]]:
+    """(the rows to observe this cycle, the job ids left for a later cycle).
+
+    A job rsad already tracks, a job that runs, ends or may start soon (any reason but
+    :data:`NOT_YET`: on-deck, a start hold, a burst buffer set-up), one the core waits
+    on, and a heterogeneous job's leader are always observed; of the other new jobs, at
+    most ``limit``, highest priority first, then lowest job id. The rest are observed in
+    a later cycle (rsad has nothing to do for them until they near the front)."""
+    quiet: list[QueueRow] = []
+    out: list[QueueRow] = []
+    hold = set(waiting)
+    for row in rows:
+        if (row.state == "PENDING" and row.reason in NOT_YET and "+" not in row.job_id
+                and row.job_id not in known and row.job_id not in hold):
+            quiet.append(row)
+        else:
+            out.append(row)
+    if len(quiet) <= limit:
+        return rows, set()
+    quiet.sort(key=lambda r: (-r.priority, submit_key(r.job_id)))
+    return out + quiet[:limit], {r.job_id for r in quiet[limit:]}
+
+
+def submit_key(job: str) -> tuple[int, int, str]:
+    """Slurm's submit order of ``123`` / ``123_4`` (lower first; anything else last)."""
+    head, _, task = job.partition("_")
+    if head.isdigit() and (not task or task.isdigit()):
+        return (int(head), int(task or 0), "")
+    return (1 << 62, 0, job)
+
 
 class Daemon:
     """The RSA scheduler daemon, minus its transports (API, systemd) — see main.py."""
@@ -130,6 +171,7 @@ class Daemon:
         self.snapshot_every = snapshot_every
         self._snap_seq = 0
         self._first_cycle = True  # no snapshot in it (see _maybe_snapshot)
+        self._catching_up = False  # new jobs left for later cycles (defer_first_sights)
         self.script_source = script_source
         self.clock = clock
         self.inbox: queue.Queue[Request] = queue.Queue()
@@ -153,6 +195,8 @@ class Daemon:
         self._hook_seen: dict[str, float] = {}  # job -> time of its latest hook event
         self._last_poll = 0.0
         self.last_cycle_seconds = 0.0
+        #: new quiet RSA jobs one cycle takes on (defer_first_sights)
+        self.first_sights_per_cycle = FIRST_SIGHTS_PER_CYCLE
         self.slurm_ok = True
         self.metrics: Metrics | None = None
         self._group: Decision | None = None  # decisions of the request group being handled
@@ -394,8 +438,13 @@ class Daemon:
                         rows.append(row)
             rows = merge_hetjobs(rows + [r for j, r in lines.items() if "+" in j and isinstance(
                 r, QueueRow) and j.split("+", 1)[0] in hets])
-        self._prev_lines = lines
         keys = {j.split("+", 1)[0] for j in lines}
+        rows, later = defer_first_sights(rows, self.sched.records, waiting,
+                                         self.first_sights_per_cycle)
+        if later:  # seen as changed again next cycle
+            lines = {j: v for j, v in lines.items() if j not in later}
+        self._catching_up = bool(later)
+        self._prev_lines = lines
         self.slurm_ok = True
         self._note_holds(rows, keys)
         obs = [o for o in (self._observation(r, started) for r in rows) if o is not None]
@@ -452,7 +501,11 @@ class Daemon:
         number of jobs (at 300k live jobs a snapshot every 10,000 events would cost more
         than the cycles that wrote them). Not in the first cycle after a start: that one
         sees every job of the queue at once, mostly first sights a restart replays
-        cheaply; the next due cycle takes it."""
+        cheaply; the next due cycle takes it. Nor while new jobs are still being taken on
+        over several cycles (:func:`defer_first_sights`): one snapshot after them, not one
+        of every size on the way."""
+        if self._catching_up:
+            return
         if self._first_cycle:
             self._first_cycle = False
             return

@@ -1004,3 +1004,44 @@ def test_a_teardown_waits_for_the_cancelled_stage_in_to_wind_down(tmp_path: Path
     settle(d)
     assert order == ["stage-in over", "teardown"]
     assert d.sched.records["7"].rsa_state.value == "released"
+
+
+def test_new_quiet_jobs_beyond_the_limit_wait_for_a_later_cycle() -> None:
+    from rsa_scheduler.daemon.service import defer_first_sights
+
+    def row(job: str, reason: str, prio: int = 10, state: str = "PENDING") -> QueueRow:
+        return QueueRow(job, state, reason, prio, 1, "alice", "rsa1:x")
+
+    rows = [row("9_2", "Priority"), row("9_10", "Priority"), row("12", "JobHeldUser", 50),
+            row("3", "Priority"), row("4", "Resources"), row("5", "BeginTime"),
+            row("6", "Priority", state="RUNNING"), row("7", "Priority"),
+            row("8+0", "Priority"), row("11", "Dependency")]
+    known = {"7": object()}
+    kept, later = defer_first_sights(rows, known, {"11"}, limit=2)
+    # on-deck, start hold, running, known, waited on, het leader: always; then the best 2
+    # of the quiet new ones (priority first, then submit order: 9_2 before 9_10)
+    assert {r.job_id for r in kept} == {"4", "5", "6", "7", "8+0", "11", "12", "3"}
+    assert later == {"9_2", "9_10"}
+    assert defer_first_sights(rows, known, {"11"}, limit=6) == (rows, set())
+
+
+@pytest.mark.parametrize("cls", [ScriptedSlurm, TextSlurm])
+def test_a_fresh_rsad_takes_a_big_queue_on_over_several_cycles(
+        tmp_path: Path, cls: type[ScriptedSlurm]) -> None:
+    slurm = cls()
+    d = make_daemon(tmp_path, slurm, [])
+    d.first_sights_per_cycle = 10
+    for i in range(25):
+        slurm.set(f"{100 + i}", "PENDING", "Priority")
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    # the on-deck job at once, 10 of the 25 quiet ones (lowest ids first)
+    assert set(d.sched.records) == {"7"} | {f"{100 + i}" for i in range(10)}
+    assert d.sched.records["7"].rsa_state.value != "none"
+    d.poll()
+    d.poll()
+    assert set(d.sched.records) == {"7"} | {f"{100 + i}" for i in range(25)}
+    d.poll()  # and from then on nothing is taken twice or lost
+    assert len(d.sched.records) == 26
+    d.shutdown()
+

@@ -1,0 +1,120 @@
+"""TRIO stage-out ordering in real lifecycles (issue 17, seed 003).
+
+rsad restarted with ``staging.stage_out_order: trio`` and ``flushes_per_target: 1``; four
+DATA_OUT-only jobs, one per compute node, each on its own RAMDISK, all staging out to the
+same PFS target. The first job (the biggest output, ~1 GiB: ~9 s through the lab's
+1 Gbit/s PFS) ends alone; the other three end together while it copies, so all three
+wait for the one slot. Their outputs shrink with the job id, so the orders differ: TRIO
+admits them oldest job first (2, 3, 4), SJF would take the smallest first (4, 3, 2), and
+FIFO would copy all at once.
+
+The oracle is on the PFS, not in rsad: a stage-out copies into
+``DATA_OUT/.rsa-staging-<job>-<random>/`` after it took its slot and renames it away
+before it gives the slot back, so the test (as root, polling every 0.1 s) sees when each
+job copied. Runs in both modes (in native mode Slurm starts the stage-outs).
+"""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import input_area, md5_of
+from tests.integration.conftest import as_user
+from tests.integration.slurmkit import make_jobs, restart_lab_rsad, wait_for
+from tests.integration.test_rsad_staging import wait_state
+
+MIB = {1: 1024, 2: 300, 3: 200, 4: 100}  # output of job k, MiB (4 files each)
+
+
+@contextmanager
+def rsad_configured(lab: Mapping[str, str], staging: str) -> Iterator[None]:
+    """The lab's rsad restarted with ``staging`` (YAML lines, two-space indented) added
+    to its staging section; the lab's own configuration and rsad back afterwards."""
+    conf = Path(lab["RSA_LAB_RSA_CONFIG"])
+    original = conf.read_text()
+    assert original.count("\nstaging:\n") == 1, "the lab's rsa.yaml has no staging section"
+    conf.write_text(original.replace("\nstaging:\n", f"\nstaging:\n{staging}", 1))
+    try:
+        restart_lab_rsad(signal.SIGTERM)
+        yield
+    finally:
+        conf.write_text(original)
+        restart_lab_rsad(signal.SIGTERM)
+
+
+def copying(area: Path) -> set[int]:
+    """The jobs (k) whose stage-out is copying now: a part directory in their DATA_OUT."""
+    out = set()
+    for k in MIB:
+        try:
+            if any(p.name.startswith(".rsa-staging-") for p in (area / f"out{k}").iterdir()):
+                out.add(k)
+        except FileNotFoundError:
+            pass
+    return out
+
+
+def script(area: Path, k: int) -> str:
+    each = MIB[k] // 4
+    return f"""#!/bin/bash
+#SBATCH -t 10
+#RSA_DATA_OUT={area}/out{k}
+for i in 1 2 3 4; do head -c {each}M /dev/urandom > {area}/out{k}/f$i; done
+(cd {area}/out{k} && md5sum f*) > {area}/res/md5-{k}
+touch {area}/res/ready{k}
+while [ ! -e {area}/res/go{1 if k == 1 else 'rest'} ]; do sleep 0.2; done
+"""
+
+
+@pytest.fixture
+def area(lab: Mapping[str, str]) -> Iterator[Path]:
+    with input_area(lab, "flush-e2e") as base:
+        made = as_user(lab, lab["RSA_LAB_USER"], ["mkdir"] + [
+            str(base / f"out{k}") for k in MIB], timeout=60)
+        assert made.returncode == 0, made.stderr
+        yield base
+
+
+def test_trio_gives_the_one_pfs_slot_to_the_oldest_waiting_job_first(
+        lab: Mapping[str, str], area: Path) -> None:
+    with rsad_configured(lab, "  stage_out_order: trio\n  flushes_per_target: 1\n"), \
+            make_jobs(lab) as jobs:
+        ids = {k: jobs.submit(script=script(area, k)) for k in MIB}
+        assert [int(ids[k]) for k in sorted(ids)] == sorted(int(i) for i in ids.values())
+        wait_for("every job wrote its output", lambda: all(
+            (area / "res" / f"ready{k}").exists() for k in MIB), timeout=300, every=0.5)
+        (area / "res" / "go1").touch()
+        first_seen: dict[int, float] = {}
+        last_seen: dict[int, float] = {}
+        most_at_once = 0
+        deadline = time.monotonic() + 600
+        while len(last_seen) < len(MIB) or copying(area):
+            assert time.monotonic() < deadline, f"stage-outs seen: {sorted(first_seen)}"
+            now_copying = copying(area)
+            now = time.monotonic()
+            for k in now_copying:
+                first_seen.setdefault(k, now)
+                last_seen[k] = now
+            most_at_once = max(most_at_once, len(now_copying))
+            if 1 in first_seen and not (area / "res" / "gorest").exists():
+                (area / "res" / "gorest").touch()  # the others end while job 1 copies
+            time.sleep(0.1)
+        for k in MIB:
+            assert wait_state(lab, ids[k], "released", timeout=300) == "released"
+    # the cap: one stage-out on the target at a time
+    assert most_at_once == 1, (most_at_once, first_seen, last_seen)
+    # job 1 went first (alone), then the three waiting ones oldest first: not by size
+    order = sorted(first_seen, key=first_seen.__getitem__)
+    assert order == [1, 2, 3, 4], (order, {ids[k]: MIB[k] for k in MIB})
+    # and each one waited for the one before it: its copy began after that one's ended
+    for a, b in itertools.pairwise(order):
+        assert first_seen[b] >= last_seen[a], (a, b, first_seen, last_seen)
+    for k in MIB:
+        assert (area / "res" / f"md5-{k}").read_text() == md5_of(area / f"out{k}")
