@@ -1,8 +1,9 @@
 # rsa-scheduler — developer and CI entry points.
 #   make test   install everything the tests need (Debian 12, as root) and run them
 #   make lint   ruff, mypy, import-linter only
-#   make grammar  regenerate the directive grammar's tables in job_submit.lua and the SPANK
-#                 plugin from rsa_scheduler/core/grammar.py (a unit test fails when stale)
+#   make grammar  regenerate the directive grammar's tables in slurm_plugins/rsa_grammar.lua
+#                 (job_submit.lua loads it) and the SPANK plugin from
+#                 rsa_scheduler/core/grammar.py (a unit test fails when stale)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 

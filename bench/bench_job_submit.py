@@ -80,12 +80,19 @@ def python_seconds(module: ModuleType, data: bytes) -> float:
 
 
 def old_code(rev: str, tmp: Path) -> tuple[Path, ModuleType]:
-    """job_submit.lua and core/directives.py as they were at ``rev``."""
+    """job_submit.lua (with the files it loads) and core/directives.py as they were at
+    ``rev``."""
     def show(path: str) -> bytes:
         return subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"],
                               check=True, capture_output=True).stdout
-    lua = tmp / "job_submit_before.lua"
+    before = tmp / "before"
+    before.mkdir()
+    lua = before / "job_submit.lua"
     lua.write_bytes(show("slurm_plugins/job_submit.lua"))
+    for part in ("rsa_grammar.lua", "rsa_text.lua", "rsa_directives.lua"):  # loaded beside it
+        # absent at a revision before issue 19's split: job_submit.lua was one file
+        with contextlib.suppress(subprocess.CalledProcessError):
+            (before / part).write_bytes(show(f"slurm_plugins/{part}"))
     py = tmp / "directives_before.py"
     py.write_bytes(show("rsa_scheduler/core/directives.py"))
     spec = importlib.util.spec_from_file_location("directives_before", py)

@@ -1,12 +1,12 @@
 """Writes the directive grammar's data into the Lua and C ports, from ``core/grammar.py``.
 
-Owns the generated blocks of slurm_plugins/job_submit.lua and of the SPANK plugin's C
-(slurm_plugins/spank/): the limits, the fixed messages and the directive tables (names,
-value kinds, choices, examples, admin_comment keys, option names and ``--help`` text).
-Each block sits between a ``BEGIN GENERATED: NAME`` and an ``END GENERATED: NAME`` comment
-line in its file and is replaced whole; the code around it stays hand-written, so the
-files are deployed exactly as before (slurmctld loads one job_submit.lua, the plugin's
-Makefile builds the same sources).
+Owns the generated blocks of slurm_plugins/rsa_grammar.lua (the data job_submit.lua loads
+beside it) and of the SPANK plugin's C (slurm_plugins/spank/): the limits, the fixed
+messages and the directive tables (names, value kinds, choices, examples, admin_comment
+keys, option names and ``--help`` text). Each block sits between a ``BEGIN GENERATED:
+NAME`` and an ``END GENERATED: NAME`` comment line in its file and is replaced whole; the
+code around it stays hand-written (the plugin's Makefile builds the same C sources;
+rsa_grammar.lua is only its header and the block).
 
 ``python -m rsa_scheduler.grammargen`` (``make grammar``) rewrites stale blocks;
 ``--check`` only lists them and exits 1 (tests/unit/test_grammar.py fails the same way).
@@ -66,21 +66,24 @@ def c_string(text: str, indent: str, width: int = 76) -> str:
 # --- the blocks ---------------------------------------------------------------------------
 
 def lua_grammar() -> str:
-    """job_submit.lua: limits, fixed messages and the directive table."""
-    out = [f"-- {NOTE}"]
-    out.append(f'local PREFIX = "{_escape(grammar.PREFIX)}"')
-    out.append(f'local ADMIN_COMMENT_PREFIX = "{_escape(grammar.ADMIN_COMMENT_PREFIX)}"')
-    out.extend(f"local {name} = {value}" for name, value in LIMITS.items())
-    out.extend(f"local {name} = {lua_string(text)}" for name, text in MESSAGES.items())
-    out.append("-- in declaration order: { name, value kind, example for an empty value,")
-    out.append("--   admin_comment key[, choices] }")
-    out.append("local GRAMMAR = {")
+    """rsa_grammar.lua: limits, fixed messages and the directive table, as the table the
+    file returns to job_submit.lua's loader."""
+    out = [f"-- {NOTE}", "return {"]
+    out.append(f'  PREFIX = "{_escape(grammar.PREFIX)}",')
+    out.append(f'  ADMIN_COMMENT_PREFIX = "{_escape(grammar.ADMIN_COMMENT_PREFIX)}",')
+    out.extend(f"  {name} = {value}," for name, value in LIMITS.items())
+    out.extend(f"  {name} = {lua_string(text, indent='    ', width=74)},"
+               for name, text in MESSAGES.items())
+    out.append("  -- in declaration order: { name, value kind, example for an empty value,")
+    out.append("  --   admin_comment key[, choices] }")
+    out.append("  GRAMMAR = {")
     for d in GRAMMAR:
         fields = [d.name, d.kind.value, d.example, d.admin_key]
         row = ", ".join(f'"{_escape(f)}"' for f in fields)
         if d.kind is Kind.CHOICE:
             row += ", { " + ", ".join(f'"{_escape(c)}"' for c in d.choices) + " }"
-        out.append(f"  {{ {row} }},")
+        out.append(f"    {{ {row} }},")
+    out.append("  },")
     out.append("}")
     return "\n".join(out)
 
@@ -132,7 +135,7 @@ def c_limits() -> str:
 
 #: file (under slurm_plugins/) -> (comment start, comment end) and block name -> generator
 BLOCKS: Mapping[str, tuple[tuple[str, str], Mapping[str, Callable[[], str]]]] = {
-    "job_submit.lua": (("-- ", ""), {"grammar": lua_grammar}),
+    "rsa_grammar.lua": (("-- ", ""), {"grammar": lua_grammar}),
     "spank/rsa_grammar.h": (("/* ", " */"), {"directives": c_directives}),
     "spank/rsa_grammar.c": (("/* ", " */"), {"tables": c_tables}),
     "spank/rsa_text.h": (("/* ", " */"), {"limits": c_limits}),

@@ -51,6 +51,8 @@ MYSQL_SOCK = STATE / "mysql/mysqld.sock"
 ENV = {"SLURM_CONF": str(CONF)}
 JOB_SUBMIT_SRC = REPO / "slurm_plugins/job_submit.lua"
 JOB_SUBMIT = CONF_DIR / "job_submit.lua"  # job_submit/lua reads it next to slurm.conf
+# ... and job_submit.lua loads these from its own directory (docs/job_submit.md)
+JOB_SUBMIT_PARTS = ("rsa_grammar.lua", "rsa_text.lua", "rsa_directives.lua")
 BB_LUA_SRC = REPO / "slurm_plugins/burst_buffer.lua"
 BB_LUA = CONF_DIR / "burst_buffer.lua"  # burst_buffer/lua reads it next to slurm.conf
 BB_CONF = CONF_DIR / "burst_buffer.conf"
@@ -283,9 +285,10 @@ def slurm_conf(s: Settings) -> str:
     return "\n".join(lines) + "\n"
 
 
-def install_job_submit(s: Settings) -> None:
-    """Copy slurm_plugins/job_submit.lua next to slurm.conf, with the lab's SlurmUser uid
-    and, without accounting (rsad locks in by priority), the lock-in priority."""
+def job_submit_files(s: Settings) -> dict[str, str]:
+    """File name -> text of the job_submit plugin's files next to slurm.conf:
+    slurm_plugins/job_submit.lua with the lab's SlurmUser uid and, without accounting
+    (rsad locks in by priority), the lock-in priority; the files it loads, as they are."""
     settings = {"  slurm_user_uid = nil,":
                 f"  slurm_user_uid = {pwd.getpwnam('slurm').pw_uid}, -- lab: slurm"}
     if not s.accounting:
@@ -293,8 +296,19 @@ def install_job_submit(s: Settings) -> None:
             f"  lockin_priority = {s.lockin_priority}, -- lab: rsad's slurm.lockin.priority")
     if s.mode == "native":
         settings["  bb_directive = nil,"] = '  bb_directive = "BB_LUA", -- lab: native mode'
-    JOB_SUBMIT.write_text(_configured(JOB_SUBMIT_SRC, settings))
-    JOB_SUBMIT.chmod(0o644)
+    files = {name: (JOB_SUBMIT_SRC.parent / name).read_text() for name in JOB_SUBMIT_PARTS}
+    files[JOB_SUBMIT.name] = _configured(JOB_SUBMIT_SRC, settings)
+    return files
+
+
+def install_job_submit(s: Settings) -> None:
+    """The job_submit plugin's files next to slurm.conf; job_submit.lua last, so a
+    slurmctld that rereads it (its mtime changed) finds the files it loads in place."""
+    files = job_submit_files(s)
+    for name in sorted(files, key=lambda n: n == JOB_SUBMIT.name):
+        path = CONF_DIR / name
+        path.write_text(files[name])
+        path.chmod(0o644)
 
 
 def _configured(src: Path, settings: dict[str, str]) -> str:

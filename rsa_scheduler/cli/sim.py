@@ -35,10 +35,10 @@ from rsa_scheduler.core.units import format_duration, parse_duration, parse_size
 from rsa_scheduler.errors import ScenarioError
 from rsa_scheduler.sim import SimResult, SimulationBroken, load_scenario, simulate
 from rsa_scheduler.sim.cluster import ORDERINGS, ReplayConfig, TierSpec
+from rsa_scheduler.sim.comparison import replay as run_replay
 from rsa_scheduler.sim.iomodel import IoParams
 from rsa_scheduler.sim.plan import mixes, parse_target, recommend, sweep
 from rsa_scheduler.sim.replay import Replay
-from rsa_scheduler.sim.replay import replay as run_replay
 from rsa_scheduler.sim.report import summary
 from rsa_scheduler.sim.svg import CHARTS, plan_charts
 from rsa_scheduler.sim.swf import SwfJob, read_header, read_swf

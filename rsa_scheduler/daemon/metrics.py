@@ -1,55 +1,52 @@
 """Prometheus metrics for rsad (prometheus-client), served on ``metrics.listen``.
 
 Owns the metric definitions and :class:`Metrics`: counters and histograms the daemon
-updates as actions finish and cycles run, plus a collector that reads the pool and the
-jobs at scrape time. Names follow Prometheus conventions (``rsa_`` prefix, base units).
+updates as actions finish and cycles run, plus a collector that computes the gauges at
+scrape time from the snapshot the loop last published (:mod:`.published`). The collector
+runs on the HTTP server's thread: it reads that immutable snapshot only, never the
+daemon's live pool, records or actions. Names follow Prometheus conventions (``rsa_``
+prefix, base units). Imports nothing of daemon/service.py, which imports it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-
-class StatusSource(Protocol):
-    """What the gauges read at scrape time (the daemon's ``status_view``); a protocol, so
-    this module needs nothing from daemon/service.py, which imports it."""
-
-    def status_view(self) -> Mapping[str, Any]: ...
-
+from rsa_scheduler.daemon.published import Published
 
 DURATION_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600)
 
 
 class _StateCollector(Collector):
-    """Gauges computed at scrape time from the daemon's state."""
+    """Gauges computed at scrape time from the last published snapshot."""
 
-    def __init__(self, daemon: StatusSource) -> None:
-        self.daemon = daemon
+    def __init__(self, published: Published) -> None:
+        self.published = published
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        view = self.daemon.status_view()
+        snap = self.published.latest  # taken once: every gauge of a scrape is of one cycle
         nodes = GaugeMetricFamily("rsa_nodes", "RSA nodes by tier and state",
                                   labels=["tier", "state"])
         counts: dict[tuple[str, str], int] = {}
-        for n in view["nodes"]:
-            state = n["state"] if n["state"] != "up" else ("allocated" if n["job"] else "idle")
-            counts[(n["tier"], state)] = counts.get((n["tier"], state), 0) + 1
+        for n in snap.nodes:
+            state = n.state if n.state != "up" else ("allocated" if n.job else "idle")
+            counts[(n.tier, state)] = counts.get((n.tier, state), 0) + 1
         for (tier, state), c in sorted(counts.items()):
             nodes.add_metric([tier, state], c)
         yield nodes
         jobs = GaugeMetricFamily("rsa_jobs", "Tracked jobs by rsa-state", labels=["rsa_state"])
-        for state, c in sorted(view["jobs_by_rsa_state"].items()):
+        for state, c in snap.jobs_by_rsa_state:
             jobs.add_metric([state], c)
         yield jobs
         yield GaugeMetricFamily("rsa_actions_running", "Actions in flight",
-                                value=view["running_actions"])
+                                value=snap.running_actions)
         yield GaugeMetricFamily("rsa_slurm_up", "1 if the last squeue call worked",
-                                value=1 if view["slurm_ok"] else 0)
+                                value=1 if snap.slurm_ok else 0)
 
 
 class Metrics:
@@ -69,8 +66,9 @@ class Metrics:
                                buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=r)
         self.alerts = Counter("rsa_alerts_total", "Alerts raised for operators", registry=r)
 
-    def watch(self, daemon: StatusSource) -> None:
-        self.registry.register(_StateCollector(daemon))
+    def watch(self, published: Published) -> None:
+        """Serve the gauges from what the loop publishes (``Daemon.published``)."""
+        self.registry.register(_StateCollector(published))
 
     def action_done(self, kind: str, result: str, seconds: float,
                     detail: Mapping[str, Any]) -> None:

@@ -55,6 +55,7 @@ from rsa_scheduler.daemon.native import (
     answer_teardown,
 )
 from rsa_scheduler.daemon.nodeside import nodeside_of
+from rsa_scheduler.daemon.published import Published
 from rsa_scheduler.errors import StoreError
 from rsa_scheduler.hosts import CancelToken
 from rsa_scheduler.slurm.parse import ELIGIBLE_REASONS, QueueRow, merge_hetjobs, parse_queue
@@ -199,6 +200,7 @@ class Daemon:
         self.first_sights_per_cycle = FIRST_SIGHTS_PER_CYCLE
         self.slurm_ok = True
         self.metrics: Metrics | None = None
+        self.published = Published()  # what other threads read (metrics): one per cycle
         self._group: Decision | None = None  # decisions of the request group being handled
         self.hosts: Mapping[str, Any] | None = None  # the RSA nodes (None: no data path)
         # node -> who set its state last, why and when (from the log, then live)
@@ -284,6 +286,7 @@ class Daemon:
             now = self.clock()
             if now - self._last_poll >= self.poll_interval:
                 self.poll()
+                self.published.publish(self.status_view())
                 if on_cycle:
                     on_cycle()
             wake = self._last_poll + self.poll_interval

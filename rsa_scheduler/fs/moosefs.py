@@ -1,10 +1,14 @@
 """On-demand MooseFS RAMDISKs over the allocated RSA nodes' pools.
 
-Owns :class:`MooseFsBackend` and the pure :class:`Layout` (every path, port and config
-file of one filesystem, derived from its ``fs_id``). One filesystem = one ``mfsmaster`` on
-the first node, one ``mfschunkserver`` per node with its chunks in that node's pool
-(tmpfs for ``ram``, disk for ``ssd``), and ``mfsmount`` at ``<mount_root>/<fs_id>`` on
-every node so staging runs on all of them in parallel. Goal 1, trash time 0 (no
+Owns :class:`MooseFsBackend`: building, checking, repairing and destroying filesystems on
+the RSA nodes, and the compute nodes' mount argv. What a filesystem is on paper (paths,
+ports, configs, the secret and exports) is :mod:`rsa_scheduler.fs.mfslayout`'s; the shell it
+runs on the nodes, and the parser of ``mfscli``, :mod:`rsa_scheduler.fs.mfsscripts`'s.
+
+One filesystem = one ``mfsmaster`` on the first node, one ``mfschunkserver`` per node
+with its chunks in that node's pool (tmpfs for ``ram``, disk for ``ssd``), and
+``mfsmount`` at ``<mount_root>/<fs_id>`` on every node so staging runs on all of them in
+parallel. Goal 1, trash time 0 (no
 replication, no trash: a throw-away scratch filesystem, like BeeOND).
 
 Everything of a filesystem lives in ``<pool_dir>/rsa-mfs-<fs_id>/`` on each node (configs,
@@ -27,24 +31,19 @@ any 127.0.0.0/8 address): the servers bind to each node's *data address* (``addr
 which must be a non-loopback address routable from the other RSA nodes and from the
 compute nodes. See docs/filesystems.md for the lab's arrangement.
 
-Must not import the daemon or the store; it only talks to :class:`Host` objects.
+Must not import the daemon, the store or the configuration; it only talks to
+:class:`Host` objects.
 """
 
 from __future__ import annotations
 
-import io
-import ipaddress
 import json
 import logging
 import re
-import secrets
-import socket
-import tarfile
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rsa_scheduler.fs import mfsproxy
@@ -66,22 +65,30 @@ from rsa_scheduler.fs.common import (
     sh_chain,
     validate_fs_id,
 )
+from rsa_scheduler.fs.mfslayout import (
+    MAX_NODES,
+    PASS_FILE,
+    PORT_BASE,
+    PORT_SLOTS,
+    Layout,
+    export_ranges,
+    is_loopback,
+    new_secret,
+    random_base,
+)
+from rsa_scheduler.fs.mfsscripts import (
+    KILL_SCRIPT,
+    MOUNT_CHECK,
+    PROBE_SCRIPT,
+    REPAIR_SCRIPT,
+    SERVERS_CHECK,
+    UMOUNT_SCRIPT,
+    chunkservers_ready,
+)
 from rsa_scheduler.hosts import Cancelled, CancelToken, Host
 
 log = logging.getLogger(__name__)
 
-PORT_BASE = 20000  # below Linux's ephemeral range (32768-60999)
-PORT_BLOCK = 64  # master uses base+0..2, chunkserver i uses base+3+i
-PORT_SLOTS = 156  # 20000..29983
-SECRET_BYTES = 16  # 128 random bits, written as 32 hex digits (safe in mfsexports.cfg)
-# The secret as an mfsmount config file (``mfspassword=...``), given with ``-c``, in the
-# node's root-only directory of the filesystem. Not ``-o mfspassfile=``: MooseFS 3.0.117
-# answers "Incorrect password" for a pass file holding the right password, with or without
-# a newline (tested in the lab), while the same password from ``-c`` is accepted.
-PASS_FILE = "mfsmount.cfg"
-MAX_NODES = PORT_BLOCK - 3
-DIR_PREFIX = "rsa-mfs-"
-EMPTY_METADATA = "MFSM NEW"  # /var/lib/mfs/metadata.mfs.empty, 8 bytes
 # I/O retries of every client (compute and RSA nodes). The master lets a chunkserver hold
 # another chunk open for writing only while its free space > 64 MiB x (1 + 10 x chunks
 # already open for writing) (matocsserv.c, getservers_wrandom): 3 at once on a 2 GiB pool.
@@ -107,329 +114,6 @@ CLIENT_OPTIONS = ("mfsioretries=20", "nosuid", "nodev")
 # Not on compute nodes (spec.client options): ranks on different nodes replacing and
 # opening the same names could open a replaced file's old inode.
 RSA_NODE_OPTIONS = ("mfsentrycacheto=1",)
-
-
-def new_secret() -> str:
-    """A filesystem's access secret: random, hex (no character mfsexports.cfg parses)."""
-    return secrets.token_hex(SECRET_BYTES)
-
-
-def random_base(busy: set[int], width: int, *, base: int = PORT_BASE,
-                slots: int = PORT_SLOTS) -> int:
-    """The first port of a block of ``width`` ports drawn at random among the ``slots``
-    blocks from ``base`` that have no port in ``busy``; FsError if every block is busy."""
-    free = [base + i * PORT_BLOCK for i in range(slots)
-            if not busy.intersection(range(base + i * PORT_BLOCK,
-                                           base + i * PORT_BLOCK + width))]
-    if not free:
-        raise FsError(f"no free port block in {base}..{base + slots * PORT_BLOCK - 1}")
-    return free[secrets.randbelow(len(free))]
-
-
-def export_ranges(addresses: Sequence[str], networks: Sequence[str]) -> list[str]:
-    """The client ranges of a filesystem's exports: each RSA node's address (resolved to
-    an IP here) and each client network; ``*`` (any address) if a network is ``*`` or an
-    RSA address cannot be resolved (an export only takes IP addresses and ranges)."""
-    if "*" in networks:
-        return ["*"]
-    ranges: list[str] = []
-    for addr in addresses:
-        try:
-            ip = str(ipaddress.ip_address(addr))
-        except ValueError:
-            try:
-                ip = socket.gethostbyname(addr)
-            except OSError:
-                log.warning("cannot resolve RSA node address %s: exporting to any address",
-                            addr)
-                return ["*"]
-        if ip not in ranges:
-            ranges.append(ip)
-    for net in networks:
-        if not valid_range(net):
-            raise FsError(f"filesystem.client_networks: {net!r} is not an export range; "
-                          "use *, an IPv4 address, IP/bits, IP/netmask or IP-IP")
-        if net not in ranges:
-            ranges.append(net)
-    return ranges
-
-
-def valid_range(text: str) -> bool:
-    """Is ``text`` a client range mfsexports.cfg takes (``*``, IP, IP/bits, IP/mask, IP-IP)?"""
-    if text == "*":
-        return True
-    try:
-        if "-" in text:
-            low, high = (ipaddress.IPv4Address(p) for p in text.split("-", 1))
-            return low <= high
-        ipaddress.IPv4Network(text, strict=False)
-        return True
-    except ValueError:
-        return False
-
-
-def exports_cfg(ranges: Sequence[str], secret: str) -> str:
-    """mfsexports.cfg: the whole tree, read-write, to ``ranges`` with the password only.
-
-    No ``admin``. ``maproot=0:0`` (root stays root) because root acts on the RAMDISK in
-    documented steps: the backend sets goal and trash time and hands the root directory
-    to the job's user, staging creates the root as root before it switches to the user,
-    and a compute node's ``union`` mount is an overlay, which reads its lower layers with
-    the mounter's (root's) credentials. A root on a compute node gains nothing from it:
-    it can read the secret and become the job's user anyway (docs/security.md).
-    """
-    if not secret:
-        raise FsError("a moosefs export needs a secret")
-    return "".join(f"{r} / rw,alldirs,maproot=0:0,password={secret}\n" for r in ranges)
-
-
-def chunkservers_listed(mfscli_output: str) -> dict[tuple[str, int], int]:
-    """(ip, port) -> total space in bytes of every chunk server ``mfscli -SCS`` lists
-    (tab-separated rows: ip, port, id, labels, version, load, maintenance, chunks, used,
-    total, ...). A chunk server registers with total 0 and reports its space only after
-    it scanned its chunk directory; writes before that fail with ENOSPC."""
-    found: dict[tuple[str, int], int] = {}
-    for line in mfscli_output.splitlines():
-        fields = line.split("\t")
-        if (len(fields) >= 3 and fields[0].strip() == "chunk servers:"
-                and fields[2].strip().isdigit()):
-            total = fields[10].strip() if len(fields) > 10 else ""
-            found[(fields[1].strip(), int(fields[2]))] = int(total) if total.isdigit() else 0
-    return found
-
-
-def chunkservers_ready(mfscli_output: str) -> set[tuple[str, int]]:
-    """Chunk servers that registered AND reported their space (ready for writes)."""
-    return {cs for cs, total in chunkservers_listed(mfscli_output).items() if total > 0}
-
-
-# One round trip per node to unmount: umount; if that fails or hangs, lazy umount and
-# abort the FUSE connection through fusectl so a dead server never hangs teardown; then
-# SIGKILL this node's mfsmount of the mountpoint (unmounted, and the data is being
-# discarded: nothing to flush; it would otherwise linger 1-3 s) and wait until it is
-# gone. pgrep --ns: nodes of one host share the PID namespace, not the mount namespace.
-UMOUNT_SCRIPT = r"""mnt=$0; title=$1
-minor=$(findmnt -n -o MAJ:MIN --mountpoint "$mnt" | cut -d: -f2)
-if [ -n "$minor" ]; then
-  timeout -s KILL 10 umount "$mnt" 2>/dev/null || {
-    umount -l "$mnt" || exit 1
-    mountpoint -q /sys/fs/fuse/connections ||
-      mount -t fusectl fusectl /sys/fs/fuse/connections
-    c=/sys/fs/fuse/connections/$minor/abort
-    if [ -e "$c" ]; then echo 1 > "$c"; fi
-    echo "lazy-unmounted $mnt, aborted FUSE connection $minor" >&2
-  }
-fi
-i=0
-while pids=$(pgrep --ns $$ --nslist mnt -x -f "$title"); do
-  i=$((i + 1))
-  if [ $i -gt 25 ]; then echo "mfsmount $pids did not exit" >&2; exit 1; fi
-  kill -KILL $pids
-  sleep 0.2
-done
-rmdir "$mnt" 2>/dev/null || true
-"""
-
-# What a create needs to know first, in one round trip: the fs_id's pool entries (F:-
-# when there is none) and the ports listening on the node.
-PROBE_SCRIPT = ('if [ -e "$0" ]; then echo F:.; ls -A "$0" | sed "s/^/F:/"; else echo F:-; fi; '
-                'ss -Hltn')
-
-# Restart a job's MooseFS servers on one node if they died (kill -9, OOM), keeping their
-# data: the chunks stay in the node's pool directory, and the master, started with -a,
-# rebuilds its metadata from its last dump and change logs. $0: the node's dir, $1: 1 on
-# the master's node. Prints "restarted: <daemon>" per restart. A node whose files are
-# gone (rebooted, pool wiped) exits 3: starting empty servers there would hide the loss.
-REPAIR_SCRIPT = r"""d=$0
-[ -f "$d/mfschunkserver.cfg" ] || {
-  echo "its RAMDISK files are gone from this node (restarted? pool wiped?)" >&2; exit 3; }
-if [ "$1" = 1 ] && ! mfsmaster -c "$d/mfsmaster.cfg" test >/dev/null 2>&1; then
-  mfsmaster -a -c "$d/mfsmaster.cfg" start >/dev/null 2>"$d/repair.err" || {
-    echo "mfsmaster would not start: $(tail -n 1 "$d/repair.err")" >&2; exit 1; }
-  echo "restarted: master"
-fi
-if ! mfschunkserver -c "$d/mfschunkserver.cfg" test >/dev/null 2>&1; then
-  mfschunkserver -c "$d/mfschunkserver.cfg" start >/dev/null 2>"$d/repair.err" || {
-    echo "mfschunkserver would not start: $(tail -n 1 "$d/repair.err")" >&2; exit 1; }
-  echo "restarted: chunkserver"
-fi
-"""
-
-# Are a job's MooseFS servers on one node alive? The same tests as REPAIR_SCRIPT (each
-# daemon's lock file and pid: instant, never waits on the network), without restarting
-# anything. $0: the node's dir, $1: 1 on the master's node. Prints what is dead, one line
-# each ("gone" when the node's RAMDISK files are gone); nothing when all live.
-SERVERS_CHECK = r"""d=$0
-[ -f "$d/mfschunkserver.cfg" ] || { echo gone; exit 0; }
-if [ "$1" = 1 ] && ! mfsmaster -c "$d/mfsmaster.cfg" test >/dev/null 2>&1; then
-  echo master; fi
-mfschunkserver -c "$d/mfschunkserver.cfg" test >/dev/null 2>&1 || echo chunkserver
-"""
-
-# Is the node's own mount of the RAMDISK alive? "ok", "missing" (not mounted), "dead"
-# (its mfsmount died: ENOTCONN) or "hung" (no answer in 8 s: a dead master, which
-# REPAIR_SCRIPT restarts; the mount recovers by itself).
-MOUNT_CHECK = r"""mnt=$0
-findmnt -n --mountpoint "$mnt" >/dev/null || { echo missing; exit 0; }
-if err=$(timeout -s KILL 8 stat -f -c %b "$mnt" 2>&1 >/dev/null); then echo ok
-else case $err in *"not connected"*) echo dead;; *) echo hung;; esac; fi"""
-
-# SIGKILL MooseFS daemons (a scratch FS needs no clean stop) given "lockfile cfg" pairs:
-# the pid comes from the daemon's own lock file and is only killed if that process runs
-# with this cfg (a recycled pid is left alone); then wait until each is gone or a zombie
-# (the lock file's lock is released at exit). All of a node's daemons die at once.
-KILL_SCRIPT = r"""pids=""
-while [ $# -ge 2 ]; do
-  lock=$1; cfg=$2; shift 2
-  pid=$(cat "$lock" 2>/dev/null) || continue
-  case $pid in ''|*[!0-9]*) continue;; esac
-  tr '\0' ' ' < /proc/$pid/cmdline 2>/dev/null | grep -qF -- "$cfg" || continue
-  kill -KILL "$pid" && pids="$pids $pid"
-done
-for pid in $pids; do
-  i=0
-  while st=$(ps -o stat= -p "$pid") && [ "${st#Z}" = "$st" ]; do
-    i=$((i + 1))
-    if [ $i -gt 200 ]; then echo "pid $pid survived SIGKILL" >&2; exit 1; fi
-    sleep 0.05
-  done
-done
-"""
-
-
-def _cfg(values: Mapping[str, object]) -> str:
-    return "".join(f"{k} = {v}\n" for k, v in values.items())
-
-
-@dataclass(frozen=True, slots=True)
-class Layout:
-    """Where everything of one MooseFS RAMDISK lives (pure: no I/O)."""
-
-    fs_id: str
-    nodes: tuple[str, ...]
-    addresses: Mapping[str, str]
-    pool_dirs: Mapping[str, str]
-    mount_root: str
-    base: int = 0  # first port; 0 when only paths are needed (destroy)
-    secret: str = ""  # empty when only paths are needed (destroy)
-    export_ranges: tuple[str, ...] = ("*",)
-    guard: str = ""  # the mfsmount proxy guard's nftables ruleset; "" = none
-
-    @property
-    def master(self) -> str:
-        return self.nodes[0]
-
-    @property
-    def master_address(self) -> str:
-        return self.addresses[self.master]
-
-    @property
-    def client_port(self) -> int:
-        return self.base + 2
-
-    @property
-    def mountpoint(self) -> str:
-        return f"{self.mount_root.rstrip('/')}/{self.fs_id}"
-
-    @property
-    def mount_title(self) -> str:
-        """A pattern of the process title of an mfsmount of this RAMDISK (UMOUNT_SCRIPT)."""
-        return re.escape(f"mfsmount (mounted on: {self.mountpoint})")
-
-    def dir(self, node: str) -> str:
-        return f"{self.pool_dirs[node].rstrip('/')}/{DIR_PREFIX}{self.fs_id}"
-
-    def cs_port(self, node: str) -> int:
-        return self.base + 3 + self.nodes.index(node)
-
-    def ports(self, node: str) -> list[int]:
-        own = [self.cs_port(node)]
-        return [self.base, self.base + 1, self.base + 2, *own] if node == self.master else own
-
-    def master_cfg(self) -> str:
-        d, a = self.dir(self.master), self.master_address
-        return _cfg({
-            "WORKING_USER": "root", "WORKING_GROUP": "root",
-            "SYSLOG_IDENT": f"mfsmaster-{self.fs_id}",
-            "DATA_PATH": f"{d}/master", "EXPORTS_FILENAME": f"{d}/mfsexports.cfg",
-            "TOPOLOGY_FILENAME": f"{d}/mfstopology.cfg",
-            "MATOML_LISTEN_HOST": a, "MATOML_LISTEN_PORT": self.base,
-            "MATOCS_LISTEN_HOST": a, "MATOCS_LISTEN_PORT": self.base + 1,
-            "MATOCL_LISTEN_HOST": a, "MATOCL_LISTEN_PORT": self.base + 2,
-            # a scratch FS: act on chunks at once, never throttle deletions
-            "CHUNKS_LOOP_MIN_TIME": 1, "CHUNKS_SOFT_DEL_LIMIT": 100000,
-            "CHUNKS_HARD_DEL_LIMIT": 200000, "BACK_LOGS": 1, "BACK_META_KEEP_PREVIOUS": 0,
-        })
-
-    def cs_cfg(self, node: str) -> str:
-        d, a = self.dir(node), self.addresses[node]
-        return _cfg({
-            "WORKING_USER": "root", "WORKING_GROUP": "root",
-            "SYSLOG_IDENT": f"mfscs-{self.fs_id}",
-            "DATA_PATH": f"{d}/cs", "HDD_CONF_FILENAME": f"{d}/mfshdd.cfg",
-            "HDD_LEAVE_SPACE_DEFAULT": "64MiB",
-            "MASTER_HOST": self.master_address, "MASTER_PORT": self.base + 1,
-            "BIND_HOST": a, "CSSERV_LISTEN_HOST": a, "CSSERV_LISTEN_PORT": self.cs_port(node),
-            # chunkservers start in parallel with the master: retry every second, not 5
-            "MASTER_RECONNECTION_DELAY": 1,
-        })
-
-    def files(self, node: str) -> dict[str, str]:
-        """Relative path (under the node's dir) → content; '' ending in '/' = a directory."""
-        d = self.dir(node)
-        out = {"cs/": "", "chunks/": "", "mfschunkserver.cfg": self.cs_cfg(node),
-               "mfshdd.cfg": f"{d}/chunks\n", PASS_FILE: f"mfspassword={self.secret}\n"}
-        if self.guard:
-            out[mfsproxy.NFT_FILE] = self.guard
-        if node == self.master:
-            out.update({"master/": "", "master/metadata.mfs": EMPTY_METADATA,
-                        "mfsmaster.cfg": self.master_cfg(), "mfstopology.cfg": "",
-                        "mfsexports.cfg": exports_cfg(self.export_ranges, self.secret)})
-        return out
-
-    def tarball(self, node: str) -> str:
-        """The node's files as a tar stream (ASCII only) for ``tar -x -C <pool_dir>``."""
-        top = f"{DIR_PREFIX}{self.fs_id}"
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-            root = tarfile.TarInfo(top)
-            root.type, root.mode = tarfile.DIRTYPE, 0o700
-            tar.addfile(root)
-            for rel, content in sorted(self.files(node).items()):
-                info = tarfile.TarInfo(f"{top}/{rel.rstrip('/')}")
-                if rel.endswith("/"):
-                    info.type, info.mode = tarfile.DIRTYPE, 0o700
-                    tar.addfile(info)
-                else:
-                    data = content.encode("ascii")
-                    info.size, info.mode = len(data), 0o600
-                    tar.addfile(info, io.BytesIO(data))
-        return buf.getvalue().decode("ascii")
-
-    def guard_argv(self, node: str) -> list[str]:
-        """Load the mfsmount proxy guard on ``node`` (before its mount), or say what is
-        missing: a RAMDISK is never mounted unguarded (fs/mfsproxy.py)."""
-        return ["sh", "-c", 'command -v nft >/dev/null || { echo "nft not found: install '
-                'nftables on this RSA node; it keeps users off mfsmount\'s master proxy '
-                '(docs/security.md)" >&2; exit 1; }; exec nft -f "$1"', "sh",
-                f"{self.dir(node)}/{mfsproxy.NFT_FILE}"]
-
-    def mount_argv(self, node: str, options: Sequence[str]) -> list[str]:
-        """``node``'s own mount: the secret is read from its root-only config file."""
-        return ["mfsmount", self.mountpoint, "-H", self.master_address, "-P",
-                str(self.client_port), "-c", f"{self.dir(node)}/{PASS_FILE}",
-                *(["-o", ",".join(options)] if options else [])]
-
-
-def _is_loopback(address: str) -> bool:
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        try:
-            ip = ipaddress.ip_address(socket.gethostbyname(address))
-        except OSError:
-            return False  # not resolvable here; the node may still resolve it
-    return ip.is_loopback
 
 
 class MooseFsBackend(FilesystemBackend):
@@ -515,7 +199,7 @@ class MooseFsBackend(FilesystemBackend):
 
     def create(self, req: FsRequest, cancel: CancelToken | None = None) -> MountSpec:
         lay = self.layout(req)
-        loop = [n for n in lay.nodes if _is_loopback(lay.addresses[n])]
+        loop = [n for n in lay.nodes if is_loopback(lay.addresses[n])]
         if loop:
             raise FsError(
                 f"{req.fs_id}: moosefs data address of {', '.join(loop)} is loopback "

@@ -4,8 +4,10 @@ Re-exports only; see :mod:`rsa_scheduler.sim.scenario` (the YAML format, loaded 
 :mod:`rsa_scheduler.sim.model`), :mod:`rsa_scheduler.sim.engine` (the discrete-event
 engine), :mod:`rsa_scheduler.sim.result` (timelines and the JSON document), and for trace
 replay :mod:`rsa_scheduler.sim.swf` (the SWF reader), :mod:`rsa_scheduler.sim.iomodel`
-(volumes, bandwidths, the shared PFS) and :mod:`rsa_scheduler.sim.replay` (the engine;
-its ``replay`` function is not re-exported: it would hide the module).
+(volumes, bandwidths, the shared PFS), :mod:`rsa_scheduler.sim.replay` (the engine, with
+:mod:`rsa_scheduler.sim.tracejob`, its per-job state, and :mod:`rsa_scheduler.sim.logcheck`,
+its replay-equals-live check) and :mod:`rsa_scheduler.sim.comparison` (the run with the RSA
+against the baseline; its ``replay`` function is not re-exported).
 """
 
 from rsa_scheduler.sim.cluster import ReplayConfig

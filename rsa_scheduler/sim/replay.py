@@ -1,7 +1,10 @@
 """Trace replay: a workload trace through a compute cluster, the PFS and the real RSA core.
 
-Owns :class:`ReplayConfig`, the discrete-event :class:`Replay` and its result. One run
-streams the trace's jobs through
+Owns the discrete-event :class:`Replay`: its event queue, the compute cluster, the PFS
+flows and how it drives the core. A job's own state is :mod:`rsa_scheduler.sim.tracejob`'s,
+the replay-equals-live check :mod:`rsa_scheduler.sim.logcheck`'s, the run with the RSA
+against the baseline :mod:`rsa_scheduler.sim.comparison`'s. One run streams the trace's
+jobs through
 
 * a compute cluster of ``procs`` processors scheduled first-come-first-served (no
   backfill): the queue's head, blocked for lack of processors, is what Slurm shows as
@@ -26,8 +29,9 @@ Cost and memory: each job costs O(1) core calls and O(active flows) I/O work; th
 keeps only active jobs (queued, running or still held by the RSA) and an event log since
 the last check point (``check_every`` events), where it checks that replaying the log
 from the previous durable state reproduces the live scheduler, then lets the core forget
-finished jobs. Invariants are checked on every step for the jobs it touched; a violation
-raises :class:`~rsa_scheduler.sim.engine.SimulationBroken` (exit 70 in the CLI).
+finished jobs (:class:`~rsa_scheduler.sim.logcheck.LogWindow`). Invariants are checked on
+every step for the jobs it touched; a violation raises
+:class:`~rsa_scheduler.sim.engine.SimulationBroken` (exit 70 in the CLI).
 
 Must not read the clock, sleep, or touch Slurm or processes; reads only the trace.
 """
@@ -37,70 +41,30 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
 from rsa_scheduler.core.actions import Action, ActionKind, Outcome, Result
 from rsa_scheduler.core.allocator import Pool, RsaNode
-from rsa_scheduler.core.directives import DirectiveSpec
-from rsa_scheduler.core.events import Event
-from rsa_scheduler.core.policy import EarlyStart, StageOut, Tier
+from rsa_scheduler.core.policy import EarlyStart, StageOut
 from rsa_scheduler.core.scheduler import Decision, Observation, Scheduler
 from rsa_scheduler.core.states import HOLDING_NODES, TERMINAL, RsaState
 from rsa_scheduler.core.transitions import Trigger
-from rsa_scheduler.sim.cluster import GIB, ReplayConfig, TierSpec
+from rsa_scheduler.sim.cluster import ReplayConfig, TierSpec
 from rsa_scheduler.sim.engine import SimulationBroken
-from rsa_scheduler.sim.iomodel import EPS, FlowNet, Volumes, job_volumes
-from rsa_scheduler.sim.report import Totals, summary
+from rsa_scheduler.sim.iomodel import FlowNet, job_volumes
+from rsa_scheduler.sim.logcheck import LogWindow
+from rsa_scheduler.sim.report import Totals
 from rsa_scheduler.sim.swf import SwfJob
+from rsa_scheduler.sim.tracejob import INPUT_COMING, STAGING, InFlight, SpecCache, TraceJob
 
 #: observer(what, now, detail): "read" (a job starts reading), "outcome" (an action's
 #: outcome is delivered to the core), "job" (a job is done: off its compute nodes and, with
 #: the RSA, its RSA nodes released or never held)
 Observer = Callable[[str, float, Mapping[str, Any]], None]
-#: rsa-states of a job whose RAMDISK is still being prepared for its input
-_STAGING = frozenset({RsaState.ALLOCATED, RsaState.FS_BUILDING, RsaState.FS_READY,
-                      RsaState.STAGING_IN})
-#: ... and those in which the input is on its way to the job's mount
-_INPUT_COMING = _STAGING | {RsaState.STAGED_IN, RsaState.LOCKED_IN, RsaState.MOUNTING_INPUT,
-                            RsaState.MOUNTED_INPUT}
 # event classes: lower runs first at equal times
 _DONE, _PHASE, _SUBMIT, _TIMER, _POLL = 0, 1, 2, 3, 4
-
-
-@dataclass(slots=True)
-class _Job:
-    swf: SwfJob
-    jid: str
-    vol: Volumes
-    procs: int
-    nodes: int
-    submit: float
-    spec: DirectiveSpec | None
-    start: float = -1.0
-    phase: str = "queued"  # queued, mounting, reading, computing, creating, writing, ended
-    token: int = 0  # the phase event that is current
-    io_s: float = 0.0
-    phase_at: float = 0.0
-    read_from: str = "-"
-    write_to: str = "-"
-    staged_at: float | None = None
-    rsa_out: int = 0  # output bytes on the RAMDISK, to stage out
-    rsa_nodes: int = 0
-    rsa_bw: float = 0.0
-    tier: str = "-"  # of the RSA nodes it got last
-    alloc_at: float = 0.0  # when it got them
-    ended_at: float = -1.0
-    released_at: float | None = None
-
-
-@dataclass(slots=True)
-class _InFlight:
-    action: Action
-    token: int
-    stage: str = "timed"  # timed, meta, queued (for a flow slot), flow
 
 
 class Replay:
@@ -118,7 +82,7 @@ class Replay:
         self.cause = "start"
         self.queue: list[tuple[float, int, int, str, Any]] = []
         self.seq = 0
-        self.jobs: dict[str, _Job] = {}
+        self.jobs: dict[str, TraceJob] = {}
         self.waiting: deque[str] = deque()  # compute queue (FCFS)
         self.free = cfg.procs
         self.on_deck: set[str] = set()  # queued jobs Slurm shows pending on Resources
@@ -141,18 +105,15 @@ class Replay:
         self.sched = Scheduler(self.pool, cfg.staging)
         self._nodes = nodes
         self.owner: dict[str, str] = {}  # RSA node -> job, as the actions said
-        self.inflight: dict[str, _InFlight] = {}  # job -> its tracked action
-        self.slots: list[tuple[_Job, _InFlight]] = []  # stage-outs waiting for a PFS slot
+        self.inflight: dict[str, InFlight] = {}  # job -> its tracked action
+        self.slots: list[tuple[TraceJob, InFlight]] = []  # stage-outs waiting for a PFS slot
         self.flowing_outs = 0
-        self.log: list[Event] = []
-        self.logged = 0  # events of the current window (logged or not)
-        self.window = 0
-        self.base: Mapping[str, Any] | None = None
+        self.checks = LogWindow(cfg.check_every, cfg.check_stride)
         self.timer_at: float | None = None
         self.core_moved = False
         self.last_tick = -1.0
         self.poll_at: float | None = None
-        self.specs: dict[tuple[bool, bool, int], DirectiveSpec] = {}
+        self.specs = SpecCache(cfg.stage_out, len(cfg.tiers))
 
     # ---- plumbing ---------------------------------------------------------------------
     def _push(self, at: float, cls: int, kind: str, payload: Any) -> int:
@@ -254,31 +215,11 @@ class Replay:
         if jid in self.jobs:
             raise self.broken(f"job {jid} submitted twice (line {swf.line})")
         nodes = -(-procs // self.cfg.procs_per_node)
-        job = _Job(swf, jid, vol, procs, nodes, swf.submit, self._spec(vol) if self.rsa else None)
+        job = TraceJob(swf, jid, vol, procs, nodes, swf.submit,
+                       self.specs.spec(vol) if self.rsa else None)
         self.jobs[jid] = job
         self.waiting.append(jid)
         self._schedule()
-
-    def _spec(self, vol: Volumes) -> DirectiveSpec | None:
-        """The job's ``#RSA_*`` directives: its data in and out, ``#RSA_CAPACITY`` for the
-        larger of the two (whole GiB, so the few distinct specs are built once) and, with
-        several tiers, ``#RSA_TIER=auto``: the allocator picks the tier by the site's cost
-        model, as rsad would (a job no tier can hold is declined: it uses the PFS)."""
-        has_in, has_out = vol.input_bytes > 0, vol.output_bytes > 0
-        if not (has_in or has_out):
-            return None
-        need = -(-max(vol.input_bytes, vol.output_bytes) // GIB) * GIB
-        key = (has_in, has_out, need)
-        spec = self.specs.get(key)
-        if spec is None:
-            if len(self.specs) >= 4096:  # distinct sizes of a long trace: memory stays bounded
-                self.specs.clear()
-            spec = DirectiveSpec(data_in="/pfs/input" if has_in else None,
-                                 data_out="/pfs/output" if has_out else None,
-                                 capacity=need, stage_out=self.cfg.stage_out,
-                                 tier=Tier.AUTO if len(self.cfg.tiers) > 1 else None)
-            self.specs[key] = spec
-        return spec
 
     def _schedule(self) -> None:
         waiting, jobs = self.waiting, self.jobs
@@ -293,12 +234,12 @@ class Replay:
                     self.cause = f"job {jid} on-deck"
                     self._observe(job, "PENDING", "Resources")
 
-    def _observe(self, job: _Job, state: str, reason: str = "") -> None:
+    def _observe(self, job: TraceJob, state: str, reason: str = "") -> None:
         obs = Observation(job.jid, f"u{job.swf.user}", state, reason,
                           priority=0, compute_nodes=job.nodes, spec=job.spec)
         self._apply(self.sched.observe([obs], self.now, complete=False))
 
-    def _start(self, job: _Job) -> None:
+    def _start(self, job: TraceJob) -> None:
         self.free -= job.procs
         self.on_deck.discard(job.jid)
         job.start = self.now
@@ -309,7 +250,7 @@ class Replay:
             rec = self.sched.records.get(job.jid)
         job.phase_at = self.now
         if rec is not None and (rec.rsa_state is RsaState.MOUNTING_INPUT or (
-                rec.rsa_state in _STAGING and not rec.wait_over and rec.spec.data_in
+                rec.rsa_state in STAGING and not rec.wait_over and rec.spec.data_in
                 and (rec.spec.early_start or self.cfg.staging.early_start)
                 is EarlyStart.WAIT)):
             # the Prolog's bind mount (or, under early start "wait", the Prolog holding the
@@ -318,7 +259,7 @@ class Replay:
             return
         self._read(job, rsa=False)
 
-    def _read(self, job: _Job, *, rsa: bool) -> None:
+    def _read(self, job: TraceJob, *, rsa: bool) -> None:
         vol = job.vol
         job.phase = "reading"
         job.phase_at = self.now
@@ -342,11 +283,11 @@ class Replay:
             self._flow(f"{job.jid}/read", vol.input_bytes, job.nodes * self.cfg.io.client_bw,
                        ("phase", job.jid))
 
-    def _phase_in(self, job: _Job, seconds: float) -> None:
+    def _phase_in(self, job: TraceJob, seconds: float) -> None:
         job.token = self.seq + 1  # the token of the event pushed next
         self._push(self.now + seconds, _PHASE, "phase", (job.jid, job.token))
 
-    def _phase_done(self, job: _Job) -> None:
+    def _phase_done(self, job: TraceJob) -> None:
         io = self.cfg.io
         if job.phase == "reading":
             job.io_s += self.now - job.phase_at
@@ -386,7 +327,7 @@ class Replay:
             job.io_s += self.now - job.phase_at
             self._end(job)
 
-    def _end(self, job: _Job) -> None:
+    def _end(self, job: TraceJob) -> None:
         job.phase = "ended"
         job.ended_at = self.now
         self.free += job.procs
@@ -405,7 +346,7 @@ class Replay:
         self._maybe_forget(job)
         self._schedule()
 
-    def _maybe_forget(self, job: _Job) -> None:
+    def _maybe_forget(self, job: TraceJob) -> None:
         if job.phase != "ended" or self.jobs.get(job.jid) is not job:
             return
         rec = self.sched.records.get(job.jid) if job.spec is not None else None
@@ -467,9 +408,7 @@ class Replay:
         if not dec.events and not dec.actions:
             return
         self.core_moved = True
-        self.logged += len(dec.events)
-        if self.window % self.cfg.check_stride == 0:
-            self.log.extend(dec.events)
+        self.checks.record(dec.events)
         for act in dec.actions:
             kind = act.kind
             jid = act.job_id
@@ -495,7 +434,7 @@ class Replay:
                 self._issue(act)
         touched = {e.job_id for e in dec.events}
         records = self.sched.records
-        unheld: list[_Job] = []
+        unheld: list[TraceJob] = []
         for jid in touched:
             rec = records.get(jid)
             if rec is None:
@@ -513,10 +452,10 @@ class Replay:
             if job is not None and job.phase == "ended":
                 self._maybe_forget(job)
             elif job is not None and job.phase == "mounting" and (
-                    rec.rsa_state not in _INPUT_COMING
-                    or (rec.wait_over and rec.rsa_state in _STAGING)):
+                    rec.rsa_state not in INPUT_COMING
+                    or (rec.wait_over and rec.rsa_state in STAGING)):
                 unheld.append(job)  # no RSA input will come (the wait expired): the PFS
-        if self.logged >= self.cfg.check_every:
+        if self.checks.full:
             self._checkpoint()
         for job in unheld:
             if job.phase == "mounting":
@@ -542,7 +481,7 @@ class Replay:
             raise self.broken(f"{act.id} issued while {self.inflight[jid].action.id} runs")
         io = self.cfg.io
         job = self.jobs.get(jid)
-        fl = _InFlight(act, 0)
+        fl = InFlight(act, 0)
         self.inflight[jid] = fl
         kind = act.kind
         if kind is ActionKind.STAGE_IN and job is not None and job.rsa_bw:
@@ -564,11 +503,11 @@ class Replay:
                    ActionKind.DESTROY_FS: io.destroy_s}.get(kind, io.mount_s)
         self._timed(fl, seconds)
 
-    def _timed(self, fl: _InFlight, seconds: float) -> None:
+    def _timed(self, fl: InFlight, seconds: float) -> None:
         fl.token = self.seq + 1
         self._push(self.now + seconds, _DONE, "done", (fl.action.job_id, fl.token))
 
-    def _action_stage_done(self, jid: str, fl: _InFlight) -> None:
+    def _action_stage_done(self, jid: str, fl: InFlight) -> None:
         if fl.stage == "meta":
             job = self.jobs[jid]
             fl.stage = "queued"
@@ -593,7 +532,7 @@ class Replay:
             self.flowing_outs += 1
             self._flow(fl.action.id, job.rsa_out, job.rsa_bw, ("action", job.jid))
 
-    def _cancel(self, jid: str, fl: _InFlight) -> None:
+    def _cancel(self, jid: str, fl: InFlight) -> None:
         if fl.stage == "flow" and fl.action.id in self.net:
             self.net.stop(fl.action.id, self.now)
             self.flow_owner.pop(fl.action.id, None)
@@ -604,7 +543,7 @@ class Replay:
         elif fl.stage == "queued":
             self.slots = [s for s in self.slots if s[1] is not fl]
 
-    def _deliver(self, jid: str, fl: _InFlight) -> None:
+    def _deliver(self, jid: str, fl: InFlight) -> None:
         del self.inflight[jid]
         act = fl.action
         self.cause = f"outcome {act.id} ok"
@@ -634,54 +573,9 @@ class Replay:
             self._push(at, _POLL, "poll", None)
 
     def _checkpoint(self) -> None:
-        """End a window: if it was logged, replay its log onto the durable state it began
-        with and compare with the live scheduler and pool; then forget finished jobs and
-        begin the next window (logged from a fresh durable state, or not at all)."""
-        stride = self.cfg.check_stride
-        if self.window % stride == 0:
-            pool = Pool(self._nodes, self.cfg.allocation)
-            try:
-                again = Scheduler.replay(pool, self.cfg.staging, self.log, base=self.base)
-            except Exception as e:
-                raise self.broken(f"replay of the log raised {type(e).__name__}: {e}") from e
-            if again.snapshot() != self.sched.snapshot():
-                raise self.broken("replay of the log differs from the live scheduler")
-            if pool.jobs() != self.pool.jobs():
-                raise self.broken("replay of the log gives a different RSA node pool")
-            self.totals.checks += 1
+        """End a check window (:class:`~rsa_scheduler.sim.logcheck.LogWindow`): replay
+        its log against the live scheduler and pool, forget finished jobs."""
         present = {jid for jid, job in self.jobs.items() if job.phase != "ended"}
-        self.sched.forget_finished(self.now, 0.0, present)
-        self.window += 1
-        self.logged = 0
-        self.log = []
-        self.base = self.sched.durable_state() if self.window % stride == 0 else None
-
-
-def replay(jobs: Callable[[], Iterable[SwfJob]], cfg: ReplayConfig,
-           source: str = "<trace>",
-           per_job: Callable[[str, Mapping[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Replay the trace (``jobs()`` gives a fresh iterator) with and without the RSA.
-
-    ``per_job(run, detail)`` is called as each job leaves its compute nodes, ``run`` being
-    ``"rsa"`` or ``"baseline"``."""
-    def observer(name: str) -> Observer | None:
-        if per_job is None:
-            return None
-
-        def see(what: str, now: float, detail: Mapping[str, Any]) -> None:
-            if what == "job":
-                per_job(name, detail)
-        return see
-
-    run = Replay(jobs(), cfg, rsa=True, source=source, observer=observer("rsa"))
-    with_rsa = summary(run.run(), cfg, rsa=True, nodes=run.node_count)
-    base = Replay(jobs(), cfg, rsa=False, source=source, observer=observer("baseline"))
-    baseline = summary(base.run(), cfg, rsa=False, nodes=0)
-    out = dict(with_rsa)
-    out["baseline"] = baseline
-    if baseline["jobs"] != with_rsa["jobs"]:
-        raise SimulationBroken(f"{source}: the baseline replayed {baseline['jobs']} jobs, "
-                               f"the RSA run {with_rsa['jobs']}")
-    if cfg.io.pfs_bw and with_rsa["pfs_peak_bw"] > cfg.io.pfs_bw * (1 + EPS):
-        raise SimulationBroken(f"{source}: PFS bandwidth exceeded")
-    return out
+        if self.checks.close(self.sched, self.pool, self._nodes, self.cfg.allocation,
+                             self.cfg.staging, self.now, present, self.broken):
+            self.totals.checks += 1

@@ -17,7 +17,8 @@ from typing import Any
 
 from rsa_scheduler.config import load_config
 from rsa_scheduler.fs.base import FsRequest
-from rsa_scheduler.fs.moosefs import DIR_PREFIX, MooseFsBackend
+from rsa_scheduler.fs.mfslayout import DIR_PREFIX
+from rsa_scheduler.fs.moosefs import MooseFsBackend
 from rsa_scheduler.remote import HostPool
 
 

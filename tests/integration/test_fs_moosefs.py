@@ -11,7 +11,8 @@ import pytest
 
 from rsa_scheduler.fs.base import FilesystemBackend, FsError, FsRequest
 from rsa_scheduler.fs.common import sh_chain
-from rsa_scheduler.fs.moosefs import MooseFsBackend, new_secret, random_base
+from rsa_scheduler.fs.mfslayout import new_secret, random_base
+from rsa_scheduler.fs.moosefs import MooseFsBackend
 from rsa_scheduler.hosts import Cancelled, CancelToken
 from rsa_scheduler.remote import HostPool
 from tests.fs_conformance import FsConformance, Leftovers, MakeRequest

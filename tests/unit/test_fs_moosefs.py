@@ -10,17 +10,16 @@ import pytest
 
 from rsa_scheduler.fs.base import FsError, FsRequest
 from rsa_scheduler.fs.common import Deadline
-from rsa_scheduler.fs.moosefs import (
+from rsa_scheduler.fs.mfslayout import (
     PASS_FILE,
     Layout,
-    MooseFsBackend,
-    chunkservers_listed,
-    chunkservers_ready,
     export_ranges,
     exports_cfg,
     new_secret,
     random_base,
 )
+from rsa_scheduler.fs.mfsscripts import chunkservers_listed, chunkservers_ready
+from rsa_scheduler.fs.moosefs import MooseFsBackend
 from rsa_scheduler.hosts import CancelToken
 from rsa_scheduler.runner import Completed
 

@@ -1,7 +1,8 @@
 """The directive grammar's one source (core/grammar.py) and its three ports.
 
-* The generated blocks of job_submit.lua and the SPANK plugin's C are current (the CI
-  check: run ``make grammar`` when this fails), and a change of the data makes them stale.
+* The generated blocks of rsa_grammar.lua (which job_submit.lua loads) and of the SPANK
+  plugin's C are current (the CI check: run ``make grammar`` when this fails), and a change
+  of the data makes them stale.
 * Every value kind has a parser in every port; every accepted value of every CHOICE
   directive is accepted by all three and comes back as itself.
 * Python, Lua and C give the same answer on every shared vector: the whole script
@@ -57,23 +58,23 @@ def test_a_changed_grammar_makes_the_ports_stale_until_regenerated(
     changed = tuple(dataclasses.replace(d, choices=(*d.choices, "nvme")) if d is tier else d
                     for d in GRAMMAR)
     monkeypatch.setattr(grammargen, "GRAMMAR", changed)
-    assert grammargen.stale(root) == ["job_submit.lua", "spank/rsa_grammar.c"]
+    assert grammargen.stale(root) == ["rsa_grammar.lua", "spank/rsa_grammar.c"]
     assert grammargen.main(["--check", "--root", str(root)]) == 1
     assert grammargen.main(["--root", str(root)]) == 0
     assert grammargen.stale(root) == []
-    assert '"nvme" }' in (root / "job_submit.lua").read_text()
+    assert '"nvme" }' in (root / "rsa_grammar.lua").read_text()
     assert '"nvme", NULL}' in (root / "spank/rsa_grammar.c").read_text()
     # only the generated block changed: the hand-written code around it is kept
-    before = (grammargen.PLUGINS / "job_submit.lua").read_text().splitlines()
-    after = (root / "job_submit.lua").read_text().splitlines()
+    before = (grammargen.PLUGINS / "rsa_grammar.lua").read_text().splitlines()
+    after = (root / "rsa_grammar.lua").read_text().splitlines()
     assert len(after) == len(before)
     assert [a for a, b in zip(before, after, strict=True) if a != b] == [
-        line for line in before if line.startswith("  { \"TIER\"")]
+        line for line in before if line.startswith("    { \"TIER\"")]
 
 
 def test_missing_markers_are_an_error(tmp_path: Path) -> None:
     root = _copy_plugins(tmp_path)
-    lua = root / "job_submit.lua"
+    lua = root / "rsa_grammar.lua"
     lua.write_text(lua.read_text().replace("-- END GENERATED: grammar", "-- (end)"))
     with pytest.raises(ValueError, match="'grammar' markers missing"):
         grammargen.stale(root)
@@ -90,7 +91,7 @@ def test_generated_text_is_plain_ascii_only() -> None:
 
 def test_every_value_kind_has_a_parser_in_every_port() -> None:
     header = (SRC / "rsa_grammar.h").read_text()
-    lua = PLUGIN.read_text()
+    lua = (PLUGIN.parent / "rsa_directives.lua").read_text()
     lua_parsers = re.search(r"local PARSERS = \{(.*?)\}", lua, re.S)
     assert lua_parsers is not None
     for kind in Kind:

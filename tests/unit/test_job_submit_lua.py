@@ -16,6 +16,7 @@ import random
 import re
 import shutil
 import subprocess
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +40,9 @@ from tests.directive_inputs import SPLIT_TEXT, far_script
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "slurm_plugins" / "job_submit.lua"
+# job_submit.lua and, in the order it loads them, the files it reads from its own directory
+PLUGIN_FILES = [PLUGIN, *(PLUGIN.parent / f for f in ("rsa_grammar.lua", "rsa_text.lua",
+                                                      "rsa_directives.lua"))]
 DRIVER = ROOT / "tests" / "lua" / "run_vector.lua"
 VECTORS = DATA / "directives"
 NAMES = sorted(p.stem for p in VECTORS.glob("*.sh"))
@@ -313,14 +317,94 @@ def test_priority_mode_lockin(lua: str) -> None:
     assert run_modify(lua, USER, config__lockin_priority=1_000_000, **job).rc == 0
 
 
+def _code(path: Path) -> str:
+    text = re.sub(r"--\[\[.*?\]\]", "", path.read_text(), flags=re.S)
+    return "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+
+
 def test_plugin_uses_no_io(lua: str) -> None:
-    """Runs inside slurmctld under its locks (style.md): no I/O, no processes, no modules."""
-    text = re.sub(r"--\[\[.*?\]\]", "", PLUGIN.read_text(), flags=re.S)
-    code = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+    """Runs inside slurmctld under its locks (style.md): no I/O, no processes, no modules;
+    job_submit.lua's loader reads its three files, once, at load (one loadfile, in
+    sibling(); debug.getinfo only to find its own directory)."""
     # os.time (a clock read, for the start hold's deadline) is the one os function
-    for banned in (r"\bio\.", r"\bos\.(?!time\b)", r"\brequire\b", r"\bdofile\b",
-                   r"\bloadfile\b", r"\bprint\b"):
-        assert not re.search(banned, code), banned
+    banned = (r"\bio\.", r"\bos\.(?!time\b)", r"\brequire\b", r"\bdofile\b",
+              r"\bloadfile\b", r"\bprint\b", r"\bdebug\.", r"\bloadstring\b", r"\bload\(")
+    for path in PLUGIN_FILES:
+        code = _code(path)
+        if path == PLUGIN:
+            assert len(re.findall(r"\bloadfile\(", code)) == 1
+            assert re.search(r"local function sibling\(.*?\bloadfile\(HERE \.\. name\)",
+                             code, re.S)
+            code = re.sub(r"\bloadfile\(|\bdebug\.getinfo\b|\bdebug and\b", "", code)
+        for pattern in banned:
+            assert not re.search(pattern, code), (path.name, pattern)
+
+
+def test_the_plugin_files_are_the_ones_installed_everywhere() -> None:
+    """job_submit.lua loads its siblings by name: the wheel and the .deb (pyproject's
+    data-files), the lab and the install test ship exactly those, beside it."""
+    loaded = re.findall(r'\bsibling\("([a-z_]+\.lua)"', PLUGIN.read_text())
+    assert [p.name for p in PLUGIN_FILES] == ["job_submit.lua", *loaded]
+    shipped = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "data-files"]["share/rsa-scheduler/slurm"]
+    assert {f"slurm_plugins/{p.name}" for p in PLUGIN_FILES} <= set(shipped)
+    lab = (ROOT / "lab" / "rsalab" / "slurm.py").read_text()
+    parts = re.search(r"JOB_SUBMIT_PARTS = \(([^)]*)\)", lab)
+    assert parts is not None and re.findall(r'"([a-z_]+\.lua)"', parts.group(1)) == loaded
+    inside = (ROOT / "tests" / "install" / "inside").read_text()
+    assert f"for f in {' '.join(p.name for p in PLUGIN_FILES)}; do" in inside
+
+
+def _installed(tmp_path: Path) -> Path:
+    """The four files as a site installs them: copied into one directory (not the repo's)."""
+    conf = tmp_path / "etc-slurm"
+    conf.mkdir()
+    for path in PLUGIN_FILES:
+        shutil.copyfile(path, conf / path.name)
+    return conf
+
+
+def test_the_plugin_finds_its_files_beside_itself(lua: str, tmp_path: Path) -> None:
+    """Wherever job_submit.lua is (here not the repository, and not the working
+    directory), it loads its files from its own directory."""
+    conf = _installed(tmp_path)
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#RSA_DATA_IN=/gpfs/in\n#RSA_NODES=2\n")
+    done = subprocess.run([lua, str(DRIVER), str(conf / "job_submit.lua"), "submit",
+                           str(script)], capture_output=True, text=True, timeout=30,
+                          check=False, env=VECTOR_ENV, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert _parse(done.stdout.rstrip("\n").split("\n")) == Result(
+        0, {"admin_comment": "rsa1:i=/gpfs/in;n=2"})
+
+
+@pytest.mark.parametrize(("damage", "line"), [
+    ("missing", "cannot load {conf}/rsa_text.lua ("),
+    ("old grammar", "{conf}/rsa_grammar.lua has no QUOTE_MAX: install job_submit.lua, "
+                    "rsa_grammar.lua, rsa_text.lua and rsa_directives.lua of one "
+                    "rsa-scheduler version together"),
+    ("broken", "{conf}/rsa_directives.lua failed to load: "),  # then Lua's "...:1: boom"
+])
+def test_a_missing_or_mismatched_file_fails_the_load_in_one_line(
+        lua: str, tmp_path: Path, damage: str, line: str) -> None:
+    """slurmctld logs the load error of job_submit.lua and keeps the previous script (or,
+    at start-up, refuses to start): the error is one line naming the file and the fix."""
+    conf = _installed(tmp_path)
+    if damage == "missing":
+        (conf / "rsa_text.lua").unlink()
+    elif damage == "old grammar":
+        grammar = conf / "rsa_grammar.lua"
+        grammar.write_text(grammar.read_text().replace("  QUOTE_MAX = 200,\n", ""))
+    else:
+        (conf / "rsa_directives.lua").write_text('error("boom")\n')
+    done = subprocess.run([lua, str(DRIVER), str(conf / "job_submit.lua"), "submit",
+                           str(tmp_path / "none.sh")], capture_output=True, text=True,
+                          timeout=30, check=False, env=VECTOR_ENV, cwd=tmp_path)
+    assert done.returncode != 0
+    message = done.stderr.splitlines()[0].split(": ", 1)[1]  # after "lua5.x: "
+    assert message.startswith("rsa job_submit.lua: " + line.format(conf=conf)), message
+    assert message.endswith('(docs/job_submit.md, "Deploying on a cluster")'), message
+    assert damage != "broken" or 'rsa_directives.lua:1: boom (' in message
 
 
 # --- --rsa-* options (SPANK plugin) merged with the script: directives.check_submission ----

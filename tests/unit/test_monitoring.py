@@ -30,8 +30,9 @@ def exported(tmp_path: Path) -> set[str]:
     slurm.set("7", "PENDING", "Resources")
     d.poll()
     settle(d)
+    d.published.publish(d.status_view())
     m = Metrics()
-    m.watch(d)
+    m.watch(d.published)
     for kind in ("stage-in", "stage-out"):
         m.action_done(kind, "ok", 1.0, {"stats": {"bytes": 1, "files": 1}})
     m.cycle.observe(0.1)

@@ -18,8 +18,9 @@ from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.policy import AllocationPolicy, Tier
 from rsa_scheduler.sim import SimulationBroken
 from rsa_scheduler.sim.cluster import ReplayConfig, TierSpec
+from rsa_scheduler.sim.comparison import replay
 from rsa_scheduler.sim.iomodel import FlowNet, IoParams
-from rsa_scheduler.sim.replay import Replay, replay
+from rsa_scheduler.sim.replay import Replay
 from rsa_scheduler.sim.swf import read_swf
 from tests.clirunner import cli_runner
 
@@ -239,7 +240,7 @@ def test_memory_is_bounded_by_active_jobs(tmp_path: Path) -> None:
     assert totals.jobs == 1500
     assert totals.max_active <= 2  # one job at a time, however long the trace
     assert totals.checks >= 10  # the log was replay-checked window by window ...
-    assert run.sched.records == {} and run.log == []  # ... and nothing is kept after it
+    assert run.sched.records == {} and run.checks.log == []  # ... and nothing is kept after it
 
 
 def test_replay_check_catches_a_diverging_log() -> None:
@@ -254,7 +255,8 @@ def test_replay_check_catches_a_diverging_log() -> None:
     run._apply = keep  # type: ignore[method-assign]
     run.run()
     assert run.sched.records == {}  # all forgotten at the end
-    run.log, run.base, run.window = logged[: len(logged) // 2], None, 0
+    run.checks.log, run.checks.base = logged[: len(logged) // 2], None
+    run.checks.window = 0
     with pytest.raises(SimulationBroken, match="replay of the log differs from the live"):
         run._checkpoint()
 

@@ -1,0 +1,123 @@
+"""The shell MooseFS RAMDISKs run on RSA nodes, and the parsers of what comes back.
+
+Owns the scripts :class:`~rsa_scheduler.fs.moosefs.MooseFsBackend` runs over SSH as root
+(``sh -c SCRIPT args``): unmount, the create-time probe, the server check and repair,
+the mount check and the kill of a filesystem's daemons; and the parser of ``mfscli -SCS``
+(which chunk servers registered and reported their space). Text only: running them is
+the backend's, through :class:`~rsa_scheduler.hosts.Host`. Imports nothing of the package.
+"""
+
+from __future__ import annotations
+
+# One round trip per node to unmount: umount; if that fails or hangs, lazy umount and
+# abort the FUSE connection through fusectl so a dead server never hangs teardown; then
+# SIGKILL this node's mfsmount of the mountpoint (unmounted, and the data is being
+# discarded: nothing to flush; it would otherwise linger 1-3 s) and wait until it is
+# gone. pgrep --ns: nodes of one host share the PID namespace, not the mount namespace.
+UMOUNT_SCRIPT = r"""mnt=$0; title=$1
+minor=$(findmnt -n -o MAJ:MIN --mountpoint "$mnt" | cut -d: -f2)
+if [ -n "$minor" ]; then
+  timeout -s KILL 10 umount "$mnt" 2>/dev/null || {
+    umount -l "$mnt" || exit 1
+    mountpoint -q /sys/fs/fuse/connections ||
+      mount -t fusectl fusectl /sys/fs/fuse/connections
+    c=/sys/fs/fuse/connections/$minor/abort
+    if [ -e "$c" ]; then echo 1 > "$c"; fi
+    echo "lazy-unmounted $mnt, aborted FUSE connection $minor" >&2
+  }
+fi
+i=0
+while pids=$(pgrep --ns $$ --nslist mnt -x -f "$title"); do
+  i=$((i + 1))
+  if [ $i -gt 25 ]; then echo "mfsmount $pids did not exit" >&2; exit 1; fi
+  kill -KILL $pids
+  sleep 0.2
+done
+rmdir "$mnt" 2>/dev/null || true
+"""
+
+# What a create needs to know first, in one round trip: the fs_id's pool entries (F:-
+# when there is none) and the ports listening on the node.
+PROBE_SCRIPT = ('if [ -e "$0" ]; then echo F:.; ls -A "$0" | sed "s/^/F:/"; else echo F:-; fi; '
+                'ss -Hltn')
+
+# Restart a job's MooseFS servers on one node if they died (kill -9, OOM), keeping their
+# data: the chunks stay in the node's pool directory, and the master, started with -a,
+# rebuilds its metadata from its last dump and change logs. $0: the node's dir, $1: 1 on
+# the master's node. Prints "restarted: <daemon>" per restart. A node whose files are
+# gone (rebooted, pool wiped) exits 3: starting empty servers there would hide the loss.
+REPAIR_SCRIPT = r"""d=$0
+[ -f "$d/mfschunkserver.cfg" ] || {
+  echo "its RAMDISK files are gone from this node (restarted? pool wiped?)" >&2; exit 3; }
+if [ "$1" = 1 ] && ! mfsmaster -c "$d/mfsmaster.cfg" test >/dev/null 2>&1; then
+  mfsmaster -a -c "$d/mfsmaster.cfg" start >/dev/null 2>"$d/repair.err" || {
+    echo "mfsmaster would not start: $(tail -n 1 "$d/repair.err")" >&2; exit 1; }
+  echo "restarted: master"
+fi
+if ! mfschunkserver -c "$d/mfschunkserver.cfg" test >/dev/null 2>&1; then
+  mfschunkserver -c "$d/mfschunkserver.cfg" start >/dev/null 2>"$d/repair.err" || {
+    echo "mfschunkserver would not start: $(tail -n 1 "$d/repair.err")" >&2; exit 1; }
+  echo "restarted: chunkserver"
+fi
+"""
+
+# Are a job's MooseFS servers on one node alive? The same tests as REPAIR_SCRIPT (each
+# daemon's lock file and pid: instant, never waits on the network), without restarting
+# anything. $0: the node's dir, $1: 1 on the master's node. Prints what is dead, one line
+# each ("gone" when the node's RAMDISK files are gone); nothing when all live.
+SERVERS_CHECK = r"""d=$0
+[ -f "$d/mfschunkserver.cfg" ] || { echo gone; exit 0; }
+if [ "$1" = 1 ] && ! mfsmaster -c "$d/mfsmaster.cfg" test >/dev/null 2>&1; then
+  echo master; fi
+mfschunkserver -c "$d/mfschunkserver.cfg" test >/dev/null 2>&1 || echo chunkserver
+"""
+
+# Is the node's own mount of the RAMDISK alive? "ok", "missing" (not mounted), "dead"
+# (its mfsmount died: ENOTCONN) or "hung" (no answer in 8 s: a dead master, which
+# REPAIR_SCRIPT restarts; the mount recovers by itself).
+MOUNT_CHECK = r"""mnt=$0
+findmnt -n --mountpoint "$mnt" >/dev/null || { echo missing; exit 0; }
+if err=$(timeout -s KILL 8 stat -f -c %b "$mnt" 2>&1 >/dev/null); then echo ok
+else case $err in *"not connected"*) echo dead;; *) echo hung;; esac; fi"""
+
+# SIGKILL MooseFS daemons (a scratch FS needs no clean stop) given "lockfile cfg" pairs:
+# the pid comes from the daemon's own lock file and is only killed if that process runs
+# with this cfg (a recycled pid is left alone); then wait until each is gone or a zombie
+# (the lock file's lock is released at exit). All of a node's daemons die at once.
+KILL_SCRIPT = r"""pids=""
+while [ $# -ge 2 ]; do
+  lock=$1; cfg=$2; shift 2
+  pid=$(cat "$lock" 2>/dev/null) || continue
+  case $pid in ''|*[!0-9]*) continue;; esac
+  tr '\0' ' ' < /proc/$pid/cmdline 2>/dev/null | grep -qF -- "$cfg" || continue
+  kill -KILL "$pid" && pids="$pids $pid"
+done
+for pid in $pids; do
+  i=0
+  while st=$(ps -o stat= -p "$pid") && [ "${st#Z}" = "$st" ]; do
+    i=$((i + 1))
+    if [ $i -gt 200 ]; then echo "pid $pid survived SIGKILL" >&2; exit 1; fi
+    sleep 0.05
+  done
+done
+"""
+
+
+def chunkservers_listed(mfscli_output: str) -> dict[tuple[str, int], int]:
+    """(ip, port) -> total space in bytes of every chunk server ``mfscli -SCS`` lists
+    (tab-separated rows: ip, port, id, labels, version, load, maintenance, chunks, used,
+    total, ...). A chunk server registers with total 0 and reports its space only after
+    it scanned its chunk directory; writes before that fail with ENOSPC."""
+    found: dict[tuple[str, int], int] = {}
+    for line in mfscli_output.splitlines():
+        fields = line.split("\t")
+        if (len(fields) >= 3 and fields[0].strip() == "chunk servers:"
+                and fields[2].strip().isdigit()):
+            total = fields[10].strip() if len(fields) > 10 else ""
+            found[(fields[1].strip(), int(fields[2]))] = int(total) if total.isdigit() else 0
+    return found
+
+
+def chunkservers_ready(mfscli_output: str) -> set[tuple[str, int]]:
+    """Chunk servers that registered AND reported their space (ready for writes)."""
+    return {cs for cs, total in chunkservers_listed(mfscli_output).items() if total > 0}
