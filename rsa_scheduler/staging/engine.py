@@ -49,7 +49,7 @@ from rsa_scheduler.staging.manifest import (
     resolve_tar,
     with_hashes,
 )
-from rsa_scheduler.staging.plan import Bucket, assign, make_plan, pending
+from rsa_scheduler.staging.plan import STRIPE_MIN, Bucket, assign, make_plan, pending
 from rsa_scheduler.staging.report import (
     TAIL,
     Progress,
@@ -58,6 +58,14 @@ from rsa_scheduler.staging.report import (
     StagingError,
     Stats,
     classify,
+)
+from rsa_scheduler.staging.stripe import (
+    STRIPE_BYTES,
+    Range,
+    StripedFile,
+    check_range,
+    ranges_first,
+    striped_files,
 )
 
 log = logging.getLogger(__name__)
@@ -81,7 +89,8 @@ class StagingEngine:
                  progress_interval: float = 5.0, job_id: str = "", verify_level: str = "content",
                  big_bytes: int = 32 << 20, clock: Callable[[], float] = time.monotonic,
                  gate: FlushGate | None = None, copy_tool: str = "engine",
-                 copy_command: str = "") -> None:
+                 copy_command: str = "", stripe_bytes: int = STRIPE_BYTES,
+                 stripe_min: int = STRIPE_MIN) -> None:
         if not hosts:
             raise ValueError("StagingEngine needs at least one RSA node")
         if identity.uid == 0:
@@ -106,6 +115,8 @@ class StagingEngine:
         if copy_tool == "custom":
             scripts.check_copy_command(copy_command)
         self.copy_command = copy_command
+        self.stripe_bytes = stripe_bytes  # 0: never stripe
+        self.stripe_min = stripe_min  # the shortest range
         self._deadline = 0.0
         self._abort = CancelToken()
         self._held = contextlib.ExitStack()
@@ -251,14 +262,46 @@ class StagingEngine:
         meter = ProgressMeter(phase, plan.files, plan.bytes, self.progress,
                               self.progress_interval, self.clock)
         per_node: dict[str, int] = {}
-        parts = ""
-        if atomic:
-            token = secrets.token_hex(8)  # unpredictable: see scripts.part_dir
-            parts = posixpath.join(dst, scripts.part_dir(self.job_id, token))
+        lock = threading.Lock()
+        token = secrets.token_hex(8)  # unpredictable: see scripts.part_dir
+        parts = posixpath.join(dst, scripts.part_dir(self.job_id, token))
+        striped: list[StripedFile] = []
+        if self.copy_tool == "engine":
+            striped = striped_files(plan.buckets, todo, parts=parts,
+                                    streams=len(self.hosts) * self.parallel_per_node,
+                                    stripe_bytes=self.stripe_bytes,
+                                    min_range=self.stripe_min)
+        if atomic or striped:
             self._user(first, scripts.new_part_argv(dst, self.job_id, token),
                        f"{phase}: creating the part directory {parts}")
+        for f in striped:
+            self._user(first, scripts.stripe_new_argv(f.tmp, f.entry.size),
+                       f"{phase}: creating {f.tmp}")
 
-        def copy(host: Host, b: Bucket) -> None:
+        def count(host: Host, files: int, nbytes: int) -> None:
+            meter.add(files, nbytes)
+            with lock:
+                per_node[host.name] = per_node.get(host.name, 0) + nbytes
+
+        def copy_range(host: Host, r: Range) -> None:
+            f = r.file
+            done = self._user(host, scripts.stripe_range_argv(
+                src, f.tmp, r.offset, r.length, scripts.big_block(phase)),
+                f"{phase}: copying {r.describe()}", input=scripts.encode_list([f.path]))
+            check_range(r, done.stdout, phase, host.name)
+            count(host, 0, r.length)
+            if f.finished_one():
+                self._user(host, scripts.stripe_place_argv(
+                    src, f.tmp, dst, f.entry.size, f.entry.mtime_s),
+                    f"{phase}: placing {display(f.path)!r}",
+                    input=scripts.encode_list([f.path]))
+                meter.add(1, 0)
+
+        def copy(host: Host, item: Bucket | Range) -> None:
+            if isinstance(item, Range):
+                copy_range(host, item)
+                return
+            b = item
             if self.copy_tool == "rsync":
                 argv = scripts.rsync_argv(src, dst, sparse=b.bytes >= self.big_bytes,
                                           recursive=b.tool == "tree")
@@ -274,11 +317,10 @@ class StagingEngine:
                 argv = scripts.atomic_argv(argv, dst, posixpath.join(parts, str(b.index)))
             self._user(host, argv, f"{phase}: copying bucket {b.index} ({b.files} files)",
                        input=scripts.encode_list(b.paths))
-            meter.add(b.files, b.bytes)
-            per_node[host.name] = per_node.get(host.name, 0) + b.bytes
+            count(host, b.files, b.bytes)
 
-        self._parallel(plan.buckets, copy, meter)
-        if atomic:
+        self._parallel(ranges_first(striped, plan.buckets), copy, meter)
+        if atomic or striped:
             self._user(first, scripts.remove_tree_argv(parts), f"{phase}: removing {parts}")
         # Directory modes and mtimes last: writing into a directory changes its mtime,
         # and a read-only directory would refuse the files staged into it.

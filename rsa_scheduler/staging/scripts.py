@@ -75,6 +75,62 @@ BIG = PRELUDE + (
 # replaced, never followed. $3 and $4 are rsync's own flags, never user data.
 RSYNC = PRELUDE + ('base64 -d | rsync -aH --from0 --files-from=- $3 '
                    '-- "$1"/ "$2"/')
+# Striped big files (issue 16): one file of at least ``stripe_bytes`` is copied as byte
+# ranges by several streams on several RSA nodes at once, each range written in place
+# into one temporary file below the part directory, which is renamed to the final name
+# only once every range is copied and checked (a killed copy leaves only the temporary
+# file, removed by the next run). STRIPE_NEW creates it afresh (noclobber: O_EXCL, never
+# through a symlink) at the file's full size ($2): unwritten ranges read as zeros, so
+# dd's conv=sparse can skip all-zero blocks and holes survive.
+STRIPE_NEW = PRELUDE + 'set -C && : > "$1" && truncate -s "$2" -- "$1"'
+# One range: name on stdin (relative to $1), temporary file $2, offset $3, length $4,
+# dd block $5, checked in chunks of $6 bytes. Per chunk: dd copies it in place (notrunc,
+# seek in bytes, all-zero blocks skipped: holes survive; never through a symlink on
+# either side), then cksum takes the CRC-32 and byte count of the chunk as the source
+# returns it (the read side) and as the temporary file returns it (the write side),
+# while both are still in this node's page cache: one line "<offset> <crc> <count> <crc>
+# <count>" per chunk, compared by the engine (stripe.check_range). A source changed
+# under the copy, a short or misplaced write, or a destination that returns other bytes
+# than it was given fails the range. CRC-32 (cksum, ~2 GB/s per core here, b2sum ~0.45)
+# catches accidents, not forgery; nobody else can write in the user's private 0700 part
+# directory.
+STRIPE_RANGE = PRELUDE + (
+    'cd -- "$1" || exit 66; IFS= read -r -d "" p < <(base64 -d) || exit 1; '
+    'o=$3; end=$(($3 + $4)); while [ "$o" -lt "$end" ]; do '
+    'n=$((end - o)); [ "$n" -le "$6" ] || n=$6; '
+    'dd if="$p" of="$2" iflag=nofollow,skip_bytes,count_bytes oflag=nofollow,seek_bytes '
+    'skip="$o" seek="$o" count="$n" bs="$5" conv=notrunc,sparse status=none || exit $?; '
+    'r=$(dd if="$p" iflag=nofollow,skip_bytes,count_bytes skip="$o" count="$n" bs=1M '
+    'status=none | cksum) || exit $?; '
+    'w=$(dd if="$2" iflag=nofollow,skip_bytes,count_bytes skip="$o" count="$n" bs=1M '
+    'status=none | cksum) || exit $?; '
+    'echo "$o $r $w"; o=$((o + n)); done')
+CHUNK = 64 << 20  # bytes of a range checked at once (stays in the page cache)
+# Place a striped file once every range passed: the source must still have the size and
+# mtime (seconds) the scan saw ($4: "<size> <mtime>"; a file changed while it was copied
+# is refused, the next run copies it again), its mode and mtime go onto the temporary
+# file ($2), which is renamed to the final name below $3: rename(2) replaces whatever
+# is there (a symlink too) whole, never writes through it.
+STRIPE_PLACE = PRELUDE + (
+    'cd -- "$1" || exit 66; IFS= read -r -d "" p < <(base64 -d) || exit 1; '
+    'now=$(stat -c "%s %Y" -- "$p") || exit 1; [ "$now" = "$4" ] || { echo '
+    '"$p changed while it was copied (size and mtime $now, expected $4)" >&2; exit 1; }; '
+    '[ ! -L "$2" ] && cp --attributes-only --preserve=mode,timestamps -- "$p" "$2" '
+    '&& mv -f -T -- "$2" "$3/$p"')
+# Verify: hash one range of a file (name on stdin, relative to $1; offset $2, length
+# $3) with BLAKE2b-128, as verify hashes whole files.
+HASH_RANGE = PRELUDE + (
+    'cd -- "$1" || exit 66; IFS= read -r -d "" p < <(base64 -d) || exit 1; '
+    'dd if="$p" iflag=nofollow,skip_bytes,count_bytes skip="$2" count="$3" bs=1M '
+    'status=none | b2sum -l 128')
+# Verify: before reading big files back from the destination, write back what this
+# node still holds dirty of them (sync FILE: fsync) and drop them from its page cache
+# (dd iflag=nocache count=0: posix_fadvise DONTNEED of the whole file), so the hash
+# reads what the filesystem's servers return, not this node's memory of what it wrote.
+DROP_CACHE = PRELUDE + (
+    'cd -- "$1" || exit 66; base64 -d | xargs -0 -r sh -c \'for f; do '
+    '[ -f "$f" ] && [ ! -L "$f" ] || continue; sync -- "$f" && '
+    'dd if="$f" iflag=nocache,nofollow count=0 status=none || exit 1; done\' sh')
 COPY_TOOLS = ("engine", "rsync", "custom")  # staging.copy_tool
 # staging.copy_command (copy_tool: custom): the site's own copier of one bucket, run as
 # the user on an RSA node in place of rsync above. Placeholders: {src} and {dst} (the
@@ -284,6 +340,45 @@ def atomic_argv(copier: Sequence[str], dst: str, part: str) -> list[str]:
     program, src = copier[2], copier[4]
     extra = copier[6] if len(copier) > 6 else ""
     return bash(ATOMIC, src, dst, part, program, extra)
+
+
+def stripe_new_argv(tmp: str, size: int) -> list[str]:
+    """Create the temporary file of a striped file afresh, ``size`` bytes (a hole)."""
+    return bash(STRIPE_NEW, tmp, str(size))
+
+
+def stripe_range_argv(src: str, tmp: str, offset: int, length: int,
+                      block: str = BLOCK_INTO_RAMDISK, chunk: int = CHUNK) -> list[str]:
+    """Copy one range of the file named on stdin (below ``src``) into ``tmp``; prints
+    the read and write sides' checksums of every chunk (``parse_sums``)."""
+    return bash(STRIPE_RANGE, src, tmp, str(offset), str(length), block, str(chunk))
+
+
+def parse_sums(stdout: str) -> list[tuple[int, tuple[int, int], tuple[int, int]]]:
+    """``stripe_range_argv``'s lines: (offset, (crc, count) read, (crc, count) written)."""
+    out = []
+    for line in stdout.strip().splitlines():
+        m = re.fullmatch(r"(\d+) (\d+) (\d+) (\d+) (\d+)", line.strip())
+        if m is None:
+            raise ValueError(f"unexpected checksum line {line[:200]!r}")
+        v = [int(x) for x in m.groups()]
+        out.append((v[0], (v[1], v[2]), (v[3], v[4])))
+    return out
+
+
+def stripe_place_argv(src: str, tmp: str, dst: str, size: int, mtime_s: int) -> list[str]:
+    """Rename ``tmp`` to the name on stdin below ``dst`` once the source is unchanged."""
+    return bash(STRIPE_PLACE, src, tmp, dst, f"{size} {mtime_s}")
+
+
+def hash_range_argv(root: str, offset: int, length: int) -> list[str]:
+    """BLAKE2b-128 of one range of the file named on stdin (below ``root``)."""
+    return bash(HASH_RANGE, root, str(offset), str(length))
+
+
+def drop_cache_argv(root: str) -> list[str]:
+    """Write back and drop from this node's page cache the files listed on stdin."""
+    return bash(DROP_CACHE, root)
 
 
 def remove_tree_argv(path: str) -> list[str]:
