@@ -3,7 +3,8 @@
 Copies one big file of random data on this machine (LocalHost "RSA nodes", as an
 unprivileged user, so it needs root) between two directories — e.g. a tmpfs and a disk
 directory — with `dd` (the same block size the engine uses for the direction) and with
-the engine, striped and not striped; every trial starts after `sync` with the source
+the engine, striped and not striped, and times `verify` of the striped copy (ranged
+over every stream, and whole-file hashing); every trial starts after `sync` with the source
 dropped from the page cache (posix_fadvise DONTNEED; nothing to drop on tmpfs). Prints
 one JSON row per trial and the ratios to dd. A local figure only: the lab's RSA nodes are
 what docs/benchmarks.md reports (bench/bench_staging.py).
@@ -92,13 +93,28 @@ def main() -> None:
                        "mb_s": round(size / secs / 1e6, 1)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+                if name == "engine-striped":  # verify the copy: ranged, then whole files
+                    for vname, stripe in (("verify-ranged", 256 << 20), ("verify-whole", 0)):
+                        os.sync()
+                        t0 = time.monotonic()
+                        v = engine(stripe).verify(str(src), str(out))
+                        secs = time.monotonic() - t0
+                        if not v.ok:
+                            raise SystemExit(v.summary(str(out)))
+                        vrow = {"tool": vname, "round": rnd, "seconds": round(secs, 3),
+                                "mb_s": round(size / secs / 1e6, 1)}
+                        rows.append(vrow)
+                        print(json.dumps(vrow), flush=True)
                 shutil.rmtree(out, ignore_errors=True)
     finally:
         shutil.rmtree(src, ignore_errors=True)
         shutil.rmtree(dst, ignore_errors=True)
-    best = {t: min(float(str(r["seconds"])) for r in rows if r["tool"] == t) for t in trials}
+    best = {str(r["tool"]): min(float(str(q["seconds"])) for q in rows
+                                if q["tool"] == r["tool"]) for r in rows}
     for t in trials:
         print(f"{t}: {best['dd'] / best[t]:.2f}x dd (best of {args.rounds})")
+    for t in ("verify-ranged", "verify-whole"):
+        print(f"{t}: {best[t]:.2f}s (best of {args.rounds})")
 
 
 if __name__ == "__main__":

@@ -49,7 +49,14 @@ from rsa_scheduler.staging.manifest import (
     resolve_tar,
     with_hashes,
 )
-from rsa_scheduler.staging.plan import STRIPE_MIN, Bucket, assign, make_plan, pending
+from rsa_scheduler.staging.plan import (
+    STRIPE_MIN,
+    Bucket,
+    assign,
+    make_plan,
+    pending,
+    stripes,
+)
 from rsa_scheduler.staging.report import (
     TAIL,
     Progress,
@@ -432,22 +439,58 @@ class StagingEngine:
 
     def _hash_both(self, src: str, dst: str, files: Sequence[Entry],
                    have: set[bytes]) -> tuple[dict[bytes, str], dict[bytes, str]]:
-        plan = make_plan(files, len(self.hosts) * self.parallel_per_node,
+        """Content hashes of ``files`` below ``src`` (the RAMDISK) and of those of them
+        present below ``dst``, every command in parallel over every stream and node.
+        Files of at least ``stripe_bytes`` are hashed in ranges (digest: the list of
+        range hashes, the same ranges on both sides), after every node wrote back and
+        dropped its cached pages of the destination's copy (docs/staging.md)."""
+        streams = len(self.hosts) * self.parallel_per_node
+        striped = [e for e in files
+                   if self.stripe_bytes > 0 and e.size >= self.stripe_bytes]
+        big = {e.path for e in striped}
+        plan = make_plan([e for e in files if e.path not in big], streams,
                          big_bytes=self.big_bytes)
         out: tuple[dict[bytes, str], dict[bytes, str]] = ({}, {})
-        jobs = [(side, b) for b in plan.buckets for side in (0, 1)]
+        parts: tuple[dict[bytes, list[str]], dict[bytes, list[str]]] = ({}, {})
+        lock = threading.Lock()
+        dropped = [e.path for e in striped if e.path in have]
+        if dropped:
+            for host in self.hosts:  # page caches are per node
+                self._user(host, scripts.drop_cache_argv(dst),
+                           f"verify: dropping {dst} from the page cache",
+                           input=scripts.encode_list(dropped))
+        jobs: list[tuple[int, Bucket | tuple[Entry, int, int, int]]] = []
+        for e in sorted(striped, key=lambda e: -e.size):
+            ranges = stripes(e.size, streams, min_range=self.stripe_min)
+            for side in (0, 1) if e.path in have else (0,):
+                parts[side][e.path] = [""] * len(ranges)
+                jobs += [(side, (e, i, off, n)) for i, (off, n) in enumerate(ranges)]
+        jobs += [(side, b) for b in plan.buckets for side in (0, 1)]
 
-        def run(host: Host, job: tuple[int, Bucket]) -> None:
-            side, b = job
-            paths = b.paths if side == 0 else tuple(p for p in b.paths if p in have)
+        def run(host: Host, job: tuple[int, Bucket | tuple[Entry, int, int, int]]) -> None:
+            side, item = job
+            root = (src, dst)[side]
+            if isinstance(item, tuple):
+                e, i, off, n = item
+                raw = self._user(host, scripts.hash_range_argv(root, off, n),
+                                 f"verify: hashing bytes {off}-{off + n} of "
+                                 f"{display(e.path)!r} in {root}",
+                                 input=scripts.encode_list([e.path])).stdout
+                with lock:
+                    parts[side][e.path][i] = raw.split()[0] if raw.split() else "?"
+                return
+            paths = item.paths if side == 0 else tuple(p for p in item.paths if p in have)
             if not paths:
                 return
-            root = (src, dst)[side]
             raw = self._user(host, scripts.hash_argv(root), f"verify: hashing in {root}",
                              input=scripts.encode_list(paths)).stdout
-            out[side].update(parse_hashes(scripts.decode_output(raw)))
+            with lock:
+                out[side].update(parse_hashes(scripts.decode_output(raw)))
 
         self._parallel(jobs, run, None)
+        for side in (0, 1):
+            for path, hashes in parts[side].items():
+                out[side][path] = "ranges:" + ",".join(hashes)
         return out
 
     def _refuse_planted(self, entries: Iterable[Entry], existing: Iterable[Entry],

@@ -297,3 +297,37 @@ def test_a_source_changed_while_it_was_copied_is_not_placed(area: Path,
         eng.stage_in(str(area / "src"), str(area / "ram"))
     assert "changed while it was copied" in str(e.value)
     assert not (area / "ram" / "huge").exists()
+
+
+@needs_root
+def test_verify_hashes_big_files_in_parallel_ranges_read_back_uncached(
+        area: Path, user: Identity) -> None:
+    seen: list[tuple[str, list[str]]] = []
+    eng = engine(user, seen=seen)
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(area / "src"), str(area / "ram"))
+    out = area / "outs" / "out"
+    eng.stage_out(str(area / "ram"), str(out))
+    seen.clear()
+    assert eng.verify(str(area / "ram"), str(out)).ok
+    ranges = [(node, a[4], a[5:7]) for node, a in seen if _is(a, scripts.HASH_RANGE)]
+    assert sorted(r[1:] for r in ranges) == sorted(
+        (root, span) for root in (str(area / "ram"), str(out))
+        for span in (["0", str(32 * MiB)], [str(32 * MiB), str(32 * MiB)],
+                     [str(64 * MiB), "123"]))
+    assert {node for node, _, _ in ranges} == {"rsa1", "rsa2"}
+    drops = [node for node, a in seen if _is(a, scripts.DROP_CACHE)]
+    assert sorted(drops) == ["rsa1", "rsa2"]  # every node's page cache
+    # one flipped byte in the middle range, same size and mtime: only its hash sees it
+    st = os.stat(out / "huge")
+    with open(out / "huge", "r+b") as f:
+        f.seek(50 * MiB)
+        byte = f.read(1)
+        f.seek(50 * MiB)
+        f.write(bytes([byte[0] ^ 0x80]))
+    os.utime(out / "huge", ns=(st.st_atime_ns, st.st_mtime_ns))
+    v = eng.verify(str(area / "ram"), str(out))
+    assert [(d.path, d.what) for d in v.differences] == [(b"huge", "content differs (hash)")]
+    (out / "huge").unlink()
+    v = eng.verify(str(area / "ram"), str(out))
+    assert [(d.path, d.what) for d in v.differences] == [(b"huge", "missing")]
