@@ -765,6 +765,15 @@ class StagingConfig:
             "atomically and verified the same way.",
         )
     )
+    stripe_bytes: int | None = field(
+        metadata=meta(
+            Optional(Size()),
+            "With `copy_tool: engine`, a file at least this large is copied as byte ranges "
+            "by every stream of every RSA node at once, each range checksummed on both "
+            "sides, placed only when all passed (docs/staging.md#striped-big-files); empty: "
+            "one stream per file.",
+        )
+    )
     copy_command: str | None = field(
         metadata=meta(
             Optional(Str()),
