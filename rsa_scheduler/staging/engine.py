@@ -66,6 +66,7 @@ from rsa_scheduler.staging.report import (
     Stats,
     classify,
 )
+from rsa_scheduler.staging.stream import STREAM_OBJECTS, StreamedCopy
 from rsa_scheduler.staging.stripe import (
     STRIPE_BYTES,
     Range,
@@ -97,7 +98,8 @@ class StagingEngine:
                  big_bytes: int = 32 << 20, clock: Callable[[], float] = time.monotonic,
                  gate: FlushGate | None = None, copy_tool: str = "engine",
                  copy_command: str = "", stripe_bytes: int = STRIPE_BYTES,
-                 stripe_min: int = STRIPE_MIN) -> None:
+                 stripe_min: int = STRIPE_MIN, stream_objects: int = STREAM_OBJECTS
+                 ) -> None:
         if not hosts:
             raise ValueError("StagingEngine needs at least one RSA node")
         if identity.uid == 0:
@@ -124,6 +126,7 @@ class StagingEngine:
         self.copy_command = copy_command
         self.stripe_bytes = stripe_bytes  # 0: never stripe
         self.stripe_min = stripe_min  # the shortest range
+        self.stream_objects = stream_objects  # a larger tree: streamed mode
         self._deadline = 0.0
         self._abort = CancelToken()
         self._held = contextlib.ExitStack()
@@ -158,7 +161,8 @@ class StagingEngine:
             raise ValueError(f"stage-out method {method!r}: expected one of {METHODS}")
         self._start()
         try:  # an empty RAMDISK (no node ever mounted it for output) leaves DATA_OUT alone
-            empty = not self._scan(self.hosts[0], ramdisk, "stage-out: scanning the RAMDISK")
+            empty = not self._scan(self.hosts[0], ramdisk, "stage-out: scanning the RAMDISK",
+                                   limit=0)
         finally:
             self._stop()
         if empty:
@@ -241,7 +245,11 @@ class StagingEngine:
                    atomic: bool = False) -> Stats:
         t0 = self.clock()
         first = self.hosts[0]
-        entries = self._scan(first, src, f"{phase}: scanning {src}")
+        entries = self._scan(first, src, f"{phase}: scanning {src}",
+                             limit=self.stream_objects)
+        if len(entries) > self.stream_objects:  # too many to list here: the nodes do
+            del entries
+            return self._stream(phase, src, dst, atomic)
         self._refuse_unreadable(entries, src, phase)
         self._user(first, scripts.mkdir_argv(dst), f"{phase}: creating {dst}")
         todo: Sequence[Entry] = entries
@@ -420,9 +428,41 @@ class StagingEngine:
 
     # --- manifests --------------------------------------------------------------------
 
-    def _scan(self, host: Host, root: str, what: str) -> list[Entry]:
-        done = self._user(host, scripts.scan_argv(root, self.identity.uid), what)
+    def _scan(self, host: Host, root: str, what: str, *, limit: int = -1) -> list[Entry]:
+        """The objects below ``root``; with ``limit`` >= 0 at most ``limit`` + 1 of them
+        (more than ``limit``: the tree is too large to list in rsad)."""
+        argv = (scripts.scan_argv(root, self.identity.uid) if limit < 0
+                else scripts.scan_capped_argv(root, self.identity.uid, limit))
+        done = self._user(host, argv, what)
         return parse_scan(scripts.decode_output(done.stdout))
+
+    def _stream(self, phase: str, src: str, dst: str, atomic: bool) -> Stats:
+        """Stage a tree of more than ``stream_objects`` objects in streamed mode: listed
+        and copied on the nodes, rsad keeps counters (``stream``)."""
+        first = self.hosts[0]
+        self._user(first, scripts.mkdir_argv(dst), f"{phase}: creating {dst}")
+        token = secrets.token_hex(8)
+        parts = posixpath.join(dst, scripts.part_dir(self.job_id, token))
+        self._user(first, scripts.new_part_argv(dst, self.job_id, token),
+                   f"{phase}: creating the part directory {parts}")
+
+        def run(host: Host, argv: Sequence[str], what: str, *,
+                input: str | None = None) -> Completed:
+            return self._user(host, argv, what, input=input)
+
+        def slot(nbytes: int) -> None:
+            if phase == "stage-out":
+                self._take_slot(dst, nbytes)
+
+        streamed = StreamedCopy(
+            self.hosts, run, self._parallel, uid=self.identity.uid,
+            user=self.identity.user, streams=len(self.hosts) * self.parallel_per_node,
+            meter=lambda files, nbytes: ProgressMeter(
+                phase, files, nbytes, self.progress, self.progress_interval, self.clock),
+            clock=self.clock)
+        stats = streamed.copy(phase, src, dst, parts, atomic=atomic, before_copy=slot)
+        self._user(first, scripts.remove_tree_argv(parts), f"{phase}: removing {parts}")
+        return stats
 
     def _hash(self, root: str, files: Sequence[Entry]) -> dict[bytes, str]:
         out: dict[bytes, str] = {}

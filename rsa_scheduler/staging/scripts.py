@@ -35,6 +35,62 @@ SCAN = PRELUDE + (
     "-o -type d \\! -executable -printf 'U\\0' "
     "-o -printf 'R\\0' \\) -printf '" + SCAN_FORMAT + "' | base64 -w0")
 
+# The same scan, cut after $3 NUL-separated fields (10 per object): a tree with more
+# objects than the engine lists in rsad is staged by the streamed mode instead (find is
+# stopped by SIGPIPE there, which is not an error).
+SCAN_CAPPED = SCAN.removesuffix(" | base64 -w0") + (
+    ' | head -z -n "$3" | base64 -w0; r=("${PIPESTATUS[@]}"); '
+    '[ "${r[0]}" = 0 ] || [ "${r[0]}" = 141 ] || exit "${r[0]}"; '
+    '[ "${r[1]}" = 0 ] && [ "${r[2]}" = 0 ]')
+
+# Streamed mode (a tree above staging's list limit; docs/staging.md#streamed-mode): the
+# node lists the tree itself, never rsad. One find over the source ($1) sorts every
+# object into NUL-separated lists in the spool directory $2 (below the destination's
+# part directory, which every RSA node mounts): objects the user cannot read (the scan's
+# rules; $4 is the user's uid), directories, sockets and devices (skipped), files with
+# other hard links (one tar for all of them: links stay links), everything else; sizes
+# summed by awk. Then split cuts the list into chunks of $3 names, which the streams of
+# every node claim by rename. Prints "BAD <count>" and the first five names (base64) if
+# anything is unreadable, else "LIST <files> <linked> <dirs> <skipped> <bytes> <chunks>"
+# and the first five skipped names. Memory: constant (find, split, awk stream; the lists
+# are files).
+STREAM_LIST = PRELUDE + (
+    'cd -- "$1" || exit 66; mkdir -m 700 -- "$2" || exit 1; '
+    'find . -mindepth 1 \\( -type l -o -uid "$4" \\( -type d -perm -u=rx -o \\! -type d '
+    '-perm -u=r \\) -o \\! \\( \\( -type d -o -type f \\) \\! -readable -o -type d \\! '
+    '-executable \\) \\) \\( -type d -fprint0 "$2/dirs" -o \\( -type s -o -type c -o -type b '
+    '\\) -fprint0 "$2/skipped" -o -type f -links +1 -fprint0 "$2/linked" -fprintf '
+    '"$2/sizes" "%s\\n" -o -fprint0 "$2/files" -fprintf "$2/sizes" "%s\\n" \\) -o -fprint0 '
+    '"$2/bad" || exit 1; '
+    'count() { tr -cd "\\0" < "$1" | wc -c; }; '
+    'if [ -s "$2/bad" ]; then echo "BAD $(count "$2/bad")"; head -z -n 5 "$2/bad" '
+    '| base64 -w0; echo; exit 0; fi; '
+    'files=$(count "$2/files") && linked=$(count "$2/linked") && dirs=$(count "$2/dirs") '
+    '&& skipped=$(count "$2/skipped") && bytes=$(awk "{s += \\$1} END {printf \\"%d\\", s}" '
+    '"$2/sizes") || exit 1; '
+    'split -t "\\0" -l "$3" -a 8 -d -- "$2/files" "$2/chunk-" && rm -f -- "$2/files" || exit 1; '
+    '[ ! -s "$2/linked" ] || mv -- "$2/linked" "$2/chunk-linked" || exit 1; '
+    'chunks=$(find "$2" -maxdepth 1 -name "chunk-*" | wc -l); '
+    'echo "LIST $files $linked $dirs $skipped $bytes $chunks"; '
+    'head -z -n 5 "$2/skipped" | base64 -w0; echo')
+# A stream of the streamed mode, on any node: claim up to $4 chunks of the spool $3 (a
+# rename to a name of this call's own, $6: one claimant wins), copy each from $1 to $2
+# with the copier program $5 (the list on its stdin, as for a bucket; -S: holes kept)
+# or, when $7 is set, with the atomic placement program $7 into a part directory below
+# $8, then delete the chunk; prints "<chunks> <files>" ("0 0": nothing left).
+STREAM_COPY = PRELUDE + (
+    'n=0; f=0; for c in "$3"/chunk-*; do [ "$n" -lt "$4" ] || break; [ -e "$c" ] || continue; '
+    'mine="$3/claimed-$6-${c##*/}"; mv -- "$c" "$mine" 2>/dev/null || continue; '
+    'if [ -n "$7" ]; then base64 -w0 < "$mine" | bash -c "$7" bash "$1" "$2" '
+    '"$8/$6-${c##*/}" "$5" -S || exit $?; '
+    'else base64 -w0 < "$mine" | bash -c "$5" bash "$1" "$2" -S || exit $?; fi; '
+    'k=$(tr -cd "\\0" < "$mine" | wc -c); f=$((f + k)); n=$((n + 1)); rm -f -- "$mine"; '
+    'done; echo "$n $f"')
+# The directory list of the spool ($1/dirs) into a program ($2) that reads a list on
+# stdin, with the rest of the arguments: MKDIRS before the copy, the directory tar pipe
+# (modes and mtimes) after it.
+STREAM_DIRS = PRELUDE + 'l=$1 p=$2; shift 2; base64 -w0 < "$l/dirs" | bash -c "$p" bash "$@"'
+
 # Copy a list of non-directories with a tar pipe (hard links inside the list are kept,
 # symlinks copied as links, sparse files kept sparse with -S).
 TAR_PIPE = PRELUDE + (
@@ -296,6 +352,36 @@ def bash(program: str, *args: str) -> list[str]:
 def scan_argv(root: str, uid: int) -> list[str]:
     """Scan ``root`` as the user ``uid`` (objects owned by ``uid``: owner bits decide)."""
     return bash(SCAN, root, str(uid))
+
+
+def scan_capped_argv(root: str, uid: int, limit: int) -> list[str]:
+    """``scan_argv`` stopped after ``limit`` + 1 objects (more: use the streamed mode)."""
+    return bash(SCAN_CAPPED, root, str(uid), str((limit + 1) * 10))
+
+
+def stream_list_argv(src: str, spool: str, uid: int, chunk: int) -> list[str]:
+    """List ``src`` into chunk files below ``spool`` (streamed mode; see STREAM_LIST)."""
+    return bash(STREAM_LIST, src, spool, str(chunk), str(uid))
+
+
+def stream_copy_argv(src: str, dst: str, spool: str, chunks: int, claim: str,
+                     parts: str = "") -> list[str]:
+    """Claim and copy up to ``chunks`` chunks of ``spool`` (``parts``: placed atomically
+    through part directories below it); ``claim`` names this call (letters, digits, -)."""
+    if not re.fullmatch(r"[A-Za-z0-9-]+", claim):
+        raise ValueError(f"claim name {claim!r}: letters, digits and - only")
+    return bash(STREAM_COPY, src, dst, spool, str(chunks), TAR_PIPE, claim,
+                ATOMIC if parts else "", parts)
+
+
+def stream_mkdirs_argv(spool: str, dst: str) -> list[str]:
+    """Create every directory of the spool's list below ``dst`` (MKDIRS)."""
+    return bash(STREAM_DIRS, spool, MKDIRS, dst)
+
+
+def stream_dir_times_argv(spool: str, src: str, dst: str) -> list[str]:
+    """Copy the listed directories' modes and mtimes from ``src`` to ``dst``, last."""
+    return bash(STREAM_DIRS, spool, TAR_PIPE, src, dst, "")
 
 
 def tar_pipe_argv(src: str, dst: str, *, sparse: bool = False,

@@ -1,0 +1,170 @@
+"""Streamed mode: a tree above ``stream_objects`` is listed and copied on the nodes.
+
+``parse_listing`` runs anywhere; the engine tests copy real trees on this machine
+(LocalHost) as the unprivileged user ``nobody`` and need root to switch to it, like
+``test_staging_engine.py``, whose tree and helpers they share.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rsa_scheduler.hosts import LocalHost
+from rsa_scheduler.runner import Completed, Identity
+from rsa_scheduler.staging import StagingEngine, StagingError, scripts
+from rsa_scheduler.staging import stream
+from rsa_scheduler.staging.stream import Listing, parse_listing
+from tests.unit.test_staging_engine import make_tree, tree_state
+
+pytestmark = pytest.mark.unit
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a user")
+
+
+def _names(*names: bytes) -> str:
+    return base64.b64encode(b"".join(b"./" + n + b"\0" for n in names)).decode()
+
+
+def test_parse_listing_reads_the_counters_and_skipped_names() -> None:
+    got = parse_listing(f"LIST 10 2 3 1 4096 2\n{_names(b'sock')}\n", "/s", "stage-in", "u")
+    assert got == Listing(10, 2, 3, 1, 4096, 2, (b"sock",))
+
+
+def test_parse_listing_refuses_unreadable_objects_naming_five() -> None:
+    out = "BAD 7\n" + _names(b"a", b"odd\nb", b"c", b"d", b"e") + "\n"
+    with pytest.raises(StagingError) as e:
+        parse_listing(out, "/pfs/in", "stage-in", "alice")
+    assert e.value.permanent
+    assert str(e.value) == ("stage-in refused: user alice cannot read 7 object(s) in "
+                            "/pfs/in: 'a', 'odd\\\\nb', 'c', 'd', 'e' and 2 more; fix their "
+                            "permissions or remove them")
+
+
+def test_parse_listing_refuses_what_it_does_not_understand() -> None:
+    with pytest.raises(StagingError, match="unexpected listing"):
+        parse_listing("find: oops\n", "/s", "stage-in", "u")
+
+
+def test_the_capped_scan_is_the_scan_cut_short() -> None:
+    argv = scripts.scan_capped_argv("/r", 1000, 5)
+    assert argv[2].startswith(scripts.SCAN.removesuffix(" | base64 -w0"))
+    assert argv[3:] == ["bash", "/r", "1000", "60"]
+
+
+class SpyHost(LocalHost):
+    """A LocalHost that keeps every argv it ran and the length of what it answered."""
+
+    def __init__(self, name: str, seen: list[tuple[list[str], int]]) -> None:
+        super().__init__(name)
+        self.seen = seen
+
+    def run(self, argv: Sequence[str], **kw: Any) -> Completed:
+        done = super().run(argv, **kw)
+        self.seen.append((list(argv), len(done.stdout)))
+        return done
+
+
+def _is(argv: Sequence[str], program: str) -> bool:
+    return list(argv[2:3]) == [program]
+
+
+@pytest.fixture
+def user() -> Identity:
+    return Identity.of("nobody")
+
+
+@pytest.fixture
+def area(user: Identity) -> Iterator[Path]:
+    base = Path(tempfile.mkdtemp(prefix="rsa-stream-"))
+    base.chmod(0o755)
+    try:
+        make_tree(base / "src", user)
+        (base / "outs").mkdir()
+        os.chown(base / "outs", user.uid, user.gid)
+        yield base
+    finally:
+        subprocess.run(["chmod", "-R", "u+rwx", str(base)], check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def engine(user: Identity, seen: list[tuple[list[str], int]]) -> StagingEngine:
+    return StagingEngine([SpyHost("rsa1", seen), SpyHost("rsa2", seen)], user,
+                         job_id="77", stream_objects=10)
+
+
+@needs_root
+def test_a_large_tree_is_listed_and_copied_on_the_nodes_rsad_gets_counters(
+        area: Path, user: Identity, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stream, "CHUNK_FILES", 7)  # several chunks, claimed by every stream
+    monkeypatch.setattr(stream, "CHUNKS_PER_CALL", 2)
+    seen: list[tuple[list[str], int]] = []
+    eng = engine(user, seen)
+    eng.prepare_root(str(area / "ram"))
+    stats = eng.stage_in(str(area / "src"), str(area / "ram"))
+    assert tree_state(area / "ram") == tree_state(area / "src")  # links, modes, times
+    assert stats.files == 51 and stats.dirs == 3 and stats.buckets == 8  # 7 + linked
+    assert sum(_is(a, scripts.STREAM_LIST) for a, _ in seen) == 1
+    assert not any(_is(a, scripts.SCAN) for a, _ in seen)  # never the whole list
+    scan = [n for a, n in seen if _is(a, scripts.SCAN_CAPPED)]
+    assert len(scan) == 1 and scan[0] < 2000  # 11 objects at most
+    assert max(n for a, n in seen if not _is(a, scripts.SCAN_CAPPED)) < 200  # counters
+    copiers = [a for a, _ in seen if _is(a, scripts.STREAM_COPY)]
+    assert len(copiers) >= 4 + 4  # every stream, until it found nothing left
+    assert not list((area / "ram").glob(".rsa-staging-77-*"))
+    out = area / "outs" / "out"
+    seen.clear()
+    eng.stage_out(str(area / "ram"), str(out))
+    assert tree_state(out) == tree_state(area / "src")
+    assert all(a[10] == scripts.ATOMIC for a, _ in seen if _is(a, scripts.STREAM_COPY))
+    assert not list(out.glob(".rsa-staging-77-*"))
+    assert eng.verify(str(area / "ram"), str(out)).ok
+
+
+@needs_root
+def test_streamed_mode_refuses_unreadable_objects_before_copying(
+        area: Path, user: Identity) -> None:
+    secret = area / "src" / "sub dir" / "secret"
+    secret.write_text("no")
+    secret.chmod(0o600)  # root's, not the user's
+    seen: list[tuple[list[str], int]] = []
+    eng = engine(user, seen)
+    eng.prepare_root(str(area / "ram"))
+    with pytest.raises(StagingError) as e:
+        eng.stage_in(str(area / "src"), str(area / "ram"))
+    assert e.value.permanent and "'sub dir/secret'" in str(e.value)
+    assert not any(_is(a, scripts.STREAM_COPY) for a, _ in seen)
+    assert not (area / "ram" / "big").exists()
+
+
+@needs_root
+def test_a_chunk_that_fails_fails_the_copy_and_a_rerun_finishes_it(
+        area: Path, user: Identity) -> None:
+    gone = area / "src" / "sub dir" / "f005"
+    keep = gone.read_bytes()
+    seen: list[tuple[list[str], int]] = []
+
+    class Vanishing(SpyHost):
+        def run(self, argv: Sequence[str], **kw: Any) -> Completed:
+            done = super().run(argv, **kw)
+            if _is(argv, scripts.STREAM_LIST):
+                gone.unlink()  # listed, then removed before it is copied
+            return done
+
+    eng = StagingEngine([Vanishing("rsa1", seen), SpyHost("rsa2", seen)], user,
+                        job_id="77", stream_objects=10)
+    eng.prepare_root(str(area / "ram"))
+    with pytest.raises(StagingError):
+        eng.stage_in(str(area / "src"), str(area / "ram"))
+    gone.write_bytes(keep)
+    os.chown(gone, user.uid, user.gid)
+    engine(user, []).stage_in(str(area / "src"), str(area / "ram"))
+    assert tree_state(area / "ram", content=True) == tree_state(area / "src")
+    assert not list((area / "ram").glob(".rsa-staging-77-*"))
