@@ -20,8 +20,7 @@ import pytest
 
 from rsa_scheduler.hosts import LocalHost
 from rsa_scheduler.runner import Completed, Identity
-from rsa_scheduler.staging import StagingEngine, StagingError, scripts
-from rsa_scheduler.staging import stream
+from rsa_scheduler.staging import StagingEngine, StagingError, scripts, stream
 from rsa_scheduler.staging.stream import Listing, parse_listing
 from tests.unit.test_staging_engine import make_tree, tree_state
 
