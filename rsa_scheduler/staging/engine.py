@@ -43,10 +43,11 @@ from rsa_scheduler.staging.manifest import (
     index_lines,
     parse_hashes,
     parse_member_hashes,
-    parse_scan,
+    parse_scan_fields,
     parse_tar_listing,
     planted_symlinks,
     resolve_tar,
+    scan_fields,
     with_hashes,
 )
 from rsa_scheduler.staging.plan import (
@@ -434,7 +435,7 @@ class StagingEngine:
         argv = (scripts.scan_argv(root, self.identity.uid) if limit < 0
                 else scripts.scan_capped_argv(root, self.identity.uid, limit))
         done = self._user(host, argv, what)
-        return parse_scan(scripts.decode_output(done.stdout))
+        return parse_scan_fields(scan_fields(done.stdout))
 
     def _stream(self, phase: str, src: str, dst: str, atomic: bool) -> Stats:
         """Stage a tree of more than ``stream_objects`` objects in streamed mode: listed

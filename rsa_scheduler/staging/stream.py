@@ -36,7 +36,7 @@ from rsa_scheduler.staging.report import ProgressMeter, StagingError, Stats
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-STREAM_OBJECTS = 100_000  # a larger tree is staged in streamed mode
+STREAM_OBJECTS = 20_000  # a larger tree is staged in streamed mode (docs/staging.md)
 CHUNK_FILES = 5000  # names per chunk (as a list bucket's limit)
 CHUNKS_PER_CALL = 4  # chunks one command copies before it reports (progress, cancel)
 

@@ -21,6 +21,7 @@ import pytest
 from rsa_scheduler.hosts import LocalHost
 from rsa_scheduler.runner import Completed, Identity
 from rsa_scheduler.staging import StagingEngine, StagingError, scripts, stream
+from rsa_scheduler.staging.manifest import parse_scan, parse_scan_fields, scan_fields
 from rsa_scheduler.staging.stream import Listing, parse_listing
 from tests.unit.test_staging_engine import make_tree, tree_state
 
@@ -167,3 +168,14 @@ def test_a_chunk_that_fails_fails_the_copy_and_a_rerun_finishes_it(
     engine(user, []).stage_in(str(area / "src"), str(area / "ram"))
     assert tree_state(area / "ram", content=True) == tree_state(area / "src")
     assert not list((area / "ram").glob(".rsa-staging-77-*"))
+
+
+@pytest.mark.parametrize("piece", [4, 8, 12, 1 << 20])
+def test_scan_fields_decodes_in_pieces_what_split_gives_at_once(piece: int) -> None:
+    raw = b"".join(b"R\0f\0%d\0" % i + b"644\0" + b"1.5\0" + b"1\0" + b"2\0" + b"3\0\0"
+                   + b"odd \n name \xff %d\0" % i for i in range(50))
+    text = base64.b64encode(raw).decode() + "\n"
+    assert list(scan_fields(text, piece)) == raw.split(b"\0")[:-1]
+    assert parse_scan_fields(scan_fields(text, piece)) == parse_scan(raw)
+    with pytest.raises(ValueError, match="ends with 1 fields"):
+        parse_scan_fields(scan_fields(base64.b64encode(raw + b"R\0").decode(), piece))
