@@ -7,6 +7,9 @@ dd; or, as ``staging.copy_tool`` says, rsync or the site's own ``copy_command`` 
 every bucket) → directory modes and mtimes set last. Every command that touches user
 data runs through ``Host.run(as_user=identity)``: the job's uid, gid and supplementary
 groups, a clean environment. The engine never deletes anything; ``verify`` only reports.
+A file of at least ``stripe_bytes`` is copied in checksummed ranges by every stream at
+once (``stripe``); a tree of more than ``stream_objects`` objects is listed and copied
+on the nodes, rsad keeping counters only (``stream``).
 
 Cancellation: the caller's :class:`CancelToken` (and the first failing bucket) cancel an
 internal token handed to every running ``Host.run``, whose implementation kills the

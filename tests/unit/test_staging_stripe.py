@@ -331,3 +331,16 @@ def test_verify_hashes_big_files_in_parallel_ranges_read_back_uncached(
     (out / "huge").unlink()
     v = eng.verify(str(area / "ram"), str(out))
     assert [(d.path, d.what) for d in v.differences] == [(b"huge", "missing")]
+
+
+@needs_root
+def test_an_atomic_stage_in_stripes_beside_the_buckets_part_directories(
+        area: Path, user: Identity) -> None:
+    seen: list[tuple[str, list[str]]] = []
+    eng = engine(user, seen=seen)
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(area / "src"), str(area / "ram"), atomic=True)  # early start: union
+    assert tree_state(area / "ram") == tree_state(area / "src")
+    assert sum(_is(a, scripts.STRIPE_RANGE) for _, a in seen) == 3
+    assert any(_is(a, scripts.ATOMIC) for _, a in seen)
+    assert not _parts(area / "ram")
