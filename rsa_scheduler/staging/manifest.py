@@ -296,6 +296,12 @@ class Verification:
     differences: tuple[Difference, ...] = ()
     extra: int = 0  # objects present only at the destination (left alone, not an error)
     details: Mapping[str, object] = field(default_factory=dict)
+    differing: int = -1  # how many differ, when ``differences`` lists only the first
+
+    @property
+    def count(self) -> int:
+        """How many objects differ."""
+        return self.differing if self.differing >= 0 else len(self.differences)
 
     def summary(self, where: str = "destination", limit: int = 5) -> str:
         """One actionable line."""
@@ -303,9 +309,9 @@ class Verification:
             return (f"verified {self.checked} objects ({self.checked_bytes} bytes, "
                     f"level {self.level}) in {where}")
         shown = "; ".join(str(d) for d in self.differences[:limit])
-        more = len(self.differences) - limit
+        more = self.count - min(limit, len(self.differences))
         tail = f"; and {more} more" if more > 0 else ""
-        return (f"verify failed: {len(self.differences)} of {self.checked} objects differ "
+        return (f"verify failed: {self.count} of {self.checked} objects differ "
                 f"in {where}: {shown}{tail} — the RAMDISK is kept; retry the stage-out "
                 f"or inspect these paths")
 

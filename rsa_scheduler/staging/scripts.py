@@ -91,6 +91,47 @@ STREAM_COPY = PRELUDE + (
 # (modes and mtimes) after it.
 STREAM_DIRS = PRELUDE + 'l=$1 p=$2; shift 2; base64 -w0 < "$l/dirs" | bash -c "$p" bash "$@"'
 
+# Streamed verify (a tree above the list limit; docs/staging.md#streamed-mode), on the
+# first node: one manifest line per object of the RAMDISK ($1) and of the destination
+# ($2), "<path>\t<type> <size> <mode> <mtime s>" ("<path>\tl <target>" for a symlink),
+# each sorted into the spool $3 (sort spills there: constant memory); comm lists the
+# RAMDISK's lines the destination does not have (missing, or another type, size, mode,
+# mtime or target; objects only at the destination are not an error); the RAMDISK's
+# regular files are cut into chunks of $4 names for VERIFY_HASH. Prints "META <objects>
+# <bytes> <differing> <chunks>" and the first five differing lines (base64).
+VERIFY_LIST = PRELUDE + (
+    'mkdir -m 700 -- "$3" || exit 1; '
+    'm() { find . -mindepth 1 ! -type s ! -type c ! -type b \\( -type l -printf '
+    '"%P\\tl %l\\0" -o -type f -printf "%P\\tf %s %m %Ts\\0" -o -printf '
+    '"%P\\t%y %m %Ts\\0" \\) | sort -z -S 64M -T "$3"; }; '
+    '(cd -- "$1" && m) > "$3/exp" || exit 66; (cd -- "$2" && m) > "$3/act" || exit 66; '
+    '(cd -- "$1" && find . -mindepth 1 -type f -fprint0 "$3/files" -printf "%s\\n" '
+    '| awk "{s += \\$1} END {printf \\"%d\\", s}") > "$3/bytes" || exit 1; '
+    'comm -z -23 "$3/exp" "$3/act" > "$3/diff" || exit 1; '
+    'n=$(tr -cd "\\0" < "$3/exp" | wc -c); bad=$(tr -cd "\\0" < "$3/diff" | wc -c); '
+    'split -t "\\0" -l "$4" -a 8 -d -- "$3/files" "$3/chunk-" || exit 1; '
+    'chunks=$(find "$3" -maxdepth 1 -name "chunk-*" | wc -l); '
+    'echo "META $n $(cat "$3/bytes") $bad $chunks"; head -z -n 5 "$3/diff" | base64 -w0; echo')
+# A hashing stream of the streamed verify, on any node: claim up to $4 chunks of the
+# spool $3 by rename (claim name $5), hash the chunk's files with BLAKE2b-128 in the
+# RAMDISK ($1) and at the destination ($2), sorted; names whose hash line the
+# destination lacks differ in content, counted here only when size, mode and mtime agree
+# (otherwise VERIFY_LIST reported the file already: one difference per object).
+# Prints "<chunks> <files> <differing>" and the first five differing names (base64).
+VERIFY_HASH = PRELUDE + (
+    'n=0; f=0; bad=0; : > "$3/bad-$5"; for c in "$3"/chunk-*; do [ "$n" -lt "$4" ] || break; '
+    '[ -e "$c" ] || continue; mine="$3/claimed-$5-${c##*/}"; '
+    'mv -- "$c" "$mine" 2>/dev/null || continue; '
+    '(cd -- "$1" && xargs -0 -r b2sum -l 128 -z -- < "$mine") | sort -z > "$mine.a" '
+    '|| exit 1; (cd -- "$2" && xargs -0 -r b2sum -l 128 -z -- < "$mine" 2>/dev/null) '
+    '| sort -z > "$mine.b"; comm -z -23 "$mine.a" "$mine.b" | while IFS= read -r -d "" x; '
+    'do p=${x#*  }; [ -f "$2/$p" ] && [ "$(stat -c "%s %a %Y" -- "$1/$p")" = '
+    '"$(stat -c "%s %a %Y" -- "$2/$p")" ] && printf "%s\\0" "$x"; done >> "$3/bad-$5"; '
+    'k=$(tr -cd "\\0" < "$mine" | wc -c); f=$((f + k)); n=$((n + 1)); '
+    'rm -f -- "$mine" "$mine.a" "$mine.b"; done; '
+    'bad=$(tr -cd "\\0" < "$3/bad-$5" | wc -c); echo "$n $f $bad"; '
+    'head -z -n 5 "$3/bad-$5" | base64 -w0; echo; rm -f -- "$3/bad-$5"')
+
 # Copy a list of non-directories with a tar pipe (hard links inside the list are kept,
 # symlinks copied as links, sparse files kept sparse with -S).
 TAR_PIPE = PRELUDE + (
@@ -382,6 +423,18 @@ def stream_mkdirs_argv(spool: str, dst: str) -> list[str]:
 def stream_dir_times_argv(spool: str, src: str, dst: str) -> list[str]:
     """Copy the listed directories' modes and mtimes from ``src`` to ``dst``, last."""
     return bash(STREAM_DIRS, spool, TAR_PIPE, src, dst, "")
+
+
+def verify_list_argv(ram: str, dst: str, spool: str, chunk: int) -> list[str]:
+    """Compare the two trees' manifests on the node (streamed verify; VERIFY_LIST)."""
+    return bash(VERIFY_LIST, ram, dst, spool, str(chunk))
+
+
+def verify_hash_argv(ram: str, dst: str, spool: str, chunks: int, claim: str) -> list[str]:
+    """Claim and hash up to ``chunks`` chunks on both sides (streamed verify)."""
+    if not re.fullmatch(r"[A-Za-z0-9-]+", claim):
+        raise ValueError(f"claim name {claim!r}: letters, digits and - only")
+    return bash(VERIFY_HASH, ram, dst, spool, str(chunks), claim)
 
 
 def tar_pipe_argv(src: str, dst: str, *, sparse: bool = False,

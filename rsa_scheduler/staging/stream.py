@@ -10,6 +10,10 @@ receives counters only: the totals of the listing, then "<chunks> <files>" per c
 each stream. Memory in rsad is constant in the size of the tree; on the nodes, too
 (find, split, tar stream; the lists are files on the destination).
 
+``streamed_verify`` is the same for ``verify``: the two manifests are compared on the
+first node (sorted files, ``comm``) and the RAMDISK's files hashed on both sides by every
+stream, claiming chunks; rsad receives counts and the first five differences.
+
 What it does not do (the listed mode does): resume (a re-run copies everything again,
 overwriting), striping (big files go through tar like the rest), exact byte progress
 (bytes are counted in proportion to the files copied).
@@ -23,6 +27,7 @@ from __future__ import annotations
 import base64
 import logging
 import posixpath
+import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -31,7 +36,7 @@ from typing import Protocol, TypeVar
 from rsa_scheduler.hosts import Host
 from rsa_scheduler.runner import Completed
 from rsa_scheduler.staging import scripts
-from rsa_scheduler.staging.manifest import display
+from rsa_scheduler.staging.manifest import Difference, Verification, display
 from rsa_scheduler.staging.report import ProgressMeter, StagingError, Stats
 
 log = logging.getLogger(__name__)
@@ -150,3 +155,61 @@ class StreamedCopy:
         return Stats(phase, files, listing.nbytes, listing.dirs, self.clock() - t0,
                      listing.chunks, 0, tuple(display(n) for n in listing.skipped_names),
                      per_node)
+
+
+_META = re.compile(rb"(.*?)\t(?:l .*|[fdp][ 0-9]+)", re.S)
+META_WHAT = "missing, or its type, size, mode, mtime or symlink target differs"
+
+
+def _decode(text: str) -> list[bytes]:
+    return [n for n in base64.b64decode(text.strip() or b"").split(b"\0") if n]
+
+
+def streamed_verify(hosts: Sequence[Host], run: Run, parallel: Parallel, *, ram: str,
+                    dst: str, parts: str, level: str, streams: int) -> Verification:
+    """Verify ``dst`` against the RAMDISK ``ram`` without listing either in rsad; the
+    spool goes below ``parts`` (made, empty, below ``dst``). Checked: every object of the
+    RAMDISK is at the destination with the same type, size, mode and mtime (seconds;
+    symlinks: target), and, at level ``content``, every regular file's BLAKE2b-128.
+    Not checked (the listed verify does): hard links."""
+    spool = posixpath.join(parts, "spool")
+    out = run(hosts[0], scripts.verify_list_argv(ram, dst, spool, CHUNK_FILES),
+              f"verify: comparing {dst} with the RAMDISK (streamed)").stdout
+    head, _, rest = out.partition("\n")
+    words = head.split()
+    if words[:1] != ["META"] or len(words) != 5:
+        raise StagingError(f"verify: unexpected answer comparing {dst}: {head[:200]!r}",
+                           permanent=False)
+    objects, nbytes, meta_bad, _chunks = (int(w) for w in words[1:])
+    diffs = []
+    for rec in _decode(rest):
+        m = _META.fullmatch(rec)
+        diffs.append(Difference(m[1] if m else rec, META_WHAT))
+    bad = [meta_bad]
+    lock = threading.Lock()
+    calls = [0]
+
+    def hash_chunks(host: Host, n: int) -> None:
+        while True:
+            with lock:
+                calls[0] += 1
+                claim = f"{n}-{calls[0]}"
+            answer = run(host, scripts.verify_hash_argv(ram, dst, spool, CHUNKS_PER_CALL,
+                                                        claim),
+                         f"verify: hashing in {ram} and {dst} (streamed)").stdout
+            line, _, names = answer.partition("\n")
+            chunks, _files, differ = (int(w) for w in line.split())
+            with lock:
+                bad[0] += differ
+                for rec in _decode(names):
+                    if len(diffs) < 5:
+                        path = rec.partition(b"  ")[2].removeprefix(b"./")
+                        diffs.append(Difference(path, "content differs (hash)"))
+            if not chunks:
+                return
+
+    if level == "content":
+        parallel(range(streams), hash_chunks, None)
+    run(hosts[0], scripts.remove_tree_argv(parts), f"verify: removing {parts}")
+    return Verification(ok=bad[0] == 0, level=level, checked=objects, checked_bytes=nbytes,
+                        differences=tuple(diffs), differing=bad[0])

@@ -179,3 +179,45 @@ def test_scan_fields_decodes_in_pieces_what_split_gives_at_once(piece: int) -> N
     assert parse_scan_fields(scan_fields(text, piece)) == parse_scan(raw)
     with pytest.raises(ValueError, match="ends with 1 fields"):
         parse_scan_fields(scan_fields(base64.b64encode(raw + b"R\0").decode(), piece))
+
+
+@needs_root
+def test_streamed_verify_compares_on_the_nodes_and_finds_what_differs(
+        area: Path, user: Identity, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stream, "CHUNK_FILES", 7)
+    seen: list[tuple[list[str], int]] = []
+    eng = engine(user, seen)
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(area / "src"), str(area / "ram"))
+    out = area / "outs" / "out"
+    eng.stage_out(str(area / "ram"), str(out))
+    (out / "extra").write_text("only here: not an error")
+    seen.clear()
+    v = eng.verify(str(area / "ram"), str(out))
+    assert v.ok and v.checked == 54 and v.checked_bytes > 3 << 20, v.summary()
+    assert not any(_is(a, scripts.SCAN) for a, _ in seen)
+    assert sum(_is(a, scripts.VERIFY_LIST) for a, _ in seen) == 1
+    assert sum(_is(a, scripts.VERIFY_HASH) for a, _ in seen) >= 4  # every stream
+    assert max(n for a, n in seen if not _is(a, scripts.SCAN_CAPPED)) < 200
+    assert not list(out.glob(".rsa-staging-77-*"))
+    f1, f2 = out / "sub dir" / "f010", out / "sub dir" / "f011"
+    with open(f1, "r+b") as f:
+        f.truncate(3)
+    st = f2.stat()
+    data = bytearray(f2.read_bytes())
+    data[0] ^= 0xFF  # same size, same mtime: only the hash sees it
+    f2.write_bytes(bytes(data))
+    os.utime(f2, ns=(st.st_atime_ns, st.st_mtime_ns))
+    (out / "link").unlink()
+    v = eng.verify(str(area / "ram"), str(out))
+    whats = {d.path: d.what for d in v.differences}
+    assert not v.ok and v.count == 3, v.summary()
+    assert whats[b"sub dir/f010"] == stream.META_WHAT
+    assert whats[b"link"] == stream.META_WHAT
+    assert whats[b"sub dir/f011"] == "content differs (hash)"
+    assert "verify failed: 3 of 54 objects differ" in v.summary()
+    seen.clear()
+    meta = StagingEngine([SpyHost("rsa1", seen)], user, job_id="77", stream_objects=10,
+                         verify_level="metadata").verify(str(area / "ram"), str(out))
+    assert {d.path for d in meta.differences} == {b"sub dir/f010", b"link"}
+    assert not any(_is(a, scripts.VERIFY_HASH) for a, _ in seen)
