@@ -13,8 +13,9 @@ which is the point. Prints one JSON line:
 `max_rss_mb` is this process's peak RSS (ru_maxrss), `max_stall_ms` the largest lateness
 of a 10 ms timer on the event loop, `control_stall_ms` the same in an idle process
 running alongside (the machine's own scheduling delay under the copy's load).
-`--listed` forces the listed mode (every object's entry in this process, as before issue
-16) for comparison.
+`--out` then stages the tree out again and verifies it (content), as rsad does after a
+job, all under the same measurement. `--listed` forces the listed mode (every object's
+entry in this process, as before issue 16) for comparison.
 
     .venv/bin/python bench/bench_manifest.py --files 1000000 --root /dev/shm
 """
@@ -72,7 +73,8 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-async def staged(eng: StagingEngine, src: str, dst: str) -> tuple[Stats, float]:
+async def staged(eng: StagingEngine, src: str, dst: str, out: str
+                 ) -> tuple[Stats, dict[str, float], float]:
     loop = asyncio.get_running_loop()
     stall = 0.0
     done = False
@@ -84,13 +86,30 @@ async def staged(eng: StagingEngine, src: str, dst: str) -> tuple[Stats, float]:
             await asyncio.sleep(0.01)
             stall = max(stall, loop.time() - t0 - 0.01)
 
+    phases: dict[str, float] = {}
+
+    def work() -> Stats:
+        t0 = time.monotonic()
+        stats = eng.stage_in(src, dst)
+        phases["stage_in_s"] = round(time.monotonic() - t0, 1)
+        if out:  # then out again and verified, as rsad does after the job
+            t0 = time.monotonic()
+            eng.stage_out(dst, out)
+            phases["stage_out_s"] = round(time.monotonic() - t0, 1)
+            t0 = time.monotonic()
+            v = eng.verify(dst, out)
+            phases["verify_s"] = round(time.monotonic() - t0, 1)
+            if not v.ok or v.checked < stats.files:
+                raise SystemExit(f"verify: {v.summary(out)}")
+        return stats
+
     watcher = asyncio.create_task(watch())
     try:
-        stats = await loop.run_in_executor(None, lambda: eng.stage_in(src, dst))
+        stats = await loop.run_in_executor(None, work)
     finally:
         done = True
         await watcher
-    return stats, stall
+    return stats, phases, stall
 
 
 def main() -> None:
@@ -100,6 +119,8 @@ def main() -> None:
     ap.add_argument("--root", default="/dev/shm", help="where the trees are made")
     ap.add_argument("--listed", action="store_true", help="force the listed mode")
     ap.add_argument("--user", default="nobody")
+    ap.add_argument("--out", action="store_true",
+                    help="then stage the tree out again and verify it (all measured)")
     ap.add_argument("--stream-objects", type=int, default=0,
                     help="the engine's stream_objects (0: its default)")
     args = ap.parse_args()
@@ -123,7 +144,12 @@ def main() -> None:
         control = subprocess.Popen([sys.executable, "-c", CONTROL], stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, text=True)
         t0 = time.monotonic()
-        stats, stall = asyncio.run(staged(eng, str(src), str(dst)))
+        out = base / "out" if args.out else None
+        if out is not None:
+            out.mkdir()
+            os.chown(out, user.uid, user.gid)
+        stats, phases, stall = asyncio.run(staged(eng, str(src), str(dst),
+                                                  str(out / "o") if out else ""))
         secs = time.monotonic() - t0
         control_ms = float(control.communicate("")[0])
         copied = sum(len(names) for _, _, names in os.walk(dst))
@@ -134,7 +160,7 @@ def main() -> None:
                           "streamed", "seconds": round(secs, 1),
                           "files_s": round(args.files / secs), "max_rss_mb": round(rss_mb()),
                           "max_stall_ms": round(stall * 1000, 1),
-                          "control_stall_ms": control_ms,
+                          "control_stall_ms": control_ms, **phases,
                           "rss_before_mb": round(before)}), flush=True)
     finally:
         subprocess.run(["rm", "-rf", "--", str(base)], check=False)
