@@ -100,10 +100,10 @@ STREAM_DIRS = PRELUDE + 'l=$1 p=$2; shift 2; base64 -w0 < "$l/dirs" | bash -c "$
 # regular files are cut into chunks of $4 names for VERIFY_HASH. Prints "META <objects>
 # <bytes> <differing> <chunks>" and the first five differing lines (base64).
 VERIFY_LIST = PRELUDE + (
-    'mkdir -m 700 -- "$3" || exit 1; '
+    'mkdir -m 700 -- "$3" || exit 1; s=$3; '
     'm() { find . -mindepth 1 ! -type s ! -type c ! -type b \\( -type l -printf '
     '"%P\\tl %l\\0" -o -type f -printf "%P\\tf %s %m %Ts\\0" -o -printf '
-    '"%P\\t%y %m %Ts\\0" \\) | sort -z -S 64M -T "$3"; }; '
+    '"%P\\t%y %m %Ts\\0" \\) | sort -z -S 64M -T "$s"; }; '
     '(cd -- "$1" && m) > "$3/exp" || exit 66; (cd -- "$2" && m) > "$3/act" || exit 66; '
     '(cd -- "$1" && find . -mindepth 1 -type f -fprint0 "$3/files" -printf "%s\\n" '
     '| awk "{s += \\$1} END {printf \\"%d\\", s}") > "$3/bytes" || exit 1; '
