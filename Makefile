@@ -54,6 +54,7 @@ test: install lint
 	$(MAKE) --no-print-directory lab-test
 	$(MAKE) --no-print-directory lab-test-variant
 	$(MAKE) --no-print-directory lab-test-native
+	$(MAKE) --no-print-directory lab-test-tiers
 
 # The Debian packages, built with Debian's own tooling (debhelper, pybuild) from a clean
 # copy of the tree (tracked files and new ones not ignored), into dist/:

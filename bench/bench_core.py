@@ -17,7 +17,20 @@ Two steps are measured:
   jobs change pending reason, and 5% get a new priority. Median of ``--rounds`` fresh
   warmed-up schedulers.
 
-Only ``observe`` is timed; building the Observation list (the squeue parse) is not.
+Each step is measured in two forms:
+
+* ``snapshot`` — ``observe`` gets every job of the queue (``complete=True``): what rsad
+  passes with ``slurm.script_source: scontrol`` (no job_submit.lua);
+* ``changes`` — ``observe`` gets only the RSA jobs whose squeue line changed (and the
+  on-deck ones still waiting for nodes) plus ``present``, the ids of every RSA job Slurm
+  lists: what rsad's default cycle passes (``Daemon._poll_incremental``; job_submit.lua
+  marks RSA jobs, so non-RSA jobs never reach the core).
+
+Only ``observe`` is timed; building its arguments (the squeue parse, picking the changed
+lines) is not (bench/bench_first_cycle.py times rsad's whole cycle). ``core MB`` is the
+growth of the process's resident set from building the scheduler to the end of its
+warm-up (records, last observations, indices, the pool; the queue itself excluded),
+``peak MB`` the process's VmHWM after the size ran.
 
     .venv/bin/python bench/bench_core.py                 # 1k, 10k, 100k jobs
     .venv/bin/python bench/bench_core.py --sizes 100000 --profile churn
@@ -36,6 +49,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from rsa_scheduler.core.actions import Outcome, Result
@@ -128,18 +142,42 @@ def churn(queue: Queue, rng: random.Random) -> list[Observation]:
     return obs
 
 
-def timed(fn: Callable[..., Decision], *args: Any) -> tuple[float, float, Decision]:
+def timed(fn: Callable[..., Decision], *args: Any,
+          **kwargs: Any) -> tuple[float, float, Decision]:
     """(wall seconds, CPU seconds of this process, result); the heap is collected first."""
     gc.collect()
     c0, t0 = time.process_time(), time.perf_counter()
-    out = fn(*args)
+    out = fn(*args, **kwargs)
     return time.perf_counter() - t0, time.process_time() - c0, out
+
+
+def proc_mb(key: str) -> float:
+    """A /proc/self/status memory line (VmRSS, VmHWM) in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def changes(sched: Scheduler, before: list[Observation], after: list[Observation],
+            by_id: dict[str, Observation]) -> list[Observation]:
+    """What rsad's incremental cycle hands the core for ``after``: the RSA jobs whose
+    line changed since ``before``, and the on-deck ones still waiting for nodes."""
+    out = [b for a, b in zip(before, after, strict=True) if b.spec is not None and a != b]
+    ids = {o.job_id for o in out}
+    out += [by_id[j] for j in sched._waiting if j not in ids and j in by_id]
+    return out
 
 
 def run_size(n: int, rounds: int, profile: str | None) -> dict[str, float]:
     queue = make_queue(n)
+    rsa_ids = {o.job_id for o in queue.obs if o.spec is not None}  # present, every poll
+    gc.collect()
+    rss0 = proc_mb("VmRSS")
     sched = make_scheduler()
     now = warm_up(sched, queue, 1_000.0)
+    gc.collect()
+    core_mb = proc_mb("VmRSS") - rss0
     tracked = len(sched.records)
     steady: list[float] = []
     steady_cpu: list[float] = []
@@ -149,35 +187,68 @@ def run_size(n: int, rounds: int, profile: str | None) -> dict[str, float]:
         steady.append(dt)
         steady_cpu.append(cpu)
     if profile == "steady":
-        _profile(sched.observe, (queue.obs, now + 5), f"steady, {n} jobs")
+        _profile(sched.observe, (queue.obs, now + 5), {}, f"steady, {n} jobs")
+    by_id = {o.job_id: o for o in queue.obs}
+    delta_steady: list[float] = []
+    for _ in range(rounds):
+        now += 5
+        delta = changes(sched, queue.obs, queue.obs, by_id)
+        dt, _cpu, _dec = timed(sched.observe, delta, now, complete=False, present=rsa_ids)
+        delta_steady.append(dt)
+    if profile == "steady-changes":
+        _profile(sched.observe, (changes(sched, queue.obs, queue.obs, by_id), now + 5),
+                 {"complete": False, "present": rsa_ids}, f"steady, changes only, {n} jobs")
     churns: list[float] = []
     churns_cpu: list[float] = []
-    events = 0
+    delta_churns: list[float] = []
+    delta_churns_cpu: list[float] = []
+    events = delta_events = 0
+    decided: list[tuple[str, str, Any]] | None = None
     for r in range(rounds):
-        sched = make_scheduler()
-        t = warm_up(sched, queue, 1_000.0) + 5
         nxt = churn(queue, random.Random(r))
-        if profile == "churn" and r == rounds - 1:
-            _profile(sched.observe, (nxt, t), f"churn, {n} jobs")
-            continue
-        dt, cpu, dec = timed(sched.observe, nxt, t)
-        churns.append(dt)
-        churns_cpu.append(cpu)
-        events = len(dec.events)
+        for form in ("snapshot", "changes"):
+            sched = make_scheduler()
+            t = warm_up(sched, queue, 1_000.0) + 5
+            args: tuple[Any, ...] = (nxt, t)
+            kwargs: dict[str, Any] = {}
+            if form == "changes":
+                args = (changes(sched, queue.obs, nxt, {o.job_id: o for o in nxt}), t)
+                kwargs = {"complete": False, "present": rsa_ids}
+            if profile == f"churn{'-changes' if form == 'changes' else ''}" and \
+                    r == rounds - 1:
+                _profile(sched.observe, args, kwargs, f"churn ({form}), {n} jobs")
+                decided = None
+                continue
+            dt, cpu, dec = timed(sched.observe, *args, **kwargs)
+            got = [(e.job_id, e.name, e.context) for e in dec.events]
+            if form == "snapshot":
+                churns.append(dt)
+                churns_cpu.append(cpu)
+                events, decided = len(dec.events), got
+            else:
+                delta_churns.append(dt)
+                delta_churns_cpu.append(cpu)
+                delta_events = len(dec.events)
+                assert decided is None or got == decided, "the two forms decided differently"
     changed = sum(1 for a, b in zip(queue.obs, nxt, strict=True)
                   if (a.state, a.reason, a.priority) != (b.state, b.reason, b.priority))
-    return {"jobs": n, "tracked": tracked, "held": len(sched.pool.jobs()),
-            "steady_ms": statistics.median(steady) * 1e3,
-            "steady_cpu_ms": statistics.median(steady_cpu) * 1e3,
-            "churn_ms": statistics.median(churns) * 1e3,
-            "churn_cpu_ms": statistics.median(churns_cpu) * 1e3, "changed": changed,
-            "events": events}
+    med = statistics.median
+    return {"jobs": n, "tracked": tracked,
+            "steady_ms": med(steady) * 1e3, "steady_cpu_ms": med(steady_cpu) * 1e3,
+            "churn_ms": med(churns) * 1e3 if churns else float("nan"),
+            "churn_cpu_ms": med(churns_cpu) * 1e3 if churns_cpu else float("nan"),
+            "changed": changed, "events": events, "delta_events": delta_events,
+            "delta_steady_ms": med(delta_steady) * 1e3,
+            "delta_churn_ms": med(delta_churns) * 1e3 if delta_churns else float("nan"),
+            "delta_churn_cpu_ms": med(delta_churns_cpu) * 1e3 if delta_churns else float("nan"),
+            "core_mb": core_mb, "peak_mb": proc_mb("VmHWM")}
 
 
-def _profile(fn: Callable[..., Decision], args: tuple[Any, ...], title: str) -> None:
+def _profile(fn: Callable[..., Decision], args: tuple[Any, ...], kwargs: dict[str, Any],
+             title: str) -> None:
     prof = cProfile.Profile(time.process_time)  # CPU time: the reference VM is shared
     prof.enable()
-    fn(*args)
+    fn(*args, **kwargs)
     prof.disable()
     print(f"\n--- profile: {title} ---", file=sys.stderr)
     pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(15)
@@ -187,23 +258,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--profile", choices=("steady", "churn"))
+    ap.add_argument("--profile", choices=("steady", "churn", "steady-changes",
+                                          "churn-changes"))
     args = ap.parse_args()
     print(f"# Python {platform.python_version()}, {platform.machine()}, "
           f"{RSA_NODES} RSA nodes, {int(RSA_SHARE * 100)}% of jobs with #RSA_ directives")
-    print("| jobs | tracked | jobs holding RSA nodes | steady ms (cpu) | µs/job "
-          "| churn: changed jobs "
-          "| churn ms (cpu) | µs/job | events |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| jobs | tracked | core MB | peak MB | steady: snapshot ms (cpu) | changes ms "
+          "| churn: changed jobs | snapshot ms (cpu) | events | changes ms (cpu) | events |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     rows = []
     for n in (int(s) for s in args.sizes.split(",")):
         r = run_size(n, args.rounds, args.profile)
         rows.append(r)
-        print(f"| {n:,} | {r['tracked']:,.0f} | {r['held']:,.0f} | "
-              f"{r['steady_ms']:.1f} ({r['steady_cpu_ms']:.1f}) | "
-              f"{r['steady_ms'] * 1e3 / n:.2f} | {r['changed']:,.0f} | "
-              f"{r['churn_ms']:.1f} ({r['churn_cpu_ms']:.1f}) | "
-              f"{r['churn_ms'] * 1e3 / n:.2f} | {r['events']:,.0f} |", flush=True)
+        print(f"| {n:,} | {r['tracked']:,.0f} | {r['core_mb']:,.0f} | {r['peak_mb']:,.0f} | "
+              f"{r['steady_ms']:.1f} ({r['steady_cpu_ms']:.1f}) | {r['delta_steady_ms']:.1f} | "
+              f"{r['changed']:,.0f} | {r['churn_ms']:.1f} ({r['churn_cpu_ms']:.1f}) | "
+              f"{r['events']:,.0f} | {r['delta_churn_ms']:.1f} ({r['delta_churn_cpu_ms']:.1f}) | "
+              f"{r['delta_events']:,.0f} |",
+              flush=True)
     if len(rows) > 1:
         a, b = rows[0], rows[-1]
         k = b["jobs"] / a["jobs"]

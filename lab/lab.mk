@@ -1,7 +1,7 @@
 # Lab targets (included by the top-level Makefile). Run as root. See docs/lab.md.
 LABCTL := $(CURDIR)/lab/labctl
 
-.PHONY: lab-up lab-down lab-status lab-test lab-test-variant lab-test-native lab-check-clean e2e \
+.PHONY: lab-up lab-down lab-status lab-test lab-test-variant lab-test-native lab-test-tiers lab-check-clean e2e \
         chaos demo
 
 # lab-test runs the integration tier and the compute-node e2e tier (whole job lifecycles
@@ -67,6 +67,13 @@ NATIVE_TESTS ?= tests/e2e
 
 lab-test-native: install
 	RSA_LAB_MODE=native $(MAKE) --no-print-directory lab-test LAB_TESTS='$(NATIVE_TESTS)'
+
+# The lab with two tiers (RSA_LAB_TIERS=mixed: rsa1-2 ram, rsa3-4 ssd on disk): the tests
+# marked `tiers` (tests/e2e/test_tiers.py: #RSA_TIER=auto in real lifecycles).
+TIERS_TESTS ?= -m tiers tests/e2e
+
+lab-test-tiers: install
+	RSA_LAB_TIERS=mixed $(MAKE) --no-print-directory lab-test LAB_TESTS='$(TIERS_TESTS)'
 
 # The demo: lab up with a slower PFS (so the RSA's effect shows), the sample jobs with
 # the live view (lab/demo.py), the summary, lab down. DEMO_ARGS passes options (--plain,

@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from rsa_scheduler.errors import RsaError
+
 #: hooks that block until rsad says done (or failed)
 BLOCKING = frozenset({"data_in", "data_out", "teardown"})
 HOOKS = ("setup", "data_in", "real_size", "pre_run", "post_run", "data_out", "teardown",
@@ -31,11 +33,11 @@ TEARDOWN_WAIT = 240.0
 Post = Callable[[str, Mapping[str, Any]], Any]
 
 
-class Unreachable(Exception):
+class Unreachable(RsaError):
     """rsad did not answer (the transport's error text)."""
 
 
-class Refused(Exception):
+class Refused(RsaError):
     """rsad answered with an error (its text)."""
 
 

@@ -39,7 +39,7 @@ class ApiRefused(RsaError):
 MAX_HEADER = 64 << 10  # rsad's answer headers are a few hundred bytes
 
 
-class _BadReply(Exception):
+class _BadReply(RsaError):
     """The peer's bytes are not an HTTP/1.1 answer."""
 
 

@@ -31,6 +31,11 @@ local CONFIG = {
   -- The file rsad rewrites with the free RSA capacity per tier (rsa config
   -- slurm.bb_pools_file): slurm_bb_pools reports it to Slurm.
   pools_file = "/run/rsa/bb-pools.json",
+  -- The pools (RSA tiers) reported with no space while that file does not exist yet
+  -- (rsad not started since boot): Slurm refuses a job naming a pool it was never told
+  -- of ("Burst Buffer request invalid"), and job_submit.lua's lines name one (its
+  -- CONFIG.bb_pool, or the job's #RSA_TIER). Such jobs wait for space instead.
+  pools = { "ram" },
 }
 
 -- ---------------------------------------------------------------------------------------
@@ -111,12 +116,25 @@ function slurm_bb_job_process(job_script) -- luacheck: ignore (Slurm API)
   return slurm.SUCCESS
 end
 
+-- CONFIG.pools with no space, as rsad's JSON would give them.
+local function empty_pools()
+  local items = {}
+  for _, name in ipairs(CONFIG.pools) do
+    items[#items + 1] = string.format(
+      '{"free": 0, "granularity": 1048576, "id": "%s", "quantity": 0}', name)
+  end
+  if #items == 0 then
+    return nil
+  end
+  return '{"pools": [' .. table.concat(items, ", ") .. "]}"
+end
+
 -- Every 30 s: one pool per RSA tier, from the file rsad rewrites (no network here). No
--- file (rsad not started yet): no pools, and the plugin stays up.
+-- file (rsad not started yet): CONFIG.pools with no space, and the plugin stays up.
 function slurm_bb_pools() -- luacheck: ignore (Slurm API)
   local f = io.open(CONFIG.pools_file, "r")
   if f == nil then
-    return slurm.SUCCESS
+    return slurm.SUCCESS, empty_pools()
   end
   local text = f:read("*a") or ""
   f:close()
@@ -188,4 +206,4 @@ end
 
 -- For tests (tests/unit/test_burst_buffer_lua.py); Slurm ignores it.
 rsa_burst_buffer = { config = CONFIG, command = command, parse_answer = parse_answer, -- luacheck: ignore
-  quote = quote }
+  quote = quote, empty_pools = empty_pools }

@@ -49,6 +49,12 @@ local CONFIG = {
   -- "#BB_LUA" line (job_desc.burst_buffer) unless it has one, so Slurm's burst_buffer/lua
   -- hooks stage it; no start hold (Slurm holds it in stage-in). nil = queue mode.
   bb_directive = nil,
+  -- Native mode: the burst buffer pool (an RSA tier rsad reports: ram, ssd) the "#BB_LUA"
+  -- line names for a job that asks for no tier, or for `auto` (rsa config:
+  -- allocation.default_tier, when it is a node tier). The line asks for
+  -- "pool=<tier> capacity=<#RSA_CAPACITY, else 1M>" so Slurm sizes the job: its
+  -- real_size hook then raises the size to the RSA nodes rsad gave it, the bb/lua TRES.
+  bb_pool = "ram",
 }
 
 local unpack = unpack or table.unpack -- luacheck: ignore (5.1 global vs 5.2+ table field)
@@ -963,6 +969,23 @@ local function has_bb_line(script, directive)
   return false
 end
 
+-- "pool=<tier> capacity=<N>M" for the job's "#BB_LUA" line, from its admin_comment: the
+-- tier it asked for (else CONFIG.bb_pool) and its #RSA_CAPACITY rounded up to MiB (else
+-- 1 MiB, Slurm's smallest accounted size). Slurm asks real_size only for a sized request,
+-- and only ever grows the size: rsad's answer (the RSA nodes it gave) is what sacct shows.
+local function bb_request(comment)
+  local tier = comment:match("[:;]t=(%w+)")
+  if tier == nil or tier == "auto" then
+    tier = CONFIG.bb_pool
+  end
+  local mib = 1
+  local bytes = tonumber(comment:match("[:;]c=(%d+)") or "")
+  if bytes ~= nil and bytes > 0 then
+    mib = math.ceil(bytes / 1048576)
+  end
+  return string.format("pool=%s capacity=%.0fM", tier, mib)
+end
+
 -- An RSA job with work (input, output, pre- or postprocess) gets "#<directive>" so
 -- Slurm runs burst_buffer.lua's hooks for it; one it already has (or a --bb) is kept.
 local function bb_line(job_desc, script, comment)
@@ -977,7 +1000,7 @@ local function bb_line(job_desc, script, comment)
   if bb ~= nil and bb ~= "" then
     return
   end
-  job_desc.burst_buffer = "#" .. CONFIG.bb_directive
+  job_desc.burst_buffer = "#" .. CONFIG.bb_directive .. " " .. bb_request(comment)
 end
 
 -- ---------------------------------------------------------------------------------------

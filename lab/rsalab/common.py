@@ -43,6 +43,13 @@ class Settings:
         self.n_rsa = int(_env("RSA_LAB_RSA_COUNT", "4"))
         # RSA nodes (1-based numbers) that also get an on-disk "ssd" pool.
         self.ssd_nodes = [int(x) for x in _env("RSA_LAB_SSD_NODES", "3,4").split(",") if x]
+        # ram: every RSA node is in the ram tier (the ssd pools exist, unused); mixed: the
+        # ssd nodes are rsad's ssd tier (their on-disk pool, RSA_LAB_SSD_SIZE each) and the
+        # others its ram tier, for the tier tests (make lab-test-tiers; docs/allocation.md)
+        self.tiers = _env("RSA_LAB_TIERS", "ram")
+        if self.tiers not in ("ram", "mixed"):
+            raise ValueError(f"RSA_LAB_TIERS={self.tiers!r}: use ram or mixed")
+        self.ssd_size = _env("RSA_LAB_SSD_SIZE", "4G")
         self.user = "rsauser"
         self.other_user = "rsaother"
         self.cluster = "lab"

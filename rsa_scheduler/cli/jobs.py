@@ -19,6 +19,7 @@ import click
 from rsa_scheduler.cli.progress import Staging, short_duration
 from rsa_scheduler.client import ApiClient, ApiRefused
 from rsa_scheduler.core.jobkey import key_from_env
+from rsa_scheduler.errors import RsaError
 
 API_OPTION = click.option("--api", envvar="RSA_API", default=None,
                           help="rsad address: unix socket path or host:port "
@@ -153,7 +154,9 @@ RESET_UNDER_WAY = frozenset({"input-writeback", "writeback-failed", "resetting",
                              "mounting-output"})
 
 
-class _WaitTimeout(click.ClickException):
+class _WaitTimeout(RsaError, click.ClickException):
+    """Waiting for rsad's answer took longer than --timeout."""
+
     exit_code = 2
 
 

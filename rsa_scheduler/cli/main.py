@@ -13,7 +13,7 @@ import sys
 import click
 
 from rsa_scheduler import __version__
-from rsa_scheduler.errors import RsaError
+from rsa_scheduler.errors import RsaError, user_line
 
 # noun -> "module:attribute" of a click command or group
 COMMANDS: dict[str, str] = {
@@ -91,5 +91,5 @@ def main() -> None:
     except RsaError as e:
         if "--debug" in sys.argv:
             raise
-        click.echo(f"rsa: error: {e}", err=True)
+        click.echo(f"rsa: error: {user_line(e)}", err=True)
         sys.exit(1)

@@ -81,9 +81,9 @@ def check(names: str | None, config_file: str | None, as_json: bool) -> None:
     from ClusterShell.NodeSet import NodeSet
 
     from rsa_scheduler.config import load_config
+    from rsa_scheduler.config.backends import make_backend
     from rsa_scheduler.errors import RsaError
     from rsa_scheduler.fs.nodecheck import check_node
-    from rsa_scheduler.fs.registry import make_backend
     from rsa_scheduler.remote import HostPool
 
     try:

@@ -1,5 +1,7 @@
-"""Configuration: typed objects (:mod:`.schema`), loading and validation (:mod:`.loader`),
-the generated reference (:mod:`.reference`). Re-exports only."""
+"""Configuration: the typed objects (:mod:`.schema` with :mod:`.kinds`, :mod:`.sections`,
+:mod:`.storage`), loading (:mod:`.loader`: :mod:`.yamldoc` reads, :mod:`.validate`
+converts, :mod:`.checks` and :mod:`.backends` check across keys), the generated reference
+(:mod:`.reference`). Re-exports only."""
 
 from rsa_scheduler.config.loader import (
     DEFAULT_CONFIG_PATH,

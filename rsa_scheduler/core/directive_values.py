@@ -31,9 +31,10 @@ from rsa_scheduler.core.grammar import (
 )
 from rsa_scheduler.core.policy import EarlyStart, StageOut, Tier
 from rsa_scheduler.core.units import parse_duration, parse_size
+from rsa_scheduler.errors import RsaError
 
 
-class _Bad(ValueError):
+class _Bad(RsaError, ValueError):
     """A value failed validation; the message is the user-facing sentence."""
 
 
@@ -153,7 +154,7 @@ def normalise_path(label: str, raw: str) -> str:
 # --- splitting a value into words --------------------------------------------------------
 
 
-class SplitError(ValueError):
+class SplitError(RsaError, ValueError):
     """A value :func:`split_words` cannot split; ``str()`` is shlex's own message."""
 
 

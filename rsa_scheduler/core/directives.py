@@ -86,6 +86,7 @@ from rsa_scheduler.core.grammar import (
     Directive,
     exclusive_message,
 )
+from rsa_scheduler.errors import RsaError
 
 __all__ = [
     "ADMIN_COMMENT_PREFIX", "C_SPACE", "DIRECTIVES", "HOLD_MARK", "MAX_CAPACITY",
@@ -130,7 +131,7 @@ class DirectiveWarning(NamedTuple):
         return f"{self.line}: warning: {self.message}"
 
 
-class DirectiveErrors(ValueError):
+class DirectiveErrors(RsaError, ValueError):
     """All errors of one script, sorted by line. ``str()`` gives ``SOURCE:LINE: message`` lines."""
 
     def __init__(self, errors: Sequence[DirectiveError], source: str = "<script>") -> None:
@@ -348,7 +349,7 @@ class OptionError(NamedTuple):
         return f"{self.option}: {self.message}"
 
 
-class SubmissionErrors(ValueError):
+class SubmissionErrors(RsaError, ValueError):
     """Every problem of one submission, one ``LINE: message`` or ``--rsa-x: message`` each.
 
     Option errors come first (in directive declaration order), then the script's errors

@@ -11,7 +11,6 @@ carries a ``set`` patch, so replaying the log reproduces the record exactly.
 from __future__ import annotations
 
 import copy
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -37,11 +36,12 @@ from rsa_scheduler.core.transitions import (
     Trigger,
     lookup,
 )
+from rsa_scheduler.errors import InternalError
 
 MAX_SETTLE = 32  # more rule firings than this for one job in one step is a table bug
 
 
-class InvariantViolation(AssertionError):
+class InvariantViolation(InternalError, AssertionError):
     """The machine was about to break a safety rule (a bug, never user error)."""
 
 
@@ -102,17 +102,23 @@ class JobRecord:
 
     # ---- JSON (projections and replay) ------------------------------------------------
     def to_json(self) -> dict[str, Any]:
+        return {"job_id": self.job_id, "user": self.user, "spec": _spec_json(self.spec),
+                **self.state_json()}
+
+    def state_json(self) -> dict[str, Any]:
+        """What :func:`fire` may change: the JSON of every field but job_id, user and the
+        (frozen) spec. Enum values are read as ``_value_``: the ``value`` property costs
+        a Python call, and this runs for every changed job in every decision step."""
+        job_state = self.job_state
+        pending = self.pending
         return {
-            "job_id": self.job_id,
-            "user": self.user,
-            "spec": _spec_json(self.spec),
             "compute_nodes": self.compute_nodes,
             "priority": self.priority,
-            "job_state": self.job_state.value if self.job_state else None,
-            "rsa_state": self.rsa_state.value,
+            "job_state": job_state._value_ if job_state is not None else None,
+            "rsa_state": self.rsa_state._value_,
             "cycle": self.cycle,
             "nodes": self.nodes,
-            "pending": self.pending.to_json() if self.pending else None,
+            "pending": pending.to_json() if pending is not None else None,
             "failures": dict(self.failures),
             "timers": dict(self.timers),
             "locked": self.locked,
@@ -133,14 +139,31 @@ class JobRecord:
         return rec
 
 
-@functools.lru_cache(maxsize=65536)
-def _spec_json_cached(spec: DirectiveSpec) -> dict[str, Any]:
-    return spec.to_json()
+#: a new record's state_json(): what a ``job.tracked`` event may leave out
+_NEW_STATE: Mapping[str, Any] = JobRecord("", "", DirectiveSpec()).state_json()
+
+
+#: id(spec) -> (spec, its JSON, the same without unset keys). Specs are frozen and
+#: shared (every task of an array, every job of one admin_comment): keyed by identity, a
+#: hit costs no hash of the spec's fields (a dataclass hash in Python); the spec is kept
+#: so its id is not reused.
+_SPEC_JSON: dict[int, tuple[DirectiveSpec, dict[str, Any], dict[str, Any]]] = {}
+
+
+def _spec_jsons(spec: DirectiveSpec) -> tuple[DirectiveSpec, dict[str, Any], dict[str, Any]]:
+    hit = _SPEC_JSON.get(id(spec))
+    if hit is None or hit[0] is not spec:
+        if len(_SPEC_JSON) >= 65536:
+            _SPEC_JSON.clear()
+        full = spec.to_json()
+        hit = _SPEC_JSON[id(spec)] = (spec, full,
+                                      {k: v for k, v in full.items() if v is not None})
+    return hit
 
 
 def _spec_json(spec: DirectiveSpec) -> dict[str, Any]:
-    """The spec's JSON (specs are frozen: computed once per distinct spec)."""
-    return dict(_spec_json_cached(spec))
+    """The spec's JSON (computed once per spec object)."""
+    return dict(_spec_jsons(spec)[1])
 
 
 def _patch(rec: JobRecord, values: Mapping[str, Any]) -> None:
@@ -257,7 +280,7 @@ def fire(rec: JobRecord, trigger: Trigger, now: float, policy: StagingPolicy,
     is_timer = trigger in TIMER_STATES
     if rule.is_stay and not (is_timer and trigger.value in rec.timers):
         return step
-    before = rec.to_json()
+    before = rec.state_json()  # job_id, user and spec never change here
     if is_timer:
         rec.timers.pop(trigger.value, None)  # a timer fires once
     src = rec.rsa_state
@@ -354,7 +377,7 @@ def fire(rec: JobRecord, trigger: Trigger, now: float, policy: StagingPolicy,
         delay = policy.retry_delay(rec.failures.get(_failed_kind(src), 1))
         rec.timers[Trigger.RETRY_DUE.value] = now + delay
 
-    patch = _diff(before, rec.to_json())
+    patch = _diff(before, rec.state_json())
     if patch or actions:
         ctx: dict[str, Any] = {"from": src.value, "to": rec.rsa_state.value,
                                "trigger": trigger.value, "actions": [a.id for a in actions],
@@ -448,6 +471,8 @@ def _drop_timer(rec: JobRecord, trig: Trigger, now: float) -> Step:
 
 def due_timers(rec: JobRecord, now: float) -> list[Trigger]:
     """Timer triggers due at ``now``, earliest first."""
+    if not rec.timers:
+        return []  # most jobs, at every settle
     due = sorted((t, name) for name, t in rec.timers.items() if t <= now)
     return [Trigger(name) for _, name in due]
 
@@ -482,8 +507,18 @@ def settle(rec: JobRecord, now: float, policy: StagingPolicy, pool: PoolPort) ->
 # ---- replay ----------------------------------------------------------------------------
 
 def new_record_event(rec: JobRecord, now: float) -> Event:
-    """The event that starts a job's log: everything needed to recreate the record."""
-    return Event(now, rec.job_id, "job.tracked", {"set": rec.to_json()})
+    """The event that starts a job's log: everything needed to recreate the record.
+
+    It names the job, its user and spec (without the keys it leaves unset), and only the
+    other fields that differ from a new record's defaults (a job's first sight is the
+    bulk of rsad's first cycle after a start: thousands of these in one transaction).
+    Logs written before carry every field; :func:`apply_event` reads both."""
+    ctx: dict[str, Any] = {"job_id": rec.job_id, "user": rec.user,
+                           "spec": dict(_spec_jsons(rec.spec)[2])}
+    for key, value in rec.state_json().items():
+        if value != _NEW_STATE[key]:
+            ctx[key] = value
+    return Event(now, rec.job_id, "job.tracked", {"set": ctx})
 
 
 def apply_event(records: dict[str, JobRecord], event: Event) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import enum
 
+from rsa_scheduler.errors import RsaError
+
 
 class JobState(enum.StrEnum):
     """The RSA's view of a Slurm job (seed 004 Fig. 1), derived from state + pending reason."""
@@ -178,7 +180,7 @@ DEMOTING_REASONS_EXAMPLES: tuple[str, ...] = (
 )
 
 
-class UnknownSlurmState(ValueError):
+class UnknownSlurmState(RsaError, ValueError):
     """A Slurm job state this table does not know (a newer Slurm?)."""
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from rsa_scheduler.core.actions import ActionKind, Result
 from rsa_scheduler.core.states import JobState, RsaState
+from rsa_scheduler.errors import RsaError
 
 
 class Trigger(enum.StrEnum):
@@ -180,7 +181,7 @@ class Rule:
                 and not self.branches)
 
 
-class InvalidTransition(Exception):
+class InvalidTransition(RsaError):
     """An event that cannot happen in the current state."""
 
     def __init__(self, state: RsaState, trigger: Trigger, job_id: str = "") -> None:

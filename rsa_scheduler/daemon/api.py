@@ -34,6 +34,7 @@ from rsa_scheduler.core.jobkey import job_key
 from rsa_scheduler.core.scheduler import CommandRefused
 from rsa_scheduler.daemon import httpd
 from rsa_scheduler.daemon.service import Daemon
+from rsa_scheduler.errors import RsaError
 
 log = logging.getLogger(__name__)
 AUTH_HEADER = "X-RSA-Munge"
@@ -45,7 +46,9 @@ NODE_HOOKS = frozenset({"prolog", "agent", "mounted", "epilog"})
 OPERATOR_COMMANDS = {"retry", "discard", "force-release", "input-done", "cancel-staging"}
 
 
-class ApiError(Exception):
+class ApiError(RsaError):
+    """A request the API refuses: the HTTP status and one line saying why."""
+
     def __init__(self, status: HTTPStatus, message: str) -> None:
         super().__init__(message)
         self.status = status

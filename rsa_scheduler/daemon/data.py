@@ -207,7 +207,7 @@ class DataPath:
 
     def backend(self, tier: str) -> FilesystemBackend:
         if tier not in self._backends:
-            from rsa_scheduler.fs.registry import make_backend
+            from rsa_scheduler.config.backends import make_backend
 
             # the backend's own settings come from the config (its config_options)
             self._backends[tier] = make_backend(self.cfg, tier, self.hosts)

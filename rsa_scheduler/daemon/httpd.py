@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Protocol
 
+from rsa_scheduler.errors import RsaError
+
 log = logging.getLogger(__name__)
 
 MAX_HEAD = 16 << 10  # request line + headers; rsad's own requests send ~400 bytes
@@ -42,7 +44,7 @@ _LENGTH = re.compile(r"[0-9]{1,15}")
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
-class HttpError(Exception):
+class HttpError(RsaError):
     """A request that is refused: the status and one line saying why."""
 
     def __init__(self, status: HTTPStatus, message: str) -> None:
@@ -50,7 +52,7 @@ class HttpError(Exception):
         self.status = status
 
 
-class _Gone(Exception):
+class _Gone(RsaError):
     """The peer closed (or was evicted) before its request was complete."""
 
 

@@ -3,6 +3,7 @@ systemd notification, and wiring the daemon to its API servers."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import sys
@@ -13,7 +14,7 @@ from types import FrameType
 import click
 
 from rsa_scheduler import __version__
-from rsa_scheduler.errors import RsaError
+from rsa_scheduler.errors import InternalError, RsaError, user_line
 
 log = logging.getLogger("rsad")
 
@@ -52,6 +53,11 @@ def rsad(config_path: str | None, check: bool, log_level: str | None) -> None:
     check_lockin(cfg)  # refuses a lock-in the running Slurm would ignore
     daemon = make_daemon(cfg)
     daemon.start()
+    # What start-up built (the modules, the state replayed) lives as long as rsad: out of
+    # the collector's sight, a full collection no longer walks every record each time
+    # (hundreds of thousands at a large centre; reference counting still frees what is
+    # dropped). rsad's first cycle costs ~7% less CPU (bench/bench_first_cycle.py).
+    gc.freeze()
     if check:
         click.echo(f"rsad: config {cfg.source}: ok; store {cfg.daemon.db_path}: "
                    f"{daemon.store.last_seq()} events, {len(daemon.sched.records)} jobs "
@@ -130,5 +136,8 @@ def main() -> None:
         e.show()
         sys.exit(e.exit_code)
     except RsaError as e:
-        click.echo(f"rsad: error: {e}", err=True)
+        if isinstance(e, InternalError):
+            log.exception("rsad stopped on a bug")
+        line = user_line(e, "rsad's log has it")
+        click.echo(f"rsad: error: {line}", err=True)
         sys.exit(1)

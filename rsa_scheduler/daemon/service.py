@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 from ClusterShell.NodeSet import NodeSet
@@ -85,7 +85,6 @@ class Request:
 
     kind: str  # "outcome" | "command" | "hook" | "progress" | "node-state" | "call"
     payload: Any
-    received: float = field(default_factory=time.time)
     reply: Future[Any] | None = None
 
 
@@ -130,6 +129,7 @@ class Daemon:
         # what came after the newest one
         self.snapshot_every = snapshot_every
         self._snap_seq = 0
+        self._first_cycle = True  # no snapshot in it (see _maybe_snapshot)
         self.script_source = script_source
         self.clock = clock
         self.inbox: queue.Queue[Request] = queue.Queue()
@@ -148,6 +148,7 @@ class Daemon:
         self._parsing: dict[str, tuple[Future[tuple[Any, str]], float]] = {}
         self.parse_timeout = 30.0
         self._comment_specs: dict[str, DirectiveSpec | None] = {}  # admin_comment -> spec
+        self._holds_split: dict[str, tuple[str, int | None]] = {}  # admin_comment -> split
         self._prev_lines: dict[str, object] = {}  # job -> its squeue line (row) last cycle
         self._hook_seen: dict[str, float] = {}  # job -> time of its latest hook event
         self._last_poll = 0.0
@@ -444,7 +445,19 @@ class Daemon:
         return seq
 
     def _maybe_snapshot(self) -> None:
-        if self.snapshot_every and self.store.last_seq() - self._snap_seq >= self.snapshot_every:
+        """Write a snapshot once ``snapshot_every`` events, and at least as many events
+        as there are jobs in memory, came after the last one. A snapshot costs about as
+        much per job as the replay of an event (docs/benchmarks.md): so its cost is spread
+        over at least as many events as it saves from a restart's replay, whatever the
+        number of jobs (at 300k live jobs a snapshot every 10,000 events would cost more
+        than the cycles that wrote them). Not in the first cycle after a start: that one
+        sees every job of the queue at once, mostly first sights a restart replays
+        cheaply; the next due cycle takes it."""
+        if self._first_cycle:
+            self._first_cycle = False
+            return
+        due = max(self.snapshot_every, len(self.sched.records))
+        if self.snapshot_every and self.store.last_seq() - self._snap_seq >= due:
             try:
                 self.snapshot()
             except (StoreError, ValueError) as e:  # the log stays the truth: go on
@@ -480,7 +493,7 @@ class Daemon:
                 row.job_id not in self.sched.records:
             return None  # native mode: a job is the RSA's once Slurm sets its buffer up
         spec = self._spec_of(row)
-        _, deadline = split_hold(row.admin_comment or "")
+        _, deadline = self._split_hold(row.admin_comment or "")
         if native is not None:
             # held by Slurm in stage-in (BurstBufferStageIn ...): on-deck, never demoted
             held = native.held(row.job_id, row.state, self.clock())
@@ -502,7 +515,7 @@ class Daemon:
         now = self.clock()
         new: list[QueueRow] = []
         for row in rows:
-            spec_text, deadline = split_hold(row.admin_comment or "")
+            spec_text, deadline = self._split_hold(row.admin_comment or "")
             if deadline is not None and row.state == "PENDING" and \
                     row.reason == "BeginTime" and deadline > now:
                 if row.job_id not in self._held:
@@ -540,6 +553,9 @@ class Daemon:
                      if r.job_id in fits else "the cluster is busy: releasing the hold")
 
     def _forget_hold(self, job: str) -> None:
+        if job not in self._held and job not in self._can_start and \
+                job not in self._releasing and job not in self._told_held:
+            return  # most jobs, every time their line changes
         self._held.pop(job, None)
         self._can_start.pop(job, None)
         self._releasing.pop(job, None)
@@ -626,6 +642,16 @@ class Daemon:
                 log.error("job %s: %s", row.job_id, e)
                 return None
         return spec
+
+    def _split_hold(self, comment: str) -> tuple[str, int | None]:
+        """``split_hold`` of an admin_comment, once per distinct comment: all tasks of an
+        array share theirs, and the first cycle after a start reads every RSA job's."""
+        got = self._holds_split.get(comment)
+        if got is None:
+            if len(self._holds_split) > 100_000:
+                self._holds_split.clear()
+            got = self._holds_split[comment] = split_hold(comment)
+        return got
 
     def _spec_of_job(self, row: QueueRow) -> DirectiveSpec | None:
         comment = row.admin_comment or ""
@@ -776,7 +802,8 @@ class Daemon:
             rec = self.sched.records[job]
             return {"job_id": job, "rsa_state": rec.rsa_state.value}
         if req.kind == "hook":
-            return self._hook(req.payload, req.received)
+            # the loop's own (injected) clock, read on the loop thread: when rsad heard it
+            return self._hook(req.payload, self.clock())
         if req.kind == "node-state":
             node, state, by, *rest = req.payload
             reason = str(rest[0]) if rest else ""
@@ -911,9 +938,8 @@ class Daemon:
     def _row(self, rec: JobRecord) -> JobRow:
         data = rec.to_json()
         data["progress"] = self.progress.get(rec.job_id)
-        return JobRow(job_id=rec.job_id, user=rec.user,
-                      job_state=rec.job_state.value if rec.job_state else "",
-                      rsa_state=rec.rsa_state.value, updated=rec.since, data=data)
+        return JobRow(rec.job_id, rec.user, data["job_state"] or "", data["rsa_state"],
+                      rec.since, data)
 
     def _dispatch(self, actions: Iterable[Action]) -> None:
         for action in actions:

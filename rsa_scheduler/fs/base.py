@@ -1,9 +1,13 @@
 """The filesystem backend interface: on-demand RAMDISKs on allocated RSA nodes.
 
 Owns :class:`FsRequest` (what to build), :class:`MountSpec` (what was built and how to
-mount it), :class:`FilesystemBackend` (the small ABC every backend implements) and
-:class:`FsError`. Backends are discovered through the ``rsa_scheduler.filesystems`` entry
-point group (see ``rsa_scheduler.fs.registry``).
+mount it), :class:`FilesystemBackend` (the small ABC every backend implements),
+:class:`Capabilities` (what a backend can do: the configuration asks it),
+:class:`BackendSettings` and :class:`SettingProblem` (what the configuration gives a
+backend, and what a backend finds wrong in it) and :class:`FsError`. Backends are
+discovered through the ``rsa_scheduler.filesystems`` entry point group (see
+``rsa_scheduler.fs.registry``). Must not import the configuration: it builds
+:class:`BackendSettings` and asks the backends, never the other way round.
 """
 
 from __future__ import annotations
@@ -11,18 +15,67 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from rsa_scheduler.errors import RsaError
+from rsa_scheduler.core.policy import NODE_TIERS, Tier
+from rsa_scheduler.errors import FsError
 from rsa_scheduler.hosts import CancelToken, Host, HostError
 from rsa_scheduler.runner import CommandError
 
-if TYPE_CHECKING:
-    from rsa_scheduler.config.schema import Config
+__all__ = ["BackendSettings", "Capabilities", "FilesystemBackend", "FsError", "FsRequest",
+           "Health", "MountSpec", "Need", "SettingProblem", "command_need"]
 
 
-class FsError(RsaError):
-    """A RAMDISK could not be created, mounted, reset or destroyed."""
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What one kind of RAMDISK can do. The configuration asks every backend it selects
+    (``filesystem.backend``) and refuses, or warns about, what the backend cannot do."""
+
+    #: the node tiers (``pool.nodes[].tier``) whose pools it can build RAMDISKs in
+    tiers: frozenset[Tier] = frozenset(NODE_TIERS)
+    #: one RAMDISK over several RSA nodes (else every job gets exactly one)
+    multi_node: bool = True
+    #: the DATA_IN → DATA_OUT reset (seed 004 §3.2): recreate the RAMDISK empty in place;
+    #: without it a job with both writes its output to the PFS
+    reset: bool = True
+    #: only the job's user (and root) reach the RAMDISK's data: its own secret or owner,
+    #: also from the compute nodes that mount it
+    access_control: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.tiers:
+            raise ValueError("a backend serves at least one tier")
+
+
+@dataclass(frozen=True, slots=True)
+class BackendSettings:
+    """What the site's configuration gives one backend (the configuration builds it).
+
+    ``options`` are the backend's own keys of the ``filesystem`` section, converted: the
+    keys of the section ``filesystem.<name>`` and every ``filesystem.<name>_<key>`` as
+    ``<key>`` (``filesystem.moosefs_proxy`` is moosefs's ``proxy``). A backend without
+    keys of its own gets none.
+    """
+
+    create_timeout: float = 60.0
+    destroy_timeout: float = 60.0
+    retries: int = 2
+    #: RSA node → where its filesystem servers listen (``pool.nodes[].data_address``)
+    addresses: Mapping[str, str] = field(default_factory=dict)
+    #: where compute nodes mount RAMDISKs from (``filesystem.client_networks``)
+    client_networks: tuple[str, ...] = ("*",)
+    #: the node tiers with nodes this backend serves (empty: the pool is not known)
+    tiers: frozenset[Tier] = frozenset()
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SettingProblem:
+    """One thing a backend refuses in its settings: ``key`` names it as in
+    :attr:`BackendSettings.options` (with list indexes), ``reason`` is one line."""
+
+    key: tuple[str | int, ...]
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +150,8 @@ class FilesystemBackend(abc.ABC):
     """One kind of on-demand RAMDISK filesystem."""
 
     name: ClassVar[str]
+    #: what it can do; the configuration asks it (:class:`Capabilities`)
+    capabilities: ClassVar[Capabilities] = Capabilities()
     #: what every RSA node of this backend must have (``rsa nodes check``)
     node_needs: ClassVar[tuple[Need, ...]] = ()
 
@@ -108,7 +163,13 @@ class FilesystemBackend(abc.ABC):
         self.retries = retries
 
     @classmethod
-    def config_options(cls, cfg: Config) -> dict[str, Any]:
+    def check_settings(cls, settings: BackendSettings) -> list[SettingProblem]:
+        """What is wrong with the site's settings for this backend (every problem, not
+        just the first); the configuration reports each under its key."""
+        return []
+
+    @classmethod
+    def config_options(cls, settings: BackendSettings) -> dict[str, Any]:
         """The keyword arguments of this backend's constructor that the configuration
         sets (beyond the timeouts and retries every backend takes)."""
         return {}
@@ -129,7 +190,11 @@ class FilesystemBackend(abc.ABC):
         removes a half-built filesystem."""
 
     def reset(self, req: FsRequest, cancel: CancelToken | None = None) -> MountSpec:
-        """Seed 004 §3.2: destroy and recreate empty."""
+        """Seed 004 §3.2: destroy and recreate empty. A backend whose capabilities say
+        it cannot refuses with one line (the job's output then goes to the PFS)."""
+        if not self.capabilities.reset:
+            raise FsError(f"{req.fs_id}: the {self.name} backend cannot reset a RAMDISK "
+                          "for output; the job writes its output to the PFS")
         self.destroy(req)
         return self.create(req, cancel)
 

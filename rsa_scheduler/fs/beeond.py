@@ -43,7 +43,8 @@ Sites wrap ``start`` in ``timeout`` ("sometimes BeeOND just hangs") and retry ``
 so does this backend. It runs only where BeeGFS is installed: :meth:`BeeondBackend.create`
 checks for the ``beeond`` command first and fails with one line if it is missing.
 
-Must not import the daemon, the store or the configuration (only its types, for
+Must not import the daemon, the store or the configuration (it gets its settings as
+:class:`~rsa_scheduler.fs.base.BackendSettings`: :meth:`BeeondBackend.check_settings`,
 :meth:`BeeondBackend.config_options`).
 """
 
@@ -56,24 +57,24 @@ import shlex
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
+from rsa_scheduler.core.policy import Tier
 from rsa_scheduler.fs import beegfs
 from rsa_scheduler.fs.base import (
+    BackendSettings,
     FilesystemBackend,
     FsError,
     FsRequest,
     Health,
     MountSpec,
     Need,
+    SettingProblem,
     command_need,
 )
 from rsa_scheduler.fs.common import listening_ports, on_nodes, sh_chain, validate_fs_id
 from rsa_scheduler.hosts import Cancelled, CancelToken, Host, HostError
 from rsa_scheduler.runner import CommandError
-
-if TYPE_CHECKING:
-    from rsa_scheduler.config.schema import Config
 
 log = logging.getLogger(__name__)
 
@@ -367,21 +368,45 @@ class BeeondBackend(FilesystemBackend):
         self.stop_backoff = options.stop_backoff
 
     @classmethod
-    def config_options(cls, cfg: Config) -> dict[str, Any]:
-        b = cfg.filesystem.beeond
+    def check_settings(cls, settings: BackendSettings) -> list[SettingProblem]:
+        o = settings.options
+        if not o:
+            return []
+        out: list[SettingProblem] = []
+        try:
+            beegfs.check_shift_range(o["port_shift_min"], o["port_shift_max"])
+        except ValueError as e:
+            out.append(SettingProblem(("port_shift_max",), str(e)))
+        for i, option in enumerate(o["client_options"]):
+            try:
+                beegfs.check_client_option(option, o["beegfs_major"])
+            except ValueError as e:
+                out.append(SettingProblem(("client_options", i), str(e)))
+        if o["pdsh_path"] is not None and not o["use_pdsh"]:
+            out.append(SettingProblem(("pdsh_path",), "set, but use_pdsh is false; set "
+                                      "use_pdsh: true or remove pdsh_path"))
+        if o["storage"] == "tmpfs" and Tier.SSD in settings.tiers:
+            out.append(SettingProblem(("storage",), "tmpfs would keep the ssd tier's "
+                                      "RAMDISKs in RAM; use pool_dir (or another backend "
+                                      "for ssd)"))
+        return out
+
+    @classmethod
+    def config_options(cls, settings: BackendSettings) -> dict[str, Any]:
+        o = settings.options
+        if not o:
+            return {"addresses": dict(settings.addresses)}
         opts = BeeondOptions(
-            beegfs_major=b.beegfs_major, storage_servers=b.storage_servers,
-            metadata_servers=b.metadata_servers, tmpfs=b.storage.value == "tmpfs",
-            prefer_local=b.prefer_local, use_pdsh=b.use_pdsh,
-            pdsh_path=str(b.pdsh_path) if b.pdsh_path else None,
-            config_dir=str(b.config_dir) if b.config_dir else None,
-            log_dir=str(b.log_dir), keep_logs=b.keep_logs,
-            port_shift_min=b.port_shift_min, port_shift_max=b.port_shift_max,
-            kill_after=b.kill_after, stop_backoff=b.stop_backoff,
-            client_options=tuple(b.client_options))
-        return {"options": opts,
-                "addresses": {n.name: n.data_address or n.address
-                              for n in cfg.pool.members()}}
+            beegfs_major=o["beegfs_major"], storage_servers=o["storage_servers"],
+            metadata_servers=o["metadata_servers"], tmpfs=o["storage"] == "tmpfs",
+            prefer_local=o["prefer_local"], use_pdsh=o["use_pdsh"],
+            pdsh_path=str(o["pdsh_path"]) if o["pdsh_path"] else None,
+            config_dir=str(o["config_dir"]) if o["config_dir"] else None,
+            log_dir=str(o["log_dir"]), keep_logs=o["keep_logs"],
+            port_shift_min=o["port_shift_min"], port_shift_max=o["port_shift_max"],
+            kill_after=o["kill_after"], stop_backoff=o["stop_backoff"],
+            client_options=tuple(o["client_options"]))
+        return {"options": opts, "addresses": dict(settings.addresses)}
 
     def needs(self) -> tuple[Need, ...]:
         return needs_for(self.options)

@@ -24,12 +24,14 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Sequence
 
+from rsa_scheduler.errors import RsaError
+
 PROXY_ADDRESS = "127.83.65.1"  # 'S' 'A' in the middle: an address nothing else uses
 NFT_TABLE = "rsa_mfsproxy"  # family inet
 NFT_FILE = "mfsproxy.nft"  # name of the ruleset file where one is written
 
 
-class ProxyAddressError(ValueError):
+class ProxyAddressError(RsaError, ValueError):
     """An address the guard refuses to take: the message is for the operator."""
 
 

@@ -45,16 +45,18 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from rsa_scheduler.fs import mfsproxy
 from rsa_scheduler.fs.base import (
+    BackendSettings,
     FilesystemBackend,
     FsError,
     FsRequest,
     Health,
     MountSpec,
     Need,
+    SettingProblem,
     command_need,
 )
 from rsa_scheduler.fs.common import (
@@ -65,9 +67,6 @@ from rsa_scheduler.fs.common import (
     validate_fs_id,
 )
 from rsa_scheduler.hosts import Cancelled, CancelToken, Host
-
-if TYPE_CHECKING:
-    from rsa_scheduler.config.schema import Config
 
 log = logging.getLogger(__name__)
 
@@ -447,11 +446,20 @@ class MooseFsBackend(FilesystemBackend):
     )
 
     @classmethod
-    def config_options(cls, cfg: Config) -> dict[str, Any]:
-        proxy = cfg.filesystem.moosefs_proxy
-        return {"addresses": {n.name: n.data_address or n.address
-                              for n in cfg.pool.members()},
-                "client_networks": tuple(cfg.filesystem.client_networks),
+    def check_settings(cls, settings: BackendSettings) -> list[SettingProblem]:
+        proxy = str(settings.options.get("proxy", "off"))
+        if proxy != "off":
+            try:
+                mfsproxy.check_address(proxy)
+            except ValueError as e:
+                return [SettingProblem(("proxy",), f"{e}; or off")]
+        return []
+
+    @classmethod
+    def config_options(cls, settings: BackendSettings) -> dict[str, Any]:
+        proxy = str(settings.options.get("proxy", "off"))
+        return {"addresses": dict(settings.addresses),
+                "client_networks": tuple(settings.client_networks),
                 "proxy_address": None if proxy == "off" else proxy}
 
     def __init__(self, hosts: Mapping[str, Host], *, create_timeout: float = 60.0,

@@ -1,10 +1,11 @@
 """Filesystem backend discovery through the ``rsa_scheduler.filesystems`` entry points.
 
-Owns :func:`available` (every registered backend, loaded or not, with the reason a load
-failed), :func:`backend_class` (one backend by name: a missing optional dependency fails
-here, only when that backend is selected, with one actionable line) and
-:func:`make_backend` (a configured instance for a tier). Must not import any backend
-module directly: entry points are the only link (certbot ``plugins/disco.py``).
+Owns :func:`names` (every registered name, nothing imported), :func:`available` (every
+registered backend, loaded or not, with the reason a load failed), :func:`backend_class`
+(one backend by name: a missing optional dependency fails here, only when that backend is
+selected, with one actionable line) and :func:`build` (an instance with the settings the
+configuration gives it). Must not import any backend module directly: entry points are
+the only link. Must not import the configuration (``config.backends`` asks this module).
 """
 
 from __future__ import annotations
@@ -12,15 +13,36 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from rsa_scheduler.fs.base import FilesystemBackend, FsError
+from rsa_scheduler.fs.base import BackendSettings, FilesystemBackend, FsError
 from rsa_scheduler.hosts import Host
 
-if TYPE_CHECKING:
-    from rsa_scheduler.config.schema import Config
-
 GROUP = "rsa_scheduler.filesystems"
+# The shipped backends are always known: a source tree that was never installed has no
+# entry points (pyproject.toml registers exactly these).
+SHIPPED: tuple[str, ...] = ("beeond", "moosefs", "tmpfs")
+_SHIPPED_TARGETS: Mapping[str, str] = {
+    "beeond": "rsa_scheduler.fs.beeond:BeeondBackend",
+    "moosefs": "rsa_scheduler.fs.moosefs:MooseFsBackend",
+    "tmpfs": "rsa_scheduler.fs.tmpfs:TmpfsBackend",
+}
+
+
+def _registered() -> dict[str, EntryPoint]:
+    try:
+        found = {ep.name: ep for ep in entry_points(group=GROUP)}
+    except Exception:  # broken metadata must not hide the shipped backends
+        found = {}
+    for name, target in _SHIPPED_TARGETS.items():
+        found.setdefault(name, EntryPoint(name, target, GROUP))
+    return found
+
+
+def names() -> tuple[str, ...]:
+    """Every backend name a site may choose: the registered entry points and the shipped
+    ones (names only: nothing is imported)."""
+    return tuple(sorted(_registered()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,14 +72,14 @@ def _load(ep: EntryPoint) -> Registered:
 
 def available(eps: Mapping[str, EntryPoint] | None = None) -> dict[str, Registered]:
     """Every backend registered in the entry-point group, each loaded (or its error)."""
-    found = eps if eps is not None else {ep.name: ep for ep in entry_points(group=GROUP)}
+    found = eps if eps is not None else _registered()
     return {name: _load(ep) for name, ep in sorted(found.items())}
 
 
 def backend_class(name: str, eps: Mapping[str, EntryPoint] | None = None
                   ) -> type[FilesystemBackend]:
     """The backend class registered as ``name``; FsError with one line if unusable."""
-    found = eps if eps is not None else {ep.name: ep for ep in entry_points(group=GROUP)}
+    found = eps if eps is not None else _registered()
     if name not in found:
         known = ", ".join(sorted(found)) or "none"
         raise FsError(f"filesystem backend {name!r} is not installed (registered: {known}); "
@@ -70,15 +92,11 @@ def backend_class(name: str, eps: Mapping[str, EntryPoint] | None = None
     return reg.cls
 
 
-def make_backend(cfg: Config, tier: str, hosts: Mapping[str, Host],
-                 **options: Any) -> FilesystemBackend:
-    """The configured backend of ``tier`` (``ram``/``ssd``): the config's timeouts and
-    retries, the backend's own settings (``config_options``), then ``options``."""
-    fs = cfg.filesystem
-    by_tier = {str(k): v for k, v in fs.backend.items()}
-    if tier not in by_tier:
-        raise FsError(f"no filesystem backend configured for tier {tier!r} "
-                      "(filesystem.backend)")
-    cls = backend_class(by_tier[tier])
-    return cls(hosts, create_timeout=fs.create_timeout, destroy_timeout=fs.destroy_timeout,
-               retries=fs.retries, **{**cls.config_options(cfg), **options})
+def build(name: str, hosts: Mapping[str, Host], settings: BackendSettings,
+          **options: Any) -> FilesystemBackend:
+    """Backend ``name`` with the configuration's timeouts and retries, its own settings
+    (``config_options``), then ``options``."""
+    cls = backend_class(name)
+    return cls(hosts, create_timeout=settings.create_timeout,
+               destroy_timeout=settings.destroy_timeout, retries=settings.retries,
+               **{**cls.config_options(settings), **options})

@@ -25,7 +25,14 @@ from collections.abc import Mapping
 from contextlib import ExitStack
 from typing import ClassVar
 
-from rsa_scheduler.fs.base import FilesystemBackend, FsError, FsRequest, Health, MountSpec
+from rsa_scheduler.fs.base import (
+    Capabilities,
+    FilesystemBackend,
+    FsError,
+    FsRequest,
+    Health,
+    MountSpec,
+)
 from rsa_scheduler.fs.common import sh_chain, validate_fs_id
 from rsa_scheduler.hosts import CancelToken, Host, LocalHost
 
@@ -45,6 +52,8 @@ class TmpfsBackend(FilesystemBackend):
     """A directory in one RSA node's pool, bind-mounted where staging expects it."""
 
     name: ClassVar[str] = "tmpfs"
+    #: one node's directory; the job's user owns it, mode 0700
+    capabilities: ClassVar[Capabilities] = Capabilities(multi_node=False)
 
     def __init__(self, hosts: Mapping[str, Host], *, create_timeout: float = 60.0,
                  destroy_timeout: float = 60.0, retries: int = 2,

@@ -33,7 +33,7 @@ AGENT_MODULE = "rsa_scheduler.node.agent"
 DEFAULT_BASE = "/run/rsa/node"  # = rsa_scheduler.node.mounts.DEFAULT_BASE
 
 
-class HookTimeout(Exception):
+class HookTimeout(RsaError):
     """The hook's hard timeout expired."""
 
 
@@ -217,6 +217,8 @@ def prolog(env: Mapping[str, str]) -> int:
                     ns = job_namespace(jm)
                 with inside(ns):
                     report = execute(ans, jm, who, st.allowed_roots)
+            except HookTimeout:
+                raise  # the hard timeout unwinds the whole hook (below)
             except RsaError as e:  # the namespace: nothing was mounted
                 report = {"seq": int(ans.get("seq", 0)), "ok": False, "message": str(e)}
             if not report["ok"]:
@@ -228,6 +230,8 @@ def prolog(env: Mapping[str, str]) -> int:
             if st.mounts == "job" and ns is None:
                 try:  # the agent's mounts go where the tasks will be
                     ns = job_namespace(jm)
+                except HookTimeout:
+                    raise
                 except RsaError as e:
                     _say("prolog", job, f"{e}; the job uses the PFS")
             with inside(ns):

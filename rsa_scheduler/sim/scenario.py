@@ -7,32 +7,32 @@ each names the file, the line when known, the key and the reason, raised as
 :class:`~rsa_scheduler.errors.ScenarioError`. The format is documented in
 ``docs/simulator.md``.
 
-Reads YAML and files; imports only the core's value types (never its state machine).
+One YAML validator: the file is read by the configuration's reader
+(:func:`~rsa_scheduler.config.yamldoc.parse_yaml`: lines, duplicate keys, tags) and every
+value and the ``allocation``/``staging`` settings are converted by the configuration's
+validator (:mod:`rsa_scheduler.sim.settings`); this module walks the scenario's own
+structure. Reads files; imports the core's value types (never its state machine).
 """
 
 from __future__ import annotations
 
 import difflib
-import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
-import yaml
-from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
+from rsa_scheduler.config.kinds import Bool, Choice, Hostlist, Int, Size
+from rsa_scheduler.config.yamldoc import Doc, KeyPath, parse_yaml
 from rsa_scheduler.core.actions import TRACKED, ActionKind, Result
 from rsa_scheduler.core.directives import DirectiveErrors, DirectiveSpec, parse_directives
 from rsa_scheduler.core.policy import (
     NODE_TIERS,
     AllocationPolicy,
-    EarlyStart,
     NodeState,
-    ResetTrigger,
-    StageOut,
     StagingPolicy,
-    Tier,
     node_tier,
 )
 from rsa_scheduler.core.scheduler import OPERATOR_COMMANDS, USER_COMMANDS
@@ -44,14 +44,8 @@ from rsa_scheduler.core.states import (
     RsaState,
 )
 from rsa_scheduler.core.transitions import Trigger
-from rsa_scheduler.core.units import (
-    MAX_DURATION,
-    MAX_TIME,
-    format_duration,
-    parse_duration,
-    parse_size,
-)
-from rsa_scheduler.errors import ScenarioError
+from rsa_scheduler.core.units import MAX_DURATION, MAX_TIME, format_duration
+from rsa_scheduler.errors import ConfigErrors, ScenarioError
 from rsa_scheduler.sim.model import (
     GONE,
     ActionScript,
@@ -68,6 +62,7 @@ from rsa_scheduler.sim.model import (
     SlurmEntry,
     Step,
 )
+from rsa_scheduler.sim.settings import ScenarioValidator, describe, duration
 
 #: how long each tracked action takes unless the scenario says otherwise (seconds)
 DEFAULT_DURATIONS: Mapping[ActionKind, float] = {
@@ -89,18 +84,15 @@ DEFAULT_HORIZON = 30 * 86400.0  # safety stop after the last timeline entry
 # is refused here instead. The rest of MAX_STEPS is left for events (a test keeps it so).
 MAX_POLLS = 900_000
 # Bounds of the integers a scenario gives; as rsad's config (docs/operator-guide.md).
-MAX_NODES = 100_000  # allocation counts, a job's compute nodes
+MAX_NODES = 100_000  # a job's compute nodes
 MAX_POOL_NODES = 10_000
-MAX_RETRIES = 100
 MAX_PRIORITY = 0xFFFFFFFD  # Slurm's uint32 job priority below NO_VAL and INFINITE
 MAX_TIMES = 1_000  # attempts one scripted outcome covers
 SLURM_STATES = SLURM_PENDING | SLURM_RUNNING | SLURM_FINISHED | {GONE}
 COMMANDS: frozenset[Trigger] = USER_COMMANDS | OPERATOR_COMMANDS
 
-KeyPath = tuple[str | int, ...]
 T = TypeVar("T")
-_BRACKET_RE = re.compile(r"\[([^\]]*)\]")
-_RANGE_RE = re.compile(r"(\d+)-(\d+)")
+_TRIGGERS = frozenset(t.value for t in Trigger)
 
 
 # ---- loading -------------------------------------------------------------------------------
@@ -120,31 +112,13 @@ def load_scenario(path: str | Path) -> Scenario:
 def parse_scenario(text: str, source: str = "<scenario>") -> Scenario:
     """Validate scenario YAML text (``source`` names it in errors)."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
-        problem = getattr(e, "problem", None) or str(e)
-        raise ScenarioError(f"{where}: invalid YAML: {problem}") from e
-    except RecursionError as e:
-        raise ScenarioError(f"{source}: invalid YAML: nested too deeply") from e
-    lines: dict[KeyPath, int] = {}
-    if node is not None:
-        _index_lines(node, (), lines)
-    return _Parser(source, lines).scenario(data)
-
-
-def _index_lines(node: yaml.Node, path: KeyPath, out: dict[KeyPath, int]) -> None:
-    out[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        for k, v in node.value:
-            key = k.value if isinstance(k, yaml.ScalarNode) else str(k)
-            _index_lines(v, (*path, str(key)), out)
-            out[(*path, str(key))] = k.start_mark.line + 1  # the key's line, not the value's
-    elif isinstance(node, yaml.SequenceNode):
-        for i, v in enumerate(node.value):
-            _index_lines(v, (*path, i), out)
+        # a later key replaces an earlier one (scenarios are often built by appending)
+        doc, issues = parse_yaml(text, source, keys_as_text=True, later_key_wins=True)
+    except ConfigErrors as e:
+        raise ScenarioError(str(e.issues[0])) from e
+    if issues:
+        raise ScenarioError(str(issues[0]))
+    return _Parser(doc).scenario(doc.data)
 
 
 def _dotted(path: KeyPath) -> str:
@@ -157,9 +131,10 @@ def _dotted(path: KeyPath) -> str:
 class _Parser:
     """Converts the plain YAML data, raising located ScenarioErrors."""
 
-    def __init__(self, source: str, lines: Mapping[KeyPath, int]) -> None:
-        self.source = source
-        self.lines = lines
+    def __init__(self, doc: Doc) -> None:
+        self.source = doc.file
+        self.lines = doc.lines
+        self.v = ScenarioValidator(doc)
 
     # -- errors and primitives --------------------------------------------------------------
     def fail(self, path: KeyPath, reason: str) -> NoReturn:
@@ -170,7 +145,7 @@ class _Parser:
     def mapping(self, value: Any, path: KeyPath, known: Sequence[str],
                 required: Sequence[str] = ()) -> dict[str, Any]:
         if not isinstance(value, dict):
-            self.fail(path, f"expected a mapping, got {_kind(value)}")
+            self.fail(path, f"expected a mapping, got {describe(value)}")
         out: dict[str, Any] = {}
         for key, item in value.items():
             name = str(key)
@@ -187,58 +162,35 @@ class _Parser:
 
     def seq(self, value: Any, path: KeyPath) -> list[Any]:
         if not isinstance(value, list):
-            self.fail(path, f"expected a list, got {_kind(value)}")
+            self.fail(path, f"expected a list, got {describe(value)}")
         return value
 
     def text(self, value: Any, path: KeyPath) -> str:
         if isinstance(value, bool) or not isinstance(value, str | int | float):
-            self.fail(path, f"expected a string, got {_kind(value)}")
+            self.fail(path, f"expected a string, got {describe(value)}")
         return str(value)
 
     def integer(self, value: Any, path: KeyPath, lo: int = 0, hi: int | None = None) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(path, f"expected an integer, got {_kind(value)}")
-        if value < lo:
-            self.fail(path, f"must be >= {lo}, got {value}")
-        if hi is not None and value > hi:
-            self.fail(path, f"must be <= {hi}, got {value}")
-        return value
+        out = self.v.take(Int(min=lo, max=hi), value, path)
+        assert isinstance(out, int)
+        return out
 
     def boolean(self, value: Any, path: KeyPath) -> bool:
-        if not isinstance(value, bool):
-            self.fail(path, f"expected true or false, got {_kind(value)}")
-        return value
+        return bool(self.v.take(Bool(), value, path))
 
     def duration(self, value: Any, path: KeyPath, limit: float = MAX_DURATION) -> float:
         """A finite duration ``0 <= d <= limit`` (a year; points in time: ten years)."""
-        try:
-            return parse_duration(value, limit=limit)
-        except (ValueError, TypeError) as e:
-            self.fail(path, str(e) if isinstance(e, ValueError) else
-                      f"expected a duration (e.g. 30, 30s, 5m, 01:00:00), got {_kind(value)}")
+        return float(self.v.take(duration(limit), value, path))
 
     def choice(self, value: Any, path: KeyPath, conv: Callable[[str], T],
                choices: Sequence[str]) -> T:
-        try:
-            return conv(self.text(value, path))
-        except ValueError:
-            self.fail(path, f"{value!r} is not one of {', '.join(choices)}")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            value = str(value)
+        return conv(self.v.take(Choice(tuple(choices)), value, path))
 
     def hostlist(self, value: Any, path: KeyPath) -> NodeSet:
         text = self.text(value, path)
-        # Refuse huge ranges before ClusterShell expands them (only an assert stops it).
-        for bracket in _BRACKET_RE.findall(text):
-            for low, high in _RANGE_RE.findall(bracket):
-                if int(high) - int(low) >= MAX_POOL_NODES:
-                    self.fail(path, f"range {low}-{high} is too large: a pool has at most "
-                                    f"{MAX_POOL_NODES} nodes")
-        try:
-            nodes = NodeSet(text, resolver=RESOLVER_NOGROUP)
-        except NodeSetException as e:
-            self.fail(path, f"invalid hostlist {text!r}: {e}")
-        if len(nodes) > MAX_POOL_NODES:
-            self.fail(path, f"{len(nodes)} nodes: a pool has at most {MAX_POOL_NODES}")
-        return nodes
+        return NodeSet(self.v.take(Hostlist(), text, path), resolver=RESOLVER_NOGROUP)
 
     # -- the document -------------------------------------------------------------------------
     def scenario(self, data: Any) -> Scenario:
@@ -250,8 +202,9 @@ class _Parser:
                                       "jobs", "timeline", "expect"),
                            required=("pool", "jobs", "timeline"))
         pool = self.pool(top["pool"], ("pool",))
-        allocation = self.allocation(top.get("allocation", {}), ("allocation",))
-        staging = self.staging(top.get("staging", {}), ("staging",))
+        allocation: AllocationPolicy = self.v.allocation(top.get("allocation"),
+                                                         ("allocation",))
+        staging: StagingPolicy = self.v.staging(top.get("staging"), ("staging",))
         durations = dict(DEFAULT_DURATIONS)
         for name, value in self.mapping(top.get("durations", {}), ("durations",),
                                         [k.value for k in DEFAULT_DURATIONS]).items():
@@ -309,83 +262,16 @@ class _Parser:
                 seen.add(n)
             tier = self.choice(d.get("tier", "ram"), (*p, "tier"), node_tier,
                                [t.value for t in NODE_TIERS])
-            try:
-                capacity = parse_size(self.text(d.get("capacity", "64G"), (*p, "capacity")))
-            except ValueError as e:
-                self.fail((*p, "capacity"), str(e))
-            if capacity < 1:
-                self.fail((*p, "capacity"), "must be > 0")
+            capacity = int(self.v.take(Size(), d.get("capacity", "64G"), (*p, "capacity")))
             state = self.choice(d.get("state", "up"), (*p, "state"), NodeState,
                                 [s.value for s in NodeState])
             groups.append(NodeGroup(str(names), tier, capacity, state))
         return tuple(groups)
 
-    def allocation(self, value: Any, path: KeyPath) -> AllocationPolicy:
-        d = self.mapping(value or {}, path,
-                         ("ratio", "min_nodes", "max_nodes", "max_request", "default_tier",
-                          "price", "bandwidth", "io_time"))
-        kw: dict[str, Any] = {k: self.integer(v, (*path, k), 1, MAX_NODES) for k, v in d.items()
-                              if k not in ("default_tier", "price", "bandwidth", "io_time")}
-        if "default_tier" in d:
-            kw["default_tier"] = self.choice(d["default_tier"], (*path, "default_tier"),
-                                             Tier, [t.value for t in Tier])
-        tiers = [t.value for t in NODE_TIERS]
-        for key in ("price", "bandwidth"):
-            if key in d:
-                per = self.mapping(d[key], (*path, key), tiers)
-                kw[key] = {node_tier(t): self.number(v, (*path, key, t)) if key == "price"
-                           else self.size(v, (*path, key, t)) for t, v in per.items()}
-        if "io_time" in d:
-            kw["io_time"] = self.duration(d["io_time"], (*path, "io_time"))
-        try:
-            return AllocationPolicy(**kw)
-        except ValueError as e:
-            self.fail(path, str(e))
-
-    def number(self, value: Any, path: KeyPath) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            self.fail(path, f"expected a number >= 0, got {value!r}")
-        return float(value)
-
-    def size(self, value: Any, path: KeyPath) -> int:
-        try:
-            return parse_size(self.text(value, path))
-        except ValueError as e:
-            self.fail(path, str(e))
-
-    def staging(self, value: Any, path: KeyPath) -> StagingPolicy:
-        d = self.mapping(value or {}, path, ("early_start", "stage_out", "retries", "backoff",
-                                             "backoff_max", "reset", "wait_timeout",
-                                             "fs_build_attempts", "on_deck_settle"))
-        kw: dict[str, Any] = {}
-        if "early_start" in d:
-            kw["early_start"] = self.choice(d["early_start"], (*path, "early_start"),
-                                            EarlyStart, [e.value for e in EarlyStart])
-        if "stage_out" in d:
-            kw["stage_out"] = self.choice(d["stage_out"], (*path, "stage_out"), StageOut,
-                                          [s.value for s in StageOut])
-        for k in ("retries", "fs_build_attempts"):
-            if k in d:
-                kw[k] = self.integer(d[k], (*path, k), 0, MAX_RETRIES)
-        for k in ("backoff", "backoff_max", "wait_timeout", "on_deck_settle"):
-            if k in d:
-                kw[k] = self.duration(d[k], (*path, k))
-        if "reset" in d:
-            r = self.mapping(d["reset"], (*path, "reset"), ("trigger", "delay"))
-            if "trigger" in r:
-                kw["reset_trigger"] = self.choice(r["trigger"], (*path, "reset", "trigger"),
-                                                  ResetTrigger, [t.value for t in ResetTrigger])
-            if "delay" in r:
-                kw["reset_delay"] = self.duration(r["delay"], (*path, "reset", "delay"))
-        try:
-            return StagingPolicy(**kw)
-        except ValueError as e:
-            self.fail(path, str(e))
-
     # -- jobs -----------------------------------------------------------------------------------
     def jobs(self, value: Any, path: KeyPath) -> dict[str, JobSpec]:
         if not isinstance(value, dict):
-            self.fail(path, f"expected a mapping of job id to job, got {_kind(value)}")
+            self.fail(path, f"expected a mapping of job id to job, got {describe(value)}")
         if not value:
             self.fail(path, "must not be empty: define at least one job (job id: job)")
         jobs: dict[str, JobSpec] = {}
@@ -418,11 +304,11 @@ class _Parser:
                     v = shlex.join(str(x) for x in v)
                 elif isinstance(v, bool) or v is None or not isinstance(v, str | int | float):
                     self.fail((*path, str(k)), f"expected a string, number or list, "
-                                               f"got {_kind(v)}")
+                                               f"got {describe(v)}")
                 lines.append(f"#RSA_{str(k).upper()} {v}")
             script = "\n".join(lines) + "\n"
         else:
-            self.fail(path, f"expected a script snippet or a mapping, got {_kind(value)}")
+            self.fail(path, f"expected a script snippet or a mapping, got {describe(value)}")
         try:
             spec = parse_directives(script, source="directives")
         except DirectiveErrors as e:
@@ -505,11 +391,11 @@ class _Parser:
             d = self.mapping(value, p, ("at", "job", "command", "by", "operator", "refused"),
                              required=("job",))
             job = self.job_ref(d["job"], (*p, "job"), jobs)
-            command = self.choice(d["command"], (*p, "command"), Trigger,
-                                  sorted(c.value for c in COMMANDS))
-            if command not in COMMANDS:
-                self.fail((*p, "command"), f"{command.value!r} is not a command; use one of "
-                          f"{', '.join(sorted(c.value for c in COMMANDS))}")
+            names = sorted(c.value for c in COMMANDS)
+            if d.get("command") in _TRIGGERS and Trigger(d["command"]) not in COMMANDS:
+                self.fail((*p, "command"), f"{d['command']!r} is not a command; use one of "
+                          f"{', '.join(names)}")
+            command = self.choice(d.get("command"), (*p, "command"), Trigger, names)
             operator = self.boolean(d["operator"], (*p, "operator")) if "operator" in d \
                 else command not in USER_COMMANDS
             by = self.text(d.get("by", "root" if operator else jobs[job].user), (*p, "by"))
@@ -593,10 +479,3 @@ class _Parser:
 
 def _seconds(value: float) -> str:
     return format_duration(value) if value >= 60 else f"{value:g}s"
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "nothing"
-    return {bool: "a boolean", int: "a number", float: "a number", str: f"{value!r}",
-            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)

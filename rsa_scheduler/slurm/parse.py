@@ -10,6 +10,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from rsa_scheduler.errors import RsaError
+
 #: One ``squeue -h -r -O`` call per cycle. ``Field:0|`` prints the field whole (no padding
 #: or truncation) followed by ``|``; admin_comment comes last so a ``|`` inside it cannot
 #: shift the other columns. ``JobArrayID`` gives ``123_4`` for array elements (with -r).
@@ -20,7 +22,7 @@ _JOB_ID = re.compile(r"^\d+(?:_\d+)?(?:\+\d+)?$")
 NULL = "(null)"
 
 
-class ParseError(ValueError):
+class ParseError(RsaError, ValueError):
     """Slurm printed something the parser does not understand."""
 
 

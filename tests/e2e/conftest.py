@@ -17,7 +17,14 @@ import pytest
 
 from tests.integration.conftest import _needs_lab, as_user, lab
 
-__all__ = ["_needs_lab", "input_area", "lab", "lab_mode"]
+__all__ = ["_needs_lab", "input_area", "lab", "lab_mode", "md5_of"]
+
+
+def md5_of(directory: Path, pattern: str = "f*") -> str:
+    """``md5sum PATTERN`` run in ``directory``: what a job's own ``(cd DIR && md5sum
+    PATTERN)`` line writes, to compare with."""
+    return subprocess.run(["bash", "-c", f"md5sum {pattern}"], cwd=directory,
+                          capture_output=True, text=True, timeout=120, check=True).stdout
 
 
 def lab_mode(lab: Mapping[str, str]) -> str:

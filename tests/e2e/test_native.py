@@ -14,13 +14,14 @@ import json
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rsa_scheduler.slurm.parse import parse_show_job
-from tests.e2e.conftest import input_area
+from tests.e2e.conftest import input_area, md5_of
 from tests.integration.conftest import as_user
 from tests.integration.slurmkit import make_jobs, root, wait_for
 from tests.integration.test_rsad_staging import rsa_job, wait_state
@@ -64,9 +65,14 @@ def node_states(lab: Mapping[str, str]) -> dict[str, str]:
     return dict(line.split("|", 1) for line in out.splitlines() if line.strip())
 
 
-def md5_of(directory: Path) -> str:
-    return subprocess.run(["bash", "-c", "md5sum f*"], cwd=directory, capture_output=True,
-                          text=True, timeout=60, check=True).stdout
+# a node nothing runs on: Slurm 22.05 shows an idle node the backfill scheduler has set
+# aside for a pending job (here the one waiting for its burst buffer) as "planned"
+FREE = frozenset({"idle", "planned"})
+
+
+def all_free(states: Mapping[str, str]) -> bool:
+    return bool(states) and all(v in FREE for v in states.values())
+
 
 
 def transitions(lab: Mapping[str, str], job: str) -> list[str]:
@@ -86,19 +92,35 @@ findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
 echo "$RSA_MODE|$RSA_STATE" > {area}/res/env
 """
     with make_jobs(lab) as jobs:
-        # no RSA node free at first: Slurm's data_in blocks in rsad, the job stays pending
+        # no RSA node free at first: the job stays pending, the compute nodes idle. Slurm
+        # either sees no free space in the pool (BurstBufferResources: rsad's pools file
+        # says so) or, with a pools view up to 30 s old, already runs setup, which waits
+        # in rsad (BurstBufferStageIn)
         for n in range(1, 5):
             root(lab, rsa, "drain", f"rsa{n}", "--reason", "native e2e")
+        seen: set[str] = set()
         try:
             job = jobs.submit(script=script)
-            assert "#BB_LUA" in show(lab, job).get("BurstBuffer", ""), show(lab, job)
-            wait_for("BurstBufferStageIn", lambda: queue_line(lab, job) == (
-                "PENDING", "BurstBufferStageIn"), timeout=90, every=0.5)
-            assert (rsa_job(lab, job) or {}).get("rsa_state") == "none"
-            assert node_states(lab) == {f"c{i}": "idle" for i in range(1, 5)}
+            assert "   BurstBuffer=#BB_LUA pool=ram capacity=1M\n" in root(
+                lab, "scontrol", "show", "job", job)
+            waiting = ("BurstBufferResources", "BurstBufferStageIn")
+            wait_for("the job waiting for its burst buffer", lambda: queue_line(lab, job) in {
+                ("PENDING", r) for r in waiting}, timeout=90, every=0.5)
+            time.sleep(5)  # it keeps waiting
+            assert queue_line(lab, job) in {("PENDING", r) for r in waiting}
+            # nothing allocated (rsad may not track it yet: Slurm has not set it up)
+            assert (rsa_job(lab, job) or {}).get("rsa_state") in (None, "none")
+            states = node_states(lab)
+            assert set(states) == {f"c{i}" for i in range(1, 5)} and all_free(states), states
         finally:
             for n in range(1, 5):
                 root(lab, rsa, "resume", f"rsa{n}")
+        # once nodes are free Slurm starts the stage-in and holds the job in it until done
+        deadline = time.monotonic() + 180
+        while (line := queue_line(lab, job))[0] == "PENDING" and time.monotonic() < deadline:
+            seen.add(line[1])
+            time.sleep(0.2)
+        assert "BurstBufferStageIn" in seen, seen
         wait_state(lab, job, "released", timeout=300)
     assert (area / "res" / "inmnt").read_text().strip() == f"{area}/in"  # the RAMDISK
     assert (area / "res" / "md5").read_text() == md5_of(area / "in")
@@ -127,7 +149,7 @@ for i in 1 2 3; do head -c 100M /dev/urandom > {area}/out/f$i; done
                 slurm_state, _ = queue_line(lab, job)
                 nodes = node_states(lab)
                 # Slurm holds the job in stage-out, its compute node already free
-                if "STAGE_OUT" in slurm_state and all(v == "idle" for v in nodes.values()):
+                if "STAGE_OUT" in slurm_state and all_free(nodes):
                     seen_released = True
             if state in ("released", "quarantined"):
                 break
@@ -254,9 +276,7 @@ findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
     stage_ins = [e for e in outcomes if "/stage-in/" in str(e.get("action"))]
     assert len(builds) == 1 and [e["result"] for e in stage_ins] == ["ok"], outcomes
     assert (area / "res" / "inmnt").read_text().strip() == f"{area}/in"  # the RAMDISK
-    want = subprocess.run(["bash", "-c", "md5sum f* blob"], cwd=area / "in",
-                          capture_output=True, text=True, timeout=120, check=True).stdout
-    assert (area / "res" / "md5").read_text() == want
+    assert (area / "res" / "md5").read_text() == md5_of(area / "in", "f* blob")
     left = subprocess.run(["pgrep", "-a", "-f", f"mfs(master|chunkserver).*job{job}-"],
                           capture_output=True, text=True).stdout.strip()
     assert not left, f"the job's RAMDISK servers are still running: {left}"
@@ -293,30 +313,38 @@ for i in 1 2 3 4 5 6; do head -c 100M /dev/urandom > {area}/out/f$i; done
 
 def test_sacct_accounts_the_ramdisk_as_the_bb_tres(
         lab: Mapping[str, str], area: Path) -> None:
-    """A job asking for ``pool=ram capacity=1G``: Slurm checks the pool rsad reports
-    (scontrol show burst), real_size raises the size to the RSA node rsad gave it, and
-    sacct shows both (accounting on: AccountingStorageTRES=bb/lua)."""
+    """Every RSA job's RAMDISK is the bb/lua TRES in sacct (accounting on:
+    AccountingStorageTRES=bb/lua). A job asking for ``pool=ram capacity=1G`` itself, and a
+    plain RSA job whose ``#BB_LUA pool=ram capacity=1M`` line job_submit.lua wrote: Slurm
+    checks the pool rsad reports (scontrol show burst), real_size raises the size to the
+    RSA node rsad gave each job, and sacct shows the request and the allocation."""
     if lab["RSA_LAB_ACCOUNTING"] != "1":
         pytest.skip("needs slurmdbd (RSA_LAB_ACCOUNTING=1)")
     wait_for("the ram pool in scontrol show burst", lambda: "PoolName[0]=ram " in root(
         lab, "scontrol", "show", "burst"), timeout=60)
-    script = f"""#!/bin/bash
-#SBATCH -t 5
-#BB_LUA pool=ram capacity=1G
-#RSA_DATA_IN={area}/in
-(cd {area}/in && md5sum f*) > {area}/res/md5
+    body = f"""#RSA_DATA_IN={area}/in
+(cd {area}/in && md5sum f*) > {area}/res/md5.$SLURM_JOB_ID
 """
+    own = f"#!/bin/bash\n#SBATCH -t 5\n#BB_LUA pool=ram capacity=1G\n{body}"
+    plain = f"#!/bin/bash\n#SBATCH -t 5\n{body}"
     with make_jobs(lab) as jobs:
-        job = jobs.submit(script=script)
-        wait_state(lab, job, "released", timeout=240)
+        asked, given = jobs.submit(script=own), jobs.submit(script=plain)
+        # (scontrol's one-line form splits the value at its spaces: read the long form)
+        assert "   BurstBuffer=#BB_LUA pool=ram capacity=1M\n" in root(
+            lab, "scontrol", "show", "job", given)
+        for job in (asked, given):
+            wait_state(lab, job, "released", timeout=240)
 
-        def tres() -> tuple[str, str] | None:
+        def tres(job: str) -> tuple[str, str] | None:
             out = root(lab, "sacct", "-n", "-X", "-P", "-j", job, "-o",
                        "State,ReqTRES,AllocTRES").strip()
             state, req, alloc = [*out.split("|"), "", "", ""][:3]
             return (req, alloc) if state == "COMPLETED" and "bb/lua" in alloc else None
 
-        req, alloc = wait_for("sacct's bb/lua", tres, timeout=120, every=2.0)
-    assert "bb/lua=1G" in req.split(","), req
-    assert f"bb/lua={lab['RSA_LAB_RAM_SIZE']}" in alloc.split(","), alloc  # one RSA node
-    assert (area / "res" / "md5").read_text() == md5_of(area / "in")
+        got = {job: wait_for(f"sacct's bb/lua of {job}", partial(tres, job), timeout=120,
+                             every=2.0) for job in (asked, given)}
+    for job, want in ((asked, "bb/lua=1G"), (given, "bb/lua=1M")):
+        req, alloc = got[job]
+        assert want in req.split(","), req
+        assert f"bb/lua={lab['RSA_LAB_RAM_SIZE']}" in alloc.split(","), alloc  # one node
+        assert (area / "res" / f"md5.{job}").read_text() == md5_of(area / "in")

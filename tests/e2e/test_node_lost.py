@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from ClusterShell.NodeSet import NodeSet
 
+from tests.e2e.conftest import md5_of
 from tests.e2e.test_health import SSH_DIR, freeze, nodes, thaw
 from tests.integration.conftest import as_user
 from tests.integration.slurmkit import make_jobs, wait_for
@@ -69,9 +70,7 @@ findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
         # back: what the teardown left on it is cleaned before it is up again
         wait_for(f"{lost} up again", lambda: nodes(lab)[lost]["state"] == "up", timeout=120)
     assert (area / "res" / "inmnt").read_text().strip() == f"{area}/in"  # the RAMDISK
-    want = subprocess.run(["bash", "-c", "md5sum f* blob"], cwd=area / "in",
-                          capture_output=True, text=True, timeout=120, check=True).stdout
-    assert (area / "res" / "md5").read_text() == want
+    assert (area / "res" / "md5").read_text() == md5_of(area / "in", "f* blob")
     data = rsa_job(lab, job) or {}
     told = [e for e in data.get("events", []) if e["name"] == "rsa.transition"
             and e.get("trigger") == "node-lost"]

@@ -9,6 +9,7 @@ slurmctld: tests/e2e/test_native.py.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -131,10 +132,14 @@ def test_bbstat_failing_is_a_line_too(tmp_path: Path) -> None:
     assert (got.rc, got.msg) == ("-1", ["rsa-bb status: cannot reach rsad"])
 
 
-def test_pools_come_from_rsads_file_and_no_file_means_no_pools(tmp_path: Path) -> None:
+def test_pools_come_from_rsads_file_and_no_file_means_empty_pools(tmp_path: Path) -> None:
     pools = tmp_path / "bb-pools.json"
     got = call("slurm_bb_pools", config={"pools_file": str(pools)})
-    assert (got.nret, got.rc) == (1, "0")  # the plugin stays up, tracks no pools
+    # rsad has not written its file yet: the configured pools, no space (Slurm then
+    # accepts jobs naming them, and they wait, instead of refusing them)
+    assert got.rc == "0"
+    assert json.loads(got.msg[0]) == {"pools": [
+        {"free": 0, "granularity": 1048576, "id": "ram", "quantity": 0}]}
     text = '{"pools": [{"free": 2048, "granularity": 1048576, "id": "ram", "quantity": 8192}]}'
     pools.write_text(text + "\n")
     got = call("slurm_bb_pools", config={"pools_file": str(pools)})
@@ -174,12 +179,30 @@ def submit(tmp_path: Path, script: str, **config: str) -> dict[str, str]:
 def test_native_mode_gives_rsa_jobs_the_bb_line_and_no_start_hold(tmp_path: Path) -> None:
     sets = submit(tmp_path, "#!/bin/bash\n#RSA_DATA_IN=/pfs/home/a/in\nhostname\n",
                   bb_directive="BB_LUA")
-    assert sets["burst_buffer"] == "#BB_LUA"
+    assert sets["burst_buffer"] == "#BB_LUA pool=ram capacity=1M"
     assert sets["admin_comment"].startswith("rsa1:") and " hold=" not in sets["admin_comment"]
     assert "begin_time" not in sets
     # queue mode (the default): the start hold, no burst buffer
     sets = submit(tmp_path, "#!/bin/bash\n#RSA_DATA_IN=/pfs/home/a/in\nhostname\n")
     assert "burst_buffer" not in sets and " hold=" in sets["admin_comment"]
+
+
+def test_the_bb_line_is_sized_so_slurm_accounts_the_ramdisk(tmp_path: Path) -> None:
+    """Slurm calls real_size (rsad's answer: the RSA nodes the job got, the bb/lua TRES)
+    only for a job with pool= and capacity=: the line names the job's tier and capacity."""
+    sets = submit(tmp_path, "#!/bin/bash\n#RSA_DATA_OUT=/pfs/home/a/out\n#RSA_TIER=ssd\n"
+                  "#RSA_CAPACITY=1536M\ntrue\n", bb_directive="BB_LUA")
+    assert sets["burst_buffer"] == "#BB_LUA pool=ssd capacity=1536M"
+    odd = submit(tmp_path, "#!/bin/bash\n#RSA_DATA_OUT=/pfs/home/a/out\n"
+                 "#RSA_CAPACITY=1500K\ntrue\n", bb_directive="BB_LUA")
+    assert odd["burst_buffer"] == "#BB_LUA pool=ram capacity=2M"  # rounded up to MiB
+    huge = submit(tmp_path, "#!/bin/bash\n#RSA_DATA_OUT=/pfs/home/a/out\n"
+                  "#RSA_CAPACITY=1P\ntrue\n", bb_directive="BB_LUA")
+    assert huge["burst_buffer"] == f"#BB_LUA pool=ram capacity={1 << 30}M"
+    # auto (or no tier): the site's pool
+    auto = submit(tmp_path, "#!/bin/bash\n#RSA_DATA_OUT=/pfs/home/a/out\n#RSA_TIER=auto\n"
+                  "true\n", bb_directive="BB_LUA", bb_pool="ssd")
+    assert auto["burst_buffer"] == "#BB_LUA pool=ssd capacity=1M"
 
 
 def test_a_job_with_its_own_bb_line_or_without_rsa_work_is_left_alone(

@@ -192,13 +192,15 @@ def test_hook_event_moves_a_job_without_waiting_for_the_poll(tmp_path: Path) -> 
     slurm.set("7", "PENDING", "Resources")
     d.poll()
     settle(d)
-    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "7"})
+    polled = d.clock()  # a poll starts (its squeue runs) ...
+    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "7"})  # ... a hook arrives
     d.drain()
     assert d.sched.records["7"].job_state is JobState.RUNNING
-    # a poll whose squeue ran before the hook must not drag the job back to pending
-    before = d.clock() - 10_000
-    d._hook_seen["7"] = d.clock()
-    assert d._observation(slurm.rows[0], before) is None
+    # the hook is stamped by the daemon's own clock (not the wall clock: this test's clock
+    # is ~1000 s after the epoch), so the poll whose squeue ran before it must not drag
+    # the job back to pending
+    assert polled < d._hook_seen["7"] < polled + 1000
+    assert d._observation(slurm.rows[0], polled) is None
 
 
 def test_refused_stage_in_declines_and_tells_the_user(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from rsa_scheduler.config import load_config_text
+from rsa_scheduler.config.backends import make_backend
 from rsa_scheduler.fs import beegfs
 from rsa_scheduler.fs.base import FsError, FsRequest, MountSpec
 from rsa_scheduler.fs.beeond import (
@@ -33,7 +34,7 @@ from rsa_scheduler.fs.beeond import (
     stop_argv,
 )
 from rsa_scheduler.fs.nodecheck import check_script, parse_check
-from rsa_scheduler.fs.registry import backend_class, make_backend
+from rsa_scheduler.fs.registry import backend_class
 from rsa_scheduler.hosts import CancelToken, LocalHost
 from rsa_scheduler.runner import CommandError, Completed, Identity
 

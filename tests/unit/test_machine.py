@@ -10,6 +10,8 @@ import pytest
 from rsa_scheduler.core.actions import ActionKind, Outcome, Result
 from rsa_scheduler.core.allocator import Pool, Request
 from rsa_scheduler.core.directives import DirectiveSpec, Reset
+from rsa_scheduler.core.events import Event
+from rsa_scheduler.core.machine import JobRecord
 from rsa_scheduler.core.policy import EarlyStart, NodeState, StagingPolicy, Tier
 from rsa_scheduler.core.scheduler import (
     CommandRefused,
@@ -426,6 +428,35 @@ def test_replay_reproduces_live_state_and_pool() -> None:
     assert replayed.snapshot() == d.sched.snapshot()
     assert replayed.pool.snapshot() == d.sched.pool.snapshot()
     assert [a.id for a in replayed.outstanding()] == [a.id for a in d.sched.outstanding()]
+
+
+def test_first_sight_event_is_light_and_old_full_ones_still_replay() -> None:
+    """job.tracked names the job, its user, its spec without unset keys and only the
+    fields that differ from a new record's; logs written before carry the whole record
+    (the spec with every key): a restart reads both into the same records."""
+    d = Driver(make_scheduler())
+    d.observe(obs("10", "PENDING", "Priority", make_spec(nodes=2), priority=7),
+              obs("11", "PENDING", "Resources", make_spec(data_in=None)), at=100.0)
+    tracked = [e for e in d.log if e.name == "job.tracked"]
+    assert [e.job_id for e in tracked] == ["10", "11"]
+    ctx = dict(tracked[0].context["set"])
+    assert ctx == {"job_id": "10", "user": "alice", "priority": 7, "compute_nodes": 2,
+                   "since": 100.0, "spec": {"data_in": "/pfs/in", "data_out": "/pfs/out",
+                                            "nodes": 2}}
+    assert Scheduler.replay(make_pool(), d.sched.policy, d.log).snapshot() == \
+        d.sched.snapshot()
+
+    # the same log as an older rsad wrote it: each job.tracked carried the full record
+    def full(e: Event) -> Event:
+        if e.name != "job.tracked":
+            return e
+        rec = JobRecord.from_json(e.context["set"])
+        return replace(e, context={"set": rec.to_json()})
+    old = [full(e) for e in d.log]
+    assert old != d.log and all(None in dict(e.context["set"])["spec"].values()
+                                for e in old if e.name == "job.tracked")
+    assert Scheduler.replay(make_pool(), d.sched.policy, old).snapshot() == \
+        d.sched.snapshot()
 
 
 def test_job_declined_for_an_early_start_gets_a_new_cycle_after_requeue() -> None:

@@ -411,3 +411,55 @@ def test_random_scenarios_keep_every_invariant(seed: int) -> None:
         if job.tracked:
             assert job.final["rsa_state"] in ("released", "declined"), (jid, job.final)
     assert result.pool["held"] == {}
+
+
+# ---- one validator: a scenario's settings as rsad's configuration checks them ---------------
+
+@pytest.mark.parametrize("allocation", [
+    "{ratio: 0}",
+    "{max_request: 100001}",
+    "{price: {ram: -1}}",
+    "{price: {nvme: 1}}",
+    "{bandwidth: {ssd: 0}}",
+    "{io_time: 2d}",
+    "{io_time: 0s}",
+    "{min_nodes: 4, max_nodes: 2}",
+    "{ratio: 2, colour: blue}",
+])
+def test_a_scenarios_allocation_is_checked_as_rsads_configuration_is(allocation: str) -> None:
+    """The scenario's ``allocation:`` is rsad's section, converted by the same validator:
+    the same value is refused with the same key and reason in both."""
+    from rsa_scheduler.config import ConfigErrors, load_config_text
+
+    with pytest.raises(ConfigErrors) as cfg_error:
+        load_config_text("pool:\n  nodes:\n    - {names: 'rsa[1-8]', capacity: 1G}\n"
+                         f"allocation: {allocation}\n")
+    issue = cfg_error.value.issues[0]
+    with pytest.raises(ScenarioError) as sim_error:
+        parse_scenario(make_scenario(f"allocation: {allocation}\n" + TIMELINE),
+                       source="s.yaml")
+    assert str(sim_error.value) == f"s.yaml:8: {issue.key}: {issue.reason}"
+
+
+def test_scenario_values_get_the_configurations_checks() -> None:
+    """Hostlists and durations of a scenario go through the configuration's validator
+    too (node groups, node names), in the scenario's words where its format differs."""
+    with pytest.raises(ScenarioError, match=r"^s\.yaml:2: pool\[0\]\.names: node groups "
+                                            r"\(@group\) are not supported; list the nodes$"):
+        parse_scenario("pool:\n  - names: '@rsa'\njobs: {1: {}}\ntimeline: []\n",
+                       source="s.yaml")
+    with pytest.raises(ScenarioError, match=r"^s\.yaml:2: pool\[0\]\.names: invalid node "
+                                            r"name 'rsa-' in 'rsa-'$"):
+        parse_scenario("pool:\n  - names: 'rsa-'\njobs: {1: {}}\ntimeline: []\n",
+                       source="s.yaml")
+    # a bare number is seconds in a scenario (ambiguous in rsad's configuration)
+    sc = parse_scenario(make_scenario("staging: {backoff: 45, reset: {delay: 90}}\n"
+                                      + TIMELINE))
+    assert (sc.staging.backoff, sc.staging.reset_delay) == (45.0, 90.0)
+    with pytest.raises(ScenarioError, match=r"staging\.reset\.trigger: 'soon' is not one "
+                                            r"of delay, input-done$"):
+        parse_scenario(make_scenario("staging: {reset: {trigger: soon}}\n" + TIMELINE))
+    with pytest.raises(ScenarioError, match=r"^s\.yaml:8: staging: backoff must be > 0 and "
+                                            r"<= backoff_max$"):
+        parse_scenario(make_scenario("staging: {backoff: 1h, backoff_max: 1m}\n" + TIMELINE),
+                       source="s.yaml")

@@ -3,6 +3,7 @@ after it, and ends in exactly the state a replay of the whole log gives."""
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import sqlite3
 from pathlib import Path
@@ -48,6 +49,34 @@ def test_store_keeps_the_newest_snapshots(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="ahead of the log"):
         store.write_snapshot(6, 2.0, {})
     store.close()
+
+
+def test_snapshots_skip_the_first_cycle_and_wait_for_as_many_events_as_jobs(
+        tmp_path: Path) -> None:
+    """The first cycle after a start (every job of the queue at once) writes none; later
+    ones write one once ``snapshot_every`` events, and at least as many as jobs in
+    memory, came after the last: a snapshot's cost (one record each) is spread over as
+    many events as it spares a restart's replay."""
+    slurm = ScriptedSlurm()
+    d = daemon(tmp_path / "rsa.db", slurm, snapshot_every=5)
+    for job in range(100, 120):  # 20 queued jobs: 40 events
+        slurm.set(str(job), "PENDING", "Priority")
+    d.poll()
+    assert d.store.last_seq() == 40 and d.store.latest_snapshot() is None
+    taken: list[tuple[int, int]] = []  # (seq of each snapshot, jobs in memory then)
+    for i in range(12):  # 3 new jobs per cycle: 6 events, more than snapshot_every
+        for job in range(200 + 3 * i, 203 + 3 * i):
+            slurm.set(str(job), "PENDING", "Priority")
+        d.poll()
+        snap = d.store.latest_snapshot()
+        if snap is not None and (not taken or snap[0] != taken[-1][0]):
+            taken.append((snap[0], len(snap[1]["records"])))
+    assert taken[0][0] > 40  # the first cycle's 40 events, in the second cycle's snapshot
+    assert len(taken) >= 2
+    for (before, _), (seq, jobs) in itertools.pairwise(taken):
+        assert seq - before >= jobs > 5  # as many events as jobs in memory, not 5
+    d.shutdown()
+    d.store.close()
 
 
 def test_a_restart_from_a_snapshot_equals_a_full_replay(tmp_path: Path) -> None:

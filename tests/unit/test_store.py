@@ -396,3 +396,23 @@ def test_sigkill_at_random_moments_loses_no_committed_transition(tmp_path: Path)
                 size = next(e.context["size"] for e in events if e.context["batch"] == batch)
                 assert len(idx) == size, f"batch {batch} half-committed ({msg})"
             assert s.jobs() == project(events), f"projections differ from replay ({msg})"
+
+
+def test_event_encoding_is_the_canonical_json_and_refuses_what_json_cannot_hold() -> None:
+    """_dumps runs a C encoder made once; its text is JSONEncoder's (sorted keys, no
+    spaces, non-ASCII kept), and what JSON cannot hold is a ValueError or TypeError."""
+    import json
+
+    from rsa_scheduler.store.sqlite import _dumps
+
+    canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                                 allow_nan=False)
+    value = {"b": [1.5, None, True, "é\n\"x"], "a": {"z": 1e300, "y": -0.0, "x": 10**30}}
+    assert _dumps(value) == canonical.encode(value)
+    cyclic: dict[str, object] = {}
+    cyclic["self"] = cyclic
+    for bad in ({"a": float("nan")}, {"a": float("inf")}, cyclic):
+        with pytest.raises(ValueError):
+            _dumps(bad)
+    with pytest.raises(TypeError):
+        _dumps({"a": {1, 2}})

@@ -1,0 +1,209 @@
+"""The configuration's cross-field checks: what no single key can say wrong by itself.
+
+Owns :class:`Checks` (the pool's names and addresses, the allocation against the pool's
+tiers, the filesystem backends through :func:`~rsa_scheduler.config.backends.check_backends`,
+staging, hooks, SSH and listen addresses); each check runs only when the sections it
+reads converted, so one load reports every problem. Must not import the loader or the CLI.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from typing import Any, Final
+
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
+
+from rsa_scheduler.config.backends import check_backends
+from rsa_scheduler.config.schema import (
+    ADDRESS_FIELDS,
+    MAX_POOL_NODES,
+    HooksConfig,
+    HostKeyPolicy,
+    PoolConfig,
+    PoolNodeGroup,
+    StagingConfig,
+    node_address,
+)
+from rsa_scheduler.config.validate import BAD, Validator
+from rsa_scheduler.config.yamldoc import KeyPath, suggest
+from rsa_scheduler.core.policy import AllocationPolicy, Tier
+from rsa_scheduler.staging.scripts import check_copy_command
+
+_ADDRESS_RE: Final = re.compile(r"^[A-Za-z0-9._:-]+$")
+
+
+def _nodes(n: int) -> str:
+    return f"{n} node" if n == 1 else f"{n} nodes"
+
+
+class Checks:
+    """Cross-field checks; each runs only when the sections it reads are valid."""
+
+    def __init__(self, v: Validator, sections: dict[str, Any]) -> None:
+        self.v = v
+        self.s = sections
+
+    def ok(self, *names: str) -> bool:
+        return all(self.s[name] is not BAD for name in names)
+
+    def pool(self, require_pool: bool) -> None:
+        if self.ok("pool"):
+            before = len(self.v.issues)
+            check_pool(self.v, self.s["pool"], require_pool)
+            if len(self.v.issues) > before:
+                self.s["pool"] = BAD  # e.g. a bad address pattern: do not expand it
+
+    def allocation(self) -> None:
+        if not self.ok("pool", "allocation", "filesystem"):
+            return
+        v = self.v
+        policy: AllocationPolicy = self.s["allocation"]
+        pool: PoolConfig = self.s["pool"]
+        by_tier = {tier: len(nodes) for tier, nodes in pool.by_tier().items()}
+        if by_tier:
+            tier = policy.default_tier
+            if tier is Tier.AUTO:  # auto may use any tier: the largest bounds a job
+                tier = max(by_tier, key=lambda t: by_tier[t])
+            have = by_tier.get(tier, 0)
+            if have == 0:
+                present = ", ".join(t.value for t in by_tier)
+                v.error(
+                    ("allocation", "default_tier"),
+                    f"tier {tier.value} has no nodes in pool.nodes (tiers present: {present})",
+                )
+            elif policy.min_nodes > have:
+                v.error(
+                    ("allocation", "min_nodes"),
+                    f"every job needs {_nodes(policy.min_nodes)} but tier {tier.value} has "
+                    f"only {_nodes(have)}",
+                )
+            elif policy.max_nodes > have:
+                v.warn(
+                    ("allocation", "max_nodes"),
+                    f"tier {tier.value} has only {_nodes(have)}; jobs sized for more never "
+                    "get an RSA (allocation is all-or-nothing)",
+                )
+
+    def backends(self) -> None:
+        """Ask the registered backends (config/backends.py): their own settings, and
+        whether each one a tier chose can serve it."""
+        if not self.ok("filesystem"):
+            return
+        pool = self.s["pool"] if self.ok("pool") else None
+        policy = self.s["allocation"] if self.ok("allocation") else None
+        for finding in check_backends(self.s["filesystem"], pool, policy):
+            if finding.warning:
+                self.v.warn(finding.key, finding.reason)
+            else:
+                self.v.error(finding.key, finding.reason)
+
+    def others(self) -> None:
+        v = self.v
+        if self.ok("staging"):
+            staging: StagingConfig = self.s["staging"]
+            if staging.backoff_max < staging.backoff:
+                v.error(("staging", "backoff_max"), "must be >= staging.backoff")
+            if not staging.allowed_roots:
+                v.error(("staging", "allowed_roots"), "must list at least one directory")
+            if staging.copy_tool == "custom":
+                try:
+                    check_copy_command(staging.copy_command or "")
+                except ValueError as e:
+                    v.error(("staging", "copy_command"), f"{e} (copy_tool is custom)")
+            elif staging.copy_command:
+                v.warn(("staging", "copy_command"), f"set, but copy_tool is "
+                       f"{staging.copy_tool}: it is not used")
+        if self.ok("hooks"):
+            hooks: HooksConfig = self.s["hooks"]
+            if hooks.api_timeout > hooks.timeout:
+                v.error(("hooks", "api_timeout"), "must not exceed hooks.timeout")
+        if self.ok("ssh") and self.s["ssh"].host_key_policy == HostKeyPolicy.AUTO_ADD:
+            v.warn(("ssh", "host_key_policy"), "auto-add trusts any host key on first contact")
+        if self.ok("daemon", "metrics"):
+            api_listen = self.s["daemon"].api.listen
+            if api_listen is not None and api_listen == self.s["metrics"].listen:
+                v.error(("metrics", "listen"), f"same address as daemon.api.listen ({api_listen})")
+
+
+
+def check_pool(v: Validator, pool: PoolConfig, require_pool: bool) -> None:
+    groups = pool.nodes
+    if not groups:
+        if require_pool:
+            v.error(
+                ("pool", "nodes"),
+                "no RSA nodes defined; add at least one entry with names and capacity "
+                "(see `rsa config show --defaults`)",
+                note_default=False,
+            )
+        return
+    total = sum(len(NodeSet(g.names, resolver=RESOLVER_NOGROUP)) for g in groups)
+    if total > MAX_POOL_NODES:
+        v.error(("pool", "nodes"), f"{total} nodes: a pool has at most {MAX_POOL_NODES}")
+        return
+    seen: dict[str, int] = {}
+    endpoints: dict[tuple[str, int], str] = {}
+    for i, group in enumerate(groups):
+        path: KeyPath = ("pool", "nodes", i)
+        hosts = group.hosts()
+        for name in hosts:
+            if name in seen:
+                v.error(
+                    (*path, "names"), f"node {name} is already defined in pool.nodes[{seen[name]}]"
+                )
+                break
+            seen[name] = i
+        if not check_address(v, group, hosts, (*path, "address")):
+            continue
+        for name in hosts:
+            endpoint = (node_address(group.address, name), group.ssh_port)
+            if endpoint in endpoints and endpoints[endpoint] != name:
+                v.error(
+                    (*path, "address"),
+                    f"{name} and {endpoints[endpoint]} have the same address and port "
+                    f"{endpoint[0]}:{endpoint[1]}",
+                )
+                break
+            endpoints[endpoint] = name
+
+
+def check_address(
+    v: Validator, group: PoolNodeGroup, hosts: tuple[str, ...], path: KeyPath
+) -> bool:
+    if group.address is None:
+        return True
+    try:
+        used = {f for _, f, _, _ in string.Formatter().parse(group.address) if f is not None}
+    except ValueError as e:
+        v.error(path, f"invalid pattern {group.address!r}: {e}")
+        return False
+    unknown = used - set(ADDRESS_FIELDS)
+    if unknown:
+        field = sorted(unknown)[0]
+        v.error(
+            path,
+            f"unknown placeholder {{{field}}} (use {{name}} or {{num}})"
+            + suggest(field, ADDRESS_FIELDS),
+        )
+        return False
+    if not used and len(hosts) > 1:
+        v.error(
+            path,
+            f"a fixed address cannot serve {len(hosts)} nodes; use a pattern such as "
+            "'{name}-ib' or '10.0.0.{num}', or one entry per node",
+        )
+        return False
+    for name in hosts:
+        if "num" in used and not re.search(r"\d$", name):
+            v.error(path, f"{{num}} needs a trailing number in the node name, got {name!r}")
+            return False
+        try:
+            address = node_address(group.address, name)
+        except (ValueError, KeyError, IndexError) as e:
+            v.error(path, f"invalid pattern {group.address!r}: {e}")
+            return False
+        if not _ADDRESS_RE.match(address):
+            v.error(path, f"invalid address {address!r} for node {name}")
+            return False
+    return True
