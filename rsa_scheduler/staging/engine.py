@@ -70,9 +70,9 @@ from rsa_scheduler.staging.report import (
     Stats,
     classify,
 )
-from rsa_scheduler.staging.stream import STREAM_OBJECTS, StreamedCopy, streamed_verify
+from rsa_scheduler.staging.stream import StreamedCopy, streamed_verify
 from rsa_scheduler.staging.stripe import (
-    STRIPE_BYTES,
+    VERIFY_RANGE_BYTES,
     Range,
     StripedFile,
     check_range,
@@ -101,9 +101,9 @@ class StagingEngine:
                  progress_interval: float = 5.0, job_id: str = "", verify_level: str = "content",
                  big_bytes: int = 32 << 20, clock: Callable[[], float] = time.monotonic,
                  gate: FlushGate | None = None, copy_tool: str = "engine",
-                 copy_command: str = "", stripe_bytes: int = STRIPE_BYTES,
-                 stripe_min: int = STRIPE_MIN, stream_objects: int = STREAM_OBJECTS
-                 ) -> None:
+                 copy_command: str = "", stripe_bytes: int = 0,
+                 stripe_min: int = STRIPE_MIN, stream_objects: int = 0,
+                 verify_range_bytes: int = VERIFY_RANGE_BYTES) -> None:
         if not hosts:
             raise ValueError("StagingEngine needs at least one RSA node")
         if identity.uid == 0:
@@ -128,9 +128,12 @@ class StagingEngine:
         if copy_tool == "custom":
             scripts.check_copy_command(copy_command)
         self.copy_command = copy_command
-        self.stripe_bytes = stripe_bytes  # 0: never stripe
+        self.stripe_bytes = stripe_bytes  # 0: never stripe (staging.stripe_bytes)
         self.stripe_min = stripe_min  # the shortest range
-        self.stream_objects = stream_objects  # a larger tree: streamed mode
+        # a larger tree: streamed mode; 0: off (staging.stream_objects, opt-in)
+        self.stream_objects = stream_objects
+        # verify reads files this large back in ranges, uncached (0: whole, as cached)
+        self.verify_range_bytes = verify_range_bytes
         self._deadline = 0.0
         self._abort = CancelToken()
         self._held = contextlib.ExitStack()
@@ -182,11 +185,12 @@ class StagingEngine:
         if method not in METHODS:
             raise ValueError(f"stage-out method {method!r}: expected one of {METHODS}")
         self._start()
+        limit = self._stream_limit() if method == "rsync" else -1
         expected = self._scan(self.hosts[0], ramdisk, "verify: scanning the RAMDISK",
-                              limit=self.stream_objects if method == "rsync" else -1)
+                              limit=limit)
         if not expected:  # nothing to copy, nothing to find (stage_out left DATA_OUT alone)
             return compare([], [], level=self.verify_level)
-        if method == "rsync" and len(expected) > self.stream_objects:
+        if limit >= 0 and len(expected) > limit:
             del expected  # too many to list here: the nodes compare
             return self._stream_verify(ramdisk, dst)
         if method == "tar":
@@ -253,9 +257,9 @@ class StagingEngine:
                    atomic: bool = False) -> Stats:
         t0 = self.clock()
         first = self.hosts[0]
-        entries = self._scan(first, src, f"{phase}: scanning {src}",
-                             limit=self.stream_objects)
-        if len(entries) > self.stream_objects:  # too many to list here: the nodes do
+        limit = self._stream_limit()
+        entries = self._scan(first, src, f"{phase}: scanning {src}", limit=limit)
+        if limit >= 0 and len(entries) > limit:  # too many to list here: the nodes do
             del entries
             return self._stream(phase, src, dst, atomic)
         self._refuse_unreadable(entries, src, phase)
@@ -444,6 +448,11 @@ class StagingEngine:
         done = self._user(host, argv, what)
         return parse_scan_fields(scan_fields(done.stdout))
 
+    def _stream_limit(self) -> int:
+        """The capped scan's limit: ``stream_objects``, or -1 (no cap) when streamed mode
+        is off (``staging.stream_objects`` empty: every tree is listed here)."""
+        return self.stream_objects if self.stream_objects > 0 else -1
+
     def _stream_verify(self, ramdisk: str, dst: str) -> Verification:
         token = secrets.token_hex(8)
         parts = posixpath.join(dst, scripts.part_dir(self.job_id, token))
@@ -508,12 +517,13 @@ class StagingEngine:
                    have: set[bytes]) -> tuple[dict[bytes, str], dict[bytes, str]]:
         """Content hashes of ``files`` below ``src`` (the RAMDISK) and of those of them
         present below ``dst``, every command in parallel over every stream and node.
-        Files of at least ``stripe_bytes`` are hashed in ranges (digest: the list of
+        Files of at least ``verify_range_bytes`` are hashed in ranges (digest: the list of
         range hashes, the same ranges on both sides), after every node wrote back and
-        dropped its cached pages of the destination's copy (docs/staging.md)."""
+        dropped its cached pages of the destination's copy (docs/staging.md), whether or
+        not the copy striped them."""
         streams = len(self.hosts) * self.parallel_per_node
         striped = [e for e in files
-                   if self.stripe_bytes > 0 and e.size >= self.stripe_bytes]
+                   if self.verify_range_bytes > 0 and e.size >= self.verify_range_bytes]
         big = {e.path for e in striped}
         plan = make_plan([e for e in files if e.path not in big], streams,
                          big_bytes=self.big_bytes)

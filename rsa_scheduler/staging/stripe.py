@@ -31,7 +31,8 @@ from rsa_scheduler.staging.manifest import Entry, display
 from rsa_scheduler.staging.plan import STRIPE_MIN, Bucket, stripes
 from rsa_scheduler.staging.report import StagingError
 
-STRIPE_BYTES = 256 << 20  # staging engine default: files this large are striped
+STRIPE_BYTES = 256 << 20  # a sensible staging.stripe_bytes where striping pays (off by default)
+VERIFY_RANGE_BYTES = 256 << 20  # verify hashes files this large in ranges, uncached
 
 
 @dataclass(eq=False)

@@ -145,11 +145,12 @@ def area(user: Identity) -> Iterator[Path]:
 
 
 def engine(user: Identity, hook: Callable[[Sequence[str], str], None] | None = None,
-           seen: list[tuple[str, list[str]]] | None = None) -> StagingEngine:
+           seen: list[tuple[str, list[str]]] | None = None, *,
+           stripe_bytes: int = 48 * MiB) -> StagingEngine:
     seen = [] if seen is None else seen
     hosts = [HookHost(n, hook or (lambda argv, when: None), seen) for n in ("rsa1", "rsa2")]
-    return StagingEngine(hosts, user, job_id="77", stripe_bytes=48 * MiB,
-                         stripe_min=16 * MiB)
+    return StagingEngine(hosts, user, job_id="77", stripe_bytes=stripe_bytes,
+                         stripe_min=16 * MiB, verify_range_bytes=48 * MiB)
 
 
 def _parts(root: Path) -> list[Path]:
@@ -302,12 +303,15 @@ def test_a_source_changed_while_it_was_copied_is_not_placed(area: Path,
 @needs_root
 def test_verify_hashes_big_files_in_parallel_ranges_read_back_uncached(
         area: Path, user: Identity) -> None:
+    """Also with striping off (the default): verify reads big files back in ranges
+    after dropping them from every node's page cache whichever way they were copied."""
     seen: list[tuple[str, list[str]]] = []
-    eng = engine(user, seen=seen)
+    eng = engine(user, seen=seen, stripe_bytes=0)
     eng.prepare_root(str(area / "ram"))
     eng.stage_in(str(area / "src"), str(area / "ram"))
     out = area / "outs" / "out"
     eng.stage_out(str(area / "ram"), str(out))
+    assert not any(_is(a, scripts.STRIPE_RANGE) for _, a in seen)
     seen.clear()
     assert eng.verify(str(area / "ram"), str(out)).ok
     ranges = [(node, a[4], a[5:7]) for node, a in seen if _is(a, scripts.HASH_RANGE)]
@@ -343,4 +347,17 @@ def test_an_atomic_stage_in_stripes_beside_the_buckets_part_directories(
     assert tree_state(area / "ram") == tree_state(area / "src")
     assert sum(_is(a, scripts.STRIPE_RANGE) for _, a in seen) == 3
     assert any(_is(a, scripts.ATOMIC) for _, a in seen)
+    assert not _parts(area / "ram")
+
+
+@needs_root
+def test_the_engine_does_not_stripe_by_default(area: Path, user: Identity) -> None:
+    seen: list[tuple[str, list[str]]] = []
+    hosts = [HookHost(n, lambda argv, when: None, seen) for n in ("rsa1", "rsa2")]
+    eng = StagingEngine(hosts, user, job_id="77")
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(area / "src"), str(area / "ram"))
+    assert tree_state(area / "ram") == tree_state(area / "src")
+    assert not any(_is(a, scripts.STRIPE_RANGE) or _is(a, scripts.STRIPE_NEW)
+                   for _, a in seen)
     assert not _parts(area / "ram")
