@@ -466,7 +466,8 @@ class StagingEngine:
         try:
             result = streamed_verify(self.hosts, run, self._parallel, ram=ramdisk, dst=dst,
                                      parts=parts, level=self.verify_level,
-                                     streams=len(self.hosts) * self.parallel_per_node)
+                                     streams=len(self.hosts) * self.parallel_per_node,
+                                     drop_bytes=self.verify_range_bytes)
         finally:
             self._stop()
         log.info("%s: %s", self.job_id, result.summary(dst))

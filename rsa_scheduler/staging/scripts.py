@@ -94,29 +94,49 @@ STREAM_DIRS = PRELUDE + 'l=$1 p=$2; shift 2; base64 -w0 < "$l/dirs" | bash -c "$
 # Streamed verify (a tree above the list limit; docs/staging.md#streamed-mode), on the
 # first node: one manifest line per object of the RAMDISK ($1) and of the destination
 # ($2), "<path>\t<type> <size> <mode> <mtime s>" ("<path>\tl <target>" for a symlink),
-# each sorted into the spool $3 (sort spills there: constant memory); comm lists the
-# RAMDISK's lines the destination does not have (missing, or another type, size, mode,
-# mtime or target; objects only at the destination are not an error); the RAMDISK's
-# regular files are cut into chunks of $4 names for VERIFY_HASH. Prints "META <objects>
-# <bytes> <differing> <chunks>" and the first five differing lines (base64).
+# and one more per regular file sharing its inode with another name of the same tree,
+# "<path>\t= <lead>", the lead being the group's first name (groups of one name are not
+# listed: links to names outside the tree are not the tree's); each side sorted into
+# the spool $3 (sort spills there: constant memory; only the linked names pass through
+# bash). comm lists the RAMDISK's lines the destination does not have: missing, another
+# type, size, mode, mtime or target, or a hard link broken (objects only at the
+# destination are not an error); the objects they name, once each, go to $3/badnames.
+# The RAMDISK's regular files are cut into chunks of $4 names for VERIFY_HASH, and those
+# larger than $5 bytes listed in $3/big (dropped from every node's page cache before
+# hashing). Prints "META <objects> <bytes> <differing objects> <chunks>" and the first
+# five differing lines (base64).
 VERIFY_LIST = PRELUDE + (
-    'mkdir -m 700 -- "$3" || exit 1; s=$3; '
+    'mkdir -m 700 -- "$3" || exit 1; s=$3; T=$(printf "\\t"); '
+    'fl() { [ "${#g[@]}" -lt 2 ] || for q in "${g[@]}"; do '
+    'printf "%s\\t= %s\\0" "$q" "${g[0]}"; done; }; '
+    'lk() { k0=; g=(); while IFS= read -r -d "" x; do k=${x%%"$T"*}; p=${x#*"$T"}; '
+    'if [ "$k" != "$k0" ]; then fl; k0=$k; g=(); fi; g+=("$p"); done; fl; }; '
     'm() { find . -mindepth 1 ! -type s ! -type c ! -type b \\( -type l -printf '
-    '"%P\\tl %l\\0" -o -type f -printf "%P\\tf %s %m %Ts\\0" -o -printf '
-    '"%P\\t%y %m %Ts\\0" \\) | sort -z -S 64M -T "$s"; }; '
-    '(cd -- "$1" && m) > "$3/exp" || exit 66; (cd -- "$2" && m) > "$3/act" || exit 66; '
-    '(cd -- "$1" && find . -mindepth 1 -type f -fprint0 "$3/files" -printf "%s\\n" '
+    '"%P\\tl %l\\0" -o -type f \\( -links +1 -fprintf "$s/$1.ln" "%D:%i\\t%P\\0" -o -true '
+    '\\) -printf "%P\\tf %s %m %Ts\\0" -o -printf "%P\\t%y %m %Ts\\0" \\) '
+    '| sort -z -S 64M -T "$s" > "$s/$1.m" || exit 1; '
+    'sort -z -S 64M -T "$s" -- "$s/$1.ln" | lk | sort -z -S 64M -T "$s" > "$s/$1.l" '
+    '|| exit 1; sort -z -m -S 64M -T "$s" -- "$s/$1.m" "$s/$1.l" > "$s/$1"; }; '
+    '(cd -- "$1" && m exp) || exit 66; (cd -- "$2" && m act) || exit 66; '
+    '(cd -- "$1" && find . -mindepth 1 -type f -fprint0 "$3/files" \\( -size "+$5c" '
+    '-fprint0 "$3/big" -o -true \\) -printf "%s\\n" '
     '| awk "{s += \\$1} END {printf \\"%d\\", s}") > "$3/bytes" || exit 1; '
     'comm -z -23 "$3/exp" "$3/act" > "$3/diff" || exit 1; '
-    'n=$(tr -cd "\\0" < "$3/exp" | wc -c); bad=$(tr -cd "\\0" < "$3/diff" | wc -c); '
+    'sed -z -E "s/\\t(l .*|= .*|[fdp] [-0-9 ]+)\\$//" "$3/diff" | sort -z -u -T "$s" '
+    '> "$3/badnames" || exit 1; '
+    'n=$(tr -cd "\\0" < "$3/exp.m" | wc -c); bad=$(tr -cd "\\0" < "$3/badnames" | wc -c); '
     'split -t "\\0" -l "$4" -a 8 -d -- "$3/files" "$3/chunk-" || exit 1; '
     'chunks=$(find "$3" -maxdepth 1 -name "chunk-*" | wc -l); '
     'echo "META $n $(cat "$3/bytes") $bad $chunks"; head -z -n 5 "$3/diff" | base64 -w0; echo')
+# Streamed verify: on every node, before hashing, write back and drop from its page
+# cache the destination's ($1) big files listed in $2 (VERIFY_LIST's $3/big), as the
+# listed verify does (DROP_CACHE is $3).
+DROP_LISTED = PRELUDE + 'base64 -w0 < "$2" | bash -c "$3" bash "$1"'
 # A hashing stream of the streamed verify, on any node: claim up to $4 chunks of the
 # spool $3 by rename (claim name $5), hash the chunk's files with BLAKE2b-128 in the
 # RAMDISK ($1) and at the destination ($2), sorted; names whose hash line the
-# destination lacks differ in content, counted here only when size, mode and mtime agree
-# (otherwise VERIFY_LIST reported the file already: one difference per object).
+# destination lacks differ in content, counted here only when VERIFY_LIST did not
+# already (not in $3/badnames: one difference per object).
 # Prints "<chunks> <files> <differing>" and the first five differing names (base64).
 VERIFY_HASH = PRELUDE + (
     'n=0; f=0; bad=0; : > "$3/bad-$5"; for c in "$3"/chunk-*; do [ "$n" -lt "$4" ] || break; '
@@ -125,8 +145,8 @@ VERIFY_HASH = PRELUDE + (
     '(cd -- "$1" && xargs -0 -r b2sum -l 128 -z -- < "$mine") | sort -z > "$mine.a" '
     '|| exit 1; (cd -- "$2" && xargs -0 -r b2sum -l 128 -z -- < "$mine" 2>/dev/null) '
     '| sort -z > "$mine.b"; comm -z -23 "$mine.a" "$mine.b" | while IFS= read -r -d "" x; '
-    'do p=${x#*  }; [ -f "$2/$p" ] && [ "$(stat -c "%s %a %Y" -- "$1/$p")" = '
-    '"$(stat -c "%s %a %Y" -- "$2/$p")" ] && printf "%s\\0" "$x"; done >> "$3/bad-$5"; '
+    'do p=${x#*  }; grep -qzxF -- "${p#./}" "$3/badnames" || printf "%s\\0" "$x"; '
+    'done >> "$3/bad-$5"; '
     'k=$(tr -cd "\\0" < "$mine" | wc -c); f=$((f + k)); n=$((n + 1)); '
     'rm -f -- "$mine" "$mine.a" "$mine.b"; done; '
     'bad=$(tr -cd "\\0" < "$3/bad-$5" | wc -c); echo "$n $f $bad"; '
@@ -425,9 +445,18 @@ def stream_dir_times_argv(spool: str, src: str, dst: str) -> list[str]:
     return bash(STREAM_DIRS, spool, TAR_PIPE, src, dst, "")
 
 
-def verify_list_argv(ram: str, dst: str, spool: str, chunk: int) -> list[str]:
-    """Compare the two trees' manifests on the node (streamed verify; VERIFY_LIST)."""
-    return bash(VERIFY_LIST, ram, dst, spool, str(chunk))
+def verify_list_argv(ram: str, dst: str, spool: str, chunk: int,
+                     big_bytes: int = 0) -> list[str]:
+    """Compare the two trees' manifests on the node (streamed verify; VERIFY_LIST);
+    files of at least ``big_bytes`` (0: none) are listed for :func:`drop_listed_argv`."""
+    over = big_bytes - 1 if big_bytes > 0 else 1 << 62
+    return bash(VERIFY_LIST, ram, dst, spool, str(chunk), str(over))
+
+
+def drop_listed_argv(root: str, listing: str) -> list[str]:
+    """DROP_CACHE of the files below ``root`` named in the NUL-separated file ``listing``
+    (on the node: the streamed verify's list of big files)."""
+    return bash(DROP_LISTED, root, listing, DROP_CACHE)
 
 
 def verify_hash_argv(ram: str, dst: str, spool: str, chunks: int, claim: str) -> list[str]:

@@ -10,13 +10,17 @@ receives counters only: the totals of the listing, then "<chunks> <files>" per c
 each stream. Memory in rsad is constant in the size of the tree; on the nodes, too
 (find, split, tar stream; the lists are files on the destination).
 
-``streamed_verify`` is the same for ``verify``: the two manifests are compared on the
-first node (sorted files, ``comm``) and the RAMDISK's files hashed on both sides by every
-stream, claiming chunks; rsad receives counts and the first five differences.
+``streamed_verify`` is the same for ``verify``: the two manifests (hard-link groups
+included) are compared on the first node (sorted files, ``comm``), every node drops the
+destination's big files from its page cache, and the RAMDISK's files are hashed on both
+sides by every stream, claiming chunks; rsad receives counts and the first five
+differences. It checks what the listed verify checks.
 
-What it does not do (the listed mode does): resume (a re-run copies everything again,
-overwriting), striping (big files go through tar like the rest), exact byte progress
-(bytes are counted in proportion to the files copied).
+Streamed mode is opt-in (``staging.stream_objects``; off: every tree is listed in rsad).
+What its copy does not do (the listed mode does): resume (a re-run copies everything
+again, overwriting), striping (big files go through tar like the rest), the destination
+scan (planted symlinks), exact byte progress (bytes are counted in proportion to the
+files copied).
 
 Commands run through the engine's seams (``run``: as the user, with the engine's
 timeout and cancel; ``parallel``: the engine's streams). Must not import ``engine``.
@@ -41,7 +45,7 @@ from rsa_scheduler.staging.report import ProgressMeter, StagingError, Stats
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-STREAM_OBJECTS = 20_000  # a larger tree is staged in streamed mode (docs/staging.md)
+STREAM_OBJECTS = 20_000  # a good staging.stream_objects where it is on (off by default)
 CHUNK_FILES = 5000  # names per chunk (as a list bucket's limit)
 CHUNKS_PER_CALL = 4  # chunks one command copies before it reports (progress, cancel)
 
@@ -157,8 +161,9 @@ class StreamedCopy:
                      per_node)
 
 
-_META = re.compile(rb"(.*?)\t(?:l .*|[fdp][ 0-9]+)", re.S)
+_META = re.compile(rb"(.*?)\t(?:l .*|(= .*)|[fdp][ 0-9-]+)", re.S)
 META_WHAT = "missing, or its type, size, mode, mtime or symlink target differs"
+LINK_WHAT = "hard link broken"
 
 
 def _decode(text: str) -> list[bytes]:
@@ -166,14 +171,17 @@ def _decode(text: str) -> list[bytes]:
 
 
 def streamed_verify(hosts: Sequence[Host], run: Run, parallel: Parallel, *, ram: str,
-                    dst: str, parts: str, level: str, streams: int) -> Verification:
+                    dst: str, parts: str, level: str, streams: int,
+                    drop_bytes: int = 0) -> Verification:
     """Verify ``dst`` against the RAMDISK ``ram`` without listing either in rsad; the
-    spool goes below ``parts`` (made, empty, below ``dst``). Checked: every object of the
-    RAMDISK is at the destination with the same type, size, mode and mtime (seconds;
-    symlinks: target), and, at level ``content``, every regular file's BLAKE2b-128.
-    Not checked (the listed verify does): hard links."""
+    spool goes below ``parts`` (made, empty, below ``dst``). Checked, as the listed
+    verify checks: every object of the RAMDISK is at the destination with the same
+    type, size, mode and mtime (seconds; symlinks: target), names sharing an inode in
+    the RAMDISK share one at the destination, and, at level ``content``, every regular
+    file's BLAKE2b-128, files of at least ``drop_bytes`` (0: none) read after every node
+    wrote them back and dropped them from its page cache."""
     spool = posixpath.join(parts, "spool")
-    out = run(hosts[0], scripts.verify_list_argv(ram, dst, spool, CHUNK_FILES),
+    out = run(hosts[0], scripts.verify_list_argv(ram, dst, spool, CHUNK_FILES, drop_bytes),
               f"verify: comparing {dst} with the RAMDISK (streamed)").stdout
     head, _, rest = out.partition("\n")
     words = head.split()
@@ -184,7 +192,8 @@ def streamed_verify(hosts: Sequence[Host], run: Run, parallel: Parallel, *, ram:
     diffs = []
     for rec in _decode(rest):
         m = _META.fullmatch(rec)
-        diffs.append(Difference(m[1] if m else rec, META_WHAT))
+        diffs.append(Difference(m[1] if m else rec,
+                                LINK_WHAT if m and m[2] is not None else META_WHAT))
     bad = [meta_bad]
     lock = threading.Lock()
     calls = [0]
@@ -209,6 +218,10 @@ def streamed_verify(hosts: Sequence[Host], run: Run, parallel: Parallel, *, ram:
                 return
 
     if level == "content":
+        if drop_bytes > 0:
+            for host in hosts:  # page caches are per node
+                run(host, scripts.drop_listed_argv(dst, posixpath.join(spool, "big")),
+                    f"verify: dropping {dst}'s big files from the page cache")
         parallel(range(streams), hash_chunks, None)
     run(hosts[0], scripts.remove_tree_argv(parts), f"verify: removing {parts}")
     return Verification(ok=bad[0] == 0, level=level, checked=objects, checked_bytes=nbytes,

@@ -221,3 +221,85 @@ def test_streamed_verify_compares_on_the_nodes_and_finds_what_differs(
                          verify_level="metadata").verify(str(area / "ram"), str(out))
     assert {d.path for d in meta.differences} == {b"sub dir/f010", b"link"}
     assert not any(_is(a, scripts.VERIFY_HASH) for a, _ in seen)
+
+
+@needs_root
+def test_streamed_verify_checks_hard_links_as_the_listed_verify_does(
+        area: Path, user: Identity) -> None:
+    seen: list[tuple[list[str], int]] = []
+    eng = engine(user, seen)
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(area / "src"), str(area / "ram"))
+    out = area / "outs" / "out"
+    eng.stage_out(str(area / "ram"), str(out))
+    assert eng.verify(str(area / "ram"), str(out)).ok
+    # the group big / "sub dir/big-link" split into two files, everything else equal
+    link = out / "sub dir" / "big-link"
+    st, dst = link.stat(), link.parent.stat()
+    data = link.read_bytes()
+    link.unlink()
+    link.write_bytes(data)
+    os.chmod(link, st.st_mode & 0o7777)
+    os.utime(link, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.utime(link.parent, ns=(dst.st_atime_ns, dst.st_mtime_ns))
+    for listed in (False, True):  # the listed verify agrees that the link is broken
+        eng = engine(user, seen)
+        if listed:
+            eng.stream_objects = 0
+        v = eng.verify(str(area / "ram"), str(out))
+        assert not v.ok, v.summary()
+        whats = {d.path: d.what for d in v.differences}
+        assert set(whats.values()) == {"hard link broken"}, whats
+        # streamed: both names of the split group; listed: the name met second
+        group = {b"big", b"sub dir/big-link"}
+        assert set(whats) == group if not listed else set(whats) < group, whats
+        assert v.count == len(whats), v.summary()
+    # a group with one name in the tree (the other name is outside) is no difference
+    meta = engine(user, seen)
+    assert meta.verify(str(area / "ram" / "sub dir"), str(out / "sub dir")).ok
+
+
+@needs_root
+def test_streamed_verify_drops_big_files_from_every_nodes_page_cache(
+        area: Path, user: Identity) -> None:
+    seen: list[tuple[list[str], int]] = []
+    eng = StagingEngine([SpyHost("rsa1", seen), SpyHost("rsa2", seen)], user,
+                        job_id="77", stream_objects=10, verify_range_bytes=2 << 20)
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(area / "src"), str(area / "ram"))
+    out = area / "outs" / "out"
+    eng.stage_out(str(area / "ram"), str(out))
+    seen.clear()
+    assert eng.verify(str(area / "ram"), str(out)).ok
+    drops = [a for a, _ in seen if _is(a, scripts.DROP_LISTED)]
+    assert len(drops) == 2 and {a[4] for a in drops} == {str(out)}
+    spool_big = Path(drops[0][5])
+    assert spool_big.name == "big" and not spool_big.exists()  # the spool is removed
+    # files of 2M or more are listed: find -size +<2M - 1>c
+    argv = next(a for a, _ in seen if _is(a, scripts.VERIFY_LIST))
+    assert argv[-1] == str((2 << 20) - 1)
+    off = StagingEngine([SpyHost("rsa1", seen)], user, job_id="77", stream_objects=10,
+                        verify_range_bytes=0)
+    seen.clear()
+    assert off.verify(str(area / "ram"), str(out)).ok
+    assert not any(_is(a, scripts.DROP_LISTED) for a, _ in seen)
+
+
+def test_the_big_file_list_of_the_streamed_verify_holds_what_it_should(
+        tmp_path: Path) -> None:
+    ram, dst, spool = tmp_path / "ram", tmp_path / "dst", tmp_path / "spool"
+    for d in (ram, dst):
+        d.mkdir()
+        (d / "small").write_bytes(b"x" * 10)
+        (d / "exact").write_bytes(b"x" * 100)
+        (d / "more").write_bytes(b"x" * 101)
+    done = subprocess.run(scripts.verify_list_argv(str(ram), str(dst), str(spool), 5, 100),
+                          capture_output=True, check=True)
+    assert done.stdout.decode().startswith("META 3 211 0 1")
+    big = sorted(n for n in (spool / "big").read_bytes().split(b"\0") if n)
+    assert big == [b"./exact", b"./more"]
+
+
+def test_streamed_mode_is_off_by_default() -> None:
+    eng = StagingEngine([LocalHost("rsa1")], Identity("u", 1000, 1000))
+    assert eng.stream_objects == 0 and eng.stripe_bytes == 0
