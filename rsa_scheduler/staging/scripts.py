@@ -103,17 +103,19 @@ STREAM_DIRS = PRELUDE + 'l=$1 p=$2; shift 2; base64 -w0 < "$l/dirs" | bash -c "$
 # destination are not an error); the objects they name, once each, go to $3/badnames.
 # The RAMDISK's regular files are cut into chunks of $4 names for VERIFY_HASH, and those
 # larger than $5 bytes listed in $3/big (dropped from every node's page cache before
-# hashing). Prints "META <objects> <bytes> <differing objects> <chunks>" and the first
-# five differing lines (base64).
+# hashing). $6: the part directory holding the spool, relative to $2: left out of the
+# destination's walk (sort's spill files come and go in it). Prints "META <objects>
+# <bytes> <differing objects> <chunks>" and the first five differing lines (base64).
 VERIFY_LIST = PRELUDE + (
-    'mkdir -m 700 -- "$3" || exit 1; s=$3; T=$(printf "\\t"); '
+    'mkdir -m 700 -- "$3" || exit 1; s=$3; P=$6; T=$(printf "\\t"); '
     'fl() { [ "${#g[@]}" -lt 2 ] || for q in "${g[@]}"; do '
     'printf "%s\\t= %s\\0" "$q" "${g[0]}"; done; }; '
     'lk() { k0=; g=(); while IFS= read -r -d "" x; do k=${x%%"$T"*}; p=${x#*"$T"}; '
     'if [ "$k" != "$k0" ]; then fl; k0=$k; g=(); fi; g+=("$p"); done; fl; }; '
-    'm() { find . -mindepth 1 ! -type s ! -type c ! -type b \\( -type l -printf '
-    '"%P\\tl %l\\0" -o -type f \\( -links +1 -fprintf "$s/$1.ln" "%D:%i\\t%P\\0" -o -true '
-    '\\) -printf "%P\\tf %s %m %Ts\\0" -o -printf "%P\\t%y %m %Ts\\0" \\) '
+    'm() { find . -mindepth 1 -path "./$P" -prune -o ! -type s ! -type c ! -type b \\( '
+    '-type l -printf "%P\\tl %l\\0" -o -type f \\( -links +1 -fprintf "$s/$1.ln" '
+    '"%D:%i\\t%P\\0" -o -true \\) -printf "%P\\tf %s %m %Ts\\0" -o -printf '
+    '"%P\\t%y %m %Ts\\0" \\) '
     '| sort -z -S 64M -T "$s" > "$s/$1.m" || exit 1; '
     'sort -z -S 64M -T "$s" -- "$s/$1.ln" | lk | sort -z -S 64M -T "$s" > "$s/$1.l" '
     '|| exit 1; sort -z -m -S 64M -T "$s" -- "$s/$1.m" "$s/$1.l" > "$s/$1"; }; '
@@ -446,11 +448,15 @@ def stream_dir_times_argv(spool: str, src: str, dst: str) -> list[str]:
 
 
 def verify_list_argv(ram: str, dst: str, spool: str, chunk: int,
-                     big_bytes: int = 0) -> list[str]:
+                     big_bytes: int = 0, skip: str = "") -> list[str]:
     """Compare the two trees' manifests on the node (streamed verify; VERIFY_LIST);
-    files of at least ``big_bytes`` (0: none) are listed for :func:`drop_listed_argv`."""
+    files of at least ``big_bytes`` (0: none) are listed for :func:`drop_listed_argv`;
+    ``skip``: a top-level name of ``dst`` left out of its walk (the spool's part
+    directory)."""
+    if "/" in skip or any(c in skip for c in "*?[\\"):
+        raise ValueError(f"skip {skip!r}: one plain name")
     over = big_bytes - 1 if big_bytes > 0 else 1 << 62
-    return bash(VERIFY_LIST, ram, dst, spool, str(chunk), str(over))
+    return bash(VERIFY_LIST, ram, dst, spool, str(chunk), str(over), skip or "/")
 
 
 def drop_listed_argv(root: str, listing: str) -> list[str]:

@@ -181,7 +181,8 @@ def streamed_verify(hosts: Sequence[Host], run: Run, parallel: Parallel, *, ram:
     file's BLAKE2b-128, files of at least ``drop_bytes`` (0: none) read after every node
     wrote them back and dropped them from its page cache."""
     spool = posixpath.join(parts, "spool")
-    out = run(hosts[0], scripts.verify_list_argv(ram, dst, spool, CHUNK_FILES, drop_bytes),
+    out = run(hosts[0], scripts.verify_list_argv(ram, dst, spool, CHUNK_FILES, drop_bytes,
+                                                 posixpath.relpath(parts, dst)),
               f"verify: comparing {dst} with the RAMDISK (streamed)").stdout
     head, _, rest = out.partition("\n")
     words = head.split()

@@ -277,7 +277,7 @@ def test_streamed_verify_drops_big_files_from_every_nodes_page_cache(
     assert spool_big.name == "big" and not spool_big.exists()  # the spool is removed
     # files of 2M or more are listed: find -size +<2M - 1>c
     argv = next(a for a, _ in seen if _is(a, scripts.VERIFY_LIST))
-    assert argv[-1] == str((2 << 20) - 1)
+    assert argv[-2] == str((2 << 20) - 1) and argv[-1].startswith(".rsa-staging-77-")
     off = StagingEngine([SpyHost("rsa1", seen)], user, job_id="77", stream_objects=10,
                         verify_range_bytes=0)
     seen.clear()
@@ -287,17 +287,24 @@ def test_streamed_verify_drops_big_files_from_every_nodes_page_cache(
 
 def test_the_big_file_list_of_the_streamed_verify_holds_what_it_should(
         tmp_path: Path) -> None:
-    ram, dst, spool = tmp_path / "ram", tmp_path / "dst", tmp_path / "spool"
+    ram, dst = tmp_path / "ram", tmp_path / "dst"
     for d in (ram, dst):
         d.mkdir()
         (d / "small").write_bytes(b"x" * 10)
         (d / "exact").write_bytes(b"x" * 100)
         (d / "more").write_bytes(b"x" * 101)
-    done = subprocess.run(scripts.verify_list_argv(str(ram), str(dst), str(spool), 5, 100),
+    (dst / ".part").mkdir()
+    spool = dst / ".part" / "spool"
+    done = subprocess.run(scripts.verify_list_argv(str(ram), str(dst), str(spool), 5, 100,
+                                                   ".part"),
                           capture_output=True, check=True)
     assert done.stdout.decode().startswith("META 3 211 0 1")
     big = sorted(n for n in (spool / "big").read_bytes().split(b"\0") if n)
     assert big == [b"./exact", b"./more"]
+    # the spool's part directory (sort spills there) is not walked
+    assert b".part" not in (spool / "act").read_bytes()
+    with pytest.raises(ValueError, match="one plain name"):
+        scripts.verify_list_argv("/r", "/d", "/d/p/s", 5, 0, "p/*")
 
 
 def test_streamed_mode_is_off_by_default() -> None:
