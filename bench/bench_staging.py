@@ -19,14 +19,17 @@ none pays for the writeback of an earlier one.
 
 Big files are also copied by one `dd` as the user on rsa1 (the path's raw speed, the
 engine's block size for the direction: issue 16 wants the engine >= 0.95x of it), by the
-engine striped (`engine`: ranges over every stream and node, checksummed) and by the
-engine with striping off (`engine-1stream`); after each engine stage-out of a big file,
-`verify` (content) is timed too (`what` "verify": ranged, parallel read-back of the RAMDISK
-and DATA_OUT; `engine-1stream`: one whole-file b2sum per side). A 10 GiB file needs a
-RAMDISK that holds it: RSA_LAB_RAM_SIZE=4G or more for the lab (4 nodes).
+engine as shipped (`engine`: striping off, one stream per file) and by the engine
+striped (`engine-striped`: staging.stripe_bytes 256M, ranges over every stream and node,
+checksummed; off by default until this shows it wins). After each engine stage-out of a
+big file `verify` (content) is timed twice: as shipped (`what` "verify": files of 256M
+or more read back in parallel ranges after every node dropped them from its page cache)
+and whole-file (`what` "verify-whole": one b2sum per side, what the nodes have cached
+may be read from memory). A 10 GiB file needs a RAMDISK that holds it:
+RSA_LAB_RAM_SIZE=4G or more for the lab (4 nodes).
 
     .venv/bin/python bench/bench_staging.py [--no-pfs-big] [--big-gib 2,10]
-        [--big-tools dd,engine,engine-1stream] [--json out.json]
+        [--big-tools dd,engine,engine-striped] [--json out.json]
 """
 
 from __future__ import annotations
@@ -46,14 +49,14 @@ from rsa_scheduler.fs.moosefs import MooseFsBackend
 from rsa_scheduler.remote import SshHost
 from rsa_scheduler.runner import CommandError, Identity
 from rsa_scheduler.staging import StagingEngine, Stats, scripts
-from rsa_scheduler.staging.stripe import STRIPE_BYTES
+from rsa_scheduler.staging.stripe import STRIPE_BYTES, VERIFY_RANGE_BYTES
 
 LAB_ENV = Path("/run/rsa-lab/env")
 DATA_ADDRESS = os.environ.get("RSA_STAGING_DATA_ADDRESS", "10.213.0.1")
 TREE_FILES, TREE_FILE_SIZE = 10_000, 4096
 TOOLS = ("rsync", "tar", "engine", "engine-rsync")  # engine-rsync: staging.copy_tool rsync
-# dd: one dd as the user (the path's speed); engine-1stream: striping off
-BIG_TOOLS = (*TOOLS, "dd", "engine-1stream")
+# dd: one dd as the user (the path's speed); engine-striped: stripe_bytes 256M
+BIG_TOOLS = (*TOOLS, "dd", "engine-striped")
 
 
 def lab_env() -> dict[str, str]:
@@ -78,10 +81,12 @@ class Bench:
         self.results: list[dict[str, object]] = []
         self._n = 0
 
-    def engine(self, copy_tool: str = "engine", stripe: bool = True) -> StagingEngine:
+    def engine(self, copy_tool: str = "engine", stripe: bool = False,
+               verify_ranges: bool = True) -> StagingEngine:
         return StagingEngine(self.hosts, self.user, parallel_per_node=self.parallel,
                              job_id="bench", copy_tool=copy_tool,
-                             stripe_bytes=STRIPE_BYTES if stripe else 0)
+                             stripe_bytes=STRIPE_BYTES if stripe else 0,
+                             verify_range_bytes=VERIFY_RANGE_BYTES if verify_ranges else 0)
 
     @contextmanager
     def ramdisk(self) -> Iterator[MountSpec]:
@@ -124,7 +129,7 @@ class Bench:
                                          'of="$2/big" bs="$3" conv=sparse status=none',
                                          "bash", src, dst, block])
         eng = self.engine("rsync" if name == "engine-rsync" else "engine",
-                          stripe=name != "engine-1stream")
+                          stripe=name == "engine-striped")
         if out:
             return lambda: eng.stage_out(src, dst)
         return lambda: eng.stage_in(src, dst)
@@ -183,7 +188,7 @@ def ratios(rows: list[dict[str, object]]) -> list[str]:
         if "dd" in by:
             out.append(f"{what} {direction} {where}: " + ", ".join(
                 f"{t} {by['dd'] / by[t]:.2f}x dd" for t in by if t != "dd"))
-        if what == "verify":
+        if what in ("verify", "verify-whole"):
             out.append(f"verify after {direction} {where}: " + ", ".join(
                 f"{t} {s:.1f}s" for t, s in by.items()))
         if not set(TOOLS) <= set(by):
@@ -208,15 +213,16 @@ def big_trial(b: Bench, what: str, where: str, base: Path, tool: str, size: int)
         out = base / f"big-out-{tool}"
         b.measure(what, "out", where, tool, 1, size,
                   b.tool(tool, f"{ram}/j/big", str(out), out=True))
-        if tool in ("engine", "engine-1stream"):
-            eng = b.engine(stripe=tool == "engine")
+        if tool in ("engine", "engine-striped"):
+            for label, ranges in (("verify", True), ("verify-whole", False)):
+                eng = b.engine(verify_ranges=ranges)
 
-            def verify() -> None:
-                v = eng.verify(f"{ram}/j/big", str(out))
-                if not v.ok:
-                    raise SystemExit(f"verify failed: {v.summary(str(out))}")
+                def verify(eng: StagingEngine = eng) -> None:
+                    v = eng.verify(f"{ram}/j/big", str(out))
+                    if not v.ok:
+                        raise SystemExit(f"verify failed: {v.summary(str(out))}")
 
-            b.measure("verify", what, where, tool, 1, size, verify)
+                b.measure(label, what, where, tool, 1, size, verify)
         shutil.rmtree(out, ignore_errors=True)
 
 
