@@ -1,11 +1,12 @@
 """Staging benchmark: the engine against single-stream rsync -a and tar c | tar x.
 
-Stages a 10k x 4 KiB tree and a 2 GiB file into and out of a real 4-node MooseFS RAMDISK
-(rsa[1-4] of the lab, as the lab user), from and to a local-disk directory (measures the
-engine) and the throttled PFS (~100 MB/s: what a site sees), every tool on the same paths
-in the same run. Each big-file trial gets a fresh RAMDISK (MooseFS frees deleted chunks
-lazily). The RSA nodes' RAM pools are warmed first (first touch of fresh RAM in this VM
-is slow). Needs the lab (`make lab-up`) and root.
+Stages a 10k x 4 KiB tree and big files (2 GiB; `--big-gib 2,10` adds 10 GiB) into and
+out of a real 4-node MooseFS RAMDISK (rsa[1-4] of the lab, as the lab user), from and to
+a local-disk directory (measures the engine) and the throttled PFS (~100 MB/s: what a
+site sees), every tool on the same paths in the same run. Each big-file trial gets a
+fresh RAMDISK (MooseFS frees deleted chunks lazily). The RSA nodes' RAM pools are warmed
+first (first touch of fresh RAM in this VM is slow). Needs the lab (`make lab-up`) and
+root.
 
 Every tool reads data that is not in the reading client's page cache, as a real stage-in
 (a job's input on the PFS) and stage-out (output the compute nodes wrote) do: a MooseFS
@@ -16,7 +17,19 @@ out the RAMDISK copy its own stage-in wrote, which no RSA node has read (the loc
 source is in the page cache for every tool alike). Every trial starts after a sync, so
 none pays for the writeback of an earlier one.
 
-    .venv/bin/python bench/bench_staging.py [--no-pfs-big] [--json out.json]
+Big files are also copied by one `dd` as the user on rsa1 (the path's raw speed, the
+engine's block size for the direction: issue 16 wants the engine >= 0.95x of it), by the
+engine as shipped (`engine`: striping off, one stream per file) and by the engine
+striped (`engine-striped`: staging.stripe_bytes 256M, ranges over every stream and node,
+checksummed; off by default until this shows it wins). After each engine stage-out of a
+big file `verify` (content) is timed twice: as shipped (`what` "verify": files of 256M
+or more read back in parallel ranges after every node dropped them from its page cache)
+and whole-file (`what` "verify-whole": one b2sum per side, what the nodes have cached
+may be read from memory). A 10 GiB file needs a RAMDISK that holds it:
+RSA_LAB_RAM_SIZE=4G or more for the lab (4 nodes).
+
+    .venv/bin/python bench/bench_staging.py [--no-pfs-big] [--big-gib 2,10]
+        [--big-tools dd,engine,engine-striped] [--json out.json]
 """
 
 from __future__ import annotations
@@ -35,12 +48,15 @@ from rsa_scheduler.fs.base import FsRequest, MountSpec
 from rsa_scheduler.fs.moosefs import MooseFsBackend
 from rsa_scheduler.remote import SshHost
 from rsa_scheduler.runner import CommandError, Identity
-from rsa_scheduler.staging import StagingEngine, Stats
+from rsa_scheduler.staging import StagingEngine, Stats, scripts
+from rsa_scheduler.staging.stripe import STRIPE_BYTES, VERIFY_RANGE_BYTES
 
 LAB_ENV = Path("/run/rsa-lab/env")
 DATA_ADDRESS = os.environ.get("RSA_STAGING_DATA_ADDRESS", "10.213.0.1")
-TREE_FILES, TREE_FILE_SIZE, BIG_SIZE = 10_000, 4096, 2 << 30
+TREE_FILES, TREE_FILE_SIZE = 10_000, 4096
 TOOLS = ("rsync", "tar", "engine", "engine-rsync")  # engine-rsync: staging.copy_tool rsync
+# dd: one dd as the user (the path's speed); engine-striped: stripe_bytes 256M
+BIG_TOOLS = (*TOOLS, "dd", "engine-striped")
 
 
 def lab_env() -> dict[str, str]:
@@ -65,9 +81,12 @@ class Bench:
         self.results: list[dict[str, object]] = []
         self._n = 0
 
-    def engine(self, copy_tool: str = "engine") -> StagingEngine:
+    def engine(self, copy_tool: str = "engine", stripe: bool = False,
+               verify_ranges: bool = True) -> StagingEngine:
         return StagingEngine(self.hosts, self.user, parallel_per_node=self.parallel,
-                             job_id="bench", copy_tool=copy_tool)
+                             job_id="bench", copy_tool=copy_tool,
+                             stripe_bytes=STRIPE_BYTES if stripe else 0,
+                             verify_range_bytes=VERIFY_RANGE_BYTES if verify_ranges else 0)
 
     @contextmanager
     def ramdisk(self) -> Iterator[MountSpec]:
@@ -104,7 +123,13 @@ class Bench:
             return lambda: self.as_user(["bash", "-c", 'set -o pipefail; mkdir -p "$2" && '
                                          'tar -C "$1" -cf - . | tar -C "$2" -xpf -',
                                          "bash", src, dst])
-        eng = self.engine("rsync" if name == "engine-rsync" else "engine")
+        if name == "dd":  # the big file's directory: copy its one file "big"
+            block = scripts.big_block("stage-out" if out else "stage-in")
+            return lambda: self.as_user(["bash", "-c", 'mkdir -p "$2" && dd if="$1/big" '
+                                         'of="$2/big" bs="$3" conv=sparse status=none',
+                                         "bash", src, dst, block])
+        eng = self.engine("rsync" if name == "engine-rsync" else "engine",
+                          stripe=name == "engine-striped")
         if out:
             return lambda: eng.stage_out(src, dst)
         return lambda: eng.stage_in(src, dst)
@@ -147,10 +172,10 @@ def drop_cache(root: Path) -> None:
                 os.close(fd)
 
 
-def make_big(path: Path, user: Identity) -> None:
+def make_big(path: Path, user: Identity, size: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(["dd", "if=/dev/urandom", f"of={path}", "bs=16M",
-                    f"count={BIG_SIZE >> 24}", "status=none"], check=True)
+                    f"count={size >> 24}", "status=none"], check=True)
     subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(path.parent)], check=True)
 
 
@@ -160,7 +185,13 @@ def ratios(rows: list[dict[str, object]]) -> list[str]:
     for what, direction, where in keys:
         by = {r["tool"]: float(r["seconds"]) for r in rows  # type: ignore[arg-type]
               if (r["what"], r["direction"], r["where"]) == (what, direction, where)}
-        if set(by) != set(TOOLS):
+        if "dd" in by:
+            out.append(f"{what} {direction} {where}: " + ", ".join(
+                f"{t} {by['dd'] / by[t]:.2f}x dd" for t in by if t != "dd"))
+        if what in ("verify", "verify-whole"):
+            out.append(f"verify after {direction} {where}: " + ", ".join(
+                f"{t} {s:.1f}s" for t, s in by.items()))
+        if not set(TOOLS) <= set(by):
             continue
         best = min(by["rsync"], by["tar"])
         out.append(f"{what} {direction} {where}: engine {by['rsync'] / by['engine']:.2f}x "
@@ -168,11 +199,41 @@ def ratios(rows: list[dict[str, object]]) -> list[str]:
     return out
 
 
+def big_trial(b: Bench, what: str, where: str, base: Path, tool: str, size: int) -> None:
+    """One tool's stage-in and stage-out of the big file, on a fresh RAMDISK; after an
+    engine's stage-out its verify is timed too."""
+    with b.ramdisk() as fs:
+        ram = fs.rsa_mountpoint
+        b.hosts[0].run(["install", "-d", "-o", str(b.user.uid), "-g", str(b.user.gid),
+                        f"{ram}/j"], timeout=60)
+        if where == "pfs":
+            drop_cache(base / "bigsrc")
+        b.measure(what, "in", where, tool, 1, size,
+                  b.tool(tool, str(base / "bigsrc"), f"{ram}/j/big"))
+        out = base / f"big-out-{tool}"
+        b.measure(what, "out", where, tool, 1, size,
+                  b.tool(tool, f"{ram}/j/big", str(out), out=True))
+        if tool in ("engine", "engine-striped"):
+            for label, ranges in (("verify", True), ("verify-whole", False)):
+                eng = b.engine(verify_ranges=ranges)
+
+                def verify(eng: StagingEngine = eng) -> None:
+                    v = eng.verify(f"{ram}/j/big", str(out))
+                    if not v.ok:
+                        raise SystemExit(f"verify failed: {v.summary(str(out))}")
+
+                b.measure(label, what, where, tool, 1, size, verify)
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--no-pfs-big", action="store_true", help="skip the 2 GiB file on the PFS")
     ap.add_argument("--parallel", type=int, default=2, help="streams per RSA node")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--big-gib", default="2", help="big file sizes in GiB, e.g. 2,10")
+    ap.add_argument("--big-tools", default=",".join(BIG_TOOLS),
+                    help=f"tools of the big-file trials (of {','.join(BIG_TOOLS)})")
     args = ap.parse_args()
     lab = lab_env()
     b = Bench(lab, args.parallel)
@@ -186,7 +247,6 @@ def main() -> None:
         b.warm()
         make_tree(local / "tree", b.user)
         make_tree(pfs / "tree", b.user)
-        make_big(local / "bigsrc" / "big", b.user)
         tree_bytes = TREE_FILES * TREE_FILE_SIZE
         with b.ramdisk() as fs:
             ram = fs.rsa_mountpoint
@@ -203,23 +263,20 @@ def main() -> None:
                               b.tool(tool, f"{ram}/j/{where}-{tool}",
                                      str(base / f"tree-out-{tool}"), out=True))
         wheres = [("local", local)] + ([] if args.no_pfs_big else [("pfs", pfs)])
-        if not args.no_pfs_big:
-            shutil.copytree(local / "bigsrc", pfs / "bigsrc")
-            subprocess.run(["chown", "-R", f"{b.user.uid}:{b.user.gid}", str(pfs)], check=True)
-        for where, base in wheres:
-            for tool in TOOLS:
-                with b.ramdisk() as fs:
-                    ram = fs.rsa_mountpoint
-                    b.hosts[0].run(["install", "-d", "-o", str(b.user.uid), "-g",
-                                    str(b.user.gid), f"{ram}/j"], timeout=60)
-                    if where == "pfs":
-                        drop_cache(base / "bigsrc")
-                    b.measure("big", "in", where, tool, 1, BIG_SIZE,
-                              b.tool(tool, str(base / "bigsrc"), f"{ram}/j/big"))
-                    out = base / f"big-out-{tool}"
-                    b.measure("big", "out", where, tool, 1, BIG_SIZE,
-                              b.tool(tool, f"{ram}/j/big", str(out), out=True))
-                    shutil.rmtree(out, ignore_errors=True)
+        tools = [t for t in args.big_tools.split(",") if t]
+        for gib in (float(g) for g in args.big_gib.split(",")):
+            size = int(gib * (1 << 30)) >> 24 << 24
+            what = f"big-{gib:g}GiB"
+            for d in (local, pfs):
+                shutil.rmtree(d / "bigsrc", ignore_errors=True)
+            make_big(local / "bigsrc" / "big", b.user, size)
+            if not args.no_pfs_big:
+                shutil.copytree(local / "bigsrc", pfs / "bigsrc")
+                subprocess.run(["chown", "-R", f"{b.user.uid}:{b.user.gid}", str(pfs)],
+                               check=True)
+            for where, base in wheres:
+                for tool in tools:
+                    big_trial(b, what, where, base, tool, size)
     finally:
         for d in (local, pfs):
             shutil.rmtree(d, ignore_errors=True)

@@ -28,6 +28,8 @@ from rsa_scheduler.config.schema import (
 from rsa_scheduler.config.validate import BAD, Validator
 from rsa_scheduler.config.yamldoc import KeyPath, suggest
 from rsa_scheduler.core.policy import AllocationPolicy, Tier
+from rsa_scheduler.core.units import format_size
+from rsa_scheduler.staging.plan import STRIPE_MIN
 from rsa_scheduler.staging.scripts import check_copy_command
 
 _ADDRESS_RE: Final = re.compile(r"^[A-Za-z0-9._:-]+$")
@@ -114,6 +116,14 @@ class Checks:
             elif staging.copy_command:
                 v.warn(("staging", "copy_command"), f"set, but copy_tool is "
                        f"{staging.copy_tool}: it is not used")
+            if staging.stripe_bytes and staging.copy_tool != "engine":
+                v.warn(("staging", "stripe_bytes"), f"set, but copy_tool is "
+                       f"{staging.copy_tool}: only the engine stripes; files are copied "
+                       "whole")
+            elif 0 < staging.stripe_bytes < 2 * STRIPE_MIN:
+                v.warn(("staging", "stripe_bytes"), f"files below "
+                       f"{format_size(2 * STRIPE_MIN)} are never split (a range is at "
+                       f"least {format_size(STRIPE_MIN)})")
         if self.ok("hooks"):
             hooks: HooksConfig = self.s["hooks"]
             if hooks.api_timeout > hooks.timeout:

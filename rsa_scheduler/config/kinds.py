@@ -97,10 +97,12 @@ class Duration(Kind):
 @dataclass(frozen=True, slots=True)
 class Size(Kind):
     max: int = MAX_SIZE  # bytes; larger values are rejected
+    positive: bool = True  # False: 0 is allowed (a setting's "off")
 
     @property
     def label(self) -> str:
-        return f"size ≤ {format_size(self.max)}"
+        text = f"size ≤ {format_size(self.max)}"
+        return text if self.positive else f"{text} (0: off)"
 
 
 @dataclass(frozen=True, slots=True)

@@ -253,7 +253,7 @@ class Validator:
         except ValueError as e:
             self.error(path, str(e))
             return BAD
-        if nbytes <= 0:
+        if nbytes < 0 or (nbytes == 0 and kind.positive):
             self.error(path, f"must be larger than 0, got {value!r}")
             return BAD
         if nbytes > kind.max:

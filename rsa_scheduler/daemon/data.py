@@ -243,7 +243,9 @@ class DataPath:
                              parallel_per_node=st.parallel_per_node, progress=progress,
                              cancel=ctx.cancel, job_id=ctx.action.job_id,
                              gate=self.flush_gate, copy_tool=st.copy_tool,
-                             copy_command=st.copy_command or "")
+                             copy_command=st.copy_command or "",
+                             stripe_bytes=st.stripe_bytes,
+                             stream_objects=st.stream_objects or 0)
 
     # ---- keeping the RAMDISK alive ---------------------------------------------------
     @contextlib.contextmanager

@@ -7,6 +7,9 @@ dd; or, as ``staging.copy_tool`` says, rsync or the site's own ``copy_command`` 
 every bucket) → directory modes and mtimes set last. Every command that touches user
 data runs through ``Host.run(as_user=identity)``: the job's uid, gid and supplementary
 groups, a clean environment. The engine never deletes anything; ``verify`` only reports.
+A file of at least ``stripe_bytes`` is copied in checksummed ranges by every stream at
+once (``stripe``); a tree of more than ``stream_objects`` objects is listed and copied
+on the nodes, rsad keeping counters only (``stream``).
 
 Cancellation: the caller's :class:`CancelToken` (and the first failing bucket) cancel an
 internal token handed to every running ``Host.run``, whose implementation kills the
@@ -43,13 +46,21 @@ from rsa_scheduler.staging.manifest import (
     index_lines,
     parse_hashes,
     parse_member_hashes,
-    parse_scan,
+    parse_scan_fields,
     parse_tar_listing,
     planted_symlinks,
     resolve_tar,
+    scan_fields,
     with_hashes,
 )
-from rsa_scheduler.staging.plan import Bucket, assign, make_plan, pending
+from rsa_scheduler.staging.plan import (
+    STRIPE_MIN,
+    Bucket,
+    assign,
+    make_plan,
+    pending,
+    stripes,
+)
 from rsa_scheduler.staging.report import (
     TAIL,
     Progress,
@@ -58,6 +69,15 @@ from rsa_scheduler.staging.report import (
     StagingError,
     Stats,
     classify,
+)
+from rsa_scheduler.staging.stream import StreamedCopy, streamed_verify
+from rsa_scheduler.staging.stripe import (
+    VERIFY_RANGE_BYTES,
+    Range,
+    StripedFile,
+    check_range,
+    ranges_first,
+    striped_files,
 )
 
 log = logging.getLogger(__name__)
@@ -81,7 +101,9 @@ class StagingEngine:
                  progress_interval: float = 5.0, job_id: str = "", verify_level: str = "content",
                  big_bytes: int = 32 << 20, clock: Callable[[], float] = time.monotonic,
                  gate: FlushGate | None = None, copy_tool: str = "engine",
-                 copy_command: str = "") -> None:
+                 copy_command: str = "", stripe_bytes: int = 0,
+                 stripe_min: int = STRIPE_MIN, stream_objects: int = 0,
+                 verify_range_bytes: int = VERIFY_RANGE_BYTES) -> None:
         if not hosts:
             raise ValueError("StagingEngine needs at least one RSA node")
         if identity.uid == 0:
@@ -106,6 +128,12 @@ class StagingEngine:
         if copy_tool == "custom":
             scripts.check_copy_command(copy_command)
         self.copy_command = copy_command
+        self.stripe_bytes = stripe_bytes  # 0: never stripe (staging.stripe_bytes)
+        self.stripe_min = stripe_min  # the shortest range
+        # a larger tree: streamed mode; 0: off (staging.stream_objects, opt-in)
+        self.stream_objects = stream_objects
+        # verify reads files this large back in ranges, uncached (0: whole, as cached)
+        self.verify_range_bytes = verify_range_bytes
         self._deadline = 0.0
         self._abort = CancelToken()
         self._held = contextlib.ExitStack()
@@ -140,7 +168,8 @@ class StagingEngine:
             raise ValueError(f"stage-out method {method!r}: expected one of {METHODS}")
         self._start()
         try:  # an empty RAMDISK (no node ever mounted it for output) leaves DATA_OUT alone
-            empty = not self._scan(self.hosts[0], ramdisk, "stage-out: scanning the RAMDISK")
+            empty = not self._scan(self.hosts[0], ramdisk, "stage-out: scanning the RAMDISK",
+                                   limit=0)
         finally:
             self._stop()
         if empty:
@@ -156,9 +185,14 @@ class StagingEngine:
         if method not in METHODS:
             raise ValueError(f"stage-out method {method!r}: expected one of {METHODS}")
         self._start()
-        expected = self._scan(self.hosts[0], ramdisk, "verify: scanning the RAMDISK")
+        limit = self._stream_limit() if method == "rsync" else -1
+        expected = self._scan(self.hosts[0], ramdisk, "verify: scanning the RAMDISK",
+                              limit=limit)
         if not expected:  # nothing to copy, nothing to find (stage_out left DATA_OUT alone)
             return compare([], [], level=self.verify_level)
+        if limit >= 0 and len(expected) > limit:
+            del expected  # too many to list here: the nodes compare
+            return self._stream_verify(ramdisk, dst)
         if method == "tar":
             actual = self._archive_manifest(dst)
         else:
@@ -223,7 +257,11 @@ class StagingEngine:
                    atomic: bool = False) -> Stats:
         t0 = self.clock()
         first = self.hosts[0]
-        entries = self._scan(first, src, f"{phase}: scanning {src}")
+        limit = self._stream_limit()
+        entries = self._scan(first, src, f"{phase}: scanning {src}", limit=limit)
+        if limit >= 0 and len(entries) > limit:  # too many to list here: the nodes do
+            del entries
+            return self._stream(phase, src, dst, atomic)
         self._refuse_unreadable(entries, src, phase)
         self._user(first, scripts.mkdir_argv(dst), f"{phase}: creating {dst}")
         todo: Sequence[Entry] = entries
@@ -251,14 +289,46 @@ class StagingEngine:
         meter = ProgressMeter(phase, plan.files, plan.bytes, self.progress,
                               self.progress_interval, self.clock)
         per_node: dict[str, int] = {}
-        parts = ""
-        if atomic:
-            token = secrets.token_hex(8)  # unpredictable: see scripts.part_dir
-            parts = posixpath.join(dst, scripts.part_dir(self.job_id, token))
+        lock = threading.Lock()
+        token = secrets.token_hex(8)  # unpredictable: see scripts.part_dir
+        parts = posixpath.join(dst, scripts.part_dir(self.job_id, token))
+        striped: list[StripedFile] = []
+        if self.copy_tool == "engine":
+            striped = striped_files(plan.buckets, todo, parts=parts,
+                                    streams=len(self.hosts) * self.parallel_per_node,
+                                    stripe_bytes=self.stripe_bytes,
+                                    min_range=self.stripe_min)
+        if atomic or striped:
             self._user(first, scripts.new_part_argv(dst, self.job_id, token),
                        f"{phase}: creating the part directory {parts}")
+        for f in striped:
+            self._user(first, scripts.stripe_new_argv(f.tmp, f.entry.size),
+                       f"{phase}: creating {f.tmp}")
 
-        def copy(host: Host, b: Bucket) -> None:
+        def count(host: Host, files: int, nbytes: int) -> None:
+            meter.add(files, nbytes)
+            with lock:
+                per_node[host.name] = per_node.get(host.name, 0) + nbytes
+
+        def copy_range(host: Host, r: Range) -> None:
+            f = r.file
+            done = self._user(host, scripts.stripe_range_argv(
+                src, f.tmp, r.offset, r.length, scripts.big_block(phase)),
+                f"{phase}: copying {r.describe()}", input=scripts.encode_list([f.path]))
+            check_range(r, done.stdout, phase, host.name)
+            count(host, 0, r.length)
+            if f.finished_one():
+                self._user(host, scripts.stripe_place_argv(
+                    src, f.tmp, dst, f.entry.size, f.entry.mtime_s),
+                    f"{phase}: placing {display(f.path)!r}",
+                    input=scripts.encode_list([f.path]))
+                meter.add(1, 0)
+
+        def copy(host: Host, item: Bucket | Range) -> None:
+            if isinstance(item, Range):
+                copy_range(host, item)
+                return
+            b = item
             if self.copy_tool == "rsync":
                 argv = scripts.rsync_argv(src, dst, sparse=b.bytes >= self.big_bytes,
                                           recursive=b.tool == "tree")
@@ -274,11 +344,10 @@ class StagingEngine:
                 argv = scripts.atomic_argv(argv, dst, posixpath.join(parts, str(b.index)))
             self._user(host, argv, f"{phase}: copying bucket {b.index} ({b.files} files)",
                        input=scripts.encode_list(b.paths))
-            meter.add(b.files, b.bytes)
-            per_node[host.name] = per_node.get(host.name, 0) + b.bytes
+            count(host, b.files, b.bytes)
 
-        self._parallel(plan.buckets, copy, meter)
-        if atomic:
+        self._parallel(ranges_first(striped, plan.buckets), copy, meter)
+        if atomic or striped:
             self._user(first, scripts.remove_tree_argv(parts), f"{phase}: removing {parts}")
         # Directory modes and mtimes last: writing into a directory changes its mtime,
         # and a read-only directory would refuse the files staged into it.
@@ -371,9 +440,66 @@ class StagingEngine:
 
     # --- manifests --------------------------------------------------------------------
 
-    def _scan(self, host: Host, root: str, what: str) -> list[Entry]:
-        done = self._user(host, scripts.scan_argv(root, self.identity.uid), what)
-        return parse_scan(scripts.decode_output(done.stdout))
+    def _scan(self, host: Host, root: str, what: str, *, limit: int = -1) -> list[Entry]:
+        """The objects below ``root``; with ``limit`` >= 0 at most ``limit`` + 1 of them
+        (more than ``limit``: the tree is too large to list in rsad)."""
+        argv = (scripts.scan_argv(root, self.identity.uid) if limit < 0
+                else scripts.scan_capped_argv(root, self.identity.uid, limit))
+        done = self._user(host, argv, what)
+        return parse_scan_fields(scan_fields(done.stdout))
+
+    def _stream_limit(self) -> int:
+        """The capped scan's limit: ``stream_objects``, or -1 (no cap) when streamed mode
+        is off (``staging.stream_objects`` empty: every tree is listed here)."""
+        return self.stream_objects if self.stream_objects > 0 else -1
+
+    def _stream_verify(self, ramdisk: str, dst: str) -> Verification:
+        token = secrets.token_hex(8)
+        parts = posixpath.join(dst, scripts.part_dir(self.job_id, token))
+        self._user(self.hosts[0], scripts.new_part_argv(dst, self.job_id, token),
+                   f"verify: creating the part directory {parts}")
+
+        def run(host: Host, argv: Sequence[str], what: str, *,
+                input: str | None = None) -> Completed:
+            return self._user(host, argv, what, input=input)
+
+        try:
+            result = streamed_verify(self.hosts, run, self._parallel, ram=ramdisk, dst=dst,
+                                     parts=parts, level=self.verify_level,
+                                     streams=len(self.hosts) * self.parallel_per_node,
+                                     drop_bytes=self.verify_range_bytes)
+        finally:
+            self._stop()
+        log.info("%s: %s", self.job_id, result.summary(dst))
+        return result
+
+    def _stream(self, phase: str, src: str, dst: str, atomic: bool) -> Stats:
+        """Stage a tree of more than ``stream_objects`` objects in streamed mode: listed
+        and copied on the nodes, rsad keeps counters (``stream``)."""
+        first = self.hosts[0]
+        self._user(first, scripts.mkdir_argv(dst), f"{phase}: creating {dst}")
+        token = secrets.token_hex(8)
+        parts = posixpath.join(dst, scripts.part_dir(self.job_id, token))
+        self._user(first, scripts.new_part_argv(dst, self.job_id, token),
+                   f"{phase}: creating the part directory {parts}")
+
+        def run(host: Host, argv: Sequence[str], what: str, *,
+                input: str | None = None) -> Completed:
+            return self._user(host, argv, what, input=input)
+
+        def slot(nbytes: int) -> None:
+            if phase == "stage-out":
+                self._take_slot(dst, nbytes)
+
+        streamed = StreamedCopy(
+            self.hosts, run, self._parallel, uid=self.identity.uid,
+            user=self.identity.user, streams=len(self.hosts) * self.parallel_per_node,
+            meter=lambda files, nbytes: ProgressMeter(
+                phase, files, nbytes, self.progress, self.progress_interval, self.clock),
+            clock=self.clock)
+        stats = streamed.copy(phase, src, dst, parts, atomic=atomic, before_copy=slot)
+        self._user(first, scripts.remove_tree_argv(parts), f"{phase}: removing {parts}")
+        return stats
 
     def _hash(self, root: str, files: Sequence[Entry]) -> dict[bytes, str]:
         out: dict[bytes, str] = {}
@@ -390,22 +516,59 @@ class StagingEngine:
 
     def _hash_both(self, src: str, dst: str, files: Sequence[Entry],
                    have: set[bytes]) -> tuple[dict[bytes, str], dict[bytes, str]]:
-        plan = make_plan(files, len(self.hosts) * self.parallel_per_node,
+        """Content hashes of ``files`` below ``src`` (the RAMDISK) and of those of them
+        present below ``dst``, every command in parallel over every stream and node.
+        Files of at least ``verify_range_bytes`` are hashed in ranges (digest: the list of
+        range hashes, the same ranges on both sides), after every node wrote back and
+        dropped its cached pages of the destination's copy (docs/staging.md), whether or
+        not the copy striped them."""
+        streams = len(self.hosts) * self.parallel_per_node
+        striped = [e for e in files
+                   if self.verify_range_bytes > 0 and e.size >= self.verify_range_bytes]
+        big = {e.path for e in striped}
+        plan = make_plan([e for e in files if e.path not in big], streams,
                          big_bytes=self.big_bytes)
         out: tuple[dict[bytes, str], dict[bytes, str]] = ({}, {})
-        jobs = [(side, b) for b in plan.buckets for side in (0, 1)]
+        parts: tuple[dict[bytes, list[str]], dict[bytes, list[str]]] = ({}, {})
+        lock = threading.Lock()
+        dropped = [e.path for e in striped if e.path in have]
+        if dropped:
+            for host in self.hosts:  # page caches are per node
+                self._user(host, scripts.drop_cache_argv(dst),
+                           f"verify: dropping {dst} from the page cache",
+                           input=scripts.encode_list(dropped))
+        jobs: list[tuple[int, Bucket | tuple[Entry, int, int, int]]] = []
+        for e in sorted(striped, key=lambda e: -e.size):
+            ranges = stripes(e.size, streams, min_range=self.stripe_min)
+            for side in (0, 1) if e.path in have else (0,):
+                parts[side][e.path] = [""] * len(ranges)
+                jobs += [(side, (e, i, off, n)) for i, (off, n) in enumerate(ranges)]
+        jobs += [(side, b) for b in plan.buckets for side in (0, 1)]
 
-        def run(host: Host, job: tuple[int, Bucket]) -> None:
-            side, b = job
-            paths = b.paths if side == 0 else tuple(p for p in b.paths if p in have)
+        def run(host: Host, job: tuple[int, Bucket | tuple[Entry, int, int, int]]) -> None:
+            side, item = job
+            root = (src, dst)[side]
+            if isinstance(item, tuple):
+                e, i, off, n = item
+                raw = self._user(host, scripts.hash_range_argv(root, off, n),
+                                 f"verify: hashing bytes {off}-{off + n} of "
+                                 f"{display(e.path)!r} in {root}",
+                                 input=scripts.encode_list([e.path])).stdout
+                with lock:
+                    parts[side][e.path][i] = raw.split()[0] if raw.split() else "?"
+                return
+            paths = item.paths if side == 0 else tuple(p for p in item.paths if p in have)
             if not paths:
                 return
-            root = (src, dst)[side]
             raw = self._user(host, scripts.hash_argv(root), f"verify: hashing in {root}",
                              input=scripts.encode_list(paths)).stdout
-            out[side].update(parse_hashes(scripts.decode_output(raw)))
+            with lock:
+                out[side].update(parse_hashes(scripts.decode_output(raw)))
 
         self._parallel(jobs, run, None)
+        for side in (0, 1):
+            for path, hashes in parts[side].items():
+                out[side][path] = "ranges:" + ",".join(hashes)
         return out
 
     def _refuse_planted(self, entries: Iterable[Entry], existing: Iterable[Entry],

@@ -12,9 +12,11 @@ Pure: no processes, no I/O. Must not import ``engine``.
 
 from __future__ import annotations
 
+import base64
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import islice
 
 # find -printf type letters we reproduce; sockets/devices are reported, never copied.
 KINDS = {"f": "file", "d": "dir", "l": "symlink", "p": "fifo", "s": "socket",
@@ -94,17 +96,39 @@ def parse_scan(raw: bytes) -> list[Entry]:
     fields = raw.split(b"\0")
     if fields and fields[-1] == b"":
         fields.pop()
-    if len(fields) % SCAN_FIELDS:
-        raise ValueError(f"scan output has {len(fields)} fields, not a multiple of "
-                         f"{SCAN_FIELDS}")
+    return parse_scan_fields(fields)
+
+
+def scan_fields(text: str, piece: int = 1 << 20) -> Iterator[bytes]:
+    """The NUL-separated fields of a base64-encoded scan, decoded ``piece`` characters at
+    a time: no single step holds the interpreter for long (a 100k-object scan decoded
+    and split at once held it ~80 ms: the daemon's event loop stalled meanwhile)."""
+    text = text.strip()
+    piece -= piece % 4  # base64 decodes in groups of 4 characters
+    rest = b""
+    for i in range(0, len(text), piece):
+        *fields, rest = (rest + base64.b64decode(text[i:i + piece])).split(b"\0")
+        yield from fields
+    if rest:
+        yield rest
+
+
+def parse_scan_fields(fields: Iterable[bytes]) -> list[Entry]:
+    """Parse the fields of a scan (``scan_fields``), ten per object."""
     entries: list[Entry] = []
-    for i in range(0, len(fields), SCAN_FIELDS):
-        flag, kind, size, mode, mtime, nlink, dev, ino, target, path = fields[i:i + 10]
+    it = iter(fields)
+    while True:
+        record = list(islice(it, SCAN_FIELDS))
+        if not record:
+            return entries
+        if len(record) != SCAN_FIELDS:
+            raise ValueError(f"scan output ends with {len(record)} fields of a record of "
+                             f"{SCAN_FIELDS}")
+        flag, kind, size, mode, mtime, nlink, dev, ino, target, path = record
         entries.append(Entry(
             path=path, kind=kind.decode(), size=int(size), mode=int(mode, 8),
             mtime_ns=_mtime_ns(mtime.decode()), nlink=int(nlink),
             inode=(int(dev), int(ino)), target=target, readable=flag == b"R"))
-    return entries
 
 
 def parse_hashes(raw: bytes) -> dict[bytes, str]:
@@ -272,6 +296,12 @@ class Verification:
     differences: tuple[Difference, ...] = ()
     extra: int = 0  # objects present only at the destination (left alone, not an error)
     details: Mapping[str, object] = field(default_factory=dict)
+    differing: int = -1  # how many differ, when ``differences`` lists only the first
+
+    @property
+    def count(self) -> int:
+        """How many objects differ."""
+        return self.differing if self.differing >= 0 else len(self.differences)
 
     def summary(self, where: str = "destination", limit: int = 5) -> str:
         """One actionable line."""
@@ -279,9 +309,9 @@ class Verification:
             return (f"verified {self.checked} objects ({self.checked_bytes} bytes, "
                     f"level {self.level}) in {where}")
         shown = "; ".join(str(d) for d in self.differences[:limit])
-        more = len(self.differences) - limit
+        more = self.count - min(limit, len(self.differences))
         tail = f"; and {more} more" if more > 0 else ""
-        return (f"verify failed: {len(self.differences)} of {self.checked} objects differ "
+        return (f"verify failed: {self.count} of {self.checked} objects differ "
                 f"in {where}: {shown}{tail} — the RAMDISK is kept; retry the stage-out "
                 f"or inspect these paths")
 

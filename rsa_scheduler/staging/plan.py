@@ -228,6 +228,29 @@ def make_plan(entries: Sequence[Entry], slots: int, *, big_bytes: int = BIG_BYTE
                 bytes=sum(b.bytes for b in buckets), already=already)
 
 
+STRIPE_MIN = 64 << 20  # the smallest range worth a stream of its own
+STRIPE_ALIGN = 16 << 20  # ranges start at multiples of every dd block size used here
+
+
+def stripes(size: int, streams: int, *, min_range: int = STRIPE_MIN,
+            align: int = STRIPE_ALIGN) -> list[tuple[int, int]]:
+    """``(offset, length)`` ranges covering ``size`` bytes, one per stream (fewer when a
+    range would be shorter than ``min_range``), every offset a multiple of ``align``.
+    Together they cover every byte exactly once, in order."""
+    if size <= 0:
+        return [(0, 0)]
+    count = max(1, min(streams, size // max(1, min_range)))
+    per = -(-size // count)
+    per = -(-per // align) * align
+    out: list[tuple[int, int]] = []
+    offset = 0
+    while offset < size:
+        length = min(per, size - offset)
+        out.append((offset, length))
+        offset += length
+    return out
+
+
 def assign(buckets: Sequence[Bucket], bins: int) -> list[list[Bucket]]:
     """Longest-processing-time-first: each bucket (most expensive first) to the least
     loaded bin. Within 4/3 of optimal; used for archives (one per bin)."""

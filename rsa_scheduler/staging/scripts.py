@@ -35,6 +35,125 @@ SCAN = PRELUDE + (
     "-o -type d \\! -executable -printf 'U\\0' "
     "-o -printf 'R\\0' \\) -printf '" + SCAN_FORMAT + "' | base64 -w0")
 
+# The same scan, cut after $3 NUL-separated fields (10 per object): a tree with more
+# objects than the engine lists in rsad is staged by the streamed mode instead (find is
+# stopped by SIGPIPE there, which is not an error).
+SCAN_CAPPED = SCAN.removesuffix(" | base64 -w0") + (
+    ' | head -z -n "$3" | base64 -w0; r=("${PIPESTATUS[@]}"); '
+    '[ "${r[0]}" = 0 ] || [ "${r[0]}" = 141 ] || exit "${r[0]}"; '
+    '[ "${r[1]}" = 0 ] && [ "${r[2]}" = 0 ]')
+
+# Streamed mode (a tree above staging's list limit; docs/staging.md#streamed-mode): the
+# node lists the tree itself, never rsad. One find over the source ($1) sorts every
+# object into NUL-separated lists in the spool directory $2 (below the destination's
+# part directory, which every RSA node mounts): objects the user cannot read (the scan's
+# rules; $4 is the user's uid), directories, sockets and devices (skipped), files with
+# other hard links (one tar for all of them: links stay links), everything else; sizes
+# summed by awk. Then split cuts the list into chunks of $3 names, which the streams of
+# every node claim by rename. Prints "BAD <count>" and the first five names (base64) if
+# anything is unreadable, else "LIST <files> <linked> <dirs> <skipped> <bytes> <chunks>"
+# and the first five skipped names. Memory: constant (find, split, awk stream; the lists
+# are files).
+STREAM_LIST = PRELUDE + (
+    'cd -- "$1" || exit 66; mkdir -m 700 -- "$2" || exit 1; '
+    'find . -mindepth 1 \\( -type l -o -uid "$4" \\( -type d -perm -u=rx -o \\! -type d '
+    '-perm -u=r \\) -o \\! \\( \\( -type d -o -type f \\) \\! -readable -o -type d \\! '
+    '-executable \\) \\) \\( -type d -fprint0 "$2/dirs" -o \\( -type s -o -type c -o -type b '
+    '\\) -fprint0 "$2/skipped" -o -type f -links +1 -fprint0 "$2/linked" -fprintf '
+    '"$2/sizes" "%s\\n" -o -fprint0 "$2/files" -fprintf "$2/sizes" "%s\\n" \\) -o -fprint0 '
+    '"$2/bad" || exit 1; '
+    'count() { tr -cd "\\0" < "$1" | wc -c; }; '
+    'if [ -s "$2/bad" ]; then echo "BAD $(count "$2/bad")"; head -z -n 5 "$2/bad" '
+    '| base64 -w0; echo; exit 0; fi; '
+    'files=$(count "$2/files") && linked=$(count "$2/linked") && dirs=$(count "$2/dirs") '
+    '&& skipped=$(count "$2/skipped") && bytes=$(awk "{s += \\$1} END {printf \\"%d\\", s}" '
+    '"$2/sizes") || exit 1; '
+    'split -t "\\0" -l "$3" -a 8 -d -- "$2/files" "$2/chunk-" && rm -f -- "$2/files" || exit 1; '
+    '[ ! -s "$2/linked" ] || mv -- "$2/linked" "$2/chunk-linked" || exit 1; '
+    'chunks=$(find "$2" -maxdepth 1 -name "chunk-*" | wc -l); '
+    'echo "LIST $files $linked $dirs $skipped $bytes $chunks"; '
+    'head -z -n 5 "$2/skipped" | base64 -w0; echo')
+# A stream of the streamed mode, on any node: claim up to $4 chunks of the spool $3 (a
+# rename to a name of this call's own, $6: one claimant wins), copy each from $1 to $2
+# with the copier program $5 (the list on its stdin, as for a bucket; -S: holes kept)
+# or, when $7 is set, with the atomic placement program $7 into a part directory below
+# $8, then delete the chunk; prints "<chunks> <files>" ("0 0": nothing left).
+STREAM_COPY = PRELUDE + (
+    'n=0; f=0; for c in "$3"/chunk-*; do [ "$n" -lt "$4" ] || break; [ -e "$c" ] || continue; '
+    'mine="$3/claimed-$6-${c##*/}"; mv -- "$c" "$mine" 2>/dev/null || continue; '
+    'if [ -n "$7" ]; then base64 -w0 < "$mine" | bash -c "$7" bash "$1" "$2" '
+    '"$8/$6-${c##*/}" "$5" -S || exit $?; '
+    'else base64 -w0 < "$mine" | bash -c "$5" bash "$1" "$2" -S || exit $?; fi; '
+    'k=$(tr -cd "\\0" < "$mine" | wc -c); f=$((f + k)); n=$((n + 1)); rm -f -- "$mine"; '
+    'done; echo "$n $f"')
+# The directory list of the spool ($1/dirs) into a program ($2) that reads a list on
+# stdin, with the rest of the arguments: MKDIRS before the copy, the directory tar pipe
+# (modes and mtimes) after it.
+STREAM_DIRS = PRELUDE + 'l=$1 p=$2; shift 2; base64 -w0 < "$l/dirs" | bash -c "$p" bash "$@"'
+
+# Streamed verify (a tree above the list limit; docs/staging.md#streamed-mode), on the
+# first node: one manifest line per object of the RAMDISK ($1) and of the destination
+# ($2), "<path>\t<type> <size> <mode> <mtime s>" ("<path>\tl <target>" for a symlink),
+# and one more per regular file sharing its inode with another name of the same tree,
+# "<path>\t= <lead>", the lead being the group's first name (groups of one name are not
+# listed: links to names outside the tree are not the tree's); each side sorted into
+# the spool $3 (sort spills there: constant memory; only the linked names pass through
+# bash). comm lists the RAMDISK's lines the destination does not have: missing, another
+# type, size, mode, mtime or target, or a hard link broken (objects only at the
+# destination are not an error); the objects they name, once each, go to $3/badnames.
+# The RAMDISK's regular files are cut into chunks of $4 names for VERIFY_HASH, and those
+# larger than $5 bytes listed in $3/big (dropped from every node's page cache before
+# hashing). $6: the part directory holding the spool, relative to $2: left out of the
+# destination's walk (sort's spill files come and go in it). Prints "META <objects>
+# <bytes> <differing objects> <chunks>" and the first five differing lines (base64).
+VERIFY_LIST = PRELUDE + (
+    'mkdir -m 700 -- "$3" || exit 1; s=$3; P=$6; T=$(printf "\\t"); '
+    'fl() { [ "${#g[@]}" -lt 2 ] || for q in "${g[@]}"; do '
+    'printf "%s\\t= %s\\0" "$q" "${g[0]}"; done; }; '
+    'lk() { k0=; g=(); while IFS= read -r -d "" x; do k=${x%%"$T"*}; p=${x#*"$T"}; '
+    'if [ "$k" != "$k0" ]; then fl; k0=$k; g=(); fi; g+=("$p"); done; fl; }; '
+    'm() { find . -mindepth 1 -path "./$P" -prune -o ! -type s ! -type c ! -type b \\( '
+    '-type l -printf "%P\\tl %l\\0" -o -type f \\( -links +1 -fprintf "$s/$1.ln" '
+    '"%D:%i\\t%P\\0" -o -true \\) -printf "%P\\tf %s %m %Ts\\0" -o -printf '
+    '"%P\\t%y %m %Ts\\0" \\) '
+    '| sort -z -S 64M -T "$s" > "$s/$1.m" || exit 1; '
+    'sort -z -S 64M -T "$s" -- "$s/$1.ln" | lk | sort -z -S 64M -T "$s" > "$s/$1.l" '
+    '|| exit 1; sort -z -m -S 64M -T "$s" -- "$s/$1.m" "$s/$1.l" > "$s/$1"; }; '
+    '(cd -- "$1" && m exp) || exit 66; (cd -- "$2" && m act) || exit 66; '
+    '(cd -- "$1" && find . -mindepth 1 -type f -fprint0 "$3/files" \\( -size "+$5c" '
+    '-fprint0 "$3/big" -o -true \\) -printf "%s\\n" '
+    '| awk "{s += \\$1} END {printf \\"%d\\", s}") > "$3/bytes" || exit 1; '
+    'comm -z -23 "$3/exp" "$3/act" > "$3/diff" || exit 1; '
+    'sed -z -E "s/\\t(l .*|= .*|[fdp] [-0-9 ]+)\\$//" "$3/diff" | sort -z -u -T "$s" '
+    '> "$3/badnames" || exit 1; '
+    'n=$(tr -cd "\\0" < "$3/exp.m" | wc -c); bad=$(tr -cd "\\0" < "$3/badnames" | wc -c); '
+    'split -t "\\0" -l "$4" -a 8 -d -- "$3/files" "$3/chunk-" || exit 1; '
+    'chunks=$(find "$3" -maxdepth 1 -name "chunk-*" | wc -l); '
+    'echo "META $n $(cat "$3/bytes") $bad $chunks"; head -z -n 5 "$3/diff" | base64 -w0; echo')
+# Streamed verify: on every node, before hashing, write back and drop from its page
+# cache the destination's ($1) big files listed in $2 (VERIFY_LIST's $3/big), as the
+# listed verify does (DROP_CACHE is $3).
+DROP_LISTED = PRELUDE + 'base64 -w0 < "$2" | bash -c "$3" bash "$1"'
+# A hashing stream of the streamed verify, on any node: claim up to $4 chunks of the
+# spool $3 by rename (claim name $5), hash the chunk's files with BLAKE2b-128 in the
+# RAMDISK ($1) and at the destination ($2), sorted; names whose hash line the
+# destination lacks differ in content, counted here only when VERIFY_LIST did not
+# already (not in $3/badnames: one difference per object).
+# Prints "<chunks> <files> <differing>" and the first five differing names (base64).
+VERIFY_HASH = PRELUDE + (
+    'n=0; f=0; bad=0; : > "$3/bad-$5"; for c in "$3"/chunk-*; do [ "$n" -lt "$4" ] || break; '
+    '[ -e "$c" ] || continue; mine="$3/claimed-$5-${c##*/}"; '
+    'mv -- "$c" "$mine" 2>/dev/null || continue; '
+    '(cd -- "$1" && xargs -0 -r b2sum -l 128 -z -- < "$mine") | sort -z > "$mine.a" '
+    '|| exit 1; (cd -- "$2" && xargs -0 -r b2sum -l 128 -z -- < "$mine" 2>/dev/null) '
+    '| sort -z > "$mine.b"; comm -z -23 "$mine.a" "$mine.b" | while IFS= read -r -d "" x; '
+    'do p=${x#*  }; grep -qzxF -- "${p#./}" "$3/badnames" || printf "%s\\0" "$x"; '
+    'done >> "$3/bad-$5"; '
+    'k=$(tr -cd "\\0" < "$mine" | wc -c); f=$((f + k)); n=$((n + 1)); '
+    'rm -f -- "$mine" "$mine.a" "$mine.b"; done; '
+    'bad=$(tr -cd "\\0" < "$3/bad-$5" | wc -c); echo "$n $f $bad"; '
+    'head -z -n 5 "$3/bad-$5" | base64 -w0; echo; rm -f -- "$3/bad-$5"')
+
 # Copy a list of non-directories with a tar pipe (hard links inside the list are kept,
 # symlinks copied as links, sparse files kept sparse with -S).
 TAR_PIPE = PRELUDE + (
@@ -75,6 +194,62 @@ BIG = PRELUDE + (
 # replaced, never followed. $3 and $4 are rsync's own flags, never user data.
 RSYNC = PRELUDE + ('base64 -d | rsync -aH --from0 --files-from=- $3 '
                    '-- "$1"/ "$2"/')
+# Striped big files (issue 16): one file of at least ``stripe_bytes`` is copied as byte
+# ranges by several streams on several RSA nodes at once, each range written in place
+# into one temporary file below the part directory, which is renamed to the final name
+# only once every range is copied and checked (a killed copy leaves only the temporary
+# file, removed by the next run). STRIPE_NEW creates it afresh (noclobber: O_EXCL, never
+# through a symlink) at the file's full size ($2): unwritten ranges read as zeros, so
+# dd's conv=sparse can skip all-zero blocks and holes survive.
+STRIPE_NEW = PRELUDE + 'set -C && : > "$1" && truncate -s "$2" -- "$1"'
+# One range: name on stdin (relative to $1), temporary file $2, offset $3, length $4,
+# dd block $5, checked in chunks of $6 bytes. Per chunk: dd copies it in place (notrunc,
+# seek in bytes, all-zero blocks skipped: holes survive; never through a symlink on
+# either side), then cksum takes the CRC-32 and byte count of the chunk as the source
+# returns it (the read side) and as the temporary file returns it (the write side),
+# while both are still in this node's page cache: one line "<offset> <crc> <count> <crc>
+# <count>" per chunk, compared by the engine (stripe.check_range). A source changed
+# under the copy, a short or misplaced write, or a destination that returns other bytes
+# than it was given fails the range. CRC-32 (cksum, ~2 GB/s per core here, b2sum ~0.45)
+# catches accidents, not forgery; nobody else can write in the user's private 0700 part
+# directory.
+STRIPE_RANGE = PRELUDE + (
+    'cd -- "$1" || exit 66; IFS= read -r -d "" p < <(base64 -d) || exit 1; '
+    'o=$3; end=$(($3 + $4)); while [ "$o" -lt "$end" ]; do '
+    'n=$((end - o)); [ "$n" -le "$6" ] || n=$6; '
+    'dd if="$p" of="$2" iflag=nofollow,skip_bytes,count_bytes oflag=nofollow,seek_bytes '
+    'skip="$o" seek="$o" count="$n" bs="$5" conv=notrunc,sparse status=none || exit $?; '
+    'r=$(dd if="$p" iflag=nofollow,skip_bytes,count_bytes skip="$o" count="$n" bs=1M '
+    'status=none | cksum) || exit $?; '
+    'w=$(dd if="$2" iflag=nofollow,skip_bytes,count_bytes skip="$o" count="$n" bs=1M '
+    'status=none | cksum) || exit $?; '
+    'echo "$o $r $w"; o=$((o + n)); done')
+CHUNK = 64 << 20  # bytes of a range checked at once (stays in the page cache)
+# Place a striped file once every range passed: the source must still have the size and
+# mtime (seconds) the scan saw ($4: "<size> <mtime>"; a file changed while it was copied
+# is refused, the next run copies it again), its mode and mtime go onto the temporary
+# file ($2), which is renamed to the final name below $3: rename(2) replaces whatever
+# is there (a symlink too) whole, never writes through it.
+STRIPE_PLACE = PRELUDE + (
+    'cd -- "$1" || exit 66; IFS= read -r -d "" p < <(base64 -d) || exit 1; '
+    'now=$(stat -c "%s %Y" -- "$p") || exit 1; [ "$now" = "$4" ] || { echo '
+    '"$p changed while it was copied (size and mtime $now, expected $4)" >&2; exit 1; }; '
+    '[ ! -L "$2" ] && cp --attributes-only --preserve=mode,timestamps -- "$p" "$2" '
+    '&& mv -f -T -- "$2" "$3/$p"')
+# Verify: hash one range of a file (name on stdin, relative to $1; offset $2, length
+# $3) with BLAKE2b-128, as verify hashes whole files.
+HASH_RANGE = PRELUDE + (
+    'cd -- "$1" || exit 66; IFS= read -r -d "" p < <(base64 -d) || exit 1; '
+    'dd if="$p" iflag=nofollow,skip_bytes,count_bytes skip="$2" count="$3" bs=1M '
+    'status=none | b2sum -l 128')
+# Verify: before reading big files back from the destination, write back what this
+# node still holds dirty of them (sync FILE: fsync) and drop them from its page cache
+# (dd iflag=nocache count=0: posix_fadvise DONTNEED of the whole file), so the hash
+# reads what the filesystem's servers return, not this node's memory of what it wrote.
+DROP_CACHE = PRELUDE + (
+    'cd -- "$1" || exit 66; base64 -d | xargs -0 -r sh -c \'for f; do '
+    '[ -f "$f" ] && [ ! -L "$f" ] || continue; sync -- "$f" && '
+    'dd if="$f" iflag=nocache,nofollow count=0 status=none || exit 1; done\' sh')
 COPY_TOOLS = ("engine", "rsync", "custom")  # staging.copy_tool
 # staging.copy_command (copy_tool: custom): the site's own copier of one bucket, run as
 # the user on an RSA node in place of rsync above. Placeholders: {src} and {dst} (the
@@ -242,6 +417,61 @@ def scan_argv(root: str, uid: int) -> list[str]:
     return bash(SCAN, root, str(uid))
 
 
+def scan_capped_argv(root: str, uid: int, limit: int) -> list[str]:
+    """``scan_argv`` stopped after ``limit`` + 1 objects (more: use the streamed mode)."""
+    return bash(SCAN_CAPPED, root, str(uid), str((limit + 1) * 10))
+
+
+def stream_list_argv(src: str, spool: str, uid: int, chunk: int) -> list[str]:
+    """List ``src`` into chunk files below ``spool`` (streamed mode; see STREAM_LIST)."""
+    return bash(STREAM_LIST, src, spool, str(chunk), str(uid))
+
+
+def stream_copy_argv(src: str, dst: str, spool: str, chunks: int, claim: str,
+                     parts: str = "") -> list[str]:
+    """Claim and copy up to ``chunks`` chunks of ``spool`` (``parts``: placed atomically
+    through part directories below it); ``claim`` names this call (letters, digits, -)."""
+    if not re.fullmatch(r"[A-Za-z0-9-]+", claim):
+        raise ValueError(f"claim name {claim!r}: letters, digits and - only")
+    return bash(STREAM_COPY, src, dst, spool, str(chunks), TAR_PIPE, claim,
+                ATOMIC if parts else "", parts)
+
+
+def stream_mkdirs_argv(spool: str, dst: str) -> list[str]:
+    """Create every directory of the spool's list below ``dst`` (MKDIRS)."""
+    return bash(STREAM_DIRS, spool, MKDIRS, dst)
+
+
+def stream_dir_times_argv(spool: str, src: str, dst: str) -> list[str]:
+    """Copy the listed directories' modes and mtimes from ``src`` to ``dst``, last."""
+    return bash(STREAM_DIRS, spool, TAR_PIPE, src, dst, "")
+
+
+def verify_list_argv(ram: str, dst: str, spool: str, chunk: int,
+                     big_bytes: int = 0, skip: str = "") -> list[str]:
+    """Compare the two trees' manifests on the node (streamed verify; VERIFY_LIST);
+    files of at least ``big_bytes`` (0: none) are listed for :func:`drop_listed_argv`;
+    ``skip``: a top-level name of ``dst`` left out of its walk (the spool's part
+    directory)."""
+    if "/" in skip or any(c in skip for c in "*?[\\"):
+        raise ValueError(f"skip {skip!r}: one plain name")
+    over = big_bytes - 1 if big_bytes > 0 else 1 << 62
+    return bash(VERIFY_LIST, ram, dst, spool, str(chunk), str(over), skip or "/")
+
+
+def drop_listed_argv(root: str, listing: str) -> list[str]:
+    """DROP_CACHE of the files below ``root`` named in the NUL-separated file ``listing``
+    (on the node: the streamed verify's list of big files)."""
+    return bash(DROP_LISTED, root, listing, DROP_CACHE)
+
+
+def verify_hash_argv(ram: str, dst: str, spool: str, chunks: int, claim: str) -> list[str]:
+    """Claim and hash up to ``chunks`` chunks on both sides (streamed verify)."""
+    if not re.fullmatch(r"[A-Za-z0-9-]+", claim):
+        raise ValueError(f"claim name {claim!r}: letters, digits and - only")
+    return bash(VERIFY_HASH, ram, dst, spool, str(chunks), claim)
+
+
 def tar_pipe_argv(src: str, dst: str, *, sparse: bool = False,
                   recursive: bool = False) -> list[str]:
     """Copy the listed names (``recursive``: the listed directories, whole)."""
@@ -284,6 +514,45 @@ def atomic_argv(copier: Sequence[str], dst: str, part: str) -> list[str]:
     program, src = copier[2], copier[4]
     extra = copier[6] if len(copier) > 6 else ""
     return bash(ATOMIC, src, dst, part, program, extra)
+
+
+def stripe_new_argv(tmp: str, size: int) -> list[str]:
+    """Create the temporary file of a striped file afresh, ``size`` bytes (a hole)."""
+    return bash(STRIPE_NEW, tmp, str(size))
+
+
+def stripe_range_argv(src: str, tmp: str, offset: int, length: int,
+                      block: str = BLOCK_INTO_RAMDISK, chunk: int = CHUNK) -> list[str]:
+    """Copy one range of the file named on stdin (below ``src``) into ``tmp``; prints
+    the read and write sides' checksums of every chunk (``parse_sums``)."""
+    return bash(STRIPE_RANGE, src, tmp, str(offset), str(length), block, str(chunk))
+
+
+def parse_sums(stdout: str) -> list[tuple[int, tuple[int, int], tuple[int, int]]]:
+    """``stripe_range_argv``'s lines: (offset, (crc, count) read, (crc, count) written)."""
+    out = []
+    for line in stdout.strip().splitlines():
+        m = re.fullmatch(r"(\d+) (\d+) (\d+) (\d+) (\d+)", line.strip())
+        if m is None:
+            raise ValueError(f"unexpected checksum line {line[:200]!r}")
+        v = [int(x) for x in m.groups()]
+        out.append((v[0], (v[1], v[2]), (v[3], v[4])))
+    return out
+
+
+def stripe_place_argv(src: str, tmp: str, dst: str, size: int, mtime_s: int) -> list[str]:
+    """Rename ``tmp`` to the name on stdin below ``dst`` once the source is unchanged."""
+    return bash(STRIPE_PLACE, src, tmp, dst, f"{size} {mtime_s}")
+
+
+def hash_range_argv(root: str, offset: int, length: int) -> list[str]:
+    """BLAKE2b-128 of one range of the file named on stdin (below ``root``)."""
+    return bash(HASH_RANGE, root, str(offset), str(length))
+
+
+def drop_cache_argv(root: str) -> list[str]:
+    """Write back and drop from this node's page cache the files listed on stdin."""
+    return bash(DROP_CACHE, root)
 
 
 def remove_tree_argv(path: str) -> list[str]:

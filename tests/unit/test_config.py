@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import os
 import subprocess
@@ -1092,3 +1093,32 @@ def test_a_custom_copy_tool_needs_a_usable_copy_command() -> None:
         assert want in str(e.value), str(e.value)
     warned = load_config_text(POOL + "staging:\n  copy_command: 'x {src} {dst} {list}'\n")
     assert any("copy_command: set, but copy_tool is engine" in w for w in warned.warnings)
+
+
+def test_striping_and_streamed_mode_are_off_unless_the_operator_turns_them_on() -> None:
+    shipped = load_config_text(POOL)
+    assert shipped.staging.stripe_bytes == 0 and shipped.staging.stream_objects is None
+    on = load_config_text(POOL + "staging:\n  stripe_bytes: 256M\n  stream_objects: 20000\n")
+    assert on.staging.stripe_bytes == 256 << 20 and on.staging.stream_objects == 20000
+    assert not [w for w in on.warnings if "staging." in w], on.warnings
+    assert "stripe_bytes: must be larger than 0" not in str(
+        load_config_text(POOL + "staging:\n  stripe_bytes: 0\n").warnings)
+    for text, want in [
+        ("staging:\n  stripe_bytes: -1M\n", "staging.stripe_bytes"),
+        ("staging:\n  stream_objects: 10\n", "staging.stream_objects"),
+        ("staging:\n  stream_objects: 0\n", "staging.stream_objects"),
+    ]:
+        assert want in str(one_issue(POOL + text))
+    small = load_config_text(POOL + "staging:\n  stripe_bytes: 64M\n")
+    assert any("stripe_bytes: files below 128M are never split" in w
+               for w in small.warnings), small.warnings
+    rsync = load_config_text(POOL + "staging:\n  copy_tool: rsync\n  stripe_bytes: 1G\n")
+    assert any("stripe_bytes: set, but copy_tool is rsync" in w for w in rsync.warnings)
+
+
+def test_the_data_path_hands_the_staging_settings_to_the_engine() -> None:
+    from rsa_scheduler.daemon import data
+
+    src = inspect.getsource(data.DataPath)
+    assert "stripe_bytes=st.stripe_bytes" in src
+    assert "stream_objects=st.stream_objects or 0" in src
