@@ -1,10 +1,11 @@
 """Actions the core asks for, and the outcomes that come back.
 
-Owns :class:`ActionKind`, :class:`Action` (with its stable id) and :class:`Outcome`. The
-core never performs an action; the daemon executes them and reports outcomes. An action's
-id is a pure function of (job, cycle, kind, attempt), so a restarted daemon re-issuing an
-action it finds outstanding in the log uses the same id, and executors can make the
-operation idempotent on it.
+Owns :class:`ActionKind`, :class:`Action` (with its stable id), which payload class
+each kind carries (:data:`PAYLOADS`, the classes are in ``core.payloads``) and
+:class:`Outcome`. The core never performs an action; the daemon executes them and reports
+outcomes. An action's id is a pure function of (job, cycle, kind, attempt), so a
+restarted daemon re-issuing an action it finds outstanding in the log uses the same id,
+and executors can make the operation idempotent on it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,27 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+from rsa_scheduler.core.payloads import (
+    AlertArgs,
+    AllocateArgs,
+    BuildFsArgs,
+    CancelArgs,
+    DestroyFsArgs,
+    LockInArgs,
+    MountInputArgs,
+    MountOutputArgs,
+    Payload,
+    ReleaseArgs,
+    ResetArgs,
+    StageInArgs,
+    StageOutArgs,
+    TellUserArgs,
+    UnlockArgs,
+    VerifyArgs,
+    WriteBackArgs,
+)
 
 
 class ActionKind(enum.StrEnum):
@@ -75,27 +96,77 @@ def action_id(job_id: str, cycle: int, kind: ActionKind, serial: int) -> str:
     return f"{job_id}/{cycle}/{kind.value}/{serial}"
 
 
+#: the payload class of each kind: an action of that kind carries exactly this class
+PAYLOADS: Mapping[ActionKind, type[Payload]] = {
+    ActionKind.ALLOCATE: AllocateArgs,
+    ActionKind.BUILD_FS: BuildFsArgs,
+    ActionKind.STAGE_IN: StageInArgs,
+    ActionKind.LOCK_IN: LockInArgs,
+    ActionKind.UNLOCK: UnlockArgs,
+    ActionKind.MOUNT_INPUT: MountInputArgs,
+    ActionKind.MOUNT_OUTPUT: MountOutputArgs,
+    ActionKind.WRITE_BACK: WriteBackArgs,
+    ActionKind.RESET: ResetArgs,
+    ActionKind.STAGE_OUT: StageOutArgs,
+    ActionKind.VERIFY: VerifyArgs,
+    ActionKind.DESTROY_FS: DestroyFsArgs,
+    ActionKind.RELEASE: ReleaseArgs,
+    ActionKind.CANCEL: CancelArgs,
+    ActionKind.TELL_USER: TellUserArgs,
+    ActionKind.ALERT: AlertArgs,
+}
+
+P = TypeVar("P", bound=Payload)
+
+
 @dataclass(frozen=True, slots=True)
 class Action:
-    """One thing the daemon must do for one job."""
+    """One thing the daemon must do for one job; ``args`` is the kind's payload class
+    (:data:`PAYLOADS`), checked at construction."""
 
     id: str
     job_id: str
     kind: ActionKind
-    args: Mapping[str, Any] = field(default_factory=dict)
+    args: Payload
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, ActionKind):
+            raise TypeError(f"Action.kind must be an ActionKind, got {self.kind!r}")
+        want = PAYLOADS[self.kind]
+        if type(self.args) is not want:
+            raise TypeError(f"a {self.kind.value} action carries {want.__name__}, "
+                            f"got {self.args!r}")
 
     @property
     def tracked(self) -> bool:
         return self.kind in TRACKED
 
+    def args_as(self, cls: type[P]) -> P:
+        """The payload, typed: ``action.args_as(StageInArgs).data_in``. Raises TypeError
+        when the action is of another kind (an executor registered for the wrong one)."""
+        args = self.args
+        if not isinstance(args, cls):
+            raise TypeError(f"action {self.id} carries {type(args).__name__}, "
+                            f"not {cls.__name__}")
+        return args
+
     def to_json(self) -> dict[str, Any]:
+        """The logged form (the ``pending`` of a record in events and snapshots): the
+        payload's JSON as ``args``, the keys and values earlier versions wrote."""
         return {"id": self.id, "job_id": self.job_id, "kind": self.kind.value,
-                "args": dict(self.args)}
+                "args": self.args.to_json()}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Action:
-        return cls(id=str(data["id"]), job_id=str(data["job_id"]),
-                   kind=ActionKind(data["kind"]), args=dict(data.get("args") or {}))
+        """Inverse of :meth:`to_json`; also reads what earlier versions wrote
+        (``core.payloads``). Raises ValueError naming the action on a bad record."""
+        ident = str(data["id"])
+        try:
+            kind = ActionKind(data["kind"])
+            args = PAYLOADS[kind].from_json(data.get("args") or {})
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"action {ident} in the log: {e}") from e
+        return cls(id=ident, job_id=str(data["job_id"]), kind=kind, args=args)
 
 
 class Result(enum.StrEnum):

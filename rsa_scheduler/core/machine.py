@@ -19,11 +19,32 @@ from rsa_scheduler.core.actions import TRACKED, Action, ActionKind, action_id
 from rsa_scheduler.core.allocator import PolicyViolation, Request
 from rsa_scheduler.core.directives import DirectiveSpec
 from rsa_scheduler.core.events import Event
+from rsa_scheduler.core.hostlist import Hostlist
+from rsa_scheduler.core.payloads import (
+    AlertArgs,
+    AllocateArgs,
+    BuildFsArgs,
+    CancelArgs,
+    DestroyFsArgs,
+    LockInArgs,
+    MountInputArgs,
+    MountMode,
+    MountOutputArgs,
+    Payload,
+    ReleaseArgs,
+    ResetArgs,
+    StageInArgs,
+    StageOutArgs,
+    TellUserArgs,
+    UnlockArgs,
+    VerifyArgs,
+    WriteBackArgs,
+    as_path,
+)
 from rsa_scheduler.core.policy import (
     NODE_TIERS,
     EarlyStart,
     ResetTrigger,
-    StageOut,
     StagingPolicy,
 )
 from rsa_scheduler.core.states import HOLDS_USER_DATA, JobState, RsaState
@@ -232,39 +253,47 @@ def choose(rule: Rule, rec: JobRecord, policy: StagingPolicy
 # ---- action arguments ------------------------------------------------------------------
 
 def _args(kind: ActionKind, rec: JobRecord, policy: StagingPolicy, note: str,
-          detail: str, dst: RsaState) -> dict[str, Any]:
+          detail: str, dst: RsaState) -> Payload:
+    """The typed payload of one action (``core.payloads``): paths, nodes and choices are
+    parsed here, once, for every executor."""
     spec = rec.spec
-    common: dict[str, Any] = {"user": rec.user, "nodes": rec.nodes}
+    if kind in (ActionKind.TELL_USER, ActionKind.ALERT):
+        text = note if not detail else (f"{note}: {detail}" if note else detail)
+        cls = TellUserArgs if kind is ActionKind.TELL_USER else AlertArgs
+        return cls(message=text, rsa_state=dst)
+    user, nodes = rec.user, Hostlist.parse(rec.nodes)
     if kind is ActionKind.BUILD_FS:
         # a tier a node can be in; `auto` (the allocator chose): the nodes' own, None here
-        tier = spec.tier.value if spec.tier in NODE_TIERS else None
-        return {**common, "tier": tier}
+        tier = spec.tier if spec.tier in NODE_TIERS else None
+        return BuildFsArgs(user, nodes, tier)
     if kind is ActionKind.STAGE_IN:
         # union: the job may read the RAMDISK while it fills, so files appear atomically
         atomic = (spec.early_start or policy.early_start) is EarlyStart.UNION
-        return {**common, "data_in": spec.data_in, "atomic": atomic,
-                "preprocess": list(spec.preprocess) if spec.preprocess else None}
+        return StageInArgs(user, nodes, as_path(spec.data_in), atomic, spec.preprocess)
     if kind is ActionKind.MOUNT_INPUT:
         union = (spec.early_start or policy.early_start) is EarlyStart.UNION and (
             rec.rsa_state is RsaState.STAGING_IN)
-        mode = "union" if union else ("rw" if spec.input_writable else "ro")
-        return {**common, "data_in": spec.data_in, "mode": mode}
+        mode = MountMode.UNION if union else (
+            MountMode.RW if spec.input_writable else MountMode.RO)
+        return MountInputArgs(user, nodes, as_path(spec.data_in), mode)
     if kind in (ActionKind.MOUNT_OUTPUT, ActionKind.RESET):
-        return {**common, "data_in": spec.data_in, "data_out": spec.data_out}
+        out_cls = MountOutputArgs if kind is ActionKind.MOUNT_OUTPUT else ResetArgs
+        return out_cls(user, nodes, as_path(spec.data_in), as_path(spec.data_out))
     if kind is ActionKind.WRITE_BACK:
-        return {**common, "data_in": spec.data_in}
+        data_in = as_path(spec.data_in)
+        if data_in is None:
+            raise InvariantViolation(f"job {rec.job_id}: write-back without DATA_IN")
+        return WriteBackArgs(user, nodes, data_in)
     if kind in (ActionKind.STAGE_OUT, ActionKind.VERIFY):
         method = spec.stage_out or policy.stage_out
-        return {**common, "data_out": spec.data_out,
-                "method": method.value if isinstance(method, StageOut) else str(method),
-                "postprocess": list(spec.postprocess) if spec.postprocess else None}
-    if kind in (ActionKind.TELL_USER, ActionKind.ALERT):
-        text = note if not detail else (f"{note}: {detail}" if note else detail)
-        return {"message": text, "rsa_state": dst.value}
-    if kind in (ActionKind.ALLOCATE, ActionKind.RELEASE, ActionKind.DESTROY_FS,
-                ActionKind.LOCK_IN, ActionKind.UNLOCK):
-        return common
-    return {}
+        copy_cls = StageOutArgs if kind is ActionKind.STAGE_OUT else VerifyArgs
+        return copy_cls(user, nodes, as_path(spec.data_out), method, spec.postprocess)
+    plain = {ActionKind.ALLOCATE: AllocateArgs, ActionKind.RELEASE: ReleaseArgs,
+             ActionKind.DESTROY_FS: DestroyFsArgs, ActionKind.LOCK_IN: LockInArgs,
+             ActionKind.UNLOCK: UnlockArgs}
+    if kind in plain:
+        return plain[kind](user, nodes)
+    raise AssertionError(f"no payload for {kind.value} actions")  # CANCEL: see fire()
 
 
 # ---- firing ----------------------------------------------------------------------------
@@ -341,7 +370,7 @@ def fire(rec: JobRecord, trigger: Trigger, now: float, policy: StagingPolicy,
                 continue
             rec.serial += 1
             actions.append(Action(action_id(rec.job_id, rec.cycle, kind, rec.serial),
-                                  rec.job_id, kind, {"target": cancelled.id}))
+                                  rec.job_id, kind, CancelArgs(cancelled.id)))
             continue
         if kind is ActionKind.UNLOCK and not rec.locked and src not in (
                 RsaState.STAGED_IN, RsaState.LOCKED_IN):
@@ -358,7 +387,7 @@ def fire(rec: JobRecord, trigger: Trigger, now: float, policy: StagingPolicy,
                     f"({rec.pending.id}, {act.id})")
             rec.pending = act
         if kind is ActionKind.TELL_USER:
-            rec.message = str(act.args["message"])
+            rec.message = act.args_as(TellUserArgs).message
         actions.append(act)
     if any(a.kind is ActionKind.RELEASE for a in actions) or Effect.RELEASE_NODES in effects:
         rec.nodes = ""
@@ -440,7 +469,7 @@ def _try_allocate(rec: JobRecord, pool: PoolPort, policy: StagingPolicy, now: fl
         return Trigger.POLICY_VIOLATION, str(e)
     if got is None:
         return Trigger.NODES_BUSY, ""
-    rec.nodes = str(got)
+    rec.nodes = Hostlist.from_nodeset(got).folded  # its actions' nodes: no parse
     rec.cycle += 1
     rec.failures = {k: v for k, v in rec.failures.items() if k == ActionKind.BUILD_FS.value}
     return Trigger.NODES_ALLOCATED, pool.explain(rec.job_id)

@@ -18,15 +18,22 @@ import threading
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import PurePosixPath
 from typing import Any
-
-from ClusterShell.NodeSet import NodeSet
 
 from rsa_scheduler.config import Config
 from rsa_scheduler.contain import fence_argv, parse_fenced, parse_reaped, reap_argv
 from rsa_scheduler.core.actions import ActionKind
+from rsa_scheduler.core.payloads import (
+    BuildFsArgs,
+    OnNodes,
+    StageInArgs,
+    StageOutArgs,
+    VerifyArgs,
+    WriteBackArgs,
+)
 from rsa_scheduler.core.units import format_size
 from rsa_scheduler.daemon.executors import ActionContext, PermanentError, Registry
 from rsa_scheduler.errors import RsaError
@@ -51,8 +58,9 @@ def _stats(stats: Stats) -> dict[str, Any]:
                       "seconds": round(stats.seconds, 3)}}
 
 
-def _script(ctx: ActionContext, eng: StagingEngine, spec: MountSpec, key: str,
-            phase: str) -> dict[str, Any]:
+def _script(ctx: ActionContext, eng: StagingEngine, spec: MountSpec, argv: Sequence[str],
+            key: str, phase: str, *, data_in: PurePosixPath | None,
+            data_out: PurePosixPath | None) -> dict[str, Any]:
     """Run the user's PREPROCESS (replaces stage-in) or POSTPROCESS (replaces stage-out).
 
     A failing PREPROCESS is permanent (the job uses the PFS); a failing POSTPROCESS is
@@ -64,16 +72,15 @@ def _script(ctx: ActionContext, eng: StagingEngine, spec: MountSpec, key: str,
     half-way, so this attempt failed; the retry, a new attempt, runs it from the start
     on the same RAMDISK (docs/staging.md).
     """
-    args = ctx.action.args
     started = ctx.facts.get("script_started") or {}
     if started.get("action") == ctx.action.id:
         raise RsaError(f"{key.upper()} was interrupted when rsad restarted (this attempt "
                        "started it once; it is not run twice); it will be run again from "
                        "the start as a new attempt, on the same RAMDISK")
     ctx.milestone({"script_started": {"action": ctx.action.id, "script": key}})
-    res = eng.run_script(list(args[key]), phase, ramdisk=spec.rsa_mountpoint,
-                         data_in=str(args.get("data_in") or ""),
-                         data_out=str(args.get("data_out") or ""))
+    res = eng.run_script(list(argv), phase, ramdisk=spec.rsa_mountpoint,
+                         data_in="" if data_in is None else str(data_in),
+                         data_out="" if data_out is None else str(data_out))
     if not res.ok:
         why = f"{key.upper()} exited {res.returncode}: {res.stderr_tail.strip()[-300:]}"
         if key == "preprocess":
@@ -214,15 +221,18 @@ class DataPath:
         return self._backends[tier]
 
     def request(self, ctx: ActionContext) -> FsRequest:
-        args = ctx.action.args
-        nodes = tuple(NodeSet(str(args["nodes"])))
+        """The RAMDISK request of an action on the job's RSA nodes (build, destroy, the
+        mounts and the reset): its nodes, and a build's tier (else the nodes' own)."""
+        args = ctx.action.args_as(OnNodes)
+        nodes = args.nodes.names
         if not nodes:
             raise PermanentError("the action names no RSA nodes")
-        tier = str(args.get("tier") or self.tiers[nodes[0]])
+        tier = args.tier if isinstance(args, BuildFsArgs) else None
         return FsRequest(fs_id=fs_id(ctx.action.id), job_id=ctx.action.job_id, nodes=nodes,
-                         tier=tier, pool_dirs={n: self.pool_dirs[n] for n in nodes},
+                         tier=tier.value if tier is not None else self.tiers[nodes[0]],
+                         pool_dirs={n: self.pool_dirs[n] for n in nodes},
                          mount_root=str(self.cfg.filesystem.mount_root),
-                         owner=_owner(str(args.get("user") or "")))
+                         owner=_owner(args.user))
 
     def mount(self, ctx: ActionContext) -> MountSpec:
         data = ctx.facts.get("mount")
@@ -231,7 +241,7 @@ class DataPath:
         return MountSpec.from_json(data)
 
     def engine(self, ctx: ActionContext, spec: MountSpec) -> StagingEngine:
-        user = str(ctx.action.args["user"])
+        user = ctx.action.args_as(OnNodes).user
         # scoped: its commands run in the job's cgroup on each node (rsa_scheduler.contain)
         identity = replace(Identity.of(user), scope=ctx.action.job_id)
 
@@ -430,40 +440,47 @@ class DataPath:
         return reaped
 
     def stage_in(self, ctx: ActionContext) -> Mapping[str, Any]:
-        args = ctx.action.args
+        args = ctx.action.args_as(StageInArgs)
         spec = self.mount(ctx)
         eng = self.engine(ctx, spec)
         with self.tended(ctx, spec):
             eng.prepare_root(spec.rsa_mountpoint)
-            if args.get("preprocess"):
-                return _script(ctx, eng, spec, "preprocess", "stage-in")
-            return _stats(eng.stage_in(str(args["data_in"]), spec.rsa_mountpoint,
-                                       atomic=bool(args.get("atomic"))))
+            if args.preprocess is not None:
+                return _script(ctx, eng, spec, args.preprocess, "preprocess", "stage-in",
+                               data_in=args.data_in, data_out=None)
+            if args.data_in is None:  # refused at construction: never both missing
+                raise PermanentError("the stage-in names neither DATA_IN nor PREPROCESS")
+            return _stats(eng.stage_in(str(args.data_in), spec.rsa_mountpoint,
+                                       atomic=args.atomic))
 
     def stage_out(self, ctx: ActionContext) -> Mapping[str, Any]:
-        args = ctx.action.args
+        args = ctx.action.args_as(StageOutArgs)
         spec = self.mount(ctx)
         eng = self.engine(ctx, spec)
         with self.tended(ctx, spec):
-            if args.get("postprocess"):
-                return _script(ctx, eng, spec, "postprocess", "stage-out")
-            return _stats(eng.stage_out(spec.rsa_mountpoint, str(args["data_out"]),
-                                        str(args.get("method") or "rsync")))
+            if args.postprocess is not None:
+                return _script(ctx, eng, spec, args.postprocess, "postprocess", "stage-out",
+                               data_in=None, data_out=args.data_out)
+            if args.data_out is None:  # refused at construction: never both missing
+                raise PermanentError("the stage-out names neither DATA_OUT nor POSTPROCESS")
+            return _stats(eng.stage_out(spec.rsa_mountpoint, str(args.data_out),
+                                        args.method.value))
 
     def verify(self, ctx: ActionContext) -> Mapping[str, Any]:
-        args = ctx.action.args
-        if args.get("postprocess"):
+        args = ctx.action.args_as(VerifyArgs)
+        if args.postprocess is not None:
             # The user's POSTPROCESS owns the output's form; its exit status was checked.
             return {"verified": "postprocess exit status",
                     "summary": "your POSTPROCESS exited 0 (its output is not checked)"}
+        if args.data_out is None:  # refused at construction: never both missing
+            raise PermanentError("the verification names neither DATA_OUT nor POSTPROCESS")
+        out = str(args.data_out)
         spec = self.mount(ctx)
         eng = self.engine(ctx, spec)
         with self.tended(ctx, spec):
-            result = eng.verify(spec.rsa_mountpoint, str(args["data_out"]),
-                                str(args.get("method") or "rsync"))
+            result = eng.verify(spec.rsa_mountpoint, out, args.method.value)
         if not result.ok:
-            raise RsaError(result.summary(str(args["data_out"])))
-        out = str(args["data_out"])
+            raise RsaError(result.summary(out))
         # the user's message is "stage-out finished: <summary>": true for an empty RAMDISK
         summary = (f"{result.checked} objects ({format_size(result.checked_bytes)}) verified "
                    f"on persistent storage in {out}" if result.checked else
@@ -472,10 +489,9 @@ class DataPath:
                              "level": result.level}, "summary": summary}
 
     def write_back(self, ctx: ActionContext) -> Mapping[str, Any]:
-        args = ctx.action.args
+        data_in = str(ctx.action.args_as(WriteBackArgs).data_in)
         spec = self.mount(ctx)
         eng = self.engine(ctx, spec)
-        data_in = str(args["data_in"])
         with self.tended(ctx, spec):
             eng.stage_out(spec.rsa_mountpoint, data_in, "rsync")
             result = eng.verify(spec.rsa_mountpoint, data_in, "rsync")

@@ -21,11 +21,19 @@ import weakref
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 
 from rsa_scheduler.core.actions import ActionKind
+from rsa_scheduler.core.payloads import (
+    MountInputArgs,
+    MountMode,
+    MountOutputArgs,
+    OnNodes,
+    ResetArgs,
+)
 from rsa_scheduler.daemon.executors import ActionContext, BusyError, PermanentError, Registry
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.fs.base import FilesystemBackend, FsRequest, MountSpec
@@ -103,13 +111,13 @@ class NodeSide:
 
     # ---- executors ----------------------------------------------------------------------
     def mount_input(self, ctx: ActionContext) -> Mapping[str, Any]:
-        args = ctx.action.args
-        return self._mount(ctx, role="input", target=str(args.get("data_in") or ""),
-                           mode=str(args.get("mode") or "ro"))
+        args = ctx.action.args_as(MountInputArgs)
+        return self._mount(ctx, role="input", target=args.data_in, mode=args.mode)
 
     def mount_output(self, ctx: ActionContext) -> Mapping[str, Any]:
-        return self._mount(ctx, role="output", target=str(ctx.action.args.get("data_out")
-                                                           or ""), mode="rw")
+        return self._mount(ctx, role="output",
+                           target=ctx.action.args_as(MountOutputArgs).data_out,
+                           mode=MountMode.RW)
 
     def reset(self, ctx: ActionContext) -> Mapping[str, Any]:
         """§3.2: every node releases its input mount; RAMDISK recreated; mounted over DATA_OUT.
@@ -119,6 +127,7 @@ class NodeSide:
         release reads DATA_IN from the PFS from then on, which is always correct.
         """
         job = ctx.action.job_id
+        data_out = ctx.action.args_as(ResetArgs).data_out
         backend, req = self.backend_for(ctx)
         if ctx.facts.get("reset_of") == ctx.action.id and ctx.facts.get("mount"):
             # this reset recreated the RAMDISK before rsad restarted: the job may already
@@ -156,8 +165,8 @@ class NodeSide:
                         "partial": "the job ended before the RAMDISK was reset for its "
                                    "output: its output is on the PFS"}
         try:
-            detail = dict(self._mount(ctx, role="output", target=str(
-                ctx.action.args.get("data_out") or ""), mode="rw", spec=spec, via="agent"))
+            detail = dict(self._mount(ctx, role="output", target=data_out,
+                                      mode=MountMode.RW, spec=spec, via="agent"))
         except RsaError as e:
             # The new RAMDISK exists and some nodes may have mounted it: the job may be
             # writing there. Reporting a failure would tear it down under the job; the
@@ -167,8 +176,9 @@ class NodeSide:
         detail["mount"] = spec.to_json()
         return detail
 
-    def _mount(self, ctx: ActionContext, *, role: str, target: str, mode: str,
-               spec: MountSpec | None = None, via: str = "prolog") -> Mapping[str, Any]:
+    def _mount(self, ctx: ActionContext, *, role: str, target: PurePosixPath | None,
+               mode: MountMode, spec: MountSpec | None = None,
+               via: str = "prolog") -> Mapping[str, Any]:
         backend, _req = self.backend_for(ctx)
         if spec is None:
             data = ctx.facts.get("mount")
@@ -177,8 +187,8 @@ class NodeSide:
             spec = MountSpec.from_json(data)
         try:
             ins = mount_instruction(
-                0, job_id=ctx.action.job_id, user=str(ctx.action.args.get("user") or ""),
-                role=role, target=target, mode=mode,
+                0, job_id=ctx.action.job_id, user=ctx.action.args_as(OnNodes).user,
+                role=role, target="" if target is None else str(target), mode=mode.value,
                 client_argv=backend.client_mount_argv(spec, MOUNTPOINT),
                 client_umount_argv=backend.client_umount_argv(spec, MOUNTPOINT))
         except ValueError as e:

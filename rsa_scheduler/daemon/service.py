@@ -32,6 +32,7 @@ from rsa_scheduler.core.directives import (
 )
 from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.machine import JobRecord
+from rsa_scheduler.core.payloads import AlertArgs, CancelArgs, DestroyFsArgs, OnNodes, TellUserArgs
 from rsa_scheduler.core.policy import NodeState
 from rsa_scheduler.core.scheduler import (
     POOL_STREAM,
@@ -1000,16 +1001,16 @@ class Daemon:
     def _dispatch(self, actions: Iterable[Action]) -> None:
         for action in actions:
             if action.kind is ActionKind.CANCEL:
-                target = self.running.get(str(action.args.get("target")))
+                target = self.running.get(action.args_as(CancelArgs).target)
                 if target is not None:
                     target.cancel.cancel(f"superseded ({action.job_id})")
             elif action.kind is ActionKind.ALERT:
-                self._alert(action.job_id, str(action.args.get("message", "")))
+                self._alert(action.job_id, action.args_as(AlertArgs).message)
             elif action.kind is ActionKind.TELL_USER:
-                self._tell(action.job_id, f"RSA: {action.args.get('message', '')}")
+                self._tell(action.job_id, f"RSA: {action.args_as(TellUserArgs).message}")
             elif action.kind in (ActionKind.ALLOCATE, ActionKind.RELEASE):
                 log.info("job %s: %s %s", action.job_id, action.kind.value,
-                         action.args.get("nodes"))
+                         action.args_as(OnNodes).nodes)
             elif action.kind is ActionKind.UNLOCK:
                 self._start(action, tracked=False)
             elif action.tracked:
@@ -1029,9 +1030,9 @@ class Daemon:
 
         rec = self.sched.records.get(job)
         down: frozenset[str] = frozenset()
-        if action.kind is ActionKind.DESTROY_FS and action.args.get("nodes"):
+        if action.kind is ActionKind.DESTROY_FS:
             pool = self.sched.pool
-            down = frozenset(n for n in NodeSet(str(action.args["nodes"]))
+            down = frozenset(n for n in action.args_as(DestroyFsArgs).nodes
                              if pool.state(n) is NodeState.DOWN)
         ctx = ActionContext(action=action, cancel=cancel, progress=progress,
                             facts=dict(self.facts.get(job, {})), milestone=milestone,

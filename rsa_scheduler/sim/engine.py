@@ -26,6 +26,7 @@ from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 from rsa_scheduler.core.actions import Action, ActionKind, Outcome
 from rsa_scheduler.core.allocator import Pool, RsaNode
 from rsa_scheduler.core.events import Event
+from rsa_scheduler.core.payloads import AllocateArgs, CancelArgs
 from rsa_scheduler.core.policy import NodeState
 from rsa_scheduler.core.scheduler import (
     POOL_STREAM,
@@ -297,15 +298,15 @@ class Engine:
                 raise self.broken(f"action {act.id} for unknown job {act.job_id}")
             job.counts[act.kind.value] = job.counts.get(act.kind.value, 0) + 1
             if act.kind is ActionKind.CANCEL:
-                target = str(act.args.get("target"))
+                target = act.args_as(CancelArgs).target
                 if self.inflight.pop(target, None) is None:
                     raise self.broken(f"{act.id} cancels {target}, which is not in flight")
             elif act.kind is ActionKind.ALLOCATE:
-                nodes = NodeSet(str(act.args["nodes"]), resolver=RESOLVER_NOGROUP)
+                nodes = act.args_as(AllocateArgs).nodes
                 bad = [n for n in nodes if self.pool.state(n) is not NodeState.UP]
                 if bad:
                     raise self.broken(f"{act.id} allocated {','.join(bad)}, which is not up")
-                job.allocations.append(str(nodes))
+                job.allocations.append(nodes.folded)
             if act.tracked:
                 self._issue(act)
         if dec.events:

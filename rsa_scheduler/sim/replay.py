@@ -43,10 +43,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
-
 from rsa_scheduler.core.actions import Action, ActionKind, Outcome, Result
 from rsa_scheduler.core.allocator import Pool, RsaNode
+from rsa_scheduler.core.payloads import AllocateArgs, CancelArgs, ReleaseArgs
 from rsa_scheduler.core.policy import EarlyStart, StageOut
 from rsa_scheduler.core.scheduler import Decision, Observation, Scheduler
 from rsa_scheduler.core.states import HOLDING_NODES, TERMINAL, RsaState
@@ -415,7 +414,7 @@ class Replay:
             if kind is ActionKind.ALLOCATE:
                 self._allocated(act)
             elif kind is ActionKind.RELEASE:
-                for n in NodeSet(str(act.args["nodes"]), resolver=RESOLVER_NOGROUP):
+                for n in act.args_as(ReleaseArgs).nodes:
                     if self.owner.pop(n, None) != jid:
                         raise self.broken(f"{act.id} releases {n}, which {jid} did not hold")
                 job = self.jobs.get(jid)
@@ -426,9 +425,9 @@ class Replay:
                     self._arm_poll()
             elif kind is ActionKind.CANCEL:
                 fl = self.inflight.pop(jid, None)
-                if fl is None or fl.action.id != act.args.get("target"):
-                    raise self.broken(f"{act.id} cancels {act.args.get('target')}, which is "
-                                      "not in flight")
+                target = act.args_as(CancelArgs).target
+                if fl is None or fl.action.id != target:
+                    raise self.broken(f"{act.id} cancels {target}, which is not in flight")
                 self._cancel(jid, fl)
             elif act.tracked:
                 self._issue(act)
@@ -463,7 +462,7 @@ class Replay:
 
     def _allocated(self, act: Action) -> None:
         jid = act.job_id
-        names = list(NodeSet(str(act.args["nodes"]), resolver=RESOLVER_NOGROUP))
+        names = act.args_as(AllocateArgs).nodes.names
         for n in names:
             if n in self.owner:
                 raise self.broken(f"RSA node {n} given to {jid} is held by {self.owner[n]}")

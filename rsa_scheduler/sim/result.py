@@ -14,8 +14,15 @@ from typing import Any
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
-from rsa_scheduler.core.actions import Action, ActionKind
+from rsa_scheduler.core.actions import Action
 from rsa_scheduler.core.allocator import Pool
+from rsa_scheduler.core.payloads import (
+    AllocateArgs,
+    CancelArgs,
+    MessageArgs,
+    MountInputArgs,
+    ReleaseArgs,
+)
 from rsa_scheduler.core.policy import NodeState
 from rsa_scheduler.core.states import RsaState
 from rsa_scheduler.sim.model import Scenario
@@ -142,14 +149,14 @@ def hostlist(names: Iterable[str]) -> str:
 def describe(act: Action) -> dict[str, Any]:
     out: dict[str, Any] = {"id": act.id, "kind": act.kind.value}
     args = act.args
-    if act.kind in (ActionKind.ALLOCATE, ActionKind.RELEASE):
-        out["nodes"] = args.get("nodes")
-    elif act.kind is ActionKind.CANCEL:
-        out["target"] = args.get("target")
-    elif act.kind in (ActionKind.TELL_USER, ActionKind.ALERT):
-        out["message"] = args.get("message")
-    elif act.kind is ActionKind.MOUNT_INPUT:
-        out["mode"] = args.get("mode")
+    if isinstance(args, AllocateArgs | ReleaseArgs):
+        out["nodes"] = args.nodes.folded
+    elif isinstance(args, CancelArgs):
+        out["target"] = args.target
+    elif isinstance(args, MessageArgs):
+        out["message"] = args.message
+    elif isinstance(args, MountInputArgs):
+        out["mode"] = args.mode.value
     return out
 
 

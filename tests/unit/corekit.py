@@ -1,15 +1,21 @@
-"""Factories for core tests: pools, specs, schedulers, and a driver that answers actions."""
+"""Factories for core tests: pools, specs, schedulers, action payloads, and a driver that
+answers actions."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import PurePosixPath
 from typing import Any
 
-from rsa_scheduler.core.actions import Outcome, Result
+from rsa_scheduler.core.actions import PAYLOADS, Action, ActionKind, Outcome, Result
 from rsa_scheduler.core.allocator import Pool, RsaNode
 from rsa_scheduler.core.directives import DirectiveSpec, Reset
 from rsa_scheduler.core.events import Event
-from rsa_scheduler.core.policy import AllocationPolicy, EarlyStart, StagingPolicy, Tier
+from rsa_scheduler.core.hostlist import Hostlist
+from rsa_scheduler.core.payloads import MountMode, Payload
+from rsa_scheduler.core.policy import AllocationPolicy, EarlyStart, StageOut, StagingPolicy, Tier
 from rsa_scheduler.core.scheduler import Decision, Observation, Scheduler
+from rsa_scheduler.core.states import RsaState
 
 GIB = 1 << 30
 
@@ -25,6 +31,32 @@ def make_spec(*, data_in: str | None = "/pfs/in", data_out: str | None = "/pfs/o
               reset: Reset | None = None, nodes: int | None = None) -> DirectiveSpec:
     return DirectiveSpec(data_in=data_in, data_out=data_out, early_start=early,
                          input_writable=rw, reset=reset, nodes=nodes)
+
+
+#: every payload field's value in :func:`make_args` unless given: alice's job on rsa1
+ARG_DEFAULTS: dict[str, Any] = {
+    "user": "alice", "nodes": Hostlist(("rsa1",)), "tier": None,
+    "data_in": PurePosixPath("/scratch/a/in"), "data_out": PurePosixPath("/scratch/a/out"),
+    "atomic": False, "preprocess": None, "postprocess": None, "mode": MountMode.RO,
+    "method": StageOut.RSYNC, "message": "", "rsa_state": RsaState.NONE,
+    "target": "7/1/stage-in/1",
+}
+
+
+def make_args(kind: ActionKind, **fields: Any) -> Payload:
+    """The typed payload of a ``kind`` action: :data:`ARG_DEFAULTS`, overridden by
+    ``fields`` (typed values: a Hostlist, PurePosixPath, enums)."""
+    cls = PAYLOADS[kind]
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(fields) - names
+    assert not unknown, f"{cls.__name__} has no field {', '.join(sorted(unknown))}"
+    return cls(**{n: fields.get(n, ARG_DEFAULTS[n]) for n in names})
+
+
+def make_action(action_id: str, **fields: Any) -> Action:
+    """An action of the kind its id ``JOB/CYCLE/KIND/SERIAL`` names (see make_args)."""
+    job, _cycle, kind, _serial = action_id.split("/")
+    return Action(action_id, job, ActionKind(kind), make_args(ActionKind(kind), **fields))
 
 
 def make_scheduler(pool: Pool | None = None, **policy: Any) -> Scheduler:

@@ -31,7 +31,7 @@ from rsa_scheduler.hosts import CancelToken
 from rsa_scheduler.slurm.parse import QueueRow
 from rsa_scheduler.slurm.port import SlurmPort
 from rsa_scheduler.store import JobRow, Store
-from tests.unit.corekit import make_pool
+from tests.unit.corekit import make_action, make_pool
 
 SPEC = DirectiveSpec(data_in="/pfs/in", data_out="/pfs/out")
 
@@ -452,7 +452,7 @@ def test_an_executors_summary_becomes_the_outcome_message_not_detail() -> None:
                                                   "summary": "the RAMDISK held no output"})
     from rsa_scheduler.hosts import CancelToken
 
-    ctx = ActionContext(action=Action("7/1/verify/5", "7", ActionKind.VERIFY, {}),
+    ctx = ActionContext(action=make_action("7/1/verify/5"),
                         cancel=CancelToken(), progress=lambda _d: None)
     out = reg.run(ctx)
     assert out.message == "the RAMDISK held no output"
@@ -543,7 +543,7 @@ def test_a_slow_or_huge_script_never_stalls_the_loop(tmp_path: Path) -> None:
 def test_a_mount_never_waits_behind_bulk_copies(tmp_path: Path) -> None:
     """Two lanes (issue 16): with every bulk worker busy on stage-outs, a job's mount,
     lock-in, teardown and messages still run at once."""
-    from rsa_scheduler.core.actions import BULK, Action
+    from rsa_scheduler.core.actions import BULK
 
     release = threading.Event()
     ran: list[str] = []
@@ -561,10 +561,9 @@ def test_a_mount_never_waits_behind_bulk_copies(tmp_path: Path) -> None:
                registry=reg, workers=2, urgent_workers=2, poll_interval=0)
     try:
         for n in range(6):  # more stage-outs than bulk workers: four of them queue
-            d._start(Action(f"{n}/1/stage-out/1", str(n), ActionKind.STAGE_OUT), tracked=True)
-        urgent = [Action("9/1/mount-input/3", "9", ActionKind.MOUNT_INPUT),
-                  Action("8/1/destroy-fs/5", "8", ActionKind.DESTROY_FS),
-                  Action("7/1/lock-in/2", "7", ActionKind.LOCK_IN)]
+            d._start(make_action(f"{n}/1/stage-out/1"), tracked=True)
+        urgent = [make_action("9/1/mount-input/3"), make_action("8/1/destroy-fs/5"),
+                  make_action("7/1/lock-in/2")]
         for a in urgent:
             d._start(a, tracked=True)
         d._tell("9", "RSA: staging")
@@ -625,7 +624,7 @@ def test_only_ramdisks_no_step_works_on_are_tendable(tmp_path: Path) -> None:
     settle(d)
     assert d.sched.records["7"].rsa_state.value == "locked-in"
     assert d.tendable() == [("7", {"fs_id": "x"})]
-    step = Action("7/1/stage-in/9", "7", ActionKind.STAGE_IN, {})
+    step = make_action("7/1/stage-in/9")
     d.running[step.id] = Running(step, CancelToken(), Future())
     assert d.tendable() == []  # a step works on it: it looks after the RAMDISK itself
     del d.running[step.id]

@@ -12,6 +12,14 @@ from rsa_scheduler.core.allocator import Pool, Request
 from rsa_scheduler.core.directives import DirectiveSpec, Reset
 from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.machine import JobRecord
+from rsa_scheduler.core.payloads import (
+    BuildFsArgs,
+    CancelArgs,
+    MessageArgs,
+    MountInputArgs,
+    MountMode,
+    OnNodes,
+)
 from rsa_scheduler.core.policy import EarlyStart, NodeState, StagingPolicy, Tier
 from rsa_scheduler.core.scheduler import (
     CommandRefused,
@@ -82,14 +90,15 @@ def test_normal_lifecycle_releases_exactly_the_nodes_taken() -> None:
     d = Driver(make_scheduler())
     dec = d.observe(obs("10", "PENDING", "Resources", make_spec()))
     assert kinds(dec) == ["allocate", "build-fs"]
-    assert dec.actions[0].args["nodes"] == "rsa1"  # 2 compute nodes / ratio 2
+    assert dec.actions[0].args_as(OnNodes).nodes.folded == "rsa1"  # 2 compute nodes / ratio 2
     d.answer("10")
     assert d.state("10") == "staging-in"
     d.answer("10")
     assert d.state("10") == "staged-in"  # lock-in under way
     d.answer("10")
     dec = d.observe(obs("10", "RUNNING"), at=50)
-    assert kinds(dec) == ["mount-input"] and dec.actions[0].args["mode"] == "ro"
+    assert kinds(dec) == ["mount-input"]
+    assert dec.actions[0].args_as(MountInputArgs).mode is MountMode.RO
     d.answer("10")
     assert d.state("10") == "mounted-input"
     assert d.sched.next_timer() == pytest.approx(51 + 600)
@@ -128,7 +137,7 @@ def test_the_end_of_a_stage_out_is_told_as_the_verify_step_found_it(summary: str
     assert d.state("10") == "staging-out"
     d.answer("10")  # stage-out
     dec = d.answer("10", msg=summary)  # verify
-    told = [a.args["message"] for a in dec.actions if a.kind is ActionKind.TELL_USER]
+    told = [a.args_as(MessageArgs).message for a in dec.actions if a.kind is ActionKind.TELL_USER]
     assert told == [f"stage-out finished: {summary}"]
 
 
@@ -174,7 +183,7 @@ def test_demotion_during_stage_in_cancels_and_frees() -> None:
     assert stage_in is not None and stage_in.kind is A.STAGE_IN
     dec = d.observe(obs("10", "PENDING", "Priority", make_spec()))
     assert kinds(dec) == ["cancel", "destroy-fs"]
-    assert dec.actions[0].args["target"] == stage_in.id
+    assert dec.actions[0].args_as(CancelArgs).target == stage_in.id
     with pytest.raises(StaleOutcome):
         d.sched.outcome(Outcome(stage_in.id, Result.OK), d.now)
     d.answer("10")
@@ -200,7 +209,7 @@ def test_a_demoted_job_that_starts_before_a_new_allocation_is_told_it_uses_the_p
     assert d.state("10") == "released"
     dec = d.observe(obs("10", "RUNNING"))
     assert d.state("10") == "declined" and kinds(dec) == ["tell-user"]
-    assert "demotion" in dec.actions[0].args["message"]
+    assert "demotion" in dec.actions[0].args_as(MessageArgs).message
     # told once: later observations of the running job say nothing more
     assert kinds(d.observe(obs("10", "COMPLETING"))) == []
     d.observe(obs("10", "COMPLETED"))
@@ -231,7 +240,7 @@ def test_early_start_during_stage_in(policy: EarlyStart, want_state: str,
     dec = d.observe(obs("10", "RUNNING"))
     assert d.state("10") == want_state and kinds(dec) == want_kinds
     if policy is EarlyStart.UNION:
-        assert dec.actions[-1].args["mode"] == "union"
+        assert dec.actions[-1].args_as(MountInputArgs).mode is MountMode.UNION
 
 
 def test_wait_policy_falls_back_when_the_deadline_passes() -> None:
@@ -256,7 +265,7 @@ def test_job_started_before_any_allocation_is_declined_with_a_reason() -> None:
     d = Driver(make_scheduler())
     dec = d.observe(obs("10", "RUNNING", spec=make_spec()))
     assert d.state("10") == "declined"
-    assert "reads the PFS" in dec.actions[0].args["message"]
+    assert "reads the PFS" in dec.actions[0].args_as(MessageArgs).message
 
 
 def test_output_only_job_mounts_output_in_the_prolog() -> None:
@@ -302,7 +311,7 @@ def test_writable_input_is_written_back_before_the_reset() -> None:
     d = Driver(make_scheduler())
     to_locked_in(d, rw=True)
     dec = d.observe(obs("10", "RUNNING"))
-    assert dec.actions[0].args["mode"] == "rw"
+    assert dec.actions[0].args_as(MountInputArgs).mode is MountMode.RW
     d.answer("10")
     dec = d.tick(10_000)
     assert kinds(dec) == ["write-back"]
@@ -328,7 +337,7 @@ def test_stage_out_failure_retries_then_quarantines_and_keeps_data() -> None:
     assert delays == [5.0, 10.0]  # doubling backoff
     dec = d.answer("10", Result.FAILED, "rsync: No space left on device")
     assert d.state("10") == "quarantined"
-    assert "No space left" in dec.actions[-1].args["message"]
+    assert "No space left" in dec.actions[-1].args_as(MessageArgs).message
     assert d.sched.pool.holding("10")  # data kept on its nodes
     with pytest.raises(CommandRefused):
         d.sched.command("10", Trigger.RETRY, d.now, by="alice", operator=False)
@@ -383,7 +392,7 @@ def test_drained_node_is_never_chosen() -> None:
     d = Driver(make_scheduler(make_pool(n_ram=2)))
     d.take(d.sched.set_node_state("rsa1", NodeState.DRAINED, 0, by="root"))
     dec = d.observe(obs("10", "PENDING", "Resources", make_spec()))
-    assert dec.actions[0].args["nodes"] == "rsa2"
+    assert dec.actions[0].args_as(OnNodes).nodes.folded == "rsa2"
 
 
 def test_policy_violation_declines_with_the_allocator_message() -> None:
@@ -393,7 +402,8 @@ def test_policy_violation_declines_with_the_allocator_message() -> None:
     d2 = Driver(make_scheduler(make_pool(n_ram=2)))
     dec = d2.observe(obs("10", "PENDING", "Resources", make_spec(nodes=4)))
     assert d2.state("10") == "declined"
-    assert dec.actions[-1].kind is A.TELL_USER and "RSA" in dec.actions[-1].args["message"]
+    assert dec.actions[-1].kind is A.TELL_USER
+    assert "RSA" in dec.actions[-1].args_as(MessageArgs).message
 
 
 def test_fs_build_failure_retries_on_a_later_cycle_then_gives_up() -> None:
@@ -577,11 +587,11 @@ def test_a_tier_auto_job_builds_on_the_tier_of_the_nodes_it_got() -> None:
                                                               tier=Tier.AUTO)))
     build = d.sched.records["10"].pending
     assert build is not None and build.kind is A.BUILD_FS
-    assert build.args["tier"] is None  # the executor takes the allocated nodes' tier
+    assert build.args_as(BuildFsArgs).tier is None  # the executor takes the allocated nodes' tier
     d.observe(obs("11", "PENDING", "Resources", DirectiveSpec(data_in="/pfs/in",
                                                               tier=Tier.RAM)))
     other = d.sched.records["11"].pending
-    assert other is not None and other.args["tier"] == "ram"
+    assert other is not None and other.args_as(BuildFsArgs).tier is Tier.RAM
 
 
 def test_a_tier_auto_job_gets_an_answer_from_any_allocator() -> None:
@@ -591,6 +601,6 @@ def test_a_tier_auto_job_gets_an_answer_from_any_allocator() -> None:
                                                               tier=Tier.AUTO)))
     rec = d.sched.records["10"]
     if rec.pending is not None:  # an allocator that chooses
-        assert rec.pending.kind is A.BUILD_FS and rec.pending.args["tier"] is None
+        assert rec.pending.kind is A.BUILD_FS and rec.pending.args_as(BuildFsArgs).tier is None
     else:
         assert d.state("10") == "declined" and "RSA_TIER=auto" in rec.message

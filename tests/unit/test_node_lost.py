@@ -8,6 +8,7 @@ import pytest
 from ClusterShell.NodeSet import NodeSet
 
 from rsa_scheduler.core.actions import ActionKind
+from rsa_scheduler.core.payloads import TellUserArgs
 from rsa_scheduler.core.policy import EarlyStart, NodeState
 from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.core.states import RsaState
@@ -33,7 +34,7 @@ def test_under_wait_a_lost_node_means_staging_again_on_healthy_nodes() -> None:
     assert rec.rsa_state is RsaState.TEARING_DOWN and not rec.declined
     kinds = [a.kind for a in dec.actions]
     assert ActionKind.CANCEL in kinds and ActionKind.DESTROY_FS in kinds
-    told = [a.args["message"] for a in dec.actions if a.kind is ActionKind.TELL_USER]
+    told = [a.args_as(TellUserArgs).message for a in dec.actions if a.kind is ActionKind.TELL_USER]
     assert told and "staged again on other RSA nodes" in told[0] and lost in told[0]
     d.answer("7")  # destroy-fs (the lost node skipped: daemon side)
     # released, and (still on-deck) allocated again at once, without the lost node

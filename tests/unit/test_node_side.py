@@ -6,15 +6,19 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
+from pathlib import PurePosixPath
 from typing import Any
 
 import pytest
 
 from rsa_scheduler.core.actions import Action, ActionKind, Outcome, Result
+from rsa_scheduler.core.hostlist import Hostlist
+from rsa_scheduler.core.payloads import MountInputArgs, MountMode, Payload
 from rsa_scheduler.daemon.executors import ActionContext, Registry
 from rsa_scheduler.daemon.nodeside import NodeSide, nodeside_of
 from rsa_scheduler.fs.base import FilesystemBackend, FsRequest, Health, MountSpec
 from rsa_scheduler.hosts import CancelToken
+from tests.unit.corekit import make_args
 
 SPEC = MountSpec("fake", "job7-c1", ("rsa1",), "/mnt/rsa/job7-c1",
                  {"master_host": "10.0.0.1", "master_port": 9421})
@@ -53,8 +57,8 @@ def make_side(timeout: float = 5.0) -> tuple[NodeSide, Registry, FakeBackend]:
     return side, reg, backend
 
 
-def start(reg: Registry, kind: ActionKind, args: Mapping[str, Any]) -> Future[Outcome]:
-    action = Action(f"7/1/{kind.value}/3", "7", kind, dict(args))
+def start(reg: Registry, kind: ActionKind, args: Payload) -> Future[Outcome]:
+    action = Action(f"7/1/{kind.value}/3", "7", kind, args)
     ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
                         facts={"mount": SPEC.to_json()})
     fut: Future[Outcome] = Future()
@@ -73,7 +77,8 @@ def until(side: NodeSide, ask: Callable[[], dict[str, Any]], want: str) -> dict[
     raise AssertionError(f"never got {want}")
 
 
-INPUT = {"user": "alice", "nodes": "rsa1", "data_in": "/scratch/a/in", "mode": "ro"}
+INPUT = make_args(ActionKind.MOUNT_INPUT, data_in=PurePosixPath("/scratch/a/in"),
+                  mode=MountMode.RO)
 
 
 def test_registered_for_the_three_node_side_kinds() -> None:
@@ -123,16 +128,14 @@ def test_first_node_failure_fails_the_mount_with_its_reason() -> None:
 def test_no_prolog_at_all_times_out_with_a_hint() -> None:
     _side, reg, _ = make_side(timeout=0.2)
     out = start(reg, ActionKind.MOUNT_OUTPUT,
-                {"user": "alice", "nodes": "rsa1", "data_out": "/scratch/a/out"}).result(5)
+                make_args(ActionKind.MOUNT_OUTPUT, data_in=None)).result(5)
     assert out.result is Result.FAILED and "rsa-prolog" in out.message
 
 
 def test_reset_releases_recreates_and_mounts_output_through_the_agents() -> None:
     side, reg, backend = make_side()
     side.prolog("7", "c1", "c[1-2]", "mounted-input")
-    fut = start(reg, ActionKind.RESET, {"user": "alice", "nodes": "rsa1",
-                                        "data_in": "/scratch/a/in",
-                                        "data_out": "/scratch/a/out"})
+    fut = start(reg, ActionKind.RESET, RESET_ARGS)
     for node in ("c1", "c2"):
         rel = side.agent("7", node, "c[1-2]", 0, wait=2)
         assert rel["do"] == "release"
@@ -153,9 +156,7 @@ def test_reset_whose_output_mount_fails_on_one_node_keeps_the_new_ramdisk() -> N
     reported done (with what failed), never as an error that would tear it down."""
     side, reg, backend = make_side()
     side.prolog("7", "c1", "c[1-2]", "mounted-input")
-    fut = start(reg, ActionKind.RESET, {"user": "alice", "nodes": "rsa1",
-                                        "data_in": "/scratch/a/in",
-                                        "data_out": "/scratch/a/out"})
+    fut = start(reg, ActionKind.RESET, RESET_ARGS)
     for node in ("c1", "c2"):
         rel = side.agent("7", node, "c[1-2]", 0, wait=2)
         side.report("7", node, {"seq": rel["seq"], "ok": True})
@@ -172,9 +173,7 @@ def test_reset_whose_output_mount_fails_on_one_node_keeps_the_new_ramdisk() -> N
 def test_reset_with_a_busy_input_mount_is_busy_and_changes_nothing() -> None:
     side, reg, backend = make_side()
     side.prolog("7", "c1", "c1", "mounted-input")
-    fut = start(reg, ActionKind.RESET, {"user": "alice", "nodes": "rsa1",
-                                        "data_in": "/scratch/a/in",
-                                        "data_out": "/scratch/a/out"})
+    fut = start(reg, ActionKind.RESET, RESET_ARGS)
     rel = side.agent("7", "c1", "c1", 0, wait=2)
     side.report("7", "c1", {"seq": rel["seq"], "ok": False, "busy": True,
                             "message": "target is busy"})
@@ -205,11 +204,16 @@ def test_an_input_mount_reissued_after_a_restart_is_answered_by_the_agents() -> 
     assert out.result is Result.OK
 
 
-@pytest.mark.parametrize("mode", ["bogus"])
-def test_bad_mode_is_refused_not_retried(mode: str) -> None:
-    _, reg, _ = make_side()
-    out = start(reg, ActionKind.MOUNT_INPUT, {**INPUT, "mode": mode}).result(5)
-    assert out.result is Result.REFUSED
+@pytest.mark.parametrize("mode", ["bogus", "ro"])
+def test_a_mode_that_is_no_mount_mode_never_reaches_the_executor(mode: str) -> None:
+    """Once refused by the executor at run time; now the payload cannot be built with
+    it, nor read from a log (a plain string is not a MountMode, even "ro")."""
+    with pytest.raises(TypeError, match="mode must be a MountMode"):
+        MountInputArgs("alice", Hostlist(("rsa1",)), PurePosixPath("/scratch/a/in"),
+                       mode)  # type: ignore[arg-type]
+    if mode == "bogus":
+        with pytest.raises(ValueError, match="mode must be one of ro, rw, union"):
+            MountInputArgs.from_json({**INPUT.to_json(), "mode": mode})
 
 
 def test_early_start_wait_tells_the_prolog_how_long_it_may_hold() -> None:
@@ -244,9 +248,7 @@ def test_release_waits_for_every_nodes_agent_before_destroying() -> None:
     side, reg, backend = make_side()
     side.agent_settle = 0.3
     side.prolog("7", "c1", "c[1-2]", "mounted-input")
-    fut = start(reg, ActionKind.RESET, {"user": "alice", "nodes": "rsa1",
-                                        "data_in": "/scratch/a/in",
-                                        "data_out": "/scratch/a/out"})
+    fut = start(reg, ActionKind.RESET, RESET_ARGS)
     rel = side.agent("7", "c1", "c[1-2]", 0, wait=2)
     side.report("7", "c1", {"seq": rel["seq"], "ok": True})
     rel2 = side.agent("7", "c2", "c[1-2]", 0, wait=2)  # c2's agent reconnects later
@@ -281,8 +283,7 @@ def test_a_node_that_is_mounting_holds_the_step_until_it_reports() -> None:
     assert fut.result(5).result is not Result.OK
 
 
-RESET_ARGS = {"user": "alice", "nodes": "rsa1", "data_in": "/scratch/a/in",
-              "data_out": "/scratch/a/out"}
+RESET_ARGS = make_args(ActionKind.RESET)
 
 
 def test_a_release_is_never_done_while_a_node_that_holds_the_mount_is_silent() -> None:
@@ -312,7 +313,7 @@ def test_a_release_is_never_done_while_a_node_that_holds_the_mount_is_silent() -
 def test_after_a_restart_the_recorded_mounts_must_confirm_the_release() -> None:
     side, reg, backend = make_side(timeout=1.5)
     side.agent_settle = 0.1
-    action = Action("7/1/reset/3", "7", ActionKind.RESET, dict(RESET_ARGS))
+    action = Action("7/1/reset/3", "7", ActionKind.RESET, RESET_ARGS)
     ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
                         facts={"mount": SPEC.to_json(), "mounted": ["c1", "c2"]})
     fut: Future[Outcome] = Future()
@@ -332,7 +333,7 @@ def test_a_reset_reissued_after_a_crash_never_destroys_the_ramdisk_it_made() -> 
     token = CancelToken()
 
     def run(facts: dict[str, Any]) -> Future[Outcome]:
-        action = Action("7/1/reset/3", "7", ActionKind.RESET, dict(RESET_ARGS))
+        action = Action("7/1/reset/3", "7", ActionKind.RESET, RESET_ARGS)
         ctx = ActionContext(action=action, cancel=token, progress=lambda _d: None,
                             facts=facts, milestone=milestones.append)
         fut: Future[Outcome] = Future()
@@ -367,7 +368,7 @@ def test_a_reset_reissued_after_the_job_ended_does_not_wait_for_its_nodes() -> N
     side, reg, backend = make_side()
     side.mount_timeout = 60.0
     spec = SPEC.to_json()
-    action = Action("7/1/reset/3", "7", ActionKind.RESET, dict(RESET_ARGS))
+    action = Action("7/1/reset/3", "7", ActionKind.RESET, RESET_ARGS)
     ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
                         facts={"mount": spec, "reset_of": "7/1/reset/3"},
                         job_ended=True)
@@ -386,7 +387,7 @@ def test_a_reset_of_a_job_that_ended_before_it_ran_does_not_wait_for_a_release()
     side, reg, backend = make_side()
     side.reset_timeout = 60.0
     milestones: list[Mapping[str, Any]] = []
-    action = Action("7/1/reset/3", "7", ActionKind.RESET, dict(RESET_ARGS))
+    action = Action("7/1/reset/3", "7", ActionKind.RESET, RESET_ARGS)
     ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
                         facts={"mount": SPEC.to_json(), "mounted": ["c1"]},
                         milestone=milestones.append, job_ended=True)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import PurePosixPath
 from typing import Any
 
 import pytest
 
 from rsa_scheduler.config import load_config_text
-from rsa_scheduler.core.actions import Action, ActionKind
+from rsa_scheduler.core.hostlist import Hostlist
 from rsa_scheduler.daemon.data import DataPath, Repeats, Tending
 from rsa_scheduler.daemon.executors import ActionContext
 from rsa_scheduler.daemon.health import RamdiskTender
@@ -23,6 +24,7 @@ from rsa_scheduler.fs.base import FilesystemBackend, FsError, FsRequest, Health,
 from rsa_scheduler.hosts import CancelToken, Host
 from rsa_scheduler.runner import CommandError
 from rsa_scheduler.staging.report import StagingError, classify
+from tests.unit.corekit import make_action
 
 SPEC = MountSpec("tmpfs", "job7-c1", ("rsa1",), "/run/rsa/mnt/job7-c1", {})
 CFG = load_config_text("pool:\n  nodes:\n    - names: rsa1\n      capacity: 2G\n")
@@ -74,8 +76,8 @@ def data_path(backend: Backend) -> DataPath:
 
 
 def context(marks: list[Mapping[str, Any]]) -> ActionContext:
-    action = Action("7/1/stage-out/3", "7", ActionKind.STAGE_OUT,
-                    {"nodes": "rsa1", "user": "nobody", "data_out": "/pfs/u/out"})
+    action = make_action("7/1/stage-out/3", user="nobody",
+                         data_out=PurePosixPath("/pfs/u/out"))
     return ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
                          milestone=marks.append)
 
@@ -336,8 +338,8 @@ def test_a_teardown_skips_a_node_that_is_down_and_says_what_it_left_there() -> N
     backend = Destroyer()
     dp = DataPath(CFG2, {n: AnsweringHost(n, asked) for n in ("rsa1", "rsa2")},
                   {CFG2.pool.members()[0].tier.value: backend})
-    action = Action("7/2/destroy-fs/9", "7", ActionKind.DESTROY_FS,
-                    {"nodes": "rsa[1-2]", "user": "nobody"})
+    action = make_action("7/2/destroy-fs/9", nodes=Hostlist(("rsa1", "rsa2")),
+                         user="nobody")
     ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
                         down=frozenset({"rsa2"}))
     out = dp.destroy_fs(ctx)

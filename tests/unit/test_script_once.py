@@ -6,11 +6,11 @@ fencing), it fails the attempt so the retry, a new attempt, runs it from the sta
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import PurePosixPath
 from typing import Any, cast
 
 import pytest
 
-from rsa_scheduler.core.actions import Action, ActionKind
 from rsa_scheduler.daemon.data import _script
 from rsa_scheduler.daemon.executors import ActionContext
 from rsa_scheduler.errors import RsaError
@@ -18,6 +18,10 @@ from rsa_scheduler.fs.base import MountSpec
 from rsa_scheduler.hosts import CancelToken
 from rsa_scheduler.staging.engine import StagingEngine
 from rsa_scheduler.staging.report import ScriptResult
+from tests.unit.corekit import make_action
+
+PACK = ("/home/u/pack.sh",)
+OUT = PurePosixPath("/pfs/u/out")
 
 SPEC = MountSpec("moosefs", "job7-c1", ("rsa1",), "/run/rsa/mnt/job7-c1", {})
 
@@ -34,16 +38,15 @@ class Engine:
 
 def ctx(action_id: str, facts: Mapping[str, Any], marks: list[Mapping[str, Any]]
         ) -> ActionContext:
-    action = Action(action_id, "7", ActionKind.STAGE_OUT,
-                    {"postprocess": ["/home/u/pack.sh"], "data_out": "/pfs/u/out"})
+    action = make_action(action_id, postprocess=PACK, data_out=OUT)
     return ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
                          facts=facts, milestone=marks.append)
 
 
 def test_the_start_is_recorded_before_the_script_runs() -> None:
     eng, marks = Engine(), []  # type: ignore[var-annotated]
-    out = _script(ctx("7/1/stage-out/9", {}, marks), cast(StagingEngine, eng), SPEC,
-                  "postprocess", "stage-out")
+    out = _script(ctx("7/1/stage-out/9", {}, marks), cast(StagingEngine, eng), SPEC, PACK,
+                  "postprocess", "stage-out", data_in=None, data_out=OUT)
     assert marks == [{"script_started": {"action": "7/1/stage-out/9",
                                          "script": "postprocess"}}]
     assert eng.runs == [("/home/u/pack.sh",)] and out["script"]["stdout"] == "packed\n"
@@ -53,8 +56,8 @@ def test_a_reissued_attempt_that_already_started_it_does_not_run_it_again() -> N
     eng, marks = Engine(), []  # type: ignore[var-annotated]
     facts = {"script_started": {"action": "7/1/stage-out/9", "script": "postprocess"}}
     with pytest.raises(RsaError, match="interrupted when rsad restarted") as e:
-        _script(ctx("7/1/stage-out/9", facts, marks), cast(StagingEngine, eng), SPEC,
-                "postprocess", "stage-out")
+        _script(ctx("7/1/stage-out/9", facts, marks), cast(StagingEngine, eng), SPEC, PACK,
+                "postprocess", "stage-out", data_in=None, data_out=OUT)
     assert "PermanentError" not in type(e.value).__name__  # retried, not given up
     assert eng.runs == [] and marks == []
 
@@ -62,6 +65,6 @@ def test_a_reissued_attempt_that_already_started_it_does_not_run_it_again() -> N
 def test_the_next_attempt_runs_it() -> None:
     eng, marks = Engine(), []  # type: ignore[var-annotated]
     facts = {"script_started": {"action": "7/1/stage-out/9", "script": "postprocess"}}
-    _script(ctx("7/1/stage-out/12", facts, marks), cast(StagingEngine, eng), SPEC,
-            "postprocess", "stage-out")
+    _script(ctx("7/1/stage-out/12", facts, marks), cast(StagingEngine, eng), SPEC, PACK,
+            "postprocess", "stage-out", data_in=None, data_out=OUT)
     assert len(eng.runs) == 1

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from rsa_scheduler.config import ConfigErrors, load_config_text
 from rsa_scheduler.core.allocator import PolicyViolation, Pool, Request, RsaNode
 from rsa_scheduler.core.directives import DirectiveSpec
+from rsa_scheduler.core.payloads import AllocateArgs, BuildFsArgs
 from rsa_scheduler.core.policy import AllocationPolicy, NodeState, Tier, node_tier
 from rsa_scheduler.core.tiering import Option, explain, need, rank
 from tests.unit.corekit import Driver, make_scheduler, obs
@@ -216,9 +217,10 @@ def test_the_core_logs_why_and_builds_on_the_tier_it_got() -> None:
                          capacity=100 * G)
     dec = d.observe(obs("10", "PENDING", "Resources", spec))
     build = [a for a in dec.actions if a.kind.value == "build-fs"]
-    assert build and build[0].args["tier"] is None  # the executor reads the nodes' tier
+    # the executor reads the nodes' tier
+    assert build and build[0].args_as(BuildFsArgs).tier is None
     alloc = [a for a in dec.actions if a.kind.value == "allocate"]
-    assert alloc[0].args["nodes"] == "ssd1"
+    assert alloc[0].args_as(AllocateArgs).nodes.names == ("ssd1",)
     details = [e.context.get("detail", "") for e in dec.events]
     assert any(t.startswith("tier auto chose ssd 1 node") for t in details)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rsa_scheduler.core.actions import TRACKED, Action, ActionKind
+from rsa_scheduler.core.actions import TRACKED, ActionKind
 from rsa_scheduler.core.allocator import Pool, Request
 from rsa_scheduler.core.machine import InvariantViolation, JobRecord, choose, fire
 from rsa_scheduler.core.policy import EarlyStart, StagingPolicy
@@ -22,7 +22,7 @@ from rsa_scheduler.core.transitions import (
     Trigger,
     lookup,
 )
-from tests.unit.corekit import make_pool, make_spec
+from tests.unit.corekit import make_action, make_pool, make_spec
 
 S, T, A = RsaState, Trigger, ActionKind
 
@@ -185,7 +185,7 @@ def _record_in(rule: Rule, pool: Pool, cond: Cond | None) -> JobRecord:
         rec.nodes = str(got)
     kinds = [k for (k, _result), trig in OUTCOME_TRIGGERS.items() if trig is rule.trigger]
     if kinds:
-        rec.pending = Action(f"42/1/{kinds[0].value}/1", "42", kinds[0])
+        rec.pending = make_action(f"42/1/{kinds[0].value}/1")
     return rec
 
 
