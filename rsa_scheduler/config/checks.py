@@ -18,6 +18,7 @@ from rsa_scheduler.config.backends import check_backends
 from rsa_scheduler.config.schema import (
     ADDRESS_FIELDS,
     MAX_POOL_NODES,
+    FilesystemConfig,
     HooksConfig,
     HostKeyPolicy,
     PoolConfig,
@@ -63,11 +64,16 @@ class Checks:
         policy: AllocationPolicy = self.s["allocation"]
         pool: PoolConfig = self.s["pool"]
         by_tier = {tier: len(nodes) for tier, nodes in pool.by_tier().items()}
+        fs: FilesystemConfig = self.s["filesystem"]
+        chosen = {t: str(fs.backend.get(t)) for t in by_tier}
+        mixes = policy.mix and len(set(chosen.values())) == 1
         if by_tier:
             tier = policy.default_tier
             if tier is Tier.AUTO:  # auto may use any tier: the largest bounds a job
                 tier = max(by_tier, key=lambda t: by_tier[t])
             have = by_tier.get(tier, 0)
+            if policy.default_tier is Tier.AUTO and mixes:  # or all of them together
+                have = sum(by_tier.values())
             if have == 0:
                 present = ", ".join(t.value for t in by_tier)
                 v.error(
@@ -86,6 +92,11 @@ class Checks:
                     f"tier {tier.value} has only {_nodes(have)}; jobs sized for more never "
                     "get an RSA (allocation is all-or-nothing)",
                 )
+        if policy.mix and len(set(chosen.values())) > 1:
+            names = ", ".join(f"{t.value} {b}" for t, b in sorted(chosen.items()))
+            v.warn(("allocation", "mix"), f"the tiers use different backends ({names}): "
+                   "one filesystem cannot span them, so tier auto never mixes tiers; give "
+                   "them one filesystem.backend, or set mix: false")
 
     def backends(self) -> None:
         """Ask the registered backends (config/backends.py): their own settings, and

@@ -15,7 +15,7 @@ interprets the kinds declared here. Must not import the loader or the CLI.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +106,11 @@ EXTERNAL_SETTINGS: dict[type, dict[str, Setting]] = {
         "io_time": Setting(Duration(max=DAY), "Tier `auto`: the time in which a job's "
                            "`#RSA_CAPACITY` must be movable (seed 000's checkpoint time "
                            "target); its bandwidth need is capacity / io_time."),
+        "mix": Setting(Bool(), "Tier `auto`: when no tier alone has the nodes free now (or "
+                       "can hold the job at all), give it nodes of several tiers, the "
+                       "cheapest first, under one filesystem; its bandwidth counts as "
+                       "nodes x the slowest tier's. Needs one `filesystem.backend` for "
+                       "every tier with nodes (otherwise off, and `rsa config check` warns)."),
     }
 }
 
@@ -157,8 +162,17 @@ class Config:
         return [RsaNode(n.name, n.tier, n.capacity) for n in self.pool.members()]
 
     def make_pool(self) -> Pool:
-        """A fresh, empty RSA node pool for the allocator."""
-        return Pool(self.rsa_nodes(), self.allocation)
+        """A fresh, empty RSA node pool for the allocator: without ``allocation.mix``
+        when the tiers with nodes use different backends (one filesystem cannot span
+        them; ``rsa config check`` warns)."""
+        policy = self.allocation
+        if policy.mix and len(self.mix_backends()) > 1:
+            policy = replace(policy, mix=False)
+        return Pool(self.rsa_nodes(), policy)
+
+    def mix_backends(self) -> set[str]:
+        """The backends of the tiers that have nodes (a mix needs exactly one)."""
+        return {str(self.filesystem.backend.get(t)) for t in self.pool.by_tier()}
 
     def to_dict(self) -> dict[str, Any]:
         """The effective settings as plain data in Slurm's dialect; loading it gives back

@@ -9,7 +9,8 @@ skips the job this cycle as the paper does.
 
 Tier ``auto`` (a job's ``#RSA_TIER=auto`` or the site's ``default_tier``): the cheapest
 tier whose allocation meets the job's size and bandwidth need, falling back to the next
-when its nodes are busy (:mod:`rsa_scheduler.core.tiering`, seed 000 §III.B).
+when its nodes are busy, and to a mix of tiers when no tier alone has the nodes free
+(``allocation.mix``; :mod:`rsa_scheduler.core.tiering`, seed 000 §III.B).
 
 Selection rule (a pure function of pool state and request): within the requested tier,
 free UP nodes are taken in *rank* order, where rank sorts by capacity, largest first,
@@ -305,9 +306,47 @@ class Pool:
             count = tiering.nodes_for(policy, tier, sized, bps, limit, req.nodes is not None)
             options.append(tiering.option(policy, tier, count, bps))
         if not options:
-            raise PolicyViolation("RSA_TIER=auto: no tier can serve this job (" +
-                                  "; ".join(refused) + ")")
+            problem = "RSA_TIER=auto: no tier can serve this job (" + "; ".join(refused) + ")"
+            if not (policy.mix and len(self._prefix) > 1):
+                raise PolicyViolation(problem)
+            self._pooled_size(req, problem)  # a mix of every tier could: raises if not
         return tiering.rank(options), bps, refused
+
+    def _pooled_size(self, req: Request, problem: str) -> int:
+        """Tier auto with ``policy.mix``, for a job no single tier can hold: the fewest
+        nodes of all tiers together that could serve it. Raises :class:`PolicyViolation`
+        (``problem``, and why not even all tiers together) if they cannot either."""
+        policy = self._policy
+        size = len(self._ranked)
+        count = _base_count(policy, req)
+        if req.nodes is None:
+            count = min(count, size)
+        elif count > size:
+            raise PolicyViolation(f"{problem}; RSA_NODES={count} exceeds all {_nodes(size)} "
+                                  "of every tier together")
+        if req.capacity is not None:
+            capacity = _check_capacity(req)
+            total = 0
+            need = 0
+            for node in self._ranked:  # largest first
+                if total >= capacity:
+                    break
+                total += node.capacity
+                need += 1
+            if total < capacity or need > policy.max_request:
+                raise PolicyViolation(f"{problem}; not even a mix of every tier holds "
+                                      f"RSA_CAPACITY={format_size(capacity)} within the "
+                                      f"site limit of {_nodes(policy.max_request)} per job")
+            count = max(count, need)
+        return count
+
+    def _mix_count(self, req: Request, ranked: list[tiering.Option]) -> int:
+        """How many nodes a mix for ``req`` takes: as many as the largest single-tier
+        option (enough size and bandwidth in any of them), or, when no tier alone can hold
+        the job, the fewest of all tiers together."""
+        if ranked:
+            return max(o.nodes for o in ranked)
+        return self._pooled_size(req, "RSA_TIER=auto")
 
     def check(self, req: Request) -> int:
         """Validate ``req`` against policy and pool; return how many nodes it needs.
@@ -318,7 +357,8 @@ class Pool:
         """
         tier = self._tier_of(req)
         if tier is Tier.AUTO:
-            return self._options(req)[0][0].nodes
+            ranked = self._options(req)[0]
+            return ranked[0].nodes if ranked else self._mix_count(req, ranked)
         return self._size(req, tier)
 
     def explain(self, job_id: str) -> str:
@@ -347,6 +387,38 @@ class Pool:
             return None
         return free[:count]
 
+    def _take_mix(self, req: Request, ranked: list[tiering.Option], bps: float,
+                  refused: list[str]) -> tuple[list[int] | None, str]:
+        """Tier auto when no tier alone has the nodes free now (``policy.mix``): the free
+        ranks of several tiers, cheapest tier first (then the faster), as many as
+        :meth:`_mix_count` says and covering ``req.capacity``; and why. ``(None, "")`` when even
+        that is not free now. Changes nothing."""
+        policy = self._policy
+        if not policy.mix or len(self._prefix) < 2:
+            return None, ""
+        count = self._mix_count(req, ranked)
+        order = {t: i for i, t in enumerate(Tier)}
+        tiers = sorted(self._prefix, key=lambda t: (
+            policy.price_of(t), -policy.bandwidth_of(t), order[t]))
+        taken: list[int] = []
+        total = 0
+        for t in tiers:
+            for r in self._free.get(t, ()):
+                if len(taken) >= count and (req.capacity is None or total >= req.capacity):
+                    break
+                if len(taken) >= policy.max_request:
+                    break
+                taken.append(r)
+                total += self._ranked[r].capacity
+        if len(taken) < count or (req.capacity is not None and total < req.capacity):
+            return None, ""
+        used = [t for t in tiers if any(self._ranked[r].tier is t for r in taken)]
+        if len(used) < 2:  # one tier had them all: its own option would have been taken
+            return None, ""
+        mix = tiering.mixed({t: sum(self._ranked[r].tier is t for r in taken) for t in used},
+                            policy, bps)
+        return taken, tiering.explain_mix(mix, ranked, bps, refused)
+
     def allocate(self, req: Request) -> NodeSet | None:
         """Give ``req.job_id`` all the nodes it needs, or nothing.
 
@@ -374,16 +446,22 @@ class Pool:
             for opt in ranked:
                 taken = self._take(req, opt.tier, opt.nodes)
                 if taken is not None:
-                    tier = opt.tier
                     why = tiering.explain(opt, ranked, bps, busy, refused)
                     break
                 busy.append(opt.tier)
+            if taken is None:
+                taken, why = self._take_mix(req, ranked, bps, refused)
         else:
             taken = self._take(req, tier, count)
         if taken is None:
             return None
-        free = self._free[tier]
-        del free[:len(taken)]
+        # what each tier gave is a prefix of its free list (_take, _take_mix)
+        given: dict[Tier, int] = {}
+        for r in taken:
+            t = self._ranked[r].tier
+            given[t] = given.get(t, 0) + 1
+        for t, k in given.items():
+            del self._free[t][:k]
         job = req.job_id
         owner = self._owner
         for r in taken:

@@ -77,6 +77,9 @@ class AllocationPolicy:
     RSA node-hour and ``bandwidth`` (bytes/s) of one RSA node, per tier; a job with
     ``#RSA_CAPACITY`` needs ``capacity / io_time`` bytes/s (seed 000: checkpoint within a
     target time), and auto gives it the cheapest allocation that has that bandwidth.
+    ``mix``: when no tier alone has the nodes free now, auto may give a job nodes of
+    several tiers (one filesystem across them; its bandwidth is the node count times the
+    slowest tier's).
     """
 
     ratio: int = 32
@@ -87,6 +90,7 @@ class AllocationPolicy:
     price: Mapping[Tier, float] = field(default_factory=lambda: DEFAULT_PRICES)
     bandwidth: Mapping[Tier, int] = field(default_factory=lambda: DEFAULT_BANDWIDTH)
     io_time: float = 300.0
+    mix: bool = True
 
     def __post_init__(self) -> None:
         if self.ratio < 1:
@@ -113,7 +117,7 @@ class AllocationPolicy:
     def __hash__(self) -> int:  # the mappings are not hashable themselves
         return hash((self.ratio, self.min_nodes, self.max_nodes, self.max_request,
                      self.default_tier, tuple(sorted(self.price.items())),
-                     tuple(sorted(self.bandwidth.items())), self.io_time))
+                     tuple(sorted(self.bandwidth.items())), self.io_time, self.mix))
 
     def price_of(self, tier: Tier) -> float:
         """Price of one RSA node-hour of ``tier`` (the default when not set)."""

@@ -9,8 +9,13 @@ the bandwidth first, the cheapest first, then those that do not, the fastest fir
 :func:`explain` says why in one line. The allocator takes the first option whose nodes
 are free now, so a tier that is exhausted falls back to the next one.
 
-One filesystem serves one allocation and its backend is chosen per tier
-(``filesystem.backend``), so an allocation is never a mix of tiers.
+When no tier alone has the nodes free now, an allocation may mix tiers
+(``allocation.mix``; :class:`Mix`): one filesystem across nodes of several tiers, built
+by the backend both tiers share (``filesystem.backend``; rsad turns the mix off when
+they differ). Such a filesystem stripes evenly over its nodes, so its bandwidth is taken
+as the node count times the slowest tier's per-node bandwidth, not their sum: a mix is
+never cheaper than the slow tier alone with the same nodes, which is why it is only the
+last resort before waiting.
 
 Pure core: stdlib and :mod:`rsa_scheduler.core` only (import-linter contract).
 """
@@ -103,4 +108,40 @@ def explain(chosen: Option, ranked: Sequence[Option], bps: float,
             why = "as cheap, slower" if o.bandwidth < chosen.bandwidth else "as cheap"
         others.append(f"{o.text()}: {why}")
     others += list(refused)
+    return head + ("; over " + "; ".join(others) if others else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Mix:
+    """Nodes of several tiers in one allocation: count per tier, cost per hour and the
+    bandwidth (bytes/s) of one filesystem striped evenly over them."""
+
+    nodes: tuple[tuple[Tier, int], ...]
+    cost: float
+    bandwidth: float
+    meets: bool
+
+    def text(self) -> str:
+        parts = " + ".join(f"{t} {n} node{'' if n == 1 else 's'}" for t, n in self.nodes)
+        return f"a mix of {parts}, {rate(self.bandwidth)}, cost {self.cost:g}/h"
+
+
+def mixed(counts: dict[Tier, int], policy: AllocationPolicy, bps: float) -> Mix:
+    """The :class:`Mix` of ``counts`` nodes per tier: the slowest tier paces them all."""
+    total = sum(counts.values())
+    slowest = min(policy.bandwidth_of(t) for t in counts)
+    bandwidth = float(total * slowest)
+    return Mix(tuple(counts.items()), sum(n * policy.price_of(t) for t, n in counts.items()),
+               bandwidth, bandwidth >= bps * (1 - 1e-12))
+
+
+def explain_mix(mix: Mix, ranked: Sequence[Option], bps: float,
+                refused: Sequence[str] = ()) -> str:
+    """One line: auto chose a mix because no tier alone had the nodes free."""
+    head = f"tier auto chose {mix.text()}"
+    if bps > 0:
+        head += f" for the {rate(bps)} needed"
+        if not mix.meets:
+            head += " (short of it)"
+    others = [f"{o.text()}: not enough free nodes now" for o in ranked] + list(refused)
     return head + ("; over " + "; ".join(others) if others else "")

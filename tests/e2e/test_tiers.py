@@ -5,7 +5,9 @@ node-hour) and bandwidths.
 
 A ``#RSA_TIER=auto`` job lands on the cheaper ssd nodes, reads its input from that
 RAMDISK and has its output staged out and verified; with the ssd tier drained the same job
-gets ram nodes instead of waiting; ``#RSA_TIER=ram`` is served from the ram tier.
+gets ram nodes instead of waiting; ``#RSA_TIER=ram`` is served from the ram tier; with
+one node free in each tier, or for a job larger than either tier, auto builds one
+RAMDISK across nodes of both (``allocation.mix``).
 Skipped in a lab whose RSA nodes are all in one tier.
 """
 
@@ -41,7 +43,7 @@ def area(lab: Mapping[str, str]) -> Iterator[Path]:
 
 
 
-def job_script(lab: Mapping[str, str], area: Path, tier: str) -> str:
+def job_script(lab: Mapping[str, str], area: Path, tier: str, extra: str = "") -> str:
     """Reads its input from the RAMDISK, says it is done with it (``rsa input-done``), then
     writes its output to the same RSA nodes: a real stage-in and stage-out."""
     rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
@@ -52,7 +54,7 @@ def job_script(lab: Mapping[str, str], area: Path, tier: str) -> str:
 #RSA_RESET=input-done
 #RSA_TIER={tier}
 #RSA_CAPACITY=1G
-findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
+{extra}findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
 (cd {area}/in && md5sum f*) > {area}/res/md5in
 {rsa} input-done > {area}/res/input-done 2>&1
 findmnt -n -o TARGET --target {area}/out > {area}/res/outmnt
@@ -61,9 +63,10 @@ for i in 1 2 3; do head -c 3M /dev/urandom > {area}/out/r$i; done
 """
 
 
-def run_through(lab: Mapping[str, str], area: Path, tier: str) -> dict[str, object]:
+def run_through(lab: Mapping[str, str], area: Path, tier: str,
+                extra: str = "") -> dict[str, object]:
     with make_jobs(lab) as jobs:
-        job = jobs.submit(script=job_script(lab, area, tier))
+        job = jobs.submit(script=job_script(lab, area, tier, extra))
         wait_state(lab, job, "released", timeout=300)
         data = rsa_job(lab, job)
     assert data is not None
@@ -125,3 +128,24 @@ def test_tier_auto_takes_ram_nodes_when_the_ssd_tier_is_drained(
 def test_a_ram_job_is_served_from_the_ram_tier(lab: Mapping[str, str], area: Path) -> None:
     data = run_through(lab, area, "ram")
     assert nodes_of(data) in RAM, data
+
+
+def test_with_one_node_free_in_each_tier_auto_builds_one_ramdisk_across_both(
+        lab: Mapping[str, str], area: Path) -> None:
+    rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
+    for node in ("rsa2", "rsa4"):
+        root(lab, rsa, "drain", node, "--reason", "tiers e2e: mix")
+    try:
+        data = run_through(lab, area, "auto", "#RSA_NODES=2\n")
+    finally:
+        for node in ("rsa2", "rsa4"):
+            root(lab, rsa, "resume", node)
+    assert nodes_of(data) == NodeSet("rsa[1,3]"), data
+    assert "tier auto chose a mix of ssd 1 node + ram 1 node" in json.dumps(data["events"])
+
+
+def test_a_job_no_single_tier_can_hold_gets_nodes_of_both(
+        lab: Mapping[str, str], area: Path) -> None:
+    data = run_through(lab, area, "auto", "#RSA_NODES=3\n")
+    assert nodes_of(data) == NodeSet("rsa[1,3-4]"), data
+    assert "tier auto chose a mix of ssd 2 nodes + ram 1 node" in json.dumps(data["events"])

@@ -609,13 +609,68 @@ def reference_auto(pool: Pool, req: Request) -> str | None:
         cost = count * policy.price_of(tier)
         options.append((False, cost, -bw, i, tier, count) if bw >= bps
                        else (True, -bw, cost, i, tier, count))
-    if not options:
+    if options:
+        for *_, tier, count in sorted(options):
+            got = reference_in(pool, req, tier, count)
+            if got is not None:
+                return got
+        if not policy.mix:
+            return None
+        mix_count = max(o[-1] for o in options)
+    elif not policy.mix:
         raise PolicyViolation("no tier")
-    for *_, tier, count in sorted(options):
-        got = reference_in(pool, req, tier, count)
-        if got is not None:
-            return got
-    return None
+    else:
+        mix_count = reference_pooled(req)
+    return reference_mix(pool, req, mix_count)
+
+
+def reference_pooled(req: Request) -> int:
+    """No tier alone can hold the job: the nodes of every tier together, by the same
+    rules (an explicit count kept, the share clamped, capacity from the largest)."""
+    policy = PROP_POLICY
+    if req.nodes is not None:
+        if not 1 <= req.nodes <= min(policy.max_request, len(PROP_NODES)):
+            raise PolicyViolation("not even all tiers")
+        count = req.nodes
+    else:
+        count = min(max(-(-req.compute_nodes // policy.ratio), policy.min_nodes),
+                    policy.max_nodes, len(PROP_NODES))
+    if req.capacity is not None:
+        if req.capacity < 1:
+            raise PolicyViolation("bad capacity")
+        caps = sorted((n.capacity for n in PROP_NODES), reverse=True)
+        total, need = 0, 0
+        while need < len(caps) and total < req.capacity:
+            total += caps[need]
+            need += 1
+        if total < req.capacity or need > policy.max_request:
+            raise PolicyViolation("not even all tiers")
+        count = max(count, need)
+    return count
+
+
+def reference_mix(pool: Pool, req: Request, count: int) -> str | None:
+    """Free nodes of the cheapest tier first (then the faster; ram before ssd on a tie),
+    each tier's largest first, until ``count`` nodes cover ``req.capacity`` (at most
+    max_request); a mix only if it took from two tiers."""
+    policy = PROP_POLICY
+    order = {n.name: i for i, n in enumerate(pool.nodes())}
+    tiers = sorted((Tier.RAM, Tier.SSD), key=lambda t: (
+        policy.price_of(t), -policy.bandwidth_of(t), 0 if t is Tier.RAM else 1))
+    taken: list[str] = []
+    for tier in tiers:
+        for n in sorted(pool.free(tier), key=lambda n: (-CAPACITY[n], order[n])):
+            enough = len(taken) >= count and (
+                req.capacity is None or sum(CAPACITY[t] for t in taken) >= req.capacity)
+            if enough or len(taken) >= policy.max_request:
+                break
+            taken.append(n)
+    if len(taken) < count or (req.capacity is not None
+                              and sum(CAPACITY[t] for t in taken) < req.capacity):
+        return None
+    if len({TIER[n] for n in taken}) < 2:
+        return None
+    return str(NodeSet.fromlist(taken))
 
 
 class PoolMachine(RuleBasedStateMachine):
@@ -661,8 +716,8 @@ class PoolMachine(RuleBasedStateMachine):
             assert before["nodes"][NAMES_INDEX[name]]["owner"] is None
         asked = req.tier or PROP_POLICY.default_tier
         tiers = {TIER[name] for name in got}
-        # one tier per allocation (one filesystem backend); auto picks one of the node tiers
-        assert tiers == {asked} if asked is not Tier.AUTO else len(tiers) == 1
+        # a named tier: only its nodes; auto: one tier, or a mix when none alone could
+        assert tiers == {asked} if asked is not Tier.AUTO else len(tiers) in (1, 2)
         if req.capacity is not None:
             assert sum(CAPACITY[n] for n in got) >= req.capacity
         self.held[job] = got

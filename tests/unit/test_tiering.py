@@ -167,9 +167,14 @@ requests = st.tuples(st.integers(0, 600), st.none() | st.integers(1, 6),
 @settings(max_examples=300, deadline=None)
 @given(ops=st.lists(st.tuples(st.booleans(), requests), min_size=1, max_size=30),
        drained=st.sets(st.sampled_from(["ram1", "ram2", "ssd1", "ssd3"])))
+@pytest.mark.parametrize("mix", [False, True])
 def test_auto_never_gives_more_than_is_free_and_picks_the_cheapest_free(
-        ops: list[tuple[bool, tuple[int, int | None, int | None]]], drained: set[str]) -> None:
-    pool = make_pool(ram=4, ssd=4, ram_cap=64 * G, ssd_cap=512 * G)
+        ops: list[tuple[bool, tuple[int, int | None, int | None]]], drained: set[str],
+        mix: bool) -> None:
+    policy = AllocationPolicy(**{**{f: getattr(POLICY, f) for f in (
+        "ratio", "min_nodes", "max_nodes", "max_request", "default_tier", "price",
+        "bandwidth", "io_time")}, "mix": mix})
+    pool = make_pool(ram=4, ssd=4, ram_cap=64 * G, ssd_cap=512 * G, policy=policy)
     for n in drained:
         pool.set_state(n, NodeState.DRAINED)
     held: dict[str, set[str]] = {}
@@ -190,16 +195,21 @@ def test_auto_never_gives_more_than_is_free_and_picks_the_cheapest_free(
             continue
         names = set(got)
         tiers = {Tier.RAM if n.startswith("ram") else Tier.SSD for n in names}
-        assert len(tiers) == 1
-        (tier,) = tiers
-        assert names <= free_before[tier]  # only free, UP nodes
+        assert names <= free_before[Tier.RAM] | free_before[Tier.SSD]  # free, UP nodes
         assert not names & drained
         assert all(names.isdisjoint(h) for h in held.values())  # never double-booked
         if req.capacity is not None:
-            cap = 64 * G if tier is Tier.RAM else 512 * G
-            assert len(names) * cap >= req.capacity
+            assert sum(64 * G if n.startswith("ram") else 512 * G
+                       for n in names) >= req.capacity
         held[req.job_id] = names
         why = pool.explain(req.job_id)
+        if len(tiers) == 2:  # a mix: only with mix on, only when no tier alone could
+            assert mix
+            assert why.startswith("tier auto chose a mix of ssd ")  # the cheaper first
+            ssd_free = len(free_before[Tier.SSD])
+            assert sum(n.startswith("ssd") for n in names) == ssd_free  # all of it
+            continue
+        (tier,) = tiers
         assert why.startswith(f"tier auto chose {tier} {len(names)} node")
         # every option ranked before the chosen one said why it was passed over
         for other in (Tier.RAM, Tier.SSD):
@@ -292,3 +302,87 @@ def test_the_policy_stays_a_hashable_value() -> None:
         AllocationPolicy(price={Tier.AUTO: 1.0})
     with pytest.raises(ValueError, match="io_time must be > 0"):
         AllocationPolicy(io_time=0.0)
+
+
+# -- a mix of tiers (allocation.mix) ---------------------------------------------------
+
+
+def test_when_no_tier_alone_has_the_nodes_free_auto_mixes_them_cheapest_first() -> None:
+    pool = make_pool(ram=2, ssd=2)
+    pool.set_state("ram2", NodeState.DRAINED)
+    pool.set_state("ssd2", NodeState.DRAINED)
+    assert pool.allocate(Request("a", 64)) == NodeSet("ram1,ssd1")  # 2 nodes
+    assert pool.explain("a") == (
+        "tier auto chose a mix of ssd 1 node + ram 1 node, 3G/s, cost 5/h; over ssd 2 "
+        "nodes, 3G/s, cost 2/h: not enough free nodes now; ram 2 nodes, 10G/s, cost 8/h: "
+        "not enough free nodes now")
+    assert pool.free() == NodeSet()
+    assert pool.release("a") == NodeSet("ram1,ssd1")
+    assert pool.free(Tier.RAM) == NodeSet("ram1") and pool.free(Tier.SSD) == NodeSet("ssd1")
+    # once a tier alone has them again, no mix
+    pool.set_state("ssd2", NodeState.UP)
+    assert pool.allocate(Request("b", 64)) == NodeSet("ssd[1-2]")
+
+
+def test_a_mix_is_paced_by_its_slowest_tier() -> None:
+    # 600G in 5 min = 2G/s: ram cannot hold it (256G), ssd needs 2 nodes for the
+    # bandwidth (3G/s); with one ssd and one ram free the mix has 2 x 1.5G/s = 3G/s (the
+    # slowest paces an even stripe: not 1.5G + 5G)
+    pool = make_pool(ram=2, ssd=2)
+    pool.set_state("ram2", NodeState.DRAINED)
+    pool.set_state("ssd2", NodeState.DRAINED)
+    assert pool.allocate(Request("a", 1, capacity=600 * G)) == NodeSet("ram1,ssd1")
+    assert pool.explain("a").startswith(
+        "tier auto chose a mix of ssd 1 node + ram 1 node, 3G/s, cost 5/h for the 2G/s "
+        "needed; over ssd 2 nodes, 3G/s, cost 2/h: not enough free nodes now; ram: ")
+    # 1200G: 4G/s needed, the mix of the two free nodes is short of it, still the best now
+    pool2 = make_pool(ram=2, ssd=2, ram_cap=512 * G)
+    pool2.set_state("ram2", NodeState.DRAINED)
+    pool2.set_state("ssd2", NodeState.DRAINED)
+    assert pool2.allocate(Request("a", 1, capacity=1200 * G)) == NodeSet("ram1,ssd1")
+    assert pool2.explain("a").startswith(
+        "tier auto chose a mix of ssd 1 node + ram 1 node, 3G/s, cost 5/h for the 4G/s "
+        "needed (short of it)")
+
+
+def test_a_job_no_single_tier_can_hold_gets_a_mix_of_all() -> None:
+    pool = make_pool(ram=2, ssd=2)
+    req = Request("a", 1, nodes=3)
+    assert pool.check(req) == 3
+    assert pool.allocate(req) == NodeSet("ssd[1-2],ram1")
+    why = pool.explain("a")
+    assert why.startswith("tier auto chose a mix of ssd 2 nodes + ram 1 node, 4.5G/s")
+    assert "; over ram: RSA_NODES=3 exceeds the 2 RSA nodes of tier ram at this site" in why
+    with pytest.raises(PolicyViolation, match=r"RSA_NODES=5 exceeds all 4 RSA nodes of every "
+                                              r"tier together"):
+        pool.check(Request("b", 1, nodes=5))
+
+
+def test_with_mix_off_auto_waits_or_refuses_as_before() -> None:
+    off = AllocationPolicy(default_tier=Tier.AUTO, price=POLICY.price,
+                           bandwidth=POLICY.bandwidth, mix=False)
+    pool = make_pool(ram=2, ssd=2, policy=off)
+    with pytest.raises(PolicyViolation, match=r"^RSA_TIER=auto: no tier can serve this job"):
+        pool.check(Request("a", 1, nodes=3))
+    pool.set_state("ram2", NodeState.DRAINED)
+    pool.set_state("ssd2", NodeState.DRAINED)
+    assert pool.allocate(Request("b", 64)) is None
+
+
+def test_mix_is_on_by_default_and_off_with_one_line_when_the_tiers_backends_differ() -> None:
+    cfg = load_config_text(POOL + "allocation: {default_tier: auto, max_nodes: 6}\n")
+    assert cfg.allocation.mix and cfg.warnings == ()  # 6 nodes in all: no max_nodes warning
+    pool = cfg.make_pool()
+    assert pool.allocate(Request("1", 1, nodes=5)) == NodeSet("ssd[1-2],rsa[1-3]")
+    split = load_config_text(POOL.replace("{ram: moosefs, ssd: moosefs}",
+                                          "{ram: tmpfs, ssd: moosefs}") +
+                             "allocation: {default_tier: auto, max_nodes: 1, max_request: 1}\n")
+    assert [w for w in split.warnings if "allocation.mix" in w] == [
+        "<string>: allocation.mix: the tiers use different backends (ram tmpfs, ssd "
+        "moosefs): one filesystem cannot span them, so tier auto never mixes tiers; give "
+        "them one filesystem.backend, or set mix: false (the shipped default; override it "
+        "in this file)"]
+    assert not split.make_pool().policy.mix
+    off = load_config_text(POOL + "allocation: {default_tier: auto, mix: false}\n")
+    assert not off.make_pool().policy.mix
+    assert not [w for w in off.warnings if "allocation.mix" in w]
