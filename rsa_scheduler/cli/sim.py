@@ -243,6 +243,9 @@ MODEL_OPTIONS = [
     click.option("--io-time", default="5m", show_default=True, callback=_duration,
                  help="Tier auto: a job's #RSA_CAPACITY must be movable within this (its "
                  "bandwidth need, seed 000's checkpoint time target)."),
+    click.option("--mix/--no-mix", default=True, show_default=True,
+                 help="Tier auto may give a job nodes of both tiers when neither alone has "
+                 "them free (allocation.mix; paced by the slower tier)."),
     click.option("--ordering", type=click.Choice(ORDERINGS), default="fifo",
                  show_default=True,
                  help="Stage-out ordering on the PFS: all at once (fifo); at most --alpha at a "
@@ -302,7 +305,7 @@ def build_config(trace: str, specs: tuple[TierSpec, ...], *, ordering: str, alph
                  pfs_bw: float, client_bw: float, io_per_proc: float, fpp: float,
                  stage_out: str | None, prices: str, seed: int, early_start: str,
                  on_deck: int, check_stride: int, pfs_create: float, rsa_create: float,
-                 io_time: float, limit: int | None = None) -> ReplayConfig:
+                 io_time: float, mix: bool = True, limit: int | None = None) -> ReplayConfig:
     """The replay's site from the command line and the trace's header. The allocator's
     cost model is the same prices (per node-hour) and per-node bandwidths."""
     header = read_header(trace)
@@ -323,7 +326,7 @@ def build_config(trace: str, specs: tuple[TierSpec, ...], *, ordering: str, alph
         ratio=ratio, max_nodes=max_nodes, max_request=max(16, max_nodes),
         default_tier=specs[0].tier if len(specs) == 1 else Tier.AUTO,
         price={t: price[t.value] for t in NODE_TIERS},
-        bandwidth={t.tier: max(int(t.bw), 1) for t in specs}, io_time=io_time)
+        bandwidth={t.tier: max(int(t.bw), 1) for t in specs}, io_time=io_time, mix=mix)
     return ReplayConfig(
         procs=max_procs, procs_per_node=ppn, tiers=specs, allocation=policy,
         staging=StagingPolicy(reset_trigger=ResetTrigger.INPUT_DONE,

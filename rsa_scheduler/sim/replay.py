@@ -420,7 +420,8 @@ class Replay:
                 job = self.jobs.get(jid)
                 if job is not None:
                     job.released_at = self.now
-                    self.totals.held(job.tier, job.rsa_nodes * (self.now - job.alloc_at))
+                    for tier, k in job.per_tier:
+                        self.totals.held(tier, k * (self.now - job.alloc_at))
                 if self.sched.has_waiting():
                     self._arm_poll()
             elif kind is ActionKind.CANCEL:
@@ -469,10 +470,15 @@ class Replay:
             self.owner[n] = jid
         job = self.jobs.get(jid)
         if job is not None:
-            spec = self.tier_of[names[0]]
+            specs = [self.tier_of[n] for n in names]
             job.rsa_nodes, job.alloc_at = len(names), self.now
-            job.rsa_bw = len(names) * spec.bw
-            job.tier = spec.tier.value
+            # one filesystem striped evenly: its slowest node paces it (a mix of tiers)
+            job.rsa_bw = len(names) * min(s.bw for s in specs)
+            counts: dict[str, int] = {}
+            for s in specs:
+                counts[s.tier.value] = counts.get(s.tier.value, 0) + 1
+            job.per_tier = tuple(sorted(counts.items()))
+            job.tier = "+".join(t for t, _ in job.per_tier)
 
     def _issue(self, act: Action) -> None:
         jid = act.job_id

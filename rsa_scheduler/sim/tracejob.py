@@ -55,7 +55,8 @@ class TraceJob:
     rsa_out: int = 0  # output bytes on the RAMDISK, to stage out
     rsa_nodes: int = 0
     rsa_bw: float = 0.0
-    tier: str = "-"  # of the RSA nodes it got last
+    tier: str = "-"  # of the RSA nodes it got last (``ram+ssd``: a mix)
+    per_tier: tuple[tuple[str, int], ...] = ()  # how many of them in each tier
     alloc_at: float = 0.0  # when it got them
     ended_at: float = -1.0
     released_at: float | None = None
