@@ -28,7 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from rsa_scheduler.core.machine import JobRecord
-from rsa_scheduler.core.states import AWAITING_NODES, READY, RsaState
+from rsa_scheduler.core.states import AWAITING_NODES, RsaState
+from rsa_scheduler.core.states import READY as READY  # staged: released to start (re-exported)
 
 
 @dataclass(frozen=True, slots=True)
