@@ -23,13 +23,8 @@ from rich.text import Text
 
 from rsa_scheduler.cli.events import describe
 from rsa_scheduler.cli.progress import Staging, short_duration, short_size
+from rsa_scheduler.core.states import FAILURES, IDLE, MOVING
 
-FAILED = frozenset({"fs-failed", "stage-in-failed", "lock-failed", "writeback-failed",
-                    "reset-failed", "stage-out-failed", "quarantined", "teardown-failed"})
-MOVING = frozenset({"allocated", "fs-building", "staging-in", "mounting-input",
-                    "input-writeback", "resetting", "mounting-output", "staging-out",
-                    "verifying", "tearing-down"})
-SETTLED = frozenset({"none", "released", "declined"})
 HEAD = "bold reverse"
 
 
@@ -246,11 +241,11 @@ def _pool(status: Mapping[str, Any]) -> list[Segment]:
 
 
 def _state_style(rsa_state: str) -> str:
-    if rsa_state in FAILED:
+    if rsa_state in FAILURES:
         return "bold red"
     if rsa_state in MOVING:
         return "cyan"
-    if rsa_state in SETTLED:
+    if rsa_state in IDLE:
         return "dim"
     return "green"
 
@@ -285,7 +280,7 @@ def _rank(job: Mapping[str, Any]) -> int:
         return 0
     if job.get("nodes"):
         return 1
-    if job.get("rsa_state") in SETTLED and job.get("job_state") in ("finished", None, ""):
+    if job.get("rsa_state") in IDLE and job.get("job_state") in ("finished", None, ""):
         return 3
     return 2
 

@@ -19,6 +19,7 @@ import click
 from rsa_scheduler.cli.progress import Staging, short_duration
 from rsa_scheduler.client import ApiClient, ApiRefused
 from rsa_scheduler.core.jobkey import key_from_env
+from rsa_scheduler.core.states import HOLDS_USER_DATA, PRE_RUN, RESET_UNDER_WAY, RsaState
 from rsa_scheduler.errors import RsaError
 
 API_OPTION = click.option("--api", envvar="RSA_API", default=None,
@@ -95,13 +96,6 @@ def job(api: str | None, job_id: str | None, as_json: bool) -> None:
         click.echo(f"    {when}  {what}")
 
 
-#: rsa-states in which the RAMDISK holds output (or changed input) not yet verified on
-#: persistent storage (core.states.HOLDS_USER_DATA)
-UNVERIFIED = frozenset({"input-writeback", "writeback-failed", "resetting", "mounting-output",
-                        "mounted-output", "staging-out", "stage-out-failed", "verifying",
-                        "quarantined"})
-PRE_RUN = frozenset({"allocated", "fs-building", "fs-failed", "fs-ready", "staging-in",
-                     "stage-in-failed", "staged-in", "locked-in", "lock-failed"})
 
 
 def _command(api: str | None, job_id: str, command: str) -> dict[str, Any]:
@@ -129,14 +123,14 @@ def release(api: str | None, job_id: str, discard_output: bool, yes: bool) -> No
     """Operators: force the teardown of a job's RAMDISK and release its RSA nodes."""
     job = ApiClient(api).get(f"/v1/jobs/{job_id}")
     state = job["rsa_state"]
-    if state in UNVERIFIED:
+    if state in HOLDS_USER_DATA:  # output (or changed input) not verified on disk
         if not discard_output:
             raise click.ClickException(
                 f"job {job_id} holds output not verified on persistent storage "
                 f"({state}); retry with `rsa retry {job_id}`, or pass --discard-output "
                 "to destroy it (data loss)")
         command, what = "discard", f"DESTROY the unverified output of job {job_id}"
-    elif state == "teardown-failed":
+    elif state == RsaState.TEARDOWN_FAILED:
         command, what = "force-release", (f"release the RSA nodes of job {job_id} "
                                           f"({job['nodes']}) without a clean teardown")
     elif state in PRE_RUN:
@@ -147,11 +141,6 @@ def release(api: str | None, job_id: str, discard_output: bool, yes: bool) -> No
     if not yes:
         click.confirm(f"{what}?", abort=True)
     _command(api, job_id, command)
-
-
-#: rsa-states in which the input->output reset is under way: ``rsa input-done`` waits
-RESET_UNDER_WAY = frozenset({"input-writeback", "writeback-failed", "resetting", "reset-failed",
-                             "mounting-output"})
 
 
 class _WaitTimeout(RsaError, click.ClickException):
@@ -179,12 +168,12 @@ def input_done(api: str | None, job_id: str | None, no_wait: bool, timeout: floa
     job_id = _this_job(job_id)
     client = ApiClient(api)
     data = client.get(f"/v1/jobs/{job_id}")
-    if data["rsa_state"] == "mounted-input":
+    if data["rsa_state"] == RsaState.MOUNTED_INPUT:
         try:
             data = client.post(f"/v1/jobs/{job_id}/command", {"command": "input-done"})
         except ApiRefused:  # the reset timer beat us to it: look again
             data = client.get(f"/v1/jobs/{job_id}")
-            if data["rsa_state"] not in RESET_UNDER_WAY | {"mounted-output"}:
+            if data["rsa_state"] not in RESET_UNDER_WAY | {RsaState.MOUNTED_OUTPUT}:
                 raise
     deadline = time.monotonic() + timeout
     while not no_wait and data["rsa_state"] in RESET_UNDER_WAY:
@@ -204,7 +193,7 @@ def _input_done_line(job_id: str, data: Mapping[str, Any]) -> str:
     state = data["rsa_state"]
     out = (data.get("spec") or {}).get("data_out")
     told = " ".join((data.get("message") or "").split())
-    if state == "mounted-output":
+    if state == RsaState.MOUNTED_OUTPUT:
         return f"job {job_id}: input done; the RAMDISK is mounted over {out}: write there"
     if state in RESET_UNDER_WAY:
         return f"job {job_id}: input done; the reset is under way ({state})"

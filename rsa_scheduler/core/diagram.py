@@ -10,17 +10,21 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from rsa_scheduler.core.actions import TRACKED, ActionKind
-from rsa_scheduler.core.states import PRE_RUN, RsaState
-from rsa_scheduler.core.transitions import TABLE, Rule, Trigger
+from rsa_scheduler.core.rules import Rule
+from rsa_scheduler.core.states import (
+    JOB_STATE_TRIGGERS,
+    POST_RUN,
+    PRE_RUN,
+    RUN,
+    TEARDOWN,
+    RsaState,
+    Trigger,
+)
+from rsa_scheduler.core.transitions import TABLE
 
 S, T = RsaState, Trigger
-OUTCOME_OR_TIMER = frozenset(set(Trigger) - {T.QUEUED, T.ON_DECK, T.DEMOTED, T.RUNNING,
-                                             T.FINISHED, T.TICK})
-RUN_STATES = frozenset({S.MOUNTING_INPUT, S.MOUNTED_INPUT, S.INPUT_WRITEBACK,
-                        S.WRITEBACK_FAILED, S.RESETTING, S.RESET_FAILED, S.MOUNTING_OUTPUT,
-                        S.MOUNTED_OUTPUT})
-FINISH_STATES = frozenset({S.STAGING_OUT, S.STAGE_OUT_FAILED, S.VERIFYING, S.OUTPUT_VERIFIED,
-                           S.QUARANTINED, S.TEARING_DOWN, S.TEARDOWN_FAILED})
+#: triggers that are no job-state observation: outcomes, timers, commands, the pool
+OUTCOME_OR_TIMER = frozenset(Trigger) - set(JOB_STATE_TRIGGERS)
 
 
 def _edges(rule: Rule) -> Iterable[tuple[RsaState, str]]:
@@ -65,15 +69,15 @@ FIGURES: dict[str, tuple[str, Callable[[Rule], bool]]] = {
                     and r.trigger not in (T.WAIT_EXPIRED, T.CANCEL_STAGING))),
     "demoted": ("Demoted jobs (seed 004 Fig. 3): stop staging, destroy, release",
                 lambda r: r.trigger in (T.DEMOTED, T.QUEUED)
-                or (r.src in (S.TEARING_DOWN, S.TEARDOWN_FAILED))),
+                or (r.src in TEARDOWN)),
     "running": ("Running jobs (seed 004 Fig. 4): mount input, reset, mount output; "
                 "early start (§3.1, fn. 2)",
                 lambda r: r.trigger in (T.RUNNING, T.WAIT_EXPIRED)
-                or (r.src in RUN_STATES and r.trigger not in
+                or (r.src in RUN and r.trigger not in
                     (T.QUEUED, T.ON_DECK, T.DEMOTED, T.FINISHED))),
     "finished": ("Finished jobs (seed 004 Fig. 5): stage out, verify, tear down",
                  lambda r: r.trigger is T.FINISHED
-                 or (r.src in FINISH_STATES and r.trigger is not T.DEMOTED)),
+                 or (r.src in POST_RUN and r.trigger is not T.DEMOTED)),
 }
 
 

@@ -30,23 +30,21 @@ from rsa_scheduler.core.machine import (
     settle,
 )
 from rsa_scheduler.core.policy import NodeState, StagingPolicy
-from rsa_scheduler.core.states import TERMINAL, JobState, RsaState, derive_job_state
-from rsa_scheduler.core.transitions import OUTCOME_TRIGGERS, InvalidTransition, Trigger
+from rsa_scheduler.core.rules import OUTCOME_TRIGGERS, InvalidTransition
+from rsa_scheduler.core.states import (
+    AWAITING_NODES,
+    IDLE,
+    OPERATOR_COMMANDS,
+    PREPARING,
+    TERMINAL,
+    USER_COMMANDS,
+    JobState,
+    Trigger,
+    derive_job_state,
+)
 from rsa_scheduler.errors import RsaError
 
 POOL_STREAM = "@pool"  # event stream for node drain/resume (not a job)
-#: states in which an RSA node going down sends the job Trigger.NODE_LOST: its RAMDISK is
-#: being prepared and holds no more than a partial copy of its input
-NODE_LOST_STATES = frozenset({RsaState.ALLOCATED, RsaState.FS_BUILDING, RsaState.FS_READY,
-                              RsaState.STAGING_IN, RsaState.STAGE_IN_FAILED,
-                              RsaState.FS_FAILED})
-
-#: commands users and operators may give, and who may give them
-USER_COMMANDS: frozenset[Trigger] = frozenset({Trigger.INPUT_DONE, Trigger.CANCEL_STAGING})
-OPERATOR_COMMANDS: frozenset[Trigger] = frozenset(
-    {Trigger.RETRY, Trigger.DISCARD, Trigger.FORCE_RELEASE, Trigger.INPUT_DONE,
-     Trigger.CANCEL_STAGING}
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,14 +205,14 @@ class Scheduler:
         if obs is not None and obs.priority != rec.priority:
             updates["priority"] = obs.priority
         if obs is not None and obs.compute_nodes != rec.compute_nodes and \
-                rec.rsa_state in (RsaState.NONE, RsaState.RELEASED):
+                rec.rsa_state in AWAITING_NODES:
             updates["compute_nodes"] = obs.compute_nodes
         started = job_state is JobState.RUNNING and rec.job_state is not JobState.RUNNING
         wait = self.policy.on_deck_settle
         not_before: float | None = None
         if wait and not held and job_state is JobState.ON_DECK \
                 and rec.job_state is not JobState.ON_DECK \
-                and rec.rsa_state in (RsaState.NONE, RsaState.RELEASED, RsaState.DECLINED):
+                and rec.rsa_state in IDLE:
             # on-deck only from now: allocate if it still is after the settle time
             not_before = updates["not_before"] = max(rec.not_before, now + wait)
         if "job_state" in updates:
@@ -244,8 +242,8 @@ class Scheduler:
             self._timed.add(rec.job_id)
         else:
             self._timed.discard(rec.job_id)
-        if rec.job_state is JobState.ON_DECK and rec.rsa_state in (
-                RsaState.NONE, RsaState.RELEASED, RsaState.DECLINED) and not rec.declined:
+        if rec.job_state is JobState.ON_DECK and rec.rsa_state in IDLE \
+                and not rec.declined:
             self._waiting.add(rec.job_id)
         else:
             self._waiting.discard(rec.job_id)
@@ -314,7 +312,7 @@ class Scheduler:
         dec = Decision(events=[Event(now, POOL_STREAM, "node.state", ctx)])
         owner = self.pool.owner(node)
         rec = self.records.get(owner) if owner else None
-        if state is NodeState.DOWN and rec is not None and rec.rsa_state in NODE_LOST_STATES:
+        if state is NodeState.DOWN and rec is not None and rec.rsa_state in PREPARING:
             # its input was not staged yet: tear the RAMDISK down (core/transitions.py)
             dec.add(fire(rec, Trigger.NODE_LOST, now, self.policy, self.pool,
                          detail=f"{node}: {reason}" if reason else node))

@@ -1,13 +1,25 @@
-"""Job-states and RSA-states (seed 004 §3, Figs. 1–5), and how Slurm observations map to job-states.
+"""The state vocabulary (seed 004 §3, Figs. 1–5): every job-state, rsa-state and trigger,
+their named groups, who may give which command, and how Slurm observations map to
+job-states.
 
-Owns the two state enums, their named groups, and the documented table of Slurm job
-states / pending reasons that make a job *on-deck* or *demoted*. Stdlib only: this is the
-leaf of the core and must not import anything else from rsa_scheduler.
+Owns :class:`JobState`, :class:`RsaState` and :class:`Trigger`; the groups every other
+part reads instead of keeping its own list (the machine, the transition table, the
+diagrams, the scheduler, rsad's API, node side, native mode and start holds, the CLI, the
+simulator): ``HOLDING_NODES``, ``PRE_RUN``/``RUN``/``POST_RUN``, ``HOLDS_USER_DATA``,
+``TENDED``, ``FAILURES``, ...; ``TIMER_STATES`` (where each timer stays armed);
+``USER_COMMANDS``/``OPERATOR_COMMANDS`` (the permission sets); and the documented table of
+Slurm job states / pending reasons that make a job *on-deck* or *demoted*. Which
+(rsa-state, trigger) pairs may happen is the transition table's
+(:mod:`rsa_scheduler.core.transitions`), written in this vocabulary.
+
+Stdlib only: this is the leaf of the core and must not import anything else from
+rsa_scheduler but the error tree.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 
 from rsa_scheduler.errors import RsaError
 
@@ -54,14 +66,98 @@ class RsaState(enum.StrEnum):
     DECLINED = "declined"  # the RSA will not serve this run; the job uses the PFS
 
 
-# --- named groups (Supervisor states.py style) ---------------------------------------------
+# --- named groups of rsa-states (Supervisor states.py style) --------------------------------
+# RsaState is a StrEnum: a group answers ``in`` for a state's string as well (the API's
+# JSON, the CLI, the node side's answers), so every reader uses these, never a list of
+# names of its own.
+
+#: no RSA nodes held: a new cycle may start (``rsa top`` shows these dim)
+IDLE: frozenset[RsaState] = frozenset({RsaState.NONE, RsaState.RELEASED, RsaState.DECLINED})
+
+#: no RSA nodes held and the RSA has not refused the job: an on-deck job is allocated
+#: (seed 004 §3.1)
+AWAITING_NODES: frozenset[RsaState] = frozenset({RsaState.NONE, RsaState.RELEASED})
 
 #: states in which the RSA holds RSA nodes
-HOLDING_NODES: frozenset[RsaState] = frozenset(RsaState) - {
-    RsaState.NONE,
-    RsaState.RELEASED,
-    RsaState.DECLINED,
+HOLDING_NODES: frozenset[RsaState] = frozenset(RsaState) - IDLE
+
+#: states where a job's RSA cycle has ended
+TERMINAL: frozenset[RsaState] = frozenset({RsaState.RELEASED, RsaState.DECLINED})
+
+#: the RAMDISK is being made and filled for the job's input, nothing has failed: the
+#: early-start ``wait`` deadline runs here
+STAGING: frozenset[RsaState] = frozenset(
+    {RsaState.ALLOCATED, RsaState.FS_BUILDING, RsaState.FS_READY, RsaState.STAGING_IN}
+)
+
+#: the RAMDISK is being prepared and holds no more than a partial copy of the input: an
+#: RSA node going down sends the job ``Trigger.NODE_LOST``
+PREPARING: frozenset[RsaState] = STAGING | {RsaState.FS_FAILED, RsaState.STAGE_IN_FAILED}
+
+#: the input is on the RAMDISK (locked in, or the lock-in failed): the job may start
+READY: frozenset[RsaState] = frozenset(
+    {RsaState.STAGED_IN, RsaState.LOCKED_IN, RsaState.LOCK_FAILED}
+)
+
+#: states before the job runs, in which the allocation exists for a future start (seed
+#: 004 Figs. 2 and 3)
+PRE_RUN: frozenset[RsaState] = PREPARING | READY
+
+#: states of a started job with its RAMDISK mounted or being reset (seed 004 Fig. 4)
+RUN: frozenset[RsaState] = frozenset(
+    {
+        RsaState.MOUNTING_INPUT,
+        RsaState.MOUNTED_INPUT,
+        RsaState.INPUT_WRITEBACK,
+        RsaState.WRITEBACK_FAILED,
+        RsaState.RESETTING,
+        RsaState.RESET_FAILED,
+        RsaState.MOUNTING_OUTPUT,
+        RsaState.MOUNTED_OUTPUT,
+    }
+)
+
+#: the RAMDISK being destroyed (or that failed)
+TEARDOWN: frozenset[RsaState] = frozenset({RsaState.TEARING_DOWN, RsaState.TEARDOWN_FAILED})
+
+#: states after the job: output staged out, verified, kept or the RAMDISK destroyed (seed
+#: 004 Fig. 5)
+POST_RUN: frozenset[RsaState] = TEARDOWN | {
+    RsaState.STAGING_OUT,
+    RsaState.STAGE_OUT_FAILED,
+    RsaState.VERIFYING,
+    RsaState.OUTPUT_VERIFIED,
+    RsaState.QUARANTINED,
 }
+
+#: the job's input is on its RAMDISK (or it needs none) and it may start, runs or has
+#: run with it: native mode's ``data_in`` is done
+STAGED: frozenset[RsaState] = READY | RUN | (POST_RUN - TEARDOWN)
+
+#: the input is on its way to the job's mount (the simulator's I/O model)
+INPUT_COMING: frozenset[RsaState] = STAGING | {
+    RsaState.STAGED_IN, RsaState.LOCKED_IN, RsaState.MOUNTING_INPUT, RsaState.MOUNTED_INPUT
+}
+
+#: the core is about to ask the compute nodes for a mount (or, under early-start wait,
+#: staging goes on): the node Prolog waits
+MOUNT_COMING: frozenset[RsaState] = (PRE_RUN - {RsaState.FS_FAILED}) | {
+    RsaState.MOUNTING_INPUT, RsaState.MOUNTING_OUTPUT
+}
+
+#: the job may get node instructions later: its compute nodes keep a node agent
+NODE_AGENT: frozenset[RsaState] = MOUNT_COMING | RUN
+
+#: the input->output reset is under way (``rsa input-done`` waits for its end)
+RESET_UNDER_WAY: frozenset[RsaState] = frozenset(
+    {
+        RsaState.INPUT_WRITEBACK,
+        RsaState.WRITEBACK_FAILED,
+        RsaState.RESETTING,
+        RsaState.RESET_FAILED,
+        RsaState.MOUNTING_OUTPUT,
+    }
+)
 
 #: states in which the RAMDISK may hold data that exists nowhere else (job output, or
 #: modified writable input). Nothing may destroy or release it until verified or discarded.
@@ -76,21 +172,6 @@ HOLDS_USER_DATA: frozenset[RsaState] = frozenset(
         RsaState.STAGE_OUT_FAILED,
         RsaState.VERIFYING,
         RsaState.QUARANTINED,
-    }
-)
-
-#: states before the job runs, in which the allocation exists for a future start
-PRE_RUN: frozenset[RsaState] = frozenset(
-    {
-        RsaState.ALLOCATED,
-        RsaState.FS_BUILDING,
-        RsaState.FS_FAILED,
-        RsaState.FS_READY,
-        RsaState.STAGING_IN,
-        RsaState.STAGE_IN_FAILED,
-        RsaState.STAGED_IN,
-        RsaState.LOCKED_IN,
-        RsaState.LOCK_FAILED,
     }
 )
 
@@ -113,22 +194,131 @@ TENDED: frozenset[RsaState] = frozenset(
     }
 )
 
-#: failure states an operator may need to look at
-FAILURES: frozenset[RsaState] = frozenset(
+#: an action is running for the job right now, or about to start (``rsa top`` shows
+#: these cyan)
+MOVING: frozenset[RsaState] = frozenset(
     {
-        RsaState.FS_FAILED,
+        RsaState.ALLOCATED,
+        RsaState.FS_BUILDING,
+        RsaState.STAGING_IN,
+        RsaState.MOUNTING_INPUT,
+        RsaState.INPUT_WRITEBACK,
+        RsaState.RESETTING,
+        RsaState.MOUNTING_OUTPUT,
+        RsaState.STAGING_OUT,
+        RsaState.VERIFYING,
+        RsaState.TEARING_DOWN,
+    }
+)
+
+#: a failed step waiting for its back-off to end (``Trigger.RETRY_DUE``)
+RETRYING: frozenset[RsaState] = frozenset(
+    {
         RsaState.STAGE_IN_FAILED,
-        RsaState.LOCK_FAILED,
         RsaState.WRITEBACK_FAILED,
         RsaState.RESET_FAILED,
         RsaState.STAGE_OUT_FAILED,
-        RsaState.QUARANTINED,
         RsaState.TEARDOWN_FAILED,
     }
 )
 
-#: states where a job's RSA cycle has ended
-TERMINAL: frozenset[RsaState] = frozenset({RsaState.RELEASED, RsaState.DECLINED})
+#: failure states an operator may need to look at
+FAILURES: frozenset[RsaState] = RETRYING | {
+    RsaState.FS_FAILED, RsaState.LOCK_FAILED, RsaState.QUARANTINED
+}
+
+# --- named groups of job-states ---------------------------------------------------------
+
+#: the job waits in Slurm's queue
+PENDING: frozenset[JobState] = frozenset({JobState.QUEUED, JobState.ON_DECK, JobState.DEMOTED})
+
+#: the job has left the queue: it runs or has ended
+LEFT_QUEUE: frozenset[JobState] = frozenset({JobState.RUNNING, JobState.FINISHED})
+
+
+# --- triggers: what can move an rsa-state -----------------------------------------------
+
+class Trigger(enum.StrEnum):
+    """What can move an RSA-state."""
+
+    # job-state observations (level-triggered: fed every cycle)
+    QUEUED = "queued"
+    ON_DECK = "on-deck"
+    DEMOTED = "demoted"
+    RUNNING = "running"
+    FINISHED = "finished"
+    STARTED = "started"  # edge: the job began running this observation (running is the level)
+    TICK = "tick"  # "nothing new": lets transient states move on
+    # results of in-core effects
+    NODES_ALLOCATED = "nodes-allocated"
+    NODES_BUSY = "nodes-busy"  # not enough free RSA nodes: skip this cycle (§3.1)
+    POLICY_VIOLATION = "policy-violation"  # the request can never be met
+    GIVE_UP = "give-up"  # retry budget exhausted
+    # action outcomes
+    FS_BUILT = "fs-built"
+    FS_BUILD_FAILED = "fs-build-failed"
+    STAGE_IN_DONE = "stage-in-done"
+    STAGE_IN_FAILED = "stage-in-failed"
+    STAGE_IN_REFUSED = "stage-in-refused"
+    LOCKED = "locked"
+    LOCK_FAILED = "lock-failed"
+    INPUT_MOUNTED = "input-mounted"
+    INPUT_MOUNT_FAILED = "input-mount-failed"
+    OUTPUT_MOUNTED = "output-mounted"
+    OUTPUT_MOUNT_FAILED = "output-mount-failed"
+    WRITEBACK_DONE = "writeback-done"
+    WRITEBACK_FAILED = "writeback-failed"
+    RESET_DONE = "reset-done"
+    RESET_BUSY = "reset-busy"
+    RESET_ERROR = "reset-error"
+    STAGE_OUT_DONE = "stage-out-done"
+    STAGE_OUT_FAILED = "stage-out-failed"
+    VERIFIED = "verified"
+    VERIFY_FAILED = "verify-failed"
+    DESTROYED = "destroyed"
+    DESTROY_FAILED = "destroy-failed"
+    # timers
+    RESET_DUE = "reset-due"
+    WAIT_EXPIRED = "wait-expired"
+    RETRY_DUE = "retry-due"
+    # user and operator commands
+    INPUT_DONE = "input-done"  # user: `rsa input-done` from inside the job
+    CANCEL_STAGING = "cancel-staging"  # user: do not use the RSA for this run
+    RETRY = "retry"  # operator: try the failed step again now
+    DISCARD = "discard"  # operator: give up the output on the RAMDISK (explicit)
+    FORCE_RELEASE = "force-release"  # operator: nodes are clean, return them
+    # the RSA-node pool
+    NODE_LOST = "node-lost"  # an RSA node of the job went down before its input was staged
+
+
+JOB_TRIGGERS: Mapping[JobState, Trigger] = {
+    JobState.QUEUED: Trigger.QUEUED,
+    JobState.ON_DECK: Trigger.ON_DECK,
+    JobState.DEMOTED: Trigger.DEMOTED,
+    JobState.RUNNING: Trigger.RUNNING,
+    JobState.FINISHED: Trigger.FINISHED,
+}
+
+#: the level-triggered triggers every (rsa-state, trigger) pair of which has a row: the
+#: job-states and TICK
+JOB_STATE_TRIGGERS: tuple[Trigger, ...] = (
+    Trigger.QUEUED, Trigger.ON_DECK, Trigger.DEMOTED, Trigger.RUNNING, Trigger.FINISHED,
+    Trigger.TICK,
+)
+
+#: which timers stay armed in which states; a state change drops the others
+TIMER_STATES: Mapping[Trigger, frozenset[RsaState]] = {
+    Trigger.RESET_DUE: frozenset({RsaState.MOUNTED_INPUT}),
+    Trigger.WAIT_EXPIRED: STAGING,
+    Trigger.RETRY_DUE: RETRYING,
+}
+
+#: commands a job's user may give (``rsa input-done``, ``rsa cancel-staging``)
+USER_COMMANDS: frozenset[Trigger] = frozenset({Trigger.INPUT_DONE, Trigger.CANCEL_STAGING})
+#: commands an operator (root, the Slurm user) may give: the users' and their own
+OPERATOR_COMMANDS: frozenset[Trigger] = USER_COMMANDS | {
+    Trigger.RETRY, Trigger.DISCARD, Trigger.FORCE_RELEASE
+}
 
 
 # --- Slurm observation -> job-state --------------------------------------------------------
@@ -202,8 +392,7 @@ def derive_job_state(previous: JobState | None, slurm_state: str, reason: str) -
     if state in SLURM_PENDING:
         if state == "PENDING" and reason in ON_DECK_REASONS:
             return JobState.ON_DECK
-        if state == "PENDING" and reason in UNSETTLED_REASONS and previous in (
-                JobState.ON_DECK, JobState.DEMOTED, JobState.QUEUED):
+        if state == "PENDING" and reason in UNSETTLED_REASONS and previous in PENDING:
             return previous
         if previous in (JobState.ON_DECK, JobState.DEMOTED):
             return JobState.DEMOTED

@@ -32,6 +32,7 @@ from rsa_scheduler import munge
 from rsa_scheduler.config.schema import ApiConfig
 from rsa_scheduler.core.jobkey import job_key
 from rsa_scheduler.core.scheduler import CommandRefused
+from rsa_scheduler.core.states import LEFT_QUEUE, OPERATOR_COMMANDS, USER_COMMANDS
 from rsa_scheduler.daemon import httpd
 from rsa_scheduler.daemon.service import Daemon
 from rsa_scheduler.errors import RsaError
@@ -41,9 +42,7 @@ AUTH_HEADER = "X-RSA-Munge"
 REPLY_HEADER = "X-RSA-Munge-Reply"  # rsad's credential over its answer (node hooks check it)
 OPERATOR_USERS = frozenset({"root", "slurm"})
 HIDDEN_JOB = "(hidden)"  # a node held by a job the caller may not see
-USER_COMMANDS = {"input-done", "cancel-staging"}
 NODE_HOOKS = frozenset({"prolog", "agent", "mounted", "epilog"})
-OPERATOR_COMMANDS = {"retry", "discard", "force-release", "input-done", "cancel-staging"}
 
 
 class ApiError(RsaError):
@@ -196,6 +195,7 @@ class Routes:
 
     def _command(self, caller: Caller, job_id: str, body: Any) -> Any:
         command = str((body or {}).get("command", ""))
+        # core.states: who may give which command (Trigger is a StrEnum: the name matches)
         allowed = OPERATOR_COMMANDS if caller.operator else USER_COMMANDS
         if command not in allowed:
             raise ApiError(HTTPStatus.FORBIDDEN,
@@ -339,7 +339,7 @@ class Routes:
                     hold, rec.message)
 
         rsa_state, job_state, hold, message = self._call(state)
-        if rsa_state is not None and job_state not in ("running", "finished"):
+        if rsa_state is not None and job_state not in LEFT_QUEUE:
             # the node Prolog runs after PrologSlurmctld; if rsad missed that, tell it now
             told = {"hook": "prolog_slurmctld", "job_id": job, "nodes": nodes}
             if payload.get("alias"):  # an array task's own id: kept in the event log

@@ -28,11 +28,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from rsa_scheduler.core.machine import JobRecord
-from rsa_scheduler.core.states import RsaState
+from rsa_scheduler.core.states import AWAITING_NODES, RsaState
+from rsa_scheduler.core.states import READY as READY  # staged: released to start (re-exported)
 
-#: the RAMDISK is ready for the job to start: staged (and locked in, or lock-in failed:
-#: the job may start anyway)
-READY = frozenset({RsaState.STAGED_IN, RsaState.LOCKED_IN, RsaState.LOCK_FAILED})
 
 @dataclass(frozen=True, slots=True)
 class Release:
@@ -77,7 +75,7 @@ def hold_verdict(job_id: str, rec: JobRecord | None, can_start: bool) -> Release
         why = f" ({rec.message})" if rec.message else ""
         return Release(job_id, f"RSA: no RAMDISK for this run{why}; released to start: "
                                "it reads from the PFS")
-    if not can_start and rec.rsa_state in (RsaState.NONE, RsaState.RELEASED):
+    if not can_start and rec.rsa_state in AWAITING_NODES:
         return Release(job_id, "RSA: the cluster is busy: queued as usual; the input is "
                                "staged when the job is next to run")
     return None

@@ -27,7 +27,7 @@ from typing import Any
 from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.machine import JobRecord
 from rsa_scheduler.core.policy import NodeState
-from rsa_scheduler.core.states import TERMINAL, JobState, RsaState
+from rsa_scheduler.core.states import LEFT_QUEUE, STAGED, TEARDOWN, TERMINAL, JobState, RsaState
 
 log = logging.getLogger(__name__)
 
@@ -36,17 +36,6 @@ HOOKS = ("setup", "data_in", "real_size", "pre_run", "post_run", "data_out", "te
 
 #: Slurm's pool granularity we report: sizes are counted in MiB, as Slurm's bb TRES is
 GRANULARITY = 1 << 20
-
-#: rsa-states in which the job's input is on its RAMDISK (or it needs none) and it may
-#: start: data_in is done
-STAGED: frozenset[RsaState] = frozenset({
-    RsaState.STAGED_IN, RsaState.LOCKED_IN, RsaState.LOCK_FAILED,
-    RsaState.MOUNTING_INPUT, RsaState.MOUNTED_INPUT, RsaState.INPUT_WRITEBACK,
-    RsaState.WRITEBACK_FAILED, RsaState.RESETTING, RsaState.RESET_FAILED,
-    RsaState.MOUNTING_OUTPUT, RsaState.MOUNTED_OUTPUT, RsaState.STAGING_OUT,
-    RsaState.STAGE_OUT_FAILED, RsaState.VERIFYING, RsaState.OUTPUT_VERIFIED,
-    RsaState.QUARANTINED,
-})
 
 #: what a waiting stage-in is doing, for ``rsa-bb``'s progress line
 WAITING_FOR: Mapping[RsaState, str] = {
@@ -111,13 +100,13 @@ def answer_data_in(rec: JobRecord | None, seen: bool) -> Answer:
                                 "scancel the job and submit it again")
     if state in STAGED:
         return Answer("done", f"staged in on {rec.nodes}" if rec.nodes else "staged in")
-    if state in (RsaState.TEARING_DOWN, RsaState.RELEASED) and rec.job_state not in (
-            JobState.RUNNING, JobState.FINISHED):
+    if state in (RsaState.TEARING_DOWN, RsaState.RELEASED) and \
+            rec.job_state not in LEFT_QUEUE:
         # not declined and still pending: the RAMDISK is rebuilt (an RSA node was lost
         # while the input was staged: the core stages it again on other nodes)
         why = native_text(rec.message)
         return Answer("wait", f"staging again: {why}" if why else "waiting for free RSA nodes")
-    if state in (RsaState.TEARING_DOWN, RsaState.TEARDOWN_FAILED) or (
+    if state in TEARDOWN or (
             state is RsaState.RELEASED and rec.job_state is JobState.FINISHED):
         return Answer("failed", f"job {rec.job_id}'s RAMDISK was torn down before it "
                                 f"started: {native_text(rec.message) or state.value}")
@@ -137,7 +126,7 @@ def answer_data_out(rec: JobRecord | None, bb: BbJob | None) -> Answer:
         return Answer("failed", f"stage-out of job {rec.job_id} failed: {rec.message}; the "
                                 "output stays on its RAMDISK (quarantined): an operator "
                                 f"fixes the cause and runs `rsa retry {rec.job_id}`")
-    if state in TERMINAL or state in (RsaState.TEARING_DOWN, RsaState.TEARDOWN_FAILED):
+    if state in TERMINAL or state in TEARDOWN:
         if not has_output:
             return Answer("done", "no #RSA_DATA_OUT: nothing to stage out")
         if bb is not None and bb.discarded:

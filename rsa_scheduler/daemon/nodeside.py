@@ -34,6 +34,7 @@ from rsa_scheduler.core.payloads import (
     OnNodes,
     ResetArgs,
 )
+from rsa_scheduler.core.states import MOUNT_COMING, NODE_AGENT, RsaState
 from rsa_scheduler.daemon.executors import ActionContext, BusyError, PermanentError, Registry
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.fs.base import FilesystemBackend, FsRequest, MountSpec
@@ -48,13 +49,6 @@ from rsa_scheduler.node.plan import (
 
 log = logging.getLogger(__name__)
 
-#: the core is about to ask for a mount (or, under early-start wait, staging goes on)
-PRE_MOUNT = frozenset({"allocated", "fs-building", "fs-ready", "staging-in",
-                       "stage-in-failed", "staged-in", "locked-in", "lock-failed",
-                       "mounting-input", "mounting-output"})
-#: the job may get node instructions later: keep a node agent
-AGENT_STATES = PRE_MOUNT | {"mounted-input", "resetting", "reset-failed", "input-writeback",
-                            "writeback-failed", "mounted-output"}
 AGENT_POLL = 20.0
 
 _BY_REGISTRY: weakref.WeakKeyDictionary[Registry, NodeSide] = weakref.WeakKeyDictionary()
@@ -325,7 +319,7 @@ class NodeSide:
         """
         if rsa_state is None:
             return {"do": "nothing", "agent": False}
-        if rsa_state == "declined":
+        if rsa_state == RsaState.DECLINED:
             return {"do": "nothing", "agent": False,
                     "declined": message or "the RSA does not serve this run"}
         with self._cond:
@@ -333,11 +327,11 @@ class NodeSide:
             self._learn_nodes(j, node, nodes)
             j.ended.discard(node)
             cur = j.current if j.current is not None else j.standing
-            agent = rsa_state in AGENT_STATES
+            agent = rsa_state in NODE_AGENT
             if cur is not None and cur["do"] == "mount" and not self._done(j, node, cur):
                 j.asked[node] = int(cur["seq"])
                 return {**cur, "agent": True}
-            if j.current is None and rsa_state in PRE_MOUNT:
+            if j.current is None and rsa_state in MOUNT_COMING:
                 hold = max(0.0, min(hold, self.max_hold))
                 return {"do": "wait", "retry": 1.0 if hold else 0.3, "hold": hold,
                         "agent": agent, "why": f"RSA state {rsa_state}"}

@@ -42,7 +42,7 @@ from rsa_scheduler.core.scheduler import (
     Scheduler,
     StaleOutcome,
 )
-from rsa_scheduler.core.states import TENDED, JobState, RsaState
+from rsa_scheduler.core.states import LEFT_QUEUE, PENDING, TENDED, TERMINAL, JobState
 from rsa_scheduler.core.transitions import Trigger
 from rsa_scheduler.daemon.executors import ActionContext, Registry
 from rsa_scheduler.daemon.health import HEALTH_BY
@@ -647,10 +647,9 @@ class Daemon:
         idle cluster it would start before its first run's output is staged and its
         RAMDISK built again (docs/architecture.md, "Holding a job ...")."""
         for ev in dec.events:
-            if ev.name != "job.state" or ev.context.get("from") not in ("running",
-                                                                         "finished"):
+            if ev.name != "job.state" or ev.context.get("from") not in LEFT_QUEUE:
                 continue
-            if ev.context.get("to") not in ("queued", "demoted", "on-deck"):
+            if ev.context.get("to") not in PENDING:
                 continue
             rec = self.sched.records.get(ev.job_id)
             if rec is None or ev.job_id in self._held:
@@ -952,7 +951,7 @@ class Daemon:
         elif hook == "teardown":
             hurry = str(payload.get("hurry", "false")) == "true"
             if rec is not None and rec.job_state is not JobState.FINISHED and \
-                    rec.rsa_state not in (RsaState.RELEASED, RsaState.DECLINED):
+                    rec.rsa_state not in TERMINAL:
                 # still pending (a restarted slurmctld tears down, then sets up again):
                 # kept bb_grace seconds, then torn down as a demotion would
                 events = native.teardown_pending(job, now, hurry)

@@ -48,7 +48,7 @@ from rsa_scheduler.core.allocator import Pool, RsaNode
 from rsa_scheduler.core.payloads import AllocateArgs, CancelArgs, ReleaseArgs
 from rsa_scheduler.core.policy import EarlyStart, StageOut
 from rsa_scheduler.core.scheduler import Decision, Observation, Scheduler
-from rsa_scheduler.core.states import HOLDING_NODES, TERMINAL, RsaState
+from rsa_scheduler.core.states import HOLDING_NODES, INPUT_COMING, STAGING, TERMINAL, RsaState
 from rsa_scheduler.core.transitions import Trigger
 from rsa_scheduler.sim.cluster import ReplayConfig, TierSpec
 from rsa_scheduler.sim.engine import SimulationBroken
@@ -56,7 +56,7 @@ from rsa_scheduler.sim.iomodel import FlowNet, job_volumes
 from rsa_scheduler.sim.logcheck import LogWindow
 from rsa_scheduler.sim.report import Totals
 from rsa_scheduler.sim.swf import SwfJob
-from rsa_scheduler.sim.tracejob import INPUT_COMING, STAGING, InFlight, SpecCache, TraceJob
+from rsa_scheduler.sim.tracejob import InFlight, SpecCache, TraceJob
 
 #: observer(what, now, detail): "read" (a job starts reading), "outcome" (an action's
 #: outcome is delivered to the core), "job" (a job is done: off its compute nodes and, with

@@ -35,15 +35,16 @@ from rsa_scheduler.core.policy import (
     StagingPolicy,
     node_tier,
 )
-from rsa_scheduler.core.scheduler import OPERATOR_COMMANDS, USER_COMMANDS
 from rsa_scheduler.core.states import (
+    OPERATOR_COMMANDS,
     SLURM_FINISHED,
     SLURM_PENDING,
     SLURM_RUNNING,
+    USER_COMMANDS,
     JobState,
     RsaState,
+    Trigger,
 )
-from rsa_scheduler.core.transitions import Trigger
 from rsa_scheduler.core.units import MAX_DURATION, MAX_TIME, format_duration
 from rsa_scheduler.errors import ConfigErrors, ScenarioError
 from rsa_scheduler.sim.model import (

@@ -3,8 +3,9 @@
 Owns :class:`TraceJob` (one trace job from submission until the replay forgets it: the
 phase it is in, where it read and wrote, the RSA nodes it got and when),
 :class:`InFlight` (the tracked action the engine is running for a job),
-:class:`SpecCache` (the ``#RSA_*`` directives a job of the trace is given) and the
-rsa-state groups the engine asks about (``STAGING``, ``INPUT_COMING``).
+:class:`SpecCache` (the ``#RSA_*`` directives a job of the trace is given). The
+rsa-state groups the engine asks about (``STAGING``, ``INPUT_COMING``) are
+:mod:`rsa_scheduler.core.states`'.
 
 Pure data: must not import the engine (:mod:`rsa_scheduler.sim.replay`) nor read the
 clock.
@@ -17,17 +18,10 @@ from dataclasses import dataclass
 from rsa_scheduler.core.actions import Action
 from rsa_scheduler.core.directives import DirectiveSpec
 from rsa_scheduler.core.policy import StageOut, Tier
-from rsa_scheduler.core.states import RsaState
 from rsa_scheduler.sim.cluster import GIB
 from rsa_scheduler.sim.iomodel import Volumes
 from rsa_scheduler.sim.swf import SwfJob
 
-#: rsa-states of a job whose RAMDISK is still being prepared for its input
-STAGING = frozenset({RsaState.ALLOCATED, RsaState.FS_BUILDING, RsaState.FS_READY,
-                     RsaState.STAGING_IN})
-#: ... and those in which the input is on its way to the job's mount
-INPUT_COMING = STAGING | {RsaState.STAGED_IN, RsaState.LOCKED_IN, RsaState.MOUNTING_INPUT,
-                          RsaState.MOUNTED_INPUT}
 #: distinct specs kept at once (a long trace has many sizes: memory stays bounded)
 SPEC_CACHE_MAX = 4096
 
