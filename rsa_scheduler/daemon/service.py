@@ -22,15 +22,11 @@ Its collaborators, each owned by the Daemon and each importing nothing of this m
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-
-from ClusterShell.NodeSet import NodeSet
 
 from rsa_scheduler.core.actions import Action, Outcome
 from rsa_scheduler.core.events import Event
@@ -44,22 +40,16 @@ from rsa_scheduler.core.scheduler import (
     Scheduler,
     StaleOutcome,
 )
-from rsa_scheduler.core.states import JobState, RsaState
 from rsa_scheduler.core.transitions import Trigger
 from rsa_scheduler.daemon import views
 from rsa_scheduler.daemon.cycle import FIRST_SIGHTS_PER_CYCLE, QueueReader
 from rsa_scheduler.daemon.dispatch import Dispatcher, Running
 from rsa_scheduler.daemon.executors import Registry
 from rsa_scheduler.daemon.health import HEALTH_BY
+from rsa_scheduler.daemon.inbox import Inbox, Request
 from rsa_scheduler.daemon.memory import Memory
 from rsa_scheduler.daemon.metrics import Metrics
-from rsa_scheduler.daemon.native import (
-    Answer,
-    NativeDriver,
-    answer_data_in,
-    answer_data_out,
-    answer_teardown,
-)
+from rsa_scheduler.daemon.native import NativeDriver
 from rsa_scheduler.daemon.nodeside import nodeside_of
 from rsa_scheduler.daemon.published import Published
 from rsa_scheduler.daemon.specs import SpecReader
@@ -70,20 +60,6 @@ from rsa_scheduler.slurm.port import SlurmError, SlurmPort
 from rsa_scheduler.store import JobRow, Store
 
 log = logging.getLogger(__name__)
-
-#: request kinds handled in groups with one commit (group commit); the rest one by one
-GROUPED = frozenset({"outcome", "command", "hook", "progress", "node-state"})
-MAX_GROUP = 256
-
-
-@dataclass
-class Request:
-    """Something for the loop thread to do on behalf of another thread."""
-
-    kind: str  # "outcome" | "command" | "hook" | "progress" | "node-state" | "call"
-    payload: Any
-    reply: Future[Any] | None = None
-
 
 def _failed(exit_code: object) -> bool:
     """Whether EpilogSlurmctld's ``SLURM_JOB_EXIT_CODE`` (a wait status: 768 is exit 3,
@@ -119,7 +95,7 @@ class Daemon:
         self._catching_up = False  # new jobs left for later cycles (defer_first_sights)
         self.script_source = script_source
         self.clock = clock
-        self.inbox: queue.Queue[Request] = queue.Queue()
+        self.inbox = Inbox()
         self.dispatcher = Dispatcher(self, registry=registry, slurm=slurm, clock=clock,
                                      workers=workers, urgent_workers=urgent_workers)
         self.memory = Memory()
@@ -241,31 +217,15 @@ class Daemon:
         outcomes or hook events costs one fsync, not one each. A ``call`` (an API read)
         is handled alone, after everything before it is committed.
         """
-        try:
-            req: Request | None = (self.inbox.get(timeout=timeout) if timeout > 0
-                                   else self.inbox.get_nowait())
-        except queue.Empty:
-            return 0
         handled = 0
-        while req is not None:
-            if req.kind not in GROUPED:
-                self._handle(req)
+        for batch in self.inbox.batches(timeout):
+            if isinstance(batch, Request):
+                self._handle(batch)
                 handled += 1
-                req = self._next_request()
-                continue
-            group: list[Request] = []
-            while req is not None and req.kind in GROUPED and len(group) < MAX_GROUP:
-                group.append(req)
-                req = self._next_request()
-            self._handle_group(group)
-            handled += len(group)
+            else:
+                self._handle_group(batch)
+                handled += len(batch)
         return handled
-
-    def _next_request(self) -> Request | None:
-        try:
-            return self.inbox.get_nowait()
-        except queue.Empty:
-            return None
 
     def _handle_group(self, group: list[Request]) -> None:
         self._group = Decision()
@@ -434,9 +394,7 @@ class Daemon:
     def submit(self, kind: str, payload: Any, *, wait: bool = False,
                timeout: float = 10.0) -> Any:
         """Queue a request for the loop thread; optionally wait for its answer."""
-        reply: Future[Any] | None = Future() if wait else None
-        self.inbox.put(Request(kind, payload, reply=reply))
-        return reply.result(timeout=timeout) if reply else None
+        return self.inbox.submit(kind, payload, wait=wait, timeout=timeout)
 
     def _handle(self, req: Request) -> None:
         try:
@@ -564,49 +522,14 @@ class Daemon:
                                  "serve burst_buffer.lua")
         now = self.clock()
         rec = self.sched.records.get(job)
-        answer: Answer
-        if hook == "setup":
-            events = native.setup(job, now, {k: str(payload[k]) for k in (
-                "uid", "gid", "pool", "size", "alias") if k in payload})
-            if events:
-                self._commit(Decision(events=events))
-            if rec is None or rec.job_state is not JobState.FINISHED:
-                self._last_poll = 0.0  # read the queue now: the job is the RSA's
-            answer = Answer("done", "set up")
-        elif hook == "data_in":
-            bb = native.jobs.get(job)
-            seen = bb is not None and self._last_poll > bb.setup and \
-                job not in native.fresh and job not in self.specs.parsing
-            if bb is None:  # rsad lost the setup (its state was reset): take it now
-                self._commit(Decision(events=native.setup(job, now, {})))
-                self._last_poll = 0.0
-            answer = answer_data_in(rec, seen)
-        elif hook == "real_size":
-            size = 0
-            if rec is not None and rec.nodes:
-                caps = {n.name: n.capacity for n in self.sched.pool.nodes()}
-                size = sum(caps.get(n, 0) for n in NodeSet(rec.nodes))
-            answer = Answer("done", str(size))
-        elif hook in ("pre_run", "post_run"):
-            answer = Answer("done", rec.rsa_state.value if rec else "not an RSA job")
-        elif hook == "data_out":
-            answer = answer_data_out(rec, native.jobs.get(job))
-        elif hook == "teardown":
-            hurry = str(payload.get("hurry", "false")) == "true"
-            if rec is not None and rec.job_state is not JobState.FINISHED and \
-                    rec.rsa_state not in (RsaState.RELEASED, RsaState.DECLINED):
-                # still pending (a restarted slurmctld tears down, then sets up again):
-                # kept bb_grace seconds, then torn down as a demotion would
-                events = native.teardown_pending(job, now, hurry)
-                if events:
-                    self._commit(Decision(events=events))
-                answer = Answer("done", f"kept {native.grace:.0f}s for a new setup, then "
-                                        "torn down unless the job starts")
-            else:
-                answer = answer_teardown(rec)
-        else:
-            raise ValueError(f"unknown burst buffer hook {hook!r}")
-        return {"job_id": job, **answer.to_json(),
+        got = native.serve(hook, job, payload, rec, now, last_poll=self._last_poll,
+                           reading=job in self.specs.parsing, capacity=lambda: {
+                               n.name: n.capacity for n in self.sched.pool.nodes()})
+        if got.events:
+            self._commit(Decision(events=got.events))
+        if got.poll_now:
+            self._last_poll = 0.0
+        return {"job_id": job, **got.answer.to_json(),
                 "rsa_state": rec.rsa_state.value if rec else None}
 
     # ---- commit and dispatch ------------------------------------------------------------
