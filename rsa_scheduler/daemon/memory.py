@@ -6,14 +6,15 @@ state last and why, what teardowns left on RSA nodes that were down (cleaned bef
 node is up again) and the array-task aliases learned from slurmctld's hooks. Each is
 learnt from committed events (:meth:`Memory.learn`, at start-up and live), kept in
 snapshots (:meth:`Memory.to_json`, :meth:`Memory.restore`) and let go with the job
-(:meth:`Memory.forget`).
+(:meth:`Memory.forget`). And :class:`SnapshotCadence`: when a snapshot of it all (and of
+the core's durable state) is due.
 
 Imports nothing of the daemon: the daemon (service.py) owns one and commits the events.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from rsa_scheduler.core.events import Event
@@ -80,3 +81,31 @@ class Memory:
             self.facts.pop(job, None)
         if left and self.aliases:
             self.aliases = {k: v for k, v in self.aliases.items() if v not in left}
+
+
+class SnapshotCadence:
+    """When the daemon writes a snapshot of its state (loop thread)."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every  # events between snapshots, at least (0: never)
+        self.seq = 0  # the event the newest snapshot (or the replay) is as of
+        self.first_cycle = True  # no snapshot in it (see :meth:`due`)
+        self.catching_up = False  # new jobs left for later cycles (defer_first_sights)
+
+    def due(self, last_seq: Callable[[], int], jobs: int) -> bool:
+        """Whether a snapshot is due: once ``every`` events, and at least as many events
+        as there are ``jobs`` in memory, came after the last one. A snapshot costs about
+        as much per job as the replay of an event (docs/benchmarks.md): so its cost is
+        spread over at least as many events as it saves from a restart's replay, whatever
+        the number of jobs (at 300k live jobs a snapshot every 10,000 events would cost
+        more than the cycles that wrote them). Not in the first cycle after a start: that
+        one sees every job of the queue at once, mostly first sights a restart replays
+        cheaply; the next due cycle takes it. Nor while new jobs are still being taken on
+        over several cycles (daemon/cycle.py ``defer_first_sights``): one snapshot after
+        them, not one of every size on the way."""
+        if self.catching_up:
+            return False
+        if self.first_cycle:
+            self.first_cycle = False
+            return False
+        return bool(self.every) and last_seq() - self.seq >= max(self.every, jobs)

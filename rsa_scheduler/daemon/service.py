@@ -47,7 +47,7 @@ from rsa_scheduler.daemon.dispatch import Dispatcher, Running
 from rsa_scheduler.daemon.executors import Registry
 from rsa_scheduler.daemon.health import HEALTH_BY
 from rsa_scheduler.daemon.inbox import Inbox, Request
-from rsa_scheduler.daemon.memory import Memory
+from rsa_scheduler.daemon.memory import Memory, SnapshotCadence
 from rsa_scheduler.daemon.metrics import Metrics
 from rsa_scheduler.daemon.native import NativeDriver
 from rsa_scheduler.daemon.nodeside import nodeside_of
@@ -87,12 +87,9 @@ class Daemon:
         # stays in the store: rsa job / rsa events read it there)
         self.retention = retention
         self._last_forget = 0.0
-        # a snapshot of the state every ``snapshot_every`` events: a restart replays only
-        # what came after the newest one
-        self.snapshot_every = snapshot_every
-        self._snap_seq = 0
-        self._first_cycle = True  # no snapshot in it (see _maybe_snapshot)
-        self._catching_up = False  # new jobs left for later cycles (defer_first_sights)
+        # a snapshot of the state every ``snapshot_every`` events (at least): a restart
+        # replays only what came after the newest one
+        self.cadence = SnapshotCadence(snapshot_every)
         self.script_source = script_source
         self.clock = clock
         self.inbox = Inbox()
@@ -170,7 +167,7 @@ class Daemon:
         events = list(self.store.events(since=since))
         pool = self.sched.pool
         self.sched = Scheduler.replay(pool, self.sched.policy, events, base=base)
-        self._snap_seq = since
+        self.cadence.seq = since
         if base is not None:
             self.memory.restore(base)
             if self.native is not None:
@@ -269,7 +266,7 @@ class Daemon:
                 got = self.queue_reader.changes(waiting, self.sched.records,
                                                 self.first_sights_per_cycle)
                 rows, present = got.rows, got.present
-                self._catching_up = bool(got.later)
+                self.cadence.catching_up = bool(got.later)
             else:
                 rows = merge_hetjobs(self.slurm.queue())
                 present = {r.job_id for r in rows}
@@ -341,28 +338,13 @@ class Daemon:
         data = {**self.sched.durable_state(), **self.memory.to_json(),
                 "bb": self.native.to_json() if self.native is not None else {}}
         self.store.write_snapshot(seq, self.clock(), data)
-        self._snap_seq = seq
+        self.cadence.seq = seq
         log.info("snapshot at event %d: %d jobs", seq, len(self.sched.records))
         return seq
 
     def _maybe_snapshot(self) -> None:
-        """Write a snapshot once ``snapshot_every`` events, and at least as many events
-        as there are jobs in memory, came after the last one. A snapshot costs about as
-        much per job as the replay of an event (docs/benchmarks.md): so its cost is spread
-        over at least as many events as it saves from a restart's replay, whatever the
-        number of jobs (at 300k live jobs a snapshot every 10,000 events would cost more
-        than the cycles that wrote them). Not in the first cycle after a start: that one
-        sees every job of the queue at once, mostly first sights a restart replays
-        cheaply; the next due cycle takes it. Nor while new jobs are still being taken on
-        over several cycles (:func:`defer_first_sights`): one snapshot after them, not one
-        of every size on the way."""
-        if self._catching_up:
-            return
-        if self._first_cycle:
-            self._first_cycle = False
-            return
-        due = max(self.snapshot_every, len(self.sched.records))
-        if self.snapshot_every and self.store.last_seq() - self._snap_seq >= due:
+        """Write a snapshot when one is due (:meth:`SnapshotCadence.due`)."""
+        if self.cadence.due(self.store.last_seq, len(self.sched.records)):
             try:
                 self.snapshot()
             except (StoreError, ValueError) as e:  # the log stays the truth: go on
