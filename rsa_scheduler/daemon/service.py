@@ -36,6 +36,7 @@ from rsa_scheduler.core.scheduler import (
     POOL_STREAM,
     CommandRefused,
     Decision,
+    Hook,
     Observation,
     Scheduler,
     StaleOutcome,
@@ -465,18 +466,19 @@ class Daemon:
         """PrologSlurmctld (job starting) / EpilogSlurmctld (job ended) from slurmctld."""
         kind = str(payload["hook"])
         job = str(payload["job_id"])
-        state = {"prolog_slurmctld": "RUNNING", "epilog_slurmctld": "COMPLETED"}.get(kind)
-        if state is None:
+        if kind == "prolog_slurmctld":
+            hook = Hook.STARTED
+        elif kind == "epilog_slurmctld":  # SLURM_JOB_EXIT_CODE: the script's wait status
+            hook = Hook.FAILED if _failed(payload.get("exit_code")) else Hook.ENDED
+        else:
             raise ValueError(f"unknown hook {kind!r}")
-        if kind == "epilog_slurmctld" and _failed(payload.get("exit_code")):
-            state = "FAILED"  # SLURM_JOB_EXIT_CODE is the batch script's wait status
         self._hook_seen[job] = received
         rec = self.sched.records.get(job)
         if rec is None:
             return {"job_id": job, "tracked": False}
         if payload.get("alias"):
             self.memory.aliases[str(payload["alias"])] = job
-        if kind == "prolog_slurmctld" and payload.get("nodes"):
+        if hook is Hook.STARTED and payload.get("nodes"):
             side = nodeside_of(self.registry)
             if side is not None:  # a hetjob's steps wait for every component's nodes
                 side.expect(job, str(payload["nodes"]))
@@ -484,8 +486,7 @@ class Daemon:
             # a heterogeneous job's other component: it starts and ends with the leader,
             # whose hooks say so (its batch script's exit code is the leader's)
             return {"job_id": job, "tracked": True, "rsa_state": rec.rsa_state.value}
-        obs = Observation(job_id=job, user=rec.user, state=state, reason="None",
-                          priority=rec.priority, compute_nodes=rec.compute_nodes)
+        obs = Observation.heard(hook, rec)
         now = self.clock()
         dec = Decision(events=[Event(now, job, "job.hook", {
             k: payload[k] for k in ("hook", "nodes", "exit_code", "alias") if k in payload})])
