@@ -91,6 +91,14 @@ class Hook(Enum):
     ENDED = "ended"
     FAILED = "failed"
 
+    @classmethod
+    def ended(cls, exit_code: object) -> Hook:
+        """EpilogSlurmctld's news: FAILED when its ``SLURM_JOB_EXIT_CODE`` (the batch
+        script's wait status: 768 is exit 3, 9 is SIGKILL) is not 0; unknown counts as
+        success, as Slurm's COMPLETED does, and the next queue poll has the final word."""
+        text = str(exit_code or "").strip()
+        return cls.FAILED if text.isdigit() and int(text) != 0 else cls.ENDED
+
 
 _HOOK_STATE = {Hook.STARTED: "RUNNING", Hook.ENDED: "COMPLETED", Hook.FAILED: "FAILED"}
 

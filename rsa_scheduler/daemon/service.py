@@ -62,13 +62,6 @@ from rsa_scheduler.store import JobRow, Store
 
 log = logging.getLogger(__name__)
 
-def _failed(exit_code: object) -> bool:
-    """Whether EpilogSlurmctld's ``SLURM_JOB_EXIT_CODE`` (a wait status: 768 is exit 3,
-    9 is SIGKILL) says the job did not succeed; unknown counts as success, as Slurm's
-    COMPLETED does, and the next queue poll has the final word."""
-    text = str(exit_code or "").strip()
-    return text.isdigit() and int(text) != 0
-
 
 class Daemon:
     """The RSA scheduler daemon, minus its transports (API, systemd) — see main.py."""
@@ -468,8 +461,8 @@ class Daemon:
         job = str(payload["job_id"])
         if kind == "prolog_slurmctld":
             hook = Hook.STARTED
-        elif kind == "epilog_slurmctld":  # SLURM_JOB_EXIT_CODE: the script's wait status
-            hook = Hook.FAILED if _failed(payload.get("exit_code")) else Hook.ENDED
+        elif kind == "epilog_slurmctld":
+            hook = Hook.ended(payload.get("exit_code"))
         else:
             raise ValueError(f"unknown hook {kind!r}")
         self._hook_seen[job] = received
