@@ -23,8 +23,8 @@ Each step is measured in two forms:
   passes with ``slurm.script_source: scontrol`` (no job_submit.lua);
 * ``changes`` — ``observe`` gets only the RSA jobs whose squeue line changed (and the
   on-deck ones still waiting for nodes) plus ``present``, the ids of every RSA job Slurm
-  lists: what rsad's default cycle passes (``Daemon._poll_incremental``; job_submit.lua
-  marks RSA jobs, so non-RSA jobs never reach the core).
+  lists: what rsad's default cycle passes (``daemon/cycle.py`` ``QueueReader.changes``;
+  job_submit.lua marks RSA jobs, so non-RSA jobs never reach the core).
 
 Only ``observe`` is timed; building its arguments (the squeue parse, picking the changed
 lines) is not (bench/bench_first_cycle.py times rsad's whole cycle). ``core MB`` is the

@@ -115,7 +115,7 @@ def measure(lab: dict[str, str], n_jobs: int, repeats: int,
             # busy cycles: a share of the RSA jobs changed since the last cycle
             rsa_arrays = [a for i, a in enumerate(ids) if i % RSA_EVERY == 0]
             sets = churn_sets(rsa_arrays, churn)
-            rsa_lines = len(daemon._prev_lines)
+            rsa_lines = len(daemon.queue_reader.prev_lines)
             sq_busy, cyc_busy = [], []
             for r in range(repeats):
                 verb = "hold" if r % 2 == 0 else "uhold"  # admin hold, then user hold again
@@ -124,7 +124,8 @@ def measure(lab: dict[str, str], n_jobs: int, repeats: int,
                 squeue_s, cycle_s = squeue_then_cycle(argv, env, daemon)
                 sq_busy.append(squeue_s)
                 cyc_busy.append(cycle_s)
-            assert len(daemon._prev_lines) == rsa_lines, "the number of RSA jobs changed"
+            assert len(daemon.queue_reader.prev_lines) == rsa_lines, \
+                "the number of RSA jobs changed"
             daemon.shutdown()
             store.close()
         finally:

@@ -131,7 +131,7 @@ def measure(lines: int, repeats: int, profile: bool) -> dict[str, float]:
             first_cpu = time.process_time() - c0
             rss1 = rss_mb()
             # a fresh rsad takes quiet new jobs on over several cycles
-            # (daemon/service.py defer_first_sights): the cycles until it tracks them all
+            # (daemon/cycle.py defer_first_sights): the cycles until it tracks them all
             expected = -(-(lines // ARRAY) // RSA_EVERY) * ARRAY
             catch_up = [first]
             while len(daemon.sched.records) < expected and len(catch_up) < 10_000:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from itertools import filterfalse
 from typing import Any
 
@@ -69,6 +70,35 @@ class Observation:
     #: the hold counts as on-deck: the job could start now, it waits only for the RSA
     #: (rsad releases a hold that does not: the job then queues as any other)
     held: bool = False
+
+    @classmethod
+    def heard(cls, hook: Hook, rec: JobRecord) -> Observation:
+        """A hook event about the tracked job ``rec``, observed as what Slurm's queue
+        shows for the same news (reason ``None``, as squeue prints it): the next poll
+        that shows it reads as no change, and the log's ``job.state`` event is the one a
+        poll would have written."""
+        return cls(job_id=rec.job_id, user=rec.user, state=_HOOK_STATE[hook],
+                   reason="None", priority=rec.priority, compute_nodes=rec.compute_nodes)
+
+
+class Hook(Enum):
+    """What slurmctld's hooks say of a job: PrologSlurmctld, it starts; EpilogSlurmctld,
+    it ended, and whether its batch script failed."""
+
+    STARTED = "started"
+    ENDED = "ended"
+    FAILED = "failed"
+
+    @classmethod
+    def ended(cls, exit_code: object) -> Hook:
+        """EpilogSlurmctld's news: FAILED when its ``SLURM_JOB_EXIT_CODE`` (the batch
+        script's wait status: 768 is exit 3, 9 is SIGKILL) is not 0; unknown counts as
+        success, as Slurm's COMPLETED does, and the next queue poll has the final word."""
+        text = str(exit_code or "").strip()
+        return cls.FAILED if text.isdigit() and int(text) != 0 else cls.ENDED
+
+
+_HOOK_STATE = {Hook.STARTED: "RUNNING", Hook.ENDED: "COMPLETED", Hook.FAILED: "FAILED"}
 
 
 @dataclass(slots=True)

@@ -1,7 +1,7 @@
 """Early start ``wait``: holding a job's start until its RAMDISK is ready (issue 14).
 
 Owns the decisions about the *start hold* (docs/architecture.md, "Holding a job until its
-RAMDISK is ready"); the daemon (service.py) does the Slurm calls.
+RAMDISK is ready"); daemon/starthold.py keeps the held jobs and does the Slurm calls.
 
 job_submit.lua holds every RSA job whose early-start policy is ``wait`` from the moment it
 is submitted: its begin time is set to submit time + ``staging.wait_timeout`` and its

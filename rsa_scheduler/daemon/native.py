@@ -4,7 +4,8 @@ Owns :class:`NativeDriver`: which jobs Slurm has set a burst buffer up for (``bb
 and ``bb.teardown`` events in the job's log, so a restarted rsad knows), how such a job
 is observed while pending (held: on-deck for the core, never demoted while Slurm holds it
 in stage-in), the answer to each hook as a pure function of the job's record
-(:func:`answer_data_in`, :func:`answer_data_out`, :func:`answer_teardown`), and the pools
+(:func:`answer_data_in`, :func:`answer_data_out`, :func:`answer_teardown`; one call in all,
+:meth:`NativeDriver.serve`: the answer, the events the daemon commits), and the pools
 file ``burst_buffer.lua``'s ``slurm_bb_pools`` reports to Slurm (:func:`pools_json`).
 
 The core, allocator, backends, staging, verification and fencing are the queue-watching
@@ -19,10 +20,12 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ClusterShell.NodeSet import NodeSet
 
 from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.machine import JobRecord
@@ -59,6 +62,15 @@ class Answer:
 
     def to_json(self) -> dict[str, str]:
         return {"status": self.status, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """What one hook call comes to: the answer, events to commit, read the queue now."""
+
+    answer: Answer
+    events: list[Event]
+    poll_now: bool
 
 
 @dataclass(slots=True)
@@ -266,6 +278,55 @@ class NativeDriver:
         for job in jobs:
             self.jobs.pop(job, None)
             self.fresh.discard(job)
+
+    # -- one hook call ----------------------------------------------------------------------
+    def serve(self, hook: str, job: str, payload: Mapping[str, Any], rec: JobRecord | None,
+              now: float, *, last_poll: float, reading: bool,
+              capacity: Callable[[], Mapping[str, int]]) -> Served:
+        """One ``rsa-bb`` call from burst_buffer.lua: the answer, the events to commit and
+        whether the queue is to be read now. ``last_poll``: when the daemon last read the
+        queue; ``reading``: the job's batch script is being read; ``capacity``: each RSA
+        node's size. data_in, data_out and teardown are asked again until done or
+        failed."""
+        events: list[Event] = []
+        poll_now = False
+        if hook == "setup":
+            events = self.setup(job, now, {k: str(payload[k]) for k in (
+                "uid", "gid", "pool", "size", "alias") if k in payload})
+            # read the queue now: the job is the RSA's
+            poll_now = rec is None or rec.job_state is not JobState.FINISHED
+            answer = Answer("done", "set up")
+        elif hook == "data_in":
+            bb = self.jobs.get(job)
+            seen = bb is not None and last_poll > bb.setup and \
+                job not in self.fresh and not reading
+            if bb is None:  # rsad lost the setup (its state was reset): take it now
+                events, poll_now = self.setup(job, now, {}), True
+            answer = answer_data_in(rec, seen)
+        elif hook == "real_size":
+            size = 0
+            if rec is not None and rec.nodes:
+                caps = capacity()
+                size = sum(caps.get(n, 0) for n in NodeSet(rec.nodes))
+            answer = Answer("done", str(size))
+        elif hook in ("pre_run", "post_run"):
+            answer = Answer("done", rec.rsa_state.value if rec else "not an RSA job")
+        elif hook == "data_out":
+            answer = answer_data_out(rec, self.jobs.get(job))
+        elif hook == "teardown":
+            hurry = str(payload.get("hurry", "false")) == "true"
+            if rec is not None and rec.job_state is not JobState.FINISHED and \
+                    rec.rsa_state not in TERMINAL:
+                # still pending (a restarted slurmctld tears down, then sets up again):
+                # kept bb_grace seconds, then torn down as a demotion would
+                events = self.teardown_pending(job, now, hurry)
+                answer = Answer("done", f"kept {self.grace:.0f}s for a new setup, then "
+                                        "torn down unless the job starts")
+            else:
+                answer = answer_teardown(rec)
+        else:
+            raise ValueError(f"unknown burst buffer hook {hook!r}")
+        return Served(answer, events, poll_now)
 
     # -- pools ------------------------------------------------------------------------------
     def write_pools(self, nodes: Iterable[tuple[str, int, NodeState, str | None]]) -> bool:

@@ -101,4 +101,4 @@ def test_directives_are_read_from_the_batch_script_once(lab: Mapping[str, str],
         assert sorted(runner.scripts_read) == sorted([*fillers, job])  # once per job
         # the cache keeps only untracked jobs still in the queue: the tracked job's record
         # holds its spec
-        assert set(daemon._specs) == set(fillers)
+        assert set(daemon.specs.cache) == set(fillers)

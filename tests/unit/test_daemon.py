@@ -25,8 +25,9 @@ from rsa_scheduler.core.policy import EarlyStart, NodeState, StagingPolicy
 from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.core.states import JobState
 from rsa_scheduler.daemon.api import ApiError, Caller, Routes
+from rsa_scheduler.daemon.dispatch import Running
 from rsa_scheduler.daemon.executors import ActionContext, BusyError, PermanentError, Registry
-from rsa_scheduler.daemon.service import Daemon, Request, Running
+from rsa_scheduler.daemon.service import Daemon, Request
 from rsa_scheduler.hosts import CancelToken
 from rsa_scheduler.slurm.parse import QueueRow
 from rsa_scheduler.slurm.port import SlurmPort
@@ -330,7 +331,7 @@ class ScriptSlurm(ScriptedSlurm):
 
 
 def parsed(d: Daemon) -> None:
-    for fut, _started in list(d._parsing.values()):
+    for fut, _started in list(d.specs.parsing.values()):
         fut.result(timeout=10)
 
 
@@ -351,12 +352,12 @@ def test_scontrol_script_cache_is_pruned(tmp_path: Path) -> None:
     assert sorted(slurm.reads) == ["8", "9"]  # never the job that is merely queued
     assert d.sched.records["8"].spec == DirectiveSpec(data_in="/pfs/in")
     assert "9" not in d.sched.records
-    assert d._specs == {"9": None}  # 8 is tracked: its record holds the spec
+    assert d.specs.cache == {"9": None}  # 8 is tracked: its record holds the spec
     d.poll()
     assert sorted(slurm.reads) == ["8", "9"]  # each script read once
     slurm.rows = [r for r in slurm.rows if r.job_id != "9"]  # purged from the controller
     d.poll()
-    assert d._specs == {}
+    assert d.specs.cache == {}
     d.shutdown()
     store.close()
 
@@ -494,7 +495,7 @@ def test_a_script_that_takes_long_to_read_never_stalls_the_loop(tmp_path: Path) 
     assert "8" not in d.sched.records
     d.parse_timeout = 0.0
     d.poll()  # given up: told once, never retried
-    assert d._specs == {"8": None}
+    assert d.specs.cache == {"8": None}
     gate.set()
     d.shutdown()  # (the user is told from a worker)
     assert any("took too long" in text for kind, text in slurm.calls if kind == "comment")
@@ -561,12 +562,12 @@ def test_a_mount_never_waits_behind_bulk_copies(tmp_path: Path) -> None:
                registry=reg, workers=2, urgent_workers=2, poll_interval=0)
     try:
         for n in range(6):  # more stage-outs than bulk workers: four of them queue
-            d._start(make_action(f"{n}/1/stage-out/1"), tracked=True)
+            d.dispatcher.start(make_action(f"{n}/1/stage-out/1"), tracked=True)
         urgent = [make_action("9/1/mount-input/3"), make_action("8/1/destroy-fs/5"),
                   make_action("7/1/lock-in/2")]
         for a in urgent:
-            d._start(a, tracked=True)
-        d._tell("9", "RSA: staging")
+            d.dispatcher.start(a, tracked=True)
+        d.dispatcher.tell("9", "RSA: staging")
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and not (
                 all(a.id in ran for a in urgent) and ("comment", "RSA: staging") in slurm.calls):
@@ -1006,7 +1007,7 @@ def test_a_teardown_waits_for_the_cancelled_stage_in_to_wind_down(tmp_path: Path
 
 
 def test_new_quiet_jobs_beyond_the_limit_wait_for_a_later_cycle() -> None:
-    from rsa_scheduler.daemon.service import defer_first_sights
+    from rsa_scheduler.daemon.cycle import defer_first_sights
 
     def row(job: str, reason: str, prio: int = 10, state: str = "PENDING") -> QueueRow:
         return QueueRow(job, state, reason, prio, 1, "alice", "rsa1:x")

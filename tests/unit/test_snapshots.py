@@ -115,9 +115,9 @@ def test_a_restart_from_a_snapshot_equals_a_full_replay(tmp_path: Path) -> None:
 
     slurm2 = ScriptedSlurm()
     from_snap = daemon(db, slurm2)
-    assert from_snap._snap_seq >= snap_seq  # it started from a snapshot
+    assert from_snap.cadence.seq >= snap_seq  # it started from a snapshot
     full = daemon(full_db, ScriptedSlurm())
-    assert full._snap_seq == 0
+    assert full.cadence.seq == 0
     assert state(from_snap) == state(full)
     assert from_snap.sched.pool.state("rsa2").value == "drained"
     assert state(full)["records"] == live["records"]

@@ -1,0 +1,187 @@
+"""Running the core's actions: the two lanes of worker threads and what is in flight.
+
+Owns :class:`Dispatcher`: the bulk lane (core.actions.BULK: stage-in, stage-out) and the
+urgent lane (mounts, reset, lock-in, teardown, messages), the actions running on them
+(:class:`Running`, cancelled when superseded or when rsad stops), the alerts kept for
+``rsa status``, and the small Slurm writes done off the loop thread (the user's comment,
+draining compute nodes). An action's progress, milestones and outcome go back to the
+loop thread as requests (:meth:`Host.submit`); nothing here changes the core.
+
+Imports nothing of the daemon but the executors' interface and the metrics; the daemon
+(service.py) is its :class:`Host`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from rsa_scheduler.core.actions import BULK, Action, ActionKind, Outcome
+from rsa_scheduler.core.payloads import AlertArgs, CancelArgs, DestroyFsArgs, OnNodes, TellUserArgs
+from rsa_scheduler.core.policy import NodeState
+from rsa_scheduler.core.scheduler import Scheduler
+from rsa_scheduler.core.states import JobState
+from rsa_scheduler.daemon.executors import ActionContext, Registry
+from rsa_scheduler.daemon.metrics import Metrics
+from rsa_scheduler.hosts import CancelToken
+from rsa_scheduler.slurm.port import SlurmError, SlurmPort
+
+log = logging.getLogger(__name__)
+
+#: how long a teardown waits for the job's other steps to wind down (they were cancelled)
+SIBLING_WAIT = 120.0
+
+#: alerts kept in memory (``rsa status`` shows the newest)
+KEEP_ALERTS = 100
+
+
+@dataclass
+class Running:
+    action: Action
+    cancel: CancelToken
+    future: Future[Outcome]
+    started: float = 0.0
+
+
+class Host(Protocol):
+    """What the dispatcher reads of the daemon (loop thread) and how it reports back."""
+
+    @property
+    def sched(self) -> Scheduler: ...
+
+    @property
+    def facts(self) -> Mapping[str, Mapping[str, Any]]: ...
+
+    @property
+    def metrics(self) -> Metrics | None: ...
+
+    def submit(self, kind: str, payload: Any, *, wait: bool = False,
+               timeout: float = 10.0) -> Any: ...
+
+
+class Dispatcher:
+    """Starts actions on the lanes (loop thread); their results come back as requests."""
+
+    def __init__(self, host: Host, *, registry: Registry, slurm: SlurmPort,
+                 clock: Callable[[], float], workers: int = 8,
+                 urgent_workers: int = 8) -> None:
+        self.host = host
+        self.registry = registry
+        self.slurm = slurm
+        self.clock = clock
+        # two lanes: bulk work (core.actions.BULK) on ``workers`` threads, everything
+        # else (mounts, reset, lock-in, teardown, messages) on its own ``urgent_workers``
+        self.workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rsa-bulk")
+        self.urgent = ThreadPoolExecutor(max_workers=urgent_workers,
+                                         thread_name_prefix="rsa-urgent")
+        self.running: dict[str, Running] = {}
+        self.alerts: list[dict[str, Any]] = []
+
+    def dispatch(self, actions: Iterable[Action]) -> None:
+        """Run (or carry out at once) committed actions."""
+        for action in actions:
+            if action.kind is ActionKind.CANCEL:
+                target = self.running.get(action.args_as(CancelArgs).target)
+                if target is not None:
+                    target.cancel.cancel(f"superseded ({action.job_id})")
+            elif action.kind is ActionKind.ALERT:
+                self.alert(action.job_id, action.args_as(AlertArgs).message)
+            elif action.kind is ActionKind.TELL_USER:
+                self.tell(action.job_id, f"RSA: {action.args_as(TellUserArgs).message}")
+            elif action.kind in (ActionKind.ALLOCATE, ActionKind.RELEASE):
+                log.info("job %s: %s %s", action.job_id, action.kind.value,
+                         action.args_as(OnNodes).nodes)
+            elif action.kind is ActionKind.UNLOCK:
+                self.start(action, tracked=False)
+            elif action.tracked:
+                self.start(action, tracked=True)
+
+    def start(self, action: Action, *, tracked: bool) -> None:
+        """Run ``action`` on its lane; a tracked one's outcome comes back as a request."""
+        if action.id in self.running:
+            return  # already in flight (idempotent re-dispatch)
+        cancel = CancelToken()
+        job = action.job_id
+        host = self.host
+
+        def progress(data: Mapping[str, Any]) -> None:
+            host.submit("progress", (job, {**data, "action": action.id}))
+
+        def milestone(data: Mapping[str, Any]) -> None:
+            host.submit("milestone", (job, action.id, dict(data)), wait=True, timeout=60)
+
+        sched = host.sched
+        rec = sched.records.get(job)
+        down: frozenset[str] = frozenset()
+        if action.kind is ActionKind.DESTROY_FS:
+            pool = sched.pool
+            down = frozenset(n for n in action.args_as(DestroyFsArgs).nodes
+                             if pool.state(n) is NodeState.DOWN)
+        ctx = ActionContext(action=action, cancel=cancel, progress=progress,
+                            facts=dict(host.facts.get(job, {})), milestone=milestone,
+                            job_ended=rec is not None and rec.job_state is JobState.FINISHED,
+                            down=down)
+        lane = self.workers if action.kind in BULK else self.urgent
+        run: Callable[[ActionContext], Outcome] = self.registry.run
+        if action.kind is ActionKind.DESTROY_FS:
+            # a step of the job still winding down (a stage-in cancelled by a demotion)
+            # may start one more command as the user on the RSA nodes, which makes the
+            # job's cgroup again after the teardown reaped it (seen in the chaos run):
+            # the teardown waits for it (bounded; the other lane, so no deadlock)
+            before = [r.future for r in self.running.values()
+                      if r.action.job_id == job and r.action.id != action.id]
+            if before:
+                def run(c: ActionContext, before: list[Future[Outcome]] = before) -> Outcome:
+                    wait_futures(before, timeout=SIBLING_WAIT)
+                    return self.registry.run(c)
+        future = lane.submit(run, ctx)
+        if tracked:
+            self.running[action.id] = Running(action, cancel, future, self.clock())
+            future.add_done_callback(lambda f: host.submit("outcome", f.result()))
+
+    def alert(self, job_id: str, msg: str) -> None:
+        """Loop thread: tell the operator (log, metrics, ``rsa status``)."""
+        log.warning("ALERT job %s: %s", job_id, msg)
+        metrics = self.host.metrics
+        if metrics is not None:
+            metrics.alerts.inc()
+        self.alerts.append({"time": self.clock(), "job_id": job_id, "message": msg})
+        del self.alerts[:-KEEP_ALERTS]
+
+    def drain(self, job_id: str, nodes: list[str], reason: str) -> None:
+        """Drain compute ``nodes`` in Slurm with ``reason`` (urgent lane), then alert the
+        operator (loop thread): they did not confirm the release of ``job_id``'s
+        RAMDISK."""
+        def work() -> None:
+            try:
+                self.slurm.drain_nodes(nodes, reason)
+                what = "drained"
+            except SlurmError as e:
+                what = f"could not be drained ({e})"
+            self.host.submit("call", lambda: self.alert(
+                job_id, f"compute node(s) {', '.join(nodes)} did not confirm the release "
+                        f"of the job's RAMDISK (kept; retried): {what}; check them, then "
+                        "scontrol update NodeName=... State=RESUME"))
+
+        self.urgent.submit(work)
+
+    def tell(self, job_id: str, text: str) -> None:
+        """Set the job's comment to ``text`` (urgent lane): what the user sees."""
+        def work() -> None:
+            try:
+                self.slurm.set_comment(job_id, text[:250])
+            except SlurmError as e:
+                log.info("job %s: could not set the comment: %s", job_id, e)
+
+        self.urgent.submit(work)
+
+    def shutdown(self) -> None:
+        """Cancel what runs (it resumes after a restart) and stop both lanes."""
+        for run in self.running.values():
+            run.cancel.cancel("rsad stopping")
+        self.workers.shutdown(wait=True, cancel_futures=True)
+        self.urgent.shutdown(wait=True, cancel_futures=True)

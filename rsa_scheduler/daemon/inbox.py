@@ -1,0 +1,70 @@
+"""The loop thread's inbox: requests from other threads, taken in batches.
+
+Owns :class:`Request` (something for the loop thread to do on behalf of another thread:
+an action's outcome, progress or milestone, a user's or operator's command, a node
+state, a hook event, or a ``call``, an API read) and :class:`Inbox`, the queue they wait
+in, with :meth:`Inbox.submit` (queue one, optionally wait for its answer) and
+:meth:`Inbox.batches`: the requests that only change state come in groups, so the daemon
+(service.py) commits each group's decisions in ONE store transaction (group commit);
+any other request comes alone.
+
+Imports nothing of the daemon.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+#: request kinds handled in groups with one commit (group commit); the rest one by one
+GROUPED = frozenset({"outcome", "command", "hook", "progress", "node-state"})
+MAX_GROUP = 256
+
+
+@dataclass
+class Request:
+    """Something for the loop thread to do on behalf of another thread."""
+
+    kind: str  # "outcome" | "command" | "hook" | "progress" | "node-state" | "call"
+    payload: Any
+    reply: Future[Any] | None = None
+
+
+class Inbox(queue.Queue[Request]):
+    """Requests for the loop thread (any thread puts, the loop thread takes)."""
+
+    def submit(self, kind: str, payload: Any, *, wait: bool = False,
+               timeout: float = 10.0) -> Any:
+        """Queue a request for the loop thread; optionally wait for its answer."""
+        reply: Future[Any] | None = Future() if wait else None
+        self.put(Request(kind, payload, reply=reply))
+        return reply.result(timeout=timeout) if reply else None
+
+    def batches(self, timeout: float = 0.0) -> Iterator[Request | list[Request]]:
+        """What is queued, waiting up to ``timeout`` for the first: runs of up to
+        :data:`MAX_GROUP` :data:`GROUPED` requests as a list, any other request alone.
+        The next request is taken once the batch before it was handled."""
+        try:
+            req: Request | None = (self.get(timeout=timeout) if timeout > 0
+                                   else self.get_nowait())
+        except queue.Empty:
+            return
+        while req is not None:
+            if req.kind not in GROUPED:
+                yield req
+                req = self._next()
+                continue
+            group: list[Request] = []
+            while req is not None and req.kind in GROUPED and len(group) < MAX_GROUP:
+                group.append(req)
+                req = self._next()
+            yield group
+
+    def _next(self) -> Request | None:
+        try:
+            return self.get_nowait()
+        except queue.Empty:
+            return None

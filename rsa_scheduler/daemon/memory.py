@@ -1,0 +1,111 @@
+"""What rsad remembers beside the core's records, rebuilt from the log and snapshots.
+
+Owns :class:`Memory`: the facts of each job's actions (its mount, lock token, manifest:
+what a re-issued action needs to resume rather than redo), who set each RSA node's
+state last and why, what teardowns left on RSA nodes that were down (cleaned before the
+node is up again) and the array-task aliases learned from slurmctld's hooks. Each is
+learnt from committed events (:meth:`Memory.learn`, at start-up and live), kept in
+snapshots (:meth:`Memory.to_json`, :meth:`Memory.restore`) and let go with the job
+(:meth:`Memory.forget`). And :class:`SnapshotCadence`: when a snapshot of it all (and of
+the core's durable state) is due.
+
+Imports nothing of the daemon: the daemon (service.py) owns one and commits the events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from rsa_scheduler.core.events import Event
+
+# outcome (and milestone) details worth remembering
+FACT_KEYS = ("mount", "lock_token", "manifest", "mounted", "reset_of", "script_started")
+
+
+class Memory:
+    """Facts, node notes, debris and aliases (loop thread)."""
+
+    def __init__(self) -> None:
+        self.facts: dict[str, dict[str, Any]] = {}
+        # node -> who set its state last, why and when (from the log, then live)
+        self.node_notes: dict[str, dict[str, Any]] = {}
+        # RSA node -> what teardowns left there while it was down (each: fs_id, job_id,
+        # tier); cleaned before it is up again (daemon/data.py DataPath.scrub)
+        self.debris: dict[str, list[dict[str, Any]]] = {}
+        # an array task's own job id -> its key (<array>_<task>): a node's hooks know only
+        # the former (core.jobkey); learned from slurmctld's hooks, kept in their events
+        self.aliases: dict[str, str] = {}
+
+    def restore(self, base: Mapping[str, Any]) -> None:
+        """Take what a snapshot kept (:meth:`to_json`); aliases are in the events."""
+        self.facts = {str(j): dict(f) for j, f in dict(base.get("facts") or {}).items()}
+        self.node_notes = {str(n): dict(v)
+                           for n, v in dict(base.get("node_notes") or {}).items()}
+        self.debris = {str(n): [dict(x) for x in v]
+                       for n, v in dict(base.get("debris") or {}).items()}
+
+    def to_json(self) -> dict[str, Any]:
+        """What a snapshot keeps (the live tables: written at once)."""
+        return {"facts": self.facts, "node_notes": self.node_notes, "debris": self.debris}
+
+    def learn(self, ev: Event) -> None:
+        """Replay: whatever ``ev`` (a committed event) says worth remembering."""
+        self.learn_facts(ev)
+        if ev.name == "node.debris":
+            item = {k: v for k, v in ev.context.items() if k != "node"}
+            self.debris.setdefault(str(ev.context["node"]), []).append(item)
+        elif ev.name == "node.scrubbed":
+            self.debris.pop(str(ev.context["node"]), None)
+        if ev.name == "job.hook" and ev.context.get("alias"):
+            self.aliases[str(ev.context["alias"])] = ev.job_id
+        if ev.name == "node.state":
+            self.node_notes[str(ev.context["node"])] = {
+                "by": ev.context.get("by", ""), "reason": ev.context.get("reason", ""),
+                "time": ev.time}
+
+    def learn_facts(self, ev: Event) -> None:
+        """The details of a milestone or a successful outcome worth remembering."""
+        if not (ev.name == "action.milestone" or (
+                ev.name == "action.outcome" and ev.context.get("result") == "ok")):
+            return
+        detail = ev.context.get("detail") or {}
+        for key in FACT_KEYS:
+            if key in detail:
+                self.facts.setdefault(ev.job_id, {})[key] = detail[key]
+
+    def forget(self, gone: Iterable[str]) -> None:
+        """Jobs that left memory: their facts and aliases go with them."""
+        left = set(gone)
+        for job in left:
+            self.facts.pop(job, None)
+        if left and self.aliases:
+            self.aliases = {k: v for k, v in self.aliases.items() if v not in left}
+
+
+class SnapshotCadence:
+    """When the daemon writes a snapshot of its state (loop thread)."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every  # events between snapshots, at least (0: never)
+        self.seq = 0  # the event the newest snapshot (or the replay) is as of
+        self.first_cycle = True  # no snapshot in it (see :meth:`due`)
+        self.catching_up = False  # new jobs left for later cycles (defer_first_sights)
+
+    def due(self, last_seq: Callable[[], int], jobs: int) -> bool:
+        """Whether a snapshot is due: once ``every`` events, and at least as many events
+        as there are ``jobs`` in memory, came after the last one. A snapshot costs about
+        as much per job as the replay of an event (docs/benchmarks.md): so its cost is
+        spread over at least as many events as it saves from a restart's replay, whatever
+        the number of jobs (at 300k live jobs a snapshot every 10,000 events would cost
+        more than the cycles that wrote them). Not in the first cycle after a start: that
+        one sees every job of the queue at once, mostly first sights a restart replays
+        cheaply; the next due cycle takes it. Nor while new jobs are still being taken on
+        over several cycles (daemon/cycle.py ``defer_first_sights``): one snapshot after
+        them, not one of every size on the way."""
+        if self.catching_up:
+            return False
+        if self.first_cycle:
+            self.first_cycle = False
+            return False
+        return bool(self.every) and last_seq() - self.seq >= max(self.every, jobs)

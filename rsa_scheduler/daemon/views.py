@@ -1,0 +1,99 @@
+"""What the API and the published status show of the daemon's state (loop thread).
+
+Owns the views: one job (:func:`job_view`: its record, progress, RAMDISK and running
+actions), the jobs of a user or of all (:func:`jobs_view`), the status
+(:func:`status_view`: nodes with who set their state and why, jobs by RSA state,
+alerts, Slurm's health, on-deck jobs) and the RAMDISKs the tender may check
+(:func:`tendable`). Plain dicts, built on the loop thread (via a ``call`` request, or
+once per cycle for :mod:`rsa_scheduler.daemon.published`).
+
+Imports nothing of the daemon but the dispatcher's :class:`Running`; the daemon
+(service.py) is its :class:`Viewed`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from rsa_scheduler.core.machine import JobRecord
+from rsa_scheduler.core.scheduler import Scheduler
+from rsa_scheduler.core.states import TENDED, JobState
+from rsa_scheduler.daemon.dispatch import Running
+
+
+class Viewed(Protocol):
+    """What the views read of the daemon."""
+
+    @property
+    def sched(self) -> Scheduler: ...
+
+    @property
+    def progress(self) -> Mapping[str, Any]: ...
+
+    @property
+    def facts(self) -> Mapping[str, Mapping[str, Any]]: ...
+
+    @property
+    def node_notes(self) -> Mapping[str, Mapping[str, Any]]: ...
+
+    @property
+    def running(self) -> Mapping[str, Running]: ...
+
+    @property
+    def alerts(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def slurm_ok(self) -> bool: ...
+
+    @property
+    def last_cycle_seconds(self) -> float: ...
+
+
+def job_view(d: Viewed, rec: JobRecord) -> dict[str, Any]:
+    view = rec.to_json()
+    view["progress"] = d.progress.get(rec.job_id)
+    mount = d.facts.get(rec.job_id, {}).get("mount")
+    view["ramdisk"] = mount if rec.nodes else None  # where it lives while held
+    view["running"] = [r.action.id for r in d.running.values()
+                       if r.action.job_id == rec.job_id]
+    return view
+
+
+def jobs_view(d: Viewed, user: str | None = None) -> list[dict[str, Any]]:
+    return [job_view(d, r) for r in sorted(d.sched.records.values(), key=lambda r: r.job_id)
+            if user is None or r.user == user]
+
+
+def status_view(d: Viewed) -> dict[str, Any]:
+    pool = d.sched.pool
+    nodes = []
+    for node in pool.nodes():
+        note = d.node_notes.get(node.name, {})
+        state = pool.state(node.name).value
+        nodes.append({"name": node.name, "tier": node.tier.value,
+                      "capacity": node.capacity, "state": state,
+                      "job": pool.owner(node.name),
+                      "reason": note.get("reason", "") if state != "up" else "",
+                      "by": note.get("by", "") if state != "up" else ""})
+    by_state: dict[str, int] = {}
+    for rec in d.sched.records.values():
+        by_state[rec.rsa_state.value] = by_state.get(rec.rsa_state.value, 0) + 1
+    return {"nodes": nodes, "jobs_by_rsa_state": by_state,
+            "alerts": d.alerts[-20:], "slurm_ok": d.slurm_ok,
+            "last_cycle_seconds": d.last_cycle_seconds,
+            "running_actions": len(d.running),
+            "on_deck": [r.job_id for r in d.sched.records.values()
+                        if r.job_state is JobState.ON_DECK]}
+
+
+def tendable(d: Viewed) -> list[tuple[str, Mapping[str, Any]]]:
+    """(job, mount spec) of every RAMDISK no step is working on: the RAMDISK tender
+    checks these (core.states.TENDED)."""
+    busy = {r.action.job_id for r in d.running.values()}
+    out: list[tuple[str, Mapping[str, Any]]] = []
+    for job, rec in d.sched.records.items():
+        mount = d.facts.get(job, {}).get("mount")
+        if mount and rec.rsa_state in TENDED and job not in busy:
+            out.append((job, dict(mount)))
+    return out
