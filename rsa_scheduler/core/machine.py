@@ -13,6 +13,7 @@ record's names its readers have always taken from here.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,9 +28,13 @@ from rsa_scheduler.core.payloads import (
     CancelArgs,
     DestroyFsArgs,
     LockInArgs,
+    MessageArgs,
     MountInputArgs,
     MountMode,
     MountOutputArgs,
+    OnNodes,
+    OutputArgs,
+    OutputMountArgs,
     Payload,
     ReleaseArgs,
     ResetArgs,
@@ -90,48 +95,121 @@ def choose(rule: Rule, rec: JobRecord, policy: StagingPolicy
 
 # ---- action arguments ------------------------------------------------------------------
 
+@dataclass(frozen=True, slots=True)
+class _Ask:
+    """One action whose payload is to be built: the job, the policy, and what the
+    transition says (its note, the effects' detail, the state it leads to)."""
+
+    rec: JobRecord
+    policy: StagingPolicy
+    note: str
+    detail: str
+    dst: RsaState
+
+    def on_nodes(self) -> tuple[str, Hostlist]:
+        """The job's user and RSA nodes, parsed (only payloads that run on nodes ask)."""
+        return self.rec.user, Hostlist.parse(self.rec.nodes)
+
+
+_Builder = Callable[[_Ask], Payload]
+
+
+def _message(cls: type[MessageArgs]) -> _Builder:
+    def build(a: _Ask) -> Payload:
+        note, detail = a.note, a.detail
+        text = note if not detail else (f"{note}: {detail}" if note else detail)
+        return cls(message=text, rsa_state=a.dst)
+    return build
+
+
+def _plain(cls: type[OnNodes]) -> _Builder:
+    def build(a: _Ask) -> Payload:
+        user, nodes = a.on_nodes()
+        return cls(user, nodes)
+    return build
+
+
+def _build_fs(a: _Ask) -> Payload:
+    user, nodes = a.on_nodes()
+    # a tier a node can be in; `auto` (the allocator chose): the nodes' own, None here
+    tier = a.rec.spec.tier if a.rec.spec.tier in NODE_TIERS else None
+    return BuildFsArgs(user, nodes, tier)
+
+
+def _stage_in(a: _Ask) -> Payload:
+    spec = a.rec.spec
+    user, nodes = a.on_nodes()
+    # union: the job may read the RAMDISK while it fills, so files appear atomically
+    atomic = (spec.early_start or a.policy.early_start) is EarlyStart.UNION
+    return StageInArgs(user, nodes, as_path(spec.data_in), atomic, spec.preprocess)
+
+
+def _mount_input(a: _Ask) -> Payload:
+    spec = a.rec.spec
+    user, nodes = a.on_nodes()
+    union = (spec.early_start or a.policy.early_start) is EarlyStart.UNION and (
+        a.rec.rsa_state is RsaState.STAGING_IN)
+    mode = MountMode.UNION if union else (
+        MountMode.RW if spec.input_writable else MountMode.RO)
+    return MountInputArgs(user, nodes, as_path(spec.data_in), mode)
+
+
+def _output_mount(cls: type[OutputMountArgs]) -> _Builder:
+    def build(a: _Ask) -> Payload:
+        spec = a.rec.spec
+        user, nodes = a.on_nodes()
+        return cls(user, nodes, as_path(spec.data_in), as_path(spec.data_out))
+    return build
+
+
+def _write_back(a: _Ask) -> Payload:
+    user, nodes = a.on_nodes()
+    data_in = as_path(a.rec.spec.data_in)
+    if data_in is None:
+        raise InvariantViolation(f"job {a.rec.job_id}: write-back without DATA_IN")
+    return WriteBackArgs(user, nodes, data_in)
+
+
+def _output(cls: type[OutputArgs]) -> _Builder:
+    def build(a: _Ask) -> Payload:
+        spec = a.rec.spec
+        user, nodes = a.on_nodes()
+        method = spec.stage_out or a.policy.stage_out
+        return cls(user, nodes, as_path(spec.data_out), method, spec.postprocess)
+    return build
+
+
+#: ActionKind -> the builder of its typed payload (``core.payloads``): paths, nodes and
+#: choices are parsed there, once, for every executor. CANCEL has none here: fire() names
+#: the action it cancels.
+_PAYLOADS: Mapping[ActionKind, _Builder] = {
+    ActionKind.TELL_USER: _message(TellUserArgs),
+    ActionKind.ALERT: _message(AlertArgs),
+    ActionKind.BUILD_FS: _build_fs,
+    ActionKind.STAGE_IN: _stage_in,
+    ActionKind.MOUNT_INPUT: _mount_input,
+    ActionKind.MOUNT_OUTPUT: _output_mount(MountOutputArgs),
+    ActionKind.RESET: _output_mount(ResetArgs),
+    ActionKind.WRITE_BACK: _write_back,
+    ActionKind.STAGE_OUT: _output(StageOutArgs),
+    ActionKind.VERIFY: _output(VerifyArgs),
+    ActionKind.ALLOCATE: _plain(AllocateArgs),
+    ActionKind.RELEASE: _plain(ReleaseArgs),
+    ActionKind.DESTROY_FS: _plain(DestroyFsArgs),
+    ActionKind.LOCK_IN: _plain(LockInArgs),
+    ActionKind.UNLOCK: _plain(UnlockArgs),
+}
+if set(_PAYLOADS) != set(ActionKind) - {ActionKind.CANCEL}:  # a new kind without a builder
+    raise AssertionError(f"no payload for {sorted(set(ActionKind) - set(_PAYLOADS))}")
+
+
 def _args(kind: ActionKind, rec: JobRecord, policy: StagingPolicy, note: str,
           detail: str, dst: RsaState) -> Payload:
-    """The typed payload of one action (``core.payloads``): paths, nodes and choices are
-    parsed here, once, for every executor."""
-    spec = rec.spec
-    if kind in (ActionKind.TELL_USER, ActionKind.ALERT):
-        text = note if not detail else (f"{note}: {detail}" if note else detail)
-        cls = TellUserArgs if kind is ActionKind.TELL_USER else AlertArgs
-        return cls(message=text, rsa_state=dst)
-    user, nodes = rec.user, Hostlist.parse(rec.nodes)
-    if kind is ActionKind.BUILD_FS:
-        # a tier a node can be in; `auto` (the allocator chose): the nodes' own, None here
-        tier = spec.tier if spec.tier in NODE_TIERS else None
-        return BuildFsArgs(user, nodes, tier)
-    if kind is ActionKind.STAGE_IN:
-        # union: the job may read the RAMDISK while it fills, so files appear atomically
-        atomic = (spec.early_start or policy.early_start) is EarlyStart.UNION
-        return StageInArgs(user, nodes, as_path(spec.data_in), atomic, spec.preprocess)
-    if kind is ActionKind.MOUNT_INPUT:
-        union = (spec.early_start or policy.early_start) is EarlyStart.UNION and (
-            rec.rsa_state is RsaState.STAGING_IN)
-        mode = MountMode.UNION if union else (
-            MountMode.RW if spec.input_writable else MountMode.RO)
-        return MountInputArgs(user, nodes, as_path(spec.data_in), mode)
-    if kind in (ActionKind.MOUNT_OUTPUT, ActionKind.RESET):
-        out_cls = MountOutputArgs if kind is ActionKind.MOUNT_OUTPUT else ResetArgs
-        return out_cls(user, nodes, as_path(spec.data_in), as_path(spec.data_out))
-    if kind is ActionKind.WRITE_BACK:
-        data_in = as_path(spec.data_in)
-        if data_in is None:
-            raise InvariantViolation(f"job {rec.job_id}: write-back without DATA_IN")
-        return WriteBackArgs(user, nodes, data_in)
-    if kind in (ActionKind.STAGE_OUT, ActionKind.VERIFY):
-        method = spec.stage_out or policy.stage_out
-        copy_cls = StageOutArgs if kind is ActionKind.STAGE_OUT else VerifyArgs
-        return copy_cls(user, nodes, as_path(spec.data_out), method, spec.postprocess)
-    plain = {ActionKind.ALLOCATE: AllocateArgs, ActionKind.RELEASE: ReleaseArgs,
-             ActionKind.DESTROY_FS: DestroyFsArgs, ActionKind.LOCK_IN: LockInArgs,
-             ActionKind.UNLOCK: UnlockArgs}
-    if kind in plain:
-        return plain[kind](user, nodes)
-    raise AssertionError(f"no payload for {kind.value} actions")  # CANCEL: see fire()
+    """The typed payload of one action, by its kind's builder (``_PAYLOADS``)."""
+    build = _PAYLOADS.get(kind)
+    if build is None:
+        raise AssertionError(f"no payload for {kind.value} actions")  # CANCEL: see fire()
+    return build(_Ask(rec, policy, note, detail, dst))
 
 
 # ---- firing ----------------------------------------------------------------------------

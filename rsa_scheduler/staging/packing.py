@@ -1,0 +1,108 @@
+"""Tar aggregation: stage-out as archives, and reading them back for verify.
+
+Owns :class:`Packing`: the RAMDISK's buckets grouped into one archive per RSA node
+(``<dst>/rsa-<job>-<n>.tar``, written to ``.part`` names and renamed), the index of every
+member (``<dst>/rsa-<job>.index``), and the manifest of those archives verify compares
+(their listings and, at level ``content``, their members' hashes). The programs are
+``scripts.archives``'.
+
+Must not import the daemon, the store or Slurm, nor ``engine``.
+"""
+
+from __future__ import annotations
+
+import base64
+import posixpath
+
+from rsa_scheduler.hosts import Host
+from rsa_scheduler.staging import scripts
+from rsa_scheduler.staging.commands import Commands
+from rsa_scheduler.staging.manifest import (
+    Entry,
+    display,
+    index_lines,
+    parse_member_hashes,
+    parse_tar_listing,
+    resolve_tar,
+)
+from rsa_scheduler.staging.plan import assign, make_plan
+from rsa_scheduler.staging.report import ProgressMeter, StagingError, Stats
+
+
+class Packing(Commands):
+    """Packs the RAMDISK into archives (``StagingEngine.stage_out`` with method ``tar``)
+    and lists them back (``StagingEngine.verify``)."""
+
+    def archive_names(self, dst: str, count: int) -> tuple[list[str], str]:
+        """``<dst>/rsa-<job>-<n>.tar`` for n in 0..count-1, and ``<dst>/rsa-<job>.index``."""
+        return ([posixpath.join(dst, f"rsa-{self.job_id}-{n}.tar") for n in range(count)],
+                posixpath.join(dst, f"rsa-{self.job_id}.index"))
+
+    def _pack(self, ramdisk: str, dst: str) -> Stats:
+        self._start()
+        try:
+            t0 = self.clock()
+            first = self.hosts[0]
+            entries = self._scan(first, ramdisk, "stage-out: scanning the RAMDISK")
+            self._refuse_unreadable(entries, ramdisk, "stage-out")
+            self._user(first, scripts.mkdir_argv(dst), f"stage-out: creating {dst}")
+            plan = make_plan(entries, len(self.hosts) * self.parallel_per_node,
+                             big_bytes=self.big_bytes)
+            self._take_slot(dst, plan.bytes)
+            groups = [g for g in assign(plan.buckets, len(self.hosts)) if g] or [[]]
+            names, index = self.archive_names(dst, len(groups))
+            by_path = {e.path: e for e in entries}
+            lists: list[list[bytes]] = []
+            for n, group in enumerate(groups):
+                paths = [d.path for d in plan.dirs] if n == 0 else []
+                lists.append(paths + [p for b in group for p in b.paths])
+            meter = ProgressMeter("stage-out", plan.files, plan.bytes, self.progress,
+                                  self.progress_interval, self.clock)
+            per_node: dict[str, int] = {}
+            jobs = [(n, sum(b.bytes for b in g), sum(b.files for b in g))
+                    for n, g in enumerate(groups)]
+
+            def pack(host: Host, job: tuple[int, int, int]) -> None:
+                n, nbytes, nfiles = job
+                self._user(host, scripts.tar_pack_argv(ramdisk, names[n]),
+                           f"stage-out: packing {names[n]}",
+                           input=scripts.encode_list(lists[n]))
+                meter.add(nfiles, nbytes)
+                per_node[host.name] = per_node.get(host.name, 0) + nbytes
+
+            self._parallel(jobs, pack, meter, spread=True)
+            members = [(posixpath.basename(names[n]), by_path[p])
+                       for n, paths in enumerate(lists) for p in paths]
+            text = index_lines(members).encode("utf-8", "surrogateescape")
+            self._user(first, scripts.write_argv(index), "stage-out: writing the index",
+                       input=base64.b64encode(text).decode("ascii"))
+            meter.tick(final=True)
+            return Stats("stage-out", plan.files, plan.bytes, len(plan.dirs),
+                         self.clock() - t0, len(groups), 0,
+                         tuple(display(e.path) for e in plan.skipped), per_node,
+                         (*names, index))
+        finally:
+            self._stop()
+
+    def _archive_manifest(self, dst: str) -> list[Entry]:
+        listing = self._user(self.hosts[0], ["find", dst, "-maxdepth", "1", "-name",
+                                             f"rsa-{self.job_id}-*.tar", "-printf", "%f\\n"],
+                             "verify: listing archives")
+        names = sorted(posixpath.join(dst, n) for n in listing.stdout.split("\n") if n)
+        if not names:
+            raise StagingError(f"verify: no archives rsa-{self.job_id}-*.tar in {dst}",
+                               permanent=False)
+        out: list[list[Entry]] = [[] for _ in names]
+
+        def read(host: Host, n: int) -> None:
+            raw = scripts.decode_output(self._user(host, scripts.tar_list_argv(names[n]),
+                                                   f"verify: listing {names[n]}").stdout)
+            hashes: dict[bytes, str] = {}
+            if self.verify_level == "content":
+                hashes = parse_member_hashes(scripts.decode_output(self._user(
+                    host, scripts.tar_hash_argv(names[n]), f"verify: hashing {names[n]}"
+                ).stdout))
+            out[n] = resolve_tar(parse_tar_listing(raw), hashes, n)
+
+        self._parallel(range(len(names)), read, None, spread=True)
+        return [e for part in out for e in part]

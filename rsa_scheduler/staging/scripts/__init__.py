@@ -1,0 +1,135 @@
+"""argv builders for everything the staging engine runs on an RSA node.
+
+Owns nothing itself: it re-exports the programs and builders of its modules, one per
+concern, so ``scripts.<NAME>`` names every one of them:
+
+- ``shell``: the prelude, ``bash -c``, the list transport, a user's own script argv;
+- ``manifests``: the scan and the content hashes verify reads;
+- ``copiers``: the tar pipes, dd, rsync and the site's ``copy_command`` of a bucket;
+- ``placement``: directories, part directories, atomic renames, the RAMDISK root;
+- ``striping``: big files copied in checked ranges by many streams;
+- ``streamed``: the streamed mode's listing, copying and verify on the nodes;
+- ``archives``: tar aggregation (packing, listing, hashing members, the index).
+
+User data never reaches a shell as code: each program is a fixed string run as
+``bash -c PROGRAM bash ARG...``; paths arrive as positional arguments (``"$1"``), file
+lists arrive on stdin as base64 of NUL-separated ``./<name>`` records (so names with
+newlines or bytes that are not UTF-8 survive any transport), and binary answers leave
+base64-encoded on stdout. Every program runs ``set -o pipefail`` so a failing reader in
+a pipe fails the command.
+
+Pure: builds lists, runs nothing. Must not import ``engine``.
+"""
+
+from __future__ import annotations
+
+from rsa_scheduler.staging.scripts.archives import (
+    FRESH,
+    TAR_HASH,
+    TAR_HASH_MEMBER,
+    TAR_LIST,
+    TAR_PACK,
+    WRITE,
+    tar_hash_argv,
+    tar_list_argv,
+    tar_pack_argv,
+    write_argv,
+)
+from rsa_scheduler.staging.scripts.copiers import (
+    BIG,
+    BLOCK_INTO_RAMDISK,
+    BLOCK_OUT_OF_RAMDISK,
+    COPY_PLACEHOLDERS,
+    COPY_TOOLS,
+    RSYNC,
+    TAR_PIPE,
+    TREE_PIPE,
+    big_argv,
+    big_block,
+    check_copy_command,
+    custom_argv,
+    custom_program,
+    rsync_argv,
+    tar_pipe_argv,
+)
+from rsa_scheduler.staging.scripts.manifests import (
+    DROP_CACHE,
+    HASH,
+    HASH_RANGE,
+    SCAN,
+    SCAN_CAPPED,
+    SCAN_FORMAT,
+    drop_cache_argv,
+    hash_argv,
+    hash_range_argv,
+    scan_argv,
+    scan_capped_argv,
+)
+from rsa_scheduler.staging.scripts.placement import (
+    ATOMIC,
+    MKDIR,
+    MKDIRS,
+    NEW_PART,
+    PART_DIR,
+    REFUSE_LINK,
+    atomic_argv,
+    is_part_dir,
+    mkdir_argv,
+    mkdirs_argv,
+    new_part_argv,
+    part_dir,
+    part_prefix,
+    prepare_root_argv,
+    remove_tree_argv,
+)
+from rsa_scheduler.staging.scripts.shell import (
+    BASH,
+    PRELUDE,
+    bash,
+    decode_output,
+    encode_list,
+    script_argv,
+)
+from rsa_scheduler.staging.scripts.streamed import (
+    DROP_LISTED,
+    STREAM_COPY,
+    STREAM_DIRS,
+    STREAM_LIST,
+    VERIFY_HASH,
+    VERIFY_LIST,
+    drop_listed_argv,
+    stream_copy_argv,
+    stream_dir_times_argv,
+    stream_list_argv,
+    stream_mkdirs_argv,
+    verify_hash_argv,
+    verify_list_argv,
+)
+from rsa_scheduler.staging.scripts.striping import (
+    CHUNK,
+    STRIPE_NEW,
+    STRIPE_PLACE,
+    STRIPE_RANGE,
+    parse_sums,
+    stripe_new_argv,
+    stripe_place_argv,
+    stripe_range_argv,
+)
+
+__all__ = [
+    "ATOMIC", "BASH", "BIG", "BLOCK_INTO_RAMDISK", "BLOCK_OUT_OF_RAMDISK", "CHUNK",
+    "COPY_PLACEHOLDERS", "COPY_TOOLS", "DROP_CACHE", "DROP_LISTED", "FRESH", "HASH",
+    "HASH_RANGE", "MKDIR", "MKDIRS", "NEW_PART", "PART_DIR", "PRELUDE", "REFUSE_LINK",
+    "RSYNC", "SCAN", "SCAN_CAPPED", "SCAN_FORMAT", "STREAM_COPY", "STREAM_DIRS",
+    "STREAM_LIST", "STRIPE_NEW", "STRIPE_PLACE", "STRIPE_RANGE", "TAR_HASH",
+    "TAR_HASH_MEMBER", "TAR_LIST", "TAR_PACK", "TAR_PIPE", "TREE_PIPE", "VERIFY_HASH",
+    "VERIFY_LIST", "WRITE", "atomic_argv", "bash", "big_argv", "big_block",
+    "check_copy_command", "custom_argv", "custom_program", "decode_output",
+    "drop_cache_argv", "drop_listed_argv", "encode_list", "hash_argv", "hash_range_argv",
+    "is_part_dir", "mkdir_argv", "mkdirs_argv", "new_part_argv", "parse_sums", "part_dir",
+    "part_prefix", "prepare_root_argv", "remove_tree_argv", "rsync_argv", "scan_argv",
+    "scan_capped_argv", "script_argv", "stream_copy_argv", "stream_dir_times_argv",
+    "stream_list_argv", "stream_mkdirs_argv", "stripe_new_argv", "stripe_place_argv",
+    "stripe_range_argv", "tar_hash_argv", "tar_list_argv", "tar_pack_argv",
+    "tar_pipe_argv", "verify_hash_argv", "verify_list_argv", "write_argv",
+]

@@ -1,0 +1,55 @@
+"""Tar aggregation: archives packed on the nodes, listed and hashed back for verify.
+
+Owns ``TAR_PACK`` (a list into one POSIX archive, written to a fresh ``.part`` name and
+renamed), ``TAR_LIST`` (parsed by ``manifest.parse_tar_listing``), ``TAR_HASH`` with
+``TAR_HASH_MEMBER`` (every member's content hash), ``WRITE`` (the index, written the same
+way; ``FRESH``) and their argv builders.
+
+Pure: builds lists, runs nothing. Imports only ``shell``.
+"""
+
+from __future__ import annotations
+
+from rsa_scheduler.staging.scripts.shell import PRELUDE, bash
+
+# Pack a list into one archive: POSIX (pax) format keeps sub-second mtimes and long or
+# odd names; written to <archive>.part and renamed, so a re-run never leaves a torn file.
+# The .part file is created afresh (rm, then noclobber: O_EXCL), so a symlink planted
+# under that predictable name in a shared DATA_OUT is removed, never written through;
+# the rename replaces one at the archive's own name.
+FRESH = 'rm -f -- "$p.part" && set -C && '
+TAR_PACK = PRELUDE + (
+    'cd -- "$1" || exit 66; p=$2; ' + FRESH + 'base64 -d | tar --null '
+    '--verbatim-files-from --no-recursion -T - --format=posix '
+    '--pax-option=delete=atime,delete=ctime -S -cf - > "$p.part" '
+    '&& mv -f -- "$p.part" "$p"')
+
+# List an archive (parsed by manifest.parse_tar_listing).
+TAR_LIST = PRELUDE + (
+    'tar -tvf "$1" --full-time --quoting-style=c --numeric-owner | base64 -w0')
+
+# Hash every regular member of an archive: <member>\0<hex>\0 per member.
+TAR_HASH_MEMBER = ('h=$(b2sum -l 128) || exit 1; '
+                   'printf "%s\\0%s\\0" "$TAR_FILENAME" "${h%% *}"')
+TAR_HASH = PRELUDE + (
+    'tar -xf "$1" --to-command="$2" | base64 -w0')
+
+# Write stdin (base64) to a file atomically (a fresh .part file, as for TAR_PACK).
+WRITE = PRELUDE + ('p=$1; ' + FRESH + 'base64 -d > "$p.part" && '
+                   'mv -f -- "$p.part" "$p"')
+
+
+def tar_pack_argv(root: str, archive: str) -> list[str]:
+    return bash(TAR_PACK, root, archive)
+
+
+def tar_list_argv(archive: str) -> list[str]:
+    return bash(TAR_LIST, archive)
+
+
+def tar_hash_argv(archive: str) -> list[str]:
+    return bash(TAR_HASH, archive, TAR_HASH_MEMBER)
+
+
+def write_argv(path: str) -> list[str]:
+    return bash(WRITE, path)

@@ -1,0 +1,125 @@
+"""The copiers of one bucket: tar pipes, dd for big files, rsync, the site's own command.
+
+Owns ``TAR_PIPE`` (a list of names), ``TREE_PIPE`` (whole directories), ``BIG`` (dd with
+a block size per direction: ``big_block``), ``RSYNC`` (``staging.copy_tool: rsync``), the
+``copy_command`` template of ``staging.copy_tool: custom`` (``COPY_TOOLS``,
+``COPY_PLACEHOLDERS``, :func:`check_copy_command`, :func:`custom_program`) and their argv
+builders. Each reads its bucket's list on stdin (``shell.encode_list``).
+
+Pure: builds lists, runs nothing. Imports only ``shell``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rsa_scheduler.staging.scripts.shell import PRELUDE, bash
+
+# Copy a list of non-directories with a tar pipe (hard links inside the list are kept,
+# symlinks copied as links, sparse files kept sparse with -S).
+TAR_PIPE = PRELUDE + (
+    'base64 -d | tar -C "$1" --null --verbatim-files-from --no-recursion -T - $3 -cf - '
+    '| tar -C "$2" -xpf -')
+
+# Copy whole directories (the list names directories) with a recursive tar pipe: tar
+# reads each directory and looks its entries up relative to it while holding it open,
+# and a MooseFS client answers those lookups from that open directory: 2 master requests
+# per file (open, chunk location) instead of 4 for a list of paths (measured, 10k files;
+# docs/benchmarks.md#staging). The extracting tar sets directory modes and mtimes after
+# their contents.
+TREE_PIPE = PRELUDE + (
+    'base64 -d | tar -C "$1" --null --verbatim-files-from -T - $3 -cf - '
+    '| tar -C "$2" -xpf -')
+
+# Copy a list of big regular files, one at a time: dd with the block size in $3, all-zero
+# blocks seeked over (holes kept), then cp --attributes-only for mode and mtime. dd
+# truncates first: a re-run after a crash is safe. The block size depends on which side
+# is the RAMDISK (measured on a 4-node MooseFS RAMDISK, 2 GiB file, cold reads;
+# docs/benchmarks.md#staging): writing into it favours big writes (bs=16M 403-465 MB/s,
+# bs=128K 355-382, rsync 270-290), reading out of it small reads (bs=128K 324-407 MB/s,
+# bs=64K 193-396, bs=256K 233-321, bs=1M 165-262, bs=16M 127-203), most likely as the
+# kernel reads a FUSE file ahead only 128 KiB, asynchronously, while the reader is back
+# for more: a 16 MiB read waits for all of it, then the 16 MiB write leaves the client
+# idle.
+# Writes never go through a symlink: dd opens with O_NOFOLLOW (a planted symlink fails
+# the bucket), and cp, which would follow one, runs only on what dd wrote.
+BIG = PRELUDE + (
+    'cd -- "$1" || exit 66; base64 -d | xargs -0 -r -n 1 sh -c \''
+    'dd if="$2" of="$0/$2" bs="$1" conv=sparse oflag=nofollow status=none && '
+    '! [ -L "$0/$2" ] && '
+    'cp --attributes-only --preserve=mode,timestamps -- "$2" "$0/$2"\' "$2" "$3"')
+# The same list copied by rsync (``staging.copy_tool: rsync``): -a without the recursion
+# --files-from turns off ($3 is "-r" for a bucket of whole directories), -H keeps hard
+# links inside the list as the tar pipe does, -S keeps holes in big files. rsync writes
+# each file under a temporary name and renames it: a planted symlink at the final name is
+# replaced, never followed. $3 and $4 are rsync's own flags, never user data.
+RSYNC = PRELUDE + ('base64 -d | rsync -aH --from0 --files-from=- $3 '
+                   '-- "$1"/ "$2"/')
+COPY_TOOLS = ("engine", "rsync", "custom")  # staging.copy_tool
+# staging.copy_command (copy_tool: custom): the site's own copier of one bucket, run as
+# the user on an RSA node in place of rsync above. Placeholders: {src} and {dst} (the
+# source and destination roots: quoted positional arguments, never user text pasted
+# into the program), {list} (the bucket's names, NUL-separated, relative to {src}, as
+# a file the command reads: /dev/stdin), {recursive} ("-r" for a bucket of whole
+# directories, else empty). The template itself comes from the root-owned config.
+COPY_PLACEHOLDERS = {"src": '"$1"', "dst": '"$2"', "recursive": "$3", "list": "/dev/stdin"}
+
+
+def check_copy_command(template: str) -> None:
+    """Raise ValueError (one actionable line) unless ``template`` is a usable copier."""
+    if not template.strip():
+        raise ValueError("is not set: give the command that copies the names in {list} "
+                         "from {src} to {dst}")
+    names = set(re.findall(r"{([^{}]*)}", template))
+    unknown = sorted(names - set(COPY_PLACEHOLDERS))
+    if unknown:
+        raise ValueError(f"unknown placeholder {{{unknown[0]}}}: use {{src}}, {{dst}}, "
+                         "{list}, {recursive}")
+    missing = [n for n in ("src", "dst", "list") if n not in names]
+    if missing:
+        raise ValueError(f"needs {{{missing[0]}}}: the command must copy the names in "
+                         "{list} from {src} to {dst}")
+
+
+def custom_program(template: str) -> str:
+    """The bash program of ``copy_command``: the decoded list on the command's stdin."""
+    check_copy_command(template)
+    body = template
+    for name, value in COPY_PLACEHOLDERS.items():
+        body = body.replace("{" + name + "}", value)
+    return PRELUDE + "base64 -d | { " + body + "; }"
+BLOCK_INTO_RAMDISK = "16M"  # stage-in: dd writes into the RAMDISK
+BLOCK_OUT_OF_RAMDISK = "128K"  # stage-out: dd reads out of the RAMDISK
+
+
+def tar_pipe_argv(src: str, dst: str, *, sparse: bool = False,
+                  recursive: bool = False) -> list[str]:
+    """Copy the listed names (``recursive``: the listed directories, whole)."""
+    return bash(TREE_PIPE if recursive else TAR_PIPE, src, dst, "-S" if sparse else "")
+
+
+def rsync_argv(src: str, dst: str, *, sparse: bool = False,
+               recursive: bool = False) -> list[str]:
+    """Copy the listed names with rsync (``recursive``: the listed directories, whole)."""
+    flags = " ".join(f for f, on in (("-r", recursive), ("-S", sparse)) if on)
+    return bash(RSYNC, src, dst, flags)
+
+
+def custom_argv(template: str, src: str, dst: str, *, recursive: bool = False) -> list[str]:
+    """Copy the listed names with the site's ``copy_command``."""
+    return bash(custom_program(template), src, dst, "-r" if recursive else "")
+
+
+def big_block(phase: str) -> str:
+    """dd's block size for big files: big writes into the RAMDISK (stage-in), small
+    reads out of it (stage-out)."""
+    if phase == "stage-in":
+        return BLOCK_INTO_RAMDISK
+    if phase == "stage-out":
+        return BLOCK_OUT_OF_RAMDISK
+    raise ValueError(f"phase {phase!r}: expected stage-in or stage-out")
+
+
+def big_argv(src: str, dst: str, block: str = BLOCK_INTO_RAMDISK) -> list[str]:
+    """Copy the listed big files with dd in ``block``-sized blocks (see ``big_block``)."""
+    return bash(BIG, src, dst, block)

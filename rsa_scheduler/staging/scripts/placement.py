@@ -1,0 +1,129 @@
+"""Where a copy writes: the destination's directories, part directories, atomic renames.
+
+Owns ``ATOMIC`` (copy a bucket into a private part directory, then rename every name into
+place), the part directories' names (``PART_DIR``, :func:`part_dir`, :func:`is_part_dir`)
+and ``NEW_PART`` (a fresh one, the job's own leftovers removed), ``MKDIRS`` and ``MKDIR``
+(directories created as the user, never through a symlink), the root-only RAMDISK root
+(:func:`prepare_root_argv`) and removing a part directory.
+
+Pure: builds lists, runs nothing. Imports only ``shell``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rsa_scheduler.staging.scripts.shell import BASH, PRELUDE, bash
+
+# Atomic placement: every stage-out (a killed or interrupted copy must never leave a
+# file cut short under its final name in DATA_OUT) and the stage-in of the ``union``
+# early-start policy (a running job already sees the RAMDISK over the PFS: a half-written
+# file must never hide the complete PFS file). The bucket is copied into a private part
+# directory ($3, below the destination root, same filesystem) with the program in $4 ($5
+# is passed on to it), then every non-directory is renamed into the same directory below
+# the destination root ($2), which the engine created beforehand: a file appears complete
+# or not at all. Renames go one `mv -t` per directory (xargs batches the names), not one
+# process per file; the part directories are made u+rwx first, since moving a name out
+# of a directory needs write access to it (the engine sets every directory's mode last).
+# rename(2) replaces a symlink planted at the final name; it never follows it.
+ATOMIC = PRELUDE + (
+    'list=$(cat) || exit 1; rm -rf -- "$3" && mkdir -p -- "$3" || exit 1; prev=; '
+    'printf %s "$list" | base64 -d | while IFS= read -r -d "" p; do d=${p%/*}; '
+    '[ "$d" = "$prev" ] || mkdir -p -- "$3/$d" || exit 1; prev=$d; done || exit 1; '
+    'printf %s "$list" | bash -c "$4" bash "$1" "$3" "$5" || exit $?; '
+    'cd -- "$3" || exit 1; '
+    'find . -type d ! -perm -u=rwx -exec chmod u+rwx -- {} + || exit 1; '
+    'find . -type d -print0 | while IFS= read -r -d "" d; do '
+    'find "$d" -mindepth 1 -maxdepth 1 ! -type d -print0 '
+    '| xargs -0 -r mv -f -t "$2/$d" -- || exit 1; done || exit 1; '
+    'cd / && rm -rf -- "$3"')
+
+# The part directories of atomic placement, below the destination root: one per copy
+# run, ``<PART_DIR>-<job>-<random>`` (a name of the user's own in DATA_OUT is never
+# touched), one subdirectory per bucket. The random part matters in a shared sticky
+# DATA_OUT: a name another user can predict, they can create first (their directory:
+# every stage-out of the job fails) or create writable (they could swap the user's
+# files between the copy and the rename).
+PART_DIR = ".rsa-staging"
+
+
+def part_prefix(job_id: str) -> str:
+    """What every part directory of ``job_id`` is named ``<prefix>-<random>``."""
+    return f"{PART_DIR}-{job_id}"
+
+
+def part_dir(job_id: str, token: str) -> str:
+    """The name of one part directory of ``job_id`` below a destination root."""
+    if not token or not token.isalnum():
+        raise ValueError(f"part directory token {token!r}: expected letters and digits")
+    return f"{part_prefix(job_id)}-{token}"
+
+
+def is_part_dir(name: bytes, job_id: str) -> bool:
+    """True for a top-level name of a part directory of ``job_id`` (also the unsuffixed
+    name older versions used)."""
+    prefix = part_prefix(job_id).encode()
+    return name == prefix or name.startswith(prefix + b"-")
+
+
+# Make a fresh part directory: first remove the user's own leftovers of the job's earlier
+# runs (a killed copy's: $2 is the prefix; only directories the user owns: in a sticky
+# directory another user's are not the user's to remove anyway, and are never entered),
+# then mkdir (never -p: an existing name, anyone's, fails it) private to the user.
+NEW_PART = PRELUDE + (
+    'cd -- "$1" || exit 66; '
+    'find . -mindepth 1 -maxdepth 1 -type d \\( -name "$2" -o -name "$2-*" \\) '
+    '-user "$(id -u)" -print0 | xargs -0 -r rm -rf -- || exit 1; '
+    'mkdir -m 700 -- "$3"')
+
+
+# Create the directory skeleton (0700 + u+rwx while staging: a directory that was
+# finalised read-only by an earlier, interrupted run must accept writes again). A symlink
+# where a directory goes is refused (exit 65), never followed; the list is in path
+# order, so every parent was checked before its children.
+REFUSE_LINK = ('for d; do if [ -L "$d" ]; then echo "refusing to write through '
+               'the symlink $d: remove it or choose another destination" >&2; exit 65; '
+               'fi; done; ')
+MKDIRS = PRELUDE + (
+    '[ ! -L "$1" ] || { echo "refusing to write through the symlink $1" >&2; exit 65; }; '
+    'mkdir -p -- "$1" && cd -- "$1" || exit 66; base64 -d | xargs -0 -r '
+    'sh -c \'' + REFUSE_LINK + 'mkdir -p -- "$@" && chmod u+rwx -- "$@"\' sh')
+# The destination root, created as the user (fails if the user may not write); a symlink
+# there is refused, not followed.
+MKDIR = ('[ ! -L "$1" ] || { echo "refusing to write through the symlink $1: use the real '
+         'path" >&2; exit 65; }; mkdir -p -- "$1"')
+
+
+# Root-only: the RAMDISK root of a job, owned by the user, private.
+def prepare_root_argv(path: str, uid: int, gid: int, mode: int = 0o700) -> list[str]:
+    return ["install", "-d", "-o", str(uid), "-g", str(gid), "-m", f"{mode:o}", "--", path]
+
+
+def atomic_argv(copier: Sequence[str], dst: str, part: str) -> list[str]:
+    """Run a ``tar_pipe_argv``/``big_argv``/``rsync_argv`` copier into ``part``, then
+    rename each listed
+    name from ``part`` to its place below ``dst`` (stdin: the list, as for the copier)."""
+    if copier[:2] != [BASH, "-c"] or len(copier) < 5:
+        raise ValueError("atomic placement wraps a tar_pipe_argv or big_argv copier")
+    program, src = copier[2], copier[4]
+    extra = copier[6] if len(copier) > 6 else ""
+    return bash(ATOMIC, src, dst, part, program, extra)
+
+
+def remove_tree_argv(path: str) -> list[str]:
+    return ["rm", "-rf", "--", path]
+
+
+def mkdirs_argv(root: str) -> list[str]:
+    return bash(MKDIRS, root)
+
+
+def new_part_argv(root: str, job_id: str, token: str) -> list[str]:
+    """As the user: remove the job's own leftover part directories below ``root``, then
+    create ``part_dir(job_id, token)`` there, mode 0700 (fails if the name exists)."""
+    return bash(NEW_PART, root, part_prefix(job_id), part_dir(job_id, token))
+
+
+def mkdir_argv(path: str) -> list[str]:
+    """The destination root, created as the user (fails if the user may not write)."""
+    return bash(MKDIR, path)

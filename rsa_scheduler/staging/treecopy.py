@@ -1,0 +1,187 @@
+"""Stage-in and stage-out as a tree: the listed copy, striped big files, streamed mode.
+
+Owns :class:`TreeCopy`: scan the source (as the user) → refuse unreadable sources and
+planted symlinks → skip what an earlier run finished (``resume``) → a plan of balanced
+buckets (``plan``) run over every stream of every node, each with the tool its bucket
+calls for (``scripts.copiers``: tar pipes and dd; or, as ``staging.copy_tool`` says, rsync
+or the site's own ``copy_command``), optionally placed atomically through a part
+directory (``scripts.placement``) → directory modes and mtimes set last. A file of at
+least ``stripe_bytes`` is copied in checksummed ranges by every stream at once
+(``stripe``); a tree of more than ``stream_objects`` objects is listed and copied on the
+nodes, rsad keeping counters only (``stream``).
+
+Must not import the daemon, the store or Slurm, nor ``engine``.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import secrets
+import threading
+from collections.abc import Sequence
+
+from rsa_scheduler.hosts import Host
+from rsa_scheduler.runner import Completed
+from rsa_scheduler.staging import scripts
+from rsa_scheduler.staging.commands import Commands, log
+from rsa_scheduler.staging.manifest import Entry, display
+from rsa_scheduler.staging.plan import Bucket, make_plan, pending
+from rsa_scheduler.staging.report import ProgressMeter, Stats
+from rsa_scheduler.staging.stream import StreamedCopy
+from rsa_scheduler.staging.stripe import (
+    Range,
+    StripedFile,
+    check_range,
+    ranges_first,
+    striped_files,
+)
+
+
+class TreeCopy(Commands):
+    """Copies a tree between the PFS and the RAMDISK (``StagingEngine.stage_in``,
+    ``stage_out`` with method ``rsync``)."""
+
+    def _copy(self, phase: str, src: str, dst: str, *, resume: bool,
+              atomic: bool = False) -> Stats:
+        self._start()
+        try:
+            return self._copy_tree(phase, src, dst, resume, atomic)
+        finally:
+            self._stop()
+
+    def _copy_tree(self, phase: str, src: str, dst: str, resume: bool,
+                   atomic: bool = False) -> Stats:
+        t0 = self.clock()
+        first = self.hosts[0]
+        limit = self._stream_limit()
+        entries = self._scan(first, src, f"{phase}: scanning {src}", limit=limit)
+        if limit >= 0 and len(entries) > limit:  # too many to list here: the nodes do
+            del entries
+            return self._stream(phase, src, dst, atomic)
+        self._refuse_unreadable(entries, src, phase)
+        self._user(first, scripts.mkdir_argv(dst), f"{phase}: creating {dst}")
+        todo: Sequence[Entry] = entries
+        already = 0
+        complete: set[bytes] = set()
+        existing = [e for e in self._scan(first, dst, f"{phase}: scanning {dst}")
+                    if not scripts.is_part_dir(e.path.split(b"/", 1)[0], self.job_id)]
+        self._refuse_planted(entries, existing, dst, phase)
+        if resume and existing:
+            todo, already = pending(entries, existing)
+            complete = {e.path for e in entries} - {e.path for e in todo}
+        # Whole directories go recursively (atomic placement too: it renames what the
+        # copy left in its part directory, whatever the names were).
+        plan = make_plan(todo, len(self.hosts) * self.parallel_per_node,
+                         big_bytes=self.big_bytes, already=already, trees=True,
+                         complete=complete)
+        log.info("%s: %s %s -> %s: %d files, %d bytes, %d buckets (%d of whole "
+                 "directories; %d already done)", self.job_id, phase, src, dst, plan.files,
+                 plan.bytes, len(plan.buckets), sum(b.tool == "tree" for b in plan.buckets),
+                 already)
+        if phase == "stage-out":
+            self._take_slot(dst, plan.bytes)
+        self._user(first, scripts.mkdirs_argv(dst), f"{phase}: creating directories",
+                   input=scripts.encode_list(d.path for d in plan.dirs))
+        meter = ProgressMeter(phase, plan.files, plan.bytes, self.progress,
+                              self.progress_interval, self.clock)
+        per_node: dict[str, int] = {}
+        lock = threading.Lock()
+        token = secrets.token_hex(8)  # unpredictable: see scripts.part_dir
+        parts = posixpath.join(dst, scripts.part_dir(self.job_id, token))
+        striped: list[StripedFile] = []
+        if self.copy_tool == "engine":
+            striped = striped_files(plan.buckets, todo, parts=parts,
+                                    streams=len(self.hosts) * self.parallel_per_node,
+                                    stripe_bytes=self.stripe_bytes,
+                                    min_range=self.stripe_min)
+        if atomic or striped:
+            self._user(first, scripts.new_part_argv(dst, self.job_id, token),
+                       f"{phase}: creating the part directory {parts}")
+        for f in striped:
+            self._user(first, scripts.stripe_new_argv(f.tmp, f.entry.size),
+                       f"{phase}: creating {f.tmp}")
+
+        def count(host: Host, files: int, nbytes: int) -> None:
+            meter.add(files, nbytes)
+            with lock:
+                per_node[host.name] = per_node.get(host.name, 0) + nbytes
+
+        def copy_range(host: Host, r: Range) -> None:
+            f = r.file
+            done = self._user(host, scripts.stripe_range_argv(
+                src, f.tmp, r.offset, r.length, scripts.big_block(phase)),
+                f"{phase}: copying {r.describe()}", input=scripts.encode_list([f.path]))
+            check_range(r, done.stdout, phase, host.name)
+            count(host, 0, r.length)
+            if f.finished_one():
+                self._user(host, scripts.stripe_place_argv(
+                    src, f.tmp, dst, f.entry.size, f.entry.mtime_s),
+                    f"{phase}: placing {display(f.path)!r}",
+                    input=scripts.encode_list([f.path]))
+                meter.add(1, 0)
+
+        def copy(host: Host, item: Bucket | Range) -> None:
+            if isinstance(item, Range):
+                copy_range(host, item)
+                return
+            b = item
+            if self.copy_tool == "rsync":
+                argv = scripts.rsync_argv(src, dst, sparse=b.bytes >= self.big_bytes,
+                                          recursive=b.tool == "tree")
+            elif self.copy_tool == "custom":
+                argv = scripts.custom_argv(self.copy_command, src, dst,
+                                           recursive=b.tool == "tree")
+            elif b.tool == "dd":
+                argv = scripts.big_argv(src, dst, scripts.big_block(phase))
+            else:
+                argv = scripts.tar_pipe_argv(src, dst, sparse=b.bytes >= self.big_bytes,
+                                             recursive=b.tool == "tree")
+            if atomic:
+                argv = scripts.atomic_argv(argv, dst, posixpath.join(parts, str(b.index)))
+            self._user(host, argv, f"{phase}: copying bucket {b.index} ({b.files} files)",
+                       input=scripts.encode_list(b.paths))
+            count(host, b.files, b.bytes)
+
+        self._parallel(ranges_first(striped, plan.buckets), copy, meter)
+        if atomic or striped:
+            self._user(first, scripts.remove_tree_argv(parts), f"{phase}: removing {parts}")
+        # Directory modes and mtimes last: writing into a directory changes its mtime,
+        # and a read-only directory would refuse the files staged into it.
+        dirs = [d.path for d in plan.dirs]
+        # (a custom copier's buckets hold no directory entries: the tar pipe sets them)
+        dir_argv = (scripts.rsync_argv(src, dst) if self.copy_tool == "rsync"
+                    else scripts.tar_pipe_argv(src, dst))
+        self._user(first, dir_argv, f"{phase}: setting directory modes and times",
+                   input=scripts.encode_list(dirs))
+        meter.tick(final=True)
+        return Stats(phase, plan.files, plan.bytes, len(plan.dirs), self.clock() - t0,
+                     len(plan.buckets), already, tuple(display(e.path) for e in plan.skipped),
+                     per_node)
+
+    def _stream(self, phase: str, src: str, dst: str, atomic: bool) -> Stats:
+        """Stage a tree of more than ``stream_objects`` objects in streamed mode: listed
+        and copied on the nodes, rsad keeps counters (``stream``)."""
+        first = self.hosts[0]
+        self._user(first, scripts.mkdir_argv(dst), f"{phase}: creating {dst}")
+        token = secrets.token_hex(8)
+        parts = posixpath.join(dst, scripts.part_dir(self.job_id, token))
+        self._user(first, scripts.new_part_argv(dst, self.job_id, token),
+                   f"{phase}: creating the part directory {parts}")
+
+        def run(host: Host, argv: Sequence[str], what: str, *,
+                input: str | None = None) -> Completed:
+            return self._user(host, argv, what, input=input)
+
+        def slot(nbytes: int) -> None:
+            if phase == "stage-out":
+                self._take_slot(dst, nbytes)
+
+        streamed = StreamedCopy(
+            self.hosts, run, self._parallel, uid=self.identity.uid,
+            user=self.identity.user, streams=len(self.hosts) * self.parallel_per_node,
+            meter=lambda files, nbytes: ProgressMeter(
+                phase, files, nbytes, self.progress, self.progress_interval, self.clock),
+            clock=self.clock)
+        stats = streamed.copy(phase, src, dst, parts, atomic=atomic, before_copy=slot)
+        self._user(first, scripts.remove_tree_argv(parts), f"{phase}: removing {parts}")
+        return stats
