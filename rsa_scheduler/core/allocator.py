@@ -3,9 +3,10 @@
 Owns the pool of RSA nodes (tiers ``ram``/``ssd`` with a per-node capacity, seed 000
 §III), the sizing rule applied per tier (:mod:`.sizing`: seed 004 §2 and §3.1, nodes in
 proportion to the job's compute nodes, plus the footnote-1 extension of a per-job
-request) and the bookkeeping of which job holds which node. Allocation is all-or-nothing: when a job cannot get every node it
-needs now, :meth:`Pool.allocate` returns ``None`` and changes nothing, and the caller
-skips the job this cycle as the paper does.
+request) and the bookkeeping of which job holds which node. Allocation is
+all-or-nothing: when a job cannot get every node it needs now, :meth:`Pool.allocate`
+returns ``None`` and changes nothing, and the caller skips the job this cycle as the
+paper does.
 
 Tier ``auto`` (a job's ``#RSA_TIER=auto`` or the site's ``default_tier``): the cheapest
 tier whose allocation meets the job's size and bandwidth need, falling back to the next
