@@ -135,6 +135,11 @@ class Checks:
                 v.warn(("staging", "stripe_bytes"), f"files below "
                        f"{format_size(2 * STRIPE_MIN)} are never split (a range is at "
                        f"least {format_size(STRIPE_MIN)})")
+            if staging.stripe_bytes and staging.copy_tool == "engine":
+                v.warn(("staging", "stripe_bytes"), "striped copies are experimental: in "
+                       "the lab a file a striped stage-in assembled on a MooseFS RAMDISK "
+                       "changed its mtime after placement, and its stage-out failed "
+                       "(docs/staging.md); leave it 0 in production")
         if self.ok("hooks"):
             hooks: HooksConfig = self.s["hooks"]
             if hooks.api_timeout > hooks.timeout:

@@ -1100,7 +1100,11 @@ def test_striping_and_streamed_mode_are_off_unless_the_operator_turns_them_on() 
     assert shipped.staging.stripe_bytes == 0 and shipped.staging.stream_objects is None
     on = load_config_text(POOL + "staging:\n  stripe_bytes: 256M\n  stream_objects: 20000\n")
     assert on.staging.stripe_bytes == 256 << 20 and on.staging.stream_objects == 20000
-    assert not [w for w in on.warnings if "staging." in w], on.warnings
+    # striping is experimental (a lab finding): one warning, nothing else about staging
+    assert [w for w in on.warnings if "staging." in w] == [
+        "<string>:7: staging.stripe_bytes: striped copies are experimental: in the lab a "
+        "file a striped stage-in assembled on a MooseFS RAMDISK changed its mtime after "
+        "placement, and its stage-out failed (docs/staging.md); leave it 0 in production"]
     assert "stripe_bytes: must be larger than 0" not in str(
         load_config_text(POOL + "staging:\n  stripe_bytes: 0\n").warnings)
     for text, want in [
