@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from rsa_scheduler.daemon.specs import ADMIN_COMMENT_PREFIX
 from rsa_scheduler.slurm.parse import QueueRow, merge_hetjobs, parse_queue
 from rsa_scheduler.slurm.port import SlurmPort
+from rsa_scheduler.staging.flush import submit_order
 
 #: new RSA jobs a cycle takes on at most, of those that need nothing yet (see
 #: :func:`defer_first_sights`): a fresh rsad on a queue of 100k jobs takes them on over a
@@ -51,16 +52,9 @@ def defer_first_sights(rows: list[QueueRow], known: Mapping[str, object],
             out.append(row)
     if len(quiet) <= limit:
         return rows, set()
-    quiet.sort(key=lambda r: (-r.priority, submit_key(r.job_id)))
+    quiet.sort(key=lambda r: (-r.priority, submit_order(r.job_id)))
     return out + quiet[:limit], {r.job_id for r in quiet[limit:]}
 
-
-def submit_key(job: str) -> tuple[int, int, str]:
-    """Slurm's submit order of ``123`` / ``123_4`` (lower first; anything else last)."""
-    head, _, task = job.partition("_")
-    if head.isdigit() and (not task or task.isdigit()):
-        return (int(head), int(task or 0), "")
-    return (1 << 62, 0, job)
 
 
 @dataclass
