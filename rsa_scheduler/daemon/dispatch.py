@@ -14,6 +14,7 @@ Imports nothing of the daemon but the executors' interface and the metrics; the 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
@@ -80,6 +81,11 @@ class Dispatcher:
                                          thread_name_prefix="rsa-urgent")
         self.running: dict[str, Running] = {}
         self.alerts: list[dict[str, Any]] = []
+        # the users' comments (tell): the newest unwritten message per job, and the jobs
+        # whose writer is on the lane
+        self._comment_lock = threading.Lock()
+        self._comments: dict[str, str] = {}
+        self._writing: set[str] = set()
 
     def dispatch(self, actions: Iterable[Action]) -> None:
         """Run (or carry out at once) committed actions."""
@@ -170,14 +176,30 @@ class Dispatcher:
         self.urgent.submit(work)
 
     def tell(self, job_id: str, text: str) -> None:
-        """Set the job's comment to ``text`` (urgent lane): what the user sees."""
-        def work() -> None:
+        """Set the job's comment to ``text`` (urgent lane): what the user sees. Any
+        thread. A job's comments are written one at a time, in the order told, and a
+        message told while an earlier one is being written replaces any still unwritten:
+        the lane has several workers, and a late write of an older message would leave
+        the user reading something no longer true."""
+        with self._comment_lock:
+            self._comments[job_id] = text
+            if job_id in self._writing:
+                return  # the writer in flight writes it next
+            self._writing.add(job_id)
+        self.urgent.submit(self._write_comments, job_id)
+
+    def _write_comments(self, job_id: str) -> None:
+        """Worker: write ``job_id``'s newest message until none is left unwritten."""
+        while True:
+            with self._comment_lock:
+                text = self._comments.pop(job_id, None)
+                if text is None:
+                    self._writing.discard(job_id)
+                    return
             try:
                 self.slurm.set_comment(job_id, text[:250])
             except SlurmError as e:
                 log.info("job %s: could not set the comment: %s", job_id, e)
-
-        self.urgent.submit(work)
 
     def shutdown(self) -> None:
         """Cancel what runs (it resumes after a restart) and stop both lanes."""

@@ -308,10 +308,12 @@ class Daemon:
         if native is not None:
             # held by Slurm in stage-in (BurstBufferStageIn ...): on-deck, never demoted
             held = native.held(row.job_id, row.state, self.clock())
+            reason = row.reason
         else:
             held = self.holds.counts_on_deck(row)
+            reason = self.holds.reason_of(row)
         return Observation(job_id=row.job_id, user=row.user, state=row.state,
-                           reason=row.reason, priority=row.priority,
+                           reason=reason, priority=row.priority,
                            compute_nodes=row.num_nodes, spec=spec,
                            hold_until=None if deadline is None else float(deadline),
                            held=held)

@@ -36,6 +36,13 @@ RELEASE_SETTLE = 60.0
 #: seconds before a release that did not take is asked for again
 RELEASE_RETRY = 30
 
+#: pending reasons of a job that still carries a live hold marker: ``BeginTime`` once
+#: Slurm applied the begin time, and what slurmctld's first try of a new submission says
+#: before that (it tries every submission at once: ``Resources`` on a full cluster, seen in
+#: the lab for over 3 s on a slow machine). A marked job pending for any of these is held;
+#: its Slurm reason says nothing about whether it could start (``note`` judges that).
+HELD_REASONS = frozenset({"BeginTime", "Resources", "Priority", "None"})
+
 
 class StartHold:
     """The held jobs (loop thread); Slurm is called on ``lane``."""
@@ -66,6 +73,15 @@ class StartHold:
         """Whether Slurm holds ``job`` for the RSA (as of the last cycle)."""
         return job in self.held
 
+    def reason_of(self, row: QueueRow) -> str:
+        """``row``'s pending reason as the core should read it: a job Slurm holds for the
+        RSA pends for its begin time whatever slurmctld's first try of it said (else a
+        spurious ``Resources`` would read as on-deck, and the job be staged while held on
+        a busy cluster, judged startable by the restart rule of :meth:`note`)."""
+        if row.job_id in self.held and row.reason != "BeginTime":
+            return "BeginTime"
+        return row.reason
+
     def counts_on_deck(self, row: QueueRow) -> bool:
         """Whether ``row`` is held for the RSA and counts as on-deck: it could start now,
         or it was released a moment ago and Slurm still shows its begin time."""
@@ -83,7 +99,7 @@ class StartHold:
         for row in rows:
             spec_text, deadline = self.split(row.admin_comment or "")
             if deadline is not None and row.state == "PENDING" and \
-                    row.reason == "BeginTime" and deadline > now:
+                    row.reason in HELD_REASONS and deadline > now:
                 if row.job_id not in self.held:
                     new.append(row)
                 self.held[row.job_id] = (float(deadline), spec_text)
@@ -195,7 +211,4 @@ class StartHold:
             log.warning("job %s: could not release its start hold: %s", job, e)
             return
         log.info("job %s: start hold released: %s", job, message)
-        try:
-            self.slurm.set_comment(job, message[:250])
-        except SlurmError as e:
-            log.info("job %s: could not set the comment: %s", job, e)
+        self.tell(job, message)  # in order with the job's other messages

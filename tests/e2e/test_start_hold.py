@@ -111,10 +111,10 @@ def test_on_a_busy_cluster_the_hold_is_released_at_once(
             wait_for("the comment", lambda: show(lab, job)["Comment"].startswith(busy),
                      timeout=30)
         except AssertionError as exc:  # say what the user was told instead, and why
-            data = rsa_job(lab, job) or {}
+            told = rsa_job(lab, job) or {}
             raise AssertionError(
                 f"{exc}: comment {show(lab, job)['Comment']!r}; rsad's events "
-                f"{json.dumps(data.get('events', [])[-12:])}; queue:\n"
+                f"{json.dumps(told.get('events', [])[-12:])}; queue:\n"
                 f"{root(lab, 'squeue', '-h', '-t', 'all', '-o', '%i %T %r %u')}\n"
                 f"{root(lab, 'sinfo', '-h', '-o', '%P %a %D %T %N')}") from None
         # released at once, before any RSA node was taken: once released, the job waits

@@ -678,6 +678,17 @@ class DrainingSlurm(ScriptedSlurm):
 HOLD = 900_000  # the hold's deadline, far ahead of the test clock
 
 
+def flush_urgent(d: Daemon) -> None:
+    """Wait until the urgent lane wrote every comment told so far."""
+    for _ in range(1000):
+        d.urgent.submit(lambda: None).result(10)
+        with d.dispatcher._comment_lock:
+            if not d.dispatcher._writing:
+                return
+        time.sleep(0.01)
+    raise AssertionError("comments still being written")
+
+
 def released(slurm: ScriptedSlurm) -> list[str]:
     return [v for k, v in slurm.calls if k == "release_hold"]
 
@@ -696,7 +707,7 @@ def test_a_held_job_on_an_idle_cluster_is_staged_while_held_then_released(
     assert rec.job_state is JobState.ON_DECK and rec.hold_until == HOLD
     assert released(slurm) == []  # nothing staged yet: still held
     settle(d)
-    d.urgent.submit(lambda: None).result(10)
+    flush_urgent(d)
     assert d.sched.records["7"].rsa_state.value == "locked-in"
     assert released(slurm) == [f"7:{SPEC.to_admin_comment()}"]
     comments = [v for k, v in slurm.calls if k == "comment"]
@@ -724,7 +735,7 @@ def test_a_held_job_on_a_busy_cluster_is_released_at_once_and_queues_as_usual(
     slurm.set("7", "PENDING", "BeginTime", hold=HOLD)
     d.poll()
     settle(d)
-    d.urgent.submit(lambda: None).result(10)
+    flush_urgent(d)
     rec = d.sched.records["7"]
     assert rec.job_state is JobState.QUEUED and rec.rsa_state.value == "none"
     assert seen == []  # no RSA node allocated for a job that could not start anyway
@@ -733,6 +744,75 @@ def test_a_held_job_on_a_busy_cluster_is_released_at_once_and_queues_as_usual(
         "RSA: the cluster is busy")
     d.poll()  # still BeginTime for a moment: queued, not on-deck
     assert d.sched.records["7"].job_state is JobState.QUEUED
+
+
+def test_a_held_job_slurm_first_shows_on_resources_is_judged_not_taken_on_deck(
+        tmp_path: Path) -> None:
+    """slurmctld tries a new submission at once: a held job can pend on ``Resources``
+    before Slurm applies its begin time (lab, slow machine: over 3 s). With the marker
+    live it is held; on a busy cluster it is released with no RSA node taken (it used to
+    be taken on-deck and staged while held, then told "input staged")."""
+    slurm = ScriptedSlurm()
+    slurm.idle = {"debug": 0}  # the cluster is full
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "Resources", hold=HOLD)
+    d.poll()
+    settle(d)
+    flush_urgent(d)
+    rec = d.sched.records["7"]
+    assert rec.job_state is JobState.QUEUED and rec.rsa_state.value == "none"
+    assert seen == []
+    assert released(slurm) == [f"7:{SPEC.to_admin_comment()}"]
+    assert [v for k, v in slurm.calls if k == "comment"][-1].startswith(
+        "RSA: the cluster is busy")
+
+
+def test_a_held_job_first_on_resources_on_an_idle_cluster_is_staged_while_held(
+        tmp_path: Path) -> None:
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "Resources", hold=HOLD)
+    d.poll()
+    assert d.sched.records["7"].job_state is JobState.ON_DECK  # judged: could start
+    settle(d)
+    flush_urgent(d)
+    assert d.sched.records["7"].rsa_state.value == "locked-in"
+    assert [v for k, v in slurm.calls if k == "comment"][-1] == \
+        "RSA: input staged to the RAMDISK; released to start"
+
+
+def test_a_users_comments_are_written_in_the_order_told(tmp_path: Path) -> None:
+    """The urgent lane has several workers: a job's messages are still written one at a
+    time, oldest first, and one told while another is written replaces any unwritten."""
+    class SlowSlurm(ScriptedSlurm):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = threading.Event()
+            self.writing = threading.Event()
+
+        def set_comment(self, job_id: str, text: str) -> None:
+            if text == "first":
+                self.writing.set()
+                assert self.gate.wait(10)
+            super().set_comment(job_id, text)
+
+    slurm = SlowSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    d.dispatcher.tell("7", "first")
+    assert slurm.writing.wait(10)
+    d.dispatcher.tell("7", "second")  # replaced before it is written
+    d.dispatcher.tell("7", "third")
+    d.dispatcher.tell("8", "other job")  # not held up by job 7's
+    for _ in range(200):
+        if ("comment", "other job") in slurm.calls:
+            break
+        time.sleep(0.01)
+    assert slurm.calls == [("comment", "other job")]
+    slurm.gate.set()
+    flush_urgent(d)
+    assert [v for k, v in slurm.calls if k == "comment"] == ["other job", "first", "third"]
 
 
 def test_held_jobs_do_not_all_count_on_the_same_idle_nodes(tmp_path: Path) -> None:
@@ -755,7 +835,7 @@ def test_a_held_job_the_rsa_will_not_serve_is_released_at_once(tmp_path: Path) -
               spec=DirectiveSpec(data_in="/pfs/in", nodes=99))  # more than the pool
     d.poll()
     settle(d)
-    d.urgent.submit(lambda: None).result(10)
+    flush_urgent(d)
     assert d.sched.records["7"].rsa_state.value == "declined"
     assert len(released(slurm)) == 1
     last = [v for k, v in slurm.calls if k == "comment"][-1]
@@ -855,14 +935,14 @@ def test_a_requeued_wait_job_is_held_again_until_its_ramdisk_is_rebuilt(
     assert d.sched.records["7"].rsa_state.value == "mounted-output"
     slurm.set("7", "PENDING", "BeginTime", spec=out_only)  # scontrol requeue
     d.poll()
-    d.urgent.submit(lambda: None).result(10)
+    flush_urgent(d)
     holds = [v for k, v in slurm.calls if k == "hold"]
     assert len(holds) == 1 and holds[0].startswith(f"7:1800:{out_only.to_admin_comment()} "
                                                    "hold=")
     settle(d)  # the first run's output is staged out, the RAMDISK torn down
     d.poll()  # now held (the marker): on-deck again, allocated and built again
     settle(d)
-    d.urgent.submit(lambda: None).result(10)
+    flush_urgent(d)
     rec = d.sched.records["7"]
     assert rec.cycle == 2 and rec.rsa_state.value == "locked-in", rec
     assert len(released(slurm)) == 1
