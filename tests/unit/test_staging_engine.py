@@ -10,12 +10,10 @@ import contextlib
 import hashlib
 import os
 import re
-import shutil
 import stat
 import subprocess
-import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,26 +84,6 @@ def tree_state(root: Path, *, content: bool = True) -> dict[bytes, tuple[object,
             size = st.st_size if stat.S_ISREG(st.st_mode) else 0
             out[rel] = (kind, size, stat.S_IMODE(st.st_mode), int(st.st_mtime), digest, first)
     return out
-
-
-@pytest.fixture
-def user() -> Identity:
-    return Identity.of("nobody")
-
-
-@pytest.fixture
-def area(user: Identity) -> Iterator[Path]:
-    """A world-traversable scratch directory with src/ (tree), ram/ and out/ roots."""
-    base = Path(tempfile.mkdtemp(prefix="rsa-staging-"))
-    base.chmod(0o755)
-    try:
-        make_tree(base / "src", user)
-        (base / "outs").mkdir()
-        os.chown(base / "outs", user.uid, user.gid)
-        yield base
-    finally:
-        subprocess.run(["chmod", "-R", "u+rwx", str(base)], check=False)
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def make_engine(user: Identity, **kw: Any) -> StagingEngine:

@@ -15,9 +15,7 @@ import pytest
 from rsa_scheduler.hosts import Cancelled, CancelToken
 from rsa_scheduler.runner import Identity
 from rsa_scheduler.staging.flush import FlushGate, Waiter, admit, rank, submit_order, target_of
-from tests.unit.test_staging_engine import area, make_engine, staged, tree_state, user
-
-__all__ = ["area", "user"]  # fixtures
+from tests.unit.test_staging_engine import make_engine, staged, tree_state
 
 
 def test_the_target_is_the_longest_configured_parent_by_components() -> None:

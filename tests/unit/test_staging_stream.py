@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import base64
 import os
-import shutil
 import subprocess
-import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,8 @@ from rsa_scheduler.runner import Completed, Identity
 from rsa_scheduler.staging import StagingEngine, StagingError, scripts, stream
 from rsa_scheduler.staging.manifest import parse_scan, parse_scan_fields, scan_fields
 from rsa_scheduler.staging.stream import Listing, parse_listing
-from tests.unit.test_staging_engine import make_tree, tree_state
+from tests.unit.conftest import _is
+from tests.unit.test_staging_engine import tree_state
 
 pytestmark = pytest.mark.unit
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a user")
@@ -70,29 +69,6 @@ class SpyHost(LocalHost):
         done = super().run(argv, **kw)
         self.seen.append((list(argv), len(done.stdout)))
         return done
-
-
-def _is(argv: Sequence[str], program: str) -> bool:
-    return list(argv[2:3]) == [program]
-
-
-@pytest.fixture
-def user() -> Identity:
-    return Identity.of("nobody")
-
-
-@pytest.fixture
-def area(user: Identity) -> Iterator[Path]:
-    base = Path(tempfile.mkdtemp(prefix="rsa-stream-"))
-    base.chmod(0o755)
-    try:
-        make_tree(base / "src", user)
-        (base / "outs").mkdir()
-        os.chown(base / "outs", user.uid, user.gid)
-        yield base
-    finally:
-        subprocess.run(["chmod", "-R", "u+rwx", str(base)], check=False)
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def engine(user: Identity, seen: list[tuple[list[str], int]]) -> StagingEngine:

@@ -9,9 +9,7 @@ unprivileged user ``nobody`` and need root to switch to it, like
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,8 @@ from rsa_scheduler.staging import StagingEngine, StagingError, scripts
 from rsa_scheduler.staging.manifest import Entry
 from rsa_scheduler.staging.plan import Bucket, stripes
 from rsa_scheduler.staging.stripe import Range, StripedFile, check_range, striped_files
-from tests.unit.test_staging_engine import make_tree, tree_state
+from tests.unit.conftest import _is, scratch_area
+from tests.unit.test_staging_engine import tree_state
 
 pytestmark = pytest.mark.unit
 MiB = 1 << 20
@@ -114,21 +113,11 @@ class HookHost(LocalHost):
         return done
 
 
-def _is(argv: Sequence[str], program: str) -> bool:
-    return list(argv[2:3]) == [program]
-
-
-@pytest.fixture
-def user() -> Identity:
-    return Identity.of("nobody")
-
-
 @pytest.fixture
 def area(user: Identity) -> Iterator[Path]:
-    base = Path(tempfile.mkdtemp(prefix="rsa-stripe-"))
-    base.chmod(0o755)
-    try:
-        src = make_tree(base / "src", user, files=5)
+    """conftest's area with a smaller tree and one HUGE sparse file, src/huge."""
+    with scratch_area(user, prefix="rsa-stripe-", files=5) as base:
+        src = base / "src"
         with open(src / "huge", "wb") as f:  # data, a hole of two whole blocks, data
             f.write(os.urandom(16 * MiB))
             f.seek(48 * MiB)
@@ -136,12 +125,7 @@ def area(user: Identity) -> Iterator[Path]:
         os.chown(src / "huge", user.uid, user.gid)
         os.chmod(src / "huge", 0o640)
         os.utime(src / "huge", (1_100_000_000, 1_100_000_000))
-        (base / "outs").mkdir()
-        os.chown(base / "outs", user.uid, user.gid)
         yield base
-    finally:
-        subprocess.run(["chmod", "-R", "u+rwx", str(base)], check=False)
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def engine(user: Identity, hook: Callable[[Sequence[str], str], None] | None = None,

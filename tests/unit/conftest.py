@@ -1,0 +1,55 @@
+"""Fixtures and helpers shared by the staging tests (engine, stream, stripe, flush).
+
+``user`` and ``area`` are the unprivileged user the engine tests copy as and their
+scratch directory; a module that needs a different tree overrides ``area`` and builds it
+with ``scratch_area``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from rsa_scheduler.runner import Identity
+from tests.unit.test_staging_engine import make_tree
+
+
+def _is(argv: Sequence[str], program: str) -> bool:
+    """Whether ``argv`` runs the staging script ``program`` (``bash -c PROGRAM ...``)."""
+    return list(argv[2:3]) == [program]
+
+
+@contextlib.contextmanager
+def scratch_area(user: Identity, *, prefix: str = "rsa-staging-",
+                 files: int = 40) -> Iterator[Path]:
+    """A world-traversable scratch directory with src/ (``make_tree``, owned by ``user``)
+    and outs/ (owned by ``user``), removed afterwards whatever modes the test left."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    base.chmod(0o755)
+    try:
+        make_tree(base / "src", user, files=files)
+        (base / "outs").mkdir()
+        os.chown(base / "outs", user.uid, user.gid)
+        yield base
+    finally:
+        subprocess.run(["chmod", "-R", "u+rwx", str(base)], check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def user() -> Identity:
+    return Identity.of("nobody")
+
+
+@pytest.fixture
+def area(user: Identity) -> Iterator[Path]:
+    """A world-traversable scratch directory with src/ (tree), ram/ and out/ roots."""
+    with scratch_area(user) as base:
+        yield base
