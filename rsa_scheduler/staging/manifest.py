@@ -258,7 +258,7 @@ def resolve_tar(entries: Iterable[Entry], hashes: Mapping[bytes, str],
 
 
 def parse_member_hashes(raw: bytes) -> dict[bytes, str]:
-    """Parse ``scripts.TAR_HASH_SCRIPT`` records: ``<member>\\0<hex>\\0``."""
+    """Parse ``scripts.TAR_HASH`` records (base64-decoded): ``<member>\\0<hex>\\0``."""
     parts = raw.split(b"\0")
     if parts and parts[-1] == b"":
         parts.pop()
