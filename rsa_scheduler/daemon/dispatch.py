@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
@@ -201,9 +202,31 @@ class Dispatcher:
             except SlurmError as e:
                 log.info("job %s: could not set the comment: %s", job_id, e)
 
-    def shutdown(self) -> None:
-        """Cancel what runs (it resumes after a restart) and stop both lanes."""
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Cancel what runs (it resumes after a restart) and stop both lanes, the bulk lane
+        first: wait for their threads, at most ``timeout`` seconds in all (None: as long
+        as they take), then return, logging what is still running (it runs on)."""
         for run in self.running.values():
             run.cancel.cancel("rsad stopping")
-        self.workers.shutdown(wait=True, cancel_futures=True)
-        self.urgent.shutdown(wait=True, cancel_futures=True)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        busy = [name for name, lane in (("bulk", self.workers), ("urgent", self.urgent))
+                if not _stop(lane, deadline)]
+        if busy:
+            still = sorted(r.action.id for r in self.running.values() if not r.future.done())
+            log.warning("stopping: the %s %s still busy after %gs, left running; actions "
+                        "in flight: %s", " and ".join(busy), "lanes" if len(busy) > 1 else "lane",
+                        timeout, ", ".join(still) or "none (other work)")
+
+
+def _stop(lane: ThreadPoolExecutor, deadline: float | None) -> bool:
+    """Shut ``lane`` down (its queued work cancelled) and wait for its threads until
+    ``deadline`` (time.monotonic(); None: no limit). Whether they all ended."""
+    lane.shutdown(wait=False, cancel_futures=True)
+    if deadline is None:
+        lane.shutdown(wait=True)
+        return True
+    # the executor waits for its threads only without a limit: wait for that wait
+    waiter = threading.Thread(target=lane.shutdown, name="rsa-lane-stop", daemon=True)
+    waiter.start()
+    waiter.join(max(0.0, deadline - time.monotonic()))
+    return not waiter.is_alive()

@@ -572,8 +572,10 @@ class Daemon:
         self.dispatcher.drain(job_id, nodes, reason)
 
     def shutdown(self, timeout: float = 30.0) -> None:
-        """Stop workers: running transfers are cancelled and resume after restart."""
-        self.dispatcher.shutdown()
+        """Stop workers: running transfers are cancelled and resume after restart. Waits
+        at most ``timeout`` seconds for the workers to end, then returns (what still runs
+        is logged)."""
+        self.dispatcher.shutdown(timeout)
         self.specs.shutdown()
 
     # ---- reads for the API (loop thread via "call"): daemon/views.py ---------------------

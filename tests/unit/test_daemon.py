@@ -1086,6 +1086,72 @@ def test_a_teardown_waits_for_the_cancelled_stage_in_to_wind_down(tmp_path: Path
     assert d.sched.records["7"].rsa_state.value == "released"
 
 
+def staging_in(d: Daemon, slurm: ScriptedSlurm, started: threading.Event) -> None:
+    """Job 7 on deck, polled until its stage-in (``started`` by the executor) runs."""
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    for _ in range(200):
+        d.drain(timeout=0.02)
+        if started.is_set():
+            break
+    assert started.is_set() and d.sched.records["7"].rsa_state.value == "staging-in"
+
+
+def test_shutdown_waits_for_the_cancelled_stage_in_to_return(tmp_path: Path) -> None:
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    started = threading.Event()
+    order: list[str] = []
+
+    def stage_in(ctx: ActionContext) -> Mapping[str, Any]:
+        started.set()
+        while not ctx.cancel.cancelled:
+            time.sleep(0.01)
+        time.sleep(0.3)  # winding down
+        order.append("stage-in over")
+        return {}
+
+    d.registry.register(ActionKind.STAGE_IN, stage_in)
+    staging_in(d, slurm, started)
+    d.shutdown(timeout=30)
+    assert order == ["stage-in over"]
+    d.store.close()
+
+
+def test_shutdown_gives_up_after_its_timeout_and_says_what_still_runs(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    started, release = threading.Event(), threading.Event()
+    cancelled: list[bool] = []
+
+    def stage_in(ctx: ActionContext) -> Mapping[str, Any]:
+        started.set()
+        release.wait(60)  # a command that does not answer the cancel
+        cancelled.append(ctx.cancel.cancelled)
+        return {}
+
+    d.registry.register(ActionKind.STAGE_IN, stage_in)
+    staging_in(d, slurm, started)
+    action = next(a for a, r in d.running.items() if r.action.kind is ActionKind.STAGE_IN)
+    stopper = threading.Thread(target=d.shutdown, kwargs={"timeout": 0.3})
+    begun = time.monotonic()
+    try:
+        with caplog.at_level("WARNING", logger="rsa_scheduler.daemon.dispatch"):
+            stopper.start()
+            stopper.join(10)
+            assert not stopper.is_alive(), "shutdown ignored its timeout"
+        assert 0.3 <= time.monotonic() - begun < 5
+        assert ("the bulk lane still busy after 0.3s, left running; actions in flight: "
+                f"{action}") in caplog.text
+    finally:
+        release.set()
+        stopper.join(10)
+        d.dispatcher.shutdown()  # no limit: the stage-in returns
+    assert cancelled == [True]
+    d.store.close()
+
+
 def test_new_quiet_jobs_beyond_the_limit_wait_for_a_later_cycle() -> None:
     from rsa_scheduler.daemon.cycle import defer_first_sights
 
