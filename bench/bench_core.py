@@ -165,7 +165,7 @@ def changes(sched: Scheduler, before: list[Observation], after: list[Observation
     line changed since ``before``, and the on-deck ones still waiting for nodes."""
     out = [b for a, b in zip(before, after, strict=True) if b.spec is not None and a != b]
     ids = {o.job_id for o in out}
-    out += [by_id[j] for j in sched._waiting if j not in ids and j in by_id]
+    out += [by_id[j] for j in sched.waiting if j not in ids and j in by_id]
     return out
 
 

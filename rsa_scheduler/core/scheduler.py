@@ -146,6 +146,12 @@ class Scheduler:
         times = [t for j in self._timed for t in self.records[j].timers.values()]
         return min(times) if times else None
 
+    @property
+    def waiting(self) -> frozenset[str]:
+        """The on-deck jobs waiting for free RSA nodes (a snapshot: ``tick`` retries their
+        allocation, so rsad's incremental cycle observes them every poll)."""
+        return frozenset(self._waiting)
+
     def has_waiting(self) -> bool:
         """True while an on-deck job waits for RSA nodes: only then can a poll of an
         unchanged queue change anything (it retries the allocation)."""

@@ -254,7 +254,7 @@ class Daemon:
         incremental = self.script_source != "scontrol"
         try:
             if incremental:
-                waiting = self.sched._waiting
+                waiting = self.sched.waiting
                 if self.native is not None:  # set up by Slurm since the last poll, grace over
                     waiting = waiting | self.native.due(started)
                 got = self.queue_reader.changes(waiting, self.sched.records,

@@ -158,6 +158,21 @@ def test_not_enough_nodes_skips_the_cycle_then_allocates_when_freed() -> None:
     assert d.state("2") == "fs-building"
 
 
+def test_waiting_is_a_snapshot_of_the_on_deck_jobs_waiting_for_nodes() -> None:
+    d = Driver(make_scheduler(make_pool(n_ram=2)))
+    d.observe(obs("1", "PENDING", "Resources", make_spec(nodes=2)),
+              obs("2", "PENDING", "Resources", make_spec(nodes=2)))
+    waiting = d.sched.waiting
+    assert waiting == {"2"} and isinstance(waiting, frozenset) and d.sched.has_waiting()
+    d.observe(obs("1", "PENDING", "Priority", make_spec(nodes=2)),
+              obs("2", "PENDING", "Resources", make_spec(nodes=2)))
+    d.answer("1")
+    d.tick(d.now + 1)
+    assert d.state("2") == "fs-building"
+    assert d.sched.waiting == frozenset() and not d.sched.has_waiting()
+    assert waiting == {"2"}  # what the caller got is not changed under it
+
+
 def test_higher_priority_on_deck_job_gets_the_nodes_first() -> None:
     d = Driver(make_scheduler(make_pool(n_ram=2)))
     d.observe(obs("1", "PENDING", "Resources", make_spec(nodes=2), priority=10),
