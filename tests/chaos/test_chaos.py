@@ -34,6 +34,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rsa_scheduler.core import states as core_states
+from rsa_scheduler.core.states import TERMINAL, RsaState
 from tests.e2e.test_prolog_lifecycle import nothing_of_job_mounted
 from tests.integration.conftest import as_user
 from tests.integration.slurmkit import (
@@ -46,8 +48,6 @@ from tests.integration.slurmkit import (
 )
 from tests.integration.test_rsad_staging import rsa_job
 from tests.security.test_reap import job_cgroup
-
-TERMINAL = ("released", "declined")
 
 
 @dataclass
@@ -107,7 +107,8 @@ def shapes(base: Path, seed: int, rng: random.Random) -> list[Shape]:
 
 
 BIG = 400 << 20  # the demoted job's input: some seconds to stage (the PFS is throttled)
-STAGING = ("allocated", "fs-building", "fs-ready", "staging-in", "stage-in-failed")
+#: being staged: core.states.STAGING, or a failed stage-in waiting for its retry
+STAGING = core_states.STAGING | {RsaState.STAGE_IN_FAILED}
 
 
 def demote(lab: Mapping[str, str], shape: Shape, log: list[str], stop: threading.Event) -> None:
@@ -123,7 +124,8 @@ def demote(lab: Mapping[str, str], shape: Shape, log: list[str], stop: threading
             state = ""
         if state in STAGING:
             break
-        if state in TERMINAL or state in ("locked-in", "mounting-input", "mounted-input"):
+        if state in TERMINAL or state in (RsaState.LOCKED_IN, RsaState.MOUNTING_INPUT,
+                                          RsaState.MOUNTED_INPUT):
             log.append(f"{time.strftime('%T')} demotion missed (job {shape.job} {state})")
             return
         time.sleep(0.3)

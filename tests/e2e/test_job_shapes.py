@@ -13,15 +13,19 @@ from pathlib import Path
 
 import pytest
 
+from rsa_scheduler.core.states import RsaState
 from tests.e2e.conftest import lab_mode
 from tests.integration.conftest import as_user
 from tests.integration.slurmkit import make_jobs, root, wait_for
 from tests.integration.test_rsad_staging import fill, rsa_job, wait_state
 
 TASKS = 4
-# staged: locked in, or already on its way further
-STAGED = ("locked-in", "mounting-input", "mounted-input", "resetting", "mounted-output",
-          "staging-out", "verifying", "output-verified", "tearing-down", "released")
+# staged: locked in, or already on its way further (not core.states.STAGED: that also has
+# staged-in, lock-failed, mounting-output, the writeback and the failures, and not the
+# teardown)
+STAGED = (RsaState.LOCKED_IN, RsaState.MOUNTING_INPUT, RsaState.MOUNTED_INPUT,
+          RsaState.RESETTING, RsaState.MOUNTED_OUTPUT, RsaState.STAGING_OUT, RsaState.VERIFYING,
+          RsaState.OUTPUT_VERIFIED, RsaState.TEARING_DOWN, RsaState.RELEASED)
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from rsa_scheduler.core.states import RsaState
 from rsa_scheduler.slurm.parse import parse_show_job
 from tests.e2e.conftest import input_area, md5_of
 from tests.integration.conftest import as_user
@@ -145,13 +146,13 @@ for i in 1 2 3; do head -c 100M /dev/urandom > {area}/out/f$i; done
         while time.monotonic() < deadline:
             data = rsa_job(lab, job) or {}
             state = data.get("rsa_state")
-            if state in ("staging-out", "verifying"):
+            if state in (RsaState.STAGING_OUT, RsaState.VERIFYING):
                 slurm_state, _ = queue_line(lab, job)
                 nodes = node_states(lab)
                 # Slurm holds the job in stage-out, its compute node already free
                 if "STAGE_OUT" in slurm_state and all_free(nodes):
                     seen_released = True
-            if state in ("released", "quarantined"):
+            if state in (RsaState.RELEASED, RsaState.QUARANTINED):
                 break
             time.sleep(0.2)
         assert wait_state(lab, job, "released", timeout=30) == "released"

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from ClusterShell.NodeSet import NodeSet
 
+from rsa_scheduler.core.states import RsaState
 from tests.e2e.conftest import md5_of
 from tests.e2e.test_health import SSH_DIR, freeze, nodes, thaw
 from tests.integration.conftest import as_user
@@ -61,8 +62,9 @@ findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
             wait_for("the node lost", lambda: any(
                 t == "node-lost" for _, _, t in transitions(lab, job)), timeout=120)
             wait_for("staged again elsewhere", lambda: (d := rsa_job(lab, job)) and
-                     d["rsa_state"] in ("locked-in", "mounting-input", "mounted-input",
-                                        "tearing-down", "released")
+                     d["rsa_state"] in (RsaState.LOCKED_IN, RsaState.MOUNTING_INPUT,
+                                        RsaState.MOUNTED_INPUT, RsaState.TEARING_DOWN,
+                                        RsaState.RELEASED)
                      and d["cycle"] == 2, timeout=240)
         finally:
             thaw(pids)

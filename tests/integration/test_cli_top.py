@@ -14,15 +14,17 @@ from pathlib import Path
 import pytest
 
 from rsa_scheduler.core.directives import DirectiveSpec
+from rsa_scheduler.core.states import READY, TERMINAL, RsaState
 from tests.integration.conftest import as_user
 from tests.integration.slurmkit import Jobs, make_jobs, root, wait_for
 from tests.unit.test_cli_top import make_terminal
 
 FILL = ("-t", "5", "--wrap", "sleep 300")
 HELD = ("-H", "-t", "5", "--wrap", "sleep 60")
-#: rsa-states a job reaches after its stage-in (or instead of it)
-STAGED = frozenset({"staged-in", "locked-in", "lock-failed", "mounting-input", "mounted-input",
-                    "stage-in-failed", "tearing-down", "released", "declined"})
+#: rsa-states a job reaches after its stage-in (or instead of it): staged (core.states.READY),
+#: mounted, the stage-in failed, the RAMDISK going or gone
+STAGED = READY | TERMINAL | {RsaState.MOUNTING_INPUT, RsaState.MOUNTED_INPUT,
+                             RsaState.STAGE_IN_FAILED, RsaState.TEARING_DOWN}
 
 
 def rsa(lab: Mapping[str, str], *args: str, user: str = "root",

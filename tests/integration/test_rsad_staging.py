@@ -35,7 +35,7 @@ def state_of(lab: Mapping[str, str], job: str) -> str:
 
 def wait_state(lab: Mapping[str, str], job: str, *states: str, timeout: float = 90) -> str:
     try:
-        return wait_for(f"job {job} in {states}",
+        return wait_for(f"job {job} in {tuple(map(str, states))}",
                         lambda: s if (s := state_of(lab, job)) in states else None, timeout=timeout)
     except AssertionError as exc:  # say where the job got stuck, and why
         data = rsa_job(lab, job) or {}

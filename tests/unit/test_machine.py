@@ -28,7 +28,7 @@ from rsa_scheduler.core.scheduler import (
     Scheduler,
     StaleOutcome,
 )
-from rsa_scheduler.core.states import JobState, derive_job_state
+from rsa_scheduler.core.states import JobState, RsaState, derive_job_state
 from rsa_scheduler.core.transitions import Trigger
 from tests.unit.corekit import Driver, make_pool, make_scheduler, make_spec, obs
 
@@ -239,7 +239,7 @@ def test_a_job_released_while_running_is_not_told_again() -> None:
     assert "tell-user" in kinds(dec)
     d.answer("10")
     told = kinds(d.observe(obs("10", "RUNNING", spec=make_spec(data_out=None))))
-    assert "tell-user" not in told and d.state("10") in ("released", "tearing-down")
+    assert "tell-user" not in told and d.state("10") in (RsaState.RELEASED, RsaState.TEARING_DOWN)
 
 
 @pytest.mark.parametrize(("policy", "want_state", "want_kinds"), [
