@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -95,11 +96,12 @@ def blkio_cgroup(proc_cgroup: str) -> str:
 
 
 def parse_rules(text: str) -> dict[str, int]:
-    """``blkio.throttle.*_bps_device``: ``MAJ:MIN RATE`` lines -> {MAJ:MIN: RATE}."""
+    """``blkio.throttle.*_bps_device``: ``MAJ:MIN RATE`` lines -> {MAJ:MIN: RATE} (a rate
+    of 0 is no rule: writing it removes the rule)."""
     rules = {}
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit():
+        if len(parts) == 2 and parts[1].isdigit() and int(parts[1]):
             rules[parts[0]] = int(parts[1])
     return rules
 
@@ -327,9 +329,16 @@ def status(where: Paths = HOST) -> dict[str, str]:
 # --- lab-down and check-clean -------------------------------------------------------------
 
 
-def release(where: Paths = HOST, *, quiet: bool = False) -> None:
+def _losetup_detach(device: str) -> str | None:
+    done = run(["losetup", "-d", device], check=False)
+    return None if done.returncode == 0 else f"losetup -d {device}: {done.stderr.strip()}"
+
+
+def release(where: Paths = HOST, *, quiet: bool = False,
+            detach: Callable[[str], str | None] = _losetup_detach) -> None:
     """Reset the caps of the lab's devices, detach them and forget them (after the nodes
-    are stopped; idempotent). A device now attached to a file not of the lab is left alone."""
+    are stopped; idempotent). A device now attached to a file not of the lab is left alone.
+    ``detach`` detaches a device (losetup -d), saying what went wrong if anything."""
     devices = recorded(where)
     known = {d.device for d in devices}
     for d in lab_loops(where):  # attached, but the record was never written
@@ -346,9 +355,9 @@ def release(where: Paths = HOST, *, quiet: bool = False) -> None:
             continue
         problems = unthrottle(d, where)
         if backing is not None:
-            done = run(["losetup", "-d", d.device], check=False)
-            if done.returncode != 0:
-                problems.append(f"losetup -d {d.device}: {done.stderr.strip()}")
+            err = detach(d.device)
+            if err:
+                problems.append(err)
             detached.append(d.device)
         if problems:
             log(f"WARNING: {d.node}'s ssd device {d.device}: {'; '.join(problems)}")
