@@ -1,6 +1,6 @@
 """Two tiers in real lifecycles (issue 17, seed 000): the lab with ``RSA_LAB_TIERS=mixed``
 (``make lab-test-tiers``) has rsa1-2 in the ram tier (tmpfs) and rsa3-4 in the ssd tier
-(a directory on the host's disk), rsad with the shipped prices (ram 4, ssd 1 per
+(ext4 on a capped loop device each), rsad with the shipped prices (ram 4, ssd 1 per
 node-hour) and bandwidths.
 
 A ``#RSA_TIER=auto`` job lands on the cheaper ssd nodes, reads its input from that
