@@ -1,5 +1,6 @@
 """check-clean: prove that nothing of the lab is left (processes, mounts, namespaces,
-routes, links, qdiscs, listeners, state). Read-only: it reports, lab-down removes."""
+routes, links, qdiscs, listeners, ssd loop devices and their caps, state). Read-only: it
+reports, lab-down removes."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+from . import ssd
 from .common import (
     CTLD_ADDR,
     CTLD_PORT,
@@ -94,6 +96,7 @@ def leftovers(s: Settings) -> list[str]:
     if nft_guard_loaded():
         found.append(f"nftables table inet {NFT_GUARD}")
     found += [f"job cgroup {d}" for d in job_cgroups()]
+    found += ssd.leftovers()  # loop devices, throttle rules, bdi strict_limit
     if run(["ip", "link", "show", PFS_VETH], check=False).returncode == 0:
         found.append(f"link {PFS_VETH}")
     qdisc = run(["tc", "qdisc", "show", "dev", "lo"], check=False).stdout

@@ -49,7 +49,11 @@ class Settings:
         self.tiers = _env("RSA_LAB_TIERS", "ram")
         if self.tiers not in ("ram", "mixed"):
             raise ValueError(f"RSA_LAB_TIERS={self.tiers!r}: use ram or mixed")
+        # Each ssd node's pool: an ext4 image of RSA_LAB_SSD_SIZE (sparse) on its own loop
+        # device, whose reads and writes are capped at RSA_LAB_SSD_RATE bytes/s each way
+        # ("50M"; "0": not throttled). See lab/rsalab/ssd.py and docs/lab.md.
         self.ssd_size = _env("RSA_LAB_SSD_SIZE", "4G")
+        self.ssd_rate = parse_bytes(_env("RSA_LAB_SSD_RATE", "50M"), "RSA_LAB_SSD_RATE")
         self.user = "rsauser"
         self.other_user = "rsaother"
         self.cluster = "lab"
@@ -77,6 +81,21 @@ class Settings:
     @property
     def rsa_nodes(self) -> list[str]:
         return [f"rsa{i}" for i in range(1, self.n_rsa + 1)]
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_bytes(text: str, what: str = "size") -> int:
+    """``50M`` -> 52428800: a whole number with an optional binary suffix K, M, G or T
+    (``KiB``, ``MB``, ``m`` read the same); ``0`` is 0."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = t[-1:] if t[-1:].isalpha() else ""
+    num = t[:len(t) - len(unit)]
+    if not num.isdigit() or unit not in _UNITS:
+        raise ValueError(f"{what}={text!r}: use a whole number of bytes, K, M, G or T "
+                         "(e.g. 50M; 0 for none)")
+    return int(num) * _UNITS[unit]
 
 
 def _read_hooks() -> dict[str, Path]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-from . import pfs, rsad, rsanodes, slurm
+from . import pfs, rsad, rsanodes, slurm, ssd
 from .common import ENV_FILE, HOOKS_LOG, PFS_NET, RSA_NET, STATE, Settings
 
 RSA_YAML = STATE / "rsa.yaml"
@@ -22,7 +22,8 @@ def daemons(s: Settings) -> list[str]:
 
 
 def write(s: Settings) -> None:
-    ssd = ",".join(f"rsa{i}" for i in s.ssd_nodes)
+    ssd_nodes = ",".join(f"rsa{i}" for i in s.ssd_nodes)
+    pool = ssd.status()
     facts = {
         "RSA_LAB_USER": s.user,
         "RSA_LAB_OTHER_USER": s.other_user,
@@ -35,12 +36,17 @@ def write(s: Settings) -> None:
         "RSA_LAB_COMPUTE_NODES": f"c[1-{s.n_compute}]",
         "RSA_LAB_RSA_NODES": f"rsa[1-{s.n_rsa}]",
         "RSA_LAB_RSA_ADDRESSES": ",".join(rsanodes.addr(i) for i in range(1, s.n_rsa + 1)),
-        "RSA_LAB_RSA_SSD_NODES": ssd,
+        "RSA_LAB_RSA_SSD_NODES": ssd_nodes,
         "RSA_LAB_POOL_RAM": str(s.pool_root / "ram"),
         "RSA_LAB_POOL_SSD": str(s.pool_root / "ssd"),
         "RSA_LAB_RAM_SIZE": s.ram_size,
         "RSA_LAB_TIERS": s.tiers,
         "RSA_LAB_SSD_SIZE": s.ssd_size,
+        # the ssd pools: "loop" (ext4 image on a loop device) or "dir" (no loop device);
+        # their cap in bytes/s each way; "on" or "off: why" (tests skip with the why)
+        "RSA_LAB_SSD_POOL": pool["pool"],
+        "RSA_LAB_SSD_RATE": pool["rate"],
+        "RSA_LAB_SSD_THROTTLE": pool["throttle"],
         "RSA_LAB_SSH_USER": "root",
         "RSA_LAB_SSH_KEY": str(rsanodes.KEY),
         "RSA_LAB_SSH_KNOWN_HOSTS": str(rsanodes.KNOWN_HOSTS),

@@ -1,8 +1,9 @@
 """RSA nodes rsa1..N: each its own loopback address, sshd, mount+UTS namespace and pools.
 
 Inside node N's namespace (hostname rsaN) the common path /var/lib/rsa-node/ram is that
-node's own tmpfs, and /var/lib/rsa-node/ssd is its own directory on disk (ssd nodes) or a
-read-only empty directory (others). sshd listens on 127.0.1.N:22 only, key auth only.
+node's own tmpfs, and /var/lib/rsa-node/ssd is its own ext4 image on a loop device capped
+at RSA_LAB_SSD_RATE (ssd nodes; ssd.py) or a read-only empty directory (others). sshd
+listens on 127.0.1.N:22 only, key auth only.
 rsad (root) reaches them with /run/rsa-lab/ssh/id_ed25519 and .../known_hosts.
 """
 
@@ -16,8 +17,8 @@ import signal
 import time
 from pathlib import Path
 
+from . import ssd as ssdpool
 from .common import (
-    DATA,
     NS,
     RSA_NET,
     STATE,
@@ -58,6 +59,7 @@ def up(s: Settings) -> None:
              "-f", str(KEY)])
     AUTHORIZED.write_text(KEY.with_suffix(".pub").read_text())
     AUTHORIZED.chmod(0o600)
+    ssdpool.prepare(s)  # the ssd nodes' images, devices and caps, before the nodes mount them
     known = []
     for i, name in enumerate(s.rsa_nodes, start=1):
         a = addr(i)
@@ -105,11 +107,8 @@ def _start_node(s: Settings, i: int, name: str, d: Path) -> None:
     ram = s.pool_root / "ram"
     ssd = s.pool_root / "ssd"
     setup = [f"mount -t tmpfs -o size={s.ram_size},mode=0755 rsa-ram-{name} {ram}"]
-    if i in s.ssd_nodes:
-        disk = DATA / "ssd" / name
-        shutil.rmtree(disk, ignore_errors=True)
-        make_dir(disk, 0o755)
-        setup.append(f"mount --bind {disk} {ssd}")
+    if i in s.ssd_nodes:  # its device (reused as is when the node restarts) or directory
+        setup.append(ssdpool.mount_setup(name, ssd))
     else:  # no ssd pool here: make the shared host directory unwritable in this node
         setup.append(f"mount --bind {ssd} {ssd} && mount -o remount,bind,ro {ssd}")
     # A real RSA node has a plain root account. This VM's /root/.bashrc runs `pyenv init`,
@@ -125,9 +124,12 @@ def _start_node(s: Settings, i: int, name: str, d: Path) -> None:
 
 
 def down(s: Settings) -> None:
-    for name in reversed(s.rsa_nodes):
-        stop_node(name)
-    shutil.rmtree(DATA / "ssd", ignore_errors=True)
+    try:
+        for name in reversed(s.rsa_nodes):
+            stop_node(name)
+    finally:  # the nodes' mounts go with their namespaces; then the devices can go
+        ssdpool.release()
+        shutil.rmtree(ssdpool.HOST.images, ignore_errors=True)
     shutil.rmtree(SSH, ignore_errors=True)
 
 

@@ -1,6 +1,6 @@
 """Two tiers in real lifecycles (issue 17, seed 000): the lab with ``RSA_LAB_TIERS=mixed``
 (``make lab-test-tiers``) has rsa1-2 in the ram tier (tmpfs) and rsa3-4 in the ssd tier
-(a directory on the host's disk), rsad with the shipped prices (ram 4, ssd 1 per
+(ext4 on a capped loop device each), rsad with the shipped prices (ram 4, ssd 1 per
 node-hour) and bandwidths.
 
 A ``#RSA_TIER=auto`` job lands on the cheaper ssd nodes, reads its input from that
@@ -8,21 +8,28 @@ RAMDISK and has its output staged out and verified; with the ssd tier drained th
 gets ram nodes instead of waiting; ``#RSA_TIER=ram`` is served from the ram tier; with
 one node free in each tier, or for a job larger than either tier, auto builds one
 RAMDISK across nodes of both (``allocation.mix``).
+The ssd tier's pools are ext4 images on loop devices capped at RSA_LAB_SSD_RATE each way
+(lab/rsalab/ssd.py): a node's pool is such a device, the host's blkio root holds its rule,
+its dirty limit is strict, and random data written to the pool reaches the device.
 Skipped in a lab whose RSA nodes are all in one tier.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 from ClusterShell.NodeSet import NodeSet
 
+from rsa_scheduler.runner import Identity
 from tests.e2e.conftest import input_area, md5_of
 from tests.integration.slurmkit import make_jobs, root
-from tests.integration.test_rsad_staging import rsa_job, wait_state
+from tests.integration.test_rsad_staging import rsa_job, ssh, wait_state
 
 pytestmark = pytest.mark.tiers
 
@@ -149,3 +156,90 @@ def test_a_job_no_single_tier_can_hold_gets_nodes_of_both(
     data = run_through(lab, area, "auto", "#RSA_NODES=3\n")
     assert nodes_of(data) == NodeSet("rsa[1,3-4]"), data
     assert "tier auto chose a mix of ssd 2 nodes + ram 1 node" in json.dumps(data["events"])
+
+
+# --- the ssd tier's pools: loop devices with a bandwidth cap (lab/rsalab/ssd.py) ----------
+
+MIB = 1 << 20
+BLKIO = Path("/sys/fs/cgroup/blkio")
+WRITTEN = 80 * MIB  # random: data from /dev/zero barely reaches a disk
+
+
+def ssd_pool_device(lab: Mapping[str, str]) -> tuple[str, str]:
+    """The first ssd node's pool as that node sees it: (/dev/loopN, MAJ:MIN); skips when the
+    lab's ssd pools are no loop devices (RSA_LAB_SSD_POOL, set by lab-up)."""
+    pool = lab.get("RSA_LAB_SSD_POOL", "")
+    if pool != "loop":
+        why = lab.get("RSA_LAB_SSD_THROTTLE", "an older lab: no RSA_LAB_SSD_POOL")
+        pytest.skip(f"the lab's ssd pools are not loop devices ({pool or '?'}): {why}")
+    node = lab["RSA_LAB_RSA_SSD_NODES"].split(",")[0]
+    host = ssh(lab, int(node.removeprefix("rsa")))
+    try:
+        found = host.run(["findmnt", "-n", "-o", "SOURCE,FSTYPE", lab["RSA_LAB_POOL_SSD"]],
+                         timeout=30).stdout.split()
+    finally:
+        host.close()
+    assert len(found) == 2 and re.fullmatch(r"/dev/loop\d+", found[0]), found
+    assert found[1] == "ext4", found
+    majmin = Path("/sys/block", Path(found[0]).name, "dev").read_text().strip()
+    return found[0], majmin
+
+
+def throttled(lab: Mapping[str, str]) -> int:
+    """The lab's cap in bytes/s; skips, saying why, when lab-up could not set it."""
+    state = lab.get("RSA_LAB_SSD_THROTTLE", "off: an older lab (no RSA_LAB_SSD_THROTTLE)")
+    if state != "on":
+        pytest.skip(f"the lab's ssd tier is not throttled: {state.removeprefix('off: ')}")
+    return int(lab["RSA_LAB_SSD_RATE"])
+
+
+def rules(name: str) -> dict[str, int]:
+    """{MAJ:MIN: bytes/s} of the blkio root's read or write throttle rules."""
+    text = (BLKIO / f"blkio.throttle.{name}_bps_device").read_text()
+    return {dev: int(rate) for dev, rate in (line.split() for line in text.splitlines())}
+
+
+def written_to(majmin: str) -> int:
+    """Bytes written to the device so far, all blkio cgroups (background writeback is
+    charged to the root, an fsync to its caller's cgroup)."""
+    text = (BLKIO / "blkio.throttle.io_service_bytes_recursive").read_text()
+    for line in text.splitlines():
+        fields = line.split()
+        if fields[:2] == [majmin, "Write"]:
+            return int(fields[2])
+    return 0
+
+
+def test_an_ssd_nodes_pool_is_an_ext4_loop_device(lab: Mapping[str, str]) -> None:
+    device, majmin = ssd_pool_device(lab)
+    assert majmin.startswith("7:"), (device, majmin)  # the loop driver's major
+
+
+def test_the_ssd_pools_device_is_capped_and_random_writes_reach_it(
+        lab: Mapping[str, str]) -> None:
+    _, majmin = ssd_pool_device(lab)
+    rate = throttled(lab)
+    assert rules("read").get(majmin) == rate
+    assert rules("write").get(majmin) == rate
+    bdi = Path("/sys/class/bdi", majmin)
+    assert (bdi / "strict_limit").read_text().strip() == "1"
+    assert 0 < int((bdi / "max_bytes").read_text()) <= 16 * MIB
+    user = lab["RSA_LAB_USER"]
+    node = lab["RSA_LAB_RSA_SSD_NODES"].split(",")[0]
+    host = ssh(lab, int(node.removeprefix("rsa")))
+    work = f"{lab['RSA_LAB_POOL_SSD']}/e2e-throttle-{os.getpid()}"
+    before = written_to(majmin)
+    try:
+        host.run(["install", "-d", "-o", user, "-m", "0700", work], timeout=30)
+        host.run(["sh", "-c", f"head -c {WRITTEN} /dev/urandom > {work}/random && "
+                              f"sync {work}/random"],
+                 as_user=Identity.of(user), timeout=600)
+        deadline = time.monotonic() + 120  # the journal and metadata follow on their own
+        while written_to(majmin) - before < WRITTEN and time.monotonic() < deadline:
+            time.sleep(0.5)
+        grew = written_to(majmin) - before
+        assert grew >= WRITTEN, (f"{majmin}: {grew} bytes written to the device for "
+                                 f"{WRITTEN} bytes of random data in the pool")
+    finally:
+        host.run(["rm", "-rf", work], timeout=120, check=False)
+        host.close()
