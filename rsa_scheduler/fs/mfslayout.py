@@ -122,6 +122,11 @@ def _cfg(values: Mapping[str, object]) -> str:
     return "".join(f"{k} = {v}\n" for k, v in values.items())
 
 
+#: the fewest changelogs a RAMDISK's master keeps: below 2 MooseFS 3.0.x divides by zero at
+#: the first full hour (see :meth:`Layout.master_cfg`)
+MIN_BACK_LOGS = 2
+
+
 @dataclass(frozen=True, slots=True)
 class Layout:
     """Where everything of one MooseFS RAMDISK lives (pure: no I/O)."""
@@ -177,9 +182,16 @@ class Layout:
             "MATOML_LISTEN_HOST": a, "MATOML_LISTEN_PORT": self.base,
             "MATOCS_LISTEN_HOST": a, "MATOCS_LISTEN_PORT": self.base + 1,
             "MATOCL_LISTEN_HOST": a, "MATOCL_LISTEN_PORT": self.base + 2,
-            # a scratch FS: act on chunks at once, never throttle deletions
-            "CHUNKS_LOOP_MIN_TIME": 1, "CHUNKS_SOFT_DEL_LIMIT": 100000,
-            "CHUNKS_HARD_DEL_LIMIT": 200000, "BACK_LOGS": 1, "BACK_META_KEEP_PREVIOUS": 0,
+            # a scratch FS: never throttle deletions (the chunk loop's shortest time is 60 s:
+            # MooseFS raises anything lower to that)
+            "CHUNKS_LOOP_MIN_TIME": 60, "CHUNKS_SOFT_DEL_LIMIT": 100000,
+            "CHUNKS_HARD_DEL_LIMIT": 200000, "BACK_META_KEEP_PREVIOUS": 0,
+            # BACK_LOGS >= 2: MooseFS 3.0.x saves its metadata every BACK_LOGS/2 hours and
+            # takes the hour modulo that; BACK_LOGS 1 made it 0 and the master died of a
+            # division by zero at the first full hour of its life (SIGFPE in
+            # meta_dostoreall; fixed upstream in 4.x only): every client then hung. 2 saves
+            # the metadata every hour, which also keeps a repair's replay (mfsmaster -a) short
+            "BACK_LOGS": MIN_BACK_LOGS,
         })
 
     def cs_cfg(self, node: str) -> str:
