@@ -2,11 +2,14 @@
 
 rsad restarted with ``staging.stage_out_order: trio`` and ``flushes_per_target: 1``; four
 DATA_OUT-only jobs, one per compute node, each on its own RAMDISK, all staging out to the
-same PFS target. The first job (the biggest output, ~1 GiB: ~9 s through the lab's
+same PFS target. The first job (the biggest output, 1.5 GiB: ~18 s through the lab's
 1 Gbit/s PFS) ends alone; the other three end together while it copies, so all three
-wait for the one slot. Their outputs shrink with the job id, so the orders differ: TRIO
-admits them oldest job first (2, 3, 4), SJF would take the smallest first (4, 3, 2), and
-FIFO would copy all at once.
+wait for the one slot. Its copy must outlast the others' way from their end to the slot:
+in native mode Slurm's post_run and data_out hooks put ~10-14 s between a job's end and
+its stage-out reaching rsad (measured in the lab), so with 1 GiB (~12 s) job 1 sometimes
+finished before jobs 2 and 3 were waiting and job 4 rightly took the free slot. Their
+outputs shrink with the job id, so the orders differ: TRIO admits them oldest job first
+(2, 3, 4), SJF would take the smallest first (4, 3, 2), and FIFO would copy all at once.
 
 The oracle is on the PFS, not in rsad: a stage-out copies into
 ``DATA_OUT/.rsa-staging-<job>-<random>/`` after it took its slot and renames it away
@@ -30,7 +33,7 @@ from tests.integration.conftest import as_user
 from tests.integration.slurmkit import make_jobs, restart_lab_rsad, wait_for
 from tests.integration.test_rsad_staging import wait_state
 
-MIB = {1: 1024, 2: 300, 3: 200, 4: 100}  # output of job k, MiB (4 files each)
+MIB = {1: 1536, 2: 300, 3: 200, 4: 100}  # output of job k, MiB (4 files each; 2G RSA nodes)
 
 
 @contextmanager
@@ -112,7 +115,8 @@ def test_trio_gives_the_one_pfs_slot_to_the_oldest_waiting_job_first(
     assert most_at_once == 1, (most_at_once, first_seen, last_seen)
     # job 1 went first (alone), then the three waiting ones oldest first: not by size
     order = sorted(first_seen, key=first_seen.__getitem__)
-    assert order == [1, 2, 3, 4], (order, {ids[k]: MIB[k] for k in MIB})
+    assert order == [1, 2, 3, 4], (order, {ids[k]: MIB[k] for k in MIB}, first_seen,
+                                   last_seen)
     # and each one waited for the one before it: its copy began after that one's ended
     for a, b in itertools.pairwise(order):
         assert first_seen[b] >= last_seen[a], (a, b, first_seen, last_seen)
