@@ -726,16 +726,24 @@ def test_a_held_job_on_an_idle_cluster_is_staged_while_held_then_released(
     assert d.sched.records["7"].rsa_state.value == "mounted-input"
 
 
-def test_a_held_job_on_a_busy_cluster_is_released_at_once_and_queues_as_usual(
-        tmp_path: Path) -> None:
+def held_on_a_busy_cluster(tmp_path: Path, reason: str,
+                           idle: int) -> tuple[Daemon, ScriptedSlurm, list[str]]:
+    """A held job first seen pending on ``reason`` with ``idle`` debug nodes (it needs 2),
+    after one poll and everything that poll started."""
     slurm = ScriptedSlurm()
-    slurm.idle = {"debug": 1}  # the job needs 2 nodes
+    slurm.idle = {"debug": idle}
     seen: list[str] = []
     d = make_daemon(tmp_path, slurm, seen)
-    slurm.set("7", "PENDING", "BeginTime", hold=HOLD)
+    slurm.set("7", "PENDING", reason, hold=HOLD)
     d.poll()
     settle(d)
     flush_urgent(d)
+    return d, slurm, seen
+
+
+def test_a_held_job_on_a_busy_cluster_is_released_at_once_and_queues_as_usual(
+        tmp_path: Path) -> None:
+    d, slurm, seen = held_on_a_busy_cluster(tmp_path, "BeginTime", idle=1)
     rec = d.sched.records["7"]
     assert rec.job_state is JobState.QUEUED and rec.rsa_state.value == "none"
     assert seen == []  # no RSA node allocated for a job that could not start anyway
@@ -752,14 +760,7 @@ def test_a_held_job_slurm_first_shows_on_resources_is_judged_not_taken_on_deck(
     before Slurm applies its begin time (lab, slow machine: over 3 s). With the marker
     live it is held; on a busy cluster it is released with no RSA node taken (it used to
     be taken on-deck and staged while held, then told "input staged")."""
-    slurm = ScriptedSlurm()
-    slurm.idle = {"debug": 0}  # the cluster is full
-    seen: list[str] = []
-    d = make_daemon(tmp_path, slurm, seen)
-    slurm.set("7", "PENDING", "Resources", hold=HOLD)
-    d.poll()
-    settle(d)
-    flush_urgent(d)
+    d, slurm, seen = held_on_a_busy_cluster(tmp_path, "Resources", idle=0)  # full
     rec = d.sched.records["7"]
     assert rec.job_state is JobState.QUEUED and rec.rsa_state.value == "none"
     assert seen == []
