@@ -31,7 +31,7 @@ import pytest
 from tests.e2e.conftest import input_area, md5_of
 from tests.integration.conftest import as_user
 from tests.integration.slurmkit import make_jobs, restart_lab_rsad, wait_for
-from tests.integration.test_rsad_staging import wait_state
+from tests.integration.test_rsad_staging import state_of, wait_state
 
 MIB = {1: 1536, 2: 300, 3: 200, 4: 100}  # output of job k, MiB (4 files each; 2G RSA nodes)
 
@@ -122,3 +122,37 @@ def test_trio_gives_the_one_pfs_slot_to_the_oldest_waiting_job_first(
         assert first_seen[b] >= last_seen[a], (a, b, first_seen, last_seen)
     for k in MIB:
         assert (area / "res" / f"md5-{k}").read_text() == md5_of(area / f"out{k}")
+
+
+def test_a_crash_while_stage_outs_wait_for_the_slot_loses_nothing(
+        lab: Mapping[str, str], area: Path) -> None:
+    """kill -9 of rsad while job 1 copies and jobs 2-4 wait for the one PFS slot: the
+    restarted rsad stages every output out, verified, with the cap kept, and leaves no
+    part directory behind."""
+    with rsad_configured(lab, "  stage_out_order: trio\n  flushes_per_target: 1\n"), \
+            make_jobs(lab) as jobs:
+        ids = {k: jobs.submit(script=script(area, k)) for k in MIB}
+        wait_for("every job wrote its output", lambda: all(
+            (area / "res" / f"ready{k}").exists() for k in MIB), timeout=300, every=0.5)
+        (area / "res" / "go1").touch()
+        wait_for("job 1 copying", lambda: 1 in copying(area), timeout=120, every=0.1)
+        (area / "res" / "gorest").touch()
+
+        def waiting() -> bool:  # jobs 2-4 in their stage-out, none of them copying
+            return not copying(area) & {2, 3, 4} and all(
+                state_of(lab, ids[k]) == "staging-out" for k in (2, 3, 4))
+
+        wait_for("jobs 2-4 waiting for the slot", waiting, timeout=60, every=0.2)
+        assert 1 in copying(area), "job 1's copy ended before the others waited"
+        restart_lab_rsad(signal.SIGKILL)
+        most_at_once = 0
+        deadline = time.monotonic() + 600
+        while not all(state_of(lab, ids[k]) == "released" for k in MIB):
+            assert time.monotonic() < deadline, {k: state_of(lab, ids[k]) for k in MIB}
+            most_at_once = max(most_at_once, len(copying(area)))
+            time.sleep(0.2)
+    assert most_at_once <= 1, most_at_once  # the cap holds after the restart
+    for k in MIB:
+        assert (area / "res" / f"md5-{k}").read_text() == md5_of(area / f"out{k}"), k
+        assert not [p.name for p in (area / f"out{k}").iterdir()
+                    if p.name.startswith(".rsa-staging-")], k
