@@ -134,8 +134,14 @@ def shared(lab: Mapping[str, str]) -> Iterator[tuple[Path, Path, Path]]:
                            timeout=120)
 
 
+RSYNC_TEMPLATE = "rsync -aH --from0 --files-from={list} {recursive} {src}/ {dst}/"
+
+
+@pytest.mark.parametrize("copy_tool", ["engine", "rsync", "custom"])
 def test_stage_out_refuses_symlinks_planted_in_a_shared_data_out(
-        lab: Mapping[str, str], shared: tuple[Path, Path, Path]) -> None:
+        lab: Mapping[str, str], shared: tuple[Path, Path, Path], copy_tool: str) -> None:
+    """Whatever copies (the engine's tar and dd, real rsync, the operator's documented
+    custom template), nothing is written through another user's symlinks."""
     src, dst, victim = shared
     other = lab["RSA_LAB_OTHER_USER"]
     plant = (f"ln -s {victim}/small {dst}/small && ln -s {victim}/big {dst}/big && "
@@ -147,7 +153,8 @@ def test_stage_out_refuses_symlinks_planted_in_a_shared_data_out(
                    known_hosts=lab["RSA_LAB_SSH_KNOWN_HOSTS"])
     try:
         eng = StagingEngine([host], Identity.of(lab["RSA_LAB_USER"]), job_id="4343",
-                            big_bytes=1 << 20)
+                            big_bytes=1 << 20, copy_tool=copy_tool,
+                            copy_command=RSYNC_TEMPLATE if copy_tool == "custom" else "")
         with pytest.raises(StagingError) as err:
             eng.stage_out(str(src), str(dst))
     finally:
