@@ -7,7 +7,8 @@ the settings every part reads, an operation's deadline and internal cancel token
 as the user (``_user``: failures become :class:`StagingError`, a cancel
 :class:`Cancelled`), the parallel streams over the nodes (``_parallel``: the first failure
 or a cancel stops every stream), the scan (``_scan``) and the refusals that come before
-any copy (unreadable sources, symlinks planted at the destination).
+any copy (unreadable sources, symlinks planted at the destination, an input larger than
+the RAMDISK's free space).
 
 Cancellation: the caller's :class:`CancelToken` (and the first failing bucket) cancel an
 internal token handed to every running ``Host.run``, whose implementation kills the
@@ -26,6 +27,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
+from rsa_scheduler.core.units import format_size
 from rsa_scheduler.hosts import Cancelled, CancelToken, Host
 from rsa_scheduler.runner import CommandError, Completed, Identity
 from rsa_scheduler.staging import scripts
@@ -42,6 +44,15 @@ from rsa_scheduler.staging.report import Progress, ProgressMeter, StagingError, 
 # The engine's one logger, whichever of its parts logs (sites and tests filter on it).
 log = logging.getLogger("rsa_scheduler.staging.engine")
 T = TypeVar("T")
+
+
+def capacity_hint(nbytes: int) -> str:
+    """A ``#RSA_CAPACITY`` value a quarter above ``nbytes``, in whole G (or M)."""
+    want = nbytes * 5 // 4
+    gib, mib = 1 << 30, 1 << 20
+    if want >= gib:
+        return f"{-(-want // gib)}G"
+    return f"{max(1, -(-want // mib))}M"
 
 
 class Commands:
@@ -106,6 +117,43 @@ class Commands:
                 f"{phase} refused: user {self.identity.user} cannot read {len(bad)} "
                 f"object(s) in {root}: {shown}{more}; fix their permissions or remove them",
                 permanent=True)
+
+    def _refuse_too_big(self, host: Host, src: str, dst: str, nbytes: int, files: int,
+                        phase: str) -> None:
+        """Refuse a copy larger than the free space of ``dst`` (the RAMDISK) before any of
+        it is written: a copy that runs the RAMDISK full fails anyway, after minutes, and
+        meanwhile fills its RSA nodes' pools. ``nbytes`` counts sizes; a sparse input takes
+        less, so what the source really occupies (``du``, only then) decides."""
+        free = self._free_bytes(host, dst, phase)
+        if free is None or nbytes <= free:
+            return
+        used = self._used_bytes(host, src, phase)
+        need = nbytes if used is None else min(nbytes, used)
+        if need <= free:
+            return
+        raise StagingError(
+            f"{phase} refused: the input to copy ({format_size(need)} in {files} file(s)) "
+            f"is larger than the RAMDISK's free space ({format_size(free)}): give the "
+            f"job's input size with #RSA_CAPACITY (e.g. #RSA_CAPACITY="
+            f"{capacity_hint(need)}) to get enough RSA nodes", permanent=True)
+
+    def _free_bytes(self, host: Host, path: str, phase: str) -> int | None:
+        done = self._user(host, ["df", "-B1", "--output=avail", "--", path],
+                          f"{phase}: free space of {path}")
+        try:
+            return int(done.stdout.split()[-1])
+        except (IndexError, ValueError):
+            log.warning("%s: %s: could not read the free space of %s: %r", self.job_id,
+                        phase, path, done.stdout[-200:])
+            return None
+
+    def _used_bytes(self, host: Host, path: str, phase: str) -> int | None:
+        done = self._user(host, ["du", "-s", "-B1", "--", path],
+                          f"{phase}: space used by {path}")
+        try:
+            return int(done.stdout.split()[0])
+        except (IndexError, ValueError):
+            return None
 
     # --- running commands -------------------------------------------------------------
 

@@ -80,6 +80,8 @@ class TreeCopy(Commands):
                  already)
         if phase == "stage-out":
             self._take_slot(dst, plan.bytes)
+        else:
+            self._refuse_too_big(first, src, dst, plan.bytes, plan.files, phase)
         self._user(first, scripts.mkdirs_argv(dst), f"{phase}: creating directories",
                    input=scripts.encode_list(d.path for d in plan.dirs))
         meter = ProgressMeter(phase, plan.files, plan.bytes, self.progress,

@@ -214,7 +214,7 @@ def test_refused_stage_in_declines_and_tells_the_user(tmp_path: Path) -> None:
     rec = d.sched.records["7"]
     # released, and still on-deck: the next allocation attempt sees it was declined
     assert rec.declined and rec.rsa_state.value == "declined"
-    assert any(c == ("comment", "RSA: the user cannot read DATA_IN (or PREPROCESS failed): "
+    assert any(c == ("comment", "RSA: stage-in refused (retrying cannot help): "
                      "job uses the PFS: stage-in refused") for c in slurm.calls), slurm.calls
 
 

@@ -601,3 +601,57 @@ def test_a_copy_command_without_its_placeholders_is_refused(
         user: Identity, template: str, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         StagingEngine([LocalHost()], user, copy_tool="custom", copy_command=template)
+
+
+@contextlib.contextmanager
+def small_ramdisk(path: Path, user: Identity, size: str) -> Any:
+    """A real tmpfs of ``size`` at ``path`` (the RAMDISK root, the user's), unmounted
+    afterwards whatever the test did."""
+    path.mkdir(exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700",
+                    "rsa-unit-small", str(path)], check=True, timeout=30)
+    try:
+        os.chown(path, user.uid, user.gid)
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=False, timeout=30)
+
+
+def own_source(area: Path, user: Identity, files: dict[str, bytes | int]) -> Path:
+    """``area/src2`` holding ``files``: bytes as content, an int as the size of a sparse
+    file with one byte of data at its start."""
+    src = area / "src2"
+    src.mkdir()
+    for name, what in files.items():
+        with open(src / name, "wb") as f:
+            if isinstance(what, int):
+                f.write(b"x")
+                f.truncate(what)
+            else:
+                f.write(what)
+        os.chown(src / name, user.uid, user.gid)
+    os.chown(src, user.uid, user.gid)
+    return src
+
+
+def test_an_input_larger_than_the_ramdisk_is_refused_before_any_copy(
+        area: Path, user: Identity) -> None:
+    src = own_source(area, user, {"huge": os.urandom(6 << 20), "small": b"s"})
+    with small_ramdisk(area / "ram", user, "4m") as ram:
+        with pytest.raises(StagingError) as err:
+            make_engine(user).stage_in(str(src), str(ram))
+        assert list(ram.iterdir()) == []  # nothing written, the pool not filled
+    msg = str(err.value)
+    assert err.value.permanent
+    assert msg == ("stage-in refused: the input to copy (6M in 2 file(s)) is larger than "
+                   "the RAMDISK's free space (4M): give the job's input size with "
+                   "#RSA_CAPACITY (e.g. #RSA_CAPACITY=8M) to get enough RSA nodes"), msg
+    assert (src / "huge").stat().st_size == 6 << 20  # the input is untouched
+
+
+def test_a_sparse_input_counts_by_what_it_occupies(area: Path, user: Identity) -> None:
+    """64 MiB by size, one 16 MiB block by what dd writes: it fits a 20 MiB RAMDISK."""
+    src = own_source(area, user, {"sparse": 64 << 20, "small": b"s"})
+    with small_ramdisk(area / "ram", user, "20m") as ram:
+        make_engine(user).stage_in(str(src), str(ram))
+        assert tree_state(ram) == tree_state(src)
