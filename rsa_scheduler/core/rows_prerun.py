@@ -210,7 +210,7 @@ def rows() -> list[Rule]:
         Rule(S.STAGING_IN, T.STAGE_IN_REFUSED, S.TEARING_DOWN,
              actions=(A.TELL_USER, A.DESTROY_FS), effects=(E.MARK_DECLINED,),
              ref="§3.4 (scripts run as the user); ext: refusal",
-             note="stage-in refused (retrying cannot help): job uses the PFS"),
+             note="refused, no retry: job uses the PFS"),
         Rule(S.STAGING_IN, T.CANCEL_STAGING, S.TEARING_DOWN, actions=CANCEL_TEARDOWN,
              effects=(E.MARK_DECLINED,), ref=REF_USER_CANCEL,
              note="staging cancelled by the user: stop staging and tear down"),

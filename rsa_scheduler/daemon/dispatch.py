@@ -39,6 +39,16 @@ SIBLING_WAIT = 120.0
 
 #: alerts kept in memory (``rsa status`` shows the newest)
 KEEP_ALERTS = 100
+COMMENT_MAX = 250  # characters of a job comment rsad writes (squeue shows it whole)
+
+
+def fit_comment(text: str, limit: int = COMMENT_MAX) -> str:
+    """``text`` cut to ``limit`` characters in the middle: a message says what happened
+    first and what to do last, and both must stay (``rsa job`` shows it whole)."""
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 5
+    return f"{text[:head].rstrip()} … {text[-(limit - head - 3):].lstrip()}"
 
 
 @dataclass
@@ -198,7 +208,7 @@ class Dispatcher:
                     self._writing.discard(job_id)
                     return
             try:
-                self.slurm.set_comment(job_id, text[:250])
+                self.slurm.set_comment(job_id, fit_comment(text))
             except SlurmError as e:
                 log.info("job %s: could not set the comment: %s", job_id, e)
 

@@ -23,6 +23,7 @@ released at once. Everything here is pure: ``now`` and facts in, verdicts out.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -65,6 +66,15 @@ def _take(left: dict[str, int], partitions: str, nodes: int) -> bool:
     return False
 
 
+# "...: job uses the PFS" and the like, which the core's notes say of a declined job
+PFS_CLAUSE = re.compile(r"\s*[:;,]\s*(?:the )?(?:job|it) (?:uses|reads) the PFS")
+
+
+def without_pfs_clause(message: str) -> str:
+    """A core message without its "job uses the PFS" clause (said once elsewhere)."""
+    return PFS_CLAUSE.sub("", message).strip()
+
+
 def hold_verdict(job_id: str, rec: JobRecord | None, can_start: bool) -> Release | None:
     """What to do with a job Slurm holds for the RSA: None keeps holding it."""
     if rec is None:
@@ -72,7 +82,8 @@ def hold_verdict(job_id: str, rec: JobRecord | None, can_start: bool) -> Release
     if rec.rsa_state in READY:
         return Release(job_id, "RSA: input staged to the RAMDISK; released to start")
     if rec.declined or rec.rsa_state is RsaState.DECLINED:
-        why = f" ({rec.message})" if rec.message else ""
+        # the PFS is said once, at the end: the comment has room for the why
+        why = f" ({without_pfs_clause(rec.message)})" if rec.message else ""
         return Release(job_id, f"RSA: no RAMDISK for this run{why}; released to start: "
                                "it reads from the PFS")
     if not can_start and rec.rsa_state in AWAITING_NODES:

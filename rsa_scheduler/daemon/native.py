@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.machine import JobRecord
 from rsa_scheduler.core.policy import NodeState
 from rsa_scheduler.core.states import LEFT_QUEUE, STAGED, TEARDOWN, TERMINAL, JobState, RsaState
+from rsa_scheduler.daemon.holds import without_pfs_clause
 
 log = logging.getLogger(__name__)
 
@@ -88,12 +88,9 @@ class BbJob:
 
 #: the core's messages say where a declined job's data comes from in queue mode ("the job
 #: uses the PFS"); in native mode Slurm holds such a job instead, so that clause is untrue
-_PFS_CLAUSE = re.compile(r"\s*[:;,]\s*(?:the )?(?:job|it) (?:uses|reads) the PFS")
-
-
 def native_text(message: str) -> str:
     """A core message as it is true in native mode (without the PFS fallback clause)."""
-    return _PFS_CLAUSE.sub("", message).strip()
+    return without_pfs_clause(message)
 
 
 def answer_data_in(rec: JobRecord | None, seen: bool) -> Answer:

@@ -77,6 +77,8 @@ class Commands:
     stripe_min: int
     stream_objects: int
     verify_range_bytes: int
+    # seconds a fresh RAMDISK's free space may take to count all its nodes
+    free_space_settle: float = 10.0
     _deadline: float
     _abort: CancelToken
     _held: contextlib.ExitStack
@@ -129,13 +131,19 @@ class Commands:
             return
         used = self._used_bytes(host, src, phase)
         need = nbytes if used is None else min(nbytes, used)
-        if need <= free:
+        # A fresh MooseFS counts its chunkservers' space into statfs a moment after they
+        # registered (seen in the lab: 0, then one node's, then all): a short reading is
+        # read again for ``free_space_settle`` seconds before the input is refused.
+        deadline = self.clock() + self.free_space_settle
+        while free is not None and need > free and self.clock() < deadline:
+            self._abort.wait(0.5)
+            free = self._free_bytes(host, dst, phase)
+        if free is None or need <= free:
             return
         raise StagingError(
-            f"{phase} refused: the input to copy ({format_size(need)} in {files} file(s)) "
-            f"is larger than the RAMDISK's free space ({format_size(free)}): give the "
-            f"job's input size with #RSA_CAPACITY (e.g. #RSA_CAPACITY="
-            f"{capacity_hint(need)}) to get enough RSA nodes", permanent=True)
+            f"{phase} refused: the input ({format_size(need)} in {files} files) is larger "
+            f"than the RAMDISK's free space ({format_size(free)}): set #RSA_CAPACITY="
+            f"{capacity_hint(need)} or more to get RSA nodes that hold it", permanent=True)
 
     def _free_bytes(self, host: Host, path: str, phase: str) -> int | None:
         done = self._user(host, ["df", "-B1", "--output=avail", "--", path],

@@ -214,7 +214,7 @@ def test_refused_stage_in_declines_and_tells_the_user(tmp_path: Path) -> None:
     rec = d.sched.records["7"]
     # released, and still on-deck: the next allocation attempt sees it was declined
     assert rec.declined and rec.rsa_state.value == "declined"
-    assert any(c == ("comment", "RSA: stage-in refused (retrying cannot help): "
+    assert any(c == ("comment", "RSA: refused, no retry: "
                      "job uses the PFS: stage-in refused") for c in slurm.calls), slurm.calls
 
 
@@ -1192,3 +1192,17 @@ def test_a_fresh_rsad_takes_a_big_queue_on_over_several_cycles(
     assert len(d.sched.records) == 26
     d.shutdown()
 
+
+
+def test_a_long_comment_keeps_what_happened_and_what_to_do() -> None:
+    from rsa_scheduler.daemon.dispatch import COMMENT_MAX, fit_comment
+
+    short = "RSA: input staged to the RAMDISK; released to start"
+    assert fit_comment(short) == short
+    long = ("RSA: no RAMDISK for this run (" + "why " * 60 +
+            "set #RSA_CAPACITY=3G); released to start: it reads from the PFS")
+    fitted = fit_comment(long)
+    assert len(fitted) <= COMMENT_MAX < len(long)
+    assert fitted.startswith("RSA: no RAMDISK for this run (why")
+    assert fitted.endswith("set #RSA_CAPACITY=3G); released to start: it reads from the PFS")
+    assert " … " in fitted

@@ -123,3 +123,17 @@ def test_planned_nodes_count_as_idle() -> None:
             "debug*|up|infinite|1|idle|c4\n")
     assert parse_sinfo_partitions(text) == {"debug": 4}
     assert startable([("20", "debug", 3)], parse_sinfo_partitions(text)) == {"20"}
+
+
+def test_a_declined_jobs_release_says_the_pfs_once() -> None:
+    r = rec(RsaState.DECLINED, message=(
+        "refused, no retry: job uses the PFS: stage-in refused: the input (2.3G in 2 "
+        "files) is larger than the RAMDISK's free space (1.94G): set #RSA_CAPACITY=3G or "
+        "more to get RSA nodes that hold it"))
+    verdict = hold_verdict("7", r, True)
+    assert verdict is not None
+    assert verdict.message == (
+        "RSA: no RAMDISK for this run (refused, no retry: stage-in refused: the input (2.3G "
+        "in 2 files) is larger than the RAMDISK's free space (1.94G): set #RSA_CAPACITY=3G "
+        "or more to get RSA nodes that hold it); released to start: it reads from the PFS")
+    assert len(verdict.message) <= 250

@@ -78,12 +78,12 @@ def test_data_in_of_a_job_without_rsa_work_is_done_once_the_queue_was_read() -> 
 
 def test_a_refused_stage_in_fails_with_what_to_do_and_no_pfs_promise() -> None:
     rec = record(RsaState.TEARING_DOWN, declined=True, message=(
-        "stage-in refused (retrying cannot help): job uses the PFS: cannot "
+        "refused, no retry: job uses the PFS: cannot "
         "read /pfs/in: Permission denied"))
     answer = answer_data_in(rec, seen=True)
     assert answer.status == "failed"
     assert answer.message == (
-        "stage-in of job 7 failed: stage-in refused (retrying cannot help): "
+        "stage-in of job 7 failed: refused, no retry: "
         "cannot read /pfs/in: Permission denied; fix it, then scancel the job and submit "
         "it again")
     assert native_text("the RSA gave up on this job; it uses the PFS") == \

@@ -638,14 +638,16 @@ def test_an_input_larger_than_the_ramdisk_is_refused_before_any_copy(
         area: Path, user: Identity) -> None:
     src = own_source(area, user, {"huge": os.urandom(6 << 20), "small": b"s"})
     with small_ramdisk(area / "ram", user, "4m") as ram:
+        eng = make_engine(user)
+        eng.free_space_settle = 1.0  # read again for a second (a local tmpfs is settled)
         with pytest.raises(StagingError) as err:
-            make_engine(user).stage_in(str(src), str(ram))
+            eng.stage_in(str(src), str(ram))
         assert list(ram.iterdir()) == []  # nothing written, the pool not filled
     msg = str(err.value)
     assert err.value.permanent
-    assert msg == ("stage-in refused: the input to copy (6M in 2 file(s)) is larger than "
-                   "the RAMDISK's free space (4M): give the job's input size with "
-                   "#RSA_CAPACITY (e.g. #RSA_CAPACITY=8M) to get enough RSA nodes"), msg
+    assert msg == ("stage-in refused: the input (6M in 2 files) is larger than the "
+                   "RAMDISK's free space (4M): set #RSA_CAPACITY=8M or more to get RSA "
+                   "nodes that hold it"), msg
     assert (src / "huge").stat().st_size == 6 << 20  # the input is untouched
 
 
@@ -654,4 +656,20 @@ def test_a_sparse_input_counts_by_what_it_occupies(area: Path, user: Identity) -
     src = own_source(area, user, {"sparse": 64 << 20, "small": b"s"})
     with small_ramdisk(area / "ram", user, "20m") as ram:
         make_engine(user).stage_in(str(src), str(ram))
+        assert tree_state(ram) == tree_state(src)
+
+
+def test_free_space_that_grows_soon_is_waited_for(area: Path, user: Identity) -> None:
+    """A fresh MooseFS shows its nodes' space a moment after it is up: a RAMDISK that
+    grows within ``free_space_settle`` takes the input (here a tmpfs remounted larger)."""
+    src = own_source(area, user, {"huge": os.urandom(6 << 20)})
+    with small_ramdisk(area / "ram", user, "4m") as ram:
+        grow = threading.Timer(1.0, lambda: subprocess.run(
+            ["mount", "-o", "remount,size=16m", str(ram)], check=True, timeout=30))
+        grow.start()
+        try:
+            make_engine(user).stage_in(str(src), str(ram))
+        finally:
+            grow.cancel()
+            grow.join()
         assert tree_state(ram) == tree_state(src)
