@@ -10,8 +10,9 @@ or a cancel stops every stream), the scan (``_scan``) and the refusals that come
 any copy (unreadable sources, symlinks planted at the destination).
 
 Cancellation: the caller's :class:`CancelToken` (and the first failing bucket) cancel an
-internal token handed to every running ``Host.run``, whose implementation kills the
-remote process tree; the engine then raises :class:`Cancelled` (or the first error).
+internal token (a child of the caller's: ``CancelToken.child``) handed to every running
+``Host.run``, whose implementation kills the remote process tree; the engine then raises
+:class:`Cancelled` (or the first error).
 
 Must not import the daemon, the store or Slurm, nor any other part of the engine.
 """
@@ -111,7 +112,9 @@ class Commands:
 
     def _start(self) -> None:
         self.cancel.check()
-        self._abort = CancelToken()
+        # cancelled with the caller's token: a command running alone (a scan, a script,
+        # the listing) is killed on cancel as the parallel streams' are
+        self._abort = self.cancel.child()
         self._deadline = self.clock() + self.timeout
         self._held = contextlib.ExitStack()
 
@@ -187,8 +190,6 @@ class Commands:
             futures = [pool.submit(worker, h) for _ in range(per) for h in self.hosts]
             while True:
                 _, running = cf.wait(futures, timeout=0.2)
-                if self.cancel.cancelled and not self._abort.cancelled:
-                    self._abort.cancel(self.cancel.reason)
                 if meter is not None:
                     meter.tick()
                 if not running:
