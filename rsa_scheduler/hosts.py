@@ -9,7 +9,9 @@ unit tests).
 
 from __future__ import annotations
 
+import shlex
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -27,15 +29,41 @@ class Cancelled(RsaError):
 
 
 class CancelToken:
-    """A flag shared between the daemon and a running operation."""
+    """A flag shared between the daemon and a running operation.
+
+    :meth:`child` makes a token cancelled with this one that can also be cancelled
+    alone: a part of an operation (one staging command, a copy stopped by the RAMDISK's
+    watch) is stopped without stopping its owner."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
         self.reason = ""
+        self._lock = threading.Lock()
+        # weak: a child its holder dropped needs no cancelling (an engine makes one per
+        # operation); a child holds its parent, so a chain lives as long as its last link
+        self._children: weakref.WeakSet[CancelToken] = weakref.WeakSet()
+        self._parent: CancelToken | None = None
 
     def cancel(self, reason: str = "cancelled") -> None:
-        self.reason = reason
-        self._event.set()
+        with self._lock:
+            self.reason = reason
+            self._event.set()
+            children = list(self._children)
+        for child in children:
+            child.cancel(reason)
+
+    def child(self) -> CancelToken:
+        """A new token, cancelled (with this one's reason) when this one is, at once if
+        it already is; cancelling the child leaves this one alone."""
+        token = CancelToken()
+        token._parent = self
+        with self._lock:
+            if not self._event.is_set():
+                self._children.add(token)
+                return token
+            reason = self.reason
+        token.cancel(reason)
+        return token
 
     @property
     def cancelled(self) -> bool:
@@ -65,7 +93,9 @@ class Host(Protocol):
 
 
 class LocalHost:
-    """This machine as an RSA node (tmpfs backend, tests)."""
+    """This machine as an RSA node (tmpfs backend, tests). A cancel kills the running
+    command's process group, as :class:`~rsa_scheduler.remote.SshHost` kills its remote
+    tree, and raises :class:`Cancelled`."""
 
     def __init__(self, name: str = "localhost") -> None:
         self.name = name
@@ -77,16 +107,23 @@ class LocalHost:
             cancel: CancelToken | None = None) -> Completed:
         if cancel is not None:
             cancel.check()
-        if as_user is None or not as_user.scope:
-            return self._runner(argv, timeout=timeout, check=check, input=input,
-                                as_user=as_user, env=env)
-        # in the job's cgroup, as on a remote node: root joins it, then drops to the user
-        wrapped = contain_argv(as_user.scope, "077", [
-            *as_user.setpriv(), "env", "-i",
-            *(f"{k}={v}" for k, v in as_user.env(env).items()), *argv])
+        stopped = None if cancel is None else (lambda: cancel.cancelled)
         try:
-            done = self._runner(wrapped, timeout=timeout, check=check, input=input)
+            if as_user is None or not as_user.scope:
+                return self._runner(argv, timeout=timeout, check=check, input=input,
+                                    as_user=as_user, env=env, stopped=stopped)
+            # in the job's cgroup, as on a remote node: root joins it, then drops to the user
+            wrapped = contain_argv(as_user.scope, "077", [
+                *as_user.setpriv(), "env", "-i",
+                *(f"{k}={v}" for k, v in as_user.env(env).items()), *argv])
+            done = self._runner(wrapped, timeout=timeout, check=check, input=input,
+                                stopped=stopped)
         except CommandError as e:
+            if e.stopped and cancel is not None:
+                raise Cancelled(f"{self.name}: {shlex.join(argv[:4])}: "
+                                f"{cancel.reason}") from None
+            if as_user is None or not as_user.scope:
+                raise
             raise CommandError(argv, e.returncode, e.stderr_tail,
                                timeout=timeout if e.timed_out else None) from None
         out = done.stdout.partition("\n")[2] if done.stdout.startswith(

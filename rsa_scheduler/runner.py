@@ -1,9 +1,10 @@
 """The one seam through which rsa-scheduler runs local processes.
 
-Owns :func:`run` (argv list in, :class:`Completed` out; hard timeout that kills the whole
-process group; optional identity switch to a user's uid/gid/groups with a clean
-environment) and :class:`CommandError`, which carries argv, exit code and the tail of
-stderr. Tests swap the :class:`Runner` seam, never ``subprocess`` itself.
+Owns :func:`run` (argv list in, :class:`Completed` out; hard timeout, and optionally a
+caller's "stop now", that kill the whole process group; optional identity switch to a
+user's uid/gid/groups with a clean environment) and :class:`CommandError`, which carries
+argv, exit code and the tail of stderr. Tests swap the :class:`Runner` seam, never
+``subprocess`` itself.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from rsa_scheduler.errors import RsaError
 
 STDERR_TAIL = 2000
+STOP_POLL = 0.1  # seconds between looks at a caller's stop condition (run(stopped=...))
 CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -80,14 +82,18 @@ class CommandError(RsaError):
     """A command failed or timed out; carries what an operator needs to debug it."""
 
     def __init__(self, argv: Sequence[str], returncode: int | None, stderr: str,
-                 *, timeout: float | None = None) -> None:
+                 *, timeout: float | None = None, stopped: bool = False) -> None:
         self.argv = tuple(argv)
         self.returncode = returncode
         self.stderr_tail = stderr[-STDERR_TAIL:]
         self.timed_out = timeout is not None
+        #: the caller stopped it (``run(stopped=...)``) before it ended
+        self.stopped = stopped
         cmd = " ".join(self.argv[:6]) + (" ..." if len(self.argv) > 6 else "")
         if timeout is not None:
             msg = f"{cmd}: timed out after {timeout:g}s (process group killed)"
+        elif stopped:
+            msg = f"{cmd}: stopped before it ended (process group killed)"
         else:
             last = self.stderr_tail.strip().splitlines()[-1:] or ["no error output"]
             msg = f"{cmd}: exit {returncode}: {last[0]}"
@@ -112,23 +118,25 @@ class LocalRunner:
 
     def __call__(self, argv: Sequence[str], *, timeout: float, check: bool = True,
                  input: str | None = None, as_user: Identity | None = None,
-                 env: Mapping[str, str] | None = None, cwd: str | None = None
-                 ) -> Completed:
+                 env: Mapping[str, str] | None = None, cwd: str | None = None,
+                 stopped: Callable[[], bool] | None = None) -> Completed:
         return run(argv, timeout=timeout, check=check, input=input, as_user=as_user,
                    env=env if env is not None else (
                        as_user.env() if as_user else dict(self.base_env)),
-                   cwd=cwd)
+                   cwd=cwd, stopped=stopped)
 
 
 def run(argv: Sequence[str], *, timeout: float, check: bool = True, input: str | None = None,
         as_user: Identity | None = None, env: Mapping[str, str] | None = None,
-        cwd: str | None = None) -> Completed:
+        cwd: str | None = None, stopped: Callable[[], bool] | None = None) -> Completed:
     """Run ``argv`` (never through a shell) and wait at most ``timeout`` seconds.
 
     The child gets its own session, so on timeout the whole process group is killed
-    (SIGTERM, then SIGKILL after 2 s). With ``as_user`` the child runs with that user's
-    uid, gid and supplementary groups and umask 077 (switched by the kernel in the child,
-    not by a Python ``preexec_fn``).
+    (SIGTERM, then SIGKILL after 2 s). ``stopped``, looked at every :data:`STOP_POLL`
+    seconds while the child runs, true: the group is killed the same way and
+    :class:`CommandError` raised with ``stopped`` set (a cancelled operation). With
+    ``as_user`` the child runs with that user's uid, gid and supplementary groups and
+    umask 077 (switched by the kernel in the child, not by a Python ``preexec_fn``).
     """
     if not argv:
         raise ValueError("empty argv")
@@ -147,7 +155,7 @@ def run(argv: Sequence[str], *, timeout: float, check: bool = True, input: str |
     except OSError as e:
         raise CommandError(argv, None, f"cannot execute: {e}") from e
     try:
-        out, err = proc.communicate(input=input, timeout=timeout)
+        got = _communicate(proc, input, timeout, stopped)
     except subprocess.TimeoutExpired:
         kill_group(proc)
         out, err = proc.communicate()
@@ -155,10 +163,38 @@ def run(argv: Sequence[str], *, timeout: float, check: bool = True, input: str |
     except BaseException:
         kill_group(proc)
         raise
+    if got is None:
+        kill_group(proc)
+        out, err = proc.communicate()
+        raise CommandError(argv, None, err or "", stopped=True)
+    out, err = got
     done = Completed(tuple(argv), proc.returncode, out, err, time.monotonic() - start)
     if check and proc.returncode != 0:
         raise CommandError(argv, proc.returncode, err)
     return done
+
+
+def _communicate(proc: subprocess.Popen[str], input: str | None, timeout: float,
+                 stopped: Callable[[], bool] | None) -> tuple[str, str] | None:
+    """``proc.communicate`` within ``timeout`` (else TimeoutExpired), looking at
+    ``stopped`` every STOP_POLL seconds: None once it is true (the child still runs). No
+    output is lost between looks."""
+    if stopped is None:
+        return proc.communicate(input=input, timeout=timeout)
+    deadline = time.monotonic() + timeout
+    first = True
+    while True:
+        if stopped():
+            return None
+        left = deadline - time.monotonic()
+        try:
+            # the input is given once: communicate keeps sending it on the next call
+            return proc.communicate(input=input if first else None,
+                                    timeout=max(0.0, min(left, STOP_POLL)))
+        except subprocess.TimeoutExpired:
+            if left <= STOP_POLL:
+                raise
+        first = False
 
 
 def kill_group(proc: subprocess.Popen[str], grace: float = 2.0) -> None:

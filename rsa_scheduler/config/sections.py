@@ -436,6 +436,14 @@ class HealthConfig:
                       "still in the pools; also while staging moves data. 0s: only before "
                       "each staging step and when one finds the filesystem not answering.")
     )
+    ramdisk_stall: float = field(
+        metadata=meta(Duration(positive=False, max=DAY), "A staging step whose RAMDISK's "
+                      "filesystem stays broken this long (every check meanwhile, each "
+                      "`ramdisk_interval`, found it broken and could not repair it) is "
+                      "stopped: its commands are killed and the step fails and is retried, "
+                      "instead of waiting on a dead mount for its own timeout (24h). 0s: "
+                      "never stopped for this.")
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

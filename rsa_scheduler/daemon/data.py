@@ -38,7 +38,7 @@ from rsa_scheduler.core.units import format_size
 from rsa_scheduler.daemon.executors import ActionContext, PermanentError, Registry
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.fs.base import FilesystemBackend, FsRequest, MountSpec
-from rsa_scheduler.hosts import Host
+from rsa_scheduler.hosts import Cancelled, CancelToken, Host
 from rsa_scheduler.runner import Identity
 from rsa_scheduler.staging.engine import StagingEngine
 from rsa_scheduler.staging.flush import FlushGate
@@ -92,6 +92,11 @@ def _script(ctx: ActionContext, eng: StagingEngine, spec: MountSpec, argv: Seque
                        "stderr": res.stderr_tail[-2000:]}}
 
 
+def _seconds(s: float) -> str:
+    """``125 s``; below 10 s with a tenth (``0.3 s``)."""
+    return f"{s:.0f} s" if s >= 10 else f"{s:.1f} s"
+
+
 def _owner(user: str) -> tuple[int, int] | None:
     """(uid, gid) the RAMDISK's root is given to; None if the user is unknown here (a
     destroy must still work; a create then leaves the root root's, 0700)."""
@@ -142,11 +147,13 @@ class Repeats:
 @dataclass(frozen=True, slots=True)
 class Tending:
     """What one check of a RAMDISK found: ``detail`` what was wrong ("" = healthy),
-    ``broken`` what still is (not repaired), ``restarted`` what was restarted."""
+    ``broken`` what still is (not repaired), ``restarted`` what was restarted,
+    ``unknown`` why the check could not tell (its probe failed: nothing is known)."""
 
     detail: str = ""
     broken: str = ""
     restarted: tuple[str, ...] = ()
+    unknown: str = ""
 
 
 class DataPath:
@@ -170,6 +177,7 @@ class DataPath:
         self._gone: OrderedDict[str, None] = OrderedDict()
         self._current: dict[str, MountSpec] = {}
         self.tend_every = cfg.health.ramdisk_interval
+        self.stall_after = cfg.health.ramdisk_stall
         self._repeats = Repeats()
         # one gate for every stage-out of this rsad: the order they take the PFS in
         st = cfg.staging
@@ -240,7 +248,10 @@ class DataPath:
             raise RsaError(f"job {ctx.action.job_id}: no RAMDISK is recorded for this job")
         return MountSpec.from_json(data)
 
-    def engine(self, ctx: ActionContext, spec: MountSpec) -> StagingEngine:
+    def engine(self, ctx: ActionContext, spec: MountSpec,
+               cancel: CancelToken) -> StagingEngine:
+        """The staging engine of an action on ``spec``; its commands run under ``cancel``
+        (the token :meth:`tended` yields: the action's, and the RAMDISK's stall watch)."""
         user = ctx.action.args_as(OnNodes).user
         # scoped: its commands run in the job's cgroup on each node (rsa_scheduler.contain)
         identity = replace(Identity.of(user), scope=ctx.action.job_id)
@@ -251,7 +262,7 @@ class DataPath:
         st = self.cfg.staging
         return StagingEngine([self.fenced(n) for n in spec.nodes], identity,
                              parallel_per_node=st.parallel_per_node, progress=progress,
-                             cancel=ctx.cancel, job_id=ctx.action.job_id,
+                             cancel=cancel, job_id=ctx.action.job_id,
                              gate=self.flush_gate, copy_tool=st.copy_tool,
                              copy_command=st.copy_command or "",
                              stripe_bytes=st.stripe_bytes,
@@ -296,7 +307,7 @@ class DataPath:
                 health = backend.health(spec, req)
             except Exception as e:  # a probe that fails says nothing about the data
                 self._warn(spec.fs_id, f"RAMDISK {spec.fs_id}: health probe failed: {e}")
-                return Tending()
+                return Tending(unknown=f"health probe failed: {e}")
             if health.ok:
                 self._repeats.clear(spec.fs_id)
                 return Tending()
@@ -329,32 +340,73 @@ class DataPath:
         return self.check_and_repair(job, MountSpec.from_json(mount), record)
 
     @contextlib.contextmanager
-    def tended(self, ctx: ActionContext, spec: MountSpec,
-               every: float | None = None) -> Iterator[None]:
+    def tended(self, ctx: ActionContext, spec: MountSpec, every: float | None = None,
+               stall: float | None = None) -> Iterator[CancelToken]:
         """Move data on a RAMDISK that is looked after: checked (and repaired) before
         the first command, every ``every`` seconds while commands run (a copy stalled on
         a dead chunkserver goes on once it is restarted), and, when a command found the
         filesystem not answering (EIO, ENOTCONN), once more: the error then names what
-        is broken, or what was restarted, instead of a bare "will retry"."""
+        is broken, or what was restarted, instead of a bare "will retry".
+
+        Yields the token the block's commands must run under (the engine's ``cancel``):
+        a child of the action's. When the checks while the block runs find the
+        filesystem broken and unrepaired for ``stall`` seconds (``health.ramdisk_stall``;
+        counted from the first of consecutive broken checks; a healthy or repaired check
+        starts over, one whose probe failed changes nothing; 0: never), that token is
+        cancelled, which kills the block's commands (a command on a dead FUSE mount
+        would wait for the step's own timeout), and the block raises a retryable
+        StagingError that says what is broken and for how long. A cancel of the
+        action's own token (teardown, demotion, rsad stopping) still surfaces as
+        :class:`Cancelled`."""
         job, record = ctx.action.job_id, ctx.milestone
         every = self.tend_every if every is None else every
+        stall = self.stall_after if stall is None else stall
         first = self.check_and_repair(job, spec, record)
         if first.broken:
             raise StagingError(f"job {job}: the RAMDISK's filesystem is "
                                f"broken: {first.broken}; will retry", permanent=False,
                                unanswered=True)
         stop = threading.Event()
+        cancel = ctx.cancel.child()
+        stalled: list[str] = []  # the stall's error message, once the watch stopped the block
 
-        def watch() -> None:
+        def watch() -> None:  # never raises: a failed check is logged, the watch goes on
+            since: float | None = None  # the first of consecutive broken checks
             while not stop.wait(every):
-                self.check_and_repair(job, spec, record)
+                try:
+                    t = self.check_and_repair(job, spec, record)
+                    if t.unknown:
+                        continue
+                    if not t.broken:
+                        since = None
+                        continue
+                    now = time.monotonic()
+                    since = now if since is None else since
+                    if stall <= 0 or now - since < stall or stop.is_set():
+                        continue
+                    why = (f"job {job}: the RAMDISK's filesystem has been broken for "
+                           f"{_seconds(now - since)}: {t.broken}; "
+                           f"{ctx.action.kind.value} stopped; will retry")
+                    log.warning("%s", why)
+                    stalled.append(why)
+                    cancel.cancel(why)
+                    return
+                except Exception:
+                    log.exception("job %s: checking RAMDISK %s while data moves failed",
+                                  job, spec.fs_id)
 
         watcher = threading.Thread(target=watch, name=f"tend-{spec.fs_id}", daemon=True)
         if every > 0:
             watcher.start()
         try:
-            yield
+            yield cancel
+        except Cancelled as e:
+            if not stalled or ctx.cancel.cancelled:
+                raise
+            raise StagingError(stalled[0], permanent=False, unanswered=True) from e
         except StagingError as e:
+            if stalled and not ctx.cancel.cancelled:  # what the killed command said
+                raise StagingError(stalled[0], permanent=False, unanswered=True) from e
             if not e.unanswered:
                 raise
             stop.set()
@@ -442,8 +494,8 @@ class DataPath:
     def stage_in(self, ctx: ActionContext) -> Mapping[str, Any]:
         args = ctx.action.args_as(StageInArgs)
         spec = self.mount(ctx)
-        eng = self.engine(ctx, spec)
-        with self.tended(ctx, spec):
+        with self.tended(ctx, spec) as cancel:
+            eng = self.engine(ctx, spec, cancel)
             eng.prepare_root(spec.rsa_mountpoint)
             if args.preprocess is not None:
                 return _script(ctx, eng, spec, args.preprocess, "preprocess", "stage-in",
@@ -456,8 +508,8 @@ class DataPath:
     def stage_out(self, ctx: ActionContext) -> Mapping[str, Any]:
         args = ctx.action.args_as(StageOutArgs)
         spec = self.mount(ctx)
-        eng = self.engine(ctx, spec)
-        with self.tended(ctx, spec):
+        with self.tended(ctx, spec) as cancel:
+            eng = self.engine(ctx, spec, cancel)
             if args.postprocess is not None:
                 return _script(ctx, eng, spec, args.postprocess, "postprocess", "stage-out",
                                data_in=None, data_out=args.data_out)
@@ -476,8 +528,8 @@ class DataPath:
             raise PermanentError("the verification names neither DATA_OUT nor POSTPROCESS")
         out = str(args.data_out)
         spec = self.mount(ctx)
-        eng = self.engine(ctx, spec)
-        with self.tended(ctx, spec):
+        with self.tended(ctx, spec) as cancel:
+            eng = self.engine(ctx, spec, cancel)
             result = eng.verify(spec.rsa_mountpoint, out, args.method.value)
         if not result.ok:
             raise RsaError(result.summary(out))
@@ -491,8 +543,8 @@ class DataPath:
     def write_back(self, ctx: ActionContext) -> Mapping[str, Any]:
         data_in = str(ctx.action.args_as(WriteBackArgs).data_in)
         spec = self.mount(ctx)
-        eng = self.engine(ctx, spec)
-        with self.tended(ctx, spec):
+        with self.tended(ctx, spec) as cancel:
+            eng = self.engine(ctx, spec, cancel)
             eng.stage_out(spec.rsa_mountpoint, data_in, "rsync")
             result = eng.verify(spec.rsa_mountpoint, data_in, "rsync")
         if not result.ok:

@@ -11,8 +11,9 @@ any copy (unreadable sources, symlinks planted at the destination, an input larg
 the RAMDISK's free space).
 
 Cancellation: the caller's :class:`CancelToken` (and the first failing bucket) cancel an
-internal token handed to every running ``Host.run``, whose implementation kills the
-remote process tree; the engine then raises :class:`Cancelled` (or the first error).
+internal token (a child of the caller's: ``CancelToken.child``) handed to every running
+``Host.run``, whose implementation kills the remote process tree; the engine then raises
+:class:`Cancelled` (or the first error).
 
 Must not import the daemon, the store or Slurm, nor any other part of the engine.
 """
@@ -167,7 +168,9 @@ class Commands:
 
     def _start(self) -> None:
         self.cancel.check()
-        self._abort = CancelToken()
+        # cancelled with the caller's token: a command running alone (a scan, a script,
+        # the listing) is killed on cancel as the parallel streams' are
+        self._abort = self.cancel.child()
         self._deadline = self.clock() + self.timeout
         self._held = contextlib.ExitStack()
 
@@ -243,8 +246,6 @@ class Commands:
             futures = [pool.submit(worker, h) for _ in range(per) for h in self.hosts]
             while True:
                 _, running = cf.wait(futures, timeout=0.2)
-                if self.cancel.cancelled and not self._abort.cancelled:
-                    self._abort.cancel(self.cancel.reason)
                 if meter is not None:
                     meter.tick()
                 if not running:

@@ -17,8 +17,9 @@ parallel streams, the scan), ``treecopy`` (a tree: listed, striped, streamed),
 :class:`StagingEngine`, their union, and its public API.
 
 Cancellation: the caller's :class:`CancelToken` (and the first failing bucket) cancel an
-internal token handed to every running ``Host.run``, whose implementation kills the
-remote process tree; the engine then raises :class:`Cancelled` (or the first error).
+internal token (a child of the caller's) handed to every running ``Host.run``, whose
+implementation kills the remote process tree; the engine then raises :class:`Cancelled`
+(or the first error).
 
 Must not import the daemon, the store or Slurm.
 """

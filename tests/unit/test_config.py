@@ -90,6 +90,7 @@ def test_defaults_alone_load_with_an_empty_pool() -> None:
     assert cfg.staging.early_start is EarlyStart.WAIT
     assert cfg.staging.allowed_roots == (Path("/home"), Path("/scratch"), Path("/work"))
     assert cfg.staging.reset.delay == 600.0
+    assert (cfg.health.ramdisk_interval, cfg.health.ramdisk_stall) == (15.0, 120.0)
     assert cfg.metrics.listen is None
     assert cfg.warnings == ()
 
@@ -503,6 +504,8 @@ def test_durations_in_slurm_dialect(text: str, seconds: float) -> None:
 def test_zero_duration_where_allowed() -> None:
     cfg = load_config_text(POOL + "staging:\n  reset:\n    delay: 0\n")
     assert cfg.staging.reset.delay == 0.0
+    cfg = load_config_text(POOL + "health:\n  ramdisk_stall: 0s\n")  # never stopped
+    assert cfg.health.ramdisk_stall == 0.0
 
 
 @pytest.mark.parametrize(

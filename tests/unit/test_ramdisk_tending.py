@@ -7,24 +7,31 @@ DataPath's."""
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import PurePosixPath
 from typing import Any
 
+import psutil
 import pytest
 
 from rsa_scheduler.config import load_config_text
+from rsa_scheduler.core.actions import Outcome, Result
 from rsa_scheduler.core.hostlist import Hostlist
 from rsa_scheduler.daemon.data import DataPath, Repeats, Tending
-from rsa_scheduler.daemon.executors import ActionContext
+from rsa_scheduler.daemon.executors import ActionContext, Registry
 from rsa_scheduler.daemon.health import RamdiskTender
 from rsa_scheduler.fs.base import FilesystemBackend, FsError, FsRequest, Health, MountSpec
-from rsa_scheduler.hosts import CancelToken, Host
-from rsa_scheduler.runner import CommandError
+from rsa_scheduler.hosts import Cancelled, CancelToken, Host, LocalHost
+from rsa_scheduler.runner import CommandError, Completed, Identity
 from rsa_scheduler.staging.report import StagingError, classify
+from tests.unit.conftest import scratch_area
 from tests.unit.corekit import make_action
+from tests.unit.test_staging_engine import tree_state
 
 SPEC = MountSpec("tmpfs", "job7-c1", ("rsa1",), "/run/rsa/mnt/job7-c1", {})
 CFG = load_config_text("pool:\n  nodes:\n    - names: rsa1\n      capacity: 2G\n")
@@ -299,6 +306,227 @@ def test_repeats_say_a_changed_text_at_once_and_forget_a_cleared_key() -> None:
     r.say("b", "1")
     r.say("c", "1")  # "a" falls out: kept=2
     assert r.say("a", "y") == "y"
+
+
+# ---- a RAMDISK that stays broken while data moves: the step is stopped and retried ----
+#
+# A command on a dead FUSE mount (MooseFS) waits for the step's own timeout (24 h for a
+# stage-out): when every check for health.ramdisk_stall finds the filesystem broken and
+# cannot repair it, the watch kills the step's commands and the step fails, retryably,
+# saying what is broken and for how long.
+
+def block(dp: DataPath, ctx: ActionContext, seconds: float, *, stall: float = 0.3) -> None:
+    """A staging step on a tended RAMDISK: ``seconds`` of a command that dies when its
+    token is cancelled (as Host.run's does)."""
+    with dp.tended(ctx, SPEC, every=0.02, stall=stall) as cancel:
+        if cancel.wait(seconds):
+            cancel.check()
+
+
+def fail_repair() -> list[str]:
+    raise FsError("rsa2: ssh: connect to host: No route to host")
+
+
+def test_a_step_on_a_ramdisk_that_stays_broken_is_stopped_and_says_why() -> None:
+    backend, marks = Backend(sequence(GOOD, BAD), fail_repair), []  # type: ignore[var-annotated]
+    t0 = time.monotonic()
+    with pytest.raises(StagingError) as caught:
+        block(data_path(backend), context(marks), 60)
+    took = time.monotonic() - t0
+    assert 0.3 <= took < 10, took
+    e = caught.value
+    assert not e.permanent and e.unanswered  # retried, with backoff; the data kept
+    assert isinstance(e.__cause__, Cancelled)
+    assert re.fullmatch(
+        r"job 7: the RAMDISK's filesystem has been broken for (0\.[3-9]|[1-9]\.\d) s: "
+        + re.escape(f"{BAD.detail} (repair failed: rsa2: ssh: connect to host: No route "
+                    "to host); stage-out stopped; will retry"), str(e)), str(e)
+    assert not [t for t in threading.enumerate() if t.name == "tend-job7-c1"]
+
+
+def test_checks_whose_probe_failed_do_not_restart_the_stall_window() -> None:
+    """A probe that fails (rsa1 does not answer SSH) says nothing: neither healthy nor
+    broken; the broken checks around it still add up."""
+    def health() -> Health:
+        n = backend.checks
+        if n == 1:
+            return GOOD
+        if n % 2:
+            raise RuntimeError("ssh: connect to host rsa1: Connection timed out")
+        return BAD
+    backend, marks = Backend(health, fail_repair), []  # type: ignore[var-annotated]
+    with pytest.raises(StagingError, match="has been broken for"):
+        block(data_path(backend), context(marks), 60)
+
+
+@pytest.mark.parametrize("how", ["recovers", "repaired"])
+def test_a_ramdisk_that_recovers_within_the_window_is_not_stopped(how: str) -> None:
+    """A healthy or a repaired check starts the window over: the step runs to its end."""
+    start = time.monotonic()
+
+    def flapping() -> Health:  # broken twice for less than the window, longer in all
+        at = time.monotonic() - start
+        return BAD if 0.05 <= at < 0.25 or 0.35 <= at < 0.55 else GOOD
+    # repaired: every check finds it broken, and every repair works
+    backend = (Backend(flapping, fail_repair) if how == "recovers"
+               else Backend(sequence(GOOD, BAD)))
+    block(data_path(backend), context([]), 0.8)
+    assert backend.checks > 20
+
+
+def test_a_stall_window_of_0s_never_stops_a_step() -> None:
+    backend, marks = Backend(sequence(GOOD, BAD), fail_repair), []  # type: ignore[var-annotated]
+    block(data_path(backend), context(marks), 0.4, stall=0)
+    assert backend.checks > 5
+
+
+def test_a_cancel_from_elsewhere_still_surfaces_as_cancelled() -> None:
+    """A teardown, a demotion or rsad stopping cancels the action's own token: that is
+    "cancelled" as before, even on a broken RAMDISK, and kills the step's commands."""
+    backend, marks = Backend(sequence(GOOD, BAD), fail_repair), []  # type: ignore[var-annotated]
+    ctx = context(marks)
+    threading.Timer(0.1, ctx.cancel.cancel, args=("superseded (7)",)).start()
+    with pytest.raises(Cancelled, match=r"^superseded \(7\)$"):
+        block(data_path(backend), ctx, 60, stall=5)
+    # cancelled after the stall stopped the step: still the action's own cancel
+    backend, marks = Backend(sequence(GOOD, BAD), fail_repair), []
+    ctx = context(marks)
+    dp = data_path(backend)
+    with pytest.raises(Cancelled, match="rsad stopping"), \
+            dp.tended(ctx, SPEC, every=0.02, stall=0.1) as cancel:
+        assert cancel.wait(10)
+        ctx.cancel.cancel("rsad stopping")
+        cancel.check()
+
+
+def test_the_watch_survives_a_check_that_crashes(caplog: pytest.LogCaptureFixture) -> None:
+    backend, marks = Backend(lambda: GOOD), []  # type: ignore[var-annotated]
+    dp = data_path(backend)
+    calls = [0]
+    real = dp.check_and_repair
+
+    def crashing(job: str, spec: MountSpec, record: Any) -> Tending:
+        calls[0] += 1
+        if calls[0] in (2, 3):
+            raise KeyError("a bug")
+        return real(job, spec, record)
+    dp.check_and_repair = crashing  # type: ignore[method-assign]
+    with caplog.at_level("ERROR", logger="rsa_scheduler.daemon.data"):
+        block(dp, context(marks), 0.3)
+    assert calls[0] > 4  # it went on checking
+    assert "checking RAMDISK job7-c1 while data moves failed" in caplog.text
+
+
+# ---- the same with a real copy: its processes, run as the user, are killed -----------
+
+class NodeHost(LocalHost):
+    """This machine as the RSA node rsa1: rsad's fence is answered, not run (it would
+    kill every job's commands on this host, the lab's too), and the user's commands run
+    without the job's cgroup (as the engine tests do)."""
+
+    def run(self, argv: Sequence[str], *, as_user: Identity | None = None,
+            **kw: Any) -> Completed:
+        from rsa_scheduler.contain import FENCED_MARK
+
+        if FENCED_MARK in " ".join(argv):
+            return Completed(tuple(argv), 0, f"{FENCED_MARK} 0\n", "", 0.0)
+        return super().run(argv, as_user=None if as_user is None else
+                           replace(as_user, scope=""), **kw)
+
+
+def live(marker: str) -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline", "status"])
+            if marker in " ".join(p.info["cmdline"] or ())
+            and p.info["status"] != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the copy as a user")
+def test_a_stage_out_copy_stalled_on_a_broken_ramdisk_is_killed_and_retried_intact(
+        ) -> None:
+    """The copy (the site's copy_command, as nobody) stands still as on a dead mount;
+    the RAMDISK stays broken: the copy's processes are killed within the window, the
+    stage-out fails retryably, nothing of the RAMDISK is touched, nothing half-written
+    is left under its final name in DATA_OUT, and the retry stages everything out."""
+    user = Identity.of("nobody")
+    with scratch_area(user, files=3) as area:
+        flags = area / "flags"
+        flags.mkdir()
+        flags.chmod(0o777)
+        (flags / "hang").touch()
+        sleeper = f"sleep 60.{os.getpid()}"
+        cfg = load_config_text(
+            "pool:\n  nodes:\n    - names: rsa1\n      capacity: 2G\n"
+            "health:\n  ramdisk_interval: 50ms\n  ramdisk_stall: 300ms\n"
+            "staging:\n  copy_tool: custom\n  copy_command: >-\n"
+            f"    if [ -e {flags}/hang ]; then touch {flags}/started; {sleeper}; fi;\n"
+            "    rsync -aH --from0 --files-from={list} {recursive} {src}/ {dst}/\n")
+        # healthy until the copy runs, then broken for good: a dead chunkserver
+        backend = Backend(lambda: BAD if (flags / "started").exists() else GOOD,
+                          fail_repair)
+        dp = DataPath(cfg, {"rsa1": NodeHost("rsa1")},
+                      {cfg.pool.members()[0].tier.value: backend})
+        ram, out = area / "src", area / "outs" / "out"
+        before = tree_state(ram)
+        spec = replace(SPEC, rsa_mountpoint=str(ram))
+        registry = Registry()
+        dp.register(registry)
+
+        def stage_out(serial: int) -> Outcome:
+            action = make_action(f"7/1/stage-out/{serial}", user="nobody",
+                                 data_out=PurePosixPath(out))
+            return registry.run(ActionContext(
+                action=action, cancel=CancelToken(), progress=lambda _d: None,
+                facts={"mount": spec.to_json()}))
+
+        t0 = time.monotonic()
+        first = stage_out(3)
+        took = time.monotonic() - t0
+        assert (flags / "started").exists(), first.message  # the copy did run
+        assert took < 20, took  # not the copy's 60 s, nor the step's 24 h
+        assert first.result is Result.FAILED, first  # retried: never REFUSED
+        assert first.message.startswith("job 7: the RAMDISK's filesystem has been "
+                                        "broken for "), first.message
+        assert first.message.endswith("(repair failed: rsa2: ssh: connect to host: No "
+                                      "route to host); stage-out stopped; will retry")
+        time.sleep(0.3)
+        assert live(sleeper) == []  # killed, with everything it started
+        assert tree_state(ram) == before  # the RAMDISK's data is all there
+        placed = [p for p in out.rglob("*") if not p.is_dir()
+                  and not p.relative_to(out).parts[0].startswith(".rsa-staging-")]
+        assert placed == []  # nothing cut short under its final name
+        # the retry, once the filesystem is back: everything, no part directory left
+        (flags / "hang").unlink()
+        (flags / "started").unlink()
+        again = stage_out(4)
+        assert again.result is Result.OK, again
+        assert tree_state(out) == before
+        assert not list(out.glob(".rsa-staging-*"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the script as a user")
+def test_a_cancel_from_elsewhere_kills_a_real_postprocess_and_says_cancelled() -> None:
+    user = Identity.of("nobody")
+    with scratch_area(user, files=3) as area:
+        sleeper = f"60.{os.getpid()}1"
+        backend = Backend(lambda: GOOD)
+        dp = DataPath(CFG, {"rsa1": NodeHost("rsa1")},
+                      {CFG.pool.members()[0].tier.value: backend})
+        registry = Registry()
+        dp.register(registry)
+        action = make_action("7/1/stage-out/5", user="nobody",
+                             postprocess=("sleep", sleeper))
+        ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
+                            facts={"mount": replace(SPEC, rsa_mountpoint=str(
+                                area / "src")).to_json()})
+        threading.Timer(0.5, ctx.cancel.cancel, args=("superseded (7)",)).start()
+        t0 = time.monotonic()
+        outcome = registry.run(ctx)
+        assert time.monotonic() - t0 < 20
+        assert outcome.result is Result.FAILED
+        assert outcome.message.startswith("cancelled: ") and "superseded (7)" in (
+            outcome.message), outcome.message
+        time.sleep(0.3)
+        assert live(f"sleep {sleeper}") == []
 
 
 # ---- a teardown skips RSA nodes that are down; they are cleaned before they come back --

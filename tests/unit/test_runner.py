@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from rsa_scheduler.hosts import Cancelled, CancelToken, LocalHost
 from rsa_scheduler.runner import CommandError, Identity, run
 
 
@@ -73,3 +75,61 @@ def test_user_cannot_read_root_only_file(tmp_path: Path) -> None:
 def test_unknown_user_is_a_clear_error() -> None:
     with pytest.raises(Exception, match="unknown user 'no-such-user-xyz'"):
         Identity.of("no-such-user-xyz")
+
+
+# ---- stopping a running command: run(stopped=...), LocalHost and CancelToken ---------
+
+def sleepers_of(marker: str) -> list[psutil.Process]:
+    """Live (not zombie) processes whose command line holds ``marker``."""
+    return [p for p in psutil.process_iter(["cmdline", "status"])
+            if marker in " ".join(p.info["cmdline"] or ())
+            and p.info["status"] != psutil.STATUS_ZOMBIE]
+
+
+def test_a_stopped_command_is_killed_with_its_process_group_at_once() -> None:
+    marker = f"{os.getpid()}-stop-me"
+    start = time.monotonic()
+    with pytest.raises(CommandError, match="stopped before it ended") as info:
+        run(["sh", "-c", f"sleep 60 & wait # {marker}"], timeout=60,
+            stopped=lambda: time.monotonic() - start > 0.3)
+    assert time.monotonic() - start < 5
+    assert info.value.stopped and not info.value.timed_out
+    time.sleep(0.2)
+    assert sleepers_of(marker) == []
+
+
+def test_a_command_that_is_never_stopped_keeps_its_output_and_its_input() -> None:
+    done = run(["sh", "-c", "sleep 0.35; cat; echo end"], timeout=10, input="in\n",
+               stopped=lambda: False)
+    assert done.stdout == "in\nend\n"
+    with pytest.raises(CommandError, match=r"timed out after 0\.3s"):
+        run(["sleep", "60"], timeout=0.3, stopped=lambda: False)
+
+
+def test_a_child_token_is_cancelled_with_its_parent_never_the_other_way() -> None:
+    parent = CancelToken()
+    child, other = parent.child(), parent.child()
+    child.cancel("copy stopped")
+    assert child.cancelled and not parent.cancelled and not other.cancelled
+    parent.cancel("superseded")
+    assert other.cancelled and other.reason == "superseded"
+    late = parent.child()  # made after the cancel: cancelled at once
+    assert late.cancelled and late.reason == "superseded"
+    grandchild = CancelToken()
+    g = grandchild.child().child()
+    grandchild.cancel("rsad stopping")
+    assert g.cancelled and g.reason == "rsad stopping"
+
+
+def test_localhost_kills_a_running_command_when_its_token_is_cancelled() -> None:
+    """The Host contract (hosts.Host.run): a cancel kills the command, not only the next."""
+    marker = f"{os.getpid()}-cancel-me"
+    token = CancelToken()
+    threading.Timer(0.3, token.cancel, args=("demoted",)).start()
+    start = time.monotonic()
+    with pytest.raises(Cancelled, match=r"rsa1: sh -c .*: demoted"):
+        LocalHost("rsa1").run(["sh", "-c", f"sleep 60 # {marker}"], timeout=60,
+                              cancel=token)
+    assert time.monotonic() - start < 5
+    time.sleep(0.2)
+    assert sleepers_of(marker) == []

@@ -13,6 +13,7 @@ import re
 import stat
 import subprocess
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -226,6 +227,34 @@ def test_cancelled_token_stops_before_any_copy(area: Path, user: Identity) -> No
     with pytest.raises(Cancelled):
         eng.stage_in(str(area / "src"), str(area / "ram"))
     assert list((area / "ram").iterdir()) == []
+
+
+@pytest.mark.parametrize("what", ["script", "scan"])
+def test_a_cancel_kills_a_command_that_runs_alone_not_only_the_parallel_streams(
+        area: Path, user: Identity, what: str) -> None:
+    """A script, the scan or the listing runs outside the parallel streams: a cancel (a
+    demotion, the RAMDISK's stall watch) must kill it too, not wait for its end."""
+    token = CancelToken()
+    stuck: list[str] = []
+
+    class SlowHost(LocalHost):  # the scan stands still, as on a dead FUSE mount
+        def run(self, argv: Sequence[str], **kw: Any) -> Completed:
+            if list(argv[2:3]) in ([scripts.SCAN], [scripts.SCAN_CAPPED]):
+                stuck.append(argv[4])  # the root it scans
+                argv = ["sleep", "60"]
+            return super().run(argv, **kw)
+
+    eng = StagingEngine([SlowHost("rsa1")], user, job_id="77", cancel=token)
+    eng.prepare_root(str(area / "ram"))
+    threading.Timer(0.3, token.cancel, args=("demoted",)).start()
+    t0 = time.monotonic()
+    with pytest.raises(Cancelled, match="demoted"):
+        if what == "script":
+            eng.run_script(["sleep", "60"], "stage-out", ramdisk=str(area / "ram"))
+        else:
+            eng.stage_out(str(area / "ram"), str(area / "outs" / "o"))
+    assert time.monotonic() - t0 < 10
+    assert stuck == ([] if what == "script" else [str(area / "ram")])
 
 
 def test_engine_refuses_root() -> None:
