@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -155,7 +156,7 @@ def run(argv: Sequence[str], *, timeout: float, check: bool = True, input: str |
     except OSError as e:
         raise CommandError(argv, None, f"cannot execute: {e}") from e
     try:
-        got = _communicate(proc, input, timeout, stopped)
+        out, err, was_stopped = _communicate(proc, input, timeout, stopped)
     except subprocess.TimeoutExpired:
         kill_group(proc)
         out, err = proc.communicate()
@@ -163,11 +164,8 @@ def run(argv: Sequence[str], *, timeout: float, check: bool = True, input: str |
     except BaseException:
         kill_group(proc)
         raise
-    if got is None:
-        kill_group(proc)
-        out, err = proc.communicate()
+    if was_stopped:
         raise CommandError(argv, None, err or "", stopped=True)
-    out, err = got
     done = Completed(tuple(argv), proc.returncode, out, err, time.monotonic() - start)
     if check and proc.returncode != 0:
         raise CommandError(argv, proc.returncode, err)
@@ -175,26 +173,33 @@ def run(argv: Sequence[str], *, timeout: float, check: bool = True, input: str |
 
 
 def _communicate(proc: subprocess.Popen[str], input: str | None, timeout: float,
-                 stopped: Callable[[], bool] | None) -> tuple[str, str] | None:
-    """``proc.communicate`` within ``timeout`` (else TimeoutExpired), looking at
-    ``stopped`` every STOP_POLL seconds: None once it is true (the child still runs). No
-    output is lost between looks."""
+                 stopped: Callable[[], bool] | None) -> tuple[str, str, bool]:
+    """``proc.communicate`` within ``timeout`` (else TimeoutExpired), and (out, err,
+    whether ``stopped`` ended it). A watcher looks at ``stopped`` every STOP_POLL seconds
+    and kills the process group once it is true; communicate then returns what the child
+    wrote. (Not communicate's own timeout in a loop: after a timeout CPython's
+    communicate neither sends the rest of the input nor closes stdin, and a child still
+    reading it would wait for ever.)"""
     if stopped is None:
-        return proc.communicate(input=input, timeout=timeout)
-    deadline = time.monotonic() + timeout
-    first = True
-    while True:
-        if stopped():
-            return None
-        left = deadline - time.monotonic()
-        try:
-            # the input is given once: communicate keeps sending it on the next call
-            return proc.communicate(input=input if first else None,
-                                    timeout=max(0.0, min(left, STOP_POLL)))
-        except subprocess.TimeoutExpired:
-            if left <= STOP_POLL:
-                raise
-        first = False
+        out, err = proc.communicate(input=input, timeout=timeout)
+        return out, err, False
+    ended, fired = threading.Event(), threading.Event()
+
+    def watch() -> None:
+        while not ended.wait(STOP_POLL):
+            if stopped():
+                fired.set()
+                kill_group(proc)
+                return
+
+    watcher = threading.Thread(target=watch, name=f"stop-{proc.pid}", daemon=True)
+    watcher.start()
+    try:
+        out, err = proc.communicate(input=input, timeout=timeout)
+    finally:
+        ended.set()
+        watcher.join()
+    return out, err, fired.is_set()
 
 
 def kill_group(proc: subprocess.Popen[str], grace: float = 2.0) -> None:

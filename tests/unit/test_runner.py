@@ -133,3 +133,12 @@ def test_localhost_kills_a_running_command_when_its_token_is_cancelled() -> None
     assert time.monotonic() - start < 5
     time.sleep(0.2)
     assert sleepers_of(marker) == []
+
+
+def test_a_slow_reader_gets_all_its_input_when_the_caller_may_stop_it() -> None:
+    """Input larger than a pipe, read by a child that starts late: each look at
+    ``stopped`` must go on writing it (and close stdin), or the child waits for ever."""
+    data = "x" * (1 << 20) + "\n"
+    done = run(["sh", "-c", "sleep 0.5; wc -c"], timeout=30, input=data,
+               stopped=lambda: False)
+    assert done.stdout.strip() == str(len(data))
