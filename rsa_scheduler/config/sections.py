@@ -415,8 +415,8 @@ class HooksConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HealthConfig:
     interval: float = field(
-        metadata=meta(Duration(max=HOUR), "How often rsad probes every RSA node over SSH "
-                      "(free space of its pool directory, its clock). 0s: off.")
+        metadata=meta(Duration(positive=False, max=HOUR), "How often rsad probes every RSA "
+                      "node over SSH (free space of its pool directory, its clock). 0s: off.")
     )
     down_after: int = field(
         metadata=meta(Int(1, 100), "Failed probes in a row before a node is marked down "
@@ -431,9 +431,10 @@ class HealthConfig:
                       "is drained (timestamps and verification compare mtimes).")
     )
     ramdisk_interval: float = field(
-        metadata=meta(Duration(max=HOUR), "How often rsad checks every live RAMDISK (its "
-                      "servers and RSA-node mounts) and restarts what died, on the data "
-                      "still in the pools; also while staging moves data. 0s: only before "
+        metadata=meta(Duration(positive=False, max=HOUR), "How often rsad checks every live "
+                      "RAMDISK (its servers and RSA-node mounts) and restarts what died, on "
+                      "the data still in the pools; also while staging moves data. 0s: only "
+                      "before "
                       "each staging step and when one finds the filesystem not answering.")
     )
     ramdisk_stall: float = field(

@@ -1129,3 +1129,8 @@ def test_the_data_path_hands_the_staging_settings_to_the_engine() -> None:
     src = inspect.getsource(data.DataPath)
     assert "stripe_bytes=st.stripe_bytes" in src
     assert "stream_objects=st.stream_objects or 0" in src
+
+
+def test_health_checks_can_be_turned_off_with_0s_as_documented() -> None:
+    cfg = load_config_text(POOL + "health:\n  interval: 0s\n  ramdisk_interval: 0s\n")
+    assert cfg.health.interval == 0 and cfg.health.ramdisk_interval == 0
