@@ -538,7 +538,11 @@ def test_quoted_user_text_is_cut() -> None:
 
 
 def test_a_huge_script_is_checked_quickly() -> None:
-    """4 MB (Slurm's default max_script_size) of the worst text we know: bounded."""
+    """4 MB (Slurm's default max_script_size) of the worst text we know: bounded, i.e.
+    linear (a quadratic pass over 2M lines would take hours). CPU seconds of this process,
+    not wall time: on a loaded 2-CPU machine the long header took 6.5 s of wall time for
+    3.2 s of CPU. The speed itself is a benchmark (docs/benchmarks.md, "Directive parsing
+    on hostile scripts")."""
     import time
     worst = [
         "#!/bin/sh\n#RSA_DATA_IN=/" + "a" * (4 << 20) + "\n",  # one huge line
@@ -547,13 +551,13 @@ def test_a_huge_script_is_checked_quickly() -> None:
         "#!/bin/sh\n" + "#\n" * 2_000_000,  # a long header
     ]
     for text in worst:
-        t = time.perf_counter()
+        t = time.process_time()
         try:
             parse_directives(text)
         except DirectiveErrors as e:
             assert len(e.errors) <= MAX_ERRORS + 1
         directive_warnings(text)
-        assert time.perf_counter() - t < 5, text[:40]
+        assert time.process_time() - t < 15, text[:40]
 
 
 @pytest.mark.parametrize("pad", ["#", "# \u00e9\u00e9\u00e9"])
