@@ -102,7 +102,11 @@ log = logging.getLogger(__name__)
 # bench/bench_mfs_outage.py. docs/filesystems.md.
 # nosuid,nodev: a file on the RAMDISK never runs with its owner's privileges (a root on one
 # compute node of a job could otherwise plant a setuid binary for the job's other nodes).
-CLIENT_OPTIONS = ("mfsioretries=20", "nosuid", "nodev")
+# default_permissions: the kernel checks every access against the modes. Without it
+# MooseFS 3.0 (Debian 12) checks a file's own mode on open but not the search permission
+# of the directories above it: another local user read a job's 0644 file below its 0700
+# RAMDISK root by its path (lab, tests/security/test_fs_access.py).
+CLIENT_OPTIONS = ("mfsioretries=20", "nosuid", "nodev", "default_permissions")
 # The RSA nodes' own mounts (staging) also keep file names in the kernel's dentry cache
 # for 1 s (MooseFS's default is 0: every open of a path that was just looked up asks the
 # client and the master again). Measured on a cold 10k-file stage-out to local disk
@@ -521,9 +525,12 @@ class MooseFsBackend(FilesystemBackend):
         file as ``-o mfspassword=``: the node moves it into a root-only config file
         before it runs mfsmount (``node.mounts.secret_to_file``), so it never appears in
         the node's process table. A spec recorded before access control names no pass
-        file: its filesystem was exported without one."""
+        file: its filesystem was exported without one. Every mount checks modes in the
+        kernel (``default_permissions``), also one of a spec recorded before it did."""
         c: Mapping[str, Any] = spec.client
         opts = list(c.get("options") or [])
+        # a spec recorded before the kernel checked modes: it does now
+        opts += [o for o in ("default_permissions",) if o not in opts]
         if c.get("pass_file"):
             opts.append(f"mfspassword={self._secret(spec)}")
         return ["mfsmount", mountpoint, "-H", str(c["master_host"]), "-P",

@@ -38,8 +38,9 @@ def area(lab: Mapping[str, str]) -> Iterator[Path]:
     base = Path(lab["RSA_LAB_PFS_ROOT"]) / "home" / f"fsacl-{os.getpid()}-{time.monotonic_ns()}"
     base.mkdir(mode=0o755)
     os.chown(base, *_ids(user))
-    script = (f"set -e; umask 022; mkdir {base}/in {base}/out; "
+    script = (f"set -e; umask 022; mkdir {base}/in {base}/out {base}/in/sub; "
               f"printf %s \"$0\" > {base}/in/private; "
+              f"printf %s \"$0\" > {base}/in/sub/deep; "
               f"for i in 1 2 3; do head -c 20000 /dev/urandom > {base}/in/f$i; done")
     done = as_user(lab, user, ["bash", "-c", script, SECRET_WORDS], timeout=120)
     assert done.returncode == 0, done.stderr
@@ -119,6 +120,9 @@ def test_another_users_job_ramdisk_cannot_be_mounted_read_or_written(
         mine = on_node(node, user, ["cat", f"{data_in}/private"])
         assert mine.returncode == 0 and mine.stdout == SECRET_WORDS, mine.stderr
         for argv in (["ls", data_in], ["cat", f"{data_in}/private"],
+                     # a 0644 file in a 0755 directory below the 0700 root: the kernel
+                     # checks the root's search permission (MooseFS alone did not)
+                     ["cat", f"{data_in}/sub/deep"],
                      ["touch", f"{data_in}/planted"],
                      ["ls", f"/run/rsa/node/{node}/{job}/ramdisk"]):
             done = on_node(node, other, argv)
@@ -151,9 +155,18 @@ def test_another_users_job_ramdisk_cannot_be_mounted_read_or_written(
                      ["cat", f"{d}/spec.json"], ["ls", f"{d}/master"],
                      ["ls", spec["rsa_mountpoint"]],
                      ["cat", f"{spec['rsa_mountpoint']}/private"],
+                     ["cat", f"{spec['rsa_mountpoint']}/sub/deep"],
                      ["touch", f"{spec['rsa_mountpoint']}/planted"]):
             r = hosts[rsa_node].run(argv, timeout=30, check=False, as_user=ident)
             assert r.returncode != 0 and "Permission denied" in r.stderr, (argv, r.stderr)
+        # right after the job's user looked the path up: the RSA node's mount caches names
+        # for 1 s (mfsentrycacheto), and a cached name went past MooseFS's own check
+        deep = f"{spec['rsa_mountpoint']}/sub/deep"
+        r = hosts[rsa_node].run(["bash", "-c", 'runuser -u "$1" -- cat -- "$3" >/dev/null '
+                                 '&& runuser -u "$2" -- cat -- "$3"', "bash", user, other,
+                                 deep], timeout=30, check=False)
+        assert r.returncode != 0 and "Permission denied" in r.stderr, (r.stdout, r.stderr)
+        assert SECRET_WORDS not in r.stdout
 
         # -- the fresh RAMDISK over DATA_OUT after the reset -----------------------------
         (area / "go").touch()

@@ -96,7 +96,14 @@ def test_only_the_rsa_nodes_own_mounts_cache_file_entries() -> None:
     compute = backend.client_mount_argv(spec, "/run/rsa/node/c1/1/ramdisk")
     assert "mfsentrycacheto" not in " ".join(compute)
     # a spec recorded before access control: mounted as it was exported, without secret
-    assert compute[-2:] == ["-o", "mfsioretries=20,nosuid,nodev,mfsproxy=127.83.65.1"]
+    assert compute[-2:] == ["-o", "mfsioretries=20,nosuid,nodev,default_permissions,"
+                                  "mfsproxy=127.83.65.1"]
+    # and one recorded before the kernel checked modes gets it too
+    old = MountSpec("moosefs", "job1-c1", ("rsa1",), "/mnt/job1-c1",
+                    {"master_host": "10.213.0.1", "master_port": 22946,
+                     "options": ["mfsioretries=20", "nosuid", "nodev"]})
+    assert backend.client_mount_argv(old, "/m")[-1] == \
+        "mfsioretries=20,nosuid,nodev,default_permissions"
 
 
 SECRET = "0123456789abcdef" * 2
@@ -195,7 +202,7 @@ def test_compute_nodes_get_the_secret_from_the_rsa_node_and_the_spec_never_holds
                       "pass_file": "/pool/rsa-mfs-job1-c1/mfsmount.cfg"})
     argv = backend.client_mount_argv(spec, "@MOUNTPOINT@")
     assert argv == ["mfsmount", "@MOUNTPOINT@", "-H", "10.0.0.5", "-P", "22946", "-o",
-                    f"mfsioretries=12,mfspassword={SECRET}"]
+                    f"mfsioretries=12,default_permissions,mfspassword={SECRET}"]
     assert host.calls == [["cat", "--", "/pool/rsa-mfs-job1-c1/mfsmount.cfg"]]
     # a failed mount's error message names the first 6 words only (runner.CommandError):
     # the secret must stay out of them, or it would reach the job's events
