@@ -149,7 +149,8 @@ def check_clean(s: Settings) -> int:
     for item in found:
         print(f"lab: LEFTOVER {item}")
     if not found:
-        print("lab: clean (no lab process, mount, namespace, route, link, qdisc or listener)")
+        print("lab: clean (no lab process, mount, namespace, route, link, qdisc, listener, "
+              "loop device, throttle rule or dirty limit)")
     return 1 if found else 0
 
 

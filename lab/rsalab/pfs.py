@@ -100,7 +100,10 @@ def up(s: Settings) -> None:
         run(["mount", "--make-shared", str(mnt)])
     spawn("mfsmount",
           ["/usr/bin/mfsmount", str(mnt), "-f", "-H", MASTER, "-P", "9421",
-           "-o", "mfsioretries=5"])
+           # default_permissions: the kernel checks modes, as a site's PFS does (MooseFS
+           # alone does not check the directories above a file: another user could read
+           # a 0644 file below a 0700 home by its path)
+           "-o", "mfsioretries=5,default_permissions"])
     wait_for("mfsmount on /pfs", lambda: _fuse_at(mnt), timeout=30)
     run(["mfssetgoal", "-r", "1", str(mnt)])
     run(["mfssettrashtime", "-r", "0", str(mnt)])

@@ -19,7 +19,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import clean, facts
+from . import clean, facts, ssd
 from .common import (
     DATA,
     ENV_FILE,
@@ -119,6 +119,41 @@ def _check_clean() -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
+def _loop_leak_checks() -> list[str]:
+    """A loop device left on an image of the lab's ssd pools (lab-down detaches them):
+    check-clean must name it. Without loop devices here, nothing to plant (the lab then
+    uses directories for the ssd pools)."""
+    images = ssd.HOST.images
+    made = [d for d in (images.parent, images) if not d.exists()]  # removed afterwards
+    image = images / "selftest-leak.img"
+    device = ""
+    problems: list[str] = []
+    try:
+        images.mkdir(parents=True, exist_ok=True)
+        with open(image, "wb") as f:
+            f.truncate(1 << 20)
+        got = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True,
+                             text=True, timeout=30, check=False)
+        if got.returncode != 0:
+            log(f"verify-check-clean: no loop device to plant ({got.stderr.strip()}): "
+                "skipped")
+            return []
+        device = got.stdout.strip()
+        rc, out = _check_clean()
+        if rc != 1 or f"loop device {device} " not in out:
+            problems.append(f"check-clean did not report the loop device {device} on "
+                            f"{image} (exit {rc}):\n{out}")
+    finally:
+        if device:
+            subprocess.run(["losetup", "-d", device], check=False, timeout=30)
+        with contextlib.suppress(OSError):
+            image.unlink()
+        for d in reversed(made):
+            with contextlib.suppress(OSError):
+                d.rmdir()
+    return problems
+
+
 def check_clean_negative(s: Settings) -> int:
     if ENV_FILE.exists() or clean.leftovers(s):
         log("verify-check-clean: runs only with the lab down and clean (make lab-down)")
@@ -156,15 +191,16 @@ def check_clean_negative(s: Settings) -> int:
             with contextlib.suppress(OSError):
                 DATA.rmdir()
     problems += _stop_named_checks()
+    problems += _loop_leak_checks()
     rc, out = _check_clean()
     if rc != 0:
         problems.append(f"check-clean still fails after the leak was removed:\n{out}")
     for p in problems:
         print(f"lab: verify-check-clean: FAILED: {p}", flush=True)
     if not problems:
-        log("verify-check-clean: check-clean failed on a planted mount and namespace and "
-            "passed once they were gone; stop_named spares a process its pidfile no longer "
-            "names")
+        log("verify-check-clean: check-clean failed on a planted mount, namespace and loop "
+            "device and passed once they were gone; stop_named spares a process its pidfile "
+            "no longer names")
     return 1 if problems else 0
 
 
