@@ -86,10 +86,10 @@ class BbJob:
 
 # ---- the answers (pure) -------------------------------------------------------------------
 
-#: the core's messages say where a declined job's data comes from in queue mode ("the job
-#: uses the PFS"); in native mode Slurm holds such a job instead, so that clause is untrue
 def native_text(message: str) -> str:
-    """A core message as it is true in native mode (without the PFS fallback clause)."""
+    """A core message as it is true in native mode: the core's messages say where a
+    declined job's data comes from in queue mode ("the job uses the PFS"); in native
+    mode Slurm holds such a job instead, so that clause is dropped."""
     return without_pfs_clause(message)
 
 

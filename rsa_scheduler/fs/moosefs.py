@@ -529,8 +529,8 @@ class MooseFsBackend(FilesystemBackend):
         kernel (``default_permissions``), also one of a spec recorded before it did."""
         c: Mapping[str, Any] = spec.client
         opts = list(c.get("options") or [])
-        # a spec recorded before the kernel checked modes: it does now
-        opts += [o for o in ("default_permissions",) if o not in opts]
+        if "default_permissions" not in opts:  # a spec recorded before: it does now
+            opts.append("default_permissions")
         if c.get("pass_file"):
             opts.append(f"mfspassword={self._secret(spec)}")
         return ["mfsmount", mountpoint, "-H", str(c["master_host"]), "-P",

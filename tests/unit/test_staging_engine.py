@@ -14,7 +14,7 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -633,7 +633,7 @@ def test_a_copy_command_without_its_placeholders_is_refused(
 
 
 @contextlib.contextmanager
-def small_ramdisk(path: Path, user: Identity, size: str) -> Any:
+def small_ramdisk(path: Path, user: Identity, size: str) -> Iterator[Path]:
     """A real tmpfs of ``size`` at ``path`` (the RAMDISK root, the user's), unmounted
     afterwards whatever the test did."""
     path.mkdir(exist_ok=True)
