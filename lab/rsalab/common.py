@@ -188,7 +188,8 @@ def spawn(
         )
     finally:
         out.close()
-    wait_for(f"pidfile of {name}", pidfile.exists, timeout=10)
+    # read_pid, not exists(): the shell creates the pidfile before it writes the PID in it
+    wait_for(f"pidfile of {name}", lambda: read_pid(name) is not None, timeout=10)
     return proc.pid
 
 

@@ -208,10 +208,14 @@ def _stop_named_checks() -> list[str]:
     """stop_named signals the process it started, and nothing else under a stale pidfile."""
     problems: list[str] = []
     name = "selftest-sleeper"
-    spawn(name, ["/bin/sleep", "300"])
+    started = spawn(name, ["/bin/sleep", "300"])
     pid = read_pid(name)
     if pid is None or running_named(name) != pid:
-        return [f"running_named({name!r}) does not know the process spawn() started"]
+        stop_pid(started, name, grace=2)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(started, os.WNOHANG)
+        return [f"running_named({name!r}) does not know the process spawn() started "
+                f"(pidfile {pid}, spawned {started})"]
     # As if the sleeper had died and the kernel had given its PID to another process:
     # the pidfile now names a process started at another time.
     start = PIDS / f"{name}.start"
