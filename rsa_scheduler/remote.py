@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 PGID_MARK = "RSA-PGID "
 KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL of a remote process group
 EOF_GRACE = 0.5  # seconds of quiet output after the exit status, when EOF does not come
+SIMPLE_TIMEOUT = 30.0  # seconds a kill/probe on the node may take (a hung node: give up)
 # paramiko multiplexes channels over one connection; sshd refuses more than MaxSessions
 # (default 10) at once, so stay below it.
 DEFAULT_MAX_SESSIONS = 8
@@ -324,12 +325,21 @@ class SshHost:
             log.warning("%s: could not kill the cgroup of process group %d: %s", self.name,
                         pgid, e)
 
-    def _simple(self, argv: Sequence[str]) -> int:
+    def _simple(self, argv: Sequence[str], timeout: float = SIMPLE_TIMEOUT) -> int:
+        """Run a short command (a kill, a probe) and return its exit status; HostError
+        when it has not ended within ``timeout`` (a hung node must not hang the caller:
+        the kills after a timeout or cancel run here)."""
         chan = self._open_channel()
         try:
             chan.exec_command("exec " + shlex.join(argv))
             chan.shutdown_write()
+            if not chan.status_event.wait(timeout):
+                raise HostError(f"{self.name}: {shlex.join(argv[:4])} did not end within "
+                                f"{timeout:g}s")
             return chan.recv_exit_status()
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            raise HostError(f"{self.name}: SSH failed during {shlex.join(argv[:4])}: "
+                            f"{e}") from e
         finally:
             chan.close()
 

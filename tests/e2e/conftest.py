@@ -7,6 +7,7 @@ early start on the PFS, a decline to the PFS) and is skipped in a native-mode la
 marked ``native`` needs a native-mode lab; every other test runs in both."""
 
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
@@ -16,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import _needs_lab, as_user, lab
+from tests.integration.slurmkit import restart_lab_rsad
 
-__all__ = ["_needs_lab", "input_area", "lab", "lab_mode", "md5_of"]
+__all__ = ["_needs_lab", "input_area", "lab", "lab_mode", "md5_of", "rsad_configured"]
 
 
 def md5_of(directory: Path, pattern: str = "f*") -> str:
@@ -53,3 +55,19 @@ def input_area(lab: Mapping[str, str], prefix: str) -> Iterator[Path]:
     finally:
         as_user(lab, lab["RSA_LAB_USER"], ["chmod", "-R", "u+rwx", str(base)], timeout=60)
         subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)
+
+
+@contextmanager
+def rsad_configured(lab: Mapping[str, str], staging: str) -> Iterator[None]:
+    """The lab's rsad restarted with ``staging`` (YAML lines, two-space indented) added
+    to its staging section; the lab's own configuration and rsad back afterwards."""
+    conf = Path(lab["RSA_LAB_RSA_CONFIG"])
+    original = conf.read_text()
+    assert original.count("\nstaging:\n") == 1, "the lab's rsa.yaml has no staging section"
+    conf.write_text(original.replace("\nstaging:\n", f"\nstaging:\n{staging}", 1))
+    try:
+        restart_lab_rsad(signal.SIGTERM)
+        yield
+    finally:
+        conf.write_text(original)
+        restart_lab_rsad(signal.SIGTERM)

@@ -23,16 +23,14 @@ import itertools
 import signal
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import input_area, md5_of
+from tests.e2e.conftest import input_area, md5_of, rsad_configured
 from tests.integration.conftest import as_user
 from tests.integration.slurmkit import (
     make_jobs,
-    restart_lab_rsad,
     start_lab_rsad,
     stop_lab_rsad,
     wait_for,
@@ -40,22 +38,6 @@ from tests.integration.slurmkit import (
 from tests.integration.test_rsad_staging import state_of, wait_state
 
 MIB = {1: 1536, 2: 300, 3: 200, 4: 100}  # output of job k, MiB (4 files each; 2G RSA nodes)
-
-
-@contextmanager
-def rsad_configured(lab: Mapping[str, str], staging: str) -> Iterator[None]:
-    """The lab's rsad restarted with ``staging`` (YAML lines, two-space indented) added
-    to its staging section; the lab's own configuration and rsad back afterwards."""
-    conf = Path(lab["RSA_LAB_RSA_CONFIG"])
-    original = conf.read_text()
-    assert original.count("\nstaging:\n") == 1, "the lab's rsa.yaml has no staging section"
-    conf.write_text(original.replace("\nstaging:\n", f"\nstaging:\n{staging}", 1))
-    try:
-        restart_lab_rsad(signal.SIGTERM)
-        yield
-    finally:
-        conf.write_text(original)
-        restart_lab_rsad(signal.SIGTERM)
 
 
 def parts(area: Path) -> dict[int, set[str]]:

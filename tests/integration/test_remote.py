@@ -93,6 +93,17 @@ def test_cancel_kills_the_whole_remote_tree(rsa1: SshHost, lab: Mapping[str, str
         rsa1.run(["true"], timeout=10, cancel=token)
 
 
+def test_a_kill_that_does_not_end_is_given_up_on(rsa1: SshHost) -> None:
+    """The kills after a timeout or cancel run as short commands, bounded: a node where
+    they hang must not hang the staging step (their exit status used to be awaited for
+    ever)."""
+    start = time.monotonic()
+    with pytest.raises(HostError, match=r"sleep 7 did not end within 1s"):
+        rsa1._simple(["sleep", "7"], timeout=1)
+    assert time.monotonic() - start < 5
+    assert rsa1._simple(["true"]) == 0  # the connection is still good
+
+
 def test_one_connection_reused_across_threads(lab: Mapping[str, str]) -> None:
     with lab_hosts(lab) as pool:
         host = pool["rsa2"]

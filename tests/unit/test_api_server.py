@@ -171,12 +171,12 @@ def test_what_is_refused_says_why(raw: bytes, status: int, why: str) -> None:
 @pytest.mark.parametrize("over", ["unix", "tcp"])
 def test_a_bad_content_length_is_answered_at_once(make_api: Any, value: str,
                                                   over: str) -> None:
-    api = make_api(Limits(read_timeout=5.0))
+    api = make_api(Limits(read_timeout=30.0))
     start = time.monotonic()
     with connect(str(api.sock) if over == "unix" else api.tcp) as sock:
         sock.sendall(f"POST /v1/x HTTP/1.1\r\nContent-Length: {value}\r\n\r\n".encode())
         status, body = answer(sock)
-    assert time.monotonic() - start < 1.0  # not the 5 s read timeout: at once
+    assert time.monotonic() - start < 10.0  # not the 30 s read timeout: at once
     assert (status in (400, 413) and "Content-Length" in body) or "over rsad's limit" in body
     deadline = time.monotonic() + 2
     while api.gate.counts()[0] and time.monotonic() < deadline:
@@ -211,7 +211,7 @@ def test_a_slow_loris_is_cut_off_at_the_read_timeout(make_api: Any) -> None:
             break
         took = time.monotonic() - start
     assert got.startswith(b"HTTP/1.1 408 ") and b"not complete within 0.6s" in got
-    assert 0.5 < took < 1.5
+    assert 0.5 < took < 5.0  # cut off: all 100 bytes would take 10 s
 
 
 def test_a_request_round_trip_names_the_caller(make_api: Any) -> None:
@@ -280,8 +280,8 @@ def test_users_wait_for_workers_but_root_does_not(make_api: Any) -> None:
     t, _out = in_thread(ApiClient(api.tcp, timeout=8).get, "/v1/slow", uid=1001)
     assert api.routes.waiting.acquire(timeout=5)
     start = time.monotonic()
-    assert ApiClient(api.tcp, timeout=5).get("/v1/echo")["uid"] == 0 == ME
-    assert time.monotonic() - start < 1.0
+    assert ApiClient(api.tcp, timeout=30).get("/v1/echo")["uid"] == 0 == ME
+    assert time.monotonic() - start < 10.0  # not held until the slow request ends
     t2, out2 = in_thread(ApiClient(api.tcp, timeout=8).get, "/v1/echo", uid=1002)
     t2.join(0.5)
     assert t2.is_alive()  # waits for the one worker slot
@@ -292,7 +292,7 @@ def test_users_wait_for_workers_but_root_does_not(make_api: Any) -> None:
 
 
 def test_idle_connections_are_capped_and_the_oldest_makes_room(make_api: Any) -> None:
-    lim = Limits(read_timeout=5.0, max_connections=8)
+    lim = Limits(read_timeout=30.0, max_connections=8)
     api = make_api(lim)
     idle = [connect(api.tcp) for _ in range(30)]
     try:
@@ -300,9 +300,9 @@ def test_idle_connections_are_capped_and_the_oldest_makes_room(make_api: Any) ->
         opened, reading, _ = api.gate.counts()
         assert opened <= lim.max_connections - lim.reserve and reading == opened
         start = time.monotonic()
-        assert ApiClient(api.tcp, timeout=5).get("/v1/echo")["uid"] == ME  # evicts one
-        assert ApiClient(str(api.sock), timeout=5).get("/v1/echo")["uid"] == ME
-        assert time.monotonic() - start < 1.0
+        assert ApiClient(api.tcp, timeout=30).get("/v1/echo")["uid"] == ME  # evicts one
+        assert ApiClient(str(api.sock), timeout=30).get("/v1/echo")["uid"] == ME
+        assert time.monotonic() - start < 10.0  # not the 30 s read timeout of an idle one
         closed = 0
         for sock in idle:
             sock.settimeout(0.05)
