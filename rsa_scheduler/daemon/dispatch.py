@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from rsa_scheduler.core.actions import BULK, Action, ActionKind, Outcome
@@ -158,7 +159,7 @@ class Dispatcher:
         future = lane.submit(run, ctx)
         if tracked:
             self.running[action.id] = Running(action, cancel, future, self.clock())
-            future.add_done_callback(lambda f: host.submit("outcome", f.result()))
+            future.add_done_callback(partial(_report, host))
 
     def alert(self, job_id: str, msg: str) -> None:
         """Loop thread: tell the operator (log, metrics, ``rsa status``)."""
@@ -226,6 +227,14 @@ class Dispatcher:
             log.warning("stopping: the %s %s still busy after %gs, left running; actions "
                         "in flight: %s", " and ".join(busy), "lanes" if len(busy) > 1 else "lane",
                         timeout, ", ".join(still) or "none (other work)")
+
+
+def _report(host: Host, future: Future[Outcome]) -> None:
+    """A tracked action's future is done: hand its outcome to the loop. A future that
+    never ran (queued when rsad stopped: ``_stop`` cancels the lanes' queues) has no
+    outcome: the action is still in flight in the log and runs after the restart."""
+    if not future.cancelled():
+        host.submit("outcome", future.result())
 
 
 def _stop(lane: ThreadPoolExecutor, deadline: float | None) -> bool:

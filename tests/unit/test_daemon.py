@@ -581,6 +581,38 @@ def test_a_mount_never_waits_behind_bulk_copies(tmp_path: Path) -> None:
         store.close()
 
 
+def test_actions_still_queued_at_shutdown_are_left_for_the_restart(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """rsad stops with stage-outs queued behind busy workers: the lanes cancel them, and
+    their done callbacks hand no outcome to the loop (the log still has them in flight:
+    they run after the restart); it used to call result() on them and print
+    "exception calling callback ... CancelledError" for each."""
+    release = threading.Event()
+    reg = Registry()
+    for kind in ActionKind:
+        reg.register(kind, lambda ctx: (release.wait(30), {})[1])
+    slurm = ScriptedSlurm()
+    store = Store.open(tmp_path / "rsa.db", durability="normal")
+    d = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm, store=store,
+               registry=reg, workers=1, urgent_workers=1, poll_interval=0)
+    submitted: list[tuple[str, object]] = []
+
+    def submit(kind: str, payload: Any, **_: Any) -> None:
+        submitted.append((kind, payload))
+
+    d.dispatcher.host.submit = submit  # type: ignore[method-assign]
+    try:
+        for n in range(4):  # one runs, three queue
+            d.dispatcher.start(make_action(f"{n}/1/stage-out/1"), tracked=True)
+        threading.Timer(0.3, release.set).start()
+        d.dispatcher.shutdown(timeout=10)
+    finally:
+        release.set()
+        store.close()
+    assert not [r for r in caplog.records if "exception calling callback" in r.getMessage()]
+    assert [k for k, _ in submitted] == ["outcome"]  # the one that ran, only
+
+
 def test_finished_jobs_leave_memory_and_their_history_stays_readable(tmp_path: Path) -> None:
     """Issue 16: memory is bounded by live jobs. A finished job whose RSA cycle ended
     leaves rsad's memory after ``retention`` once Slurm no longer lists it; `rsa job`
