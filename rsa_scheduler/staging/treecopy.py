@@ -18,14 +18,14 @@ from __future__ import annotations
 import posixpath
 import secrets
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from rsa_scheduler.hosts import Host
 from rsa_scheduler.runner import Completed
 from rsa_scheduler.staging import scripts
 from rsa_scheduler.staging.commands import Commands, log
 from rsa_scheduler.staging.manifest import Entry, display
-from rsa_scheduler.staging.plan import Bucket, make_plan, pending
+from rsa_scheduler.staging.plan import Bucket, Plan, make_plan, pending
 from rsa_scheduler.staging.report import ProgressMeter, Stats
 from rsa_scheduler.staging.stream import StreamedCopy
 from rsa_scheduler.staging.stripe import (
@@ -82,8 +82,13 @@ class TreeCopy(Commands):
             self._take_slot(dst, plan.bytes)
         else:
             self._refuse_too_big(first, src, dst, plan.bytes, plan.files, phase)
+        # Atomic placement renames a whole directory new at the destination in one go
+        # onto an empty placeholder (scripts.ATOMIC, "whole"): only its root is created
+        # here, none of its subdirectories (they come with the rename)
+        new_roots = whole_roots(plan, {e.path for e in existing}) if atomic else set()
         self._user(first, scripts.mkdirs_argv(dst), f"{phase}: creating directories",
-                   input=scripts.encode_list(d.path for d in plan.dirs))
+                   input=scripts.encode_list(d.path for d in plan.dirs
+                                             if not below_any(d.path, new_roots)))
         meter = ProgressMeter(phase, plan.files, plan.bytes, self.progress,
                               self.progress_interval, self.clock)
         per_node: dict[str, int] = {}
@@ -139,7 +144,9 @@ class TreeCopy(Commands):
                 argv = scripts.tar_pipe_argv(src, dst, sparse=b.bytes >= self.big_bytes,
                                              recursive=b.tool == "tree")
             if atomic:
-                argv = scripts.atomic_argv(argv, dst, posixpath.join(parts, str(b.index)))
+                argv = scripts.atomic_argv(
+                    argv, dst, posixpath.join(parts, str(b.index)),
+                    whole=b.tool == "tree" and all(p in new_roots for p in b.paths))
             self._user(host, argv, f"{phase}: copying bucket {b.index} ({b.files} files)",
                        input=scripts.encode_list(b.paths))
             count(host, b.files, b.bytes)
@@ -187,3 +194,22 @@ class TreeCopy(Commands):
         stats = streamed.copy(phase, src, dst, parts, atomic=atomic, before_copy=slot)
         self._user(first, scripts.remove_tree_argv(parts), f"{phase}: removing {parts}")
         return stats
+
+
+def whole_roots(plan: Plan, existing: Collection[bytes]) -> set[bytes]:
+    """The directories ``plan`` copies whole (``tree`` buckets) that the destination does
+    not have (``existing``: its scan's paths): placed by one rename each."""
+    return {p for b in plan.buckets if b.tool == "tree" for p in b.paths
+            if p not in existing}
+
+
+def below_any(path: bytes, roots: Collection[bytes]) -> bool:
+    """Whether ``path`` is strictly below one of ``roots`` (relative paths)."""
+    if not roots:
+        return False
+    cut = path.rfind(b"/")
+    while cut > 0:
+        if path[:cut] in roots:
+            return True
+        cut = path.rfind(b"/", 0, cut)
+    return False

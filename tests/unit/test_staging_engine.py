@@ -539,7 +539,7 @@ def test_big_files_are_copied_with_the_block_size_of_their_direction(
     seen.clear()
     eng.stage_out(str(area / "ram"), str(out))
     # stage-out places atomically: the copier is ATOMIC's $4, its block its $5
-    assert [a[-1] for a in seen if a[2:3] == [scripts.ATOMIC]
+    assert [a[8] for a in seen if a[2:3] == [scripts.ATOMIC]
             and a[7:8] == [scripts.BIG]] == ["128K"]
     assert tree_state(out) == tree_state(area / "src")
     assert eng.verify(str(area / "ram"), str(out)).ok

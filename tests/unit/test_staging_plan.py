@@ -188,7 +188,9 @@ def test_big_files_use_big_writes_into_the_ramdisk_and_small_reads_out_of_it() -
     # atomic placement hands the block on to the copier as its $3
     wrapped = scripts.atomic_argv(argv, "/ram/job 1", "/ram/job 1/.rsa-staging/0")
     assert wrapped[3:] == ["bash", "/ram/job 1", "/ram/job 1", "/ram/job 1/.rsa-staging/0",
-                           scripts.BIG, "128K"]
+                           scripts.BIG, "128K", ""]
+    whole = scripts.atomic_argv(argv, "/d", "/d/.rsa-staging/0", whole=True)
+    assert whole[-1] == "whole"
 
 
 def test_index_lines() -> None:

@@ -26,6 +26,14 @@ from rsa_scheduler.staging.scripts.shell import BASH, PRELUDE, bash
 # process per file; the part directories are made u+rwx first, since moving a name out
 # of a directory needs write access to it (the engine sets every directory's mode last).
 # rename(2) replaces a symlink planted at the final name; it never follows it.
+# With $6 = "whole" the listed names are whole directories new at the destination, for
+# which the engine created only an empty placeholder (MKDIRS, none of their
+# subdirectories): each is renamed onto its placeholder in one rename (rename(2) replaces
+# an empty directory, refuses a non-empty one, ENOTEMPTY, and a symlink or file there,
+# ENOTDIR), so a new directory appears whole or not at all, for one metadata operation
+# instead of one per file. Where that rename is refused (someone wrote into the
+# placeholder, or swapped it), the names go one by one as for any bucket; a directory
+# missing at the destination is created then (never through a symlink: exit 65).
 ATOMIC = PRELUDE + (
     'list=$(cat) || exit 1; rm -rf -- "$3" && mkdir -p -- "$3" || exit 1; prev=; '
     'printf %s "$list" | base64 -d | while IFS= read -r -d "" p; do d=${p%/*}; '
@@ -33,9 +41,16 @@ ATOMIC = PRELUDE + (
     'printf %s "$list" | bash -c "$4" bash "$1" "$3" "$5" || exit $?; '
     'cd -- "$3" || exit 1; '
     'find . -type d ! -perm -u=rwx -exec chmod u+rwx -- {} + || exit 1; '
+    'if [ "$6" = whole ]; then printf %s "$list" | base64 -d | '
+    'while IFS= read -r -d "" p; do '
+    '[ -d "$p" ] && [ ! -L "$p" ] && [ -d "$2/$p" ] && [ ! -L "$2/$p" ] || continue; '
+    'mv -T -- "$p" "$2/$p" 2>/dev/null || true; done; fi; '
     'find . -type d -print0 | while IFS= read -r -d "" d; do '
+    'if [ -L "$2/$d" ] || { [ ! -d "$2/$d" ] && ! mkdir -- "$2/$d"; }; then '
+    'echo "refusing to write through $2/$d: not a directory" >&2; '
+    'exit 65; fi; '
     'find "$d" -mindepth 1 -maxdepth 1 ! -type d -print0 '
-    '| xargs -0 -r mv -f -t "$2/$d" -- || exit 1; done || exit 1; '
+    '| xargs -0 -r mv -f -t "$2/$d" -- || exit 1; done || exit $?; '
     'cd / && rm -rf -- "$3"')
 
 # The part directories of atomic placement, below the destination root: one per copy
@@ -99,15 +114,17 @@ def prepare_root_argv(path: str, uid: int, gid: int, mode: int = 0o700) -> list[
     return ["install", "-d", "-o", str(uid), "-g", str(gid), "-m", f"{mode:o}", "--", path]
 
 
-def atomic_argv(copier: Sequence[str], dst: str, part: str) -> list[str]:
+def atomic_argv(copier: Sequence[str], dst: str, part: str, *,
+                whole: bool = False) -> list[str]:
     """Run a ``tar_pipe_argv``/``big_argv``/``rsync_argv`` copier into ``part``, then
-    rename each listed
-    name from ``part`` to its place below ``dst`` (stdin: the list, as for the copier)."""
+    rename each listed name from ``part`` to its place below ``dst`` (stdin: the list, as
+    for the copier). ``whole``: the listed names are directories new at ``dst`` with only
+    an empty placeholder there; each is placed by one rename where it can be."""
     if copier[:2] != [BASH, "-c"] or len(copier) < 5:
         raise ValueError("atomic placement wraps a tar_pipe_argv or big_argv copier")
     program, src = copier[2], copier[4]
     extra = copier[6] if len(copier) > 6 else ""
-    return bash(ATOMIC, src, dst, part, program, extra)
+    return bash(ATOMIC, src, dst, part, program, extra, "whole" if whole else "")
 
 
 def remove_tree_argv(path: str) -> list[str]:
