@@ -71,6 +71,7 @@ class Listing:
     nbytes: int
     chunks: int
     skipped_names: tuple[bytes, ...] = ()
+    occupied: bool = True  # the destination held something: resume looks at it
 
 
 def parse_listing(stdout: str, root: str, phase: str, user: str) -> Listing:
@@ -87,11 +88,11 @@ def parse_listing(stdout: str, root: str, phase: str, user: str) -> Listing:
         raise StagingError(
             f"{phase} refused: user {user} cannot read {bad} object(s) in {root}: "
             f"{shown}{more}; fix their permissions or remove them", permanent=True)
-    if words[:1] != ["LIST"] or len(words) != 7:
+    if words[:1] != ["LIST"] or len(words) != 8:
         raise StagingError(f"{phase}: unexpected listing of {root}: {head[:200]!r}",
                            permanent=False)
-    files, linked, dirs, skipped, nbytes, chunks = (int(w) for w in words[1:])
-    return Listing(files, linked, dirs, skipped, nbytes, chunks, names)
+    files, linked, dirs, skipped, nbytes, chunks, occupied = (int(w) for w in words[1:])
+    return Listing(files, linked, dirs, skipped, nbytes, chunks, names, occupied != 0)
 
 
 class StreamedCopy:
@@ -111,19 +112,26 @@ class StreamedCopy:
         self.clock = clock
 
     def copy(self, phase: str, src: str, dst: str, parts: str, *, atomic: bool,
+             resume: bool = True,
              before_copy: Callable[[int], None] = lambda nbytes: None) -> Stats:
         """Copy ``src`` into ``dst``; ``parts``: the part directory (already made, empty)
         that holds the spool and, when ``atomic``, the chunks' part directories.
-        ``before_copy(bytes)`` runs once the size is known (the stage-out's PFS slot)."""
+        ``resume``: names the destination already holds complete (the listed mode's
+        quick check, on the nodes) are not copied again; they count in
+        ``Stats.already``. ``before_copy(bytes)`` runs once the size is known (the
+        stage-out's PFS slot)."""
         t0 = self.clock()
         first = self.hosts[0]
         spool = posixpath.join(parts, "spool")
         listing = parse_listing(
-            self.run(first, scripts.stream_list_argv(src, spool, self.uid, CHUNK_FILES),
+            self.run(first, scripts.stream_list_argv(src, spool, self.uid, CHUNK_FILES,
+                                                     dst, posixpath.basename(parts)),
                      f"{phase}: listing {src} (streamed)").stdout, src, phase, self.user)
         files = listing.files + listing.linked
-        log.info("%s %s -> %s, streamed: %d files, %d bytes, %d directories, %d chunks",
-                 phase, src, dst, files, listing.nbytes, listing.dirs, listing.chunks)
+        resume = resume and listing.occupied  # a fresh destination has nothing to skip
+        log.info("%s %s -> %s, streamed: %d files, %d bytes, %d directories, %d chunks%s",
+                 phase, src, dst, files, listing.nbytes, listing.dirs, listing.chunks,
+                 ", resuming" if resume else "")
         before_copy(listing.nbytes)
         self.run(first, scripts.stream_mkdirs_argv(spool, dst),
                  f"{phase}: creating directories")
@@ -131,6 +139,7 @@ class StreamedCopy:
         per_node: dict[str, int] = {}
         lock = threading.Lock()
         calls = [0]
+        already = [0, 0]  # files found complete at the destination, their bytes
 
         def stream(host: Host, n: int) -> None:
             while True:
@@ -138,27 +147,37 @@ class StreamedCopy:
                     calls[0] += 1
                     claim = f"{n}-{calls[0]}"
                 done = self.run(host, scripts.stream_copy_argv(
-                    src, dst, spool, CHUNKS_PER_CALL, claim, parts if atomic else ""),
-                    f"{phase}: copying chunks (streamed)")
-                chunks, copied = (int(w) for w in done.stdout.split())
+                    src, dst, spool, CHUNKS_PER_CALL, claim, parts if atomic else "",
+                    resume=resume), f"{phase}: copying chunks (streamed)")
+                chunks, copied, found, found_bytes = (int(w) for w in done.stdout.split())
                 if not chunks:
                     return
-                nbytes = listing.nbytes * copied // files if files else 0
-                meter.add(copied, nbytes)
                 with lock:
+                    already[0] += found
+                    already[1] += found_bytes
+                    meter.found_done(found, found_bytes)
+                    # bytes in proportion to the files copied, of what is left: never
+                    # more than the total, all of it once every file is copied
+                    left_files, left_bytes = meter.left()
+                    nbytes = left_bytes * copied // left_files if left_files > 0 else 0
+                    meter.add(copied, nbytes)
                     per_node[host.name] = per_node.get(host.name, 0) + nbytes
 
         self.parallel(range(self.streams), stream, meter)
-        if meter.files != files:
+        if meter.files + already[0] != files:
             raise StagingError(
-                f"{phase}: streamed copy of {src} copied {meter.files} of {files} files "
-                "(the chunks were not all copied); will retry", permanent=False)
+                f"{phase}: streamed copy of {src} copied {meter.files} and found "
+                f"{already[0]} complete of {files} files (the chunks were not all "
+                "copied); will retry", permanent=False)
         self.run(first, scripts.stream_dir_times_argv(spool, src, dst),
                  f"{phase}: setting directory modes and times")
         meter.tick(final=True)
-        return Stats(phase, files, listing.nbytes, listing.dirs, self.clock() - t0,
-                     listing.chunks, 0, tuple(display(n) for n in listing.skipped_names),
-                     per_node)
+        if resume:
+            log.info("%s %s -> %s, streamed: %d files copied, %d already done", phase,
+                     src, dst, meter.files, already[0])
+        return Stats(phase, meter.files, max(listing.nbytes - already[1], 0), listing.dirs,
+                     self.clock() - t0, listing.chunks, already[0],
+                     tuple(display(n) for n in listing.skipped_names), per_node)
 
 
 _META = re.compile(rb"(.*?)\t(?:l .*|(= .*)|[fdp][ 0-9-]+)", re.S)

@@ -33,8 +33,10 @@ def _names(*names: bytes) -> str:
 
 
 def test_parse_listing_reads_the_counters_and_skipped_names() -> None:
-    got = parse_listing(f"LIST 10 2 3 1 4096 2\n{_names(b'sock')}\n", "/s", "stage-in", "u")
-    assert got == Listing(10, 2, 3, 1, 4096, 2, (b"sock",))
+    got = parse_listing(f"LIST 10 2 3 1 4096 2 1\n{_names(b'sock')}\n", "/s", "stage-in", "u")
+    assert got == Listing(10, 2, 3, 1, 4096, 2, (b"sock",), occupied=True)
+    fresh = parse_listing("LIST 10 2 3 1 4096 2 0\n\n", "/s", "stage-in", "u")
+    assert not fresh.occupied
 
 
 def test_parse_listing_refuses_unreadable_objects_naming_five() -> None:
