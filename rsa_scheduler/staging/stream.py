@@ -149,17 +149,19 @@ class StreamedCopy:
                 done = self.run(host, scripts.stream_copy_argv(
                     src, dst, spool, CHUNKS_PER_CALL, claim, parts if atomic else "",
                     resume=resume), f"{phase}: copying chunks (streamed)")
-                chunks, copied, found, found_bytes = (int(w) for w in done.stdout.split())
+                words = done.stdout.split()
+                chunks, copied, found, found_bytes = (int(w) for w in words[:2] + words[3:])
                 if not chunks:
                     return
                 with lock:
                     already[0] += found
                     already[1] += found_bytes
                     meter.found_done(found, found_bytes)
-                    # bytes in proportion to the files copied, of what is left: never
-                    # more than the total, all of it once every file is copied
-                    left_files, left_bytes = meter.left()
-                    nbytes = left_bytes * copied // left_files if left_files > 0 else 0
+                    if words[2] != "-":  # resuming: the node read the sizes
+                        nbytes = int(words[2])
+                    else:  # in proportion to the files copied, of what is left
+                        left_files, left_bytes = meter.left()
+                        nbytes = left_bytes * copied // left_files if left_files > 0 else 0
                     meter.add(copied, nbytes)
                     per_node[host.name] = per_node.get(host.name, 0) + nbytes
 

@@ -26,7 +26,8 @@ from rsa_scheduler.staging.scripts.shell import PRELUDE, bash
 # rules; $4 is the user's uid), directories, sockets and devices (skipped), files with
 # other hard links (one tar for all of them: links stay links), everything else; sizes
 # summed by awk. Then split cuts the list into chunks of $3 names, which the streams of
-# every node claim by rename. Prints "BAD <count>" and the first five names (base64) if
+# every node claim by rename (bytes: regular files' only, as the listed mode counts them).
+# Prints "BAD <count>" and the first five names (base64) if
 # anything is unreadable, else "LIST <files> <linked> <dirs> <skipped> <bytes> <chunks>
 # <occupied>" and the first five skipped names; <occupied> is 0 when the destination $5
 # holds nothing but the part directory $6 (a fresh copy: nothing to resume, the streams
@@ -38,7 +39,8 @@ STREAM_LIST = PRELUDE + (
     '-perm -u=r \\) -o \\! \\( \\( -type d -o -type f \\) \\! -readable -o -type d \\! '
     '-executable \\) \\) \\( -type d -fprint0 "$2/dirs" -o \\( -type s -o -type c -o -type b '
     '\\) -fprint0 "$2/skipped" -o -type f -links +1 -fprint0 "$2/linked" -fprintf '
-    '"$2/sizes" "%s\\n" -o -fprint0 "$2/files" -fprintf "$2/sizes" "%s\\n" \\) -o -fprint0 '
+    '"$2/sizes" "%s\\n" -o -fprint0 "$2/files" \\( -type f -fprintf "$2/sizes" "%s\\n" '
+    '-o -true \\) \\) -o -fprint0 '
     '"$2/bad" || exit 1; '
     'count() { tr -cd "\\0" < "$1" | wc -c; }; '
     'if [ -s "$2/bad" ]; then echo "BAD $(count "$2/bad")"; head -z -n 5 "$2/bad" '
@@ -69,34 +71,37 @@ QUICK_CHECK = (
 # rename to a name of this call's own, $6: one claimant wins); when $9 is set (resume),
 # drop from the chunk the names whose destination already holds the same object as the
 # source (QUICK_CHECK of both sides, comm: what the destination lacks is copied; any
-# error reading the destination only means more is copied); then copy the rest from $1
-# to $2 with the copier program $5 (the list on its stdin, as for a bucket; -S: holes
-# kept) or, when $7 is set, with the atomic placement program $7 into a part directory
-# below $8, and delete the chunk. The hard-linked list (chunk-linked) is always copied
-# whole. Prints "<chunks> <files copied> <files already there> <their bytes>" ("0 0 0
-# 0": nothing left).
+# error reading the destination only means more is copied) and sum the sizes of both
+# parts; then copy the rest from $1 to $2 with the copier program $5 (the list on its
+# stdin, as for a bucket; -S: holes kept) or, when $7 is set, with the atomic placement
+# program $7 into a part directory below $8, and delete the chunk. The hard-linked list
+# (chunk-linked) is always copied whole (only its sizes are read). Prints "<chunks>
+# <files copied> <their bytes> <files already there> <their bytes>" ("0 0 0 0 0":
+# nothing left; bytes copied "-" without resume: not read).
 STREAM_COPY = PRELUDE + QUICK_CHECK + (
     'sp=$3; cnt() { tr -cd "\\0" < "$1" | wc -c; }; '
-    'n=0; f=0; a=0; ab=0; for c in "$3"/chunk-*; do [ "$n" -lt "$4" ] || break; '
-    '[ -e "$c" ] || continue; '
+    'sz() { sed -z -n "s/^.*\\tf \\([0-9]*\\) [-0-9]*\\$/\\1/p" "$1" | tr "\\0" "\\n" '
+    '| awk "{s += \\$1} END {printf \\"%d\\", s}"; }; '
+    'n=0; f=0; fb=0; a=0; ab=0; [ -n "$9" ] || fb=-; '
+    'for c in "$3"/chunk-*; do [ "$n" -lt "$4" ] || break; [ -e "$c" ] || continue; '
     'mine="$3/claimed-$6-${c##*/}"; mv -- "$c" "$mine" 2>/dev/null || continue; '
     'todo=$mine; k=$(cnt "$mine") || exit 1; '
-    'if [ -n "$9" ] && [ "${c##*/}" != chunk-linked ]; then '
-    '(cd -- "$1" && qc < "$mine") > "$mine.s" || exit 1; '
-    '{ (cd -- "$2" && qc < "$mine") 2>/dev/null; true; } > "$mine.d" || exit 1; '
-    'comm -z -12 "$mine.s" "$mine.d" > "$mine.same" || exit 1; '
-    'comm -z -23 "$mine.s" "$mine.d" | qn > "$mine.todo" || exit 1; todo=$mine.todo; '
-    's=$(cnt "$mine.same") && t=$(cnt "$todo") || exit 1; '
+    'if [ -n "$9" ]; then (cd -- "$1" && qc < "$mine") > "$mine.s" || exit 1; '
+    'if [ "${c##*/}" = chunk-linked ]; then : > "$mine.d"; '
+    'else { (cd -- "$2" && qc < "$mine") 2>/dev/null; true; } > "$mine.d" || exit 1; fi; '
+    'comm -z -12 "$mine.s" "$mine.d" > "$mine.same" && '
+    'comm -z -23 "$mine.s" "$mine.d" > "$mine.new" || exit 1; '
+    '[ "${c##*/}" = chunk-linked ] || { qn < "$mine.new" > "$mine.todo" && todo=$mine.todo; } '
+    '|| exit 1; s=$(cnt "$mine.same") && t=$(cnt "$mine.new") && b=$(sz "$mine.same") && '
+    'tb=$(sz "$mine.new") || exit 1; '
     '[ $((s + t)) = "$k" ] || { echo "quick check of $c: $s + $t of $k names" >&2; '
-    'exit 1; }; b=$(sed -z -n "s/^.*\\tf \\([0-9]*\\) [-0-9]*\\$/\\1/p" "$mine.same" '
-    '| tr "\\0" "\\n" | awk "{s += \\$1} END {printf \\"%d\\", s}") || exit 1; '
-    'k=$t; a=$((a + s)); ab=$((ab + b)); fi; '
+    'exit 1; }; k=$t; a=$((a + s)); ab=$((ab + b)); fb=$((fb + tb)); fi; '
     'if [ "$k" = 0 ]; then :; '
     'elif [ -n "$7" ]; then base64 -w0 < "$todo" | bash -c "$7" bash "$1" "$2" '
     '"$8/$6-${c##*/}" "$5" -S || exit $?; '
     'else base64 -w0 < "$todo" | bash -c "$5" bash "$1" "$2" -S || exit $?; fi; '
     'f=$((f + k)); n=$((n + 1)); rm -f -- "$mine" "$mine".*; '
-    'done; echo "$n $f $a $ab"')
+    'done; echo "$n $f $fb $a $ab"')
 # The directory list of the spool ($1/dirs) into a program ($2) that reads a list on
 # stdin, with the rest of the arguments: MKDIRS before the copy, the directory tar pipe
 # (modes and mtimes) after it.
