@@ -16,11 +16,17 @@ destination's big files from its page cache, and the RAMDISK's files are hashed 
 sides by every stream, claiming chunks; rsad receives counts and the first five
 differences. It checks what the listed verify checks.
 
-Streamed mode is opt-in (``staging.stream_objects``; off: every tree is listed in rsad).
-What its copy does not do (the listed mode does): resume (a re-run copies everything
-again, overwriting), striping (big files go through tar like the rest), the destination
-scan (planted symlinks), exact byte progress (bytes are counted in proportion to the
-files copied).
+Resume: before a chunk is copied, the stream drops the names the destination already
+holds complete, by the listed mode's quick check (``plan.pending``: same type, size and
+mtime in seconds, symlink target), on the node (``scripts.QUICK_CHECK``); rsad counts
+them in ``Stats.already``. Not when the destination held nothing at listing time.
+
+Streamed mode is on by default (``staging.stream_objects``: ``STREAM_OBJECTS``; empty:
+off, every tree is listed in rsad). What its copy does not do (the listed mode does):
+resume hard-linked files (their list is copied again whole), striping (big files go
+through tar like the rest), the destination scan (planted symlinks are replaced, not
+refused), ``copy_tool`` (always tar), exact byte progress of a fresh copy (bytes in
+proportion to the files copied; a resumed copy reads the sizes).
 
 Commands run through the engine's seams (``run``: as the user, with the engine's
 timeout and cancel; ``parallel``: the engine's streams). Must not import ``engine``.
@@ -45,7 +51,7 @@ from rsa_scheduler.staging.report import ProgressMeter, StagingError, Stats
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-STREAM_OBJECTS = 20_000  # a good staging.stream_objects where it is on (off by default)
+STREAM_OBJECTS = 20_000  # staging.stream_objects' default (bench/bench_manifest.py)
 CHUNK_FILES = 5000  # names per chunk (as a list bucket's limit)
 CHUNKS_PER_CALL = 4  # chunks one command copies before it reports (progress, cancel)
 

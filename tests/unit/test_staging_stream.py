@@ -286,7 +286,9 @@ def test_the_big_file_list_of_the_streamed_verify_holds_what_it_should(
         scripts.verify_list_argv("/r", "/d", "/d/p/s", 5, 0, "p/*")
 
 
-def test_streamed_mode_is_off_by_default() -> None:
+def test_the_engine_alone_lists_every_tree_the_daemon_passes_the_setting() -> None:
+    # staging.stream_objects is 20000 by default (test_config); an engine built without
+    # it (tests, benchmarks) lists every tree in the process, as before
     eng = StagingEngine([LocalHost("rsa1")], Identity("u", 1000, 1000))
     assert eng.stream_objects == 0 and eng.stripe_bytes == 0
 
