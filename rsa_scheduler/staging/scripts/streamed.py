@@ -62,7 +62,7 @@ STREAM_LIST = PRELUDE + (
 # any byte survives and equal records mean equal objects), sorted; a missing name has
 # no record. Functions of STREAM_COPY: $sp is its spool, where sort spills.
 QUICK_CHECK = (
-    r"""qc() { xargs -0 -r sh -c 'exec find "$@" -maxdepth 0 \( -type f -printf """
+    r"""qc() { xargs -0 -r sh -c 'exec find -P "$@" -maxdepth 0 \( -type f -printf """
     r""""%p\0f %s %Ts\0" -o -type l -printf "%p\0l %l\0" -o -printf "%p\0%y\0" \)' sh """
     r"""| sed -z -e 's/\\/\\b/g' -e 's/\t/\\t/g' -e 's/\n/\\n/g' """
     r"""| paste -z -d '\t' - - | sort -z -T "$sp"; }; """
