@@ -339,12 +339,14 @@ class StagingConfig:
     stream_objects: int | None = field(
         metadata=meta(
             Optional(Int(min=1000, max=1_000_000_000)),
-            "Opt-in streamed mode (docs/staging.md#streamed-mode): a tree of more than "
-            "this many objects is listed and copied on the RSA nodes, rsad keeping "
-            "counters only (constant memory in rsad). It gives up resume (an interrupted "
-            "stage copies everything again), striping and the destination scan; its "
-            "verify checks what the listed verify checks. Empty: off, every tree is "
-            "listed in rsad (a 1M-object tree costs rsad ~1.2 GB).",
+            "Streamed mode (docs/staging.md#streamed-mode): a tree of more than this many "
+            "objects is listed and copied on the RSA nodes, rsad keeping counters only "
+            "(constant memory in rsad; 20000: what bench/bench_manifest.py found cheap). "
+            "It resumes on the nodes (the listed mode's quick check; hard-linked files "
+            "are copied again) and gives up striping, the destination scan and the "
+            "copy_tool (it always copies with tar); its verify checks what the listed "
+            "verify checks. Empty: off, every tree is listed in rsad (a 1M-object tree "
+            "costs rsad ~1.2 GB).",
         )
     )
     copy_command: str | None = field(

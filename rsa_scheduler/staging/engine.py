@@ -93,7 +93,8 @@ class StagingEngine(TreeCopy, Packing, Verifier):
         self.copy_command = copy_command
         self.stripe_bytes = stripe_bytes  # 0: never stripe (staging.stripe_bytes)
         self.stripe_min = stripe_min  # the shortest range
-        # a larger tree: streamed mode; 0: off (staging.stream_objects, opt-in)
+        # a larger tree: streamed mode; 0: off (the daemon passes staging.stream_objects,
+        # 20000 unless the operator emptied it)
         self.stream_objects = stream_objects
         # verify reads files this large back in ranges, uncached (0: whole, as cached)
         self.verify_range_bytes = verify_range_bytes

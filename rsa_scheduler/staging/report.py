@@ -117,6 +117,19 @@ class ProgressMeter:
             self.files += files
             self.bytes += nbytes
 
+    def found_done(self, files: int, nbytes: int) -> None:
+        """Objects found already complete at the destination while copying (streamed
+        resume): not to be copied, so out of the totals, as the listed mode leaves them
+        out of its plan."""
+        with self._lock:
+            self.files_total -= files
+            self.bytes_total = max(self.bytes_total - nbytes, self.bytes)
+
+    def left(self) -> tuple[int, int]:
+        """(files, bytes) still to copy."""
+        with self._lock:
+            return self.files_total - self.files, self.bytes_total - self.bytes
+
     def snapshot(self) -> Progress:
         with self._lock:
             files, nbytes = self.files, self.bytes

@@ -16,11 +16,17 @@ destination's big files from its page cache, and the RAMDISK's files are hashed 
 sides by every stream, claiming chunks; rsad receives counts and the first five
 differences. It checks what the listed verify checks.
 
-Streamed mode is opt-in (``staging.stream_objects``; off: every tree is listed in rsad).
-What its copy does not do (the listed mode does): resume (a re-run copies everything
-again, overwriting), striping (big files go through tar like the rest), the destination
-scan (planted symlinks), exact byte progress (bytes are counted in proportion to the
-files copied).
+Resume: before a chunk is copied, the stream drops the names the destination already
+holds complete, by the listed mode's quick check (``plan.pending``: same type, size and
+mtime in seconds, symlink target), on the node (``scripts.QUICK_CHECK``); rsad counts
+them in ``Stats.already``. Not when the destination held nothing at listing time.
+
+Streamed mode is on by default (``staging.stream_objects``: ``STREAM_OBJECTS``; empty:
+off, every tree is listed in rsad). What its copy does not do (the listed mode does):
+resume hard-linked files (their list is copied again whole), striping (big files go
+through tar like the rest), the destination scan (planted symlinks are replaced, not
+refused), ``copy_tool`` (always tar), exact byte progress of a fresh copy (bytes in
+proportion to the files copied; a resumed copy reads the sizes).
 
 Commands run through the engine's seams (``run``: as the user, with the engine's
 timeout and cancel; ``parallel``: the engine's streams). Must not import ``engine``.
@@ -45,7 +51,7 @@ from rsa_scheduler.staging.report import ProgressMeter, StagingError, Stats
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-STREAM_OBJECTS = 20_000  # a good staging.stream_objects where it is on (off by default)
+STREAM_OBJECTS = 20_000  # staging.stream_objects' default (bench/bench_manifest.py)
 CHUNK_FILES = 5000  # names per chunk (as a list bucket's limit)
 CHUNKS_PER_CALL = 4  # chunks one command copies before it reports (progress, cancel)
 
@@ -71,6 +77,7 @@ class Listing:
     nbytes: int
     chunks: int
     skipped_names: tuple[bytes, ...] = ()
+    occupied: bool = True  # the destination held something: resume looks at it
 
 
 def parse_listing(stdout: str, root: str, phase: str, user: str) -> Listing:
@@ -87,11 +94,11 @@ def parse_listing(stdout: str, root: str, phase: str, user: str) -> Listing:
         raise StagingError(
             f"{phase} refused: user {user} cannot read {bad} object(s) in {root}: "
             f"{shown}{more}; fix their permissions or remove them", permanent=True)
-    if words[:1] != ["LIST"] or len(words) != 7:
+    if words[:1] != ["LIST"] or len(words) != 8:
         raise StagingError(f"{phase}: unexpected listing of {root}: {head[:200]!r}",
                            permanent=False)
-    files, linked, dirs, skipped, nbytes, chunks = (int(w) for w in words[1:])
-    return Listing(files, linked, dirs, skipped, nbytes, chunks, names)
+    files, linked, dirs, skipped, nbytes, chunks, occupied = (int(w) for w in words[1:])
+    return Listing(files, linked, dirs, skipped, nbytes, chunks, names, occupied != 0)
 
 
 class StreamedCopy:
@@ -111,19 +118,26 @@ class StreamedCopy:
         self.clock = clock
 
     def copy(self, phase: str, src: str, dst: str, parts: str, *, atomic: bool,
+             resume: bool = True,
              before_copy: Callable[[int], None] = lambda nbytes: None) -> Stats:
         """Copy ``src`` into ``dst``; ``parts``: the part directory (already made, empty)
         that holds the spool and, when ``atomic``, the chunks' part directories.
-        ``before_copy(bytes)`` runs once the size is known (the stage-out's PFS slot)."""
+        ``resume``: names the destination already holds complete (the listed mode's
+        quick check, on the nodes) are not copied again; they count in
+        ``Stats.already``. ``before_copy(bytes)`` runs once the size is known (the
+        stage-out's PFS slot)."""
         t0 = self.clock()
         first = self.hosts[0]
         spool = posixpath.join(parts, "spool")
         listing = parse_listing(
-            self.run(first, scripts.stream_list_argv(src, spool, self.uid, CHUNK_FILES),
+            self.run(first, scripts.stream_list_argv(src, spool, self.uid, CHUNK_FILES,
+                                                     dst, posixpath.basename(parts)),
                      f"{phase}: listing {src} (streamed)").stdout, src, phase, self.user)
         files = listing.files + listing.linked
-        log.info("%s %s -> %s, streamed: %d files, %d bytes, %d directories, %d chunks",
-                 phase, src, dst, files, listing.nbytes, listing.dirs, listing.chunks)
+        resume = resume and listing.occupied  # a fresh destination has nothing to skip
+        log.info("%s %s -> %s, streamed: %d files, %d bytes, %d directories, %d chunks%s",
+                 phase, src, dst, files, listing.nbytes, listing.dirs, listing.chunks,
+                 ", resuming" if resume else "")
         before_copy(listing.nbytes)
         self.run(first, scripts.stream_mkdirs_argv(spool, dst),
                  f"{phase}: creating directories")
@@ -131,6 +145,7 @@ class StreamedCopy:
         per_node: dict[str, int] = {}
         lock = threading.Lock()
         calls = [0]
+        already = [0, 0]  # files found complete at the destination, their bytes
 
         def stream(host: Host, n: int) -> None:
             while True:
@@ -138,27 +153,39 @@ class StreamedCopy:
                     calls[0] += 1
                     claim = f"{n}-{calls[0]}"
                 done = self.run(host, scripts.stream_copy_argv(
-                    src, dst, spool, CHUNKS_PER_CALL, claim, parts if atomic else ""),
-                    f"{phase}: copying chunks (streamed)")
-                chunks, copied = (int(w) for w in done.stdout.split())
+                    src, dst, spool, CHUNKS_PER_CALL, claim, parts if atomic else "",
+                    resume=resume), f"{phase}: copying chunks (streamed)")
+                words = done.stdout.split()
+                chunks, copied, found, found_bytes = (int(w) for w in words[:2] + words[3:])
                 if not chunks:
                     return
-                nbytes = listing.nbytes * copied // files if files else 0
-                meter.add(copied, nbytes)
                 with lock:
+                    already[0] += found
+                    already[1] += found_bytes
+                    meter.found_done(found, found_bytes)
+                    if words[2] != "-":  # resuming: the node read the sizes
+                        nbytes = int(words[2])
+                    else:  # in proportion to the files copied, of what is left
+                        left_files, left_bytes = meter.left()
+                        nbytes = left_bytes * copied // left_files if left_files > 0 else 0
+                    meter.add(copied, nbytes)
                     per_node[host.name] = per_node.get(host.name, 0) + nbytes
 
         self.parallel(range(self.streams), stream, meter)
-        if meter.files != files:
+        if meter.files + already[0] != files:
             raise StagingError(
-                f"{phase}: streamed copy of {src} copied {meter.files} of {files} files "
-                "(the chunks were not all copied); will retry", permanent=False)
+                f"{phase}: streamed copy of {src} copied {meter.files} and found "
+                f"{already[0]} complete of {files} files (the chunks were not all "
+                "copied); will retry", permanent=False)
         self.run(first, scripts.stream_dir_times_argv(spool, src, dst),
                  f"{phase}: setting directory modes and times")
         meter.tick(final=True)
-        return Stats(phase, files, listing.nbytes, listing.dirs, self.clock() - t0,
-                     listing.chunks, 0, tuple(display(n) for n in listing.skipped_names),
-                     per_node)
+        if resume:
+            log.info("%s %s -> %s, streamed: %d files copied, %d already done", phase,
+                     src, dst, meter.files, already[0])
+        return Stats(phase, meter.files, max(listing.nbytes - already[1], 0), listing.dirs,
+                     self.clock() - t0, listing.chunks, already[0],
+                     tuple(display(n) for n in listing.skipped_names), per_node)
 
 
 _META = re.compile(rb"(.*?)\t(?:l .*|(= .*)|[fdp][ 0-9-]+)", re.S)

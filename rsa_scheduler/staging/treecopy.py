@@ -57,7 +57,7 @@ class TreeCopy(Commands):
         entries = self._scan(first, src, f"{phase}: scanning {src}", limit=limit)
         if limit >= 0 and len(entries) > limit:  # too many to list here: the nodes do
             del entries
-            return self._stream(phase, src, dst, atomic)
+            return self._stream(phase, src, dst, atomic, resume)
         self._refuse_unreadable(entries, src, phase)
         self._user(first, scripts.mkdir_argv(dst), f"{phase}: creating {dst}")
         todo: Sequence[Entry] = entries
@@ -167,7 +167,8 @@ class TreeCopy(Commands):
                      len(plan.buckets), already, tuple(display(e.path) for e in plan.skipped),
                      per_node)
 
-    def _stream(self, phase: str, src: str, dst: str, atomic: bool) -> Stats:
+    def _stream(self, phase: str, src: str, dst: str, atomic: bool,
+                resume: bool = True) -> Stats:
         """Stage a tree of more than ``stream_objects`` objects in streamed mode: listed
         and copied on the nodes, rsad keeps counters (``stream``)."""
         first = self.hosts[0]
@@ -191,7 +192,8 @@ class TreeCopy(Commands):
             meter=lambda files, nbytes: ProgressMeter(
                 phase, files, nbytes, self.progress, self.progress_interval, self.clock),
             clock=self.clock)
-        stats = streamed.copy(phase, src, dst, parts, atomic=atomic, before_copy=slot)
+        stats = streamed.copy(phase, src, dst, parts, atomic=atomic, resume=resume,
+                              before_copy=slot)
         self._user(first, scripts.remove_tree_argv(parts), f"{phase}: removing {parts}")
         return stats
 

@@ -1098,11 +1098,17 @@ def test_a_custom_copy_tool_needs_a_usable_copy_command() -> None:
     assert any("copy_command: set, but copy_tool is engine" in w for w in warned.warnings)
 
 
-def test_striping_and_streamed_mode_are_off_unless_the_operator_turns_them_on() -> None:
+def test_striping_is_off_and_streamed_mode_on_unless_the_operator_says_otherwise() -> None:
+    from rsa_scheduler.staging.stream import STREAM_OBJECTS
+
     shipped = load_config_text(POOL)
-    assert shipped.staging.stripe_bytes == 0 and shipped.staging.stream_objects is None
-    on = load_config_text(POOL + "staging:\n  stripe_bytes: 256M\n  stream_objects: 20000\n")
-    assert on.staging.stripe_bytes == 256 << 20 and on.staging.stream_objects == 20000
+    assert shipped.staging.stripe_bytes == 0
+    assert shipped.staging.stream_objects == STREAM_OBJECTS == 20000  # it resumes now
+    for off in ("null", ""):  # empty: every tree listed in rsad, as before
+        assert load_config_text(
+            POOL + f"staging:\n  stream_objects: {off}\n").staging.stream_objects is None
+    on = load_config_text(POOL + "staging:\n  stripe_bytes: 256M\n  stream_objects: 50000\n")
+    assert on.staging.stripe_bytes == 256 << 20 and on.staging.stream_objects == 50000
     # striping is experimental (a lab finding): one warning, nothing else about staging
     assert [w for w in on.warnings if "staging." in w] == [
         "<string>:7: staging.stripe_bytes: striped copies are experimental: in the lab a "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import os
+import stat
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from rsa_scheduler.hosts import LocalHost
+from rsa_scheduler.hosts import Cancelled, LocalHost
 from rsa_scheduler.runner import Completed, Identity
 from rsa_scheduler.staging import StagingEngine, StagingError, scripts, stream
 from rsa_scheduler.staging.manifest import parse_scan, parse_scan_fields, scan_fields
@@ -33,8 +34,10 @@ def _names(*names: bytes) -> str:
 
 
 def test_parse_listing_reads_the_counters_and_skipped_names() -> None:
-    got = parse_listing(f"LIST 10 2 3 1 4096 2\n{_names(b'sock')}\n", "/s", "stage-in", "u")
-    assert got == Listing(10, 2, 3, 1, 4096, 2, (b"sock",))
+    got = parse_listing(f"LIST 10 2 3 1 4096 2 1\n{_names(b'sock')}\n", "/s", "stage-in", "u")
+    assert got == Listing(10, 2, 3, 1, 4096, 2, (b"sock",), occupied=True)
+    fresh = parse_listing("LIST 10 2 3 1 4096 2 0\n\n", "/s", "stage-in", "u")
+    assert not fresh.occupied
 
 
 def test_parse_listing_refuses_unreadable_objects_naming_five() -> None:
@@ -283,6 +286,210 @@ def test_the_big_file_list_of_the_streamed_verify_holds_what_it_should(
         scripts.verify_list_argv("/r", "/d", "/d/p/s", 5, 0, "p/*")
 
 
-def test_streamed_mode_is_off_by_default() -> None:
+def test_the_engine_alone_lists_every_tree_the_daemon_passes_the_setting() -> None:
+    # staging.stream_objects is 20000 by default (test_config); an engine built without
+    # it (tests, benchmarks) lists every tree in the process, as before
     eng = StagingEngine([LocalHost("rsa1")], Identity("u", 1000, 1000))
     assert eng.stream_objects == 0 and eng.stripe_bytes == 0
+
+
+# -- resume (issue 16): the listed mode's quick check, run on the nodes per chunk --
+
+def _marks(root: Path, names: Sequence[bytes]) -> dict[bytes, tuple[int, int]]:
+    """(inode, ctime) of each name: unchanged means it was not copied again (tar writes
+    a new file and sets its mtime: a new inode, a new ctime)."""
+    base = os.fsencode(root)
+    return {n: (st.st_ino, st.st_ctime_ns) for n in names
+            for st in [os.lstat(os.path.join(base, n))]}
+
+
+def _complete(src: Path, dst: Path) -> list[bytes]:
+    """The names below ``dst`` that the listed mode's quick check finds complete
+    (``plan.pending``): same type, and size and mtime (s) for a regular file, target for
+    a symlink. Hard-linked names left out: streamed mode copies them again."""
+    out = []
+    base_s, base_d = os.fsencode(src), os.fsencode(dst)
+    for dirpath, dirs, files in os.walk(base_s):
+        for n in dirs + files:  # a symlink to a directory is in dirs
+            p = os.path.join(dirpath, n)
+            rel = os.path.relpath(p, base_s)
+            s = os.lstat(p)
+            if stat.S_ISDIR(s.st_mode):
+                continue
+            try:
+                d = os.lstat(os.path.join(base_d, rel))
+            except FileNotFoundError:
+                continue
+            if stat.S_IFMT(s.st_mode) != stat.S_IFMT(d.st_mode) or (
+                    stat.S_ISREG(s.st_mode) and s.st_nlink > 1):
+                continue
+            if stat.S_ISREG(s.st_mode) and (s.st_size, int(s.st_mtime)) != (
+                    d.st_size, int(d.st_mtime)):
+                continue
+            if stat.S_ISLNK(s.st_mode) and os.readlink(p) != os.readlink(
+                    os.path.join(base_d, rel)):
+                continue
+            out.append(rel)
+    return out
+
+
+def _damage(root: Path, outside: Path) -> None:
+    """What an interrupted copy (or someone) left at a destination: a file with the
+    source's size but another mtime, one cut short, one missing, and a symlink planted
+    at a file's name pointing to a file outside the tree."""
+    sub = root / "sub dir"
+    st = (sub / "f011").stat()
+    (sub / "f011").write_bytes(os.urandom(st.st_size))  # same size, another mtime
+    os.utime(sub / "f011", ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    st12 = (sub / "f012").stat()
+    with open(sub / "f012", "r+b") as f:
+        f.truncate(7)  # another size, the source's mtime
+    os.utime(sub / "f012", ns=(st12.st_atime_ns, st12.st_mtime_ns))
+    (sub / "f013").unlink()
+    os.symlink(outside, sub / "f013")
+    (sub / "f014").unlink()
+
+
+CHANGED = [b"sub dir/f011", b"sub dir/f012", b"sub dir/f013", b"sub dir/f014"]
+
+
+@needs_root
+def test_a_streamed_stage_in_resumes_copying_only_what_is_not_complete(
+        area: Path, user: Identity, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stream, "CHUNK_FILES", 7)
+    monkeypatch.setattr(stream, "CHUNKS_PER_CALL", 2)
+    seen: list[tuple[list[str], int]] = []
+    ram, src = area / "ram", area / "src"
+    eng = engine(user, seen)
+    eng.prepare_root(str(ram))
+    first = eng.stage_in(str(src), str(ram))
+    assert (first.files, first.already) == (51, 0)
+    copiers = [a for a, _ in seen if _is(a, scripts.STREAM_COPY)]
+    assert copiers and all(a[-1] == "" for a in copiers)  # fresh: nothing to look at
+    outside = area / "outside"
+    outside.write_bytes(b"not the user's tree")
+    os.chown(outside, user.uid, user.gid)
+    _damage(ram, outside)
+    kept = _complete(src, ram)
+    assert len(kept) == 51 - 4 - len(CHANGED)  # the hard-linked four: copied again
+    before = _marks(ram, kept)
+    seen.clear()
+    reports: list[Any] = []
+    eng.progress = reports.append
+    again = eng.stage_in(str(src), str(ram))
+    assert (again.files, again.already) == (4 + len(CHANGED), len(kept))
+    assert again.files + again.already == 51
+    assert _marks(ram, kept) == before  # not one of them written again
+    assert tree_state(ram) == tree_state(src)  # f011-f014 copied, content too
+    assert not (ram / "sub dir" / "f013").is_symlink()
+    assert outside.read_bytes() == b"not the user's tree"  # replaced, not followed
+    assert all(a[-1] == "1" for a, _ in seen if _is(a, scripts.STREAM_COPY))
+    assert reports[-1].files_done == reports[-1].files_total == again.files
+    assert reports[-1].bytes_done == reports[-1].bytes_total == again.bytes
+    big = (src / "big").stat().st_size  # the linked group, counted per name as listed
+    assert again.bytes == big * 2 + 3 * 2 + sum(
+        (src / os.fsdecode(n)).stat().st_size for n in CHANGED)
+    assert not list(ram.glob(".rsa-staging-77-*"))
+    full = eng.stage_in(str(src), str(ram), resume=False)
+    assert (full.files, full.already) == (51, 0)
+    assert all(_marks(ram, [n])[n] != before[n] for n in kept if n.startswith(b"sub"))
+
+
+@needs_root
+def test_a_killed_streamed_stage_in_is_resumed_where_it_stopped(
+        area: Path, user: Identity, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stream, "CHUNK_FILES", 5)
+    monkeypatch.setattr(stream, "CHUNKS_PER_CALL", 1)
+    ram, src = area / "ram", area / "src"
+    calls = [0]
+
+    class Killed(SpyHost):
+        def run(self, argv: Sequence[str], **kw: Any) -> Completed:
+            if _is(argv, scripts.STREAM_COPY):
+                calls[0] += 1
+                if calls[0] > 4:
+                    raise Cancelled("rsad was killed")
+            return super().run(argv, **kw)
+
+    eng = StagingEngine([Killed("rsa1", []), Killed("rsa2", [])], user, job_id="77",
+                        stream_objects=10)
+    eng.prepare_root(str(ram))
+    with pytest.raises(Cancelled):
+        eng.stage_in(str(src), str(ram))
+    kept = _complete(src, ram)
+    assert 0 < len(kept) < 47  # some chunks were copied, not all
+    before = _marks(ram, kept)
+    again = engine(user, []).stage_in(str(src), str(ram))
+    assert again.already == len(kept) and again.files + again.already == 51
+    assert _marks(ram, kept) == before
+    assert tree_state(ram) == tree_state(src)
+    assert not list(ram.glob(".rsa-staging-77-*"))
+
+
+@needs_root
+def test_a_streamed_stage_out_resumes_with_atomic_placement(
+        area: Path, user: Identity) -> None:
+    seen: list[tuple[list[str], int]] = []
+    ram, src, out = area / "ram", area / "src", area / "outs" / "out"
+    eng = engine(user, seen)
+    eng.prepare_root(str(ram))
+    eng.stage_in(str(src), str(ram))
+    eng.stage_out(str(ram), str(out))
+    outside = area / "outs" / "outside"
+    outside.write_bytes(b"elsewhere")
+    os.chown(outside, user.uid, user.gid)
+    _damage(out, outside)
+    kept = _complete(ram, out)
+    before = _marks(out, kept)
+    seen.clear()
+    again = eng.stage_out(str(ram), str(out))
+    assert (again.files, again.already) == (4 + len(CHANGED), len(kept))
+    assert all(a[10] == scripts.ATOMIC and a[-1] == "1"
+               for a, _ in seen if _is(a, scripts.STREAM_COPY))
+    assert _marks(out, kept) == before
+    assert tree_state(out) == tree_state(src)
+    assert outside.read_bytes() == b"elsewhere"
+    assert not list(out.glob(".rsa-staging-77-*"))
+    seen.clear()
+    assert eng.verify(str(ram), str(out)).ok
+    assert any(_is(a, scripts.VERIFY_LIST) for a, _ in seen)  # streamed_verify
+
+
+ODD_NAMES = [b"new\nline", b"tab\tname", b"back\\slash", b"back\\t", b"back\\b",
+             b"-dash", b"--", b"bad\xff\xfe name", b" lead space", b"x\\nnot newline"]
+
+
+@needs_root
+def test_streamed_resume_is_byte_exact_on_odd_names(
+        area: Path, user: Identity, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stream, "CHUNK_FILES", 4)
+    ram, src = area / "ram", area / "src"
+    base = os.fsencode(src / "sub dir")
+    for i, n in enumerate(ODD_NAMES):
+        p = os.path.join(base, n)
+        with open(p, "wb") as f:
+            f.write(b"%d" % i * (i + 1))
+        os.chown(p, user.uid, user.gid)
+        os.utime(p, (1_500_000_000, 1_500_000_000))
+    for t in (b"odd\ttarget\nwith newline", b"odd\ttarget\nother"):
+        os.symlink(t, os.path.join(base, b"lnk-" + t[-5:]))
+        os.lchown(os.path.join(base, b"lnk-" + t[-5:]), user.uid, user.gid)
+    eng = engine(user, [])
+    eng.prepare_root(str(ram))
+    eng.stage_in(str(src), str(ram))
+    assert tree_state(ram) == tree_state(src)
+    dst = os.fsencode(ram / "sub dir")
+    # names one escape away from each other: only the changed one is copied again
+    os.utime(os.path.join(dst, b"back\\t"), (1_600_000_000, 1_600_000_000))
+    os.utime(os.path.join(dst, b"bad\xff\xfe name"), (1_600_000_000, 1_600_000_000))
+    os.unlink(os.path.join(dst, b"lnk-wline"))
+    os.symlink(b"odd\ttarget\nwith", os.path.join(dst, b"lnk-wline"))  # another target
+    changed = {b"sub dir/back\\t", b"sub dir/bad\xff\xfe name", b"sub dir/lnk-wline"}
+    kept = _complete(src, ram)
+    assert not changed & set(kept)
+    assert {b"sub dir/" + n for n in ODD_NAMES} - changed <= set(kept)
+    before = _marks(ram, kept)
+    again = eng.stage_in(str(src), str(ram))
+    assert (again.files, again.already) == (4 + len(changed), len(kept))
+    assert _marks(ram, kept) == before
+    assert tree_state(ram) == tree_state(src)

@@ -92,6 +92,7 @@ from rsa_scheduler.staging.scripts.shell import (
 )
 from rsa_scheduler.staging.scripts.streamed import (
     DROP_LISTED,
+    QUICK_CHECK,
     STREAM_COPY,
     STREAM_DIRS,
     STREAM_LIST,
@@ -119,8 +120,8 @@ from rsa_scheduler.staging.scripts.striping import (
 __all__ = [
     "ATOMIC", "BASH", "BIG", "BLOCK_INTO_RAMDISK", "BLOCK_OUT_OF_RAMDISK", "CHUNK",
     "COPY_PLACEHOLDERS", "COPY_TOOLS", "DROP_CACHE", "DROP_LISTED", "FRESH", "HASH",
-    "HASH_RANGE", "MKDIR", "MKDIRS", "NEW_PART", "PART_DIR", "PRELUDE", "REFUSE_LINK",
-    "RSYNC", "SCAN", "SCAN_CAPPED", "SCAN_FORMAT", "STREAM_COPY", "STREAM_DIRS",
+    "HASH_RANGE", "MKDIR", "MKDIRS", "NEW_PART", "PART_DIR", "PRELUDE", "QUICK_CHECK",
+    "REFUSE_LINK", "RSYNC", "SCAN", "SCAN_CAPPED", "SCAN_FORMAT", "STREAM_COPY", "STREAM_DIRS",
     "STREAM_LIST", "STRIPE_NEW", "STRIPE_PLACE", "STRIPE_RANGE", "TAR_HASH",
     "TAR_HASH_MEMBER", "TAR_LIST", "TAR_PACK", "TAR_PIPE", "TREE_PIPE", "VERIFY_HASH",
     "VERIFY_LIST", "WRITE", "atomic_argv", "bash", "big_argv", "big_block",

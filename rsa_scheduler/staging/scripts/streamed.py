@@ -26,17 +26,21 @@ from rsa_scheduler.staging.scripts.shell import PRELUDE, bash
 # rules; $4 is the user's uid), directories, sockets and devices (skipped), files with
 # other hard links (one tar for all of them: links stay links), everything else; sizes
 # summed by awk. Then split cuts the list into chunks of $3 names, which the streams of
-# every node claim by rename. Prints "BAD <count>" and the first five names (base64) if
-# anything is unreadable, else "LIST <files> <linked> <dirs> <skipped> <bytes> <chunks>"
-# and the first five skipped names. Memory: constant (find, split, awk stream; the lists
-# are files).
+# every node claim by rename (bytes: regular files' only, as the listed mode counts them).
+# Prints "BAD <count>" and the first five names (base64) if
+# anything is unreadable, else "LIST <files> <linked> <dirs> <skipped> <bytes> <chunks>
+# <occupied>" and the first five skipped names; <occupied> is 0 when the destination $5
+# holds nothing but the part directory $6 (a fresh copy: nothing to resume, the streams
+# need not look), else 1. Memory: constant (find, split, awk stream; the lists are
+# files).
 STREAM_LIST = PRELUDE + (
     'cd -- "$1" || exit 66; mkdir -m 700 -- "$2" || exit 1; '
     'find . -mindepth 1 \\( -type l -o -uid "$4" \\( -type d -perm -u=rx -o \\! -type d '
     '-perm -u=r \\) -o \\! \\( \\( -type d -o -type f \\) \\! -readable -o -type d \\! '
     '-executable \\) \\) \\( -type d -fprint0 "$2/dirs" -o \\( -type s -o -type c -o -type b '
     '\\) -fprint0 "$2/skipped" -o -type f -links +1 -fprint0 "$2/linked" -fprintf '
-    '"$2/sizes" "%s\\n" -o -fprint0 "$2/files" -fprintf "$2/sizes" "%s\\n" \\) -o -fprint0 '
+    '"$2/sizes" "%s\\n" -o -fprint0 "$2/files" \\( -type f -fprintf "$2/sizes" "%s\\n" '
+    '-o -true \\) \\) -o -fprint0 '
     '"$2/bad" || exit 1; '
     'count() { tr -cd "\\0" < "$1" | wc -c; }; '
     'if [ -s "$2/bad" ]; then echo "BAD $(count "$2/bad")"; head -z -n 5 "$2/bad" '
@@ -47,21 +51,57 @@ STREAM_LIST = PRELUDE + (
     'split -t "\\0" -l "$3" -a 8 -d -- "$2/files" "$2/chunk-" && rm -f -- "$2/files" || exit 1; '
     '[ ! -s "$2/linked" ] || mv -- "$2/linked" "$2/chunk-linked" || exit 1; '
     'chunks=$(find "$2" -maxdepth 1 -name "chunk-*" | wc -l); '
-    'echo "LIST $files $linked $dirs $skipped $bytes $chunks"; '
+    'o=$(find "$5" -mindepth 1 -maxdepth 1 ! -name "$6" -printf 1 -quit) || o=1; '
+    'echo "LIST $files $linked $dirs $skipped $bytes $chunks ${o:-0}"; '
     'head -z -n 5 "$2/skipped" | base64 -w0; echo')
+# Resume in streamed mode, rsync's quick check as the listed mode's (plan.pending): one
+# record per name of a list on stdin (NUL-separated ./names), below the current
+# directory, never following a symlink (find -P: a symlink is "l <target>" whatever it
+# points to): "<name>\t<f <size> <mtime s>|l <target>|<type>>", the name and the rest
+# each escaped (\ -> \b, tab -> \t, newline -> \n: one tab per record, no newline, so
+# any byte survives and equal records mean equal objects), sorted; a missing name has
+# no record. Functions of STREAM_COPY: $sp is its spool, where sort spills.
+QUICK_CHECK = (
+    r"""qc() { xargs -0 -r sh -c 'exec find -P "$@" -maxdepth 0 \( -type f -printf """
+    r""""%p\0f %s %Ts\0" -o -type l -printf "%p\0l %l\0" -o -printf "%p\0%y\0" \)' sh """
+    r"""| sed -z -e 's/\\/\\b/g' -e 's/\t/\\t/g' -e 's/\n/\\n/g' """
+    r"""| paste -z -d '\t' - - | sort -z -T "$sp"; }; """
+    r"""qn() { sed -z -e 's/\t.*//' -e 's/\\n/\n/g' -e 's/\\t/\t/g' -e 's/\\b/\\/g'; }; """)
 # A stream of the streamed mode, on any node: claim up to $4 chunks of the spool $3 (a
-# rename to a name of this call's own, $6: one claimant wins), copy each from $1 to $2
-# with the copier program $5 (the list on its stdin, as for a bucket; -S: holes kept)
-# or, when $7 is set, with the atomic placement program $7 into a part directory below
-# $8, then delete the chunk; prints "<chunks> <files>" ("0 0": nothing left).
-STREAM_COPY = PRELUDE + (
-    'n=0; f=0; for c in "$3"/chunk-*; do [ "$n" -lt "$4" ] || break; [ -e "$c" ] || continue; '
+# rename to a name of this call's own, $6: one claimant wins); when $9 is set (resume),
+# drop from the chunk the names whose destination already holds the same object as the
+# source (QUICK_CHECK of both sides, comm: what the destination lacks is copied; any
+# error reading the destination only means more is copied) and sum the sizes of both
+# parts; then copy the rest from $1 to $2 with the copier program $5 (the list on its
+# stdin, as for a bucket; -S: holes kept) or, when $7 is set, with the atomic placement
+# program $7 into a part directory below $8, and delete the chunk. The hard-linked list
+# (chunk-linked) is always copied whole (only its sizes are read). Prints "<chunks>
+# <files copied> <their bytes> <files already there> <their bytes>" ("0 0 0 0 0":
+# nothing left; bytes copied "-" without resume: not read).
+STREAM_COPY = PRELUDE + QUICK_CHECK + (
+    'sp=$3; cnt() { tr -cd "\\0" < "$1" | wc -c; }; '
+    'sz() { sed -z -n "s/^.*\\tf \\([0-9]*\\) [-0-9]*\\$/\\1/p" "$1" | tr "\\0" "\\n" '
+    '| awk "{s += \\$1} END {printf \\"%d\\", s}"; }; '
+    'n=0; f=0; fb=0; a=0; ab=0; [ -n "$9" ] || fb=-; '
+    'for c in "$3"/chunk-*; do [ "$n" -lt "$4" ] || break; [ -e "$c" ] || continue; '
     'mine="$3/claimed-$6-${c##*/}"; mv -- "$c" "$mine" 2>/dev/null || continue; '
-    'if [ -n "$7" ]; then base64 -w0 < "$mine" | bash -c "$7" bash "$1" "$2" '
+    'todo=$mine; k=$(cnt "$mine") || exit 1; '
+    'if [ -n "$9" ]; then (cd -- "$1" && qc < "$mine") > "$mine.s" || exit 1; '
+    'if [ "${c##*/}" = chunk-linked ]; then : > "$mine.d"; '
+    'else { (cd -- "$2" && qc < "$mine") 2>/dev/null; true; } > "$mine.d" || exit 1; fi; '
+    'comm -z -12 "$mine.s" "$mine.d" > "$mine.same" && '
+    'comm -z -23 "$mine.s" "$mine.d" > "$mine.new" || exit 1; '
+    '[ "${c##*/}" = chunk-linked ] || { qn < "$mine.new" > "$mine.todo" && todo=$mine.todo; } '
+    '|| exit 1; s=$(cnt "$mine.same") && t=$(cnt "$mine.new") && b=$(sz "$mine.same") && '
+    'tb=$(sz "$mine.new") || exit 1; '
+    '[ $((s + t)) = "$k" ] || { echo "quick check of $c: $s + $t of $k names" >&2; '
+    'exit 1; }; k=$t; a=$((a + s)); ab=$((ab + b)); fb=$((fb + tb)); fi; '
+    'if [ "$k" = 0 ]; then :; '
+    'elif [ -n "$7" ]; then base64 -w0 < "$todo" | bash -c "$7" bash "$1" "$2" '
     '"$8/$6-${c##*/}" "$5" -S || exit $?; '
-    'else base64 -w0 < "$mine" | bash -c "$5" bash "$1" "$2" -S || exit $?; fi; '
-    'k=$(tr -cd "\\0" < "$mine" | wc -c); f=$((f + k)); n=$((n + 1)); rm -f -- "$mine"; '
-    'done; echo "$n $f"')
+    'else base64 -w0 < "$todo" | bash -c "$5" bash "$1" "$2" -S || exit $?; fi; '
+    'f=$((f + k)); n=$((n + 1)); rm -f -- "$mine" "$mine".*; '
+    'done; echo "$n $f $fb $a $ab"')
 # The directory list of the spool ($1/dirs) into a program ($2) that reads a list on
 # stdin, with the rest of the arguments: MKDIRS before the copy, the directory tar pipe
 # (modes and mtimes) after it.
@@ -131,19 +171,24 @@ VERIFY_HASH = PRELUDE + (
     'head -z -n 5 "$3/bad-$5" | base64 -w0; echo; rm -f -- "$3/bad-$5"')
 
 
-def stream_list_argv(src: str, spool: str, uid: int, chunk: int) -> list[str]:
-    """List ``src`` into chunk files below ``spool`` (streamed mode; see STREAM_LIST)."""
-    return bash(STREAM_LIST, src, spool, str(chunk), str(uid))
+def stream_list_argv(src: str, spool: str, uid: int, chunk: int, dst: str,
+                     part: str) -> list[str]:
+    """List ``src`` into chunk files below ``spool`` (streamed mode; see STREAM_LIST);
+    ``dst`` holding nothing but its top-level name ``part`` is reported fresh."""
+    if not part or "/" in part or any(c in part for c in "*?[\\"):
+        raise ValueError(f"part {part!r}: one plain name")
+    return bash(STREAM_LIST, src, spool, str(chunk), str(uid), dst, part)
 
 
 def stream_copy_argv(src: str, dst: str, spool: str, chunks: int, claim: str,
-                     parts: str = "") -> list[str]:
+                     parts: str = "", *, resume: bool = False) -> list[str]:
     """Claim and copy up to ``chunks`` chunks of ``spool`` (``parts``: placed atomically
-    through part directories below it); ``claim`` names this call (letters, digits, -)."""
+    through part directories below it); ``claim`` names this call (letters, digits, -);
+    ``resume``: names already complete at ``dst`` are not copied again."""
     if not re.fullmatch(r"[A-Za-z0-9-]+", claim):
         raise ValueError(f"claim name {claim!r}: letters, digits and - only")
     return bash(STREAM_COPY, src, dst, spool, str(chunks), TAR_PIPE, claim,
-                ATOMIC if parts else "", parts)
+                ATOMIC if parts else "", parts, "1" if resume else "")
 
 
 def stream_mkdirs_argv(spool: str, dst: str) -> list[str]:
