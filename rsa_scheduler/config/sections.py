@@ -343,10 +343,11 @@ class StagingConfig:
             "objects is listed and copied on the RSA nodes, rsad keeping counters only "
             "(constant memory in rsad; 20000: what bench/bench_manifest.py found cheap). "
             "It resumes on the nodes (the listed mode's quick check; hard-linked files "
-            "are copied again) and gives up striping, the destination scan and the "
-            "copy_tool (it always copies with tar); its verify checks what the listed "
-            "verify checks. Empty: off, every tree is listed in rsad (a 1M-object tree "
-            "costs rsad ~1.2 GB).",
+            "are copied again) and gives up striping and the destination scan; it "
+            "copies with tar, so it applies with copy_tool engine only (rsync, custom: "
+            "every tree is listed); its verify checks what the listed verify checks. "
+            "Empty: off, every tree is listed in rsad (a 1M-object tree costs rsad "
+            "~1.2 GB).",
         )
     )
     copy_command: str | None = field(

@@ -96,7 +96,11 @@ class Commands:
 
     def _stream_limit(self) -> int:
         """The capped scan's limit: ``stream_objects``, or -1 (no cap) when streamed mode
-        is off (``staging.stream_objects`` empty: every tree is listed here)."""
+        is off (``staging.stream_objects`` empty: every tree is listed here) or the copy
+        tool is the operator's (``rsync``, ``custom``: streamed mode copies with tar, so
+        those trees are listed, whatever their size, and copied with what was chosen)."""
+        if self.copy_tool != "engine":
+            return -1
         return self.stream_objects if self.stream_objects > 0 else -1
 
     def _refuse_planted(self, entries: Iterable[Entry], existing: Iterable[Entry],

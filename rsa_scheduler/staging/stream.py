@@ -119,13 +119,14 @@ class StreamedCopy:
 
     def copy(self, phase: str, src: str, dst: str, parts: str, *, atomic: bool,
              resume: bool = True,
-             before_copy: Callable[[int], None] = lambda nbytes: None) -> Stats:
+             before_copy: Callable[[int, int, bool], None] = lambda *_: None) -> Stats:
         """Copy ``src`` into ``dst``; ``parts``: the part directory (already made, empty)
         that holds the spool and, when ``atomic``, the chunks' part directories.
         ``resume``: names the destination already holds complete (the listed mode's
         quick check, on the nodes) are not copied again; they count in
-        ``Stats.already``. ``before_copy(bytes)`` runs once the size is known (the
-        stage-out's PFS slot)."""
+        ``Stats.already``. ``before_copy(bytes, files, fresh)`` runs once the size is known
+        (the stage-out's PFS slot, the stage-in's free-space check); ``fresh``: the
+        destination held nothing yet."""
         t0 = self.clock()
         first = self.hosts[0]
         spool = posixpath.join(parts, "spool")
@@ -138,7 +139,7 @@ class StreamedCopy:
         log.info("%s %s -> %s, streamed: %d files, %d bytes, %d directories, %d chunks%s",
                  phase, src, dst, files, listing.nbytes, listing.dirs, listing.chunks,
                  ", resuming" if resume else "")
-        before_copy(listing.nbytes)
+        before_copy(listing.nbytes, files, not listing.occupied)
         self.run(first, scripts.stream_mkdirs_argv(spool, dst),
                  f"{phase}: creating directories")
         meter = self.meter(files, listing.nbytes)

@@ -182,9 +182,11 @@ class TreeCopy(Commands):
                 input: str | None = None) -> Completed:
             return self._user(host, argv, what, input=input)
 
-        def slot(nbytes: int) -> None:
+        def slot(nbytes: int, files: int, fresh: bool) -> None:
             if phase == "stage-out":
                 self._take_slot(dst, nbytes)
+            elif fresh:  # a resumed copy's total counts what is there already
+                self._refuse_too_big(first, src, dst, nbytes, files, phase)
 
         streamed = StreamedCopy(
             self.hosts, run, self._parallel, uid=self.identity.uid,

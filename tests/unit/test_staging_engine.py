@@ -702,3 +702,36 @@ def test_free_space_that_grows_soon_is_waited_for(area: Path, user: Identity) ->
             grow.cancel()
             grow.join()
         assert tree_state(ram) == tree_state(src)
+
+
+def test_a_streamed_input_larger_than_the_ramdisk_is_refused_before_any_copy(
+        area: Path, user: Identity) -> None:
+    """Streamed mode (a tree of more than ``stream_objects`` objects) checks the size its
+    listing found against the free space before copying, as the listed mode does."""
+    files: dict[str, bytes | int] = {f"f{i:04d}": os.urandom(4096) for i in range(1200)}
+    src = own_source(area, user, files)
+    with small_ramdisk(area / "ram", user, "4m") as ram:
+        eng = make_engine(user, stream_objects=1000)
+        eng.free_space_settle = 1.0
+        with pytest.raises(StagingError) as err:
+            eng.stage_in(str(src), str(ram))
+        left = [p for p in ram.rglob("*") if p.is_file() and "spool" not in p.parts]
+        assert left == []  # nothing copied (the part directory's list files aside)
+    assert err.value.permanent
+    assert str(err.value).startswith("stage-in refused: the input (4.69M in 1200 files) is "
+                                     "larger than the RAMDISK's free space"), err.value
+
+
+def test_streamed_mode_is_for_the_engine_only(area: Path, user: Identity) -> None:
+    """With copy_tool rsync (or custom) a tree above ``stream_objects`` is listed and
+    copied with the operator's tool: streamed mode would copy it with tar."""
+    files: dict[str, bytes | int] = {f"f{i:04d}": b"x" for i in range(1100)}
+    src = own_source(area, user, files)
+    seen: list[list[str]] = []
+    eng = StagingEngine([SpyHost("rsa1", seen)], user, job_id="77", stream_objects=1000,
+                        copy_tool="rsync")
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(src), str(area / "ram"))
+    assert tree_state(area / "ram") == tree_state(src)
+    assert not [a for a in seen if scripts.STREAM_COPY in a]
+    assert [a for a in seen if a[:1] == ["rsync"] or "rsync" in " ".join(a[:3])]
