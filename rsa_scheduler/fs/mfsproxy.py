@@ -15,6 +15,16 @@ owned by root (``meta skuid != 0``: locally generated packets pass the output ho
 their socket's owner). Loading is atomic and idempotent (the table is replaced whole).
 A node without ``nft`` refuses to mount: an unguarded RAMDISK is never mounted.
 
+The same table keeps everyone but root off the RAMDISKs' servers: MooseFS chunkservers
+authenticate nobody (whoever reaches one and guesses a chunk id reads and writes chunks,
+bypassing the master's password), so connections from a socket not owned by root to the
+RSA nodes' data addresses on the port range RAMDISK servers take are rejected too, on
+every node where a RAMDISK is mounted (its RSA nodes, where staging and POSTPROCESS run
+as users, and its compute nodes). Only root's mfsmount and the servers themselves (root)
+talk to them. rsad hands a compute node those addresses and ports inside the mount argv
+as the option ``rsaguard=<ip>+<ip>...@<low>-<high>`` (rsad's, never mfsmount's: the node
+takes it out before it mounts).
+
 Pure text here (the ruleset, what an argv names); running ``nft`` is the caller's
 (``node.mounts`` on compute nodes as root, ``fs.moosefs`` on RSA nodes over SSH).
 """
@@ -22,13 +32,15 @@ Pure text here (the ruleset, what an argv names); running ``nft`` is the caller'
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from rsa_scheduler.errors import RsaError
 
 PROXY_ADDRESS = "127.83.65.1"  # 'S' 'A' in the middle: an address nothing else uses
 NFT_TABLE = "rsa_mfsproxy"  # family inet
 NFT_FILE = "mfsproxy.nft"  # name of the ruleset file where one is written
+GUARD_OPTION = "rsaguard"  # rsad's mount option naming the servers to guard (not mfsmount's)
 
 
 class ProxyAddressError(RsaError, ValueError):
@@ -49,17 +61,87 @@ def check_address(address: str) -> str:
     return str(ip)
 
 
-def ruleset(address: str) -> str:
-    """The nftables text that (re)loads the guard for ``address`` in one transaction."""
-    addr = check_address(address)
+@dataclass(frozen=True, slots=True)
+class Servers:
+    """The RSA nodes' data addresses and the port range their RAMDISK servers listen on
+    (what the guard keeps everyone but root off)."""
+
+    addresses: tuple[str, ...]
+    low: int
+    high: int
+
+    def __post_init__(self) -> None:
+        for a in self.addresses:
+            try:
+                ipaddress.IPv4Address(a)
+            except ValueError as e:
+                raise ProxyAddressError(f"RSA node data address {a!r} is not an IPv4 "
+                                        "address") from e
+        if not self.addresses:
+            raise ProxyAddressError("no RSA node data address to guard")
+        if not 1 <= self.low <= self.high <= 65535:
+            raise ProxyAddressError(f"port range {self.low}-{self.high} is not one")
+
+    def option(self) -> str:
+        """The ``rsaguard=`` mount option naming these servers."""
+        return f"{GUARD_OPTION}={'+'.join(self.addresses)}@{self.low}-{self.high}"
+
+    @classmethod
+    def parse(cls, value: str) -> Servers:
+        """The servers a ``rsaguard=`` option's value names (ProxyAddressError if bad)."""
+        addrs, at, ports = value.partition("@")
+        low, dash, high = ports.partition("-")
+        if not (at and dash and low.isdigit() and high.isdigit()):
+            raise ProxyAddressError(f"{GUARD_OPTION}={value!r}: expected "
+                                    "<ip>+<ip>...@<low>-<high>")
+        return cls(tuple(addrs.split("+")), int(low), int(high))
+
+
+def servers_of(addresses: Iterable[str], port_base: int, port_end: int) -> Servers:
+    """Servers of the RSA nodes at ``addresses`` (deduplicated, sorted)."""
+    return Servers(tuple(sorted(set(addresses))), port_base, port_end)
+
+
+def ruleset(address: str | None, servers: Servers | None = None) -> str:
+    """The nftables text that (re)loads the guard in one transaction: of the proxy
+    ``address`` (None: none) and of ``servers`` (None: none)."""
+    rules = []
+    if address is not None:
+        rules.append(f"    ip daddr {check_address(address)} meta skuid != 0 counter "
+                     "reject with tcp reset\n")
+    if servers is not None:
+        rules.append(f"    ip daddr {{ {', '.join(servers.addresses)} }} tcp dport "
+                     f"{servers.low}-{servers.high} meta skuid != 0 counter reject "
+                     "with tcp reset\n")
+    if not rules:
+        raise ProxyAddressError("nothing to guard")
     return (f"table inet {NFT_TABLE}\n"
             f"delete table inet {NFT_TABLE}\n"
             f"table inet {NFT_TABLE} {{\n"
             "  chain output {\n"
             "    type filter hook output priority 0; policy accept;\n"
-            f"    ip daddr {addr} meta skuid != 0 counter reject with tcp reset\n"
+            + "".join(rules) +
             "  }\n"
             "}\n")
+
+
+def take_servers(argv: Sequence[str]) -> tuple[list[str], Servers | None]:
+    """``argv`` without its ``rsaguard=`` option (an ``-o`` left empty goes too), and
+    the servers it named (None: none)."""
+    out = list(argv)
+    mark = f"{GUARD_OPTION}="
+    for i, arg in enumerate(out[:-1]):
+        if arg != "-o":
+            continue
+        opts = str(out[i + 1]).split(",")
+        found = [o for o in opts if o.startswith(mark)]
+        if not found:
+            continue
+        servers = Servers.parse(found[-1][len(mark):])
+        rest = [o for o in opts if not o.startswith(mark)]
+        out[i:i + 2] = ["-o", ",".join(rest)] if rest else []
+        return out, servers
+    return out, None
 
 
 def proxy_address_of(argv: Sequence[str]) -> str | None:

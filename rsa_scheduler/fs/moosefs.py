@@ -37,9 +37,11 @@ Must not import the daemon, the store or the configuration; it only talks to
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import re
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -69,6 +71,7 @@ from rsa_scheduler.fs.mfslayout import (
     MAX_NODES,
     PASS_FILE,
     PORT_BASE,
+    PORT_BLOCK,
     PORT_SLOTS,
     Layout,
     export_ranges,
@@ -175,6 +178,14 @@ class MooseFsBackend(FilesystemBackend):
 
     # ----------------------------------------------------------------- layout
 
+    def servers(self) -> mfsproxy.Servers:
+        """Every RSA node's data address and the ports RAMDISK servers take there: the
+        guard keeps everyone but root off them (fs/mfsproxy.py)."""
+        base, slots = self.port_range
+        return mfsproxy.servers_of((ip for n in sorted(self.hosts)
+                                    for ip in _ipv4_of(self._address(n))),
+                                   base, base + slots * PORT_BLOCK - 1)
+
     def _address(self, node: str) -> str:
         if node in self.addresses:
             return self.addresses[node]
@@ -193,7 +204,7 @@ class MooseFsBackend(FilesystemBackend):
         addresses = {n: self._address(n) for n in req.nodes}
         ranges = tuple(export_ranges(list(addresses.values()), self.client_networks)
                        ) if secret else ("*",)
-        guard = mfsproxy.ruleset(self.proxy_address) if self.proxy_address else ""
+        guard = mfsproxy.ruleset(self.proxy_address, self.servers())
         return Layout(req.fs_id, tuple(req.nodes), addresses,
                       {n: str(req.pool_dirs[n]) for n in req.nodes}, str(req.mount_root),
                       base, secret, ranges, guard)
@@ -526,11 +537,14 @@ class MooseFsBackend(FilesystemBackend):
         before it runs mfsmount (``node.mounts.secret_to_file``), so it never appears in
         the node's process table. A spec recorded before access control names no pass
         file: its filesystem was exported without one. Every mount checks modes in the
-        kernel (``default_permissions``), also one of a spec recorded before it did."""
+        kernel (``default_permissions``), also one of a spec recorded before it did. The
+        ``rsaguard=`` option names the RSA nodes' servers the node keeps its users off
+        (fs/mfsproxy.py) before it mounts; it takes the option out."""
         c: Mapping[str, Any] = spec.client
         opts = list(c.get("options") or [])
         if "default_permissions" not in opts:  # a spec recorded before: it does now
             opts.append("default_permissions")
+        opts.append(self.servers().option())  # the node guards them, then drops it
         if c.get("pass_file"):
             opts.append(f"mfspassword={self._secret(spec)}")
         return ["mfsmount", mountpoint, "-H", str(c["master_host"]), "-P",
@@ -552,3 +566,19 @@ class MooseFsBackend(FilesystemBackend):
     def client_umount_argv(self, spec: MountSpec, mountpoint: str) -> list[str]:
         # lazy: a job's leftover open files must not make the Epilog fail
         return ["umount", "-l", mountpoint]
+
+
+def _ipv4_of(address: str) -> list[str]:
+    """The IPv4 addresses of an RSA node's data address (a literal, or a name resolved
+    now: nftables rules take addresses); FsError when it has none."""
+    try:
+        return [str(ipaddress.IPv4Address(address))]
+    except ValueError:
+        pass
+    try:
+        found = socket.getaddrinfo(address, None, socket.AF_INET, socket.SOCK_STREAM)
+    except OSError as e:
+        raise FsError(f"cannot resolve the RSA node data address {address!r} to keep users "
+                      f"off its servers: {e}; give its IPv4 address (pool data_address)"
+                      ) from e
+    return sorted({str(info[4][0]) for info in found})

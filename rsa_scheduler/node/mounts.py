@@ -100,16 +100,19 @@ def _private_file(path: Path, text: str) -> Path:
     return path
 
 
-def guard_proxy(argv: Sequence[str], *, timeout: float) -> None:
-    """Before an mfsmount whose master proxy is to listen on a guarded address, load the
-    nftables guard that keeps everyone but root off that address (fs/mfsproxy.py); a node
-    that cannot is refused the mount, never given an unguarded one."""
+def guard_proxy(argv: Sequence[str], *, timeout: float) -> list[str]:
+    """Before an mfsmount whose master proxy is to listen on a guarded address, or whose
+    argv names RSA-node servers to guard (``rsaguard=``, rsad's option), load the nftables
+    guard that keeps everyone but root off them (fs/mfsproxy.py); a node that cannot is
+    refused the mount, never given an unguarded one. Returns the argv to run (without
+    ``rsaguard=``)."""
     try:
+        argv, servers = mfsproxy.take_servers(argv)
         address = mfsproxy.proxy_address_of(argv)
     except mfsproxy.ProxyAddressError as e:
         raise MountError(f"refusing the RAMDISK mount: {e}") from e
-    if address is None:
-        return
+    if address is None and servers is None:
+        return argv
     search = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
     nft = shutil.which("nft", path=search)
     if nft is None:
@@ -117,9 +120,11 @@ def guard_proxy(argv: Sequence[str], *, timeout: float) -> None:
                          "nftables here (it keeps other users off mfsmount's master proxy; "
                          "docs/security.md)")
     try:
-        run([nft, "-f", "-"], input=mfsproxy.ruleset(address), timeout=timeout)
+        run([nft, "-f", "-"], input=mfsproxy.ruleset(address, servers), timeout=timeout)
     except CommandError as e:
-        raise MountError(f"cannot guard mfsmount's master proxy on this node: {e}") from e
+        raise MountError(f"cannot guard the RAMDISK's servers and mfsmount's master "
+                         f"proxy on this node: {e}") from e
+    return argv
 
 
 _libc: ctypes.CDLL | None = None
@@ -243,7 +248,7 @@ class JobMounts:
             umount_argv = substitute(ins.get("client_umount_argv") or
                                      ["umount", "-l", str(self.ramdisk)], str(self.ramdisk))
             check_client_argv(umount_argv)
-            guard_proxy(argv, timeout=self.command_timeout)
+            argv = guard_proxy(argv, timeout=self.command_timeout)
             argv, secret_files = secret_to_file(argv, self.dir)
             try:
                 run(argv, timeout=self.command_timeout)

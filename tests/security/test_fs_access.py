@@ -248,3 +248,62 @@ def test_a_local_user_cannot_use_a_mounts_master_proxy(lab: Mapping[str, str]) -
                 f"{other} listed the RAMDISK through an mfsmount proxy")
         finally:
             backend.destroy(req)
+
+
+# -- the RAMDISK's servers --------------------------------------------------------------
+# MooseFS chunkservers authenticate nobody: whoever reaches one and names a chunk reads
+# or writes it, bypassing the master's password. Every node where a RAMDISK is mounted
+# keeps everyone but root off the RSA nodes' server ports (fs/mfsproxy.py, rsaguard=).
+# rsaother on the host (the lab's nodes share its network namespace) tries to connect to
+# every listener the RAMDISK's master and chunkserver opened; root, the control, does.
+SERVER_PROBE = r"""
+import socket, sys
+low, high = int(sys.argv[1]), int(sys.argv[2])
+for line in open("/proc/net/tcp").read().splitlines()[1:]:
+    f = line.split()
+    ip, port = f[1].split(":")
+    port = int(port, 16)
+    if f[3] != "0A" or not low <= port <= high:
+        continue
+    addr = ".".join(str(int(ip, 16) >> s & 0xFF) for s in (0, 8, 16, 24))
+    try:
+        socket.create_connection((addr, port), timeout=3).close()
+        print("connected", addr, port)
+    except OSError as e:
+        print("refused", addr, port, e.errno)
+"""
+
+
+def test_a_local_user_cannot_reach_the_ramdisks_servers(lab: Mapping[str, str]) -> None:
+    from rsa_scheduler.fs.base import FsRequest
+    from tests.integration.fskit import lab_moosefs
+
+    other = lab["RSA_LAB_OTHER_USER"]
+    nodes = ("rsa1", "rsa2")
+    req = FsRequest(f"sec-servers-{os.getpid()}", "0", nodes, "ram",
+                    {n: lab["RSA_LAB_POOL_RAM"] for n in nodes}, "/run/rsa/mnt",
+                    owner=_ids(lab["RSA_LAB_USER"]))
+    with lab_hosts(lab) as hosts:
+        backend = lab_moosefs(lab, hosts)
+        servers = backend.servers()
+        probe = ["python3", "-c", SERVER_PROBE, str(servers.low), str(servers.high)]
+        try:
+            spec = backend.create(req)
+            port = int(spec.client["master_port"])
+            ctl = subprocess.run(probe, capture_output=True, text=True, timeout=120,
+                                 check=False)
+            mine = [ln for ln in ctl.stdout.splitlines()
+                    if ln.split()[1] in servers.addresses]
+            # the control: root reaches the master's port and the chunkservers'
+            assert len(mine) >= 3 and all(ln.startswith("connected") for ln in mine), \
+                ctl.stdout
+            assert any(ln.endswith(f" {port}") for ln in mine), (port, ctl.stdout)
+            seen = as_user(lab, other, probe, timeout=120)
+            assert seen.returncode == 0, seen.stderr
+            theirs = [ln for ln in seen.stdout.splitlines()
+                      if ln.split()[1] in servers.addresses]
+            assert len(theirs) == len(mine) and all(
+                ln.startswith("refused") for ln in theirs), (
+                f"{other} reached a RAMDISK server: {seen.stdout}")
+        finally:
+            backend.destroy(req)

@@ -96,14 +96,15 @@ def test_only_the_rsa_nodes_own_mounts_cache_file_entries() -> None:
     compute = backend.client_mount_argv(spec, "/run/rsa/node/c1/1/ramdisk")
     assert "mfsentrycacheto" not in " ".join(compute)
     # a spec recorded before access control: mounted as it was exported, without secret
+    # (and rsad's rsaguard=: the node guards the RSA nodes' servers, then drops it)
     assert compute[-2:] == ["-o", "mfsioretries=20,nosuid,nodev,default_permissions,"
-                                  "mfsproxy=127.83.65.1"]
+                                  "mfsproxy=127.83.65.1,rsaguard=10.213.0.1@20000-29983"]
     # and one recorded before the kernel checked modes gets it too
     old = MountSpec("moosefs", "job1-c1", ("rsa1",), "/mnt/job1-c1",
                     {"master_host": "10.213.0.1", "master_port": 22946,
                      "options": ["mfsioretries=20", "nosuid", "nodev"]})
     assert backend.client_mount_argv(old, "/m")[-1] == \
-        "mfsioretries=20,nosuid,nodev,default_permissions"
+        "mfsioretries=20,nosuid,nodev,default_permissions,rsaguard=10.213.0.1@20000-29983"
 
 
 SECRET = "0123456789abcdef" * 2
@@ -202,7 +203,8 @@ def test_compute_nodes_get_the_secret_from_the_rsa_node_and_the_spec_never_holds
                       "pass_file": "/pool/rsa-mfs-job1-c1/mfsmount.cfg"})
     argv = backend.client_mount_argv(spec, "@MOUNTPOINT@")
     assert argv == ["mfsmount", "@MOUNTPOINT@", "-H", "10.0.0.5", "-P", "22946", "-o",
-                    f"mfsioretries=12,default_permissions,mfspassword={SECRET}"]
+                    "mfsioretries=12,default_permissions,rsaguard=10.0.0.5@20000-29983,"
+                    f"mfspassword={SECRET}"]
     assert host.calls == [["cat", "--", "/pool/rsa-mfs-job1-c1/mfsmount.cfg"]]
     # a failed mount's error message names the first 6 words only (runner.CommandError):
     # the secret must stay out of them, or it would reach the job's events
@@ -210,4 +212,10 @@ def test_compute_nodes_get_the_secret_from_the_rsa_node_and_the_spec_never_holds
 
     assert SECRET not in str(CommandError(argv, 1, "mfsmaster register error"))
     with pytest.raises(FsError, match="holds no access secret"):
-        MooseFsBackend({"rsa1": PassHost("")}).client_mount_argv(spec, "@MOUNTPOINT@")
+        MooseFsBackend({"rsa1": PassHost("")}, addresses={"rsa1": "10.0.0.5"}
+                       ).client_mount_argv(spec, "@MOUNTPOINT@")
+    # a data address that does not resolve: no mount (its servers could not be guarded)
+    with pytest.raises(FsError, match="cannot resolve the RSA node data address "
+                                      "'no-such-host.invalid' to keep users off its"):
+        MooseFsBackend({"rsa1": PassHost(SECRET)}, addresses={
+            "rsa1": "no-such-host.invalid"}).client_mount_argv(spec, "@MOUNTPOINT@")

@@ -121,14 +121,90 @@ def test_the_backend_puts_every_mount_behind_the_guard() -> None:
                     pool_dirs={"rsa1": "/pool", "rsa2": "/p2"}, mount_root="/mnt")
     lay = backend.layout(req, base=22944, secret="ab" * 16)
     assert f"mfsproxy={mfsproxy.PROXY_ADDRESS}" in backend.client_options
+    servers = mfsproxy.Servers(("10.0.0.5", "10.0.0.6"), 20000, 29983)
+    assert backend.servers() == servers
     for node in ("rsa1", "rsa2"):
-        assert lay.files(node)[mfsproxy.NFT_FILE] == mfsproxy.ruleset(mfsproxy.PROXY_ADDRESS)
+        assert lay.files(node)[mfsproxy.NFT_FILE] == \
+            mfsproxy.ruleset(mfsproxy.PROXY_ADDRESS, servers)
         argv = lay.mount_argv(node, backend.rsa_node_options)
         assert mfsproxy.proxy_address_of(argv) == mfsproxy.PROXY_ADDRESS
         guard = lay.guard_argv(node)
         assert guard[-1].endswith(f"/rsa-mfs-job1-c1/{mfsproxy.NFT_FILE}")
-    off = MooseFsBackend({"rsa1": Host()}, proxy_address=None)  # type: ignore[dict-item]
+    off = MooseFsBackend({"rsa1": Host()}, proxy_address=None,  # type: ignore[dict-item]
+                         addresses={"rsa1": "10.0.0.5"})
     assert not any(o.startswith("mfsproxy=") for o in off.client_options)
     one = FsRequest(fs_id="j-c1", job_id="1", nodes=("rsa1",), tier="ram",
                     pool_dirs={"rsa1": "/p"}, mount_root="/mnt")
-    assert off.layout(one, base=22944, secret="ab" * 16).guard == ""
+    # without the proxy guard the servers are still guarded
+    assert off.layout(one, base=22944, secret="ab" * 16).guard == mfsproxy.ruleset(
+        None, mfsproxy.Servers(("10.0.0.5",), 20000, 29983))
+
+
+# -- the RAMDISK servers (MooseFS chunkservers authenticate nobody) ----------------------
+
+def test_the_servers_option_round_trips_and_refuses_what_is_not_an_address() -> None:
+    servers = mfsproxy.Servers(("10.0.0.5", "10.0.0.6"), 20000, 29983)
+    assert servers.option() == "rsaguard=10.0.0.5+10.0.0.6@20000-29983"
+    assert mfsproxy.Servers.parse(servers.option().partition("=")[2]) == servers
+    for bad in ["10.0.0.5", "10.0.0.5@20000", "10.0.0.5@a-b", "host@1-2",
+                "10.0.0.5;drop@1-2", "10.0.0.5@9-8", "@1-2", "10.0.0.5@0-70000"]:
+        with pytest.raises(mfsproxy.ProxyAddressError):
+            mfsproxy.Servers.parse(bad)
+
+
+def test_the_node_takes_the_servers_out_of_the_argv(monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = ["mfsmount", "/m", "-H", "10.0.0.5", "-o",
+            "nosuid,rsaguard=10.0.0.5@20000-29983,mfspassword=x"]
+    out, servers = mfsproxy.take_servers(argv)
+    assert out == ["mfsmount", "/m", "-H", "10.0.0.5", "-o", "nosuid,mfspassword=x"]
+    assert servers == mfsproxy.Servers(("10.0.0.5",), 20000, 29983)
+    alone, _ = mfsproxy.take_servers(["mfsmount", "/m", "-o", "rsaguard=10.0.0.5@1-2"])
+    assert alone == ["mfsmount", "/m"]
+    loaded: list[str] = []
+    monkeypatch.setattr(mounts, "run", lambda argv, input, timeout: loaded.append(input))
+    monkeypatch.setattr(shutil, "which", lambda *a, **k: "/usr/sbin/nft")
+    assert mounts.guard_proxy(argv, timeout=5) == out  # mfsmount never sees rsaguard=
+    assert loaded == [mfsproxy.ruleset(None, servers)]
+    monkeypatch.setattr(shutil, "which", lambda *a, **k: None)
+    with pytest.raises(mounts.MountError, match="nft not found"):  # never unguarded
+        mounts.guard_proxy(argv, timeout=5)
+    with pytest.raises(mounts.MountError, match="refusing the RAMDISK mount"):
+        mounts.guard_proxy(["mfsmount", "/m", "-o", "rsaguard=evil@1-2"], timeout=5)
+
+
+def test_the_guard_keeps_other_users_off_the_ramdisk_servers(tmp_path: Path) -> None:
+    """In a fresh network namespace: listeners on an RSA node's data address, one in the
+    servers' port range, one outside it. Before the guard `nobody` connects to both;
+    after it, root still connects to both and `nobody` only to the one outside (the
+    guard takes nothing else from users)."""
+    nft = _nft_or_skip()
+    servers = mfsproxy.Servers(("10.77.0.1",), 20000, 29983)
+    rules = tmp_path / "guard.nft"
+    rules.write_text(mfsproxy.ruleset(mfsproxy.PROXY_ADDRESS, servers))
+    script = f"""
+set -e
+ip link set lo up
+ip addr add 10.77.0.1/32 dev lo
+{sys.executable} -c '
+import socket, subprocess, sys
+socks = []
+for port in (20005, 30005):
+    s = socket.socket(); s.bind(("10.77.0.1", port)); s.listen(8); socks.append(s)
+def probe(user, port):
+    argv = ["/usr/bin/python3", "-c", sys.argv[1], "10.77.0.1", str(port)]
+    if user != "root":
+        argv = ["runuser", "-u", user, "--", *argv]
+    return subprocess.run(argv, capture_output=True, text=True).stdout.strip()
+def row(when):
+    print(when, *(probe(u, p) for u in ("root", "nobody") for p in (20005, 30005)), sep=" | ")
+row("before")
+subprocess.run(["{nft}", "-f", "{rules}"], check=True)
+row("after")
+' "$1"
+"""
+    done = subprocess.run(["unshare", "--net", "sh", "-c", script, "sh", PROBE],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "before | connected | connected | connected | connected",
+        "after | connected | connected | refused 111 | connected"], done.stdout
