@@ -215,7 +215,7 @@ def test_compute_nodes_get_the_secret_from_the_rsa_node_and_the_spec_never_holds
         MooseFsBackend({"rsa1": PassHost("")}, addresses={"rsa1": "10.0.0.5"}
                        ).client_mount_argv(spec, "@MOUNTPOINT@")
     # a data address that does not resolve: no mount (its servers could not be guarded)
-    with pytest.raises(FsError, match="cannot resolve the RSA node data address "
-                                      "'no-such-host.invalid' to keep users off its"):
+    with pytest.raises(FsError, match=r"cannot resolve the RSA node data address "
+                                      r"'no-such-host\.invalid' to keep users off its"):
         MooseFsBackend({"rsa1": PassHost(SECRET)}, addresses={
             "rsa1": "no-such-host.invalid"}).client_mount_argv(spec, "@MOUNTPOINT@")
