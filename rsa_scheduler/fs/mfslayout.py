@@ -243,7 +243,8 @@ class Layout:
         """Load the mfsmount proxy guard on ``node`` (before its mount), or say what is
         missing: a RAMDISK is never mounted unguarded (fs/mfsproxy.py)."""
         return ["sh", "-c", 'command -v nft >/dev/null || { echo "nft not found: install '
-                'nftables on this RSA node; it keeps users off mfsmount\'s master proxy '
+                'nftables on this RSA node; it keeps users off the RAMDISK servers and '
+                'mfsmount\'s master proxy '
                 '(docs/security.md)" >&2; exit 1; }; exec nft -f "$1"', "sh",
                 f"{self.dir(node)}/{mfsproxy.NFT_FILE}"]
 

@@ -163,6 +163,7 @@ class MooseFsBackend(FilesystemBackend):
         super().__init__(hosts, create_timeout=create_timeout,
                          destroy_timeout=destroy_timeout, retries=retries)
         self.addresses = dict(addresses or {})
+        self._resolved: dict[str, list[str]] = {}  # data address -> its IPv4 addresses
         # every mount's master proxy on a loopback address only root may connect to
         # (fs/mfsproxy.py); None: the proxy on mfsmount's default, unguarded
         self.proxy_address = (None if proxy_address is None
@@ -183,15 +184,24 @@ class MooseFsBackend(FilesystemBackend):
         guard keeps everyone but root off them (fs/mfsproxy.py)."""
         base, slots = self.port_range
         return mfsproxy.servers_of((ip for n in sorted(self.hosts)
-                                    for ip in _ipv4_of(self._address(n))),
+                                    for ip in self._ipv4(self._address(n))),
                                    base, base + slots * PORT_BLOCK - 1)
+
+    def _ipv4(self, address: str) -> list[str]:
+        """``_ipv4_of``, a name resolved once per rsad (a later DNS outage then does not
+        stop builds and mounts)."""
+        found = self._resolved.get(address)
+        if found is None:
+            found = self._resolved[address] = _ipv4_of(address)
+        return found
 
     def _address(self, node: str) -> str:
         if node in self.addresses:
             return self.addresses[node]
         return str(getattr(self.hosts[node], "address", None) or node)
 
-    def layout(self, req: FsRequest, base: int = 0, secret: str = "") -> Layout:
+    def layout(self, req: FsRequest, base: int = 0, secret: str = "", *,
+               guarded: bool = True) -> Layout:
         validate_fs_id(req.fs_id)
         if not req.nodes:
             raise FsError(f"{req.fs_id}: no RSA nodes given")
@@ -204,7 +214,9 @@ class MooseFsBackend(FilesystemBackend):
         addresses = {n: self._address(n) for n in req.nodes}
         ranges = tuple(export_ranges(list(addresses.values()), self.client_networks)
                        ) if secret else ("*",)
-        guard = mfsproxy.ruleset(self.proxy_address, self.servers())
+        # the guard only where a mount may follow (create, repair): a teardown or a
+        # look at the servers never depends on resolving the pool's addresses
+        guard = mfsproxy.ruleset(self.proxy_address, self.servers()) if guarded else ""
         return Layout(req.fs_id, tuple(req.nodes), addresses,
                       {n: str(req.pool_dirs[n]) for n in req.nodes}, str(req.mount_root),
                       base, secret, ranges, guard)
@@ -375,7 +387,7 @@ class MooseFsBackend(FilesystemBackend):
     # ----------------------------------------------------------------- destroy
 
     def destroy(self, req: FsRequest) -> None:
-        lay = self.layout(req)
+        lay = self.layout(req, guarded=False)
         dl = Deadline(self.destroy_timeout, f"{req.fs_id}: moosefs destroy")
         errors: list[str] = []
         t0 = time.monotonic()
@@ -461,7 +473,7 @@ class MooseFsBackend(FilesystemBackend):
     def _dead_servers(self, req: FsRequest, spec: MountSpec) -> dict[str, str]:
         """Node -> what of the RAMDISK's servers is dead there (only nodes with a dead
         one). Raises FsError when a node does not answer."""
-        lay = self.layout(req, int(spec.client.get("port_base") or 0))
+        lay = self.layout(req, int(spec.client.get("port_base") or 0), guarded=False)
 
         def check(node: str) -> str:
             out = self._run(node, ["sh", "-c", SERVERS_CHECK, lay.dir(node),

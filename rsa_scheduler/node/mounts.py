@@ -117,8 +117,8 @@ def guard_proxy(argv: Sequence[str], *, timeout: float) -> list[str]:
     nft = shutil.which("nft", path=search)
     if nft is None:
         raise MountError("cannot mount the RAMDISK on this node: nft not found; install "
-                         "nftables here (it keeps other users off mfsmount's master proxy; "
-                         "docs/security.md)")
+                         "nftables here (it keeps other users off the RAMDISK's servers and "
+                         "mfsmount's master proxy; docs/security.md)")
     try:
         run([nft, "-f", "-"], input=mfsproxy.ruleset(address, servers), timeout=timeout)
     except CommandError as e:

@@ -85,7 +85,12 @@ class TreeCopy(Commands):
         # Atomic placement renames a whole directory new at the destination in one go
         # onto an empty placeholder (scripts.ATOMIC, "whole"): only its root is created
         # here, none of its subdirectories (they come with the rename)
-        new_roots = whole_roots(plan, {e.path for e in existing}) if atomic else set()
+        # Stage-out only: a union stage-in places atomically too, but under a running job
+        # that may already hold the directory (overlay over the PFS): renaming a new one
+        # in would hide what it holds (the PFS's files) until the dentry cache drops it;
+        # there names go one by one into the directory it sees
+        new_roots = (whole_roots(plan, {e.path for e in existing})
+                     if atomic and phase == "stage-out" else set())
         self._user(first, scripts.mkdirs_argv(dst), f"{phase}: creating directories",
                    input=scripts.encode_list(d.path for d in plan.dirs
                                              if not below_any(d.path, new_roots)))

@@ -219,3 +219,21 @@ def test_compute_nodes_get_the_secret_from_the_rsa_node_and_the_spec_never_holds
                                       r"'no-such-host\.invalid' to keep users off its"):
         MooseFsBackend({"rsa1": PassHost(SECRET)}, addresses={
             "rsa1": "no-such-host.invalid"}).client_mount_argv(spec, "@MOUNTPOINT@")
+
+
+def test_only_what_may_mount_resolves_the_pools_addresses() -> None:
+    """A data address rsad cannot resolve stops builds and mounts (their servers could not
+    be guarded) but never a teardown or a look at the servers (guarded=False); one that
+    resolved once stays resolved."""
+    from rsa_scheduler.fs.base import FsRequest
+
+    req = FsRequest(fs_id="job1-c1", job_id="1", nodes=("rsa1",), tier="ram",
+                    pool_dirs={"rsa1": "/pool"}, mount_root="/mnt")
+    bad = MooseFsBackend({"rsa1": PassHost(SECRET)}, addresses={"rsa1": "no-such-host.invalid"})
+    assert bad.layout(req, guarded=False).guard == ""
+    with pytest.raises(FsError, match="cannot resolve the RSA node data address"):
+        bad.layout(req)
+    good = MooseFsBackend({"rsa1": PassHost(SECRET)}, addresses={"rsa1": "localhost"})
+    assert good.servers().addresses == ("127.0.0.1",)
+    good._resolved["localhost"] = ["10.9.9.9"]  # resolved before: not asked again
+    assert good.servers().addresses == ("10.9.9.9",)

@@ -150,3 +150,17 @@ def test_the_engine_places_new_directories_whole_and_keeps_everything(
     want = tree_state(area / "new")
     assert {k: v for k, v in got.items() if k != b"a"} == \
         {k: v for k, v in want.items() if k != b"a"}
+
+
+def test_a_union_stage_in_never_renames_a_directory_in_whole(
+        area: Path, user: Identity) -> None:
+    """The union stage-in places atomically under a running job whose overlay may hold
+    the directory already: a directory renamed in whole would hide what the job sees in
+    it (found in review with a real overlay), so there names go one by one."""
+    seen: list[list[str]] = []
+    eng = StagingEngine([SpyHost("rsa1", seen)], user, job_id="77")
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(area / "new"), str(area / "ram"), atomic=True)
+    atomic = [a for a in seen if a[2:3] == [scripts.ATOMIC]]
+    assert atomic and not any(a[-1] == "whole" for a in atomic), atomic
+    assert files_of(area / "ram") == files_of(area / "new")

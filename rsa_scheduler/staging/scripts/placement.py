@@ -46,9 +46,9 @@ ATOMIC = PRELUDE + (
     '[ -d "$p" ] && [ ! -L "$p" ] && [ -d "$2/$p" ] && [ ! -L "$2/$p" ] || continue; '
     'mv -T -- "$p" "$2/$p" 2>/dev/null || true; done; fi; '
     'find . -type d -print0 | while IFS= read -r -d "" d; do '
-    'if [ -L "$2/$d" ] || { [ ! -d "$2/$d" ] && ! mkdir -- "$2/$d"; }; then '
-    'echo "refusing to write through $2/$d: not a directory" >&2; '
-    'exit 65; fi; '
+    'if [ -L "$2/$d" ]; then echo "refusing to write through the symlink $2/$d: '
+    'remove it or choose another destination" >&2; exit 65; fi; '
+    '[ -d "$2/$d" ] || mkdir -- "$2/$d" || exit 1; '
     'find "$d" -mindepth 1 -maxdepth 1 ! -type d -print0 '
     '| xargs -0 -r mv -f -t "$2/$d" -- || exit 1; done || exit $?; '
     'cd / && rm -rf -- "$3"')
