@@ -32,7 +32,7 @@ Pure text here (the ruleset, what an argv names); running ``nft`` is the caller'
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rsa_scheduler.errors import RsaError
@@ -95,11 +95,6 @@ class Servers:
             raise ProxyAddressError(f"{GUARD_OPTION}={value!r}: expected "
                                     "<ip>+<ip>...@<low>-<high>")
         return cls(tuple(addrs.split("+")), int(low), int(high))
-
-
-def servers_of(addresses: Iterable[str], port_base: int, port_end: int) -> Servers:
-    """Servers of the RSA nodes at ``addresses`` (deduplicated, sorted)."""
-    return Servers(tuple(sorted(set(addresses))), port_base, port_end)
 
 
 def ruleset(address: str | None, servers: Servers | None = None) -> str:

@@ -183,9 +183,8 @@ class MooseFsBackend(FilesystemBackend):
         """Every RSA node's data address and the ports RAMDISK servers take there: the
         guard keeps everyone but root off them (fs/mfsproxy.py)."""
         base, slots = self.port_range
-        return mfsproxy.servers_of((ip for n in sorted(self.hosts)
-                                    for ip in self._ipv4(self._address(n))),
-                                   base, base + slots * PORT_BLOCK - 1)
+        ips = {ip for n in self.hosts for ip in self._ipv4(self._address(n))}
+        return mfsproxy.Servers(tuple(sorted(ips)), base, base + slots * PORT_BLOCK - 1)
 
     def _ipv4(self, address: str) -> list[str]:
         """``_ipv4_of``, a name resolved once per rsad (a later DNS outage then does not

@@ -25,8 +25,9 @@ Streamed mode is on by default (``staging.stream_objects``: ``STREAM_OBJECTS``; 
 off, every tree is listed in rsad). What its copy does not do (the listed mode does):
 resume hard-linked files (their list is copied again whole), striping (big files go
 through tar like the rest), the destination scan (planted symlinks are replaced, not
-refused), ``copy_tool`` (always tar), exact byte progress of a fresh copy (bytes in
-proportion to the files copied; a resumed copy reads the sizes).
+refused), another ``copy_tool`` (it copies with tar, so the engine uses it with
+``copy_tool: engine`` only), exact byte progress of a fresh copy (bytes in proportion to
+the files copied; a resumed copy reads the sizes).
 
 Commands run through the engine's seams (``run``: as the user, with the engine's
 timeout and cancel; ``parallel``: the engine's streams). Must not import ``engine``.

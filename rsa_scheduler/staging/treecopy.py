@@ -18,14 +18,14 @@ from __future__ import annotations
 import posixpath
 import secrets
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 
 from rsa_scheduler.hosts import Host
 from rsa_scheduler.runner import Completed
 from rsa_scheduler.staging import scripts
 from rsa_scheduler.staging.commands import Commands, log
 from rsa_scheduler.staging.manifest import Entry, display
-from rsa_scheduler.staging.plan import Bucket, Plan, make_plan, pending
+from rsa_scheduler.staging.plan import Bucket, below_any, make_plan, pending, whole_roots
 from rsa_scheduler.staging.report import ProgressMeter, Stats
 from rsa_scheduler.staging.stream import StreamedCopy
 from rsa_scheduler.staging.stripe import (
@@ -82,13 +82,11 @@ class TreeCopy(Commands):
             self._take_slot(dst, plan.bytes)
         else:
             self._refuse_too_big(first, src, dst, plan.bytes, plan.files, phase)
-        # Atomic placement renames a whole directory new at the destination in one go
-        # onto an empty placeholder (scripts.ATOMIC, "whole"): only its root is created
-        # here, none of its subdirectories (they come with the rename)
-        # Stage-out only: a union stage-in places atomically too, but under a running job
-        # that may already hold the directory (overlay over the PFS): renaming a new one
-        # in would hide what it holds (the PFS's files) until the dentry cache drops it;
-        # there names go one by one into the directory it sees
+        # A stage-out renames a whole directory new at the destination in one go onto an
+        # empty placeholder (scripts.ATOMIC, "whole"): only its root is created here, none
+        # of its subdirectories (they come with the rename). Not a union stage-in: under
+        # the running job's overlay a directory renamed in would hide the PFS's files it
+        # already sees there, so names go one by one into the directory it holds.
         new_roots = (whole_roots(plan, {e.path for e in existing})
                      if atomic and phase == "stage-out" else set())
         self._user(first, scripts.mkdirs_argv(dst), f"{phase}: creating directories",
@@ -204,21 +202,3 @@ class TreeCopy(Commands):
         self._user(first, scripts.remove_tree_argv(parts), f"{phase}: removing {parts}")
         return stats
 
-
-def whole_roots(plan: Plan, existing: Collection[bytes]) -> set[bytes]:
-    """The directories ``plan`` copies whole (``tree`` buckets) that the destination does
-    not have (``existing``: its scan's paths): placed by one rename each."""
-    return {p for b in plan.buckets if b.tool == "tree" for p in b.paths
-            if p not in existing}
-
-
-def below_any(path: bytes, roots: Collection[bytes]) -> bool:
-    """Whether ``path`` is strictly below one of ``roots`` (relative paths)."""
-    if not roots:
-        return False
-    cut = path.rfind(b"/")
-    while cut > 0:
-        if path[:cut] in roots:
-            return True
-        cut = path.rfind(b"/", 0, cut)
-    return False
