@@ -139,17 +139,34 @@ class Bench:
         # Write back what earlier steps left dirty (the 2 GiB copied to the PFS, the last
         # trial's output), so no trial pays for another's writeback.
         os.sync()
+        busy0, all0 = cpu_ticks()
         t0 = time.monotonic()
         stats = fn()
         secs = time.monotonic() - t0
+        busy1, all1 = cpu_ticks()
+        # The whole machine's CPU while the tool ran (the lab's RSA nodes, MooseFS servers
+        # and clients all share this host's cores): "cores" = how many it kept busy.
+        cores = (busy1 - busy0) / max(1, all1 - all0) * CORES
         row: dict[str, object] = {
             "what": what, "direction": direction, "where": where, "tool": tool,
             "seconds": round(secs, 3), "files_s": round(files / secs, 1),
-            "mb_s": round(nbytes / secs / 1e6, 1)}
+            "mb_s": round(nbytes / secs / 1e6, 1), "cores": round(cores, 2),
+            "cpu_s": round(cores * secs, 1)}
         if stats is not None:
             row["buckets"] = stats.buckets
         self.results.append(row)
         print(json.dumps(row), flush=True)
+
+
+CORES = os.cpu_count() or 1
+
+
+def cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of every CPU of this host since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
 
 
 def make_tree(root: Path, user: Identity) -> None:
@@ -162,7 +179,9 @@ def make_tree(root: Path, user: Identity) -> None:
 
 def drop_cache(root: Path) -> None:
     """Drop every regular file below ``root`` from the page cache (the PFS client is
-    shared by this host and the RSA nodes, so this also makes their next read cold)."""
+    shared by this host and the RSA nodes, so this also makes their next read cold; on
+    local disk, after a sync, the next read comes from the disk)."""
+    os.sync()  # dirty pages are not dropped
     for dirpath, _, names in os.walk(root):
         for n in names:
             fd = os.open(os.path.join(dirpath, n), os.O_RDONLY | os.O_NOFOLLOW)
@@ -194,8 +213,16 @@ def ratios(rows: list[dict[str, object]]) -> list[str]:
         if not set(TOOLS) <= set(by):
             continue
         best = min(by["rsync"], by["tar"])
+        cores = {r["tool"]: float(r["cores"]) for r in rows  # type: ignore[arg-type]
+                 if (r["what"], r["direction"], r["where"]) == (what, direction, where)}
+        # What the engine would gain over rsync here with every core of this host busy at
+        # the engine's own CPU cost per file (its CPU-seconds of this trial): the host's
+        # bound, not the engine's
+        cap = by["rsync"] * CORES / max(1e-9, cores["engine"] * by["engine"])
         out.append(f"{what} {direction} {where}: engine {by['rsync'] / by['engine']:.2f}x "
-                   f"rsync, {best / by['engine']:.2f}x best single stream")
+                   f"rsync, {best / by['engine']:.2f}x best single stream; cores busy: "
+                   f"rsync {cores['rsync']:.2f}, engine {cores['engine']:.2f} of {CORES} "
+                   f"(all {CORES} cores at the engine's CPU per file: {cap:.1f}x rsync)")
     return out
 
 
@@ -206,8 +233,10 @@ def big_trial(b: Bench, what: str, where: str, base: Path, tool: str, size: int)
         ram = fs.rsa_mountpoint
         b.hosts[0].run(["install", "-d", "-o", str(b.user.uid), "-g", str(b.user.gid),
                         f"{ram}/j"], timeout=60)
-        if where == "pfs":
-            drop_cache(base / "bigsrc")
+        # Cold for every tool, local disk too: a 10 GiB source does not stay cached
+        # beside a RAMDISK that holds it, so without this the first tool would read what
+        # make_big left in the cache and the next ones part of it from the disk.
+        drop_cache(base / "bigsrc")
         b.measure(what, "in", where, tool, 1, size,
                   b.tool(tool, str(base / "bigsrc"), f"{ram}/j/big"))
         out = base / f"big-out-{tool}"

@@ -136,6 +136,34 @@ def test_whole_directories_round_trip_over_four_nodes(
     assert eng.verify(ram, str(out)).ok
 
 
+def test_a_striped_stage_in_keeps_the_sources_mtime_on_every_node(
+        hosts: list[SshHost], ramfs: MountSpec, user: Identity, work: Path) -> None:
+    """One file copied in ranges by every node's own MooseFS client: once placed, it
+    has the source's mtime as every node sees it, also after the clients reported their
+    writes (~1 s later). Before each range's node set the mtime itself, a client's late
+    report of its write time replaced the mtime placement had set."""
+    src = work / "in"
+    src.mkdir()
+    big = src / "big"
+    with big.open("wb") as f:
+        for _ in range(16):
+            f.write(os.urandom(16 << 20))  # 256 MiB: 8 ranges of 32 MiB
+    old = 1577880000  # 2020-01-01: far from any write time
+    os.utime(big, (old, old))
+    subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(src)], check=True)
+    eng = make_engine(hosts, user, parallel_per_node=2, stripe_bytes=64 << 20,
+                      stripe_min=16 << 20)
+    ram = job_root(ramfs, "striped")
+    eng.prepare_root(ram)
+    stats = eng.stage_in(str(src), ram)
+    assert len(stats.per_node) == 4, stats.per_node  # every node wrote ranges
+    time.sleep(3)  # past the clients' reports of their own writes
+    for h in hosts:
+        seen = h.run(["stat", "-c", "%Y %s", f"{ram}/big"], timeout=30).stdout.split()
+        assert seen == [str(old), str(16 << 24)], (h.name, seen)
+    assert eng.verify(ram, str(src)).ok  # and the bytes are the source's
+
+
 def test_verify_catches_damage(hosts: list[SshHost], ramfs: MountSpec, user: Identity,
                                work: Path) -> None:
     src = make_tree(work / "in", user, files=5)

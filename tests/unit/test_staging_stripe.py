@@ -234,7 +234,7 @@ def test_a_stage_in_killed_mid_stripe_leaves_no_file_under_the_name(
 # temporary file, overwrites 8 bytes of its second range (32 MiB on) behind its back.
 CORRUPTING_DD = """#!/bin/sh
 /bin/dd "$@" || exit $?
-case " $* " in *" seek=33554432 "*" conv=notrunc,sparse "*)
+case " $* " in *" seek=33554432 "*" conv=notrunc,sparse,fsync "*)
   for a; do case $a in of=*) of=${a#of=};; esac; done
   printf RSAFAULT | /bin/dd of="$of" bs=1 seek=33566777 conv=notrunc status=none;;
 esac

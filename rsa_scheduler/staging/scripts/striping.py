@@ -27,26 +27,35 @@ STRIPE_NEW = PRELUDE + 'set -C && : > "$1" && truncate -s "$2" -- "$1"'
 # One range: name on stdin (relative to $1), temporary file $2, offset $3, length $4,
 # dd block $5, checked in chunks of $6 bytes. Per chunk: dd copies it in place (notrunc,
 # seek in bytes, all-zero blocks skipped: holes survive; never through a symlink on
-# either side), then cksum takes the CRC-32 and byte count of the chunk as the source
-# returns it (the read side) and as the temporary file returns it (the write side),
-# while both are still in this node's page cache: one line "<offset> <crc> <count> <crc>
-# <count>" per chunk, compared by the engine (stripe.check_range). A source changed
+# either side) and fsyncs it, then cksum takes the CRC-32 and byte count of the chunk as
+# the source returns it (the read side, from this node's page cache) and as the
+# temporary file returns it after this node dropped the file from its page cache (the
+# write side: what the destination's servers hold): one line "<offset> <crc> <count>
+# <crc> <count>" per chunk, compared by the engine (stripe.check_range). A source changed
 # under the copy, a short or misplaced write, or a destination that returns other bytes
-# than it was given fails the range. CRC-32 (cksum, ~2 GB/s per core here, b2sum ~0.45)
-# catches accidents, not forgery; nobody else can write in the user's private 0700 part
-# directory.
+# than it was given fails the range. Last, the node sets the temporary file's mtime to
+# the source's through its own client: every node writes its ranges through its own
+# filesystem client, and a client reports the mtime of its writes to the servers later
+# (MooseFS 3.0 on the lab: ~1 s after the last write, fsync or not), so the placed
+# file's mtime became another node's write time after the placement had set the
+# source's (docs/staging.md). A client's own setattr of the file replaces what it would
+# report; so once every range has reported, no client has a write time of its own left
+# to send. CRC-32 (cksum, ~2 GB/s per core here, b2sum ~0.45) catches accidents, not
+# forgery; nobody else can write in the user's private 0700 part directory.
 STRIPE_RANGE = PRELUDE + (
     'cd -- "$1" || exit 66; IFS= read -r -d "" p < <(base64 -d) || exit 1; '
     'o=$3; end=$(($3 + $4)); while [ "$o" -lt "$end" ]; do '
     'n=$((end - o)); [ "$n" -le "$6" ] || n=$6; '
     'dd if="$p" of="$2" iflag=nofollow,skip_bytes,count_bytes oflag=nofollow,seek_bytes '
-    'skip="$o" seek="$o" count="$n" bs="$5" conv=notrunc,sparse status=none || exit $?; '
+    'skip="$o" seek="$o" count="$n" bs="$5" conv=notrunc,sparse,fsync status=none '
+    '|| exit $?; '
     'r=$(dd if="$p" iflag=nofollow,skip_bytes,count_bytes skip="$o" count="$n" bs=1M '
     'status=none | cksum) || exit $?; '
+    'dd if="$2" iflag=nocache,nofollow count=0 status=none || exit $?; '
     'w=$(dd if="$2" iflag=nofollow,skip_bytes,count_bytes skip="$o" count="$n" bs=1M '
     'status=none | cksum) || exit $?; '
-    'echo "$o $r $w"; o=$((o + n)); done')
-CHUNK = 64 << 20  # bytes of a range checked at once (stays in the page cache)
+    'echo "$o $r $w"; o=$((o + n)); done; touch -h -m -r "$p" -- "$2"')
+CHUNK = 64 << 20  # bytes of a range checked at once (the source side stays in the page cache)
 # Place a striped file once every range passed: the source must still have the size and
 # mtime (seconds) the scan saw ($4: "<size> <mtime>"; a file changed while it was copied
 # is refused, the next run copies it again), its mode and mtime go onto the temporary
