@@ -26,7 +26,9 @@ the bench adds mount-input to the dispatcher's ``BULK``, so mounts queue behind 
 copies; the product is not changed). Also reported: the load average, the stage-outs
 copying at each mount's dispatch (min), and two idle controls of a 10 ms timer's
 lateness: a thread in this process (what the GIL and the machine add to any of rsad's
-threads) and a process of its own (the machine alone).
+threads) and a process of its own (the machine alone). ``--copies-nice 19`` runs the
+copies' commands at nice 19: on a site they run on the RSA nodes, not on rsad's host,
+and here they would otherwise share its two cores with the bench's process.
 
     .venv/bin/python bench/bench_lanes.py --copies 8          # as root
     .venv/bin/python bench/bench_lanes.py --copies 32 --json out.json
@@ -58,6 +60,7 @@ from unittest import mock
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_daemon_commit import Queue  # noqa: I001 (bench/ is on sys.path when run)
+from bench_manifest import NicedHost
 from rsa_scheduler.core.actions import BULK, ActionKind, Outcome, Result
 from rsa_scheduler.core.allocator import Pool, RsaNode
 from rsa_scheduler.core.policy import AllocationPolicy, StagingPolicy, Tier
@@ -65,7 +68,6 @@ from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.daemon import dispatch
 from rsa_scheduler.daemon.executors import ActionContext, Registry
 from rsa_scheduler.daemon.service import Daemon
-from rsa_scheduler.hosts import LocalHost
 from rsa_scheduler.runner import Identity, run
 from rsa_scheduler.staging import StagingEngine
 from rsa_scheduler.store import Store
@@ -150,7 +152,8 @@ class Phase:
 class Bench:
     """The executors: stage-outs with the real engine, mounts as one real subprocess."""
 
-    def __init__(self, src: Path, out: Path, user: Identity) -> None:
+    def __init__(self, src: Path, out: Path, user: Identity, nice: int = 0) -> None:
+        self.nice = nice
         self.src, self.out, self.user = src, out, user
         self.phase = Phase()
         self.ended: queue.Queue[str] = queue.Queue()  # the loop's inbox: copies that ended
@@ -169,7 +172,8 @@ class Bench:
         with ph.lock:
             ph.copying += 1
         try:
-            eng = StagingEngine([LocalHost("rsa1")], self.user, job_id=ctx.action.job_id,
+            eng = StagingEngine([NicedHost("rsa1", self.nice)], self.user,
+                                job_id=ctx.action.job_id,
                                 cancel=ctx.cancel, timeout=3600)
             stats = eng.stage_out(str(self.src), str(dst / "o"))
         finally:
@@ -326,6 +330,9 @@ def main() -> None:
     ap.add_argument("--src", default="/dev/shm", help="where the source tree is (tmpfs)")
     ap.add_argument("--dst", default="/var/tmp", help="where the copies go")
     ap.add_argument("--user", default="nobody")
+    ap.add_argument("--copies-nice", type=int, default=0,
+                    help="run the copies' commands at this nice (19: as if on RSA nodes "
+                         "of their own; 0: compete with the bench's process)")
     ap.add_argument("--json", help="write the figures to this file")
     args = ap.parse_args()
     user = Identity.of(args.user)
@@ -339,7 +346,7 @@ def main() -> None:
         subprocess.run([sys.executable, "-c", MAKE_TREE, str(tree), str(args.files),
                         str(args.big), str(args.big_mib)], check=True)
         subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(tree)], check=True)
-        bench = Bench(tree, out, user)
+        bench = Bench(tree, out, user, args.copies_nice)
         rows = [one_mode(bench, out, args.copies, args.mounts, args.spacing, one_lane)
                 for one_lane in (False, True)]
     finally:
@@ -351,7 +358,8 @@ def main() -> None:
     tree_mib = (args.files * 4096 + args.big * (args.big_mib << 20)) / (1 << 20)
     print(f"# {args.copies} stage-outs copying ({args.files} x 4 KiB + {args.big} x "
           f"{args.big_mib} MiB = {tree_mib:.1f} MiB each, {args.src} -> {args.dst}), "
-          f"{args.mounts} mounts {args.spacing} s apart; load avg (1 min) now "
+          f"{args.mounts} mounts {args.spacing} s apart, copies at nice "
+          f"{args.copies_nice}; load avg (1 min) now "
           f"{os.getloadavg()[0]:.2f}")
     print(table(rows))
     print("one lane / two lanes: " + ", ".join(f"{k.removesuffix('_ms')} {v}x"
@@ -362,6 +370,7 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"copies": args.copies, "mounts": args.mounts, "spacing": args.spacing,
+             "copies_nice": args.copies_nice,
              "tree_mib": round(tree_mib, 1), "files": args.files + args.big,
              "rows": rows, "ratios_one_over_two": ratios}, indent=1) + "\n")
     if failures:

@@ -15,7 +15,10 @@ of a 10 ms timer on the event loop, `control_stall_ms` the same in an idle proce
 running alongside (the machine's own scheduling delay under the copy's load).
 `--out` then stages the tree out again and verifies it (content), as rsad does after a
 job, all under the same measurement. `--listed` forces the listed mode (every object's
-entry in this process, as before issue 16) for comparison.
+entry in this process, as before issue 16) for comparison. `--copies-nice 19` runs the
+node-side commands at nice 19: on a site they run on the RSA nodes, not on rsad's host,
+and here they would otherwise share its cores with this process; the stall then
+measures what rsad's own process adds (its threads, the GIL), not the machine.
 
     .venv/bin/python bench/bench_manifest.py --files 1000000 --root /dev/shm
 """
@@ -32,10 +35,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rsa_scheduler.hosts import LocalHost
-from rsa_scheduler.runner import Identity
+from rsa_scheduler.runner import Completed, Identity
 from rsa_scheduler.staging import StagingEngine, Stats
 from rsa_scheduler.staging.stream import STREAM_OBJECTS
 
@@ -67,6 +72,21 @@ async def main():
     print(round(worst * 1000, 1))
 asyncio.run(main())
 """
+
+
+class NicedHost(LocalHost):
+    """A LocalHost whose commands run at ``nice`` (``--copies-nice``): the copies then
+    take only the CPU the bench's own process leaves, as on a site, where they run on
+    the RSA nodes and rsad's host has its cores to itself. 0: as LocalHost."""
+
+    def __init__(self, name: str, nice: int = 0) -> None:
+        super().__init__(name)
+        self.nice = nice
+
+    def run(self, argv: Sequence[str], **kw: Any) -> Completed:
+        if self.nice:
+            argv = ["nice", "-n", str(self.nice), *argv]
+        return super().run(argv, **kw)
 
 
 def rss_mb() -> float:
@@ -121,6 +141,9 @@ def main() -> None:
     ap.add_argument("--user", default="nobody")
     ap.add_argument("--out", action="store_true",
                     help="then stage the tree out again and verify it (all measured)")
+    ap.add_argument("--copies-nice", type=int, default=0,
+                    help="run the node-side commands at this nice (19: as if on RSA "
+                         "nodes of their own; 0: compete with this process)")
     ap.add_argument("--stream-objects", type=int, default=0,
                     help="the engine's stream_objects (0: its default)")
     args = ap.parse_args()
@@ -137,7 +160,8 @@ def main() -> None:
         dst.mkdir()
         os.chown(dst, user.uid, user.gid)
         before = rss_mb()
-        eng = StagingEngine([LocalHost("rsa1"), LocalHost("rsa2")], user, job_id="bench",
+        eng = StagingEngine([NicedHost("rsa1", args.copies_nice),
+                             NicedHost("rsa2", args.copies_nice)], user, job_id="bench",
                             timeout=6 * 3600,
                             stream_objects=(args.files * 2 if args.listed else
                                             args.stream_objects or STREAM_OBJECTS))
@@ -161,6 +185,7 @@ def main() -> None:
                           "files_s": round(args.files / secs), "max_rss_mb": round(rss_mb()),
                           "max_stall_ms": round(stall * 1000, 1),
                           "control_stall_ms": control_ms, **phases,
+                          "copies_nice": args.copies_nice,
                           "rss_before_mb": round(before)}), flush=True)
     finally:
         subprocess.run(["rm", "-rf", "--", str(base)], check=False)

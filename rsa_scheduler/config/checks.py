@@ -136,10 +136,10 @@ class Checks:
                        f"{format_size(2 * STRIPE_MIN)} are never split (a range is at "
                        f"least {format_size(STRIPE_MIN)})")
             if staging.stripe_bytes and staging.copy_tool == "engine":
-                v.warn(("staging", "stripe_bytes"), "striped copies are experimental: in "
-                       "the lab a file a striped stage-in assembled on a MooseFS RAMDISK "
-                       "changed its mtime after placement, and its stage-out failed "
-                       "(docs/staging.md); leave it 0 in production")
+                v.warn(("staging", "stripe_bytes"), "striped copies ran slower than one "
+                       "stream per file on the lab, whose RSA nodes share two cores "
+                       "(docs/benchmarks.md); measure on your RSA nodes with "
+                       "bench/bench_staging.py before leaving it on")
         if self.ok("hooks"):
             hooks: HooksConfig = self.s["hooks"]
             if hooks.api_timeout > hooks.timeout:
