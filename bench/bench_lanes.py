@@ -43,7 +43,6 @@ import argparse
 import json
 import os
 import queue
-import shutil
 import statistics
 import subprocess
 import sys
@@ -177,7 +176,10 @@ class Bench:
                                 cancel=ctx.cancel, timeout=3600)
             stats = eng.stage_out(str(self.src), str(dst / "o"))
         finally:
-            shutil.rmtree(dst, ignore_errors=True)  # bulk work too: the worker is busy
+            # bulk work too (the worker stays busy), in a child process: rsad never
+            # removes a tree itself, and shutil.rmtree here would add ~40 ms of this
+            # process's Python per copy (a third of what the engine's own costs)
+            subprocess.run(["rm", "-rf", "--", str(dst)], check=False)
             with ph.lock:
                 ph.copying -= 1
         return {"files": stats.files}
