@@ -13,6 +13,8 @@ transfer was streamed (else the test proves nothing about streamed mode).
    streamed output lands on the PFS, verified, no part directory left.
 2. kill -9 of rsad in the middle of a streamed stage-out: the restarted rsad stages the
    output out, verified, and leaves nothing behind.
+3. A job array on an idle cluster: every task's streamed output (``%a`` in DATA_OUT)
+   lands in its own directory, verified.
 Runs in both modes.
 """
 
@@ -142,3 +144,27 @@ def test_a_crash_in_a_streamed_stage_out_loses_nothing(
         assert wait_state(lab, writer, "released", timeout=600) == "released"
     assert (area / "res" / "fp-out").read_text() == fingerprint(lab, area / "out")
     assert not [p for p in (area / "out").iterdir() if p.name.startswith(".rsa-staging-")]
+
+
+def test_every_task_of_an_array_on_an_idle_cluster_streams_its_own_output(
+        lab: Mapping[str, str], area: Path) -> None:
+    made = as_user(lab, lab["RSA_LAB_USER"], ["mkdir", "-p", f"{area}/out/0", f"{area}/out/1"],
+                   timeout=60)
+    assert made.returncode == 0, made.stderr
+    start = log_size()
+    script = (f"#!/bin/bash\n#SBATCH -t 15\n#SBATCH --array=0-1\n"
+              f"#RSA_DATA_OUT={area}/out/%a\n"
+              + fn("mk", MAKE_TREE) + fn("fp", FINGERPRINT)
+              + "t=$SLURM_ARRAY_TASK_ID\n"
+              f"(mk {area}/out/$t/tree) && echo $t > {area}/out/$t/task "
+              f"&& (fp {area}/out/$t) > {area}/res/fp-out.$t\n")
+    with rsad_configured(lab, STREAMED), make_jobs(lab) as jobs:
+        array = jobs.submit(script=script)
+        for t in range(2):  # nothing else queued: each task starts as soon as it can
+            assert wait_state(lab, f"{array}_{t}", "released", timeout=600) == "released"
+    for t in range(2):
+        out = area / "out" / str(t)
+        assert (out / "task").read_text().strip() == str(t)  # its own, not the other's
+        assert (area / "res" / f"fp-out.{t}").read_text() == fingerprint(lab, out)
+        assert not [p for p in out.iterdir() if p.name.startswith(".rsa-staging-")]
+        assert streamed_lines(start, out), f"task {t}'s stage-out was not streamed"
