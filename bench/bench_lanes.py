@@ -89,6 +89,21 @@ for i in range(big):
             f.write(os.urandom(1 << 20))
 """
 
+# --engine-in-child: one stage-out with the staging engine in a process of its own (the
+# question the bench asks with it: do the mounts still wait when the engines' Python is
+# not in the dispatcher's process?). Prints the files staged.
+CHILD_STAGE_OUT = """
+import sys
+sys.path.insert(0, sys.argv[6])  # bench/
+from bench_manifest import NicedHost
+from rsa_scheduler.runner import Identity
+from rsa_scheduler.staging import StagingEngine
+src, dst, user, job, nice = sys.argv[1:6]
+eng = StagingEngine([NicedHost("rsa1", int(nice))], Identity.of(user), job_id=job,
+                    timeout=3600)
+print(eng.stage_out(src, dst).files)
+"""
+
 # A 10 ms timer in a process of its own until its stdin closes: the machine's own
 # scheduling lateness under the copies' load (p50 and max, ms).
 CONTROL = """
@@ -151,8 +166,10 @@ class Phase:
 class Bench:
     """The executors: stage-outs with the real engine, mounts as one real subprocess."""
 
-    def __init__(self, src: Path, out: Path, user: Identity, nice: int = 0) -> None:
+    def __init__(self, src: Path, out: Path, user: Identity, nice: int = 0,
+                 child: bool = False) -> None:
         self.nice = nice
+        self.child = child  # --engine-in-child
         self.src, self.out, self.user = src, out, user
         self.phase = Phase()
         self.ended: queue.Queue[str] = queue.Queue()  # the loop's inbox: copies that ended
@@ -171,10 +188,20 @@ class Bench:
         with ph.lock:
             ph.copying += 1
         try:
-            eng = StagingEngine([NicedHost("rsa1", self.nice)], self.user,
-                                job_id=ctx.action.job_id,
-                                cancel=ctx.cancel, timeout=3600)
-            stats = eng.stage_out(str(self.src), str(dst / "o"))
+            if self.child:  # the engine's Python in a process of its own
+                done = subprocess.run(
+                    [sys.executable, "-c", CHILD_STAGE_OUT, str(self.src), str(dst / "o"),
+                     self.user.user, ctx.action.job_id, str(self.nice),
+                     str(Path(__file__).resolve().parent)],
+                    capture_output=True, text=True, timeout=3600, check=False)
+                if done.returncode != 0:
+                    raise RuntimeError(f"stage-out in a child: {done.stderr[-500:]}")
+                files = int(done.stdout)
+            else:
+                eng = StagingEngine([NicedHost("rsa1", self.nice)], self.user,
+                                    job_id=ctx.action.job_id,
+                                    cancel=ctx.cancel, timeout=3600)
+                files = eng.stage_out(str(self.src), str(dst / "o")).files
         finally:
             # bulk work too (the worker stays busy), in a child process: rsad never
             # removes a tree itself, and shutil.rmtree here would add ~40 ms of this
@@ -182,7 +209,7 @@ class Bench:
             subprocess.run(["rm", "-rf", "--", str(dst)], check=False)
             with ph.lock:
                 ph.copying -= 1
-        return {"files": stats.files}
+        return {"files": files}
 
     def mount(self, ctx: ActionContext) -> Mapping[str, Any]:
         ph = self.phase
@@ -335,6 +362,9 @@ def main() -> None:
     ap.add_argument("--copies-nice", type=int, default=0,
                     help="run the copies' commands at this nice (19: as if on RSA nodes "
                          "of their own; 0: compete with the bench's process)")
+    ap.add_argument("--engine-in-child", action="store_true",
+                    help="run each stage-out's engine in a child process (not rsad's way: "
+                         "what moving the engines' Python out of its process would give)")
     ap.add_argument("--json", help="write the figures to this file")
     args = ap.parse_args()
     user = Identity.of(args.user)
@@ -348,7 +378,7 @@ def main() -> None:
         subprocess.run([sys.executable, "-c", MAKE_TREE, str(tree), str(args.files),
                         str(args.big), str(args.big_mib)], check=True)
         subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(tree)], check=True)
-        bench = Bench(tree, out, user, args.copies_nice)
+        bench = Bench(tree, out, user, args.copies_nice, args.engine_in_child)
         rows = [one_mode(bench, out, args.copies, args.mounts, args.spacing, one_lane)
                 for one_lane in (False, True)]
     finally:
@@ -361,7 +391,8 @@ def main() -> None:
     print(f"# {args.copies} stage-outs copying ({args.files} x 4 KiB + {args.big} x "
           f"{args.big_mib} MiB = {tree_mib:.1f} MiB each, {args.src} -> {args.dst}), "
           f"{args.mounts} mounts {args.spacing} s apart, copies at nice "
-          f"{args.copies_nice}; load avg (1 min) now "
+          f"{args.copies_nice}, engines {'in children' if args.engine_in_child else 'here'}"
+          f"; load avg (1 min) now "
           f"{os.getloadavg()[0]:.2f}")
     print(table(rows))
     print("one lane / two lanes: " + ", ".join(f"{k.removesuffix('_ms')} {v}x"
@@ -372,7 +403,7 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"copies": args.copies, "mounts": args.mounts, "spacing": args.spacing,
-             "copies_nice": args.copies_nice,
+             "copies_nice": args.copies_nice, "engine_in_child": args.engine_in_child,
              "tree_mib": round(tree_mib, 1), "files": args.files + args.big,
              "rows": rows, "ratios_one_over_two": ratios}, indent=1) + "\n")
     if failures:
