@@ -69,7 +69,9 @@ def lab_env() -> dict[str, str]:
 
 
 class Bench:
-    def __init__(self, lab: Mapping[str, str], parallel: int) -> None:
+    def __init__(self, lab: Mapping[str, str], parallel: int,
+                 per_process: bool = False) -> None:
+        self.per_process = per_process
         self.lab = lab
         self.user = Identity.of(lab["RSA_LAB_USER"])
         self.hosts = [SshHost(f"rsa{i + 1}", a, key=lab["RSA_LAB_SSH_KEY"],
@@ -140,9 +142,11 @@ class Bench:
         # trial's output), so no trial pays for another's writeback.
         os.sync()
         busy0, all0 = cpu_ticks()
+        procs0 = proc_ticks() if self.per_process else {}
         t0 = time.monotonic()
         stats = fn()
         secs = time.monotonic() - t0
+        procs1 = proc_ticks() if self.per_process else {}
         busy1, all1 = cpu_ticks()
         # The whole machine's CPU while the tool ran (the lab's RSA nodes, MooseFS servers
         # and clients all share this host's cores): "cores" = how many it kept busy.
@@ -152,6 +156,8 @@ class Bench:
             "seconds": round(secs, 3), "files_s": round(files / secs, 1),
             "mb_s": round(nbytes / secs / 1e6, 1), "cores": round(cores, 2),
             "cpu_s": round(cores * secs, 1)}
+        if self.per_process:
+            row["cpu_by_process"] = by_process(procs0, procs1)
         if stats is not None:
             row["buckets"] = stats.buckets
         self.results.append(row)
@@ -159,6 +165,40 @@ class Bench:
 
 
 CORES = os.cpu_count() or 1
+
+
+def proc_ticks() -> dict[str, tuple[str, int]]:
+    """Every process's command name and CPU ticks (its own and its reaped children's),
+    by /proc entry."""
+    out = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # gone
+        name = text[text.index("(") + 1:text.rindex(")")]
+        f = text[text.rindex(")") + 2:].split()
+        out[stat.parent.name] = (name, sum(int(x) for x in f[11:15]))
+    return out
+
+
+def by_process(before: dict[str, tuple[str, int]], after: dict[str, tuple[str, int]]
+               ) -> dict[str, float]:
+    """CPU-seconds per kind of process between two ``proc_ticks``: the MooseFS client,
+    master and chunkservers, sshd (with the copies it ran and reaped: tar, rsync, dd),
+    kernel workers, the rest. A process that both started and ended in between and was
+    reaped by one still running counts with its parent."""
+    hz = os.sysconf("SC_CLK_TCK")
+    kinds = {"mfsmount": "moosefs client", "mfsmaster": "moosefs master",
+             "mfschunkserver": "moosefs chunkservers", "sshd": "sshd and the copies",
+             "kworker": "kernel workers"}
+    out: dict[str, float] = {}
+    for pid, (name, ticks) in after.items():
+        was = before.get(pid)
+        used = ticks - (was[1] if was is not None else 0)  # (a kworker renames itself)
+        kind = next((v for k, v in kinds.items() if name.startswith(k)), "other")
+        out[kind] = out.get(kind, 0.0) + used / hz
+    return {k: round(v, 1) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
 
 
 def cpu_ticks() -> tuple[int, int]:
@@ -260,12 +300,14 @@ def main() -> None:
     ap.add_argument("--no-pfs-big", action="store_true", help="skip the 2 GiB file on the PFS")
     ap.add_argument("--parallel", type=int, default=2, help="streams per RSA node")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--per-process", action="store_true",
+                    help="add each trial's CPU-seconds by kind of process (cpu_by_process)")
     ap.add_argument("--big-gib", default="2", help="big file sizes in GiB, e.g. 2,10")
     ap.add_argument("--big-tools", default=",".join(BIG_TOOLS),
                     help=f"tools of the big-file trials (of {','.join(BIG_TOOLS)})")
     args = ap.parse_args()
     lab = lab_env()
-    b = Bench(lab, args.parallel)
+    b = Bench(lab, args.parallel, args.per_process)
     local = Path(f"/var/tmp/rsa-staging-bench-{os.getpid()}")
     pfs = Path(lab["RSA_LAB_PFS"]) / f"rsa-staging-bench-{os.getpid()}"
     try:
