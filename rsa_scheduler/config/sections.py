@@ -331,7 +331,7 @@ class StagingConfig:
             "by every stream of every RSA node at once, each range checksummed on both "
             "sides, placed only when all passed (docs/staging.md#striped-big-files). "
             "0: off, one stream per file (the default: on the lab, whose RSA nodes share "
-            "two cores, a striped copy ran at 0.56–0.76× one `dd` into the RAMDISK and "
+            "two cores, a striped copy ran at 0.56–0.66× one `dd` into the RAMDISK and "
             "0.76–1.06× out of it, one stream per file at `dd`'s speed; measure on your "
             "RSA nodes before turning it on). Files below 128M are never split (ranges "
             "are at least 64M).",
