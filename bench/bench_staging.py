@@ -44,6 +44,8 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
+
 from rsa_scheduler.fs.base import FsRequest, MountSpec
 from rsa_scheduler.fs.moosefs import MooseFsBackend
 from rsa_scheduler.remote import SshHost
@@ -150,7 +152,7 @@ class Bench:
         busy1, all1 = cpu_ticks()
         # The whole machine's CPU while the tool ran (the lab's RSA nodes, MooseFS servers
         # and clients all share this host's cores): "cores" = how many it kept busy.
-        cores = (busy1 - busy0) / max(1, all1 - all0) * CORES
+        cores = (busy1 - busy0) / max(1e-9, all1 - all0) * CORES
         row: dict[str, object] = {
             "what": what, "direction": direction, "where": where, "tool": tool,
             "seconds": round(secs, 3), "files_s": round(files / secs, 1),
@@ -167,46 +169,40 @@ class Bench:
 CORES = os.cpu_count() or 1
 
 
-def proc_ticks() -> dict[str, tuple[str, int]]:
-    """Every process's command name and CPU ticks (its own and its reaped children's),
-    by /proc entry."""
+def proc_ticks() -> dict[int, tuple[str, float]]:
+    """Every process's name and CPU-seconds (its own and its reaped children's), by pid."""
     out = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue  # gone
-        name = text[text.index("(") + 1:text.rindex(")")]
-        f = text[text.rindex(")") + 2:].split()
-        out[stat.parent.name] = (name, sum(int(x) for x in f[11:15]))
+    for p in psutil.process_iter(["name", "cpu_times"]):
+        t = p.info["cpu_times"]
+        if t is not None:  # gone, or not ours to read
+            out[p.pid] = (p.info["name"] or "", t.user + t.system + t.children_user
+                          + t.children_system)
     return out
 
 
-def by_process(before: dict[str, tuple[str, int]], after: dict[str, tuple[str, int]]
+def by_process(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
                ) -> dict[str, float]:
     """CPU-seconds per kind of process between two ``proc_ticks``: the MooseFS client,
     master and chunkservers, sshd (with the copies it ran and reaped: tar, rsync, dd),
     kernel workers, the rest. A process that both started and ended in between and was
     reaped by one still running counts with its parent."""
-    hz = os.sysconf("SC_CLK_TCK")
     kinds = {"mfsmount": "moosefs client", "mfsmaster": "moosefs master",
              "mfschunkserver": "moosefs chunkservers", "sshd": "sshd and the copies",
              "kworker": "kernel workers"}
     out: dict[str, float] = {}
-    for pid, (name, ticks) in after.items():
+    for pid, (name, secs) in after.items():
         was = before.get(pid)
-        used = ticks - (was[1] if was is not None else 0)  # (a kworker renames itself)
+        used = secs - (was[1] if was is not None else 0.0)  # (a kworker renames itself)
         kind = next((v for k, v in kinds.items() if name.startswith(k)), "other")
-        out[kind] = out.get(kind, 0.0) + used / hz
+        out[kind] = out.get(kind, 0.0) + used
     return {k: round(v, 1) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
 
 
-def cpu_ticks() -> tuple[int, int]:
-    """(busy, total) jiffies of every CPU of this host since boot (/proc/stat)."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    idle = fields[3] + fields[4]  # idle + iowait
-    return sum(fields) - idle, sum(fields)
+def cpu_ticks() -> tuple[float, float]:
+    """(busy, total) CPU-seconds of every CPU of this host since boot."""
+    t = psutil.cpu_times()
+    total = sum(t)
+    return total - t.idle - t.iowait, total
 
 
 def make_tree(root: Path, user: Identity) -> None:

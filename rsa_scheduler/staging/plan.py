@@ -228,7 +228,6 @@ def make_plan(entries: Sequence[Entry], slots: int, *, big_bytes: int = BIG_BYTE
                 bytes=sum(b.bytes for b in buckets), already=already)
 
 
-
 def whole_roots(plan: Plan, existing: Collection[bytes]) -> set[bytes]:
     """The directories ``plan`` copies whole (``tree`` buckets) that the destination does
     not have (``existing``: its scan's paths): placed by one rename each."""
@@ -239,6 +238,7 @@ def whole_roots(plan: Plan, existing: Collection[bytes]) -> set[bytes]:
 def below_any(path: bytes, roots: Collection[bytes]) -> bool:
     """Whether ``path`` is strictly below one of ``roots``."""
     return bool(roots) and any(a in roots for a in _ancestors(path))
+
 
 STRIPE_MIN = 64 << 20  # the smallest range worth a stream of its own
 STRIPE_ALIGN = 16 << 20  # ranges start at multiples of every dd block size used here
