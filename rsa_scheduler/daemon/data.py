@@ -35,6 +35,7 @@ from rsa_scheduler.core.payloads import (
     WriteBackArgs,
 )
 from rsa_scheduler.core.units import format_size
+from rsa_scheduler.daemon.engines import EnginePool, WorkerEngine
 from rsa_scheduler.daemon.executors import ActionContext, PermanentError, Registry
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.fs.base import FilesystemBackend, FsRequest, MountSpec
@@ -160,9 +161,13 @@ class DataPath:
     """Everything the data-path executors share: config, hosts, backends."""
 
     def __init__(self, cfg: Config, hosts: Mapping[str, Host],
-                 backends: Mapping[str, FilesystemBackend] | None = None) -> None:
+                 backends: Mapping[str, FilesystemBackend] | None = None,
+                 workers: EnginePool | None = None) -> None:
         self.cfg = cfg
         self.hosts = hosts
+        # bulk staging runs in these worker processes (staging.engine_process), else here
+        self.workers = workers
+        self._unreaped: set[str] = set()  # jobs a lost worker left commands of (bulk)
         self._backends = dict(backends or {})
         self.pool_dirs = {n.name: str(n.pool_dir) for n in cfg.pool.members()}
         self.tiers = {n.name: n.tier.value for n in cfg.pool.members()}
@@ -267,6 +272,42 @@ class DataPath:
                              copy_command=st.copy_command or "",
                              stripe_bytes=st.stripe_bytes,
                              stream_objects=st.stream_objects or 0)
+
+    def bulk(self, eng: StagingEngine) -> StagingEngine | WorkerEngine:
+        """``eng`` for a bulk copy or verify: run in a worker process of its own when
+        rsad has them (daemon/engines.py: its Python never holds rsad's GIL), in this
+        thread otherwise. A worker that ended mid-call may have left its copies
+        running on the nodes: they are killed (the job's contained commands there,
+        :meth:`kill_left`) before the action fails, or before the job's next copy."""
+        job, nodes = eng.job_id, [h.name for h in eng.hosts]
+        if job in self._unreaped:
+            self.kill_left(job, nodes)
+        return WorkerEngine.of(self.workers, eng, on_lost=lambda: self.kill_left(job, nodes))
+
+    def kill_left(self, job: str, nodes: Sequence[str]) -> str:
+        """Kill what a lost staging worker left running of ``job`` on ``nodes`` (every
+        contained command of the job there: only that worker's copies run there while
+        its action runs). Raises if a node cannot be reached; the job's next copy tries
+        again first."""
+        self._unreaped.add(job)
+        killed = 0
+        for node in nodes:
+            try:
+                done = self.fenced(node).run(reap_argv(job), timeout=60)
+                n, _how, left = parse_reaped(done.stdout)
+            except (RsaError, ValueError) as e:
+                raise RsaError(f"job {job}: a staging worker ended mid-copy and its "
+                               f"commands on {node} could not be killed: {e}; will retry "
+                               "(they are killed before the next copy)") from e
+            if left:
+                raise RsaError(f"job {job}: a staging worker ended mid-copy and {left} of "
+                               f"its commands on {node} survived SIGKILL; will retry")
+            killed += n
+        self._unreaped.discard(job)
+        if killed:
+            log.warning("job %s: killed %d command(s) a lost staging worker left on %s",
+                        job, killed, ", ".join(nodes))
+        return f"its {killed} command(s) left on the RSA nodes were killed"
 
     # ---- keeping the RAMDISK alive ---------------------------------------------------
     @contextlib.contextmanager
@@ -502,8 +543,8 @@ class DataPath:
                                data_in=args.data_in, data_out=None)
             if args.data_in is None:  # refused at construction: never both missing
                 raise PermanentError("the stage-in names neither DATA_IN nor PREPROCESS")
-            return _stats(eng.stage_in(str(args.data_in), spec.rsa_mountpoint,
-                                       atomic=args.atomic))
+            return _stats(self.bulk(eng).stage_in(
+                str(args.data_in), spec.rsa_mountpoint, atomic=args.atomic))
 
     def stage_out(self, ctx: ActionContext) -> Mapping[str, Any]:
         args = ctx.action.args_as(StageOutArgs)
@@ -515,8 +556,8 @@ class DataPath:
                                data_in=None, data_out=args.data_out)
             if args.data_out is None:  # refused at construction: never both missing
                 raise PermanentError("the stage-out names neither DATA_OUT nor POSTPROCESS")
-            return _stats(eng.stage_out(spec.rsa_mountpoint, str(args.data_out),
-                                        args.method.value))
+            return _stats(self.bulk(eng).stage_out(
+                spec.rsa_mountpoint, str(args.data_out), args.method.value))
 
     def verify(self, ctx: ActionContext) -> Mapping[str, Any]:
         args = ctx.action.args_as(VerifyArgs)
@@ -529,7 +570,7 @@ class DataPath:
         out = str(args.data_out)
         spec = self.mount(ctx)
         with self.tended(ctx, spec) as cancel:
-            eng = self.engine(ctx, spec, cancel)
+            eng = self.bulk(self.engine(ctx, spec, cancel))
             result = eng.verify(spec.rsa_mountpoint, out, args.method.value)
         if not result.ok:
             raise RsaError(result.summary(out))
@@ -544,7 +585,7 @@ class DataPath:
         data_in = str(ctx.action.args_as(WriteBackArgs).data_in)
         spec = self.mount(ctx)
         with self.tended(ctx, spec) as cancel:
-            eng = self.engine(ctx, spec, cancel)
+            eng = self.bulk(self.engine(ctx, spec, cancel))
             eng.stage_out(spec.rsa_mountpoint, data_in, "rsync")
             result = eng.verify(spec.rsa_mountpoint, data_in, "rsync")
         if not result.ok:

@@ -113,9 +113,11 @@ def make_registry(cfg: Config, slurm: SlurmPort, hosts: Mapping[str, Host] | Non
         slurm_executors(registry, slurm)
     if hosts is not None:
         from rsa_scheduler.daemon.data import DataPath
+        from rsa_scheduler.daemon.engines import EnginePool
         from rsa_scheduler.daemon.nodeside import NodeSide
 
-        data = DataPath(cfg, hosts)
+        data = DataPath(cfg, hosts,
+                        workers=EnginePool() if cfg.staging.engine_process else None)
         data.register(registry)
 
         def backend_for(ctx: ActionContext) -> tuple[Any, Any]:

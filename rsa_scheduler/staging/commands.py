@@ -32,7 +32,7 @@ from rsa_scheduler.core.units import format_size
 from rsa_scheduler.hosts import Cancelled, CancelToken, Host
 from rsa_scheduler.runner import CommandError, Completed, Identity
 from rsa_scheduler.staging import scripts
-from rsa_scheduler.staging.flush import FlushGate
+from rsa_scheduler.staging.flush import Gate
 from rsa_scheduler.staging.manifest import (
     Entry,
     display,
@@ -71,7 +71,7 @@ class Commands:
     verify_level: str
     big_bytes: int
     clock: Callable[[], float]
-    gate: FlushGate | None
+    gate: Gate | None
     copy_tool: str
     copy_command: str
     stripe_bytes: int

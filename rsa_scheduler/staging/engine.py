@@ -36,7 +36,7 @@ from rsa_scheduler.hosts import Cancelled, CancelToken, Host
 from rsa_scheduler.runner import CommandError, Identity
 from rsa_scheduler.staging import scripts
 from rsa_scheduler.staging.commands import log
-from rsa_scheduler.staging.flush import FlushGate
+from rsa_scheduler.staging.flush import Gate
 from rsa_scheduler.staging.manifest import Verification, compare, with_hashes
 from rsa_scheduler.staging.packing import Packing
 from rsa_scheduler.staging.plan import STRIPE_MIN
@@ -63,7 +63,7 @@ class StagingEngine(TreeCopy, Packing, Verifier):
                  cancel: CancelToken | None = None, timeout: float = 24 * 3600.0,
                  progress_interval: float = 5.0, job_id: str = "", verify_level: str = "content",
                  big_bytes: int = 32 << 20, clock: Callable[[], float] = time.monotonic,
-                 gate: FlushGate | None = None, copy_tool: str = "engine",
+                 gate: Gate | None = None, copy_tool: str = "engine",
                  copy_command: str = "", stripe_bytes: int = 0,
                  stripe_min: int = STRIPE_MIN, stream_objects: int = 0,
                  verify_range_bytes: int = VERIFY_RANGE_BYTES) -> None:

@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 ORDERS = ("fifo", "sjf", "trio")
 POLL = 0.5  # seconds between looks at the cancel token while waiting
@@ -93,6 +94,19 @@ def admit(waiting: Sequence[Waiter], running: Mapping[str, int], order: str,
         if free > 0:
             out += sorted(ws, key=lambda w: rank(w, order))[:free]
     return out
+
+
+class Gate(Protocol):
+    """What the engine needs of a gate: :class:`FlushGate`, or a worker's stand-in for
+    rsad's (``staging.worker.RemoteGate``)."""
+
+    order: str
+
+    @property
+    def gates(self) -> bool: ...
+
+    def slot(self, job: str, path: str, nbytes: int,
+             check: Callable[[], None] = ...) -> contextlib.AbstractContextManager[float]: ...
 
 
 class FlushGate:

@@ -11,8 +11,9 @@ Pure apart from reading the injected clock. Must not import ``engine``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.runner import CommandError
@@ -92,6 +93,14 @@ class Progress:
                 "elapsed": round(self.elapsed, 3), "rate": round(self.rate),
                 "files_rate": round(self.files_rate, 1),
                 "eta": None if self.eta is None else round(self.eta, 1)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Progress:
+        """The inverse of :meth:`to_json` (a report that crossed a process boundary)."""
+        files, nbytes, eta = d["files"], d["bytes"], d.get("eta")
+        return cls(str(d["phase"]), int(files[0]), int(files[1]), int(nbytes[0]),
+                   int(nbytes[1]), float(d["elapsed"]), float(d["rate"]),
+                   float(d["files_rate"]), None if eta is None else float(eta))
 
 
 class ProgressMeter:

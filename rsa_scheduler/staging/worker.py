@@ -1,0 +1,330 @@
+"""The staging worker: a process of its own that runs bulk staging operations for rsad.
+
+Owns the worker side of the engine-process protocol and its wire codec (what a call,
+its result and its error look like as JSON). rsad (``daemon/engines.py``) runs each
+stage-in, stage-out and verify of a tree through a worker, so the engine's Python (scan
+parsing, plans, spawning the copies) never holds rsad's GIL while a mount waits
+(docs/architecture.md, "Engine workers").
+
+The protocol is newline-delimited JSON on the worker's stdin and stdout, one call at a
+time:
+
+* rsad → worker: ``{"call": {...}}`` (the operation, its arguments, the job's RSA nodes
+  as connection settings, the job's identity, the engine's settings);
+  ``{"cancel": reason}``; ``{"granted": seconds}`` or ``{"refused": reason}`` (the
+  answer to a PFS-slot request).
+* worker → rsad: ``{"progress": {...}}``; ``{"log": {...}}`` (rsad logs it as its own);
+  ``{"gate": {"job", "path", "nbytes"}}`` (wait for a slot of rsad's FlushGate, seed
+  003) and ``{"gate_release": true}``; then exactly one ``{"result": {...}}`` or
+  ``{"error": {...}}`` per call.
+
+Crash behaviour: when rsad's end of the pipe closes (rsad stopped, or was killed) or
+the worker gets SIGTERM, the running call is cancelled, which kills its commands' whole
+process trees on the RSA nodes, and the worker exits: a copy never goes on writing
+after its rsad is gone (the next rsad fences the nodes as well, rsa_scheduler.contain).
+
+Every command that touches user data still runs through the engine, as the job's user.
+Must not import the daemon.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import queue
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict
+from typing import IO, Any
+
+from rsa_scheduler.errors import RsaError
+from rsa_scheduler.hosts import Cancelled, CancelToken, Host, LocalHost
+from rsa_scheduler.runner import Identity
+from rsa_scheduler.staging.manifest import Difference, Verification
+from rsa_scheduler.staging.report import Progress, StagingError, Stats
+
+log = logging.getLogger(__name__)
+
+OPS = ("stage_in", "stage_out", "verify")
+#: seconds a cancelled call may take to end once the pipe closed, before the worker exits
+EXIT_GRACE = 30.0
+POLL = 0.5  # seconds between looks at the cancel token while waiting for a PFS slot
+
+
+# ---- the wire codec (both sides) --------------------------------------------------------
+
+def host_spec(host: Host) -> dict[str, Any] | None:
+    """How a worker rebuilds ``host`` (its connection settings), or None: this kind of
+    host cannot be rebuilt in another process (a test double), run the engine here."""
+    from rsa_scheduler.remote import SshHost
+
+    if type(host) is SshHost:
+        return {"kind": "ssh", "name": host.name, "address": host.address,
+                "port": host.port, "user": host.user, "key": host.key,
+                "known_hosts": host.known_hosts, "host_key_policy": host.host_key_policy,
+                "connect_timeout": host.connect_timeout,
+                "command_timeout": host.command_timeout}
+    if type(host) is LocalHost:
+        return {"kind": "local", "name": host.name}
+    return None
+
+
+def identity_to_json(who: Identity) -> dict[str, Any]:
+    return {"user": who.user, "uid": who.uid, "gid": who.gid, "groups": list(who.groups),
+            "home": who.home, "scope": who.scope}
+
+
+def identity_from_json(d: Mapping[str, Any]) -> Identity:
+    who = Identity(user=str(d["user"]), uid=int(d["uid"]), gid=int(d["gid"]),
+                   groups=tuple(int(g) for g in d["groups"]), home=str(d["home"]),
+                   scope=str(d["scope"]))
+    if who.uid == 0:
+        raise ValueError("staging never runs as root")
+    return who
+
+
+def stats_to_json(s: Stats) -> dict[str, Any]:
+    return asdict(s)
+
+
+def stats_from_json(d: Mapping[str, Any]) -> Stats:
+    return Stats(phase=str(d["phase"]), files=int(d["files"]), bytes=int(d["bytes"]),
+                 dirs=int(d["dirs"]), seconds=float(d["seconds"]), buckets=int(d["buckets"]),
+                 already=int(d["already"]), skipped=tuple(d["skipped"]),
+                 per_node={str(k): int(v) for k, v in d["per_node"].items()},
+                 archives=tuple(d["archives"]))
+
+
+def verification_to_json(v: Verification) -> dict[str, Any]:
+    return {"ok": v.ok, "level": v.level, "checked": v.checked,
+            "checked_bytes": v.checked_bytes,
+            "differences": [[d.path.hex(), d.what] for d in v.differences],
+            "extra": v.extra, "details": json.loads(json.dumps(v.details, default=str)),
+            "differing": v.differing}
+
+
+def verification_from_json(d: Mapping[str, Any]) -> Verification:
+    return Verification(ok=bool(d["ok"]), level=str(d["level"]), checked=int(d["checked"]),
+                        checked_bytes=int(d["checked_bytes"]),
+                        differences=tuple(Difference(bytes.fromhex(p), str(w))
+                                          for p, w in d["differences"]),
+                        extra=int(d["extra"]), details=dict(d["details"]),
+                        differing=int(d["differing"]))
+
+
+def error_to_json(e: BaseException) -> dict[str, Any]:
+    """What the caller must know of an error to act as if the engine ran in its process."""
+    if isinstance(e, Cancelled):
+        return {"type": "cancelled", "message": str(e)}
+    if isinstance(e, RsaError):
+        return {"type": "staging", "message": str(e),
+                "permanent": bool(getattr(e, "permanent", False)),
+                "node": str(getattr(e, "node", "")),
+                "unanswered": bool(getattr(e, "unanswered", False))}
+    return {"type": "internal", "message": f"{type(e).__name__}: {e}"}
+
+
+def error_from_json(d: Mapping[str, Any]) -> RsaError:
+    kind, message = d.get("type"), str(d.get("message", ""))
+    if kind == "cancelled":
+        return Cancelled(message)
+    if kind == "staging":
+        return StagingError(message, permanent=bool(d.get("permanent")),
+                            node=str(d.get("node", "")), unanswered=bool(d.get("unanswered")))
+    return RsaError(f"internal error in the staging worker: {message}")
+
+
+# ---- the worker side --------------------------------------------------------------------
+
+class Channel:
+    """The worker's stdout: one JSON object per line, from any thread."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self._out = out
+        self._lock = threading.Lock()
+
+    def send(self, msg: Mapping[str, Any]) -> None:
+        line = json.dumps(msg, separators=(",", ":"))
+        with self._lock:
+            self._out.write(line + "\n")
+            self._out.flush()
+
+
+class PipeLog(logging.Handler):
+    """The worker's log records, sent to rsad (which logs them with its own handlers)."""
+
+    def __init__(self, chan: Channel) -> None:
+        super().__init__()
+        self.chan = chan
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            msg = record.getMessage()
+            if record.exc_info:
+                msg += "\n" + logging.Formatter().formatException(record.exc_info)
+            self.chan.send({"log": {"level": record.levelno, "name": record.name,
+                                    "msg": msg}})
+        except Exception:  # never let logging kill a copy
+            self.handleError(record)
+
+
+class RemoteGate:
+    """The engine's FlushGate, in rsad: a slot is asked for over the pipe and held until
+    the operation ends (rsad's gate orders every stage-out of every worker, seed 003)."""
+
+    def __init__(self, chan: Channel, answers: queue.Queue[Mapping[str, Any]],
+                 gates: bool, order: str) -> None:
+        self.chan = chan
+        self.answers = answers
+        self.gates = gates
+        self.order = order
+
+    @contextlib.contextmanager
+    def slot(self, job: str, path: str, nbytes: int,
+             check: Callable[[], None] = lambda: None) -> Iterator[float]:
+        if not self.gates:
+            yield 0.0
+            return
+        self.chan.send({"gate": {"job": job, "path": path, "nbytes": nbytes}})
+        while True:
+            try:
+                answer = self.answers.get(timeout=POLL)
+                break
+            except queue.Empty:
+                check()  # a cancel ends the wait; rsad sees the call end and gives it up
+        if "refused" in answer:
+            raise Cancelled(str(answer["refused"]))
+        try:
+            yield float(answer.get("granted", 0.0))
+        finally:
+            self.chan.send({"gate_release": True})
+
+
+class Worker:
+    """Serves calls read from ``inp``, one at a time, answering on ``chan``."""
+
+    def __init__(self, inp: IO[str], chan: Channel) -> None:
+        self.inp = inp
+        self.chan = chan
+        self._hosts: dict[str, Host] = {}  # connection settings -> host (SSH kept open)
+        self._cancel: CancelToken | None = None
+        self._answers: queue.Queue[Mapping[str, Any]] = queue.Queue()
+        self._call: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def host(self, spec: Mapping[str, Any]) -> Host:
+        key = json.dumps(spec, sort_keys=True)
+        if key not in self._hosts:
+            if spec["kind"] == "local":
+                self._hosts[key] = LocalHost(str(spec["name"]))
+            elif spec["kind"] == "ssh":
+                from rsa_scheduler.remote import SshHost
+
+                args = {k: v for k, v in spec.items() if k not in ("kind", "name", "address")}
+                self._hosts[key] = SshHost(str(spec["name"]), str(spec["address"]), **args)
+            else:
+                raise ValueError(f"unknown host kind {spec['kind']!r}")
+        return self._hosts[key]
+
+    def cancel(self, reason: str) -> None:
+        with self._lock:
+            token = self._cancel
+        if token is not None:
+            token.cancel(reason)
+
+    def serve(self) -> None:
+        """Read messages until rsad closes the pipe; then cancel what runs and return."""
+        try:
+            for line in self.inp:
+                msg = json.loads(line)
+                if "call" in msg:
+                    self._start(msg["call"])
+                elif "cancel" in msg:
+                    self.cancel(str(msg["cancel"]))
+                elif "granted" in msg or "refused" in msg:
+                    self._answers.put(msg)
+                else:
+                    log.warning("staging worker: unknown message %r ignored", sorted(msg))
+        finally:
+            self.cancel("rsad closed its pipe to the staging worker (stopped or died)")
+            call = self._call
+            if call is not None:
+                call.join(EXIT_GRACE)
+
+    def _start(self, call: Mapping[str, Any]) -> None:
+        if self._call is not None and self._call.is_alive():
+            raise RuntimeError("a call arrived while one runs (rsad broke the protocol)")
+        token = CancelToken()
+        with self._lock:
+            self._cancel = token
+        while not self._answers.empty():  # answers of an earlier call's gate are stale
+            self._answers.get_nowait()
+        self._call = threading.Thread(target=self._run, args=(call, token),
+                                      name="staging-call", daemon=True)
+        self._call.start()
+
+    def _run(self, call: Mapping[str, Any], token: CancelToken) -> None:
+        try:
+            self.chan.send({"result": self.execute(call, token)})
+        except BaseException as e:  # every failure is the call's answer
+            if not isinstance(e, RsaError):
+                log.exception("staging worker: %s crashed", call.get("op"))
+            self.chan.send({"error": error_to_json(e)})
+
+    def execute(self, call: Mapping[str, Any], token: CancelToken) -> dict[str, Any]:
+        from rsa_scheduler.staging.engine import StagingEngine
+
+        op, args = str(call["op"]), dict(call["args"])
+        if op not in OPS:
+            raise ValueError(f"unknown staging operation {op!r}")
+        hosts = [self.host(h) for h in call["hosts"]]
+        settings = dict(call["engine"])
+        gate = dict(call.get("gate") or {})
+        chan = self.chan
+
+        def progress(p: Progress) -> None:
+            chan.send({"progress": p.to_json()})
+
+        eng = StagingEngine(hosts, identity_from_json(call["identity"]), progress=progress,
+                            cancel=token,
+                            gate=RemoteGate(chan, self._answers, bool(gate.get("gates")),
+                                            str(gate.get("order", "fifo"))),
+                            **settings)
+        if op == "stage_in":
+            return stats_to_json(eng.stage_in(args["src"], args["ramdisk"],
+                                              atomic=bool(args.get("atomic"))))
+        if op == "stage_out":
+            return stats_to_json(eng.stage_out(args["ramdisk"], args["dst"],
+                                               str(args.get("method", "rsync"))))
+        return verification_to_json(eng.verify(args["ramdisk"], args["dst"],
+                                               str(args.get("method", "rsync"))))
+
+
+def main() -> int:
+    """``python -m rsa_scheduler.staging.worker``: serve rsad on stdin/stdout."""
+    out = sys.stdout
+    sys.stdout = sys.stderr  # a stray print must never corrupt the protocol
+    chan = Channel(out)
+    root = logging.getLogger()
+    root.handlers[:] = [PipeLog(chan)]
+    root.setLevel(logging.INFO)
+    logging.getLogger("paramiko").setLevel(logging.WARNING)
+    worker = Worker(sys.stdin, chan)
+
+    def stop(_sig: int, _frame: object) -> None:
+        worker.cancel("the staging worker was told to stop (SIGTERM)")
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    t0 = time.monotonic()
+    worker.serve()  # on SIGTERM too: its end cancels the running call and waits for it
+    log.debug("staging worker: done after %.0fs", time.monotonic() - t0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""Staging engines in worker processes (daemon/engines.py, staging/worker.py), for real:
+worker processes, the engine's real commands on this machine (LocalHost) as ``nobody``.
+
+What must hold: the same results and errors as the engine in rsad's process; progress,
+log lines and the PFS gate cross the pipe; a cancel kills the copy's commands and leaves
+the worker usable; a worker killed mid-call fails the call (retryable) and is replaced;
+a worker whose rsad is gone (pipe closed) kills its copy and exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from rsa_scheduler.contain import parse_reaped, reap_argv
+from rsa_scheduler.daemon.engines import EnginePool, EngineWorker, WorkerEngine, WorkerGone
+from rsa_scheduler.errors import RsaError
+from rsa_scheduler.hosts import Cancelled, CancelToken, LocalHost
+from rsa_scheduler.runner import Identity
+from rsa_scheduler.staging import Progress, StagingEngine, StagingError
+from rsa_scheduler.staging.flush import FlushGate
+from rsa_scheduler.staging.worker import error_from_json, error_to_json
+from tests.unit.test_staging_engine import ODD, tree_state
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a user")
+
+
+@pytest.fixture
+def pool() -> Any:
+    p = EnginePool()
+    yield p
+    p.close()
+
+
+def engine(user: Identity, **kw: Any) -> StagingEngine:
+    return StagingEngine([LocalHost("rsa1"), LocalHost("rsa2")], user, job_id="77", **kw)
+
+
+def marker_procs(marker: str) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        if marker in " ".join(p.info["cmdline"] or ()):
+            out.append(p)
+    return out
+
+
+def slow_engine(user: Identity, marker: str, **kw: Any) -> StagingEngine:
+    """A copy that runs until it is killed (a site's copy_command that sleeps first)."""
+    return engine(user, copy_tool="custom",
+                  copy_command=f"sleep {marker} && rsync -a --from0 --files-from={{list}} "
+                               "{recursive} {src}/ {dst}/",
+                  **kw)
+
+
+def wait_for(cond: Any, timeout: float = 20.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_worker_stages_in_out_and_verifies_like_the_engine_itself(
+        area: Path, user: Identity, pool: EnginePool,
+        caplog: pytest.LogCaptureFixture) -> None:
+    reports: list[Progress] = []
+    eng = engine(user, progress=reports.append, progress_interval=0.0)
+    twin = WorkerEngine.of(pool, eng)
+    assert isinstance(twin, WorkerEngine)
+    eng.prepare_root(str(area / "ram"))
+    caplog.set_level(logging.INFO)
+    stats = twin.stage_in(str(area / "src"), str(area / "ram"))
+    assert tree_state(area / "ram") == tree_state(area / "src")
+    assert stats.files == 51 and stats.dirs == 3 and set(stats.per_node) <= {"rsa1", "rsa2"}
+    assert reports and reports[-1].files_done == reports[-1].files_total == 51
+    out = area / "outs" / "out"
+    assert twin.stage_out(str(area / "ram"), str(out)).files == 51
+    assert tree_state(out) == tree_state(area / "src")
+    v = twin.verify(str(area / "ram"), str(out))
+    assert v.ok and v.checked == 54, v.summary()
+    # the worker's log lines are rsad's (its handlers, its logger names)
+    assert any("verified 54 objects" in r.getMessage() and r.name.startswith(
+        "rsa_scheduler.staging") for r in caplog.records)
+    assert pool.started == 1  # one worker, kept for the next call
+
+
+def test_differences_and_errors_cross_the_pipe_intact(area: Path, user: Identity,
+                                                      pool: EnginePool) -> None:
+    eng = engine(user)
+    twin = WorkerEngine.of(pool, eng)
+    eng.prepare_root(str(area / "ram"))
+    twin.stage_in(str(area / "src"), str(area / "ram"))
+    out = area / "outs" / "out"
+    twin.stage_out(str(area / "ram"), str(out))
+    (out / ODD).unlink()
+    v = twin.verify(str(area / "ram"), str(out))
+    assert not v.ok and {d.path: d.what for d in v.differences} == {
+        os.fsencode(ODD): "missing"}
+    assert v.summary(str(out)) == eng.verify(str(area / "ram"), str(out)).summary(str(out))
+    with pytest.raises(StagingError) as missing:  # the same classified error
+        twin.stage_in(str(area / "nope"), str(area / "ram"))
+    with pytest.raises(StagingError) as here:
+        eng.stage_in(str(area / "nope"), str(area / "ram"))
+    assert missing.value.permanent and str(missing.value) == str(here.value)
+    assert missing.value.node == here.value.node
+
+
+def test_the_error_codec_keeps_what_the_daemon_acts_on() -> None:
+    e = error_from_json(error_to_json(StagingError("eio", permanent=False, node="rsa2",
+                                                   unanswered=True)))
+    assert isinstance(e, StagingError) and (e.permanent, e.node, e.unanswered) == (
+        False, "rsa2", True)
+    assert isinstance(error_from_json(error_to_json(Cancelled("demoted"))), Cancelled)
+    bug = error_from_json(error_to_json(KeyError("x")))
+    assert type(bug) is RsaError and "internal error" in str(bug)
+
+
+def test_a_cancel_kills_the_copy_and_leaves_the_worker_usable(
+        area: Path, user: Identity, pool: EnginePool) -> None:
+    marker = "3601.4142"
+    token = CancelToken()
+    eng = slow_engine(user, marker, cancel=token)
+    eng.prepare_root(str(area / "ram"))
+    twin = WorkerEngine.of(pool, eng)
+    def demote() -> None:
+        wait_for(lambda: marker_procs(marker))
+        token.cancel("demoted")
+
+    threading.Thread(target=demote, daemon=True).start()
+    t0 = time.monotonic()
+    with pytest.raises(Cancelled, match="demoted"):
+        twin.stage_in(str(area / "src"), str(area / "ram"))
+    assert time.monotonic() - t0 < 30
+    wait_for(lambda: not marker_procs(marker), 10)
+    again = engine(user)
+    again.prepare_root(str(area / "ram2"))
+    assert WorkerEngine.of(pool, again).stage_in(str(area / "src"),
+                                                 str(area / "ram2")).files == 51
+    assert pool.started == 1
+
+
+def test_a_worker_killed_mid_call_fails_the_call_and_is_replaced(
+        area: Path, user: Identity, pool: EnginePool) -> None:
+    marker = "3602.7182"
+    job = replace(user, scope="77")  # contained, as rsad runs every user command
+    eng = slow_engine(job, marker)
+    eng.prepare_root(str(area / "ram"))
+
+    def kill_left() -> str:  # what DataPath.kill_left does on the job's nodes
+        done = LocalHost().run(reap_argv("77"), timeout=60)
+        return f"killed {parse_reaped(done.stdout)[0]}"
+
+    def kill_worker() -> None:
+        wait_for(lambda: marker_procs(marker))
+        for child in psutil.Process().children():
+            if "rsa_scheduler.staging.worker" in " ".join(child.cmdline()):
+                child.send_signal(signal.SIGKILL)
+
+    threading.Thread(target=kill_worker, daemon=True).start()
+    with pytest.raises(WorkerGone) as gone:
+        WorkerEngine.of(pool, eng, kill_left).stage_in(str(area / "src"), str(area / "ram"))
+    assert not getattr(gone.value, "permanent", False)
+    assert "ended during stage-in (exit -9); killed " in str(gone.value)
+    assert str(gone.value).endswith("will retry")
+    assert not marker_procs(marker)  # its copy is dead before the call failed
+    again = engine(user)
+    again.prepare_root(str(area / "ram2"))
+    assert WorkerEngine.of(pool, again).stage_in(str(area / "src"),
+                                                 str(area / "ram2")).files == 51
+    assert pool.started == 2
+
+
+def test_a_worker_whose_rsad_is_gone_kills_its_copy_and_exits(
+        area: Path, user: Identity) -> None:
+    marker = "3603.1415"
+    eng = slow_engine(user, marker)
+    eng.prepare_root(str(area / "ram"))
+    twin = WorkerEngine(EnginePool(), eng, [{"kind": "local", "name": "rsa1"}])
+    worker = EngineWorker()
+    worker.send({"call": twin._request("stage_in", src=str(area / "src"),
+                                       ramdisk=str(area / "ram"))})
+    wait_for(lambda: marker_procs(marker))
+    worker._stdin.close()  # rsad died: its end of the pipe is closed
+    assert worker.proc.wait(30) == 0
+    wait_for(lambda: not marker_procs(marker), 10)
+
+
+def test_a_stage_out_in_a_worker_waits_for_rsads_pfs_slot(
+        area: Path, user: Identity, pool: EnginePool) -> None:
+    gate = FlushGate("sjf", 1, [str(area / "outs")])
+    eng = engine(user, gate=gate)
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(area / "src"), str(area / "ram"))
+    out = area / "outs" / "out"
+    done: list[Any] = []
+    with gate.slot("1", str(area / "outs" / "other"), 1):  # another job's flush holds it
+        t = threading.Thread(target=lambda: done.append(WorkerEngine.of(pool, eng).stage_out(
+            str(area / "ram"), str(out))))
+        t.start()
+        wait_for(lambda: gate.state().get(str(area / "outs"), {}).get("waiting") == 1)
+        time.sleep(1.0)
+        assert not done and not any(p.is_file() for p in out.rglob("*"))  # nothing copied
+    t.join(60)
+    assert done and done[0].files == 51 and tree_state(out) == tree_state(area / "src")
+    assert gate.state() == {}  # the worker's slot was given back
+
+
+def test_hosts_a_worker_cannot_rebuild_keep_the_engine_in_process(user: Identity) -> None:
+    class Double(LocalHost):
+        pass
+
+    eng = StagingEngine([Double("rsa1")], user)
+    assert WorkerEngine.of(EnginePool(), eng) is eng
+    assert WorkerEngine.of(None, engine(user)).__class__ is StagingEngine
+
