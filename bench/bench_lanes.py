@@ -28,10 +28,14 @@ copying at each mount's dispatch (min), and two idle controls of a 10 ms timer's
 lateness: a thread in this process (what the GIL and the machine add to any of rsad's
 threads) and a process of its own (the machine alone). ``--copies-nice 19`` runs the
 copies' commands at nice 19: on a site they run on the RSA nodes, not on rsad's host,
-and here they would otherwise share its two cores with the bench's process.
+and here they would otherwise share its two cores with the bench's process. ``--workers``
+runs each stage-out's engine in the product's staging workers (``staging.engine_process``,
+rsad's default since they exist); without it the engines run in the bench's threads (rsad
+with ``engine_process: false``).
 
     .venv/bin/python bench/bench_lanes.py --copies 8          # as root
     .venv/bin/python bench/bench_lanes.py --copies 32 --json out.json
+    .venv/bin/python bench/bench_lanes.py --copies 32 --workers      # as rsad runs them
 
 Prints a table per lane mode and the ratios; ``--json`` writes the figures. Not a test:
 nothing asserts, but a failed stage-out or mount is reported and exits non-zero.
@@ -65,8 +69,10 @@ from rsa_scheduler.core.allocator import Pool, RsaNode
 from rsa_scheduler.core.policy import AllocationPolicy, StagingPolicy, Tier
 from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.daemon import dispatch
+from rsa_scheduler.daemon.engines import WORKER_ARGV, EnginePool, WorkerEngine
 from rsa_scheduler.daemon.executors import ActionContext, Registry
 from rsa_scheduler.daemon.service import Daemon
+from rsa_scheduler.hosts import LocalHost
 from rsa_scheduler.runner import Identity, run
 from rsa_scheduler.staging import StagingEngine
 from rsa_scheduler.store import Store
@@ -89,19 +95,20 @@ for i in range(big):
             f.write(os.urandom(1 << 20))
 """
 
-# --engine-in-child: one stage-out with the staging engine in a process of its own (the
-# question the bench asks with it: do the mounts still wait when the engines' Python is
-# not in the dispatcher's process?). Prints the files staged.
-CHILD_STAGE_OUT = """
+# --workers: the product's staging workers (staging.engine_process, daemon/engines.py),
+# each stage-out's engine in a worker process. With --copies-nice the worker is the
+# product's, its LocalHost commands prefixed with nice (the bench's stand-in for RSA
+# nodes of their own, as NicedHost does in this process).
+NICED_WORKER = """
 import sys
-sys.path.insert(0, sys.argv[6])  # bench/
-from bench_manifest import NicedHost
-from rsa_scheduler.runner import Identity
-from rsa_scheduler.staging import StagingEngine
-src, dst, user, job, nice = sys.argv[1:6]
-eng = StagingEngine([NicedHost("rsa1", int(nice))], Identity.of(user), job_id=job,
-                    timeout=3600)
-print(eng.stage_out(src, dst).files)
+from rsa_scheduler.hosts import LocalHost
+plain = LocalHost.run
+nice = sys.argv[1]
+def run(self, argv, **kw):
+    return plain(self, ["nice", "-n", nice, *argv], **kw)
+LocalHost.run = run
+from rsa_scheduler.staging.worker import main
+sys.exit(main())
 """
 
 # A 10 ms timer in a process of its own until its stdin closes: the machine's own
@@ -167,9 +174,12 @@ class Bench:
     """The executors: stage-outs with the real engine, mounts as one real subprocess."""
 
     def __init__(self, src: Path, out: Path, user: Identity, nice: int = 0,
-                 child: bool = False) -> None:
+                 workers: bool = False) -> None:
         self.nice = nice
-        self.child = child  # --engine-in-child
+        self.pool: EnginePool | None = None  # --workers
+        if workers:
+            self.pool = EnginePool(
+                (sys.executable, "-c", NICED_WORKER, str(nice)) if nice else WORKER_ARGV)
         self.src, self.out, self.user = src, out, user
         self.phase = Phase()
         self.ended: queue.Queue[str] = queue.Queue()  # the loop's inbox: copies that ended
@@ -188,15 +198,11 @@ class Bench:
         with ph.lock:
             ph.copying += 1
         try:
-            if self.child:  # the engine's Python in a process of its own
-                done = subprocess.run(
-                    [sys.executable, "-c", CHILD_STAGE_OUT, str(self.src), str(dst / "o"),
-                     self.user.user, ctx.action.job_id, str(self.nice),
-                     str(Path(__file__).resolve().parent)],
-                    capture_output=True, text=True, timeout=3600, check=False)
-                if done.returncode != 0:
-                    raise RuntimeError(f"stage-out in a child: {done.stderr[-500:]}")
-                files = int(done.stdout)
+            if self.pool is not None:  # the engine's Python in a staging worker
+                eng = StagingEngine([LocalHost("rsa1")], self.user, job_id=ctx.action.job_id,
+                                    cancel=ctx.cancel, timeout=3600)
+                files = WorkerEngine.of(self.pool, eng).stage_out(str(self.src),
+                                                                  str(dst / "o")).files
             else:
                 eng = StagingEngine([NicedHost("rsa1", self.nice)], self.user,
                                     job_id=ctx.action.job_id,
@@ -362,9 +368,9 @@ def main() -> None:
     ap.add_argument("--copies-nice", type=int, default=0,
                     help="run the copies' commands at this nice (19: as if on RSA nodes "
                          "of their own; 0: compete with the bench's process)")
-    ap.add_argument("--engine-in-child", action="store_true",
-                    help="run each stage-out's engine in a child process (not rsad's way: "
-                         "what moving the engines' Python out of its process would give)")
+    ap.add_argument("--workers", action="store_true",
+                    help="run each stage-out's engine in a staging worker, as rsad does "
+                         "(staging.engine_process); without it, in this process's threads")
     ap.add_argument("--json", help="write the figures to this file")
     args = ap.parse_args()
     user = Identity.of(args.user)
@@ -378,9 +384,13 @@ def main() -> None:
         subprocess.run([sys.executable, "-c", MAKE_TREE, str(tree), str(args.files),
                         str(args.big), str(args.big_mib)], check=True)
         subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(tree)], check=True)
-        bench = Bench(tree, out, user, args.copies_nice, args.engine_in_child)
-        rows = [one_mode(bench, out, args.copies, args.mounts, args.spacing, one_lane)
-                for one_lane in (False, True)]
+        bench = Bench(tree, out, user, args.copies_nice, args.workers)
+        try:
+            rows = [one_mode(bench, out, args.copies, args.mounts, args.spacing, one_lane)
+                    for one_lane in (False, True)]
+        finally:
+            if bench.pool is not None:
+                bench.pool.close()
     finally:
         subprocess.run(["rm", "-rf", "--", str(src), str(out)], check=False)
     two, one = rows
@@ -391,7 +401,7 @@ def main() -> None:
     print(f"# {args.copies} stage-outs copying ({args.files} x 4 KiB + {args.big} x "
           f"{args.big_mib} MiB = {tree_mib:.1f} MiB each, {args.src} -> {args.dst}), "
           f"{args.mounts} mounts {args.spacing} s apart, copies at nice "
-          f"{args.copies_nice}, engines {'in children' if args.engine_in_child else 'here'}"
+          f"{args.copies_nice}, engines {'in staging workers' if args.workers else 'here'}"
           f"; load avg (1 min) now "
           f"{os.getloadavg()[0]:.2f}")
     print(table(rows))
@@ -403,7 +413,7 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"copies": args.copies, "mounts": args.mounts, "spacing": args.spacing,
-             "copies_nice": args.copies_nice, "engine_in_child": args.engine_in_child,
+             "copies_nice": args.copies_nice, "workers": args.workers,
              "tree_mib": round(tree_mib, 1), "files": args.files + args.big,
              "rows": rows, "ratios_one_over_two": ratios}, indent=1) + "\n")
     if failures:

@@ -141,17 +141,24 @@ def error_from_json(d: Mapping[str, Any]) -> RsaError:
 # ---- the worker side --------------------------------------------------------------------
 
 class Channel:
-    """The worker's stdout: one JSON object per line, from any thread."""
+    """The worker's stdout: one JSON object per line, from any thread. Once rsad's end
+    is gone (``closed``) messages are dropped: there is nobody to tell."""
 
     def __init__(self, out: IO[str]) -> None:
         self._out = out
         self._lock = threading.Lock()
+        self.closed = False
 
     def send(self, msg: Mapping[str, Any]) -> None:
         line = json.dumps(msg, separators=(",", ":"))
         with self._lock:
-            self._out.write(line + "\n")
-            self._out.flush()
+            if self.closed:
+                return
+            try:
+                self._out.write(line + "\n")
+                self._out.flush()
+            except (OSError, ValueError):  # EPIPE: rsad stopped or died
+                self.closed = True
 
 
 class PipeLog(logging.Handler):
@@ -166,6 +173,10 @@ class PipeLog(logging.Handler):
             msg = record.getMessage()
             if record.exc_info:
                 msg += "\n" + logging.Formatter().formatException(record.exc_info)
+            if self.chan.closed:  # rsad is gone: its stderr (journal, log file) may not be
+                sys.stderr.write(f"rsa staging worker: {record.levelname} {record.name}: "
+                                 f"{msg}\n")
+                return
             self.chan.send({"log": {"level": record.levelno, "name": record.name,
                                     "msg": msg}})
         except Exception:  # never let logging kill a copy

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.e2e.conftest import lab_mode
@@ -128,6 +129,46 @@ def test_rsad_killed_during_stage_out_resumes_verifies_and_leaks_nothing(
     assert nothing_of_job_mounted(job)
     status = rsa_job(lab, job)
     assert status is not None and status["rsa_state"] == "released"
+
+
+def staging_workers() -> list[psutil.Process]:
+    """The lab rsad's staging workers (staging.engine_process)."""
+    rsad = psutil.Process(int(Path("/run/rsa-lab/pids/rsad.pid").read_text()))
+    return [p for p in rsad.children()
+            if "rsa_scheduler.staging.worker" in " ".join(p.cmdline())]
+
+
+def test_a_staging_worker_killed_mid_stage_out_is_replaced_and_its_copies_killed(
+        lab: Mapping[str, str], area: Path) -> None:
+    """kill -9 of the process that runs a stage-out's engine (out of memory, a bug): the
+    copies it started on the RSA nodes are killed before the action fails (no stale
+    writer beside the retry), the retry, in a new worker, stages and verifies it all."""
+    out, res = area / "out", area / "res"
+    with make_jobs(lab) as jobs:
+        job = run_to_start(lab, jobs, output_job(out, res, 900))
+        wait_state(lab, job, "staging-out", timeout=240)
+        deadline = time.monotonic() + 60
+        while not staging_workers():  # the stage-out's worker (idle ones may be there too)
+            assert time.monotonic() < deadline, "rsad started no staging worker"
+            time.sleep(0.2)
+        time.sleep(1.5)  # into the copy (900 MiB over the ~100 MB/s PFS link: ~9 s)
+        assert not any("/stage-out/" in str(e["action"])  # it still copies
+                       for e in events(lab, job, "action.outcome"))
+        killed = staging_workers()
+        for p in killed:
+            p.send_signal(signal.SIGKILL)
+        wait_state(lab, job, "released", timeout=240)
+        assert not {p.pid for p in killed} & {p.pid for p in staging_workers()}
+    assert md5_of(out) == (res / "md5").read_text()
+    outcomes = [e for e in events(lab, job, "action.outcome")
+                if "/stage-out/" in str(e["action"])]
+    assert [e["result"] for e in outcomes] == ["failed", "ok"], outcomes
+    why = str(outcomes[0]["message"])
+    assert "ended during stage-out (exit -9)" in why and "were killed" in why, why
+    assert "will retry" in why
+    assert [e["result"] for e in events(lab, job, "action.outcome")
+            if "/verify/" in str(e["action"])] == ["ok"]
+    assert nothing_of_job_mounted(job)
 
 
 def wait_for_file(path: Path, timeout: float = 120) -> None:
