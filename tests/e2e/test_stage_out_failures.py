@@ -134,8 +134,14 @@ def test_rsad_killed_during_stage_out_resumes_verifies_and_leaks_nothing(
 def staging_workers() -> list[psutil.Process]:
     """The lab rsad's staging workers (staging.engine_process)."""
     rsad = psutil.Process(int(Path("/run/rsa-lab/pids/rsad.pid").read_text()))
-    return [p for p in rsad.children()
-            if "rsa_scheduler.staging.worker" in " ".join(p.cmdline())]
+    found = []
+    for p in rsad.children():  # also rsad's short-lived children (squeue, scontrol)
+        try:
+            if "rsa_scheduler.staging.worker" in " ".join(p.cmdline()):
+                found.append(p)
+        except psutil.Error:
+            continue  # gone meanwhile
+    return found
 
 
 def test_a_staging_worker_killed_mid_stage_out_is_replaced_and_its_copies_killed(
