@@ -21,6 +21,7 @@ Must not import the daemon, the store or the core's scheduler; it only knows hos
 from __future__ import annotations
 
 import logging
+import random
 import select
 import shlex
 import socket
@@ -48,6 +49,12 @@ SIMPLE_TIMEOUT = 30.0  # seconds a kill/probe on the node may take (a hung node:
 # paramiko multiplexes channels over one connection; sshd refuses more than MaxSessions
 # (default 10) at once, so stay below it.
 DEFAULT_MAX_SESSIONS = 8
+CONNECT_TRIES = 5  # connection attempts when sshd drops us before its banner
+CONNECT_PAUSE = 0.2  # seconds before the 2nd attempt (x attempt, x 1-2 jitter)
+
+
+class _Dropped(Exception):
+    """sshd closed the connection before its banner (its ``__cause__`` says how)."""
 _WRAPPER = 'echo "RSA-PGID $$"; umask "$0"; cd /; exec "$@"'
 
 
@@ -120,6 +127,24 @@ class SshHost:
     # ----------------------------------------------------------------- connection
 
     def _connect(self) -> paramiko.SSHClient:
+        """A new connection; one sshd dropped before its banner (over its
+        ``MaxStartups``: many staging workers connecting at once) is tried again, up to
+        :data:`CONNECT_TRIES` times, a little later each time."""
+        for attempt in range(1, CONNECT_TRIES + 1):
+            try:
+                return self._connect_once()
+            except _Dropped as e:
+                if attempt == CONNECT_TRIES:
+                    raise HostError(f"{self.name}: SSH to {self.user}@{self.address}:"
+                                    f"{self.port} failed: {e.__cause__} ({attempt} tries: "
+                                    "is sshd's MaxStartups too low?)") from e
+                pause = CONNECT_PAUSE * attempt * (1 + random.random())
+                log.info("%s: sshd dropped the connection before its banner (%s); "
+                         "again in %.2fs", self.name, e.__cause__, pause)
+                time.sleep(pause)
+        raise AssertionError("unreachable")
+
+    def _connect_once(self) -> paramiko.SSHClient:
         client = paramiko.SSHClient()
         if self.known_hosts:
             try:
@@ -150,6 +175,8 @@ class SshHost:
                             "reinstalled)") from e
         except paramiko.SSHException as e:
             client.close()
+            if "protocol banner" in str(e):
+                raise _Dropped() from e
             if "not found in known_hosts" in str(e):
                 raise HostError(f"{self.name}: {self.address} is not in known_hosts "
                                 f"{self.known_hosts} and host_key_policy is reject; add "
@@ -158,6 +185,8 @@ class SshHost:
                             f"failed: {e}") from e
         except OSError as e:
             client.close()
+            if isinstance(e, ConnectionResetError):
+                raise _Dropped() from e
             raise HostError(f"{self.name}: cannot connect to {self.address}:{self.port}: "
                             f"{e}") from e
         transport = client.get_transport()

@@ -3,6 +3,7 @@ switch, timeouts and cancellation killing the remote tree, connection reuse, hos
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -172,3 +173,79 @@ def test_a_daemon_holding_stdout_does_not_hold_the_command(rsa1: SshHost) -> Non
     # EOF never comes while the background sleep lives; the command is still over
     pid = rsa1.run(["sh", "-c", "sleep 60 & echo $!"], timeout=5).stdout.strip()
     rsa1.run(["kill", pid], timeout=10)
+
+
+class DroppingProxy:
+    """A loopback TCP relay to ``target`` that closes its first ``drop`` connections at
+    once, as an sshd over its MaxStartups does (before its banner)."""
+
+    def __init__(self, target: tuple[str, int], drop: int) -> None:
+        import socket
+
+        self.target, self.drop, self.accepted = target, drop, 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import socket
+
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            if self.accepted <= self.drop:
+                conn.close()
+                continue
+            up = socket.create_connection(self.target)
+            for a, b in ((conn, up), (up, conn)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a: object, b: object) -> None:
+        import socket
+
+        assert isinstance(a, socket.socket) and isinstance(b, socket.socket)
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _via(proxy: DroppingProxy, rsa1: SshHost) -> SshHost:
+    return SshHost("rsa1", "127.0.0.1", port=proxy.port, user=rsa1.user, key=rsa1.key,
+                   host_key_policy="auto-add", connect_timeout=5)
+
+
+def test_a_connection_sshd_drops_before_its_banner_is_tried_again(rsa1: SshHost) -> None:
+    proxy = DroppingProxy((rsa1.address, rsa1.port), drop=2)
+    host = _via(proxy, rsa1)
+    try:
+        assert host.run(["echo", "up"], timeout=30).stdout == "up\n"
+        assert proxy.accepted == 3 and host.connects == 1
+    finally:
+        host.close()
+        proxy.close()
+
+
+def test_an_sshd_that_always_drops_fails_with_a_hint_after_a_few_tries(
+        rsa1: SshHost) -> None:
+    proxy = DroppingProxy((rsa1.address, rsa1.port), drop=1000)
+    host = _via(proxy, rsa1)
+    try:
+        with pytest.raises(HostError, match="5 tries: is sshd's MaxStartups too low"):
+            host.run(["true"], timeout=30)
+        assert proxy.accepted == 5
+    finally:
+        host.close()
+        proxy.close()
