@@ -108,7 +108,7 @@ def run(self, argv, **kw):
     return plain(self, ["nice", "-n", nice, *argv], **kw)
 LocalHost.run = run
 from rsa_scheduler.staging.worker import main
-sys.exit(main())
+sys.exit(main(sys.argv[2:]))
 """
 
 # A 10 ms timer in a process of its own until its stdin closes: the machine's own
@@ -174,12 +174,13 @@ class Bench:
     """The executors: stage-outs with the real engine, mounts as one real subprocess."""
 
     def __init__(self, src: Path, out: Path, user: Identity, nice: int = 0,
-                 workers: bool = False) -> None:
+                 workers: bool = False, engine_nice: int = 0) -> None:
         self.nice = nice
         self.pool: EnginePool | None = None  # --workers
         if workers:
             self.pool = EnginePool(
-                (sys.executable, "-c", NICED_WORKER, str(nice)) if nice else WORKER_ARGV)
+                (sys.executable, "-c", NICED_WORKER, str(nice)) if nice else WORKER_ARGV,
+                nice=engine_nice)
         self.src, self.out, self.user = src, out, user
         self.phase = Phase()
         self.ended: queue.Queue[str] = queue.Queue()  # the loop's inbox: copies that ended
@@ -371,6 +372,8 @@ def main() -> None:
     ap.add_argument("--workers", action="store_true",
                     help="run each stage-out's engine in a staging worker, as rsad does "
                          "(staging.engine_process); without it, in this process's threads")
+    ap.add_argument("--engine-nice", type=int, default=0,
+                    help="with --workers: the workers' nice (staging.engine_nice)")
     ap.add_argument("--json", help="write the figures to this file")
     args = ap.parse_args()
     user = Identity.of(args.user)
@@ -384,7 +387,7 @@ def main() -> None:
         subprocess.run([sys.executable, "-c", MAKE_TREE, str(tree), str(args.files),
                         str(args.big), str(args.big_mib)], check=True)
         subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(tree)], check=True)
-        bench = Bench(tree, out, user, args.copies_nice, args.workers)
+        bench = Bench(tree, out, user, args.copies_nice, args.workers, args.engine_nice)
         try:
             rows = [one_mode(bench, out, args.copies, args.mounts, args.spacing, one_lane)
                     for one_lane in (False, True)]
@@ -401,7 +404,8 @@ def main() -> None:
     print(f"# {args.copies} stage-outs copying ({args.files} x 4 KiB + {args.big} x "
           f"{args.big_mib} MiB = {tree_mib:.1f} MiB each, {args.src} -> {args.dst}), "
           f"{args.mounts} mounts {args.spacing} s apart, copies at nice "
-          f"{args.copies_nice}, engines {'in staging workers' if args.workers else 'here'}"
+          f"{args.copies_nice}, engines "
+          f"{f'in staging workers at nice {args.engine_nice}' if args.workers else 'here'}"
           f"; load avg (1 min) now "
           f"{os.getloadavg()[0]:.2f}")
     print(table(rows))
@@ -414,6 +418,7 @@ def main() -> None:
         Path(args.json).write_text(json.dumps(
             {"copies": args.copies, "mounts": args.mounts, "spacing": args.spacing,
              "copies_nice": args.copies_nice, "workers": args.workers,
+             "engine_nice": args.engine_nice,
              "tree_mib": round(tree_mib, 1), "files": args.files + args.big,
              "rows": rows, "ratios_one_over_two": ratios}, indent=1) + "\n")
     if failures:

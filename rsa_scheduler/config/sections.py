@@ -349,6 +349,16 @@ class StagingConfig:
             "own threads, as before.",
         )
     )
+    engine_nice: int = field(
+        metadata=meta(
+            Int(min=0, max=19),
+            "With `engine_process`, how much lower the staging workers' CPU priority is "
+            "than rsad's (nice): the copies' Python yields rsad's host to its loop and "
+            "mounts (the copies themselves run on the RSA nodes, unaffected). 0: the same "
+            "priority. On a 2-core VM, 32 stage-outs at once: a mount's p90 wait 0.12-0.16 s "
+            "at 10, 0.32-1.2 s at 0 (docs/benchmarks.md).",
+        )
+    )
     stream_objects: int | None = field(
         metadata=meta(
             Optional(Int(min=1000, max=1_000_000_000)),

@@ -20,10 +20,10 @@ What crosses the pipe, and how the engine's ties to rsad survive it:
 * a cancel of the action's token (demotion, teardown, the RAMDISK's stall watch, rsad
   stopping) is sent to the worker, whose engine kills its commands' process trees and
   answers ``Cancelled``; a worker that does not answer within :data:`KILL_AFTER` s is
-  killed (its remote commands die with their SSH channels and are reaped by the job's
-  teardown);
-* a worker that dies mid-call fails the action with a retryable error; it is not
-  reused.
+  killed;
+* a worker that dies mid-call (or was killed so) is not reused, and the commands it left
+  on the RSA nodes are killed (``on_lost``: ``DataPath.kill_left``) before the call
+  fails, retryably (``Cancelled`` if it had been cancelled).
 
 The hosts a worker rebuilds are the ones rsad fenced (``DataPath.fenced``) before the
 call: a worker opens its own SSH connections with the same settings.
@@ -166,7 +166,7 @@ class EngineWorker:
             return  # the call ended by itself
         self.send({"cancel": cancel.reason})
         # the reading thread ends the call when the worker answers; a worker that does
-        # not answer is killed (its remote commands die with their SSH channels)
+        # not answer is killed (what it left on the nodes: WorkerEngine's ``on_lost``)
         if not finished.wait(KILL_AFTER):
             log.warning("staging worker %d did not stop within %.0fs of a cancel (%s): "
                         "killed", self.pid, KILL_AFTER, cancel.reason)
@@ -202,8 +202,9 @@ class EnginePool:
     """The staging workers of one rsad: a call takes an idle worker (or starts one),
     runs, and gives it back; at most ``keep_idle`` idle workers are kept."""
 
-    def __init__(self, argv: Sequence[str] = WORKER_ARGV, keep_idle: int = KEEP_IDLE) -> None:
-        self.argv = tuple(argv)
+    def __init__(self, argv: Sequence[str] = WORKER_ARGV, keep_idle: int = KEEP_IDLE,
+                 nice: int = 0) -> None:
+        self.argv = tuple(argv) + (("--nice", str(nice)) if nice else ())
         self.keep_idle = keep_idle
         self._idle: list[EngineWorker] = []
         self._lock = threading.Lock()

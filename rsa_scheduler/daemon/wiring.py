@@ -117,7 +117,8 @@ def make_registry(cfg: Config, slurm: SlurmPort, hosts: Mapping[str, Host] | Non
         from rsa_scheduler.daemon.nodeside import NodeSide
 
         data = DataPath(cfg, hosts,
-                        workers=EnginePool() if cfg.staging.engine_process else None)
+                        workers=EnginePool(nice=cfg.staging.engine_nice)
+                        if cfg.staging.engine_process else None)
         data.register(registry)
 
         def backend_for(ctx: ActionContext) -> tuple[Any, Any]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import queue
 import signal
 import sys
@@ -267,8 +268,12 @@ class Worker:
                 call.join(EXIT_GRACE)
 
     def _start(self, call: Mapping[str, Any]) -> None:
-        if self._call is not None and self._call.is_alive():
-            raise RuntimeError("a call arrived while one runs (rsad broke the protocol)")
+        if self._call is not None:
+            # rsad sends a call only once it read the last one's answer, but the thread
+            # that sent it may not have returned yet
+            self._call.join(EXIT_GRACE)
+            if self._call.is_alive():
+                raise RuntimeError("a call arrived while one runs (rsad broke the protocol)")
         token = CancelToken()
         with self._lock:
             self._cancel = token
@@ -315,8 +320,16 @@ class Worker:
                                                str(args.get("method", "rsync"))))
 
 
-def main() -> int:
-    """``python -m rsa_scheduler.staging.worker``: serve rsad on stdin/stdout."""
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rsa_scheduler.staging.worker [--nice N]``: serve rsad on stdin/stdout,
+    ``N`` lower in CPU priority than rsad (staging.engine_nice)."""
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--nice"] and len(args) == 2:
+        os.nice(int(args[1]))
+    elif args:
+        sys.stderr.write(f"usage: python -m rsa_scheduler.staging.worker [--nice N] "
+                         f"(not {' '.join(args)})\n")
+        return 2
     out = sys.stdout
     sys.stdout = sys.stderr  # a stray print must never corrupt the protocol
     chan = Channel(out)

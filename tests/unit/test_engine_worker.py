@@ -221,3 +221,39 @@ def test_hosts_a_worker_cannot_rebuild_keep_the_engine_in_process(user: Identity
     assert WorkerEngine.of(EnginePool(), eng) is eng
     assert WorkerEngine.of(None, engine(user)).__class__ is StagingEngine
 
+
+
+def test_a_call_that_arrives_while_the_last_answers_thread_returns_is_taken() -> None:
+    """rsad sends the next call as soon as it read an answer: the worker must take it
+    even if the thread that sent that answer has not returned yet."""
+    import io
+
+    from rsa_scheduler.staging.worker import Channel, Worker
+
+    out = io.StringIO()
+    w = Worker(io.StringIO(), Channel(out))
+    w._call = threading.Thread(target=time.sleep, args=(0.5,))  # answered, still returning
+    w._call.start()
+    w._start({"op": "nope", "args": {}})  # joins it, then runs (and fails) the new call
+    assert w._call is not None
+    w._call.join(10)
+    assert '"error"' in out.getvalue() and "unknown staging operation" in out.getvalue()
+
+
+def test_workers_run_below_rsads_cpu_priority(area: Path, user: Identity) -> None:
+    pool = EnginePool(nice=10)
+    try:
+        eng = engine(user)
+        eng.prepare_root(str(area / "ram"))
+        seen: list[int] = []
+
+        def look(_p: Progress) -> None:
+            for c in psutil.Process().children():
+                if "rsa_scheduler.staging.worker" in " ".join(c.cmdline()):
+                    seen.append(c.nice())
+
+        eng.progress, eng.progress_interval = look, 0.0
+        WorkerEngine.of(pool, eng).stage_in(str(area / "src"), str(area / "ram"))
+        assert seen and set(seen) == {os.nice(0) + 10}
+    finally:
+        pool.close()
