@@ -63,7 +63,7 @@ from unittest import mock
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_daemon_commit import Queue  # noqa: I001 (bench/ is on sys.path when run)
-from bench_manifest import NicedHost
+from bench_manifest import NICED_WORKER, NicedHost
 from rsa_scheduler.core.actions import BULK, ActionKind, Outcome, Result
 from rsa_scheduler.core.allocator import Pool, RsaNode
 from rsa_scheduler.core.policy import AllocationPolicy, StagingPolicy, Tier
@@ -93,22 +93,6 @@ for i in range(big):
     with open(os.path.join(root, f"big{i}"), "wb") as f:
         for _ in range(mib):
             f.write(os.urandom(1 << 20))
-"""
-
-# --workers: the product's staging workers (staging.engine_process, daemon/engines.py),
-# each stage-out's engine in a worker process. With --copies-nice the worker is the
-# product's, its LocalHost commands prefixed with nice (the bench's stand-in for RSA
-# nodes of their own, as NicedHost does in this process).
-NICED_WORKER = """
-import sys
-from rsa_scheduler.hosts import LocalHost
-plain = LocalHost.run
-nice = sys.argv[1]
-def run(self, argv, **kw):
-    return plain(self, ["nice", "-n", nice, *argv], **kw)
-LocalHost.run = run
-from rsa_scheduler.staging.worker import main
-sys.exit(main(sys.argv[2:]))
 """
 
 # A 10 ms timer in a process of its own until its stdin closes: the machine's own

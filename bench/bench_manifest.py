@@ -19,8 +19,12 @@ entry in this process, as before issue 16) for comparison. `--copies-nice 19` ru
 node-side commands at nice 19: on a site they run on the RSA nodes, not on rsad's host,
 and here they would otherwise share its cores with this process; the stall then
 measures what rsad's own process adds (its threads, the GIL), not the machine.
+`--workers` runs the engine in the product's staging worker, as rsad does
+(`staging.engine_process`, at `--engine-nice`, 10 as shipped): `max_rss_mb` and the
+stall are then rsad's process alone, and `workers_max_rss_mb` the worker's peak RSS.
 
     .venv/bin/python bench/bench_manifest.py --files 1000000 --root /dev/shm
+    .venv/bin/python bench/bench_manifest.py --files 1000000 --root /dev/shm --workers
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
+
+from rsa_scheduler.daemon.engines import WORKER_ARGV, EnginePool, WorkerEngine
 from rsa_scheduler.hosts import LocalHost
 from rsa_scheduler.runner import Completed, Identity
 from rsa_scheduler.staging import StagingEngine, Stats
@@ -89,24 +96,65 @@ class NicedHost(LocalHost):
         return super().run(argv, **kw)
 
 
+# --workers: the product's staging workers (staging.engine_process, daemon/engines.py).
+# With --copies-nice the worker is the product's, its LocalHost commands prefixed with
+# nice (the bench's stand-in for RSA nodes of their own, as NicedHost does here).
+# argv: NICE [--nice N]
+NICED_WORKER = """
+import sys
+from rsa_scheduler.hosts import LocalHost
+plain = LocalHost.run
+nice = sys.argv[1]
+def run(self, argv, **kw):
+    return plain(self, ["nice", "-n", nice, *argv], **kw)
+LocalHost.run = run
+from rsa_scheduler.staging.worker import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def worker_pool(copies_nice: int, engine_nice: int) -> EnginePool:
+    """The product's staging workers, their commands at ``copies_nice``."""
+    argv = (sys.executable, "-c", NICED_WORKER, str(copies_nice)) if copies_nice else \
+        WORKER_ARGV
+    return EnginePool(argv, nice=engine_nice)
+
+
+def workers_rss_mb() -> float:
+    """The summed RSS of this process's staging workers now."""
+    total = 0
+    for c in psutil.Process().children():
+        try:
+            if "rsa_scheduler.staging.worker" in " ".join(c.cmdline()):
+                total += c.memory_info().rss
+        except psutil.Error:
+            continue
+    return total / 2**20
+
+
 def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-async def staged(eng: StagingEngine, src: str, dst: str, out: str
+async def staged(eng: StagingEngine | WorkerEngine, src: str, dst: str, out: str
                  ) -> tuple[Stats, dict[str, float], float]:
     loop = asyncio.get_running_loop()
     stall = 0.0
     done = False
+    phases: dict[str, float] = {}
+    workers = isinstance(eng, WorkerEngine)
 
     async def watch() -> None:
         nonlocal stall
+        ticks = 0
         while not done:
             t0 = loop.time()
             await asyncio.sleep(0.01)
             stall = max(stall, loop.time() - t0 - 0.01)
-
-    phases: dict[str, float] = {}
+            ticks += 1
+            if workers and ticks % 10 == 0:  # every ~0.1 s, between the timings
+                phases["workers_max_rss_mb"] = max(phases.get("workers_max_rss_mb", 0),
+                                                   round(workers_rss_mb()))
 
     def work() -> Stats:
         t0 = time.monotonic()
@@ -144,6 +192,11 @@ def main() -> None:
     ap.add_argument("--copies-nice", type=int, default=0,
                     help="run the node-side commands at this nice (19: as if on RSA "
                          "nodes of their own; 0: compete with this process)")
+    ap.add_argument("--workers", action="store_true",
+                    help="run the engine in a staging worker, as rsad does "
+                         "(staging.engine_process); without it, in this process")
+    ap.add_argument("--engine-nice", type=int, default=10,
+                    help="with --workers: the workers' nice (staging.engine_nice)")
     ap.add_argument("--stream-objects", type=int, default=0,
                     help="the engine's stream_objects (0: its default)")
     args = ap.parse_args()
@@ -160,11 +213,14 @@ def main() -> None:
         dst.mkdir()
         os.chown(dst, user.uid, user.gid)
         before = rss_mb()
-        eng = StagingEngine([NicedHost("rsa1", args.copies_nice),
-                             NicedHost("rsa2", args.copies_nice)], user, job_id="bench",
-                            timeout=6 * 3600,
-                            stream_objects=(args.files * 2 if args.listed else
-                                            args.stream_objects or STREAM_OBJECTS))
+        pool = worker_pool(args.copies_nice, args.engine_nice) if args.workers else None
+        hosts: list[LocalHost] = ([LocalHost("rsa1"), LocalHost("rsa2")] if pool else
+                                  [NicedHost("rsa1", args.copies_nice),
+                                   NicedHost("rsa2", args.copies_nice)])
+        eng = WorkerEngine.of(pool, StagingEngine(
+            hosts, user, job_id="bench", timeout=6 * 3600,
+            stream_objects=(args.files * 2 if args.listed else
+                            args.stream_objects or STREAM_OBJECTS)))
         control = subprocess.Popen([sys.executable, "-c", CONTROL], stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, text=True)
         t0 = time.monotonic()
@@ -172,8 +228,12 @@ def main() -> None:
         if out is not None:
             out.mkdir()
             os.chown(out, user.uid, user.gid)
-        stats, phases, stall = asyncio.run(staged(eng, str(src), str(dst),
-                                                  str(out / "o") if out else ""))
+        try:
+            stats, phases, stall = asyncio.run(staged(eng, str(src), str(dst),
+                                                      str(out / "o") if out else ""))
+        finally:
+            if pool is not None:
+                pool.close()
         secs = time.monotonic() - t0
         control_ms = float(control.communicate("")[0])
         copied = sum(len(names) for _, _, names in os.walk(dst))
@@ -186,6 +246,8 @@ def main() -> None:
                           "max_stall_ms": round(stall * 1000, 1),
                           "control_stall_ms": control_ms, **phases,
                           "copies_nice": args.copies_nice,
+                          "engine": (f"worker at nice {args.engine_nice}" if args.workers
+                                     else "in this process"),
                           "rss_before_mb": round(before)}), flush=True)
     finally:
         subprocess.run(["rm", "-rf", "--", str(base)], check=False)
