@@ -107,6 +107,7 @@ class EngineWorker:
                                    name=f"cancel-{self.pid}", daemon=True)
         watcher.start()
         slot = contextlib.ExitStack()
+        answered = False
         try:
             self.send({"call": request})
             while True:
@@ -124,25 +125,46 @@ class EngineWorker:
                     raise WorkerGone(f"the staging worker (pid {self.pid}) wrote "
                                      f"{line[:80]!r}, not the protocol") from None
                 if "result" in msg:
+                    answered = True
                     return msg["result"]
                 if "error" in msg:
+                    answered = True
                     raise error_from_json(msg["error"])
-                if "progress" in msg:
-                    if progress is not None:
-                        progress(Progress.from_json(msg["progress"]))
-                elif "log" in msg:
-                    rec = msg["log"]
-                    logging.getLogger(str(rec.get("name", "staging"))).log(
-                        int(rec.get("level", logging.INFO)), "%s", rec.get("msg", ""))
-                elif "gate" in msg:
-                    self._grant(msg["gate"], gate, cancel, slot)
-                elif "gate_release" in msg:
-                    slot.close()
+                try:
+                    self._follow(msg, progress, gate, cancel, slot)
+                except Exception as e:  # rsad's side failed: the call cannot go on
+                    self.kill()
+                    raise WorkerGone(f"rsad could not follow the staging worker (pid "
+                                     f"{self.pid}) during {op.replace('_', '-')} ({e!r}): "
+                                     "the worker was stopped") from e
         finally:
+            if not answered and self.proc.poll() is None:
+                self.kill()  # never reused mid-call (an exception of the caller's own)
             slot.close()
             finished.set()
             ended.cancel("call ended")
             watcher.join()
+
+    def _follow(self, msg: Mapping[str, Any], progress: Callable[[Progress], None] | None,
+                gate: Gate | None, cancel: CancelToken, slot: contextlib.ExitStack) -> None:
+        """One message of the worker's other than its answer."""
+        if "progress" in msg:
+            if progress is not None:
+                try:
+                    progress(Progress.from_json(msg["progress"]))
+                except Exception:  # a report that could not be recorded stops no copy
+                    log.exception("staging worker %d: progress report not recorded",
+                                  self.pid)
+        elif "log" in msg:
+            rec = msg["log"]
+            logging.getLogger(str(rec.get("name", "staging"))).log(
+                int(rec.get("level", logging.INFO)), "%s", rec.get("msg", ""))
+        elif "gate" in msg:
+            self._grant(msg["gate"], gate, cancel, slot)
+        elif "gate_release" in msg:
+            slot.close()
+        else:
+            raise ValueError(f"unknown message {sorted(msg)}")
 
     def _grant(self, want: Mapping[str, Any], gate: Gate | None, cancel: CancelToken,
                slot: contextlib.ExitStack) -> None:

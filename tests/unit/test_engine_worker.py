@@ -257,3 +257,42 @@ def test_workers_run_below_rsads_cpu_priority(area: Path, user: Identity) -> Non
         assert seen and set(seen) == {os.nice(0) + 10}
     finally:
         pool.close()
+
+
+def test_a_progress_report_rsad_cannot_record_stops_no_copy(area: Path, user: Identity,
+                                                            pool: EnginePool) -> None:
+    def broken(_p: Progress) -> None:
+        raise RuntimeError("store busy")
+
+    eng = engine(user, progress=broken, progress_interval=0.0)
+    eng.prepare_root(str(area / "ram"))
+    assert WorkerEngine.of(pool, eng).stage_in(str(area / "src"), str(area / "ram")).files == 51
+    assert tree_state(area / "ram") == tree_state(area / "src")
+    assert pool.started == 1  # and the worker is kept
+
+
+def test_a_failure_on_rsads_side_mid_call_stops_the_worker_and_reaps(
+        area: Path, user: Identity, pool: EnginePool) -> None:
+    """The worker is never given back mid-call: the next call would meet the last one."""
+
+    class BrokenGate(FlushGate):
+        def slot(self, *a: Any, **kw: Any) -> Any:
+            raise OSError("gate state lost")
+
+    eng = engine(user, gate=BrokenGate("sjf", 1))
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(area / "src"), str(area / "ram"))
+    lost: list[str] = []
+
+    def reap() -> str:
+        lost.append("reaped")
+        return "reaped"
+
+    with pytest.raises(WorkerGone, match=r"could not follow the staging worker .*"
+                                         r"gate state lost.*; reaped; will retry"):
+        WorkerEngine.of(pool, eng, reap).stage_out(str(area / "ram"),
+                                                   str(area / "outs" / "out"))
+    assert lost == ["reaped"]
+    again = engine(user)
+    assert WorkerEngine.of(pool, again).verify(str(area / "ram"), str(area / "src")).ok
+    assert pool.started == 2
