@@ -108,7 +108,7 @@ nice = sys.argv[1]
 def run(self, argv, **kw):
     return plain(self, ["nice", "-n", nice, *argv], **kw)
 LocalHost.run = run
-from rsa_scheduler.staging.worker import main
+from rsa_scheduler.daemon.stagingworker import main
 sys.exit(main(sys.argv[2:]))
 """
 
@@ -125,7 +125,7 @@ def workers_rss_mb() -> float:
     total = 0
     for c in psutil.Process().children():
         try:
-            if "rsa_scheduler.staging.worker" in " ".join(c.cmdline()):
+            if "rsa_scheduler.daemon.stagingworker" in " ".join(c.cmdline()):
                 total += c.memory_info().rss
         except psutil.Error:
             continue

@@ -53,7 +53,7 @@ CONNECT_TRIES = 5  # connection attempts when sshd drops us before its banner
 CONNECT_PAUSE = 0.2  # seconds before the 2nd attempt (x attempt, x 1-2 jitter)
 
 
-class _Dropped(Exception):
+class _Dropped(HostError):
     """sshd closed the connection before its banner (its ``__cause__`` says how)."""
 _WRAPPER = 'echo "RSA-PGID $$"; umask "$0"; cd /; exec "$@"'
 

@@ -1,4 +1,4 @@
-"""Staging engines in worker processes: rsad's side of ``rsa_scheduler.staging.worker``.
+"""Staging engines in worker processes: rsad's side of ``daemon.stagingworker``.
 
 Owns :class:`EnginePool` (the worker processes: started when needed, a few kept idle
 with their SSH connections open, one call at a time each) and :class:`WorkerEngine`
@@ -40,19 +40,19 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
-from rsa_scheduler.errors import RsaError
-from rsa_scheduler.hosts import Cancelled, CancelToken
-from rsa_scheduler.staging.engine import StagingEngine
-from rsa_scheduler.staging.flush import Gate
-from rsa_scheduler.staging.manifest import Verification
-from rsa_scheduler.staging.report import Progress, Stats
-from rsa_scheduler.staging.worker import (
+from rsa_scheduler.daemon.stagingworker import (
     error_from_json,
     host_spec,
     identity_to_json,
     stats_from_json,
     verification_from_json,
 )
+from rsa_scheduler.errors import RsaError
+from rsa_scheduler.hosts import Cancelled, CancelToken
+from rsa_scheduler.staging.engine import StagingEngine
+from rsa_scheduler.staging.flush import Gate
+from rsa_scheduler.staging.manifest import Verification
+from rsa_scheduler.staging.report import Progress, Stats
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 KILL_AFTER = 60.0
 #: idle workers kept (their SSH connections open) for the next calls
 KEEP_IDLE = 4
-WORKER_ARGV = (sys.executable, "-m", "rsa_scheduler.staging.worker")
+WORKER_ARGV = (sys.executable, "-m", "rsa_scheduler.daemon.stagingworker")
 
 
 class WorkerGone(RsaError):

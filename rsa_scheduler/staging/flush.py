@@ -98,7 +98,7 @@ def admit(waiting: Sequence[Waiter], running: Mapping[str, int], order: str,
 
 class Gate(Protocol):
     """What the engine needs of a gate: :class:`FlushGate`, or a worker's stand-in for
-    rsad's (``staging.worker.RemoteGate``)."""
+    rsad's (``daemon.stagingworker.RemoteGate``)."""
 
     order: str
 

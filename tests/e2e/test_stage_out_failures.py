@@ -137,7 +137,7 @@ def staging_workers() -> list[psutil.Process]:
     found = []
     for p in rsad.children():  # also rsad's short-lived children (squeue, scontrol)
         try:
-            if "rsa_scheduler.staging.worker" in " ".join(p.cmdline()):
+            if "rsa_scheduler.daemon.stagingworker" in " ".join(p.cmdline()):
                 found.append(p)
         except psutil.Error:
             continue  # gone meanwhile

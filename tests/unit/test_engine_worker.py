@@ -1,4 +1,4 @@
-"""Staging engines in worker processes (daemon/engines.py, staging/worker.py), for real:
+"""Staging engines in worker processes (daemon/engines.py, daemon/stagingworker.py), for real:
 worker processes, the engine's real commands on this machine (LocalHost) as ``nobody``.
 
 What must hold: the same results and errors as the engine in rsad's process; progress,
@@ -23,12 +23,12 @@ import pytest
 
 from rsa_scheduler.contain import parse_reaped, reap_argv
 from rsa_scheduler.daemon.engines import EnginePool, EngineWorker, WorkerEngine, WorkerGone
+from rsa_scheduler.daemon.stagingworker import error_from_json, error_to_json
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.hosts import Cancelled, CancelToken, LocalHost
 from rsa_scheduler.runner import Identity
 from rsa_scheduler.staging import Progress, StagingEngine, StagingError
 from rsa_scheduler.staging.flush import FlushGate
-from rsa_scheduler.staging.worker import error_from_json, error_to_json
 from tests.unit.test_staging_engine import ODD, tree_state
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a user")
@@ -161,7 +161,7 @@ def test_a_worker_killed_mid_call_fails_the_call_and_is_replaced(
     def kill_worker() -> None:
         wait_for(lambda: marker_procs(marker))
         for child in psutil.Process().children():
-            if "rsa_scheduler.staging.worker" in " ".join(child.cmdline()):
+            if "rsa_scheduler.daemon.stagingworker" in " ".join(child.cmdline()):
                 child.send_signal(signal.SIGKILL)
 
     threading.Thread(target=kill_worker, daemon=True).start()
@@ -228,7 +228,7 @@ def test_a_call_that_arrives_while_the_last_answers_thread_returns_is_taken() ->
     even if the thread that sent that answer has not returned yet."""
     import io
 
-    from rsa_scheduler.staging.worker import Channel, Worker
+    from rsa_scheduler.daemon.stagingworker import Channel, Worker
 
     out = io.StringIO()
     w = Worker(io.StringIO(), Channel(out))
@@ -249,7 +249,7 @@ def test_workers_run_below_rsads_cpu_priority(area: Path, user: Identity) -> Non
 
         def look(_p: Progress) -> None:
             for c in psutil.Process().children():
-                if "rsa_scheduler.staging.worker" in " ".join(c.cmdline()):
+                if "rsa_scheduler.daemon.stagingworker" in " ".join(c.cmdline()):
                     seen.append(c.nice())
 
         eng.progress, eng.progress_interval = look, 0.0

@@ -24,7 +24,8 @@ process trees on the RSA nodes, and the worker exits: a copy never goes on writi
 after its rsad is gone (the next rsad fences the nodes as well, rsa_scheduler.contain).
 
 Every command that touches user data still runs through the engine, as the job's user.
-Must not import the daemon.
+Part of rsad (it builds SSH hosts, which the staging package may not import), but runs
+in a process of its own: imports no other module of the daemon.
 """
 
 from __future__ import annotations
@@ -321,13 +322,13 @@ class Worker:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rsa_scheduler.staging.worker [--nice N]``: serve rsad on stdin/stdout,
-    ``N`` lower in CPU priority than rsad (staging.engine_nice)."""
+    """``python -m rsa_scheduler.daemon.stagingworker [--nice N]``: serve rsad on
+    stdin/stdout, ``N`` lower in CPU priority than rsad (staging.engine_nice)."""
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["--nice"] and len(args) == 2:
         os.nice(int(args[1]))
     elif args:
-        sys.stderr.write(f"usage: python -m rsa_scheduler.staging.worker [--nice N] "
+        sys.stderr.write("usage: python -m rsa_scheduler.daemon.stagingworker [--nice N] "
                          f"(not {' '.join(args)})\n")
         return 2
     out = sys.stdout
