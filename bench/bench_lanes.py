@@ -63,7 +63,7 @@ from unittest import mock
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_daemon_commit import Queue  # noqa: I001 (bench/ is on sys.path when run)
-from bench_manifest import NICED_WORKER, NicedHost
+from bench_manifest import NICED_WORKER, NicedHost, copies_prefix
 from rsa_scheduler.core.actions import BULK, ActionKind, Outcome, Result
 from rsa_scheduler.core.allocator import Pool, RsaNode
 from rsa_scheduler.core.policy import AllocationPolicy, StagingPolicy, Tier
@@ -163,7 +163,8 @@ class Bench:
         self.pool: EnginePool | None = None  # --workers
         if workers:
             self.pool = EnginePool(
-                (sys.executable, "-c", NICED_WORKER, str(nice)) if nice else WORKER_ARGV,
+                (sys.executable, "-c", NICED_WORKER, json.dumps(copies_prefix(nice)))
+                if nice else WORKER_ARGV,
                 nice=engine_nice)
         self.src, self.out, self.user = src, out, user
         self.phase = Phase()

@@ -19,6 +19,9 @@ entry in this process, as before issue 16) for comparison. `--copies-nice 19` ru
 node-side commands at nice 19: on a site they run on the RSA nodes, not on rsad's host,
 and here they would otherwise share its cores with this process; the stall then
 measures what rsad's own process adds (its threads, the GIL), not the machine.
+`--copies-cpus 1 --rsad-cpus 0` goes further: the node-side commands run on CPU 1 only,
+this process, its worker and the control process on CPU 0 only (the copies' CPU work
+never runs where rsad's does; they still share the kernel, memory and the tmpfs).
 `--workers` runs the engine in the product's staging worker, as rsad does
 (`staging.engine_process`, at `--engine-nice`, 10 as shipped): `max_rss_mb` and the
 stall are then rsad's process alone, and `workers_max_rss_mb` the worker's peak RSS.
@@ -81,41 +84,47 @@ asyncio.run(main())
 """
 
 
-class NicedHost(LocalHost):
-    """A LocalHost whose commands run at ``nice`` (``--copies-nice``): the copies then
-    take only the CPU the bench's own process leaves, as on a site, where they run on
-    the RSA nodes and rsad's host has its cores to itself. 0: as LocalHost."""
+def copies_prefix(nice: int = 0, cpus: str = "") -> list[str]:
+    """What the bench puts before each node-side command: ``taskset -c CPUS`` and
+    ``nice -n NICE`` (either may be absent)."""
+    return ((["taskset", "-c", cpus] if cpus else []) +
+            (["nice", "-n", str(nice)] if nice else []))
 
-    def __init__(self, name: str, nice: int = 0) -> None:
+
+class NicedHost(LocalHost):
+    """A LocalHost whose commands run at ``nice`` (``--copies-nice``) and on ``cpus``
+    (``--copies-cpus``): the copies then take only the CPU the bench's own process
+    leaves, or none of its CPUs at all, as on a site, where they run on the RSA nodes
+    and rsad's host has its cores to itself. 0 and "": as LocalHost."""
+
+    def __init__(self, name: str, nice: int = 0, cpus: str = "") -> None:
         super().__init__(name)
-        self.nice = nice
+        self.prefix = copies_prefix(nice, cpus)
 
     def run(self, argv: Sequence[str], **kw: Any) -> Completed:
-        if self.nice:
-            argv = ["nice", "-n", str(self.nice), *argv]
-        return super().run(argv, **kw)
+        return super().run([*self.prefix, *argv], **kw)
 
 
 # --workers: the product's staging workers (staging.engine_process, daemon/engines.py).
-# With --copies-nice the worker is the product's, its LocalHost commands prefixed with
-# nice (the bench's stand-in for RSA nodes of their own, as NicedHost does here).
-# argv: NICE [--nice N]
+# With --copies-nice or --copies-cpus the worker is the product's, its LocalHost commands
+# prefixed as NicedHost does here (the bench's stand-in for RSA nodes of their own).
+# argv: PREFIX-JSON [--nice N]
 NICED_WORKER = """
-import sys
+import json, sys
 from rsa_scheduler.hosts import LocalHost
 plain = LocalHost.run
-nice = sys.argv[1]
+prefix = json.loads(sys.argv[1])
 def run(self, argv, **kw):
-    return plain(self, ["nice", "-n", nice, *argv], **kw)
+    return plain(self, [*prefix, *argv], **kw)
 LocalHost.run = run
 from rsa_scheduler.daemon.stagingworker import main
 sys.exit(main(sys.argv[2:]))
 """
 
 
-def worker_pool(copies_nice: int, engine_nice: int) -> EnginePool:
-    """The product's staging workers, their commands at ``copies_nice``."""
-    argv = (sys.executable, "-c", NICED_WORKER, str(copies_nice)) if copies_nice else \
+def worker_pool(engine_nice: int, prefix: Sequence[str] = ()) -> EnginePool:
+    """The product's staging workers, their node-side commands after ``prefix``."""
+    argv = (sys.executable, "-c", NICED_WORKER, json.dumps(list(prefix))) if prefix else \
         WORKER_ARGV
     return EnginePool(argv, nice=engine_nice)
 
@@ -192,6 +201,12 @@ def main() -> None:
     ap.add_argument("--copies-nice", type=int, default=0,
                     help="run the node-side commands at this nice (19: as if on RSA "
                          "nodes of their own; 0: compete with this process)")
+    ap.add_argument("--copies-cpus", default="",
+                    help="run the node-side commands on these CPUs only (taskset -c, "
+                         "e.g. 1), as if on RSA nodes of their own")
+    ap.add_argument("--rsad-cpus", default="",
+                    help="run this process (rsad's stand-in), its staging worker and the "
+                         "idle control process on these CPUs only (e.g. 0)")
     ap.add_argument("--workers", action="store_true",
                     help="run the engine in a staging worker, as rsad does "
                          "(staging.engine_process); without it, in this process")
@@ -200,6 +215,8 @@ def main() -> None:
     ap.add_argument("--stream-objects", type=int, default=0,
                     help="the engine's stream_objects (0: its default)")
     args = ap.parse_args()
+    if args.rsad_cpus:  # before any thread or child: they inherit it
+        os.sched_setaffinity(0, {int(c) for c in args.rsad_cpus.split(",")})
     user = Identity.of(args.user)
     base = Path(tempfile.mkdtemp(prefix="rsa-manifest-bench-", dir=args.root))
     try:
@@ -213,10 +230,11 @@ def main() -> None:
         dst.mkdir()
         os.chown(dst, user.uid, user.gid)
         before = rss_mb()
-        pool = worker_pool(args.copies_nice, args.engine_nice) if args.workers else None
+        prefix = copies_prefix(args.copies_nice, args.copies_cpus)
+        pool = worker_pool(args.engine_nice, prefix) if args.workers else None
         hosts: list[LocalHost] = ([LocalHost("rsa1"), LocalHost("rsa2")] if pool else
-                                  [NicedHost("rsa1", args.copies_nice),
-                                   NicedHost("rsa2", args.copies_nice)])
+                                  [NicedHost("rsa1", args.copies_nice, args.copies_cpus),
+                                   NicedHost("rsa2", args.copies_nice, args.copies_cpus)])
         eng = WorkerEngine.of(pool, StagingEngine(
             hosts, user, job_id="bench", timeout=6 * 3600,
             stream_objects=(args.files * 2 if args.listed else
@@ -246,6 +264,7 @@ def main() -> None:
                           "max_stall_ms": round(stall * 1000, 1),
                           "control_stall_ms": control_ms, **phases,
                           "copies_nice": args.copies_nice,
+                          "copies_cpus": args.copies_cpus, "rsad_cpus": args.rsad_cpus,
                           "engine": (f"worker at nice {args.engine_nice}" if args.workers
                                      else "in this process"),
                           "rss_before_mb": round(before)}), flush=True)
