@@ -293,8 +293,7 @@ class DataPath:
         killed = 0
         for node in nodes:
             try:
-                done = self.fenced(node).run(reap_argv(job), timeout=60)
-                n, _how, left = parse_reaped(done.stdout)
+                n, _how, left = self._reap_on(node, job)
             except (RsaError, ValueError) as e:
                 raise RsaError(f"job {job}: a staging worker ended mid-copy and its "
                                f"commands on {node} could not be killed: {e}; will retry "
@@ -514,12 +513,10 @@ class DataPath:
         """Kill every process the RSA started for the job on its RSA nodes (a POSTPROCESS
         daemon, a copy a crash left) before its filesystem goes. A node that cannot be
         reached fails the teardown: it is retried, the RAMDISK is kept meanwhile."""
-        argv = reap_argv(req.job_id)
         reaped: dict[str, int] = {}
         for node in req.nodes:
             try:
-                done = self.fenced(node).run(argv, timeout=60)
-                n, how, left = parse_reaped(done.stdout)
+                n, how, left = self._reap_on(node, req.job_id)
             except (RsaError, ValueError) as e:
                 raise RsaError(f"job {req.job_id}: cannot kill its processes on {node} "
                                f"before destroying its RAMDISK: {e}") from e
@@ -531,6 +528,10 @@ class DataPath:
                             req.job_id, n, node, how)
             reaped[node] = n
         return reaped
+
+    def _reap_on(self, node: str, job: str) -> tuple[int, str, int]:
+        """REAP ``job``'s contained processes on ``node``: (killed, how, survivors)."""
+        return parse_reaped(self.fenced(node).run(reap_argv(job), timeout=60).stdout)
 
     def stage_in(self, ctx: ActionContext) -> Mapping[str, Any]:
         args = ctx.action.args_as(StageInArgs)

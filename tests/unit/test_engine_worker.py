@@ -61,6 +61,13 @@ def slow_engine(user: Identity, marker: str, **kw: Any) -> StagingEngine:
                   **kw)
 
 
+def stage_again(pool: EnginePool, area: Path, user: Identity) -> Any:
+    """A fresh engine stages the tree into ram2 through ``pool`` (is the pool usable?)."""
+    again = engine(user)
+    again.prepare_root(str(area / "ram2"))
+    return WorkerEngine.of(pool, again).stage_in(str(area / "src"), str(area / "ram2"))
+
+
 def wait_for(cond: Any, timeout: float = 20.0) -> None:
     end = time.monotonic() + timeout
     while not cond():
@@ -140,10 +147,7 @@ def test_a_cancel_kills_the_copy_and_leaves_the_worker_usable(
         twin.stage_in(str(area / "src"), str(area / "ram"))
     assert time.monotonic() - t0 < 30
     wait_for(lambda: not marker_procs(marker), 10)
-    again = engine(user)
-    again.prepare_root(str(area / "ram2"))
-    assert WorkerEngine.of(pool, again).stage_in(str(area / "src"),
-                                                 str(area / "ram2")).files == 51
+    assert stage_again(pool, area, user).files == 51
     assert pool.started == 1
 
 
@@ -171,10 +175,7 @@ def test_a_worker_killed_mid_call_fails_the_call_and_is_replaced(
     assert "ended during stage-in (exit -9); killed " in str(gone.value)
     assert str(gone.value).endswith("will retry")
     assert not marker_procs(marker)  # its copy is dead before the call failed
-    again = engine(user)
-    again.prepare_root(str(area / "ram2"))
-    assert WorkerEngine.of(pool, again).stage_in(str(area / "src"),
-                                                 str(area / "ram2")).files == 51
+    assert stage_again(pool, area, user).files == 51
     assert pool.started == 2
 
 
