@@ -13,8 +13,12 @@ Every tool reads data that is not in the reading client's page cache, as a real 
 client keeps what it read in its page cache, and a second reader of the same tree on
 the same node reads 3-5x faster. So the PFS sources are dropped from the page cache
 (posix_fadvise DONTNEED, file by file) before each tool reads them, and each tool stages
-out the RAMDISK copy its own stage-in wrote, which no RSA node has read (the local-disk
-source is in the page cache for every tool alike). Every trial starts after a sync, so
+out the RAMDISK copy its own stage-in wrote after every RSA node dropped it from its
+client's page cache: the node that wrote a file reads it back faster than a cold node
+(10k x 4 KiB by one tar: 5.0 s on the writer, 5.3-6.6 s elsewhere, 5.0-6.5 s on either
+after the drop), so without the drop single-stream rsync, which wrote and reads on rsa1,
+read warmer than the engine, whose buckets land on any node (the local-disk source is
+in the page cache for every tool alike). Every trial starts after a sync, so
 none pays for the writeback of an earlier one.
 
 Big files are also copied by one `dd` as the user on rsa1 (the path's raw speed, the
@@ -39,6 +43,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -115,6 +120,26 @@ class Bench:
             h.run(["dd", "if=/dev/zero", f"of={pool}/rsa-warm", "bs=16M", f"count={count}",
                    "status=none"], timeout=300)
             h.run(["rm", "-f", f"{pool}/rsa-warm"], timeout=30)
+
+    def drop_ramdisk(self, path: str) -> None:
+        """Every RSA node drops the files below ``path`` (on the RAMDISK) from its
+        client's page cache, as root on its own mount: the next read is cold on every
+        node, as output the compute nodes wrote is."""
+        errors: list[BaseException] = []
+
+        def drop(h: SshHost) -> None:
+            try:
+                h.run(["python3", "-c", DROP_PROGRAM, path], timeout=600)
+            except BaseException as e:  # re-raised below, on the caller's thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=drop, args=(h,)) for h in self.hosts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
 
     def as_user(self, argv: list[str]) -> None:
         self.hosts[0].run(argv, timeout=3600, as_user=self.user, env=self.user.env())
@@ -213,6 +238,16 @@ def make_tree(root: Path, user: Identity) -> None:
     subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(root)], check=True)
 
 
+# drop_cache's loop, run on an RSA node for a RAMDISK path (drop_ramdisk)
+DROP_PROGRAM = (
+    "import os, sys\n"
+    "for dp, _, ns in os.walk(sys.argv[1]):\n"
+    "    for n in ns:\n"
+    "        fd = os.open(os.path.join(dp, n), os.O_RDONLY | os.O_NOFOLLOW)\n"
+    "        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)\n"
+    "        os.close(fd)\n")
+
+
 def drop_cache(root: Path) -> None:
     """Drop every regular file below ``root`` from the page cache (the PFS client is
     shared by this host and the RSA nodes, so this also makes their next read cold; on
@@ -276,6 +311,7 @@ def big_trial(b: Bench, what: str, where: str, base: Path, tool: str, size: int)
         b.measure(what, "in", where, tool, 1, size,
                   b.tool(tool, str(base / "bigsrc"), f"{ram}/j/big"))
         out = base / f"big-out-{tool}"
+        b.drop_ramdisk(f"{ram}/j/big")
         b.measure(what, "out", where, tool, 1, size,
                   b.tool(tool, f"{ram}/j/big", str(out), out=True))
         if tool in ("engine", "engine-striped"):
@@ -326,6 +362,7 @@ def main() -> None:
                     b.measure("tree", "in", where, tool, TREE_FILES, tree_bytes,
                               b.tool(tool, str(base / "tree"), f"{ram}/j/{where}-{tool}"))
                 for tool in TOOLS:
+                    b.drop_ramdisk(f"{ram}/j/{where}-{tool}")
                     b.measure("tree", "out", where, tool, TREE_FILES, tree_bytes,
                               b.tool(tool, f"{ram}/j/{where}-{tool}",
                                      str(base / f"tree-out-{tool}"), out=True))
