@@ -27,6 +27,10 @@ What crosses the pipe, and how the engine's ties to rsad survive it:
 
 The hosts a worker rebuilds are the ones rsad fenced (``DataPath.fenced``) before the
 call: a worker opens its own SSH connections with the same settings.
+
+What the pool counts (:meth:`EnginePool.counts`: workers busy and idle, started and lost
+so far) is read by rsad's metrics (``daemon.metrics``) through a protocol of their own:
+this module imports nothing of Prometheus.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import IO, Any
 
 from rsa_scheduler.daemon.stagingworker import (
@@ -220,6 +225,18 @@ class EngineWorker:
             self._stdout.close()
 
 
+@dataclass(frozen=True)
+class PoolCounts:
+    """The staging workers of a pool at one moment: ``busy`` in a call, ``idle`` kept
+    alive for the next calls; ``started`` and ``lost`` (ended mid-call:
+    :class:`WorkerGone`) since the pool was made."""
+
+    busy: int
+    idle: int
+    started: int
+    lost: int
+
+
 class EnginePool:
     """The staging workers of one rsad: a call takes an idle worker (or starts one),
     runs, and gives it back; at most ``keep_idle`` idle workers are kept."""
@@ -229,9 +246,19 @@ class EnginePool:
         self.argv = tuple(argv) + (("--nice", str(nice)) if nice else ())
         self.keep_idle = keep_idle
         self._idle: list[EngineWorker] = []
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the idle list and the figures below
         self._closed = False
+        self._busy = 0  # workers taken by a call, not given back yet
         self.started = 0  # workers started (reuse is observable)
+        self.lost = 0  # calls that ended in WorkerGone (the worker died or was killed)
+
+    def counts(self) -> PoolCounts:
+        """The pool's figures now (any thread: rsad's metrics read them at scrape time).
+        An idle worker that died while idle is not counted (the next call drops it)."""
+        with self._lock:
+            idle = sum(1 for w in self._idle if w.proc.poll() is None)
+            return PoolCounts(busy=self._busy, idle=idle, started=self.started,
+                              lost=self.lost)
 
     def run(self, request: Mapping[str, Any], *, cancel: CancelToken,
             progress: Callable[[Progress], None] | None = None,
@@ -240,6 +267,10 @@ class EnginePool:
         worker = self._take()
         try:
             return worker.call(request, cancel=cancel, progress=progress, gate=gate)
+        except WorkerGone:
+            with self._lock:
+                self.lost += 1
+            raise
         finally:
             self._give_back(worker)
 
@@ -250,20 +281,25 @@ class EnginePool:
             while self._idle:
                 worker = self._idle.pop()
                 if worker.proc.poll() is None:
+                    self._busy += 1
                     return worker
-            self.started += 1
         try:
-            return EngineWorker(self.argv)
+            worker = EngineWorker(self.argv)
         except OSError as e:
             raise RsaError(f"cannot start a staging worker ({' '.join(self.argv)}): "
                            f"{e}; will retry") from e
+        with self._lock:
+            self.started += 1
+            self._busy += 1
+        return worker
 
     def _give_back(self, worker: EngineWorker) -> None:
-        if worker.healthy and worker.proc.poll() is None:
-            with self._lock:
-                if not self._closed and len(self._idle) < self.keep_idle:
-                    self._idle.append(worker)
-                    return
+        with self._lock:
+            self._busy -= 1
+            if (worker.healthy and worker.proc.poll() is None and not self._closed
+                    and len(self._idle) < self.keep_idle):
+                self._idle.append(worker)
+                return
         worker.close()
 
     def close(self) -> None:
