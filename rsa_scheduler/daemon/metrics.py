@@ -4,22 +4,73 @@ Owns the metric definitions and :class:`Metrics`: counters and histograms the da
 updates as actions finish and cycles run, plus a collector that computes the gauges at
 scrape time from the snapshot the loop last published (:mod:`.published`). The collector
 runs on the HTTP server's thread: it reads that immutable snapshot only, never the
-daemon's live pool, records or actions. Names follow Prometheus conventions (``rsa_``
-prefix, base units). Imports nothing of daemon/service.py, which imports it.
+daemon's live pool, records or actions. The staging workers' figures are the one other
+thing read at scrape time: from the worker pool itself, through :class:`StagingWorkers`
+(its ``counts()`` is thread-safe), so the pool knows nothing of Prometheus and this module
+imports nothing of the pool. Names follow Prometheus conventions (``rsa_`` prefix, base
+units). Imports nothing of daemon/service.py, which imports it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from rsa_scheduler.daemon.published import Published
 
 DURATION_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600)
+
+
+class WorkerCounts(Protocol):
+    """The staging workers at one moment (``daemon.engines.PoolCounts``)."""
+
+    @property
+    def busy(self) -> int: ...
+    @property
+    def idle(self) -> int: ...
+    @property
+    def started(self) -> int: ...
+    @property
+    def lost(self) -> int: ...
+
+
+class StagingWorkers(Protocol):
+    """What the metrics read of the staging-worker pool (``daemon.engines.EnginePool``):
+    its figures, from any thread."""
+
+    def counts(self) -> WorkerCounts: ...
+
+
+class _WorkerCollector(Collector):
+    """The staging workers' gauge and counters, read from the pool at scrape time."""
+
+    def __init__(self, workers: StagingWorkers) -> None:
+        self.workers = workers
+
+    def collect(self) -> Iterator[Metric]:
+        c = self.workers.counts()  # taken once: the figures of one scrape agree
+        states = GaugeMetricFamily(
+            "rsa_staging_workers",
+            "Staging worker processes by state: busy (in a stage-in, stage-out or verify) "
+            "or idle (kept for the next one); exported only with staging.engine_process",
+            labels=["state"])
+        states.add_metric(["busy"], c.busy)
+        states.add_metric(["idle"], c.idle)
+        yield states
+        yield CounterMetricFamily("rsa_staging_workers_started",
+                                  "Staging worker processes started since rsad started; "
+                                  "exported only with staging.engine_process",
+                                  value=c.started)
+        yield CounterMetricFamily(
+            "rsa_staging_workers_lost",
+            "Staging workers that ended in the middle of a call (killed, OOM, crash, or "
+            "killed by rsad for not answering a cancel); exported only with "
+            "staging.engine_process",
+            value=c.lost)
 
 
 class _StateCollector(Collector):
@@ -66,9 +117,14 @@ class Metrics:
                                buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=r)
         self.alerts = Counter("rsa_alerts_total", "Alerts raised for operators", registry=r)
 
-    def watch(self, published: Published) -> None:
-        """Serve the gauges from what the loop publishes (``Daemon.published``)."""
+    def watch(self, published: Published, workers: StagingWorkers | None = None) -> None:
+        """Serve the gauges from what the loop publishes (``Daemon.published``), and the
+        staging workers' figures from their pool (``Daemon.staging_workers``; None, with
+        ``staging.engine_process`` off or no data path: no worker metrics at all, rather
+        than zeros that would say copies are not running when they run in rsad)."""
         self.registry.register(_StateCollector(published))
+        if workers is not None:
+            self.registry.register(_WorkerCollector(workers))
 
     def action_done(self, kind: str, result: str, seconds: float,
                     detail: Mapping[str, Any]) -> None:

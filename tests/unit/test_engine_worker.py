@@ -20,9 +20,18 @@ from typing import Any
 
 import psutil
 import pytest
+from prometheus_client import generate_latest
 
 from rsa_scheduler.contain import parse_reaped, reap_argv
-from rsa_scheduler.daemon.engines import EnginePool, EngineWorker, WorkerEngine, WorkerGone
+from rsa_scheduler.daemon.engines import (
+    EnginePool,
+    EngineWorker,
+    PoolCounts,
+    WorkerEngine,
+    WorkerGone,
+)
+from rsa_scheduler.daemon.metrics import Metrics
+from rsa_scheduler.daemon.published import Published
 from rsa_scheduler.daemon.stagingworker import error_from_json, error_to_json
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.hosts import Cancelled, CancelToken, LocalHost
@@ -168,15 +177,21 @@ def test_a_worker_killed_mid_call_fails_the_call_and_is_replaced(
             if "rsa_scheduler.daemon.stagingworker" in " ".join(child.cmdline()):
                 child.send_signal(signal.SIGKILL)
 
+    metrics = Metrics()
+    metrics.watch(Published(), pool)
+    assert "rsa_staging_workers_lost_total 0.0" in generate_latest(metrics.registry).decode()
     threading.Thread(target=kill_worker, daemon=True).start()
     with pytest.raises(WorkerGone) as gone:
         WorkerEngine.of(pool, eng, kill_left).stage_in(str(area / "src"), str(area / "ram"))
+    # operators see it (the action's outcome says which worker and what it left)
+    assert "rsa_staging_workers_lost_total 1.0" in generate_latest(metrics.registry).decode()
     assert not getattr(gone.value, "permanent", False)
     assert "ended during stage-in (exit -9); killed " in str(gone.value)
     assert str(gone.value).endswith("will retry")
     assert not marker_procs(marker)  # its copy is dead before the call failed
     assert stage_again(pool, area, user).files == 51
     assert pool.started == 2
+    assert pool.counts() == PoolCounts(busy=0, idle=1, started=2, lost=1)
 
 
 def test_a_worker_whose_rsad_is_gone_kills_its_copy_and_exits(
@@ -297,3 +312,4 @@ def test_a_failure_on_rsads_side_mid_call_stops_the_worker_and_reaps(
     again = engine(user)
     assert WorkerEngine.of(pool, again).verify(str(area / "ram"), str(area / "src")).ok
     assert pool.started == 2
+    assert pool.counts().lost == 1  # stopped by rsad mid-call: lost too

@@ -1,19 +1,26 @@
 """rsad's Prometheus metrics: values from a daemon with a scripted Slurm port, served from
-the snapshot the loop publishes once per cycle, never from the loop's live state."""
+the snapshot the loop publishes once per cycle, never from the loop's live state; the
+staging workers' figures, read from a real worker pool at scrape time."""
 
 from __future__ import annotations
 
 import dataclasses
+import signal
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from prometheus_client import generate_latest
 
+from rsa_scheduler.daemon.engines import EnginePool, WorkerGone
 from rsa_scheduler.daemon.metrics import Metrics
 from rsa_scheduler.daemon.published import Published, StatusSnapshot
 from rsa_scheduler.daemon.service import Daemon
+from rsa_scheduler.hosts import CancelToken
 from tests.unit.test_daemon import ScriptedSlurm, make_daemon, settle
 
 GAUGES = ("rsa_nodes", "rsa_jobs", "rsa_actions_running", "rsa_slurm_up")
@@ -113,3 +120,88 @@ def test_staged_bytes_are_counted_from_outcome_details() -> None:
     assert 'rsa_staged_bytes_total{phase="stage-out"} 4096.0' in text
     assert 'rsa_staged_files_total{phase="stage-out"} 2.0' in text
     assert 'rsa_actions_total{kind="stage-out",result="failed"} 1.0' in text
+
+
+# ---- the staging workers (daemon/engines.py's pool, read at scrape time) ---------------
+
+#: a stand-in staging worker speaking the pool's protocol: answers a call with its
+#: arguments, or (op "hang") never answers; the marker finds it among our children
+FAKE_WORKER = """# rsa-metrics-fake-worker
+import json, sys, time
+for line in sys.stdin:
+    call = json.loads(line).get("call")
+    if call is None:
+        continue
+    if call["op"] == "hang":
+        time.sleep(3600)
+    print(json.dumps({"result": call["args"]}), flush=True)
+"""
+
+
+def worker_figures(m: Metrics) -> dict[str, float]:
+    """The staging workers' series as served: ``{name{labels}: value}``."""
+    text = generate_latest(m.registry).decode()
+    return {k: float(v) for k, v in (ln.rsplit(" ", 1) for ln in text.splitlines()
+                                     if ln.startswith("rsa_staging_workers"))}
+
+
+def fake_workers() -> list[psutil.Process]:
+    return [c for c in psutil.Process().children()
+            if "rsa-metrics-fake-worker" in " ".join(c.cmdline())]
+
+
+def figures(busy: int, idle: int, started: int, lost: int) -> dict[str, float]:
+    return {'rsa_staging_workers{state="busy"}': busy,
+            'rsa_staging_workers{state="idle"}': idle,
+            "rsa_staging_workers_started_total": started,
+            "rsa_staging_workers_lost_total": lost}
+
+
+def test_staging_workers_are_served_busy_idle_started_and_lost() -> None:
+    """Real worker processes (a stand-in for the staging worker) in a real EnginePool: a
+    worker is busy while its call runs, idle once given back, reused; one SIGKILLed
+    mid-call is lost (the call fails with WorkerGone) and the next call starts another."""
+    pool = EnginePool(argv=(sys.executable, "-c", FAKE_WORKER))
+    m = Metrics()
+    m.watch(Published(), pool)
+    try:
+        assert worker_figures(m) == figures(0, 0, 0, 0)
+        assert pool.run({"op": "echo", "args": {"n": 1}}, cancel=CancelToken()) == {"n": 1}
+        assert worker_figures(m) == figures(0, 1, 1, 0)
+        failed: list[BaseException] = []
+
+        def hang() -> None:
+            try:
+                pool.run({"op": "hang", "args": {}}, cancel=CancelToken())
+            except BaseException as e:
+                failed.append(e)
+
+        t = threading.Thread(target=hang)
+        t.start()
+        deadline = time.monotonic() + 10
+        while worker_figures(m) != figures(1, 0, 1, 0):  # the idle worker was taken
+            assert time.monotonic() < deadline, worker_figures(m)
+            time.sleep(0.01)
+        (victim,) = fake_workers()
+        victim.send_signal(signal.SIGKILL)
+        t.join(10)
+        assert len(failed) == 1 and isinstance(failed[0], WorkerGone)
+        assert worker_figures(m) == figures(0, 0, 1, 1)
+        assert pool.run({"op": "echo", "args": {}}, cancel=CancelToken()) == {}
+        assert worker_figures(m) == figures(0, 1, 2, 1)
+        # an idle worker that died while idle is not served as idle (nor as lost)
+        (idle,) = fake_workers()
+        idle.send_signal(signal.SIGKILL)
+        idle.wait(10)
+        assert worker_figures(m) == figures(0, 0, 2, 1)
+    finally:
+        pool.close()
+
+
+def test_no_worker_series_without_a_worker_pool() -> None:
+    """staging.engine_process off (or no data path): the copies run in rsad's threads,
+    so no worker series at all, rather than zeros that would say nothing is copying."""
+    m = Metrics()
+    m.watch(Published())
+    assert worker_figures(m) == {}
+    assert "rsa_slurm_up" in generate_latest(m.registry).decode()
