@@ -94,7 +94,7 @@ def rsad(config_path: str | None, check: bool, log_level: str | None) -> None:
         # the state recovered from the log, published before the loop runs (this thread is
         # the only one touching it yet); from now on the loop publishes once per cycle
         daemon.published.publish(daemon.status_view())
-        daemon.metrics.watch(daemon.published)
+        daemon.metrics.watch(daemon.published, daemon.staging_workers)
         daemon.metrics.serve(cfg.metrics.listen.host, cfg.metrics.listen.port)
         log.info("metrics on http://%s:%d/metrics", cfg.metrics.listen.host,
                  cfg.metrics.listen.port)

@@ -49,7 +49,7 @@ from rsa_scheduler.daemon.executors import Registry
 from rsa_scheduler.daemon.health import HEALTH_BY
 from rsa_scheduler.daemon.inbox import Inbox, Request
 from rsa_scheduler.daemon.memory import Memory, SnapshotCadence
-from rsa_scheduler.daemon.metrics import Metrics
+from rsa_scheduler.daemon.metrics import Metrics, StagingWorkers
 from rsa_scheduler.daemon.native import NativeDriver
 from rsa_scheduler.daemon.nodeside import nodeside_of
 from rsa_scheduler.daemon.published import Published
@@ -103,6 +103,9 @@ class Daemon:
         self.published = Published()  # what other threads read (metrics): one per cycle
         self._group: Decision | None = None  # decisions of the request group being handled
         self.hosts: Mapping[str, Any] | None = None  # the RSA nodes (None: no data path)
+        # the staging-worker pool, for its metrics (None: no data path, or
+        # staging.engine_process off: the engines run in rsad's threads)
+        self.staging_workers: StagingWorkers | None = None
         # early start wait: the jobs Slurm holds for the RSA (daemon/starthold.py)
         self.holds = StartHold(slurm=slurm, clock=clock, scheduler=lambda: self.sched,
                                commit=self._commit, tell=self.dispatcher.tell,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rsa_scheduler.config import Config, SlurmMode
 from rsa_scheduler.core.actions import ActionKind
@@ -25,6 +25,9 @@ from rsa_scheduler.hosts import Host
 from rsa_scheduler.slurm.cli import CliSlurm, lockin_problem, qos_warning
 from rsa_scheduler.slurm.port import SlurmError, SlurmPort
 from rsa_scheduler.store import Store
+
+if TYPE_CHECKING:
+    from rsa_scheduler.daemon.engines import EnginePool
 
 log = logging.getLogger(__name__)
 #: native mode's early-start wait: the longest StageInTimeout Slurm's lua plugin accepts
@@ -104,8 +107,20 @@ def native_lock_executors(registry: Registry) -> None:
     registry.register(ActionKind.UNLOCK, unlock)
 
 
-def make_registry(cfg: Config, slurm: SlurmPort, hosts: Mapping[str, Host] | None = None
-                  ) -> Registry:
+def make_engines(cfg: Config) -> EnginePool | None:
+    """The staging-worker pool (``staging.engine_process``; off: None, the engines run in
+    rsad's threads)."""
+    if not cfg.staging.engine_process:
+        return None
+    from rsa_scheduler.daemon.engines import EnginePool
+
+    return EnginePool(nice=cfg.staging.engine_nice)
+
+
+def make_registry(cfg: Config, slurm: SlurmPort, hosts: Mapping[str, Host] | None = None,
+                  workers: EnginePool | None = None) -> Registry:
+    """The executors; with ``hosts``, the data path's, its bulk staging run in ``workers``
+    (None: in rsad's threads)."""
     registry = Registry()
     if cfg.slurm.mode is SlurmMode.NATIVE:
         native_lock_executors(registry)
@@ -113,12 +128,9 @@ def make_registry(cfg: Config, slurm: SlurmPort, hosts: Mapping[str, Host] | Non
         slurm_executors(registry, slurm)
     if hosts is not None:
         from rsa_scheduler.daemon.data import DataPath
-        from rsa_scheduler.daemon.engines import EnginePool
         from rsa_scheduler.daemon.nodeside import NodeSide
 
-        data = DataPath(cfg, hosts,
-                        workers=EnginePool(nice=cfg.staging.engine_nice)
-                        if cfg.staging.engine_process else None)
+        data = DataPath(cfg, hosts, workers=workers)
         data.register(registry)
 
         def backend_for(ctx: ActionContext) -> tuple[Any, Any]:
@@ -135,11 +147,13 @@ def make_daemon(cfg: Config, *, slurm: SlurmPort | None = None,
                 registry: Registry | None = None) -> Daemon:
     slurm = slurm or make_slurm(cfg)
     hosts: Mapping[str, Host] | None = None
+    workers: EnginePool | None = None
     if registry is None:
         from rsa_scheduler.remote import HostPool
 
         hosts = HostPool.from_config(cfg)
-        registry = make_registry(cfg, slurm, hosts)
+        workers = make_engines(cfg)
+        registry = make_registry(cfg, slurm, hosts, workers)
     store = Store.open(cfg.daemon.db_path)
     policy = cfg.staging_policy()
     if cfg.slurm.mode is SlurmMode.NATIVE:
@@ -154,6 +168,7 @@ def make_daemon(cfg: Config, *, slurm: SlurmPort | None = None,
                     snapshot_every=cfg.daemon.snapshot_every,
                     script_source=cfg.slurm.script_source.value)
     daemon.hosts = hosts
+    daemon.staging_workers = workers  # read by its metrics
     if cfg.slurm.mode is SlurmMode.NATIVE:
         daemon.native = NativeDriver(cfg.slurm.bb_pools_file, cfg.slurm.bb_grace)
     return daemon
