@@ -15,6 +15,11 @@ groups with ``setpriv`` (no shell, no PAM) and runs with that user's clean envir
 and umask 077; with ``as_user.scope`` (a job id) the command first joins the job's
 cgroup and what it leaves behind is killed when it ends (:mod:`rsa_scheduler.contain`).
 
+A connection sshd drops before its banner is tried again (:data:`CONNECT_TRIES`), and
+logged here; paramiko's own ERROR report of each such drop, a traceback logged line by
+line, is kept out of rsad's log by :class:`BannerNoiseFilter` (installed on paramiko's
+transport logger when this module is imported). Every other paramiko record passes.
+
 Must not import the daemon, the store or the core's scheduler; it only knows hosts.
 """
 
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import select
 import shlex
 import socket
@@ -55,6 +61,51 @@ CONNECT_PAUSE = 0.2  # seconds before the 2nd attempt (x attempt, x 1-2 jitter)
 
 class _Dropped(HostError):
     """sshd closed the connection before its banner (its ``__cause__`` says how)."""
+
+
+#: paramiko's transport thread reports a failed banner read as this ERROR record, then
+#: the traceback (``util.tb_strings()``), one ERROR record per line, ending with the
+#: exception's own line and an empty one
+_BANNER_HEAD = re.compile(r"Exception \(client\): Error reading SSH protocol banner")
+_BANNER_LAST = re.compile(r"[\w.]*SSHException: Error reading SSH protocol banner")
+_BANNER_MAX_LINES = 200  # a traceback longer than this is not the one expected: stop
+
+
+class BannerNoiseFilter(logging.Filter):
+    """Drops paramiko's report of a connection sshd closed before its banner: the
+    ``Exception (client): Error reading SSH protocol banner...`` record and the traceback
+    lines that follow it from the same thread. :meth:`SshHost._connect` retries such a
+    connection and logs it (and the last error) itself. Any other record -- another
+    error, its traceback, a record of another thread -- passes.
+
+    paramiko logs from each connection's own transport thread, the traceback right
+    after the error, so the filter keeps its place per thread (``threading.local``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._where = threading.local()  # per thread: lines of a banner report seen
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        seen: int = getattr(self._where, "seen", 0)  # 0: not inside a banner report
+        msg = record.msg
+        if record.levelno != logging.ERROR or not isinstance(msg, str) or record.args:
+            self._where.seen = 0  # not a line of paramiko's report: it is over
+            return True
+        if seen == 0:
+            if _BANNER_HEAD.match(msg):
+                self._where.seen = 1
+                return False
+            return True
+        if seen < 0:  # after the traceback's last line: its closing empty line
+            self._where.seen = 0
+            return msg != "" and self.filter(record)
+        self._where.seen = -1 if _BANNER_LAST.match(msg) else (
+            seen + 1 if seen < _BANNER_MAX_LINES else 0)
+        return False
+
+
+logging.getLogger("paramiko.transport").addFilter(BannerNoiseFilter())
+
 _WRAPPER = 'echo "RSA-PGID $$"; umask "$0"; cd /; exec "$@"'
 
 
