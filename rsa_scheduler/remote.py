@@ -234,6 +234,9 @@ class SshHost:
                                 "its key (ssh-keyscan) and retry") from e
             raise HostError(f"{self.name}: SSH to {self.user}@{self.address}:{self.port} "
                             f"failed: {e}") from e
+        except EOFError as e:  # reset before paramiko sent its version: no banner either
+            client.close()
+            raise _Dropped() from e
         except OSError as e:
             client.close()
             if isinstance(e, ConnectionResetError):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 
@@ -134,5 +135,41 @@ def test_paramiko_logs_no_traceback_for_connections_dropped_before_the_banner(
     paramiko_lines = [r for r in caplog.records if r.name.startswith("paramiko")]
     assert paramiko_lines, "paramiko logged nothing (DEBUG): is the test still right?"
     assert [r.getMessage() for r in paramiko_lines if r.levelno >= logging.WARNING] == []
+    ours = [r.getMessage() for r in caplog.records if r.name == "rsa_scheduler.remote"]
+    assert sum("dropped the connection before its banner" in m for m in ours) == 4
+
+
+@pytest.fixture
+def resetting_sshd() -> Iterator[int]:
+    """A loopback port whose "sshd" resets every connection at once (RST, SO_LINGER 0),
+    before the client could send its version: paramiko raises a bare EOFError then."""
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield srv.getsockname()[1]
+    srv.close()
+
+
+def test_a_connection_reset_before_the_version_exchange_is_tried_again(
+        resetting_sshd: int, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """However early sshd drops it (here before paramiko wrote its version line), a
+    dropped connection is retried and ends in the one actionable error, not a bare
+    EOFError after a single try."""
+    monkeypatch.setattr(remote, "CONNECT_PAUSE", 0.0)
+    caplog.set_level(logging.INFO, logger="rsa_scheduler.remote")
+    host = SshHost("rsa9", "127.0.0.1", port=resetting_sshd, host_key_policy="auto-add",
+                   connect_timeout=5)
+    with pytest.raises(HostError, match=r"5 tries: is sshd's MaxStartups too low"):
+        host.connect()
     ours = [r.getMessage() for r in caplog.records if r.name == "rsa_scheduler.remote"]
     assert sum("dropped the connection before its banner" in m for m in ours) == 4
