@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 from rsa_scheduler.core.actions import Action, Outcome
 from rsa_scheduler.core.events import Event
@@ -105,7 +105,7 @@ class Daemon:
         self.hosts: Mapping[str, Any] | None = None  # the RSA nodes (None: no data path)
         # the staging-worker pool, for its metrics (None: no data path, or
         # staging.engine_process off: the engines run in rsad's threads)
-        self.staging_workers: StagingWorkers | None = None
+        self.staging_workers: WorkerPool | None = None
         # early start wait: the jobs Slurm holds for the RSA (daemon/starthold.py)
         self.holds = StartHold(slurm=slurm, clock=clock, scheduler=lambda: self.sched,
                                commit=self._commit, tell=self.dispatcher.tell,
@@ -580,6 +580,8 @@ class Daemon:
         is logged)."""
         self.dispatcher.shutdown(timeout)
         self.specs.shutdown()
+        if self.staging_workers is not None:  # idle workers exit now, not at rsad's exit
+            self.staging_workers.close()
 
     # ---- reads for the API (loop thread via "call"): daemon/views.py ---------------------
     def job_view(self, rec: JobRecord) -> dict[str, Any]:
@@ -595,6 +597,13 @@ class Daemon:
         """(job, mount spec) of every RAMDISK no step is working on (loop thread): the
         RAMDISK tender checks these (core.states.TENDED)."""
         return views.tendable(self)
+
+
+class WorkerPool(StagingWorkers, Protocol):
+    """The staging-worker pool as the daemon holds it (``daemon.engines.EnginePool``):
+    its figures for the metrics, and closed when rsad stops."""
+
+    def close(self) -> None: ...
 
 
 __all__ = ["CommandRefused", "Daemon", "Request"]

@@ -198,6 +198,26 @@ def test_staging_workers_are_served_busy_idle_started_and_lost() -> None:
         pool.close()
 
 
+def test_rsad_stopping_ends_its_idle_workers(tmp_path: Path) -> None:
+    """Daemon.shutdown closes the staging-worker pool: its idle workers exit then, not
+    only when rsad's process is gone and their pipe closes."""
+    from tests.unit.test_daemon import ScriptedSlurm, make_daemon
+
+    pool = EnginePool(argv=(sys.executable, "-c", FAKE_WORKER))
+    d = make_daemon(tmp_path, ScriptedSlurm(), [])
+    d.staging_workers = pool
+    try:
+        assert pool.run({"op": "echo", "args": {}}, cancel=CancelToken()) == {}
+        (idle,) = fake_workers()
+        d.shutdown(timeout=5)
+        idle.wait(5)  # psutil.TimeoutExpired: still running
+        assert not idle.is_running()
+        assert pool.counts().idle == 0
+    finally:
+        pool.close()
+        d.store.close()
+
+
 def test_no_worker_series_without_a_worker_pool() -> None:
     """staging.engine_process off (or no data path): the copies run in rsad's threads,
     so no worker series at all, rather than zeros that would say nothing is copying."""
