@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import yaml
@@ -12,6 +13,7 @@ from prometheus_client import generate_latest
 
 from rsa_scheduler.core.policy import NodeState
 from rsa_scheduler.core.states import RsaState
+from rsa_scheduler.daemon.engines import EnginePool
 from rsa_scheduler.daemon.metrics import Metrics
 from tests.unit.test_daemon import ScriptedSlurm, make_daemon, settle
 
@@ -32,7 +34,8 @@ def exported(tmp_path: Path) -> set[str]:
     settle(d)
     d.published.publish(d.status_view())
     m = Metrics()
-    m.watch(d.published)
+    pool = EnginePool(argv=(sys.executable, "-c", "import sys; sys.stdin.read()"))
+    m.watch(d.published, pool)  # the worker series: served with staging.engine_process
     for kind in ("stage-in", "stage-out"):
         m.action_done(kind, "ok", 1.0, {"stats": {"bytes": 1, "files": 1}})
     m.cycle.observe(0.1)
