@@ -4,7 +4,11 @@ and the input area several e2e files stage from.
 The tier runs in both modes (``make lab-test`` queue, ``make lab-test-native`` native):
 a test marked ``queue`` is about what only the queue-watching mode does (the start hold,
 early start on the PFS, a decline to the PFS) and is skipped in a native-mode lab; a test
-marked ``native`` needs a native-mode lab; every other test runs in both."""
+marked ``native`` needs a native-mode lab; a test marked ``once`` is about rsad and the
+RSA nodes alone (their health, a RAMDISK's repair, fencing, a lost node or staging
+worker, the order of stage-outs on the PFS), which work the same whichever mode drives
+staging, and runs in the queue-mode lab only (each mode's own paths around them, a crash
+of rsad or slurmctld mid-staging, keep a test in both); every other test runs in both."""
 
 import os
 import signal
@@ -38,6 +42,9 @@ def lab_mode(lab: Mapping[str, str]) -> str:
 def _mode_of_the_test(request: pytest.FixtureRequest, lab: Mapping[str, str]) -> None:
     if request.node.get_closest_marker("queue") and lab_mode(lab) == "native":
         pytest.skip("queue-watching mode only (the native-mode lab runs the rest)")
+    if request.node.get_closest_marker("once") and lab_mode(lab) == "native":
+        pytest.skip("about rsad and the RSA nodes alone, the same in both modes: run in "
+                    "the queue-mode lab (make lab-test)")
 
 
 @contextmanager

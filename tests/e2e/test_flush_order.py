@@ -14,7 +14,8 @@ outputs shrink with the job id, so the orders differ: TRIO admits them oldest jo
 The oracle is on the PFS, not in rsad: a stage-out copies into
 ``DATA_OUT/.rsa-staging-<job>-<random>/`` after it took its slot and renames it away
 before it gives the slot back, so the test (as root, polling every 0.1 s) sees when each
-job copied. Runs in both modes (in native mode Slurm starts the stage-outs).
+job copied. The order test runs in the queue-mode lab (the gate is rsad's own); the crash
+test in both (in native mode Slurm starts the stage-outs).
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ def area(lab: Mapping[str, str]) -> Iterator[Path]:
         yield base
 
 
+@pytest.mark.once  # the gate's order is rsad's own; the crash test below runs in both
 def test_trio_gives_the_one_pfs_slot_to_the_oldest_waiting_job_first(
         lab: Mapping[str, str], area: Path) -> None:
     with rsad_configured(lab, "  stage_out_order: trio\n  flushes_per_target: 1\n"), \

@@ -13,7 +13,11 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+import pytest
+
 from tests.integration.slurmkit import wait_for
+
+pytestmark = pytest.mark.once  # RSA-node health is rsad's own, whichever mode drives staging
 
 SSH_DIR = Path("/run/rsa-lab/ssh")
 

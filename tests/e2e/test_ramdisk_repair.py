@@ -14,10 +14,14 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.test_prolog_lifecycle import nothing_of_job_mounted, run_to_start
 from tests.e2e.test_stage_out_failures import area, events, wait_for_file
 from tests.integration.slurmkit import make_jobs
 from tests.integration.test_rsad_staging import rsa_job, wait_state
+
+pytestmark = pytest.mark.once  # the RAMDISK's repair is rsad's own, whichever mode drives staging
 
 __all__ = ["area"]  # the fixture, shared with the stage-out tests
 

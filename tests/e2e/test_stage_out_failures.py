@@ -144,6 +144,7 @@ def staging_workers() -> list[psutil.Process]:
     return found
 
 
+@pytest.mark.once  # rsad's workers; rsad killed mid-stage-out (above) runs in both modes
 def test_a_staging_worker_killed_mid_stage_out_is_replaced_and_its_copies_killed(
         lab: Mapping[str, str], area: Path) -> None:
     """kill -9 of the process that runs a stage-out's engine (out of memory, a bug): the

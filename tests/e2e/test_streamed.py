@@ -15,7 +15,8 @@ transfer was streamed (else the test proves nothing about streamed mode).
    output out, verified, and leaves nothing behind.
 3. A job array on an idle cluster: every task's streamed output (``%a`` in DATA_OUT)
    lands in its own directory, verified.
-Runs in both modes.
+1 and 3 run in both modes; 2 in the queue-mode lab (``once``: rsad killed mid-stage-out
+in native mode is test_stage_out_failures.py's and test_flush_order.py's).
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ def test_a_streamed_input_is_read_from_the_ramdisk_and_a_streamed_output_lands(
     assert streamed_lines(start, area / "out"), "the stage-out was not streamed"
 
 
+@pytest.mark.once  # rsad's own resume of a streamed copy
 def test_a_crash_in_a_streamed_stage_out_loses_nothing(
         lab: Mapping[str, str], area: Path) -> None:
     start = log_size()
