@@ -23,7 +23,7 @@ def daemon_yaml() -> str:
     return f"""\
 daemon:
   state_dir: {STATE_DIR}
-  poll_interval: 2s
+  poll_interval: 1s
   api:
     socket: {SOCKET}
     listen: "{LISTEN}"
