@@ -229,7 +229,7 @@ def slurm_conf(s: Settings) -> str:
         "JobAcctGatherType=jobacct_gather/none",
         "SelectType=select/linear",
         "SchedulerType=sched/backfill",
-        "SchedulerParameters=bf_interval=5,sched_interval=5,bf_resolution=60",
+        "SchedulerParameters=bf_interval=2,sched_interval=2,bf_resolution=60",
         "SlurmdParameters=config_overrides",
         "MpiDefault=none",
         "ReturnToService=2",
