@@ -137,7 +137,10 @@ def test_prometheus_endpoint_serves_pool_and_job_metrics(lab: Mapping[str, str])
     with urllib.request.urlopen("http://127.0.0.1:9465/metrics", timeout=10) as resp:
         text = resp.read().decode()
     for name in ("rsa_nodes{", "rsa_slurm_up 1.0", "rsa_cycle_seconds_count",
-                 "rsa_actions_running"):
+                 "rsa_actions_running",
+                 # the lab's rsad runs its engines in staging workers (the default)
+                 'rsa_staging_workers{state="busy"}', 'rsa_staging_workers{state="idle"}',
+                 "rsa_staging_workers_started_total", "rsa_staging_workers_lost_total"):
         assert name in text, name
 
 
