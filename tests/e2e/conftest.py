@@ -5,10 +5,12 @@ The tier runs in both modes (``make lab-test`` queue, ``make lab-test-native`` n
 a test marked ``queue`` is about what only the queue-watching mode does (the start hold,
 early start on the PFS, a decline to the PFS) and is skipped in a native-mode lab; a test
 marked ``native`` needs a native-mode lab; a test marked ``once`` is about rsad and the
-RSA nodes alone (their health, a RAMDISK's repair, fencing, a lost node or staging
-worker, the order of stage-outs on the PFS), which work the same whichever mode drives
-staging, and runs in the queue-mode lab only (each mode's own paths around them, a crash
-of rsad or slurmctld mid-staging, keep a test in both); every other test runs in both."""
+RSA nodes alone (their health, a RAMDISK's repair, a lost staging worker, the order of
+stage-outs on the PFS), which work the same whichever mode drives staging, and runs in
+the queue-mode lab only; what a mode does differently around them keeps its tests in
+both (a node lost during stage-in: native mode's data_in hook must keep answering
+"wait"; rsad killed mid-stage-in or mid-stage-out: the hooks ride through an unreachable
+rsad); every other test runs in both."""
 
 import os
 import signal

@@ -9,13 +9,9 @@ import signal
 from collections.abc import Mapping
 from pathlib import Path
 
-import pytest
-
 from tests.integration.slurmkit import make_jobs, restart_lab_rsad, root, wait_for
 from tests.integration.test_rsad_staging import fill, rsa_job, wait_state
 from tests.security.test_reap import _owned_script, alive, area
-
-pytestmark = pytest.mark.once  # fencing is rsad's own, whichever mode drives staging
 
 __all__ = ["area"]
 

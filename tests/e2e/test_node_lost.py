@@ -21,9 +21,6 @@ from tests.integration.conftest import as_user
 from tests.integration.slurmkit import make_jobs, wait_for
 from tests.integration.test_rsad_staging import rsa_job, wait_state
 
-# a lost node's replacement is rsad's own (native mode's stage-in hook waits longer)
-pytestmark = pytest.mark.once
-
 BIG = 700 << 20  # seconds to stage through the lab's throttled PFS
 
 

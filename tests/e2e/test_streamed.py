@@ -15,8 +15,9 @@ transfer was streamed (else the test proves nothing about streamed mode).
    output out, verified, and leaves nothing behind.
 3. A job array on an idle cluster: every task's streamed output (``%a`` in DATA_OUT)
    lands in its own directory, verified.
-1 and 3 run in both modes; 2 in the queue-mode lab (``once``: rsad killed mid-stage-out
-in native mode is test_stage_out_failures.py's and test_flush_order.py's).
+1 and 3 run in both modes; 2 in the queue-mode lab only (``once``: resuming a streamed
+copy is rsad's own; Slurm's data_out hook riding through rsad killed mid-stage-out is
+tested in both modes by test_stage_out_failures.py and test_flush_order.py).
 """
 
 from __future__ import annotations
