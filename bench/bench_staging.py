@@ -15,7 +15,7 @@ the same node reads 3-5x faster. So the PFS sources are dropped from the page ca
 (posix_fadvise DONTNEED, file by file) before each tool reads them, and each tool stages
 out the RAMDISK copy its own stage-in wrote after every RSA node dropped it from its
 client's page cache: the node that wrote a file reads it back faster than a cold node
-(10k x 4 KiB by one tar: 5.0 s on the writer, 5.3-6.6 s elsewhere, 5.0-6.5 s on either
+(10k x 4 KiB by one tar: 5.0 s on the writer, 5.7-6.7 s elsewhere, 5.0-6.5 s on either
 after the drop), so without the drop single-stream rsync, which wrote and reads on rsa1,
 read warmer than the engine, whose buckets land on any node (the local-disk source is
 in the page cache for every tool alike). Every trial starts after a sync, so
@@ -241,6 +241,7 @@ def make_tree(root: Path, user: Identity) -> None:
 # drop_cache's loop, run on an RSA node for a RAMDISK path (drop_ramdisk)
 DROP_PROGRAM = (
     "import os, sys\n"
+    "os.sync()\n"  # dirty pages are not dropped
     "for dp, _, ns in os.walk(sys.argv[1]):\n"
     "    for n in ns:\n"
     "        fd = os.open(os.path.join(dp, n), os.O_RDONLY | os.O_NOFOLLOW)\n"

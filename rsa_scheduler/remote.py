@@ -63,6 +63,18 @@ class _Dropped(HostError):
     """sshd closed the connection before its banner (its ``__cause__`` says how)."""
 
 
+def _banner_read(client: paramiko.SSHClient) -> str:
+    """The server's version line if paramiko read it on ``client``'s connection, else
+    "" (the connection ended before sshd's banner)."""
+    transport = client.get_transport()
+    return str(getattr(transport, "remote_version", "") or "") if transport else ""
+
+
+def _why(cause: BaseException | None) -> str:
+    """An exception as one line: its text, or its type when it has none (EOFError)."""
+    return (str(cause) or type(cause).__name__) if cause is not None else "unknown"
+
+
 #: paramiko's transport thread reports a failed banner read as this ERROR record, then
 #: the traceback (``util.tb_strings()``), one ERROR record per line, ending with the
 #: exception's own line and an empty one
@@ -185,13 +197,14 @@ class SshHost:
             try:
                 return self._connect_once()
             except _Dropped as e:
+                why = _why(e.__cause__)
                 if attempt == CONNECT_TRIES:
                     raise HostError(f"{self.name}: SSH to {self.user}@{self.address}:"
-                                    f"{self.port} failed: {e.__cause__} ({attempt} tries: "
+                                    f"{self.port} failed: {why} ({attempt} tries: "
                                     "is sshd's MaxStartups too low?)") from e
                 pause = CONNECT_PAUSE * attempt * (1 + random.random())
                 log.info("%s: sshd dropped the connection before its banner (%s); "
-                         "again in %.2fs", self.name, e.__cause__, pause)
+                         "again in %.2fs", self.name, why, pause)
                 time.sleep(pause)
         raise AssertionError("unreachable")
 
@@ -234,13 +247,19 @@ class SshHost:
                                 "its key (ssh-keyscan) and retry") from e
             raise HostError(f"{self.name}: SSH to {self.user}@{self.address}:{self.port} "
                             f"failed: {e}") from e
-        except EOFError as e:  # reset before paramiko sent its version: no banner either
+        except (EOFError, ConnectionResetError) as e:
+            # closed or reset: before sshd's banner (as over its MaxStartups; an EOFError
+            # when paramiko could not even send its version) is worth another try; after
+            # it, sshd's side of the key exchange failed, which a retry does not mend
+            banner = _banner_read(client)
             client.close()
-            raise _Dropped() from e
+            if not banner:
+                raise _Dropped() from e
+            raise HostError(f"{self.name}: sshd at {self.address}:{self.port} closed the "
+                            f"connection during the key exchange, after its banner "
+                            f"({banner}): see sshd's log on {self.name}") from e
         except OSError as e:
             client.close()
-            if isinstance(e, ConnectionResetError):
-                raise _Dropped() from e
             raise HostError(f"{self.name}: cannot connect to {self.address}:{self.port}: "
                             f"{e}") from e
         transport = client.get_transport()

@@ -62,8 +62,8 @@ def test_rsad_lock_in_holds_the_place_and_rsad_sees_the_demotion_after_unlock(
             assert prio == int(lab["RSA_LAB_LOCKIN_PRIORITY"])
         urgent = jobs.submit(*FILL)
         root(lab, "scontrol", "update", f"jobid={urgent}", f"priority={urgent_priority(lab)}")
-        # three scheduler passes (sched_interval=5) and several rsad cycles (2 s)
-        deadline = time.monotonic() + 15
+        # four scheduler passes (the lab's sched_interval=2) and several rsad cycles (1 s)
+        deadline = time.monotonic() + 8
         while time.monotonic() < deadline:
             assert _queue(lab, job)[:2] in (("PENDING", "Resources"), ("PENDING", "None")), \
                 _queue(lab, job)

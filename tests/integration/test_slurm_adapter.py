@@ -118,8 +118,9 @@ def test_lock_in_keeps_the_place_and_unlock_lets_it_go(lab: Mapping[str, str]) -
         root(lab, "scontrol", "update", f"jobid={urgent}", f"priority={urgent_priority(lab)}")
         cls.poll()
         assert cls.rows[urgent].priority > before  # it would have overtaken the job
-        # two scheduler passes (sched_interval=5): the locked job must stay on-deck
-        for _ in range(12):
+        # three scheduler passes (the lab's sched_interval=2): the locked job must stay
+        # on-deck
+        for _ in range(6):
             cls.poll()
             assert cls.states[locked] is JobState.ON_DECK, cls.rows[locked]
             time.sleep(1)

@@ -173,3 +173,43 @@ def test_a_connection_reset_before_the_version_exchange_is_tried_again(
         host.connect()
     ours = [r.getMessage() for r in caplog.records if r.name == "rsa_scheduler.remote"]
     assert sum("dropped the connection before its banner" in m for m in ours) == 4
+
+
+@pytest.fixture
+def banner_then_close_sshd() -> Iterator[int]:
+    """A loopback port whose "sshd" sends its banner and closes: a failure of sshd's own
+    side of the key exchange (its pre-auth child dying), not a MaxStartups drop."""
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            with conn, contextlib.suppress(OSError):
+                conn.sendall(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n")
+                conn.settimeout(5)
+                conn.recv(256)  # the client's version line
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield srv.getsockname()[1]
+    srv.close()
+
+
+def test_a_connection_closed_after_the_banner_is_not_blamed_on_maxstartups(
+        banner_then_close_sshd: int, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """sshd answered with its banner, then closed: one try, and the error says where it
+    broke (the key exchange) and where to look, not the MaxStartups hint."""
+    monkeypatch.setattr(remote, "CONNECT_PAUSE", 0.0)
+    caplog.set_level(logging.INFO, logger="rsa_scheduler.remote")
+    host = SshHost("rsa9", "127.0.0.1", port=banner_then_close_sshd,
+                   host_key_policy="auto-add", connect_timeout=5)
+    with pytest.raises(HostError) as err:
+        host.connect()
+    text = str(err.value)
+    assert "closed the connection during the key exchange, after its banner" in text, text
+    assert "SSH-2.0-OpenSSH_9.2p1" in text and "see sshd's log on rsa9" in text, text
+    assert "MaxStartups" not in text, text
+    assert not [r for r in caplog.records if "before its banner" in r.getMessage()]
