@@ -9,7 +9,7 @@ import logging
 import socket
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -97,10 +97,9 @@ def test_the_filter_keeps_its_place_per_thread() -> None:
     assert passed(filt, BANNER_REPORT[5:]) == []
 
 
-@pytest.fixture
-def dropping_sshd() -> Iterator[int]:
-    """A loopback port whose "sshd" reads the client's version line and closes the
-    connection without a banner, as an sshd over its MaxStartups does."""
+@contextlib.contextmanager
+def fake_sshd(handle: Callable[[socket.socket], None]) -> Iterator[int]:
+    """A loopback port whose "sshd" hands every connection to ``handle``; its port."""
     srv = socket.create_server(("127.0.0.1", 0))
 
     def serve() -> None:
@@ -109,15 +108,29 @@ def dropping_sshd() -> Iterator[int]:
                 conn, _ = srv.accept()
             except OSError:
                 return
-            with conn, contextlib.suppress(OSError):
-                conn.settimeout(5)
-                buf = b""
-                while b"\n" not in buf and (data := conn.recv(256)):
-                    buf += data
+            handle(conn)
 
     threading.Thread(target=serve, daemon=True).start()
-    yield srv.getsockname()[1]
-    srv.close()
+    try:
+        yield srv.getsockname()[1]
+    finally:
+        srv.close()
+
+
+@pytest.fixture
+def dropping_sshd() -> Iterator[int]:
+    """A loopback port whose "sshd" reads the client's version line and closes the
+    connection without a banner, as an sshd over its MaxStartups does."""
+
+    def drop(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.settimeout(5)
+            buf = b""
+            while b"\n" not in buf and (data := conn.recv(256)):
+                buf += data
+
+    with fake_sshd(drop) as port:
+        yield port
 
 
 def test_paramiko_logs_no_traceback_for_connections_dropped_before_the_banner(
@@ -143,20 +156,13 @@ def test_paramiko_logs_no_traceback_for_connections_dropped_before_the_banner(
 def resetting_sshd() -> Iterator[int]:
     """A loopback port whose "sshd" resets every connection at once (RST, SO_LINGER 0),
     before the client could send its version: paramiko raises a bare EOFError then."""
-    srv = socket.create_server(("127.0.0.1", 0))
 
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                return
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            conn.close()
+    def reset(conn: socket.socket) -> None:
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
 
-    threading.Thread(target=serve, daemon=True).start()
-    yield srv.getsockname()[1]
-    srv.close()
+    with fake_sshd(reset) as port:
+        yield port
 
 
 def test_a_connection_reset_before_the_version_exchange_is_tried_again(
@@ -179,22 +185,15 @@ def test_a_connection_reset_before_the_version_exchange_is_tried_again(
 def banner_then_close_sshd() -> Iterator[int]:
     """A loopback port whose "sshd" sends its banner and closes: a failure of sshd's own
     side of the key exchange (its pre-auth child dying), not a MaxStartups drop."""
-    srv = socket.create_server(("127.0.0.1", 0))
 
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                return
-            with conn, contextlib.suppress(OSError):
-                conn.sendall(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n")
-                conn.settimeout(5)
-                conn.recv(256)  # the client's version line
+    def banner_then_close(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.sendall(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n")
+            conn.settimeout(5)
+            conn.recv(256)  # the client's version line
 
-    threading.Thread(target=serve, daemon=True).start()
-    yield srv.getsockname()[1]
-    srv.close()
+    with fake_sshd(banner_then_close) as port:
+        yield port
 
 
 def test_a_connection_closed_after_the_banner_is_not_blamed_on_maxstartups(
