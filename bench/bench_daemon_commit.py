@@ -36,7 +36,7 @@ from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.daemon.executors import ActionContext, Registry
 from rsa_scheduler.daemon.service import Daemon
 from rsa_scheduler.daemon.wiring import slurm_executors
-from rsa_scheduler.slurm.parse import QueueRow
+from rsa_scheduler.slurm.parse import JobInfo, QueueRow
 from rsa_scheduler.store import JobRow, Store
 
 SPEC = DirectiveSpec(data_in="/pfs/in", data_out="/pfs/out")
@@ -73,8 +73,8 @@ class Queue:
     def drain_nodes(self, nodes: Sequence[str], reason: str) -> None:
         pass
 
-    def job_fields(self, job_id: str) -> dict[str, str]:
-        return {}
+    def job_info(self, job_id: str) -> JobInfo:
+        return JobInfo(job_id, job_id, "N/A", "alice", "debug", "")
 
     def idle_nodes(self) -> dict[str, int]:
         return {}

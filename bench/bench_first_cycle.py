@@ -34,7 +34,7 @@ from rsa_scheduler.core.policy import AllocationPolicy, StagingPolicy, Tier
 from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.daemon.executors import Registry
 from rsa_scheduler.daemon.service import Daemon
-from rsa_scheduler.slurm.parse import QueueRow, parse_queue
+from rsa_scheduler.slurm.parse import JobInfo, QueueRow, parse_queue
 from rsa_scheduler.store import Store
 
 ARRAY = 1000
@@ -72,8 +72,8 @@ class TextSlurm:
     def pending_jobs(self) -> list[tuple[str, int, str, str]]:
         return []
 
-    def job_fields(self, job_id: str) -> dict[str, str]:
-        return {}
+    def job_info(self, job_id: str) -> JobInfo:
+        return JobInfo(job_id, job_id, "N/A", "alice", "debug", "")
 
     def batch_script(self, job_id: str) -> str:
         return ""

@@ -250,20 +250,17 @@ class Routes:
         job = self.daemon.aliases.get(own, own)
         if hook == "setup" and job == own:
             try:
-                fields = self.daemon.slurm.job_fields(own)
+                info = self.daemon.slurm.job_info(own)
             except Exception as e:  # the job goes on under its own id
                 log.warning("job %s: could not ask Slurm whether it is an array task: %s",
                             own, e)
-                fields = {}
-            array, task = fields.get("ArrayJobId", ""), fields.get("ArrayTaskId", "")
-            if array.isdigit() and task.isdigit():
-                job = f"{array}_{task}"
+                info = None
+            key = info.array_key if info is not None else None
+            if info is not None and key is not None and \
+                    _same_uid(info.user, payload.get("uid")) and \
+                    self._call(lambda: self._learn_alias(own, key, info.user, tracked=False)):
+                job = key
                 payload["alias"] = own
-
-                def learn() -> None:
-                    self.daemon.aliases[own] = job
-
-                self._call(learn)
         try:
             return self._call(lambda: self.daemon.bb(hook, job, payload))
         except CommandRefused as e:
@@ -284,23 +281,41 @@ class Routes:
         if not self._call(unmatched):
             return None
         try:
-            fields = self.daemon.slurm.job_fields(own)
+            info = self.daemon.slurm.job_info(own)
         except Exception as e:  # any failure: the hook goes on under its own id
             log.warning("job %s: could not ask Slurm whether it is an array task: %s",
                         own, e)
             return None
-        array, task = fields.get("ArrayJobId", ""), fields.get("ArrayTaskId", "")
-        if not (array.isdigit() and task.isdigit()):
+        key = info.array_key
+        if key is None:
             return None
-        key = f"{array}_{task}"
+        return key if self._call(lambda: self._learn_alias(own, key, info.user,
+                                                           tracked=True)) else None
 
-        def learn() -> bool:
-            if key not in self.daemon.sched.records:
-                return False
-            self.daemon.aliases[own] = key
-            return True
-
-        return key if self._call(learn) else None
+    def _learn_alias(self, own: str, key: str, user: str, *, tracked: bool) -> bool:
+        """Loop thread: remember that job ``own`` (Slurm says: ``user``'s array task
+        ``key``) is rsad's ``key``, unless that would let one job pass for another: the
+        RSA job ``key`` (untracked allowed only when not ``tracked``, native mode's setup
+        comes first) must be ``user``'s, and neither ``own`` nor ``key`` may be matched
+        to another job already."""
+        d = self.daemon
+        rec = d.sched.records.get(key)
+        why = None
+        if rec is None and tracked:
+            why = "rsad tracks no such job"
+        elif rec is not None and rec.user != user:
+            why = f"that job is {rec.user}'s, job {own} is {user}'s"
+        elif d.aliases.get(own, key) != key:
+            why = f"job {own} is task {d.aliases[own]} already"
+        else:
+            other = next((o for o, k in d.aliases.items() if k == key and o != own), None)
+            if other is not None:
+                why = f"task {key} is job {other} already"
+        if why is not None:
+            log.warning("job %s: not taken for array task %s: %s", own, key, why)
+            return False
+        d.aliases[own] = key
+        return True
 
     def _node_hook(self, hook: str, payload: dict[str, Any]) -> Any:
         """Node Prolog / node agent / Epilog of a compute node (rsa_scheduler.node)."""
@@ -407,6 +422,17 @@ class Endpoint:
         except munge.MungeError as e:
             log.warning("api: reply not signed: %s", e)
         return httpd.Reply(int(status), out, headers)
+
+
+def _same_uid(user: str, uid: object) -> bool:
+    """Whether ``uid`` (a hook's, from Slurm) is ``user``'s; no uid given: nothing to
+    compare."""
+    if uid in (None, ""):
+        return True
+    try:
+        return pwd.getpwnam(user).pw_uid == int(str(uid))
+    except (KeyError, ValueError):
+        return False
 
 
 def _privileged_uid(uid: int) -> bool:

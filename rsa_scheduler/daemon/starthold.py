@@ -117,7 +117,7 @@ class StartHold:
             mine = {r.job_id for r in new}
             ahead = [(parts, nodes) for job, nodes, reason, parts in self.slurm.pending_jobs()
                      if reason in ELIGIBLE_REASONS and job.split("+", 1)[0] not in mine]
-            judged = [(r.job_id, self.slurm.job_fields(r.job_id).get("Partition", ""),
+            judged = [(r.job_id, self.slurm.job_info(r.job_id).partition,
                        r.num_nodes) for r in new]
             fits = startable(judged, idle, ahead)
         except SlurmError as e:  # unsure: release (the job then behaves as unheld)
@@ -192,9 +192,7 @@ class StartHold:
     def _hold(self, job: str, seconds: int) -> None:
         """Worker: hold ``job`` for ``seconds`` (its admin_comment gets the marker)."""
         try:
-            # (scontrol show job -o cuts AdminComment at a " hold=" marker: either way
-            # this is the spec's part)
-            spec_text, _ = split_hold(self.slurm.job_fields(job).get("AdminComment", ""))
+            spec_text, _ = split_hold(self.slurm.job_info(job).admin_comment)
             deadline = int(time.time()) + seconds
             self.slurm.hold(job, seconds, f"{spec_text}{HOLD_MARK}{deadline}")
         except SlurmError as e:

@@ -16,13 +16,16 @@ from ClusterShell.NodeSet import NodeSet
 
 from rsa_scheduler.runner import CLEAN_PATH, CommandError, LocalRunner, Runner
 from rsa_scheduler.slurm.parse import (
+    JOB_INFO_FORMAT,
     PENDING_FORMAT,
     QUEUE_FORMAT,
     SINFO_PARTITIONS,
+    JobInfo,
+    ParseError,
     QueueRow,
+    parse_job_info,
     parse_pending,
     parse_queue,
-    parse_show_job,
     parse_sinfo_partitions,
 )
 from rsa_scheduler.slurm.port import SlurmError
@@ -51,6 +54,11 @@ def drain_argv(bin_dir: Path, nodes: Sequence[str], reason: str) -> list[str]:
         raise ValueError("no nodes to drain")
     return [str(bin_dir / "scontrol"), "update", f"NodeName={NodeSet.fromlist(nodes)}",
             "State=DRAIN", f"Reason={reason[:200]}"]
+
+
+def job_info_argv(bin_dir: Path, job_id: str) -> list[str]:
+    """One job's identity (parse.JOB_INFO_FIELDS), in any state Slurm still keeps."""
+    return [str(bin_dir / "squeue"), "-h", "-t", "all", "-j", job_id, "-O", JOB_INFO_FORMAT]
 
 
 def job_qos_argv(bin_dir: Path, job_id: str) -> list[str]:
@@ -180,12 +188,11 @@ class CliSlurm:
     def drain_nodes(self, nodes: Sequence[str], reason: str) -> None:
         self._run(drain_argv(self.bin_dir, nodes, reason))
 
-    def job_fields(self, job_id: str) -> dict[str, str]:
-        jobs = parse_show_job(self._run([str(self.bin_dir / "scontrol"), "show", "job",
-                                         "-o", job_id]))
-        if not jobs:
-            raise SlurmError(f"job {job_id}: scontrol show job printed nothing")
-        return jobs[0]
+    def job_info(self, job_id: str) -> JobInfo:
+        try:
+            return parse_job_info(self._run(job_info_argv(self.bin_dir, job_id)), job_id)
+        except ParseError as e:
+            raise SlurmError(f"job {job_id}: {e}") from e
 
     def idle_nodes(self) -> dict[str, int]:
         return parse_sinfo_partitions(self._run([str(self.bin_dir / "sinfo"), "-h", "-o",

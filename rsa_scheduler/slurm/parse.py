@@ -1,7 +1,8 @@
 """Pure parsers of Slurm command output (tested on real 22.05 output in tests/data/slurm/).
 
 Owns the squeue format the adapter asks for (:data:`QUEUE_FIELDS`), :class:`QueueRow`,
-:func:`parse_queue`, and :func:`parse_show_job` for ``scontrol show job -o``. No I/O.
+:func:`parse_queue`, and :func:`parse_job_info` for one job's identity (never from
+``scontrol show job``, whose values can forge other fields). No I/O.
 """
 
 from __future__ import annotations
@@ -124,24 +125,65 @@ def _row(parts: list[str], lineno: int) -> QueueRow:
         raise ParseError(f"squeue line {lineno}: {e}") from e
 
 
-# ``scontrol show job -o``: ``Key=value`` pairs separated by spaces, where a value may
-# itself contain spaces (JobName=name with spaces). A new pair starts at a space followed
-# by a known-looking key and '='.
-_KEY = re.compile(r"(?:^| )([A-Za-z][A-Za-z0-9_/:]*)=")
+#: ``squeue -h -t all -j JOB -O JOB_INFO_FORMAT``: one job's identity as Slurm keeps it.
+#: None of these fields holds text a user chose (``scontrol show job -o`` does: a job
+#: name, comment, working directory or output path can contain `` ArrayJobId=1`` and
+#: become that field), except admin_comment, which comes last (and which only
+#: job_submit.lua, rsad and operators write). ``JobID`` is the job's own id, unique to
+#: each array task (``JobArrayID`` would print ``A_T``).
+JOB_INFO_FIELDS: tuple[str, ...] = ("JobID", "ArrayJobID", "ArrayTaskID", "UserName",
+                                    "Partition", "admin_comment")
+JOB_INFO_FORMAT = ",".join(f"{f}:0|" for f in JOB_INFO_FIELDS)
+_INFO_START = re.compile(r"^\d+\|\d+\|[^|\n]*\|[^|\n]*\|[^|\n]*\|", re.MULTILINE)
+_NUM = re.compile(r"^\d+$")
 
 
-def parse_show_job(text: str) -> list[dict[str, str]]:
-    """Parse ``scontrol show job -o`` (one job per line) into dicts of raw strings."""
-    return [_pairs(line) for line in text.splitlines() if line.strip()]
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """One job as Slurm itself describes it (:data:`JOB_INFO_FIELDS`)."""
+
+    job_id: str  #: the job's own id (an array task's too)
+    array_job_id: str  #: the array's id; the job's own id when it is no array task
+    array_task_id: str  #: the task's index, ``N/A`` for no array, ``0-5`` for tasks not split
+    user: str
+    partition: str
+    admin_comment: str  #: ``""`` when unset
+
+    @property
+    def array_key(self) -> str | None:
+        """``<array job id>_<task>`` when this is one array task, else None."""
+        if _NUM.match(self.array_task_id) and _NUM.match(self.array_job_id):
+            return f"{self.array_job_id}_{self.array_task_id}"
+        return None
 
 
-def _pairs(line: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    matches = list(_KEY.finditer(line))
-    for i, m in enumerate(matches):
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
-        out[m.group(1)] = line[m.end():end].rstrip()
-    return out
+def parse_job_info(text: str, job_id: str) -> JobInfo:
+    """The line of ``squeue -h -t all -j JOB -O JOB_INFO_FORMAT`` of job ``job_id``: its
+    own id, or ``A_T`` for an array task (a task not split from its array yet has the
+    array's own id). ``-j`` of an array's id lists all its tasks, of a heterogeneous
+    job's all its components: only the line of that id counts. An admin_comment may run
+    over several lines. A ParseError when no line, or more than one, is that job's."""
+    array_key = job_id if "_" in job_id else None
+    starts = [m.start() for m in _INFO_START.finditer(text)]
+    found: list[JobInfo] = []
+    for i, start in enumerate(starts):
+        end = starts[i + 1] if i + 1 < len(starts) else len(text)
+        chunk = text[start:end]
+        if chunk.endswith("\n"):
+            chunk = chunk[:-1]
+        parts = chunk.split("|", len(JOB_INFO_FIELDS) - 1)
+        own, array, task, user, partition, comment = parts
+        if (f"{array}_{task}" if array_key else own) != job_id:
+            continue
+        if comment.endswith("|"):
+            comment = comment[:-1]
+        found.append(JobInfo(job_id=own, array_job_id=array, array_task_id=task, user=user,
+                             partition=partition,
+                             admin_comment="" if comment == NULL else comment))
+    if len(found) != 1:
+        what = "no line" if not found else f"{len(found)} lines"
+        raise ParseError(f"squeue printed {what} for job {job_id}: {text[:200]!r}")
+    return found[0]
 
 
 #: ``squeue -t PD`` fields of :func:`parse_pending` (as captured in tests/data/slurm/)

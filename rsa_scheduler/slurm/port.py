@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from rsa_scheduler.errors import RsaError
-from rsa_scheduler.slurm.parse import QueueRow
+from rsa_scheduler.slurm.parse import JobInfo, QueueRow
 
 
 class SlurmError(RsaError):
@@ -46,8 +46,9 @@ class SlurmPort(Protocol):
         """Drain compute nodes (no new jobs; running ones go on) with ``reason``."""
         ...
 
-    def job_fields(self, job_id: str) -> dict[str, str]:
-        """One job's fields as ``scontrol show job -o`` prints them (Partition, ...)."""
+    def job_info(self, job_id: str) -> JobInfo:
+        """One job as Slurm describes it: own id, array ids, user, partition,
+        admin_comment (from fields no user can forge: slurm.parse.JOB_INFO_FIELDS)."""
         ...
 
     def idle_nodes(self) -> dict[str, int]:

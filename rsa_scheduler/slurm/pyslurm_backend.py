@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rsa_scheduler.slurm.cli import CliSlurm
-from rsa_scheduler.slurm.parse import QueueRow
+from rsa_scheduler.slurm.parse import JobInfo, QueueRow
 from rsa_scheduler.slurm.port import SlurmError
 
 
@@ -74,8 +74,8 @@ class PySlurm:
     def drain_nodes(self, nodes: Sequence[str], reason: str) -> None:
         self.cli.drain_nodes(nodes, reason)
 
-    def job_fields(self, job_id: str) -> dict[str, str]:
-        return self.cli.job_fields(job_id)
+    def job_info(self, job_id: str) -> JobInfo:
+        return self.cli.job_info(job_id)
 
     def idle_nodes(self) -> dict[str, int]:
         return self.cli.idle_nodes()

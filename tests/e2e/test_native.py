@@ -21,10 +21,9 @@ from typing import Any
 import pytest
 
 from rsa_scheduler.core.states import RsaState
-from rsa_scheduler.slurm.parse import parse_show_job
 from tests.e2e.conftest import input_area, md5_of
 from tests.integration.conftest import as_user
-from tests.integration.slurmkit import make_jobs, root, wait_for
+from tests.integration.slurmkit import make_jobs, root, show_job, wait_for
 from tests.integration.test_rsad_staging import rsa_job, wait_state
 
 pytestmark = pytest.mark.native
@@ -44,7 +43,7 @@ def area(lab: Mapping[str, str]) -> Iterator[Path]:
 
 
 def show(lab: Mapping[str, str], job: str) -> dict[str, str]:
-    return parse_show_job(root(lab, "scontrol", "show", "job", "-o", job))[0]
+    return show_job(lab, job)
 
 
 def queue_line(lab: Mapping[str, str], job: str) -> tuple[str, str]:

@@ -23,6 +23,7 @@ from tests.e2e.conftest import input_area
 from tests.integration.slurmkit import (
     make_jobs,
     root,
+    show_job,
     start_lab_rsad,
     stop_lab_rsad,
     wait_for,
@@ -57,16 +58,7 @@ def md5_pfs(base: Path) -> str:
 
 
 def show(lab: Mapping[str, str], job: str) -> dict[str, str]:
-    """scontrol's fields, with AdminComment whole (its `` hold=`` part would read as a
-    field of its own in ``scontrol show job -o``)."""
-    from rsa_scheduler.slurm.parse import parse_show_job
-
-    fields = parse_show_job(root(lab, "scontrol", "show", "job", "-o", job))[0]
-    fields["AdminComment"] = root(lab, "squeue", "-h", "-t", "all", "-j", job, "-O",
-                                  "admin_comment:0").strip()
-    fields["Comment"] = root(lab, "squeue", "-h", "-t", "all", "-j", job, "-O",
-                             "Comment:0").strip()
-    return fields
+    return show_job(lab, job)
 
 
 def test_the_readme_job_on_an_idle_cluster_waits_for_its_ramdisk(

@@ -27,6 +27,16 @@ def root(lab: Mapping[str, str], *argv: str) -> str:
     return done.stdout
 
 
+def show_job(lab: Mapping[str, str], job: str) -> dict[str, str]:
+    """A job's JobState, Reason, Comment and AdminComment, each from its own squeue call
+    (never from ``scontrol show job -o``, whose values can read as other fields)."""
+    def field(name: str) -> str:
+        return root(lab, "squeue", "-h", "-t", "all", "-j", job, "-O", f"{name}:0").strip()
+
+    return {"JobState": field("State"), "Reason": field("Reason"),
+            "Comment": field("Comment"), "AdminComment": field("admin_comment")}
+
+
 def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0,
              every: float = 1.0) -> T:
     """Poll ``probe`` until it returns something truthy (bounded in time)."""

@@ -29,7 +29,7 @@ from rsa_scheduler.daemon.dispatch import Running
 from rsa_scheduler.daemon.executors import ActionContext, BusyError, PermanentError, Registry
 from rsa_scheduler.daemon.service import Daemon, Request
 from rsa_scheduler.hosts import CancelToken
-from rsa_scheduler.slurm.parse import QueueRow
+from rsa_scheduler.slurm.parse import JobInfo, QueueRow
 from rsa_scheduler.slurm.port import SlurmPort
 from rsa_scheduler.store import JobRow, Store
 from tests.unit.corekit import make_action, make_pool
@@ -43,6 +43,7 @@ class ScriptedSlurm:
         self.calls: list[tuple[str, str]] = []
         self.idle = {"debug": 4}
         self.tasks: dict[str, tuple[str, str]] = {}  # own job id -> (array job, task)
+        self.users: dict[str, str] = {}  # own job id -> its user, when not alice
 
     def set(self, job: str, state: str, reason: str = "None",
             spec: DirectiveSpec | None = SPEC, hold: int | None = None) -> None:
@@ -52,13 +53,14 @@ class ScriptedSlurm:
         self.rows = [r for r in self.rows if r.job_id != job] + [QueueRow(
             job, state, reason, 10, 2, "alice", comment)]
 
-    def job_fields(self, job_id: str) -> dict[str, str]:
-        self.calls.append(("job_fields", job_id))
+    def job_info(self, job_id: str) -> JobInfo:
+        self.calls.append(("job_info", job_id))
         row = next((r for r in self.rows if r.job_id == job_id), None)
-        array = dict(zip(("ArrayJobId", "ArrayTaskId"), self.tasks[job_id], strict=True)
-                     ) if job_id in self.tasks else {}
-        return {"JobId": job_id, "Partition": "debug",
-                "AdminComment": (row.admin_comment or "") if row else "", **array}
+        array, task = self.tasks.get(job_id, (job_id, "N/A"))
+        return JobInfo(job_id=job_id, array_job_id=array, array_task_id=task,
+                       user=self.users.get(job_id, row.user if row else "alice"),
+                       partition="debug",
+                       admin_comment=(row.admin_comment or "") if row else "")
 
     def hold(self, job_id: str, seconds: int, admin_comment: str) -> None:
         self.calls.append(("hold", f"{job_id}:{seconds}:{admin_comment}"))
@@ -946,8 +948,35 @@ def test_a_node_hook_before_slurmctlds_names_its_array_task_by_asking_slurm(
         # every task matched: a plain job's hooks (and an untracked array's) ask nothing
         routes.dispatch(ROOT, "POST", "/v1/hooks/epilog", {"job_id": "140", "node": "c1"})
         routes.dispatch(ROOT, "POST", "/v1/hooks/epilog", {"job_id": "55", "node": "c1"})
-    assert [v for k, v in slurm.calls if k == "job_fields"] == ["131"]
+    assert [v for k, v in slurm.calls if k == "job_info"] == ["131"]
     assert d.aliases == {"131": "127_4"}
+
+
+def test_another_users_job_never_passes_for_an_array_task(tmp_path: Path) -> None:
+    """Issue 36: a job of another user, or a second job claiming a task already matched,
+    is never taken for a tracked array task (its Epilog would end the task's lifecycle
+    and its Prolog be handed the task's RAMDISK)."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("127_4", "PENDING", "Resources")
+    slurm.set("127_5", "PENDING", "Resources")
+    # Slurm's answer would be that of a forged identity: the claim alone must not do
+    slurm.tasks = {"200": ("127", "4"), "131": ("127", "4"), "201": ("127", "4"),
+                   "300": ("127", "9")}
+    slurm.users = {"200": "mallory"}
+    d.poll()
+    settle(d)
+    with serving(d):
+        routes = Routes(d)
+        routes.dispatch(ROOT, "POST", "/v1/hooks/epilog", {"job_id": "200", "node": "c1"})
+        assert d.aliases == {}  # mallory's job is not alice's task
+        routes.dispatch(ROOT, "POST", "/v1/hooks/epilog", {"job_id": "131", "node": "c1"})
+        assert d.aliases == {"131": "127_4"}
+        routes.dispatch(ROOT, "POST", "/v1/hooks/epilog", {"job_id": "201", "node": "c1"})
+        routes.dispatch(ROOT, "POST", "/v1/hooks/epilog", {"job_id": "300", "node": "c1"})
+    assert d.aliases == {"131": "127_4"}  # taken already; not tracked
+    assert d.sched.records["127_4"].job_state is JobState.ON_DECK
 
 
 def test_a_requeued_wait_job_is_held_again_until_its_ramdisk_is_rebuilt(

@@ -322,3 +322,11 @@ def test_only_root_or_slurm_may_call_the_burst_buffer_hooks(tmp_path: Path) -> N
         got = routes.dispatch(Caller(0, "root"), "POST", "/v1/bb/setup", {"job_id": "12"})
         assert got["job_id"] == "10_2" and got["status"] == "done"
         assert d.aliases["12"] == "10_2"
+        # issue 36: another job, or another user's, never passes for the same task
+        slurm.tasks["13"] = ("10", "2")
+        got = routes.dispatch(Caller(0, "root"), "POST", "/v1/bb/setup", {"job_id": "13"})
+        assert got["job_id"] == "13" and d.aliases == {"12": "10_2"}
+        slurm.tasks["14"] = ("10", "3")
+        got = routes.dispatch(Caller(0, "root"), "POST", "/v1/bb/setup",
+                              {"job_id": "14", "uid": "0"})  # Slurm's uid: not alice's
+        assert got["job_id"] == "14" and "14" not in d.aliases

@@ -5,11 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rsa_scheduler.core.directives import DirectiveSpec
 from rsa_scheduler.core.states import JobState, derive_job_state
-from rsa_scheduler.slurm.cli import batch_script_argv, squeue_argv, update_argv
-from rsa_scheduler.slurm.parse import QUEUE_FORMAT, ParseError, parse_queue, parse_show_job
+from rsa_scheduler.slurm.cli import batch_script_argv, job_info_argv, squeue_argv, update_argv
+from rsa_scheduler.slurm.parse import (
+    JOB_INFO_FORMAT,
+    NULL,
+    QUEUE_FORMAT,
+    JobInfo,
+    ParseError,
+    parse_job_info,
+    parse_queue,
+)
 
 DATA = Path(__file__).parent.parent / "data" / "slurm"
 
@@ -62,18 +72,62 @@ def test_bad_queue_output_is_a_parse_error(text: str) -> None:
         parse_queue(text)
 
 
-def test_parse_show_job_keeps_values_with_spaces() -> None:
-    jobs = parse_show_job((DATA / "scontrol_show_job.txt").read_text())
-    by_id = {j["JobId"]: j for j in jobs}
-    assert by_id["13"]["JobName"] == "name with spaces"
-    assert by_id["11"]["AdminComment"].startswith("rsa=")
-    assert by_id["12"]["QOS"] == "rsa-lockin"
-    for name, state in (("completed", "COMPLETED"), ("failed", "FAILED"),
-                        ("cancelled", "CANCELLED"), ("timeout", "TIMEOUT")):
-        (job,) = parse_show_job((DATA / f"scontrol_show_job_{name}.txt").read_text())
-        assert job["JobState"] == state
-        assert derive_job_state(JobState.RUNNING, job["JobState"], job["Reason"]) is \
-            JobState.FINISHED
+def test_job_info_asks_only_fields_no_user_can_write() -> None:
+    assert job_info_argv(Path("/usr/bin"), "12") == [
+        "/usr/bin/squeue", "-h", "-t", "all", "-j", "12", "-O", JOB_INFO_FORMAT]
+    assert JOB_INFO_FORMAT == ("JobID:0|,ArrayJobID:0|,ArrayTaskID:0|,UserName:0|,"
+                               "Partition:0|,admin_comment:0|")
+
+
+def test_a_job_name_cannot_forge_an_array_task() -> None:
+    """Issue 36, captured: rsaother's job 2 named ``x ArrayJobId=1 ArrayTaskId=0``.
+    scontrol's line carries the forged fields; squeue's fields say what the job is."""
+    forged = (DATA / "scontrol_show_job_forged_name.txt").read_text()
+    assert "JobName=x ArrayJobId=1 ArrayTaskId=0 UserId=rsaother" in forged
+    info = parse_job_info((DATA / "squeue_job_info_forged_name.txt").read_text(), "2")
+    assert info == JobInfo("2", "2", "N/A", "rsaother", "debug", "")
+    assert info.array_key is None
+
+
+def test_job_info_of_array_tasks_and_admin_comments() -> None:
+    # -j of the array's id lists every task: only the line of that own id counts
+    text = (DATA / "squeue_job_info_array.txt").read_text()
+    assert parse_job_info(text, "1").array_key == "1_2"
+    assert parse_job_info(text, "4").array_key == "1_1"
+    assert parse_job_info(text, "1_0").job_id == "3"
+    task = parse_job_info((DATA / "squeue_job_info_task.txt").read_text(), "4")
+    assert (task.array_key, task.user) == ("1_1", "rsauser")
+    pending = parse_job_info((DATA / "squeue_job_info_pending_array.txt").read_text(), "5")
+    assert pending.array_task_id == "0-5" and pending.array_key is None
+    multi = parse_job_info((DATA / "squeue_job_info_multiline.txt").read_text(), "6")
+    assert multi.admin_comment == "multi\nline|x" and multi.array_key is None
+    with pytest.raises(ParseError, match="no line for job 9"):
+        parse_job_info(text, "9")
+
+
+_LINE = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)
+
+
+@given(own=st.integers(1, 99), array=st.integers(1, 99),
+       task=st.one_of(st.just("N/A"), st.integers(0, 9).map(str)),
+       comment=st.lists(_LINE, max_size=3).map("\n".join),
+       sibling_comment=st.lists(_LINE, max_size=3).map("\n".join))
+def test_no_admin_comment_changes_whose_job_it_is(own: int, array: int, task: str,
+                                                   comment: str,
+                                                   sibling_comment: str) -> None:
+    """Whatever an admin_comment holds (``|``, newlines, whole forged lines), the job's
+    own line gives its identity, or the parse fails: never another identity."""
+    def line(job: int, arr: int, t: str, user: str, c: str) -> str:
+        return f"{job}|{arr}|{t}|{user}|debug|{c or NULL}|\n"
+
+    text = line(own + 100, array, "7", "other", sibling_comment) + \
+        line(own, array, task, "rsauser", comment)
+    try:
+        info = parse_job_info(text, str(own))
+    except ParseError:
+        return
+    assert (info.job_id, info.array_job_id, info.array_task_id, info.user) == (
+        str(own), str(array), task, "rsauser")
 
 
 def test_update_and_script_argv() -> None:
