@@ -144,6 +144,8 @@ CONDITIONS: Mapping[Cond, Callable[[JobRecord, StagingPolicy], bool]] = {
                                            and not rec.wait_over),
     Cond.POLICY_UNION: lambda rec, policy: _early(rec, policy) is EarlyStart.UNION,
     Cond.JOB_ENDED: lambda rec, _: rec.job_state is not JobState.RUNNING,
+    Cond.STALE_WRITEBACK: lambda rec, _: rec.writeback_live and
+    rec.job_state is not JobState.RUNNING,
 }
 
 for _table, _enum in ((EFFECTS, Effect), (CONDITIONS, Cond)):

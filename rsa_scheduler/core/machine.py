@@ -50,11 +50,12 @@ from rsa_scheduler.core.policy import NODE_TIERS, EarlyStart, StagingPolicy
 from rsa_scheduler.core.record import JobRecord, apply_event, new_record_event, state_diff
 from rsa_scheduler.core.rules import Effect, InvalidTransition, Rule
 from rsa_scheduler.core.states import (
-    HOLDS_USER_DATA,
     JOB_TRIGGERS,
     TIMER_STATES,
+    JobState,
     RsaState,
     Trigger,
+    holds_user_data,
 )
 from rsa_scheduler.core.transitions import lookup
 from rsa_scheduler.errors import InternalError
@@ -162,6 +163,14 @@ def _output_mount(cls: type[OutputMountArgs]) -> _Builder:
     return build
 
 
+def _reset(a: _Ask) -> Payload:
+    spec = a.rec.spec
+    user, nodes = a.on_nodes()
+    data_in = as_path(spec.data_in)
+    return ResetArgs(user, nodes, data_in, as_path(spec.data_out),
+                     write_back=bool(spec.input_writable) and data_in is not None)
+
+
 def _write_back(a: _Ask) -> Payload:
     user, nodes = a.on_nodes()
     data_in = as_path(a.rec.spec.data_in)
@@ -189,7 +198,7 @@ _PAYLOADS: Mapping[ActionKind, _Builder] = {
     ActionKind.STAGE_IN: _stage_in,
     ActionKind.MOUNT_INPUT: _mount_input,
     ActionKind.MOUNT_OUTPUT: _output_mount(MountOutputArgs),
-    ActionKind.RESET: _output_mount(ResetArgs),
+    ActionKind.RESET: _reset,
     ActionKind.WRITE_BACK: _write_back,
     ActionKind.STAGE_OUT: _output(StageOutArgs),
     ActionKind.VERIFY: _output(VerifyArgs),
@@ -268,6 +277,9 @@ def fire(rec: JobRecord, trigger: Trigger, now: float, policy: StagingPolicy,
             rec.pending = act
         if kind is ActionKind.TELL_USER:
             rec.message = act.args_as(TellUserArgs).message
+        elif kind is ActionKind.WRITE_BACK:
+            # a write-back while the job runs may miss its last changes (STALE_WRITEBACK)
+            rec.writeback_live = rec.job_state is JobState.RUNNING
         actions.append(act)
     if any(a.kind is ActionKind.RELEASE for a in actions) or Effect.RELEASE_NODES in effects:
         rec.nodes = ""
@@ -307,12 +319,14 @@ def _check_invariant(rec: JobRecord, src: RsaState, dst: RsaState, trigger: Trig
                      kinds: tuple[ActionKind, ...]) -> None:
     """Output/modified input on the RAMDISK is never destroyed before it is verified on
     persistent storage, unless an operator discards it explicitly."""
-    if src not in HOLDS_USER_DATA or dst in HOLDS_USER_DATA:
+    rw = rec.writable_input()
+    if not holds_user_data(src, rw) or holds_user_data(dst, rw):
         return
     destroying = ActionKind.DESTROY_FS in kinds or dst in (RsaState.RELEASED,
                                                           RsaState.TEARING_DOWN)
-    allowed = trigger in (Trigger.VERIFIED, Trigger.DISCARD, Trigger.WRITEBACK_DONE,
-                          Trigger.RESET_ERROR)
+    # a reset that failed held only input (read-only: on the PFS as it was)
+    allowed = trigger in (Trigger.VERIFIED, Trigger.DISCARD, Trigger.WRITEBACK_DONE) or (
+        trigger is Trigger.RESET_ERROR and not rw)
     if destroying and not allowed:
         raise InvariantViolation(
             f"job {rec.job_id}: {trigger.value} would destroy unverified data in {src.value}")

@@ -356,7 +356,33 @@ class MountOutputArgs(OutputMountArgs):
 
 @dataclass(frozen=True, slots=True)
 class ResetArgs(OutputMountArgs):
-    """RESET (§3.2): release the input mounts, recreate empty, mount over DATA_OUT."""
+    """RESET (§3.2): release the input mounts, recreate empty, mount over DATA_OUT.
+    ``write_back`` (writable input): once the input mounts are released (no compute node
+    can write to the RAMDISK any more), write the input back to ``data_in`` again, then
+    recreate: what the job wrote after the write-back before the reset is not lost."""
+
+    write_back: bool = False
+
+    KEYS: ClassVar[tuple[str, ...]] = ("user", "nodes", "data_in", "data_out", "write_back")
+
+    def __post_init__(self) -> None:
+        OutputMountArgs.__post_init__(self)
+        _need(self, "write_back", self.write_back, bool, "a bool")
+        if self.write_back and self.data_in is None:
+            raise ValueError("ResetArgs: write_back needs data_in")
+
+    def to_json(self) -> dict[str, Any]:
+        # written only when set: a reset of read-only input logs as it always did
+        base = OutputMountArgs.to_json(self)
+        return {**base, "write_back": True} if self.write_back else base
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        r = _Reader(cls, data)
+        return cls(user=r.text("user"), nodes=r.nodes(),
+                   data_in=r.path("data_in", optional=True),
+                   data_out=r.path("data_out", optional=True),
+                   write_back=r.flag("write_back", False))
 
 
 @dataclass(frozen=True, slots=True)

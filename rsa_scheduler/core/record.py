@@ -18,7 +18,7 @@ from rsa_scheduler.core.actions import Action
 from rsa_scheduler.core.directives import DirectiveSpec
 from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.policy import EarlyStart
-from rsa_scheduler.core.states import HOLDS_USER_DATA, JobState, RsaState
+from rsa_scheduler.core.states import JobState, RsaState, holds_user_data
 
 
 @dataclass(slots=True)
@@ -48,6 +48,9 @@ class JobRecord:
     #: admin_comment's hold marker, seconds since the epoch); None when not held. The
     #: wait at start ends then too: a job is never held longer than its wait_timeout.
     hold_until: float | None = None
+    #: writable input: the write-back outstanding (or the last one) began while the job
+    #: ran, so the job may have changed its input after the copy passed that file
+    writeback_live: bool = False
 
     # ---- derived --------------------------------------------------------------------
     @property
@@ -55,7 +58,12 @@ class JobRecord:
         return self.spec.early_start
 
     def holds_user_data(self) -> bool:
-        return self.rsa_state in HOLDS_USER_DATA
+        """The RAMDISK may hold data that exists nowhere else: output, or writable input
+        the job may have changed (HOLDS_WRITABLE_INPUT, for ``#RSA_INPUT=rw`` only)."""
+        return holds_user_data(self.rsa_state, self.writable_input())
+
+    def writable_input(self) -> bool:
+        return bool(self.spec.input_writable) and self.spec.data_in is not None
 
     # ---- JSON (projections and replay) ------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -86,6 +94,7 @@ class JobRecord:
             "wait_over": self.wait_over,
             "not_before": self.not_before,
             "hold_until": self.hold_until,
+            "writeback_live": self.writeback_live,
         }
 
     @classmethod

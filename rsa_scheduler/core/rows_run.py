@@ -57,7 +57,11 @@ def rows() -> list[Rule]:
         Rule(S.MOUNTING_INPUT, T.INPUT_MOUNT_FAILED, S.RESETTING, actions=(A.TELL_USER, A.RESET),
              ref=f"{REF_FAIL}; PFS fallback as §3.2",
              note="input read from the PFS; RAMDISK reset for output",
-             branches=(B(C.NO_OUTPUT, S.TEARING_DOWN, (A.TELL_USER, A.DESTROY_FS),
+             branches=(B(C.RW_INPUT, S.INPUT_WRITEBACK, (A.TELL_USER, A.WRITE_BACK),
+                         note="input mount failed on some nodes; the nodes that did mount "
+                              "the writable input may have changed it: written back first",
+                         ref=REF_RW_IN),
+                       B(C.NO_OUTPUT, S.TEARING_DOWN, (A.TELL_USER, A.DESTROY_FS),
                          note="input mount failed and there is no DATA_OUT: the job uses "
                               "the PFS", ref=REF_NO_OUT),)),
     ]
@@ -84,8 +88,12 @@ def rows() -> list[Rule]:
     r += stay(S.INPUT_WRITEBACK, *JOB_STATE_TRIGGERS, note="holds user data")
     r += [
         Rule(S.INPUT_WRITEBACK, T.WRITEBACK_DONE, S.RESETTING, actions=(A.RESET,), ref=REF_RW_IN,
-             note="modified input is on disk: go on with the reset",
-             branches=(B(C.JOB_ENDED, S.TEARING_DOWN, TEARDOWN,
+             note="modified input is on disk: go on with the reset (which writes back "
+                  "once more after releasing the input mounts)",
+             branches=(B(C.STALE_WRITEBACK, S.INPUT_WRITEBACK, (A.WRITE_BACK,),
+                         note="the job ended while its input was written back: write back "
+                              "once more, now that nothing can change it"),
+                       B(C.JOB_ENDED, S.TEARING_DOWN, TEARDOWN,
                          note="modified input is on disk and the job has ended: tear down"),
                        B(C.NO_OUTPUT, S.MOUNTED_INPUT,
                          note="modified input is on disk; no DATA_OUT: input stays mounted"))),
@@ -117,7 +125,11 @@ def rows() -> list[Rule]:
              ref="§3.2 fn. 3", note="input still open: retry later"),
         Rule(S.RESETTING, T.RESET_ERROR, S.TEARING_DOWN, actions=(A.TELL_USER, A.ALERT,
                                                                   A.DESTROY_FS),
-             ref=REF_FAIL, note="no RAMDISK for output: the job writes to the PFS"),
+             ref=REF_FAIL, note="no RAMDISK for output: the job writes to the PFS",
+             branches=(B(C.RW_INPUT, S.WRITEBACK_FAILED, (A.ALERT,), (E.ARM_RETRY,),
+                         note="the reset failed with writable input on the RAMDISK: kept, "
+                              "written back again before anything destroys it",
+                         ref=REF_RW_IN),)),
     ]
 
     # ---- RESET_FAILED: input mounts busy, waiting to retry ----------------------------
@@ -131,11 +143,19 @@ def rows() -> list[Rule]:
         Rule(S.RESET_FAILED, T.RETRY_DUE, S.RESETTING, actions=(A.RESET,),
              ref="§3.2 fn. 3; ext: retry back-off",
              note="back-off over: try the reset again (the input may be closed now)",
-             branches=(B(C.JOB_ENDED, S.TEARING_DOWN, TEARDOWN,
-                         note="the job ended with its input still mounted: no output here"),)),
+             branches=(B(C.RW_INPUT, S.INPUT_WRITEBACK, (A.WRITE_BACK,),
+                         note="writable input, still mounted since the last write-back: "
+                              "write the changes back again, then reset (or tear down if "
+                              "the job has ended)", ref=REF_RW_IN),
+                       B(C.JOB_ENDED, S.TEARING_DOWN, TEARDOWN,
+                         note="the job ended with its input still mounted: no output here"))),
         Rule(S.RESET_FAILED, T.RETRY, S.RESETTING, actions=(A.RESET,),
              effects=(E.RESET_ATTEMPTS,), ref=REF_OPERATOR,
-             note="operator: try the reset again now, with a fresh retry budget"),
+             note="operator: try the reset again now, with a fresh retry budget",
+             branches=(B(C.RW_INPUT, S.INPUT_WRITEBACK, (A.WRITE_BACK,),
+                         (E.RESET_ATTEMPTS,),
+                         note="operator: write the writable input back again, then reset",
+                         ref=REF_RW_IN),)),
         Rule(S.RESET_FAILED, T.GIVE_UP, S.MOUNTED_INPUT, actions=(A.TELL_USER,),
              effects=(E.DISARM_RESET,), ref="§3.2 fn. 3",
              note="input never released: output goes straight to the PFS"),

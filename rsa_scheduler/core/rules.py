@@ -68,6 +68,8 @@ class Cond(enum.StrEnum):
     POLICY_WAIT = "early-start=wait"
     POLICY_UNION = "early-start=union"
     JOB_ENDED = "job not running"
+    #: the job ended after its write-back began: what it changed last may be missing
+    STALE_WRITEBACK = "job ended during the write-back"
 
 
 class Effect(enum.StrEnum):

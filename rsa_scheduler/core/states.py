@@ -175,6 +175,22 @@ HOLDS_USER_DATA: frozenset[RsaState] = frozenset(
     }
 )
 
+#: states in which the RAMDISK is (or may be) mounted read-write over the job's DATA_IN,
+#: or holds what the job wrote there: for a job with writable input (``#RSA_INPUT=rw``)
+#: they hold user data too (``JobRecord.holds_user_data``) until written back
+HOLDS_WRITABLE_INPUT: frozenset[RsaState] = frozenset(
+    {
+        RsaState.MOUNTING_INPUT,
+        RsaState.MOUNTED_INPUT,
+        RsaState.RESET_FAILED,
+    }
+)
+
+def holds_user_data(state: RsaState, writable_input: bool) -> bool:
+    """Whether a job in ``state`` may have data on its RAMDISK that exists nowhere else."""
+    return state in HOLDS_USER_DATA or (writable_input and state in HOLDS_WRITABLE_INPUT)
+
+
 #: states in which rsad looks after the RAMDISK between steps (restarts its servers if
 #: they die): it exists, may hold the job's input or output, and no step is building,
 #: staging into or out of, resetting or destroying it (staging steps look after it

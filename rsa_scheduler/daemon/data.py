@@ -583,7 +583,13 @@ class DataPath:
                              "level": result.level}, "summary": summary}
 
     def write_back(self, ctx: ActionContext) -> Mapping[str, Any]:
-        data_in = str(ctx.action.args_as(WriteBackArgs).data_in)
+        return self.write_back_to(ctx, str(ctx.action.args_as(WriteBackArgs).data_in))
+
+    def write_back_to(self, ctx: ActionContext, data_in: str) -> Mapping[str, Any]:
+        """Writable input: the RAMDISK's copy of DATA_IN written back to ``data_in`` as
+        the job's user, then verified. WRITE_BACK's, and the reset's last one (RESET
+        with ``write_back``: after the input mounts are released, before the RAMDISK is
+        recreated)."""
         spec = self.mount(ctx)
         with self.tended(ctx, spec) as cancel:
             eng = self.bulk(self.engine(ctx, spec, cancel))

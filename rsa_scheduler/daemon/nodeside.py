@@ -87,8 +87,12 @@ class NodeSide:
                  settle: float = 0.5, agent_settle: float = 12.0, max_hold: float = 300.0,
                  clock: Callable[[], float] = time.monotonic,
                  exclusive: Callable[[str], AbstractContextManager[Any]] | None = None,
-                 learned: Callable[[MountSpec], None] = lambda _spec: None) -> None:
+                 learned: Callable[[MountSpec], None] = lambda _spec: None,
+                 write_back: Callable[[ActionContext, str], Mapping[str, Any]] | None = None,
+                 ) -> None:
         self.backend_for = backend_for
+        # writable input's last write-back, between the release and the recreation
+        self.write_back = write_back
         # the reset recreates the RAMDISK: never beside a repair of it (daemon/data.py)
         self.exclusive = exclusive or (lambda _fs_id: contextlib.nullcontext())
         self.learned = learned
@@ -150,6 +154,17 @@ class NodeSide:
                     raise BusyError(f"input mount still in use ({v.message}); will retry")
                 if v.state != "ok":
                     raise RsaError(f"releasing the input mounts failed: {v.message}")
+            args = ctx.action.args_as(ResetArgs)
+            if args.write_back and args.data_in is not None:
+                # writable input: no compute node can write to the RAMDISK any more; what
+                # the job changed since the last write-back goes to DATA_IN before the
+                # RAMDISK is recreated (a failure keeps it: the core writes back again)
+                if self.write_back is None:
+                    raise RsaError("writable input, but rsad has no write-back path: "
+                                   "the RAMDISK is kept")
+                self.write_back(ctx, str(args.data_in))
+                log.info("job %s: reset: writable input written back after its mounts "
+                         "were released", job)
             with self.exclusive(req.fs_id):
                 spec = backend.reset(req, ctx.cancel)
                 self.learned(spec)

@@ -8,11 +8,12 @@ import contextlib
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from rsa_scheduler.core.actions import ActionKind, Outcome, Result
+from rsa_scheduler.core.actions import Action, ActionKind, Outcome, Result
 from rsa_scheduler.core.directives import DirectiveSpec
 from rsa_scheduler.core.events import Event
+from rsa_scheduler.core.payloads import ResetArgs
 from rsa_scheduler.core.policy import EarlyStart, NodeState, StagingPolicy
 from rsa_scheduler.core.scheduler import CommandRefused, Decision, Observation, Scheduler
 from rsa_scheduler.core.states import HOLDING_NODES, HOLDS_USER_DATA, JobState, RsaState
@@ -66,6 +67,8 @@ class Interleavings(RuleBasedStateMachine):
         # storage (output) or written back (writable input), or an operator discards it.
         self.output_at_risk: set[str] = set()
         self.input_at_risk: set[str] = set()
+        # write-back action id -> it began after the job had left its compute nodes
+        self.final_writeback: dict[str, bool] = {}
 
     def _take(self, dec: Decision) -> None:
         self.log.extend(dec.events)
@@ -75,19 +78,27 @@ class Interleavings(RuleBasedStateMachine):
                 assert job not in self.output_at_risk, f"job {job}: unverified output lost"
                 assert job not in self.input_at_risk, f"job {job}: written input lost"
             if act.kind is ActionKind.RESET:
-                assert job not in self.input_at_risk, f"job {job}: reset before write-back"
+                # only a reset that writes the input back after releasing its mounts
+                assert job not in self.input_at_risk or act.args_as(ResetArgs).write_back, \
+                    f"job {job}: reset before write-back"
+            if act.kind is ActionKind.WRITE_BACK:
+                # a write-back while the job runs may miss the job's later changes
+                self.final_writeback[act.id] = self.slurm.get(job, ("", ""))[0] != "RUNNING"
 
-    def _outcome_seen(self, job: str, kind: ActionKind, result: Result) -> None:
+    def _outcome_seen(self, job: str, action: Action, result: Result) -> None:
         if result is not Result.OK:
             return
+        kind = action.kind
         spec = self.sched.records[job].spec
+        if kind is ActionKind.RESET and action.args_as(ResetArgs).write_back:
+            self.input_at_risk.discard(job)  # written back once its mounts were released
         if kind in (ActionKind.MOUNT_OUTPUT, ActionKind.RESET) and spec.data_out:
             self.output_at_risk.add(job)
         elif kind is ActionKind.MOUNT_INPUT and spec.input_writable:
             self.input_at_risk.add(job)
         elif kind is ActionKind.VERIFY:
             self.output_at_risk.discard(job)
-        elif kind is ActionKind.WRITE_BACK:
+        elif kind is ActionKind.WRITE_BACK and self.final_writeback.get(action.id):
             self.input_at_risk.discard(job)
 
     @rule(job=st.sampled_from(JOBS), spec=specs)
@@ -112,9 +123,9 @@ class Interleavings(RuleBasedStateMachine):
         if result is Result.BUSY and rec.pending.kind.value != "reset":
             result = Result.FAILED
         self.now += 1
-        kind = rec.pending.kind
-        dec = self.sched.outcome(Outcome(rec.pending.id, result, "boom"), self.now)
-        self._outcome_seen(job, kind, result)
+        action = rec.pending
+        dec = self.sched.outcome(Outcome(action.id, result, "boom"), self.now)
+        self._outcome_seen(job, action, result)
         self._take(dec)
 
     @rule(job=st.sampled_from(JOBS), steps=st.integers(1, 8))
@@ -174,6 +185,55 @@ Interleavings.TestCase.settings = settings(
     max_examples=150, stateful_step_count=40, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestInterleavings = Interleavings.TestCase
+
+
+# ---- writable input: every path that could lose the job's changes -----------------------
+
+rw_specs = st.builds(make_spec, data_out=st.sampled_from(["/pfs/out", None]),
+                     early=st.sampled_from([None, *EarlyStart]), rw=st.just(True))
+
+
+class WritableInput(Interleavings):
+    """Issue 35: jobs with ``#RSA_INPUT=rw`` only, pushed into the paths that lost their
+    changes: busy resets and their retries, a job's end and a due timer in one step (rsad
+    down across both), failed mounts, write-backs the job outlived, rsad restarts (a
+    replay of the log) between any two events. The model's rule (Interleavings._take):
+    changes are at risk from a read-write input mount until a write-back that began
+    after the job left its nodes, or a reset that wrote back after releasing them."""
+
+    @initialize(spec=rw_specs)
+    def writable(self, spec: DirectiveSpec) -> None:
+        self.spec = {j: spec for j in JOBS}
+
+    @rule(job=st.sampled_from(JOBS), spec=rw_specs)
+    def set_spec(self, job: str, spec: DirectiveSpec) -> None:
+        if job not in self.sched.records:
+            self.spec[job] = spec
+
+    @rule(job=st.sampled_from(JOBS))
+    def reset_finds_input_busy(self, job: str) -> None:
+        rec = self.sched.records.get(job)
+        if rec is not None and rec.pending is not None and \
+                rec.pending.kind is ActionKind.RESET:
+            self.action_finishes(job, Result.BUSY)
+
+    @rule(job=st.sampled_from(JOBS), end=st.sampled_from(["COMPLETED", "REQUEUED"]),
+          dt=st.floats(0, 60))
+    def ends_as_a_timer_falls_due(self, job: str, end: str, dt: float) -> None:
+        """The job ends (or is requeued) and its retry or reset timer falls due in the
+        same step: rsad was down across both."""
+        self.slurm_changes(job, (end, "None" if end == "COMPLETED" else "BeginTime"),
+                           POLICY.backoff_max + POLICY.reset_delay + dt)
+
+    @rule()
+    def rsad_restarts(self) -> None:
+        self.sched = Scheduler.replay(make_pool(n_ram=4), POLICY, self.log)
+
+
+WritableInput.TestCase.settings = settings(
+    max_examples=300, stateful_step_count=40, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow])
+TestWritableInput = WritableInput.TestCase
 
 
 # ---- with every action succeeding, a finished job always ends released ------------------

@@ -19,6 +19,7 @@ from rsa_scheduler.core.payloads import (
     MountInputArgs,
     MountMode,
     OnNodes,
+    ResetArgs,
 )
 from rsa_scheduler.core.policy import EarlyStart, NodeState, StagingPolicy, Tier
 from rsa_scheduler.core.scheduler import (
@@ -332,6 +333,91 @@ def test_writable_input_is_written_back_before_the_reset() -> None:
     assert kinds(dec) == ["write-back"]
     dec = d.answer("10")
     assert kinds(dec) == ["reset"]
+
+
+def _rw_input_running(d: Driver, **kw: Any) -> None:
+    """A job with writable input, running with its input mounted read-write."""
+    to_locked_in(d, rw=True, **kw)
+    d.observe(obs("10", "RUNNING"), at=100)
+    d.answer("10")  # MOUNT_INPUT
+    assert d.state("10") == "mounted-input"
+
+
+def _reset_busy(d: Driver) -> None:
+    dec = d.tick(10_000)
+    assert kinds(dec) == ["write-back"]
+    dec = d.answer("10")  # the write-back
+    reset = dec.actions[0]
+    assert reset.kind is A.RESET and reset.args_as(ResetArgs).write_back
+    d.answer("10", Result.BUSY)
+    assert d.state("10") == "reset-failed"
+
+
+def test_a_busy_reset_retried_writes_the_input_back_again() -> None:
+    """Issue 35: the job kept writing while its input mount was busy; the retry writes
+    back again before it resets (and the reset writes back once more after the
+    release)."""
+    d = Driver(make_scheduler(retries=3, backoff=10.0, backoff_max=10.0))
+    _rw_input_running(d)
+    _reset_busy(d)
+    dec = d.tick(d.now + 10)
+    assert kinds(dec) == ["write-back"]
+    dec = d.answer("10")
+    assert kinds(dec) == ["reset"] and dec.actions[0].args_as(ResetArgs).write_back
+
+
+def test_a_job_ending_as_its_reset_retry_falls_due_gets_its_input_written_back() -> None:
+    """Issue 35: rsad down past the retry while the job ends: the timer and the end meet
+    in one step. The RAMDISK holds the job's changes: written back, then torn down."""
+    d = Driver(make_scheduler(retries=3, backoff=10.0, backoff_max=10.0))
+    _rw_input_running(d)
+    _reset_busy(d)
+    dec = d.observe(obs("10", "COMPLETED"), at=d.now + 60)
+    assert kinds(dec) == ["write-back"] and "destroy-fs" not in kinds(dec)
+    dec = d.answer("10")
+    assert kinds(dec) == ["destroy-fs"]
+
+
+def test_a_write_back_the_job_outlived_is_done_again() -> None:
+    """Issue 35: the job ended while its input was being written back: what it changed
+    after the copy passed a file is only on the RAMDISK. Written back once more."""
+    d = Driver(make_scheduler())
+    _rw_input_running(d)
+    dec = d.tick(10_000)
+    assert kinds(dec) == ["write-back"]
+    d.observe(obs("10", "COMPLETED"))
+    dec = d.answer("10")  # the write-back that began while the job ran
+    assert kinds(dec) == ["write-back"]
+    dec = d.answer("10")  # began after the end: final
+    assert kinds(dec) == ["destroy-fs"]
+
+
+def test_a_partial_input_mount_failure_writes_writable_input_back() -> None:
+    """Issue 35: some nodes mounted the writable input and started; the mount failed on
+    others. The RAMDISK may hold changes: written back before the reset or teardown."""
+    for data_out, after in (("/pfs/out", "reset"), (None, None)):
+        d = Driver(make_scheduler())
+        to_locked_in(d, rw=True, data_out=data_out)
+        d.observe(obs("10", "RUNNING"), at=100)
+        dec = d.answer("10", Result.FAILED, "mount failed on c2")
+        assert "write-back" in kinds(dec) and "destroy-fs" not in kinds(dec)
+        dec = d.answer("10")
+        if after is not None:
+            assert kinds(dec) == [after]
+        else:
+            assert d.state("10") == "mounted-input" and kinds(dec) == []
+            assert kinds(d.observe(obs("10", "COMPLETED"))) == ["write-back"]
+
+
+def test_a_reset_error_with_writable_input_keeps_the_ramdisk() -> None:
+    d = Driver(make_scheduler(retries=3, backoff=10.0, backoff_max=10.0))
+    _rw_input_running(d)
+    d.tick(10_000)
+    d.answer("10")  # write-back
+    dec = d.answer("10", Result.FAILED, "rsync: No space left on device")
+    assert d.state("10") == "writeback-failed" and "destroy-fs" not in kinds(dec)
+    dec = d.tick(d.now + 10)
+    assert kinds(dec) == ["write-back"]
 
 
 def test_stage_out_failure_retries_then_quarantines_and_keeps_data() -> None:

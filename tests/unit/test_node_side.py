@@ -16,6 +16,7 @@ from rsa_scheduler.core.hostlist import Hostlist
 from rsa_scheduler.core.payloads import MountInputArgs, MountMode, Payload
 from rsa_scheduler.daemon.executors import ActionContext, Registry
 from rsa_scheduler.daemon.nodeside import NodeSide, nodeside_of
+from rsa_scheduler.errors import RsaError
 from rsa_scheduler.fs.base import FilesystemBackend, FsRequest, Health, MountSpec
 from rsa_scheduler.hosts import CancelToken
 from tests.unit.corekit import make_args
@@ -436,3 +437,48 @@ def test_a_requeued_run_waits_for_its_new_nodes_only() -> None:
     side.report("7", "c3", {"seq": ins["seq"], "ok": True})
     out = fut.result(5)
     assert out.result is Result.OK and out.detail["nodes"] == ["c3"]
+
+
+def test_a_reset_of_writable_input_writes_it_back_after_the_release() -> None:
+    """Issue 35: a job with writable input may write to it after the write-back that
+    came before the reset; once its input mounts are released nobody can, and the
+    reset writes the input back again before it recreates the RAMDISK."""
+    order: list[str] = []
+    side, reg, backend = make_side()
+    original = backend.destroy
+
+    def destroy(req: FsRequest) -> None:
+        order.append("recreate")
+        original(req)
+
+    def write_back(ctx: ActionContext, data_in: str) -> Mapping[str, Any]:
+        order.append(f"write-back {data_in}")
+        return {}
+
+    backend.destroy = destroy  # type: ignore[method-assign]
+    side.write_back = write_back
+    side.prolog("7", "c1", "c1", "mounted-input")
+    fut = start(reg, ActionKind.RESET, make_args(ActionKind.RESET, write_back=True))
+    rel = side.agent("7", "c1", "c1", 0, wait=2)
+    assert rel["do"] == "release" and order == []
+    side.report("7", "c1", {"seq": rel["seq"], "ok": True})
+    mount = side.agent("7", "c1", "c1", 1, wait=2)
+    side.report("7", "c1", {"seq": mount["seq"], "ok": True})
+    assert fut.result(5).result is Result.OK
+    assert order == ["write-back /scratch/a/in", "recreate"]
+
+
+def test_a_failed_last_write_back_keeps_the_ramdisk() -> None:
+    side, reg, backend = make_side()
+
+    def fail(ctx: ActionContext, data_in: str) -> Mapping[str, Any]:
+        raise RsaError("rsync: No space left on device")
+
+    side.write_back = fail
+    action = Action("7/1/reset/3", "7", ActionKind.RESET,
+                    make_args(ActionKind.RESET, write_back=True))
+    ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
+                        facts={"mount": SPEC.to_json()}, job_ended=True)
+    out = reg.run(ctx)
+    assert out.result is Result.FAILED and "No space left" in out.message
+    assert backend.resets == 0  # the RAMDISK with the job's changes is still there

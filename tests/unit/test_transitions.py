@@ -24,7 +24,7 @@ from rsa_scheduler.core.transitions import (
 )
 from tests.unit.corekit import make_action, make_pool, make_spec
 
-S, T, A = RsaState, Trigger, ActionKind
+S, T, A, C = RsaState, Trigger, ActionKind, Cond
 
 
 def test_every_rsa_state_and_job_state_pair_is_explicit() -> None:
@@ -98,6 +98,31 @@ def test_user_data_is_never_destroyed_unverified_statically() -> None:
                 continue
             destroys = A.DESTROY_FS in kinds or dst in (S.TEARING_DOWN, S.RELEASED)
             assert not destroys or rule.trigger in allowed, (rule.src, rule.trigger, dst)
+
+
+def test_writable_input_is_never_destroyed_before_it_is_written_back() -> None:
+    """Issue 35: for a job with ``#RSA_INPUT=rw``, the states that may have the input
+    mounted read-write hold user data too; whichever branch a rule takes for such a job
+    (its job ended or not, with or without DATA_OUT, any early-start policy), nothing
+    destroys the RAMDISK before a write-back or an operator's discard."""
+    import itertools
+
+    from rsa_scheduler.core.states import holds_user_data
+
+    allowed = {T.VERIFIED, T.DISCARD, T.WRITEBACK_DONE}
+    free = (C.JOB_ENDED, C.NO_OUTPUT, C.POLICY_WAIT, C.POLICY_UNION)
+    for rule in TABLE.values():
+        if not holds_user_data(rule.src, True) or rule.trigger in allowed:
+            continue
+        for values in itertools.product((False, True), repeat=len(free)):
+            facts = {C.RW_INPUT: True, C.NO_INPUT: False, **dict(zip(free, values,
+                                                                      strict=True))}
+            dst, kinds = next(((b.dst, b.actions) for b in rule.branches if facts[b.cond]),
+                              (rule.dst, rule.actions))
+            if holds_user_data(dst, True):
+                continue
+            destroys = A.DESTROY_FS in kinds or dst in (S.TEARING_DOWN, S.RELEASED)
+            assert not destroys, (rule.src.value, rule.trigger.value, dst.value, facts)
 
 
 def test_every_message_to_users_and_operators_has_text() -> None:
