@@ -1,0 +1,92 @@
+"""Writable input is never lost (issue 35): a reset that finds the input busy, retried,
+and the same with rsad killed across the retry while the job ends.
+
+The job holds an input file open so that the reset's release finds the mount busy
+(seed 004 §3.2 fn. 3), waits until rsad says ``reset-failed`` (the write-back before
+that reset is done), then changes its input once more: that change exists only on the
+RAMDISK and must reach the PFS before anything recreates or destroys it.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import input_area
+from tests.e2e.test_prolog_lifecycle import nothing_of_job_mounted, run_to_start
+from tests.integration.slurmkit import make_jobs, root, start_lab_rsad, stop_lab_rsad, wait_for
+from tests.integration.test_rsad_staging import wait_state
+
+
+@pytest.fixture
+def area(lab: Mapping[str, str]) -> Iterator[Path]:
+    with input_area(lab, "rw-input") as base:
+        yield base
+
+
+def _script(lab: Mapping[str, str], area: Path, *, wait_for_go: bool) -> str:
+    rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
+    res, out, data_in = area / "res", area / "out", area / "in"
+    go = f"while [ ! -e {res}/go ]; do sleep 0.2; done" if wait_for_go else ""
+    return f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_IN={data_in}
+#RSA_DATA_OUT={out}
+#RSA_INPUT=rw
+#RSA_RESET=input-done
+findmnt -n -o TARGET --target {data_in} > {res}/inmnt
+echo v1 > {data_in}/mod
+exec 3< {data_in}/f1   # the input mount stays busy while this is open
+{rsa} input-done > {res}/input-done 2>&1 &
+for i in $(seq 600); do
+  {rsa} job --json 2>/dev/null | grep -q '"rsa_state": "reset-failed"' && break
+  sleep 0.2
+done
+touch {res}/busy-seen
+{go}
+echo v2 > {data_in}/mod   # after the write-back that came before the busy reset
+echo new > {data_in}/added-late
+exec 3<&-
+wait
+"""
+
+
+def test_a_busy_reset_retried_writes_back_what_the_job_changed_since(
+        lab: Mapping[str, str], area: Path) -> None:
+    res, data_in = area / "res", area / "in"
+    with make_jobs(lab) as jobs:
+        job = run_to_start(lab, jobs, _script(lab, area, wait_for_go=False))
+        wait_state(lab, job, "released", timeout=300)
+    assert (res / "inmnt").read_text().strip() == str(data_in)
+    assert (res / "busy-seen").exists()
+    assert (data_in / "mod").read_text() == "v2\n"  # on the PFS
+    assert (data_in / "added-late").read_text() == "new\n"
+    assert nothing_of_job_mounted(job)
+
+
+def test_rsad_down_while_the_job_ends_after_a_busy_reset(
+        lab: Mapping[str, str], area: Path) -> None:
+    """rsad is killed while the reset waits to be retried; the job changes its input
+    and ends; rsad comes back after the retry fell due: the job's end and the due retry
+    meet in one step. The change is written back before the RAMDISK is torn down."""
+    res, data_in = area / "res", area / "in"
+    with make_jobs(lab) as jobs:
+        job = run_to_start(lab, jobs, _script(lab, area, wait_for_go=True))
+        wait_for("the busy reset", lambda: (res / "busy-seen").exists(), timeout=240)
+        stop_lab_rsad(signal.SIGKILL)
+        try:
+            (res / "go").touch()
+            wait_for("the job's end", lambda: root(
+                lab, "squeue", "-h", "-t", "all", "-j", job, "-O", "State:0").strip()
+                not in ("RUNNING", "COMPLETING"), timeout=120)
+            time.sleep(6)  # past the lab's whole retry back-off (2 s, at most 4 s)
+        finally:
+            start_lab_rsad()
+        wait_state(lab, job, "released", timeout=300)
+    assert (data_in / "mod").read_text() == "v2\n"
+    assert (data_in / "added-late").read_text() == "new\n"
+    assert nothing_of_job_mounted(job)
