@@ -16,7 +16,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +78,8 @@ def mine(lab: Mapping[str, str]) -> Iterator[Path]:
 
 
 def job_script(lab: Mapping[str, str], data_in: Path, data_out: Path, res: Path) -> str:
-    """Reads its input, asks for the reset, writes its output, then waits for ``go``."""
+    """Reads its input and waits for ``go-in``; asks for the reset, writes its output
+    and waits for ``go``: the test looks at the node in both phases."""
     rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
     return f"""#!/bin/bash
 #SBATCH -t 5
@@ -88,6 +89,8 @@ def job_script(lab: Mapping[str, str], data_in: Path, data_out: Path, res: Path)
 hostname > {res}/node
 findmnt -n -o TARGET --target {data_in} > {res}/inmnt
 ls {data_in} > {res}/inls
+touch {res}/reading
+while [ ! -e {res}/go-in ]; do sleep 0.5; done
 {rsa} input-done > {res}/input-done 2>&1
 findmnt -n -o TARGET --target {data_out} > {res}/outmnt
 echo "the job's result" > {data_out}/job-result
@@ -120,13 +123,21 @@ def teammate_sees(lab: Mapping[str, str], node: str, d: Path, expect: list[str])
     assert wrote.returncode == 0, report
 
 
+Check = Callable[[str], None]
+
+
 def run_job(lab: Mapping[str, str], data_in: Path, data_out: Path, res: Path,
-            check_while_running: Any) -> dict[str, Any]:
+            while_reading: Check, while_writing: Check) -> dict[str, Any]:
+    """Run the job; call each check with the job's node while the job reads its input
+    (before the reset) and while it writes its output (after it)."""
     with make_jobs(lab) as jobs:
         job = run_to_start(lab, jobs, job_script(lab, data_in, data_out, res))
-        wait_for(f"job {job} wrote its output", (res / "written").exists, timeout=180)
+        wait_for(f"job {job} read its input", (res / "reading").exists, timeout=180)
         node = (res / "node").read_text().strip()
-        check_while_running(node)
+        while_reading(node)
+        (res / "go-in").touch()
+        wait_for(f"job {job} wrote its output", (res / "written").exists, timeout=120)
+        while_writing(node)
         (res / "go").touch()
         wait_state(lab, job, "released", timeout=180)
         wait_for(f"job {job}'s client mounts gone", lambda: nothing_of_job_mounted(job),
@@ -141,10 +152,10 @@ def test_a_shared_group_directory_as_data_in_is_not_mounted_over(
     shared, res = project / "in", mine / "res"
     before = _tree(shared)
 
-    def while_running(node: str) -> None:
+    def while_reading(node: str) -> None:
         teammate_sees(lab, node, shared, list(THEIRS))
 
-    data = run_job(lab, shared, mine / "out", res, while_running)
+    data = run_job(lab, shared, mine / "out", res, while_reading, lambda _node: None)
     # the job ran from the PFS: its input was the team's directory itself
     assert (res / "inmnt").read_text().strip() != str(shared)
     assert set(THEIRS) <= set((res / "inls").read_text().split())
@@ -159,13 +170,13 @@ def test_a_shared_group_directory_as_data_out_is_not_mounted_over(
     shared, res = project / "out", mine / "res"
     before = _tree(shared)
 
-    def while_running(node: str) -> None:
+    def while_writing(node: str) -> None:
         # the job's output went straight to the PFS: rsaother sees it at once
         teammate_sees(lab, node, shared, [*THEIRS, "job-result"])
         seen = on_node(node, lab["RSA_LAB_OTHER_USER"], ["cat", str(shared / "job-result")])
         assert seen.stdout == "the job's result\n", seen.stderr
 
-    data = run_job(lab, mine / "in", shared, res, while_running)
+    data = run_job(lab, mine / "in", shared, res, lambda _node: None, while_writing)
     assert (res / "outmnt").read_text().strip() != str(shared)
     assert owned_message(data, "#RSA_DATA_OUT", shared), json.dumps(data["events"][-12:])
     # the job itself was told the truth, from `rsa input-done`
