@@ -5,13 +5,21 @@ grammar itself is :mod:`rsa_scheduler.core.directives`, the same parser the daem
 
 Exit codes (sysexits.h): 0 valid, 65 (EX_DATAERR) directive errors, one
 ``SCRIPT:LINE: message`` line each on stderr, 66 (EX_NOINPUT) script unreadable.
+
+Warnings are not errors: likely mistakes in the lines, and (:func:`path_warnings`, when
+the site's configuration is readable) a DATA_IN/DATA_OUT the node Prolog would refuse
+to mount over, checked here as the user by the Prolog's own rule (issue 36: not the
+user's own directory, a symlink component, outside ``staging.allowed_roots``).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shlex
 import sys
+from collections.abc import Sequence
 
 import click
 
@@ -23,6 +31,7 @@ from rsa_scheduler.core.directives import (
     parse_directives,
 )
 from rsa_scheduler.core.units import format_duration, format_size
+from rsa_scheduler.errors import RsaError
 
 EX_DATAERR = 65
 EX_NOINPUT = 66
@@ -65,7 +74,52 @@ def check(script: str, as_json: bool) -> None:
         return
     for warning in directive_warnings(text):
         click.echo(f"{script}:{warning}", err=True)
+    for line, message in site_path_warnings(text, spec):
+        click.echo(f"{script}:{line}: warning: {message}", err=True)
     click.echo(summary(script, spec))
+
+
+def site_path_warnings(text: str, spec: DirectiveSpec) -> list[tuple[int, str]]:
+    """:func:`path_warnings` with this site's roots and shared directories, for the
+    calling user; none when the configuration cannot be read (the Prolog still checks)."""
+    from rsa_scheduler.config import load_config
+
+    if spec.data_in is None and spec.data_out is None:
+        return []
+    try:
+        staging = load_config().staging
+    except (RsaError, OSError):  # no readable site configuration: nothing to check against
+        return []
+    return path_warnings(text, spec, [str(r) for r in staging.allowed_roots],
+                         [str(d) for d in staging.shared_dirs])
+
+
+def path_warnings(text: str, spec: DirectiveSpec, allowed_roots: Sequence[str],
+                  shared_dirs: Sequence[str]) -> list[tuple[int, str]]:
+    """(line, message) for each of DATA_IN/DATA_OUT the node would refuse to mount over
+    for the calling user. A path that does not exist yet (the job may create it) and
+    one with ``%A``/``%a`` (an array task's, known only when it runs) are not checked."""
+    from rsa_scheduler.node.paths import UnsafePath, Who, open_target
+
+    who = Who(os.getuid(), frozenset(os.getgroups()) | {os.getgid()})
+    out: list[tuple[int, str]] = []
+    for name, path in (("DATA_IN", spec.data_in), ("DATA_OUT", spec.data_out)):
+        if path is None or "%" in path or not os.path.lexists(path):
+            continue
+        directive = f"#RSA_{name}"
+        try:
+            os.close(open_target(path, who, allowed_roots, shared_dirs,
+                                 directive=directive))
+        except UnsafePath as e:
+            why = str(e) if str(e).startswith(directive) else f"{directive}: {e}"
+            out.append((_line_of(text, name),
+                        f"{why} (the job would use it on the PFS, without the RAMDISK)"))
+    return out
+
+
+def _line_of(text: str, name: str) -> int:
+    match = re.search(rf"^#RSA_{name}=", text, re.M)
+    return text.count("\n", 0, match.start()) + 1 if match else 0
 
 
 def summary(script: str, spec: DirectiveSpec) -> str:

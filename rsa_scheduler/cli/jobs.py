@@ -189,10 +189,23 @@ def input_done(api: str | None, job_id: str | None, no_wait: bool, timeout: floa
     click.echo(_input_done_line(job_id, data))
 
 
+def _reset_partial(data: Mapping[str, Any]) -> str:
+    """What the last reset could not mount over DATA_OUT ("" when it mounted everywhere)."""
+    resets = [e for e in data.get("events") or () if e.get("name") == "action.outcome"
+              and "/reset/" in str(e.get("action", ""))]
+    if not resets:
+        return ""
+    return " ".join(str((resets[-1].get("detail") or {}).get("partial") or "").split())
+
+
 def _input_done_line(job_id: str, data: Mapping[str, Any]) -> str:
     state = data["rsa_state"]
     out = (data.get("spec") or {}).get("data_out")
     told = " ".join((data.get("message") or "").split())
+    partial = _reset_partial(data)
+    if state == RsaState.MOUNTED_OUTPUT and partial:
+        return (f"job {job_id}: input done; {partial}; on the nodes without the RAMDISK, "
+                f"{out} is on the PFS as usual")
     if state == RsaState.MOUNTED_OUTPUT:
         return f"job {job_id}: input done; the RAMDISK is mounted over {out}: write there"
     if state in RESET_UNDER_WAY:

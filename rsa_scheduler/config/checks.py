@@ -119,6 +119,10 @@ class Checks:
                 v.error(("staging", "backoff_max"), "must be >= staging.backoff")
             if not staging.allowed_roots:
                 v.error(("staging", "allowed_roots"), "must list at least one directory")
+            for i, d in enumerate(staging.shared_dirs):
+                if not any(d == r or r in d.parents for r in staging.allowed_roots):
+                    v.warn(("staging", "shared_dirs", i), f"{d} is not inside "
+                           f"staging.allowed_roots: nothing is ever mounted there")
             if staging.copy_tool == "custom":
                 try:
                     check_copy_command(staging.copy_command or "")

@@ -296,6 +296,17 @@ class StagingConfig:
             "DATA_IN/DATA_OUT must lie under one of these directories (never `/`).",
         )
     )
+    shared_dirs: tuple[Path, ...] = field(
+        metadata=meta(
+            ListOf(AbsPath()),
+            "Group project directories: at or under one of these, the RAMDISK may be "
+            "mounted over a DATA_IN/DATA_OUT directory the job's user does not own but "
+            "that one of their groups owns and may write. Everywhere else only over the "
+            "user's own directories. In `hooks.mounts: node` the mount hides the directory "
+            "from every other job on the node while the job runs (operator guide: shared "
+            "project directories).",
+        )
+    )
     reset: ResetConfig = field(
         metadata=meta(Section(ResetConfig), "The mid-job input→output reset.")
     )

@@ -180,8 +180,11 @@ class NodeSide:
             # The new RAMDISK exists and some nodes may have mounted it: the job may be
             # writing there. Reporting a failure would tear it down under the job; the
             # reset is done, nodes without the mount write to the PFS (seed 004 §3.2).
+            # The user's timeline says so (the outcome's message, e.g. a DATA_OUT that
+            # is not theirs), and ``rsa input-done`` reads ``partial``.
             log.warning("job %s: reset: %s", ctx.action.job_id, e)
-            detail = {"partial": str(e)}
+            detail = {"partial": str(e),
+                      "summary": f"{e}; nodes without the mount write to the PFS"}
         detail["mount"] = spec.to_json()
         return detail
 

@@ -105,7 +105,7 @@ def serve(job: str, env: Mapping[str, str], max_life: float = 7 * 86400.0) -> in
                           "message": "the job has no mount namespace of its own on this "
                                      "node; it uses the PFS"}
             else:
-                report = execute(ins, jm, who, st.allowed_roots)
+                report = execute(ins, jm, who, st.allowed_roots, st.shared_dirs)
             note(jm, ins, report, st.mounts)
             last = int(ins.get("seq", last))
             try:

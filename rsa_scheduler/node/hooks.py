@@ -44,6 +44,7 @@ class Settings(NamedTuple):
     allowed_roots: tuple[str, ...]
     base: str
     mounts: str = "node"  # hooks.mounts: node-wide, or in the job's own mount namespace
+    shared_dirs: tuple[str, ...] = ()  # staging.shared_dirs: group project directories
 
 
 def settings(env: Mapping[str, str]) -> Settings:
@@ -53,7 +54,8 @@ def settings(env: Mapping[str, str]) -> Settings:
         return Settings(env["RSA_API"], float(env.get("RSA_HOOK_TIMEOUT", "2")),
                         float(env.get("RSA_PROLOG_TIMEOUT", "10")),
                         tuple(env["RSA_ALLOWED_ROOTS"].split(":")), base,
-                        "job" if env.get("RSA_MOUNTS") == "job" else "node")
+                        "job" if env.get("RSA_MOUNTS") == "job" else "node",
+                        tuple(d for d in env.get("RSA_SHARED_DIRS", "").split(":") if d))
     from rsa_scheduler.config import load_config
 
     cfg = load_config(env.get("RSA_CONFIG"), env=env)
@@ -64,7 +66,8 @@ def settings(env: Mapping[str, str]) -> Settings:
     mounts = env.get("RSA_MOUNTS") or str(cfg.hooks.mounts)
     return Settings(address, cfg.hooks.api_timeout, cfg.hooks.timeout,
                     tuple(str(r) for r in cfg.staging.allowed_roots), base,
-                    "job" if mounts == "job" else "node")
+                    "job" if mounts == "job" else "node",
+                    tuple(str(d) for d in cfg.staging.shared_dirs))
 
 
 def who_of(env: Mapping[str, str]) -> Who:
@@ -94,7 +97,7 @@ def _say(hook: str, job: str, text: str) -> None:
 
 
 def execute(ins: Mapping[str, Any], jm: JobMounts, who: Who,
-            roots: Sequence[str]) -> dict[str, Any]:
+            roots: Sequence[str], shared_dirs: Sequence[str] = ()) -> dict[str, Any]:
     """Carry out one instruction; the report for rsad (never raises for node problems)."""
     from rsa_scheduler.node.mounts import MountError
     from rsa_scheduler.node.paths import UnsafePath
@@ -112,7 +115,7 @@ def execute(ins: Mapping[str, Any], jm: JobMounts, who: Who,
                 if name != ins["user"]:
                     raise MountError(f"instruction for {ins['user']} but the job "
                                      f"runs as uid {who.uid}")
-            msg = jm.mount(dict(ins), who, roots)
+            msg = jm.mount(dict(ins), who, roots, shared_dirs)
             return {"seq": seq, "ok": True, "message": msg}
         if ins["do"] == "release":
             rel = jm.release(lazy=False)
@@ -216,7 +219,7 @@ def prolog(env: Mapping[str, str]) -> int:
                 if st.mounts == "job":
                     ns = job_namespace(jm)
                 with inside(ns):
-                    report = execute(ans, jm, who, st.allowed_roots)
+                    report = execute(ans, jm, who, st.allowed_roots, st.shared_dirs)
             except HookTimeout:
                 raise  # the hard timeout unwinds the whole hook (below)
             except RsaError as e:  # the namespace: nothing was mounted

@@ -42,6 +42,8 @@ MS_RDONLY = 1
 MS_REMOUNT = 32
 MS_BIND = 4096
 MNT_DETACH = 2
+#: the directive that names a mount's target, by the instruction's role (for messages)
+DIRECTIVES = {"input": "#RSA_DATA_IN", "output": "#RSA_DATA_OUT"}
 DEFAULT_BASE = "/run/rsa/node"
 #: what else lives in the per-job directory: job.env for the SPANK plugin (jobstate), the
 #: job's mount namespace handle and the plugin's job-container lock (namespace)
@@ -229,7 +231,8 @@ class JobMounts:
             d.mkdir(exist_ok=True, mode=0o700)
 
     # ---- mount --------------------------------------------------------------------------
-    def mount(self, ins: dict[str, Any], who: Who, allowed_roots: Sequence[str]) -> str:
+    def mount(self, ins: dict[str, Any], who: Who, allowed_roots: Sequence[str],
+              shared_dirs: Sequence[str] = ()) -> str:
         """Carry out a ``mount`` instruction; return a one-line summary."""
         target = str(ins["target"])
         done = self.entries()
@@ -239,7 +242,9 @@ class JobMounts:
             rel = self.release(lazy=False)
             if not rel.ok:
                 raise MountError(f"earlier mounts still in place: {rel.message}")
-        fd = open_target(target, who, allowed_roots)  # refuse before mounting anything
+        # refuse before mounting anything
+        fd = open_target(target, who, allowed_roots, shared_dirs,
+                         directive=DIRECTIVES.get(str(ins.get("role")), ""))
         made: list[dict[str, Any]] = []
         try:
             self.prepare()

@@ -1,20 +1,26 @@
 """Path safety: may root mount over this user path? (seed 004 §3.2, issue 5)
 
-Owns :func:`check_target`, :func:`open_target`, :func:`open_nofollow` and
-:class:`UnsafePath`. Root mounts the RAMDISK over a path a
+Owns :func:`check_target`, :func:`open_target`, :func:`mount_refusal`,
+:func:`open_nofollow` and :class:`UnsafePath`. Root mounts the RAMDISK over a path a
 user wrote into a job script, so before that the path must: be absolute and normalised
 (no ``..``), exist as a directory, have no symlink component (checked with ``lstat`` on
 every prefix, so a symlink anywhere cannot redirect the mount into ``/etc``), lie strictly
 inside one of ``staging.allowed_roots`` (never a root itself, never a system directory),
-and be owned by the job's user or writable by them. To unmount, root finds its mount
-again the same way (:func:`open_nofollow`), never through a symlink the user planted
-since. Imports only the standard library.
+and be the job's user's own directory (:func:`mount_refusal`, issue 36). The mount hides
+the directory (node-wide in ``hooks.mounts: node``), so a directory another user owns,
+even one the job's user may write (a group project directory, a world-writable one),
+is refused: teammates' jobs on that node would see the RAMDISK instead of it. Only
+under one of ``staging.shared_dirs``, which the operator lists, may it be a directory
+of the job's group that the group can write. To unmount, root finds its mount again the
+same way (:func:`open_nofollow`), never through a symlink the user planted since.
+Imports only the standard library.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import pwd
 import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -72,13 +78,41 @@ def _prefixes(p: PurePosixPath) -> Iterable[str]:
         yield "/" + "/".join(parts[:i])
 
 
-def writable_by(st: os.stat_result, who: Who) -> bool:
-    mode = st.st_mode
+def _within(p: PurePosixPath, roots: Sequence[str]) -> bool:
+    for r in roots:
+        root = PurePosixPath(os.path.normpath(str(r)))
+        if str(root) != "/" and (p == root or root in p.parents):
+            return True
+    return False
+
+
+def _owner(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def mount_refusal(st: os.stat_result, who: Who, p: PurePosixPath,
+                  shared_dirs: Sequence[str] = (), *, directive: str = "") -> str | None:
+    """Why root must not mount over the directory ``p`` (its ``st``) for ``who``; None
+    if it may. The user's own directory always; a directory of one of the user's groups
+    that the group may write, only under an operator's ``shared_dirs``; never one that
+    is writable only through its other-bits (world-writable), sticky or not."""
     if st.st_uid == who.uid:
-        return True  # the owner may always chmod it writable
-    if st.st_gid in who.gids:
-        return bool(mode & stat.S_IWGRP)
-    return bool(mode & stat.S_IWOTH) and not (mode & stat.S_ISVTX)
+        return None
+    shared = _within(p, shared_dirs)
+    if shared and st.st_gid in who.gids and st.st_mode & stat.S_IWGRP:
+        return None
+    name = f"{directive}={p}" if directive else str(p)
+    if shared:
+        return (f"{name} is owned by {_owner(st.st_uid)}, not you, and is not a directory "
+                f"your group may write: the RAMDISK is mounted only over your own "
+                f"directories or, under {', '.join(map(str, shared_dirs))}, a directory "
+                f"of one of your groups with group write permission")
+    return (f"{name} is owned by {_owner(st.st_uid)}, not you: the RAMDISK is mounted only "
+            f"over your own directories; use a directory of your own, or ask the operator "
+            f"to list a parent of it in staging.shared_dirs")
 
 
 def _walk(p: PurePosixPath, *, keep_parent: bool = False,
@@ -135,26 +169,31 @@ def open_nofollow(path: str) -> tuple[int, int, str]:
     return fd, parent, p.name
 
 
-def open_target(path: str, who: Who, allowed_roots: Sequence[str]) -> int:
+def open_target(path: str, who: Who, allowed_roots: Sequence[str],
+                shared_dirs: Sequence[str] = (), *, directive: str = "") -> int:
     """Open ``path`` (O_PATH) if root may mount over it for ``who``; else raise.
 
     Walks the path one component at a time (:func:`_walk`), so a symlink anywhere fails
     the walk and the checked directory is the one the returned descriptor holds:
     mounting onto it (``move_mount`` to the descriptor) leaves no window in which a user
-    could swap a component for a symlink. The caller closes it.
+    could swap a component for a symlink; its owner is checked on that descriptor too
+    (:func:`mount_refusal`). ``directive`` (``#RSA_DATA_OUT``) names the path the way
+    the user wrote it. The caller closes the descriptor.
     """
     p = lexical_check(path, allowed_roots)
     fd, _ = _walk(p, advice="; use the real path")
     try:
-        if not writable_by(os.fstat(fd), who):
-            raise UnsafePath(f"{p} is neither owned by nor writable by uid {who.uid}")
+        why = mount_refusal(os.fstat(fd), who, p, shared_dirs, directive=directive)
+        if why is not None:
+            raise UnsafePath(why)
         return fd
     except BaseException:
         os.close(fd)
         raise
 
 
-def check_target(path: str, who: Who, allowed_roots: Sequence[str]) -> str:
+def check_target(path: str, who: Who, allowed_roots: Sequence[str],
+                 shared_dirs: Sequence[str] = ()) -> str:
     """Return the normalised ``path`` if root may mount over it for ``who``; else raise."""
-    os.close(open_target(path, who, allowed_roots))
+    os.close(open_target(path, who, allowed_roots, shared_dirs))
     return str(PurePosixPath(os.path.normpath(path)))

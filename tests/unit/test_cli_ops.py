@@ -178,6 +178,28 @@ def test_input_done_without_a_ramdisk_is_not_an_error(monkeypatch: pytest.Monkey
     assert all(c[0] == "GET" for c in rsad.calls)
 
 
+def test_input_done_says_where_the_output_mount_was_refused(
+        monkeypatch: pytest.MonkeyPatch, no_sleep: None) -> None:
+    """A reset whose mount over DATA_OUT was refused (a directory that is not the
+    user's): never "mounted ... write there"; the reason, and where the output goes."""
+    why = ("mounting the RAMDISK over /proj/out failed: c1: refused: #RSA_DATA_OUT=/proj/out "
+           "is owned by bob, not you")
+    rsad = ResetDouble(["mounted-input", "resetting", "mounted-output"])
+    real = rsad.request
+
+    def with_events(_client: Any, method: str, path: str, body: Any = None) -> Any:
+        answer = real(method, path, body)
+        if method == "GET":
+            answer["events"] = [{"name": "action.outcome", "action": "7/1/reset/4",
+                                 "result": "ok", "detail": {"partial": why}}]
+        return answer
+
+    monkeypatch.setattr(ApiClient, "request", with_events)
+    out = run("input-done", "7").output
+    assert out.strip() == (f"job 7: input done; {why}; on the nodes without the RAMDISK, "
+                           f"/pfs/alice/out is on the PFS as usual")
+
+
 def test_input_done_gives_up_after_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     rsad = ResetDouble(["mounted-input", "reset-failed"])
     monkeypatch.setattr(ApiClient, "request", rsad.request)

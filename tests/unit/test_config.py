@@ -1140,3 +1140,11 @@ def test_the_data_path_hands_the_staging_settings_to_the_engine() -> None:
 def test_health_checks_can_be_turned_off_with_0s_as_documented() -> None:
     cfg = load_config_text(POOL + "health:\n  interval: 0s\n  ramdisk_interval: 0s\n")
     assert cfg.health.interval == 0 and cfg.health.ramdisk_interval == 0
+
+
+def test_shared_dirs_outside_the_allowed_roots_are_warned_about() -> None:
+    assert load_defaults().staging.shared_dirs == ()
+    cfg = load_config_text(POOL + "staging:\n  shared_dirs: [/home/proj, /proj]\n")
+    assert cfg.staging.shared_dirs == (Path("/home/proj"), Path("/proj"))
+    (warning,) = [w for w in cfg.warnings if "shared_dirs" in w]
+    assert "staging.shared_dirs[1]: /proj is not inside staging.allowed_roots" in warning

@@ -567,3 +567,34 @@ def test_directives_beyond_the_scanned_bytes_are_an_error(pad: str) -> None:
     assert _errors(far_script(MAX_SCRIPT, pad)) == [
         f"{line}: #RSA_ line starts after the first {MAX_SCRIPT} bytes of the script, where "
         "checking stops; move the #RSA_ lines to the top"]
+
+
+# --- a DATA_IN/DATA_OUT the node would refuse to mount over (issue 36) ---------------
+
+
+def test_check_warns_before_submission_about_a_directory_that_is_not_yours(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checked as the calling user by the Prolog's own rule: a directory someone else
+    owns (here: the test's, seen by another uid) is named with its line and the fix;
+    a missing one and an array template are left to the job."""
+    from rsa_scheduler.cli.main import cli
+    from tests.clirunner import cli_runner
+
+    root = tmp_path / "proj"
+    (root / "team" / "in").mkdir(parents=True)
+    conf = tmp_path / "rsa.yaml"
+    conf.write_text(f"pool:\n  nodes:\n    - {{names: rsa1, capacity: 2G}}\n"
+                    f"staging:\n  allowed_roots: [{root}]\n")
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/sh\n#SBATCH -N1\n#RSA_DATA_IN={root}/team/in\n"
+                      f"#RSA_DATA_OUT={root}/team/out-%a\n")
+    monkeypatch.setenv("RSA_CONFIG", str(conf))
+    mine = cli_runner().invoke(cli, ["directives", "check", str(script)])
+    assert mine.exit_code == 0 and "warning" not in mine.output, mine.output
+    monkeypatch.setattr("os.getuid", lambda: 4_000_001)
+    theirs = cli_runner().invoke(cli, ["directives", "check", str(script)])
+    assert theirs.exit_code == 0  # a warning: the job still runs, from the PFS
+    (line,) = [ln for ln in theirs.output.splitlines() if "warning" in ln]
+    assert line.startswith(f"{script}:3: warning: #RSA_DATA_IN={root}/team/in is owned by ")
+    assert "not you" in line and "staging.shared_dirs" in line
+    assert line.endswith("(the job would use it on the PFS, without the RAMDISK)")

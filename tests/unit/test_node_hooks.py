@@ -90,6 +90,38 @@ def test_a_refused_path_is_reported_and_nothing_is_mounted(
     assert not (tmp_path / "n" / "c1" / "42" / "mounts.json").exists()
 
 
+@pytest.mark.parametrize(("role", "directive"), [("input", "#RSA_DATA_IN"),
+                                                 ("output", "#RSA_DATA_OUT")])
+def test_a_directory_of_another_user_is_refused_naming_the_directive(
+        tmp_path: Path, fake: type[FakeClient], role: str, directive: str) -> None:
+    """Group-writable, but not the job user's own (uid 1001 in env): refused before
+    anything is mounted, and the report tells the user which line to change."""
+    target = tmp_path / "pfs" / "project"
+    target.mkdir(parents=True, mode=0o777)
+    target.chmod(0o2777)
+    fake.answers = [{"seq": 3, "do": "mount", "job_id": "42", "user": "", "role": role,
+                     "target": str(target), "mode": "rw",
+                     "client_argv": ["/bin/false", MOUNTPOINT], "client_umount_argv": []}]
+    assert hooks.prolog(env(tmp_path)) == 0
+    report = fake.posts[-1][1]
+    assert report["ok"] is False
+    assert report["message"].startswith(f"refused: {directive}={target} is owned by ")
+    assert "staging.shared_dirs" in report["message"]
+    assert not (tmp_path / "n" / "c1" / "42" / "mounts.json").exists()
+
+
+def test_shared_dirs_come_from_the_environment_or_the_configuration(
+        tmp_path: Path) -> None:
+    fast = hooks.settings(env(tmp_path, RSA_SHARED_DIRS="/proj/a:/proj/b"))
+    assert fast.shared_dirs == ("/proj/a", "/proj/b")
+    assert hooks.settings(env(tmp_path)).shared_dirs == ()
+    conf = tmp_path / "rsa.yaml"
+    conf.write_text("pool:\n  nodes:\n    - {names: rsa1, capacity: 2G}\n"
+                    "staging:\n  shared_dirs: [/home/projects]\n")
+    st = hooks.settings({"RSA_CONFIG": str(conf)})
+    assert st.shared_dirs == ("/home/projects",)
+
+
 def test_epilog_fast_path_does_not_call_rsad(tmp_path: Path, fake: type[FakeClient]) -> None:
     assert hooks.epilog(env(tmp_path)) == 0
     assert fake.posts == []

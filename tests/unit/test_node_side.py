@@ -168,6 +168,8 @@ def test_reset_whose_output_mount_fails_on_one_node_keeps_the_new_ramdisk() -> N
     out = fut.result(5)
     assert out.result is Result.OK and backend.resets == 1
     assert "ETIMEDOUT" in out.detail["partial"]
+    assert "c2: mfsmount: ETIMEDOUT" in out.message and out.message.endswith(
+        "nodes without the mount write to the PFS")  # the user's timeline says so
     assert out.detail["mount"]["rsa_mountpoint"] == "/mnt/rsa/new"
 
 

@@ -1,0 +1,189 @@
+"""Mounting over shared directories (issue 36), in the live lab.
+
+A job's RAMDISK mounted over ``#RSA_DATA_IN``/``#RSA_DATA_OUT`` hides that directory on
+the node (node-wide in the lab's ``hooks.mounts: node``). The lab user (``rsauser``)
+names as DATA_IN, then as DATA_OUT, a project directory of the second lab user
+(``rsaother``) that both may write: owned by rsaother, group ``rsa`` (both are members),
+mode 2775. The node must refuse the mount with one actionable line naming the directive,
+the job runs from the PFS, and all along rsaother on the job's node still sees and
+writes the directory, its files untouched; the job's output is not hidden from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rsa_scheduler.runner import Identity
+from tests.e2e.test_prolog_lifecycle import nothing_of_job_mounted, run_to_start
+from tests.integration.conftest import as_user
+from tests.integration.slurmkit import make_jobs, wait_for
+from tests.integration.test_rsad_staging import rsa_job, wait_state
+from tests.security.test_fs_access import on_node
+
+GROUP = "rsa"  # the lab's group of both users (lab/rsalab/users.py)
+THEIRS = {"plan.txt": "the team's plan\n", "data.bin": "0123456789" * 500}
+
+
+def _tree(d: Path) -> dict[str, tuple[int, int, int, str]]:
+    """name -> (uid, gid, mode, sha256) of every file below ``d``, and ``d`` itself."""
+    out = {}
+    for p in [d, *sorted(d.rglob("*"))]:
+        st = p.lstat()
+        digest = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else ""
+        out[str(p.relative_to(d))] = (st.st_uid, st.st_gid, st.st_mode, digest)
+    return out
+
+
+@pytest.fixture
+def project(lab: Mapping[str, str]) -> Iterator[Path]:
+    """``<pfs>/home/rsa-proj-*/{in,out}``: rsaother's, group rsa, 2775, with rsaother's
+    files; the job user is in the group and may write both."""
+    other = Identity.of(lab["RSA_LAB_OTHER_USER"])
+    tag = f"{os.getpid()}-{time.monotonic_ns()}"
+    base = Path(lab["RSA_LAB_PFS_ROOT"]) / "home" / f"rsa-proj-{tag}"
+    try:
+        for d in (base, base / "in", base / "out"):
+            subprocess.run(["install", "-d", "-m", "2775", "-o", other.user, "-g", GROUP,
+                            str(d)], check=True, timeout=30)
+        for d in (base / "in", base / "out"):
+            for name, text in THEIRS.items():
+                done = as_user(lab, other.user, ["bash", "-c", 'umask 002; printf %s "$1" '
+                                                 '> "$2"', "bash", text, str(d / name)])
+                assert done.returncode == 0, done.stderr
+        yield base
+    finally:
+        subprocess.run(["rm", "-rf", "--one-file-system", str(base)], check=False,
+                       timeout=120)
+
+
+@pytest.fixture
+def mine(lab: Mapping[str, str]) -> Iterator[Path]:
+    """The job user's own directories: ``in`` (a small input), ``out`` and ``res``."""
+    base = Path(lab["RSA_LAB_PFS"]) / f"shared-mount-{os.getpid()}-{time.monotonic_ns()}"
+    script = (f"set -e; umask 022; mkdir -p {base}/in {base}/out {base}/res; "
+              f"head -c 20000 /dev/urandom > {base}/in/f1")
+    done = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", script], timeout=60)
+    assert done.returncode == 0, done.stderr
+    yield base
+    subprocess.run(["rm", "-rf", "--one-file-system", str(base)], check=False, timeout=120)
+
+
+def job_script(lab: Mapping[str, str], data_in: Path, data_out: Path, res: Path) -> str:
+    """Reads its input and waits for ``go-in``; asks for the reset, writes its output
+    and waits for ``go``: the test looks at the node in both phases."""
+    rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
+    return f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_IN={data_in}
+#RSA_DATA_OUT={data_out}
+#RSA_RESET=input-done
+hostname > {res}/node
+findmnt -n -o TARGET --target {data_in} > {res}/inmnt
+ls {data_in} > {res}/inls
+touch {res}/reading
+while [ ! -e {res}/go-in ]; do sleep 0.5; done
+{rsa} input-done > {res}/input-done 2>&1
+findmnt -n -o TARGET --target {data_out} > {res}/outmnt
+echo "the job's result" > {data_out}/job-result
+touch {res}/written
+while [ ! -e {res}/go ]; do sleep 0.5; done
+"""
+
+
+def owned_message(data: Mapping[str, Any], directive: str, path: Path) -> bool:
+    text = json.dumps(data)
+    return (f"{directive}={path} is owned by rsaother, not you: the RAMDISK is mounted "
+            f"only over your own directories; use a directory of your own" in text
+            and "staging.shared_dirs" in text)
+
+
+def teammate_sees(lab: Mapping[str, str], node: str, d: Path, expect: list[str]) -> None:
+    """On the job's node, while the job runs, rsaother lists, reads and writes ``d``
+    (every observation is made before any is judged: a failure shows them all)."""
+    other = lab["RSA_LAB_OTHER_USER"]
+    where = on_node(node, "root", ["findmnt", "-n", "-o", "TARGET", "--target", str(d)])
+    listed = on_node(node, other, ["ls", str(d)])
+    read = on_node(node, other, ["cat", str(d / "plan.txt")])
+    wrote = on_node(node, other, ["touch", str(d / "from-teammate")])
+    report = {"mounted on": where.stdout.strip(),
+              **{k: (r.returncode, r.stdout[:200], r.stderr.strip())
+                 for k, r in (("ls", listed), ("cat", read), ("touch", wrote))}}
+    assert where.stdout.strip() != str(d), f"the RAMDISK hides {d} on {node}: {report}"
+    assert listed.returncode == 0 and set(expect) <= set(listed.stdout.split()), report
+    assert read.returncode == 0 and read.stdout == THEIRS["plan.txt"], report
+    assert wrote.returncode == 0, report
+
+
+Check = Callable[[str], None]
+
+
+def run_job(lab: Mapping[str, str], data_in: Path, data_out: Path, res: Path,
+            while_reading: Check, while_writing: Check) -> dict[str, Any]:
+    """Run the job; call each check with the job's node while the job reads its input
+    (before the reset) and while it writes its output (after it)."""
+    with make_jobs(lab) as jobs:
+        job = run_to_start(lab, jobs, job_script(lab, data_in, data_out, res))
+        wait_for(f"job {job} read its input", (res / "reading").exists, timeout=180)
+        node = (res / "node").read_text().strip()
+        while_reading(node)
+        (res / "go-in").touch()
+        wait_for(f"job {job} wrote its output", (res / "written").exists, timeout=120)
+        while_writing(node)
+        (res / "go").touch()
+        wait_state(lab, job, "released", timeout=180)
+        wait_for(f"job {job}'s client mounts gone", lambda: nothing_of_job_mounted(job),
+                 timeout=60)
+        data = rsa_job(lab, job)
+    assert data is not None
+    return data
+
+
+def test_a_shared_group_directory_as_data_in_is_not_mounted_over(
+        lab: Mapping[str, str], project: Path, mine: Path) -> None:
+    shared, res = project / "in", mine / "res"
+    before = _tree(shared)
+
+    def while_reading(node: str) -> None:
+        teammate_sees(lab, node, shared, list(THEIRS))
+
+    data = run_job(lab, shared, mine / "out", res, while_reading, lambda _node: None)
+    # the job ran from the PFS: its input was the team's directory itself
+    assert (res / "inmnt").read_text().strip() != str(shared)
+    assert set(THEIRS) <= set((res / "inls").read_text().split())
+    assert owned_message(data, "#RSA_DATA_IN", shared), json.dumps(data["events"][-12:])
+    after = _tree(shared)
+    assert after.pop("from-teammate")[0] == Identity.of(lab["RSA_LAB_OTHER_USER"]).uid
+    assert after == before, "rsaother's directory or files changed"
+
+
+def test_a_shared_group_directory_as_data_out_is_not_mounted_over(
+        lab: Mapping[str, str], project: Path, mine: Path) -> None:
+    shared, res = project / "out", mine / "res"
+    before = _tree(shared)
+
+    def while_writing(node: str) -> None:
+        # the job's output went straight to the PFS: rsaother sees it at once
+        teammate_sees(lab, node, shared, [*THEIRS, "job-result"])
+        seen = on_node(node, lab["RSA_LAB_OTHER_USER"], ["cat", str(shared / "job-result")])
+        assert seen.stdout == "the job's result\n", seen.stderr
+
+    data = run_job(lab, mine / "in", shared, res, lambda _node: None, while_writing)
+    assert (res / "outmnt").read_text().strip() != str(shared)
+    assert owned_message(data, "#RSA_DATA_OUT", shared), json.dumps(data["events"][-12:])
+    # the job itself was told the truth, from `rsa input-done`
+    told = (res / "input-done").read_text()
+    assert f"#RSA_DATA_OUT={shared} is owned by rsaother, not you" in told, told
+    assert told.rstrip().endswith(f"{shared} is on the PFS as usual"), told
+    after = _tree(shared)
+    assert after.pop("from-teammate")[0] == Identity.of(lab["RSA_LAB_OTHER_USER"]).uid
+    assert after.pop("job-result")[0] == Identity.of(lab["RSA_LAB_USER"]).uid
+    assert after == before, "rsaother's directory or files changed"
