@@ -29,7 +29,15 @@ from ClusterShell.NodeSet import NodeSet
 from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.machine import JobRecord
 from rsa_scheduler.core.policy import NodeState
-from rsa_scheduler.core.states import LEFT_QUEUE, STAGED, TEARDOWN, TERMINAL, JobState, RsaState
+from rsa_scheduler.core.states import (
+    LEFT_QUEUE,
+    POST_RUN,
+    STAGED,
+    TEARDOWN,
+    TERMINAL,
+    JobState,
+    RsaState,
+)
 from rsa_scheduler.daemon.holds import without_pfs_clause
 
 log = logging.getLogger(__name__)
@@ -82,6 +90,9 @@ class BbJob:
     verified: bool = False  # its output was verified on persistent storage
     discarded: bool = False  # an operator discarded the output on its RAMDISK
     expired: bool = False  # torn and past bb_grace: no longer held
+    #: the job started since this setup: a verification or discard is this run's (a
+    #: requeued job's new setup can come while the previous run's output stages out)
+    ran: bool = False
 
 
 # ---- the answers (pure) -------------------------------------------------------------------
@@ -107,6 +118,16 @@ def answer_data_in(rec: JobRecord | None, seen: bool) -> Answer:
         why = native_text(rec.message) or "the RSA will not serve this job"
         return Answer("failed", f"stage-in of job {rec.job_id} failed: {why}; fix it, then "
                                 "scancel the job and submit it again")
+    if state in POST_RUN - TEARDOWN and rec.job_state not in LEFT_QUEUE:
+        # requeued: the RAMDISK is the previous run's, its output not yet safe; this
+        # run's input is staged on a new one after it (never "done" from the old run)
+        if state is RsaState.QUARANTINED:
+            return Answer("wait", f"the previous run's output is quarantined on its RAMDISK "
+                                  f"({native_text(rec.message)}); this run is staged once "
+                                  f"an operator runs `rsa retry {rec.job_id}` or "
+                                  f"`rsa discard {rec.job_id}`")
+        return Answer("wait", f"the previous run's output is being staged out "
+                              f"({state.value}); this run's input is staged after it")
     if state in STAGED:
         return Answer("done", f"staged in on {rec.nodes}" if rec.nodes else "staged in")
     if state in (RsaState.TEARING_DOWN, RsaState.RELEASED) and \
@@ -199,18 +220,23 @@ class NativeDriver:
     def learn(self, ev: Event) -> None:
         """Fold one logged event in (replay, and every commit)."""
         if ev.name == "bb.setup":
-            old = self.jobs.get(ev.job_id)
-            self.jobs[ev.job_id] = BbJob(setup=ev.time, verified=bool(old and old.verified),
-                                         discarded=bool(old and old.discarded))
+            # a new setup is a new run: nothing of an earlier run's output counts for it
+            self.jobs[ev.job_id] = BbJob(setup=ev.time)
+        elif ev.name == "job.state" and ev.context.get("to") == JobState.RUNNING.value:
+            bb = self.jobs.get(ev.job_id)
+            if bb is not None:
+                bb.ran = True
         elif ev.name == "bb.teardown":
             bb = self.jobs.get(ev.job_id)
             if bb is not None and bb.torn is None:
                 bb.torn = ev.time
         elif ev.name == "rsa.transition" and \
                 ev.context.get("to") == RsaState.OUTPUT_VERIFIED.value:
-            self.jobs.setdefault(ev.job_id, BbJob(setup=ev.time)).verified = True
+            bb = self.jobs.setdefault(ev.job_id, BbJob(setup=ev.time, ran=True))
+            bb.verified = bb.verified or bb.ran
         elif ev.name == "rsa.transition" and ev.context.get("trigger") == "discard":
-            self.jobs.setdefault(ev.job_id, BbJob(setup=ev.time)).discarded = True
+            bb = self.jobs.setdefault(ev.job_id, BbJob(setup=ev.time, ran=True))
+            bb.discarded = bb.discarded or bb.ran
 
     def verified(self, job: str) -> bool:
         bb = self.jobs.get(job)
@@ -218,13 +244,15 @@ class NativeDriver:
 
     def to_json(self) -> dict[str, Any]:
         return {j: {"setup": b.setup, "torn": b.torn, "verified": b.verified,
-                    "discarded": b.discarded} for j, b in self.jobs.items()}
+                    "discarded": b.discarded, "ran": b.ran} for j, b in self.jobs.items()}
 
     def load(self, data: Mapping[str, Any]) -> None:
         for job, b in data.items():
             self.jobs[str(job)] = BbJob(setup=float(b["setup"]), torn=b.get("torn"),
                                         verified=bool(b.get("verified")),
-                                        discarded=bool(b.get("discarded")))
+                                        discarded=bool(b.get("discarded")),
+                                        # snapshots before "ran": as they behaved
+                                        ran=bool(b.get("ran", True)))
 
     # -- observation ------------------------------------------------------------------------
     def tracks(self, job: str) -> bool:

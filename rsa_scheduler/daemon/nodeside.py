@@ -303,6 +303,14 @@ class NodeSide:
             return False  # a node is mounting now: its report decides
         return bool(j.ended) or self.clock() - start >= self.settle
 
+    @staticmethod
+    def _run_over(j: JobNodes) -> None:
+        """Every node of the job's run ran its Epilog: the run's standing mount is no
+        longer anybody's. A requeued run's Prolog must never be handed it: that RAMDISK
+        is the earlier run's, staged out and destroyed under the new run (issue 35)."""
+        j.standing = None
+        j.asked.clear()
+
     def _job(self, job: str) -> JobNodes:
         return self._jobs.setdefault(job, JobNodes())
 
@@ -314,6 +322,7 @@ class NodeSide:
     def _add_nodes(self, j: JobNodes, names: frozenset[str]) -> None:
         if j.nodes is not None and j.nodes <= j.ended:
             j.nodes = None  # every node of an earlier run ended: a requeued run's nodes
+            self._run_over(j)
         if j.nodes is None or not names <= j.nodes:
             j.nodes = names | (j.nodes or frozenset())
             self._cond.notify_all()
@@ -408,6 +417,8 @@ class NodeSide:
                 j.ended.add(node)
                 j.agents.discard(node)
                 j.mounted.discard(node)
+                if j.nodes is not None and j.nodes <= j.ended:
+                    self._run_over(j)
                 self._cond.notify_all()
             self._prune()
         return {"job_id": job, "node": node}

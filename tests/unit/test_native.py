@@ -172,9 +172,12 @@ def test_setup_is_idempotent_and_teardown_keeps_a_pending_job_for_the_grace() ->
 
 def test_the_driver_state_is_rebuilt_from_the_log_and_from_a_snapshot() -> None:
     events = [Event(1.0, "7", "bb.setup", {}),
+              Event(1.5, "7", "job.state", {"from": "on-deck", "to": "running"}),
               Event(2.0, "7", "rsa.transition", {"from": "verifying",
                                                   "to": "output-verified"}),
-              Event(3.0, "8", "bb.setup", {}), Event(4.0, "8", "bb.teardown", {}),
+              Event(3.0, "8", "bb.setup", {}),
+              Event(3.5, "8", "job.state", {"from": "on-deck", "to": "running"}),
+              Event(4.0, "8", "bb.teardown", {}),
               Event(5.0, "8", "rsa.transition", {"from": "quarantined",
                                                   "to": "tearing-down", "trigger": "discard"})]
     driver = NativeDriver(Path("/x"), grace=60.0)
@@ -185,6 +188,30 @@ def test_the_driver_state_is_rebuilt_from_the_log_and_from_a_snapshot() -> None:
     again = NativeDriver(Path("/x"), grace=60.0)
     again.load(json.loads(json.dumps(driver.to_json())))
     assert again.to_json() == driver.to_json()
+
+
+def test_a_requeued_jobs_new_setup_is_a_new_run() -> None:
+    """Issues 35 and 38: a requeued job's data_out is never "done" from the first run's
+    verification, even one that completes after the second setup; its data_in waits
+    while the first run's output is staged out."""
+    driver = NativeDriver(Path("/x"), grace=60.0)
+    verified = Event(0.0, "7", "rsa.transition", {"from": "verifying",
+                                                   "to": "output-verified"})
+    for ev in (Event(1.0, "7", "bb.setup", {}),
+               Event(2.0, "7", "job.state", {"from": "on-deck", "to": "running"})):
+        driver.learn(ev)
+    driver.learn(Event(3.0, "7", "bb.setup", {}))  # requeued: set up again
+    driver.learn(verified)  # the first run's stage-out ends after the new setup
+    assert not driver.verified("7")
+    assert answer_data_out(record(RsaState.OUTPUT_VERIFIED, job_state=JobState.FINISHED),
+                           driver.jobs["7"]).status == "wait"
+    for state in (RsaState.STAGING_OUT, RsaState.VERIFYING, RsaState.OUTPUT_VERIFIED,
+                  RsaState.STAGE_OUT_FAILED, RsaState.QUARANTINED):
+        answer = answer_data_in(record(state, job_state=JobState.ON_DECK), seen=True)
+        assert answer.status == "wait" and "previous run" in answer.message, (state, answer)
+    driver.learn(Event(4.0, "7", "job.state", {"from": "on-deck", "to": "running"}))
+    driver.learn(verified)  # the second run's
+    assert driver.verified("7")
 
 
 # ---- the daemon, driven by hooks ---------------------------------------------------------------

@@ -484,3 +484,19 @@ def test_a_failed_last_write_back_keeps_the_ramdisk() -> None:
     out = reg.run(ctx)
     assert out.result is Result.FAILED and "No space left" in out.message
     assert backend.resets == 0  # the RAMDISK with the job's changes is still there
+
+
+def test_a_requeued_runs_prolog_never_gets_the_earlier_runs_mount() -> None:
+    """Issue 35: an output-only job mounted cycle 1's RAMDISK; requeued, its second run's
+    Prolog (on another node, while cycle 1 still stages out) was handed that standing
+    mount, wrote into it, and the RAMDISK was destroyed under it after cycle 1's verify."""
+    side, reg, _ = make_side()
+    fut = start(reg, ActionKind.MOUNT_OUTPUT, make_args(ActionKind.MOUNT_OUTPUT, data_in=None))
+    ins = until(side, lambda: side.prolog("7", "c1", "c1", "mounting-output"), "mount")
+    side.report("7", "c1", {"seq": ins["seq"], "ok": True})
+    assert fut.result(5).result is Result.OK
+    side.epilog("7", "c1")  # the first run ends (requeued)
+    ans = side.prolog("7", "c2", "c2", "staging-out")
+    assert ans["do"] != "mount", ans
+    ans = side.prolog("7", "c2", "c2", "mounted-output")  # even if rsad lags behind
+    assert ans["do"] != "mount", ans
