@@ -352,7 +352,8 @@ class Routes:
 class Endpoint:
     """The API over :mod:`rsa_scheduler.daemon.httpd`: MUNGE says who is calling (and on
     the unix socket must agree with the kernel's SO_PEERCRED), :class:`Routes` answer, and
-    every answer is signed with rsad's own credential (the node hooks act on it as root)."""
+    an operator's answers are signed with rsad's own credential, decodable by that
+    operator only (the node hooks act on it as root)."""
 
     def __init__(self, routes: Routes) -> None:
         self.routes = routes
@@ -380,32 +381,40 @@ class Endpoint:
         try:
             body = json.loads(req.body) if req.body else None
             result = self.routes.dispatch(Caller(who.uid, who.name), method, path, body)
-            return self._reply(req, HTTPStatus.OK, result)
+            return self._reply(HTTPStatus.OK, result, req, who)
         except ApiError as e:
-            return self._reply(req, e.status, {"error": str(e)})
+            return self._reply(e.status, {"error": str(e)})
         except munge.MungeError as e:
-            return self._reply(req, HTTPStatus.UNAUTHORIZED, {"error": str(e)})
+            return self._reply(HTTPStatus.UNAUTHORIZED, {"error": str(e)})
         except (ValueError, KeyError) as e:
-            return self._reply(req, HTTPStatus.BAD_REQUEST, {"error": str(e)})
+            return self._reply(HTTPStatus.BAD_REQUEST, {"error": str(e)})
         except TimeoutError:
-            return self._reply(req, HTTPStatus.SERVICE_UNAVAILABLE,
-                               {"error": "rsad is busy; retry"})
+            return self._reply(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "rsad is busy; retry"})
         except Exception as e:
             log.exception("api: %s %s failed", method, path)
-            return self._reply(req, HTTPStatus.INTERNAL_SERVER_ERROR,
+            return self._reply(HTTPStatus.INTERNAL_SERVER_ERROR,
                                {"error": f"internal error: {e}"})
 
     def refuse(self, req: httpd.Request, status: HTTPStatus, message: str) -> httpd.Reply:
-        return self._reply(req, status, {"error": message})
+        """Never signed: a refusal goes to anyone who connects, authenticated or not."""
+        return self._reply(status, {"error": message})
 
-    def _reply(self, req: httpd.Request, status: HTTPStatus, data: Any) -> httpd.Reply:
+    def _reply(self, status: HTTPStatus, data: Any, req: httpd.Request | None = None,
+               who: httpd.Identity | None = None) -> httpd.Reply:
+        """The answer; signed (``REPLY_HEADER``) only when it is an answer (200) to an
+        authenticated operator, the node hooks among them, which act as root on what it
+        says, and then with a credential only that caller's uid can decode: rsad's
+        credential is root's, and nobody else gets one (an error is acted on by nobody:
+        the hooks take it as "no")."""
         out = json.dumps(data, sort_keys=True).encode()
         headers: dict[str, str] = {}
-        try:  # sign the answer: the node hooks act as root on what it says
-            headers[REPLY_HEADER] = munge.encode(munge.reply_digest(
-                req.head.headers.get(AUTH_HEADER.lower(), ""), int(status), out))
-        except munge.MungeError as e:
-            log.warning("api: reply not signed: %s", e)
+        if status == HTTPStatus.OK and req is not None and who is not None and who.privileged:
+            try:
+                headers[REPLY_HEADER] = munge.encode(munge.reply_digest(
+                    req.head.headers.get(AUTH_HEADER.lower(), ""), int(status), out),
+                    restrict_uid=who.uid)
+            except munge.MungeError as e:
+                log.warning("api: reply not signed: %s", e)
         return httpd.Reply(int(status), out, headers)
 
 
