@@ -35,13 +35,13 @@ from rsa_scheduler.core.scheduler import CommandRefused
 from rsa_scheduler.core.states import LEFT_QUEUE, OPERATOR_COMMANDS, USER_COMMANDS
 from rsa_scheduler.daemon import httpd
 from rsa_scheduler.daemon.service import Daemon
+from rsa_scheduler.daemon.views import status_for_user
 from rsa_scheduler.errors import RsaError
 
 log = logging.getLogger(__name__)
 AUTH_HEADER = "X-RSA-Munge"
 REPLY_HEADER = "X-RSA-Munge-Reply"  # rsad's credential over its answer (node hooks check it)
 OPERATOR_USERS = frozenset({"root", "slurm"})
-HIDDEN_JOB = "(hidden)"  # a node held by a job the caller may not see
 NODE_HOOKS = frozenset({"prolog", "agent", "mounted", "epilog"})
 
 
@@ -123,21 +123,22 @@ class Routes:
 
     def _status(self, caller: Caller) -> dict[str, Any]:
         """The pool for everyone; for users, job ids (alerts, on-deck jobs, the job holding
-        a node) only of their own jobs: another user's shows as ``HIDDEN_JOB``.
+        a node, a node's reason) only of their own jobs: another user's shows as
+        ``HIDDEN_JOB`` (daemon.views.status_for_user).
 
         ``last_seq`` (the newest event's seq) lets a client ask ``/v1/events`` for the
         tail of the log only (``rsa top``)."""
         view = self.daemon.status_view()
         view["last_seq"] = self.daemon.store.last_seq()
-        if not caller.operator:
-            recs = self.daemon.sched.records
-            mine = {j for j, r in recs.items() if r.user == caller.user}
-            view["alerts"] = [a for a in view["alerts"] if a["job_id"] in mine]
-            view["on_deck"] = [j for j in view["on_deck"] if j in mine]
-            for node in view["nodes"]:
-                if node["job"] and node["job"] not in mine:
-                    node["job"] = HIDDEN_JOB
-        return view
+        if caller.operator:
+            return view
+        d = self.daemon
+        mine = {j for j, r in d.sched.records.items() if r.user == caller.user}
+        mine |= {a for a, k in d.aliases.items() if k in mine}
+        known = set(d.sched.records) | set(d.aliases) | set(d.aliases.values())
+        known |= {str(item.get("job_id")) for left in d.debris.values() for item in left
+                  if item.get("job_id")}
+        return status_for_user(view, mine, known - mine)
 
     def _visible(self, caller: Caller, job_id: str) -> dict[str, Any]:
         def view() -> dict[str, Any] | None:
