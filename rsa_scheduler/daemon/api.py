@@ -94,7 +94,8 @@ class Routes:
         if method == "GET" and len(parts) == 2 and parts[0] == "jobs":
             return self._job(caller, parts[1])
         if method == "GET" and parts == ["status"]:
-            return self._call(lambda: self._status(caller))
+            viewer = self._viewer(caller, query)
+            return self._call(lambda: self._status(viewer))
         if method == "GET" and parts == ["events"]:
             return self._events(caller, query)
         if method == "POST" and len(parts) == 3 and parts[0] == "jobs" and parts[2] == "command":
@@ -139,6 +140,20 @@ class Routes:
         known |= {str(item.get("job_id")) for left in d.debris.values() for item in left
                   if item.get("job_id")}
         return status_for_user(view, mine, known - mine)
+
+    def _viewer(self, caller: Caller, query: dict[str, list[str]]) -> Caller:
+        """Whose view of the status to give: the caller's, or with ``?as=UID`` (operators
+        only) that uid's: ``rsa-bb status UID`` shows a ``scontrol show bbstat`` caller
+        what rsad would show them."""
+        uid = query.get("as", [None])[0]
+        if uid is None:
+            return caller
+        if not caller.operator:
+            raise ApiError(HTTPStatus.FORBIDDEN, "only root or slurm may see the status as "
+                                                 "another user")
+        if not uid.isdigit():
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"as= takes a uid, not {uid[:20]!r}")
+        return Caller(int(uid), _user_of(int(uid)))
 
     def _visible(self, caller: Caller, job_id: str) -> dict[str, Any]:
         def view() -> dict[str, Any] | None:

@@ -1277,3 +1277,19 @@ def test_redact_hides_whole_job_ids_only() -> None:
     assert redact(text, {"7", "7_1", "71_7"}) == (
         "job (hidden) and (hidden) (array (hidden)), not 17, 7x, 1.7 or rsa7; (hidden) too")
     assert redact(text, ()) == text
+
+
+def test_an_operator_may_see_the_status_as_a_user_sees_it(routes: Routes) -> None:
+    """``rsa-bb status UID`` (SlurmUser) asks for the view ``scontrol show bbstat``'s
+    caller may see: bob's hides alice's job; nobody else may ask as another user."""
+    def held(caller: Caller, path: str) -> set[str]:
+        return {n["job"] for n in routes.dispatch(caller, "GET", path, None)["nodes"]
+                if n["job"]}
+
+    slurm = Caller(64030, "slurm")
+    assert held(slurm, "/v1/status?as=4242") == {"(hidden)"} == held(BOB, "/v1/status")
+    assert held(slurm, "/v1/status?as=0") == {"7"} == held(ROOT, "/v1/status")
+    with pytest.raises(ApiError, match="only root or slurm may see the status as another"):
+        routes.dispatch(BOB, "GET", "/v1/status?as=0", None)
+    with pytest.raises(ApiError, match="as= takes a uid"):
+        routes.dispatch(ROOT, "GET", "/v1/status?as=root", None)
