@@ -119,14 +119,14 @@ def test_bbstat_without_the_callers_uid_names_no_job() -> None:
     operator to rsad) shows totals only; with the caller's uid (Slurm 23.02+) rsad's view
     for that uid, whose other users' jobs are ``(hidden)`` (issue 36)."""
     asked: list[str] = []
-    full = {"nodes": [{"name": "rsa1", "state": "up", "job": None},
+    full: dict[str, Any] = {"nodes": [{"name": "rsa1", "state": "up", "job": None},
                       {"name": "rsa2", "state": "up", "job": "42"},
                       {"name": "rsa3", "state": "down", "job": "43"}],
             "jobs_by_rsa_state": {"locked-in": 2}}
     mine = {**full, "nodes": [{**n, "job": "(hidden)" if n["job"] == "42" else n["job"]}
                               for n in full["nodes"]]}
 
-    def get(path: str) -> dict[str, object]:
+    def get(path: str) -> dict[str, Any]:
         asked.append(path)
         return full if path == "/v1/status" else mine
 
