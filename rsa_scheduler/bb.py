@@ -98,25 +98,40 @@ def request_body(hook: str, args: Sequence[str]) -> dict[str, Any]:
     return body
 
 
-def status_text(status: Mapping[str, Any]) -> str:
-    """``scontrol show bbstat``: rsad's RSA nodes and jobs, in a few lines."""
+def status_text(status: Mapping[str, Any], *, jobs: bool = True) -> str:
+    """``scontrol show bbstat``: rsad's RSA nodes and jobs, in a few lines. ``jobs``:
+    name the job holding a node as ``status`` names it (rsad's view for the caller:
+    another user's job is ``(hidden)`` there); otherwise a held node says ``held``."""
     nodes = list(status.get("nodes") or [])
     free = [n["name"] for n in nodes if n.get("state") == "up" and not n.get("job")]
     lines = [f"RSA nodes: {len(nodes)}, free {len(free)}"
              + (f" ({','.join(free)})" if free else "")]
     for node in nodes:
         if node.get("state") != "up" or node.get("job"):
-            lines.append(f"  {node['name']} {node.get('state')} "
-                         f"{'job ' + str(node['job']) if node.get('job') else ''}".rstrip())
+            held = ("" if not node.get("job") else
+                    f"job {node['job']}" if jobs else "held")
+            lines.append(f"  {node['name']} {node.get('state')} {held}".rstrip())
     by_state = dict(status.get("jobs_by_rsa_state") or {})
     if by_state:
         lines.append("jobs: " + ", ".join(f"{k} {v}" for k, v in sorted(by_state.items())))
     return "\n".join(lines)
 
 
+def status_of(get: Callable[[str], Any], uid: str | None) -> str:
+    """``rsa-bb status [UID]``: with the caller's uid (Slurm 23.02 and later give it to
+    slurm_bb_get_status), what rsad shows that uid: an operator every job, a user only
+    their own; without one (22.05 says nothing of who asks), totals and no job at all."""
+    if uid is None:
+        return status_text(get("/v1/status"), jobs=False)
+    if not uid.isdigit():
+        raise ValueError(f"rsa-bb status: UID must be a number, not {uid[:20]!r}")
+    return status_text(get(f"/v1/status?as={uid}"))
+
+
 USAGE = """usage: rsa-bb HOOK JOB_ID [ARGS...]   (HOOK: setup data_in real_size pre_run
                                        post_run data_out teardown)
-       rsa-bb status
+       rsa-bb status [UID]  (UID: the caller of `scontrol show bbstat`, Slurm 23.02+;
+                             without it: totals only, no job ids)
 
 Run by slurm_plugins/burst_buffer.lua (native mode, slurm.mode: native) as SlurmUser.
 Prints `ok MESSAGE` or `error MESSAGE` and exits 0 or 1. rsad's address: --api ADDR,
@@ -157,7 +172,7 @@ def run(argv: Sequence[str], env: Mapping[str, str]) -> tuple[bool, str]:
             timeout = 10.0
         post, get = _post_with(address, max(timeout, 10.0))
         if hook == "status":
-            return True, status_text(get("/v1/status"))
+            return True, status_of(get, rest[0] if rest else None)
         return call_hook(post, hook, request_body(hook, rest))
     except Exception as e:  # one line for Slurm, whatever went wrong
         return False, f"rsa-bb {hook}: {e}"

@@ -108,9 +108,11 @@ class ApiClient:
 
     def __init__(self, address: str | None = None, timeout: float = 10.0,
                  trust_uid: int | None = None) -> None:
-        """``trust_uid``: accept only replies signed with a MUNGE credential of this uid
+        """``trust_uid``: accept only answers signed with a MUNGE credential of this uid
         (rsad runs as root: the node hooks pass 0 before they mount anything as root on
-        what rsad answers); None: replies are not checked (the ``rsa`` CLI)."""
+        what rsad answers); None: answers are not checked (the ``rsa`` CLI). rsad signs
+        only its answers (200) to operators, never a refusal: a refusal is
+        :class:`ApiRefused` either way, and whoever asked acts on it as a "no"."""
         self.address = address or os.environ.get("RSA_API") or DEFAULT_SOCKET
         self.timeout = timeout
         self.trust_uid = trust_uid
@@ -161,7 +163,7 @@ class ApiClient:
         except (OSError, ValueError, _BadReply) as e:
             raise ApiUnavailable(f"cannot reach rsad at {self.address}: {e}; is rsad "
                                  "running (systemctl status rsad)?") from e
-        if self.trust_uid is not None:
+        if self.trust_uid is not None and status == 200:
             self._check_signature(cred, status, data, headers.get(REPLY_HEADER.lower()))
         try:
             decoded = json.loads(data) if data else None

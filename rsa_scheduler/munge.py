@@ -4,7 +4,10 @@ Owns :func:`encode` (client: a credential binding this process's uid/gid to a pa
 and :func:`decode` (server: verify a credential and learn who sent it), through libmunge
 (ctypes, ``libmunge.so.2`` from Debian's ``libmunge2``). munged rejects replayed
 credentials and expired ones (default TTL 300 s); the API binds each credential to the
-request's method, path and body by putting their SHA-256 in the payload.
+request's method, path and body by putting their SHA-256 in the payload. rsad (root)
+signs an answer with a credential only the caller's uid can decode
+(``MUNGE_OPT_UID_RESTRICTION``): a root credential anyone could decode would be a root
+credential for whatever trusts a MUNGE uid without binding its payload.
 """
 
 from __future__ import annotations
@@ -45,6 +48,11 @@ def _lib() -> ctypes.CDLL:
                                      ctypes.POINTER(ctypes.c_uint),
                                      ctypes.POINTER(ctypes.c_uint)]
         lib.munge_decode.restype = ctypes.c_int
+        lib.munge_ctx_create.argtypes = []
+        lib.munge_ctx_create.restype = ctypes.c_void_p
+        lib.munge_ctx_destroy.argtypes = [ctypes.c_void_p]
+        lib.munge_ctx_destroy.restype = None
+        lib.munge_ctx_set.restype = ctypes.c_int  # variadic: arguments typed at the call
         lib.munge_strerror.argtypes = [ctypes.c_int]
         lib.munge_strerror.restype = ctypes.c_char_p
         _LIB = lib
@@ -69,12 +77,33 @@ def reply_digest(request_credential: str, status: int, body: bytes) -> bytes:
                           + str(status).encode() + b"\0" + body).digest()
 
 
-def encode(payload: bytes) -> str:
-    """A credential for ``payload`` from this process's uid/gid."""
+#: munge.h's munge_opt_t: the uid allowed to decode a credential (uid_t)
+MUNGE_OPT_UID_RESTRICTION = 9
+
+
+def encode(payload: bytes, restrict_uid: int | None = None) -> str:
+    """A credential for ``payload`` from this process's uid/gid. ``restrict_uid``: only
+    a process of that uid can decode it (munged refuses any other, root included)."""
     lib = _lib()
     cred = ctypes.c_char_p()
     buf = ctypes.create_string_buffer(payload, len(payload))
-    err = lib.munge_encode(ctypes.byref(cred), None, buf, len(payload))
+    ctx: int | None = None
+    if restrict_uid is not None:
+        ctx = lib.munge_ctx_create()
+        if not ctx:
+            raise MungeError("munge: cannot create a context (out of memory)")
+    try:
+        if ctx is not None and restrict_uid is not None:
+            err = lib.munge_ctx_set(ctypes.c_void_p(ctx),
+                                    ctypes.c_int(MUNGE_OPT_UID_RESTRICTION),
+                                    ctypes.c_uint(restrict_uid))
+            if err != 0:
+                raise MungeError(f"munge: cannot restrict a credential to uid {restrict_uid}: "
+                                 f"{lib.munge_strerror(err).decode()}")
+        err = lib.munge_encode(ctypes.byref(cred), ctx, buf, len(payload))
+    finally:
+        if ctx is not None:
+            lib.munge_ctx_destroy(ctx)
     if err != 0:
         raise MungeError(f"munge: cannot create a credential: "
                          f"{lib.munge_strerror(err).decode()}; is munged running?")

@@ -36,6 +36,12 @@ local CONFIG = {
   -- of ("Burst Buffer request invalid"), and job_submit.lua's lines name one (its
   -- CONFIG.bb_pool, or the job's #RSA_TIER). Such jobs wait for space instead.
   pools = { "ram" },
+  -- Whether slurm_bb_get_status's first two arguments are the caller's uid and gid, as
+  -- Slurm 23.02 and later pass them: set true there, and `scontrol show bbstat` shows an
+  -- operator every job, a user only their own. Slurm 22.05 passes only the words typed
+  -- after "bbstat" (anyone can type "0"): keep false there, and every caller gets the
+  -- totals (RSA nodes free, held, out; jobs per rsa-state) and no job id.
+  status_caller = false,
 }
 
 -- ---------------------------------------------------------------------------------------
@@ -91,7 +97,10 @@ end
 
 -- Run rsa-bb for one killable hook (slurmscriptd child; never inside slurmctld).
 local function ask_rsad(hook, ...)
-  local job_id = ... -- nil for get_status
+  local job_id = ... -- nil for get_status (its argument is a uid)
+  if hook == "status" then
+    job_id = nil
+  end
   local cmd = command(hook, { ... })
   local pipe = io.popen(cmd)
   if pipe == nil then
@@ -190,8 +199,15 @@ function slurm_bb_job_teardown(job_id, job_script, hurry) -- luacheck: ignore (S
   return ask_rsad("teardown", job_id, hurry)
 end
 
--- `scontrol show bbstat`: rsad's RSA nodes and jobs.
+-- `scontrol show bbstat`: rsad's RSA nodes and jobs, as rsad shows the caller them when
+-- Slurm says who that is (CONFIG.status_caller); else totals without job ids.
 function slurm_bb_get_status(...) -- luacheck: ignore (Slurm API)
+  if CONFIG.status_caller then
+    local uid = ...
+    if uid ~= nil and tostring(uid):match("^%d+$") then
+      return ask_rsad("status", tostring(uid))
+    end
+  end
   return ask_rsad("status")
 end
 

@@ -35,13 +35,13 @@ from rsa_scheduler.core.scheduler import CommandRefused
 from rsa_scheduler.core.states import LEFT_QUEUE, OPERATOR_COMMANDS, USER_COMMANDS
 from rsa_scheduler.daemon import httpd
 from rsa_scheduler.daemon.service import Daemon
+from rsa_scheduler.daemon.views import status_for_user
 from rsa_scheduler.errors import RsaError
 
 log = logging.getLogger(__name__)
 AUTH_HEADER = "X-RSA-Munge"
 REPLY_HEADER = "X-RSA-Munge-Reply"  # rsad's credential over its answer (node hooks check it)
 OPERATOR_USERS = frozenset({"root", "slurm"})
-HIDDEN_JOB = "(hidden)"  # a node held by a job the caller may not see
 NODE_HOOKS = frozenset({"prolog", "agent", "mounted", "epilog"})
 
 
@@ -94,7 +94,8 @@ class Routes:
         if method == "GET" and len(parts) == 2 and parts[0] == "jobs":
             return self._job(caller, parts[1])
         if method == "GET" and parts == ["status"]:
-            return self._call(lambda: self._status(caller))
+            viewer = self._viewer(caller, query)
+            return self._call(lambda: self._status(viewer))
         if method == "GET" and parts == ["events"]:
             return self._events(caller, query)
         if method == "POST" and len(parts) == 3 and parts[0] == "jobs" and parts[2] == "command":
@@ -123,21 +124,36 @@ class Routes:
 
     def _status(self, caller: Caller) -> dict[str, Any]:
         """The pool for everyone; for users, job ids (alerts, on-deck jobs, the job holding
-        a node) only of their own jobs: another user's shows as ``HIDDEN_JOB``.
+        a node, a node's reason) only of their own jobs: another user's shows as
+        ``HIDDEN_JOB`` (daemon.views.status_for_user).
 
         ``last_seq`` (the newest event's seq) lets a client ask ``/v1/events`` for the
         tail of the log only (``rsa top``)."""
         view = self.daemon.status_view()
         view["last_seq"] = self.daemon.store.last_seq()
+        if caller.operator:
+            return view
+        d = self.daemon
+        mine = {j for j, r in d.sched.records.items() if r.user == caller.user}
+        mine |= {a for a, k in d.aliases.items() if k in mine}
+        known = set(d.sched.records) | set(d.aliases) | set(d.aliases.values())
+        known |= {str(item.get("job_id")) for left in d.debris.values() for item in left
+                  if item.get("job_id")}
+        return status_for_user(view, mine, known - mine)
+
+    def _viewer(self, caller: Caller, query: dict[str, list[str]]) -> Caller:
+        """Whose view of the status to give: the caller's, or with ``?as=UID`` (operators
+        only) that uid's: ``rsa-bb status UID`` shows a ``scontrol show bbstat`` caller
+        what rsad would show them."""
+        uid = query.get("as", [None])[0]
+        if uid is None:
+            return caller
         if not caller.operator:
-            recs = self.daemon.sched.records
-            mine = {j for j, r in recs.items() if r.user == caller.user}
-            view["alerts"] = [a for a in view["alerts"] if a["job_id"] in mine]
-            view["on_deck"] = [j for j in view["on_deck"] if j in mine]
-            for node in view["nodes"]:
-                if node["job"] and node["job"] not in mine:
-                    node["job"] = HIDDEN_JOB
-        return view
+            raise ApiError(HTTPStatus.FORBIDDEN, "only root or slurm may see the status as "
+                                                 "another user")
+        if not uid.isdigit():
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"as= takes a uid, not {uid[:20]!r}")
+        return Caller(int(uid), _user_of(int(uid)))
 
     def _visible(self, caller: Caller, job_id: str) -> dict[str, Any]:
         def view() -> dict[str, Any] | None:
@@ -367,7 +383,8 @@ class Routes:
 class Endpoint:
     """The API over :mod:`rsa_scheduler.daemon.httpd`: MUNGE says who is calling (and on
     the unix socket must agree with the kernel's SO_PEERCRED), :class:`Routes` answer, and
-    every answer is signed with rsad's own credential (the node hooks act on it as root)."""
+    an operator's answers are signed with rsad's own credential, decodable by that
+    operator only (the node hooks act on it as root)."""
 
     def __init__(self, routes: Routes) -> None:
         self.routes = routes
@@ -395,32 +412,40 @@ class Endpoint:
         try:
             body = json.loads(req.body) if req.body else None
             result = self.routes.dispatch(Caller(who.uid, who.name), method, path, body)
-            return self._reply(req, HTTPStatus.OK, result)
+            return self._reply(HTTPStatus.OK, result, req, who)
         except ApiError as e:
-            return self._reply(req, e.status, {"error": str(e)})
+            return self._reply(e.status, {"error": str(e)})
         except munge.MungeError as e:
-            return self._reply(req, HTTPStatus.UNAUTHORIZED, {"error": str(e)})
+            return self._reply(HTTPStatus.UNAUTHORIZED, {"error": str(e)})
         except (ValueError, KeyError) as e:
-            return self._reply(req, HTTPStatus.BAD_REQUEST, {"error": str(e)})
+            return self._reply(HTTPStatus.BAD_REQUEST, {"error": str(e)})
         except TimeoutError:
-            return self._reply(req, HTTPStatus.SERVICE_UNAVAILABLE,
-                               {"error": "rsad is busy; retry"})
+            return self._reply(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "rsad is busy; retry"})
         except Exception as e:
             log.exception("api: %s %s failed", method, path)
-            return self._reply(req, HTTPStatus.INTERNAL_SERVER_ERROR,
+            return self._reply(HTTPStatus.INTERNAL_SERVER_ERROR,
                                {"error": f"internal error: {e}"})
 
     def refuse(self, req: httpd.Request, status: HTTPStatus, message: str) -> httpd.Reply:
-        return self._reply(req, status, {"error": message})
+        """Never signed: a refusal goes to anyone who connects, authenticated or not."""
+        return self._reply(status, {"error": message})
 
-    def _reply(self, req: httpd.Request, status: HTTPStatus, data: Any) -> httpd.Reply:
+    def _reply(self, status: HTTPStatus, data: Any, req: httpd.Request | None = None,
+               who: httpd.Identity | None = None) -> httpd.Reply:
+        """The answer; signed (``REPLY_HEADER``) only when it is an answer (200) to an
+        authenticated operator, the node hooks among them, which act as root on what it
+        says, and then with a credential only that caller's uid can decode: rsad's
+        credential is root's, and nobody else gets one (an error is acted on by nobody:
+        the hooks take it as "no")."""
         out = json.dumps(data, sort_keys=True).encode()
         headers: dict[str, str] = {}
-        try:  # sign the answer: the node hooks act as root on what it says
-            headers[REPLY_HEADER] = munge.encode(munge.reply_digest(
-                req.head.headers.get(AUTH_HEADER.lower(), ""), int(status), out))
-        except munge.MungeError as e:
-            log.warning("api: reply not signed: %s", e)
+        if status == HTTPStatus.OK and req is not None and who is not None and who.privileged:
+            try:
+                headers[REPLY_HEADER] = munge.encode(munge.reply_digest(
+                    req.head.headers.get(AUTH_HEADER.lower(), ""), int(status), out),
+                    restrict_uid=who.uid)
+            except munge.MungeError as e:
+                log.warning("api: reply not signed: %s", e)
         return httpd.Reply(int(status), out, headers)
 
 

@@ -32,6 +32,17 @@ from rsa_scheduler.hosts import Host
 log = logging.getLogger(__name__)
 
 HEALTH_BY = "health"
+#: how the reason of every verdict begins: those are about the node alone (its free
+#: space, clock, reachability) and are shown to every user
+VERDICT = "health: "
+#: what a user who is not an operator sees instead of any other reason the health loop
+#: gave: the one that names the jobs whose leftovers keep a node out (rsad's wiring)
+LEFT_OVER = "health: kept out until what earlier jobs left on it is cleaned"
+
+
+def public_reason(reason: str) -> str:
+    """A reason the health loop gave, as a user who is not an operator sees it."""
+    return reason if reason.startswith(VERDICT) else LEFT_OVER
 
 #: argv: sh -c PROBE POOL_DIR (run as root)
 PROBE = ('f=$(df -PB1 -- "$0" 2>/dev/null | awk \'NR==2{print $4}\'); '
@@ -82,18 +93,18 @@ def verdict(history: list[Probe], current: NodeState, set_by_health: bool,
         failing += 1
     want: tuple[NodeState, str] | None = None
     if failing >= limits.down_after:
-        want = (NodeState.DOWN, f"health: unreachable in {failing} probes in a row "
+        want = (NodeState.DOWN, f"{VERDICT}unreachable in {failing} probes in a row "
                                 f"({last.error})")
     elif not last.ok:
         return None  # one failure: wait for the next probe
     elif last.free is not None and last.free < limits.min_free:
-        want = (NodeState.DRAINED, f"health: only {format_size(last.free)} free in its "
+        want = (NodeState.DRAINED, f"{VERDICT}only {format_size(last.free)} free in its "
                                    f"pool directory (needs {format_size(limits.min_free)})")
     elif last.skew is not None and abs(last.skew) > limits.max_skew:
-        want = (NodeState.DRAINED, f"health: clock off by {last.skew:+.0f}s "
+        want = (NodeState.DRAINED, f"{VERDICT}clock off by {last.skew:+.0f}s "
                                    f"(limit {limits.max_skew:.0f}s)")
     if want is None:
-        return (NodeState.UP, "health: healthy again") if current is not NodeState.UP \
+        return (NodeState.UP, f"{VERDICT}healthy again") if current is not NodeState.UP \
             else None
     return want if want[0] is not current else None
 

@@ -3,23 +3,28 @@
 Owns the views: one job (:func:`job_view`: its record, progress, RAMDISK and running
 actions), the jobs of a user or of all (:func:`jobs_view`), the status
 (:func:`status_view`: nodes with who set their state and why, jobs by RSA state,
-alerts, Slurm's health, on-deck jobs) and the RAMDISKs the tender may check
-(:func:`tendable`). Plain dicts, built on the loop thread (via a ``call`` request, or
-once per cycle for :mod:`rsa_scheduler.daemon.published`).
+alerts, Slurm's health, on-deck jobs), what a user who is not an operator sees of the
+status (:func:`status_for_user`: no other user's job id anywhere) and the RAMDISKs the
+tender may check (:func:`tendable`). Plain dicts, built on the loop thread (via a
+``call`` request, or once per cycle for :mod:`rsa_scheduler.daemon.published`).
 
-Imports nothing of the daemon but the dispatcher's :class:`Running`; the daemon
-(service.py) is its :class:`Viewed`.
+Imports nothing of the daemon but the dispatcher's :class:`Running` and the health
+loop's reasons; the daemon (service.py) is its :class:`Viewed`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
 from rsa_scheduler.core.machine import JobRecord
 from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.core.states import TENDED, JobState
 from rsa_scheduler.daemon.dispatch import Running
+from rsa_scheduler.daemon.health import HEALTH_BY, public_reason
+
+HIDDEN_JOB = "(hidden)"  # a job the caller may not see, wherever it would be named
 
 
 class Viewed(Protocol):
@@ -85,6 +90,40 @@ def status_view(d: Viewed) -> dict[str, Any]:
             "running_actions": len(d.running),
             "on_deck": [r.job_id for r in d.sched.records.values()
                         if r.job_state is JobState.ON_DECK]}
+
+
+def redact(text: str, others: Collection[str]) -> str:
+    """``text`` with every whole job id of ``others`` replaced by ``HIDDEN_JOB``."""
+    if not text or not others:
+        return text
+    ids = "|".join(re.escape(j) for j in sorted(others, key=len, reverse=True))
+    return re.sub(rf"(?<![\w.])(?:{ids})(?![\w])", HIDDEN_JOB, text)
+
+
+def status_for_user(view: Mapping[str, Any], mine: Collection[str],
+                    others: Collection[str]) -> dict[str, Any]:
+    """What a user who is not an operator sees of :func:`status_view`'s ``view``: alerts
+    and on-deck jobs of their own jobs (``mine``) only; a node held by another job shows
+    ``HIDDEN_JOB``; a node's reason without other users' jobs: a reason the health loop
+    gave is its verdict about the node, or one line instead of the one naming what jobs
+    left there (:func:`rsa_scheduler.daemon.health.public_reason`), and an operator's
+    reason is shown as typed (as ``sinfo -R`` shows Slurm's), with the ids of the jobs
+    in ``others`` (every other job rsad knows of) hidden."""
+    out = dict(view)
+    out["alerts"] = [a for a in view["alerts"] if a["job_id"] in mine]
+    out["on_deck"] = [j for j in view["on_deck"] if j in mine]
+    nodes = []
+    for node in view["nodes"]:
+        node = dict(node)
+        if node["job"] and node["job"] not in mine:
+            node["job"] = HIDDEN_JOB
+        if node.get("reason"):
+            reason = (public_reason(node["reason"]) if node.get("by") == HEALTH_BY
+                      else node["reason"])
+            node["reason"] = redact(reason, others)
+        nodes.append(node)
+    out["nodes"] = nodes
+    return out
 
 
 def tendable(d: Viewed) -> list[tuple[str, Mapping[str, Any]]]:

@@ -25,7 +25,7 @@ import pytest
 from rsa_scheduler import munge
 from rsa_scheduler.client import ApiClient, ApiRefused, _denied
 from rsa_scheduler.daemon import httpd
-from rsa_scheduler.daemon.api import ApiServers, Caller, Routes
+from rsa_scheduler.daemon.api import REPLY_HEADER, ApiError, ApiServers, Caller, Routes
 from rsa_scheduler.daemon.httpd import Conn, Gate, HttpError, Limits, parse_head
 
 ME = os.getuid()
@@ -39,8 +39,9 @@ def speak_as(uid: int) -> None:
 
 @pytest.fixture(autouse=True)
 def fake_munge(monkeypatch: pytest.MonkeyPatch) -> None:
-    def encode(payload: bytes) -> str:
-        return f"{getattr(_as, 'uid', ME)}:{payload.hex()}"
+    def encode(payload: bytes, restrict_uid: int | None = None) -> str:
+        made = f"{getattr(_as, 'uid', ME)}:{payload.hex()}"
+        return made if restrict_uid is None else f"{made}:for-{restrict_uid}"
 
     def decode(cred: str) -> tuple[munge.Sender, bytes]:
         uid, _, hexed = cred.partition(":")
@@ -60,6 +61,8 @@ class FakeRoutes(Routes):
         self.waiting = threading.Semaphore(0)
 
     def dispatch(self, caller: Caller, method: str, path: str, body: Any) -> Any:
+        if path == "/v1/refuse":
+            raise ApiError(HTTPStatus.FORBIDDEN, "not for you")
         if path == "/v1/slow":
             self.waiting.release()
             self.go.wait(10)
@@ -419,3 +422,52 @@ def test_a_refusal_sent_before_the_request_was_read_still_reaches_the_client(
     cli.close()
     srv.close()
     assert status == 429 and b"already has 8 connections" in got
+
+
+# ---- the reply credential ---------------------------------------------------------------
+
+def reply_head(address: str, uid: int | None, path: str = "/v1/echo",
+               cred: str | None = None) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, body) of a GET as ``uid`` (None: no credential at all)."""
+    from rsa_scheduler.client import _exchange
+
+    if cred is None and uid is not None:
+        cred = f"{uid}:{munge.request_digest('GET', path, b'').hex()}"
+    auth = f"X-RSA-Munge: {cred}\r\n" if cred is not None else ""
+    with connect(address) as sock:
+        return _exchange(sock, f"GET {path} HTTP/1.1\r\nHost: x\r\n{auth}"
+                               "Content-Length: 0\r\n\r\n".encode())
+
+
+def test_only_an_operators_answer_is_signed_and_only_for_that_operator(
+        make_api: Any) -> None:
+    """rsad's credential is root's: it goes with answers (200) to operators only (the node
+    hooks act as root on them), restricted to the caller's uid; never with a refusal, an
+    unauthenticated request's answer or a plain user's (issue 36)."""
+    import pwd
+
+    api = make_api()
+    header = REPLY_HEADER.lower()
+    # the unix socket checks the peer's uid too: there only this process (root) speaks
+    for address in (api.tcp, str(api.sock)) if ME == 0 else (api.tcp,):
+        cases: list[tuple[int | None, str, str | None, int]] = [
+            (None, "/v1/echo", None, 401),  # no credential at all
+            (None, "/v1/echo", "garbage", 401),  # one munged rejects
+            (0, "/v1/refuse", None, 403),  # an operator, refused
+        ]
+        if address == api.tcp:
+            cases += [(1002, "/v1/echo", None, 200),  # a plain user's answer
+                      (1002, "/v1/refuse", None, 403)]
+        for uid, path, cred, status in cases:
+            got, headers, _ = reply_head(address, uid, path, cred)
+            assert got == status, (address, uid, path)
+            assert header not in headers, (address, uid, path, headers)
+        got, headers, body = reply_head(address, 0)
+        cred = f"0:{munge.request_digest('GET', '/v1/echo', b'').hex()}"
+        assert got == 200
+        assert headers[header] == f"{ME}:{munge.reply_digest(cred, 200, body).hex()}:for-0"
+    slurm = pwd.getpwnam("slurm").pw_uid if "slurm" in {p.pw_name for p in pwd.getpwall()} \
+        else None
+    if slurm is not None:
+        got, headers, _ = reply_head(api.tcp, slurm)
+        assert got == 200 and headers[header].endswith(f":for-{slurm}")

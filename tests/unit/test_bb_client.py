@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from rsa_scheduler.bb import Refused, Unreachable, call_hook, request_body, run, status_text
+from rsa_scheduler.bb import (
+    Refused,
+    Unreachable,
+    call_hook,
+    request_body,
+    run,
+    status_of,
+    status_text,
+)
 
 
 class Rsad:
@@ -104,3 +112,29 @@ def test_bbstat_text() -> None:
         "jobs_by_rsa_state": {"locked-in": 1}})
     assert text.split("\n") == ["RSA nodes: 3, free 1 (rsa1)", "  rsa2 up job 42",
                                 "  rsa3 drained", "jobs: locked-in 1"]
+
+
+def test_bbstat_without_the_callers_uid_names_no_job() -> None:
+    """Slurm 22.05 does not say who runs ``scontrol show bbstat``: rsa-bb (SlurmUser, an
+    operator to rsad) shows totals only; with the caller's uid (Slurm 23.02+) rsad's view
+    for that uid, whose other users' jobs are ``(hidden)`` (issue 36)."""
+    asked: list[str] = []
+    full: dict[str, Any] = {"nodes": [{"name": "rsa1", "state": "up", "job": None},
+                      {"name": "rsa2", "state": "up", "job": "42"},
+                      {"name": "rsa3", "state": "down", "job": "43"}],
+            "jobs_by_rsa_state": {"locked-in": 2}}
+    mine = {**full, "nodes": [{**n, "job": "(hidden)" if n["job"] == "42" else n["job"]}
+                              for n in full["nodes"]]}
+
+    def get(path: str) -> dict[str, Any]:
+        asked.append(path)
+        return full if path == "/v1/status" else mine
+
+    text = status_of(get, None)
+    assert text.split("\n") == ["RSA nodes: 3, free 1 (rsa1)", "  rsa2 up held",
+                                 "  rsa3 down held", "jobs: locked-in 2"]
+    assert status_of(get, "1002").split("\n")[1:3] == ["  rsa2 up job (hidden)",
+                                                         "  rsa3 down job 43"]
+    assert asked == ["/v1/status", "/v1/status?as=1002"]
+    with pytest.raises(ValueError, match="UID must be a number"):
+        status_of(get, "root")

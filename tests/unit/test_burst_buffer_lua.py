@@ -126,6 +126,22 @@ def test_bbstat_shows_rsads_lines(tmp_path: Path) -> None:
     assert (got.rc, got.msg) == ("0", ["RSA nodes: 4, free 3", "jobs: locked-in 1"])
 
 
+def test_bbstat_passes_rsa_bb_the_callers_uid_only_when_slurm_gives_it(
+        tmp_path: Path) -> None:
+    """Slurm 22.05 passes slurm_bb_get_status only the words typed after "bbstat": a
+    user typing ``scontrol show bbstat 0 0`` must not pass for root (rsa-bb then shows
+    totals without job ids). Slurm 23.02+ passes the authenticated uid and gid first:
+    with CONFIG.status_caller, rsa-bb gets the uid (issue 36)."""
+    script, args = fake_rsa_bb(tmp_path, "ok RSA nodes: 4, free 3")
+    assert call("slurm_bb_get_status", "0", "0", config={"rsa_bb": str(script)}).rc == "0"
+    assert args.read_text().split("\n")[:-1] == ["status"]
+    caller = {"rsa_bb": str(script), "status_caller": "true"}
+    assert call("slurm_bb_get_status", "1002", "1002", "foo", config=caller).rc == "0"
+    assert args.read_text().split("\n")[:-1] == ["status", "1002"]
+    assert call("slurm_bb_get_status", "x;id", "0", config=caller).rc == "0"
+    assert args.read_text().split("\n")[:-1] == ["status"]
+
+
 def test_bbstat_failing_is_a_line_too(tmp_path: Path) -> None:
     script, _ = fake_rsa_bb(tmp_path, "error rsa-bb status: cannot reach rsad")
     got = call("slurm_bb_get_status", config={"rsa_bb": str(script)})

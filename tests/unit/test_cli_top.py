@@ -373,8 +373,9 @@ def test_once_with_rsad_away_is_one_line_and_exit_1(
 
 # ---- a real rsad (daemon, routes, HTTP on a unix socket) ---------------------------------
 
-def fake_encode(uid: int) -> Callable[[bytes], str]:
-    return lambda payload: f"test:{uid}:{payload.hex()}"
+def fake_encode(uid: int) -> Callable[..., str]:
+    """rsad signs an operator's answer ``restrict_uid`` (ignored here: nobody checks)."""
+    return lambda payload, restrict_uid=None: f"test:{uid}:{payload.hex()}"
 
 
 def fake_decode(credential: str) -> tuple[munge.Sender, bytes]:
@@ -524,7 +525,8 @@ def test_users_see_only_their_own_jobs_in_top(rsad: Rsad,
 LAUNCHER = """\
 import os, sys
 from rsa_scheduler import munge
-munge.encode = lambda payload: f"test:{os.getuid()}:{payload.hex()}"  # see the module doc
+munge.encode = lambda payload, restrict_uid=None: f"test:{os.getuid()}:{payload.hex()}"
+# (the line above: see the module doc)
 from rsa_scheduler.cli import main
 sys.argv[0] = "rsa"
 main()

@@ -124,6 +124,16 @@ def test_an_error_answer_is_rsads_message(server: str) -> None:
     assert e.value.status == 409
 
 
+def test_a_hooks_client_takes_an_unsigned_refusal_as_a_refusal(server: str) -> None:
+    """rsad signs only its answers (200) to operators: a node hook (trust_uid=0) gets
+    rsad's refusal as ApiRefused (a "no"), not as an impostor's answer."""
+    with pytest.raises(ApiRefused, match=r"^no$") as e:
+        ApiClient(server, timeout=5, trust_uid=0).get("/refuse")
+    assert e.value.status == 409
+    with pytest.raises(ApiUnavailable, match="is not signed with MUNGE"):
+        ApiClient(server, timeout=5, trust_uid=0).get("/v1/status")
+
+
 def test_no_daemon_is_one_actionable_line(tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(munge, "encode", lambda payload: "CRED")

@@ -477,6 +477,36 @@ def test_users_see_no_other_users_job_ids_in_the_status(routes: Routes) -> None:
     assert routes.dispatch(BOB, "GET", "/v1/events", None)["events"] == []
 
 
+def test_users_see_no_other_users_job_ids_in_node_reasons(routes: Routes) -> None:
+    """A node's reason may name a job: the health loop's (what jobs left on a node while
+    it was down, set through the same ``node-state`` request as rsad's wiring) and an
+    operator's. Bob sees neither job id of alice's; alice and root see theirs (issue 36)."""
+    import re
+
+    free = [n["name"] for n in routes.dispatch(ROOT, "GET", "/v1/status", None)["nodes"]
+            if not n["job"]]
+    d = routes.daemon
+    d.submit("node-state", (free[0], "down", "health", "what job(s) 7 left here while it "
+             "was down is not cleaned: rm /dev/shm/rsa/7: busy"), wait=True)
+    d.submit("node-state", (free[1], "drained", "health", "health: clock off by +40s "
+                                                          "(limit 30s)"), wait=True)
+    routes.dispatch(ROOT, "POST", f"/v1/nodes/{free[2]}/state",
+                    {"state": "drained", "reason": "job 7 filled /scratch, see ticket 7x"})
+
+    def reasons(caller: Caller) -> dict[str, str]:
+        return {n["name"]: n["reason"] for n in routes.dispatch(
+            caller, "GET", "/v1/status", None)["nodes"] if n["reason"]}
+
+    assert reasons(ROOT) == reasons(ALICE) | {free[0]: reasons(ROOT)[free[0]]}
+    assert "job(s) 7 left" in reasons(ROOT)[free[0]]
+    theirs = reasons(BOB)
+    assert theirs == {
+        free[0]: "health: kept out until what earlier jobs left on it is cleaned",
+        free[1]: "health: clock off by +40s (limit 30s)",
+        free[2]: "job (hidden) filled /scratch, see ticket 7x"}
+    assert not any(re.search(r"(?<![\w.])7(?!\w)", r) for r in theirs.values())
+
+
 def test_a_script_that_takes_long_to_read_never_stalls_the_loop(tmp_path: Path) -> None:
     gate = threading.Event()
 
@@ -1267,3 +1297,28 @@ def test_a_long_comment_keeps_what_happened_and_what_to_do() -> None:
     assert fitted.startswith("RSA: no RAMDISK for this run (why")
     assert fitted.endswith("set #RSA_CAPACITY=3G); released to start: it reads from the PFS")
     assert " … " in fitted
+
+
+def test_redact_hides_whole_job_ids_only() -> None:
+    from rsa_scheduler.daemon.views import redact
+
+    text = "job 7 and 7_1 (array 7), not 17, 7x, 1.7 or rsa7; 71_7 too"
+    assert redact(text, {"7", "7_1", "71_7"}) == (
+        "job (hidden) and (hidden) (array (hidden)), not 17, 7x, 1.7 or rsa7; (hidden) too")
+    assert redact(text, ()) == text
+
+
+def test_an_operator_may_see_the_status_as_a_user_sees_it(routes: Routes) -> None:
+    """``rsa-bb status UID`` (SlurmUser) asks for the view ``scontrol show bbstat``'s
+    caller may see: bob's hides alice's job; nobody else may ask as another user."""
+    def held(caller: Caller, path: str) -> set[str]:
+        return {n["job"] for n in routes.dispatch(caller, "GET", path, None)["nodes"]
+                if n["job"]}
+
+    slurm = Caller(64030, "slurm")
+    assert held(slurm, "/v1/status?as=4242") == {"(hidden)"} == held(BOB, "/v1/status")
+    assert held(slurm, "/v1/status?as=0") == {"7"} == held(ROOT, "/v1/status")
+    with pytest.raises(ApiError, match="only root or slurm may see the status as another"):
+        routes.dispatch(BOB, "GET", "/v1/status?as=0", None)
+    with pytest.raises(ApiError, match="as= takes a uid"):
+        routes.dispatch(ROOT, "GET", "/v1/status?as=root", None)
