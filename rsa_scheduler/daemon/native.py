@@ -93,6 +93,9 @@ class BbJob:
     #: the job started since this setup: a verification or discard is this run's (a
     #: requeued job's new setup can come while the previous run's output stages out)
     ran: bool = False
+    #: the run that started since this setup is over (ended or requeued): Slurm holds
+    #: the job for this burst buffer no more; a requeued run gets a new setup first
+    over: bool = False
 
 
 # ---- the answers (pure) -------------------------------------------------------------------
@@ -226,6 +229,10 @@ class NativeDriver:
             bb = self.jobs.get(ev.job_id)
             if bb is not None:
                 bb.ran = True
+        elif ev.name == "job.state" and ev.context.get("from") == JobState.RUNNING.value:
+            bb = self.jobs.get(ev.job_id)
+            if bb is not None and bb.ran:
+                bb.over = True
         elif ev.name == "bb.teardown":
             bb = self.jobs.get(ev.job_id)
             if bb is not None and bb.torn is None:
@@ -244,7 +251,8 @@ class NativeDriver:
 
     def to_json(self) -> dict[str, Any]:
         return {j: {"setup": b.setup, "torn": b.torn, "verified": b.verified,
-                    "discarded": b.discarded, "ran": b.ran} for j, b in self.jobs.items()}
+                    "discarded": b.discarded, "ran": b.ran, "over": b.over}
+                for j, b in self.jobs.items()}
 
     def load(self, data: Mapping[str, Any]) -> None:
         for job, b in data.items():
@@ -252,7 +260,8 @@ class NativeDriver:
                                         verified=bool(b.get("verified")),
                                         discarded=bool(b.get("discarded")),
                                         # snapshots before "ran": as they behaved
-                                        ran=bool(b.get("ran", True)))
+                                        ran=bool(b.get("ran", True)),
+                                        over=bool(b.get("over")))
 
     # -- observation ------------------------------------------------------------------------
     def tracks(self, job: str) -> bool:
@@ -264,7 +273,7 @@ class NativeDriver:
         core: no demotion). After Slurm's teardown of a pending job, ``grace`` more
         seconds (a restarted slurmctld sets it up again)."""
         bb = self.jobs.get(job)
-        if bb is None or slurm_state != "PENDING":
+        if bb is None or slurm_state != "PENDING" or bb.over:
             return False
         return bb.torn is None or now - bb.torn < self.grace
 
@@ -284,8 +293,8 @@ class NativeDriver:
         a job already set up (slurmctld restarted) changes nothing but the teardown mark."""
         bb = self.jobs.get(job)
         self.fresh.add(job)
-        if bb is not None and bb.torn is None:
-            return []
+        if bb is not None and bb.torn is None and not bb.over:
+            return []  # set up again for the same run (slurmctld restarted)
         ev = Event(now, job, "bb.setup", dict(context))
         self.learn(ev)
         return [ev]

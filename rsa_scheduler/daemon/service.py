@@ -285,7 +285,8 @@ class Daemon:
         else:
             dec = self.sched.observe(obs, now, complete=not fresh)
         self._commit(dec)
-        self.holds.requeued(dec)
+        if self.native is None:  # native mode: Slurm holds a requeued job for its stage-in
+            self.holds.requeued(dec)
         self.holds.check()
         if not incremental:
             self.specs.prune(rows, self.sched.records)

@@ -214,6 +214,23 @@ def test_a_requeued_jobs_new_setup_is_a_new_run() -> None:
     assert driver.verified("7")
 
 
+def test_a_requeued_job_is_not_held_for_its_burst_buffer_before_a_new_setup() -> None:
+    """Found in the lab (issue 35): requeued, the job still counted as held by Slurm for
+    its first run's burst buffer, so rsad built a new RAMDISK on the RSA nodes Slurm's
+    pool then lacked for the new setup: Slurm waited for pool space (BurstBufferResources)
+    that the job itself held."""
+    driver = NativeDriver(Path("/x"), grace=60.0)
+    for ev in (Event(1.0, "7", "bb.setup", {}),
+               Event(2.0, "7", "job.state", {"from": "on-deck", "to": "running"})):
+        driver.learn(ev)
+    assert not driver.held("7", "RUNNING", 3.0)
+    driver.learn(Event(3.0, "7", "job.state", {"from": "running", "to": "queued"}))
+    assert not driver.held("7", "PENDING", 4.0)  # requeued: no burst buffer yet
+    assert [e.name for e in driver.setup("7", 5.0, {})] == ["bb.setup"]  # a new run's
+    assert driver.held("7", "PENDING", 6.0)
+    assert driver.setup("7", 7.0, {}) == []  # slurmctld restarted: the same run's
+
+
 # ---- the daemon, driven by hooks ---------------------------------------------------------------
 
 class Clock:
