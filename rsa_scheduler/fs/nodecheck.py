@@ -22,6 +22,7 @@ COMMON_NEEDS: tuple[Need, ...] = (
     command_need("rsync", "rsync"),
     command_need("tar", "tar"),
     command_need("setpriv", "util-linux"),
+    command_need("unshare", "util-linux"),
     command_need("timeout", "coreutils"),
     command_need("find", "findutils"),
     command_need("dd", "coreutils"),
