@@ -2,7 +2,8 @@
 and resume; and the RAMDISK tender, which has the dead servers of live RAMDISKs restarted.
 
 Owns :data:`PROBE` (one fixed shell program run as root on a node: free space of its pool
-directory, its clock), :func:`parse_probe`, :func:`verdict` (pure: the probe history of
+directory's filesystem, its clock, and whether users can write that filesystem:
+:mod:`rsa_scheduler.fs.poolcheck`), :func:`parse_probe`, :func:`verdict` (pure: the probe history of
 one node and the thresholds in, the state it should be in and why out) and
 :class:`HealthLoop` (a thread that probes every node each ``health.interval`` and asks
 the loop thread to change a node's state through the same ``node-state`` request an
@@ -27,15 +28,23 @@ from typing import Any
 from rsa_scheduler.core.policy import NodeState
 from rsa_scheduler.core.units import format_size
 from rsa_scheduler.errors import RsaError
+from rsa_scheduler.fs.poolcheck import POOL_CHECK, parse_pool_check
 from rsa_scheduler.hosts import Host
 
 log = logging.getLogger(__name__)
 
 HEALTH_BY = "health"
 
-#: argv: sh -c PROBE POOL_DIR (run as root)
+#: argv: sh -c PROBE POOL_DIR POOL_CHECK (run as root); ``free`` is what statvfs says is
+#: available to the pool's filesystem (``df``'s avail, f_bavail)
 PROBE = ('f=$(df -PB1 -- "$0" 2>/dev/null | awk \'NR==2{print $4}\'); '
-         'echo "free ${f:--1}"; echo "clock $(date +%s.%N)"; echo "probe ok"')
+         'echo "free ${f:--1}"; echo "clock $(date +%s.%N)"; sh -c "$1" "$0"; '
+         'echo "probe ok"')
+
+
+def probe_argv(pool_dir: str) -> list[str]:
+    """The probe of a node whose pool is ``pool_dir``."""
+    return ["sh", "-c", PROBE, pool_dir, POOL_CHECK]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +55,7 @@ class Probe:
     free: int | None = None  # bytes free in its pool directory (None: unknown)
     skew: float | None = None  # its clock minus ours, seconds (round trip halved)
     error: str = ""
+    shared: tuple[str, ...] = ()  # how users can write its pool's filesystem (poolcheck)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +72,8 @@ def parse_probe(stdout: str, sent: float, received: float) -> Probe:
         return Probe(False, error=f"probe output incomplete: {stdout[-200:]!r}")
     free = int(vals["free"]) if vals.get("free", "-1").lstrip("-").isdigit() else -1
     skew = float(vals["clock"]) - (sent + received) / 2 if "clock" in vals else None
-    return Probe(True, free if free >= 0 else None, skew)
+    return Probe(True, free if free >= 0 else None, skew,
+                 shared=parse_pool_check(stdout))
 
 
 def verdict(history: list[Probe], current: NodeState, set_by_health: bool,
@@ -86,6 +97,9 @@ def verdict(history: list[Probe], current: NodeState, set_by_health: bool,
                                 f"({last.error})")
     elif not last.ok:
         return None  # one failure: wait for the next probe
+    elif last.shared:
+        want = (NodeState.DRAINED, f"health: users can fill its pool: {last.shared[0]}; "
+                                   "give the pool a filesystem of its own (rsa nodes check)")
     elif last.free is not None and last.free < limits.min_free:
         want = (NodeState.DRAINED, f"health: only {format_size(last.free)} free in its "
                                    f"pool directory (needs {format_size(limits.min_free)})")
@@ -127,7 +141,7 @@ class HealthLoop:
     def probe(self, node: str) -> Probe:
         sent = self.clock()
         try:
-            done = self.hosts[node].run(["sh", "-c", PROBE, self.pool_dirs[node]],
+            done = self.hosts[node].run(probe_argv(self.pool_dirs[node]),
                                         timeout=self.timeout, check=False)
         except RsaError as e:
             return Probe(False, error=str(e)[:300])

@@ -119,3 +119,35 @@ def test_a_node_that_answers_again_is_cleaned_before_it_is_used() -> None:
     assert moved == [("rsa1", NodeState.DOWN, "cannot reach rsa1 to clean job 7's RAMDISK")]
     loop.check("rsa1", GOOD)
     assert str(state["rsa1"]) == "up" and cleaned == ["rsa1", "rsa1"]
+
+
+def test_a_pool_users_can_fill_drains_the_node() -> None:
+    shared = Probe(True, free=8 << 30, skew=0.0,
+                   shared=("/dev/shm/rsa is not a mount point: it shares the filesystem "
+                           "of /dev/shm (users can write there: /dev/shm, /tmp, /var/tmp, "
+                           "...)",))
+    state, why = verdict([shared], NodeState.UP, False, LIMITS) or (None, "")
+    assert state is NodeState.DRAINED
+    assert why.startswith("health: users can fill its pool: /dev/shm/rsa is not a mount "
+                          "point") and why.endswith("(rsa nodes check)")
+    # fixed (its own tmpfs mounted there): the loop brings back what it took out
+    assert verdict([shared, GOOD], NodeState.DRAINED, True, LIMITS) == (
+        NodeState.UP, "health: healthy again")
+
+
+def test_the_real_probe_finds_a_pool_on_dev_shm_shared() -> None:
+    import os
+    from pathlib import Path
+
+    from rsa_scheduler.daemon.health import probe_argv
+    from rsa_scheduler.hosts import LocalHost
+
+    pool = Path("/dev/shm") / f"rsa-probe-test-{os.getpid()}"
+    pool.mkdir(mode=0o700)
+    try:
+        done = LocalHost().run(probe_argv(str(pool)), timeout=30)
+    finally:
+        pool.rmdir()
+    p = parse_probe(done.stdout, 0.0, 0.0)
+    assert p.ok and p.free is not None and p.free > 0
+    assert len(p.shared) == 1 and "shares the filesystem of /dev/shm" in p.shared[0]
