@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -61,13 +62,12 @@ def test_rsa_nodes_check_asks_for_what_the_configured_beeond_options_need(
     from rsa_scheduler.remote import HostPool
     from tests.clirunner import cli_runner
 
-    pool = tmp_path / "pool"
-    pool.mkdir()
+    # (a pool below /tmp is refused by the configuration check itself)
     site = tmp_path / "rsa.yaml"
     site.write_text(f"""
 pool:
   nodes:
-    - {{names: rsa1, capacity: 1G, pool_dir: {pool}}}
+    - {{names: rsa1, capacity: 1G, pool_dir: /var/lib/rsa-ram-test-{os.getpid()}}}
 allocation: {{max_nodes: 1}}
 filesystem:
   backend: {{ram: beeond}}
