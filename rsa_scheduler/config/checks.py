@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import string
-from pathlib import PurePosixPath
+from pathlib import PurePath, PurePosixPath
 from typing import Any, Final
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
@@ -214,7 +214,7 @@ def check_pool(v: Validator, pool: PoolConfig, require_pool: bool) -> None:
 USER_WRITABLE_PLACES: tuple[str, ...] = ("/tmp", "/var/tmp", "/dev/shm")
 
 
-def user_writable_place(path: PurePosixPath | str) -> str | None:
+def user_writable_place(path: PurePath | str) -> str | None:
     """Which of :data:`USER_WRITABLE_PLACES` ``path`` is in or is, if any."""
     p = PurePosixPath(path)
     for place in USER_WRITABLE_PLACES:
