@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rsa_scheduler.core.policy import NodeState
@@ -56,6 +56,7 @@ class Probe:
     skew: float | None = None  # its clock minus ours, seconds (round trip halved)
     error: str = ""
     shared: tuple[str, ...] = ()  # how users can write its pool's filesystem (poolcheck)
+    epoch: int | None = None  # the node's allocation epoch when the probe began
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +122,8 @@ class HealthLoop:
                  limits: Thresholds, interval: float = 30.0, timeout: float = 10.0,
                  taken_out: set[str] | None = None,
                  before_up: Callable[[str], str | None] = lambda _node: None,
+                 epoch_of: Callable[[str], int] | None = None,
+                 observe: Callable[[str, int | None, int], str | None] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.hosts = hosts
         self.pool_dirs = pool_dirs
@@ -136,22 +139,44 @@ class HealthLoop:
         # runs before a node is brought back up: cleans what teardowns left there while
         # it was down; a non-empty answer keeps it out, with that reason
         self.before_up = before_up
+        # the allocator's side: its epoch of a node, and where a free-space figure goes
+        # (it answers why the node is short, or None); rsa_scheduler.core.allocator
+        self.epoch_of = epoch_of
+        self.observe = observe
+        self.short: dict[str, str] = {}  # node -> why it was short, as last logged
         self._thread: threading.Thread | None = None
 
     def probe(self, node: str) -> Probe:
+        epoch = self.epoch_of(node) if self.epoch_of is not None else None
         sent = self.clock()
         try:
             done = self.hosts[node].run(probe_argv(self.pool_dirs[node]),
                                         timeout=self.timeout, check=False)
         except RsaError as e:
             return Probe(False, error=str(e)[:300])
-        return parse_probe(done.stdout, sent, self.clock())
+        return replace(parse_probe(done.stdout, sent, self.clock()), epoch=epoch)
+
+    def counted(self, node: str, probe: Probe) -> None:
+        """Hand the node's real free space to the allocator; log once when it finds
+        the node short (something outside the RSA uses its pool) and when that ends."""
+        if self.observe is None or not probe.ok or probe.epoch is None:
+            return
+        why = self.observe(node, probe.free, probe.epoch)
+        if why and self.short.get(node) != why:
+            log.warning("RSA node %s: %s", node, why)
+        elif not why and node in self.short:
+            log.info("RSA node %s: its pool is free again", node)
+        if why:
+            self.short[node] = why
+        else:
+            self.short.pop(node, None)
 
     def check(self, node: str, probe: Probe) -> None:
         """Record ``probe`` and move the node if the verdict says so."""
         hist = self.history.setdefault(node, [])
         hist.append(probe)
         del hist[:-10]
+        self.counted(node, probe)
         current = self.state_of(node)
         if node in self.taken_out and current is NodeState.UP:
             self.taken_out.discard(node)  # an operator resumed it meanwhile

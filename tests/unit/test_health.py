@@ -151,3 +151,36 @@ def test_the_real_probe_finds_a_pool_on_dev_shm_shared() -> None:
     p = parse_probe(done.stdout, 0.0, 0.0)
     assert p.ok and p.free is not None and p.free > 0
     assert len(p.shared) == 1 and "shares the filesystem of /dev/shm" in p.shared[0]
+
+
+def test_the_loop_hands_each_nodes_real_free_space_to_the_allocator(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The probe's statvfs figure reaches the pure allocator with the node's epoch from
+    before the probe: a node filled by something else is counted short, and logged once."""
+    from rsa_scheduler.core.allocator import Pool, Request, RsaNode
+    from rsa_scheduler.core.policy import AllocationPolicy, Tier
+
+    pool = Pool([RsaNode("rsa1", Tier.RAM, 4 << 30), RsaNode("rsa2", Tier.RAM, 4 << 30)],
+                AllocationPolicy(ratio=1, max_nodes=2, max_request=2))
+    filled = "free 1073741824\nclock 100.0\nprobe ok\n"
+    empty = "free 4294967296\nclock 100.0\nprobe ok\n"
+    hosts = Hosts({"rsa1": [filled, filled, empty], "rsa2": [empty, empty, empty]})
+
+    def observe(node: str, free: int | None, epoch: int) -> str | None:
+        pool.observe_free(node, free, epoch)
+        return pool.short().get(node)
+
+    loop = HealthLoop(hosts, {"rsa1": "/p", "rsa2": "/p"},  # type: ignore[arg-type]
+                      state_of=pool.state, set_state=lambda *_a: None, limits=LIMITS,
+                      epoch_of=pool.epoch, observe=observe, clock=lambda: 100.0)
+    with caplog.at_level("INFO", logger="rsa_scheduler.daemon.health"):
+        loop.round()
+        loop.round()
+        assert pool.usable("rsa1") == 1 << 30
+        assert str(pool.allocate(Request("1", compute_nodes=1))) == "rsa2"
+        pool.release("1")
+        loop.round()
+    assert pool.usable("rsa1") == 4 << 30
+    said = [r.getMessage() for r in caplog.records]
+    assert said == ["RSA node rsa1: 1G of its 4G pool free: something outside the RSA "
+                    "uses it; not handed out", "RSA node rsa1: its pool is free again"]
