@@ -124,7 +124,8 @@ true
     assert not shm_of(other), f"{job}'s PREPROCESS left shared memory {shm_of(other)}"
 
     # the next job on that node (the lab's lowest free RSA node again) holds its input
-    want = hashlib.sha256((good / "in" / "big").read_bytes()).hexdigest()
+    with (good / "in" / "big").open("rb") as f:
+        want = hashlib.file_digest(f, "sha256").hexdigest()
     victim = f"""#!/bin/bash
 #SBATCH -t 5
 #RSA_DATA_IN={good}/in
