@@ -93,7 +93,7 @@ class Pool:
     """The RSA node pool: states, owners and per-tier free lists kept in rank order.
 
     ``allocate``/``release`` cost O(k log n) comparisons plus one ``NodeSet`` build for
-    the result; no method scans the whole pool except ``free``, ``nodes`` and
+    the result (O(n) when real free-space figures reorder the free nodes); no method scans the whole pool except ``free``, ``nodes`` and
     ``snapshot``.
     """
 
@@ -141,6 +141,7 @@ class Pool:
         # last observed while no job held it (None: not observed, capacity trusted)
         self._epoch: list[int] = [0] * len(self._ranked)
         self._seen_free: list[int | None] = [None] * len(self._ranked)
+        self._n_seen = 0  # how many nodes have a figure (none: the plain rank order)
 
     @staticmethod
     def _parse_node(node: RsaNode) -> NodeSet:
@@ -328,7 +329,7 @@ class Pool:
     def _order(self, free: list[int]) -> list[int]:
         """``free`` in the order nodes are taken: full ones in rank order, then the
         short ones, most usable first; those below :data:`SHORT_FLOOR` left out."""
-        if all(s is None for s in self._seen_free):
+        if not self._n_seen:
             return free
         full, short = [], []
         for r in free:
@@ -429,7 +430,12 @@ class Pool:
             return None
         gone = set(taken)
         for t in {self._ranked[r].tier for r in taken}:
-            self._free[t] = [r for r in self._free[t] if r not in gone]
+            free = self._free[t]
+            k = sum(1 for r in taken if self._ranked[r].tier is t)
+            if set(free[:k]) == {r for r in taken if self._ranked[r].tier is t}:
+                del free[:k]  # the usual case: a prefix of the free list (rank order)
+            else:  # short nodes were passed over: O(n) once
+                self._free[t] = [r for r in free if r not in gone]
         job = req.job_id
         owner = self._owner
         for r in taken:
@@ -468,7 +474,9 @@ class Pool:
         r = self._rank_of(node)
         if epoch != self._epoch[r] or self._owner[r] is not None:
             return False
+        was = self._seen_free[r]
         self._seen_free[r] = None if free is None else max(0, int(free))
+        self._n_seen += (self._seen_free[r] is not None) - (was is not None)
         return True
 
     def usable(self, node: str) -> int:

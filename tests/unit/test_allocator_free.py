@@ -5,6 +5,16 @@ probe's figures come in as arguments."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    invariant,
+    rule,
+)
 
 from rsa_scheduler.core.allocator import SHORT_FLOOR, Pool, Request, RsaNode, UnknownNode
 from rsa_scheduler.core.policy import AllocationPolicy, Tier
@@ -77,3 +87,61 @@ def test_without_figures_the_choice_is_what_it_was() -> None:
     assert str(pool.allocate(Request("1", compute_nodes=2))) == "rsa[1-2]"
     pool.release("1")
     assert str(pool.allocate(Request("2", compute_nodes=1, capacity=3 * G))) == "rsa[1-2]"
+
+
+# ---- property: with any figures, no node is double-booked, leaked, or handed out short --
+
+NAMES = [f"rsa{i}" for i in range(1, 7)]
+CAP = {n: (2 * G if i < 4 else 3 * G) for i, n in enumerate(NAMES)}
+
+
+class FreeSpaceMachine(RuleBasedStateMachine):
+    jobs = Bundle("jobs")
+
+    @initialize()
+    def start(self) -> None:
+        self.pool = Pool([RsaNode(n, Tier.RAM, CAP[n]) for n in NAMES],
+                         AllocationPolicy(ratio=1, max_nodes=6, max_request=6))
+        self.held: dict[str, set[str]] = {}
+        self.stale: dict[str, int] = {}
+        self.n = 0
+
+    @rule(node=st.sampled_from(NAMES), free=st.one_of(st.none(), st.integers(0, 4 * G)),
+          late=st.booleans())
+    def observe(self, node: str, free: int | None, late: bool) -> None:
+        epoch = self.stale.get(node, self.pool.epoch(node)) if late else \
+            self.pool.epoch(node)
+        took = self.pool.observe_free(node, free, epoch)
+        assert took == (epoch == self.pool.epoch(node) and self.pool.owner(node) is None)
+        self.stale[node] = self.pool.epoch(node)
+
+    @rule(target=jobs, count=st.integers(1, 3),
+          capacity=st.one_of(st.none(), st.integers(1, 8 * G)))
+    def allocate(self, count: int, capacity: int | None) -> str:
+        self.n += 1
+        job = str(self.n)
+        usable = {n: self.pool.usable(n) for n in NAMES}
+        got = self.pool.allocate(Request(job, compute_nodes=count, capacity=capacity))
+        if got is not None:
+            names = {str(n) for n in got}
+            assert not any(names & h for h in self.held.values())
+            assert all(usable[n] >= CAP[n] * SHORT_FLOOR for n in names)
+            if capacity is not None:
+                assert sum(usable[n] for n in names) >= capacity
+            self.held[job] = names
+        return job
+
+    @rule(job=consumes(jobs))
+    def release(self, job: str) -> None:
+        assert {str(n) for n in self.pool.release(job)} == self.held.pop(job, set())
+
+    @invariant()
+    def nothing_leaked(self) -> None:
+        held = set().union(*self.held.values()) if self.held else set()
+        assert {str(n) for n in self.pool.free()} == set(NAMES) - held
+
+
+FreeSpaceMachine.TestCase.settings = settings(
+    max_examples=100, stateful_step_count=30, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow])
+TestFreeSpaceMachine = FreeSpaceMachine.TestCase
