@@ -120,6 +120,12 @@ class Checks:
                 v.error(("staging", "backoff_max"), "must be >= staging.backoff")
             if not staging.allowed_roots:
                 v.error(("staging", "allowed_roots"), "must list at least one directory")
+            for root in staging.allowed_roots:
+                under = user_writable_place(root)
+                if under is not None:
+                    v.error(("staging", "allowed_roots"), f"{root} is on {under}: staging "
+                            f"commands on RSA nodes have a private {under} of their own "
+                            "and would not see it; keep DATA_IN and DATA_OUT on the PFS")
             if staging.copy_tool == "custom":
                 try:
                     check_copy_command(staging.copy_command or "")

@@ -388,6 +388,8 @@ def test_value_from_the_defaults_is_flagged() -> None:
          "pool.nodes[0].pool_dir", "give the pool a filesystem of its own"),
         ("filesystem:\n  mount_root: /tmp/rsa\n", "filesystem.mount_root",
          "would not see the RAMDISKs there"),
+        ("staging:\n  allowed_roots: [/home, /dev/shm/x]\n", "staging.allowed_roots",
+         "/dev/shm/x is on /dev/shm: staging commands on RSA nodes have a private"),
     ],
 )
 def test_error(snippet: str, key: str, reason: str) -> None:
