@@ -93,8 +93,8 @@ class Pool:
     """The RSA node pool: states, owners and per-tier free lists kept in rank order.
 
     ``allocate``/``release`` cost O(k log n) comparisons plus one ``NodeSet`` build for
-    the result (O(n) when real free-space figures reorder the free nodes); no method scans the whole pool except ``free``, ``nodes`` and
-    ``snapshot``.
+    the result; no method scans the whole pool except ``free``, ``nodes``, ``short`` and
+    ``snapshot``, and ``allocate`` once real free-space figures reorder the free nodes.
     """
 
     def __init__(self, nodes: Iterable[RsaNode], policy: AllocationPolicy) -> None:
