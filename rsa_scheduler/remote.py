@@ -143,7 +143,8 @@ def remote_argv(argv: Sequence[str], *, as_user: Identity | None = None,
     if as_user is not None and as_user.scope:
         # in the job's cgroup; what the command leaves behind dies when it ends
         return ["setsid", "-w", *contain_argv(as_user.scope, umask,
-                                              [*ident, *env_argv, *argv])]
+                                              [*ident, *env_argv, *argv],
+                                              as_user.private_tmp)]
     return ["setsid", "-w", "sh", "-c", _WRAPPER, umask, *ident, *env_argv, *argv]
 
 

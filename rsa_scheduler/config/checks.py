@@ -120,6 +120,8 @@ class Checks:
                 v.error(("staging", "backoff_max"), "must be >= staging.backoff")
             if not staging.allowed_roots:
                 v.error(("staging", "allowed_roots"), "must list at least one directory")
+            if staging.private_tmp < 1 << 20:
+                v.error(("staging", "private_tmp"), "must be at least 1M")
             for root in staging.allowed_roots:
                 under = user_writable_place(root)
                 if under is not None:

@@ -390,6 +390,7 @@ def test_value_from_the_defaults_is_flagged() -> None:
          "would not see the RAMDISKs there"),
         ("staging:\n  allowed_roots: [/home, /dev/shm/x]\n", "staging.allowed_roots",
          "/dev/shm/x is on /dev/shm: staging commands on RSA nodes have a private"),
+        ("staging:\n  private_tmp: 4K\n", "staging.private_tmp", "at least 1M"),
     ],
 )
 def test_error(snippet: str, key: str, reason: str) -> None:

@@ -65,8 +65,8 @@ def test_a_scoped_remote_command_joins_the_cgroup_before_dropping_to_the_user() 
     ident = Identity("alice", 1000, 1000, (1000, 20), "/home/alice", scope="42")
     argv = remote_argv(["true"], as_user=ident)
     assert argv[:4] == ["setsid", "-w", "sh", "-c"] and "rsa.jobs" in argv[4]
-    assert argv[5:7] == ["077", "42"]
-    assert argv[7:11] == ["setpriv", "--reuid=1000", "--regid=1000", "--groups=1000,20"]
+    assert argv[5:8] == ["077", "42", str(1 << 30)]  # umask, job, its private tmpfs
+    assert argv[8:12] == ["setpriv", "--reuid=1000", "--regid=1000", "--groups=1000,20"]
     assert "RSA_SCOPE=42" in argv
     plain = remote_argv(["true"], as_user=replace(ident, scope=""))
     assert "rsa.jobs" not in plain[4] and "RSA_SCOPE=42" not in plain
@@ -265,4 +265,16 @@ def test_the_private_set_up_is_roots_and_happens_before_the_switch_to_the_user()
     assert program.index("unshare --mount --ipc") < len(program)
     # setpriv comes after the program (as its "$@"): the mounts are made before it runs
     assert argv.index("setpriv") > 4
-    assert "size=1g" in program and "/var/tmp" in program and "/dev/shm" in program
+    assert '"size=$z"' in program and "/var/tmp" in program and "/dev/shm" in program
+    sized = remote_argv(["true"], as_user=replace(ident, private_tmp=64 << 20))
+    assert sized[7] == str(64 << 20)
+    with pytest.raises(ValueError, match="at least 1M"):
+        remote_argv(["true"], as_user=replace(ident, private_tmp=4096))
+
+
+@needs_root
+def test_the_private_tmpfs_has_the_configured_size() -> None:
+    done = LocalHost().run(["df", "-B1", "--output=size", "/tmp", "/var/tmp", "/dev/shm"],
+                           timeout=30, as_user=replace(USER, private_tmp=16 << 20))
+    assert done.stdout.split()[1:] == [str(16 << 20)] * 3
+    LocalHost().run(reap_argv(SCOPE), timeout=20, check=False)
