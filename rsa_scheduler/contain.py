@@ -15,6 +15,16 @@ Owns the two fixed shell programs and their pure argv builders:
   user there: it kills every command an earlier rsad left running (every leaf of every
   job), so a stale copy can never write after the new rsad re-issued its action.
 
+Every command run as a user also gets, from :data:`CONTAIN` and as root before it drops
+to the user, a mount and IPC namespace of its own (:data:`PRIVATE`): ``/tmp``,
+``/var/tmp`` and ``/dev/shm`` are one fresh tmpfs of ``staging.private_tmp`` bytes
+(private to the command, gone with its last process), and SysV IPC objects and POSIX
+message queues live in the namespace and die with it. Nothing the command writes outside
+the RAMDISK survives it on the node, and what it writes there while it runs is bounded
+(docs/security.md, "Leftovers on RSA nodes"). Everything else of the node (the RAMDISK
+mounts, the PFS) is seen as before; mounts made on the node later still propagate in
+(``slave``).
+
 Without a writable cgroup v2 hierarchy on a node (a v1-only host, a container without
 cgroupns write access) commands still run, and :data:`REAP` falls back to the
 environment tag ``RSA_SCOPE=<job>`` every such command carries: it kills the non-root
@@ -53,15 +63,44 @@ _KILL_CG = (
     'i=0; while grep -q "populated 1" "$k/cgroup.events" 2>/dev/null && [ $i -lt 100 ]; '
     'do sleep 0.05; i=$((i+1)); done; ')
 
-#: argv: sh -c CONTAIN UMASK SCOPE CMD... (run as root; CMD switches to the user)
+#: default size (bytes; ``staging.private_tmp``) and inode cap of the one tmpfs a contained
+#: command sees as ``/tmp``, ``/var/tmp`` and ``/dev/shm`` (its pages are RAM the node's
+#: pool does not count: keep it small; a script that needs more scratch space has
+#: ``$RSA_RAMDISK``, its own)
+PRIVATE_SIZE = 1 << 30
+PRIVATE_INODES = 65536
+#: what a command that cannot get its private directories prints before it fails
+PRIVATE_FAILED = "RSA-PRIVATE-FAILED"
+
+#: argv: unshare --mount --ipc --propagation slave -- sh -c PRIVATE NAME SIZE CMD... (as root,
+#: inside the new namespaces): one fresh tmpfs on /tmp, a directory of it bound on
+#: /var/tmp, one on /dev/shm, one on /tmp itself (over the tmpfs's root, which holds only
+#: the three); a fresh mqueue on /dev/mqueue where the node has one. Every path here is
+#: root's (the user's command has not run yet); a set-up that fails fails the command,
+#: with one line on stderr.
+PRIVATE = (
+    'z=$1; shift; { mount -t tmpfs -o "size=$z",nr_inodes=' + str(PRIVATE_INODES) +
+    ',mode=0755,nosuid,nodev "$0" /tmp && mkdir -m 1777 /tmp/.t /tmp/.v /tmp/.s '
+    '&& mount --bind /tmp/.v /var/tmp && mount --bind /tmp/.s /dev/shm '
+    '&& mount --bind /tmp/.t /tmp '
+    '&& { [ ! -d /dev/mqueue ] || mount -t mqueue -o nosuid,nodev,noexec "$0" /dev/mqueue; }; '
+    '} || { echo "' + PRIVATE_FAILED + ': cannot give the command a private /tmp, /var/tmp '
+    'and /dev/shm on $(hostname) (see the lines above); not run" >&2; exit 125; }; '
+    'exec "$@"')
+
+# "$@" in new mount and IPC namespaces, its private directories made (PRIVATE has no ').
+_UNSHARED = ("unshare --mount --ipc --propagation slave -- sh -c '" + PRIVATE +
+             "' rsa-private \"$z\" \"$@\"")
+
+#: argv: sh -c CONTAIN UMASK SCOPE SIZE CMD... (run as root; CMD switches to the user;
+#: SIZE: bytes of its private tmpfs)
 CONTAIN = (
-    'u=$0; s=$1; shift; d=; ' + _CG_ROOT +
+    'u=$0; s=$1; z=$2; shift 2; d=; ' + _CG_ROOT +
     'if [ -n "$r" ] && mkdir -p -- "$r/' + CGROUP_TOP + '/$s/p$$" 2>/dev/null '
     '&& echo $$ > "$r/' + CGROUP_TOP + '/$s/p$$/cgroup.procs" 2>/dev/null; '
     'then d="$r/' + CGROUP_TOP + '/$s"; fi; '
     'echo "RSA-PGID $$"; umask "$u"; cd /; '
-    '[ -n "$d" ] || exec "$@"; '
-    '"$@"; rc=$?; '
+    '[ -n "$d" ] || exec ' + _UNSHARED + '; ' + _UNSHARED + '; rc=$?; '
     # leave the leaf (the job's cgroup has no controllers enabled: it may hold us), then
     # kill what the command left behind and remove the leaf
     'echo $$ > "$d/cgroup.procs"; k="$d/p$$"; ' + _KILL_CG +
@@ -113,9 +152,15 @@ def check_scope(scope: str) -> str:
     return scope
 
 
-def contain_argv(scope: str, umask: str, argv: list[str]) -> list[str]:
-    """``argv`` (which switches to the user itself) wrapped to run in the job's cgroup."""
-    return ["sh", "-c", CONTAIN, umask, check_scope(scope), *argv]
+def contain_argv(scope: str, umask: str, argv: list[str],
+                 private_tmp: int = PRIVATE_SIZE) -> list[str]:
+    """``argv`` (which switches to the user itself) wrapped to run in the job's cgroup,
+    with a private /tmp, /var/tmp and /dev/shm of ``private_tmp`` bytes (0: the default)
+    and SysV IPC of its own."""
+    size = int(private_tmp) or PRIVATE_SIZE
+    if size < 1 << 20:
+        raise ValueError(f"private tmpfs of {size} bytes: at least 1M")
+    return ["sh", "-c", CONTAIN, umask, check_scope(scope), str(size), *argv]
 
 
 def kill_leaf_argv(scope: str, pgid: int) -> list[str]:

@@ -115,7 +115,8 @@ class LocalHost:
             # in the job's cgroup, as on a remote node: root joins it, then drops to the user
             wrapped = contain_argv(as_user.scope, "077", [
                 *as_user.setpriv(), "env", "-i",
-                *(f"{k}={v}" for k, v in as_user.env(env).items()), *argv])
+                *(f"{k}={v}" for k, v in as_user.env(env).items()), *argv],
+                as_user.private_tmp)
             done = self._runner(wrapped, timeout=timeout, check=check, input=input,
                                 stopped=stopped)
         except CommandError as e:

@@ -13,7 +13,9 @@ leads its own session and process group and reports its id first. A timeout or a
 ``kill -- -PGID`` (TERM, then KILL). ``as_user`` switches uid, gid and supplementary
 groups with ``setpriv`` (no shell, no PAM) and runs with that user's clean environment
 and umask 077; with ``as_user.scope`` (a job id) the command first joins the job's
-cgroup and what it leaves behind is killed when it ends (:mod:`rsa_scheduler.contain`).
+cgroup and what it leaves behind is killed when it ends, and it runs with a private
+``/tmp``, ``/var/tmp``, ``/dev/shm`` and SysV IPC that go with it
+(:mod:`rsa_scheduler.contain`).
 
 A connection sshd drops before its banner is tried again (:data:`CONNECT_TRIES`), and
 logged here; paramiko's own ERROR report of each such drop, a traceback logged line by
@@ -141,7 +143,8 @@ def remote_argv(argv: Sequence[str], *, as_user: Identity | None = None,
     if as_user is not None and as_user.scope:
         # in the job's cgroup; what the command leaves behind dies when it ends
         return ["setsid", "-w", *contain_argv(as_user.scope, umask,
-                                              [*ident, *env_argv, *argv])]
+                                              [*ident, *env_argv, *argv],
+                                              as_user.private_tmp)]
     return ["setsid", "-w", "sh", "-c", _WRAPPER, umask, *ident, *env_argv, *argv]
 
 

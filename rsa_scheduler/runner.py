@@ -37,6 +37,9 @@ class Identity:
     #: the job whose processes these are: commands run in its cgroup on the node and are
     #: killed when they end and when the job's RAMDISK goes (rsa_scheduler.contain)
     scope: str = ""
+    #: with ``scope``: bytes of the private tmpfs the command sees as /tmp, /var/tmp and
+    #: /dev/shm (0: rsa_scheduler.contain's default)
+    private_tmp: int = 0
 
     @classmethod
     def of(cls, user: str) -> Identity:

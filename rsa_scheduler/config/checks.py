@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import string
+from pathlib import PurePath, PurePosixPath
 from typing import Any, Final
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
@@ -123,6 +124,14 @@ class Checks:
                 if not any(d == r or r in d.parents for r in staging.allowed_roots):
                     v.warn(("staging", "shared_dirs", i), f"{d} is not inside "
                            f"staging.allowed_roots: nothing is ever mounted there")
+            if staging.private_tmp < 1 << 20:
+                v.error(("staging", "private_tmp"), "must be at least 1M")
+            for root in staging.allowed_roots:
+                under = user_writable_place(root)
+                if under is not None:
+                    v.error(("staging", "allowed_roots"), f"{root} is on {under}: staging "
+                            f"commands on RSA nodes have a private {under} of their own "
+                            "and would not see it; keep DATA_IN and DATA_OUT on the PFS")
             if staging.copy_tool == "custom":
                 try:
                     check_copy_command(staging.copy_command or "")
@@ -144,6 +153,13 @@ class Checks:
                        "stream per file on the lab, whose RSA nodes share two cores "
                        "(docs/benchmarks.md); measure on your RSA nodes with "
                        "bench/bench_staging.py before leaving it on")
+        if self.ok("filesystem"):
+            mount_root = self.s["filesystem"].mount_root
+            under = user_writable_place(mount_root)
+            if under is not None:
+                v.error(("filesystem", "mount_root"), f"{mount_root} is on {under}: the "
+                        "commands rsad runs as users on RSA nodes get a private "
+                        f"{under} and would not see the RAMDISKs there; use /run/rsa/mnt")
         if self.ok("hooks"):
             hooks: HooksConfig = self.s["hooks"]
             if hooks.api_timeout > hooks.timeout:
@@ -177,6 +193,13 @@ def check_pool(v: Validator, pool: PoolConfig, require_pool: bool) -> None:
     for i, group in enumerate(groups):
         path: KeyPath = ("pool", "nodes", i)
         hosts = group.hosts()
+        under = user_writable_place(group.pool_dir)
+        if under is not None:
+            v.error((*path, "pool_dir"), f"{group.pool_dir} is on {under}, which every user "
+                    "can fill (and which every command run as a user sees as its own "
+                    "private directory); give the pool a filesystem of its own, e.g. a "
+                    "tmpfs on /var/lib/rsa-ram (operator guide, \"The pool's own "
+                    "filesystem\")")
         for name in hosts:
             if name in seen:
                 v.error(
@@ -196,6 +219,20 @@ def check_pool(v: Validator, pool: PoolConfig, require_pool: bool) -> None:
                 )
                 break
             endpoints[endpoint] = name
+
+
+#: the node directories every user can write: a pool (or a RAMDISK mount) below them is
+#: shared with users, and hidden from the commands rsad runs as users (rsa_scheduler.contain)
+USER_WRITABLE_PLACES: tuple[str, ...] = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def user_writable_place(path: PurePath | str) -> str | None:
+    """Which of :data:`USER_WRITABLE_PLACES` ``path`` is in or is, if any."""
+    p = PurePosixPath(path)
+    for place in USER_WRITABLE_PLACES:
+        if p == PurePosixPath(place) or PurePosixPath(place) in p.parents:
+            return place
+    return None
 
 
 def check_address(

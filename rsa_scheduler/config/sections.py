@@ -384,6 +384,16 @@ class StagingConfig:
             "~1.2 GB).",
         )
     )
+    private_tmp: int = field(
+        metadata=meta(
+            Size(max=1 << 40),
+            "Size (at least 1M) of the one tmpfs every command rsad runs as a user on an RSA node "
+            "(PREPROCESS, POSTPROCESS, staging copies) sees as its own `/tmp`, `/var/tmp` "
+            "and `/dev/shm`, gone when the command ends (docs/security.md, \"Leftovers on "
+            "RSA nodes\"). It is RAM beside the pool while a command writes there: keep "
+            "it small; scripts that need more space write into `$RSA_RAMDISK`.",
+        )
+    )
     copy_command: str | None = field(
         metadata=meta(
             Optional(Str()),

@@ -48,9 +48,12 @@ from rsa_scheduler.fs import registry
 # config/backends.py, which asks the backends themselves.
 FS_BACKENDS: tuple[str, ...] = registry.names()
 
-# Where a pool lives on an RSA node when `pool.nodes[].pool_dir` is not given.
+# Where a pool lives on an RSA node when `pool.nodes[].pool_dir` is not given: each the
+# mount point of a filesystem of its own (a tmpfs for ram), which no user can write
+# (fs/poolcheck.py; the operator guide says how to make them). Never in /dev/shm: users
+# fill that tmpfs, and the pool's space with it.
 DEFAULT_POOL_DIRS: Mapping[Tier, Path] = {
-    Tier.RAM: Path("/dev/shm/rsa"),
+    Tier.RAM: Path("/var/lib/rsa-ram"),
     Tier.SSD: Path("/var/lib/rsa-ssd"),
 }
 
@@ -111,7 +114,10 @@ class PoolNodeGroup:
     pool_dir: Path = field(
         metadata=meta(
             AbsPath(),
-            "Directory on the node holding the RAM/SSD pool.",
+            "Directory on the node holding the RAM/SSD pool: the mount point of a "
+            "filesystem of its own (a tmpfs for ram), root's, that no user can write; "
+            "`rsa nodes check` and rsad's health probe refuse one that shares a filesystem "
+            "with users (operator guide, \"The pool's own filesystem\").",
             ", ".join(f"`{d}` ({t.value})" for t, d in DEFAULT_POOL_DIRS.items()),
         )
     )

@@ -20,6 +20,15 @@ that is simply the lowest-indexed free nodes, which keeps allocations compact ho
 ranges and the free space unfragmented; in a mixed tier it lets a ``capacity`` request
 be covered by the fewest nodes.
 
+Real free space (:meth:`Pool.observe_free`): the daemon's health probe measures each
+node's pool filesystem (statvfs) and hands the figure in, tagged with the node's
+:meth:`Pool.epoch` when the probe began; a figure taken while a job held the node, or
+since then, is dropped. A free node's *usable* bytes are then its configured capacity or
+its real free space, whichever is less: a ``capacity`` request is covered with usable
+bytes, and a node whose pool something outside the RSA filled (usable below capacity) is
+*short*: taken only after the full ones, and :meth:`Pool.explain` says so; one with less
+than :data:`SHORT_FLOOR` of its capacity usable is skipped.
+
 Pure core: must not import I/O, clock, logging, ``os``/``pathlib`` or any other
 rsa_scheduler layer (import-linter contract). ClusterShell is used only for ``NodeSet``
 and always without group resolution, so no configuration file is ever read.
@@ -51,6 +60,8 @@ __all__ = ["SNAPSHOT_VERSION", "PolicyViolation", "Pool", "Request", "RsaNode", 
            "nodes_wanted"]
 
 SNAPSHOT_VERSION = 1
+#: a node with less than this share of its capacity really free is not handed out at all
+SHORT_FLOOR = 0.5
 
 
 class UnknownNode(RsaError, KeyError):
@@ -82,8 +93,8 @@ class Pool:
     """The RSA node pool: states, owners and per-tier free lists kept in rank order.
 
     ``allocate``/``release`` cost O(k log n) comparisons plus one ``NodeSet`` build for
-    the result; no method scans the whole pool except ``free``, ``nodes`` and
-    ``snapshot``.
+    the result; no method scans the whole pool except ``free``, ``nodes``, ``short`` and
+    ``snapshot``, and ``allocate`` once real free-space figures reorder the free nodes.
     """
 
     def __init__(self, nodes: Iterable[RsaNode], policy: AllocationPolicy) -> None:
@@ -126,6 +137,11 @@ class Pool:
                 self._uniform[node.tier] = None
         self._held: dict[str, tuple[list[int], NodeSet]] = {}
         self._why: dict[str, str] = {}  # job -> why tier auto chose its nodes
+        # per rank: bumped when the node changes hands; the real free bytes of its pool
+        # last observed while no job held it (None: not observed, capacity trusted)
+        self._epoch: list[int] = [0] * len(self._ranked)
+        self._seen_free: list[int | None] = [None] * len(self._ranked)
+        self._n_seen = 0  # how many nodes have a figure (none: the plain rank order)
 
     @staticmethod
     def _parse_node(node: RsaNode) -> NodeSet:
@@ -303,18 +319,39 @@ class Pool:
 
     # -- allocation -------------------------------------------------------------------------
 
+    def _usable(self, r: int) -> int:
+        """Bytes node ``r`` can hold now: its capacity, or less when its pool's real
+        free space (last observed while free) is less."""
+        seen = self._seen_free[r]
+        cap = self._ranked[r].capacity
+        return cap if seen is None else max(0, min(cap, seen))
+
+    def _order(self, free: list[int]) -> list[int]:
+        """``free`` in the order nodes are taken: full ones in rank order, then the
+        short ones, most usable first; those below :data:`SHORT_FLOOR` left out."""
+        if not self._n_seen:
+            return free
+        full, short = [], []
+        for r in free:
+            usable, cap = self._usable(r), self._ranked[r].capacity
+            if usable >= cap:
+                full.append(r)
+            elif usable >= cap * SHORT_FLOOR:
+                short.append(r)
+        short.sort(key=lambda r: -self._usable(r))
+        return full + short
+
     def _take(self, req: Request, tier: Tier, count: int) -> list[int] | None:
         """The free ranks of ``tier`` that would serve ``req`` with at least ``count``
         nodes, or None when too few are free now. Changes nothing."""
-        free = self._free.get(tier, [])
+        free = self._order(self._free.get(tier, []))
         if req.capacity is not None:
-            # fewest free nodes (largest first) whose capacities cover the request
-            ranked = self._ranked
+            # fewest free nodes (largest first) whose usable bytes cover the request
             limit = min(len(free), self._policy.max_request)
             total = 0
             need = 0
             while need < limit and total < req.capacity:
-                total += ranked[free[need]].capacity
+                total += self._usable(free[need])
                 need += 1
             if total < req.capacity:
                 return None
@@ -339,13 +376,13 @@ class Pool:
         taken: list[int] = []
         total = 0
         for t in tiers:
-            for r in self._free.get(t, ()):
+            for r in self._order(self._free.get(t, [])):
                 if len(taken) >= count and (req.capacity is None or total >= req.capacity):
                     break
                 if len(taken) >= policy.max_request:
                     break
                 taken.append(r)
-                total += self._ranked[r].capacity
+                total += self._usable(r)
         if len(taken) < count or (req.capacity is not None and total < req.capacity):
             return None, ""
         used = [t for t in tiers if any(self._ranked[r].tier is t for r in taken)]
@@ -391,22 +428,74 @@ class Pool:
             taken = self._take(req, tier, count)
         if taken is None:
             return None
-        # what each tier gave is a prefix of its free list (_take, _take_mix)
-        given: dict[Tier, int] = {}
-        for r in taken:
-            t = self._ranked[r].tier
-            given[t] = given.get(t, 0) + 1
-        for t, k in given.items():
-            del self._free[t][:k]
+        gone = set(taken)
+        for t in {self._ranked[r].tier for r in taken}:
+            free = self._free[t]
+            k = sum(1 for r in taken if self._ranked[r].tier is t)
+            if set(free[:k]) == {r for r in taken if self._ranked[r].tier is t}:
+                del free[:k]  # the usual case: a prefix of the free list (rank order)
+            else:  # short nodes were passed over: O(n) once
+                self._free[t] = [r for r in free if r not in gone]
         job = req.job_id
         owner = self._owner
         for r in taken:
             owner[r] = job
+            self._epoch[r] += 1
+        taken.sort()
         result = self._build(taken)
         self._held[job] = (taken, result)
-        if why:
-            self._why[job] = why
+        short = self._short_text(taken)
+        if why or short:
+            self._why[job] = "; ".join(x for x in (why, short) if x)
         return result.copy()
+
+    def _short_text(self, ranks: Iterable[int]) -> str:
+        """Why the nodes ``ranks`` hold less than their capacity ("" if none does)."""
+        parts = [f"{self._ranked[r].name} has {format_size(self._usable(r))} of its "
+                 f"{format_size(self._ranked[r].capacity)} free"
+                 for r in ranks if self._usable(r) < self._ranked[r].capacity]
+        if not parts:
+            return ""
+        return (", ".join(parts) + " (something outside the RSA uses its pool; it was "
+                "taken last)")
+
+    # -- real free space ----------------------------------------------------------------------
+
+    def epoch(self, node: str) -> int:
+        """Changes whenever ``node`` is allocated, adopted or released: a free-space figure
+        is valid only for the epoch it was measured in (:meth:`observe_free`)."""
+        return self._epoch[self._rank_of(node)]
+
+    def observe_free(self, node: str, free: int | None, epoch: int) -> bool:
+        """Record the real free bytes of ``node``'s pool filesystem, measured when its
+        :meth:`epoch` was ``epoch`` (None: unknown, its capacity is trusted). Ignored
+        (False) when the node changed hands since, or a job holds it: its RAMDISK's use
+        is not a shortage. Raises :class:`UnknownNode`."""
+        r = self._rank_of(node)
+        if epoch != self._epoch[r] or self._owner[r] is not None:
+            return False
+        was = self._seen_free[r]
+        self._seen_free[r] = None if free is None else max(0, int(free))
+        self._n_seen += (self._seen_free[r] is not None) - (was is not None)
+        return True
+
+    def usable(self, node: str) -> int:
+        """Bytes ``node`` would give a job now (:meth:`observe_free`)."""
+        return self._usable(self._rank_of(node))
+
+    def short(self) -> dict[str, str]:
+        """Free UP nodes that hold less than their capacity, and why (for status views
+        and logs); those below :data:`SHORT_FLOOR` are not handed out."""
+        out: dict[str, str] = {}
+        for ranks in self._free.values():
+            for r in ranks:
+                usable, cap = self._usable(r), self._ranked[r].capacity
+                if usable < cap:
+                    out[self._ranked[r].name] = (
+                        f"{format_size(usable)} of its {format_size(cap)} pool free: "
+                        "something outside the RSA uses it" +
+                        ("; not handed out" if usable < cap * SHORT_FLOOR else ""))
+        return out
 
     def release(self, job_id: str) -> NodeSet:
         """Return every node ``job_id`` holds to the pool; an empty NodeSet if none.
@@ -420,6 +509,7 @@ class Pool:
         ranks, nodes = held
         for r in ranks:
             self._owner[r] = None
+            self._epoch[r] += 1
             if self._state[r] is NodeState.UP:
                 bisect.insort(self._free[self._ranked[r].tier], r)
         return nodes
@@ -446,6 +536,7 @@ class Pool:
                 continue
             mine.add(r)
             self._owner[r] = job_id
+            self._epoch[r] += 1
             if self._state[r] is NodeState.UP:
                 free = self._free[self._ranked[r].tier]
                 del free[bisect.bisect_left(free, r)]

@@ -259,7 +259,8 @@ class DataPath:
         (the token :meth:`tended` yields: the action's, and the RAMDISK's stall watch)."""
         user = ctx.action.args_as(OnNodes).user
         # scoped: its commands run in the job's cgroup on each node (rsa_scheduler.contain)
-        identity = replace(Identity.of(user), scope=ctx.action.job_id)
+        identity = replace(Identity.of(user), scope=ctx.action.job_id,
+                           private_tmp=self.cfg.staging.private_tmp)
 
         def progress(p: Progress) -> None:
             ctx.progress(p.to_json())

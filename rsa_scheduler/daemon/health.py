@@ -2,7 +2,8 @@
 and resume; and the RAMDISK tender, which has the dead servers of live RAMDISKs restarted.
 
 Owns :data:`PROBE` (one fixed shell program run as root on a node: free space of its pool
-directory, its clock), :func:`parse_probe`, :func:`verdict` (pure: the probe history of
+directory's filesystem, its clock, and whether users can write that filesystem:
+:mod:`rsa_scheduler.fs.poolcheck`), :func:`parse_probe`, :func:`verdict` (pure: the probe history of
 one node and the thresholds in, the state it should be in and why out) and
 :class:`HealthLoop` (a thread that probes every node each ``health.interval`` and asks
 the loop thread to change a node's state through the same ``node-state`` request an
@@ -21,12 +22,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rsa_scheduler.core.policy import NodeState
 from rsa_scheduler.core.units import format_size
 from rsa_scheduler.errors import RsaError
+from rsa_scheduler.fs.poolcheck import POOL_CHECK, parse_pool_check
 from rsa_scheduler.hosts import Host
 
 log = logging.getLogger(__name__)
@@ -44,9 +46,16 @@ def public_reason(reason: str) -> str:
     """A reason the health loop gave, as a user who is not an operator sees it."""
     return reason if reason.startswith(VERDICT) else LEFT_OVER
 
-#: argv: sh -c PROBE POOL_DIR (run as root)
+#: argv: sh -c PROBE POOL_DIR POOL_CHECK (run as root); ``free`` is what statvfs says is
+#: available to the pool's filesystem (``df``'s avail, f_bavail)
 PROBE = ('f=$(df -PB1 -- "$0" 2>/dev/null | awk \'NR==2{print $4}\'); '
-         'echo "free ${f:--1}"; echo "clock $(date +%s.%N)"; echo "probe ok"')
+         'echo "free ${f:--1}"; echo "clock $(date +%s.%N)"; sh -c "$1" "$0"; '
+         'echo "probe ok"')
+
+
+def probe_argv(pool_dir: str) -> list[str]:
+    """The probe of a node whose pool is ``pool_dir``."""
+    return ["sh", "-c", PROBE, pool_dir, POOL_CHECK]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +66,8 @@ class Probe:
     free: int | None = None  # bytes free in its pool directory (None: unknown)
     skew: float | None = None  # its clock minus ours, seconds (round trip halved)
     error: str = ""
+    shared: tuple[str, ...] = ()  # how users can write its pool's filesystem (poolcheck)
+    epoch: int | None = None  # the node's allocation epoch when the probe began
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +84,8 @@ def parse_probe(stdout: str, sent: float, received: float) -> Probe:
         return Probe(False, error=f"probe output incomplete: {stdout[-200:]!r}")
     free = int(vals["free"]) if vals.get("free", "-1").lstrip("-").isdigit() else -1
     skew = float(vals["clock"]) - (sent + received) / 2 if "clock" in vals else None
-    return Probe(True, free if free >= 0 else None, skew)
+    return Probe(True, free if free >= 0 else None, skew,
+                 shared=parse_pool_check(stdout))
 
 
 def verdict(history: list[Probe], current: NodeState, set_by_health: bool,
@@ -97,6 +109,9 @@ def verdict(history: list[Probe], current: NodeState, set_by_health: bool,
                                 f"({last.error})")
     elif not last.ok:
         return None  # one failure: wait for the next probe
+    elif last.shared:
+        want = (NodeState.DRAINED, f"health: users can fill its pool: {last.shared[0]}; "
+                                   "give the pool a filesystem of its own (rsa nodes check)")
     elif last.free is not None and last.free < limits.min_free:
         want = (NodeState.DRAINED, f"{VERDICT}only {format_size(last.free)} free in its "
                                    f"pool directory (needs {format_size(limits.min_free)})")
@@ -118,6 +133,8 @@ class HealthLoop:
                  limits: Thresholds, interval: float = 30.0, timeout: float = 10.0,
                  taken_out: set[str] | None = None,
                  before_up: Callable[[str], str | None] = lambda _node: None,
+                 epoch_of: Callable[[str], int] | None = None,
+                 observe: Callable[[str, int | None, int], str | None] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.hosts = hosts
         self.pool_dirs = pool_dirs
@@ -133,22 +150,44 @@ class HealthLoop:
         # runs before a node is brought back up: cleans what teardowns left there while
         # it was down; a non-empty answer keeps it out, with that reason
         self.before_up = before_up
+        # the allocator's side: its epoch of a node, and where a free-space figure goes
+        # (it answers why the node is short, or None); rsa_scheduler.core.allocator
+        self.epoch_of = epoch_of
+        self.observe = observe
+        self.short: dict[str, str] = {}  # node -> why it was short, as last logged
         self._thread: threading.Thread | None = None
 
     def probe(self, node: str) -> Probe:
+        epoch = self.epoch_of(node) if self.epoch_of is not None else None
         sent = self.clock()
         try:
-            done = self.hosts[node].run(["sh", "-c", PROBE, self.pool_dirs[node]],
+            done = self.hosts[node].run(probe_argv(self.pool_dirs[node]),
                                         timeout=self.timeout, check=False)
         except RsaError as e:
             return Probe(False, error=str(e)[:300])
-        return parse_probe(done.stdout, sent, self.clock())
+        return replace(parse_probe(done.stdout, sent, self.clock()), epoch=epoch)
+
+    def counted(self, node: str, probe: Probe) -> None:
+        """Hand the node's real free space to the allocator; log once when it finds
+        the node short (something outside the RSA uses its pool) and when that ends."""
+        if self.observe is None or not probe.ok or probe.epoch is None:
+            return
+        why = self.observe(node, probe.free, probe.epoch)
+        if why and self.short.get(node) != why:
+            log.warning("RSA node %s: %s", node, why)
+        elif not why and node in self.short:
+            log.info("RSA node %s: its pool is free again", node)
+        if why:
+            self.short[node] = why
+        else:
+            self.short.pop(node, None)
 
     def check(self, node: str, probe: Probe) -> None:
         """Record ``probe`` and move the node if the verdict says so."""
         hist = self.history.setdefault(node, [])
         hist.append(probe)
         del hist[:-10]
+        self.counted(node, probe)
         current = self.state_of(node)
         if node in self.taken_out and current is NodeState.UP:
             self.taken_out.discard(node)  # an operator resumed it meanwhile

@@ -77,13 +77,13 @@ def host_spec(host: Host) -> dict[str, Any] | None:
 
 def identity_to_json(who: Identity) -> dict[str, Any]:
     return {"user": who.user, "uid": who.uid, "gid": who.gid, "groups": list(who.groups),
-            "home": who.home, "scope": who.scope}
+            "home": who.home, "scope": who.scope, "private_tmp": who.private_tmp}
 
 
 def identity_from_json(d: Mapping[str, Any]) -> Identity:
     who = Identity(user=str(d["user"]), uid=int(d["uid"]), gid=int(d["gid"]),
                    groups=tuple(int(g) for g in d["groups"]), home=str(d["home"]),
-                   scope=str(d["scope"]))
+                   scope=str(d["scope"]), private_tmp=int(d.get("private_tmp", 0)))
     if who.uid == 0:
         raise ValueError("staging never runs as root")
     return who

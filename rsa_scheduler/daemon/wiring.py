@@ -218,8 +218,18 @@ def make_health(cfg: Config, daemon: Daemon) -> HealthLoop | None:
 
     # nodes the health loop took out before a restart: it may bring them back
     taken = {n for n, note in daemon.node_notes.items() if note.get("by") == HEALTH_BY}
+    def observe(node: str, free: int | None, epoch: int) -> str | None:
+        """The node's real free space to the allocator (on the loop thread); why the
+        node is short now, or None."""
+        def call() -> str | None:
+            pool.observe_free(node, free, epoch)
+            return pool.short().get(node)
+        answer: str | None = daemon.submit("call", call, wait=True, timeout=60)
+        return answer
+
     return HealthLoop(daemon.hosts, {n.name: str(n.pool_dir) for n in cfg.pool.members()},
                       state_of=pool.state, set_state=set_state,
+                      epoch_of=pool.epoch, observe=observe,
                       limits=Thresholds(down_after=cfg.health.down_after,
                                         min_free=cfg.health.min_free,
                                         max_skew=cfg.health.max_clock_skew),

@@ -2,8 +2,9 @@
 
 Owns :data:`COMMON_NEEDS` (what the data path runs on every RSA node), the pure
 :func:`check_script` (one POSIX shell script per node: every test of every need, one
-``MISSING`` line per failure) and :func:`parse_check`, and :func:`check_node`, the one
-call over the node's host seam. The backends name their own needs
+``MISSING`` line per failure) and :func:`parse_check`, and :func:`check_node`, the
+calls over the node's host seam (that script, then the pool's own-filesystem check of
+:mod:`rsa_scheduler.fs.poolcheck`). The backends name their own needs
 (``FilesystemBackend.node_needs``). Nothing here changes a node.
 """
 
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rsa_scheduler.fs.base import Need, command_need
+from rsa_scheduler.fs.poolcheck import FIX, parse_pool_check, pool_check_argv
 from rsa_scheduler.hosts import Host, HostError
 from rsa_scheduler.runner import CommandError
 
@@ -22,6 +24,7 @@ COMMON_NEEDS: tuple[Need, ...] = (
     command_need("rsync", "rsync"),
     command_need("tar", "tar"),
     command_need("setpriv", "util-linux"),
+    command_need("unshare", "util-linux"),
     command_need("timeout", "coreutils"),
     command_need("find", "findutils"),
     command_need("dd", "coreutils"),
@@ -80,6 +83,12 @@ def check_node(name: str, host: Host, needs: Sequence[Need], pool_dir: str,
     unique = list({n.what: n for n in (*COMMON_NEEDS, *needs)}.values())
     try:
         done = host.run(["sh", "-c", check_script(unique, pool_dir)], timeout=timeout)
+        lacks = parse_check(done.stdout)
+        if not any(x.startswith(f"pool directory {pool_dir}:") for x in lacks):
+            # a pool that exists must have a filesystem of its own (fs/poolcheck.py)
+            shared = parse_pool_check(host.run(pool_check_argv(pool_dir),
+                                               timeout=timeout).stdout)
+            lacks += tuple(f"a pool no user can fill ({why}): {FIX}" for why in shared)
     except (HostError, CommandError, OSError) as e:
         return NodeReport(name, (), str(e).splitlines()[0] if str(e) else type(e).__name__)
-    return NodeReport(name, parse_check(done.stdout))
+    return NodeReport(name, lacks)

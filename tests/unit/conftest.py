@@ -28,10 +28,12 @@ def _is(argv: Sequence[str], program: str) -> bool:
 
 @contextlib.contextmanager
 def scratch_area(user: Identity, *, prefix: str = "rsa-staging-",
-                 files: int = 40) -> Iterator[Path]:
+                 files: int = 40, where: str | None = None) -> Iterator[Path]:
     """A world-traversable scratch directory with src/ (``make_tree``, owned by ``user``)
-    and outs/ (owned by ``user``), removed afterwards whatever modes the test left."""
-    base = Path(tempfile.mkdtemp(prefix=prefix))
+    and outs/ (owned by ``user``), removed afterwards whatever modes the test left.
+    ``where``: its parent (default the system's temporary directory; a contained command
+    has a private /tmp of its own and cannot see one there: pass e.g. /run)."""
+    base = Path(tempfile.mkdtemp(prefix=prefix, dir=where))
     base.chmod(0o755)
     try:
         make_tree(base / "src", user, files=files)

@@ -118,7 +118,7 @@ def test_lab_file_is_merged_over_the_defaults(lab: Path) -> None:
         Tier.RAM,
         2 * G,
         22,
-        Path("/dev/shm/rsa"),
+        Path("/var/lib/rsa-ram"),
     )
     assert (ssd.tier, ssd.capacity, ssd.ssh_port, ssd.pool_dir) == (
         Tier.SSD,
@@ -380,6 +380,17 @@ def test_value_from_the_defaults_is_flagged() -> None:
         ("pool:\n  nodes: rsa1\n", "pool.nodes", "expected a list, got string 'rsa1'"),
         ("pool:\n  nodes: [rsa1]\n", "pool.nodes[0]", "expected a mapping, got string 'rsa1'"),
         ("pool:\n  nodes: []\n", "pool.nodes", "no RSA nodes defined"),
+        # a pool or RAMDISK mounts where every user can write (docs/security.md,
+        # "Leftovers on RSA nodes")
+        ("pool:\n  nodes:\n    - {names: rsa1, capacity: 1G, pool_dir: /dev/shm/rsa}\n",
+         "pool.nodes[0].pool_dir", "/dev/shm/rsa is on /dev/shm, which every user can fill"),
+        ("pool:\n  nodes:\n    - {names: rsa1, capacity: 1G, pool_dir: /var/tmp}\n",
+         "pool.nodes[0].pool_dir", "give the pool a filesystem of its own"),
+        ("filesystem:\n  mount_root: /tmp/rsa\n", "filesystem.mount_root",
+         "would not see the RAMDISKs there"),
+        ("staging:\n  allowed_roots: [/home, /dev/shm/x]\n", "staging.allowed_roots",
+         "/dev/shm/x is on /dev/shm: staging commands on RSA nodes have a private"),
+        ("staging:\n  private_tmp: 4K\n", "staging.private_tmp", "at least 1M"),
     ],
 )
 def test_error(snippet: str, key: str, reason: str) -> None:

@@ -65,8 +65,8 @@ def test_a_scoped_remote_command_joins_the_cgroup_before_dropping_to_the_user() 
     ident = Identity("alice", 1000, 1000, (1000, 20), "/home/alice", scope="42")
     argv = remote_argv(["true"], as_user=ident)
     assert argv[:4] == ["setsid", "-w", "sh", "-c"] and "rsa.jobs" in argv[4]
-    assert argv[5:7] == ["077", "42"]
-    assert argv[7:11] == ["setpriv", "--reuid=1000", "--regid=1000", "--groups=1000,20"]
+    assert argv[5:8] == ["077", "42", str(1 << 30)]  # umask, job, its private tmpfs
+    assert argv[8:12] == ["setpriv", "--reuid=1000", "--regid=1000", "--groups=1000,20"]
     assert "RSA_SCOPE=42" in argv
     plain = remote_argv(["true"], as_user=replace(ident, scope=""))
     assert "rsa.jobs" not in plain[4] and "RSA_SCOPE=42" not in plain
@@ -198,3 +198,83 @@ def test_fence_kills_every_leftover_command_of_every_job_and_keeps_root_processe
             for d in (leaf, leaf.parent):
                 if d.exists():
                     d.rmdir()
+
+
+def _shm_ids() -> set[str]:
+    """The ids of this IPC namespace's SysV shared memory segments of uid 65534."""
+    out = subprocess.run(["ipcs", "-m"], capture_output=True, text=True, check=True).stdout
+    return {f[1] for f in (line.split() for line in out.splitlines())
+            if len(f) > 2 and f[0].startswith("0x") and f[2] == "nobody"}
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount namespaces)")
+
+
+@needs_root
+def test_what_a_command_writes_in_tmp_var_tmp_and_dev_shm_is_its_own_and_goes_with_it(
+        ) -> None:
+    """The attack of docs/security.md "Leftovers on RSA nodes": files and SysV shared
+    memory a PREPROCESS leaves outside the RAMDISK. Each name is unique to this run."""
+    tag = f"rsa-leftover-{os.getpid()}-{time.monotonic_ns()}"
+    places = [Path("/tmp"), Path("/var/tmp"), Path("/dev/shm")]
+    before = _shm_ids()
+    script = (f"for d in /tmp /var/tmp /dev/shm; do echo x > $d/{tag} || exit 7; done; "
+              "ipcmk -M 65536 >/dev/null || exit 8; id -u; "
+              "stat -c '%a %u' /tmp /var/tmp /dev/shm; "
+              # the user cannot take its private /tmp away to reach the node's
+              "umount /tmp 2>/dev/null && echo UNMOUNTED; "
+              "df -B1 --output=size /dev/shm | tail -1")
+    try:
+        done = LocalHost().run(["sh", "-c", script], timeout=30, as_user=USER)
+        lines = done.stdout.split("\n")
+        assert lines[0] == "65534"  # the user's uid, never root
+        assert lines[1:4] == ["1777 0"] * 3
+        assert "UNMOUNTED" not in done.stdout
+        assert int(lines[4]) <= 1 << 30
+        for d in places:
+            assert not (d / tag).exists(), f"{d / tag} reached the node's {d}"
+        left = _shm_ids() - before
+        assert not left, f"shared memory {left} outlived the command"
+    finally:
+        for d in places:
+            (d / tag).unlink(missing_ok=True)
+        for shmid in _shm_ids() - before:  # only what this test's command made
+            subprocess.run(["ipcrm", "-m", shmid], check=False)
+        LocalHost().run(reap_argv(SCOPE), timeout=20, check=False)
+
+
+@needs_root
+def test_a_command_cannot_fill_the_nodes_memory_through_its_private_tmp() -> None:
+    done = LocalHost().run(["sh", "-c", "fallocate -l 3G /dev/shm/big; echo rc=$?; "
+                            "fallocate -l 3G /var/tmp/big; echo rc=$?"],
+                           timeout=60, as_user=USER, check=False)
+    assert done.stdout.split() == ["rc=1", "rc=1"], done.stdout + done.stderr
+    try:
+        assert not Path("/dev/shm/big").exists() and not Path("/var/tmp/big").exists()
+    finally:  # on a node without the private directories: remove what the test made
+        for path in (Path("/dev/shm/big"), Path("/var/tmp/big")):
+            if path.exists() and path.stat().st_uid == 65534:
+                path.unlink()
+        LocalHost().run(reap_argv(SCOPE), timeout=20, check=False)
+
+
+def test_the_private_set_up_is_roots_and_happens_before_the_switch_to_the_user() -> None:
+    ident = Identity("alice", 1000, 1000, (1000, 20), "/home/alice", scope="42")
+    argv = remote_argv(["true"], as_user=ident)
+    program = argv[4]
+    assert program.index("unshare --mount --ipc") < len(program)
+    # setpriv comes after the program (as its "$@"): the mounts are made before it runs
+    assert argv.index("setpriv") > 4
+    assert '"size=$z"' in program and "/var/tmp" in program and "/dev/shm" in program
+    sized = remote_argv(["true"], as_user=replace(ident, private_tmp=64 << 20))
+    assert sized[7] == str(64 << 20)
+    with pytest.raises(ValueError, match="at least 1M"):
+        remote_argv(["true"], as_user=replace(ident, private_tmp=4096))
+
+
+@needs_root
+def test_the_private_tmpfs_has_the_configured_size() -> None:
+    done = LocalHost().run(["df", "-B1", "--output=size", "/tmp", "/var/tmp", "/dev/shm"],
+                           timeout=30, as_user=replace(USER, private_tmp=16 << 20))
+    assert done.stdout.split()[1:] == [str(16 << 20)] * 3
+    LocalHost().run(reap_argv(SCOPE), timeout=20, check=False)

@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from rsa_scheduler.hosts import Cancelled, CancelToken, LocalHost
 from rsa_scheduler.runner import Identity
 from rsa_scheduler.staging import Progress, StagingEngine, StagingError
 from rsa_scheduler.staging.flush import FlushGate
+from tests.unit.conftest import scratch_area
 from tests.unit.test_staging_engine import ODD, tree_state
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a user")
@@ -160,8 +162,19 @@ def test_a_cancel_kills_the_copy_and_leaves_the_worker_usable(
     assert pool.started == 1
 
 
+@pytest.fixture
+def area_seen_by_contained(user: Identity) -> Iterator[Path]:
+    """The scratch area outside /tmp: a contained command has a private /tmp (issue 36)
+    and would not see one there."""
+    if not os.access("/run", os.W_OK):
+        pytest.skip("needs a writable /run (root)")
+    with scratch_area(user, where="/run") as base:
+        yield base
+
+
 def test_a_worker_killed_mid_call_fails_the_call_and_is_replaced(
-        area: Path, user: Identity, pool: EnginePool) -> None:
+        area_seen_by_contained: Path, user: Identity, pool: EnginePool) -> None:
+    area = area_seen_by_contained
     marker = "3602.7182"
     job = replace(user, scope="77")  # contained, as rsad runs every user command
     eng = slow_engine(job, marker)

@@ -119,3 +119,68 @@ def test_a_node_that_answers_again_is_cleaned_before_it_is_used() -> None:
     assert moved == [("rsa1", NodeState.DOWN, "cannot reach rsa1 to clean job 7's RAMDISK")]
     loop.check("rsa1", GOOD)
     assert str(state["rsa1"]) == "up" and cleaned == ["rsa1", "rsa1"]
+
+
+def test_a_pool_users_can_fill_drains_the_node() -> None:
+    shared = Probe(True, free=8 << 30, skew=0.0,
+                   shared=("/dev/shm/rsa is not a mount point: it shares the filesystem "
+                           "of /dev/shm (users can write there: /dev/shm, /tmp, /var/tmp, "
+                           "...)",))
+    state, why = verdict([shared], NodeState.UP, False, LIMITS) or (None, "")
+    assert state is NodeState.DRAINED
+    assert why.startswith("health: users can fill its pool: /dev/shm/rsa is not a mount "
+                          "point") and why.endswith("(rsa nodes check)")
+    # fixed (its own tmpfs mounted there): the loop brings back what it took out
+    assert verdict([shared, GOOD], NodeState.DRAINED, True, LIMITS) == (
+        NodeState.UP, "health: healthy again")
+
+
+def test_the_real_probe_finds_a_pool_on_dev_shm_shared() -> None:
+    import os
+    from pathlib import Path
+
+    from rsa_scheduler.daemon.health import probe_argv
+    from rsa_scheduler.hosts import LocalHost
+
+    pool = Path("/dev/shm") / f"rsa-probe-test-{os.getpid()}"
+    pool.mkdir(mode=0o700)
+    try:
+        done = LocalHost().run(probe_argv(str(pool)), timeout=30)
+    finally:
+        pool.rmdir()
+    p = parse_probe(done.stdout, 0.0, 0.0)
+    assert p.ok and p.free is not None and p.free > 0
+    assert len(p.shared) == 1 and "shares the filesystem of /dev/shm" in p.shared[0]
+
+
+def test_the_loop_hands_each_nodes_real_free_space_to_the_allocator(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The probe's statvfs figure reaches the pure allocator with the node's epoch from
+    before the probe: a node filled by something else is counted short, and logged once."""
+    from rsa_scheduler.core.allocator import Pool, Request, RsaNode
+    from rsa_scheduler.core.policy import AllocationPolicy, Tier
+
+    pool = Pool([RsaNode("rsa1", Tier.RAM, 4 << 30), RsaNode("rsa2", Tier.RAM, 4 << 30)],
+                AllocationPolicy(ratio=1, max_nodes=2, max_request=2))
+    filled = "free 1073741824\nclock 100.0\nprobe ok\n"
+    empty = "free 4294967296\nclock 100.0\nprobe ok\n"
+    hosts = Hosts({"rsa1": [filled, filled, empty], "rsa2": [empty, empty, empty]})
+
+    def observe(node: str, free: int | None, epoch: int) -> str | None:
+        pool.observe_free(node, free, epoch)
+        return pool.short().get(node)
+
+    loop = HealthLoop(hosts, {"rsa1": "/p", "rsa2": "/p"},  # type: ignore[arg-type]
+                      state_of=pool.state, set_state=lambda *_a: None, limits=LIMITS,
+                      epoch_of=pool.epoch, observe=observe, clock=lambda: 100.0)
+    with caplog.at_level("INFO", logger="rsa_scheduler.daemon.health"):
+        loop.round()
+        loop.round()
+        assert pool.usable("rsa1") == 1 << 30
+        assert str(pool.allocate(Request("1", compute_nodes=1))) == "rsa2"
+        pool.release("1")
+        loop.round()
+    assert pool.usable("rsa1") == 4 << 30
+    said = [r.getMessage() for r in caplog.records]
+    assert said == ["RSA node rsa1: 1G of its 4G pool free: something outside the RSA "
+                    "uses it; not handed out", "RSA node rsa1: its pool is free again"]

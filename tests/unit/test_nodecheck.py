@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -61,13 +62,12 @@ def test_rsa_nodes_check_asks_for_what_the_configured_beeond_options_need(
     from rsa_scheduler.remote import HostPool
     from tests.clirunner import cli_runner
 
-    pool = tmp_path / "pool"
-    pool.mkdir()
+    # (a pool below /tmp is refused by the configuration check itself)
     site = tmp_path / "rsa.yaml"
     site.write_text(f"""
 pool:
   nodes:
-    - {{names: rsa1, capacity: 1G, pool_dir: {pool}}}
+    - {{names: rsa1, capacity: 1G, pool_dir: /var/lib/rsa-ram-test-{os.getpid()}}}
 allocation: {{max_nodes: 1}}
 filesystem:
   backend: {{ram: beeond}}
@@ -90,3 +90,18 @@ filesystem:
     again = cli_runner().invoke(cli, ["nodes", "check", "--config", str(site)])
     assert not any("config directory" in line for line in again.output.splitlines())
     assert any("lacks pdsh" in line for line in again.output.splitlines())
+
+
+def test_a_pool_without_a_filesystem_of_its_own_is_lacking(tmp_path: Path) -> None:
+    """A pool directory that exists on a filesystem users write (here: this host's /tmp
+    or wherever pytest keeps tmp_path) is reported with the fix, over the host seam."""
+    from rsa_scheduler.fs.nodecheck import check_node
+    from rsa_scheduler.hosts import LocalHost
+
+    report = check_node("rsa1", LocalHost("rsa1"), [command_need("sh", "dash")],
+                        str(tmp_path))
+    assert not report.ok
+    (line,) = report.lines()
+    assert line.startswith(f"rsa1: lacks a pool no user can fill ({tmp_path} is not a "
+                           "mount point: it shares the filesystem of ")
+    assert "/var/lib/rsa-ram tmpfs size=<capacity>,mode=0700,nosuid,nodev" in line
