@@ -45,6 +45,7 @@ from rsa_scheduler.staging.engine import StagingEngine
 from rsa_scheduler.staging.flush import FlushGate
 from rsa_scheduler.staging.manifest import Verification, display
 from rsa_scheduler.staging.report import Progress, StagingError, Stats
+from rsa_scheduler.staging.stripe import VERIFY_RANGE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +162,23 @@ def _verify_advice(fact: Mapping[str, Any]) -> str:
                 "looks complete, and verifies again")
     return ("the RAMDISK is kept; the retry copies these objects again (whatever their "
             "size and mtime) and verifies again")
+
+
+def verified_words(result: Verification, out: str, method: str) -> str:
+    """What a passing verify checked, exactly (the user's "stage-out finished: ..."):
+    the level, what was read back and from where it may have come."""
+    n = result.checked
+    what = f"{n} object{'s' if n != 1 else ''} ({format_size(result.checked_bytes)})"
+    if result.level != "content":
+        return (f"metadata verified (types, sizes, modes, mtimes, links; content not read): "
+                f"{what} in {out}")
+    if method == "tar":
+        return (f"content verified: {what} in the archives in {out} (every member's bytes "
+                "hashed on both sides; each archive read back by the RSA node that wrote "
+                "it, possibly from its page cache)")
+    return (f"content verified: {what} in {out} (every file's bytes hashed on both sides; "
+            f"files under {format_size(VERIFY_RANGE_BYTES)} possibly read back from an "
+            "RSA node's page cache)")
 
 
 def _seconds(s: float) -> str:
@@ -651,7 +669,8 @@ class DataPath:
         if args.postprocess is not None:
             # The user's POSTPROCESS owns the output's form; its exit status was checked.
             return {"verified": "postprocess exit status",
-                    "summary": "your POSTPROCESS exited 0 (its output is not checked)"}
+                    "summary": "exit status only: your POSTPROCESS exited 0 (what it wrote "
+                               "is not checked)"}
         if args.data_out is None:  # refused at construction: never both missing
             raise PermanentError("the verification names neither DATA_OUT nor POSTPROCESS")
         out = str(args.data_out)
@@ -666,8 +685,7 @@ class DataPath:
             ctx.milestone({"verify_differed": fact})
             raise RsaError(result.summary(out, advice=_verify_advice(fact)))
         # the user's message is "stage-out finished: <summary>": true for an empty RAMDISK
-        summary = (f"{result.checked} objects ({format_size(result.checked_bytes)}) verified "
-                   f"on persistent storage in {out}" if result.checked else
+        summary = (verified_words(result, out, args.method.value) if result.checked else
                    f"the RAMDISK held no output: nothing was copied to {out}")
         if result.skipped_total:
             summary += "; " + _skipped_words(result.skipped_total,

@@ -94,6 +94,9 @@ for i in $(seq 1 240); do [ -e {res}/go ] && break; sleep 0.5; done
     assert verifies == ["ok"], verifies  # before: failed until quarantine
     data = rsa_job(lab, job)
     assert data is not None and "2 special files" in str(data["message"]), data["message"]
+    assert str(data["message"]).startswith(  # what was checked, exactly (item 5)
+        f"stage-out finished: content verified: 1 object (2.93K) in {out} (every file's "
+        "bytes hashed on both sides;"), data["message"]
     shown = subprocess.run([rsa, "job", job], capture_output=True, text=True, timeout=30,
                            check=True).stdout
     assert "in DATA_IN not staged (never are)" in shown, shown

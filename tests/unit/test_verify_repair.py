@@ -24,7 +24,14 @@ import pytest
 from rsa_scheduler.config import load_config_text
 from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.policy import StageOut
-from rsa_scheduler.daemon.data import REDO_LIMIT, DataPath, _stats, differed_fact, redo_of
+from rsa_scheduler.daemon.data import (
+    REDO_LIMIT,
+    DataPath,
+    _stats,
+    differed_fact,
+    redo_of,
+    verified_words,
+)
 from rsa_scheduler.daemon.executors import ActionContext
 from rsa_scheduler.daemon.memory import Memory
 from rsa_scheduler.errors import RsaError
@@ -192,7 +199,7 @@ def test_the_retry_after_a_failed_verify_copies_what_differed_even_after_a_resta
     assert said == ("the last verify found 1 object ('sub/result.bin') differing in "
                     "/pfs/u/out: 1 object copied again")
     _, said = job.run(dp, "7/1/verify/9")
-    assert said.startswith("40 objects (")
+    assert said.startswith("content verified: 40 objects (")
     assert said.endswith("(an earlier verify found 1 object ('sub/result.bin') differing: "
                          "copied again, they match now)")
     # passed: nothing is left to copy again, also after another restart
@@ -293,3 +300,28 @@ def test_sockets_and_devices_are_skipped_and_told_in_both_directions(
     v = eng.verify(str(area / "ram"), str(out), method)
     assert v.ok, v.summary()  # before: both "missing", every retry failed
     assert sorted(v.skipped) == [b"dev", b"out.sock"]
+
+
+# ---- messages claim no more than was checked (issue 37, item 5) --------------------------
+
+def test_each_verify_message_says_what_was_checked() -> None:
+    assert verified_words(GOOD, "/pfs/u/out", "rsync") == (
+        "content verified: 40 objects (3.91K) in /pfs/u/out (every file's bytes hashed on "
+        "both sides; files under 256M possibly read back from an RSA node's page cache)")
+    assert verified_words(GOOD, "/pfs/u/out", "tar").startswith(
+        "content verified: 40 objects (3.91K) in the archives in /pfs/u/out (every member's "
+        "bytes hashed on both sides; each archive read back by the RSA node that wrote it, "
+        "possibly from its page cache)")
+    meta = Verification(True, "metadata", 40, 4000)
+    assert verified_words(meta, "/pfs/u/out", "rsync").startswith(
+        "metadata verified (types, sizes, modes, mtimes, links; content not read)")
+    job = Job()
+    action_id = "7/1/verify/6"
+    ctx = ActionContext(action=make_action(action_id, data_out=OUT,
+                                           postprocess=("/home/u/pack.sh",)),
+                        cancel=CancelToken(), progress=lambda _d: None,
+                        facts={"mount": SPEC.to_json()})
+    out = dict(Path_(Engine([])).verify(ctx) or {})
+    assert out["summary"] == ("exit status only: your POSTPROCESS exited 0 (what it wrote is "
+                              "not checked)")
+    assert not job.log
