@@ -64,8 +64,3 @@ def test_a_source_that_keeps_changing_fails_naming_it_and_leaves_no_complete_loo
         in done.stderr, done.stderr
     assert dst.stat().st_size == 0 < src.stat().st_size  # a resume copies it again
 
-
-def test_a_source_left_alone_is_copied_once(tmp_path: Path) -> None:
-    done, src, dst = run_big(tmp_path, 0)
-    assert done.returncode == 0, done.stderr
-    assert dst.read_bytes() == src.read_bytes()
