@@ -93,7 +93,8 @@ for i in $(seq 1 240); do [ -e {res}/go ] && break; sleep 0.5; done
                 if "/verify/" in str(e["action"])]
     assert verifies == ["ok"], verifies  # before: failed until quarantine
     data = rsa_job(lab, job)
-    assert data is not None and "2 special files" in str(data["message"]), data["message"]
+    assert data is not None
+    assert "2 special files" in str(data["message"]), data["message"]
     assert str(data["message"]).startswith(  # what was checked, exactly (item 5)
         f"stage-out finished: content verified: 1 object (2.93K) in {out} (every file's "
         "bytes hashed on both sides;"), data["message"]
