@@ -50,6 +50,7 @@ def rewrite(lab: Mapping[str, str], big: Path) -> subprocess.CompletedProcess[st
     return as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", script], timeout=300)
 
 
+@pytest.mark.once  # the staging engine and rsad: the same whichever mode drives staging
 def test_a_big_input_rewritten_during_its_stage_in_is_copied_again_not_torn(
         lab: Mapping[str, str], area: Path) -> None:
     inp, res = area / "in", area / "res"

@@ -16,6 +16,8 @@ import signal
 from collections.abc import Mapping
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.test_prolog_lifecycle import nothing_of_job_mounted, run_to_start
 from tests.e2e.test_stage_out_failures import area, events, md5_of, output_job
 from tests.integration.conftest import as_user
@@ -33,6 +35,7 @@ CORRUPT = ("import os, sys; p = sys.argv[1]; st = os.stat(p); fd = os.open(p, os
            "(st.st_size, st.st_mtime_ns)")
 
 
+@pytest.mark.once  # the staging engine and rsad: the same whichever mode drives staging
 def test_a_pfs_copy_corrupted_during_verify_is_copied_again_by_the_retry(
         lab: Mapping[str, str], area: Path) -> None:
     out, res = area / "out", area / "res"
