@@ -121,9 +121,11 @@ def differed_fact(action_id: str, method: str, result: Verification) -> dict[str
     """What a failed verify leaves for the stage-out's retry (the fact
     ``verify_differed``, recorded durably before the verify fails: an rsad restart in
     between keeps it): the RAMDISK it compared (``fs_id``), the paths that differed (hex
-    of their bytes) or ``all`` when they could not all be listed, and the first few as
-    the user reads them."""
-    listed = result.listed and result.count <= REDO_LIMIT
+    of their bytes) or ``all`` when they could not all be listed (more than
+    ``REDO_LIMIT``, or a streamed verify), and the first few as the user reads them."""
+    # a streamed verify (``differing`` set) is of a tree its stage-out copies streamed,
+    # which cannot leave a list out of its quick check: all again, as the message says
+    listed = result.differing < 0 and result.count <= REDO_LIMIT
     return {"action": action_id, "fs_id": fs_id(action_id), "method": method,
             "count": result.count, "all": not listed,
             "paths": [d.path.hex() for d in result.differences] if listed else [],

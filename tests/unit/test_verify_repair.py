@@ -238,6 +238,8 @@ def test_too_many_or_unlisted_differences_copy_everything_again() -> None:
                           tuple(Difference(b"g%d" % i, "missing")
                                 for i in range(REDO_LIMIT + 1)))
     assert differed_fact("7/1/verify/6", "rsync", listed)["all"]
+    streamed = Verification(False, "content", 10**6, 0, BAD.differences, differing=1)
+    assert differed_fact("7/1/verify/6", "rsync", streamed)["all"]
 
 
 def test_a_failed_verify_of_another_cycle_is_not_redone() -> None:
