@@ -22,7 +22,7 @@ import pytest
 
 from tests.integration.conftest import as_user
 from tests.integration.slurmkit import make_jobs, root
-from tests.integration.test_rsad_staging import fill, wait_state
+from tests.integration.test_rsad_staging import fill, rsa_job, wait_state
 
 CHUNKS = 60  # of 8 MiB: 480 MiB
 
@@ -41,11 +41,13 @@ def area(lab: Mapping[str, str]) -> Iterator[Path]:
 
 
 def rewrite(lab: Mapping[str, str], big: Path) -> subprocess.CompletedProcess[str]:
-    """As the user: every 8 MiB block of ``big`` overwritten with new data, in place, over
-    some 6 s (the copy of the whole file takes about as long)."""
-    script = (f"head -c 8M /dev/urandom > {big}.new-block; for i in $(seq 0 "
-              f"{CHUNKS - 1}); do dd if={big}.new-block of={big} bs=8M seek=$i "
-              "conv=notrunc status=none; sleep 0.1; done; rm -f "
+    """As the user: every 8 MiB block of ``big`` overwritten with new data, in place, last
+    block first, in some 5 s (the PFS's link; the copy of the whole file takes about as
+    long). Backwards: a copy reading forwards that overlaps the rewrite at all reads its
+    first block old and its last block new, whoever started first."""
+    script = (f"head -c 8M /dev/urandom > {big}.new-block; for i in $(seq {CHUNKS - 1} "
+              f"-1 0); do dd if={big}.new-block of={big} bs=8M seek=$i "
+              "conv=notrunc status=none; done; rm -f "
               f"{big}.new-block")
     return as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", script], timeout=300)
 
@@ -76,5 +78,10 @@ findmnt -n -o TARGET --target {inp} > {res}/inmnt
         for filler in jobs.ids[:4]:
             root(lab, "scancel", filler)
         wait_state(lab, job, "released", timeout=240)
-    assert (res / "md5-job").read_text() == final  # before: a mix of old and new blocks
-    assert (res / "inmnt").read_text().strip() == str(inp)  # read from the RAMDISK
+    data = rsa_job(lab, job)
+    assert data is not None
+    timeline = [{k: v for k, v in e.items() if k in ("name", "action", "result", "message",
+                                                      "from", "to")}
+                for e in data["events"]]
+    assert (res / "md5-job").read_text() == final, timeline  # before: old and new blocks
+    assert (res / "inmnt").read_text().split("\n")[0] == str(inp), timeline  # the RAMDISK
