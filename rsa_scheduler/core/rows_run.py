@@ -197,7 +197,8 @@ def rows() -> list[Rule]:
              note="stage-out finished"),  # the verify step's summary says what is where
         Rule(S.VERIFYING, T.VERIFY_FAILED, S.STAGE_OUT_FAILED, actions=(A.ALERT,),
              effects=(E.ARM_RETRY,), ref=REF_VERIFY,
-             note="copy differs from the RAMDISK: stage out again"),
+             note="copy differs from the RAMDISK: stage out again, what differed "
+                  "copied again whatever its size and mtime"),
     ]
     r += stay(S.STAGE_OUT_FAILED, *JOB_STATE_TRIGGERS, note="holds user data")
     r += [

@@ -43,7 +43,9 @@ from rsa_scheduler.hosts import Cancelled, CancelToken, Host
 from rsa_scheduler.runner import Identity
 from rsa_scheduler.staging.engine import StagingEngine
 from rsa_scheduler.staging.flush import FlushGate
+from rsa_scheduler.staging.manifest import Verification, display
 from rsa_scheduler.staging.report import Progress, StagingError, Stats
+from rsa_scheduler.staging.stripe import VERIFY_RANGE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +57,25 @@ def fs_id(action_id: str) -> str:
 
 
 def _stats(stats: Stats) -> dict[str, Any]:
-    return {"stats": {"files": stats.files, "bytes": stats.bytes,
-                      "seconds": round(stats.seconds, 3)}}
+    """An outcome's detail of a copy; with sockets and devices (never staged, in either
+    direction: docs/staging.md#special-files) named in its ``summary`` (the line the
+    event log and ``rsa job`` show) and its ``skipped``."""
+    out: dict[str, Any] = {"stats": {"files": stats.files, "bytes": stats.bytes,
+                                     "seconds": round(stats.seconds, 3)}}
+    total = stats.skipped_total
+    if total:
+        out["skipped"] = {"count": total, "paths": list(stats.skipped[:20])}
+        out["summary"] = _skipped_words(total, stats.skipped, stats.phase)
+    return out
+
+
+def _skipped_words(total: int, shown: Sequence[str], phase: str) -> str:
+    """``2 special files (sockets, devices) not staged: 'a', 'b'``."""
+    names = ", ".join(repr(p) for p in shown[:5])
+    more = f" and {total - len(shown[:5])} more" if total > len(shown[:5]) else ""
+    where = "in DATA_IN" if phase == "stage-in" else "on the RAMDISK"
+    return (f"{total} special file{'s' if total != 1 else ''} (sockets, devices) {where} "
+            f"not staged (never are): {names}{more}")
 
 
 def _script(ctx: ActionContext, eng: StagingEngine, spec: MountSpec, argv: Sequence[str],
@@ -91,6 +110,77 @@ def _script(ctx: ActionContext, eng: StagingEngine, spec: MountSpec, argv: Seque
     return {"script": {"returncode": res.returncode, "seconds": res.seconds,
                        "node": res.node, "stdout": res.stdout_tail[-2000:],
                        "stderr": res.stderr_tail[-2000:]}}
+
+
+#: at most this many differing paths are kept for the retry (an event each verify);
+#: more, and the retry copies the whole output again
+REDO_LIMIT = 1000
+
+
+def differed_fact(action_id: str, method: str, result: Verification) -> dict[str, Any]:
+    """What a failed verify leaves for the stage-out's retry (the fact
+    ``verify_differed``, recorded durably before the verify fails: an rsad restart in
+    between keeps it): the RAMDISK it compared (``fs_id``), the paths that differed (hex
+    of their bytes) or ``all`` when they could not all be listed (more than
+    ``REDO_LIMIT``, or a streamed verify), and the first few as the user reads them."""
+    # a streamed verify (``differing`` set) is of a tree its stage-out copies streamed,
+    # which cannot leave a list out of its quick check: all again, as the message says
+    listed = result.differing < 0 and result.count <= REDO_LIMIT
+    return {"action": action_id, "fs_id": fs_id(action_id), "method": method,
+            "count": result.count, "all": not listed,
+            "paths": [d.path.hex() for d in result.differences] if listed else [],
+            "shown": [display(d.path) for d in result.differences[:5]]}
+
+
+def redo_of(facts: Mapping[str, Any], action_id: str) -> tuple[list[bytes], bool] | None:
+    """What a stage-out must copy again after a failed verify of the same RAMDISK: the
+    paths that differed and whether the quick check may skip the rest (resume); None
+    when no verify of this RAMDISK failed since the last one that passed."""
+    fact = facts.get("verify_differed")
+    if not fact or fact.get("fs_id") != fs_id(action_id):
+        return None
+    if fact.get("all"):
+        return [], False
+    return [bytes.fromhex(str(p)) for p in fact.get("paths") or ()], True
+
+
+def _redo_words(fact: Mapping[str, Any]) -> str:
+    """The objects a failed verify found, as the user reads them."""
+    count = int(fact.get("count") or 0)
+    shown = ", ".join(repr(p) for p in fact.get("shown") or ())
+    more = f" and {count - len(fact.get('shown') or ())} more" if count > len(
+        fact.get("shown") or ()) else ""
+    return f"{count} object{'s' if count != 1 else ''} ({shown}{more})"
+
+
+def _verify_advice(fact: Mapping[str, Any]) -> str:
+    """What the retry of a stage-out does after the failed verify ``fact`` describes."""
+    if fact.get("method") == "tar":
+        return ("the RAMDISK is kept; the retry writes the archives again and verifies "
+                "again")
+    if fact.get("all"):
+        return ("the RAMDISK is kept; the retry copies the whole output again (the "
+                "differing objects could not all be listed), without skipping what "
+                "looks complete, and verifies again")
+    return ("the RAMDISK is kept; the retry copies these objects again (whatever their "
+            "size and mtime) and verifies again")
+
+
+def verified_words(result: Verification, out: str, method: str) -> str:
+    """What a passing verify checked, exactly (the user's "stage-out finished: ..."):
+    the level, what was read back and from where it may have come."""
+    n = result.checked
+    what = f"{n} object{'s' if n != 1 else ''} ({format_size(result.checked_bytes)})"
+    if result.level != "content":
+        return (f"metadata verified (types, sizes, modes, mtimes, links; content not read): "
+                f"{what} in {out}")
+    if method == "tar":
+        return (f"content verified: {what} in the archives in {out} (every member's bytes "
+                "hashed on both sides; each archive read back by the RSA node that wrote "
+                "it, possibly from its page cache)")
+    return (f"content verified: {what} in {out} (every file's bytes hashed on both sides; "
+            f"files under {format_size(VERIFY_RANGE_BYTES)} possibly read back from an "
+            "RSA node's page cache)")
 
 
 def _seconds(s: float) -> str:
@@ -558,15 +648,32 @@ class DataPath:
                                data_in=None, data_out=args.data_out)
             if args.data_out is None:  # refused at construction: never both missing
                 raise PermanentError("the stage-out names neither DATA_OUT nor POSTPROCESS")
-            return _stats(self.bulk(eng).stage_out(
-                spec.rsa_mountpoint, str(args.data_out), args.method.value))
+            # after a failed verify: what differed is copied again, whatever the quick
+            # check says (a copy corrupted with its size and mtime kept passes it)
+            redo = redo_of(ctx.facts, ctx.action.id)
+            paths, resume = redo if redo is not None else ([], True)
+            out = _stats(self.bulk(eng).stage_out(
+                spec.rsa_mountpoint, str(args.data_out), args.method.value,
+                resume=resume, redo=paths))
+        if redo is not None:
+            fact = ctx.facts["verify_differed"]
+            what = ("the archives were written again" if args.method.value == "tar" else
+                    "the whole output was copied again" if not resume else
+                    f"{len(paths)} object{'s' if len(paths) != 1 else ''} copied again")
+            out["verify_redone"] = {"after": fact.get("action"), "objects": len(paths),
+                                    "all": not resume}
+            said = out.get("summary")
+            out["summary"] = (f"the last verify found {_redo_words(fact)} differing in "
+                              f"{args.data_out}: {what}" + (f"; {said}" if said else ""))
+        return out
 
     def verify(self, ctx: ActionContext) -> Mapping[str, Any]:
         args = ctx.action.args_as(VerifyArgs)
         if args.postprocess is not None:
             # The user's POSTPROCESS owns the output's form; its exit status was checked.
             return {"verified": "postprocess exit status",
-                    "summary": "your POSTPROCESS exited 0 (its output is not checked)"}
+                    "summary": "exit status only: your POSTPROCESS exited 0 (what it wrote "
+                               "is not checked)"}
         if args.data_out is None:  # refused at construction: never both missing
             raise PermanentError("the verification names neither DATA_OUT nor POSTPROCESS")
         out = str(args.data_out)
@@ -575,13 +682,28 @@ class DataPath:
             eng = self.bulk(self.engine(ctx, spec, cancel))
             result = eng.verify(spec.rsa_mountpoint, out, args.method.value)
         if not result.ok:
-            raise RsaError(result.summary(out))
+            # durable before the outcome: the retry (automatic, or rsa retry; also after
+            # an rsad restart) copies exactly these again (stage_out, redo_of)
+            fact = differed_fact(ctx.action.id, args.method.value, result)
+            ctx.milestone({"verify_differed": fact})
+            raise RsaError(result.summary(out, advice=_verify_advice(fact)))
         # the user's message is "stage-out finished: <summary>": true for an empty RAMDISK
-        summary = (f"{result.checked} objects ({format_size(result.checked_bytes)}) verified "
-                   f"on persistent storage in {out}" if result.checked else
+        summary = (verified_words(result, out, args.method.value) if result.checked else
                    f"the RAMDISK held no output: nothing was copied to {out}")
+        if result.skipped_total:
+            summary += "; " + _skipped_words(result.skipped_total,
+                                             [display(p) for p in result.skipped],
+                                             "stage-out")
+        earlier = ctx.facts.get("verify_differed")
+        redone = ctx.facts.get("verify_redone") or {}
+        if (redo_of(ctx.facts, ctx.action.id) is not None and earlier
+                and redone.get("after") == earlier.get("action")):
+            summary += (f" (an earlier verify found {_redo_words(earlier)} differing: "
+                        "copied again, they match now)")
+        # None: nothing is left to copy again (Memory.learn_facts)
         return {"verified": {"objects": result.checked, "bytes": result.checked_bytes,
-                             "level": result.level}, "summary": summary}
+                             "level": result.level}, "summary": summary,
+                "verify_differed": None, "verify_redone": None}
 
     def write_back(self, ctx: ActionContext) -> Mapping[str, Any]:
         return self.write_back_to(ctx, str(ctx.action.args_as(WriteBackArgs).data_in))

@@ -371,9 +371,11 @@ class WorkerEngine:
         return stats_from_json(self._run(self._request("stage_in", src=src, ramdisk=ramdisk,
                                                        atomic=atomic)))
 
-    def stage_out(self, ramdisk: str, dst: str, method: str = "rsync") -> Stats:
-        return stats_from_json(self._run(self._request("stage_out", ramdisk=ramdisk,
-                                                       dst=dst, method=method)))
+    def stage_out(self, ramdisk: str, dst: str, method: str = "rsync", *,
+                  resume: bool = True, redo: Sequence[bytes] = ()) -> Stats:
+        return stats_from_json(self._run(self._request(
+            "stage_out", ramdisk=ramdisk, dst=dst, method=method, resume=resume,
+            redo=[p.hex() for p in redo])))
 
     def verify(self, ramdisk: str, dst: str, method: str = "rsync") -> Verification:
         return verification_from_json(self._run(self._request("verify", ramdisk=ramdisk,

@@ -98,7 +98,8 @@ def stats_from_json(d: Mapping[str, Any]) -> Stats:
                  dirs=int(d["dirs"]), seconds=float(d["seconds"]), buckets=int(d["buckets"]),
                  already=int(d["already"]), skipped=tuple(d["skipped"]),
                  per_node={str(k): int(v) for k, v in d["per_node"].items()},
-                 archives=tuple(d["archives"]))
+                 archives=tuple(d["archives"]),
+                 skipped_count=int(d.get("skipped_count", -1)))
 
 
 def verification_to_json(v: Verification) -> dict[str, Any]:
@@ -106,7 +107,8 @@ def verification_to_json(v: Verification) -> dict[str, Any]:
             "checked_bytes": v.checked_bytes,
             "differences": [[d.path.hex(), d.what] for d in v.differences],
             "extra": v.extra, "details": json.loads(json.dumps(v.details, default=str)),
-            "differing": v.differing}
+            "differing": v.differing, "skipped": [p.hex() for p in v.skipped],
+            "skipped_count": v.skipped_count}
 
 
 def verification_from_json(d: Mapping[str, Any]) -> Verification:
@@ -115,7 +117,9 @@ def verification_from_json(d: Mapping[str, Any]) -> Verification:
                         differences=tuple(Difference(bytes.fromhex(p), str(w))
                                           for p, w in d["differences"]),
                         extra=int(d["extra"]), details=dict(d["details"]),
-                        differing=int(d["differing"]))
+                        differing=int(d["differing"]),
+                        skipped=tuple(bytes.fromhex(p) for p in d.get("skipped") or ()),
+                        skipped_count=int(d.get("skipped_count", -1)))
 
 
 def error_to_json(e: BaseException) -> dict[str, Any]:
@@ -315,8 +319,10 @@ class Worker:
             return stats_to_json(eng.stage_in(args["src"], args["ramdisk"],
                                               atomic=bool(args.get("atomic"))))
         if op == "stage_out":
-            return stats_to_json(eng.stage_out(args["ramdisk"], args["dst"],
-                                               str(args.get("method", "rsync"))))
+            return stats_to_json(eng.stage_out(
+                args["ramdisk"], args["dst"], str(args.get("method", "rsync")),
+                resume=bool(args.get("resume", True)),
+                redo=[bytes.fromhex(str(p)) for p in args.get("redo") or ()]))
         return verification_to_json(eng.verify(args["ramdisk"], args["dst"],
                                                str(args.get("method", "rsync"))))
 

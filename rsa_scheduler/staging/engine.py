@@ -123,11 +123,14 @@ class StagingEngine(TreeCopy, Packing, Verifier):
         return self._copy("stage-in", src, ramdisk, resume=resume, atomic=atomic)
 
     def stage_out(self, ramdisk: str, dst: str, method: str = "rsync", *,
-                  resume: bool = True) -> Stats:
+                  resume: bool = True, redo: Sequence[bytes] = ()) -> Stats:
         """RAMDISK → DATA_OUT, as a tree (``rsync``, the default) or as archives (``tar``).
         Either way a file appears under its final name only once complete: the tree is
         copied into ``<dst>/.rsa-staging-<job>-<random>/`` and renamed into place, archives are
-        written to ``.part`` names and renamed."""
+        written to ``.part`` names and renamed. ``redo``: paths (relative to the RAMDISK)
+        a verify found differing at DATA_OUT: copied again whatever the quick check of a
+        resume says (a tree above the list limit is then copied whole, without resume;
+        archives are always written whole)."""
         if method not in METHODS:
             raise ValueError(f"stage-out method {method!r}: expected one of {METHODS}")
         self._start()
@@ -142,7 +145,7 @@ class StagingEngine(TreeCopy, Packing, Verifier):
             return Stats("stage-out", 0, 0, 0, 0.0, 0, 0, (), {})
         if method == "tar":
             return self._pack(ramdisk, dst)
-        return self._copy("stage-out", ramdisk, dst, resume=resume, atomic=True)
+        return self._copy("stage-out", ramdisk, dst, resume=resume, atomic=True, redo=redo)
 
     def verify(self, ramdisk: str, dst: str, method: str = "rsync") -> Verification:
         """Compare DATA_OUT (or its archives) with a manifest of the RAMDISK."""

@@ -21,6 +21,9 @@ from itertools import islice
 # find -printf type letters we reproduce; sockets/devices are reported, never copied.
 KINDS = {"f": "file", "d": "dir", "l": "symlink", "p": "fifo", "s": "socket",
          "c": "char-device", "b": "block-device"}
+#: special files: never staged, in either direction, by any method or mode; a verify
+#: does not expect them (docs/staging.md#special-files)
+SPECIAL = frozenset({"s", "c", "b"})
 SCAN_FIELDS = 10  # readable flag + the 9 fields of scripts.SCAN_FORMAT
 
 
@@ -297,14 +300,22 @@ class Verification:
     extra: int = 0  # objects present only at the destination (left alone, not an error)
     details: Mapping[str, object] = field(default_factory=dict)
     differing: int = -1  # how many differ, when ``differences`` lists only the first
+    skipped: tuple[bytes, ...] = ()  # special files of the source: not staged, not expected
+    skipped_count: int = -1  # how many, when ``skipped`` names only the first
+
+    @property
+    def skipped_total(self) -> int:
+        """How many sockets and devices the source held (never staged)."""
+        return self.skipped_count if self.skipped_count >= 0 else len(self.skipped)
 
     @property
     def count(self) -> int:
         """How many objects differ."""
         return self.differing if self.differing >= 0 else len(self.differences)
 
-    def summary(self, where: str = "destination", limit: int = 5) -> str:
-        """One actionable line."""
+    def summary(self, where: str = "destination", limit: int = 5,
+                advice: str = "the RAMDISK is kept") -> str:
+        """One actionable line; ``advice``: what happens next (a failed verify)."""
         if self.ok:
             return (f"verified {self.checked} objects ({self.checked_bytes} bytes, "
                     f"level {self.level}) in {where}")
@@ -312,8 +323,13 @@ class Verification:
         more = self.count - min(limit, len(self.differences))
         tail = f"; and {more} more" if more > 0 else ""
         return (f"verify failed: {self.count} of {self.checked} objects differ "
-                f"in {where}: {shown}{tail} — the RAMDISK is kept; retry the stage-out "
-                f"or inspect these paths")
+                f"in {where}: {shown}{tail} — {advice}")
+
+    @property
+    def listed(self) -> bool:
+        """Whether ``differences`` names every object that differs (a streamed verify
+        names only the first few)."""
+        return self.differing < 0 or self.differing <= len(self.differences)
 
 
 def compare(expected: Iterable[Entry], actual: Iterable[Entry], *, level: str,
@@ -325,12 +341,18 @@ def compare(expected: Iterable[Entry], actual: Iterable[Entry], *, level: str,
     bits, mtime; symlinks: target (not mode/mtime, which Linux ignores); FIFOs: mode.
     Hard links: names that share an inode in ``expected`` must share one in ``actual``
     when ``actual`` carries inode numbers. Owners are not compared: everything staged
-    belongs to the job's user."""
+    belongs to the job's user. Sockets and devices (``SPECIAL``) are never staged: not
+    expected, not counted as checked, reported as ``skipped``."""
     have = {e.path: e for e in actual}
     diffs: list[Difference] = []
+    skipped: list[bytes] = []
     checked = nbytes = 0
     links: dict[tuple[int, int], tuple[int, int]] = {}
     for e in expected:
+        if e.kind in SPECIAL:
+            skipped.append(e.path)
+            have.pop(e.path, None)
+            continue
         checked += 1
         a = have.pop(e.path, None)
         if a is None:
@@ -364,4 +386,4 @@ def compare(expected: Iterable[Entry], actual: Iterable[Entry], *, level: str,
         elif (e.kind != "d" or check_dir_mtime) and a.mtime_s != e.mtime_s:
             diffs.append(Difference(e.path, f"mtime {a.mtime_s}, expected {e.mtime_s}"))
     return Verification(ok=not diffs, level=level, checked=checked, checked_bytes=nbytes,
-                        differences=tuple(diffs), extra=len(have))
+                        differences=tuple(diffs), extra=len(have), skipped=tuple(skipped))

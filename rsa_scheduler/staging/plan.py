@@ -285,13 +285,17 @@ def _done(src: Entry, dst: Entry | None) -> bool:
     return True
 
 
-def pending(src: Sequence[Entry], dst: Iterable[Entry]) -> tuple[list[Entry], int]:
+def pending(src: Sequence[Entry], dst: Iterable[Entry], *,
+            redo: Collection[bytes] = ()) -> tuple[list[Entry], int]:
     """What an interrupted run still has to copy (rsync's quick check: size and mtime).
 
     Sound because every tool used here writes a file's data before setting its mtime:
     a file cut short keeps the time of the interruption. A hard-link group is redone
     whole unless every name is complete and still shares one inode. Directories are
-    always kept (creating them again is harmless). Returns (to copy, count already done).
+    always kept (creating them again is harmless). ``redo``: paths copied again whatever
+    the quick check says (what a verify found differing: a copy corrupted with its size
+    and mtime kept passes the quick check); a hard-link group with one of them is redone
+    whole. Returns (to copy, count already done).
     """
     have = {e.path: e for e in dst}
     out: list[Entry] = []
@@ -300,13 +304,14 @@ def pending(src: Sequence[Entry], dst: Iterable[Entry]) -> tuple[list[Entry], in
     for e in src:
         if e.kind == "f" and e.nlink > 1:
             groups.setdefault(e.inode, []).append(e)
-        elif e.kind == "d" or not _done(e, have.get(e.path)):
+        elif e.kind == "d" or e.path in redo or not _done(e, have.get(e.path)):
             out.append(e)
         else:
             done += 1
     for names in groups.values():
         got = [have.get(e.path) for e in names]
-        if all(_done(e, g) for e, g in zip(names, got, strict=True)) and \
+        if all(_done(e, g) and e.path not in redo
+               for e, g in zip(names, got, strict=True)) and \
                 len({g.inode for g in got if g is not None}) == 1:
             done += len(names)
         else:

@@ -170,9 +170,15 @@ class Stats:
     seconds: float
     buckets: int
     already: int = 0  # found complete at the destination (resumed run)
-    skipped: tuple[str, ...] = ()  # sockets/devices not staged (display form)
+    skipped: tuple[str, ...] = ()  # sockets/devices not staged (display form; streamed: 5)
     per_node: dict[str, int] = field(default_factory=dict)  # node -> bytes copied
     archives: tuple[str, ...] = ()  # tar method: archive paths, then the index
+    skipped_count: int = -1  # how many were skipped, when ``skipped`` names only some
+
+    @property
+    def skipped_total(self) -> int:
+        """How many sockets and devices were not staged."""
+        return self.skipped_count if self.skipped_count >= 0 else len(self.skipped)
 
     @property
     def rate(self) -> float:

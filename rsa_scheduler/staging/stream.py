@@ -187,7 +187,8 @@ class StreamedCopy:
                      src, dst, meter.files, already[0])
         return Stats(phase, meter.files, max(listing.nbytes - already[1], 0), listing.dirs,
                      self.clock() - t0, listing.chunks, already[0],
-                     tuple(display(n) for n in listing.skipped_names), per_node)
+                     tuple(display(n) for n in listing.skipped_names), per_node,
+                     skipped_count=listing.skipped)
 
 
 _META = re.compile(rb"(.*?)\t(?:l .*|(= .*)|[fdp][ 0-9-]+)", re.S)

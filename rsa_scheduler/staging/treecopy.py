@@ -18,7 +18,7 @@ from __future__ import annotations
 import posixpath
 import secrets
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from rsa_scheduler.hosts import Host
 from rsa_scheduler.runner import Completed
@@ -42,22 +42,22 @@ class TreeCopy(Commands):
     ``stage_out`` with method ``rsync``)."""
 
     def _copy(self, phase: str, src: str, dst: str, *, resume: bool,
-              atomic: bool = False) -> Stats:
+              atomic: bool = False, redo: Collection[bytes] = ()) -> Stats:
         self._start()
         try:
-            return self._copy_tree(phase, src, dst, resume, atomic)
+            return self._copy_tree(phase, src, dst, resume, atomic, frozenset(redo))
         finally:
             self._stop()
 
     def _copy_tree(self, phase: str, src: str, dst: str, resume: bool,
-                   atomic: bool = False) -> Stats:
+                   atomic: bool = False, redo: frozenset[bytes] = frozenset()) -> Stats:
         t0 = self.clock()
         first = self.hosts[0]
         limit = self._stream_limit()
         entries = self._scan(first, src, f"{phase}: scanning {src}", limit=limit)
         if limit >= 0 and len(entries) > limit:  # too many to list here: the nodes do
-            del entries
-            return self._stream(phase, src, dst, atomic, resume)
+            del entries  # (their quick check cannot leave out a list: no resume then)
+            return self._stream(phase, src, dst, atomic, resume and not redo)
         self._refuse_unreadable(entries, src, phase)
         self._user(first, scripts.mkdir_argv(dst), f"{phase}: creating {dst}")
         todo: Sequence[Entry] = entries
@@ -67,7 +67,7 @@ class TreeCopy(Commands):
                     if not scripts.is_part_dir(e.path.split(b"/", 1)[0], self.job_id)]
         self._refuse_planted(entries, existing, dst, phase)
         if resume and existing:
-            todo, already = pending(entries, existing)
+            todo, already = pending(entries, existing, redo=redo)
             complete = {e.path for e in entries} - {e.path for e in todo}
         # Whole directories go recursively (atomic placement too: it renames what the
         # copy left in its part directory, whatever the names were).

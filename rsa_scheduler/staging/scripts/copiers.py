@@ -43,11 +43,26 @@ TREE_PIPE = PRELUDE + (
 # idle.
 # Writes never go through a symlink: dd opens with O_NOFOLLOW (a planted symlink fails
 # the bucket), and cp, which would follow one, runs only on what dd wrote.
+# A source that changed while it was copied (written to by someone during the stage-in:
+# its device, inode, size, mtime or ctime, to the nanosecond where the filesystem keeps
+# them, differ after the copy from before it) would be a torn copy carrying the source's
+# final mtime, which a resume's quick check keeps: the copy is truncated to nothing (a
+# resume copies it again) and made again, at most BIG_TRIES times; then the bucket fails
+# naming the file (exit CHANGED_EXIT; the stage-in is retried later).
+BIG_TRIES = 3
+CHANGED_EXIT = 75
 BIG = PRELUDE + (
     'cd -- "$1" || exit 66; base64 -d | xargs -0 -r -n 1 sh -c \''
+    'st() { stat -c "%d %i %s %y %z" -- "$1"; }; n=0; while :; do '
+    'b=$(st "$2") && '
     'dd if="$2" of="$0/$2" bs="$1" conv=sparse oflag=nofollow status=none && '
     '! [ -L "$0/$2" ] && '
-    'cp --attributes-only --preserve=mode,timestamps -- "$2" "$0/$2"\' "$2" "$3"')
+    'cp --attributes-only --preserve=mode,timestamps -- "$2" "$0/$2" && '
+    'a=$(st "$2") || exit 1; [ "$a" = "$b" ] && exit 0; '
+    'dd if=/dev/null of="$0/$2" oflag=nofollow status=none || exit 1; n=$((n + 1)); '
+    f'[ "$n" -lt {BIG_TRIES} ] || {{ printf "rsa: %s changed while it was copied, '
+    f'%s times: not staged\\n" "$2" "$n" >&2; exit {CHANGED_EXIT}; }}; '
+    'done\' "$2" "$3"')
 # The same list copied by rsync (``staging.copy_tool: rsync``): -a without the recursion
 # --files-from turns off ($3 is "-r" for a bucket of whole directories), -H keeps hard
 # links inside the list as the tar pipe does, -S keeps holes in big files. rsync writes
