@@ -8,6 +8,7 @@ import shlex
 import string
 import subprocess
 import sys
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -572,15 +573,29 @@ def test_directives_beyond_the_scanned_bytes_are_an_error(pad: str) -> None:
 # --- a DATA_IN/DATA_OUT the node would refuse to mount over (issue 36) ---------------
 
 
+@pytest.fixture
+def run_dir() -> Iterator[Path]:
+    """A fresh directory under /srv: not under /tmp, where `rsa config check` refuses
+    allowed_roots (RSA nodes' user commands get a private /tmp), nor a system path."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="rsa-test-", dir="/srv"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def test_check_warns_before_submission_about_a_directory_that_is_not_yours(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Checked as the calling user by the Prolog's own rule: a directory someone else
     owns (here: the test's, seen by another uid) is named with its line and the fix;
     a missing one and an array template are left to the job."""
     from rsa_scheduler.cli.main import cli
     from tests.clirunner import cli_runner
 
-    root = tmp_path / "proj"
+    root = run_dir / "proj"
     (root / "team" / "in").mkdir(parents=True)
     conf = tmp_path / "rsa.yaml"
     conf.write_text(f"pool:\n  nodes:\n    - {{names: rsa1, capacity: 2G}}\n"
