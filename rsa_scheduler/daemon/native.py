@@ -112,10 +112,12 @@ def answer_data_in(rec: JobRecord | None, seen: bool) -> Answer:
 
     ``seen``: rsad has read the queue since the job's setup; a job it then still does not
     track has no ``#RSA_DATA_IN``/``#RSA_DATA_OUT`` and nothing to stage."""
+    if not seen:
+        # what rsad knows of the job may be its previous run's (a requeued job's setup
+        # comes before rsad's next read of the queue): never "done" or "failed" from it
+        return Answer("wait", "rsad has not read the job from the queue since its setup")
     if rec is None:
-        if seen:
-            return Answer("done", "no #RSA_DATA_IN or #RSA_DATA_OUT: nothing to stage")
-        return Answer("wait", "rsad has not read the job from the queue yet")
+        return Answer("done", "no #RSA_DATA_IN or #RSA_DATA_OUT: nothing to stage")
     state = rec.rsa_state
     if state is RsaState.DECLINED or rec.declined:
         why = native_text(rec.message) or "the RSA will not serve this job"

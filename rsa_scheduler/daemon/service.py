@@ -530,8 +530,9 @@ class Daemon:
         if dec.events:
             self.store.append(dec.events, rows)
         if self.native is not None:
+            # what a replay learns too (the bb.* events were learned as they were made)
             for ev in dec.events:
-                if ev.name == "rsa.transition":
+                if ev.name in ("rsa.transition", "job.state"):
                     self.native.learn(ev)
         for ev in dec.events:
             if ev.name == "rsa.transition":

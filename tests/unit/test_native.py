@@ -214,6 +214,31 @@ def test_a_requeued_jobs_new_setup_is_a_new_run() -> None:
     assert driver.verified("7")
 
 
+def test_the_driver_learns_live_what_a_replay_learns(tmp_path: Path) -> None:
+    """Found by review (issue 35): rsad fed its burst buffer driver only rsa.transition
+    events as it made them, and every event on a replay: live, a run was never seen to
+    start or end, so a requeued job stayed held for its old burst buffer and an
+    operator's discard was never counted."""
+    slurm, seen, clock = ScriptedSlurm(), list[str](), Clock()
+    d = native_daemon(tmp_path, slurm, seen, clock)
+    slurm.set("9", "PENDING", "BurstBufferResources", spec=OUT_ONLY)
+    d.bb("setup", "9", {})
+    d.poll()
+    settle(d)
+    slurm.set("9", "RUNNING", "None", spec=OUT_ONLY)
+    d.poll()
+    settle(d)
+    slurm.set("9", "PENDING", "BeginTime", spec=OUT_ONLY)  # requeued
+    d.poll()
+    settle(d)
+    live = d.native.to_json()["9"]
+    assert live["ran"] and live["over"], live
+    d.shutdown()
+    d.store.close()
+    again = native_daemon(tmp_path, slurm, seen, clock)
+    assert again.native is not None and again.native.to_json()["9"] == live
+
+
 def test_a_requeued_job_is_not_held_for_its_burst_buffer_before_a_new_setup() -> None:
     """Found in the lab (issue 35): requeued, the job still counted as held by Slurm for
     its first run's burst buffer, so rsad built a new RAMDISK on the RSA nodes Slurm's
