@@ -346,9 +346,8 @@ class NativeDriver:
             answer = Answer("done", "set up")
         elif hook in ("data_in", "data_out"):
             if job not in self.jobs:  # rsad lost the setup (its state was reset): take it now
-                events = self.setup(job, now, {})
+                events, poll_now = self.setup(job, now, {}), True
             bb = self.jobs[job]
-            poll_now = rec is None and bb.directives is None
             answer = answer_data_in(rec, bb, job) if hook == "data_in" else \
                 answer_data_out(rec, bb, job)
         elif hook == "real_size":
