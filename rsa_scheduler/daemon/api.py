@@ -7,7 +7,9 @@ identity check (MUNGE, and on the unix socket the kernel's SO_PEERCRED must name
 uid), the unix socket's mode (0660 root:``daemon.api.socket_group``, else 0600) and the
 listeners. The limits on what a caller can hold live in :mod:`rsa_scheduler.daemon.httpd`.
 Requests that change state are handed to the daemon's loop thread; nothing here touches
-the core directly.
+the core directly. The API answers from the moment rsad starts: until the daemon is ready
+(its log replayed, the RSA nodes fenced: ``Daemon.ready``) burst_buffer.lua's hooks hear
+"wait" and every other request 503 ``rsad is starting``.
 """
 
 from __future__ import annotations
