@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from ClusterShell.NodeSet import NodeSet
 
 from rsa_scheduler.store import Store
 from tests.e2e.conftest import input_area, md5_of
@@ -158,6 +159,24 @@ def snapshot_after(job: str) -> bool:
     return bool(setup) and snap is not None and snap[0] > max(setup)
 
 
+def snapshot_soon(lab: Mapping[str, str], tasks: list[str]) -> None:
+    """Wait for a snapshot written after the tasks' setup. rsad writes one once as many
+    events as it has jobs in memory came after the last (daemon/memory.py
+    SnapshotCadence): with the jobs of earlier tests still in memory, a spare RSA node
+    is drained and resumed (two events each time) until it does."""
+    rsa = lab["RSA_LAB_VENV"] + "/bin/rsa"
+    held: set[str] = set()
+    for task in tasks:
+        held |= set(NodeSet(str((rsa_job(lab, task) or {}).get("nodes") or "")))
+    spare = next(f"rsa{n}" for n in range(1, 5) if f"rsa{n}" not in held)
+    deadline = time.monotonic() + 180
+    while not all(snapshot_after(t) for t in tasks):
+        assert time.monotonic() < deadline, "rsad wrote no snapshot after the setup"
+        root(lab, rsa, "drain", spare, "--reason", "native trouble test: a snapshot")
+        root(lab, rsa, "resume", spare)
+        time.sleep(0.5)
+
+
 def test_an_arrays_tasks_stage_in_across_an_rsad_restart_from_a_snapshot(
         lab: Mapping[str, str], area: Path) -> None:
     pre = held_stage_in(lab, area)
@@ -169,8 +188,7 @@ def test_an_arrays_tasks_stage_in_across_an_rsad_restart_from_a_snapshot(
         tasks = [f"{array}_{t}" for t in (1, 2)]
         for task in tasks:
             wait_state(lab, task, "staging-in", timeout=180)
-        wait_for("a snapshot after both tasks' setup",
-                 lambda: all(snapshot_after(t) for t in tasks), timeout=120)
+        snapshot_soon(lab, tasks)
         restart_lab_rsad(signal.SIGTERM)
         # the stage-ins are held: Slurm must keep both tasks waiting for their input (on
         # main the task known by its own id was answered "nothing to stage" and started;
