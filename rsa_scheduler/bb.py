@@ -24,47 +24,101 @@ BLOCKING = frozenset({"data_in", "data_out", "teardown"})
 HOOKS = ("setup", "data_in", "real_size", "pre_run", "post_run", "data_out", "teardown",
          "status")
 POLL = 1.0  # seconds between two questions to rsad while a stage runs
-#: how long rsad may be unreachable before a blocking hook gives up (a restarting rsad
-#: must not fail a stage-in; a dead one must not hold the job for StageInTimeout)
+#: how long rsad may be unreachable (or busy) before data_in / data_out give up (a
+#: restarting rsad must not fail a stage; a dead one must not hold the job for
+#: StageInTimeout without a word)
 UNREACHABLE = 300.0
+#: how long setup, real_size, pre_run and post_run ask again while rsad is unreachable,
+#: busy, starting or not sure yet: under Slurm's OtherTimeout (default 300 s), which kills
+#: the hook and counts it failed
+OTHER_WAIT = 240.0
 #: teardown answers before Slurm's OtherTimeout (default 300 s) kills it: Slurm retries
 TEARDOWN_WAIT = 240.0
+#: rsad's answers that say "not now" (429: too many requests, 503: busy or starting) and
+#: 401 (the credential was refused: munged restarting, clock skew): asked again
+TRANSIENT = frozenset({401, 429, 503})
+
+#: what Slurm does when the hook fails, and the way out (``{job}``: the job id)
+THEN = {
+    "setup": "Slurm holds job {job} (BurstBufferOperation); once rsad answers, scancel it "
+             "and submit it again",
+    "real_size": "Slurm holds job {job} (BurstBufferOperation); once rsad answers, "
+                 "scancel it and submit it again",
+    "pre_run": "Slurm requeues job {job} (held after 3 tries) and sets its burst buffer "
+               "up again",
+    "post_run": "Slurm skips data_out and keeps job {job} in stage-out; rsad, once it "
+                "runs again, stages the output out (`rsa job {job}`), then `scancel "
+                "--hurry {job}` ends Slurm's stage-out",
+    "data_in": "Slurm holds job {job} (BurstBufferOperation); once rsad answers, scancel "
+               "it and submit it again",
+    "data_out": "Slurm keeps job {job} in stage-out; rsad, once it runs again, stages the "
+                "output out (`rsa job {job}`), then `scancel --hurry {job}` ends Slurm's "
+                "stage-out",
+    "teardown": "Slurm asks again (3 runs in all, then it drops the buffer); rsad keeps job "
+                "{job}'s RAMDISK until its output is verified",
+}
 
 Post = Callable[[str, Mapping[str, Any]], Any]
 
 
 class Unreachable(RsaError):
-    """rsad did not answer (the transport's error text)."""
+    """rsad did not answer (the transport's error text), or no credential could be made
+    (munged not answering): asked again."""
 
 
 class Refused(RsaError):
-    """rsad answered with an error (its text)."""
+    """rsad answered with an error (its text, and the HTTP status)."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _budget(hook: str, unreachable: float, other_wait: float,
+            teardown_wait: float) -> float:
+    if hook == "teardown":
+        return teardown_wait
+    return unreachable if hook in BLOCKING else other_wait
 
 
 def call_hook(post: Post, hook: str, body: Mapping[str, Any], *,
               sleep: Callable[[float], None] = time.sleep,
               clock: Callable[[], float] = time.monotonic,
               poll: float = POLL, unreachable: float = UNREACHABLE,
+              other_wait: float = OTHER_WAIT,
               teardown_wait: float = TEARDOWN_WAIT) -> tuple[bool, str]:
-    """Ask rsad, and for a blocking hook ask again until done or failed.
+    """Ask rsad, and ask again until done or failed.
 
     ``post(path, body)`` returns rsad's JSON answer or raises :class:`Unreachable` /
-    :class:`Refused`. Returns (success, the one line for Slurm)."""
+    :class:`Refused`. rsad unreachable, busy or starting, and "wait" answers are asked
+    again: data_in and data_out while rsad stays unreachable less than ``unreachable``
+    seconds (a stage may take as long as Slurm's StageInTimeout / StageOutTimeout allow);
+    teardown for ``teardown_wait`` seconds in all, the other hooks ``other_wait``: both
+    under Slurm's OtherTimeout. Returns (success, the one line for Slurm: on a failure,
+    what Slurm then does and the way out)."""
     path = f"/v1/bb/{hook}"
+    job = str(body.get("job_id"))
+    budget = _budget(hook, unreachable, other_wait, teardown_wait)
+    then = THEN.get(hook, "").format(job=job)
     started = last_contact = clock()
     last_wait = ""
     while True:
+        trouble = ""
         try:
             answer = post(path, body)
         except Refused as e:
-            return False, f"rsad refused {hook} of job {body.get('job_id')}: {e}"
+            if e.status not in TRANSIENT:
+                return False, f"rsad refused {hook} of job {job}: {e}"
+            trouble = f"rsad answered {e.status} ({e})"
         except Unreachable as e:
-            waited = clock() - last_contact
-            if waited >= unreachable or (hook not in BLOCKING and waited >= min(
-                    unreachable, 30.0)):
-                return False, (f"rsad unreachable for {waited:.0f}s ({e}); start rsad "
-                               "(systemctl start rsad), then see `rsa job "
-                               f"{body.get('job_id')}`")
+            trouble = f"rsad unreachable ({e})"
+        if trouble:
+            # no answer: data_in / data_out count from the last answer, the rest from
+            # their start
+            since = last_contact if hook in BLOCKING and hook != "teardown" else started
+            waited = clock() - since
+            if waited >= budget:
+                return False, f"{hook} of job {job}: {trouble} for {waited:.0f}s; {then}"
             sleep(poll)
             continue
         last_contact = clock()
@@ -74,12 +128,14 @@ def call_hook(post: Post, hook: str, body: Mapping[str, Any], *,
             return True, message
         if status == "failed":
             return False, message
-        if status != "wait" or hook not in BLOCKING:
+        if status != "wait":
             return False, f"rsad answered {hook} with {answer!r}: rsad and rsa-bb differ"
         last_wait = message
-        if hook == "teardown" and clock() - started >= teardown_wait:
-            return False, (f"job {body.get('job_id')}: still {last_wait} after "
-                           f"{teardown_wait:.0f}s; rsad goes on, Slurm asks again")
+        if hook not in BLOCKING or hook == "teardown":
+            waited = clock() - started
+            if waited >= budget:
+                return False, (f"job {job}: after {waited:.0f}s rsad still says: "
+                               f"{last_wait}; {then}")
         sleep(poll)
 
 
@@ -141,6 +197,7 @@ RSA_API, else daemon.api of the configuration (RSA_CONFIG, default /etc/rsa/rsa.
 
 def _post_with(address: str | None, timeout: float) -> tuple[Post, Callable[[str], Any]]:
     from rsa_scheduler.client import ApiClient, ApiRefused, ApiUnavailable
+    from rsa_scheduler.munge import MungeError
 
     client = ApiClient(address, timeout=timeout)
 
@@ -148,8 +205,8 @@ def _post_with(address: str | None, timeout: float) -> tuple[Post, Callable[[str
         try:
             return client.post(path, dict(body))
         except ApiRefused as e:
-            raise Refused(str(e)) from e
-        except ApiUnavailable as e:
+            raise Refused(str(e), e.status) from e
+        except (ApiUnavailable, MungeError) as e:  # munged restarting: asked again
             raise Unreachable(str(e)) from e
 
     return post, client.get

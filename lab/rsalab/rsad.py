@@ -8,6 +8,7 @@ it also listens on 127.0.0.1:6820 so hooks exercise the TCP path compute nodes u
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 from . import slurm
@@ -41,6 +42,14 @@ def up(s: Settings, config: Path) -> None:
     env = dict(slurm.ENV)
     spawn("rsad", [str(s.venv / "bin" / "rsad"), "--config", str(config)], env=env)
     wait_for("rsad API socket", SOCKET.exists, timeout=30)
+    # the API answers at once, "rsad is starting" until the log is replayed and the RSA
+    # nodes fenced: the lab is up once rsad serves
+    probe = [str(s.venv / "bin" / "python"), "-c",
+             "import sys; from rsa_scheduler.client import ApiClient; "
+             "ApiClient(sys.argv[1]).get('/v1/status')", str(SOCKET)]
+    wait_for("rsad ready (log replayed, RSA nodes fenced)", lambda: subprocess.run(
+        probe, capture_output=True, timeout=30, check=False).returncode == 0, timeout=150,
+        every=0.5)
     log(f"rsad: API at {SOCKET} and {LISTEN}, state in {STATE_DIR}")
 
 

@@ -7,7 +7,9 @@ identity check (MUNGE, and on the unix socket the kernel's SO_PEERCRED must name
 uid), the unix socket's mode (0660 root:``daemon.api.socket_group``, else 0600) and the
 listeners. The limits on what a caller can hold live in :mod:`rsa_scheduler.daemon.httpd`.
 Requests that change state are handed to the daemon's loop thread; nothing here touches
-the core directly.
+the core directly. The API answers from the moment rsad starts: until the daemon is ready
+(its log replayed, the RSA nodes fenced: ``Daemon.ready``) burst_buffer.lua's hooks hear
+"wait" and every other request 503 ``rsad is starting``.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ AUTH_HEADER = "X-RSA-Munge"
 REPLY_HEADER = "X-RSA-Munge-Reply"  # rsad's credential over its answer (node hooks check it)
 OPERATOR_USERS = frozenset({"root", "slurm"})
 NODE_HOOKS = frozenset({"prolog", "agent", "mounted", "epilog"})
+#: the answer to everything but burst_buffer.lua's hooks until rsad is ready
+STARTING = ("rsad is starting (replaying its event log and fencing what an earlier rsad "
+            "left on the RSA nodes); retry in a moment")
 
 
 class ApiError(RsaError):
@@ -88,6 +93,10 @@ class Routes:
         parts = parts[1:]
         if method == "GET" and parts == ["whoami"]:
             return {"uid": caller.uid, "user": caller.user, "operator": caller.operator}
+        if method == "POST" and len(parts) == 2 and parts[0] == "bb":
+            return self._bb(caller, parts[1], body)
+        if not self.daemon.ready.is_set():
+            raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, STARTING)
         if method == "GET" and parts == ["jobs"]:
             user = None if caller.operator else caller.user
             return {"jobs": self._call(lambda: self.daemon.jobs_view(user))}
@@ -102,8 +111,6 @@ class Routes:
             return self._command(caller, parts[1], body)
         if method == "POST" and len(parts) == 2 and parts[0] == "hooks":
             return self._hook(caller, parts[1], body)
-        if method == "POST" and len(parts) == 2 and parts[0] == "bb":
-            return self._bb(caller, parts[1], body)
         if method == "POST" and len(parts) == 3 and parts[0] == "nodes" and parts[2] == "state":
             if not caller.operator:
                 raise ApiError(HTTPStatus.FORBIDDEN, "only root or slurm may drain nodes")
@@ -263,17 +270,24 @@ class Routes:
         own = str(payload.get("job_id", ""))
         if not re.fullmatch(r"\d+", own):
             raise ApiError(HTTPStatus.BAD_REQUEST, "burst buffer hook without a valid job_id")
+        if not self.daemon.ready.is_set():
+            # nothing is known for sure before the log is replayed and the RSA nodes
+            # fenced (an array task's own id, what was staged): never "done" now
+            return {"job_id": own, "status": "wait", "rsa_state": None,
+                    "message": "rsad is starting (replaying its event log, fencing the RSA "
+                               "nodes): not yet"}
         job = self.daemon.aliases.get(own, own)
         if hook == "setup" and job == own:
             try:
                 info = self.daemon.slurm.job_info(own)
-            except Exception as e:  # the job goes on under its own id
+            except Exception as e:  # unknown whether it is an array task: not yet
                 log.warning("job %s: could not ask Slurm whether it is an array task: %s",
                             own, e)
-                info = None
-            key = info.array_key if info is not None else None
-            if info is not None and key is not None and \
-                    _same_uid(info.user, payload.get("uid")) and \
+                return {"job_id": own, "status": "wait", "rsa_state": None,
+                        "message": f"rsad cannot ask Slurm about job {own} yet ({e}): "
+                                   "asking again"}
+            key = info.array_key
+            if key is not None and _same_uid(info.user, payload.get("uid")) and \
                     self._call(lambda: self._learn_alias(own, key, info.user, tracked=False)):
                 job = key
                 payload["alias"] = own
@@ -420,7 +434,9 @@ class Endpoint:
         except (ValueError, KeyError) as e:
             return self._reply(HTTPStatus.BAD_REQUEST, {"error": str(e)})
         except TimeoutError:
-            return self._reply(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "rsad is busy; retry"})
+            return self._reply(HTTPStatus.SERVICE_UNAVAILABLE,
+                               {"error": "rsad is busy: its loop did not answer in "
+                                         "time"})
         except Exception as e:
             log.exception("api: %s %s failed", method, path)
             return self._reply(HTTPStatus.INTERNAL_SERVER_ERROR,

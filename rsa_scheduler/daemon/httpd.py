@@ -376,7 +376,8 @@ class Server:
                                  daemon=True).start()
             except RuntimeError:  # no more threads
                 self.gate.release(conn)
-                _send_now(sock, plain(HTTPStatus.SERVICE_UNAVAILABLE, "rsad is busy; retry"))
+                _send_now(sock, plain(HTTPStatus.SERVICE_UNAVAILABLE,
+                                     "rsad is busy: no thread free for this connection"))
 
     def _serve(self, conn: Conn) -> None:
         lim = self.limits

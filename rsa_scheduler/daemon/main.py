@@ -52,7 +52,19 @@ def rsad(config_path: str | None, check: bool, log_level: str | None) -> None:
     _setup_logging(log_level or cfg.daemon.log_level.value)
     check_lockin(cfg)  # refuses a lock-in the running Slurm would ignore
     daemon = make_daemon(cfg)
-    daemon.start()
+    servers = None
+    if not check:
+        # the API answers from now on: until start() has replayed the log and fenced what
+        # an earlier rsad left on the RSA nodes, burst_buffer.lua's hooks hear "not yet"
+        # and everything else "rsad is starting; retry" (api.Routes, Daemon.ready)
+        servers = ApiServers.from_config(Routes(daemon), cfg.daemon.api)
+        servers.start()
+    try:
+        daemon.start()
+    except BaseException:
+        if servers is not None:
+            servers.stop()
+        raise
     # What start-up built (the modules, the state replayed) lives as long as rsad: out of
     # the collector's sight, a full collection no longer walks every record each time
     # (hundreds of thousands at a large centre; reference counting still frees what is
@@ -75,8 +87,7 @@ def rsad(config_path: str | None, check: bool, log_level: str | None) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     listen = cfg.daemon.api.listen
-    servers = ApiServers.from_config(Routes(daemon), cfg.daemon.api)
-    servers.start()
+    assert servers is not None
     from rsa_scheduler.daemon.wiring import make_health, make_tender
 
     health = make_health(cfg, daemon)

@@ -34,21 +34,26 @@ class Memory:
         # RSA node -> what teardowns left there while it was down (each: fs_id, job_id,
         # tier); cleaned before it is up again (daemon/data.py DataPath.scrub)
         self.debris: dict[str, list[dict[str, Any]]] = {}
-        # an array task's own job id -> its key (<array>_<task>): a node's hooks know only
-        # the former (core.jobkey); learned from slurmctld's hooks, kept in their events
+        # an array task's own job id -> its key (<array>_<task>): a node's hooks and
+        # burst_buffer.lua's know only the former (core.jobkey); learned from slurmctld's
+        # hooks and native mode's setup, kept in their events (job.hook, bb.setup) and in
+        # snapshots: a restarted rsad answers a task's hooks for the task
         self.aliases: dict[str, str] = {}
 
     def restore(self, base: Mapping[str, Any]) -> None:
-        """Take what a snapshot kept (:meth:`to_json`); aliases are in the events."""
+        """Take what a snapshot kept (:meth:`to_json`)."""
         self.facts = {str(j): dict(f) for j, f in dict(base.get("facts") or {}).items()}
         self.node_notes = {str(n): dict(v)
                            for n, v in dict(base.get("node_notes") or {}).items()}
         self.debris = {str(n): [dict(x) for x in v]
                        for n, v in dict(base.get("debris") or {}).items()}
+        self.aliases = {str(own): str(key)
+                        for own, key in dict(base.get("aliases") or {}).items()}
 
     def to_json(self) -> dict[str, Any]:
         """What a snapshot keeps (the live tables: written at once)."""
-        return {"facts": self.facts, "node_notes": self.node_notes, "debris": self.debris}
+        return {"facts": self.facts, "node_notes": self.node_notes, "debris": self.debris,
+                "aliases": self.aliases}
 
     def learn(self, ev: Event) -> None:
         """Replay: whatever ``ev`` (a committed event) says worth remembering."""
@@ -58,7 +63,7 @@ class Memory:
             self.debris.setdefault(str(ev.context["node"]), []).append(item)
         elif ev.name == "node.scrubbed":
             self.debris.pop(str(ev.context["node"]), None)
-        if ev.name == "job.hook" and ev.context.get("alias"):
+        if ev.name in ("job.hook", "bb.setup") and ev.context.get("alias"):
             self.aliases[str(ev.context["alias"])] = ev.job_id
         if ev.name == "node.state":
             self.node_notes[str(ev.context["node"])] = {

@@ -3,8 +3,10 @@
 Owns :class:`NativeDriver`: which jobs Slurm has set a burst buffer up for (``bb.setup``
 and ``bb.teardown`` events in the job's log, so a restarted rsad knows), how such a job
 is observed while pending (held: on-deck for the core, never demoted while Slurm holds it
-in stage-in), the answer to each hook as a pure function of the job's record
-(:func:`answer_data_in`, :func:`answer_data_out`, :func:`answer_teardown`; one call in all,
+in stage-in), what rsad read of the directives of a set-up job it does not track (none, or
+unreadable: not durable, read again after a restart), the answer to each hook as a pure
+function of the job's record and of that (:func:`answer_data_in`, :func:`answer_data_out`,
+:func:`answer_teardown`: "done" only from what rsad knows for sure; one call in all,
 :meth:`NativeDriver.serve`: the answer, the events the daemon commits), and the pools
 file ``burst_buffer.lua``'s ``slurm_bb_pools`` reports to Slurm (:func:`pools_json`).
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,6 +98,13 @@ class BbJob:
     #: the run that started since this setup is over (ended or requeued): Slurm holds
     #: the job for this burst buffer no more; a requeued run gets a new setup first
     over: bool = False
+    # what rsad read of the job's own directives since its setup (not durable: read again
+    # after a restart): None not read yet; "none" read, no #RSA_DATA_IN/OUT; "unreadable"
+    # its admin_comment carries the RSA marker but cannot be read
+    directives: str | None = None
+    #: rsad read the queue after this setup: what it knows of the job is not its previous
+    #: run's (not durable: a restarted rsad reads the queue first)
+    polled: bool = False
 
 
 # ---- the answers (pure) -------------------------------------------------------------------
@@ -107,17 +116,18 @@ def native_text(message: str) -> str:
     return without_pfs_clause(message)
 
 
-def answer_data_in(rec: JobRecord | None, seen: bool) -> Answer:
+def answer_data_in(rec: JobRecord | None, bb: BbJob | None, job: str = "") -> Answer:
     """``slurm_bb_data_in``: done once the job's input is on its RAMDISK.
 
-    ``seen``: rsad has read the queue since the job's setup; a job it then still does not
-    track has no ``#RSA_DATA_IN``/``#RSA_DATA_OUT`` and nothing to stage."""
-    if not seen:
+    A job rsad does not track is done only once rsad read the job's own directives
+    (its admin_comment, or its batch script) and found no ``#RSA_DATA_IN``/
+    ``#RSA_DATA_OUT`` (``bb.directives == "none"``); anything else is unknown: wait."""
+    if rec is None:
+        return _untracked(bb, job, "stage")
+    if bb is not None and not bb.polled:
         # what rsad knows of the job may be its previous run's (a requeued job's setup
         # comes before rsad's next read of the queue): never "done" or "failed" from it
         return Answer("wait", "rsad has not read the job from the queue since its setup")
-    if rec is None:
-        return Answer("done", "no #RSA_DATA_IN or #RSA_DATA_OUT: nothing to stage")
     state = rec.rsa_state
     if state is RsaState.DECLINED or rec.declined:
         why = native_text(rec.message) or "the RSA will not serve this job"
@@ -148,11 +158,26 @@ def answer_data_in(rec: JobRecord | None, seen: bool) -> Answer:
     return Answer("wait", WAITING_FOR.get(state, state.value))
 
 
-def answer_data_out(rec: JobRecord | None, bb: BbJob | None) -> Answer:
+def _untracked(bb: BbJob | None, job: str, verb: str) -> Answer:
+    """data_in / data_out of a job rsad does not track: done only when its directives
+    were read and ask nothing of the RSA."""
+    if bb is not None and bb.directives == "none":
+        if verb == "stage":
+            return Answer("done", f"job {job} has no #RSA_DATA_IN or #RSA_DATA_OUT: "
+                                  "nothing to stage")
+        return Answer("done", f"job {job} has no #RSA_DATA_OUT: nothing to stage out")
+    if bb is not None and bb.directives == "unreadable":
+        return Answer("wait", f"rsad cannot read job {job}'s #RSA_ directives (its "
+                              "admin_comment; rsad's log says why): waiting for them")
+    return Answer("wait", f"waiting for rsad to read job {job}'s #RSA_ directives from "
+                          "the queue")
+
+
+def answer_data_out(rec: JobRecord | None, bb: BbJob | None, job: str = "") -> Answer:
     """``slurm_bb_data_out``: done once the job's output is verified on persistent
     storage; failed (output kept on the RAMDISK) once the stage-out is quarantined."""
     if rec is None:
-        return Answer("done", "no #RSA_DATA_OUT: nothing to stage out")
+        return _untracked(bb, job, "stage out")
     if bb is not None and bb.verified:
         return Answer("done", "output staged out and verified")
     state = rec.rsa_state
@@ -178,16 +203,34 @@ def answer_data_out(rec: JobRecord | None, bb: BbJob | None) -> Answer:
     return Answer("wait", state.value)
 
 
-def answer_teardown(rec: JobRecord | None) -> Answer:
+#: what rsad does with an ended job's RAMDISK before it tears it down
+_BEFORE_TEARDOWN: Mapping[RsaState, str] = {
+    RsaState.STAGING_OUT: "staging its output out",
+    RsaState.STAGE_OUT_FAILED: "staging its output out (retrying)",
+    RsaState.VERIFYING: "verifying its output on persistent storage",
+    RsaState.OUTPUT_VERIFIED: "output verified; tearing its RAMDISK down next",
+}
+
+
+def answer_teardown(rec: JobRecord | None, job: str = "") -> Answer:
     """``slurm_bb_job_teardown`` of a job that ended (or was cancelled): done once its
     RAMDISK is gone; never before its output is verified (quarantined output is kept)."""
-    if rec is None or rec.rsa_state in TERMINAL:
+    if rec is None:
+        return Answer("done", f"rsad holds no RAMDISK for job {job}")
+    if rec.rsa_state in TERMINAL:
         return Answer("done", "no RAMDISK left")
     if rec.rsa_state is RsaState.QUARANTINED:
         return Answer("failed", f"job {rec.job_id}'s output is quarantined on its RAMDISK "
                                 f"({rec.message}); kept until an operator runs `rsa retry "
                                 f"{rec.job_id}` or `rsa discard {rec.job_id}`")
-    return Answer("wait", f"tearing down ({rec.rsa_state.value})")
+    if rec.rsa_state in TEARDOWN:
+        return Answer("wait", f"tearing job {rec.job_id}'s RAMDISK down")
+    doing = _BEFORE_TEARDOWN.get(rec.rsa_state)
+    if doing is not None:
+        return Answer("wait", f"job {rec.job_id}: {doing}; its RAMDISK is kept until the "
+                              "output is verified")
+    return Answer("wait", f"job {rec.job_id}: its RAMDISK is torn down once rsad is done "
+                          f"with it ({rec.rsa_state.value})")
 
 
 def pools_json(nodes: Iterable[tuple[str, int, NodeState, str | None]]) -> str:
@@ -279,16 +322,38 @@ class NativeDriver:
             return False
         return bb.torn is None or now - bb.torn < self.grace
 
-    def due(self, now: float) -> set[str]:
-        """Jobs to observe this poll even if their queue line did not change: new set-ups
-        and pending jobs whose grace after a teardown just ended."""
+    def due(self, now: float, tracked: Container[str]) -> set[str]:
+        """Jobs to observe this poll even if their queue line did not change: new set-ups,
+        pending jobs whose grace after a teardown just ended, and every set-up job rsad
+        neither tracks (``tracked``) nor has read the directives of (after a restart, and
+        after a poll that failed). Put them back with :meth:`unread` if the read fails."""
         out = set(self.fresh)
         self.fresh.clear()
         for job, bb in self.jobs.items():
             if bb.torn is not None and not bb.expired and now - bb.torn >= self.grace:
                 bb.expired = True
                 out.add(job)
+            elif bb.directives != "none" and job not in tracked:
+                out.add(job)
         return out
+
+    def observed(self, since: float) -> None:
+        """A poll that started at ``since`` read the queue: every job set up before it
+        is known to rsad as it is now, not as its previous run left it."""
+        for bb in self.jobs.values():
+            if bb.setup <= since:
+                bb.polled = True
+
+    def unread(self, jobs: Iterable[str]) -> None:
+        """The queue read of a poll failed: ``jobs`` (its :meth:`due` set) are due again."""
+        self.fresh.update(j for j in jobs if j in self.jobs)
+
+    def read(self, job: str, directives: str) -> None:
+        """rsad read the directives of ``job`` (not tracked): ``"none"`` (no
+        #RSA_DATA_IN/OUT) or ``"unreadable"``."""
+        bb = self.jobs.get(job)
+        if bb is not None:
+            bb.directives = directives
 
     def setup(self, job: str, now: float, context: Mapping[str, Any]) -> list[Event]:
         """slurm_bb_setup: the job is Slurm's to stage now. Idempotent: a re-run setup of
@@ -317,13 +382,11 @@ class NativeDriver:
 
     # -- one hook call ----------------------------------------------------------------------
     def serve(self, hook: str, job: str, payload: Mapping[str, Any], rec: JobRecord | None,
-              now: float, *, last_poll: float, reading: bool,
-              capacity: Callable[[], Mapping[str, int]]) -> Served:
+              now: float, *, capacity: Callable[[], Mapping[str, int]]) -> Served:
         """One ``rsa-bb`` call from burst_buffer.lua: the answer, the events to commit and
-        whether the queue is to be read now. ``last_poll``: when the daemon last read the
-        queue; ``reading``: the job's batch script is being read; ``capacity``: each RSA
-        node's size. data_in, data_out and teardown are asked again until done or
-        failed."""
+        whether the queue is to be read now. ``capacity``: each RSA node's size. Every
+        answer comes from what rsad knows for sure (its log, and the job's directives as
+        read since its setup): what it does not know yet is "wait", never "done"."""
         events: list[Event] = []
         poll_now = False
         if hook == "setup":
@@ -332,13 +395,12 @@ class NativeDriver:
             # read the queue now: the job is the RSA's
             poll_now = rec is None or rec.job_state is not JobState.FINISHED
             answer = Answer("done", "set up")
-        elif hook == "data_in":
-            bb = self.jobs.get(job)
-            seen = bb is not None and last_poll > bb.setup and \
-                job not in self.fresh and not reading
-            if bb is None:  # rsad lost the setup (its state was reset): take it now
+        elif hook in ("data_in", "data_out"):
+            if job not in self.jobs:  # rsad lost the setup (its state was reset): take it now
                 events, poll_now = self.setup(job, now, {}), True
-            answer = answer_data_in(rec, seen)
+            bb = self.jobs[job]
+            answer = answer_data_in(rec, bb, job) if hook == "data_in" else \
+                answer_data_out(rec, bb, job)
         elif hook == "real_size":
             size = 0
             if rec is not None and rec.nodes:
@@ -346,12 +408,18 @@ class NativeDriver:
                 size = sum(caps.get(n, 0) for n in NodeSet(rec.nodes))
             answer = Answer("done", str(size))
         elif hook in ("pre_run", "post_run"):
-            answer = Answer("done", rec.rsa_state.value if rec else "not an RSA job")
-        elif hook == "data_out":
-            answer = answer_data_out(rec, self.jobs.get(job))
+            answer = Answer("done", rec.rsa_state.value if rec else
+                            f"rsad tracks no RSA work for job {job}")
         elif hook == "teardown":
             hurry = str(payload.get("hurry", "false")) == "true"
-            if rec is not None and rec.job_state is not JobState.FINISHED and \
+            if rec is not None and rec.rsa_state not in TERMINAL and \
+                    rec.job_state is JobState.RUNNING:
+                # Slurm tears down only a job that ended or never started: rsad has not
+                # seen this one end yet; its output is staged out before the RAMDISK goes
+                poll_now = True
+                answer = Answer("wait", f"job {job} ended; rsad has not seen it end yet: "
+                                        "its output is staged out before its RAMDISK goes")
+            elif rec is not None and rec.job_state is not JobState.FINISHED and \
                     rec.rsa_state not in TERMINAL:
                 # still pending (a restarted slurmctld tears down, then sets up again):
                 # kept bb_grace seconds, then torn down as a demotion would
@@ -359,7 +427,7 @@ class NativeDriver:
                 answer = Answer("done", f"kept {self.grace:.0f}s for a new setup, then "
                                         "torn down unless the job starts")
             else:
-                answer = answer_teardown(rec)
+                answer = answer_teardown(rec, job)
         else:
             raise ValueError(f"unknown burst buffer hook {hook!r}")
         return Served(answer, events, poll_now)

@@ -53,7 +53,7 @@ from rsa_scheduler.daemon.metrics import Metrics, StagingWorkers
 from rsa_scheduler.daemon.native import NativeDriver
 from rsa_scheduler.daemon.nodeside import nodeside_of
 from rsa_scheduler.daemon.published import Published
-from rsa_scheduler.daemon.specs import SpecReader
+from rsa_scheduler.daemon.specs import ADMIN_COMMENT_PREFIX, SpecReader
 from rsa_scheduler.daemon.starthold import StartHold
 from rsa_scheduler.errors import StoreError
 from rsa_scheduler.slurm.parse import QueueRow, merge_hetjobs
@@ -113,6 +113,9 @@ class Daemon:
         # native mode (slurm.mode: native): Slurm's burst_buffer/lua hooks start stage-in
         # and stage-out (daemon/native.py); None in queue mode
         self.native: NativeDriver | None = None
+        # set once start() has replayed the log, fenced the RSA nodes and re-issued what
+        # was in flight: before that the API answers "rsad is starting" (api.Routes)
+        self.ready = threading.Event()
 
     # ---- the collaborators' state, as the API, tests and benchmarks know it ---------------
     @property
@@ -179,6 +182,7 @@ class Daemon:
                  len(events), len(self.sched.records), len(outstanding))
         self.registry.starting()  # fence: what an earlier rsad left running is killed
         self._dispatch(outstanding)
+        self.ready.set()
 
     # ---- the loop -------------------------------------------------------------------------
     def run(self, stop: threading.Event, on_cycle: Callable[[], None] | None = None,
@@ -255,11 +259,11 @@ class Daemon:
         batch scripts (:class:`~rsa_scheduler.daemon.specs.SpecReader`)."""
         started = self.clock()
         incremental = self.script_source != "scontrol"
+        # native mode: jobs set up by Slurm whose directives rsad has not read, grace over
+        asked = self.native.due(started, self.sched.records) if self.native else set()
         try:
             if incremental:
-                waiting = self.sched.waiting
-                if self.native is not None:  # set up by Slurm since the last poll, grace over
-                    waiting = waiting | self.native.due(started)
+                waiting = self.sched.waiting | asked if asked else self.sched.waiting
                 got = self.queue_reader.changes(waiting, self.sched.records,
                                                 self.first_sights_per_cycle)
                 rows, present = got.rows, got.present
@@ -271,11 +275,11 @@ class Daemon:
             if self.slurm_ok:
                 log.error("cannot read the Slurm queue: %s", e)
             self.slurm_ok = False
+            if self.native is not None:  # nothing was read of them: due again next poll
+                self.native.unread(asked)
             self._last_poll = self.clock()
             return
         self.slurm_ok = True
-        if self.native is not None and not incremental:
-            self.native.due(started)  # every row is observed on this path
         self.holds.note(rows, present)
         obs = [o for o in (self._observation(r, started) for r in rows) if o is not None]
         now = self.clock()
@@ -285,6 +289,10 @@ class Daemon:
         else:
             dec = self.sched.observe(obs, now, complete=not fresh)
         self._commit(dec)
+        if asked:
+            self._read_directives(asked, rows, obs, present, incremental)
+        if self.native is not None:
+            self.native.observed(started)
         if self.native is None:  # native mode: Slurm holds a requeued job for its stage-in
             self.holds.requeued(dec)
         self.holds.check()
@@ -297,6 +305,36 @@ class Daemon:
         self.last_cycle_seconds = self.clock() - started
         if self.metrics is not None:
             self.metrics.cycle.observe(self.last_cycle_seconds)
+
+    def _read_directives(self, asked: set[str], rows: list[QueueRow], obs: list[Observation],
+                         present: set[str], incremental: bool) -> None:
+        """Native mode: what this poll read of the directives of set-up jobs rsad does not
+        track (``asked``), for data_in's answer. Only what was read counts: a job whose
+        row this poll did not observe stays unread (data_in waits)."""
+        native = self.native
+        assert native is not None
+        seen = {o.job_id: o.spec for o in obs}
+        marked = {r.job_id for r in rows if (r.admin_comment or "").startswith(
+            ADMIN_COMMENT_PREFIX)}
+        for job in asked:
+            if job in self.sched.records:
+                continue
+            if job in seen:
+                spec = seen[job]
+                if spec is not None:  # read: it asks for no data (e.g. #RSA_NODES only)
+                    native.read(job, "none")
+                elif incremental and job in marked:
+                    native.read(job, "unreadable")
+                elif incremental or job in self.specs.cache:
+                    # no RSA marker (job_submit.lua found no directive), or its batch
+                    # script was read and has none (or none rsad accepts: the user was told)
+                    native.read(job, "none")
+            elif incremental and job not in present:
+                # the queue was read whole: no line of this job carries job_submit.lua's
+                # marker (or the job left the queue)
+                native.read(job, "none")
+            elif not incremental and job not in present:
+                native.read(job, "none")  # not in the queue any more
 
     def _observation(self, row: QueueRow, poll_started: float) -> Observation | None:
         if self._hook_seen.get(row.job_id, 0.0) > poll_started:
@@ -361,12 +399,13 @@ class Daemon:
             self.progress.pop(job, None)
             self._hook_seen.pop(job, None)
             self.specs.forget(job)
+        idle: list[str] = []
         if self.native is not None:
             # and burst buffer jobs without RSA work, once Slurm no longer lists them
             idle = [j for j, bb in self.native.jobs.items() if j not in self.sched.records
                     and j not in present and now - bb.setup >= self.retention]
             self.native.forget([*gone, *idle])
-        self.memory.forget(gone)  # their facts and aliases
+        self.memory.forget([*gone, *idle])  # their facts and aliases
         if gone:
             log.info("%d finished jobs left memory (retention %.0fs); their history stays "
                      "in the store", len(gone), self.retention)
@@ -504,9 +543,8 @@ class Daemon:
                                  "serve burst_buffer.lua")
         now = self.clock()
         rec = self.sched.records.get(job)
-        got = native.serve(hook, job, payload, rec, now, last_poll=self._last_poll,
-                           reading=job in self.specs.parsing, capacity=lambda: {
-                               n.name: n.capacity for n in self.sched.pool.nodes()})
+        got = native.serve(hook, job, payload, rec, now, capacity=lambda: {
+            n.name: n.capacity for n in self.sched.pool.nodes()})
         if got.events:
             self._commit(Decision(events=got.events))
         if got.poll_now:

@@ -69,24 +69,30 @@ def test_a_restarting_rsad_does_not_fail_a_stage_but_a_dead_one_does() -> None:
     assert hook(rsad, "data_in") == (True, "staged in")
     dead = Rsad(Unreachable("connection refused"))
     ok, line = hook(dead, "data_out", unreachable=300.0)
-    assert not ok and line.startswith("rsad unreachable for 300s (connection refused)")
-    assert "systemctl start rsad" in line
+    assert not ok and line.startswith("data_out of job 42: rsad unreachable (connection "
+                                      "refused) for 300s; Slurm keeps job 42 in stage-out")
+    assert "start rsad" not in line  # starting rsad releases nothing in Slurm
     quick = Rsad(Unreachable("connection refused"))
-    ok, _ = hook(quick, "setup")  # not a blocking hook: gives up sooner
-    assert not ok and quick.now == 30.0
+    ok, _ = hook(quick, "setup")  # not a blocking hook: gives up under OtherTimeout
+    assert not ok and quick.now == 240.0
 
 
 def test_teardown_answers_before_slurms_other_timeout() -> None:
     rsad = Rsad({"status": "wait", "message": "tearing down (verifying)"})
     ok, line = hook(rsad, "teardown", teardown_wait=240.0)
-    assert not ok and "still tearing down (verifying) after 240s" in line
+    assert not ok and "after 240s rsad still says: tearing down (verifying)" in line
     assert rsad.now == 240.0
 
 
-def test_a_non_blocking_hook_never_waits() -> None:
-    rsad = Rsad({"status": "wait", "message": "?"})
+def test_a_non_blocking_hook_asks_again_under_slurms_other_timeout() -> None:
+    rsad = Rsad({"status": "wait", "message": "rsad is starting"})
     ok, line = hook(rsad, "pre_run")
-    assert not ok and "rsad and rsa-bb differ" in line and rsad.now == 0.0
+    assert not ok and rsad.now == 240.0
+    assert line == ("job 42: after 240s rsad still says: rsad is starting; Slurm requeues "
+                    "job 42 (held after 3 tries) and sets its burst buffer up again")
+    odd = Rsad({"status": "maybe"})
+    ok, line = hook(odd, "pre_run")
+    assert not ok and "rsad and rsa-bb differ" in line and odd.now == 0.0
 
 
 def test_arguments_become_the_api_body() -> None:

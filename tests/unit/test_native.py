@@ -17,6 +17,7 @@ from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.core.states import JobState, RsaState
 from rsa_scheduler.daemon.native import (
     GRANULARITY,
+    Answer,
     BbJob,
     NativeDriver,
     answer_data_in,
@@ -44,12 +45,12 @@ def record(state: RsaState, spec: DirectiveSpec = SPEC, **kw: object) -> JobReco
 # ---- answers -----------------------------------------------------------------------------
 
 def test_data_in_waits_until_the_input_is_staged() -> None:
-    assert answer_data_in(None, seen=False).status == "wait"
+    assert answer_data_in(None, None).status == "wait"
     for state in (RsaState.NONE, RsaState.ALLOCATED, RsaState.FS_BUILDING,
                   RsaState.STAGING_IN, RsaState.STAGE_IN_FAILED):
-        assert answer_data_in(record(state), seen=True).status == "wait", state
+        assert answer_data_in(record(state), None).status == "wait", state
     for state in (RsaState.STAGED_IN, RsaState.LOCKED_IN, RsaState.MOUNTED_INPUT):
-        assert answer_data_in(record(state, nodes="rsa1"), seen=True).status == "done"
+        assert answer_data_in(record(state, nodes="rsa1"), None).status == "done"
 
 
 def test_data_in_waits_while_a_lost_nodes_ramdisk_is_torn_down_and_staged_again() -> None:
@@ -60,27 +61,39 @@ def test_data_in_waits_while_a_lost_nodes_ramdisk_is_torn_down_and_staged_again(
             "RSA nodes: rsa3: health: unreachable")
     for state in (RsaState.TEARING_DOWN, RsaState.RELEASED):
         answer = answer_data_in(record(state, job_state=JobState.ON_DECK, message=lost),
-                                seen=True)
+                                None)
         assert answer.status == "wait", state
         assert answer.message.startswith("staging again: an RSA node was lost"), answer
     # torn down for good: declined, or the job ended
     declined = record(RsaState.TEARING_DOWN, job_state=JobState.ON_DECK, declined=True,
                       message=lost)
-    assert answer_data_in(declined, seen=True).status == "failed"
+    assert answer_data_in(declined, None).status == "failed"
     ended = record(RsaState.TEARING_DOWN, job_state=JobState.FINISHED, message=lost)
-    assert answer_data_in(ended, seen=True).status == "failed"
+    assert answer_data_in(ended, None).status == "failed"
 
 
-def test_data_in_of_a_job_without_rsa_work_is_done_once_the_queue_was_read() -> None:
-    answer = answer_data_in(None, seen=True)
-    assert answer.status == "done" and "nothing to stage" in answer.message
+def test_data_in_of_a_job_without_rsa_work_is_done_only_once_its_directives_were_read(
+        ) -> None:
+    """Issue 38: "nothing to stage" only when the job's own directives were read and ask
+    nothing; not read (a failed squeue, a script not read yet, rsad restarted) or
+    unreadable: wait, never done."""
+    answer = answer_data_in(None, BbJob(setup=1.0, directives="none"), "7")
+    assert answer == Answer("done", "job 7 has no #RSA_DATA_IN or #RSA_DATA_OUT: nothing "
+                                    "to stage")
+    for bb in (None, BbJob(setup=1.0), BbJob(setup=1.0, directives="unreadable")):
+        answer = answer_data_in(None, bb, "7")
+        assert answer.status == "wait" and "job 7's #RSA_ directives" in answer.message, bb
+        answer = answer_data_out(None, bb, "7")
+        assert answer.status == "wait" and "job 7's #RSA_ directives" in answer.message, bb
+    answer = answer_data_out(None, BbJob(setup=1.0, directives="none"), "7")
+    assert answer == Answer("done", "job 7 has no #RSA_DATA_OUT: nothing to stage out")
 
 
 def test_a_refused_stage_in_fails_with_what_to_do_and_no_pfs_promise() -> None:
     rec = record(RsaState.TEARING_DOWN, declined=True, message=(
         "refused, no retry: job uses the PFS: cannot "
         "read /pfs/in: Permission denied"))
-    answer = answer_data_in(rec, seen=True)
+    answer = answer_data_in(rec, None)
     assert answer.status == "failed"
     assert answer.message == (
         "stage-in of job 7 failed: refused, no retry: "
@@ -111,7 +124,7 @@ def test_data_out_is_done_only_when_verified_and_fails_when_quarantined() -> Non
     no_output = record(RsaState.RELEASED, spec=DirectiveSpec(data_in="/pfs/in"),
                        job_state=JobState.FINISHED)
     assert answer_data_out(no_output, BbJob(setup=1.0)).status == "done"
-    assert answer_data_out(None, None).status == "done"
+    assert answer_data_out(None, BbJob(setup=1.0, directives="none")).status == "done"
 
 
 def test_teardown_never_answers_done_while_output_is_held() -> None:
@@ -121,6 +134,17 @@ def test_teardown_never_answers_done_while_output_is_held() -> None:
     assert answer_teardown(record(RsaState.TEARING_DOWN)).status == "wait"
     held = answer_teardown(record(RsaState.QUARANTINED, message="x"))
     assert held.status == "failed" and "kept" in held.message
+
+
+def test_teardown_says_what_rsad_does_while_it_waits() -> None:
+    """Issue 38: never "tearing down" while rsad stages the output out and keeps the
+    RAMDISK."""
+    for state in (RsaState.STAGING_OUT, RsaState.STAGE_OUT_FAILED, RsaState.VERIFYING):
+        answer = answer_teardown(record(state, job_state=JobState.FINISHED))
+        assert answer.status == "wait" and "tearing" not in answer.message, state
+        assert "RAMDISK is kept until the output is verified" in answer.message, state
+    assert answer_teardown(record(RsaState.TEARING_DOWN)).message == \
+        "tearing job 7's RAMDISK down"
 
 
 # ---- pools -------------------------------------------------------------------------------
@@ -157,11 +181,11 @@ def test_setup_is_idempotent_and_teardown_keeps_a_pending_job_for_the_grace() ->
     assert [e.name for e in driver.setup("7", 100.0, {"uid": "1001"})] == ["bb.setup"]
     assert driver.setup("7", 101.0, {}) == []  # a re-run setup (slurmctld restarted)
     assert driver.held("7", "PENDING", 102.0) and not driver.held("7", "RUNNING", 102.0)
-    assert driver.due(102.0) == {"7"} and driver.due(103.0) == set()
+    assert driver.due(102.0, {"7"}) == {"7"} and driver.due(103.0, {"7"}) == set()
     assert [e.name for e in driver.teardown_pending("7", 110.0, True)] == ["bb.teardown"]
     assert driver.held("7", "PENDING", 169.0)
     assert not driver.held("7", "PENDING", 170.0)
-    assert driver.due(170.0) == {"7"}  # observed again: the core sees the demotion
+    assert driver.due(170.0, {"7"}) == {"7"}  # observed again: the core sees the demotion
     # set up again within the grace: held again, one new event
     driver2 = NativeDriver(Path("/nonexistent/pools.json"), grace=60.0)
     driver2.setup("7", 100.0, {})
@@ -207,7 +231,8 @@ def test_a_requeued_jobs_new_setup_is_a_new_run() -> None:
                            driver.jobs["7"]).status == "wait"
     for state in (RsaState.STAGING_OUT, RsaState.VERIFYING, RsaState.OUTPUT_VERIFIED,
                   RsaState.STAGE_OUT_FAILED, RsaState.QUARANTINED):
-        answer = answer_data_in(record(state, job_state=JobState.ON_DECK), seen=True)
+        answer = answer_data_in(record(state, job_state=JobState.ON_DECK),
+                                BbJob(setup=3.0, polled=True))
         assert answer.status == "wait" and "previous run" in answer.message, (state, answer)
     driver.learn(Event(4.0, "7", "job.state", {"from": "on-deck", "to": "running"}))
     driver.learn(verified)  # the second run's
@@ -236,7 +261,8 @@ def test_the_driver_learns_live_what_a_replay_learns(tmp_path: Path) -> None:
     d.shutdown()
     d.store.close()
     again = native_daemon(tmp_path, slurm, seen, clock)
-    assert again.native is not None and again.native.to_json()["9"] == live
+    assert again.native is not None
+    assert again.native.to_json()["9"] == live
 
 
 def test_a_requeued_job_is_not_held_for_its_burst_buffer_before_a_new_setup() -> None:
