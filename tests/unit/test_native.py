@@ -256,6 +256,7 @@ def test_the_driver_learns_live_what_a_replay_learns(tmp_path: Path) -> None:
     slurm.set("9", "PENDING", "BeginTime", spec=OUT_ONLY)  # requeued
     d.poll()
     settle(d)
+    assert d.native is not None
     live = d.native.to_json()["9"]
     assert live["ran"] and live["over"], live
     d.shutdown()
