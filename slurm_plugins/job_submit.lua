@@ -232,11 +232,25 @@ end
 -- ---------------------------------------------------------------------------------------
 -- Slurm entry points
 
+local function privileged(uid)
+  return uid == 0 or (CONFIG.slurm_user_uid ~= nil and uid == CONFIG.slurm_user_uid)
+end
+
 -- Submission: validate the #RSA_ directives of a batch script, annotate admin_comment.
 -- What sbatch shows on rejection (Slurm 22.05): every slurm.log_user line on stderr, as
 --   sbatch: error: 4: RSA_NODES must be a whole number of RSA nodes, at least 1, got 'two'
 --   sbatch: error: Batch job submission failed: Unspecified error
 function slurm_job_submit(job_desc, part_list, submit_uid) -- luacheck: ignore (Slurm API)
+  -- admin_comment is rsad's: only this plugin and operators write it, and rsad reads a
+  -- job's directives and identity from it. sbatch has no option for it, but a submitter
+  -- through libslurm or slurmrestd could bring one of their own: refused.
+  local own = job_desc.admin_comment
+  if own ~= nil and own ~= "" and not privileged(submit_uid) then
+    slurm.log_user("%s", "rsa: an admin_comment is set by the site, not at submission: "
+      .. "submit the job without one")
+    slurm.log_info("rsa: job from uid %d rejected: it brought an admin_comment", submit_uid)
+    return slurm.ERROR
+  end
   local script = job_desc.script
   -- --rsa-* options (the SPANK plugin) are merged with the script's #RSA_ lines; a job
   -- with neither (any salloc/srun allocation without options) is not an RSA job
@@ -271,10 +285,6 @@ function slurm_job_submit(job_desc, part_list, submit_uid) -- luacheck: ignore (
     end
   end
   return slurm.SUCCESS
-end
-
-local function privileged(uid)
-  return uid == 0 or (CONFIG.slurm_user_uid ~= nil and uid == CONFIG.slurm_user_uid)
 end
 
 local function is_set(value) -- job_desc numbers are NO_VAL when the request leaves them alone

@@ -1,6 +1,6 @@
 --[[ Drive slurm_plugins/job_submit.lua outside Slurm with a stubbed `slurm` table.
 
-  lua run_vector.lua PLUGIN submit SCRIPT [SUBMIT_UID]
+  lua run_vector.lua PLUGIN submit SCRIPT [SUBMIT_UID] [ADMIN_COMMENT]
   lua run_vector.lua PLUGIN many SCRIPT...       (submit each; "FILE <path>" before each;
                                                  SCRIPT.spank, if present, holds its
                                                  spank_job_env; a missing SCRIPT: no script)
@@ -92,7 +92,7 @@ local function spank_env(path)
   return env
 end
 
-local function submit(path, uid)
+local function submit(path, uid, admin_comment)
   local script = nil
   local f = io.open(path, "rb")
   if f then
@@ -100,12 +100,12 @@ local function submit(path, uid)
     f:close()
   end
   local desc, writes, order = make_desc({ script = script, user_id = 1001,
-    spank_job_env = spank_env(path) })
+    spank_job_env = spank_env(path), admin_comment = admin_comment })
   report(slurm_job_submit(desc, {}, uid), writes, order)
 end
 
 if mode == "submit" then
-  submit(arg[3], tonumber(arg[4] or "1001"))
+  submit(arg[3], tonumber(arg[4] or "1001"), arg[5])
 elseif mode == "many" then
   for k = 3, #arg do
     print("FILE " .. arg[k])

@@ -378,6 +378,30 @@ def test_the_plugin_finds_its_files_beside_itself(lua: str, tmp_path: Path) -> N
         0, {"admin_comment": "rsa1:i=/gpfs/in;n=2"})
 
 
+@pytest.mark.parametrize(("uid", "script"), [(1002, "#!/bin/sh\necho hi\n"),
+                                           (1002, "#!/bin/sh\n#RSA_DATA_IN=/gpfs/in\n"),
+                                           (0, "#!/bin/sh\necho hi\n")])
+def test_an_admin_comment_brought_at_submission_is_refused(
+        lua: str, tmp_path: Path, uid: int, script: str) -> None:
+    """Issue 36: rsad reads a job's directives and its start hold from its admin_comment,
+    and trusts it as this plugin's or an operator's. A user submitting through libslurm
+    or slurmrestd could set one (sbatch has no option for it): refused; root may."""
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    forged = "rsa1:i=/gpfs/other-user/in hold=1"
+    done = subprocess.run([lua, str(DRIVER), str(PLUGIN), "submit", str(path), str(uid),
+                           forged], capture_output=True, text=True, timeout=30,
+                          check=False, env=VECTOR_ENV)
+    assert done.returncode == 0, done.stderr
+    got = _parse(done.stdout.rstrip("\n").split("\n"))
+    if uid == 0:
+        assert got.rc == 0 and got.msgs == [], got
+    else:
+        assert got.rc == -1 and got.sets == {}, got
+        assert got.msgs == ["rsa: an admin_comment is set by the site, not at submission: "
+                            "submit the job without one"]
+
+
 @pytest.mark.parametrize(("damage", "line"), [
     ("missing", "cannot load {conf}/rsa_text.lua ("),
     ("old grammar", "{conf}/rsa_grammar.lua has no QUOTE_MAX: install job_submit.lua, "
