@@ -242,8 +242,8 @@ end
 --   sbatch: error: Batch job submission failed: Unspecified error
 function slurm_job_submit(job_desc, part_list, submit_uid) -- luacheck: ignore (Slurm API)
   -- admin_comment is rsad's: only this plugin and operators write it, and rsad reads a
-  -- job's directives and identity from it. sbatch has no option for it, but a submitter
-  -- through libslurm or slurmrestd could bring one of their own: refused.
+  -- job's directives, start hold and identity from it. Slurm refuses it from users; a
+  -- submission that brings one anyway (another release, slurmrestd) is refused here too.
   local own = job_desc.admin_comment
   if own ~= nil and own ~= "" and not privileged(submit_uid) then
     slurm.log_user("%s", "rsa: an admin_comment is set by the site, not at submission: "
