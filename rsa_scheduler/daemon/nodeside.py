@@ -162,9 +162,13 @@ class NodeSide:
                 if self.write_back is None:
                     raise RsaError("writable input, but rsad has no write-back path: "
                                    "the RAMDISK is kept")
-                self.write_back(ctx, str(args.data_in))
-                log.info("job %s: reset: writable input written back after its mounts "
-                         "were released", job)
+                if ctx.facts.get("written_back_of") != ctx.action.id:
+                    self.write_back(ctx, str(args.data_in))
+                    # re-issued after a crash, it must not write the same copy again over
+                    # what the job changed on the PFS since the release
+                    ctx.milestone({"written_back_of": ctx.action.id})
+                    log.info("job %s: reset: writable input written back after its "
+                             "mounts were released", job)
             with self.exclusive(req.fs_id):
                 spec = backend.reset(req, ctx.cancel)
                 self.learned(spec)

@@ -500,3 +500,28 @@ def test_a_requeued_runs_prolog_never_gets_the_earlier_runs_mount() -> None:
     assert ans["do"] != "mount", ans
     ans = side.prolog("7", "c2", "c2", "mounted-output")  # even if rsad lags behind
     assert ans["do"] != "mount", ans
+
+
+def test_a_reset_reissued_after_its_last_write_back_does_not_write_back_again() -> None:
+    """Found by review: rsad killed after the reset's last write-back and before the
+    RAMDISK was recreated; re-issued, the reset must not copy the RAMDISK's input over
+    what the job changed on the PFS since the release."""
+    side, reg, backend = make_side()
+    calls: list[str] = []
+
+    def write_back(ctx: ActionContext, data_in: str) -> Mapping[str, Any]:
+        calls.append(data_in)
+        return {}
+
+    side.write_back = write_back
+    milestones: list[Mapping[str, Any]] = []
+    action = Action("7/1/reset/3", "7", ActionKind.RESET,
+                    make_args(ActionKind.RESET, write_back=True))
+    for facts in ({"mount": SPEC.to_json()},
+                  {"mount": SPEC.to_json(), "written_back_of": "7/1/reset/3"}):
+        ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
+                            facts=facts, milestone=milestones.append, job_ended=True)
+        assert reg.run(ctx).result is Result.OK
+    assert calls == ["/scratch/a/in"]
+    assert {"written_back_of": "7/1/reset/3"} in milestones
+    assert backend.resets == 2
