@@ -48,7 +48,8 @@ TREE_PIPE = PRELUDE + (
 # them, differ after the copy from before it) would be a torn copy carrying the source's
 # final mtime, which a resume's quick check keeps: the copy is truncated to nothing (a
 # resume copies it again) and made again, at most BIG_TRIES times; then the bucket fails
-# naming the file (exit CHANGED_EXIT; the stage-in is retried later).
+# naming the file on stderr (the copy's own exit CHANGED_EXIT reaches xargs, which then
+# exits 123: the bucket fails as any failed copy does; the stage-in is retried later).
 BIG_TRIES = 3
 CHANGED_EXIT = 75
 BIG = PRELUDE + (
