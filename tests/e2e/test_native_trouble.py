@@ -229,3 +229,69 @@ def test_rsad_stopped_during_setup_and_data_in_starts_no_job_without_input(
         data = rsa_job(lab, job) or {}
         assert "declined" not in [e.get("to") for e in data.get("events", [])]
     read_its_input_from_the_ramdisk(area)
+
+
+def writer(area: Path, post: Path | None = None) -> str:
+    """An output-only job: two files, their md5 recorded beside them."""
+    return (f"#!/bin/bash\n#SBATCH -t 5\n#RSA_DATA_OUT={area}/out\n"
+            + (f"#RSA_POSTPROCESS={post}\n" if post else "")
+            + f"head -c $((8 << 20)) /dev/urandom > {area}/out/a\necho b > {area}/out/b\n"
+            f"(cd {area}/out && md5sum a b) > {area}/res/md5.out\n")
+
+
+def test_rsad_down_while_the_job_ends_its_output_still_staged_before_slurm_ends_it(
+        lab: Mapping[str, str], area: Path) -> None:
+    """rsad killed while the job runs; the job ends (post_run, data_out while rsad is
+    unreachable); rsad back 40 s later: the output is staged out and verified before
+    Slurm counts the job done, nothing quarantined."""
+    script = writer(area).replace("(cd ", "sleep 15\n(cd ", 1)
+    with make_jobs(lab) as jobs:
+        job = jobs.submit(script=script)
+        wait_state(lab, job, "mounted-output", timeout=240)
+        try:
+            stop_lab_rsad(signal.SIGKILL)
+            wait_for("the job's end in Slurm", lambda: queue_line(lab, job)[0] in (
+                "STAGE_OUT", "COMPLETING", "COMPLETED"), timeout=120)
+            time.sleep(40)  # post_run and data_out asked while rsad is down
+            assert queue_line(lab, job)[0] != "COMPLETED", \
+                "Slurm ended the job while its output was only on the RAMDISK"
+        finally:
+            start_lab_rsad()
+        wait_for("Slurm's end of the job", lambda: queue_line(lab, job)[0] == "COMPLETED",
+                 timeout=300)
+        data = rsa_job(lab, job) or {}
+        reached = [e.get("to") for e in data.get("events", [])]
+        assert "output-verified" in reached and "quarantined" not in reached, reached
+    got = root(lab, "bash", "-c", f"cd {area}/out && md5sum a b")
+    assert got == (area / "res" / "md5.out").read_text()
+
+
+def test_scancel_hurry_during_stage_in_and_stage_out_leaves_nothing_and_loses_nothing(
+        lab: Mapping[str, str], area: Path) -> None:
+    """scancel --hurry while the stage-in waits: the job ends, its RAMDISK is torn down.
+    scancel --hurry while the stage-out (a POSTPROCESS held by the test) runs: Slurm
+    skips its stage-out, but rsad keeps the RAMDISK until the output is on the PFS."""
+    pre = held_stage_in(lab, area)
+    post = area / "post.sh"
+    _owned_script(lab, post, f"""#!/bin/bash
+while [ ! -e {area}/res/go-out ]; do sleep 0.5; done
+cp "$RSA_RAMDISK"/a "$RSA_RAMDISK"/b "$RSA_DATA_OUT"/
+""")
+    with make_jobs(lab) as jobs:
+        first = jobs.submit(script=reader(area, pre))
+        wait_state(lab, first, "staging-in", timeout=180)
+        root(lab, "scancel", "--hurry", first)
+        assert wait_state(lab, first, "released", timeout=180) == "released"
+        second = jobs.submit(script=writer(area, post))
+        wait_state(lab, second, "staging-out", timeout=240)
+        root(lab, "scancel", "--hurry", second)
+        time.sleep(10)
+        data = rsa_job(lab, second) or {}
+        assert data.get("rsa_state") == "staging-out", data.get("rsa_state")
+        (area / "res" / "go-out").touch()
+        assert wait_state(lab, second, "released", timeout=240) == "released"
+        data = rsa_job(lab, second) or {}
+        reached = [e.get("to") for e in data.get("events", [])]
+        assert "output-verified" in reached, reached
+    got = root(lab, "bash", "-c", f"cd {area}/out && md5sum a b")
+    assert got == (area / "res" / "md5.out").read_text()
