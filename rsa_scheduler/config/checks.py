@@ -132,6 +132,13 @@ class Checks:
                     v.error(("staging", "allowed_roots"), f"{root} is on {under}: staging "
                             f"commands on RSA nodes have a private {under} of their own "
                             "and would not see it; keep DATA_IN and DATA_OUT on the PFS")
+                inside = [p for p in USER_WRITABLE_PLACES
+                          if PurePosixPath(root) in PurePosixPath(p).parents]
+                if inside:
+                    v.warn(("staging", "allowed_roots"), f"{root} contains "
+                           f"{', '.join(inside)}: a DATA_IN or DATA_OUT there would not be "
+                           "seen by staging commands on RSA nodes (they get private ones); "
+                           "name the PFS's own directories instead")
             if staging.copy_tool == "custom":
                 try:
                     check_copy_command(staging.copy_command or "")

@@ -806,6 +806,14 @@ def test_warnings(tmp_path: Path) -> None:
     assert "writable by group or others" in warning and f"chmod go-w {site}" in warning
 
 
+def test_an_allowed_root_containing_a_private_place_is_warned_about() -> None:
+    """Found by review (issue 36): a root that contains /tmp, /var/tmp or /dev/shm would
+    let DATA_IN or DATA_OUT name a place staging commands see a private copy of."""
+    cfg = load_config_text(POOL + "staging:\n  allowed_roots: [/var, /pfs]\n")
+    (warning,) = [w for w in cfg.warnings if "allowed_roots" in w]
+    assert "/var contains /var/tmp: a DATA_IN or DATA_OUT there would not be seen" in warning
+
+
 def test_to_dict_round_trips_and_is_json(lab: Path) -> None:
     cfg = load_config(lab, env={})
     data = cfg.to_dict()
