@@ -359,6 +359,7 @@ class DataPath:
         return StagingEngine([self.fenced(n) for n in spec.nodes], identity,
                              parallel_per_node=st.parallel_per_node, progress=progress,
                              cancel=cancel, job_id=ctx.action.job_id,
+                             cycle=_cycle_of(ctx.action.id),
                              gate=self.flush_gate, copy_tool=st.copy_tool,
                              copy_command=st.copy_command or "",
                              stripe_bytes=st.stripe_bytes,
@@ -732,3 +733,11 @@ class DataPath:
         registry.register(ActionKind.STAGE_OUT, self.stage_out)
         registry.register(ActionKind.VERIFY, self.verify)
         registry.register(ActionKind.WRITE_BACK, self.write_back)
+
+
+def _cycle_of(action_id: str) -> int:
+    """The job's cycle (run) an action belongs to: its id is ``JOB/CYCLE/KIND/SERIAL``."""
+    try:
+        return max(1, int(action_id.split("/")[1]))
+    except (IndexError, ValueError):
+        return 1

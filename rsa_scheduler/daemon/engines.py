@@ -349,6 +349,7 @@ class WorkerEngine:
                 "identity": identity_to_json(e.identity),
                 "engine": {"parallel_per_node": e.parallel_per_node, "timeout": e.timeout,
                            "progress_interval": e.progress_interval, "job_id": e.job_id,
+                           "cycle": e.cycle,
                            "verify_level": e.verify_level, "big_bytes": e.big_bytes,
                            "copy_tool": e.copy_tool, "copy_command": e.copy_command,
                            "stripe_bytes": e.stripe_bytes, "stripe_min": e.stripe_min,

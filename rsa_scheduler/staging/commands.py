@@ -68,6 +68,7 @@ class Commands:
     timeout: float
     progress_interval: float
     job_id: str
+    cycle: int
     verify_level: str
     big_bytes: int
     clock: Callable[[], float]

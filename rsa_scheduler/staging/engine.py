@@ -66,7 +66,7 @@ class StagingEngine(TreeCopy, Packing, Verifier):
                  gate: Gate | None = None, copy_tool: str = "engine",
                  copy_command: str = "", stripe_bytes: int = 0,
                  stripe_min: int = STRIPE_MIN, stream_objects: int = 0,
-                 verify_range_bytes: int = VERIFY_RANGE_BYTES) -> None:
+                 verify_range_bytes: int = VERIFY_RANGE_BYTES, cycle: int = 1) -> None:
         if not hosts:
             raise ValueError("StagingEngine needs at least one RSA node")
         if identity.uid == 0:
@@ -81,6 +81,9 @@ class StagingEngine(TreeCopy, Packing, Verifier):
         self.timeout = timeout
         self.progress_interval = progress_interval
         self.job_id = job_id or "job"
+        # the job's run (rsad's cycle): a requeued run's tar archives never share names
+        # with an earlier run's (Packing.archive_prefix)
+        self.cycle = max(1, int(cycle))
         self.verify_level = verify_level
         self.big_bytes = big_bytes
         self.clock = clock

@@ -33,10 +33,18 @@ class Packing(Commands):
     """Packs the RAMDISK into archives (``StagingEngine.stage_out`` with method ``tar``)
     and lists them back (``StagingEngine.verify``)."""
 
+    @property
+    def archive_prefix(self) -> str:
+        """``rsa-<job>`` for a job's first run, ``rsa-<job>.c<cycle>`` for a later one (a
+        requeued job): no run replaces, or counts in its verify, another run's archives;
+        ``rsa-<job>-*.tar`` never matches a later run's ``rsa-<job>.c2-0.tar``."""
+        return f"rsa-{self.job_id}" + (f".c{self.cycle}" if self.cycle > 1 else "")
+
     def archive_names(self, dst: str, count: int) -> tuple[list[str], str]:
-        """``<dst>/rsa-<job>-<n>.tar`` for n in 0..count-1, and ``<dst>/rsa-<job>.index``."""
-        return ([posixpath.join(dst, f"rsa-{self.job_id}-{n}.tar") for n in range(count)],
-                posixpath.join(dst, f"rsa-{self.job_id}.index"))
+        """``<dst>/<prefix>-<n>.tar`` for n in 0..count-1, and ``<dst>/<prefix>.index``."""
+        prefix = self.archive_prefix
+        return ([posixpath.join(dst, f"{prefix}-{n}.tar") for n in range(count)],
+                posixpath.join(dst, f"{prefix}.index"))
 
     def _pack(self, ramdisk: str, dst: str) -> Stats:
         self._start()
@@ -86,11 +94,11 @@ class Packing(Commands):
 
     def _archive_manifest(self, dst: str) -> list[Entry]:
         listing = self._user(self.hosts[0], ["find", dst, "-maxdepth", "1", "-name",
-                                             f"rsa-{self.job_id}-*.tar", "-printf", "%f\\n"],
+                                             f"{self.archive_prefix}-*.tar", "-printf", "%f\\n"],
                              "verify: listing archives")
         names = sorted(posixpath.join(dst, n) for n in listing.stdout.split("\n") if n)
         if not names:
-            raise StagingError(f"verify: no archives rsa-{self.job_id}-*.tar in {dst}",
+            raise StagingError(f"verify: no archives {self.archive_prefix}-*.tar in {dst}",
                                permanent=False)
         out: list[list[Entry]] = [[] for _ in names]
 

@@ -178,6 +178,27 @@ def test_tar_stage_out_round_trips(area: Path, user: Identity) -> None:
         eng.verify(str(area / "ram"), str(out), method="tar")
 
 
+def test_a_requeued_runs_archives_never_replace_or_join_the_first_runs(
+        area: Path, user: Identity) -> None:
+    """Issue 35: with method tar a second run of a requeued job (rsad's cycle 2) replaced
+    the first run's verified archives (the same names), and the first run's extra ones
+    were counted in the second run's verify."""
+    first = staged(area, user)
+    out = area / "outs" / "tar"
+    first.stage_out(str(area / "ram"), str(out), method="tar")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    second = make_engine(user, cycle=2)
+    (area / "ram" / "only-in-run-2").write_text("2\n")
+    second.stage_out(str(area / "ram"), str(out), method="tar")
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["rsa-77-0.tar", "rsa-77-1.tar", "rsa-77.c2-0.tar", "rsa-77.c2-1.tar",
+                     "rsa-77.c2.index", "rsa-77.index"]
+    assert {n: (out / n).read_bytes() for n in before} == before  # run 1's untouched
+    assert second.verify(str(area / "ram"), str(out), method="tar").ok
+    (area / "ram" / "only-in-run-2").unlink()
+    assert first.verify(str(area / "ram"), str(out), method="tar").ok
+
+
 def test_user_cannot_stage_what_they_cannot_read(area: Path, user: Identity) -> None:
     secret = area / "src" / "secret"
     secret.write_text("root only")
