@@ -132,6 +132,11 @@ def differed_fact(action_id: str, method: str, result: Verification) -> dict[str
             "shown": [display(d.path) for d in result.differences[:5]]}
 
 
+#: copy-and-verify rounds of one write-back of writable input: a round copies again what
+#: the last verify found differing (a job may still write while it runs)
+WRITE_BACK_ROUNDS = 3
+
+
 def redo_of(facts: Mapping[str, Any], action_id: str) -> tuple[list[bytes], bool] | None:
     """What a stage-out must copy again after a failed verify of the same RAMDISK: the
     paths that differed and whether the quick check may skip the rest (resume); None
@@ -715,10 +720,23 @@ class DataPath:
         with ``write_back``: after the input mounts are released, before the RAMDISK is
         recreated)."""
         spec = self.mount(ctx)
+        redo: list[bytes] = []
+        resume = True
         with self.tended(ctx, spec) as cancel:
             eng = self.bulk(self.engine(ctx, spec, cancel))
-            eng.stage_out(spec.rsa_mountpoint, data_in, "rsync")
-            result = eng.verify(spec.rsa_mountpoint, data_in, "rsync")
+            for _ in range(WRITE_BACK_ROUNDS):
+                eng.stage_out(spec.rsa_mountpoint, data_in, "rsync", resume=resume,
+                              redo=redo)
+                result = eng.verify(spec.rsa_mountpoint, data_in, "rsync")
+                if result.ok:
+                    break
+                # a file the job changed within the second it was copied keeps its size
+                # and mtime second: the resume's quick check would skip it again. The
+                # paths that differ are copied again whatever it says (all of them, when
+                # the verify could not list them all)
+                listed = result.differing < 0 or result.differing == len(result.differences)
+                redo = [d.path for d in result.differences] if listed else []
+                resume = listed
         if not result.ok:
             raise RsaError(result.summary(data_in))
         return {"verified": {"objects": result.checked}}

@@ -327,3 +327,25 @@ def test_each_verify_message_says_what_was_checked() -> None:
     assert out["summary"] == ("exit status only: your POSTPROCESS exited 0 (what it wrote is "
                               "not checked)")
     assert not job.log
+
+
+def test_a_write_back_copies_again_what_its_verify_found_differing() -> None:
+    """Found in the lab (issue 35): a job changed its writable input within the second
+    the write-back copied it (same size, same mtime second); the write-back's own resume
+    skipped it again at every retry, until the job was given up. Each write-back now
+    copies what its verify found differing again, at most WRITE_BACK_ROUNDS times."""
+    from rsa_scheduler.daemon.data import WRITE_BACK_ROUNDS
+
+    eng = Engine([BAD, GOOD])
+    dp = Path_(eng)
+    action = make_action("7/1/write-back/5", data_in=PurePosixPath("/pfs/in"))
+    ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
+                        facts={"mount": SPEC.to_json()})
+    assert dp.write_back(ctx) == {"verified": {"objects": 40}}
+    assert eng.outs == [{"resume": True, "redo": [], "method": "rsync"},
+                        {"resume": True, "redo": [b"sub/result.bin"], "method": "rsync"}]
+    eng = Engine([BAD] * WRITE_BACK_ROUNDS)
+    dp = Path_(eng)
+    with pytest.raises(RsaError, match="content differs"):
+        dp.write_back(ctx)
+    assert len(eng.outs) == WRITE_BACK_ROUNDS
