@@ -178,6 +178,9 @@ def apply_event(records: dict[str, JobRecord], event: Event) -> None:
         assert isinstance(patch, Mapping)
         records[event.job_id] = JobRecord.from_json(patch)
         return
+    if event.name == "job.untracked":  # its id names another user's job now
+        records.pop(event.job_id, None)
+        return
     if patch:
         rec = records.get(event.job_id)
         if rec is None:

@@ -135,6 +135,9 @@ class Scheduler:
         self._last_obs: dict[str, Observation] = {}  # job -> its last observation that counted
         self._waiting: set[str] = set()  # on-deck, waiting for free RSA nodes
         self._timed: set[str] = set()  # jobs with an armed timer
+        # job ids Slurm now gives another user's job while the RSA still holds nodes
+        # for the earlier job of that id: observed every poll until that cycle ends
+        self._displaced: set[str] = set()
 
     # ---- queries ----------------------------------------------------------------------
     def outstanding(self) -> list[Action]:
@@ -149,13 +152,15 @@ class Scheduler:
     @property
     def waiting(self) -> frozenset[str]:
         """The on-deck jobs waiting for free RSA nodes (a snapshot: ``tick`` retries their
-        allocation, so rsad's incremental cycle observes them every poll)."""
-        return frozenset(self._waiting)
+        allocation, so rsad's incremental cycle observes them every poll), and the job
+        ids another user's job took over while the earlier job's cycle ends."""
+        return frozenset(self._waiting | self._displaced)
 
     def has_waiting(self) -> bool:
-        """True while an on-deck job waits for RSA nodes: only then can a poll of an
-        unchanged queue change anything (it retries the allocation)."""
-        return bool(self._waiting)
+        """True while an on-deck job waits for RSA nodes (or a job id is displaced):
+        only then can a poll of an unchanged queue change anything (it retries the
+        allocation)."""
+        return bool(self._waiting or self._displaced)
 
     def next_wake(self, now: float, ticked_at: float | None = None) -> float | None:
         """Earliest time the core can act with no new input: an armed timer, or the end
@@ -191,6 +196,17 @@ class Scheduler:
         for obs in snapshot:
             jid = obs.job_id
             rec = get_record(jid)
+            if rec is not None and obs.user and rec.user != obs.user:
+                # the id names another user's job: Slurm lost its state (or its ids
+                # wrapped). The earlier job is gone; the new one is never served with its
+                # record (its user, directives, RAMDISK, messages)
+                if rec.rsa_state not in IDLE:
+                    self._displaced.add(jid)
+                    seen_add(jid)
+                    changed.append((rec, None))  # gone: its output is staged out first
+                    continue
+                dec.events.append(self._untrack(rec, obs, now))
+                rec = None
             if rec is None:
                 if obs.spec is None or not _has_work(obs.spec):
                     continue
@@ -284,6 +300,19 @@ class Scheduler:
         else:
             self._waiting.discard(rec.job_id)
 
+    def _untrack(self, rec: JobRecord, obs: Observation, now: float) -> Event:
+        """Stop tracking ``rec``: its job id now names ``obs``'s job, another user's. Its
+        cycle has ended (it holds no RSA nodes); its history stays in the log, before
+        this event (``job.untracked``: replay drops the record)."""
+        jid = rec.job_id
+        del self.records[jid]
+        self._last_obs.pop(jid, None)
+        for group in (self._waiting, self._timed, self._displaced):
+            group.discard(jid)
+        return Event(now, jid, "job.untracked", {
+            "user": rec.user, "reason": f"job id {jid} now names another user's job "
+                                         "(Slurm's state was lost, or its job ids wrapped)"})
+
     def tick(self, now: float, *, exclude: set[str] | None = None) -> Decision:
         """Fire due timers and retry allocation for on-deck jobs still waiting for nodes."""
         dec = Decision()
@@ -372,6 +401,7 @@ class Scheduler:
             self._last_obs.pop(jid, None)
             self._waiting.discard(jid)
             self._timed.discard(jid)
+            self._displaced.discard(jid)
         return done
 
     # ---- replay -----------------------------------------------------------------------
