@@ -432,6 +432,23 @@ def test_a_milestone_is_durable_before_the_executor_goes_on_and_a_restart_knows_
     assert d2.facts["7"]["mount"] == {"fs_id": "new"}
 
 
+def test_every_milestone_an_executor_reads_back_is_remembered(tmp_path: Path) -> None:
+    """Found by review: the reset's ``written_back_of`` milestone (its last write-back of
+    writable input is done) was committed but never kept in the facts a re-issued reset
+    reads: after rsad was killed between that write-back and the outcome, the reset
+    copied the RAMDISK's input again over what the job had changed on the PFS since."""
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    d.submit("milestone", ("7", "7/1/reset/9", {"written_back_of": "7/1/reset/9"}))
+    d.drain(timeout=0.5)
+    assert d.facts["7"]["written_back_of"] == "7/1/reset/9"
+    d.shutdown()
+    d.store.close()
+    assert make_daemon(tmp_path, slurm, []).facts["7"]["written_back_of"] == "7/1/reset/9"
+
+
 @pytest.mark.parametrize(("code", "want"), [("768", "FAILED"), ("9", "FAILED"),
                                             ("0", "COMPLETED"), ("", "COMPLETED")])
 def test_the_end_hook_records_what_slurm_records(tmp_path: Path, code: str,
