@@ -340,9 +340,14 @@ class Daemon:
         if self._hook_seen.get(row.job_id, 0.0) > poll_started:
             return None  # a hook told us something newer than this snapshot
         native = self.native
-        tracked = row.job_id in self.sched.records
-        if native is not None and not native.tracks(row.job_id) and not tracked:
+        rec = self.sched.records.get(row.job_id)
+        if native is not None and not native.tracks(row.job_id) and rec is None:
             return None  # native mode: a job is the RSA's once Slurm sets its buffer up
+        # a record of another user's job of this id (Slurm lost its state, or its ids
+        # wrapped) is not this job's: its own directives are read (native mode: once
+        # Slurm sets its buffer up), the core ends the earlier job's cycle first
+        tracked = rec is not None and (rec.user == row.user or (
+            native is not None and not native.tracks(row.job_id)))
         spec = self.specs.spec_of(row, tracked=tracked,
                                   from_script=self.script_source == "scontrol",
                                   staged=native is not None and native.tracks(row.job_id))
@@ -567,6 +572,11 @@ class Daemon:
                 if j in self.sched.records]
         if dec.events:
             self.store.append(dec.events, rows)
+        for ev in dec.events:
+            if ev.name in ("job.tracked", "job.untracked"):
+                # a new record of this id: nothing an earlier job of it left is its own
+                self.memory.learn_facts(ev)
+                self.progress.pop(ev.job_id, None)
         if self.native is not None:
             # what a replay learns too (the bb.* events were learned as they were made)
             for ev in dec.events:

@@ -1339,3 +1339,82 @@ def test_an_operator_may_see_the_status_as_a_user_sees_it(routes: Routes) -> Non
         routes.dispatch(BOB, "GET", "/v1/status?as=0", None)
     with pytest.raises(ApiError, match="as= takes a uid"):
         routes.dispatch(ROOT, "GET", "/v1/status?as=root", None)
+
+
+# ---- a job id Slurm gives another user's job (its state lost, or its ids wrapped) -------
+
+BOBS = DirectiveSpec(data_in="/pfs/bob/in")
+
+
+def bobs_job(slurm: ScriptedSlurm, job: str, state: str, reason: str) -> None:
+    slurm.rows = [r for r in slurm.rows if r.job_id != job] + [QueueRow(
+        job, state, reason, 10, 2, "bob", BOBS.to_admin_comment())]
+
+
+@pytest.mark.parametrize("cls", [ScriptedSlurm, TextSlurm])
+def test_a_job_id_another_user_reuses_is_theirs_with_nothing_of_the_earlier_job(
+        tmp_path: Path, cls: type[ScriptedSlurm]) -> None:
+    """alice's job 7 ended and was released; slurmctld lost its state and gave the id to
+    bob: rsad reads bob's own directives and serves his job as bob; none of the facts of
+    alice's actions (her RAMDISK's mount, lock token, a reset or verify milestone) is
+    taken for his, and neither sees the other's history."""
+    slurm = cls()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    slurm.rows = []
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state is RsaState.RELEASED
+    assert d.facts["7"]["lock_token"] == "normal"
+    bobs_job(slurm, "7", "PENDING", "Resources")
+    d.poll()
+    rec = d.sched.records["7"]
+    assert (rec.user, rec.spec) == ("bob", BOBS)
+    assert "lock_token" not in d.facts.get("7", {})  # alice's, before bob's lock-in
+    settle(d)
+    assert d.sched.records["7"].rsa_state is RsaState.LOCKED_IN
+    with serving(d) as routes:
+        mine = routes.dispatch(BOB, "GET", "/v1/jobs/7", None)
+        assert mine["user"] == "bob"
+        assert mine["events"][0]["name"] == "job.tracked"
+        assert not any(e.get("user") == "alice" for e in mine["events"])
+        listed = routes.dispatch(BOB, "GET", "/v1/events", None)["events"]
+        assert listed and listed[0]["name"] == "job.tracked"
+        by_job = routes.dispatch(BOB, "GET", "/v1/events?job=7", None)["events"]
+        assert [e["seq"] for e in by_job] == [e["seq"] for e in listed] == [
+            e["seq"] for e in mine["events"]]
+        with pytest.raises(ApiError, match="not tracked"):
+            routes.dispatch(ALICE, "GET", "/v1/jobs/7", None)
+        everything = routes.dispatch(ROOT, "GET", "/v1/events?job=7", None)["events"]
+        assert [e["name"] for e in everything].count("job.tracked") == 2
+    d2 = make_daemon(tmp_path, slurm, [])  # the same after a restart (replay)
+    assert d2.sched.records["7"].user == "bob"
+    assert d2.facts["7"]["lock_token"] == "normal"  # bob's own
+
+
+def test_a_reused_job_id_holding_the_earlier_jobs_output_is_staged_out_first(
+        tmp_path: Path) -> None:
+    """alice's job 7 runs with output on its RAMDISK when Slurm's queue shows the id as
+    bob's: alice's job is gone, its output staged out and verified as alice, then bob's
+    job gets a record of its own."""
+    slurm = TextSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "Resources", spec=DirectiveSpec(data_out="/pfs/out"))
+    d.poll()
+    settle(d)
+    slurm.set("7", "RUNNING", spec=DirectiveSpec(data_out="/pfs/out"))
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state is RsaState.MOUNTED_OUTPUT
+    bobs_job(slurm, "7", "PENDING", "Priority")
+    d.poll()
+    assert d.sched.records["7"].user == "alice"
+    assert d.sched.records["7"].rsa_state is RsaState.STAGING_OUT
+    settle(d)
+    assert d.sched.records["7"].rsa_state is RsaState.RELEASED
+    d.poll()  # the same queue line: observed again, now bob's
+    assert (d.sched.records["7"].user, d.sched.records["7"].spec) == ("bob", BOBS)
