@@ -368,7 +368,8 @@ class DataPath:
                              gate=self.flush_gate, copy_tool=st.copy_tool,
                              copy_command=st.copy_command or "",
                              stripe_bytes=st.stripe_bytes,
-                             stream_objects=st.stream_objects or 0)
+                             stream_objects=st.stream_objects or 0,
+                             ramdisk_mounted=True)
 
     def bulk(self, eng: StagingEngine) -> StagingEngine | WorkerEngine:
         """``eng`` for a bulk copy or verify: run in a worker process of its own when

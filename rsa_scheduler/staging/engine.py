@@ -40,7 +40,14 @@ from rsa_scheduler.staging.flush import Gate
 from rsa_scheduler.staging.manifest import Verification, compare, with_hashes
 from rsa_scheduler.staging.packing import Packing
 from rsa_scheduler.staging.plan import STRIPE_MIN
-from rsa_scheduler.staging.report import TAIL, Progress, ScriptResult, Stats, classify
+from rsa_scheduler.staging.report import (
+    TAIL,
+    Progress,
+    ScriptResult,
+    StagingError,
+    Stats,
+    classify,
+)
 from rsa_scheduler.staging.stripe import VERIFY_RANGE_BYTES
 from rsa_scheduler.staging.treecopy import TreeCopy
 from rsa_scheduler.staging.verifier import Verifier
@@ -66,7 +73,8 @@ class StagingEngine(TreeCopy, Packing, Verifier):
                  gate: Gate | None = None, copy_tool: str = "engine",
                  copy_command: str = "", stripe_bytes: int = 0,
                  stripe_min: int = STRIPE_MIN, stream_objects: int = 0,
-                 verify_range_bytes: int = VERIFY_RANGE_BYTES, cycle: int = 1) -> None:
+                 verify_range_bytes: int = VERIFY_RANGE_BYTES, cycle: int = 1,
+                 ramdisk_mounted: bool = False) -> None:
         if not hosts:
             raise ValueError("StagingEngine needs at least one RSA node")
         if identity.uid == 0:
@@ -84,6 +92,9 @@ class StagingEngine(TreeCopy, Packing, Verifier):
         # the job's run (rsad's cycle): a requeued run's tar archives never share names
         # with an earlier run's (Packing.archive_prefix)
         self.cycle = max(1, int(cycle))
+        # the RAMDISK root is a mount point on every node (rsad's RAMDISKs): an empty scan
+        # of it counts only while the node shows it mounted (:meth:`_mounted_empty`)
+        self.ramdisk_mounted = ramdisk_mounted
         self.verify_level = verify_level
         self.big_bytes = big_bytes
         self.clock = clock
@@ -140,6 +151,8 @@ class StagingEngine(TreeCopy, Packing, Verifier):
         try:  # an empty RAMDISK (no node ever mounted it for output) leaves DATA_OUT alone
             empty = not self._scan(self.hosts[0], ramdisk, "stage-out: scanning the RAMDISK",
                                    limit=0)
+            if empty:
+                self._mounted_empty(ramdisk)
         finally:
             self._stop()
         if empty:
@@ -159,6 +172,7 @@ class StagingEngine(TreeCopy, Packing, Verifier):
         expected = self._scan(self.hosts[0], ramdisk, "verify: scanning the RAMDISK",
                               limit=limit)
         if not expected:  # nothing to copy, nothing to find (stage_out left DATA_OUT alone)
+            self._mounted_empty(ramdisk)
             return compare([], [], level=self.verify_level)
         if limit >= 0 and len(expected) > limit:
             del expected  # too many to list here: the nodes compare
@@ -178,6 +192,26 @@ class StagingEngine(TreeCopy, Packing, Verifier):
         result = compare(expected, actual, level=self.verify_level)
         log.info("%s: %s", self.job_id, result.summary(dst))
         return result
+
+    def _mounted_empty(self, ramdisk: str) -> None:
+        """An empty scan of ``ramdisk`` on the first node is of the RAMDISK: the node
+        shows it mounted there (with ``ramdisk_mounted``). While a repair remounts it,
+        or after its mount was lost, the node shows the bare directory under it, empty
+        too: taken for an empty RAMDISK, a verify would pass and the RAMDISK, with the
+        job's output, be destroyed. Raises a retryable, unanswered StagingError."""
+        if not self.ramdisk_mounted:
+            return
+        host = self.hosts[0]
+        try:
+            host.run(scripts.mounted_argv(ramdisk), timeout=min(self._left(), 60.0),
+                     cancel=self._abort)
+        except CommandError as e:
+            if self.cancel.cancelled:
+                raise Cancelled(self.cancel.reason) from e
+            raise StagingError(
+                f"the RAMDISK is not mounted at {ramdisk} on {host.name} (a repair may be "
+                "remounting it): its empty directory is not taken for an empty RAMDISK; "
+                "will retry", permanent=False, node=host.name, unanswered=True) from e
 
     def run_script(self, argv: Sequence[str], phase: str, *, ramdisk: str,
                    data_in: str = "", data_out: str = "") -> ScriptResult:

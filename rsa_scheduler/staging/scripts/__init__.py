@@ -62,6 +62,7 @@ from rsa_scheduler.staging.scripts.manifests import (
     drop_cache_argv,
     hash_argv,
     hash_range_argv,
+    mounted_argv,
     scan_argv,
     scan_capped_argv,
 )
@@ -127,7 +128,8 @@ __all__ = [
     "VERIFY_LIST", "WRITE", "atomic_argv", "bash", "big_argv", "big_block",
     "check_copy_command", "custom_argv", "custom_program", "decode_output",
     "drop_cache_argv", "drop_listed_argv", "encode_list", "hash_argv", "hash_range_argv",
-    "is_part_dir", "mkdir_argv", "mkdirs_argv", "new_part_argv", "parse_sums", "part_dir",
+    "is_part_dir", "mkdir_argv", "mkdirs_argv", "mounted_argv", "new_part_argv",
+    "parse_sums", "part_dir",
     "part_prefix", "prepare_root_argv", "remove_tree_argv", "rsync_argv", "scan_argv",
     "scan_capped_argv", "script_argv", "stream_copy_argv", "stream_dir_times_argv",
     "stream_list_argv", "stream_mkdirs_argv", "stripe_new_argv", "stripe_place_argv",

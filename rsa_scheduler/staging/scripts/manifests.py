@@ -62,6 +62,12 @@ def scan_argv(root: str, uid: int) -> list[str]:
     return bash(SCAN, root, str(uid))
 
 
+def mounted_argv(root: str) -> list[str]:
+    """As root: exits 0 only if ``root`` is a mount point on the node (the RAMDISK's, not
+    the bare directory under it while it is remounted)."""
+    return ["findmnt", "-n", "-o", "TARGET", "--mountpoint", root]
+
+
 def scan_capped_argv(root: str, uid: int, limit: int) -> list[str]:
     """``scan_argv`` stopped after ``limit`` + 1 objects (more: use the streamed mode)."""
     return bash(SCAN_CAPPED, root, str(uid), str((limit + 1) * 10))
