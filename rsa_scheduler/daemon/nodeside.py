@@ -359,7 +359,11 @@ class NodeSide:
             j.ended.discard(node)
             cur = j.current if j.current is not None else j.standing
             agent = rsa_state in NODE_AGENT
-            if cur is not None and cur["do"] == "mount" and not self._done(j, node, cur):
+            # only while the job's RAMDISK is to be mounted or in use: after its run the
+            # standing mount is an earlier run's (a node of it that failed never ran its
+            # Epilog to say the run is over), staged out and destroyed under a new run
+            if agent and cur is not None and cur["do"] == "mount" and \
+                    not self._done(j, node, cur):
                 j.asked[node] = int(cur["seq"])
                 return {**cur, "agent": True}
             if j.current is None and rsa_state in MOUNT_COMING:
