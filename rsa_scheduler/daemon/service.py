@@ -515,8 +515,12 @@ class Daemon:
             hook = Hook.ended(payload.get("exit_code"))
         else:
             raise ValueError(f"unknown hook {kind!r}")
-        self._hook_seen[job] = received
         rec = self.sched.records.get(job)
+        if rec is not None and payload.get("user") and str(payload["user"]) != rec.user:
+            # another user's job has this id now (Slurm lost its state, or its ids
+            # wrapped): not this record's news; the next poll reads the queue
+            return {"job_id": job, "tracked": False}
+        self._hook_seen[job] = received
         if rec is None:
             return {"job_id": job, "tracked": False}
         if payload.get("alias"):

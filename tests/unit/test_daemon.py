@@ -1418,3 +1418,30 @@ def test_a_reused_job_id_holding_the_earlier_jobs_output_is_staged_out_first(
     assert d.sched.records["7"].rsa_state is RsaState.RELEASED
     d.poll()  # the same queue line: observed again, now bob's
     assert (d.sched.records["7"].user, d.sched.records["7"].spec) == ("bob", BOBS)
+
+
+def test_slurmctlds_hooks_of_another_users_job_of_a_tracked_id_are_not_its_news(
+        tmp_path: Path) -> None:
+    """PrologSlurmctld and EpilogSlurmctld name the job's user: those of bob's job that
+    has the id of alice's tracked job (Slurm lost its state) neither move alice's record
+    (her released job "started": declined, and told so in bob's job's comment) nor end
+    her running job's (its output staged out and the RAMDISK destroyed under it)."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "Resources", spec=DirectiveSpec(data_out="/pfs/out"))
+    d.poll()
+    settle(d)
+    slurm.set("7", "RUNNING", spec=DirectiveSpec(data_out="/pfs/out"))
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state is RsaState.MOUNTED_OUTPUT
+    for hook in ("prolog_slurmctld", "epilog_slurmctld"):
+        d.submit("hook", {"hook": hook, "job_id": "7", "user": "bob", "exit_code": "0"})
+        d.drain()
+        rec = d.sched.records["7"]
+        assert (rec.job_state, rec.rsa_state) == (JobState.RUNNING, RsaState.MOUNTED_OUTPUT)
+    d.submit("hook", {"hook": "epilog_slurmctld", "job_id": "7", "user": "alice",
+                      "exit_code": "0"})
+    d.drain()
+    assert d.sched.records["7"].rsa_state is RsaState.STAGING_OUT  # hers: it ended
