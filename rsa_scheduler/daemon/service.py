@@ -346,7 +346,10 @@ class Daemon:
         # a record of another user's job of this id (Slurm lost its state, or its ids
         # wrapped) is not this job's: its own directives are read (native mode: once
         # Slurm sets its buffer up), the core ends the earlier job's cycle first
-        tracked = rec is not None and (rec.user == row.user or (
+        user = row.user
+        if rec is not None and not users_differ(rec.user, user):
+            user = rec.user  # the same user, perhaps as a uid squeue could not resolve
+        tracked = rec is not None and (rec.user == user or (
             native is not None and not native.tracks(row.job_id)))
         spec = self.specs.spec_of(row, tracked=tracked,
                                   from_script=self.script_source == "scontrol",
@@ -359,7 +362,7 @@ class Daemon:
         else:
             held = self.holds.counts_on_deck(row)
             reason = self.holds.reason_of(row)
-        return Observation(job_id=row.job_id, user=row.user, state=row.state,
+        return Observation(job_id=row.job_id, user=user, state=row.state,
                            reason=reason, priority=row.priority,
                            compute_nodes=row.num_nodes, spec=spec,
                            hold_until=None if deadline is None else float(deadline),
@@ -516,7 +519,7 @@ class Daemon:
         else:
             raise ValueError(f"unknown hook {kind!r}")
         rec = self.sched.records.get(job)
-        if rec is not None and payload.get("user") and str(payload["user"]) != rec.user:
+        if rec is not None and users_differ(rec.user, str(payload.get("user") or "")):
             # another user's job has this id now (Slurm lost its state, or its ids
             # wrapped): not this record's news; the next poll reads the queue
             return {"job_id": job, "tracked": False}
@@ -651,6 +654,16 @@ class Daemon:
         """(job, mount spec) of every RAMDISK no step is working on (loop thread): the
         RAMDISK tender checks these (core.states.TENDED)."""
         return views.tendable(self)
+
+
+def users_differ(known: str, seen: str) -> bool:
+    """Whether Slurm names a job's user ``seen`` where rsad knows ``known``: another
+    user's job has the id (Slurm lost its state, or its ids wrapped). Only two different
+    names count: squeue and slurmctld's hooks give a uid they could not resolve to a name
+    (a name service hiccup), and an empty name says nothing, so either is taken for the
+    same user rather than end a running job's cycle under it."""
+    return bool(known and seen) and known != seen and not (
+        known.isdigit() or seen.isdigit())
 
 
 class WorkerPool(StagingWorkers, Protocol):

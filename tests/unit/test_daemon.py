@@ -1445,3 +1445,34 @@ def test_slurmctlds_hooks_of_another_users_job_of_a_tracked_id_are_not_its_news(
                       "exit_code": "0"})
     d.drain()
     assert d.sched.records["7"].rsa_state.value == "staging-out"  # hers: it ended
+
+
+def state_of(d: Daemon, job: str) -> str:
+    return d.sched.records[job].rsa_state.value
+
+
+def test_a_user_name_slurm_could_not_resolve_is_not_another_users_job(
+        tmp_path: Path) -> None:
+    """squeue prints a uid for a user it cannot resolve (a name service hiccup on rsad's
+    host), and slurmctld's hooks likewise: the running job is still the same job, never
+    taken for another user's (its output staged out and destroyed while it writes)."""
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    spec = DirectiveSpec(data_out="/pfs/out")
+    slurm.set("7", "PENDING", "Resources", spec=spec)
+    d.poll()
+    settle(d)
+    slurm.set("7", "RUNNING", spec=spec)
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state.value == "mounted-output"
+    row = slurm.rows[0]
+    slurm.rows = [QueueRow(row.job_id, row.state, "Prolog", row.priority, row.num_nodes,
+                           "1001", row.admin_comment)]
+    d.poll()
+    assert state_of(d, "7") == "mounted-output"  # runs on
+    d.submit("hook", {"hook": "epilog_slurmctld", "job_id": "7", "user": "1001",
+                      "exit_code": "0"})
+    d.drain()
+    assert state_of(d, "7") == "staging-out"  # the hook: it ended
+    assert d.sched.records["7"].user == "alice"
