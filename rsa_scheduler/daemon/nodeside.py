@@ -431,6 +431,15 @@ class NodeSide:
             self._prune()
         return {"job_id": job, "node": node}
 
+    def forget(self, job: str) -> None:
+        """``job``'s id names a new job now (a new record: Slurm lost its state, or its
+        ids wrapped): nothing of the earlier job's nodes, reports or standing mount is
+        the new one's. An instruction still in flight keeps its own waiter."""
+        with self._cond:
+            j = self._jobs.get(job)
+            if j is not None and j.current is None:
+                del self._jobs[job]
+
     def _prune(self, keep: int = 2000) -> None:
         """Forget the oldest jobs whose every node ran its Epilog (bounded memory)."""
         if len(self._jobs) <= keep:

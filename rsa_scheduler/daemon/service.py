@@ -584,6 +584,9 @@ class Daemon:
                 # a new record of this id: nothing an earlier job of it left is its own
                 self.memory.learn_facts(ev)
                 self.progress.pop(ev.job_id, None)
+                side = nodeside_of(self.registry)
+                if side is not None:
+                    side.forget(ev.job_id)
         if self.native is not None:
             # what a replay learns too (the bb.* events were learned as they were made)
             for ev in dec.events:
