@@ -156,6 +156,13 @@ class Scheduler:
         ids another user's job took over while the earlier job's cycle ends."""
         return frozenset(self._waiting | self._displaced)
 
+    @property
+    def displaced(self) -> frozenset[str]:
+        """Job ids Slurm gives another user's job now while their records still hold the
+        earlier job's RSA nodes (its output is staged out first): no record is the new
+        job's yet."""
+        return frozenset(self._displaced)
+
     def has_waiting(self) -> bool:
         """True while an on-deck job waits for RSA nodes (or a job id is displaced):
         only then can a poll of an unchanged queue change anything (it retries the

@@ -555,6 +555,8 @@ class Daemon:
                                  "serve burst_buffer.lua")
         now = self.clock()
         rec = self.sched.records.get(job)
+        if job in self.sched.displaced:
+            rec = None  # the id is another user's job's now: the record is the earlier job's
         got = native.serve(hook, job, payload, rec, now, capacity=lambda: {
             n.name: n.capacity for n in self.sched.pool.nodes()})
         if got.events:
