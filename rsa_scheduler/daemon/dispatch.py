@@ -109,7 +109,13 @@ class Dispatcher:
             elif action.kind is ActionKind.ALERT:
                 self.alert(action.job_id, action.args_as(AlertArgs).message)
             elif action.kind is ActionKind.TELL_USER:
-                self.tell(action.job_id, f"RSA: {action.args_as(TellUserArgs).message}")
+                text = f"RSA: {action.args_as(TellUserArgs).message}"
+                if action.job_id in self.host.sched.displaced:
+                    # the id is another user's job's now: its comment is not this job's
+                    log.info("job %s (now another user's job's id): not told: %s",
+                             action.job_id, text)
+                else:
+                    self.tell(action.job_id, text)
             elif action.kind in (ActionKind.ALLOCATE, ActionKind.RELEASE):
                 log.info("job %s: %s %s", action.job_id, action.kind.value,
                          action.args_as(OnNodes).nodes)

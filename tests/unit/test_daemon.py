@@ -1410,12 +1410,17 @@ def test_a_reused_job_id_holding_the_earlier_jobs_output_is_staged_out_first(
     d.poll()
     settle(d)
     assert d.sched.records["7"].rsa_state is RsaState.MOUNTED_OUTPUT
+    d.urgent.submit(lambda: None).result()
+    told = len(slurm.calls)
     bobs_job(slurm, "7", "PENDING", "Priority")
     d.poll()
     assert d.sched.records["7"].user == "alice"
     assert d.sched.records["7"].rsa_state.value == "staging-out"
     settle(d)
     assert d.sched.records["7"].rsa_state.value == "released"
+    d.urgent.shutdown(wait=True)
+    # alice's "stage-out finished: ... in /pfs/out" is never written on bob's job
+    assert [c for c in slurm.calls[told:] if c[0] == "comment"] == []
     d.poll()  # the same queue line: observed again, now bob's
     assert (d.sched.records["7"].user, d.sched.records["7"].spec) == ("bob", BOBS)
 
