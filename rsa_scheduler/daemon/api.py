@@ -36,7 +36,7 @@ from rsa_scheduler.core.jobkey import job_key
 from rsa_scheduler.core.scheduler import CommandRefused
 from rsa_scheduler.core.states import LEFT_QUEUE, OPERATOR_COMMANDS, USER_COMMANDS
 from rsa_scheduler.daemon import httpd
-from rsa_scheduler.daemon.service import Daemon
+from rsa_scheduler.daemon.service import Daemon, users_differ
 from rsa_scheduler.daemon.views import status_for_user
 from rsa_scheduler.errors import RsaError
 
@@ -383,9 +383,13 @@ class Routes:
             return side.agent(job, node, nodes, int(payload.get("last_seq", 0)), wait,
                               str(payload.get("epoch") or ""))
 
+        user = str(payload.get("user") or "")
+
         def state() -> tuple[str | None, str | None, float, str]:
             rec = self.daemon.sched.records.get(job)
-            if rec is None:
+            if rec is None or users_differ(rec.user, user):
+                # none, or another user's job had this id (Slurm lost its state, or its
+                # ids wrapped): nothing of that job's is this one's
                 return None, None, 0.0, ""
             policy = self.daemon.sched.policy
             early = rec.spec.early_start or policy.early_start

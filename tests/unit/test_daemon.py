@@ -1481,3 +1481,31 @@ def test_a_user_name_slurm_could_not_resolve_is_not_another_users_job(
     d.drain()
     assert state_of(d, "7") == "staging-out"  # the hook: it ended
     assert d.sched.records["7"].user == "alice"
+
+
+def test_a_node_prolog_of_another_users_job_of_a_tracked_id_learns_nothing_of_it(
+        tmp_path: Path) -> None:
+    """The node Prolog of bob's job that has the id of alice's declined job (Slurm lost
+    its state; rsad has not read the queue since) was answered from alice's record: her
+    message (what she was told, her paths) went into bob's job's RSA_MESSAGE. The Prolog
+    names the job's user (SLURM_JOB_USER): another user's job learns nothing of it."""
+    from rsa_scheduler.daemon.nodeside import NodeSide
+
+    slurm = ScriptedSlurm()
+    reg = with_slurm(instant_registry([], {ActionKind.STAGE_IN}), slurm)
+    NodeSide(backend_for=lambda _ctx: (None, None)).register(reg)  # type: ignore[arg-type,return-value]
+    store = Store.open(tmp_path / "rsa.db", durability="normal")
+    d = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm, store=store,
+               registry=reg, workers=2, poll_interval=0)
+    d.start()
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    assert state_of(d, "7") == "declined"
+    with serving(d) as routes:
+        ans = routes.dispatch(ROOT, "POST", "/v1/hooks/prolog",
+                              {"job_id": "7", "node": "c1", "nodes": "c1", "user": "bob"})
+        assert ans["do"] == "nothing" and "declined" not in ans, ans
+        ans = routes.dispatch(ROOT, "POST", "/v1/hooks/prolog",
+                              {"job_id": "7", "node": "c1", "nodes": "c1", "user": "alice"})
+        assert "stage-in refused" in ans["declined"], ans  # hers
