@@ -196,6 +196,23 @@ def test_setup_is_idempotent_and_teardown_keeps_a_pending_job_for_the_grace() ->
     assert driver2.held("7", "PENDING", 500.0)
 
 
+def test_a_teardown_of_a_requeued_pending_job_says_its_earlier_runs_output_is_kept() -> None:
+    """Found by review: slurm_bb_job_teardown of a requeued job (cancelled while it
+    pends) whose earlier run's output rsad still stages out was answered "kept 60s for a
+    new setup, then torn down unless the job starts": untrue, that RAMDISK is kept until
+    the output on it is verified (or quarantined), whatever the job does."""
+    for state in (RsaState.STAGING_OUT, RsaState.VERIFYING, RsaState.STAGE_OUT_FAILED,
+                  RsaState.QUARANTINED):
+        driver = NativeDriver(Path("/nonexistent/pools.json"), grace=60.0)
+        driver.setup("7", 100.0, {})
+        got = driver.serve("teardown", "7", {"hurry": "true"},
+                           record(state, job_state=JobState.QUEUED), 110.0,
+                           capacity=dict)
+        assert got.answer.status == "done", got
+        assert "torn down unless" not in got.answer.message, got
+        assert "earlier run's output" in got.answer.message, got
+
+
 def test_the_driver_state_is_rebuilt_from_the_log_and_from_a_snapshot() -> None:
     events = [Event(1.0, "7", "bb.setup", {}),
               Event(1.5, "7", "job.state", {"from": "on-deck", "to": "running"}),
