@@ -429,8 +429,8 @@ class NativeDriver:
                     # of this run is on it, and it goes only once that output is safe
                     answer = Answer("done", f"job {job}'s RAMDISK holds its earlier run's "
                                             "output: kept until that is verified on "
-                                            "persistent storage (nothing of this run is "
-                                            "on it)")
+                                            "persistent storage or an operator discards "
+                                            "it (nothing of this run is on it)")
                 else:
                     answer = Answer("done", f"kept {self.grace:.0f}s for a new setup, "
                                             "then torn down unless the job starts")
