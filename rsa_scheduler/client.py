@@ -176,11 +176,16 @@ def locate(env: Mapping[str, str] = os.environ,
 
 def _unreachable(found: Found, e: BaseException) -> str:
     """What to say when rsad cannot be reached at ``found``: true about where it looked."""
-    if (found.source == "default" and isinstance(e, FileNotFoundError)
-            and found.address == DEFAULT_SOCKET):
-        return (f"rsad's socket {DEFAULT_SOCKET} is not on this host and nothing says where "
-                f"rsad is: no RSA_API, no {CLIENT_CONF}; ask your administrator to write "
-                f"rsad's address there (api = HOST:PORT), or use --api HOST:PORT (RSA_API)")
+    if isinstance(e, FileNotFoundError) and found.address.startswith("/"):
+        if found.source == "default":
+            return (f"rsad's socket {found.address} is not on this host and nothing says "
+                    f"where rsad is: no RSA_API, no {CLIENT_CONF}; ask your administrator "
+                    "to write rsad's address there (api = HOST:PORT), or use --api "
+                    "HOST:PORT (RSA_API)")
+        if found.source not in ("given", "RSA_API"):  # a client file without an api
+            return (f"rsad's socket {found.address} is not on this host and {found.source} "
+                    "names no api = HOST:PORT; ask your administrator to add rsad's "
+                    "address there, or use --api HOST:PORT (RSA_API)")
     where = "" if found.source in ("default", "given") else f" (from {found.source})"
     return (f"cannot reach rsad at {found.address}{where}: {e}; is rsad running "
             "(systemctl status rsad)?")

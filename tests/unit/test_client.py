@@ -227,3 +227,16 @@ def test_an_unreachable_configured_address_names_the_file_it_came_from(
     monkeypatch.delenv("RSA_API", raising=False)
     with pytest.raises(ApiUnavailable, match=rf"cannot reach rsad at 127.0.0.1:1 \(from {conf}\)"):
         ApiClient(timeout=2).get("/v1/status")
+
+
+def test_a_client_file_without_an_api_on_a_host_without_the_socket_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(munge, "encode", lambda payload: "CRED")
+    conf = tmp_path / "client.conf"
+    conf.write_text(f"socket = {tmp_path / 'rsad.sock'}\n")
+    monkeypatch.setenv("RSA_CLIENT_CONFIG", str(conf))
+    monkeypatch.delenv("RSA_API", raising=False)
+    with pytest.raises(ApiUnavailable, match=rf"rsad's socket {tmp_path}/rsad.sock is not on "
+                                             rf"this host and {conf} names no api = "
+                                             r"HOST:PORT; ask your administrator"):
+        ApiClient(timeout=2).get("/v1/status")
