@@ -55,6 +55,7 @@ wait
 """
 
 
+@pytest.mark.once  # the mid-job reset is rsad's and the node agents', in either mode
 def test_a_busy_reset_retried_writes_back_what_the_job_changed_since(
         lab: Mapping[str, str], area: Path) -> None:
     res, data_in = area / "res", area / "in"
