@@ -41,6 +41,7 @@ from rsa_scheduler.errors import RsaError
 from rsa_scheduler.fs.base import FilesystemBackend, FsRequest, MountSpec
 from rsa_scheduler.hosts import Cancelled, CancelToken, Host
 from rsa_scheduler.runner import Identity
+from rsa_scheduler.staging.aside import aside_words
 from rsa_scheduler.staging.engine import StagingEngine
 from rsa_scheduler.staging.flush import FlushGate
 from rsa_scheduler.staging.manifest import Verification, display
@@ -147,6 +148,19 @@ def redo_of(facts: Mapping[str, Any], action_id: str) -> tuple[list[bytes], bool
     if fact.get("all"):
         return [], False
     return [bytes.fromhex(str(p)) for p in fact.get("paths") or ()], True
+
+
+def built_since(facts: Mapping[str, Any], action_id: str) -> int | None:
+    """The epoch second after which a PFS file is someone else's for a stage-out of
+    this RAMDISK (``staging.aside``): the second before the RAMDISK was built (the fact
+    ``built``). None when no build of it is recorded (built by an older rsad): such a
+    stage-out replaces what it finds, as that rsad's did (logged)."""
+    built = facts.get("built") or {}
+    if built.get("fs_id") != fs_id(action_id) or built.get("at") is None:
+        log.warning("job %s: no build time of its RAMDISK is recorded: the stage-out "
+                    "replaces files of DATA_OUT whatever their age", action_id)
+        return None
+    return int(built["at"]) - 1
 
 
 def _redo_words(fact: Mapping[str, Any]) -> str:
@@ -567,7 +581,10 @@ class DataPath:
         req = self.request(ctx)
         spec = self.backend(req.tier).create(req, ctx.cancel)
         self.learned(spec)
-        return {"mount": spec.to_json()}
+        # what the job sees of DATA_OUT from now on is the RAMDISK: a PFS file changed
+        # after this is someone else's, never replaced by the stage-out (staging.aside)
+        return {"mount": spec.to_json(),
+                "built": {"fs_id": req.fs_id, "at": int(time.time())}}
 
     def destroy_fs(self, ctx: ActionContext) -> Mapping[str, Any]:
         """Destroy the job's RAMDISK on its nodes. A node the health loop has marked down
@@ -660,7 +677,7 @@ class DataPath:
             paths, resume = redo if redo is not None else ([], True)
             out = _stats(self.bulk(eng).stage_out(
                 spec.rsa_mountpoint, str(args.data_out), args.method.value,
-                resume=resume, redo=paths))
+                resume=resume, redo=paths, since=built_since(ctx.facts, ctx.action.id)))
         if redo is not None:
             fact = ctx.facts["verify_differed"]
             what = ("the archives were written again" if args.method.value == "tar" else
@@ -696,6 +713,11 @@ class DataPath:
         # the user's message is "stage-out finished: <summary>": true for an empty RAMDISK
         summary = (verified_words(result, out, args.method.value) if result.checked else
                    f"the RAMDISK held no output: nothing was copied to {out}")
+        listed = result.details.get("aside")
+        aside = [(bytes.fromhex(str(p)), bytes.fromhex(str(a)))
+                 for p, a in (listed if isinstance(listed, list) else ())]
+        if aside:
+            summary += "; " + aside_words(aside, out)
         if result.skipped_total:
             summary += "; " + _skipped_words(result.skipped_total,
                                              [display(p) for p in result.skipped],
@@ -708,7 +730,9 @@ class DataPath:
                         "copied again, they match now)")
         # None: nothing is left to copy again (Memory.learn_facts)
         return {"verified": {"objects": result.checked, "bytes": result.checked_bytes,
-                             "level": result.level}, "summary": summary,
+                             "level": result.level,
+                             **({"aside": [display(a) for _p, a in aside]} if aside else {})},
+                "summary": summary,
                 "verify_differed": None, "verify_redone": None}
 
     def write_back(self, ctx: ActionContext) -> Mapping[str, Any]:

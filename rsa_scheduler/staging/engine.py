@@ -29,12 +29,14 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from ClusterShell.NodeSet import NodeSet
 
 from rsa_scheduler.hosts import Cancelled, CancelToken, Host
 from rsa_scheduler.runner import CommandError, Identity
 from rsa_scheduler.staging import scripts
+from rsa_scheduler.staging.aside import aside_view
 from rsa_scheduler.staging.commands import log
 from rsa_scheduler.staging.flush import Gate
 from rsa_scheduler.staging.manifest import Verification, compare, with_hashes
@@ -126,14 +128,18 @@ class StagingEngine(TreeCopy, Packing, Verifier):
         return self._copy("stage-in", src, ramdisk, resume=resume, atomic=atomic)
 
     def stage_out(self, ramdisk: str, dst: str, method: str = "rsync", *,
-                  resume: bool = True, redo: Sequence[bytes] = ()) -> Stats:
+                  resume: bool = True, redo: Sequence[bytes] = (),
+                  since: int | None = None) -> Stats:
         """RAMDISK → DATA_OUT, as a tree (``rsync``, the default) or as archives (``tar``).
         Either way a file appears under its final name only once complete: the tree is
         copied into ``<dst>/.rsa-staging-<job>-<random>/`` and renamed into place, archives are
         written to ``.part`` names and renamed. ``redo``: paths (relative to the RAMDISK)
         a verify found differing at DATA_OUT: copied again whatever the quick check of a
         resume says (a tree above the list limit is then copied whole, without resume;
-        archives are always written whole)."""
+        archives are always written whole). ``since`` (an epoch second: when the job's
+        RAMDISK was built): a file of DATA_OUT modified after it is never replaced by the
+        copy, which goes beside it as NAME.rsa-<job>[.c<cycle>] (``staging.aside``; not
+        in streamed mode nor for archives, whose names are the job's own)."""
         if method not in METHODS:
             raise ValueError(f"stage-out method {method!r}: expected one of {METHODS}")
         self._start()
@@ -148,7 +154,8 @@ class StagingEngine(TreeCopy, Packing, Verifier):
             return Stats("stage-out", 0, 0, 0, 0.0, 0, 0, (), {})
         if method == "tar":
             return self._pack(ramdisk, dst)
-        return self._copy("stage-out", ramdisk, dst, resume=resume, atomic=True, redo=redo)
+        return self._copy("stage-out", ramdisk, dst, resume=resume, atomic=True, redo=redo,
+                          since=since)
 
     def verify(self, ramdisk: str, dst: str, method: str = "rsync") -> Verification:
         """Compare DATA_OUT (or its archives) with a manifest of the RAMDISK."""
@@ -163,19 +170,26 @@ class StagingEngine(TreeCopy, Packing, Verifier):
         if limit >= 0 and len(expected) > limit:
             del expected  # too many to list here: the nodes compare
             return self._stream_verify(ramdisk, dst)
+        moved: dict[bytes, bytes] = {}
         if method == "tar":
             actual = self._archive_manifest(dst)
         else:
             actual = self._scan(self.hosts[-1], dst, "verify: scanning DATA_OUT")
+            # a copy kept aside beside a newer file (staging.aside) is the job's
+            actual, moved = aside_view(actual, {e.path for e in expected if e.kind != "d"},
+                                       scripts.aside_suffix(self.job_id, self.cycle))
             if self.verify_level == "content":
                 files = [e for e in expected if e.kind == "f"]
                 have = {e.path for e in actual if e.kind == "f"}
-                exp_h, act_h = self._hash_both(ramdisk, dst, files, have)
+                exp_h, act_h = self._hash_both(ramdisk, dst, files, have, moved)
                 expected, actual = with_hashes(expected, exp_h), with_hashes(actual, act_h)
         if method == "tar" and self.verify_level == "content":
             files = [e for e in expected if e.kind == "f"]
             expected = with_hashes(expected, self._hash(ramdisk, files))
         result = compare(expected, actual, level=self.verify_level)
+        if moved:
+            result = replace(result, details={
+                **result.details, "aside": [[p.hex(), a.hex()] for p, a in moved.items()]})
         log.info("%s: %s", self.job_id, result.summary(dst))
         return result
 

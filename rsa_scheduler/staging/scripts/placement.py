@@ -34,6 +34,13 @@ from rsa_scheduler.staging.scripts.shell import BASH, PRELUDE, bash
 # instead of one per file. Where that rename is refused (someone wrote into the
 # placeholder, or swapped it), the names go one by one as for any bucket; a directory
 # missing at the destination is created then (never through a symlink: exit 65).
+# With $7 (an epoch second) a name is never renamed over a file, symlink or FIFO of the
+# destination modified after $7 (someone else's since the job's RAMDISK was built, or
+# since the write-back's scan) unless that one has the same size and mtime as the copy
+# (this job's own earlier placement, placed again after a failed verify): the copy goes
+# beside it as NAME$8 instead (``aside_suffix``: NAME.rsa-<job>[.c<cycle>], documented
+# in docs/staging.md#kept-aside). The check and the rename are two steps: a file
+# written in the instant between them is still replaced.
 ATOMIC = PRELUDE + (
     'list=$(cat) || exit 1; rm -rf -- "$3" && mkdir -p -- "$3" || exit 1; prev=; '
     'printf %s "$list" | base64 -d | while IFS= read -r -d "" p; do d=${p%/*}; '
@@ -49,6 +56,11 @@ ATOMIC = PRELUDE + (
     'if [ -L "$2/$d" ]; then echo "refusing to write through the symlink $2/$d: '
     'remove it or choose another destination" >&2; exit 65; fi; '
     '[ -d "$2/$d" ] || mkdir -- "$2/$d" || exit 1; '
+    'if [ -n "$7" ]; then find "$2/$d" -mindepth 1 -maxdepth 1 ! -type d '
+    '-newermt "@$7" -printf "%f\\0" | while IFS= read -r -d "" n; do '
+    '{ [ -e "$d/$n" ] || [ -L "$d/$n" ]; } && [ ! -d "$d/$n" ] || continue; '
+    '[ "$(stat -c "%s %Y" -- "$2/$d/$n")" != "$(stat -c "%s %Y" -- "$d/$n")" ] '
+    '|| continue; mv -f -T -- "$d/$n" "$2/$d/$n$8" || exit 1; done || exit 1; fi; '
     'find "$d" -mindepth 1 -maxdepth 1 ! -type d -print0 '
     '| xargs -0 -r mv -f -t "$2/$d" -- || exit 1; done || exit $?; '
     'cd / && rm -rf -- "$3"')
@@ -114,17 +126,32 @@ def prepare_root_argv(path: str, uid: int, gid: int, mode: int = 0o700) -> list[
     return ["install", "-d", "-o", str(uid), "-g", str(gid), "-m", f"{mode:o}", "--", path]
 
 
+def aside_suffix(job_id: str, cycle: int = 1) -> str:
+    """What a copy kept aside is named after: ``NAME.rsa-<job>`` (the job's first run),
+    ``NAME.rsa-<job>.c<cycle>`` (a requeued run's, as its tar archives)."""
+    if not job_id or "/" in job_id or job_id.startswith("."):
+        raise ValueError(f"job id {job_id!r}: cannot name a file after it")
+    return f".rsa-{job_id}" + (f".c{cycle}" if cycle > 1 else "")
+
+
 def atomic_argv(copier: Sequence[str], dst: str, part: str, *,
-                whole: bool = False) -> list[str]:
+                whole: bool = False, since: int | None = None,
+                suffix: str = "") -> list[str]:
     """Run a ``tar_pipe_argv``/``big_argv``/``rsync_argv`` copier into ``part``, then
     rename each listed name from ``part`` to its place below ``dst`` (stdin: the list, as
     for the copier). ``whole``: the listed names are directories new at ``dst`` with only
-    an empty placeholder there; each is placed by one rename where it can be."""
+    an empty placeholder there; each is placed by one rename where it can be. ``since``
+    (an epoch second) with ``suffix``: a destination file modified after ``since`` that
+    differs from the copy in size or mtime is kept; the copy goes beside it as
+    NAME+``suffix``."""
     if copier[:2] != [BASH, "-c"] or len(copier) < 5:
         raise ValueError("atomic placement wraps a tar_pipe_argv or big_argv copier")
+    if since is not None and not suffix:
+        raise ValueError("keeping newer files needs the suffix of the copies kept aside")
     program, src = copier[2], copier[4]
     extra = copier[6] if len(copier) > 6 else ""
-    return bash(ATOMIC, src, dst, part, program, extra, "whole" if whole else "")
+    return bash(ATOMIC, src, dst, part, program, extra, "whole" if whole else "",
+                "" if since is None else str(int(since)), suffix)
 
 
 def remove_tree_argv(path: str) -> list[str]:
