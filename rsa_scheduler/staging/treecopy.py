@@ -18,7 +18,7 @@ from __future__ import annotations
 import posixpath
 import secrets
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from rsa_scheduler.hosts import Host
 from rsa_scheduler.runner import Completed
@@ -44,11 +44,13 @@ class TreeCopy(Commands):
 
     def _copy(self, phase: str, src: str, dst: str, *, resume: bool,
               atomic: bool = False, redo: Collection[bytes] = (),
-              since: int | None = None) -> Stats:
+              since: int | None = None, only: Collection[bytes] | None = None,
+              expect: Mapping[bytes, tuple[int, int] | None] | None = None) -> Stats:
         self._start()
         try:
             return self._copy_tree(phase, src, dst, resume, atomic, frozenset(redo),
-                                   since)
+                                   since, None if only is None else frozenset(only),
+                                   expect or {})
         finally:
             self._stop()
 
@@ -58,13 +60,18 @@ class TreeCopy(Commands):
 
     def _copy_tree(self, phase: str, src: str, dst: str, resume: bool,
                    atomic: bool = False, redo: frozenset[bytes] = frozenset(),
-                   since: int | None = None) -> Stats:
+                   since: int | None = None, only: frozenset[bytes] | None = None,
+                   expect: Mapping[bytes, tuple[int, int] | None] | None = None) -> Stats:
         """``since`` (atomic placement only): a destination file modified after this
         epoch second that differs from the copy is kept; the copy goes beside it
-        (``staging.aside``). A copy kept aside by an earlier run counts as placed."""
+        (``staging.aside``). A copy kept aside by an earlier run counts as placed.
+        ``only``: copy exactly these names (and the directories), whatever the quick
+        check says (a write-back of writable input: ``staging.writeback``); ``expect``:
+        the version of each name it may replace (``scripts.expect_input``)."""
+        expect = expect or {}
         t0 = self.clock()
         first = self.hosts[0]
-        limit = self._stream_limit()
+        limit = self._stream_limit() if only is None else -1
         entries = self._scan(first, src, f"{phase}: scanning {src}", limit=limit)
         if limit >= 0 and len(entries) > limit:  # too many to list here: the nodes do
             del entries  # (their quick check cannot leave out a list: no resume then)
@@ -77,7 +84,12 @@ class TreeCopy(Commands):
         existing = [e for e in self._scan(first, dst, f"{phase}: scanning {dst}")
                     if not scripts.is_part_dir(e.path.split(b"/", 1)[0], self.job_id)]
         self._refuse_planted(entries, existing, dst, phase)
-        if resume and existing:
+        if only is not None:
+            # the others are left as the destination has them: never in a whole-directory
+            # bucket (which would copy them too), as if complete
+            todo = [e for e in entries if e.kind == "d" or e.path in only]
+            complete = {e.path for e in entries if e.kind != "d" and e.path not in only}
+        elif resume and existing:
             # a copy an earlier run kept aside stands for its name: not copied again
             # over the newer file (unless a verify found it differing: ``redo``)
             view, _moved = aside_view(existing, {e.path for e in entries if e.kind != "d"},
@@ -116,6 +128,7 @@ class TreeCopy(Commands):
         striped: list[StripedFile] = []
         keep_since = since if atomic else None
         suffix = self._aside_suffix() if keep_since is not None else ""
+        expected = "\n" + scripts.expect_input(expect) if keep_since is not None and expect else ""
         if keep_since is not None and existing:
             kept = kept_newer(todo, existing, keep_since)
             if kept:
@@ -149,7 +162,7 @@ class TreeCopy(Commands):
             if f.finished_one():
                 self._user(host, scripts.stripe_place_argv(
                     src, f.tmp, dst, f.entry.size, f.entry.mtime_s, since=keep_since,
-                    suffix=suffix),
+                    suffix=suffix, expect=expect.get(f.path)),
                     f"{phase}: placing {display(f.path)!r}",
                     input=scripts.encode_list([f.path]))
                 meter.add(1, 0)
@@ -176,7 +189,7 @@ class TreeCopy(Commands):
                     whole=b.tool == "tree" and all(p in new_roots for p in b.paths),
                     since=keep_since, suffix=suffix)
             self._user(host, argv, f"{phase}: copying bucket {b.index} ({b.files} files)",
-                       input=scripts.encode_list(b.paths))
+                       input=scripts.encode_list(b.paths) + (expected if atomic else ""))
             count(host, b.files, b.bytes)
 
         self._parallel(ranges_first(striped, plan.buckets), copy, meter)

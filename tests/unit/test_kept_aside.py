@@ -121,8 +121,9 @@ def test_a_newer_pfs_file_is_kept_and_the_copy_goes_beside_it(
     assert not (out / "sub/old.rsa-77").exists() and (out / "fresh").read_bytes() == b"job"
     v = eng.verify(str(ram), str(out))
     assert v.ok, v.summary()
-    assert sorted(bytes.fromhex(p) for p, _a in v.details["aside"]) == [b"sub/big",
-                                                                        b"sub/new"]
+    listed = v.details["aside"]
+    assert isinstance(listed, list)
+    assert sorted(bytes.fromhex(p) for p, _a in listed) == [b"sub/big", b"sub/new"]
     # a retry (resume) neither copies the kept files again nor places them over the newer
     (out / "sub/new").write_bytes(b"someone's, again")
     again = eng.stage_out(str(ram), str(out), since=built - 1)
