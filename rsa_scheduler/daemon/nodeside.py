@@ -127,6 +127,7 @@ class NodeSide:
         job = ctx.action.job_id
         data_out = ctx.action.args_as(ResetArgs).data_out
         backend, req = self.backend_for(ctx)
+        written: Mapping[str, Any] = {}
         if ctx.facts.get("reset_of") == ctx.action.id and ctx.facts.get("mount"):
             # this reset recreated the RAMDISK before rsad restarted: the job may already
             # write its output there; never destroy it again, only finish the mounts
@@ -163,7 +164,7 @@ class NodeSide:
                     raise RsaError("writable input, but rsad has no write-back path: "
                                    "the RAMDISK is kept")
                 if ctx.facts.get("written_back_of") != ctx.action.id:
-                    self.write_back(ctx, str(args.data_in))
+                    written = self.write_back(ctx, str(args.data_in))
                     # re-issued after a crash, it must not write the same copy again over
                     # what the job changed on the PFS since the release
                     ctx.milestone({"written_back_of": ctx.action.id})
@@ -190,6 +191,11 @@ class NodeSide:
             detail = {"partial": str(e),
                       "summary": f"{e}; nodes without the mount write to the PFS"}
         detail["mount"] = spec.to_json()
+        if written.get("summary") and "summary" not in detail:
+            # what the last write-back did (files kept aside, kept) is the user's to read
+            detail["summary"] = f"input released; {written['summary']}"
+        if written.get("written_back"):
+            detail["written_back"] = written["written_back"]
         return detail
 
     def _mount(self, ctx: ActionContext, *, role: str, target: PurePosixPath | None,
