@@ -253,3 +253,23 @@ def test_a_pfs_file_written_after_the_plan_is_kept_the_copy_goes_aside(
     assert (pfs / "mod.rsa-77").read_bytes() == b"v2 job\n"
     assert done.aside == {b"mod"} and not done.copied
     assert result is not None and result.ok
+
+
+@root_only
+def test_a_deletion_never_reaches_below_a_directory_swapped_for_a_symlink(
+        area: Path, user: Identity) -> None:
+    """Between the write-back's scan and its deletion, ``sub`` is replaced by a symlink
+    to another directory holding a file of the same name, size and mtime: it stays."""
+    pfs, other = area / "outs" / "in", area / "outs" / "other"
+    for d in (pfs, other):
+        d.mkdir(parents=True)
+        os.chown(d, user.uid, user.gid)
+    _put(other / "x", b"not yours to delete\n", user, 1_600_000_000)
+    (pfs / "sub").symlink_to(other)
+    os.lchown(pfs / "sub", user.uid, user.gid)
+    _put(pfs / "y", b"yes\n", user, 1_600_000_000)
+    eng = make_engine(user)
+    x = Entry(b"sub/x", "f", size=20, mtime_ns=1_600_000_000 * S)
+    y = Entry(b"y", "f", size=4, mtime_ns=1_600_000_000 * S)
+    eng.remove_same(str(pfs), [(b"sub/x", x), (b"y", y)])
+    assert (other / "x").exists() and not (pfs / "y").exists()
