@@ -89,10 +89,14 @@ class NodeSide:
                  exclusive: Callable[[str], AbstractContextManager[Any]] | None = None,
                  learned: Callable[[MountSpec], None] = lambda _spec: None,
                  write_back: Callable[[ActionContext, str], Mapping[str, Any]] | None = None,
+                 written_back: Callable[[str], None] = lambda _fs_id: None,
                  ) -> None:
         self.backend_for = backend_for
         # writable input's last write-back, between the release and the recreation
         self.write_back = write_back
+        # ... after which its base is forgotten: the RAMDISK about to be recreated empty
+        # must never be taken for a job that deleted its whole input (daemon/writeback)
+        self.written_back = written_back
         # the reset recreates the RAMDISK: never beside a repair of it (daemon/data.py)
         self.exclusive = exclusive or (lambda _fs_id: contextlib.nullcontext())
         self.learned = learned
@@ -170,6 +174,7 @@ class NodeSide:
                     ctx.milestone({"written_back_of": ctx.action.id})
                     log.info("job %s: reset: writable input written back after its "
                              "mounts were released", job)
+                self.written_back(req.fs_id)
             with self.exclusive(req.fs_id):
                 spec = backend.reset(req, ctx.cancel)
                 self.learned(spec)

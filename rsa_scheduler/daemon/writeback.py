@@ -117,6 +117,7 @@ class Done:
     deleted: set[bytes] = field(default_factory=set)
     kept: set[bytes] = field(default_factory=set)
     checked: int = 0
+    empty_ramdisk: bool = False  # nothing deleted: the RAMDISK held nothing at all
 
     def summary(self, data_in: str, suffix: bytes) -> str:
         """What the user reads: each count, each file kept aside or kept, by name."""
@@ -131,6 +132,9 @@ class Done:
                                  for p in shown) + more
             return ", ".join(repr(display(p)) for p in shown) + more
 
+        if self.empty_ramdisk:
+            return (f"writable input: the RAMDISK holds nothing of it (not even a "
+                    f"directory): nothing written back to {data_in}, nothing deleted there")
         if not (self.copied or self.aside or self.deleted or self.kept):
             return f"writable input: nothing the job changed to write back to {data_in}"
         words = [f"writable input written back to {data_in}: "
@@ -163,6 +167,10 @@ def write_back(bases: Bases, fs_id: str, eng: StagingEngine, ramdisk: str,
         ram = eng.scan(ramdisk, "write-back")
         pfs = eng.scan(data_in, "write-back")
         plan = plan_write_back(base, ram, pfs, suffix=suffix, redo=redo)
+        done.empty_ramdisk = plan.empty_ramdisk
+        if plan.empty_ramdisk:
+            log.warning("job %s: write-back: the RAMDISK holds nothing of its writable "
+                        "input: no deletion applied to %s", eng.job_id, data_in)
         if plan.empty:
             if done.copied or done.aside or plan.kept:
                 # an earlier round's copies are in place now (what its verify found

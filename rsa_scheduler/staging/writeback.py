@@ -75,6 +75,8 @@ class WriteBackPlan:
     rmdirs: tuple[bytes, ...] = ()  # deepest first
     #: name -> the version the PFS will hold once done (None: deleted)
     planned: Mapping[bytes, Entry | None] = field(default_factory=dict)
+    #: the RAMDISK held nothing at all: no deletion planned
+    empty_ramdisk: bool = False
 
     @property
     def empty(self) -> bool:
@@ -99,6 +101,10 @@ def plan_write_back(base: Base, ram: Sequence[Entry], pfs: Sequence[Entry], *,
     delete: list[tuple[bytes, Entry]] = []
     kept: list[bytes] = []
     planned: dict[bytes, Entry | None] = {}
+    # a RAMDISK that holds nothing at all (not even a directory) while the base has
+    # files is not taken for a job that deleted its whole input: nothing is deleted
+    lost = not r_of and any(b is not None and b.kind != "d" for v in base.values()
+                            for b in v)
     names = sorted({n for n, e in r_of.items() if e.kind != "d"} |
                    {n for n, v in base.items()
                     if any(b is not None and b.kind != "d" for b in v)})
@@ -117,6 +123,8 @@ def plan_write_back(base: Base, ram: Sequence[Entry], pfs: Sequence[Entry], *,
         if r is None:
             if p is None:
                 continue
+            if lost:
+                continue
             if theirs:
                 kept.append(name)
             else:
@@ -130,11 +138,11 @@ def plan_write_back(base: Base, ram: Sequence[Entry], pfs: Sequence[Entry], *,
             copy.append(name)
             planned[name] = r
     gone = sorted((n for n, v in base.items()
-                   if any(b is not None and b.kind == "d" for b in v) and n not in r_of
-                   and n in p_of and p_of[n].kind == "d"),
+                   if not lost and any(b is not None and b.kind == "d" for b in v)
+                   and n not in r_of and n in p_of and p_of[n].kind == "d"),
                   key=lambda n: (-n.count(b"/"), n))
     return WriteBackPlan(tuple(copy), tuple(aside), tuple(delete), tuple(kept),
-                         tuple(gone), planned)
+                         tuple(gone), planned, lost)
 
 
 def pending_base(base: Base, plan: WriteBackPlan) -> Base:

@@ -273,3 +273,11 @@ def test_a_deletion_never_reaches_below_a_directory_swapped_for_a_symlink(
     y = Entry(b"y", "f", size=4, mtime_ns=1_600_000_000 * S)
     eng.remove_same(str(pfs), [(b"sub/x", x), (b"y", y)])
     assert (other / "x").exists() and not (pfs / "y").exists()
+
+
+def test_an_empty_ramdisk_deletes_nothing() -> None:
+    """A RAMDISK that holds nothing (lost, or recreated for output) is never taken for a
+    job that deleted its whole input."""
+    base = base_of([f(b"a", 1, 10), D, f(b"dir/x", 1, 10)])
+    plan = plan_write_back(base, [], [f(b"a", 1, 10), D, f(b"dir/x", 1, 10)])
+    assert not plan.delete and not plan.rmdirs and plan.empty_ramdisk and plan.empty
