@@ -47,20 +47,27 @@ def kept_newer(src: Iterable[Entry], dst: Iterable[Entry], since: int) -> list[b
     return out
 
 
-def aside_view(dst: Iterable[Entry], names: Collection[bytes],
+def aside_view(dst: Iterable[Entry], names: Collection[bytes] | Mapping[bytes, Entry],
                suffix: str) -> tuple[list[Entry], dict[bytes, bytes]]:
     """``dst`` as the job's copies stand in it: for each of ``names`` (the non-directory
     names of the source) with a copy kept aside (``NAME+suffix`` present, not itself one
-    of ``names``), that copy under NAME, and the newer file of that name left out.
-    Returns the view and ``{NAME: NAME+suffix}``."""
+    of ``names``), that copy under NAME, and the newer file of that name left out. Given
+    the source's entries by name, a NAME that holds the source's version itself (size
+    and mtime) stands for itself: an older copy of that name (a reused job id's) is not
+    taken for it. Returns the view and ``{NAME: NAME+suffix}``."""
     entries = list(dst)
     tail = suffix.encode()
     by_path = {e.path: e for e in entries}
+    src = names if isinstance(names, Mapping) else {}
     moved: dict[bytes, bytes] = {}
     for name in names:
         alt = name + tail
-        if alt in by_path and alt not in names and by_path[alt].kind != "d":
-            moved[name] = alt
+        if alt not in by_path or alt in names or by_path[alt].kind == "d":
+            continue
+        here, own = by_path.get(name), src.get(name)
+        if here is not None and own is not None and here.kind == own.kind and _same(here, own):
+            continue
+        moved[name] = alt
     if not moved:
         return entries, {}
     gone = set(moved) | set(moved.values())

@@ -228,8 +228,10 @@ class StagingEngine(TreeCopy, Packing, Verifier):
         else:
             actual = self._scan(self.hosts[-1], dst, "verify: scanning DATA_OUT")
             # a copy kept aside beside a newer file (staging.aside) is the job's
-            names = {e.path for e in expected if e.kind != "d"}
-            actual, moved = aside_view(actual, names if aside is None else names & set(aside),
+            asked = None if aside is None else set(aside)
+            names = {e.path: e for e in expected
+                     if e.kind != "d" and (asked is None or e.path in asked)}
+            actual, moved = aside_view(actual, names,
                                        scripts.aside_suffix(self.job_id, self.cycle))
             if self.verify_level == "content":
                 files = [e for e in expected if e.kind == "f"]

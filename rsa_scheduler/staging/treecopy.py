@@ -92,7 +92,7 @@ class TreeCopy(Commands):
         elif resume and existing:
             # a copy an earlier run kept aside stands for its name: not copied again
             # over the newer file (unless a verify found it differing: ``redo``)
-            view, _moved = aside_view(existing, {e.path for e in entries if e.kind != "d"},
+            view, _moved = aside_view(existing, {e.path: e for e in entries if e.kind != "d"},
                                       self._aside_suffix())
             todo, already = pending(entries, view, redo=redo)
             complete = {e.path for e in entries} - {e.path for e in todo}

@@ -154,3 +154,11 @@ def test_the_jobs_own_placement_is_placed_again_after_a_failed_verify(
     eng.stage_out(str(ram), str(out), since=built - 1, redo=[b"sub/x"])
     assert (out / "sub/x").read_bytes() == b"abc" and not (out / "sub/x.rsa-77").exists()
     assert "aside" not in eng.verify(str(ram), str(out)).details
+
+
+def test_a_name_holding_the_jobs_version_stands_for_itself() -> None:
+    """An older copy kept aside under the same name (a job id Slurm gave again) is not
+    taken for a name that holds the source's own version."""
+    src = {b"a": f(b"a", 5, 90)}
+    view, moved = aside_view([f(b"a", 5, 90), f(b"a.rsa-7", 3, 10)], src, ".rsa-7")
+    assert moved == {} and sorted(e.path for e in view) == [b"a", b"a.rsa-7"]
