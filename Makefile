@@ -49,13 +49,24 @@ lint: install
 unit: install
 	$(VENV)/bin/pytest -q -m unit tests/unit
 
+# The packages are built first (make deb may apt-get on the host, as lab-up does: never
+# both at once); then the install test (a chroot of its own with its own dpkg, no lab)
+# runs beside the lab phases, its output kept in dist/install-test.log and shown at the
+# end. The lab phases run one after the other and stop at the first that fails. The
+# first failure's status is make test's.
 test: install lint
 	$(VENV)/bin/pytest -q tests/unit
-	$(MAKE) --no-print-directory install-test
-	$(MAKE) --no-print-directory lab-test
-	$(MAKE) --no-print-directory lab-test-variant
-	$(MAKE) --no-print-directory lab-test-native
-	$(MAKE) --no-print-directory lab-test-tiers
+	$(MAKE) --no-print-directory deb
+	@log=$(CURDIR)/dist/install-test.log; \
+	( tests/install/run >$$log 2>&1; echo $$? >$$log.rc ) & bg=$$!; \
+	trap 'kill $$bg 2>/dev/null; wait $$bg; exit 130' INT TERM; \
+	rc=0; for phase in lab-test lab-test-variant lab-test-native lab-test-tiers; do \
+	  $(MAKE) --no-print-directory $$phase || { rc=$$?; echo "make test: $$phase failed"; break; }; \
+	done; \
+	wait $$bg; echo "---- install-test (beside the lab phases): $$log"; cat $$log; \
+	irc=$$(cat $$log.rc 2>/dev/null || echo 1); \
+	[ "$$irc" = 0 ] || { echo "make test: install-test failed"; [ $$rc -ne 0 ] || rc=$$irc; }; \
+	exit $$rc
 
 # The Debian packages, built with Debian's own tooling (debhelper, pybuild) from a clean
 # copy of the tree (tracked files and new ones not ignored), into dist/:

@@ -26,6 +26,7 @@ from .common import (
     mounts,
     run,
 )
+from .rsad import CLIENT_CONF, ETC_CLIENT
 from .slurm import ETC_CONF, ETC_MARK
 
 DAEMONS = {"munged", "slurmctld", "slurmd", "slurmdbd", "slurmstepd", "mariadbd", "mysqld",
@@ -56,6 +57,17 @@ def job_cgroups() -> list[Path]:
     return []
 
 
+def _install_test(proc: Path, cmd: str) -> bool:
+    """A process of tests/install/run: chrooted into its root under RSA_INSTALL_WORK, or
+    the shell that mounts that root (the root's path is in its command line)."""
+    work = os.environ.get("RSA_INSTALL_WORK", "/var/tmp/rsa-install-test").rstrip("/")
+    try:
+        root = os.readlink(proc / "root")
+    except OSError:
+        return False
+    return root.startswith(work + "/") or f" {work}/root " in f" {cmd} "
+
+
 def leftovers(s: Settings) -> list[str]:
     found: list[str] = []
     my_mnt = os.readlink("/proc/self/ns/mnt")
@@ -72,6 +84,8 @@ def leftovers(s: Settings) -> list[str]:
             ns = {k: os.readlink(d / "ns" / k) for k in ("mnt", "uts", "net")}
         except OSError:
             continue
+        if ns["mnt"] != my_mnt and _install_test(d, cmd):
+            continue  # make test runs the install test beside the lab: not the lab's
         if ns["mnt"] != my_mnt or ns["uts"] != my_uts or ns["net"] != my_net:
             found.append(f"process {d.name} in a namespace of its own: {cmd.strip()[:120]}")
         elif comm in DAEMONS or "/run/rsa-lab/" in cmd:
@@ -115,4 +129,6 @@ def leftovers(s: Settings) -> list[str]:
         found.append(f"{ENV_FILE} still exists")
     if ETC_MARK.exists() or (ETC_CONF.is_symlink() and "rsa-lab" in os.readlink(ETC_CONF)):
         found.append(f"{ETC_CONF} symlink of the lab")
+    if ETC_CLIENT.is_symlink() and os.readlink(ETC_CLIENT) == str(CLIENT_CONF):
+        found.append(f"{ETC_CLIENT} symlink of the lab")
     return found

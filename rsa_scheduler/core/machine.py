@@ -142,7 +142,8 @@ def _stage_in(a: _Ask) -> Payload:
     user, nodes = a.on_nodes()
     # union: the job may read the RAMDISK while it fills, so files appear atomically
     atomic = (spec.early_start or a.policy.early_start) is EarlyStart.UNION
-    return StageInArgs(user, nodes, as_path(spec.data_in), atomic, spec.preprocess)
+    return StageInArgs(user, nodes, as_path(spec.data_in), atomic, spec.preprocess,
+                       writable=a.rec.writable_input())
 
 
 def _mount_input(a: _Ask) -> Payload:

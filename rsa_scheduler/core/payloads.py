@@ -267,26 +267,32 @@ class StageInArgs(OnNodes):
     """STAGE_IN: copy ``data_in`` into the RAMDISK, or run ``preprocess`` instead.
 
     ``atomic``: files appear in the RAMDISK whole (the union policy: the job may read
-    the RAMDISK while it fills)."""
+    the RAMDISK while it fills). ``writable``: the input is ``#RSA_INPUT=rw``: what is
+    staged in is recorded, the base its write-backs compare with (staging.writeback)."""
 
     data_in: PurePosixPath | None
     atomic: bool
     preprocess: tuple[str, ...] | None
+    writable: bool = False
 
-    KEYS: ClassVar[tuple[str, ...]] = ("user", "nodes", "data_in", "atomic", "preprocess")
+    KEYS: ClassVar[tuple[str, ...]] = ("user", "nodes", "data_in", "atomic", "preprocess",
+                                       "writable")
 
     def __post_init__(self) -> None:
         OnNodes.__post_init__(self)
         _path(self, "data_in", self.data_in, optional=True)
         _need(self, "atomic", self.atomic, bool, "a bool")
+        _need(self, "writable", self.writable, bool, "a bool")
         _argv(self, "preprocess", self.preprocess)
         if self.data_in is None and self.preprocess is None:
             raise ValueError("StageInArgs needs data_in or preprocess")
 
     def to_json(self) -> dict[str, Any]:
-        return {"user": self.user, "nodes": self.nodes.folded,
+        base = {"user": self.user, "nodes": self.nodes.folded,
                 "data_in": _opt_str(self.data_in), "atomic": self.atomic,
                 "preprocess": _opt_list(self.preprocess)}
+        # written only when set: a read-only input's stage-in logs as it always did
+        return {**base, "writable": True} if self.writable else base
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Self:
@@ -294,7 +300,8 @@ class StageInArgs(OnNodes):
         return cls(user=r.text("user"), nodes=r.nodes(),
                    data_in=r.path("data_in", optional=True),
                    atomic=r.flag("atomic", False),  # not written before 2026-11-22
-                   preprocess=r.argv("preprocess"))
+                   preprocess=r.argv("preprocess"),
+                   writable=r.flag("writable", False))
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,10 +37,13 @@ from rsa_scheduler.core.payloads import (
 from rsa_scheduler.core.units import format_size
 from rsa_scheduler.daemon.engines import EnginePool, WorkerEngine
 from rsa_scheduler.daemon.executors import ActionContext, PermanentError, Registry
+from rsa_scheduler.daemon.writeback import Bases, kept_words, record_stage_in, write_back
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.fs.base import FilesystemBackend, FsRequest, MountSpec
 from rsa_scheduler.hosts import Cancelled, CancelToken, Host
 from rsa_scheduler.runner import Identity
+from rsa_scheduler.staging import scripts
+from rsa_scheduler.staging.aside import aside_words
 from rsa_scheduler.staging.engine import StagingEngine
 from rsa_scheduler.staging.flush import FlushGate
 from rsa_scheduler.staging.manifest import Verification, display
@@ -147,6 +150,19 @@ def redo_of(facts: Mapping[str, Any], action_id: str) -> tuple[list[bytes], bool
     if fact.get("all"):
         return [], False
     return [bytes.fromhex(str(p)) for p in fact.get("paths") or ()], True
+
+
+def built_since(facts: Mapping[str, Any], action_id: str) -> int | None:
+    """The epoch second after which a PFS file is someone else's for a stage-out of
+    this RAMDISK (``staging.aside``): the second before the RAMDISK was built (the fact
+    ``built``). None when no build of it is recorded (built by an older rsad): such a
+    stage-out replaces what it finds, as that rsad's did (logged)."""
+    built = facts.get("built") or {}
+    if built.get("fs_id") != fs_id(action_id) or built.get("at") is None:
+        log.warning("job %s: no build time of its RAMDISK is recorded: the stage-out "
+                    "replaces files of DATA_OUT whatever their age", action_id)
+        return None
+    return int(built["at"]) - 1
 
 
 def _redo_words(fact: Mapping[str, Any]) -> str:
@@ -283,6 +299,8 @@ class DataPath:
         st = cfg.staging
         self.flush_gate = FlushGate(st.stage_out_order, st.flushes_per_target,
                                     [str(t) for t in st.pfs_targets])
+        # writable input: what each RAMDISK's input was staged in from (daemon/writeback)
+        self.bases = Bases(cfg.daemon.state_dir / "writeback")
 
     # ---- fencing --------------------------------------------------------------------------
     def fenced(self, node: str) -> Host:
@@ -568,7 +586,10 @@ class DataPath:
         req = self.request(ctx)
         spec = self.backend(req.tier).create(req, ctx.cancel)
         self.learned(spec)
-        return {"mount": spec.to_json()}
+        # what the job sees of DATA_OUT from now on is the RAMDISK: a PFS file changed
+        # after this is someone else's, never replaced by the stage-out (staging.aside)
+        return {"mount": spec.to_json(),
+                "built": {"fs_id": req.fs_id, "at": int(time.time())}}
 
     def destroy_fs(self, ctx: ActionContext) -> Mapping[str, Any]:
         """Destroy the job's RAMDISK on its nodes. A node the health loop has marked down
@@ -584,6 +605,7 @@ class DataPath:
             if part.nodes:
                 reaped = self.reap(part)
                 self.backend(req.tier).destroy(part)
+            self.bases.drop(req.fs_id)
         out: dict[str, Any] = {"reaped": reaped} if any(reaped.values()) else {}
         if lost:
             log.warning("job %s: RAMDISK %s destroyed without %s (down): cleaned when it "
@@ -642,6 +664,10 @@ class DataPath:
                                data_in=args.data_in, data_out=None)
             if args.data_in is None:  # refused at construction: never both missing
                 raise PermanentError("the stage-in names neither DATA_IN nor PREPROCESS")
+            if args.writable:  # what its write-backs compare with (daemon/writeback)
+                n = record_stage_in(self.bases, spec.fs_id, eng, str(args.data_in))
+                log.info("job %s: writable input: %d objects of %s recorded before the "
+                         "stage-in", ctx.action.job_id, n, args.data_in)
             return _stats(self.bulk(eng).stage_in(
                 str(args.data_in), spec.rsa_mountpoint, atomic=args.atomic))
 
@@ -661,7 +687,7 @@ class DataPath:
             paths, resume = redo if redo is not None else ([], True)
             out = _stats(self.bulk(eng).stage_out(
                 spec.rsa_mountpoint, str(args.data_out), args.method.value,
-                resume=resume, redo=paths))
+                resume=resume, redo=paths, since=built_since(ctx.facts, ctx.action.id)))
         if redo is not None:
             fact = ctx.facts["verify_differed"]
             what = ("the archives were written again" if args.method.value == "tar" else
@@ -697,6 +723,11 @@ class DataPath:
         # the user's message is "stage-out finished: <summary>": true for an empty RAMDISK
         summary = (verified_words(result, out, args.method.value) if result.checked else
                    f"the RAMDISK held no output: nothing was copied to {out}")
+        listed = result.details.get("aside")
+        aside = [(bytes.fromhex(str(p)), bytes.fromhex(str(a)))
+                 for p, a in (listed if isinstance(listed, list) else ())]
+        if aside:
+            summary += "; " + aside_words(aside, out)
         if result.skipped_total:
             summary += "; " + _skipped_words(result.skipped_total,
                                              [display(p) for p in result.skipped],
@@ -709,18 +740,40 @@ class DataPath:
                         "copied again, they match now)")
         # None: nothing is left to copy again (Memory.learn_facts)
         return {"verified": {"objects": result.checked, "bytes": result.checked_bytes,
-                             "level": result.level}, "summary": summary,
+                             "level": result.level,
+                             **({"aside": [display(a) for _p, a in aside]} if aside else {})},
+                "summary": summary,
                 "verify_differed": None, "verify_redone": None}
 
     def write_back(self, ctx: ActionContext) -> Mapping[str, Any]:
         return self.write_back_to(ctx, str(ctx.action.args_as(WriteBackArgs).data_in))
 
     def write_back_to(self, ctx: ActionContext, data_in: str) -> Mapping[str, Any]:
-        """Writable input: the RAMDISK's copy of DATA_IN written back to ``data_in`` as
-        the job's user, then verified. WRITE_BACK's, and the reset's last one (RESET
-        with ``write_back``: after the input mounts are released, before the RAMDISK is
-        recreated)."""
+        """Writable input: what the job changed on the RAMDISK's copy of DATA_IN since it
+        was staged in written back to ``data_in`` as the job's user, its deletions
+        applied, what someone else changed there meanwhile kept (daemon/writeback),
+        verified. WRITE_BACK's, and the reset's last one (RESET with ``write_back``:
+        after the input mounts are released, before the RAMDISK is recreated)."""
         spec = self.mount(ctx)
+        base = self.bases.load(spec.fs_id)
+        if base is not None:
+            with self.tended(ctx, spec) as cancel:
+                own = self.engine(ctx, spec, cancel)
+                done, _result = write_back(self.bases, spec.fs_id, own,
+                                           spec.rsa_mountpoint, data_in, base)
+            suffix = scripts.aside_suffix(own.job_id, own.cycle).encode()
+            out: dict[str, Any] = {
+                "verified": {"objects": done.checked},
+                "written_back": {"copied": len(done.copied), "deleted": len(done.deleted),
+                                 "aside": kept_words(done),
+                                 "kept": [display(p) for p in sorted(done.kept)][:20]},
+                "summary": done.summary(data_in, suffix)}
+            return out
+        # no base recorded (staged in by an older rsad): the whole input copied over
+        # DATA_IN, as that rsad did; nothing deleted, nothing kept aside
+        log.warning("job %s: no record of what its writable input was staged in from: "
+                    "written back whole (the job's deletions are not applied)",
+                    ctx.action.job_id)
         redo: list[bytes] = []
         resume = True
         with self.tended(ctx, spec) as cancel:

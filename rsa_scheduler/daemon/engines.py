@@ -374,10 +374,11 @@ class WorkerEngine:
                                                        atomic=atomic)))
 
     def stage_out(self, ramdisk: str, dst: str, method: str = "rsync", *,
-                  resume: bool = True, redo: Sequence[bytes] = ()) -> Stats:
+                  resume: bool = True, redo: Sequence[bytes] = (),
+                  since: int | None = None) -> Stats:
         return stats_from_json(self._run(self._request(
             "stage_out", ramdisk=ramdisk, dst=dst, method=method, resume=resume,
-            redo=[p.hex() for p in redo])))
+            redo=[p.hex() for p in redo], since=since)))
 
     def verify(self, ramdisk: str, dst: str, method: str = "rsync") -> Verification:
         return verification_from_json(self._run(self._request("verify", ramdisk=ramdisk,

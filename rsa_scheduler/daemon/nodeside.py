@@ -89,10 +89,14 @@ class NodeSide:
                  exclusive: Callable[[str], AbstractContextManager[Any]] | None = None,
                  learned: Callable[[MountSpec], None] = lambda _spec: None,
                  write_back: Callable[[ActionContext, str], Mapping[str, Any]] | None = None,
+                 written_back: Callable[[str], None] = lambda _fs_id: None,
                  ) -> None:
         self.backend_for = backend_for
         # writable input's last write-back, between the release and the recreation
         self.write_back = write_back
+        # ... after which its base is forgotten: the RAMDISK about to be recreated empty
+        # must never be taken for a job that deleted its whole input (daemon/writeback)
+        self.written_back = written_back
         # the reset recreates the RAMDISK: never beside a repair of it (daemon/data.py)
         self.exclusive = exclusive or (lambda _fs_id: contextlib.nullcontext())
         self.learned = learned
@@ -127,6 +131,7 @@ class NodeSide:
         job = ctx.action.job_id
         data_out = ctx.action.args_as(ResetArgs).data_out
         backend, req = self.backend_for(ctx)
+        written: Mapping[str, Any] = {}
         if ctx.facts.get("reset_of") == ctx.action.id and ctx.facts.get("mount"):
             # this reset recreated the RAMDISK before rsad restarted: the job may already
             # write its output there; never destroy it again, only finish the mounts
@@ -163,12 +168,13 @@ class NodeSide:
                     raise RsaError("writable input, but rsad has no write-back path: "
                                    "the RAMDISK is kept")
                 if ctx.facts.get("written_back_of") != ctx.action.id:
-                    self.write_back(ctx, str(args.data_in))
+                    written = self.write_back(ctx, str(args.data_in))
                     # re-issued after a crash, it must not write the same copy again over
                     # what the job changed on the PFS since the release
                     ctx.milestone({"written_back_of": ctx.action.id})
                     log.info("job %s: reset: writable input written back after its "
                              "mounts were released", job)
+                self.written_back(req.fs_id)
             with self.exclusive(req.fs_id):
                 spec = backend.reset(req, ctx.cancel)
                 self.learned(spec)
@@ -190,6 +196,11 @@ class NodeSide:
             detail = {"partial": str(e),
                       "summary": f"{e}; nodes without the mount write to the PFS"}
         detail["mount"] = spec.to_json()
+        if written.get("summary") and "summary" not in detail:
+            # what the last write-back did (files kept aside, kept) is the user's to read
+            detail["summary"] = f"input released; {written['summary']}"
+        if written.get("written_back"):
+            detail["written_back"] = written["written_back"]
         return detail
 
     def _mount(self, ctx: ActionContext, *, role: str, target: PurePosixPath | None,

@@ -322,7 +322,8 @@ class Worker:
             return stats_to_json(eng.stage_out(
                 args["ramdisk"], args["dst"], str(args.get("method", "rsync")),
                 resume=bool(args.get("resume", True)),
-                redo=[bytes.fromhex(str(p)) for p in args.get("redo") or ()]))
+                redo=[bytes.fromhex(str(p)) for p in args.get("redo") or ()],
+                since=None if args.get("since") is None else int(args["since"])))
         return verification_to_json(eng.verify(args["ramdisk"], args["dst"],
                                                str(args.get("method", "rsync"))))
 

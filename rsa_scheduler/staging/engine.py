@@ -28,16 +28,18 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 
 from ClusterShell.NodeSet import NodeSet
 
 from rsa_scheduler.hosts import Cancelled, CancelToken, Host
 from rsa_scheduler.runner import CommandError, Identity
 from rsa_scheduler.staging import scripts
+from rsa_scheduler.staging.aside import aside_view
 from rsa_scheduler.staging.commands import log
 from rsa_scheduler.staging.flush import Gate
-from rsa_scheduler.staging.manifest import Verification, compare, with_hashes
+from rsa_scheduler.staging.manifest import Entry, Verification, compare, with_hashes
 from rsa_scheduler.staging.packing import Packing
 from rsa_scheduler.staging.plan import STRIPE_MIN
 from rsa_scheduler.staging.report import (
@@ -137,14 +139,18 @@ class StagingEngine(TreeCopy, Packing, Verifier):
         return self._copy("stage-in", src, ramdisk, resume=resume, atomic=atomic)
 
     def stage_out(self, ramdisk: str, dst: str, method: str = "rsync", *,
-                  resume: bool = True, redo: Sequence[bytes] = ()) -> Stats:
+                  resume: bool = True, redo: Sequence[bytes] = (),
+                  since: int | None = None) -> Stats:
         """RAMDISK → DATA_OUT, as a tree (``rsync``, the default) or as archives (``tar``).
         Either way a file appears under its final name only once complete: the tree is
         copied into ``<dst>/.rsa-staging-<job>-<random>/`` and renamed into place, archives are
         written to ``.part`` names and renamed. ``redo``: paths (relative to the RAMDISK)
         a verify found differing at DATA_OUT: copied again whatever the quick check of a
         resume says (a tree above the list limit is then copied whole, without resume;
-        archives are always written whole)."""
+        archives are always written whole). ``since`` (an epoch second: when the job's
+        RAMDISK was built): a file of DATA_OUT modified after it is never replaced by the
+        copy, which goes beside it as NAME.rsa-<job>[.c<cycle>] (``staging.aside``; not
+        in streamed mode nor for archives, whose names are the job's own)."""
         if method not in METHODS:
             raise ValueError(f"stage-out method {method!r}: expected one of {METHODS}")
         self._start()
@@ -161,35 +167,98 @@ class StagingEngine(TreeCopy, Packing, Verifier):
             return Stats("stage-out", 0, 0, 0, 0.0, 0, 0, (), {})
         if method == "tar":
             return self._pack(ramdisk, dst)
-        return self._copy("stage-out", ramdisk, dst, resume=resume, atomic=True, redo=redo)
+        return self._copy("stage-out", ramdisk, dst, resume=resume, atomic=True, redo=redo,
+                          since=since)
 
-    def verify(self, ramdisk: str, dst: str, method: str = "rsync") -> Verification:
-        """Compare DATA_OUT (or its archives) with a manifest of the RAMDISK."""
+    def scan(self, root: str, what: str) -> list[Entry]:
+        """Every object below ``root``, as the user (``what``: the phase, for errors)."""
+        self._start()
+        try:
+            return self._scan(self.hosts[0], root, f"{what}: scanning {root}")
+        finally:
+            self._stop()
+
+    def copy_names(self, ramdisk: str, dst: str, names: Collection[bytes], *,
+                   since: int = 0,
+                   expect: Mapping[bytes, tuple[int, int] | None] | None = None) -> Stats:
+        """RAMDISK -> ``dst``: exactly ``names`` (and every directory), placed
+        atomically; a file of ``dst`` modified after ``since`` (0: any) that differs
+        from the copy is kept and the copy goes beside it (``staging.aside``), unless
+        it is the version ``expect`` gives for its name ((size, mtime); None: the name
+        was absent)."""
+        return self._copy("stage-out", ramdisk, dst, resume=False, atomic=True,
+                          since=since, only=names, expect=expect)
+
+    def remove_same(self, root: str, items: Sequence[tuple[bytes, Entry]]) -> None:
+        """Delete each name below ``root`` where it is still the version given (a
+        write-back applies the job's deletions; ``scripts.REMOVE_SAME``)."""
+        if not items:
+            return
+        self._start()
+        try:
+            self._user(self.hosts[0], scripts.remove_same_argv(root),
+                       f"write-back: deleting {len(items)} name(s) in {root}",
+                       input=scripts.remove_same_input(
+                           (p, e.size, e.mtime_s) for p, e in items))
+        finally:
+            self._stop()
+
+    def remove_dirs(self, root: str, names: Sequence[bytes]) -> None:
+        """Remove these directories below ``root`` where empty (deepest first)."""
+        if not names:
+            return
+        self._start()
+        try:
+            self._user(self.hosts[0], scripts.remove_dirs_argv(root),
+                       f"write-back: removing {len(names)} directories in {root}",
+                       input=scripts.encode_list(names))
+        finally:
+            self._stop()
+
+    def verify(self, ramdisk: str, dst: str, method: str = "rsync", *,
+               only: Collection[bytes] | None = None,
+               aside: Collection[bytes] | None = None) -> Verification:
+        """Compare DATA_OUT (or its archives) with a manifest of the RAMDISK
+        (``only``: of these names alone, listed, as a write-back placed them). A copy
+        kept aside stands for its name (of the names in ``aside``, when given)."""
         if method not in METHODS:
             raise ValueError(f"stage-out method {method!r}: expected one of {METHODS}")
         self._start()
-        limit = self._stream_limit() if method == "rsync" else -1
+        limit = self._stream_limit() if method == "rsync" and only is None else -1
         expected = self._scan(self.hosts[0], ramdisk, "verify: scanning the RAMDISK",
                               limit=limit)
+        if only is not None:
+            wanted = frozenset(only)
+            expected = [e for e in expected if e.kind != "d" and e.path in wanted]
         if not expected:  # nothing to copy, nothing to find (stage_out left DATA_OUT alone)
             self._mounted_empty(ramdisk)
             return compare([], [], level=self.verify_level)
         if limit >= 0 and len(expected) > limit:
             del expected  # too many to list here: the nodes compare
             return self._stream_verify(ramdisk, dst)
+        moved: dict[bytes, bytes] = {}
         if method == "tar":
             actual = self._archive_manifest(dst)
         else:
             actual = self._scan(self.hosts[-1], dst, "verify: scanning DATA_OUT")
+            # a copy kept aside beside a newer file (staging.aside) is the job's
+            asked = None if aside is None else set(aside)
+            names = {e.path: e for e in expected
+                     if e.kind != "d" and (asked is None or e.path in asked)}
+            actual, moved = aside_view(actual, names,
+                                       scripts.aside_suffix(self.job_id, self.cycle))
             if self.verify_level == "content":
                 files = [e for e in expected if e.kind == "f"]
                 have = {e.path for e in actual if e.kind == "f"}
-                exp_h, act_h = self._hash_both(ramdisk, dst, files, have)
+                exp_h, act_h = self._hash_both(ramdisk, dst, files, have, moved)
                 expected, actual = with_hashes(expected, exp_h), with_hashes(actual, act_h)
         if method == "tar" and self.verify_level == "content":
             files = [e for e in expected if e.kind == "f"]
             expected = with_hashes(expected, self._hash(ramdisk, files))
         result = compare(expected, actual, level=self.verify_level)
+        if moved:
+            result = replace(result, details={
+                **result.details, "aside": [[p.hex(), a.hex()] for p, a in moved.items()]})
         log.info("%s: %s", self.job_id, result.summary(dst))
         return result
 

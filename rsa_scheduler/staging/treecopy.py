@@ -18,11 +18,12 @@ from __future__ import annotations
 import posixpath
 import secrets
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from rsa_scheduler.hosts import Host
 from rsa_scheduler.runner import Completed
 from rsa_scheduler.staging import scripts
+from rsa_scheduler.staging.aside import aside_view, kept_newer
 from rsa_scheduler.staging.commands import Commands, log
 from rsa_scheduler.staging.manifest import Entry, display
 from rsa_scheduler.staging.plan import Bucket, below_any, make_plan, pending, whole_roots
@@ -42,18 +43,35 @@ class TreeCopy(Commands):
     ``stage_out`` with method ``rsync``)."""
 
     def _copy(self, phase: str, src: str, dst: str, *, resume: bool,
-              atomic: bool = False, redo: Collection[bytes] = ()) -> Stats:
+              atomic: bool = False, redo: Collection[bytes] = (),
+              since: int | None = None, only: Collection[bytes] | None = None,
+              expect: Mapping[bytes, tuple[int, int] | None] | None = None) -> Stats:
         self._start()
         try:
-            return self._copy_tree(phase, src, dst, resume, atomic, frozenset(redo))
+            return self._copy_tree(phase, src, dst, resume, atomic, frozenset(redo),
+                                   since, None if only is None else frozenset(only),
+                                   expect or {})
         finally:
             self._stop()
 
+    def _aside_suffix(self) -> str:
+        """What this job's run names a copy kept aside after (``scripts.aside_suffix``)."""
+        return scripts.aside_suffix(self.job_id, self.cycle)
+
     def _copy_tree(self, phase: str, src: str, dst: str, resume: bool,
-                   atomic: bool = False, redo: frozenset[bytes] = frozenset()) -> Stats:
+                   atomic: bool = False, redo: frozenset[bytes] = frozenset(),
+                   since: int | None = None, only: frozenset[bytes] | None = None,
+                   expect: Mapping[bytes, tuple[int, int] | None] | None = None) -> Stats:
+        """``since`` (atomic placement only): a destination file modified after this
+        epoch second that differs from the copy is kept; the copy goes beside it
+        (``staging.aside``). A copy kept aside by an earlier run counts as placed.
+        ``only``: copy exactly these names (and the directories), whatever the quick
+        check says (a write-back of writable input: ``staging.writeback``); ``expect``:
+        the version of each name it may replace (``scripts.expect_input``)."""
+        expect = expect or {}
         t0 = self.clock()
         first = self.hosts[0]
-        limit = self._stream_limit()
+        limit = self._stream_limit() if only is None else -1
         entries = self._scan(first, src, f"{phase}: scanning {src}", limit=limit)
         if limit >= 0 and len(entries) > limit:  # too many to list here: the nodes do
             del entries  # (their quick check cannot leave out a list: no resume then)
@@ -66,8 +84,17 @@ class TreeCopy(Commands):
         existing = [e for e in self._scan(first, dst, f"{phase}: scanning {dst}")
                     if not scripts.is_part_dir(e.path.split(b"/", 1)[0], self.job_id)]
         self._refuse_planted(entries, existing, dst, phase)
-        if resume and existing:
-            todo, already = pending(entries, existing, redo=redo)
+        if only is not None:
+            # the others are left as the destination has them: never in a whole-directory
+            # bucket (which would copy them too), as if complete
+            todo = [e for e in entries if e.kind == "d" or e.path in only]
+            complete = {e.path for e in entries if e.kind != "d" and e.path not in only}
+        elif resume and existing:
+            # a copy an earlier run kept aside stands for its name: not copied again
+            # over the newer file (unless a verify found it differing: ``redo``)
+            view, _moved = aside_view(existing, {e.path: e for e in entries if e.kind != "d"},
+                                      self._aside_suffix())
+            todo, already = pending(entries, view, redo=redo)
             complete = {e.path for e in entries} - {e.path for e in todo}
         # Whole directories go recursively (atomic placement too: it renames what the
         # copy left in its part directory, whatever the names were).
@@ -99,6 +126,15 @@ class TreeCopy(Commands):
         token = secrets.token_hex(8)  # unpredictable: see scripts.part_dir
         parts = posixpath.join(dst, scripts.part_dir(self.job_id, token))
         striped: list[StripedFile] = []
+        keep_since = since if atomic else None
+        suffix = self._aside_suffix() if keep_since is not None else ""
+        expected = "\n" + scripts.expect_input(expect) if keep_since is not None and expect else ""
+        if keep_since is not None and existing:
+            kept = kept_newer(todo, existing, keep_since)
+            if kept:
+                log.info("%s: %s: %d file(s) of %s changed since the RAMDISK was built: "
+                         "kept, the copies go beside them (%s...)", self.job_id, phase,
+                         len(kept), dst, ", ".join(repr(display(p)) for p in kept[:3]))
         if self.copy_tool == "engine":
             striped = striped_files(plan.buckets, todo, parts=parts,
                                     streams=len(self.hosts) * self.parallel_per_node,
@@ -125,7 +161,8 @@ class TreeCopy(Commands):
             count(host, 0, r.length)
             if f.finished_one():
                 self._user(host, scripts.stripe_place_argv(
-                    src, f.tmp, dst, f.entry.size, f.entry.mtime_s),
+                    src, f.tmp, dst, f.entry.size, f.entry.mtime_s, since=keep_since,
+                    suffix=suffix, expect=expect.get(f.path)),
                     f"{phase}: placing {display(f.path)!r}",
                     input=scripts.encode_list([f.path]))
                 meter.add(1, 0)
@@ -149,9 +186,10 @@ class TreeCopy(Commands):
             if atomic:
                 argv = scripts.atomic_argv(
                     argv, dst, posixpath.join(parts, str(b.index)),
-                    whole=b.tool == "tree" and all(p in new_roots for p in b.paths))
+                    whole=b.tool == "tree" and all(p in new_roots for p in b.paths),
+                    since=keep_since, suffix=suffix)
             self._user(host, argv, f"{phase}: copying bucket {b.index} ({b.files} files)",
-                       input=scripts.encode_list(b.paths))
+                       input=scripts.encode_list(b.paths) + (expected if atomic else ""))
             count(host, b.files, b.bytes)
 
         self._parallel(ranges_first(striped, plan.buckets), copy, meter)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import posixpath
 import secrets
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rsa_scheduler.hosts import Host
 from rsa_scheduler.runner import Completed
@@ -61,14 +61,18 @@ class Verifier(Commands):
         self._parallel(plan.buckets, run, None)
         return out
 
-    def _hash_both(self, src: str, dst: str, files: Sequence[Entry],
-                   have: set[bytes]) -> tuple[dict[bytes, str], dict[bytes, str]]:
+    def _hash_both(self, src: str, dst: str, files: Sequence[Entry], have: set[bytes],
+                   moved: Mapping[bytes, bytes] | None = None,
+                   ) -> tuple[dict[bytes, str], dict[bytes, str]]:
         """Content hashes of ``files`` below ``src`` (the RAMDISK) and of those of them
         present below ``dst``, every command in parallel over every stream and node.
         Files of at least ``verify_range_bytes`` are hashed in ranges (digest: the list of
         range hashes, the same ranges on both sides), after every node wrote back and
         dropped its cached pages of the destination's copy (docs/staging.md), whether or
-        not the copy striped them."""
+        not the copy striped them. ``moved``: names whose copy below ``dst`` is another
+        one (a copy kept aside, ``staging.aside``): that one is hashed, under the name."""
+        moved = moved or {}
+        back = {alt: name for name, alt in moved.items()}
         streams = len(self.hosts) * self.parallel_per_node
         striped = [e for e in files
                    if self.verify_range_bytes > 0 and e.size >= self.verify_range_bytes]
@@ -78,7 +82,7 @@ class Verifier(Commands):
         out: tuple[dict[bytes, str], dict[bytes, str]] = ({}, {})
         parts: tuple[dict[bytes, list[str]], dict[bytes, list[str]]] = ({}, {})
         lock = threading.Lock()
-        dropped = [e.path for e in striped if e.path in have]
+        dropped = [moved.get(e.path, e.path) for e in striped if e.path in have]
         if dropped:
             for host in self.hosts:  # page caches are per node
                 self._user(host, scripts.drop_cache_argv(dst),
@@ -97,20 +101,25 @@ class Verifier(Commands):
             root = (src, dst)[side]
             if isinstance(item, tuple):
                 e, i, off, n = item
+                name = e.path if side == 0 else moved.get(e.path, e.path)
                 raw = self._user(host, scripts.hash_range_argv(root, off, n),
                                  f"verify: hashing bytes {off}-{off + n} of "
-                                 f"{display(e.path)!r} in {root}",
-                                 input=scripts.encode_list([e.path])).stdout
+                                 f"{display(name)!r} in {root}",
+                                 input=scripts.encode_list([name])).stdout
                 with lock:
                     parts[side][e.path][i] = raw.split()[0] if raw.split() else "?"
                 return
-            paths = item.paths if side == 0 else tuple(p for p in item.paths if p in have)
+            paths = (item.paths if side == 0 else
+                     tuple(moved.get(p, p) for p in item.paths if p in have))
             if not paths:
                 return
             raw = self._user(host, scripts.hash_argv(root), f"verify: hashing in {root}",
                              input=scripts.encode_list(paths)).stdout
+            got = parse_hashes(scripts.decode_output(raw))
+            if side == 1 and back:
+                got = {back.get(p, p): h for p, h in got.items()}
             with lock:
-                out[side].update(parse_hashes(scripts.decode_output(raw)))
+                out[side].update(got)
 
         self._parallel(jobs, run, None)
         for side in (0, 1):

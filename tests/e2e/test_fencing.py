@@ -9,6 +9,8 @@ import signal
 from collections.abc import Mapping
 from pathlib import Path
 
+import pytest
+
 from tests.integration.slurmkit import make_jobs, restart_lab_rsad, root, wait_for
 from tests.integration.test_rsad_staging import fill, rsa_job, wait_state
 from tests.security.test_reap import _owned_script, alive, area
@@ -16,6 +18,7 @@ from tests.security.test_reap import _owned_script, alive, area
 __all__ = ["area"]
 
 
+@pytest.mark.once  # rsad's fence; native hooks across an rsad kill: test_native_trouble
 def test_a_preprocess_of_a_killed_rsad_is_stopped_before_it_is_run_again(
         lab: Mapping[str, str], area: Path) -> None:
     marker = 8100 + os.getpid() % 1000

@@ -11,6 +11,12 @@
    directives).
 3. rsad stopped while Slurm sets a job up, for longer than rsa-bb gave a setup before
    (30 s), and again during data_in: the job waits and starts with its input.
+4. rsad down while the job ends (post_run, data_out), and ``scancel --hurry`` during
+   stage-in and stage-out: nothing lost, nothing left.
+5. rsad killed the moment Slurm has the job staged in (Slurm runs pre_run while rsad is
+   down) and again before ``scancel --hurry`` (Slurm asks teardown while rsad is down):
+   the job runs on its RAMDISK and its output is still staged out and verified.
+6. A DATA_IN job that requeues itself reads its input from a RAMDISK in each run.
 
 Each stage-in is held by a ``#RSA_PREPROCESS`` that waits for a ``go`` file, so the test
 decides when it ends.
@@ -18,7 +24,9 @@ decides when it ends.
 
 from __future__ import annotations
 
+import re
 import signal
+import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -295,3 +303,81 @@ cp "$RSA_RAMDISK"/a "$RSA_RAMDISK"/b "$RSA_DATA_OUT"/
         assert "output-verified" in reached, reached
     got = root(lab, "bash", "-c", f"cd {area}/out && md5sum a b")
     assert got == (area / "res" / "md5.out").read_text()
+
+
+def bb_state(lab: Mapping[str, str], job: str) -> str:
+    """Slurm's ``BurstBufferState`` of ``job`` (staging-in, staged-in, pre-run, running,
+    post-run, staging-out, teardown, complete), empty once Slurm forgot it."""
+    try:
+        out = root(lab, "scontrol", "show", "job", job)
+    except subprocess.CalledProcessError:  # the job is gone: no state
+        return ""
+    found = re.search(r"\bBurstBufferState=(\S+)", out)
+    return found.group(1) if found else ""
+
+
+def test_rsad_down_at_pre_run_and_at_teardown_the_job_runs_on_its_ramdisk_and_keeps_output(
+        lab: Mapping[str, str], area: Path) -> None:
+    """rsad killed the moment Slurm has the job staged in: Slurm allocates the job and
+    runs pre_run while rsad is down, and the job still runs with its RAMDISK over
+    DATA_OUT once rsad is back. rsad killed again while the job runs, then
+    ``scancel --hurry``: Slurm asks teardown while rsad is down; rsad, back, stages the
+    output out and verifies it before the RAMDISK goes."""
+    out, res = area / "out", area / "res"
+    script = (f"#!/bin/bash\n#SBATCH -t 5\n#RSA_DATA_OUT={out}\n"
+              f"findmnt -n -o TARGET --target {out} > {res}/outmnt\n"
+              f"head -c $((4 << 20)) /dev/urandom > {out}/a\n"
+              f"(cd {out} && md5sum a) > {res}/md5.out\n"
+              f"while [ ! -e {res}/go-end ]; do sleep 0.5; done\n")
+    with make_jobs(lab) as jobs:
+        job = jobs.submit(script=script)
+        wait_for("Slurm's stage-in done", lambda: bb_state(lab, job) in (
+            "staged-in", "pre-run", "running"), timeout=240, every=0.2)
+        seen: set[str] = set()
+        try:
+            stop_lab_rsad(signal.SIGKILL)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                seen.add(bb_state(lab, job))
+                time.sleep(0.3)
+        finally:
+            start_lab_rsad()
+        assert "pre-run" in seen, f"Slurm never ran pre_run while rsad was down: {seen}"
+        wait_for("the job's output written", lambda: (res / "md5.out").exists(),
+                 timeout=240)
+        assert (res / "outmnt").read_text().strip() == str(out), \
+            "the job wrote its output to the PFS: it started without its RAMDISK"
+        try:
+            stop_lab_rsad(signal.SIGKILL)
+            root(lab, "scancel", "--hurry", job)
+            wait_for("Slurm's teardown while rsad is down",
+                     lambda: bb_state(lab, job) == "teardown", timeout=60, every=0.3)
+            time.sleep(10)
+            assert bb_state(lab, job) == "teardown", "teardown ended while rsad was down"
+        finally:
+            start_lab_rsad()
+        wait_state(lab, job, "released", timeout=300)
+        data = rsa_job(lab, job) or {}
+        reached = [e.get("to") for e in data.get("events", [])]
+        assert "output-verified" in reached and "quarantined" not in reached, reached
+    got = root(lab, "bash", "-c", f"cd {out} && md5sum a")
+    assert got == (res / "md5.out").read_text()
+
+
+def test_a_requeued_input_job_reads_its_input_from_a_ramdisk_in_each_run(
+        lab: Mapping[str, str], area: Path) -> None:
+    """A DATA_IN job that requeues itself: Slurm sets it up again, and its second run
+    reads its input from a RAMDISK staged for that run, never from the PFS or from the
+    first run's torn-down RAMDISK."""
+    script = reader(area, tag="$n").replace(
+        "#SBATCH -t 5\n", "#SBATCH -t 5\n#SBATCH --requeue\n").replace(
+        "findmnt ", "n=${SLURM_RESTART_COUNT:-0}\nfindmnt ", 1)
+    script += ('if [ "$n" = 0 ]; then scontrol requeue $SLURM_JOB_ID; sleep 120; fi\n')
+    with make_jobs(lab) as jobs:
+        job = jobs.submit(script=script)
+        wait_for("the second run", lambda: (area / "res" / "md51").exists(), timeout=400)
+        wait_for("the job's end", lambda: queue_line(lab, job)[0] == "COMPLETED",
+                 timeout=300)
+        wait_state(lab, job, "released", timeout=300)
+    for n in ("0", "1"):
+        read_its_input_from_the_ramdisk(area, n)

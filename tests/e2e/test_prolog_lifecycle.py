@@ -221,6 +221,7 @@ def test_rsad_down_during_the_prolog_the_job_runs_from_the_pfs(
     assert "drained" not in sinfo and "draining" not in sinfo
 
 
+@pytest.mark.once  # the node agents' reset, in either mode
 def test_busy_input_mount_is_never_forced_and_output_goes_to_the_pfs(
         lab: Mapping[str, str], area: Path) -> None:
     rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
@@ -309,6 +310,7 @@ stat -c %s {data_in}/zz-blob > {res}/blob-size
     assert nothing_of_job_mounted(job)
 
 
+@pytest.mark.once  # the mid-job reset is rsad's and the node agents', in either mode
 def test_writable_input_changes_are_written_back_before_the_reset(
         lab: Mapping[str, str], area: Path) -> None:
     rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
@@ -375,6 +377,7 @@ srun -N2 -n2 bash -c 'h=$(hostname); findmnt -n -o TARGET --target {out} > {res}
 
 
 
+@pytest.mark.once  # the node agents' reset, in either mode
 def test_rsad_restarted_mid_job_the_node_agents_still_do_the_reset(
         lab: Mapping[str, str], area: Path) -> None:
     rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"

@@ -1,5 +1,9 @@
 """Writable input is never lost (issue 35): a reset that finds the input busy, retried,
-and the same with rsad killed across the retry while the job ends.
+and the same with rsad killed across the retry while the job ends. The write-back
+copies only what the job changed, applies its deletions and keeps aside what someone
+else changed on the PFS meanwhile (issue 37 item 2), and a file the job rewrites on the
+PFS once its input mount is released is never replaced by the RAMDISK's older copy
+(review finding F3).
 
 The job holds an input file open so that the reset's release finds the mount busy
 (seed 004 §3.2 fn. 3), waits until rsad says ``reset-failed`` (the write-back before
@@ -18,6 +22,8 @@ import pytest
 
 from tests.e2e.conftest import input_area
 from tests.e2e.test_prolog_lifecycle import nothing_of_job_mounted, run_to_start
+from tests.e2e.test_stage_out_failures import events
+from tests.integration.conftest import as_user
 from tests.integration.slurmkit import make_jobs, root, start_lab_rsad, stop_lab_rsad, wait_for
 from tests.integration.test_rsad_staging import wait_state
 
@@ -55,6 +61,7 @@ wait
 """
 
 
+@pytest.mark.once  # the mid-job reset is rsad's and the node agents', in either mode
 def test_a_busy_reset_retried_writes_back_what_the_job_changed_since(
         lab: Mapping[str, str], area: Path) -> None:
     res, data_in = area / "res", area / "in"
@@ -89,4 +96,87 @@ def test_rsad_down_while_the_job_ends_after_a_busy_reset(
         wait_state(lab, job, "released", timeout=300)
     assert (data_in / "mod").read_text() == "v2\n"
     assert (data_in / "added-late").read_text() == "new\n"
+    assert nothing_of_job_mounted(job)
+
+
+def _released(data_in: Path) -> str:
+    """A job's shell loop that waits until DATA_IN is no longer the RAMDISK's mount (the
+    reset released it: the job sees the PFS there)."""
+    return (f'for i in $(seq 1200); do [ "$(findmnt -n -o TARGET --target {data_in})" '
+            f'= "{data_in}" ] || break; sleep 0.05; done')
+
+
+@pytest.mark.once  # the write-back is rsad's and the staging engine's, in either mode
+def test_the_write_back_applies_deletions_and_keeps_what_someone_else_changed(
+        lab: Mapping[str, str], area: Path) -> None:
+    """The job changes f1 and f3 and deletes f2; meanwhile the user (on a login node:
+    here the host, which sees the PFS) rewrites f3 on the PFS. The write-back copies
+    f1, deletes f2 on the PFS, and keeps the user's f3, placing the job's beside it as
+    f3.rsa-<job>; the user reads which. Before: f2 stayed and the job's f3 replaced the
+    user's."""
+    res, data_in = area / "res", area / "in"
+    rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
+    f4 = (data_in / "f4").read_bytes()
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_IN={data_in}
+#RSA_DATA_OUT={area / "out"}
+#RSA_INPUT=rw
+#RSA_RESET=input-done
+findmnt -n -o TARGET --target {data_in} > {res}/inmnt
+echo job > {data_in}/f1
+rm {data_in}/f2
+echo job > {data_in}/f3
+touch {res}/changed
+while [ ! -e {res}/go ]; do sleep 0.2; done
+{rsa} input-done > {res}/input-done 2>&1 &
+{_released(data_in)}
+wait
+"""
+    with make_jobs(lab) as jobs:
+        job = run_to_start(lab, jobs, script)
+        wait_for("the job's changes", lambda: (res / "changed").exists(), timeout=120)
+        done = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c",
+                       f"echo someone > {data_in}/f3 && touch {res}/go"])
+        assert done.returncode == 0, done.stderr
+        wait_state(lab, job, "released", timeout=240)
+    assert (res / "inmnt").read_text().strip() == str(data_in)
+    assert (data_in / "f1").read_text() == "job\n"
+    assert not (data_in / "f2").exists()
+    assert (data_in / "f3").read_text() == "someone\n"
+    assert (data_in / f"f3.rsa-{job}").read_text() == "job\n"
+    assert (data_in / "f4").read_bytes() == f4
+    said = [str(e["message"]) for e in events(lab, job, "action.outcome")
+            if "kept aside" in str(e["message"])]
+    assert said and f"'f3' as 'f3.rsa-{job}'" in said[0], said
+    assert nothing_of_job_mounted(job)
+
+
+@pytest.mark.once
+def test_a_file_the_job_rewrites_on_the_pfs_after_the_release_is_kept(
+        lab: Mapping[str, str], area: Path) -> None:
+    """Review F3: the job changes ``big`` on the RAMDISK (written back once while still
+    mounted), says input-done, and as soon as its input mount is released rewrites
+    ``big`` on the PFS. The reset's last write-back must not copy the RAMDISK's older
+    ``big`` over it. Before: it did (the job's last version was gone)."""
+    res, data_in = area / "res", area / "in"
+    rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_IN={data_in}
+#RSA_DATA_OUT={area / "out"}
+#RSA_INPUT=rw
+#RSA_RESET=input-done
+head -c 48M /dev/urandom > {data_in}/big
+{rsa} input-done > {res}/input-done 2>&1 &
+{_released(data_in)}
+echo v3 > {data_in}/big
+findmnt -n -o TARGET --target {data_in} > {res}/inmnt-after
+wait
+"""
+    with make_jobs(lab) as jobs:
+        job = run_to_start(lab, jobs, script)
+        wait_state(lab, job, "released", timeout=240)
+    assert (res / "inmnt-after").read_text().strip() != str(data_in)
+    assert (data_in / "big").read_bytes() == b"v3\n"
     assert nothing_of_job_mounted(job)

@@ -455,10 +455,14 @@ def test_a_reset_of_writable_input_writes_it_back_after_the_release() -> None:
 
     def write_back(ctx: ActionContext, data_in: str) -> Mapping[str, Any]:
         order.append(f"write-back {data_in}")
-        return {}
+        return {"summary": "writable input written back to /scratch/a/in: ...",
+                "written_back": {"copied": 1}}
 
     backend.destroy = destroy  # type: ignore[method-assign]
     side.write_back = write_back
+    # the base is forgotten before the RAMDISK is recreated empty (never taken for a job
+    # that deleted its whole input)
+    side.written_back = lambda fs_id: order.append(f"forget {fs_id}")
     side.prolog("7", "c1", "c1", "mounted-input")
     fut = start(reg, ActionKind.RESET, make_args(ActionKind.RESET, write_back=True))
     rel = side.agent("7", "c1", "c1", 0, wait=2)
@@ -466,8 +470,10 @@ def test_a_reset_of_writable_input_writes_it_back_after_the_release() -> None:
     side.report("7", "c1", {"seq": rel["seq"], "ok": True})
     mount = side.agent("7", "c1", "c1", 1, wait=2)
     side.report("7", "c1", {"seq": mount["seq"], "ok": True})
-    assert fut.result(5).result is Result.OK
-    assert order == ["write-back /scratch/a/in", "recreate"]
+    out = fut.result(5)
+    assert out.result is Result.OK
+    assert order == ["write-back /scratch/a/in", "forget job7-c1", "recreate"]
+    assert out.message == "input released; writable input written back to /scratch/a/in: ..."
 
 
 def test_a_failed_last_write_back_keeps_the_ramdisk() -> None:

@@ -133,7 +133,7 @@ def test_the_engine_places_new_directories_whole_and_keeps_everything(
     seen.clear()
     eng.stage_out(str(area / "ram"), str(out))
     atomic = [a for a in seen if a[2:3] == [scripts.ATOMIC]]
-    assert atomic and any(a[-1] == "whole" for a in atomic), atomic
+    assert atomic and any(a[9] == "whole" for a in atomic), atomic
     assert tree_state(out) == tree_state(area / "new")
     assert eng.verify(str(area / "ram"), str(out)).ok
     # again, into a DATA_OUT where a/ exists with a file of the user's: merged
@@ -143,7 +143,7 @@ def test_the_engine_places_new_directories_whole_and_keeps_everything(
     own(again, user)
     seen.clear()
     eng.stage_out(str(area / "ram"), str(again))
-    assert not any(a[-1] == "whole" for a in seen if a[2:3] == [scripts.ATOMIC])
+    assert not any(a[9] == "whole" for a in seen if a[2:3] == [scripts.ATOMIC])
     assert (again / "a" / "keep").read_text() == "mine"
     got = tree_state(again)
     del got[b"a/keep"]
@@ -162,5 +162,5 @@ def test_a_union_stage_in_never_renames_a_directory_in_whole(
     eng.prepare_root(str(area / "ram"))
     eng.stage_in(str(area / "new"), str(area / "ram"), atomic=True)
     atomic = [a for a in seen if a[2:3] == [scripts.ATOMIC]]
-    assert atomic and not any(a[-1] == "whole" for a in atomic), atomic
+    assert atomic and not any(a[9] == "whole" for a in atomic), atomic
     assert files_of(area / "ram") == files_of(area / "new")

@@ -188,9 +188,13 @@ def test_big_files_use_big_writes_into_the_ramdisk_and_small_reads_out_of_it() -
     # atomic placement hands the block on to the copier as its $3
     wrapped = scripts.atomic_argv(argv, "/ram/job 1", "/ram/job 1/.rsa-staging/0")
     assert wrapped[3:] == ["bash", "/ram/job 1", "/ram/job 1", "/ram/job 1/.rsa-staging/0",
-                           scripts.BIG, "128K", ""]
+                           scripts.BIG, "128K", "", "", ""]
     whole = scripts.atomic_argv(argv, "/d", "/d/.rsa-staging/0", whole=True)
-    assert whole[-1] == "whole"
+    assert whole[9] == "whole"
+    kept = scripts.atomic_argv(argv, "/d", "/d/.rsa-staging/0", since=99, suffix=".rsa-7")
+    assert kept[-2:] == ["99", ".rsa-7"]
+    with pytest.raises(ValueError):  # a newer file kept needs a name for the copy
+        scripts.atomic_argv(argv, "/d", "/d/.rsa-staging/0", since=99)
 
 
 def test_index_lines() -> None:

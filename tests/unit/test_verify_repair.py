@@ -113,8 +113,10 @@ class Engine:
         self.outs: list[dict[str, Any]] = []
 
     def stage_out(self, ramdisk: str, dst: str, method: str = "rsync", *,
-                  resume: bool = True, redo: Sequence[bytes] = ()) -> Stats:
-        self.outs.append({"resume": resume, "redo": list(redo), "method": method})
+                  resume: bool = True, redo: Sequence[bytes] = (),
+                  since: int | None = None) -> Stats:
+        self.outs.append({"resume": resume, "redo": list(redo), "method": method,
+                          **({"since": since} if since is not None else {})})
         return Stats("stage-out", len(redo), 10 * len(redo), 0, 0.1, 1, 0, (), {})
 
     def verify(self, ramdisk: str, dst: str, method: str = "rsync") -> Verification:
@@ -349,3 +351,24 @@ def test_a_write_back_copies_again_what_its_verify_found_differing() -> None:
     with pytest.raises(RsaError, match="content differs"):
         dp.write_back(ctx)
     assert len(eng.outs) == WRITE_BACK_ROUNDS
+
+
+def test_the_stage_out_keeps_pfs_files_newer_than_the_build_and_verify_says_which() -> None:
+    """issue 35 item 2: the build's time (fact ``built``, kept across a restart) is what
+    the stage-out keeps newer PFS files after; verify names the copies kept aside."""
+    aside = Verification(True, "content", 40, 4000,
+                         details={"aside": [[b"sub/a".hex(), b"sub/a.rsa-7".hex()]]})
+    eng = Engine([aside])
+    dp, job = Path_(eng), Job()
+    job.record(Event(0.0, "7", "action.outcome", {
+        "action": "7/1/build_fs/1", "result": "ok",
+        "detail": {"mount": SPEC.to_json(), "built": {"fs_id": "job7-c1", "at": 1000}}}))
+    job.restart()
+    job.run(dp, "7/1/stage-out/5")
+    assert eng.outs[-1]["since"] == 999
+    out, said = job.run(dp, "7/1/verify/6")
+    assert out is not None and out["verified"]["aside"] == ["sub/a.rsa-7"]
+    assert "1 file kept aside in /pfs/u/out" in said and "'sub/a' as 'sub/a.rsa-7'" in said
+    # another run's RAMDISK: its build is not this one's
+    job.run(dp, "7/2/stage-out/9")
+    assert "since" not in eng.outs[-1]

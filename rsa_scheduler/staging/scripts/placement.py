@@ -4,14 +4,16 @@ Owns ``ATOMIC`` (copy a bucket into a private part directory, then rename every 
 place), the part directories' names (``PART_DIR``, :func:`part_dir`, :func:`is_part_dir`)
 and ``NEW_PART`` (a fresh one, the job's own leftovers removed), ``MKDIRS`` and ``MKDIR``
 (directories created as the user, never through a symlink), the root-only RAMDISK root
-(:func:`prepare_root_argv`) and removing a part directory.
+(:func:`prepare_root_argv`), removing a part directory, and the deletions of a
+write-back (``REMOVE_SAME``, ``REMOVE_DIRS``).
 
 Pure: builds lists, runs nothing. Imports only ``shell``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import base64
+from collections.abc import Iterable, Mapping, Sequence
 
 from rsa_scheduler.staging.scripts.shell import BASH, PRELUDE, bash
 
@@ -34,8 +36,21 @@ from rsa_scheduler.staging.scripts.shell import BASH, PRELUDE, bash
 # instead of one per file. Where that rename is refused (someone wrote into the
 # placeholder, or swapped it), the names go one by one as for any bucket; a directory
 # missing at the destination is created then (never through a symlink: exit 65).
+# With $7 (an epoch second) a name is never renamed over a file, symlink or FIFO of the
+# destination modified after $7 (someone else's since the job's RAMDISK was built, or
+# since the write-back's scan) unless that one has the same size and mtime as the copy
+# (this job's own earlier placement, placed again after a failed verify): the copy goes
+# beside it as NAME$8 instead (``aside_suffix``: NAME.rsa-<job>[.c<cycle>], documented
+# in docs/staging.md#kept-aside), or unless it is the version a write-back expects to
+# replace: stdin may carry, after the list and a newline, base64 of "./<name>\0<size>
+# <mtime>\0" records (``expect_input``; "-": the name is expected absent). The check and
+# the rename are two steps: a file written in the instant between them is replaced.
 ATOMIC = PRELUDE + (
-    'list=$(cat) || exit 1; rm -rf -- "$3" && mkdir -p -- "$3" || exit 1; prev=; '
+    "nl=$'\\n'; " 'all=$(cat) || exit 1; list=${all%%"$nl"*}; exp=; '
+    'case $all in *"$nl"*) exp=${all#*"$nl"};; esac; declare -A want=(); '
+    'if [ -n "$exp" ]; then while IFS= read -r -d "" k && IFS= read -r -d "" v; do '
+    'want["$k"]=$v; done < <(printf %s "$exp" | base64 -d); fi; '
+    'rm -rf -- "$3" && mkdir -p -- "$3" || exit 1; prev=; '
     'printf %s "$list" | base64 -d | while IFS= read -r -d "" p; do d=${p%/*}; '
     '[ "$d" = "$prev" ] || mkdir -p -- "$3/$d" || exit 1; prev=$d; done || exit 1; '
     'printf %s "$list" | bash -c "$4" bash "$1" "$3" "$5" || exit $?; '
@@ -49,6 +64,13 @@ ATOMIC = PRELUDE + (
     'if [ -L "$2/$d" ]; then echo "refusing to write through the symlink $2/$d: '
     'remove it or choose another destination" >&2; exit 65; fi; '
     '[ -d "$2/$d" ] || mkdir -- "$2/$d" || exit 1; '
+    'if [ -n "$7" ]; then find "$2/$d" -mindepth 1 -maxdepth 1 ! -type d '
+    '-newermt "@$7" -printf "%f\\0" | while IFS= read -r -d "" n; do '
+    '{ [ -e "$d/$n" ] || [ -L "$d/$n" ]; } && [ ! -d "$d/$n" ] || continue; '
+    's=$(stat -c "%s %Y" -- "$2/$d/$n") || continue; '
+    '[ "$s" != "$(stat -c "%s %Y" -- "$d/$n")" ] || continue; '
+    'if [ -n "${want["$d/$n"]+x}" ] && [ "$s" = "${want["$d/$n"]}" ]; then continue; fi; '
+    'mv -f -T -- "$d/$n" "$2/$d/$n$8" || exit 1; done || exit 1; fi; '
     'find "$d" -mindepth 1 -maxdepth 1 ! -type d -print0 '
     '| xargs -0 -r mv -f -t "$2/$d" -- || exit 1; done || exit $?; '
     'cd / && rm -rf -- "$3"')
@@ -109,22 +131,79 @@ MKDIR = ('[ ! -L "$1" ] || { echo "refusing to write through the symlink $1: use
          'path" >&2; exit 65; }; mkdir -p -- "$1"')
 
 
+# A write-back of writable input applies the job's deletions, as the user, below $1
+# (``staging.writeback``). Each stdin record is a name and the "<size> <mtime>" it must
+# still have (the version the job deleted): a name that is gone, a directory, changed
+# since (someone else's now) or below a directory reached through a symlink is left
+# alone. REMOVE_DIRS removes the listed directories, deepest first, where empty.
+_UNDER = 'd=${p%/*}; [ "$(cd -- "$d" 2>/dev/null && pwd -P)" = "$top${d#.}" ] || continue; '
+REMOVE_SAME = PRELUDE + (
+    'cd -P -- "$1" || exit 66; top=$(pwd -P); '
+    'base64 -d | while IFS= read -r -d "" p && IFS= read -r -d "" want; do ' + _UNDER +
+    '{ [ -e "$p" ] || [ -L "$p" ]; } && [ ! -d "$p" ] || continue; '
+    '[ "$(stat -c "%s %Y" -- "$p")" = "$want" ] || continue; rm -f -- "$p" || exit 1; done')
+REMOVE_DIRS = PRELUDE + (
+    'cd -P -- "$1" || exit 66; top=$(pwd -P); '
+    'base64 -d | while IFS= read -r -d "" p; do ' + _UNDER +
+    '[ -d "$p" ] && [ ! -L "$p" ] || continue; rmdir -- "$p" 2>/dev/null || true; done')
+
+
+def expect_input(expect: Mapping[bytes, tuple[int, int] | None]) -> str:
+    """What follows the list on ATOMIC's stdin (after a newline): for each name, the
+    (size, mtime in seconds) it may be replaced in, or None: only where absent."""
+    return base64.b64encode(b"".join(
+        b"./" + p + b"\0" + (b"-" if v is None else f"{v[0]} {v[1]}".encode()) + b"\0"
+        for p, v in expect.items())).decode("ascii")
+
+
+def remove_same_argv(root: str) -> list[str]:
+    """Delete below ``root`` what stdin lists (:func:`remove_same_input`) where it is
+    still the version listed."""
+    return bash(REMOVE_SAME, root)
+
+
+def remove_same_input(items: Iterable[tuple[bytes, int, int]]) -> str:
+    """stdin of :func:`remove_same_argv`: (name, size, mtime in seconds) records."""
+    return base64.b64encode(b"".join(b"./" + p + b"\0" + f"{size} {mtime}".encode() + b"\0"
+                                     for p, size, mtime in items)).decode("ascii")
+
+
+def remove_dirs_argv(root: str) -> list[str]:
+    """Remove the directories stdin lists (``encode_list``) below ``root`` where empty."""
+    return bash(REMOVE_DIRS, root)
+
+
 # Root-only: the RAMDISK root of a job, owned by the user, private.
 def prepare_root_argv(path: str, uid: int, gid: int, mode: int = 0o700) -> list[str]:
     return ["install", "-d", "-o", str(uid), "-g", str(gid), "-m", f"{mode:o}", "--", path]
 
 
+def aside_suffix(job_id: str, cycle: int = 1) -> str:
+    """What a copy kept aside is named after: ``NAME.rsa-<job>`` (the job's first run),
+    ``NAME.rsa-<job>.c<cycle>`` (a requeued run's, as its tar archives)."""
+    if not job_id or "/" in job_id or job_id.startswith("."):
+        raise ValueError(f"job id {job_id!r}: cannot name a file after it")
+    return f".rsa-{job_id}" + (f".c{cycle}" if cycle > 1 else "")
+
+
 def atomic_argv(copier: Sequence[str], dst: str, part: str, *,
-                whole: bool = False) -> list[str]:
+                whole: bool = False, since: int | None = None,
+                suffix: str = "") -> list[str]:
     """Run a ``tar_pipe_argv``/``big_argv``/``rsync_argv`` copier into ``part``, then
     rename each listed name from ``part`` to its place below ``dst`` (stdin: the list, as
     for the copier). ``whole``: the listed names are directories new at ``dst`` with only
-    an empty placeholder there; each is placed by one rename where it can be."""
+    an empty placeholder there; each is placed by one rename where it can be. ``since``
+    (an epoch second) with ``suffix``: a destination file modified after ``since`` that
+    differs from the copy in size or mtime is kept; the copy goes beside it as
+    NAME+``suffix``."""
     if copier[:2] != [BASH, "-c"] or len(copier) < 5:
         raise ValueError("atomic placement wraps a tar_pipe_argv or big_argv copier")
+    if since is not None and not suffix:
+        raise ValueError("keeping newer files needs the suffix of the copies kept aside")
     program, src = copier[2], copier[4]
     extra = copier[6] if len(copier) > 6 else ""
-    return bash(ATOMIC, src, dst, part, program, extra, "whole" if whole else "")
+    return bash(ATOMIC, src, dst, part, program, extra, "whole" if whole else "",
+                "" if since is None else str(int(since)), suffix)
 
 
 def remove_tree_argv(path: str) -> list[str]:

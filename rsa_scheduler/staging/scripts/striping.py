@@ -60,13 +60,19 @@ CHUNK = 64 << 20  # bytes of a range checked at once (the source side stays in t
 # mtime (seconds) the scan saw ($4: "<size> <mtime>"; a file changed while it was copied
 # is refused, the next run copies it again), its mode and mtime go onto the temporary
 # file ($2), which is renamed to the final name below $3: rename(2) replaces whatever
-# is there (a symlink too) whole, never writes through it.
+# is there (a symlink too) whole, never writes through it. With $5 (an epoch second),
+# a destination file modified after $5 that differs from the copy in size or mtime is
+# kept: the copy goes beside it as NAME$6 (as ``placement.ATOMIC``), unless it is the
+# version $7 ("<size> <mtime>", or "-") a write-back expects to replace.
 STRIPE_PLACE = PRELUDE + (
     'cd -- "$1" || exit 66; IFS= read -r -d "" p < <(base64 -d) || exit 1; '
     'now=$(stat -c "%s %Y" -- "$p") || exit 1; [ "$now" = "$4" ] || { echo '
     '"$p changed while it was copied (size and mtime $now, expected $4)" >&2; exit 1; }; '
     '[ ! -L "$2" ] && cp --attributes-only --preserve=mode,timestamps -- "$p" "$2" '
-    '&& mv -f -T -- "$2" "$3/$p"')
+    '|| exit 1; t=$3/$p; if [ -n "$5" ] && { [ -e "$t" ] || [ -L "$t" ]; } && '
+    '[ ! -d "$t" ] && [ -n "$(find "$t" -maxdepth 0 -newermt "@$5" -print)" ] && '
+    's=$(stat -c "%s %Y" -- "$t") && [ "$s" != "$4" ] && [ "$s" != "$7" ]; then '
+    't=$t$6; fi; mv -f -T -- "$2" "$t"')
 
 
 def stripe_new_argv(tmp: str, size: int) -> list[str]:
@@ -93,6 +99,14 @@ def parse_sums(stdout: str) -> list[tuple[int, tuple[int, int], tuple[int, int]]
     return out
 
 
-def stripe_place_argv(src: str, tmp: str, dst: str, size: int, mtime_s: int) -> list[str]:
-    """Rename ``tmp`` to the name on stdin below ``dst`` once the source is unchanged."""
-    return bash(STRIPE_PLACE, src, tmp, dst, f"{size} {mtime_s}")
+def stripe_place_argv(src: str, tmp: str, dst: str, size: int, mtime_s: int, *,
+                      since: int | None = None, suffix: str = "",
+                      expect: tuple[int, int] | None = None) -> list[str]:
+    """Rename ``tmp`` to the name on stdin below ``dst`` once the source is unchanged
+    (``since``, ``suffix``: a newer destination file is kept, as ``atomic_argv``;
+    ``expect``: the (size, mtime) a write-back may replace, as ``expect_input``)."""
+    if since is not None and not suffix:
+        raise ValueError("keeping newer files needs the suffix of the copies kept aside")
+    return bash(STRIPE_PLACE, src, tmp, dst, f"{size} {mtime_s}",
+                "" if since is None else str(int(since)), suffix,
+                "-" if expect is None else f"{expect[0]} {expect[1]}")

@@ -1,0 +1,223 @@
+"""rsad's write-back of writable input (``#RSA_INPUT=rw``): the base it keeps, and one
+write-back carried out with the staging engine.
+
+Owns :class:`Bases` (per RAMDISK, the base ``staging.writeback`` compares with: DATA_IN
+as scanned when the input was staged in, then as each write-back left it; one file in
+rsad's state directory, root's, replaced atomically and fsynced, removed with the
+RAMDISK) and :func:`write_back` (rounds of scan both sides -> plan -> record the pending
+base -> copy what the job changed, place aside what someone else changed too, delete
+what the job deleted -> verify what was copied -> record the settled base). Every
+command that touches user data runs as the job's user, through the engine.
+
+A kill -9 of rsad between any two steps is safe: the base is recorded before anything
+on the PFS changes and names both versions of what the step changes, so the re-issued
+write-back finds the PFS in either state "nobody else's change" and does only what is
+left; a deletion is applied only while the PFS still holds the version the job deleted.
+
+Runs in rsad's worker threads; never touches the core.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rsa_scheduler.errors import RsaError
+from rsa_scheduler.staging import scripts
+from rsa_scheduler.staging.engine import StagingEngine
+from rsa_scheduler.staging.manifest import Verification, display
+from rsa_scheduler.staging.writeback import (
+    Base,
+    base_of,
+    dump_base,
+    load_base,
+    pending_base,
+    plan_write_back,
+    settled_base,
+)
+
+log = logging.getLogger(__name__)
+
+#: copy-and-verify rounds of one write-back: a round copies again what the last verify
+#: found differing, and what the job changed meanwhile (it may still write)
+ROUNDS = 3
+
+
+class Bases:
+    """The write-back bases of rsad's RAMDISKs, in ``root`` (created 0700, root's)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, fs_id: str) -> Path:
+        if not fs_id or "/" in fs_id or fs_id.startswith("."):
+            raise ValueError(f"RAMDISK id {fs_id!r}: cannot name a file after it")
+        return self.root / f"{fs_id}.json"
+
+    def load(self, fs_id: str) -> Base | None:
+        """The base of ``fs_id``; None if none was recorded. A file that cannot be read
+        fails the write-back (retried; the RAMDISK is kept), never taken as none."""
+        try:
+            text = self.path(fs_id).read_text()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise RsaError(f"cannot read the write-back base {self.path(fs_id)}: {e}") from e
+        try:
+            return load_base(text)
+        except ValueError as e:
+            raise RsaError(f"{self.path(fs_id)}: {e}") from e
+
+    def save(self, fs_id: str, base: Base) -> None:
+        """Replace the base of ``fs_id`` atomically and durably (fsync, rename, fsync of
+        the directory): after a crash it is the old one or the new one, whole."""
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        final = self.path(fs_id)
+        tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "w") as f:
+                f.write(dump_base(base))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
+            fd = os.open(self.root, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise RsaError(f"cannot record the write-back base {final}: {e}") from e
+
+    def drop(self, fs_id: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path(fs_id).unlink()
+
+
+def record_stage_in(bases: Bases, fs_id: str, eng: StagingEngine, data_in: str) -> int:
+    """Before a writable input is staged in: DATA_IN as it is now is the base (a file
+    changed after this scan reaches the RAMDISK in its new version, which then agrees
+    with the PFS). Returns how many objects it holds."""
+    base = base_of(eng.scan(data_in, "stage-in"))
+    bases.save(fs_id, base)
+    return len(base)
+
+
+@dataclass
+class Done:
+    """What one write-back did, over its rounds (names as bytes)."""
+
+    copied: set[bytes] = field(default_factory=set)
+    aside: set[bytes] = field(default_factory=set)
+    deleted: set[bytes] = field(default_factory=set)
+    kept: set[bytes] = field(default_factory=set)
+    checked: int = 0
+    empty_ramdisk: bool = False  # nothing deleted: the RAMDISK held nothing at all
+
+    def summary(self, data_in: str, suffix: bytes) -> str:
+        """What the user reads: each count, each file kept aside or kept, by name."""
+        def n(k: int, one: str, many: str) -> str:
+            return f"{k} {one if k == 1 else many}"
+
+        def names(s: set[bytes], tail: bytes = b"", limit: int = 5) -> str:
+            shown = sorted(s)[:limit]
+            more = f" and {len(s) - limit} more" if len(s) > limit else ""
+            if tail:
+                return ", ".join(f"{display(p)!r} as {display(p + tail)!r}"
+                                 for p in shown) + more
+            return ", ".join(repr(display(p)) for p in shown) + more
+
+        if self.empty_ramdisk:
+            return (f"writable input: the RAMDISK holds nothing of it (not even a "
+                    f"directory): nothing written back to {data_in}, nothing deleted there")
+        if not (self.copied or self.aside or self.deleted or self.kept):
+            return f"writable input: nothing the job changed to write back to {data_in}"
+        words = [f"writable input written back to {data_in}: "
+                 f"{n(len(self.copied), 'object', 'objects')} the job changed or created "
+                 f"copied (content verified), {n(len(self.deleted), 'object', 'objects')} "
+                 "it deleted removed"]
+        if self.aside:
+            words.append(
+                f"{n(len(self.aside), 'file', 'files')} kept aside: changed on the PFS by "
+                "someone else since the input was staged in (or since the last "
+                "write-back), and by the job too; the PFS's version was not replaced, "
+                f"the job's is beside it: {names(self.aside, suffix)}")
+        if self.kept:
+            words.append(
+                f"{n(len(self.kept), 'file', 'files')} the job deleted kept on the PFS: "
+                f"changed there by someone else meanwhile: {names(self.kept)}")
+        return "; ".join(words)
+
+
+def write_back(bases: Bases, fs_id: str, eng: StagingEngine, ramdisk: str,
+               data_in: str, base: Base) -> tuple[Done, Verification | None]:
+    """One write-back of ``ramdisk`` to ``data_in`` against ``base`` (``staging.
+    writeback``). Returns what it did and the last verify (None: nothing to copy).
+    Raises if the last round's verify still found a difference."""
+    suffix = scripts.aside_suffix(eng.job_id, eng.cycle).encode()
+    done = Done()
+    redo: set[bytes] = set()
+    result: Verification | None = None
+    for _ in range(ROUNDS):
+        ram = eng.scan(ramdisk, "write-back")
+        pfs = eng.scan(data_in, "write-back")
+        plan = plan_write_back(base, ram, pfs, suffix=suffix, redo=redo)
+        done.empty_ramdisk = plan.empty_ramdisk
+        if plan.empty_ramdisk:
+            log.warning("job %s: write-back: the RAMDISK holds nothing of its writable "
+                        "input: no deletion applied to %s", eng.job_id, data_in)
+        if plan.empty:
+            if done.copied or done.aside or plan.kept:
+                # an earlier round's copies are in place now (what its verify found
+                # differing was copied again, or the job removed it)
+                bases.save(fs_id, settled_base(base, ram, pfs))
+            done.kept |= set(plan.kept)
+            result = None
+            break
+        # durable before the PFS changes: both versions count as agreed
+        base = pending_base(base, plan)
+        bases.save(fs_id, base)
+        if plan.copy:
+            # each replaces only the version this plan saw there (someone else's write
+            # since: kept, the copy goes aside; scripts.ATOMIC)
+            p_of = {e.path: e for e in pfs}
+            eng.copy_names(ramdisk, data_in, plan.copy, expect={
+                n: None if (p := p_of.get(n)) is None else (p.size, p.mtime_s)
+                for n in plan.copy})
+        if plan.aside:
+            eng.copy_names(ramdisk, data_in, plan.aside)
+        eng.remove_same(data_in, plan.delete)
+        eng.remove_dirs(data_in, plan.rmdirs)
+        done.copied |= set(plan.copy)
+        done.aside |= set(plan.aside)
+        done.kept |= set(plan.kept)
+        placed = [*plan.copy, *plan.aside]
+        result = (eng.verify(ramdisk, data_in, only=placed, aside=plan.aside)
+                  if placed else None)
+        after = eng.scan(data_in, "write-back")
+        have = {e.path for e in after}
+        done.deleted |= {p for p, _e in plan.delete if p not in have}
+        done.kept |= {p for p, _e in plan.delete if p in have}
+        if result is None or result.ok:
+            bases.save(fs_id, settled_base(base, eng.scan(ramdisk, "write-back"), after,
+                                           copied=plan.copy))
+            break
+        # a file the job changed within the copied second keeps its size and mtime: the
+        # paths that differ are copied again whatever the quick check says
+        redo = ({d.path for d in result.differences} if result.listed else set(placed))
+    if result is not None and not result.ok:
+        raise RsaError(result.summary(data_in))
+    done.copied -= done.aside  # placed aside after all: someone wrote it during the copy
+    done.checked = result.checked if result is not None else len(done.copied)
+    log.info("job %s: %s", eng.job_id, done.summary(data_in, suffix))
+    return done, result
+
+
+def kept_words(done: Done) -> Sequence[str]:
+    """The names of what was kept aside (display form), for the outcome's detail."""
+    return [display(p) for p in sorted(done.aside)][:20]
