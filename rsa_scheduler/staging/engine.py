@@ -262,6 +262,16 @@ class StagingEngine(TreeCopy, Packing, Verifier):
         log.info("%s: %s", self.job_id, result.summary(dst))
         return result
 
+    def check_mounted(self, ramdisk: str) -> None:
+        """Raise unless the first node shows the RAMDISK mounted at ``ramdisk`` (with
+        ``ramdisk_mounted``): call it before taking an empty scan of it for an empty
+        RAMDISK (:meth:`_mounted_empty`)."""
+        self._start()
+        try:
+            self._mounted_empty(ramdisk)
+        finally:
+            self._stop()
+
     def _mounted_empty(self, ramdisk: str) -> None:
         """An empty scan of ``ramdisk`` on the first node is of the RAMDISK: the node
         shows it mounted there (with ``ramdisk_mounted``). While a repair remounts it,
