@@ -27,7 +27,7 @@ from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.machine import JobRecord
 from rsa_scheduler.core.policy import EarlyStart
 from rsa_scheduler.core.scheduler import Decision, Scheduler
-from rsa_scheduler.core.states import LEFT_QUEUE, PENDING, JobState, RsaState
+from rsa_scheduler.core.states import LEFT_QUEUE, PENDING, SLURM_PENDING, JobState, RsaState
 from rsa_scheduler.daemon.holds import (
     held_message,
     hold_verdict,
@@ -99,6 +99,9 @@ class StartHold:
         # shows the marker for a moment; it must not read as a new hold
         self.rerun_ended: dict[str, float] = {}
         self._rerun_scanned = False  # the records looked at once after a start
+        # jobs Slurm shows pending but not yet plainly PENDING (REQUEUED, ...): it may
+        # still set the requeue's own begin time, which would replace a hold set now
+        self.requeueing: set[str] = set()
 
     def __contains__(self, job: object) -> bool:
         """Whether Slurm holds ``job`` for the RSA (as of the last cycle)."""
@@ -130,6 +133,10 @@ class StartHold:
         for row in rows:
             comment = row.admin_comment or ""
             spec_text, deadline = self.split(comment)
+            if row.state != "PENDING" and row.state in SLURM_PENDING:
+                self.requeueing.add(row.job_id)
+            elif self.requeueing:
+                self.requeueing.discard(row.job_id)
             if rerun_held(comment) and row.state == "PENDING":
                 if now - self.rerun_ended.get(row.job_id, -1e18) >= RELEASE_SETTLE:
                     self.rerun_held[row.job_id] = spec_text
@@ -147,6 +154,7 @@ class StartHold:
             self.forget(job)
         for job in [j for j in self.rerun_due if j not in present]:
             self._rerun_over(job)
+        self.requeueing &= present
         for job in [j for j, t in self.released.items() if now - t >= RELEASE_SETTLE]:
             del self.released[job]
         for job in [j for j, t in self.rerun_ended.items() if now - t >= RELEASE_SETTLE]:
@@ -264,7 +272,7 @@ class StartHold:
             held = job in self.rerun_held
             when, holding = self.rerun_asked.get(job, (-1e18, False))
             if rec is not None and rerun_waits(rec):
-                if held or (holding and now - when < RELEASE_RETRY):
+                if held or (holding and now - when < RELEASE_RETRY) or job in self.requeueing:
                     continue
                 self._ask(job, now, True, self._hold_rerun, job)
                 if job not in self.rerun_told:

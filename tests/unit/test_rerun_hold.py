@@ -211,3 +211,27 @@ def test_a_rerun_held_across_a_restart_is_released_by_the_next_rsad(tmp_path: Pa
     flush_urgent(d2)
     assert released(slurm) == [f"7:{COMMENT}"]
     d2.shutdown()
+
+
+def test_the_rerun_hold_waits_until_slurm_has_finished_the_requeue(tmp_path: Path) -> None:
+    """Slurm sets a requeued job's begin time itself when its requeue is complete
+    (REQUEUED until then): a hold set before would be replaced by that."""
+    slurm, gated = ScriptedSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    slurm.set("7", "PENDING", "Resources", spec=OUT)
+    d.poll()
+    settle(d)
+    slurm.set("7", "RUNNING", spec=OUT)
+    d.poll()
+    settle(d)
+    slurm.set("7", "REQUEUED", "None", spec=OUT)
+    d.poll()
+    d.drain(timeout=0.1)
+    flush_urgent(d)
+    assert holds(slurm) == []
+    slurm.set("7", "PENDING", "BeginTime", spec=OUT)
+    d.poll()
+    flush_urgent(d)
+    assert holds(slurm) == [f"7:{RERUN_HOLD}:{COMMENT} hold=rerun"]
+    gated.gate.set()
+    d.shutdown()
