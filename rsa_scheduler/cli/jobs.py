@@ -89,6 +89,11 @@ def job(api: str | None, job_id: str | None, as_json: bool) -> None:
             what = f"job {ev['from']} -> {ev['to']} ({ev.get('slurm_state')}/{ev.get('reason')})"
         elif what == "job.hold-released":
             what = f"start hold released: {ev.get('why', '')}"
+        elif what == "job.rerun-held":
+            what = (f"requeued: held until the previous run's output is verified (it is "
+                    f"{ev.get('rsa_state', '?')})")
+        elif what == "job.rerun-released":
+            what = f"rerun hold ended ({ev.get('then', '')}): {ev.get('why', '')}"
         elif what == "compute.unconfirmed":
             what = f"compute nodes {ev.get('nodes')} did not confirm a release: drained"
         elif what == "action.outcome":

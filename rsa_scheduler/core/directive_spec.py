@@ -3,7 +3,8 @@
 Owns :class:`DirectiveSpec` (canonical by construction), ``to_json``/``from_json`` for
 tools and ``to_admin_comment``/``from_admin_comment`` for the compact line job_submit.lua
 stores in Slurm's admin_comment (job_submit.lua writes the same bytes), and the start
-hold's marker on that line (:func:`split_hold`, :func:`with_hold`).
+hold's marker on that line (:func:`split_hold`, :func:`with_hold`) and the rerun hold's
+(:data:`RERUN_MARK`, :func:`rerun_held`).
 
 Pure: stdlib plus ``core.grammar``, ``core.directive_values`` and ``core.policy``.
 """
@@ -25,6 +26,13 @@ from rsa_scheduler.core.policy import EarlyStart, StageOut, Tier
 # the admin_comment; rsad removes it when it releases the job. The spec's encoding never
 # contains a space, so the marker cannot be confused with a spec field.
 HOLD_MARK = " hold="
+
+# The rerun hold (issue 35): rsad holds a requeued job whose earlier run's output is not
+# yet verified (begin time far ahead) and marks its admin_comment with this in place of
+# the start hold's deadline; it removes it when it releases the job. It marks what rsad
+# holds, so that rsad releases only that (never a begin time or hold of anyone else's),
+# also after a restart.
+RERUN_MARK = f"{HOLD_MARK}rerun"
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,13 +210,21 @@ class DirectiveSpec:
 
 
 def split_hold(comment: str) -> tuple[str, int | None]:
-    """An admin_comment as (the spec's encoding, the hold deadline or None). A marker
-    that is not a whole number of seconds is no hold (and is left in the spec part, which
-    then fails to parse loudly)."""
+    """An admin_comment as (the spec's encoding, the hold deadline or None). The rerun
+    hold's marker has no deadline (:func:`rerun_held`). Any other marker that is not a
+    whole number of seconds is no hold (and is left in the spec part, which then fails to
+    parse loudly)."""
     spec, sep, deadline = comment.partition(HOLD_MARK)
+    if sep and deadline == RERUN_MARK[len(HOLD_MARK):]:
+        return spec, None
     if not sep or not re.fullmatch(r"[1-9][0-9]{0,11}", deadline):
         return comment, None
     return spec, int(deadline)
+
+
+def rerun_held(comment: str) -> bool:
+    """Whether an admin_comment carries the rerun hold's marker (:data:`RERUN_MARK`)."""
+    return comment.endswith(RERUN_MARK)
 
 
 def with_hold(comment: str, deadline: int | None) -> str:

@@ -44,7 +44,9 @@ from typing import Any, NamedTuple
 
 from rsa_scheduler.core.directive_spec import (
     HOLD_MARK,
+    RERUN_MARK,
     DirectiveSpec,
+    rerun_held,
     split_hold,
     with_hold,
 )
@@ -92,12 +94,12 @@ __all__ = [
     "ADMIN_COMMENT_PREFIX", "C_SPACE", "DIRECTIVES", "HOLD_MARK", "MAX_CAPACITY",
     "MAX_ERRORS", "MAX_LINE", "MAX_NODES", "MAX_RESET", "MAX_SCRIPT", "MAX_WARNINGS",
     "MSG_BOM", "MSG_CRLF", "MSG_NUL", "MSG_TOO_FAR", "MSG_TOO_MANY", "NAME_MAX",
-    "OPTION_PREFIX", "PATH_MAX", "PREFIX", "QUOTE_MAX", "RESET_ON_INPUT_DONE",
+    "OPTION_PREFIX", "PATH_MAX", "PREFIX", "QUOTE_MAX", "RERUN_MARK", "RESET_ON_INPUT_DONE",
     "DirectiveError", "DirectiveErrors", "DirectiveSpec", "DirectiveWarning", "OptionError",
     "Reset", "SplitError", "SubmissionErrors", "check_submission", "decode_script",
     "directive_warnings", "normalise_path", "option_of", "parse_directives",
-    "parse_directives_bytes", "parse_option", "quote", "split_hold", "split_words",
-    "with_hold",
+    "parse_directives_bytes", "parse_option", "quote", "rerun_held", "split_hold",
+    "split_words", "with_hold",
 ]
 
 #: The directives by name, in declaration order (``core.grammar.GRAMMAR``).

@@ -301,6 +301,9 @@ class DataPath:
                                     [str(t) for t in st.pfs_targets])
         # writable input: what each RAMDISK's input was staged in from (daemon/writeback)
         self.bases = Bases(cfg.daemon.state_dir / "writeback")
+        #: the compute nodes release the RAMDISK before a teardown destroys it
+        #: (NodeSide.release_mounts; None: no compute-node side, as in some tests)
+        self.release_mounts: Callable[[ActionContext], object] | None = None
 
     # ---- fencing --------------------------------------------------------------------------
     def fenced(self, node: str) -> Host:
@@ -592,11 +595,17 @@ class DataPath:
                 "built": {"fs_id": req.fs_id, "at": int(time.time())}}
 
     def destroy_fs(self, ctx: ActionContext) -> Mapping[str, Any]:
-        """Destroy the job's RAMDISK on its nodes. A node the health loop has marked down
+        """Destroy the job's RAMDISK on its nodes, once every compute node that may hold a
+        mount of it released it (``release_mounts``: daemon/nodeside.py, set by the
+        wiring; a node that does not keeps the RAMDISK). An RSA node the health loop has marked down
         is skipped (a teardown must not wait for a node that may never answer): what is
         left there is reported (``left_on``) and cleaned before it comes back up
         (:meth:`scrub`). Only RAMDISKs without unverified output are ever destroyed."""
         req = self.request(ctx)
+        if self.release_mounts is not None:
+            # compute nodes that may still hold a mount of it release it first; one that
+            # does not keeps the RAMDISK (raises: the teardown is retried)
+            self.release_mounts(ctx)
         lost = tuple(n for n in req.nodes if n in ctx.down)
         part = replace(req, nodes=tuple(n for n in req.nodes if n not in ctx.down))
         reaped: dict[str, int] = {}

@@ -18,7 +18,14 @@ whose rsad is dead never waits longer than that. Each cycle rsad looks at every 
   job queues as any other; it is staged when it is on-deck (reason ``Resources``).
 
 Without a record (the job has no RSA work, or its comment is unreadable) the hold is
-released at once. Everything here is pure: ``now`` and facts in, verdicts out.
+released at once.
+
+A requeued job is held by rsad under every early-start policy while its earlier run's
+output is not yet safe (:func:`rerun_waits`, the *rerun hold*, issue 35): its next run
+would start beside that run's stage-out, writing into the same DATA_OUT (or read its input
+before its writable input is written back). Released once that output is verified or
+quarantined (:func:`rerun_verdict`). Everything here is pure: ``now`` and facts in,
+verdicts out.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from rsa_scheduler.core.machine import JobRecord
-from rsa_scheduler.core.states import AWAITING_NODES, RsaState
+from rsa_scheduler.core.states import AWAITING_NODES, PENDING, RsaState
 from rsa_scheduler.core.states import READY as READY  # staged: released to start (re-exported)
 
 
@@ -100,3 +107,35 @@ def held_message(deadline: float) -> str:
 
 def _utc(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
+
+
+def rerun_waits(rec: JobRecord) -> bool:
+    """Whether the next run of a requeued job must not start yet: Slurm has it pending
+    again and its RAMDISK holds its earlier run's data not yet verified on the PFS
+    (output being staged out, verified or retried; writable input being written back;
+    ``JobRecord.holds_user_data``). Quarantined output is kept for an operator and is no
+    longer in the way: the next run reads and writes the PFS. A write-back kept for an
+    operator is (the next run would read its input without the earlier run's changes)."""
+    return rec.job_state in PENDING and rec.rsa_state is not RsaState.QUARANTINED and \
+        rec.holds_user_data()
+
+
+def rerun_held_message(job_id: str) -> str:
+    """What a requeued job's comment says while the rerun hold keeps it."""
+    return (f"RSA: requeued: held until the previous run's output is staged out and "
+            f"verified on the PFS (rsa job {job_id} shows how far it is)")
+
+
+def rerun_released_message(job_id: str, quarantined: bool, deadline: float | None) -> str:
+    """What a requeued job's comment says once its rerun hold ends: its earlier run's
+    output is quarantined, or its stage-out is over (verified, or discarded by an
+    operator); it is released to start, or held until ``deadline`` for its new RAMDISK
+    (early start ``wait``)."""
+    if quarantined:
+        return ("RSA: the previous run's output is kept on its RAMDISK for an operator "
+                "(quarantined, not on the PFS); released to start: this run reads and "
+                "writes the PFS")
+    why = f"RSA: the previous run's stage-out is over (rsa job {job_id} says how it ended)"
+    if deadline is None:
+        return f"{why}; released to start"
+    return f"{why}; {held_message(deadline).removeprefix('RSA: ')}"

@@ -1,4 +1,5 @@
-"""rsad's half of the compute-node side: MOUNT_INPUT, MOUNT_OUTPUT and RESET executors.
+"""rsad's half of the compute-node side: MOUNT_INPUT, MOUNT_OUTPUT and RESET executors,
+and the release a teardown asks for first (:meth:`NodeSide.release_mounts`).
 
 Owns :class:`NodeSide`: per job, the one instruction currently outstanding for its
 compute nodes and their reports. rsad never reaches into compute nodes (no SSH): the node
@@ -110,6 +111,7 @@ class NodeSide:
         self._jobs: dict[str, JobNodes] = {}
         # instruction numbers restart with rsad: agents send back the epoch they saw
         self.epoch = f"{time.time():.6f}"
+        self.born = clock()  # agents reconnect within seconds of it (release_mounts)
 
     # ---- executors ----------------------------------------------------------------------
     def mount_input(self, ctx: ActionContext) -> Mapping[str, Any]:
@@ -203,6 +205,43 @@ class NodeSide:
             detail["written_back"] = written["written_back"]
         return detail
 
+    def release_mounts(self, ctx: ActionContext) -> list[str]:
+        """Before DESTROY_FS (daemon/data.py): every compute node that may hold a mount of
+        the job's RAMDISK, of any run of the job, releases it first: the nodes with a
+        live agent and those that confirmed a mount and did not run their Epilog since
+        (recorded: ``mounted``, which survives an rsad restart; a restarted rsad first
+        gives their agents ``agent_settle`` to reconnect). A node that does not confirm
+        within ``reset_timeout`` (busy, failed or silent) keeps the RAMDISK: the teardown
+        fails and is retried. A recorded node with no agent ran its Epilog while rsad was
+        away (the Epilog takes every mount of the job down, and stops its agent): nothing
+        to ask. Returns the nodes that released."""
+        job = ctx.action.job_id
+        known = frozenset(str(n) for n in ctx.facts.get("mounted") or ())
+        with self._cond:
+            j = self._jobs.get(job)
+            if j is None and not known:
+                return []
+            j = self._job(job)
+            while known - j.agents - j.ended and self.clock() - self.born < self.agent_settle:
+                self._cond.wait(0.2)
+            ask = frozenset((j.agents | j.mounted) - j.ended)
+            if not ask:
+                return []
+        try:
+            v = self._step(ctx, release_instruction(0, job_id=job), self.reset_timeout,
+                           only=ask)
+        except BusyError as e:  # silent nodes
+            raise RsaError(f"compute node(s) {', '.join(e.silent)} did not confirm the "
+                           f"release of the RAMDISK within {self.reset_timeout:.0f}s: it is "
+                           "kept (they may still use it); the teardown will retry") from e
+        if v.state != "ok":
+            raise RsaError(f"compute node(s) did not release the RAMDISK before its "
+                           f"teardown ({v.state}: {v.message}): the RAMDISK is kept (they "
+                           "may still use it); will retry")
+        log.info("job %s: %s released the RAMDISK before its teardown", job,
+                 ",".join(sorted(ask)))
+        return sorted(ask)
+
     def _mount(self, ctx: ActionContext, *, role: str, target: PurePosixPath | None,
                mode: MountMode, spec: MountSpec | None = None,
                via: str = "prolog") -> Mapping[str, Any]:
@@ -229,7 +268,8 @@ class NodeSide:
             return {"nodes": sorted(j.nodes or ()), "mounted": sorted(j.mounted)}
 
     def _expected(self, j: JobNodes, ins: Mapping[str, Any],
-                  known: frozenset[str] = frozenset()) -> frozenset[str] | None:
+                  known: frozenset[str] = frozenset(),
+                  only: frozenset[str] | None = None) -> frozenset[str] | None:
         """The nodes a step waits for. Mounts at job start: the job's nodes (from the
         Prologs' SLURM_NODELIST). A release: every node that has an agent or holds the
         mount (``known``: what the last mount step recorded, which survives an rsad
@@ -238,11 +278,14 @@ class NodeSide:
         never ran has nothing to release; it gets the standing mount when it runs)."""
         if ins["do"] == "mount" and ins.get("via") != "agent":
             return j.nodes
+        if only is not None:  # a teardown's release: the nodes it asks (release_mounts)
+            return frozenset(only - j.ended) or frozenset()
         if ins["do"] == "release":
             return frozenset((j.agents | j.mounted | known) - j.ended) or None
         return frozenset(j.agents - j.ended) or None
 
-    def _step(self, ctx: ActionContext, ins: dict[str, Any], timeout: float) -> Verdict:
+    def _step(self, ctx: ActionContext, ins: dict[str, Any], timeout: float,
+              only: frozenset[str] | None = None) -> Verdict:
         job = ctx.action.job_id
         known = frozenset(str(n) for n in ctx.facts.get("mounted") or ())
         start = self.clock()
@@ -257,7 +300,8 @@ class NodeSide:
             self._cond.notify_all()
             try:
                 while True:
-                    v = aggregate(self._expected(j, ins, known), j.reports, ins["seq"])
+                    v = aggregate(self._expected(j, ins, known, only), j.reports,
+                                  ins["seq"])
                     if v.state == "pending" and self._enough(j, ins, start):
                         v = Verdict("ok", f"{', '.join(v.missing)}: mount when their "
                                           "Prolog runs")

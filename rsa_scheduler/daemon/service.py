@@ -296,6 +296,8 @@ class Daemon:
         if self.native is None:  # native mode: Slurm holds a requeued job for its stage-in
             self.holds.requeued(dec)
         self.holds.check()
+        if self.native is None:  # native mode: data_in waits for the earlier run instead
+            self.holds.check_reruns()
         if not incremental:
             self.specs.prune(rows, self.sched.records)
         self._forget(now, present | fresh)
@@ -485,6 +487,8 @@ class Daemon:
             self._commit(dec)
             if job in self.holds:
                 self.holds.check()
+            if self.native is None:  # e.g. rsa retry of a quarantined stage-out
+                self.holds.watch_rerun(job)
             rec = self.sched.records[job]
             return {"job_id": job, "rsa_state": rec.rsa_state.value}
         if req.kind == "hook":

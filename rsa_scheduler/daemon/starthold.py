@@ -5,8 +5,11 @@ Owns :class:`StartHold`, the daemon's memory of the early start wait (docs/archi
 ``BeginTime`` with the hold marker, deadline ahead), whether each could start now
 (judged once), the releases asked for and the jobs whose users were told; and the Slurm
 calls that hold a requeued job again and release a hold (on the urgent lane, never on
-the loop thread). The decisions themselves (could it start, may it go) are
-:mod:`rsa_scheduler.daemon.holds`'s.
+the loop thread). And the rerun hold of a requeued job whose earlier run's output is not
+yet safe, under every early-start policy (issue 35; :meth:`StartHold.check_reruns`):
+which jobs need it, which Slurm holds (their admin_comment's rerun marker, so a restarted
+rsad knows them), and the Slurm calls, one at a time per job. The decisions themselves
+(could it start, may it go) are :mod:`rsa_scheduler.daemon.holds`'s.
 
 Imports nothing of the daemon but ``holds``: the daemon (service.py) hands it the
 scheduler, its commit and the user's comment as callables.
@@ -17,13 +20,22 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 
-from rsa_scheduler.core.directives import HOLD_MARK, split_hold
+from rsa_scheduler.core.directives import HOLD_MARK, RERUN_MARK, rerun_held, split_hold
 from rsa_scheduler.core.events import Event
+from rsa_scheduler.core.machine import JobRecord
+from rsa_scheduler.core.policy import EarlyStart
 from rsa_scheduler.core.scheduler import Decision, Scheduler
-from rsa_scheduler.core.states import LEFT_QUEUE, PENDING, JobState
-from rsa_scheduler.daemon.holds import held_message, hold_verdict, startable
+from rsa_scheduler.core.states import LEFT_QUEUE, PENDING, SLURM_PENDING, JobState, RsaState
+from rsa_scheduler.daemon.holds import (
+    held_message,
+    hold_verdict,
+    rerun_held_message,
+    rerun_released_message,
+    rerun_waits,
+    startable,
+)
 from rsa_scheduler.slurm.parse import ELIGIBLE_REASONS, QueueRow
 from rsa_scheduler.slurm.port import SlurmError, SlurmPort
 
@@ -42,6 +54,12 @@ RELEASE_RETRY = 30
 #: the lab for over 3 s on a slow machine). A marked job pending for any of these is held;
 #: its Slurm reason says nothing about whether it could start (``note`` judges that).
 HELD_REASONS = frozenset({"BeginTime", "Resources", "Priority", "None"})
+
+#: seconds ahead a rerun hold sets the job's begin time: rsad releases it as soon as the
+#: earlier run's output is verified or quarantined; only if rsad is gone that long does
+#: Slurm start the job by itself (an operator can: ``scontrol update JobId=N
+#: StartTime=now``)
+RERUN_HOLD = 7 * 86400
 
 
 class StartHold:
@@ -68,6 +86,22 @@ class StartHold:
         # jobs released to start (job -> when): Slurm may show BeginTime for a moment
         # after the release; it must not read as a demotion of a staged job
         self.released: dict[str, float] = {}
+        # the rerun hold: jobs that may need it or hold it (requeued, or seen marked);
+        # those Slurm holds for it (job -> its admin_comment without the marker, from the
+        # queue or the call that placed it); the Slurm call in flight per job (never two
+        # at once: the lane has several workers); when each was last asked; jobs told
+        self.rerun_due: set[str] = set()
+        self.rerun_held: dict[str, str] = {}
+        self.rerun_calls: dict[str, Future[tuple[bool, str] | None]] = {}
+        self.rerun_asked: dict[str, tuple[float, bool]] = {}  # job -> (when, to hold)
+        self.rerun_told: set[str] = set()
+        # rerun holds ended (job -> when): a queue line read before the release still
+        # shows the marker for a moment; it must not read as a new hold
+        self.rerun_ended: dict[str, float] = {}
+        self._rerun_scanned = False  # the records looked at once after a start
+        # jobs Slurm shows pending but not yet plainly PENDING (REQUEUED, ...): it may
+        # still set the requeue's own begin time, which would replace a hold set now
+        self.requeueing: set[str] = set()
 
     def __contains__(self, job: object) -> bool:
         """Whether Slurm holds ``job`` for the RSA (as of the last cycle)."""
@@ -97,7 +131,18 @@ class StartHold:
         now = self.clock()
         new: list[QueueRow] = []
         for row in rows:
-            spec_text, deadline = self.split(row.admin_comment or "")
+            comment = row.admin_comment or ""
+            spec_text, deadline = self.split(comment)
+            if row.state != "PENDING" and row.state in SLURM_PENDING:
+                self.requeueing.add(row.job_id)
+            elif self.requeueing:
+                self.requeueing.discard(row.job_id)
+            if rerun_held(comment) and row.state == "PENDING":
+                if now - self.rerun_ended.get(row.job_id, -1e18) >= RELEASE_SETTLE:
+                    self.rerun_held[row.job_id] = spec_text
+                    self.rerun_due.add(row.job_id)
+            elif self.rerun_held:
+                self.rerun_held.pop(row.job_id, None)
             if deadline is not None and row.state == "PENDING" and \
                     row.reason in HELD_REASONS and deadline > now:
                 if row.job_id not in self.held:
@@ -107,8 +152,13 @@ class StartHold:
                 self.forget(row.job_id)
         for job in [j for j in self.held if j not in present]:
             self.forget(job)
+        for job in [j for j in self.rerun_due if j not in present]:
+            self._rerun_over(job)
+        self.requeueing &= present
         for job in [j for j, t in self.released.items() if now - t >= RELEASE_SETTLE]:
             del self.released[job]
+        for job in [j for j, t in self.rerun_ended.items() if now - t >= RELEASE_SETTLE]:
+            del self.rerun_ended[job]
         if not new:
             return
         new.sort(key=lambda r: (-r.priority, r.job_id))
@@ -184,10 +234,129 @@ class StartHold:
             rec = sched.records.get(ev.job_id)
             if rec is None or ev.job_id in self.held:
                 continue
+            if rerun_waits(rec):  # its earlier run's output first (check_reruns)
+                self.rerun_due.add(ev.job_id)
+                continue
             early = rec.spec.early_start or sched.policy.early_start
             if early.value != "wait":
                 continue
             self.lane.submit(self._hold, ev.job_id, int(sched.policy.wait_timeout))
+
+    def check_reruns(self) -> None:
+        """The rerun hold (issue 35): hold every requeued job whose earlier run's output
+        is not yet verified (:func:`~rsa_scheduler.daemon.holds.rerun_waits`), under every
+        early-start policy; once it is verified or quarantined, release the job, or under
+        early start ``wait`` hold it for its new RAMDISK as at submission. Every cycle,
+        after its decisions are committed (so the job's comment ends with the release,
+        after the stage-out's own message); level-triggered, so a hold or release a crash
+        cut off is done by the next rsad: Slurm keeps the marker, the log the job's state."""
+        sched = self.scheduler()
+        if not self._rerun_scanned:  # after a start: requeues seen before a crash
+            self._rerun_scanned = True
+            self.rerun_due.update(j for j, r in sched.records.items() if rerun_waits(r))
+        if not self.rerun_due:
+            return
+        now = self.clock()
+        for job in sorted(self.rerun_due):
+            call = self.rerun_calls.get(job)
+            if call is not None:
+                if not call.done():
+                    continue  # one Slurm call at a time per job, in order
+                del self.rerun_calls[job]
+                done = call.result()  # None: failed (asked again after RELEASE_RETRY)
+                if done is not None and done[0]:
+                    self.rerun_held[job] = done[1]
+                elif done is not None:
+                    self.rerun_held.pop(job, None)
+            rec = sched.records.get(job)
+            held = job in self.rerun_held
+            when, holding = self.rerun_asked.get(job, (-1e18, False))
+            if rec is not None and rerun_waits(rec):
+                if held or (holding and now - when < RELEASE_RETRY) or job in self.requeueing:
+                    continue
+                self._ask(job, now, True, self._hold_rerun, job)
+                if job not in self.rerun_told:
+                    self.rerun_told.add(job)
+                    self.commit(Decision(events=[Event(now, job, "job.rerun-held", {
+                        "rsa_state": rec.rsa_state.value})]))
+                    self.tell(job, rerun_held_message(job))
+            elif not held:
+                if job not in self.rerun_calls:
+                    if job in self.rerun_asked and not holding:
+                        self.rerun_ended[job] = now
+                    self._rerun_over(job)
+            elif holding or now - when >= RELEASE_RETRY:
+                quarantined = rec is not None and rec.rsa_state is RsaState.QUARANTINED
+                wait = None if quarantined else self._waits_for_ramdisk(rec)
+                self._ask(job, now, False, self._end_rerun, job, self.rerun_held[job],
+                          quarantined, wait)
+                self.commit(Decision(events=[Event(now, job, "job.rerun-released", {
+                    "why": rerun_released_message(job, quarantined, None),
+                    "then": "held for its new RAMDISK" if wait else "released"})]))
+
+    def watch_rerun(self, job: str) -> None:
+        """An operator's command moved ``job``: its rerun hold may be due again (``rsa
+        retry`` of a quarantined stage-out makes the earlier run's output unsafe again).
+        The next cycle's :meth:`check_reruns` holds or releases it, after the command's
+        own messages to the job."""
+        rec = self.scheduler().records.get(job)
+        if rec is not None and rerun_waits(rec):
+            self.rerun_due.add(job)
+
+    def _waits_for_ramdisk(self, rec: JobRecord | None) -> int | None:
+        """Under early start ``wait``, a released rerun is held for its new RAMDISK as at
+        submission: for how many seconds (None: released to start)."""
+        sched = self.scheduler()
+        if rec is None or rec.job_state not in PENDING or rec.declined:
+            return None
+        early = rec.spec.early_start or sched.policy.early_start
+        return int(sched.policy.wait_timeout) if early is EarlyStart.WAIT else None
+
+    def _ask(self, job: str, now: float, holding: bool,
+             fn: Callable[..., tuple[bool, str] | None], *args: object) -> None:
+        self.rerun_asked[job] = (now, holding)
+        self.rerun_calls[job] = self.lane.submit(fn, *args)
+
+    def _rerun_over(self, job: str) -> None:
+        """``job`` needs no rerun hold and Slurm holds none for it (or it left the
+        queue): forgotten."""
+        self.rerun_due.discard(job)
+        self.rerun_held.pop(job, None)
+        self.rerun_asked.pop(job, None)
+        self.rerun_told.discard(job)
+
+    def _hold_rerun(self, job: str) -> tuple[bool, str] | None:
+        """Worker: hold ``job`` for its earlier run's output (begin time ``RERUN_HOLD``
+        ahead, the rerun marker in place of any start hold's). Once held: (True, its
+        admin_comment without a marker)."""
+        try:
+            spec_text, _ = split_hold(self.slurm.job_info(job).admin_comment)
+            self.slurm.hold(job, RERUN_HOLD, f"{spec_text}{RERUN_MARK}")
+        except SlurmError as e:
+            log.warning("job %s: requeued, but could not hold it for its earlier run's "
+                        "output: %s", job, e)
+            return None
+        log.info("job %s: requeued: held until its earlier run's output is verified", job)
+        return True, spec_text
+
+    def _end_rerun(self, job: str, spec_text: str, quarantined: bool,
+                   wait: int | None) -> tuple[bool, str] | None:
+        """Worker: end ``job``'s rerun hold (only its begin time and the marker: an
+        admin's or user's hold of it stays): released to start, or under early start
+        ``wait`` held ``wait`` seconds for its new RAMDISK. (False, ...) once done."""
+        deadline = None if wait is None else int(time.time()) + wait
+        try:
+            if deadline is None:
+                self.slurm.release_hold(job, spec_text)
+            else:
+                self.slurm.hold(job, int(wait or 0), f"{spec_text}{HOLD_MARK}{deadline}")
+        except SlurmError as e:  # asked again in 30 s while Slurm still holds it
+            log.warning("job %s: could not end its rerun hold: %s", job, e)
+            return None
+        message = rerun_released_message(job, quarantined, deadline)
+        log.info("job %s: rerun hold ended: %s", job, message)
+        self.tell(job, message)  # in order with the job's other messages
+        return False, spec_text
 
     def _hold(self, job: str, seconds: int) -> None:
         """Worker: hold ``job`` for ``seconds`` (its admin_comment gets the marker)."""

@@ -137,11 +137,13 @@ def make_registry(cfg: Config, slurm: SlurmPort, hosts: Mapping[str, Host] | Non
             req = data.request(ctx)
             return data.backend(req.tier), req
 
-        NodeSide(backend_for=backend_for, mount_timeout=3 * cfg.hooks.timeout + 5,
-                 reset_timeout=max(90.0, 3 * cfg.hooks.timeout), max_hold=cfg.hooks.max_hold,
-                 exclusive=data.exclusive, learned=data.learned,
-                 write_back=data.write_back_to,
-                 written_back=data.bases.drop).register(registry)
+        side = NodeSide(backend_for=backend_for, mount_timeout=3 * cfg.hooks.timeout + 5,
+                        reset_timeout=max(90.0, 3 * cfg.hooks.timeout),
+                        max_hold=cfg.hooks.max_hold, exclusive=data.exclusive,
+                        learned=data.learned, write_back=data.write_back_to,
+                        written_back=data.bases.drop)
+        side.register(registry)
+        data.release_mounts = side.release_mounts  # before every teardown
     return registry
 
 

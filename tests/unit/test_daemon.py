@@ -1046,9 +1046,14 @@ def test_a_requeued_wait_job_is_held_again_until_its_ramdisk_is_rebuilt(
     d.poll()
     flush_urgent(d)
     holds = [v for k, v in slurm.calls if k == "hold"]
-    assert len(holds) == 1 and holds[0].startswith(f"7:1800:{out_only.to_admin_comment()} "
-                                                   "hold=")
+    # held for its first run's output first (issue 35: tests/unit/test_rerun_hold.py)
+    assert len(holds) == 1 and holds[0].endswith(" hold=rerun")
     settle(d)  # the first run's output is staged out, the RAMDISK torn down
+    d.poll()  # the rerun hold ends: held for its RAMDISK, as at submission
+    flush_urgent(d)
+    holds = [v for k, v in slurm.calls if k == "hold"]
+    assert len(holds) == 2 and holds[1].startswith(f"7:1800:{out_only.to_admin_comment()} "
+                                                   "hold=")
     d.poll()  # now held (the marker): on-deck again, allocated and built again
     settle(d)
     flush_urgent(d)

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from rsa_scheduler.core.directives import DirectiveSpec, split_hold, with_hold
+from rsa_scheduler.core.directives import (
+    RERUN_MARK,
+    DirectiveSpec,
+    rerun_held,
+    split_hold,
+    with_hold,
+)
 from rsa_scheduler.core.machine import JobRecord
 from rsa_scheduler.core.states import RsaState
 from rsa_scheduler.daemon.holds import READY, hold_verdict, startable
@@ -137,3 +143,10 @@ def test_a_declined_jobs_release_says_the_pfs_once() -> None:
         "in 2 files) is larger than the RAMDISK's free space (1.94G): set #RSA_CAPACITY=3G "
         "or more to get RSA nodes that hold it); released to start: it reads from the PFS")
     assert len(verdict.message) <= 250
+
+
+def test_the_rerun_holds_marker_carries_no_deadline_and_leaves_the_spec_readable() -> None:
+    comment = SPEC.to_admin_comment()
+    assert split_hold(f"{comment}{RERUN_MARK}") == (comment, None)
+    assert rerun_held(f"{comment}{RERUN_MARK}") and not rerun_held(with_hold(comment, 99))
+    assert not rerun_held(comment)

@@ -571,3 +571,108 @@ def test_a_reset_reissued_after_its_last_write_back_does_not_write_back_again() 
     assert calls == ["/scratch/a/in"]
     assert {"written_back_of": "7/1/reset/3"} in milestones
     assert backend.resets == 2
+
+
+def teardown_ctx(facts: Mapping[str, Any] | None = None) -> ActionContext:
+    action = Action("7/1/destroy-fs/9", "7", ActionKind.DESTROY_FS,
+                    make_args(ActionKind.DESTROY_FS))
+    return ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
+                         facts=dict(facts or {"mount": SPEC.to_json()}))
+
+
+def releasing(side: NodeSide, ctx: ActionContext) -> Future[list[str]]:
+    fut: Future[list[str]] = Future()
+
+    def run() -> None:
+        try:
+            fut.set_result(side.release_mounts(ctx))
+        except BaseException as e:
+            fut.set_exception(e)
+    threading.Thread(target=run, daemon=True).start()
+    return fut
+
+
+def mounted_input_on(side: NodeSide, reg: Registry, nodes: tuple[str, ...]) -> None:
+    side.settle = 0.05
+    fut = start(reg, ActionKind.MOUNT_INPUT, INPUT)
+    ins = until(side, lambda: side.prolog("7", nodes[0], "c[1-2]", "mounting-input"),
+                "mount")
+    for node in nodes[1:]:
+        side.prolog("7", node, "c[1-2]", "mounting-input")
+    for node in nodes:
+        side.report("7", node, {"seq": ins["seq"], "ok": True})
+    assert fut.result(5).result is Result.OK
+
+
+def test_a_teardown_asks_every_node_that_holds_the_mount_to_release_it_first() -> None:
+    """Issue 35: the RAMDISK was destroyed without asking the compute nodes (a partial
+    input-mount failure without DATA_OUT tears down while the nodes that did mount it
+    still read it)."""
+    side, reg, _ = make_side()
+    mounted_input_on(side, reg, ("c1", "c2"))
+    fut = releasing(side, teardown_ctx())
+    for node in ("c1", "c2"):
+        rel = side.agent("7", node, "c[1-2]", 0, wait=2)
+        assert rel["do"] == "release"
+        assert not fut.done()
+        side.report("7", node, {"seq": rel["seq"], "ok": True})
+    assert fut.result(5) == ["c1", "c2"]
+
+
+def test_a_node_that_does_not_release_keeps_the_ramdisk() -> None:
+    side, reg, _ = make_side(timeout=1.0)
+    mounted_input_on(side, reg, ("c1", "c2"))
+    fut = releasing(side, teardown_ctx())
+    rel = side.agent("7", "c1", "c[1-2]", 0, wait=2)
+    side.report("7", "c1", {"seq": rel["seq"], "ok": True})  # c2 never answers
+    with pytest.raises(RsaError, match=r"c2 did not confirm .* kept"):
+        fut.result(5)
+    busy = releasing(side, teardown_ctx())
+    for node in ("c1", "c2"):
+        rel = side.agent("7", node, "c[1-2]", 0, wait=2)
+        side.report("7", node, {"seq": rel["seq"], "ok": node == "c1", "busy": node == "c2",
+                                "message": "/scratch/a/in is in use"})
+    with pytest.raises(RsaError, match="kept"):
+        busy.result(5)
+
+
+def test_nodes_whose_epilog_ran_are_not_asked() -> None:
+    side, reg, _ = make_side(timeout=1.0)
+    mounted_input_on(side, reg, ("c1", "c2"))
+    for node in ("c1", "c2"):
+        side.epilog("7", node)
+    assert releasing(side, teardown_ctx()).result(2) == []
+
+
+def test_after_a_restart_the_agents_of_recorded_mounts_are_waited_for() -> None:
+    """A restarted rsad knows the mounts from the log (``mounted``): it gives their agents
+    time to reconnect; a recorded node with no agent ran its Epilog while rsad was down."""
+    side, _reg, _ = make_side(timeout=2.0)
+    side.agent_settle = 1.0
+    fut = releasing(side, teardown_ctx({"mount": SPEC.to_json(), "mounted": ["c1", "c2"]}))
+    rel = side.agent("7", "c1", "c[1-2]", 0, wait=3)  # c1's agent reconnects; c2's never
+    assert rel["do"] == "release"
+    side.report("7", "c1", {"seq": rel["seq"], "ok": True})
+    assert fut.result(5) == ["c1"]
+
+
+def test_a_teardown_never_destroys_what_a_node_did_not_release() -> None:
+    from tests.unit.test_ramdisk_tending import SPEC as TSPEC
+    from tests.unit.test_ramdisk_tending import Backend, data_path
+
+    backend = Backend(lambda: Health(True))  # its destroy raises: must not be reached
+    dp = data_path(backend)
+    asked: list[str] = []
+
+    def refuse(ctx: ActionContext) -> list[str]:
+        asked.append(ctx.action.id)
+        raise RsaError("compute node(s) c2 did not confirm the release: kept")
+
+    dp.release_mounts = refuse
+    action = Action("7/1/destroy-fs/9", "7", ActionKind.DESTROY_FS,
+                    make_args(ActionKind.DESTROY_FS, nodes=Hostlist.parse("rsa1")))
+    ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
+                        facts={"mount": TSPEC.to_json()})
+    with pytest.raises(RsaError, match="kept"):
+        dp.destroy_fs(ctx)
+    assert asked == ["7/1/destroy-fs/9"]

@@ -1,0 +1,237 @@
+"""The rerun hold (issue 35, queue mode): a requeued job's next run never starts while
+its earlier run's output is staged out, verified or retried, under every early-start
+policy; it is released once that output is verified or quarantined (under ``wait``: held
+for its new RAMDISK as at submission), also across an rsad restart, and only rsad's own
+hold is ever lifted (its release sets the begin time and the admin_comment only: an
+admin's hold, priority 0, stays; the lab checks that against real Slurm). rsad's loop
+with a scripted Slurm port; the lab runs it against real Slurm
+(tests/e2e/test_requeue_cycles.py)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rsa_scheduler.core.actions import ActionKind
+from rsa_scheduler.core.directives import DirectiveSpec, rerun_held, split_hold
+from rsa_scheduler.core.policy import EarlyStart, StagingPolicy
+from rsa_scheduler.core.scheduler import Scheduler
+from rsa_scheduler.daemon.executors import ActionContext, PermanentError, Registry
+from rsa_scheduler.daemon.service import Daemon
+from rsa_scheduler.daemon.starthold import RERUN_HOLD
+from rsa_scheduler.slurm.port import SlurmError
+from rsa_scheduler.store import Store
+from tests.unit.corekit import make_pool
+from tests.unit.test_daemon import (
+    ScriptedSlurm,
+    flush_urgent,
+    instant_registry,
+    released,
+    settle,
+    with_slurm,
+)
+
+OUT = DirectiveSpec(data_out="/pfs/out")
+COMMENT = OUT.to_admin_comment()
+
+
+class Gated:
+    """Executors that finish at once, but VERIFY waits for ``gate`` (and STAGE_OUT
+    fails for good when ``fail_out``)."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.fail_out = False
+
+    def registry(self, slurm: ScriptedSlurm) -> Registry:
+        reg = instant_registry([])
+
+        def verify(ctx: ActionContext) -> Mapping[str, Any]:
+            assert self.gate.wait(10)
+            return {}
+
+        def stage_out(ctx: ActionContext) -> Mapping[str, Any]:
+            if self.fail_out:
+                raise PermanentError("the PFS refused")
+            return {}
+
+        reg.register(ActionKind.VERIFY, verify)
+        reg.register(ActionKind.STAGE_OUT, stage_out)
+        return with_slurm(reg, slurm)
+
+
+def daemon(tmp_path: Path, slurm: ScriptedSlurm, gated: Gated,
+           early: EarlyStart) -> Daemon:
+    store = Store.open(tmp_path / "rsa.db", durability="normal")
+    clock = iter(float(t) for t in range(1000, 10**6))
+    d = Daemon(Scheduler(make_pool(), StagingPolicy(early_start=early, retries=0)),
+               slurm=slurm, store=store, registry=gated.registry(slurm), workers=2,
+               poll_interval=0, clock=lambda: next(clock))
+    d.start()
+    return d
+
+
+def requeued_while_its_output_is_on_the_ramdisk(d: Daemon, slurm: ScriptedSlurm) -> None:
+    """An output-only job runs with its RAMDISK over DATA_OUT, then is requeued."""
+    slurm.set("7", "PENDING", "Resources", spec=OUT)
+    d.poll()
+    settle(d)
+    slurm.set("7", "RUNNING", spec=OUT)
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state.value == "mounted-output"
+    slurm.set("7", "PENDING", "None", spec=OUT)  # scontrol requeue
+    d.poll()  # the output stages out; verify waits for the gate
+    flush_urgent(d)
+
+
+def holds(slurm: ScriptedSlurm) -> list[str]:
+    return [v for k, v in slurm.calls if k == "hold"]
+
+
+def comments(slurm: ScriptedSlurm) -> list[str]:
+    return [v for k, v in slurm.calls if k == "comment"]
+
+
+def admin_comment(slurm: ScriptedSlurm) -> str:
+    return next(r.admin_comment or "" for r in slurm.rows if r.job_id == "7")
+
+
+@pytest.mark.parametrize("early", [EarlyStart.FALLBACK, EarlyStart.UNION, EarlyStart.WAIT])
+def test_a_requeued_run_is_held_until_its_earlier_runs_output_is_verified(
+        tmp_path: Path, early: EarlyStart) -> None:
+    """On main the rerun was not held under fallback and union, and under wait only for
+    the start hold's wait_timeout (then it started beside the stage-out)."""
+    slurm, gated = ScriptedSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, early)
+    # pending on a begin time rsad did not set (no marker: the user's --begin): never
+    # released by rsad; nor is a hold of an admin's (reason JobHeldAdmin)
+    slurm.set("8", "PENDING", "BeginTime", spec=OUT)
+    slurm.set("9", "PENDING", "JobHeldAdmin", spec=OUT)
+    requeued_while_its_output_is_on_the_ramdisk(d, slurm)
+    assert holds(slurm) == [f"7:{RERUN_HOLD}:{COMMENT} hold=rerun"]
+    assert rerun_held(admin_comment(slurm))
+    assert any("held until the previous run's output is staged out and verified" in c
+               for c in comments(slurm))
+    for _ in range(3):  # Slurm shows it held (BeginTime): nothing more while it verifies
+        d.poll()
+        d.drain(timeout=0.1)
+        flush_urgent(d)
+    assert d.sched.records["7"].rsa_state.value == "verifying"
+    assert released(slurm) == [] and len(holds(slurm)) == 1
+    gated.gate.set()
+    settle(d)
+    d.poll()
+    flush_urgent(d)
+    if early is EarlyStart.WAIT:  # held for its new RAMDISK, as at submission
+        assert len(holds(slurm)) == 2 and holds(slurm)[1].startswith(
+            f"7:1800:{COMMENT} hold=")
+        assert split_hold(admin_comment(slurm))[1] is not None
+    else:
+        assert released(slurm) == [f"7:{COMMENT}"] and len(holds(slurm)) == 1
+    assert "stage-out is over" in comments(slurm)[-1]
+    assert not any(v.startswith(("8:", "9:")) for v in released(slurm) + holds(slurm))
+    names = [e.name for e in d.store.events("7")]
+    assert names.count("job.rerun-held") == 1 and names.count("job.rerun-released") == 1
+    d.shutdown()
+
+
+def test_a_rerun_is_released_once_its_earlier_runs_output_is_quarantined(
+        tmp_path: Path) -> None:
+    slurm, gated = ScriptedSlurm(), Gated()
+    gated.fail_out = True
+    d = daemon(tmp_path, slurm, gated, EarlyStart.WAIT)
+    requeued_while_its_output_is_on_the_ramdisk(d, slurm)
+    settle(d)
+    for _ in range(3):
+        d.poll()
+        settle(d)
+        flush_urgent(d)
+    assert d.sched.records["7"].rsa_state.value == "quarantined"
+    # released to start (no new RAMDISK while the old one is kept): the PFS
+    assert released(slurm) == [f"7:{COMMENT}"] and len(holds(slurm)) == 1
+    assert "quarantined, not on the PFS" in comments(slurm)[-1]
+    d.shutdown()
+
+
+class FailingHold(ScriptedSlurm):
+    def hold(self, job_id: str, seconds: int, admin_comment: str) -> None:
+        raise SlurmError("slurmctld not answering")
+
+
+def test_a_rerun_hold_a_crash_cut_off_is_placed_by_the_next_rsad(tmp_path: Path) -> None:
+    """rsad dies after it saw the requeue, before Slurm held the job: the next rsad holds
+    it (its first cycle looks at every record once), then releases it once verified."""
+    slurm, gated = FailingHold(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    requeued_while_its_output_is_on_the_ramdisk(d, slurm)
+    assert not rerun_held(admin_comment(slurm))
+    d.shutdown()  # (killed: the verify is re-issued by the next rsad)
+    d.store.close()
+    slurm2 = ScriptedSlurm()
+    slurm2.rows = slurm.rows
+    gated2 = Gated()
+    d2 = daemon(tmp_path, slurm2, gated2, EarlyStart.FALLBACK)
+    d2.poll()
+    flush_urgent(d2)
+    assert holds(slurm2) == [f"7:{RERUN_HOLD}:{COMMENT} hold=rerun"]
+    assert released(slurm2) == []
+    gated2.gate.set()
+    settle(d2)
+    d2.poll()
+    flush_urgent(d2)
+    assert released(slurm2) == [f"7:{COMMENT}"]
+    d2.shutdown()
+
+
+def test_a_rerun_held_across_a_restart_is_released_by_the_next_rsad(tmp_path: Path) -> None:
+    """Slurm keeps the marker: the next rsad knows the hold is its own and lifts it once
+    the re-issued verify is done; never before."""
+    slurm, gated = ScriptedSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    requeued_while_its_output_is_on_the_ramdisk(d, slurm)
+    assert rerun_held(admin_comment(slurm))
+    d.shutdown()
+    d.store.close()
+    slurm.calls.clear()
+    gated2 = Gated()
+    d2 = daemon(tmp_path, slurm, gated2, EarlyStart.FALLBACK)
+    for _ in range(2):
+        d2.poll()
+        d2.drain(timeout=0.1)
+        flush_urgent(d2)
+    assert released(slurm) == [] and holds(slurm) == []  # still held, not held twice
+    gated2.gate.set()
+    settle(d2)
+    d2.poll()
+    flush_urgent(d2)
+    assert released(slurm) == [f"7:{COMMENT}"]
+    d2.shutdown()
+
+
+def test_the_rerun_hold_waits_until_slurm_has_finished_the_requeue(tmp_path: Path) -> None:
+    """Slurm sets a requeued job's begin time itself when its requeue is complete
+    (REQUEUED until then): a hold set before would be replaced by that."""
+    slurm, gated = ScriptedSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    slurm.set("7", "PENDING", "Resources", spec=OUT)
+    d.poll()
+    settle(d)
+    slurm.set("7", "RUNNING", spec=OUT)
+    d.poll()
+    settle(d)
+    slurm.set("7", "REQUEUED", "None", spec=OUT)
+    d.poll()
+    d.drain(timeout=0.1)
+    flush_urgent(d)
+    assert holds(slurm) == []
+    slurm.set("7", "PENDING", "BeginTime", spec=OUT)
+    d.poll()
+    flush_urgent(d)
+    assert holds(slurm) == [f"7:{RERUN_HOLD}:{COMMENT} hold=rerun"]
+    gated.gate.set()
+    d.shutdown()
