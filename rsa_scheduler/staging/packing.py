@@ -31,6 +31,13 @@ from rsa_scheduler.staging.plan import assign, make_plan
 from rsa_scheduler.staging.report import ProgressMeter, StagingError, Stats
 
 
+def archive_number(path: str) -> int:
+    """n of ``.../rsa-<job>[.c<cycle>]-<n>.tar``: the node that packed it (names sort
+    as text: rsa-J-10.tar before rsa-J-2.tar)."""
+    tail = posixpath.basename(path).removesuffix(".tar").rpartition("-")[2]
+    return int(tail) if tail.isdigit() else 0
+
+
 class Packing(Commands):
     """Packs the RAMDISK into archives (``StagingEngine.stage_out`` with method ``tar``)
     and lists them back (``StagingEngine.verify``)."""
@@ -117,7 +124,8 @@ class Packing(Commands):
 
         # by another node than the one that packed it (archive n: node n), where there
         # is one; the node drops it from its page cache first (scripts.archives.UNCACHE)
-        self._parallel(range(len(names)), read, None, spread=True, on=lambda n: n + 1)
+        self._parallel(range(len(names)), read, None, spread=True,
+                       on=lambda n: archive_number(names[n]) + 1)
         return [e for part in out for e in part]
 
     def archive_read_back(self) -> str:

@@ -24,6 +24,7 @@ from rsa_scheduler.hosts import LocalHost
 from rsa_scheduler.runner import Completed, Identity
 from rsa_scheduler.staging import StagingEngine, StagingError, scripts, stream
 from rsa_scheduler.staging.manifest import Verification
+from rsa_scheduler.staging.packing import archive_number
 from rsa_scheduler.staging.verifier import READ_BACK
 from tests.unit.conftest import _is
 
@@ -128,6 +129,12 @@ class Spy(LocalHost):
     def run(self, argv: Sequence[str], **kw: Any) -> Completed:
         self.seen.append((self.name, list(argv)))
         return super().run(argv, **kw)
+
+
+def test_an_archives_number_is_the_node_that_packed_it() -> None:
+    assert [archive_number(f"/o/rsa-5-{n}.tar") for n in (0, 2, 10, 11)] == [0, 2, 10, 11]
+    assert archive_number("/o/rsa-5.c2-3.tar") == 3  # a requeued run's archive
+    assert archive_number("/o/rsa-5-x.tar") == 0
 
 
 @needs_root
