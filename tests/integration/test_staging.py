@@ -2,7 +2,9 @@
 
 Stage-in DATA_IN (on the PFS) into the RAMDISK over rsa[1-4] as ``rsauser``, stage-out and
 verify back to the PFS; refusal of unreadable input and of another user's DATA_OUT;
-cancellation kills every transfer; tar aggregation; PRE/POSTPROCESS. The RAMDISK is
+cancellation kills every transfer; tar aggregation; PRE/POSTPROCESS; verify reading what
+the PFS holds, not what a node's page cache kept of it (a chunk changed on the PFS
+chunkserver's disk behind its clients). The RAMDISK is
 mounted inside the RSA nodes' mount namespaces only, so contents are compared through
 what comes back out (and the engine's own content-hash verify).
 """
