@@ -27,6 +27,7 @@ Must not import the daemon, the store or Slurm.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
@@ -52,7 +53,7 @@ from rsa_scheduler.staging.report import (
 )
 from rsa_scheduler.staging.stripe import VERIFY_RANGE_BYTES
 from rsa_scheduler.staging.treecopy import TreeCopy
-from rsa_scheduler.staging.verifier import Verifier
+from rsa_scheduler.staging.verifier import READ_BACK, Verifier
 
 METHODS = ("rsync", "tar")  # core.policy.StageOut values; "rsync" = the default copy
 LEVELS = ("content", "metadata")
@@ -235,7 +236,7 @@ class StagingEngine(TreeCopy, Packing, Verifier):
             return compare([], [], level=self.verify_level)
         if limit >= 0 and len(expected) > limit:
             del expected  # too many to list here: the nodes compare
-            return self._stream_verify(ramdisk, dst)
+            return self._read_back(self._stream_verify(ramdisk, dst), method)
         moved: dict[bytes, bytes] = {}
         if method == "tar":
             actual = self._archive_manifest(dst)
@@ -260,7 +261,14 @@ class StagingEngine(TreeCopy, Packing, Verifier):
             result = replace(result, details={
                 **result.details, "aside": [[p.hex(), a.hex()] for p, a in moved.items()]})
         log.info("%s: %s", self.job_id, result.summary(dst))
-        return result
+        return self._read_back(result, method)
+
+    def _read_back(self, result: Verification, method: str) -> Verification:
+        """``result`` saying how DATA_OUT's bytes were read (level ``content``)."""
+        if result.level != "content" or not result.checked:
+            return result
+        how = self.archive_read_back() if method == "tar" else READ_BACK
+        return dataclasses.replace(result, read_back=how)
 
     def check_mounted(self, ramdisk: str) -> None:
         """Raise unless the first node shows the RAMDISK mounted at ``ramdisk`` (with
