@@ -64,8 +64,8 @@ from rsa_scheduler.staging.scripts.manifests import (
     drop_cache_argv,
     hash_argv,
     hash_range_argv,
-    mounted_argv,
     hash_uncached_argv,
+    mounted_argv,
     scan_argv,
     scan_capped_argv,
 )
