@@ -524,7 +524,7 @@ class Daemon:
             # a heterogeneous job's other component: it starts and ends with the leader,
             # whose hooks say so (its batch script's exit code is the leader's)
             return {"job_id": job, "tracked": True, "rsa_state": rec.rsa_state.value}
-        obs = Observation.heard(hook, rec)
+        obs = Observation.heard(hook, rec, payload.get("exit_code"))
         now = self.clock()
         dec = Decision(events=[Event(now, job, "job.hook", {
             k: payload[k] for k in ("hook", "nodes", "exit_code", "alias") if k in payload})])
