@@ -13,6 +13,7 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rsa_scheduler.client import API_PORT
 from rsa_scheduler.config.kinds import (
     DAY,
     HOUR,
@@ -95,9 +96,10 @@ class ApiConfig:
     )
     listen: HostPort | None = field(
         metadata=meta(
-            Optional(Listen()),
+            Optional(Listen(default_port=API_PORT)),
             "TCP `host:port` the API also listens on, for the compute nodes' Prolog/Epilog "
-            "(authenticated with MUNGE). Empty: unix socket only.",
+            f"(authenticated with MUNGE); a host alone listens on port {API_PORT} (not one of "
+            "Slurm's: docs/ports.md). Empty: unix socket only.",
         )
     )
     socket_group: str = field(

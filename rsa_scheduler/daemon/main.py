@@ -60,6 +60,8 @@ def rsad(config_path: str | None, check: bool, check_nodes: bool,
         raise click.UsageError("--nodes goes with --check")
     cfg = load_config(config_path)
     _setup_logging(log_level or cfg.daemon.log_level.value)
+    for warning in cfg.warnings:  # what `rsa config check` warns about, in rsad's log
+        log.warning("%s", warning)
     check_lockin(cfg)  # refuses a lock-in the running Slurm would ignore (asks, changes nothing)
     if check:
         _check(cfg, check_nodes)
