@@ -295,7 +295,9 @@ class StagingConfig:
     allowed_roots: tuple[Path, ...] = field(
         metadata=meta(
             ListOf(AbsPath()),
-            "DATA_IN/DATA_OUT must lie under one of these directories (never `/`).",
+            "The RAMDISK is mounted over DATA_IN/DATA_OUT only under one of these "
+            "directories (never `/`). Checked by the node hooks when they mount, not at "
+            "submission: a job outside them is accepted and runs from the PFS, told why.",
         )
     )
     shared_dirs: tuple[Path, ...] = field(
