@@ -41,9 +41,10 @@ from rsa_scheduler.core.scheduler import (
     Scheduler,
     StaleOutcome,
 )
+from rsa_scheduler.core.states import JobState
 from rsa_scheduler.core.transitions import Trigger
 from rsa_scheduler.daemon import views
-from rsa_scheduler.daemon.cycle import FIRST_SIGHTS_PER_CYCLE, QueueReader
+from rsa_scheduler.daemon.cycle import FIRST_SIGHTS_PER_CYCLE, EndStates, QueueReader
 from rsa_scheduler.daemon.dispatch import Dispatcher, Running
 from rsa_scheduler.daemon.executors import Registry
 from rsa_scheduler.daemon.health import HEALTH_BY
@@ -93,6 +94,7 @@ class Daemon:
         self.progress: dict[str, dict[str, Any]] = {}
         self.specs = SpecReader(slurm, self.dispatcher.tell)
         self.queue_reader = QueueReader(slurm)
+        self.end_states = EndStates(slurm)  # ended jobs' end states from accounting
         self._hook_seen: dict[str, float] = {}  # job -> time of its latest hook event
         self._last_poll = 0.0
         self.last_cycle_seconds = 0.0
@@ -177,6 +179,9 @@ class Daemon:
             self.memory.learn(ev)
             if self.native is not None:
                 self.native.learn(ev)
+        # jobs that ended before this start without Slurm's end state: ask accounting
+        self.end_states.tries.update((j, 0) for j, r in self.sched.records.items()
+                                     if r.job_state is JobState.FINISHED and not r.end_state)
         outstanding = self.sched.outstanding()
         log.info("replayed %d events: %d jobs tracked, %d actions to re-issue",
                  len(events), len(self.sched.records), len(outstanding))
@@ -289,6 +294,13 @@ class Daemon:
         else:
             dec = self.sched.observe(obs, now, complete=not fresh)
         self._commit(dec)
+        ended = self.end_states.due(self.sched.records, present | fresh)
+        if ended:  # Slurm's accounting: how the jobs the queue no longer lists ended
+            records = self.sched.records
+            self._commit(self.sched.observe(
+                [Observation(j, records[j].user, s, "None", records[j].priority,
+                             records[j].compute_nodes) for j, s in sorted(ended.items())],
+                now, complete=False))
         if asked:
             self._read_directives(asked, rows, obs, present, incremental)
         if self.native is not None:
@@ -562,6 +574,7 @@ class Daemon:
             return
         if not dec.events and not dec.actions:
             return
+        self.end_states.learn(dec.events)
         touched = {e.job_id for e in dec.events if not e.job_id.startswith("@")}
         rows = [self._row(self.sched.records[j]) for j in sorted(touched)
                 if j in self.sched.records]

@@ -13,7 +13,7 @@ import pytest
 from tests.e2e.test_prolog_lifecycle import run_to_start
 from tests.e2e.test_stage_out_failures import area, events, md5_of, output_job
 from tests.integration.conftest import as_user, slurm_env
-from tests.integration.slurmkit import make_jobs, wait_for
+from tests.integration.slurmkit import make_jobs, make_slurm, wait_for
 from tests.integration.test_rsad_staging import rsa_job, wait_state
 
 __all__ = ["area"]
@@ -99,3 +99,5 @@ exec sleep 300
     assert "job ended CANCELLED (Slurm's record" in shown or "(CANCELLED/" in shown, shown
     # and what it wrote before it was cancelled still went to the PFS
     assert (out / "kept").read_text() == "kept\n"
+    if lab.get("RSA_LAB_ACCOUNTING") == "1":  # what rsad asks once the queue forgot it
+        assert make_slurm(lab).end_states([job]) == {job: "CANCELLED"}

@@ -1361,3 +1361,55 @@ def test_an_operator_may_see_the_status_as_a_user_sees_it(routes: Routes) -> Non
         routes.dispatch(BOB, "GET", "/v1/status?as=0", None)
     with pytest.raises(ApiError, match="as= takes a uid"):
         routes.dispatch(ROOT, "GET", "/v1/status?as=root", None)
+
+
+class AccountedSlurm(ScriptedSlurm):
+    """A Slurm with accounting: sacct knows how the jobs in ``ended`` ended."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ended: dict[str, str] = {}
+        self.asked: list[list[str]] = []
+
+    def end_states(self, job_ids: Sequence[str]) -> dict[str, str]:
+        self.asked.append(list(job_ids))
+        return {j: self.ended[j] for j in job_ids if j in self.ended}
+
+
+def test_a_job_gone_from_the_queue_before_its_end_state_was_seen_gets_it_from_sacct(
+        tmp_path: Path) -> None:
+    slurm = AccountedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "7"})
+    d.submit("hook", {"hook": "epilog_slurmctld", "job_id": "7", "exit_code": "0"})
+    d.drain()
+    d.poll()  # still listed (COMPLETING: no end state yet): accounting is not asked
+    assert slurm.asked == []
+    # purged before a poll listed it ended (MinJobAge, or rsad was down): sacct says
+    slurm.rows = [r for r in slurm.rows if r.job_id != "7"]
+    slurm.ended["7"] = "CANCELLED"
+    d.poll()
+    assert slurm.asked == [["7"]]
+    assert d.sched.records["7"].end_state == "CANCELLED"
+    assert [e.context["slurm_state"] for e in d.store.events("7")
+            if e.name == "job.ended"] == ["CANCELLED"]
+    d.poll()
+    assert slurm.asked == [["7"]]  # asked once
+
+
+def test_without_accounting_a_gone_job_keeps_no_end_state_and_is_asked_nothing(
+        tmp_path: Path) -> None:
+    slurm = ScriptedSlurm()  # no end_states: a port without accounting
+    d = make_daemon(tmp_path, slurm, [])
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    d.submit("hook", {"hook": "epilog_slurmctld", "job_id": "7", "exit_code": "0"})
+    d.drain()
+    slurm.rows = []
+    d.poll()
+    assert d.sched.records["7"].end_state == ""
+    assert not d.end_states.tries
