@@ -49,8 +49,8 @@ def rsad(config_path: str | None, check: bool, check_nodes: bool,
     stages its #RSA_DATA_IN in before it starts and its #RSA_DATA_OUT out after it ends,
     and tears the RAMDISK down once the output is verified on persistent storage. Runs as
     root under systemd (rsad.service: Type=notify, a watchdog); its state lives in
-    daemon.db_path and survives restarts (a restart fences what an earlier rsad left
-    running on the RSA nodes before it re-issues anything). One rsad per store: a second
+    daemon.state_dir (rsa.db) and survives restarts (a restart fences what an earlier
+    rsad left running on the RSA nodes before it re-issues anything). One rsad per store: a second
     one exits at once. SIGTERM stops it cleanly. Operators talk to it with rsa(1); the
     Prolog, Epilog and PrologSlurmctld hooks through its API."""
     from rsa_scheduler.config import load_config
