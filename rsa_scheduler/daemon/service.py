@@ -41,7 +41,7 @@ from rsa_scheduler.core.scheduler import (
     Scheduler,
     StaleOutcome,
 )
-from rsa_scheduler.core.states import JobState
+from rsa_scheduler.core.states import JobState, RsaState
 from rsa_scheduler.core.transitions import Trigger
 from rsa_scheduler.daemon import views
 from rsa_scheduler.daemon.cycle import FIRST_SIGHTS_PER_CYCLE, EndStates, QueueReader
@@ -62,6 +62,8 @@ from rsa_scheduler.slurm.port import SlurmError, SlurmPort
 from rsa_scheduler.store import JobRow, Store
 
 log = logging.getLogger(__name__)
+#: seconds between looks for quarantined jobs to remind the operator of
+REMIND_EVERY = 60.0
 
 
 class Daemon:
@@ -97,6 +99,7 @@ class Daemon:
         self.end_states = EndStates(slurm)  # ended jobs' end states from accounting
         self._hook_seen: dict[str, float] = {}  # job -> time of its latest hook event
         self._last_poll = 0.0
+        self._last_remind = 0.0
         self.last_cycle_seconds = 0.0
         #: new quiet RSA jobs one cycle takes on (defer_first_sights)
         self.first_sights_per_cycle = FIRST_SIGHTS_PER_CYCLE
@@ -308,6 +311,10 @@ class Daemon:
         if self.native is None:  # native mode: Slurm holds a requeued job for its stage-in
             self.holds.requeued(dec)
         self.holds.check()
+        if now - self._last_remind >= REMIND_EVERY:  # quarantined output not forgotten
+            self._last_remind = now
+            self.dispatcher.remind([r for r in self.sched.records.values()
+                                    if r.rsa_state is RsaState.QUARANTINED], now)
         if not incremental:
             self.specs.prune(rows, self.sched.records)
         self._forget(now, present | fresh)
