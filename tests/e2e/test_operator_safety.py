@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from ClusterShell.NodeSet import NodeSet
 
 from tests.e2e.test_prolog_lifecycle import run_to_start
 from tests.e2e.test_stage_out_failures import area, events, md5_of, output_job
@@ -70,6 +71,15 @@ def test_a_second_rsad_on_the_same_store_is_refused_at_once(lab: Mapping[str, st
     status = subprocess.run([f"{lab['RSA_LAB_VENV']}/bin/rsa", "status", "--json"],
                             capture_output=True, text=True, timeout=30)
     assert status.returncode == 0, status.stderr
+
+
+@pytest.mark.once  # rsad and the RSA nodes alone
+def test_rsad_check_nodes_runs_each_rsa_nodes_read_only_check(lab: Mapping[str, str]) -> None:
+    done = rsad(lab, "--check", "--nodes")
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    lines = done.stdout.splitlines()
+    for node in NodeSet(lab["RSA_LAB_RSA_NODES"]):
+        assert f"rsad: {node}: ok" in lines, done.stdout
 
 
 def test_a_job_its_user_cancelled_reads_cancelled(lab: Mapping[str, str], area: Path) -> None:
