@@ -40,7 +40,7 @@ lab-test: install
 	$(LABCTL) up || rc=$$?; \
 	if [ $$rc -eq 0 ]; then $(LABCTL) verify-up-again || rc=$$?; fi; \
 	if [ $$rc -eq 0 ]; then \
-	  $(VENV)/bin/pytest -q $(LAB_TESTS) || rc=$$?; \
+	  $(VENV)/bin/pytest -q --durations=30 $(LAB_TESTS) || rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "lab-test: no integration/e2e tests collected"; rc=0; fi; \
 	  $(LABCTL) verify-health || { [ $$rc -ne 0 ] || rc=1; }; \
 	fi; \

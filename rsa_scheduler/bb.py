@@ -191,7 +191,8 @@ USAGE = """usage: rsa-bb HOOK JOB_ID [ARGS...]   (HOOK: setup data_in real_size 
 
 Run by slurm_plugins/burst_buffer.lua (native mode, slurm.mode: native) as SlurmUser.
 Prints `ok MESSAGE` or `error MESSAGE` and exits 0 or 1. rsad's address: --api ADDR,
-RSA_API, else daemon.api of the configuration (RSA_CONFIG, default /etc/rsa/rsa.yaml).
+RSA_API, else /etc/rsa/client.conf (RSA_CLIENT_CONFIG), else daemon.api of the
+configuration (RSA_CONFIG, default /etc/rsa/rsa.yaml), which SlurmUser must then read.
 """
 
 

@@ -1,7 +1,12 @@
 """The rsad API client used by the ``rsa`` CLI and the Slurm hooks.
 
 Owns :class:`ApiClient`: HTTP/1.1 over rsad's unix socket (or TCP ``host:port``), each
-request carrying a MUNGE credential bound to its method, path and body. It speaks the small
+request carrying a MUNGE credential bound to its method, path and body; and
+:func:`locate`, where every client (``rsa`` on any node and inside jobs, ``rsa-hook`` as
+SlurmUser, ``rsa-bb``, the node hooks) finds rsad: ``RSA_API``, else the world-readable
+client file ``/etc/rsa/client.conf`` (rsad's socket where this host has one this user may
+use, else its TCP ``api``), else (the hooks, which may read rsa.yaml) ``daemon.api`` of
+the configuration, else the default socket. It speaks the small
 part of HTTP/1.1 rsad's API uses (one request per connection, ``Content-Length`` bodies)
 itself: ``http.client`` pulls in ``email`` and ``ssl`` (~30 ms), and the node Prolog that
 imports this module runs at every job start on every node.
@@ -14,12 +19,18 @@ import json
 import os
 import socket
 import time
-from typing import Any
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
 
 from rsa_scheduler import munge
 from rsa_scheduler.errors import RsaError
 
 DEFAULT_SOCKET = "/run/rsa/rsad.sock"
+#: where rsad is, for every host that calls it: world-readable (0644), no secret in it
+CLIENT_CONF = Path("/etc/rsa/client.conf")
+CLIENT_CONF_ENV = "RSA_CLIENT_CONFIG"
+CLIENT_KEYS = ("api", "socket")
 AUTH_HEADER = "X-RSA-Munge"
 REPLY_HEADER = "X-RSA-Munge-Reply"
 
@@ -118,17 +129,97 @@ def host_and_port(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class ApiClient:
-    """Talks to rsad. ``address`` is a unix socket path or ``host:port``."""
+class Found(NamedTuple):
+    """rsad's address and where it was found (said in errors: messages must be true)."""
 
-    def __init__(self, address: str | None = None, timeout: float = 10.0,
+    address: str
+    source: str
+
+
+def client_conf_path(env: Mapping[str, str] = os.environ) -> Path:
+    return Path(env[CLIENT_CONF_ENV]) if env.get(CLIENT_CONF_ENV) else CLIENT_CONF
+
+
+def read_client_conf(path: Path) -> dict[str, str] | None:
+    """The client file's ``key = value`` lines (``#`` comments); None if there is none.
+    An unreadable or malformed file is an error: it exists, so it was meant to be used."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise ApiUnavailable(f"cannot read {path} ({e.strerror or e}): it says where rsad "
+                             f"is and must be readable by everyone (chmod 0644 {path})") from e
+    found: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        key, sep, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or key not in CLIENT_KEYS:
+            raise ApiUnavailable(f"{path}:{number}: expected one of "
+                                 f"{', '.join(k + ' = ...' for k in CLIENT_KEYS)}, got "
+                                 f"{line[:60]!r}")
+        found[key] = value
+    return found
+
+
+def _usable_socket(path: str) -> bool:
+    """This host has rsad's socket and this process may connect to it (write access)."""
+    return os.path.exists(path) and os.access(path, os.W_OK)
+
+
+def locate(env: Mapping[str, str] = os.environ,
+           config: Callable[[], Found | None] | None = None) -> Found:
+    """Where rsad is: ``RSA_API``; else the client file (its ``socket``, default
+    /run/rsa/rsad.sock, where this host has it and this user may use it, else its ``api``
+    host:port); else ``config()`` (the hooks: daemon.api of rsa.yaml; it raises when that
+    file exists but cannot be read, never falling back); else the default socket."""
+    if env.get("RSA_API"):
+        return Found(env["RSA_API"], "RSA_API")
+    path = client_conf_path(env)
+    conf = read_client_conf(path)
+    if conf is not None:
+        sock = conf.get("socket") or DEFAULT_SOCKET
+        if _usable_socket(sock) or not conf.get("api"):
+            return Found(sock, str(path))
+        return Found(conf["api"], str(path))
+    found = config() if config is not None else None
+    return found or Found(DEFAULT_SOCKET, "default")
+
+
+def _unreachable(found: Found, e: BaseException) -> str:
+    """What to say when rsad cannot be reached at ``found``: true about where it looked."""
+    if isinstance(e, FileNotFoundError) and found.address.startswith("/"):
+        if found.source == "default":
+            return (f"rsad's socket {found.address} is not on this host and nothing says "
+                    f"where rsad is: no RSA_API, no {CLIENT_CONF}; ask your administrator "
+                    "to write rsad's address there (api = HOST:PORT), or use --api "
+                    "HOST:PORT (RSA_API)")
+        if found.source not in ("given", "RSA_API"):  # a client file without an api
+            return (f"rsad's socket {found.address} is not on this host and {found.source} "
+                    "names no api = HOST:PORT; ask your administrator to add rsad's "
+                    "address there, or use --api HOST:PORT (RSA_API)")
+    where = "" if found.source in ("default", "given") else f" (from {found.source})"
+    return (f"cannot reach rsad at {found.address}{where}: {e}; is rsad running "
+            "(systemctl status rsad)?")
+
+
+class ApiClient:
+    """Talks to rsad. ``address`` is a unix socket path or ``host:port``; None:
+    :func:`locate`."""
+
+    def __init__(self, address: str | Found | None = None, timeout: float = 10.0,
                  trust_uid: int | None = None) -> None:
         """``trust_uid``: accept only answers signed with a MUNGE credential of this uid
         (rsad runs as root: the node hooks pass 0 before they mount anything as root on
         what rsad answers); None: answers are not checked (the ``rsa`` CLI). rsad signs
         only its answers (200) to operators, never a refusal: a refusal is
         :class:`ApiRefused` either way, and whoever asked acts on it as a "no"."""
-        self.address = address or os.environ.get("RSA_API") or DEFAULT_SOCKET
+        self.found = (address if isinstance(address, Found)
+                      else Found(address, "given") if address else locate(os.environ))
+        self.address = self.found.address
         self.timeout = timeout
         self.trust_uid = trust_uid
 
@@ -175,8 +266,7 @@ class ApiClient:
         except PermissionError as e:
             raise ApiUnavailable(_denied(self.address)) from e
         except (OSError, ValueError, _BadReply) as e:
-            raise ApiUnavailable(f"cannot reach rsad at {self.address}: {e}; is rsad "
-                                 "running (systemctl status rsad)?") from e
+            raise ApiUnavailable(_unreachable(self.found, e)) from e
         if self.trust_uid is not None and status == 200:
             self._check_signature(cred, status, data, headers.get(REPLY_HEADER.lower()))
         try:

@@ -4,7 +4,8 @@ starts and ends, so it does not wait for its next squeue poll (seed 004 §3.2–
 Owns ``rsa-hook`` (``rsa-hook prolog_slurmctld|epilog_slurmctld``). Hooks are thin: they
 read only Slurm's environment, make one API call with a hard timeout, and ALWAYS exit 0 —
 a failing PrologSlurmctld would requeue the job, and the RSA must never hurt a job. Any
-problem is one line on stderr (slurmctld's log) and rsad learns the same from its poll.
+problem is one line on stderr and in syslog (facility daemon, tag ``rsa-hook``: Slurm
+22.05 drops what these hooks print), and rsad learns the same from its poll.
 """
 
 from __future__ import annotations
@@ -12,22 +13,71 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from rsa_scheduler.errors import RsaError
+
+if TYPE_CHECKING:
+    from rsa_scheduler.client import Found
 
 HOOKS = ("prolog_slurmctld", "epilog_slurmctld")
 DEFAULT_TIMEOUT = 2.0
+SYSLOG = "/dev/log"
+LOG_DAEMON_WARNING = (3 << 3) | 4  # syslog facility daemon, severity warning
 
 
-def _api_address(env: Mapping[str, str]) -> tuple[str | None, float]:
-    """rsad's address and the call timeout: RSA_API, else the config file."""
-    if env.get("RSA_API"):
-        return env["RSA_API"], float(env.get("RSA_HOOK_TIMEOUT", DEFAULT_TIMEOUT))
+def say(line: str) -> None:
+    """One line for the operator: on stderr and to syslog (``journalctl -t rsa-hook``).
+    slurmctld discards PrologSlurmctld's output, so syslog is where it can be read; a host
+    without a syslog socket keeps stderr alone."""
+    sys.stderr.write(line + "\n")
+    import socket
+
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.settimeout(1.0)
+            sock.connect(SYSLOG)
+            sock.send(f"<{LOG_DAEMON_WARNING}>rsa-hook[{os.getpid()}]: {line}".encode())
+    except OSError:
+        pass
+
+
+def _api_address(env: Mapping[str, str]) -> tuple[str, float]:
+    """rsad's address and the call timeout: RSA_API, else /etc/rsa/client.conf, else
+    daemon.api of the configuration (rsa.yaml, which SlurmUser may not be allowed to read:
+    then this raises, naming the fix, and never guesses)."""
+    from rsa_scheduler.client import locate
+
+    timeouts: list[float] = []
+    found = locate(env, lambda: _from_config(env, timeouts))
+    timeout = (float(env["RSA_HOOK_TIMEOUT"]) if env.get("RSA_HOOK_TIMEOUT")
+               else timeouts[0] if timeouts else DEFAULT_TIMEOUT)
+    return found.address, timeout
+
+
+def _from_config(env: Mapping[str, str], timeouts: list[float]) -> Found:
+    """daemon.api of rsa.yaml: its socket where this host has it, else its listen."""
+    from rsa_scheduler.client import Found, client_conf_path
     from rsa_scheduler.config import load_config
+    from rsa_scheduler.config.loader import resolve_config_path
 
+    path = resolve_config_path(None, env=env)
+    client = client_conf_path(env)
+    if not os.access(path, os.R_OK) and os.path.exists(path):
+        import pwd
+
+        who = pwd.getpwuid(os.getuid()).pw_name
+        raise RsaError(f"cannot find rsad: no RSA_API, no {client}, and {path} is not "
+                       f"readable by {who} (as the operator guide sets it up: root, 0640); "
+                       f"write rsad's address into {client} (api = HOST:PORT, mode "
+                       "0644) on this host, or set RSA_API in the hook's wrapper")
     cfg = load_config(env.get("RSA_CONFIG"), env=env)
+    timeouts.append(cfg.hooks.api_timeout)
     listen = cfg.daemon.api.listen
     here = os.path.exists(cfg.daemon.api.socket)
-    address = str(cfg.daemon.api.socket) if here or not listen else f"{listen.host}:{listen.port}"
-    return address, cfg.hooks.api_timeout
+    address = (str(cfg.daemon.api.socket) if here or not listen
+               else f"{listen.host}:{listen.port}")
+    return Found(address, str(path))
 
 
 def payload(hook: str, env: Mapping[str, str]) -> dict[str, object]:
@@ -50,11 +100,11 @@ def payload(hook: str, env: Mapping[str, str]) -> dict[str, object]:
 
 def run(hook: str, env: Mapping[str, str]) -> int:
     if hook not in HOOKS:
-        sys.stderr.write(f"rsa-hook: unknown hook {hook!r}; use one of {', '.join(HOOKS)}\n")
+        say(f"rsa-hook: unknown hook {hook!r}; use one of {', '.join(HOOKS)}")
         return 0
     data = payload(hook, env)
     if not data["job_id"]:
-        sys.stderr.write(f"rsa-hook {hook}: no SLURM_JOB_ID in the environment\n")
+        say(f"rsa-hook {hook}: no SLURM_JOB_ID in the environment")
         return 0
     try:
         from rsa_scheduler.client import ApiClient
@@ -62,8 +112,8 @@ def run(hook: str, env: Mapping[str, str]) -> int:
         address, timeout = _api_address(env)
         ApiClient(address, timeout=timeout).post(f"/v1/hooks/{hook}", data)
     except Exception as e:  # never fail the job: rsad's poll will see the change
-        sys.stderr.write(f"rsa-hook {hook} job {data['job_id']}: rsad not told ({e}); "
-                         "it will notice on its next poll\n")
+        say(f"rsa-hook {hook} job {data['job_id']}: rsad not told ({e}); it will notice "
+            "on its next poll")
     return 0
 
 
@@ -75,8 +125,12 @@ slurm.conf on the controller (Slurm runs these without arguments; the shipped wr
 name the hook):
   PrologSlurmctld=/usr/lib/rsa-scheduler/rsa-prolog-slurmctld
   EpilogSlurmctld=/usr/lib/rsa-scheduler/rsa-epilog-slurmctld
-Always exits 0: a failing PrologSlurmctld would requeue the job. rsad's address: RSA_API,
-else daemon.api of the configuration (RSA_CONFIG, default /etc/rsa/rsa.yaml).
+Always exits 0: a failing PrologSlurmctld would requeue the job; a problem is one line
+on stderr and in syslog (tag rsa-hook: journalctl -t rsa-hook). rsad's address: RSA_API,
+else /etc/rsa/client.conf (RSA_CLIENT_CONFIG; world-readable: rsad's socket where this
+host has it, else api = HOST:PORT), else daemon.api of the configuration (RSA_CONFIG,
+default /etc/rsa/rsa.yaml), which SlurmUser must then be able to read. Timeout:
+RSA_HOOK_TIMEOUT, else hooks.api_timeout when the configuration was read, else 2 s.
 """
 
 

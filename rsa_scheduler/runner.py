@@ -44,16 +44,17 @@ class Identity:
 
     @classmethod
     def of(cls, user: str) -> Identity:
-        """Look a user up in the passwd/group databases (NSS, so LDAP users work too)."""
-        import grp
+        """Look a user up through NSS (LDAP and SSSD users work too). The supplementary
+        groups are the user's as ``initgroups`` gives them at login (getgrouplist, which
+        asks each group source for this user): ``getgrall`` lists only what a directory
+        enumerates, and SSSD does not by default, so it missed the project groups."""
         import pwd
 
         try:
             pw = pwd.getpwnam(user)
         except KeyError as e:
             raise RsaError(f"unknown user {user!r}: not in the passwd database") from e
-        groups = tuple(sorted({g.gr_gid for g in grp.getgrall() if user in g.gr_mem}
-                              | {pw.pw_gid}))
+        groups = tuple(sorted(set(os.getgrouplist(user, pw.pw_gid)) | {pw.pw_gid}))
         return cls(user=user, uid=pw.pw_uid, gid=pw.pw_gid, groups=groups, home=pw.pw_dir)
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -26,6 +26,7 @@ from .common import (
     mounts,
     run,
 )
+from .rsad import CLIENT_CONF, ETC_CLIENT
 from .slurm import ETC_CONF, ETC_MARK
 
 DAEMONS = {"munged", "slurmctld", "slurmd", "slurmdbd", "slurmstepd", "mariadbd", "mysqld",
@@ -115,4 +116,6 @@ def leftovers(s: Settings) -> list[str]:
         found.append(f"{ENV_FILE} still exists")
     if ETC_MARK.exists() or (ETC_CONF.is_symlink() and "rsa-lab" in os.readlink(ETC_CONF)):
         found.append(f"{ETC_CONF} symlink of the lab")
+    if ETC_CLIENT.is_symlink() and os.readlink(ETC_CLIENT) == str(CLIENT_CONF):
+        found.append(f"{ETC_CLIENT} symlink of the lab")
     return found

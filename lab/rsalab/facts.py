@@ -3,6 +3,7 @@ daemons a complete lab runs (cli.py checks them, selftest.py compares them)."""
 
 from __future__ import annotations
 
+import os
 import shlex
 
 from . import pfs, rsad, rsanodes, slurm, ssd
@@ -73,6 +74,12 @@ def write(s: Settings) -> None:
 
 def write_config(s: Settings) -> None:
     """rsad's configuration, written before rsad starts (and before the env file)."""
+    # as the operator guide sets /etc/rsa/rsa.yaml up: root's, 0640. SlurmUser's hooks
+    # (PrologSlurmctld, EpilogSlurmctld) cannot read it: they find rsad through
+    # /etc/rsa/client.conf (lab/rsalab/rsad.py)
+    RSA_YAML.touch(mode=0o600)
+    os.chown(RSA_YAML, 0, 0)
+    RSA_YAML.chmod(0o640)
     RSA_YAML.write_text(rsa_yaml(s))
 
 

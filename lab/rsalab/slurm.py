@@ -1,9 +1,12 @@
 """Slurm 22.05: munge, optional MariaDB + slurmdbd, slurmctld and slurmd c1..N.
 
 Every slurmd runs as `/usr/sbin/slurmd -D -N cN` in its own mount+UTS namespace
-(hostname cN), NodeAddr=127.0.0.1 with its own Port. Daemons are started through the
-/usr/sbin names (Slurm picks its role from argv[0]). /etc/slurm/slurm.conf becomes a
-symlink to the generated file (only if absent), so plain `squeue` works for everyone.
+(hostname cN), NodeAddr=127.0.0.1 with its own Port, and with the lab's `rsa` in its
+/usr/local/bin (a directory of the lab's bound there in the node's namespace only): a
+job runs `rsa` bare, as on a site where the package put it in /usr/bin. Daemons are
+started through the /usr/sbin names (Slurm picks its role from argv[0]).
+/etc/slurm/slurm.conf becomes a symlink to the generated file (only if absent), so plain
+`squeue` works for everyone.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ BB_API = "127.0.0.1:7820"  # rsad's TCP API (lab/rsalab/rsad.py LISTEN): slurm r
 SPANK_SRC = REPO / "slurm_plugins/spank"
 SPANK_SO = CONF_DIR / "rsa_spank.so"  # a copy: rebuilding in the repo leaves the lab alone
 PLUGSTACK = CONF_DIR / "plugstack.conf"
+NODE_BIN = STATE / "node-bin"  # the compute nodes' /usr/local/bin: `rsa` for jobs
 # How the lab loads the SPANK plugin: optional (as docs/spank.md recommends), required
 # (a plugin that fails to load stops every srun/sbatch/slurmstepd), or off.
 SPANK_MODES = ("optional", "required", "off")
@@ -96,13 +100,22 @@ def up(s: Settings) -> None:
         _accounts(s)
     spawn("slurmctld", ["/usr/sbin/slurmctld", "-D", "-i"], env=ENV)
     wait_for("slurmctld", lambda: listening(CTLD_ADDR, CTLD_PORT), timeout=30)
+    _node_bin(s)
     for _i, node in enumerate(s.compute_nodes):
-        argv = in_node_ns(node, ":", ["/usr/sbin/slurmd", "-D", "-N", node])
+        argv = in_node_ns(node, f"mount --bind {NODE_BIN} /usr/local/bin",
+                          ["/usr/sbin/slurmd", "-D", "-N", node])
         pid = spawn(f"slurmd-{node}", argv, env=ENV)
         record_ns(node, pid)
     wait_for("compute nodes idle", lambda: _all_idle(s), timeout=60, every=0.5)
     log(f"Slurm: slurmctld 127.0.0.1:{CTLD_PORT}, nodes {_hostlist(s)} idle, accounting "
         f"{f'on (slurmdbd :{DBD_PORT}, QOS {s.qos})' if s.accounting else 'off'}")
+
+
+def _node_bin(s: Settings) -> None:
+    """What the package puts on every node's PATH (/usr/bin/rsa), for the lab's jobs."""
+    shutil.rmtree(NODE_BIN, ignore_errors=True)
+    make_dir(NODE_BIN, 0o755)
+    (NODE_BIN / "rsa").symlink_to(s.venv / "bin" / "rsa")
 
 
 def _hostlist(s: Settings) -> str:
@@ -412,4 +425,5 @@ def down(s: Settings) -> None:
     shutil.rmtree(DATA / "slurm", ignore_errors=True)
     shutil.rmtree(DATA / "mysql", ignore_errors=True)
     shutil.rmtree(CONF_DIR, ignore_errors=True)
+    shutil.rmtree(NODE_BIN, ignore_errors=True)
     BB_POOLS.unlink(missing_ok=True)

@@ -23,8 +23,8 @@ from rsa_scheduler.core.states import HOLDS_USER_DATA, PRE_RUN, RESET_UNDER_WAY,
 from rsa_scheduler.errors import RsaError
 
 API_OPTION = click.option("--api", envvar="RSA_API", default=None,
-                          help="rsad address: unix socket path or host:port "
-                               "(default /run/rsa/rsad.sock).")
+                          help="rsad address: unix socket path or host:port (default: "
+                               "/etc/rsa/client.conf, else /run/rsa/rsad.sock).")
 
 
 @click.command("jobs")

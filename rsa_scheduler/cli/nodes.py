@@ -14,6 +14,7 @@ from rsa_scheduler.core.units import format_size
 
 if TYPE_CHECKING:
     from rsa_scheduler.fs.nodecheck import NodeReport
+    from rsa_scheduler.fs.pfscheck import Seen
 
 
 @click.group("nodes", invoke_without_command=True)
@@ -69,13 +70,29 @@ def resume(api: str | None, reason: str, node: str) -> None:
 @nodes.command("check")
 @click.argument("names", required=False)
 @config_option
+@click.option("--compute", is_flag=True,
+              help="Check this compute node instead (run it as root there).")
 @click.option("--json", "as_json", is_flag=True,
               help='{"nodes": {NAME: {"ok", "lacks", "error"}}}.')
-def check(names: str | None, config_file: str | None, as_json: bool) -> None:
-    """What each RSA node (NAMES: a hostlist, default all) lacks for its tier's filesystem
-    and the data path: one line each, with the fix. Connects as rsad does (ssh.* of the
-    configuration: run it as root on rsad's host, before rsad starts too); changes
-    nothing. Exit 1 when a node lacks something or cannot be reached."""
+def check(names: str | None, config_file: str | None, compute: bool, as_json: bool) -> None:
+    """What each RSA node (NAMES: a hostlist, default all) lacks for its tier's filesystem,
+    the data path and the site's PFS (mounted at the same paths as on this host, the same
+    filesystem: staging.allowed_roots and shared_dirs): one line each, with the fix.
+    Connects as rsad does (ssh.* of the configuration: run it as root on rsad's host,
+    before rsad starts too); changes nothing. Exit 1 when a node lacks something or
+    cannot be reached.
+
+    With --compute: what this compute node lacks (rsad's address in
+    /etc/rsa/client.conf and its API answering from here, rsa on a job's PATH, the node
+    hooks' configuration and filesystem clients, slurm.conf's Prolog and Epilog, the SPANK
+    plugin built for this node's Slurm)."""
+    if compute:
+        if names:
+            raise click.UsageError("--compute checks this node: give no NAMES")
+        from rsa_scheduler.node.check import check_compute
+
+        _report([check_compute(config_file)], as_json)
+        return
     from concurrent.futures import ThreadPoolExecutor
 
     from ClusterShell.NodeSet import NodeSet
@@ -101,13 +118,31 @@ def check(names: str | None, config_file: str | None, as_json: bool) -> None:
                  for t in {n.tier for n in members.values()}}
     except RsaError as e:
         raise click.ClickException(str(e)) from e
+    pfs = _pfs_here([str(r) for r in (*cfg.staging.allowed_roots, *cfg.staging.shared_dirs)])
 
     def one(name: str) -> NodeReport:
         node = members[name]
-        return check_node(name, hosts[name], needs[str(node.tier)], str(node.pool_dir))
+        return check_node(name, hosts[name], needs[str(node.tier)], str(node.pool_dir),
+                          pfs=pfs)
 
     with ThreadPoolExecutor(max_workers=16) as pool:
         reports = list(pool.map(one, wanted))
+    _report(reports, as_json)
+
+
+def _pfs_here(roots: list[str]) -> dict[str, Seen]:
+    """The PFS roots as this host (rsad's) sees them; one note per root it has not."""
+    from rsa_scheduler.fs.pfscheck import parse_probe, probe_argv
+    from rsa_scheduler.runner import run
+
+    seen = parse_probe(run(probe_argv(list(dict.fromkeys(roots))), timeout=60).stdout)
+    for root, here in seen.items():
+        if not here.fstype:
+            click.echo(f"note: {root} (staging) is not on this host: not compared", err=True)
+    return seen
+
+
+def _report(reports: list[NodeReport], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"nodes": {r.node: {"ok": r.ok, "lacks": list(r.lacks),
                                                   "error": r.error} for r in reports}},

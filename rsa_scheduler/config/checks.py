@@ -192,8 +192,8 @@ class Checks:
                     v.warn(key, f"port {listen.port} is {SLURM_PORTS[listen.port]}: where "
                            "that daemon listens on this host, it or rsad cannot start; "
                            f"rsad's API port is {API_PORT} (docs/ports.md): move to it with "
-                           "every compute node's rsa.yaml, RSA_API and burst_buffer.lua's "
-                           "CONFIG.api")
+                           "every host's client.conf and rsa.yaml, RSA_API and "
+                           "burst_buffer.lua's CONFIG.api")
 
 
 

@@ -154,6 +154,8 @@ class FilesystemBackend(abc.ABC):
     capabilities: ClassVar[Capabilities] = Capabilities()
     #: what every RSA node of this backend must have (``rsa nodes check``)
     node_needs: ClassVar[tuple[Need, ...]] = ()
+    #: what every compute node must have to mount it (``rsa nodes check --compute``)
+    client_needs: ClassVar[tuple[Need, ...]] = ()
 
     def __init__(self, hosts: Mapping[str, Host], *, create_timeout: float = 60.0,
                  destroy_timeout: float = 60.0, retries: int = 2) -> None:
@@ -178,6 +180,11 @@ class FilesystemBackend(abc.ABC):
         """What every RSA node needs for this backend as configured (``rsa nodes
         check``); by default the class's :attr:`node_needs`."""
         return self.node_needs
+
+    def compute_needs(self) -> tuple[Need, ...]:
+        """What every compute node needs to mount this backend's RAMDISKs as configured
+        (``rsa nodes check --compute``); by default the class's :attr:`client_needs`."""
+        return self.client_needs
 
     @abc.abstractmethod
     def create(self, req: FsRequest, cancel: CancelToken | None = None) -> MountSpec:

@@ -412,6 +412,12 @@ class BeeondBackend(FilesystemBackend):
     def needs(self) -> tuple[Need, ...]:
         return needs_for(self.options)
 
+    def compute_needs(self) -> tuple[Need, ...]:
+        """The client: the kernel module and (BeeGFS 8) the mount helper."""
+        return tuple(n for n in needs_for(self.options)
+                     if n.what in ("kernel module beegfs", "mount helper mount.beegfs")
+                     or n.what.startswith("file "))
+
     def _first(self, req: FsRequest) -> Host:
         if not req.nodes:
             raise FsError(f"{req.fs_id}: no RSA nodes given")

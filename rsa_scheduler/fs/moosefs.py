@@ -131,6 +131,18 @@ class MooseFsBackend(FilesystemBackend):
         command_need("mfsmaster", "moosefs-master"),
         command_need("mfschunkserver", "moosefs-chunkserver"),
         command_need("mfsmount", "moosefs-client"),
+        # a build waits for its chunkservers with mfscli, and sets goal and trash time
+        command_need("mfscli", "moosefs-cli (a build waits for its chunkservers with it)"),
+        command_need("mfssetgoal", "moosefs-client"),
+        command_need("mfssettrashtime", "moosefs-client"),
+        command_need("nft", "nftables (the mount's master proxy guard; "
+                     "filesystem.moosefs_proxy)"),
+        command_need("ss", "iproute2 (rsad looks for free ports with it)"),
+        command_need("pgrep", "procps (an unmount stops what is left of its mfsmount)"),
+        Need("the fuse device", "[ -c /dev/fuse ]", "load the fuse module (modprobe fuse)"),
+    )
+    client_needs: ClassVar[tuple[Need, ...]] = (
+        command_need("mfsmount", "moosefs-client"),
         command_need("nft", "nftables (the mount's master proxy guard; "
                      "filesystem.moosefs_proxy)"),
         Need("the fuse device", "[ -c /dev/fuse ]", "load the fuse module (modprobe fuse)"),

@@ -4,31 +4,44 @@ Owns :data:`COMMON_NEEDS` (what the data path runs on every RSA node), the pure
 :func:`check_script` (one POSIX shell script per node: every test of every need, one
 ``MISSING`` line per failure) and :func:`parse_check`, and :func:`check_node`, the
 calls over the node's host seam (that script, then the pool's own-filesystem check of
-:mod:`rsa_scheduler.fs.poolcheck`). The backends name their own needs
+:mod:`rsa_scheduler.fs.poolcheck`, then the PFS probe of :mod:`rsa_scheduler.fs.pfscheck`
+against what rsad's host sees). The backends name their own needs
 (``FilesystemBackend.node_needs``). Nothing here changes a node.
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rsa_scheduler.fs.base import Need, command_need
+from rsa_scheduler.fs.pfscheck import Seen, parse_probe, pfs_lacks, probe_argv
 from rsa_scheduler.fs.poolcheck import FIX, parse_pool_check, pool_check_argv
 from rsa_scheduler.hosts import Host, HostError
 from rsa_scheduler.runner import CommandError
 
-#: what staging, verification and containment run on every RSA node
+#: what staging, verification and containment run on every RSA node (the scripts of
+#: rsa_scheduler/staging/scripts, rsa_scheduler/contain.py, the health probe)
 COMMON_NEEDS: tuple[Need, ...] = (
     command_need("rsync", "rsync"),
     command_need("tar", "tar"),
+    command_need("bash", "bash"),
     command_need("setpriv", "util-linux"),
     command_need("unshare", "util-linux"),
+    command_need("setsid", "util-linux"),
+    command_need("findmnt", "util-linux"),
+    command_need("mountpoint", "util-linux"),
+    command_need("umount", "mount"),
     command_need("timeout", "coreutils"),
     command_need("find", "findutils"),
+    command_need("xargs", "findutils"),
     command_need("dd", "coreutils"),
     command_need("sha256sum", "coreutils"),
+    command_need("b2sum", "coreutils"),
+    command_need("cksum", "coreutils"),
+    command_need("base64", "coreutils"),
+    command_need("stat", "coreutils"),
 )
 MARK = "MISSING\t"
 
@@ -79,7 +92,9 @@ def parse_check(stdout: str) -> tuple[str, ...]:
 
 
 def check_node(name: str, host: Host, needs: Sequence[Need], pool_dir: str,
-               timeout: float = 30.0) -> NodeReport:
+               timeout: float = 30.0, pfs: Mapping[str, Seen] | None = None) -> NodeReport:
+    """``pfs``: the PFS roots as rsad's host sees them (:func:`pfscheck.parse_probe`);
+    the node must see the same filesystems at the same paths."""
     unique = list({n.what: n for n in (*COMMON_NEEDS, *needs)}.values())
     try:
         done = host.run(["sh", "-c", check_script(unique, pool_dir)], timeout=timeout)
@@ -89,6 +104,9 @@ def check_node(name: str, host: Host, needs: Sequence[Need], pool_dir: str,
             shared = parse_pool_check(host.run(pool_check_argv(pool_dir),
                                                timeout=timeout).stdout)
             lacks += tuple(f"a pool no user can fill ({why}): {FIX}" for why in shared)
+        if pfs:
+            there = parse_probe(host.run(probe_argv(list(pfs)), timeout=timeout).stdout)
+            lacks += pfs_lacks(pfs, there)
     except (HostError, CommandError, OSError) as e:
         return NodeReport(name, (), str(e).splitlines()[0] if str(e) else type(e).__name__)
     return NodeReport(name, lacks)

@@ -56,13 +56,17 @@ def settings(env: Mapping[str, str]) -> Settings:
                         tuple(env["RSA_ALLOWED_ROOTS"].split(":")), base,
                         "job" if env.get("RSA_MOUNTS") == "job" else "node",
                         tuple(d for d in env.get("RSA_SHARED_DIRS", "").split(":") if d))
+    from rsa_scheduler.client import Found, locate
     from rsa_scheduler.config import load_config
 
     cfg = load_config(env.get("RSA_CONFIG"), env=env)
     listen = cfg.daemon.api.listen
     here = os.path.exists(cfg.daemon.api.socket)
-    address = env.get("RSA_API") or (str(cfg.daemon.api.socket) if here or not listen
-                                     else f"{listen.host}:{listen.port}")
+    # rsad's address: RSA_API, else /etc/rsa/client.conf (what every host's clients use),
+    # else daemon.api of the configuration
+    address = locate(env, lambda: Found(
+        str(cfg.daemon.api.socket) if here or not listen else f"{listen.host}:{listen.port}",
+        str(cfg.source))).address
     mounts = env.get("RSA_MOUNTS") or str(cfg.hooks.mounts)
     return Settings(address, cfg.hooks.api_timeout, cfg.hooks.timeout,
                     tuple(str(r) for r in cfg.staging.allowed_roots), base,
@@ -324,7 +328,9 @@ It reads only Slurm's environment (SLURM_JOB_ID, SLURMD_NODENAME, ...), asks rsa
 always exits 0 (a failing node {Hook} would drain the node; the job then uses the PFS).
 slurm.conf: {Hook}=/usr/lib/rsa-scheduler/rsa-{hook} (the wrapper with the hard
 timeout; prolog_epilog/README.md). Environment: RSA_CONFIG (default /etc/rsa/rsa.yaml),
-RSA_API (rsad's address, spares reading the configuration), RSA_MOUNTS (node|job).
+RSA_API (rsad's address; with RSA_ALLOWED_ROOTS it spares reading the configuration),
+RSA_MOUNTS (node|job). rsad's address: RSA_API, else /etc/rsa/client.conf
+(RSA_CLIENT_CONFIG), else daemon.api of the configuration.
 """
 _WHAT = {"prolog": "mounts the job's RAMDISK over its #RSA_DATA_IN/#RSA_DATA_OUT paths\n"
                    "and starts the node agent that follows rsad's later instructions.",

@@ -14,8 +14,9 @@ outputs shrink with the job id, so the orders differ: TRIO admits them oldest jo
 The oracle is on the PFS, not in rsad: a stage-out copies into
 ``DATA_OUT/.rsa-staging-<job>-<random>/`` after it took its slot and renames it away
 before it gives the slot back, so the test (as root, polling every 0.1 s) sees when each
-job copied. The order test runs in the queue-mode lab (the gate is rsad's own); the crash
-test in both (in native mode Slurm starts the stage-outs).
+job copied. Both run in the queue-mode lab only: the gate and its crash recovery are
+rsad's own; that native mode's data_out hooks ride through an rsad crash during stage-out
+is tests/e2e/test_native_trouble.py's.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def area(lab: Mapping[str, str]) -> Iterator[Path]:
         yield base
 
 
-@pytest.mark.once  # the gate's order is rsad's own; the crash test below runs in both
+@pytest.mark.once  # the gate's order is rsad's own
 def test_trio_gives_the_one_pfs_slot_to_the_oldest_waiting_job_first(
         lab: Mapping[str, str], area: Path) -> None:
     with rsad_configured(lab, "  stage_out_order: trio\n  flushes_per_target: 1\n"), \
@@ -122,6 +123,7 @@ def test_trio_gives_the_one_pfs_slot_to_the_oldest_waiting_job_first(
         assert (area / "res" / f"md5-{k}").read_text() == md5_of(area / f"out{k}")
 
 
+@pytest.mark.once  # rsad's recovery; native data_out across a crash: test_native_trouble
 def test_a_crash_while_stage_outs_wait_for_the_slot_loses_nothing(
         lab: Mapping[str, str], area: Path) -> None:
     """kill -9 of rsad while job 1 copies and jobs 2-4 wait for the one PFS slot: the

@@ -43,6 +43,7 @@ def area(lab: Mapping[str, str]) -> Iterator[Path]:
     subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)
 
 
+@pytest.mark.once  # the staging engine's rule, the same whichever mode drives staging
 def test_sockets_and_devices_are_skipped_both_ways_and_the_user_is_told(
         lab: Mapping[str, str], area: Path) -> None:
     inp, out, res = area / "in", area / "out", area / "res"

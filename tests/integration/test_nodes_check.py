@@ -61,3 +61,85 @@ def test_a_node_that_does_not_answer_is_named(lab: Mapping[str, str], tmp_path: 
     assert done.returncode == 1
     assert done.stdout.startswith("rsa4: cannot check: "), done.stdout
     assert len(done.stdout.splitlines()) == 1
+
+
+def in_node(node_pid: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """argv as root inside a lab node's mount and UTS namespaces (its hostname)."""
+    return subprocess.run(["nsenter", "-t", node_pid, "-m", "-u", "--", *argv],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def pid_of(name: str) -> str:
+    return Path(f"/run/rsa-lab/pids/{name}.pid").read_text().strip()
+
+
+def test_a_node_that_is_no_pfs_client_or_lacks_mfscli_is_told_the_fix(
+        lab: Mapping[str, str], tmp_path: Path) -> None:
+    """rsa2 sees a directory of its own at /pfs/home (the PFS not mounted there), rsa3 has
+    no mfscli (every MooseFS build waits for its chunkservers with it): each is named with
+    its fix; rsa1 is ok."""
+    rsa2, rsa3 = pid_of("sshd-rsa2"), pid_of("sshd-rsa3")
+    stub = tmp_path / "mfscli"
+    stub.write_text("")
+    stub.chmod(0o644)  # not executable: no mfscli on rsa3's PATH
+    pfs_home = str(Path(lab["RSA_LAB_PFS"]).parent)
+    mounted: list[tuple[str, str]] = []
+    try:
+        assert in_node(rsa2, "mount", "-t", "tmpfs", "rsa-test", pfs_home).returncode == 0
+        mounted.append((rsa2, pfs_home))
+        assert in_node(rsa3, "mount", "--bind", str(stub), "/usr/bin/mfscli").returncode == 0
+        mounted.append((rsa3, "/usr/bin/mfscli"))
+        done = check(lab, lab["RSA_LAB_RSA_CONFIG"], "rsa[1-3]")
+    finally:
+        for pid, target in mounted:
+            in_node(pid, "umount", target)
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "rsa1: ok", lines
+    assert lines[1].startswith(f"rsa2: lacks the PFS at {pfs_home} as rsad's host sees it "
+                               "(tmpfs there, fuseblk on rsad's host): mount the site's PFS "
+                               f"at {pfs_home} on this node as on rsad's host"), lines
+    assert lines[2:] == ["rsa3: lacks command mfscli: install moosefs-cli (a build waits for "
+                         "its chunkservers with it)"], lines
+
+
+def compute_check(lab: Mapping[str, str], pid: str | None, client: Path) -> \
+        subprocess.CompletedProcess[str]:
+    argv = ["env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+            f"SLURM_CONF={lab['RSA_LAB_SLURM_CONF']}", f"RSA_CLIENT_CONFIG={client}",
+            f"{lab['RSA_LAB_VENV']}/bin/rsa", "nodes", "check", "--compute", "--config",
+            lab["RSA_LAB_RSA_CONFIG"]]
+    if pid is None:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    return in_node(pid, *argv)
+
+
+def test_a_compute_node_has_what_jobs_and_hooks_need(lab: Mapping[str, str],
+                                                     tmp_path: Path) -> None:
+    """On c1 (its own namespaces, rsa in its /usr/local/bin), reaching rsad over TCP as a
+    compute node without rsad's socket does: ok. Where rsad's address is wrong, and
+    outside the compute nodes (no rsa on a job's PATH), each is named with its fix."""
+    client = tmp_path / "client.conf"
+    client.write_text("socket = /nonexistent/rsad.sock\napi = 127.0.0.1:7820\n")
+    client.chmod(0o644)
+    done = compute_check(lab, pid_of("slurmd-c1"), client)
+    assert (done.returncode, done.stdout) == (0, "c1: ok\n"), done.stdout + done.stderr
+
+    client.write_text("socket = /nonexistent/rsad.sock\napi = 127.0.0.1:1\n")
+    done = compute_check(lab, pid_of("slurmd-c2"), client)
+    assert done.returncode == 1
+    assert done.stdout.startswith("c2: lacks rsad's API from here (cannot reach rsad at "
+                                  f"127.0.0.1:1 (from {client}): "), done.stdout
+    assert done.stdout.rstrip().endswith(
+        "open rsad's daemon.api.listen port to this node, keep munged running with the "
+        f"cluster's key, and name rsad's address in {client}")
+    assert len(done.stdout.splitlines()) == 1
+
+    client.write_text("socket = /nonexistent/rsad.sock\napi = 127.0.0.1:7820\n")
+    done = compute_check(lab, None, client)  # the lab's host: not a compute node
+    assert done.returncode == 1
+    assert done.stdout.splitlines()[0].endswith(
+        ": lacks command rsa on a job's PATH (/usr/local/bin:/usr/bin:/bin): install "
+        "rsa-scheduler on this node (it puts rsa in /usr/bin): jobs run rsa input-done and "
+        "rsa job"), done.stdout
+    assert len(done.stdout.splitlines()) == 1, done.stdout

@@ -14,8 +14,16 @@ from typing import Any
 
 import pytest
 
-from rsa_scheduler import munge
-from rsa_scheduler.client import ApiClient, ApiRefused, ApiUnavailable, _BadReply, _exchange
+from rsa_scheduler import client, munge
+from rsa_scheduler.client import (
+    ApiClient,
+    ApiRefused,
+    ApiUnavailable,
+    Found,
+    _BadReply,
+    _exchange,
+    locate,
+)
 
 
 def answer(raw: bytes, *, chunks: int = 1) -> tuple[int, dict[str, str], bytes]:
@@ -145,3 +153,90 @@ def test_no_daemon_is_one_actionable_line(tmp_path: Path,
 def test_a_path_that_would_break_the_request_line_is_refused(server: str) -> None:
     with pytest.raises(ValueError, match="not a request path"):
         ApiClient(server).get("/v1/jobs/7 HTTP/1.1\r\nX: y")
+
+
+# --------------------------------------------------------------------- finding rsad
+
+
+def test_rsa_api_comes_first_then_the_client_file(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(client, "DEFAULT_SOCKET", str(tmp_path / "rsad.sock"))
+    conf = tmp_path / "client.conf"
+    conf.write_text("# where rsad is\napi = ctl1:6820   # the controller\n")
+    env = {"RSA_CLIENT_CONFIG": str(conf)}
+    assert locate({**env, "RSA_API": "other:1"}) == ("other:1", "RSA_API")
+    # no socket of rsad's on this host (a compute node): its TCP address
+    assert locate(env) == ("ctl1:6820", str(conf))
+
+
+def test_the_client_file_prefers_rsads_socket_where_this_host_has_it(tmp_path: Path) -> None:
+    sock = tmp_path / "rsad.sock"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(sock))
+        conf = tmp_path / "client.conf"
+        conf.write_text(f"socket = {sock}\napi = ctl1:6820\n")
+        assert locate({"RSA_CLIENT_CONFIG": str(conf)}).address == str(sock)
+
+
+def test_without_a_client_file_the_hooks_config_then_the_default_socket(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {"RSA_CLIENT_CONFIG": str(tmp_path / "none.conf")}
+    assert locate(env, lambda: Found("h:1", "rsa.yaml")) == ("h:1", "rsa.yaml")
+    monkeypatch.setattr(client, "DEFAULT_SOCKET", str(tmp_path / "rsad.sock"))
+    assert locate(env) == (str(tmp_path / "rsad.sock"), "default")
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("api ctl1:6820\n", r"client.conf:1: expected one of api = \.\.\., socket = \.\.\., got "
+                        r"'api ctl1:6820'"),
+    ("\nhost = ctl1\n", r"client.conf:2: expected one of"),
+])
+def test_a_malformed_client_file_is_one_line_naming_it(tmp_path: Path, text: str,
+                                                        why: str) -> None:
+    conf = tmp_path / "client.conf"
+    conf.write_text(text)
+    with pytest.raises(ApiUnavailable, match=why):
+        locate({"RSA_CLIENT_CONFIG": str(conf)})
+
+
+def test_an_unreadable_client_file_says_it_must_be_readable(tmp_path: Path) -> None:
+    with pytest.raises(ApiUnavailable, match=r"cannot read .*: it says where rsad is and must "
+                                             r"be readable by everyone \(chmod 0644"):
+        locate({"RSA_CLIENT_CONFIG": str(tmp_path)})  # a directory: EISDIR
+
+
+def test_no_socket_here_and_nothing_configured_says_where_to_configure_rsad(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compute node that is not rsad's host: not 'is rsad running?' (it may be)."""
+    monkeypatch.setattr(munge, "encode", lambda payload: "CRED")
+    monkeypatch.setattr(client, "DEFAULT_SOCKET", str(tmp_path / "rsad.sock"))
+    monkeypatch.setenv("RSA_CLIENT_CONFIG", str(tmp_path / "none.conf"))
+    monkeypatch.delenv("RSA_API", raising=False)
+    with pytest.raises(ApiUnavailable, match=r"rsad's socket .*rsad.sock is not on this host "
+                                             r"and nothing says where rsad is: no RSA_API, no "
+                                             r"/etc/rsa/client.conf; ask your administrator"):
+        ApiClient(timeout=2).get("/v1/status")
+
+
+def test_an_unreachable_configured_address_names_the_file_it_came_from(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(munge, "encode", lambda payload: "CRED")
+    conf = tmp_path / "client.conf"
+    conf.write_text(f"socket = {tmp_path / 'no.sock'}\napi = 127.0.0.1:1\n")
+    monkeypatch.setenv("RSA_CLIENT_CONFIG", str(conf))
+    monkeypatch.delenv("RSA_API", raising=False)
+    with pytest.raises(ApiUnavailable, match=rf"cannot reach rsad at 127.0.0.1:1 \(from {conf}\)"):
+        ApiClient(timeout=2).get("/v1/status")
+
+
+def test_a_client_file_without_an_api_on_a_host_without_the_socket_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(munge, "encode", lambda payload: "CRED")
+    conf = tmp_path / "client.conf"
+    conf.write_text(f"socket = {tmp_path / 'rsad.sock'}\n")
+    monkeypatch.setenv("RSA_CLIENT_CONFIG", str(conf))
+    monkeypatch.delenv("RSA_API", raising=False)
+    with pytest.raises(ApiUnavailable, match=rf"rsad's socket {tmp_path}/rsad.sock is not on "
+                                             rf"this host and {conf} names no api = "
+                                             r"HOST:PORT; ask your administrator"):
+        ApiClient(timeout=2).get("/v1/status")

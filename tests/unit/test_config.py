@@ -1193,7 +1193,8 @@ def test_the_api_port_is_none_of_slurms_and_a_config_naming_6820_keeps_working()
         "site.yaml:3: daemon.api.listen: port 6820 is slurmrestd's usual port (and a "
         "SlurmctldPort range from 6817 may reach it): where that daemon listens on this "
         "host, it or rsad cannot start; rsad's API port is 7820 (docs/ports.md): move to "
-        "it with every compute node's rsa.yaml, RSA_API and burst_buffer.lua's CONFIG.api",)
+        "it with every host's client.conf and rsa.yaml, RSA_API and burst_buffer.lua's "
+        "CONFIG.api",)
     assert host_and_port("rsad-host:6820") == ("rsad-host", 6820)
     # the metrics endpoint still needs its port
     with pytest.raises(ConfigErrors, match=r"metrics\.listen: expected host:port \(e\.g\. "

@@ -105,3 +105,16 @@ def test_a_pool_without_a_filesystem_of_its_own_is_lacking(tmp_path: Path) -> No
     assert line.startswith(f"rsa1: lacks a pool no user can fill ({tmp_path} is not a "
                            "mount point: it shares the filesystem of ")
     assert "/var/lib/rsa-ram tmpfs size=<capacity>,mode=0700,nosuid,nodev" in line
+
+
+def test_moosefs_nodes_are_asked_for_every_tool_a_build_runs() -> None:
+    """A build waits for its chunkservers with mfscli (moosefs-cli, a package of its own)
+    and sets goal and trash time: a node without them failed its first build."""
+    fixes = {n.what: n.fix for n in MooseFsBackend.node_needs}
+    assert fixes["command mfscli"].startswith("install moosefs-cli")
+    assert {"command mfssetgoal", "command mfssettrashtime", "command ss",
+            "command pgrep"} <= set(fixes)
+    assert {"command xargs", "command b2sum", "command findmnt"} <= {
+        n.what for n in COMMON_NEEDS}
+    assert {n.what for n in MooseFsBackend.client_needs} == {
+        "command mfsmount", "command nft", "the fuse device"}

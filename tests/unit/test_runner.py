@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import threading
 import time
 from pathlib import Path
@@ -70,6 +71,21 @@ def test_user_cannot_read_root_only_file(tmp_path: Path) -> None:
     tmp_path.chmod(0o755)
     with pytest.raises(CommandError, match="Permission denied"):
         run(["cat", str(secret)], timeout=5, as_user=Identity.of("nobody"))
+
+
+def test_groups_are_the_users_as_initgroups_gives_them_not_what_a_directory_enumerates(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under SSSD without enumeration (its default) ``getent group`` lists no directory
+    group, so grp.getgrall() misses the user's project groups; getgrouplist asks each NSS
+    source for the user, as initgroups does at login. Here: no group is enumerated at all,
+    and the user's own lookup says 4242, a project group of the directory's."""
+    import grp
+
+    nobody = pwd.getpwnam("nobody")
+    monkeypatch.setattr(grp, "getgrall", lambda: [])
+    monkeypatch.setattr(os, "getgrouplist", lambda user, gid: [gid, 4242]
+                        if user == "nobody" else [gid])
+    assert Identity.of("nobody").groups == tuple(sorted({nobody.pw_gid, 4242}))
 
 
 def test_unknown_user_is_a_clear_error() -> None:
