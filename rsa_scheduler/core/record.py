@@ -51,6 +51,9 @@ class JobRecord:
     #: writable input: the write-back outstanding (or the last one) began while the job
     #: ran, so the job may have changed its input after the copy passed that file
     writeback_live: bool = False
+    #: how the job ended by Slurm's own record (squeue's last state, as sacct has it:
+    #: ``COMPLETED``, ``CANCELLED``, ``TIMEOUT``, ...); "" until a poll showed it
+    end_state: str = ""
 
     # ---- derived --------------------------------------------------------------------
     @property
@@ -95,6 +98,7 @@ class JobRecord:
             "not_before": self.not_before,
             "hold_until": self.hold_until,
             "writeback_live": self.writeback_live,
+            "end_state": self.end_state,
         }
 
     @classmethod

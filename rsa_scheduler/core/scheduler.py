@@ -37,6 +37,7 @@ from rsa_scheduler.core.states import (
     IDLE,
     OPERATOR_COMMANDS,
     PREPARING,
+    SLURM_END_STATES,
     TERMINAL,
     USER_COMMANDS,
     JobState,
@@ -70,15 +71,28 @@ class Observation:
     #: the hold counts as on-deck: the job could start now, it waits only for the RSA
     #: (rsad releases a hold that does not: the job then queues as any other)
     held: bool = False
+    #: who told: "" for Slurm's queue (its own record of the job), else the hook whose
+    #: news this is (:meth:`heard`), whose ``state`` is only what the news implies
+    by: str = ""
 
     @classmethod
-    def heard(cls, hook: Hook, rec: JobRecord) -> Observation:
+    def heard(cls, hook: Hook, rec: JobRecord, exit_code: object = None) -> Observation:
         """A hook event about the tracked job ``rec``, observed as what Slurm's queue
-        shows for the same news (reason ``None``, as squeue prints it): the next poll
-        that shows it reads as no change, and the log's ``job.state`` event is the one a
-        poll would have written."""
+        shows for the same news. A start reads as ``RUNNING``/``None``, as squeue prints
+        it: the next poll that shows it reads as no change. An end reads as ``COMPLETED``
+        or ``FAILED`` from EpilogSlurmctld's exit code, which is no end state (a job its
+        user cancelled ends with exit code 0): its reason is the hook's name, which no
+        poll shows, so the next poll that lists the job ended gives Slurm's own end state
+        (``end_state``, the ``job.ended`` event)."""
+        if hook is Hook.STARTED:
+            return cls(job_id=rec.job_id, user=rec.user, state="RUNNING", reason="None",
+                       priority=rec.priority, compute_nodes=rec.compute_nodes,
+                       by="PrologSlurmctld")
+        code = str(exit_code or "").strip()
         return cls(job_id=rec.job_id, user=rec.user, state=_HOOK_STATE[hook],
-                   reason="None", priority=rec.priority, compute_nodes=rec.compute_nodes)
+                   reason="EpilogSlurmctld", priority=rec.priority,
+                   compute_nodes=rec.compute_nodes,
+                   by=f"EpilogSlurmctld, exit code {code}" if code else "EpilogSlurmctld")
 
 
 class Hook(Enum):
@@ -274,14 +288,33 @@ class Scheduler:
                 and rec.rsa_state in IDLE:
             # on-deck only from now: allocate if it still is after the settle time
             not_before = updates["not_before"] = max(rec.not_before, now + wait)
+        if job_state is JobState.FINISHED:
+            end = state.split()[0].rstrip("+").upper() if obs is not None and not obs.by \
+                else ""
+            if end in SLURM_END_STATES and end != rec.end_state:
+                # Slurm's own record of how the job ended (a hook's exit code is none)
+                updates["end_state"] = end
+        elif rec.end_state:  # requeued: this run has not ended
+            updates["end_state"] = ""
         if "job_state" in updates:
-            step.events.append(Event(now, rec.job_id, "job.state", {
+            ctx: dict[str, object] = {
                 "from": rec.job_state._value_ if rec.job_state else None,
-                "to": job_state._value_, "slurm_state": state, "reason": reason,
-                "set": updates}))
+                "to": job_state._value_}
+            if obs is not None and obs.by:
+                ctx["by"] = obs.by
+            else:
+                ctx.update(slurm_state=state, reason=reason)
+            ctx["set"] = updates
+            step.events.append(Event(now, rec.job_id, "job.state", ctx))
             rec.job_state = job_state
+        elif "end_state" in updates:
+            step.events.append(Event(now, rec.job_id, "job.ended", {
+                "slurm_state": updates["end_state"], "reason": reason,
+                "was": rec.end_state or None, "set": updates}))
         elif updates:
             step.events.append(Event(now, rec.job_id, "job.updated", {"set": updates}))
+        if "end_state" in updates:
+            rec.end_state = str(updates["end_state"])
         if "priority" in updates and obs is not None:
             rec.priority = obs.priority
         if "compute_nodes" in updates and obs is not None:

@@ -41,9 +41,10 @@ from rsa_scheduler.core.scheduler import (
     Scheduler,
     StaleOutcome,
 )
+from rsa_scheduler.core.states import JobState, RsaState
 from rsa_scheduler.core.transitions import Trigger
 from rsa_scheduler.daemon import views
-from rsa_scheduler.daemon.cycle import FIRST_SIGHTS_PER_CYCLE, QueueReader
+from rsa_scheduler.daemon.cycle import FIRST_SIGHTS_PER_CYCLE, EndStates, QueueReader
 from rsa_scheduler.daemon.dispatch import Dispatcher, Running
 from rsa_scheduler.daemon.executors import Registry
 from rsa_scheduler.daemon.health import HEALTH_BY
@@ -61,6 +62,8 @@ from rsa_scheduler.slurm.port import SlurmError, SlurmPort
 from rsa_scheduler.store import JobRow, Store
 
 log = logging.getLogger(__name__)
+#: seconds between looks for quarantined jobs to remind the operator of
+REMIND_EVERY = 60.0
 
 
 class Daemon:
@@ -93,8 +96,10 @@ class Daemon:
         self.progress: dict[str, dict[str, Any]] = {}
         self.specs = SpecReader(slurm, self.dispatcher.tell)
         self.queue_reader = QueueReader(slurm)
+        self.end_states = EndStates(slurm)  # ended jobs' end states from accounting
         self._hook_seen: dict[str, float] = {}  # job -> time of its latest hook event
         self._last_poll = 0.0
+        self._last_remind = 0.0
         self.last_cycle_seconds = 0.0
         #: new quiet RSA jobs one cycle takes on (defer_first_sights)
         self.first_sights_per_cycle = FIRST_SIGHTS_PER_CYCLE
@@ -177,6 +182,9 @@ class Daemon:
             self.memory.learn(ev)
             if self.native is not None:
                 self.native.learn(ev)
+        # jobs that ended before this start without Slurm's end state: ask accounting
+        self.end_states.tries.update((j, 0) for j, r in self.sched.records.items()
+                                     if r.job_state is JobState.FINISHED and not r.end_state)
         outstanding = self.sched.outstanding()
         log.info("replayed %d events: %d jobs tracked, %d actions to re-issue",
                  len(events), len(self.sched.records), len(outstanding))
@@ -289,6 +297,13 @@ class Daemon:
         else:
             dec = self.sched.observe(obs, now, complete=not fresh)
         self._commit(dec)
+        ended = self.end_states.due(self.sched.records, present | fresh)
+        if ended:  # Slurm's accounting: how the jobs the queue no longer lists ended
+            records = self.sched.records
+            self._commit(self.sched.observe(
+                [Observation(j, records[j].user, s, "None", records[j].priority,
+                             records[j].compute_nodes) for j, s in sorted(ended.items())],
+                now, complete=False))
         if asked:
             self._read_directives(asked, rows, obs, present, incremental)
         if self.native is not None:
@@ -298,6 +313,10 @@ class Daemon:
         self.holds.check()
         if self.native is None:  # native mode: data_in waits for the earlier run instead
             self.holds.check_reruns()
+        if now - self._last_remind >= REMIND_EVERY:  # quarantined output not forgotten
+            self._last_remind = now
+            self.dispatcher.remind([r for r in self.sched.records.values()
+                                    if r.rsa_state is RsaState.QUARANTINED], now)
         if not incremental:
             self.specs.prune(rows, self.sched.records)
         self._forget(now, present | fresh)
@@ -540,7 +559,7 @@ class Daemon:
             # a heterogeneous job's other component: it starts and ends with the leader,
             # whose hooks say so (its batch script's exit code is the leader's)
             return {"job_id": job, "tracked": True, "rsa_state": rec.rsa_state.value}
-        obs = Observation.heard(hook, rec)
+        obs = Observation.heard(hook, rec, payload.get("exit_code"))
         now = self.clock()
         dec = Decision(events=[Event(now, job, "job.hook", {
             k: payload[k] for k in ("hook", "nodes", "exit_code", "alias") if k in payload})])
@@ -580,6 +599,7 @@ class Daemon:
             return
         if not dec.events and not dec.actions:
             return
+        self.end_states.learn(dec.events)
         touched = {e.job_id for e in dec.events if not e.job_id.startswith("@")}
         rows = [self._row(self.sched.records[j]) for j in sorted(touched)
                 if j in self.sched.records]

@@ -96,6 +96,13 @@ def test_failing_stage_out_is_retried_then_quarantined_with_the_data_intact(
             assert root(lab, "squeue", "-h", "-t", "running", "-o", "%i").strip() == ""
         expected = (res / "md5").read_text()
         assert on_ramdisk(lab, job) == expected
+        # not forgotten: rsa status names it, with its age and what it holds (issue 33)
+        shown = subprocess.run([rsa, "status"], capture_output=True, text=True, timeout=60,
+                               check=True).stdout
+        held = [ln for ln in shown.splitlines()
+                if ln.startswith(f"  job {job} ({lab['RSA_LAB_USER']}) for ")]
+        assert len(held) == 1 and held[0].endswith(" held"), shown
+        assert "held by quarantined output" in shown, shown
         # a user may not force it; the operator fixes the cause and retries
         refused = as_user(lab, lab["RSA_LAB_USER"], [rsa, "release", job, "--yes"])
         assert refused.returncode != 0

@@ -449,10 +449,9 @@ def test_every_milestone_an_executor_reads_back_is_remembered(tmp_path: Path) ->
     assert make_daemon(tmp_path, slurm, []).facts["7"]["written_back_of"] == "7/1/reset/9"
 
 
-@pytest.mark.parametrize(("code", "want"), [("768", "FAILED"), ("9", "FAILED"),
-                                            ("0", "COMPLETED"), ("", "COMPLETED")])
-def test_the_end_hook_records_what_slurm_records(tmp_path: Path, code: str,
-                                                  want: str) -> None:
+@pytest.mark.parametrize("code", ["768", "9", "0", ""])
+def test_the_end_hook_says_what_it_heard_and_slurms_record_says_how_the_job_ended(
+        tmp_path: Path, code: str) -> None:
     slurm = ScriptedSlurm()
     d = make_daemon(tmp_path, slurm, [])
     slurm.set("7", "PENDING", "Resources")
@@ -461,9 +460,49 @@ def test_the_end_hook_records_what_slurm_records(tmp_path: Path, code: str,
     d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "7"})
     d.submit("hook", {"hook": "epilog_slurmctld", "job_id": "7", "exit_code": code})
     d.drain()
-    ends = [e.context.get("slurm_state") for e in d.store.events("7")
-            if e.context.get("to") == "finished"]
-    assert ends == [want]
+    ends = [e.context for e in d.store.events("7") if e.context.get("to") == "finished"]
+    # EpilogSlurmctld's exit code is no end state: the event names the hook, not one
+    assert [(c.get("by"), c.get("slurm_state")) for c in ends] == [
+        (f"EpilogSlurmctld, exit code {code}" if code else "EpilogSlurmctld", None)]
+    assert d.sched.records["7"].end_state == ""
+    # the user cancelled it (exit code 0 or not): Slurm's own record says so, and the
+    # next poll that shows it is written down; a later poll of the same changes nothing
+    slurm.set("7", "COMPLETING")
+    d.poll()
+    slurm.set("7", "CANCELLED")
+    d.poll()
+    d.poll()
+    told = [(e.name, e.context.get("slurm_state")) for e in d.store.events("7")
+            if e.name in ("job.ended", "job.state") and e.seq > 0]
+    assert told[-1] == ("job.ended", "CANCELLED")
+    assert sum(1 for name, _ in told if name == "job.ended") == 1
+    assert d.sched.records["7"].end_state == "CANCELLED"
+    # and a replay of the log knows it too
+    d.shutdown()
+    d.store.close()
+    assert make_daemon(tmp_path, slurm, []).sched.records["7"].end_state == "CANCELLED"
+
+
+def test_a_job_slurm_shows_ended_before_its_hook_is_heard_keeps_slurms_end_state(
+        tmp_path: Path) -> None:
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    slurm.set("7", "RUNNING")
+    d.poll()
+    slurm.set("7", "TIMEOUT", "TimeLimit")
+    d.poll()
+    d.submit("hook", {"hook": "epilog_slurmctld", "job_id": "7", "exit_code": "15"})
+    d.drain()
+    d.poll()
+    rec = d.sched.records["7"]
+    assert rec.end_state == "TIMEOUT"
+    finished = [e.context for e in d.store.events("7") if e.context.get("to") == "finished"]
+    assert [(c.get("slurm_state"), c["set"].get("end_state")) for c in finished] == [
+        ("TIMEOUT", "TIMEOUT")]
+    assert not [e for e in d.store.events("7") if e.name == "job.ended"]
 
 
 def test_an_executors_summary_becomes_the_outcome_message_not_detail() -> None:
@@ -1514,3 +1553,55 @@ def test_a_node_prolog_of_another_users_job_of_a_tracked_id_learns_nothing_of_it
         ans = routes.dispatch(ROOT, "POST", "/v1/hooks/prolog",
                               {"job_id": "7", "node": "c1", "nodes": "c1", "user": "alice"})
         assert "stage-in refused" in ans["declined"], ans  # hers
+
+
+class AccountedSlurm(ScriptedSlurm):
+    """A Slurm with accounting: sacct knows how the jobs in ``ended`` ended."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ended: dict[str, str] = {}
+        self.asked: list[list[str]] = []
+
+    def end_states(self, job_ids: Sequence[str]) -> dict[str, str]:
+        self.asked.append(list(job_ids))
+        return {j: self.ended[j] for j in job_ids if j in self.ended}
+
+
+def test_a_job_gone_from_the_queue_before_its_end_state_was_seen_gets_it_from_sacct(
+        tmp_path: Path) -> None:
+    slurm = AccountedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "7"})
+    d.submit("hook", {"hook": "epilog_slurmctld", "job_id": "7", "exit_code": "0"})
+    d.drain()
+    d.poll()  # still listed (COMPLETING: no end state yet): accounting is not asked
+    assert slurm.asked == []
+    # purged before a poll listed it ended (MinJobAge, or rsad was down): sacct says
+    slurm.rows = [r for r in slurm.rows if r.job_id != "7"]
+    slurm.ended["7"] = "CANCELLED"
+    d.poll()
+    assert slurm.asked == [["7"]]
+    assert d.sched.records["7"].end_state == "CANCELLED"
+    assert [e.context["slurm_state"] for e in d.store.events("7")
+            if e.name == "job.ended"] == ["CANCELLED"]
+    d.poll()
+    assert slurm.asked == [["7"]]  # asked once
+
+
+def test_without_accounting_a_gone_job_keeps_no_end_state_and_is_asked_nothing(
+        tmp_path: Path) -> None:
+    slurm = ScriptedSlurm()  # no end_states: a port without accounting
+    d = make_daemon(tmp_path, slurm, [])
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    d.submit("hook", {"hook": "epilog_slurmctld", "job_id": "7", "exit_code": "0"})
+    d.drain()
+    slurm.rows = []
+    d.poll()
+    assert d.sched.records["7"].end_state == ""
+    assert not d.end_states.tries
