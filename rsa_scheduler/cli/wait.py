@@ -13,6 +13,7 @@ work: the job wrote to the PFS itself); 2 one or more failed or are quarantined;
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -91,13 +92,38 @@ def verdict(job: Mapping[str, Any] | None) -> Verdict | None:
     return None
 
 
-def _ask(client: ApiClient, job_id: str) -> Mapping[str, Any] | None:
+#: Slurm's states of a job that is not over (squeue -O State)
+ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
+                    "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING",
+                    "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"})
+
+
+def slurm_state(job_id: str) -> str:
+    """Slurm's state of ``job_id`` (``squeue -O State``), "" when squeue does not know
+    the job or cannot be run here."""
+    try:
+        done = subprocess.run(["squeue", "-h", "-t", "all", "-j", job_id, "-O", "State:0"],
+                              capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    lines = done.stdout.split() if done.returncode == 0 else []
+    return lines[0] if len(lines) == 1 else ""
+
+
+def _ask(client: ApiClient, job_id: str,
+         slurm: Callable[[str], str] = slurm_state) -> Mapping[str, Any] | None:
+    """rsad's record of the job; a job rsad does not track is still waited for while
+    Slurm says it is not over (rsad learns a new job at its next queue read)."""
     try:
         answer: Mapping[str, Any] = client.get(f"/v1/jobs/{job_id}")
     except ApiRefused as e:
-        if e.status == 404:
-            return None
-        raise
+        if e.status != 404:
+            raise
+        state = slurm(job_id)
+        if state in ACTIVE:
+            return {"job_id": job_id, "job_state": f"{state.lower()} (in Slurm)",
+                    "rsa_state": "none", "events": []}
+        return None
     return answer
 
 

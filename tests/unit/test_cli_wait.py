@@ -135,3 +135,17 @@ def test_a_refusal_that_is_not_busy_is_the_answer() -> None:
     with pytest.raises(ApiRefused):
         wait_for_jobs(ask, ["7"], timeout=None, clock=Clock(), sleep=lambda s: None,
                       say=lambda s: None)
+
+
+class Untracked:
+    def get(self, path: str) -> Any:
+        raise ApiRefused(404, "job 7 is not tracked by the RSA")
+
+
+def test_a_job_rsad_has_not_seen_yet_is_waited_for_while_slurm_runs_it() -> None:
+    from rsa_scheduler.cli.wait import _ask
+
+    pending = _ask(Untracked(), "7", slurm=lambda j: "PENDING")  # type: ignore[arg-type]
+    assert pending is not None and verdict(pending) is None
+    assert _ask(Untracked(), "7", slurm=lambda j: "COMPLETED") is None  # type: ignore[arg-type]
+    assert _ask(Untracked(), "7", slurm=lambda j: "") is None  # type: ignore[arg-type]
