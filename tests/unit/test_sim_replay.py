@@ -119,10 +119,25 @@ def test_cli_option_errors(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "'ram:four'" in bad.stderr
     headless = tmp_path / "h.swf"
     headless.write_text("1 0 -1 10 4 -1 -1 4 60 -1 1 1 1 -1 1 1 -1 -1\n")
-    nohead = runner.invoke(sim, ["replay", "--swf", str(headless)])
-    assert nohead.exit_code == 2 and "no MaxProcs header: give --procs" in nohead.stderr
+    nohead = runner.invoke(sim, ["replay", "--swf", str(headless), "--json"])
+    assert nohead.exit_code == 0, nohead.stderr
+    inferred = json.loads(nohead.output)
+    assert inferred["workload"]["procs"] == 4 and inferred["jobs"] == 1
+    assert inferred["notes"] == ["cluster: 4 processors, inferred from the trace: its "
+                                 "largest job (line 1) uses 4 (no MaxProcs header; --procs "
+                                 "sets it)"]
     ok = runner.invoke(sim, ["replay", "--swf", str(headless), "--procs", "8", "--json"])
     assert ok.exit_code == 0 and json.loads(ok.output)["jobs"] == 1
+    assert json.loads(ok.output)["workload"]["procs"] == 8
+    assert json.loads(ok.output)["notes"] == []
+    sizeless = tmp_path / "s.swf"
+    sizeless.write_text("1 0 -1 -1 -1 -1 -1 -1 60 -1 5 1 1 -1 1 1 -1 -1\n")
+    none = runner.invoke(sim, ["replay", "--swf", str(sizeless)])
+    assert none.exit_code == 65 and none.stderr.strip() == (
+        f"rsa sim replay: {sizeless}: the trace has no MaxProcs header and no job says how "
+        "many processors it used: give --procs")
+    neither = runner.invoke(sim, ["replay"])
+    assert neither.exit_code == 2 and "--swf TRACE or --sacct FILE" in neither.stderr
 
 
 def test_scenario_without_subcommand_still_runs() -> None:
