@@ -566,4 +566,12 @@ def render_replay(result: dict[str, Any]) -> str:
                       for name, t in rsa["tiers"].items())
     out.append(f"  cost: compute {result['compute_cost']:g} + RSA {result['rsa_cost']:g} "
                f"({tiers}); RSA utilisation {100 * rsa['utilisation']:.1f} %")
+    vols = result.get("io_volumes")
+    if vols:
+        out.append(f"  I/O volumes: {vols['trace']} jobs from the workload's own figures, "
+                   f"{vols['memory']} from their memory, {vols['synthetic']} from the "
+                   "synthetic model (no I/O figures; docs/simulator.md)")
+    out += [f"  note: {n}" for n in result.get("notes", ())]
+    if result.get("plot"):
+        out.append(f"  plot: {result['plot']}")
     return "\n".join(out)

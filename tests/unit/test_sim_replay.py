@@ -372,3 +372,23 @@ def test_early_start_wait_holds_jobs_until_staged() -> None:
     assert fell_back[EarlyStart.WAIT] == 0
     assert held_longest[EarlyStart.FALLBACK] <= 2.0  # at most the input mount
     assert held_longest[EarlyStart.WAIT] > 10.0  # held for a stage-in
+
+
+def test_real_traces_replay_and_the_report_says_what_was_inferred() -> None:
+    zero = DATA / "swf" / "generated-from-zero.swf"
+    text = cli_runner().invoke(sim, ["replay", "--swf", str(zero), "--rsa-nodes", "2"])
+    assert text.exit_code == 0, text.stderr
+    assert f"trace {zero}: 4 jobs replayed (1 skipped)" in text.output
+    assert ("  note: cluster: 28 processors, inferred from the trace: its jobs held 28 at "
+            "once (at 20 s); its largest job (line 13) uses 16 (no MaxProcs header; --procs "
+            "sets it)") in text.output.splitlines()
+    assert ("  I/O volumes: 0 jobs from the workload's own figures, 0 from their memory, 4 "
+            "from the synthetic model (no I/O figures; docs/simulator.md)"
+            ) in text.output.splitlines()
+    # job 1's partial executions are passed over: it runs once, for its summary's time
+    pwa = cli_runner().invoke(sim, ["replay", "--swf", str(DATA / "swf" /
+                                                         "pwa-checkpoint.swf"), "--json"])
+    assert pwa.exit_code == 0, pwa.stderr
+    out = json.loads(pwa.output)
+    assert (out["jobs"], out["skipped"], out["notes"]) == (4, 1, [])
+    assert out["workload"] == {"format": "swf", "procs": 64, "procs_per_node": 4}
