@@ -127,9 +127,13 @@ def chart_body(title: str, xlabel: str, ylabel: str,
         out.append(f'<text x="{LEFT + pw + 38}" y="{ly + 4}">{escape(name)}</text>')
     for m in marks:
         x, y = px(m.x), py(m.y)
+        # the label on the side of the ring with more room, below it near the top
+        left = x > LEFT + pw / 2
+        lx, anchor = (x - 11, "end") if left else (x + 11, "start")
+        ly = y + 20 if y < TOP + 20 else y - 9
         out.append(f'<g class="mark"><circle cx="{x:.1f}" cy="{y:.1f}" r="8" fill="none" '
-                   f'stroke="black" stroke-width="2"/><text x="{x + 11:.1f}" '
-                   f'y="{y - 9:.1f}" font-weight="bold">{escape(m.label)}</text></g>')
+                   f'stroke="black" stroke-width="2"/><text x="{lx:.1f}" y="{ly:.1f}" '
+                   f'text-anchor="{anchor}" font-weight="bold">{escape(m.label)}</text></g>')
     return out
 
 

@@ -6,13 +6,20 @@ Owns the SWF record (:class:`SwfJob`), the header fields the replay needs
 format (https://www.cs.huji.ac.il/labs/parallel/workload/swf.html): lines starting with
 ``;`` are comments, ``; Key: value`` comments at the top form the header, every other
 non-blank line is one job of 18 whitespace-separated numbers, ``-1`` meaning unknown.
+Real traces are taken as they come: job numbers from 0 (tools write them so), the
+archive's status values (lines of partial executions, status 2-4, passed over: the job's
+summary line stands for it) and queue numbers (0 interactive); a bad line's message names
+every problem of the line. Without a ``MaxProcs`` header, :func:`guess_size` infers the
+cluster from the jobs.
 
 Extension (rsa-scheduler only, documented in docs/simulator.md): a job line may carry 3
 more fields, 19 input bytes, 20 output bytes, 21 output files (``-1`` unknown), so a
 trace can say how much data each job moves. Lines of 18 fields are plain SWF.
 
 Reading is lazy: :func:`read_swf` yields one job at a time and keeps nothing but the
-previous submit time, so a trace of any length streams in constant memory.
+previous submit time, so a trace of any length streams in constant memory
+(:func:`guess_size`, run only when the header lacks ``MaxProcs``, keeps two events per
+job).
 
 Reads files only; must not import the core's state machine or the engine.
 """
