@@ -130,9 +130,9 @@ def chart_body(title: str, xlabel: str, ylabel: str,
         # the label on the side of the ring with more room, below it near the top
         left = x > LEFT + pw / 2
         lx, anchor = (x - 11, "end") if left else (x + 11, "start")
-        ly = y + 20 if y < TOP + 20 else y - 9
+        label_y = y + 20 if y < TOP + 20 else y - 9
         out.append(f'<g class="mark"><circle cx="{x:.1f}" cy="{y:.1f}" r="8" fill="none" '
-                   f'stroke="black" stroke-width="2"/><text x="{lx:.1f}" y="{ly:.1f}" '
+                   f'stroke="black" stroke-width="2"/><text x="{lx:.1f}" y="{label_y:.1f}" '
                    f'text-anchor="{anchor}" font-weight="bold">{escape(m.label)}</text></g>')
     return out
 
