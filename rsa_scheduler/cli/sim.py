@@ -1,9 +1,9 @@
 """``rsa sim``: run a scenario or replay a workload trace through the real core.
 
-Owns the command lines (``rsa sim [run] SCENARIO``, ``rsa sim replay --swf TRACE``,
-``rsa sim plan --swf TRACE --target ...``), exit codes and the human-readable rendering
-of a run; loading and running scenarios and traces, and the plan's sweep and plots, is
-:mod:`rsa_scheduler.sim`.
+Owns the command lines (``rsa sim [run] SCENARIO``, ``rsa sim replay --swf TRACE`` or
+``--sacct FILE``, ``rsa sim plan ... --target ...``, their ``--plot FILE.svg``), exit
+codes and the human-readable rendering of a run; loading and running scenarios and
+traces, and the plan's sweep and plots, is :mod:`rsa_scheduler.sim`.
 
 Exit codes: 0 every expectation met (a replay that ran); 1 an expectation failed (one
 ``FAILED`` line each on stderr); 65 (EX_DATAERR) the scenario or trace file is invalid
@@ -391,7 +391,9 @@ def replay(trace: str | None, sacct: str | None, rsa_nodes: int | None, tiers: s
             if per_job is not None:
                 per_job.write(json.dumps({"run": run, **detail}) + "\n")
 
-        result = run_replay(work.jobs, cfg, source=work.source, per_job=write_job)
+        # the per-job observer only when something uses it (it costs a dict per job)
+        result = run_replay(work.jobs, cfg, source=work.source,
+                            per_job=write_job if per_job or plot else None)
     except ScenarioError as e:
         click.echo(f"rsa sim replay: {e}", err=True)
         sys.exit(EX_DATAERR)
