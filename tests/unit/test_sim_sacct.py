@@ -115,3 +115,13 @@ def test_replay_reads_standard_input() -> None:
     assert bad.stderr.startswith("rsa sim replay: <stdin>:1: the header lacks Submit, ")
     both = cli_runner().invoke(sim, ["replay", "--sacct", "-", "--swf", str(WITH_IO)])
     assert both.exit_code == 2 and "--swf TRACE or --sacct FILE (one)" in both.stderr
+
+
+def test_real_output_of_another_format_is_refused_naming_what_it_lacks() -> None:
+    # the lab's captured `sacct -P -X -o JobID,JobName,State,ExitCode,Start,End,...`
+    other = Path(__file__).parent.parent / "data" / "slurm" / "sacct_finished.txt"
+    with pytest.raises(TraceError) as err:
+        read_sacct(str(other))
+    assert str(err.value).startswith(f"{other}:1: the header lacks JobIDRaw, Submit, "
+                                     "ElapsedRaw, AllocCPUS: the first line must be sacct's "
+                                     "header naming the fields of --format JobIDRaw,JobID,")
