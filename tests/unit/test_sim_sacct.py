@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from rsa_scheduler.sim.swf import TraceError
 from tests.clirunner import cli_runner
 
 DATA = Path(__file__).parent.parent / "data" / "sacct"
+LAB = DATA / "lab.txt"
 WITH_IO = DATA / "with-io.txt"
 HEADER = "|".join(FIELDS)
 GOOD = ("7|7|COMPLETED|2026-03-02T09:00:00|2026-03-02T09:00:05|2026-03-02T09:10:05|600|30|"
@@ -35,6 +37,33 @@ def test_the_documented_command_asks_for_every_field() -> None:
         "JobIDRaw,JobID,State,Submit,Start,End,ElapsedRaw,TimelimitRaw,AllocCPUS,ReqCPUS," \
         "NNodes,UID,Partition,QOS,TRESUsageInTot,TRESUsageOutTot" in \
         (Path(__file__).parent.parent.parent / "docs" / "simulator.md").read_text()
+
+
+def test_the_labs_own_accounting() -> None:
+    env = dict(re.findall(r"(\w+)=(\d+)", (DATA / "lab.env").read_text()))
+    log = read_sacct(str(LAB))
+    by_id = {j.job: j for j in log.jobs}
+    plain, two, failed = (by_id[int(env[k])] for k in ("PLAIN", "TWO_NODES", "FAILED"))
+    assert plain.status == 1 and plain.run == 2 and plain.procs == 1 and plain.wait == 0
+    assert two.procs == 2 and two.status == 1
+    assert failed.status == 0 and failed.run == 1
+    running = by_id[int(env["CANCELLED_RUNNING"])]
+    # "CANCELLED by 0": it ran 2 s, then root cancelled it
+    assert running.status == 5 and (running.wait, running.run) == (2, 2)
+    # the job held and cancelled before it started never became eligible: sacct's time
+    # window does not list it
+    assert int(env["CANCELLED_PENDING"]) not in by_id
+    # the array's 3 tasks (5_0, 5_1, 5_2) each have their own raw id (7, 8, and 5)
+    assert sorted(j.job for j in log.jobs if j.job >= int(env["ARRAY"])) == [5, 7, 8]
+    assert all(by_id[t].status == 1 and by_id[t].wait == 2 for t in (5, 7, 8))
+    assert len(log.jobs) == 7 and log.unfinished == 0
+    assert log.steps == 7 and log.with_io == 0  # the lab gathers no I/O (jobacct none)
+    assert log.cpus_per_node == 1  # the lab's nodes have 1 CPU each
+    submits = [j.submit for j in log.jobs]
+    assert submits == [0] * 7  # all submitted within the same second
+    assert [j.job for j in log.jobs] == [1, 2, 3, 4, 5, 7, 8]  # then by raw id
+    assert all(j.input_bytes is None and j.output_bytes is None for j in log.jobs)
+    assert all(j.user == 1001 and j.requested_time == 120 for j in log.jobs)
 
 
 def test_io_figures_of_the_steps_are_the_jobs_volumes() -> None:
@@ -100,6 +129,32 @@ def test_unreadable(tmp_path: Path) -> None:
     binary.write_bytes(HEADER.encode() + b"\n\xff\xfe|\n")
     with pytest.raises(TraceError, match=r"bin\.txt: cannot read sacct output: not UTF-8"):
         read_sacct(str(binary))
+
+
+def test_replay_of_the_labs_sacct_end_to_end() -> None:
+    result = cli_runner().invoke(sim, ["replay", "--sacct", str(LAB), "--rsa-nodes", "2",
+                                       "--json"])
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.output)
+    assert out["jobs"] == out["baseline"]["jobs"] == 7 and out["skipped"] == 0
+    assert out["io_volumes"] == {"trace": 0, "memory": 0, "synthetic": 7}
+    # the lab's 4 one-CPU nodes, inferred from the 4 CPUs its jobs held at once
+    assert out["workload"] == {
+        "format": "sacct", "procs": 4, "procs_per_node": 1, "unfinished": 0, "steps": 7,
+        "jobs_with_io": 0,
+        "procs_inferred": "4 processors, inferred from the trace: its jobs held 4 at once "
+                          "(at 0 s); its largest job (line 4) uses 2",
+        "procs_per_node_inferred": "1 per node, the most CPUs per node any job held"}
+    assert out["notes"] == [
+        "cluster: 4 processors, inferred from the trace: its jobs held 4 at once (at 0 s); "
+        "its largest job (line 4) uses 2 (--procs sets it)",
+        "processors: 1 per node, the most CPUs per node any job held (--procs-per-node "
+        "sets it)"]
+    text = cli_runner().invoke(sim, ["replay", "--sacct", str(LAB), "--rsa-nodes", "2"])
+    assert text.exit_code == 0, text.stderr
+    assert f"sacct output {LAB}: 7 jobs replayed (0 skipped)" in text.output
+    assert "I/O volumes: 0 jobs from the workload's own figures, 0 from their memory, 7 " \
+        "from the synthetic model" in text.output
 
 
 def test_replay_reads_standard_input() -> None:
