@@ -2,7 +2,8 @@
 # Capture real `sacct` output of the live lab into tests/data/sacct/ for the parser of
 # `rsa sim replay --sacct` (rsa_scheduler/sim/sacct.py). Run as root with the lab up.
 # The job mix: one plain job, a two-node job, one that fails, one cancelled while it runs,
-# one cancelled before it starts, an array of 3. The sacct command is the one
+# one held and cancelled before it starts (sacct does not list it: never eligible), an
+# array of 3. The sacct command is the one
 # docs/simulator.md gives (SACCT_FIELDS below is rsa_scheduler.sim.sacct.FIELDS).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
