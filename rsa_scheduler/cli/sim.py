@@ -1,9 +1,9 @@
 """``rsa sim``: run a scenario or replay a workload trace through the real core.
 
-Owns the command lines (``rsa sim [run] SCENARIO``, ``rsa sim replay --swf TRACE``,
-``rsa sim plan --swf TRACE --target ...``), exit codes and the human-readable rendering
-of a run; loading and running scenarios and traces, and the plan's sweep and plots, is
-:mod:`rsa_scheduler.sim`.
+Owns the command lines (``rsa sim [run] SCENARIO``, ``rsa sim replay --swf TRACE`` or
+``--sacct FILE``, ``rsa sim plan ... --target ...``, their ``--plot FILE.svg``), exit
+codes and the human-readable rendering of a run; loading and running scenarios and
+traces, and the plan's sweep and plots, is :mod:`rsa_scheduler.sim`.
 
 Exit codes: 0 every expectation met (a replay that ran); 1 an expectation failed (one
 ``FAILED`` line each on stderr); 65 (EX_DATAERR) the scenario or trace file is invalid
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -40,8 +40,9 @@ from rsa_scheduler.sim.iomodel import IoParams
 from rsa_scheduler.sim.plan import mixes, parse_target, recommend, sweep
 from rsa_scheduler.sim.replay import Replay
 from rsa_scheduler.sim.report import summary
-from rsa_scheduler.sim.svg import CHARTS, plan_charts
-from rsa_scheduler.sim.swf import SwfJob, read_header, read_swf
+from rsa_scheduler.sim.svg import CHARTS, plan_chart, plan_charts, replay_chart
+from rsa_scheduler.sim.timeline import Timeline
+from rsa_scheduler.sim.workload import Workload, load_workload
 
 EX_FAILED = 1
 EX_DATAERR = 65
@@ -65,6 +66,7 @@ def sim() -> None:
     \b
     rsa sim SCENARIO.yaml [--json]        a scripted scenario (same as rsa sim run)
     rsa sim replay --swf TRACE.swf --json  a Standard Workload Format trace
+    rsa sim replay --sacct sacct.txt       a centre's own history (sacct -P output)
     rsa sim plan --swf TRACE.swf --target mean_io_s=5m   which RSA to provision
     """
 
@@ -253,9 +255,11 @@ MODEL_OPTIONS = [
     click.option("--alpha", type=click.IntRange(min=1), default=2, show_default=True,
                  help="Concurrent stage-outs under sjf/trio (seed 003's α)."),
     click.option("--procs", type=click.IntRange(min=1),
-                 help="Processors of the compute cluster (default: the trace's MaxProcs)."),
+                 help="Processors of the compute cluster (default: the trace's MaxProcs, "
+                 "else inferred from the jobs and said so)."),
     click.option("--procs-per-node", type=click.IntRange(min=1),
-                 help="Default: MaxProcs / MaxNodes of the trace header, else 1."),
+                 help="Default: MaxProcs / MaxNodes of the trace header, else 1; with "
+                 "--sacct the most CPUs per node a job held."),
     click.option("--ratio", type=click.IntRange(min=1), default=32, show_default=True,
                  help="Compute nodes per RSA node (seed 004 §3.1 proportional allocation)."),
     click.option("--max-nodes", type=click.IntRange(min=1), default=8, show_default=True,
@@ -300,23 +304,14 @@ def model_options(f: Callable[..., None]) -> Callable[..., None]:
     return f
 
 
-def build_config(trace: str, specs: tuple[TierSpec, ...], *, ordering: str, alpha: int,
-                 procs: int | None, procs_per_node: int | None, ratio: int, max_nodes: int,
-                 pfs_bw: float, client_bw: float, io_per_proc: float, fpp: float,
-                 stage_out: str | None, prices: str, seed: int, early_start: str,
-                 on_deck: int, check_stride: int, pfs_create: float, rsa_create: float,
-                 io_time: float, mix: bool = True, limit: int | None = None) -> ReplayConfig:
-    """The replay's site from the command line and the trace's header. The allocator's
+def build_config(work: Workload, specs: tuple[TierSpec, ...], *, ordering: str,
+                 alpha: int, ratio: int, max_nodes: int, pfs_bw: float, client_bw: float,
+                 io_per_proc: float, fpp: float, stage_out: str | None, prices: str,
+                 seed: int, early_start: str, on_deck: int, check_stride: int,
+                 pfs_create: float, rsa_create: float, io_time: float, mix: bool = True,
+                 limit: int | None = None) -> ReplayConfig:
+    """The replay's site from the command line and the workload's cluster. The allocator's
     cost model is the same prices (per node-hour) and per-node bandwidths."""
-    header = read_header(trace)
-    max_procs = procs or header.int_field("MaxProcs")
-    if max_procs is None:
-        raise click.UsageError(f"{trace}: the trace has no MaxProcs header: give --procs")
-    ppn = procs_per_node
-    if ppn is None:
-        max_nodes_h = header.int_field("MaxNodes")
-        hp = header.int_field("MaxProcs")
-        ppn = hp // max_nodes_h if hp and max_nodes_h and hp >= max_nodes_h else 1
     io = IoParams(pfs_bw=pfs_bw, client_bw=client_bw,
                   tier_bw={t.tier: t.bw for t in specs}, seed=seed,
                   io_per_proc=io_per_proc, fpp_fraction=fpp,
@@ -328,7 +323,8 @@ def build_config(trace: str, specs: tuple[TierSpec, ...], *, ordering: str, alph
         price={t: price[t.value] for t in NODE_TIERS},
         bandwidth={t.tier: max(int(t.bw), 1) for t in specs}, io_time=io_time, mix=mix)
     return ReplayConfig(
-        procs=max_procs, procs_per_node=ppn, tiers=specs, allocation=policy,
+        procs=work.procs, procs_per_node=work.procs_per_node, tiers=specs,
+        allocation=policy,
         staging=StagingPolicy(reset_trigger=ResetTrigger.INPUT_DONE,
                               early_start=EarlyStart(early_start)),
         io=io, stage_out=StageOut(stage_out) if stage_out else None,
@@ -336,9 +332,27 @@ def build_config(trace: str, specs: tuple[TierSpec, ...], *, ordering: str, alph
         check_stride=check_stride, limit=limit)
 
 
+def workload_options(f: Callable[..., None]) -> Callable[..., None]:
+    """--swf and --sacct: the workload, one of the two."""
+    f = click.option("--sacct", type=click.Path(dir_okay=False, allow_dash=True),
+                     help="A centre's own history: the output of the sacct command "
+                     "docs/simulator.md gives (- reads standard input).")(f)
+    return click.option("--swf", "trace", type=click.Path(dir_okay=False),
+                        help="Standard Workload Format trace (Parallel Workloads "
+                        "Archive).")(f)
+
+
+def load(trace: str | None, sacct: str | None, model: dict[str, Any]) -> Workload:
+    """The workload of --swf or --sacct (the cluster from --procs, --procs-per-node or
+    inferred); pops those two from ``model``. Raises TraceError."""
+    if (trace is None) == (sacct is None):
+        raise click.UsageError("give the workload: --swf TRACE or --sacct FILE (one)")
+    return load_workload(swf=trace, sacct=sacct, procs=model.pop("procs"),
+                         procs_per_node=model.pop("procs_per_node"))
+
+
 @sim.command("replay")
-@click.option("--swf", "trace", required=True, type=click.Path(dir_okay=False),
-              help="Standard Workload Format trace (Parallel Workloads Archive).")
+@workload_options
 @click.option("--rsa-nodes", type=click.IntRange(min=1), envvar="RSA_SIM_RSA_NODES",
               help="RAM RSA nodes (default 16); the same as --tiers ram:N.")
 @click.option("--tiers", help="RSA nodes per tier: TIER:COUNT[:CAPACITY[:BANDWIDTH]],... "
@@ -346,11 +360,16 @@ def build_config(trace: str, specs: tuple[TierSpec, ...], *, ordering: str, alph
 @model_options
 @click.option("--per-job", type=click.File("w"),
               help="Write one JSON line per job and run (rsa, baseline) to this file.")
+@click.option("--plot", type=click.Path(dir_okay=False),
+              help="Write wait, hold and I/O time over time, with and without the RSA, "
+              "to this .svg file.")
 @click.option("--limit", type=click.IntRange(min=1), help="Replay only the first N jobs.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def replay(trace: str, rsa_nodes: int | None, tiers: str | None, per_job: TextIO | None,
-           limit: int | None, as_json: bool, **model: Any) -> None:
-    """Replay TRACE with the RSA, then without it (the baseline), and compare.
+def replay(trace: str | None, sacct: str | None, rsa_nodes: int | None, tiers: str | None,
+           per_job: TextIO | None, plot: str | None, limit: int | None, as_json: bool,
+           **model: Any) -> None:
+    """Replay a workload (an SWF trace, or a centre's own sacct output) with the RSA, then
+    without it (the baseline), and compare.
 
     Jobs run first-come-first-served on --procs processors; each reads its input, computes
     for its trace run time and writes its output, from and to its RSA nodes when the RSA
@@ -361,24 +380,31 @@ def replay(trace: str, rsa_nodes: int | None, tiers: str | None, per_job: TextIO
     if rsa_nodes is not None and tiers is not None:
         raise click.UsageError("give --rsa-nodes or --tiers, not both")
     specs = parse_tiers(tiers if tiers else f"ram:{rsa_nodes or 16}")
+    check_plot(plot)
     try:
-        cfg = build_config(trace, specs, limit=limit, **model)
-
-        def jobs() -> Iterator[SwfJob]:
-            return read_swf(trace)
+        work = load(trace, sacct, model)
+        cfg = build_config(work, specs, limit=limit, **model)
+        timeline = Timeline()
 
         def write_job(run: str, detail: Mapping[str, Any]) -> None:
-            assert per_job is not None
-            per_job.write(json.dumps({"run": run, **detail}) + "\n")
+            timeline.add(run, detail)
+            if per_job is not None:
+                per_job.write(json.dumps({"run": run, **detail}) + "\n")
 
-        result = run_replay(jobs, cfg, source=trace, per_job=write_job if per_job else None)
+        # the per-job observer only when something uses it (it costs a dict per job)
+        result = run_replay(work.jobs, cfg, source=work.source,
+                            per_job=write_job if per_job or plot else None)
     except ScenarioError as e:
         click.echo(f"rsa sim replay: {e}", err=True)
         sys.exit(EX_DATAERR)
     except SimulationBroken as e:
         click.echo(f"rsa sim replay: invariant violated: {e}", err=True)
         sys.exit(EX_SOFTWARE)
-    result = {"trace": trace, **result}
+    result = {"trace": work.source, "workload": work.to_json(), "notes": work.notes,
+              **result}
+    if plot:
+        write_plot(plot, replay_chart(timeline))
+        result["plot"] = plot
     if as_json:
         click.echo(json.dumps(result, indent=2, sort_keys=False))
     else:
@@ -386,8 +412,7 @@ def replay(trace: str, rsa_nodes: int | None, tiers: str | None, per_job: TextIO
 
 
 @sim.command("plan")
-@click.option("--swf", "trace", required=True, type=click.Path(dir_okay=False),
-              help="Standard Workload Format trace (Parallel Workloads Archive).")
+@workload_options
 @click.option("--target", "target_text", required=True,
               help="What a configuration must meet: mean_wait_s, mean_hold_s or mean_io_s "
               "at most a duration (mean_io_s=5m), or io_throughput at least a size per "
@@ -403,11 +428,15 @@ def replay(trace: str, rsa_nodes: int | None, tiers: str | None, per_job: TextIO
 @model_options
 @click.option("--plots", type=click.Path(file_okay=False),
               help="Write wait.svg, hold.svg, utilisation.svg and cost.svg here.")
+@click.option("--plot", type=click.Path(dir_okay=False),
+              help="Write cost against I/O throughput, the recommendation marked, to this "
+              ".svg file.")
 @click.option("--limit", type=click.IntRange(min=1), help="Replay only the first N jobs.")
-def plan(trace: str, target_text: str, counts: str, ram_shares: str, ram_node: str,
-         ssd_node: str, plots: str | None, limit: int | None, **model: Any) -> None:
-    """Sweep RSA node count and DRAM:SSD mix over TRACE; recommend the cheapest that meets
-    --target (seed 000's least-cost provisioning).
+def plan(trace: str | None, sacct: str | None, target_text: str, counts: str,
+         ram_shares: str, ram_node: str, ssd_node: str, plots: str | None,
+         plot: str | None, limit: int | None, **model: Any) -> None:
+    """Sweep RSA node count and DRAM:SSD mix over a workload (--swf or --sacct);
+    recommend the cheapest that meets --target (seed 000's least-cost provisioning).
 
     Each configuration is one replay with the RSA (jobs ask #RSA_TIER=auto: the allocator
     picks each job's tier by --prices); its cost is every RSA node times its tier's price
@@ -422,22 +451,21 @@ def plan(trace: str, target_text: str, counts: str, ram_shares: str, ram_node: s
     configs = mixes(_ints(counts, "--nodes"), _shares(ram_shares))
     per_tier = {t.tier: t for t in (_node_spec(Tier.RAM, ram_node, "--ram"),
                                     _node_spec(Tier.SSD, ssd_node, "--ssd"))}
+    check_plot(plot)
     try:
-        cfg = build_config(trace, tuple(per_tier.values()), limit=limit, **model)
-
-        def jobs() -> Iterator[SwfJob]:
-            return read_swf(trace)
-
-        base_run = Replay(jobs(), cfg, rsa=False, source=trace)
+        work = load(trace, sacct, model)
+        cfg = build_config(work, tuple(per_tier.values()), limit=limit, **model)
+        base_run = Replay(work.jobs(), cfg, rsa=False, source=work.source)
         baseline = summary(base_run.run(), cfg, rsa=False, nodes=0)
-        points = sweep(jobs, cfg, configs, per_tier, target, source=trace)
+        points = sweep(work.jobs, cfg, configs, per_tier, target, source=work.source)
     except ScenarioError as e:
         click.echo(f"rsa sim plan: {e}", err=True)
         sys.exit(EX_DATAERR)
     except SimulationBroken as e:
         click.echo(f"rsa sim plan: invariant violated: {e}", err=True)
         sys.exit(EX_SOFTWARE)
-    out: dict[str, Any] = {"trace": trace, **recommend(points, target)}
+    out: dict[str, Any] = {"trace": work.source, "workload": work.to_json(),
+                           "notes": work.notes, **recommend(points, target)}
     out["baseline"] = {k: baseline[k] for k in ("jobs", "mean_wait_s", "mean_hold_s",
                                                 "mean_io_s", "io_throughput")}
     out["points"] = points
@@ -450,7 +478,31 @@ def plan(trace: str, target_text: str, counts: str, ram_shares: str, ram_node: s
             raise click.ClickException(f"can't write the plots to {plots}: "
                                        f"{e.strerror or e}") from e
         out["plots"] = sorted(str(Path(plots) / n) for n in CHARTS)
+    if plot:
+        write_plot(plot, plan_chart(points, out["recommended"], str(target)))
+        out["plot"] = plot
     click.echo(json.dumps(out, indent=2))
+
+
+def check_plot(path: str | None) -> None:
+    """--plot takes an .svg name; .png is refused before any work, in one line."""
+    if path is None or path.lower().endswith(".svg"):
+        return
+    if path.lower().endswith(".png"):
+        raise click.BadParameter(
+            f"{path}: PNG is not written (rsa draws its charts as SVG itself, and no "
+            "plotting library is installed with it): give a .svg name, and convert it with "
+            "rsvg-convert (Debian package librsvg2-bin) if you need PNG", param_hint="--plot")
+    raise click.BadParameter(f"{path}: give a file name ending in .svg",
+                             param_hint="--plot")
+
+
+def write_plot(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise click.ClickException(f"can't write the plot to {path}: "
+                                   f"{e.strerror or e}") from e
 
 
 def _ints(text: str, hint: str) -> list[int]:
@@ -501,7 +553,8 @@ def render_replay(result: dict[str, Any]) -> str:
         else:
             rows.append((label, str(a), str(b)))
     rsa = result["rsa"]
-    out = [f"trace {result['trace']}: {result['jobs']} jobs replayed "
+    kind = "sacct output" if result.get("workload", {}).get("format") == "sacct" else "trace"
+    out = [f"{kind} {result['trace']}: {result['jobs']} jobs replayed "
            f"({result['skipped']} skipped), {rsa['nodes']} RSA nodes, "
            f"stage-out ordering {rsa['ordering']}"]
     out += _table([(*r, "") for r in rows], indent="  ")
@@ -515,4 +568,12 @@ def render_replay(result: dict[str, Any]) -> str:
                       for name, t in rsa["tiers"].items())
     out.append(f"  cost: compute {result['compute_cost']:g} + RSA {result['rsa_cost']:g} "
                f"({tiers}); RSA utilisation {100 * rsa['utilisation']:.1f} %")
+    vols = result.get("io_volumes")
+    if vols:
+        out.append(f"  I/O volumes: {vols['trace']} jobs from the workload's own figures, "
+                   f"{vols['memory']} from their memory, {vols['synthetic']} from the "
+                   "synthetic model (no I/O figures; docs/simulator.md)")
+    out += [f"  note: {n}" for n in result.get("notes", ())]
+    if result.get("plot"):
+        out.append(f"  plot: {result['plot']}")
     return "\n".join(out)

@@ -210,6 +210,7 @@ class Replay:
         if t.first_submit is None:
             t.first_submit = swf.submit
         vol = job_volumes(swf, self.cfg.io)
+        t.volumes[vol.source] = t.volumes.get(vol.source, 0) + 1
         jid = str(swf.job)
         if jid in self.jobs:
             raise self.broken(f"job {jid} submitted twice (line {swf.line})")

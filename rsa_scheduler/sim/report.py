@@ -43,6 +43,8 @@ class Totals:
     pfs_bytes: float = 0.0
     io_bytes: int = 0  # read and written by jobs (both phases, RSA or PFS)
     held_s: dict[str, float] = field(default_factory=dict)  # RSA node-seconds held, per tier
+    # jobs by where their I/O volumes came from: trace, memory or synthetic (iomodel)
+    volumes: dict[str, int] = field(default_factory=dict)
 
     def held(self, tier: str, node_s: float) -> None:
         self.held_s[tier] = self.held_s.get(tier, 0.0) + node_s
@@ -86,6 +88,7 @@ def summary(t: Totals, cfg: ReplayConfig, *, rsa: bool, nodes: int) -> dict[str,
         "pfs_peak_bw": round(t.pfs_peak, 1),
         "pfs_bw": cfg.io.pfs_bw,
         "max_active_jobs": t.max_active,
+        "io_volumes": {k: t.volumes.get(k, 0) for k in ("trace", "memory", "synthetic")},
     }
     if rsa:
         out["rsa"] = {

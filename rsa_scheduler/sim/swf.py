@@ -6,13 +6,20 @@ Owns the SWF record (:class:`SwfJob`), the header fields the replay needs
 format (https://www.cs.huji.ac.il/labs/parallel/workload/swf.html): lines starting with
 ``;`` are comments, ``; Key: value`` comments at the top form the header, every other
 non-blank line is one job of 18 whitespace-separated numbers, ``-1`` meaning unknown.
+Real traces are taken as they come: job numbers from 0 (tools write them so), the
+archive's status values (lines of partial executions, status 2-4, passed over: the job's
+summary line stands for it) and queue numbers (0 interactive); a bad line's message names
+every problem of the line. Without a ``MaxProcs`` header, :func:`guess_size` infers the
+cluster from the jobs.
 
 Extension (rsa-scheduler only, documented in docs/simulator.md): a job line may carry 3
 more fields, 19 input bytes, 20 output bytes, 21 output files (``-1`` unknown), so a
 trace can say how much data each job moves. Lines of 18 fields are plain SWF.
 
 Reading is lazy: :func:`read_swf` yields one job at a time and keeps nothing but the
-previous submit time, so a trace of any length streams in constant memory.
+previous submit time, so a trace of any length streams in constant memory
+(:func:`guess_size`, run only when the header lacks ``MaxProcs``, keeps two events per
+job).
 
 Reads files only; must not import the core's state machine or the engine.
 """
@@ -20,7 +27,7 @@ Reads files only; must not import the core's state machine or the engine.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -61,6 +68,7 @@ class SwfJob:
     input_bytes: int | None = None
     output_bytes: int | None = None
     output_files: int | None = None
+    queue: int = -1  # SWF's queue number: 0 interactive, 1.. the site's batch queues
 
 
 @dataclass(slots=True)
@@ -78,41 +86,57 @@ class SwfHeader:
         return n if n is not None and n > 0 else None
 
 
-def _number(text: str, where: str, index: int) -> float:
+#: SWF's status values (field 11): 2-4 mark the lines of a checkpointed or swapped job's
+#: partial executions, which follow the job's own summary line with the same job number
+STATUSES = {-1: "unknown", 0: "failed", 1: "completed", 2: "partial", 3: "partial",
+            4: "partial", 5: "cancelled"}
+PARTIAL = frozenset((2, 3, 4))
+
+
+def _number(text: str, index: int) -> tuple[float, str | None]:
+    """The field's value, or NaN and the problem with it."""
+    name = f"field {index + 1} ({FIELD_NAMES[index]})"
     try:
         value = float(text)
     except ValueError:
-        raise TraceError(f"{where}: field {index + 1} ({FIELD_NAMES[index]}) is "
-                         f"{text!r}, not a number") from None
+        return math.nan, f"{name} is {text!r}, not a number"
     if not math.isfinite(value):
-        raise TraceError(f"{where}: field {index + 1} ({FIELD_NAMES[index]}) is "
-                         f"{text!r}, not a finite number")
+        return math.nan, f"{name} is {text!r}, not a finite number"
     if value < 0 and value != -1:
-        raise TraceError(f"{where}: field {index + 1} ({FIELD_NAMES[index]}) is {text}: "
-                         "negative values other than -1 (unknown) are not SWF")
-    return value
+        return math.nan, (f"{name} is {text}: negative values other than -1 (unknown) "
+                          "are not SWF")
+    return value, None
 
 
 def parse_job(text: str, where: str, line: int) -> SwfJob:
-    """One SWF job line (``where`` is ``FILE:LINE`` for messages). Raises TraceError."""
+    """One SWF job line (``where`` is ``FILE:LINE`` for messages). Raises TraceError naming
+    every problem of the line, ``; `` separated."""
     parts = text.split()
     if len(parts) not in (SWF_FIELDS, EXT_FIELDS):
         raise TraceError(f"{where}: {len(parts)} fields, SWF has {SWF_FIELDS} "
                          f"(or {EXT_FIELDS} with rsa-scheduler's I/O columns)")
-    try:  # the fast path for a good line; the slow one names the bad field
+    try:  # the fast path for a good line; the slow one names every bad field
         v = [float(p) for p in parts]
         good = math.isfinite(math.fsum(v)) and (min(v) >= 0 or all(x >= 0 or x == -1
                                                                     for x in v))
     except ValueError:
         good = False
+    problems: list[str] = []
     if not good:
-        v = [_number(p, where, i) for i, p in enumerate(parts)]
-    if v[0] != int(v[0]) or v[0] < 1:
-        raise TraceError(f"{where}: field 1 (job number) is {parts[0]}: "
-                         "SWF numbers jobs 1, 2, ...")
+        checked = [_number(p, i) for i, p in enumerate(parts)]
+        v = [value for value, _ in checked]
+        problems = [problem for _, problem in checked if problem]
+    # SWF numbers jobs from 1; tools that write SWF often start at 0: both are taken
+    if math.isfinite(v[0]) and (v[0] != int(v[0]) or v[0] < 0):
+        problems.append(f"field 1 (job number) is {parts[0]}: a whole number >= 0")
     if v[1] == -1:
-        raise TraceError(f"{where}: field 2 (submit time) is unknown (-1): "
-                         "a job cannot be replayed without it")
+        problems.append("field 2 (submit time) is unknown (-1): a job cannot be replayed "
+                        "without it")
+    if math.isfinite(v[10]) and v[10] not in STATUSES:
+        problems.append(f"field 11 (status) is {parts[10]}: SWF's are 1 completed, "
+                        "0 failed, 5 cancelled, 2-4 partial executions, -1 unknown")
+    if problems:
+        raise TraceError(f"{where}: " + "; ".join(problems))
     procs = v[4] if v[4] > 0 else v[7]
 
     def opt(i: int) -> int | None:
@@ -121,14 +145,16 @@ def parse_job(text: str, where: str, line: int) -> SwfJob:
     return SwfJob(line=line, job=int(v[0]), submit=v[1], wait=v[2], run=v[3],
                   procs=int(procs) if procs > 0 else -1, requested_time=v[8],
                   used_memory_kb=v[6], status=int(v[10]), user=int(v[11]),
-                  input_bytes=opt(18), output_bytes=opt(19), output_files=opt(20))
+                  input_bytes=opt(18), output_bytes=opt(19), output_files=opt(20),
+                  queue=int(v[14]))
 
 
 class SwfReader:
     """Iterate a trace's jobs in file order; ``header`` fills as the top comments pass.
 
-    Raises :class:`TraceError` at the first malformed line, and when submit times go
-    backwards (SWF lists jobs in submit order; the replay streams them in that order).
+    Raises :class:`TraceError` at the first malformed line (naming all its problems),
+    and when submit times go backwards (SWF lists jobs in submit order; the replay
+    streams them in that order). Passes over lines of partial executions (status 2-4).
     """
 
     def __init__(self, stream: TextIO, name: str) -> None:
@@ -136,6 +162,7 @@ class SwfReader:
         self.name = name
         self.header = SwfHeader()
         self.lines = 0
+        self.partial = 0  # lines of partial executions passed over (status 2-4)
 
     def __iter__(self) -> Iterator[SwfJob]:
         last = -math.inf
@@ -151,6 +178,12 @@ class SwfReader:
                     self.header.fields.setdefault(key.strip(), value.strip())
                 continue
             job = parse_job(text, where, n)
+            if job.status in PARTIAL:
+                # the job's summary line (status 0, 1 or 5, the same job number) came
+                # first and stands for the whole job: replaying its parts too would run it
+                # twice
+                self.partial += 1
+                continue
             if job.submit < last:
                 raise TraceError(f"{where}: submit time {_fmt(job.submit)} is before the "
                                  f"previous job's {_fmt(last)}: SWF lists jobs in submit "
@@ -193,3 +226,47 @@ def read_header(path: str | Path, limit: int = 200) -> SwfHeader:
     except OSError as e:
         raise TraceError(f"{p}: cannot read trace: {e.strerror or e}") from e
     return header
+
+
+@dataclass(frozen=True, slots=True)
+class SizeGuess:
+    """The compute cluster a trace without a ``MaxProcs`` header implies: at least its
+    largest job, and at least the most processors its jobs held at once (known when the
+    trace has wait and run times)."""
+
+    procs: int
+    largest: int  # processors of the largest job
+    largest_line: int
+    peak: int  # most processors in use at once (0: no job has both wait and run time)
+    peak_at: float  # the submit-time clock when that peak began
+
+    def describe(self) -> str:
+        """One line saying what was inferred and from what."""
+        why = f"its largest job (line {self.largest_line}) uses {self.largest}"
+        if self.peak > self.largest:
+            why = (f"its jobs held {self.peak} at once (at {_fmt(self.peak_at)} s); "
+                   f"{why}")
+        return f"{self.procs} processors, inferred from the trace: {why}"
+
+
+def guess_size(jobs: Iterable[SwfJob]) -> SizeGuess | None:
+    """The cluster size ``jobs`` imply (None: no job says how many processors it used).
+
+    Reads every job once; keeps two events per job that ran (O(jobs) memory)."""
+    largest, largest_line = 0, 0
+    events: list[tuple[float, int]] = []
+    for job in jobs:
+        if job.procs > largest:
+            largest, largest_line = job.procs, job.line
+        if job.procs > 0 and job.wait >= 0 and job.run >= 0:
+            start = job.submit + job.wait
+            events += ((start + job.run, -job.procs), (start, job.procs))
+    if largest == 0:
+        return None
+    events.sort()  # at equal times ends (negative) come before starts
+    peak, peak_at, used = 0, 0.0, 0
+    for at, delta in events:
+        used += delta
+        if used > peak:
+            peak, peak_at = used, at
+    return SizeGuess(max(largest, peak), largest, largest_line, peak, peak_at)

@@ -89,14 +89,14 @@ def test_line_chart_is_svg_with_every_point_inside_the_plot() -> None:
     text = line_chart("T & t", "x", "y", {"a": [(1, 5.0), (4, 2.0)], "b": [(1, 1.0)]})
     root = ET.fromstring(text)
     assert root.tag == f"{SVG}svg"
-    circles = root.findall(f"{SVG}circle")
+    circles = root.findall(f".//{SVG}circle")
     assert len(circles) == 3
     frame = next(r for r in root.findall(f"{SVG}rect") if r.get("fill") == "none")
     x0, y0 = float(frame.get("x", 0)), float(frame.get("y", 0))
     x1, y1 = x0 + float(frame.get("width", 0)), y0 + float(frame.get("height", 0))
     for c in circles:
         assert x0 <= float(c.get("cx", -1)) <= x1 and y0 <= float(c.get("cy", -1)) <= y1
-    assert len(root.findall(f"{SVG}polyline")) == 2
+    assert len(root.findall(f".//{SVG}polyline")) == 2
     with pytest.raises(ValueError, match="no points"):
         line_chart("empty", "x", "y", {})
 
@@ -107,7 +107,7 @@ def test_plan_charts_one_line_per_dram_share() -> None:
     charts = plan_charts(pts)
     assert sorted(charts) == ["cost.svg", "hold.svg", "utilisation.svg", "wait.svg"]
     root = ET.fromstring(charts["cost.svg"])
-    assert len(root.findall(f"{SVG}polyline")) == 2  # DRAM 100 % and 0 %
+    assert len(root.findall(f".//{SVG}polyline")) == 2  # DRAM 100 % and 0 %
     labels = [t.text for t in root.findall(f"{SVG}text")]
     assert "DRAM 100%" in labels and "DRAM 0%" in labels
 

@@ -119,10 +119,25 @@ def test_cli_option_errors(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "'ram:four'" in bad.stderr
     headless = tmp_path / "h.swf"
     headless.write_text("1 0 -1 10 4 -1 -1 4 60 -1 1 1 1 -1 1 1 -1 -1\n")
-    nohead = runner.invoke(sim, ["replay", "--swf", str(headless)])
-    assert nohead.exit_code == 2 and "no MaxProcs header: give --procs" in nohead.stderr
+    nohead = runner.invoke(sim, ["replay", "--swf", str(headless), "--json"])
+    assert nohead.exit_code == 0, nohead.stderr
+    inferred = json.loads(nohead.output)
+    assert inferred["workload"]["procs"] == 4 and inferred["jobs"] == 1
+    assert inferred["notes"] == ["cluster: 4 processors, inferred from the trace: its "
+                                 "largest job (line 1) uses 4 (no MaxProcs header; --procs "
+                                 "sets it)"]
     ok = runner.invoke(sim, ["replay", "--swf", str(headless), "--procs", "8", "--json"])
     assert ok.exit_code == 0 and json.loads(ok.output)["jobs"] == 1
+    assert json.loads(ok.output)["workload"]["procs"] == 8
+    assert json.loads(ok.output)["notes"] == []
+    sizeless = tmp_path / "s.swf"
+    sizeless.write_text("1 0 -1 -1 -1 -1 -1 -1 60 -1 5 1 1 -1 1 1 -1 -1\n")
+    none = runner.invoke(sim, ["replay", "--swf", str(sizeless)])
+    assert none.exit_code == 65 and none.stderr.strip() == (
+        f"rsa sim replay: {sizeless}: the trace has no MaxProcs header and no job says how "
+        "many processors it used: give --procs")
+    neither = runner.invoke(sim, ["replay"])
+    assert neither.exit_code == 2 and "--swf TRACE or --sacct FILE" in neither.stderr
 
 
 def test_scenario_without_subcommand_still_runs() -> None:
@@ -357,3 +372,23 @@ def test_early_start_wait_holds_jobs_until_staged() -> None:
     assert fell_back[EarlyStart.WAIT] == 0
     assert held_longest[EarlyStart.FALLBACK] <= 2.0  # at most the input mount
     assert held_longest[EarlyStart.WAIT] > 10.0  # held for a stage-in
+
+
+def test_real_traces_replay_and_the_report_says_what_was_inferred() -> None:
+    zero = DATA / "swf" / "generated-from-zero.swf"
+    text = cli_runner().invoke(sim, ["replay", "--swf", str(zero), "--rsa-nodes", "2"])
+    assert text.exit_code == 0, text.stderr
+    assert f"trace {zero}: 4 jobs replayed (1 skipped)" in text.output
+    assert ("  note: cluster: 28 processors, inferred from the trace: its jobs held 28 at "
+            "once (at 20 s); its largest job (line 13) uses 16 (no MaxProcs header; --procs "
+            "sets it)") in text.output.splitlines()
+    assert ("  I/O volumes: 0 jobs from the workload's own figures, 0 from their memory, 4 "
+            "from the synthetic model (no I/O figures; docs/simulator.md)"
+            ) in text.output.splitlines()
+    # job 1's partial executions are passed over: it runs once, for its summary's time
+    pwa = cli_runner().invoke(sim, ["replay", "--swf", str(DATA / "swf" /
+                                                         "pwa-checkpoint.swf"), "--json"])
+    assert pwa.exit_code == 0, pwa.stderr
+    out = json.loads(pwa.output)
+    assert (out["jobs"], out["skipped"], out["notes"]) == (4, 1, [])
+    assert out["workload"] == {"format": "swf", "procs": 64, "procs_per_node": 4}

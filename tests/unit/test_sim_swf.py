@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from rsa_scheduler.sim.swf import TraceError, parse_job, read_header, read_swf
+from rsa_scheduler.sim.swf import (
+    SwfReader,
+    TraceError,
+    guess_size,
+    parse_job,
+    read_header,
+    read_swf,
+)
 
 DATA = Path(__file__).parent.parent / "data" / "swf"
 ROOT = Path(__file__).parent.parent.parent
@@ -51,7 +58,9 @@ def test_extension_columns() -> None:
      "negative values other than -1 (unknown) are not SWF"),
     (GOOD.replace("3590.0", "nan"), "t.swf:9: field 6 (average CPU time) is 'nan', not a "
      "finite number"),
-    ("0" + GOOD[1:], "t.swf:9: field 1 (job number) is 0: SWF numbers jobs 1, 2, ..."),
+    ("1.5" + GOOD[1:], "t.swf:9: field 1 (job number) is 1.5: a whole number >= 0"),
+    (GOOD.replace(" 1 3 1 ", " 7 3 1 ", 1), "t.swf:9: field 11 (status) is 7: SWF's are "
+     "1 completed, 0 failed, 5 cancelled, 2-4 partial executions, -1 unknown"),
     ("1 -1" + GOOD[3:], "t.swf:9: field 2 (submit time) is unknown (-1)"),
     (GOOD + " 10 x 1", "t.swf:9: field 20 (output bytes) is 'x', not a number"),
 ])
@@ -61,6 +70,46 @@ def test_malformed_line(tmp_path: Path, line: str, message: str) -> None:
     with pytest.raises(TraceError) as err:
         list(read_swf(path))
     assert str(err.value).startswith(str(path) + message[len("t.swf"):])
+
+
+def test_every_problem_of_a_line_is_named(tmp_path: Path) -> None:
+    bad = GOOD.replace("1 0 12 3600", "x 0 12 1h", 1).replace(" 1 3 1 ", " 9 3 1 ", 1)
+    path = tmp_path / "t.swf"
+    path.write_text(f"{GOOD}\n{bad}\n")
+    with pytest.raises(TraceError) as err:
+        list(read_swf(path))
+    assert str(err.value) == (
+        f"{path}:2: field 1 (job number) is 'x', not a number; field 4 (run time) is "
+        "'1h', not a number; field 11 (status) is 9: SWF's are 1 completed, 0 failed, "
+        "5 cancelled, 2-4 partial executions, -1 unknown")
+
+
+def test_jobs_numbered_from_zero_without_a_maxprocs_header() -> None:
+    path = DATA / "generated-from-zero.swf"
+    jobs = list(read_swf(path))
+    assert [j.job for j in jobs] == [0, 1, 2, 3, 4]
+    assert read_header(path).int_field("MaxProcs") is None
+    guess = guess_size(read_swf(path))
+    # jobs 0-2 overlap from t=20 to 70: 8 + 16 + 4 processors at once, more than the
+    # largest job's 16
+    assert guess is not None
+    assert (guess.procs, guess.largest, guess.largest_line, guess.peak) == (28, 16, 13, 28)
+    assert guess.describe() == ("28 processors, inferred from the trace: its jobs held 28 "
+                                "at once (at 20 s); its largest job (line 13) uses 16")
+    assert guess_size([]) is None
+
+
+def test_status_and_queue_fields_of_the_archive() -> None:
+    path = DATA / "pwa-checkpoint.swf"
+    with path.open() as stream:
+        reader = SwfReader(stream, str(path))
+        jobs = list(reader)
+    # job 1's two partial executions (status 2, 3) are passed over: its summary line
+    # stands for the whole job, which would otherwise be submitted three times
+    assert [j.job for j in jobs] == [1, 2, 3, 4, 5] and reader.partial == 2
+    assert [j.status for j in jobs] == [1, 5, 1, -1, 0]
+    assert [j.queue for j in jobs] == [1, 1, 0, 1, 1]  # queue 0: interactive
+    assert jobs[0].run == 600
 
 
 def test_submit_order(tmp_path: Path) -> None:
