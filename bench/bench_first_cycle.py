@@ -78,11 +78,14 @@ class TextSlurm:
     def batch_script(self, job_id: str) -> str:
         return ""
 
-    def lock_in(self, job_id: str) -> str:
+    def lock_original(self, job_id: str) -> str:
         return ""
 
-    def unlock(self, job_id: str, token: str = "") -> None:
+    def lock_in(self, job_id: str) -> None:
         pass
+
+    def unlock(self, job_id: str, original: str = "") -> str:
+        return ""
 
     def set_comment(self, job_id: str, text: str) -> None:
         pass

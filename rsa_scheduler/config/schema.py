@@ -155,6 +155,7 @@ class Config:
             backoff=st.backoff, backoff_max=st.backoff_max, reset_trigger=st.reset.trigger,
             reset_delay=st.reset.delay, wait_timeout=st.wait_timeout,
             fs_build_attempts=self.filesystem.retries + 1, on_deck_settle=st.on_deck_settle,
+            lockin_timeout=self.slurm.lockin.timeout,
         )
 
     def rsa_nodes(self) -> list[RsaNode]:

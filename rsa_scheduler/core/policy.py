@@ -161,6 +161,10 @@ class StagingPolicy:
     # every new submission at once and gives it reason Resources when the cluster is full,
     # and its next scheduling pass says Priority (older jobs come first). 0: at once.
     on_deck_settle: float = 0.0
+    # A locked-in job that has not started this long after its lock-in is unlocked, its
+    # RAMDISK torn down and it reads the PFS (slurm.lockin.timeout, 10m by default; 0,
+    # as here: no bound).
+    lockin_timeout: float = 0.0
 
     def __post_init__(self) -> None:
         if self.retries < 0:
@@ -175,6 +179,8 @@ class StagingPolicy:
             raise ValueError("fs_build_attempts must be >= 1")
         if self.on_deck_settle < 0:
             raise ValueError("on_deck_settle must be >= 0")
+        if self.lockin_timeout < 0:
+            raise ValueError("lockin_timeout must be >= 0")
 
     def retry_delay(self, failures: int) -> float:
         """Backoff before attempt ``failures + 1`` (failures >= 1)."""

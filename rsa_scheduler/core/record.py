@@ -37,7 +37,7 @@ class JobRecord:
     pending: Action | None = None  # the one tracked action outstanding
     failures: dict[str, int] = field(default_factory=dict)  # per action kind
     timers: dict[str, float] = field(default_factory=dict)  # trigger value -> due time
-    locked: bool = False
+    locked: bool = False  # a lock-in was issued and its restore is not yet done
     declined: bool = False
     message: str = ""  # the last thing the user was told
     since: float = 0.0  # time of the last rsa-state change
@@ -51,6 +51,11 @@ class JobRecord:
     #: writable input: the write-back outstanding (or the last one) began while the job
     #: ran, so the job may have changed its input after the copy passed that file
     writeback_live: bool = False
+    #: the restore of the job's own QOS / priority outstanding (an UNLOCK action, tracked
+    #: beside ``pending``); ``locked`` stays True until it is done. ``unlock_failures``:
+    #: its failures so far (the UNLOCK_DUE timer tries it again)
+    unlock: Action | None = None
+    unlock_failures: int = 0
 
     # ---- derived --------------------------------------------------------------------
     @property
@@ -95,6 +100,8 @@ class JobRecord:
             "not_before": self.not_before,
             "hold_until": self.hold_until,
             "writeback_live": self.writeback_live,
+            "unlock": self.unlock.to_json() if self.unlock is not None else None,
+            "unlock_failures": self.unlock_failures,
         }
 
     @classmethod
@@ -139,8 +146,8 @@ def _patch(rec: JobRecord, values: Mapping[str, Any]) -> None:
             rec.job_state = JobState(value) if value is not None else None
         elif key == "rsa_state":
             rec.rsa_state = RsaState(value)
-        elif key == "pending":
-            rec.pending = Action.from_json(value) if value is not None else None
+        elif key in ("pending", "unlock"):
+            setattr(rec, key, Action.from_json(value) if value is not None else None)
         elif key == "spec":
             rec.spec = DirectiveSpec.from_json(value)
         elif key in ("failures", "timers"):

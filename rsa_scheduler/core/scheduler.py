@@ -18,7 +18,7 @@ from enum import Enum
 from itertools import filterfalse
 from typing import Any
 
-from rsa_scheduler.core.actions import Action, Outcome
+from rsa_scheduler.core.actions import Action, Outcome, Result
 from rsa_scheduler.core.allocator import Pool
 from rsa_scheduler.core.directives import DirectiveSpec
 from rsa_scheduler.core.events import Event
@@ -29,6 +29,7 @@ from rsa_scheduler.core.machine import (
     fire,
     new_record_event,
     settle,
+    unlock_outcome,
 )
 from rsa_scheduler.core.policy import NodeState, StagingPolicy
 from rsa_scheduler.core.rules import OUTCOME_TRIGGERS, InvalidTransition
@@ -138,8 +139,13 @@ class Scheduler:
 
     # ---- queries ----------------------------------------------------------------------
     def outstanding(self) -> list[Action]:
-        """Tracked actions issued but not yet answered (re-issue these after a restart)."""
-        return [r.pending for r in self.records.values() if r.pending is not None]
+        """Tracked actions issued but not yet answered (re-issue these after a restart):
+        each job's pending action and its restore after a lock-in (one not waiting for
+        its retry timer)."""
+        out = [r.pending for r in self.records.values() if r.pending is not None]
+        out += [r.unlock for r in self.records.values() if r.unlock is not None
+                and Trigger.UNLOCK_DUE.value not in r.timers]
+        return out
 
     def next_timer(self) -> float | None:
         """Earliest armed timer, so the daemon knows when to wake up."""
@@ -300,6 +306,13 @@ class Scheduler:
     def outcome(self, outcome: Outcome, now: float) -> Decision:
         """An action finished. Raises StaleOutcome if it is not the job's outstanding one."""
         rec = self.records.get(outcome.job_id)
+        if rec is not None and rec.unlock is not None and rec.unlock.id == outcome.action_id:
+            if outcome.result not in (Result.OK, Result.FAILED, Result.REFUSED):
+                raise InvalidOutcome(f"job {rec.job_id}: an unlock action cannot end "
+                                     f"{outcome.result.value!r}: executor bug")
+            step = unlock_outcome(rec, outcome, now, self.policy)
+            self._note_waiting(rec)
+            return Decision(events=step.events, actions=step.actions)
         if rec is None or rec.pending is None or rec.pending.id != outcome.action_id:
             raise StaleOutcome(f"no outstanding action {outcome.action_id}")
         trigger = OUTCOME_TRIGGERS.get((rec.pending.kind, outcome.result))

@@ -17,18 +17,21 @@ from ClusterShell.NodeSet import NodeSet
 from rsa_scheduler.runner import CLEAN_PATH, CommandError, LocalRunner, Runner
 from rsa_scheduler.slurm.parse import (
     JOB_INFO_FORMAT,
+    LOCK_VIEW_FORMAT,
     PENDING_FORMAT,
     QUEUE_FORMAT,
     SINFO_PARTITIONS,
     JobInfo,
+    LockView,
     ParseError,
     QueueRow,
     parse_job_info,
+    parse_lock_view,
     parse_pending,
     parse_queue,
     parse_sinfo_partitions,
 )
-from rsa_scheduler.slurm.port import SlurmError
+from rsa_scheduler.slurm.port import SlurmError, UnlockGone
 
 LOCKIN_METHODS = ("qos", "priority", "none")
 
@@ -61,8 +64,9 @@ def job_info_argv(bin_dir: Path, job_id: str) -> list[str]:
     return [str(bin_dir / "squeue"), "-h", "-t", "all", "-j", job_id, "-O", JOB_INFO_FORMAT]
 
 
-def job_qos_argv(bin_dir: Path, job_id: str) -> list[str]:
-    return [str(bin_dir / "squeue"), "-h", "-j", job_id, "-O", "QOS:0"]
+def lock_view_argv(bin_dir: Path, job_id: str) -> list[str]:
+    """One job's state, QOS and priority (parse.LOCK_VIEW_FIELDS), in any state."""
+    return [str(bin_dir / "squeue"), "-h", "-t", "all", "-j", job_id, "-O", LOCK_VIEW_FORMAT]
 
 
 def show_config_argv(bin_dir: Path) -> list[str]:
@@ -160,27 +164,73 @@ class CliSlurm:
     def batch_script(self, job_id: str) -> str:
         return self._run(batch_script_argv(self.bin_dir, job_id))
 
-    def lock_in(self, job_id: str) -> str:
-        """Lock the job in; returns what :meth:`unlock` needs to undo it."""
+    def _lock_view(self, job_id: str) -> LockView:
+        return parse_lock_view(self._run(lock_view_argv(self.bin_dir, job_id)), job_id)
+
+    def lock_original(self, job_id: str) -> str:
+        """What :meth:`lock_in` will change, as it is now: the job's QOS (method qos) or
+        priority (method priority). Raises SlurmError when that is the lock-in's own value
+        (an earlier lock-in never undone: it is no original) or the job is gone."""
+        view = self._lock_view(job_id)
+        if view.state in ("", "GONE"):
+            raise SlurmError(f"job {job_id} is no longer in Slurm's queue")
         if self.lockin_method == "qos":
-            # one line per component of a heterogeneous job: the leader's (the first)
-            lines = self._run(job_qos_argv(self.bin_dir, job_id)).strip().splitlines()
-            before = (lines[0] if lines else "").strip().rstrip("|")
-            self._run(update_argv(self.bin_dir, job_id, qos=self.lockin_qos))
-            return before
+            if view.qos == self.lockin_qos:
+                raise SlurmError(f"job {job_id} already has the lock-in QOS {view.qos} and "
+                                 "rsad has no record of its own QOS")
+            return view.qos
         if self.lockin_method == "priority":
-            self._run(update_argv(self.bin_dir, job_id, priority=str(self.lockin_priority)))
+            if view.priority == self.lockin_priority:
+                raise SlurmError(f"job {job_id} already has the lock-in priority "
+                                 f"{view.priority} and rsad has no record of its own")
+            return str(view.priority)
         return ""
 
-    def unlock(self, job_id: str, token: str = "") -> None:
+    def lock_in(self, job_id: str) -> None:
+        """Lock the job in (the caller recorded :meth:`lock_original` first)."""
         if self.lockin_method == "qos":
-            if token and token != self.lockin_qos:
-                self._run(update_argv(self.bin_dir, job_id, qos=token))
+            self._run(update_argv(self.bin_dir, job_id, qos=self.lockin_qos))
         elif self.lockin_method == "priority":
-            # hold + release makes Slurm recompute the priority (notes: slurm-lab.md)
+            self._run(update_argv(self.bin_dir, job_id, priority=str(self.lockin_priority)))
+
+    def unlock(self, job_id: str, original: str = "") -> str:
+        """Give the job back its own QOS / priority; returns what was done, in words.
+
+        Idempotent, and it only ever undoes rsad's own lock-in: a job whose QOS or
+        priority is no longer the lock-in's (an operator changed it, or it was restored
+        already) is left alone. Method qos sets ``original`` back (a running job too:
+        its limits, billing, preemption and accounting are then its own QOS's). Method
+        priority recomputes the priority by a hold and a release, never on a held job:
+        an operator's or the user's hold stays, and its release recomputes it anyway.
+        Raises :class:`UnlockGone` when Slurm no longer knows the job."""
+        view = self._lock_view(job_id)
+        if view.state in ("", "GONE"):
+            raise UnlockGone(f"job {job_id} is no longer in Slurm's queue: nothing to restore")
+        if self.lockin_method == "qos":
+            if view.qos != self.lockin_qos:
+                return f"QOS is {view.qos or '(none)'}, not the lock-in's: left as it is"
+            if not original or original == self.lockin_qos:
+                raise SlurmError(f"job {job_id}: no record of its own QOS to restore")
+            self._run(update_argv(self.bin_dir, job_id, qos=original))
+            return f"QOS {original} restored"
+        if self.lockin_method == "priority":
+            if view.priority != self.lockin_priority:
+                return (f"priority is {view.priority}, not the lock-in's: left as it is"
+                        + (" (held: its release recomputes it)" if view.priority == 0 else ""))
+            if view.state != "PENDING":
+                # Slurm holds only pending jobs: a running job gets its own value back
+                if not original or not original.isdigit() or \
+                        int(original) == self.lockin_priority:
+                    raise SlurmError(f"job {job_id}: no record of its own priority")
+                self._run(update_argv(self.bin_dir, job_id, priority=original))
+                return f"priority {original} restored"
+            # hold + release makes Slurm recompute the priority (notes: slurm-lab.md);
+            # the job was not held a moment ago (its priority is the lock-in's, not 0)
             scontrol = str(self.bin_dir / "scontrol")
             self._run([scontrol, "hold", job_id])
             self._run([scontrol, "release", job_id])
+            return "priority recomputed by Slurm (hold and release)"
+        return "no lock-in method: nothing to restore"
 
     def set_comment(self, job_id: str, text: str) -> None:
         self._run(update_argv(self.bin_dir, job_id, comment=text))

@@ -240,3 +240,35 @@ def iter_hostlist_env(value: str) -> Iterator[str]:
     from ClusterShell.NodeSet import NodeSet
 
     yield from NodeSet(value)
+
+
+#: ``squeue -h -t all -j JOB -O LOCK_VIEW_FORMAT``: what a lock-in changes, and the job's
+#: state (no field a user chose). ``JobArrayID`` names an array task ``A_T`` and a
+#: heterogeneous job's components ``J+N`` (the leader, ``+0``, carries the lock-in).
+LOCK_VIEW_FIELDS: tuple[str, ...] = ("JobArrayID", "State", "QOS", "PriorityLong")
+LOCK_VIEW_FORMAT = ",".join(f"{f}:0|" for f in LOCK_VIEW_FIELDS)
+
+
+@dataclass(frozen=True, slots=True)
+class LockView:
+    """One job's state, QOS and priority; state ``GONE`` when Slurm lists it no more."""
+
+    state: str
+    qos: str
+    priority: int
+
+
+def parse_lock_view(text: str, job_id: str) -> LockView:
+    """The line of job ``job_id`` (or of its leader ``job_id+0``) in ``text``."""
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) < len(LOCK_VIEW_FIELDS):
+            continue
+        own, state, qos, prio = (p.strip() for p in parts[:len(LOCK_VIEW_FIELDS)])
+        if own not in (job_id, f"{job_id}+0"):
+            continue
+        if not _NUM.match(prio):
+            raise ParseError(f"job {job_id}: priority {prio!r} is not a number")
+        return LockView(state=state.split()[0] if state else "", qos=qos,
+                        priority=int(prio))
+    return LockView(state="GONE", qos="", priority=0)

@@ -62,11 +62,14 @@ class PySlurm:
     def batch_script(self, job_id: str) -> str:
         return self.cli.batch_script(job_id)
 
-    def lock_in(self, job_id: str) -> str:
-        return self.cli.lock_in(job_id)
+    def lock_original(self, job_id: str) -> str:
+        return self.cli.lock_original(job_id)
 
-    def unlock(self, job_id: str, token: str = "") -> None:
-        self.cli.unlock(job_id, token)
+    def lock_in(self, job_id: str) -> None:
+        self.cli.lock_in(job_id)
+
+    def unlock(self, job_id: str, original: str = "") -> str:
+        return self.cli.unlock(job_id, original)
 
     def set_comment(self, job_id: str, text: str) -> None:
         self.cli.set_comment(job_id, text)

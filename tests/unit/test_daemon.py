@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
 from pathlib import Path
 from typing import Any
 
@@ -90,12 +91,15 @@ class ScriptedSlurm:
     def batch_script(self, job_id: str) -> str:
         return "#!/bin/sh\n#RSA_DATA_IN /pfs/in\n"
 
-    def lock_in(self, job_id: str) -> str:
-        self.calls.append(("lock_in", job_id))
+    def lock_original(self, job_id: str) -> str:
         return "normal"
 
-    def unlock(self, job_id: str, token: str = "") -> None:
-        self.calls.append(("unlock", f"{job_id}:{token}"))
+    def lock_in(self, job_id: str) -> None:
+        self.calls.append(("lock_in", job_id))
+
+    def unlock(self, job_id: str, original: str = "") -> str:
+        self.calls.append(("unlock", f"{job_id}:{original}"))
+        return f"QOS {original} restored"
 
     def set_comment(self, job_id: str, text: str) -> None:
         self.calls.append(("comment", text))
@@ -136,9 +140,9 @@ def make_daemon(tmp_path: Path, slurm: SlurmPort, seen: list[str],
 
 def settle(d: Daemon) -> None:
     """Let workers finish and the loop handle every outcome."""
-    for _ in range(100):
-        for run in list(d.running.values()):
-            run.future.result(timeout=10)
+    for _ in range(400):
+        # a worker may wait for the loop (a milestone): drain while waiting for it
+        wait_futures([r.future for r in d.running.values()], timeout=0.05)
         if d.drain(timeout=0.05) == 0 and not d.running:
             return
     raise AssertionError("daemon did not settle")
@@ -154,7 +158,8 @@ def test_poll_commits_before_dispatch_and_runs_to_locked_in(tmp_path: Path) -> N
     rec = d.sched.records["7"]
     assert rec.rsa_state.value == "locked-in"
     assert ("lock_in", "7") in slurm.calls
-    assert d.facts["7"]["lock_token"] == "normal" and d.facts["7"]["mount"] == {"fs_id": "x"}
+    assert d.facts["7"]["lock_orig"] == {"cycle": "1", "value": "normal"}
+    assert d.facts["7"]["mount"] == {"fs_id": "x"}
     row = d.store.job("7")
     assert row is not None and row.rsa_state == "locked-in" and row.user == "alice"
     outcomes = [e for e in d.store.events("7") if e.name == "action.outcome"]
@@ -401,7 +406,7 @@ def test_a_burst_of_requests_is_one_commit_before_any_action(tmp_path: Path) -> 
         d.inbox.put(Request("hook", {"hook": "bogus", "job_id": "9"}, reply=bogus))
         assert d.drain() == 4
         assert len(order) == 2 and order[0].startswith("commit ")
-        assert order[1] == "dispatch 3 actions"  # one mount-input per started job
+        assert order[1] == "dispatch 6 actions"  # an unlock and a mount-input per started job
         assert waited.result(timeout=1)["tracked"] is True
         assert {d.sched.records[j].rsa_state.value for j in ("7", "8", "9")} == {
             "mounting-input"}
