@@ -50,7 +50,8 @@ def queue_text(lines: int, now: float) -> str:
     for a in range(lines // ARRAY):
         array = 1000 + a * (ARRAY + 1)
         tail = f"{comment}|" if a % RSA_EVERY == 0 else "(null)|"
-        out.extend(f"{array}_{t}|PENDING|JobHeldUser|0|1|rsauser|{tail}" for t in range(ARRAY))
+        out.extend(f"{array}_{t}|PENDING|JobHeldUser|0|1|rsauser|debug|10:00|{tail}"
+                   for t in range(ARRAY))
     return "\n".join(out) + "\n"
 
 

@@ -51,6 +51,7 @@ from rsa_scheduler.core.record import JobRecord, apply_event, new_record_event, 
 from rsa_scheduler.core.rules import Effect, InvalidTransition, Rule
 from rsa_scheduler.core.states import (
     JOB_TRIGGERS,
+    READY,
     TIMER_STATES,
     JobState,
     RsaState,
@@ -62,7 +63,7 @@ from rsa_scheduler.errors import InternalError
 
 __all__ = [
     "MAX_SETTLE", "InvariantViolation", "JobRecord", "PoolPort", "Step", "apply_event",
-    "choose", "due_timers", "fire", "new_record_event", "retry_unlock", "settle",
+    "choose", "due_timers", "fire", "new_record_event", "owed_unlock", "retry_unlock", "settle",
     "unlock_delay", "unlock_outcome",
 ]
 
@@ -365,9 +366,11 @@ def unlock_outcome(rec: JobRecord, outcome: Outcome, now: float,
                    policy: StagingPolicy) -> Step:
     """The outcome of the job's outstanding restore (``rec.unlock``).
 
-    Done (or refused: the job is gone from Slurm, nothing is left to restore): the lock-in
-    has ended. Failed: tried again after :func:`unlock_delay`, for as long as it takes
-    (a lock-in always ends); the operator is alerted once it has failed
+    Done, or refused (the job has ended: nothing is left to restore): the lock-in has
+    ended. Busy (Slurm changes no running job's QOS): the restore waits for the job's
+    next change of job-state (:func:`owed_unlock`: a requeue makes it pending again, an
+    end makes it moot). Failed: tried again after :func:`unlock_delay`, for as long as
+    it takes (a lock-in always ends); the operator is alerted once it has failed
     ``policy.retries`` times (at least once)."""
     before = rec.state_json()
     step = Step()
@@ -378,12 +381,14 @@ def unlock_outcome(rec: JobRecord, outcome: Outcome, now: float,
         if rec.unlock_failures == max(policy.retries, 1):
             rec.serial += 1
             text = (f"the job's own QOS/priority could not be restored after its lock-in "
-                    f"({rec.unlock_failures} attempts, retried every "
-                    f"{unlock_delay(rec.unlock_failures):.0f}s at most "
-                    f"{UNLOCK_DELAY_MAX:.0f}s): {outcome.message}")
+                    f"({rec.unlock_failures} attempts; rsad keeps trying, every "
+                    f"{UNLOCK_DELAY_MAX:.0f}s at most): {outcome.message}")
             actions.append(Action(action_id(rec.job_id, rec.cycle, ActionKind.ALERT,
                                             rec.serial), rec.job_id, ActionKind.ALERT,
                                   AlertArgs(message=text, rsa_state=rec.rsa_state)))
+    elif outcome.result is Result.BUSY:
+        rec.unlock = None  # owed: issued again at the job's next change (owed_unlock)
+        rec.timers.pop(Trigger.UNLOCK_DUE.value, None)
     else:
         _drop_unlock(rec)
         rec.locked = False
@@ -397,17 +402,30 @@ def unlock_outcome(rec: JobRecord, outcome: Outcome, now: float,
 
 
 def retry_unlock(rec: JobRecord, now: float) -> Step:
-    """The restore is due again: a new UNLOCK (a new id: the failed one has ended)."""
+    """The restore's retry timer is due: a new UNLOCK (a new id: the failed one ended)."""
+    return _issue_unlock(rec, now, "unlock.retry")
+
+
+def owed_unlock(rec: JobRecord, now: float) -> Step:
+    """The job's job-state changed: if a lock-in of it still owes a restore and none is
+    outstanding (Slurm refused it while the job ran), one now. Nothing otherwise."""
+    if not rec.locked or rec.unlock is not None or rec.rsa_state in READY \
+            or Trigger.UNLOCK_DUE.value in rec.timers:
+        return Step()
+    return _issue_unlock(rec, now, "unlock.owed")
+
+
+def _issue_unlock(rec: JobRecord, now: float, name: str) -> Step:
     before = rec.state_json()
     rec.timers.pop(Trigger.UNLOCK_DUE.value, None)
-    if not rec.locked or rec.unlock is None:
+    if not rec.locked:
         return Step(events=[Event(now, rec.job_id, "timer.dropped", {
             "timer": Trigger.UNLOCK_DUE.value, "set": state_diff(before, rec.state_json())})])
     rec.serial += 1
     act = Action(action_id(rec.job_id, rec.cycle, ActionKind.UNLOCK, rec.serial),
                  rec.job_id, ActionKind.UNLOCK, UnlockArgs(rec.user, Hostlist.parse(rec.nodes)))
     rec.unlock = act
-    return Step(events=[Event(now, rec.job_id, "unlock.retry", {
+    return Step(events=[Event(now, rec.job_id, name, {
         "actions": [act.id], "failures": rec.unlock_failures,
         "set": state_diff(before, rec.state_json())})], actions=[act])
 

@@ -18,7 +18,7 @@ from enum import Enum
 from itertools import filterfalse
 from typing import Any
 
-from rsa_scheduler.core.actions import Action, Outcome, Result
+from rsa_scheduler.core.actions import Action, Outcome
 from rsa_scheduler.core.allocator import Pool
 from rsa_scheduler.core.directives import DirectiveSpec
 from rsa_scheduler.core.events import Event
@@ -28,6 +28,7 @@ from rsa_scheduler.core.machine import (
     apply_event,
     fire,
     new_record_event,
+    owed_unlock,
     settle,
     unlock_outcome,
 )
@@ -38,6 +39,7 @@ from rsa_scheduler.core.states import (
     IDLE,
     OPERATOR_COMMANDS,
     PREPARING,
+    READY,
     TERMINAL,
     USER_COMMANDS,
     JobState,
@@ -71,6 +73,24 @@ class Observation:
     #: the hold counts as on-deck: the job could start now, it waits only for the RSA
     #: (rsad releases a hold that does not: the job then queues as any other)
     held: bool = False
+    #: where and how long it asks to run (squeue's Partition and TimeLimit); "" when the
+    #: observation does not say (a hook's): a change ends a lock-in (issue 39)
+    partition: str = ""
+    time_limit: str = ""
+
+    def changes(self, prev: Observation | None) -> str:
+        """What changed since ``prev`` that a lock-in depends on, in words ("" if
+        nothing, or if either observation does not say)."""
+        if prev is None:
+            return ""
+        said = []
+        if prev.partition and self.partition and prev.partition != self.partition:
+            said.append(f"partition {prev.partition} -> {self.partition}")
+        if prev.time_limit and self.time_limit and prev.time_limit != self.time_limit:
+            said.append(f"time limit {prev.time_limit} -> {self.time_limit}")
+        if prev.compute_nodes != self.compute_nodes:
+            said.append(f"nodes {prev.compute_nodes} -> {self.compute_nodes}")
+        return ", ".join(said)
 
     @classmethod
     def heard(cls, hook: Hook, rec: JobRecord) -> Observation:
@@ -136,6 +156,7 @@ class Scheduler:
         self._last_obs: dict[str, Observation] = {}  # job -> its last observation that counted
         self._waiting: set[str] = set()  # on-deck, waiting for free RSA nodes
         self._timed: set[str] = set()  # jobs with an armed timer
+        self._changed: dict[str, str] = {}  # locked-in job -> what changed in Slurm
 
     # ---- queries ----------------------------------------------------------------------
     def outstanding(self) -> list[Action]:
@@ -209,8 +230,14 @@ class Scheduler:
             prev = get_last(jid)
             if prev is not None and prev.state == obs.state and prev.reason == obs.reason \
                     and prev.held == obs.held and prev.hold_until == obs.hold_until \
+                    and prev.compute_nodes == obs.compute_nodes \
+                    and (prev.partition, prev.time_limit) == (obs.partition, obs.time_limit) \
                     and jid not in waiting:
                 continue
+            if prev is not None and rec.rsa_state in READY:
+                what = obs.changes(prev)
+                if what:
+                    self._changed[jid] = what
             last[jid] = obs
             changed.append((rec, obs))
         if present is not None:
@@ -247,7 +274,7 @@ class Scheduler:
         if obs is not None and obs.priority != rec.priority:
             updates["priority"] = obs.priority
         if obs is not None and obs.compute_nodes != rec.compute_nodes and \
-                rec.rsa_state in AWAITING_NODES:
+                rec.rsa_state in AWAITING_NODES | READY:
             updates["compute_nodes"] = obs.compute_nodes
         started = job_state is JobState.RUNNING and rec.job_state is not JobState.RUNNING
         wait = self.policy.on_deck_settle
@@ -275,7 +302,17 @@ class Scheduler:
             rec.not_before = not_before
         if started:
             step.extend(fire(rec, Trigger.STARTED, now, self.policy, self.pool))
+        what = self._changed.pop(rec.job_id, "")
+        if what and rec.rsa_state in READY and rec.job_state in (
+                JobState.ON_DECK, JobState.QUEUED, JobState.DEMOTED):
+            # its lock-in was for the job as it was: it ends, and the job is judged again
+            step.extend(fire(rec, Trigger.JOB_CHANGED, now, self.policy, self.pool,
+                             detail=what))
         step.extend(settle(rec, now, self.policy, self.pool))
+        if "job_state" in updates:
+            # a restore Slurm refused while the job ran: now it is pending again (a
+            # requeue, which must not come back locked in) or over
+            step.extend(owed_unlock(rec, now))
         self._note_waiting(rec)
         return step
 
@@ -307,9 +344,6 @@ class Scheduler:
         """An action finished. Raises StaleOutcome if it is not the job's outstanding one."""
         rec = self.records.get(outcome.job_id)
         if rec is not None and rec.unlock is not None and rec.unlock.id == outcome.action_id:
-            if outcome.result not in (Result.OK, Result.FAILED, Result.REFUSED):
-                raise InvalidOutcome(f"job {rec.job_id}: an unlock action cannot end "
-                                     f"{outcome.result.value!r}: executor bug")
             step = unlock_outcome(rec, outcome, now, self.policy)
             self._note_waiting(rec)
             return Decision(events=step.events, actions=step.actions)

@@ -16,14 +16,14 @@ from rsa_scheduler.config import Config, SlurmMode
 from rsa_scheduler.core.actions import ActionKind
 from rsa_scheduler.core.policy import NodeState
 from rsa_scheduler.core.scheduler import Scheduler
-from rsa_scheduler.daemon.executors import ActionContext, PermanentError, Registry
+from rsa_scheduler.daemon.executors import ActionContext, BusyError, PermanentError, Registry
 from rsa_scheduler.daemon.health import HEALTH_BY, HealthLoop, RamdiskTender, Thresholds
 from rsa_scheduler.daemon.native import NativeDriver
 from rsa_scheduler.daemon.service import Daemon
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.hosts import Host
 from rsa_scheduler.slurm.cli import CliSlurm, lockin_problem, qos_warning
-from rsa_scheduler.slurm.port import SlurmError, SlurmPort, UnlockGone
+from rsa_scheduler.slurm.port import SlurmError, SlurmPort, UnlockGone, UnlockLater
 from rsa_scheduler.store import Store
 
 if TYPE_CHECKING:
@@ -118,6 +118,8 @@ def slurm_executors(registry: Registry, slurm: SlurmPort) -> None:
             said = slurm.unlock(ctx.action.job_id, original)
         except UnlockGone as e:
             raise PermanentError(str(e)) from e
+        except UnlockLater as e:
+            raise BusyError(str(e)) from e
         log.info("job %s: lock-in ended: %s", ctx.action.job_id, said)
         return {"summary": said}
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ClusterShell.NodeSet import NodeSet
 
+from rsa_scheduler.core.states import SLURM_FINISHED, SLURM_PENDING
 from rsa_scheduler.runner import CLEAN_PATH, CommandError, LocalRunner, Runner
 from rsa_scheduler.slurm.parse import (
     JOB_INFO_FORMAT,
@@ -31,7 +32,7 @@ from rsa_scheduler.slurm.parse import (
     parse_queue,
     parse_sinfo_partitions,
 )
-from rsa_scheduler.slurm.port import SlurmError, UnlockGone
+from rsa_scheduler.slurm.port import SlurmError, UnlockGone, UnlockLater
 
 LOCKIN_METHODS = ("qos", "priority", "none")
 
@@ -198,38 +199,43 @@ class CliSlurm:
 
         Idempotent, and it only ever undoes rsad's own lock-in: a job whose QOS or
         priority is no longer the lock-in's (an operator changed it, or it was restored
-        already) is left alone. Method qos sets ``original`` back (a running job too:
-        its limits, billing, preemption and accounting are then its own QOS's). Method
-        priority recomputes the priority by a hold and a release, never on a held job:
-        an operator's or the user's hold stays, and its release recomputes it anyway.
-        Raises :class:`UnlockGone` when Slurm no longer knows the job."""
+        already) is left alone. It never releases a hold: method priority sets the
+        recorded priority back with ``scontrol update``, which Slurm refuses on a held
+        job (ESLURM_JOB_HELD), so an operator's or the user's hold stays whatever
+        happens in between. Raises :class:`UnlockGone` when the job has ended (nothing
+        is left to restore) and :class:`UnlockLater` for method qos on a running job:
+        Slurm 22.05 changes no running job's QOS (ESLURM_JOB_NOT_PENDING); it is
+        restored when the job is pending again (a requeue)."""
         view = self._lock_view(job_id)
-        if view.state in ("", "GONE"):
-            raise UnlockGone(f"job {job_id} is no longer in Slurm's queue: nothing to restore")
+        if view.state in ("", "GONE") or view.state in SLURM_FINISHED:
+            raise UnlockGone(f"job {job_id} has ended: nothing to restore")
+        pending = view.state in SLURM_PENDING
         if self.lockin_method == "qos":
             if view.qos != self.lockin_qos:
                 return f"QOS is {view.qos or '(none)'}, not the lock-in's: left as it is"
+            if not pending:
+                raise UnlockLater(f"job {job_id} runs under QOS {self.lockin_qos}: Slurm "
+                                  "changes no running job's QOS; its own QOS "
+                                  f"{original or '(unknown)'} is set back if it is "
+                                  "pending again (a requeue)")
             if not original or original == self.lockin_qos:
                 raise SlurmError(f"job {job_id}: no record of its own QOS to restore")
             self._run(update_argv(self.bin_dir, job_id, qos=original))
             return f"QOS {original} restored"
         if self.lockin_method == "priority":
             if view.priority != self.lockin_priority:
-                return (f"priority is {view.priority}, not the lock-in's: left as it is"
-                        + (" (held: its release recomputes it)" if view.priority == 0 else ""))
-            if view.state != "PENDING":
-                # Slurm holds only pending jobs: a running job gets its own value back
-                if not original or not original.isdigit() or \
-                        int(original) == self.lockin_priority:
-                    raise SlurmError(f"job {job_id}: no record of its own priority")
+                held = " (held: Slurm recomputes it at the release)" if view.priority == 0 \
+                    else ""
+                return f"priority is {view.priority}, not the lock-in's: left as it is{held}"
+            if not original.isdigit() or int(original) in (0, self.lockin_priority):
+                raise SlurmError(f"job {job_id}: no record of its own priority to restore")
+            try:
                 self._run(update_argv(self.bin_dir, job_id, priority=original))
-                return f"priority {original} restored"
-            # hold + release makes Slurm recompute the priority (notes: slurm-lab.md);
-            # the job was not held a moment ago (its priority is the lock-in's, not 0)
-            scontrol = str(self.bin_dir / "scontrol")
-            self._run([scontrol, "hold", job_id])
-            self._run([scontrol, "release", job_id])
-            return "priority recomputed by Slurm (hold and release)"
+            except SlurmError:
+                if self._lock_view(job_id).priority == 0:  # held in between: it stays
+                    return "held since: left held (Slurm recomputes it at the release)"
+                raise
+            return f"priority {original} restored"
         return "no lock-in method: nothing to restore"
 
     def set_comment(self, job_id: str, text: str) -> None:

@@ -22,6 +22,11 @@ class UnlockGone(SlurmError):
     """The job a restore was for is no longer in Slurm: there is nothing to restore."""
 
 
+class UnlockLater(SlurmError):
+    """The restore cannot be done while the job runs (Slurm keeps a running job's QOS):
+    it is done when the job is pending again."""
+
+
 class SlurmPort(Protocol):
     """What rsad needs from Slurm."""
 
@@ -46,8 +51,9 @@ class SlurmPort(Protocol):
     def unlock(self, job_id: str, original: str = "") -> str:
         """End a lock-in: the job's own QOS / priority back (``original``: what
         :meth:`lock_original` gave), only where the lock-in's is still in place, never
-        releasing a hold; returns what was done. Raises :class:`UnlockGone` when Slurm
-        no longer knows the job (nothing left to restore)."""
+        releasing a hold; returns what was done. Raises :class:`UnlockGone` when the job
+        has ended (nothing left to restore), :class:`UnlockLater` when Slurm cannot
+        change it now (a running job's QOS)."""
         ...
 
     def set_comment(self, job_id: str, text: str) -> None:

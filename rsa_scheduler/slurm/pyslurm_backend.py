@@ -40,7 +40,9 @@ def rows_from_jobs(jobs: Iterable[Any]) -> list[QueueRow]:
         rows.append(QueueRow(
             job_id=job_id, state=str(job.state), reason=str(job.state_reason or "None"),
             priority=int(job.priority or 0), num_nodes=int(job.num_nodes or 1),
-            user=str(job.user_name), admin_comment=job.admin_comment or None))
+            user=str(job.user_name), admin_comment=job.admin_comment or None,
+            partition=str(getattr(job, "partition", "") or ""),
+            time_limit=str(getattr(job, "time_limit", "") or "")))
     return rows
 
 

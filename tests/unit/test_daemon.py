@@ -296,7 +296,8 @@ class TextSlurm(ScriptedSlurm):
 
     def queue_text(self) -> str:
         return "".join(f"{r.job_id}|{r.state}|{r.reason}|{r.priority}|{r.num_nodes}|"
-                       f"{r.user}|{r.admin_comment or '(null)'}|\n" for r in self.rows)
+                       f"{r.user}|{r.partition}|{r.time_limit}|{r.admin_comment or '(null)'}|\n"
+                       for r in self.rows)
 
 
 def test_incremental_cycle_matches_the_full_parse(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ is unlocked and its RSA nodes freed; a change in Slurm ends the lock-in.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ from rsa_scheduler.core.actions import ActionKind, Outcome, Result
 from rsa_scheduler.core.machine import UNLOCK_DELAY, unlock_delay
 from rsa_scheduler.core.payloads import MessageArgs
 from rsa_scheduler.core.rows_prerun import rows
-from rsa_scheduler.core.scheduler import Decision, Scheduler
+from rsa_scheduler.core.scheduler import Decision, Observation, Scheduler
 from rsa_scheduler.core.states import READY, RsaState, Trigger
 from tests.unit.corekit import Driver, make_pool, make_scheduler, make_spec, obs
 
@@ -222,3 +223,80 @@ def test_a_started_job_drops_the_bound() -> None:
 def test_the_policy_refuses_a_negative_bound() -> None:
     with pytest.raises(ValueError, match="lockin_timeout"):
         replace(make_scheduler().policy, lockin_timeout=-1)
+
+
+# ---- method qos: Slurm changes no running job's QOS ------------------------------------
+
+def test_a_restore_slurm_refuses_while_the_job_runs_is_done_when_it_is_requeued() -> None:
+    """A job that requeues itself (scontrol requeue, as its owner may) must not come back
+    to the queue locked in: on d0d1991 it did, and its next lock-in recorded rsa-lockin as
+    its own QOS."""
+    d = Driver(make_scheduler())
+    to_locked_in(d)
+    d.observe(obs("10", "RUNNING"), at=50)
+    dec = answer_unlock(d, "10", Result.BUSY, "Slurm changes no running job's QOS")
+    rec = d.sched.records["10"]
+    assert kinds(dec) == [] and rec.locked and rec.unlock is None
+    assert Trigger.UNLOCK_DUE.value not in rec.timers  # no polling while it runs
+    d.answer_all("10")
+    # requeued: pending again, the owed restore at once
+    dec = d.observe(obs("10", "PENDING", "BeginTime"), at=60)
+    assert "unlock" in kinds(dec) and rec.unlock is not None
+    answer_unlock(d, "10")
+    assert not rec.locked
+    again = Scheduler.replay(make_pool(), d.sched.policy, d.log)
+    assert again.snapshot() == d.sched.snapshot()
+
+
+def test_a_restore_owed_to_a_job_that_ends_running_is_moot() -> None:
+    d = Driver(make_scheduler())
+    to_locked_in(d)
+    d.observe(obs("10", "RUNNING"), at=50)
+    answer_unlock(d, "10", Result.BUSY, "running")
+    dec = d.observe(obs("10", "COMPLETED"), at=90)
+    assert "unlock" in kinds(dec)
+    answer_unlock(d, "10", Result.REFUSED, "job 10 has ended: nothing to restore")
+    assert not d.sched.records["10"].locked
+
+
+# ---- a change in Slurm ends the lock-in ------------------------------------------------
+
+def shaped(state: str, reason: str = "None", *, partition: str = "debug",
+           limit: str = "5:00", nodes: int = 2, spec: object = None) -> Observation:
+    return replace(obs("10", state, reason, spec, nodes=nodes),  # type: ignore[arg-type]
+                   partition=partition, time_limit=limit)
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ({"partition": "big"}, "partition debug -> big"),
+    ({"limit": "1-00:00:00"}, "time limit 5:00 -> 1-00:00:00"),
+    ({"nodes": 8}, "nodes 2 -> 8"),
+])
+def test_a_change_to_a_locked_in_job_ends_its_lock_in_and_it_is_judged_again(
+        change: dict[str, Any], said: str) -> None:
+    """On d0d1991 a locked-in job moved to another partition kept its lock-in there."""
+    d = Driver(make_scheduler())
+    d.observe(shaped("PENDING", "Resources", spec=make_spec()))
+    for _ in range(3):
+        d.answer("10")
+    assert d.state("10") == "locked-in"
+    d.now = 40
+    dec = d.observe(shaped("PENDING", "Resources", **change), at=40)
+    assert kinds(dec) == ["tell-user", "unlock", "destroy-fs"]
+    assert said in dec.actions[0].args_as(MessageArgs).message
+    rec = d.sched.records["10"]
+    assert not rec.declined
+    answer_unlock(d, "10")
+    assert not rec.locked
+    # judged again: still next to start, so staged again (for what it asks now)
+    dec = d.answer("10")  # destroyed
+    assert kinds(dec)[:3] == ["release", "allocate", "build-fs"] and rec.cycle == 2
+    assert rec.compute_nodes == change.get("nodes", 2)
+
+
+def test_an_observation_that_does_not_say_is_no_change() -> None:
+    d = Driver(make_scheduler())
+    to_locked_in(d)
+    d.observe(shaped("PENDING", "Resources"), at=30)
+    d.observe(replace(shaped("PENDING", "None"), partition="", time_limit=""), at=31)
+    assert d.state("10") == "locked-in"

@@ -16,10 +16,10 @@ from rsa_scheduler.core.actions import ActionKind, Result
 from rsa_scheduler.daemon.executors import ActionContext, Registry
 from rsa_scheduler.daemon.wiring import slurm_executors
 from rsa_scheduler.hosts import CancelToken
-from rsa_scheduler.runner import Completed, Identity
+from rsa_scheduler.runner import CommandError, Completed, Identity
 from rsa_scheduler.slurm.cli import CliSlurm
 from rsa_scheduler.slurm.parse import LockView, parse_lock_view
-from rsa_scheduler.slurm.port import SlurmError, UnlockGone
+from rsa_scheduler.slurm.port import SlurmError, UnlockGone, UnlockLater
 from tests.unit.corekit import make_action
 
 pytestmark = pytest.mark.unit
@@ -82,21 +82,37 @@ def test_the_lock_in_qos_is_never_an_original() -> None:
         cli(fake, "priority").lock_original("7")
 
 
-def test_qos_restore_of_a_running_job_and_only_of_its_own_lock_in() -> None:
+def test_qos_restore_only_of_its_own_lock_in_and_later_for_a_running_job() -> None:
     fake = FakeSlurm()
     slurm = cli(fake)
     assert slurm.lock_original("7") == "normal"
     slurm.lock_in("7")
+    # Slurm 22.05 refuses a running job's QOS change (ESLURM_JOB_NOT_PENDING): later
     fake.view = LockView("RUNNING", "rsa-lockin", 1)
+    with pytest.raises(UnlockLater, match="pending again"):
+        slurm.unlock("7", "normal")
+    fake.view = LockView("PENDING", "rsa-lockin", 1)  # requeued
     assert slurm.unlock("7", "normal") == "QOS normal restored"
     assert fake.view.qos == "normal"
     # an operator gave it another QOS since: left alone
     fake.view = LockView("PENDING", "urgent", 1)
     assert "left as it is" in slurm.unlock("7", "normal")
     assert fake.view.qos == "urgent"
-    fake.view = LockView("GONE", "", 0)
-    with pytest.raises(UnlockGone):
-        slurm.unlock("7", "normal")
+    for ended in (LockView("GONE", "", 0), LockView("CANCELLED", "rsa-lockin", 0)):
+        fake.view = ended
+        with pytest.raises(UnlockGone):
+            slurm.unlock("7", "normal")
+
+
+class HeldSlurm(FakeSlurm):
+    """Slurm refuses a priority on a held job (ESLURM_JOB_HELD): an operator holds the job
+    between rsad's look and its update."""
+
+    def __call__(self, argv: Sequence[str], **kw: Any) -> Completed:
+        if list(argv)[1:2] == ["update"]:
+            self.view = LockView("PENDING", "normal", 0)
+            raise CommandError(list(argv), 1, "slurm_update error: Job is held")
+        return super().__call__(argv, **kw)
 
 
 def test_priority_restore_never_releases_a_hold() -> None:
@@ -108,14 +124,18 @@ def test_priority_restore_never_releases_a_hold() -> None:
     fake.view = LockView("PENDING", "normal", 0)
     assert "held" in slurm.unlock("7", "1234")
     assert fake.writes() == [f"update jobid=7 priority={PRIO}"]
-    # not held: hold and release recompute the priority
+    # not held: its own priority back, by an update Slurm refuses on a held job
     fake.view = LockView("PENDING", "normal", PRIO)
-    assert "recomputed" in slurm.unlock("7", "1234")
-    assert fake.writes()[-2:] == ["hold 7", "release 7"]
-    # running: Slurm holds only pending jobs; its own priority is set back
-    fake.view = LockView("RUNNING", "normal", PRIO)
     assert slurm.unlock("7", "1234") == "priority 1234 restored"
     assert fake.writes()[-1] == "update jobid=7 priority=1234"
+    # running too
+    fake.view = LockView("RUNNING", "normal", PRIO)
+    assert slurm.unlock("7", "1234") == "priority 1234 restored"
+    assert not [w for w in fake.writes() if w.startswith(("hold", "release"))]
+    # held in between rsad's look and its update: the hold stays
+    held = HeldSlurm(prio=PRIO)
+    assert "left held" in cli(held, "priority").unlock("7", "1234")
+    assert held.view.priority == 0
 
 
 # ---- the executors --------------------------------------------------------------------
