@@ -111,6 +111,12 @@ EXTERNAL_SETTINGS: dict[type, dict[str, Setting]] = {
                        "cheapest first, under one filesystem; its bandwidth counts as "
                        "nodes x the slowest tier's. Needs one `filesystem.backend` for "
                        "every tier with nodes (otherwise off, and `rsa config check` warns)."),
+        "user_share": Setting(Number(0.01, 1), "The most of the pool's RSA nodes one "
+                              "user's jobs hold at once (a fraction; 1: no limit). A user's "
+                              "first job is never refused by it; the others wait for nodes."),
+        "array_share": Setting(Number(0.01, 1), "The most of the pool's RSA nodes the tasks "
+                               "of one job array hold at once (a fraction; 1: no limit), so "
+                               "a big array next to start does not take every RSA node."),
     }
 }
 

@@ -91,6 +91,10 @@ class AllocationPolicy:
     bandwidth: Mapping[Tier, int] = field(default_factory=lambda: DEFAULT_BANDWIDTH)
     io_time: float = 300.0
     mix: bool = True
+    #: the most of the pool's RSA nodes one user's jobs (one array's tasks) hold at once,
+    #: as a fraction; a user's (an array's) first job is never refused by it (core.share)
+    user_share: float = 1.0
+    array_share: float = 0.5
 
     def __post_init__(self) -> None:
         if self.ratio < 1:
@@ -111,6 +115,10 @@ class AllocationPolicy:
                 raise ValueError(f"bandwidth of tier {tier}: only {_tiers()} have one")
             if bw < 1:
                 raise ValueError(f"bandwidth of tier {tier} must be > 0 bytes/s")
+        for name in ("user_share", "array_share"):
+            share = getattr(self, name)
+            if not (math.isfinite(share) and 0 < share <= 1):
+                raise ValueError(f"{name} must be a fraction above 0 and at most 1, got {share}")
         if not (math.isfinite(self.io_time) and self.io_time > 0):
             raise ValueError("io_time must be > 0")
 

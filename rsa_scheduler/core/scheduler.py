@@ -33,6 +33,7 @@ from rsa_scheduler.core.machine import (
     unlock_outcome,
 )
 from rsa_scheduler.core.policy import NodeState, StagingPolicy
+from rsa_scheduler.core.share import FairShare
 from rsa_scheduler.core.rules import OUTCOME_TRIGGERS, InvalidTransition
 from rsa_scheduler.core.states import (
     AWAITING_NODES,
@@ -152,6 +153,8 @@ class Scheduler:
     def __init__(self, pool: Pool, policy: StagingPolicy) -> None:
         self.pool = pool
         self.policy = policy
+        # what the machine allocates through: the pool within each user's / array's share
+        self.share = FairShare(pool, lambda job: self.records[job].user)
         self.records: dict[str, JobRecord] = {}
         self._last_obs: dict[str, Observation] = {}  # job -> its last observation that counted
         self._waiting: set[str] = set()  # on-deck, waiting for free RSA nodes
@@ -301,14 +304,14 @@ class Scheduler:
         if not_before is not None:
             rec.not_before = not_before
         if started:
-            step.extend(fire(rec, Trigger.STARTED, now, self.policy, self.pool))
+            step.extend(fire(rec, Trigger.STARTED, now, self.policy, self.share))
         what = self._changed.pop(rec.job_id, "")
         if what and rec.rsa_state in READY and rec.job_state in (
                 JobState.ON_DECK, JobState.QUEUED, JobState.DEMOTED):
             # its lock-in was for the job as it was: it ends, and the job is judged again
-            step.extend(fire(rec, Trigger.JOB_CHANGED, now, self.policy, self.pool,
+            step.extend(fire(rec, Trigger.JOB_CHANGED, now, self.policy, self.share,
                              detail=what))
-        step.extend(settle(rec, now, self.policy, self.pool))
+        step.extend(settle(rec, now, self.policy, self.share))
         if "job_state" in updates:
             # a restore Slurm refused while the job ran: now it is pending again (a
             # requeue, which must not come back locked in) or over
@@ -336,7 +339,7 @@ class Scheduler:
             j in self._waiting or any(t <= now for t in records[j].timers.values()))]
         todo.sort(key=lambda r: (-r.priority, _job_sort_key(r.job_id)))
         for rec in todo:
-            dec.add(settle(rec, now, self.policy, self.pool))
+            dec.add(settle(rec, now, self.policy, self.share))
             self._note_waiting(rec)
         return dec
 
@@ -361,8 +364,8 @@ class Scheduler:
             "message": outcome.message, "detail": dict(outcome.detail),
             "set": {"pending": None}}))
         rec.pending = None
-        dec.add(fire(rec, trigger, now, self.policy, self.pool, detail=outcome.message))
-        dec.add(settle(rec, now, self.policy, self.pool))
+        dec.add(fire(rec, trigger, now, self.policy, self.share, detail=outcome.message))
+        dec.add(settle(rec, now, self.policy, self.share))
         self._note_waiting(rec)
         return dec
 
@@ -377,10 +380,10 @@ class Scheduler:
             raise CommandRefused(f"job {job_id} is not tracked by the RSA")
         dec = Decision()
         try:
-            dec.add(fire(rec, trigger, now, self.policy, self.pool, by=by))
+            dec.add(fire(rec, trigger, now, self.policy, self.share, by=by))
         except InvalidTransition as e:
             raise CommandRefused(str(e)) from e
-        dec.add(settle(rec, now, self.policy, self.pool))
+        dec.add(settle(rec, now, self.policy, self.share))
         self._note_waiting(rec)
         return dec
 
@@ -397,9 +400,9 @@ class Scheduler:
         rec = self.records.get(owner) if owner else None
         if state is NodeState.DOWN and rec is not None and rec.rsa_state in PREPARING:
             # its input was not staged yet: tear the RAMDISK down (core/transitions.py)
-            dec.add(fire(rec, Trigger.NODE_LOST, now, self.policy, self.pool,
+            dec.add(fire(rec, Trigger.NODE_LOST, now, self.policy, self.share,
                          detail=f"{node}: {reason}" if reason else node))
-            dec.add(settle(rec, now, self.policy, self.pool))
+            dec.add(settle(rec, now, self.policy, self.share))
             self._note_waiting(rec)
         return dec
 
@@ -445,6 +448,7 @@ class Scheduler:
         for rec in sched.records.values():
             if rec.nodes:
                 pool.adopt(rec.job_id, rec.nodes)
+                sched.share.track(rec.job_id, rec.user, len(pool.holding(rec.job_id)))
             sched._note_waiting(rec)
         return sched
 
