@@ -33,8 +33,8 @@ from rsa_scheduler.core.machine import (
     unlock_outcome,
 )
 from rsa_scheduler.core.policy import NodeState, StagingPolicy
-from rsa_scheduler.core.share import FairShare
 from rsa_scheduler.core.rules import OUTCOME_TRIGGERS, InvalidTransition
+from rsa_scheduler.core.share import FairShare
 from rsa_scheduler.core.states import (
     AWAITING_NODES,
     IDLE,
