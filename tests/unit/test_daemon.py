@@ -7,6 +7,7 @@ authorisation); the same code runs against the real lab in tests/integration.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import threading
 import time
@@ -1328,3 +1329,17 @@ def test_an_operator_may_see_the_status_as_a_user_sees_it(routes: Routes) -> Non
         routes.dispatch(BOB, "GET", "/v1/status?as=0", None)
     with pytest.raises(ApiError, match="as= takes a uid"):
         routes.dispatch(ROOT, "GET", "/v1/status?as=root", None)
+
+
+def test_held_jobs_are_judged_without_a_slurm_call_each(tmp_path: Path) -> None:
+    """A big held array next to start cost one synchronous Slurm call per task on rsad's
+    loop on d0d1991 (issue 39): the partition comes with the one queue read now."""
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    for t in range(50):
+        slurm.set(f"300_{t}", "PENDING", "BeginTime", hold=HOLD)
+    slurm.rows = [dataclasses.replace(r, partition="debug", time_limit="5:00")
+                  for r in slurm.rows]
+    d.poll()
+    assert [c for c in slurm.calls if c[0] == "job_info"] == []
+    assert all(d.holds.can_start.get(f"300_{t}") is not None for t in range(50))
