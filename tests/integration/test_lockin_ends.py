@@ -169,11 +169,11 @@ def test_a_locked_in_job_that_cannot_start_is_unlocked_after_the_bound(
         wait_state(lab, job, "locked-in")
         locked_at = time.monotonic()
         assert _locked(lab, job)
-        wait_state(lab, job, "declined", timeout=60)
+        wait_state(lab, job, "declined", "released", timeout=60)
         assert time.monotonic() - locked_at >= 10
         data = rsa_job(lab, job) or {}
         assert "slurm.lockin.timeout" in str(data.get("message"))
-        assert not data.get("nodes")
+        assert data.get("declined") is True and not data.get("nodes")
         wait_for("its own QOS / priority back", lambda: not _locked(lab, job), timeout=30)
         comment = root(lab, "squeue", "-h", "-j", job, "-O", "Comment:0").strip()
         assert "slurm.lockin.timeout" in comment
