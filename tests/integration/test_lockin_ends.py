@@ -145,8 +145,9 @@ def test_a_partition_move_after_lock_in_ends_the_lock_in(
                  lambda: any(e.get("trigger") == "job-changed" for e in _events(lab, job)),
                  timeout=30)
         wait_for("its own QOS / priority back", lambda: _restored(lab, job), timeout=30)
-        data = rsa_job(lab, job) or {}
-        assert data.get("cycle", 0) >= 1 and "changed in Slurm" in str(data.get("message"))
+        changed = [e for e in _events(lab, job) if e.get("trigger") == "job-changed"]
+        assert changed[0]["detail"] == "partition debug -> shared", changed
+        assert changed[0]["to"] == "tearing-down"
 
 
 @contextmanager
