@@ -89,7 +89,9 @@ class Observation:
             said.append(f"partition {prev.partition} -> {self.partition}")
         if prev.time_limit and self.time_limit and prev.time_limit != self.time_limit:
             said.append(f"time limit {prev.time_limit} -> {self.time_limit}")
-        if prev.compute_nodes != self.compute_nodes:
+        # only growth: its RSA nodes were sized for fewer (Slurm's own estimate of a
+        # pending job's node count may move too; a smaller job is served all the same)
+        if self.compute_nodes > prev.compute_nodes:
             said.append(f"nodes {prev.compute_nodes} -> {self.compute_nodes}")
         return ", ".join(said)
 

@@ -310,7 +310,7 @@ class Trigger(enum.StrEnum):
     FORCE_RELEASE = "force-release"  # operator: nodes are clean, return them
     # the RSA-node pool
     NODE_LOST = "node-lost"  # an RSA node of the job went down before its input was staged
-    #: Slurm: the locked-in job was changed (its partition, node count or time limit):
+    #: Slurm: the locked-in job was changed (its partition or time limit; more nodes):
     #: its lock-in ends and it is judged again like any other pending job
     JOB_CHANGED = "job-changed"
 

@@ -300,3 +300,5 @@ def test_an_observation_that_does_not_say_is_no_change() -> None:
     d.observe(shaped("PENDING", "Resources"), at=30)
     d.observe(replace(shaped("PENDING", "None"), partition="", time_limit=""), at=31)
     assert d.state("10") == "locked-in"
+    d.observe(shaped("PENDING", "Resources", nodes=1), at=32)  # fewer nodes: still served
+    assert d.state("10") == "locked-in"
