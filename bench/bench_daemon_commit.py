@@ -61,11 +61,14 @@ class Queue:
     def batch_script(self, job_id: str) -> str:
         return ""
 
-    def lock_in(self, job_id: str) -> str:
+    def lock_original(self, job_id: str) -> str:
         return "normal"
 
-    def unlock(self, job_id: str, token: str = "") -> None:
+    def lock_in(self, job_id: str) -> None:
         pass
+
+    def unlock(self, job_id: str, original: str = "") -> str:
+        return ""
 
     def set_comment(self, job_id: str, text: str) -> None:
         pass

@@ -50,7 +50,8 @@ def queue_text(lines: int, now: float) -> str:
     for a in range(lines // ARRAY):
         array = 1000 + a * (ARRAY + 1)
         tail = f"{comment}|" if a % RSA_EVERY == 0 else "(null)|"
-        out.extend(f"{array}_{t}|PENDING|JobHeldUser|0|1|rsauser|{tail}" for t in range(ARRAY))
+        out.extend(f"{array}_{t}|PENDING|JobHeldUser|0|1|rsauser|debug|10:00|{tail}"
+                   for t in range(ARRAY))
     return "\n".join(out) + "\n"
 
 
@@ -78,11 +79,14 @@ class TextSlurm:
     def batch_script(self, job_id: str) -> str:
         return ""
 
-    def lock_in(self, job_id: str) -> str:
+    def lock_original(self, job_id: str) -> str:
         return ""
 
-    def unlock(self, job_id: str, token: str = "") -> None:
+    def lock_in(self, job_id: str) -> None:
         pass
+
+    def unlock(self, job_id: str, original: str = "") -> str:
+        return ""
 
     def set_comment(self, job_id: str, text: str) -> None:
         pass

@@ -120,6 +120,9 @@ pool:
 {rsad.daemon_yaml()}allocation:
   max_nodes: {s.n_rsa}
   max_request: {s.n_rsa}
+  # tests/e2e/test_job_shapes.py gives each task of a 4-task array its RAMDISK at once on
+  # the lab's 4 RSA nodes (production default: an array holds half the pool at most)
+  array_share: 1
 staging:
   # the lab's users keep their data on the PFS
   allowed_roots: [/pfs/home, /home, /scratch]

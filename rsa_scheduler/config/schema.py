@@ -111,6 +111,12 @@ EXTERNAL_SETTINGS: dict[type, dict[str, Setting]] = {
                        "cheapest first, under one filesystem; its bandwidth counts as "
                        "nodes x the slowest tier's. Needs one `filesystem.backend` for "
                        "every tier with nodes (otherwise off, and `rsa config check` warns)."),
+        "user_share": Setting(Number(0.01, 1), "The most of the pool's RSA nodes one "
+                              "user's jobs hold at once (a fraction; 1: no limit). A user's "
+                              "first job is never refused by it; the others wait for nodes."),
+        "array_share": Setting(Number(0.01, 1), "The most of the pool's RSA nodes the tasks "
+                               "of one job array hold at once (a fraction; 1: no limit), so "
+                               "a big array next to start does not take every RSA node."),
     }
 }
 
@@ -155,6 +161,7 @@ class Config:
             backoff=st.backoff, backoff_max=st.backoff_max, reset_trigger=st.reset.trigger,
             reset_delay=st.reset.delay, wait_timeout=st.wait_timeout,
             fs_build_attempts=self.filesystem.retries + 1, on_deck_settle=st.on_deck_settle,
+            lockin_timeout=self.slurm.lockin.timeout,
         )
 
     def rsa_nodes(self) -> list[RsaNode]:

@@ -185,6 +185,13 @@ class LockinConfig:
             "Priority given to locked-in jobs (method `priority`).",
         )
     )
+    timeout: float = field(
+        metadata=meta(
+            Duration(max=DAY),
+            "A locked-in job that has not started this long after its lock-in is unlocked, "
+            "its RAMDISK torn down, and it reads the PFS (0: no bound).",
+        )
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -43,7 +43,7 @@ class ActionKind(enum.StrEnum):
     BUILD_FS = "build-fs"  # construct the parallel RAMDISK on the job's RSA nodes
     STAGE_IN = "stage-in"  # DATA_IN -> RAMDISK (or the user's PREPROCESS), as the user
     LOCK_IN = "lock-in"  # QOS / priority so Slurm keeps the job on-deck
-    UNLOCK = "unlock"  # undo lock-in after a demotion
+    UNLOCK = "unlock"  # restore the job's own QOS / priority: at its start and every other exit
     MOUNT_INPUT = "mount-input"  # Prolog: RAMDISK over DATA_IN (read-only, or union overlay)
     MOUNT_OUTPUT = "mount-output"  # Prolog: RAMDISK over DATA_OUT (job without input)
     WRITE_BACK = "write-back"  # writable input: RAMDISK -> DATA_IN, verified
@@ -85,6 +85,12 @@ TRACKED: frozenset[ActionKind] = frozenset(
         ActionKind.DESTROY_FS,
     }
 )
+
+
+#: kinds tracked beside the job's one outstanding action (``JobRecord.unlock``): the
+#: restore of a job's own QOS or priority after a lock-in may run while the job's mount
+#: or teardown does; its outcome comes back, a failure is retried (core.machine)
+RESTORES: frozenset[ActionKind] = frozenset({ActionKind.UNLOCK})
 
 
 def action_id(job_id: str, cycle: int, kind: ActionKind, serial: int) -> str:

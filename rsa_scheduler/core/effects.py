@@ -108,8 +108,12 @@ def _locked(f: Firing) -> None:
     f.rec.locked = True
 
 
-def _unlocked(f: Firing) -> None:
-    f.rec.locked = False
+def _arm_lockin(f: Firing) -> None:
+    # the bound counts from the first lock-in of this stage-in: a retried lock-in
+    # (LOCK_FAILED, RETRY) does not restart it
+    timeout = f.policy.lockin_timeout
+    if timeout > 0:
+        f.rec.timers.setdefault(Trigger.LOCKIN_EXPIRED.value, f.now + timeout)
 
 
 #: Effect -> what it does; a rule's effects run in the order the rule lists them
@@ -124,7 +128,7 @@ EFFECTS: Mapping[Effect, Callable[[Firing], None]] = {
     Effect.RESET_ATTEMPTS: _reset_attempts,
     Effect.MARK_DECLINED: _mark_declined,
     Effect.LOCKED: _locked,
-    Effect.UNLOCKED: _unlocked,
+    Effect.ARM_LOCKIN: _arm_lockin,
 }
 
 

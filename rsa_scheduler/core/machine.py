@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsa_scheduler.core.actions import TRACKED, Action, ActionKind, action_id
+from rsa_scheduler.core.actions import TRACKED, Action, ActionKind, Outcome, Result, action_id
 from rsa_scheduler.core.effects import CONDITIONS, EFFECTS, Firing, PoolPort, failed_kind
 from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.hostlist import Hostlist
@@ -51,6 +51,7 @@ from rsa_scheduler.core.record import JobRecord, apply_event, new_record_event, 
 from rsa_scheduler.core.rules import Effect, InvalidTransition, Rule
 from rsa_scheduler.core.states import (
     JOB_TRIGGERS,
+    READY,
     TIMER_STATES,
     JobState,
     RsaState,
@@ -62,7 +63,8 @@ from rsa_scheduler.errors import InternalError
 
 __all__ = [
     "MAX_SETTLE", "InvariantViolation", "JobRecord", "PoolPort", "Step", "apply_event",
-    "choose", "due_timers", "fire", "new_record_event", "settle",
+    "choose", "due_timers", "fire", "new_record_event", "owed_unlock", "retry_unlock", "settle",
+    "unlock_delay", "unlock_outcome",
 ]
 
 MAX_SETTLE = 32  # more rule firings than this for one job in one step is a table bug
@@ -262,14 +264,19 @@ def fire(rec: JobRecord, trigger: Trigger, now: float, policy: StagingPolicy,
             actions.append(Action(action_id(rec.job_id, rec.cycle, kind, rec.serial),
                                   rec.job_id, kind, CancelArgs(cancelled.id)))
             continue
-        if kind is ActionKind.UNLOCK and not rec.locked and src not in (
-                RsaState.STAGED_IN, RsaState.LOCKED_IN):
-            continue
+        if kind is ActionKind.UNLOCK and (not rec.locked or rec.unlock is not None):
+            continue  # never locked in, or its restore is outstanding already
         if kind is ActionKind.RELEASE and not rec.nodes:
             continue
         rec.serial += 1
         act = Action(action_id(rec.job_id, rec.cycle, kind, rec.serial), rec.job_id, kind,
                      _args(kind, rec, policy, note, detail, dst))
+        if kind is ActionKind.LOCK_IN:
+            # from now until a restore is confirmed Slurm may hold the job locked in
+            rec.locked = True
+            _drop_unlock(rec)  # a lock-in again supersedes a restore still retrying
+        elif kind is ActionKind.UNLOCK:
+            rec.unlock = act  # tracked beside rec.pending (RESTORES)
         if kind in TRACKED:
             if rec.pending is not None:
                 raise InvariantViolation(
@@ -284,8 +291,6 @@ def fire(rec: JobRecord, trigger: Trigger, now: float, policy: StagingPolicy,
         actions.append(act)
     if any(a.kind is ActionKind.RELEASE for a in actions) or Effect.RELEASE_NODES in effects:
         rec.nodes = ""
-    if ActionKind.UNLOCK in kinds:
-        rec.locked = False
 
     if dst is not src:
         rec.rsa_state = dst
@@ -339,6 +344,93 @@ def _drop_timer(rec: JobRecord, trig: Trigger, now: float) -> Step:
         "timer": trig.value, "set": {"timers": dict(rec.timers)}})])
 
 
+# ---- the restore of a job's own QOS / priority (UNLOCK) ---------------------------------
+
+#: the restore's first retry comes after this many seconds, doubling up to UNLOCK_DELAY_MAX:
+#: a job runs under the lock-in until it is done, so sooner than StagingPolicy's backoff
+UNLOCK_DELAY = 5.0
+UNLOCK_DELAY_MAX = 300.0
+
+
+def unlock_delay(failures: int) -> float:
+    """Seconds before the restore is tried again after ``failures`` failures (>= 1)."""
+    return float(min(UNLOCK_DELAY * (2 ** max(failures - 1, 0)), UNLOCK_DELAY_MAX))
+
+
+def _drop_unlock(rec: JobRecord) -> None:
+    rec.unlock = None
+    rec.unlock_failures = 0
+    rec.timers.pop(Trigger.UNLOCK_DUE.value, None)
+
+
+def unlock_outcome(rec: JobRecord, outcome: Outcome, now: float,
+                   policy: StagingPolicy) -> Step:
+    """The outcome of the job's outstanding restore (``rec.unlock``).
+
+    Done, or refused (the job has ended: nothing is left to restore): the lock-in has
+    ended. Busy (Slurm changes no running job's QOS): the restore waits for the job's
+    next change of job-state (:func:`owed_unlock`: a requeue makes it pending again, an
+    end makes it moot). Failed: tried again after :func:`unlock_delay`, for as long as
+    it takes (a lock-in always ends); the operator is alerted once it has failed
+    ``policy.retries`` times (at least once)."""
+    before = rec.state_json()
+    step = Step()
+    actions: list[Action] = []
+    if outcome.result is Result.FAILED:
+        rec.unlock_failures += 1
+        rec.timers[Trigger.UNLOCK_DUE.value] = now + unlock_delay(rec.unlock_failures)
+        if rec.unlock_failures == max(policy.retries, 1):
+            rec.serial += 1
+            text = (f"the job's own QOS/priority could not be restored after its lock-in "
+                    f"({rec.unlock_failures} attempts; rsad keeps trying, every "
+                    f"{UNLOCK_DELAY_MAX:.0f}s at most): {outcome.message}")
+            actions.append(Action(action_id(rec.job_id, rec.cycle, ActionKind.ALERT,
+                                            rec.serial), rec.job_id, ActionKind.ALERT,
+                                  AlertArgs(message=text, rsa_state=rec.rsa_state)))
+    elif outcome.result is Result.BUSY:
+        rec.unlock = None  # owed: issued again at the job's next change (owed_unlock)
+        rec.timers.pop(Trigger.UNLOCK_DUE.value, None)
+    else:
+        _drop_unlock(rec)
+        rec.locked = False
+    step.events.append(Event(now, rec.job_id, "action.outcome", {
+        "action": outcome.action_id, "result": outcome.result.value,
+        "message": outcome.message, "detail": dict(outcome.detail),
+        "actions": [a.id for a in actions],
+        "set": state_diff(before, rec.state_json())}))
+    step.actions.extend(actions)
+    return step
+
+
+def retry_unlock(rec: JobRecord, now: float) -> Step:
+    """The restore's retry timer is due: a new UNLOCK (a new id: the failed one ended)."""
+    return _issue_unlock(rec, now, "unlock.retry")
+
+
+def owed_unlock(rec: JobRecord, now: float) -> Step:
+    """The job's job-state changed: if a lock-in of it still owes a restore and none is
+    outstanding (Slurm refused it while the job ran), one now. Nothing otherwise."""
+    if not rec.locked or rec.unlock is not None or rec.rsa_state in READY \
+            or Trigger.UNLOCK_DUE.value in rec.timers:
+        return Step()
+    return _issue_unlock(rec, now, "unlock.owed")
+
+
+def _issue_unlock(rec: JobRecord, now: float, name: str) -> Step:
+    before = rec.state_json()
+    rec.timers.pop(Trigger.UNLOCK_DUE.value, None)
+    if not rec.locked:
+        return Step(events=[Event(now, rec.job_id, "timer.dropped", {
+            "timer": Trigger.UNLOCK_DUE.value, "set": state_diff(before, rec.state_json())})])
+    rec.serial += 1
+    act = Action(action_id(rec.job_id, rec.cycle, ActionKind.UNLOCK, rec.serial),
+                 rec.job_id, ActionKind.UNLOCK, UnlockArgs(rec.user, Hostlist.parse(rec.nodes)))
+    rec.unlock = act
+    return Step(events=[Event(now, rec.job_id, name, {
+        "actions": [act.id], "failures": rec.unlock_failures,
+        "set": state_diff(before, rec.state_json())})], actions=[act])
+
+
 # ---- settling --------------------------------------------------------------------------
 
 def due_timers(rec: JobRecord, now: float) -> list[Trigger]:
@@ -355,6 +447,10 @@ def settle(rec: JobRecord, now: float, policy: StagingPolicy, pool: PoolPort) ->
     for _ in range(MAX_SETTLE):
         moved = False
         for trig in due_timers(rec, now):
+            if trig is Trigger.UNLOCK_DUE:
+                step.extend(retry_unlock(rec, now))
+                moved = True
+                continue
             try:
                 sub = fire(rec, trig, now, policy, pool)
             except InvalidTransition:

@@ -91,6 +91,10 @@ class AllocationPolicy:
     bandwidth: Mapping[Tier, int] = field(default_factory=lambda: DEFAULT_BANDWIDTH)
     io_time: float = 300.0
     mix: bool = True
+    #: the most of the pool's RSA nodes one user's jobs (one array's tasks) hold at once,
+    #: as a fraction; a user's (an array's) first job is never refused by it (core.share)
+    user_share: float = 1.0
+    array_share: float = 0.5
 
     def __post_init__(self) -> None:
         if self.ratio < 1:
@@ -111,6 +115,10 @@ class AllocationPolicy:
                 raise ValueError(f"bandwidth of tier {tier}: only {_tiers()} have one")
             if bw < 1:
                 raise ValueError(f"bandwidth of tier {tier} must be > 0 bytes/s")
+        for name in ("user_share", "array_share"):
+            share = getattr(self, name)
+            if not (math.isfinite(share) and 0 < share <= 1):
+                raise ValueError(f"{name} must be a fraction above 0 and at most 1, got {share}")
         if not (math.isfinite(self.io_time) and self.io_time > 0):
             raise ValueError("io_time must be > 0")
 
@@ -161,6 +169,10 @@ class StagingPolicy:
     # every new submission at once and gives it reason Resources when the cluster is full,
     # and its next scheduling pass says Priority (older jobs come first). 0: at once.
     on_deck_settle: float = 0.0
+    # A locked-in job that has not started this long after its lock-in is unlocked, its
+    # RAMDISK torn down and it reads the PFS (slurm.lockin.timeout, 10m by default; 0,
+    # as here: no bound).
+    lockin_timeout: float = 0.0
 
     def __post_init__(self) -> None:
         if self.retries < 0:
@@ -175,6 +187,8 @@ class StagingPolicy:
             raise ValueError("fs_build_attempts must be >= 1")
         if self.on_deck_settle < 0:
             raise ValueError("on_deck_settle must be >= 0")
+        if self.lockin_timeout < 0:
+            raise ValueError("lockin_timeout must be >= 0")
 
     def retry_delay(self, failures: int) -> float:
         """Backoff before attempt ``failures + 1`` (failures >= 1)."""

@@ -37,7 +37,7 @@ class JobRecord:
     pending: Action | None = None  # the one tracked action outstanding
     failures: dict[str, int] = field(default_factory=dict)  # per action kind
     timers: dict[str, float] = field(default_factory=dict)  # trigger value -> due time
-    locked: bool = False
+    locked: bool = False  # a lock-in was issued and its restore is not yet done
     declined: bool = False
     message: str = ""  # the last thing the user was told
     since: float = 0.0  # time of the last rsa-state change
@@ -54,6 +54,11 @@ class JobRecord:
     #: how the job ended by Slurm's own record (squeue's last state, as sacct has it:
     #: ``COMPLETED``, ``CANCELLED``, ``TIMEOUT``, ...); "" until a poll showed it
     end_state: str = ""
+    #: the restore of the job's own QOS / priority outstanding (an UNLOCK action, tracked
+    #: beside ``pending``); ``locked`` stays True until it is done. ``unlock_failures``:
+    #: its failures so far (the UNLOCK_DUE timer tries it again)
+    unlock: Action | None = None
+    unlock_failures: int = 0
 
     # ---- derived --------------------------------------------------------------------
     @property
@@ -99,6 +104,8 @@ class JobRecord:
             "hold_until": self.hold_until,
             "writeback_live": self.writeback_live,
             "end_state": self.end_state,
+            "unlock": self.unlock.to_json() if self.unlock is not None else None,
+            "unlock_failures": self.unlock_failures,
         }
 
     @classmethod
@@ -143,8 +150,8 @@ def _patch(rec: JobRecord, values: Mapping[str, Any]) -> None:
             rec.job_state = JobState(value) if value is not None else None
         elif key == "rsa_state":
             rec.rsa_state = RsaState(value)
-        elif key == "pending":
-            rec.pending = Action.from_json(value) if value is not None else None
+        elif key in ("pending", "unlock"):
+            setattr(rec, key, Action.from_json(value) if value is not None else None)
         elif key == "spec":
             rec.spec = DirectiveSpec.from_json(value)
         elif key in ("failures", "timers"):

@@ -20,6 +20,7 @@ from rsa_scheduler.core.rules import (
     REF_EARLY_NO_OUT,
     REF_EARLY_OUT,
     REF_FAIL,
+    REF_LOCKIN_END,
     REF_LOST,
     REF_NO_IN,
     REF_NO_OUT,
@@ -170,7 +171,7 @@ def rows() -> list[Rule]:
              note="cancelled before it ran: destroy the RAMDISK"),
         Rule(S.FS_READY, T.TICK, S.STAGING_IN, actions=(A.STAGE_IN,), ref="§3.1",
              note="the RAMDISK is ready: start the data stage-in",
-             branches=(B(C.NO_INPUT, S.STAGED_IN, (A.LOCK_IN,),
+             branches=(B(C.NO_INPUT, S.STAGED_IN, (A.LOCK_IN,), (E.ARM_LOCKIN,),
                          note="nothing to stage in: lock the job in at once",
                          ref=f"§3.1; {REF_NO_IN}"),)),
         Rule(S.FS_READY, T.CANCEL_STAGING, S.TEARING_DOWN, actions=TEARDOWN,
@@ -203,7 +204,8 @@ def rows() -> list[Rule]:
              )),
         Rule(S.STAGING_IN, T.FINISHED, S.TEARING_DOWN, actions=CANCEL_TEARDOWN,
              ref=REF_CANCELLED, note="cancelled before it ran: stop staging and tear down"),
-        Rule(S.STAGING_IN, T.STAGE_IN_DONE, S.STAGED_IN, actions=(A.LOCK_IN,), ref="§3.1",
+        Rule(S.STAGING_IN, T.STAGE_IN_DONE, S.STAGED_IN, actions=(A.LOCK_IN,),
+             effects=(E.ARM_LOCKIN,), ref="§3.1",
              note="staged: lock the job in"),
         Rule(S.STAGING_IN, T.STAGE_IN_FAILED, S.STAGE_IN_FAILED, actions=(A.ALERT,),
              effects=(E.ARM_RETRY,), ref=REF_FAIL, note="stage-in failed; will retry"),
@@ -265,6 +267,15 @@ def rows() -> list[Rule]:
     ]
 
     # ---- STAGED_IN: LOCK_IN outstanding; LOCKED_IN / LOCK_FAILED: waiting to start ------
+    # A lock-in always ends: every row leaving these states restores the job's own QOS or
+    # priority (UNLOCK, tracked beside the job's other action and retried until it is
+    # done: core.machine), the start included, so the job runs, is billed, limited,
+    # preempted and accounted under its own QOS, and a requeued run comes back as any
+    # other job (tests/unit/test_lockin_rules.py checks every such row).
+    expired = ("locked in but not started within the lock-in bound (slurm.lockin.timeout): "
+               "unlocked, the RAMDISK torn down; the job reads its input from the PFS")
+    changed = ("the job was changed in Slurm after its lock-in: unlocked, the RAMDISK torn "
+               "down; it is staged again when it is next to start")
     r += stay(S.STAGED_IN, T.ON_DECK, T.TICK)
     r += [
         Rule(S.STAGED_IN, T.QUEUED, S.TEARING_DOWN, actions=(A.CANCEL, A.UNLOCK, A.DESTROY_FS),
@@ -272,13 +283,14 @@ def rows() -> list[Rule]:
         Rule(S.STAGED_IN, T.DEMOTED, S.TEARING_DOWN,
              actions=(A.CANCEL, A.UNLOCK, A.DESTROY_FS), ref="§3.1 Fig. 3",
              note="demoted: undo the lock-in, destroy, release the nodes"),
-        Rule(S.STAGED_IN, T.RUNNING, S.MOUNTING_INPUT, actions=(A.CANCEL, A.MOUNT_INPUT),
-             ref="§3.2",
-             note="started during lock-in: Prolog bind-mounts the RAMDISK over DATA_IN",
-             branches=(B(C.NO_INPUT, S.MOUNTING_OUTPUT, (A.CANCEL, A.MOUNT_OUTPUT),
+        Rule(S.STAGED_IN, T.RUNNING, S.MOUNTING_INPUT,
+             actions=(A.CANCEL, A.UNLOCK, A.MOUNT_INPUT), ref=f"§3.2; {REF_LOCKIN_END}",
+             note="started during lock-in: its own QOS/priority back; Prolog bind-mounts "
+                  "the RAMDISK over DATA_IN",
+             branches=(B(C.NO_INPUT, S.MOUNTING_OUTPUT, (A.CANCEL, A.UNLOCK, A.MOUNT_OUTPUT),
                          note=no_in_out, ref=f"§3.2; {REF_NO_IN}"),)),
-        Rule(S.STAGED_IN, T.FINISHED, S.TEARING_DOWN, actions=CANCEL_TEARDOWN, ref=REF_CANCELLED,
-             note="cancelled before it ran: destroy the RAMDISK"),
+        Rule(S.STAGED_IN, T.FINISHED, S.TEARING_DOWN, actions=(A.CANCEL, A.UNLOCK, A.DESTROY_FS),
+             ref=REF_CANCELLED, note="cancelled before it ran: destroy the RAMDISK"),
         Rule(S.STAGED_IN, T.LOCKED, S.LOCKED_IN, effects=(E.LOCKED,), ref="§3.1",
              note="lock-in QOS set: a demotion is now unlikely"),
         Rule(S.STAGED_IN, T.LOCK_FAILED, S.LOCK_FAILED, actions=(A.ALERT,),
@@ -288,25 +300,38 @@ def rows() -> list[Rule]:
              actions=(A.CANCEL, A.UNLOCK, A.DESTROY_FS), effects=(E.MARK_DECLINED,),
              ref=REF_USER_CANCEL,
              note="staging cancelled by the user: undo the lock-in, destroy the RAMDISK"),
+        Rule(S.STAGED_IN, T.LOCKIN_EXPIRED, S.TEARING_DOWN,
+             actions=(A.CANCEL, A.TELL_USER, A.UNLOCK, A.DESTROY_FS),
+             effects=(E.MARK_DECLINED,), ref=REF_LOCKIN_END, note=expired),
+        Rule(S.STAGED_IN, T.JOB_CHANGED, S.TEARING_DOWN,
+             actions=(A.CANCEL, A.TELL_USER, A.UNLOCK, A.DESTROY_FS), ref=REF_LOCKIN_END,
+             note=changed),
     ]
-    for src, unlock in ((S.LOCKED_IN, (A.UNLOCK,)), (S.LOCK_FAILED, ())):
+    for src in (S.LOCKED_IN, S.LOCK_FAILED):
+        # LOCK_FAILED: the lock-in may have half happened (a timeout after Slurm took it)
         r += stay(src, T.ON_DECK, T.TICK)
         r += [
-            Rule(src, T.QUEUED, S.TEARING_DOWN, actions=(*unlock, A.DESTROY_FS),
-                 effects=(E.UNLOCKED,), ref="§3.1 Fig. 3",
-                 note="demoted despite lock-in: tear down"),
-            Rule(src, T.DEMOTED, S.TEARING_DOWN, actions=(*unlock, A.DESTROY_FS),
-                 effects=(E.UNLOCKED,), ref="§3.1 Fig. 3",
-                 note="demoted despite lock-in: tear down"),
-            Rule(src, T.RUNNING, S.MOUNTING_INPUT, actions=(A.MOUNT_INPUT,), ref="§3.2",
-                 note="Prolog bind-mounts the RAMDISK over DATA_IN",
-                 branches=(B(C.NO_INPUT, S.MOUNTING_OUTPUT, (A.MOUNT_OUTPUT,),
+            Rule(src, T.QUEUED, S.TEARING_DOWN, actions=(A.UNLOCK, A.DESTROY_FS),
+                 ref="§3.1 Fig. 3", note="demoted despite lock-in: tear down"),
+            Rule(src, T.DEMOTED, S.TEARING_DOWN, actions=(A.UNLOCK, A.DESTROY_FS),
+                 ref="§3.1 Fig. 3", note="demoted despite lock-in: tear down"),
+            Rule(src, T.RUNNING, S.MOUNTING_INPUT, actions=(A.UNLOCK, A.MOUNT_INPUT),
+                 ref=f"§3.2; {REF_LOCKIN_END}",
+                 note="started: its own QOS/priority back; Prolog bind-mounts the RAMDISK "
+                      "over DATA_IN",
+                 branches=(B(C.NO_INPUT, S.MOUNTING_OUTPUT, (A.UNLOCK, A.MOUNT_OUTPUT),
                              note=no_in_out, ref=f"§3.2; {REF_NO_IN}"),)),
-            Rule(src, T.FINISHED, S.TEARING_DOWN, actions=TEARDOWN, ref=REF_CANCELLED,
-                 note="cancelled before it started"),
-            Rule(src, T.CANCEL_STAGING, S.TEARING_DOWN, actions=(*unlock, A.DESTROY_FS),
-                 effects=(E.UNLOCKED, E.MARK_DECLINED), ref=REF_USER_CANCEL,
+            Rule(src, T.FINISHED, S.TEARING_DOWN, actions=(A.UNLOCK, A.DESTROY_FS),
+                 ref=REF_CANCELLED, note="cancelled before it started"),
+            Rule(src, T.CANCEL_STAGING, S.TEARING_DOWN, actions=(A.UNLOCK, A.DESTROY_FS),
+                 effects=(E.MARK_DECLINED,), ref=REF_USER_CANCEL,
                  note="staging cancelled by the user: undo the lock-in, destroy the RAMDISK"),
+            Rule(src, T.LOCKIN_EXPIRED, S.TEARING_DOWN,
+                 actions=(A.TELL_USER, A.UNLOCK, A.DESTROY_FS), effects=(E.MARK_DECLINED,),
+                 ref=REF_LOCKIN_END, note=expired),
+            Rule(src, T.JOB_CHANGED, S.TEARING_DOWN,
+                 actions=(A.TELL_USER, A.UNLOCK, A.DESTROY_FS), ref=REF_LOCKIN_END,
+                 note=changed),
         ]
     r.append(Rule(S.LOCK_FAILED, T.RETRY, S.STAGED_IN, actions=(A.LOCK_IN,), ref=REF_OPERATOR,
                   note="operator: try the lock-in again"))

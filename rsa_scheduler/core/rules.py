@@ -85,7 +85,8 @@ class Effect(enum.StrEnum):
     RESET_ATTEMPTS = "reset-attempts"  # operator retry: fresh budget
     MARK_DECLINED = "mark-declined"  # never allocate for this job again
     LOCKED = "locked"  # remember that lock-in is in place
-    UNLOCKED = "unlocked"
+    #: arm the lock-in's bound (StagingPolicy.lockin_timeout), once per lock-in
+    ARM_LOCKIN = "arm-lockin"
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +153,7 @@ REF_NO_OUT = "ext: no DATA_OUT (§3.4 assumes one)"
 REF_RW_IN = "ext: writable input (§2 assumes input stays on disk)"
 REF_QUARANTINE = "ext: quarantine (§3 is silent)"
 REF_VERIFY = "ext: output verification (§3.3 is silent)"
+REF_LOCKIN_END = "ext: a lock-in always ends (§3.1 is silent on its end)"
 REF_LOST = "ext: RSA node lost while the RAMDISK is prepared (§3 is silent; cf. §3.1 fn. 2)"
 
 # Actions and notes rows of both halves share.

@@ -28,15 +28,19 @@ from rsa_scheduler.core.machine import (
     apply_event,
     fire,
     new_record_event,
+    owed_unlock,
     settle,
+    unlock_outcome,
 )
 from rsa_scheduler.core.policy import NodeState, StagingPolicy
 from rsa_scheduler.core.rules import OUTCOME_TRIGGERS, InvalidTransition
+from rsa_scheduler.core.share import FairShare
 from rsa_scheduler.core.states import (
     AWAITING_NODES,
     IDLE,
     OPERATOR_COMMANDS,
     PREPARING,
+    READY,
     SLURM_END_STATES,
     TERMINAL,
     USER_COMMANDS,
@@ -74,6 +78,26 @@ class Observation:
     #: who told: "" for Slurm's queue (its own record of the job), else the hook whose
     #: news this is (:meth:`heard`), whose ``state`` is only what the news implies
     by: str = ""
+    #: where and how long it asks to run (squeue's Partition and TimeLimit); "" when the
+    #: observation does not say (a hook's): a change ends a lock-in (issue 39)
+    partition: str = ""
+    time_limit: str = ""
+
+    def changes(self, prev: Observation | None) -> str:
+        """What changed since ``prev`` that a lock-in depends on, in words ("" if
+        nothing, or if either observation does not say)."""
+        if prev is None:
+            return ""
+        said = []
+        if prev.partition and self.partition and prev.partition != self.partition:
+            said.append(f"partition {prev.partition} -> {self.partition}")
+        if prev.time_limit and self.time_limit and prev.time_limit != self.time_limit:
+            said.append(f"time limit {prev.time_limit} -> {self.time_limit}")
+        # only growth: its RSA nodes were sized for fewer (Slurm's own estimate of a
+        # pending job's node count may move too; a smaller job is served all the same)
+        if self.compute_nodes > prev.compute_nodes:
+            said.append(f"nodes {prev.compute_nodes} -> {self.compute_nodes}")
+        return ", ".join(said)
 
     @classmethod
     def heard(cls, hook: Hook, rec: JobRecord, exit_code: object = None) -> Observation:
@@ -145,6 +169,8 @@ class Scheduler:
     def __init__(self, pool: Pool, policy: StagingPolicy) -> None:
         self.pool = pool
         self.policy = policy
+        # what the machine allocates through: the pool within each user's / array's share
+        self.share = FairShare(pool, lambda job: self.records[job].user)
         self.records: dict[str, JobRecord] = {}
         self._last_obs: dict[str, Observation] = {}  # job -> its last observation that counted
         self._waiting: set[str] = set()  # on-deck, waiting for free RSA nodes
@@ -152,11 +178,17 @@ class Scheduler:
         # job ids Slurm now gives another user's job while the RSA still holds nodes
         # for the earlier job of that id: observed every poll until that cycle ends
         self._displaced: set[str] = set()
+        self._changed: dict[str, str] = {}  # locked-in job -> what changed in Slurm
 
     # ---- queries ----------------------------------------------------------------------
     def outstanding(self) -> list[Action]:
-        """Tracked actions issued but not yet answered (re-issue these after a restart)."""
-        return [r.pending for r in self.records.values() if r.pending is not None]
+        """Tracked actions issued but not yet answered (re-issue these after a restart):
+        each job's pending action and its restore after a lock-in (one not waiting for
+        its retry timer)."""
+        out = [r.pending for r in self.records.values() if r.pending is not None]
+        out += [r.unlock for r in self.records.values() if r.unlock is not None
+                and Trigger.UNLOCK_DUE.value not in r.timers]
+        return out
 
     def next_timer(self) -> float | None:
         """Earliest armed timer, so the daemon knows when to wake up."""
@@ -240,8 +272,14 @@ class Scheduler:
             prev = get_last(jid)
             if prev is not None and prev.state == obs.state and prev.reason == obs.reason \
                     and prev.held == obs.held and prev.hold_until == obs.hold_until \
+                    and prev.compute_nodes == obs.compute_nodes \
+                    and (prev.partition, prev.time_limit) == (obs.partition, obs.time_limit) \
                     and jid not in waiting:
                 continue
+            if prev is not None and rec.rsa_state in READY:
+                what = obs.changes(prev)
+                if what:
+                    self._changed[jid] = what
             last[jid] = obs
             changed.append((rec, obs))
         if present is not None:
@@ -278,7 +316,7 @@ class Scheduler:
         if obs is not None and obs.priority != rec.priority:
             updates["priority"] = obs.priority
         if obs is not None and obs.compute_nodes != rec.compute_nodes and \
-                rec.rsa_state in AWAITING_NODES:
+                rec.rsa_state in AWAITING_NODES | READY:
             updates["compute_nodes"] = obs.compute_nodes
         started = job_state is JobState.RUNNING and rec.job_state is not JobState.RUNNING
         wait = self.policy.on_deck_settle
@@ -324,8 +362,18 @@ class Scheduler:
         if not_before is not None:
             rec.not_before = not_before
         if started:
-            step.extend(fire(rec, Trigger.STARTED, now, self.policy, self.pool))
-        step.extend(settle(rec, now, self.policy, self.pool))
+            step.extend(fire(rec, Trigger.STARTED, now, self.policy, self.share))
+        what = self._changed.pop(rec.job_id, "")
+        if what and rec.rsa_state in READY and rec.job_state in (
+                JobState.ON_DECK, JobState.QUEUED, JobState.DEMOTED):
+            # its lock-in was for the job as it was: it ends, and the job is judged again
+            step.extend(fire(rec, Trigger.JOB_CHANGED, now, self.policy, self.share,
+                             detail=what))
+        step.extend(settle(rec, now, self.policy, self.share))
+        if "job_state" in updates:
+            # a restore Slurm refused while the job ran: now it is pending again (a
+            # requeue, which must not come back locked in) or over
+            step.extend(owed_unlock(rec, now))
         self._note_waiting(rec)
         return step
 
@@ -362,13 +410,17 @@ class Scheduler:
             j in self._waiting or any(t <= now for t in records[j].timers.values()))]
         todo.sort(key=lambda r: (-r.priority, _job_sort_key(r.job_id)))
         for rec in todo:
-            dec.add(settle(rec, now, self.policy, self.pool))
+            dec.add(settle(rec, now, self.policy, self.share))
             self._note_waiting(rec)
         return dec
 
     def outcome(self, outcome: Outcome, now: float) -> Decision:
         """An action finished. Raises StaleOutcome if it is not the job's outstanding one."""
         rec = self.records.get(outcome.job_id)
+        if rec is not None and rec.unlock is not None and rec.unlock.id == outcome.action_id:
+            step = unlock_outcome(rec, outcome, now, self.policy)
+            self._note_waiting(rec)
+            return Decision(events=step.events, actions=step.actions)
         if rec is None or rec.pending is None or rec.pending.id != outcome.action_id:
             raise StaleOutcome(f"no outstanding action {outcome.action_id}")
         trigger = OUTCOME_TRIGGERS.get((rec.pending.kind, outcome.result))
@@ -383,8 +435,8 @@ class Scheduler:
             "message": outcome.message, "detail": dict(outcome.detail),
             "set": {"pending": None}}))
         rec.pending = None
-        dec.add(fire(rec, trigger, now, self.policy, self.pool, detail=outcome.message))
-        dec.add(settle(rec, now, self.policy, self.pool))
+        dec.add(fire(rec, trigger, now, self.policy, self.share, detail=outcome.message))
+        dec.add(settle(rec, now, self.policy, self.share))
         self._note_waiting(rec)
         return dec
 
@@ -399,10 +451,10 @@ class Scheduler:
             raise CommandRefused(f"job {job_id} is not tracked by the RSA")
         dec = Decision()
         try:
-            dec.add(fire(rec, trigger, now, self.policy, self.pool, by=by))
+            dec.add(fire(rec, trigger, now, self.policy, self.share, by=by))
         except InvalidTransition as e:
             raise CommandRefused(str(e)) from e
-        dec.add(settle(rec, now, self.policy, self.pool))
+        dec.add(settle(rec, now, self.policy, self.share))
         self._note_waiting(rec)
         return dec
 
@@ -419,9 +471,9 @@ class Scheduler:
         rec = self.records.get(owner) if owner else None
         if state is NodeState.DOWN and rec is not None and rec.rsa_state in PREPARING:
             # its input was not staged yet: tear the RAMDISK down (core/transitions.py)
-            dec.add(fire(rec, Trigger.NODE_LOST, now, self.policy, self.pool,
+            dec.add(fire(rec, Trigger.NODE_LOST, now, self.policy, self.share,
                          detail=f"{node}: {reason}" if reason else node))
-            dec.add(settle(rec, now, self.policy, self.pool))
+            dec.add(settle(rec, now, self.policy, self.share))
             self._note_waiting(rec)
         return dec
 
@@ -468,6 +520,7 @@ class Scheduler:
         for rec in sched.records.values():
             if rec.nodes:
                 pool.adopt(rec.job_id, rec.nodes)
+                sched.share.track(rec.job_id, rec.user, len(pool.holding(rec.job_id)))
             sched._note_waiting(rec)
         return sched
 

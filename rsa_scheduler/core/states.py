@@ -297,6 +297,11 @@ class Trigger(enum.StrEnum):
     RESET_DUE = "reset-due"
     WAIT_EXPIRED = "wait-expired"
     RETRY_DUE = "retry-due"
+    #: a locked-in job did not start within slurm.lockin.timeout (StagingPolicy.lockin_timeout)
+    LOCKIN_EXPIRED = "lockin-expired"
+    #: a failed restore of the job's own QOS / priority is due again (JobRecord.unlock);
+    #: armed in every state: a lock-in always ends (core.machine.retry_unlock)
+    UNLOCK_DUE = "unlock-due"
     # user and operator commands
     INPUT_DONE = "input-done"  # user: `rsa input-done` from inside the job
     CANCEL_STAGING = "cancel-staging"  # user: do not use the RSA for this run
@@ -305,6 +310,9 @@ class Trigger(enum.StrEnum):
     FORCE_RELEASE = "force-release"  # operator: nodes are clean, return them
     # the RSA-node pool
     NODE_LOST = "node-lost"  # an RSA node of the job went down before its input was staged
+    #: Slurm: the locked-in job was changed (its partition or time limit; more nodes):
+    #: its lock-in ends and it is judged again like any other pending job
+    JOB_CHANGED = "job-changed"
 
 
 JOB_TRIGGERS: Mapping[JobState, Trigger] = {
@@ -327,6 +335,8 @@ TIMER_STATES: Mapping[Trigger, frozenset[RsaState]] = {
     Trigger.RESET_DUE: frozenset({RsaState.MOUNTED_INPUT}),
     Trigger.WAIT_EXPIRED: STAGING,
     Trigger.RETRY_DUE: RETRYING,
+    Trigger.LOCKIN_EXPIRED: READY,
+    Trigger.UNLOCK_DUE: frozenset(RsaState),
 }
 
 #: commands a job's user may give (``rsa input-done``, ``rsa cancel-staging``)

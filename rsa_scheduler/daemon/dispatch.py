@@ -13,6 +13,7 @@ Imports nothing of the daemon but the executors' interface and the metrics; the 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
-from rsa_scheduler.core.actions import BULK, Action, ActionKind, Outcome
+from rsa_scheduler.core.actions import BULK, RESTORES, Action, ActionKind, Outcome, Result
 from rsa_scheduler.core.payloads import AlertArgs, CancelArgs, DestroyFsArgs, OnNodes, TellUserArgs
 from rsa_scheduler.core.policy import NodeState
 from rsa_scheduler.core.record import JobRecord
@@ -38,6 +39,9 @@ log = logging.getLogger(__name__)
 
 #: how long a teardown waits for the job's other steps to wind down (they were cancelled)
 SIBLING_WAIT = 120.0
+
+#: the actions that change a job's place in Slurm: run one at a time per job, in order
+_SLURM_WRITES = frozenset({ActionKind.LOCK_IN, ActionKind.UNLOCK})
 
 #: alerts kept in memory (``rsa status`` shows the newest)
 KEEP_ALERTS = 100
@@ -125,9 +129,7 @@ class Dispatcher:
             elif action.kind in (ActionKind.ALLOCATE, ActionKind.RELEASE):
                 log.info("job %s: %s %s", action.job_id, action.kind.value,
                          action.args_as(OnNodes).nodes)
-            elif action.kind is ActionKind.UNLOCK:
-                self.start(action, tracked=False)
-            elif action.tracked:
+            elif action.tracked or action.kind in RESTORES:
                 self.start(action, tracked=True)
 
     def start(self, action: Action, *, tracked: bool) -> None:
@@ -168,6 +170,24 @@ class Dispatcher:
                 def run(c: ActionContext, before: list[Future[Outcome]] = before) -> Outcome:
                     wait_futures(before, timeout=SIBLING_WAIT)
                     return self.registry.run(c)
+        if action.kind in _SLURM_WRITES:
+            # a job's lock-in and its restore run one after the other, in the order
+            # issued, and each reads the job's facts once the one before has recorded its
+            # own: a restore racing a lock-in (a demotion, `rsa cancel-staging` while
+            # LOCK_IN runs) finds the job's own QOS the lock-in recorded
+            before = [r.future for r in self.running.values()
+                      if r.action.job_id == job and r.action.kind in _SLURM_WRITES
+                      and r.action.id != action.id]
+            if before:
+                def run(c: ActionContext, before: list[Future[Outcome]] = before) -> Outcome:
+                    wait_futures(before)
+                    try:
+                        facts = host.submit("call", lambda: dict(host.facts.get(job, {})),
+                                            wait=True, timeout=60)
+                    except Exception as e:  # rsad stopping: the action is re-issued
+                        return Outcome(c.action.id, Result.FAILED,
+                                       f"could not read the job's facts: {e}")
+                    return self.registry.run(dataclasses.replace(c, facts=facts))
         future = lane.submit(run, ctx)
         if tracked:
             self.running[action.id] = Running(action, cancel, future, self.clock())

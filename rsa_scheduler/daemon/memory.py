@@ -20,8 +20,9 @@ from typing import Any
 from rsa_scheduler.core.events import Event
 
 # outcome (and milestone) details worth remembering
-FACT_KEYS = ("mount", "lock_token", "manifest", "mounted", "reset_of", "script_started",
-             "verify_differed", "verify_redone", "built", "written_back_of")
+FACT_KEYS = ("mount", "lock_orig", "lock_token", "manifest", "mounted", "reset_of",
+             "script_started", "verify_differed", "verify_redone", "built",
+             "written_back_of")
 
 
 class Memory:

@@ -167,7 +167,10 @@ class StartHold:
             mine = {r.job_id for r in new}
             ahead = [(parts, nodes) for job, nodes, reason, parts in self.slurm.pending_jobs()
                      if reason in ELIGIBLE_REASONS and job.split("+", 1)[0] not in mine]
-            judged = [(r.job_id, self.slurm.job_info(r.job_id).partition,
+            # the partition comes with the cycle's one queue read: no Slurm call per held
+            # job on rsad's loop (a big held array cost one each, issue 39); a backend
+            # that does not give it (pyslurm without it) asks for the job's identity
+            judged = [(r.job_id, r.partition or self.slurm.job_info(r.job_id).partition,
                        r.num_nodes) for r in new]
             fits = startable(judged, idle, ahead)
         except SlurmError as e:  # unsure: release (the job then behaves as unheld)

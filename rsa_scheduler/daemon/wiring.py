@@ -16,14 +16,14 @@ from rsa_scheduler.config import Config, SlurmMode
 from rsa_scheduler.core.actions import ActionKind
 from rsa_scheduler.core.policy import NodeState
 from rsa_scheduler.core.scheduler import Scheduler
-from rsa_scheduler.daemon.executors import ActionContext, Registry
+from rsa_scheduler.daemon.executors import ActionContext, BusyError, PermanentError, Registry
 from rsa_scheduler.daemon.health import HEALTH_BY, HealthLoop, RamdiskTender, Thresholds
 from rsa_scheduler.daemon.native import NativeDriver
 from rsa_scheduler.daemon.service import Daemon
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.hosts import Host
 from rsa_scheduler.slurm.cli import CliSlurm, lockin_problem, qos_warning
-from rsa_scheduler.slurm.port import SlurmError, SlurmPort
+from rsa_scheduler.slurm.port import SlurmError, SlurmPort, UnlockGone, UnlockLater
 from rsa_scheduler.store import Store
 
 if TYPE_CHECKING:
@@ -76,16 +76,52 @@ def check_lockin(cfg: Config, slurm: CliSlurm | None = None) -> None:
         log.warning("%s", warning)
 
 
+def _cycle(action_id: str) -> str:
+    """The RSA cycle an action belongs to (its id is ``JOB/CYCLE/KIND/SERIAL``)."""
+    return action_id.rsplit("/", 3)[1]
+
+
 def slurm_executors(registry: Registry, slurm: SlurmPort) -> None:
-    """Lock-in and unlock (seed 004 §3.1) through the Slurm port."""
+    """Lock-in and its end (seed 004 §3.1) through the Slurm port.
+
+    The job's own QOS (or priority) is recorded durably (the ``lock_orig`` milestone)
+    before the first lock-in of an RSA cycle changes it, and a re-issued lock-in (after an
+    rsad restart, an operator's retry) takes the recorded one: the lock-in's own value is
+    never recorded as the original. The restore (UNLOCK) gives that back wherever the
+    lock-in's is still in place, and never releases a hold (slurm/cli.py)."""
 
     def lock_in(ctx: ActionContext) -> Mapping[str, Any]:
-        token = slurm.lock_in(ctx.action.job_id)
-        return {"lock_token": token or ""}
+        job = ctx.action.job_id
+        cycle = _cycle(ctx.action.id)
+        recorded = dict(ctx.facts.get("lock_orig") or {})
+        if recorded.get("cycle") == cycle and "value" in recorded:
+            value = str(recorded["value"])
+        else:
+            try:
+                value = slurm.lock_original(job)
+            except SlurmError:
+                if "value" not in recorded:
+                    raise
+                # still locked in from an earlier cycle whose restore never happened:
+                # that cycle's record is the job's own
+                value = str(recorded["value"])
+            recorded = {"cycle": cycle, "value": value}
+            ctx.milestone({"lock_orig": recorded})
+        slurm.lock_in(job)
+        return {"lock_orig": recorded, "summary": f"locked in; its own {value} recorded"}
 
     def unlock(ctx: ActionContext) -> Mapping[str, Any]:
-        slurm.unlock(ctx.action.job_id, str(ctx.facts.get("lock_token", "")))
-        return {}
+        recorded = dict(ctx.facts.get("lock_orig") or {})
+        # lock_token: what a lock-in logged by an earlier rsad recorded (its QOS)
+        original = str(recorded.get("value", ctx.facts.get("lock_token", "")))
+        try:
+            said = slurm.unlock(ctx.action.job_id, original)
+        except UnlockGone as e:
+            raise PermanentError(str(e)) from e
+        except UnlockLater as e:
+            raise BusyError(str(e)) from e
+        log.info("job %s: lock-in ended: %s", ctx.action.job_id, said)
+        return {"summary": said}
 
     registry.register(ActionKind.LOCK_IN, lock_in)
     registry.register(ActionKind.UNLOCK, unlock)
@@ -98,10 +134,10 @@ def native_lock_executors(registry: Registry) -> None:
     def lock_in(ctx: ActionContext) -> Mapping[str, Any]:
         log.info("job %s: native mode: Slurm holds the staged job for its burst buffer; "
                  "no lock-in", ctx.action.job_id)
-        return {"lock_token": ""}
+        return {}
 
     def unlock(_ctx: ActionContext) -> Mapping[str, Any]:
-        return {}
+        return {"summary": "native mode: no lock-in to end"}
 
     registry.register(ActionKind.LOCK_IN, lock_in)
     registry.register(ActionKind.UNLOCK, unlock)

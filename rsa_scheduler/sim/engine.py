@@ -19,11 +19,12 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
-from rsa_scheduler.core.actions import Action, ActionKind, Outcome
+from rsa_scheduler.core.actions import RESTORES, Action, ActionKind, Outcome, Result
 from rsa_scheduler.core.allocator import Pool, RsaNode
 from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.payloads import AllocateArgs, CancelArgs
@@ -309,10 +310,20 @@ class Engine:
                 job.allocations.append(nodes.folded)
             if act.tracked:
                 self._issue(act)
+        # the restore of a job's own QOS/priority takes one Slurm command: done at once
+        restores = [a for a in dec.actions if a.kind in RESTORES]
+        if restores:
+            self._call(partial(self._restored, restores))
         if dec.events:
             # A step that logged nothing changed no record and no node: nothing to check.
             self.dirty = True
             self._check()
+
+    def _restored(self, restores: list[Action]) -> Decision:
+        dec = Decision()
+        for act in restores:
+            dec.add(self.sched.outcome(Outcome(act.id, Result.OK, "restored"), self.now))
+        return dec
 
     def _issue(self, act: Action, *, reissue: bool = False) -> None:
         if not reissue:

@@ -43,7 +43,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from rsa_scheduler.core.actions import Action, ActionKind, Outcome, Result
+from rsa_scheduler.core.actions import RESTORES, Action, ActionKind, Outcome, Result
 from rsa_scheduler.core.allocator import Pool, RsaNode
 from rsa_scheduler.core.payloads import AllocateArgs, CancelArgs, ReleaseArgs
 from rsa_scheduler.core.policy import EarlyStart, StageOut
@@ -433,6 +433,10 @@ class Replay:
                 self._cancel(jid, fl)
             elif act.tracked:
                 self._issue(act)
+        # the restore of a job's own QOS/priority takes one Slurm command: done at once
+        for act in dec.actions:
+            if act.kind in RESTORES:
+                self._apply(self.sched.outcome(Outcome(act.id, Result.OK), self.now))
         touched = {e.job_id for e in dec.events}
         records = self.sched.records
         unheld: list[TraceJob] = []

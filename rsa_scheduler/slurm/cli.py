@@ -14,22 +14,26 @@ from pathlib import Path
 
 from ClusterShell.NodeSet import NodeSet
 
+from rsa_scheduler.core.states import SLURM_FINISHED, SLURM_PENDING
 from rsa_scheduler.runner import CLEAN_PATH, CommandError, LocalRunner, Runner
 from rsa_scheduler.slurm.parse import (
     JOB_INFO_FORMAT,
+    LOCK_VIEW_FORMAT,
     PENDING_FORMAT,
     QUEUE_FORMAT,
     SINFO_PARTITIONS,
     JobInfo,
+    LockView,
     ParseError,
     QueueRow,
     parse_end_states,
     parse_job_info,
+    parse_lock_view,
     parse_pending,
     parse_queue,
     parse_sinfo_partitions,
 )
-from rsa_scheduler.slurm.port import SlurmError
+from rsa_scheduler.slurm.port import SlurmError, UnlockGone, UnlockLater
 
 LOCKIN_METHODS = ("qos", "priority", "none")
 
@@ -70,6 +74,9 @@ def end_states_argv(bin_dir: Path, job_ids: Sequence[str]) -> list[str]:
 
 def job_qos_argv(bin_dir: Path, job_id: str) -> list[str]:
     return [str(bin_dir / "squeue"), "-h", "-j", job_id, "-O", "QOS:0"]
+def lock_view_argv(bin_dir: Path, job_id: str) -> list[str]:
+    """One job's state, QOS and priority (parse.LOCK_VIEW_FIELDS), in any state."""
+    return [str(bin_dir / "squeue"), "-h", "-t", "all", "-j", job_id, "-O", LOCK_VIEW_FORMAT]
 
 
 def show_config_argv(bin_dir: Path) -> list[str]:
@@ -167,27 +174,78 @@ class CliSlurm:
     def batch_script(self, job_id: str) -> str:
         return self._run(batch_script_argv(self.bin_dir, job_id))
 
-    def lock_in(self, job_id: str) -> str:
-        """Lock the job in; returns what :meth:`unlock` needs to undo it."""
+    def _lock_view(self, job_id: str) -> LockView:
+        return parse_lock_view(self._run(lock_view_argv(self.bin_dir, job_id)), job_id)
+
+    def lock_original(self, job_id: str) -> str:
+        """What :meth:`lock_in` will change, as it is now: the job's QOS (method qos) or
+        priority (method priority). Raises SlurmError when that is the lock-in's own value
+        (an earlier lock-in never undone: it is no original) or the job is gone."""
+        view = self._lock_view(job_id)
+        if view.state in ("", "GONE"):
+            raise SlurmError(f"job {job_id} is no longer in Slurm's queue")
         if self.lockin_method == "qos":
-            # one line per component of a heterogeneous job: the leader's (the first)
-            lines = self._run(job_qos_argv(self.bin_dir, job_id)).strip().splitlines()
-            before = (lines[0] if lines else "").strip().rstrip("|")
-            self._run(update_argv(self.bin_dir, job_id, qos=self.lockin_qos))
-            return before
+            if view.qos == self.lockin_qos:
+                raise SlurmError(f"job {job_id} already has the lock-in QOS {view.qos} and "
+                                 "rsad has no record of its own QOS")
+            return view.qos
         if self.lockin_method == "priority":
-            self._run(update_argv(self.bin_dir, job_id, priority=str(self.lockin_priority)))
+            if view.priority == self.lockin_priority:
+                raise SlurmError(f"job {job_id} already has the lock-in priority "
+                                 f"{view.priority} and rsad has no record of its own")
+            return str(view.priority)
         return ""
 
-    def unlock(self, job_id: str, token: str = "") -> None:
+    def lock_in(self, job_id: str) -> None:
+        """Lock the job in (the caller recorded :meth:`lock_original` first)."""
         if self.lockin_method == "qos":
-            if token and token != self.lockin_qos:
-                self._run(update_argv(self.bin_dir, job_id, qos=token))
+            self._run(update_argv(self.bin_dir, job_id, qos=self.lockin_qos))
         elif self.lockin_method == "priority":
-            # hold + release makes Slurm recompute the priority (notes: slurm-lab.md)
-            scontrol = str(self.bin_dir / "scontrol")
-            self._run([scontrol, "hold", job_id])
-            self._run([scontrol, "release", job_id])
+            self._run(update_argv(self.bin_dir, job_id, priority=str(self.lockin_priority)))
+
+    def unlock(self, job_id: str, original: str = "") -> str:
+        """Give the job back its own QOS / priority; returns what was done, in words.
+
+        Idempotent, and it only ever undoes rsad's own lock-in: a job whose QOS or
+        priority is no longer the lock-in's (an operator changed it, or it was restored
+        already) is left alone. It never releases a hold: method priority sets the
+        recorded priority back with ``scontrol update``, which Slurm refuses on a held
+        job (ESLURM_JOB_HELD), so an operator's or the user's hold stays whatever
+        happens in between. Raises :class:`UnlockGone` when the job has ended (nothing
+        is left to restore) and :class:`UnlockLater` for method qos on a running job:
+        Slurm 22.05 changes no running job's QOS (ESLURM_JOB_NOT_PENDING); it is
+        restored when the job is pending again (a requeue)."""
+        view = self._lock_view(job_id)
+        if view.state in ("", "GONE") or view.state in SLURM_FINISHED:
+            raise UnlockGone(f"job {job_id} has ended: nothing to restore")
+        pending = view.state in SLURM_PENDING
+        if self.lockin_method == "qos":
+            if view.qos != self.lockin_qos:
+                return f"QOS is {view.qos or '(none)'}, not the lock-in's: left as it is"
+            if not pending:
+                raise UnlockLater(f"job {job_id} runs under QOS {self.lockin_qos}: Slurm "
+                                  "changes no running job's QOS; its own QOS "
+                                  f"{original or '(unknown)'} is set back if it is "
+                                  "pending again (a requeue)")
+            if not original or original == self.lockin_qos:
+                raise SlurmError(f"job {job_id}: no record of its own QOS to restore")
+            self._run(update_argv(self.bin_dir, job_id, qos=original))
+            return f"QOS {original} restored"
+        if self.lockin_method == "priority":
+            if view.priority != self.lockin_priority:
+                held = " (held: Slurm recomputes it at the release)" if view.priority == 0 \
+                    else ""
+                return f"priority is {view.priority}, not the lock-in's: left as it is{held}"
+            if not original.isdigit() or int(original) in (0, self.lockin_priority):
+                raise SlurmError(f"job {job_id}: no record of its own priority to restore")
+            try:
+                self._run(update_argv(self.bin_dir, job_id, priority=original))
+            except SlurmError:
+                if self._lock_view(job_id).priority == 0:  # held in between: it stays
+                    return "held since: left held (Slurm recomputes it at the release)"
+                raise
+            return f"priority {original} restored"
+        return "no lock-in method: nothing to restore"
 
     def set_comment(self, job_id: str, text: str) -> None:
         self._run(update_argv(self.bin_dir, job_id, comment=text))

@@ -16,8 +16,9 @@ from rsa_scheduler.errors import RsaError
 #: One ``squeue -h -r -O`` call per cycle. ``Field:0|`` prints the field whole (no padding
 #: or truncation) followed by ``|``; admin_comment comes last so a ``|`` inside it cannot
 #: shift the other columns. ``JobArrayID`` gives ``123_4`` for array elements (with -r).
+#: Partition and TimeLimit: a change to a locked-in job ends its lock-in (issue 39).
 QUEUE_FIELDS: tuple[str, ...] = ("JobArrayID", "State", "Reason", "PriorityLong", "NumNodes",
-                                 "UserName", "admin_comment")
+                                 "UserName", "Partition", "TimeLimit", "admin_comment")
 QUEUE_FORMAT = ",".join(f"{f}:0|" for f in QUEUE_FIELDS)
 _JOB_ID = re.compile(r"^\d+(?:_\d+)?(?:\+\d+)?$")
 NULL = "(null)"
@@ -38,6 +39,8 @@ class QueueRow:
     num_nodes: int
     user: str
     admin_comment: str | None
+    partition: str = ""  #: the partition(s) it is pending in or runs in
+    time_limit: str = ""  #: as squeue prints it (``5:00``, ``1-00:00:00``)
 
 
 def parse_queue(text: str) -> list[QueueRow]:
@@ -109,18 +112,20 @@ def merge_hetjobs(rows: list[QueueRow]) -> list[QueueRow]:
         out.append(QueueRow(job_id=het, state=lead.state, reason=reason,
                             priority=lead.priority,
                             num_nodes=sum(p.num_nodes for _, p in parts), user=lead.user,
-                            admin_comment=lead.admin_comment))
+                            admin_comment=lead.admin_comment, partition=lead.partition,
+                            time_limit=lead.time_limit))
     return out
 
 
 def _row(parts: list[str], lineno: int) -> QueueRow:
-    job_id, state, reason, prio, nodes, user, comment = parts
+    job_id, state, reason, prio, nodes, user, partition, time_limit, comment = parts
     if comment.endswith("|"):
         comment = comment[:-1]
     try:
         return QueueRow(job_id=job_id, state=state, reason=reason, priority=int(prio),
                         num_nodes=int(nodes), user=user,
-                        admin_comment=None if comment in (NULL, "") else comment)
+                        admin_comment=None if comment in (NULL, "") else comment,
+                        partition=partition, time_limit=time_limit)
     except ValueError as e:
         raise ParseError(f"squeue line {lineno}: {e}") from e
 
@@ -258,3 +263,33 @@ def parse_end_states(text: str) -> dict[str, str]:
             continue
         out[job] = state.split()[0].rstrip("+").upper()
     return out
+#: ``squeue -h -t all -j JOB -O LOCK_VIEW_FORMAT``: what a lock-in changes, and the job's
+#: state (no field a user chose). ``JobArrayID`` names an array task ``A_T`` and a
+#: heterogeneous job's components ``J+N`` (the leader, ``+0``, carries the lock-in).
+LOCK_VIEW_FIELDS: tuple[str, ...] = ("JobArrayID", "State", "QOS", "PriorityLong")
+LOCK_VIEW_FORMAT = ",".join(f"{f}:0|" for f in LOCK_VIEW_FIELDS)
+
+
+@dataclass(frozen=True, slots=True)
+class LockView:
+    """One job's state, QOS and priority; state ``GONE`` when Slurm lists it no more."""
+
+    state: str
+    qos: str
+    priority: int
+
+
+def parse_lock_view(text: str, job_id: str) -> LockView:
+    """The line of job ``job_id`` (or of its leader ``job_id+0``) in ``text``."""
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) < len(LOCK_VIEW_FIELDS):
+            continue
+        own, state, qos, prio = (p.strip() for p in parts[:len(LOCK_VIEW_FIELDS)])
+        if own not in (job_id, f"{job_id}+0"):
+            continue
+        if not _NUM.match(prio):
+            raise ParseError(f"job {job_id}: priority {prio!r} is not a number")
+        return LockView(state=state.split()[0] if state else "", qos=qos,
+                        priority=int(prio))
+    return LockView(state="GONE", qos="", priority=0)

@@ -18,6 +18,15 @@ class SlurmError(RsaError):
     """Slurm could not be read or changed."""
 
 
+class UnlockGone(SlurmError):
+    """The job a restore was for is no longer in Slurm: there is nothing to restore."""
+
+
+class UnlockLater(SlurmError):
+    """The restore cannot be done while the job runs (Slurm keeps a running job's QOS):
+    it is done when the job is pending again."""
+
+
 class SlurmPort(Protocol):
     """What rsad needs from Slurm."""
 
@@ -29,13 +38,22 @@ class SlurmPort(Protocol):
         """The job's batch script (read once per job when no job_submit plugin is used)."""
         ...
 
-    def lock_in(self, job_id: str) -> str:
-        """Keep the job on-deck (QOS or priority, per configuration); returns the token
-        :meth:`unlock` needs to undo it (e.g. the job's previous QOS)."""
+    def lock_original(self, job_id: str) -> str:
+        """What a lock-in of the job will change, as it is now (its QOS, or its priority
+        for method priority): recorded before :meth:`lock_in`. Raises SlurmError when it
+        is the lock-in's own value (never an original)."""
         ...
 
-    def unlock(self, job_id: str, token: str = "") -> None:
-        """Undo lock_in after a demotion."""
+    def lock_in(self, job_id: str) -> None:
+        """Keep the job on-deck (QOS or priority, per configuration)."""
+        ...
+
+    def unlock(self, job_id: str, original: str = "") -> str:
+        """End a lock-in: the job's own QOS / priority back (``original``: what
+        :meth:`lock_original` gave), only where the lock-in's is still in place, never
+        releasing a hold; returns what was done. Raises :class:`UnlockGone` when the job
+        has ended (nothing left to restore), :class:`UnlockLater` when Slurm cannot
+        change it now (a running job's QOS)."""
         ...
 
     def set_comment(self, job_id: str, text: str) -> None:

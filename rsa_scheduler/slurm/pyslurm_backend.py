@@ -40,7 +40,9 @@ def rows_from_jobs(jobs: Iterable[Any]) -> list[QueueRow]:
         rows.append(QueueRow(
             job_id=job_id, state=str(job.state), reason=str(job.state_reason or "None"),
             priority=int(job.priority or 0), num_nodes=int(job.num_nodes or 1),
-            user=str(job.user_name), admin_comment=job.admin_comment or None))
+            user=str(job.user_name), admin_comment=job.admin_comment or None,
+            partition=str(getattr(job, "partition", "") or ""),
+            time_limit=str(getattr(job, "time_limit", "") or "")))
     return rows
 
 
@@ -62,11 +64,14 @@ class PySlurm:
     def batch_script(self, job_id: str) -> str:
         return self.cli.batch_script(job_id)
 
-    def lock_in(self, job_id: str) -> str:
-        return self.cli.lock_in(job_id)
+    def lock_original(self, job_id: str) -> str:
+        return self.cli.lock_original(job_id)
 
-    def unlock(self, job_id: str, token: str = "") -> None:
-        self.cli.unlock(job_id, token)
+    def lock_in(self, job_id: str) -> None:
+        self.cli.lock_in(job_id)
+
+    def unlock(self, job_id: str, original: str = "") -> str:
+        return self.cli.unlock(job_id, original)
 
     def set_comment(self, job_id: str, text: str) -> None:
         self.cli.set_comment(job_id, text)

@@ -209,7 +209,8 @@ def test_priority_locked_in_job_cannot_be_unlocked_by_its_user(
     assert _priority_of(lab, job) < lockin
     done = as_user(lab, user, ["scontrol", "update", f"jobid={job}", "nice=5"])
     assert done.returncode == 0, done.stderr
-    assert slurm.lock_in(job) == ""  # what rsad does after the stage-in
+    own = slurm.lock_original(job)  # what rsad does after the stage-in
+    slurm.lock_in(job)
     locked = _qos_prio_nice(lab, job)
     assert int(locked[1]) == lockin
     for change in (["priority=1"], ["nice=10"], ["qos=normal"], ["nice=0", "priority=5"]):
@@ -221,11 +222,13 @@ def test_priority_locked_in_job_cannot_be_unlocked_by_its_user(
     assert _qos_prio_nice(lab, job) == locked
     done = as_user(lab, user, ["scontrol", "update", f"jobid={job}", "comment=mine"])
     assert done.returncode == 0, done.stderr  # other changes stay the user's
-    slurm.unlock(job)  # root: hold + release, as rsad unlocks
-    wait_for("unlock", lambda: _priority_of(lab, job) < lockin, timeout=10, every=0.2)
-    done = as_user(lab, user, ["scontrol", "update", f"jobid={job}", "nice=10"])
+    # root, as rsad ends a lock-in: its own priority back by an update (which Slurm
+    # refuses on a held job: rsad never releases a hold); then the job is the user's
+    assert slurm.unlock(job, own) == f"priority {own} restored"
+    wait_for("unlock", lambda: _priority_of(lab, job) == int(own), timeout=10, every=0.2)
+    done = as_user(lab, user, ["scontrol", "hold", job])
     assert done.returncode == 0, done.stderr
-    assert _qos_prio_nice(lab, job)[2] == "10"
+    assert _priority_of(lab, job) == 0
 
 
 def test_root_may_change_a_locked_in_job(lab: Mapping[str, str], jobs: Jobs,

@@ -23,7 +23,7 @@ from rsa_scheduler.daemon.wiring import LockinUnusable, check_lockin
 from tests.integration.conftest import as_user
 from tests.integration.slurmkit import make_jobs, root, wait_for
 from tests.integration.test_rsad_staging import fill, rsa_job, submit_rsa, wait_state
-from tests.integration.test_slurm_adapter import lockin_method, make_lockin_slurm, urgent_priority
+from tests.integration.test_slurm_adapter import lockin_method, urgent_priority
 
 pytestmark = pytest.mark.lockin
 
@@ -73,7 +73,10 @@ def test_rsad_lock_in_holds_the_place_and_rsad_sees_the_demotion_after_unlock(
         assert _queue(lab, urgent)[1] == "Priority"
         assert _queue(lab, job)[1] == "Resources"  # still next, after three passes
         # unlock behind rsad's back (as an admin could): the job is demoted at once
-        make_lockin_slurm(lab).unlock(job, "normal")
+        if method == "qos":
+            root(lab, "scontrol", "update", f"jobid={job}", "qos=normal")
+        else:  # root's release of a job not held: Slurm recomputes its priority
+            root(lab, "scontrol", "release", job)
         wait_for("rsad sees the demotion",
                  lambda: (rsa_job(lab, job) or {}).get("job_state") == "demoted", timeout=30)
         assert _queue(lab, urgent)[1] == "Resources"

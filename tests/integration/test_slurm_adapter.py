@@ -112,8 +112,9 @@ def test_lock_in_keeps_the_place_and_unlock_lets_it_go(lab: Mapping[str, str]) -
         locked = jobs.submit(*LONG)
         wait_for("job on-deck", lambda: cls.poll().get(locked) is JobState.ON_DECK)
         before = cls.rows[locked].priority
-        token = slurm.lock_in(locked)
-        assert token == ("normal" if slurm.lockin_method == "qos" else "")
+        token = slurm.lock_original(locked)  # recorded before the lock-in
+        slurm.lock_in(locked)
+        assert token == ("normal" if slurm.lockin_method == "qos" else str(before))
         urgent = jobs.submit(*LONG)
         root(lab, "scontrol", "update", f"jobid={urgent}", f"priority={urgent_priority(lab)}")
         cls.poll()
@@ -126,7 +127,7 @@ def test_lock_in_keeps_the_place_and_unlock_lets_it_go(lab: Mapping[str, str]) -
             time.sleep(1)
         assert cls.rows[locked].priority > cls.rows[urgent].priority
         assert cls.states[urgent] is JobState.QUEUED
-        slurm.unlock(locked, token)
+        assert slurm.unlock(locked, token).endswith(f"{token} restored")
         wait_for("demotion after unlock",
                  lambda: cls.poll().get(locked) is JobState.DEMOTED, timeout=30)
         assert cls.states[urgent] is JobState.ON_DECK

@@ -7,11 +7,13 @@ authorisation); the same code runs against the real lab in tests/integration.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
 from pathlib import Path
 from typing import Any
 
@@ -90,12 +92,15 @@ class ScriptedSlurm:
     def batch_script(self, job_id: str) -> str:
         return "#!/bin/sh\n#RSA_DATA_IN /pfs/in\n"
 
-    def lock_in(self, job_id: str) -> str:
-        self.calls.append(("lock_in", job_id))
+    def lock_original(self, job_id: str) -> str:
         return "normal"
 
-    def unlock(self, job_id: str, token: str = "") -> None:
-        self.calls.append(("unlock", f"{job_id}:{token}"))
+    def lock_in(self, job_id: str) -> None:
+        self.calls.append(("lock_in", job_id))
+
+    def unlock(self, job_id: str, original: str = "") -> str:
+        self.calls.append(("unlock", f"{job_id}:{original}"))
+        return f"QOS {original} restored"
 
     def set_comment(self, job_id: str, text: str) -> None:
         self.calls.append(("comment", text))
@@ -136,9 +141,9 @@ def make_daemon(tmp_path: Path, slurm: SlurmPort, seen: list[str],
 
 def settle(d: Daemon) -> None:
     """Let workers finish and the loop handle every outcome."""
-    for _ in range(100):
-        for run in list(d.running.values()):
-            run.future.result(timeout=10)
+    for _ in range(400):
+        # a worker may wait for the loop (a milestone): drain while waiting for it
+        wait_futures([r.future for r in d.running.values()], timeout=0.05)
         if d.drain(timeout=0.05) == 0 and not d.running:
             return
     raise AssertionError("daemon did not settle")
@@ -154,7 +159,8 @@ def test_poll_commits_before_dispatch_and_runs_to_locked_in(tmp_path: Path) -> N
     rec = d.sched.records["7"]
     assert rec.rsa_state.value == "locked-in"
     assert ("lock_in", "7") in slurm.calls
-    assert d.facts["7"]["lock_token"] == "normal" and d.facts["7"]["mount"] == {"fs_id": "x"}
+    assert d.facts["7"]["lock_orig"] == {"cycle": "1", "value": "normal"}
+    assert d.facts["7"]["mount"] == {"fs_id": "x"}
     row = d.store.job("7")
     assert row is not None and row.rsa_state == "locked-in" and row.user == "alice"
     outcomes = [e for e in d.store.events("7") if e.name == "action.outcome"]
@@ -291,7 +297,8 @@ class TextSlurm(ScriptedSlurm):
 
     def queue_text(self) -> str:
         return "".join(f"{r.job_id}|{r.state}|{r.reason}|{r.priority}|{r.num_nodes}|"
-                       f"{r.user}|{r.admin_comment or '(null)'}|\n" for r in self.rows)
+                       f"{r.user}|{r.partition}|{r.time_limit}|{r.admin_comment or '(null)'}|\n"
+                       for r in self.rows)
 
 
 def test_incremental_cycle_matches_the_full_parse(tmp_path: Path) -> None:
@@ -401,7 +408,7 @@ def test_a_burst_of_requests_is_one_commit_before_any_action(tmp_path: Path) -> 
         d.inbox.put(Request("hook", {"hook": "bogus", "job_id": "9"}, reply=bogus))
         assert d.drain() == 4
         assert len(order) == 2 and order[0].startswith("commit ")
-        assert order[1] == "dispatch 3 actions"  # one mount-input per started job
+        assert order[1] == "dispatch 6 actions"  # an unlock and a mount-input per started job
         assert waited.result(timeout=1)["tracked"] is True
         assert {d.sched.records[j].rsa_state.value for j in ("7", "8", "9")} == {
             "mounting-input"}
@@ -1412,12 +1419,12 @@ def test_a_job_id_another_user_reuses_is_theirs_with_nothing_of_the_earlier_job(
     d.poll()
     settle(d)
     assert d.sched.records["7"].rsa_state is RsaState.RELEASED
-    assert d.facts["7"]["lock_token"] == "normal"
+    assert d.facts["7"]["lock_orig"]["value"] == "normal"
     bobs_job(slurm, "7", "PENDING", "Resources")
     d.poll()
     rec = d.sched.records["7"]
     assert (rec.user, rec.spec) == ("bob", BOBS)
-    assert "lock_token" not in d.facts.get("7", {})  # alice's, before bob's lock-in
+    assert "lock_orig" not in d.facts.get("7", {})  # alice's, before bob's lock-in
     settle(d)
     assert d.sched.records["7"].rsa_state.value == "locked-in"
     with serving(d) as routes:
@@ -1436,7 +1443,7 @@ def test_a_job_id_another_user_reuses_is_theirs_with_nothing_of_the_earlier_job(
         assert [e["name"] for e in everything].count("job.tracked") == 2
     d2 = make_daemon(tmp_path, slurm, [])  # the same after a restart (replay)
     assert d2.sched.records["7"].user == "bob"
-    assert d2.facts["7"]["lock_token"] == "normal"  # bob's own
+    assert d2.facts["7"]["lock_orig"]["value"] == "normal"  # bob's own
 
 
 def test_a_reused_job_id_holding_the_earlier_jobs_output_is_staged_out_first(
@@ -1605,3 +1612,17 @@ def test_without_accounting_a_gone_job_keeps_no_end_state_and_is_asked_nothing(
     d.poll()
     assert d.sched.records["7"].end_state == ""
     assert not d.end_states.tries
+
+
+def test_held_jobs_are_judged_without_a_slurm_call_each(tmp_path: Path) -> None:
+    """A big held array next to start cost one synchronous Slurm call per task on rsad's
+    loop on d0d1991 (issue 39): the partition comes with the one queue read now."""
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    for t in range(50):
+        slurm.set(f"300_{t}", "PENDING", "BeginTime", hold=HOLD)
+    slurm.rows = [dataclasses.replace(r, partition="debug", time_limit="5:00")
+                  for r in slurm.rows]
+    d.poll()
+    assert [c for c in slurm.calls if c[0] == "job_info"] == []
+    assert all(d.holds.can_start.get(f"300_{t}") is not None for t in range(50))

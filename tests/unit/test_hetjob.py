@@ -94,11 +94,11 @@ class QosRunner:
 
 
 def test_a_hetjobs_lock_in_remembers_the_leaders_qos() -> None:
-    """squeue prints one QOS line per component: the token to restore is one QOS name."""
-    runner = QosRunner("normal|\nnormal|\n")
+    """squeue prints one line per component: the QOS to restore is the leader's."""
+    runner = QosRunner("2+0|PENDING|normal|10|\n2+1|PENDING|low|10|\n")
     slurm = CliSlurm(bin_dir=Path("/usr/bin"), runner=runner, lockin_method="qos",
                      lockin_qos="rsa-lockin")
-    assert slurm.lock_in("2") == "normal"
+    assert slurm.lock_original("2") == "normal"
 
 
 def test_rsads_incremental_poll_tracks_the_captured_hetjob(tmp_path: Path) -> None:

@@ -98,8 +98,8 @@ def test_normal_lifecycle_releases_exactly_the_nodes_taken() -> None:
     assert d.state("10") == "staged-in"  # lock-in under way
     d.answer("10")
     dec = d.observe(obs("10", "RUNNING"), at=50)
-    assert kinds(dec) == ["mount-input"]
-    assert dec.actions[0].args_as(MountInputArgs).mode is MountMode.RO
+    assert kinds(dec) == ["unlock", "mount-input"]  # the lock-in ends as the job starts
+    assert dec.actions[1].args_as(MountInputArgs).mode is MountMode.RO
     d.answer("10")
     assert d.state("10") == "mounted-input"
     assert d.sched.next_timer() == pytest.approx(51 + 600)
@@ -291,7 +291,7 @@ def test_output_only_job_mounts_output_in_the_prolog() -> None:
     assert d.state("10") == "staged-in"
     d.answer("10")
     dec = d.observe(obs("10", "RUNNING"))
-    assert kinds(dec) == ["mount-output"]
+    assert kinds(dec) == ["unlock", "mount-output"]
 
 
 def test_reset_on_input_done_command_only() -> None:
@@ -327,7 +327,7 @@ def test_writable_input_is_written_back_before_the_reset() -> None:
     d = Driver(make_scheduler())
     to_locked_in(d, rw=True)
     dec = d.observe(obs("10", "RUNNING"))
-    assert dec.actions[0].args_as(MountInputArgs).mode is MountMode.RW
+    assert dec.actions[1].args_as(MountInputArgs).mode is MountMode.RW
     d.answer("10")
     dec = d.tick(10_000)
     assert kinds(dec) == ["write-back"]

@@ -65,6 +65,8 @@ class RecordingRunner:
                  env: Any = None, cwd: str | None = None) -> Completed:
         self.argv.append(list(argv))
         out = "normal|\n" if "-o" in argv else ""
+        if argv[0].endswith("squeue") and "-j" in argv:  # the lock-in's view of the job
+            out = f"{argv[list(argv).index('-j') + 1]}|PENDING|normal|100|\n"
         return Completed(tuple(argv), 0, out, "", 0.0)
 
 

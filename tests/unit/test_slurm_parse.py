@@ -62,11 +62,12 @@ def test_every_captured_job_state_is_known() -> None:
 
 
 def test_multiline_admin_comment_is_joined() -> None:
-    rows = parse_queue("5|PENDING|Resources|1|1|u|first\nsecond|\n6|RUNNING|None|1|1|u|(null)|\n")
+    rows = parse_queue("5|PENDING|Resources|1|1|u|debug|5:00|first\nsecond|\n"
+                       "6|RUNNING|None|1|1|u|debug|5:00|(null)|\n")
     assert rows[0].admin_comment == "first\nsecond" and rows[1].admin_comment is None
 
 
-@pytest.mark.parametrize("text", ["garbage\n", "5|PENDING|Resources|x|1|u|(null)|\n"])
+@pytest.mark.parametrize("text", ["garbage\n", "5|PENDING|Resources|x|1|u|debug|5:00|(null)|\n"])
 def test_bad_queue_output_is_a_parse_error(text: str) -> None:
     with pytest.raises(ParseError, match="squeue line"):
         parse_queue(text)

@@ -1,0 +1,212 @@
+"""A lock-in always ends, and no user can turn it into a queue jump (issue 39), against
+the lab's real Slurm in both lab phases: by QOS (`make lab-test`) and by priority
+(`make lab-test-variant`).
+
+Slurm 22.05 changes no running job's QOS (ESLURM_JOB_NOT_PENDING): under method qos a
+job runs under the lock-in QOS and gets its own back the moment it is pending again;
+under method priority its own priority is back as it starts. On d0d1991 every one of
+these tests failed: a self-requeued job came back locked in, a moved job kept its lock,
+a job that could not start kept its RSA nodes and its lock forever, the priority unlock
+released an operator's hold, and sacct showed rsa-lockin.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import as_user
+from tests.integration.slurmkit import Jobs, make_jobs, restart_lab_rsad, root, wait_for
+from tests.integration.test_rsad_staging import fill, rsa_job, wait_state
+from tests.integration.test_slurm_adapter import lockin_method
+
+pytestmark = pytest.mark.lockin
+
+
+def _view(lab: Mapping[str, str], job: str) -> dict[str, str]:
+    """State, reason, QOS and priority of a job in Slurm's own words."""
+    out = root(lab, "squeue", "-h", "-t", "all", "-j", job, "-O",
+               "State:0|,Reason:0|,QOS:0|,PriorityLong:0|").strip().split("|")
+    return dict(zip(("state", "reason", "qos", "priority"), out, strict=False))
+
+
+def _locked(lab: Mapping[str, str], job: str) -> bool:
+    return _is_locked(lab, _view(lab, job))
+
+
+def _is_locked(lab: Mapping[str, str], v: Mapping[str, str]) -> bool:
+    if lockin_method(lab) == "qos":
+        return v["qos"] == lab["RSA_LAB_QOS"]
+    return v["priority"] == lab["RSA_LAB_LOCKIN_PRIORITY"]
+
+
+def _events(lab: Mapping[str, str], job: str) -> list[dict[str, Any]]:
+    return list((rsa_job(lab, job) or {}).get("events") or [])
+
+
+def _went(lab: Mapping[str, str], job: str, *to: str, after: str = "") -> bool:
+    """rsad saw the job's job-state become one of ``to`` (after it was ``after``)."""
+    seen = not after
+    for e in _events(lab, job):
+        if e["name"] != "job.state":
+            continue
+        if seen and e.get("to") in to:
+            return True
+        seen = seen or e.get("to") == after
+    return False
+
+
+def _restored(lab: Mapping[str, str], job: str) -> bool:
+    """rsad's log says it gave the job its own QOS / priority back."""
+    return any(e["name"] == "action.outcome" and "/unlock/" in str(e.get("action"))
+               and " restored" in str(e.get("message")) for e in _events(lab, job))
+
+
+@pytest.fixture()
+def area(lab: Mapping[str, str]) -> Iterator[Path]:
+    base = Path(lab["RSA_LAB_PFS"]) / f"lockin-ends-{os.getpid()}"
+    done = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", (
+        f"mkdir -p {base}/in {base}/out && head -c 100000 /dev/urandom > {base}/in/data")])
+    assert done.returncode == 0, done.stderr
+    yield base
+    subprocess.run(["rm", "-rf", str(base)], check=False, timeout=60)
+
+
+def _submit(jobs: Jobs, area: Path, body: str = "sleep 1", *extra: str) -> str:
+    script = (f"#!/bin/bash\n#SBATCH -t 5\n{''.join(f'#SBATCH {x}{chr(10)}' for x in extra)}"
+              f"#RSA_DATA_IN={area}/in\n#RSA_DATA_OUT={area}/out\n{body}\n")
+    return jobs.submit(script=script)
+
+
+def _free_one_node(lab: Mapping[str, str], jobs: Jobs, but: str) -> None:
+    """Cancel one of the fill jobs so the next job can start."""
+    filler = next(j for j in jobs.ids if j != but and _view(lab, j)["state"] == "RUNNING")
+    root(lab, "scancel", filler)
+
+
+def _sacct_qos(lab: Mapping[str, str], job: str) -> list[str]:
+    out = root(lab, "sacct", "-X", "-D", "-n", "-P", "-j", job, "-o", "QOS")
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def test_a_self_requeued_locked_in_job_comes_back_with_its_own_qos(
+        lab: Mapping[str, str], area: Path) -> None:
+    method = lockin_method(lab)
+    body = ('if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then scontrol requeue $SLURM_JOB_ID; '
+            'sleep 60; fi')
+    with make_jobs(lab) as jobs:
+        fill(jobs)
+        job = _submit(jobs, area, body, "--requeue")
+        own = _view(lab, job)
+        wait_state(lab, job, "locked-in")
+        assert _locked(lab, job), _view(lab, job)
+        _free_one_node(lab, jobs, job)
+        wait_for("the job started", lambda: _went(lab, job, "running"), timeout=60)
+        if method == "priority":  # Slurm takes a running job's priority: back at its start
+            wait_for("its own priority back as it runs", lambda: _restored(lab, job),
+                     timeout=30)
+        # it requeues itself: pending again, never locked in
+        wait_for("the requeue", lambda: _went(lab, job, "queued", "demoted", "on-deck",
+                                               after="running"), timeout=90)
+        # sampled at once: pending again, it may be staged and locked in anew seconds later
+        now = wait_for("its own QOS / priority back after the requeue",
+                       lambda: v if not _is_locked(lab, v := _view(lab, job)) else None,
+                       timeout=30)
+        root(lab, "scancel", job)  # no new lock-in after this: the record stays as sampled
+        if method == "qos":
+            assert now["qos"] == own["qos"] == "normal"
+            wait_for("sacct shows its own QOS",
+                     lambda: _sacct_qos(lab, job)[-1:] == ["normal"], timeout=30)
+        else:
+            assert now["priority"] == own["priority"], (own, now)
+        assert _restored(lab, job)
+
+
+def test_a_partition_move_after_lock_in_ends_the_lock_in(
+        lab: Mapping[str, str], area: Path) -> None:
+    with make_jobs(lab) as jobs:
+        fill(jobs)
+        job = _submit(jobs, area)
+        wait_state(lab, job, "locked-in")
+        assert _locked(lab, job)
+        # its owner moves it (job_submit.lua refuses only qos, priority and nice)
+        done = as_user(lab, lab["RSA_LAB_USER"], ["scontrol", "update", f"jobid={job}",
+                                                 "partition=shared"])
+        assert done.returncode == 0, done.stderr
+        wait_for("rsad ends the lock-in of the moved job",
+                 lambda: any(e.get("trigger") == "job-changed" for e in _events(lab, job)),
+                 timeout=30)
+        wait_for("its own QOS / priority back", lambda: _restored(lab, job), timeout=30)
+        changed = [e for e in _events(lab, job) if e.get("trigger") == "job-changed"]
+        assert changed[0]["detail"] == "partition debug -> shared", changed
+        assert changed[0]["to"] == "tearing-down"
+
+
+@contextmanager
+def _lockin_timeout(lab: Mapping[str, str], timeout: str) -> Iterator[None]:
+    """The lab's rsad restarted with ``slurm.lockin.timeout`` set; back afterwards."""
+    conf = Path(lab["RSA_LAB_RSA_CONFIG"])
+    original = conf.read_text()
+    assert original.count("\n  lockin:\n") == 1
+    conf.write_text(original.replace("\n  lockin:\n", f"\n  lockin:\n    timeout: {timeout}\n"))
+    try:
+        restart_lab_rsad(signal.SIGTERM)
+        yield
+    finally:
+        conf.write_text(original)
+        restart_lab_rsad(signal.SIGTERM)
+
+
+def test_a_locked_in_job_that_cannot_start_is_unlocked_after_the_bound(
+        lab: Mapping[str, str], area: Path) -> None:
+    """... its RSA nodes freed, told why; it later runs (from the PFS) under its own QOS,
+    and sacct says so."""
+    with _lockin_timeout(lab, "15s"), make_jobs(lab) as jobs:
+        fill(jobs)
+        job = _submit(jobs, area)
+        wait_state(lab, job, "locked-in")
+        locked_at = time.monotonic()
+        assert _locked(lab, job)
+        wait_state(lab, job, "declined", "released", timeout=60)
+        assert time.monotonic() - locked_at >= 10
+        data = rsa_job(lab, job) or {}
+        assert "slurm.lockin.timeout" in str(data.get("message"))
+        assert data.get("declined") is True and not data.get("nodes")
+        wait_for("its own QOS / priority back", lambda: not _locked(lab, job), timeout=30)
+        comment = root(lab, "squeue", "-h", "-j", job, "-O", "Comment:0").strip()
+        assert "slurm.lockin.timeout" in comment
+        if lockin_method(lab) == "qos":
+            _free_one_node(lab, jobs, job)
+            wait_for("the job ran", lambda: _view(lab, job)["state"] in (
+                "COMPLETED", "") or not _view(lab, job)["state"], timeout=90)
+            wait_for("sacct shows its own QOS",
+                     lambda: _sacct_qos(lab, job) == ["normal"], timeout=30)
+
+
+def test_an_admin_hold_on_a_locked_in_job_is_kept(
+        lab: Mapping[str, str], area: Path) -> None:
+    """Method priority's unlock was hold + release on d0d1991: it released the hold."""
+    with make_jobs(lab) as jobs:
+        fill(jobs)
+        job = _submit(jobs, area)
+        wait_state(lab, job, "locked-in")
+        root(lab, "scontrol", "hold", job)
+        wait_state(lab, job, "released", timeout=60)  # demoted: torn down
+        # the restore ran (its outcome is logged), or the hold is gone (d0d1991's unlock,
+        # hold + release, released it)
+        wait_for("the restore ran", lambda: any(
+            e["name"] == "action.outcome" and "/unlock/" in str(e.get("action"))
+            for e in _events(lab, job)) or _view(lab, job)["reason"] != "JobHeldAdmin",
+            timeout=30)
+        time.sleep(3)  # a release would show within Slurm's next pass (sched_interval=2)
+        v = _view(lab, job)
+        assert v["state"] == "PENDING" and v["reason"] == "JobHeldAdmin", v
+        assert v["priority"] == "0"
