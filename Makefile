@@ -18,7 +18,7 @@ APT_PKGS   := python3-venv python3-dev lua5.1 lua5.4 sqlite3 tmux rsync tar mung
               gcc make libc6-dev libslurm-dev slurm-client nftables
 SPANK      := slurm_plugins/spank
 
-.PHONY: install test unit lint clean spank deb install-test grammar
+.PHONY: install test unit lint clean spank deb install-test grammar mfs4-test
 
 install: $(VENV)/.installed spank
 
@@ -52,6 +52,7 @@ unit: install
 test: install lint
 	$(VENV)/bin/pytest -q tests/unit
 	$(MAKE) --no-print-directory install-test
+	$(MAKE) --no-print-directory mfs4-test
 	$(MAKE) --no-print-directory lab-test
 	$(MAKE) --no-print-directory lab-test-variant
 	$(MAKE) --no-print-directory lab-test-native
@@ -83,6 +84,13 @@ deb:
 # unit tests on Debian's library versions (tests/install/run).
 install-test: deb
 	tests/install/run
+
+# The RAMDISK driver on real MooseFS 4 (Debian 13's, chrooted in namespaces of its own;
+# tests/mfs4): needs no lab. Builds the cached Debian 13 root first (~1 min cold).
+mfs4-test: install
+	command -v debootstrap >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
+	$(VENV)/bin/pytest -q --durations=5 tests/mfs4
 
 clean:
 	rm -rf dist
