@@ -14,6 +14,8 @@ from rsa_scheduler.fs.mfsversion import (
     ONE_COPY_CLASS,
     Dialect,
     Version,
+    chunkservers_json,
+    chunkservers_plain,
     node_version,
     parse_versions,
     same_release,
@@ -84,6 +86,28 @@ def test_one_copy_and_no_trash_in_each_releases_words() -> None:
     assert four[1:] == [["mfssetsclass", "-r", ONE_COPY_CLASS, "/m"],
                         ["mfssettrashretention", "-r", "0", "/m"]]
     assert not any(c[0] in ("mfssetgoal", "mfssettrashtime") for c in four)
+
+
+def test_chunkservers_are_read_from_4x_json_and_plain_output() -> None:
+    plain = {s: (DATA / f"mfscli4-SCS-{s}.txt").read_text()
+                 for s in ("registered", "scanned")}
+    as_json = {s: (DATA / f"mfscli4-SCS-{s}.json").read_text()
+                for s in ("registered", "scanned")}
+    four = Dialect(Version(4, 57, 5))
+    assert four.chunkservers_argv("10.0.0.5", 20002)[-1] == "-j"
+    assert "-j" not in LEGACY.chunkservers_argv("10.0.0.5", 20002)
+    registered = chunkservers_json(as_json["registered"])
+    scanned = chunkservers_json(as_json["scanned"])
+    assert list(registered) == list(scanned) == [("10.213.40.1", 21003)]
+    assert list(registered.values()) == [0]
+    assert next(iter(scanned.values())) > 0
+    assert four.chunkservers(as_json["scanned"]) == scanned
+    # the plain form gained a column in 4.x: the same totals from it
+    assert chunkservers_plain(plain["registered"]) == registered
+    assert chunkservers_plain(plain["scanned"]) == scanned
+    assert chunkservers_plain(CS3) == {("10.213.0.1", 22947): 2147483648}
+    for garbage in ("", "not json", '{"dataset": 1}', '{"dataset": {"chunkservers": 3}}'):
+        assert chunkservers_json(garbage) == {}
 
 
 def test_the_release_a_ramdisk_was_built_with_is_recorded_and_read_back() -> None:
