@@ -18,7 +18,7 @@ APT_PKGS   := python3-venv python3-dev lua5.1 lua5.4 sqlite3 tmux rsync tar mung
               gcc make libc6-dev libslurm-dev slurm-client nftables
 SPANK      := slurm_plugins/spank
 
-.PHONY: install test unit lint clean spank deb install-test grammar
+.PHONY: install test unit lint clean spank deb install-test grammar mfs4-test
 
 install: $(VENV)/.installed spank
 
@@ -50,13 +50,15 @@ unit: install
 	$(VENV)/bin/pytest -q -m unit tests/unit
 
 # The packages are built first (make deb may apt-get on the host, as lab-up does: never
-# both at once); then the install test (a chroot of its own with its own dpkg, no lab)
+# both at once), and the MooseFS 4 driver test runs (its own Debian 13 root and
+# namespaces); then the install test (a chroot of its own with its own dpkg, no lab)
 # runs beside the lab phases, its output kept in dist/install-test.log and shown at the
 # end. The lab phases run one after the other and stop at the first that fails. The
 # first failure's status is make test's.
 test: install lint
 	$(VENV)/bin/pytest -q tests/unit
 	$(MAKE) --no-print-directory deb
+	$(MAKE) --no-print-directory mfs4-test
 	@log=$(CURDIR)/dist/install-test.log; \
 	( tests/install/run >$$log 2>&1; echo $$? >$$log.rc ) & bg=$$!; \
 	trap 'kill $$bg 2>/dev/null; wait $$bg; exit 130' INT TERM; \
@@ -94,6 +96,13 @@ deb:
 # unit tests on Debian's library versions (tests/install/run).
 install-test: deb
 	tests/install/run
+
+# The RAMDISK driver on real MooseFS 4 (Debian 13's, chrooted in namespaces of its own;
+# tests/mfs4): needs no lab. Builds the cached Debian 13 root first (~1 min cold).
+mfs4-test: install
+	command -v debootstrap >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
+	$(VENV)/bin/pytest -q --durations=5 tests/mfs4
 
 clean:
 	rm -rf dist

@@ -114,8 +114,9 @@ def check(names: str | None, config_file: str | None, compute: bool, as_json: bo
         raise click.ClickException(f"not RSA nodes of {cfg.source}: {','.join(unknown)}")
     hosts = HostPool.from_config(cfg)
     try:  # configured as rsad configures them: the needs follow the backends' options
-        needs = {str(t): make_backend(cfg, str(t), hosts).needs()
-                 for t in {n.tier for n in members.values()}}
+        backends = {str(t): make_backend(cfg, str(t), hosts)
+                    for t in {n.tier for n in members.values()}}
+        needs = {t: b.needs() for t, b in backends.items()}
     except RsaError as e:
         raise click.ClickException(str(e)) from e
     pfs = _pfs_here([str(r) for r in (*cfg.staging.allowed_roots, *cfg.staging.shared_dirs)])
@@ -123,7 +124,7 @@ def check(names: str | None, config_file: str | None, compute: bool, as_json: bo
     def one(name: str) -> NodeReport:
         node = members[name]
         return check_node(name, hosts[name], needs[str(node.tier)], str(node.pool_dir),
-                          pfs=pfs)
+                          pfs=pfs, facts=backends[str(node.tier)].node_facts())
 
     with ThreadPoolExecutor(max_workers=16) as pool:
         reports = list(pool.map(one, wanted))
@@ -145,8 +146,8 @@ def _pfs_here(roots: list[str]) -> dict[str, Seen]:
 def _report(reports: list[NodeReport], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"nodes": {r.node: {"ok": r.ok, "lacks": list(r.lacks),
-                                                  "error": r.error} for r in reports}},
-                              sort_keys=True))
+                                                  "error": r.error, "facts": dict(r.facts)}
+                                         for r in reports}}, sort_keys=True))
     else:
         for r in reports:
             for line in r.lines():

@@ -13,7 +13,7 @@ discovered through the ``rsa_scheduler.filesystems`` entry point group (see
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -23,7 +23,7 @@ from rsa_scheduler.hosts import CancelToken, Host, HostError
 from rsa_scheduler.runner import CommandError
 
 __all__ = ["BackendSettings", "Capabilities", "FilesystemBackend", "FsError", "FsRequest",
-           "Health", "MountSpec", "Need", "SettingProblem", "command_need"]
+           "Health", "MountSpec", "Need", "NodeFacts", "SettingProblem", "command_need"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +141,17 @@ class Need:
     fix: str
 
 
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """What ``rsa nodes check`` tells of an RSA node for a backend beyond its needs (the
+    release of its filesystem): ``script`` (POSIX shell, run on the node as root) asks;
+    ``read`` turns its stdout into facts (name -> value, e.g. ``MooseFS: 4.57.5``) and
+    lacks (``what: fix`` lines, like a failed :class:`Need`)."""
+
+    script: str
+    read: Callable[[str], tuple[dict[str, str], list[str]]]
+
+
 def command_need(cmd: str, package: str) -> Need:
     return Need(f"command {cmd}", f"command -v {cmd} >/dev/null 2>&1",
                 f"install {package}")
@@ -180,6 +191,11 @@ class FilesystemBackend(abc.ABC):
         """What every RSA node needs for this backend as configured (``rsa nodes
         check``); by default the class's :attr:`node_needs`."""
         return self.node_needs
+
+    def node_facts(self) -> NodeFacts | None:
+        """What ``rsa nodes check`` asks an RSA node for this backend besides its needs
+        (None: nothing)."""
+        return None
 
     def compute_needs(self) -> tuple[Need, ...]:
         """What every compute node needs to mount this backend's RAMDISKs as configured

@@ -102,10 +102,13 @@ def valid_range(text: str) -> bool:
         return False
 
 
-def exports_cfg(ranges: Sequence[str], secret: str) -> str:
+def exports_cfg(ranges: Sequence[str], secret: str, admins: Sequence[str] = ()) -> str:
     """mfsexports.cfg: the whole tree, read-write, to ``ranges`` with the password only.
 
-    No ``admin``. ``maproot=0:0`` (root stays root) because root acts on the RAMDISK in
+    ``admin`` only for ``admins``: the master node's own address on MooseFS 4.x, whose
+    mount makes the one-copy storage class (creating a class needs it; the master prefers
+    the line with more privileges when several match, exports.c); nothing else ever.
+    ``maproot=0:0`` (root stays root) because root acts on the RAMDISK in
     documented steps: the backend sets goal and trash time and hands the root directory
     to the job's user, staging creates the root as root before it switches to the user,
     and a compute node's ``union`` mount is an overlay, which reads its lower layers with
@@ -114,7 +117,10 @@ def exports_cfg(ranges: Sequence[str], secret: str) -> str:
     """
     if not secret:
         raise FsError("a moosefs export needs a secret")
-    return "".join(f"{r} / rw,alldirs,maproot=0:0,password={secret}\n" for r in ranges)
+    return "".join(
+        [f"{r} / rw,alldirs,admin,maproot=0:0,password={secret}\n" for r in admins]
+        + [f"{r} / rw,alldirs,maproot=0:0,password={secret}\n" for r in ranges
+           if r not in admins])
 
 
 
@@ -140,6 +146,7 @@ class Layout:
     secret: str = ""  # empty when only paths are needed (destroy)
     export_ranges: tuple[str, ...] = ("*",)
     guard: str = ""  # the mfsmount proxy guard's nftables ruleset; "" = none
+    admin_ranges: tuple[str, ...] = ()  # exported with admin (exports_cfg)
 
     @property
     def master(self) -> str:
@@ -217,7 +224,8 @@ class Layout:
         if node == self.master:
             out.update({"master/": "", "master/metadata.mfs": EMPTY_METADATA,
                         "mfsmaster.cfg": self.master_cfg(), "mfstopology.cfg": "",
-                        "mfsexports.cfg": exports_cfg(self.export_ranges, self.secret)})
+                        "mfsexports.cfg": exports_cfg(self.export_ranges, self.secret,
+                                                      self.admin_ranges)})
         return out
 
     def tarball(self, node: str) -> str:

@@ -1,10 +1,11 @@
-"""The shell MooseFS RAMDISKs run on RSA nodes, and the parsers of what comes back.
+"""The shell MooseFS RAMDISKs run on RSA nodes.
 
 Owns the scripts :class:`~rsa_scheduler.fs.moosefs.MooseFsBackend` runs over SSH as root
 (``sh -c SCRIPT args``): unmount, the create-time probe, the server check and repair,
-the mount check and the kill of a filesystem's daemons; and the parser of ``mfscli -SCS``
-(which chunk servers registered and reported their space). Text only: running them is
-the backend's, through :class:`~rsa_scheduler.hosts.Host`. Imports nothing of the package.
+the mount check and the kill of a filesystem's daemons. What differs between MooseFS
+releases (and the parser of ``mfscli``) is :mod:`rsa_scheduler.fs.mfsversion`'s. Text
+only: running them is the backend's, through :class:`~rsa_scheduler.hosts.Host`. Imports
+nothing of the package.
 """
 
 from __future__ import annotations
@@ -102,22 +103,3 @@ for pid in $pids; do
 done
 """
 
-
-def chunkservers_listed(mfscli_output: str) -> dict[tuple[str, int], int]:
-    """(ip, port) -> total space in bytes of every chunk server ``mfscli -SCS`` lists
-    (tab-separated rows: ip, port, id, labels, version, load, maintenance, chunks, used,
-    total, ...). A chunk server registers with total 0 and reports its space only after
-    it scanned its chunk directory; writes before that fail with ENOSPC."""
-    found: dict[tuple[str, int], int] = {}
-    for line in mfscli_output.splitlines():
-        fields = line.split("\t")
-        if (len(fields) >= 3 and fields[0].strip() == "chunk servers:"
-                and fields[2].strip().isdigit()):
-            total = fields[10].strip() if len(fields) > 10 else ""
-            found[(fields[1].strip(), int(fields[2]))] = int(total) if total.isdigit() else 0
-    return found
-
-
-def chunkservers_ready(mfscli_output: str) -> set[tuple[str, int]]:
-    """Chunk servers that registered AND reported their space (ready for writes)."""
-    return {cs for cs, total in chunkservers_listed(mfscli_output).items() if total > 0}

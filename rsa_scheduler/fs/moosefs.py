@@ -8,8 +8,10 @@ runs on the nodes, and the parser of ``mfscli``, :mod:`rsa_scheduler.fs.mfsscrip
 One filesystem = one ``mfsmaster`` on the first node, one ``mfschunkserver`` per node
 with its chunks in that node's pool (tmpfs for ``ram``, disk for ``ssd``), and
 ``mfsmount`` at ``<mount_root>/<fs_id>`` on every node so staging runs on all of them in
-parallel. Goal 1, trash time 0 (no
-replication, no trash: a throw-away scratch filesystem, like BeeOND).
+parallel. One copy, no trash (no replication, no trash: a throw-away scratch filesystem,
+like BeeOND): goal 1 and trash time 0 on MooseFS 3.0, a storage class of one copy and trash
+retention 0 on 4.x. Each node's MooseFS release is asked of its tools at every create
+(:mod:`rsa_scheduler.fs.mfsversion` owns what differs); a RAMDISK's nodes must share one.
 
 Everything of a filesystem lives in ``<pool_dir>/rsa-mfs-<fs_id>/`` on each node (configs,
 master metadata, chunkserver state, chunks, the mount password file, ``spec.json`` written
@@ -57,6 +59,7 @@ from rsa_scheduler.fs.base import (
     Health,
     MountSpec,
     Need,
+    NodeFacts,
     SettingProblem,
     command_need,
 )
@@ -86,7 +89,16 @@ from rsa_scheduler.fs.mfsscripts import (
     REPAIR_SCRIPT,
     SERVERS_CHECK,
     UMOUNT_SCRIPT,
-    chunkservers_ready,
+)
+from rsa_scheduler.fs.mfsversion import (
+    LEGACY,
+    VERSION_SCRIPT,
+    Dialect,
+    Version,
+    node_version,
+    parse_versions,
+    same_release,
+    version_facts,
 )
 from rsa_scheduler.hosts import Cancelled, CancelToken, Host
 
@@ -133,8 +145,14 @@ class MooseFsBackend(FilesystemBackend):
         command_need("mfsmount", "moosefs-client"),
         # a build waits for its chunkservers with mfscli, and sets goal and trash time
         command_need("mfscli", "moosefs-cli (a build waits for its chunkservers with it)"),
-        command_need("mfssetgoal", "moosefs-client"),
-        command_need("mfssettrashtime", "moosefs-client"),
+        # one copy and no trash: mfssetgoal, mfssettrashtime (3.0); mfscreatesclass,
+        # mfssetsclass, mfssettrashretention (4.x, the same package)
+        Need("command mfssetgoal (3.0) or mfssetsclass (4.x)",
+             "command -v mfssetsclass >/dev/null 2>&1 || "
+             "command -v mfssetgoal >/dev/null 2>&1", "install moosefs-client"),
+        Need("command mfssettrashtime (3.0) or mfssettrashretention (4.x)",
+             "command -v mfssettrashretention >/dev/null 2>&1 || "
+             "command -v mfssettrashtime >/dev/null 2>&1", "install moosefs-client"),
         command_need("nft", "nftables (the mount's master proxy guard; "
                      "filesystem.moosefs_proxy)"),
         command_need("ss", "iproute2 (rsad looks for free ports with it)"),
@@ -147,6 +165,10 @@ class MooseFsBackend(FilesystemBackend):
                      "filesystem.moosefs_proxy)"),
         Need("the fuse device", "[ -c /dev/fuse ]", "load the fuse module (modprobe fuse)"),
     )
+
+    def node_facts(self) -> NodeFacts:
+        """The node's MooseFS release, asked of its tools (rsa nodes check)."""
+        return NodeFacts(VERSION_SCRIPT, version_facts)
 
     @classmethod
     def check_settings(cls, settings: BackendSettings) -> list[SettingProblem]:
@@ -212,7 +234,9 @@ class MooseFsBackend(FilesystemBackend):
         return str(getattr(self.hosts[node], "address", None) or node)
 
     def layout(self, req: FsRequest, base: int = 0, secret: str = "", *,
-               guarded: bool = True) -> Layout:
+               guarded: bool = True, admin: bool = False) -> Layout:
+        """``admin``: the master node's own address gets an ``admin`` export (MooseFS
+        4.x: making the RAMDISK's one-copy storage class needs it); no one else does."""
         validate_fs_id(req.fs_id)
         if not req.nodes:
             raise FsError(f"{req.fs_id}: no RSA nodes given")
@@ -228,9 +252,10 @@ class MooseFsBackend(FilesystemBackend):
         # the guard only where a mount may follow (create, repair): a teardown or a
         # look at the servers never depends on resolving the pool's addresses
         guard = mfsproxy.ruleset(self.proxy_address, self.servers()) if guarded else ""
+        admins = tuple(self._ipv4(addresses[req.nodes[0]])) if admin and secret else ()
         return Layout(req.fs_id, tuple(req.nodes), addresses,
                       {n: str(req.pool_dirs[n]) for n in req.nodes}, str(req.mount_root),
-                      base, secret, ranges, guard)
+                      base, secret, ranges, guard, admins)
 
 
     # ----------------------------------------------------------------- create
@@ -244,6 +269,7 @@ class MooseFsBackend(FilesystemBackend):
                 f"({lay.addresses[loop[0]]}); MooseFS chunkservers refuse a loopback "
                 "master: give each RSA node a routable data address (docs/filesystems.md)")
         probe = self._probe(lay)
+        dialect = self._dialect(lay, probe)
         existing = self._existing(lay, probe)
         if existing is True:
             spec = self._read_spec(lay)
@@ -264,8 +290,8 @@ class MooseFsBackend(FilesystemBackend):
             try:
                 if attempt > 0 or existing is not None:
                     probe = self._probe(lay)
-                busy = set().union(*(ports for _, ports in probe.values()))
-                return self._build(req, attempt, busy, cancel)
+                busy = set().union(*(ports for _, ports, _ in probe.values()))
+                return self._build(req, attempt, busy, cancel, dialect)
             except Cancelled:
                 raise
             except FsError as e:
@@ -275,23 +301,38 @@ class MooseFsBackend(FilesystemBackend):
         raise FsError(f"{req.fs_id}: moosefs create failed after {self.retries + 1} "
                       f"attempts: {last}") from last
 
-    def _probe(self, lay: Layout) -> dict[str, tuple[list[str], set[int]]]:
-        """One round trip per node: what this fs_id left in the pool, listening ports."""
-        def probe(node: str) -> tuple[list[str], set[int]]:
-            out = self._run(node, ["sh", "-c", PROBE_SCRIPT, lay.dir(node)], 30)
-            entries = [ln[2:] for ln in out.splitlines() if ln.startswith("F:")]
-            ports = listening_ports("\n".join(ln for ln in out.splitlines()
-                                              if not ln.startswith("F:")))
-            return entries, ports
+    def _probe(self, lay: Layout) -> dict[str, tuple[list[str], set[int], Version]]:
+        """One round trip per node: what this fs_id left in the pool, listening ports,
+        the MooseFS release its tools belong to."""
+        def probe(node: str) -> tuple[list[str], set[int], Version]:
+            out = self._run(node, ["sh", "-c", f"{PROBE_SCRIPT}\n{VERSION_SCRIPT}",
+                                   lay.dir(node)], 30)
+            lines = out.splitlines()
+            entries = [ln[2:] for ln in lines if ln.startswith("F:")]
+            ports = listening_ports("\n".join(ln for ln in lines
+                                              if not ln.startswith(("F:", "V:"))))
+            return entries, ports, node_version(parse_versions(out))
 
         return on_nodes(lay.nodes, probe, f"{lay.fs_id}: look for an existing moosefs")
 
     @staticmethod
-    def _existing(lay: Layout, probe: Mapping[str, tuple[list[str], set[int]]]
-                  ) -> bool | None:
+    def _dialect(lay: Layout,
+                 probe: Mapping[str, tuple[list[str], set[int], Version]]) -> Dialect:
+        """The commands of the release every node of the RAMDISK runs (FsError when
+        they run different ones)."""
+        versions = {n: probe[n][2] for n in lay.nodes}
+        try:
+            same_release(versions)
+        except FsError as e:
+            raise FsError(f"{lay.fs_id}: {e}") from e
+        return Dialect(versions[lay.master])
+
+    @staticmethod
+    def _existing(lay: Layout,
+                  probe: Mapping[str, tuple[list[str], set[int], Version]]) -> bool | None:
         """None: nothing there; True: complete (spec.json everywhere it belongs);
         False: leftovers of a half-built or half-destroyed filesystem."""
-        present = {n: entries for n, (entries, _) in probe.items() if entries != ["-"]}
+        present = {n: entries for n, (entries, _, _) in probe.items() if entries != ["-"]}
         if not present:
             return None
         return len(present) == len(lay.nodes) and "spec.json" in present[lay.master]
@@ -308,11 +349,12 @@ class MooseFsBackend(FilesystemBackend):
             return None
 
     def _build(self, req: FsRequest, attempt: int, busy: set[int],
-               cancel: CancelToken | None) -> MountSpec:
+               cancel: CancelToken | None, dialect: Dialect = LEGACY) -> MountSpec:
         """Round trips: (1) every node unpacks its configs and starts its chunkserver,
         the first node also starts the master, mounts and hands the root directory to the
         job's user; (2) the other nodes mount while the master node is polled until every
-        chunkserver registered; (3) goal, trash time and the spec.json completion mark.
+        chunkserver registered; (3) one copy, no trash (``dialect``: the nodes' MooseFS
+        release) and the spec.json completion mark.
         Each attempt draws a new port block (a bind failure is retried elsewhere) and a
         new secret."""
         dl = Deadline(self.create_timeout, f"{req.fs_id}: moosefs create")
@@ -322,7 +364,7 @@ class MooseFsBackend(FilesystemBackend):
             base = random_base(busy, 3 + len(req.nodes), base=first, slots=slots)
         except FsError as e:
             raise FsError(f"{req.fs_id}: {e}") from e
-        lay = self.layout(req, base, new_secret())
+        lay = self.layout(req, base, new_secret(), admin=dialect.classes)
         uid, gid = req.owner or (0, 0)
         with ExitStack() as undo:  # LIFO cleanup of whatever was built, on any exception
             undo.callback(self._stop_servers, lay, dl)  # servers (if started), then dirs
@@ -352,7 +394,7 @@ class MooseFsBackend(FilesystemBackend):
 
             def mount_or_wait(node: str) -> None:
                 if node == lay.master:
-                    self._wait_chunkservers(lay, dl, cancel)
+                    self._wait_chunkservers(lay, dl, cancel, dialect)
                 else:
                     mount = lay.mount_argv(node, self.rsa_node_options)
                     self._run(node, sh_chain(lay.guard_argv(node), mount) if lay.guard
@@ -367,28 +409,28 @@ class MooseFsBackend(FilesystemBackend):
                                      "master_port": lay.client_port,
                                      "options": list(self.client_options),
                                      "port_base": lay.base,
-                                     "pass_file": f"{lay.dir(lay.master)}/{PASS_FILE}"})
+                                     "pass_file": f"{lay.dir(lay.master)}/{PASS_FILE}",
+                                     "moosefs_version": str(dialect.version)})
             self._run(lay.master, sh_chain(
-                ["mfssetgoal", "-r", "1", lay.mountpoint],
-                ["mfssettrashtime", "-r", "0", lay.mountpoint],
+                *dialect.one_copy(lay.mountpoint),
                 ["dd", f"of={lay.dir(lay.master)}/spec.json", "status=none"]),
                 dl.left(), input=json.dumps(spec.to_json()), cancel=cancel)
             undo.pop_all()
-        log.info("%s: moosefs up on %s (master %s:%d, exported to %s) in %.2fs", req.fs_id,
-                 ",".join(lay.nodes), lay.master_address, lay.client_port,
-                 " ".join(lay.export_ranges), time.monotonic() - t0)
+        log.info("%s: moosefs %s up on %s (master %s:%d, exported to %s) in %.2fs",
+                 req.fs_id, dialect.version, ",".join(lay.nodes), lay.master_address,
+                 lay.client_port, " ".join(lay.export_ranges), time.monotonic() - t0)
         return spec
 
-    def _wait_chunkservers(self, lay: Layout, dl: Deadline,
-                           cancel: CancelToken | None) -> None:
+    def _wait_chunkservers(self, lay: Layout, dl: Deadline, cancel: CancelToken | None,
+                           dialect: Dialect = LEGACY) -> None:
         want = {(lay.addresses[n], lay.cs_port(n)) for n in lay.nodes}
-        argv = ["mfscli", "-H", lay.master_address, "-P", str(lay.client_port), "-SCS"]
+        argv = dialect.chunkservers_argv(lay.master_address, lay.client_port)
         seen: set[tuple[str, int]] = set()
         while not dl.expired():
             if cancel is not None:
                 cancel.check()
             out = self._run(lay.master, argv, min(10.0, dl.left()), check=False)
-            seen = chunkservers_ready(out) & want
+            seen = _ready(dialect, out) & want
             if seen == want:
                 return
             time.sleep(0.1)
@@ -463,8 +505,10 @@ class MooseFsBackend(FilesystemBackend):
                 return ""
             return "not mounted" if not r.stdout.strip() else "statfs failed or hung"
 
+        dialect = _dialect_of(spec)
+
         def cli() -> str:
-            return self._run(nodes[0], ["mfscli", "-H", host, "-P", str(port), "-SCS"], 15,
+            return self._run(nodes[0], dialect.chunkservers_argv(host, port), 15,
                              check=False)
 
         with ThreadPoolExecutor(max_workers=1) as pool:
@@ -474,7 +518,7 @@ class MooseFsBackend(FilesystemBackend):
                 out = listing.result()
             except FsError as e:
                 return Health(False, str(e))
-        ready = len(chunkservers_ready(out))
+        ready = len(_ready(dialect, out))
         if ready < len(nodes):
             problems["master"] = f"{ready}/{len(nodes)} chunkservers registered with space"
         if problems:
@@ -529,7 +573,8 @@ class MooseFsBackend(FilesystemBackend):
         done = [d for n in lay.nodes for d in found[n]]
         if done:
             self._wait_chunkservers(lay, Deadline(self.create_timeout,
-                                                  f"{req.fs_id}: repair"), None)
+                                                  f"{req.fs_id}: repair"), None,
+                                    _dialect_of(spec))
         title = lay.mount_title
 
         def mount(node: str) -> str:
@@ -589,6 +634,20 @@ class MooseFsBackend(FilesystemBackend):
     def client_umount_argv(self, spec: MountSpec, mountpoint: str) -> list[str]:
         # lazy: a job's leftover open files must not make the Epilog fail
         return ["umount", "-l", mountpoint]
+
+
+def _ready(dialect: Dialect, mfscli_output: str) -> set[tuple[str, int]]:
+    """Chunk servers that registered AND reported their space (ready for writes)."""
+    return {cs for cs, total in dialect.chunkservers(mfscli_output).items() if total > 0}
+
+
+def _dialect_of(spec: MountSpec) -> Dialect:
+    """The commands of the release a RAMDISK was built with (one built before the
+    release was recorded: MooseFS 3.0, the only one rsad built then)."""
+    try:
+        return Dialect(Version.parse(f"version {spec.client['moosefs_version']}"))
+    except (KeyError, ValueError):
+        return LEGACY
 
 
 def _ipv4_of(address: str) -> list[str]:

@@ -5,17 +5,18 @@ Owns :data:`COMMON_NEEDS` (what the data path runs on every RSA node), the pure
 ``MISSING`` line per failure) and :func:`parse_check`, and :func:`check_node`, the
 calls over the node's host seam (that script, then the pool's own-filesystem check of
 :mod:`rsa_scheduler.fs.poolcheck`, then the PFS probe of :mod:`rsa_scheduler.fs.pfscheck`
-against what rsad's host sees). The backends name their own needs
-(``FilesystemBackend.node_needs``). Nothing here changes a node.
+against what rsad's host sees, then the backend's facts, e.g. its MooseFS release). The
+backends name their own needs (``FilesystemBackend.node_needs``) and facts
+(``FilesystemBackend.node_facts``). Nothing here changes a node.
 """
 
 from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from rsa_scheduler.fs.base import Need, command_need
+from rsa_scheduler.fs.base import Need, NodeFacts, command_need
 from rsa_scheduler.fs.pfscheck import Seen, parse_probe, pfs_lacks, probe_argv
 from rsa_scheduler.fs.poolcheck import FIX, parse_pool_check, pool_check_argv
 from rsa_scheduler.hosts import Host, HostError
@@ -51,6 +52,8 @@ class NodeReport:
     node: str
     lacks: tuple[str, ...]  # "what: fix", one each
     error: str = ""  # the node could not be asked at all
+    #: what the backend tells of the node (``MooseFS`` -> ``4.57.5``)
+    facts: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -59,9 +62,11 @@ class NodeReport:
     def lines(self) -> list[str]:
         if self.error:
             return [f"{self.node}: cannot check: {self.error}"]
+        told = ", ".join(f"{k} {v}" for k, v in self.facts.items())
         if not self.lacks:
-            return [f"{self.node}: ok"]
-        return [f"{self.node}: lacks {x}" for x in self.lacks]
+            return [f"{self.node}: ok ({told})" if told else f"{self.node}: ok"]
+        return ([f"{self.node}: {told}"] if told else []) + [
+            f"{self.node}: lacks {x}" for x in self.lacks]
 
 
 def pool_need(pool_dir: str) -> Need:
@@ -92,9 +97,11 @@ def parse_check(stdout: str) -> tuple[str, ...]:
 
 
 def check_node(name: str, host: Host, needs: Sequence[Need], pool_dir: str,
-               timeout: float = 30.0, pfs: Mapping[str, Seen] | None = None) -> NodeReport:
+               timeout: float = 30.0, pfs: Mapping[str, Seen] | None = None,
+               facts: NodeFacts | None = None) -> NodeReport:
     """``pfs``: the PFS roots as rsad's host sees them (:func:`pfscheck.parse_probe`);
-    the node must see the same filesystems at the same paths."""
+    the node must see the same filesystems at the same paths. ``facts``: what the
+    backend asks of the node besides (its MooseFS release)."""
     unique = list({n.what: n for n in (*COMMON_NEEDS, *needs)}.values())
     try:
         done = host.run(["sh", "-c", check_script(unique, pool_dir)], timeout=timeout)
@@ -107,6 +114,11 @@ def check_node(name: str, host: Host, needs: Sequence[Need], pool_dir: str,
         if pfs:
             there = parse_probe(host.run(probe_argv(list(pfs)), timeout=timeout).stdout)
             lacks += pfs_lacks(pfs, there)
+        told: dict[str, str] = {}
+        if facts is not None:
+            told, more = facts.read(host.run(["sh", "-c", facts.script],
+                                             timeout=timeout).stdout)
+            lacks += tuple(more)
     except (HostError, CommandError, OSError) as e:
         return NodeReport(name, (), str(e).splitlines()[0] if str(e) else type(e).__name__)
-    return NodeReport(name, lacks)
+    return NodeReport(name, lacks, facts=told)

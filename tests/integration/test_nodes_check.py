@@ -5,6 +5,7 @@ not, and a node that does not answer is said so."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,10 +32,22 @@ def variant(lab: Mapping[str, str], tmp_path: Path, **change: object) -> Path:
     return out
 
 
+def mfs_version() -> str:
+    """The MooseFS release of this host's tools (the lab's nodes share them)."""
+    out = subprocess.run(["mfsmaster", "-v"], capture_output=True, text=True, timeout=30,
+                         check=True).stdout
+    found = re.search(r"(\d+\.\d+\.\d+)", out)
+    assert found, out
+    return found.group(1)
+
+
 def test_the_labs_rsa_nodes_have_everything(lab: Mapping[str, str]) -> None:
     done = check(lab, lab["RSA_LAB_RSA_CONFIG"])
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.splitlines() == [f"rsa{i}: ok" for i in range(1, 5)]
+    # each with the MooseFS release its tools report (issue 31)
+    version = re.escape(mfs_version())
+    assert [re.fullmatch(rf"rsa{i}: ok \(MooseFS {version}\)", line) is not None
+            for i, line in enumerate(done.stdout.splitlines(), 1)] == [True] * 4, done.stdout
 
 
 def test_a_beeond_site_is_told_what_its_nodes_lack(lab: Mapping[str, str],
@@ -95,7 +108,7 @@ def test_a_node_that_is_no_pfs_client_or_lacks_mfscli_is_told_the_fix(
             in_node(pid, "umount", target)
     assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0] == "rsa1: ok", lines
+    assert lines[0] == f"rsa1: ok (MooseFS {mfs_version()})", lines
     assert lines[1].startswith(f"rsa2: lacks the PFS at {pfs_home} as rsad's host sees it "
                                "(tmpfs there, fuseblk on rsad's host): mount the site's PFS "
                                f"at {pfs_home} on this node as on rsad's host"), lines

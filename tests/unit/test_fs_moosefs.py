@@ -18,14 +18,22 @@ from rsa_scheduler.fs.mfslayout import (
     new_secret,
     random_base,
 )
-from rsa_scheduler.fs.mfsscripts import chunkservers_listed, chunkservers_ready
-from rsa_scheduler.fs.moosefs import MooseFsBackend
+from rsa_scheduler.fs.mfsversion import LEGACY
+from rsa_scheduler.fs.moosefs import MooseFsBackend, _ready
 from rsa_scheduler.hosts import CancelToken
 from rsa_scheduler.runner import Completed
 
 DATA = Path(__file__).parent.parent / "data" / "moosefs"
 REGISTERED = (DATA / "mfscli-SCS-registered.txt").read_text()
 SCANNED = (DATA / "mfscli-SCS-scanned.txt").read_text()
+
+
+def chunkservers_listed(text: str) -> dict[tuple[str, int], int]:
+    return LEGACY.chunkservers(text)
+
+
+def chunkservers_ready(text: str) -> set[tuple[str, int]]:
+    return _ready(LEGACY, text)
 
 
 def test_a_registered_chunkserver_reports_no_space_until_it_scanned_its_disk() -> None:

@@ -112,7 +112,8 @@ def test_moosefs_nodes_are_asked_for_every_tool_a_build_runs() -> None:
     and sets goal and trash time: a node without them failed its first build."""
     fixes = {n.what: n.fix for n in MooseFsBackend.node_needs}
     assert fixes["command mfscli"].startswith("install moosefs-cli")
-    assert {"command mfssetgoal", "command mfssettrashtime", "command ss",
+    assert {"command mfssetgoal (3.0) or mfssetsclass (4.x)",
+            "command mfssettrashtime (3.0) or mfssettrashretention (4.x)", "command ss",
             "command pgrep"} <= set(fixes)
     assert {"command xargs", "command b2sum", "command findmnt"} <= {
         n.what for n in COMMON_NEEDS}
