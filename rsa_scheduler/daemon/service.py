@@ -44,6 +44,7 @@ from rsa_scheduler.core.scheduler import (
 from rsa_scheduler.core.transitions import Trigger
 from rsa_scheduler.daemon import views
 from rsa_scheduler.daemon.cycle import FIRST_SIGHTS_PER_CYCLE, QueueReader
+from rsa_scheduler.daemon.dephold import DepHold
 from rsa_scheduler.daemon.dispatch import Dispatcher, Running
 from rsa_scheduler.daemon.executors import Registry
 from rsa_scheduler.daemon.health import HEALTH_BY
@@ -110,6 +111,10 @@ class Daemon:
         self.holds = StartHold(slurm=slurm, clock=clock, scheduler=lambda: self.sched,
                                commit=self._commit, tell=self.dispatcher.tell,
                                lane=self.dispatcher.urgent, split=self.specs.split_hold)
+        # dependents of RSA jobs wait for their parents' output (daemon/dephold.py)
+        self.deps = DepHold(slurm=slurm, clock=clock, scheduler=lambda: self.sched,
+                            commit=self._commit, tell=self.dispatcher.tell,
+                            lane=self.dispatcher.urgent)
         # native mode (slurm.mode: native): Slurm's burst_buffer/lua hooks start stage-in
         # and stage-out (daemon/native.py); None in queue mode
         self.native: NativeDriver | None = None
@@ -298,6 +303,7 @@ class Daemon:
         self.holds.check()
         if self.native is None:  # native mode: data_in waits for the earlier run instead
             self.holds.check_reruns()
+        self.deps.check()
         if not incremental:
             self.specs.prune(rows, self.sched.records)
         self._forget(now, present | fresh)
