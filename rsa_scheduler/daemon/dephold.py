@@ -70,7 +70,9 @@ class DepHold:
         self.tell = tell
         self.lane = lane
         self.calls: dict[str, Future[bool]] = {}  # job -> the Slurm call in flight
-        self.asked: dict[str, float] = {}  # job -> when its last call was asked for
+        # job -> (when its last call was asked for, whether to hold): the same call is not
+        # asked again within RETRY (Slurm may not show its effect at once)
+        self.asked: dict[str, tuple[float, bool]] = {}
         self.told: dict[str, str] = {}  # job -> the last reason its user was told
         self._unsupported = False
 
@@ -118,14 +120,15 @@ class DepHold:
         named = parents_of(job, row.user, deps, records)
         waits = [w for p in sorted(set(named) | set(marked or []))
                  if (w := parent_verdict(records.get(p))) is not None]
-        recent = now - self.asked.get(job, -1e18) < RETRY
+        when, holding = self.asked.get(job, (-1e18, False))
+        recent = now - when < RETRY
         if waits:
             blocking = [w.parent for w in waits]
             message = held_message(waits)
             if marked is None or not set(blocking) <= set(marked):
-                if recent:
+                if recent and holding:
                     return
-                self.asked[job] = now
+                self.asked[job] = (now, True)
                 parents = sorted(set(blocking) | set(marked or []))
                 self._event(records, job, now, "job.dependency-held", parents)
                 self.told[job] = message
@@ -134,8 +137,8 @@ class DepHold:
             elif self.told.get(job) != message:
                 self.told[job] = message
                 self.tell(job, message)
-        elif marked is not None and not recent:
-            self.asked[job] = now
+        elif marked is not None and not (recent and not holding):
+            self.asked[job] = (now, False)
             wait = self._waits_for_ramdisk(records.get(job))
             self._event(records, job, now, "job.dependency-released", marked)
             self.calls[job] = self.lane.submit(self._release, job, row.admin_comment,

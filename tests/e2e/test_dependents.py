@@ -101,8 +101,7 @@ def test_an_afterok_chain_reads_every_byte_even_across_an_rsad_crash(
             with contextlib.suppress(AssertionError):  # a type Slurm refuses here
                 jobs.submit("-H", "--array=0-1", f"--dependency={dep}", "-J", "chain",
                             script=child_script(area / "none", area / "none"))
-        wait_for("B held for A's output", lambda: DEP_MARK + a in show_job(
-            lab, b)["AdminComment"], timeout=60)
+        wait_for("A running", lambda: (res / "outmnt").exists(), timeout=120)
         capture(lab, "pending")
         wait_state(lab, a, "staging-out", "stage-out-failed", "verifying", timeout=120)
         capture(lab, "ended")
@@ -110,7 +109,9 @@ def test_an_afterok_chain_reads_every_byte_even_across_an_rsad_crash(
         try:
             time.sleep(3)  # Slurm alone: B must stay pending while A's output is staged
             info = show_job(lab, b)
+            # on main B had started (and read part of A's output) by now
             assert info["JobState"] == "PENDING", info
+            assert DEP_MARK + a in info["AdminComment"], info
         finally:
             start_lab_rsad()
         wait_for("B's end", lambda: (res / "b.md5").exists() and root(
@@ -136,17 +137,17 @@ def test_a_failed_stage_out_keeps_the_dependent_held_until_rsa_retry(
         a = jobs.submit(script=parent_script(out, res, 4))
         b = jobs.submit("-H", script=child_script(out, res))
         root(lab, "scontrol", "update", f"JobId={b}", f"Dependency=afterok:{a}")
-        wait_for("B held for A's output", lambda: DEP_MARK + a in show_job(
-            lab, b)["AdminComment"], timeout=60)
-        root(lab, "scontrol", "release", b)  # its user's hold: rsad's stays
+        root(lab, "scontrol", "release", b)  # its user's hold (rsad's is its own)
         wait_for("A on its RAMDISK", lambda: (res / "outmnt").exists(), timeout=120)
         out.chmod(0o555)  # the PFS side of DATA_OUT refuses the stage-out
         wait_state(lab, a, "quarantined", timeout=240)
+        assert show_job(lab, b)["JobState"] == "PENDING", show_job(lab, b)
         wait_for("B told why", lambda: "quarantined" in show_job(lab, b)["Comment"],
                  timeout=60)
-        info = show_job(lab, b)
+        info = show_job(lab, b)  # on main B had run on A's missing output
         assert info["JobState"] == "PENDING", info
         assert f"rsa retry {a}" in info["Comment"], info
+        assert DEP_MARK + a in info["AdminComment"], info
         out.chmod(0o755)
         subprocess.run([rsa, "retry", a], check=True, capture_output=True, timeout=60)
         wait_for("B's end", lambda: (res / "b.md5").exists() and root(
