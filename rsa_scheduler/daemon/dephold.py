@@ -28,6 +28,7 @@ from concurrent.futures import Executor, Future
 from rsa_scheduler.core.dependency import (
     DEP_MARK,
     DependencyError,
+    Waiting,
     dep_marker,
     dep_parents,
     held_message,
@@ -120,6 +121,10 @@ class DepHold:
         named = parents_of(job, row.user, deps, records)
         waits = [w for p in sorted(set(named) | set(marked or []))
                  if (w := parent_verdict(records.get(p))) is not None]
+        # another user's job: its dependent is held as well, but told nothing of how
+        # that job's stage-out fares (failed, quarantined): that is its owner's
+        waits = [w if records[w.parent].user == row.user else Waiting(w.parent, "staging")
+                 for w in waits]
         when, holding = self.asked.get(job, (-1e18, False))
         recent = now - when < RETRY
         if waits:

@@ -105,6 +105,13 @@ def test_a_quarantined_stage_out_keeps_the_dependent_held_until_rsa_retry(
     assert released(slurm) == []
     assert "job 7's output is quarantined" in comments(slurm)[-1]
     assert "rsa retry 7" in comments(slurm)[-1]
+    # another user's dependent is held as well, told nothing of how job 7 fares
+    slurm.pend("11", "afterok:7(unfulfilled)")
+    slurm.rows = [r if r.job_id != "11" else QueueRow("11", "PENDING", "Dependency", 10, 1,
+                                                      "bob", None) for r in slurm.rows]
+    cycle(d)
+    assert holds(slurm)[-1] == f"11:{DEP_HOLD}: hold=after:7"
+    assert "quarantined" not in comments(slurm)[-1] and "job 7" in comments(slurm)[-1]
     gated.fail_out = False
     gated.gate.set()
     d.submit("command", ("7", "retry", "root", True))
@@ -112,7 +119,7 @@ def test_a_quarantined_stage_out_keeps_the_dependent_held_until_rsa_retry(
     for _ in range(3):
         cycle(d)
         settle(d)
-    assert released(slurm) == ["8:"]
+    assert released(slurm) == ["8:", "11:"]
     d.shutdown()
 
 
