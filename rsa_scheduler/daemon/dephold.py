@@ -14,6 +14,11 @@ the next rsad. A job is held from the first cycle that sees it pending with a de
 on an RSA job that has (or may have) output to stage out: before that job ends, since
 Slurm may start the dependent within one scheduling pass of it.
 
+job_submit.lua marks every job submitted with such a dependency the same way (its
+``dependency_hold``, the marker without parents), so that a dependent submitted just as
+its parent ends is held too: rsad releases it at its next cycle when no parent has output
+on a RAMDISK.
+
 Imports nothing of the daemon; the daemon (service.py) hands it the scheduler, its
 commit and the user's comment as callables.
 """
@@ -63,8 +68,10 @@ class DepHold:
 
     def __init__(self, *, slurm: SlurmPort, clock: Callable[[], float],
                  scheduler: Callable[[], Scheduler], commit: Callable[[Decision], None],
-                 tell: Callable[[str, str], None], lane: Executor) -> None:
+                 tell: Callable[[str, str], None], lane: Executor,
+                 native: Callable[[], bool] = lambda: False) -> None:
         self.slurm = slurm
+        self.native = native  # native mode: no start hold (Slurm holds it in stage-in)
         self.clock = clock
         self.scheduler = scheduler
         self.commit = commit
@@ -158,7 +165,7 @@ class DepHold:
         """A released dependent under early start ``wait`` is held for its RAMDISK as at
         submission: for how many seconds (None: released to start)."""
         sched = self.scheduler()
-        if rec is None or rec.job_state not in PENDING or rec.declined:
+        if rec is None or rec.job_state not in PENDING or rec.declined or self.native():
             return None
         early = rec.spec.early_start or sched.policy.early_start
         return int(sched.policy.wait_timeout) if early is EarlyStart.WAIT else None

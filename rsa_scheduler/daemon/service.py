@@ -114,7 +114,8 @@ class Daemon:
         # dependents of RSA jobs wait for their parents' output (daemon/dephold.py)
         self.deps = DepHold(slurm=slurm, clock=clock, scheduler=lambda: self.sched,
                             commit=self._commit, tell=self.dispatcher.tell,
-                            lane=self.dispatcher.urgent)
+                            lane=self.dispatcher.urgent,
+                            native=lambda: self.native is not None)
         # native mode (slurm.mode: native): Slurm's burst_buffer/lua hooks start stage-in
         # and stage-out (daemon/native.py); None in queue mode
         self.native: NativeDriver | None = None

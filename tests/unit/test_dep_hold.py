@@ -187,3 +187,21 @@ def test_a_dependent_with_its_own_rsa_work_under_wait_is_held_for_its_ramdisk_af
     names = [e.name for e in d.store.events("8")]
     assert "job.dependency-held" in names and "job.dependency-released" in names
     d.shutdown()
+
+
+def test_a_job_marked_at_submission_is_released_at_the_next_cycle_unless_it_must_wait(
+        tmp_path: Path) -> None:
+    """job_submit.lua holds every job submitted with a data dependency (the marker
+    without parents): rsad releases one whose parents have no RSA output at its next
+    cycle, and names the parents of one that must wait."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    parent_running_with_its_output_on_the_ramdisk(d, slurm)
+    for job, dep in (("8", "afterok:5(unfulfilled)"), ("9", "afterok:7(unfulfilled)")):
+        slurm.deps[job] = dep
+        slurm.rows.append(QueueRow(job, "PENDING", "BeginTime", 10, 1, "alice",
+                                   " hold=after:"))
+    cycle(d)
+    assert released(slurm) == ["8:"]
+    assert holds(slurm) == [f"9:{DEP_HOLD}: hold=after:7"]
+    d.shutdown()
