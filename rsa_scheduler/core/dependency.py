@@ -142,17 +142,28 @@ def dep_marker(parents: Iterable[str]) -> str:
     return DEP_MARK + ",".join(parents)
 
 
+def _split_marker(comment: str) -> tuple[str, str | None]:
+    """(``comment`` before the marker, the parents' text after it; None: no marker). A
+    job without RSA work has the marker alone, read without its leading space too (should
+    Slurm strip it)."""
+    bare = DEP_MARK.lstrip()
+    if comment.startswith(bare):
+        return "", comment[len(bare):]
+    head, sep, tail = comment.partition(DEP_MARK)
+    return (head, tail) if sep else (comment, None)
+
+
 def dep_parents(comment: str) -> list[str] | None:
     """The parents a dependency hold's marker names; None when ``comment`` has none."""
-    _, sep, tail = comment.partition(DEP_MARK)
-    if not sep:
+    _, tail = _split_marker(comment)
+    if tail is None:
         return None
     return [p for p in tail.split(",") if re.fullmatch(r"\d+(?:_\d+)?", p)]
 
 
 def without_dep_marker(comment: str) -> str:
     """``comment`` without the dependency hold's marker."""
-    return comment.partition(DEP_MARK)[0]
+    return _split_marker(comment)[0]
 
 
 def held_message(waits: list[Waiting]) -> str:

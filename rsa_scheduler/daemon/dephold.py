@@ -41,6 +41,7 @@ from rsa_scheduler.core.dependency import (
     parents_of,
     parse_dependency,
     released_message,
+    without_dep_marker,
 )
 from rsa_scheduler.core.directives import HOLD_MARK, rerun_held, split_hold
 from rsa_scheduler.core.events import Event
@@ -96,7 +97,7 @@ class DepHold:
                           "jobs may start before their parents' output is on the PFS")
             return
         try:
-            rows: list[DependentRow] = read(DEP_MARK)
+            rows: list[DependentRow] = read(DEP_MARK.lstrip())
         except SlurmError as e:  # level-triggered: the next cycle looks again
             log.warning("cannot read the pending jobs' dependencies: %s", e)
             return
@@ -173,7 +174,7 @@ class DepHold:
     def _hold(self, job: str, comment: str, parents: list[str], message: str) -> bool:
         """Worker: begin time :data:`DEP_HOLD` ahead, the marker naming ``parents`` in
         place of any start hold's."""
-        spec_text, _ = split_hold(comment)
+        spec_text, _ = split_hold(without_dep_marker(comment))
         try:
             self.slurm.hold(job, DEP_HOLD, f"{spec_text}{dep_marker(parents)}")
         except SlurmError as e:  # asked again after RETRY while it still waits
@@ -188,7 +189,7 @@ class DepHold:
                  wait: int | None) -> bool:
         """Worker: the begin time rsad set lifted (now, or under early start ``wait`` the
         start hold's deadline) and the marker removed; an admin's hold stays."""
-        spec_text, _ = split_hold(comment)
+        spec_text, _ = split_hold(without_dep_marker(comment))
         try:
             if wait is None:
                 self.slurm.release_hold(job, spec_text)

@@ -38,7 +38,7 @@ from tests.integration.slurmkit import (
 )
 from tests.integration.test_rsad_staging import rsa_job, wait_state
 
-DEP_MARK = " hold=after:"  # rsad's dependency hold (core/dependency.py DEP_MARK)
+DEP_MARK = "hold=after:"  # rsad's dependency hold (core/dependency.py DEP_MARK)
 FILES = 30  # A's output: 30 files of 128 KiB, about 8 s through 4 Mbit/s
 
 

@@ -122,6 +122,8 @@ def test_the_marker_names_the_parents_and_is_no_start_hold() -> None:
     # a job without RSA work of its own: the marker alone
     assert dep_parents(dep_marker(["12"])) == ["12"] and split_hold(dep_marker(["12"])) == (
         "", None)
+    # should Slurm strip the leading space of a comment that is the marker alone
+    assert dep_parents("hold=after:12") == ["12"] and without_dep_marker("hold=after:") == ""
     # only job ids are read back from it
     assert dep_parents(" hold=after:12,x;y,13_2") == ["12", "13_2"]
 
