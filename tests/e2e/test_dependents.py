@@ -85,8 +85,8 @@ def capture(lab: Mapping[str, str], name: str) -> None:
 
 def first_verified(lab: Mapping[str, str], job: str) -> float:
     data = rsa_job(lab, job) or {}
-    return min(e["time"] for e in data.get("events", []) if e["name"] == "rsa.transition"
-               and e.get("to") == "output-verified")
+    return min(float(e["time"]) for e in data.get("events", [])
+               if e["name"] == "rsa.transition" and e.get("to") == "output-verified")
 
 
 def test_an_afterok_chain_reads_every_byte_even_across_an_rsad_crash(
