@@ -184,5 +184,5 @@ def held_message(waits: list[Waiting]) -> str:
 
 def released_message(parents: Iterable[str]) -> str:
     """What a dependent's comment says once the hold ends."""
-    names = ", ".join(parents) or "its parent"
+    names = ", ".join(parents)
     return f"RSA: the output of job {names} is verified on the PFS; released to start"

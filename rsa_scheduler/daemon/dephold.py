@@ -199,6 +199,9 @@ class DepHold:
         except SlurmError as e:
             log.warning("job %s: could not end its dependency hold: %s", job, e)
             return False
+        if not parents:  # marked at submission, no parent with RSA output: not told
+            log.info("job %s: released: no parent of it has output on a RAMDISK", job)
+            return True
         message = released_message(parents)
         log.info("job %s: dependency hold ended: %s", job, message)
         self.tell(job, message)

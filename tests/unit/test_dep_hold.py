@@ -204,4 +204,5 @@ def test_a_job_marked_at_submission_is_released_at_the_next_cycle_unless_it_must
     cycle(d)
     assert released(slurm) == ["8:"]
     assert holds(slurm) == [f"9:{DEP_HOLD}: hold=after:7"]
+    assert not any("job 5" in c or "output of job" in c for c in comments(slurm))
     d.shutdown()
