@@ -6,7 +6,8 @@ dependency when A ends, while A's output is still being staged out (the PFS is s
 for the test so that stage-out lasts several seconds): on main B started then and read
 part of the files. Now rsad holds B (begin time far ahead, its marker in B's
 admin_comment) from the first cycle that sees it pending, and releases it once A's
-output is verified, also across a kill -9 of rsad during A's stage-out (both modes). A
+output is verified, also across a kill -9 of rsad during A's stage-out and a restart of
+slurmctld meanwhile (both modes). A
 stage-out that fails for good keeps B held, with the reason in its comment, until
 ``rsa retry`` brings A's output to the PFS (queue mode; the hold is the same in both).
 
@@ -30,6 +31,7 @@ from tests.e2e.conftest import input_area, lab_mode
 from tests.e2e.test_requeue_cycles import pfs_writes_at
 from tests.integration.slurmkit import (
     make_jobs,
+    restart_lab_slurmctld,
     root,
     show_job,
     start_lab_rsad,
@@ -89,7 +91,7 @@ def first_verified(lab: Mapping[str, str], job: str) -> float:
                if e["name"] == "rsa.transition" and e.get("to") == "output-verified")
 
 
-def test_an_afterok_chain_reads_every_byte_even_across_an_rsad_crash(
+def test_an_afterok_chain_reads_every_byte_across_an_rsad_crash_and_a_slurmctld_restart(
         lab: Mapping[str, str], area: Path) -> None:
     out, res = area / "out", area / "res"
     with make_jobs(lab) as jobs, pfs_writes_at(lab, "4mbit"):
@@ -107,6 +109,7 @@ def test_an_afterok_chain_reads_every_byte_even_across_an_rsad_crash(
         capture(lab, "ended")
         stop_lab_rsad(signal.SIGKILL)
         try:
+            restart_lab_slurmctld()  # Slurm keeps the hold in its saved state
             time.sleep(3)  # Slurm alone: B must stay pending while A's output is staged
             info = show_job(lab, b)
             # on main B had started (and read part of A's output) by now
