@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from rsa_scheduler.core.directive_spec import DEP_TAG, HOLD_MARK
 from rsa_scheduler.core.record import JobRecord
 from rsa_scheduler.core.states import JobState, RsaState
+from rsa_scheduler.errors import RsaError
 
 #: the dependency hold's marker in a job's admin_comment, followed by the parents it waits
 #: for (``123,124_5``): rsad lifts only the begin time it set itself
@@ -39,7 +40,7 @@ _ENTRY = re.compile(r"^(?P<kind>[a-z]+)(?::(?P<jobs>[^()]*))?(?:\((?P<state>[a-z
 _JOB = re.compile(r"^(?P<job>\d+)(?:_(?P<task>\d+|\*))?(?:\+\d+)?$")
 
 
-class DependencyError(ValueError):
+class DependencyError(RsaError, ValueError):
     """Slurm's dependency text is not of the form :func:`parse_dependency` knows."""
 
 
