@@ -86,15 +86,18 @@ def parents_of(job_id: str, user: str, deps: Iterable[Dependency],
     """The RSA jobs (keys of ``records``) whose output ``job_id`` (owned by ``user``) may
     read: each parent of a data dependency (:data:`DATA_KINDS`); an array's every task
     (``aftercorr``: only the task of the dependent's own index); for ``singleton`` every
-    RSA job of the same user (rsad does not know job names: it may wait for more than
-    Slurm does, never for less). Sorted, without ``job_id`` itself."""
+    RSA job of the same user that runs or ran (rsad does not know job names: it may wait
+    for more than Slurm does, never for less). Sorted, without ``job_id`` itself."""
     found: set[str] = set()
     own_task = job_id.split("_", 1)[1] if "_" in job_id else None
     for dep in deps:
         if dep.kind not in DATA_KINDS:
             continue
         if dep.kind == "singleton":
-            found.update(k for k, r in records.items() if r.user == user)
+            # only jobs that run or ran: two pending singletons must not wait for each
+            # other (Slurm starts one of them; the other is held while it runs)
+            found.update(k for k, r in records.items() if r.user == user
+                         and r.job_state in (JobState.RUNNING, JobState.FINISHED))
             continue
         task = dep.task
         if dep.kind == "aftercorr" and own_task is not None and task in (None, "*"):

@@ -65,7 +65,8 @@ def test_dependency_text_rsad_does_not_know_is_an_error(text: str) -> None:
 
 def test_the_parents_are_the_rsa_jobs_of_every_data_dependency() -> None:
     records = {"12": rec("12"), "13": rec("13"), "20_0": rec("20_0"), "20_1": rec("20_1"),
-               "30": rec("30", user="bob"), "40": rec("40")}
+               "30": rec("30", user="bob"), "40": rec("40"),
+               "41": rec("41", RsaState.NONE, JobState.QUEUED)}
     deps = parse_dependency("afterok:12(unfulfilled),afterany:99(unfulfilled)")
     assert parents_of("50", "alice", deps, records) == ["12"]  # 99: no RSA job
     # an array's every task, or one task
@@ -82,7 +83,8 @@ def test_the_parents_are_the_rsa_jobs_of_every_data_dependency() -> None:
     # after: waits for the start only, never for the output
     assert parents_of("50", "alice", parse_dependency("after:12(unfulfilled)"),
                       records) == []
-    # singleton: every RSA job of the same user (rsad knows no job names), itself never
+    # singleton: every RSA job of the same user that runs or ran (rsad knows no job
+    # names; a pending one, 41, would wait for this one in turn), itself never
     single = parse_dependency("singleton(unfulfilled)")
     assert parents_of("40", "alice", single, records) == ["12", "13", "20_0", "20_1"]
     assert parents_of("31", "bob", single, records) == ["30"]
