@@ -100,7 +100,8 @@ def parents_of(job_id: str, user: str, deps: Iterable[Dependency],
                          and r.job_state in (JobState.RUNNING, JobState.FINISHED))
             continue
         task = dep.task
-        if dep.kind == "aftercorr" and own_task is not None and task in (None, "*"):
+        if dep.kind == "aftercorr" and own_task is not None and task in (None, "*") \
+                and dep.job not in records:  # an array: the task of the same index
             task = own_task
         if task is not None and task != "*":
             key = f"{dep.job}_{task}"

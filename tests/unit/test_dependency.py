@@ -80,6 +80,9 @@ def test_the_parents_are_the_rsa_jobs_of_every_data_dependency() -> None:
     corr = parse_dependency("aftercorr:20_*(unfulfilled)")
     assert parents_of("60_1", "alice", corr, records) == ["20_1"]
     assert parents_of("60_7", "alice", corr, records) == []
+    # aftercorr on a job that is no array (seen in the lab): that job
+    assert parents_of("60_1", "alice", parse_dependency("aftercorr:12(unfulfilled)"),
+                      records) == ["12"]
     # after: waits for the start only, never for the output
     assert parents_of("50", "alice", parse_dependency("after:12(unfulfilled)"),
                       records) == []
@@ -152,3 +155,27 @@ def test_the_dependents_are_read_from_squeue_with_their_admin_comment() -> None:
         ("8_1", "alice", "aftercorr:3_*(unfulfilled)")]
     assert rows[0].admin_comment == "" and rows[1].admin_comment == " hold=after:4"
     assert rows[2].admin_comment == "rsa1:o=%2Fpfs hold=after:3_1\nsecond line"
+
+
+def test_the_dependency_text_slurm_printed_in_the_lab_is_read() -> None:
+    """tests/data/slurm/squeue_dependency*.txt (README there): every type as squeue
+    prints it, with job_submit.lua's and rsad's markers."""
+    from tests.conftest import DATA
+
+    records = {"1": rec("1", RsaState.MOUNTED_OUTPUT, JobState.RUNNING, user="rsauser")}
+    for name in ("pending", "ended", "native_pending"):
+        rows = parse_dependents((DATA / "slurm" / f"squeue_dependency_{name}.txt")
+                                .read_text(), DEP_MARK.lstrip())
+        assert len(rows) == 9, name
+        got = {r.job_id: parents_of(r.job_id, r.user, parse_dependency(r.dependency),
+                                    records) for r in rows}
+        # every type that waits for job 1's end names it; after (its start) does not
+        assert got == {"2": ["1"], "3_0": ["1"], "3_1": ["1"], "4_0": ["1"], "4_1": ["1"],
+                       "5_0": [], "5_1": [], "6_0": ["1"], "6_1": ["1"]}, name
+        marked = {r.job_id: dep_parents(r.admin_comment) for r in rows}
+        assert marked["2"] == ["1"] and marked["5_0"] is None, name
+    rows = parse_dependents((DATA / "slurm" / "squeue_dependency_pending.txt").read_text(),
+                            DEP_MARK.lstrip())
+    assert [r.dependency for r in rows if r.job_id == "3_0"] == [
+        "afterany:1(unfulfilled)?afternotok:1(unfulfilled)"]
+    assert [r.admin_comment for r in rows if r.job_id in ("6_0", "5_0")] == ["", ""]
