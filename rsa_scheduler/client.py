@@ -114,6 +114,21 @@ def _denied(address: str) -> str:
             "with --api HOST:PORT (RSA_API)")
 
 
+#: rsad's TCP API port when ``daemon.api.listen`` or an address (``--api``, RSA_API,
+#: burst_buffer.lua's ``CONFIG.api``) names a host alone. Not one of Slurm's: slurmctld
+#: 6817 (or a range from it), slurmd 6818, slurmdbd 6819, slurmrestd 6820 by custom
+#: (docs/ports.md). Before it, the guides suggested 6820; an address naming it still works.
+API_PORT = 7820
+
+
+def host_and_port(address: str) -> tuple[str, int]:
+    """``host:port``, ``[v6]:port``, or a host alone (:data:`API_PORT`)."""
+    if address.endswith("]") or ":" not in address:
+        return address.strip("[]"), API_PORT
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
 class Found(NamedTuple):
     """rsad's address and where it was found (said in errors: messages must be true)."""
 
@@ -218,8 +233,7 @@ class ApiClient:
                 sock.close()
                 raise
             return sock
-        host, _, port = self.address.rpartition(":")
-        return socket.create_connection((host.strip("[]"), int(port)), timeout=self.timeout)
+        return socket.create_connection(host_and_port(self.address), timeout=self.timeout)
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         """One API call. rsad answers 429 (this user has ``daemon.api.per_user``

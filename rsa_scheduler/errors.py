@@ -10,7 +10,8 @@ package and keeps every exception class in this tree.
 The tree (where each is defined; the classes a module owns stay beside its code):
 
 - here: :class:`ConfigError` (:class:`ConfigIssue`, :class:`ConfigErrors`),
-  :class:`FsError`, :class:`StoreError`, :class:`ScenarioError` (``sim.swf.TraceError``),
+  :class:`FsError`, :class:`StoreError` (``store.lock.AlreadyRunning``),
+  :class:`ScenarioError` (``sim.swf.TraceError``),
   :class:`InternalError` (a bug: ``core.machine.InvariantViolation``)
 - core: ``allocator.PolicyViolation``, ``allocator.UnknownNode``,
   ``states.UnknownSlurmState``, ``transitions.InvalidTransition``,

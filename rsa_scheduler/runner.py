@@ -10,6 +10,7 @@ argv, exit code and the tail of stderr. Tests swap the :class:`Runner` seam, nev
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -83,6 +84,30 @@ class Completed:
     seconds: float
 
 
+# util-linux ``setsid -w`` (every RSA-node command's wrapper, rsa_scheduler.remote) when
+# its child died of a signal: "setsid: child N did not exit normally: <strerror of a
+# stale errno>" (often "Success"), exit status = the signal's number
+_SETSID_SIGNALLED = re.compile(r"^setsid: child \d+ did not exit normally")
+
+
+def killed_by(stderr: str, returncode: int | None) -> str | None:
+    """The signal (``SIGKILL``, ...) that killed a wrapped node command, from what
+    ``setsid -w`` says of it, or None when it ended by itself."""
+    lines = stderr.strip().splitlines()
+    if not lines or returncode is None or not _SETSID_SIGNALLED.match(lines[-1]):
+        return None
+    try:
+        return signal.Signals(returncode).name
+    except ValueError:
+        return f"signal {returncode}"
+
+
+#: who kills a node command other than its own rsad (whose timeouts and cancels say so)
+KILLED_FROM_OUTSIDE = ("not by this rsad's timeout or cancel: by the job's teardown or "
+                       "cancel, a starting rsad fencing the node, an operator, or the "
+                       "kernel's OOM killer")
+
+
 class CommandError(RsaError):
     """A command failed or timed out; carries what an operator needs to debug it."""
 
@@ -99,6 +124,8 @@ class CommandError(RsaError):
             msg = f"{cmd}: timed out after {timeout:g}s (process group killed)"
         elif stopped:
             msg = f"{cmd}: stopped before it ended (process group killed)"
+        elif (sig := killed_by(self.stderr_tail, returncode)) is not None:
+            msg = f"{cmd}: killed by {sig} ({KILLED_FROM_OUTSIDE})"
         else:
             last = self.stderr_tail.strip().splitlines()[-1:] or ["no error output"]
             msg = f"{cmd}: exit {returncode}: {last[0]}"

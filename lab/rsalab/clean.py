@@ -119,7 +119,7 @@ def leftovers(s: Settings) -> list[str]:
     ports = [(CTLD_ADDR, p) for p in (CTLD_PORT, DBD_PORT, MYSQL_PORT)]
     ports += [(CTLD_ADDR, SLURMD_PORT0 + i) for i in range(s.n_compute)]
     ports += [(f"{RSA_NET}.{i}", 22) for i in range(1, s.n_rsa + 1)]
-    ports += [("127.0.0.1", 6820), ("127.0.0.1", 9465)]  # rsad's TCP API and metrics
+    ports += [("127.0.0.1", 7820), ("127.0.0.1", 9465)]  # rsad's TCP API and metrics
     if Path("/run/rsa/rsad.sock").exists():
         found.append("rsad socket /run/rsa/rsad.sock")
     for addr, port in ports:

@@ -2,7 +2,7 @@
 
 Its state (SQLite store) lives under /run/rsa-lab/rsad so lab-down leaves nothing; its API
 socket is the default /run/rsa/rsad.sock so the `rsa` CLI finds it without options, and
-it also listens on 127.0.0.1:6820 so hooks exercise the TCP path compute nodes use.
+it also listens on 127.0.0.1:7820 so hooks exercise the TCP path compute nodes use.
 
 Every client finds rsad as on a site: /etc/rsa/client.conf (world-readable, the operator
 guide's "Where clients find rsad") names the socket and the TCP API. The lab makes it a
@@ -23,7 +23,7 @@ from .common import STATE, Settings, log, make_dir, spawn, stop_named, wait_for
 
 STATE_DIR = STATE / "rsad"
 SOCKET = Path("/run/rsa/rsad.sock")
-LISTEN = "127.0.0.1:6820"
+LISTEN = "127.0.0.1:7820"
 METRICS = "127.0.0.1:9465"
 CLIENT_CONF = STATE / "client.conf"
 ETC_CLIENT = Path("/etc/rsa/client.conf")

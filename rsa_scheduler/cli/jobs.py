@@ -74,7 +74,10 @@ def job(api: str | None, job_id: str | None, as_json: bool) -> None:
         click.echo(json.dumps(data, sort_keys=True))
         return
     for key in ("job_id", "user", "job_state", "rsa_state", "nodes", "cycle", "message"):
-        click.echo(f"{key:>10}: {data.get(key)}")
+        value = data.get(key)
+        if key == "job_state" and data.get("end_state"):  # as Slurm recorded the end
+            value = f"{value} ({data['end_state']})"
+        click.echo(f"{key:>10}: {value}")
     st = Staging.of(data, time.time())
     if st is not None:
         click.echo(f"{'staging':>10}: {st.phase} {st.staged} ({st.percent}), {st.files} files, "
@@ -86,7 +89,12 @@ def job(api: str | None, job_id: str | None, as_json: bool) -> None:
         if what == "rsa.transition":
             what = f"{ev['from']} -> {ev['to']} ({ev['trigger']})"
         elif what == "job.state":
-            what = f"job {ev['from']} -> {ev['to']} ({ev.get('slurm_state')}/{ev.get('reason')})"
+            said = ev.get("by") or f"{ev.get('slurm_state')}/{ev.get('reason')}"
+            what = f"job {ev['from']} -> {ev['to']} ({said})"
+        elif what == "job.ended":
+            reason = ev.get("reason") or "None"
+            what = (f"job ended {ev.get('slurm_state')} (Slurm's record"
+                    f"{'' if reason in ('None', 'EpilogSlurmctld') else ', ' + reason})")
         elif what == "job.hold-released":
             what = f"start hold released: {ev.get('why', '')}"
         elif what == "job.rerun-held":

@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "release": "rsa_scheduler.cli.jobs:release",
     "input-done": "rsa_scheduler.cli.jobs:input_done",
     "cancel-staging": "rsa_scheduler.cli.jobs:cancel_staging",
+    "wait": "rsa_scheduler.cli.wait:wait",
     "status": "rsa_scheduler.cli.status:status",
     "nodes": "rsa_scheduler.cli.nodes:nodes",
     "drain": "rsa_scheduler.cli.nodes:drain",

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
 
 import click
 
 from rsa_scheduler.cli.jobs import API_OPTION
+from rsa_scheduler.cli.progress import short_duration
 from rsa_scheduler.client import ApiClient
 from rsa_scheduler.core.units import format_size
 
@@ -22,20 +24,35 @@ def status(api: str | None, as_json: bool) -> None:
         return
     by: dict[tuple[str, str], int] = {}
     cap: dict[str, int] = {}
+    quarantined = data.get("quarantined") or []
+    stuck = {q["job_id"] for q in quarantined}
+    held: dict[str, int] = {}  # tier -> capacity quarantined RAMDISKs hold
     for n in data["nodes"]:
         state = n["state"] if n["state"] != "up" else ("allocated" if n["job"] else "idle")
         by[(n["tier"], state)] = by.get((n["tier"], state), 0) + 1
         cap[n["tier"]] = cap.get(n["tier"], 0) + n["capacity"]
+        if n["job"] in stuck:
+            held[n["tier"]] = held.get(n["tier"], 0) + n["capacity"]
     click.echo("RSA nodes:")
     for tier in sorted(cap):
         parts = ", ".join(f"{c} {s}" for (t, s), c in sorted(by.items()) if t == tier)
-        click.echo(f"  {tier:<4} {format_size(cap[tier]):>7} total  {parts}")
+        quar = (f"; {format_size(held[tier])} held by quarantined output" if held.get(tier)
+                else "")
+        click.echo(f"  {tier:<4} {format_size(cap[tier]):>7} total  {parts}{quar}")
     jobs = data["jobs_by_rsa_state"]
     click.echo("Jobs: " + (", ".join(f"{c} {s}" for s, c in sorted(jobs.items())) or "none"))
     click.echo(f"On-deck: {', '.join(data['on_deck']) or 'none'}   "
                f"actions running: {data['running_actions']}   "
                f"last cycle: {data['last_cycle_seconds'] * 1000:.0f} ms   "
                f"Slurm: {'ok' if data['slurm_ok'] else 'UNREACHABLE'}")
+    if quarantined:
+        now = time.time()
+        click.echo("Quarantined (output kept on its RAMDISK, not on the PFS; fix the cause, "
+                   "then rsa retry ID):")
+        for q in quarantined:
+            click.echo(f"  job {q['job_id']} ({q['user']}) for "
+                       f"{short_duration(now - q['since'])} on {q['nodes'] or '-'}, "
+                       f"{format_size(q['capacity'])} held")
     if data["alerts"]:
         click.echo("Needs attention:")
         for a in data["alerts"][-10:]:

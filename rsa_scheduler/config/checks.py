@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
+from rsa_scheduler.client import API_PORT
 from rsa_scheduler.config.backends import check_backends
 from rsa_scheduler.config.schema import (
     ADDRESS_FIELDS,
@@ -33,6 +34,14 @@ from rsa_scheduler.core.policy import AllocationPolicy, Tier
 from rsa_scheduler.core.units import format_size
 from rsa_scheduler.staging.plan import STRIPE_MIN
 from rsa_scheduler.staging.scripts import check_copy_command
+
+#: the ports Slurm's own daemons listen on by default or by custom (docs/ports.md)
+SLURM_PORTS: Final = {
+    6817: "slurmctld's (SlurmctldPort)",
+    6818: "slurmd's (SlurmdPort)",
+    6819: "slurmdbd's (DbdPort)",
+    6820: "slurmrestd's usual port (and a SlurmctldPort range from 6817 may reach it)",
+}
 
 _ADDRESS_RE: Final = re.compile(r"^[A-Za-z0-9._:-]+$")
 
@@ -177,6 +186,14 @@ class Checks:
             api_listen = self.s["daemon"].api.listen
             if api_listen is not None and api_listen == self.s["metrics"].listen:
                 v.error(("metrics", "listen"), f"same address as daemon.api.listen ({api_listen})")
+            for key, listen in ((("daemon", "api", "listen"), api_listen),
+                                (("metrics", "listen"), self.s["metrics"].listen)):
+                if listen is not None and listen.port in SLURM_PORTS:
+                    v.warn(key, f"port {listen.port} is {SLURM_PORTS[listen.port]}: where "
+                           "that daemon listens on this host, it or rsad cannot start; "
+                           f"rsad's API port is {API_PORT} (docs/ports.md): move to it with "
+                           "every host's client.conf and rsa.yaml, RSA_API and "
+                           "burst_buffer.lua's CONFIG.api")
 
 
 

@@ -130,8 +130,13 @@ class Choice(Kind):
 
 @dataclass(frozen=True, slots=True)
 class Listen(Kind):
+    #: the port of a value naming a host alone (None: a port is required)
+    default_port: int | None = None
+
     @property
     def label(self) -> str:
+        if self.default_port:
+            return f"`host:port`, a host (port {self.default_port}) or empty"
         return "`host:port` or empty"
 
 

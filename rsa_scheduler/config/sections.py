@@ -13,6 +13,7 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rsa_scheduler.client import API_PORT
 from rsa_scheduler.config.kinds import (
     DAY,
     HOUR,
@@ -95,9 +96,10 @@ class ApiConfig:
     )
     listen: HostPort | None = field(
         metadata=meta(
-            Optional(Listen()),
+            Optional(Listen(default_port=API_PORT)),
             "TCP `host:port` the API also listens on, for the compute nodes' Prolog/Epilog "
-            "(authenticated with MUNGE). Empty: unix socket only.",
+            f"(authenticated with MUNGE); a host alone listens on port {API_PORT} (not one of "
+            "Slurm's: docs/ports.md). Empty: unix socket only.",
         )
     )
     socket_group: str = field(
@@ -293,7 +295,9 @@ class StagingConfig:
     allowed_roots: tuple[Path, ...] = field(
         metadata=meta(
             ListOf(AbsPath()),
-            "DATA_IN/DATA_OUT must lie under one of these directories (never `/`).",
+            "The RAMDISK is mounted over DATA_IN/DATA_OUT only under one of these "
+            "directories (never `/`). Checked by the node hooks when they mount, not at "
+            "submission: a job outside them is accepted and runs from the PFS, told why.",
         )
     )
     shared_dirs: tuple[Path, ...] = field(

@@ -48,7 +48,8 @@ BAD: Final = object()  # conversion failed; the issue is already recorded
 _HOSTNAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 _BRACKET_RE = re.compile(r"\[([^\]]*)\]")
 _RANGE_RE = re.compile(r"(\d+)-(\d+)")
-_LISTEN_RE = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9._-]+)):(?P<port>\d+)$")
+_LISTEN_RE = re.compile(
+    r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9._-]+))(?::(?P<port>\d+))?$")
 
 
 class Validator:
@@ -137,7 +138,7 @@ class Validator:
         if isinstance(kind, AbsPath):
             return self._abspath(value, path)
         if isinstance(kind, Listen):
-            return self._listen(value, path)
+            return self._listen(value, path, kind.default_port)
         if isinstance(kind, Hostlist):
             return self._hostlist(value, path)
         if isinstance(kind, Address | Str):
@@ -276,14 +277,18 @@ class Validator:
             return BAD
         return Path(value)
 
-    def _listen(self, value: Any, path: KeyPath) -> Any:
+    def _listen(self, value: Any, path: KeyPath, default_port: int | None = None) -> Any:
         if not isinstance(value, str):
             return self._expected(path, "host:port or empty", value)
         m = _LISTEN_RE.match(value)
-        if not m or not 1 <= int(m["port"]) <= 65535:
-            self.error(path, f"expected host:port (e.g. 127.0.0.1:9465, [::1]:9465), got {value!r}")
+        port = int(m["port"]) if m and m["port"] else default_port
+        if not m or port is None or not 1 <= port <= 65535:
+            example = (f"e.g. 10.0.0.1:{default_port}, [::1]:{default_port}, or a host alone: "
+                       f"port {default_port}" if default_port else
+                       "e.g. 127.0.0.1:9465, [::1]:9465")
+            self.error(path, f"expected host:port ({example}), got {value!r}")
             return BAD
-        return HostPort(m["v6"] or m["host"], int(m["port"]))
+        return HostPort(m["v6"] or m["host"], port)
 
     def _hostlist(self, value: Any, path: KeyPath) -> Any:
         if not isinstance(value, str) or not value.strip():

@@ -51,6 +51,9 @@ class JobRecord:
     #: writable input: the write-back outstanding (or the last one) began while the job
     #: ran, so the job may have changed its input after the copy passed that file
     writeback_live: bool = False
+    #: how the job ended by Slurm's own record (squeue's last state, as sacct has it:
+    #: ``COMPLETED``, ``CANCELLED``, ``TIMEOUT``, ...); "" until a poll showed it
+    end_state: str = ""
 
     # ---- derived --------------------------------------------------------------------
     @property
@@ -95,6 +98,7 @@ class JobRecord:
             "not_before": self.not_before,
             "hold_until": self.hold_until,
             "writeback_live": self.writeback_live,
+            "end_state": self.end_state,
         }
 
     @classmethod
@@ -177,6 +181,9 @@ def apply_event(records: dict[str, JobRecord], event: Event) -> None:
     if event.name == "job.tracked":
         assert isinstance(patch, Mapping)
         records[event.job_id] = JobRecord.from_json(patch)
+        return
+    if event.name == "job.untracked":  # its id names another user's job now
+        records.pop(event.job_id, None)
         return
     if patch:
         rec = records.get(event.job_id)

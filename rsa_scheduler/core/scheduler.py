@@ -37,6 +37,7 @@ from rsa_scheduler.core.states import (
     IDLE,
     OPERATOR_COMMANDS,
     PREPARING,
+    SLURM_END_STATES,
     TERMINAL,
     USER_COMMANDS,
     JobState,
@@ -70,15 +71,28 @@ class Observation:
     #: the hold counts as on-deck: the job could start now, it waits only for the RSA
     #: (rsad releases a hold that does not: the job then queues as any other)
     held: bool = False
+    #: who told: "" for Slurm's queue (its own record of the job), else the hook whose
+    #: news this is (:meth:`heard`), whose ``state`` is only what the news implies
+    by: str = ""
 
     @classmethod
-    def heard(cls, hook: Hook, rec: JobRecord) -> Observation:
+    def heard(cls, hook: Hook, rec: JobRecord, exit_code: object = None) -> Observation:
         """A hook event about the tracked job ``rec``, observed as what Slurm's queue
-        shows for the same news (reason ``None``, as squeue prints it): the next poll
-        that shows it reads as no change, and the log's ``job.state`` event is the one a
-        poll would have written."""
+        shows for the same news. A start reads as ``RUNNING``/``None``, as squeue prints
+        it: the next poll that shows it reads as no change. An end reads as ``COMPLETED``
+        or ``FAILED`` from EpilogSlurmctld's exit code, which is no end state (a job its
+        user cancelled ends with exit code 0): its reason is the hook's name, which no
+        poll shows, so the next poll that lists the job ended gives Slurm's own end state
+        (``end_state``, the ``job.ended`` event)."""
+        if hook is Hook.STARTED:
+            return cls(job_id=rec.job_id, user=rec.user, state="RUNNING", reason="None",
+                       priority=rec.priority, compute_nodes=rec.compute_nodes,
+                       by="PrologSlurmctld")
+        code = str(exit_code or "").strip()
         return cls(job_id=rec.job_id, user=rec.user, state=_HOOK_STATE[hook],
-                   reason="None", priority=rec.priority, compute_nodes=rec.compute_nodes)
+                   reason="EpilogSlurmctld", priority=rec.priority,
+                   compute_nodes=rec.compute_nodes,
+                   by=f"EpilogSlurmctld, exit code {code}" if code else "EpilogSlurmctld")
 
 
 class Hook(Enum):
@@ -135,6 +149,9 @@ class Scheduler:
         self._last_obs: dict[str, Observation] = {}  # job -> its last observation that counted
         self._waiting: set[str] = set()  # on-deck, waiting for free RSA nodes
         self._timed: set[str] = set()  # jobs with an armed timer
+        # job ids Slurm now gives another user's job while the RSA still holds nodes
+        # for the earlier job of that id: observed every poll until that cycle ends
+        self._displaced: set[str] = set()
 
     # ---- queries ----------------------------------------------------------------------
     def outstanding(self) -> list[Action]:
@@ -149,13 +166,22 @@ class Scheduler:
     @property
     def waiting(self) -> frozenset[str]:
         """The on-deck jobs waiting for free RSA nodes (a snapshot: ``tick`` retries their
-        allocation, so rsad's incremental cycle observes them every poll)."""
-        return frozenset(self._waiting)
+        allocation, so rsad's incremental cycle observes them every poll), and the job
+        ids another user's job took over while the earlier job's cycle ends."""
+        return frozenset(self._waiting | self._displaced)
+
+    @property
+    def displaced(self) -> frozenset[str]:
+        """Job ids Slurm gives another user's job now while their records still hold the
+        earlier job's RSA nodes (its output is staged out first): no record is the new
+        job's yet."""
+        return frozenset(self._displaced)
 
     def has_waiting(self) -> bool:
-        """True while an on-deck job waits for RSA nodes: only then can a poll of an
-        unchanged queue change anything (it retries the allocation)."""
-        return bool(self._waiting)
+        """True while an on-deck job waits for RSA nodes (or a job id is displaced):
+        only then can a poll of an unchanged queue change anything (it retries the
+        allocation)."""
+        return bool(self._waiting or self._displaced)
 
     def next_wake(self, now: float, ticked_at: float | None = None) -> float | None:
         """Earliest time the core can act with no new input: an armed timer, or the end
@@ -191,6 +217,17 @@ class Scheduler:
         for obs in snapshot:
             jid = obs.job_id
             rec = get_record(jid)
+            if rec is not None and obs.user and rec.user != obs.user:
+                # the id names another user's job: Slurm lost its state (or its ids
+                # wrapped). The earlier job is gone; the new one is never served with its
+                # record (its user, directives, RAMDISK, messages)
+                if rec.rsa_state not in IDLE:
+                    self._displaced.add(jid)
+                    seen_add(jid)
+                    changed.append((rec, None))  # gone: its output is staged out first
+                    continue
+                dec.events.append(self._untrack(rec, obs, now))
+                rec = None
             if rec is None:
                 if obs.spec is None or not _has_work(obs.spec):
                     continue
@@ -251,14 +288,33 @@ class Scheduler:
                 and rec.rsa_state in IDLE:
             # on-deck only from now: allocate if it still is after the settle time
             not_before = updates["not_before"] = max(rec.not_before, now + wait)
+        if job_state is JobState.FINISHED:
+            end = state.split()[0].rstrip("+").upper() if obs is not None and not obs.by \
+                else ""
+            if end in SLURM_END_STATES and end != rec.end_state:
+                # Slurm's own record of how the job ended (a hook's exit code is none)
+                updates["end_state"] = end
+        elif rec.end_state:  # requeued: this run has not ended
+            updates["end_state"] = ""
         if "job_state" in updates:
-            step.events.append(Event(now, rec.job_id, "job.state", {
+            ctx: dict[str, object] = {
                 "from": rec.job_state._value_ if rec.job_state else None,
-                "to": job_state._value_, "slurm_state": state, "reason": reason,
-                "set": updates}))
+                "to": job_state._value_}
+            if obs is not None and obs.by:
+                ctx["by"] = obs.by
+            else:
+                ctx.update(slurm_state=state, reason=reason)
+            ctx["set"] = updates
+            step.events.append(Event(now, rec.job_id, "job.state", ctx))
             rec.job_state = job_state
+        elif "end_state" in updates:
+            step.events.append(Event(now, rec.job_id, "job.ended", {
+                "slurm_state": updates["end_state"], "reason": reason,
+                "was": rec.end_state or None, "set": updates}))
         elif updates:
             step.events.append(Event(now, rec.job_id, "job.updated", {"set": updates}))
+        if "end_state" in updates:
+            rec.end_state = str(updates["end_state"])
         if "priority" in updates and obs is not None:
             rec.priority = obs.priority
         if "compute_nodes" in updates and obs is not None:
@@ -283,6 +339,19 @@ class Scheduler:
             self._waiting.add(rec.job_id)
         else:
             self._waiting.discard(rec.job_id)
+
+    def _untrack(self, rec: JobRecord, obs: Observation, now: float) -> Event:
+        """Stop tracking ``rec``: its job id now names ``obs``'s job, another user's. Its
+        cycle has ended (it holds no RSA nodes); its history stays in the log, before
+        this event (``job.untracked``: replay drops the record)."""
+        jid = rec.job_id
+        del self.records[jid]
+        self._last_obs.pop(jid, None)
+        for group in (self._waiting, self._timed, self._displaced):
+            group.discard(jid)
+        return Event(now, jid, "job.untracked", {
+            "user": rec.user, "reason": f"job id {jid} now names another user's job "
+                                         "(Slurm's state was lost, or its job ids wrapped)"})
 
     def tick(self, now: float, *, exclude: set[str] | None = None) -> Decision:
         """Fire due timers and retry allocation for on-deck jobs still waiting for nodes."""
@@ -372,6 +441,7 @@ class Scheduler:
             self._last_obs.pop(jid, None)
             self._waiting.discard(jid)
             self._timed.discard(jid)
+            self._displaced.discard(jid)
         return done
 
     # ---- replay -----------------------------------------------------------------------

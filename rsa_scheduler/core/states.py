@@ -358,6 +358,12 @@ SLURM_FINISHED: frozenset[str] = frozenset(
      "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REVOKED", "STAGE_OUT"}
 )
 
+#: The states Slurm's own record ends a job in (what squeue shows until MinJobAge, and
+#: sacct): every finished state but STAGE_OUT (native mode: the burst buffer's stage-out
+#: runs, the job has not ended yet). EpilogSlurmctld's exit code is no such record: a job
+#: its user cancelled ends with exit code 0 there, and CANCELLED here.
+SLURM_END_STATES: frozenset[str] = SLURM_FINISHED - {"STAGE_OUT"}
+
 #: Pending reasons that make a job on-deck: Slurm has picked it as the next to start and
 #: is only waiting for compute nodes to free up (seed 004 §3.1: RESOURCES).
 ON_DECK_REASONS: frozenset[str] = frozenset({"Resources"})

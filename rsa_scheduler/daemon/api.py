@@ -36,7 +36,7 @@ from rsa_scheduler.core.jobkey import job_key
 from rsa_scheduler.core.scheduler import CommandRefused
 from rsa_scheduler.core.states import LEFT_QUEUE, OPERATOR_COMMANDS, USER_COMMANDS
 from rsa_scheduler.daemon import httpd
-from rsa_scheduler.daemon.service import Daemon
+from rsa_scheduler.daemon.service import Daemon, users_differ
 from rsa_scheduler.daemon.views import status_for_user
 from rsa_scheduler.errors import RsaError
 
@@ -191,11 +191,23 @@ class Routes:
 
     def _job(self, caller: Caller, job_id: str) -> dict[str, Any]:
         job = self._visible(caller, job_id)
+        events = self._store_events(job_id)
+        if not caller.operator:
+            start = self._tracked_since(job_id, events)
+            events = [e for e in events if e.seq >= start]
         job["events"] = [
             {"seq": e.seq, "time": e.time, "name": e.name,
              **{k: v for k, v in e.context.items() if k != "set"}}
-            for e in self._store_events(job_id)]
+            for e in events]
         return job
+
+    def _tracked_since(self, job_id: str, events: list[Any] | None = None) -> int:
+        """The seq of the event that started the record of the job that has ``job_id``
+        now (its last ``job.tracked``): the events before it are an earlier job's of
+        the same id (Slurm lost its state, or its ids wrapped), perhaps another user's,
+        and only an operator sees them."""
+        got = self._store_events(job_id) if events is None else events
+        return max((e.seq for e in got if e.name == "job.tracked"), default=0)
 
     def _store_events(self, job_id: str | None, since: int = 0) -> list[Any]:
         from rsa_scheduler.store import Store
@@ -212,6 +224,9 @@ class Routes:
         if not caller.operator and job is None:  # one job: _visible checked it is theirs
             mine = {j["job_id"] for j in self._call(lambda: self.daemon.jobs_view(caller.user))}
             events = [e for e in events if e.job_id in mine]
+        if not caller.operator:  # and of their job only, not an earlier one of its id
+            start = {j: self._tracked_since(j) for j in {e.job_id for e in events}}
+            events = [e for e in events if e.seq >= start[e.job_id]]
         return {"events": [{"seq": e.seq, "time": e.time, "job_id": e.job_id, "name": e.name,
                             **{k: v for k, v in e.context.items() if k != "set"}}
                            for e in events]}
@@ -368,9 +383,13 @@ class Routes:
             return side.agent(job, node, nodes, int(payload.get("last_seq", 0)), wait,
                               str(payload.get("epoch") or ""))
 
+        user = str(payload.get("user") or "")
+
         def state() -> tuple[str | None, str | None, float, str]:
             rec = self.daemon.sched.records.get(job)
-            if rec is None:
+            if rec is None or users_differ(rec.user, user):
+                # none, or another user's job had this id (Slurm lost its state, or its
+                # ids wrapped): nothing of that job's is this one's
                 return None, None, 0.0, ""
             policy = self.daemon.sched.policy
             early = rec.spec.early_start or policy.early_start

@@ -8,19 +8,28 @@ and :func:`defer_first_sights`, how many new jobs one cycle takes on. Turning ro
 observations, and everything after (the core's decision, the start hold, snapshots), is
 the daemon's (service.py).
 
+Also :class:`EndStates`: how the tracked jobs that left the queue without an end state
+ended, from Slurm's accounting.
+
 Imports nothing of the daemon but :mod:`rsa_scheduler.daemon.specs` (the admin_comment
 marker).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 
+from rsa_scheduler.core.events import Event
+from rsa_scheduler.core.record import JobRecord
+from rsa_scheduler.core.states import SLURM_END_STATES, JobState
 from rsa_scheduler.daemon.specs import ADMIN_COMMENT_PREFIX
 from rsa_scheduler.slurm.parse import QueueRow, merge_hetjobs, parse_queue
-from rsa_scheduler.slurm.port import SlurmPort
+from rsa_scheduler.slurm.port import Accounting, SlurmError, SlurmPort
 from rsa_scheduler.staging.flush import submit_order
+
+log = logging.getLogger(__name__)
 
 #: new RSA jobs a cycle takes on at most, of those that need nothing yet (see
 #: :func:`defer_first_sights`): a fresh rsad on a queue of 100k jobs takes them on over a
@@ -131,3 +140,50 @@ class QueueReader:
             lines = {j: v for j, v in lines.items() if j not in later}
         self.prev_lines = lines
         return Changes(rows, keys, later)
+
+
+#: jobs one cycle asks Slurm's accounting about at most (one sacct call)
+END_STATES_PER_CYCLE = 500
+#: cycles a job is asked about before rsad gives up (slurmdbd may record an end late)
+END_STATE_TRIES = 3
+
+
+class EndStates:
+    """Tracked jobs that ended with no end state from Slurm's queue (EpilogSlurmctld
+    said so, or they left the queue before a poll listed them ended): once Slurm no
+    longer lists them, their end state is asked of its accounting (``sacct``; a port
+    without it, or Slurm without accounting, leaves them without one). Loop thread."""
+
+    def __init__(self, slurm: SlurmPort) -> None:
+        self.accounting: Accounting | None = slurm if isinstance(slurm, Accounting) else None
+        self.tries: dict[str, int] = {}  # job -> the cycles it was asked about
+
+    def learn(self, events: Iterable[Event]) -> None:
+        """Note the jobs ``events`` finished without an end state."""
+        for ev in events:
+            if ev.name == "job.state" and ev.context.get("to") == "finished" and \
+                    not dict(ev.context.get("set") or {}).get("end_state"):
+                self.tries.setdefault(ev.job_id, 0)
+
+    def due(self, records: Mapping[str, JobRecord], present: Set[str]) -> dict[str, str]:
+        """{job: end state} from accounting of the noted jobs Slurm no longer lists."""
+        for job in [j for j in self.tries if j not in records or records[j].end_state
+                    or records[j].job_state is not JobState.FINISHED]:
+            del self.tries[job]
+        ask = sorted(j for j in self.tries if j not in present)[:END_STATES_PER_CYCLE]
+        if not ask:
+            return {}
+        if self.accounting is None:
+            for job in ask:
+                del self.tries[job]
+            return {}
+        try:
+            found = self.accounting.end_states(ask)
+        except SlurmError as e:
+            log.info("no end state from Slurm's accounting for %d job(s): %s", len(ask), e)
+            found = {}
+        for job in ask:
+            self.tries[job] += 1
+            if job in found or self.tries[job] >= END_STATE_TRIES:
+                del self.tries[job]
+        return {j: s for j, s in found.items() if j in ask and s in SLURM_END_STATES}

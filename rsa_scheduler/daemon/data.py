@@ -189,19 +189,23 @@ def _verify_advice(fact: Mapping[str, Any]) -> str:
 
 def verified_words(result: Verification, out: str, method: str) -> str:
     """What a passing verify checked, exactly (the user's "stage-out finished: ..."):
-    the level, what was read back and from where it may have come."""
+    the level, what was read back and how (``Verification.read_back``: what the engine
+    did; a record without it, from an engine before it dropped page caches, keeps the
+    words of then)."""
     n = result.checked
     what = f"{n} object{'s' if n != 1 else ''} ({format_size(result.checked_bytes)})"
     if result.level != "content":
         return (f"metadata verified (types, sizes, modes, mtimes, links; content not read): "
                 f"{what} in {out}")
     if method == "tar":
+        how = result.read_back or ("each archive read back by the RSA node that wrote it, "
+                                   "possibly from its page cache")
         return (f"content verified: {what} in the archives in {out} (every member's bytes "
-                "hashed on both sides; each archive read back by the RSA node that wrote "
-                "it, possibly from its page cache)")
+                f"hashed on both sides; {how})")
+    how = result.read_back or (f"files under {format_size(VERIFY_RANGE_BYTES)} possibly "
+                               "read back from an RSA node's page cache")
     return (f"content verified: {what} in {out} (every file's bytes hashed on both sides; "
-            f"files under {format_size(VERIFY_RANGE_BYTES)} possibly read back from an "
-            "RSA node's page cache)")
+            f"{how})")
 
 
 def _seconds(s: float) -> str:
@@ -389,7 +393,8 @@ class DataPath:
                              gate=self.flush_gate, copy_tool=st.copy_tool,
                              copy_command=st.copy_command or "",
                              stripe_bytes=st.stripe_bytes,
-                             stream_objects=st.stream_objects or 0)
+                             stream_objects=st.stream_objects or 0,
+                             ramdisk_mounted=True)
 
     def bulk(self, eng: StagingEngine) -> StagingEngine | WorkerEngine:
         """``eng`` for a bulk copy or verify: run in a worker process of its own when

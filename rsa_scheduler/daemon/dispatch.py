@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from rsa_scheduler.core.actions import BULK, Action, ActionKind, Outcome
 from rsa_scheduler.core.payloads import AlertArgs, CancelArgs, DestroyFsArgs, OnNodes, TellUserArgs
 from rsa_scheduler.core.policy import NodeState
+from rsa_scheduler.core.record import JobRecord
 from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.core.states import JobState
 from rsa_scheduler.daemon.executors import ActionContext, Registry
@@ -40,6 +41,10 @@ SIBLING_WAIT = 120.0
 
 #: alerts kept in memory (``rsa status`` shows the newest)
 KEEP_ALERTS = 100
+#: a quarantined job's output is alerted about again each time it has waited this long
+#: more (its first alert is the quarantine's own): it holds RSA nodes until an operator
+#: acts, and must not be forgotten
+QUARANTINE_REMIND = 24 * 3600.0
 COMMENT_MAX = 250  # characters of a job comment rsad writes (squeue shows it whole)
 
 
@@ -93,6 +98,7 @@ class Dispatcher:
                                          thread_name_prefix="rsa-urgent")
         self.running: dict[str, Running] = {}
         self.alerts: list[dict[str, Any]] = []
+        self._reminded: dict[tuple[str, float], int] = {}  # (job, since) -> reminders
         # the users' comments (tell): the newest unwritten message per job, and the jobs
         # whose writer is on the lane
         self._comment_lock = threading.Lock()
@@ -109,7 +115,13 @@ class Dispatcher:
             elif action.kind is ActionKind.ALERT:
                 self.alert(action.job_id, action.args_as(AlertArgs).message)
             elif action.kind is ActionKind.TELL_USER:
-                self.tell(action.job_id, f"RSA: {action.args_as(TellUserArgs).message}")
+                text = f"RSA: {action.args_as(TellUserArgs).message}"
+                if action.job_id in self.host.sched.displaced:
+                    # the id is another user's job's now: its comment is not this job's
+                    log.info("job %s (now another user's job's id): not told: %s",
+                             action.job_id, text)
+                else:
+                    self.tell(action.job_id, text)
             elif action.kind in (ActionKind.ALLOCATE, ActionKind.RELEASE):
                 log.info("job %s: %s %s", action.job_id, action.kind.value,
                          action.args_as(OnNodes).nodes)
@@ -169,6 +181,25 @@ class Dispatcher:
             metrics.alerts.inc()
         self.alerts.append({"time": self.clock(), "job_id": job_id, "message": msg})
         del self.alerts[:-KEEP_ALERTS]
+
+    def remind(self, records: list[JobRecord], now: float) -> None:
+        """Loop thread: alert again about each quarantined job once per
+        :data:`QUARANTINE_REMIND` it has waited (reminders already given are counted in
+        memory: a restarted rsad reminds once more)."""
+        for rec in records:
+            due = int((now - rec.since) // QUARANTINE_REMIND)
+            key = (rec.job_id, rec.since)
+            if due < 1 or self._reminded.get(key, 0) >= due:
+                continue
+            self._reminded[key] = due
+            self.alert(rec.job_id, f"output still quarantined on its RAMDISK on {rec.nodes} "
+                                   f"after {due * QUARANTINE_REMIND / 3600:g} hours, holding "
+                                   "those RSA nodes: fix the cause and `rsa retry "
+                                   f"{rec.job_id}`, or save the data and `rsa release "
+                                   f"{rec.job_id} --discard-output`")
+        live = {(r.job_id, r.since) for r in records}
+        for key in [k for k in self._reminded if k not in live]:
+            del self._reminded[key]
 
     def drain(self, job_id: str, nodes: list[str], reason: str) -> None:
         """Drain compute ``nodes`` in Slurm with ``reason`` (urgent lane), then alert the

@@ -354,7 +354,8 @@ class WorkerEngine:
                            "copy_tool": e.copy_tool, "copy_command": e.copy_command,
                            "stripe_bytes": e.stripe_bytes, "stripe_min": e.stripe_min,
                            "stream_objects": e.stream_objects,
-                           "verify_range_bytes": e.verify_range_bytes},
+                           "verify_range_bytes": e.verify_range_bytes,
+                           "ramdisk_mounted": e.ramdisk_mounted},
                 "gate": {"gates": bool(gate is not None and gate.gates),
                          "order": gate.order if gate is not None else "fifo"}}
 

@@ -10,11 +10,15 @@ import sys
 import threading
 import time
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
 from rsa_scheduler import __version__
 from rsa_scheduler.errors import InternalError, RsaError, user_line
+
+if TYPE_CHECKING:
+    from rsa_scheduler.config import Config
 
 log = logging.getLogger("rsad")
 
@@ -29,54 +33,84 @@ def _setup_logging(level: str) -> None:
 @click.option("--config", "config_path", envvar="RSA_CONFIG", type=click.Path(dir_okay=False),
               help="Configuration file (default /etc/rsa/rsa.yaml).")
 @click.option("--check", "--check-config", "check", is_flag=True,
-              help="Validate the configuration, open and migrate the store, replay the "
-                   "event log, print a summary and exit.")
+              help="Validate the configuration, read the store without changing it "
+                   "(pending migrations, events, jobs, outstanding actions), say whether "
+                   "an rsad runs on it, and exit. Touches nothing: no lock, no write, no "
+                   "fence, no dispatch, no SSH (unless --nodes).")
+@click.option("--nodes", "check_nodes", is_flag=True,
+              help="With --check: also run each RSA node's read-only check over SSH "
+                   "(what `rsa nodes check` reports).")
 @click.option("--log-level", default=None, help="Override daemon.log_level.")
-def rsad(config_path: str | None, check: bool, log_level: str | None) -> None:
+def rsad(config_path: str | None, check: bool, check_nodes: bool,
+         log_level: str | None) -> None:
     """rsad — the RSA scheduler daemon.
 
     Watches Slurm's queue, allocates RSA nodes to the job next to run, builds its RAMDISK,
     stages its #RSA_DATA_IN in before it starts and its #RSA_DATA_OUT out after it ends,
     and tears the RAMDISK down once the output is verified on persistent storage. Runs as
     root under systemd (rsad.service: Type=notify, a watchdog); its state lives in
-    daemon.db_path and survives restarts (a restart fences what an earlier rsad left
-    running on the RSA nodes before it re-issues anything). SIGTERM stops it cleanly.
-    Operators talk to it with rsa(1); the Prolog, Epilog and PrologSlurmctld hooks
-    through its API."""
+    daemon.state_dir (rsa.db) and survives restarts (a restart fences what an earlier
+    rsad left running on the RSA nodes before it re-issues anything). One rsad per store: a second
+    one exits at once. SIGTERM stops it cleanly. Operators talk to it with rsa(1); the
+    Prolog, Epilog and PrologSlurmctld hooks through its API."""
     from rsa_scheduler.config import load_config
-    from rsa_scheduler.daemon.api import ApiServers, Routes
-    from rsa_scheduler.daemon.systemd import notify, watchdog_interval
-    from rsa_scheduler.daemon.wiring import check_lockin, make_daemon
+    from rsa_scheduler.daemon.wiring import check_lockin
 
+    if check_nodes and not check:
+        raise click.UsageError("--nodes goes with --check")
     cfg = load_config(config_path)
     _setup_logging(log_level or cfg.daemon.log_level.value)
-    check_lockin(cfg)  # refuses a lock-in the running Slurm would ignore
+    for warning in cfg.warnings:  # what `rsa config check` warns about, in rsad's log
+        log.warning("%s", warning)
+    check_lockin(cfg)  # refuses a lock-in the running Slurm would ignore (asks, changes nothing)
+    if check:
+        _check(cfg, check_nodes)
+        return
+    _serve(cfg)
+
+
+def _check(cfg: Config, nodes: bool) -> None:
+    """``rsad --check``: report and exit (daemon/check.py); exit 1 when a node lacks
+    something (``--nodes``)."""
+    from rsa_scheduler.daemon.check import check_nodes, inspect_store
+
+    click.echo(f"rsad: config {cfg.source}: ok")
+    for line in inspect_store(cfg).lines():
+        click.echo(f"rsad: {line}")
+    if nodes:
+        ok, lines = check_nodes(cfg)
+        for line in lines:
+            click.echo(f"rsad: {line}")
+        if not ok:
+            raise SystemExit(1)
+
+
+def _serve(cfg: Config) -> None:
+    """Take the store's lock, start, serve until SIGTERM."""
+    from rsa_scheduler.daemon.api import ApiServers, Routes
+    from rsa_scheduler.daemon.systemd import notify, watchdog_interval
+    from rsa_scheduler.daemon.wiring import make_daemon
+    from rsa_scheduler.store.lock import StoreLock
+
+    # before anything else (the store, the API socket, the RSA nodes' fence): a second
+    # rsad on this store stops here, having touched nothing
+    lock = StoreLock.acquire(cfg.daemon.db_path)
     daemon = make_daemon(cfg)
-    servers = None
-    if not check:
-        # the API answers from now on: until start() has replayed the log and fenced what
-        # an earlier rsad left on the RSA nodes, burst_buffer.lua's hooks hear "not yet"
-        # and everything else "rsad is starting; retry" (api.Routes, Daemon.ready)
-        servers = ApiServers.from_config(Routes(daemon), cfg.daemon.api)
-        servers.start()
+    # the API answers from now on: until start() has replayed the log and fenced what an
+    # earlier rsad left on the RSA nodes, burst_buffer.lua's hooks hear "not yet" and
+    # everything else "rsad is starting; retry" (api.Routes, Daemon.ready)
+    servers = ApiServers.from_config(Routes(daemon), cfg.daemon.api)
+    servers.start()
     try:
         daemon.start()
     except BaseException:
-        if servers is not None:
-            servers.stop()
+        servers.stop()
         raise
     # What start-up built (the modules, the state replayed) lives as long as rsad: out of
     # the collector's sight, a full collection no longer walks every record each time
     # (hundreds of thousands at a large centre; reference counting still frees what is
     # dropped). rsad's first cycle costs ~7% less CPU (bench/bench_first_cycle.py).
     gc.freeze()
-    if check:
-        click.echo(f"rsad: config {cfg.source}: ok; store {cfg.daemon.db_path}: "
-                   f"{daemon.store.last_seq()} events, {len(daemon.sched.records)} jobs "
-                   f"tracked, {len(daemon.sched.outstanding())} actions outstanding")
-        daemon.shutdown()
-        daemon.store.close()
-        return
 
     stop = threading.Event()
 
@@ -87,7 +121,6 @@ def rsad(config_path: str | None, check: bool, log_level: str | None) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     listen = cfg.daemon.api.listen
-    assert servers is not None
     from rsa_scheduler.daemon.wiring import make_health, make_tender
 
     health = make_health(cfg, daemon)
@@ -139,6 +172,7 @@ def rsad(config_path: str | None, check: bool, log_level: str | None) -> None:
         daemon.shutdown()
         daemon.store.close()
         log.info("rsad stopped")
+        lock.release()
 
 
 def main() -> None:

@@ -71,7 +71,14 @@ class Memory:
                 "time": ev.time}
 
     def learn_facts(self, ev: Event) -> None:
-        """The details of a milestone or a successful outcome worth remembering."""
+        """The details of a milestone or a successful outcome worth remembering; none
+        of an earlier job's of the same id once a new record starts (``job.tracked``;
+        ``job.untracked``: the id names another user's job now). A reused id's actions
+        have the same ids as the earlier job's: its ``reset_of`` or ``written_back_of``
+        would make a reset skip its work."""
+        if ev.name in ("job.tracked", "job.untracked"):
+            self.facts.pop(ev.job_id, None)
+            return
         if not (ev.name == "action.milestone" or (
                 ev.name == "action.outcome" and ev.context.get("result") == "ok")):
             return

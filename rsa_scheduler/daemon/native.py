@@ -424,8 +424,16 @@ class NativeDriver:
                 # still pending (a restarted slurmctld tears down, then sets up again):
                 # kept bb_grace seconds, then torn down as a demotion would
                 events = self.teardown_pending(job, now, hurry)
-                answer = Answer("done", f"kept {self.grace:.0f}s for a new setup, then "
-                                        "torn down unless the job starts")
+                if rec.rsa_state in POST_RUN - TEARDOWN:
+                    # requeued: the RAMDISK is the earlier run's, with its output; nothing
+                    # of this run is on it, and it goes only once that output is safe
+                    answer = Answer("done", f"job {job}'s RAMDISK holds its earlier run's "
+                                            "output: kept until that is verified on "
+                                            "persistent storage or an operator discards "
+                                            "it (nothing of this run is on it)")
+                else:
+                    answer = Answer("done", f"kept {self.grace:.0f}s for a new setup, "
+                                            "then torn down unless the job starts")
             else:
                 answer = answer_teardown(rec, job)
         else:

@@ -414,7 +414,11 @@ class NodeSide:
             j.ended.discard(node)
             cur = j.current if j.current is not None else j.standing
             agent = rsa_state in NODE_AGENT
-            if cur is not None and cur["do"] == "mount" and not self._done(j, node, cur):
+            # only while the job's RAMDISK is to be mounted or in use: after its run the
+            # standing mount is an earlier run's (a node of it that failed never ran its
+            # Epilog to say the run is over), staged out and destroyed under a new run
+            if agent and cur is not None and cur["do"] == "mount" and \
+                    not self._done(j, node, cur):
                 j.asked[node] = int(cur["seq"])
                 return {**cur, "agent": True}
             if j.current is None and rsa_state in MOUNT_COMING:
@@ -481,6 +485,15 @@ class NodeSide:
                 self._cond.notify_all()
             self._prune()
         return {"job_id": job, "node": node}
+
+    def forget(self, job: str) -> None:
+        """``job``'s id names a new job now (a new record: Slurm lost its state, or its
+        ids wrapped): nothing of the earlier job's nodes, reports or standing mount is
+        the new one's. An instruction still in flight keeps its own waiter."""
+        with self._cond:
+            j = self._jobs.get(job)
+            if j is not None and j.current is None:
+                del self._jobs[job]
 
     def _prune(self, keep: int = 2000) -> None:
         """Forget the oldest jobs whose every node ran its Epilog (bounded memory)."""

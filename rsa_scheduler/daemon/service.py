@@ -41,9 +41,10 @@ from rsa_scheduler.core.scheduler import (
     Scheduler,
     StaleOutcome,
 )
+from rsa_scheduler.core.states import JobState, RsaState
 from rsa_scheduler.core.transitions import Trigger
 from rsa_scheduler.daemon import views
-from rsa_scheduler.daemon.cycle import FIRST_SIGHTS_PER_CYCLE, QueueReader
+from rsa_scheduler.daemon.cycle import FIRST_SIGHTS_PER_CYCLE, EndStates, QueueReader
 from rsa_scheduler.daemon.dephold import DepHold
 from rsa_scheduler.daemon.dispatch import Dispatcher, Running
 from rsa_scheduler.daemon.executors import Registry
@@ -62,6 +63,8 @@ from rsa_scheduler.slurm.port import SlurmError, SlurmPort
 from rsa_scheduler.store import JobRow, Store
 
 log = logging.getLogger(__name__)
+#: seconds between looks for quarantined jobs to remind the operator of
+REMIND_EVERY = 60.0
 
 
 class Daemon:
@@ -94,8 +97,10 @@ class Daemon:
         self.progress: dict[str, dict[str, Any]] = {}
         self.specs = SpecReader(slurm, self.dispatcher.tell)
         self.queue_reader = QueueReader(slurm)
+        self.end_states = EndStates(slurm)  # ended jobs' end states from accounting
         self._hook_seen: dict[str, float] = {}  # job -> time of its latest hook event
         self._last_poll = 0.0
+        self._last_remind = 0.0
         self.last_cycle_seconds = 0.0
         #: new quiet RSA jobs one cycle takes on (defer_first_sights)
         self.first_sights_per_cycle = FIRST_SIGHTS_PER_CYCLE
@@ -183,6 +188,9 @@ class Daemon:
             self.memory.learn(ev)
             if self.native is not None:
                 self.native.learn(ev)
+        # jobs that ended before this start without Slurm's end state: ask accounting
+        self.end_states.tries.update((j, 0) for j, r in self.sched.records.items()
+                                     if r.job_state is JobState.FINISHED and not r.end_state)
         outstanding = self.sched.outstanding()
         log.info("replayed %d events: %d jobs tracked, %d actions to re-issue",
                  len(events), len(self.sched.records), len(outstanding))
@@ -295,6 +303,13 @@ class Daemon:
         else:
             dec = self.sched.observe(obs, now, complete=not fresh)
         self._commit(dec)
+        ended = self.end_states.due(self.sched.records, present | fresh)
+        if ended:  # Slurm's accounting: how the jobs the queue no longer lists ended
+            records = self.sched.records
+            self._commit(self.sched.observe(
+                [Observation(j, records[j].user, s, "None", records[j].priority,
+                             records[j].compute_nodes) for j, s in sorted(ended.items())],
+                now, complete=False))
         if asked:
             self._read_directives(asked, rows, obs, present, incremental)
         if self.native is not None:
@@ -305,6 +320,10 @@ class Daemon:
         if self.native is None:  # native mode: data_in waits for the earlier run instead
             self.holds.check_reruns()
         self.deps.check()
+        if now - self._last_remind >= REMIND_EVERY:  # quarantined output not forgotten
+            self._last_remind = now
+            self.dispatcher.remind([r for r in self.sched.records.values()
+                                    if r.rsa_state is RsaState.QUARANTINED], now)
         if not incremental:
             self.specs.prune(rows, self.sched.records)
         self._forget(now, present | fresh)
@@ -349,9 +368,17 @@ class Daemon:
         if self._hook_seen.get(row.job_id, 0.0) > poll_started:
             return None  # a hook told us something newer than this snapshot
         native = self.native
-        tracked = row.job_id in self.sched.records
-        if native is not None and not native.tracks(row.job_id) and not tracked:
+        rec = self.sched.records.get(row.job_id)
+        if native is not None and not native.tracks(row.job_id) and rec is None:
             return None  # native mode: a job is the RSA's once Slurm sets its buffer up
+        # a record of another user's job of this id (Slurm lost its state, or its ids
+        # wrapped) is not this job's: its own directives are read (native mode: once
+        # Slurm sets its buffer up), the core ends the earlier job's cycle first
+        user = row.user
+        if rec is not None and not users_differ(rec.user, user):
+            user = rec.user  # the same user, perhaps as a uid squeue could not resolve
+        tracked = rec is not None and (rec.user == user or (
+            native is not None and not native.tracks(row.job_id)))
         spec = self.specs.spec_of(row, tracked=tracked,
                                   from_script=self.script_source == "scontrol",
                                   staged=native is not None and native.tracks(row.job_id))
@@ -363,7 +390,7 @@ class Daemon:
         else:
             held = self.holds.counts_on_deck(row)
             reason = self.holds.reason_of(row)
-        return Observation(job_id=row.job_id, user=row.user, state=row.state,
+        return Observation(job_id=row.job_id, user=user, state=row.state,
                            reason=reason, priority=row.priority,
                            compute_nodes=row.num_nodes, spec=spec,
                            hold_until=None if deadline is None else float(deadline),
@@ -521,8 +548,12 @@ class Daemon:
             hook = Hook.ended(payload.get("exit_code"))
         else:
             raise ValueError(f"unknown hook {kind!r}")
-        self._hook_seen[job] = received
         rec = self.sched.records.get(job)
+        if rec is not None and users_differ(rec.user, str(payload.get("user") or "")):
+            # another user's job has this id now (Slurm lost its state, or its ids
+            # wrapped): not this record's news; the next poll reads the queue
+            return {"job_id": job, "tracked": False}
+        self._hook_seen[job] = received
         if rec is None:
             return {"job_id": job, "tracked": False}
         if payload.get("alias"):
@@ -535,7 +566,7 @@ class Daemon:
             # a heterogeneous job's other component: it starts and ends with the leader,
             # whose hooks say so (its batch script's exit code is the leader's)
             return {"job_id": job, "tracked": True, "rsa_state": rec.rsa_state.value}
-        obs = Observation.heard(hook, rec)
+        obs = Observation.heard(hook, rec, payload.get("exit_code"))
         now = self.clock()
         dec = Decision(events=[Event(now, job, "job.hook", {
             k: payload[k] for k in ("hook", "nodes", "exit_code", "alias") if k in payload})])
@@ -554,6 +585,8 @@ class Daemon:
                                  "serve burst_buffer.lua")
         now = self.clock()
         rec = self.sched.records.get(job)
+        if job in self.sched.displaced:
+            rec = None  # the id is another user's job's now: the record is the earlier job's
         got = native.serve(hook, job, payload, rec, now, capacity=lambda: {
             n.name: n.capacity for n in self.sched.pool.nodes()})
         if got.events:
@@ -573,11 +606,20 @@ class Daemon:
             return
         if not dec.events and not dec.actions:
             return
+        self.end_states.learn(dec.events)
         touched = {e.job_id for e in dec.events if not e.job_id.startswith("@")}
         rows = [self._row(self.sched.records[j]) for j in sorted(touched)
                 if j in self.sched.records]
         if dec.events:
             self.store.append(dec.events, rows)
+        for ev in dec.events:
+            if ev.name in ("job.tracked", "job.untracked"):
+                # a new record of this id: nothing an earlier job of it left is its own
+                self.memory.learn_facts(ev)
+                self.progress.pop(ev.job_id, None)
+                side = nodeside_of(self.registry)
+                if side is not None:
+                    side.forget(ev.job_id)
         if self.native is not None:
             # what a replay learns too (the bb.* events were learned as they were made)
             for ev in dec.events:
@@ -648,6 +690,16 @@ class Daemon:
         """(job, mount spec) of every RAMDISK no step is working on (loop thread): the
         RAMDISK tender checks these (core.states.TENDED)."""
         return views.tendable(self)
+
+
+def users_differ(known: str, seen: str) -> bool:
+    """Whether Slurm names a job's user ``seen`` where rsad knows ``known``: another
+    user's job has the id (Slurm lost its state, or its ids wrapped). Only two different
+    names count: squeue and slurmctld's hooks give a uid they could not resolve to a name
+    (a name service hiccup), and an empty name says nothing, so either is taken for the
+    same user rather than end a running job's cycle under it."""
+    return bool(known and seen) and known != seen and not (
+        known.isdigit() or seen.isdigit())
 
 
 class WorkerPool(StagingWorkers, Protocol):

@@ -108,7 +108,7 @@ def verification_to_json(v: Verification) -> dict[str, Any]:
             "differences": [[d.path.hex(), d.what] for d in v.differences],
             "extra": v.extra, "details": json.loads(json.dumps(v.details, default=str)),
             "differing": v.differing, "skipped": [p.hex() for p in v.skipped],
-            "skipped_count": v.skipped_count}
+            "skipped_count": v.skipped_count, "read_back": v.read_back}
 
 
 def verification_from_json(d: Mapping[str, Any]) -> Verification:
@@ -119,7 +119,8 @@ def verification_from_json(d: Mapping[str, Any]) -> Verification:
                         extra=int(d["extra"]), details=dict(d["details"]),
                         differing=int(d["differing"]),
                         skipped=tuple(bytes.fromhex(p) for p in d.get("skipped") or ()),
-                        skipped_count=int(d.get("skipped_count", -1)))
+                        skipped_count=int(d.get("skipped_count", -1)),
+                        read_back=str(d.get("read_back", "")))
 
 
 def error_to_json(e: BaseException) -> dict[str, Any]:

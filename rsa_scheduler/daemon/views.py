@@ -2,8 +2,9 @@
 
 Owns the views: one job (:func:`job_view`: its record, progress, RAMDISK and running
 actions), the jobs of a user or of all (:func:`jobs_view`), the status
-(:func:`status_view`: nodes with who set their state and why, jobs by RSA state,
-alerts, Slurm's health, on-deck jobs), what a user who is not an operator sees of the
+(:func:`status_view`: nodes with who set their state and why, jobs by RSA state, the
+quarantined jobs with their age and the capacity they hold, alerts, Slurm's health,
+on-deck jobs), what a user who is not an operator sees of the
 status (:func:`status_for_user`: no other user's job id anywhere) and the RAMDISKs the
 tender may check (:func:`tendable`). Plain dicts, built on the loop thread (via a
 ``call`` request, or once per cycle for :mod:`rsa_scheduler.daemon.published`).
@@ -20,7 +21,7 @@ from typing import Any, Protocol
 
 from rsa_scheduler.core.machine import JobRecord
 from rsa_scheduler.core.scheduler import Scheduler
-from rsa_scheduler.core.states import TENDED, JobState
+from rsa_scheduler.core.states import TENDED, JobState, RsaState
 from rsa_scheduler.daemon.dispatch import Running
 from rsa_scheduler.daemon.health import HEALTH_BY, public_reason
 
@@ -73,18 +74,27 @@ def jobs_view(d: Viewed, user: str | None = None) -> list[dict[str, Any]]:
 def status_view(d: Viewed) -> dict[str, Any]:
     pool = d.sched.pool
     nodes = []
+    held: dict[str, int] = {}  # job -> capacity of the RSA nodes it holds
     for node in pool.nodes():
         note = d.node_notes.get(node.name, {})
         state = pool.state(node.name).value
+        owner = pool.owner(node.name)
+        if owner:
+            held[owner] = held.get(owner, 0) + node.capacity
         nodes.append({"name": node.name, "tier": node.tier.value,
                       "capacity": node.capacity, "state": state,
                       "job": pool.owner(node.name),
                       "reason": note.get("reason", "") if state != "up" else "",
                       "by": note.get("by", "") if state != "up" else ""})
     by_state: dict[str, int] = {}
+    quarantined: list[dict[str, Any]] = []
     for rec in d.sched.records.values():
         by_state[rec.rsa_state.value] = by_state.get(rec.rsa_state.value, 0) + 1
-    return {"nodes": nodes, "jobs_by_rsa_state": by_state,
+        if rec.rsa_state is RsaState.QUARANTINED:
+            quarantined.append({"job_id": rec.job_id, "user": rec.user, "since": rec.since,
+                                "nodes": rec.nodes, "capacity": held.get(rec.job_id, 0)})
+    quarantined.sort(key=lambda q: (q["since"], q["job_id"]))
+    return {"nodes": nodes, "jobs_by_rsa_state": by_state, "quarantined": quarantined,
             "alerts": d.alerts[-20:], "slurm_ok": d.slurm_ok,
             "last_cycle_seconds": d.last_cycle_seconds,
             "running_actions": len(d.running),
@@ -111,6 +121,7 @@ def status_for_user(view: Mapping[str, Any], mine: Collection[str],
     in ``others`` (every other job rsad knows of) hidden."""
     out = dict(view)
     out["alerts"] = [a for a in view["alerts"] if a["job_id"] in mine]
+    out["quarantined"] = [q for q in view.get("quarantined", ()) if q["job_id"] in mine]
     out["on_deck"] = [j for j in view["on_deck"] if j in mine]
     nodes = []
     for node in view["nodes"]:

@@ -165,6 +165,8 @@ def write_back(bases: Bases, fs_id: str, eng: StagingEngine, ramdisk: str,
     result: Verification | None = None
     for _ in range(ROUNDS):
         ram = eng.scan(ramdisk, "write-back")
+        if not ram:  # the bare directory of a RAMDISK being remounted is empty too
+            eng.check_mounted(ramdisk)
         pfs = eng.scan(data_in, "write-back")
         plan = plan_write_back(base, ram, pfs, suffix=suffix, redo=redo)
         done.empty_ramdisk = plan.empty_ramdisk

@@ -1,4 +1,5 @@
-"""The ``beeond`` backend: BeeGFS On Demand, the production RAMDISK filesystem.
+"""The ``beeond`` backend: BeeGFS On Demand, a RAMDISK filesystem for production sites
+(its command lines are tested against scripted hosts; no real BeeGFS runs here).
 
 Owns :class:`BeeondOptions` (what a site sets, ``filesystem.beeond`` of the
 configuration), :class:`BeeondBackend` and the pure builders of everything it runs: the

@@ -201,7 +201,9 @@ def prolog(env: Mapping[str, str]) -> int:
 
         client = ApiClient(st.address, timeout=st.api_timeout, trust_uid=0)
         deadline = time.monotonic() + st.timeout - st.api_timeout - 0.5
-        body = {**from_env(env), "node": node, "nodes": nodes}
+        # the job's user: rsad answers nothing of another user's earlier job of this id
+        body = {**from_env(env), "node": node, "nodes": nodes,
+                "user": env.get("SLURM_JOB_USER", "")}
         ans = client.post("/v1/hooks/prolog", body)
         if ans.get("do") == "wait" and float(ans.get("hold") or 0) > 0:
             # early start "wait": hold the job's start while the stage-in finishes

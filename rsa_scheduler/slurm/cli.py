@@ -26,6 +26,7 @@ from rsa_scheduler.slurm.parse import (
     ParseError,
     QueueRow,
     parse_dependents,
+    parse_end_states,
     parse_job_info,
     parse_pending,
     parse_queue,
@@ -62,6 +63,12 @@ def drain_argv(bin_dir: Path, nodes: Sequence[str], reason: str) -> list[str]:
 def job_info_argv(bin_dir: Path, job_id: str) -> list[str]:
     """One job's identity (parse.JOB_INFO_FIELDS), in any state Slurm still keeps."""
     return [str(bin_dir / "squeue"), "-h", "-t", "all", "-j", job_id, "-O", JOB_INFO_FORMAT]
+
+
+def end_states_argv(bin_dir: Path, job_ids: Sequence[str]) -> list[str]:
+    """Slurm's accounting record of how each of ``job_ids`` ended (one sacct call)."""
+    return [str(bin_dir / "sacct"), "-n", "-X", "-P", "-o", "JobID,State",
+            "-j", ",".join(job_ids)]
 
 
 def job_qos_argv(bin_dir: Path, job_id: str) -> list[str]:
@@ -187,6 +194,13 @@ class CliSlurm:
 
     def set_comment(self, job_id: str, text: str) -> None:
         self._run(update_argv(self.bin_dir, job_id, comment=text))
+
+    def end_states(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """How each job of ``job_ids`` ended, by Slurm's accounting (``sacct``): only the
+        jobs it knows. Raises SlurmError without accounting (sacct fails)."""
+        if not job_ids:
+            return {}
+        return parse_end_states(self._run(end_states_argv(self.bin_dir, job_ids)))
 
     def drain_nodes(self, nodes: Sequence[str], reason: str) -> None:
         self._run(drain_argv(self.bin_dir, nodes, reason))

@@ -289,3 +289,21 @@ def iter_hostlist_env(value: str) -> Iterator[str]:
     from ClusterShell.NodeSet import NodeSet
 
     yield from NodeSet(value)
+
+
+def parse_end_states(text: str) -> dict[str, str]:
+    """``sacct -n -X -P -o JobID,State -j ...`` as {job id: its state's first word}: an
+    array task as ``A_T``, a heterogeneous job by its leader (``N+0`` is ``N``); a state
+    such as ``CANCELLED by 1001`` as ``CANCELLED``. Lines that are not ``id|state`` are
+    skipped (sacct prints nothing else with these options)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        job, sep, state = line.strip().partition("|")
+        if not sep or not job or not state.strip():
+            continue
+        if job.endswith("+0"):
+            job = job[:-2]
+        elif "+" in job:
+            continue
+        out[job] = state.split()[0].rstrip("+").upper()
+    return out

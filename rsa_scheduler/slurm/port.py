@@ -8,7 +8,7 @@ site's Slurm major release).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.slurm.parse import JobInfo, QueueRow
@@ -67,4 +67,15 @@ class SlurmPort(Protocol):
     def release_hold(self, job_id: str, admin_comment: str) -> None:
         """Let a job held for the RSA start now (begin time now), with its admin_comment
         replaced (the hold marker removed)."""
+        ...
+
+
+@runtime_checkable
+class Accounting(Protocol):
+    """A port that also reads Slurm's accounting (slurmdbd): how jobs ended after they
+    left the queue."""
+
+    def end_states(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """{job id: its end state (``COMPLETED``, ``CANCELLED``, ...)} of the jobs
+        accounting knows; raises SlurmError without accounting."""
         ...

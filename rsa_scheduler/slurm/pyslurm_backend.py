@@ -71,6 +71,9 @@ class PySlurm:
     def set_comment(self, job_id: str, text: str) -> None:
         self.cli.set_comment(job_id, text)
 
+    def end_states(self, job_ids: Sequence[str]) -> dict[str, str]:
+        return self.cli.end_states(job_ids)
+
     def drain_nodes(self, nodes: Sequence[str], reason: str) -> None:
         self.cli.drain_nodes(nodes, reason)
 

@@ -220,19 +220,23 @@ class Commands:
             raise classify(e, what, host.name) from e
 
     def _parallel(self, items: Iterable[T], fn: Callable[[Host, T], None],
-                  meter: ProgressMeter | None, *, spread: bool = False) -> None:
+                  meter: ProgressMeter | None, *, spread: bool = False,
+                  on: Callable[[T], int] | None = None) -> None:
         """Run ``fn(host, item)`` for every item on the RSA nodes, ``parallel_per_node``
         at a time per node, items taken in order by whichever stream is free (so the
         most expensive buckets start first). ``spread``: one stream per node (archives).
-        The first failure or a cancel stops every stream."""
-        work: queue.SimpleQueue[T] = queue.SimpleQueue()
+        ``on``: the item runs on ``hosts[on(item) % len(hosts)]`` only (an archive read
+        back by another node than the one that packed it). The first failure or a
+        cancel stops every stream."""
+        queues: list[queue.SimpleQueue[T]] = [
+            queue.SimpleQueue() for _ in (self.hosts if on is not None else (0,))]
         for item in items:
-            work.put(item)
+            queues[on(item) % len(self.hosts) if on is not None else 0].put(item)
         per = 1 if spread else self.parallel_per_node
         errors: list[BaseException] = []
         lock = threading.Lock()
 
-        def worker(host: Host) -> None:
+        def worker(host: Host, work: queue.SimpleQueue[T]) -> None:
             while not self._abort.cancelled:
                 try:
                     item = work.get_nowait()
@@ -248,7 +252,8 @@ class Commands:
 
         with cf.ThreadPoolExecutor(len(self.hosts) * per,
                                    thread_name_prefix="rsa-staging") as pool:
-            futures = [pool.submit(worker, h) for _ in range(per) for h in self.hosts]
+            futures = [pool.submit(worker, h, queues[i % len(queues)])
+                       for _ in range(per) for i, h in enumerate(self.hosts)]
             while True:
                 _, running = cf.wait(futures, timeout=0.2)
                 if meter is not None:

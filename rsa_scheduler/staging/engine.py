@@ -27,6 +27,7 @@ Must not import the daemon, the store or Slurm.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
@@ -42,10 +43,17 @@ from rsa_scheduler.staging.flush import Gate
 from rsa_scheduler.staging.manifest import Entry, Verification, compare, with_hashes
 from rsa_scheduler.staging.packing import Packing
 from rsa_scheduler.staging.plan import STRIPE_MIN
-from rsa_scheduler.staging.report import TAIL, Progress, ScriptResult, Stats, classify
+from rsa_scheduler.staging.report import (
+    TAIL,
+    Progress,
+    ScriptResult,
+    StagingError,
+    Stats,
+    classify,
+)
 from rsa_scheduler.staging.stripe import VERIFY_RANGE_BYTES
 from rsa_scheduler.staging.treecopy import TreeCopy
-from rsa_scheduler.staging.verifier import Verifier
+from rsa_scheduler.staging.verifier import READ_BACK, Verifier
 
 METHODS = ("rsync", "tar")  # core.policy.StageOut values; "rsync" = the default copy
 LEVELS = ("content", "metadata")
@@ -68,7 +76,8 @@ class StagingEngine(TreeCopy, Packing, Verifier):
                  gate: Gate | None = None, copy_tool: str = "engine",
                  copy_command: str = "", stripe_bytes: int = 0,
                  stripe_min: int = STRIPE_MIN, stream_objects: int = 0,
-                 verify_range_bytes: int = VERIFY_RANGE_BYTES, cycle: int = 1) -> None:
+                 verify_range_bytes: int = VERIFY_RANGE_BYTES, cycle: int = 1,
+                 ramdisk_mounted: bool = False) -> None:
         if not hosts:
             raise ValueError("StagingEngine needs at least one RSA node")
         if identity.uid == 0:
@@ -86,6 +95,9 @@ class StagingEngine(TreeCopy, Packing, Verifier):
         # the job's run (rsad's cycle): a requeued run's tar archives never share names
         # with an earlier run's (Packing.archive_prefix)
         self.cycle = max(1, int(cycle))
+        # the RAMDISK root is a mount point on every node (rsad's RAMDISKs): an empty scan
+        # of it counts only while the node shows it mounted (:meth:`_mounted_empty`)
+        self.ramdisk_mounted = ramdisk_mounted
         self.verify_level = verify_level
         self.big_bytes = big_bytes
         self.clock = clock
@@ -146,6 +158,8 @@ class StagingEngine(TreeCopy, Packing, Verifier):
         try:  # an empty RAMDISK (no node ever mounted it for output) leaves DATA_OUT alone
             empty = not self._scan(self.hosts[0], ramdisk, "stage-out: scanning the RAMDISK",
                                    limit=0)
+            if empty:
+                self._mounted_empty(ramdisk)
         finally:
             self._stop()
         if empty:
@@ -218,10 +232,11 @@ class StagingEngine(TreeCopy, Packing, Verifier):
             wanted = frozenset(only)
             expected = [e for e in expected if e.kind != "d" and e.path in wanted]
         if not expected:  # nothing to copy, nothing to find (stage_out left DATA_OUT alone)
+            self._mounted_empty(ramdisk)
             return compare([], [], level=self.verify_level)
         if limit >= 0 and len(expected) > limit:
             del expected  # too many to list here: the nodes compare
-            return self._stream_verify(ramdisk, dst)
+            return self._read_back(self._stream_verify(ramdisk, dst), method)
         moved: dict[bytes, bytes] = {}
         if method == "tar":
             actual = self._archive_manifest(dst)
@@ -246,7 +261,44 @@ class StagingEngine(TreeCopy, Packing, Verifier):
             result = replace(result, details={
                 **result.details, "aside": [[p.hex(), a.hex()] for p, a in moved.items()]})
         log.info("%s: %s", self.job_id, result.summary(dst))
-        return result
+        return self._read_back(result, method)
+
+    def _read_back(self, result: Verification, method: str) -> Verification:
+        """``result`` saying how DATA_OUT's bytes were read (level ``content``)."""
+        if result.level != "content" or not result.checked:
+            return result
+        how = self.archive_read_back() if method == "tar" else READ_BACK
+        return dataclasses.replace(result, read_back=how)
+
+    def check_mounted(self, ramdisk: str) -> None:
+        """Raise unless the first node shows the RAMDISK mounted at ``ramdisk`` (with
+        ``ramdisk_mounted``): call it before taking an empty scan of it for an empty
+        RAMDISK (:meth:`_mounted_empty`)."""
+        self._start()
+        try:
+            self._mounted_empty(ramdisk)
+        finally:
+            self._stop()
+
+    def _mounted_empty(self, ramdisk: str) -> None:
+        """An empty scan of ``ramdisk`` on the first node is of the RAMDISK: the node
+        shows it mounted there (with ``ramdisk_mounted``). While a repair remounts it,
+        or after its mount was lost, the node shows the bare directory under it, empty
+        too: taken for an empty RAMDISK, a verify would pass and the RAMDISK, with the
+        job's output, be destroyed. Raises a retryable, unanswered StagingError."""
+        if not self.ramdisk_mounted:
+            return
+        host = self.hosts[0]
+        try:
+            host.run(scripts.mounted_argv(ramdisk), timeout=min(self._left(), 60.0),
+                     cancel=self._abort)
+        except CommandError as e:
+            if self.cancel.cancelled:
+                raise Cancelled(self.cancel.reason) from e
+            raise StagingError(
+                f"the RAMDISK is not mounted at {ramdisk} on {host.name} (a repair may be "
+                "remounting it): its empty directory is not taken for an empty RAMDISK; "
+                "will retry", permanent=False, node=host.name, unanswered=True) from e
 
     def run_script(self, argv: Sequence[str], phase: str, *, ramdisk: str,
                    data_in: str = "", data_out: str = "") -> ScriptResult:

@@ -302,6 +302,7 @@ class Verification:
     differing: int = -1  # how many differ, when ``differences`` lists only the first
     skipped: tuple[bytes, ...] = ()  # special files of the source: not staged, not expected
     skipped_count: int = -1  # how many, when ``skipped`` names only the first
+    read_back: str = ""  # how the destination's bytes were read (the user's message)
 
     @property
     def skipped_total(self) -> int:

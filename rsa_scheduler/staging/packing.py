@@ -3,7 +3,9 @@
 Owns :class:`Packing`: the RAMDISK's buckets grouped into one archive per RSA node
 (``<dst>/rsa-<job>-<n>.tar``, written to ``.part`` names and renamed), the index of every
 member (``<dst>/rsa-<job>.index``), and the manifest of those archives verify compares
-(their listings and, at level ``content``, their members' hashes). The programs are
+(their listings and, at level ``content``, their members' hashes), each archive read
+back by another node than the one that packed it (archive n is packed on node n, read on
+node n + 1) after that node dropped it from its page cache. The programs are
 ``scripts.archives``'.
 
 Must not import the daemon, the store or Slurm, nor ``engine``.
@@ -27,6 +29,13 @@ from rsa_scheduler.staging.manifest import (
 )
 from rsa_scheduler.staging.plan import assign, make_plan
 from rsa_scheduler.staging.report import ProgressMeter, StagingError, Stats
+
+
+def archive_number(path: str) -> int:
+    """n of ``.../rsa-<job>[.c<cycle>]-<n>.tar``: the node that packed it (names sort
+    as text: rsa-J-10.tar before rsa-J-2.tar)."""
+    tail = posixpath.basename(path).removesuffix(".tar").rpartition("-")[2]
+    return int(tail) if tail.isdigit() else 0
 
 
 class Packing(Commands):
@@ -78,7 +87,8 @@ class Packing(Commands):
                 meter.add(nfiles, nbytes)
                 per_node[host.name] = per_node.get(host.name, 0) + nbytes
 
-            self._parallel(jobs, pack, meter, spread=True)
+            # archive n on node n: verify reads it back on node n + 1 (_archive_manifest)
+            self._parallel(jobs, pack, meter, spread=True, on=lambda job: job[0])
             members = [(posixpath.basename(names[n]), by_path[p])
                        for n, paths in enumerate(lists) for p in paths]
             text = index_lines(members).encode("utf-8", "surrogateescape")
@@ -112,5 +122,16 @@ class Packing(Commands):
                 ).stdout))
             out[n] = resolve_tar(parse_tar_listing(raw), hashes, n)
 
-        self._parallel(range(len(names)), read, None, spread=True)
+        # by another node than the one that packed it (archive n: node n), where there
+        # is one; the node drops it from its page cache first (scripts.archives.UNCACHE)
+        self._parallel(range(len(names)), read, None, spread=True,
+                       on=lambda n: archive_number(names[n]) + 1)
         return [e for part in out for e in part]
+
+    def archive_read_back(self) -> str:
+        """How ``_archive_manifest`` read the archives (the user's message)."""
+        if len(self.hosts) > 1:
+            return ("each archive read back by another RSA node than the one that packed "
+                    "it, after that node dropped it from its page cache")
+        return ("each archive read back by the RSA node that packed it, after it wrote it "
+                "back and dropped it from its page cache")

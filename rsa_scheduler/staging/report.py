@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rsa_scheduler.errors import RsaError
-from rsa_scheduler.runner import CommandError
+from rsa_scheduler.runner import KILLED_FROM_OUTSIDE, CommandError, killed_by
 
 TAIL = 4000
 EXIT_ROOT = 66  # scripts: cannot enter the root directory
@@ -54,6 +54,10 @@ def classify(err: CommandError, what: str, node: str) -> StagingError:
     if err.timed_out:
         return StagingError(f"{what} on {node} timed out (transfer killed); will retry",
                             permanent=False, node=node)
+    sig = killed_by(err.stderr_tail, err.returncode)
+    if sig is not None:
+        return StagingError(f"{what} on {node} was killed by {sig} ({KILLED_FROM_OUTSIDE}); "
+                            "will retry", permanent=False, node=node)
     for needle in _NOT_ANSWERING:
         if needle in err.stderr_tail:
             hit = next((ln for ln in tail if needle in ln), last)
@@ -208,6 +212,10 @@ class ScriptResult:
     def summary(self) -> str:
         if self.ok:
             return f"{self.phase} script {self.argv[0]} succeeded on {self.node}"
+        sig = killed_by(self.stderr_tail, self.returncode)
+        if sig is not None:
+            return (f"{self.phase} script {self.argv[0]} was killed by {sig} on {self.node} "
+                    f"({KILLED_FROM_OUTSIDE})")
         how = "timed out" if self.returncode is None else f"exited {self.returncode}"
         last = (self.stderr_tail.strip().splitlines() or ["no error output"])[-1]
         return f"{self.phase} script {self.argv[0]} {how} on {self.node}: {last}"

@@ -13,8 +13,10 @@ each stream. Memory in rsad is constant in the size of the tree; on the nodes, t
 ``streamed_verify`` is the same for ``verify``: the two manifests (hard-link groups
 included) are compared on the first node (sorted files, ``comm``), every node drops the
 destination's big files from its page cache, and the RAMDISK's files are hashed on both
-sides by every stream, claiming chunks; rsad receives counts and the first five
-differences. It checks what the listed verify checks.
+sides by every stream, claiming chunks (each destination file dropped from the hashing
+node's page cache first); rsad receives counts and the first five differences, and
+checks that every chunk and file of the listing was hashed. It checks what the listed
+verify checks.
 
 Resume: before a chunk is copied, the stream drops the names the destination already
 holds complete, by the listed mode's quick check (``plan.pending``: same type, size and
@@ -200,6 +202,17 @@ def _decode(text: str) -> list[bytes]:
     return [n for n in base64.b64decode(text.strip() or b"").split(b"\0") if n]
 
 
+def check_hashed(dst: str, listed: tuple[int, int], hashed: tuple[int, int]) -> None:
+    """The hashing streams must have claimed and hashed every chunk of the listing, and
+    as many files as it holds: a chunk no stream could claim (or one claimed twice)
+    would leave files unhashed, or counted twice, while the verify passed."""
+    if hashed != listed:
+        raise StagingError(
+            f"verify: the streamed verify of {dst} hashed {hashed[0]} of {listed[0]} "
+            f"chunks ({hashed[1]} of {listed[1]} files): not every file was compared; "
+            "will retry", permanent=False)
+
+
 def streamed_verify(hosts: Sequence[Host], run: Run, parallel: Parallel, *, ram: str,
                     dst: str, parts: str, level: str, streams: int,
                     drop_bytes: int = 0) -> Verification:
@@ -209,17 +222,18 @@ def streamed_verify(hosts: Sequence[Host], run: Run, parallel: Parallel, *, ram:
     type, size, mode and mtime (seconds; symlinks: target), names sharing an inode in
     the RAMDISK share one at the destination, and, at level ``content``, every regular
     file's BLAKE2b-128, files of at least ``drop_bytes`` (0: none) read after every node
-    wrote them back and dropped them from its page cache."""
+    wrote them back and dropped them from its page cache, the others after the hashing
+    node did; every chunk of the listing hashed (``check_hashed``)."""
     spool = posixpath.join(parts, "spool")
     out = run(hosts[0], scripts.verify_list_argv(ram, dst, spool, CHUNK_FILES, drop_bytes,
                                                  posixpath.relpath(parts, dst)),
               f"verify: comparing {dst} with the RAMDISK (streamed)").stdout
     head, _, rest = out.partition("\n")
     words = head.split()
-    if words[:1] != ["META"] or len(words) != 5:
+    if words[:1] != ["META"] or len(words) != 6:
         raise StagingError(f"verify: unexpected answer comparing {dst}: {head[:200]!r}",
                            permanent=False)
-    objects, nbytes, meta_bad, _chunks = (int(w) for w in words[1:])
+    objects, nbytes, meta_bad, chunks, files = (int(w) for w in words[1:])
     diffs = []
     for rec in _decode(rest):
         m = _META.fullmatch(rec)
@@ -228,6 +242,7 @@ def streamed_verify(hosts: Sequence[Host], run: Run, parallel: Parallel, *, ram:
     bad = [meta_bad]
     lock = threading.Lock()
     calls = [0]
+    hashed = [0, 0]  # chunks, files
 
     def hash_chunks(host: Host, n: int) -> None:
         while True:
@@ -238,14 +253,16 @@ def streamed_verify(hosts: Sequence[Host], run: Run, parallel: Parallel, *, ram:
                                                         claim),
                          f"verify: hashing in {ram} and {dst} (streamed)").stdout
             line, _, names = answer.partition("\n")
-            chunks, _files, differ = (int(w) for w in line.split())
+            claimed, nfiles, differ = (int(w) for w in line.split())
             with lock:
+                hashed[0] += claimed
+                hashed[1] += nfiles
                 bad[0] += differ
                 for rec in _decode(names):
                     if len(diffs) < 5:
                         path = rec.partition(b"  ")[2].removeprefix(b"./")
                         diffs.append(Difference(path, "content differs (hash)"))
-            if not chunks:
+            if not claimed:
                 return
 
     if level == "content":
@@ -254,6 +271,7 @@ def streamed_verify(hosts: Sequence[Host], run: Run, parallel: Parallel, *, ram:
                 run(host, scripts.drop_listed_argv(dst, posixpath.join(spool, "big")),
                     f"verify: dropping {dst}'s big files from the page cache")
         parallel(range(streams), hash_chunks, None)
+        check_hashed(dst, (chunks, files), (hashed[0], hashed[1]))
     run(hosts[0], scripts.remove_tree_argv(parts), f"verify: removing {parts}")
     return Verification(ok=bad[0] == 0, level=level, checked=objects, checked_bytes=nbytes,
                         differences=tuple(diffs), differing=bad[0])

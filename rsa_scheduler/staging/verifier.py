@@ -2,7 +2,8 @@
 
 Owns :class:`Verifier`: hashes of the RAMDISK's files and of their copies, every command
 in parallel over every stream and node, big files in ranges after every node dropped its
-cached pages of the destination (docs/staging.md); and the verify of a tree too large to
+cached pages of the destination, the others each dropped from the hashing node's page
+cache just before (docs/staging.md); and the verify of a tree too large to
 list in rsad, compared on the nodes (``stream.streamed_verify``). ``StagingEngine.verify``
 decides which and compares.
 
@@ -23,6 +24,10 @@ from rsa_scheduler.staging.commands import Commands, log
 from rsa_scheduler.staging.manifest import Entry, Verification, display, parse_hashes
 from rsa_scheduler.staging.plan import Bucket, make_plan, stripes
 from rsa_scheduler.staging.stream import streamed_verify
+
+# How verify read DATA_OUT's files (rsync, listed or streamed), in the user's message.
+READ_BACK = ("every copy read back by an RSA node after it dropped that copy from its page "
+             "cache")
 
 
 class Verifier(Commands):
@@ -69,8 +74,10 @@ class Verifier(Commands):
         Files of at least ``verify_range_bytes`` are hashed in ranges (digest: the list of
         range hashes, the same ranges on both sides), after every node wrote back and
         dropped its cached pages of the destination's copy (docs/staging.md), whether or
-        not the copy striped them. ``moved``: names whose copy below ``dst`` is another
-        one (a copy kept aside, ``staging.aside``): that one is hashed, under the name."""
+        not the copy striped them; the destination's other files are each dropped from
+        the hashing node's page cache just before it reads them (``READ_BACK``).
+        ``moved``: names whose copy below ``dst`` is another one (a copy kept aside,
+        ``staging.aside``): that one is hashed, under the name."""
         moved = moved or {}
         back = {alt: name for name, alt in moved.items()}
         streams = len(self.hosts) * self.parallel_per_node
@@ -113,7 +120,8 @@ class Verifier(Commands):
                      tuple(moved.get(p, p) for p in item.paths if p in have))
             if not paths:
                 return
-            raw = self._user(host, scripts.hash_argv(root), f"verify: hashing in {root}",
+            argv = scripts.hash_argv(root) if side == 0 else scripts.hash_uncached_argv(root)
+            raw = self._user(host, argv, f"verify: hashing in {root}",
                              input=scripts.encode_list(paths)).stdout
             got = parse_hashes(scripts.decode_output(raw))
             if side == 1 and back:

@@ -189,12 +189,16 @@ class Store:
         durability: Durability = "full",
         readonly: bool = False,
         busy_timeout: float = 5.0,
+        older: bool = False,
     ) -> Store:
         """Open (creating and migrating if needed) the store at ``path``.
 
         Read-write: creates the parent directory (0700) and the file (0600), switches to
         WAL and runs pending migrations. ``readonly=True``: opens an existing, current
-        store through a ``mode=ro`` URI, runs nothing and refuses every write.
+        store through a ``mode=ro`` URI, runs nothing and refuses every write; with
+        ``older`` also a store whose schema is behind (``rsad --check`` reports what its
+        migration would do: :meth:`pending_migrations`), and a store no writer has open
+        is read without creating anything beside it: for a one-off look only.
         ``busy_timeout`` (seconds) is how long a write waits for another writer's lock.
         """
         if durability not in _SYNCHRONOUS:
@@ -207,6 +211,12 @@ class Store:
                     "start rsad once to create it"
                 )
             target, uri = f"{p.resolve().as_uri()}?mode=ro", True
+            if older and not p.with_name(p.name + "-wal").exists():
+                # a one-off look (rsad --check) at a store no writer has open (rsad keeps
+                # its WAL while it runs; a clean close removes it): read the file as it
+                # is, creating no -wal or -shm beside it (a writer starting meanwhile is
+                # not seen: the look is over in a moment)
+                target += "&immutable=1"
         else:
             _prepare(p)
             target, uri = str(p), False
@@ -219,13 +229,13 @@ class Store:
             raise _error(p, "opening the store", e) from e
         try:
             store = cls(conn, p, readonly=readonly, durability=durability)
-            store._setup(busy_timeout)
+            store._setup(busy_timeout, older)
         except BaseException:
             conn.close()
             raise
         return store
 
-    def _setup(self, busy_timeout: float) -> None:
+    def _setup(self, busy_timeout: float, older: bool = False) -> None:
         conn, p = self._conn, self.path
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
@@ -233,7 +243,7 @@ class Store:
                 conn.execute("PRAGMA query_only = ON")
                 version = migrations.schema_version(conn)
                 migrations.check_version(version, str(p))
-                if version < migrations.LATEST:
+                if version < migrations.LATEST and not older:
                     raise StoreError(
                         f"{p}: store schema version {version} is older than this "
                         f"rsa-scheduler ({migrations.LATEST}); start rsad (or open the store "
@@ -439,6 +449,11 @@ class Store:
         except sqlite3.Error as e:
             raise _error(self.path, "reading jobs", e) from e
         return [_job_row(r) for r in rows]
+
+    def pending_migrations(self) -> list[migrations.Migration]:
+        """The migrations a read-write open would run now (none on a current store)."""
+        version = self.schema_version()
+        return [m for m in migrations.MIGRATIONS if m.version > version]
 
     def schema_version(self) -> int:
         """The schema version of the open database (``PRAGMA user_version``)."""

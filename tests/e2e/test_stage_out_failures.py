@@ -96,11 +96,27 @@ def test_failing_stage_out_is_retried_then_quarantined_with_the_data_intact(
             assert root(lab, "squeue", "-h", "-t", "running", "-o", "%i").strip() == ""
         expected = (res / "md5").read_text()
         assert on_ramdisk(lab, job) == expected
+        # not forgotten: rsa status names it, with its age and what it holds (issue 33)
+        shown = subprocess.run([rsa, "status"], capture_output=True, text=True, timeout=60,
+                               check=True).stdout
+        held = [ln for ln in shown.splitlines()
+                if ln.startswith(f"  job {job} ({lab['RSA_LAB_USER']}) for ")]
+        assert len(held) == 1 and held[0].endswith(" held"), shown
+        assert "held by quarantined output" in shown, shown
+        # what the user's rsa wait says: not in place, exit status 2
+        waited = as_user(lab, lab["RSA_LAB_USER"], [rsa, "wait", "--timeout", "60", job])
+        assert waited.returncode == 2, (waited.stdout, waited.stderr)
+        assert waited.stdout.startswith(f"{job}: quarantined: "), waited.stdout
         # a user may not force it; the operator fixes the cause and retries
         refused = as_user(lab, lab["RSA_LAB_USER"], [rsa, "release", job, "--yes"])
         assert refused.returncode != 0
         out.chmod(0o755)
         subprocess.run([rsa, "retry", job], check=True, capture_output=True, timeout=60)
+        waited = as_user(lab, lab["RSA_LAB_USER"], [rsa, "wait", "--timeout", "180", job],
+                         timeout=200)
+        assert waited.returncode == 0 and waited.stdout.startswith(f"{job}: verified: "), \
+            (waited.stdout, waited.stderr)
+        assert md5_of(out) == expected  # in place the moment rsa wait says so
         wait_state(lab, job, "released", timeout=180)
     assert md5_of(out) == expected
     verified = [e for e in events(lab, job, "action.outcome")

@@ -120,7 +120,7 @@ def test_a_compute_node_has_what_jobs_and_hooks_need(lab: Mapping[str, str],
     compute node without rsad's socket does: ok. Where rsad's address is wrong, and
     outside the compute nodes (no rsa on a job's PATH), each is named with its fix."""
     client = tmp_path / "client.conf"
-    client.write_text("socket = /nonexistent/rsad.sock\napi = 127.0.0.1:6820\n")
+    client.write_text("socket = /nonexistent/rsad.sock\napi = 127.0.0.1:7820\n")
     client.chmod(0o644)
     done = compute_check(lab, pid_of("slurmd-c1"), client)
     assert (done.returncode, done.stdout) == (0, "c1: ok\n"), done.stdout + done.stderr
@@ -135,7 +135,7 @@ def test_a_compute_node_has_what_jobs_and_hooks_need(lab: Mapping[str, str],
         f"cluster's key, and name rsad's address in {client}")
     assert len(done.stdout.splitlines()) == 1
 
-    client.write_text("socket = /nonexistent/rsad.sock\napi = 127.0.0.1:6820\n")
+    client.write_text("socket = /nonexistent/rsad.sock\napi = 127.0.0.1:7820\n")
     done = compute_check(lab, None, client)  # the lab's host: not a compute node
     assert done.returncode == 1
     assert done.stdout.splitlines()[0].endswith(

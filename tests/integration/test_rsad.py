@@ -19,7 +19,7 @@ from tests.integration.conftest import as_user
 from tests.integration.slurmkit import make_jobs, root, wait_for
 
 SPEC = DirectiveSpec(data_in="/pfs/home/rsauser/in", data_out="/pfs/home/rsauser/out")
-TCP = "127.0.0.1:6820"
+TCP = "127.0.0.1:7820"
 
 
 def rsa(lab: Mapping[str, str], user: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -63,7 +63,7 @@ def test_users_see_and_act_only_on_their_own_jobs(lab: Mapping[str, str]) -> Non
 def test_forged_or_missing_credentials_are_refused(lab: Mapping[str, str]) -> None:
     import http.client
 
-    conn = http.client.HTTPConnection("127.0.0.1", 6820, timeout=10)
+    conn = http.client.HTTPConnection("127.0.0.1", 7820, timeout=10)
     conn.request("GET", "/v1/jobs")
     resp = conn.getresponse()
     assert resp.status == 401 and b"missing MUNGE credential" in resp.read()
@@ -99,7 +99,7 @@ def test_rsad_notifies_systemd_ready_and_watchdog(lab: Mapping[str, str], tmp_pa
     cfg = Path(lab["RSA_LAB_RSA_CONFIG"]).read_text()
     cfg = cfg.replace("/run/rsa-lab/rsad", str(tmp_path / "state"))
     cfg = cfg.replace("/run/rsa/rsad.sock", str(tmp_path / "rsad.sock"))
-    cfg = cfg.replace('listen: "127.0.0.1:6820"', 'listen: ""')
+    cfg = cfg.replace('listen: "127.0.0.1:7820"', 'listen: ""')
     cfg = cfg.replace('listen: "127.0.0.1:9465"', 'listen: ""')  # the lab rsad's metrics
     # an empty pool would be refused; one unallocatable node keeps this rsad inert
     cfg = cfg.replace('names: "rsa[1-4]"', 'names: "rsa99"').replace(

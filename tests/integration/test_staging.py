@@ -2,7 +2,9 @@
 
 Stage-in DATA_IN (on the PFS) into the RAMDISK over rsa[1-4] as ``rsauser``, stage-out and
 verify back to the PFS; refusal of unreadable input and of another user's DATA_OUT;
-cancellation kills every transfer; tar aggregation; PRE/POSTPROCESS. The RAMDISK is
+cancellation kills every transfer; tar aggregation; PRE/POSTPROCESS; verify reading what
+the PFS holds, not what a node's page cache kept of it (a chunk changed on the PFS
+chunkserver's disk behind its clients). The RAMDISK is
 mounted inside the RSA nodes' mount namespaces only, so contents are compared through
 what comes back out (and the engine's own content-hash verify).
 """
@@ -11,10 +13,12 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import threading
 import time
+import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -281,3 +285,80 @@ def test_pre_and_postprocess(hosts: list[SshHost], ramfs: MountSpec, user: Ident
     post = eng.run_script(["sh", "-c", 'cat "$RSA_RAMDISK/pre-made"; exit 7'], "stage-out",
                           ramdisk=ram)
     assert post.returncode == 7 and post.stdout_tail == "made\n" and not post.ok
+
+
+def _keep_crc(block: bytearray, fix: int, want: int) -> None:
+    """Set ``block[fix:fix + 4]`` so that the block's CRC-32 is ``want`` again: the CRC
+    is affine in those 32 bits, so 32 probes and an elimination over GF(2) find them."""
+    block[fix:fix + 4] = bytes(4)
+    base = zlib.crc32(block)
+    basis: dict[int, tuple[int, int]] = {}  # pivot bit -> (crc change, bits of x)
+    for i in range(32):
+        block[fix + i // 8] = 1 << (i % 8)
+        v, x = zlib.crc32(block) ^ base, 1 << i
+        block[fix + i // 8] = 0
+        for bit in range(31, -1, -1):
+            if v >> bit & 1:
+                if bit not in basis:
+                    basis[bit] = (v, x)
+                    break
+                v, x = v ^ basis[bit][0], x ^ basis[bit][1]
+    target, x = want ^ base, 0
+    for bit in range(31, -1, -1):
+        if target >> bit & 1:
+            target, x = target ^ basis[bit][0], x ^ basis[bit][1]
+    block[fix:fix + 4] = x.to_bytes(4, "little")
+    assert zlib.crc32(block) == want
+
+
+def change_behind_the_clients(path: Path, marker: bytes) -> None:
+    """Change one byte of ``path`` where ``marker`` is in its data, in the chunk file on
+    the PFS chunkserver's disk, behind every client's back: no client is told, and the
+    64 KiB block's CRC is kept (four bytes after it are set to match), so the chunkserver
+    serves the new bytes as valid. Size and mtime stay."""
+    info = subprocess.run(["mfsfileinfo", str(path)], capture_output=True, text=True,
+                          check=True).stdout
+    for cid, ver in re.findall(r"\b([0-9A-F]{16})_([0-9A-F]{8})\b", info):
+        for chunk in Path("/var/lib/rsa-lab/pfs").glob(f"cs*/chunks/*/chunk_{cid}_{ver}.mfs"):
+            data = chunk.read_bytes()
+            at = data.find(marker, 8192)  # header 4 KiB, CRCs 4 KiB, then the data
+            if at < 0:
+                continue
+            start = 8192 + (at - 8192) // 65536 * 65536
+            block = bytearray(data[start:start + 65536])
+            want = zlib.crc32(block)
+            block[at - start] ^= 0x01
+            _keep_crc(block, at - start + 1, want)
+            with chunk.open("r+b") as f:
+                f.seek(start)
+                f.write(block)
+            return
+    raise AssertionError(f"{marker!r} of {path} not found in its chunks: {info}")
+
+
+@pytest.mark.parametrize("method, stream", [("rsync", 0), ("tar", 0), ("rsync", 3)],
+                         ids=["listed", "tar", "streamed"])
+def test_verify_reads_what_the_pfs_holds_not_a_nodes_page_cache(
+        hosts: list[SshHost], user: Identity, work: Path, method: str, stream: int) -> None:
+    """A small output file (or its archive) is in the RSA nodes' client's page cache, as
+    the node that wrote it holds it, while the PFS's copy is changed behind that client
+    (one byte in the chunk on the chunkserver's disk, CRC kept; MooseFS tells no
+    client). Verify must read what the PFS holds and fail. Before it dropped the files
+    from the reading client's cache, the listed, tar and streamed verifies read the
+    cached bytes and passed."""
+    src = work / "src"
+    src.mkdir()
+    body = os.urandom(192 << 10)
+    (src / "result.bin").write_bytes(body)
+    for i in range(3):
+        (src / f"small{i}").write_bytes(os.urandom(100))
+    subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(src)], check=True)
+    eng = make_engine(hosts, user, stream_objects=stream)
+    dst = work / "out"
+    stats = eng.stage_out(str(src), str(dst), method=method)
+    written = Path(stats.archives[0]) if method == "tar" else dst / "result.bin"
+    subprocess.run(["cat", str(written)], stdout=subprocess.DEVNULL, check=True)  # cached
+    change_behind_the_clients(written, body[100_000:100_016])
+    v = eng.verify(str(src), str(dst), method=method)
+    assert not v.ok and [d.path for d in v.differences] == [b"result.bin"], v.summary(str(dst))
+    assert "content differs" in v.summary(str(dst))

@@ -28,7 +28,7 @@ from tests.integration.slurmkit import make_jobs, root, wait_for
 from tests.security import attack
 
 SOCK = "/run/rsa/rsad.sock"
-TCP = "127.0.0.1:6820"
+TCP = "127.0.0.1:7820"
 ATTACK = str(Path(attack.__file__).resolve())
 FAST = 2.0  # seconds root's `rsa status` may take while the API is under attack
 

@@ -28,7 +28,7 @@ from tests.integration.test_rsad_staging import wait_state
 from tests.security import reply
 
 SOCK = "/run/rsa/rsad.sock"
-TCP = "127.0.0.1:6820"
+TCP = "127.0.0.1:7820"
 REPLY = str(Path(reply.__file__).resolve())
 ROOT_DIR = str(Path(reply.__file__).resolve().parents[2])
 

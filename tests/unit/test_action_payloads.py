@@ -272,7 +272,7 @@ def _events(data: dict[str, Any]) -> list[Event]:
 
 
 #: record fields added since the old logs were captured, at the value an old job has
-NEW_RECORD_FIELDS: dict[str, Any] = {"writeback_live": False}
+NEW_RECORD_FIELDS: dict[str, Any] = {"writeback_live": False, "end_state": ""}
 
 
 def _with_new_fields(state: dict[str, Any]) -> dict[str, Any]:

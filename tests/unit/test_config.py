@@ -129,7 +129,7 @@ def test_lab_file_is_merged_over_the_defaults(lab: Path) -> None:
     assert {t: len(n) for t, n in cfg.pool.by_tier().items()} == {Tier.RAM: 4, Tier.SSD: 2}
     # set in the file
     assert cfg.daemon.state_dir == Path("/var/lib/rsa-lab")
-    assert cfg.daemon.api.listen == HostPort("127.0.0.1", 6820)
+    assert cfg.daemon.api.listen == HostPort("127.0.0.1", 7820)
     assert cfg.slurm.lockin.method is LockinMethod.PRIORITY
     # merged from the defaults, beside keys the file set in the same section
     assert cfg.daemon.api.socket == Path("/run/rsa/rsad.sock")
@@ -820,7 +820,7 @@ def test_to_dict_round_trips_and_is_json(lab: Path) -> None:
     json.dumps(data)
     assert data["pool"]["nodes"][1]["capacity"] == "3.5T"
     assert data["daemon"]["poll_interval"] == "5s"
-    assert data["daemon"]["api"]["listen"] == "127.0.0.1:6820"
+    assert data["daemon"]["api"]["listen"] == "127.0.0.1:7820"
     again = config_from_mapping(data)
     assert again == dataclasses.replace(cfg, source=None)
     # and through YAML text, as `rsa config show` prints it
@@ -1167,3 +1167,36 @@ def test_shared_dirs_outside_the_allowed_roots_are_warned_about() -> None:
     assert cfg.staging.shared_dirs == (Path("/home/proj"), Path("/proj"))
     (warning,) = [w for w in cfg.warnings if "shared_dirs" in w]
     assert "staging.shared_dirs[1]: /proj is not inside staging.allowed_roots" in warning
+
+
+# --------------------------------------------------------------------------- ports
+
+
+def test_the_api_port_is_none_of_slurms_and_a_config_naming_6820_keeps_working() -> None:
+    from rsa_scheduler.client import API_PORT, host_and_port
+    from rsa_scheduler.config.checks import SLURM_PORTS
+
+    assert API_PORT not in SLURM_PORTS and not 6817 <= API_PORT <= 6830
+    # a host alone: rsad's port, on both ends (the listener and the clients)
+    cfg = load_config_text("daemon:\n  api:\n    listen: 10.1.0.5\n", file="site.yaml",
+                           require_pool=False)
+    assert cfg.daemon.api.listen == HostPort("10.1.0.5", API_PORT)
+    assert cfg.warnings == ()
+    assert host_and_port("10.1.0.5") == ("10.1.0.5", API_PORT)
+    assert host_and_port("[fd00::5]") == ("fd00::5", API_PORT)
+    assert host_and_port("[fd00::5]:6820") == ("fd00::5", 6820)
+    # an older site's 6820 (the guides' example before): still served, with one warning
+    cfg = load_config_text("daemon:\n  api:\n    listen: 0.0.0.0:6820\n", file="site.yaml",
+                           require_pool=False)
+    assert cfg.daemon.api.listen == HostPort("0.0.0.0", 6820)
+    assert cfg.warnings == (
+        "site.yaml:3: daemon.api.listen: port 6820 is slurmrestd's usual port (and a "
+        "SlurmctldPort range from 6817 may reach it): where that daemon listens on this "
+        "host, it or rsad cannot start; rsad's API port is 7820 (docs/ports.md): move to "
+        "it with every host's client.conf and rsa.yaml, RSA_API and burst_buffer.lua's "
+        "CONFIG.api",)
+    assert host_and_port("rsad-host:6820") == ("rsad-host", 6820)
+    # the metrics endpoint still needs its port
+    with pytest.raises(ConfigErrors, match=r"metrics\.listen: expected host:port \(e\.g\. "
+                       r"127\.0\.0\.1:9465"):
+        load_config_text("metrics:\n  listen: 127.0.0.1\n", require_pool=False)

@@ -13,7 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from rsa_scheduler.core.actions import Action, ActionKind, Outcome, Result
 from rsa_scheduler.core.directives import DirectiveSpec
 from rsa_scheduler.core.events import Event
-from rsa_scheduler.core.payloads import ResetArgs
+from rsa_scheduler.core.payloads import OnNodes, ResetArgs
 from rsa_scheduler.core.policy import EarlyStart, NodeState, StagingPolicy
 from rsa_scheduler.core.scheduler import CommandRefused, Decision, Observation, Scheduler
 from rsa_scheduler.core.states import HOLDING_NODES, HOLDS_USER_DATA, JobState, RsaState
@@ -21,6 +21,9 @@ from rsa_scheduler.core.transitions import Trigger
 from tests.unit.corekit import make_pool, make_spec
 
 JOBS = ("1", "2", "3")
+#: actions that start or go on serving a job on its RSA nodes or compute nodes
+SERVING = frozenset({ActionKind.ALLOCATE, ActionKind.BUILD_FS, ActionKind.STAGE_IN,
+                     ActionKind.LOCK_IN, ActionKind.MOUNT_INPUT, ActionKind.MOUNT_OUTPUT})
 SLURM = [("PENDING", "Resources"), ("PENDING", "Priority"), ("PENDING", "JobHeldUser"),
          ("RUNNING", "None"), ("COMPLETING", "None"), ("COMPLETED", "None"),
          ("CANCELLED", "None"), ("TIMEOUT", "None"), ("REQUEUED", "BeginTime")]
@@ -69,6 +72,8 @@ class Interleavings(RuleBasedStateMachine):
         self.input_at_risk: set[str] = set()
         # write-back action id -> it began after the job had left its compute nodes
         self.final_writeback: dict[str, bool] = {}
+        # whose job each id names in Slurm (slurm_loses_its_state gives it to another)
+        self.users: dict[str, str] = {}
 
     def _take(self, dec: Decision) -> None:
         self.log.extend(dec.events)
@@ -82,8 +87,15 @@ class Interleavings(RuleBasedStateMachine):
                 assert job not in self.input_at_risk or act.args_as(ResetArgs).write_back, \
                     f"job {job}: reset before write-back"
             if act.kind is ActionKind.WRITE_BACK:
-                # a write-back while the job runs may miss the job's later changes
-                self.final_writeback[act.id] = self.slurm.get(job, ("", ""))[0] != "RUNNING"
+                # a write-back while the job runs may miss the job's later changes (a job
+                # whose id names another user's job now has left the queue)
+                self.final_writeback[act.id] = (
+                    self.slurm.get(job, ("", ""))[0] != "RUNNING"
+                    or act.args_as(OnNodes).user != self.users.get(job, "u"))
+            if act.kind in SERVING:
+                # a job is served only as the user whose job Slurm says it is
+                assert act.args_as(OnNodes).user == self.users.get(job, "u"), \
+                    f"job {job}: {act.kind.value} for another user's job"
 
     def _outcome_seen(self, job: str, action: Action, result: Result) -> None:
         if result is not Result.OK:
@@ -111,7 +123,7 @@ class Interleavings(RuleBasedStateMachine):
     def slurm_changes(self, job: str, obs: tuple[str, str], dt: float) -> None:
         self.slurm[job] = obs
         self.now += dt
-        snap = [Observation(j, "u", s, r, 10 * int(j), 2, self.spec[j])
+        snap = [Observation(j, self.users.get(j, "u"), s, r, 10 * int(j), 2, self.spec[j])
                 for j, (s, r) in sorted(self.slurm.items())]
         self._take(self.sched.observe(snap, self.now))
 
@@ -169,6 +181,15 @@ class Interleavings(RuleBasedStateMachine):
           state=st.sampled_from(list(NodeState)))
     def operator_drains(self, node: str, state: NodeState) -> None:
         self._take(self.sched.set_node_state(node, state, self.now, by="root"))
+
+    @rule(job=st.sampled_from(JOBS), spec=specs, obs=st.sampled_from(SLURM[:4]))
+    def slurm_loses_its_state(self, job: str, spec: DirectiveSpec,
+                              obs: tuple[str, str]) -> None:
+        """slurmctld restarted without its state (or its ids wrapped): the id names
+        another user's job now, whatever rsad holds for the earlier one."""
+        self.users[job] = f"u{len(self.users) + 1}"
+        self.spec[job] = spec
+        self.slurm_changes(job, obs, 1.0)
 
     @invariant()
     def no_node_double_booked_or_leaked(self) -> None:

@@ -432,10 +432,26 @@ def test_a_milestone_is_durable_before_the_executor_goes_on_and_a_restart_knows_
     assert d2.facts["7"]["mount"] == {"fs_id": "new"}
 
 
-@pytest.mark.parametrize(("code", "want"), [("768", "FAILED"), ("9", "FAILED"),
-                                            ("0", "COMPLETED"), ("", "COMPLETED")])
-def test_the_end_hook_records_what_slurm_records(tmp_path: Path, code: str,
-                                                  want: str) -> None:
+def test_every_milestone_an_executor_reads_back_is_remembered(tmp_path: Path) -> None:
+    """Found by review: the reset's ``written_back_of`` milestone (its last write-back of
+    writable input is done) was committed but never kept in the facts a re-issued reset
+    reads: after rsad was killed between that write-back and the outcome, the reset
+    copied the RAMDISK's input again over what the job had changed on the PFS since."""
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    d.submit("milestone", ("7", "7/1/reset/9", {"written_back_of": "7/1/reset/9"}))
+    d.drain(timeout=0.5)
+    assert d.facts["7"]["written_back_of"] == "7/1/reset/9"
+    d.shutdown()
+    d.store.close()
+    assert make_daemon(tmp_path, slurm, []).facts["7"]["written_back_of"] == "7/1/reset/9"
+
+
+@pytest.mark.parametrize("code", ["768", "9", "0", ""])
+def test_the_end_hook_says_what_it_heard_and_slurms_record_says_how_the_job_ended(
+        tmp_path: Path, code: str) -> None:
     slurm = ScriptedSlurm()
     d = make_daemon(tmp_path, slurm, [])
     slurm.set("7", "PENDING", "Resources")
@@ -444,9 +460,49 @@ def test_the_end_hook_records_what_slurm_records(tmp_path: Path, code: str,
     d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "7"})
     d.submit("hook", {"hook": "epilog_slurmctld", "job_id": "7", "exit_code": code})
     d.drain()
-    ends = [e.context.get("slurm_state") for e in d.store.events("7")
-            if e.context.get("to") == "finished"]
-    assert ends == [want]
+    ends = [e.context for e in d.store.events("7") if e.context.get("to") == "finished"]
+    # EpilogSlurmctld's exit code is no end state: the event names the hook, not one
+    assert [(c.get("by"), c.get("slurm_state")) for c in ends] == [
+        (f"EpilogSlurmctld, exit code {code}" if code else "EpilogSlurmctld", None)]
+    assert d.sched.records["7"].end_state == ""
+    # the user cancelled it (exit code 0 or not): Slurm's own record says so, and the
+    # next poll that shows it is written down; a later poll of the same changes nothing
+    slurm.set("7", "COMPLETING")
+    d.poll()
+    slurm.set("7", "CANCELLED")
+    d.poll()
+    d.poll()
+    told = [(e.name, e.context.get("slurm_state")) for e in d.store.events("7")
+            if e.name in ("job.ended", "job.state") and e.seq > 0]
+    assert told[-1] == ("job.ended", "CANCELLED")
+    assert sum(1 for name, _ in told if name == "job.ended") == 1
+    assert d.sched.records["7"].end_state == "CANCELLED"
+    # and a replay of the log knows it too
+    d.shutdown()
+    d.store.close()
+    assert make_daemon(tmp_path, slurm, []).sched.records["7"].end_state == "CANCELLED"
+
+
+def test_a_job_slurm_shows_ended_before_its_hook_is_heard_keeps_slurms_end_state(
+        tmp_path: Path) -> None:
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    slurm.set("7", "RUNNING")
+    d.poll()
+    slurm.set("7", "TIMEOUT", "TimeLimit")
+    d.poll()
+    d.submit("hook", {"hook": "epilog_slurmctld", "job_id": "7", "exit_code": "15"})
+    d.drain()
+    d.poll()
+    rec = d.sched.records["7"]
+    assert rec.end_state == "TIMEOUT"
+    finished = [e.context for e in d.store.events("7") if e.context.get("to") == "finished"]
+    assert [(c.get("slurm_state"), c["set"].get("end_state")) for c in finished] == [
+        ("TIMEOUT", "TIMEOUT")]
+    assert not [e for e in d.store.events("7") if e.name == "job.ended"]
 
 
 def test_an_executors_summary_becomes_the_outcome_message_not_detail() -> None:
@@ -1327,3 +1383,225 @@ def test_an_operator_may_see_the_status_as_a_user_sees_it(routes: Routes) -> Non
         routes.dispatch(BOB, "GET", "/v1/status?as=0", None)
     with pytest.raises(ApiError, match="as= takes a uid"):
         routes.dispatch(ROOT, "GET", "/v1/status?as=root", None)
+
+
+# ---- a job id Slurm gives another user's job (its state lost, or its ids wrapped) -------
+
+BOBS = DirectiveSpec(data_in="/pfs/bob/in")
+
+
+def bobs_job(slurm: ScriptedSlurm, job: str, state: str, reason: str) -> None:
+    slurm.rows = [r for r in slurm.rows if r.job_id != job] + [QueueRow(
+        job, state, reason, 10, 2, "bob", BOBS.to_admin_comment())]
+
+
+@pytest.mark.parametrize("cls", [ScriptedSlurm, TextSlurm])
+def test_a_job_id_another_user_reuses_is_theirs_with_nothing_of_the_earlier_job(
+        tmp_path: Path, cls: type[ScriptedSlurm]) -> None:
+    """alice's job 7 ended and was released; slurmctld lost its state and gave the id to
+    bob: rsad reads bob's own directives and serves his job as bob; none of the facts of
+    alice's actions (her RAMDISK's mount, lock token, a reset or verify milestone) is
+    taken for his, and neither sees the other's history."""
+    slurm = cls()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    slurm.rows = []
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state is RsaState.RELEASED
+    assert d.facts["7"]["lock_token"] == "normal"
+    bobs_job(slurm, "7", "PENDING", "Resources")
+    d.poll()
+    rec = d.sched.records["7"]
+    assert (rec.user, rec.spec) == ("bob", BOBS)
+    assert "lock_token" not in d.facts.get("7", {})  # alice's, before bob's lock-in
+    settle(d)
+    assert d.sched.records["7"].rsa_state.value == "locked-in"
+    with serving(d) as routes:
+        mine = routes.dispatch(BOB, "GET", "/v1/jobs/7", None)
+        assert mine["user"] == "bob"
+        assert mine["events"][0]["name"] == "job.tracked"
+        assert not any(e.get("user") == "alice" for e in mine["events"])
+        listed = routes.dispatch(BOB, "GET", "/v1/events", None)["events"]
+        assert listed and listed[0]["name"] == "job.tracked"
+        by_job = routes.dispatch(BOB, "GET", "/v1/events?job=7", None)["events"]
+        assert [e["seq"] for e in by_job] == [e["seq"] for e in listed] == [
+            e["seq"] for e in mine["events"]]
+        with pytest.raises(ApiError, match="not tracked"):
+            routes.dispatch(ALICE, "GET", "/v1/jobs/7", None)
+        everything = routes.dispatch(ROOT, "GET", "/v1/events?job=7", None)["events"]
+        assert [e["name"] for e in everything].count("job.tracked") == 2
+    d2 = make_daemon(tmp_path, slurm, [])  # the same after a restart (replay)
+    assert d2.sched.records["7"].user == "bob"
+    assert d2.facts["7"]["lock_token"] == "normal"  # bob's own
+
+
+def test_a_reused_job_id_holding_the_earlier_jobs_output_is_staged_out_first(
+        tmp_path: Path) -> None:
+    """alice's job 7 runs with output on its RAMDISK when Slurm's queue shows the id as
+    bob's: alice's job is gone, its output staged out and verified as alice, then bob's
+    job gets a record of its own."""
+    slurm = TextSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "Resources", spec=DirectiveSpec(data_out="/pfs/out"))
+    d.poll()
+    settle(d)
+    slurm.set("7", "RUNNING", spec=DirectiveSpec(data_out="/pfs/out"))
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state is RsaState.MOUNTED_OUTPUT
+    d.urgent.submit(lambda: None).result()
+    told = len(slurm.calls)
+    bobs_job(slurm, "7", "PENDING", "Priority")
+    d.poll()
+    assert d.sched.records["7"].user == "alice"
+    assert d.sched.records["7"].rsa_state.value == "staging-out"
+    settle(d)
+    assert d.sched.records["7"].rsa_state.value == "released"
+    d.urgent.shutdown(wait=True)
+    # alice's "stage-out finished: ... in /pfs/out" is never written on bob's job
+    assert [c for c in slurm.calls[told:] if c[0] == "comment"] == []
+    d.poll()  # the same queue line: observed again, now bob's
+    assert (d.sched.records["7"].user, d.sched.records["7"].spec) == ("bob", BOBS)
+
+
+def test_slurmctlds_hooks_of_another_users_job_of_a_tracked_id_are_not_its_news(
+        tmp_path: Path) -> None:
+    """PrologSlurmctld and EpilogSlurmctld name the job's user: those of bob's job that
+    has the id of alice's tracked job (Slurm lost its state) neither move alice's record
+    (her released job "started": declined, and told so in bob's job's comment) nor end
+    her running job's (its output staged out and the RAMDISK destroyed under it)."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "Resources", spec=DirectiveSpec(data_out="/pfs/out"))
+    d.poll()
+    settle(d)
+    slurm.set("7", "RUNNING", spec=DirectiveSpec(data_out="/pfs/out"))
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state is RsaState.MOUNTED_OUTPUT
+    for hook in ("prolog_slurmctld", "epilog_slurmctld"):
+        d.submit("hook", {"hook": hook, "job_id": "7", "user": "bob", "exit_code": "0"})
+        d.drain()
+        rec = d.sched.records["7"]
+        assert (rec.job_state, rec.rsa_state) == (JobState.RUNNING, RsaState.MOUNTED_OUTPUT)
+    d.submit("hook", {"hook": "epilog_slurmctld", "job_id": "7", "user": "alice",
+                      "exit_code": "0"})
+    d.drain()
+    assert d.sched.records["7"].rsa_state.value == "staging-out"  # hers: it ended
+
+
+def state_of(d: Daemon, job: str) -> str:
+    return d.sched.records[job].rsa_state.value
+
+
+def test_a_user_name_slurm_could_not_resolve_is_not_another_users_job(
+        tmp_path: Path) -> None:
+    """squeue prints a uid for a user it cannot resolve (a name service hiccup on rsad's
+    host), and slurmctld's hooks likewise: the running job is still the same job, never
+    taken for another user's (its output staged out and destroyed while it writes)."""
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    spec = DirectiveSpec(data_out="/pfs/out")
+    slurm.set("7", "PENDING", "Resources", spec=spec)
+    d.poll()
+    settle(d)
+    slurm.set("7", "RUNNING", spec=spec)
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state.value == "mounted-output"
+    row = slurm.rows[0]
+    slurm.rows = [QueueRow(row.job_id, row.state, "Prolog", row.priority, row.num_nodes,
+                           "1001", row.admin_comment)]
+    d.poll()
+    assert state_of(d, "7") == "mounted-output"  # runs on
+    d.submit("hook", {"hook": "epilog_slurmctld", "job_id": "7", "user": "1001",
+                      "exit_code": "0"})
+    d.drain()
+    assert state_of(d, "7") == "staging-out"  # the hook: it ended
+    assert d.sched.records["7"].user == "alice"
+
+
+def test_a_node_prolog_of_another_users_job_of_a_tracked_id_learns_nothing_of_it(
+        tmp_path: Path) -> None:
+    """The node Prolog of bob's job that has the id of alice's declined job (Slurm lost
+    its state; rsad has not read the queue since) was answered from alice's record: her
+    message (what she was told, her paths) went into bob's job's RSA_MESSAGE. The Prolog
+    names the job's user (SLURM_JOB_USER): another user's job learns nothing of it."""
+    from rsa_scheduler.daemon.nodeside import NodeSide
+
+    slurm = ScriptedSlurm()
+    reg = with_slurm(instant_registry([], {ActionKind.STAGE_IN}), slurm)
+    NodeSide(backend_for=lambda _ctx: (None, None)).register(reg)  # type: ignore[arg-type,return-value]
+    store = Store.open(tmp_path / "rsa.db", durability="normal")
+    d = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm, store=store,
+               registry=reg, workers=2, poll_interval=0)
+    d.start()
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    assert state_of(d, "7") == "declined"
+    with serving(d) as routes:
+        ans = routes.dispatch(ROOT, "POST", "/v1/hooks/prolog",
+                              {"job_id": "7", "node": "c1", "nodes": "c1", "user": "bob"})
+        assert ans["do"] == "nothing" and "declined" not in ans, ans
+        ans = routes.dispatch(ROOT, "POST", "/v1/hooks/prolog",
+                              {"job_id": "7", "node": "c1", "nodes": "c1", "user": "alice"})
+        assert "stage-in refused" in ans["declined"], ans  # hers
+
+
+class AccountedSlurm(ScriptedSlurm):
+    """A Slurm with accounting: sacct knows how the jobs in ``ended`` ended."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ended: dict[str, str] = {}
+        self.asked: list[list[str]] = []
+
+    def end_states(self, job_ids: Sequence[str]) -> dict[str, str]:
+        self.asked.append(list(job_ids))
+        return {j: self.ended[j] for j in job_ids if j in self.ended}
+
+
+def test_a_job_gone_from_the_queue_before_its_end_state_was_seen_gets_it_from_sacct(
+        tmp_path: Path) -> None:
+    slurm = AccountedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "7"})
+    d.submit("hook", {"hook": "epilog_slurmctld", "job_id": "7", "exit_code": "0"})
+    d.drain()
+    d.poll()  # still listed (COMPLETING: no end state yet): accounting is not asked
+    assert slurm.asked == []
+    # purged before a poll listed it ended (MinJobAge, or rsad was down): sacct says
+    slurm.rows = [r for r in slurm.rows if r.job_id != "7"]
+    slurm.ended["7"] = "CANCELLED"
+    d.poll()
+    assert slurm.asked == [["7"]]
+    assert d.sched.records["7"].end_state == "CANCELLED"
+    assert [e.context["slurm_state"] for e in d.store.events("7")
+            if e.name == "job.ended"] == ["CANCELLED"]
+    d.poll()
+    assert slurm.asked == [["7"]]  # asked once
+
+
+def test_without_accounting_a_gone_job_keeps_no_end_state_and_is_asked_nothing(
+        tmp_path: Path) -> None:
+    slurm = ScriptedSlurm()  # no end_states: a port without accounting
+    d = make_daemon(tmp_path, slurm, [])
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    d.submit("hook", {"hook": "epilog_slurmctld", "job_id": "7", "exit_code": "0"})
+    d.drain()
+    slurm.rows = []
+    d.poll()
+    assert d.sched.records["7"].end_state == ""
+    assert not d.end_states.tries

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
+from pathlib import Path
 
 from rsa_scheduler import docgen
 
@@ -41,3 +43,88 @@ def test_diagrams_cover_every_rsa_state() -> None:
     text = diagrams()
     missing = [s.value for s in RsaState if f": {s.value}\n" not in text]
     assert missing == []
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _reference_keys() -> tuple[set[str], set[str]]:
+    """(every configuration key and section the reference documents, the keys whose value
+    is a mapping: ``allocation.price.ram`` names one of their entries)."""
+    from rsa_scheduler.config.reference import generate_reference
+
+    rows = re.findall(r"^\| `([^`]+)` \| ([^|]*)\|", generate_reference(), re.M)
+    keys = {re.sub(r"\[\d*\]", "", k) for k, _ in rows}
+    maps = {re.sub(r"\[\d*\]", "", k) for k, label in rows if label.startswith("mapping")}
+    known = {".".join(k.split(".")[:i]) for k in keys for i in range(1, k.count(".") + 2)}
+    return known, maps
+
+
+#: dotted names in the docs that are no configuration keys: the ``slurm`` table of Slurm's
+#: Lua API, a module
+NOT_KEYS = frozenset({"slurm.log", "slurm.log_info", "slurm.error", "slurm.time_str2mins",
+                      "slurm.job_info_to_string", "daemon.munge"})
+
+
+def _named_keys(text: str, tops: set[str]) -> list[str]:
+    """Every ``section.key`` a page names in backticks (a Lua call ``slurm.log(`` and a
+    file ``hooks.py`` are not keys)."""
+    pat = re.compile(r"`((?:" + "|".join(sorted(tops)) + r")(?:\.[a-z0-9_<>*\[\]]+)+)(.)")
+    out = []
+    for m in pat.finditer(text):
+        name, after = m.group(1), m.group(2)
+        if after == "(" or name in NOT_KEYS or \
+                re.search(r"\.(py|log|md|lua|json|yaml|conf)$", name):
+            continue
+        out.append(re.sub(r"\[\d*\]", "", name))
+    return out
+
+
+def test_every_configuration_key_the_docs_name_exists() -> None:
+    known, maps = _reference_keys()
+    tops = {k.split(".")[0] for k in known}
+    wrong = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for name in _named_keys(page.read_text(), tops):
+            parts = name.split(".")
+            ok = any(
+                all(p == k or p.startswith("<") or "*" in p for p, k in
+                    zip(parts, key.split("."), strict=True))
+                for key in known if key.count(".") == name.count("."))
+            # an entry of a mapping (allocation.price.ram, filesystem.backend.ssd)
+            ok = ok or ".".join(parts[:-1]) in maps
+            if not ok:
+                wrong.append(f"{page.relative_to(ROOT)}: `{name}`")
+    assert wrong == [], "the docs name configuration keys the schema lacks"
+
+
+def _shipped_docs() -> set[str]:
+    """The pages the Debian package installs (debian/rules, dh_installdocs), relative to
+    docs/ (README.md as itself)."""
+    rules = (ROOT / "debian" / "rules").read_text()
+    block = rules.split("override_dh_installdocs:", 1)[1].split("\n\n", 1)[0]
+    words = block.replace("\\\n", " ").split()
+    shipped: set[str] = set()
+    for word in words:
+        for path in sorted(ROOT.glob(word)) if not word.startswith("-") else ():
+            files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+            for f in files:
+                rel = f.relative_to(ROOT)
+                shipped.add(str(rel.relative_to("docs")) if rel.parts[0] == "docs"
+                            else str(rel))
+    return shipped
+
+
+def test_the_installed_docs_ship_every_page_they_name() -> None:
+    shipped = _shipped_docs()
+    assert {"operator-guide.md", "user-guide.md", "README.md"} <= shipped
+    missing = []
+    for page in sorted(p for p in shipped if p.endswith(".md")):
+        source = ROOT / page if page == "README.md" else ROOT / "docs" / page
+        text = source.read_text()
+        named = set(re.findall(r"\bdocs/([a-z0-9_/-]+\.md)", text))
+        base = Path(page).parent
+        for link in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
+            named.add(str((base / link).as_posix()).removeprefix("docs/"))
+        missing += [f"{page} names {n}" for n in sorted(named) if n not in shipped]
+    assert missing == [], "install them (debian/rules, dh_installdocs) or drop the reference"

@@ -489,6 +489,54 @@ def test_vanished_job_counts_as_finished() -> None:
     assert kinds(dec) == ["cancel", "destroy-fs"]
 
 
+# ---- a job id that names another user's job (Slurm's state lost, ids wrapped) ------------
+
+BOB = make_spec(data_in="/pfs/bob/in", data_out=None)
+
+
+def test_a_job_id_another_user_reuses_gets_a_record_of_its_own() -> None:
+    """alice's job 10 ended and was released; slurmctld lost its state and gave the id to
+    bob's job: bob's job is served with his own directives and as bob, never with
+    alice's (a RAMDISK built as alice and staged from her DATA_IN for bob's job)."""
+    d = Driver(make_scheduler())
+    d.observe(obs("10", "PENDING", "Resources", make_spec()))
+    d.observe()  # gone from the queue: torn down
+    d.answer_all("10")
+    assert d.state("10") == "released"
+    dec = d.observe(obs("10", "PENDING", "Resources", BOB, user="bob"))
+    rec = d.sched.records["10"]
+    assert (rec.user, rec.spec) == ("bob", BOB)
+    assert kinds(dec) == ["allocate", "build-fs"]
+    assert {a.args_as(OnNodes).user for a in dec.actions} == {"bob"}
+    replayed = Scheduler.replay(make_pool(), d.sched.policy, d.log)
+    assert replayed.snapshot() == d.sched.snapshot()
+
+
+def test_a_reused_job_id_stages_the_earlier_jobs_output_out_first() -> None:
+    """alice's job 10 is running with output on its RAMDISK when the id is seen naming
+    bob's job: alice's job is gone (its output is staged out and verified as alice);
+    bob's job gets no RAMDISK of alice's, and a record of its own once alice's cycle
+    ended."""
+    d = Driver(make_scheduler())
+    to_locked_in(d, data_in=None)
+    d.observe(obs("10", "RUNNING"))
+    d.answer("10")
+    assert d.state("10") == "mounted-output"
+    dec = d.observe(obs("10", "RUNNING", user="bob", spec=BOB))
+    assert kinds(dec) == ["stage-out"]
+    assert dec.actions[0].args_as(OnNodes).user == "alice"
+    assert d.sched.records["10"].user == "alice"
+    assert "10" in d.sched.waiting  # observed again every poll until it is bob's
+    d.answer_all("10")
+    assert d.state("10") == "released"
+    d.observe(obs("10", "PENDING", "Resources", BOB, user="bob"))
+    rec = d.sched.records["10"]
+    assert (rec.user, rec.spec, rec.rsa_state) == ("bob", BOB, RsaState.FS_BUILDING)
+    replayed = Scheduler.replay(make_pool(), d.sched.policy, d.log)
+    assert replayed.snapshot() == d.sched.snapshot()
+    assert replayed.pool.snapshot() == d.sched.pool.snapshot()
+
+
 def test_drained_node_is_never_chosen() -> None:
     d = Driver(make_scheduler(make_pool(n_ram=2)))
     d.take(d.sched.set_node_state("rsa1", NodeState.DRAINED, 0, by="root"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rsa_scheduler.core.actions import ActionKind
 from rsa_scheduler.core.directives import DirectiveSpec
 from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.machine import JobRecord
@@ -27,6 +28,7 @@ from rsa_scheduler.daemon.native import (
     pools_json,
 )
 from rsa_scheduler.daemon.service import Daemon
+from rsa_scheduler.slurm.parse import QueueRow
 from rsa_scheduler.store import Store
 from tests.unit.corekit import make_pool
 from tests.unit.test_daemon import ScriptedSlurm, instant_registry, settle
@@ -194,6 +196,23 @@ def test_setup_is_idempotent_and_teardown_keeps_a_pending_job_for_the_grace() ->
     assert driver2.held("7", "PENDING", 500.0)
 
 
+def test_a_teardown_of_a_requeued_pending_job_says_its_earlier_runs_output_is_kept() -> None:
+    """Found by review: slurm_bb_job_teardown of a requeued job (cancelled while it
+    pends) whose earlier run's output rsad still stages out was answered "kept 60s for a
+    new setup, then torn down unless the job starts": untrue, that RAMDISK is kept until
+    the output on it is verified (or quarantined), whatever the job does."""
+    for state in (RsaState.STAGING_OUT, RsaState.VERIFYING, RsaState.STAGE_OUT_FAILED,
+                  RsaState.QUARANTINED):
+        driver = NativeDriver(Path("/nonexistent/pools.json"), grace=60.0)
+        driver.setup("7", 100.0, {})
+        got = driver.serve("teardown", "7", {"hurry": "true"},
+                           record(state, job_state=JobState.QUEUED), 110.0,
+                           capacity=dict)
+        assert got.answer.status == "done", got
+        assert "torn down unless" not in got.answer.message, got
+        assert "earlier run's output" in got.answer.message, got
+
+
 def test_the_driver_state_is_rebuilt_from_the_log_and_from_a_snapshot() -> None:
     events = [Event(1.0, "7", "bb.setup", {}),
               Event(1.5, "7", "job.state", {"from": "on-deck", "to": "running"}),
@@ -295,10 +314,10 @@ class Clock:
 
 
 def native_daemon(tmp_path: Path, slurm: ScriptedSlurm, seen: list[str], clock: Clock,
-                  grace: float = 120.0) -> Daemon:
+                  grace: float = 120.0, fail: set[ActionKind] | None = None) -> Daemon:
     store = Store.open(tmp_path / "rsa.db", durability="normal")
     d = Daemon(Scheduler(make_pool(), StagingPolicy(wait_timeout=2_073_600.0)), slurm=slurm,
-               store=store, registry=instant_registry(seen), workers=2, poll_interval=0,
+               store=store, registry=instant_registry(seen, fail), workers=2, poll_interval=0,
                clock=clock)
     d.native = NativeDriver(tmp_path / "bb-pools.json", grace)
     d.start()
@@ -357,6 +376,38 @@ def test_output_is_reported_staged_out_only_once_verified_also_after_a_restart(
     d2 = native_daemon(tmp_path, slurm, seen, clock)  # slurmctld re-runs data_out
     assert d2.bb("post_run", "9", {})["status"] == "done"
     assert d2.bb("data_out", "9", {})["status"] == "done"
+
+
+def test_another_users_job_set_up_under_a_tracked_id_is_not_answered_from_its_record(
+        tmp_path: Path) -> None:
+    """Found by review: slurmctld lost its state and set up bob's job under the id of
+    alice's job, whose output rsad still stages out. data_in answered bob's job "done:
+    staged in on rsa1" from alice's record (bob's input was never staged); it waits
+    until alice's cycle is over and bob's job has a record of its own."""
+    slurm, seen, clock = ScriptedSlurm(), list[str](), Clock()
+    d = native_daemon(tmp_path, slurm, seen, clock, fail={ActionKind.STAGE_OUT})
+    slurm.set("9", "PENDING", "BurstBufferResources", spec=OUT_ONLY)
+    d.bb("setup", "9", {"uid": "1001"})
+    d.poll()
+    settle(d)
+    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "9"})
+    settle(d)
+    d.submit("hook", {"hook": "epilog_slurmctld", "job_id": "9", "exit_code": "0"})
+    settle(d)
+    assert d.sched.records["9"].rsa_state is RsaState.STAGE_OUT_FAILED
+    bobs = DirectiveSpec(data_in="/pfs/bob/in")
+    slurm.rows = [QueueRow("9", "PENDING", "BurstBufferStageIn", 10, 2, "bob",
+                           bobs.to_admin_comment())]
+    assert d.bb("setup", "9", {"uid": "1002"})["status"] == "done"
+    d.poll()
+    settle(d)
+    assert d.sched.records["9"].user == "alice"  # her output is not safe yet
+    for hook in ("data_in", "pre_run"):
+        got = d.bb(hook, "9", {})
+        assert got["status"] == "wait" or hook == "pre_run", got
+        assert got["rsa_state"] is None, got  # nothing of alice's job is bob's
+    assert d.bb("teardown", "9", {"hurry": "false"})["status"] == "done"
+    assert d.sched.records["9"].rsa_state is RsaState.STAGE_OUT_FAILED  # kept
 
 
 def test_a_teardown_of_a_pending_job_keeps_its_ramdisk_for_a_new_setup_then_frees_it(

@@ -44,7 +44,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> type[FakeClient]:
 
 def env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "c1", "SLURM_NODELIST": "c[1-2]",
-            "SLURM_JOB_UID": "1001", "RSA_API": "/nonexistent/rsad.sock",
+            "SLURM_JOB_UID": "1001", "SLURM_JOB_USER": "alice", "RSA_API": "/nonexistent/rsad.sock",
             "RSA_ALLOWED_ROOTS": str(tmp_path / "pfs"), "RSA_NODE_DIR": str(tmp_path / "n"),
             "RSA_PROLOG_TIMEOUT": "5", **extra}
 
@@ -65,7 +65,8 @@ def test_nothing_to_do_makes_no_directory_and_starts_no_agent(
         tmp_path: Path, fake: type[FakeClient]) -> None:
     assert hooks.prolog(env(tmp_path)) == 0
     assert [p for p, _ in fake.posts] == ["/v1/hooks/prolog"]
-    assert fake.posts[0][1] == {"job_id": "42", "node": "c1", "nodes": "c[1-2]"}
+    assert fake.posts[0][1] == {"job_id": "42", "node": "c1", "nodes": "c[1-2]",
+                                "user": "alice"}
     assert not (tmp_path / "n").exists()
 
 

@@ -508,6 +508,46 @@ def test_a_requeued_runs_prolog_never_gets_the_earlier_runs_mount() -> None:
     assert ans["do"] != "mount", ans
 
 
+def test_a_requeued_runs_prolog_never_gets_a_mount_of_a_run_whose_node_failed() -> None:
+    """Found by review: the earlier run's standing mount was forgotten only once every
+    node of that run ran its Epilog. A run requeued after NODE_FAIL has a node that never
+    does: the new run's Prolog (on another node, rsad already staging the first run's
+    output out) was handed the first run's mount, wrote into that RAMDISK, and lost what
+    it wrote there when it was destroyed after the first run's verify. A Prolog gets a
+    mount only while the job's RAMDISK is to be mounted or in use (states.NODE_AGENT)."""
+    side, reg, _ = make_side()
+    fut = start(reg, ActionKind.MOUNT_OUTPUT, make_args(ActionKind.MOUNT_OUTPUT, data_in=None))
+    ins = until(side, lambda: side.prolog("7", "c1", "c[1-2]", "mounting-output"), "mount")
+    side.report("7", "c1", {"seq": ins["seq"], "ok": True})
+    side.prolog("7", "c2", "c[1-2]", "mounting-output")
+    side.report("7", "c2", {"seq": ins["seq"], "ok": True})
+    assert fut.result(5).result is Result.OK
+    side.epilog("7", "c1")  # c2 failed (NODE_FAIL): its Epilog never comes
+    for state in ("staging-out", "verifying", "stage-out-failed", "tearing-down"):
+        ans = side.prolog("7", "c3", "c3", state)
+        assert ans["do"] != "mount", (state, ans)
+
+
+def test_a_reused_job_ids_prolog_never_gets_the_earlier_jobs_mount() -> None:
+    """Found by review: slurmctld lost its state and gave job 7's id to another job
+    while a node of the earlier job 7 never ran its Epilog. The new job's record starts
+    afresh (job.tracked); the node side forgets the earlier job's nodes and standing mount
+    with it, or the new job's Prolog is handed the earlier job's mount (another user's
+    RAMDISK and its credentials) and its own mount waits for nodes that are not its."""
+    side, reg, _ = make_side()
+    fut = start(reg, ActionKind.MOUNT_OUTPUT, make_args(ActionKind.MOUNT_OUTPUT, data_in=None))
+    ins = until(side, lambda: side.prolog("7", "c1", "c[1-2]", "mounting-output"), "mount")
+    side.report("7", "c1", {"seq": ins["seq"], "ok": True})
+    side.prolog("7", "c2", "c[1-2]", "mounting-output")
+    side.report("7", "c2", {"seq": ins["seq"], "ok": True})
+    assert fut.result(5).result is Result.OK
+    # without a word that the id is a new job's, the earlier job's mount is handed on
+    assert side.prolog("7", "c3", "c3", "mounting-output")["do"] == "mount"
+    side.forget("7")  # the id is a new job's now (daemon: a job.tracked event)
+    ans = side.prolog("7", "c3", "c3", "mounting-output")
+    assert ans["do"] == "wait", ans
+
+
 def test_a_reset_reissued_after_its_last_write_back_does_not_write_back_again() -> None:
     """Found by review: rsad killed after the reset's last write-back and before the
     RAMDISK was recreated; re-issued, the reset must not copy the RAMDISK's input over

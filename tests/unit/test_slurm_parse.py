@@ -135,3 +135,15 @@ def test_update_and_script_argv() -> None:
         "/usr/bin/scontrol", "update", "jobid=8_2", "qos=rsa-lockin"]
     assert batch_script_argv(Path("/b"), "9") == ["/b/scontrol", "write", "batch_script",
                                                   "9", "-"]
+
+
+def test_sacct_end_states_are_read_per_job() -> None:
+    from rsa_scheduler.slurm.cli import end_states_argv
+    from rsa_scheduler.slurm.parse import parse_end_states
+
+    assert end_states_argv(Path("/usr/bin"), ["7", "8_2"]) == [
+        "/usr/bin/sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", "7,8_2"]
+    text = ("7|CANCELLED by 1001\n8_2|COMPLETED\n9+0|TIMEOUT\n9+1|TIMEOUT\n"
+            "10|NODE_FAIL\n\nnot a line\n")
+    assert parse_end_states(text) == {"7": "CANCELLED", "8_2": "COMPLETED", "9": "TIMEOUT",
+                                      "10": "NODE_FAIL"}

@@ -33,3 +33,27 @@ def test_the_other_classes() -> None:
     assert not classify(err(1, "boom"), "copy", "rsa1").permanent
     timed = classify(err(None, "", timeout=5.0), "copy", "rsa1")
     assert "timed out" in str(timed) and not timed.permanent
+
+
+def test_a_copy_killed_from_outside_is_said_so_never_did_not_exit_normally_success() -> None:
+    """Seen in the lab (issue 33): a second rsad's fence killed a live rsad's copies, and
+    the stage-out failed with what setsid says of a child killed by a signal."""
+    e = classify(err(9, "setsid: child 23604 did not exit normally: Success\n"),
+                 "stage-out", "rsa3")
+    assert not e.permanent and e.node == "rsa3"
+    assert str(e) == ("stage-out on rsa3 was killed by SIGKILL (not by this rsad's timeout "
+                      "or cancel: by the job's teardown or cancel, a starting rsad fencing "
+                      "the node, an operator, or the kernel's OOM killer); will retry")
+    assert "did not exit normally" not in str(err(15, "setsid: child 1 did not exit "
+                                                      "normally: Success"))
+
+
+def test_a_real_setsid_wrapped_command_killed_by_a_signal() -> None:
+    from rsa_scheduler.runner import run
+
+    try:
+        run(["setsid", "-w", "sh", "-c", "kill -TERM $$"], timeout=30)
+    except CommandError as e:
+        assert "killed by SIGTERM (not by this rsad's timeout or cancel" in str(e), str(e)
+    else:
+        raise AssertionError("the killed command did not fail")

@@ -581,6 +581,25 @@ def test_an_empty_ramdisk_leaves_data_out_alone(area: Path, user: Identity, meth
     assert result.ok and result.checked == 0
 
 
+@pytest.mark.parametrize("method", ["rsync", "tar"])
+def test_a_ramdisk_root_that_is_not_mounted_is_never_taken_for_an_empty_ramdisk(
+        area: Path, user: Identity, method: str) -> None:
+    """Found by review: while a repair remounts an RSA node's mount of the RAMDISK (the
+    verify's own watch repairs it), the node shows the bare directory under it, empty.
+    A verify that scanned it then found "the RAMDISK held no output" and passed, and the
+    RAMDISK, with every byte of the job's output, was destroyed. An empty scan counts
+    only once the node shows the root mounted (rsad's engines: ``ramdisk_mounted``)."""
+    eng = make_engine(user, ramdisk_mounted=True)
+    eng.prepare_root(str(area / "ram"))  # a plain directory: nothing is mounted there
+    out = area / "out"
+    for step in (lambda: eng.stage_out(str(area / "ram"), str(out), method),
+                 lambda: eng.verify(str(area / "ram"), str(out), method)):
+        with pytest.raises(StagingError, match="not mounted") as got:
+            step()
+        assert not got.value.permanent and got.value.unanswered
+    assert not out.exists()
+
+
 def test_copy_tool_rsync_runs_real_rsync_for_every_bucket_and_keeps_everything(
         area: Path, user: Identity) -> None:
     """staging.copy_tool: rsync: every bucket (files, big files, whole directories) is

@@ -277,7 +277,7 @@ def test_the_big_file_list_of_the_streamed_verify_holds_what_it_should(
     done = subprocess.run(scripts.verify_list_argv(str(ram), str(dst), str(spool), 5, 100,
                                                    ".part"),
                           capture_output=True, check=True)
-    assert done.stdout.decode().startswith("META 3 211 0 1")
+    assert done.stdout.decode().startswith("META 3 211 0 1 3\n")  # 1 chunk of 3 files
     big = sorted(n for n in (spool / "big").read_bytes().split(b"\0") if n)
     assert big == [b"./exact", b"./more"]
     # the spool's part directory (sort spills there) is not walked

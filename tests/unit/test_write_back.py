@@ -20,6 +20,7 @@ from rsa_scheduler.daemon.writeback import Bases, record_stage_in, write_back
 from rsa_scheduler.runner import Identity
 from rsa_scheduler.staging import StagingEngine
 from rsa_scheduler.staging.manifest import Entry
+from rsa_scheduler.staging.report import StagingError
 from rsa_scheduler.staging.writeback import (
     base_of,
     dump_base,
@@ -281,3 +282,29 @@ def test_an_empty_ramdisk_deletes_nothing() -> None:
     base = base_of([f(b"a", 1, 10), D, f(b"dir/x", 1, 10)])
     plan = plan_write_back(base, [], [f(b"a", 1, 10), D, f(b"dir/x", 1, 10)])
     assert not plan.delete and not plan.rmdirs and plan.empty_ramdisk and plan.empty
+
+
+@root_only
+def test_a_write_back_of_a_ramdisk_root_that_is_not_mounted_fails_and_keeps_it(
+        area: Path, user: Identity) -> None:
+    """Found by review: while a repair remounts the RAMDISK on its first node (or after
+    its mount was lost), the node shows the bare directory under it, empty. The
+    write-back took that for "the RAMDISK holds nothing of its writable input", wrote
+    nothing back and passed; the reset then recreated the RAMDISK, and every change the
+    job made to its input was lost. An empty RAMDISK counts only while the node shows
+    it mounted: the write-back fails (retried; the RAMDISK kept)."""
+    pfs = area / "outs" / "in"
+    pfs.mkdir(parents=True)
+    os.chown(pfs, user.uid, user.gid)
+    _put(pfs / "a", b"v1\n", user, 1_600_000_000)
+    eng = make_engine(user, ramdisk_mounted=True)
+    bases = Bases(area / "state")
+    ram = area / "ram"
+    eng.prepare_root(str(ram))  # a plain directory: nothing is mounted there
+    record_stage_in(bases, "job77-c1", eng, str(pfs))
+    base = bases.load("job77-c1")
+    assert base is not None
+    with pytest.raises(StagingError, match="not mounted") as got:
+        write_back(bases, "job77-c1", eng, str(ram), str(pfs), base)
+    assert not got.value.permanent
+    assert (pfs / "a").read_bytes() == b"v1\n"

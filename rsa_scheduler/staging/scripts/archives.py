@@ -2,7 +2,8 @@
 
 Owns ``TAR_PACK`` (a list into one POSIX archive, written to a fresh ``.part`` name and
 renamed), ``TAR_LIST`` (parsed by ``manifest.parse_tar_listing``), ``TAR_HASH`` with
-``TAR_HASH_MEMBER`` (every member's content hash), ``WRITE`` (the index, written the same
+``TAR_HASH_MEMBER`` (every member's content hash; both read the archive after dropping
+it from the node's page cache, ``UNCACHE``), ``WRITE`` (the index, written the same
 way; ``FRESH``) and their argv builders.
 
 Pure: builds lists, runs nothing. Imports only ``shell``.
@@ -24,14 +25,21 @@ TAR_PACK = PRELUDE + (
     '--pax-option=delete=atime,delete=ctime -S -cf - > "$p.part" '
     '&& mv -f -- "$p.part" "$p"')
 
+# Verify reads an archive ($1) back only after this node wrote back what it holds
+# dirty of it (sync FILE: fsync) and dropped it from its page cache (dd iflag=nocache
+# count=0: posix_fadvise DONTNEED), so the listing and the hashes are of what the
+# filesystem's client fetches again, not of what this node kept when it packed it.
+UNCACHE = ('sync -- "$1" && dd if="$1" iflag=nocache,nofollow count=0 status=none '
+           '|| exit 1; ')
+
 # List an archive (parsed by manifest.parse_tar_listing).
-TAR_LIST = PRELUDE + (
+TAR_LIST = PRELUDE + UNCACHE + (
     'tar -tvf "$1" --full-time --quoting-style=c --numeric-owner | base64 -w0')
 
 # Hash every regular member of an archive: <member>\0<hex>\0 per member.
 TAR_HASH_MEMBER = ('h=$(b2sum -l 128) || exit 1; '
                    'printf "%s\\0%s\\0" "$TAR_FILENAME" "${h%% *}"')
-TAR_HASH = PRELUDE + (
+TAR_HASH = PRELUDE + UNCACHE + (
     'tar -xf "$1" --to-command="$2" | base64 -w0')
 
 # Write stdin (base64) to a file atomically (a fresh .part file, as for TAR_PACK).

@@ -4,7 +4,9 @@ Owns ``SCAN_FORMAT``, ``SCAN`` and ``SCAN_CAPPED`` (one record per object below 
 the user; capped: stopped after a limit, the streamed mode's threshold), ``HASH``
 (BLAKE2b-128 of a list of files), ``HASH_RANGE`` (of one range of a big file),
 ``DROP_CACHE`` (write back and drop a node's cached pages of the destination's big files
-before verify hashes them) and their argv builders; ``staging.manifest`` parses what they
+before verify hashes them), ``HASH_UNCACHED`` with ``DROP_HASH`` (verify's hashes of the
+destination's other files, each dropped from the node's page cache just before) and
+their argv builders; ``staging.manifest`` parses what they
 print.
 
 Pure: builds lists, runs nothing. Imports only ``shell``.
@@ -55,11 +57,33 @@ DROP_CACHE = PRELUDE + (
     'cd -- "$1" || exit 66; base64 -d | xargs -0 -r sh -c \'for f; do '
     '[ -f "$f" ] && [ ! -L "$f" ] || continue; sync -- "$f" && '
     'dd if="$f" iflag=nocache,nofollow count=0 status=none || exit 1; done\' sh')
+# Verify, DATA_OUT's side, for the files below the ranged size (one process each is
+# what dropping costs, so it is done in the hashing command itself): drop each file of
+# the batch ($@) from this node's page cache (dd iflag=nocache count=0:
+# posix_fadvise DONTNEED) just before b2sum reads the batch, so the hashes are of what
+# the filesystem's client fetches again, not of what this node kept of the copy it (or
+# another job's command on it) wrote. A file that cannot be dropped fails the batch
+# (exit 255: xargs stops and exits 124).
+DROP_HASH = ('for f; do if [ -f "$f" ] && [ ! -L "$f" ]; then dd if="$f" '
+             'iflag=nocache,nofollow count=0 status=none || exit 255; fi; done; '
+             'exec b2sum -l 128 -z -- "$@"')
+# HASH of DATA_OUT's files ($2 is DROP_HASH): first write back whatever this node holds
+# dirty of DATA_OUT's filesystem (sync -f: syncfs, once per command), since DONTNEED
+# leaves dirty pages in place.
+HASH_UNCACHED = PRELUDE + (
+    'cd -- "$1" || exit 66; sync -f -- . || exit 1; '
+    'base64 -d | xargs -0 -r sh -c "$2" sh | base64 -w0')
 
 
 def scan_argv(root: str, uid: int) -> list[str]:
     """Scan ``root`` as the user ``uid`` (objects owned by ``uid``: owner bits decide)."""
     return bash(SCAN, root, str(uid))
+
+
+def mounted_argv(root: str) -> list[str]:
+    """As root: exits 0 only if ``root`` is a mount point on the node (the RAMDISK's, not
+    the bare directory under it while it is remounted)."""
+    return ["findmnt", "-n", "-o", "TARGET", "--mountpoint", root]
 
 
 def scan_capped_argv(root: str, uid: int, limit: int) -> list[str]:
@@ -79,3 +103,9 @@ def drop_cache_argv(root: str) -> list[str]:
 
 def hash_argv(root: str) -> list[str]:
     return bash(HASH, root)
+
+
+def hash_uncached_argv(root: str) -> list[str]:
+    """``hash_argv`` of files this node must read from the filesystem's servers (verify's
+    DATA_OUT side): written back, then each dropped from its page cache first."""
+    return bash(HASH_UNCACHED, root, DROP_HASH)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from rsa_scheduler.staging.scripts.copiers import TAR_PIPE
-from rsa_scheduler.staging.scripts.manifests import DROP_CACHE
+from rsa_scheduler.staging.scripts.manifests import DROP_CACHE, DROP_HASH
 from rsa_scheduler.staging.scripts.placement import ATOMIC, MKDIRS
 from rsa_scheduler.staging.scripts.shell import PRELUDE, bash
 
@@ -121,7 +121,8 @@ STREAM_DIRS = PRELUDE + 'l=$1 p=$2; shift 2; base64 -w0 < "$l/dirs" | bash -c "$
 # larger than $5 bytes listed in $3/big (dropped from every node's page cache before
 # hashing). $6: the part directory holding the spool, relative to $2: left out of the
 # destination's walk (sort's spill files come and go in it). Prints "META <objects>
-# <bytes> <differing objects> <chunks>" and the first five differing lines (base64).
+# <bytes> <differing objects> <chunks> <files in the chunks>" and the first five
+# differing lines (base64): rsad checks that the hashing streams claimed every chunk.
 VERIFY_LIST = PRELUDE + (
     'mkdir -m 700 -- "$3" || exit 1; s=$3; P=$6; T=$(printf "\\t"); '
     'fl() { [ "${#g[@]}" -lt 2 ] || for q in "${g[@]}"; do '
@@ -145,7 +146,9 @@ VERIFY_LIST = PRELUDE + (
     'n=$(tr -cd "\\0" < "$3/exp.m" | wc -c); bad=$(tr -cd "\\0" < "$3/badnames" | wc -c); '
     'split -t "\\0" -l "$4" -a 8 -d -- "$3/files" "$3/chunk-" || exit 1; '
     'chunks=$(find "$3" -maxdepth 1 -name "chunk-*" | wc -l); '
-    'echo "META $n $(cat "$3/bytes") $bad $chunks"; head -z -n 5 "$3/diff" | base64 -w0; echo')
+    'files=$(tr -cd "\\0" < "$3/files" | wc -c); '
+    'echo "META $n $(cat "$3/bytes") $bad $chunks $files"; head -z -n 5 "$3/diff" '
+    '| base64 -w0; echo')
 # Streamed verify: on every node, before hashing, write back and drop from its page
 # cache the destination's ($1) big files listed in $2 (VERIFY_LIST's $3/big), as the
 # listed verify does (DROP_CACHE is $3).
@@ -154,15 +157,20 @@ DROP_LISTED = PRELUDE + 'base64 -w0 < "$2" | bash -c "$3" bash "$1"'
 # spool $3 by rename (claim name $5), hash the chunk's files with BLAKE2b-128 in the
 # RAMDISK ($1) and at the destination ($2), sorted; names whose hash line the
 # destination lacks differ in content, counted here only when VERIFY_LIST did not
-# already (not in $3/badnames: one difference per object).
+# already (not in $3/badnames: one difference per object). The destination's side is
+# hashed by $6 (manifests.DROP_HASH: each file dropped from this node's page cache
+# first) after a syncfs of its filesystem, as the listed verify does; a name missing
+# there only differs (b2sum fails: xargs 123), a file that cannot be dropped (124)
+# fails the command.
 # Prints "<chunks> <files> <differing>" and the first five differing names (base64).
 VERIFY_HASH = PRELUDE + (
     'n=0; f=0; bad=0; : > "$3/bad-$5"; for c in "$3"/chunk-*; do [ "$n" -lt "$4" ] || break; '
     '[ -e "$c" ] || continue; mine="$3/claimed-$5-${c##*/}"; '
     'mv -- "$c" "$mine" 2>/dev/null || continue; '
     '(cd -- "$1" && xargs -0 -r b2sum -l 128 -z -- < "$mine") | sort -z > "$mine.a" '
-    '|| exit 1; (cd -- "$2" && xargs -0 -r b2sum -l 128 -z -- < "$mine" 2>/dev/null) '
-    '| sort -z > "$mine.b"; comm -z -23 "$mine.a" "$mine.b" | while IFS= read -r -d "" x; '
+    '|| exit 1; (cd -- "$2" || exit 66; sync -f -- . || exit 1; xargs -0 -r sh -c "$6" sh '
+    '< "$mine" 2>/dev/null; [ $? != 124 ]) | sort -z > "$mine.b" || exit 1; '
+    'comm -z -23 "$mine.a" "$mine.b" | while IFS= read -r -d "" x; '
     'do p=${x#*  }; grep -qzxF -- "${p#./}" "$3/badnames" || printf "%s\\0" "$x"; '
     'done >> "$3/bad-$5"; '
     'k=$(tr -cd "\\0" < "$mine" | wc -c); f=$((f + k)); n=$((n + 1)); '
@@ -223,4 +231,4 @@ def verify_hash_argv(ram: str, dst: str, spool: str, chunks: int, claim: str) ->
     """Claim and hash up to ``chunks`` chunks on both sides (streamed verify)."""
     if not re.fullmatch(r"[A-Za-z0-9-]+", claim):
         raise ValueError(f"claim name {claim!r}: letters, digits and - only")
-    return bash(VERIFY_HASH, ram, dst, spool, str(chunks), claim)
+    return bash(VERIFY_HASH, ram, dst, spool, str(chunks), claim, DROP_HASH)

@@ -1,0 +1,151 @@
+"""``rsa wait``: the verdict on a job from its record and timeline, and the waiting loop
+(rsad restarting, timeouts, exit statuses)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from rsa_scheduler.cli.wait import FAILED, OK, TIMED_OUT, verdict, wait_for_jobs
+from rsa_scheduler.client import ApiRefused, ApiUnavailable
+
+pytestmark = pytest.mark.unit
+
+
+def job(rsa_state: str, job_state: str | None, *steps: tuple[str, str],
+        data_out: str | None = "/pfs/u/out", message: str = "",
+        rw: bool = False) -> dict[str, Any]:
+    """A ``GET /v1/jobs/ID`` answer; ``steps``: ("job", to) or ("rsa", to) events."""
+    events = []
+    for kind, to in steps:
+        events.append({"name": "job.state" if kind == "job" else "rsa.transition",
+                       "to": to})
+    return {"job_id": "7", "rsa_state": rsa_state, "job_state": job_state,
+            "message": message, "events": events,
+            "spec": {"data_in": "/pfs/u/in" if rw else None, "data_out": data_out,
+                     "input": "rw" if rw else None}}
+
+
+RUN = (("job", "running"), ("rsa", "mounted-output"))
+
+
+def test_a_job_still_running_or_staging_out_has_no_verdict() -> None:
+    assert verdict(job("mounted-output", "running", *RUN)) is None
+    assert verdict(job("staging-out", "finished", *RUN, ("job", "finished"),
+                       ("rsa", "staging-out"))) is None
+    assert verdict(job("stage-out-failed", "finished", *RUN, ("job", "finished"),
+                       ("rsa", "stage-out-failed"))) is None
+
+
+def test_verified_only_after_the_last_end() -> None:
+    done = job("released", "finished", *RUN, ("job", "finished"), ("rsa", "staging-out"),
+               ("rsa", "output-verified"), ("rsa", "released"), message="content verified")
+    got = verdict(done)
+    assert got is not None and (got.word, got.status) == ("verified", OK)
+    assert got.why == "content verified"
+    # a requeued job's first run was verified; the second ended and stages out: not yet
+    second = job("staging-out", "finished", *RUN, ("job", "finished"),
+                 ("rsa", "output-verified"), ("job", "pending"), *RUN, ("job", "finished"),
+                 ("rsa", "staging-out"))
+    assert verdict(second) is None
+
+
+def test_quarantine_and_an_unwritten_writable_input_fail() -> None:
+    q = verdict(job("quarantined", "finished", *RUN, ("job", "finished"),
+                    ("rsa", "quarantined"), message="stage-out gave up: disk full"))
+    assert q is not None and (q.word, q.status, q.why) == (
+        "quarantined", FAILED, "stage-out gave up: disk full")
+    w = verdict(job("writeback-failed", "finished", ("job", "finished"), data_out=None,
+                    rw=True))
+    assert w is not None and (w.word, w.status) == ("failed", FAILED)
+
+
+def test_released_without_a_verified_stage_out_is_not_called_verified() -> None:
+    # an operator's release --discard-output, or a job cancelled before it ran
+    got = verdict(job("released", "finished", ("job", "finished"), ("rsa", "released"),
+                      message="output discarded by root"))
+    assert got is not None and got.word == "failed" and got.status == FAILED
+    assert "/pfs/u/out" in got.why and "output discarded by root" in got.why
+
+
+def test_no_output_declined_and_untracked_jobs_are_in_place() -> None:
+    done = verdict(job("released", "finished", ("job", "finished"), data_out=None, rw=True))
+    assert done is not None and (done.word, done.status) == ("done", OK)
+    assert "writable input written back" in done.why
+    declined = verdict(job("declined", "finished", ("job", "finished"),
+                           message="no RSA nodes free: the job reads the PFS"))
+    assert declined is not None and (declined.word, declined.status) == ("no RSA", OK)
+    untracked = verdict(None)
+    assert untracked is not None and (untracked.word, untracked.status) == ("no RSA", OK)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+
+def test_the_loop_rides_through_rsad_restarts_and_says_one_line_per_job() -> None:
+    clock, said = Clock(), list[str]()
+    answers: dict[str, list[Any]] = {
+        "7": [ApiUnavailable("connection refused"), ApiRefused(503, "rsad is starting"),
+              job("staging-out", "finished", ("job", "finished")),
+              job("released", "finished", ("job", "finished"), ("rsa", "output-verified"))],
+        "8": [None],
+    }
+
+    def ask(j: str) -> Mapping[str, Any] | None:
+        a = answers[j].pop(0) if len(answers[j]) > 1 else answers[j][0]
+        if isinstance(a, Exception):
+            raise a
+        return a  # type: ignore[no-any-return]
+
+    rc = wait_for_jobs(ask, ["7", "8", "7"], timeout=None, clock=clock, sleep=clock.sleep,
+                       say=said.append)
+    assert rc == OK
+    assert said[0].startswith("8: no RSA: ")
+    assert said[1].startswith("7: verified: ") and len(said) == 2
+
+
+def test_a_timeout_names_what_is_not_over_and_a_failure_outranks_nothing() -> None:
+    clock, said = Clock(), list[str]()
+    staging = job("staging-out", "finished", ("job", "finished"))
+    quarantined = job("quarantined", "finished", ("job", "finished"))
+    rc = wait_for_jobs(lambda j: staging if j == "7" else quarantined, ["7", "9"],
+                       timeout=10, clock=clock, sleep=clock.sleep, say=said.append)
+    assert rc == TIMED_OUT
+    assert said[0].startswith("9: quarantined")
+    assert said[1].startswith("7: timed out after 10s: not over")
+    rc = wait_for_jobs(lambda j: quarantined, ["9"], timeout=10, clock=clock,
+                       sleep=clock.sleep, say=said.append)
+    assert rc == FAILED
+
+
+def test_a_refusal_that_is_not_busy_is_the_answer() -> None:
+    def ask(j: str) -> Mapping[str, Any] | None:
+        raise ApiRefused(403, "not allowed")
+
+    with pytest.raises(ApiRefused):
+        wait_for_jobs(ask, ["7"], timeout=None, clock=Clock(), sleep=lambda s: None,
+                      say=lambda s: None)
+
+
+class Untracked:
+    def get(self, path: str) -> Any:
+        raise ApiRefused(404, "job 7 is not tracked by the RSA")
+
+
+def test_a_job_rsad_has_not_seen_yet_is_waited_for_while_slurm_runs_it() -> None:
+    from rsa_scheduler.cli.wait import _ask
+
+    pending = _ask(Untracked(), "7", slurm=lambda j: "PENDING")  # type: ignore[arg-type]
+    assert pending is not None and verdict(pending) is None
+    assert _ask(Untracked(), "7", slurm=lambda j: "COMPLETED") is None  # type: ignore[arg-type]
+    assert _ask(Untracked(), "7", slurm=lambda j: "") is None  # type: ignore[arg-type]
