@@ -49,6 +49,16 @@ local CONFIG = {
   early_start = "wait",
   -- Seconds a job may be held for its RAMDISK (rsa config: staging.wait_timeout).
   wait_timeout = 1800,
+  -- Dependents (issue 32): a job submitted with a dependency that waits for another
+  -- job's end (afterok, afterany, afternotok, aftercorr, afterburstbuffer, singleton) is
+  -- held this many seconds (begin time, " hold=after:" appended to its admin_comment)
+  -- until rsad has looked at its parents: released at rsad's next cycle when none has
+  -- output on a RAMDISK, else once their output is verified on the PFS
+  -- (rsa_scheduler/daemon/dephold.py). Slurm starts it by itself only after this: a year,
+  -- as rsad's own dependency hold, so that no dependent starts on half its parent's
+  -- output while rsad is down. nil = off (rsad then holds dependents from its first
+  -- cycle that sees them, which a parent ending sooner can beat).
+  dependency_hold = 365 * 86400,
   -- The clock (seconds since the epoch; tests replace it). Reading it is no I/O.
   now = os.time,
   -- Native mode (rsa config: slurm.mode=native, docs/design/native-mode.md): the
@@ -179,6 +189,50 @@ local function hold_comment(job_desc, comment)
 end
 
 -- ---------------------------------------------------------------------------------------
+-- Dependents: held at submission until rsad has looked at their parents (issue 32)
+
+-- the dependency types whose job may read its parent's output (rsa_scheduler/core/
+-- dependency.py DATA_KINDS): every one that waits for the parent's end
+local DATA_DEPENDENCY = { afterok = true, afterany = true, afternotok = true,
+  aftercorr = true, afterburstbuffer = true, singleton = true }
+
+local function data_dependency(dependency)
+  if type(dependency) ~= "string" then
+    return false
+  end
+  for word in dependency:gmatch("%a+") do
+    if DATA_DEPENDENCY[word] then return true end
+  end
+  return false
+end
+
+-- The admin_comment of a job submitted with a data dependency: its begin time set to
+-- now + dependency_hold, " hold=after:" in place of any start hold's marker (rsad puts
+-- the job's start hold back once it releases it). A job with a begin time of its own in
+-- the future (`user_begin`) keeps it: rsad holds it from its first cycle instead.
+local function dependent_comment(job_desc, comment, user_begin)
+  if CONFIG.dependency_hold == nil or not data_dependency(job_desc.dependency) then
+    return comment
+  end
+  local now = CONFIG.now()
+  if user_begin ~= nil and user_begin ~= slurm.NO_VAL and user_begin > now then
+    return comment
+  end
+  job_desc.begin_time = now + CONFIG.dependency_hold
+  local spec = comment or ""
+  local cut = spec:find(" hold=", 1, true)
+  if cut then spec = spec:sub(1, cut - 1) end
+  return spec .. " hold=after:"
+end
+
+local function mark_dependent(job_desc, user_begin)
+  local comment = dependent_comment(job_desc, job_desc.admin_comment, user_begin)
+  if comment ~= job_desc.admin_comment then
+    job_desc.admin_comment = comment
+  end
+end
+
+-- ---------------------------------------------------------------------------------------
 -- Native mode: the burst buffer directive (docs/design/native-mode.md)
 
 -- Whether the leading comment block of `script` has a "#<directive>" line: Slurm's
@@ -251,6 +305,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid) -- luacheck: ignore (
     slurm.log_info("rsa: job from uid %d rejected: it brought an admin_comment", submit_uid)
     return slurm.ERROR
   end
+  local user_begin = job_desc.begin_time -- before a start hold sets it
   local script = job_desc.script
   -- --rsa-* options (the SPANK plugin) are merged with the script's #RSA_ lines; a job
   -- with neither (any salloc/srun allocation without options) is not an RSA job
@@ -260,12 +315,14 @@ function slurm_job_submit(job_desc, part_list, submit_uid) -- luacheck: ignore (
     options = nil
   end
   if (script == nil or script == "") and options == nil then
+    mark_dependent(job_desc, user_begin)
     return slurm.SUCCESS
   end
   local ok, comment, errors = pcall(check, script or "", options)
   if not ok then -- a bug here must not stop the job: it runs without the RSA
     slurm.log_error("rsa: directive check failed, job accepted without RSA: %s",
       tostring(comment))
+    mark_dependent(job_desc, user_begin)
     return slurm.SUCCESS
   end
   if errors then
@@ -284,6 +341,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid) -- luacheck: ignore (
       job_desc.admin_comment = hold_comment(job_desc, comment)
     end
   end
+  mark_dependent(job_desc, user_begin)
   return slurm.SUCCESS
 end
 
@@ -320,6 +378,7 @@ end
 
 -- For tests (tests/lua/run_vector.lua) and curious admins; Slurm ignores it.
 rsa_job_submit = { check = check, config = CONFIG, hold_comment = hold_comment, -- luacheck: ignore
+  dependent_comment = dependent_comment,
   bb_line = bb_line, has_bb_line = has_bb_line,
   quote = function(text) return quote(decode(text)) end, spank_options = spank_options }
 

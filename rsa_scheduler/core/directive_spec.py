@@ -34,6 +34,11 @@ HOLD_MARK = " hold="
 # also after a restart.
 RERUN_MARK = f"{HOLD_MARK}rerun"
 
+# The dependency hold (issue 32, core/dependency.py DEP_MARK = HOLD_MARK + DEP_TAG + the
+# parents): rsad holds a job that depends on an RSA job until that job's output is
+# verified on the PFS. No deadline either.
+DEP_TAG = "after:"
+
 
 @dataclass(frozen=True, slots=True)
 class DirectiveSpec:
@@ -211,11 +216,11 @@ class DirectiveSpec:
 
 def split_hold(comment: str) -> tuple[str, int | None]:
     """An admin_comment as (the spec's encoding, the hold deadline or None). The rerun
-    hold's marker has no deadline (:func:`rerun_held`). Any other marker that is not a
-    whole number of seconds is no hold (and is left in the spec part, which then fails to
-    parse loudly)."""
+    hold's marker has no deadline (:func:`rerun_held`), nor has the dependency hold's
+    (:data:`DEP_TAG`). Any other marker that is not a whole number of seconds is no hold
+    (and is left in the spec part, which then fails to parse loudly)."""
     spec, sep, deadline = comment.partition(HOLD_MARK)
-    if sep and deadline == RERUN_MARK[len(HOLD_MARK):]:
+    if sep and (deadline == RERUN_MARK[len(HOLD_MARK):] or deadline.startswith(DEP_TAG)):
         return spec, None
     if not sep or not re.fullmatch(r"[1-9][0-9]{0,11}", deadline):
         return comment, None

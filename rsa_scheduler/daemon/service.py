@@ -45,6 +45,7 @@ from rsa_scheduler.core.states import JobState, RsaState
 from rsa_scheduler.core.transitions import Trigger
 from rsa_scheduler.daemon import views
 from rsa_scheduler.daemon.cycle import FIRST_SIGHTS_PER_CYCLE, EndStates, QueueReader
+from rsa_scheduler.daemon.dephold import DepHold
 from rsa_scheduler.daemon.dispatch import Dispatcher, Running
 from rsa_scheduler.daemon.executors import Registry
 from rsa_scheduler.daemon.health import HEALTH_BY
@@ -115,6 +116,11 @@ class Daemon:
         self.holds = StartHold(slurm=slurm, clock=clock, scheduler=lambda: self.sched,
                                commit=self._commit, tell=self.dispatcher.tell,
                                lane=self.dispatcher.urgent, split=self.specs.split_hold)
+        # dependents of RSA jobs wait for their parents' output (daemon/dephold.py)
+        self.deps = DepHold(slurm=slurm, clock=clock, scheduler=lambda: self.sched,
+                            commit=self._commit, tell=self.dispatcher.tell,
+                            lane=self.dispatcher.urgent,
+                            native=lambda: self.native is not None)
         # native mode (slurm.mode: native): Slurm's burst_buffer/lua hooks start stage-in
         # and stage-out (daemon/native.py); None in queue mode
         self.native: NativeDriver | None = None
@@ -313,6 +319,7 @@ class Daemon:
         self.holds.check()
         if self.native is None:  # native mode: data_in waits for the earlier run instead
             self.holds.check_reruns()
+        self.deps.check()
         if now - self._last_remind >= REMIND_EVERY:  # quarantined output not forgotten
             self._last_remind = now
             self.dispatcher.remind([r for r in self.sched.records.values()

@@ -17,15 +17,18 @@ from ClusterShell.NodeSet import NodeSet
 from rsa_scheduler.core.states import SLURM_FINISHED, SLURM_PENDING
 from rsa_scheduler.runner import CLEAN_PATH, CommandError, LocalRunner, Runner
 from rsa_scheduler.slurm.parse import (
+    DEPENDENT_FORMAT,
     JOB_INFO_FORMAT,
     LOCK_VIEW_FORMAT,
     PENDING_FORMAT,
     QUEUE_FORMAT,
     SINFO_PARTITIONS,
+    DependentRow,
     JobInfo,
     LockView,
     ParseError,
     QueueRow,
+    parse_dependents,
     parse_end_states,
     parse_job_info,
     parse_lock_view,
@@ -273,6 +276,12 @@ class CliSlurm:
     def pending_jobs(self) -> list[tuple[str, int, str, str]]:
         return parse_pending(self._run([str(self.bin_dir / "squeue"), "-h", "-r", "-t",
                                         "PD", "-O", PENDING_FORMAT]))
+
+    def dependents(self, mark: str) -> list[DependentRow]:
+        """Pending jobs with a dependency, or with ``mark`` in their admin_comment (one
+        ``squeue`` call: the dependency hold, daemon/dephold.py)."""
+        return parse_dependents(self._run([str(self.bin_dir / "squeue"), "-h", "-r", "-t",
+                                           "PD", "-O", DEPENDENT_FORMAT]), mark)
 
     def hold(self, job_id: str, seconds: int, admin_comment: str) -> None:
         self._run(update_argv(self.bin_dir, job_id, StartTime=f"now+{int(seconds)}",

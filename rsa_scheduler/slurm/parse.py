@@ -211,6 +211,55 @@ def parse_pending(text: str) -> list[tuple[str, int, str, str]]:
     return out
 
 
+#: ``squeue -h -r -t PD -O DEPENDENT_FORMAT``: pending jobs with their dependency text
+#: (core/dependency.py, the dependency hold); admin_comment last, as in QUEUE_FIELDS (no
+#: other field holds text a user chose: the dependency is job ids and type names)
+DEPENDENT_FIELDS: tuple[str, ...] = ("JobArrayID", "UserName", "Dependency", "admin_comment")
+DEPENDENT_FORMAT = ",".join(f"{f}:0|" for f in DEPENDENT_FIELDS)
+
+
+@dataclass(frozen=True, slots=True)
+class DependentRow:
+    """A pending job that has a dependency, or whose admin_comment carries ``mark``."""
+
+    job_id: str
+    user: str
+    dependency: str  #: Slurm's text, ``""`` for none
+    admin_comment: str  #: ``""`` when unset
+
+
+def parse_dependents(text: str, mark: str) -> list[DependentRow]:
+    """The lines of ``squeue -h -r -t PD -O DEPENDENT_FORMAT`` with a dependency, or with
+    ``mark`` in their admin_comment (the dependency hold's: a held job whose dependency
+    Slurm already cleared). An admin_comment over several lines is joined to its job."""
+    out: list[DependentRow] = []
+    cur: list[str] | None = None
+
+    def flush() -> None:
+        if cur is None:
+            return
+        job, user, dep, comment = cur
+        comment = comment[:-1] if comment.endswith("|") else comment
+        comment = "" if comment == NULL else comment
+        dep = "" if dep == NULL else dep
+        if dep or mark in comment:
+            out.append(DependentRow(job, user, dep, comment))
+
+    for line in text.split("\n"):
+        if not line:
+            continue
+        parts = line.split("|", len(DEPENDENT_FIELDS) - 1)
+        if len(parts) == len(DEPENDENT_FIELDS) and _JOB_ID.match(parts[0]):
+            flush()
+            cur = parts
+        elif cur is not None:
+            cur[-1] += "\n" + line
+        else:
+            raise ParseError(f"squeue dependency line not understood: {line[:200]!r}")
+    flush()
+    return out
+
+
 #: ``sinfo`` format of :func:`parse_sinfo_partitions` (as captured in tests/data/slurm/)
 SINFO_PARTITIONS = "%P|%a|%l|%D|%T|%N"
 #: Slurm's state of a node that can take a job now (``sinfo %T``; suffixes such as ``*``

@@ -1,6 +1,8 @@
 --[[ Drive slurm_plugins/job_submit.lua outside Slurm with a stubbed `slurm` table.
 
   lua run_vector.lua PLUGIN submit SCRIPT [SUBMIT_UID] [ADMIN_COMMENT]
+                                                (RSA_LUA_DEPENDENCY, RSA_LUA_BEGIN:
+                                                 job_desc.dependency, .begin_time)
   lua run_vector.lua PLUGIN many SCRIPT...       (submit each; "FILE <path>" before each;
                                                  SCRIPT.spank, if present, holds its
                                                  spank_job_env; a missing SCRIPT: no script)
@@ -100,7 +102,9 @@ local function submit(path, uid, admin_comment)
     f:close()
   end
   local desc, writes, order = make_desc({ script = script, user_id = 1001,
-    spank_job_env = spank_env(path), admin_comment = admin_comment })
+    spank_job_env = spank_env(path), admin_comment = admin_comment,
+    dependency = os.getenv("RSA_LUA_DEPENDENCY"),
+    begin_time = tonumber(os.getenv("RSA_LUA_BEGIN") or "") })
   report(slurm_job_submit(desc, {}, uid), writes, order)
 end
 

@@ -99,7 +99,8 @@ def _parse(lines: list[str]) -> Result:
             res.logs.append(rest)
         else:
             raise AssertionError(f"unexpected driver output {line!r}")
-    if "begin_time" in res.sets and "admin_comment" in res.sets:
+    if "begin_time" in res.sets and "admin_comment" in res.sets and \
+            " hold=after:" not in res.sets["admin_comment"]:  # not the dependency hold
         # the start hold: begin time and the marker agree; the grammar tests compare the rest
         spec, deadline = split_hold(res.sets["admin_comment"])
         assert deadline is not None and str(deadline) == res.sets.pop("begin_time"), res
@@ -775,3 +776,59 @@ def test_the_default_policy_agrees_with_rsad() -> None:
     text = PLUGIN.read_text()
     assert f'early_start = "{cfg.staging.early_start.value}",' in text
     assert f"wait_timeout = {int(cfg.staging.wait_timeout)}," in text
+
+
+# --- dependents: held at submission until rsad looked at their parents (issue 32) --------
+
+@pytest.mark.parametrize(("script", "dependency", "begin", "want"), [
+    # a job without RSA work: the marker alone; rsad releases it at its next cycle when no
+    # parent has output on a RAMDISK
+    ("#!/bin/sh\necho hi\n", "afterok:12", None, " hold=after:"),
+    ("#!/bin/sh\necho hi\n", "afterany:12?afternotok:13", None, " hold=after:"),
+    ("#!/bin/sh\necho hi\n", "aftercorr:12", None, " hold=after:"),
+    ("#!/bin/sh\necho hi\n", "singleton", None, " hold=after:"),
+    ("#!/bin/sh\necho hi\n", "after:12+5", None, None),  # the parent's start only
+    ("#!/bin/sh\necho hi\n", None, None, None),
+    ("#!/bin/sh\necho hi\n", "afterok:12", NOW + 60, None),  # its own --begin stays
+    ("-", "afterok:12", None, " hold=after:"),  # salloc/srun: no script
+    # an RSA job under wait: the dependency's marker in place of the start hold's (rsad
+    # puts the start hold back when it releases it)
+    ("#!/bin/sh\n#RSA_DATA_IN=/gpfs/in\n", "afterok:12", None, "rsa1:i=/gpfs/in hold=after:"),
+])
+def test_a_job_with_a_data_dependency_is_held_at_submission(
+        lua: str, tmp_path: Path, script: str, dependency: str | None, begin: int | None,
+        want: str | None) -> None:
+    """On main nothing held it at submission: a dependent submitted less than one rsad
+    cycle before its parent ended could start on the parent's half-staged output."""
+    path = tmp_path / "job.sh"
+    if script != "-":
+        path.write_text(script)
+    env = {**os.environ, "RSA_LUA_NOW": str(NOW), "RSA_LUA_CONFIG": "dependency_hold=600"}
+    if dependency is not None:
+        env["RSA_LUA_DEPENDENCY"] = dependency
+    if begin is not None:
+        env["RSA_LUA_BEGIN"] = str(begin)
+    done = subprocess.run([lua, str(DRIVER), str(PLUGIN), "submit", str(path), "1001"],
+                          capture_output=True, text=True, timeout=30, check=False, env=env)
+    assert done.returncode == 0, done.stderr
+    got = _parse(done.stdout.rstrip("\n").split("\n"))
+    assert got.rc == 0, got
+    if want is None:
+        assert "begin_time" not in got.sets or got.sets["begin_time"] != str(NOW + 600), got
+        assert " hold=after:" not in got.sets.get("admin_comment", ""), got
+    else:
+        assert got.sets["admin_comment"] == want and got.sets["begin_time"] == str(NOW + 600)
+        assert split_hold(want) == (want.removesuffix(" hold=after:"), None)
+
+
+def test_the_dependency_hold_of_the_plugin_agrees_with_rsad() -> None:
+    """The plugin's default hold is rsad's own (daemon/dephold.py DEP_HOLD), its types
+    rsad's (core/dependency.py DATA_KINDS)."""
+    from rsa_scheduler.core.dependency import DATA_KINDS
+    from rsa_scheduler.daemon.dephold import DEP_HOLD
+
+    text = PLUGIN.read_text()
+    assert f"dependency_hold = {DEP_HOLD // 86400} * 86400," in text
+    table = re.search(r"DATA_DEPENDENCY = \{(.*?)\}", text, re.S)
+    assert table is not None
+    assert set(re.findall(r"(\w+) = true", table.group(1))) == DATA_KINDS

@@ -1,0 +1,193 @@
+"""Dependents of RSA jobs: which pending job must wait for whose output (issue 32).
+
+Slurm fulfils ``afterok:A`` (and every other ``after*`` type, and ``singleton``) when A
+*ends*; A's ``#RSA_DATA_OUT`` is then still on its RAMDISK, being staged out. rsad holds
+every pending job that depends on an RSA job whose output is not yet verified on the PFS
+(the *dependency hold*: a begin time far ahead, :data:`DEP_MARK` and the parents it waits
+for in the job's admin_comment, so a restarted rsad knows them), from the moment it
+first sees it pending, before the parent ends, and releases it once every such parent's
+output is verified (or the parent had none to stage). A failed or quarantined stage-out
+keeps it held, with a reason its user can read.
+
+Owns the parser of Slurm's dependency text as ``squeue -O Dependency`` prints it
+(:func:`parse_dependency`, tested on real 22.05 output in tests/data/slurm/), the
+parents a dependency names (:func:`parents_of`), whether a parent's output is settled
+(:func:`parent_verdict`), the marker (:func:`dep_marker`, :func:`dep_parents`) and the
+messages. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from rsa_scheduler.core.directive_spec import DEP_TAG, HOLD_MARK
+from rsa_scheduler.core.record import JobRecord
+from rsa_scheduler.core.states import JobState, RsaState
+from rsa_scheduler.errors import RsaError
+
+#: the dependency hold's marker in a job's admin_comment, followed by the parents it waits
+#: for (``123,124_5``): rsad lifts only the begin time it set itself
+DEP_MARK = f"{HOLD_MARK}{DEP_TAG}"
+
+#: dependency types whose dependent may read the parent's output: every type that waits
+#: for the parent's end (``after`` and ``expand`` wait for its start only)
+DATA_KINDS = frozenset({"afterok", "afterany", "afternotok", "aftercorr", "afterburstbuffer",
+                        "singleton"})
+
+_ENTRY = re.compile(r"^(?P<kind>[a-z]+)(?::(?P<jobs>[^()]*))?(?:\((?P<state>[a-z]+)\))?$")
+_JOB = re.compile(r"^(?P<job>\d+)(?:_(?P<task>\d+|\*))?(?:\+\d+)?$")
+
+
+class DependencyError(RsaError, ValueError):
+    """Slurm's dependency text is not of the form :func:`parse_dependency` knows."""
+
+
+@dataclass(frozen=True, slots=True)
+class Dependency:
+    """One parent of one dependency type: ``afterok:123_4(unfulfilled)``."""
+
+    kind: str  #: afterok, afterany, ..., singleton
+    job: str = ""  #: the parent's job id ("" for singleton)
+    task: str | None = None  #: an array task's index, ``*`` for every task, None: the job
+    state: str = ""  #: unfulfilled, fulfilled, failed ("" when Slurm printed none)
+
+
+def parse_dependency(text: str) -> list[Dependency]:
+    """Slurm's dependency text: ``afterok:12(unfulfilled),afterany:13_*(unfulfilled)``,
+    ``?`` between alternatives, ``singleton(unfulfilled)``, ``(null)`` or ``""`` for
+    none; the text as submitted (``afterok:12:13``) too. Raises :class:`DependencyError`
+    on anything else (the caller then holds the job: unsure is never released)."""
+    text = text.strip()
+    if text in ("", "(null)"):
+        return []
+    out: list[Dependency] = []
+    for entry in re.split(r"[,?]", text):
+        m = _ENTRY.match(entry.strip())
+        if m is None:
+            raise DependencyError(f"unknown dependency {entry!r} in {text!r}")
+        kind, jobs, state = m.group("kind"), m.group("jobs"), m.group("state") or ""
+        if kind == "singleton":
+            out.append(Dependency(kind, state=state))
+            continue
+        if not jobs:
+            raise DependencyError(f"dependency {entry!r} names no job")
+        for part in jobs.split(":"):
+            j = _JOB.match(part)
+            if j is None:
+                raise DependencyError(f"unknown job {part!r} in dependency {entry!r}")
+            out.append(Dependency(kind, j.group("job"), j.group("task"), state))
+    return out
+
+
+def parents_of(job_id: str, user: str, deps: Iterable[Dependency],
+               records: Mapping[str, JobRecord]) -> list[str]:
+    """The RSA jobs (keys of ``records``) whose output ``job_id`` (owned by ``user``) may
+    read: each parent of a data dependency (:data:`DATA_KINDS`); an array's every task
+    (``aftercorr``: only the task of the dependent's own index); for ``singleton`` every
+    RSA job of the same user that runs or ran (rsad does not know job names: it may wait
+    for more than Slurm does, never for less). Sorted, without ``job_id`` itself."""
+    found: set[str] = set()
+    own_task = job_id.split("_", 1)[1] if "_" in job_id else None
+    for dep in deps:
+        if dep.kind not in DATA_KINDS:
+            continue
+        if dep.kind == "singleton":
+            # only jobs that run or ran: two pending singletons must not wait for each
+            # other (Slurm starts one of them; the other is held while it runs)
+            found.update(k for k, r in records.items() if r.user == user
+                         and r.job_state in (JobState.RUNNING, JobState.FINISHED))
+            continue
+        task = dep.task
+        if dep.kind == "aftercorr" and own_task is not None and task in (None, "*") \
+                and dep.job not in records:  # an array: the task of the same index
+            task = own_task
+        if task is not None and task != "*":
+            key = f"{dep.job}_{task}"
+            if key in records:
+                found.add(key)
+            continue
+        prefix = f"{dep.job}_"
+        found.update(k for k in records if k == dep.job or k.startswith(prefix))
+    found.discard(job_id)
+    return sorted(found, key=lambda k: (len(k), k))
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A parent whose output is not settled yet, and what its dependents are told."""
+
+    parent: str
+    why: str  #: running, staging, failed, quarantined
+
+
+def parent_verdict(rec: JobRecord | None) -> Waiting | None:
+    """Whether a dependent must still wait for ``rec``'s output: None once it is settled
+    (verified on the PFS, or the job had none on a RAMDISK: no record, no DATA_OUT nor
+    writable input, or it ended without its RAMDISK holding any)."""
+    if rec is None:
+        return None
+    if rec.spec.data_out is None and not rec.writable_input():
+        return None
+    if rec.rsa_state is RsaState.QUARANTINED:
+        return Waiting(rec.job_id, "quarantined")
+    if rec.rsa_state is RsaState.STAGE_OUT_FAILED or \
+            rec.rsa_state is RsaState.WRITEBACK_FAILED:
+        return Waiting(rec.job_id, "failed")
+    if rec.job_state is not JobState.FINISHED:
+        return Waiting(rec.job_id, "running")
+    if rec.holds_user_data():
+        return Waiting(rec.job_id, "staging")
+    return None
+
+
+def dep_marker(parents: Iterable[str]) -> str:
+    """The admin_comment marker of a job held for ``parents``' output."""
+    return DEP_MARK + ",".join(parents)
+
+
+def _split_marker(comment: str) -> tuple[str, str | None]:
+    """(``comment`` before the marker, the parents' text after it; None: no marker). A
+    job without RSA work has the marker alone, read without its leading space too (should
+    Slurm strip it)."""
+    bare = DEP_MARK.lstrip()
+    if comment.startswith(bare):
+        return "", comment[len(bare):]
+    head, sep, tail = comment.partition(DEP_MARK)
+    return (head, tail) if sep else (comment, None)
+
+
+def dep_parents(comment: str) -> list[str] | None:
+    """The parents a dependency hold's marker names; None when ``comment`` has none."""
+    _, tail = _split_marker(comment)
+    if tail is None:
+        return None
+    return [p for p in tail.split(",") if re.fullmatch(r"\d+(?:_\d+)?", p)]
+
+
+def without_dep_marker(comment: str) -> str:
+    """``comment`` without the dependency hold's marker."""
+    return _split_marker(comment)[0]
+
+
+def held_message(waits: list[Waiting]) -> str:
+    """What a dependent's comment says while it is held (the worst parent first)."""
+    order = {"quarantined": 0, "failed": 1, "staging": 2, "running": 3}
+    worst = min(waits, key=lambda w: (order.get(w.why, 9), w.parent))
+    p = worst.parent
+    if worst.why == "quarantined":
+        return (f"RSA: held: job {p}'s output is quarantined on its RAMDISK, not on the "
+                f"PFS; its owner can 'rsa retry {p}', or an operator decides (rsa job {p} "
+                f"says why)")
+    if worst.why == "failed":
+        return (f"RSA: held: job {p}'s stage-out failed and is retried; this job starts "
+                f"once its output is verified on the PFS (rsa job {p} says why)")
+    return (f"RSA: held until job {p}'s output is staged out and verified on the PFS "
+            f"(rsa job {p} shows how far it is)")
+
+
+def released_message(parents: Iterable[str]) -> str:
+    """What a dependent's comment says once the hold ends."""
+    names = ", ".join(parents)
+    return f"RSA: the output of job {names} is verified on the PFS; released to start"

@@ -1,0 +1,208 @@
+"""The dependency hold at work: dependents wait for their parents' output (issue 32).
+
+Owns :class:`DepHold`: each cycle, in both modes, one ``squeue`` of the pending jobs
+that have a dependency (or carry the hold's marker), which of them depend on an RSA job
+whose output is not yet verified on the PFS (:mod:`rsa_scheduler.core.dependency`
+decides), and the Slurm calls that hold and release them (on the urgent lane, one at a
+time per job). A held job's begin time is :data:`DEP_HOLD` ahead and its admin_comment
+carries ``core.dependency.DEP_MARK`` and the parents it waits for: a restarted rsad (or
+slurmctld, which keeps both) knows what it holds, and rsad lifts only its own begin
+time, never an admin's or user's hold (``scontrol hold``: its priority stays 0).
+
+Level-triggered: every cycle looks again, so a hold or release a crash cut off is done by
+the next rsad. A job is held from the first cycle that sees it pending with a dependency
+on an RSA job that has (or may have) output to stage out: before that job ends, since
+Slurm may start the dependent within one scheduling pass of it.
+
+job_submit.lua marks every job submitted with such a dependency the same way (its
+``dependency_hold``, the marker without parents), so that a dependent submitted just as
+its parent ends is held too: rsad releases it at its next cycle when no parent has output
+on a RAMDISK.
+
+Imports nothing of the daemon; the daemon (service.py) hands it the scheduler, its
+commit and the user's comment as callables.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+
+from rsa_scheduler.core.dependency import (
+    DEP_MARK,
+    DependencyError,
+    Waiting,
+    dep_marker,
+    dep_parents,
+    held_message,
+    parent_verdict,
+    parents_of,
+    parse_dependency,
+    released_message,
+    without_dep_marker,
+)
+from rsa_scheduler.core.directives import HOLD_MARK, rerun_held, split_hold
+from rsa_scheduler.core.events import Event
+from rsa_scheduler.core.machine import JobRecord
+from rsa_scheduler.core.policy import EarlyStart
+from rsa_scheduler.core.scheduler import Decision, Scheduler
+from rsa_scheduler.core.states import PENDING
+from rsa_scheduler.slurm.parse import DependentRow
+from rsa_scheduler.slurm.port import SlurmError, SlurmPort
+
+log = logging.getLogger(__name__)
+
+#: seconds ahead the dependency hold sets the job's begin time: rsad releases it as soon
+#: as its parents' output is verified. A year: a dependent never starts on half its
+#: input because rsad was gone; an operator can start it (``scontrol update JobId=N
+#: StartTime=now``)
+DEP_HOLD = 365 * 86400
+
+#: seconds before a hold or release that did not take is asked for again
+RETRY = 30.0
+
+
+class DepHold:
+    """The dependents rsad holds (loop thread); Slurm is called on ``lane``."""
+
+    def __init__(self, *, slurm: SlurmPort, clock: Callable[[], float],
+                 scheduler: Callable[[], Scheduler], commit: Callable[[Decision], None],
+                 tell: Callable[[str, str], None], lane: Executor,
+                 native: Callable[[], bool] = lambda: False) -> None:
+        self.slurm = slurm
+        self.native = native  # native mode: no start hold (Slurm holds it in stage-in)
+        self.clock = clock
+        self.scheduler = scheduler
+        self.commit = commit
+        self.tell = tell
+        self.lane = lane
+        self.calls: dict[str, Future[bool]] = {}  # job -> the Slurm call in flight
+        # job -> (when its last call was asked for, whether to hold): the same call is not
+        # asked again within RETRY (Slurm may not show its effect at once)
+        self.asked: dict[str, tuple[float, bool]] = {}
+        self.told: dict[str, str] = {}  # job -> the last reason its user was told
+        self._unsupported = False
+
+    def check(self) -> None:
+        """Hold every pending dependent of an RSA job whose output is not yet verified;
+        release those rsad holds whose parents' output is (or that no longer wait); tell
+        the held ones' users why they wait when that changes."""
+        read = getattr(self.slurm, "dependents", None)
+        if read is None:
+            if not self._unsupported:
+                self._unsupported = True
+                log.error("this Slurm backend cannot list dependencies: dependents of RSA "
+                          "jobs may start before their parents' output is on the PFS")
+            return
+        try:
+            rows: list[DependentRow] = read(DEP_MARK.lstrip())
+        except SlurmError as e:  # level-triggered: the next cycle looks again
+            log.warning("cannot read the pending jobs' dependencies: %s", e)
+            return
+        now = self.clock()
+        records = self.scheduler().records
+        seen: set[str] = set()
+        for row in rows:
+            seen.add(row.job_id)
+            self._one(row, records, now)
+        for job in [j for j in self.asked if j not in seen and j not in self.calls]:
+            self.asked.pop(job, None)
+            self.told.pop(job, None)
+
+    def _one(self, row: DependentRow, records: dict[str, JobRecord], now: float) -> None:
+        job = row.job_id
+        call = self.calls.get(job)
+        if call is not None:
+            if not call.done():
+                return  # one Slurm call at a time per job
+            del self.calls[job]
+        if rerun_held(row.admin_comment):
+            return  # the rerun hold keeps it (starthold.py); this one looks again later
+        marked = dep_parents(row.admin_comment)
+        try:
+            deps = parse_dependency(row.dependency)
+        except DependencyError as e:
+            log.error("job %s: %s: not held for its parents' output", job, e)
+            deps = []
+        named = parents_of(job, row.user, deps, records)
+        waits = [w for p in sorted(set(named) | set(marked or []))
+                 if (w := parent_verdict(records.get(p))) is not None]
+        # another user's job: its dependent is held as well, but told nothing of how
+        # that job's stage-out fares (failed, quarantined): that is its owner's
+        waits = [w if records[w.parent].user == row.user else Waiting(w.parent, "staging")
+                 for w in waits]
+        when, holding = self.asked.get(job, (-1e18, False))
+        recent = now - when < RETRY
+        if waits:
+            blocking = [w.parent for w in waits]
+            message = held_message(waits)
+            if marked is None or not set(blocking) <= set(marked):
+                if recent and holding:
+                    return
+                self.asked[job] = (now, True)
+                parents = sorted(set(blocking) | set(marked or []))
+                self._event(records, job, now, "job.dependency-held", parents)
+                self.told[job] = message
+                self.calls[job] = self.lane.submit(self._hold, job, row.admin_comment,
+                                                   parents, message)
+            elif self.told.get(job) != message:
+                self.told[job] = message
+                self.tell(job, message)
+        elif marked is not None and not (recent and not holding):
+            self.asked[job] = (now, False)
+            wait = self._waits_for_ramdisk(records.get(job))
+            self._event(records, job, now, "job.dependency-released", marked)
+            self.calls[job] = self.lane.submit(self._release, job, row.admin_comment,
+                                               marked, wait)
+
+    def _event(self, records: dict[str, JobRecord], job: str, now: float, name: str,
+               parents: list[str]) -> None:
+        if job in records:  # a dependent with RSA work of its own: in its history too
+            self.commit(Decision(events=[Event(now, job, name, {"parents": parents})]))
+
+    def _waits_for_ramdisk(self, rec: JobRecord | None) -> int | None:
+        """A released dependent under early start ``wait`` is held for its RAMDISK as at
+        submission: for how many seconds (None: released to start)."""
+        sched = self.scheduler()
+        if rec is None or rec.job_state not in PENDING or rec.declined or self.native():
+            return None
+        early = rec.spec.early_start or sched.policy.early_start
+        return int(sched.policy.wait_timeout) if early is EarlyStart.WAIT else None
+
+    def _hold(self, job: str, comment: str, parents: list[str], message: str) -> bool:
+        """Worker: begin time :data:`DEP_HOLD` ahead, the marker naming ``parents`` in
+        place of any start hold's."""
+        spec_text, _ = split_hold(without_dep_marker(comment))
+        try:
+            self.slurm.hold(job, DEP_HOLD, f"{spec_text}{dep_marker(parents)}")
+        except SlurmError as e:  # asked again after RETRY while it still waits
+            log.warning("job %s: could not hold it for its parents' output: %s", job, e)
+            return False
+        log.info("job %s: held until the output of job %s is verified on the PFS", job,
+                 ",".join(parents))
+        self.tell(job, message)
+        return True
+
+    def _release(self, job: str, comment: str, parents: list[str],
+                 wait: int | None) -> bool:
+        """Worker: the begin time rsad set lifted (now, or under early start ``wait`` the
+        start hold's deadline) and the marker removed; an admin's hold stays."""
+        spec_text, _ = split_hold(without_dep_marker(comment))
+        try:
+            if wait is None:
+                self.slurm.release_hold(job, spec_text)
+            else:
+                deadline = int(time.time()) + wait
+                self.slurm.hold(job, wait, f"{spec_text}{HOLD_MARK}{deadline}")
+        except SlurmError as e:
+            log.warning("job %s: could not end its dependency hold: %s", job, e)
+            return False
+        if not parents:  # marked at submission, no parent with RSA output: not told
+            log.info("job %s: released: no parent of it has output on a RAMDISK", job)
+            return True
+        message = released_message(parents)
+        log.info("job %s: dependency hold ended: %s", job, message)
+        self.tell(job, message)
+        return True

@@ -1,0 +1,159 @@
+"""Dependents never start before their parent's output is verified on the PFS (issue 32).
+
+Job A writes 30 files through ``#RSA_DATA_OUT`` (its RAMDISK); job B, submitted with a
+dependency on A, checksums every file of A's output when it starts. Slurm fulfils the
+dependency when A ends, while A's output is still being staged out (the PFS is slowed
+for the test so that stage-out lasts several seconds): on main B started then and read
+part of the files. Now rsad holds B (begin time far ahead, its marker in B's
+admin_comment) from the first cycle that sees it pending, and releases it once A's
+output is verified, also across a kill -9 of rsad during A's stage-out and a restart of
+slurmctld meanwhile (both modes). A
+stage-out that fails for good keeps B held, with the reason in its comment, until
+``rsa retry`` brings A's output to the PFS (queue mode; the hold is the same in both).
+
+The dependency text Slurm prints for each type (``squeue -O Dependency``) is captured
+here too: tests/data/slurm/squeue_dependency*.txt were written from it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import input_area, lab_mode
+from tests.e2e.test_requeue_cycles import pfs_writes_at
+from tests.integration.slurmkit import (
+    make_jobs,
+    restart_lab_slurmctld,
+    root,
+    show_job,
+    start_lab_rsad,
+    stop_lab_rsad,
+    wait_for,
+)
+from tests.integration.test_rsad_staging import rsa_job, wait_state
+
+DEP_MARK = "hold=after:"  # rsad's dependency hold (core/dependency.py DEP_MARK)
+FILES = 30  # A's output: 30 files of 128 KiB, about 8 s through 4 Mbit/s
+
+
+@pytest.fixture
+def area(lab: Mapping[str, str]) -> Iterator[Path]:
+    with input_area(lab, "dependents") as base:
+        yield base
+
+
+def parent_script(out: Path, res: Path, run_for: int) -> str:
+    """A writes its output on its RAMDISK and its checksums on the PFS (res/)."""
+    return f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_OUT={out}
+#RSA_EARLY_START=wait
+findmnt -n -o TARGET --target {out} > {res}/outmnt || true
+sleep {run_for}
+for i in $(seq 1 {FILES}); do head -c 128K /dev/urandom > {out}/f$i; done
+(cd {out} && md5sum f*) > {res}/a.md5
+"""
+
+
+def child_script(out: Path, res: Path) -> str:
+    """B reads every file of A's output as soon as it starts."""
+    return f"""#!/bin/bash
+#SBATCH -t 5
+date +%s.%N > {res}/b.start
+(cd {out} && md5sum f*) > {res}/b.md5 2>&1
+"""
+
+
+def dependency_lines(lab: Mapping[str, str]) -> str:
+    return root(lab, "squeue", "-h", "-r", "-t", "PD", "-O",
+                "JobArrayID:0|,UserName:0|,Dependency:0|,admin_comment:0|")
+
+
+def capture(lab: Mapping[str, str], name: str) -> None:
+    """Keep what squeue printed for the parser's tests (RSA_DEP_CAPTURE: a directory)."""
+    where = os.environ.get("RSA_DEP_CAPTURE")
+    if where:
+        path = Path(where) / f"squeue_dependency_{lab_mode(lab)}_{name}.txt"
+        path.write_text(dependency_lines(lab))
+
+
+def first_verified(lab: Mapping[str, str], job: str) -> float:
+    data = rsa_job(lab, job) or {}
+    return min(float(e["time"]) for e in data.get("events", [])
+               if e["name"] == "rsa.transition" and e.get("to") == "output-verified")
+
+
+def test_an_afterok_chain_reads_every_byte_across_an_rsad_crash_and_a_slurmctld_restart(
+        lab: Mapping[str, str], area: Path) -> None:
+    out, res = area / "out", area / "res"
+    with make_jobs(lab) as jobs, pfs_writes_at(lab, "4mbit"):
+        a = jobs.submit(script=parent_script(out, res, 6))
+        b = jobs.submit(f"--dependency=afterok:{a}", script=child_script(out, res))
+        # other types, for the parser's data (held by their user: never run)
+        for dep in (f"afterany:{a}?afternotok:{a}", "singleton", f"after:{a}+1",
+                    f"aftercorr:{a}"):
+            with contextlib.suppress(AssertionError):  # a type Slurm refuses here
+                jobs.submit("-H", "--array=0-1", f"--dependency={dep}", "-J", "chain",
+                            script=child_script(area / "none", area / "none"))
+        wait_for("A running", lambda: (res / "outmnt").exists(), timeout=120)
+        capture(lab, "pending")
+        wait_state(lab, a, "staging-out", "stage-out-failed", "verifying", timeout=120)
+        capture(lab, "ended")
+        stop_lab_rsad(signal.SIGKILL)
+        try:
+            restart_lab_slurmctld()  # Slurm keeps the hold in its saved state
+            time.sleep(3)  # Slurm alone: B must stay pending while A's output is staged
+            info = show_job(lab, b)
+            # on main B had started (and read part of A's output) by now
+            assert info["JobState"] == "PENDING", info
+            assert DEP_MARK + a in info["AdminComment"], info
+        finally:
+            start_lab_rsad()
+        wait_for("B's end", lambda: (res / "b.md5").exists() and root(
+            lab, "squeue", "-h", "-j", b, "-o", "%T").strip() in ("", "COMPLETED"),
+            timeout=240)
+    assert (res / "outmnt").read_text().strip() == str(out)  # A wrote on its RAMDISK
+    expected = (res / "a.md5").read_text()
+    assert expected.count("\n") == FILES
+    assert (res / "b.md5").read_text() == expected
+    assert float((res / "b.start").read_text()) >= first_verified(lab, a)
+
+
+@pytest.mark.queue
+def test_a_failed_stage_out_keeps_the_dependent_held_until_rsa_retry(
+        lab: Mapping[str, str], area: Path) -> None:
+    """The dependency added after submission (``scontrol update``) to a job its user
+    holds; A's stage-out fails until it is quarantined; B stays pending, told why, until
+    the operator's ``rsa retry`` brings A's output to the PFS."""
+    out, res = area / "out", area / "res"
+    rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
+    with make_jobs(lab) as jobs:
+        a = jobs.submit(script=parent_script(out, res, 4))
+        b = jobs.submit("-H", script=child_script(out, res))
+        root(lab, "scontrol", "update", f"JobId={b}", f"Dependency=afterok:{a}")
+        root(lab, "scontrol", "release", b)  # its user's hold (rsad's is its own)
+        wait_for("A on its RAMDISK", lambda: (res / "outmnt").exists(), timeout=120)
+        out.chmod(0o555)  # the PFS side of DATA_OUT refuses the stage-out
+        wait_state(lab, a, "quarantined", timeout=240)
+        assert show_job(lab, b)["JobState"] == "PENDING", show_job(lab, b)
+        wait_for("B told why", lambda: "quarantined" in show_job(lab, b)["Comment"],
+                 timeout=60)
+        info = show_job(lab, b)  # on main B had run on A's missing output
+        assert info["JobState"] == "PENDING", info
+        assert f"rsa retry {a}" in info["Comment"], info
+        assert DEP_MARK + a in info["AdminComment"], info
+        out.chmod(0o755)
+        subprocess.run([rsa, "retry", a], check=True, capture_output=True, timeout=60)
+        wait_for("B's end", lambda: (res / "b.md5").exists() and root(
+            lab, "squeue", "-h", "-j", b, "-o", "%T").strip() in ("", "COMPLETED"),
+            timeout=240)
+    assert (res / "b.md5").read_text() == (res / "a.md5").read_text()
+    assert float((res / "b.start").read_text()) >= first_verified(lab, a)

@@ -1,0 +1,208 @@
+"""The dependency hold in rsad's loop (issue 32, daemon/dephold.py), with a scripted
+Slurm port: a job that depends on an RSA job with output is held from the first cycle
+that sees it pending, before its parent ends, until the parent's output is verified; a
+quarantined stage-out keeps it held with its reason until ``rsa retry`` verifies it; a
+dependent of a job without RSA output is never held; the hold survives an rsad restart
+(Slurm keeps the marker); rsad lifts only its own hold. The lab runs it against real
+Slurm (tests/e2e/test_dependents.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rsa_scheduler.core.directives import DirectiveSpec
+from rsa_scheduler.core.policy import EarlyStart
+from rsa_scheduler.daemon.dephold import DEP_HOLD
+from rsa_scheduler.daemon.service import Daemon
+from rsa_scheduler.slurm.parse import DependentRow, QueueRow
+from tests.unit.test_daemon import ScriptedSlurm, flush_urgent, released, settle
+from tests.unit.test_rerun_hold import Gated, comments, daemon, holds
+
+OUT = DirectiveSpec(data_out="/pfs/out")
+IN = DirectiveSpec(data_in="/pfs/in")
+
+
+class DepSlurm(ScriptedSlurm):
+    """Plus the pending jobs' dependencies (``squeue -O Dependency``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deps: dict[str, str] = {}  # job -> Slurm's dependency text
+
+    def pend(self, job: str, dependency: str) -> None:
+        """A job without RSA work of its own, pending on its dependency."""
+        self.deps[job] = dependency
+        self.rows = [r for r in self.rows if r.job_id != job] + [QueueRow(
+            job, "PENDING", "Dependency", 10, 1, "alice", None)]
+
+    def dependents(self, mark: str) -> list[DependentRow]:
+        out = []
+        for r in self.rows:
+            comment = r.admin_comment or ""
+            dep = self.deps.get(r.job_id, "")
+            if r.state == "PENDING" and (dep or mark in comment):
+                out.append(DependentRow(r.job_id, r.user, dep, comment))
+        return out
+
+
+def cycle(d: Daemon) -> None:
+    d.poll()
+    d.drain(timeout=0.1)
+    flush_urgent(d)
+
+
+def parent_running_with_its_output_on_the_ramdisk(d: Daemon, slurm: DepSlurm) -> None:
+    slurm.set("7", "PENDING", "Resources", spec=OUT)
+    d.poll()
+    settle(d)
+    slurm.set("7", "RUNNING", spec=OUT)
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state.value == "mounted-output"
+
+
+def test_a_dependent_is_held_before_its_parent_ends_and_released_once_verified(
+        tmp_path: Path) -> None:
+    """On main nothing held it: Slurm started it as soon as the parent ended."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    parent_running_with_its_output_on_the_ramdisk(d, slurm)
+    slurm.pend("8", "afterok:7(unfulfilled)")
+    slurm.pend("9", "after:7+1(unfulfilled)")  # waits for the start only: never held
+    cycle(d)
+    assert holds(slurm) == [f"8:{DEP_HOLD}: hold=after:7"]
+    assert "held until job 7's output is staged out and verified" in comments(slurm)[-1]
+    slurm.deps["8"] = ""  # Slurm: the parent ended, the dependency fulfilled and gone
+    slurm.set("7", "COMPLETED", spec=OUT)
+    d.poll()  # the output stages out; verify waits for the gate
+    for _ in range(3):
+        cycle(d)
+    assert d.sched.records["7"].rsa_state.value == "verifying"
+    assert released(slurm) == [] and len(holds(slurm)) == 1
+    gated.gate.set()
+    settle(d)
+    cycle(d)
+    assert released(slurm) == ["8:"]
+    assert comments(slurm)[-1].endswith("released to start")
+    cycle(d)
+    assert len(holds(slurm)) == 1 and released(slurm) == ["8:"]  # nothing more
+    d.shutdown()
+
+
+def test_a_quarantined_stage_out_keeps_the_dependent_held_until_rsa_retry(
+        tmp_path: Path) -> None:
+    slurm, gated = DepSlurm(), Gated()
+    gated.fail_out = True
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    parent_running_with_its_output_on_the_ramdisk(d, slurm)
+    slurm.pend("8", "afterany:7(unfulfilled)")
+    cycle(d)
+    slurm.set("7", "COMPLETED", spec=OUT)
+    for _ in range(4):
+        cycle(d)
+        settle(d)
+    assert d.sched.records["7"].rsa_state.value == "quarantined"
+    assert released(slurm) == []
+    assert "job 7's output is quarantined" in comments(slurm)[-1]
+    assert "rsa retry 7" in comments(slurm)[-1]
+    # another user's dependent is held as well, told nothing of how job 7 fares
+    slurm.pend("11", "afterok:7(unfulfilled)")
+    slurm.rows = [r if r.job_id != "11" else QueueRow("11", "PENDING", "Dependency", 10, 1,
+                                                      "bob", None) for r in slurm.rows]
+    cycle(d)
+    assert holds(slurm)[-1] == f"11:{DEP_HOLD}: hold=after:7"
+    assert "quarantined" not in comments(slurm)[-1] and "job 7" in comments(slurm)[-1]
+    gated.fail_out = False
+    gated.gate.set()
+    d.submit("command", ("7", "retry", "root", True))
+    settle(d)
+    for _ in range(3):
+        cycle(d)
+        settle(d)
+    assert released(slurm) == ["8:", "11:"]
+    d.shutdown()
+
+
+def test_a_dependent_of_a_job_without_rsa_output_is_never_held(tmp_path: Path) -> None:
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    slurm.set("6", "RUNNING", spec=IN)  # an RSA job without output
+    slurm.pend("8", "afterok:6(unfulfilled),afterok:5(unfulfilled)")  # 5: no RSA job
+    slurm.pend("9", "afterok:x(unfulfilled)")  # not understood: logged, never held
+    for _ in range(2):
+        cycle(d)
+    assert holds(slurm) == [] and released(slurm) == []
+    d.shutdown()
+
+
+def test_the_hold_survives_an_rsad_restart_and_only_rsads_own_hold_is_lifted(
+        tmp_path: Path) -> None:
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    parent_running_with_its_output_on_the_ramdisk(d, slurm)
+    slurm.pend("8", "afterok:7(unfulfilled)")
+    cycle(d)
+    assert len(holds(slurm)) == 1
+    # a job an admin holds on a begin time of their own (no marker): never touched
+    slurm.rows.append(QueueRow("10", "PENDING", "BeginTime", 10, 1, "alice", None))
+    slurm.deps["10"] = ""
+    d.shutdown()
+    d.store.close()
+    slurm.deps["8"] = ""  # the parent ended while rsad was down
+    slurm.set("7", "COMPLETED", spec=OUT)
+    slurm.calls.clear()
+    gated2 = Gated()
+    d2 = daemon(tmp_path, slurm, gated2, EarlyStart.FALLBACK)
+    for _ in range(3):
+        cycle(d2)
+    assert released(slurm) == []  # still staging: the marker alone tells it is held
+    gated2.gate.set()
+    settle(d2)
+    for _ in range(2):
+        cycle(d2)
+        settle(d2)
+    assert released(slurm) == ["8:"]
+    d2.shutdown()
+
+
+def test_a_dependent_with_its_own_rsa_work_under_wait_is_held_for_its_ramdisk_after(
+        tmp_path: Path) -> None:
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.WAIT)
+    parent_running_with_its_output_on_the_ramdisk(d, slurm)
+    slurm.set("8", "PENDING", "Dependency", spec=IN)
+    slurm.deps["8"] = "afterok:7(unfulfilled)"
+    cycle(d)
+    spec = IN.to_admin_comment()
+    assert holds(slurm) == [f"8:{DEP_HOLD}:{spec} hold=after:7"]
+    slurm.deps["8"] = ""
+    slurm.set("7", "COMPLETED", spec=OUT)
+    gated.gate.set()
+    for _ in range(4):
+        cycle(d)
+        settle(d)
+    assert len(holds(slurm)) == 2 and holds(slurm)[1].startswith(f"8:1800:{spec} hold=")
+    # then the start hold's own: released once its input is staged
+    assert released(slurm) == [f"8:{spec}"]
+    names = [e.name for e in d.store.events("8")]
+    assert "job.dependency-held" in names and "job.dependency-released" in names
+    d.shutdown()
+
+
+def test_a_job_marked_at_submission_is_released_at_the_next_cycle_unless_it_must_wait(
+        tmp_path: Path) -> None:
+    """job_submit.lua holds every job submitted with a data dependency (the marker
+    without parents): rsad releases one whose parents have no RSA output at its next
+    cycle, and names the parents of one that must wait."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    parent_running_with_its_output_on_the_ramdisk(d, slurm)
+    for job, dep in (("8", "afterok:5(unfulfilled)"), ("9", "afterok:7(unfulfilled)")):
+        slurm.deps[job] = dep
+        slurm.rows.append(QueueRow(job, "PENDING", "BeginTime", 10, 1, "alice",
+                                   " hold=after:"))
+    cycle(d)
+    assert released(slurm) == ["8:"]
+    assert holds(slurm) == [f"9:{DEP_HOLD}: hold=after:7"]
+    assert not any("job 5" in c or "output of job" in c for c in comments(slurm))
+    d.shutdown()

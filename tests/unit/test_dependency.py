@@ -1,0 +1,181 @@
+"""The dependency hold's pure parts (issue 32, core/dependency.py): Slurm's dependency
+text as squeue prints it, the RSA parents a dependent waits for (every type, arrays task
+by task for ``aftercorr``), whether a parent's output is settled, the marker and the
+messages; and the squeue lines rsad reads them from (slurm/parse.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rsa_scheduler.core.dependency import (
+    DEP_MARK,
+    Dependency,
+    DependencyError,
+    dep_marker,
+    dep_parents,
+    held_message,
+    parent_verdict,
+    parents_of,
+    parse_dependency,
+    released_message,
+    without_dep_marker,
+)
+from rsa_scheduler.core.directives import DirectiveSpec, split_hold
+from rsa_scheduler.core.record import JobRecord
+from rsa_scheduler.core.states import JobState, RsaState
+from rsa_scheduler.slurm.parse import parse_dependents
+
+OUT = DirectiveSpec(data_out="/pfs/out")
+IN = DirectiveSpec(data_in="/pfs/in")
+
+
+def rec(job: str, state: RsaState = RsaState.MOUNTED_OUTPUT,
+        job_state: JobState = JobState.RUNNING, spec: DirectiveSpec = OUT,
+        user: str = "alice") -> JobRecord:
+    return JobRecord(job_id=job, user=user, spec=spec, rsa_state=state, job_state=job_state)
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("(null)", []),
+    ("", []),
+    ("afterok:12(unfulfilled)", [Dependency("afterok", "12", None, "unfulfilled")]),
+    ("afterok:12(fulfilled)", [Dependency("afterok", "12", None, "fulfilled")]),
+    ("afterany:12(unfulfilled),afternotok:13(failed)",
+     [Dependency("afterany", "12", None, "unfulfilled"),
+      Dependency("afternotok", "13", None, "failed")]),
+    ("afterok:12(unfulfilled)?afterany:14(unfulfilled)",
+     [Dependency("afterok", "12", None, "unfulfilled"),
+      Dependency("afterany", "14", None, "unfulfilled")]),
+    ("aftercorr:20_*(unfulfilled)", [Dependency("aftercorr", "20", "*", "unfulfilled")]),
+    ("afterok:20_3(unfulfilled)", [Dependency("afterok", "20", "3", "unfulfilled")]),
+    ("after:12+5(unfulfilled)", [Dependency("after", "12", None, "unfulfilled")]),
+    ("singleton(unfulfilled)", [Dependency("singleton", state="unfulfilled")]),
+    ("afterok:12:13", [Dependency("afterok", "12"), Dependency("afterok", "13")]),
+])
+def test_slurms_dependency_text_is_parsed(text: str, want: list[Dependency]) -> None:
+    assert parse_dependency(text) == want
+
+
+@pytest.mark.parametrize("text", ["afterok", "afterok:x(unfulfilled)", "afterok:12 (x)",
+                                  "afterok:12;rm", "AFTEROK:12"])
+def test_dependency_text_rsad_does_not_know_is_an_error(text: str) -> None:
+    with pytest.raises(DependencyError):
+        parse_dependency(text)
+
+
+def test_the_parents_are_the_rsa_jobs_of_every_data_dependency() -> None:
+    records = {"12": rec("12"), "13": rec("13"), "20_0": rec("20_0"), "20_1": rec("20_1"),
+               "30": rec("30", user="bob"), "40": rec("40"),
+               "41": rec("41", RsaState.NONE, JobState.QUEUED)}
+    deps = parse_dependency("afterok:12(unfulfilled),afterany:99(unfulfilled)")
+    assert parents_of("50", "alice", deps, records) == ["12"]  # 99: no RSA job
+    # an array's every task, or one task
+    assert parents_of("50", "alice", parse_dependency("afterok:20_*(unfulfilled)"),
+                      records) == ["20_0", "20_1"]
+    assert parents_of("50", "alice", parse_dependency("afterok:20(unfulfilled)"),
+                      records) == ["20_0", "20_1"]
+    assert parents_of("50", "alice", parse_dependency("afterok:20_1(unfulfilled)"),
+                      records) == ["20_1"]
+    # aftercorr: task by task
+    corr = parse_dependency("aftercorr:20_*(unfulfilled)")
+    assert parents_of("60_1", "alice", corr, records) == ["20_1"]
+    assert parents_of("60_7", "alice", corr, records) == []
+    # aftercorr on a job that is no array (seen in the lab): that job
+    assert parents_of("60_1", "alice", parse_dependency("aftercorr:12(unfulfilled)"),
+                      records) == ["12"]
+    # after: waits for the start only, never for the output
+    assert parents_of("50", "alice", parse_dependency("after:12(unfulfilled)"),
+                      records) == []
+    # singleton: every RSA job of the same user that runs or ran (rsad knows no job
+    # names; a pending one, 41, would wait for this one in turn), itself never
+    single = parse_dependency("singleton(unfulfilled)")
+    assert parents_of("40", "alice", single, records) == ["12", "13", "20_0", "20_1"]
+    assert parents_of("31", "bob", single, records) == ["30"]
+
+
+@pytest.mark.parametrize(("record", "why"), [
+    (None, None),
+    (rec("12", spec=IN), None),  # no output of its own
+    (rec("12", RsaState.ALLOCATED, JobState.QUEUED), "running"),  # not ended yet
+    (rec("12", RsaState.MOUNTED_OUTPUT, JobState.RUNNING), "running"),
+    (rec("12", RsaState.MOUNTED_OUTPUT, JobState.FINISHED), "staging"),
+    (rec("12", RsaState.STAGING_OUT, JobState.FINISHED), "staging"),
+    (rec("12", RsaState.VERIFYING, JobState.FINISHED), "staging"),
+    (rec("12", RsaState.STAGE_OUT_FAILED, JobState.FINISHED), "failed"),
+    (rec("12", RsaState.QUARANTINED, JobState.FINISHED), "quarantined"),
+    (rec("12", RsaState.OUTPUT_VERIFIED, JobState.FINISHED), None),
+    (rec("12", RsaState.TEARING_DOWN, JobState.FINISHED), None),
+    (rec("12", RsaState.RELEASED, JobState.FINISHED), None),
+    (rec("12", RsaState.DECLINED, JobState.FINISHED), None),  # wrote to the PFS itself
+    (rec("12", RsaState.NONE, JobState.FINISHED), None),  # ran without a RAMDISK
+])
+def test_a_parents_output_is_settled_only_once_verified_or_never_on_a_ramdisk(
+        record: JobRecord | None, why: str | None) -> None:
+    got = parent_verdict(record)
+    assert (got.why if got else None) == why
+
+
+def test_the_marker_names_the_parents_and_is_no_start_hold() -> None:
+    spec = OUT.to_admin_comment()
+    comment = f"{spec}{dep_marker(['12', '20_1'])}"
+    assert comment == f"{spec} hold=after:12,20_1" and DEP_MARK == " hold=after:"
+    assert dep_parents(comment) == ["12", "20_1"]
+    assert dep_parents(spec) is None and dep_parents(f"{spec} hold=123") is None
+    assert without_dep_marker(comment) == spec
+    assert split_hold(comment) == (spec, None)  # the spec reads as before, no deadline
+    assert DirectiveSpec.from_admin_comment(split_hold(comment)[0]) == OUT
+    # a job without RSA work of its own: the marker alone
+    assert dep_parents(dep_marker(["12"])) == ["12"] and split_hold(dep_marker(["12"])) == (
+        "", None)
+    # should Slurm strip the leading space of a comment that is the marker alone
+    assert dep_parents("hold=after:12") == ["12"] and without_dep_marker("hold=after:") == ""
+    # only job ids are read back from it
+    assert dep_parents(" hold=after:12,x;y,13_2") == ["12", "13_2"]
+
+
+def test_the_dependents_reason_says_what_happened_and_what_to_do() -> None:
+    from rsa_scheduler.core.dependency import Waiting
+    msg = held_message([Waiting("12", "staging"), Waiting("13", "quarantined")])
+    assert "job 13's output is quarantined" in msg and "rsa retry 13" in msg
+    assert "stage-out failed" in held_message([Waiting("12", "failed")])
+    assert "held until job 12's output is staged out and verified" in held_message(
+        [Waiting("12", "running")])
+    assert released_message(["12", "13"]).endswith("released to start")
+
+
+def test_the_dependents_are_read_from_squeue_with_their_admin_comment() -> None:
+    text = ("5|alice|afterok:4(unfulfilled)|(null)|\n"
+            "6|alice|(null)|(null)|\n"
+            "7|bob|(null)| hold=after:4|\n"
+            "8_1|alice|aftercorr:3_*(unfulfilled)|rsa1:o=%2Fpfs hold=after:3_1\n"
+            "second line|\n")
+    rows = parse_dependents(text, DEP_MARK)
+    assert [(r.job_id, r.user, r.dependency) for r in rows] == [
+        ("5", "alice", "afterok:4(unfulfilled)"), ("7", "bob", ""),
+        ("8_1", "alice", "aftercorr:3_*(unfulfilled)")]
+    assert rows[0].admin_comment == "" and rows[1].admin_comment == " hold=after:4"
+    assert rows[2].admin_comment == "rsa1:o=%2Fpfs hold=after:3_1\nsecond line"
+
+
+def test_the_dependency_text_slurm_printed_in_the_lab_is_read() -> None:
+    """tests/data/slurm/squeue_dependency*.txt (README there): every type as squeue
+    prints it, with job_submit.lua's and rsad's markers."""
+    from tests.conftest import DATA
+
+    records = {"1": rec("1", RsaState.MOUNTED_OUTPUT, JobState.RUNNING, user="rsauser")}
+    for name in ("pending", "ended", "native_pending"):
+        rows = parse_dependents((DATA / "slurm" / f"squeue_dependency_{name}.txt")
+                                .read_text(), DEP_MARK.lstrip())
+        assert len(rows) == 9, name
+        got = {r.job_id: parents_of(r.job_id, r.user, parse_dependency(r.dependency),
+                                    records) for r in rows}
+        # every type that waits for job 1's end names it; after (its start) does not
+        assert got == {"2": ["1"], "3_0": ["1"], "3_1": ["1"], "4_0": ["1"], "4_1": ["1"],
+                       "5_0": [], "5_1": [], "6_0": ["1"], "6_1": ["1"]}, name
+        marked = {r.job_id: dep_parents(r.admin_comment) for r in rows}
+        assert marked["2"] == ["1"] and marked["5_0"] is None, name
+    rows = parse_dependents((DATA / "slurm" / "squeue_dependency_pending.txt").read_text(),
+                            DEP_MARK.lstrip())
+    assert [r.dependency for r in rows if r.job_id == "3_0"] == [
+        "afterany:1(unfulfilled)?afternotok:1(unfulfilled)"]
+    assert [r.admin_comment for r in rows if r.job_id in ("6_0", "5_0")] == ["", ""]
