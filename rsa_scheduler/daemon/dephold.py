@@ -26,7 +26,6 @@ commit and the user's comment as callables.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 
@@ -43,12 +42,13 @@ from rsa_scheduler.core.dependency import (
     released_message,
     without_dep_marker,
 )
-from rsa_scheduler.core.directives import HOLD_MARK, rerun_held, split_hold
+from rsa_scheduler.core.directives import rerun_held, split_hold
 from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.machine import JobRecord
 from rsa_scheduler.core.policy import EarlyStart
 from rsa_scheduler.core.scheduler import Decision, Scheduler
 from rsa_scheduler.core.states import PENDING
+from rsa_scheduler.daemon.starthold import end_hold
 from rsa_scheduler.slurm.parse import DependentRow
 from rsa_scheduler.slurm.port import SlurmError, SlurmPort
 
@@ -191,11 +191,7 @@ class DepHold:
         start hold's deadline) and the marker removed; an admin's hold stays."""
         spec_text, _ = split_hold(without_dep_marker(comment))
         try:
-            if wait is None:
-                self.slurm.release_hold(job, spec_text)
-            else:
-                deadline = int(time.time()) + wait
-                self.slurm.hold(job, wait, f"{spec_text}{HOLD_MARK}{deadline}")
+            end_hold(self.slurm, job, spec_text, wait)
         except SlurmError as e:
             log.warning("job %s: could not end its dependency hold: %s", job, e)
             return False

@@ -62,6 +62,20 @@ HELD_REASONS = frozenset({"BeginTime", "Resources", "Priority", "None"})
 RERUN_HOLD = 7 * 86400
 
 
+
+def end_hold(slurm: SlurmPort, job: str, spec_text: str, wait: int | None) -> int | None:
+    """Lift a begin time rsad set on ``job`` (only that and the marker: an admin's or
+    user's hold stays): released to start now, or, under early start ``wait`` (``wait``
+    seconds), held for its RAMDISK as at submission. Returns that hold's deadline (None:
+    released). Raises :class:`SlurmError`. Used by the rerun hold and the dependency
+    hold (daemon/dephold.py)."""
+    if wait is None:
+        slurm.release_hold(job, spec_text)
+        return None
+    deadline = int(time.time()) + wait
+    slurm.hold(job, wait, f"{spec_text}{HOLD_MARK}{deadline}")
+    return deadline
+
 class StartHold:
     """The held jobs (loop thread); Slurm is called on ``lane``."""
 
@@ -347,12 +361,8 @@ class StartHold:
         """Worker: end ``job``'s rerun hold (only its begin time and the marker: an
         admin's or user's hold of it stays): released to start, or under early start
         ``wait`` held ``wait`` seconds for its new RAMDISK. (False, ...) once done."""
-        deadline = None if wait is None else int(time.time()) + wait
         try:
-            if deadline is None:
-                self.slurm.release_hold(job, spec_text)
-            else:
-                self.slurm.hold(job, int(wait or 0), f"{spec_text}{HOLD_MARK}{deadline}")
+            deadline = end_hold(self.slurm, job, spec_text, wait)
         except SlurmError as e:  # asked again in 30 s while Slurm still holds it
             log.warning("job %s: could not end its rerun hold: %s", job, e)
             return None
