@@ -193,11 +193,16 @@ def test_a_copy_killed_mid_stripe_never_looks_complete(area: Path, user: Identit
     def kill_second_range(argv: Sequence[str], when: str) -> None:
         if _is(argv, scripts.STRIPE_RANGE) and when == "before":
             started.append(argv)
-            if len(started) == 2:  # SIGKILL the range's copy mid-way, as a dying node
-                done = subprocess.run(["timeout", "-s", "KILL", "0.01", *argv],
+            if len(started) == 2:
+                # The range's copy dies half-way, as on a dying node: a file size limit
+                # at the range's middle kills dd there (SIGXFSZ), on any machine speed.
+                offset, length = int(argv[-4]), int(argv[-3])
+                limit = offset + max(1, length // 2)
+                done = subprocess.run(["prlimit", f"--fsize={limit}", "--", *argv],
                                       input=scripts.encode_list([b"huge"]), text=True,
                                       check=False, capture_output=True, user=user.uid)
-                raise CommandError(argv, done.returncode or -9, "Killed")
+                assert done.returncode != 0, "the range was copied whole despite the limit"
+                raise CommandError(argv, done.returncode, "Killed")
 
     with pytest.raises(StagingError):
         engine(user, kill_second_range).stage_out(str(area / "ram"), str(out))
