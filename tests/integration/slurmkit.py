@@ -63,7 +63,7 @@ def past_requeue_delay(lab: Mapping[str, str], job: str,
 
     def wrapped() -> T | None:
         if native:
-            state = root(lab, "squeue", "-h", "-j", job, "-O", "State:0,Reason:0").split()
+            state = root(lab, "squeue", "-h", "-j", job, "-o", "%T %r").split()
             if state == ["PENDING", "BeginTime"]:
                 subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"],
                                env=slurm_env(lab), check=False, capture_output=True,
