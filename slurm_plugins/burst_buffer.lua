@@ -37,11 +37,13 @@ local CONFIG = {
   -- CONFIG.bb_pool, or the job's #RSA_TIER). Such jobs wait for space instead.
   pools = { "ram" },
   -- Whether slurm_bb_get_status's first two arguments are the caller's uid and gid, as
-  -- Slurm 23.02 and later pass them: set true there, and `scontrol show bbstat` shows an
-  -- operator every job, a user only their own. Slurm 22.05 passes only the words typed
-  -- after "bbstat" (anyone can type "0"): keep false there, and every caller gets the
-  -- totals (RSA nodes free, held, out; jobs per rsa-state) and no job id.
-  status_caller = false,
+  -- Slurm 23.02 and later pass them: then `scontrol show bbstat` shows an operator every
+  -- job, a user only their own. Slurm 22.05 passes only the words typed after "bbstat"
+  -- (anyone can type "0"): there every caller gets the totals (RSA nodes free, held, out;
+  -- jobs per rsa-state) and no job id. nil: as the running Slurm says, true from 24.05
+  -- (its burst_buffer/lua defines slurm.SLURM_BB_BUSY; checked on 24.11 by
+  -- tests/slurm24), false before; set true by hand on 23.02 and 23.11.
+  status_caller = nil,
 }
 
 -- ---------------------------------------------------------------------------------------
@@ -202,7 +204,11 @@ end
 -- `scontrol show bbstat`: rsad's RSA nodes and jobs, as rsad shows the caller them when
 -- Slurm says who that is (CONFIG.status_caller); else totals without job ids.
 function slurm_bb_get_status(...) -- luacheck: ignore (Slurm API)
-  if CONFIG.status_caller then
+  local caller = CONFIG.status_caller
+  if caller == nil then
+    caller = slurm.SLURM_BB_BUSY ~= nil
+  end
+  if caller then
     local uid = ...
     if uid ~= nil and tostring(uid):match("^%d+$") then
       return ask_rsad("status", tostring(uid))

@@ -50,9 +50,10 @@ class Called:
     log: list[str] = field(default_factory=list)
 
 
-def call(fn: str, *args: str, config: dict[str, str] | None = None) -> Called:
-    env = {**os.environ, "RSA_BB_CONFIG": ",".join(f"{k}={v}" for k, v in
-                                                   (config or {}).items())}
+def call(fn: str, *args: str, config: dict[str, str] | None = None,
+         slurm: str = "22.05") -> Called:
+    env = {**os.environ, "RSA_BB_SLURM": slurm,
+           "RSA_BB_CONFIG": ",".join(f"{k}={v}" for k, v in (config or {}).items())}
     done = subprocess.run([LUA, str(DRIVER), str(PLUGIN), fn, *args], capture_output=True,
                           text=True, timeout=30, check=False, env=env)
     assert done.returncode == 0, done.stderr
@@ -139,6 +140,19 @@ def test_bbstat_passes_rsa_bb_the_callers_uid_only_when_slurm_gives_it(
     assert call("slurm_bb_get_status", "1002", "1002", "foo", config=caller).rc == "0"
     assert args.read_text().split("\n")[:-1] == ["status", "1002"]
     assert call("slurm_bb_get_status", "x;id", "0", config=caller).rc == "0"
+    assert args.read_text().split("\n")[:-1] == ["status"]
+
+
+def test_bbstat_passes_the_callers_uid_by_itself_on_slurm_24(tmp_path: Path) -> None:
+    """Left unset, status_caller follows the running Slurm: 24.05 and later (whose
+    burst_buffer/lua defines slurm.SLURM_BB_BUSY) pass the caller's uid and gid first,
+    22.05 does not (issue 31; on a real 24.11 slurmctld: tests/slurm24)."""
+    script, args = fake_rsa_bb(tmp_path, "ok RSA nodes: 4, free 3")
+    assert call("slurm_bb_get_status", "1002", "1002", config={"rsa_bb": str(script)},
+                slurm="24.11").rc == "0"
+    assert args.read_text().split("\n")[:-1] == ["status", "1002"]
+    assert call("slurm_bb_get_status", "1002", "1002", config={"rsa_bb": str(script)},
+                slurm="22.05").rc == "0"
     assert args.read_text().split("\n")[:-1] == ["status"]
 
 
