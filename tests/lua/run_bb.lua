@@ -33,7 +33,11 @@ dofile(plugin)
 for pair in (os.getenv("RSA_BB_CONFIG") or ""):gmatch("[^,]+") do
   local key, value = pair:match("^([%w_]+)=(.*)$")
   assert(key, "bad RSA_BB_CONFIG entry " .. pair)
-  rsa_burst_buffer.config[key] = value
+  if value == "true" or value == "false" then
+    rsa_burst_buffer.config[key] = value == "true"
+  else
+    rsa_burst_buffer.config[key] = value
+  end
 end
 
 if fn == "defined" then

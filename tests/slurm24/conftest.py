@@ -30,9 +30,15 @@ PLUGINS = REPO / "slurm_plugins"
 JOB_SUBMIT_PARTS = ("rsa_grammar.lua", "rsa_text.lua", "rsa_directives.lua")
 BB_LOG = f"{RUN}/bb.log"  # every rsa-bb call the stub below answered, one line each
 # rsa-bb as rsad answers it (burst_buffer.lua runs it): each call logged, "ok" answered,
-# a status with two lines. The hooks' calling of it is Slurm 24.11's, for real.
+# a status with two lines; `--once data_in|data_out JOB` (Slurm's polls) "busy" the first
+# time, "ok" the next. The hooks' calling of it is Slurm 24.11's, for real.
 RSA_BB = f"""#!/bin/sh
 echo "$*" >> {BB_LOG}
+if [ "$1" = --once ]; then
+  seen={RUN}/once-$2-$3
+  if [ -e "$seen" ]; then echo "ok $2 done"; else : > "$seen"; echo "busy $2 running"; fi
+  exit 0
+fi
 case "$1" in
   status) echo "ok RSA nodes: 1 free"; echo "jobs: 0" ;;
   *) echo ok ;;

@@ -129,26 +129,30 @@ def test_job_submit_lua_checks_directives_and_marks_the_job_on_24_11(idle: Clust
     assert changed.returncode != 0
 
 
-def test_burst_buffer_lua_runs_every_stage_hook_in_24_11s_order(idle: Cluster) -> None:
-    """24.11 calls setup, data_in, then polls test_data_in (ours answers done: data_in
-    returned only once staged), real_size, pre_run; at the end post_run, data_out, polls
-    test_data_out, teardown; each in a slurmscriptd helper (burst_buffer_lua.c)."""
+def test_burst_buffer_lua_stages_by_24_11s_polls(idle: Cluster) -> None:
+    """24.11 calls setup, data_in, then test_data_in every PollInterval while it answers
+    BUSY, real_size, pre_run; at the end post_run, data_out, test_data_out likewise,
+    teardown; each in a slurmscriptd helper (burst_buffer_lua.c). data_in and data_out
+    return at once: rsad is asked by the polls, once each (`rsa-bb --once`), and no
+    helper waits for a whole stage (on main data_in blocked in rsa-bb until staged)."""
     c = idle
     c.path(BB_LOG).write_text("")
     job = submit(c, script=RSA_SCRIPT.format(body="true"))
     c.wait(f"job {job}'s teardown", lambda: f"teardown {job}" in c.path(BB_LOG).read_text())
-    calls = [ln.split() for ln in c.path(BB_LOG).read_text().splitlines()]
-    mine = [call for call in calls if len(call) > 1 and call[1] == job]
-    assert [call[0] for call in mine] == ["setup", "data_in", "real_size", "pre_run",
-                                         "post_run", "data_out", "teardown"], calls
-    assert mine[0][2:5] == [str(UID), str(UID), "ram"]
+    calls = [ln for ln in c.path(BB_LOG).read_text().splitlines() if f" {job}" in ln]
+    assert [" ".join(call.split()[:2]) for call in calls] == [
+        "setup " + job, "--once data_in", "--once data_in", "real_size " + job,
+        "pre_run " + job, "post_run " + job, "--once data_out", "--once data_out",
+        "teardown " + job], calls
+    assert calls[0].split()[2:5] == [str(UID), str(UID), "ram"]
     assert state(c, job) == "COMPLETED"
-    # every hook Slurm ran for the job, rsa-bb or not (DebugFlags=BurstBuffer): the two
-    # polls came once each (test_data_* answered done at once)
+    # every hook Slurm ran for the job, rsa-bb or not (DebugFlags=BurstBuffer): each
+    # poll twice (BUSY, then done)
     ran = re.findall(rf"BURST_BUF: slurm_bb_(\w+) for JobId={job} ran for",
                      c.log("slurmctld.log"))
-    assert ran == ["job_process", "setup", "data_in", "test_data_in", "real_size", "paths",
-                   "pre_run", "post_run", "data_out", "test_data_out", "job_teardown"], ran
+    assert ran == ["job_process", "setup", "data_in", "test_data_in", "test_data_in",
+                   "real_size", "paths", "pre_run", "post_run", "data_out",
+                   "test_data_out", "test_data_out", "job_teardown"], ran
     # bbstat: 24.11 passes the caller's uid and gid first; burst_buffer.lua hands rsa-bb
     # the uid by itself (CONFIG.status_caller unset)
     shown = c.out("scontrol", "show", "bbstat", user=True)
