@@ -108,7 +108,8 @@ mfs4-test: install
 # Our Slurm side on real Slurm 24.11 (Debian 13's slurmctld and two slurmd, chrooted in
 # namespaces of its own; tests/slurm24): the SPANK plugin built against 24.11 and loaded,
 # job_submit.lua and burst_buffer.lua under 24.11's slurmctld, the adapter's parsers on
-# 24.11's output. Needs no lab; ~10 s, plus ~30-60 s to build the cached root once.
+# 24.11's output, with and without accounting (slurmdbd, MariaDB). Needs no lab; ~30 s,
+# plus ~1 min to build the cached root once.
 # RSA_SLURM24_CAPTURE=tests/data/slurm/24.11 rewrites the captures the unit tests read.
 slurm24-test: install
 	command -v debootstrap >/dev/null || { apt-get update -qq && \

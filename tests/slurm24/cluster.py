@@ -9,8 +9,9 @@ reachable from the host through :meth:`Cluster.path`).
 The namespaces: PID (its PID 1 reaps and, killed, ends every daemon), mount (a private
 ``/run`` and ``/tmp`` on tmpfs inside the root: configuration, state, logs, the munge key
 and socket), UTS (hostname ``rsa24``) and network (only ``lo``). slurmctld listens on
-127.0.0.1:6917 and the nodes ``c1``, ``c2`` (``slurmd -N``) on 6918, 6919: ports of its
-own besides the lab's (6817/6818/7820), in a network namespace no other process shares
+127.0.0.1:6917 and the nodes ``c1``, ``c2`` (``slurmd -N``) on 6918, 6919 (with
+accounting MariaDB on 6920, slurmdbd on 6921): ports of its own besides the lab's
+(6817/6818/7820), in a network namespace no other process shares
 (``lo`` with 127.0.0.1 and :data:`ADDRESS`, which nothing outside it reaches).
 Nothing is mounted in the host's mount namespace and nothing of the lab is touched.
 """
@@ -31,7 +32,8 @@ REPO = HERE.parent.parent
 RUN = "/run/rsa24"  # inside the root, on the namespace's private /run
 CONF = f"{RUN}/etc/slurm.conf"
 USER, UID = "rsauser", 4242  # made by tests/slurm24/root
-CTLD_PORT, SLURMD_PORT0 = 6917, 6918
+CTLD_PORT, SLURMD_PORT0, MYSQL_PORT, DBD_PORT = 6917, 6918, 6920, 6921
+LOCKIN_QOS = "rsa-lockin"
 NODES = ("c1", "c2")
 ENV = ("PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C.UTF-8", "HOME=/root",
        f"SLURM_CONF={CONF}")
@@ -77,9 +79,10 @@ def slurm24_root() -> tuple[Path | None, str]:
     return Path(done.stdout.strip().splitlines()[-1]), ""
 
 
-def slurm_conf() -> str:
+def slurm_conf(accounting: bool = False) -> str:
     """The cluster's slurm.conf: the lab's choices (tests/../lab/rsalab/slurm.py) on
-    ports of its own; job_submit/lua, burst_buffer/lua and the SPANK plugin all on."""
+    ports of its own; job_submit/lua, burst_buffer/lua and the SPANK plugin all on. With
+    ``accounting``: slurmdbd, priority/multifactor with the QOS weight (the lock-in QOS)."""
     lines = [
         "ClusterName=rsa24",
         "SlurmctldHost=rsa24(127.0.0.1)",
@@ -115,9 +118,23 @@ def slurm_conf() -> str:
         "BurstBufferType=burst_buffer/lua",
         "DebugFlags=BurstBuffer",
         f"PlugStackConfig={RUN}/etc/plugstack.conf",
-        "AccountingStorageType=accounting_storage/none",
-        "PriorityType=priority/basic",
     ]
+    if accounting:
+        lines += [
+            "AccountingStorageType=accounting_storage/slurmdbd",
+            "AccountingStorageHost=127.0.0.1",
+            f"AccountingStoragePort={DBD_PORT}",
+            "AccountingStorageEnforce=associations,limits,qos",
+            "PriorityType=priority/multifactor",
+            "PriorityWeightQOS=100000",
+            "PriorityWeightAge=0",
+            "PriorityWeightFairshare=0",
+            "PriorityWeightJobSize=0",
+            "PriorityWeightPartition=0",
+        ]
+    else:
+        lines += ["AccountingStorageType=accounting_storage/none",
+                  "PriorityType=priority/basic"]
     for i, node in enumerate(NODES):
         lines.append(f"NodeName={node} NodeAddr=127.0.0.1 NodeHostname=rsa24 "
                      f"Port={SLURMD_PORT0 + i} CPUs=1 RealMemory=500 State=UNKNOWN")
@@ -223,9 +240,52 @@ def _end(proc: subprocess.Popen[str]) -> None:
         time.sleep(0.1)
 
 
-def start_daemons(c: Cluster) -> None:
-    """munged, slurmctld and one slurmd per node, daemonized (children of the namespaces'
-    PID 1); returns once every node is idle."""
+def _accounting_up(c: Cluster) -> None:
+    """MariaDB (its data on the namespace's /run), slurmdbd, and the cluster, account,
+    user rsauser and the lock-in QOS in it."""
+    db, sock = f"{RUN}/mysql", f"{RUN}/mysqld/mysqld.sock"
+    for d in ("mysql", "mysqld"):
+        c.path(f"{RUN}/{d}").mkdir()
+    c.out("chown", "mysql:mysql", db, f"{RUN}/mysqld")
+    c.out("mariadb-install-db", "--no-defaults", "--user=mysql", f"--datadir={db}",
+          "--auth-root-authentication-method=socket", "--skip-test-db",
+          "--force")  # no resolvable hostname here; mariadbd skips name resolution
+    # mariadbd stays in the foreground: a shell in the background starts it, and the
+    # namespaces' PID 1 reaps it
+    c.out("sh", "-c", 'mariadbd "$@" >/dev/null 2>&1 &', "sh", "--no-defaults",
+          "--user=mysql", f"--datadir={db}", f"--socket={sock}",
+          f"--pid-file={RUN}/mysqld/mariadbd.pid", "--bind-address=127.0.0.1",
+          f"--port={MYSQL_PORT}", "--skip-name-resolve", "--innodb-buffer-pool-size=32M",
+          "--skip-log-bin", "--performance-schema=OFF", f"--log-error={RUN}/log/mariadb.log")
+
+    def sql(text: str) -> subprocess.CompletedProcess[str]:
+        return c.run(["mariadb", "--no-defaults", f"--socket={sock}", "-u", "root", "-e",
+                      text], check=False)
+
+    c.wait("mariadb", lambda: sql("SELECT 1").returncode == 0, timeout=60)
+    assert sql("CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'rsa24';"
+               "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+               "CREATE DATABASE slurm_acct_db;").returncode == 0
+    write(c.path(f"{RUN}/etc/slurmdbd.conf"), "\n".join([
+        "AuthType=auth/munge", "DbdHost=localhost", "DbdAddr=127.0.0.1",
+        f"DbdPort={DBD_PORT}", "SlurmUser=root", f"LogFile={RUN}/log/slurmdbd.log",
+        f"PidFile={RUN}/slurmdbd.pid", "StorageType=accounting_storage/mysql",
+        "StorageHost=127.0.0.1", f"StoragePort={MYSQL_PORT}", "StorageUser=slurm",
+        "StoragePass=rsa24", "StorageLoc=slurm_acct_db", ""]), 0o600)
+    c.out("/usr/sbin/slurmdbd")
+    c.wait("slurmdbd", lambda: c.run(["sacctmgr", "-n", "list", "cluster"],
+                                     check=False).returncode == 0, timeout=60)
+    for args in (["add", "cluster", "rsa24"],
+                 ["add", "qos", LOCKIN_QOS, "Priority=1000000"],
+                 ["add", "account", "rsa", "Cluster=rsa24"],
+                 ["add", "user", f"{USER},root", "Account=rsa", "Cluster=rsa24"]):
+        c.out("sacctmgr", "-i", *args)
+
+
+def start_daemons(c: Cluster, accounting: bool = False) -> None:
+    """munged, (with ``accounting`` MariaDB and slurmdbd,) slurmctld and one slurmd per
+    node, daemonized (children of the namespaces' PID 1); returns once every node is
+    idle."""
     for d in ("etc", "ctld", "log", *(f"d/{n}" for n in NODES)):
         c.path(f"{RUN}/{d}").mkdir(parents=True, exist_ok=True)
     c.path("/run/munge").mkdir(mode=0o755, exist_ok=True)
@@ -234,6 +294,8 @@ def start_daemons(c: Cluster) -> None:
           "--socket=/run/munge/munge.socket.2", f"--pid-file={RUN}/munged.pid",
           f"--log-file={RUN}/log/munged.log", f"--seed-file={RUN}/munged.seed")
     c.wait("munged", lambda: c.run(["munge", "-n"], check=False).returncode == 0)
+    if accounting:
+        _accounting_up(c)
     c.out("/usr/sbin/slurmctld", "-i")
     c.wait("slurmctld", lambda: c.run(["scontrol", "ping"], check=False).returncode == 0)
     for node in NODES:
@@ -246,5 +308,5 @@ def start_daemons(c: Cluster) -> None:
     c.wait("both nodes idle", idle)
 
 
-__all__ = ["CONF", "NODES", "RUN", "UID", "USER", "Cluster", "holder", "slurm24_root",
+__all__ = ["CONF", "LOCKIN_QOS", "NODES", "RUN", "UID", "USER", "Cluster", "holder", "slurm24_root",
            "slurm_conf", "start_daemons", "write"]

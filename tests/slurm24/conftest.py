@@ -55,12 +55,12 @@ def configured(src: Path, settings: dict[str, str]) -> str:
     return text
 
 
-def install(c: Cluster) -> None:
+def install(c: Cluster, accounting: bool = False) -> None:
     """slurm.conf, the SPANK plugin (built here, against 24.11's spank.h, -Werror, by its
     own Makefile) in plugstack.conf as ``required``, job_submit.lua and its parts in native
     mode, burst_buffer.lua with the stub rsa-bb, burst_buffer.conf, rsad's pools file."""
     etc = c.path(f"{RUN}/etc")
-    write(etc / "slurm.conf", slurm_conf())
+    write(etc / "slurm.conf", slurm_conf(accounting))
     # 24.11's slurmd starts a cgroup plugin unless told not to (22.05's did not): none here
     # (proctrack/linuxproc, task/none), and nothing touches the host's cgroup tree
     write(etc / "cgroup.conf", "CgroupPlugin=disabled\n")
@@ -97,7 +97,18 @@ def root() -> Path:
 
 @pytest.fixture(scope="session")
 def cluster(root: Path) -> Iterator[Cluster]:
+    """The cluster without accounting (accounting_storage/none, priority/basic)."""
     with holder(root) as c:
         install(c)
         start_daemons(c)
+        yield c
+
+
+@pytest.fixture(scope="module")
+def acct_cluster(root: Path) -> Iterator[Cluster]:
+    """A second cluster, with slurmdbd (MariaDB) and priority/multifactor: its own
+    namespaces, so its ports never meet the first's."""
+    with holder(root) as c:
+        install(c, accounting=True)
+        start_daemons(c, accounting=True)
         yield c

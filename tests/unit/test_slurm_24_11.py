@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from rsa_scheduler.core.directives import DirectiveSpec
+from rsa_scheduler.sim.sacct import read_sacct
 from rsa_scheduler.slurm.cli import lockin_problem, parse_show_config, qos_warning
 from rsa_scheduler.slurm.parse import (
     parse_dependents,
+    parse_end_states,
     parse_job_info,
     parse_lock_view,
     parse_pending,
@@ -24,6 +26,8 @@ pytestmark = pytest.mark.unit
 DATA = Path(__file__).parent.parent / "data" / "slurm" / "24.11"
 JOBS = dict(item.split("=") for item in
             (DATA / "jobs.env").read_text().splitlines()[1].split())
+ACCT = dict(item.split("=") for item in
+            (DATA / "jobs_acct.env").read_text().splitlines()[1].split())
 
 
 def read(name: str) -> str:
@@ -90,3 +94,31 @@ def test_no_accounting_reads_as_none_on_24_11() -> None:
         "set slurm.lockin.method: priority, or enable slurmdbd")
     assert qos_warning("qos", "rsa-lockin", config) is None
     assert lockin_problem("priority", 4294967000, config) is None
+
+
+def test_with_accounting_the_qos_lock_in_and_sacct() -> None:
+    config = parse_show_config(read("scontrol_show_config_acct.txt"))
+    assert config["AccountingStorageType"] == "accounting_storage/slurmdbd"
+    assert lockin_problem("qos", 0, config) is None
+    assert qos_warning("qos", "rsa-lockin", config) is None
+    job = ACCT["LOCKED_IN"]
+    before = parse_lock_view(read("squeue_lock_view_qos_before.txt"), job)
+    after = parse_lock_view(read("squeue_lock_view_qos.txt"), job)
+    assert (before.qos, before.priority) == ("normal", 1)
+    assert (after.qos, after.priority) == ("rsa-lockin", 100000)
+    array = ACCT["ARRAY"]
+    assert parse_end_states(read("sacct_end_states.txt")) == {
+        ACCT["COMPLETED"]: "COMPLETED", ACCT["FAILED"]: "FAILED",
+        f"{array}_0": "COMPLETED", f"{array}_1": "COMPLETED",
+        ACCT["CANCELLED_RUNNING"]: "CANCELLED"}
+
+
+def test_the_sacct_log_of_sim_replay() -> None:
+    log = read_sacct(str(DATA / "sacct_sim.txt"))
+    by_raw = {j.job: j for j in log.jobs}
+    assert by_raw[int(ACCT["COMPLETED"])].status == 1
+    assert by_raw[int(ACCT["FAILED"])].status == 0
+    assert by_raw[int(ACCT["CANCELLED_RUNNING"])].status == 5  # "CANCELLED by 0"
+    assert len(log.jobs) == 7 and log.steps == 7 and log.unfinished == 0
+    assert all(j.user == 4242 and j.procs == 1 and j.requested_time == 120
+               for j in log.jobs)
