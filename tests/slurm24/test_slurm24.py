@@ -190,8 +190,16 @@ def test_the_adapter_reads_what_24_11_prints(idle: Cluster, capture: Path) -> No
     original = slurm.lock_original(odd)
     keep("squeue_lock_view_before.txt")
     slurm.lock_in(odd)
-    c.wait("a scheduling pass over the pending jobs",
-           lambda: "None" not in c.out("squeue", "-h", "-t", "PD", "-o", "%r").split())
+
+    def reasons() -> dict[str, str]:
+        return dict(line.split() for line in
+                    c.out("squeue", "-h", "-t", "PD", "-o", "%i %r").splitlines())
+
+    # a scheduling pass after the lock-in: the locked-in job on-deck, the one it passed
+    # behind it, every pending job with a reason
+    c.wait("a scheduling pass after the lock-in", lambda: (
+        (now := reasons()).get(odd) == "Resources" and now.get(pend) == "Priority"
+        and "None" not in now.values()))
 
     rows = by_id(slurm.queue())
     keep("squeue_rsa.txt")
