@@ -192,7 +192,10 @@ def write_back(bases: Bases, fs_id: str, eng: StagingEngine, ramdisk: str,
                 n: None if (p := p_of.get(n)) is None else (p.size, p.mtime_s)
                 for n in plan.copy})
         if plan.aside:
-            eng.copy_names(ramdisk, data_in, plan.aside)
+            # beside the name in every case: where someone else deleted it on the PFS
+            # too (nothing there to keep), the PFS is left as they left it
+            eng.copy_names(ramdisk, data_in, plan.aside,
+                           expect=dict.fromkeys(plan.aside, scripts.ALWAYS_ASIDE))
         eng.remove_same(data_in, plan.delete)
         eng.remove_dirs(data_in, plan.rmdirs)
         done.copied |= set(plan.copy)

@@ -49,6 +49,10 @@ from rsa_scheduler.staging.scripts.shell import BASH, PIN, PRELUDE, bash
 # replace: stdin may carry, after the list and a newline, base64 of "./<name>\0<size>
 # <mtime>\0" records (``expect_input``; "-": the name is expected absent). The check and
 # the rename are two steps: a file written in the instant between them is replaced.
+# A name expected as ``ALWAYS_ASIDE`` goes beside its name whatever the destination
+# holds, also nothing (a write-back's copy of a file someone else deleted on the PFS);
+# with an expectation on stdin no whole directory is renamed in one go (its names would
+# skip these checks).
 ATOMIC = PRELUDE + PIN + (
     "nl=$'\\n'; " 'all=$(cat) || exit 1; list=${all%%"$nl"*}; exp=; '
     'case $all in *"$nl"*) exp=${all#*"$nl"};; esac; declare -A want=(); '
@@ -61,7 +65,7 @@ ATOMIC = PRELUDE + PIN + (
     'top=$(cd -P -- "$2" && { pwd -P; echo x; }) || exit 66; top=${top%?x}; '
     'cd -- "$3" || exit 1; part=$(pwd -P; echo x); part=${part%?x}; '
     'find . -type d ! -perm -u=rwx -exec chmod u+rwx -- {} + || exit 1; '
-    'if [ "$6" = whole ]; then printf %s "$list" | base64 -d | '
+    'if [ "$6" = whole ] && [ -z "$exp" ]; then printf %s "$list" | base64 -d | '
     'while IFS= read -r -d "" p; do '
     '[ -d "$p" ] && [ ! -L "$p" ] || continue; q=${p%/*}; n=${p##*/}; '
     '( pin "$2/$q" "$top${q#.}" && [ -d "$n" ] && [ ! -L "$n" ] && '
@@ -79,7 +83,10 @@ ATOMIC = PRELUDE + PIN + (
     's=$(stat -c "%s %Y" -- "./$n") || continue; '
     '[ "$s" != "$(stat -c "%s %Y" -- "$o")" ] || continue; '
     'if [ -n "${want["$d/$n"]+x}" ] && [ "$s" = "${want["$d/$n"]}" ]; then continue; fi; '
-    'mv -f -T -- "$o" "./$n$8" || exit 1; done || exit 1; fi; '
+    'mv -f -T -- "$o" "./$n$8" || exit 1; done || exit 1; '
+    'find "$part/$d" -mindepth 1 -maxdepth 1 ! -type d -printf "%f\\0" | '
+    'while IFS= read -r -d "" n; do [ "${want["$d/$n"]-}" = "-1 -1" ] || continue; '
+    'mv -f -T -- "$part/$d/$n" "./$n$8" || exit 1; done || exit 1; fi; '
     'find "$part/$d" -mindepth 1 -maxdepth 1 ! -type d -print0 '
     '| xargs -0 -r mv -f -t . -- ) || exit $?; done || exit $?; '
     'cd / && rm -rf -- "$3"')
@@ -161,9 +168,15 @@ REMOVE_DIRS = PRELUDE + PIN + (
     '[ -d "$n" ] && [ ! -L "$n" ] || exit 0; rmdir -- "$n" 2>/dev/null || true ); done')
 
 
+#: the expectation of a name whose copy goes beside it as NAME+suffix in every case (no
+#: file has size -1): what a write-back keeps aside, also where the PFS holds nothing
+ALWAYS_ASIDE = (-1, -1)
+
+
 def expect_input(expect: Mapping[bytes, tuple[int, int] | None]) -> str:
     """What follows the list on ATOMIC's stdin (after a newline): for each name, the
-    (size, mtime in seconds) it may be replaced in, or None: only where absent."""
+    (size, mtime in seconds) it may be replaced in, or None: only where absent
+    (``ALWAYS_ASIDE``: never, the copy goes beside it)."""
     return base64.b64encode(b"".join(
         b"./" + p + b"\0" + (b"-" if v is None else f"{v[0]} {v[1]}".encode()) + b"\0"
         for p, v in expect.items())).decode("ascii")

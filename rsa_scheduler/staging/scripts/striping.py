@@ -63,7 +63,8 @@ CHUNK = 64 << 20  # bytes of a range checked at once (the source side stays in t
 # is there (a symlink too) whole, never writes through it. With $5 (an epoch second),
 # a destination file modified after $5 that differs from the copy in size or mtime is
 # kept: the copy goes beside it as NAME$6 (as ``placement.ATOMIC``), unless it is the
-# version $7 ("<size> <mtime>", or "-") a write-back expects to replace. The rename is
+# version $7 ("<size> <mtime>", or "-") a write-back expects to replace ("-1 -1",
+# ``ALWAYS_ASIDE``: the copy goes beside it in every case). The rename is
 # made from inside the destination directory (``PIN``), never through its path again.
 STRIPE_PLACE = PRELUDE + PIN + (
     'top=$(cd -P -- "$3" && { pwd -P; echo x; }) || exit 66; top=${top%?x}; '
@@ -77,7 +78,8 @@ STRIPE_PLACE = PRELUDE + PIN + (
     '{ [ -e "$t" ] || [ -L "$t" ]; } && '
     '[ ! -d "$t" ] && [ -n "$(find "$t" -maxdepth 0 -newermt "@$5" -print)" ] && '
     's=$(stat -c "%s %Y" -- "$t") && [ "$s" != "$4" ] && [ "$s" != "$7" ]; then '
-    't=$t$6; fi; mv -f -T -- "$2" "$t"')
+    't=$t$6; elif [ -n "$5" ] && [ "$7" = "-1 -1" ]; then t=$t$6; fi; '
+    'mv -f -T -- "$2" "$t"')
 
 
 def stripe_new_argv(tmp: str, size: int) -> list[str]:
