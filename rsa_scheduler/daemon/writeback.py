@@ -192,16 +192,24 @@ def write_back(bases: Bases, fs_id: str, eng: StagingEngine, ramdisk: str,
                 n: None if (p := p_of.get(n)) is None else (p.size, p.mtime_s)
                 for n in plan.copy})
         if plan.aside:
-            eng.copy_names(ramdisk, data_in, plan.aside)
+            # beside the name in every case: where someone else deleted it on the PFS
+            # too (nothing there to keep), the PFS is left as they left it
+            eng.copy_names(ramdisk, data_in, plan.aside,
+                           expect=dict.fromkeys(plan.aside, scripts.ALWAYS_ASIDE))
         eng.remove_same(data_in, plan.delete)
         eng.remove_dirs(data_in, plan.rmdirs)
         done.copied |= set(plan.copy)
         done.aside |= set(plan.aside)
         done.kept |= set(plan.kept)
         placed = [*plan.copy, *plan.aside]
+        # the PFS as placed, scanned *before* the verify: what the settled base agrees on
+        # for a copied name is then a version the verify saw equal to the job's (a write
+        # of someone else's after this scan fails the verify, or lands after it and
+        # reads as theirs next time); scanned after it, someone else's write in between
+        # was agreed as the job's and overwritten by the next write-back
+        after = eng.scan(data_in, "write-back")
         result = (eng.verify(ramdisk, data_in, only=placed, aside=plan.aside)
                   if placed else None)
-        after = eng.scan(data_in, "write-back")
         have = {e.path for e in after}
         done.deleted |= {p for p, _e in plan.delete if p not in have}
         done.kept |= {p for p, _e in plan.delete if p in have}

@@ -11,6 +11,7 @@ unprivileged user: the bucket placement (``scripts.ATOMIC``) and the striped one
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -162,3 +163,21 @@ def test_a_name_holding_the_jobs_version_stands_for_itself() -> None:
     src = {b"a": f(b"a", 5, 90)}
     view, moved = aside_view([f(b"a", 5, 90), f(b"a.rsa-7", 3, 10)], src, ".rsa-7")
     assert moved == {} and sorted(e.path for e in view) == [b"a", b"a.rsa-7"]
+
+
+def test_always_aside_places_a_striped_file_beside_a_name_nobody_holds(
+        tmp_path: Path) -> None:
+    """``ALWAYS_ASIDE`` (a write-back's copy of a file someone else deleted on the PFS):
+    the striped placement renames the copy to NAME.rsa-<job>, never to the name."""
+    src, dst = tmp_path / "ram", tmp_path / "out"
+    (src / "sub").mkdir(parents=True)
+    (dst / "sub").mkdir(parents=True)
+    (src / "sub" / "big").write_bytes(b"job's big file\n")
+    os.utime(src / "sub" / "big", (1_600_000_000, 1_600_000_000))
+    tmp = dst / "part-s0"
+    tmp.write_bytes(b"job's big file\n")
+    argv = scripts.stripe_place_argv(str(src), str(tmp), str(dst), 15, 1_600_000_000,
+                                     since=0, suffix=".rsa-7", expect=scripts.ALWAYS_ASIDE)
+    subprocess.run(argv, check=True, text=True, input=scripts.encode_list([b"sub/big"]))
+    assert not (dst / "sub" / "big").exists()
+    assert (dst / "sub" / "big.rsa-7").read_bytes() == b"job's big file\n"

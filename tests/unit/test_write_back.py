@@ -257,6 +257,62 @@ def test_a_pfs_file_written_after_the_plan_is_kept_the_copy_goes_aside(
 
 
 @root_only
+def test_a_pfs_file_written_just_after_the_verify_is_never_agreed_as_the_jobs(
+        tree: tuple[Path, Path, StagingEngine, Bases], user: Identity,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by review: the settled base took, for each name the write-back copied, the
+    PFS version of a scan made *after* the verify. Someone else's write landing between
+    the verify and that scan was recorded as agreed, so the write-back re-issued after a
+    restart (or the next one) took the job's version for a change of the job's and
+    copied it over theirs. The job's version was written back and verified; theirs,
+    written after it, stays: the write-back issued again has nothing to do."""
+    pfs, ram, eng, bases = tree
+    _put(ram / "mod", b"v2 job\n", user)
+    real = eng.verify
+
+    def then_someone_writes(*a: object, **kw: object) -> object:
+        out = real(*a, **kw)  # type: ignore[arg-type]
+        _put(pfs / "mod", b"v3 someone else's, longer\n", user)
+        return out
+
+    monkeypatch.setattr(eng, "verify", then_someone_writes)
+    base = bases.load("job77-c1")
+    assert base is not None
+    write_back(bases, "job77-c1", eng, str(ram), str(pfs), base)
+    monkeypatch.setattr(eng, "verify", real)
+    again = bases.load("job77-c1")  # rsad restarted: the write-back is issued again
+    assert again is not None
+    done, _r = write_back(bases, "job77-c1", eng, str(ram), str(pfs), again)
+    assert (pfs / "mod").read_bytes() == b"v3 someone else's, longer\n"
+    assert not done.copied and not done.aside
+
+
+@root_only
+@pytest.mark.parametrize("name", ["mod", "sub/x"])
+def test_a_file_someone_else_deleted_and_the_job_changed_goes_aside_not_back(
+        tree: tuple[Path, Path, StagingEngine, Bases], user: Identity, name: str) -> None:
+    """Found by review: the copy kept aside went to the name itself where someone else
+    had deleted it on the PFS (nothing there to keep beside), undoing their deletion,
+    while the user was told it was beside it as NAME.rsa-<job>. (``sub/x``: they
+    deleted the whole directory, which then came back in one rename.)"""
+    pfs, ram, eng, bases = tree
+    _put(ram / name, b"v2 job\n", user)
+    if name == "mod":
+        (pfs / name).unlink()
+    else:
+        shutil.rmtree(pfs / "sub")
+    base = bases.load("job77-c1")
+    assert base is not None
+    done, result = write_back(bases, "job77-c1", eng, str(ram), str(pfs), base)
+    assert not (pfs / name).exists()
+    assert (pfs / f"{name}.rsa-77").read_bytes() == b"v2 job\n"
+    assert done.aside == {name.encode()} and not done.copied
+    assert result is not None and result.ok
+    said = done.summary(str(pfs), b".rsa-77")
+    assert f"{name!r} as '{name}.rsa-77'" in said
+
+
+@root_only
 def test_a_deletion_never_reaches_below_a_directory_swapped_for_a_symlink(
         area: Path, user: Identity) -> None:
     """Between the write-back's scan and its deletion, ``sub`` is replaced by a symlink

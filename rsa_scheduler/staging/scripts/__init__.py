@@ -70,6 +70,7 @@ from rsa_scheduler.staging.scripts.manifests import (
     scan_capped_argv,
 )
 from rsa_scheduler.staging.scripts.placement import (
+    ALWAYS_ASIDE,
     ATOMIC,
     MKDIR,
     MKDIRS,
@@ -129,7 +130,7 @@ from rsa_scheduler.staging.scripts.striping import (
 )
 
 __all__ = [
-    "ATOMIC", "BASH", "BIG", "BLOCK_INTO_RAMDISK", "BLOCK_OUT_OF_RAMDISK", "CHUNK",
+    "ALWAYS_ASIDE", "ATOMIC", "BASH", "BIG", "BLOCK_INTO_RAMDISK", "BLOCK_OUT_OF_RAMDISK", "CHUNK",
     "COPY_PLACEHOLDERS", "COPY_TOOLS", "DROP_CACHE", "DROP_HASH", "DROP_LISTED", "FRESH",
     "HASH", "HASH_RANGE", "HASH_UNCACHED", "MKDIR", "MKDIRS", "NEW_PART", "PART_DIR",
     "PRELUDE", "QUICK_CHECK", "REFUSE_LINK", "REMOVE_DIRS", "REMOVE_SAME", "RSYNC", "SCAN",

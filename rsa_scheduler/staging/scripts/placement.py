@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterable, Mapping, Sequence
 
-from rsa_scheduler.staging.scripts.shell import BASH, PRELUDE, bash
+from rsa_scheduler.staging.scripts.shell import BASH, PIN, PRELUDE, bash
 
 # Atomic placement: every stage-out (a killed or interrupted copy must never leave a
 # file cut short under its final name in DATA_OUT) and the stage-in of the ``union``
@@ -27,7 +27,11 @@ from rsa_scheduler.staging.scripts.shell import BASH, PRELUDE, bash
 # or not at all. Renames go one `mv -t` per directory (xargs batches the names), not one
 # process per file; the part directories are made u+rwx first, since moving a name out
 # of a directory needs write access to it (the engine sets every directory's mode last).
-# rename(2) replaces a symlink planted at the final name; it never follows it.
+# rename(2) replaces a symlink planted at the final name; it never follows it. Each
+# destination directory is entered and checked first (``PIN``: physically $2's plus its
+# own name) and every name is renamed relative to it, never through the path again: a
+# directory another user renames and replaces with a symlink after the check cannot send
+# the copy elsewhere (exit 65 where the check fails).
 # With $6 = "whole" the listed names are whole directories new at the destination, for
 # which the engine created only an empty placeholder (MKDIRS, none of their
 # subdirectories): each is renamed onto its placeholder in one rename (rename(2) replaces
@@ -45,7 +49,11 @@ from rsa_scheduler.staging.scripts.shell import BASH, PRELUDE, bash
 # replace: stdin may carry, after the list and a newline, base64 of "./<name>\0<size>
 # <mtime>\0" records (``expect_input``; "-": the name is expected absent). The check and
 # the rename are two steps: a file written in the instant between them is replaced.
-ATOMIC = PRELUDE + (
+# A name expected as ``ALWAYS_ASIDE`` goes beside its name whatever the destination
+# holds, also nothing (a write-back's copy of a file someone else deleted on the PFS);
+# with an expectation on stdin no whole directory is renamed in one go (its names would
+# skip these checks).
+ATOMIC = PRELUDE + PIN + (
     "nl=$'\\n'; " 'all=$(cat) || exit 1; list=${all%%"$nl"*}; exp=; '
     'case $all in *"$nl"*) exp=${all#*"$nl"};; esac; declare -A want=(); '
     'if [ -n "$exp" ]; then while IFS= read -r -d "" k && IFS= read -r -d "" v; do '
@@ -54,25 +62,34 @@ ATOMIC = PRELUDE + (
     'printf %s "$list" | base64 -d | while IFS= read -r -d "" p; do d=${p%/*}; '
     '[ "$d" = "$prev" ] || mkdir -p -- "$3/$d" || exit 1; prev=$d; done || exit 1; '
     'printf %s "$list" | bash -c "$4" bash "$1" "$3" "$5" || exit $?; '
-    'cd -- "$3" || exit 1; '
+    'top=$(cd -P -- "$2" && { pwd -P; echo x; }) || exit 66; top=${top%?x}; '
+    'cd -- "$3" || exit 1; part=$(pwd -P; echo x); part=${part%?x}; '
     'find . -type d ! -perm -u=rwx -exec chmod u+rwx -- {} + || exit 1; '
-    'if [ "$6" = whole ]; then printf %s "$list" | base64 -d | '
+    'if [ "$6" = whole ] && [ -z "$exp" ]; then printf %s "$list" | base64 -d | '
     'while IFS= read -r -d "" p; do '
-    '[ -d "$p" ] && [ ! -L "$p" ] && [ -d "$2/$p" ] && [ ! -L "$2/$p" ] || continue; '
-    'mv -T -- "$p" "$2/$p" 2>/dev/null || true; done; fi; '
+    '[ -d "$p" ] && [ ! -L "$p" ] || continue; q=${p%/*}; n=${p##*/}; '
+    '( pin "$2/$q" "$top${q#.}" && [ -d "$n" ] && [ ! -L "$n" ] && '
+    'mv -T -- "$part/$p" "$n" 2>/dev/null ) || true; done; fi; '
     'find . -type d -print0 | while IFS= read -r -d "" d; do '
     'if [ -L "$2/$d" ]; then echo "refusing to write through the symlink $2/$d: '
     'remove it or choose another destination" >&2; exit 65; fi; '
-    '[ -d "$2/$d" ] || mkdir -- "$2/$d" || exit 1; '
-    'if [ -n "$7" ]; then find "$2/$d" -mindepth 1 -maxdepth 1 ! -type d '
+    '[ -d "$2/$d" ] || { q=${d%/*}; ( pin "$2/$q" "$top${q#.}" && '
+    'mkdir -- "${d##*/}" ); } || true; '
+    '( pin "$2/$d" "$top${d#.}" || { echo "refusing to place files in $2/$d: it is '
+    'gone, not a directory, or reached through a symlink (renamed while the copy ran?)" >&2; '
+    'exit 65; }; '
+    'if [ -n "$7" ]; then find . -mindepth 1 -maxdepth 1 ! -type d '
     '-newermt "@$7" -printf "%f\\0" | while IFS= read -r -d "" n; do '
-    '{ [ -e "$d/$n" ] || [ -L "$d/$n" ]; } && [ ! -d "$d/$n" ] || continue; '
-    's=$(stat -c "%s %Y" -- "$2/$d/$n") || continue; '
-    '[ "$s" != "$(stat -c "%s %Y" -- "$d/$n")" ] || continue; '
+    'o=$part/$d/$n; { [ -e "$o" ] || [ -L "$o" ]; } && [ ! -d "$o" ] || continue; '
+    's=$(stat -c "%s %Y" -- "./$n") || continue; '
+    '[ "$s" != "$(stat -c "%s %Y" -- "$o")" ] || continue; '
     'if [ -n "${want["$d/$n"]+x}" ] && [ "$s" = "${want["$d/$n"]}" ]; then continue; fi; '
-    'mv -f -T -- "$d/$n" "$2/$d/$n$8" || exit 1; done || exit 1; fi; '
-    'find "$d" -mindepth 1 -maxdepth 1 ! -type d -print0 '
-    '| xargs -0 -r mv -f -t "$2/$d" -- || exit 1; done || exit $?; '
+    'mv -f -T -- "$o" "./$n$8" || exit 1; done || exit 1; '
+    'find "$part/$d" -mindepth 1 -maxdepth 1 ! -type d -printf "%f\\0" | '
+    'while IFS= read -r -d "" n; do [ "${want["$d/$n"]-}" = "-1 -1" ] || continue; '
+    'mv -f -T -- "$part/$d/$n" "./$n$8" || exit 1; done || exit 1; fi; '
+    'find "$part/$d" -mindepth 1 -maxdepth 1 ! -type d -print0 '
+    '| xargs -0 -r mv -f -t . -- ) || exit $?; done || exit $?; '
     'cd / && rm -rf -- "$3"')
 
 # The part directories of atomic placement, below the destination root: one per copy
@@ -136,21 +153,31 @@ MKDIR = ('[ ! -L "$1" ] || { echo "refusing to write through the symlink $1: use
 # still have (the version the job deleted): a name that is gone, a directory, changed
 # since (someone else's now) or below a directory reached through a symlink is left
 # alone. REMOVE_DIRS removes the listed directories, deepest first, where empty.
-_UNDER = 'd=${p%/*}; [ "$(cd -- "$d" 2>/dev/null && pwd -P)" = "$top${d#.}" ] || continue; '
-REMOVE_SAME = PRELUDE + (
-    'cd -P -- "$1" || exit 66; top=$(pwd -P); '
-    'base64 -d | while IFS= read -r -d "" p && IFS= read -r -d "" want; do ' + _UNDER +
-    '{ [ -e "$p" ] || [ -L "$p" ]; } && [ ! -d "$p" ] || continue; '
-    '[ "$(stat -c "%s %Y" -- "$p")" = "$want" ] || continue; rm -f -- "$p" || exit 1; done')
-REMOVE_DIRS = PRELUDE + (
-    'cd -P -- "$1" || exit 66; top=$(pwd -P); '
-    'base64 -d | while IFS= read -r -d "" p; do ' + _UNDER +
-    '[ -d "$p" ] && [ ! -L "$p" ] || continue; rmdir -- "$p" 2>/dev/null || true; done')
+# Each name is handled from inside its parent directory (``PIN``: physically DATA_IN's
+# plus the name's own), so a directory swapped for a symlink after that check (by a
+# teammate who may rename it) never sends the deletion elsewhere.
+_ENTER = ('d=${p%/*}; n=${p##*/}; pin "$d" "$top${d#.}" || exit 0; ')
+REMOVE_SAME = PRELUDE + PIN + (
+    'cd -P -- "$1" || exit 66; top=$(pwd -P; echo x); top=${top%?x}; '
+    'base64 -d | while IFS= read -r -d "" p && IFS= read -r -d "" want; do ( ' + _ENTER +
+    '{ [ -e "$n" ] || [ -L "$n" ]; } && [ ! -d "$n" ] || exit 0; '
+    '[ "$(stat -c "%s %Y" -- "$n")" = "$want" ] || exit 0; rm -f -- "$n" ) || exit 1; '
+    'done')
+REMOVE_DIRS = PRELUDE + PIN + (
+    'cd -P -- "$1" || exit 66; top=$(pwd -P; echo x); top=${top%?x}; '
+    'base64 -d | while IFS= read -r -d "" p; do ( ' + _ENTER +
+    '[ -d "$n" ] && [ ! -L "$n" ] || exit 0; rmdir -- "$n" 2>/dev/null || true ); done')
+
+
+#: the expectation of a name whose copy goes beside it as NAME+suffix in every case (no
+#: file has size -1): what a write-back keeps aside, also where the PFS holds nothing
+ALWAYS_ASIDE = (-1, -1)
 
 
 def expect_input(expect: Mapping[bytes, tuple[int, int] | None]) -> str:
     """What follows the list on ATOMIC's stdin (after a newline): for each name, the
-    (size, mtime in seconds) it may be replaced in, or None: only where absent."""
+    (size, mtime in seconds) it may be replaced in, or None: only where absent
+    (``ALWAYS_ASIDE``: never, the copy goes beside it)."""
     return base64.b64encode(b"".join(
         b"./" + p + b"\0" + (b"-" if v is None else f"{v[0]} {v[1]}".encode()) + b"\0"
         for p, v in expect.items())).decode("ascii")

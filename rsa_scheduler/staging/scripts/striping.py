@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from rsa_scheduler.staging.scripts.copiers import BLOCK_INTO_RAMDISK
-from rsa_scheduler.staging.scripts.shell import PRELUDE, bash
+from rsa_scheduler.staging.scripts.shell import PIN, PRELUDE, bash
 
 # Striped big files (issue 16): one file of at least ``stripe_bytes`` is copied as byte
 # ranges by several streams on several RSA nodes at once, each range written in place
@@ -63,16 +63,23 @@ CHUNK = 64 << 20  # bytes of a range checked at once (the source side stays in t
 # is there (a symlink too) whole, never writes through it. With $5 (an epoch second),
 # a destination file modified after $5 that differs from the copy in size or mtime is
 # kept: the copy goes beside it as NAME$6 (as ``placement.ATOMIC``), unless it is the
-# version $7 ("<size> <mtime>", or "-") a write-back expects to replace.
-STRIPE_PLACE = PRELUDE + (
+# version $7 ("<size> <mtime>", or "-") a write-back expects to replace ("-1 -1",
+# ``ALWAYS_ASIDE``: the copy goes beside it in every case). The rename is
+# made from inside the destination directory (``PIN``), never through its path again.
+STRIPE_PLACE = PRELUDE + PIN + (
+    'top=$(cd -P -- "$3" && { pwd -P; echo x; }) || exit 66; top=${top%?x}; '
     'cd -- "$1" || exit 66; IFS= read -r -d "" p < <(base64 -d) || exit 1; '
     'now=$(stat -c "%s %Y" -- "$p") || exit 1; [ "$now" = "$4" ] || { echo '
     '"$p changed while it was copied (size and mtime $now, expected $4)" >&2; exit 1; }; '
     '[ ! -L "$2" ] && cp --attributes-only --preserve=mode,timestamps -- "$p" "$2" '
-    '|| exit 1; t=$3/$p; if [ -n "$5" ] && { [ -e "$t" ] || [ -L "$t" ]; } && '
+    '|| exit 1; d=${p%/*}; pin "$3/$d" "$top${d#.}" || { echo "refusing to place $3/$p: '
+    'its directory is gone, not a directory, or reached through a symlink (renamed '
+    'while the copy ran?)" >&2; exit 65; }; t=./${p##*/}; if [ -n "$5" ] && '
+    '{ [ -e "$t" ] || [ -L "$t" ]; } && '
     '[ ! -d "$t" ] && [ -n "$(find "$t" -maxdepth 0 -newermt "@$5" -print)" ] && '
     's=$(stat -c "%s %Y" -- "$t") && [ "$s" != "$4" ] && [ "$s" != "$7" ]; then '
-    't=$t$6; fi; mv -f -T -- "$2" "$t"')
+    't=$t$6; elif [ -n "$5" ] && [ "$7" = "-1 -1" ]; then t=$t$6; fi; '
+    'mv -f -T -- "$2" "$t"')
 
 
 def stripe_new_argv(tmp: str, size: int) -> list[str]:
