@@ -59,6 +59,11 @@ class JobRecord:
     #: its failures so far (the UNLOCK_DUE timer tries it again)
     unlock: Action | None = None
     unlock_failures: int = 0
+    #: Slurm's identity of the job behind the id: its submit time as squeue prints it
+    #: (a requeue sets a new one) and its restart count; "" when not known (a log from
+    #: before these fields). A new job given the id differs (core.scheduler.another_job)
+    submitted: str = ""
+    restarts: int = 0
 
     # ---- derived --------------------------------------------------------------------
     @property
@@ -106,6 +111,8 @@ class JobRecord:
             "end_state": self.end_state,
             "unlock": self.unlock.to_json() if self.unlock is not None else None,
             "unlock_failures": self.unlock_failures,
+            "submitted": self.submitted,
+            "restarts": self.restarts,
         }
 
     @classmethod
@@ -189,7 +196,7 @@ def apply_event(records: dict[str, JobRecord], event: Event) -> None:
         assert isinstance(patch, Mapping)
         records[event.job_id] = JobRecord.from_json(patch)
         return
-    if event.name == "job.untracked":  # its id names another user's job now
+    if event.name == "job.untracked":  # its id names another job now
         records.pop(event.job_id, None)
         return
     if patch:
