@@ -64,6 +64,10 @@ class JobRecord:
     #: before these fields). A new job given the id differs (core.scheduler.another_job)
     submitted: str = ""
     restarts: int = 0
+    #: Slurm gave this job's id to another job (core.scheduler.another_job): this job is
+    #: gone for good, whatever the queue shows under its id from now on (that job's
+    #: requeues may count more restarts than this one's)
+    superseded: bool = False
 
     # ---- derived --------------------------------------------------------------------
     @property
@@ -113,6 +117,7 @@ class JobRecord:
             "unlock_failures": self.unlock_failures,
             "submitted": self.submitted,
             "restarts": self.restarts,
+            "superseded": self.superseded,
         }
 
     @classmethod

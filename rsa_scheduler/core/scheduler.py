@@ -280,10 +280,15 @@ class Scheduler:
             rec = get_record(jid)
             if obs.by and jid in self._displaced:
                 continue  # a hook's news of the job that has the id now: not rec's
-            if rec is not None and another_job(rec, obs):
+            if rec is not None and (rec.superseded or another_job(rec, obs)):
                 # the id names another job: Slurm lost its state (or its ids wrapped).
                 # The earlier job is gone; the new one is never served with its record
                 # (its user, directives, RAMDISK, messages)
+                if not rec.superseded:
+                    rec.superseded = True
+                    dec.events.append(Event(now, jid, "job.updated", {
+                        "superseded_by": obs.user, "submitted": obs.submitted,
+                        "set": {"superseded": True}}))
                 if rec.rsa_state not in IDLE:
                     self._displaced.add(jid)
                     seen_add(jid)
@@ -443,7 +448,8 @@ class Scheduler:
         for group in (self._waiting, self._timed, self._displaced):
             group.discard(jid)
         whose = "another user's job" if obs.user and obs.user != rec.user else \
-            f"a new job of {rec.user}'s (submitted {obs.submitted})"
+            f"a new job of {rec.user}'s" + (f" (submitted {obs.submitted})"
+                                            if obs.submitted else "")
         return Event(now, jid, "job.untracked", {
             "user": rec.user, "reason": f"job id {jid} now names {whose} (Slurm's state "
                                          "was lost, or its job ids wrapped)"})
@@ -569,6 +575,8 @@ class Scheduler:
                 pool.adopt(rec.job_id, rec.nodes)
                 sched.share.track(rec.job_id, rec.user, len(pool.holding(rec.job_id)))
             sched._note_waiting(rec)
+            if rec.superseded and rec.rsa_state not in IDLE:
+                sched._displaced.add(rec.job_id)
         return sched
 
     def durable_state(self) -> dict[str, Any]:

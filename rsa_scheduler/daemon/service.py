@@ -37,10 +37,10 @@ from rsa_scheduler.core.scheduler import (
     CommandRefused,
     Decision,
     Hook,
-    another_submission,
     Observation,
     Scheduler,
     StaleOutcome,
+    another_submission,
 )
 from rsa_scheduler.core.states import JobState, RsaState
 from rsa_scheduler.core.transitions import Trigger
@@ -380,8 +380,8 @@ class Daemon:
             user = rec.user  # the same user, perhaps as a uid squeue could not resolve
         tracked = rec is not None and (rec.user == user or (
             native is not None and not native.tracks(row.job_id)))
-        if tracked and rec is not None and another_submission(rec, row.submitted,
-                                                              row.restarts):
+        if tracked and rec is not None and (rec.superseded or another_submission(
+                rec, row.submitted, row.restarts)):
             # the same user's new job under the id (core.scheduler.another_job): its
             # own directives, never the earlier job's read batch script (read again
             # once: while the earlier job's cycle ends the id stays displaced)
