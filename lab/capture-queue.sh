@@ -57,7 +57,10 @@ waitfor "$rq running" bash -c "[ \"\$(squeue -h -j $rq -o %T)\" = RUNNING ]"
 squeue -h -r -t all -j "$rq" -O "$fmt" >"$out/squeue_requeue.txt"
 sleep 1  # a requeue in the same second as the submission would keep its submit time
 scontrol requeue "$rq"
+# right after the requeue it is COMPLETING with RestartCnt 1 and its old submit time
 waitfor "$rq requeued" bash -c "[ \"\$(squeue -h -j $rq -O RestartCnt:0)\" != 0 ]"
+squeue -h -r -t all -j "$rq" -O "$fmt" >>"$out/squeue_requeue.txt"
+waitfor "$rq pending" bash -c "[ \"\$(squeue -h -j $rq -o %T)\" = PENDING ]"
 squeue -h -r -t all -j "$rq" -O "$fmt" >>"$out/squeue_requeue.txt"
 go=$pfs/capture-queue.go
 rm -f "$go"
@@ -69,6 +72,8 @@ squeue -h -r -t all -j "$self" -O "$fmt" >>"$out/squeue_requeue.txt"
 sleep 1
 runuser -u "$user" -- touch "$go"
 waitfor "$self requeued" bash -c "[ \"\$(squeue -h -j $self -O RestartCnt:0)\" != 0 ]"
+squeue -h -r -t all -j "$self" -O "$fmt" >>"$out/squeue_requeue.txt"
+waitfor "$self pending" bash -c "[ \"\$(squeue -h -j $self -o %T)\" = PENDING ]"
 squeue -h -r -t all -j "$self" -O "$fmt" >>"$out/squeue_requeue.txt"
 scancel "$rq" "$self"
 rm -f "$go"

@@ -129,7 +129,13 @@ def another_job(rec: JobRecord, obs: Observation) -> bool:
     always is. The same user's is when Slurm's identity of the job differs: another
     submit time with no restart counted since (a requeue sets a new submit time too, but
     raises RestartCnt; a new job starts at 0). An observation, or a record, that does not
-    say (a hook's news, a log from before these fields) is never another job by it."""
+    say (a hook's news, a log from before these fields) is never another job by it.
+
+    Seen in the lab (tests/data/slurm/squeue_requeue.txt): right after ``scontrol
+    requeue`` the job is COMPLETING with RestartCnt raised and its old submit time, and
+    only once PENDING has it a new one. So the record takes the restart count only
+    together with a new submit time (:meth:`Scheduler._observe_one`): a count taken
+    alone would make the requeue's new submit time look like a new job's."""
     if obs.user and rec.user != obs.user:
         return True
     return another_submission(rec, obs.submitted, obs.restarts)
@@ -203,9 +209,10 @@ class Scheduler:
         # job ids Slurm now gives another job (another_job) while the RSA still holds
         # nodes for the earlier job of that id: observed every poll until that cycle ends
         self._displaced: set[str] = set()
-        # job id -> (cycle, serial) of the earlier job of that id untracked in this step:
-        # the new job's record goes on from them (no RAMDISK, action id or file name of
-        # the two jobs is the same: they are named after the job id and the cycle)
+        # job id -> (cycle, serial) of the earlier job of that id untracked (logged in
+        # its job.untracked): the next record of the id goes on from them, also past a
+        # job with no RSA work in between (no RAMDISK, action id or file name of two
+        # jobs is the same: they are named after the job id and the cycle)
         self._untracked: dict[str, tuple[int, int]] = {}
         self._changed: dict[str, str] = {}  # locked-in job -> what changed in Slurm
 
@@ -278,8 +285,6 @@ class Scheduler:
         for obs in snapshot:
             jid = obs.job_id
             rec = get_record(jid)
-            if obs.by and jid in self._displaced:
-                continue  # a hook's news of the job that has the id now: not rec's
             if rec is not None and (rec.superseded or another_job(rec, obs)):
                 # the id names another job: Slurm lost its state (or its ids wrapped).
                 # The earlier job is gone; the new one is never served with its record
@@ -321,7 +326,6 @@ class Scheduler:
                     self._changed[jid] = what
             last[jid] = obs
             changed.append((rec, obs))
-        self._untracked.clear()
         if present is not None:
             # the records not present, found in C: at 300k tracked jobs a Python loop over
             # every record was most of a steady step (bench/bench_core.py, changes form)
@@ -353,10 +357,10 @@ class Scheduler:
             updates["job_state"] = job_state._value_  # (.value is a slower property)
         if obs is not None and obs.hold_until != rec.hold_until:
             updates["hold_until"] = obs.hold_until
-        if obs is not None and obs.submitted and (obs.submitted, obs.restarts) != (
-                rec.submitted, rec.restarts):
+        if obs is not None and obs.submitted and obs.submitted != rec.submitted:
             # a requeue (another_job tells it from a new job of the id), or the first
-            # poll that says, of a record from before these fields
+            # poll that says, of a record from before these fields. The restart count
+            # only with the submit time: Slurm raises it first (another_job)
             updates["submitted"] = obs.submitted
             updates["restarts"] = obs.restarts
         if obs is not None and obs.priority != rec.priority:
@@ -442,7 +446,7 @@ class Scheduler:
         stays in the log, before this event (``job.untracked``: replay drops the record).
         A record for the new job made in this step goes on from its cycle and serial."""
         jid = rec.job_id
-        self._untracked[jid] = (rec.cycle, rec.serial)
+        cycle, serial = self._untracked[jid] = (rec.cycle, rec.serial)
         del self.records[jid]
         self._last_obs.pop(jid, None)
         for group in (self._waiting, self._timed, self._displaced):
@@ -452,7 +456,8 @@ class Scheduler:
                                             if obs.submitted else "")
         return Event(now, jid, "job.untracked", {
             "user": rec.user, "reason": f"job id {jid} now names {whose} (Slurm's state "
-                                         "was lost, or its job ids wrapped)"})
+                                         "was lost, or its job ids wrapped)",
+            "cycle": cycle, "serial": serial})
 
     def tick(self, now: float, *, exclude: set[str] | None = None) -> Decision:
         """Fire due timers and retry allocation for on-deck jobs still waiting for nodes."""
@@ -564,11 +569,18 @@ class Scheduler:
                 pool.set_state(str(name), NodeState(str(state)))
             for jid, data in dict(base.get("records") or {}).items():
                 sched.records[str(jid)] = JobRecord.from_json(data)
+            for jid, (cycle, serial) in dict(base.get("untracked") or {}).items():
+                sched._untracked[str(jid)] = (int(cycle), int(serial))
         for ev in events:
             if ev.job_id == POOL_STREAM:
                 if ev.name == "node.state":
                     pool.set_state(str(ev.context["node"]), NodeState(ev.context["to"]))
                 continue
+            if ev.name == "job.untracked" and "cycle" in ev.context:
+                sched._untracked[ev.job_id] = (int(ev.context["cycle"]),
+                                               int(ev.context["serial"]))
+            elif ev.name == "job.tracked":
+                sched._untracked.pop(ev.job_id, None)
             apply_event(sched.records, ev)
         for rec in sched.records.values():
             if rec.nodes:
@@ -581,8 +593,9 @@ class Scheduler:
 
     def durable_state(self) -> dict[str, Any]:
         """What :meth:`replay` needs to start from instead of an empty log: every record
-        and the pool's node states (JSON)."""
+        and the pool's node states, and the counters of untracked job ids (JSON)."""
         return {"records": {jid: rec.to_json() for jid, rec in self.records.items()},
+                "untracked": {jid: list(cs) for jid, cs in self._untracked.items()},
                 "pool": {n.name: self.pool.state(n.name).value for n in self.pool.nodes()}}
 
     def snapshot(self) -> Mapping[str, dict[str, object]]:

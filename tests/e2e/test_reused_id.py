@@ -4,10 +4,10 @@ and RestartCnt), never takes the new job for a requeue of the old one, stages th
 job's output out as its own first, and serves the new job with its own directives, on a
 RAMDISK named with a cycle the old job never had.
 
-The lab's slurmctld is restarted with ``-c`` (its saved state dropped, as when its
-StateSaveLocation is lost): slurmd kills the orphaned job, and ids start again at
-FirstJobId. rsad is down across it (SIGKILL), so its first look at the queue shows the
-new job under the old job's id.
+The lab's slurmctld is restarted with its StateSaveLocation emptied (as when it is lost;
+``slurmctld -c`` alone keeps the id sequence): slurmd kills the orphaned job, and ids
+start again at FirstJobId. rsad is down across it (SIGKILL), so its first look at the
+queue shows the new job under the old job's id.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def test_the_same_users_job_under_a_reused_id_is_a_new_job_of_its_own(
                     break
                 dummies.append(got)
             assert int(job) == 1 or got == str(int(job) - 1), \
-                f"slurmctld -c numbered from {got}, not from FirstJobId"
+                f"slurmctld without its state numbered from {got}, not from FirstJobId"
             if int(job) > 1:
                 subprocess.run(["scancel", *dummies, got], env=slurm_env(lab), check=True,
                                timeout=60)

@@ -16,11 +16,9 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from rsa_scheduler.core.directives import DirectiveSpec
-from rsa_scheduler.core.record import JobRecord
-from rsa_scheduler.core.scheduler import Observation, another_job
 from rsa_scheduler.slurm.parse import merge_hetjobs, parse_queue
 from tests.integration.slurmkit import LAB_DIR, start_lab_rsad, stop_lab_rsad
+from tests.unit.test_slurm_parse import taken_for_a_new_job
 
 
 def _capture(script: str, out: Path) -> None:
@@ -52,21 +50,14 @@ def test_a_requeue_counts_a_restart_and_is_never_taken_for_a_new_job(
         assert sum(r.num_nodes == 2 for r in rows) == 1
     ids = _env(out / "requeue.env")
     rows = parse_queue((out / "squeue_requeue.txt").read_text())
-    assert [r.job_id for r in rows] == [ids["ROOT"]] * 2 + [ids["SELF"]] * 2
-    for before, after in (rows[0:2], rows[2:4]):
-        assert (before.state, before.restarts) == ("RUNNING", 0), before
-        assert after.state == "PENDING" and after.restarts == 1, after
-        rec = JobRecord(job_id=before.job_id, user=before.user, spec=DirectiveSpec(),
-                        submitted=before.submitted, restarts=before.restarts)
-        seen = Observation(job_id=after.job_id, user=after.user, state=after.state,
-                           submitted=after.submitted, restarts=after.restarts)
-        assert not another_job(rec, seen), (before, after)
-        # the same row with no restart counted would be a new job under the id: the
-        # check is not blind to a new submit time
-        new = Observation(job_id=after.job_id, user=after.user, state=after.state,
-                          submitted=after.submitted, restarts=0)
-        assert after.submitted == before.submitted or another_job(rec, new)
+    assert [r.job_id for r in rows] == [ids["ROOT"]] * 3 + [ids["SELF"]] * 3
+    for run in (rows[0:3], rows[3:6]):
+        assert (run[0].state, run[0].restarts) == ("RUNNING", 0), run
+        assert run[1].restarts == 1 and (run[2].state, run[2].restarts) == ("PENDING", 1), run
+        assert run[2].submitted != run[0].submitted, run  # a requeue: a new submit time
+        assert not taken_for_a_new_job(run), run
     if os.environ.get("RSA_QUEUE_CAPTURE"):
         _capture("capture-hetjob.sh", out)
         het = merge_hetjobs(parse_queue((out / "squeue_hetjob_running.txt").read_text()))
         assert all(r.submitted and r.restarts == 0 for r in het), het
+
