@@ -4,9 +4,12 @@ Owns the hook client of native mode (``slurm.mode: native``, docs/design/native-
 one rsad API call per hook (``POST /v1/bb/HOOK``), and for ``data_in``, ``data_out`` and
 ``teardown`` a blocking poll until rsad answers done or failed (Slurm 22.05 has no
 test_data_in/out: the stage is done when the hook returns, and Slurm's StageInTimeout /
-StageOutTimeout / OtherTimeout kill it). It prints ONE answer on stdout, ``ok MESSAGE`` or
-``error MESSAGE`` (the message is what Slurm shows: the job's Reason text on a failure)
-and exits 0 or 1. It runs as SlurmUser in slurmscriptd; it never touches user data.
+StageOutTimeout / OtherTimeout kill it). With ``--once`` (Slurm 24.05+, whose
+slurm_bb_test_data_in/out Slurm itself calls every PollInterval), ``data_in`` and
+``data_out`` ask rsad once and answer ``busy MESSAGE`` while the stage runs. It prints ONE
+answer on stdout, ``ok MESSAGE``, ``busy MESSAGE`` or ``error MESSAGE`` (the message is
+what Slurm shows: the job's Reason text on a failure) and exits 0 (ok, busy) or 1. It
+runs as SlurmUser in slurmscriptd; it never touches user data.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from rsa_scheduler.errors import RsaError
 
 #: hooks that block until rsad says done (or failed)
 BLOCKING = frozenset({"data_in", "data_out", "teardown"})
+#: hooks ``--once`` asks without blocking (Slurm 24.05+ polls them: test_data_in/out)
+ONCE = frozenset({"data_in", "data_out"})
 HOOKS = ("setup", "data_in", "real_size", "pre_run", "post_run", "data_out", "teardown",
          "status")
 POLL = 1.0  # seconds between two questions to rsad while a stage runs
@@ -139,6 +144,31 @@ def call_hook(post: Post, hook: str, body: Mapping[str, Any], *,
         sleep(poll)
 
 
+def ask_once(post: Post, hook: str, body: Mapping[str, Any]) -> tuple[bool | None, str]:
+    """One question to rsad, for a hook Slurm polls (``--once``): (True, message) when
+    done, (None, what rsad is doing) while it works or cannot answer now (unreachable,
+    busy, starting: Slurm asks again at its next poll, up to StageInTimeout /
+    StageOutTimeout), (False, the one line for Slurm) when it failed or refused."""
+    job = str(body.get("job_id"))
+    try:
+        answer = post(f"/v1/bb/{hook}", body)
+    except Refused as e:
+        if e.status not in TRANSIENT:
+            return False, f"rsad refused {hook} of job {job}: {e}"
+        return None, f"rsad answered {e.status} ({e}); asked again at Slurm's next poll"
+    except Unreachable as e:
+        return None, f"rsad unreachable ({e}); asked again at Slurm's next poll"
+    status = str(answer.get("status", "")) if isinstance(answer, dict) else ""
+    message = str(answer.get("message", "")) if isinstance(answer, dict) else ""
+    if status == "done":
+        return True, message
+    if status == "failed":
+        return False, message
+    if status == "wait":
+        return None, message
+    return False, f"rsad answered {hook} with {answer!r}: rsad and rsa-bb differ"
+
+
 def request_body(hook: str, args: Sequence[str]) -> dict[str, Any]:
     """The API body from burst_buffer.lua's arguments (all strings, Slurm's order):
     ``setup JOB UID GID POOL SIZE``, ``teardown JOB HURRY``, else ``HOOK JOB``."""
@@ -186,6 +216,8 @@ def status_of(get: Callable[[str], Any], uid: str | None) -> str:
 
 USAGE = """usage: rsa-bb HOOK JOB_ID [ARGS...]   (HOOK: setup data_in real_size pre_run
                                        post_run data_out teardown)
+       rsa-bb --once data_in|data_out JOB_ID  (ask once: `busy MESSAGE` while staging;
+                                       Slurm 24.05+ polls test_data_in/out)
        rsa-bb status [UID]  (UID: the caller of `scontrol show bbstat`, Slurm 23.02+;
                              without it: totals only, no job ids)
 
@@ -213,14 +245,21 @@ def _post_with(address: str | None, timeout: float) -> tuple[Post, Callable[[str
     return post, client.get
 
 
-def run(argv: Sequence[str], env: Mapping[str, str]) -> tuple[bool, str]:
+def run(argv: Sequence[str], env: Mapping[str, str]) -> tuple[bool | None, str]:
+    """rsa-bb's answer: (True, message) ok, (False, message) error, (None, message) busy
+    (``--once`` only)."""
     args = list(argv)
     address: str | None = None
     if len(args) >= 2 and args[0] == "--api":
         address, args = args[1], args[2:]
+    once = bool(args) and args[0] == "--once"
+    if once:
+        args = args[1:]
     if not args or args[0] not in HOOKS:
         return False, f"rsa-bb: unknown hook {(args[0] if args else '')[:20]!r}; see rsa-bb -h"
     hook, rest = args[0], args[1:]
+    if once and hook not in ONCE:
+        return False, f"rsa-bb --once: only for {' and '.join(sorted(ONCE))}, not {hook}"
     try:
         if address is None:
             from rsa_scheduler.hooks import _api_address
@@ -231,6 +270,8 @@ def run(argv: Sequence[str], env: Mapping[str, str]) -> tuple[bool, str]:
         post, get = _post_with(address, max(timeout, 10.0))
         if hook == "status":
             return True, status_of(get, rest[0] if rest else None)
+        if once:
+            return ask_once(post, hook, request_body(hook, rest))
         return call_hook(post, hook, request_body(hook, rest))
     except Exception as e:  # one line for Slurm, whatever went wrong
         return False, f"rsa-bb {hook}: {e}"
@@ -247,5 +288,6 @@ def main() -> None:
         sys.exit(0)
     ok, message = run(sys.argv[1:], os.environ)
     line = " ".join(message.split()) if "\n" not in message else message
-    sys.stdout.write(f"{'ok' if ok else 'error'} {line}\n")
-    sys.exit(0 if ok else 1)
+    word = "busy" if ok is None else "ok" if ok else "error"
+    sys.stdout.write(f"{word} {line}\n")
+    sys.exit(1 if ok is False else 0)

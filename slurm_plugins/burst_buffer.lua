@@ -6,7 +6,7 @@ with a "#BB_LUA" line (burst_buffer.conf Directive=; job_submit.lua adds it to R
 when its CONFIG.bb_directive is set) gets them. rsad does the work on the same state
 machine, RAMDISKs, staging and verification as in queue mode (docs/design/native-mode.md).
 
-Slurm 22.05 (Debian 12) calling conventions, as this file relies on them:
+Slurm 22.05 (Debian 12) calling conventions, as this file relies on them (24.11's after):
   * every argument is a string; return rc[, string]; Lua 5.1; all 11 functions must exist;
     the file is loaded afresh for every call (no state survives between calls);
   * slurm_bb_job_process, slurm_bb_pools and slurm_bb_paths run INSIDE slurmctld with its
@@ -16,7 +16,18 @@ Slurm 22.05 (Debian 12) calling conventions, as this file relies on them:
     rsad answers staged-in / staged-out-and-verified (22.05 has no test_data_in/out);
   * a failed setup/data_in holds the job (Reason BurstBufferOperation, the message below);
     a failed data_out keeps the job in stage-out and its data on the RAMDISK.
-slurm_bb_test_data_in/out are Slurm 24.05's: harmless extras here (22.05 never calls them).
+Slurm 24.05 and later (24.11, Debian 13: tests/slurm24 runs this file under it) differ:
+  * all 13 functions are required, slurm_bb_test_data_in/out too, and slurmctld stops if
+    this file fails to load; each killable hook runs in a fresh slurmscriptd helper;
+  * after data_in (data_out) Slurm calls test_data_in (test_data_out) every PollInterval
+    (burst_buffer.conf) until it returns something other than slurm.SLURM_BB_BUSY ("BUSY")
+    as its message, up to StageInTimeout (StageOutTimeout) for the whole stage. Here
+    (CONFIG.poll unset: Slurm defines slurm.SLURM_BB_BUSY) data_in/data_out return at
+    once and each test_data_* runs `rsa-bb --once`, one question to rsad: no helper
+    process is held for a whole stage;
+  * the hooks get more arguments (data_in: job_id, job_script, uid, gid) and the job's
+    job_info table last (array ids, admin_comment...): this file reads none of them;
+  * slurm_bb_get_status gets the caller's uid and gid first (from 23.02).
 ]]
 
 -- ---------------------------------------------------------------------------------------
@@ -37,12 +48,31 @@ local CONFIG = {
   -- CONFIG.bb_pool, or the job's #RSA_TIER). Such jobs wait for space instead.
   pools = { "ram" },
   -- Whether slurm_bb_get_status's first two arguments are the caller's uid and gid, as
-  -- Slurm 23.02 and later pass them: set true there, and `scontrol show bbstat` shows an
-  -- operator every job, a user only their own. Slurm 22.05 passes only the words typed
-  -- after "bbstat" (anyone can type "0"): keep false there, and every caller gets the
-  -- totals (RSA nodes free, held, out; jobs per rsa-state) and no job id.
-  status_caller = false,
+  -- Slurm 23.02 and later pass them: then `scontrol show bbstat` shows an operator every
+  -- job, a user only their own. Slurm 22.05 passes only the words typed after "bbstat"
+  -- (anyone can type "0"): there every caller gets the totals (RSA nodes free, held, out;
+  -- jobs per rsa-state) and no job id. nil: as the running Slurm says, true from 24.05
+  -- (its burst_buffer/lua defines slurm.SLURM_BB_BUSY; checked on 24.11 by
+  -- tests/slurm24), false before; set true by hand on 23.02 and 23.11.
+  status_caller = nil,
+  -- Whether Slurm polls test_data_in/test_data_out (24.05 and later): data_in/data_out
+  -- then return at once and each poll asks rsad once (`rsa-bb --once`), answering BUSY
+  -- while the stage runs. false: data_in/data_out block until rsad says done, as on
+  -- 22.05. nil: as the running Slurm says (slurm.SLURM_BB_BUSY defined: 24.05+).
+  poll = nil,
 }
+
+-- Slurm 24.05 and later define slurm.SLURM_BB_BUSY (burst_buffer_lua.c); 22.05 does not.
+local function slurm_polls()
+  return slurm.SLURM_BB_BUSY ~= nil
+end
+
+local function setting(value)
+  if value == nil then
+    return slurm_polls()
+  end
+  return value
+end
 
 -- ---------------------------------------------------------------------------------------
 -- Helpers
@@ -54,10 +84,13 @@ end
 
 -- The command line of `rsa-bb HOOK ARGS...` (stderr joined: its last words are the
 -- message when rsa-bb cannot even start).
-local function command(hook, args)
+local function command(hook, args, once)
   local parts = { quote(CONFIG.rsa_bb) }
   if CONFIG.api ~= nil then
     parts[#parts + 1] = "--api " .. quote(CONFIG.api)
+  end
+  if once then
+    parts[#parts + 1] = "--once"
   end
   parts[#parts + 1] = quote(hook)
   for _, a in ipairs(args) do
@@ -66,14 +99,15 @@ local function command(hook, args)
   return table.concat(parts, " ") .. " 2>&1"
 end
 
--- rsa-bb's output -> rc, message. Its answer is the first line starting with "ok" or
--- "error"; what follows belongs to the message (bbstat's lines).
-local function parse_answer(out, hook)
+-- rsa-bb's output -> rc, message. Its answer is the first line starting with "ok",
+-- "busy" (--once: the stage still runs; Slurm's BUSY, rsa-bb's text logged) or "error";
+-- what follows belongs to the message (bbstat's lines).
+local function parse_answer(out, hook, what)
   local answer, rest = nil, {}
   for line in (out or ""):gmatch("[^\n]+") do
     if answer == nil then
       local word, text = line:match("^(%a+)%s?(.*)$")
-      if word == "ok" or word == "error" then
+      if word == "ok" or word == "error" or (word == "busy" and slurm.SLURM_BB_BUSY) then
         answer = { word = word, text = text }
       end
     else
@@ -92,28 +126,37 @@ local function parse_answer(out, hook)
   if answer.word == "ok" then
     return slurm.SUCCESS, text
   end
+  if answer.word == "busy" then
+    slurm.log_info("rsa: %s: %s", what or hook, text)
+    return slurm.SUCCESS, slurm.SLURM_BB_BUSY
+  end
   return slurm.ERROR, text
 end
 
 -- Run rsa-bb for one killable hook (slurmscriptd child; never inside slurmctld).
-local function ask_rsad(hook, ...)
+local function ask(once, hook, ...)
   local job_id = ... -- nil for get_status (its argument is a uid)
   if hook == "status" then
     job_id = nil
   end
-  local cmd = command(hook, { ... })
+  local cmd = command(hook, { ... }, once)
   local pipe = io.popen(cmd)
   if pipe == nil then
     return slurm.ERROR, "cannot run " .. CONFIG.rsa_bb
   end
   local out = pipe:read("*a")
   pipe:close()
-  local rc, text = parse_answer(out, hook)
+  local what = job_id and (hook .. " of job " .. tostring(job_id)) or hook
+  local rc, text = parse_answer(out, hook, what)
   if rc ~= slurm.SUCCESS then
-    local what = job_id and (hook .. " of job " .. tostring(job_id)) or hook
     slurm.log_error("rsa: %s: %s", what, text)
   end
   return rc, text
+end
+
+-- Run rsa-bb for one killable hook (slurmscriptd child; never inside slurmctld).
+local function ask_rsad(hook, ...)
+  return ask(false, hook, ...)
 end
 
 -- ---------------------------------------------------------------------------------------
@@ -175,7 +218,12 @@ function slurm_bb_setup(job_id, uid, gid, pool, bb_size, job_script) -- luacheck
   return ask_rsad("setup", job_id, uid, gid, pool, bb_size)
 end
 
+-- 22.05: blocks until rsad has staged the job in. 24.05+: returns at once; Slurm then
+-- polls slurm_bb_test_data_in.
 function slurm_bb_data_in(job_id, job_script) -- luacheck: ignore (Slurm API)
+  if setting(CONFIG.poll) then
+    return slurm.SUCCESS, ""
+  end
   return ask_rsad("data_in", job_id)
 end
 
@@ -192,6 +240,9 @@ function slurm_bb_post_run(job_id, job_script) -- luacheck: ignore (Slurm API)
 end
 
 function slurm_bb_data_out(job_id, job_script) -- luacheck: ignore (Slurm API)
+  if setting(CONFIG.poll) then
+    return slurm.SUCCESS, ""
+  end
   return ask_rsad("data_out", job_id)
 end
 
@@ -202,7 +253,7 @@ end
 -- `scontrol show bbstat`: rsad's RSA nodes and jobs, as rsad shows the caller them when
 -- Slurm says who that is (CONFIG.status_caller); else totals without job ids.
 function slurm_bb_get_status(...) -- luacheck: ignore (Slurm API)
-  if CONFIG.status_caller then
+  if setting(CONFIG.status_caller) then
     local uid = ...
     if uid ~= nil and tostring(uid):match("^%d+$") then
       return ask_rsad("status", tostring(uid))
@@ -211,13 +262,21 @@ function slurm_bb_get_status(...) -- luacheck: ignore (Slurm API)
   return ask_rsad("status")
 end
 
--- Slurm 24.05+ only: data_in/data_out above block until done, so a test is always done.
+-- Slurm 24.05+ only, every PollInterval after data_in / data_out until not BUSY: one
+-- question to rsad (`rsa-bb --once`). With CONFIG.poll false data_in/data_out blocked
+-- until done, so a test is always done.
 function slurm_bb_test_data_in(job_id, job_script) -- luacheck: ignore (Slurm API)
-  return slurm.SUCCESS, ""
+  if not setting(CONFIG.poll) then
+    return slurm.SUCCESS, ""
+  end
+  return ask(true, "data_in", job_id)
 end
 
 function slurm_bb_test_data_out(job_id, job_script) -- luacheck: ignore (Slurm API)
-  return slurm.SUCCESS, ""
+  if not setting(CONFIG.poll) then
+    return slurm.SUCCESS, ""
+  end
+  return ask(true, "data_out", job_id)
 end
 
 -- For tests (tests/unit/test_burst_buffer_lua.py); Slurm ignores it.

@@ -57,15 +57,17 @@ def job_cgroups() -> list[Path]:
     return []
 
 
-def _install_test(proc: Path, cmd: str) -> bool:
-    """A process of tests/install/run: chrooted into its root under RSA_INSTALL_WORK, or
-    the shell that mounts that root (the root's path is in its command line)."""
+def _not_the_labs(proc: Path, cmd: str) -> bool:
+    """A process of a test that runs beside the lab in a root of its own (the install
+    test, tests/mfs4, tests/slurm24): chrooted (the lab never chroots a process), or the
+    install test's shell that mounts its root under RSA_INSTALL_WORK (the root's path is
+    in its command line)."""
     work = os.environ.get("RSA_INSTALL_WORK", "/var/tmp/rsa-install-test").rstrip("/")
     try:
         root = os.readlink(proc / "root")
     except OSError:
         return False
-    return root.startswith(work + "/") or f" {work}/root " in f" {cmd} "
+    return root != "/" or f" {work}/root " in f" {cmd} "
 
 
 def leftovers(s: Settings) -> list[str]:
@@ -84,7 +86,7 @@ def leftovers(s: Settings) -> list[str]:
             ns = {k: os.readlink(d / "ns" / k) for k in ("mnt", "uts", "net")}
         except OSError:
             continue
-        if ns["mnt"] != my_mnt and _install_test(d, cmd):
+        if ns["mnt"] != my_mnt and _not_the_labs(d, cmd):
             continue  # make test runs the install test beside the lab: not the lab's
         if ns["mnt"] != my_mnt or ns["uts"] != my_uts or ns["net"] != my_net:
             found.append(f"process {d.name} in a namespace of its own: {cmd.strip()[:120]}")

@@ -20,6 +20,7 @@ from rsa_scheduler.slurm.parse import (
     DEPENDENT_FORMAT,
     JOB_INFO_FORMAT,
     LOCK_VIEW_FORMAT,
+    NULL,
     PENDING_FORMAT,
     QUEUE_FORMAT,
     SINFO_PARTITIONS,
@@ -105,13 +106,19 @@ def parse_show_config(text: str) -> dict[str, str]:
     return config
 
 
+def no_accounting(config: Mapping[str, str]) -> bool:
+    """Whether this ``scontrol show config`` says Slurm keeps no accounting: 22.05 prints
+    ``accounting_storage/none``, 23.11 and later ``(null)`` (tests/data/slurm/24.11/)."""
+    return config.get("AccountingStorageType") in ("accounting_storage/none", NULL)
+
+
 def lockin_problem(method: str, priority: int, config: Mapping[str, str]) -> str | None:
     """Why lock-in by ``method`` cannot work on a Slurm with this ``scontrol show config``,
     as one actionable line; None when it can (or the output does not say)."""
     acct = config.get("AccountingStorageType", "")
     prio_type = config.get("PriorityType", "")
     if method == "qos":
-        if acct == "accounting_storage/none":
+        if no_accounting(config):
             return ("slurm.lockin.method is qos but Slurm has no accounting "
                     f"(AccountingStorageType={acct}), so it accepts qos= and ignores it: "
                     "set slurm.lockin.method: priority, or enable slurmdbd")
@@ -135,7 +142,7 @@ def qos_warning(method: str, qos: str, config: Mapping[str, str]) -> str | None:
     """A lock-in that works but that users can give themselves: without ``qos`` in
     AccountingStorageEnforce, Slurm does not check a requested QOS against the user's."""
     enforce = {e.strip() for e in config.get("AccountingStorageEnforce", "").split(",")}
-    if method != "qos" or config.get("AccountingStorageType") == "accounting_storage/none":
+    if method != "qos" or no_accounting(config):
         return None
     if "qos" in enforce:
         return None

@@ -16,7 +16,7 @@ import pytest
 from rsa_scheduler.core.states import RsaState
 from tests.e2e.conftest import lab_mode
 from tests.integration.conftest import as_user
-from tests.integration.slurmkit import make_jobs, root, wait_for
+from tests.integration.slurmkit import make_jobs, past_requeue_delay, root, wait_for
 from tests.integration.test_rsad_staging import fill, rsa_job, wait_state
 
 TASKS = 4
@@ -112,7 +112,8 @@ touch {res}/wrote.$n
         job = jobs.submit(script=script)
         wait_for("the first run wrote", lambda: (res / "wrote.0").exists(), timeout=180)
         root(lab, "scontrol", "requeue", job)
-        wait_for("the second run wrote", lambda: (res / "wrote.1").exists(), timeout=300)
+        wait_for("the second run wrote", past_requeue_delay(
+            lab, job, lambda: (res / "wrote.1").exists()), timeout=300)
         wait_state(lab, job, "released", timeout=240)
     assert (out / "run0").read_text() == "run 0\n"  # the first run's output, staged out
     assert (out / "run1").read_text() == "run 1\n"

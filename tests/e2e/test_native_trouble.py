@@ -40,6 +40,7 @@ from tests.e2e.conftest import input_area, md5_of
 from tests.integration.conftest import as_user
 from tests.integration.slurmkit import (
     make_jobs,
+    past_requeue_delay,
     restart_lab_rsad,
     root,
     start_lab_rsad,
@@ -375,7 +376,8 @@ def test_a_requeued_input_job_reads_its_input_from_a_ramdisk_in_each_run(
     script += ('if [ "$n" = 0 ]; then scontrol requeue $SLURM_JOB_ID; sleep 120; fi\n')
     with make_jobs(lab) as jobs:
         job = jobs.submit(script=script)
-        wait_for("the second run", lambda: (area / "res" / "md51").exists(), timeout=400)
+        wait_for("the second run", past_requeue_delay(
+            lab, job, lambda: (area / "res" / "md51").exists()), timeout=400)
         wait_for("the job's end", lambda: queue_line(lab, job)[0] == "COMPLETED",
                  timeout=300)
         wait_state(lab, job, "released", timeout=300)

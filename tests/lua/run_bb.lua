@@ -6,6 +6,7 @@ constants), every argument a string.
   lua run_bb.lua PLUGIN defined               (prints each slurm_bb_* function defined)
 
 RSA_BB_CONFIG="key=value,...": CONFIG settings for this run (e.g. rsa_bb=/tmp/fake).
+RSA_BB_SLURM=24.11: the `slurm` table of Slurm 24.05 and later (SLURM_BB_BUSY defined).
 Prints, for tests/unit/test_burst_buffer_lua.py:
   NRET <number of values returned>
   RC <first value>
@@ -22,13 +23,21 @@ slurm = { -- luacheck: ignore (the global burst_buffer_lua.c provides)
 }
 slurm.log_error, slurm.log_verbose, slurm.log_debug = slurm.log_info, slurm.log_info,
   slurm.log_info
+-- RSA_BB_SLURM=24.11: the constant Slurm 24.05+'s burst_buffer/lua adds (burst_buffer_lua.c)
+if os.getenv("RSA_BB_SLURM") == "24.11" then
+  slurm.SLURM_BB_BUSY = "BUSY"
+end
 
 dofile(plugin)
 
 for pair in (os.getenv("RSA_BB_CONFIG") or ""):gmatch("[^,]+") do
   local key, value = pair:match("^([%w_]+)=(.*)$")
   assert(key, "bad RSA_BB_CONFIG entry " .. pair)
-  rsa_burst_buffer.config[key] = value
+  if value == "true" or value == "false" then
+    rsa_burst_buffer.config[key] = value == "true"
+  else
+    rsa_burst_buffer.config[key] = value
+  end
 end
 
 if fn == "defined" then

@@ -11,6 +11,7 @@ import pytest
 from rsa_scheduler.bb import (
     Refused,
     Unreachable,
+    ask_once,
     call_hook,
     request_body,
     run,
@@ -93,6 +94,27 @@ def test_a_non_blocking_hook_asks_again_under_slurms_other_timeout() -> None:
     odd = Rsad({"status": "maybe"})
     ok, line = hook(odd, "pre_run")
     assert not ok and "rsad and rsa-bb differ" in line and odd.now == 0.0
+
+
+def test_once_asks_rsad_once_and_says_busy_while_it_stages() -> None:
+    """``--once`` (Slurm 24.05+ polls test_data_in/out): one question per call, no
+    blocking; a stage running, or rsad not answering now, is busy (Slurm asks again at its
+    next PollInterval); done and failed are rsad's lines (issue 31)."""
+    rsad = Rsad({"status": "wait", "message": "staging in: 3 of 10 files"})
+    assert ask_once(rsad.post, "data_in", {"job_id": "42"}) == (
+        None, "staging in: 3 of 10 files")
+    assert rsad.calls == [("/v1/bb/data_in", {"job_id": "42"})] and rsad.now == 0
+    assert ask_once(Rsad({"status": "done", "message": "staged in"}).post, "data_out",
+                    {"job_id": "42"}) == (True, "staged in")
+    assert ask_once(Rsad({"status": "failed", "message": "cannot read /pfs/x"}).post,
+                    "data_in", {"job_id": "42"}) == (False, "cannot read /pfs/x")
+    busy, line = ask_once(Rsad(Unreachable("connection refused")).post, "data_in",
+                          {"job_id": "42"})
+    assert busy is None and line.startswith("rsad unreachable (connection refused)")
+    assert ask_once(Rsad(Refused("no such job", 404)).post, "data_in", {"job_id": "42"}) == (
+        False, "rsad refused data_in of job 42: no such job")
+    assert run(["--once", "teardown", "42"], {}) == (
+        False, "rsa-bb --once: only for data_in and data_out, not teardown")
 
 
 def test_arguments_become_the_api_body() -> None:

@@ -50,9 +50,10 @@ class Called:
     log: list[str] = field(default_factory=list)
 
 
-def call(fn: str, *args: str, config: dict[str, str] | None = None) -> Called:
-    env = {**os.environ, "RSA_BB_CONFIG": ",".join(f"{k}={v}" for k, v in
-                                                   (config or {}).items())}
+def call(fn: str, *args: str, config: dict[str, str] | None = None,
+         slurm: str = "22.05") -> Called:
+    env = {**os.environ, "RSA_BB_SLURM": slurm,
+           "RSA_BB_CONFIG": ",".join(f"{k}={v}" for k, v in (config or {}).items())}
     done = subprocess.run([LUA, str(DRIVER), str(PLUGIN), fn, *args], capture_output=True,
                           text=True, timeout=30, check=False, env=env)
     assert done.returncode == 0, done.stderr
@@ -140,6 +141,56 @@ def test_bbstat_passes_rsa_bb_the_callers_uid_only_when_slurm_gives_it(
     assert args.read_text().split("\n")[:-1] == ["status", "1002"]
     assert call("slurm_bb_get_status", "x;id", "0", config=caller).rc == "0"
     assert args.read_text().split("\n")[:-1] == ["status"]
+
+
+def test_bbstat_passes_the_callers_uid_by_itself_on_slurm_24(tmp_path: Path) -> None:
+    """Left unset, status_caller follows the running Slurm: 24.05 and later (whose
+    burst_buffer/lua defines slurm.SLURM_BB_BUSY) pass the caller's uid and gid first,
+    22.05 does not (issue 31; on a real 24.11 slurmctld: tests/slurm24)."""
+    script, args = fake_rsa_bb(tmp_path, "ok RSA nodes: 4, free 3")
+    assert call("slurm_bb_get_status", "1002", "1002", config={"rsa_bb": str(script)},
+                slurm="24.11").rc == "0"
+    assert args.read_text().split("\n")[:-1] == ["status", "1002"]
+    assert call("slurm_bb_get_status", "1002", "1002", config={"rsa_bb": str(script)},
+                slurm="22.05").rc == "0"
+    assert args.read_text().split("\n")[:-1] == ["status"]
+
+
+def test_on_slurm_24_the_stage_hooks_return_at_once_and_the_polls_ask_rsad_once(
+        tmp_path: Path) -> None:
+    """Slurm 24.05+ polls test_data_in/out every PollInterval until their message is not
+    slurm.SLURM_BB_BUSY: data_in/data_out return at once (no rsa-bb, no helper process
+    held for the stage) and each poll is one `rsa-bb --once` (issue 31)."""
+    script, args = fake_rsa_bb(tmp_path, "busy staging in: 3 of 10 files")
+    cfg = {"rsa_bb": str(script)}
+    for hook in ("slurm_bb_data_in", "slurm_bb_data_out"):
+        assert call(hook, "42", "/s", "1002", "1002", config=cfg, slurm="24.11").rc == "0"
+    assert not args.exists()
+    got = call("slurm_bb_test_data_in", "42", "/s", "1002", "1002", config=cfg,
+               slurm="24.11")
+    assert (got.rc, got.msg) == ("0", ["BUSY"])
+    assert args.read_text().split("\n")[:-1] == ["--once", "data_in", "42"]
+    assert any("data_in of job 42: staging in: 3 of 10 files" in e for e in got.log)
+    script, args = fake_rsa_bb(tmp_path, "ok staged out and verified")
+    got = call("slurm_bb_test_data_out", "42", "/s", config={"rsa_bb": str(script)},
+               slurm="24.11")
+    assert (got.rc, got.msg) == ("0", ["staged out and verified"])
+    assert args.read_text().split("\n")[:-1] == ["--once", "data_out", "42"]
+    script, _ = fake_rsa_bb(tmp_path, "error cannot read /pfs/x")
+    got = call("slurm_bb_test_data_in", "42", "/s", config={"rsa_bb": str(script)},
+               slurm="24.11")
+    assert (got.rc, got.msg) == ("-1", ["cannot read /pfs/x"])
+    # poll = false: data_in blocks as on 22.05, and its poll is done at once
+    script, args = fake_rsa_bb(tmp_path, "ok staged in")
+    blocking = {"rsa_bb": str(script), "poll": "false"}
+    assert call("slurm_bb_data_in", "42", "/s", config=blocking, slurm="24.11").msg == [
+        "staged in"]
+    assert args.read_text().split("\n")[:-1] == ["data_in", "42"]
+    assert call("slurm_bb_test_data_in", "42", "/s", config=blocking,
+                slurm="24.11").msg == [""]
+    # 22.05 has no BUSY: a "busy" answer there is no answer
+    script, _ = fake_rsa_bb(tmp_path, "busy staging")
+    assert call("slurm_bb_data_in", "42", "/s", config={"rsa_bb": str(script)}).rc == "-1"
 
 
 def test_bbstat_failing_is_a_line_too(tmp_path: Path) -> None:
