@@ -45,7 +45,7 @@ def test_parse_captured_queue() -> None:
     assert spec.data_in == "/pfs/home/rsauser/in" and spec.data_out == "/pfs/x|y"
     assert rows["7"].num_nodes == 2 and rows["7"].admin_comment is None
     assert rows["1"].state == "RUNNING"
-    assert {(r.submitted, r.restarts) for r in rows.values()} == {("2026-11-28T13:16:43", 0)}
+    assert {(r.submitted, r.restarts) for r in rows.values()} == {("2026-11-28T13:33:58", 0)}
 
 
 def test_a_captured_requeue_is_never_taken_for_a_new_job() -> None:
