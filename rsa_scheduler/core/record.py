@@ -59,6 +59,15 @@ class JobRecord:
     #: its failures so far (the UNLOCK_DUE timer tries it again)
     unlock: Action | None = None
     unlock_failures: int = 0
+    #: Slurm's identity of the job behind the id: its submit time as squeue prints it
+    #: (a requeue sets a new one) and its restart count; "" when not known (a log from
+    #: before these fields). A new job given the id differs (core.scheduler.another_job)
+    submitted: str = ""
+    restarts: int = 0
+    #: Slurm gave this job's id to another job (core.scheduler.another_job): this job is
+    #: gone for good, whatever the queue shows under its id from now on (that job's
+    #: requeues may count more restarts than this one's)
+    superseded: bool = False
 
     # ---- derived --------------------------------------------------------------------
     @property
@@ -106,6 +115,9 @@ class JobRecord:
             "end_state": self.end_state,
             "unlock": self.unlock.to_json() if self.unlock is not None else None,
             "unlock_failures": self.unlock_failures,
+            "submitted": self.submitted,
+            "restarts": self.restarts,
+            "superseded": self.superseded,
         }
 
     @classmethod
@@ -189,7 +201,7 @@ def apply_event(records: dict[str, JobRecord], event: Event) -> None:
         assert isinstance(patch, Mapping)
         records[event.job_id] = JobRecord.from_json(patch)
         return
-    if event.name == "job.untracked":  # its id names another user's job now
+    if event.name == "job.untracked":  # its id names another job now
         records.pop(event.job_id, None)
         return
     if patch:

@@ -82,6 +82,10 @@ class Observation:
     #: observation does not say (a hook's): a change ends a lock-in (issue 39)
     partition: str = ""
     time_limit: str = ""
+    #: Slurm's identity of the job behind the id (squeue's SubmitTime and RestartCnt):
+    #: "" when the observation does not say (a hook's). See :func:`another_job`
+    submitted: str = ""
+    restarts: int = 0
 
     def changes(self, prev: Observation | None) -> str:
         """What changed since ``prev`` that a lock-in depends on, in words ("" if
@@ -117,6 +121,33 @@ class Observation:
                    reason="EpilogSlurmctld", priority=rec.priority,
                    compute_nodes=rec.compute_nodes,
                    by=f"EpilogSlurmctld, exit code {code}" if code else "EpilogSlurmctld")
+
+
+def another_job(rec: JobRecord, obs: Observation) -> bool:
+    """True when ``obs`` shows another job than ``rec`` under its Slurm id: slurmctld lost
+    its state (or its ids wrapped) and gave the id to a new job. Another user's job
+    always is. The same user's is when Slurm's identity of the job differs: another
+    submit time with no restart counted since (a requeue sets a new submit time too, but
+    raises RestartCnt; a new job starts at 0). An observation, or a record, that does not
+    say (a hook's news, a log from before these fields) is never another job by it.
+
+    Seen in the lab (tests/data/slurm/squeue_requeue.txt): right after ``scontrol
+    requeue`` the job is COMPLETING with RestartCnt raised and its old submit time, and
+    only once PENDING has it a new one. So the record takes the restart count only
+    together with a new submit time (:meth:`Scheduler._observe_one`): a count taken
+    alone would make the requeue's new submit time look like a new job's."""
+    if obs.user and rec.user != obs.user:
+        return True
+    return another_submission(rec, obs.submitted, obs.restarts)
+
+
+def another_submission(rec: JobRecord, submitted: str, restarts: int) -> bool:
+    """True when a job under ``rec``'s id, submitted at ``submitted`` (squeue's
+    SubmitTime; "" if not known) and restarted ``restarts`` times, is not ``rec``'s job
+    (whoever's it is): another submit time and no restart counted since."""
+    if not submitted or not rec.submitted or submitted == rec.submitted:
+        return False
+    return restarts <= rec.restarts
 
 
 class Hook(Enum):
@@ -175,9 +206,14 @@ class Scheduler:
         self._last_obs: dict[str, Observation] = {}  # job -> its last observation that counted
         self._waiting: set[str] = set()  # on-deck, waiting for free RSA nodes
         self._timed: set[str] = set()  # jobs with an armed timer
-        # job ids Slurm now gives another user's job while the RSA still holds nodes
-        # for the earlier job of that id: observed every poll until that cycle ends
+        # job ids Slurm now gives another job (another_job) while the RSA still holds
+        # nodes for the earlier job of that id: observed every poll until that cycle ends
         self._displaced: set[str] = set()
+        # job id -> (cycle, serial) of the earlier job of that id untracked (logged in
+        # its job.untracked): the next record of the id goes on from them, also past a
+        # job with no RSA work in between (no RAMDISK, action id or file name of two
+        # jobs is the same: they are named after the job id and the cycle)
+        self._untracked: dict[str, tuple[int, int]] = {}
         self._changed: dict[str, str] = {}  # locked-in job -> what changed in Slurm
 
     # ---- queries ----------------------------------------------------------------------
@@ -249,10 +285,15 @@ class Scheduler:
         for obs in snapshot:
             jid = obs.job_id
             rec = get_record(jid)
-            if rec is not None and obs.user and rec.user != obs.user:
-                # the id names another user's job: Slurm lost its state (or its ids
-                # wrapped). The earlier job is gone; the new one is never served with its
-                # record (its user, directives, RAMDISK, messages)
+            if rec is not None and (rec.superseded or another_job(rec, obs)):
+                # the id names another job: Slurm lost its state (or its ids wrapped).
+                # The earlier job is gone; the new one is never served with its record
+                # (its user, directives, RAMDISK, messages)
+                if not rec.superseded:
+                    rec.superseded = True
+                    dec.events.append(Event(now, jid, "job.updated", {
+                        "superseded_by": obs.user, "submitted": obs.submitted,
+                        "set": {"superseded": True}}))
                 if rec.rsa_state not in IDLE:
                     self._displaced.add(jid)
                     seen_add(jid)
@@ -263,9 +304,11 @@ class Scheduler:
             if rec is None:
                 if obs.spec is None or not _has_work(obs.spec):
                     continue
+                cycle, serial = self._untracked.pop(jid, (0, 0))
                 rec = JobRecord(job_id=jid, user=obs.user, spec=obs.spec,
                                 compute_nodes=obs.compute_nodes, priority=obs.priority,
-                                since=now)
+                                since=now, submitted=obs.submitted, restarts=obs.restarts,
+                                cycle=cycle, serial=serial)
                 records[jid] = rec
                 dec.events.append(new_record_event(rec, now))
             seen_add(jid)  # only tracked jobs: the other 70-90% of a queue cost one lookup
@@ -274,6 +317,7 @@ class Scheduler:
                     and prev.held == obs.held and prev.hold_until == obs.hold_until \
                     and prev.compute_nodes == obs.compute_nodes \
                     and (prev.partition, prev.time_limit) == (obs.partition, obs.time_limit) \
+                    and (prev.submitted, prev.restarts) == (obs.submitted, obs.restarts) \
                     and jid not in waiting:
                 continue
             if prev is not None and rec.rsa_state in READY:
@@ -313,6 +357,12 @@ class Scheduler:
             updates["job_state"] = job_state._value_  # (.value is a slower property)
         if obs is not None and obs.hold_until != rec.hold_until:
             updates["hold_until"] = obs.hold_until
+        if obs is not None and obs.submitted and obs.submitted != rec.submitted:
+            # a requeue (another_job tells it from a new job of the id), or the first
+            # poll that says, of a record from before these fields. The restart count
+            # only with the submit time: Slurm raises it first (another_job)
+            updates["submitted"] = obs.submitted
+            updates["restarts"] = obs.restarts
         if obs is not None and obs.priority != rec.priority:
             updates["priority"] = obs.priority
         if obs is not None and obs.compute_nodes != rec.compute_nodes and \
@@ -353,6 +403,8 @@ class Scheduler:
             step.events.append(Event(now, rec.job_id, "job.updated", {"set": updates}))
         if "end_state" in updates:
             rec.end_state = str(updates["end_state"])
+        if "submitted" in updates and obs is not None:
+            rec.submitted, rec.restarts = obs.submitted, obs.restarts
         if "priority" in updates and obs is not None:
             rec.priority = obs.priority
         if "compute_nodes" in updates and obs is not None:
@@ -389,17 +441,23 @@ class Scheduler:
             self._waiting.discard(rec.job_id)
 
     def _untrack(self, rec: JobRecord, obs: Observation, now: float) -> Event:
-        """Stop tracking ``rec``: its job id now names ``obs``'s job, another user's. Its
-        cycle has ended (it holds no RSA nodes); its history stays in the log, before
-        this event (``job.untracked``: replay drops the record)."""
+        """Stop tracking ``rec``: its job id now names ``obs``'s job, another job
+        (:func:`another_job`). Its cycle has ended (it holds no RSA nodes); its history
+        stays in the log, before this event (``job.untracked``: replay drops the record).
+        A record for the new job made in this step goes on from its cycle and serial."""
         jid = rec.job_id
+        cycle, serial = self._untracked[jid] = (rec.cycle, rec.serial)
         del self.records[jid]
         self._last_obs.pop(jid, None)
         for group in (self._waiting, self._timed, self._displaced):
             group.discard(jid)
+        whose = "another user's job" if obs.user and obs.user != rec.user else \
+            f"a new job of {rec.user}'s" + (f" (submitted {obs.submitted})"
+                                            if obs.submitted else "")
         return Event(now, jid, "job.untracked", {
-            "user": rec.user, "reason": f"job id {jid} now names another user's job "
-                                         "(Slurm's state was lost, or its job ids wrapped)"})
+            "user": rec.user, "reason": f"job id {jid} now names {whose} (Slurm's state "
+                                         "was lost, or its job ids wrapped)",
+            "cycle": cycle, "serial": serial})
 
     def tick(self, now: float, *, exclude: set[str] | None = None) -> Decision:
         """Fire due timers and retry allocation for on-deck jobs still waiting for nodes."""
@@ -511,23 +569,33 @@ class Scheduler:
                 pool.set_state(str(name), NodeState(str(state)))
             for jid, data in dict(base.get("records") or {}).items():
                 sched.records[str(jid)] = JobRecord.from_json(data)
+            for jid, (cycle, serial) in dict(base.get("untracked") or {}).items():
+                sched._untracked[str(jid)] = (int(cycle), int(serial))
         for ev in events:
             if ev.job_id == POOL_STREAM:
                 if ev.name == "node.state":
                     pool.set_state(str(ev.context["node"]), NodeState(ev.context["to"]))
                 continue
+            if ev.name == "job.untracked" and "cycle" in ev.context:
+                sched._untracked[ev.job_id] = (int(ev.context["cycle"]),
+                                               int(ev.context["serial"]))
+            elif ev.name == "job.tracked":
+                sched._untracked.pop(ev.job_id, None)
             apply_event(sched.records, ev)
         for rec in sched.records.values():
             if rec.nodes:
                 pool.adopt(rec.job_id, rec.nodes)
                 sched.share.track(rec.job_id, rec.user, len(pool.holding(rec.job_id)))
             sched._note_waiting(rec)
+            if rec.superseded and rec.rsa_state not in IDLE:
+                sched._displaced.add(rec.job_id)
         return sched
 
     def durable_state(self) -> dict[str, Any]:
         """What :meth:`replay` needs to start from instead of an empty log: every record
-        and the pool's node states (JSON)."""
+        and the pool's node states, and the counters of untracked job ids (JSON)."""
         return {"records": {jid: rec.to_json() for jid, rec in self.records.items()},
+                "untracked": {jid: list(cs) for jid, cs in self._untracked.items()},
                 "pool": {n.name: self.pool.state(n.name).value for n in self.pool.nodes()}}
 
     def snapshot(self) -> Mapping[str, dict[str, object]]:

@@ -387,9 +387,11 @@ class Routes:
 
         def state() -> tuple[str | None, str | None, float, str]:
             rec = self.daemon.sched.records.get(job)
-            if rec is None or users_differ(rec.user, user):
-                # none, or another user's job had this id (Slurm lost its state, or its
-                # ids wrapped): nothing of that job's is this one's
+            if rec is None or users_differ(rec.user, user) or \
+                    job in self.daemon.sched.displaced:
+                # none, or another job had this id (Slurm lost its state, or its ids
+                # wrapped; the same user's: the queue told them apart): nothing of that
+                # job's is this one's
                 return None, None, 0.0, ""
             policy = self.daemon.sched.policy
             early = rec.spec.early_start or policy.early_start

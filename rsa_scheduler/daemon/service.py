@@ -40,6 +40,7 @@ from rsa_scheduler.core.scheduler import (
     Observation,
     Scheduler,
     StaleOutcome,
+    another_submission,
 )
 from rsa_scheduler.core.states import JobState, RsaState
 from rsa_scheduler.core.transitions import Trigger
@@ -379,6 +380,14 @@ class Daemon:
             user = rec.user  # the same user, perhaps as a uid squeue could not resolve
         tracked = rec is not None and (rec.user == user or (
             native is not None and not native.tracks(row.job_id)))
+        if tracked and rec is not None and (rec.superseded or another_submission(
+                rec, row.submitted, row.restarts)):
+            # the same user's new job under the id (core.scheduler.another_job): its
+            # own directives, never the earlier job's read batch script (read again
+            # once: while the earlier job's cycle ends the id stays displaced)
+            tracked = False
+            if row.job_id not in self.sched.displaced:
+                self.specs.forget(row.job_id)
         spec = self.specs.spec_of(row, tracked=tracked,
                                   from_script=self.script_source == "scontrol",
                                   staged=native is not None and native.tracks(row.job_id))
@@ -394,7 +403,8 @@ class Daemon:
                            reason=reason, priority=row.priority,
                            compute_nodes=row.num_nodes, spec=spec,
                            hold_until=None if deadline is None else float(deadline),
-                           held=held, partition=row.partition, time_limit=row.time_limit)
+                           held=held, partition=row.partition, time_limit=row.time_limit,
+                           submitted=row.submitted, restarts=row.restarts)
 
     def _write_pools(self) -> None:
         """Native mode: the free RSA capacity per tier for slurm_bb_pools."""
@@ -552,6 +562,10 @@ class Daemon:
         if rec is not None and users_differ(rec.user, str(payload.get("user") or "")):
             # another user's job has this id now (Slurm lost its state, or its ids
             # wrapped): not this record's news; the next poll reads the queue
+            return {"job_id": job, "tracked": False}
+        if job in self.sched.displaced:
+            # the queue showed another job under this id (the same user's, by Slurm's
+            # submit time): the hook is that job's news, and it has no record yet
             return {"job_id": job, "tracked": False}
         self._hook_seen[job] = received
         if rec is None:

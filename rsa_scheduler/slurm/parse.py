@@ -17,8 +17,12 @@ from rsa_scheduler.errors import RsaError
 #: or truncation) followed by ``|``; admin_comment comes last so a ``|`` inside it cannot
 #: shift the other columns. ``JobArrayID`` gives ``123_4`` for array elements (with -r).
 #: Partition and TimeLimit: a change to a locked-in job ends its lock-in (issue 39).
+#: SubmitTime and RestartCnt: Slurm's identity of the job behind the id, which tells a
+#: job from a later one given the same id after slurmctld lost its state (a requeue sets
+#: a new submit time but counts a restart; core.scheduler.another_job).
 QUEUE_FIELDS: tuple[str, ...] = ("JobArrayID", "State", "Reason", "PriorityLong", "NumNodes",
-                                 "UserName", "Partition", "TimeLimit", "admin_comment")
+                                 "UserName", "Partition", "TimeLimit", "SubmitTime",
+                                 "RestartCnt", "admin_comment")
 QUEUE_FORMAT = ",".join(f"{f}:0|" for f in QUEUE_FIELDS)
 _JOB_ID = re.compile(r"^\d+(?:_\d+)?(?:\+\d+)?$")
 NULL = "(null)"
@@ -41,6 +45,10 @@ class QueueRow:
     admin_comment: str | None
     partition: str = ""  #: the partition(s) it is pending in or runs in
     time_limit: str = ""  #: as squeue prints it (``5:00``, ``1-00:00:00``)
+    #: when it was submitted (or last requeued), as squeue prints it
+    #: (``2026-11-28T13:05:01``), and how often Slurm requeued it
+    submitted: str = ""
+    restarts: int = 0
 
 
 def parse_queue(text: str) -> list[QueueRow]:
@@ -113,19 +121,22 @@ def merge_hetjobs(rows: list[QueueRow]) -> list[QueueRow]:
                             priority=lead.priority,
                             num_nodes=sum(p.num_nodes for _, p in parts), user=lead.user,
                             admin_comment=lead.admin_comment, partition=lead.partition,
-                            time_limit=lead.time_limit))
+                            time_limit=lead.time_limit, submitted=lead.submitted,
+                            restarts=lead.restarts))
     return out
 
 
 def _row(parts: list[str], lineno: int) -> QueueRow:
-    job_id, state, reason, prio, nodes, user, partition, time_limit, comment = parts
+    (job_id, state, reason, prio, nodes, user, partition, time_limit, submitted, restarts,
+     comment) = parts
     if comment.endswith("|"):
         comment = comment[:-1]
     try:
         return QueueRow(job_id=job_id, state=state, reason=reason, priority=int(prio),
                         num_nodes=int(nodes), user=user,
                         admin_comment=None if comment in (NULL, "") else comment,
-                        partition=partition, time_limit=time_limit)
+                        partition=partition, time_limit=time_limit, submitted=submitted,
+                        restarts=int(restarts))
     except ValueError as e:
         raise ParseError(f"squeue line {lineno}: {e}") from e
 

@@ -157,12 +157,19 @@ def crash_lab_rsa_sshd(node: str, down_for: float) -> None:
                    env={**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
 
 
-def restart_lab_slurmctld() -> None:
+def restart_lab_slurmctld(clean: bool = False) -> None:
     """Stop the lab's slurmctld (SIGTERM, by its recorded PID) and start it again on its
-    saved state, as lab-up does; running jobs keep running on their slurmd."""
+    saved state, as lab-up does; running jobs keep running on their slurmd. ``clean``:
+    its StateSaveLocation is emptied first, as when it is lost: every job is forgotten
+    (slurmd kills the running ones) and job ids start again at FirstJobId (``-c`` alone
+    keeps the id sequence: seen in the lab)."""
+    wipe = ("import shutil; d = common.DATA / 'slurm/ctld'; "
+            "[shutil.rmtree(p) if p.is_dir() else p.unlink() for p in d.iterdir()]; "
+            if clean else "")
     code = ("import sys; sys.path.insert(0, sys.argv[1]); "
             "from rsalab import common, slurm; "
             "common.stop_named('slurmctld', grace=10); "
+            f"{wipe}"
             "common.spawn('slurmctld', ['/usr/sbin/slurmctld', '-D', '-i'], env=slurm.ENV); "
             "common.wait_for('slurmctld', lambda: common.listening(slurm.CTLD_ADDR, "
             "slurm.CTLD_PORT), timeout=30)")

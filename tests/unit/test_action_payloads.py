@@ -273,12 +273,13 @@ def _events(data: dict[str, Any]) -> list[Event]:
 
 #: record fields added since the old logs were captured, at the value an old job has
 NEW_RECORD_FIELDS: dict[str, Any] = {"writeback_live": False, "end_state": "", "unlock": None,
-                                     "unlock_failures": 0}
+                                     "unlock_failures": 0, "submitted": "", "restarts": 0,
+                                     "superseded": False}
 
 
 def _with_new_fields(state: dict[str, Any]) -> dict[str, Any]:
-    return {**state, "records": {j: {**NEW_RECORD_FIELDS, **r}
-                                 for j, r in state["records"].items()}}
+    return {"untracked": {}, **state, "records": {j: {**NEW_RECORD_FIELDS, **r}
+                                                  for j, r in state["records"].items()}}
 
 
 @pytest.mark.parametrize("name", sorted(OLD_LOGS))

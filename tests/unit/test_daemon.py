@@ -297,7 +297,8 @@ class TextSlurm(ScriptedSlurm):
 
     def queue_text(self) -> str:
         return "".join(f"{r.job_id}|{r.state}|{r.reason}|{r.priority}|{r.num_nodes}|"
-                       f"{r.user}|{r.partition}|{r.time_limit}|{r.admin_comment or '(null)'}|\n"
+                       f"{r.user}|{r.partition}|{r.time_limit}|{r.submitted}|{r.restarts}|"
+                       f"{r.admin_comment or '(null)'}|\n"
                        for r in self.rows)
 
 
@@ -1626,3 +1627,81 @@ def test_held_jobs_are_judged_without_a_slurm_call_each(tmp_path: Path) -> None:
     d.poll()
     assert [c for c in slurm.calls if c[0] == "job_info"] == []
     assert all(d.holds.can_start.get(f"300_{t}") is not None for t in range(50))
+
+
+# ---- the same user's new job under a reused job id (Slurm's identity tells them apart) --
+
+def alices_job(slurm: ScriptedSlurm, job: str, state: str, spec: DirectiveSpec,
+               submitted: str, restarts: int = 0, reason: str = "None") -> None:
+    slurm.rows = [r for r in slurm.rows if r.job_id != job] + [QueueRow(
+        job, state, reason, 10, 2, "alice", spec.to_admin_comment(),
+        submitted=submitted, restarts=restarts)]
+
+
+def test_the_same_users_new_job_under_a_reused_id_is_a_job_of_its_own(
+        tmp_path: Path) -> None:
+    """alice's job 7 runs with output on its RAMDISK; slurmctld lost its state and gave
+    the id to alice's next job (a new submit time, no restart counted). On main it was
+    taken for a requeue of the earlier job and served with its directives. Now the
+    earlier job is gone: its output is staged out and verified first; slurmctld's hooks
+    and a node Prolog of the new job are not the earlier job's; then the new job gets a
+    record of its own, with its own directives and a cycle the earlier job never had
+    (its RAMDISK, action ids and tar archives never share a name with it); a requeue of
+    it, counting more restarts than the earlier job did, never makes it the earlier job
+    again."""
+    from rsa_scheduler.daemon.nodeside import NodeSide
+
+    slurm = ScriptedSlurm()
+    reg = with_slurm(instant_registry([], None), slurm)
+    NodeSide(backend_for=lambda _ctx: (None, None)).register(reg)  # type: ignore[arg-type,return-value]
+    store = Store.open(tmp_path / "rsa.db", durability="normal")
+    clock = iter(float(t) for t in range(1000, 10**6))
+    d = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm, store=store,
+               registry=reg, workers=2, poll_interval=0, clock=lambda: next(clock))
+    d.start()
+    first, second = DirectiveSpec(data_out="/pfs/out"), DirectiveSpec(data_out="/pfs/out2")
+    alices_job(slurm, "7", "PENDING", first, "2026-11-28T10:00:00", reason="Resources")
+    d.poll()
+    settle(d)
+    alices_job(slurm, "7", "RUNNING", first, "2026-11-28T10:00:00")
+    d.poll()
+    settle(d)
+    assert state_of(d, "7") == "mounted-output"
+    alices_job(slurm, "7", "PENDING", second, "2026-11-28T12:00:00", reason="Priority")
+    d.poll()
+    assert d.sched.records["7"].spec == first and "7" in d.sched.displaced
+    for hook in ("prolog_slurmctld", "epilog_slurmctld"):  # the new job's: not its news
+        d.submit("hook", {"hook": hook, "job_id": "7", "user": "alice", "exit_code": "0"})
+        d.drain()
+    with serving(d) as routes:
+        ans = routes.dispatch(ROOT, "POST", "/v1/hooks/prolog",
+                              {"job_id": "7", "node": "c1", "nodes": "c1", "user": "alice"})
+        assert ans["do"] == "nothing", ans  # never the earlier job's RAMDISK
+    settle(d)
+    rec = d.sched.records["7"]
+    assert (rec.spec, rec.rsa_state.value) == (first, "released")
+    names = [e.name for e in store.events("7")]
+    assert "job.untracked" not in names
+    d.poll()  # the earlier job's cycle is over: the id is the new job's
+    rec = d.sched.records["7"]
+    assert (rec.spec, rec.submitted, rec.cycle) == (second, "2026-11-28T12:00:00", 1)
+    alices_job(slurm, "7", "PENDING", second, "2026-11-28T12:00:00", reason="Resources")
+    d.poll()
+    settle(d)
+    alices_job(slurm, "7", "RUNNING", second, "2026-11-28T12:00:00")
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].cycle == 2
+    actions = [a for e in store.events("7") if e.name == "rsa.transition"
+               for a in e.context["actions"]]
+    assert len(actions) == len(set(actions))  # no action id of the two jobs is the same
+    # the new job requeued twice (COMPLETING with the count raised, then pending anew)
+    for n, when in ((1, "2026-11-28T12:00:00"), (1, "2026-11-28T12:05:00"),
+                    (2, "2026-11-28T12:10:00")):
+        alices_job(slurm, "7", "PENDING" if when[-5:] != "00:00" else "COMPLETING",
+                   second, when, restarts=n)
+        d.poll()
+        settle(d)
+        assert d.sched.records["7"].spec == second and "7" not in d.sched.displaced
+    d2 = make_daemon(tmp_path, slurm, [])  # the same after a restart (replay)
+    assert (d2.sched.records["7"].spec, d2.sched.records["7"].restarts) == (second, 2)

@@ -34,19 +34,28 @@ def hook_envs() -> list[tuple[str, dict[str, str]]]:
     return out
 
 
+def squeue_ids() -> tuple[str, str]:
+    """The hetjob's and the fill job's ids in the squeue captures (squeue_hetjob.env:
+    taken after the queue's own capture, in the same lab, so not the hooks log's)."""
+    words = (DATA / "squeue_hetjob.env").read_text().split("\n", 1)[1].split()
+    ids = dict(w.split("=", 1) for w in words)
+    return ids["HETJOB"], ids["FILL"]
+
+
 def test_squeue_lists_each_component_and_rsad_sees_one_job() -> None:
+    het_id, fill = squeue_ids()
     for name in ("squeue_hetjob_pending.txt", "squeue_hetjob_running.txt"):
         raw = parse_queue((DATA / name).read_text())
-        assert {"2+0", "2+1"} <= {r.job_id for r in raw}
+        assert {f"{het_id}+0", f"{het_id}+1"} <= {r.job_id for r in raw}
         rows = {r.job_id: r for r in merge_hetjobs(raw)}
-        assert "2+0" not in rows and "2+1" not in rows
-        het = rows["2"]
+        assert f"{het_id}+0" not in rows and f"{het_id}+1" not in rows
+        het = rows[het_id]
         assert het.num_nodes == 3  # 1 + 2: the RAMDISK is sized for every component
         assert het.admin_comment == "rsa1:i=/pfs/home/rsauser/capture-hetjob/in"
-        assert het.user == "rsauser"
+        assert het.user == "rsauser" and het.submitted and het.restarts == 0
     pending = {r.job_id: r for r in merge_hetjobs(parse_queue(
         (DATA / "squeue_hetjob_pending.txt").read_text()))}
-    assert pending["2"].state == "PENDING" and pending["1"].state == "RUNNING"
+    assert pending[het_id].state == "PENDING" and pending[fill].state == "RUNNING"
 
 
 def test_the_leaders_none_gives_way_to_a_components_resources() -> None:
@@ -115,5 +124,6 @@ def test_rsads_incremental_poll_tracks_the_captured_hetjob(tmp_path: Path) -> No
     d.script_source = "job_submit"
     d.poll()
     settle(d)
-    assert set(d.sched.records) == {"2"}
-    assert d.sched.records["2"].compute_nodes == 3
+    het_id = squeue_ids()[0]
+    assert set(d.sched.records) == {het_id}
+    assert d.sched.records[het_id].compute_nodes == 3

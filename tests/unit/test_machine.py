@@ -26,6 +26,7 @@ from rsa_scheduler.core.scheduler import (
     CommandRefused,
     Decision,
     InvalidOutcome,
+    Observation,
     Scheduler,
     StaleOutcome,
 )
@@ -753,3 +754,56 @@ def test_a_tier_auto_job_gets_an_answer_from_any_allocator() -> None:
         assert rec.pending.kind is A.BUILD_FS and rec.pending.args_as(BuildFsArgs).tier is None
     else:
         assert d.state("10") == "declined" and "RSA_TIER=auto" in rec.message
+
+
+# ---- the same user's new job under a reused job id (Slurm's identity: issue 35) ----------
+
+def ident(o: Observation, submitted: str, restarts: int = 0) -> Observation:
+    return replace(o, submitted=submitted, restarts=restarts)
+
+
+def test_a_reused_ids_cycles_go_on_past_a_job_without_rsa_work_and_a_restart() -> None:
+    """alice's job 10 ran a cycle and was released; Slurm gave the id to her job without
+    RSA directives, then (its state lost again) to one with: on main that one was taken
+    for a requeue of the first (its directives never read), and an id kept by nothing
+    would start again at cycle 1, naming its RAMDISK, actions and tar archives as the
+    first job's. Its record goes on from the first job's cycle and serial, also after a
+    restart, from the log or from a snapshot."""
+    d = Driver(make_scheduler())
+    d.observe(ident(obs("10", "PENDING", "Resources", make_spec()), "T1"))
+    d.observe()  # gone from the queue: torn down
+    d.answer_all("10")
+    first = d.sched.records["10"]
+    assert (first.rsa_state.value, first.cycle) == ("released", 1)
+    issued = {e.context["actions"][i] for e in d.log if e.name == "rsa.transition"
+              for i in range(len(e.context["actions"]))}
+    d.observe(ident(obs("10", "PENDING", "Priority", None), "T2"))  # no RSA work
+    assert "10" not in d.sched.records
+    base = d.sched.durable_state()
+    at = len(d.log)
+    spec = make_spec(data_in="/pfs/in2", data_out=None)
+    for sched in (d.sched, Scheduler.replay(make_pool(), d.sched.policy, d.log),
+                  Scheduler.replay(make_pool(), d.sched.policy, d.log[at:], base=base)):
+        dec = sched.observe([ident(obs("10", "PENDING", "Resources", spec), "T3")], 50.0)
+        rec = sched.records["10"]
+        assert (rec.spec, rec.cycle, rec.submitted) == (spec, 2, "T3")
+        assert kinds(dec) == ["allocate", "build-fs"]
+        assert all(a.id.startswith("10/2/") and a.id not in issued for a in dec.actions)
+
+
+def test_a_requeue_seen_completing_first_is_the_same_job() -> None:
+    """Slurm raises RestartCnt at the requeue, while the job is COMPLETING with its old
+    submit time, and sets the new submit time once it is pending (the lab,
+    tests/data/slurm/squeue_requeue.txt): the record takes the count only with the new
+    submit time, or the pending run would look like a new job (restarts not above the
+    record's) and its running cycle be ended."""
+    d = Driver(make_scheduler())
+    to_locked_in(d, data_in=None)
+    d.observe(ident(obs("10", "RUNNING"), "T1"))
+    d.answer("10")
+    assert d.state("10") == "mounted-output"
+    d.observe(ident(obs("10", "COMPLETING"), "T1", restarts=1))
+    d.observe(ident(obs("10", "PENDING", "BeginTime"), "T2", restarts=1))
+    rec = d.sched.records["10"]
+    assert not rec.superseded and "10" not in d.sched.displaced
+    assert (rec.submitted, rec.restarts) == ("T2", 1)

@@ -50,6 +50,9 @@ def test_the_queue() -> None:
     locked = rows[JOBS["LOCKED_IN"]]
     assert (locked.priority, locked.reason) == (4294967000, "Resources")
     assert {r.state for r in rows.values()} >= {"COMPLETED", "CANCELLED"}
+    # Slurm's identity of each job (core.scheduler.another_job), as 22.05 prints it
+    assert all(len(r.submitted) == 19 and r.submitted[10] == "T" and r.restarts == 0
+               for r in rows.values())
 
 
 def test_one_jobs_identity() -> None:

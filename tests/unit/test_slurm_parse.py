@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rsa_scheduler.core.directives import DirectiveSpec
+from rsa_scheduler.core.policy import StagingPolicy
+from rsa_scheduler.core.scheduler import Observation, Scheduler
 from rsa_scheduler.core.states import JobState, derive_job_state
 from rsa_scheduler.slurm.cli import batch_script_argv, job_info_argv, squeue_argv, update_argv
 from rsa_scheduler.slurm.parse import (
@@ -17,9 +20,11 @@ from rsa_scheduler.slurm.parse import (
     QUEUE_FORMAT,
     JobInfo,
     ParseError,
+    QueueRow,
     parse_job_info,
     parse_queue,
 )
+from tests.unit.corekit import make_pool
 
 DATA = Path(__file__).parent.parent / "data" / "slurm"
 
@@ -40,6 +45,39 @@ def test_parse_captured_queue() -> None:
     assert spec.data_in == "/pfs/home/rsauser/in" and spec.data_out == "/pfs/x|y"
     assert rows["7"].num_nodes == 2 and rows["7"].admin_comment is None
     assert rows["1"].state == "RUNNING"
+    assert {(r.submitted, r.restarts) for r in rows.values()} == {("2026-11-28T13:33:58", 0)}
+
+
+def test_a_captured_requeue_is_never_taken_for_a_new_job() -> None:
+    """Real requeues (tests/data/slurm/squeue_requeue.txt: by root, and by the job
+    itself): RestartCnt rises while the job is still COMPLETING with its old submit time,
+    the new submit time comes once it is pending. Fed to the core poll by poll, neither
+    is ever another job (which would end its cycle: output staged out and destroyed
+    while the next run writes into it); the same rows with no restart counted would be."""
+    rows = parse_queue((DATA / "squeue_requeue.txt").read_text())
+    runs: dict[str, list[QueueRow]] = {}
+    for row in rows:
+        runs.setdefault(row.job_id, []).append(row)
+    assert len(runs) == 2
+    for run in runs.values():
+        assert run[0].restarts == 0 and run[-1].restarts == 1
+        assert run[-1].state == "PENDING" and run[-1].submitted != run[0].submitted
+        assert not taken_for_a_new_job(run), run
+        assert taken_for_a_new_job([replace(r, restarts=0) for r in run])
+
+
+def taken_for_a_new_job(rows: list[QueueRow]) -> bool:
+    sched = Scheduler(make_pool(), StagingPolicy())
+    for t, row in enumerate(rows):
+        dec = sched.observe([Observation(
+            job_id=row.job_id, user=row.user, state=row.state, reason=row.reason,
+            spec=DirectiveSpec(data_out="/pfs/out"), submitted=row.submitted,
+            restarts=row.restarts)], float(t))
+        rec = sched.records.get(row.job_id)
+        if rec is None or rec.superseded or any(e.name == "job.untracked"
+                                                for e in dec.events):
+            return True
+    return False
 
 
 def test_captured_demotion_and_lockin() -> None:
@@ -62,12 +100,14 @@ def test_every_captured_job_state_is_known() -> None:
 
 
 def test_multiline_admin_comment_is_joined() -> None:
-    rows = parse_queue("5|PENDING|Resources|1|1|u|debug|5:00|first\nsecond|\n"
-                       "6|RUNNING|None|1|1|u|debug|5:00|(null)|\n")
+    rows = parse_queue("5|PENDING|Resources|1|1|u|debug|5:00|2026-11-28T13:16:43|0|first\nsecond|\n"
+                       "6|RUNNING|None|1|1|u|debug|5:00|2026-11-28T13:16:43|0|(null)|\n")
     assert rows[0].admin_comment == "first\nsecond" and rows[1].admin_comment is None
 
 
-@pytest.mark.parametrize("text", ["garbage\n", "5|PENDING|Resources|x|1|u|debug|5:00|(null)|\n"])
+@pytest.mark.parametrize("text", [
+    "garbage\n", "5|PENDING|Resources|x|1|u|debug|5:00|2026-11-28T13:16:43|0|(null)|\n",
+    "5|PENDING|Resources|1|1|u|debug|5:00|2026-11-28T13:16:43|x|(null)|\n"])
 def test_bad_queue_output_is_a_parse_error(text: str) -> None:
     with pytest.raises(ParseError, match="squeue line"):
         parse_queue(text)
