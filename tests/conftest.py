@@ -1,4 +1,5 @@
-"""Test-wide configuration: tier markers follow the folder a test lives in."""
+"""Test-wide configuration: tier markers follow the folder a test lives in; tests that
+empty slurmctld's state run last."""
 
 from __future__ import annotations
 
@@ -19,3 +20,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for tier in TIERS:
             if tier in parts:
                 item.add_marker(getattr(pytest.mark, tier))
+    # A test that empties slurmctld's saved state restarts Slurm's job ids: every later
+    # job of the same lab run would reuse an earlier test's id. Those run last.
+    items.sort(key=lambda item: item.get_closest_marker("wipes_slurm_state") is not None)

@@ -7,9 +7,9 @@ RAMDISK named with a cycle the old job never had.
 The lab's slurmctld is restarted with its StateSaveLocation emptied (as when it is lost;
 ``slurmctld -c`` alone keeps the id sequence): slurmd kills the orphaned job, and ids
 start again at FirstJobId. rsad is down across it (SIGKILL), so its first look at the
-queue shows the new job under the old job's id. Later tests of the same lab run meet a
-slurmctld without its earlier saved state (job ids go on after the reused one; seen: a
-requeued job then started again without Slurm's usual 121 s requeue delay).
+queue shows the new job under the old job's id. It is marked ``wipes_slurm_state`` and
+runs last in its lab run (tests/conftest.py): every later job would otherwise reuse an
+earlier test's id.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from tests.integration.slurmkit import (
 )
 from tests.integration.test_rsad_staging import rsa_job, wait_state
 
-pytestmark = pytest.mark.queue
+pytestmark = [pytest.mark.queue, pytest.mark.wipes_slurm_state]
 
 
 @pytest.fixture
