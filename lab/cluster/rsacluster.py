@@ -120,11 +120,12 @@ def hosts() -> dict[str, str]:
 
 
 def run(argv: Sequence[str], *, timeout: float = 60, check: bool = True,
-        input: str | None = None) -> subprocess.CompletedProcess[str]:
+        input: str | None = None, node: str | None = None) -> subprocess.CompletedProcess[str]:
+    """argv to completion; ``node``: it enters that node (its nsenter carries the mark)."""
+    env = {"PATH": HOST_PATH, "LC_ALL": "C.UTF-8", **({MARK: node} if node else {})}
     try:
         done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                              input=input, check=False,
-                              env={"PATH": HOST_PATH, "LC_ALL": "C.UTF-8"})
+                              input=input, check=False, env=env)
     except subprocess.TimeoutExpired as e:
         raise ClusterError(f"timed out after {timeout}s: {shlex.join(argv)}") from e
     if check and done.returncode != 0:
@@ -253,13 +254,13 @@ def _wire(switch: int, name: str, init: int, addr: str) -> None:
     """A veth pair: rsacl-<name> on the bridge, eth0 with the node's address in it."""
     link = f"{PREFIX}-{name}"
     run(["nsenter", "-t", str(switch), "-n", "--", "ip", "link", "add", link, "type", "veth",
-         "peer", "name", "eth0", "netns", str(init)])
+         "peer", "name", "eth0", "netns", str(init)], node="switch")
     run(["nsenter", "-t", str(switch), "-n", "--", "ip", "link", "set", link, "master",
-         BRIDGE, "up"])
+         BRIDGE, "up"], node="switch")
     for cmd in (["ip", "link", "set", "lo", "up"],
                 ["ip", "addr", "add", f"{addr}/{NETMASK}", "dev", "eth0"],
                 ["ip", "link", "set", "eth0", "up"]):
-        run(["nsenter", "-t", str(init), "-n", "--", *cmd])
+        run(["nsenter", "-t", str(init), "-n", "--", *cmd], node=name)
 
 
 def on(name: str, argv: Sequence[str], *, timeout: float = 60, check: bool = True,
@@ -269,7 +270,7 @@ def on(name: str, argv: Sequence[str], *, timeout: float = 60, check: bool = Tru
     init = ours(entry, name) if entry else None
     if init is None:
         raise ClusterError(f"node {name} is not up (lab/cluster/clusterctl up)")
-    return run(node_argv(init, argv), timeout=timeout, check=check, input=input)
+    return run(node_argv(init, argv), timeout=timeout, check=check, input=input, node=name)
 
 
 def sh(name: str, script: str, *, timeout: float = 60) -> str:
@@ -322,9 +323,9 @@ def up() -> None:
     try:
         sw = _hold("switch", ["unshare", "--net", "--", "sh", "-c", SWITCH], {})
         switch = int(str(sw["init"]))
-        run(["nsenter", "-t", str(switch), "-n", "--", "ip", "link", "add", BRIDGE, "type",
-             "bridge"])
-        run(["nsenter", "-t", str(switch), "-n", "--", "ip", "link", "set", BRIDGE, "up"])
+        for cmd in (["ip", "link", "add", BRIDGE, "type", "bridge"],
+                    ["ip", "link", "set", BRIDGE, "up"]):
+            run(["nsenter", "-t", str(switch), "-n", "--", *cmd], node="switch")
         for name in ROLES:
             entry = _boot(name, root)
             _wire(switch, name, int(str(entry["init"])), table[name])
@@ -388,7 +389,7 @@ def leftovers() -> list[str]:
             except OSError:
                 continue
             left.append(f"process {proc.name} ({comm}) of node {name}")
-    links = run(["ip", "-o", "link", "show"], check=False).stdout
+    links = run(["ip", "-o", "link", "show"], check=False).stdout  # the host's
     for line in links.splitlines():
         fields = line.split(":")
         if len(fields) > 1 and fields[1].strip().split("@")[0].startswith(PREFIX):
@@ -434,7 +435,34 @@ def check_clean() -> int:
     return 1 if left else 0
 
 
-USAGE = """usage: lab/cluster/clusterctl up|down|status|check-clean|image
+def verify_check_clean() -> int:
+    """check-clean must see what it is for: with the cluster down, a planted marked
+    process in a network namespace of its own (as a node's holder) makes it fail naming
+    the process; once that is killed (by PID) it passes again."""
+    if STATE_FILE.exists():
+        print("cluster: verify-check-clean runs with the cluster down", file=sys.stderr)
+        return 2
+    if check_clean() != 0:
+        return 1
+    plant = subprocess.Popen(["unshare", "--net", "--", "sleep", "300"],
+                             stdin=subprocess.DEVNULL, env={"PATH": HOST_PATH, MARK: "plant"})
+    try:
+        wait_for("the planted process", lambda: _marked(plant.pid) == "plant", timeout=10)
+        seen = [x for x in leftovers() if f"process {plant.pid} " in x]
+    finally:
+        os.kill(plant.pid, signal.SIGKILL)
+        plant.wait(timeout=30)
+    if not seen:
+        print(f"cluster verify-check-clean: FAILED: a planted process {plant.pid} was not "
+              "seen", file=sys.stderr)
+        return 1
+    if check_clean() != 0:
+        return 1
+    print(f"cluster verify-check-clean: ok (saw {seen[0]}; clean once it was killed)")
+    return 0
+
+
+USAGE = """usage: lab/cluster/clusterctl up|down|status|check-clean|verify-check-clean|image
        lab/cluster/clusterctl node NAME CMD...   (run CMD on node NAME, as root)"""
 
 
@@ -455,6 +483,8 @@ def main(argv: Sequence[str]) -> int:
             return status()
         elif cmd == "check-clean":
             return check_clean()
+        elif cmd == "verify-check-clean":
+            return verify_check_clean()
         elif cmd == "image":
             print(image())
         elif cmd == "node" and len(rest) >= 2:
@@ -463,6 +493,7 @@ def main(argv: Sequence[str]) -> int:
             if init is None:
                 print(f"cluster: node {rest[0]} is not up", file=sys.stderr)
                 return 2
+            os.environ[MARK] = rest[0]  # nsenter, in the node's namespaces, is the lab's
             os.execvp("nsenter", node_argv(init, rest[1:]))
         else:
             print(USAGE, file=sys.stderr)

@@ -1,0 +1,63 @@
+"""Every node of the cluster lab is a host of its own, and Slurm runs across them: a
+plain batch job submitted on ctl runs on c1 (slurmctld and slurmd talk over the lab's
+bridge, each node with its own munged and one shared key)."""
+
+from __future__ import annotations
+
+import time
+
+from tests.cluster.conftest import Cluster
+
+NODES = ("ctl", "c1", "c2", "rsa1", "rsa2", "pfs")
+ADDRESS = {"ctl": "10.230.0.10", "c1": "10.230.0.11", "c2": "10.230.0.12",
+           "rsa1": "10.230.0.21", "rsa2": "10.230.0.22", "pfs": "10.230.0.30"}
+
+
+def test_each_node_is_its_own_host(cluster: Cluster) -> None:
+    for node in NODES:
+        assert cluster.out(node, ["hostname"]).strip() == node
+        addrs = cluster.out(node, ["ip", "-o", "-4", "addr", "show", "dev", "eth0"])
+        assert f"inet {ADDRESS[node]}/24" in addrs
+        # the package's config as its postinst leaves it, in every node's own /etc
+        assert cluster.out(node, ["stat", "-c", "%U:%G:%a", "/etc/rsa/rsa.yaml"]).strip() \
+            == "root:root:640"
+    # a private /run: a file made on ctl is not on c1; own PID namespace: c1 sees no
+    # slurmctld, ctl no slurmd
+    cluster.run("ctl", ["touch", "/run/rsacl-probe"])
+    assert cluster.run("c1", ["test", "-e", "/run/rsacl-probe"], check=False).returncode == 1
+    assert "slurmctld" not in cluster.out("c1", ["ps", "-e", "-o", "comm="]).split()
+    assert "slurmd" not in cluster.out("ctl", ["ps", "-e", "-o", "comm="]).split()
+    # names resolve by the image's /etc/hosts, and the nodes reach each other
+    assert ADDRESS["c1"] in cluster.out("ctl", ["getent", "hosts", "c1"])
+    assert cluster.run("ctl", ["bash", "-c", "exec 3<>/dev/tcp/c1/6818"]).returncode == 0
+
+
+def test_one_munge_key_across_hosts(cluster: Cluster) -> None:
+    cred = cluster.out("c1", ["munge", "-n"], user="rsauser")
+    decoded = cluster.run("ctl", ["unmunge"], check=False)
+    assert decoded.returncode != 0  # no credential given: unmunge refuses
+    done = cluster.run("ctl", ["sh", "-c", f"printf '%s' '{cred.strip()}' | unmunge"])
+    assert "STATUS:          Success" in done.stdout
+    assert "ENCODE_HOST:     c1" in done.stdout
+
+
+def test_sbatch_hostname_runs_on_c1(cluster: Cluster) -> None:
+    job = cluster.out("ctl", ["sbatch", "--parsable", "-w", "c1", "--chdir=/tmp",
+                              "-o", "/tmp/hostname-%j.out", "--wrap", "hostname"],
+                      user="rsauser").strip()
+    assert job.isdigit(), job
+    deadline = time.monotonic() + 60
+    state = ""
+    while time.monotonic() < deadline:
+        state = cluster.out("ctl", ["squeue", "-h", "-t", "all", "-j", job, "-o", "%T %N"])
+        if state.split()[:1] == ["COMPLETED"]:
+            break
+        time.sleep(0.5)
+    assert state.split() == ["COMPLETED", "c1"], state
+    # the job ran on c1 as rsauser: its output is in c1's /tmp, and only there
+    out = cluster.run("c1", ["stat", "-c", "%U %s", f"/tmp/hostname-{job}.out"]).stdout
+    assert out.split()[0] == "rsauser"
+    assert cluster.out("c1", ["cat", f"/tmp/hostname-{job}.out"]).strip() == "c1"
+    for other in ("ctl", "c2"):
+        assert cluster.run(other, ["test", "-e", f"/tmp/hostname-{job}.out"],
+                           check=False).returncode == 1
