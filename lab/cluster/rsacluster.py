@@ -47,14 +47,18 @@ HOST_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 ENV = (f"PATH={HOST_PATH}", "LC_ALL=C.UTF-8", "HOME=/root")
 
 # the roles: what each node runs (start order: this table's order, then daemons' order)
+# (pfs-client: each node mounts the PFS at PFS with its own mfsmount)
 ROLES: dict[str, tuple[str, ...]] = {
-    "pfs": (),
-    "ctl": ("munged", "slurmctld"),
-    "c1": ("munged", "slurmd"),
-    "c2": ("munged", "slurmd"),
-    "rsa1": ("munged", "sshd"),
-    "rsa2": ("munged", "sshd"),
+    "pfs": ("mfsmaster", "mfschunkserver"),
+    "ctl": ("munged", "pfs-client", "slurmctld"),
+    "c1": ("munged", "pfs-client", "slurmd"),
+    "c2": ("munged", "pfs-client", "slurmd"),
+    "rsa1": ("munged", "pfs-client", "sshd"),
+    "rsa2": ("munged", "pfs-client", "sshd"),
 }
+COMM = {"pfs-client": "mfsmount"}  # the process a role's name stands for, when not its own
+PFS = "/pfs"  # the PFS's mount point, the same on every node that mounts it
+USERS = ("rsauser", "rsaother")  # made in the image; their homes on the PFS
 
 # PID 1 of a node: its mounts, its hostname, then init (reaps what daemonizes under it)
 SETUP = r"""set -e
@@ -296,8 +300,92 @@ def _start(name: str, daemon: str) -> None:
         # every host its own host keys (the image's would be one key for all)
         sh(name, "rm -f /etc/ssh/ssh_host_*\nssh-keygen -q -A\n"
                  "install -d -m 0755 /run/sshd\n/usr/sbin/sshd" + QUIET)
+    elif daemon == "mfsmaster":
+        # the PFS's master: its own config on its own host (pfs), exports to the lab's net
+        sh(name, f"""echo '{hosts()["ctl"].rsplit(".", 1)[0]}.0/{NETMASK} / \
+rw,alldirs,admin,maproot=0:0' > /etc/mfs/mfsexports.cfg
+: > /etc/mfs/mfsmaster.cfg
+install -o mfs -g mfs -m 0644 /var/lib/mfs/metadata.mfs.empty /var/lib/mfs/metadata.mfs
+mfsmaster -c /etc/mfs/mfsmaster.cfg start""" + QUIET)
+    elif daemon == "mfschunkserver":
+        sh(name, """install -d -o mfs -g mfs /var/lib/mfs/chunks
+echo /var/lib/mfs/chunks > /etc/mfs/mfshdd.cfg
+printf 'MASTER_HOST = pfs\nHDD_LEAVE_SPACE_DEFAULT = 256MiB\n' > /etc/mfs/mfschunkserver.cfg
+mfschunkserver -c /etc/mfs/mfschunkserver.cfg start""" + QUIET)
+        wait_for("the PFS's chunkserver", lambda: "\t9422\t" in on(
+            name, ["mfscli", "-H", "pfs", "-SCS", "-p"], check=False).stdout, timeout=30)
+    elif daemon == "pfs-client":
+        sh(name, f"mkdir -p {PFS}\nmfsmount {PFS} -H pfs -o mfsioretries=5,"
+                 f"default_permissions" + QUIET)
+        wait_for(f"the PFS on {name}", lambda: on(
+            name, ["mountpoint", "-q", PFS], check=False).returncode == 0, timeout=30)
+        if name == "ctl":  # once, from the first client: goal 1, the users' homes
+            homes = " ".join(f"{PFS}/home/{u}" for u in USERS)
+            script = [f"mfssetgoal -r 1 {PFS} >/dev/null", f"mkdir -p {homes}"]
+            script += [f"chown {u}: {PFS}/home/{u}; chmod 0700 {PFS}/home/{u}" for u in USERS]
+            sh(name, "\n".join(script))
     else:
         raise ClusterError(f"no such daemon {daemon}")
+
+
+RSA_NODES = tuple(n for n, r in ROLES.items() if "sshd" in r)
+POOL = "/var/lib/rsa-ram"  # the ram tier's pool: a tmpfs of its own on each RSA node
+LOCKIN_PRIORITY = 4_294_967_000  # without accounting: above every ordinary job's
+
+
+def rsa_yaml() -> str:
+    """/etc/rsa/rsa.yaml on ctl, as the operator guide has a site write it."""
+    first, last = RSA_NODES[0], RSA_NODES[-1]
+    names = f"rsa[{first.removeprefix('rsa')}-{last.removeprefix('rsa')}]"
+    return f"""\
+# /etc/rsa/rsa.yaml of the cluster lab (lab/cluster/rsacluster.py; docs/lab.md)
+pool:
+  nodes:
+    - names: "{names}"
+      tier: ram
+      capacity: 1G
+      pool_dir: {POOL}
+ssh:
+  key: /etc/rsa/id_ed25519
+  known_hosts: /etc/rsa/known_hosts
+allocation:
+  max_nodes: {len(RSA_NODES)}
+  max_request: {len(RSA_NODES)}
+staging:
+  allowed_roots: [{PFS}/home]
+slurm:
+  lockin:
+    # no accounting in the cluster lab (yet): lock-in by priority
+    method: priority
+    priority: {LOCKIN_PRIORITY}
+daemon:
+  api:
+    # compute nodes reach rsad over the management network
+    listen: "{hosts()["ctl"]}:7820"
+"""
+
+
+def _rsad() -> None:
+    """The operator guide's steps 2 and 3 on ctl and the RSA nodes, then rsad as its
+    unit runs it (ExecStartPre=rsad --check, ExecStart=rsad)."""
+    sh("ctl", "ssh-keygen -q -t ed25519 -N '' -f /etc/rsa/id_ed25519\n"
+              "chmod 600 /etc/rsa/id_ed25519")
+    pub = on("ctl", ["cat", "/etc/rsa/id_ed25519.pub"]).stdout
+    for node in RSA_NODES:
+        on(node, ["sh", "-ec", "install -d -m 0700 /root/.ssh\n"
+                  "cat > /root/.ssh/authorized_keys\n"
+                  f"mkdir -p {POOL}\n"
+                  f"mount -t tmpfs -o size=1g,mode=0700,nosuid,nodev,noexec rsa-ram {POOL}"],
+           input=pub)
+    # (the lab is its own admin: the host keys it scans are the ones sshd made just now)
+    known = on("ctl", ["ssh-keyscan", "-t", "ed25519", *RSA_NODES]).stdout
+    on("ctl", ["sh", "-ec", "cat > /etc/rsa/known_hosts"], input=known)
+    # the package's rsa.yaml is root:root 0640 (its postinst): rewritten in place, kept so
+    on("ctl", ["sh", "-ec", "cat > /etc/rsa/rsa.yaml"], input=rsa_yaml())
+    sh("ctl", "rsa config check /etc/rsa/rsa.yaml >/dev/null\nrsad --check >/var/log/rsad.log 2>&1")
+    sh("ctl", "setsid /usr/bin/rsad </dev/null >>/var/log/rsad.log 2>&1 &")
+    wait_for("rsad's API on ctl", lambda: on(
+        "ctl", ["rsa", "nodes"], check=False).returncode == 0, timeout=30)
 
 
 def _slurm_nodes_idle() -> bool:
@@ -333,6 +421,7 @@ def up() -> None:
             for daemon in daemons:
                 _start(name, daemon)
         wait_for("slurmd on every compute node idle", _slurm_nodes_idle, timeout=60)
+        _rsad()
     except BaseException:
         log("up failed: the nodes' daemon logs are kept in " + str(LOGS))
         _save_logs()
@@ -348,7 +437,7 @@ def _save_logs() -> None:
         if name == "switch" or ours(entry, name) is None:
             continue
         done = on(name, ["sh", "-c", "tail -n 30 /var/log/slurm/*.log /var/log/munge/*.log"
-                         " 2>/dev/null"], check=False)
+                         " /var/log/rsad.log 2>/dev/null"], check=False)
         (LOGS / f"{name}.logs").write_text(done.stdout)
 
 
@@ -415,7 +504,7 @@ def status() -> int:
             bad = 1
             continue
         comms = set(on(name, ["ps", "-e", "-o", "comm="]).stdout.split())
-        missing = [d for d in daemons if d not in comms]
+        missing = [d for d in daemons if COMM.get(d, d) not in comms]
         bad |= bool(missing)
         print(f"{name} {table[name]}: {'up' if not missing else 'MISSING ' + ' '.join(missing)}"
               f" ({', '.join(daemons) or 'no daemons yet'})")

@@ -61,3 +61,40 @@ def test_sbatch_hostname_runs_on_c1(cluster: Cluster) -> None:
     for other in ("ctl", "c2"):
         assert cluster.run(other, ["test", "-e", f"/tmp/hostname-{job}.out"],
                            check=False).returncode == 1
+
+
+def test_pfs_is_one_filesystem_at_the_same_path(cluster: Cluster) -> None:
+    # each node mounts the PFS (on its own host pfs) with its own client at /pfs: a file
+    # rsauser writes on c1 is on rsa2, with its owner; rsaother cannot read rsauser's home
+    cluster.run("c1", ["sh", "-c", "echo from-c1 > /pfs/home/rsauser/pfs-probe"],
+                user="rsauser")
+    for node in ("ctl", "c2", "rsa1", "rsa2"):
+        assert cluster.out(node, ["findmnt", "-n", "-o", "FSTYPE,SOURCE", "/pfs"]).split() \
+            == ["fuse", "mfs#pfs:9421"]
+        assert cluster.out(node, ["cat", "/pfs/home/rsauser/pfs-probe"]) == "from-c1\n"
+        assert cluster.out(node, ["stat", "-c", "%U", "/pfs/home/rsauser/pfs-probe"]) \
+            == "rsauser\n"
+    denied = cluster.run("rsa2", ["cat", "/pfs/home/rsauser/pfs-probe"], user="rsaother",
+                         check=False)
+    assert denied.returncode != 0 and "Permission denied" in denied.stderr
+
+
+def test_rsad_reaches_rsa_nodes_by_ssh(cluster: Cluster) -> None:
+    # rsad on ctl, configured as the operator guide says (its key and known_hosts in
+    # /etc/rsa, rsa.yaml root's 0640), sees both RSA nodes over SSH across the bridge, and
+    # `rsa nodes check` finds every tool and the PFS at the same paths on each
+    assert cluster.out("ctl", ["stat", "-c", "%U:%G:%a", "/etc/rsa/rsa.yaml"]) \
+        == "root:root:640\n"
+    nodes = cluster.out("ctl", ["rsa", "nodes"])
+    assert [line.split()[:3] for line in nodes.splitlines()[1:]] == [
+        ["rsa1", "ram", "up"], ["rsa2", "ram", "up"]]
+    check = cluster.out("ctl", ["rsa", "nodes", "check"], timeout=120)
+    assert check.splitlines() == ["rsa1: ok (MooseFS 3.0.117)", "rsa2: ok (MooseFS 3.0.117)"]
+    # real sshd, real host keys: each RSA node has its own, and ctl's known_hosts has both
+    keys = {cluster.out(n, ["cut", "-d", " ", "-f2", "/etc/ssh/ssh_host_ed25519_key.pub"])
+            for n in ("rsa1", "rsa2")}
+    assert len(keys) == 2
+    assert cluster.out("ctl", ["ssh", "-i", "/etc/rsa/id_ed25519", "-o", "BatchMode=yes",
+                               "-o", "UserKnownHostsFile=/etc/rsa/known_hosts",
+                               "-o", "StrictHostKeyChecking=yes", "root@rsa2",
+                               "hostname"]) == "rsa2\n"
