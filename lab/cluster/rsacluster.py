@@ -329,6 +329,7 @@ mfschunkserver -c /etc/mfs/mfschunkserver.cfg start""" + QUIET)
 
 
 RSA_NODES = tuple(n for n, r in ROLES.items() if "sshd" in r)
+COMPUTE = tuple(n for n, r in ROLES.items() if "slurmd" in r)
 POOL = "/var/lib/rsa-ram"  # the ram tier's pool: a tmpfs of its own on each RSA node
 LOCKIN_PRIORITY = 4_294_967_000  # without accounting: above every ordinary job's
 
@@ -380,8 +381,10 @@ def _rsad() -> None:
     # (the lab is its own admin: the host keys it scans are the ones sshd made just now)
     known = on("ctl", ["ssh-keyscan", "-t", "ed25519", *RSA_NODES]).stdout
     on("ctl", ["sh", "-ec", "cat > /etc/rsa/known_hosts"], input=known)
-    # the package's rsa.yaml is root:root 0640 (its postinst): rewritten in place, kept so
-    on("ctl", ["sh", "-ec", "cat > /etc/rsa/rsa.yaml"], input=rsa_yaml())
+    # the package's rsa.yaml is root:root 0640 (its postinst): rewritten in place, kept
+    # so; the same file on the compute nodes (their Prolog and Epilog read it)
+    for node in ("ctl", *COMPUTE):
+        on(node, ["sh", "-ec", "cat > /etc/rsa/rsa.yaml"], input=rsa_yaml())
     sh("ctl", "rsa config check /etc/rsa/rsa.yaml >/dev/null\nrsad --check >/var/log/rsad.log 2>&1")
     sh("ctl", "setsid /usr/bin/rsad </dev/null >>/var/log/rsad.log 2>&1 &")
     wait_for("rsad's API on ctl", lambda: on(

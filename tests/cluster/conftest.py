@@ -23,9 +23,10 @@ class Cluster:
     """The door into the nodes: ``lab/cluster/node NAME CMD...``."""
 
     def run(self, node: str, argv: Sequence[str], *, user: str | None = None,
-            timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess[str]:
+            timeout: float = 60, check: bool = True,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
         prefix = ["runuser", "-u", user, "--"] if user else []
-        done = subprocess.run([str(CLUSTER / "node"), node, *prefix, *argv],
+        done = subprocess.run([str(CLUSTER / "node"), node, *prefix, *argv], input=input,
                               capture_output=True, text=True, timeout=timeout, check=False)
         if check and done.returncode != 0:
             raise AssertionError(f"{node}: {argv} exited {done.returncode}: "

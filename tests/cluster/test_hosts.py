@@ -98,3 +98,49 @@ def test_rsad_reaches_rsa_nodes_by_ssh(cluster: Cluster) -> None:
                                "-o", "UserKnownHostsFile=/etc/rsa/known_hosts",
                                "-o", "StrictHostKeyChecking=yes", "root@rsa2",
                                "hostname"]) == "rsa2\n"
+
+
+JOB = """#!/bin/bash
+#SBATCH -N 1 -t 5
+#RSA_DATA_OUT=/pfs/home/rsauser/out
+head -c 1048576 /dev/urandom > /pfs/home/rsauser/out/data.bin
+hostname > /pfs/home/rsauser/out/host.txt
+sha256sum < /pfs/home/rsauser/out/data.bin > /pfs/home/rsauser/data.sha
+findmnt -n -o FSTYPE,SOURCE /pfs/home/rsauser/out > /pfs/home/rsauser/out.mnt
+"""
+
+
+def test_rsa_data_out_job_through_its_lifecycle(cluster: Cluster) -> None:
+    # the whole RSA path across hosts: job_submit.lua and the hooks from the package,
+    # rsad on ctl builds the RAMDISK on an RSA node over ssh, c1's Prolog mounts it over
+    # RSA_DATA_OUT (MooseFS across the bridge), the job writes there, the RSA node stages
+    # it out to the PFS as rsauser and verifies it
+    cluster.run("ctl", ["sh", "-c", "mkdir -p /pfs/home/rsauser/out && cat > "
+                        "/pfs/home/rsauser/out-job.sh"], user="rsauser", input=JOB)
+    job = cluster.out("ctl", ["sbatch", "--parsable", "-w", "c1", "--chdir=/pfs/home/rsauser",
+                              "-o", "/pfs/home/rsauser/out-%j.log",
+                              "/pfs/home/rsauser/out-job.sh"], user="rsauser").strip()
+    assert job.isdigit(), job
+    deadline = time.monotonic() + 120
+    shown = ""
+    while time.monotonic() < deadline:
+        shown = cluster.run("ctl", ["rsa", "job", job], check=False).stdout  # tracked soon
+        if "rsa_state: released" in shown or "quarantine" in shown:
+            break
+        time.sleep(1)
+    assert "rsa_state: released" in shown, shown
+    assert "ok content verified: 2 objects (1M) in /pfs/home/rsauser/out" in shown, shown
+    assert "staging-out -> verifying" in shown and "-> mounted-output" in shown
+    # the job wrote to a RAMDISK served by an RSA node, not to the PFS
+    fstype, source = cluster.out("c1", ["cat", "/pfs/home/rsauser/out.mnt"]).split()
+    assert fstype == "fuse" and source.startswith(("mfs#rsa1:", "mfs#rsa2:")), source
+    # ... and its output is on the PFS, whole, as rsauser's, seen from another host
+    assert cluster.out("rsa2", ["cat", "/pfs/home/rsauser/out/host.txt"]) == "c1\n"
+    want = cluster.out("rsa2", ["cat", "/pfs/home/rsauser/data.sha"])
+    got = cluster.out("rsa2", ["sh", "-c", "sha256sum < /pfs/home/rsauser/out/data.bin"])
+    assert got == want
+    assert cluster.out("rsa2", ["stat", "-c", "%U %s", "/pfs/home/rsauser/out/data.bin"]) \
+        == "rsauser 1048576\n"
+    # nothing of the RAMDISK is left on the RSA nodes
+    for node in ("rsa1", "rsa2"):
+        assert cluster.out(node, ["sh", "-c", "ls -A /var/lib/rsa-ram"]) == ""
