@@ -121,14 +121,7 @@ def test_rsa_data_out_job_through_its_lifecycle(cluster: Cluster) -> None:
                               "-o", "/pfs/home/rsauser/out-%j.log",
                               "/pfs/home/rsauser/out-job.sh"], user="rsauser").strip()
     assert job.isdigit(), job
-    deadline = time.monotonic() + 120
-    shown = ""
-    while time.monotonic() < deadline:
-        shown = cluster.run("ctl", ["rsa", "job", job], check=False).stdout  # tracked soon
-        if "rsa_state: released" in shown or "quarantine" in shown:
-            break
-        time.sleep(1)
-    assert "rsa_state: released" in shown, shown
+    shown = _wait_released(cluster, job)
     assert "ok content verified: 2 objects (1M) in /pfs/home/rsauser/out" in shown, shown
     assert "staging-out -> verifying" in shown and "-> mounted-output" in shown
     # the job wrote to a RAMDISK served by an RSA node, not to the PFS
@@ -144,3 +137,51 @@ def test_rsa_data_out_job_through_its_lifecycle(cluster: Cluster) -> None:
     # nothing of the RAMDISK is left on the RSA nodes
     for node in ("rsa1", "rsa2"):
         assert cluster.out(node, ["sh", "-c", "ls -A /var/lib/rsa-ram"]) == ""
+
+
+IO_JOB = """#!/bin/bash
+#SBATCH -N 1 -t 5
+#RSA_DATA_IN=/pfs/home/rsauser/in
+#RSA_DATA_OUT=/pfs/home/rsauser/res
+r=/pfs/home/rsauser/report
+{ cat /pfs/home/rsauser/in/a.txt; findmnt -n -o FSTYPE,SOURCE /pfs/home/rsauser/in
+  test -e /run/rsa/rsad.sock && echo "socket here"
+  rsa job; echo "rsa job: $?"
+  rsa input-done; echo "input-done: $?"
+  findmnt -n -o FSTYPE,SOURCE /pfs/home/rsauser/res; } > $r 2>&1
+echo result > /pfs/home/rsauser/res/b.txt
+"""
+
+
+def test_rsa_in_a_job_on_a_compute_node(cluster: Cluster) -> None:
+    # the user guide's `rsa job` and `rsa input-done`, bare, inside a job on c1: no rsad
+    # socket there; rsa is on the job's PATH and finds rsad by /etc/rsa/client.conf over
+    # the management network, authenticated with MUNGE as rsauser
+    cluster.run("ctl", ["sh", "-c", "mkdir -p /pfs/home/rsauser/in /pfs/home/rsauser/res && "
+                        "echo input > /pfs/home/rsauser/in/a.txt && "
+                        "cat > /pfs/home/rsauser/io-job.sh"], user="rsauser", input=IO_JOB)
+    job = cluster.out("ctl", ["sbatch", "--parsable", "-w", "c1", "--chdir=/pfs/home/rsauser",
+                              "-o", "/pfs/home/rsauser/io-%j.log",
+                              "/pfs/home/rsauser/io-job.sh"], user="rsauser").strip()
+    _wait_released(cluster, job)
+    report = cluster.out("c2", ["cat", "/pfs/home/rsauser/report"]).splitlines()
+    assert report[0] == "input"  # read from the RAMDISK the input was staged to
+    assert report[1].split()[0] == "fuse" and report[1].split()[1].startswith("mfs#rsa")
+    assert "socket here" not in report
+    assert f"    job_id: {job}" in report and "rsa job: 0" in report
+    assert "job " + job + ": input done; the RAMDISK is mounted over /pfs/home/rsauser/res:" \
+        " write there" in report and "input-done: 0" in report
+    assert report[-1].split()[0] == "fuse" and report[-1].split()[1].startswith("mfs#rsa")
+    assert cluster.out("rsa2", ["cat", "/pfs/home/rsauser/res/b.txt"]) == "result\n"
+
+
+def _wait_released(cluster: Cluster, job: str, timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    shown = ""
+    while time.monotonic() < deadline:
+        shown = cluster.run("ctl", ["rsa", "job", job], check=False).stdout  # tracked soon
+        if "rsa_state: released" in shown or "quarantine" in shown:
+            break
+        time.sleep(1)
+    assert "rsa_state: released" in shown, shown
+    return shown
