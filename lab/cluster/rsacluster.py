@@ -22,6 +22,8 @@ of the node, and its mounts, veth and namespaces go with them. Every holder carr
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import shlex
@@ -444,6 +446,10 @@ def _save_logs() -> None:
         (LOGS / f"{name}.logs").write_text(done.stdout)
 
 
+def _all_gone(pids: list[int]) -> bool:
+    return all(_marked(pid) is None for pid in pids)
+
+
 def down() -> None:
     """Kill every node's PID 1 (the kernel kills the rest of its PID namespace; its
     mounts, veth and namespaces go with its last process), then the switch."""
@@ -460,8 +466,18 @@ def down() -> None:
     for holder in holders:
         while _marked(holder) is not None and time.monotonic() < deadline:
             time.sleep(0.1)
-        if _marked(holder) is not None:
-            os.kill(holder, signal.SIGKILL)
+    # then every process that still carries the lab's mark (a node whose PID 1 an up
+    # killed half-way never recorded, a holder that did not end): each is the lab's own
+    for _ in range(3):
+        marked = [int(p.name) for p in Path("/proc").iterdir()
+                  if p.name.isdigit() and _marked(int(p.name)) is not None]
+        if not marked:
+            break
+        for pid in marked:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        wait_for("the lab's processes to end", functools.partial(_all_gone, marked),
+                 timeout=30)
     left = leftovers()
     if left:
         raise ClusterError("down left:\n  " + "\n  ".join(left))
