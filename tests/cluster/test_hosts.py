@@ -4,9 +4,14 @@ bridge, each node with its own munged and one shared key)."""
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+from pathlib import Path
 
 from tests.cluster.conftest import Cluster
+
+ROOT = Path(__file__).resolve().parents[2]
 
 NODES = ("ctl", "c1", "c2", "rsa1", "rsa2", "pfs")
 ADDRESS = {"ctl": "10.230.0.10", "c1": "10.230.0.11", "c2": "10.230.0.12",
@@ -185,3 +190,43 @@ def _wait_released(cluster: Cluster, job: str, timeout: float = 120) -> str:
         time.sleep(1)
     assert "rsa_state: released" in shown, shown
     return shown
+
+
+def test_the_shared_labs_check_clean_leaves_the_cluster_alone(cluster: Cluster) -> None:
+    # the lab of lab/rsalab lists every process in a namespace of its own as its
+    # leftover: the cluster lab's (marked, in its nodes' PID namespaces) are not its own,
+    # so a lab-test beside a running cluster lab must not fail on them
+    sys.path.insert(0, str(ROOT / "lab"))
+    try:
+        from rsalab import clean, common  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(ROOT / "lab"))
+    ours = {str(p) for p in _cluster_pids()}
+    assert ours, "no process of the cluster lab found"
+    listed = [line for line in clean.leftovers(common.Settings())
+              if line.startswith("process ") and line.split()[1] in ours]
+    assert listed == []
+
+
+def _cluster_pids() -> list[int]:
+    """Every process of the cluster lab as the host sees it: the marked holders and every
+    process in a marked node's PID namespace."""
+    marked: set[int] = set()
+    namespaces: set[str] = set()
+    host = os.readlink("/proc/self/ns/pid")
+    procs = [p for p in Path("/proc").iterdir() if p.name.isdigit()]
+    for p in procs:
+        try:
+            if any(e.startswith(b"RSACL_NODE=") for e in (p / "environ").read_bytes().split(b"\0")):
+                marked.add(int(p.name))
+                if (ns := os.readlink(p / "ns" / "pid")) != host:
+                    namespaces.add(ns)
+        except OSError:
+            continue
+    for p in procs:
+        try:
+            if os.readlink(p / "ns" / "pid") in namespaces:
+                marked.add(int(p.name))
+        except OSError:
+            continue
+    return sorted(marked)
