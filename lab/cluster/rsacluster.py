@@ -40,6 +40,7 @@ WORK = Path(os.environ.get("RSA_CLUSTER_WORK", "/var/tmp/rsa-cluster"))
 MNT = WORK / "mnt"  # an empty directory: each node mounts its own tmpfs on it, privately
 STATE = Path("/run/rsa-cluster")
 STATE_FILE = STATE / "state.json"
+COMPLETE = STATE / "up"  # written last by an up that finished
 LOGS = STATE / "log"
 MARK = "RSACL_NODE"
 PREFIX = "rsacl"  # every link name (the shared lab's start with rsalab)
@@ -405,7 +406,8 @@ def up() -> None:
     t0 = time.monotonic()
     state = load_state()
     if state:
-        if all(ours(e, n) for n, e in state.items() if n != "switch") and "switch" in state:
+        if COMPLETE.exists() and set(state) == {"switch", *ROLES} and all(
+                ours(e, n) for n, e in state.items()):
             log("already up")
             return
         raise ClusterError(f"a cluster lab was left half up ({STATE_FILE}): run "
@@ -433,6 +435,7 @@ def up() -> None:
         log("taking down what was started")
         down()
         raise
+    COMPLETE.write_text("up\n")
     log(f"up in {time.monotonic() - t0:.1f}s: {', '.join(f'{n} {table[n]}' for n in ROLES)}")
 
 
@@ -481,6 +484,7 @@ def down() -> None:
     left = leftovers()
     if left:
         raise ClusterError("down left:\n  " + "\n  ".join(left))
+    COMPLETE.unlink(missing_ok=True)
     STATE_FILE.unlink(missing_ok=True)
     log("down")
 
