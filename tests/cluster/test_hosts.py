@@ -129,6 +129,12 @@ def test_rsa_data_out_job_through_its_lifecycle(cluster: Cluster) -> None:
     shown = _wait_released(cluster, job)
     assert "ok content verified: 2 objects (1M) in /pfs/home/rsauser/out" in shown, shown
     assert "staging-out -> verifying" in shown and "-> mounted-output" in shown
+    # slurmctld's hooks ran as SlurmUser, who cannot read rsa.yaml (root's 0640), and
+    # found rsad by /etc/rsa/client.conf: rsad heard both
+    assert "job on-deck -> running (PrologSlurmctld)" in shown
+    assert "job running -> finished (EpilogSlurmctld, exit code 0)" in shown
+    denied = cluster.run("ctl", ["cat", "/etc/rsa/rsa.yaml"], user="slurm", check=False)
+    assert denied.returncode != 0 and "Permission denied" in denied.stderr
     # the job wrote to a RAMDISK served by an RSA node, not to the PFS
     fstype, source = cluster.out("c1", ["cat", "/pfs/home/rsauser/out.mnt"]).split()
     assert fstype == "fuse" and source.startswith(("mfs#rsa1:", "mfs#rsa2:")), source
