@@ -18,7 +18,7 @@ APT_PKGS   := python3-venv python3-dev lua5.1 lua5.4 sqlite3 tmux rsync tar mung
               gcc make libc6-dev libslurm-dev slurm-client nftables
 SPANK      := slurm_plugins/spank
 
-.PHONY: install test unit lint clean spank deb install-test grammar mfs4-test slurm24-test
+.PHONY: install test unit lint clean spank deb install-test grammar mfs4-test slurm24-test cluster-test
 
 install: $(VENV)/.installed spank
 
@@ -123,3 +123,16 @@ clean:
 
 # Lab targets (lab-up, lab-down, ...) are owned by lab/.
 -include lab/lab.mk
+
+# The cluster lab (lab/cluster, issue 30; docs/lab.md "The cluster lab"): every node its
+# own host, booted from one Debian 12 image with the packages of `make deb` installed by
+# apt. Run as root; not in `make test` yet. It brings the cluster up, runs tests/cluster
+# (CLUSTER_TESTS narrows it), always takes it down, then checks nothing of it is left and
+# that the check sees a planted leftover. Separate from the shared lab (its own
+# namespaces, addresses 10.230.0.0/24, names rsacl*): it needs no lab lock.
+CLUSTER_TESTS ?= tests/cluster
+cluster-test: install deb
+	RSA_CLUSTER_LAB=1 $(VENV)/bin/pytest -q -p no:cacheprovider $(CLUSTER_TESTS); rc=$$?; \
+	lab/cluster/clusterctl check-clean || rc=1; \
+	lab/cluster/clusterctl verify-check-clean || rc=1; \
+	exit $$rc

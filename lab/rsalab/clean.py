@@ -70,8 +70,40 @@ def _not_the_labs(proc: Path, cmd: str) -> bool:
     return root != "/" or f" {work}/root " in f" {cmd} "
 
 
+CLUSTER_MARK = b"RSACL_NODE="  # lab/cluster/rsacluster.py's holders carry it
+
+
+def _cluster_lab() -> tuple[set[int], set[str]]:
+    """The cluster lab's holders (lab/cluster, its own check-clean watches them) and the
+    PID namespaces of its nodes: every process of a node lives in its node's."""
+    holders: set[int] = set()
+    pidns: set[str] = set()
+    host_pidns = os.readlink("/proc/self/ns/pid")
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            env = (d / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(item.startswith(CLUSTER_MARK) for item in env):
+            holders.add(int(d.name))
+            ns = _pidns(d)
+            if ns and ns != host_pidns:  # a node's PID 1, not a holder in ours
+                pidns.add(ns)
+    return holders, pidns
+
+
+def _pidns(proc: Path) -> str:
+    try:
+        return os.readlink(proc / "ns" / "pid")
+    except OSError:
+        return ""
+
+
 def leftovers(s: Settings) -> list[str]:
     found: list[str] = []
+    cluster_holders, cluster_pidns = _cluster_lab()
     my_mnt = os.readlink("/proc/self/ns/mnt")
     my_uts = os.readlink("/proc/self/ns/uts")
     my_net = os.readlink("/proc/self/ns/net")
@@ -88,6 +120,8 @@ def leftovers(s: Settings) -> list[str]:
             continue
         if ns["mnt"] != my_mnt and _not_the_labs(d, cmd):
             continue  # make test runs the install test beside the lab: not the lab's
+        if int(d.name) in cluster_holders or _pidns(d) in cluster_pidns:
+            continue  # the cluster lab's (lab/cluster): not this lab's
         if ns["mnt"] != my_mnt or ns["uts"] != my_uts or ns["net"] != my_net:
             found.append(f"process {d.name} in a namespace of its own: {cmd.strip()[:120]}")
         elif comm in DAEMONS or "/run/rsa-lab/" in cmd:

@@ -1,0 +1,616 @@
+"""The cluster lab (issue 30): every node its own host, booted from one installed image.
+
+Owns the node table (read from the image's ``/etc/hosts``, ``lab/cluster/files``), the
+nodes' namespaces, the network between them, the daemons each role runs, and their
+teardown and leak check. Entry point: ``lab/cluster/clusterctl``; docs/lab.md, "The
+cluster lab".
+
+Each node is a holder process (``unshare --pid --fork --mount --uts --ipc --net``) whose
+child is PID 1 of the node's PID namespace. In its private mount namespace that child
+mounts a tmpfs, an overlay of the shared image (``lab/cluster/image``) with a writable
+upper layer in that tmpfs, and fresh ``/proc``, ``/sys``, ``/run``, ``/tmp`` and
+``/dev/shm``; sets the node's hostname; pivots into the overlay and waits as init (it
+reaps orphans). Every command on a node enters all of its namespaces and its root
+(:func:`node_argv`), as ssh would put it there.
+
+The network: a "switch" namespace holding the bridge ``rsacl0``, and one veth pair per
+node (``rsacl-<node>`` on the bridge, ``eth0`` in the node). Nothing is made in the host's
+own network or mount namespace: when a node's PID 1 dies, the kernel kills every process
+of the node, and its mounts, veth and namespaces go with them. Every holder carries
+``RSACL_NODE=<name>`` in its environment, which :func:`leftovers` looks for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+WORK = Path(os.environ.get("RSA_CLUSTER_WORK", "/var/tmp/rsa-cluster"))
+MNT = WORK / "mnt"  # an empty directory: each node mounts its own tmpfs on it, privately
+STATE = Path("/run/rsa-cluster")
+STATE_FILE = STATE / "state.json"
+COMPLETE = STATE / "up"  # written last by an up that finished
+LOGS = STATE / "log"
+MARK = "RSACL_NODE"
+PREFIX = "rsacl"  # every link name (the shared lab's start with rsalab)
+BRIDGE = "rsacl0"
+NETMASK = 24
+HOST_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+ENV = (f"PATH={HOST_PATH}", "LC_ALL=C.UTF-8", "HOME=/root")
+
+# the roles: what each node runs (start order: this table's order, then daemons' order)
+# (pfs-client: each node mounts the PFS at PFS with its own mfsmount)
+ROLES: dict[str, tuple[str, ...]] = {
+    "pfs": ("mfsmaster", "mfschunkserver"),
+    "ctl": ("munged", "pfs-client", "slurmctld"),
+    "c1": ("munged", "pfs-client", "slurmd"),
+    "c2": ("munged", "pfs-client", "slurmd"),
+    "rsa1": ("munged", "pfs-client", "sshd"),
+    "rsa2": ("munged", "pfs-client", "sshd"),
+}
+COMM = {"pfs-client": "mfsmount"}  # the process a role's name stands for, when not its own
+PFS = "/pfs"  # the PFS's mount point, the same on every node that mounts it
+USERS = ("rsauser", "rsaother")  # made in the image; their homes on the PFS
+
+# PID 1 of a node: its mounts, its hostname, then init (reaps what daemonizes under it)
+SETUP = r"""set -e
+name=$1 image=$2 m=$3
+mount -t tmpfs -o mode=0755,size=2g "rsacl-$name" "$m"
+mkdir "$m/upper" "$m/work" "$m/root"
+mount -t overlay -o "lowerdir=$image,upperdir=$m/upper,workdir=$m/work" "rsacl-$name" "$m/root"
+r=$m/root
+mount -t proc proc "$r/proc"
+mount -t sysfs -o ro sysfs "$r/sys"
+# Slurm 22.05 loads a cgroup plugin even with proctrack/linuxproc and task/none: it wants
+# a tmpfs on /sys/fs/cgroup and a cgroup hierarchy at its systemd/ (v1). The node gets the
+# host's name=systemd hierarchy there, read-only: nothing in a node writes cgroups
+mount -t tmpfs -o mode=0755,size=1m cgroup "$r/sys/fs/cgroup"
+mkdir "$r/sys/fs/cgroup/systemd"
+mount --bind /sys/fs/cgroup/systemd "$r/sys/fs/cgroup/systemd"
+mount -o remount,bind,ro "$r/sys/fs/cgroup/systemd"
+mount --rbind /dev "$r/dev"
+mount -t tmpfs -o mode=1777 shm "$r/dev/shm"
+mount -t tmpfs -o mode=0755 run "$r/run"
+mount -t tmpfs -o mode=1777 tmp "$r/tmp"
+hostname "$name"
+echo "$name" > "$r/etc/hostname"
+cd "$r"
+mkdir -p .oldroot
+pivot_root . .oldroot
+umount -l /.oldroot
+rmdir /.oldroot
+exec /usr/bin/python3 -c "$INIT"
+"""
+INIT = """import os, time
+print("ready", flush=True)
+while True:
+    try:
+        os.waitpid(-1, 0)
+    except ChildProcessError:
+        time.sleep(0.2)
+"""
+# a daemon keeps no pipe of ours open (its own log says what it did)
+QUIET = " </dev/null >/dev/null 2>&1"
+SWITCH = 'ip link set lo up; echo ready; exec sleep infinity'
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+def log(msg: str) -> None:
+    print(f"cluster: {msg}", flush=True)
+
+
+def hosts() -> dict[str, str]:
+    """Node name -> address, from the image's /etc/hosts (one table for both)."""
+    table: dict[str, str] = {}
+    for line in (HERE / "files/etc/hosts").read_text().splitlines():
+        fields = line.split("#", 1)[0].split()
+        if len(fields) >= 2 and fields[1] in ROLES:
+            table[fields[1]] = fields[0]
+    missing = set(ROLES) - set(table)
+    if missing:
+        raise ClusterError(f"lab/cluster/files/etc/hosts names no address for {missing}")
+    return table
+
+
+def run(argv: Sequence[str], *, timeout: float = 60, check: bool = True,
+        input: str | None = None, node: str | None = None) -> subprocess.CompletedProcess[str]:
+    """argv to completion; ``node``: it enters that node (its nsenter carries the mark)."""
+    env = {"PATH": HOST_PATH, "LC_ALL": "C.UTF-8", **({MARK: node} if node else {})}
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                              input=input, check=False, env=env)
+    except subprocess.TimeoutExpired as e:
+        raise ClusterError(f"timed out after {timeout}s: {shlex.join(argv)}") from e
+    if check and done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip()[-800:]
+        raise ClusterError(f"exit {done.returncode}: {shlex.join(argv)}\n{tail}")
+    return done
+
+
+def wait_for(what: str, ok: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not ok():
+        if time.monotonic() > deadline:
+            raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.2)
+
+
+# ---- state: which processes are ours, by PID and start time ----
+
+def _start_time(pid: int) -> str | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
+    return fields[19] if len(fields) > 19 else None
+
+
+def _marked(pid: int) -> str | None:
+    """The RSACL_NODE value in a process's environment, or None."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for item in env:
+        if item.startswith(MARK.encode() + b"="):
+            return item.split(b"=", 1)[1].decode(errors="replace")
+    return None
+
+
+def load_state() -> dict[str, dict[str, object]]:
+    try:
+        data = json.loads(STATE_FILE.read_text())
+    except FileNotFoundError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _save_state(state: dict[str, dict[str, object]]) -> None:
+    STATE.mkdir(parents=True, exist_ok=True)
+    tmp = STATE_FILE.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=1))
+    tmp.replace(STATE_FILE)
+
+
+def ours(entry: dict[str, object], name: str) -> int | None:
+    """The node's PID 1 if that very process still runs (PID, start time and mark)."""
+    pid = entry.get("init")
+    if not isinstance(pid, int):
+        return None
+    if _start_time(pid) != entry.get("start") or _marked(pid) != name:
+        return None
+    return pid
+
+
+# ---- nodes and the network ----
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(x) for x in text.split()]
+
+
+def _hold(name: str, argv: Sequence[str], extra_env: dict[str, str]) -> dict[str, object]:
+    """Start a holder (recorded before anything waits on it); return its state entry
+    once its PID 1 said ready."""
+    LOGS.mkdir(parents=True, exist_ok=True)
+    out = LOGS / f"{name}.holder"
+    with open(out, "wb") as f:
+        holder = subprocess.Popen(
+            list(argv), stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+            start_new_session=True, env={"PATH": HOST_PATH, MARK: name, **extra_env})
+    entry: dict[str, object] = {"holder": holder.pid}
+    state = load_state()
+    state[name] = entry
+    _save_state(state)
+
+    def ready() -> bool:
+        if holder.poll() is not None:
+            raise ClusterError(f"{name}: holder exited {holder.returncode}: "
+                               f"{out.read_text(errors='replace').strip()[-600:]}")
+        return out.read_text(errors="replace").startswith("ready") or \
+            "\nready" in out.read_text(errors="replace")
+    wait_for(f"node {name} to boot", ready, timeout=30)
+    if argv[0] == "unshare" and "--fork" in argv:
+        kids = _children(holder.pid)
+        if len(kids) != 1:
+            raise ClusterError(f"{name}: holder {holder.pid} has children {kids}")
+        init = kids[0]
+    else:
+        init = holder.pid
+    entry.update(init=init, start=_start_time(init))
+    state[name] = entry
+    _save_state(state)
+    return entry
+
+
+def node_argv(init: int, argv: Sequence[str]) -> list[str]:
+    """argv run on a node: in all its namespaces and its root, a clean environment."""
+    return ["nsenter", "-t", str(init), "-m", "-u", "-i", "-n", "-p", "-r", "-w", "--",
+            "/usr/bin/env", "-i", *ENV, *argv]
+
+
+def image() -> Path:
+    done = run([str(HERE / "image")], timeout=1800)
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def _boot(name: str, root: Path) -> dict[str, object]:
+    return _hold(name, ["unshare", "--pid", "--fork", "--mount", "--uts", "--ipc", "--net",
+                        "--propagation", "private", "--", "sh", "-c", SETUP, "sh", name,
+                        str(root), str(MNT)], {"INIT": INIT})
+
+
+def _wire(switch: int, name: str, init: int, addr: str) -> None:
+    """A veth pair: rsacl-<name> on the bridge, eth0 with the node's address in it."""
+    link = f"{PREFIX}-{name}"
+    run(["nsenter", "-t", str(switch), "-n", "--", "ip", "link", "add", link, "type", "veth",
+         "peer", "name", "eth0", "netns", str(init)], node="switch")
+    run(["nsenter", "-t", str(switch), "-n", "--", "ip", "link", "set", link, "master",
+         BRIDGE, "up"], node="switch")
+    for cmd in (["ip", "link", "set", "lo", "up"],
+                ["ip", "addr", "add", f"{addr}/{NETMASK}", "dev", "eth0"],
+                ["ip", "link", "set", "eth0", "up"]):
+        run(["nsenter", "-t", str(init), "-n", "--", *cmd], node=name)
+
+
+def on(name: str, argv: Sequence[str], *, timeout: float = 60, check: bool = True,
+       input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run argv on node ``name`` (as root; ``runuser -u USER --`` for a user)."""
+    entry = load_state().get(name)
+    init = ours(entry, name) if entry else None
+    if init is None:
+        raise ClusterError(f"node {name} is not up (lab/cluster/clusterctl up)")
+    return run(node_argv(init, argv), timeout=timeout, check=check, input=input, node=name)
+
+
+def sh(name: str, script: str, *, timeout: float = 60) -> str:
+    return on(name, ["sh", "-ec", script], timeout=timeout).stdout
+
+
+# ---- the daemons of each role ----
+
+def _start(name: str, daemon: str) -> None:
+    if daemon == "munged":
+        sh(name, "install -d -o munge -g munge -m 0755 /run/munge\n"
+                 "runuser -u munge -- /usr/sbin/munged" + QUIET)
+        wait_for(f"munged on {name}", lambda: on(
+            name, ["munge", "-n"], check=False).returncode == 0, timeout=15)
+    elif daemon == "slurmctld":
+        # through its own name: Slurm picks its role from argv[0] (notes/slurm-lab.md)
+        sh(name, "install -d -o slurm -g slurm /run/slurm\n/usr/sbin/slurmctld" + QUIET)
+        wait_for(f"slurmctld on {name}", lambda: on(
+            name, ["scontrol", "ping"], check=False).stdout.count("UP") > 0, timeout=30)
+    elif daemon == "slurmd":
+        sh(name, "install -d -o slurm -g slurm /run/slurm\n/usr/sbin/slurmd" + QUIET)
+    elif daemon == "sshd":
+        # every host its own host keys (the image's would be one key for all)
+        sh(name, "rm -f /etc/ssh/ssh_host_*\nssh-keygen -q -A\n"
+                 "install -d -m 0755 /run/sshd\n/usr/sbin/sshd" + QUIET)
+    elif daemon == "mfsmaster":
+        # the PFS's master: its own config on its own host (pfs), exports to the lab's net
+        sh(name, f"""echo '{hosts()["ctl"].rsplit(".", 1)[0]}.0/{NETMASK} / \
+rw,alldirs,admin,maproot=0:0' > /etc/mfs/mfsexports.cfg
+: > /etc/mfs/mfsmaster.cfg
+install -o mfs -g mfs -m 0644 /var/lib/mfs/metadata.mfs.empty /var/lib/mfs/metadata.mfs
+mfsmaster -c /etc/mfs/mfsmaster.cfg start""" + QUIET)
+    elif daemon == "mfschunkserver":
+        sh(name, """install -d -o mfs -g mfs /var/lib/mfs/chunks
+echo /var/lib/mfs/chunks > /etc/mfs/mfshdd.cfg
+printf 'MASTER_HOST = pfs\nHDD_LEAVE_SPACE_DEFAULT = 256MiB\n' > /etc/mfs/mfschunkserver.cfg
+mfschunkserver -c /etc/mfs/mfschunkserver.cfg start""" + QUIET)
+        wait_for("the PFS's chunkserver", lambda: "\t9422\t" in on(
+            name, ["mfscli", "-H", "pfs", "-SCS", "-p"], check=False).stdout, timeout=30)
+    elif daemon == "pfs-client":
+        sh(name, f"mkdir -p {PFS}\nmfsmount {PFS} -H pfs -o mfsioretries=5,"
+                 f"default_permissions" + QUIET)
+        wait_for(f"the PFS on {name}", lambda: on(
+            name, ["mountpoint", "-q", PFS], check=False).returncode == 0, timeout=30)
+        if name == "ctl":  # once, from the first client: goal 1, the users' homes
+            homes = " ".join(f"{PFS}/home/{u}" for u in USERS)
+            script = [f"mfssetgoal -r 1 {PFS} >/dev/null", f"mkdir -p {homes}"]
+            script += [f"chown {u}: {PFS}/home/{u}; chmod 0700 {PFS}/home/{u}" for u in USERS]
+            sh(name, "\n".join(script))
+    else:
+        raise ClusterError(f"no such daemon {daemon}")
+
+
+RSA_NODES = tuple(n for n, r in ROLES.items() if "sshd" in r)
+COMPUTE = tuple(n for n, r in ROLES.items() if "slurmd" in r)
+POOL = "/var/lib/rsa-ram"  # the ram tier's pool: a tmpfs of its own on each RSA node
+LOCKIN_PRIORITY = 4_294_967_000  # without accounting: above every ordinary job's
+
+
+def rsa_yaml() -> str:
+    """/etc/rsa/rsa.yaml on ctl, as the operator guide has a site write it."""
+    first, last = RSA_NODES[0], RSA_NODES[-1]
+    names = f"rsa[{first.removeprefix('rsa')}-{last.removeprefix('rsa')}]"
+    return f"""\
+# /etc/rsa/rsa.yaml of the cluster lab (lab/cluster/rsacluster.py; docs/lab.md)
+pool:
+  nodes:
+    - names: "{names}"
+      tier: ram
+      capacity: 1G
+      pool_dir: {POOL}
+ssh:
+  key: /etc/rsa/id_ed25519
+  known_hosts: /etc/rsa/known_hosts
+allocation:
+  max_nodes: {len(RSA_NODES)}
+  max_request: {len(RSA_NODES)}
+staging:
+  allowed_roots: [{PFS}/home]
+slurm:
+  lockin:
+    # no accounting in the cluster lab (yet): lock-in by priority
+    method: priority
+    priority: {LOCKIN_PRIORITY}
+daemon:
+  api:
+    # compute nodes reach rsad over the management network
+    listen: "{hosts()["ctl"]}:7820"
+"""
+
+
+def _rsad() -> None:
+    """The operator guide's steps 2 and 3 on ctl and the RSA nodes, then rsad as its
+    unit runs it (ExecStartPre=rsad --check, ExecStart=rsad)."""
+    sh("ctl", "ssh-keygen -q -t ed25519 -N '' -f /etc/rsa/id_ed25519\n"
+              "chmod 600 /etc/rsa/id_ed25519")
+    pub = on("ctl", ["cat", "/etc/rsa/id_ed25519.pub"]).stdout
+    for node in RSA_NODES:
+        on(node, ["sh", "-ec", "install -d -m 0700 /root/.ssh\n"
+                  "cat > /root/.ssh/authorized_keys\n"
+                  f"mkdir -p {POOL}\n"
+                  f"mount -t tmpfs -o size=1g,mode=0700,nosuid,nodev,noexec rsa-ram {POOL}"],
+           input=pub)
+    # (the lab is its own admin: the host keys it scans are the ones sshd made just now)
+    known = on("ctl", ["ssh-keyscan", "-t", "ed25519", *RSA_NODES]).stdout
+    on("ctl", ["sh", "-ec", "cat > /etc/rsa/known_hosts"], input=known)
+    # the package's rsa.yaml is root:root 0640 (its postinst): rewritten in place, kept
+    # so; the same file on the compute nodes (their Prolog and Epilog read it)
+    for node in ("ctl", *COMPUTE):
+        on(node, ["sh", "-ec", "cat > /etc/rsa/rsa.yaml"], input=rsa_yaml())
+    sh("ctl", "rsa config check /etc/rsa/rsa.yaml >/dev/null\nrsad --check >/var/log/rsad.log 2>&1")
+    sh("ctl", "setsid /usr/bin/rsad </dev/null >>/var/log/rsad.log 2>&1 &")
+    wait_for("rsad's API on ctl", lambda: on(
+        "ctl", ["rsa", "nodes"], check=False).returncode == 0, timeout=30)
+
+
+def _slurm_nodes_idle() -> bool:
+    out = on("ctl", ["sinfo", "-h", "-N", "-o", "%N %T"], check=False).stdout
+    states = dict(line.split() for line in out.splitlines() if len(line.split()) == 2)
+    return all(states.get(n) == "idle" for n, r in ROLES.items() if "slurmd" in r)
+
+
+# ---- the commands ----
+
+def up() -> None:
+    t0 = time.monotonic()
+    state = load_state()
+    if state:
+        if COMPLETE.exists() and set(state) == {"switch", *ROLES} and all(
+                ours(e, n) for n, e in state.items()):
+            log("already up")
+            return
+        raise ClusterError(f"a cluster lab was left half up ({STATE_FILE}): run "
+                           "lab/cluster/clusterctl down first")
+    table = hosts()
+    root = image()
+    MNT.mkdir(parents=True, exist_ok=True)
+    try:
+        sw = _hold("switch", ["unshare", "--net", "--", "sh", "-c", SWITCH], {})
+        switch = int(str(sw["init"]))
+        for cmd in (["ip", "link", "add", BRIDGE, "type", "bridge"],
+                    ["ip", "link", "set", BRIDGE, "up"]):
+            run(["nsenter", "-t", str(switch), "-n", "--", *cmd], node="switch")
+        for name in ROLES:
+            entry = _boot(name, root)
+            _wire(switch, name, int(str(entry["init"])), table[name])
+        for name, daemons in ROLES.items():
+            for daemon in daemons:
+                _start(name, daemon)
+        wait_for("slurmd on every compute node idle", _slurm_nodes_idle, timeout=60)
+        _rsad()
+    except BaseException:
+        log("up failed: the nodes' daemon logs are kept in " + str(LOGS))
+        _save_logs()
+        log("taking down what was started")
+        down()
+        raise
+    COMPLETE.write_text("up\n")
+    log(f"up in {time.monotonic() - t0:.1f}s: {', '.join(f'{n} {table[n]}' for n in ROLES)}")
+
+
+def _save_logs() -> None:
+    """Each node's daemon logs, copied out before the node goes (LOGS/<node>.logs)."""
+    for name, entry in load_state().items():
+        if name == "switch" or ours(entry, name) is None:
+            continue
+        done = on(name, ["sh", "-c", "tail -n 30 /var/log/slurm/*.log /var/log/munge/*.log"
+                         " /var/log/rsad.log 2>/dev/null"], check=False)
+        (LOGS / f"{name}.logs").write_text(done.stdout)
+
+
+def _all_gone(pids: list[int]) -> bool:
+    return all(_marked(pid) is None for pid in pids)
+
+
+def down() -> None:
+    """Kill every node's PID 1 (the kernel kills the rest of its PID namespace; its
+    mounts, veth and namespaces go with its last process), then the switch."""
+    state = load_state()
+    holders: list[int] = []
+    for name, entry in state.items():
+        init = ours(entry, name)
+        if init is not None:
+            os.kill(init, signal.SIGKILL)
+        holder = entry.get("holder")
+        if isinstance(holder, int) and _marked(holder) == name:
+            holders.append(holder)
+    deadline = time.monotonic() + 30
+    for holder in holders:
+        while _marked(holder) is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+    # then every process that still carries the lab's mark (a node whose PID 1 an up
+    # killed half-way never recorded, a holder that did not end): each is the lab's own
+    for _ in range(3):
+        marked = [int(p.name) for p in Path("/proc").iterdir()
+                  if p.name.isdigit() and _marked(int(p.name)) is not None]
+        if not marked:
+            break
+        for pid in marked:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        wait_for("the lab's processes to end", functools.partial(_all_gone, marked),
+                 timeout=30)
+    left = leftovers()
+    if left:
+        raise ClusterError("down left:\n  " + "\n  ".join(left))
+    COMPLETE.unlink(missing_ok=True)
+    STATE_FILE.unlink(missing_ok=True)
+    log("down")
+
+
+def leftovers() -> list[str]:
+    """Everything of the cluster lab still there: marked processes (a node's holder or
+    PID 1), links named rsacl* in the host's network namespace, mounts of the lab's in
+    the host's mount namespace."""
+    left: list[str] = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and (name := _marked(int(proc.name))) is not None:
+            try:
+                comm = (proc / "comm").read_text().strip()
+            except OSError:
+                continue
+            left.append(f"process {proc.name} ({comm}) of node {name}")
+    links = run(["ip", "-o", "link", "show"], check=False).stdout  # the host's
+    for line in links.splitlines():
+        fields = line.split(":")
+        if len(fields) > 1 and fields[1].strip().split("@")[0].startswith(PREFIX):
+            left.append(f"link {fields[1].strip()} in the host's network namespace")
+    for mountinfo in (Path("/proc/self/mountinfo"), Path("/proc/1/mountinfo")):
+        for line in mountinfo.read_text().splitlines():
+            if str(WORK) in line or f"{PREFIX}-" in line:
+                left.append(f"mount {line.split()[4]} ({mountinfo})")
+    return left
+
+
+def status() -> int:
+    state = load_state()
+    if not state:
+        print("cluster: down")
+        return 1
+    bad = 0
+    table = hosts()
+    for name, daemons in ROLES.items():
+        entry = state.get(name)
+        if not entry or ours(entry, name) is None:
+            print(f"{name}: DOWN")
+            bad = 1
+            continue
+        comms = set(on(name, ["ps", "-e", "-o", "comm="]).stdout.split())
+        missing = [d for d in daemons if COMM.get(d, d) not in comms]
+        bad |= bool(missing)
+        print(f"{name} {table[name]}: {'up' if not missing else 'MISSING ' + ' '.join(missing)}"
+              f" ({', '.join(daemons) or 'no daemons yet'})")
+    if ours(state.get("ctl", {}), "ctl"):
+        print(on("ctl", ["sinfo"], check=False).stdout.rstrip())
+    return bad
+
+
+def check_clean() -> int:
+    left = leftovers()
+    if STATE_FILE.exists():
+        left.append(f"state file {STATE_FILE}")
+    for item in left:
+        print(f"cluster check-clean: left: {item}")
+    if not left:
+        print("cluster check-clean: clean")
+    return 1 if left else 0
+
+
+def verify_check_clean() -> int:
+    """check-clean must see what it is for: with the cluster down, a planted marked
+    process in a network namespace of its own (as a node's holder) makes it fail naming
+    the process; once that is killed (by PID) it passes again."""
+    if STATE_FILE.exists():
+        print("cluster: verify-check-clean runs with the cluster down", file=sys.stderr)
+        return 2
+    if check_clean() != 0:
+        return 1
+    plant = subprocess.Popen(["unshare", "--net", "--", "sleep", "300"],
+                             stdin=subprocess.DEVNULL, env={"PATH": HOST_PATH, MARK: "plant"})
+    try:
+        wait_for("the planted process", lambda: _marked(plant.pid) == "plant", timeout=10)
+        seen = [x for x in leftovers() if f"process {plant.pid} " in x]
+    finally:
+        os.kill(plant.pid, signal.SIGKILL)
+        plant.wait(timeout=30)
+    if not seen:
+        print(f"cluster verify-check-clean: FAILED: a planted process {plant.pid} was not "
+              "seen", file=sys.stderr)
+        return 1
+    if check_clean() != 0:
+        return 1
+    print(f"cluster verify-check-clean: ok (saw {seen[0]}; clean once it was killed)")
+    return 0
+
+
+USAGE = """usage: lab/cluster/clusterctl up|down|status|check-clean|verify-check-clean|image
+       lab/cluster/clusterctl node NAME CMD...   (run CMD on node NAME, as root)"""
+
+
+def main(argv: Sequence[str]) -> int:
+    if os.geteuid() != 0:
+        print("cluster: run as root (namespaces, mounts)", file=sys.stderr)
+        return 2
+    if not argv:
+        print(USAGE, file=sys.stderr)
+        return 2
+    try:
+        cmd, rest = argv[0], list(argv[1:])
+        if cmd == "up":
+            up()
+        elif cmd == "down":
+            down()
+        elif cmd == "status":
+            return status()
+        elif cmd == "check-clean":
+            return check_clean()
+        elif cmd == "verify-check-clean":
+            return verify_check_clean()
+        elif cmd == "image":
+            print(image())
+        elif cmd == "node" and len(rest) >= 2:
+            entry = load_state().get(rest[0])
+            init = ours(entry, rest[0]) if entry else None
+            if init is None:
+                print(f"cluster: node {rest[0]} is not up", file=sys.stderr)
+                return 2
+            os.environ[MARK] = rest[0]  # nsenter, in the node's namespaces, is the lab's
+            os.execvp("nsenter", node_argv(init, rest[1:]))
+        else:
+            print(USAGE, file=sys.stderr)
+            return 2
+    except ClusterError as e:
+        print(f"cluster: {e}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,60 @@
+"""The cluster lab tier (issue 30): tests against lab/cluster, where every node is its own
+host (its own namespaces and address, booted from one image with the packages installed
+by apt). Run as root by ``make cluster-test``, which sets ``RSA_CLUSTER_LAB=1``; skipped
+otherwise. The session brings the cluster up once and always takes it down again, then
+checks that nothing of it is left (``clusterctl check-clean``), also when a test failed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+CLUSTER = Path(__file__).resolve().parents[2] / "lab" / "cluster"
+CTL = CLUSTER / "clusterctl"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The door into the nodes: ``lab/cluster/node NAME CMD...``."""
+
+    def run(self, node: str, argv: Sequence[str], *, user: str | None = None,
+            timeout: float = 60, check: bool = True,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+        prefix = ["runuser", "-u", user, "--"] if user else []
+        done = subprocess.run([str(CLUSTER / "node"), node, *prefix, *argv], input=input,
+                              capture_output=True, text=True, timeout=timeout, check=False)
+        if check and done.returncode != 0:
+            raise AssertionError(f"{node}: {argv} exited {done.returncode}: "
+                                 f"{done.stderr.strip()[-600:]}")
+        return done
+
+    def out(self, node: str, argv: Sequence[str], *, user: str | None = None,
+            timeout: float = 60) -> str:
+        return self.run(node, argv, user=user, timeout=timeout).stdout
+
+
+def _ctl(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(CTL), *args], capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    if os.environ.get("RSA_CLUSTER_LAB") != "1":
+        pytest.skip("the cluster lab runs by make cluster-test (RSA_CLUSTER_LAB=1)")
+    if os.geteuid() != 0:
+        pytest.skip("the cluster lab runs as root (namespaces, mounts)")
+    try:
+        up = _ctl("up")
+        assert up.returncode == 0, f"clusterctl up: {up.stdout}{up.stderr}"
+        yield Cluster()
+    finally:
+        down = _ctl("down", timeout=120)
+        clean = _ctl("check-clean", timeout=60)
+        assert down.returncode == 0 and clean.returncode == 0, (
+            f"clusterctl down: {down.stdout}{down.stderr}\n{clean.stdout}{clean.stderr}")
