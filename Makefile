@@ -53,7 +53,8 @@ unit: install
 # both at once), and the MooseFS 4 driver test and the Slurm 24.11 test run (each its own
 # Debian 13 root and namespaces); then the install test (a chroot of its own with its own dpkg, no lab)
 # runs beside the lab phases, its output kept in dist/install-test.log and shown at the
-# end. The lab phases run one after the other and stop at the first that fails. The
+# end. The lab phases run one after the other and stop at the first that fails; then,
+# when all passed, the cluster lab (lab/cluster: every node its own host, ~1.5 min). The
 # first failure's status is make test's.
 test: install lint
 	$(VENV)/bin/pytest -q tests/unit
@@ -69,6 +70,8 @@ test: install lint
 	wait $$bg; echo "---- install-test (beside the lab phases): $$log"; cat $$log; \
 	irc=$$(cat $$log.rc 2>/dev/null || echo 1); \
 	[ "$$irc" = 0 ] || { echo "make test: install-test failed"; [ $$rc -ne 0 ] || rc=$$irc; }; \
+	if [ $$rc -eq 0 ]; then $(MAKE) --no-print-directory cluster-test || { rc=$$?; \
+	  echo "make test: cluster-test failed"; }; fi; \
 	exit $$rc
 
 # The Debian packages, built with Debian's own tooling (debhelper, pybuild) from a clean
