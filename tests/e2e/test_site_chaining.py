@@ -93,7 +93,8 @@ def test_a_sites_job_submit_and_the_rsas_both_act_on_real_jobs(
         assert rc == 0, job
         jobs.ids.append(job)
         assert _squeue(lab, job, "TimeLimit") == "30:00"
-        assert _squeue(lab, job, "admin_comment").startswith(f"rsa1:i={area}/in;")
+        # the RSA's spec, and its start hold (early start wait) till the RAMDISK is ready
+        assert _squeue(lab, job, "admin_comment").startswith(f"rsa1:i={area}/in hold=")
         wait_state(lab, job, "released", timeout=180)
     history = [e.get("to") for e in (rsa_job(lab, job) or {}).get("events", [])]
     assert "mounted-input" in history, history
@@ -127,7 +128,8 @@ def test_a_site_prolog_runs_before_ours_and_its_failure_fails_the_job(
         finally:
             root(lab, "scancel", failed)
             root(lab, "scontrol", "update", f"nodename={node}", "state=resume")
-    # rsad staged it, but no Prolog of ours ever asked for its mount
+    # rsad staged it and saw it start (PrologSlurmctld, mounting-input), but no node
+    # Prolog of ours mounted it
     history = [e.get("to") for e in (rsa_job(lab, failed) or {}).get("events", [])]
-    assert "staged-in" in history or "locked-in" in history, history
-    assert "mounting-input" not in history and "mounted-input" not in history, history
+    assert "staged-in" in history, history
+    assert "mounted-input" not in history, history
