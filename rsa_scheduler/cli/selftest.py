@@ -89,14 +89,14 @@ class AsUser:
             raise click.UsageError(f"--user {name}: no such user") from e
         self.groups = os.getgrouplist(name, self.pw.pw_gid)
 
-    def run(self, argv: Sequence[str], *, stdin: str | None = None, cwd: str | None = None,
+    def run(self, argv: Sequence[str], *, stdin: str | None = None,
             timeout: float = 60) -> subprocess.CompletedProcess[str]:
         env = {"PATH": JOB_PATH, "HOME": self.pw.pw_dir, "USER": self.pw.pw_name,
                "LOGNAME": self.pw.pw_name, "LANG": "C.UTF-8"}
         if os.environ.get("SLURM_CONF"):
             env["SLURM_CONF"] = os.environ["SLURM_CONF"]
         return subprocess.run(list(argv), input=stdin, capture_output=True, text=True,
-                              timeout=timeout, check=False, cwd=cwd or "/",
+                              timeout=timeout, check=False, cwd="/",
                               user=self.pw.pw_uid, group=self.pw.pw_gid,
                               extra_groups=self.groups, umask=0o022, env=env)
 
@@ -151,7 +151,8 @@ def _submit(user: AsUser, base: Path, allowed: Sequence[str]) -> tuple[Step, str
                      f"cannot make the test files as {name}: {why}",
                      f"give --dir a directory on the PFS that {name} may write"), "",
                 time.time())
-    done = user.run(["sbatch", "--parsable", f"{base}/job.sh"], cwd=str(base))
+    # --chdir, not a cwd: the child would chdir as root, before it is the user
+    done = user.run(["sbatch", "--parsable", f"--chdir={base}", f"{base}/job.sh"])
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["sbatch failed"])[-1]
         return (Step("submit check", FAILED, time.monotonic() - start,
