@@ -40,7 +40,8 @@ from .common import (
 
 UP_AGAIN_MAX_S = 10.0  # install-packages' dpkg check plus the health check: ~1 s
 WATCHED = (ENV_FILE, STATE / "rsa.yaml", STATE / "slurm/slurm.conf",
-           STATE / "slurm/job_submit.lua", STATE / "slurm/rsa_grammar.lua",
+           STATE / "slurm/job_submit.lua", STATE / "slurm/rsa_job_submit.lua",
+           STATE / "slurm/rsa_grammar.lua",
            STATE / "slurm/rsa_text.lua", STATE / "slurm/rsa_directives.lua")
 
 

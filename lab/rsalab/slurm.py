@@ -16,6 +16,7 @@ import pwd
 import secrets
 import shutil
 import socket
+import time
 from pathlib import Path
 
 from .common import (
@@ -55,7 +56,10 @@ ENV = {"SLURM_CONF": str(CONF)}
 JOB_SUBMIT_SRC = REPO / "slurm_plugins/job_submit.lua"
 JOB_SUBMIT = CONF_DIR / "job_submit.lua"  # job_submit/lua reads it next to slurm.conf
 # ... and job_submit.lua loads these from its own directory (docs/job_submit.md)
-JOB_SUBMIT_PARTS = ("rsa_grammar.lua", "rsa_text.lua", "rsa_directives.lua")
+JOB_SUBMIT_PARTS = ("rsa_job_submit.lua", "rsa_grammar.lua", "rsa_text.lua",
+                    "rsa_directives.lua")
+# a site's own job_submit.lua that calls the RSA's module (docs/job_submit.md)
+SITE_JOB_SUBMIT_SRC = REPO / "examples/site-job_submit.lua"
 BB_LUA_SRC = REPO / "slurm_plugins/burst_buffer.lua"
 BB_LUA = CONF_DIR / "burst_buffer.lua"  # burst_buffer/lua reads it next to slurm.conf
 BB_CONF = CONF_DIR / "burst_buffer.conf"
@@ -314,14 +318,36 @@ def job_submit_files(s: Settings) -> dict[str, str]:
     return files
 
 
-def install_job_submit(s: Settings) -> None:
+def site_job_submit(s: Settings) -> str:
+    """A site's own job_submit.lua chaining the RSA's module: examples/site-job_submit.lua
+    with the module's path here and the lab's settings in its ``rsa.configure``."""
+    lines = [f"  slurm_user_uid = {pwd.getpwnam('slurm').pw_uid}, -- lab: slurm"]
+    if not s.accounting:
+        lines.append(f"  lockin_priority = {s.lockin_priority}, -- lab")
+    if s.mode == "native":
+        lines.append('  bb_directive = "BB_LUA", -- lab: native mode')
+    return _configured(SITE_JOB_SUBMIT_SRC, {
+        'local RSA_MODULE = "/etc/slurm/rsa_job_submit.lua"':
+            f'local RSA_MODULE = "{CONF_DIR}/rsa_job_submit.lua" -- lab',
+        "  slurm_user_uid = nil, -- `id -u slurm`": "\n".join(lines)})
+
+
+def install_job_submit(s: Settings, site: bool = False) -> None:
     """The job_submit plugin's files next to slurm.conf; job_submit.lua last, so a
-    slurmctld that rereads it (its mtime changed) finds the files it loads in place."""
+    slurmctld that rereads it (its mtime changed) finds the files it loads in place.
+    ``site``: a site's own job_submit.lua (site_job_submit) in place of the RSA's, the
+    module beside it (tests/e2e/test_site_chaining.py; the RSA's own again without)."""
     files = job_submit_files(s)
+    if site:
+        files[JOB_SUBMIT.name] = site_job_submit(s)
+    # slurmctld rereads job_submit.lua only when its mtime (whole seconds) grew
+    before = JOB_SUBMIT.stat().st_mtime if JOB_SUBMIT.exists() else 0.0
     for name in sorted(files, key=lambda n: n == JOB_SUBMIT.name):
         path = CONF_DIR / name
         path.write_text(files[name])
         path.chmod(0o644)
+    stamp = max(float(int(time.time())), float(int(before) + 1))
+    os.utime(JOB_SUBMIT, (stamp, stamp))
 
 
 def _configured(src: Path, settings: dict[str, str]) -> str:

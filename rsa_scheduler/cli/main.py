@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "resume": "rsa_scheduler.cli.nodes:resume",
     "events": "rsa_scheduler.cli.events:events",
     "top": "rsa_scheduler.cli.top:top",
+    "selftest": "rsa_scheduler.cli.selftest:selftest",
 }
 
 
@@ -67,9 +68,9 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
     Users check their #RSA_* directives (rsa directives check) and follow their jobs (rsa
     job, rsa jobs, rsa top); operators watch and steer rsad (rsa status, rsa nodes, rsa
-    events, rsa retry, rsa release, rsa drain/resume) and check its configuration (rsa
-    config check). Each command talks to rsad over its socket; what a user may see and do
-    is limited to their own jobs."""
+    events, rsa retry, rsa release, rsa drain/resume), check its configuration (rsa
+    config check) and the whole path after an install (rsa selftest). Each command talks
+    to rsad over its socket; what a user may see and do is limited to their own jobs."""
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
 

@@ -93,6 +93,12 @@ def check(names: str | None, config_file: str | None, compute: bool, as_json: bo
 
         _report([check_compute(config_file)], as_json)
         return
+    _report(check_rsa_nodes(config_file, names), as_json)
+
+
+def check_rsa_nodes(config_file: str | None, names: str | None = None) -> list[NodeReport]:
+    """Each RSA node's read-only check (``rsa nodes check``; NAMES a hostlist, default
+    all), connecting as rsad does; a bad configuration or NAMES is a ClickException."""
     from concurrent.futures import ThreadPoolExecutor
 
     from ClusterShell.NodeSet import NodeSet
@@ -127,8 +133,7 @@ def check(names: str | None, config_file: str | None, compute: bool, as_json: bo
                           pfs=pfs, facts=backends[str(node.tier)].node_facts())
 
     with ThreadPoolExecutor(max_workers=16) as pool:
-        reports = list(pool.map(one, wanted))
-    _report(reports, as_json)
+        return list(pool.map(one, wanted))
 
 
 def _pfs_here(roots: list[str]) -> dict[str, Seen]:

@@ -175,3 +175,32 @@ def restart_lab_slurmctld(clean: bool = False) -> None:
             "slurm.CTLD_PORT), timeout=30)")
     subprocess.run(["/usr/bin/python3", "-c", code, str(LAB_DIR)], check=True, timeout=90,
                    env={**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+
+
+def install_lab_job_submit(lab: Mapping[str, str], site: bool) -> None:
+    """The lab's job_submit.lua: a site's own that chains the RSA's module
+    (examples/site-job_submit.lua, ``site``) or the RSA's own (lab/rsalab/slurm.py
+    install_job_submit); slurmctld rereads it at the next submission."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "from rsalab import common, slurm; "
+            "slurm.install_job_submit(common.Settings(), site=sys.argv[2] == 'site')")
+    subprocess.run(["/usr/bin/python3", "-c", code, str(LAB_DIR), "site" if site else "rsa"],
+                   check=True, timeout=60,
+                   env={**os.environ, **lab, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+
+
+@contextmanager
+def lab_command_hidden(node: str, command: str) -> Iterator[None]:
+    """``command`` (e.g. rsync) unusable on the lab's RSA node ``node`` while the context
+    lasts: /dev/null bound over it in that node's mount namespace only (not executable:
+    ``command -v`` finds nothing, running it fails), unbound afterwards. The host and the
+    other nodes keep theirs; lab-down ends the namespace in any case."""
+    pid = Path(f"/run/rsa-lab/pids/sshd-{node}.pid").read_text().split()[0]
+    path = subprocess.run(["sh", "-c", f"command -v {command}"], capture_output=True,
+                          text=True, check=True, timeout=10).stdout.strip()
+    enter = ["nsenter", "-t", pid, "-m"]
+    subprocess.run([*enter, "mount", "--bind", "/dev/null", path], check=True, timeout=30)
+    try:
+        yield
+    finally:
+        subprocess.run([*enter, "umount", path], check=True, timeout=30)

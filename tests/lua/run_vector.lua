@@ -1,8 +1,9 @@
 --[[ Drive slurm_plugins/job_submit.lua outside Slurm with a stubbed `slurm` table.
 
   lua run_vector.lua PLUGIN submit SCRIPT [SUBMIT_UID] [ADMIN_COMMENT]
-                                                (RSA_LUA_DEPENDENCY, RSA_LUA_BEGIN:
-                                                 job_desc.dependency, .begin_time)
+                                                (RSA_LUA_DEPENDENCY, RSA_LUA_BEGIN,
+                                                 RSA_LUA_TIME_LIMIT: job_desc.dependency,
+                                                 .begin_time, .time_limit)
   lua run_vector.lua PLUGIN many SCRIPT...       (submit each; "FILE <path>" before each;
                                                  SCRIPT.spank, if present, holds its
                                                  spank_job_env; a missing SCRIPT: no script)
@@ -40,13 +41,14 @@ dofile(plugin)
 -- RSA_LUA_CONFIG="key=value,...": CONFIG settings for this run (the shared vectors run
 -- with early_start=fallback: they check the grammar, not the start hold); RSA_LUA_NOW:
 -- a fixed clock
-for pair in (os.getenv("RSA_LUA_CONFIG") or ""):gmatch("[^,]+") do
+-- (a site's own job_submit.lua has no rsa_job_submit global: its rsa.configure decides)
+for pair in (rsa_job_submit and os.getenv("RSA_LUA_CONFIG") or ""):gmatch("[^,]+") do
   local key, value = pair:match("^([%w_]+)=(.*)$")
   assert(key, "bad RSA_LUA_CONFIG entry " .. pair)
   rsa_job_submit.config[key] = tonumber(value) or value
 end
 local fixed_now = tonumber(os.getenv("RSA_LUA_NOW") or "")
-if fixed_now then
+if fixed_now and rsa_job_submit then
   rsa_job_submit.config.now = function() return fixed_now end
 end
 
@@ -104,7 +106,8 @@ local function submit(path, uid, admin_comment)
   local desc, writes, order = make_desc({ script = script, user_id = 1001,
     spank_job_env = spank_env(path), admin_comment = admin_comment,
     dependency = os.getenv("RSA_LUA_DEPENDENCY"),
-    begin_time = tonumber(os.getenv("RSA_LUA_BEGIN") or "") })
+    begin_time = tonumber(os.getenv("RSA_LUA_BEGIN") or ""),
+    time_limit = tonumber(os.getenv("RSA_LUA_TIME_LIMIT") or "") or slurm.NO_VAL })
   report(slurm_job_submit(desc, {}, uid), writes, order)
 end
 

@@ -40,9 +40,11 @@ from tests.directive_inputs import SPLIT_TEXT, far_script
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "slurm_plugins" / "job_submit.lua"
-# job_submit.lua and, in the order it loads them, the files it reads from its own directory
-PLUGIN_FILES = [PLUGIN, *(PLUGIN.parent / f for f in ("rsa_grammar.lua", "rsa_text.lua",
-                                                      "rsa_directives.lua"))]
+MODULE = PLUGIN.parent / "rsa_job_submit.lua"  # job_submit.lua loads it; a site's calls it
+# job_submit.lua, its module and, in the order the module loads them, the files it reads
+# from its own directory
+PLUGIN_FILES = [PLUGIN, MODULE, *(PLUGIN.parent / f for f in (
+    "rsa_grammar.lua", "rsa_text.lua", "rsa_directives.lua"))]
 DRIVER = ROOT / "tests" / "lua" / "run_vector.lua"
 VECTORS = DATA / "directives"
 NAMES = sorted(p.stem for p in VECTORS.glob("*.sh"))
@@ -325,26 +327,34 @@ def _code(path: Path) -> str:
 
 def test_plugin_uses_no_io(lua: str) -> None:
     """Runs inside slurmctld under its locks (style.md): no I/O, no processes, no modules;
-    job_submit.lua's loader reads its three files, once, at load (one loadfile, in
-    sibling(); debug.getinfo only to find its own directory)."""
+    job_submit.lua reads its module and the module its three files, once, at load (one
+    loadfile each, the module's in sibling(); debug.getinfo only to find their own
+    directory)."""
     # os.time (a clock read, for the start hold's deadline) is the one os function
     banned = (r"\bio\.", r"\bos\.(?!time\b)", r"\brequire\b", r"\bdofile\b",
               r"\bloadfile\b", r"\bprint\b", r"\bdebug\.", r"\bloadstring\b", r"\bload\(")
     for path in PLUGIN_FILES:
         code = _code(path)
-        if path == PLUGIN:
+        if path == MODULE:
             assert len(re.findall(r"\bloadfile\(", code)) == 1
             assert re.search(r"local function sibling\(.*?\bloadfile\(HERE \.\. name\)",
                              code, re.S)
+            code = re.sub(r"\bloadfile\(|\bdebug\.getinfo\b|\bdebug and\b", "", code)
+        if path == PLUGIN:
+            assert len(re.findall(r"\bloadfile\(", code)) == 1
+            assert re.search(r"\bloadfile\(MODULE\)", code)
             code = re.sub(r"\bloadfile\(|\bdebug\.getinfo\b|\bdebug and\b", "", code)
         for pattern in banned:
             assert not re.search(pattern, code), (path.name, pattern)
 
 
 def test_the_plugin_files_are_the_ones_installed_everywhere() -> None:
-    """job_submit.lua loads its siblings by name: the wheel and the .deb (pyproject's
-    data-files), the lab and the install test ship exactly those, beside it."""
-    loaded = re.findall(r'\bsibling\("([a-z_]+\.lua)"', PLUGIN.read_text())
+    """job_submit.lua loads its module, the module its siblings, by name: the wheel and
+    the .deb (pyproject's data-files), the lab and the install test ship exactly those,
+    beside it."""
+    loaded = ["rsa_job_submit.lua",
+              *re.findall(r'\bsibling\("([a-z_]+\.lua)"', MODULE.read_text())]
+    assert '"rsa_job_submit.lua"' in PLUGIN.read_text()
     assert [p.name for p in PLUGIN_FILES] == ["job_submit.lua", *loaded]
     shipped = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
         "data-files"]["share/rsa-scheduler/slurm"]
@@ -406,8 +416,8 @@ def test_an_admin_comment_brought_at_submission_is_refused(
 @pytest.mark.parametrize(("damage", "line"), [
     ("missing", "cannot load {conf}/rsa_text.lua ("),
     ("old grammar", "{conf}/rsa_grammar.lua has no QUOTE_MAX: install job_submit.lua, "
-                    "rsa_grammar.lua, rsa_text.lua and rsa_directives.lua of one "
-                    "rsa-scheduler version together"),
+                    "rsa_job_submit.lua, rsa_grammar.lua, rsa_text.lua and "
+                    "rsa_directives.lua of one rsa-scheduler version together"),
     ("broken", "{conf}/rsa_directives.lua failed to load: "),  # then Lua's "...:1: boom"
 ])
 def test_a_missing_or_mismatched_file_fails_the_load_in_one_line(
@@ -773,9 +783,9 @@ def test_the_default_policy_agrees_with_rsad() -> None:
     from rsa_scheduler.config import load_config_text
 
     cfg = load_config_text("pool:\n  nodes:\n    - names: rsa1\n      capacity: 2G\n")
-    text = PLUGIN.read_text()
-    assert f'early_start = "{cfg.staging.early_start.value}",' in text
-    assert f"wait_timeout = {int(cfg.staging.wait_timeout)}," in text
+    for text in (PLUGIN.read_text(), MODULE.read_text()):  # CONFIG and the defaults
+        assert f'early_start = "{cfg.staging.early_start.value}",' in text
+        assert f"wait_timeout = {int(cfg.staging.wait_timeout)}," in text
 
 
 # --- dependents: held at submission until rsad looked at their parents (issue 32) --------
@@ -827,7 +837,8 @@ def test_the_dependency_hold_of_the_plugin_agrees_with_rsad() -> None:
     from rsa_scheduler.core.dependency import DATA_KINDS
     from rsa_scheduler.daemon.dephold import DEP_HOLD
 
-    text = PLUGIN.read_text()
+    assert f"dependency_hold = {DEP_HOLD // 86400} * 86400," in PLUGIN.read_text()
+    text = MODULE.read_text()
     assert f"dependency_hold = {DEP_HOLD // 86400} * 86400," in text
     table = re.search(r"DATA_DEPENDENCY = \{(.*?)\}", text, re.S)
     assert table is not None
