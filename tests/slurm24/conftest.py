@@ -27,7 +27,8 @@ from tests.slurm24.cluster import (
 )
 
 PLUGINS = REPO / "slurm_plugins"
-JOB_SUBMIT_PARTS = ("rsa_grammar.lua", "rsa_text.lua", "rsa_directives.lua")
+JOB_SUBMIT_PARTS = ("rsa_job_submit.lua", "rsa_grammar.lua", "rsa_text.lua",
+                    "rsa_directives.lua")
 BB_LOG = f"{RUN}/bb.log"  # every rsa-bb call the stub below answered, one line each
 # rsa-bb as rsad answers it (burst_buffer.lua runs it): each call logged, "ok" answered,
 # a status with two lines; `--once data_in|data_out JOB` (Slurm's polls) "busy" the first
