@@ -9,6 +9,13 @@ persistent storage, failed or quarantined, the job had no RSA work, or it is not
 yet. Exit status: 0 every job's data is in place (verified, nothing to stage, or no RSA
 work: the job wrote to the PFS itself); 2 one or more failed or are quarantined; 3 the
 ``--timeout`` passed first; 1 rsad could not be asked (usage, refusals).
+
+``rsa wait --cluster-status JOB`` asks once and prints one word, the answer a workflow
+manager's cluster-status command gives (Snakemake's ``--cluster-generic-status-cmd``,
+Snakemake 7's ``--cluster-status``): ``running`` until Slurm has ended the job *and* its
+data is in place, ``success`` once the job COMPLETED and its output is verified (or it
+had none to stage), ``failed`` when Slurm ended it otherwise or its output failed or is
+quarantined (:func:`cluster_status`).
 """
 
 from __future__ import annotations
@@ -167,12 +174,71 @@ def wait_for_jobs(ask: Callable[[str], Mapping[str, Any] | None], job_ids: Seque
     return worst
 
 
+#: the words of a workflow manager's cluster-status command
+RUNNING, SUCCESS, FAILURE = "running", "success", "failed"
+
+
+def slurm_end(job_id: str) -> str:
+    """How Slurm ended ``job_id`` (``COMPLETED``, ``FAILED``, ``CANCELLED``, ...): its
+    state in squeue while Slurm still lists it, else in accounting (``sacct``); "" when
+    neither knows it (yet)."""
+    state = slurm_state(job_id)
+    if state:
+        return state
+    try:
+        done = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State", "-j", job_id],
+                              capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    words = done.stdout.split() if done.returncode == 0 else []
+    return words[0] if words else ""  # "CANCELLED by 1000" -> CANCELLED
+
+
+def cluster_status(job: Mapping[str, Any] | None, end: Callable[[], str]) -> tuple[str, str]:
+    """The cluster-status word for one job from its ``GET /v1/jobs/ID`` answer (None: rsad
+    tracks no RSA work for it) and ``end``, Slurm's end state of it (asked only when the
+    data is in place), with the line that says why (empty while running)."""
+    got = verdict(job)
+    if got is None:
+        return RUNNING, ""
+    if got.status != OK:
+        return FAILURE, f"{got.word}: {got.why}"
+    state = str((job or {}).get("end_state") or "") or end()
+    if state in ("", "PENDING") or state in ACTIVE:
+        return RUNNING, ""  # Slurm has not recorded the end yet
+    if state != "COMPLETED":
+        return FAILURE, f"the job ended {state} in Slurm"
+    return SUCCESS, f"{got.word}: {got.why}"
+
+
+def _cluster_status(client: ApiClient, job_id: str) -> str:
+    """One look: the word to print; a line to stderr when it is ``failed`` or rsad cannot
+    be asked (then ``running``: rsad restarting is waited out, as by ``rsa wait``)."""
+    try:
+        word, why = cluster_status(_ask(client, job_id), lambda: slurm_end(job_id))
+    except ApiUnavailable as e:
+        click.echo(f"rsa wait: job {job_id}: rsad not reachable ({e}): running", err=True)
+        return RUNNING
+    except ApiRefused as e:
+        if e.status in (429, 503):
+            return RUNNING
+        raise
+    if word == FAILURE:
+        click.echo(f"rsa wait: job {job_id}: {why} (rsa job {job_id} says more)", err=True)
+    return word
+
+
 @click.command("wait")
 @API_OPTION
 @click.argument("job_ids", nargs=-1, required=True)
 @click.option("--timeout", type=float, default=None,
               help="Give up after this many seconds (exit status 3); default: wait.")
-def wait(api: str | None, job_ids: tuple[str, ...], timeout: float | None) -> None:
+@click.option("--cluster-status", "cluster", is_flag=True,
+              help="Ask once and print running, success or failed for one job: a "
+                   "workflow manager's cluster-status command (Snakemake's "
+                   "--cluster-generic-status-cmd).")
+def wait(api: str | None, job_ids: tuple[str, ...], timeout: float | None,
+         cluster: bool) -> None:
     """Wait until each job's output is verified on persistent storage.
 
     One line per job: verified, done (nothing to stage), no RSA (the job used the PFS
@@ -180,6 +246,11 @@ def wait(api: str | None, job_ids: tuple[str, ...], timeout: float | None) -> No
     when one failed or is quarantined, 3 on --timeout. Use it after Slurm says a job
     ended, before reading what it wrote (workflow managers: see the user guide)."""
     client = ApiClient(api)
+    if cluster:
+        if len(job_ids) != 1:
+            raise click.UsageError("--cluster-status takes one job id")
+        click.echo(_cluster_status(client, job_ids[0].split(";")[0]))
+        return
     rc = wait_for_jobs(lambda j: _ask(client, j), job_ids, timeout)
     if rc:
         raise click.exceptions.Exit(rc)
