@@ -275,6 +275,8 @@ def slurm_conf(s: Settings) -> str:
             f"AccountingStorageHost={CTLD_ADDR}",
             f"AccountingStoragePort={DBD_PORT}",
             "AccountingStorageEnforce=associations,limits,qos",
+            # sacct -o Comment (the user's --comment, which rsad leaves alone)
+            "AccountingStoreFlags=job_comment",
             "PriorityType=priority/multifactor",
             "PriorityWeightQOS=100000",
             "PriorityWeightAge=1000",

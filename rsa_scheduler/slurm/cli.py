@@ -7,6 +7,7 @@ implementation. Queue reads are ONE ``squeue`` call per cycle.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from rsa_scheduler.slurm.parse import (
     DEPENDENT_FORMAT,
     JOB_INFO_FORMAT,
     LOCK_VIEW_FORMAT,
+    NULL,
     PENDING_FORMAT,
     QUEUE_FORMAT,
     SINFO_PARTITIONS,
@@ -38,6 +40,8 @@ from rsa_scheduler.slurm.parse import (
 )
 from rsa_scheduler.slurm.port import SlurmError, UnlockGone, UnlockLater
 
+log = logging.getLogger(__name__)
+
 LOCKIN_METHODS = ("qos", "priority", "none")
 
 
@@ -54,6 +58,24 @@ def batch_script_argv(bin_dir: Path, job_id: str) -> list[str]:
 def update_argv(bin_dir: Path, job_id: str, **fields: str) -> list[str]:
     return [str(bin_dir / "scontrol"), "update", f"jobid={job_id}",
             *(f"{k}={v}" for k, v in fields.items())]
+
+
+def comment_argv(bin_dir: Path, job_id: str) -> list[str]:
+    """The job's comment (``%k``), one line per job squeue lists for ``job_id``."""
+    return [str(bin_dir / "squeue"), "-h", "-t", "all", "-j", job_id, "-o", "%k"]
+
+
+#: what every comment rsad writes starts with (daemon.dispatch.Dispatcher.tell's callers)
+RSA_COMMENT = "RSA:"
+
+
+def users_comment(squeue_out: str) -> bool:
+    """Whether a comment of :func:`comment_argv`'s output is the user's own (``sbatch
+    --comment``, ``scontrol update Comment=``): set and not rsad's (``RSA:`` first).
+    rsad never writes over it: the user's text stays exact in squeue, scontrol and
+    sacct, and rsad's status is in ``rsa job`` (and the mail, when the job asked)."""
+    return any(line.strip() not in ("", NULL) and not line.startswith(RSA_COMMENT)
+               for line in squeue_out.splitlines())
 
 
 def drain_argv(bin_dir: Path, nodes: Sequence[str], reason: str) -> list[str]:
@@ -250,8 +272,15 @@ class CliSlurm:
             return f"priority {original} restored"
         return "no lock-in method: nothing to restore"
 
-    def set_comment(self, job_id: str, text: str) -> None:
+    def set_comment(self, job_id: str, text: str) -> bool:
+        """Write ``text`` as the job's comment unless the comment is the user's own
+        (:func:`users_comment`; read first, one squeue call); True when written."""
+        if users_comment(self._run(comment_argv(self.bin_dir, job_id))):
+            log.info("job %s: its comment is its user's own: left as it is; not told: %s",
+                     job_id, text)
+            return False
         self._run(update_argv(self.bin_dir, job_id, comment=text))
+        return True
 
     def end_states(self, job_ids: Sequence[str]) -> dict[str, str]:
         """How each job of ``job_ids`` ended, by Slurm's accounting (``sacct``): only the
