@@ -82,6 +82,11 @@ def job(api: str | None, job_id: str | None, as_json: bool) -> None:
     if st is not None:
         click.echo(f"{'staging':>10}: {st.phase} {st.staged} ({st.percent}), {st.files} files, "
                    f"{st.speed}, ETA {st.time_left}")
+    from rsa_scheduler.cli.where import where_output  # where -> wait -> jobs: not at the top
+
+    where = where_output(data)
+    if where is not None:
+        click.echo(f"{'output':>10}: {where}")
     click.echo("  timeline:")
     for ev in data.get("events", []):
         when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ev["time"]))
