@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +103,26 @@ def job_qos_argv(bin_dir: Path, job_id: str) -> list[str]:
 def lock_view_argv(bin_dir: Path, job_id: str) -> list[str]:
     """One job's state, QOS and priority (parse.LOCK_VIEW_FIELDS), in any state."""
     return [str(bin_dir / "squeue"), "-h", "-t", "all", "-j", job_id, "-O", LOCK_VIEW_FORMAT]
+
+
+def job_mail_argv(bin_dir: Path, job_id: str) -> list[str]:
+    """The job as ``scontrol show job`` shows it (its ``MailUser=... MailType=...`` line:
+    squeue has no field for them)."""
+    return [str(bin_dir / "scontrol"), "show", "job", job_id]
+
+
+_MAIL_LINE = re.compile(r"^\s*MailUser=(\S*) MailType=(\S*)\s*$")
+
+
+def parse_job_mail(text: str) -> tuple[str, str] | None:
+    """(MailUser, MailType) from :func:`job_mail_argv`'s output, the one line that is
+    exactly ``MailUser=U MailType=T``; None when there is not exactly one (a job name or
+    comment over several lines could add one: then no mail, never a guess)."""
+    found = [m for m in map(_MAIL_LINE.match, text.splitlines()) if m]
+    if len(found) != 1:
+        return None
+    user, kind = found[0].groups()
+    return ("" if user == NULL else user), ("" if kind == NULL else kind)
 
 
 def show_config_argv(bin_dir: Path) -> list[str]:
@@ -281,6 +302,12 @@ class CliSlurm:
             return False
         self._run(update_argv(self.bin_dir, job_id, comment=text))
         return True
+
+    def job_mail(self, job_id: str) -> tuple[str, str] | None:
+        """(MailUser, MailType) the job asked Slurm for (``--mail-user``,
+        ``--mail-type``; "" for none), None when ``scontrol show job`` does not say it in
+        one line. Raises SlurmError when Slurm no longer has the job (MinJobAge)."""
+        return parse_job_mail(self._run(job_mail_argv(self.bin_dir, job_id)))
 
     def end_states(self, job_ids: Sequence[str]) -> dict[str, str]:
         """How each job of ``job_ids`` ended, by Slurm's accounting (``sacct``): only the
