@@ -293,15 +293,14 @@ class CliSlurm:
             return f"priority {original} restored"
         return "no lock-in method: nothing to restore"
 
-    def set_comment(self, job_id: str, text: str) -> bool:
+    def set_comment(self, job_id: str, text: str) -> None:
         """Write ``text`` as the job's comment unless the comment is the user's own
-        (:func:`users_comment`; read first, one squeue call); True when written."""
+        (:func:`users_comment`; read first, one squeue call)."""
         if users_comment(self._run(comment_argv(self.bin_dir, job_id))):
             log.info("job %s: its comment is its user's own: left as it is; not told: %s",
                      job_id, text)
-            return False
+            return
         self._run(update_argv(self.bin_dir, job_id, comment=text))
-        return True
 
     def job_mail(self, job_id: str) -> tuple[str, str] | None:
         """(MailUser, MailType) the job asked Slurm for (``--mail-user``,

@@ -70,10 +70,10 @@ class SlurmPort(Protocol):
         change it now (a running job's QOS)."""
         ...
 
-    def set_comment(self, job_id: str, text: str) -> bool:
+    def set_comment(self, job_id: str, text: str) -> None:
         """Show the user a short RSA status where they already look (the job comment),
-        never over a comment the user gave the job (``--comment``): that stays exact, and
-        False is returned (nothing written)."""
+        never over a comment the user gave the job (``--comment``): that stays exact (nothing
+        is written)."""
         ...
 
     def drain_nodes(self, nodes: Sequence[str], reason: str) -> None:

@@ -73,8 +73,8 @@ class PySlurm:
     def unlock(self, job_id: str, original: str = "") -> str:
         return self.cli.unlock(job_id, original)
 
-    def set_comment(self, job_id: str, text: str) -> bool:
-        return self.cli.set_comment(job_id, text)
+    def set_comment(self, job_id: str, text: str) -> None:
+        self.cli.set_comment(job_id, text)
 
     def job_mail(self, job_id: str) -> tuple[str, str] | None:
         return self.cli.job_mail(job_id)

@@ -102,9 +102,8 @@ class ScriptedSlurm:
         self.calls.append(("unlock", f"{job_id}:{original}"))
         return f"QOS {original} restored"
 
-    def set_comment(self, job_id: str, text: str) -> bool:
+    def set_comment(self, job_id: str, text: str) -> None:
         self.calls.append(("comment", text))
-        return True
 
     def drain_nodes(self, nodes: Sequence[str], reason: str) -> None:
         self.calls.append(("drain", f"{','.join(nodes)}:{reason}"))
@@ -921,11 +920,11 @@ def test_a_users_comments_are_written_in_the_order_told(tmp_path: Path) -> None:
             self.gate = threading.Event()
             self.writing = threading.Event()
 
-        def set_comment(self, job_id: str, text: str) -> bool:
+        def set_comment(self, job_id: str, text: str) -> None:
             if text == "first":
                 self.writing.set()
                 assert self.gate.wait(10)
-            return super().set_comment(job_id, text)
+            super().set_comment(job_id, text)
 
     slurm = SlowSlurm()
     d = make_daemon(tmp_path, slurm, [])

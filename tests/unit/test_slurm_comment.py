@@ -39,16 +39,14 @@ class Comments:
                                   "x RSA: later"])
 def test_the_users_own_comment_is_never_written_over(mine: str) -> None:
     slurm = Comments(mine)
-    assert CliSlurm(runner=slurm, bin_dir=Path("/usr/bin")).set_comment(
-        "7", "RSA: stage-out finished") is False
+    CliSlurm(runner=slurm, bin_dir=Path("/usr/bin")).set_comment("7", "RSA: stage-out finished")
     assert (slurm.comment, slurm.updates) == (mine, [])
 
 
 @pytest.mark.parametrize("before", ["(null)", "", "RSA: staging in"])
 def test_an_empty_comment_or_rsads_own_gets_the_status(before: str) -> None:
     slurm = Comments(before)
-    assert CliSlurm(runner=slurm, bin_dir=Path("/usr/bin")).set_comment(
-        "7", "RSA: stage-out finished") is True
+    CliSlurm(runner=slurm, bin_dir=Path("/usr/bin")).set_comment("7", "RSA: stage-out finished")
     assert slurm.updates == ["RSA: stage-out finished"]
 
 
