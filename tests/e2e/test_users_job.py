@@ -60,7 +60,8 @@ def test_the_jobs_own_comment_is_kept_and_the_verified_output_mailed(lab: Mappin
         record = json.loads(as_user(lab, lab["RSA_LAB_USER"],
                                     [rsa, "job", job, "--json"]).stdout)
         told = as_user(lab, lab["RSA_LAB_USER"], [rsa, "job", job]).stdout
-    assert f"Comment={MINE}\n" in shown, shown
+    # scontrol ends the line with a space
+    assert f"   Comment={MINE} \n" in shown, shown
     # rsad told its status, just not in the comment
     assert record["message"] and record["message"] != MINE, record["message"]
     got = wait_for("the job's comment in accounting", lambda: _slurm(
