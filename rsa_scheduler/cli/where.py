@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rsa_scheduler.core.states import POST_RUN, TEARDOWN
+
 #: exit statuses of rsa wait: the data in place, failed or quarantined
 OK, FAILED = 0, 2
 
@@ -81,9 +83,6 @@ def verdict(job: Mapping[str, Any] | None) -> Verdict | None:
     return None
 
 
-#: rsa-states in which the job's output is still only on its RAMDISK after the job ended
-ON_THE_WAY = frozenset({"staging-out", "stage-out-failed", "verifying"})
-
 
 def archive_prefix(job_id: str, cycle: int) -> str:
     """The archives' name before ``-<n>.tar`` (staging.packing.Packing.archive_prefix)."""
@@ -128,7 +127,7 @@ def where_output(job: Mapping[str, Any]) -> str | None:
         return f"on the PFS in {out}, verified (every file compared with the RAMDISK's)"
     if got is not None:
         return f"not staged out: {got.why}"
-    if state in ON_THE_WAY:
+    if state in POST_RUN - TEARDOWN:  # staging out, verifying, a retry due
         return (f"on the RAMDISK of {nodes}, being staged out to {out} ({state}): not "
                 f"complete there yet; 'rsa wait {job_id}' returns once it is")
     return f"the job ended; its output is being placed in {out} ({state or 'unknown'})"
