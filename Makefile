@@ -118,7 +118,7 @@ mfs4-test: install
 
 clean:
 	rm -rf dist
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(WF_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
 	$(MAKE) --no-print-directory -s -C $(SPANK) clean
 
 # Lab targets (lab-up, lab-down, ...) are owned by lab/.
