@@ -18,9 +18,21 @@ APT_PKGS   := python3-venv python3-dev lua5.1 lua5.4 sqlite3 tmux rsync tar mung
               gcc make libc6-dev libslurm-dev slurm-client nftables
 SPANK      := slurm_plugins/spank
 
+# A workflow manager in a venv of its own (not the package's: its dependencies stay out of
+# ours), for the lab test of a pipeline of RSA jobs (tests/e2e/test_workflow.py): Snakemake
+# with its cluster-generic executor, the one whose status command rsa wait --cluster-status
+# answers (docs/user-guide.md "Workflow managers").
+WF_VENV    ?= $(CURDIR)/.venv-wf
+WF_PKGS    := snakemake==9.27.1 snakemake-executor-plugin-cluster-generic==1.0.9
+
 .PHONY: install test unit lint clean spank deb install-test grammar mfs4-test slurm24-test cluster-test
 
-install: $(VENV)/.installed spank
+install: $(VENV)/.installed spank $(WF_VENV)/.installed
+
+$(WF_VENV)/.installed: $(VENV)/.installed Makefile
+	$(PYTHON_SYS) -m venv $(WF_VENV)
+	$(WF_VENV)/bin/pip install -q --disable-pip-version-check $(WF_PKGS)
+	touch $@
 
 # The SPANK plugin (slurm_plugins/spank/rsa_spank.so, -Werror); the lab copies it at lab-up.
 spank: $(VENV)/.installed
@@ -121,7 +133,7 @@ slurm24-test: install
 
 clean:
 	rm -rf dist
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(WF_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
 	$(MAKE) --no-print-directory -s -C $(SPANK) clean
 
 # Lab targets (lab-up, lab-down, ...) are owned by lab/.

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from rsa_scheduler import usermessages
 from rsa_scheduler.core import diagram
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -21,6 +22,9 @@ BLOCKS: dict[str, dict[str, Callable[[], str]]] = {
     "architecture.md": {
         "state-diagrams": diagram.diagrams,
         "transition-reference": diagram.reference,
+    },
+    "user-guide.md": {
+        "user-messages": usermessages.table,
     },
 }
 

@@ -64,6 +64,7 @@ def write(s: Settings) -> None:
         "RSA_LAB_VENV": str(s.venv),
         "RSA_LAB_RSA_CONFIG": str(RSA_YAML),
         "RSA_LAB_MODE": s.mode,
+        "RSA_LAB_MAIL_DIR": str(slurm.MAIL_DIR),
     }
     body = "".join(f"{k}={shlex.quote(v)}\n" for k, v in facts.items())
     tmp = ENV_FILE.with_suffix(".tmp")

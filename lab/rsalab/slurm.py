@@ -68,6 +68,10 @@ BB_API = "127.0.0.1:7820"  # rsad's TCP API (lab/rsalab/rsad.py LISTEN): slurm r
 SPANK_SRC = REPO / "slurm_plugins/spank"
 SPANK_SO = CONF_DIR / "rsa_spank.so"  # a copy: rebuilding in the repo leaves the lab alone
 PLUGSTACK = CONF_DIR / "plugstack.conf"
+# The site's MailProg in the lab: a capture script (tests only), each mail kept as a file in
+# MAIL_DIR (SlurmUser's: slurmctld and rsad run MailProg as SlurmUser)
+MAILPROG = CONF_DIR / "mailprog"
+MAIL_DIR = DATA / "slurm/mail"
 NODE_BIN = STATE / "node-bin"  # the compute nodes' /usr/local/bin: `rsa` for jobs
 # How the lab loads the SPANK plugin: optional (as docs/spank.md recommends), required
 # (a plugin that fails to load stops every srun/sbatch/slurmstepd), or off.
@@ -93,6 +97,7 @@ def up(s: Settings) -> None:
     password = secrets.token_hex(12)
     if s.accounting:
         _mariadb_up(password)
+    install_mailprog()
     CONF.write_text(slurm_conf(s))
     install_job_submit(s)
     if s.mode == "native":
@@ -270,6 +275,7 @@ def slurm_conf(s: Settings) -> str:
         *(["BurstBufferType=burst_buffer/lua", "DebugFlags=BurstBuffer"]
           if s.mode == "native" else []),
         f"PlugStackConfig={PLUGSTACK}",
+        f"MailProg={MAILPROG}",
     ]
     if s.accounting:
         lines += [
@@ -279,6 +285,8 @@ def slurm_conf(s: Settings) -> str:
             f"AccountingStorageHost={CTLD_ADDR}",
             f"AccountingStoragePort={DBD_PORT}",
             "AccountingStorageEnforce=associations,limits,qos",
+            # sacct -o Comment (the user's --comment, which rsad leaves alone)
+            "AccountingStoreFlags=job_comment",
             "PriorityType=priority/multifactor",
             "PriorityWeightQOS=100000",
             "PriorityWeightAge=1000",
@@ -300,6 +308,19 @@ def slurm_conf(s: Settings) -> str:
     lines.append(f"PartitionName=shared Nodes={_hostlist(s)} Default=NO OverSubscribe=FORCE:2 "
                  "MaxTime=INFINITE DefaultTime=00:10:00 State=UP")
     return "\n".join(lines) + "\n"
+
+
+def install_mailprog() -> None:
+    """The lab's MailProg: ``mailprog -s SUBJECT RECIPIENT`` with the body on stdin, as
+    mail(1) is called, writes one file to MAIL_DIR: the arguments, one a line, a blank
+    line, the body."""
+    make_dir(MAIL_DIR, 0o755, owner="slurm")
+    MAILPROG.write_text(
+        "#!/bin/sh\n# rsa lab: capture the mail (tests), do not send it\n"
+        f"f={MAIL_DIR}/mail-$(date +%s%N)-$$\n"
+        'umask 022\n{ for a in "$@"; do printf "%s\\n" "$a"; done; echo; cat; } > "$f.tmp"\n'
+        'mv "$f.tmp" "$f"\n')
+    MAILPROG.chmod(0o755)
 
 
 def job_submit_files(s: Settings) -> dict[str, str]:

@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from rsa_scheduler.cli.progress import Staging, short_duration
+from rsa_scheduler.cli.where import where_output
 from rsa_scheduler.client import ApiClient, ApiRefused
 from rsa_scheduler.core.jobkey import key_from_env
 from rsa_scheduler.core.states import HOLDS_USER_DATA, PRE_RUN, RESET_UNDER_WAY, RsaState
@@ -82,6 +83,9 @@ def job(api: str | None, job_id: str | None, as_json: bool) -> None:
     if st is not None:
         click.echo(f"{'staging':>10}: {st.phase} {st.staged} ({st.percent}), {st.files} files, "
                    f"{st.speed}, ETA {st.time_left}")
+    where = where_output(data)
+    if where is not None:
+        click.echo(f"{'output':>10}: {where}")
     click.echo("  timeline:")
     for ev in data.get("events", []):
         when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ev["time"]))

@@ -9,6 +9,13 @@ persistent storage, failed or quarantined, the job had no RSA work, or it is not
 yet. Exit status: 0 every job's data is in place (verified, nothing to stage, or no RSA
 work: the job wrote to the PFS itself); 2 one or more failed or are quarantined; 3 the
 ``--timeout`` passed first; 1 rsad could not be asked (usage, refusals).
+
+``rsa wait --cluster-status JOB`` asks once and prints one word, the answer a workflow
+manager's cluster-status command gives (Snakemake's ``--cluster-generic-status-cmd``,
+Snakemake 7's ``--cluster-status``): ``running`` until Slurm has ended the job *and* its
+data is in place, ``success`` once the job COMPLETED and its output is verified (or it
+had none to stage), ``failed`` when Slurm ended it otherwise or its output failed or is
+quarantined (:func:`cluster_status`).
 """
 
 from __future__ import annotations
@@ -16,80 +23,20 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import click
 
 from rsa_scheduler.cli.jobs import API_OPTION
+from rsa_scheduler.cli.where import FAILED, OK, Verdict, verdict
 from rsa_scheduler.client import ApiClient, ApiRefused, ApiUnavailable
 
-OK, FAILED, TIMED_OUT = 0, 2, 3
+__all__ = ["FAILED", "OK", "TIMED_OUT", "Verdict", "cluster_status", "verdict",
+           "wait_for_jobs"]
+
+TIMED_OUT = 3
 #: a job rsad cannot be asked about now (restarting, busy) is asked again this often
 POLL = 2.0
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """The final word on one job: ``word`` is what the line starts with (``verified``,
-    ``done``, ``no RSA``, ``failed``, ``quarantined``); ``status`` its exit status."""
-
-    word: str
-    status: int
-    why: str
-
-
-def _last_end(events: Sequence[Mapping[str, Any]]) -> int | None:
-    """Index of the job's last end (``job.state`` to finished) in its timeline."""
-    ends = [i for i, e in enumerate(events)
-            if e.get("name") == "job.state" and e.get("to") == "finished"]
-    return ends[-1] if ends else None
-
-
-def _reached(events: Sequence[Mapping[str, Any]], state: str, after: int) -> bool:
-    return any(e.get("name") == "rsa.transition" and e.get("to") == state
-               for e in events[after + 1:])
-
-
-def verdict(job: Mapping[str, Any] | None) -> Verdict | None:
-    """The verdict on one job from its ``GET /v1/jobs/ID`` answer (None: rsad tracks no
-    RSA work for it), or None while it is not over: the job still pending or running,
-    or its output or writable input still on the RAMDISK (staging out, verifying, a retry
-    due)."""
-    if job is None:
-        return Verdict("no RSA", OK, "rsad tracks no RSA work for this job (no #RSA_ "
-                                     "directives, or not your job): its files are where "
-                                     "it wrote them")
-    state = str(job.get("rsa_state") or "")
-    message = " ".join(str(job.get("message") or "").split())
-    if job.get("job_state") != "finished":
-        return None
-    events: list[Mapping[str, Any]] = list(job.get("events") or [])
-    end = _last_end(events)
-    after = end if end is not None else -1
-    spec = job.get("spec") or {}
-    if state == "quarantined":
-        return Verdict("quarantined", FAILED,
-                       message or "the stage-out gave up: the output is kept on the "
-                                  "RAMDISK for an operator (rsa job shows why)")
-    if _reached(events, "output-verified", after):
-        return Verdict("verified", OK, message or "output verified on persistent storage")
-    if state == "writeback-failed":
-        return Verdict("failed", FAILED,
-                       message or "the job's changes to its writable input are not "
-                                  "written back yet: an operator's rsa retry may still")
-    if state == "declined":
-        return Verdict("no RSA", OK, message or "the RSA did not serve this run: the job "
-                                                "read and wrote the PFS itself")
-    if state == "released":
-        if spec.get("data_out"):
-            return Verdict("failed", FAILED,
-                           "released without a verified stage-out of "
-                           f"{spec['data_out']}" + (f": {message}" if message else ""))
-        return Verdict("done", OK, "no #RSA_DATA_OUT: nothing to stage out"
-                       + ("; writable input written back" if spec.get("input") == "rw"
-                          else ""))
-    return None
 
 
 #: Slurm's states of a job that is not over (squeue -O State)
@@ -167,12 +114,71 @@ def wait_for_jobs(ask: Callable[[str], Mapping[str, Any] | None], job_ids: Seque
     return worst
 
 
+#: the words of a workflow manager's cluster-status command
+RUNNING, SUCCESS, FAILURE = "running", "success", "failed"
+
+
+def slurm_end(job_id: str) -> str:
+    """How Slurm ended ``job_id`` (``COMPLETED``, ``FAILED``, ``CANCELLED``, ...): its
+    state in squeue while Slurm still lists it, else in accounting (``sacct``); "" when
+    neither knows it (yet)."""
+    state = slurm_state(job_id)
+    if state:
+        return state
+    try:
+        done = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State", "-j", job_id],
+                              capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    words = done.stdout.split() if done.returncode == 0 else []
+    return words[0] if words else ""  # "CANCELLED by 1000" -> CANCELLED
+
+
+def cluster_status(job: Mapping[str, Any] | None, end: Callable[[], str]) -> tuple[str, str]:
+    """The cluster-status word for one job from its ``GET /v1/jobs/ID`` answer (None: rsad
+    tracks no RSA work for it) and ``end``, Slurm's end state of it (asked only when the
+    data is in place), with the line that says why (empty while running)."""
+    got = verdict(job)
+    if got is None:
+        return RUNNING, ""
+    if got.status != OK:
+        return FAILURE, f"{got.word}: {got.why}"
+    state = str((job or {}).get("end_state") or "") or end()
+    if state in ("", "PENDING") or state in ACTIVE:
+        return RUNNING, ""  # Slurm has not recorded the end yet
+    if state != "COMPLETED":
+        return FAILURE, f"the job ended {state} in Slurm"
+    return SUCCESS, f"{got.word}: {got.why}"
+
+
+def _cluster_status(client: ApiClient, job_id: str) -> str:
+    """One look: the word to print; a line to stderr when it is ``failed`` or rsad cannot
+    be asked (then ``running``: rsad restarting is waited out, as by ``rsa wait``)."""
+    try:
+        word, why = cluster_status(_ask(client, job_id), lambda: slurm_end(job_id))
+    except ApiUnavailable as e:
+        click.echo(f"rsa wait: job {job_id}: rsad not reachable ({e}): running", err=True)
+        return RUNNING
+    except ApiRefused as e:
+        if e.status in (429, 503):
+            return RUNNING
+        raise
+    if word == FAILURE:
+        click.echo(f"rsa wait: job {job_id}: {why} (rsa job {job_id} says more)", err=True)
+    return word
+
+
 @click.command("wait")
 @API_OPTION
 @click.argument("job_ids", nargs=-1, required=True)
 @click.option("--timeout", type=float, default=None,
               help="Give up after this many seconds (exit status 3); default: wait.")
-def wait(api: str | None, job_ids: tuple[str, ...], timeout: float | None) -> None:
+@click.option("--cluster-status", "cluster", is_flag=True,
+              help="Ask once and print running, success or failed for one job: a "
+                   "workflow manager's cluster-status command (Snakemake's "
+                   "--cluster-generic-status-cmd).")
+def wait(api: str | None, job_ids: tuple[str, ...], timeout: float | None,
+         cluster: bool) -> None:
     """Wait until each job's output is verified on persistent storage.
 
     One line per job: verified, done (nothing to stage), no RSA (the job used the PFS
@@ -180,6 +186,11 @@ def wait(api: str | None, job_ids: tuple[str, ...], timeout: float | None) -> No
     when one failed or is quarantined, 3 on --timeout. Use it after Slurm says a job
     ended, before reading what it wrote (workflow managers: see the user guide)."""
     client = ApiClient(api)
+    if cluster:
+        if len(job_ids) != 1:
+            raise click.UsageError("--cluster-status takes one job id")
+        click.echo(_cluster_status(client, job_ids[0].split(";")[0]))
+        return
     rc = wait_for_jobs(lambda j: _ask(client, j), job_ids, timeout)
     if rc:
         raise click.exceptions.Exit(rc)

@@ -51,6 +51,7 @@ from rsa_scheduler.daemon.dispatch import Dispatcher, Running
 from rsa_scheduler.daemon.executors import Registry
 from rsa_scheduler.daemon.health import HEALTH_BY
 from rsa_scheduler.daemon.inbox import Inbox, Request
+from rsa_scheduler.daemon.mail import QUARANTINED, VERIFIED, Mailer
 from rsa_scheduler.daemon.memory import Memory, SnapshotCadence
 from rsa_scheduler.daemon.metrics import Metrics, StagingWorkers
 from rsa_scheduler.daemon.native import NativeDriver
@@ -60,12 +61,14 @@ from rsa_scheduler.daemon.specs import ADMIN_COMMENT_PREFIX, SpecReader
 from rsa_scheduler.daemon.starthold import StartHold
 from rsa_scheduler.errors import StoreError
 from rsa_scheduler.slurm.parse import QueueRow, merge_hetjobs
-from rsa_scheduler.slurm.port import SlurmError, SlurmPort
+from rsa_scheduler.slurm.port import MailSource, SlurmError, SlurmPort
 from rsa_scheduler.store import JobRow, Store
 
 log = logging.getLogger(__name__)
 #: seconds between looks for quarantined jobs to remind the operator of
 REMIND_EVERY = 60.0
+#: rsa-states whose reaching mails the job's user, when the job asked Slurm for mail
+MAIL_ON = {"output-verified": VERIFIED, "quarantined": QUARANTINED}
 
 
 class Daemon:
@@ -96,6 +99,9 @@ class Daemon:
                                      workers=workers, urgent_workers=urgent_workers)
         self.memory = Memory()
         self.progress: dict[str, dict[str, Any]] = {}
+        # the RSA's mail to users (a backend that cannot say a job's mail request: none)
+        self.mailer = (Mailer(slurm, self.dispatcher.urgent)
+                       if isinstance(slurm, MailSource) else None)
         self.specs = SpecReader(slurm, self.dispatcher.tell)
         self.queue_reader = QueueReader(slurm)
         self.end_states = EndStates(slurm)  # ended jobs' end states from accounting
@@ -643,6 +649,10 @@ class Daemon:
             if ev.name == "rsa.transition":
                 log.info("job %s: %s -> %s on %s", ev.job_id, ev.context.get("from"),
                          ev.context.get("to"), ev.context.get("trigger"))
+                outcome = MAIL_ON.get(str(ev.context.get("to")))
+                rec = self.sched.records.get(ev.job_id)
+                if outcome is not None and rec is not None and self.mailer is not None:
+                    self.mailer.notify(ev.job_id, rec.user, outcome, rec.message or "")
         self._dispatch(dec.actions)
 
     def _row(self, rec: JobRecord) -> JobRow:

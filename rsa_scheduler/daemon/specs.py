@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 #: what job_submit.lua puts in front of an RSA job's admin_comment
 ADMIN_COMMENT_PREFIX = "rsa1:"
 
+#: what a job's user is told when its batch script took too long to read
+TOO_SLOW = ("RSA: directives ignored: the batch script took too long to read; shorten it "
+            "or move the #RSA_ lines to its top")
 _UNREAD = object()  # a batch script that could not be read this cycle
 
 #: distinct admin_comments remembered at most (their parsed spec, their split)
@@ -123,8 +126,7 @@ class SpecReader:
                 self.cache[job] = None
                 log.error("job %s: reading its #RSA_ directives took over %.0fs: ignored",
                           job, self.parse_timeout)
-                self.tell(job, "RSA: directives ignored: the batch script took too long "
-                               "to read; shorten it or move the #RSA_ lines to its top")
+                self.tell(job, TOO_SLOW)
             return None
         del self.parsing[job]
         spec, told = fut.result()

@@ -7,7 +7,9 @@ implementation. Queue reads are ONE ``squeue`` call per cycle.
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +41,8 @@ from rsa_scheduler.slurm.parse import (
 )
 from rsa_scheduler.slurm.port import SlurmError, UnlockGone, UnlockLater
 
+log = logging.getLogger(__name__)
+
 LOCKIN_METHODS = ("qos", "priority", "none")
 
 
@@ -55,6 +59,24 @@ def batch_script_argv(bin_dir: Path, job_id: str) -> list[str]:
 def update_argv(bin_dir: Path, job_id: str, **fields: str) -> list[str]:
     return [str(bin_dir / "scontrol"), "update", f"jobid={job_id}",
             *(f"{k}={v}" for k, v in fields.items())]
+
+
+def comment_argv(bin_dir: Path, job_id: str) -> list[str]:
+    """The job's comment (``%k``), one line per job squeue lists for ``job_id``."""
+    return [str(bin_dir / "squeue"), "-h", "-t", "all", "-j", job_id, "-o", "%k"]
+
+
+#: what every comment rsad writes starts with (daemon.dispatch.Dispatcher.tell's callers)
+RSA_COMMENT = "RSA:"
+
+
+def users_comment(squeue_out: str) -> bool:
+    """Whether a comment of :func:`comment_argv`'s output is the user's own (``sbatch
+    --comment``, ``scontrol update Comment=``): set and not rsad's (``RSA:`` first).
+    rsad never writes over it: the user's text stays exact in squeue, scontrol and
+    sacct, and rsad's status is in ``rsa job`` (and the mail, when the job asked)."""
+    return any(line.strip() not in ("", NULL) and not line.startswith(RSA_COMMENT)
+               for line in squeue_out.splitlines())
 
 
 def drain_argv(bin_dir: Path, nodes: Sequence[str], reason: str) -> list[str]:
@@ -81,6 +103,26 @@ def job_qos_argv(bin_dir: Path, job_id: str) -> list[str]:
 def lock_view_argv(bin_dir: Path, job_id: str) -> list[str]:
     """One job's state, QOS and priority (parse.LOCK_VIEW_FIELDS), in any state."""
     return [str(bin_dir / "squeue"), "-h", "-t", "all", "-j", job_id, "-O", LOCK_VIEW_FORMAT]
+
+
+def job_mail_argv(bin_dir: Path, job_id: str) -> list[str]:
+    """The job as ``scontrol show job`` shows it (its ``MailUser=... MailType=...`` line:
+    squeue has no field for them)."""
+    return [str(bin_dir / "scontrol"), "show", "job", job_id]
+
+
+_MAIL_LINE = re.compile(r"^\s*MailUser=(\S*) MailType=(\S*)\s*$")
+
+
+def parse_job_mail(text: str) -> tuple[str, str] | None:
+    """(MailUser, MailType) from :func:`job_mail_argv`'s output, the one line that is
+    exactly ``MailUser=U MailType=T``; None when there is not exactly one (a job name or
+    comment over several lines could add one: then no mail, never a guess)."""
+    found = [m for m in map(_MAIL_LINE.match, text.splitlines()) if m]
+    if len(found) != 1:
+        return None
+    user, kind = found[0].groups()
+    return ("" if user == NULL else user), ("" if kind == NULL else kind)
 
 
 def show_config_argv(bin_dir: Path) -> list[str]:
@@ -258,7 +300,19 @@ class CliSlurm:
         return "no lock-in method: nothing to restore"
 
     def set_comment(self, job_id: str, text: str) -> None:
+        """Write ``text`` as the job's comment unless the comment is the user's own
+        (:func:`users_comment`; read first, one squeue call)."""
+        if users_comment(self._run(comment_argv(self.bin_dir, job_id))):
+            log.info("job %s: its comment is its user's own: left as it is; not told: %s",
+                     job_id, text)
+            return
         self._run(update_argv(self.bin_dir, job_id, comment=text))
+
+    def job_mail(self, job_id: str) -> tuple[str, str] | None:
+        """(MailUser, MailType) the job asked Slurm for (``--mail-user``,
+        ``--mail-type``; "" for none), None when ``scontrol show job`` does not say it in
+        one line. Raises SlurmError when Slurm no longer has the job (MinJobAge)."""
+        return parse_job_mail(self._run(job_mail_argv(self.bin_dir, job_id)))
 
     def end_states(self, job_ids: Sequence[str]) -> dict[str, str]:
         """How each job of ``job_ids`` ended, by Slurm's accounting (``sacct``): only the

@@ -27,6 +27,20 @@ class UnlockLater(SlurmError):
     it is done when the job is pending again."""
 
 
+@runtime_checkable
+class MailSource(Protocol):
+    """What the RSA's mail reads of Slurm (daemon/mail.py): both backends have it."""
+
+    def job_mail(self, job_id: str) -> tuple[str, str] | None:
+        """(MailUser, MailType) the job asked Slurm for, "" for none; None when Slurm does
+        not say it unambiguously. Raises SlurmError when Slurm no longer has the job."""
+        ...
+
+    def show_config(self) -> dict[str, str]:
+        """``scontrol show config`` as {key: value}."""
+        ...
+
+
 class SlurmPort(Protocol):
     """What rsad needs from Slurm."""
 
@@ -57,7 +71,9 @@ class SlurmPort(Protocol):
         ...
 
     def set_comment(self, job_id: str, text: str) -> None:
-        """Show the user a short RSA status where they already look (the job comment)."""
+        """Show the user a short RSA status where they already look (the job comment),
+        never over a comment the user gave the job (``--comment``): that stays exact (nothing
+        is written)."""
         ...
 
     def drain_nodes(self, nodes: Sequence[str], reason: str) -> None:

@@ -76,6 +76,12 @@ class PySlurm:
     def set_comment(self, job_id: str, text: str) -> None:
         self.cli.set_comment(job_id, text)
 
+    def job_mail(self, job_id: str) -> tuple[str, str] | None:
+        return self.cli.job_mail(job_id)
+
+    def show_config(self) -> dict[str, str]:
+        return self.cli.show_config()
+
     def end_states(self, job_ids: Sequence[str]) -> dict[str, str]:
         return self.cli.end_states(job_ids)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rsa_scheduler.cli.wait import FAILED, OK, TIMED_OUT, verdict, wait_for_jobs
+from rsa_scheduler.cli.wait import FAILED, OK, TIMED_OUT, cluster_status, verdict, wait_for_jobs
 from rsa_scheduler.client import ApiRefused, ApiUnavailable
 
 pytestmark = pytest.mark.unit
@@ -149,3 +149,32 @@ def test_a_job_rsad_has_not_seen_yet_is_waited_for_while_slurm_runs_it() -> None
     assert pending is not None and verdict(pending) is None
     assert _ask(Untracked(), "7", slurm=lambda j: "COMPLETED") is None  # type: ignore[arg-type]
     assert _ask(Untracked(), "7", slurm=lambda j: "") is None  # type: ignore[arg-type]
+
+
+def test_cluster_status_says_success_only_once_the_job_completed_and_its_data_is_in_place(
+        ) -> None:
+    def never() -> str:
+        raise AssertionError("Slurm asked while the data is not in place")
+
+    staging = job("staging-out", "finished", *RUN, ("job", "finished"),
+                  ("rsa", "staging-out"))
+    assert cluster_status(staging, never) == ("running", "")
+    assert cluster_status(job("mounted-output", "running", *RUN), never)[0] == "running"
+    done = job("released", "finished", *RUN, ("job", "finished"),
+               ("rsa", "output-verified"), ("rsa", "released"), message="content verified")
+    assert cluster_status(done, lambda: "COMPLETED") == ("success",
+                                                         "verified: content verified")
+    # rsad's own record of the end wins; Slurm not having recorded it yet is running
+    assert cluster_status({**done, "end_state": "TIMEOUT"}, never)[0] == "failed"
+    assert cluster_status(done, lambda: "")[0] == "running"
+    assert cluster_status(done, lambda: "COMPLETING")[0] == "running"
+    # a job without RSA work: Slurm's word alone
+    assert cluster_status(None, lambda: "COMPLETED")[0] == "success"
+    assert cluster_status(None, lambda: "FAILED") == ("failed", "the job ended FAILED in Slurm")
+
+
+def test_cluster_status_fails_a_quarantined_output_whatever_slurm_says() -> None:
+    q = job("quarantined", "finished", *RUN, ("job", "finished"), ("rsa", "quarantined"),
+            message="stage-out gave up: disk full")
+    assert cluster_status(q, lambda: "COMPLETED") == (
+        "failed", "quarantined: stage-out gave up: disk full")

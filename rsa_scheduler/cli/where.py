@@ -1,0 +1,133 @@
+"""Where a job's output is now, in one line for its owner (``rsa job ID``'s ``output:``).
+
+Owns :func:`verdict` (``rsa wait``'s final word on a job: verified, done, no RSA,
+failed, quarantined, or None while not over) and :func:`where_output`: from one job's
+``GET /v1/jobs/ID`` answer (its record, spec and timeline) it says whether the output is
+not written yet, on the RAMDISK while the job runs, on the RAMDISK being staged out (not
+complete on the PFS yet), on the PFS (as files, or as tar archives with the command that
+restores them), or kept on the RAMDISK in quarantine (and what to do). Pure: no I/O, no
+clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rsa_scheduler.core.states import POST_RUN, TEARDOWN
+
+#: exit statuses of rsa wait: the data in place, failed or quarantined
+OK, FAILED = 0, 2
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The final word on one job: ``word`` is what the line starts with (``verified``,
+    ``done``, ``no RSA``, ``failed``, ``quarantined``); ``status`` its exit status."""
+
+    word: str
+    status: int
+    why: str
+
+
+def _last_end(events: Sequence[Mapping[str, Any]]) -> int | None:
+    """Index of the job's last end (``job.state`` to finished) in its timeline."""
+    ends = [i for i, e in enumerate(events)
+            if e.get("name") == "job.state" and e.get("to") == "finished"]
+    return ends[-1] if ends else None
+
+
+def _reached(events: Sequence[Mapping[str, Any]], state: str, after: int) -> bool:
+    return any(e.get("name") == "rsa.transition" and e.get("to") == state
+               for e in events[after + 1:])
+
+
+def verdict(job: Mapping[str, Any] | None) -> Verdict | None:
+    """The verdict on one job from its ``GET /v1/jobs/ID`` answer (None: rsad tracks no
+    RSA work for it), or None while it is not over: the job still pending or running,
+    or its output or writable input still on the RAMDISK (staging out, verifying, a retry
+    due)."""
+    if job is None:
+        return Verdict("no RSA", OK, "rsad tracks no RSA work for this job (no #RSA_ "
+                                     "directives, or not your job): its files are where "
+                                     "it wrote them")
+    state = str(job.get("rsa_state") or "")
+    message = " ".join(str(job.get("message") or "").split())
+    if job.get("job_state") != "finished":
+        return None
+    events: list[Mapping[str, Any]] = list(job.get("events") or [])
+    end = _last_end(events)
+    after = end if end is not None else -1
+    spec = job.get("spec") or {}
+    if state == "quarantined":
+        return Verdict("quarantined", FAILED,
+                       message or "the stage-out gave up: the output is kept on the "
+                                  "RAMDISK for an operator (rsa job shows why)")
+    if _reached(events, "output-verified", after):
+        return Verdict("verified", OK, message or "output verified on persistent storage")
+    if state == "writeback-failed":
+        return Verdict("failed", FAILED,
+                       message or "the job's changes to its writable input are not "
+                                  "written back yet: an operator's rsa retry may still")
+    if state == "declined":
+        return Verdict("no RSA", OK, message or "the RSA did not serve this run: the job "
+                                                "read and wrote the PFS itself")
+    if state == "released":
+        if spec.get("data_out"):
+            return Verdict("failed", FAILED,
+                           "released without a verified stage-out of "
+                           f"{spec['data_out']}" + (f": {message}" if message else ""))
+        return Verdict("done", OK, "no #RSA_DATA_OUT: nothing to stage out"
+                       + ("; writable input written back" if spec.get("input") == "rw"
+                          else ""))
+    return None
+
+
+
+def archive_prefix(job_id: str, cycle: int) -> str:
+    """The archives' name before ``-<n>.tar`` (staging.packing.Packing.archive_prefix)."""
+    return f"rsa-{job_id}" + (f".c{cycle}" if cycle > 1 else "")
+
+
+def where_output(job: Mapping[str, Any]) -> str | None:
+    """One line: where the job's ``#RSA_DATA_OUT`` output is now and what to do about
+    it; None when the job has no ``#RSA_DATA_OUT``."""
+    spec = job.get("spec") or {}
+    out = spec.get("data_out")
+    if not out:
+        return None
+    job_id = str(job.get("job_id"))
+    state = str(job.get("rsa_state") or "")
+    nodes = job.get("nodes") or "its RSA nodes"
+    if state == "declined":
+        return f"on the PFS in {out}: the RSA did not serve this run; the job wrote there itself"
+    if state == "quarantined":
+        return (f"kept on the RAMDISK of {nodes}, NOT complete in {out}: the stage-out gave "
+                f"up (the message says why); do not read {out} yet. Once the cause is fixed "
+                f"(space, permissions), 'rsa retry {job_id}' stages it out again; if that "
+                "fails, ask your operator: the data stays kept until then")
+    if job.get("job_state") != "finished":
+        if state in ("mounted-input", "resetting", "reset-failed"):
+            return (f"not written yet: the job reads its input from the RAMDISK; at the "
+                    f"reset the RAMDISK is mounted over {out} for it")
+        if state in ("mounted-output", "mounting-output"):
+            return (f"on the RAMDISK of {nodes}, mounted over {out} while the job runs; "
+                    "staged out to the PFS and verified after it ends")
+        return f"none yet: the job has not written it (it goes to {out} after the job ends)"
+    got = verdict(job)
+    if got is not None and got.word == "verified":
+        if spec.get("postprocess"):
+            return (f"in {out}: what your POSTPROCESS wrote there (it exited 0; its result "
+                    "is not checked)")
+        if spec.get("stage_out") == "tar":
+            prefix = archive_prefix(job_id, int(job.get("cycle") or 1))
+            return (f"on the PFS in {out} as tar archives {prefix}-<n>.tar (index "
+                    f"{prefix}.index), verified; to get the files back: cd {out} && for a "
+                    f"in {prefix}-*.tar; do tar -xpf \"$a\"; done")
+        return f"on the PFS in {out}, verified (every file compared with the RAMDISK's)"
+    if got is not None:
+        return f"not staged out: {got.why}"
+    if state in POST_RUN - TEARDOWN:  # staging out, verifying, a retry due
+        return (f"on the RAMDISK of {nodes}, being staged out to {out} ({state}): not "
+                f"complete there yet; 'rsa wait {job_id}' returns once it is")
+    return f"the job ended; its output is being placed in {out} ({state or 'unknown'})"
