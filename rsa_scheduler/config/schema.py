@@ -117,6 +117,20 @@ EXTERNAL_SETTINGS: dict[type, dict[str, Setting]] = {
         "array_share": Setting(Number(0.01, 1), "The most of the pool's RSA nodes the tasks "
                                "of one job array hold at once (a fraction; 1: no limit), so "
                                "a big array next to start does not take every RSA node."),
+        **{f"{who}_{what}": Setting(kind, f"Limit per {scope}: {text} (0: no limit). A "
+                                            "job over it waits for RSA nodes as "
+                                            "`staging.early_start` says and its user reads "
+                                            "why; one alone over it reads the PFS.")
+           for who, scope in (("user", "user"), ("account", "Slurm account"))
+           for what, kind, text in (
+               ("nodes", Int(0, MAX_POOL_NODES),
+                "the most RSA nodes the jobs of one " + scope + " hold at once"),
+               ("capacity", Size(positive=False),
+                "the most RSA capacity (the nodes' configured `capacity`) the jobs of one "
+                + scope + " hold at once"),
+               ("stage_ins", Int(0, MAX_POOL_NODES),
+                "the most jobs of one " + scope + " whose RAMDISK is built or staged in at "
+                "once"))},
     }
 }
 

@@ -21,7 +21,7 @@ from rsa_scheduler.core.allocator import PolicyViolation, Request
 from rsa_scheduler.core.hostlist import Hostlist
 from rsa_scheduler.core.policy import EarlyStart, ResetTrigger, StagingPolicy
 from rsa_scheduler.core.record import JobRecord
-from rsa_scheduler.core.rules import Cond, Effect
+from rsa_scheduler.core.rules import OVER_LIMIT_NOTE, Cond, Effect
 from rsa_scheduler.core.states import JobState, RsaState, Trigger
 
 
@@ -31,6 +31,7 @@ class PoolPort(Protocol):
     def allocate(self, req: Request) -> Any: ...  # NodeSet | None; raises PolicyViolation
     def release(self, job_id: str) -> Any: ...  # NodeSet
     def explain(self, job_id: str) -> str: ...  # why tier auto chose them ("" otherwise)
+    def refusal(self, job_id: str) -> str: ...  # why it refused beyond "none free" (limits)
 
 
 
@@ -132,6 +133,15 @@ EFFECTS: Mapping[Effect, Callable[[Firing], None]] = {
 }
 
 
+def over_limit_detail(why: str, early: EarlyStart) -> str:
+    """What the user of a job over a limit reads after the OVER_LIMIT rows' note: which
+    limit, and what the job does meanwhile (its early start)."""
+    then = ("it stays held until then, at most staging.wait_timeout from its "
+            "submission, then reads its input from the PFS") if early is EarlyStart.WAIT \
+        else "if Slurm starts it before then, it reads the PFS"
+    return f"{why}; it gets RSA nodes when those jobs give theirs back; {then}"
+
+
 # ---- conditions --------------------------------------------------------------------------
 
 def _early(rec: JobRecord, policy: StagingPolicy) -> EarlyStart:
@@ -205,6 +215,11 @@ def _try_allocate(rec: JobRecord, pool: PoolPort, policy: StagingPolicy, now: fl
     except PolicyViolation as e:
         return Trigger.POLICY_VIOLATION, str(e)
     if got is None:
+        why = pool.refusal(rec.job_id)
+        if why:
+            detail = over_limit_detail(why, _early(rec, policy))
+            if rec.message != f"{OVER_LIMIT_NOTE}: {detail}":
+                return Trigger.OVER_LIMIT, detail  # told once (again if the reason changes)
         return Trigger.NODES_BUSY, ""
     rec.nodes = Hostlist.from_nodeset(got).folded  # its actions' nodes: no parse
     rec.cycle += 1

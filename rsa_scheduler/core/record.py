@@ -59,6 +59,8 @@ class JobRecord:
     #: its failures so far (the UNLOCK_DUE timer tries it again)
     unlock: Action | None = None
     unlock_failures: int = 0
+    #: the job's Slurm account (squeue's): limits per account count it (core.limits)
+    account: str = ""
 
     # ---- derived --------------------------------------------------------------------
     @property
@@ -106,6 +108,7 @@ class JobRecord:
             "end_state": self.end_state,
             "unlock": self.unlock.to_json() if self.unlock is not None else None,
             "unlock_failures": self.unlock_failures,
+            "account": self.account,
         }
 
     @classmethod

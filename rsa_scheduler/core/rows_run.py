@@ -15,7 +15,9 @@ from __future__ import annotations
 from rsa_scheduler.core.actions import ActionKind
 from rsa_scheduler.core.rules import (
     CANCEL_TEARDOWN,
+    OVER_LIMIT_NOTE,
     REF_FAIL,
+    REF_LIMIT,
     REF_NO_OUT,
     REF_NOTHING_HELD,
     REF_OPERATOR,
@@ -261,6 +263,8 @@ def rows() -> list[Rule]:
         Rule(S.RELEASED, T.NODES_ALLOCATED, S.ALLOCATED, actions=(A.ALLOCATE,), ref="§3.1",
              note="nodes allocated again: a new cycle"),
         Rule(S.RELEASED, T.NODES_BUSY, S.RELEASED),
+        Rule(S.RELEASED, T.OVER_LIMIT, S.RELEASED, actions=(A.TELL_USER,), ref=REF_LIMIT,
+             note=OVER_LIMIT_NOTE),
         Rule(S.RELEASED, T.POLICY_VIOLATION, S.DECLINED, actions=(A.TELL_USER,),
              effects=(E.MARK_DECLINED,), ref=REF_UNSERVABLE,
              note="the RSA cannot serve this job; it uses the PFS"),
@@ -274,6 +278,8 @@ def rows() -> list[Rule]:
                T.NODES_BUSY, T.GIVE_UP, T.POLICY_VIOLATION)
     r += [
         Rule(S.DECLINED, T.FINISHED, S.RELEASED, note="nothing was held", ref=REF_NOTHING_HELD),
+        Rule(S.DECLINED, T.OVER_LIMIT, S.DECLINED, actions=(A.TELL_USER,), ref=REF_LIMIT,
+             note=OVER_LIMIT_NOTE),
         Rule(S.DECLINED, T.ON_DECK, S.DECLINED, effects=(E.TRY_ALLOCATE,), ref=REF_REQUEUE,
              note="on-deck again after a requeue: a job declined only because it started "
                   "before RSA nodes were free gets a new cycle (TRY_ALLOCATE gives up at "

@@ -82,6 +82,9 @@ class Observation:
     #: observation does not say (a hook's): a change ends a lock-in (issue 39)
     partition: str = ""
     time_limit: str = ""
+    #: the job's Slurm account (squeue's); "" when the observation does not say: limits
+    #: per account count it (core.limits)
+    account: str = ""
 
     def changes(self, prev: Observation | None) -> str:
         """What changed since ``prev`` that a lock-in depends on, in words ("" if
@@ -170,8 +173,8 @@ class Scheduler:
         self.pool = pool
         self.policy = policy
         # what the machine allocates through: the pool within each user's / array's share
-        self.share = FairShare(pool, lambda job: self.records[job].user)
         self.records: dict[str, JobRecord] = {}
+        self.share = FairShare(pool, lambda job: self.records[job].user, self.records)
         self._last_obs: dict[str, Observation] = {}  # job -> its last observation that counted
         self._waiting: set[str] = set()  # on-deck, waiting for free RSA nodes
         self._timed: set[str] = set()  # jobs with an armed timer
@@ -265,7 +268,7 @@ class Scheduler:
                     continue
                 rec = JobRecord(job_id=jid, user=obs.user, spec=obs.spec,
                                 compute_nodes=obs.compute_nodes, priority=obs.priority,
-                                since=now)
+                                since=now, account=obs.account)
                 records[jid] = rec
                 dec.events.append(new_record_event(rec, now))
             seen_add(jid)  # only tracked jobs: the other 70-90% of a queue cost one lookup
@@ -315,6 +318,8 @@ class Scheduler:
             updates["hold_until"] = obs.hold_until
         if obs is not None and obs.priority != rec.priority:
             updates["priority"] = obs.priority
+        if obs is not None and obs.account and obs.account != rec.account:
+            updates["account"] = obs.account
         if obs is not None and obs.compute_nodes != rec.compute_nodes and \
                 rec.rsa_state in AWAITING_NODES | READY:
             updates["compute_nodes"] = obs.compute_nodes
@@ -359,6 +364,8 @@ class Scheduler:
             rec.compute_nodes = obs.compute_nodes
         if "hold_until" in updates and obs is not None:
             rec.hold_until = obs.hold_until
+        if "account" in updates and obs is not None:
+            rec.account = obs.account
         if not_before is not None:
             rec.not_before = not_before
         if started:

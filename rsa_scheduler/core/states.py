@@ -268,6 +268,7 @@ class Trigger(enum.StrEnum):
     # results of in-core effects
     NODES_ALLOCATED = "nodes-allocated"
     NODES_BUSY = "nodes-busy"  # not enough free RSA nodes: skip this cycle (§3.1)
+    OVER_LIMIT = "over-limit"  # its user's / account's limit: skip, the user told why once
     POLICY_VIOLATION = "policy-violation"  # the request can never be met
     GIVE_UP = "give-up"  # retry budget exhausted
     # action outcomes

@@ -394,7 +394,8 @@ class Daemon:
                            reason=reason, priority=row.priority,
                            compute_nodes=row.num_nodes, spec=spec,
                            hold_until=None if deadline is None else float(deadline),
-                           held=held, partition=row.partition, time_limit=row.time_limit)
+                           held=held, partition=row.partition, time_limit=row.time_limit,
+                           account=row.account)
 
     def _write_pools(self) -> None:
         """Native mode: the free RSA capacity per tier for slurm_bb_pools."""

@@ -17,8 +17,10 @@ from rsa_scheduler.errors import RsaError
 #: or truncation) followed by ``|``; admin_comment comes last so a ``|`` inside it cannot
 #: shift the other columns. ``JobArrayID`` gives ``123_4`` for array elements (with -r).
 #: Partition and TimeLimit: a change to a locked-in job ends its lock-in (issue 39).
+#: Account: limits per account (issue 33).
 QUEUE_FIELDS: tuple[str, ...] = ("JobArrayID", "State", "Reason", "PriorityLong", "NumNodes",
-                                 "UserName", "Partition", "TimeLimit", "admin_comment")
+                                 "UserName", "Partition", "TimeLimit", "Account",
+                                 "admin_comment")
 QUEUE_FORMAT = ",".join(f"{f}:0|" for f in QUEUE_FIELDS)
 _JOB_ID = re.compile(r"^\d+(?:_\d+)?(?:\+\d+)?$")
 NULL = "(null)"
@@ -41,6 +43,7 @@ class QueueRow:
     admin_comment: str | None
     partition: str = ""  #: the partition(s) it is pending in or runs in
     time_limit: str = ""  #: as squeue prints it (``5:00``, ``1-00:00:00``)
+    account: str = ""  #: its Slurm account (limits per account)
 
 
 def parse_queue(text: str) -> list[QueueRow]:
@@ -118,14 +121,15 @@ def merge_hetjobs(rows: list[QueueRow]) -> list[QueueRow]:
 
 
 def _row(parts: list[str], lineno: int) -> QueueRow:
-    job_id, state, reason, prio, nodes, user, partition, time_limit, comment = parts
+    job_id, state, reason, prio, nodes, user, partition, time_limit, account, comment = parts
     if comment.endswith("|"):
         comment = comment[:-1]
     try:
         return QueueRow(job_id=job_id, state=state, reason=reason, priority=int(prio),
                         num_nodes=int(nodes), user=user,
                         admin_comment=None if comment in (NULL, "") else comment,
-                        partition=partition, time_limit=time_limit)
+                        partition=partition, time_limit=time_limit,
+                        account="" if account == NULL else account)
     except ValueError as e:
         raise ParseError(f"squeue line {lineno}: {e}") from e
 

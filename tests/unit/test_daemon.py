@@ -297,7 +297,8 @@ class TextSlurm(ScriptedSlurm):
 
     def queue_text(self) -> str:
         return "".join(f"{r.job_id}|{r.state}|{r.reason}|{r.priority}|{r.num_nodes}|"
-                       f"{r.user}|{r.partition}|{r.time_limit}|{r.admin_comment or '(null)'}|\n"
+                       f"{r.user}|{r.partition}|{r.time_limit}|{r.account}|"
+                       f"{r.admin_comment or '(null)'}|\n"
                        for r in self.rows)
 
 

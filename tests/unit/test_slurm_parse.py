@@ -40,6 +40,7 @@ def test_parse_captured_queue() -> None:
     assert spec.data_in == "/pfs/home/rsauser/in" and spec.data_out == "/pfs/x|y"
     assert rows["7"].num_nodes == 2 and rows["7"].admin_comment is None
     assert rows["1"].state == "RUNNING"
+    assert five.account == "rsa"  # limits per account (issue 33)
 
 
 def test_captured_demotion_and_lockin() -> None:
@@ -62,12 +63,13 @@ def test_every_captured_job_state_is_known() -> None:
 
 
 def test_multiline_admin_comment_is_joined() -> None:
-    rows = parse_queue("5|PENDING|Resources|1|1|u|debug|5:00|first\nsecond|\n"
-                       "6|RUNNING|None|1|1|u|debug|5:00|(null)|\n")
+    rows = parse_queue("5|PENDING|Resources|1|1|u|debug|5:00|acct|first\nsecond|\n"
+                       "6|RUNNING|None|1|1|u|debug|5:00|acct|(null)|\n")
     assert rows[0].admin_comment == "first\nsecond" and rows[1].admin_comment is None
 
 
-@pytest.mark.parametrize("text", ["garbage\n", "5|PENDING|Resources|x|1|u|debug|5:00|(null)|\n"])
+@pytest.mark.parametrize("text", ["garbage\n",
+                                  "5|PENDING|Resources|x|1|u|debug|5:00|acct|(null)|\n"])
 def test_bad_queue_output_is_a_parse_error(text: str) -> None:
     with pytest.raises(ParseError, match="squeue line"):
         parse_queue(text)
