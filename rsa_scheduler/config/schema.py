@@ -60,6 +60,7 @@ from rsa_scheduler.config.sections import (
     LogLevel,
     MetricsConfig,
     MountScope,
+    QuarantineConfig,
     ResetConfig,
     ScriptSource,
     SlurmBackend,
@@ -162,6 +163,10 @@ class Config:
     health: HealthConfig = field(
         metadata=meta(Section(HealthConfig), "RSA-node health checks and automatic drain.")
     )
+    quarantine: QuarantineConfig = field(
+        metadata=meta(Section(QuarantineConfig), "Output kept on a RAMDISK whose stage-out "
+                      "gave up: when it is rescued to the PFS.")
+    )
     metrics: MetricsConfig = field(metadata=meta(Section(MetricsConfig), "Prometheus metrics."))
     # Not settings: where this config came from and what the loader warned about.
     source: Path | None = None
@@ -176,6 +181,8 @@ class Config:
             reset_delay=st.reset.delay, wait_timeout=st.wait_timeout,
             fs_build_attempts=self.filesystem.retries + 1, on_deck_settle=st.on_deck_settle,
             lockin_timeout=self.slurm.lockin.timeout,
+            rescue_after=self.quarantine.rescue_after,
+            rescue_dir=str(self.quarantine.rescue_dir or ""),
         )
 
     def rsa_nodes(self) -> list[RsaNode]:
@@ -290,6 +297,7 @@ __all__ = [
     "Optional",
     "PoolConfig",
     "PoolNodeGroup",
+    "QuarantineConfig",
     "ResetConfig",
     "RsaNodeSpec",
     "ScriptSource",

@@ -117,6 +117,29 @@ def _arm_lockin(f: Firing) -> None:
         f.rec.timers.setdefault(Trigger.LOCKIN_EXPIRED.value, f.now + timeout)
 
 
+def rescue_path(rec: JobRecord, policy: StagingPolicy) -> str:
+    """Where a quarantined RAMDISK's content goes on the PFS: one directory per user
+    (made private by the user) and per RSA cycle of the job."""
+    return f"{policy.rescue_dir.rstrip('/')}/{rec.user}/{rec.job_id}.{rec.cycle}"
+
+
+def _arm_rescue(f: Firing) -> None:
+    f.rec.rescue_to = ""
+    if f.policy.rescue_after > 0 and f.policy.rescue_dir:
+        f.rec.timers[Trigger.RESCUE_DUE.value] = f.now + f.policy.rescue_after
+
+
+def _start_rescue(f: Firing) -> None:
+    f.rec.rescue_to = rescue_path(f.rec, f.policy)
+    f.detail = (f"the RAMDISK's content is copied as the job's user to {f.rec.rescue_to} on "
+                "the PFS and verified; only then is the RAMDISK released (a failed rescue "
+                "keeps it quarantined)")
+
+
+def _end_rescue(f: Firing) -> None:
+    f.rec.rescue_to = ""
+
+
 #: Effect -> what it does; a rule's effects run in the order the rule lists them
 EFFECTS: Mapping[Effect, Callable[[Firing], None]] = {
     Effect.TRY_ALLOCATE: _try_allocate_effect,
@@ -130,6 +153,9 @@ EFFECTS: Mapping[Effect, Callable[[Firing], None]] = {
     Effect.MARK_DECLINED: _mark_declined,
     Effect.LOCKED: _locked,
     Effect.ARM_LOCKIN: _arm_lockin,
+    Effect.ARM_RESCUE: _arm_rescue,
+    Effect.START_RESCUE: _start_rescue,
+    Effect.END_RESCUE: _end_rescue,
 }
 
 

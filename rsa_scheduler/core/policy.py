@@ -186,8 +186,18 @@ class StagingPolicy:
     # RAMDISK torn down and it reads the PFS (slurm.lockin.timeout, 10m by default; 0,
     # as here: no bound).
     lockin_timeout: float = 0.0
+    # A quarantined RAMDISK (its stage-out gave up) is rescued after this long: its
+    # content copied as the job's user to ``rescue_dir/<user>/<job>`` on the PFS, verified
+    # as a stage-out is, then the RAMDISK released (quarantine.rescue_after; 0, as here:
+    # never, it waits for an operator). A failed rescue keeps the quarantine.
+    rescue_after: float = 0.0
+    rescue_dir: str = ""
 
     def __post_init__(self) -> None:
+        if self.rescue_after < 0:
+            raise ValueError("rescue_after must be >= 0")
+        if self.rescue_after and not self.rescue_dir.startswith("/"):
+            raise ValueError("rescue_after needs rescue_dir, an absolute path")
         if self.retries < 0:
             raise ValueError("retries must be >= 0")
         if self.backoff <= 0 or self.backoff_max < self.backoff:

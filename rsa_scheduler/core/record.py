@@ -61,6 +61,9 @@ class JobRecord:
     unlock_failures: int = 0
     #: the job's Slurm account (squeue's): limits per account count it (core.limits)
     account: str = ""
+    #: a quarantined RAMDISK rescued (quarantine.rescue_after): where its content goes on
+    #: the PFS instead of DATA_OUT; "" when none is under way
+    rescue_to: str = ""
 
     # ---- derived --------------------------------------------------------------------
     @property
@@ -109,6 +112,7 @@ class JobRecord:
             "unlock": self.unlock.to_json() if self.unlock is not None else None,
             "unlock_failures": self.unlock_failures,
             "account": self.account,
+            "rescue_to": self.rescue_to,
         }
 
     @classmethod

@@ -210,15 +210,20 @@ def rows() -> list[Rule]:
              effects=(E.RESET_ATTEMPTS,), ref=REF_OPERATOR,
              note="operator: stage out again now, with a fresh retry budget"),
         Rule(S.STAGE_OUT_FAILED, T.GIVE_UP, S.QUARANTINED, actions=(A.ALERT, A.TELL_USER),
-             ref=REF_QUARANTINE, note="kept on the RSA nodes for the operator"),
+             effects=(E.ARM_RESCUE,), ref=REF_QUARANTINE,
+             note="kept on the RSA nodes for the operator"),
         Rule(S.STAGE_OUT_FAILED, T.DISCARD, S.TEARING_DOWN, actions=(A.ALERT, A.DESTROY_FS),
              ref=REF_OPERATOR, note="operator discarded the output"),
     ]
     r += stay(S.QUARANTINED, *JOB_STATE_TRIGGERS, note="data kept until an operator acts")
     r += [
         Rule(S.QUARANTINED, T.RETRY, S.STAGING_OUT, actions=(A.STAGE_OUT,),
-             effects=(E.RESET_ATTEMPTS,), ref=REF_OPERATOR,
+             effects=(E.RESET_ATTEMPTS, E.END_RESCUE), ref=REF_OPERATOR,
              note="operator: stage out again, with a fresh retry budget"),
+        Rule(S.QUARANTINED, T.RESCUE_DUE, S.STAGING_OUT,
+             actions=(A.ALERT, A.TELL_USER, A.STAGE_OUT),
+             effects=(E.RESET_ATTEMPTS, E.START_RESCUE), ref=REF_QUARANTINE,
+             note="rescue: quarantined longer than quarantine.rescue_after"),
         Rule(S.QUARANTINED, T.DISCARD, S.TEARING_DOWN, actions=(A.ALERT, A.DESTROY_FS),
              ref=REF_OPERATOR, note="operator discarded the output"),
     ]

@@ -87,6 +87,12 @@ class Effect(enum.StrEnum):
     LOCKED = "locked"  # remember that lock-in is in place
     #: arm the lock-in's bound (StagingPolicy.lockin_timeout), once per lock-in
     ARM_LOCKIN = "arm-lockin"
+    #: quarantined: arm the rescue (StagingPolicy.rescue_after), no rescue under way
+    ARM_RESCUE = "arm-rescue"
+    #: the rescue begins: the stage-out goes to the rescue area (JobRecord.rescue_to)
+    START_RESCUE = "start-rescue"
+    #: an operator's retry of a quarantined stage-out: to DATA_OUT again, not a rescue
+    END_RESCUE = "end-rescue"
 
 
 @dataclass(frozen=True, slots=True)

@@ -273,7 +273,8 @@ def _events(data: dict[str, Any]) -> list[Event]:
 
 #: record fields added since the old logs were captured, at the value an old job has
 NEW_RECORD_FIELDS: dict[str, Any] = {"writeback_live": False, "end_state": "", "unlock": None,
-                                     "unlock_failures": 0, "account": ""}
+                                     "unlock_failures": 0, "account": "",
+                                     "rescue_to": ""}
 
 
 def _with_new_fields(state: dict[str, Any]) -> dict[str, Any]:

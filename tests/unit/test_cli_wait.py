@@ -149,3 +149,15 @@ def test_a_job_rsad_has_not_seen_yet_is_waited_for_while_slurm_runs_it() -> None
     assert pending is not None and verdict(pending) is None
     assert _ask(Untracked(), "7", slurm=lambda j: "COMPLETED") is None  # type: ignore[arg-type]
     assert _ask(Untracked(), "7", slurm=lambda j: "") is None  # type: ignore[arg-type]
+
+
+def test_a_rescued_output_is_not_called_verified_at_data_out() -> None:
+    """Issue 33: quarantined, then rescued to quarantine.rescue_dir: verified there, not
+    at DATA_OUT; rsa wait says where, with a failing status."""
+    data = job("released", "finished", *RUN, ("job", "finished"), ("rsa", "quarantined"),
+               ("rsa", "staging-out"), ("rsa", "verifying"), ("rsa", "output-verified"),
+               ("rsa", "released"))
+    data["rescue_to"] = "/pfs/rescue/u/7.1"
+    got = verdict(data)
+    assert got is not None and (got.word, got.status) == ("rescued", FAILED)
+    assert "rescued to /pfs/rescue/u/7.1" in got.why
