@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "resume": "rsa_scheduler.cli.nodes:resume",
     "events": "rsa_scheduler.cli.events:events",
     "top": "rsa_scheduler.cli.top:top",
+    "admin": "rsa_scheduler.cli.admin:admin",
 }
 
 

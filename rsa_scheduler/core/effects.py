@@ -160,12 +160,12 @@ EFFECTS: Mapping[Effect, Callable[[Firing], None]] = {
 
 
 def over_limit_detail(why: str, early: EarlyStart) -> str:
-    """What the user of a job over a limit reads after the OVER_LIMIT rows' note: which
-    limit, and what the job does meanwhile (its early start)."""
+    """What the user of a job over a limit (or held off by maintenance) reads after the
+    OVER_LIMIT rows' note: why, and what the job does meanwhile (its early start)."""
     then = ("it stays held until then, at most staging.wait_timeout from its "
             "submission, then reads its input from the PFS") if early is EarlyStart.WAIT \
         else "if Slurm starts it before then, it reads the PFS"
-    return f"{why}; it gets RSA nodes when those jobs give theirs back; {then}"
+    return f"{why}; {then}"
 
 
 # ---- conditions --------------------------------------------------------------------------

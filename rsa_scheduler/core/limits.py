@@ -101,6 +101,7 @@ def judge(policy: AllocationPolicy, user: str, account: str, want: Usage,
             if had + need > limit:
                 held = "have" if what == "stage_ins" else "hold"
                 return Refusal(
-                    f"the jobs of {name} {held} {_amount(what, had)} already, of the "
-                    f"{_amount(what, limit)} they may {held} at once ({key})", False)
+                    f"over a limit: the jobs of {name} {held} {_amount(what, had)} "
+                    f"already, of the {_amount(what, limit)} they may {held} at once "
+                    f"({key}); it gets RSA nodes when those jobs give theirs back", False)
     return None

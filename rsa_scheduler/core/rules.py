@@ -161,8 +161,9 @@ REF_QUARANTINE = "ext: quarantine (§3 is silent)"
 REF_VERIFY = "ext: output verification (§3.3 is silent)"
 REF_LOCKIN_END = "ext: a lock-in always ends (§3.1 is silent on its end)"
 REF_LIMIT = "ext: limits per user and per account (§3.1 is silent)"
-#: the OVER_LIMIT rows' note: what a job's user reads first when a limit makes it wait
-OVER_LIMIT_NOTE = "waits for RSA nodes: over a limit"
+#: the OVER_LIMIT rows' note: what a job's user reads first when a limit (or maintenance)
+#: makes it wait
+OVER_LIMIT_NOTE = "waits for RSA nodes"
 REF_LOST = "ext: RSA node lost while the RAMDISK is prepared (§3 is silent; cf. §3.1 fn. 2)"
 
 # Actions and notes rows of both halves share.

@@ -182,6 +182,7 @@ class Scheduler:
         # for the earlier job of that id: observed every poll until that cycle ends
         self._displaced: set[str] = set()
         self._changed: dict[str, str] = {}  # locked-in job -> what changed in Slurm
+        self.mode = ""  # the slurm.mode the log was last written in ("": not recorded)
 
     # ---- queries ----------------------------------------------------------------------
     def outstanding(self) -> list[Action]:
@@ -484,6 +485,21 @@ class Scheduler:
             self._note_waiting(rec)
         return dec
 
+    @property
+    def draining(self) -> str:
+        """Why the RSA takes no new jobs now (``rsa admin drain``); "" when it does."""
+        return self.share.draining
+
+    def set_draining(self, on: bool, now: float, *, by: str, reason: str = "") -> Decision:
+        """Maintenance: stop (``on``) or resume giving RSA nodes to jobs that hold none.
+        Jobs in flight go on (stage-ins, stage-outs, teardowns); a job that would get RSA
+        nodes waits as one over a limit does, its user told why. Logged, so it survives
+        a restart."""
+        text = drain_reason(by, reason) if on else ""
+        ctx = {"on": on, "by": by, **({"reason": reason} if reason else {})}
+        self.share.draining = text
+        return Decision(events=[Event(now, POOL_STREAM, "rsa.drain", ctx)])
+
     def forget_finished(self, now: float | None = None, older_than: float = 0.0,
                         present: Container[str] = frozenset()) -> list[str]:
         """Drop finished jobs whose RSA cycle has ended from memory (their log stays).
@@ -514,6 +530,8 @@ class Scheduler:
         whole log (tests/unit/test_snapshots.py)."""
         sched = cls(pool, policy)
         if base is not None:
+            sched.share.draining = str(base.get("draining") or "")
+            sched.mode = str(base.get("mode") or "")
             for name, state in dict(base.get("pool") or {}).items():
                 pool.set_state(str(name), NodeState(str(state)))
             for jid, data in dict(base.get("records") or {}).items():
@@ -522,6 +540,13 @@ class Scheduler:
             if ev.job_id == POOL_STREAM:
                 if ev.name == "node.state":
                     pool.set_state(str(ev.context["node"]), NodeState(ev.context["to"]))
+                elif ev.name == "rsa.drain":
+                    c = ev.context
+                    sched.share.draining = drain_reason(str(c.get("by", "")),
+                                                        str(c.get("reason", ""))) \
+                        if c.get("on") else ""
+                elif ev.name == "rsad.mode":
+                    sched.mode = str(ev.context.get("mode", ""))
                 continue
             apply_event(sched.records, ev)
         for rec in sched.records.values():
@@ -535,11 +560,37 @@ class Scheduler:
         """What :meth:`replay` needs to start from instead of an empty log: every record
         and the pool's node states (JSON)."""
         return {"records": {jid: rec.to_json() for jid, rec in self.records.items()},
-                "pool": {n.name: self.pool.state(n.name).value for n in self.pool.nodes()}}
+                "pool": {n.name: self.pool.state(n.name).value for n in self.pool.nodes()},
+                "draining": self.share.draining, "mode": self.mode}
+
+    def mode_switch(self, mode: str, now: float) -> tuple[str, Decision]:
+        """rsad starts in ``mode`` (``slurm.mode``): refused ("why", nothing logged) while
+        jobs an rsad of another mode started are in flight (their RAMDISKs, holds and
+        hooks are that mode's); else the mode is logged when it is new."""
+        if self.mode == mode:
+            return "", Decision()
+        busy = sorted((j for j, r in self.records.items() if r.rsa_state not in IDLE),
+                      key=_job_sort_key)
+        if self.mode and busy:
+            shown = ", ".join(busy[:5]) + (f" and {len(busy) - 5} more" if len(busy) > 5
+                                           else "")
+            return (f"slurm.mode is {mode} but {len(busy)} job(s) rsad started in "
+                    f"{self.mode} mode are in flight ({shown}): set slurm.mode back to "
+                    f"{self.mode} and let them finish first (rsa admin drain; rsa status "
+                    f"shows when none holds RSA nodes), then switch"), Decision()
+        self.mode = mode
+        return "", Decision(events=[Event(now, POOL_STREAM, "rsad.mode", {"mode": mode})])
 
     def snapshot(self) -> Mapping[str, dict[str, object]]:
         """Every record as JSON (for comparisons and projections)."""
         return {jid: rec.to_json() for jid, rec in self.records.items()}
+
+
+def drain_reason(by: str, reason: str) -> str:
+    """What a job that would get RSA nodes during maintenance is told."""
+    why = f" ({reason})" if reason else ""
+    return (f"the RSA takes no new jobs during maintenance (rsa admin drain by {by}{why}); "
+            "it gets RSA nodes after rsa admin resume")
 
 
 def _has_work(spec: DirectiveSpec) -> bool:

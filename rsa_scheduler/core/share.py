@@ -49,6 +49,8 @@ class FairShare:
         self.user_of = user_of  # job -> its user
         self.records: Mapping[str, JobRecord] = records if records is not None else {}
         self._refused: dict[str, str] = {}  # job -> why its last allocation was refused
+        #: maintenance (rsa admin drain): why no new allocation is made ("" when none)
+        self.draining = ""
         self._held: dict[str, tuple[str, str, int]] = {}  # job -> (user, array, nodes)
         self._by_user: Counter[str] = Counter()
         self._by_array: Counter[str] = Counter()
@@ -58,6 +60,10 @@ class FairShare:
 
     def allocate(self, req: Request) -> Any:
         self._refused.pop(req.job_id, None)
+        if self.draining:  # in-flight jobs keep theirs; no job gets new RSA nodes
+            self.pool.check(req)  # a job that can never be served is still told so
+            self._refused[req.job_id] = self.draining
+            return None
         got = self.pool.allocate(req)
         if got is None:
             return None

@@ -278,7 +278,7 @@ NEW_RECORD_FIELDS: dict[str, Any] = {"writeback_live": False, "end_state": "", "
 
 
 def _with_new_fields(state: dict[str, Any]) -> dict[str, Any]:
-    return {**state, "records": {j: {**NEW_RECORD_FIELDS, **r}
+    return {"draining": "", "mode": "", **state, "records": {j: {**NEW_RECORD_FIELDS, **r}
                                  for j, r in state["records"].items()}}
 
 
