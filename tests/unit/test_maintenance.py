@@ -8,6 +8,8 @@ flight did not notice either), and rsad started in another mode under jobs in fl
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rsa_scheduler.core.actions import ActionKind
@@ -16,7 +18,17 @@ from rsa_scheduler.core.policy import EarlyStart
 from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.daemon.api import ApiError, Routes
 from tests.unit.corekit import Driver, make_pool, make_scheduler, make_spec, obs
-from tests.unit.test_daemon import ALICE, ROOT, routes
+from tests.unit.test_daemon import (
+    ALICE,
+    HOLD,
+    ROOT,
+    ScriptedSlurm,
+    flush_urgent,
+    make_daemon,
+    released,
+    routes,
+    settle,
+)
 
 __all__ = ["routes"]
 
@@ -90,3 +102,21 @@ def test_only_an_operator_may_drain_the_rsa(routes: Routes) -> None:
     assert out["draining"].startswith("the RSA takes no new jobs") and out["in_flight"] == 1
     assert routes.dispatch(ALICE, "GET", "/v1/status", None)["draining"] == out["draining"]
     assert routes.dispatch(ROOT, "POST", "/v1/admin/drain", {"on": False})["draining"] == ""
+
+
+def test_a_held_jobs_comment_keeps_the_reason_it_waits(tmp_path: Path) -> None:
+    """The start hold's general words ("held until its input is staged ...") never
+    replace why a job gets no RSA nodes (a drain here; a limit alike)."""
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    d._commit(d.sched.set_draining(True, 0, by="root", reason="upgrade"))
+    slurm.set("7", "PENDING", "BeginTime", hold=HOLD)
+    for _ in range(3):
+        d.poll()
+        settle(d)
+    flush_urgent(d)
+    comments = [v for k, v in slurm.calls if k == "comment"]
+    assert comments and comments[-1].startswith(
+        "RSA: waits for RSA nodes: the RSA takes no new jobs during maintenance"), comments
+    assert not any(c.startswith("RSA: held until its input is staged") for c in comments)
+    assert released(slurm) == [] and not d.sched.records["7"].nodes
