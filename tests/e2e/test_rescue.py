@@ -1,4 +1,4 @@
-"""A quarantine that ends, in the lab (issue 33): with ``quarantine.rescue_after: 10s`` a
+"""A quarantine that ends, in the lab (issue 33): with ``quarantine.rescue_after: 12s`` a
 job's output, quarantined because its DATA_OUT refused writes, is copied as the job's
 user to ``quarantine.rescue_dir/<user>/<job>.<cycle>`` on the PFS, verified, and only then
 is its RAMDISK released; ``rsa job`` showed its age and when the rescue comes.
@@ -30,8 +30,8 @@ __all__ = ["area"]
 @pytest.fixture
 def rescue_area(lab: Mapping[str, str]) -> Iterator[Path]:
     """The site's rescue area on the PFS: root's, mode 1777 (made here, removed after)."""
-    pfs = Path(lab["RSA_LAB_PFS"]).parent.parent  # /pfs (RSA_LAB_PFS: /pfs/home/<user>)
-    base = pfs / f"rescue-{os.getpid()}-{time.monotonic_ns()}"
+    home = Path(lab["RSA_LAB_PFS"]).parent  # /pfs/home (RSA_LAB_PFS: /pfs/home/<user>)
+    base = home / f"rescue-{os.getpid()}-{time.monotonic_ns()}"
     base.mkdir()
     base.chmod(0o1777)
     yield base
@@ -43,7 +43,7 @@ def test_a_quarantine_past_its_timeout_is_rescued_to_the_pfs_verified_and_releas
         lab: Mapping[str, str], area: Path, rescue_area: Path) -> None:
     out, res = area / "out", area / "res"
     user = lab["RSA_LAB_USER"]
-    rescue = f"\nquarantine:\n  rescue_after: 10s\n  rescue_dir: {rescue_area}\nstaging:\n"
+    rescue = f"\nquarantine:\n  rescue_after: 12s\n  rescue_dir: {rescue_area}\nstaging:\n"
     with rsad_with(lab, "\nstaging:\n", rescue), make_jobs(lab) as jobs:
         job = run_to_start(lab, jobs, output_job(out, res, 4))
         wait_for_file(res / "outmnt")
