@@ -83,7 +83,7 @@ def job(api: str | None, job_id: str | None, as_json: bool) -> None:
         due = (data.get("timers") or {}).get("rescue-due")
         rescue = (f"; rescued to the PFS in {short_duration(max(due - now, 0))} "
                   "(quarantine.rescue_after)" if due else
-                  "; waits for an operator (rsa retry, rsa discard)")
+                  "; waits for an operator (rsa retry, or rsa release --discard-output)")
         click.echo(f"{'held':>10}: quarantined for {short_duration(now - data['since'])}"
                    f"{rescue}")
     if data.get("rescue_to"):

@@ -478,7 +478,7 @@ class QuarantineConfig:
                       "job's user to `rescue_dir`/<user>/<job> on the PFS, verified as a "
                       "stage-out is, and only then released. A failed rescue keeps the "
                       "quarantine (tried again after as long). 0s: off, a quarantine waits "
-                      "for an operator (`rsa retry`, `rsa discard`).")
+                      "for an operator (`rsa retry`, `rsa release --discard-output`).")
     )
     rescue_dir: Path | None = field(
         metadata=meta(Optional(AbsPath()), "The rescue area on the PFS (seen at this path "
