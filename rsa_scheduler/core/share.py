@@ -105,21 +105,25 @@ class FairShare:
         return rec is not None and (rec.spec.data_in is not None or
                                     rec.spec.preprocess is not None)
 
-    def _usage(self, job_id: str, *, stage_in: bool) -> Usage:
+    def _usage(self, job_id: str, *, stage_in: bool,
+               capacity: Mapping[str, int] | None = None) -> Usage:
         held = self.pool.holding(job_id)
-        capacity = {n.name: n.capacity for n in self.pool.nodes()}
+        if capacity is None:
+            capacity = {n.name: n.capacity for n in self.pool.nodes()}
         return Usage(len(held), sum(capacity[str(h)] for h in held), int(stage_in))
 
     def _holders(self, job_id: str) -> list[Holder]:
         """Every other job holding RSA nodes, with what it holds (a stage-in counts
         while its RAMDISK is prepared: allocated, built, filled or being retried)."""
         out = []
+        capacity = {n.name: n.capacity for n in self.pool.nodes()}  # once, not per job
         for job in self.pool.jobs():
             rec = self.records.get(job)
             if job == job_id or rec is None:
                 continue
             staging = rec.rsa_state in PREPARING and self._stages_in(job)
-            out.append(Holder(job, rec.user, rec.account, self._usage(job, stage_in=staging)))
+            out.append(Holder(job, rec.user, rec.account,
+                              self._usage(job, stage_in=staging, capacity=capacity)))
         return out
 
     def release(self, job_id: str) -> Any:
