@@ -131,9 +131,8 @@ def _arm_rescue(f: Firing) -> None:
 
 def _start_rescue(f: Firing) -> None:
     f.rec.rescue_to = rescue_path(f.rec, f.policy)
-    f.detail = (f"the RAMDISK's content is copied as the job's user to {f.rec.rescue_to} on "
-                "the PFS and verified; only then is the RAMDISK released (a failed rescue "
-                "keeps it quarantined)")
+    f.detail = (f"copied as the job's user to {f.rec.rescue_to}, verified before the "
+                "RAMDISK is released (a failed rescue keeps the quarantine)")
 
 
 def _end_rescue(f: Firing) -> None:
@@ -162,9 +161,8 @@ EFFECTS: Mapping[Effect, Callable[[Firing], None]] = {
 def over_limit_detail(why: str, early: EarlyStart) -> str:
     """What the user of a job over a limit (or held off by maintenance) reads after the
     OVER_LIMIT rows' note: why, and what the job does meanwhile (its early start)."""
-    then = ("it stays held until then, at most staging.wait_timeout from its "
-            "submission, then reads its input from the PFS") if early is EarlyStart.WAIT \
-        else "if Slurm starts it before then, it reads the PFS"
+    then = ("held meanwhile, at most staging.wait_timeout, then it reads the PFS"
+            if early is EarlyStart.WAIT else "if it starts first, it reads the PFS")
     return f"{why}; {then}"
 
 

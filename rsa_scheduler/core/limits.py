@@ -95,13 +95,15 @@ def judge(policy: AllocationPolicy, user: str, account: str, want: Usage,
             had = getattr(used, what)
             if need > limit:
                 return Refusal(
-                    f"this job alone needs {_amount(what, need)}, more than the "
-                    f"{_amount(what, limit)} the jobs of {name} may hold at once ({key})",
-                    True)
+                    f"this job alone needs {_amount(what, need)}, over the limit of "
+                    f"{_amount(what, limit)} per {who} ({key})", True)
             if had + need > limit:
                 held = "have" if what == "stage_ins" else "hold"
+                # short: the job's comment keeps 250 characters (daemon/dispatch.py)
+                had_text = format_size(had) if what == "capacity" else _amount(what, had)
+                until = "one of them is staged in" if what == "stage_ins" else \
+                    "they give some back"
                 return Refusal(
-                    f"over a limit: the jobs of {name} {held} {_amount(what, had)} "
-                    f"already, of the {_amount(what, limit)} they may {held} at once "
-                    f"({key}); it gets RSA nodes when those jobs give theirs back", False)
+                    f"over a limit: {name}'s jobs {held} {had_text} of the "
+                    f"{_amount(what, limit)} allowed ({key}), until {until}", False)
     return None

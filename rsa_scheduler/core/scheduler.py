@@ -588,9 +588,8 @@ class Scheduler:
 
 def drain_reason(by: str, reason: str) -> str:
     """What a job that would get RSA nodes during maintenance is told."""
-    why = f" ({reason})" if reason else ""
-    return (f"the RSA takes no new jobs during maintenance (rsa admin drain by {by}{why}); "
-            "it gets RSA nodes after rsa admin resume")
+    why = f": {reason[:60]}" if reason else ""
+    return f"RSA maintenance (rsa admin drain by {by}{why}), until rsa admin resume"
 
 
 def _has_work(spec: DirectiveSpec) -> bool:

@@ -25,8 +25,9 @@ from tests.integration.test_rsad_staging import rsa_job, wait_state
 
 pytestmark = pytest.mark.queue  # the start hold under wait is queue mode's
 
-LIMIT = "RSA: waits for RSA nodes: over a limit: the jobs of user {user} hold 1 RSA node " \
-    "already, of the 1 RSA node they may hold at once (allocation.user_nodes)"
+LIMIT = ("RSA: waits for RSA nodes: over a limit: user {user}'s jobs hold 1 RSA node of the "
+         "1 RSA node allowed (allocation.user_nodes), until they give some back; held "
+         "meanwhile, at most staging.wait_timeout, then it reads the PFS")
 
 
 @pytest.fixture
@@ -70,11 +71,14 @@ def test_a_users_second_job_waits_over_the_limit_and_another_users_job_does_not(
         second = jobs.submit(script=script(area, "second"))
         theirs = jobs.submit(script=script(other_area, "theirs"), user=other)
         reason = LIMIT.format(user=user)
-        wait_for(f"job {second}'s comment says the limit",
-                 lambda: show_job(lab, second)["Comment"].startswith(reason), timeout=60)
+        try:
+            wait_for(f"job {second}'s comment says the limit",
+                     lambda: show_job(lab, second)["Comment"] == reason, timeout=60)
+        except AssertionError as exc:  # say what it says instead
+            raise AssertionError(f"{exc}: {show_job(lab, second)['Comment']!r}; rsa job: "
+                                 f"{rsa_job(lab, second)}") from None
         data = rsa_job(lab, second)
-        assert data is not None and f"RSA: {data['message']}".startswith(reason), data
-        assert "held until then, at most staging.wait_timeout" in data["message"]
+        assert data is not None and f"RSA: {data['message']}" == reason, data
         assert not data["nodes"] and show_job(lab, second)["JobState"] == "PENDING"
         # the other user's job is not held back by rsauser's limit
         wait_state(lab, theirs, "released", timeout=120)

@@ -35,8 +35,9 @@ __all__ = ["area"]
 
 pytestmark = pytest.mark.queue  # the start hold under wait is queue mode's
 
-DRAINED = ("RSA: waits for RSA nodes: the RSA takes no new jobs during maintenance (rsa "
-           "admin drain by root (lab maintenance)); it gets RSA nodes after rsa admin resume")
+DRAINED = ("RSA: waits for RSA nodes: RSA maintenance (rsa admin drain by root: lab "
+           "maintenance), until rsa admin resume; held meanwhile, at most "
+           "staging.wait_timeout, then it reads the PFS")
 
 
 def rsa(lab: Mapping[str, str], *args: str) -> str:
@@ -91,15 +92,19 @@ def test_a_drain_finishes_what_is_in_flight_and_holds_new_jobs_off_across_a_rest
 #RSA_DATA_IN={area}/in
 findmnt -n -o TARGET --target {area}/in > {res}/second
 """)
-        wait_for(f"job {second}'s comment says the drain",
-                 lambda: show_job(lab, second)["Comment"].startswith(DRAINED), timeout=60)
-        assert status(lab)["draining"].startswith("the RSA takes no new jobs")
+        try:
+            wait_for(f"job {second}'s comment says the drain",
+                     lambda: show_job(lab, second)["Comment"] == DRAINED, timeout=60)
+        except AssertionError as exc:  # say what it says instead
+            raise AssertionError(f"{exc}: {show_job(lab, second)['Comment']!r}; rsa job: "
+                                 f"{rsa_job(lab, second)}") from None
+        assert status(lab)["draining"].startswith("RSA maintenance (rsa admin drain by root")
         wait_state(lab, first, "released", timeout=120)
         assert "output-verified" in reached(lab, first)
         assert md5_of(out) == (res / "md5").read_text()  # staged out during the drain
         # the drain survives a restart of rsad
         restart_lab_rsad(signal.SIGTERM)
-        assert status(lab)["draining"].startswith("the RSA takes no new jobs")
+        assert status(lab)["draining"].startswith("RSA maintenance (rsa admin drain by root")
         assert not (rsa_job(lab, second) or {}).get("nodes")
         assert show_job(lab, second)["JobState"] == "PENDING"
         rsa(lab, "admin", "resume")

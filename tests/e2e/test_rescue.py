@@ -69,5 +69,6 @@ def test_a_quarantine_past_its_timeout_is_rescued_to_the_pfs_verified_and_releas
     assert [r for a, r in outcomes if "/verify/" in a] == ["ok"], outcomes
     told = [str(e.get("detail", "")) for e in events(lab, job, "rsa.transition")
             if e.get("trigger") == "rescue-due"]
-    assert len(told) == 1 and f"to {copy} on the PFS and verified" in told[0], told
+    assert told == [f"copied as the job's user to {copy}, verified before the RAMDISK is "
+                    "released (a failed rescue keeps the quarantine)"], told
     assert nothing_of_job_mounted(job)

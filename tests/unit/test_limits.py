@@ -19,6 +19,7 @@ from rsa_scheduler.core.payloads import TellUserArgs
 from rsa_scheduler.core.policy import AllocationPolicy, EarlyStart, Tier
 from rsa_scheduler.core.scheduler import Decision, Observation, Scheduler
 from rsa_scheduler.core.states import RsaState
+from rsa_scheduler.daemon.dispatch import COMMENT_MAX
 from tests.unit.corekit import GIB, Driver, make_scheduler, make_spec, obs
 
 pytestmark = pytest.mark.unit
@@ -54,7 +55,9 @@ def test_judge_counts_per_user_and_per_account() -> None:
     assert judge(policy, "alice", "physics", Usage(1, GIB, 1), held) is None
     over = judge(policy, "carol", "physics", Usage(1, 2 * GIB, 0), held)
     assert over is not None and not over.for_good
-    assert "account physics" in over.reason and "allocation.account_capacity" in over.reason
+    assert over.reason == ("over a limit: account physics's jobs hold 2G of the 3G of RSA "
+                           "capacity allowed (allocation.account_capacity), until they give "
+                           "some back")
     alone = judge(policy, "alice", "", Usage(3, GIB, 0), [])
     assert alone is not None and alone.for_good and "allocation.user_nodes" in alone.reason
     assert not limits_set(AllocationPolicy()) and limits_set(policy)
@@ -66,9 +69,10 @@ def test_a_user_over_the_node_limit_waits_with_a_reason_and_others_are_unaffecte
                     job("20", user="bob", priority=1))
     assert holders(d.sched) == {"10", "20"}
     (msg,) = told(dec, "11")
-    assert "the jobs of user alice hold 1 RSA node already, of the 1 RSA node they may " \
-           "hold at once (allocation.user_nodes)" in msg
-    assert "held until then, at most staging.wait_timeout" in msg
+    assert msg == ("waits for RSA nodes: over a limit: user alice's jobs hold 1 RSA node of "
+                   "the 1 RSA node allowed (allocation.user_nodes), until they give some "
+                   "back; held meanwhile, at most staging.wait_timeout, then it reads the PFS")
+    assert len(f"RSA: {msg}") <= COMMENT_MAX  # the job's comment holds it whole
     assert d.sched.records["11"].message == msg
     # told once: the next cycles retry quietly
     assert not told(d.tick(5), "11") and not told(d.tick(6), "11")
@@ -85,7 +89,7 @@ def test_fallback_says_the_job_reads_the_pfs_if_it_starts_first() -> None:
     d = Driver(make_scheduler(pool(user_nodes=1)))
     dec = d.observe(job("10"), job("11", priority=1, early=EarlyStart.FALLBACK))
     (msg,) = told(dec, "11")
-    assert "if Slurm starts it before then, it reads the PFS" in msg
+    assert msg.endswith("; if it starts first, it reads the PFS")
     d.observe(job("10"), dataclasses.replace(job("11", early=EarlyStart.FALLBACK),
                                              state="RUNNING", reason="None"), at=5)
     assert d.sched.records["11"].rsa_state is RsaState.DECLINED
@@ -126,7 +130,8 @@ def test_a_job_alone_over_a_limit_reads_the_pfs_at_once() -> None:
     rec = d.sched.records["10"]
     assert rec.rsa_state is RsaState.DECLINED and not rec.nodes
     (msg,) = told(dec, "10")
-    assert "this job alone needs 2 RSA nodes, more than the 1 RSA node" in msg
+    assert "this job alone needs 2 RSA nodes, over the limit of 1 RSA node per user " \
+        "(allocation.user_nodes)" in msg
 
 
 def test_limits_survive_a_restart() -> None:

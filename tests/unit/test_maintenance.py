@@ -46,9 +46,9 @@ def test_a_drain_holds_new_jobs_off_and_lets_jobs_in_flight_finish() -> None:
     assert not d.sched.records["11"].nodes and d.state("11") == "none"
     (told,) = [a.args_as(TellUserArgs).message for a in dec.actions
                if a.kind is ActionKind.TELL_USER and a.job_id == "11"]
-    assert told.startswith("waits for RSA nodes: the RSA takes no new jobs during "
-                           "maintenance (rsa admin drain by root (upgrade)); it gets RSA "
-                           "nodes after rsa admin resume; it stays held until then")
+    assert told == ("waits for RSA nodes: RSA maintenance (rsa admin drain by root: "
+                    "upgrade), until rsa admin resume; held meanwhile, at most "
+                    "staging.wait_timeout, then it reads the PFS")
     # the job in flight goes on: staged, locked in, run, staged out, released
     d.answer_all("10")
     d.observe(obs("10", "RUNNING"), obs("11", "PENDING", "Resources",
@@ -60,7 +60,7 @@ def test_a_drain_holds_new_jobs_off_and_lets_jobs_in_flight_finish() -> None:
     assert d.state("10") == "released" and not d.sched.records["11"].nodes
     # a restart keeps the drain
     again = Scheduler.replay(make_pool(), d.sched.policy, d.log)
-    assert again.draining.startswith("the RSA takes no new jobs during maintenance")
+    assert again.draining.startswith("RSA maintenance (rsa admin drain by root")
     snap = Scheduler.replay(make_pool(), d.sched.policy, [], base=d.sched.durable_state())
     assert snap.draining == again.draining
     # resumed: the held-off job gets its RSA nodes at the next try
@@ -99,7 +99,8 @@ def test_only_an_operator_may_drain_the_rsa(routes: Routes) -> None:
     with pytest.raises(ApiError, match="on must be true or false"):
         routes.dispatch(ROOT, "POST", "/v1/admin/drain", {"on": "yes"})
     out = routes.dispatch(ROOT, "POST", "/v1/admin/drain", {"on": True, "reason": "x"})
-    assert out["draining"].startswith("the RSA takes no new jobs") and out["in_flight"] == 1
+    assert out["draining"] == "RSA maintenance (rsa admin drain by root: x), until rsa admin resume"
+    assert out["in_flight"] == 1
     assert routes.dispatch(ALICE, "GET", "/v1/status", None)["draining"] == out["draining"]
     assert routes.dispatch(ROOT, "POST", "/v1/admin/drain", {"on": False})["draining"] == ""
 
@@ -117,6 +118,6 @@ def test_a_held_jobs_comment_keeps_the_reason_it_waits(tmp_path: Path) -> None:
     flush_urgent(d)
     comments = [v for k, v in slurm.calls if k == "comment"]
     assert comments and comments[-1].startswith(
-        "RSA: waits for RSA nodes: the RSA takes no new jobs during maintenance"), comments
+        "RSA: waits for RSA nodes: RSA maintenance (rsa admin drain by root: upgrade)"), comments
     assert not any(c.startswith("RSA: held until its input is staged") for c in comments)
     assert released(slurm) == [] and not d.sched.records["7"].nodes

@@ -63,7 +63,9 @@ def test_a_quarantine_past_rescue_after_is_rescued_verified_then_released() -> N
         PurePosixPath("/pfs/rescue/alice/10.1"), True, "alice")
     said = dec.actions[1].args_as(MessageArgs).message
     assert said.startswith("rescue: quarantined longer than quarantine.rescue_after: ")
-    assert "as the job's user to /pfs/rescue/alice/10.1 on the PFS and verified" in said
+    assert said == ("rescue: quarantined longer than quarantine.rescue_after: copied as the "
+                    "job's user to /pfs/rescue/alice/10.1, verified before the RAMDISK is "
+                    "released (a failed rescue keeps the quarantine)")
     dec = d.answer("10")  # copied: verified next, against the rescue copy
     assert dec.actions[-1].args_as(VerifyArgs).data_out == PurePosixPath(
         "/pfs/rescue/alice/10.1")
