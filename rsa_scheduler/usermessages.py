@@ -44,6 +44,14 @@ TO_DO = {
                         "your operator (retry or discard)",
     "output-verified": f"read the output (`rsa job {JOB}` says where)",
 }
+#: what to do, by the trigger that told the user (before TO_DO's by rsa-state)
+TO_DO_BY_TRIGGER = {
+    "over-limit": "nothing: your other RSA jobs (or your account's) hold RSA nodes up to a "
+                  "site limit; this one waits for them (at most staging.wait_timeout, then "
+                  "it reads the PFS) or, under early start fallback, reads the PFS now",
+    "rescue-due": f"read the output where `rsa job {JOB}` says it was rescued to (the site's "
+                  "rescue area, not DATA_OUT); `rsa wait` says `rescued`",
+}
 NOTHING = ("nothing to do; where the line says PFS, the job reads or writes the PFS itself "
            "(slower)")
 
@@ -80,12 +88,19 @@ def _record(state: str, job_state: str, *, verified: bool = False,
             "spec": {"data_out": OUT, "stage_out": stage_out}}
 
 
+def _to_do(triggers: set[str], dst: str) -> str:
+    for trigger in sorted(triggers):
+        if trigger in TO_DO_BY_TRIGGER:
+            return TO_DO_BY_TRIGGER[trigger]
+    return TO_DO.get(dst, NOTHING)
+
+
 def table() -> str:
     rows = ["| where you see it | message (example) | what to do |", "|---|---|---|"]
     for note, dst, triggers in _told():
         when = f"(`{'`, `'.join(sorted(triggers))}` → `{dst}`)"
         rows.append(f"| job comment, `rsa job` {when} | {_md('RSA: ' + note)} (`: ...` adds "
-                    f"the detail) | {TO_DO.get(dst, NOTHING)} |")
+                    f"the detail) | {_to_do(triggers, dst)} |")
     staged = JobRecord(JOB, "alice", DirectiveSpec(data_out=OUT),
                        rsa_state=RsaState.LOCKED_IN)
     waiting = JobRecord(JOB, "alice", DirectiveSpec(data_out=OUT))

@@ -79,7 +79,17 @@ def job(api: str | None, job_id: str | None, as_json: bool) -> None:
         if key == "job_state" and data.get("end_state"):  # as Slurm recorded the end
             value = f"{value} ({data['end_state']})"
         click.echo(f"{key:>10}: {value}")
-    st = Staging.of(data, time.time())
+    now = time.time()
+    if data.get("rsa_state") == RsaState.QUARANTINED:  # its age, and when it is rescued
+        due = (data.get("timers") or {}).get("rescue-due")
+        rescue = (f"; rescued to the PFS in {short_duration(max(due - now, 0))} "
+                  "(quarantine.rescue_after)" if due else
+                  "; waits for an operator (rsa retry, or rsa release --discard-output)")
+        click.echo(f"{'held':>10}: quarantined for {short_duration(now - data['since'])}"
+                   f"{rescue}")
+    if data.get("rescue_to"):
+        click.echo(f"{'rescue':>10}: {data['rescue_to']} (the quarantined RAMDISK's content)")
+    st = Staging.of(data, now)
     if st is not None:
         click.echo(f"{'staging':>10}: {st.phase} {st.staged} ({st.percent}), {st.files} files, "
                    f"{st.speed}, ETA {st.time_left}")

@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "events": "rsa_scheduler.cli.events:events",
     "top": "rsa_scheduler.cli.top:top",
     "selftest": "rsa_scheduler.cli.selftest:selftest",
+    "admin": "rsa_scheduler.cli.admin:admin",
 }
 
 

@@ -33,6 +33,10 @@ def status(api: str | None, as_json: bool) -> None:
         cap[n["tier"]] = cap.get(n["tier"], 0) + n["capacity"]
         if n["job"] in stuck:
             held[n["tier"]] = held.get(n["tier"], 0) + n["capacity"]
+    if data.get("draining"):
+        in_flight = sum(c for s, c in data["jobs_by_rsa_state"].items()
+                        if s not in ("none", "released", "declined"))
+        click.echo(f"DRAINING: {data['draining']}; {in_flight} job(s) in flight")
     click.echo("RSA nodes:")
     for tier in sorted(cap):
         parts = ", ".join(f"{c} {s}" for (t, s), c in sorted(by.items()) if t == tier)

@@ -63,6 +63,11 @@ def verdict(job: Mapping[str, Any] | None) -> Verdict | None:
         return Verdict("quarantined", FAILED,
                        message or "the stage-out gave up: the output is kept on the "
                                   "RAMDISK for an operator (rsa job shows why)")
+    if job.get("rescue_to") and state in ("output-verified", "tearing-down", "released"):
+        return Verdict("rescued", FAILED,
+                       f"the output was quarantined, then rescued to {job['rescue_to']} "
+                       "(quarantine.rescue_after), not to its DATA_OUT: it is verified "
+                       "there")
     if _reached(events, "output-verified", after):
         return Verdict("verified", OK, message or "output verified on persistent storage")
     if state == "writeback-failed":

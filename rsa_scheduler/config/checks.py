@@ -123,6 +123,11 @@ class Checks:
 
     def others(self) -> None:
         v = self.v
+        if self.ok("quarantine"):
+            q = self.s["quarantine"]
+            if q.rescue_after and q.rescue_dir is None:
+                v.error(("quarantine", "rescue_dir"), "must be set when "
+                        "quarantine.rescue_after is (where rescued output goes on the PFS)")
         if self.ok("staging"):
             staging: StagingConfig = self.s["staging"]
             if staging.backoff_max < staging.backoff:

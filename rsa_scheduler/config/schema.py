@@ -60,6 +60,7 @@ from rsa_scheduler.config.sections import (
     LogLevel,
     MetricsConfig,
     MountScope,
+    QuarantineConfig,
     ResetConfig,
     ScriptSource,
     SlurmBackend,
@@ -117,6 +118,20 @@ EXTERNAL_SETTINGS: dict[type, dict[str, Setting]] = {
         "array_share": Setting(Number(0.01, 1), "The most of the pool's RSA nodes the tasks "
                                "of one job array hold at once (a fraction; 1: no limit), so "
                                "a big array next to start does not take every RSA node."),
+        **{f"{who}_{what}": Setting(kind, f"Limit per {scope}: {text} (0: no limit). A "
+                                            "job over it waits for RSA nodes as "
+                                            "`staging.early_start` says and its user reads "
+                                            "why; one alone over it reads the PFS.")
+           for who, scope in (("user", "user"), ("account", "Slurm account"))
+           for what, kind, text in (
+               ("nodes", Int(0, MAX_POOL_NODES),
+                "the most RSA nodes the jobs of one " + scope + " hold at once"),
+               ("capacity", Size(positive=False),
+                "the most RSA capacity (the nodes' configured `capacity`) the jobs of one "
+                + scope + " hold at once"),
+               ("stage_ins", Int(0, MAX_POOL_NODES),
+                "the most jobs of one " + scope + " whose RAMDISK is built or staged in at "
+                "once"))},
     }
 }
 
@@ -148,6 +163,10 @@ class Config:
     health: HealthConfig = field(
         metadata=meta(Section(HealthConfig), "RSA-node health checks and automatic drain.")
     )
+    quarantine: QuarantineConfig = field(
+        metadata=meta(Section(QuarantineConfig), "Output kept on a RAMDISK whose stage-out "
+                      "gave up: when it is rescued to the PFS.")
+    )
     metrics: MetricsConfig = field(metadata=meta(Section(MetricsConfig), "Prometheus metrics."))
     # Not settings: where this config came from and what the loader warned about.
     source: Path | None = None
@@ -162,6 +181,8 @@ class Config:
             reset_delay=st.reset.delay, wait_timeout=st.wait_timeout,
             fs_build_attempts=self.filesystem.retries + 1, on_deck_settle=st.on_deck_settle,
             lockin_timeout=self.slurm.lockin.timeout,
+            rescue_after=self.quarantine.rescue_after,
+            rescue_dir=str(self.quarantine.rescue_dir or ""),
         )
 
     def rsa_nodes(self) -> list[RsaNode]:
@@ -276,6 +297,7 @@ __all__ = [
     "Optional",
     "PoolConfig",
     "PoolNodeGroup",
+    "QuarantineConfig",
     "ResetConfig",
     "RsaNodeSpec",
     "ScriptSource",

@@ -471,6 +471,24 @@ class HooksConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class QuarantineConfig:
+    rescue_after: float = field(
+        metadata=meta(Duration(positive=False, max=365 * DAY), "A RAMDISK quarantined this "
+                      "long (its stage-out gave up) is rescued: its content copied as the "
+                      "job's user to `rescue_dir`/<user>/<job> on the PFS, verified as a "
+                      "stage-out is, and only then released. A failed rescue keeps the "
+                      "quarantine (tried again after as long). 0s: off, a quarantine waits "
+                      "for an operator (`rsa retry`, `rsa release --discard-output`).")
+    )
+    rescue_dir: Path | None = field(
+        metadata=meta(Optional(AbsPath()), "The rescue area on the PFS (seen at this path "
+                      "by the RSA nodes): a directory owned by root, mode 1777 (sticky, like "
+                      "/tmp), where each user's own subdirectory is made by that user, mode "
+                      "0700. Needed when `rescue_after` is set.")
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HealthConfig:
     interval: float = field(
         metadata=meta(Duration(positive=False, max=HOUR), "How often rsad probes every RSA "

@@ -313,6 +313,11 @@ class Pool:
             return ranked[0].nodes if ranked else self._mix_count(req, ranked)
         return self._size(req, tier)
 
+    def refusal(self, job_id: str) -> str:
+        """Why the last allocation for ``job_id`` found no nodes, if more than "none
+        free": never, for the pool itself (``core.share`` says why it refused)."""
+        return ""
+
     def explain(self, job_id: str) -> str:
         """Why tier auto chose the nodes ``job_id`` holds ("" when it asked for a tier)."""
         return self._why.get(job_id, "")

@@ -132,6 +132,8 @@ def parent_verdict(rec: JobRecord | None) -> Waiting | None:
         return None
     if rec.rsa_state is RsaState.QUARANTINED:
         return Waiting(rec.job_id, "quarantined")
+    if rec.rescue_to:  # its output went to the rescue area, not to DATA_OUT (issue 33)
+        return Waiting(rec.job_id, "rescued")
     if rec.rsa_state is RsaState.STAGE_OUT_FAILED or \
             rec.rsa_state is RsaState.WRITEBACK_FAILED:
         return Waiting(rec.job_id, "failed")
@@ -173,13 +175,18 @@ def without_dep_marker(comment: str) -> str:
 
 def held_message(waits: list[Waiting]) -> str:
     """What a dependent's comment says while it is held (the worst parent first)."""
-    order = {"quarantined": 0, "failed": 1, "staging": 2, "running": 3}
+    order = {"rescued": 0, "quarantined": 0, "failed": 1, "staging": 2, "running": 3}
     worst = min(waits, key=lambda w: (order.get(w.why, 9), w.parent))
     p = worst.parent
     if worst.why == "quarantined":
         return (f"RSA: held: job {p}'s output is quarantined on its RAMDISK, not on the "
                 f"PFS; its owner can 'rsa retry {p}', or an operator decides (rsa job {p} "
                 f"says why)")
+    if worst.why == "rescued":
+        return (f"RSA: held: job {p}'s output was quarantined, then rescued to the "
+                f"site's rescue area, not to its DATA_OUT (rsa job {p} says where); once "
+                f"it is in place an operator releases this job (scontrol update "
+                f"JobId=<this job> StartTime=now)")
     if worst.why == "failed":
         return (f"RSA: held: job {p}'s stage-out failed and is retried; this job starts "
                 f"once its output is verified on the PFS (rsa job {p} says why)")

@@ -21,7 +21,7 @@ from rsa_scheduler.core.allocator import PolicyViolation, Request
 from rsa_scheduler.core.hostlist import Hostlist
 from rsa_scheduler.core.policy import EarlyStart, ResetTrigger, StagingPolicy
 from rsa_scheduler.core.record import JobRecord
-from rsa_scheduler.core.rules import Cond, Effect
+from rsa_scheduler.core.rules import OVER_LIMIT_NOTE, Cond, Effect
 from rsa_scheduler.core.states import JobState, RsaState, Trigger
 
 
@@ -31,6 +31,7 @@ class PoolPort(Protocol):
     def allocate(self, req: Request) -> Any: ...  # NodeSet | None; raises PolicyViolation
     def release(self, job_id: str) -> Any: ...  # NodeSet
     def explain(self, job_id: str) -> str: ...  # why tier auto chose them ("" otherwise)
+    def refusal(self, job_id: str) -> str: ...  # why it refused beyond "none free" (limits)
 
 
 
@@ -116,6 +117,28 @@ def _arm_lockin(f: Firing) -> None:
         f.rec.timers.setdefault(Trigger.LOCKIN_EXPIRED.value, f.now + timeout)
 
 
+def rescue_path(rec: JobRecord, policy: StagingPolicy) -> str:
+    """Where a quarantined RAMDISK's content goes on the PFS: one directory per user
+    (made private by the user) and per RSA cycle of the job."""
+    return f"{policy.rescue_dir.rstrip('/')}/{rec.user}/{rec.job_id}.{rec.cycle}"
+
+
+def _arm_rescue(f: Firing) -> None:
+    f.rec.rescue_to = ""
+    if f.policy.rescue_after > 0 and f.policy.rescue_dir:
+        f.rec.timers[Trigger.RESCUE_DUE.value] = f.now + f.policy.rescue_after
+
+
+def _start_rescue(f: Firing) -> None:
+    f.rec.rescue_to = rescue_path(f.rec, f.policy)
+    f.detail = (f"copied as the job's user to {f.rec.rescue_to}, verified before the "
+                "RAMDISK is released (a failed rescue keeps the quarantine)")
+
+
+def _end_rescue(f: Firing) -> None:
+    f.rec.rescue_to = ""
+
+
 #: Effect -> what it does; a rule's effects run in the order the rule lists them
 EFFECTS: Mapping[Effect, Callable[[Firing], None]] = {
     Effect.TRY_ALLOCATE: _try_allocate_effect,
@@ -129,7 +152,18 @@ EFFECTS: Mapping[Effect, Callable[[Firing], None]] = {
     Effect.MARK_DECLINED: _mark_declined,
     Effect.LOCKED: _locked,
     Effect.ARM_LOCKIN: _arm_lockin,
+    Effect.ARM_RESCUE: _arm_rescue,
+    Effect.START_RESCUE: _start_rescue,
+    Effect.END_RESCUE: _end_rescue,
 }
+
+
+def over_limit_detail(why: str, early: EarlyStart) -> str:
+    """What the user of a job over a limit (or held off by maintenance) reads after the
+    OVER_LIMIT rows' note: why, and what the job does meanwhile (its early start)."""
+    then = ("held meanwhile, at most staging.wait_timeout, then it reads the PFS"
+            if early is EarlyStart.WAIT else "if it starts first, it reads the PFS")
+    return f"{why}; {then}"
 
 
 # ---- conditions --------------------------------------------------------------------------
@@ -205,6 +239,11 @@ def _try_allocate(rec: JobRecord, pool: PoolPort, policy: StagingPolicy, now: fl
     except PolicyViolation as e:
         return Trigger.POLICY_VIOLATION, str(e)
     if got is None:
+        why = pool.refusal(rec.job_id)
+        if why:
+            detail = over_limit_detail(why, _early(rec, policy))
+            if rec.message != f"{OVER_LIMIT_NOTE}: {detail}":
+                return Trigger.OVER_LIMIT, detail  # told once (again if the reason changes)
         return Trigger.NODES_BUSY, ""
     rec.nodes = Hostlist.from_nodeset(got).folded  # its actions' nodes: no parse
     rec.cycle += 1

@@ -187,6 +187,8 @@ def _output(cls: type[OutputArgs]) -> _Builder:
         spec = a.rec.spec
         user, nodes = a.on_nodes()
         method = spec.stage_out or a.policy.stage_out
+        if a.rec.rescue_to:  # the RAMDISK's content, whatever the job's POSTPROCESS did
+            return cls(user, nodes, as_path(a.rec.rescue_to), method, None, rescue=True)
         return cls(user, nodes, as_path(spec.data_out), method, spec.postprocess)
     return build
 

@@ -422,8 +422,12 @@ class OutputArgs(OnNodes):
     data_out: PurePosixPath | None
     method: StageOut
     postprocess: tuple[str, ...] | None
+    #: the rescue of a quarantined RAMDISK (issue 33): ``data_out`` is
+    #: ``quarantine.rescue_dir/<user>/<job>.<cycle>``, whose parent the user makes private
+    rescue: bool = False
 
-    KEYS: ClassVar[tuple[str, ...]] = ("user", "nodes", "data_out", "method", "postprocess")
+    KEYS: ClassVar[tuple[str, ...]] = ("user", "nodes", "data_out", "method", "postprocess",
+                                       "rescue")
 
     def __post_init__(self) -> None:
         OnNodes.__post_init__(self)
@@ -434,16 +438,21 @@ class OutputArgs(OnNodes):
             raise ValueError(f"{type(self).__name__} needs data_out or postprocess")
 
     def to_json(self) -> dict[str, Any]:
-        return {"user": self.user, "nodes": self.nodes.folded,
-                "data_out": _opt_str(self.data_out), "method": self.method._value_,
-                "postprocess": _opt_list(self.postprocess)}
+        out: dict[str, Any] = {
+            "user": self.user, "nodes": self.nodes.folded,
+            "data_out": _opt_str(self.data_out), "method": self.method._value_,
+            "postprocess": _opt_list(self.postprocess)}
+        if self.rescue:  # only then: the actions of every other stage-out read as before
+            out["rescue"] = True
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Self:
         r = _Reader(cls, data)
         return cls(user=r.text("user"), nodes=r.nodes(),
                    data_out=r.path("data_out", optional=True),
-                   method=r.choice("method", StageOut), postprocess=r.argv("postprocess"))
+                   method=r.choice("method", StageOut), postprocess=r.argv("postprocess"),
+                   rescue=r.flag("rescue", False))
 
 
 @dataclass(frozen=True, slots=True)

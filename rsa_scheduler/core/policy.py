@@ -95,6 +95,15 @@ class AllocationPolicy:
     #: as a fraction; a user's (an array's) first job is never refused by it (core.share)
     user_share: float = 1.0
     array_share: float = 0.5
+    #: limits per user and per Slurm account on what their jobs hold at once: RSA nodes,
+    #: RSA capacity (bytes: the configured capacity of the nodes) and stage-ins in flight;
+    #: 0: no limit (core.limits)
+    user_nodes: int = 0
+    user_capacity: int = 0
+    user_stage_ins: int = 0
+    account_nodes: int = 0
+    account_capacity: int = 0
+    account_stage_ins: int = 0
 
     def __post_init__(self) -> None:
         if self.ratio < 1:
@@ -121,6 +130,10 @@ class AllocationPolicy:
                 raise ValueError(f"{name} must be a fraction above 0 and at most 1, got {share}")
         if not (math.isfinite(self.io_time) and self.io_time > 0):
             raise ValueError("io_time must be > 0")
+        for who in ("user", "account"):
+            for what in ("nodes", "capacity", "stage_ins"):
+                if getattr(self, f"{who}_{what}") < 0:
+                    raise ValueError(f"{who}_{what} must be >= 0 (0: no limit)")
 
     def __hash__(self) -> int:  # the mappings are not hashable themselves
         return hash((self.ratio, self.min_nodes, self.max_nodes, self.max_request,
@@ -173,8 +186,18 @@ class StagingPolicy:
     # RAMDISK torn down and it reads the PFS (slurm.lockin.timeout, 10m by default; 0,
     # as here: no bound).
     lockin_timeout: float = 0.0
+    # A quarantined RAMDISK (its stage-out gave up) is rescued after this long: its
+    # content copied as the job's user to ``rescue_dir/<user>/<job>`` on the PFS, verified
+    # as a stage-out is, then the RAMDISK released (quarantine.rescue_after; 0, as here:
+    # never, it waits for an operator). A failed rescue keeps the quarantine.
+    rescue_after: float = 0.0
+    rescue_dir: str = ""
 
     def __post_init__(self) -> None:
+        if self.rescue_after < 0:
+            raise ValueError("rescue_after must be >= 0")
+        if self.rescue_after and not self.rescue_dir.startswith("/"):
+            raise ValueError("rescue_after needs rescue_dir, an absolute path")
         if self.retries < 0:
             raise ValueError("retries must be >= 0")
         if self.backoff <= 0 or self.backoff_max < self.backoff:

@@ -68,6 +68,11 @@ class JobRecord:
     #: gone for good, whatever the queue shows under its id from now on (that job's
     #: requeues may count more restarts than this one's)
     superseded: bool = False
+    #: the job's Slurm account (squeue's): limits per account count it (core.limits)
+    account: str = ""
+    #: a quarantined RAMDISK rescued (quarantine.rescue_after): where its content goes on
+    #: the PFS instead of DATA_OUT; "" when none is under way
+    rescue_to: str = ""
 
     # ---- derived --------------------------------------------------------------------
     @property
@@ -118,6 +123,8 @@ class JobRecord:
             "submitted": self.submitted,
             "restarts": self.restarts,
             "superseded": self.superseded,
+            "account": self.account,
+            "rescue_to": self.rescue_to,
         }
 
     @classmethod

@@ -15,7 +15,9 @@ from __future__ import annotations
 from rsa_scheduler.core.actions import ActionKind
 from rsa_scheduler.core.rules import (
     CANCEL_TEARDOWN,
+    OVER_LIMIT_NOTE,
     REF_FAIL,
+    REF_LIMIT,
     REF_NO_OUT,
     REF_NOTHING_HELD,
     REF_OPERATOR,
@@ -208,15 +210,20 @@ def rows() -> list[Rule]:
              effects=(E.RESET_ATTEMPTS,), ref=REF_OPERATOR,
              note="operator: stage out again now, with a fresh retry budget"),
         Rule(S.STAGE_OUT_FAILED, T.GIVE_UP, S.QUARANTINED, actions=(A.ALERT, A.TELL_USER),
-             ref=REF_QUARANTINE, note="kept on the RSA nodes for the operator"),
+             effects=(E.ARM_RESCUE,), ref=REF_QUARANTINE,
+             note="kept on the RSA nodes for the operator"),
         Rule(S.STAGE_OUT_FAILED, T.DISCARD, S.TEARING_DOWN, actions=(A.ALERT, A.DESTROY_FS),
              ref=REF_OPERATOR, note="operator discarded the output"),
     ]
     r += stay(S.QUARANTINED, *JOB_STATE_TRIGGERS, note="data kept until an operator acts")
     r += [
         Rule(S.QUARANTINED, T.RETRY, S.STAGING_OUT, actions=(A.STAGE_OUT,),
-             effects=(E.RESET_ATTEMPTS,), ref=REF_OPERATOR,
+             effects=(E.RESET_ATTEMPTS, E.END_RESCUE), ref=REF_OPERATOR,
              note="operator: stage out again, with a fresh retry budget"),
+        Rule(S.QUARANTINED, T.RESCUE_DUE, S.STAGING_OUT,
+             actions=(A.ALERT, A.TELL_USER, A.STAGE_OUT),
+             effects=(E.RESET_ATTEMPTS, E.START_RESCUE), ref=REF_QUARANTINE,
+             note="rescue: quarantined longer than quarantine.rescue_after"),
         Rule(S.QUARANTINED, T.DISCARD, S.TEARING_DOWN, actions=(A.ALERT, A.DESTROY_FS),
              ref=REF_OPERATOR, note="operator discarded the output"),
     ]
@@ -261,6 +268,8 @@ def rows() -> list[Rule]:
         Rule(S.RELEASED, T.NODES_ALLOCATED, S.ALLOCATED, actions=(A.ALLOCATE,), ref="§3.1",
              note="nodes allocated again: a new cycle"),
         Rule(S.RELEASED, T.NODES_BUSY, S.RELEASED),
+        Rule(S.RELEASED, T.OVER_LIMIT, S.RELEASED, actions=(A.TELL_USER,), ref=REF_LIMIT,
+             note=OVER_LIMIT_NOTE),
         Rule(S.RELEASED, T.POLICY_VIOLATION, S.DECLINED, actions=(A.TELL_USER,),
              effects=(E.MARK_DECLINED,), ref=REF_UNSERVABLE,
              note="the RSA cannot serve this job; it uses the PFS"),
@@ -274,6 +283,8 @@ def rows() -> list[Rule]:
                T.NODES_BUSY, T.GIVE_UP, T.POLICY_VIOLATION)
     r += [
         Rule(S.DECLINED, T.FINISHED, S.RELEASED, note="nothing was held", ref=REF_NOTHING_HELD),
+        Rule(S.DECLINED, T.OVER_LIMIT, S.DECLINED, actions=(A.TELL_USER,), ref=REF_LIMIT,
+             note=OVER_LIMIT_NOTE),
         Rule(S.DECLINED, T.ON_DECK, S.DECLINED, effects=(E.TRY_ALLOCATE,), ref=REF_REQUEUE,
              note="on-deck again after a requeue: a job declined only because it started "
                   "before RSA nodes were free gets a new cycle (TRY_ALLOCATE gives up at "

@@ -87,6 +87,12 @@ class Effect(enum.StrEnum):
     LOCKED = "locked"  # remember that lock-in is in place
     #: arm the lock-in's bound (StagingPolicy.lockin_timeout), once per lock-in
     ARM_LOCKIN = "arm-lockin"
+    #: quarantined: arm the rescue (StagingPolicy.rescue_after), no rescue under way
+    ARM_RESCUE = "arm-rescue"
+    #: the rescue begins: the stage-out goes to the rescue area (JobRecord.rescue_to)
+    START_RESCUE = "start-rescue"
+    #: an operator's retry of a quarantined stage-out: to DATA_OUT again, not a rescue
+    END_RESCUE = "end-rescue"
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +160,10 @@ REF_RW_IN = "ext: writable input (§2 assumes input stays on disk)"
 REF_QUARANTINE = "ext: quarantine (§3 is silent)"
 REF_VERIFY = "ext: output verification (§3.3 is silent)"
 REF_LOCKIN_END = "ext: a lock-in always ends (§3.1 is silent on its end)"
+REF_LIMIT = "ext: limits per user and per account (§3.1 is silent)"
+#: the OVER_LIMIT rows' note: what a job's user reads first when a limit (or maintenance)
+#: makes it wait
+OVER_LIMIT_NOTE = "waits for RSA nodes"
 REF_LOST = "ext: RSA node lost while the RAMDISK is prepared (§3 is silent; cf. §3.1 fn. 2)"
 
 # Actions and notes rows of both halves share.

@@ -86,6 +86,9 @@ class Observation:
     #: "" when the observation does not say (a hook's). See :func:`another_job`
     submitted: str = ""
     restarts: int = 0
+    #: the job's Slurm account (squeue's); "" when the observation does not say: limits
+    #: per account count it (core.limits)
+    account: str = ""
 
     def changes(self, prev: Observation | None) -> str:
         """What changed since ``prev`` that a lock-in depends on, in words ("" if
@@ -201,8 +204,8 @@ class Scheduler:
         self.pool = pool
         self.policy = policy
         # what the machine allocates through: the pool within each user's / array's share
-        self.share = FairShare(pool, lambda job: self.records[job].user)
         self.records: dict[str, JobRecord] = {}
+        self.share = FairShare(pool, lambda job: self.records[job].user, self.records)
         self._last_obs: dict[str, Observation] = {}  # job -> its last observation that counted
         self._waiting: set[str] = set()  # on-deck, waiting for free RSA nodes
         self._timed: set[str] = set()  # jobs with an armed timer
@@ -215,6 +218,7 @@ class Scheduler:
         # jobs is the same: they are named after the job id and the cycle)
         self._untracked: dict[str, tuple[int, int]] = {}
         self._changed: dict[str, str] = {}  # locked-in job -> what changed in Slurm
+        self.mode = ""  # the slurm.mode the log was last written in ("": not recorded)
 
     # ---- queries ----------------------------------------------------------------------
     def outstanding(self) -> list[Action]:
@@ -308,7 +312,7 @@ class Scheduler:
                 rec = JobRecord(job_id=jid, user=obs.user, spec=obs.spec,
                                 compute_nodes=obs.compute_nodes, priority=obs.priority,
                                 since=now, submitted=obs.submitted, restarts=obs.restarts,
-                                cycle=cycle, serial=serial)
+                                cycle=cycle, serial=serial, account=obs.account)
                 records[jid] = rec
                 dec.events.append(new_record_event(rec, now))
             seen_add(jid)  # only tracked jobs: the other 70-90% of a queue cost one lookup
@@ -365,6 +369,8 @@ class Scheduler:
             updates["restarts"] = obs.restarts
         if obs is not None and obs.priority != rec.priority:
             updates["priority"] = obs.priority
+        if obs is not None and obs.account and obs.account != rec.account:
+            updates["account"] = obs.account
         if obs is not None and obs.compute_nodes != rec.compute_nodes and \
                 rec.rsa_state in AWAITING_NODES | READY:
             updates["compute_nodes"] = obs.compute_nodes
@@ -411,6 +417,8 @@ class Scheduler:
             rec.compute_nodes = obs.compute_nodes
         if "hold_until" in updates and obs is not None:
             rec.hold_until = obs.hold_until
+        if "account" in updates and obs is not None:
+            rec.account = obs.account
         if not_before is not None:
             rec.not_before = not_before
         if started:
@@ -535,6 +543,21 @@ class Scheduler:
             self._note_waiting(rec)
         return dec
 
+    @property
+    def draining(self) -> str:
+        """Why the RSA takes no new jobs now (``rsa admin drain``); "" when it does."""
+        return self.share.draining
+
+    def set_draining(self, on: bool, now: float, *, by: str, reason: str = "") -> Decision:
+        """Maintenance: stop (``on``) or resume giving RSA nodes to jobs that hold none.
+        Jobs in flight go on (stage-ins, stage-outs, teardowns); a job that would get RSA
+        nodes waits as one over a limit does, its user told why. Logged, so it survives
+        a restart."""
+        text = drain_reason(by, reason) if on else ""
+        ctx = {"on": on, "by": by, **({"reason": reason} if reason else {})}
+        self.share.draining = text
+        return Decision(events=[Event(now, POOL_STREAM, "rsa.drain", ctx)])
+
     def forget_finished(self, now: float | None = None, older_than: float = 0.0,
                         present: Container[str] = frozenset()) -> list[str]:
         """Drop finished jobs whose RSA cycle has ended from memory (their log stays).
@@ -565,6 +588,8 @@ class Scheduler:
         whole log (tests/unit/test_snapshots.py)."""
         sched = cls(pool, policy)
         if base is not None:
+            sched.share.draining = str(base.get("draining") or "")
+            sched.mode = str(base.get("mode") or "")
             for name, state in dict(base.get("pool") or {}).items():
                 pool.set_state(str(name), NodeState(str(state)))
             for jid, data in dict(base.get("records") or {}).items():
@@ -575,6 +600,13 @@ class Scheduler:
             if ev.job_id == POOL_STREAM:
                 if ev.name == "node.state":
                     pool.set_state(str(ev.context["node"]), NodeState(ev.context["to"]))
+                elif ev.name == "rsa.drain":
+                    c = ev.context
+                    sched.share.draining = drain_reason(str(c.get("by", "")),
+                                                        str(c.get("reason", ""))) \
+                        if c.get("on") else ""
+                elif ev.name == "rsad.mode":
+                    sched.mode = str(ev.context.get("mode", ""))
                 continue
             if ev.name == "job.untracked" and "cycle" in ev.context:
                 sched._untracked[ev.job_id] = (int(ev.context["cycle"]),
@@ -596,11 +628,36 @@ class Scheduler:
         and the pool's node states, and the counters of untracked job ids (JSON)."""
         return {"records": {jid: rec.to_json() for jid, rec in self.records.items()},
                 "untracked": {jid: list(cs) for jid, cs in self._untracked.items()},
-                "pool": {n.name: self.pool.state(n.name).value for n in self.pool.nodes()}}
+                "pool": {n.name: self.pool.state(n.name).value for n in self.pool.nodes()},
+                "draining": self.share.draining, "mode": self.mode}
+
+    def mode_switch(self, mode: str, now: float) -> tuple[str, Decision]:
+        """rsad starts in ``mode`` (``slurm.mode``): refused ("why", nothing logged) while
+        jobs an rsad of another mode started are in flight (their RAMDISKs, holds and
+        hooks are that mode's); else the mode is logged when it is new."""
+        if self.mode == mode:
+            return "", Decision()
+        busy = sorted((j for j, r in self.records.items() if r.rsa_state not in IDLE),
+                      key=_job_sort_key)
+        if self.mode and busy:
+            shown = ", ".join(busy[:5]) + (f" and {len(busy) - 5} more" if len(busy) > 5
+                                           else "")
+            return (f"slurm.mode is {mode} but {len(busy)} job(s) rsad started in "
+                    f"{self.mode} mode are in flight ({shown}): set slurm.mode back to "
+                    f"{self.mode} and let them finish first (rsa admin drain; rsa status "
+                    f"shows when none holds RSA nodes), then switch"), Decision()
+        self.mode = mode
+        return "", Decision(events=[Event(now, POOL_STREAM, "rsad.mode", {"mode": mode})])
 
     def snapshot(self) -> Mapping[str, dict[str, object]]:
         """Every record as JSON (for comparisons and projections)."""
         return {jid: rec.to_json() for jid, rec in self.records.items()}
+
+
+def drain_reason(by: str, reason: str) -> str:
+    """What a job that would get RSA nodes during maintenance is told."""
+    why = f": {reason[:60]}" if reason else ""
+    return f"RSA maintenance (rsa admin drain by {by}{why}), until rsa admin resume"
 
 
 def _has_work(spec: DirectiveSpec) -> bool:

@@ -11,6 +11,12 @@ next to start no longer take every RSA node at once and other users' on-deck job
 theirs. What each job holds is known from the records (``track``; the scheduler tells it
 at every replay), so the share needs no state of its own in the log.
 
+It also keeps each user and each Slurm account within their limits (issue 33,
+:mod:`rsa_scheduler.core.limits`: RSA nodes, capacity, concurrent stage-ins), judged from
+the records of the jobs that hold RSA nodes now; a refused job's reason is kept for the
+machine to tell its user (:meth:`FairShare.refusal`), and a job that alone is over a limit
+is refused for good (``PolicyViolation``: it reads the PFS).
+
 Pure: must not import anything but the stdlib and other core modules.
 """
 
@@ -18,10 +24,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from rsa_scheduler.core.allocator import Pool, Request
+from rsa_scheduler.core.allocator import PolicyViolation, Pool, Request
+from rsa_scheduler.core.limits import Holder, Usage, judge, limits_set
+from rsa_scheduler.core.record import JobRecord
+from rsa_scheduler.core.states import PREPARING
 
 
 def array_of(job_id: str) -> str:
@@ -34,9 +43,14 @@ class FairShare:
     """The pool as the machine sees it: allocations kept within each user's and each
     array's share."""
 
-    def __init__(self, pool: Pool, user_of: Callable[[str], str]) -> None:
+    def __init__(self, pool: Pool, user_of: Callable[[str], str],
+                 records: Mapping[str, JobRecord] | None = None) -> None:
         self.pool = pool
         self.user_of = user_of  # job -> its user
+        self.records: Mapping[str, JobRecord] = records if records is not None else {}
+        self._refused: dict[str, str] = {}  # job -> why its last allocation was refused
+        #: maintenance (rsa admin drain): why no new allocation is made ("" when none)
+        self.draining = ""
         self._held: dict[str, tuple[str, str, int]] = {}  # job -> (user, array, nodes)
         self._by_user: Counter[str] = Counter()
         self._by_array: Counter[str] = Counter()
@@ -45,6 +59,11 @@ class FairShare:
         return max(1, math.floor(share * len(self.pool.nodes()) + 1e-9))
 
     def allocate(self, req: Request) -> Any:
+        self._refused.pop(req.job_id, None)
+        if self.draining:  # in-flight jobs keep theirs; no job gets new RSA nodes
+            self.pool.check(req)  # a job that can never be served is still told so
+            self._refused[req.job_id] = self.draining
+            return None
         got = self.pool.allocate(req)
         if got is None:
             return None
@@ -59,8 +78,53 @@ class FairShare:
         if over_user or over_array:
             self.pool.release(req.job_id)
             return None
+        if limits_set(policy):
+            refused = judge(policy, user, self._account(req.job_id),
+                            self._usage(req.job_id, stage_in=self._stages_in(req.job_id)),
+                            self._holders(req.job_id))
+            if refused is not None:
+                self.pool.release(req.job_id)
+                if refused.for_good:
+                    raise PolicyViolation(refused.reason)
+                self._refused[req.job_id] = refused.reason
+                return None
         self.track(req.job_id, user, n)
         return got
+
+    def refusal(self, job_id: str) -> str:
+        """Why the last allocation for ``job_id`` was refused by a limit ("" if it was
+        not: no free nodes, or the fair share)."""
+        return self._refused.get(job_id, "")
+
+    def _account(self, job_id: str) -> str:
+        rec = self.records.get(job_id)
+        return rec.account if rec is not None else ""
+
+    def _stages_in(self, job_id: str) -> bool:
+        rec = self.records.get(job_id)
+        return rec is not None and (rec.spec.data_in is not None or
+                                    rec.spec.preprocess is not None)
+
+    def _usage(self, job_id: str, *, stage_in: bool,
+               capacity: Mapping[str, int] | None = None) -> Usage:
+        held = self.pool.holding(job_id)
+        if capacity is None:
+            capacity = {n.name: n.capacity for n in self.pool.nodes()}
+        return Usage(len(held), sum(capacity[str(h)] for h in held), int(stage_in))
+
+    def _holders(self, job_id: str) -> list[Holder]:
+        """Every other job holding RSA nodes, with what it holds (a stage-in counts
+        while its RAMDISK is prepared: allocated, built, filled or being retried)."""
+        out = []
+        capacity = {n.name: n.capacity for n in self.pool.nodes()}  # once, not per job
+        for job in self.pool.jobs():
+            rec = self.records.get(job)
+            if job == job_id or rec is None:
+                continue
+            staging = rec.rsa_state in PREPARING and self._stages_in(job)
+            out.append(Holder(job, rec.user, rec.account,
+                              self._usage(job, stage_in=staging, capacity=capacity)))
+        return out
 
     def release(self, job_id: str) -> Any:
         self._forget(job_id)

@@ -268,6 +268,7 @@ class Trigger(enum.StrEnum):
     # results of in-core effects
     NODES_ALLOCATED = "nodes-allocated"
     NODES_BUSY = "nodes-busy"  # not enough free RSA nodes: skip this cycle (§3.1)
+    OVER_LIMIT = "over-limit"  # its user's / account's limit: skip, the user told why once
     POLICY_VIOLATION = "policy-violation"  # the request can never be met
     GIVE_UP = "give-up"  # retry budget exhausted
     # action outcomes
@@ -302,6 +303,9 @@ class Trigger(enum.StrEnum):
     #: a failed restore of the job's own QOS / priority is due again (JobRecord.unlock);
     #: armed in every state: a lock-in always ends (core.machine.retry_unlock)
     UNLOCK_DUE = "unlock-due"
+    #: a RAMDISK quarantined for quarantine.rescue_after (StagingPolicy.rescue_after): its
+    #: content is rescued to the PFS
+    RESCUE_DUE = "rescue-due"
     # user and operator commands
     INPUT_DONE = "input-done"  # user: `rsa input-done` from inside the job
     CANCEL_STAGING = "cancel-staging"  # user: do not use the RSA for this run
@@ -337,6 +341,7 @@ TIMER_STATES: Mapping[Trigger, frozenset[RsaState]] = {
     Trigger.RETRY_DUE: RETRYING,
     Trigger.LOCKIN_EXPIRED: READY,
     Trigger.UNLOCK_DUE: frozenset(RsaState),
+    Trigger.RESCUE_DUE: frozenset({RsaState.QUARANTINED}),
 }
 
 #: commands a job's user may give (``rsa input-done``, ``rsa cancel-staging``)

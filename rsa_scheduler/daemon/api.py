@@ -111,6 +111,14 @@ class Routes:
             return self._command(caller, parts[1], body)
         if method == "POST" and len(parts) == 2 and parts[0] == "hooks":
             return self._hook(caller, parts[1], body)
+        if method == "POST" and parts == ["admin", "drain"]:
+            if not caller.operator:
+                raise ApiError(HTTPStatus.FORBIDDEN, "only root or slurm may drain the RSA")
+            on = (body or {}).get("on")
+            if not isinstance(on, bool):
+                raise ApiError(HTTPStatus.BAD_REQUEST, "on must be true or false")
+            reason = " ".join(str((body or {}).get("reason") or "").split())[:200]
+            return self.daemon.submit("rsa-drain", (on, caller.user, reason), wait=True)
         if method == "POST" and len(parts) == 3 and parts[0] == "nodes" and parts[2] == "state":
             if not caller.operator:
                 raise ApiError(HTTPStatus.FORBIDDEN, "only root or slurm may drain nodes")

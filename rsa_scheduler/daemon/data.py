@@ -698,9 +698,13 @@ class DataPath:
             # check says (a copy corrupted with its size and mtime kept passes it)
             redo = redo_of(ctx.facts, ctx.action.id)
             paths, resume = redo if redo is not None else ([], True)
+            since = built_since(ctx.facts, ctx.action.id)
+            if args.rescue:  # a quarantined RAMDISK's content, to the user's rescue area
+                eng.prepare_rescue(str(args.data_out.parent))
+                since = None  # the rescue's own directory: nothing there to keep aside
             out = _stats(self.bulk(eng).stage_out(
                 spec.rsa_mountpoint, str(args.data_out), args.method.value,
-                resume=resume, redo=paths, since=built_since(ctx.facts, ctx.action.id)))
+                resume=resume, redo=paths, since=since))
         if redo is not None:
             fact = ctx.facts["verify_differed"]
             what = ("the archives were written again" if args.method.value == "tar" else

@@ -42,7 +42,7 @@ from rsa_scheduler.core.scheduler import (
     StaleOutcome,
     another_submission,
 )
-from rsa_scheduler.core.states import JobState, RsaState
+from rsa_scheduler.core.states import IDLE, JobState, RsaState
 from rsa_scheduler.core.transitions import Trigger
 from rsa_scheduler.daemon import views
 from rsa_scheduler.daemon.cycle import FIRST_SIGHTS_PER_CYCLE, EndStates, QueueReader
@@ -59,7 +59,7 @@ from rsa_scheduler.daemon.nodeside import nodeside_of
 from rsa_scheduler.daemon.published import Published
 from rsa_scheduler.daemon.specs import ADMIN_COMMENT_PREFIX, SpecReader
 from rsa_scheduler.daemon.starthold import StartHold
-from rsa_scheduler.errors import StoreError
+from rsa_scheduler.errors import RsaError, StoreError
 from rsa_scheduler.slurm.parse import QueueRow, merge_hetjobs
 from rsa_scheduler.slurm.port import MailSource, SlurmError, SlurmPort
 from rsa_scheduler.store import JobRow, Store
@@ -185,6 +185,13 @@ class Daemon:
         events = list(self.store.events(since=since))
         pool = self.sched.pool
         self.sched = Scheduler.replay(pool, self.sched.policy, events, base=base)
+        # jobs in flight were started in the mode the log was written in: a switch of
+        # slurm.mode under them is refused (their holds, hooks and RAMDISKs are its)
+        refused, switched = self.sched.mode_switch(
+            "native" if self.native is not None else "queue", self.clock())
+        if refused:
+            raise RsaError(refused)
+        self._commit(switched)
         self.cadence.seq = since
         if base is not None:
             self.memory.restore(base)
@@ -410,7 +417,8 @@ class Daemon:
                            compute_nodes=row.num_nodes, spec=spec,
                            hold_until=None if deadline is None else float(deadline),
                            held=held, partition=row.partition, time_limit=row.time_limit,
-                           submitted=row.submitted, restarts=row.restarts)
+                           submitted=row.submitted, restarts=row.restarts,
+                           account=row.account)
 
     def _write_pools(self) -> None:
         """Native mode: the free RSA capacity per tier for slurm_bb_pools."""
@@ -549,6 +557,13 @@ class Daemon:
                                                    reason=reason))
             self.node_notes[node] = {"by": by, "reason": reason, "time": now}
             return {"node": node, "state": state}
+        if req.kind == "rsa-drain":  # rsa admin drain / resume
+            on, by, reason = req.payload
+            self._commit(self.sched.set_draining(on, now, by=by, reason=reason))
+            log.warning("RSA %s by %s%s", "draining: no new jobs" if on else "resumed", by,
+                        f" ({reason})" if reason else "")
+            return {"draining": self.sched.draining, "in_flight": sum(
+                1 for r in self.sched.records.values() if r.rsa_state not in IDLE)}
         if req.kind == "call":
             fn: Callable[[], Any] = req.payload
             return fn()

@@ -26,6 +26,7 @@ from rsa_scheduler.core.directives import HOLD_MARK, RERUN_MARK, rerun_held, spl
 from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.machine import JobRecord
 from rsa_scheduler.core.policy import EarlyStart
+from rsa_scheduler.core.rules import OVER_LIMIT_NOTE
 from rsa_scheduler.core.scheduler import Decision, Scheduler
 from rsa_scheduler.core.states import LEFT_QUEUE, PENDING, SLURM_PENDING, JobState, RsaState
 from rsa_scheduler.daemon.holds import (
@@ -228,7 +229,10 @@ class StartHold:
             if verdict is None:
                 if job not in self.told:
                     self.told.add(job)
-                    self.tell(job, held_message(deadline))
+                    # a job over a limit (or held off by a drain) was told why already:
+                    # the general words would replace the reason in its comment
+                    if rec is None or not rec.message.startswith(OVER_LIMIT_NOTE):
+                        self.tell(job, held_message(deadline))
                 continue
             self.releasing[job] = now
             if self.can_start[job]:

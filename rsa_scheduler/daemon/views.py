@@ -96,6 +96,7 @@ def status_view(d: Viewed) -> dict[str, Any]:
     quarantined.sort(key=lambda q: (q["since"], q["job_id"]))
     return {"nodes": nodes, "jobs_by_rsa_state": by_state, "quarantined": quarantined,
             "alerts": d.alerts[-20:], "slurm_ok": d.slurm_ok,
+            "draining": d.sched.draining,
             "last_cycle_seconds": d.last_cycle_seconds,
             "running_actions": len(d.running),
             "on_deck": [r.job_id for r in d.sched.records.values()

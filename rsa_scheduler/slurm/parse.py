@@ -20,9 +20,10 @@ from rsa_scheduler.errors import RsaError
 #: SubmitTime and RestartCnt: Slurm's identity of the job behind the id, which tells a
 #: job from a later one given the same id after slurmctld lost its state (a requeue sets
 #: a new submit time but counts a restart; core.scheduler.another_job).
+#: Account: limits per account (issue 33).
 QUEUE_FIELDS: tuple[str, ...] = ("JobArrayID", "State", "Reason", "PriorityLong", "NumNodes",
-                                 "UserName", "Partition", "TimeLimit", "SubmitTime",
-                                 "RestartCnt", "admin_comment")
+                                 "UserName", "Partition", "TimeLimit", "Account",
+                                 "SubmitTime", "RestartCnt", "admin_comment")
 QUEUE_FORMAT = ",".join(f"{f}:0|" for f in QUEUE_FIELDS)
 _JOB_ID = re.compile(r"^\d+(?:_\d+)?(?:\+\d+)?$")
 NULL = "(null)"
@@ -49,6 +50,7 @@ class QueueRow:
     #: (``2026-11-28T13:05:01``), and how often Slurm requeued it
     submitted: str = ""
     restarts: int = 0
+    account: str = ""  #: its Slurm account (limits per account)
 
 
 def parse_queue(text: str) -> list[QueueRow]:
@@ -127,8 +129,8 @@ def merge_hetjobs(rows: list[QueueRow]) -> list[QueueRow]:
 
 
 def _row(parts: list[str], lineno: int) -> QueueRow:
-    (job_id, state, reason, prio, nodes, user, partition, time_limit, submitted, restarts,
-     comment) = parts
+    (job_id, state, reason, prio, nodes, user, partition, time_limit, account, submitted,
+     restarts, comment) = parts
     if comment.endswith("|"):
         comment = comment[:-1]
     try:
@@ -136,7 +138,7 @@ def _row(parts: list[str], lineno: int) -> QueueRow:
                         num_nodes=int(nodes), user=user,
                         admin_comment=None if comment in (NULL, "") else comment,
                         partition=partition, time_limit=time_limit, submitted=submitted,
-                        restarts=int(restarts))
+                        restarts=int(restarts), account="" if account == NULL else account)
     except ValueError as e:
         raise ParseError(f"squeue line {lineno}: {e}") from e
 

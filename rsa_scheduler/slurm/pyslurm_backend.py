@@ -42,7 +42,8 @@ def rows_from_jobs(jobs: Iterable[Any]) -> list[QueueRow]:
             priority=int(job.priority or 0), num_nodes=int(job.num_nodes or 1),
             user=str(job.user_name), admin_comment=job.admin_comment or None,
             partition=str(getattr(job, "partition", "") or ""),
-            time_limit=str(getattr(job, "time_limit", "") or "")))
+            time_limit=str(getattr(job, "time_limit", "") or ""),
+            account=str(getattr(job, "account", "") or "")))
     return rows
 
 

@@ -131,6 +131,17 @@ class StagingEngine(TreeCopy, Packing, Verifier):
         except CommandError as e:
             raise classify(e, f"creating RAMDISK root {path}", host.name) from e
 
+    def prepare_rescue(self, user_dir: str) -> None:
+        """As the user on the first node: their own private directory ``user_dir`` in
+        the rescue area (quarantine.rescue_dir), refused if someone else holds the name
+        or the area is writable by others without the sticky bit."""
+        self._start()
+        try:
+            self._user(self.hosts[0], scripts.rescue_dir_argv(user_dir),
+                       f"rescue: making {user_dir}")
+        finally:
+            self._stop()
+
     def stage_in(self, src: str, ramdisk: str, *, resume: bool = True,
                  atomic: bool = False) -> Stats:
         """DATA_IN → RAMDISK. ``resume``: skip what an interrupted run already finished.

@@ -39,7 +39,7 @@ ARG_DEFAULTS: dict[str, Any] = {
     "data_in": PurePosixPath("/scratch/a/in"), "data_out": PurePosixPath("/scratch/a/out"),
     "atomic": False, "preprocess": None, "postprocess": None, "mode": MountMode.RO,
     "method": StageOut.RSYNC, "message": "", "rsa_state": RsaState.NONE,
-    "target": "7/1/stage-in/1", "write_back": False, "writable": False,
+    "target": "7/1/stage-in/1", "write_back": False, "writable": False, "rescue": False,
 }
 
 

@@ -274,12 +274,12 @@ def _events(data: dict[str, Any]) -> list[Event]:
 #: record fields added since the old logs were captured, at the value an old job has
 NEW_RECORD_FIELDS: dict[str, Any] = {"writeback_live": False, "end_state": "", "unlock": None,
                                      "unlock_failures": 0, "submitted": "", "restarts": 0,
-                                     "superseded": False}
+                                     "superseded": False, "account": "", "rescue_to": ""}
 
 
 def _with_new_fields(state: dict[str, Any]) -> dict[str, Any]:
-    return {"untracked": {}, **state, "records": {j: {**NEW_RECORD_FIELDS, **r}
-                                                  for j, r in state["records"].items()}}
+    return {"untracked": {}, "draining": "", "mode": "", **state,
+            "records": {j: {**NEW_RECORD_FIELDS, **r} for j, r in state["records"].items()}}
 
 
 @pytest.mark.parametrize("name", sorted(OLD_LOGS))

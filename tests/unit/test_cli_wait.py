@@ -178,3 +178,15 @@ def test_cluster_status_fails_a_quarantined_output_whatever_slurm_says() -> None
             message="stage-out gave up: disk full")
     assert cluster_status(q, lambda: "COMPLETED") == (
         "failed", "quarantined: stage-out gave up: disk full")
+
+
+def test_a_rescued_output_is_not_called_verified_at_data_out() -> None:
+    """Issue 33: quarantined, then rescued to quarantine.rescue_dir: verified there, not
+    at DATA_OUT; rsa wait says where, with a failing status."""
+    data = job("released", "finished", *RUN, ("job", "finished"), ("rsa", "quarantined"),
+               ("rsa", "staging-out"), ("rsa", "verifying"), ("rsa", "output-verified"),
+               ("rsa", "released"))
+    data["rescue_to"] = "/pfs/rescue/u/7.1"
+    got = verdict(data)
+    assert got is not None and (got.word, got.status) == ("rescued", FAILED)
+    assert "rescued to /pfs/rescue/u/7.1" in got.why

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -45,7 +46,9 @@ def test_parse_captured_queue() -> None:
     assert spec.data_in == "/pfs/home/rsauser/in" and spec.data_out == "/pfs/x|y"
     assert rows["7"].num_nodes == 2 and rows["7"].admin_comment is None
     assert rows["1"].state == "RUNNING"
-    assert {(r.submitted, r.restarts) for r in rows.values()} == {("2026-11-28T13:33:58", 0)}
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", r.submitted)
+               and r.restarts == 0 for r in rows.values())
+    assert five.account == "rsa"  # limits per account (issue 33)
 
 
 def test_a_captured_requeue_is_never_taken_for_a_new_job() -> None:
@@ -100,14 +103,15 @@ def test_every_captured_job_state_is_known() -> None:
 
 
 def test_multiline_admin_comment_is_joined() -> None:
-    rows = parse_queue("5|PENDING|Resources|1|1|u|debug|5:00|2026-11-28T13:16:43|0|first\nsecond|\n"
-                       "6|RUNNING|None|1|1|u|debug|5:00|2026-11-28T13:16:43|0|(null)|\n")
+    rows = parse_queue("5|PENDING|Resources|1|1|u|debug|5:00|acct|2026-11-28T13:16:43|0|"
+                       "first\nsecond|\n"
+                       "6|RUNNING|None|1|1|u|debug|5:00|acct|2026-11-28T13:16:43|0|(null)|\n")
     assert rows[0].admin_comment == "first\nsecond" and rows[1].admin_comment is None
 
 
 @pytest.mark.parametrize("text", [
-    "garbage\n", "5|PENDING|Resources|x|1|u|debug|5:00|2026-11-28T13:16:43|0|(null)|\n",
-    "5|PENDING|Resources|1|1|u|debug|5:00|2026-11-28T13:16:43|x|(null)|\n"])
+    "garbage\n", "5|PENDING|Resources|x|1|u|debug|5:00|acct|2026-11-28T13:16:43|0|(null)|\n",
+    "5|PENDING|Resources|1|1|u|debug|5:00|acct|2026-11-28T13:16:43|x|(null)|\n"])
 def test_bad_queue_output_is_a_parse_error(text: str) -> None:
     with pytest.raises(ParseError, match="squeue line"):
         parse_queue(text)

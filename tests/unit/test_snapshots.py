@@ -59,10 +59,10 @@ def test_snapshots_skip_the_first_cycle_and_wait_for_as_many_events_as_jobs(
     many events as it spares a restart's replay."""
     slurm = ScriptedSlurm()
     d = daemon(tmp_path / "rsa.db", slurm, snapshot_every=5)
-    for job in range(100, 120):  # 20 queued jobs: 40 events
+    for job in range(100, 120):  # 20 queued jobs: 40 events (after the start's rsad.mode)
         slurm.set(str(job), "PENDING", "Priority")
     d.poll()
-    assert d.store.last_seq() == 40 and d.store.latest_snapshot() is None
+    assert d.store.last_seq() == 41 and d.store.latest_snapshot() is None
     taken: list[tuple[int, int]] = []  # (seq of each snapshot, jobs in memory then)
     for i in range(12):  # 3 new jobs per cycle: 6 events, more than snapshot_every
         for job in range(200 + 3 * i, 203 + 3 * i):
@@ -71,7 +71,7 @@ def test_snapshots_skip_the_first_cycle_and_wait_for_as_many_events_as_jobs(
         snap = d.store.latest_snapshot()
         if snap is not None and (not taken or snap[0] != taken[-1][0]):
             taken.append((snap[0], len(snap[1]["records"])))
-    assert taken[0][0] > 40  # the first cycle's 40 events, in the second cycle's snapshot
+    assert taken[0][0] > 41  # the first cycle's 40 events, in the second cycle's snapshot
     assert len(taken) >= 2
     for (before, _), (seq, jobs) in itertools.pairwise(taken):
         assert seq - before >= jobs > 5  # as many events as jobs in memory, not 5

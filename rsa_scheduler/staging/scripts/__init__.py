@@ -93,6 +93,7 @@ from rsa_scheduler.staging.scripts.placement import (
     remove_same_argv,
     remove_same_input,
     remove_tree_argv,
+    rescue_dir_argv,
 )
 from rsa_scheduler.staging.scripts.shell import (
     BASH,
@@ -142,7 +143,8 @@ __all__ = [
     "expect_input", "hash_argv", "hash_range_argv", "hash_uncached_argv", "is_part_dir",
     "mkdir_argv", "mkdirs_argv", "mounted_argv", "new_part_argv", "parse_sums", "part_dir",
     "part_prefix", "prepare_root_argv", "remove_dirs_argv", "remove_same_argv",
-    "remove_same_input", "remove_tree_argv", "rsync_argv", "scan_argv", "scan_capped_argv",
+    "remove_same_input", "remove_tree_argv", "rescue_dir_argv", "rsync_argv", "scan_argv",
+    "scan_capped_argv",
     "script_argv", "stream_copy_argv", "stream_dir_times_argv", "stream_list_argv",
     "stream_mkdirs_argv", "stripe_new_argv", "stripe_place_argv", "stripe_range_argv",
     "tar_hash_argv", "tar_list_argv", "tar_pack_argv", "tar_pipe_argv", "verify_hash_argv",

@@ -247,6 +247,27 @@ def new_part_argv(root: str, job_id: str, token: str) -> list[str]:
     return bash(NEW_PART, root, part_prefix(job_id), part_dir(job_id, token))
 
 
+# A quarantined RAMDISK's rescue (quarantine.rescue_dir), as the user: their own
+# directory in the rescue area, made private. The area must be sticky if others may write
+# it (else they could move the user's directory away and put theirs in its place); a name
+# that is a symlink, or someone else's directory, is refused, never written through.
+RESCUE_DIR = PRELUDE + (
+    'd=$1; p=${d%/*}; m=$(stat -c %a -- "$p") || exit 65; '
+    'if (( (8#$m & 8#022) && !(8#$m & 8#1000) )); then echo "the rescue area $p (mode $m) '
+    'is writable by others but not sticky: chmod 1777 it" >&2; exit 65; fi; '
+    '[ ! -L "$d" ] || { echo "refusing the rescue directory $d: it is a symlink" >&2; '
+    'exit 65; }; mkdir -m 700 -- "$d" 2>/dev/null; '
+    '[ -d "$d" ] && [ ! -L "$d" ] || { echo "cannot make the rescue directory $d" >&2; '
+    'exit 65; }; o=$(stat -c %u -- "$d") || exit 65; '
+    '[ "$o" = "$(id -u)" ] || { echo "the rescue directory $d belongs to uid $o, not to '
+    'the job\'s user: an operator must remove it" >&2; exit 65; }; chmod 700 -- "$d"')
+
+
+def rescue_dir_argv(path: str) -> list[str]:
+    """As the user: their own private directory ``path`` in the rescue area."""
+    return bash(RESCUE_DIR, path)
+
+
 def mkdir_argv(path: str) -> list[str]:
     """The destination root, created as the user (fails if the user may not write)."""
     return bash(MKDIR, path)

@@ -1,0 +1,96 @@
+"""Limits per user in the lab (issue 33): with ``allocation.user_nodes: 1``, a user's second
+RSA job waits for RSA nodes while the first holds one, and its user reads why in the
+job's comment and in ``rsa job``; another user's job gets its RAMDISK meanwhile, and the
+second job, once the first gave its node back, runs from its own RAMDISK (early start
+``wait``, the lab's default).
+
+On main (6dee349) there were no such limits: the second job got an RSA node at once.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import input_area
+from tests.e2e.test_native_trouble import rsad_with
+from tests.integration.conftest import as_user
+from tests.integration.slurmkit import make_jobs, show_job, wait_for
+from tests.integration.test_rsad_staging import rsa_job, wait_state
+
+pytestmark = pytest.mark.queue  # the start hold under wait is queue mode's
+
+LIMIT = ("RSA: waits for RSA nodes: over a limit: user {user}'s jobs hold 1 RSA node of the "
+         "1 RSA node allowed (allocation.user_nodes), until they give some back; held "
+         "meanwhile, at most staging.wait_timeout, then it reads the PFS")
+
+
+@pytest.fixture
+def area(lab: Mapping[str, str]) -> Iterator[Path]:
+    with input_area(lab, "limits") as base:
+        yield base
+
+
+@pytest.fixture
+def other_area(lab: Mapping[str, str]) -> Iterator[Path]:
+    user = lab["RSA_LAB_OTHER_USER"]
+    base = Path(lab["RSA_LAB_OTHER_PFS"]) / f"limits-{time.monotonic_ns()}"
+    done = as_user(lab, user, ["bash", "-c", f"mkdir -p {base}/in {base}/res && "
+                               f"head -c 20000 /dev/urandom > {base}/in/f1"])
+    assert done.returncode == 0, done.stderr
+    yield base
+    subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)
+
+
+def script(base: Path, name: str, sleep: int = 0) -> str:
+    return f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_IN={base}/in
+findmnt -n -o TARGET --target {base}/in > {base}/res/{name}
+sleep {sleep}
+"""
+
+
+def reached(data: Mapping[str, Any]) -> list[str]:
+    return [str(e.get("to")) for e in data["events"] if e["name"] == "rsa.transition"]
+
+
+def test_a_users_second_job_waits_over_the_limit_and_another_users_job_does_not(
+        lab: Mapping[str, str], area: Path, other_area: Path) -> None:
+    user, other = lab["RSA_LAB_USER"], lab["RSA_LAB_OTHER_USER"]
+    with rsad_with(lab, "  array_share: 1\n", "  array_share: 1\n  user_nodes: 1\n"), \
+            make_jobs(lab) as jobs:
+        first = jobs.submit(script=script(area, "first", sleep=20))
+        wait_for(f"job {first} holds an RSA node",
+                 lambda: (rsa_job(lab, first) or {}).get("nodes"), timeout=60)
+        second = jobs.submit(script=script(area, "second"))
+        theirs = jobs.submit(script=script(other_area, "theirs"), user=other)
+        reason = LIMIT.format(user=user)
+        try:
+            wait_for(f"job {second}'s comment says the limit",
+                     lambda: show_job(lab, second)["Comment"] == reason, timeout=60)
+        except AssertionError as exc:  # say what it says instead
+            raise AssertionError(f"{exc}: {show_job(lab, second)['Comment']!r}; rsa job: "
+                                 f"{rsa_job(lab, second)}") from None
+        data = rsa_job(lab, second)
+        assert data is not None and f"RSA: {data['message']}" == reason, data
+        assert not data["nodes"] and show_job(lab, second)["JobState"] == "PENDING"
+        # the other user's job is not held back by rsauser's limit
+        wait_state(lab, theirs, "released", timeout=120)
+        done = rsa_job(lab, theirs)
+        assert done is not None
+        assert "mounted-input" in reached(done), reached(done)
+        # the first job ends and gives its node back: the second gets its own RAMDISK
+        wait_state(lab, second, "released", timeout=180)
+        data = rsa_job(lab, second)
+        assert data is not None
+        assert "mounted-input" in reached(data) and "declined" not in reached(data), \
+            reached(data)
+    for res in (area / "res" / "first", area / "res" / "second",
+                other_area / "res" / "theirs"):
+        assert res.read_text().strip() == f"{res.parent.parent}/in", res  # a RAMDISK

@@ -1,0 +1,148 @@
+"""Limits per user and per account: RSA nodes, capacity, stage-ins (issue 33, core/limits.py).
+
+On 6dee349 (main) nothing limited what one user's or one account's jobs held but a share
+of the pool's nodes (issue 39): no capacity, no count of stage-ins, nothing per account,
+and a job that waited for its share was never told why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from rsa_scheduler.core.actions import ActionKind
+from rsa_scheduler.core.allocator import Pool, RsaNode
+from rsa_scheduler.core.limits import Holder, Usage, judge, limits_set
+from rsa_scheduler.core.payloads import TellUserArgs
+from rsa_scheduler.core.policy import AllocationPolicy, EarlyStart, Tier
+from rsa_scheduler.core.scheduler import Decision, Observation, Scheduler
+from rsa_scheduler.core.states import RsaState
+from rsa_scheduler.daemon.dispatch import COMMENT_MAX
+from tests.unit.corekit import GIB, Driver, make_scheduler, make_spec, obs
+
+pytestmark = pytest.mark.unit
+
+
+def pool(n: int = 4, **limits: Any) -> Pool:
+    nodes = [RsaNode(f"rsa{i}", Tier.RAM, 2 * GIB) for i in range(1, n + 1)]
+    policy = AllocationPolicy(ratio=2, min_nodes=1, max_nodes=4, max_request=4)
+    return Pool(nodes, dataclasses.replace(policy, **limits))
+
+
+def job(jid: str, user: str = "alice", account: str = "physics", nodes: int = 1,
+        priority: int = 100, early: EarlyStart | None = None,
+        data_in: bool = True) -> Observation:
+    spec = make_spec(data_in="/pfs/in" if data_in else None, early=early)
+    o = obs(jid, "PENDING", "Resources", spec, nodes=nodes, priority=priority, user=user)
+    return dataclasses.replace(o, account=account)
+
+
+def told(dec: Decision, jid: str) -> list[str]:
+    return [a.args_as(TellUserArgs).message for a in dec.actions
+            if a.kind is ActionKind.TELL_USER and a.job_id == jid]
+
+
+def holders(sched: Scheduler) -> set[str]:
+    return {j for j, r in sched.records.items() if r.nodes}
+
+
+def test_judge_counts_per_user_and_per_account() -> None:
+    policy = AllocationPolicy(user_nodes=2, account_capacity=3 * GIB)
+    held = [Holder("1", "alice", "physics", Usage(1, GIB, 1)),
+            Holder("2", "bob", "physics", Usage(1, GIB, 0))]
+    assert judge(policy, "alice", "physics", Usage(1, GIB, 1), held) is None
+    over = judge(policy, "carol", "physics", Usage(1, 2 * GIB, 0), held)
+    assert over is not None and not over.for_good
+    assert over.reason == ("over a limit: account physics's jobs hold 2G of the 3G of RSA "
+                           "capacity allowed (allocation.account_capacity), until they give "
+                           "some back")
+    alone = judge(policy, "alice", "", Usage(3, GIB, 0), [])
+    assert alone is not None and alone.for_good and "allocation.user_nodes" in alone.reason
+    assert not limits_set(AllocationPolicy()) and limits_set(policy)
+
+
+def test_a_user_over_the_node_limit_waits_with_a_reason_and_others_are_unaffected() -> None:
+    d = Driver(make_scheduler(pool(user_nodes=1)))
+    dec = d.observe(job("10", priority=99), job("11", priority=98, early=EarlyStart.WAIT),
+                    job("20", user="bob", priority=1))
+    assert holders(d.sched) == {"10", "20"}
+    (msg,) = told(dec, "11")
+    assert msg == ("waits for RSA nodes: over a limit: user alice's jobs hold 1 RSA node of "
+                   "the 1 RSA node allowed (allocation.user_nodes), until they give some "
+                   "back; held meanwhile, at most staging.wait_timeout, then it reads the PFS")
+    assert len(f"RSA: {msg}") <= COMMENT_MAX  # the job's comment holds it whole
+    assert d.sched.records["11"].message == msg
+    # told once: the next cycles retry quietly
+    assert not told(d.tick(5), "11") and not told(d.tick(6), "11")
+    # the first job's RAMDISK goes: the second gets nodes
+    d.observe(dataclasses.replace(job("10"), state="CANCELLED"),
+              job("11", early=EarlyStart.WAIT),
+              job("20", user="bob"), at=10)
+    d.answer_all("10")
+    d.tick(11)
+    assert "11" in holders(d.sched)
+
+
+def test_fallback_says_the_job_reads_the_pfs_if_it_starts_first() -> None:
+    d = Driver(make_scheduler(pool(user_nodes=1)))
+    dec = d.observe(job("10"), job("11", priority=1, early=EarlyStart.FALLBACK))
+    (msg,) = told(dec, "11")
+    assert msg.endswith("; if it starts first, it reads the PFS")
+    d.observe(job("10"), dataclasses.replace(job("11", early=EarlyStart.FALLBACK),
+                                             state="RUNNING", reason="None"), at=5)
+    assert d.sched.records["11"].rsa_state is RsaState.DECLINED
+
+
+def test_the_account_limit_counts_every_user_of_the_account() -> None:
+    d = Driver(make_scheduler(pool(account_nodes=2)))
+    dec = d.observe(job("10", priority=99), job("11", user="bob", priority=98),
+                    job("12", user="carol", priority=97),
+                    job("13", user="dave", account="chem", priority=96))
+    assert holders(d.sched) == {"10", "11", "13"}
+    (msg,) = told(dec, "12")
+    assert "account physics" in msg and "allocation.account_nodes" in msg
+
+
+def test_capacity_is_the_configured_capacity_of_the_nodes_held() -> None:
+    d = Driver(make_scheduler(pool(user_capacity=3 * GIB)))
+    d.observe(job("10", priority=99), job("11", priority=98))
+    assert holders(d.sched) == {"10"}  # 2 GiB held, 2 more would be 4 > 3
+    assert "allocation.user_capacity" in d.sched.records["11"].message
+
+
+def test_stage_ins_count_only_while_the_ramdisk_is_prepared() -> None:
+    d = Driver(make_scheduler(pool(user_stage_ins=1)))
+    d.observe(job("10", priority=99), job("11", priority=98),
+              job("12", priority=97, data_in=False))  # output only: no stage-in
+    assert holders(d.sched) == {"10", "12"}
+    assert "allocation.user_stage_ins" in d.sched.records["11"].message
+    d.answer_all("10")  # built and staged in: locked in, no longer a stage-in
+    assert d.sched.records["10"].rsa_state is RsaState.LOCKED_IN
+    d.tick(d.now + 1)
+    assert "11" in holders(d.sched)
+
+
+def test_a_job_alone_over_a_limit_reads_the_pfs_at_once() -> None:
+    d = Driver(make_scheduler(pool(user_nodes=1)))
+    dec = d.observe(job("10", nodes=4))  # ratio 2: 2 RSA nodes
+    rec = d.sched.records["10"]
+    assert rec.rsa_state is RsaState.DECLINED and not rec.nodes
+    (msg,) = told(dec, "10")
+    assert "this job alone needs 2 RSA nodes, over the limit of 1 RSA node per user " \
+        "(allocation.user_nodes)" in msg
+
+
+def test_limits_survive_a_restart() -> None:
+    d = Driver(make_scheduler(pool(user_nodes=1)))
+    d.observe(job("10", priority=99), job("11", priority=98))
+    again = Scheduler.replay(pool(user_nodes=1), d.sched.policy, d.log)
+    assert again.records["10"].account == "physics"
+    again.observe([job("10"), job("11")], 20)
+    assert {j for j, r in again.records.items() if r.nodes} == {"10"}
+
+
+def test_a_limit_is_never_negative() -> None:
+    with pytest.raises(ValueError, match="user_nodes must be >= 0"):
+        AllocationPolicy(user_nodes=-1)

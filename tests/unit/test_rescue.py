@@ -1,0 +1,158 @@
+"""A quarantine that ends (issue 33): after ``quarantine.rescue_after`` a quarantined
+RAMDISK's content is staged out as the job's user to ``quarantine.rescue_dir/<user>/
+<job>.<cycle>``, verified, and only then is the RAMDISK released; a failed rescue keeps
+the quarantine (core: rows_run.py, effects.py; the rescue directory: staging/scripts).
+
+On main (6dee349) a quarantine held its RSA nodes until an operator acted.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+from rsa_scheduler.config.loader import load_config_text
+from rsa_scheduler.core.actions import ActionKind, Result
+from rsa_scheduler.core.dependency import held_message, parent_verdict
+from rsa_scheduler.core.payloads import MessageArgs, StageOutArgs, VerifyArgs
+from rsa_scheduler.core.scheduler import Decision
+from rsa_scheduler.core.states import Trigger
+from rsa_scheduler.staging.scripts import rescue_dir_argv
+from tests.unit.corekit import Driver, make_scheduler, obs
+from tests.unit.test_machine import to_locked_in
+
+pytestmark = pytest.mark.unit
+
+HOUR = 3600.0
+
+
+def quarantined(d: Driver) -> None:
+    """Job 10 (alice, DATA_OUT /pfs/out) ran; its stage-out failed until it gave up."""
+    to_locked_in(d, data_in=None)
+    d.observe(obs("10", "RUNNING"))
+    d.answer("10")
+    d.observe(obs("10", "COMPLETED"))
+    while d.state("10") != "quarantined":
+        d.answer("10", Result.FAILED, "rsync: Input/output error")
+        if d.state("10") == "stage-out-failed":
+            due = d.sched.next_timer()
+            assert due is not None
+            d.tick(due)
+
+
+def kinds(dec: Decision) -> list[ActionKind]:
+    return [a.kind for a in dec.actions]
+
+
+def test_a_quarantine_past_rescue_after_is_rescued_verified_then_released() -> None:
+    d = Driver(make_scheduler(retries=1, backoff=5.0, rescue_after=HOUR,
+                              rescue_dir="/pfs/rescue"))
+    quarantined(d)
+    since = d.now
+    assert d.sched.next_timer() == since + HOUR
+    assert not d.tick(since + HOUR - 1).actions  # not yet
+    dec = d.tick(since + HOUR)
+    assert d.state("10") == "staging-out"
+    assert kinds(dec) == [ActionKind.ALERT, ActionKind.TELL_USER, ActionKind.STAGE_OUT]
+    out = dec.actions[-1].args_as(StageOutArgs)
+    assert (out.data_out, out.rescue, out.user) == (
+        PurePosixPath("/pfs/rescue/alice/10.1"), True, "alice")
+    said = dec.actions[1].args_as(MessageArgs).message
+    assert said.startswith("rescue: quarantined longer than quarantine.rescue_after: ")
+    assert said == ("rescue: quarantined longer than quarantine.rescue_after: copied as the "
+                    "job's user to /pfs/rescue/alice/10.1, verified before the RAMDISK is "
+                    "released (a failed rescue keeps the quarantine)")
+    dec = d.answer("10")  # copied: verified next, against the rescue copy
+    assert dec.actions[-1].args_as(VerifyArgs).data_out == PurePosixPath(
+        "/pfs/rescue/alice/10.1")
+    assert d.sched.pool.holding("10")  # not released before the verify
+    d.answer_all("10")
+    assert d.state("10") == "released" and not d.sched.pool.holding("10")
+    assert d.sched.records["10"].rescue_to == "/pfs/rescue/alice/10.1"  # where it went
+
+
+def test_a_failed_rescue_keeps_the_quarantine_and_tries_again_later() -> None:
+    d = Driver(make_scheduler(retries=1, backoff=5.0, rescue_after=HOUR,
+                              rescue_dir="/pfs/rescue"))
+    quarantined(d)
+    d.tick(d.now + HOUR)
+    assert d.state("10") == "staging-out"
+    destroyed: list[ActionKind] = []
+    while d.state("10") != "quarantined":
+        dec = d.answer("10", Result.FAILED, "rescue: making /pfs/rescue/alice: refused")
+        destroyed += [k for k in kinds(dec) if k is ActionKind.DESTROY_FS]
+        if d.state("10") == "stage-out-failed":
+            due = d.sched.next_timer()
+            assert due is not None
+            destroyed += [k for k in kinds(d.tick(due)) if k is ActionKind.DESTROY_FS]
+    assert not destroyed and d.sched.pool.holding("10")  # the data stays where it is
+    assert d.sched.records["10"].rescue_to == ""
+    assert d.sched.next_timer() == d.now + HOUR  # tried again after as long
+    # an operator's retry stages out to DATA_OUT again, not to the rescue area
+    dec = d.take(d.sched.command("10", Trigger.RETRY, d.now, by="root", operator=True))
+    out = dec.actions[-1].args_as(StageOutArgs)
+    assert (out.data_out, out.rescue) == (PurePosixPath("/pfs/out"), False)
+
+
+def test_without_rescue_after_a_quarantine_waits_for_an_operator() -> None:
+    d = Driver(make_scheduler(retries=1, backoff=5.0))
+    quarantined(d)
+    assert d.sched.next_timer() is None
+
+
+def test_rescue_after_needs_a_rescue_dir() -> None:
+    with pytest.raises(Exception, match=r"quarantine\.rescue_dir: must be set"):
+        load_config_text("quarantine:\n  rescue_after: 1h\n", require_pool=False)
+    cfg = load_config_text("quarantine:\n  rescue_after: 1h\n  rescue_dir: /pfs/rescue\n",
+                           require_pool=False)
+    policy = cfg.staging_policy()
+    assert (policy.rescue_after, policy.rescue_dir) == (HOUR, "/pfs/rescue")
+
+
+def _rescue_dir(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(rescue_dir_argv(str(path)), capture_output=True, text=True,
+                          timeout=30)
+
+
+def test_the_users_rescue_directory_is_made_private(tmp_path: Path) -> None:
+    area = tmp_path / "rescue"
+    area.mkdir()
+    area.chmod(0o1777)
+    done = _rescue_dir(area / "me")
+    assert done.returncode == 0, done.stderr
+    st = (area / "me").lstat()
+    assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid()
+    assert _rescue_dir(area / "me").returncode == 0  # again: it is the user's own
+
+
+def test_a_symlink_or_an_unsafe_area_is_refused(tmp_path: Path) -> None:
+    area = tmp_path / "rescue"
+    area.mkdir()
+    area.chmod(0o1777)
+    (area / "me").symlink_to(tmp_path)
+    done = _rescue_dir(area / "me")
+    assert done.returncode == 65 and "is a symlink" in done.stderr
+    open_area = tmp_path / "open"
+    open_area.mkdir()
+    open_area.chmod(0o777)  # anyone could move the user's directory away
+    done = _rescue_dir(open_area / "me")
+    assert done.returncode == 65 and "not sticky: chmod 1777 it" in done.stderr
+    assert not (open_area / "me").exists()
+
+
+def test_a_rescued_jobs_dependents_stay_held() -> None:
+    """Its output is in the rescue area, not at DATA_OUT: a dependent must not start on
+    it as on verified output."""
+    d = Driver(make_scheduler(retries=1, backoff=5.0, rescue_after=HOUR,
+                              rescue_dir="/pfs/rescue"))
+    quarantined(d)
+    d.tick(d.now + HOUR)
+    d.answer_all("10")
+    assert d.state("10") == "released"
+    wait = parent_verdict(d.sched.records["10"])
+    assert wait is not None and wait.why == "rescued"
+    assert "rescued to the site's rescue area, not to its DATA_OUT" in held_message([wait])
