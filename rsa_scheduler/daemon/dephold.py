@@ -126,6 +126,12 @@ class DepHold:
         except DependencyError as e:
             log.error("job %s: %s: not held for its parents' output", job, e)
             deps = []
+        # the dependent's own record only if it is this job's: a record of another user
+        # under the same id is an earlier job's (Slurm lost its state or its ids wrapped;
+        # core/scheduler.py ``observe`` displaces or untracks it), never this one's
+        own = records.get(job)
+        if own is not None and own.user != row.user:
+            own = None
         named = parents_of(job, row.user, deps, records)
         waits = [w for p in sorted(set(named) | set(marked or []))
                  if (w := parent_verdict(records.get(p))) is not None]
@@ -143,7 +149,7 @@ class DepHold:
                     return
                 self.asked[job] = (now, True)
                 parents = sorted(set(blocking) | set(marked or []))
-                self._event(records, job, now, "job.dependency-held", parents)
+                self._event(own, now, "job.dependency-held", parents)
                 self.told[job] = message
                 self.calls[job] = self.lane.submit(self._hold, job, row.admin_comment,
                                                    parents, message)
@@ -152,15 +158,16 @@ class DepHold:
                 self.tell(job, message)
         elif marked is not None and not (recent and not holding):
             self.asked[job] = (now, False)
-            wait = self._waits_for_ramdisk(records.get(job))
-            self._event(records, job, now, "job.dependency-released", marked)
+            wait = self._waits_for_ramdisk(own)
+            self._event(own, now, "job.dependency-released", marked)
             self.calls[job] = self.lane.submit(self._release, job, row.admin_comment,
                                                marked, wait)
 
-    def _event(self, records: dict[str, JobRecord], job: str, now: float, name: str,
+    def _event(self, own: JobRecord | None, now: float, name: str,
                parents: list[str]) -> None:
-        if job in records:  # a dependent with RSA work of its own: in its history too
-            self.commit(Decision(events=[Event(now, job, name, {"parents": parents})]))
+        if own is not None:  # a dependent with RSA work of its own: in its history too
+            self.commit(Decision(events=[Event(now, own.job_id, name,
+                                               {"parents": parents})]))
 
     def _waits_for_ramdisk(self, rec: JobRecord | None) -> int | None:
         """A released dependent under early start ``wait`` is held for its RAMDISK as at

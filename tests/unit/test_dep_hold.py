@@ -206,3 +206,33 @@ def test_a_job_marked_at_submission_is_released_at_the_next_cycle_unless_it_must
     assert holds(slurm) == [f"9:{DEP_HOLD}: hold=after:7"]
     assert not any("job 5" in c or "output of job" in c for c in comments(slurm))
     d.shutdown()
+
+
+def test_a_reused_job_id_of_another_user_gets_nothing_of_the_earlier_jobs_record(
+        tmp_path: Path) -> None:
+    """Slurm lost its state: job id 8, bob's RSA job with its output on its RAMDISK
+    (rsad keeps the record until that output is staged), now names alice's pending
+    dependent. The hold is placed, but bob's record gets none of its events and its
+    early-start policy does not decide (on main both went to bob's record)."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.WAIT)
+    parent_running_with_its_output_on_the_ramdisk(d, slurm)
+    slurm.set("8", "PENDING", "Resources", spec=OUT)
+    slurm.rows = [r if r.job_id != "8" else QueueRow("8", "PENDING", "Resources", 10, 1,
+                                                     "bob", r.admin_comment)
+                  for r in slurm.rows]
+    d.poll()
+    settle(d)
+    slurm.rows = [r if r.job_id != "8" else QueueRow("8", "RUNNING", "None", 10, 1, "bob",
+                                                     r.admin_comment) for r in slurm.rows]
+    d.poll()
+    settle(d)
+    assert d.sched.records["8"].user == "bob"
+    slurm.pend("8", "afterok:7(unfulfilled)")  # alice's job 8, no RSA work of its own
+    cycle(d)
+    assert d.sched.records["8"].user == "bob"  # displaced: kept for its stage-out
+    assert holds(slurm)[-1] == f"8:{DEP_HOLD}: hold=after:7"
+    assert [e.name for e in d.store.events("8")
+            if e.name.startswith("job.dependency")] == []
+    gated.gate.set()
+    d.shutdown()
