@@ -199,7 +199,7 @@ def own_begin(mark: DepMark | None, begin: int | None, now: float,
     deadline). The release starts the job at the latest of ``now`` and these."""
     times = [mark.begin] if mark is not None and mark.begin is not None else []
     if begin is not None:
-        ours = [start_hold] if start_hold is not None else []
+        ours: list[int | None] = [start_hold] if start_hold is not None else []
         if mark is not None:
             ours.append(mark.held)
         if not any(t is None or abs(begin - t) <= HELD_SLACK for t in ours):
