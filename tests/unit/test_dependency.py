@@ -204,3 +204,19 @@ def test_the_marker_keeps_the_jobs_own_begin_time_and_tells_it_from_the_holds() 
     assert own_begin(None, 4000, now=100, start_hold=4010) is None  # the start hold's
     assert own_begin(None, 50, now=100) is None
     assert own_begin(DepMark([]), 4000, now=100) is None  # a hold that recorded no time
+
+
+def test_the_begin_time_slurm_printed_in_the_lab_is_read() -> None:
+    """tests/data/slurm/squeue_dependency_begin.txt: a dependent with its own --begin as
+    job_submit.lua marked it, read with EligibleTime as seconds since the epoch."""
+    from tests.conftest import DATA
+
+    rows = parse_dependents((DATA / "slurm" / "squeue_dependency_begin.txt").read_text(),
+                            DEP_MARK.lstrip())
+    assert [(r.job_id, r.dependency, r.begin) for r in rows] == [
+        ("13", "afterok:12(unfulfilled)", 1827409749)]
+    mark = read_dep_mark(rows[0].admin_comment)
+    assert mark == DepMark([], 1795873809, 1827409749)
+    # Slurm shows the hold's own begin time: the job keeps its --begin, nothing else
+    assert own_begin(mark, rows[0].begin, now=1795873749) == 1795873809
+    assert own_begin(mark, rows[0].begin, now=1795873810) is None
