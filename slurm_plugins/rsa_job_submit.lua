@@ -216,21 +216,25 @@ end
 
 -- The admin_comment of a job submitted with a data dependency: its begin time set to
 -- now + dependency_hold, " hold=after:" in place of any start hold's marker (rsad puts
--- the job's start hold back once it releases it). A job with a begin time of its own in
--- the future (`user_begin`) keeps it: rsad holds it from its first cycle instead.
+-- the job's start hold back once it releases it), then ";held=<that begin time>". A job
+-- with a begin time of its own in the future (`user_begin`, its --begin) is held too,
+-- its own time kept in the marker (";begin=<t>"): rsad's release starts it not before
+-- then (rsa_scheduler/core/dependency.py dep_marker writes the same).
 local function dependent_comment(job_desc, comment, user_begin)
   if CONFIG.dependency_hold == nil or not data_dependency(job_desc.dependency) then
     return comment
   end
   local now = CONFIG.now()
-  if user_begin ~= nil and user_begin ~= slurm.NO_VAL and user_begin > now then
-    return comment
-  end
-  job_desc.begin_time = now + CONFIG.dependency_hold
+  local held = now + CONFIG.dependency_hold
+  job_desc.begin_time = held
   local spec = comment or ""
   local cut = spec:find(" hold=", 1, true)
   if cut then spec = spec:sub(1, cut - 1) end
-  return spec .. " hold=after:"
+  local own = ""
+  if user_begin ~= nil and user_begin ~= slurm.NO_VAL and user_begin > now then
+    own = string.format(";begin=%d", user_begin)
+  end
+  return spec .. " hold=after:" .. own .. string.format(";held=%d", held)
 end
 
 local function mark_dependent(job_desc, user_begin)

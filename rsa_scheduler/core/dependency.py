@@ -12,8 +12,10 @@ keeps it held, with a reason its user can read.
 Owns the parser of Slurm's dependency text as ``squeue -O Dependency`` prints it
 (:func:`parse_dependency`, tested on real 22.05 output in tests/data/slurm/), the
 parents a dependency names (:func:`parents_of`), whether a parent's output is settled
-(:func:`parent_verdict`), the marker (:func:`dep_marker`, :func:`dep_parents`) and the
-messages. Pure: no I/O, no clock.
+(:func:`parent_verdict`), the marker (:func:`dep_marker`, :func:`read_dep_mark`), the
+begin time of its own a held job keeps (:func:`own_begin`: the release never starts it
+before its user's ``--begin`` or a ``StartTime`` set while it was held) and the messages.
+Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -144,9 +146,68 @@ def parent_verdict(rec: JobRecord | None) -> Waiting | None:
     return None
 
 
-def dep_marker(parents: Iterable[str]) -> str:
-    """The admin_comment marker of a job held for ``parents``' output."""
-    return DEP_MARK + ",".join(parents)
+#: the marker's fields after the parents: the begin time the job had of its own (its
+#: user's ``--begin``, an admin's ``StartTime``), which the release keeps, and the begin
+#: time the hold set (a different one is someone else's since: kept too)
+BEGIN_FIELD, HELD_FIELD = ";begin=", ";held="
+
+#: seconds a job's begin time may differ from the one the hold asked for and still be the
+#: hold's (rsad asks for ``now+N``; slurmctld's ``now`` is a moment later)
+HELD_SLACK = 600
+
+
+@dataclass(frozen=True, slots=True)
+class DepMark:
+    """What a dependency hold's marker says."""
+
+    parents: list[str]  #: the parents it waits for ([] when job_submit.lua placed it)
+    begin: int | None = None  #: the job's own begin time, kept at the release
+    held: int | None = None  #: the begin time the hold set (None: not recorded)
+
+
+def dep_marker(parents: Iterable[str], begin: int | None = None,
+               held: int | None = None) -> str:
+    """The admin_comment marker of a job held for ``parents``' output, until ``held``,
+    whose own begin time is ``begin`` (job_submit.lua writes the same)."""
+    text = DEP_MARK + ",".join(parents)
+    if begin is not None:
+        text += f"{BEGIN_FIELD}{int(begin)}"
+    if held is not None:
+        text += f"{HELD_FIELD}{int(held)}"
+    return text
+
+
+def _time_field(tail: str, name: str) -> int | None:
+    m = re.search(re.escape(name) + r"([0-9]{1,12})(?:;|$)", tail)
+    return int(m.group(1)) if m else None
+
+
+def read_dep_mark(comment: str) -> DepMark | None:
+    """The dependency hold's marker in ``comment``; None when it has none."""
+    _, tail = _split_marker(comment)
+    if tail is None:
+        return None
+    head, _, _ = tail.partition(";")
+    return DepMark([p for p in head.split(",") if re.fullmatch(r"\d+(?:_\d+)?", p)],
+                   _time_field(tail, BEGIN_FIELD), _time_field(tail, HELD_FIELD))
+
+
+def own_begin(mark: DepMark | None, begin: int | None, now: float,
+              start_hold: int | None = None) -> int | None:
+    """The begin time of its own a dependent keeps through the dependency hold, if still
+    ahead of ``now``: the marker's, or the job's begin time in Slurm (``begin``) when it
+    is none of rsad's: not the hold's (recorded in the marker; a marker that recorded
+    none holds the job on its own time) nor the start hold's (``start_hold``, its
+    deadline). The release starts the job at the latest of ``now`` and these."""
+    times = [mark.begin] if mark is not None and mark.begin is not None else []
+    if begin is not None:
+        ours: list[int | None] = [start_hold] if start_hold is not None else []
+        if mark is not None:
+            ours.append(mark.held)
+        if not any(t is None or abs(begin - t) <= HELD_SLACK for t in ours):
+            times.append(begin)
+    ahead = [t for t in times if t > now]
+    return max(ahead) if ahead else None
 
 
 def _split_marker(comment: str) -> tuple[str, str | None]:
@@ -162,10 +223,8 @@ def _split_marker(comment: str) -> tuple[str, str | None]:
 
 def dep_parents(comment: str) -> list[str] | None:
     """The parents a dependency hold's marker names; None when ``comment`` has none."""
-    _, tail = _split_marker(comment)
-    if tail is None:
-        return None
-    return [p for p in tail.split(",") if re.fullmatch(r"\d+(?:_\d+)?", p)]
+    mark = read_dep_mark(comment)
+    return None if mark is None else mark.parents
 
 
 def without_dep_marker(comment: str) -> str:
@@ -194,7 +253,11 @@ def held_message(waits: list[Waiting]) -> str:
             f"(rsa job {p} shows how far it is)")
 
 
-def released_message(parents: Iterable[str]) -> str:
-    """What a dependent's comment says once the hold ends."""
+def released_message(parents: Iterable[str], begin: str | None = None) -> str:
+    """What a dependent's comment says once the hold ends (``begin``: the job's own begin
+    time it now waits for, as Slurm writes times)."""
     names = ", ".join(parents)
+    if begin is not None:
+        return (f"RSA: the output of job {names} is verified on the PFS; released to "
+                f"start at its own begin time, {begin}")
     return f"RSA: the output of job {names} is verified on the PFS; released to start"

@@ -26,6 +26,7 @@ commit and the user's comment as callables.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 
@@ -34,11 +35,12 @@ from rsa_scheduler.core.dependency import (
     DependencyError,
     Waiting,
     dep_marker,
-    dep_parents,
     held_message,
+    own_begin,
     parent_verdict,
     parents_of,
     parse_dependency,
+    read_dep_mark,
     released_message,
     without_dep_marker,
 )
@@ -120,12 +122,23 @@ class DepHold:
             del self.calls[job]
         if rerun_held(row.admin_comment):
             return  # the rerun hold keeps it (starthold.py); this one looks again later
-        marked = dep_parents(row.admin_comment)
+        mark = read_dep_mark(row.admin_comment)
+        marked = None if mark is None else mark.parents
+        # the begin time of its own the job keeps (its user's --begin, a StartTime set
+        # while it was held): recorded in the marker, given back at the release
+        _, start_hold = split_hold(without_dep_marker(row.admin_comment))
+        keep = own_begin(mark, row.begin, now, start_hold)
         try:
             deps = parse_dependency(row.dependency)
         except DependencyError as e:
             log.error("job %s: %s: not held for its parents' output", job, e)
             deps = []
+        # the dependent's own record only if it is this job's: a record of another user
+        # under the same id is an earlier job's (Slurm lost its state or its ids wrapped;
+        # core/scheduler.py ``observe`` displaces or untracks it), never this one's
+        own = records.get(job)
+        if own is not None and own.user != row.user:
+            own = None
         named = parents_of(job, row.user, deps, records)
         waits = [w for p in sorted(set(named) | set(marked or []))
                  if (w := parent_verdict(records.get(p))) is not None]
@@ -138,29 +151,33 @@ class DepHold:
         if waits:
             blocking = [w.parent for w in waits]
             message = held_message(waits)
-            if marked is None or not set(blocking) <= set(marked):
+            moved = mark is not None and keep is not None and keep != mark.begin
+            if marked is None or not set(blocking) <= set(marked) or moved:
                 if recent and holding:
                     return
                 self.asked[job] = (now, True)
                 parents = sorted(set(blocking) | set(marked or []))
-                self._event(records, job, now, "job.dependency-held", parents)
+                self._event(own, now, "job.dependency-held", parents)
                 self.told[job] = message
+                marker = dep_marker(parents, keep, int(now) + DEP_HOLD)
                 self.calls[job] = self.lane.submit(self._hold, job, row.admin_comment,
-                                                   parents, message)
+                                                   marker, parents, message)
             elif self.told.get(job) != message:
                 self.told[job] = message
                 self.tell(job, message)
         elif marked is not None and not (recent and not holding):
             self.asked[job] = (now, False)
-            wait = self._waits_for_ramdisk(records.get(job))
-            self._event(records, job, now, "job.dependency-released", marked)
+            wait = None if keep is not None else self._waits_for_ramdisk(own)
+            after = None if keep is None else int(keep - now) + 1
+            self._event(own, now, "job.dependency-released", marked)
             self.calls[job] = self.lane.submit(self._release, job, row.admin_comment,
-                                               marked, wait)
+                                               marked, wait, after)
 
-    def _event(self, records: dict[str, JobRecord], job: str, now: float, name: str,
+    def _event(self, own: JobRecord | None, now: float, name: str,
                parents: list[str]) -> None:
-        if job in records:  # a dependent with RSA work of its own: in its history too
-            self.commit(Decision(events=[Event(now, job, name, {"parents": parents})]))
+        if own is not None:  # a dependent with RSA work of its own: in its history too
+            self.commit(Decision(events=[Event(now, own.job_id, name,
+                                               {"parents": parents})]))
 
     def _waits_for_ramdisk(self, rec: JobRecord | None) -> int | None:
         """A released dependent under early start ``wait`` is held for its RAMDISK as at
@@ -171,12 +188,13 @@ class DepHold:
         early = rec.spec.early_start or sched.policy.early_start
         return int(sched.policy.wait_timeout) if early is EarlyStart.WAIT else None
 
-    def _hold(self, job: str, comment: str, parents: list[str], message: str) -> bool:
-        """Worker: begin time :data:`DEP_HOLD` ahead, the marker naming ``parents`` in
-        place of any start hold's."""
+    def _hold(self, job: str, comment: str, marker: str, parents: list[str],
+              message: str) -> bool:
+        """Worker: begin time :data:`DEP_HOLD` ahead, ``marker`` (naming ``parents``)
+        in place of any start hold's."""
         spec_text, _ = split_hold(without_dep_marker(comment))
         try:
-            self.slurm.hold(job, DEP_HOLD, f"{spec_text}{dep_marker(parents)}")
+            self.slurm.hold(job, DEP_HOLD, f"{spec_text}{marker}")
         except SlurmError as e:  # asked again after RETRY while it still waits
             log.warning("job %s: could not hold it for its parents' output: %s", job, e)
             return False
@@ -186,19 +204,24 @@ class DepHold:
         return True
 
     def _release(self, job: str, comment: str, parents: list[str],
-                 wait: int | None) -> bool:
-        """Worker: the begin time rsad set lifted (now, or under early start ``wait`` the
-        start hold's deadline) and the marker removed; an admin's hold stays."""
+                 wait: int | None, after: int | None) -> bool:
+        """Worker: the begin time rsad set lifted (now; under early start ``wait`` the
+        start hold's deadline; the job's own begin time, ``after`` seconds ahead, when it
+        has one) and the marker removed; an admin's hold stays."""
         spec_text, _ = split_hold(without_dep_marker(comment))
         try:
-            end_hold(self.slurm, job, spec_text, wait)
+            end_hold(self.slurm, job, spec_text, wait, after)
         except SlurmError as e:
             log.warning("job %s: could not end its dependency hold: %s", job, e)
             return False
         if not parents:  # marked at submission, no parent with RSA output: not told
-            log.info("job %s: released: no parent of it has output on a RAMDISK", job)
+            log.info("job %s: released: no parent of it has output on a RAMDISK%s", job,
+                     "" if after is None else f"; its own begin time is in {after} s")
             return True
-        message = released_message(parents)
+        begin = None
+        if after is not None:
+            begin = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + after))
+        message = released_message(parents, begin)
         log.info("job %s: dependency hold ended: %s", job, message)
         self.tell(job, message)
         return True

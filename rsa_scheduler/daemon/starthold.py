@@ -64,18 +64,25 @@ RERUN_HOLD = 7 * 86400
 
 
 
-def end_hold(slurm: SlurmPort, job: str, spec_text: str, wait: int | None) -> int | None:
+def end_hold(slurm: SlurmPort, job: str, spec_text: str, wait: int | None,
+             after: int | None = None) -> int | None:
     """Lift a begin time rsad set on ``job`` (only that and the marker: an admin's or
     user's hold stays): released to start now, or, under early start ``wait`` (``wait``
-    seconds), held for its RAMDISK as at submission. Returns that hold's deadline (None:
-    released). Raises :class:`SlurmError`. Used by the rerun hold and the dependency
-    hold (daemon/dephold.py)."""
+    seconds), held for its RAMDISK as at submission. A job with a begin time of its own
+    ``after`` seconds ahead (its user's ``--begin``, kept through the hold) gets that
+    back instead, and no start hold (as job_submit.lua at submission). Returns the start
+    hold's deadline (None: released). Raises :class:`SlurmError`. Used by the rerun hold
+    and the dependency hold (daemon/dephold.py)."""
+    if after is not None and after > 0:
+        slurm.hold(job, after, spec_text)
+        return None
     if wait is None:
         slurm.release_hold(job, spec_text)
         return None
     deadline = int(time.time()) + wait
     slurm.hold(job, wait, f"{spec_text}{HOLD_MARK}{deadline}")
     return deadline
+
 
 class StartHold:
     """The held jobs (loop thread); Slurm is called on ``lane``."""

@@ -20,6 +20,7 @@ from rsa_scheduler.core.states import SLURM_FINISHED, SLURM_PENDING
 from rsa_scheduler.runner import CLEAN_PATH, CommandError, LocalRunner, Runner
 from rsa_scheduler.slurm.parse import (
     DEPENDENT_FORMAT,
+    EPOCH_TIME,
     JOB_INFO_FORMAT,
     LOCK_VIEW_FORMAT,
     NULL,
@@ -103,6 +104,12 @@ def job_qos_argv(bin_dir: Path, job_id: str) -> list[str]:
 def lock_view_argv(bin_dir: Path, job_id: str) -> list[str]:
     """One job's state, QOS and priority (parse.LOCK_VIEW_FIELDS), in any state."""
     return [str(bin_dir / "squeue"), "-h", "-t", "all", "-j", job_id, "-O", LOCK_VIEW_FORMAT]
+
+
+def dependents_argv(bin_dir: Path) -> list[str]:
+    """The pending jobs' dependencies, begin times and admin_comments (the dependency
+    hold, daemon/dephold.py); run with :data:`~rsa_scheduler.slurm.parse.EPOCH_TIME`."""
+    return [str(bin_dir / "squeue"), "-h", "-r", "-t", "PD", "-O", DEPENDENT_FORMAT]
 
 
 def job_mail_argv(bin_dir: Path, job_id: str) -> list[str]:
@@ -209,9 +216,10 @@ class CliSlurm:
         if self.lockin_method not in LOCKIN_METHODS:
             raise ValueError(f"lock-in method must be one of {', '.join(LOCKIN_METHODS)}")
 
-    def _run(self, argv: list[str]) -> str:
+    def _run(self, argv: list[str], env: Mapping[str, str] | None = None) -> str:
         try:
-            return self.runner(argv, timeout=self.timeout, env=self.env).stdout
+            return self.runner(argv, timeout=self.timeout,
+                               env={**self.env, **(env or {})}).stdout
         except CommandError as e:
             raise SlurmError(f"Slurm command failed: {e}; is slurmctld reachable "
                              f"(scontrol ping)?") from e
@@ -339,10 +347,9 @@ class CliSlurm:
                                         "PD", "-O", PENDING_FORMAT]))
 
     def dependents(self, mark: str) -> list[DependentRow]:
-        """Pending jobs with a dependency, or with ``mark`` in their admin_comment (one
-        ``squeue`` call: the dependency hold, daemon/dephold.py)."""
-        return parse_dependents(self._run([str(self.bin_dir / "squeue"), "-h", "-r", "-t",
-                                           "PD", "-O", DEPENDENT_FORMAT]), mark)
+        """Pending jobs with a dependency, or with ``mark`` in their admin_comment, with
+        their begin times (one ``squeue`` call: the dependency hold, daemon/dephold.py)."""
+        return parse_dependents(self._run(dependents_argv(self.bin_dir), EPOCH_TIME), mark)
 
     def hold(self, job_id: str, seconds: int, admin_comment: str) -> None:
         self._run(update_argv(self.bin_dir, job_id, StartTime=f"now+{int(seconds)}",

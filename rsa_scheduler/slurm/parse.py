@@ -225,10 +225,17 @@ def parse_pending(text: str) -> list[tuple[str, int, str, str]]:
 
 
 #: ``squeue -h -r -t PD -O DEPENDENT_FORMAT``: pending jobs with their dependency text
-#: (core/dependency.py, the dependency hold); admin_comment last, as in QUEUE_FIELDS (no
-#: other field holds text a user chose: the dependency is job ids and type names)
-DEPENDENT_FIELDS: tuple[str, ...] = ("JobArrayID", "UserName", "Dependency", "admin_comment")
+#: (core/dependency.py, the dependency hold) and begin time (``EligibleTime``: Slurm's
+#: begin time of a pending job, read with ``SLURM_TIME_FORMAT=%s``, :data:`EPOCH_TIME`);
+#: admin_comment last, as in QUEUE_FIELDS (no other field holds text a user chose: the
+#: dependency is job ids and type names)
+DEPENDENT_FIELDS: tuple[str, ...] = ("JobArrayID", "UserName", "Dependency", "EligibleTime",
+                                     "admin_comment")
 DEPENDENT_FORMAT = ",".join(f"{f}:0|" for f in DEPENDENT_FIELDS)
+
+#: the environment a Slurm client prints times in as seconds since the epoch (strftime's
+#: ``%s``): no time zone between slurmctld, the client and rsad
+EPOCH_TIME = {"SLURM_TIME_FORMAT": "%s"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,30 +246,43 @@ class DependentRow:
     user: str
     dependency: str  #: Slurm's text, ``""`` for none
     admin_comment: str  #: ``""`` when unset
+    begin: int | None = None  #: its begin time (seconds since the epoch), None: none
 
 
-def parse_dependents(text: str, mark: str) -> list[DependentRow]:
-    """The lines of ``squeue -h -r -t PD -O DEPENDENT_FORMAT`` with a dependency, or with
+def _epoch(text: str) -> int | None:
+    """A time Slurm printed with :data:`EPOCH_TIME`; None for ``N/A``, ``Unknown``,
+    ``None`` (no time set)."""
+    text = text.strip()
+    return int(text) if re.fullmatch(r"[0-9]{1,12}", text) else None
+
+
+def parse_dependents(text: str, mark: str,
+                     fields: tuple[str, ...] = DEPENDENT_FIELDS) -> list[DependentRow]:
+    """The lines of ``squeue -h -r -t PD -O <fields>`` (:data:`DEPENDENT_FORMAT`; an
+    older capture's ``fields`` without ``EligibleTime`` too) with a dependency, or with
     ``mark`` in their admin_comment (the dependency hold's: a held job whose dependency
     Slurm already cleared). An admin_comment over several lines is joined to its job."""
     out: list[DependentRow] = []
     cur: list[str] | None = None
+    where = {name: i for i, name in enumerate(fields)}
 
     def flush() -> None:
         if cur is None:
             return
-        job, user, dep, comment = cur
+        comment, dep = cur[-1], cur[where["Dependency"]]
         comment = comment[:-1] if comment.endswith("|") else comment
         comment = "" if comment == NULL else comment
         dep = "" if dep == NULL else dep
+        begin = _epoch(cur[where["EligibleTime"]]) if "EligibleTime" in where else None
         if dep or mark in comment:
-            out.append(DependentRow(job, user, dep, comment))
+            out.append(DependentRow(cur[where["JobArrayID"]], cur[where["UserName"]], dep,
+                                    comment, begin))
 
     for line in text.split("\n"):
         if not line:
             continue
-        parts = line.split("|", len(DEPENDENT_FIELDS) - 1)
-        if len(parts) == len(DEPENDENT_FIELDS) and _JOB_ID.match(parts[0]):
+        parts = line.split("|", len(fields) - 1)
+        if len(parts) == len(fields) and _JOB_ID.match(parts[0]):
             flush()
             cur = parts
         elif cur is not None:

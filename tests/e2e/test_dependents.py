@@ -27,8 +27,11 @@ from pathlib import Path
 
 import pytest
 
+from rsa_scheduler.slurm.cli import dependents_argv
+from rsa_scheduler.slurm.parse import EPOCH_TIME
 from tests.e2e.conftest import input_area, lab_mode
 from tests.e2e.test_requeue_cycles import pfs_writes_at
+from tests.integration.conftest import slurm_env
 from tests.integration.slurmkit import (
     make_jobs,
     restart_lab_slurmctld,
@@ -41,6 +44,7 @@ from tests.integration.slurmkit import (
 from tests.integration.test_rsad_staging import rsa_job, wait_state
 
 DEP_MARK = "hold=after:"  # rsad's dependency hold (core/dependency.py DEP_MARK)
+BEGIN = 60  # B's own --begin, seconds ahead: A's output is verified well before
 FILES = 30  # A's output: 30 files of 128 KiB, about 8 s through 4 Mbit/s
 
 
@@ -157,3 +161,47 @@ def test_a_failed_stage_out_keeps_the_dependent_held_until_rsa_retry(
             timeout=240)
     assert (res / "b.md5").read_text() == (res / "a.md5").read_text()
     assert float((res / "b.start").read_text()) >= first_verified(lab, a)
+
+
+def epoch(lab: Mapping[str, str], *argv: str) -> str:
+    """A Slurm command's output with its times as seconds since the epoch."""
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=60, check=True,
+                          env={**slurm_env(lab), **EPOCH_TIME}).stdout
+
+
+def verified_at(lab: Mapping[str, str], job: str) -> float | None:
+    data = rsa_job(lab, job) or {}
+    times = [float(e["time"]) for e in data.get("events", [])
+             if e["name"] == "rsa.transition" and e.get("to") == "output-verified"]
+    return min(times) if times else None
+
+
+@pytest.mark.once
+def test_a_dependent_keeps_its_own_begin_time_through_the_hold(
+        lab: Mapping[str, str], area: Path) -> None:
+    """B asks for ``--begin=now+60`` and depends on A, whose output is verified well
+    before that: the release gives B its own begin time back (on main it started B at
+    once: StartTime=now). The queue line rsad reads of the held B is captured for the
+    parser's tests (RSA_DEP_CAPTURE)."""
+    out, res = area / "out", area / "res"
+    with make_jobs(lab) as jobs:
+        a = jobs.submit(script=parent_script(out, res, 1))
+        begin = int(time.time()) + BEGIN
+        b = jobs.submit(f"--begin=now+{BEGIN}", f"--dependency=afterok:{a}",
+                        script=child_script(out, res))
+        held = show_job(lab, b)
+        assert held["JobState"] == "PENDING" and f"{DEP_MARK};begin=" in \
+            held["AdminComment"], held
+        where = os.environ.get("RSA_DEP_CAPTURE")
+        if where:
+            (Path(where) / "squeue_dependency_begin.txt").write_text(
+                epoch(lab, *dependents_argv(Path("/usr/bin"))))
+        wait_for("A's output verified", lambda: verified_at(lab, a) is not None,
+                 timeout=BEGIN - 5)
+        wait_for("B's end", lambda: (res / "b.md5").exists(), timeout=BEGIN + 120)
+        started = epoch(lab, "squeue", "-h", "-t", "all", "-j", b, "-O", "StartTime:0")
+    verified = verified_at(lab, a)
+    assert verified is not None and verified < begin - 5  # B could have run before
+    assert int(started.strip()) >= begin, (started, begin)  # Slurm's StartTime of B
+    assert float((res / "b.start").read_text()) >= begin
+    assert (res / "b.md5").read_text() == (res / "a.md5").read_text()

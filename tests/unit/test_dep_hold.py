@@ -8,6 +8,7 @@ Slurm (tests/e2e/test_dependents.py)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from rsa_scheduler.core.directives import DirectiveSpec
@@ -16,7 +17,8 @@ from rsa_scheduler.daemon.dephold import DEP_HOLD
 from rsa_scheduler.daemon.service import Daemon
 from rsa_scheduler.slurm.parse import DependentRow, QueueRow
 from tests.unit.test_daemon import ScriptedSlurm, flush_urgent, released, settle
-from tests.unit.test_rerun_hold import Gated, comments, daemon, holds
+from tests.unit.test_rerun_hold import Gated, comments, daemon
+from tests.unit.test_rerun_hold import holds as all_holds
 
 OUT = DirectiveSpec(data_out="/pfs/out")
 IN = DirectiveSpec(data_in="/pfs/in")
@@ -28,6 +30,7 @@ class DepSlurm(ScriptedSlurm):
     def __init__(self) -> None:
         super().__init__()
         self.deps: dict[str, str] = {}  # job -> Slurm's dependency text
+        self.begins: dict[str, int] = {}  # job -> its begin time in Slurm
 
     def pend(self, job: str, dependency: str) -> None:
         """A job without RSA work of its own, pending on its dependency."""
@@ -41,8 +44,14 @@ class DepSlurm(ScriptedSlurm):
             comment = r.admin_comment or ""
             dep = self.deps.get(r.job_id, "")
             if r.state == "PENDING" and (dep or mark in comment):
-                out.append(DependentRow(r.job_id, r.user, dep, comment))
+                out.append(DependentRow(r.job_id, r.user, dep, comment,
+                                        self.begins.get(r.job_id)))
         return out
+
+
+def holds(slurm: ScriptedSlurm) -> list[str]:
+    """The holds asked for, each marker without the begin time it set (``;held=``)."""
+    return [re.sub(r";held=[0-9]+", "", h) for h in all_holds(slurm)]
 
 
 def cycle(d: Daemon) -> None:
@@ -205,4 +214,71 @@ def test_a_job_marked_at_submission_is_released_at_the_next_cycle_unless_it_must
     assert released(slurm) == ["8:"]
     assert holds(slurm) == [f"9:{DEP_HOLD}: hold=after:7"]
     assert not any("job 5" in c or "output of job" in c for c in comments(slurm))
+    d.shutdown()
+
+
+def test_a_reused_job_id_of_another_user_gets_nothing_of_the_earlier_jobs_record(
+        tmp_path: Path) -> None:
+    """Slurm lost its state: job id 8, bob's RSA job with its output on its RAMDISK
+    (rsad keeps the record until that output is staged), now names alice's pending
+    dependent. The hold is placed, but bob's record gets none of its events and its
+    early-start policy does not decide (on main both went to bob's record)."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.WAIT)
+    parent_running_with_its_output_on_the_ramdisk(d, slurm)
+    slurm.set("8", "PENDING", "Resources", spec=OUT)
+    slurm.rows = [r if r.job_id != "8" else QueueRow("8", "PENDING", "Resources", 10, 1,
+                                                     "bob", r.admin_comment)
+                  for r in slurm.rows]
+    d.poll()
+    settle(d)
+    slurm.rows = [r if r.job_id != "8" else QueueRow("8", "RUNNING", "None", 10, 1, "bob",
+                                                     r.admin_comment) for r in slurm.rows]
+    d.poll()
+    settle(d)
+    assert d.sched.records["8"].user == "bob"
+    slurm.pend("8", "afterok:7(unfulfilled)")  # alice's job 8, no RSA work of its own
+    cycle(d)
+    assert d.sched.records["8"].user == "bob"  # displaced: kept for its stage-out
+    assert holds(slurm)[-1] == f"8:{DEP_HOLD}: hold=after:7"
+    assert [e.name for e in d.store.events("8")
+            if e.name.startswith("job.dependency")] == []
+    gated.gate.set()
+    d.shutdown()
+
+
+def test_a_dependents_own_begin_time_is_kept_through_the_hold(tmp_path: Path) -> None:
+    """Its user's ``--begin`` (Slurm's begin time when rsad first holds it), then a
+    ``StartTime`` its user sets while it is held: recorded in the marker, and the release
+    gives the later one back instead of starting it at once (on main: StartTime=now)."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.WAIT)
+    parent_running_with_its_output_on_the_ramdisk(d, slurm)
+    slurm.pend("8", "afterok:7(unfulfilled)")
+    slurm.begins["8"] = 50_000  # --begin: ahead of rsad's clock
+    cycle(d)
+    assert holds(slurm) == [f"8:{DEP_HOLD}: hold=after:7;begin=50000"]
+    held = int(all_holds(slurm)[0].rsplit(";held=", 1)[1])
+    assert held > 50_000
+    slurm.begins["8"] = held  # Slurm: the hold's begin time
+    cycle(d)
+    assert len(holds(slurm)) == 1  # its own hold: nothing new
+    slurm.begins["8"] = 60_000  # its user: scontrol update StartTime=... while held
+    for _ in range(40):
+        cycle(d)
+        if len(holds(slurm)) > 1:
+            break
+    assert holds(slurm)[1] == f"8:{DEP_HOLD}: hold=after:7;begin=60000"
+    slurm.begins["8"] = int(all_holds(slurm)[1].rsplit(";held=", 1)[1])
+    slurm.deps["8"] = ""
+    slurm.set("7", "COMPLETED", spec=OUT)
+    gated.gate.set()
+    for _ in range(4):
+        cycle(d)
+        settle(d)
+    assert released(slurm) == []  # not StartTime=now
+    job, seconds, comment = all_holds(slurm)[-1].split(":", 2)
+    assert (job, comment) == ("8", "")  # no marker, no start hold: its own time
+    assert 58_000 < int(seconds) < 60_000
+    assert "released to start at its own begin time" in comments(slurm)[-1]
     d.shutdown()

@@ -11,12 +11,15 @@ from rsa_scheduler.core.dependency import (
     DEP_MARK,
     Dependency,
     DependencyError,
+    DepMark,
     dep_marker,
     dep_parents,
     held_message,
+    own_begin,
     parent_verdict,
     parents_of,
     parse_dependency,
+    read_dep_mark,
     released_message,
     without_dep_marker,
 )
@@ -130,7 +133,7 @@ def test_the_marker_names_the_parents_and_is_no_start_hold() -> None:
     # should Slurm strip the leading space of a comment that is the marker alone
     assert dep_parents("hold=after:12") == ["12"] and without_dep_marker("hold=after:") == ""
     # only job ids are read back from it
-    assert dep_parents(" hold=after:12,x;y,13_2") == ["12", "13_2"]
+    assert dep_parents(" hold=after:12,x,13_2;begin=5") == ["12", "13_2"]
 
 
 def test_the_dependents_reason_says_what_happened_and_what_to_do() -> None:
@@ -144,10 +147,10 @@ def test_the_dependents_reason_says_what_happened_and_what_to_do() -> None:
 
 
 def test_the_dependents_are_read_from_squeue_with_their_admin_comment() -> None:
-    text = ("5|alice|afterok:4(unfulfilled)|(null)|\n"
-            "6|alice|(null)|(null)|\n"
-            "7|bob|(null)| hold=after:4|\n"
-            "8_1|alice|aftercorr:3_*(unfulfilled)|rsa1:o=%2Fpfs hold=after:3_1\n"
+    text = ("5|alice|afterok:4(unfulfilled)|N/A|(null)|\n"
+            "6|alice|(null)|1764337200|(null)|\n"
+            "7|bob|(null)|Unknown| hold=after:4|\n"
+            "8_1|alice|aftercorr:3_*(unfulfilled)|1764337201|rsa1:o=%2Fpfs hold=after:3_1\n"
             "second line|\n")
     rows = parse_dependents(text, DEP_MARK)
     assert [(r.job_id, r.user, r.dependency) for r in rows] == [
@@ -155,6 +158,11 @@ def test_the_dependents_are_read_from_squeue_with_their_admin_comment() -> None:
         ("8_1", "alice", "aftercorr:3_*(unfulfilled)")]
     assert rows[0].admin_comment == "" and rows[1].admin_comment == " hold=after:4"
     assert rows[2].admin_comment == "rsa1:o=%2Fpfs hold=after:3_1\nsecond line"
+    assert [r.begin for r in rows] == [None, None, 1764337201]
+
+
+#: the format of the captures before rsad read the begin time too
+OLD_FIELDS = ("JobArrayID", "UserName", "Dependency", "admin_comment")
 
 
 def test_the_dependency_text_slurm_printed_in_the_lab_is_read() -> None:
@@ -165,7 +173,7 @@ def test_the_dependency_text_slurm_printed_in_the_lab_is_read() -> None:
     records = {"1": rec("1", RsaState.MOUNTED_OUTPUT, JobState.RUNNING, user="rsauser")}
     for name in ("pending", "ended", "native_pending"):
         rows = parse_dependents((DATA / "slurm" / f"squeue_dependency_{name}.txt")
-                                .read_text(), DEP_MARK.lstrip())
+                                .read_text(), DEP_MARK.lstrip(), OLD_FIELDS)
         assert len(rows) == 9, name
         got = {r.job_id: parents_of(r.job_id, r.user, parse_dependency(r.dependency),
                                     records) for r in rows}
@@ -175,7 +183,40 @@ def test_the_dependency_text_slurm_printed_in_the_lab_is_read() -> None:
         marked = {r.job_id: dep_parents(r.admin_comment) for r in rows}
         assert marked["2"] == ["1"] and marked["5_0"] is None, name
     rows = parse_dependents((DATA / "slurm" / "squeue_dependency_pending.txt").read_text(),
-                            DEP_MARK.lstrip())
+                            DEP_MARK.lstrip(), OLD_FIELDS)
     assert [r.dependency for r in rows if r.job_id == "3_0"] == [
         "afterany:1(unfulfilled)?afternotok:1(unfulfilled)"]
     assert [r.admin_comment for r in rows if r.job_id in ("6_0", "5_0")] == ["", ""]
+
+
+def test_the_marker_keeps_the_jobs_own_begin_time_and_tells_it_from_the_holds() -> None:
+    marker = dep_marker(["12"], 5000, 9000)
+    assert marker == " hold=after:12;begin=5000;held=9000"
+    assert read_dep_mark("rsa1:o=x" + marker) == DepMark(["12"], 5000, 9000)
+    assert read_dep_mark(" hold=after:;held=9000") == DepMark([], None, 9000)
+    assert read_dep_mark("rsa1:o=x") is None
+    mark = DepMark(["12"], 5000, 9000)
+    assert own_begin(mark, 9000 + 30, now=100) == 5000  # Slurm shows the hold's own
+    assert own_begin(mark, 7000, now=100) == 7000  # set while held: the later one
+    assert own_begin(mark, 3000, now=100) == 5000
+    assert own_begin(mark, 9000, now=6000) is None  # passed: start now
+    assert own_begin(None, 4000, now=100) == 4000  # unmarked: its --begin
+    assert own_begin(None, 4000, now=100, start_hold=4010) is None  # the start hold's
+    assert own_begin(None, 50, now=100) is None
+    assert own_begin(DepMark([]), 4000, now=100) is None  # a hold that recorded no time
+
+
+def test_the_begin_time_slurm_printed_in_the_lab_is_read() -> None:
+    """tests/data/slurm/squeue_dependency_begin.txt: a dependent with its own --begin as
+    job_submit.lua marked it, read with EligibleTime as seconds since the epoch."""
+    from tests.conftest import DATA
+
+    rows = parse_dependents((DATA / "slurm" / "squeue_dependency_begin.txt").read_text(),
+                            DEP_MARK.lstrip())
+    assert [(r.job_id, r.dependency, r.begin) for r in rows] == [
+        ("13", "afterok:12(unfulfilled)", 1827409749)]
+    mark = read_dep_mark(rows[0].admin_comment)
+    assert mark == DepMark([], 1795873809, 1827409749)
+    # Slurm shows the hold's own begin time: the job keeps its --begin, nothing else
+    assert own_begin(mark, rows[0].begin, now=1795873749) == 1795873809
+    assert own_begin(mark, rows[0].begin, now=1795873810) is None

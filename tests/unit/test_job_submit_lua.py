@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rsa_scheduler.core.dependency import read_dep_mark
 from rsa_scheduler.core.directives import (
     MAX_LINE,
     MAX_SCRIPT,
@@ -790,20 +791,28 @@ def test_the_default_policy_agrees_with_rsad() -> None:
 
 # --- dependents: held at submission until rsad looked at their parents (issue 32) --------
 
+HELD = f";held={NOW + 600}"  # the hold's own begin time, in the marker
+
 @pytest.mark.parametrize(("script", "dependency", "begin", "want"), [
     # a job without RSA work: the marker alone; rsad releases it at its next cycle when no
     # parent has output on a RAMDISK
-    ("#!/bin/sh\necho hi\n", "afterok:12", None, " hold=after:"),
-    ("#!/bin/sh\necho hi\n", "afterany:12?afternotok:13", None, " hold=after:"),
-    ("#!/bin/sh\necho hi\n", "aftercorr:12", None, " hold=after:"),
-    ("#!/bin/sh\necho hi\n", "singleton", None, " hold=after:"),
+    ("#!/bin/sh\necho hi\n", "afterok:12", None, f" hold=after:{HELD}"),
+    ("#!/bin/sh\necho hi\n", "afterany:12?afternotok:13", None, f" hold=after:{HELD}"),
+    ("#!/bin/sh\necho hi\n", "aftercorr:12", None, f" hold=after:{HELD}"),
+    ("#!/bin/sh\necho hi\n", "singleton", None, f" hold=after:{HELD}"),
     ("#!/bin/sh\necho hi\n", "after:12+5", None, None),  # the parent's start only
     ("#!/bin/sh\necho hi\n", None, None, None),
-    ("#!/bin/sh\necho hi\n", "afterok:12", NOW + 60, None),  # its own --begin stays
-    ("-", "afterok:12", None, " hold=after:"),  # salloc/srun: no script
+    # its own --begin: held too, its time kept in the marker (on main it was not held:
+    # rsad's later hold then lost the time)
+    ("#!/bin/sh\necho hi\n", "afterok:12", NOW + 60, f" hold=after:;begin={NOW + 60}{HELD}"),
+    ("#!/bin/sh\necho hi\n", "afterok:12", NOW - 60, f" hold=after:{HELD}"),  # passed
+    ("-", "afterok:12", None, f" hold=after:{HELD}"),  # salloc/srun: no script
     # an RSA job under wait: the dependency's marker in place of the start hold's (rsad
     # puts the start hold back when it releases it)
-    ("#!/bin/sh\n#RSA_DATA_IN=/gpfs/in\n", "afterok:12", None, "rsa1:i=/gpfs/in hold=after:"),
+    ("#!/bin/sh\n#RSA_DATA_IN=/gpfs/in\n", "afterok:12", None,
+     f"rsa1:i=/gpfs/in hold=after:{HELD}"),
+    ("#!/bin/sh\n#RSA_DATA_IN=/gpfs/in\n", "afterok:12", NOW + 60,
+     f"rsa1:i=/gpfs/in hold=after:;begin={NOW + 60}{HELD}"),
 ])
 def test_a_job_with_a_data_dependency_is_held_at_submission(
         lua: str, tmp_path: Path, script: str, dependency: str | None, begin: int | None,
@@ -828,7 +837,10 @@ def test_a_job_with_a_data_dependency_is_held_at_submission(
         assert " hold=after:" not in got.sets.get("admin_comment", ""), got
     else:
         assert got.sets["admin_comment"] == want and got.sets["begin_time"] == str(NOW + 600)
-        assert split_hold(want) == (want.removesuffix(" hold=after:"), None)
+        assert split_hold(want) == (want.partition(" hold=after:")[0], None)
+        mark = read_dep_mark(want)  # what rsad reads of it
+        assert mark is not None and mark.held == NOW + 600 and mark.parents == []
+        assert mark.begin == (begin if begin is not None and begin > NOW else None)
 
 
 def test_the_dependency_hold_of_the_plugin_agrees_with_rsad() -> None:

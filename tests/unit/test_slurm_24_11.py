@@ -69,7 +69,8 @@ def test_pending_dependents_and_idle_nodes() -> None:
                parse_pending(read("squeue_pending.txt"))}
     assert pending[JOBS["LOCKED_IN"]] == (1, "Resources")
     assert pending[JOBS["DEPENDENT"]] == (1, "Dependency")
-    deps = parse_dependents(read("squeue_dependency.txt"), " hold=after:")
+    deps = parse_dependents(read("squeue_dependency.txt"), " hold=after:",
+                            ("JobArrayID", "UserName", "Dependency", "admin_comment"))
     assert [(d.job_id, d.dependency) for d in deps] == [
         (JOBS["DEPENDENT"], f"afterok:{JOBS['RUNNING']}(unfulfilled)")]
     assert parse_sinfo_partitions(read("sinfo_partitions.txt")) == {"debug": 0}
