@@ -323,6 +323,7 @@ def test_cancel_staging_racing_the_lock_in_still_restores_the_jobs_own_qos(
             assert now[field] == own[field], (found, own, now)
             assert (rsa_job(lab, job) or {}).get("locked") is False
             root(lab, "scancel", job)
+            print(f"job {job}: the cancel found it {found}")
             if found == "staged-in":
                 hit.append(job)
                 break
