@@ -91,9 +91,10 @@ def test_a_big_held_array_leaves_another_users_job_its_rsa_nodes(
     """On the idle lab rsaother submits one job and rsauser a 200-task array, both under
     early start `wait`: Slurm holds them all; rsad judges which could start now (the
     lab's 4 compute nodes: rsaother's job and the first tasks), stages those while held
-    and releases the rest. The tasks judged able to start hold at most their share (2 of
-    the 4 RSA nodes; on d0d1991 every one of them got nodes), rsaother's job gets its
-    own, and no cycle of rsad's loop is slow."""
+    and releases the rest, whose tasks Slurm then shows pending for ``Resources`` (the
+    lab showed 192 of them on-deck at once). The array holds at most its share (2 of the
+    4 RSA nodes; on d0d1991 every on-deck task got nodes while any were free),
+    rsaother's job gets its own, and no cycle of rsad's loop is slow."""
     mine, other = areas
     array_script = (f"#!/bin/bash\n#SBATCH -t 1\n#SBATCH --array=0-{TASKS - 1}\n"
                     f"#RSA_DATA_OUT={mine}/out\n#RSA_EARLY_START=wait\ntrue\n")

@@ -5,9 +5,11 @@ the lab's real Slurm in both lab phases: by QOS (`make lab-test`) and by priorit
 Slurm 22.05 changes no running job's QOS (ESLURM_JOB_NOT_PENDING): under method qos a
 job runs under the lock-in QOS and gets its own back the moment it is pending again;
 under method priority its own priority is back as it starts. On d0d1991 every one of
-these tests failed: a self-requeued job came back locked in, a moved job kept its lock,
-a job that could not start kept its RSA nodes and its lock forever, the priority unlock
-released an operator's hold, and sacct showed rsa-lockin.
+these tests failed: a self-requeued job came back locked in, a moved or grown job kept
+its lock, a job that could not start kept its RSA nodes and its lock forever, the
+priority unlock released an operator's hold, sacct showed rsa-lockin, an unlock racing
+the lock-in ran without the job's own QOS and left the lock-in in place, and nothing was
+restored at a start (after an rsad crash or not).
 """
 
 from __future__ import annotations
