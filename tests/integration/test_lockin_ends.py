@@ -5,9 +5,11 @@ the lab's real Slurm in both lab phases: by QOS (`make lab-test`) and by priorit
 Slurm 22.05 changes no running job's QOS (ESLURM_JOB_NOT_PENDING): under method qos a
 job runs under the lock-in QOS and gets its own back the moment it is pending again;
 under method priority its own priority is back as it starts. On d0d1991 every one of
-these tests failed: a self-requeued job came back locked in, a moved job kept its lock,
-a job that could not start kept its RSA nodes and its lock forever, the priority unlock
-released an operator's hold, and sacct showed rsa-lockin.
+these tests failed: a self-requeued job came back locked in, a moved or grown job kept
+its lock, a job that could not start kept its RSA nodes and its lock forever, the
+priority unlock released an operator's hold, sacct showed rsa-lockin, an unlock racing
+the lock-in ran without the job's own QOS and left the lock-in in place, and nothing was
+restored at a start (after an rsad crash or not).
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from rsa_scheduler.client import ApiClient, ApiRefused
 from tests.integration.conftest import as_user
 from tests.integration.slurmkit import Jobs, make_jobs, restart_lab_rsad, root, wait_for
 from tests.integration.test_rsad_staging import fill, rsa_job, wait_state
@@ -210,3 +214,119 @@ def test_an_admin_hold_on_a_locked_in_job_is_kept(
         v = _view(lab, job)
         assert v["state"] == "PENDING" and v["reason"] == "JobHeldAdmin", v
         assert v["priority"] == "0"
+
+
+def test_a_node_count_change_after_lock_in_ends_the_lock_in(
+        lab: Mapping[str, str], area: Path) -> None:
+    """... and the job is judged again for its new size: staged anew (a new RSA cycle,
+    sized for 2 compute nodes) when it is next to start."""
+    with make_jobs(lab) as jobs:
+        fill(jobs)
+        job = _submit(jobs, area)
+        wait_state(lab, job, "locked-in")
+        first = (rsa_job(lab, job) or {})["cycle"]
+        # its owner grows it (Slurm lets a user resize a pending job)
+        done = as_user(lab, lab["RSA_LAB_USER"], ["scontrol", "update", f"jobid={job}",
+                                                 "numnodes=2-2"])
+        assert done.returncode == 0, done.stderr
+        wait_for("rsad ends the lock-in of the grown job",
+                 lambda: any(e.get("trigger") == "job-changed" for e in _events(lab, job)),
+                 timeout=30)
+        changed = [e for e in _events(lab, job) if e.get("trigger") == "job-changed"]
+        assert changed[0]["detail"] == "nodes 1 -> 2", changed
+        assert changed[0]["to"] == "tearing-down"
+        wait_for("its own QOS / priority back", lambda: _restored(lab, job), timeout=30)
+        # judged again: still next to start (4 nodes busy), so staged anew for 2 nodes
+        again = wait_for("a new RSA cycle for the grown job", lambda: d if (
+            d := rsa_job(lab, job) or {}).get("cycle") != first and d.get("nodes") else None,
+            timeout=60)
+        assert again["compute_nodes"] == 2, again
+        wait_state(lab, job, "locked-in")
+
+
+def test_rsad_killed_between_lock_in_and_start_keeps_the_jobs_own_qos(
+        lab: Mapping[str, str], area: Path) -> None:
+    """rsad SIGKILLed while a job is locked in: the restarted rsad knows the job's own
+    QOS / priority (from its log, never the lock-in's) and ends the lock-in as the job
+    starts (method qos: Slurm changes no running job's QOS, so the restore is owed and
+    names the job's own QOS)."""
+    method = lockin_method(lab)
+    with make_jobs(lab) as jobs:
+        fill(jobs)
+        job = _submit(jobs, area)
+        own = _view(lab, job)
+        wait_state(lab, job, "locked-in")
+        restart_lab_rsad(signal.SIGKILL)
+        wait_state(lab, job, "locked-in")
+        assert _locked(lab, job)
+        _free_one_node(lab, jobs, job)
+        wait_for("the job started", lambda: _went(lab, job, "running"), timeout=60)
+        unlock = wait_for("the lock-in ended at the start", lambda: [
+            e for e in _events(lab, job) if e["name"] == "action.outcome"
+            and "/unlock/" in str(e.get("action"))], timeout=30)
+        said = str(unlock[0].get("message"))
+        if method == "qos":
+            assert unlock[0]["result"] == "busy", unlock
+            assert f"its own QOS {own['qos']} is set back" in said, said
+        else:
+            assert unlock[0]["result"] == "ok", unlock
+            assert said == f"priority {own['priority']} restored", said
+        recorded = [e["detail"]["lock_orig"]["value"] for e in _events(lab, job)
+                    if e["name"] == "action.milestone" and "lock_orig" in e.get("detail", {})]
+        lockin_value = lab["RSA_LAB_QOS"] if method == "qos" else lab[
+            "RSA_LAB_LOCKIN_PRIORITY"]
+        assert recorded and lockin_value not in recorded, recorded
+
+
+def _unlocked(lab: Mapping[str, str], job: str) -> bool:
+    """rsad logged the outcome of a restore of the job's own QOS / priority."""
+    return any(e["name"] == "action.outcome" and "/unlock/" in str(e.get("action"))
+               for e in _events(lab, job))
+
+
+def _cancel_as_the_lock_in_runs(lab: Mapping[str, str], job: str) -> str:
+    """Give ``rsa cancel-staging`` the moment rsad shows the job staged-in (its lock-in
+    under way), through rsad's API, polled with no process start in between (or as soon
+    as it sees the job past it); returns the RSA state the cancel found."""
+    api = ApiClient()
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            state = str(api.get(f"/v1/jobs/{job}")["rsa_state"])
+        except ApiRefused:  # not tracked yet
+            state = ""
+        if state not in ("", "none", "allocated", "fs-building", "fs-ready", "staging-in"):
+            # staged-in: its lock-in under way; else it was over before the poll saw it
+            api.post(f"/v1/jobs/{job}/command", {"command": "cancel-staging"})
+            break
+        time.sleep(0.005)
+    cancel = [e for e in _events(lab, job) if e.get("trigger") == "cancel-staging"]
+    return str(cancel[0]["from"]) if cancel else ""
+
+
+def test_cancel_staging_racing_the_lock_in_still_restores_the_jobs_own_qos(
+        lab: Mapping[str, str], area: Path) -> None:
+    """`rsa cancel-staging` while the lock-in runs: the restore runs after it, with the
+    own QOS / priority it recorded (on d0d1991 it ran at once, without that record, did
+    nothing, and the job kept the lock-in). The window is the lock-in's two Slurm calls:
+    a few tries, each a new job, until one cancel lands in it."""
+    with make_jobs(lab) as jobs:
+        fill(jobs)
+        hit = []
+        for _ in range(4):
+            job = _submit(jobs, area)
+            own = _view(lab, job)
+            found = _cancel_as_the_lock_in_runs(lab, job)
+            wait_for("the restore ran", partial(_unlocked, lab, job), timeout=30)
+            wait_state(lab, job, "released", "declined", timeout=60)
+            now = _view(lab, job)
+            assert not _is_locked(lab, now), (found, now)
+            field = "qos" if lockin_method(lab) == "qos" else "priority"
+            assert now[field] == own[field], (found, own, now)
+            assert (rsa_job(lab, job) or {}).get("locked") is False
+            root(lab, "scancel", job)
+            print(f"job {job}: the cancel found it {found}")
+            if found == "staged-in":
+                hit.append(job)
+                break
+        assert hit, "no cancel landed while the lock-in ran (4 tries)"
