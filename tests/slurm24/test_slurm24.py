@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,9 +37,14 @@ class Recorder:
     outputs: list[str] = field(default_factory=list)
 
     def __call__(self, argv: Sequence[str], *, timeout: float, check: bool = True,
-                 input: str | None = None, **_: object) -> Completed:
-        done = LocalRunner()(self.cluster.argv(argv), timeout=timeout, check=check,
-                             input=input)
+                 input: str | None = None, env: Mapping[str, str] | None = None,
+                 **_: object) -> Completed:
+        # the adapter's Slurm settings for a call (SLURM_TIME_FORMAT=%s for the
+        # dependents' begin times) reach the command; PATH and the rest stay the root's
+        slurm_env = [f"{k}={v}" for k, v in (env or {}).items() if k.startswith("SLURM_")
+                     and k != "SLURM_CONF"]
+        done = LocalRunner()(self.cluster.argv(argv, env=slurm_env), timeout=timeout,
+                             check=check, input=input)
         self.outputs.append(done.stdout)
         return Completed(tuple(argv), done.returncode, done.stdout, done.stderr,
                          done.seconds)

@@ -46,7 +46,7 @@ def test_the_queue() -> None:
     assert rows[pend].reason == "Priority"  # demoted by the lock-in
     assert [rows[f"{array}_{t}"].state for t in range(3)] == ["PENDING"] * 3
     assert (rows[JOBS["HELD"]].reason, rows[JOBS["HELD"]].priority) == ("JobHeldUser", 0)
-    assert rows[JOBS["DEPENDENT"]].admin_comment == " hold=after:"
+    assert (rows[JOBS["DEPENDENT"]].admin_comment or "").startswith(" hold=after:;held=")
     locked = rows[JOBS["LOCKED_IN"]]
     assert (locked.priority, locked.reason) == (4294967000, "Resources")
     assert {r.state for r in rows.values()} >= {"COMPLETED", "CANCELLED"}
@@ -69,10 +69,10 @@ def test_pending_dependents_and_idle_nodes() -> None:
                parse_pending(read("squeue_pending.txt"))}
     assert pending[JOBS["LOCKED_IN"]] == (1, "Resources")
     assert pending[JOBS["DEPENDENT"]] == (1, "Dependency")
-    deps = parse_dependents(read("squeue_dependency.txt"), " hold=after:",
-                            ("JobArrayID", "UserName", "Dependency", "admin_comment"))
+    deps = parse_dependents(read("squeue_dependency.txt"), " hold=after:")
     assert [(d.job_id, d.dependency) for d in deps] == [
         (JOBS["DEPENDENT"], f"afterok:{JOBS['RUNNING']}(unfulfilled)")]
+    assert deps[0].begin is not None  # the hold's begin time, read as epoch seconds
     assert parse_sinfo_partitions(read("sinfo_partitions.txt")) == {"debug": 0}
 
 
