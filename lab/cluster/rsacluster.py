@@ -51,17 +51,20 @@ ENV = (f"PATH={HOST_PATH}", "LC_ALL=C.UTF-8", "HOME=/root")
 
 # the roles: what each node runs (start order: this table's order, then daemons' order)
 # (pfs-client: each node mounts the PFS at PFS with its own mfsmount)
+# (nslcd: the node resolves users and groups through the directory, slapd on ldap, which
+# therefore starts first; the lab's users are in no node's /etc/passwd)
 ROLES: dict[str, tuple[str, ...]] = {
-    "pfs": ("mfsmaster", "mfschunkserver"),
-    "ctl": ("munged", "pfs-client", "slurmctld"),
-    "c1": ("munged", "pfs-client", "slurmd"),
-    "c2": ("munged", "pfs-client", "slurmd"),
-    "rsa1": ("munged", "pfs-client", "sshd"),
-    "rsa2": ("munged", "pfs-client", "sshd"),
+    "ldap": ("slapd",),
+    "pfs": ("nslcd", "mfsmaster", "mfschunkserver"),
+    "ctl": ("nslcd", "munged", "pfs-client", "slurmctld"),
+    "c1": ("nslcd", "munged", "pfs-client", "slurmd"),
+    "c2": ("nslcd", "munged", "pfs-client", "slurmd"),
+    "rsa1": ("nslcd", "munged", "pfs-client", "sshd"),
+    "rsa2": ("nslcd", "munged", "pfs-client", "sshd"),
 }
 COMM = {"pfs-client": "mfsmount"}  # the process a role's name stands for, when not its own
 PFS = "/pfs"  # the PFS's mount point, the same on every node that mounts it
-USERS = ("rsauser", "rsaother")  # made in the image; their homes on the PFS
+USERS = ("rsauser", "rsaother")  # the directory's (lab/cluster/directory.ldif); PFS homes
 
 # PID 1 of a node: its mounts, its hostname, then init (reaps what daemonizes under it)
 SETUP = r"""set -e
@@ -247,7 +250,10 @@ def node_argv(init: int, argv: Sequence[str]) -> list[str]:
 
 
 def image() -> Path:
-    done = run([str(HERE / "image")], timeout=1800)
+    env = {k: os.environ[k] for k in ("RSA_CLUSTER_WORK", "RSA_DEBIAN_MIRROR",
+                                       "RSA_INSTALL_WORK") if k in os.environ}
+    done = run(["env", *(f"{k}={v}" for k, v in env.items()), str(HERE / "image")],
+               timeout=1800)
     return Path(done.stdout.strip().splitlines()[-1])
 
 
@@ -292,6 +298,19 @@ def _start(name: str, daemon: str) -> None:
                  "runuser -u munge -- /usr/sbin/munged" + QUIET)
         wait_for(f"munged on {name}", lambda: on(
             name, ["munge", "-n"], check=False).returncode == 0, timeout=15)
+    elif daemon == "slapd":
+        # the directory server, as Debian's unit runs it (its database made by the image)
+        sh(name, "install -d -o openldap -g openldap /run/slapd\n"
+                 "slapd -h 'ldap:/// ldapi:///' -g openldap -u openldap -F /etc/ldap/slapd.d"
+                 + QUIET)
+        wait_for("slapd on ldap", lambda: "uid: rsauser" in on(
+            name, ["ldapsearch", "-x", "-LLL", "-H", "ldap://ldap/", "-b", "dc=rsa,dc=lab",
+                   "uid=rsauser", "uid"], check=False).stdout, timeout=30)
+    elif daemon == "nslcd":
+        # the node's directory client (/etc/nslcd.conf: slapd on ldap, no enumeration)
+        sh(name, "install -d -o nslcd -g nslcd /run/nslcd\n/usr/sbin/nslcd" + QUIET)
+        wait_for(f"rsauser through nslcd on {name}", lambda: on(
+            name, ["getent", "passwd", "rsauser"], check=False).returncode == 0, timeout=30)
     elif daemon == "slurmctld":
         # through its own name: Slurm picks its role from argv[0] (notes/slurm-lab.md)
         sh(name, "install -d -o slurm -g slurm /run/slurm\n/usr/sbin/slurmctld" + QUIET)
