@@ -52,7 +52,9 @@ ENV = (f"PATH={HOST_PATH}", "LC_ALL=C.UTF-8", "HOME=/root")
 # the roles: what each node runs (start order: this table's order, then daemons' order)
 # (pfs-client: each node mounts the PFS at PFS with its own mfsmount)
 # (nslcd: the node resolves users and groups through the directory, slapd on ldap, which
-# therefore starts first; the lab's users are in no node's /etc/passwd)
+# therefore starts first; the lab's users are in no node's /etc/passwd. rsad: on a host
+# of its own, last: it reaches slurmctld, the RSA nodes' sshd and is reached by ctl's
+# hooks and the compute nodes, all over the network)
 ROLES: dict[str, tuple[str, ...]] = {
     "ldap": ("slapd",),
     "pfs": ("nslcd", "mfsmaster", "mfschunkserver"),
@@ -61,6 +63,7 @@ ROLES: dict[str, tuple[str, ...]] = {
     "c2": ("nslcd", "munged", "pfs-client", "slurmd"),
     "rsa1": ("nslcd", "munged", "pfs-client", "sshd"),
     "rsa2": ("nslcd", "munged", "pfs-client", "sshd"),
+    "rsad": ("nslcd", "munged", "pfs-client", "rsad"),
 }
 COMM = {"pfs-client": "mfsmount"}  # the process a role's name stands for, when not its own
 PFS = "/pfs"  # the PFS's mount point, the same on every node that mounts it
@@ -298,6 +301,8 @@ def _start(name: str, daemon: str) -> None:
                  "runuser -u munge -- /usr/sbin/munged" + QUIET)
         wait_for(f"munged on {name}", lambda: on(
             name, ["munge", "-n"], check=False).returncode == 0, timeout=15)
+    elif daemon == "rsad":
+        _rsad(name)
     elif daemon == "slapd":
         # the directory server, as Debian's unit runs it (its database made by the image)
         sh(name, "install -d -o openldap -g openldap /run/slapd\n"
@@ -351,13 +356,14 @@ mfschunkserver -c /etc/mfs/mfschunkserver.cfg start""" + QUIET)
 
 
 RSA_NODES = tuple(n for n, r in ROLES.items() if "sshd" in r)
+RSAD = next(n for n, r in ROLES.items() if "rsad" in r)  # rsad's host
 COMPUTE = tuple(n for n, r in ROLES.items() if "slurmd" in r)
 POOL = "/var/lib/rsa-ram"  # the ram tier's pool: a tmpfs of its own on each RSA node
 LOCKIN_PRIORITY = 4_294_967_000  # without accounting: above every ordinary job's
 
 
 def rsa_yaml() -> str:
-    """/etc/rsa/rsa.yaml on ctl, as the operator guide has a site write it."""
+    """/etc/rsa/rsa.yaml on rsad's host, as the operator guide has a site write it."""
     first, last = RSA_NODES[0], RSA_NODES[-1]
     names = f"rsa[{first.removeprefix('rsa')}-{last.removeprefix('rsa')}]"
     return f"""\
@@ -384,16 +390,16 @@ slurm:
 daemon:
   api:
     # compute nodes reach rsad over the management network
-    listen: "{hosts()["ctl"]}:7820"
+    listen: "{hosts()[RSAD]}:7820"
 """
 
 
-def _rsad() -> None:
-    """The operator guide's steps 2 and 3 on ctl and the RSA nodes, then rsad as its
-    unit runs it (ExecStartPre=rsad --check, ExecStart=rsad)."""
-    sh("ctl", "ssh-keygen -q -t ed25519 -N '' -f /etc/rsa/id_ed25519\n"
+def _rsad(host: str) -> None:
+    """The operator guide's steps 2 and 3 on rsad's host and the RSA nodes, then rsad as
+    its unit runs it (ExecStartPre=rsad --check, ExecStart=rsad)."""
+    sh(host, "ssh-keygen -q -t ed25519 -N '' -f /etc/rsa/id_ed25519\n"
               "chmod 600 /etc/rsa/id_ed25519")
-    pub = on("ctl", ["cat", "/etc/rsa/id_ed25519.pub"]).stdout
+    pub = on(host, ["cat", "/etc/rsa/id_ed25519.pub"]).stdout
     for node in RSA_NODES:
         on(node, ["sh", "-ec", "install -d -m 0700 /root/.ssh\n"
                   "cat > /root/.ssh/authorized_keys\n"
@@ -401,16 +407,17 @@ def _rsad() -> None:
                   f"mount -t tmpfs -o size=1g,mode=0700,nosuid,nodev,noexec rsa-ram {POOL}"],
            input=pub)
     # (the lab is its own admin: the host keys it scans are the ones sshd made just now)
-    known = on("ctl", ["ssh-keyscan", "-t", "ed25519", *RSA_NODES]).stdout
-    on("ctl", ["sh", "-ec", "cat > /etc/rsa/known_hosts"], input=known)
+    known = on(host, ["ssh-keyscan", "-t", "ed25519", *RSA_NODES]).stdout
+    on(host, ["sh", "-ec", "cat > /etc/rsa/known_hosts"], input=known)
     # the package's rsa.yaml is root:root 0640 (its postinst): rewritten in place, kept
     # so; the same file on the compute nodes (their Prolog and Epilog read it)
-    for node in ("ctl", *COMPUTE):
+    # (ctl keeps the package's: slurmctld's hooks find rsad by client.conf)
+    for node in (host, *COMPUTE):
         on(node, ["sh", "-ec", "cat > /etc/rsa/rsa.yaml"], input=rsa_yaml())
-    sh("ctl", "rsa config check /etc/rsa/rsa.yaml >/dev/null\nrsad --check >/var/log/rsad.log 2>&1")
-    sh("ctl", "setsid /usr/bin/rsad </dev/null >>/var/log/rsad.log 2>&1 &")
-    wait_for("rsad's API on ctl", lambda: on(
-        "ctl", ["rsa", "nodes"], check=False).returncode == 0, timeout=30)
+    sh(host, "rsa config check /etc/rsa/rsa.yaml >/dev/null\nrsad --check >/var/log/rsad.log 2>&1")
+    sh(host, "setsid /usr/bin/rsad </dev/null >>/var/log/rsad.log 2>&1 &")
+    wait_for(f"rsad's API on {host}", lambda: on(
+        host, ["rsa", "nodes"], check=False).returncode == 0, timeout=30)
 
 
 def _slurm_nodes_idle() -> bool:
@@ -447,7 +454,6 @@ def up() -> None:
             for daemon in daemons:
                 _start(name, daemon)
         wait_for("slurmd on every compute node idle", _slurm_nodes_idle, timeout=60)
-        _rsad()
     except BaseException:
         log("up failed: the nodes' daemon logs are kept in " + str(LOGS))
         _save_logs()

@@ -13,9 +13,10 @@ from tests.cluster.conftest import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 
-NODES = ("ctl", "c1", "c2", "rsa1", "rsa2", "pfs")
+NODES = ("ctl", "c1", "c2", "rsa1", "rsa2", "pfs", "ldap", "rsad")
 ADDRESS = {"ctl": "10.230.0.10", "c1": "10.230.0.11", "c2": "10.230.0.12",
-           "rsa1": "10.230.0.21", "rsa2": "10.230.0.22", "pfs": "10.230.0.30"}
+           "rsa1": "10.230.0.21", "rsa2": "10.230.0.22", "pfs": "10.230.0.30",
+           "ldap": "10.230.0.40", "rsad": "10.230.0.41"}
 
 
 def test_each_node_is_its_own_host(cluster: Cluster) -> None:
@@ -84,22 +85,41 @@ def test_pfs_is_one_filesystem_at_the_same_path(cluster: Cluster) -> None:
     assert denied.returncode != 0 and "Permission denied" in denied.stderr
 
 
+def test_rsad_is_on_a_host_of_its_own(cluster: Cluster) -> None:
+    # rsad runs on the host rsad, slurmctld on ctl: each only there; rsad's socket is on
+    # its host alone, its API listens on its address (daemon.api.listen)
+    assert "rsad" in cluster.out("rsad", ["ps", "-e", "-o", "comm="]).split()
+    assert "slurmctld" not in cluster.out("rsad", ["ps", "-e", "-o", "comm="]).split()
+    for node in ("ctl", "c1", "rsa1"):
+        assert "rsad" not in cluster.out(node, ["ps", "-e", "-o", "comm="]).split()
+        assert cluster.run(node, ["test", "-e", "/run/rsa/rsad.sock"],
+                           check=False).returncode == 1
+    assert cluster.run("rsad", ["test", "-S", "/run/rsa/rsad.sock"]).returncode == 0
+    assert f"{ADDRESS['rsad']}:7820" in cluster.out("rsad", ["ss", "-Hltn"])
+    # every other host reaches it over the management network by /etc/rsa/client.conf,
+    # MUNGE-authenticated: root on ctl (slurmctld's host) and a user on a compute node
+    assert "rsa1" in cluster.out("ctl", ["rsa", "nodes"])
+    assert cluster.run("c1", ["rsa", "status"], user="rsauser").returncode == 0
+    # and rsad reaches slurmctld on ctl (its squeue/scontrol, as root, with MUNGE)
+    assert "UP" in cluster.out("rsad", ["scontrol", "ping"])
+
+
 def test_rsad_reaches_rsa_nodes_by_ssh(cluster: Cluster) -> None:
-    # rsad on ctl, configured as the operator guide says (its key and known_hosts in
+    # rsad on its host, configured as the operator guide says (its key and known_hosts in
     # /etc/rsa, rsa.yaml root's 0640), sees both RSA nodes over SSH across the bridge, and
     # `rsa nodes check` finds every tool and the PFS at the same paths on each
-    assert cluster.out("ctl", ["stat", "-c", "%U:%G:%a", "/etc/rsa/rsa.yaml"]) \
+    assert cluster.out("rsad", ["stat", "-c", "%U:%G:%a", "/etc/rsa/rsa.yaml"]) \
         == "root:root:640\n"
-    nodes = cluster.out("ctl", ["rsa", "nodes"])
+    nodes = cluster.out("rsad", ["rsa", "nodes"])
     assert [line.split()[:3] for line in nodes.splitlines()[1:]] == [
         ["rsa1", "ram", "up"], ["rsa2", "ram", "up"]]
-    check = cluster.out("ctl", ["rsa", "nodes", "check"], timeout=120)
+    check = cluster.out("rsad", ["rsa", "nodes", "check"], timeout=120)
     assert check.splitlines() == ["rsa1: ok (MooseFS 3.0.117)", "rsa2: ok (MooseFS 3.0.117)"]
     # real sshd, real host keys: each RSA node has its own, and ctl's known_hosts has both
     keys = {cluster.out(n, ["cut", "-d", " ", "-f2", "/etc/ssh/ssh_host_ed25519_key.pub"])
             for n in ("rsa1", "rsa2")}
     assert len(keys) == 2
-    assert cluster.out("ctl", ["ssh", "-i", "/etc/rsa/id_ed25519", "-o", "BatchMode=yes",
+    assert cluster.out("rsad", ["ssh", "-i", "/etc/rsa/id_ed25519", "-o", "BatchMode=yes",
                                "-o", "UserKnownHostsFile=/etc/rsa/known_hosts",
                                "-o", "StrictHostKeyChecking=yes", "root@rsa2",
                                "hostname"]) == "rsa2\n"
@@ -117,7 +137,7 @@ findmnt -n -o FSTYPE,SOURCE /pfs/home/rsauser/out > /pfs/home/rsauser/out.mnt
 
 def test_rsa_data_out_job_through_its_lifecycle(cluster: Cluster) -> None:
     # the whole RSA path across hosts: job_submit.lua and the hooks from the package,
-    # rsad on ctl builds the RAMDISK on an RSA node over ssh, c1's Prolog mounts it over
+    # rsad on its own host builds the RAMDISK on an RSA node over ssh, c1's Prolog mounts it over
     # RSA_DATA_OUT (MooseFS across the bridge), the job writes there, the RSA node stages
     # it out to the PFS as rsauser and verifies it
     cluster.run("ctl", ["sh", "-c", "mkdir -p /pfs/home/rsauser/out && cat > "
@@ -129,8 +149,8 @@ def test_rsa_data_out_job_through_its_lifecycle(cluster: Cluster) -> None:
     shown = _wait_released(cluster, job)
     assert "ok content verified: 2 objects (1M) in /pfs/home/rsauser/out" in shown, shown
     assert "staging-out -> verifying" in shown and "-> mounted-output" in shown
-    # slurmctld's hooks ran as SlurmUser, who cannot read rsa.yaml (root's 0640), and
-    # found rsad by /etc/rsa/client.conf: rsad heard both
+    # slurmctld's hooks ran on ctl as SlurmUser, who cannot read rsa.yaml (root's 0640),
+    # and found rsad on its host by /etc/rsa/client.conf (TCP, MUNGE): rsad heard both
     assert "job on-deck -> running (PrologSlurmctld)" in shown
     assert "job running -> finished (EpilogSlurmctld, exit code 0)" in shown
     denied = cluster.run("ctl", ["cat", "/etc/rsa/rsa.yaml"], user="slurm", check=False)
