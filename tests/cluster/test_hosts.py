@@ -100,6 +100,9 @@ def test_rsad_is_on_a_host_of_its_own(cluster: Cluster) -> None:
     # MUNGE-authenticated: root on ctl (slurmctld's host) and a user on a compute node
     assert "rsa1" in cluster.out("ctl", ["rsa", "nodes"])
     assert cluster.run("c1", ["rsa", "status"], user="rsauser").returncode == 0
+    # the compute node's own check: rsad's API answers c1 with replies signed for root,
+    # as the node hooks require (the operator guide's `rsa nodes check --compute`)
+    assert cluster.out("c1", ["rsa", "nodes", "check", "--compute"]) == "c1: ok\n"
     # and rsad reaches slurmctld on ctl (its squeue/scontrol, as root, with MUNGE)
     assert "UP" in cluster.out("rsad", ["scontrol", "ping"])
 
