@@ -194,7 +194,8 @@ def _unreachable(found: Found, e: BaseException) -> str:
     if isinstance(e, FileNotFoundError) and found.address.startswith("/"):
         if found.source == "default":
             return (f"rsad's socket {found.address} is not on this host and nothing says "
-                    f"where rsad is: no RSA_API, no {CLIENT_CONF}; ask your administrator "
+                    f"where rsad is: no RSA_API, no {client_conf_path()}; ask your "
+                    "administrator "
                     "to write rsad's address there (api = HOST:PORT), or use --api "
                     "HOST:PORT (RSA_API)")
         if found.source not in ("given", "RSA_API"):  # a client file without an api
