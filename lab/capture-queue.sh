@@ -3,7 +3,8 @@
 # 22.05 into tests/data/slurm/: a job mix (squeue_rsa.txt), the same after a demotion, a
 # hold and a lock-in (squeue_rsa_2.txt), and a job before and after `scontrol requeue` and
 # one that requeues itself (squeue_requeue.txt, ids in requeue.env). Run as root with the
-# lab up and idle, rsad stopped (the output is Slurm's alone); fresh, the mix has ids 1-8.
+# lab up and idle, rsad stopped (the output is Slurm's alone); fresh, the mix has ids 1-8
+# (in a lab that ran jobs before, other ids: the files then hold the mix's lines alone).
 # What the files hold: tests/data/slurm/README.md. Used by
 # tests/integration/test_queue_identity.py.
 set -euo pipefail
@@ -39,13 +40,16 @@ ids+=("$(sub -J q-pend6 -t 10 --wrap 'sleep 60')")
 ids+=("$(sub -J 'x|y z' -N 2 -t 10 --wrap 'sleep 60')")
 arr=$(sub -J q-array --array=1-3 -t 10 --wrap 'sleep 60')
 scontrol update jobid="${ids[4]}" admincomment='rsa1:i=/pfs/home/rsauser/in;o=/pfs/x%7Cy'
+# only the mix: in a lab that ran other tests first, -t all also shows their jobs that
+# ended less than MinJobAge ago
+mix=$(IFS=,; echo "${ids[*]},$arr")
 sleep 12  # two scheduler passes (5 s intervals) give the pending jobs their reasons
-squeue -h -r -t all -O "$fmt" >"$out/squeue_rsa.txt"
+squeue -h -r -t all -j "$mix" -O "$fmt" >"$out/squeue_rsa.txt"
 scontrol update jobid="${ids[5]}" priority=1000000
 scontrol hold "${ids[6]}"
 scontrol update jobid="${arr}_2" qos="$RSA_LAB_QOS"
 sleep 12
-squeue -h -r -t all -O "$fmt" >"$out/squeue_rsa_2.txt"
+squeue -h -r -t all -j "$mix" -O "$fmt" >"$out/squeue_rsa_2.txt"
 scancel "${ids[@]}" "$arr"
 waitfor "the mix to leave the nodes" bash -c \
   "[ -z \"\$(squeue -h -t R,CG -u $user -o %i)\" ]"
