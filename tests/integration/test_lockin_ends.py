@@ -10,6 +10,11 @@ its lock, a job that could not start kept its RSA nodes and its lock forever, th
 priority unlock released an operator's hold, sacct showed rsa-lockin, an unlock racing
 the lock-in ran without the job's own QOS and left the lock-in in place, and nothing was
 restored at a start (after an rsad crash or not).
+
+With accounting (`make lab-test`) two more: Slurm refuses a QOS change once a job is
+allocated (so no method qos can give a job its own QOS before it runs), and a job locked
+in by priority there runs and is accounted under its own QOS and priority (the method
+the docs advise for sites that bill or limit by QOS).
 """
 
 from __future__ import annotations
