@@ -175,7 +175,9 @@ class LockinConfig:
         metadata=meta(
             Choice.of(LockinMethod),
             "How a staged job is protected from demotion (seed 004 §3.1): a QOS (needs "
-            "accounting), a priority boost, or nothing.",
+            "accounting; the job then runs and is accounted under it), a priority boost "
+            "(keeps the job's own QOS: the choice of sites that bill or limit by QOS), or "
+            "nothing.",
         )
     )
     qos: str = field(metadata=meta(Str(), "QOS given to locked-in jobs (method `qos`)."))

@@ -184,7 +184,43 @@ def lockin_problem(method: str, priority: int, config: Mapping[str, str]) -> str
         return (f"slurm.lockin.priority {priority} is not above what PriorityType="
                 f"priority/basic gives ordinary jobs (up to {BASIC_TOP_PRIORITY - 1}): set "
                 f"it between {BASIC_TOP_PRIORITY} and {MAX_PRIORITY}")
+    top = multifactor_top(config) if prio_type == "priority/multifactor" else None
+    if method == "priority" and top is not None and priority <= top:
+        return (f"slurm.lockin.priority {priority} is not above what PriorityType="
+                f"priority/multifactor can give ordinary jobs (up to {top}, the sum of the "
+                f"PriorityWeight* settings): set it above {top} (at most {MAX_PRIORITY}), "
+                "and job_submit.lua's lockin_priority to the same value")
     return None
+
+
+#: the multifactor weights of ``scontrol show config`` (PriorityWeightAssoc since 22.05)
+MULTIFACTOR_WEIGHTS = ("PriorityWeightAge", "PriorityWeightAssoc", "PriorityWeightFairShare",
+                       "PriorityWeightJobSize", "PriorityWeightPartition", "PriorityWeightQOS")
+_TRES_WEIGHT = re.compile(r"^[^=,]+=([0-9]*\.?[0-9]+)[KMGTP]?$", re.IGNORECASE)
+
+
+def multifactor_top(config: Mapping[str, str]) -> int | None:
+    """The highest priority ``priority/multifactor`` computes for a job whose nice is 0:
+    each factor is at most 1.0 (src/plugins/priority/multifactor), so the sum of the
+    weights, each TRES weight counted whole (a unit suffix only lowers it). None when the
+    configuration does not bound it: a site factor plugin, a ``NO_NORMAL_*`` flag (raw
+    factors above 1.0), or a weight this cannot read."""
+    if config.get("PrioritySiteFactorPlugin", NULL) not in ("", NULL) or \
+            "NO_NORMAL" in config.get("PriorityFlags", "").upper():
+        return None
+    total = 0.0
+    for key in MULTIFACTOR_WEIGHTS:
+        value = config.get(key, "0")
+        if not value.isdigit():
+            return None
+        total += int(value)
+    tres = config.get("PriorityWeightTRES", NULL)
+    for weight in [] if tres in ("", NULL) else tres.split(","):
+        m = _TRES_WEIGHT.match(weight.strip())
+        if not m:
+            return None
+        total += float(m.group(1))
+    return int(total) + (0 if total.is_integer() else 1)
 
 
 def qos_warning(method: str, qos: str, config: Mapping[str, str]) -> str | None:

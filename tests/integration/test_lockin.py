@@ -127,3 +127,23 @@ def test_start_up_check_refuses_qos_without_accounting(lab: Mapping[str, str],
                                                                priority=1_000_000)))
     with pytest.raises(LockinUnusable, match=r"slurm\.lockin\.priority 1000000 is not above"):
         check_lockin(low)
+
+
+def test_start_up_check_refuses_a_priority_multifactor_can_reach(
+        lab: Mapping[str, str]) -> None:
+    """Method priority with accounting (what a site that bills or limits by QOS is told to
+    use): under the lab's priority/multifactor (PriorityWeightQOS 100000, PriorityWeightAge
+    1000) a lock-in priority of 101000 is one an ordinary job can reach."""
+    if lab["RSA_LAB_ACCOUNTING"] != "1":
+        pytest.skip("priority/multifactor is the accounting lab's (make lab-test)")
+    cfg = _lab_config(lab)
+
+    def by_priority(value: int) -> Config:
+        return replace(cfg, slurm=replace(cfg.slurm, lockin=replace(
+            cfg.slurm.lockin, method=LockinMethod.PRIORITY, priority=value)))
+
+    with pytest.raises(LockinUnusable) as exc:
+        check_lockin(by_priority(101_000))
+    assert "can give ordinary jobs (up to 101000, the sum of the PriorityWeight*" in str(
+        exc.value)
+    check_lockin(by_priority(101_001))

@@ -10,6 +10,11 @@ its lock, a job that could not start kept its RSA nodes and its lock forever, th
 priority unlock released an operator's hold, sacct showed rsa-lockin, an unlock racing
 the lock-in ran without the job's own QOS and left the lock-in in place, and nothing was
 restored at a start (after an rsad crash or not).
+
+With accounting (`make lab-test`) two more: Slurm refuses a QOS change once a job is
+allocated (so no method qos can give a job its own QOS before it runs), and a job locked
+in by priority there runs and is accounted under its own QOS and priority (the method
+the docs advise for sites that bill or limit by QOS).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -27,7 +32,7 @@ from typing import Any
 import pytest
 
 from rsa_scheduler.client import ApiClient, ApiRefused
-from tests.integration.conftest import as_user
+from tests.integration.conftest import as_user, slurm_env
 from tests.integration.slurmkit import Jobs, make_jobs, restart_lab_rsad, root, wait_for
 from tests.integration.test_rsad_staging import fill, rsa_job, wait_state
 from tests.integration.test_slurm_adapter import lockin_method
@@ -155,18 +160,24 @@ def test_a_partition_move_after_lock_in_ends_the_lock_in(
 
 
 @contextmanager
-def _lockin_timeout(lab: Mapping[str, str], timeout: str) -> Iterator[None]:
-    """The lab's rsad restarted with ``slurm.lockin.timeout`` set; back afterwards."""
+def _lockin_changed(lab: Mapping[str, str], old: str, new: str) -> Iterator[None]:
+    """The lab's rsad restarted with the line ``old`` of its rsa.yaml's lock-in section
+    replaced by ``new``; its own rsa.yaml and rsad back afterwards."""
     conf = Path(lab["RSA_LAB_RSA_CONFIG"])
     original = conf.read_text()
-    assert original.count("\n  lockin:\n") == 1
-    conf.write_text(original.replace("\n  lockin:\n", f"\n  lockin:\n    timeout: {timeout}\n"))
+    assert original.count(f"\n{old}\n") == 1, old
+    conf.write_text(original.replace(f"\n{old}\n", f"\n{new}\n"))
     try:
         restart_lab_rsad(signal.SIGTERM)
         yield
     finally:
         conf.write_text(original)
         restart_lab_rsad(signal.SIGTERM)
+
+
+def _lockin_timeout(lab: Mapping[str, str], timeout: str) -> AbstractContextManager[None]:
+    """The lab's rsad restarted with ``slurm.lockin.timeout`` set; back afterwards."""
+    return _lockin_changed(lab, "  lockin:", f"  lockin:\n    timeout: {timeout}")
 
 
 def test_a_locked_in_job_that_cannot_start_is_unlocked_after_the_bound(
@@ -330,3 +341,66 @@ def test_cancel_staging_racing_the_lock_in_still_restores_the_jobs_own_qos(
                 hit.append(job)
                 break
         assert hit, "no cancel landed while the lock-in ran (4 tries)"
+
+
+#: method priority's lock-in value in the accounting lab (rsad's default): above any job's
+#: priority there (priority/multifactor, PriorityWeightQOS 100000 + PriorityWeightAge 1000)
+MULTIFACTOR_LOCKIN_PRIORITY = 1_000_000
+
+
+def _needs_accounting(lab: Mapping[str, str]) -> None:
+    if lab.get("RSA_LAB_ACCOUNTING") != "1":
+        pytest.skip("needs accounting (sacct, QOS): the lab of make lab-test")
+
+
+def test_slurm_changes_no_qos_once_a_job_is_allocated(lab: Mapping[str, str]) -> None:
+    """Why method qos cannot give a job its own QOS back before it runs: Slurm 22.05
+    changes a job's QOS only while it is pending (job_mgr.c, _update_job), not even for
+    root while the job is CONFIGURING (PrologSlurmctld's time) or as it starts; the run is
+    accounted under the QOS it started with. Pins the Slurm behaviour the docs describe."""
+    _needs_accounting(lab)
+    with make_jobs(lab) as jobs:
+        job = jobs.submit("--hold", "-t", "5", "--wrap", "sleep 3")
+        root(lab, "scontrol", "update", f"jobid={job}", f"qos={lab['RSA_LAB_QOS']}")
+        root(lab, "scontrol", "release", job)
+        state = wait_for("the job allocated", lambda: s if (
+            s := _view(lab, job)["state"]) != "PENDING" else None, timeout=30, every=0.02)
+        done = subprocess.run(["scontrol", "update", f"jobid={job}", "qos=normal"],
+                              capture_output=True, text=True, timeout=60,
+                              env=slurm_env(lab), check=False)
+        print(f"job {job}: the QOS change tried when it was {state}: {done.stderr.strip()}")
+        assert done.returncode != 0 and "no longer pending" in done.stderr, (state, done)
+        wait_for("the job ran", lambda: _view(lab, job)["state"] in ("COMPLETED", ""),
+                 timeout=60)
+        wait_for("sacct shows the QOS it ran under", lambda: _sacct_qos(lab, job) == [
+            lab["RSA_LAB_QOS"]], timeout=30)
+
+
+def test_sacct_shows_the_jobs_own_qos_when_locked_in_by_priority(
+        lab: Mapping[str, str], area: Path) -> None:
+    """Method priority under accounting (what the docs advise a site that bills or limits
+    by QOS): the job locked in by priority runs under its own QOS, its own priority is back
+    as it starts, and sacct shows both. With the lab's method qos the same job shows
+    rsa-lockin in sacct (Slurm changes no running job's QOS)."""
+    _needs_accounting(lab)
+    lockin = MULTIFACTOR_LOCKIN_PRIORITY
+    with _lockin_changed(lab, "    method: qos",
+                         f"    method: priority\n    priority: {lockin}"), \
+            make_jobs(lab) as jobs:
+        fill(jobs)
+        job = _submit(jobs, area)
+        wait_state(lab, job, "locked-in")
+        locked = _view(lab, job)
+        assert (locked["qos"], locked["priority"]) == ("normal", str(lockin)), locked
+        own = [e["detail"]["lock_orig"]["value"] for e in _events(lab, job)
+               if e["name"] == "action.milestone" and "lock_orig" in e.get("detail", {})]
+        assert len(own) == 1 and own[0] not in ("", "0", str(lockin)), own
+        _free_one_node(lab, jobs, job)
+        wait_for("its own priority back as it runs", lambda: _restored(lab, job), timeout=60)
+        assert _went(lab, job, "running")
+        wait_for("the job ran", lambda: _view(lab, job)["state"] in ("COMPLETED", ""),
+                 timeout=60)
+        out = wait_for("sacct has the end of the run", lambda: o if (o := root(
+            lab, "sacct", "-X", "-n", "-P", "-j", job, "-o", "State,QOS,Priority").split())
+            and not o[0].startswith(("PENDING|", "RUNNING|")) else None, timeout=30)
+        assert out == [f"COMPLETED|normal|{own[0]}"], out

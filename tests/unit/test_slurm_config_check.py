@@ -12,6 +12,7 @@ from rsa_scheduler.slurm.cli import (
     BASIC_TOP_PRIORITY,
     MAX_PRIORITY,
     lockin_problem,
+    multifactor_top,
     parse_show_config,
     qos_warning,
     show_config_argv,
@@ -89,8 +90,43 @@ def test_priority_under_priority_basic_must_beat_ordinary_jobs() -> None:
     assert lockin_problem("priority", BASIC_TOP_PRIORITY, config) is None
     assert lockin_problem("priority", MAX_PRIORITY, config) is None
     assert lockin_problem("priority", MAX_PRIORITY + 1, config) is not None
-    # with multifactor, ordinary priorities are the weights' sum: any value is the site's call
+    # with multifactor, ordinary priorities are at most the weights' sum (the lab's 101000)
     assert lockin_problem("priority", 1_000_000, parse_show_config(ACCT)) is None
+
+
+def test_priority_under_multifactor_must_beat_the_weights_sum() -> None:
+    """Method priority is what a site that bills or limits by QOS runs with accounting,
+    i.e. priority/multifactor: a lock-in priority a job can reach by its weights is no
+    lock-in (an old job with a high fair share overtakes it)."""
+    config = parse_show_config(ACCT)
+    assert multifactor_top(config) == 100_000 + 1000  # QOS + Age, the lab's weights
+    problem = lockin_problem("priority", 101_000, config)
+    assert problem == (
+        "slurm.lockin.priority 101000 is not above what PriorityType=priority/multifactor "
+        "can give ordinary jobs (up to 101000, the sum of the PriorityWeight* settings): "
+        f"set it above 101000 (at most {MAX_PRIORITY}), and job_submit.lua's "
+        "lockin_priority to the same value")
+    assert lockin_problem("priority", 101_001, config) is None
+    # the weights of the whole config count, each TRES weight whole (a unit only lowers it)
+    big = _with(ACCT, "PriorityWeightFairShare", "2000000")
+    assert "up to 2101000" in (lockin_problem("priority", 1_000_000, big) or "")
+    tres = _with(ACCT, "PriorityWeightTRES", "CPU=1000,Mem=0.25G,GRES/gpu=3000")
+    assert multifactor_top(tres) == 101_000 + 1000 + 1 + 3000
+    # method qos does not care; basic has its own bound
+    assert lockin_problem("qos", 1, big) is None
+
+
+def test_multifactor_without_a_bound_is_not_refused() -> None:
+    """A site factor plugin or raw (not normalised) factors can give any priority: rsad
+    cannot tell, so it does not refuse (the operator's call, docs/operator-guide.md)."""
+    for key, value in (("PrioritySiteFactorPlugin", "site_factor/example"),
+                       ("PriorityFlags", "NO_NORMAL_QOS"),
+                       ("PriorityFlags", "MAX_TRES,NO_NORMAL_ALL"),
+                       ("PriorityWeightTRES", "CPU=lots")):
+        config = _with(ACCT, key, value)
+        assert multifactor_top(config) is None, (key, value)
+        assert lockin_problem("priority", 1, config) is None
+    assert multifactor_top(_with(ACCT, "PriorityFlags", "MAX_TRES")) == 101_000
 
 
 def test_none_and_unknown_output_pass() -> None:
