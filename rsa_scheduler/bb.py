@@ -127,14 +127,9 @@ def call_hook(post: Post, hook: str, body: Mapping[str, Any], *,
             sleep(poll)
             continue
         last_contact = clock()
-        status = str(answer.get("status", "")) if isinstance(answer, dict) else ""
-        message = str(answer.get("message", "")) if isinstance(answer, dict) else ""
-        if status == "done":
-            return True, message
-        if status == "failed":
-            return False, message
-        if status != "wait":
-            return False, f"rsad answered {hook} with {answer!r}: rsad and rsa-bb differ"
+        verdict, message = read_answer(hook, answer)
+        if verdict is not None:
+            return verdict, message
         last_wait = message
         if hook not in BLOCKING or hook == "teardown":
             waited = clock() - started
@@ -158,6 +153,12 @@ def ask_once(post: Post, hook: str, body: Mapping[str, Any]) -> tuple[bool | Non
         return None, f"rsad answered {e.status} ({e}); asked again at Slurm's next poll"
     except Unreachable as e:
         return None, f"rsad unreachable ({e}); asked again at Slurm's next poll"
+    return read_answer(hook, answer)
+
+
+def read_answer(hook: str, answer: Any) -> tuple[bool | None, str]:
+    """rsad's answer to a hook: (True, message) done, (False, message) failed or not an
+    answer rsa-bb knows, (None, what rsad is doing) while it works."""
     status = str(answer.get("status", "")) if isinstance(answer, dict) else ""
     message = str(answer.get("message", "")) if isinstance(answer, dict) else ""
     if status == "done":
