@@ -22,9 +22,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.staging import scripts
@@ -46,6 +48,22 @@ log = logging.getLogger(__name__)
 #: found differing, and what the job changed meanwhile (it may still write)
 ROUNDS = 3
 
+#: how far the clock the RAMDISK stamps mtimes with may be behind rsad's (seconds; NTP
+#: keeps them well within it)
+CLOCK_SKEW_S = 1
+
+
+class Stored(NamedTuple):
+    """A recorded base and its ``racy_from`` (``staging.writeback``)."""
+
+    base: Base
+    racy_from: int = 0
+
+
+def racy_from_now() -> int:
+    """The ``racy_from`` of a RAMDISK about to be read: this second, less the skew."""
+    return int(time.time()) - CLOCK_SKEW_S
+
 
 class Bases:
     """The write-back bases of rsad's RAMDISKs, in ``root`` (created 0700, root's)."""
@@ -58,7 +76,7 @@ class Bases:
             raise ValueError(f"RAMDISK id {fs_id!r}: cannot name a file after it")
         return self.root / f"{fs_id}.json"
 
-    def load(self, fs_id: str) -> Base | None:
+    def load(self, fs_id: str) -> Stored | None:
         """The base of ``fs_id``; None if none was recorded. A file that cannot be read
         fails the write-back (retried; the RAMDISK is kept), never taken as none."""
         try:
@@ -68,11 +86,11 @@ class Bases:
         except OSError as e:
             raise RsaError(f"cannot read the write-back base {self.path(fs_id)}: {e}") from e
         try:
-            return load_base(text)
+            return Stored(*load_base(text))
         except ValueError as e:
             raise RsaError(f"{self.path(fs_id)}: {e}") from e
 
-    def save(self, fs_id: str, base: Base) -> None:
+    def save(self, fs_id: str, base: Base, racy_from: int = 0) -> None:
         """Replace the base of ``fs_id`` atomically and durably (fsync, rename, fsync of
         the directory): after a crash it is the old one or the new one, whole."""
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -80,7 +98,7 @@ class Bases:
         tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
         try:
             with open(tmp, "w") as f:
-                f.write(dump_base(base))
+                f.write(dump_base(base, racy_from))
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, final)
@@ -155,20 +173,23 @@ class Done:
 
 
 def write_back(bases: Bases, fs_id: str, eng: StagingEngine, ramdisk: str,
-               data_in: str, base: Base) -> tuple[Done, Verification | None]:
-    """One write-back of ``ramdisk`` to ``data_in`` against ``base`` (``staging.
-    writeback``). Returns what it did and the last verify (None: nothing to copy).
-    Raises if the last round's verify still found a difference."""
+               data_in: str, stored: Stored) -> tuple[Done, Verification | None]:
+    """One write-back of ``ramdisk`` to ``data_in`` against the ``stored`` base
+    (``staging.writeback``). Returns what it did and the last verify (None: nothing to
+    copy). Raises if the last round's verify still found a difference."""
     suffix = scripts.aside_suffix(eng.job_id, eng.cycle).encode()
     done = Done()
     redo: set[bytes] = set()
     result: Verification | None = None
+    base, racy_from = stored
     for _ in range(ROUNDS):
+        read_from = racy_from_now()
         ram = eng.scan(ramdisk, "write-back")
         if not ram:  # the bare directory of a RAMDISK being remounted is empty too
             eng.check_mounted(ramdisk)
         pfs = eng.scan(data_in, "write-back")
-        plan = plan_write_back(base, ram, pfs, suffix=suffix, redo=redo)
+        plan = plan_write_back(base, ram, pfs, suffix=suffix, redo=redo,
+                               racy_from=racy_from)
         done.empty_ramdisk = plan.empty_ramdisk
         if plan.empty_ramdisk:
             log.warning("job %s: write-back: the RAMDISK holds nothing of its writable "
@@ -177,13 +198,14 @@ def write_back(bases: Bases, fs_id: str, eng: StagingEngine, ramdisk: str,
             if done.copied or done.aside or plan.kept:
                 # an earlier round's copies are in place now (what its verify found
                 # differing was copied again, or the job removed it)
-                bases.save(fs_id, settled_base(base, ram, pfs))
+                bases.save(fs_id, settled_base(base, ram, pfs), read_from)
             done.kept |= set(plan.kept)
             result = None
             break
-        # durable before the PFS changes: both versions count as agreed
+        # durable before the PFS changes: both versions count as agreed (what was
+        # racy stays racy: the older second)
         base = pending_base(base, plan)
-        bases.save(fs_id, base)
+        bases.save(fs_id, base, racy_from)
         if plan.copy:
             # each replaces only the version this plan saw there (someone else's write
             # since: kept, the copy goes aside; scripts.ATOMIC)
@@ -214,8 +236,9 @@ def write_back(bases: Bases, fs_id: str, eng: StagingEngine, ramdisk: str,
         done.deleted |= {p for p, _e in plan.delete if p not in have}
         done.kept |= {p for p, _e in plan.delete if p in have}
         if result is None or result.ok:
+            read_from = racy_from_now()
             bases.save(fs_id, settled_base(base, eng.scan(ramdisk, "write-back"), after,
-                                           copied=plan.copy))
+                                           copied=plan.copy), read_from)
             break
         # a file the job changed within the copied second keeps its size and mtime: the
         # paths that differ are copied again whatever the quick check says

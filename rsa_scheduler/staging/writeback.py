@@ -20,6 +20,16 @@ now (what the job made of it) and the PFS now. For each name (files, symlinks, F
 Directories the job removed are removed on the PFS once empty (``rmdirs``); the
 copy creates the ones it made.
 
+Size and mtime to the second cannot tell apart two versions of a file the job wrote
+within the same second, and a write-back copies mtimes: a file the job rewrote (same
+size) in the second the last write-back read the RAMDISK would look in place and agreed
+on, and its last change would never reach the PFS. So the base also records
+``racy_from``, the first second in which that read could have happened (less a second
+for the clocks of rsad's host and the filesystem's); a RAMDISK file modified in or
+after it is taken as changed by the job and copied (placed aside, where someone else
+changed it on the PFS meanwhile) whatever the quick check says: at worst one file the
+job wrote in that second is copied once more (git's "racily clean" files).
+
 Crash safety is the base's: before a write-back changes anything it records, for each
 name it will copy or delete, the outcome beside the old base (:func:`pending_base`),
 so a re-issue after a kill counts the PFS in either state as nobody else's change; once
@@ -88,12 +98,23 @@ def base_of(entries: Iterable[Entry]) -> Base:
     return {e.path: [e] for e in entries if e.kind not in SPECIAL}
 
 
+def racy(ram: Iterable[Entry], racy_from: int) -> set[bytes]:
+    """The RAMDISK's files modified in or after second ``racy_from`` (0: none): their
+    size and mtime do not tell whether the job changed them since the base."""
+    if racy_from <= 0:
+        return set()
+    return {e.path for e in ram if e.kind == "f" and e.mtime_s >= racy_from}
+
+
 def plan_write_back(base: Base, ram: Sequence[Entry], pfs: Sequence[Entry], *,
-                    suffix: bytes = b"", redo: Collection[bytes] = ()) -> WriteBackPlan:
+                    suffix: bytes = b"", redo: Collection[bytes] = (),
+                    racy_from: int = 0) -> WriteBackPlan:
     """Decide one write-back (the module's rules). ``suffix``: what a copy kept aside
     is named after (one already there with the job's version is not placed again);
     ``redo``: names a verify found differing, copied again even where the quick check
-    finds them in place."""
+    finds them in place; ``racy_from``: the base's (module docstring), whose files are
+    redone too."""
+    redo = set(redo) | racy(ram, racy_from)
     r_of = {e.path: e for e in ram if e.kind not in SPECIAL}
     p_of = {e.path: e for e in pfs if e.kind not in SPECIAL}
     copy: list[bytes] = []
@@ -198,20 +219,23 @@ def _entry_of(name: bytes, d: Sequence[object] | None) -> Entry | None:
                  mtime_ns=int(str(mtime_ns)), target=bytes.fromhex(str(target)))
 
 
-def dump_base(base: Mapping[bytes, Sequence[Entry | None]]) -> str:
-    """The base as one JSON document (names in hex: they need not be UTF-8)."""
-    return json.dumps({"v": 1, "names": {n.hex(): [_entry_json(e) for e in v]
-                                         for n, v in sorted(base.items())}},
+def dump_base(base: Mapping[bytes, Sequence[Entry | None]], racy_from: int = 0) -> str:
+    """The base and its ``racy_from`` as one JSON document (names in hex: they need
+    not be UTF-8)."""
+    return json.dumps({"v": 1, "racy_from": racy_from,
+                       "names": {n.hex(): [_entry_json(e) for e in v]
+                                 for n, v in sorted(base.items())}},
                       separators=(",", ":"))
 
 
-def load_base(text: str) -> Base:
-    """Inverse of :func:`dump_base`; ValueError if it is not one."""
+def load_base(text: str) -> tuple[Base, int]:
+    """Inverse of :func:`dump_base`: the base and its ``racy_from`` (0 in one an older
+    rsad wrote); ValueError if it is not one."""
     try:
         doc = json.loads(text)
         if doc.get("v") != 1:
             raise ValueError(f"version {doc.get('v')!r}")
-        return {bytes.fromhex(n): [_entry_of(bytes.fromhex(n), e) for e in v]
-                for n, v in doc["names"].items()}
+        return ({bytes.fromhex(n): [_entry_of(bytes.fromhex(n), e) for e in v]
+                 for n, v in doc["names"].items()}, int(doc.get("racy_from", 0)))
     except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as e:
         raise ValueError(f"not a write-back base: {e}") from e

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from rsa_scheduler.staging.writeback import (
 from tests.unit.test_staging_engine import make_engine
 
 S = 1_000_000_000
+JOB_WROTE = 1_700_000_000  # a second long gone when a write-back reads the RAMDISK
 
 
 def f(path: bytes, size: int, mtime: int, mode: int = 0o644) -> Entry:
@@ -77,7 +79,8 @@ def test_a_re_issue_after_a_kill_does_only_what_is_left() -> None:
     ram = [f(b"a", 2, 20), f(b"c", 1, 10)]
     pfs = [f(b"a", 1, 10), f(b"b", 1, 10), f(b"c", 1, 10)]
     plan = plan_write_back(base, ram, pfs)
-    pending = load_base(dump_base(pending_base(base, plan)))
+    pending, racy_from = load_base(dump_base(pending_base(base, plan), 7))
+    assert racy_from == 7
     # killed after the copy of a and the deletion of b
     done = [f(b"a", 2, 20), f(b"c", 1, 10)]
     assert plan_write_back(pending, ram, done).empty
@@ -141,9 +144,11 @@ def tree(area: Path, user: Identity) -> Iterator[tuple[Path, Path, StagingEngine
 
 
 def _job_and_someone_else(pfs: Path, ram: Path, user: Identity) -> None:
-    _put(ram / "mod", b"v2 job\n", user)
-    _put(ram / "both", b"v2 job\n", user)
-    _put(ram / "new", b"job's new\n", user)
+    # the job's changes are seconds old when the write-back reads them (racy ones:
+    # test_a_change_in_the_second_the_last_write_back_read_is_copied)
+    _put(ram / "mod", b"v2 job\n", user, JOB_WROTE)
+    _put(ram / "both", b"v2 job\n", user, JOB_WROTE)
+    _put(ram / "new", b"job's new\n", user, JOB_WROTE)
     (ram / "del").unlink()
     (ram / "sub" / "x").unlink()
     (ram / "sub").rmdir()
@@ -185,6 +190,50 @@ def test_a_write_back_copies_changes_applies_deletions_and_keeps_theirs(
     done2, _r = write_back(bases, "job77-c1", eng, str(ram), str(pfs), again)
     assert done2.copied == {b"mod"} and not done2.aside and not done2.deleted
     assert (pfs / "mod").read_bytes() == b"v3 job, longer\n"
+
+
+@root_only
+def test_a_change_in_the_second_the_last_write_back_read_is_copied(
+        tree: tuple[Path, Path, StagingEngine, Bases], user: Identity) -> None:
+    """The job rewrites a file, same size, within the second the last write-back read
+    it (MooseFS keeps mtimes to the second, the copy keeps them): size and mtime agree
+    with the PFS's copy and the base, yet the content is new. It is copied. Before, it
+    looked in place and the job's last change never reached the PFS (CI, stop 41)."""
+    pfs, ram, eng, bases = tree
+    now = int(time.time())
+    _put(ram / "mod", b"v2 job\n", user, now)
+    first = bases.load("job77-c1")
+    assert first is not None
+    done, _r = write_back(bases, "job77-c1", eng, str(ram), str(pfs), first)
+    assert done.copied == {b"mod"} and (pfs / "mod").read_bytes() == b"v2 job\n"
+    _put(ram / "mod", b"v3 job\n", user, now)  # same size, same second
+    again = bases.load("job77-c1")
+    assert again is not None and again.racy_from <= now
+    done2, result = write_back(bases, "job77-c1", eng, str(ram), str(pfs), again)
+    assert (pfs / "mod").read_bytes() == b"v3 job\n"
+    assert done2.copied == {b"mod"} and result is not None and result.ok
+    # seconds later, nothing the job left alone is copied again
+    settled = bases.load("job77-c1")
+    assert settled is not None
+    old = now - 10
+    _put(ram / "mod", b"v3 job\n", user, old)
+    _put(pfs / "mod", b"v3 job\n", user, old)
+    done3, _r = write_back(bases, "job77-c1", eng, str(ram), str(pfs),
+                           settled._replace(racy_from=now - 1))
+    assert not done3.copied and not done3.aside
+
+
+def test_racy_files_are_those_of_the_read_second_or_later() -> None:
+    from rsa_scheduler.staging.writeback import racy
+    ram = [f(b"old", 1, 99), f(b"same", 1, 100), f(b"later", 1, 101),
+           Entry(path=b"l", kind="l", mtime_ns=100 * S, target=b"x")]
+    assert racy(ram, 100) == {b"same", b"later"} and racy(ram, 0) == set()
+    base = base_of([f(b"same", 1, 100)])
+    plan = plan_write_back(base, [f(b"same", 1, 100)], [f(b"same", 1, 100)],
+                           racy_from=100)
+    assert plan.copy == (b"same",)
+    assert plan_write_back(base, [f(b"same", 1, 100)], [f(b"same", 1, 100)],
+                           racy_from=101).empty
 
 
 class Killed(Exception):
@@ -267,7 +316,7 @@ def test_a_pfs_file_written_just_after_the_verify_is_never_agreed_as_the_jobs(
     copied it over theirs. The job's version was written back and verified; theirs,
     written after it, stays: the write-back issued again has nothing to do."""
     pfs, ram, eng, bases = tree
-    _put(ram / "mod", b"v2 job\n", user)
+    _put(ram / "mod", b"v2 job\n", user, JOB_WROTE)  # not racy: the job is done with it
     real = eng.verify
 
     def then_someone_writes(*a: object, **kw: object) -> object:
