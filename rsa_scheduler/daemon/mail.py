@@ -7,9 +7,11 @@ the output is verified on the PFS or quarantined: whether the job asked for it
 quarantine), to whom (:func:`recipient`: its MailUser, else its user, as Slurm does), the
 subject and body, and :class:`Mailer`, which sends it through the site's own ``MailProg``
 (read from ``scontrol show config``) run as ``SlurmUser``, as slurmctld runs it. Mail is
-sent at most once per outcome (lost if rsad dies in between) and only while Slurm still
-has the job (``MinJobAge`` after its end): a stage-out that outlasts it sends none
-(logged).
+sent at most once per outcome (lost if rsad dies in between). Slurm forgets a job
+``MinJobAge`` after its end, and a stage-out may outlast that: so what the job asked for
+is read when its stage-out begins (:meth:`Mailer.remember`, while Slurm still has the
+job) and kept by rsad as a fact of the job (durable: an event, replayed after a
+restart); the outcome's mail uses it, else asks Slurm then.
 """
 
 from __future__ import annotations
@@ -81,9 +83,29 @@ class Mailer:
         self.identity = identity
         self._site: tuple[str, Identity] | None = None
 
-    def notify(self, job_id: str, user: str, outcome: str, message: str) -> None:
-        """Any thread: mail the job's user about ``outcome`` if the job asked for it."""
-        self.lane.submit(self._send, job_id, user, outcome, message)
+    def notify(self, job_id: str, user: str, outcome: str, message: str,
+               asked: tuple[str, str] | None = None) -> None:
+        """Any thread: mail the job's user about ``outcome`` if the job asked for it
+        (``asked``: its (MailUser, MailType) as remembered; None: ask Slurm now)."""
+        self.lane.submit(self._send, job_id, user, outcome, message, asked)
+
+    def remember(self, job_id: str,
+                 record: Callable[[str, tuple[str, str]], None]) -> None:
+        """Any thread: read now, while Slurm still has the job, the mail it asked for,
+        and hand it to ``record`` (which makes it durable) if it asked for any mail of
+        the RSA's."""
+        self.lane.submit(self._remember, job_id, record)
+
+    def _remember(self, job_id: str,
+                  record: Callable[[str, tuple[str, str]], None]) -> None:
+        try:
+            asked = self.slurm.job_mail(job_id)
+        except SlurmError as e:
+            log.info("job %s: what mail it asked for is not known (%s): asked again "
+                     "when its output is verified", job_id, e)
+            return
+        if asked is not None and any(wants_mail(asked[1], o) for o in ASKS):
+            record(job_id, asked)
 
     def _mailprog(self) -> tuple[str, Identity] | None:
         if self._site is None:
@@ -97,9 +119,11 @@ class Mailer:
             self._site = (prog, self.identity(slurm_user))
         return self._site
 
-    def _send(self, job_id: str, user: str, outcome: str, message: str) -> None:
+    def _send(self, job_id: str, user: str, outcome: str, message: str,
+              asked: tuple[str, str] | None = None) -> None:
         try:
-            asked = self.slurm.job_mail(job_id)
+            if asked is None:
+                asked = self.slurm.job_mail(job_id)
             if asked is None or not wants_mail(asked[1], outcome):
                 return
             to = recipient(asked[0], user)

@@ -664,11 +664,27 @@ class Daemon:
             if ev.name == "rsa.transition":
                 log.info("job %s: %s -> %s on %s", ev.job_id, ev.context.get("from"),
                          ev.context.get("to"), ev.context.get("trigger"))
-                outcome = MAIL_ON.get(str(ev.context.get("to")))
-                rec = self.sched.records.get(ev.job_id)
-                if outcome is not None and rec is not None and self.mailer is not None:
-                    self.mailer.notify(ev.job_id, rec.user, outcome, rec.message or "")
+                if self.mailer is not None:
+                    self._mail(ev)
         self._dispatch(dec.actions)
+
+    def _mail(self, ev: Event) -> None:
+        """The RSA's mail on a transition (daemon/mail.py): what the job asked for is
+        remembered when its stage-out begins, the outcome's mail sent when verified or
+        quarantined."""
+        assert self.mailer is not None
+        to = str(ev.context.get("to"))
+        asked = self.memory.facts.get(ev.job_id, {}).get("mail")
+        if to == RsaState.STAGING_OUT and asked is None:
+            job = ev.job_id
+            self.mailer.remember(job, lambda j, a: self.submit(
+                "milestone", (j, f"{j}/mail", {"mail": list(a)})))
+            return
+        outcome = MAIL_ON.get(to)
+        rec = self.sched.records.get(ev.job_id)
+        if outcome is not None and rec is not None:
+            known = (str(asked[0]), str(asked[1])) if asked else None
+            self.mailer.notify(ev.job_id, rec.user, outcome, rec.message or "", known)
 
     def _row(self, rec: JobRecord) -> JobRow:
         data = rec.to_json()

@@ -1708,3 +1708,76 @@ def test_the_same_users_new_job_under_a_reused_id_is_a_job_of_its_own(
         assert d.sched.records["7"].spec == second and "7" not in d.sched.displaced
     d2 = make_daemon(tmp_path, slurm, [])  # the same after a restart (replay)
     assert (d2.sched.records["7"].spec, d2.sched.records["7"].restarts) == (second, 2)
+
+
+class MailSlurm(ScriptedSlurm):
+    """Slurm that has a job's mail request until the job's MinJobAge has passed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forgotten = False
+
+    def job_mail(self, job_id: str) -> tuple[str, str] | None:
+        from rsa_scheduler.slurm.port import SlurmError
+
+        if self.forgotten:
+            raise SlurmError("slurm_load_jobs error: Invalid job id specified")
+        return ("alice@example.org", "END")
+
+    def show_config(self) -> dict[str, str]:
+        return {"MailProg": "/usr/bin/mail", "SlurmUser": "slurm(64030)"}
+
+
+def test_the_verified_mail_goes_out_though_slurm_forgot_the_job_during_its_stage_out(
+        tmp_path: Path) -> None:
+    """Issue 32: the outcome mail read the job's MailUser/MailType from Slurm when the
+    output was verified; a stage-out that outlasted MinJobAge sent none. What the job
+    asked for is read when its stage-out begins and kept as a fact (an event: also
+    across a restart); the mail goes out from it."""
+    from rsa_scheduler.runner import Completed, Identity
+
+    slurm = MailSlurm()
+    seen: list[str] = []
+    mails: list[list[str]] = []
+    reg = with_slurm(instant_registry(seen), slurm)
+    d_box: list[Daemon] = []
+
+    def stage_out(ctx: ActionContext) -> Mapping[str, Any]:
+        # the mail request is recorded before Slurm forgets the job (MinJobAge) mid-copy
+        for _ in range(200):
+            if "mail" in d_box[0].facts.get("7", {}):
+                break
+            time.sleep(0.01)
+        slurm.forgotten = True
+        return {}
+
+    reg.register(ActionKind.STAGE_OUT, stage_out)
+    store = Store.open(tmp_path / "rsa.db", durability="normal")
+    clock = iter(float(t) for t in range(1000, 10**6))
+    d = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm, store=store,
+               registry=reg, workers=2, poll_interval=0, clock=lambda: next(clock))
+    d_box.append(d)
+    assert d.mailer is not None
+
+    def run(argv: Sequence[str], **_kw: Any) -> Completed:
+        mails.append(list(argv))
+        return Completed(tuple(argv), 0, "", "", 0.0)
+
+    d.mailer.runner = run
+    d.mailer.identity = lambda name: Identity(user="slurm", uid=64030, gid=64030)
+    d.start()
+    out = DirectiveSpec(data_out="/pfs/out")
+    for state, reason in (("PENDING", "Resources"), ("RUNNING", "None"),
+                          ("COMPLETED", "None")):
+        slurm.set("7", state, reason, spec=out)
+        d.poll()
+        settle(d)
+    for _ in range(100):  # the mail is sent on the urgent lane
+        if mails:
+            break
+        time.sleep(0.01)
+    assert slurm.forgotten
+    assert d.facts["7"]["mail"] == ["alice@example.org", "END"]
+    assert mails and mails[0][-1] == "alice@example.org" and "verified" in mails[0][2]
+    assert [e for e in d.store.events("7") if e.name == "action.milestone"
+            and "mail" in (e.context.get("detail") or {})]
