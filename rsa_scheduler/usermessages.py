@@ -43,6 +43,8 @@ TO_DO = {
     "writeback-failed": "your changes to the writable input are kept on the RAMDISK: ask "
                         "your operator (retry or discard)",
     "output-verified": f"read the output (`rsa job {JOB}` says where)",
+    "staging-out": f"do not read DATA_OUT yet: `rsa wait {JOB}` returns once it is complete "
+                   "(a dependent job is held until then)",
 }
 #: what to do, by the trigger that told the user (before TO_DO's by rsa-state)
 TO_DO_BY_TRIGGER = {

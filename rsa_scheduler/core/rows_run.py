@@ -27,6 +27,7 @@ from rsa_scheduler.core.rules import (
     REF_UNSERVABLE,
     REF_USER_CANCEL,
     REF_VERIFY,
+    STAGING_OUT_NOTE,
     TEARDOWN,
     Branch,
     Cond,
@@ -181,8 +182,13 @@ def rows() -> list[Rule]:
     # ---- MOUNTED_OUTPUT: job writing results to the RAMDISK ----------------------------
     r += stay(S.MOUNTED_OUTPUT, T.RUNNING, T.TICK, note="§3.2: no changes until finished")
     for t, ref in left("§3.3 Fig. 5").items():
-        r.append(Rule(S.MOUNTED_OUTPUT, t, S.STAGING_OUT, actions=(A.STAGE_OUT,), ref=ref,
-                      note="job ended (or was requeued): stage the output out"))
+        # the job's end: its comment says the output is not complete yet (a requeued
+        # job's says why it is held meanwhile: daemon/holds.py)
+        r.append(Rule(S.MOUNTED_OUTPUT, t, S.STAGING_OUT, ref=ref,
+                      actions=(A.TELL_USER, A.STAGE_OUT) if t is T.FINISHED
+                      else (A.STAGE_OUT,),
+                      note=STAGING_OUT_NOTE if t is T.FINISHED
+                      else "job requeued: stage the output of its run out"))
 
     # ---- STAGING_OUT / VERIFYING / STAGE_OUT_FAILED / QUARANTINED: output at risk -----
     r += stay(S.STAGING_OUT, *JOB_STATE_TRIGGERS, note="holds user data")

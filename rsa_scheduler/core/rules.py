@@ -171,6 +171,10 @@ TEARDOWN = (A.DESTROY_FS,)
 CANCEL_TEARDOWN = (A.CANCEL, A.DESTROY_FS)
 EARLY_NO_OUT = "started before staging finished and has no DATA_OUT: the job uses the PFS"
 WAIT_NO_OUT = "waited too long for stage-in and has no DATA_OUT: the job uses the PFS"
+#: what squeue's comment says while the output is staged out (queue mode: the job shows
+#: its end state at once, the compute nodes are free)
+STAGING_OUT_NOTE = ("the run ended: its output is being staged out to the PFS, not "
+                    "complete in DATA_OUT until verified")
 
 
 def stay(src: RsaState, *triggers: Trigger, note: str = "") -> list[Rule]:

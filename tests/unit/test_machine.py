@@ -109,7 +109,7 @@ def test_normal_lifecycle_releases_exactly_the_nodes_taken() -> None:
     d.answer("10")
     assert d.state("10") == "mounted-output"
     dec = d.observe(obs("10", "COMPLETED"), at=800)
-    assert kinds(dec) == ["stage-out"]
+    assert kinds(dec) == ["tell-user", "stage-out"]
     d.answer("10")
     assert d.state("10") == "verifying"
     dec = d.answer("10")
@@ -524,8 +524,8 @@ def test_a_reused_job_id_stages_the_earlier_jobs_output_out_first() -> None:
     d.answer("10")
     assert d.state("10") == "mounted-output"
     dec = d.observe(obs("10", "RUNNING", user="bob", spec=BOB))
-    assert kinds(dec) == ["stage-out"]
-    assert dec.actions[0].args_as(OnNodes).user == "alice"
+    assert kinds(dec) == ["tell-user", "stage-out"]
+    assert dec.actions[1].args_as(OnNodes).user == "alice"
     assert d.sched.records["10"].user == "alice"
     assert "10" in d.sched.waiting  # observed again every poll until it is bob's
     d.answer_all("10")
@@ -667,7 +667,7 @@ def test_a_failed_output_mount_keeps_the_ramdisk_until_the_job_has_ended() -> No
     dec = d.observe(obs("10", "RUNNING"))
     assert d.state("10") == "mounted-output" and dec.actions == []
     dec = d.observe(obs("10", "COMPLETED"))
-    assert d.state("10") == "staging-out" and kinds(dec) == ["stage-out"]
+    assert d.state("10") == "staging-out" and kinds(dec) == ["tell-user", "stage-out"]
 
 
 # ---- on-deck settle (policy.on_deck_settle) ----------------------------------------------
