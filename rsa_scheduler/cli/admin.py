@@ -21,13 +21,20 @@ def admin() -> None:
 @admin.command("drain")
 @API_OPTION
 @click.option("--reason", default="", help="Why (shown by rsa status and to held-off jobs).")
-def drain(api: str | None, reason: str) -> None:
+@click.option("--pfs", "to_pfs", is_flag=True,
+              help="Jobs that hold no RSA nodes run from the PFS now (their holds "
+                   "released) instead of waiting for the resume: before removing the RSA.")
+def drain(api: str | None, reason: str, to_pfs: bool) -> None:
     """Take no new RSA jobs: jobs that hold no RSA nodes get none (under early start
     wait they stay held up to staging.wait_timeout, then read the PFS; under fallback
-    they read the PFS); jobs in flight finish, their stage-outs run."""
-    out = ApiClient(api).post("/v1/admin/drain", {"on": True, "reason": reason})
+    they read the PFS; with --pfs they all start from the PFS at once); jobs in flight
+    finish, their stage-outs run."""
+    out = ApiClient(api).post("/v1/admin/drain",
+                              {"on": True, "reason": reason, "pfs": to_pfs})
     busy = int(out.get("in_flight", 0))
-    click.echo(f"RSA draining: no new jobs; {busy} job(s) in flight finish "
+    new = ("new jobs run from the PFS (held ones released)" if to_pfs
+           else "no new jobs")
+    click.echo(f"RSA draining: {new}; {busy} job(s) in flight finish "
                "(rsa status shows them; rsa admin resume undoes this)")
 
 

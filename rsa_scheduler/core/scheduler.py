@@ -548,14 +548,19 @@ class Scheduler:
         """Why the RSA takes no new jobs now (``rsa admin drain``); "" when it does."""
         return self.share.draining
 
-    def set_draining(self, on: bool, now: float, *, by: str, reason: str = "") -> Decision:
+    def set_draining(self, on: bool, now: float, *, by: str, reason: str = "",
+                     to_pfs: bool = False) -> Decision:
         """Maintenance: stop (``on``) or resume giving RSA nodes to jobs that hold none.
         Jobs in flight go on (stage-ins, stage-outs, teardowns); a job that would get RSA
-        nodes waits as one over a limit does, its user told why. Logged, so it survives
-        a restart."""
-        text = drain_reason(by, reason) if on else ""
-        ctx = {"on": on, "by": by, **({"reason": reason} if reason else {})}
+        nodes waits as one over a limit does, its user told why; with ``to_pfs`` it is
+        declined instead (the RSA will not serve it: it starts from the PFS, its hold
+        released; the way to remove the RSA). Logged, so it survives a restart."""
+        to_pfs = to_pfs and on
+        text = drain_reason(by, reason, to_pfs=to_pfs) if on else ""
+        ctx = {"on": on, "by": by, **({"reason": reason} if reason else {}),
+               **({"pfs": True} if to_pfs else {})}
         self.share.draining = text
+        self.share.drain_to_pfs = to_pfs
         return Decision(events=[Event(now, POOL_STREAM, "rsa.drain", ctx)])
 
     def forget_finished(self, now: float | None = None, older_than: float = 0.0,
@@ -589,6 +594,7 @@ class Scheduler:
         sched = cls(pool, policy)
         if base is not None:
             sched.share.draining = str(base.get("draining") or "")
+            sched.share.drain_to_pfs = bool(base.get("drain_to_pfs"))
             sched.mode = str(base.get("mode") or "")
             for name, state in dict(base.get("pool") or {}).items():
                 pool.set_state(str(name), NodeState(str(state)))
@@ -602,9 +608,12 @@ class Scheduler:
                     pool.set_state(str(ev.context["node"]), NodeState(ev.context["to"]))
                 elif ev.name == "rsa.drain":
                     c = ev.context
+                    pfs = bool(c.get("on") and c.get("pfs"))
                     sched.share.draining = drain_reason(str(c.get("by", "")),
-                                                        str(c.get("reason", ""))) \
+                                                        str(c.get("reason", "")),
+                                                        to_pfs=pfs) \
                         if c.get("on") else ""
+                    sched.share.drain_to_pfs = pfs
                 elif ev.name == "rsad.mode":
                     sched.mode = str(ev.context.get("mode", ""))
                 continue
@@ -629,7 +638,8 @@ class Scheduler:
         return {"records": {jid: rec.to_json() for jid, rec in self.records.items()},
                 "untracked": {jid: list(cs) for jid, cs in self._untracked.items()},
                 "pool": {n.name: self.pool.state(n.name).value for n in self.pool.nodes()},
-                "draining": self.share.draining, "mode": self.mode}
+                "draining": self.share.draining, "mode": self.mode,
+                **({"drain_to_pfs": True} if self.share.drain_to_pfs else {})}
 
     def mode_switch(self, mode: str, now: float) -> tuple[str, Decision]:
         """rsad starts in ``mode`` (``slurm.mode``): refused ("why", nothing logged) while
@@ -654,9 +664,11 @@ class Scheduler:
         return {jid: rec.to_json() for jid, rec in self.records.items()}
 
 
-def drain_reason(by: str, reason: str) -> str:
+def drain_reason(by: str, reason: str, *, to_pfs: bool = False) -> str:
     """What a job that would get RSA nodes during maintenance is told."""
     why = f": {reason[:60]}" if reason else ""
+    if to_pfs:
+        return f"RSA maintenance (rsa admin drain --pfs by {by}{why}): new jobs run from the PFS"
     return f"RSA maintenance (rsa admin drain by {by}{why}), until rsa admin resume"
 
 

@@ -51,6 +51,9 @@ class FairShare:
         self._refused: dict[str, str] = {}  # job -> why its last allocation was refused
         #: maintenance (rsa admin drain): why no new allocation is made ("" when none)
         self.draining = ""
+        #: ``rsa admin drain --pfs``: a job that would get RSA nodes is declined (it runs
+        #: from the PFS now) instead of waiting for the resume
+        self.drain_to_pfs = False
         self._held: dict[str, tuple[str, str, int]] = {}  # job -> (user, array, nodes)
         self._by_user: Counter[str] = Counter()
         self._by_array: Counter[str] = Counter()
@@ -62,6 +65,8 @@ class FairShare:
         self._refused.pop(req.job_id, None)
         if self.draining:  # in-flight jobs keep theirs; no job gets new RSA nodes
             self.pool.check(req)  # a job that can never be served is still told so
+            if self.drain_to_pfs:
+                raise PolicyViolation(self.draining)
             self._refused[req.job_id] = self.draining
             return None
         got = self.pool.allocate(req)

@@ -118,7 +118,11 @@ class Routes:
             if not isinstance(on, bool):
                 raise ApiError(HTTPStatus.BAD_REQUEST, "on must be true or false")
             reason = " ".join(str((body or {}).get("reason") or "").split())[:200]
-            return self.daemon.submit("rsa-drain", (on, caller.user, reason), wait=True)
+            to_pfs = (body or {}).get("pfs", False)
+            if not isinstance(to_pfs, bool):
+                raise ApiError(HTTPStatus.BAD_REQUEST, "pfs must be true or false")
+            return self.daemon.submit("rsa-drain", (on, caller.user, reason, to_pfs),
+                                      wait=True)
         if method == "POST" and len(parts) == 3 and parts[0] == "nodes" and parts[2] == "state":
             if not caller.operator:
                 raise ApiError(HTTPStatus.FORBIDDEN, "only root or slurm may drain nodes")

@@ -558,8 +558,9 @@ class Daemon:
             self.node_notes[node] = {"by": by, "reason": reason, "time": now}
             return {"node": node, "state": state}
         if req.kind == "rsa-drain":  # rsa admin drain / resume
-            on, by, reason = req.payload
-            self._commit(self.sched.set_draining(on, now, by=by, reason=reason))
+            on, by, reason, to_pfs = req.payload
+            self._commit(self.sched.set_draining(on, now, by=by, reason=reason,
+                                                 to_pfs=to_pfs))
             log.warning("RSA %s by %s%s", "draining: no new jobs" if on else "resumed", by,
                         f" ({reason})" if reason else "")
             return {"draining": self.sched.draining, "in_flight": sum(

@@ -112,3 +112,42 @@ findmnt -n -o TARGET --target {area}/in > {res}/second
     assert "mounted-input" in reached(lab, second), reached(lab, second)
     assert (res / "second").read_text().strip() == f"{area}/in"
     assert status(lab)["draining"] == ""
+
+
+def test_a_drain_to_the_pfs_starts_held_jobs_from_the_pfs_and_finishes_what_is_in_flight(
+        lab: Mapping[str, str], area: Path) -> None:
+    """Removing the RSA (operator guide): a job held through a plain drain starts from
+    the PFS once the drain goes to the PFS (``--pfs``), told why, while the job in
+    flight finishes on its RAMDISK and its output is verified. On main a drained RSA
+    kept new jobs held until ``staging.wait_timeout``."""
+    out, res = area / "out", area / "res"
+    made = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", f"mkdir {area}/in && "
+                                                   f"head -c 10000 /dev/urandom > {area}/in/f1"])
+    assert made.returncode == 0, made.stderr
+    try:
+        with make_jobs(lab) as jobs:
+            first = jobs.submit(script=output_job(out, res, 2).replace(
+                f"(cd {out}", f"sleep 15\n(cd {out}"))
+            wait_state(lab, first, "mounted-output", timeout=120)
+            rsa(lab, "admin", "drain", "--reason", "lab maintenance")
+            second = jobs.submit(script=f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_IN={area}/in
+findmnt -n -o TARGET --target {area}/in > {res}/second
+""")
+            wait_for(f"job {second} held by the drain",
+                     lambda: show_job(lab, second)["Comment"] == DRAINED, timeout=60)
+            said = rsa(lab, "admin", "drain", "--pfs", "--reason", "removal")
+            assert said.startswith("RSA draining: new jobs run from the PFS"), said
+            wait_for(f"job {second} run from the PFS", lambda: (res / "second").exists(),
+                     timeout=90)
+            comment = show_job(lab, second)["Comment"]
+            assert "rsa admin drain --pfs by root: removal" in comment, comment
+            wait_state(lab, first, "released", timeout=120)
+        assert (res / "second").read_text().strip() != f"{area}/in"  # the PFS's mount
+        assert "output-verified" in reached(lab, first)
+        assert md5_of(out) == (res / "md5").read_text()
+        assert "mounted-input" not in reached(lab, second)
+    finally:
+        rsa(lab, "admin", "resume")
+    assert status(lab)["draining"] == ""

@@ -121,3 +121,60 @@ def test_a_held_jobs_comment_keeps_the_reason_it_waits(tmp_path: Path) -> None:
         "RSA: waits for RSA nodes: RSA maintenance (rsa admin drain by root: upgrade)"), comments
     assert not any(c.startswith("RSA: held until its input is staged") for c in comments)
     assert released(slurm) == [] and not d.sched.records["7"].nodes
+
+
+def test_a_drain_to_the_pfs_declines_new_jobs_and_survives_a_restart() -> None:
+    """Issue 33, a clean removal: ``rsa admin drain --pfs`` lets every job that holds no
+    RSA nodes run from the PFS now (declined, told why) instead of waiting for a resume
+    that will not come; the job in flight still finishes; a restart keeps the drain."""
+    d = Driver(make_scheduler())
+    d.observe(obs("10", "PENDING", "Resources", make_spec()))
+    d.answer("10")  # in flight
+    d.take(d.sched.set_draining(True, d.now, by="root", reason="removal", to_pfs=True))
+    dec = d.observe(obs("10", "PENDING", "Resources", make_spec()),
+                    obs("11", "PENDING", "Resources", make_spec(early=EarlyStart.WAIT)),
+                    at=5)
+    rec = d.sched.records["11"]
+    assert d.state("11") == "declined" and rec.declined and not rec.nodes
+    told = [a.args_as(TellUserArgs).message for a in dec.actions
+            if a.kind is ActionKind.TELL_USER and a.job_id == "11"]
+    assert told and "rsa admin drain --pfs by root: removal" in told[0]
+    assert "new jobs run from the PFS" in told[0]
+    d.answer_all("10")
+    assert d.sched.records["10"].nodes  # the job in flight keeps its RSA nodes
+    for again in (Scheduler.replay(make_pool(), d.sched.policy, d.log),
+                  Scheduler.replay(make_pool(), d.sched.policy, [],
+                                   base=d.sched.durable_state())):
+        assert again.share.drain_to_pfs and "drain --pfs" in again.draining
+    d.take(d.sched.set_draining(False, 30, by="root"))
+    assert not d.sched.share.drain_to_pfs
+    assert not Scheduler.replay(make_pool(), d.sched.policy, d.log).share.drain_to_pfs
+
+
+def test_a_held_job_is_released_to_the_pfs_by_a_drain_to_the_pfs(tmp_path: Path) -> None:
+    """The start hold of a job that waited through a plain drain is released once the
+    drain goes to the PFS: the job starts now, its comment says why."""
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    d._commit(d.sched.set_draining(True, 0, by="root", reason="upgrade"))
+    slurm.set("7", "PENDING", "BeginTime", hold=HOLD)
+    for _ in range(2):
+        d.poll()
+        settle(d)
+    assert released(slurm) == []
+    d._commit(d.sched.set_draining(True, 1, by="root", reason="removal", to_pfs=True))
+    for _ in range(3):
+        d.poll()
+        settle(d)
+    flush_urgent(d)
+    assert [r.split(":")[0] for r in released(slurm)] == ["7"]
+    assert d.sched.records["7"].declined
+    comments = [v for k, v in slurm.calls if k == "comment"]
+    assert any("rsa admin drain --pfs by root: removal" in c for c in comments), comments
+
+
+def test_the_api_takes_pfs_only_as_a_flag(routes: Routes) -> None:
+    with pytest.raises(ApiError, match="pfs must be true or false"):
+        routes.dispatch(ROOT, "POST", "/v1/admin/drain", {"on": True, "pfs": "yes"})
+    out = routes.dispatch(ROOT, "POST", "/v1/admin/drain", {"on": True, "pfs": True})
+    assert "drain --pfs by root" in out["draining"]
