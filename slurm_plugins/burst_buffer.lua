@@ -16,7 +16,7 @@ Slurm 22.05 (Debian 12) calling conventions, as this file relies on them (24.11'
     rsad answers staged-in / staged-out-and-verified (22.05 has no test_data_in/out);
   * a failed setup/data_in holds the job (Reason BurstBufferOperation, the message below);
     a failed data_out keeps the job in stage-out and its data on the RAMDISK.
-Slurm 24.05 and later (24.11, Debian 13: tests/slurm24 runs this file under it) differ:
+Slurm 24.05 and later (24.11, Debian 13: tests/slurm_release runs this file under it) differ:
   * all 13 functions are required, slurm_bb_test_data_in/out too, and slurmctld stops if
     this file fails to load; each killable hook runs in a fresh slurmscriptd helper;
   * after data_in (data_out) Slurm calls test_data_in (test_data_out) every PollInterval
@@ -53,7 +53,7 @@ local CONFIG = {
   -- (anyone can type "0"): there every caller gets the totals (RSA nodes free, held, out;
   -- jobs per rsa-state) and no job id. nil: as the running Slurm says, true from 24.05
   -- (its burst_buffer/lua defines slurm.SLURM_BB_BUSY; checked on 24.11 by
-  -- tests/slurm24), false before; set true by hand on 23.02 and 23.11.
+  -- tests/slurm_release), false before; set true by hand on 23.02 and 23.11.
   status_caller = nil,
   -- Whether Slurm polls test_data_in/test_data_out (24.05 and later): data_in/data_out
   -- then return at once and each poll asks rsad once (`rsa-bb --once`), answering BUSY

@@ -146,7 +146,7 @@ def test_bbstat_passes_rsa_bb_the_callers_uid_only_when_slurm_gives_it(
 def test_bbstat_passes_the_callers_uid_by_itself_on_slurm_24(tmp_path: Path) -> None:
     """Left unset, status_caller follows the running Slurm: 24.05 and later (whose
     burst_buffer/lua defines slurm.SLURM_BB_BUSY) pass the caller's uid and gid first,
-    22.05 does not (issue 31; on a real 24.11 slurmctld: tests/slurm24)."""
+    22.05 does not (issue 31; on a real 24.11 slurmctld: tests/slurm_release)."""
     script, args = fake_rsa_bb(tmp_path, "ok RSA nodes: 4, free 3")
     assert call("slurm_bb_get_status", "1002", "1002", config={"rsa_bb": str(script)},
                 slurm="24.11").rc == "0"

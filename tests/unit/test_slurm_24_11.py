@@ -1,5 +1,5 @@
 """The adapter's parsers on real Slurm 24.11.5 output (Debian 13's, captured by
-tests/slurm24: tests/data/slurm/24.11/README.md), and rsad's start-up check on 24.11's
+tests/slurm_release: tests/data/slurm/24.11/README.md), and rsad's start-up check on 24.11's
 ``scontrol show config`` (``(null)`` where 22.05 printed ``accounting_storage/none``)."""
 
 from __future__ import annotations

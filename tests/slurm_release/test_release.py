@@ -1,11 +1,12 @@
-"""rsa-scheduler's Slurm side on a real Slurm 24.11 (Debian 13's; issue 31): the SPANK
-plugin built against 24.11's headers and loaded by sbatch and slurmstepd, job_submit.lua
-and burst_buffer.lua run by 24.11's slurmctld, and the adapter's parsers on what 24.11's
-squeue, sinfo and scontrol print (captured into ``RSA_SLURM24_CAPTURE`` when set:
-tests/data/slurm/24.11/, whose unit tests read them without a cluster).
+"""rsa-scheduler's Slurm side on a real Slurm of one release (``RSA_SLURM_RELEASE``: 24.11,
+Debian 13's; 26.05, Debian testing's; issue 31): the SPANK plugin built against that
+release's headers and loaded by sbatch and slurmstepd, job_submit.lua and burst_buffer.lua
+run by its slurmctld, and the adapter's parsers on what its squeue, sinfo and scontrol
+print (captured into ``RSA_SLURM24_CAPTURE``/``RSA_SLURM26_CAPTURE`` when set:
+tests/data/slurm/24.11/, 26.05/, whose unit tests read them without a cluster).
 
-rsa-bb is a stub that logs and answers ``ok`` (tests/slurm24/conftest.py): what is under
-test is how Slurm 24.11 calls our lua, not rsad.
+rsa-bb is a stub that logs and answers ``ok`` (tests/slurm_release/conftest.py): what is
+under test is how the Slurm release calls our lua, not rsad.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ import pytest
 from rsa_scheduler.runner import Completed, LocalRunner
 from rsa_scheduler.slurm.cli import CliSlurm, lockin_problem, qos_warning
 from rsa_scheduler.slurm.parse import QueueRow
-from tests.slurm24.cluster import NODES, RUN, UID, USER, Cluster
-from tests.slurm24.conftest import BB_LOG
+from tests.slurm_release.cluster import NODES, RELEASE, RUN, UID, USER, Cluster
+from tests.slurm_release.conftest import BB_LOG
 
-pytestmark = pytest.mark.slurm24
+pytestmark = pytest.mark.slurm_release
 
 RSA_SCRIPT = "#!/bin/sh\n#RSA_DATA_IN=/tmp/in\n#RSA_TIER=ram\n{body}\n"
 
@@ -81,12 +82,12 @@ def idle(cluster: Cluster) -> Iterator[Cluster]:
 
 @pytest.fixture
 def capture(tmp_path: Path) -> Path:
-    out = Path(os.environ.get("RSA_SLURM24_CAPTURE") or tmp_path)
+    out = Path(os.environ.get(RELEASE.capture_env) or tmp_path)
     out.mkdir(parents=True, exist_ok=True)
     return out
 
 
-def test_the_spank_plugin_built_for_24_11_loads_and_one_for_22_05_is_refused(
+def test_the_spank_plugin_built_for_the_release_loads_and_one_for_22_05_is_refused(
         idle: Cluster) -> None:
     c = idle
     # sbatch loads it (plugstack.conf says required): the --rsa-* options are there
@@ -101,7 +102,8 @@ def test_the_spank_plugin_built_for_24_11_loads_and_one_for_22_05_is_refused(
     assert state(c, job) == "COMPLETED", c.log("slurmd-c1.log")[-1500:]
     env = c.path(f"/tmp/spank-{job}.out").read_text().splitlines()
     assert "RSA_STATE=unavailable" in env and "RSA_MODE=native" in env
-    # the same plugin built against 22.05 (this machine's libslurm-dev): 24.11 refuses it
+    # the same plugin built against 22.05 (this machine's libslurm-dev): the release
+    # refuses it
     built22 = Path(__file__).resolve().parents[2] / "slurm_plugins/spank/rsa_spank.so"
     if built22.exists():
         etc = c.path(f"{RUN}/etc")
@@ -118,7 +120,7 @@ def test_the_spank_plugin_built_for_24_11_loads_and_one_for_22_05_is_refused(
                          said), said
 
 
-def test_job_submit_lua_checks_directives_and_marks_the_job_on_24_11(idle: Cluster) -> None:
+def test_job_submit_lua_checks_directives_and_marks_the_job(idle: Cluster) -> None:
     c = idle
     bad = c.run(["sbatch", "--parsable", "--chdir=/tmp", "-o", "/dev/null"], user=True,
                 check=False, input="#!/bin/sh\n#RSA_DATA_IN=/tmp/in\n#RSA_NODES=0\ntrue\n")
@@ -128,14 +130,14 @@ def test_job_submit_lua_checks_directives_and_marks_the_job_on_24_11(idle: Clust
     job = submit(c, "-H", script=RSA_SCRIPT.format(body="true"))
     shown = c.out("squeue", "-h", "-j", job, "-O", "admin_comment:0,BurstBuffer:0")
     assert shown.startswith("rsa1:") and "#BB_LUA pool=ram" in shown, shown
-    # a user cannot set admin_comment: 24.11 refuses it as 22.05 did
+    # a user cannot set admin_comment: the release refuses it as 22.05 did
     changed = c.run(["scontrol", "update", f"jobid={job}", "admincomment=x"], user=True,
                     check=False)
     assert changed.returncode != 0
 
 
-def test_burst_buffer_lua_stages_by_24_11s_polls(idle: Cluster) -> None:
-    """24.11 calls setup, data_in, then test_data_in every PollInterval while it answers
+def test_burst_buffer_lua_stages_by_the_releases_polls(idle: Cluster) -> None:
+    """24.11 (and 26.05) calls setup, data_in, then test_data_in every PollInterval while it answers
     BUSY, real_size, pre_run; at the end post_run, data_out, test_data_out likewise,
     teardown; each in a slurmscriptd helper (burst_buffer_lua.c). data_in and data_out
     return at once: rsad is asked by the polls, once each (`rsa-bb --once`), and no
@@ -158,7 +160,7 @@ def test_burst_buffer_lua_stages_by_24_11s_polls(idle: Cluster) -> None:
     assert ran == ["job_process", "setup", "data_in", "test_data_in", "test_data_in",
                    "real_size", "paths", "pre_run", "post_run", "data_out",
                    "test_data_out", "test_data_out", "job_teardown"], ran
-    # bbstat: 24.11 passes the caller's uid and gid first; burst_buffer.lua hands rsa-bb
+    # bbstat: 24.11 (and 26.05) passes the caller's uid and gid first; burst_buffer.lua hands rsa-bb
     # the uid by itself (CONFIG.status_caller unset)
     shown = c.out("scontrol", "show", "bbstat", user=True)
     assert "RSA nodes: 1 free" in shown, shown
@@ -169,7 +171,7 @@ def by_id(rows: list[QueueRow]) -> dict[str, QueueRow]:
     return {r.job_id: r for r in rows}
 
 
-def test_the_adapter_reads_what_24_11_prints(idle: Cluster, capture: Path) -> None:
+def test_the_adapter_reads_what_the_release_prints(idle: Cluster, capture: Path) -> None:
     """Every squeue/sinfo/scontrol call of rsa_scheduler.slurm.cli, on a queue with a
     running plain job and RSA job, a pending one (root gave it an admin_comment), an
     array, a held job, a dependent and a job locked in by priority; each output kept."""
@@ -244,8 +246,8 @@ def test_the_adapter_reads_what_24_11_prints(idle: Cluster, capture: Path) -> No
 
     config = slurm.show_config()
     keep("scontrol_show_config.txt")
-    assert config["SLURM_VERSION"].startswith("24.11.")
-    # no accounting: 24.11 says "(null)" where 22.05 said accounting_storage/none
+    assert config["SLURM_VERSION"].startswith(f"{RELEASE.version}.")
+    # no accounting: 24.11 and 26.05 say "(null)" where 22.05 said accounting_storage/none
     assert lockin_problem("qos", 0, config) is not None
     assert "no accounting" in (lockin_problem("qos", 0, config) or "")
     assert qos_warning("qos", "rsa-lockin", config) is None
