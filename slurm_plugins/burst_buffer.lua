@@ -99,6 +99,15 @@ local function command(hook, args, once)
   return table.concat(parts, " ") .. " 2>&1"
 end
 
+-- A failure's message as Slurm keeps it: the job's reason (squeue's Reason, which rsad
+-- reads in its `squeue -O ...|` line) or bbstat's text. One line, no `|`: a message may
+-- name a user's file, and a newline or `|` in the reason would shift rsad's columns or
+-- forge a whole row of another job (seen on real 24.11 and 26.05: tests/slurm_release).
+-- `|` is written %7C, as in the admin_comment.
+local function one_line(text)
+  return (tostring(text):gsub("%c+", " "):gsub("|", "%%7C"))
+end
+
 -- rsa-bb's output -> rc, message. Its answer is the first line starting with "ok",
 -- "busy" (--once: the stage still runs; Slurm's BUSY, rsa-bb's text logged) or "error";
 -- what follows belongs to the message (bbstat's lines).
@@ -116,8 +125,8 @@ local function parse_answer(out, hook, what)
   end
   if answer == nil then
     local tail = (out or ""):gsub("%s+", " "):sub(-200)
-    return slurm.ERROR, "rsa-bb " .. hook .. " gave no answer (is " .. CONFIG.rsa_bb
-      .. " installed and rsa-scheduler's config readable by SlurmUser?): " .. tail
+    return slurm.ERROR, one_line("rsa-bb " .. hook .. " gave no answer (is " .. CONFIG.rsa_bb
+      .. " installed and rsa-scheduler's config readable by SlurmUser?): " .. tail)
   end
   local text = answer.text
   if #rest > 0 then
@@ -130,7 +139,7 @@ local function parse_answer(out, hook, what)
     slurm.log_info("rsa: %s: %s", what or hook, text)
     return slurm.SUCCESS, slurm.SLURM_BB_BUSY
   end
-  return slurm.ERROR, text
+  return slurm.ERROR, one_line(text)
 end
 
 -- Run rsa-bb for one killable hook (slurmscriptd child; never inside slurmctld).
@@ -142,7 +151,7 @@ local function ask(once, hook, ...)
   local cmd = command(hook, { ... }, once)
   local pipe = io.popen(cmd)
   if pipe == nil then
-    return slurm.ERROR, "cannot run " .. CONFIG.rsa_bb
+    return slurm.ERROR, one_line("cannot run " .. CONFIG.rsa_bb)
   end
   local out = pipe:read("*a")
   pipe:close()
