@@ -34,9 +34,16 @@ JOB_SUBMIT_PARTS = ("rsa_job_submit.lua", "rsa_grammar.lua", "rsa_text.lua",
 BB_LOG = f"{RUN}/bb.log"  # every rsa-bb call the stub below answered, one line each
 # rsa-bb as rsad answers it (burst_buffer.lua runs it): each call logged, "ok" answered,
 # a status with two lines; `--once data_in|data_out JOB` (Slurm's polls) "busy" the first
-# time, "ok" the next. The hooks' calling of it is the Slurm release's, for real.
+# time, "ok" the next; while the file FAIL_DATA_IN exists, its text is the answer to
+# every `--once data_in` (a failed stage-in). The hooks' calling of it is the Slurm
+# release's, for real.
+FAIL_DATA_IN = f"{RUN}/fail-data_in"
 RSA_BB = f"""#!/bin/sh
 echo "$*" >> {BB_LOG}
+if [ "$1" = --once ] && [ "$2" = data_in ] && [ -e {FAIL_DATA_IN} ]; then
+  cat {FAIL_DATA_IN}
+  exit 0
+fi
 if [ "$1" = --once ]; then
   seen={RUN}/once-$2-$3
   if [ -e "$seen" ]; then echo "ok $2 done"; else : > "$seen"; echo "busy $2 running"; fi

@@ -11,6 +11,7 @@ under test is how the Slurm release calls our lua, not rsad.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -19,11 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from rsa_scheduler.node.check import plugin_version, release, version_number
 from rsa_scheduler.runner import Completed, LocalRunner
 from rsa_scheduler.slurm.cli import CliSlurm, lockin_problem, qos_warning
 from rsa_scheduler.slurm.parse import QueueRow
 from tests.slurm_release.cluster import NODES, RELEASE, RUN, UID, USER, Cluster
-from tests.slurm_release.conftest import BB_LOG
+from tests.slurm_release.conftest import BB_LOG, FAIL_DATA_IN
 
 pytestmark = pytest.mark.slurm_release
 
@@ -88,8 +90,17 @@ def capture(tmp_path: Path) -> Path:
 
 
 def test_the_spank_plugin_built_for_the_release_loads_and_one_for_22_05_is_refused(
-        idle: Cluster) -> None:
+        idle: Cluster, capture: Path) -> None:
     c = idle
+    # what rsa nodes check --compute reads of the node's Slurm (slurmd -V) and of the
+    # plugin (its plugin_version symbol, SLURM_VERSION_NUMBER of the headers it was
+    # built with) agree on the release
+    said_v = c.out("slurmd", "-V")
+    (capture / "slurmd_version.txt").write_text(said_v)
+    running = version_number(said_v)
+    assert running is not None and release(running) == RELEASE.version, said_v
+    built = plugin_version(str(c.path(f"{RUN}/spank/rsa_spank.so")))
+    assert release(built) == RELEASE.version
     # sbatch loads it (plugstack.conf says required): the --rsa-* options are there
     helped = c.out("sbatch", "--help", user=True)
     assert "--rsa-data-in" in helped and "--rsa-tier" in helped
@@ -167,6 +178,37 @@ def test_burst_buffer_lua_stages_by_the_releases_polls(idle: Cluster) -> None:
     assert c.path(BB_LOG).read_text().splitlines()[-1] == f"status {UID}"
 
 
+def test_a_failed_stage_in_in_the_queue(idle: Cluster, capture: Path) -> None:
+    """rsad fails a job's stage-in (rsa-bb answers ``error``): Slurm holds the job and
+    its reason carries rsad's message, in rsad's own queue read (squeue -O QUEUE_FORMAT).
+    The message holds a ``|`` and a second line, as a message naming a user's file may:
+    burst_buffer.lua gives Slurm one line with ``%7C`` (on main, on 24.11 and 26.05 alike,
+    rsad's queue read failed on it, and its second line read as a RUNNING job of root's).
+    24.11 writes the reason ``burst_buffer/lua: slurm_bb_test_data_in: MESSAGE``, 25.05+
+    ``burst_buffer/lua: JobHeldAdmin: slurm_bb_test_data_in failed: MESSAGE``."""
+    c = idle
+    c.path(FAIL_DATA_IN).write_text("error cannot stage in /tmp/in/a|b: gone\n"
+                                     "999999|RUNNING|None|1|1|root|debug|5:00|x|y|0|rsa1:\n")
+    try:
+        job = submit(c, "-J", "cap-failed", script=RSA_SCRIPT.format(body="true"))
+        c.wait(f"job {job}'s failed stage-in", lambda: "data_in" in c.out(
+            "squeue", "-h", "-j", job, "-o", "%r"))
+    finally:
+        c.path(FAIL_DATA_IN).unlink()
+    rec = Recorder(c)
+    rows = by_id(CliSlurm(runner=rec).queue())
+    (capture / "squeue_stage_in_failed.txt").write_text(rec.outputs[-1])
+    assert "999999" not in rows and all(r.user == USER for r in rows.values()), rows
+    failed = rows[job]
+    assert (failed.state, failed.user, failed.num_nodes) == ("PENDING", USER, 1)
+    message = "cannot stage in /tmp/in/a%7Cb: gone 999999%7CRUNNING%7CNone%7C1"
+    hook = ("slurm_bb_test_data_in:" if RELEASE.version == "24.11"
+            else "JobHeldAdmin: slurm_bb_test_data_in failed:")
+    assert failed.reason.startswith(f"burst_buffer/lua: {hook} {message}"), failed.reason
+    (capture / "jobs_stage_in_failed.env").write_text(
+        f"# The job of squeue_stage_in_failed.txt (Slurm {RELEASE.version})\nFAILED={job}\n")
+
+
 def by_id(rows: list[QueueRow]) -> dict[str, QueueRow]:
     return {r.job_id: r for r in rows}
 
@@ -187,7 +229,8 @@ def test_the_adapter_reads_what_the_release_prints(idle: Cluster, capture: Path)
     rsa = submit(c, "-J", "cap-rsa", "-t", "5", script=RSA_SCRIPT.format(body="sleep 300"))
     wait_state(c, run, "RUNNING")
     wait_state(c, rsa, "RUNNING")
-    pend = submit(c, "-J", "cap-pend", "-t", "5", "--wrap", "sleep 30")
+    pend = submit(c, "-J", "cap-pend", "-t", "5", "--mail-type=END,FAIL",
+                  "--mail-user=alice@example.org", "--wrap", "sleep 30")
     array = submit(c, "-J", "cap-array", "-t", "5", "--array=0-2", "--wrap", "sleep 30")
     held = submit(c, "-J", "cap-held", "-H", "-t", "5", "--wrap", "sleep 30")
     dep = submit(c, "-J", "cap-dep", f"--dependency=afterok:{run}", "-t", "5",
@@ -243,6 +286,22 @@ def test_the_adapter_reads_what_the_release_prints(idle: Cluster, capture: Path)
 
     assert slurm.idle_nodes() == {"debug": 0}
     keep("sinfo_partitions.txt")
+
+    assert slurm.job_mail(pend) == ("alice@example.org", "END,FAIL")
+    keep("scontrol_show_job.txt")
+    asked = slurm.job_mail(run)
+    (capture / "scontrol_show_job_no_mail.txt").write_text(rec.outputs[-1])
+    assert asked is None, asked  # 24.11, 26.05: no Mail line for a job without mail
+
+    # the --json forms (no parser of rsad reads them; tests/e2e reads squeue's): 24.11's
+    # data_parser gives job_state as a list and priority as {set, infinite, number}
+    for name, argv in (("squeue.json", ["squeue", "--json"]),
+                       ("sinfo.json", ["sinfo", "--json"])):
+        (capture / name).write_text(c.out(*argv))
+    jobs = {str(j["job_id"]): j for j in json.loads((capture / "squeue.json").read_text())
+            ["jobs"]}
+    assert jobs[held]["job_state"] == ["PENDING"]
+    assert jobs[odd]["priority"] == {"set": True, "infinite": False, "number": 4294967000}
 
     config = slurm.show_config()
     keep("scontrol_show_config.txt")
