@@ -49,8 +49,10 @@ def test_sacct_and_the_qos_lock_in(acct_cluster: Cluster, capture: Path) -> None
     array = submit(c, "-J", "a-array", "-t", "2", "--array=0-1", "--wrap", "true")
     running = submit(c, "-J", "a-cancel", "-t", "2", "--wrap", "sleep 60")
     wait_state(c, running, "RUNNING")
-    # the lock-in: a pending job gets the QOS and jumps ahead; unlock gives its own back
-    queued = submit(c, "-J", "a-locked", "-t", "2", "--wrap", "true")
+    # the lock-in: a pending job gets the QOS and jumps ahead; unlock gives its own back.
+    # Both nodes busy first (select/linear: one job each), so the job stays pending
+    queued = submit(c, "-J", "a-locked", "-t", "2", "--wrap", "sleep 60")
+    wait_state(c, queued, "RUNNING")
     behind = submit(c, "-J", "a-behind", "-t", "2", "--wrap", "true")
     original = slurm.lock_original(behind)
     keep("squeue_lock_view_qos_before.txt")
@@ -62,7 +64,7 @@ def test_sacct_and_the_qos_lock_in(acct_cluster: Cluster, capture: Path) -> None
     assert "restored" in slurm.unlock(behind, original) or \
         slurm._lock_view(behind).qos == "normal"
     assert slurm._lock_view(behind).qos == "normal"
-    c.out("scancel", running)
+    c.out("scancel", running, queued)
     for job in (done, failed, f"{array}_0", f"{array}_1", running, queued, behind):
         wait_state(c, job, "COMPLETED", "FAILED", "CANCELLED", timeout=60)
 
