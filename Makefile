@@ -62,10 +62,10 @@ unit: install
 	$(VENV)/bin/pytest -q -m unit tests/unit
 
 # The packages are built first (make deb may apt-get on the host, as lab-up does: never
-# both at once), and the MooseFS 4 driver test and the Slurm 24.11 test run (each its own
-# Debian 13 root and namespaces); then the install test (a chroot of its own with its own dpkg, no lab)
-# runs beside the lab phases, its output kept in dist/install-test.log and shown at the
-# end. The lab phases run one after the other and stop at the first that fails; then,
+# both at once), and the MooseFS 4 driver test and the Slurm 24.11 and 26.05 tests run
+# (each its own Debian 13 or testing root and namespaces); then the install test (a
+# chroot of its own with its own dpkg, no lab) runs beside the lab phases, its output
+# kept in dist/install-test.log and shown at the end. The lab phases run one after the other and stop at the first that fails; then,
 # when all passed, the cluster lab (lab/cluster: every node its own host, ~1.5 min). The
 # first failure's status is make test's.
 test: install lint
@@ -73,6 +73,7 @@ test: install lint
 	$(MAKE) --no-print-directory deb
 	$(MAKE) --no-print-directory mfs4-test
 	$(MAKE) --no-print-directory slurm24-test
+	$(MAKE) --no-print-directory slurm26-test
 	@log=$(CURDIR)/dist/install-test.log; \
 	( tests/install/run >$$log 2>&1; echo $$? >$$log.rc ) & bg=$$!; \
 	trap 'kill $$bg 2>/dev/null; wait $$bg; exit 130' INT TERM; \
@@ -127,7 +128,8 @@ mfs4-test: install
 # (slurmdbd, MariaDB). Needs no lab. Each release its own cached root, ports and paths:
 #   slurm24-test  Slurm 24.11, Debian 13 (/var/tmp/rsa-slurm24, ports 6917-6921); ~30 s,
 #                 plus ~1 min to build the root once
-#   slurm26-test  Slurm 26.05, Debian testing (/var/tmp/rsa-slurm26, ports 6927-6931)
+#   slurm26-test  Slurm 26.05, Debian testing (/var/tmp/rsa-slurm26, ports 6927-6931);
+#                 ~20 s, plus ~1 min to build the root once
 # RSA_SLURM24_CAPTURE=tests/data/slurm/24.11 (RSA_SLURM26_CAPTURE=tests/data/slurm/26.05)
 # rewrites the captures the unit tests read.
 define slurm_release_test
