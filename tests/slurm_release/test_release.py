@@ -20,7 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from rsa_scheduler.node.check import plugin_version, release, version_number
+from rsa_scheduler.node.check import (
+    SPANK_FIX,
+    _spank_lacks,
+    plugin_version,
+    release,
+    version_number,
+)
 from rsa_scheduler.runner import Completed, LocalRunner
 from rsa_scheduler.slurm.cli import CliSlurm, lockin_problem, qos_warning
 from rsa_scheduler.slurm.parse import QueueRow
@@ -90,7 +96,7 @@ def capture(tmp_path: Path) -> Path:
 
 
 def test_the_spank_plugin_built_for_the_release_loads_and_one_for_22_05_is_refused(
-        idle: Cluster, capture: Path) -> None:
+        idle: Cluster, capture: Path, tmp_path: Path) -> None:
     c = idle
     # what rsa nodes check --compute reads of the node's Slurm (slurmd -V) and of the
     # plugin (its plugin_version symbol, SLURM_VERSION_NUMBER of the headers it was
@@ -99,8 +105,17 @@ def test_the_spank_plugin_built_for_the_release_loads_and_one_for_22_05_is_refus
     (capture / "slurmd_version.txt").write_text(said_v)
     running = version_number(said_v)
     assert running is not None and release(running) == RELEASE.version, said_v
-    built = plugin_version(str(c.path(f"{RUN}/spank/rsa_spank.so")))
-    assert release(built) == RELEASE.version
+    plugin = c.path(f"{RUN}/spank/rsa_spank.so")
+    assert release(plugin_version(str(plugin))) == RELEASE.version
+    # and a node whose Slurm is another release (this host's 22.05 slurmd) is told so
+    host = version_number(LocalRunner()(["/usr/sbin/slurmd", "-V"], timeout=30).stdout) \
+        if Path("/usr/sbin/slurmd").exists() else None
+    if host is not None:
+        (tmp_path / "plugstack.conf").write_text(f"required {plugin}\n")
+        told = _spank_lacks(f"PlugStackConfig={tmp_path}/plugstack.conf\n",
+                            tmp_path / "slurm.conf")
+        assert told == [f"the SPANK plugin {plugin} for Slurm {release(host)} (it was "
+                        f"built for {RELEASE.version}; slurmstepd refuses it): {SPANK_FIX}"]
     # sbatch loads it (plugstack.conf says required): the --rsa-* options are there
     helped = c.out("sbatch", "--help", user=True)
     assert "--rsa-data-in" in helped and "--rsa-tier" in helped
