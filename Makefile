@@ -25,7 +25,7 @@ SPANK      := slurm_plugins/spank
 WF_VENV    ?= $(CURDIR)/.venv-wf
 WF_PKGS    := snakemake==9.27.1 snakemake-executor-plugin-cluster-generic==1.0.9
 
-.PHONY: install test unit lint clean spank deb install-test grammar mfs4-test slurm24-test cluster-test
+.PHONY: install test unit lint clean spank deb install-test grammar mfs4-test slurm24-test slurm26-test cluster-test
 
 install: $(VENV)/.installed spank $(WF_VENV)/.installed
 
@@ -62,10 +62,10 @@ unit: install
 	$(VENV)/bin/pytest -q -m unit tests/unit
 
 # The packages are built first (make deb may apt-get on the host, as lab-up does: never
-# both at once), and the MooseFS 4 driver test and the Slurm 24.11 test run (each its own
-# Debian 13 root and namespaces); then the install test (a chroot of its own with its own dpkg, no lab)
-# runs beside the lab phases, its output kept in dist/install-test.log and shown at the
-# end. The lab phases run one after the other and stop at the first that fails; then,
+# both at once), and the MooseFS 4 driver test and the Slurm 24.11 and 26.05 tests run
+# (each its own Debian 13 or testing root and namespaces); then the install test (a
+# chroot of its own with its own dpkg, no lab) runs beside the lab phases, its output
+# kept in dist/install-test.log and shown at the end. The lab phases run one after the other and stop at the first that fails; then,
 # when all passed, the cluster lab (lab/cluster: every node its own host, ~1.5 min). The
 # first failure's status is make test's.
 test: install lint
@@ -73,6 +73,7 @@ test: install lint
 	$(MAKE) --no-print-directory deb
 	$(MAKE) --no-print-directory mfs4-test
 	$(MAKE) --no-print-directory slurm24-test
+	$(MAKE) --no-print-directory slurm26-test
 	@log=$(CURDIR)/dist/install-test.log; \
 	( tests/install/run >$$log 2>&1; echo $$? >$$log.rc ) & bg=$$!; \
 	trap 'kill $$bg 2>/dev/null; wait $$bg; exit 130' INT TERM; \
@@ -120,16 +121,26 @@ mfs4-test: install
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
 	$(VENV)/bin/pytest -q --durations=5 tests/mfs4
 
-# Our Slurm side on real Slurm 24.11 (Debian 13's slurmctld and two slurmd, chrooted in
-# namespaces of its own; tests/slurm24): the SPANK plugin built against 24.11 and loaded,
-# job_submit.lua and burst_buffer.lua under 24.11's slurmctld, the adapter's parsers on
-# 24.11's output, with and without accounting (slurmdbd, MariaDB). Needs no lab; ~30 s,
-# plus ~1 min to build the cached root once.
-# RSA_SLURM24_CAPTURE=tests/data/slurm/24.11 rewrites the captures the unit tests read.
-slurm24-test: install
+# Our Slurm side on a real Slurm of one release (its Debian's slurmctld and two slurmd,
+# chrooted in namespaces of its own; tests/slurm_release, RSA_SLURM_RELEASE): the SPANK
+# plugin built against that release and loaded, job_submit.lua and burst_buffer.lua under
+# its slurmctld, the adapter's parsers on its output, with and without accounting
+# (slurmdbd, MariaDB). Needs no lab. Each release its own cached root, ports and paths:
+#   slurm24-test  Slurm 24.11, Debian 13 (/var/tmp/rsa-slurm24, ports 6917-6921); ~30 s,
+#                 plus ~1 min to build the root once
+#   slurm26-test  Slurm 26.05, Debian testing (/var/tmp/rsa-slurm26, ports 6927-6931);
+#                 ~20 s, plus ~1 min to build the root once
+# RSA_SLURM24_CAPTURE=tests/data/slurm/24.11 (RSA_SLURM26_CAPTURE=tests/data/slurm/26.05)
+# rewrites the captures the unit tests read.
+define slurm_release_test
 	command -v debootstrap >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
-	$(VENV)/bin/pytest -q --durations=5 tests/slurm24
+	RSA_SLURM_RELEASE=$(1) $(VENV)/bin/pytest -q --durations=5 tests/slurm_release
+endef
+slurm24-test: install
+	$(call slurm_release_test,24.11)
+slurm26-test: install
+	$(call slurm_release_test,26.05)
 
 clean:
 	rm -rf dist

@@ -16,7 +16,7 @@ Slurm 22.05 (Debian 12) calling conventions, as this file relies on them (24.11'
     rsad answers staged-in / staged-out-and-verified (22.05 has no test_data_in/out);
   * a failed setup/data_in holds the job (Reason BurstBufferOperation, the message below);
     a failed data_out keeps the job in stage-out and its data on the RAMDISK.
-Slurm 24.05 and later (24.11, Debian 13: tests/slurm24 runs this file under it) differ:
+Slurm 24.05 and later (24.11, Debian 13: tests/slurm_release runs this file under it) differ:
   * all 13 functions are required, slurm_bb_test_data_in/out too, and slurmctld stops if
     this file fails to load; each killable hook runs in a fresh slurmscriptd helper;
   * after data_in (data_out) Slurm calls test_data_in (test_data_out) every PollInterval
@@ -53,7 +53,7 @@ local CONFIG = {
   -- (anyone can type "0"): there every caller gets the totals (RSA nodes free, held, out;
   -- jobs per rsa-state) and no job id. nil: as the running Slurm says, true from 24.05
   -- (its burst_buffer/lua defines slurm.SLURM_BB_BUSY; checked on 24.11 by
-  -- tests/slurm24), false before; set true by hand on 23.02 and 23.11.
+  -- tests/slurm_release), false before; set true by hand on 23.02 and 23.11.
   status_caller = nil,
   -- Whether Slurm polls test_data_in/test_data_out (24.05 and later): data_in/data_out
   -- then return at once and each poll asks rsad once (`rsa-bb --once`), answering BUSY
@@ -99,6 +99,15 @@ local function command(hook, args, once)
   return table.concat(parts, " ") .. " 2>&1"
 end
 
+-- A failure's message as Slurm keeps it: the job's reason (squeue's Reason, which rsad
+-- reads in its `squeue -O ...|` line) or bbstat's text. One line, no `|`: a message may
+-- name a user's file, and a newline or `|` in the reason would shift rsad's columns or
+-- forge a whole row of another job (seen on real 24.11 and 26.05: tests/slurm_release).
+-- `|` is written %7C, as in the admin_comment.
+local function one_line(text)
+  return (tostring(text):gsub("%c+", " "):gsub("|", "%%7C"))
+end
+
 -- rsa-bb's output -> rc, message. Its answer is the first line starting with "ok",
 -- "busy" (--once: the stage still runs; Slurm's BUSY, rsa-bb's text logged) or "error";
 -- what follows belongs to the message (bbstat's lines).
@@ -116,8 +125,8 @@ local function parse_answer(out, hook, what)
   end
   if answer == nil then
     local tail = (out or ""):gsub("%s+", " "):sub(-200)
-    return slurm.ERROR, "rsa-bb " .. hook .. " gave no answer (is " .. CONFIG.rsa_bb
-      .. " installed and rsa-scheduler's config readable by SlurmUser?): " .. tail
+    return slurm.ERROR, one_line("rsa-bb " .. hook .. " gave no answer (is " .. CONFIG.rsa_bb
+      .. " installed and rsa-scheduler's config readable by SlurmUser?): " .. tail)
   end
   local text = answer.text
   if #rest > 0 then
@@ -130,7 +139,7 @@ local function parse_answer(out, hook, what)
     slurm.log_info("rsa: %s: %s", what or hook, text)
     return slurm.SUCCESS, slurm.SLURM_BB_BUSY
   end
-  return slurm.ERROR, text
+  return slurm.ERROR, one_line(text)
 end
 
 -- Run rsa-bb for one killable hook (slurmscriptd child; never inside slurmctld).
@@ -142,7 +151,7 @@ local function ask(once, hook, ...)
   local cmd = command(hook, { ... }, once)
   local pipe = io.popen(cmd)
   if pipe == nil then
-    return slurm.ERROR, "cannot run " .. CONFIG.rsa_bb
+    return slurm.ERROR, one_line("cannot run " .. CONFIG.rsa_bb)
   end
   local out = pipe:read("*a")
   pipe:close()

@@ -59,7 +59,7 @@ def job_cgroups() -> list[Path]:
 
 def _not_the_labs(proc: Path, cmd: str) -> bool:
     """A process of a test that runs beside the lab in a root of its own (the install
-    test, tests/mfs4, tests/slurm24): chrooted (the lab never chroots a process), or the
+    test, tests/mfs4, tests/slurm_release): chrooted (the lab never chroots a process), or the
     install test's shell that mounts its root under RSA_INSTALL_WORK (the root's path is
     in its command line)."""
     work = os.environ.get("RSA_INSTALL_WORK", "/var/tmp/rsa-install-test").rstrip("/")

@@ -10,7 +10,6 @@ the job with ``BurstBufferOperation`` and rsad's line. Skipped in a queue-mode l
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
@@ -25,6 +24,7 @@ from tests.e2e.conftest import input_area, md5_of
 from tests.integration.conftest import as_user
 from tests.integration.slurmkit import make_jobs, root, show_job, wait_for
 from tests.integration.test_rsad_staging import rsa_job, wait_state
+from tests.slurm_json import squeue_json_job
 
 pytestmark = pytest.mark.native
 
@@ -55,9 +55,9 @@ def queue_line(lab: Mapping[str, str], job: str) -> tuple[str, str]:
 
 def json_job(lab: Mapping[str, str], job: str) -> dict[str, Any]:
     """The job's entry of ``squeue --json`` (22.05: it ignores -j, so filtered here): it
-    has the reason code even when a description replaces it in squeue's %r."""
-    data = json.loads(root(lab, "squeue", "--json"))
-    return next((j for j in data["jobs"] if str(j["job_id"]) == job), {})
+    has the reason code even when a description replaces it in squeue's %r. Its state and
+    priority read the same on 24.11 and 26.05 (tests/slurm_json.py)."""
+    return squeue_json_job(root(lab, "squeue", "--json"), job)
 
 
 def node_states(lab: Mapping[str, str]) -> dict[str, str]:

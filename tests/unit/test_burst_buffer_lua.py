@@ -107,6 +107,25 @@ def test_a_failed_stage_in_returns_rsads_line_for_the_jobs_reason(tmp_path: Path
     assert any("data_in of job 42" in entry for entry in got.log)
 
 
+def test_a_failures_message_is_one_line_without_a_bar(tmp_path: Path) -> None:
+    """A message naming a user's file ``a|b`` and with a second line: Slurm makes it the
+    job's reason, which rsad reads in its ``|``-separated squeue line; on real 24.11 and
+    26.05 such a reason made rsad's queue read fail, and its second line read as a row of
+    a job of root's (tests/slurm_release/test_release.py::test_a_failed_stage_in_in_the_queue)."""
+    forged = "9|RUNNING|None|1|1|root|debug|5:00|x|y|0|rsa1:i=/etc"
+    script, _ = fake_rsa_bb(tmp_path, f"error cannot read /pfs/u/in/a|b: gone\n{forged}")
+    for hook in ("slurm_bb_test_data_in", "slurm_bb_setup", "slurm_bb_test_data_out"):
+        got = call(hook, "42", "/s", config={"rsa_bb": str(script), "poll": "true"},
+                   slurm="24.11")
+        assert (got.rc, got.msg) == ("-1", ["cannot read /pfs/u/in/a%7Cb: gone "
+                                            + forged.replace("|", "%7C")]), hook
+    # no answer at all: rsa-bb's own output, the same way
+    script, _ = fake_rsa_bb(tmp_path, "Traceback |x|\nboom")
+    got = call("slurm_bb_test_data_in", "42", config={"rsa_bb": str(script), "poll": "true"},
+               slurm="24.11")
+    assert got.rc == "-1" and "|" not in got.msg[0] and "\n" not in got.msg[0], got.msg
+
+
 def test_teardown_passes_hurry_and_arguments_are_never_shell_code(tmp_path: Path) -> None:
     script, args = fake_rsa_bb(tmp_path, "ok no RAMDISK left")
     got = call("slurm_bb_job_teardown", "42", "/s", "true; touch /tmp/pwned'",
@@ -146,7 +165,7 @@ def test_bbstat_passes_rsa_bb_the_callers_uid_only_when_slurm_gives_it(
 def test_bbstat_passes_the_callers_uid_by_itself_on_slurm_24(tmp_path: Path) -> None:
     """Left unset, status_caller follows the running Slurm: 24.05 and later (whose
     burst_buffer/lua defines slurm.SLURM_BB_BUSY) pass the caller's uid and gid first,
-    22.05 does not (issue 31; on a real 24.11 slurmctld: tests/slurm24)."""
+    22.05 does not (issue 31; on a real 24.11 slurmctld: tests/slurm_release)."""
     script, args = fake_rsa_bb(tmp_path, "ok RSA nodes: 4, free 3")
     assert call("slurm_bb_get_status", "1002", "1002", config={"rsa_bb": str(script)},
                 slurm="24.11").rc == "0"

@@ -1,7 +1,8 @@
-"""The adapter on a real Slurm 24.11 with accounting (slurmdbd, MariaDB; issue 31): how
-jobs ended by sacct (rsad's end states), the sacct log of ``rsa sim replay --sacct``, and
-the lock-in by QOS with its start-up check. Outputs kept into ``RSA_SLURM24_CAPTURE``
-when set (tests/data/slurm/24.11/, tests/data/sacct/slurm-24.11.txt)."""
+"""The adapter on a real Slurm of one release (``RSA_SLURM_RELEASE``) with accounting
+(slurmdbd, MariaDB; issue 31): how jobs ended by sacct (rsad's end states), the sacct log
+of ``rsa sim replay --sacct``, and the lock-in by QOS with its start-up check. Outputs kept
+into ``RSA_SLURM24_CAPTURE``/``RSA_SLURM26_CAPTURE`` when set (tests/data/slurm/24.11/,
+26.05/)."""
 
 from __future__ import annotations
 
@@ -14,20 +15,20 @@ import pytest
 
 from rsa_scheduler.sim.sacct import FIELDS, parse_sacct
 from rsa_scheduler.slurm.cli import CliSlurm, lockin_problem, qos_warning
-from tests.slurm24.cluster import LOCKIN_QOS, UID, Cluster
-from tests.slurm24.test_slurm24 import Recorder, state, submit, wait_state
+from tests.slurm_release.cluster import LOCKIN_QOS, RELEASE, UID, Cluster
+from tests.slurm_release.test_release import Recorder, state, submit, wait_state
 
-pytestmark = pytest.mark.slurm24
+pytestmark = pytest.mark.slurm_release
 
 
 @pytest.fixture
 def capture(tmp_path: Path) -> Path:
-    out = Path(os.environ.get("RSA_SLURM24_CAPTURE") or tmp_path)
+    out = Path(os.environ.get(RELEASE.capture_env) or tmp_path)
     out.mkdir(parents=True, exist_ok=True)
     return out
 
 
-def test_sacct_and_the_qos_lock_in_on_24_11(acct_cluster: Cluster, capture: Path) -> None:
+def test_sacct_and_the_qos_lock_in(acct_cluster: Cluster, capture: Path) -> None:
     c = acct_cluster
     rec = Recorder(c)
     slurm = CliSlurm(runner=rec, lockin_method="qos", lockin_qos=LOCKIN_QOS)
@@ -48,8 +49,10 @@ def test_sacct_and_the_qos_lock_in_on_24_11(acct_cluster: Cluster, capture: Path
     array = submit(c, "-J", "a-array", "-t", "2", "--array=0-1", "--wrap", "true")
     running = submit(c, "-J", "a-cancel", "-t", "2", "--wrap", "sleep 60")
     wait_state(c, running, "RUNNING")
-    # the lock-in: a pending job gets the QOS and jumps ahead; unlock gives its own back
-    queued = submit(c, "-J", "a-locked", "-t", "2", "--wrap", "true")
+    # the lock-in: a pending job gets the QOS and jumps ahead; unlock gives its own back.
+    # Both nodes busy first (select/linear: one job each), so the job stays pending
+    queued = submit(c, "-J", "a-locked", "-t", "2", "--wrap", "sleep 60")
+    wait_state(c, queued, "RUNNING")
     behind = submit(c, "-J", "a-behind", "-t", "2", "--wrap", "true")
     original = slurm.lock_original(behind)
     keep("squeue_lock_view_qos_before.txt")
@@ -61,7 +64,7 @@ def test_sacct_and_the_qos_lock_in_on_24_11(acct_cluster: Cluster, capture: Path
     assert "restored" in slurm.unlock(behind, original) or \
         slurm._lock_view(behind).qos == "normal"
     assert slurm._lock_view(behind).qos == "normal"
-    c.out("scancel", running)
+    c.out("scancel", running, queued)
     for job in (done, failed, f"{array}_0", f"{array}_1", running, queued, behind):
         wait_state(c, job, "COMPLETED", "FAILED", "CANCELLED", timeout=60)
 
@@ -79,7 +82,7 @@ def test_sacct_and_the_qos_lock_in_on_24_11(acct_cluster: Cluster, capture: Path
     out = c.out("sacct", "--allusers", "--parsable2", "--starttime", since, "--endtime",
                 "now", "--format", ",".join(FIELDS))
     (capture / "sacct_sim.txt").write_text(out)
-    log = parse_sacct(io.StringIO(out), "sacct 24.11")
+    log = parse_sacct(io.StringIO(out), f"sacct {RELEASE.version}")
     by_raw = {j.job: j for j in log.jobs}
     assert by_raw[int(done)].status == 1 and by_raw[int(failed)].status == 0
     assert by_raw[int(running)].status == 5

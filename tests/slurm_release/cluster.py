@@ -1,19 +1,24 @@
-"""A real Slurm 24.11 cluster for tests: Debian 13's slurmctld, two slurmd and munged,
-chrooted in the root of ``tests/slurm24/root`` and in namespaces of the test's own.
+"""A real Slurm cluster of one release for tests: that release's Debian slurmctld, two
+slurmd and munged, chrooted in the root of ``tests/slurm_release/root`` and in namespaces
+of the test's own. The release is ``RSA_SLURM_RELEASE`` (:data:`RELEASES`: 24.11, Debian
+13's, the default; 26.05, Debian testing's).
 
-Owns :func:`slurm24_root` (the cached root, or why there is none) and
-:func:`make_cluster` (the running cluster as a :class:`Cluster`: argv runs chrooted in its
-namespaces, as root or as the root's user ``rsauser``; files of its private ``/run`` are
-reachable from the host through :meth:`Cluster.path`).
+Owns :data:`RELEASE` (the release under test, its ports and paths), :func:`release_root`
+(its cached root, or why there is none) and :func:`holder`/:func:`start_daemons` (the
+running cluster as a :class:`Cluster`: argv runs chrooted in its namespaces, as root or as
+the root's user ``rsauser``; files of its private ``/run`` are reachable from the host
+through :meth:`Cluster.path`).
 
 The namespaces: PID (its PID 1 reaps and, killed, ends every daemon), mount (a private
 ``/run`` and ``/tmp`` on tmpfs inside the root: configuration, state, logs, the munge key
-and socket), UTS (hostname ``rsa24``) and network (only ``lo``). slurmctld listens on
-127.0.0.1:6917 and the nodes ``c1``, ``c2`` (``slurmd -N``) on 6918, 6919 (with
-accounting MariaDB on 6920, slurmdbd on 6921): ports of its own besides the lab's
-(6817/6818/7820), in a network namespace no other process shares
-(``lo`` with 127.0.0.1 and :data:`ADDRESS`, which nothing outside it reaches).
-Nothing is mounted in the host's mount namespace and nothing of the lab is touched.
+and socket), UTS (hostname ``rsa24``, ``rsa26``) and network (only ``lo``). slurmctld
+listens on 127.0.0.1:<ctld port> and the nodes ``c1``, ``c2`` (``slurmd -N``) on the next
+two ports (with accounting MariaDB on the third, slurmdbd on the fourth): 6917-6921 for
+24.11, 6927-6931 for 26.05, ports of their own besides the lab's (6817-6819, 6821-6824,
+7820) and each other's, in a network namespace no other process shares (``lo`` with
+127.0.0.1 and :attr:`Release.address`, which nothing outside it reaches). Each release
+has its own ``/run/rsaNN`` inside its root and its own cached root on the host. Nothing is
+mounted in the host's mount namespace and nothing of the lab is touched.
 """
 
 from __future__ import annotations
@@ -29,10 +34,44 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-RUN = "/run/rsa24"  # inside the root, on the namespace's private /run
+
+
+@dataclass(frozen=True)
+class Release:
+    """One Slurm release the sandbox runs: where it comes from and what it may use."""
+
+    version: str  # Slurm's major.minor, as SLURM_VERSION starts
+    debian: str  # the Debian release that ships it (tests/slurm_release/root)
+    name: str  # hostname, ClusterName, /run/<name>, the capture variable's number
+    ctld_port: int  # slurmctld; the slurmd of c1, c2, MariaDB, slurmdbd on the next four
+    address: str  # the extra address on the namespace's lo (see SETUP)
+
+    @property
+    def capture_env(self) -> str:
+        """The variable naming the directory the captures are written to."""
+        return f"RSA_SLURM{self.name.removeprefix('rsa')}_CAPTURE"
+
+
+RELEASES = {
+    "24.11": Release("24.11", "Debian 13", "rsa24", 6917, "10.213.41.1"),
+    "26.05": Release("26.05", "Debian testing", "rsa26", 6927, "10.213.42.1"),
+}
+
+
+def _release() -> Release:
+    wanted = os.environ.get("RSA_SLURM_RELEASE", "24.11")
+    if wanted not in RELEASES:
+        raise SystemExit(f"RSA_SLURM_RELEASE={wanted}: no such Slurm release here "
+                         f"(one of {', '.join(RELEASES)})")
+    return RELEASES[wanted]
+
+
+RELEASE = _release()
+RUN = f"/run/{RELEASE.name}"  # inside the root, on the namespace's private /run
 CONF = f"{RUN}/etc/slurm.conf"
-USER, UID = "rsauser", 4242  # made by tests/slurm24/root
-CTLD_PORT, SLURMD_PORT0, MYSQL_PORT, DBD_PORT = 6917, 6918, 6920, 6921
+USER, UID = "rsauser", 4242  # made by tests/slurm_release/root
+CTLD_PORT = RELEASE.ctld_port
+SLURMD_PORT0, MYSQL_PORT, DBD_PORT = CTLD_PORT + 1, CTLD_PORT + 3, CTLD_PORT + 4
 LOCKIN_QOS = "rsa-lockin"
 NODES = ("c1", "c2")
 ENV = ("PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C.UTF-8", "HOME=/root",
@@ -40,7 +79,7 @@ ENV = ("PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C.UTF-8", "HOME=/root",
 
 # glibc's getaddrinfo(AI_ADDRCONFIG), which slurmctld 24.11 uses to listen, finds no
 # address family in a namespace with loopback addresses only: one address more on lo
-ADDRESS = "10.213.41.1"
+ADDRESS = RELEASE.address
 # run by the holder, PID 1 of the new namespaces: the root's system mounts, a private
 # /run and /tmp, lo up, the hostname; then it reaps (daemons become its children)
 SETUP = r"""set -e
@@ -48,9 +87,9 @@ root=$1
 mount -t proc proc "$root/proc"
 mount --rbind /dev "$root/dev"
 mount -t sysfs sysfs "$root/sys"
-mount -t tmpfs -o mode=0755,size=256m rsa24-run "$root/run"
-mount -t tmpfs -o mode=1777,size=64m rsa24-tmp "$root/tmp"
-hostname rsa24
+mount -t tmpfs -o mode=0755,size=256m "$NAME-run" "$root/run"
+mount -t tmpfs -o mode=1777,size=64m "$NAME-tmp" "$root/tmp"
+hostname "$NAME"
 ip link set lo up
 ip addr add "$ADDRESS/32" dev lo
 exec python3 -c "$REAPER"
@@ -65,17 +104,18 @@ while True:
 """
 
 
-def slurm24_root() -> tuple[Path | None, str]:
-    """The cached Debian 13 root with Slurm 24.11 (built on first use, ~30-60 s), or None
-    and the one line saying why it cannot be had."""
+def release_root() -> tuple[Path | None, str]:
+    """The cached root with :data:`RELEASE` (built on first use, ~1-2 min), or None and
+    the one line saying why it cannot be had."""
     try:
-        done = subprocess.run([str(HERE / "root")], capture_output=True, text=True,
-                              timeout=900, check=False)
+        done = subprocess.run([str(HERE / "root"), RELEASE.version], capture_output=True,
+                              text=True, timeout=900, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
-        return None, f"cannot build the Slurm 24.11 (Debian 13) root: {e}"
+        return None, f"cannot build the Slurm {RELEASE.version} ({RELEASE.debian}) root: {e}"
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines()
-        return None, (lines[-1] if lines else f"tests/slurm24/root exited {done.returncode}")
+        return None, (lines[-1] if lines else
+                      f"tests/slurm_release/root exited {done.returncode}")
     return Path(done.stdout.strip().splitlines()[-1]), ""
 
 
@@ -84,8 +124,8 @@ def slurm_conf(accounting: bool = False) -> str:
     ports of its own; job_submit/lua, burst_buffer/lua and the SPANK plugin all on. With
     ``accounting``: slurmdbd, priority/multifactor with the QOS weight (the lock-in QOS)."""
     lines = [
-        "ClusterName=rsa24",
-        "SlurmctldHost=rsa24(127.0.0.1)",
+        f"ClusterName={RELEASE.name}",
+        f"SlurmctldHost={RELEASE.name}(127.0.0.1)",
         f"SlurmctldPort={CTLD_PORT}",
         "SlurmUser=root",
         "SlurmdUser=root",
@@ -136,7 +176,7 @@ def slurm_conf(accounting: bool = False) -> str:
         lines += ["AccountingStorageType=accounting_storage/none",
                   "PriorityType=priority/basic"]
     for i, node in enumerate(NODES):
-        lines.append(f"NodeName={node} NodeAddr=127.0.0.1 NodeHostname=rsa24 "
+        lines.append(f"NodeName={node} NodeAddr=127.0.0.1 NodeHostname={RELEASE.name} "
                      f"Port={SLURMD_PORT0 + i} CPUs=1 RealMemory=500 State=UNKNOWN")
     lines.append(f"PartitionName=debug Nodes={','.join(NODES)} Default=YES "
                  "MaxTime=INFINITE DefaultTime=00:10:00 State=UP")
@@ -145,7 +185,7 @@ def slurm_conf(accounting: bool = False) -> str:
 
 @dataclass
 class Cluster:
-    """The running Slurm 24.11: argv chrooted in its namespaces."""
+    """The running Slurm of :data:`RELEASE`: argv chrooted in its namespaces."""
 
     root: Path
     pid: int  # PID 1 of the namespaces, as the host sees it
@@ -206,12 +246,13 @@ def holder(root: Path) -> Iterator[Cluster]:
         ["unshare", "--pid", "--fork", "--mount", "--net", "--uts", "--propagation",
          "private", "--", "sh", "-c", SETUP, "sh", str(root)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "REAPER": REAPER, "ADDRESS": ADDRESS})
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "REAPER": REAPER, "ADDRESS": ADDRESS,
+             "NAME": RELEASE.name})
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         if line.strip() != "ready":
-            raise RuntimeError(f"the Slurm 24.11 namespaces did not start: {line.strip()} "
-                               f"{proc.stderr.read() if proc.stderr else ''}")
+            raise RuntimeError(f"the Slurm {RELEASE.version} namespaces did not start: "
+                               f"{line.strip()} {proc.stderr.read() if proc.stderr else ''}")
         children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text()
         yield Cluster(root, int(children.split()[0]))
     finally:
@@ -263,7 +304,7 @@ def _accounting_up(c: Cluster) -> None:
                       text], check=False)
 
     c.wait("mariadb", lambda: sql("SELECT 1").returncode == 0, timeout=60)
-    assert sql("CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'rsa24';"
+    assert sql("CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'rsa-test';"
                "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
                "CREATE DATABASE slurm_acct_db;").returncode == 0
     write(c.path(f"{RUN}/etc/slurmdbd.conf"), "\n".join([
@@ -271,14 +312,14 @@ def _accounting_up(c: Cluster) -> None:
         f"DbdPort={DBD_PORT}", "SlurmUser=root", f"LogFile={RUN}/log/slurmdbd.log",
         f"PidFile={RUN}/slurmdbd.pid", "StorageType=accounting_storage/mysql",
         "StorageHost=127.0.0.1", f"StoragePort={MYSQL_PORT}", "StorageUser=slurm",
-        "StoragePass=rsa24", "StorageLoc=slurm_acct_db", ""]), 0o600)
+        "StoragePass=rsa-test", "StorageLoc=slurm_acct_db", ""]), 0o600)
     c.out("/usr/sbin/slurmdbd")
     c.wait("slurmdbd", lambda: c.run(["sacctmgr", "-n", "list", "cluster"],
                                      check=False).returncode == 0, timeout=60)
-    for args in (["add", "cluster", "rsa24"],
+    for args in (["add", "cluster", RELEASE.name],
                  ["add", "qos", LOCKIN_QOS, "Priority=1000000"],
-                 ["add", "account", "rsa", "Cluster=rsa24"],
-                 ["add", "user", f"{USER},root", "Account=rsa", "Cluster=rsa24"]):
+                 ["add", "account", "rsa", f"Cluster={RELEASE.name}"],
+                 ["add", "user", f"{USER},root", "Account=rsa", f"Cluster={RELEASE.name}"]):
         c.out("sacctmgr", "-i", *args)
 
 
@@ -308,5 +349,5 @@ def start_daemons(c: Cluster, accounting: bool = False) -> None:
     c.wait("both nodes idle", idle)
 
 
-__all__ = ["CONF", "LOCKIN_QOS", "NODES", "RUN", "UID", "USER", "Cluster", "holder", "slurm24_root",
-           "slurm_conf", "start_daemons", "write"]
+__all__ = ["CONF", "LOCKIN_QOS", "NODES", "RELEASE", "RELEASES", "RUN", "UID", "USER", "Cluster",
+           "Release", "holder", "release_root", "slurm_conf", "start_daemons", "write"]

@@ -1,8 +1,9 @@
-"""The Slurm 24.11 tier (issue 31): a real slurmctld and two slurmd of Debian 13's Slurm
-24.11, chrooted in namespaces of the test's own (tests/slurm24/cluster.py), with our
-SPANK plugin built against 24.11's headers, job_submit.lua and burst_buffer.lua loaded.
-Run as root (``make slurm24-test``); no lab. Skipped, with the reason, when the Debian 13
-root cannot be built here (no Debian archive, no debootstrap)."""
+"""The Slurm release tier (issue 31): a real slurmctld and two slurmd of one Slurm release
+(``RSA_SLURM_RELEASE``: 24.11, Debian 13's; 26.05, Debian testing's), chrooted in
+namespaces of the test's own (tests/slurm_release/cluster.py), with our SPANK plugin built
+against that release's headers, job_submit.lua and burst_buffer.lua loaded. Run as root
+(``make slurm24-test``, ``make slurm26-test``); no lab. Skipped, with the reason, when the
+release's Debian root cannot be built here (no Debian archive, no debootstrap)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ import pytest
 
 from rsa_scheduler.core.policy import NodeState
 from rsa_scheduler.daemon.native import pools_json
-from tests.slurm24.cluster import (
+from tests.slurm_release.cluster import (
+    RELEASE,
     REPO,
     RUN,
     Cluster,
     holder,
-    slurm24_root,
+    release_root,
     slurm_conf,
     start_daemons,
     write,
@@ -32,9 +34,16 @@ JOB_SUBMIT_PARTS = ("rsa_job_submit.lua", "rsa_grammar.lua", "rsa_text.lua",
 BB_LOG = f"{RUN}/bb.log"  # every rsa-bb call the stub below answered, one line each
 # rsa-bb as rsad answers it (burst_buffer.lua runs it): each call logged, "ok" answered,
 # a status with two lines; `--once data_in|data_out JOB` (Slurm's polls) "busy" the first
-# time, "ok" the next. The hooks' calling of it is Slurm 24.11's, for real.
+# time, "ok" the next; while the file FAIL_DATA_IN exists, its text is the answer to
+# every `--once data_in` (a failed stage-in). The hooks' calling of it is the Slurm
+# release's, for real.
+FAIL_DATA_IN = f"{RUN}/fail-data_in"
 RSA_BB = f"""#!/bin/sh
 echo "$*" >> {BB_LOG}
+if [ "$1" = --once ] && [ "$2" = data_in ] && [ -e {FAIL_DATA_IN} ]; then
+  cat {FAIL_DATA_IN}
+  exit 0
+fi
 if [ "$1" = --once ]; then
   seen={RUN}/once-$2-$3
   if [ -e "$seen" ]; then echo "ok $2 done"; else : > "$seen"; echo "busy $2 running"; fi
@@ -57,7 +66,7 @@ def configured(src: Path, settings: dict[str, str]) -> str:
 
 
 def install(c: Cluster, accounting: bool = False) -> None:
-    """slurm.conf, the SPANK plugin (built here, against 24.11's spank.h, -Werror, by its
+    """slurm.conf, the SPANK plugin (built here, against the release's spank.h, -Werror, by its
     own Makefile) in plugstack.conf as ``required``, job_submit.lua and its parts in native
     mode, burst_buffer.lua with the stub rsa-bb, burst_buffer.conf, rsad's pools file."""
     etc = c.path(f"{RUN}/etc")
@@ -74,7 +83,7 @@ def install(c: Cluster, accounting: bool = False) -> None:
     for name in JOB_SUBMIT_PARTS:
         write(etc / name, (PLUGINS / name).read_text())
     write(etc / "job_submit.lua", configured(PLUGINS / "job_submit.lua", {
-        "  bb_directive = nil,": '  bb_directive = "BB_LUA", -- slurm24: native mode'}))
+        "  bb_directive = nil,": '  bb_directive = "BB_LUA", -- slurm_release: native mode'}))
     write(c.path(f"{RUN}/rsa-bb"), RSA_BB, 0o755)
     write(c.path(BB_LOG), "")
     write(etc / "burst_buffer.lua", configured(PLUGINS / "burst_buffer.lua", {
@@ -89,8 +98,8 @@ def install(c: Cluster, accounting: bool = False) -> None:
 @pytest.fixture(scope="session")
 def root() -> Path:
     if os.geteuid() != 0:
-        pytest.skip("the Slurm 24.11 tests run as root (chroot, namespaces)")
-    found, why = slurm24_root()
+        pytest.skip(f"the Slurm {RELEASE.version} tests run as root (chroot, namespaces)")
+    found, why = release_root()
     if found is None:
         pytest.skip(why)
     return found

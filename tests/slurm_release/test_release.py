@@ -1,15 +1,17 @@
-"""rsa-scheduler's Slurm side on a real Slurm 24.11 (Debian 13's; issue 31): the SPANK
-plugin built against 24.11's headers and loaded by sbatch and slurmstepd, job_submit.lua
-and burst_buffer.lua run by 24.11's slurmctld, and the adapter's parsers on what 24.11's
-squeue, sinfo and scontrol print (captured into ``RSA_SLURM24_CAPTURE`` when set:
-tests/data/slurm/24.11/, whose unit tests read them without a cluster).
+"""rsa-scheduler's Slurm side on a real Slurm of one release (``RSA_SLURM_RELEASE``: 24.11,
+Debian 13's; 26.05, Debian testing's; issue 31): the SPANK plugin built against that
+release's headers and loaded by sbatch and slurmstepd, job_submit.lua and burst_buffer.lua
+run by its slurmctld, and the adapter's parsers on what its squeue, sinfo and scontrol
+print (captured into ``RSA_SLURM24_CAPTURE``/``RSA_SLURM26_CAPTURE`` when set:
+tests/data/slurm/24.11/, 26.05/, whose unit tests read them without a cluster).
 
-rsa-bb is a stub that logs and answers ``ok`` (tests/slurm24/conftest.py): what is under
-test is how Slurm 24.11 calls our lua, not rsad.
+rsa-bb is a stub that logs and answers ``ok`` (tests/slurm_release/conftest.py): what is
+under test is how the Slurm release calls our lua, not rsad.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -18,13 +20,20 @@ from pathlib import Path
 
 import pytest
 
+from rsa_scheduler.node.check import (
+    SPANK_FIX,
+    _spank_lacks,
+    plugin_version,
+    release,
+    version_number,
+)
 from rsa_scheduler.runner import Completed, LocalRunner
 from rsa_scheduler.slurm.cli import CliSlurm, lockin_problem, qos_warning
 from rsa_scheduler.slurm.parse import QueueRow
-from tests.slurm24.cluster import NODES, RUN, UID, USER, Cluster
-from tests.slurm24.conftest import BB_LOG
+from tests.slurm_release.cluster import NODES, RELEASE, RUN, UID, USER, Cluster
+from tests.slurm_release.conftest import BB_LOG, FAIL_DATA_IN
 
-pytestmark = pytest.mark.slurm24
+pytestmark = pytest.mark.slurm_release
 
 RSA_SCRIPT = "#!/bin/sh\n#RSA_DATA_IN=/tmp/in\n#RSA_TIER=ram\n{body}\n"
 
@@ -81,14 +90,32 @@ def idle(cluster: Cluster) -> Iterator[Cluster]:
 
 @pytest.fixture
 def capture(tmp_path: Path) -> Path:
-    out = Path(os.environ.get("RSA_SLURM24_CAPTURE") or tmp_path)
+    out = Path(os.environ.get(RELEASE.capture_env) or tmp_path)
     out.mkdir(parents=True, exist_ok=True)
     return out
 
 
-def test_the_spank_plugin_built_for_24_11_loads_and_one_for_22_05_is_refused(
-        idle: Cluster) -> None:
+def test_the_spank_plugin_built_for_the_release_loads_and_one_for_22_05_is_refused(
+        idle: Cluster, capture: Path, tmp_path: Path) -> None:
     c = idle
+    # what rsa nodes check --compute reads of the node's Slurm (slurmd -V) and of the
+    # plugin (its plugin_version symbol, SLURM_VERSION_NUMBER of the headers it was
+    # built with) agree on the release
+    said_v = c.out("slurmd", "-V")
+    (capture / "slurmd_version.txt").write_text(said_v)
+    running = version_number(said_v)
+    assert running is not None and release(running) == RELEASE.version, said_v
+    plugin = c.path(f"{RUN}/spank/rsa_spank.so")
+    assert release(plugin_version(str(plugin))) == RELEASE.version
+    # and a node whose Slurm is another release (this host's 22.05 slurmd) is told so
+    host = version_number(LocalRunner()(["/usr/sbin/slurmd", "-V"], timeout=30).stdout) \
+        if Path("/usr/sbin/slurmd").exists() else None
+    if host is not None:
+        (tmp_path / "plugstack.conf").write_text(f"required {plugin}\n")
+        told = _spank_lacks(f"PlugStackConfig={tmp_path}/plugstack.conf\n",
+                            tmp_path / "slurm.conf")
+        assert told == [f"the SPANK plugin {plugin} for Slurm {release(host)} (it was "
+                        f"built for {RELEASE.version}; slurmstepd refuses it): {SPANK_FIX}"]
     # sbatch loads it (plugstack.conf says required): the --rsa-* options are there
     helped = c.out("sbatch", "--help", user=True)
     assert "--rsa-data-in" in helped and "--rsa-tier" in helped
@@ -101,7 +128,8 @@ def test_the_spank_plugin_built_for_24_11_loads_and_one_for_22_05_is_refused(
     assert state(c, job) == "COMPLETED", c.log("slurmd-c1.log")[-1500:]
     env = c.path(f"/tmp/spank-{job}.out").read_text().splitlines()
     assert "RSA_STATE=unavailable" in env and "RSA_MODE=native" in env
-    # the same plugin built against 22.05 (this machine's libslurm-dev): 24.11 refuses it
+    # the same plugin built against 22.05 (this machine's libslurm-dev): the release
+    # refuses it
     built22 = Path(__file__).resolve().parents[2] / "slurm_plugins/spank/rsa_spank.so"
     if built22.exists():
         etc = c.path(f"{RUN}/etc")
@@ -118,7 +146,7 @@ def test_the_spank_plugin_built_for_24_11_loads_and_one_for_22_05_is_refused(
                          said), said
 
 
-def test_job_submit_lua_checks_directives_and_marks_the_job_on_24_11(idle: Cluster) -> None:
+def test_job_submit_lua_checks_directives_and_marks_the_job(idle: Cluster) -> None:
     c = idle
     bad = c.run(["sbatch", "--parsable", "--chdir=/tmp", "-o", "/dev/null"], user=True,
                 check=False, input="#!/bin/sh\n#RSA_DATA_IN=/tmp/in\n#RSA_NODES=0\ntrue\n")
@@ -128,14 +156,14 @@ def test_job_submit_lua_checks_directives_and_marks_the_job_on_24_11(idle: Clust
     job = submit(c, "-H", script=RSA_SCRIPT.format(body="true"))
     shown = c.out("squeue", "-h", "-j", job, "-O", "admin_comment:0,BurstBuffer:0")
     assert shown.startswith("rsa1:") and "#BB_LUA pool=ram" in shown, shown
-    # a user cannot set admin_comment: 24.11 refuses it as 22.05 did
+    # a user cannot set admin_comment: the release refuses it as 22.05 did
     changed = c.run(["scontrol", "update", f"jobid={job}", "admincomment=x"], user=True,
                     check=False)
     assert changed.returncode != 0
 
 
-def test_burst_buffer_lua_stages_by_24_11s_polls(idle: Cluster) -> None:
-    """24.11 calls setup, data_in, then test_data_in every PollInterval while it answers
+def test_burst_buffer_lua_stages_by_the_releases_polls(idle: Cluster) -> None:
+    """24.11 (and 26.05) calls setup, data_in, then test_data_in every PollInterval while it answers
     BUSY, real_size, pre_run; at the end post_run, data_out, test_data_out likewise,
     teardown; each in a slurmscriptd helper (burst_buffer_lua.c). data_in and data_out
     return at once: rsad is asked by the polls, once each (`rsa-bb --once`), and no
@@ -158,18 +186,49 @@ def test_burst_buffer_lua_stages_by_24_11s_polls(idle: Cluster) -> None:
     assert ran == ["job_process", "setup", "data_in", "test_data_in", "test_data_in",
                    "real_size", "paths", "pre_run", "post_run", "data_out",
                    "test_data_out", "test_data_out", "job_teardown"], ran
-    # bbstat: 24.11 passes the caller's uid and gid first; burst_buffer.lua hands rsa-bb
+    # bbstat: 24.11 (and 26.05) passes the caller's uid and gid first; burst_buffer.lua hands rsa-bb
     # the uid by itself (CONFIG.status_caller unset)
     shown = c.out("scontrol", "show", "bbstat", user=True)
     assert "RSA nodes: 1 free" in shown, shown
     assert c.path(BB_LOG).read_text().splitlines()[-1] == f"status {UID}"
 
 
+def test_a_failed_stage_in_in_the_queue(idle: Cluster, capture: Path) -> None:
+    """rsad fails a job's stage-in (rsa-bb answers ``error``): Slurm holds the job and
+    its reason carries rsad's message, in rsad's own queue read (squeue -O QUEUE_FORMAT).
+    The message holds a ``|`` and a second line, as a message naming a user's file may:
+    burst_buffer.lua gives Slurm one line with ``%7C`` (on main, on 24.11 and 26.05 alike,
+    rsad's queue read failed on it, and its second line read as a RUNNING job of root's).
+    24.11 writes the reason ``burst_buffer/lua: slurm_bb_test_data_in: MESSAGE``, 25.05+
+    ``burst_buffer/lua: JobHeldAdmin: slurm_bb_test_data_in failed: MESSAGE``."""
+    c = idle
+    c.path(FAIL_DATA_IN).write_text("error cannot stage in /tmp/in/a|b: gone\n"
+                                     "999999|RUNNING|None|1|1|root|debug|5:00|x|y|0|rsa1:\n")
+    try:
+        job = submit(c, "-J", "cap-failed", script=RSA_SCRIPT.format(body="true"))
+        c.wait(f"job {job}'s failed stage-in", lambda: "data_in" in c.out(
+            "squeue", "-h", "-j", job, "-o", "%r"))
+    finally:
+        c.path(FAIL_DATA_IN).unlink()
+    rec = Recorder(c)
+    rows = by_id(CliSlurm(runner=rec).queue())
+    (capture / "squeue_stage_in_failed.txt").write_text(rec.outputs[-1])
+    assert "999999" not in rows and all(r.user == USER for r in rows.values()), rows
+    failed = rows[job]
+    assert (failed.state, failed.user, failed.num_nodes) == ("PENDING", USER, 1)
+    message = "cannot stage in /tmp/in/a%7Cb: gone 999999%7CRUNNING%7CNone%7C1"
+    hook = ("slurm_bb_test_data_in:" if RELEASE.version == "24.11"
+            else "JobHeldAdmin: slurm_bb_test_data_in failed:")
+    assert failed.reason.startswith(f"burst_buffer/lua: {hook} {message}"), failed.reason
+    (capture / "jobs_stage_in_failed.env").write_text(
+        f"# The job of squeue_stage_in_failed.txt (Slurm {RELEASE.version})\nFAILED={job}\n")
+
+
 def by_id(rows: list[QueueRow]) -> dict[str, QueueRow]:
     return {r.job_id: r for r in rows}
 
 
-def test_the_adapter_reads_what_24_11_prints(idle: Cluster, capture: Path) -> None:
+def test_the_adapter_reads_what_the_release_prints(idle: Cluster, capture: Path) -> None:
     """Every squeue/sinfo/scontrol call of rsa_scheduler.slurm.cli, on a queue with a
     running plain job and RSA job, a pending one (root gave it an admin_comment), an
     array, a held job, a dependent and a job locked in by priority; each output kept."""
@@ -185,7 +244,8 @@ def test_the_adapter_reads_what_24_11_prints(idle: Cluster, capture: Path) -> No
     rsa = submit(c, "-J", "cap-rsa", "-t", "5", script=RSA_SCRIPT.format(body="sleep 300"))
     wait_state(c, run, "RUNNING")
     wait_state(c, rsa, "RUNNING")
-    pend = submit(c, "-J", "cap-pend", "-t", "5", "--wrap", "sleep 30")
+    pend = submit(c, "-J", "cap-pend", "-t", "5", "--mail-type=END,FAIL",
+                  "--mail-user=alice@example.org", "--wrap", "sleep 30")
     array = submit(c, "-J", "cap-array", "-t", "5", "--array=0-2", "--wrap", "sleep 30")
     held = submit(c, "-J", "cap-held", "-H", "-t", "5", "--wrap", "sleep 30")
     dep = submit(c, "-J", "cap-dep", f"--dependency=afterok:{run}", "-t", "5",
@@ -242,10 +302,26 @@ def test_the_adapter_reads_what_24_11_prints(idle: Cluster, capture: Path) -> No
     assert slurm.idle_nodes() == {"debug": 0}
     keep("sinfo_partitions.txt")
 
+    assert slurm.job_mail(pend) == ("alice@example.org", "END,FAIL")
+    keep("scontrol_show_job.txt")
+    asked = slurm.job_mail(run)
+    (capture / "scontrol_show_job_no_mail.txt").write_text(rec.outputs[-1])
+    assert asked is None, asked  # 24.11, 26.05: no Mail line for a job without mail
+
+    # the --json forms (no parser of rsad reads them; tests/e2e reads squeue's): 24.11's
+    # data_parser gives job_state as a list and priority as {set, infinite, number}
+    for name, argv in (("squeue.json", ["squeue", "--json"]),
+                       ("sinfo.json", ["sinfo", "--json"])):
+        (capture / name).write_text(c.out(*argv))
+    jobs = {str(j["job_id"]): j for j in json.loads((capture / "squeue.json").read_text())
+            ["jobs"]}
+    assert jobs[held]["job_state"] == ["PENDING"]
+    assert jobs[odd]["priority"] == {"set": True, "infinite": False, "number": 4294967000}
+
     config = slurm.show_config()
     keep("scontrol_show_config.txt")
-    assert config["SLURM_VERSION"].startswith("24.11.")
-    # no accounting: 24.11 says "(null)" where 22.05 said accounting_storage/none
+    assert config["SLURM_VERSION"].startswith(f"{RELEASE.version}.")
+    # no accounting: 24.11 and 26.05 say "(null)" where 22.05 said accounting_storage/none
     assert lockin_problem("qos", 0, config) is not None
     assert "no accounting" in (lockin_problem("qos", 0, config) or "")
     assert qos_warning("qos", "rsa-lockin", config) is None
