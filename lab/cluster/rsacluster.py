@@ -19,8 +19,9 @@ only; the RSA nodes' firewall, :data:`FIREWALL`, takes the data addresses and th
 ports from it alone) and storage (``rsacl2``: the PFS and its clients); one veth pair per
 node and network (``rsacl<n>-<node>`` on the bridge, ``eth<n>`` in the node). Nothing is
 made in the host's own network or mount namespace: when a node's PID 1 dies, the kernel
-kills every process of the node, and its mounts, veth and namespaces go with them. Every holder carries
-``RSACL_NODE=<name>`` in its environment, which :func:`leftovers` looks for.
+kills every process of the node, and its mounts, veth and namespaces go with them. Every
+holder carries ``RSACL_NODE=<name>`` in its environment, which :func:`leftovers` looks
+for.
 """
 
 from __future__ import annotations

@@ -36,11 +36,21 @@ for argv, env in ((["job", job], {}), (["input-done", job], {}), (["input-done"]
     done = subprocess.run(["rsa", *argv], capture_output=True, text=True,
                           env={**os.environ, **env})
     print("rsa", *argv, "->", done.returncode, (done.stderr + done.stdout).strip())
+# rsad's hooks straight (the node Prolog's answer would carry the RAMDISK's secret)
+from rsa_scheduler.client import ApiClient
+for hook, body in (("prolog", {"job_id": job, "node": "c1", "nodes": "c1",
+                               "user": "rsauser"}), ("epilog", {"job_id": job, "node": "c1"}),
+                   ("epilog_slurmctld", {"job_id": job, "exit_code": 0})):
+    try:
+        print("hook", hook, "->", ApiClient().post(f"/v1/hooks/{hook}", body))
+    except Exception as e:
+        print("hook", hook, "->", type(e).__name__, e)
 for f in files:
     try:
         print(f, "read", len(open(f, "rb").read()))
     except OSError as e:
         print(f, type(e).__name__)
+print("end")
 """
 ATTACKER = f"""#!/bin/bash
 #SBATCH -N 1 -t 2
@@ -55,8 +65,8 @@ def _state(cluster: Cluster, job: str) -> str:
 
 
 def _check(report: list[str], job: str, servers: list[str], refused: str) -> None:
-    """Each server refused (``refused``: the error), each API call refused with the
-    one line a job rsaother cannot see gets, each file unreadable."""
+    """Each server refused (``refused``: the error), each command refused with the
+    line a job rsaother may not see gets, each hook refused, each file unreadable."""
     assert report[:len(servers)] == [f"{t} {refused}" for t in servers], report
     calls = [line for line in report if line.startswith("rsa ")]
     assert len(calls) == 6, report
@@ -64,8 +74,12 @@ def _check(report: list[str], job: str, servers: list[str], refused: str) -> Non
         assert " -> 1 rsa: error: " in line and (f"job {job} is not tracked by the RSA"
                                                  in line or "is not allowed for rsaother"
                                                  in line), line
-    files = report[len(servers) + 6:]
+    hooks = [line for line in report if line.startswith("hook ")]
+    assert len(hooks) == 3 and all(
+        "ApiRefused" in h and "accepted from root or slurm only" in h for h in hooks), hooks
+    files = report[len(servers) + 9:-1]
     assert files and all(line.endswith("PermissionError") for line in files), report
+    assert report[-1] == "end", report
 
 
 def test_rsaother_reaches_nothing_of_rsausers_ramdisk(cluster: Cluster) -> None:
@@ -97,8 +111,8 @@ def test_rsaother_reaches_nothing_of_rsausers_ramdisk(cluster: Cluster) -> None:
         files = [f"{HOME}/ain/secret"]
 
         # from the login node (no route to the data network; rsad's API over management)
-        cluster.run("login", ["sh", "-c", f"cat > {THEIRS}/attack.py"], user="rsaother",
-                    input=ATTACK)
+        cluster.run("login", ["sh", "-c", f"rm -f {THEIRS}/attack.report && cat > "
+                              f"{THEIRS}/attack.py"], user="rsaother", input=ATTACK)
         login = cluster.out("login", ["python3", f"{THEIRS}/attack.py", job,
                                       ",".join(servers), ",".join(files)], user="rsaother")
         _check(login.splitlines(), job, servers, "OSError 101")
@@ -106,12 +120,18 @@ def test_rsaother_reaches_nothing_of_rsausers_ramdisk(cluster: Cluster) -> None:
         # Prolog loaded the servers' guard all the same (on main: connected to each)
         cluster.run("login", ["sh", "-c", f"cat > {THEIRS}/attacker.sh"], user="rsaother",
                     input=ATTACKER)
-        other = cluster.out("login", ["sbatch", "--parsable", "--wait", "-w", "c2",
+        other = cluster.out("login", ["sbatch", "--parsable", "-w", "c2",
                                       f"--chdir={THEIRS}", "-o", "/dev/null",
                                       f"{THEIRS}/attacker.sh", job, ",".join(servers),
-                                      ",".join(files)], user="rsaother", timeout=90)
+                                      ",".join(files)], user="rsaother")
         assert other.strip().isdigit(), other
-        report = cluster.out("c2", ["cat", f"{THEIRS}/attack.report"]).splitlines()
+        deadline = time.monotonic() + 60
+        report: list[str] = []
+        while report[-1:] != ["end"]:
+            assert time.monotonic() < deadline, report
+            time.sleep(0.3)
+            report = cluster.run("c2", ["cat", f"{THEIRS}/attack.report"],
+                                 check=False).stdout.splitlines()
         _check(report, job, servers, "ConnectionRefusedError 111")
         # on the nodes that hold the data (a user beside the job on a shared node): the
         # job's mounts on c1 and the staging mount on the RSA node
