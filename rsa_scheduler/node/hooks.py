@@ -190,10 +190,9 @@ def load_guard(job: str, options: str, timeout: float) -> None:
     from rsa_scheduler.node.mounts import MountError, guard_proxy
 
     try:
-        guard_proxy(["mfsmount", "-o", options], timeout=timeout)
+        guard_proxy(["mfsmount", "-o", options], timeout=timeout, mounting=False)
     except MountError as e:
-        _say("prolog", job, f"{e}; this node does not keep its users off the RSA nodes' "
-                            "servers")
+        _say("prolog", job, str(e))
 
 
 def prolog(env: Mapping[str, str]) -> int:

@@ -235,4 +235,5 @@ def test_a_plain_jobs_prolog_loads_the_guard_rsad_names(
     monkeypatch.setattr(shutil, "which", lambda *a, **k: None)
     fake.answers = [{"do": "nothing", "agent": False, "guard": guard}]
     assert hooks.prolog(env(tmp_path)) == 0
-    assert "nft not found" in capsys.readouterr().err
+    assert "rsa-prolog job 42: cannot keep this node's users off the RSA nodes' servers: " \
+        "nft not found; install nftables here" in capsys.readouterr().err
