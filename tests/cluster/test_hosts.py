@@ -142,7 +142,7 @@ findmnt -n -o FSTYPE,SOURCE /pfs/home/rsauser/out > /pfs/home/rsauser/out.mnt
 def test_rsa_data_out_job_through_its_lifecycle(cluster: Cluster) -> None:
     # the whole RSA path across hosts: job_submit.lua and the hooks from the package,
     # rsad on its own host builds the RAMDISK on an RSA node over ssh, c1's Prolog mounts it over
-    # RSA_DATA_OUT (MooseFS across the bridge), the job writes there, the RSA node stages
+    # RSA_DATA_OUT (MooseFS over the RSA data network), the job writes there, the RSA node stages
     # it out to the PFS as rsauser and verifies it
     cluster.run("ctl", ["sh", "-c", "mkdir -p /pfs/home/rsauser/out && cat > "
                         "/pfs/home/rsauser/out-job.sh"], user="rsauser", input=JOB)
