@@ -3,7 +3,8 @@ c1 with its input staged to a RAMDISK on the RSA nodes, rsaother tries from the 
 node and from a job of its own on c2 (a plain one: c2 never mounted a RAMDISK) to reach
 the RAMDISK's servers on the RSA data network, to drive rsauser's job through rsad's API
 (``rsa job``, ``rsa input-done``, cancel-staging, release, retry), and to read the staged
-data (on the PFS, through the job's mounts on c1 and on the RSA node). Every attempt
+data (on the PFS, through the job's mounts on c1 and on the RSA node, and by staging it
+in for an RSA job of its own). Every attempt
 fails and nothing of the job changes. On main, rsaother's job on c2 connected to every
 server of the RAMDISK: a compute node loaded the servers' guard only when it mounted a
 RAMDISK; now every job's Prolog loads it (docs/security.md)."""
@@ -52,6 +53,12 @@ for f in files:
         print(f, type(e).__name__)
 print("end")
 """
+# rsaother's own RSA job naming rsauser's input: its stage-in runs as rsaother
+STEAL = f"""#!/bin/bash
+#SBATCH -N 1 -t 2
+#RSA_DATA_IN={HOME}/ain
+cat {HOME}/ain/secret > {THEIRS}/steal.out 2>&1
+"""
 ATTACKER = f"""#!/bin/bash
 #SBATCH -N 1 -t 2
 python3 {THEIRS}/attack.py "$@" > {THEIRS}/attack.report 2>&1
@@ -90,6 +97,12 @@ def test_rsaother_reaches_nothing_of_rsausers_ramdisk(cluster: Cluster) -> None:
                               "-o", f"{HOME}/victim-%j.log", f"{HOME}/victim.sh"],
                       user="rsauser").strip()
     assert job.isdigit(), job
+    # rsaother's job that would stage rsauser's input in (it runs on c2 before the next)
+    cluster.run("login", ["sh", "-c", f"rm -f {THEIRS}/steal.out && cat > "
+                          f"{THEIRS}/steal.sh"], user="rsaother", input=STEAL)
+    steal = cluster.out("login", ["sbatch", "--parsable", "-w", "c2", f"--chdir={THEIRS}",
+                                  "-o", "/dev/null", f"{THEIRS}/steal.sh"],
+                        user="rsaother").strip()
     try:
         deadline = time.monotonic() + 90
         while _state(cluster, job) != "mounted-input":
@@ -140,6 +153,11 @@ def test_rsaother_reaches_nothing_of_rsausers_ramdisk(cluster: Cluster) -> None:
                 denied = cluster.run(node, ["ls", path], user="rsaother", check=False)
                 assert denied.returncode != 0 and "Permission denied" in denied.stderr, \
                     (node, path, denied)
+        # the stage-in of rsaother's job ran as rsaother: refused, nothing staged
+        shown = cluster.out("ctl", ["rsa", "job", steal])
+        assert f"scanning {HOME}/ain refused on rsa" in shown and "Permission denied" in \
+            shown and "staging-in -> tearing-down (stage-in-refused)" in shown, shown
+        assert "Permission denied" in cluster.out("c2", ["cat", f"{THEIRS}/steal.out"])
         # nothing of rsauser's job changed: its input still mounted, no input-done
         shown = cluster.out("ctl", ["rsa", "job", job])
         assert _state(cluster, job) == "mounted-input", shown
