@@ -440,6 +440,10 @@ filesystem:
 ssh:
   key: /etc/rsa/id_ed25519
   known_hosts: /etc/rsa/known_hosts
+health:
+  # the pool is a 1G tmpfs: the default (1G free) drained a node whenever a probe found
+  # anything in it, a live RAMDISK or what a teardown had not yet removed
+  min_free: 64M
 allocation:
   max_nodes: {len(RSA_NODES)}
   max_request: {len(RSA_NODES)}
