@@ -13,11 +13,15 @@ upper layer in that tmpfs, and fresh ``/proc``, ``/sys``, ``/run``, ``/tmp`` and
 reaps orphans). Every command on a node enters all of its namespaces and its root
 (:func:`node_argv`), as ssh would put it there.
 
-The network: a "switch" namespace holding the bridge ``rsacl0``, and one veth pair per
-node (``rsacl-<node>`` on the bridge, ``eth0`` in the node). Nothing is made in the host's
-own network or mount namespace: when a node's PID 1 dies, the kernel kills every process
-of the node, and its mounts, veth and namespaces go with them. Every holder carries
-``RSACL_NODE=<name>`` in its environment, which :func:`leftovers` looks for.
+The networks, as a site has them (:data:`NETWORKS`): a "switch" namespace holding one
+bridge per network, management (``rsacl0``), RSA data (``rsacl1``: compute and RSA nodes
+only; the RSA nodes' firewall, :data:`FIREWALL`, takes the data addresses and the RAMDISK
+ports from it alone) and storage (``rsacl2``: the PFS and its clients); one veth pair per
+node and network (``rsacl<n>-<node>`` on the bridge, ``eth<n>`` in the node). Nothing is
+made in the host's own network or mount namespace: when a node's PID 1 dies, the kernel
+kills every process of the node, and its mounts, veth and namespaces go with them. Every
+holder carries ``RSACL_NODE=<name>`` in its environment, which :func:`leftovers` looks
+for.
 """
 
 from __future__ import annotations
@@ -44,8 +48,14 @@ COMPLETE = STATE / "up"  # written last by an up that finished
 LOGS = STATE / "log"
 MARK = "RSACL_NODE"
 PREFIX = "rsacl"  # every link name (the shared lab's start with rsalab)
-BRIDGE = "rsacl0"
 NETMASK = 24
+# network -> (its bridge in the switch, the node's interface on it, the suffix of a
+# node's name on it in /etc/hosts); which node is on which: lab/cluster/files/etc/hosts
+NETWORKS: dict[str, tuple[str, str, str]] = {
+    "mgmt": ("rsacl0", "eth0", ""),  # Slurm, SSH, rsad's API, the directory
+    "data": ("rsacl1", "eth1", "-data"),  # RAMDISK servers and clients: no login node
+    "storage": ("rsacl2", "eth2", "-st"),  # the PFS
+}
 HOST_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 ENV = (f"PATH={HOST_PATH}", "LC_ALL=C.UTF-8", "HOME=/root")
 
@@ -54,19 +64,23 @@ ENV = (f"PATH={HOST_PATH}", "LC_ALL=C.UTF-8", "HOME=/root")
 # (nslcd: the node resolves users and groups through the directory, slapd on ldap, which
 # therefore starts first; the lab's users are in no node's /etc/passwd. rsad: on a host
 # of its own, last: it reaches slurmctld, the RSA nodes' sshd and is reached by ctl's
-# hooks and the compute nodes, all over the network)
+# hooks and the compute nodes, all over the network. firewall: the operator guide's
+# rules for the RSA data network, loaded before anything listens, as at boot)
 ROLES: dict[str, tuple[str, ...]] = {
     "ldap": ("slapd",),
     "pfs": ("nslcd", "mfsmaster", "mfschunkserver"),
     "ctl": ("nslcd", "munged", "pfs-client", "slurmctld"),
     "c1": ("nslcd", "munged", "pfs-client", "slurmd"),
     "c2": ("nslcd", "munged", "pfs-client", "slurmd"),
-    "rsa1": ("nslcd", "munged", "pfs-client", "sshd"),
-    "rsa2": ("nslcd", "munged", "pfs-client", "sshd"),
+    "rsa1": ("firewall", "nslcd", "munged", "pfs-client", "sshd"),
+    "rsa2": ("firewall", "nslcd", "munged", "pfs-client", "sshd"),
+    "login": ("nslcd", "munged", "pfs-client"),  # users' door: sbatch, rsa, the PFS
     "rsad": ("nslcd", "munged", "pfs-client", "rsad"),
 }
-COMM = {"pfs-client": "mfsmount"}  # the process a role's name stands for, when not its own
+# the process a role's name stands for, when not its own ("": none, a ruleset)
+COMM = {"pfs-client": "mfsmount", "firewall": ""}
 PFS = "/pfs"  # the PFS's mount point, the same on every node that mounts it
+PFS_HOST = "pfs-st"  # the PFS's master, on the storage network
 USERS = ("rsauser", "rsaother")  # the directory's (lab/cluster/directory.ldif); PFS homes
 
 # PID 1 of a node: its mounts, its hostname, then init (reaps what daemonizes under it)
@@ -119,17 +133,34 @@ def log(msg: str) -> None:
     print(f"cluster: {msg}", flush=True)
 
 
-def hosts() -> dict[str, str]:
-    """Node name -> address, from the image's /etc/hosts (one table for both)."""
-    table: dict[str, str] = {}
+def addresses() -> dict[str, dict[str, str]]:
+    """Node name -> network -> its address there, from the image's /etc/hosts (one table
+    for both: NAME on the management network, NAME-data, NAME-st; NETWORKS)."""
+    table: dict[str, dict[str, str]] = {}
     for line in (HERE / "files/etc/hosts").read_text().splitlines():
         fields = line.split("#", 1)[0].split()
-        if len(fields) >= 2 and fields[1] in ROLES:
-            table[fields[1]] = fields[0]
-    missing = set(ROLES) - set(table)
+        if len(fields) < 2:
+            continue
+        for net, (_bridge, _dev, suffix) in NETWORKS.items():
+            node = fields[1].removesuffix(suffix) if suffix else fields[1]
+            if node in ROLES and (not suffix or fields[1].endswith(suffix)):
+                table.setdefault(node, {})[net] = fields[0]
+                break
+    missing = {n for n in ROLES if "mgmt" not in table.get(n, {})}
     if missing:
         raise ClusterError(f"lab/cluster/files/etc/hosts names no address for {missing}")
     return table
+
+
+def hosts() -> dict[str, str]:
+    """Node name -> its address on the management network."""
+    return {n: nets["mgmt"] for n, nets in addresses().items()}
+
+
+def net_of(name: str) -> str:
+    """A network's address range (e.g. 10.231.0.0/24), from its first address."""
+    first = next(a[name] for a in addresses().values() if name in a)
+    return f"{first.rsplit('.', 1)[0]}.0/{NETMASK}"
 
 
 def run(argv: Sequence[str], *, timeout: float = 60, check: bool = True,
@@ -266,16 +297,18 @@ def _boot(name: str, root: Path) -> dict[str, object]:
                         str(root), str(MNT)], {"INIT": INIT})
 
 
-def _wire(switch: int, name: str, init: int, addr: str) -> None:
-    """A veth pair: rsacl-<name> on the bridge, eth0 with the node's address in it."""
-    link = f"{PREFIX}-{name}"
+def _wire(switch: int, name: str, init: int, net: str, addr: str) -> None:
+    """A veth pair on network ``net``: rsacl<n>-<name> on its bridge, eth<n> with the
+    node's address there in the node."""
+    bridge, dev, _suffix = NETWORKS[net]
+    link = f"{bridge}-{name}"
     run(["nsenter", "-t", str(switch), "-n", "--", "ip", "link", "add", link, "type", "veth",
-         "peer", "name", "eth0", "netns", str(init)], node="switch")
+         "peer", "name", dev, "netns", str(init)], node="switch")
     run(["nsenter", "-t", str(switch), "-n", "--", "ip", "link", "set", link, "master",
-         BRIDGE, "up"], node="switch")
+         bridge, "up"], node="switch")
     for cmd in (["ip", "link", "set", "lo", "up"],
-                ["ip", "addr", "add", f"{addr}/{NETMASK}", "dev", "eth0"],
-                ["ip", "link", "set", "eth0", "up"]):
+                ["ip", "addr", "add", f"{addr}/{NETMASK}", "dev", dev],
+                ["ip", "link", "set", dev, "up"]):
         run(["nsenter", "-t", str(init), "-n", "--", *cmd], node=name)
 
 
@@ -295,8 +328,28 @@ def sh(name: str, script: str, *, timeout: float = 60) -> str:
 
 # ---- the daemons of each role ----
 
+# The RSA nodes' firewall for the RSA data network, as the operator guide has a site load
+# it ("The RSA data network"): their data addresses only through the data network's
+# interface, the ports RAMDISK servers take only from the data network. (Login nodes are
+# not on it and have no route to it; compute nodes' users are kept off the servers by
+# the guard every job's Prolog loads, docs/security.md.)
+FIREWALL = """table inet rsa_data_net
+delete table inet rsa_data_net
+table inet rsa_data_net {{
+  chain input {{
+    type filter hook input priority 0; policy accept;
+    ip daddr {data} iifname != {{ "lo", "{dev}" }} counter drop
+    tcp dport 20000-29983 ip saddr != {data} iifname != "lo" counter drop
+  }}
+}}
+"""
+
+
 def _start(name: str, daemon: str) -> None:
-    if daemon == "munged":
+    if daemon == "firewall":
+        on(name, ["nft", "-f", "-"], input=FIREWALL.format(
+            data=net_of("data"), dev=NETWORKS["data"][1]))
+    elif daemon == "munged":
         sh(name, "install -d -o munge -g munge -m 0755 /run/munge\n"
                  "runuser -u munge -- /usr/sbin/munged" + QUIET)
         wait_for(f"munged on {name}", lambda: on(
@@ -328,21 +381,26 @@ def _start(name: str, daemon: str) -> None:
         sh(name, "rm -f /etc/ssh/ssh_host_*\nssh-keygen -q -A\n"
                  "install -d -m 0755 /run/sshd\n/usr/sbin/sshd" + QUIET)
     elif daemon == "mfsmaster":
-        # the PFS's master: its own config on its own host (pfs), exports to the lab's net
-        sh(name, f"""echo '{hosts()["ctl"].rsplit(".", 1)[0]}.0/{NETMASK} / \
+        # the PFS's master: its own config on its own host (pfs), on the storage network
+        # only, exported to it
+        st = addresses()[name]["storage"]
+        sh(name, f"""echo '{net_of("storage")} / \
 rw,alldirs,admin,maproot=0:0' > /etc/mfs/mfsexports.cfg
-: > /etc/mfs/mfsmaster.cfg
+printf 'MATOML_LISTEN_HOST = {st}\nMATOCS_LISTEN_HOST = {st}\nMATOCL_LISTEN_HOST = {st}\n' \
+  > /etc/mfs/mfsmaster.cfg
 install -o mfs -g mfs -m 0644 /var/lib/mfs/metadata.mfs.empty /var/lib/mfs/metadata.mfs
 mfsmaster -c /etc/mfs/mfsmaster.cfg start""" + QUIET)
     elif daemon == "mfschunkserver":
-        sh(name, """install -d -o mfs -g mfs /var/lib/mfs/chunks
+        st = addresses()[name]["storage"]
+        sh(name, f"""install -d -o mfs -g mfs /var/lib/mfs/chunks
 echo /var/lib/mfs/chunks > /etc/mfs/mfshdd.cfg
-printf 'MASTER_HOST = pfs\nHDD_LEAVE_SPACE_DEFAULT = 256MiB\n' > /etc/mfs/mfschunkserver.cfg
+printf 'MASTER_HOST = {PFS_HOST}\nBIND_HOST = {st}\nCSSERV_LISTEN_HOST = {st}\n\
+HDD_LEAVE_SPACE_DEFAULT = 256MiB\n' > /etc/mfs/mfschunkserver.cfg
 mfschunkserver -c /etc/mfs/mfschunkserver.cfg start""" + QUIET)
         wait_for("the PFS's chunkserver", lambda: "\t9422\t" in on(
-            name, ["mfscli", "-H", "pfs", "-SCS", "-p"], check=False).stdout, timeout=30)
+            name, ["mfscli", "-H", PFS_HOST, "-SCS", "-p"], check=False).stdout, timeout=30)
     elif daemon == "pfs-client":
-        sh(name, f"mkdir -p {PFS}\nmfsmount {PFS} -H pfs -o mfsioretries=5,"
+        sh(name, f"mkdir -p {PFS}\nmfsmount {PFS} -H {PFS_HOST} -o mfsioretries=5,"
                  f"default_permissions" + QUIET)
         wait_for(f"the PFS on {name}", lambda: on(
             name, ["mountpoint", "-q", PFS], check=False).returncode == 0, timeout=30)
@@ -374,9 +432,18 @@ pool:
       tier: ram
       capacity: 1G
       pool_dir: {POOL}
+      # the RAMDISKs' servers on the RSA data network (resolved by rsad: /etc/hosts)
+      data_address: "{{name}}{NETWORKS["data"][2]}"
+filesystem:
+  # the compute nodes mount RAMDISKs from the RSA data network only
+  client_networks: ["{net_of("data")}"]
 ssh:
   key: /etc/rsa/id_ed25519
   known_hosts: /etc/rsa/known_hosts
+health:
+  # the pool is a 1G tmpfs: the default (1G free) drained a node whenever a probe found
+  # anything in it, a live RAMDISK or what a teardown had not yet removed
+  min_free: 64M
 allocation:
   max_nodes: {len(RSA_NODES)}
   max_request: {len(RSA_NODES)}
@@ -438,18 +505,20 @@ def up() -> None:
             return
         raise ClusterError(f"a cluster lab was left half up ({STATE_FILE}): run "
                            "lab/cluster/clusterctl down first")
-    table = hosts()
+    table = addresses()
     root = image()
     MNT.mkdir(parents=True, exist_ok=True)
     try:
         sw = _hold("switch", ["unshare", "--net", "--", "sh", "-c", SWITCH], {})
         switch = int(str(sw["init"]))
-        for cmd in (["ip", "link", "add", BRIDGE, "type", "bridge"],
-                    ["ip", "link", "set", BRIDGE, "up"]):
-            run(["nsenter", "-t", str(switch), "-n", "--", *cmd], node="switch")
+        for bridge, _dev, _suffix in NETWORKS.values():
+            for cmd in (["ip", "link", "add", bridge, "type", "bridge"],
+                        ["ip", "link", "set", bridge, "up"]):
+                run(["nsenter", "-t", str(switch), "-n", "--", *cmd], node="switch")
         for name in ROLES:
             entry = _boot(name, root)
-            _wire(switch, name, int(str(entry["init"])), table[name])
+            for net, addr in table[name].items():
+                _wire(switch, name, int(str(entry["init"])), net, addr)
         for name, daemons in ROLES.items():
             for daemon in daemons:
                 _start(name, daemon)
@@ -461,7 +530,8 @@ def up() -> None:
         down()
         raise
     COMPLETE.write_text("up\n")
-    log(f"up in {time.monotonic() - t0:.1f}s: {', '.join(f'{n} {table[n]}' for n in ROLES)}")
+    where = ", ".join(f"{n} {table[n]['mgmt']}" for n in ROLES)
+    log(f"up in {time.monotonic() - t0:.1f}s: {where}")
 
 
 def _save_logs() -> None:
@@ -552,7 +622,7 @@ def status() -> int:
             bad = 1
             continue
         comms = set(on(name, ["ps", "-e", "-o", "comm="]).stdout.split())
-        missing = [d for d in daemons if COMM.get(d, d) not in comms]
+        missing = [d for d in daemons if COMM.get(d, d) and COMM.get(d, d) not in comms]
         bad |= bool(missing)
         print(f"{name} {table[name]}: {'up' if not missing else 'MISSING ' + ' '.join(missing)}"
               f" ({', '.join(daemons) or 'no daemons yet'})")

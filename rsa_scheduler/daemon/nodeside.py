@@ -91,8 +91,11 @@ class NodeSide:
                  learned: Callable[[MountSpec], None] = lambda _spec: None,
                  write_back: Callable[[ActionContext, str], Mapping[str, Any]] | None = None,
                  written_back: Callable[[str], None] = lambda _fs_id: None,
+                 guard: Callable[[], str | None] = lambda: None,
                  ) -> None:
         self.backend_for = backend_for
+        # the guard every node Prolog loads, whatever its job (FilesystemBackend.node_guard)
+        self.guard = guard
         # writable input's last write-back, between the release and the recreation
         self.write_back = write_back
         # ... after which its base is forgotten: the RAMDISK about to be recreated empty
@@ -402,7 +405,17 @@ class NodeSide:
         many seconds (its own hard timeout is extended; Slurm's PrologEpilogTimeout must
         allow it) while the stage-in finishes. A job the RSA declined is told so, with
         ``message`` (what its user was told), for its RSA_STATE/RSA_MESSAGE.
+
+        Every answer, a plain job's too, carries the ``guard`` the node loads before the
+        job starts (the RSA nodes' servers, mfsmount's proxy): any user's process on any
+        compute node is kept off them, not only on nodes that mounted a RAMDISK.
         """
+        ans = self._prolog(job, node, nodes, rsa_state, hold, message)
+        guard = self.guard()
+        return {**ans, "guard": guard} if guard else ans
+
+    def _prolog(self, job: str, node: str, nodes: str, rsa_state: str | None,
+                hold: float, message: str) -> dict[str, Any]:
         if rsa_state is None:
             return {"do": "nothing", "agent": False}
         if rsa_state == RsaState.DECLINED:

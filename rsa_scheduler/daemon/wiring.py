@@ -173,11 +173,24 @@ def make_registry(cfg: Config, slurm: SlurmPort, hosts: Mapping[str, Host] | Non
             req = data.request(ctx)
             return data.backend(req.tier), req
 
+        def guard() -> str | None:
+            """The first backend's compute-node guard (one table per node: fs/mfsproxy.py;
+            a name among the data addresses is resolved once, by the backend)."""
+            for tier in cfg.pool.by_tier():
+                try:
+                    found = data.backend(str(tier)).node_guard()
+                except RsaError as e:
+                    log.warning("no guard for the compute nodes' Prologs: %s", e)
+                    return None
+                if found:
+                    return found
+            return None
+
         side = NodeSide(backend_for=backend_for, mount_timeout=3 * cfg.hooks.timeout + 5,
                         reset_timeout=max(90.0, 3 * cfg.hooks.timeout),
                         max_hold=cfg.hooks.max_hold, exclusive=data.exclusive,
                         learned=data.learned, write_back=data.write_back_to,
-                        written_back=data.bases.drop)
+                        written_back=data.bases.drop, guard=guard)
         side.register(registry)
         data.release_mounts = side.release_mounts  # before every teardown
     return registry

@@ -202,6 +202,12 @@ class FilesystemBackend(abc.ABC):
         (``rsa nodes check --compute``); by default the class's :attr:`client_needs`."""
         return self.client_needs
 
+    def node_guard(self) -> str | None:
+        """Mount options whose guard every compute node loads in every job's Prolog,
+        whether the job mounts a RAMDISK or not (None: this backend needs none): a user's
+        process on any compute node must not reach the RSA nodes' servers."""
+        return None
+
     @abc.abstractmethod
     def create(self, req: FsRequest, cancel: CancelToken | None = None) -> MountSpec:
         """Build the RAMDISK on ``req.nodes`` and mount it at ``rsa_mountpoint`` on each;

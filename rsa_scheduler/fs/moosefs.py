@@ -220,6 +220,14 @@ class MooseFsBackend(FilesystemBackend):
         ips = {ip for n in self.hosts for ip in self._ipv4(self._address(n))}
         return mfsproxy.Servers(tuple(sorted(ips)), base, base + slots * PORT_BLOCK - 1)
 
+    def node_guard(self) -> str:
+        """The options of a compute node's mount that load its guard (master proxy and
+        every RSA node's servers), for the Prolog of every job: a node that never mounted
+        a RAMDISK guards them too (a user of a plain job there reached every chunkserver
+        of another user's RAMDISK in the cluster lab). The same table the mounts load."""
+        proxy = [f"mfsproxy={self.proxy_address}"] if self.proxy_address else []
+        return ",".join([*proxy, self.servers().option()])
+
     def _ipv4(self, address: str) -> list[str]:
         """``_ipv4_of``, a name resolved once per rsad (a later DNS outage then does not
         stop builds and mounts)."""

@@ -182,6 +182,19 @@ def note_start(jm: JobMounts | None, st: Settings, job: str, node: str,
     jobstate.write(jm.dir, state)
 
 
+def load_guard(job: str, options: str, timeout: float) -> None:
+    """The nftables guard rsad names (the RSA nodes' servers, mfsmount's proxy), loaded
+    before any job starts here, whatever the job: a user of a plain job on this node is
+    kept off another user's RAMDISK servers as on a node that mounted one. A node that
+    cannot load it says so in slurmd's log; the job runs (it mounts nothing)."""
+    from rsa_scheduler.node.mounts import MountError, guard_proxy
+
+    try:
+        guard_proxy(["mfsmount", "-o", options], timeout=timeout, mounting=False)
+    except MountError as e:
+        _say("prolog", job, str(e))
+
+
 def prolog(env: Mapping[str, str]) -> int:
     job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""
     node = env.get("SLURMD_NODENAME", "")
@@ -214,6 +227,8 @@ def prolog(env: Mapping[str, str]) -> int:
         while ans.get("do") == "wait" and time.monotonic() < deadline:
             time.sleep(float(ans.get("retry", 0.5)))
             ans = client.post("/v1/hooks/prolog", body)
+        if ans.get("guard") and ans.get("do") != "mount":  # a mount loads it itself
+            load_guard(job, str(ans["guard"]), st.timeout)
         if ans.get("do") in ("mount", "wait") or ans.get("agent"):
             from rsa_scheduler.node.mounts import JobMounts
 

@@ -102,23 +102,27 @@ def _private_file(path: Path, text: str) -> Path:
     return path
 
 
-def guard_proxy(argv: Sequence[str], *, timeout: float) -> list[str]:
+def guard_proxy(argv: Sequence[str], *, timeout: float, mounting: bool = True) -> list[str]:
     """Before an mfsmount whose master proxy is to listen on a guarded address, or whose
     argv names RSA-node servers to guard (``rsaguard=``, rsad's option), load the nftables
     guard that keeps everyone but root off them (fs/mfsproxy.py); a node that cannot is
     refused the mount, never given an unguarded one. Returns the argv to run (without
-    ``rsaguard=``)."""
+    ``rsaguard=``). ``mounting`` False: a Prolog whose job mounts nothing loads it alone
+    (its errors then say so)."""
+    what = ("cannot mount the RAMDISK on this node" if mounting else
+            "cannot keep this node's users off the RSA nodes' servers")
     try:
         argv, servers = mfsproxy.take_servers(argv)
         address = mfsproxy.proxy_address_of(argv)
     except mfsproxy.ProxyAddressError as e:
-        raise MountError(f"refusing the RAMDISK mount: {e}") from e
+        raise MountError(f"refusing the RAMDISK mount: {e}" if mounting
+                         else f"{what}: {e}") from e
     if address is None and servers is None:
         return argv
     search = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
     nft = shutil.which("nft", path=search)
     if nft is None:
-        raise MountError("cannot mount the RAMDISK on this node: nft not found; install "
+        raise MountError(f"{what}: nft not found; install "
                          "nftables here (it keeps other users off the RAMDISK's servers and "
                          "mfsmount's master proxy; docs/security.md)")
     try:

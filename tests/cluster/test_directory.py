@@ -66,7 +66,7 @@ def test_input_readable_only_through_a_directory_group_is_staged_in(
     assert "-> mounted-input" in shown, shown
     report = cluster.out("c2", ["cat", f"{HOME}/gin.report"]).splitlines()
     fstype, source = report[0].split()
-    assert fstype == "fuse" and source.startswith(("mfs#rsa1:", "mfs#rsa2:")), report
+    assert fstype == "fuse" and source.startswith(("mfs#rsa1-data:", "mfs#rsa2-data:")), report
     assert report[1] == want.strip(), report  # the dataset whole, read from the RAMDISK
     assert "proj1" in report[2].split(), report  # the job's groups, as slurmd gave them
 

@@ -13,10 +13,10 @@ from tests.cluster.conftest import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 
-NODES = ("ctl", "c1", "c2", "rsa1", "rsa2", "pfs", "ldap", "rsad")
+NODES = ("ctl", "c1", "c2", "rsa1", "rsa2", "pfs", "ldap", "rsad", "login")
 ADDRESS = {"ctl": "10.230.0.10", "c1": "10.230.0.11", "c2": "10.230.0.12",
            "rsa1": "10.230.0.21", "rsa2": "10.230.0.22", "pfs": "10.230.0.30",
-           "ldap": "10.230.0.40", "rsad": "10.230.0.41"}
+           "ldap": "10.230.0.40", "rsad": "10.230.0.41", "login": "10.230.0.50"}
 
 
 def test_each_node_is_its_own_host(cluster: Cluster) -> None:
@@ -70,13 +70,14 @@ def test_sbatch_hostname_runs_on_c1(cluster: Cluster) -> None:
 
 
 def test_pfs_is_one_filesystem_at_the_same_path(cluster: Cluster) -> None:
-    # each node mounts the PFS (on its own host pfs) with its own client at /pfs: a file
+    # each node mounts the PFS (on its own host pfs, over the storage network) with its
+    # own client at /pfs: a file
     # rsauser writes on c1 is on rsa2, with its owner; rsaother cannot read rsauser's home
     cluster.run("c1", ["sh", "-c", "echo from-c1 > /pfs/home/rsauser/pfs-probe"],
                 user="rsauser")
-    for node in ("ctl", "c2", "rsa1", "rsa2"):
+    for node in ("ctl", "c2", "rsa1", "rsa2", "login"):
         assert cluster.out(node, ["findmnt", "-n", "-o", "FSTYPE,SOURCE", "/pfs"]).split() \
-            == ["fuse", "mfs#pfs:9421"]
+            == ["fuse", "mfs#pfs-st:9421"]
         assert cluster.out(node, ["cat", "/pfs/home/rsauser/pfs-probe"]) == "from-c1\n"
         assert cluster.out(node, ["stat", "-c", "%U", "/pfs/home/rsauser/pfs-probe"]) \
             == "rsauser\n"
@@ -141,7 +142,7 @@ findmnt -n -o FSTYPE,SOURCE /pfs/home/rsauser/out > /pfs/home/rsauser/out.mnt
 def test_rsa_data_out_job_through_its_lifecycle(cluster: Cluster) -> None:
     # the whole RSA path across hosts: job_submit.lua and the hooks from the package,
     # rsad on its own host builds the RAMDISK on an RSA node over ssh, c1's Prolog mounts it over
-    # RSA_DATA_OUT (MooseFS across the bridge), the job writes there, the RSA node stages
+    # RSA_DATA_OUT (MooseFS over the RSA data network), the job writes there, the RSA node stages
     # it out to the PFS as rsauser and verifies it
     cluster.run("ctl", ["sh", "-c", "mkdir -p /pfs/home/rsauser/out && cat > "
                         "/pfs/home/rsauser/out-job.sh"], user="rsauser", input=JOB)
@@ -160,7 +161,7 @@ def test_rsa_data_out_job_through_its_lifecycle(cluster: Cluster) -> None:
     assert denied.returncode != 0 and "Permission denied" in denied.stderr
     # the job wrote to a RAMDISK served by an RSA node, not to the PFS
     fstype, source = cluster.out("c1", ["cat", "/pfs/home/rsauser/out.mnt"]).split()
-    assert fstype == "fuse" and source.startswith(("mfs#rsa1:", "mfs#rsa2:")), source
+    assert fstype == "fuse" and source.startswith(("mfs#rsa1-data:", "mfs#rsa2-data:")), source
     # ... and its output is on the PFS, whole, as rsauser's, seen from another host
     assert cluster.out("rsa2", ["cat", "/pfs/home/rsauser/out/host.txt"]) == "c1\n"
     want = cluster.out("rsa2", ["cat", "/pfs/home/rsauser/data.sha"])

@@ -208,3 +208,23 @@ row("after")
     assert done.stdout.splitlines() == [
         "before | connected | connected | connected | connected",
         "after | connected | connected | refused 111 | connected"], done.stdout
+
+
+def test_every_jobs_prolog_loads_the_table_a_mount_loads() -> None:
+    # a compute node that never mounted a RAMDISK (a plain job's) gets the same table
+    # from its Prolog: its users are kept off every RSA node's servers too
+    from rsa_scheduler.fs.moosefs import MooseFsBackend
+
+    class Host:
+        name = "rsa1"
+
+    backend = MooseFsBackend({"rsa1": Host(), "rsa2": Host()},  # type: ignore[dict-item]
+                             addresses={"rsa1": "10.0.0.5", "rsa2": "10.0.0.6"})
+    guard = backend.node_guard()
+    argv, servers = mfsproxy.take_servers(["mfsmount", "-o", guard])
+    assert servers == backend.servers()
+    assert mfsproxy.ruleset(mfsproxy.proxy_address_of(argv), servers) == \
+        mfsproxy.ruleset(mfsproxy.PROXY_ADDRESS, backend.servers())
+    off = MooseFsBackend({"rsa1": Host()}, proxy_address=None,  # type: ignore[dict-item]
+                         addresses={"rsa1": "10.0.0.5"})
+    assert off.node_guard() == "rsaguard=10.0.0.5@20000-29983"

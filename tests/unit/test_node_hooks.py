@@ -210,3 +210,30 @@ def test_the_epilog_stops_the_jobs_agent_and_nothing_a_reused_pid_runs(
         for p in (agent, stranger):
             p.kill()
             p.wait(5)
+
+
+def test_a_plain_jobs_prolog_loads_the_guard_rsad_names(
+        tmp_path: Path, fake: type[FakeClient], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # rsad's answer to a job it does not serve still names the guard: the node loads it
+    # before the job starts (a plain job's user must not reach the RSA nodes' servers)
+    import shutil
+
+    from rsa_scheduler.fs import mfsproxy
+    from rsa_scheduler.node import mounts
+
+    loaded: list[str] = []
+    monkeypatch.setattr(mounts, "run", lambda argv, input, timeout: loaded.append(input))
+    monkeypatch.setattr(shutil, "which", lambda *a, **k: "/usr/sbin/nft")
+    guard = "mfsproxy=127.83.65.1,rsaguard=10.0.0.5+10.0.0.6@20000-29983"
+    fake.answers = [{"do": "nothing", "agent": False, "guard": guard}]
+    assert hooks.prolog(env(tmp_path)) == 0
+    assert loaded == [mfsproxy.ruleset("127.83.65.1", mfsproxy.Servers(
+        ("10.0.0.5", "10.0.0.6"), 20000, 29983))]
+    assert not (tmp_path / "n").exists()
+    # a node without nft says so in slurmd's log; the job (which mounts nothing) runs
+    monkeypatch.setattr(shutil, "which", lambda *a, **k: None)
+    fake.answers = [{"do": "nothing", "agent": False, "guard": guard}]
+    assert hooks.prolog(env(tmp_path)) == 0
+    assert "rsa-prolog job 42: cannot keep this node's users off the RSA nodes' servers: " \
+        "nft not found; install nftables here" in capsys.readouterr().err

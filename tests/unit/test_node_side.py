@@ -91,6 +91,13 @@ def test_registered_for_the_three_node_side_kinds() -> None:
 def test_untracked_job_gets_nothing_and_no_agent() -> None:
     side, _, _ = make_side()
     assert side.prolog("9", "c1", "c[1-2]", None) == {"do": "nothing", "agent": False}
+    # with a guard (a MooseFS backend's), every answer names it: a plain job's node
+    # loads it as well as a node that mounts
+    side.guard = lambda: "rsaguard=10.0.0.5@20000-29983"
+    assert side.prolog("9", "c1", "c[1-2]", None) == {
+        "do": "nothing", "agent": False, "guard": "rsaguard=10.0.0.5@20000-29983"}
+    assert side.prolog("7", "c1", "c1", "locked-in")["guard"] == \
+        "rsaguard=10.0.0.5@20000-29983"
 
 
 def test_tracked_job_before_the_mount_is_asked_to_wait() -> None:
