@@ -203,9 +203,11 @@ class StartHold:
         new.sort(key=lambda r: (-r.priority, r.job_id))
         try:
             idle = self.slurm.idle_nodes()
-            mine = {r.job_id for r in new}
+            # a job held for the RSA takes no node while held, whatever its reason says
+            # (slurmctld's first try of a submission: None, Priority, Resources)
+            held = self.held
             ahead = [(parts, nodes) for job, nodes, reason, parts in self.slurm.pending_jobs()
-                     if reason in ELIGIBLE_REASONS and job.split("+", 1)[0] not in mine]
+                     if reason in ELIGIBLE_REASONS and job.split("+", 1)[0] not in held]
             # the partition comes with the cycle's one queue read: no Slurm call per held
             # job on rsad's loop (a big held array cost one each, issue 39); a backend
             # that does not give it (pyslurm without it) asks for the job's identity

@@ -1000,6 +1000,23 @@ def test_a_burst_of_held_jobs_waits_held_for_rsa_nodes_none_let_go_to_the_pfs(
     assert "RSA: held until its input is staged" in " ".join(comments(slurm))
 
 
+def test_a_held_job_slurm_has_not_applied_the_begin_time_to_yet_takes_no_idle_node(
+        tmp_path: Path) -> None:
+    """slurmctld's first try of a submission says None (or Priority, Resources) before
+    the begin time applies: a job held for the RSA is still no job Slurm starts first, so
+    the held jobs judged after it are not judged busy on its account (issue 32)."""
+    slurm = ScriptedSlurm()
+    slurm.idle = {"debug": 2}  # room for one 2-node job: it stays free while 7 is held
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "None", hold=HOLD)
+    d.poll()
+    slurm.set("8", "PENDING", "None", hold=HOLD)
+    d.poll()
+    assert d.sched.records["8"].job_state is JobState.ON_DECK
+    assert "8" not in [r.split(":")[0] for r in released(slurm)]
+
+
 def test_a_held_job_on_a_busy_cluster_stays_held_while_no_rsa_node_is_left_for_it(
         tmp_path: Path) -> None:
     """Issue 32: busy cluster, but every RSA node is taken: released, the job would queue
