@@ -9,7 +9,6 @@ flight did not notice either), and rsad started in another mode under jobs in fl
 from __future__ import annotations
 
 import dataclasses
-
 from pathlib import Path
 
 import pytest
