@@ -37,10 +37,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.e2e.conftest import md5_of  # noqa: E402 (after the path)
-from tests.e2e.test_burst import submit_at_once  # noqa: E402
+from tests.e2e.test_burst import rsa_nodes, submit_at_once  # noqa: E402
 from tests.integration.conftest import LAB_ENV, as_user, read_lab_env  # noqa: E402
 from tests.integration.slurmkit import make_jobs, root, wait_for  # noqa: E402
-from tests.integration.test_rsad_staging import state_of  # noqa: E402
 
 POLICIES = ("wait", "fallback")
 
@@ -100,8 +99,8 @@ def run(lab: Mapping[str, str], base: Path, policy: str, jobs_n: int,
         wait_for("the burst to end", lambda: all((res / f"{j}.end").exists() for j in ids),
                  timeout=1800, every=1)
         # each job's RSA cycle over (RSA nodes torn down) before the next policy's burst
-        wait_for("the RSA nodes back", lambda: all(
-            state_of(lab, j) in ("released", "declined", "") for j in ids), timeout=300)
+        wait_for("the RSA nodes back", lambda: not any(
+            n.get("job") for n in rsa_nodes(lab)), timeout=300)
         acct = wait_for("sacct", lambda: _complete(sacct(lab, ids), len(ids)), timeout=60)
     ramdisk = sum((res / f"{j}.mnt").read_text().strip() == f"{base}/in" for j in ids)
     whole = sum((res / f"{j}.md5").read_text() == pfs_md5 for j in ids)

@@ -14,10 +14,13 @@ The burst's makespan and compute-node hold under both policies: bench/bench_burs
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,6 +57,13 @@ findmnt -n -o TARGET --target {base}/in > {res}.mnt
 """
 
 
+def rsa_nodes(lab: Mapping[str, str]) -> list[dict[str, Any]]:
+    out = subprocess.run([f"{lab['RSA_LAB_VENV']}/bin/rsa", "nodes", "--json"],
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    nodes: list[dict[str, Any]] = json.loads(out)["nodes"]
+    return nodes
+
+
 def submit_at_once(lab: Mapping[str, str], jobs: Jobs, text: str, n: int) -> list[str]:
     """Submit ``n`` copies of the job ``text`` as the lab user in one go (one shell, one
     sbatch after the other, ~0.1 s each); their ids are cancelled with ``jobs``'."""
@@ -84,6 +94,9 @@ def test_a_burst_under_wait_reads_every_input_from_a_ramdisk_fallback_starts_at_
             (res / f"{j}.md5").exists() for j in burst), timeout=BOUND, every=2)
         took = time.time() - began
         last = rsa_job(lab, burst[-1])  # before make_jobs cancels: its record is whole
+        # the last RAMDISKs torn down: the next test finds every RSA node free
+        wait_for("every RSA node free", lambda: not any(
+            n.get("job") for n in rsa_nodes(lab)), timeout=120)
     pfs = md5_of(area / "in")
     mounts = {j: (res / f"{j}.mnt").read_text().strip() for j in burst}
     # every job of the burst read its input from its RAMDISK (mounted over DATA_IN), and
