@@ -3,7 +3,7 @@
 
 ``--jobs`` jobs (default 24) are submitted at once by the lab user to the idle lab (4
 compute nodes, 4 RSA nodes, queue mode), each with ``#RSA_DATA_IN`` (``--files`` files of
-``--mib`` MiB in all, one directory all of them read), reading its input once (md5sum)
+``--mib`` MiB in all, a directory of its own), reading its input once (md5sum)
 and computing ``--compute`` seconds. Once with the default ``wait`` (held until its
 RAMDISK is ready: they wait for the RSA nodes in turn), once with ``#RSA_EARLY_START=
 fallback`` (they start at once; those with no RSA node free read the PFS). Per policy:
@@ -13,7 +13,7 @@ the compute nodes), the mean wait (submission to start), how many read their inp
 RAMDISK (``findmnt`` over DATA_IN), and whether every job read all of its input
 (checksums). Needs the lab (queue mode, accounting on) and root:
 
-    .venv/bin/python bench/bench_burst.py [--jobs 24] [--mib 64] [--compute 5] [--json out.json]
+    .venv/bin/python bench/bench_burst.py [--jobs 24] [--mib 32] [--compute 5] [--json out.json]
 
 Inside ``make lab-test`` (the lab comes up and down around it)::
 
@@ -37,36 +37,64 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.e2e.conftest import md5_of  # noqa: E402 (after the path)
-from tests.e2e.test_burst import rsa_nodes, submit_at_once  # noqa: E402
+from tests.e2e.test_burst import rsa_nodes  # noqa: E402
 from tests.integration.conftest import LAB_ENV, as_user, read_lab_env  # noqa: E402
-from tests.integration.slurmkit import make_jobs, root, wait_for  # noqa: E402
+from tests.integration.slurmkit import Jobs, make_jobs, root, wait_for  # noqa: E402
 
 POLICIES = ("wait", "fallback")
 
 
-def job_script(base: Path, policy: str, compute: float) -> str:
+def job_script(base: Path, n: int, policy: str, compute: float) -> str:
+    """Job ``n`` of the burst: its own input directory (``in/n``: a read from the PFS is
+    not served from what the host's one PFS client cached for another job)."""
     res = f"{base}/res/$SLURM_JOB_ID"
     early = "#RSA_EARLY_START=fallback" if policy == "fallback" else ""
     return f"""#!/bin/bash
 #SBATCH -t 10
-#RSA_DATA_IN={base}/in
+#RSA_DATA_IN={base}/in/{n}
 {early}
-findmnt -n -o TARGET --target {base}/in > {res}.mnt
-(cd {base}/in && md5sum f*) > {res}.tmp && mv {res}.tmp {res}.md5
+echo {n} > {res}.n
+findmnt -n -o TARGET --target {base}/in/{n} > {res}.mnt
+(cd {base}/in/{n} && md5sum f*) > {res}.tmp && mv {res}.tmp {res}.md5
 sleep {compute}
 date +%s.%N > {res}.end
 """
 
 
-def make_input(lab: Mapping[str, str], files: int, mib: int) -> Path:
+def make_input(lab: Mapping[str, str], jobs_n: int, files: int, mib: int) -> Path:
+    """``jobs_n`` input directories of ``files`` files, ``mib`` MiB each directory, all
+    alike (one checksum list for all)."""
     base = Path(lab["RSA_LAB_PFS"]) / f"bench-burst-{os.getpid()}"
     each = max(1, mib * 1024 // files)
     done = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", (
-        f"set -e; mkdir -p {base}/in {base}/res; for i in $(seq 1 {files}); do "
-        f"head -c {each}K /dev/urandom > {base}/in/f$i; done")], timeout=600)
+        f"set -e; mkdir -p {base}/in/0 {base}/res; for i in $(seq 1 {files}); do "
+        f"head -c {each}K /dev/urandom > {base}/in/0/f$i; done; "
+        f"for n in $(seq 1 {jobs_n}); do cp -r {base}/in/0 {base}/in/$n; done")],
+        timeout=900)
     if done.returncode != 0:
         sys.exit(f"bench_burst: cannot write the input: {done.stderr.strip()}")
     return base
+
+
+def submit(lab: Mapping[str, str], jobs: Jobs, texts: list[str]) -> list[str]:
+    """Submit every job of ``texts`` as the lab user in one go (one shell, one sbatch
+    after the other); their ids are cancelled with ``jobs``'."""
+    paths = [Path(f"/tmp/rsa-burst-bench-{os.getpid()}-{i}.sh") for i in range(len(texts))]
+    for path, text in zip(paths, texts, strict=True):
+        path.write_text(text)
+        path.chmod(0o644)
+    try:
+        loop = (f"for f in {' '.join(map(str, paths))}; do sbatch --parsable -o /dev/null "
+                f"--chdir={lab['RSA_LAB_PFS']} $f || exit 1; done")
+        done = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", loop], timeout=300)
+    finally:
+        for path in paths:
+            path.unlink()
+    ids = [line.split(";")[0] for line in done.stdout.split()]
+    jobs.ids.extend(ids)
+    if done.returncode != 0 or len(ids) != len(texts):
+        sys.exit(f"bench_burst: sbatch failed: {done.stderr.strip()}")
+    return ids
 
 
 def sacct(lab: Mapping[str, str], ids: list[str]) -> dict[str, tuple[float, float, int]]:
@@ -95,14 +123,16 @@ def run(lab: Mapping[str, str], base: Path, policy: str, jobs_n: int,
     res = base / "res"
     with make_jobs(lab) as jobs:
         began = time.time()
-        ids = submit_at_once(lab, jobs, job_script(base, policy, compute), jobs_n)
+        ids = submit(lab, jobs, [job_script(base, n, policy, compute)
+                                 for n in range(1, jobs_n + 1)])
         wait_for("the burst to end", lambda: all((res / f"{j}.end").exists() for j in ids),
                  timeout=1800, every=1)
         # each job's RSA cycle over (RSA nodes torn down) before the next policy's burst
         wait_for("the RSA nodes back", lambda: not any(
             n.get("job") for n in rsa_nodes(lab)), timeout=300)
         acct = wait_for("sacct", lambda: _complete(sacct(lab, ids), len(ids)), timeout=60)
-    ramdisk = sum((res / f"{j}.mnt").read_text().strip() == f"{base}/in" for j in ids)
+    ramdisk = sum((res / f"{j}.mnt").read_text().strip() ==
+                  f"{base}/in/{(res / f'{j}.n').read_text().strip()}" for j in ids)
     whole = sum((res / f"{j}.md5").read_text() == pfs_md5 for j in ids)
     # sacct's times are whole seconds: the makespan from the first submission (second
     # resolution, from the test's clock) to the last end
@@ -118,9 +148,9 @@ def bench(jobs_n: int, files: int, mib: int, compute: float,
     lab = read_lab_env()
     if lab.get("RSA_LAB_MODE", "queue") != "queue":
         sys.exit("bench_burst: needs the queue-mode lab (early start is queue mode's)")
-    base = make_input(lab, files, mib)
+    base = make_input(lab, jobs_n, files, mib)
     try:
-        pfs_md5 = md5_of(base / "in")
+        pfs_md5 = md5_of(base / "in" / "0")
         return [run(lab, base, p, jobs_n, compute, pfs_md5) for p in policies]
     finally:
         as_user(lab, lab["RSA_LAB_USER"], ["rm", "-rf", str(base)], timeout=300)
@@ -140,7 +170,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=24)
     ap.add_argument("--files", type=int, default=8)
-    ap.add_argument("--mib", type=int, default=64, help="MiB of input (all jobs read it)")
+    ap.add_argument("--mib", type=int, default=32, help="MiB of input per job")
     ap.add_argument("--compute", type=float, default=5.0, help="seconds each job computes")
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--json", type=Path)
@@ -161,7 +191,7 @@ def test_burst_benchmark() -> None:
 
     if os.environ.get("RSA_BENCH") != "burst" or not LAB_ENV.exists():
         pytest.skip("a benchmark: RSA_BENCH=burst and the lab up")
-    rows = bench(24, 8, 64, 5.0)
+    rows = bench(24, 8, 32, 5.0)
     print(table(rows))
     Path(os.environ.get("RSA_BENCH_OUT", "/tmp/bench_burst.json")).write_text(
         json.dumps(rows, indent=1))
