@@ -33,7 +33,7 @@ pytestmark = pytest.mark.queue  # native mode: Slurm holds them for capacity its
 
 N = 24
 #: the whole burst's bound: six rounds of the 4 RSA nodes (build, stage-in, run, tear
-#: down); ~100 s measured (native mode's burst of the issue: 97 s)
+#: down); the test took 38 s in the lab (2026-11-28; native mode's burst of the issue: 97 s)
 BOUND = 360
 
 
