@@ -21,7 +21,9 @@ from rsa_scheduler.core.actions import ActionKind
 from rsa_scheduler.core.dependency import Waiting, released_message
 from rsa_scheduler.core.dependency import held_message as dep_held_message
 from rsa_scheduler.core.directive_spec import DirectiveSpec
+from rsa_scheduler.core.effects import NO_FREE_NODES, over_limit_detail
 from rsa_scheduler.core.record import JobRecord
+from rsa_scheduler.core.rules import OVER_LIMIT_NOTE
 from rsa_scheduler.core.states import RsaState
 from rsa_scheduler.core.transitions import TABLE
 from rsa_scheduler.daemon.holds import (
@@ -48,9 +50,12 @@ TO_DO = {
 }
 #: what to do, by the trigger that told the user (before TO_DO's by rsa-state)
 TO_DO_BY_TRIGGER = {
-    "over-limit": "nothing: your other RSA jobs (or your account's) hold RSA nodes up to a "
-                  "site limit; this one waits for them (at most staging.wait_timeout, then "
-                  "it reads the PFS) or, under early start fallback, reads the PFS now",
+    "over-limit": "nothing: every RSA node is in use (the detail says `not enough RSA nodes "
+                  "are free now`), or your other RSA jobs (or your account's) hold RSA nodes "
+                  "up to a site limit, or the RSA is drained for maintenance; held, this one "
+                  "waits for them in priority order (at most staging.wait_timeout, then it "
+                  "reads the PFS); not held (early start fallback, or queued on a busy "
+                  "cluster), it reads the PFS if it starts first",
     "rescue-due": f"read the output where `rsa job {JOB}` says it was rescued to (the site's "
                   "rescue area, not DATA_OUT); `rsa wait` says `rescued`",
 }
@@ -113,6 +118,9 @@ def table() -> str:
                 hold_verdict(JOB, declined, True), hold_verdict(JOB, waiting, False)]
     holds = [(r.message, "nothing") for r in releases if r is not None]
     holds += [
+        (f"RSA: {OVER_LIMIT_NOTE}: {over_limit_detail(NO_FREE_NODES, True)}", "nothing: it "
+         "gets RSA nodes in priority order as other jobs give theirs back, then is staged "
+         "and released; at the deadline it starts and reads the PFS"),
         (held_message(DEADLINE), "nothing: rsad releases it once the input is staged; at "
          "the deadline it starts and reads the PFS"),
         (rerun_held_message(JOB), "nothing: it starts once the earlier run's output is "

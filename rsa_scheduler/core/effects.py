@@ -158,11 +158,20 @@ EFFECTS: Mapping[Effect, Callable[[Firing], None]] = {
 }
 
 
-def over_limit_detail(why: str, early: EarlyStart) -> str:
-    """What the user of a job over a limit (or held off by maintenance) reads after the
-    OVER_LIMIT rows' note: why, and what the job does meanwhile (its early start)."""
+#: why a job Slurm holds for the RSA waits, when no limit refused it but the pool has not
+#: enough free RSA nodes for it (issue 32: told as a limit's reason is, once)
+NO_FREE_NODES = "not enough RSA nodes are free now (jobs get them in priority order)"
+
+
+def over_limit_detail(why: str, held: bool) -> str:
+    """What the user of a job over a limit (or held off by maintenance, or held by Slurm
+    for the RSA while no RSA node is free) reads after the OVER_LIMIT rows' note: why, and
+    what the job does meanwhile: held, if Slurm holds it for the RSA (``held``: early start
+    wait, job_submit.lua's begin time, at most ``staging.wait_timeout``); else it may
+    start first, and then reads the PFS (early start fallback, or a job that queued as
+    usual on a busy cluster)."""
     then = ("held meanwhile, at most staging.wait_timeout, then it reads the PFS"
-            if early is EarlyStart.WAIT else "if it starts first, it reads the PFS")
+            if held else "if it starts first, it reads the PFS")
     return f"{why}; {then}"
 
 
@@ -240,8 +249,11 @@ def _try_allocate(rec: JobRecord, pool: PoolPort, policy: StagingPolicy, now: fl
         return Trigger.POLICY_VIOLATION, str(e)
     if got is None:
         why = pool.refusal(rec.job_id)
+        held = rec.hold_until is not None and rec.hold_until > now  # Slurm holds it
+        if not why and held:
+            why = NO_FREE_NODES  # waits for RSA nodes as one over a limit does (issue 32)
         if why:
-            detail = over_limit_detail(why, _early(rec, policy))
+            detail = over_limit_detail(why, held)
             if rec.message != f"{OVER_LIMIT_NOTE}: {detail}":
                 return Trigger.OVER_LIMIT, detail  # told once (again if the reason changes)
         return Trigger.NODES_BUSY, ""

@@ -19,6 +19,7 @@ from itertools import filterfalse
 from typing import Any
 
 from rsa_scheduler.core.actions import Action, Outcome
+from rsa_scheduler.core.admission import rsa_free, rsa_need
 from rsa_scheduler.core.allocator import Pool
 from rsa_scheduler.core.directives import DirectiveSpec
 from rsa_scheduler.core.events import Event
@@ -254,6 +255,17 @@ class Scheduler:
         only then can a poll of an unchanged queue change anything (it retries the
         allocation)."""
         return bool(self._waiting or self._displaced)
+
+    def rsa_free(self) -> int:
+        """RSA nodes free for a job held from now on, after the on-deck jobs already
+        waiting for RSA nodes (core/admission.py: which held jobs wait for them)."""
+        records = self.records
+        return rsa_free(self.pool, (records[j] for j in self._waiting if j in records),
+                        bool(self.share.draining))
+
+    def rsa_need(self, job_id: str, compute_nodes: int, spec: DirectiveSpec | None) -> int:
+        """RSA nodes a job of ``compute_nodes`` with ``spec`` needs (0: none it could get)."""
+        return rsa_need(self.pool, job_id, compute_nodes, spec)
 
     def next_wake(self, now: float, ticked_at: float | None = None) -> float | None:
         """Earliest time the core can act with no new input: an armed timer, or the end

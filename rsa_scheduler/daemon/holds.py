@@ -10,12 +10,15 @@ keeps it pending, reason ``BeginTime``, and starts it at the deadline by itself:
 whose rsad is dead never waits longer than that. Each cycle rsad looks at every held job:
 
 * it **could start now** (enough idle nodes in one of its partitions, judged once when
-  first seen, higher priority first): the core treats it as on-deck, RSA nodes are
-  allocated and the input staged while Slurm holds it; the hold is released
-  (``scontrol update StartTime=now``, marker removed) as soon as the RAMDISK is ready,
-  or as soon as the RSA will not serve the job (declined: it runs from the PFS at once);
-* it **could not start now** (the cluster is busy): the hold is released at once and the
-  job queues as any other; it is staged when it is on-deck (reason ``Resources``).
+  first seen): the core treats it as on-deck, RSA nodes are allocated (in priority
+  order: if none is free it waits for them, held) and the input staged while Slurm
+  holds it; the hold is released (``scontrol update StartTime=now``, marker removed) as
+  soon as the RAMDISK is ready, or as soon as the RSA will not serve the job (declined:
+  it runs from the PFS at once);
+* it **could not start now** (the cluster is busy): if RSA nodes are left for it
+  (core/admission.py), the hold is released at once and the job queues as any other; it
+  is staged when it is on-deck (reason ``Resources``). If none is left, it stays held
+  and waits for them as one that could start now does (issue 32).
 
 Without a record (the job has no RSA work, or its comment is unreadable) the hold is
 released at once.
@@ -50,19 +53,27 @@ class Release:
 
 def startable(held: Iterable[tuple[str, str, int]], idle: Mapping[str, int],
               ahead: Iterable[tuple[str, int]] = ()) -> set[str]:
-    """Which newly held jobs could start now: ``held`` is (job, its partitions as Slurm
-    shows them, ``a,b``, node count), highest priority first; ``ahead`` the pending jobs
-    Slurm would start first (partitions, node count: submitted before them and not held,
-    e.g. jobs that filled the cluster a moment ago and have not started yet). Each job
-    takes its nodes from the first of its partitions that has them, so ten one-node jobs do
-    not all count on the same four idle nodes. An approximation: CPUs, memory and GRES of
-    nodes that are partly used (``mixed``) and reservations are not looked at; a job
-    judged busy wrongly starts at once and uses the PFS (as without the hold), one judged
-    startable wrongly waits for its stage-in, then queues."""
+    """Which newly held jobs would start at once if released now: ``held`` is (job, its
+    partitions as Slurm shows them, ``a,b``, node count); ``ahead`` the pending jobs Slurm
+    would start first (partitions, node count: submitted before them and not held, e.g.
+    jobs that filled the cluster a moment ago and have not started yet), which take the
+    idle nodes first, each from the first of its partitions that has them. Each held job
+    is judged alone against what is left: the held jobs take no node while Slurm holds
+    them, so ten one-node jobs held on four idle nodes would all start at once if let go
+    (issue 32: judged "busy" because the jobs before them were counted on those nodes,
+    they were released and started from the PFS; the RSA nodes now decide who waits:
+    core/admission.py). An approximation: CPUs, memory and GRES of nodes that are partly
+    used (``mixed``) and reservations are not looked at; a job judged busy wrongly may
+    start at once and use the PFS (as without the hold), one judged startable wrongly
+    waits for its stage-in, then queues."""
     left = dict(idle)
     for partitions, nodes in ahead:
         _take(left, partitions, nodes)
-    return {job for job, partitions, nodes in held if _take(left, partitions, nodes)}
+    return {job for job, partitions, nodes in held if _fits(left, partitions, nodes)}
+
+
+def _fits(left: Mapping[str, int], partitions: str, nodes: int) -> bool:
+    return any(left.get(part, 0) >= max(1, nodes) for part in partitions.split(",") if part)
 
 
 def _take(left: dict[str, int], partitions: str, nodes: int) -> bool:

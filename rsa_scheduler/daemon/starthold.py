@@ -22,13 +22,22 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future
 
+from rsa_scheduler.core.admission import Admission, Candidate, admit
+from rsa_scheduler.core.directive_spec import DirectiveSpec
 from rsa_scheduler.core.directives import HOLD_MARK, RERUN_MARK, rerun_held, split_hold
 from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.machine import JobRecord
 from rsa_scheduler.core.policy import EarlyStart
 from rsa_scheduler.core.rules import OVER_LIMIT_NOTE
 from rsa_scheduler.core.scheduler import Decision, Scheduler
-from rsa_scheduler.core.states import LEFT_QUEUE, PENDING, SLURM_PENDING, JobState, RsaState
+from rsa_scheduler.core.states import (
+    AWAITING_NODES,
+    LEFT_QUEUE,
+    PENDING,
+    SLURM_PENDING,
+    JobState,
+    RsaState,
+)
 from rsa_scheduler.daemon.holds import (
     held_message,
     hold_verdict,
@@ -45,6 +54,14 @@ log = logging.getLogger(__name__)
 #: seconds after rsad released a job's start hold in which Slurm still showing it pending
 #: for ``BeginTime`` is not news (it has not rescheduled it yet)
 RELEASE_SETTLE = 60.0
+
+#: what rsad's log says of a newly held job, by its admission (core/admission.py)
+_SAID = {
+    Admission.START: "it could start now: staging while held",
+    Admission.WAIT: "the cluster is busy and no RSA node is left for it: held, waits for "
+                    "RSA nodes in priority order",
+    Admission.QUEUE: "the cluster is busy: releasing the hold",
+}
 
 #: seconds before a release that did not take is asked for again
 RELEASE_RETRY = 30
@@ -186,29 +203,46 @@ class StartHold:
         new.sort(key=lambda r: (-r.priority, r.job_id))
         try:
             idle = self.slurm.idle_nodes()
-            mine = {r.job_id for r in new}
+            # a job held for the RSA takes no node while held, whatever its reason says
+            # (slurmctld's first try of a submission: None, Priority, Resources)
+            held = self.held
             ahead = [(parts, nodes) for job, nodes, reason, parts in self.slurm.pending_jobs()
-                     if reason in ELIGIBLE_REASONS and job.split("+", 1)[0] not in mine]
+                     if reason in ELIGIBLE_REASONS and job.split("+", 1)[0] not in held]
             # the partition comes with the cycle's one queue read: no Slurm call per held
             # job on rsad's loop (a big held array cost one each, issue 39); a backend
             # that does not give it (pyslurm without it) asks for the job's identity
             judged = [(r.job_id, r.partition or self.slurm.job_info(r.job_id).partition,
                        r.num_nodes) for r in new]
             fits = startable(judged, idle, ahead)
-        except SlurmError as e:  # unsure: release (the job then behaves as unheld)
+        except SlurmError as e:  # unsure: judged busy (released if RSA nodes are free)
             log.warning("cannot tell whether held jobs could start now: %s", e)
             fits = set()
-        records = self.scheduler().records
+        sched = self.scheduler()
+        records = sched.records
+        # busy or not, a job whose RSA nodes are not free waits for them, held, in
+        # priority order (core/admission.py, issue 32)
+        verdicts = admit((Candidate(r.job_id, r.job_id in fits, self._need(r))
+                          for r in new), sched.rsa_free())
         for r in new:
             rec = records.get(r.job_id)
             # judged before an rsad restart (this memory is not kept): its RAMDISK is on
             # its way, so it was judged able to start; judging it busy now would read as
             # a demotion and tear the RAMDISK down
             going = rec is not None and rec.nodes != "" and rec.job_state is JobState.ON_DECK
-            self.can_start[r.job_id] = r.job_id in fits or going
+            verdict = verdicts[r.job_id]
+            self.can_start[r.job_id] = verdict.held or going
             log.info("job %s: held by Slurm for the RSA until %s; %s", r.job_id,
-                     self.held[r.job_id][0], "it could start now: staging while held"
-                     if r.job_id in fits else "the cluster is busy: releasing the hold")
+                     self.held[r.job_id][0], _SAID[verdict])
+
+    def _need(self, row: QueueRow) -> int:
+        """The RSA nodes the held job of ``row`` needs (read from its admin_comment; 1
+        when it cannot be read: its record, made this cycle, says the rest)."""
+        spec_text, _ = self.split(row.admin_comment or "")
+        try:
+            spec = DirectiveSpec.from_admin_comment(spec_text)
+        except ValueError:
+            return 1
+        return self.scheduler().rsa_need(row.job_id, row.num_nodes, spec)
 
     def forget(self, job: str) -> None:
         """``job`` is no longer held (or no longer queued)."""
@@ -235,11 +269,14 @@ class StartHold:
             verdict = hold_verdict(job, rec, self.can_start[job])
             if verdict is None:
                 if job not in self.told:
+                    # a job that waits for RSA nodes (a limit, a drain, none free) was
+                    # told why by the core: the general words would replace the reason in
+                    # its comment; they are told once it has its nodes
+                    if rec is not None and rec.rsa_state in AWAITING_NODES and \
+                            rec.message.startswith(OVER_LIMIT_NOTE):
+                        continue
                     self.told.add(job)
-                    # a job over a limit (or held off by a drain) was told why already:
-                    # the general words would replace the reason in its comment
-                    if rec is None or not rec.message.startswith(OVER_LIMIT_NOTE):
-                        self.tell(job, held_message(deadline))
+                    self.tell(job, held_message(deadline))
                 continue
             self.releasing[job] = now
             if self.can_start[job]:

@@ -15,8 +15,15 @@ from rsa_scheduler.core.directives import DirectiveSpec
 from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.payloads import OnNodes, ResetArgs
 from rsa_scheduler.core.policy import EarlyStart, NodeState, StagingPolicy
+from rsa_scheduler.core.rules import OVER_LIMIT_NOTE
 from rsa_scheduler.core.scheduler import CommandRefused, Decision, Observation, Scheduler
-from rsa_scheduler.core.states import HOLDING_NODES, HOLDS_USER_DATA, JobState, RsaState
+from rsa_scheduler.core.states import (
+    AWAITING_NODES,
+    HOLDING_NODES,
+    HOLDS_USER_DATA,
+    JobState,
+    RsaState,
+)
 from rsa_scheduler.core.transitions import Trigger
 from tests.unit.corekit import make_pool, make_spec
 
@@ -37,6 +44,7 @@ specs = st.builds(
 )
 LIFE = [("PENDING", "Priority"), ("PENDING", "Resources"), ("RUNNING", "None"),
         ("COMPLETED", "None")]
+HOLD = 1e9  # a held job's hold deadline: far beyond every step's clock
 POLICY = StagingPolicy(retries=2, backoff=5.0, backoff_max=20.0, reset_delay=30.0,
                        wait_timeout=50.0, fs_build_attempts=2)
 
@@ -56,9 +64,11 @@ def check_pool(sched: Scheduler) -> None:
 
 
 class Interleavings(RuleBasedStateMachine):
+    N_RAM = 4  # RSA nodes in the pool
+
     def __init__(self) -> None:
         super().__init__()
-        self.sched = Scheduler(make_pool(n_ram=4), POLICY)
+        self.sched = Scheduler(make_pool(n_ram=self.N_RAM), POLICY)
         self.log: list[Event] = []
         self.now = 0.0
         self.slurm: dict[str, tuple[str, str]] = {}
@@ -74,6 +84,7 @@ class Interleavings(RuleBasedStateMachine):
         self.final_writeback: dict[str, bool] = {}
         # whose job each id names in Slurm (slurm_loses_its_state gives it to another)
         self.users: dict[str, str] = {}
+        self.held: dict[str, bool] = {}  # Slurm holds the job for the RSA (BeginTime)
 
     def _take(self, dec: Decision) -> None:
         self.log.extend(dec.events)
@@ -119,13 +130,30 @@ class Interleavings(RuleBasedStateMachine):
             self.spec[job] = spec
 
     @rule(job=st.sampled_from(JOBS), obs=st.sampled_from(SLURM),
-          dt=st.floats(0, 40))
-    def slurm_changes(self, job: str, obs: tuple[str, str], dt: float) -> None:
+          dt=st.floats(0, 40), held=st.booleans())
+    def slurm_changes(self, job: str, obs: tuple[str, str], dt: float,
+                      held: bool = False) -> None:
         self.slurm[job] = obs
+        # held: Slurm holds the pending job for the RSA (early start wait, judged to wait
+        # on-deck: daemon/starthold.py)
+        self.held[job] = held and obs[0] == "PENDING"
         self.now += dt
-        snap = [Observation(j, self.users.get(j, "u"), s, r, 10 * int(j), 2, self.spec[j])
+        snap = [Observation(j, self.users.get(j, "u"), s, r, 10 * int(j), 2, self.spec[j],
+                            hold_until=HOLD if self.held.get(j) else None,
+                            held=bool(self.held.get(j)))
                 for j, (s, r) in sorted(self.slurm.items())]
         self._take(self.sched.observe(snap, self.now))
+        self._held_jobs_told_why_they_wait()
+
+    def _held_jobs_told_why_they_wait(self) -> None:
+        """Issue 32: a job Slurm holds for the RSA that is on-deck and found no RSA nodes
+        (tried in this step: observed or ticked at ``now``) has been told why it waits
+        (a limit, a drain, none free), as its comment and ``rsa job`` say."""
+        for rec in self.sched.records.values():
+            if rec.job_state is JobState.ON_DECK and rec.rsa_state in AWAITING_NODES and \
+                    not rec.declined and rec.hold_until == HOLD and \
+                    self.now >= rec.not_before:
+                assert rec.message.startswith(OVER_LIMIT_NOTE), (rec.job_id, rec.message)
 
     @rule(job=st.sampled_from(JOBS), result=st.sampled_from(list(Result)))
     def action_finishes(self, job: str, result: Result) -> None:
@@ -164,6 +192,7 @@ class Interleavings(RuleBasedStateMachine):
     def time_passes(self, dt: float) -> None:
         self.now += dt
         self._take(self.sched.tick(self.now))
+        self._held_jobs_told_why_they_wait()
 
     @rule(job=st.sampled_from(JOBS),
           trig=st.sampled_from([Trigger.INPUT_DONE, Trigger.CANCEL_STAGING, Trigger.RETRY,
@@ -197,7 +226,7 @@ class Interleavings(RuleBasedStateMachine):
 
     @invariant()
     def replay_equals_live(self) -> None:
-        replayed = Scheduler.replay(make_pool(n_ram=4), POLICY, self.log)
+        replayed = Scheduler.replay(make_pool(n_ram=self.N_RAM), POLICY, self.log)
         assert replayed.snapshot() == self.sched.snapshot()
         assert replayed.pool.snapshot() == self.sched.pool.snapshot()
 
@@ -206,6 +235,31 @@ Interleavings.TestCase.settings = settings(
     max_examples=150, stateful_step_count=40, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestInterleavings = Interleavings.TestCase
+
+
+# ---- a burst: jobs Slurm holds for the RSA wait for one RSA node --------------------------
+
+class HeldBurst(Interleavings):
+    """Issue 32: three jobs and one RSA node, the jobs often held by Slurm for the RSA
+    (early start wait, on-deck for the core): every held job that finds the node taken
+    is told why it waits (``_held_jobs_told_why_they_wait``), and the node is never
+    double-booked or leaked, and the log replays, whatever else happens meanwhile."""
+
+    N_RAM = 1
+
+    @rule(job=st.sampled_from(JOBS), dt=st.floats(0, 10))
+    def held_at_submission(self, job: str, dt: float) -> None:
+        self.slurm_changes(job, ("PENDING", "BeginTime"), dt, held=True)
+
+    @rule(node=st.just("rsa1"), state=st.sampled_from(list(NodeState)))
+    def operator_drains(self, node: str, state: NodeState) -> None:
+        super().operator_drains(node, state)
+
+
+HeldBurst.TestCase.settings = settings(
+    max_examples=100, stateful_step_count=30, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow])
+TestHeldBurst = HeldBurst.TestCase
 
 
 # ---- writable input: every path that could lose the job's changes -----------------------

@@ -947,16 +947,99 @@ def test_a_users_comments_are_written_in_the_order_told(tmp_path: Path) -> None:
     assert [v for k, v in slurm.calls if k == "comment"] == ["other job", "first", "third"]
 
 
-def test_held_jobs_do_not_all_count_on_the_same_idle_nodes(tmp_path: Path) -> None:
+def comments(slurm: ScriptedSlurm) -> list[str]:
+    return [v for k, v in slurm.calls if k == "comment"]
+
+
+WAITS = ("RSA: waits for RSA nodes: not enough RSA nodes are free now (jobs get them in "
+         "priority order); held meanwhile, at most staging.wait_timeout, then it reads the PFS")
+
+
+def test_a_burst_of_held_jobs_waits_held_for_rsa_nodes_none_let_go_to_the_pfs(
+        tmp_path: Path) -> None:
+    """Issue 32: eight 2-node jobs held at once on an idle cluster (4 idle nodes, 4 RSA
+    nodes, one each). Held jobs take no compute node, so each would start at once if let
+    go: none is released before its RAMDISK is ready (four were judged "busy" and
+    released, and started from the PFS). Four are staged and released; four wait, held,
+    told why; when a staged job ends, its RSA node goes to the next in priority order."""
     slurm = ScriptedSlurm()
-    slurm.idle = {"debug": 4}  # room for two 2-node jobs
     seen: list[str] = []
     d = make_daemon(tmp_path, slurm, seen)
-    for job in ("7", "8", "9"):
+    jobs = [str(n) for n in range(7, 15)]
+    for job in jobs:
         slurm.set(job, "PENDING", "BeginTime", hold=HOLD)
     d.poll()
-    states = {j: d.sched.records[j].job_state for j in ("7", "8", "9")}
-    assert sorted(str(s) for s in states.values()) == ["on-deck", "on-deck", "queued"]
+    settle(d)
+    flush_urgent(d)
+    recs = d.sched.records
+    assert all(recs[j].job_state is JobState.ON_DECK for j in jobs)
+    assert {j for j in jobs if recs[j].rsa_state.value == "locked-in"} == {"7", "8", "9", "10"}
+    assert sorted(r.split(":")[0] for r in released(slurm)) == ["10", "7", "8", "9"]
+    assert not any(c.startswith("RSA: the cluster is busy") for c in comments(slurm))
+    assert comments(slurm).count(WAITS) == 4
+    assert all(recs[j].message == WAITS.removeprefix("RSA: ") for j in jobs[4:])
+    d.poll()  # waiting, held: nothing new is said
+    settle(d)
+    flush_urgent(d)
+    assert comments(slurm).count(WAITS) == 4 and len(released(slurm)) == 4
+    # job 7 runs and ends: staged out, verified, its RSA node freed: job 11 gets it
+    slurm.set("7", "RUNNING")
+    d.poll()
+    settle(d)
+    slurm.rows = [r for r in slurm.rows if r.job_id != "7"]
+    slurm.set("7", "COMPLETED")
+    d.poll()
+    settle(d)
+    assert recs["7"].rsa_state.value == "released"
+    d.poll()
+    settle(d)
+    flush_urgent(d)
+    assert recs["11"].rsa_state.value == "locked-in"
+    assert all(recs[j].rsa_state.value == "none" for j in jobs[5:])
+    assert [r.split(":")[0] for r in released(slurm)][4:] == ["11"]
+    assert "RSA: held until its input is staged" in " ".join(comments(slurm))
+
+
+def test_a_held_job_slurm_has_not_applied_the_begin_time_to_yet_takes_no_idle_node(
+        tmp_path: Path) -> None:
+    """slurmctld's first try of a submission says None (or Priority, Resources) before
+    the begin time applies: a job held for the RSA is still no job Slurm starts first, so
+    the held jobs judged after it are not judged busy on its account (issue 32)."""
+    slurm = ScriptedSlurm()
+    slurm.idle = {"debug": 2}  # room for one 2-node job: it stays free while 7 is held
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "None", hold=HOLD)
+    d.poll()
+    slurm.set("8", "PENDING", "None", hold=HOLD)
+    d.poll()
+    assert d.sched.records["8"].job_state is JobState.ON_DECK
+    assert "8" not in [r.split(":")[0] for r in released(slurm)]
+
+
+def test_a_held_job_on_a_busy_cluster_stays_held_while_no_rsa_node_is_left_for_it(
+        tmp_path: Path) -> None:
+    """Issue 32: busy cluster, but every RSA node is taken: released, the job would queue
+    and start from the PFS when nodes free before its RSA nodes do. It stays held,
+    on-deck for the core, and waits for RSA nodes (released once staged, as at submission
+    on an idle cluster); with RSA nodes left it is released at once (the test above)."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    for job in ("1", "2", "3", "4"):  # on-deck, unheld: they take the 4 RSA nodes
+        slurm.set(job, "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    assert len([r for r in d.sched.records.values() if r.nodes]) == 4
+    slurm.idle = {"debug": 0}
+    slurm.set("7", "PENDING", "BeginTime", hold=HOLD)
+    d.poll()
+    settle(d)
+    flush_urgent(d)
+    rec = d.sched.records["7"]
+    assert rec.job_state is JobState.ON_DECK and rec.rsa_state.value == "none"
+    assert "7" not in [r.split(":")[0] for r in released(slurm)]
+    assert comments(slurm)[-1] == WAITS
 
 
 def test_a_held_job_the_rsa_will_not_serve_is_released_at_once(tmp_path: Path) -> None:

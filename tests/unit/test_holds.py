@@ -39,13 +39,18 @@ def test_only_idle_nodes_of_partitions_that_are_up_count() -> None:
         parse_sinfo_partitions("debug|up\n")
 
 
-def test_held_jobs_take_idle_nodes_in_priority_order() -> None:
+def test_each_held_job_is_judged_alone_against_the_idle_nodes() -> None:
+    """Held jobs take no node while Slurm holds them: released, each would start at once
+    on what is idle (issue 32: judged "busy" because the jobs before them were counted on
+    those nodes, 23 of a burst of 24 were released and read the PFS)."""
     idle = {"debug": 4, "long": 1}
     held = [("1", "debug", 2), ("2", "debug", 3), ("3", "debug,long", 1), ("4", "debug", 2),
-            ("5", "nosuch", 1), ("6", "long", 1)]
-    # 1 takes 2 of debug's 4; 2 does not fit; 3 takes debug's third; 4 does not fit
-    # (1 left); 5's partition is unknown; 6 takes long's one
-    assert startable(held, idle) == {"1", "3", "6"}
+            ("5", "nosuch", 1), ("6", "long", 1), ("7", "debug", 5), ("8", "long", 2)]
+    # 5's partition is unknown; 7 and 8 are larger than what is idle in theirs
+    assert startable(held, idle) == {"1", "2", "3", "4", "6"}
+    # 24 one-node jobs on the lab's four idle nodes: every one would start at once
+    burst = [(str(n), "debug", 1) for n in range(24)]
+    assert len(startable(burst, {"debug": 4})) == 24
 
 
 def test_pending_jobs_submitted_before_take_the_idle_nodes_first() -> None:

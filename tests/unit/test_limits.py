@@ -39,6 +39,12 @@ def job(jid: str, user: str = "alice", account: str = "physics", nodes: int = 1,
     return dataclasses.replace(o, account=account)
 
 
+def held(o: Observation) -> Observation:
+    """``o`` as Slurm holds it for the RSA (job_submit.lua's begin time, judged able to
+    start): only then is the job "held meanwhile"."""
+    return dataclasses.replace(o, reason="BeginTime", hold_until=1e9, held=True)
+
+
 def told(dec: Decision, jid: str) -> list[str]:
     return [a.args_as(TellUserArgs).message for a in dec.actions
             if a.kind is ActionKind.TELL_USER and a.job_id == jid]
@@ -65,7 +71,7 @@ def test_judge_counts_per_user_and_per_account() -> None:
 
 def test_a_user_over_the_node_limit_waits_with_a_reason_and_others_are_unaffected() -> None:
     d = Driver(make_scheduler(pool(user_nodes=1)))
-    dec = d.observe(job("10", priority=99), job("11", priority=98, early=EarlyStart.WAIT),
+    dec = d.observe(job("10", priority=99), held(job("11", priority=98, early=EarlyStart.WAIT)),
                     job("20", user="bob", priority=1))
     assert holders(d.sched) == {"10", "20"}
     (msg,) = told(dec, "11")

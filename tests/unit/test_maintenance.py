@@ -8,6 +8,7 @@ flight did not notice either), and rsad started in another mode under jobs in fl
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -40,9 +41,10 @@ def test_a_drain_holds_new_jobs_off_and_lets_jobs_in_flight_finish() -> None:
     d.observe(obs("10", "PENDING", "Resources", make_spec()))
     d.answer("10")  # built; stage-in outstanding
     d.take(d.sched.set_draining(True, d.now, by="root", reason="upgrade"))
-    dec = d.observe(obs("10", "PENDING", "Resources", make_spec()),
-                    obs("11", "PENDING", "Resources", make_spec(early=EarlyStart.WAIT)),
-                    at=5)
+    # held by Slurm for the RSA (job_submit.lua's begin time, judged able to start)
+    held = dataclasses.replace(obs("11", "PENDING", "BeginTime",
+                                   make_spec(early=EarlyStart.WAIT)), hold_until=1e9, held=True)
+    dec = d.observe(obs("10", "PENDING", "Resources", make_spec()), held, at=5)
     assert not d.sched.records["11"].nodes and d.state("11") == "none"
     (told,) = [a.args_as(TellUserArgs).message for a in dec.actions
                if a.kind is ActionKind.TELL_USER and a.job_id == "11"]
