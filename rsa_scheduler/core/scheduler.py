@@ -323,7 +323,7 @@ class Scheduler:
                     and prev.compute_nodes == obs.compute_nodes \
                     and (prev.partition, prev.time_limit) == (obs.partition, obs.time_limit) \
                     and (prev.submitted, prev.restarts) == (obs.submitted, obs.restarts) \
-                    and jid not in waiting:
+                    and prev.account == obs.account and jid not in waiting:
                 continue
             if prev is not None and rec.rsa_state in READY:
                 what = obs.changes(prev)
