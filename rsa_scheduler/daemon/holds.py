@@ -138,14 +138,13 @@ def rerun_held_message(job_id: str, rescue_to: str = "", rescuing: bool = False)
     area ``rescue_to`` instead of DATA_OUT, and its user releases the job."""
     release = f"scontrol update JobId={job_id} StartTime=now"
     if rescue_to and rescuing:
-        return (f"RSA: requeued: held: the previous run's output was quarantined and is "
-                f"being rescued to {rescue_to}, not to its DATA_OUT (rsa job {job_id} "
-                f"shows how far it is); then put what this run needs in place and "
-                f"release it: {release}")
+        return (f"RSA: requeued: held: the previous run's output, quarantined, is being "
+                f"rescued to {rescue_to}, not to DATA_OUT; then put what this run needs in "
+                f"place and release it: {release}")
     if rescue_to:
-        return (f"RSA: requeued: held: the previous run's output was quarantined, then "
-                f"rescued to {rescue_to}, not to its DATA_OUT; put what this run needs in "
-                f"place, then release it: {release}")
+        return (f"RSA: requeued: held: the previous run's output, quarantined, was rescued "
+                f"to {rescue_to}, not to DATA_OUT; put what this run needs in place, then "
+                f"release it: {release}")
     return (f"RSA: requeued: held until the previous run's output is staged out and "
             f"verified on the PFS (rsa job {job_id} shows how far it is)")
 

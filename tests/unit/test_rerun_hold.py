@@ -20,6 +20,7 @@ from rsa_scheduler.core.actions import ActionKind
 from rsa_scheduler.core.directives import DirectiveSpec, rerun_held, split_hold
 from rsa_scheduler.core.policy import EarlyStart, StagingPolicy
 from rsa_scheduler.core.scheduler import Scheduler
+from rsa_scheduler.daemon.dispatch import COMMENT_MAX
 from rsa_scheduler.daemon.executors import ActionContext, PermanentError, Registry
 from rsa_scheduler.daemon.service import Daemon
 from rsa_scheduler.daemon.starthold import RERUN_HOLD
@@ -292,9 +293,10 @@ def test_a_rerun_whose_earlier_output_is_rescued_stays_held_and_is_told_where(
     assert d.sched.records["7"].rsa_state.value == "released"
     assert released(slurm) == [] and len(holds(slurm)) == 1
     assert comments(slurm)[-1] == (
-        f"RSA: requeued: held: the previous run's output was quarantined, then rescued to "
-        f"{RESCUED}, not to its DATA_OUT; put what this run needs in place, then release "
-        f"it: scontrol update JobId=7 StartTime=now")
+        f"RSA: requeued: held: the previous run's output, quarantined, was rescued to "
+        f"{RESCUED}, not to DATA_OUT; put what this run needs in place, then release it: "
+        f"scontrol update JobId=7 StartTime=now")
+    assert len(comments(slurm)[-1]) <= COMMENT_MAX  # whole in the job's comment
     told = len(comments(slurm))
     d.poll()
     flush_urgent(d)
@@ -322,7 +324,7 @@ def test_a_job_requeued_after_its_rescue_is_held_with_where_its_output_is(
     d.poll()
     flush_urgent(d)
     assert holds(slurm) == [f"7:{RERUN_HOLD}:{COMMENT} hold=rerun"]
-    assert f"rescued to {RESCUED}, not to its DATA_OUT" in comments(slurm)[-1]
+    assert f"was rescued to {RESCUED}, not to DATA_OUT" in comments(slurm)[-1]
     names = [e.name for e in d.store.events("7")]
     assert names.count("job.rerun-held") == 1
     d.shutdown()
