@@ -125,6 +125,11 @@ def table() -> str:
          "the deadline it starts and reads the PFS"),
         (rerun_held_message(JOB), "nothing: it starts once the earlier run's output is "
          "verified"),
+        (rerun_held_message(JOB, f"/pfs/rescue/alice/{JOB}.1", True), "nothing yet: once "
+         "the rescue is over, as the next line says"),
+        (rerun_held_message(JOB, f"/pfs/rescue/alice/{JOB}.1"), "copy what the run needs "
+         "from the rescue area into DATA_OUT (or nothing, if it starts afresh), then release "
+         f"it: `scontrol update JobId={JOB} StartTime=now`"),
         (rerun_released_message(JOB, False, None), "nothing"),
         (rerun_released_message(JOB, True, None), f"the earlier run's output: `rsa job {JOB}`"),
         (dep_held_message([Waiting("1233", "staging")]), "nothing: it starts once job "

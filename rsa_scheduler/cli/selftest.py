@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -38,6 +38,9 @@ from rsa_scheduler.cli.selfsteps import (
 )
 from rsa_scheduler.client import ApiClient, ApiRefused, ApiUnavailable
 from rsa_scheduler.errors import RsaError
+
+if TYPE_CHECKING:
+    from rsa_scheduler.config import Config
 
 #: a job's PATH after a login (node/check.py LOGIN_PATH): where `rsa` must be for jobs
 JOB_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -259,6 +262,11 @@ def selftest(api: str | None, config_file: str | None, user_name: str, directory
         raise click.UsageError("rsa selftest submits as --user and checks the RSA nodes as "
                                "rsad does: run it as root on rsad's host")
     user = AsUser(user_name)
+    cfg = _config(config_file)
+    if user.pw.pw_uid == 0 and cfg is not None and cfg.slurm.mode.value == "native":
+        raise click.UsageError(f"--user {user_name}: in native mode (slurm.mode: native) "
+                               "Slurm gives root's jobs no burst buffer, so the RSA never "
+                               "serves them: give an ordinary user")
     base = Path(os.path.abspath(directory)) / time.strftime("rsa-selftest-%Y%m%d-%H%M%S")
     client = ApiClient(api)
 
@@ -274,7 +282,7 @@ def selftest(api: str | None, config_file: str | None, user_name: str, directory
     say(steps[0])
     job_id = ""
     if not steps[0].failed:
-        allowed = _allowed_roots(config_file)
+        allowed = [str(r) for r in cfg.staging.allowed_roots] if cfg is not None else []
         submit, job_id, submitted = _submit(user, base, allowed)
         if submit.failed:
             say(submit)
@@ -307,11 +315,12 @@ def selftest(api: str | None, config_file: str | None, user_name: str, directory
         raise SystemExit(1)
 
 
-def _allowed_roots(config_file: str | None) -> list[str]:
+def _config(config_file: str | None) -> Config | None:
+    """rsad's configuration, or None when it cannot be read (the nodes step needs it
+    too, and says so)."""
     from rsa_scheduler.config import load_config
 
     try:
-        cfg = load_config(config_file)
+        return load_config(config_file)
     except (RsaError, OSError):
-        return []  # the nodes step already needed it: it said so
-    return [str(r) for r in cfg.staging.allowed_roots]
+        return None

@@ -45,6 +45,10 @@ SLURM_PORTS: Final = {
 
 _ADDRESS_RE: Final = re.compile(r"^[A-Za-z0-9._:-]+$")
 
+#: the shortest quarantine.remind_every: rsad looks for quarantined jobs to remind of once
+#: a minute (daemon/service.py REMIND_EVERY), so a shorter one would not be kept
+REMIND_MIN: Final = 60.0
+
 
 def _nodes(n: int) -> str:
     return f"{n} node" if n == 1 else f"{n} nodes"
@@ -128,6 +132,9 @@ class Checks:
             if q.rescue_after and q.rescue_dir is None:
                 v.error(("quarantine", "rescue_dir"), "must be set when "
                         "quarantine.rescue_after is (where rescued output goes on the PFS)")
+            if q.remind_every < REMIND_MIN:
+                v.error(("quarantine", "remind_every"), "must be at least 1m (rsad looks for "
+                        "quarantined jobs once a minute)")
         if self.ok("staging"):
             staging: StagingConfig = self.s["staging"]
             if staging.backoff_max < staging.backoff:

@@ -165,7 +165,8 @@ class Config:
     )
     quarantine: QuarantineConfig = field(
         metadata=meta(Section(QuarantineConfig), "Output kept on a RAMDISK whose stage-out "
-                      "gave up: when it is rescued to the PFS.")
+                      "gave up: when it is rescued to the PFS, how often it is alerted "
+                      "about again.")
     )
     metrics: MetricsConfig = field(metadata=meta(Section(MetricsConfig), "Prometheus metrics."))
     # Not settings: where this config came from and what the loader warned about.

@@ -488,6 +488,12 @@ class QuarantineConfig:
                       "/tmp), where each user's own subdirectory is made by that user, mode "
                       "0700. Needed when `rescue_after` is set.")
     )
+    remind_every: float = field(
+        metadata=meta(Duration(max=365 * DAY), "A quarantined job's output is alerted about "
+                      "again each time it has waited this long more (its first alert is the "
+                      "quarantine's own): it holds RSA nodes until an operator acts or it is "
+                      "rescued. At least 1m (rsad looks once a minute).")
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

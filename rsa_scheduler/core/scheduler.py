@@ -38,6 +38,7 @@ from rsa_scheduler.core.rules import OUTCOME_TRIGGERS, InvalidTransition
 from rsa_scheduler.core.share import FairShare
 from rsa_scheduler.core.states import (
     AWAITING_NODES,
+    HOLDS_USER_DATA,
     IDLE,
     OPERATOR_COMMANDS,
     PREPARING,
@@ -334,7 +335,7 @@ class Scheduler:
                     and prev.compute_nodes == obs.compute_nodes \
                     and (prev.partition, prev.time_limit) == (obs.partition, obs.time_limit) \
                     and (prev.submitted, prev.restarts) == (obs.submitted, obs.restarts) \
-                    and jid not in waiting:
+                    and prev.account == obs.account and jid not in waiting:
                 continue
             if prev is not None and rec.rsa_state in READY:
                 what = obs.changes(prev)
@@ -387,6 +388,11 @@ class Scheduler:
                 rec.rsa_state in AWAITING_NODES | READY:
             updates["compute_nodes"] = obs.compute_nodes
         started = job_state is JobState.RUNNING and rec.job_state is not JobState.RUNNING
+        if started and rec.rescue_to and rec.rsa_state not in HOLDS_USER_DATA:
+            # a new run, the rescue over: this run's output goes to DATA_OUT; the earlier
+            # run's rescued output no longer holds it (daemon/holds.py rerun_rescued) nor
+            # reads as its own. Never during the rescue: a retry of it reads rescue_to
+            updates["rescue_to"] = ""
         wait = self.policy.on_deck_settle
         not_before: float | None = None
         if wait and not held and job_state is JobState.ON_DECK \
@@ -431,6 +437,8 @@ class Scheduler:
             rec.hold_until = obs.hold_until
         if "account" in updates and obs is not None:
             rec.account = obs.account
+        if "rescue_to" in updates:
+            rec.rescue_to = ""
         if not_before is not None:
             rec.not_before = not_before
         if started:

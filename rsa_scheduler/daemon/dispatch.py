@@ -47,9 +47,19 @@ _SLURM_WRITES = frozenset({ActionKind.LOCK_IN, ActionKind.UNLOCK})
 KEEP_ALERTS = 100
 #: a quarantined job's output is alerted about again each time it has waited this long
 #: more (its first alert is the quarantine's own): it holds RSA nodes until an operator
-#: acts, and must not be forgotten
+#: acts, and must not be forgotten. The default of ``quarantine.remind_every``
 QUARANTINE_REMIND = 24 * 3600.0
 COMMENT_MAX = 250  # characters of a job comment rsad writes (squeue shows it whole)
+
+
+def _waited(seconds: float) -> str:
+    """How long a quarantine has waited, in the reminder's words: ``24 hours`` (as
+    before ``quarantine.remind_every``), ``90 minutes``."""
+    if seconds % 3600 == 0:
+        return f"{seconds / 3600:g} hours" if seconds != 3600 else "1 hour"
+    if seconds % 60 == 0:
+        return f"{seconds / 60:g} minutes"
+    return f"{seconds:g} seconds"
 
 
 def fit_comment(text: str, limit: int = COMMENT_MAX) -> str:
@@ -90,8 +100,9 @@ class Dispatcher:
 
     def __init__(self, host: Host, *, registry: Registry, slurm: SlurmPort,
                  clock: Callable[[], float], workers: int = 8,
-                 urgent_workers: int = 8) -> None:
+                 urgent_workers: int = 8, remind_every: float = QUARANTINE_REMIND) -> None:
         self.host = host
+        self.remind_every = remind_every  # quarantine.remind_every
         self.registry = registry
         self.slurm = slurm
         self.clock = clock
@@ -204,16 +215,17 @@ class Dispatcher:
 
     def remind(self, records: list[JobRecord], now: float) -> None:
         """Loop thread: alert again about each quarantined job once per
-        :data:`QUARANTINE_REMIND` it has waited (reminders already given are counted in
-        memory: a restarted rsad reminds once more)."""
+        ``remind_every`` (``quarantine.remind_every``) it has waited (reminders already
+        given are counted in memory: a restarted rsad reminds once more)."""
+        every = self.remind_every
         for rec in records:
-            due = int((now - rec.since) // QUARANTINE_REMIND)
+            due = int((now - rec.since) // every)
             key = (rec.job_id, rec.since)
             if due < 1 or self._reminded.get(key, 0) >= due:
                 continue
             self._reminded[key] = due
             self.alert(rec.job_id, f"output still quarantined on its RAMDISK on {rec.nodes} "
-                                   f"after {due * QUARANTINE_REMIND / 3600:g} hours, holding "
+                                   f"after {_waited(due * every)}, holding "
                                    "those RSA nodes: fix the cause and `rsa retry "
                                    f"{rec.job_id}`, or save the data and `rsa release "
                                    f"{rec.job_id} --discard-output`")

@@ -27,7 +27,8 @@ A requeued job is held by rsad under every early-start policy while its earlier 
 output is not yet safe (:func:`rerun_waits`, the *rerun hold*, issue 35): its next run
 would start beside that run's stage-out, writing into the same DATA_OUT (or read its input
 before its writable input is written back). Released once that output is verified or
-quarantined (:func:`rerun_verdict`). Everything here is pure: ``now`` and facts in,
+quarantined; never when it was rescued to the rescue area, not to DATA_OUT
+(:func:`rerun_rescued`: its user releases it). Everything here is pure: ``now`` and facts in,
 verdicts out.
 """
 
@@ -124,15 +125,37 @@ def rerun_waits(rec: JobRecord) -> bool:
     """Whether the next run of a requeued job must not start yet: Slurm has it pending
     again and its RAMDISK holds its earlier run's data not yet verified on the PFS
     (output being staged out, verified or retried; writable input being written back;
-    ``JobRecord.holds_user_data``). Quarantined output is kept for an operator and is no
-    longer in the way: the next run reads and writes the PFS. A write-back kept for an
-    operator is (the next run would read its input without the earlier run's changes)."""
-    return rec.job_state in PENDING and rec.rsa_state is not RsaState.QUARANTINED and \
-        rec.holds_user_data()
+    ``JobRecord.holds_user_data``), or that output was rescued (:func:`rerun_rescued`).
+    Quarantined output is kept for an operator and is no longer in the way: the next run
+    reads and writes the PFS. A write-back kept for an operator is (the next run would
+    read its input without the earlier run's changes)."""
+    return rec.job_state in PENDING and (rerun_rescued(rec) or (
+        rec.rsa_state is not RsaState.QUARANTINED and rec.holds_user_data()))
 
 
-def rerun_held_message(job_id: str) -> str:
-    """What a requeued job's comment says while the rerun hold keeps it."""
+def rerun_rescued(rec: JobRecord) -> bool:
+    """Whether a pending job's earlier run's output was quarantined, then rescued (or is
+    being rescued) to the rescue area (``JobRecord.rescue_to``, issue 33): it is not in
+    DATA_OUT, and no stage-out puts it there. Its next run is held until its user (or an
+    operator) releases it, having put in place what it needs: rsad never does (a
+    verified rescue is not an output in DATA_OUT). A new cycle of the job (its next run's
+    RAMDISK, or its start from the PFS) clears ``rescue_to``."""
+    return rec.job_state in PENDING and bool(rec.rescue_to)
+
+
+def rerun_held_message(job_id: str, rescue_to: str = "", rescuing: bool = False) -> str:
+    """What a requeued job's comment says while the rerun hold keeps it: its earlier
+    run's output is being staged out, or it goes (``rescuing``) or went to the rescue
+    area ``rescue_to`` instead of DATA_OUT, and its user releases the job."""
+    release = f"scontrol update JobId={job_id} StartTime=now"
+    if rescue_to and rescuing:
+        return (f"RSA: requeued: held: the previous run's output, quarantined, is being "
+                f"rescued to {rescue_to}, not to DATA_OUT; then put what this run needs in "
+                f"place and release it: {release}")
+    if rescue_to:
+        return (f"RSA: requeued: held: the previous run's output, quarantined, was rescued "
+                f"to {rescue_to}, not to DATA_OUT; put what this run needs in place, then "
+                f"release it: {release}")
     return (f"RSA: requeued: held until the previous run's output is staged out and "
             f"verified on the PFS (rsa job {job_id} shows how far it is)")
 

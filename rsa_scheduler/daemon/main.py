@@ -35,8 +35,10 @@ def _setup_logging(level: str) -> None:
 @click.option("--check", "--check-config", "check", is_flag=True,
               help="Validate the configuration, read the store without changing it "
                    "(pending migrations, events, jobs, outstanding actions), say whether "
-                   "an rsad runs on it, and exit. Touches nothing: no lock, no write, no "
-                   "fence, no dispatch, no SSH (unless --nodes).")
+                   "an rsad runs on it, in which slurm.mode (and whether a start in this "
+                   "one is refused), whether an rsa admin drain is in force, and exit. "
+                   "Touches nothing: no lock, no write, no fence, no dispatch, no SSH "
+                   "(unless --nodes).")
 @click.option("--nodes", "check_nodes", is_flag=True,
               help="With --check: also run each RSA node's read-only check over SSH "
                    "(what `rsa nodes check` reports).")

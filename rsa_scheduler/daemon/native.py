@@ -133,6 +133,13 @@ def answer_data_in(rec: JobRecord | None, bb: BbJob | None, job: str = "") -> An
         why = native_text(rec.message) or "the RSA will not serve this job"
         return Answer("failed", f"stage-in of job {rec.job_id} failed: {why}; fix it, then "
                                 "scancel the job and submit it again")
+    if rec.rescue_to and not rec.holds_user_data() and rec.job_state not in LEFT_QUEUE:
+        # requeued after its previous run's output was rescued (issue 33): it is on the
+        # PFS, not in DATA_OUT; this run is not started as if it were (Slurm holds it)
+        return Answer("failed", f"job {rec.job_id}'s previous run's output was "
+                                f"quarantined, then rescued to {rec.rescue_to}, not to its "
+                                "DATA_OUT: this run is not started without it; put what it "
+                                "needs in place, then scancel the job and submit it again")
     if state in POST_RUN - TEARDOWN and rec.job_state not in LEFT_QUEUE:
         # requeued: the RAMDISK is the previous run's, its output not yet safe; this
         # run's input is staged on a new one after it (never "done" from the old run)

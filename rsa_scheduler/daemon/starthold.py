@@ -25,7 +25,7 @@ from concurrent.futures import Executor, Future
 from rsa_scheduler.core.admission import Admission, Candidate, admit
 from rsa_scheduler.core.directive_spec import DirectiveSpec
 from rsa_scheduler.core.directives import HOLD_MARK, RERUN_MARK, rerun_held, split_hold
-from rsa_scheduler.core.events import Event
+from rsa_scheduler.core.events import JSON, Event
 from rsa_scheduler.core.machine import JobRecord
 from rsa_scheduler.core.policy import EarlyStart
 from rsa_scheduler.core.rules import OVER_LIMIT_NOTE
@@ -133,7 +133,7 @@ class StartHold:
         self.rerun_held: dict[str, str] = {}
         self.rerun_calls: dict[str, Future[tuple[bool, str] | None]] = {}
         self.rerun_asked: dict[str, tuple[float, bool]] = {}  # job -> (when, to hold)
-        self.rerun_told: set[str] = set()
+        self.rerun_told: dict[str, str] = {}  # job -> what its user was told
         # rerun holds ended (job -> when): a queue line read before the release still
         # shows the marker for a moment; it must not read as a new hold
         self.rerun_ended: dict[str, float] = {}
@@ -337,14 +337,12 @@ class StartHold:
             held = job in self.rerun_held
             when, holding = self.rerun_asked.get(job, (-1e18, False))
             if rec is not None and rerun_waits(rec):
-                if held or (holding and now - when < RELEASE_RETRY) or job in self.requeueing:
+                if not held and job in self.requeueing:
                     continue
-                self._ask(job, now, True, self._hold_rerun, job)
-                if job not in self.rerun_told:
-                    self.rerun_told.add(job)
-                    self.commit(Decision(events=[Event(now, job, "job.rerun-held", {
-                        "rsa_state": rec.rsa_state.value})]))
-                    self.tell(job, rerun_held_message(job))
+                asked = not held and not (holding and now - when < RELEASE_RETRY)
+                if asked:
+                    self._ask(job, now, True, self._hold_rerun, job)
+                self._tell_rerun_held(job, rec, now, asked)
             elif not held:
                 if job not in self.rerun_calls:
                     if job in self.rerun_asked and not holding:
@@ -358,6 +356,23 @@ class StartHold:
                 self.commit(Decision(events=[Event(now, job, "job.rerun-released", {
                     "why": rerun_released_message(job, quarantined, None),
                     "then": "held for its new RAMDISK" if wait else "released"})]))
+
+    def _tell_rerun_held(self, job: str, rec: JobRecord, now: float, asked: bool) -> None:
+        """Tell ``job``'s user why its rerun is held: once the hold is asked for, and
+        again when the reason changes (its earlier run's output goes, or went, to the
+        rescue area instead: the user must act; told again once the rescue is over, after
+        its own "stage-out finished"). A hold Slurm keeps across an rsad restart is told
+        again only for a rescue (the user's comment may say the stage-out is under way)."""
+        message = rerun_held_message(job, rec.rescue_to, rec.holds_user_data())
+        told = self.rerun_told.get(job)
+        if message == told or not (asked or told is not None or rec.rescue_to):
+            return
+        self.rerun_told[job] = message
+        context: dict[str, JSON] = {"rsa_state": rec.rsa_state.value}
+        if rec.rescue_to:
+            context["rescue_to"] = rec.rescue_to
+        self.commit(Decision(events=[Event(now, job, "job.rerun-held", context)]))
+        self.tell(job, message)
 
     def watch_rerun(self, job: str) -> None:
         """An operator's command moved ``job``: its rerun hold may be due again (``rsa
@@ -388,7 +403,7 @@ class StartHold:
         self.rerun_due.discard(job)
         self.rerun_held.pop(job, None)
         self.rerun_asked.pop(job, None)
-        self.rerun_told.discard(job)
+        self.rerun_told.pop(job, None)
 
     def _hold_rerun(self, job: str) -> tuple[bool, str] | None:
         """Worker: hold ``job`` for its earlier run's output (begin time ``RERUN_HOLD``

@@ -222,6 +222,7 @@ def make_daemon(cfg: Config, *, slurm: SlurmPort | None = None,
                     script_source=cfg.slurm.script_source.value)
     daemon.hosts = hosts
     daemon.staging_workers = workers  # read by its metrics
+    daemon.dispatcher.remind_every = cfg.quarantine.remind_every
     if cfg.slurm.mode is SlurmMode.NATIVE:
         daemon.native = NativeDriver(cfg.slurm.bb_pools_file, cfg.slurm.bb_grace)
     return daemon

@@ -1,6 +1,7 @@
 """Maintenance in the lab (issue 33): with a job in flight, an rsad configured for the
 other ``slurm.mode`` refuses to start; ``rsa admin drain`` then lets that job finish (its
 output staged out and verified) while a new job gets no RSA nodes and its user reads why;
+``rsad --check`` beside the live rsad reports the drain and the refused mode switch;
 the drain survives an rsad restart; ``rsa admin resume`` gives the waiting job its
 RAMDISK.
 
@@ -87,6 +88,20 @@ def test_a_drain_finishes_what_is_in_flight_and_holds_new_jobs_off_across_a_rest
         said = rsa(lab, "admin", "drain", "--reason", "lab maintenance")
         assert said.startswith("RSA draining: no new jobs; ") and \
             not said.startswith("RSA draining: no new jobs; 0 "), said
+        # rsad --check (read-only, beside the live rsad) says both: the drain in force,
+        # and that a start in the other mode is refused while the job is in flight
+        for config, line in ((lab["RSA_LAB_RSA_CONFIG"], "rsad: drain: in force: RSA "
+                              "maintenance (rsa admin drain by root: lab maintenance), until "
+                              "rsa admin resume; jobs in flight finish"),
+                             (str(native), "rsad: mode: a start is refused: slurm.mode is "
+                              f"native but 1 job(s) rsad started in queue mode are in "
+                              f"flight ({first}): set slurm.mode back to queue")):
+            checked = subprocess.run([f"{lab['RSA_LAB_VENV']}/bin/rsad", "--config", config,
+                                      "--check"], capture_output=True, text=True, timeout=60,
+                                     env=slurm_env(lab))
+            assert checked.returncode == 0, checked.stderr
+            assert any(ln.startswith(line) for ln in checked.stdout.splitlines()), \
+                checked.stdout
         second = jobs.submit(script=f"""#!/bin/bash
 #SBATCH -t 5
 #RSA_DATA_IN={area}/in

@@ -47,7 +47,9 @@ def test_rsad_check_during_a_stage_out_leaves_it_untouched(
         done = rsad(lab, "--check")  # what the unit's ExecStartPre and an operator run
         assert done.returncode == 0, done.stderr
         lines = done.stdout.splitlines()
-        assert f"rsad: rsad (pid {pid}) runs on this store; the check left it alone" in lines
+        assert (f"rsad: rsad (pid {pid}) runs on this store in queue mode; the check left "
+                "it alone") in lines
+        assert "rsad: drain: none (jobs get RSA nodes)" in lines
         outstanding = next(ln for ln in lines if ln.startswith("rsad: actions outstanding:"))
         assert f"{job}/1/stage-out/" in outstanding, done.stdout
         wait_state(lab, job, "released", timeout=240)

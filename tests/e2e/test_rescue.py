@@ -1,7 +1,8 @@
 """A quarantine that ends, in the lab (issue 33): with ``quarantine.rescue_after: 12s`` a
 job's output, quarantined because its DATA_OUT refused writes, is copied as the job's
 user to ``quarantine.rescue_dir/<user>/<job>.<cycle>`` on the PFS, verified, and only then
-is its RAMDISK released; ``rsa job`` showed its age and when the rescue comes.
+is its RAMDISK released; ``rsa job`` showed its age and when the rescue comes. Requeued
+then, the job's next run is held (the rerun hold), its comment naming the rescued copy.
 
 On main (6dee349) a quarantine held its RSA nodes until an operator acted.
 """
@@ -21,7 +22,7 @@ import pytest
 from tests.e2e.test_native_trouble import rsad_with
 from tests.e2e.test_prolog_lifecycle import nothing_of_job_mounted, run_to_start
 from tests.e2e.test_stage_out_failures import area, events, md5_of, output_job, wait_for_file
-from tests.integration.slurmkit import make_jobs
+from tests.integration.slurmkit import make_jobs, root, show_job, wait_for
 from tests.integration.test_rsad_staging import wait_state
 
 __all__ = ["area"]
@@ -38,7 +39,12 @@ def rescue_area(lab: Mapping[str, str]) -> Iterator[Path]:
     subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)
 
 
-@pytest.mark.once  # rsad and the RSA nodes alone
+def _held_comment(lab: Mapping[str, str], job: str) -> str | None:
+    comment = show_job(lab, job)["Comment"]
+    return comment if comment.startswith("RSA: requeued: held") else None
+
+
+@pytest.mark.once  # rsad and the RSA nodes alone (the rerun hold is queue mode's)
 def test_a_quarantine_past_its_timeout_is_rescued_to_the_pfs_verified_and_released(
         lab: Mapping[str, str], area: Path, rescue_area: Path) -> None:
     out, res = area / "out", area / "res"
@@ -55,6 +61,19 @@ def test_a_quarantine_past_its_timeout_is_rescued_to_the_pfs_verified_and_releas
         assert held.startswith("held: quarantined for ") and \
             "; rescued to the PFS in " in held, shown
         wait_state(lab, job, "released", timeout=120)
+        # requeued now, its next run would not find that output in DATA_OUT: rsad holds
+        # it (the rerun hold) and says where the output is (on main it was not held)
+        copy = rescue_area / user / f"{job}.1"
+        root(lab, "scontrol", "requeue", job)
+        said = wait_for(f"job {job}'s rerun held, saying where its output is",
+                        lambda: _held_comment(lab, job), timeout=60)
+        assert said == (f"RSA: requeued: held: the previous run's output, quarantined, was "
+                        f"rescued to {copy}, not to DATA_OUT; put what this run needs in "
+                        f"place, then release it: scontrol update JobId={job} "
+                        "StartTime=now")
+        shown_now = show_job(lab, job)
+        assert (shown_now["JobState"], shown_now["Reason"]) == ("PENDING", "BeginTime")
+        assert shown_now["AdminComment"].endswith(" hold=rerun"), shown_now
     expected = (res / "md5").read_text()
     mine = rescue_area / user
     st = mine.lstat()

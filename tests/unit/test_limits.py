@@ -149,6 +149,21 @@ def test_limits_survive_a_restart() -> None:
     assert {j for j, r in again.records.items() if r.nodes} == {"10"}
 
 
+def test_an_account_change_alone_moves_the_job_to_its_new_account() -> None:
+    """``scontrol update JobId=10 Account=chem``: squeue's line differs in its account
+    only. On main the core took the row for unchanged and went on counting the job
+    under physics: carol's physics job waited for RSA nodes it was free to take."""
+    d = Driver(make_scheduler(pool(account_nodes=1)))
+    d.observe(job("10", priority=99))
+    assert holders(d.sched) == {"10"}
+    d.observe(job("10", account="chem", priority=99), job("12", user="carol", priority=90),
+              at=5)
+    assert d.sched.records["10"].account == "chem"
+    assert holders(d.sched) == {"10", "12"}
+    again = Scheduler.replay(pool(account_nodes=1), d.sched.policy, d.log)
+    assert again.records["10"].account == "chem"
+
+
 def test_a_limit_is_never_negative() -> None:
     with pytest.raises(ValueError, match="user_nodes must be >= 0"):
         AllocationPolicy(user_nodes=-1)

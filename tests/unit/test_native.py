@@ -74,6 +74,26 @@ def test_data_in_waits_while_a_lost_nodes_ramdisk_is_torn_down_and_staged_again(
     assert answer_data_in(ended, None).status == "failed"
 
 
+def test_data_in_of_a_rerun_whose_earlier_output_was_rescued_fails_saying_where() -> None:
+    """Issue 33: the earlier run's output went to the rescue area, not to DATA_OUT. On
+    main data_in waited for free RSA nodes, then staged the rerun in and started it as if
+    its output were in DATA_OUT, its user told nothing."""
+    rescued = "/pfs/rescue/alice/7.1"
+    for state in (RsaState.OUTPUT_VERIFIED, RsaState.TEARING_DOWN, RsaState.RELEASED):
+        answer = answer_data_in(record(state, job_state=JobState.ON_DECK,
+                                       rescue_to=rescued), BbJob(setup=1.0, polled=True))
+        assert answer.status == "failed", state
+        assert answer.message == (
+            f"job 7's previous run's output was quarantined, then rescued to {rescued}, "
+            "not to its DATA_OUT: this run is not started without it; put what it needs in "
+            "place, then scancel the job and submit it again")
+    # while the rescue runs it waits as for any stage-out; a run that started is its own
+    staging = record(RsaState.STAGING_OUT, job_state=JobState.ON_DECK, rescue_to=rescued)
+    assert answer_data_in(staging, BbJob(setup=1.0, polled=True)).status == "wait"
+    running = record(RsaState.RELEASED, job_state=JobState.RUNNING, rescue_to=rescued)
+    assert answer_data_in(running, BbJob(setup=1.0, polled=True)).status != "failed"
+
+
 def test_data_in_of_a_job_without_rsa_work_is_done_only_once_its_directives_were_read(
         ) -> None:
     """Issue 38: "nothing to stage" only when the job's own directives were read and ask

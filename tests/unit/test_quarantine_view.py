@@ -72,3 +72,51 @@ def test_a_quarantine_is_alerted_again_each_day_it_waits(tmp_path: Path) -> None
     assert len(d.alerts) == 2 and "after 48 hours" in d.alerts[-1]["message"]
     d.shutdown()
     d.store.close()
+
+
+SITE = """\
+pool:
+  nodes:
+    - names: "rsa[1-2]"
+      tier: ram
+      capacity: 2G
+      address: "192.0.2.{num}"
+allocation:
+  max_nodes: 2
+daemon:
+  state_dir: STATE
+slurm:
+  lockin:
+    method: none
+staging:
+  allowed_roots: [/pfs]
+"""
+
+
+def test_the_reminder_interval_is_quarantine_remind_every(tmp_path: Path) -> None:
+    """On main it was a constant (24 hours); now a setting, 24h by default, validated."""
+    from rsa_scheduler.config import load_config_text
+    from rsa_scheduler.daemon.wiring import make_daemon as wire
+    from tests.unit.test_daemon import instant_registry
+
+    site = SITE.replace("STATE", str(tmp_path / "state"))
+    assert load_config_text(site).quarantine.remind_every == QUARANTINE_REMIND == 86400
+    for bad, why in (("30s", "must be at least 1m"), ("0s", "must be longer than 0s"),
+                     ("366d", "")):
+        with pytest.raises(Exception, match=rf"quarantine\.remind_every: .*{why}"):
+            load_config_text(site + f"quarantine:\n  remind_every: {bad}\n")
+    cfg = load_config_text(site + "quarantine:\n  remind_every: 90m\n")
+    d = wire(cfg, slurm=ScriptedSlurm(), registry=instant_registry([]))
+    try:
+        assert d.dispatcher.remind_every == 5400
+        rec = _quarantined(d.sched, "42", "rsa1", 1000.0)
+        d.dispatcher.remind([rec], 1000.0 + 5399)
+        assert d.alerts == []
+        d.dispatcher.remind([rec], 1000.0 + 5400)
+        d.dispatcher.remind([rec], 1000.0 + 3 * 5400)
+        assert [a["message"].split(",")[0] for a in d.alerts] == [
+            "output still quarantined on its RAMDISK on rsa1 after 90 minutes",
+            "output still quarantined on its RAMDISK on rsa1 after 270 minutes"]
+    finally:
+        d.shutdown()
+        d.store.close()

@@ -20,9 +20,11 @@ from rsa_scheduler.core.actions import ActionKind
 from rsa_scheduler.core.directives import DirectiveSpec, rerun_held, split_hold
 from rsa_scheduler.core.policy import EarlyStart, StagingPolicy
 from rsa_scheduler.core.scheduler import Scheduler
+from rsa_scheduler.daemon.dispatch import COMMENT_MAX
 from rsa_scheduler.daemon.executors import ActionContext, PermanentError, Registry
 from rsa_scheduler.daemon.service import Daemon
 from rsa_scheduler.daemon.starthold import RERUN_HOLD
+from rsa_scheduler.slurm.parse import QueueRow
 from rsa_scheduler.slurm.port import SlurmError
 from rsa_scheduler.store import Store
 from tests.unit.corekit import make_pool
@@ -234,4 +236,95 @@ def test_the_rerun_hold_waits_until_slurm_has_finished_the_requeue(tmp_path: Pat
     flush_urgent(d)
     assert holds(slurm) == [f"7:{RERUN_HOLD}:{COMMENT} hold=rerun"]
     gated.gate.set()
+    d.shutdown()
+
+
+RESCUED = "/pfs/rescue/alice/7.1"
+
+
+def rescued_daemon(tmp_path: Path, slurm: ScriptedSlurm, gated: Gated) -> Daemon:
+    """A daemon whose job 7 ran, whose output was quarantined (the PFS refused it) and
+    whose rescue to the rescue area has begun: its verify waits for ``gated.gate``."""
+    store = Store.open(tmp_path / "rsa.db", durability="normal")
+    clock = iter(float(t) for t in range(1000, 10**6))
+    d = Daemon(Scheduler(make_pool(), StagingPolicy(retries=0, rescue_after=5.0,
+                                                    rescue_dir="/pfs/rescue")),
+               slurm=slurm, store=store, registry=gated.registry(slurm), workers=2,
+               poll_interval=0, clock=lambda: next(clock))
+    d.start()
+    gated.fail_out = True
+    slurm.set("7", "PENDING", "Resources", spec=OUT)
+    d.poll()
+    settle(d)
+    slurm.set("7", "RUNNING", spec=OUT)
+    d.poll()
+    settle(d)
+    slurm.set("7", "COMPLETED", spec=OUT)
+    for _ in range(3):
+        d.poll()
+        settle(d)
+    assert d.sched.records["7"].rsa_state.value == "quarantined"
+    gated.fail_out = False  # the rescue area takes it
+    for _ in range(20):
+        d.poll()
+        d.drain(timeout=0.05)
+        if d.sched.records["7"].rsa_state.value == "verifying":
+            break
+    assert d.sched.records["7"].rescue_to == RESCUED
+    return d
+
+
+def test_a_rerun_whose_earlier_output_is_rescued_stays_held_and_is_told_where(
+        tmp_path: Path) -> None:
+    """Issue 33: the earlier run's output went to the rescue area, not to DATA_OUT. On
+    main the rerun was released once the rescue was verified ("the previous run's
+    stage-out is over"), to start as if its output were in DATA_OUT."""
+    slurm, gated = ScriptedSlurm(), Gated()
+    d = rescued_daemon(tmp_path, slurm, gated)
+    slurm.set("7", "PENDING", "None", spec=OUT)  # requeued during the rescue
+    d.poll()
+    flush_urgent(d)
+    assert holds(slurm) == [f"7:{RERUN_HOLD}:{COMMENT} hold=rerun"]
+    gated.gate.set()
+    for _ in range(4):  # verified, torn down, released: the rerun stays held
+        settle(d)
+        d.poll()
+        flush_urgent(d)
+    assert d.sched.records["7"].rsa_state.value == "released"
+    assert released(slurm) == [] and len(holds(slurm)) == 1
+    assert comments(slurm)[-1] == (
+        f"RSA: requeued: held: the previous run's output, quarantined, was rescued to "
+        f"{RESCUED}, not to DATA_OUT; put what this run needs in place, then release it: "
+        f"scontrol update JobId=7 StartTime=now")
+    assert len(comments(slurm)[-1]) <= COMMENT_MAX  # whole in the job's comment
+    told = len(comments(slurm))
+    d.poll()
+    flush_urgent(d)
+    assert len(comments(slurm)) == told  # told once
+    # its user releases it (StartTime=now: the marker stays) and it runs: a new run,
+    # whose output goes to DATA_OUT; rsad lifted nothing
+    slurm.rows = [QueueRow("7", "RUNNING", "None", 10, 2, "alice", admin_comment(slurm))]
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rescue_to == ""
+    assert released(slurm) == []
+    d.shutdown()
+
+
+def test_a_job_requeued_after_its_rescue_is_held_with_where_its_output_is(
+        tmp_path: Path) -> None:
+    slurm, gated = ScriptedSlurm(), Gated()
+    d = rescued_daemon(tmp_path, slurm, gated)
+    gated.gate.set()
+    for _ in range(3):
+        settle(d)
+        d.poll()
+    assert d.sched.records["7"].rsa_state.value == "released"
+    slurm.set("7", "PENDING", "BeginTime", spec=OUT)  # scontrol requeue of the ended job
+    d.poll()
+    flush_urgent(d)
+    assert holds(slurm) == [f"7:{RERUN_HOLD}:{COMMENT} hold=rerun"]
+    assert f"was rescued to {RESCUED}, not to DATA_OUT" in comments(slurm)[-1]
+    names = [e.name for e in d.store.events("7")]
+    assert names.count("job.rerun-held") == 1
     d.shutdown()

@@ -114,8 +114,58 @@ def test_check_of_a_store_behind_names_the_migrations_and_leaves_it_behind(
 def test_check_without_a_store_says_so_and_creates_nothing(config: Path) -> None:
     cfg = load_config(config, env={})
     assert inspect_store(cfg).lines() == [
-        f"store {cfg.daemon.db_path}: none yet (rsad creates it when it first starts)"]
+        f"store {cfg.daemon.db_path}: none yet (rsad creates it when it first starts)",
+        "mode: queue (slurm.mode; no store yet)"]
     assert not Path(cfg.daemon.db_path).parent.exists()
+
+
+def test_check_reports_a_drain_in_force_and_the_mode_against_slurm_mode(
+        config: Path) -> None:
+    """On main ``rsad --check`` said neither: an operator could not see that rsad was
+    drained (``rsa admin drain``) nor that a start in the other slurm.mode would be
+    refused, without starting it."""
+    db = _store_with_work(config)
+    cfg = load_config(config, env={})
+    with Store.open(db, readonly=True) as store:
+        sched = Scheduler.replay(cfg.make_pool(), cfg.staging_policy(), store.events())
+    _, switched = sched.mode_switch("queue", 3000.0)
+    switched.add(sched.set_draining(True, 3001.0, by="root", reason="upgrade"))
+    with Store.open(db, durability="normal") as store:
+        store.append(switched.events)
+    files = [db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")]
+    before = _digest(files)
+    got = CliRunner().invoke(rsad_command, ["--config", str(config), "--check"])
+    assert got.exit_code == 0, got.output
+    lines = got.output.splitlines()
+    assert "rsad: mode: queue (slurm.mode, and the store's last rsad's)" in lines
+    assert ("rsad: drain: in force: RSA maintenance (rsa admin drain by root: upgrade), "
+            "until rsa admin resume; jobs in flight finish") in lines
+    native = config.with_name("native.yaml")
+    native.write_text(config.read_text().replace("slurm:\n", "slurm:\n  mode: native\n"))
+    native.chmod(0o600)
+    got = CliRunner().invoke(rsad_command, ["--config", str(native), "--check"])
+    assert got.exit_code == 0, got.output
+    assert ("rsad: mode: a start is refused: slurm.mode is native but 1 job(s) rsad "
+            "started in queue mode are in flight (7): set slurm.mode back to queue and let "
+            "them finish first (rsa admin drain; rsa status shows when none holds RSA "
+            "nodes), then switch") in got.output.splitlines()
+    assert _digest(files) == before  # read-only: neither check logged a mode or anything
+    first = subprocess.Popen([sys.executable, "-c", _HOLD, str(db)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True,
+                             cwd=Path(__file__).parents[2])
+    try:  # an rsad runs on the store: the mode it started in is the store's
+        assert first.stdout is not None and first.stdout.readline() == "held\n"
+        assert (f"rsad (pid {first.pid}) runs on this store in queue mode; the check left "
+                "it alone") in inspect_store(cfg).lines()
+    finally:
+        assert first.stdin is not None
+        first.stdin.close()
+        first.wait(timeout=30)
+    with Store.open(db, durability="normal") as store:
+        store.append(sched.set_draining(False, 3002.0, by="root").events)
+    report = inspect_store(cfg)
+    assert report.lines()[-2:] == ["mode: queue (slurm.mode, and the store's last rsad's)",
+                                   "drain: none (jobs get RSA nodes)"]
 
 
 _HOLD = """

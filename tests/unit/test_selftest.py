@@ -145,3 +145,28 @@ def test_the_test_job_is_an_rsa_job_with_input_output_and_reset() -> None:
     assert len(files) == 3 and all(base.name.encode() in d for d in files.values())
     assert expected_sums(files).splitlines()[0] == (
         f"{hashlib.sha256(files['f1']).hexdigest()}  f1")
+
+
+def test_native_mode_refuses_root_as_the_test_user_with_one_line(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """Native mode: Slurm gives root's jobs no burst buffer, so a selftest as root would
+    wait for a stage-in that never comes (on main it submitted and timed out)."""
+    import os
+
+    from click.testing import CliRunner
+
+    from rsa_scheduler.cli.main import cli
+    from tests.unit.test_quarantine_view import SITE
+
+    site = tmp_path / "rsa.yaml"
+    site.write_text(SITE.replace("STATE", str(tmp_path / "state")).replace(
+        "slurm:\n", "slurm:\n  mode: native\n"))
+    site.chmod(0o600)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    got = CliRunner().invoke(cli, ["selftest", "--user", "root", "--dir", str(tmp_path),
+                                   "--config", str(site), "--api", "/nonexistent.sock"])
+    assert got.exit_code == 2, got.output
+    assert got.output.splitlines()[-1] == (
+        "Error: --user root: in native mode (slurm.mode: native) Slurm gives root's jobs "
+        "no burst buffer, so the RSA never serves them: give an ordinary user")
+    assert not list(tmp_path.glob("rsa-selftest-*"))
