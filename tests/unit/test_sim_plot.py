@@ -51,7 +51,7 @@ def test_replay_plot_is_svg_with_both_runs_in_three_panels(tmp_path: Path) -> No
     res = cli_runner().invoke(sim, ["replay", "--swf", str(SMALL), "--limit", "40",
                                     "--rsa-nodes", "4", "--plot", str(out), "--json"])
     assert res.exit_code == 0, res.stderr
-    assert json.loads(res.output)["plot"] == str(out)
+    assert json.loads(res.stdout)["plot"] == str(out)
     root = ET.parse(out).getroot()  # well-formed XML
     assert root.tag == f"{SVG}svg"
     titles = [t.text or "" for t in root.iter(f"{SVG}text")]
@@ -72,7 +72,7 @@ def test_plan_plot_marks_the_recommendation(tmp_path: Path) -> None:
                                     "--target", "mean_io_s=1h", "--nodes", "2,4",
                                     "--ram-shares", "0,1", "--plot", str(out)])
     assert res.exit_code == 0, res.stderr
-    rec = json.loads(res.output)["recommended"]
+    rec = json.loads(res.stdout)["recommended"]
     root = ET.parse(out).getroot()
     found = series(root)
     assert sorted(found) == ["DRAM 0%", "DRAM 100%"]

@@ -81,7 +81,7 @@ def test_cli_json_keys_and_determinism() -> None:
     runner = cli_runner()
     result = runner.invoke(sim, ["replay", "--swf", str(SMALL), "--json"])
     assert result.exit_code == 0, result.stderr
-    out = json.loads(result.output)
+    out = json.loads(result.stdout)
     for key in KEYS:
         assert key in out and key in out["baseline"], key
     assert out["jobs"] == out["baseline"]["jobs"] == 300
@@ -121,15 +121,15 @@ def test_cli_option_errors(tmp_path: Path) -> None:
     headless.write_text("1 0 -1 10 4 -1 -1 4 60 -1 1 1 1 -1 1 1 -1 -1\n")
     nohead = runner.invoke(sim, ["replay", "--swf", str(headless), "--json"])
     assert nohead.exit_code == 0, nohead.stderr
-    inferred = json.loads(nohead.output)
+    inferred = json.loads(nohead.stdout)
     assert inferred["workload"]["procs"] == 4 and inferred["jobs"] == 1
     assert inferred["notes"] == ["cluster: 4 processors, inferred from the trace: its "
                                  "largest job (line 1) uses 4 (no MaxProcs header; --procs "
                                  "sets it)"]
     ok = runner.invoke(sim, ["replay", "--swf", str(headless), "--procs", "8", "--json"])
-    assert ok.exit_code == 0 and json.loads(ok.output)["jobs"] == 1
-    assert json.loads(ok.output)["workload"]["procs"] == 8
-    assert json.loads(ok.output)["notes"] == []
+    assert ok.exit_code == 0 and json.loads(ok.stdout)["jobs"] == 1
+    assert json.loads(ok.stdout)["workload"]["procs"] == 8
+    assert json.loads(ok.stdout)["notes"] == []
     sizeless = tmp_path / "s.swf"
     sizeless.write_text("1 0 -1 -1 -1 -1 -1 -1 60 -1 5 1 1 -1 1 1 -1 -1\n")
     none = runner.invoke(sim, ["replay", "--swf", str(sizeless)])
@@ -291,7 +291,7 @@ def test_seed004_file_per_process_output_is_much_shorter_with_the_rsa() -> None:
     """Table 2: 2048 files written directly 1109.86 s, to the RSA 35.87 s (31x)."""
     result = cli_runner().invoke(sim, ["replay", "--swf", str(FPP), *SEED004, "--json"])
     assert result.exit_code == 0, result.stderr
-    out = json.loads(result.output)
+    out = json.loads(result.stdout)
     assert out["rsa"]["wrote_to_rsa"] == 1
     assert out["mean_wait_s"] == out["baseline"]["mean_wait_s"]  # job 2 waits for job 1
     # job 1 does no I/O: the means are job 2's output time halved
@@ -389,6 +389,6 @@ def test_real_traces_replay_and_the_report_says_what_was_inferred() -> None:
     pwa = cli_runner().invoke(sim, ["replay", "--swf", str(DATA / "swf" /
                                                          "pwa-checkpoint.swf"), "--json"])
     assert pwa.exit_code == 0, pwa.stderr
-    out = json.loads(pwa.output)
+    out = json.loads(pwa.stdout)
     assert (out["jobs"], out["skipped"], out["notes"]) == (4, 1, [])
     assert out["workload"] == {"format": "swf", "procs": 64, "procs_per_node": 4}

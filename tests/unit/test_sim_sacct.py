@@ -135,7 +135,7 @@ def test_replay_of_the_labs_sacct_end_to_end() -> None:
     result = cli_runner().invoke(sim, ["replay", "--sacct", str(LAB), "--rsa-nodes", "2",
                                        "--json"])
     assert result.exit_code == 0, result.stderr
-    out = json.loads(result.output)
+    out = json.loads(result.stdout)
     assert out["jobs"] == out["baseline"]["jobs"] == 7 and out["skipped"] == 0
     assert out["io_volumes"] == {"trace": 0, "memory": 0, "synthetic": 7}
     # the lab's 4 one-CPU nodes, inferred from the 4 CPUs its jobs held at once
@@ -161,7 +161,7 @@ def test_replay_reads_standard_input() -> None:
     result = cli_runner().invoke(sim, ["replay", "--sacct", "-", "--json"],
                                  input=WITH_IO.read_text())
     assert result.exit_code == 0, result.stderr
-    out = json.loads(result.output)
+    out = json.loads(result.stdout)
     assert out["trace"] == "<stdin>" and out["jobs"] == 3 and out["skipped"] == 1
     assert out["io_volumes"] == {"trace": 1, "memory": 0, "synthetic": 2}
     assert "2 jobs still pending or running when sacct ran: left out" in out["notes"]
