@@ -396,7 +396,7 @@ def replay(trace: str | None, sacct: str | None, rsa_nodes: int | None, tiers: s
         result = run_replay(work.jobs, cfg, source=work.source,
                             per_job=write_job if per_job or plot else None)
     except ScenarioError as e:
-        click.echo(f"rsa sim replay: {e}", err=True)
+        _errors("rsa sim replay", e)
         sys.exit(EX_DATAERR)
     except SimulationBroken as e:
         click.echo(f"rsa sim replay: invariant violated: {e}", err=True)
@@ -461,7 +461,7 @@ def plan(trace: str | None, sacct: str | None, target_text: str, counts: str,
         baseline = summary(base_run.run(), cfg, rsa=False, nodes=0)
         points = sweep(work.jobs, cfg, configs, per_tier, target, source=work.source)
     except ScenarioError as e:
-        click.echo(f"rsa sim plan: {e}", err=True)
+        _errors("rsa sim plan", e)
         sys.exit(EX_DATAERR)
     except SimulationBroken as e:
         click.echo(f"rsa sim plan: invariant violated: {e}", err=True)
@@ -484,6 +484,12 @@ def plan(trace: str | None, sacct: str | None, target_text: str, counts: str,
         write_plot(plot, plan_chart(points, out["recommended"], str(target)))
         out["plot"] = plot
     click.echo(json.dumps(out, indent=2))
+
+
+def _errors(prefix: str, e: ScenarioError) -> None:
+    """A bad workload's message: one line per bad line of the file."""
+    for line in str(e).splitlines():
+        click.echo(f"{prefix}: {line}", err=True)
 
 
 def tell(work: Workload, command: str) -> None:

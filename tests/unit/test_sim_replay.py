@@ -103,11 +103,20 @@ def test_cli_text_limit_and_tiers() -> None:
 
 def test_cli_bad_trace_exits_65(tmp_path: Path) -> None:
     bad = tmp_path / "bad.swf"
-    bad.write_text("; MaxProcs: 64\n1 0 -1 10 4 -1 -1 4 60 -1 1 1 1 -1 1 1 -1 -1\n2 5 x\n")
+    bad.write_text("; MaxProcs: 64\n1 0 -1 10 4 -1 -1 4 60 -1 1 1 1 -1 1 1 -1 -1\n2 5 x\n"
+                   "3 7 -1 10 4 -1 -1 4 60 -1 8 1 1 -1 1 1 -1 -1\n")
     result = cli_runner().invoke(sim, ["replay", "--swf", str(bad)])
     assert result.exit_code == 65
-    assert result.stderr.strip() == (f"rsa sim replay: {bad}:3: 3 fields, SWF has 18 "
-                                     "(or 21 with rsa-scheduler's I/O columns)")
+    # every bad line, each on its own line, before anything was replayed
+    assert result.stderr.splitlines() == [
+        f"rsa sim replay: {bad}:3: 3 fields, SWF has 18 (or 21 with rsa-scheduler's I/O "
+        "columns)",
+        f"rsa sim replay: {bad}:4: field 11 (status) is 8: SWF's are 1 completed, 0 failed, "
+        "5 cancelled, 2-4 partial executions, -1 unknown"]
+    assert result.stdout == ""
+    plan = cli_runner().invoke(sim, ["plan", "--swf", str(bad), "--target", "mean_io_s=5m"])
+    assert plan.exit_code == 65 and len(plan.stderr.splitlines()) == 2
+    assert plan.stderr.startswith(f"rsa sim plan: {bad}:3: 3 fields")
 
 
 def test_cli_option_errors(tmp_path: Path) -> None:
@@ -385,6 +394,16 @@ def test_real_traces_replay_and_the_report_says_what_was_inferred() -> None:
     assert ("  I/O volumes: 0 jobs from the workload's own figures, 0 from their memory, 4 "
             "from the synthetic model (no I/O figures; docs/simulator.md)"
             ) in text.output.splitlines()
+    # what was inferred is said on stderr too, before the run
+    assert text.stderr.splitlines() == [
+        "rsa sim replay: note: cluster: 28 processors, inferred from the trace: its jobs "
+        "held 28 at once (at 20 s); its largest job (line 13) uses 16 (no MaxProcs header; "
+        "--procs sets it)"]
+    plan = cli_runner().invoke(sim, ["plan", "--swf", str(zero), "--nodes", "2",
+                                     "--ram-shares", "1", "--target", "mean_io_s=1h"])
+    assert plan.exit_code == 0, plan.stderr
+    assert plan.stderr.startswith("rsa sim plan: note: cluster: 28 processors, inferred ")
+    assert json.loads(plan.stdout)["notes"][0].startswith("cluster: 28 processors")
     # job 1's partial executions are passed over: it runs once, for its summary's time
     pwa = cli_runner().invoke(sim, ["replay", "--swf", str(DATA / "swf" /
                                                          "pwa-checkpoint.swf"), "--json"])
