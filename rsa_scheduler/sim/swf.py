@@ -92,7 +92,7 @@ class SwfJob:
     submit: float
     wait: float
     run: float
-    procs: int  # allocated processors, else requested; -1 unknown
+    procs: int  # allocated processors, else requested; -1 unknown or none held
     requested_time: float
     used_memory_kb: float  # per processor
     status: int
@@ -169,7 +169,9 @@ def parse_job(text: str, where: str, line: int) -> SwfJob:
                         "0 failed, 5 cancelled, 2-4 partial executions, -1 unknown")
     if problems:
         raise TraceError(f"{where}: " + "; ".join(problems))
-    procs = v[4] if v[4] > 0 else v[7]
+    # allocated processors, else (unknown, -1) the requested ones; 0 allocated means the
+    # job held none: it never ran (a cancelled job's line often says so with run time 0)
+    procs = v[4] if v[4] > 0 else v[7] if v[4] == -1 else -1
 
     def opt(i: int) -> int | None:
         return int(v[i]) if len(v) > i and v[i] >= 0 else None

@@ -411,3 +411,36 @@ def test_real_traces_replay_and_the_report_says_what_was_inferred() -> None:
     out = json.loads(pwa.stdout)
     assert (out["jobs"], out["skipped"], out["notes"]) == (4, 1, [])
     assert out["workload"] == {"format": "swf", "procs": 64, "procs_per_node": 4}
+
+
+def test_the_docs_worked_example_on_a_busy_generated_trace(tmp_path: Path) -> None:
+    """docs/simulator.md's worked example: a trace as a workload generator writes it (jobs
+    from 0, no MaxProcs), on a 1 GB/s PFS; its figures are quoted there."""
+    busy = DATA / "swf" / "generated-busy.swf"
+    common = ["--swf", str(busy), "--procs-per-node", "8", "--pfs-bw", "1G"]
+    plot = tmp_path / "replay.svg"
+    res = cli_runner().invoke(sim, ["replay", *common, "--rsa-nodes", "4", "--plot",
+                                    str(plot)])
+    assert res.exit_code == 0, res.stderr
+    assert res.stderr == ("rsa sim replay: note: cluster: 64 processors, inferred from the "
+                          "trace: its largest job (line 20) uses 64 (no MaxProcs header; "
+                          "--procs sets it)\n")
+    lines = res.stdout.splitlines()
+    assert lines[0] == (f"trace {busy}: 12 jobs replayed (0 skipped), 4 RSA nodes, "
+                        "stage-out ordering fifo")
+    assert "  mean I/O   00:01:27  00:02:09" in lines
+    assert "  mean wait  00:27:26  00:29:11" in lines
+    assert ("  I/O volumes: 0 jobs from the workload's own figures, 9 from their memory, 3 "
+            "from the synthetic model (no I/O figures; docs/simulator.md)") in lines
+    assert plot.exists()
+    plan_plot = tmp_path / "plan.svg"
+    res = cli_runner().invoke(sim, ["plan", *common, "--nodes", "1,2,4,8", "--target",
+                                    "mean_io_s=1:40", "--plot", str(plan_plot)])
+    assert res.exit_code == 0, res.stderr
+    out = json.loads(res.stdout)
+    rec = out["recommended"]
+    assert (rec["ram_nodes"], rec["ssd_nodes"], rec["rsa_cost_per_hour"]) == (1, 1, 5.0)
+    assert rec["mean_io_s"] == pytest.approx(99.06, abs=0.01)
+    assert out["saving_vs_ram_only"] == 0.375 and out["baseline"]["mean_io_s"] == \
+        pytest.approx(129.33, abs=0.01)
+    assert "recommended: 1 DRAM + 1 SSD" in plan_plot.read_text()
