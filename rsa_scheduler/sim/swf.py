@@ -327,13 +327,13 @@ class SizeGuess:
     peak: int  # most processors in use at once (0: no job has both wait and run time)
     peak_at: float  # the submit-time clock when that peak began
 
-    def describe(self) -> str:
-        """One line saying what was inferred and from what."""
+    def describe(self, source: str = "the trace") -> str:
+        """One line saying what was inferred and from what (``source``: the file's kind)."""
         why = f"its largest job (line {self.largest_line}) uses {self.largest}"
         if self.peak > self.largest:
             why = (f"its jobs held {self.peak} at once (at {_fmt(self.peak_at)} s); "
                    f"{why}")
-        return f"{self.procs} processors, inferred from the trace: {why}"
+        return f"{self.procs} processors, inferred from {source}: {why}"
 
 
 class _Sizer:

@@ -47,11 +47,12 @@ class Workload:
 
 
 def _size(jobs: Iterator[SwfJob], source: str, what: str) -> tuple[int, str]:
+    """The cluster sacct output implies, and the sentence saying so."""
     guess = guess_size(jobs)
     if guess is None:
         raise TraceError(f"{source}: {what} and no job says how many processors it used: "
                          "give --procs")
-    return guess.procs, guess.describe()
+    return guess.procs, guess.describe("the sacct output")
 
 
 def load_workload(*, swf: str | None, sacct: str | None, procs: int | None,

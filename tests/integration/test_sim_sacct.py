@@ -83,4 +83,4 @@ def test_the_labs_own_sacct_replayed(lab: Mapping[str, str]) -> None:
     said = [line for line in done.stderr.splitlines()
             if line.startswith("rsa sim replay: note: cluster: ")]
     assert said == [f"rsa sim replay: note: {report['notes'][0]}"], done.stderr
-    assert f"{total_cpus} processors, inferred from the trace" in said[0]
+    assert f"{total_cpus} processors, inferred from the sacct output" in said[0]

@@ -142,12 +142,12 @@ def test_replay_of_the_labs_sacct_end_to_end() -> None:
     assert out["workload"] == {
         "format": "sacct", "procs": 4, "procs_per_node": 1, "unfinished": 0, "steps": 7,
         "jobs_with_io": 0,
-        "procs_inferred": "4 processors, inferred from the trace: its jobs held 4 at once "
-                          "(at 0 s); its largest job (line 4) uses 2",
+        "procs_inferred": "4 processors, inferred from the sacct output: its jobs held 4 at "
+                          "once (at 0 s); its largest job (line 4) uses 2",
         "procs_per_node_inferred": "1 per node, the most CPUs per node any job held"}
     assert out["notes"] == [
-        "cluster: 4 processors, inferred from the trace: its jobs held 4 at once (at 0 s); "
-        "its largest job (line 4) uses 2 (--procs sets it)",
+        "cluster: 4 processors, inferred from the sacct output: its jobs held 4 at once (at "
+        "0 s); its largest job (line 4) uses 2 (--procs sets it)",
         "processors: 1 per node, the most CPUs per node any job held (--procs-per-node "
         "sets it)"]
     text = cli_runner().invoke(sim, ["replay", "--sacct", str(LAB), "--rsa-nodes", "2"])
