@@ -5,12 +5,11 @@ Owns :func:`line_chart` (one chart: axes with round ticks, one polyline and mark
 per series, each point's values as its ``<title>`` tooltip, a legend, optional marked
 points), :func:`plan_charts` (the four charts of a sweep: mean wait, mean hold, RSA
 utilisation and cost per hour against the RSA node count, one line per DRAM share),
-:func:`plan_chart` (cost per hour against I/O
-throughput, one marker set per DRAM share, the recommendation marked) and
-:func:`replay_chart` (mean wait, hold and I/O time over the trace's time, with and
-without the RSA, three panels in one file). Every series is a ``<g class="series">``
-with a ``data-name``, so tests and scripts can find it. Returns text; must not write
-files.
+:func:`plan_chart` (cost per hour against I/O throughput, one marker set per DRAM share,
+the recommendation marked) and :func:`replay_chart` (mean wait, hold and I/O time over
+the trace's time, with and without the RSA, three panels in one file). Every series is a
+``<g class="series">`` with a ``data-name``, so tests and scripts can find it. Returns
+text; must not write files.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ HEADER_INTS = ("MaxJobs", "MaxRecords", "MaxNodes", "MaxProcs", "UnixStartTime")
 
 class TraceError(ScenarioError):
     """A trace file is unreadable or malformed: ``FILE:LINE: message``, one line per bad
-    line of the file (:func:`bad_lines`)."""
+    line of the file (:class:`BadLines`)."""
 
 
 #: bad lines named one by one in an error; the rest are counted
