@@ -50,7 +50,7 @@ def _size(jobs: Iterator[SwfJob], source: str, what: str) -> tuple[int, str]:
     """The cluster sacct output implies, and the sentence saying so."""
     guess = guess_size(jobs)
     if guess is None:
-        raise TraceError(f"{source}: {what} and no job says how many processors it used: "
+        raise TraceError(f"{source}: {what} and no job that ran says how many processors it used: "
                          "give --procs")
     return guess.procs, guess.describe("the sacct output")
 
@@ -70,8 +70,8 @@ def load_workload(*, swf: str | None, sacct: str | None, procs: int | None,
     scan = scan_swf(swf, size=max_procs is None)
     if max_procs is None:
         if scan.size is None:
-            raise TraceError(f"{swf}: the trace has no MaxProcs header and no job says how "
-                             "many processors it used: give --procs")
+            raise TraceError(f"{swf}: the trace has no MaxProcs header and no job that ran "
+                             "says how many processors it used: give --procs")
         why = scan.size.describe()
         max_procs = scan.size.procs
         notes.append(f"cluster: {why} (no MaxProcs header; --procs sets it)")

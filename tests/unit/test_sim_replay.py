@@ -143,8 +143,8 @@ def test_cli_option_errors(tmp_path: Path) -> None:
     sizeless.write_text("1 0 -1 -1 -1 -1 -1 -1 60 -1 5 1 1 -1 1 1 -1 -1\n")
     none = runner.invoke(sim, ["replay", "--swf", str(sizeless)])
     assert none.exit_code == 65 and none.stderr.strip() == (
-        f"rsa sim replay: {sizeless}: the trace has no MaxProcs header and no job says how "
-        "many processors it used: give --procs")
+        f"rsa sim replay: {sizeless}: the trace has no MaxProcs header and no job that ran "
+        "says how many processors it used: give --procs")
     neither = runner.invoke(sim, ["replay"])
     assert neither.exit_code == 2 and "--swf TRACE or --sacct FILE" in neither.stderr
 
