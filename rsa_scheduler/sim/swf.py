@@ -170,7 +170,7 @@ def parse_job(text: str, where: str, line: int) -> SwfJob:
     if problems:
         raise TraceError(f"{where}: " + "; ".join(problems))
     # allocated processors, else (unknown, -1) the requested ones; 0 allocated means the
-    # job held none: it never ran (a cancelled job's line often says so with run time 0)
+    # job held none: it never ran (a cancelled job's line may say so with run time 0)
     procs = v[4] if v[4] > 0 else v[7] if v[4] == -1 else -1
 
     def opt(i: int) -> int | None:

@@ -206,8 +206,9 @@ def test_scan_infers_the_size_and_refuses_a_trace_without_jobs(tmp_path: Path) -
 
 
 def test_a_job_allocated_no_processors_never_ran() -> None:
-    # the archive's cancelled job that never started: run time 0, 0 processors allocated,
-    # 16 requested; it held none, so it is skipped (and says nothing of the cluster)
+    # a cancelled job that never started, written with run time 0 and 0 processors
+    # allocated (16 requested): it held none, so it is skipped (and says nothing of the
+    # cluster)
     cancelled = parse_job("7 50 30 0 0 -1 -1 16 600 -1 5 2 1 -1 1 1 -1 -1", "t.swf:9", 9)
     assert cancelled.procs == -1 and cancelled.status == 5
     unknown = parse_job("8 50 30 100 -1 -1 -1 16 600 -1 1 2 1 -1 1 1 -1 -1", "t.swf:9", 9)
