@@ -383,6 +383,7 @@ def replay(trace: str | None, sacct: str | None, rsa_nodes: int | None, tiers: s
     check_plot(plot)
     try:
         work = load(trace, sacct, model)
+        tell(work, "replay")
         cfg = build_config(work, specs, limit=limit, **model)
         timeline = Timeline()
 
@@ -395,7 +396,7 @@ def replay(trace: str | None, sacct: str | None, rsa_nodes: int | None, tiers: s
         result = run_replay(work.jobs, cfg, source=work.source,
                             per_job=write_job if per_job or plot else None)
     except ScenarioError as e:
-        click.echo(f"rsa sim replay: {e}", err=True)
+        _errors("rsa sim replay", e)
         sys.exit(EX_DATAERR)
     except SimulationBroken as e:
         click.echo(f"rsa sim replay: invariant violated: {e}", err=True)
@@ -454,12 +455,13 @@ def plan(trace: str | None, sacct: str | None, target_text: str, counts: str,
     check_plot(plot)
     try:
         work = load(trace, sacct, model)
+        tell(work, "plan")
         cfg = build_config(work, tuple(per_tier.values()), limit=limit, **model)
         base_run = Replay(work.jobs(), cfg, rsa=False, source=work.source)
         baseline = summary(base_run.run(), cfg, rsa=False, nodes=0)
         points = sweep(work.jobs, cfg, configs, per_tier, target, source=work.source)
     except ScenarioError as e:
-        click.echo(f"rsa sim plan: {e}", err=True)
+        _errors("rsa sim plan", e)
         sys.exit(EX_DATAERR)
     except SimulationBroken as e:
         click.echo(f"rsa sim plan: invariant violated: {e}", err=True)
@@ -482,6 +484,19 @@ def plan(trace: str | None, sacct: str | None, target_text: str, counts: str,
         write_plot(plot, plan_chart(points, out["recommended"], str(target)))
         out["plot"] = plot
     click.echo(json.dumps(out, indent=2))
+
+
+def _errors(prefix: str, e: ScenarioError) -> None:
+    """A bad workload's message: one line per bad line of the file."""
+    for line in str(e).splitlines():
+        click.echo(f"{prefix}: {line}", err=True)
+
+
+def tell(work: Workload, command: str) -> None:
+    """What was inferred or left out of the workload, on stderr before the (long) run, one
+    line each; the report repeats it (``note:`` lines, ``notes`` in JSON)."""
+    for note in work.notes:
+        click.echo(f"rsa sim {command}: note: {note}", err=True)
 
 
 def check_plot(path: str | None) -> None:

@@ -13,12 +13,14 @@ replay treats them as it treats a trace:
   recorded when the site runs a ``jobacct_gather`` plugin) to the job's input and output;
   a job without such figures gets the synthetic volume model (docs/simulator.md);
 - submit times in seconds from the earliest submit; wait = Start - Submit; run =
-  ``ElapsedRaw``; processors ``AllocCPUS`` (``ReqCPUS`` when nothing was allocated);
+  ``ElapsedRaw``; processors ``AllocCPUS`` (``ReqCPUS`` when nothing was allocated: such
+  a job never ran, whatever its ``Start`` says, and the replay skips it);
 - ``State`` to SWF's status: COMPLETED 1, CANCELLED 5, every other end 0 (failed);
   jobs still pending or running are left out and counted (:attr:`SacctLog.unfinished`).
 
-A malformed row raises :class:`~rsa_scheduler.sim.swf.TraceError` naming ``FILE:LINE``
-and every problem of that row. Pure parsing: must not run ``sacct`` or read the clock.
+Malformed rows raise :class:`~rsa_scheduler.sim.swf.TraceError` once the whole output is
+read: one ``FILE:LINE`` line per bad row, naming every problem of that row. Pure parsing:
+must not run ``sacct`` or read the clock.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
-from rsa_scheduler.sim.swf import SwfJob, TraceError
+from rsa_scheduler.sim.swf import BadLines, SwfJob, TraceError
 
 #: the --format list: the fields the replay uses, in this order
 FIELDS = ("JobIDRaw", "JobID", "State", "Submit", "Start", "End", "ElapsedRaw",
@@ -63,7 +65,8 @@ class _Job:
     submit: datetime
     start: datetime | None
     elapsed: int
-    cpus: int
+    cpus: int  # allocated, else requested
+    ran: bool  # it started and held CPUs
     limit_s: float
     status: int
     uid: int
@@ -150,6 +153,7 @@ def parse_sacct(stream: TextIO, name: str) -> SacctLog:
             f"sacct's header naming the fields of --format {','.join(FIELDS)} "
             "(parsable2, without --noheader; docs/simulator.md)")
     log = SacctLog()
+    bad = BadLines(name)  # every bad row is reported, not only the first
     jobs: dict[int, _Job] = {}
     io: dict[int, list[int | None]] = {}  # raw id -> [read, written] summed over steps
     for n, raw in lines:
@@ -159,7 +163,8 @@ def parse_sacct(stream: TextIO, name: str) -> SacctLog:
         row = text.split("|")
         where = f"{name}:{n}"
         if len(row) != len(header):
-            raise TraceError(f"{where}: {len(row)} fields, the header has {len(header)}")
+            bad.add(f"{where}: {len(row)} fields, the header has {len(header)}")
+            continue
 
         r = _Row(row, col)
         get = r.get
@@ -175,7 +180,8 @@ def parse_sacct(stream: TextIO, name: str) -> SacctLog:
                 read = _tres_bytes(get("TRESUsageInTot"))
                 written = _tres_bytes(get("TRESUsageOutTot"))
             except ValueError as e:
-                raise TraceError(f"{where}: TRES usage {e}: not a byte count") from None
+                bad.add(f"{where}: TRES usage {e}: not a byte count")
+                continue
             if read is not None or written is not None:
                 acc = io.setdefault(raw_id, [None, None])
                 for i, v in enumerate((read, written)):
@@ -193,21 +199,28 @@ def parse_sacct(stream: TextIO, name: str) -> SacctLog:
         if submit is None and not any(p.startswith("Submit") for p in problems):
             problems.append("Submit is unknown: a job cannot be replayed without it")
         elapsed = r.number("ElapsedRaw")
-        cpus = r.number("AllocCPUS") or r.number("ReqCPUS", 0)
+        alloc = r.number("AllocCPUS")
+        cpus = alloc or r.number("ReqCPUS", 0)
         nodes = r.number("NNodes", 0)
         uid = r.number("UID", 0)
         limit = get("TimelimitRaw")
         limit_s = float(int(limit) * 60) if limit.isdigit() else -1.0
-        if problems:
-            raise TraceError(f"{where}: " + "; ".join(problems))
-        assert submit is not None
         if raw_id in jobs:
-            raise TraceError(f"{where}: job {raw_id} listed twice (line "
-                             f"{jobs[raw_id].line}): run sacct without --duplicates")
-        jobs[raw_id] = _Job(n, raw_id, submit, start, elapsed, cpus, limit_s,
+            problems.append(f"job {raw_id} listed twice (line {jobs[raw_id].line}): run "
+                            "sacct without --duplicates")
+        if problems:
+            bad.add(f"{where}: " + "; ".join(problems))
+            continue
+        assert submit is not None
+        # a job that held no CPUs never ran, whatever its Start says (a job cancelled
+        # while pending may carry its cancel time there)
+        ran = start is not None and alloc > 0
+        jobs[raw_id] = _Job(n, raw_id, submit, start, elapsed, cpus, ran, limit_s,
                             ENDED[state], uid)
-        if start is not None and nodes and cpus:
-            log.cpus_per_node = max(log.cpus_per_node, -(-cpus // nodes))
+        if ran and nodes:
+            log.cpus_per_node = max(log.cpus_per_node, -(-alloc // nodes))
+    if bad:
+        raise bad.error()
     if not jobs and not log.unfinished:
         raise TraceError(f"{name}: no jobs, only the header: widen --starttime/--endtime")
     t0 = min((j.submit for j in jobs.values()), default=None)
@@ -217,7 +230,7 @@ def parse_sacct(stream: TextIO, name: str) -> SacctLog:
         read, written = io.get(j.raw, (None, None))
         if read is not None or written is not None:
             log.with_io += 1
-        ran = j.start is not None and j.cpus > 0
+        ran = j.ran
         wait = (j.start - j.submit).total_seconds() if j.start is not None else -1.0
         log.jobs.append(SwfJob(
             line=j.line, job=j.raw, submit=(j.submit - t0).total_seconds(),

@@ -2,14 +2,14 @@
 library).
 
 Owns :func:`line_chart` (one chart: axes with round ticks, one polyline and marker set
-per series, a legend, optional marked points), :func:`plan_charts` (the four charts of a
-sweep: mean wait, mean hold, RSA utilisation and cost per hour against the RSA node
-count, one line per DRAM share), :func:`plan_chart` (cost per hour against I/O
-throughput, one marker set per DRAM share, the recommendation marked) and
-:func:`replay_chart` (mean wait, hold and I/O time over the trace's time, with and
-without the RSA, three panels in one file). Every series is a ``<g class="series">``
-with a ``data-name``, so tests and scripts can find it. Returns text; must not write
-files.
+per series, each point's values as its ``<title>`` tooltip, a legend, optional marked
+points), :func:`plan_charts` (the four charts of a sweep: mean wait, mean hold, RSA
+utilisation and cost per hour against the RSA node count, one line per DRAM share),
+:func:`plan_chart` (cost per hour against I/O throughput, one marker set per DRAM share,
+the recommendation marked) and :func:`replay_chart` (mean wait, hold and I/O time over
+the trace's time, with and without the RSA, three panels in one file). Every series is a
+``<g class="series">`` with a ``data-name``, so tests and scripts can find it. Returns
+text; must not write files.
 """
 
 from __future__ import annotations
@@ -118,7 +118,9 @@ def chart_body(title: str, xlabel: str, ylabel: str,
             path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in ordered)
             out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" '
                        'stroke-width="2"/>')
-        out += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{colour}"/>'
+        # each point's values as its tooltip (and for scripts: the chart is its own data)
+        out += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{colour}">'
+                f'<title>{escape(name)}: {_num(x)}, {_num(y)}</title></circle>'
                 for x, y in ordered]
         out.append("</g>")
         ly = TOP + 10 + 18 * i

@@ -9,8 +9,9 @@ non-blank line is one job of 18 whitespace-separated numbers, ``-1`` meaning unk
 Real traces are taken as they come: job numbers from 0 (tools write them so), the
 archive's status values (lines of partial executions, status 2-4, passed over: the job's
 summary line stands for it) and queue numbers (0 interactive); a bad line's message names
-every problem of the line. Without a ``MaxProcs`` header, :func:`guess_size` infers the
-cluster from the jobs.
+every problem of the line, and :func:`scan_swf`, run once before any replay, reports every
+bad line of the file (:class:`BadLines`). Without a ``MaxProcs`` header, :func:`guess_size`
+infers the cluster from the jobs that ran.
 
 Extension (rsa-scheduler only, documented in docs/simulator.md): a job line may carry 3
 more fields, 19 input bytes, 20 output bytes, 21 output files (``-1`` unknown), so a
@@ -18,8 +19,8 @@ trace can say how much data each job moves. Lines of 18 fields are plain SWF.
 
 Reading is lazy: :func:`read_swf` yields one job at a time and keeps nothing but the
 previous submit time, so a trace of any length streams in constant memory
-(:func:`guess_size`, run only when the header lacks ``MaxProcs``, keeps two events per
-job).
+(:func:`scan_swf` keeps at most :data:`MAX_LISTED` messages; :func:`guess_size`, run only
+when the header lacks ``MaxProcs``, keeps two events per job).
 
 Reads files only; must not import the core's state machine or the engine.
 """
@@ -48,7 +49,38 @@ HEADER_INTS = ("MaxJobs", "MaxRecords", "MaxNodes", "MaxProcs", "UnixStartTime")
 
 
 class TraceError(ScenarioError):
-    """A trace file is unreadable or malformed: ``FILE:LINE: message``."""
+    """A trace file is unreadable or malformed: ``FILE:LINE: message``, one line per bad
+    line of the file (:class:`BadLines`)."""
+
+
+#: bad lines named one by one in an error; the rest are counted
+MAX_LISTED = 20
+
+
+class BadLines:
+    """The bad lines of one file, collected so that all of them are reported at once:
+    the first :data:`MAX_LISTED` by message, the rest counted."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.listed: list[str] = []
+        self.count = 0
+
+    def add(self, message: str) -> None:
+        self.count += 1
+        if len(self.listed) < MAX_LISTED:
+            self.listed.append(message)
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def error(self) -> TraceError:
+        """Every bad line, one per line of the message (``FILE:LINE: problem; ...``)."""
+        lines = list(self.listed)
+        if self.count > len(lines):
+            lines.append(f"{self.name}: {self.count - len(lines)} more bad lines not shown "
+                         f"({self.count} in all)")
+        return TraceError("\n".join(lines))
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +92,7 @@ class SwfJob:
     submit: float
     wait: float
     run: float
-    procs: int  # allocated processors, else requested; -1 unknown
+    procs: int  # allocated processors, else requested; -1 unknown or none held
     requested_time: float
     used_memory_kb: float  # per processor
     status: int
@@ -137,7 +169,9 @@ def parse_job(text: str, where: str, line: int) -> SwfJob:
                         "0 failed, 5 cancelled, 2-4 partial executions, -1 unknown")
     if problems:
         raise TraceError(f"{where}: " + "; ".join(problems))
-    procs = v[4] if v[4] > 0 else v[7]
+    # allocated processors, else (unknown, -1) the requested ones; 0 allocated means the
+    # job held none: it never ran (a cancelled job's line may say so with run time 0)
+    procs = v[4] if v[4] > 0 else v[7] if v[4] == -1 else -1
 
     def opt(i: int) -> int | None:
         return int(v[i]) if len(v) > i and v[i] >= 0 else None
@@ -154,15 +188,17 @@ class SwfReader:
 
     Raises :class:`TraceError` at the first malformed line (naming all its problems),
     and when submit times go backwards (SWF lists jobs in submit order; the replay
-    streams them in that order). Passes over lines of partial executions (status 2-4).
+    streams them in that order); with ``bad`` given, adds each bad line to it instead and
+    goes on (:func:`scan_swf`). Passes over lines of partial executions (status 2-4).
     """
 
-    def __init__(self, stream: TextIO, name: str) -> None:
+    def __init__(self, stream: TextIO, name: str, bad: BadLines | None = None) -> None:
         self.stream = stream
         self.name = name
         self.header = SwfHeader()
         self.lines = 0
         self.partial = 0  # lines of partial executions passed over (status 2-4)
+        self.bad = bad
 
     def __iter__(self) -> Iterator[SwfJob]:
         last = -math.inf
@@ -177,7 +213,13 @@ class SwfReader:
                 if sep and key.strip() and " " not in key.strip():
                     self.header.fields.setdefault(key.strip(), value.strip())
                 continue
-            job = parse_job(text, where, n)
+            try:
+                job = parse_job(text, where, n)
+            except TraceError as e:
+                if self.bad is None:
+                    raise
+                self.bad.add(str(e))
+                continue
             if job.status in PARTIAL:
                 # the job's summary line (status 0, 1 or 5, the same job number) came
                 # first and stands for the whole job: replaying its parts too would run it
@@ -185,9 +227,12 @@ class SwfReader:
                 self.partial += 1
                 continue
             if job.submit < last:
-                raise TraceError(f"{where}: submit time {_fmt(job.submit)} is before the "
-                                 f"previous job's {_fmt(last)}: SWF lists jobs in submit "
-                                 "order")
+                problem = (f"{where}: submit time {_fmt(job.submit)} is before the "
+                           f"previous job's {_fmt(last)}: SWF lists jobs in submit order")
+                if self.bad is None:
+                    raise TraceError(problem)
+                self.bad.add(problem)
+                continue
             last = job.submit
             yield job
 
@@ -208,6 +253,46 @@ def read_swf(path: str | Path) -> Iterator[SwfJob]:
             yield from SwfReader(stream, str(p))
         except UnicodeDecodeError as e:
             raise TraceError(f"{p}: cannot read trace: not UTF-8 text ({e.reason})") from e
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """What :func:`scan_swf` found in a whole trace."""
+
+    jobs: int  # job lines to replay (partial executions not counted)
+    partial: int  # lines of partial executions passed over
+    size: SizeGuess | None  # the cluster the jobs imply (when asked for and known)
+
+
+def scan_swf(path: str | Path, *, size: bool = False) -> Scan:
+    """Read the whole trace once before any replay: every bad line is reported, not only
+    the first (TraceError, one ``FILE:LINE: ...`` line each), and with ``size`` the
+    cluster the jobs imply is inferred on the way (:func:`guess_size`). A trace without
+    jobs is refused."""
+    p = Path(path)
+    bad = BadLines(str(p))
+    sizer = _Sizer() if size else None
+    try:
+        stream = p.open(encoding="utf-8")
+    except OSError as e:
+        raise TraceError(f"{p}: cannot read trace: {e.strerror or e}") from e
+    jobs = 0
+    with stream:
+        reader = SwfReader(stream, str(p), bad)
+        try:
+            for job in reader:
+                jobs += 1
+                if sizer is not None:
+                    sizer.add(job)
+        except UnicodeDecodeError as e:
+            raise TraceError(f"{p}: cannot read trace: not UTF-8 text ({e.reason})") from e
+    if bad:
+        raise bad.error()
+    if jobs == 0:
+        raise TraceError(f"{p}: no jobs, only {reader.lines} line"
+                         f"{'' if reader.lines == 1 else 's'} of comments: an SWF trace has "
+                         "one line of 18 numbers per job")
+    return Scan(jobs, reader.partial, sizer.guess() if sizer is not None else None)
 
 
 def read_header(path: str | Path, limit: int = 200) -> SwfHeader:
@@ -232,7 +317,9 @@ def read_header(path: str | Path, limit: int = 200) -> SwfHeader:
 class SizeGuess:
     """The compute cluster a trace without a ``MaxProcs`` header implies: at least its
     largest job, and at least the most processors its jobs held at once (known when the
-    trace has wait and run times)."""
+    trace has wait and run times). Only jobs that ran count (a run time and processors
+    known): a job cancelled before it started may have asked for more than the cluster
+    has."""
 
     procs: int
     largest: int  # processors of the largest job
@@ -240,33 +327,51 @@ class SizeGuess:
     peak: int  # most processors in use at once (0: no job has both wait and run time)
     peak_at: float  # the submit-time clock when that peak began
 
-    def describe(self) -> str:
-        """One line saying what was inferred and from what."""
+    def describe(self, source: str = "the trace") -> str:
+        """One line saying what was inferred and from what (``source``: the file's kind)."""
         why = f"its largest job (line {self.largest_line}) uses {self.largest}"
         if self.peak > self.largest:
             why = (f"its jobs held {self.peak} at once (at {_fmt(self.peak_at)} s); "
                    f"{why}")
-        return f"{self.procs} processors, inferred from the trace: {why}"
+        return f"{self.procs} processors, inferred from {source}: {why}"
+
+
+class _Sizer:
+    """:func:`guess_size` one job at a time; keeps two events per job that ran."""
+
+    def __init__(self) -> None:
+        self.largest = 0
+        self.largest_line = 0
+        self.events: list[tuple[float, int]] = []
+
+    def add(self, job: SwfJob) -> None:
+        if job.procs <= 0 or job.run < 0:
+            return  # it never ran (the replay skips it): what it asked says nothing
+        if job.procs > self.largest:
+            self.largest, self.largest_line = job.procs, job.line
+        if job.procs > 0 and job.wait >= 0 and job.run >= 0:
+            start = job.submit + job.wait
+            self.events += ((start + job.run, -job.procs), (start, job.procs))
+
+    def guess(self) -> SizeGuess | None:
+        if self.largest == 0:
+            return None
+        self.events.sort()  # at equal times ends (negative) come before starts
+        peak, peak_at, used = 0, 0.0, 0
+        for at, delta in self.events:
+            used += delta
+            if used > peak:
+                peak, peak_at = used, at
+        return SizeGuess(max(self.largest, peak), self.largest, self.largest_line, peak,
+                         peak_at)
 
 
 def guess_size(jobs: Iterable[SwfJob]) -> SizeGuess | None:
-    """The cluster size ``jobs`` imply (None: no job says how many processors it used).
+    """The cluster size ``jobs`` imply (None: no job that ran says how many processors it
+    used).
 
     Reads every job once; keeps two events per job that ran (O(jobs) memory)."""
-    largest, largest_line = 0, 0
-    events: list[tuple[float, int]] = []
+    sizer = _Sizer()
     for job in jobs:
-        if job.procs > largest:
-            largest, largest_line = job.procs, job.line
-        if job.procs > 0 and job.wait >= 0 and job.run >= 0:
-            start = job.submit + job.wait
-            events += ((start + job.run, -job.procs), (start, job.procs))
-    if largest == 0:
-        return None
-    events.sort()  # at equal times ends (negative) come before starts
-    peak, peak_at, used = 0, 0.0, 0
-    for at, delta in events:
-        used += delta
-        if used > peak:
-            peak, peak_at = used, at
-    return SizeGuess(max(largest, peak), largest, largest_line, peak, peak_at)
+        sizer.add(job)
+    return sizer.guess()

@@ -6,7 +6,8 @@ and processors per node, and what was inferred to get them, said in words) and
 :func:`load_workload`. The cluster comes from the options when given, else the trace's
 ``MaxProcs``/``MaxNodes`` header, else it is inferred from the jobs
 (:func:`~rsa_scheduler.sim.swf.guess_size`): sacct output has no header, and real SWF
-traces written by other tools often lack one.
+traces written by other tools often lack one. A trace is read whole once before any
+replay (:func:`~rsa_scheduler.sim.swf.scan_swf`), so every bad line is reported at once.
 
 Reads files only; must not import the engine.
 """
@@ -18,7 +19,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rsa_scheduler.sim.sacct import read_sacct
-from rsa_scheduler.sim.swf import SwfJob, TraceError, guess_size, read_header, read_swf
+from rsa_scheduler.sim.swf import (
+    SwfJob,
+    TraceError,
+    guess_size,
+    read_header,
+    read_swf,
+    scan_swf,
+)
 
 
 @dataclass(slots=True)
@@ -39,11 +47,12 @@ class Workload:
 
 
 def _size(jobs: Iterator[SwfJob], source: str, what: str) -> tuple[int, str]:
+    """The cluster sacct output implies, and the sentence saying so."""
     guess = guess_size(jobs)
     if guess is None:
-        raise TraceError(f"{source}: {what} and no job says how many processors it used: "
+        raise TraceError(f"{source}: {what} and no job that ran says how many processors it used: "
                          "give --procs")
-    return guess.procs, guess.describe()
+    return guess.procs, guess.describe("the sacct output")
 
 
 def load_workload(*, swf: str | None, sacct: str | None, procs: int | None,
@@ -57,8 +66,14 @@ def load_workload(*, swf: str | None, sacct: str | None, procs: int | None,
     notes: list[str] = []
     facts: dict[str, Any] = {}
     max_procs = procs or header.int_field("MaxProcs")
+    # the whole trace is read once before any replay: every bad line is reported at once
+    scan = scan_swf(swf, size=max_procs is None)
     if max_procs is None:
-        max_procs, why = _size(read_swf(swf), swf, "the trace has no MaxProcs header")
+        if scan.size is None:
+            raise TraceError(f"{swf}: the trace has no MaxProcs header and no job that ran "
+                             "says how many processors it used: give --procs")
+        why = scan.size.describe()
+        max_procs = scan.size.procs
         notes.append(f"cluster: {why} (no MaxProcs header; --procs sets it)")
         facts["procs_inferred"] = why
     ppn = procs_per_node

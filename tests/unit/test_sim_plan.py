@@ -120,7 +120,7 @@ def test_plan_cli_recommends_the_cheapest_meeting_point(tmp_path: Path) -> None:
                               "mean_io_s=30s", "--nodes", "2,4", "--ram-shares", "0,0.5,1",
                               "--plots", str(tmp_path / "plots")])
     assert res.exit_code == 0, res.stderr
-    out = json.loads(res.output)
+    out = json.loads(res.stdout)
     points = out["points"]
     assert [(p["ram_nodes"], p["ssd_nodes"]) for p in points] == [
         (0, 2), (1, 1), (2, 0), (0, 4), (2, 2), (4, 0)]
@@ -169,7 +169,7 @@ def test_seed000_ssd_saves_cost_at_fixed_io_time_and_gains_throughput_at_fixed_c
                                     "16,32,48,64,96,128", "--ram-shares", "0,0.25,0.5,0.75,1",
                                     *SEED000_ARGS])
     assert res.exit_code == 0, res.stderr
-    out = json.loads(res.output)
+    out = json.loads(res.stdout)
     # the figures docs/simulator.md shows beside the paper's 41.5 % and 59.3 %
     assert (out["recommended"]["ram_nodes"], out["recommended"]["ssd_nodes"]) == (0, 48)
     assert (out["ram_only"]["ram_nodes"], out["ram_only"]["ssd_nodes"]) == (48, 0)
@@ -181,7 +181,7 @@ def test_seed000_ssd_saves_cost_at_fixed_io_time_and_gains_throughput_at_fixed_c
     res = cli_runner().invoke(sim, ["plan", "--swf", str(SEED000), "--nodes", "48,64",
                                     "--ram-shares", "0,0.5,1", "--no-mix", *SEED000_ARGS])
     assert res.exit_code == 0, res.stderr
-    assert json.loads(res.output)["throughput_gain_at_ram_only_cost"] == pytest.approx(
+    assert json.loads(res.stdout)["throughput_gain_at_ram_only_cost"] == pytest.approx(
         0.4115, abs=1e-4)
 
 
@@ -190,7 +190,7 @@ def test_replay_cost_is_the_cost_model_and_utilisation_is_what_jobs_held() -> No
                                     "ram:3:128G:5G,ssd:5:2T:1536M", "--prices",
                                     "compute=2,ram=6,ssd=1.5", "--json"])
     assert res.exit_code == 0, res.stderr
-    out = json.loads(res.output)
+    out = json.loads(res.stdout)
     hours = out["makespan_s"] / 3600
     assert out["rsa_cost"] == pytest.approx((3 * 6 + 5 * 1.5) * hours, rel=1e-3)
     assert out["compute_cost"] == pytest.approx(2 * out["compute_node_hours"], rel=1e-3)

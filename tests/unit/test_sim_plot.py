@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rsa_scheduler.cli.sim import sim
+from rsa_scheduler.sim.svg import replay_chart
 from rsa_scheduler.sim.timeline import Timeline
 from tests.clirunner import cli_runner
 
@@ -51,7 +52,7 @@ def test_replay_plot_is_svg_with_both_runs_in_three_panels(tmp_path: Path) -> No
     res = cli_runner().invoke(sim, ["replay", "--swf", str(SMALL), "--limit", "40",
                                     "--rsa-nodes", "4", "--plot", str(out), "--json"])
     assert res.exit_code == 0, res.stderr
-    assert json.loads(res.output)["plot"] == str(out)
+    assert json.loads(res.stdout)["plot"] == str(out)
     root = ET.parse(out).getroot()  # well-formed XML
     assert root.tag == f"{SVG}svg"
     titles = [t.text or "" for t in root.iter(f"{SVG}text")]
@@ -72,7 +73,7 @@ def test_plan_plot_marks_the_recommendation(tmp_path: Path) -> None:
                                     "--target", "mean_io_s=1h", "--nodes", "2,4",
                                     "--ram-shares", "0,1", "--plot", str(out)])
     assert res.exit_code == 0, res.stderr
-    rec = json.loads(res.output)["recommended"]
+    rec = json.loads(res.stdout)["recommended"]
     root = ET.parse(out).getroot()
     found = series(root)
     assert sorted(found) == ["DRAM 0%", "DRAM 100%"]
@@ -108,3 +109,22 @@ def test_png_and_other_names_are_refused_in_one_line(tmp_path: Path,
                                            "--plot", str(tmp_path / "no" / "dir.svg")])
     assert unwritable.exit_code == 1
     assert "can't write the plot to " in unwritable.stderr
+
+
+def test_replay_chart_points_carry_their_values() -> None:
+    tl = Timeline(width=60.0)
+    for run, io in (("rsa", 10.0), ("baseline", 40.0)):
+        tl.add(run, {"submit": 0.0, "start": 30.0, "end": 130.0, "io_s": io})
+        tl.add(run, {"submit": 90.0, "start": 100.0, "end": 150.0, "io_s": io / 2})
+    root = ET.fromstring(replay_chart(tl))
+    found = series(root)
+    # panels in order wait, hold, I/O; x in seconds (the trace is short), the interval's
+    # middle; y the mean of the jobs submitted in it
+    tips = {name: [[(c.findtext(f"{SVG}title") or "") for c in g.findall(f"{SVG}circle")]
+                   for g in gs] for name, gs in found.items()}
+    assert tips["with the RSA"] == [
+        ["with the RSA: 30, 30", "with the RSA: 90, 10"],
+        ["with the RSA: 30, 100", "with the RSA: 90, 50"],
+        ["with the RSA: 30, 10", "with the RSA: 90, 5"]]
+    assert tips["without (baseline)"][2] == ["without (baseline): 30, 40",
+                                             "without (baseline): 90, 20"]

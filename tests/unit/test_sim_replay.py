@@ -81,7 +81,7 @@ def test_cli_json_keys_and_determinism() -> None:
     runner = cli_runner()
     result = runner.invoke(sim, ["replay", "--swf", str(SMALL), "--json"])
     assert result.exit_code == 0, result.stderr
-    out = json.loads(result.output)
+    out = json.loads(result.stdout)
     for key in KEYS:
         assert key in out and key in out["baseline"], key
     assert out["jobs"] == out["baseline"]["jobs"] == 300
@@ -103,11 +103,20 @@ def test_cli_text_limit_and_tiers() -> None:
 
 def test_cli_bad_trace_exits_65(tmp_path: Path) -> None:
     bad = tmp_path / "bad.swf"
-    bad.write_text("; MaxProcs: 64\n1 0 -1 10 4 -1 -1 4 60 -1 1 1 1 -1 1 1 -1 -1\n2 5 x\n")
+    bad.write_text("; MaxProcs: 64\n1 0 -1 10 4 -1 -1 4 60 -1 1 1 1 -1 1 1 -1 -1\n2 5 x\n"
+                   "3 7 -1 10 4 -1 -1 4 60 -1 8 1 1 -1 1 1 -1 -1\n")
     result = cli_runner().invoke(sim, ["replay", "--swf", str(bad)])
     assert result.exit_code == 65
-    assert result.stderr.strip() == (f"rsa sim replay: {bad}:3: 3 fields, SWF has 18 "
-                                     "(or 21 with rsa-scheduler's I/O columns)")
+    # every bad line, each on its own line, before anything was replayed
+    assert result.stderr.splitlines() == [
+        f"rsa sim replay: {bad}:3: 3 fields, SWF has 18 (or 21 with rsa-scheduler's I/O "
+        "columns)",
+        f"rsa sim replay: {bad}:4: field 11 (status) is 8: SWF's are 1 completed, 0 failed, "
+        "5 cancelled, 2-4 partial executions, -1 unknown"]
+    assert result.stdout == ""
+    plan = cli_runner().invoke(sim, ["plan", "--swf", str(bad), "--target", "mean_io_s=5m"])
+    assert plan.exit_code == 65 and len(plan.stderr.splitlines()) == 2
+    assert plan.stderr.startswith(f"rsa sim plan: {bad}:3: 3 fields")
 
 
 def test_cli_option_errors(tmp_path: Path) -> None:
@@ -121,21 +130,21 @@ def test_cli_option_errors(tmp_path: Path) -> None:
     headless.write_text("1 0 -1 10 4 -1 -1 4 60 -1 1 1 1 -1 1 1 -1 -1\n")
     nohead = runner.invoke(sim, ["replay", "--swf", str(headless), "--json"])
     assert nohead.exit_code == 0, nohead.stderr
-    inferred = json.loads(nohead.output)
+    inferred = json.loads(nohead.stdout)
     assert inferred["workload"]["procs"] == 4 and inferred["jobs"] == 1
     assert inferred["notes"] == ["cluster: 4 processors, inferred from the trace: its "
                                  "largest job (line 1) uses 4 (no MaxProcs header; --procs "
                                  "sets it)"]
     ok = runner.invoke(sim, ["replay", "--swf", str(headless), "--procs", "8", "--json"])
-    assert ok.exit_code == 0 and json.loads(ok.output)["jobs"] == 1
-    assert json.loads(ok.output)["workload"]["procs"] == 8
-    assert json.loads(ok.output)["notes"] == []
+    assert ok.exit_code == 0 and json.loads(ok.stdout)["jobs"] == 1
+    assert json.loads(ok.stdout)["workload"]["procs"] == 8
+    assert json.loads(ok.stdout)["notes"] == []
     sizeless = tmp_path / "s.swf"
     sizeless.write_text("1 0 -1 -1 -1 -1 -1 -1 60 -1 5 1 1 -1 1 1 -1 -1\n")
     none = runner.invoke(sim, ["replay", "--swf", str(sizeless)])
     assert none.exit_code == 65 and none.stderr.strip() == (
-        f"rsa sim replay: {sizeless}: the trace has no MaxProcs header and no job says how "
-        "many processors it used: give --procs")
+        f"rsa sim replay: {sizeless}: the trace has no MaxProcs header and no job that ran "
+        "says how many processors it used: give --procs")
     neither = runner.invoke(sim, ["replay"])
     assert neither.exit_code == 2 and "--swf TRACE or --sacct FILE" in neither.stderr
 
@@ -291,7 +300,7 @@ def test_seed004_file_per_process_output_is_much_shorter_with_the_rsa() -> None:
     """Table 2: 2048 files written directly 1109.86 s, to the RSA 35.87 s (31x)."""
     result = cli_runner().invoke(sim, ["replay", "--swf", str(FPP), *SEED004, "--json"])
     assert result.exit_code == 0, result.stderr
-    out = json.loads(result.output)
+    out = json.loads(result.stdout)
     assert out["rsa"]["wrote_to_rsa"] == 1
     assert out["mean_wait_s"] == out["baseline"]["mean_wait_s"]  # job 2 waits for job 1
     # job 1 does no I/O: the means are job 2's output time halved
@@ -385,10 +394,53 @@ def test_real_traces_replay_and_the_report_says_what_was_inferred() -> None:
     assert ("  I/O volumes: 0 jobs from the workload's own figures, 0 from their memory, 4 "
             "from the synthetic model (no I/O figures; docs/simulator.md)"
             ) in text.output.splitlines()
+    # what was inferred is said on stderr too, before the run
+    assert text.stderr.splitlines() == [
+        "rsa sim replay: note: cluster: 28 processors, inferred from the trace: its jobs "
+        "held 28 at once (at 20 s); its largest job (line 13) uses 16 (no MaxProcs header; "
+        "--procs sets it)"]
+    plan = cli_runner().invoke(sim, ["plan", "--swf", str(zero), "--nodes", "2",
+                                     "--ram-shares", "1", "--target", "mean_io_s=1h"])
+    assert plan.exit_code == 0, plan.stderr
+    assert plan.stderr.startswith("rsa sim plan: note: cluster: 28 processors, inferred ")
+    assert json.loads(plan.stdout)["notes"][0].startswith("cluster: 28 processors")
     # job 1's partial executions are passed over: it runs once, for its summary's time
     pwa = cli_runner().invoke(sim, ["replay", "--swf", str(DATA / "swf" /
                                                          "pwa-checkpoint.swf"), "--json"])
     assert pwa.exit_code == 0, pwa.stderr
-    out = json.loads(pwa.output)
+    out = json.loads(pwa.stdout)
     assert (out["jobs"], out["skipped"], out["notes"]) == (4, 1, [])
     assert out["workload"] == {"format": "swf", "procs": 64, "procs_per_node": 4}
+
+
+def test_the_docs_worked_example_on_a_busy_generated_trace(tmp_path: Path) -> None:
+    """docs/simulator.md's worked example: a trace as a workload generator writes it (jobs
+    from 0, no MaxProcs), on a 1 GB/s PFS; its figures are quoted there."""
+    busy = DATA / "swf" / "generated-busy.swf"
+    common = ["--swf", str(busy), "--procs-per-node", "8", "--pfs-bw", "1G"]
+    plot = tmp_path / "replay.svg"
+    res = cli_runner().invoke(sim, ["replay", *common, "--rsa-nodes", "4", "--plot",
+                                    str(plot)])
+    assert res.exit_code == 0, res.stderr
+    assert res.stderr == ("rsa sim replay: note: cluster: 64 processors, inferred from the "
+                          "trace: its largest job (line 20) uses 64 (no MaxProcs header; "
+                          "--procs sets it)\n")
+    lines = res.stdout.splitlines()
+    assert lines[0] == (f"trace {busy}: 12 jobs replayed (0 skipped), 4 RSA nodes, "
+                        "stage-out ordering fifo")
+    assert "  mean I/O   00:01:27  00:02:09" in lines
+    assert "  mean wait  00:27:26  00:29:11" in lines
+    assert ("  I/O volumes: 0 jobs from the workload's own figures, 9 from their memory, 3 "
+            "from the synthetic model (no I/O figures; docs/simulator.md)") in lines
+    assert plot.exists()
+    plan_plot = tmp_path / "plan.svg"
+    res = cli_runner().invoke(sim, ["plan", *common, "--nodes", "1,2,4,8", "--target",
+                                    "mean_io_s=1:40", "--plot", str(plan_plot)])
+    assert res.exit_code == 0, res.stderr
+    out = json.loads(res.stdout)
+    rec = out["recommended"]
+    assert (rec["ram_nodes"], rec["ssd_nodes"], rec["rsa_cost_per_hour"]) == (1, 1, 5.0)
+    assert rec["mean_io_s"] == pytest.approx(99.06, abs=0.01)
+    assert out["saving_vs_ram_only"] == 0.375 and out["baseline"]["mean_io_s"] == \
+        pytest.approx(129.33, abs=0.01)
+    assert "recommended: 1 DRAM + 1 SSD" in plan_plot.read_text()

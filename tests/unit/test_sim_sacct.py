@@ -14,7 +14,7 @@ import pytest
 
 from rsa_scheduler.cli.sim import sim
 from rsa_scheduler.sim.sacct import COMMAND, FIELDS, parse_sacct, read_sacct
-from rsa_scheduler.sim.swf import TraceError
+from rsa_scheduler.sim.swf import TraceError, guess_size
 from tests.clirunner import cli_runner
 
 DATA = Path(__file__).parent.parent / "data" / "sacct"
@@ -135,24 +135,25 @@ def test_replay_of_the_labs_sacct_end_to_end() -> None:
     result = cli_runner().invoke(sim, ["replay", "--sacct", str(LAB), "--rsa-nodes", "2",
                                        "--json"])
     assert result.exit_code == 0, result.stderr
-    out = json.loads(result.output)
+    out = json.loads(result.stdout)
     assert out["jobs"] == out["baseline"]["jobs"] == 7 and out["skipped"] == 0
     assert out["io_volumes"] == {"trace": 0, "memory": 0, "synthetic": 7}
     # the lab's 4 one-CPU nodes, inferred from the 4 CPUs its jobs held at once
     assert out["workload"] == {
         "format": "sacct", "procs": 4, "procs_per_node": 1, "unfinished": 0, "steps": 7,
         "jobs_with_io": 0,
-        "procs_inferred": "4 processors, inferred from the trace: its jobs held 4 at once "
-                          "(at 0 s); its largest job (line 4) uses 2",
+        "procs_inferred": "4 processors, inferred from the sacct output: its jobs held 4 at "
+                          "once (at 0 s); its largest job (line 4) uses 2",
         "procs_per_node_inferred": "1 per node, the most CPUs per node any job held"}
     assert out["notes"] == [
-        "cluster: 4 processors, inferred from the trace: its jobs held 4 at once (at 0 s); "
-        "its largest job (line 4) uses 2 (--procs sets it)",
+        "cluster: 4 processors, inferred from the sacct output: its jobs held 4 at once (at "
+        "0 s); its largest job (line 4) uses 2 (--procs sets it)",
         "processors: 1 per node, the most CPUs per node any job held (--procs-per-node "
         "sets it)"]
     text = cli_runner().invoke(sim, ["replay", "--sacct", str(LAB), "--rsa-nodes", "2"])
     assert text.exit_code == 0, text.stderr
-    assert f"sacct output {LAB}: 7 jobs replayed (0 skipped)" in text.output
+    assert f"sacct output {LAB}: 7 jobs replayed (0 skipped)" in text.stdout
+    assert text.stderr.splitlines() == [f"rsa sim replay: note: {n}" for n in out["notes"]]
     assert "I/O volumes: 0 jobs from the workload's own figures, 0 from their memory, 7 " \
         "from the synthetic model" in text.output
 
@@ -161,7 +162,7 @@ def test_replay_reads_standard_input() -> None:
     result = cli_runner().invoke(sim, ["replay", "--sacct", "-", "--json"],
                                  input=WITH_IO.read_text())
     assert result.exit_code == 0, result.stderr
-    out = json.loads(result.output)
+    out = json.loads(result.stdout)
     assert out["trace"] == "<stdin>" and out["jobs"] == 3 and out["skipped"] == 1
     assert out["io_volumes"] == {"trace": 1, "memory": 0, "synthetic": 2}
     assert "2 jobs still pending or running when sacct ran: left out" in out["notes"]
@@ -180,3 +181,70 @@ def test_real_output_of_another_format_is_refused_naming_what_it_lacks() -> None
     assert str(err.value).startswith(f"{other}:1: the header lacks JobIDRaw, Submit, "
                                      "ElapsedRaw, AllocCPUS: the first line must be sacct's "
                                      "header naming the fields of --format JobIDRaw,JobID,")
+
+
+def test_every_bad_row_is_reported_not_only_the_first() -> None:
+    text = (f"{HEADER}\n"
+            + GOOD.replace("|4|4|", "|x|4|") + "\n"  # line 2
+            + GOOD.replace("7|7|", "8|8|") + "\n"  # line 3: good
+            + GOOD.replace("7|7|", "9|9|").replace("|600|", "|10m|") + "|extra\n"  # 4
+            + GOOD.replace("7|7|COMPLETED|2026-03-02T09:00:00", "10|10|DONE|Unknown")
+            + "\n"  # line 5: two problems
+            + GOOD.replace("7|7|", "8|8|") + "\n"  # line 6: 8 again
+            + GOOD.replace("7|7|", "8.batch|8.batch|") + "cpu=0,fs/disk=lots\n")  # 7
+    with pytest.raises(TraceError) as err:
+        parse_sacct(io.StringIO(text), "s.txt")
+    assert str(err.value).splitlines() == [
+        "s.txt:2: AllocCPUS is 'x', not a whole number >= 0",
+        "s.txt:4: 17 fields, the header has 16",
+        "s.txt:5: State is 'DONE', not a state of sacct's; Submit is unknown: a job cannot "
+        "be replayed without it",
+        "s.txt:6: job 8 listed twice (line 3): run sacct without --duplicates",
+        "s.txt:7: TRES usage fs/disk=lots: not a byte count"]
+
+
+def test_arrays_hetjobs_steps_and_unknown_times() -> None:
+    # as Slurm 22.05 lists them: an array task 123_4 (its own raw id 127), a het job's
+    # components 130+0 and 130+1 (raw ids 130 and 131), each with .batch/.extern/.0 steps
+    # (skipped as jobs: only their I/O counts), a job cancelled before it started (Start
+    # None, End its cancel time) and one that never got an end (End None, as the
+    # accounting of a job lost with its node shows it)
+    rows = [
+        "127|123_4|COMPLETED|2026-03-02T09:00:00|2026-03-02T09:00:10|2026-03-02T09:01:10|"
+        "60|5|2|2|1|1001|batch|normal||",
+        "127.batch|123_4.batch|COMPLETED|2026-03-02T09:00:10|2026-03-02T09:00:10|"
+        "2026-03-02T09:01:10|60||2|2|1||||cpu=0,fs/disk=1000|fs/disk=2000",
+        "127.extern|123_4.extern|COMPLETED|2026-03-02T09:00:10|2026-03-02T09:00:10|"
+        "2026-03-02T09:01:10|60||2|2|1||||cpu=0,fs/disk=24|fs/disk=0",
+        "130|130+0|COMPLETED|2026-03-02T09:00:20|2026-03-02T09:00:20|2026-03-02T09:00:50|"
+        "30|5|4|4|1|1002|batch|normal||",
+        "130.batch|130+0.batch|COMPLETED|2026-03-02T09:00:20|2026-03-02T09:00:20|"
+        "2026-03-02T09:00:50|30||4|4|1|||||",
+        "131|130+1|COMPLETED|2026-03-02T09:00:20|2026-03-02T09:00:20|2026-03-02T09:00:50|"
+        "30|5|8|8|2|1002|batch|normal||",
+        "131.0|130+1.0|COMPLETED|2026-03-02T09:00:21|2026-03-02T09:00:21|"
+        "2026-03-02T09:00:49|28||8|8|2||||cpu=0,fs/disk=1K|fs/disk=3M",
+        "140|140|CANCELLED by 1001|2026-03-02T09:00:30|None|2026-03-02T09:00:40|0|5|0|4|0|"
+        "1001|batch|normal||",
+        "141|141|NODE_FAIL|2026-03-02T09:00:40|2026-03-02T09:00:41|None|15|5|1|1|1|"
+        "1001|batch|normal||",
+        # cancelled while pending, its cancel time as its Start: it held no CPUs, so it
+        # never ran (and its request, 64 CPUs on 1 node, says nothing of the nodes' size)
+        "142|142|CANCELLED by 1001|2026-03-02T09:00:50|2026-03-02T09:01:00|"
+        "2026-03-02T09:01:00|0|5|0|64|1|1001|batch|normal||",
+    ]
+    log = parse_sacct(io.StringIO(HEADER + "\n" + "\n".join(rows) + "\n"), "s.txt")
+    assert [(j.job, j.submit, j.wait, j.run, j.procs, j.status) for j in log.jobs] == [
+        (127, 0, 10, 60, 2, 1), (130, 20, 0, 30, 4, 1), (131, 20, 0, 30, 8, 1),
+        (140, 30, -1, -1, 4, 5), (141, 40, 1, 15, 1, 0), (142, 50, -1, -1, 64, 5)]
+    io_of = {j.job: (j.input_bytes, j.output_bytes) for j in log.jobs}
+    # the steps' figures summed (.batch and .extern of the array task; the het
+    # component's MPI step); a component whose steps list no fs/disk has none
+    assert io_of == {127: (1024, 2000), 130: (None, None), 131: (1024, 3 * 2**20),
+                     140: (None, None), 141: (None, None), 142: (None, None)}
+    assert log.steps == 4 and log.with_io == 2 and log.unfinished == 0
+    assert log.cpus_per_node == 4  # 130+0: 4 CPUs on 1 node (131: 8 on 2; 142 none)
+    # the cluster inferred from the jobs that ran: 142's 64 CPUs asked count for nothing
+    guess = guess_size(log.jobs)
+    # (127, 130, 131 and 141 all run at 41 s: 2 + 4 + 8 + 1)
+    assert guess is not None and guess.largest == 8 and guess.procs == 15

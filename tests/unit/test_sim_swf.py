@@ -10,12 +10,14 @@ from pathlib import Path
 import pytest
 
 from rsa_scheduler.sim.swf import (
+    MAX_LISTED,
     SwfReader,
     TraceError,
     guess_size,
     parse_job,
     read_header,
     read_swf,
+    scan_swf,
 )
 
 DATA = Path(__file__).parent.parent / "data" / "swf"
@@ -151,3 +153,64 @@ def test_generator_reproduces_the_shipped_trace(tmp_path: Path) -> None:
     jobs = list(read_swf(out))
     assert len(jobs) == 300 and all(j.input_bytes is not None for j in jobs)
     assert any(j.output_files and j.output_files > 1 for j in jobs)  # --fpp 0.2
+
+
+def test_every_bad_line_is_reported_not_only_the_first(tmp_path: Path) -> None:
+    path = tmp_path / "t.swf"
+    two_problems = GOOD.replace("1 0 12 3600", "2 10 12 1h", 1).replace(" 1 3 1 ", " 9 3 1 ",
+                                                                        1)
+    short = "3 20 0 10 4"
+    early = GOOD.replace("1 0 12", "4 5 12", 1)
+    backwards = GOOD.replace("1 0 12", "5 1 12", 1)
+    path.write_text("; Version: 2.2\n; MaxProcs: 256\n;\n"
+                    f"{GOOD.replace('1 0 12', '1 8 12', 1)}\n{two_problems}\n{short}\n"
+                    f"{early}\n{backwards}\n")
+    with pytest.raises(TraceError) as err:
+        scan_swf(path)
+    assert str(err.value).splitlines() == [
+        f"{path}:5: field 4 (run time) is '1h', not a number; field 11 (status) is 9: "
+        "SWF's are 1 completed, 0 failed, 5 cancelled, 2-4 partial executions, -1 unknown",
+        f"{path}:6: 5 fields, SWF has 18 (or 21 with rsa-scheduler's I/O columns)",
+        f"{path}:7: submit time 5 is before the previous job's 8: SWF lists jobs in submit "
+        "order",
+        f"{path}:8: submit time 1 is before the previous job's 8: SWF lists jobs in submit "
+        "order"]
+
+
+def test_many_bad_lines_are_listed_up_to_a_bound_and_counted(tmp_path: Path) -> None:
+    path = tmp_path / "t.swf"
+    path.write_text(GOOD + "\n" + "x\n" * (MAX_LISTED + 5))
+    with pytest.raises(TraceError) as err:
+        scan_swf(path)
+    lines = str(err.value).splitlines()
+    assert len(lines) == MAX_LISTED + 1
+    assert lines[0] == f"{path}:2: 1 fields, SWF has 18 (or 21 with rsa-scheduler's I/O " \
+        "columns)"
+    assert lines[-1] == f"{path}: 5 more bad lines not shown ({MAX_LISTED + 5} in all)"
+
+
+def test_scan_infers_the_size_and_refuses_a_trace_without_jobs(tmp_path: Path) -> None:
+    zero = DATA / "generated-from-zero.swf"
+    scan = scan_swf(zero, size=True)
+    assert (scan.jobs, scan.partial) == (5, 0) and scan.size == guess_size(read_swf(zero))
+    assert scan_swf(zero).size is None  # not asked for
+    assert scan_swf(DATA / "pwa-checkpoint.swf").partial == 2
+    empty = tmp_path / "e.swf"
+    empty.write_text("; Version: 2.2\n; MaxProcs: 8\n")
+    with pytest.raises(TraceError) as err:
+        scan_swf(empty)
+    assert str(err.value) == (f"{empty}: no jobs, only 2 lines of comments: an SWF trace "
+                              "has one line of 18 numbers per job")
+    with pytest.raises(TraceError, match=r"nope\.swf: cannot read trace"):
+        scan_swf(tmp_path / "nope.swf")
+
+
+def test_a_job_allocated_no_processors_never_ran() -> None:
+    # a cancelled job that never started, written with run time 0 and 0 processors
+    # allocated (16 requested): it held none, so it is skipped (and says nothing of the
+    # cluster)
+    cancelled = parse_job("7 50 30 0 0 -1 -1 16 600 -1 5 2 1 -1 1 1 -1 -1", "t.swf:9", 9)
+    assert cancelled.procs == -1 and cancelled.status == 5
+    unknown = parse_job("8 50 30 100 -1 -1 -1 16 600 -1 1 2 1 -1 1 1 -1 -1", "t.swf:9", 9)
+    assert unknown.procs == 16  # allocated unknown: the request stands for it
+    assert guess_size([cancelled]) is None
