@@ -34,6 +34,7 @@ from rsa_scheduler.core.states import (
     AWAITING_NODES,
     LEFT_QUEUE,
     PENDING,
+    READY,
     SLURM_PENDING,
     JobState,
     RsaState,
@@ -189,6 +190,9 @@ class StartHold:
                 self.held[row.job_id] = (float(deadline), spec_text)
             else:
                 self.forget(row.job_id)
+                if deadline is None and row.reason == "BeginTime" and \
+                        row.state == "PENDING" and row.job_id not in self.released:
+                    self._released_before(row.job_id, now)
         for job in [j for j in self.held if j not in present]:
             self.forget(job)
         for job in [j for j in self.rerun_due if j not in present]:
@@ -233,6 +237,17 @@ class StartHold:
             self.can_start[r.job_id] = verdict.held or going
             log.info("job %s: held by Slurm for the RSA until %s; %s", r.job_id,
                      self.held[r.job_id][0], _SAID[verdict])
+
+    def _released_before(self, job: str, now: float) -> None:
+        """``job`` pends on ``BeginTime`` without the hold marker: if its record says it
+        was held and it is staged, rsad released it (only a release removes the marker
+        of a staged job) and Slurm has not rescheduled it yet; a restarted rsad does not
+        remember the release, which would read as a demotion and tear the RAMDISK down
+        (the job then reads the PFS, its comment saying it was staged). Remembered as
+        released now: on-deck for :data:`RELEASE_SETTLE` more seconds."""
+        rec = self.scheduler().records.get(job)
+        if rec is not None and rec.hold_until is not None and rec.rsa_state in READY:
+            self.released[job] = now
 
     def _need(self, row: QueueRow) -> int:
         """The RSA nodes the held job of ``row`` needs (read from its admin_comment; 1

@@ -1295,6 +1295,35 @@ def test_a_held_job_being_staged_is_not_demoted_by_an_rsad_restart(tmp_path: Pat
     assert rec.job_state is JobState.ON_DECK and rec.rsa_state.value == "locked-in", rec
 
 
+def test_a_job_released_just_before_an_rsad_restart_keeps_its_ramdisk(
+        tmp_path: Path) -> None:
+    """Found by review: rsad released a staged held job (begin time now, marker removed)
+    and was killed before Slurm's next scheduling pass; Slurm still shows it pending on
+    ``BeginTime``. The restarted rsad had no memory of the release and read it as a
+    demotion: the RAMDISK was torn down and the job started from the PFS, its comment
+    still saying "input staged to the RAMDISK; released to start"."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "BeginTime", hold=HOLD)
+    d.poll()
+    settle(d)
+    flush_urgent(d)
+    assert d.sched.records["7"].rsa_state.value == "locked-in"
+    assert released(slurm) == [f"7:{SPEC.to_admin_comment()}"]  # Slurm: still BeginTime
+    d.shutdown()  # rsad killed before it polled again
+    d.store.close()
+    again = make_daemon(tmp_path, slurm, seen)
+    again.poll()
+    settle(again)
+    rec = again.sched.records["7"]
+    assert rec.job_state is JobState.ON_DECK and rec.rsa_state.value == "locked-in", rec
+    slurm.set("7", "RUNNING")
+    again.poll()
+    settle(again)
+    assert again.sched.records["7"].rsa_state.value == "mounted-input"
+
+
 def test_a_teardown_waits_for_the_cancelled_stage_in_to_wind_down(tmp_path: Path) -> None:
     """Chaos run (seed 20262128): a demotion cancels the stage-in and starts the teardown
     at once; the stage-in's last command made the job's cgroup on the RSA node again after
