@@ -29,7 +29,7 @@ from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.machine import JobRecord
 from rsa_scheduler.core.policy import EarlyStart
 from rsa_scheduler.core.rules import OVER_LIMIT_NOTE
-from rsa_scheduler.core.scheduler import Decision, Scheduler
+from rsa_scheduler.core.scheduler import Decision, Scheduler, job_sort_key
 from rsa_scheduler.core.states import (
     AWAITING_NODES,
     LEFT_QUEUE,
@@ -204,7 +204,9 @@ class StartHold:
             del self.rerun_ended[job]
         if not new:
             return
-        new.sort(key=lambda r: (-r.priority, r.job_id))
+        # the core's order (Scheduler.tick hands RSA nodes out in it): as text, "10" came
+        # before "9", and a job admitted to take the node another got it
+        new.sort(key=lambda r: (-r.priority, job_sort_key(r.job_id)))
         try:
             idle = self.slurm.idle_nodes()
             # a job held for the RSA takes no node while held, whatever its reason says

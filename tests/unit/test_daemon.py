@@ -1042,6 +1042,38 @@ def test_a_held_job_on_a_busy_cluster_stays_held_while_no_rsa_node_is_left_for_i
     assert comments(slurm)[-1] == WAITS
 
 
+def test_held_jobs_of_one_priority_are_admitted_in_the_cores_order(tmp_path: Path) -> None:
+    """Found by review: the start hold judged newly held jobs of one priority in the
+    order of their ids as text ("10" before "9"), the core hands RSA nodes out by number
+    ("9" before "10"). One RSA node free, a busy partition for job 9, idle nodes for job
+    10: admitted as text, 10 took the node (START) and 9 was held to wait for one; the
+    core then gave the node to 9, which cannot start, and 10, which could, waited held.
+    Admitted in the core's order, 9 is let go to queue (an RSA node is left for it) and
+    10 is staged and released."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    for job in ("1", "2", "3"):  # they take 3 of the 4 RSA nodes, then run
+        slurm.set(job, "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    for job in ("1", "2", "3"):
+        slurm.set(job, "RUNNING")
+    d.poll()
+    settle(d)
+    slurm.idle = {"debug": 2, "other": 0}
+    comment = with_hold(SPEC.to_admin_comment(), HOLD)
+    slurm.rows += [QueueRow("9", "PENDING", "BeginTime", 10, 2, "alice", comment, "other"),
+                   QueueRow("10", "PENDING", "BeginTime", 10, 2, "alice", comment, "debug")]
+    d.poll()
+    settle(d)
+    flush_urgent(d)
+    recs = d.sched.records
+    assert recs["10"].rsa_state.value == "locked-in", recs["10"]
+    assert recs["9"].rsa_state.value == "none" and recs["9"].job_state is JobState.QUEUED
+    assert sorted(r.split(":")[0] for r in released(slurm)) == ["10", "9"]
+
+
 def test_a_held_job_the_rsa_will_not_serve_is_released_at_once(tmp_path: Path) -> None:
     slurm = ScriptedSlurm()
     seen: list[str] = []
