@@ -74,6 +74,12 @@ RELEASE_RETRY = 30
 #: its Slurm reason says nothing about whether it could start (``note`` judges that).
 HELD_REASONS = frozenset({"BeginTime", "Resources", "Priority", "None"})
 
+#: of those, the reasons that say the begin time was moved (by the job's user, ``scontrol
+#: update JobId=N StartTime=now``, or an admin) once Slurm showed the job pending on
+#: ``BeginTime`` for its hold: a begin time ahead always reads ``BeginTime`` (``None``
+#: stays ambiguous: Slurm shows it after any update, rsad's lock-in of a held job too)
+MOVED_REASONS = frozenset({"Resources", "Priority"})
+
 #: seconds ahead a rerun hold sets the job's begin time: rsad releases it as soon as the
 #: earlier run's output is verified or quarantined; only if rsad is gone that long does
 #: Slurm start the job by itself (an operator can: ``scontrol update JobId=N
@@ -142,6 +148,9 @@ class StartHold:
         # jobs Slurm shows pending but not yet plainly PENDING (REQUEUED, ...): it may
         # still set the requeue's own begin time, which would replace a hold set now
         self.requeueing: set[str] = set()
+        # job -> the hold (its deadline) Slurm showed it pending on BeginTime for: pending
+        # on Resources or Priority after that, its begin time was moved, it is not held
+        self.began: dict[str, int] = {}
 
     def __contains__(self, job: object) -> bool:
         """Whether Slurm holds ``job`` for the RSA (as of the last cycle)."""
@@ -184,12 +193,17 @@ class StartHold:
             elif self.rerun_held:
                 self.rerun_held.pop(row.job_id, None)
             if deadline is not None and row.state == "PENDING" and \
-                    row.reason in HELD_REASONS and deadline > now:
+                    row.reason in HELD_REASONS and deadline > now and not (
+                        row.reason in MOVED_REASONS and self.began.get(row.job_id) == deadline):
+                if row.reason == "BeginTime":
+                    self.began[row.job_id] = deadline
                 if row.job_id not in self.held:
                     new.append(row)
                 self.held[row.job_id] = (float(deadline), spec_text)
             else:
                 self.forget(row.job_id)
+                if self.began and (deadline is None or row.state != "PENDING"):
+                    self.began.pop(row.job_id, None)
                 if deadline is None and row.reason == "BeginTime" and \
                         row.state == "PENDING" and row.job_id not in self.released:
                     self._released_before(row.job_id, now)
@@ -198,6 +212,8 @@ class StartHold:
         for job in [j for j in self.rerun_due if j not in present]:
             self._rerun_over(job)
         self.requeueing &= present
+        for job in [j for j in self.began if j not in present]:
+            del self.began[job]
         for job in [j for j, t in self.released.items() if now - t >= RELEASE_SETTLE]:
             del self.released[job]
         for job in [j for j, t in self.rerun_ended.items() if now - t >= RELEASE_SETTLE]:

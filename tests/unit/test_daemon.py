@@ -1074,6 +1074,37 @@ def test_held_jobs_of_one_priority_are_admitted_in_the_cores_order(tmp_path: Pat
     assert sorted(r.split(":")[0] for r in released(slurm)) == ["10", "9"]
 
 
+def test_a_held_job_its_user_released_is_no_longer_taken_for_held(tmp_path: Path) -> None:
+    """Found by review: a held job's user moved its begin time (``scontrol update
+    JobId=N StartTime=now``, which Slurm allows them) on a busy cluster; Slurm then shows
+    it pending on ``Priority``, its admin_comment still marked. rsad kept it held and
+    on-deck (a marked job pending on Priority is held on its first sight, before Slurm
+    applies the begin time): it stayed first in line for the next free RSA node, to be
+    staged, then demoted and torn down. Once Slurm showed it on ``BeginTime``, a later
+    ``Priority`` says the hold was lifted: it is queued as any job."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    for job in ("1", "2", "3", "4"):  # on-deck, unheld: they take the 4 RSA nodes
+        slurm.set(job, "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    slurm.idle = {"debug": 0}
+    slurm.set("7", "PENDING", "BeginTime", hold=HOLD)
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].job_state is JobState.ON_DECK and "7" in d.sched.waiting
+    slurm.set("7", "PENDING", "Priority", hold=HOLD)  # its user: StartTime=now
+    d.poll()
+    settle(d)
+    rec = d.sched.records["7"]
+    assert rec.job_state is not JobState.ON_DECK and "7" not in d.sched.waiting, rec
+    assert "7" not in d.holds
+    slurm.set("7", "PENDING", "Resources", hold=HOLD)  # next to run: staged as any job
+    d.poll()
+    assert d.sched.records["7"].job_state is JobState.ON_DECK
+
+
 def test_a_held_job_the_rsa_will_not_serve_is_released_at_once(tmp_path: Path) -> None:
     slurm = ScriptedSlurm()
     seen: list[str] = []
