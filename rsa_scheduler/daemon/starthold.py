@@ -151,6 +151,9 @@ class StartHold:
         # job -> the hold (its deadline) Slurm showed it pending on BeginTime for: pending
         # on Resources or Priority after that, its begin time was moved, it is not held
         self.began: dict[str, int] = {}
+        # requeued jobs under early start wait, to be held for their RAMDISK once Slurm has
+        # finished the requeue (:meth:`requeued`)
+        self.rehold: set[str] = set()
 
     def __contains__(self, job: object) -> bool:
         """Whether Slurm holds ``job`` for the RSA (as of the last cycle)."""
@@ -214,6 +217,7 @@ class StartHold:
         self.requeueing &= present
         for job in [j for j in self.began if j not in present]:
             del self.began[job]
+        self.rehold &= present
         for job in [j for j, t in self.released.items() if now - t >= RELEASE_SETTLE]:
             del self.released[job]
         for job in [j for j, t in self.rerun_ended.items() if now - t >= RELEASE_SETTLE]:
@@ -338,7 +342,24 @@ class StartHold:
             early = rec.spec.early_start or sched.policy.early_start
             if early.value != "wait":
                 continue
-            self.lane.submit(self._hold, ev.job_id, int(sched.policy.wait_timeout))
+            self.rehold.add(ev.job_id)
+        if self.rehold:
+            self._rehold()
+
+    def _rehold(self) -> None:
+        """Hold the jobs :meth:`requeued` found once Slurm shows each plainly ``PENDING``:
+        while it still finishes the requeue (``REQUEUED``, ...) it sets the requeue's own
+        begin time when done (121 s ahead by default), which would replace a hold set now
+        (the job held 121 s, not until its RAMDISK is ready). Not kept across a restart."""
+        sched = self.scheduler()
+        for job in sorted(self.rehold):
+            if job in self.requeueing:
+                continue
+            self.rehold.discard(job)
+            rec = sched.records.get(job)
+            if rec is None or job in self.held or rec.job_state not in PENDING:
+                continue  # gone, held already, or started meanwhile
+            self.lane.submit(self._hold, job, int(sched.policy.wait_timeout))
 
     def check_reruns(self) -> None:
         """The rerun hold (issue 35): hold every requeued job whose earlier run's output

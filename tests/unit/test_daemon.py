@@ -1258,6 +1258,38 @@ def test_a_requeued_wait_job_is_held_again_until_its_ramdisk_is_rebuilt(
     assert len(released(slurm)) == 1
 
 
+def test_a_requeued_wait_job_is_held_for_its_ramdisk_only_once_slurm_finished_the_requeue(
+        tmp_path: Path) -> None:
+    """Found by review: the start hold of a requeued job (its earlier run holds no user
+    data) was placed the cycle Slurm first showed it pending again, while Slurm still
+    finished the requeue (``REQUEUED``), which then sets the requeue's own begin time
+    (121 s ahead), replacing rsad's: the job was held 121 s, not until its RAMDISK is
+    ready (the rerun hold waits for plain ``PENDING`` for this reason, issue 35)."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    d.sched.policy = StagingPolicy(early_start=EarlyStart.WAIT)
+    in_only = DirectiveSpec(data_in="/pfs/in")
+    slurm.set("7", "PENDING", "Resources", spec=in_only)
+    d.poll()
+    settle(d)
+    slurm.set("7", "RUNNING", spec=in_only)
+    d.poll()
+    settle(d)
+    slurm.set("7", "REQUEUED", "None", spec=in_only)  # scontrol requeue, under way
+    d.poll()
+    settle(d)
+    flush_urgent(d)
+    assert [v for k, v in slurm.calls if k == "hold"] == []
+    slurm.set("7", "PENDING", "BeginTime", spec=in_only)  # done: Slurm's own begin time
+    d.poll()
+    settle(d)
+    flush_urgent(d)
+    holds = [v for k, v in slurm.calls if k == "hold"]
+    assert len(holds) == 1 and holds[0].startswith(f"7:1800:{in_only.to_admin_comment()} "
+                                                   "hold="), holds
+
+
 def test_a_heterogeneous_job_is_one_rsa_job_under_its_leaders_id(tmp_path: Path) -> None:
     """Issue 14: squeue lists 40+0 and 40+1; rsad tracks 40, sized for both components;
     only the leader's EpilogSlurmctld ends it."""
