@@ -287,7 +287,7 @@ def rows() -> list[Rule]:
              note=OVER_LIMIT_NOTE),
         Rule(S.DECLINED, T.ON_DECK, S.DECLINED, effects=(E.TRY_ALLOCATE,), ref=REF_REQUEUE,
              note="on-deck again after a requeue: a job declined only because it started "
-                  "before RSA nodes were free gets a new cycle (TRY_ALLOCATE gives up at "
+                  "before it had RSA nodes gets a new cycle (TRY_ALLOCATE gives up at "
                   "once for a job the RSA declined for good)"),
         Rule(S.DECLINED, T.NODES_ALLOCATED, S.ALLOCATED, actions=(A.ALLOCATE,),
              ref=f"§3.1; {REF_REQUEUE}", note="nodes allocated after a requeue: a new cycle"),

@@ -1105,6 +1105,26 @@ def test_a_held_job_its_user_released_is_no_longer_taken_for_held(tmp_path: Path
     assert d.sched.records["7"].job_state is JobState.ON_DECK
 
 
+def test_a_job_that_starts_at_once_with_rsa_nodes_free_is_told_the_truth(
+        tmp_path: Path) -> None:
+    """Found by review: a job that started before it was ever on-deck (early start
+    fallback on an idle cluster, a held job let go to queue that Slurm started at once,
+    a backfilled job) was told "started before RSA nodes were free" while every RSA node
+    was free: it started before it had RSA nodes (they are given when it is next to run)."""
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    spec = DirectiveSpec(data_in="/pfs/in", early_start=EarlyStart.FALLBACK)
+    slurm.set("7", "PENDING", "None", spec=spec)
+    d.poll()
+    slurm.set("7", "RUNNING", spec=spec)
+    d.poll()
+    settle(d)
+    flush_urgent(d)
+    assert len(d.sched.pool.free()) == 4  # every RSA node was free
+    assert d.sched.records["7"].rsa_state.value == "declined"
+    assert comments(slurm)[-1] == "RSA: started before it had RSA nodes: the job reads the PFS"
+
+
 def test_a_held_job_the_rsa_will_not_serve_is_released_at_once(tmp_path: Path) -> None:
     slurm = ScriptedSlurm()
     seen: list[str] = []
