@@ -36,6 +36,7 @@ from rsa_scheduler.core.states import (
     PENDING,
     READY,
     SLURM_PENDING,
+    UNSETTLED_REASONS,
     JobState,
     RsaState,
 )
@@ -205,6 +206,11 @@ class StartHold:
                 self.held[row.job_id] = (float(deadline), spec_text)
             else:
                 self.forget(row.job_id)
+                if self.released and (row.state != "PENDING" or (
+                        row.reason != "BeginTime" and row.reason not in UNSETTLED_REASONS)):
+                    # rescheduled (or started): a BeginTime from now on is a begin time
+                    # moved ahead again (its user's), a demotion, not Slurm being late
+                    self.released.pop(row.job_id, None)
                 if self.began and (deadline is None or row.state != "PENDING"):
                     self.began.pop(row.job_id, None)
                 if deadline is None and row.reason == "BeginTime" and \

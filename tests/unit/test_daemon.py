@@ -1125,6 +1125,35 @@ def test_a_job_that_starts_at_once_with_rsa_nodes_free_is_told_the_truth(
     assert comments(slurm)[-1] == "RSA: started before it had RSA nodes: the job reads the PFS"
 
 
+def test_a_released_job_its_user_holds_back_again_gives_its_rsa_nodes_up(
+        tmp_path: Path) -> None:
+    """Found by review: for a minute after rsad released a staged job, a pending
+    ``BeginTime`` read as Slurm not having rescheduled it yet, even after Slurm had shown
+    it on ``Resources``. Its user moving the begin time ahead again in that minute
+    (``scontrol update JobId=N StartTime=now+1year``) kept it on-deck, locked in, its RSA
+    nodes held while its line stayed the same (up to ``slurm.lockin.timeout``; for ever
+    without one). Once Slurm showed it anything else, a ``BeginTime`` is a demotion."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "BeginTime", hold=HOLD)
+    d.poll()
+    settle(d)
+    flush_urgent(d)
+    assert released(slurm) == [f"7:{SPEC.to_admin_comment()}"]
+    d.poll()  # still BeginTime, the marker gone: not rescheduled yet
+    settle(d)
+    slurm.set("7", "PENDING", "Resources")  # rescheduled: the cluster filled meanwhile
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state.value == "locked-in"
+    slurm.set("7", "PENDING", "BeginTime")  # its user: StartTime=now+1year
+    d.poll()
+    settle(d)
+    rec = d.sched.records["7"]
+    assert rec.job_state is JobState.DEMOTED and not rec.nodes, rec
+
+
 def test_a_held_job_the_rsa_will_not_serve_is_released_at_once(tmp_path: Path) -> None:
     slurm = ScriptedSlurm()
     seen: list[str] = []
