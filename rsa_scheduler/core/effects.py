@@ -193,6 +193,7 @@ CONDITIONS: Mapping[Cond, Callable[[JobRecord, StagingPolicy], bool]] = {
     Cond.JOB_ENDED: lambda rec, _: rec.job_state is not JobState.RUNNING,
     Cond.STALE_WRITEBACK: lambda rec, _: rec.writeback_live and
     rec.job_state is not JobState.RUNNING,
+    Cond.DECLINED: lambda rec, _: rec.declined,
 }
 
 for _table, _enum in ((EFFECTS, Effect), (CONDITIONS, Cond)):

@@ -60,7 +60,7 @@ def rows() -> list[Rule]:
              ref="§3.1; ext: on-deck settle time",
              note="on-deck: allocate RSA nodes in proportion to the job"),
         Rule(S.NONE, T.RUNNING, S.DECLINED, actions=(A.TELL_USER,), ref="§3.2",
-             note="started before RSA nodes were free: the job reads the PFS"),
+             note="started before it had RSA nodes: the job reads the PFS"),
         Rule(S.NONE, T.FINISHED, S.RELEASED, note="ended without ever being on-deck",
              ref=REF_NOTHING_HELD),
         Rule(S.NONE, T.NODES_ALLOCATED, S.ALLOCATED, actions=(A.ALLOCATE,), ref="§3.1",

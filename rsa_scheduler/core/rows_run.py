@@ -293,14 +293,26 @@ def rows() -> list[Rule]:
              note=OVER_LIMIT_NOTE),
         Rule(S.DECLINED, T.ON_DECK, S.DECLINED, effects=(E.TRY_ALLOCATE,), ref=REF_REQUEUE,
              note="on-deck again after a requeue: a job declined only because it started "
-                  "before RSA nodes were free gets a new cycle (TRY_ALLOCATE gives up at "
+                  "before it had RSA nodes gets a new cycle (TRY_ALLOCATE gives up at "
                   "once for a job the RSA declined for good)"),
         Rule(S.DECLINED, T.NODES_ALLOCATED, S.ALLOCATED, actions=(A.ALLOCATE,),
              ref=f"§3.1; {REF_REQUEUE}", note="nodes allocated after a requeue: a new cycle"),
     ]
-    # The start edge matters only to a released job; everywhere else the running level
-    # (fed on every settle) does the work.
+    # A job that starts while its RAMDISK is torn down (a demotion, a change after its
+    # lock-in, a lost RSA node, an earlier run's): it reads the PFS, and no later row
+    # says so (the RAMDISK's end reaches RELEASED after the start edge). Declined jobs
+    # were told why already.
+    started_late = ("started while its RAMDISK was torn down: the job reads and writes "
+                    "the PFS")
+    for src in (S.TEARING_DOWN, S.TEARDOWN_FAILED):
+        r.append(Rule(src, T.STARTED, src, actions=(A.TELL_USER,), ref="§3.2",
+                      note=started_late,
+                      branches=(B(C.DECLINED, src, note="declined: its user was told why "
+                                                       "then; no new message",
+                                  ref="§3.2"),)))
+    # The start edge matters only to a job without a RAMDISK; everywhere else the running
+    # level (fed on every settle) does the work.
     for state in RsaState:
-        if state is not S.RELEASED:
+        if state not in (S.RELEASED, S.TEARING_DOWN, S.TEARDOWN_FAILED):
             r += stay(state, T.STARTED)
     return r

@@ -70,6 +70,8 @@ class Cond(enum.StrEnum):
     JOB_ENDED = "job not running"
     #: the job ended after its write-back began: what it changed last may be missing
     STALE_WRITEBACK = "job ended during the write-back"
+    #: the RSA declined the job (its user was told why then)
+    DECLINED = "declined"
 
 
 class Effect(enum.StrEnum):

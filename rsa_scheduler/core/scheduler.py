@@ -356,7 +356,7 @@ class Scheduler:
                     changed.append((rec, None))
         # Higher Slurm priority first: it gets RSA nodes first (then job id, for determinism).
         changed.sort(key=lambda ro: (-(ro[1].priority if ro[1] else ro[0].priority),
-                                     _job_sort_key(ro[0].job_id)))
+                                     job_sort_key(ro[0].job_id)))
         for rec, obs in changed:
             dec.add(self._observe_one(rec, obs, now))
         dec.add(self.tick(now, exclude={r.job_id for r, _ in changed}))
@@ -494,7 +494,7 @@ class Scheduler:
         records = self.records
         todo = [records[j] for j in self._waiting | self._timed if j not in exclude and (
             j in self._waiting or any(t <= now for t in records[j].timers.values()))]
-        todo.sort(key=lambda r: (-r.priority, _job_sort_key(r.job_id)))
+        todo.sort(key=lambda r: (-r.priority, job_sort_key(r.job_id)))
         for rec in todo:
             dec.add(settle(rec, now, self.policy, self.share))
             self._note_waiting(rec)
@@ -668,7 +668,7 @@ class Scheduler:
         if self.mode == mode:
             return "", Decision()
         busy = sorted((j for j, r in self.records.items() if r.rsa_state not in IDLE),
-                      key=_job_sort_key)
+                      key=job_sort_key)
         if self.mode and busy:
             shown = ", ".join(busy[:5]) + (f" and {len(busy) - 5} more" if len(busy) > 5
                                            else "")
@@ -699,6 +699,8 @@ def _has_work(spec: DirectiveSpec) -> bool:
         spec.data_out is not None or spec.postprocess is not None
 
 
-def _job_sort_key(job_id: str) -> tuple[int, str]:
+def job_sort_key(job_id: str) -> tuple[int, str]:
+    """The order of jobs of one priority: by job number, then id (the start hold admits
+    held jobs in it too: daemon/starthold.py)."""
     head = job_id.split("_", 1)[0]
     return (int(head), job_id) if head.isdigit() else (1 << 62, job_id)

@@ -106,8 +106,11 @@ def hold_verdict(job_id: str, rec: JobRecord | None, can_start: bool) -> Release
         return Release(job_id, f"RSA: no RAMDISK for this run{why}; released to start: "
                                "it reads from the PFS")
     if not can_start and rec.rsa_state in AWAITING_NODES:
+        # staged when next to run only if RSA nodes are free then: a job queued as usual
+        # that starts first reads the PFS (it is told so when it starts)
         return Release(job_id, "RSA: the cluster is busy: queued as usual; the input is "
-                               "staged when the job is next to run")
+                               "staged when the job is next to run, if RSA nodes are free "
+                               "then (else it reads the PFS)")
     return None
 
 

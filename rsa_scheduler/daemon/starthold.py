@@ -29,12 +29,14 @@ from rsa_scheduler.core.events import JSON, Event
 from rsa_scheduler.core.machine import JobRecord
 from rsa_scheduler.core.policy import EarlyStart
 from rsa_scheduler.core.rules import OVER_LIMIT_NOTE
-from rsa_scheduler.core.scheduler import Decision, Scheduler
+from rsa_scheduler.core.scheduler import Decision, Scheduler, job_sort_key
 from rsa_scheduler.core.states import (
     AWAITING_NODES,
     LEFT_QUEUE,
     PENDING,
+    READY,
     SLURM_PENDING,
+    UNSETTLED_REASONS,
     JobState,
     RsaState,
 )
@@ -72,6 +74,12 @@ RELEASE_RETRY = 30
 #: the lab for over 3 s on a slow machine). A marked job pending for any of these is held;
 #: its Slurm reason says nothing about whether it could start (``note`` judges that).
 HELD_REASONS = frozenset({"BeginTime", "Resources", "Priority", "None"})
+
+#: of those, the reasons that say the begin time was moved (by the job's user, ``scontrol
+#: update JobId=N StartTime=now``, or an admin) once Slurm showed the job pending on
+#: ``BeginTime`` for its hold: a begin time ahead always reads ``BeginTime`` (``None``
+#: stays ambiguous: Slurm shows it after any update, rsad's lock-in of a held job too)
+MOVED_REASONS = frozenset({"Resources", "Priority"})
 
 #: seconds ahead a rerun hold sets the job's begin time: rsad releases it as soon as the
 #: earlier run's output is verified or quarantined; only if rsad is gone that long does
@@ -141,6 +149,12 @@ class StartHold:
         # jobs Slurm shows pending but not yet plainly PENDING (REQUEUED, ...): it may
         # still set the requeue's own begin time, which would replace a hold set now
         self.requeueing: set[str] = set()
+        # job -> the hold (its deadline) Slurm showed it pending on BeginTime for: pending
+        # on Resources or Priority after that, its begin time was moved, it is not held
+        self.began: dict[str, int] = {}
+        # requeued jobs under early start wait, to be held for their RAMDISK once Slurm has
+        # finished the requeue (:meth:`requeued`)
+        self.rehold: set[str] = set()
 
     def __contains__(self, job: object) -> bool:
         """Whether Slurm holds ``job`` for the RSA (as of the last cycle)."""
@@ -183,24 +197,42 @@ class StartHold:
             elif self.rerun_held:
                 self.rerun_held.pop(row.job_id, None)
             if deadline is not None and row.state == "PENDING" and \
-                    row.reason in HELD_REASONS and deadline > now:
+                    row.reason in HELD_REASONS and deadline > now and not (
+                        row.reason in MOVED_REASONS and self.began.get(row.job_id) == deadline):
+                if row.reason == "BeginTime":
+                    self.began[row.job_id] = deadline
                 if row.job_id not in self.held:
                     new.append(row)
                 self.held[row.job_id] = (float(deadline), spec_text)
             else:
                 self.forget(row.job_id)
+                if self.released and (row.state != "PENDING" or (
+                        row.reason != "BeginTime" and row.reason not in UNSETTLED_REASONS)):
+                    # rescheduled (or started): a BeginTime from now on is a begin time
+                    # moved ahead again (its user's), a demotion, not Slurm being late
+                    self.released.pop(row.job_id, None)
+                if self.began and (deadline is None or row.state != "PENDING"):
+                    self.began.pop(row.job_id, None)
+                if deadline is None and row.reason == "BeginTime" and \
+                        row.state == "PENDING" and row.job_id not in self.released:
+                    self._released_before(row.job_id, now)
         for job in [j for j in self.held if j not in present]:
             self.forget(job)
         for job in [j for j in self.rerun_due if j not in present]:
             self._rerun_over(job)
         self.requeueing &= present
+        for job in [j for j in self.began if j not in present]:
+            del self.began[job]
+        self.rehold &= present
         for job in [j for j, t in self.released.items() if now - t >= RELEASE_SETTLE]:
             del self.released[job]
         for job in [j for j, t in self.rerun_ended.items() if now - t >= RELEASE_SETTLE]:
             del self.rerun_ended[job]
         if not new:
             return
-        new.sort(key=lambda r: (-r.priority, r.job_id))
+        # the core's order (Scheduler.tick hands RSA nodes out in it): as text, "10" came
+        # before "9", and a job admitted to take the node another got it
+        new.sort(key=lambda r: (-r.priority, job_sort_key(r.job_id)))
         try:
             idle = self.slurm.idle_nodes()
             # a job held for the RSA takes no node while held, whatever its reason says
@@ -233,6 +265,17 @@ class StartHold:
             self.can_start[r.job_id] = verdict.held or going
             log.info("job %s: held by Slurm for the RSA until %s; %s", r.job_id,
                      self.held[r.job_id][0], _SAID[verdict])
+
+    def _released_before(self, job: str, now: float) -> None:
+        """``job`` pends on ``BeginTime`` without the hold marker: if its record says it
+        was held and it is staged, rsad released it (only a release removes the marker
+        of a staged job) and Slurm has not rescheduled it yet; a restarted rsad does not
+        remember the release, which would read as a demotion and tear the RAMDISK down
+        (the job then reads the PFS, its comment saying it was staged). Remembered as
+        released now: on-deck for :data:`RELEASE_SETTLE` more seconds."""
+        rec = self.scheduler().records.get(job)
+        if rec is not None and rec.hold_until is not None and rec.rsa_state in READY:
+            self.released[job] = now
 
     def _need(self, row: QueueRow) -> int:
         """The RSA nodes the held job of ``row`` needs (read from its admin_comment; 1
@@ -305,7 +348,24 @@ class StartHold:
             early = rec.spec.early_start or sched.policy.early_start
             if early.value != "wait":
                 continue
-            self.lane.submit(self._hold, ev.job_id, int(sched.policy.wait_timeout))
+            self.rehold.add(ev.job_id)
+        if self.rehold:
+            self._rehold()
+
+    def _rehold(self) -> None:
+        """Hold the jobs :meth:`requeued` found once Slurm shows each plainly ``PENDING``:
+        while it still finishes the requeue (``REQUEUED``, ...) it sets the requeue's own
+        begin time when done (121 s ahead by default), which would replace a hold set now
+        (the job held 121 s, not until its RAMDISK is ready). Not kept across a restart."""
+        sched = self.scheduler()
+        for job in sorted(self.rehold):
+            if job in self.requeueing:
+                continue
+            self.rehold.discard(job)
+            rec = sched.records.get(job)
+            if rec is None or job in self.held or rec.job_state not in PENDING:
+                continue  # gone, held already, or started meanwhile
+            self.lane.submit(self._hold, job, int(sched.policy.wait_timeout))
 
     def check_reruns(self) -> None:
         """The rerun hold (issue 35): hold every requeued job whose earlier run's output

@@ -176,14 +176,23 @@ def write_back(bases: Bases, fs_id: str, eng: StagingEngine, ramdisk: str,
                data_in: str, stored: Stored) -> tuple[Done, Verification | None]:
     """One write-back of ``ramdisk`` to ``data_in`` against the ``stored`` base
     (``staging.writeback``). Returns what it did and the last verify (None: nothing to
-    copy). Raises if the last round's verify still found a difference."""
+    copy). Raises if the last round's verify still found a difference.
+
+    Every base it records has the ``racy_from`` of the second it began reading the
+    RAMDISK (``start``): its scans, copies and verifies all read the RAMDISK since, over
+    every round, and a file the job rewrote, same size, in the second one of them read
+    it must be copied next time (the pending base too: after a kill, the re-issue finds
+    the copy in place). Taken later (after a long verify), or kept at the stage-in's 0,
+    such a rewrite looked in place and never reached the PFS."""
     suffix = scripts.aside_suffix(eng.job_id, eng.cycle).encode()
     done = Done()
     redo: set[bytes] = set()
     result: Verification | None = None
     base, racy_from = stored
+    start = racy_from_now()  # before any read of the RAMDISK by this write-back
+    # what was racy stays racy: the older second (0 is none; a clock stepped back: now)
+    pending_from = min(racy_from, start) if racy_from > 0 else start
     for _ in range(ROUNDS):
-        read_from = racy_from_now()
         ram = eng.scan(ramdisk, "write-back")
         if not ram:  # the bare directory of a RAMDISK being remounted is empty too
             eng.check_mounted(ramdisk)
@@ -198,14 +207,13 @@ def write_back(bases: Bases, fs_id: str, eng: StagingEngine, ramdisk: str,
             if done.copied or done.aside or plan.kept:
                 # an earlier round's copies are in place now (what its verify found
                 # differing was copied again, or the job removed it)
-                bases.save(fs_id, settled_base(base, ram, pfs), read_from)
+                bases.save(fs_id, settled_base(base, ram, pfs), start)
             done.kept |= set(plan.kept)
             result = None
             break
-        # durable before the PFS changes: both versions count as agreed (what was
-        # racy stays racy: the older second)
+        # durable before the PFS changes: both versions count as agreed
         base = pending_base(base, plan)
-        bases.save(fs_id, base, racy_from)
+        bases.save(fs_id, base, pending_from)
         if plan.copy:
             # each replaces only the version this plan saw there (someone else's write
             # since: kept, the copy goes aside; scripts.ATOMIC)
@@ -236,9 +244,8 @@ def write_back(bases: Bases, fs_id: str, eng: StagingEngine, ramdisk: str,
         done.deleted |= {p for p, _e in plan.delete if p not in have}
         done.kept |= {p for p, _e in plan.delete if p in have}
         if result is None or result.ok:
-            read_from = racy_from_now()
             bases.save(fs_id, settled_base(base, eng.scan(ramdisk, "write-back"), after,
-                                           copied=plan.copy), read_from)
+                                           copied=plan.copy), start)
             break
         # a file the job changed within the copied second keeps its size and mtime: the
         # paths that differ are copied again whatever the quick check says

@@ -167,7 +167,7 @@ def test_fallback_on_an_idle_cluster_starts_at_once_from_the_pfs_and_says_so(
         wait_state(lab, job, "declined", "released", timeout=120)
         # the user sees why where they look: the job's comment, `rsa job`
         wait_for("the comment", lambda: show(lab, job)["Comment"].startswith(
-            "RSA: started before RSA nodes were free: the job reads the PFS"), timeout=30)
+            "RSA: started before it had RSA nodes: the job reads the PFS"), timeout=30)
     assert (area / "res" / "md5").read_text() == md5_pfs(area)
     assert (area / "res" / "inmnt").read_text().strip() != f"{area}/in"
     data = rsa_job(lab, job)

@@ -1042,6 +1042,118 @@ def test_a_held_job_on_a_busy_cluster_stays_held_while_no_rsa_node_is_left_for_i
     assert comments(slurm)[-1] == WAITS
 
 
+def test_held_jobs_of_one_priority_are_admitted_in_the_cores_order(tmp_path: Path) -> None:
+    """Found by review: the start hold judged newly held jobs of one priority in the
+    order of their ids as text ("10" before "9"), the core hands RSA nodes out by number
+    ("9" before "10"). One RSA node free, a busy partition for job 9, idle nodes for job
+    10: admitted as text, 10 took the node (START) and 9 was held to wait for one; the
+    core then gave the node to 9, which cannot start, and 10, which could, waited held.
+    Admitted in the core's order, 9 is let go to queue (an RSA node is left for it) and
+    10 is staged and released."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    for job in ("1", "2", "3"):  # they take 3 of the 4 RSA nodes, then run
+        slurm.set(job, "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    for job in ("1", "2", "3"):
+        slurm.set(job, "RUNNING")
+    d.poll()
+    settle(d)
+    slurm.idle = {"debug": 2, "other": 0}
+    comment = with_hold(SPEC.to_admin_comment(), HOLD)
+    slurm.rows += [QueueRow("9", "PENDING", "BeginTime", 10, 2, "alice", comment, "other"),
+                   QueueRow("10", "PENDING", "BeginTime", 10, 2, "alice", comment, "debug")]
+    d.poll()
+    settle(d)
+    flush_urgent(d)
+    recs = d.sched.records
+    assert recs["10"].rsa_state.value == "locked-in", recs["10"]
+    assert recs["9"].rsa_state.value == "none" and recs["9"].job_state is JobState.QUEUED
+    assert sorted(r.split(":")[0] for r in released(slurm)) == ["10", "9"]
+
+
+def test_a_held_job_its_user_released_is_no_longer_taken_for_held(tmp_path: Path) -> None:
+    """Found by review: a held job's user moved its begin time (``scontrol update
+    JobId=N StartTime=now``, which Slurm allows them) on a busy cluster; Slurm then shows
+    it pending on ``Priority``, its admin_comment still marked. rsad kept it held and
+    on-deck (a marked job pending on Priority is held on its first sight, before Slurm
+    applies the begin time): it stayed first in line for the next free RSA node, to be
+    staged, then demoted and torn down. Once Slurm showed it on ``BeginTime``, a later
+    ``Priority`` says the hold was lifted: it is queued as any job."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    for job in ("1", "2", "3", "4"):  # on-deck, unheld: they take the 4 RSA nodes
+        slurm.set(job, "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    slurm.idle = {"debug": 0}
+    slurm.set("7", "PENDING", "BeginTime", hold=HOLD)
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].job_state is JobState.ON_DECK and "7" in d.sched.waiting
+    slurm.set("7", "PENDING", "Priority", hold=HOLD)  # its user: StartTime=now
+    d.poll()
+    settle(d)
+    rec = d.sched.records["7"]
+    assert rec.job_state is not JobState.ON_DECK and "7" not in d.sched.waiting, rec
+    assert "7" not in d.holds
+    slurm.set("7", "PENDING", "Resources", hold=HOLD)  # next to run: staged as any job
+    d.poll()
+    assert d.sched.records["7"].job_state is JobState.ON_DECK
+
+
+def test_a_job_that_starts_at_once_with_rsa_nodes_free_is_told_the_truth(
+        tmp_path: Path) -> None:
+    """Found by review: a job that started before it was ever on-deck (early start
+    fallback on an idle cluster, a held job let go to queue that Slurm started at once,
+    a backfilled job) was told "started before RSA nodes were free" while every RSA node
+    was free: it started before it had RSA nodes (they are given when it is next to run)."""
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    spec = DirectiveSpec(data_in="/pfs/in", early_start=EarlyStart.FALLBACK)
+    slurm.set("7", "PENDING", "None", spec=spec)
+    d.poll()
+    slurm.set("7", "RUNNING", spec=spec)
+    d.poll()
+    settle(d)
+    flush_urgent(d)
+    assert len(d.sched.pool.free()) == 4  # every RSA node was free
+    assert d.sched.records["7"].rsa_state.value == "declined"
+    assert comments(slurm)[-1] == "RSA: started before it had RSA nodes: the job reads the PFS"
+
+
+def test_a_released_job_its_user_holds_back_again_gives_its_rsa_nodes_up(
+        tmp_path: Path) -> None:
+    """Found by review: for a minute after rsad released a staged job, a pending
+    ``BeginTime`` read as Slurm not having rescheduled it yet, even after Slurm had shown
+    it on ``Resources``. Its user moving the begin time ahead again in that minute
+    (``scontrol update JobId=N StartTime=now+1year``) kept it on-deck, locked in, its RSA
+    nodes held while its line stayed the same (up to ``slurm.lockin.timeout``; for ever
+    without one). Once Slurm showed it anything else, a ``BeginTime`` is a demotion."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "BeginTime", hold=HOLD)
+    d.poll()
+    settle(d)
+    flush_urgent(d)
+    assert released(slurm) == [f"7:{SPEC.to_admin_comment()}"]
+    d.poll()  # still BeginTime, the marker gone: not rescheduled yet
+    settle(d)
+    slurm.set("7", "PENDING", "Resources")  # rescheduled: the cluster filled meanwhile
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state.value == "locked-in"
+    slurm.set("7", "PENDING", "BeginTime")  # its user: StartTime=now+1year
+    d.poll()
+    settle(d)
+    rec = d.sched.records["7"]
+    assert rec.job_state is JobState.DEMOTED and not rec.nodes, rec
+
+
 def test_a_held_job_the_rsa_will_not_serve_is_released_at_once(tmp_path: Path) -> None:
     slurm = ScriptedSlurm()
     seen: list[str] = []
@@ -1195,6 +1307,38 @@ def test_a_requeued_wait_job_is_held_again_until_its_ramdisk_is_rebuilt(
     assert len(released(slurm)) == 1
 
 
+def test_a_requeued_wait_job_is_held_for_its_ramdisk_only_once_slurm_finished_the_requeue(
+        tmp_path: Path) -> None:
+    """Found by review: the start hold of a requeued job (its earlier run holds no user
+    data) was placed the cycle Slurm first showed it pending again, while Slurm still
+    finished the requeue (``REQUEUED``), which then sets the requeue's own begin time
+    (121 s ahead), replacing rsad's: the job was held 121 s, not until its RAMDISK is
+    ready (the rerun hold waits for plain ``PENDING`` for this reason, issue 35)."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    d.sched.policy = StagingPolicy(early_start=EarlyStart.WAIT)
+    in_only = DirectiveSpec(data_in="/pfs/in")
+    slurm.set("7", "PENDING", "Resources", spec=in_only)
+    d.poll()
+    settle(d)
+    slurm.set("7", "RUNNING", spec=in_only)
+    d.poll()
+    settle(d)
+    slurm.set("7", "REQUEUED", "None", spec=in_only)  # scontrol requeue, under way
+    d.poll()
+    settle(d)
+    flush_urgent(d)
+    assert [v for k, v in slurm.calls if k == "hold"] == []
+    slurm.set("7", "PENDING", "BeginTime", spec=in_only)  # done: Slurm's own begin time
+    d.poll()
+    settle(d)
+    flush_urgent(d)
+    holds = [v for k, v in slurm.calls if k == "hold"]
+    assert len(holds) == 1 and holds[0].startswith(f"7:1800:{in_only.to_admin_comment()} "
+                                                   "hold="), holds
+
+
 def test_a_heterogeneous_job_is_one_rsa_job_under_its_leaders_id(tmp_path: Path) -> None:
     """Issue 14: squeue lists 40+0 and 40+1; rsad tracks 40, sized for both components;
     only the leader's EpilogSlurmctld ends it."""
@@ -1293,6 +1437,35 @@ def test_a_held_job_being_staged_is_not_demoted_by_an_rsad_restart(tmp_path: Pat
     settle(again)
     rec = again.sched.records["7"]
     assert rec.job_state is JobState.ON_DECK and rec.rsa_state.value == "locked-in", rec
+
+
+def test_a_job_released_just_before_an_rsad_restart_keeps_its_ramdisk(
+        tmp_path: Path) -> None:
+    """Found by review: rsad released a staged held job (begin time now, marker removed)
+    and was killed before Slurm's next scheduling pass; Slurm still shows it pending on
+    ``BeginTime``. The restarted rsad had no memory of the release and read it as a
+    demotion: the RAMDISK was torn down and the job started from the PFS, its comment
+    still saying "input staged to the RAMDISK; released to start"."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "BeginTime", hold=HOLD)
+    d.poll()
+    settle(d)
+    flush_urgent(d)
+    assert d.sched.records["7"].rsa_state.value == "locked-in"
+    assert released(slurm) == [f"7:{SPEC.to_admin_comment()}"]  # Slurm: still BeginTime
+    d.shutdown()  # rsad killed before it polled again
+    d.store.close()
+    again = make_daemon(tmp_path, slurm, seen)
+    again.poll()
+    settle(again)
+    rec = again.sched.records["7"]
+    assert rec.job_state is JobState.ON_DECK and rec.rsa_state.value == "locked-in", rec
+    slurm.set("7", "RUNNING")
+    again.poll()
+    settle(again)
+    assert again.sched.records["7"].rsa_state.value == "mounted-input"
 
 
 def test_a_teardown_waits_for_the_cancelled_stage_in_to_wind_down(tmp_path: Path) -> None:

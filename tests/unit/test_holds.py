@@ -111,6 +111,9 @@ def test_a_job_the_rsa_will_not_serve_is_released_with_the_reason() -> None:
 def test_a_job_that_could_not_start_now_is_released_before_it_gets_rsa_nodes() -> None:
     v = hold_verdict("7", rec(RsaState.NONE), False)
     assert v is not None and v.message.startswith("RSA: the cluster is busy")
+    # no RSA node may be free when it is next to run: it then reads the PFS (review: the
+    # message promised the stage-in)
+    assert v.message.endswith("if RSA nodes are free then (else it reads the PFS)")
     assert hold_verdict("7", None, True) is not None  # no RSA work: nothing to wait for
 
 

@@ -233,6 +233,31 @@ def test_a_demoted_job_that_starts_before_a_new_allocation_is_told_it_uses_the_p
     assert d.state("10") == "released"
 
 
+
+def test_a_demoted_job_that_starts_while_its_ramdisk_is_torn_down_is_told_it_uses_the_pfs(
+        ) -> None:
+    """Found by review: the same start a moment earlier, while the RAMDISK is still torn
+    down: the start edge was a silent stay there and the teardown's end came after it, so
+    the job read the PFS untold (its comment still said its input was staged). A job the
+    RSA declined (told why then) is not told again."""
+    d = Driver(make_scheduler())
+    to_locked_in(d)
+    d.observe(obs("10", "PENDING", "Priority"))
+    assert d.state("10") == "tearing-down"
+    dec = d.observe(obs("10", "RUNNING"))
+    assert kinds(dec) == ["tell-user"]
+    assert dec.actions[0].args_as(MessageArgs).message == (
+        "started while its RAMDISK was torn down: the job reads and writes the PFS")
+    d.answer("10")  # destroyed
+    assert d.state("10") == "released"
+    assert kinds(d.observe(obs("10", "COMPLETED"))) == []
+    # declined (staging cancelled by its user, told then): nothing more at the start
+    d2 = Driver(make_scheduler())
+    to_locked_in(d2)
+    d2.sched.command("10", Trigger.CANCEL_STAGING, d2.now, by="alice", operator=False)
+    assert d2.state("10") == "tearing-down"
+    assert kinds(d2.observe(obs("10", "RUNNING"))) == []
+
 def test_a_job_released_while_running_is_not_told_again() -> None:
     """No DATA_OUT and started before the RAMDISK existed: released while running, once."""
     d = Driver(make_scheduler())

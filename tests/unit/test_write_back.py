@@ -413,3 +413,71 @@ def test_a_write_back_of_a_ramdisk_root_that_is_not_mounted_fails_and_keeps_it(
         write_back(bases, "job77-c1", eng, str(ram), str(pfs), base)
     assert not got.value.permanent
     assert (pfs / "a").read_bytes() == b"v1\n"
+
+
+@root_only
+def test_a_same_second_rewrite_after_a_long_verify_read_it_is_copied_next_time(
+        tree: tuple[Path, Path, StagingEngine, Bases], user: Identity,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by review: the settled base's ``racy_from`` was taken after the copy and the
+    verify, though both read the RAMDISK earlier. A verify of a large input takes long:
+    the job rewrote ``mod`` (same size) in the second the copy and the verify read it,
+    the verify ended seconds later, and ``racy_from`` was past that second: the next
+    write-back found ``mod`` in place and the job's last change never reached the PFS."""
+    pfs, ram, eng, bases = tree
+    from rsa_scheduler.daemon import writeback as wb
+    now = int(time.time())
+    clock = {"t": now}
+    monkeypatch.setattr(wb, "racy_from_now", lambda: clock["t"] - wb.CLOCK_SKEW_S)
+    _put(ram / "mod", b"v2 job\n", user, now)
+    real = eng.verify
+
+    def job_writes_then_verify_ends_later(*a: object, **kw: object) -> object:
+        out = real(*a, **kw)  # type: ignore[arg-type]
+        _put(ram / "mod", b"v3 job\n", user, now)  # same size, same second
+        clock["t"] = now + 5  # the verify of the rest took seconds
+        return out
+
+    monkeypatch.setattr(eng, "verify", job_writes_then_verify_ends_later)
+    first = bases.load("job77-c1")
+    assert first is not None
+    done, result = write_back(bases, "job77-c1", eng, str(ram), str(pfs), first)
+    assert done.copied == {b"mod"} and result is not None and result.ok
+    monkeypatch.setattr(eng, "verify", real)
+    again = bases.load("job77-c1")
+    assert again is not None
+    done2, _r = write_back(bases, "job77-c1", eng, str(ram), str(pfs), again)
+    assert (pfs / "mod").read_bytes() == b"v3 job\n"
+    assert done2.copied == {b"mod"}
+
+
+@root_only
+def test_a_same_second_rewrite_after_a_kill_in_the_first_write_back_is_copied(
+        tree: tuple[Path, Path, StagingEngine, Bases], user: Identity,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by review: the pending base kept the stage-in base's ``racy_from`` (0:
+    nothing racy). rsad killed after the first write-back's copy, the job rewrote the
+    copied file in the same second, same size: the re-issue found it in place (the PFS
+    holds the copy, size and mtime equal) and the job's change never reached the PFS."""
+    pfs, ram, eng, bases = tree
+    now = int(time.time())
+    _put(ram / "mod", b"v2 job\n", user, now)
+    real = eng.copy_names
+
+    def then_killed(*a: object, **kw: object) -> object:
+        real(*a, **kw)  # type: ignore[arg-type]
+        raise Killed("copy_names")
+
+    monkeypatch.setattr(eng, "copy_names", then_killed)
+    first = bases.load("job77-c1")
+    assert first is not None and first.racy_from == 0  # the stage-in's base
+    with pytest.raises(Killed):
+        write_back(bases, "job77-c1", eng, str(ram), str(pfs), first)
+    monkeypatch.setattr(eng, "copy_names", real)
+    assert (pfs / "mod").read_bytes() == b"v2 job\n"
+    _put(ram / "mod", b"v3 job\n", user, now)  # the job, same size, same second
+    again = bases.load("job77-c1")
+    assert again is not None
+    done, result = write_back(bases, "job77-c1", eng, str(ram), str(pfs), again)
+    assert (pfs / "mod").read_bytes() == b"v3 job\n"
+    assert done.copied == {b"mod"} and result is not None and result.ok
