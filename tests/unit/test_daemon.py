@@ -457,6 +457,7 @@ def test_a_milestone_is_durable_before_the_executor_goes_on_and_a_restart_knows_
     ev = [e for e in d.store.events("7") if e.name == "action.milestone"]
     assert ev and ev[0].context["action"] == "7/1/reset/9"
     assert d.facts["7"]["reset_of"] == "7/1/reset/9"
+    settle(d)  # the job's actions end (a worker waiting for a milestone held the exit 60 s)
     d.shutdown()
     d.store.close()
     d2 = make_daemon(tmp_path, slurm, [])
@@ -476,6 +477,7 @@ def test_every_milestone_an_executor_reads_back_is_remembered(tmp_path: Path) ->
     d.submit("milestone", ("7", "7/1/reset/9", {"written_back_of": "7/1/reset/9"}))
     d.drain(timeout=0.5)
     assert d.facts["7"]["written_back_of"] == "7/1/reset/9"
+    settle(d)  # the job's actions end (a worker waiting for a milestone held the exit 60 s)
     d.shutdown()
     d.store.close()
     assert make_daemon(tmp_path, slurm, []).facts["7"]["written_back_of"] == "7/1/reset/9"
