@@ -35,7 +35,7 @@ def test_unchecked_failure_returns() -> None:
 def test_timeout_kills_the_whole_process_group() -> None:
     # the grandchild's own argv names it: any other orphaned sleep on the machine (another
     # test's, the lab's) is not ours, however recent
-    marker = f"sleep 60.{os.getpid()}2"
+    marker = f"sleep 61.{os.getpid()}"
     start = time.monotonic()
     with pytest.raises(CommandError, match=r"timed out after 0\.5s") as info:
         # a grandchild that would outlive a plain kill of the child
@@ -111,10 +111,10 @@ def sleepers_of(marker: str) -> list[psutil.Process]:
 
 
 def test_a_stopped_command_is_killed_with_its_process_group_at_once() -> None:
-    marker = f"{os.getpid()}-stop-me"
+    marker = f"62.{os.getpid()}"  # in the grandchild sleep's own argv too
     start = time.monotonic()
     with pytest.raises(CommandError, match="stopped before it ended") as info:
-        run(["sh", "-c", f"sleep 60 & wait # {marker}"], timeout=60,
+        run(["sh", "-c", f"sleep {marker} & wait"], timeout=60,
             stopped=lambda: time.monotonic() - start > 0.3)
     assert time.monotonic() - start < 5
     assert info.value.stopped and not info.value.timed_out
@@ -146,12 +146,19 @@ def test_a_child_token_is_cancelled_with_its_parent_never_the_other_way() -> Non
 
 def test_localhost_kills_a_running_command_when_its_token_is_cancelled() -> None:
     """The Host contract (hosts.Host.run): a cancel kills the command, not only the next."""
-    marker = f"{os.getpid()}-cancel-me"
+    marker = f"63.{os.getpid()}"  # in the grandchild sleep's own argv too
     token = CancelToken()
-    threading.Timer(0.3, token.cancel, args=("demoted",)).start()
+
+    def cancel_once_it_runs() -> None:  # not after a fixed 0.3 s: on a loaded machine
+        deadline = time.monotonic() + 30  # the command may not have started by then
+        while not sleepers_of(marker) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        token.cancel("demoted")
+
+    threading.Thread(target=cancel_once_it_runs, daemon=True).start()
     start = time.monotonic()
     with pytest.raises(Cancelled, match=r"rsa1: sh -c .*: demoted"):
-        LocalHost("rsa1").run(["sh", "-c", f"sleep 60 # {marker}"], timeout=60,
+        LocalHost("rsa1").run(["sh", "-c", f"sleep {marker}"], timeout=60,
                               cancel=token)
     assert time.monotonic() - start < 5
     gone_within(marker)
