@@ -708,9 +708,14 @@ def test_actions_still_queued_at_shutdown_are_left_for_the_restart(
     they run after the restart); it used to call result() on them and print
     "exception calling callback ... CancelledError" for each."""
     release, running = threading.Event(), threading.Event()
+
+    def run(_ctx: ActionContext) -> Mapping[str, Any]:
+        running.set()
+        release.wait(30)
+        return {}
     reg = Registry()
     for kind in ActionKind:
-        reg.register(kind, lambda ctx: (running.set(), release.wait(30), {})[2])
+        reg.register(kind, run)
     slurm = ScriptedSlurm()
     store = Store.open(tmp_path / "rsa.db", durability="normal")
     d = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm, store=store,
