@@ -154,7 +154,7 @@ for i in 1 2 3; do head -c 100M /dev/urandom > {area}/out/f$i; done
             if state in (RsaState.RELEASED, RsaState.QUARANTINED):
                 break
             time.sleep(0.2)
-        assert wait_state(lab, job, "released", timeout=30) == "released"
+        assert wait_state(lab, job, "released", timeout=90) == "released"
         wait_for("the job gone from stage-out", lambda: "STAGE_OUT" not in queue_line(
             lab, job)[0], timeout=60)
         final = show(lab, job)

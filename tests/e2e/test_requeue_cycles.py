@@ -158,7 +158,7 @@ def held_for_its_earlier_run(lab: Mapping[str, str], job: str, res: Path) -> dic
         comment = show_job(lab, job)["Comment"]
         return comment if "held until the previous run's output" in comment else None
 
-    comment = wait_for("the user told why", told, timeout=30)
+    comment = wait_for("the user told why", told, timeout=90)
     assert "verified" in comment, comment
     begin = root(lab, "squeue", "-h", "-j", job, "-O", "StartTime:0").strip()
     done = subprocess.run(["date", "-d", begin, "+%s"], capture_output=True, text=True,

@@ -125,13 +125,30 @@ def test_failing_stage_out_is_retried_then_quarantined_with_the_data_intact(
     assert nothing_of_job_mounted(job)
 
 
+def copying_into(out: Path, timeout: float = 120) -> None:
+    """Until the stage-out has written bytes under ``out`` on the PFS (its part
+    directory): the copy is under way, whatever the machine's speed. The 900 MiB go over
+    the lab's PFS link (1 Gbit/s, ~9 s), so it is still copying when this returns; a
+    fixed wait after "staging-out" came before the copy on a slow machine."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if any(p.is_file() and p.stat().st_size > 0 for p in out.rglob("*")):
+                return
+        except OSError:
+            pass  # a part directory renamed or removed under the walk
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s: nothing copied into {out}")
+        time.sleep(0.1)
+
+
 def test_rsad_killed_during_stage_out_resumes_verifies_and_leaks_nothing(
         lab: Mapping[str, str], area: Path) -> None:
     out, res = area / "out", area / "res"
     with make_jobs(lab) as jobs:
         job = run_to_start(lab, jobs, output_job(out, res, 900))
         wait_state(lab, job, "staging-out", timeout=240)
-        time.sleep(1.5)  # into the copy (900 MiB over the ~100 MB/s PFS link: ~9 s)
+        copying_into(out)
         restart_lab_rsad(signal.SIGKILL)
         wait_state(lab, job, "released", timeout=240)
     assert md5_of(out) == (res / "md5").read_text()
@@ -174,7 +191,7 @@ def test_a_staging_worker_killed_mid_stage_out_is_replaced_and_its_copies_killed
         while not staging_workers():  # the stage-out's worker (idle ones may be there too)
             assert time.monotonic() < deadline, "rsad started no staging worker"
             time.sleep(0.2)
-        time.sleep(1.5)  # into the copy (900 MiB over the ~100 MB/s PFS link: ~9 s)
+        copying_into(out)
         assert not any("/stage-out/" in str(e["action"])  # it still copies
                        for e in events(lab, job, "action.outcome"))
         killed = staging_workers()

@@ -97,11 +97,11 @@ def test_on_a_busy_cluster_the_hold_is_released_at_once(
         def let_go() -> dict[str, str] | None:
             f = show(lab, job)
             return f if split_hold(f["AdminComment"])[1] is None else None
-        wait_for("the hold released", let_go, timeout=30)
+        wait_for("the hold released", let_go, timeout=90)
         busy = "RSA: the cluster is busy"
         try:
             wait_for("the comment", lambda: show(lab, job)["Comment"].startswith(busy),
-                     timeout=30)
+                     timeout=90)
         except AssertionError as exc:  # say what the user was told instead, and why
             told = rsa_job(lab, job) or {}
             raise AssertionError(
@@ -137,7 +137,7 @@ def test_a_hold_nobody_releases_ends_at_its_deadline_even_with_rsad_down(
             root(lab, rsa, "drain", f"rsa{n}", "--reason", "hold test")
         try:
             job = jobs.submit(script=job_script(area))
-            wait_for("rsad to see it", lambda: rsa_job(lab, job), timeout=30)
+            wait_for("rsad to see it", lambda: rsa_job(lab, job), timeout=90)
             fields = show(lab, job)
             spec, _ = split_hold(fields["AdminComment"])
             deadline = int(time.time()) + 15

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import re
 import signal
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -139,8 +138,17 @@ def test_a_crash_in_a_streamed_stage_out_loses_nothing(
             return bool(streamed_lines(start, area / "out")) and (area / "out").exists() \
                 and any(p.name.startswith(".rsa-staging-") for p in (area / "out").iterdir())
 
+        def landed() -> bool:  # some of the chunk's files are written (not the spool)
+            try:
+                return any(p.is_file() and "spool" not in p.relative_to(area / "out").parts[:2]
+                           for p in (area / "out").rglob("*"))
+            except OSError:  # a part directory renamed under the walk: files are in
+                return True
+
         wait_for("the streamed stage-out copying", copying, timeout=600, every=0.1)
-        time.sleep(1.0)  # some chunks in
+        # files in, and killed at once: not a fixed second, in which a faster machine
+        # copied the whole tree (a slower one none of it)
+        wait_for("the first of its files copied", landed, timeout=120, every=0.05)
         assert state_of(lab, writer) == "staging-out"
         stop_lab_rsad(signal.SIGKILL)
         start_lab_rsad()

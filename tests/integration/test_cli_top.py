@@ -138,7 +138,7 @@ def test_users_see_only_their_own_jobs(lab: Mapping[str, str], tmp_path: Path) -
         theirs = jobs.submit(*HELD, user=other)
         track(lab, mine, user)
         track(lab, theirs, other)
-        wait_for("rsad tracks both jobs", lambda: tracked(lab, mine, theirs), timeout=30)
+        wait_for("rsad tracks both jobs", lambda: tracked(lab, mine, theirs), timeout=90)
 
         everyone = json.loads(rsa(lab, "top", "--json").stdout)
         assert {mine, theirs} <= {j["job_id"] for j in everyone["jobs"]}

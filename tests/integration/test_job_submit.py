@@ -181,7 +181,7 @@ def test_locked_in_job_cannot_be_unlocked_by_its_user(lab: Mapping[str, str], jo
     assert done.returncode == 0, done.stderr
     # root unlocks; then the job is the user's again
     root(lab, "scontrol", "update", f"jobid={job}", "qos=normal")
-    wait_for("unlock", lambda: _qos_prio_nice(lab, job)[0] == "normal", timeout=10, every=0.2)
+    wait_for("unlock", lambda: _qos_prio_nice(lab, job)[0] == "normal", timeout=60, every=0.2)
     done = as_user(lab, user, ["scontrol", "update", f"jobid={job}", "nice=10"])
     assert done.returncode == 0, done.stderr
     assert _qos_prio_nice(lab, job)[2] == "10"
@@ -225,7 +225,7 @@ def test_priority_locked_in_job_cannot_be_unlocked_by_its_user(
     # root, as rsad ends a lock-in: its own priority back by an update (which Slurm
     # refuses on a held job: rsad never releases a hold); then the job is the user's
     assert slurm.unlock(job, own) == f"priority {own} restored"
-    wait_for("unlock", lambda: _priority_of(lab, job) == int(own), timeout=10, every=0.2)
+    wait_for("unlock", lambda: _priority_of(lab, job) == int(own), timeout=60, every=0.2)
     done = as_user(lab, user, ["scontrol", "hold", job])
     assert done.returncode == 0, done.stderr
     assert _priority_of(lab, job) == 0

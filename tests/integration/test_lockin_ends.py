@@ -121,19 +121,19 @@ def test_a_self_requeued_locked_in_job_comes_back_with_its_own_qos(
         wait_for("the job started", lambda: _went(lab, job, "running"), timeout=60)
         if method == "priority":  # Slurm takes a running job's priority: back at its start
             wait_for("its own priority back as it runs", lambda: _restored(lab, job),
-                     timeout=30)
+                     timeout=90)
         # it requeues itself: pending again, never locked in
         wait_for("the requeue", lambda: _went(lab, job, "queued", "demoted", "on-deck",
                                                after="running"), timeout=90)
         # sampled at once: pending again, it may be staged and locked in anew seconds later
         now = wait_for("its own QOS / priority back after the requeue",
                        lambda: v if not _is_locked(lab, v := _view(lab, job)) else None,
-                       timeout=30)
+                       timeout=90)
         root(lab, "scancel", job)  # no new lock-in after this: the record stays as sampled
         if method == "qos":
             assert now["qos"] == own["qos"] == "normal"
             wait_for("sacct shows its own QOS",
-                     lambda: _sacct_qos(lab, job)[-1:] == ["normal"], timeout=30)
+                     lambda: _sacct_qos(lab, job)[-1:] == ["normal"], timeout=90)
         else:
             assert now["priority"] == own["priority"], (own, now)
         assert _restored(lab, job)
@@ -152,8 +152,8 @@ def test_a_partition_move_after_lock_in_ends_the_lock_in(
         assert done.returncode == 0, done.stderr
         wait_for("rsad ends the lock-in of the moved job",
                  lambda: any(e.get("trigger") == "job-changed" for e in _events(lab, job)),
-                 timeout=30)
-        wait_for("its own QOS / priority back", lambda: _restored(lab, job), timeout=30)
+                 timeout=90)
+        wait_for("its own QOS / priority back", lambda: _restored(lab, job), timeout=90)
         changed = [e for e in _events(lab, job) if e.get("trigger") == "job-changed"]
         assert changed[0]["detail"] == "partition debug -> shared", changed
         assert changed[0]["to"] == "tearing-down"
@@ -195,7 +195,7 @@ def test_a_locked_in_job_that_cannot_start_is_unlocked_after_the_bound(
         data = rsa_job(lab, job) or {}
         assert "slurm.lockin.timeout" in str(data.get("message"))
         assert data.get("declined") is True and not data.get("nodes")
-        wait_for("its own QOS / priority back", lambda: not _locked(lab, job), timeout=30)
+        wait_for("its own QOS / priority back", lambda: not _locked(lab, job), timeout=90)
         comment = root(lab, "squeue", "-h", "-j", job, "-O", "Comment:0").strip()
         assert "slurm.lockin.timeout" in comment
         if lockin_method(lab) == "qos":
@@ -203,7 +203,7 @@ def test_a_locked_in_job_that_cannot_start_is_unlocked_after_the_bound(
             wait_for("the job ran", lambda: _view(lab, job)["state"] in (
                 "COMPLETED", "") or not _view(lab, job)["state"], timeout=90)
             wait_for("sacct shows its own QOS",
-                     lambda: _sacct_qos(lab, job) == ["normal"], timeout=30)
+                     lambda: _sacct_qos(lab, job) == ["normal"], timeout=90)
 
 
 def test_an_admin_hold_on_a_locked_in_job_is_kept(
@@ -220,7 +220,7 @@ def test_an_admin_hold_on_a_locked_in_job_is_kept(
         wait_for("the restore ran", lambda: any(
             e["name"] == "action.outcome" and "/unlock/" in str(e.get("action"))
             for e in _events(lab, job)) or _view(lab, job)["reason"] != "JobHeldAdmin",
-            timeout=30)
+            timeout=90)
         time.sleep(3)  # a release would show within Slurm's next pass (sched_interval=2)
         v = _view(lab, job)
         assert v["state"] == "PENDING" and v["reason"] == "JobHeldAdmin", v
@@ -242,11 +242,11 @@ def test_a_node_count_change_after_lock_in_ends_the_lock_in(
         assert done.returncode == 0, done.stderr
         wait_for("rsad ends the lock-in of the grown job",
                  lambda: any(e.get("trigger") == "job-changed" for e in _events(lab, job)),
-                 timeout=30)
+                 timeout=90)
         changed = [e for e in _events(lab, job) if e.get("trigger") == "job-changed"]
         assert changed[0]["detail"] == "nodes 1 -> 2", changed
         assert changed[0]["to"] == "tearing-down"
-        wait_for("its own QOS / priority back", lambda: _restored(lab, job), timeout=30)
+        wait_for("its own QOS / priority back", lambda: _restored(lab, job), timeout=90)
         # judged again: still next to start (4 nodes busy), so staged anew for 2 nodes
         again = wait_for("a new RSA cycle for the grown job", lambda: d if (
             d := rsa_job(lab, job) or {}).get("cycle") != first and d.get("nodes") else None,
@@ -274,7 +274,7 @@ def test_rsad_killed_between_lock_in_and_start_keeps_the_jobs_own_qos(
         wait_for("the job started", lambda: _went(lab, job, "running"), timeout=60)
         unlock = wait_for("the lock-in ended at the start", lambda: [
             e for e in _events(lab, job) if e["name"] == "action.outcome"
-            and "/unlock/" in str(e.get("action"))], timeout=30)
+            and "/unlock/" in str(e.get("action"))], timeout=90)
         said = str(unlock[0].get("message"))
         if method == "qos":
             assert unlock[0]["result"] == "busy", unlock
@@ -328,7 +328,7 @@ def test_cancel_staging_racing_the_lock_in_still_restores_the_jobs_own_qos(
             job = _submit(jobs, area)
             own = _view(lab, job)
             found = _cancel_as_the_lock_in_runs(lab, job)
-            wait_for("the restore ran", partial(_unlocked, lab, job), timeout=30)
+            wait_for("the restore ran", partial(_unlocked, lab, job), timeout=90)
             wait_state(lab, job, "released", "declined", timeout=60)
             now = _view(lab, job)
             assert not _is_locked(lab, now), (found, now)
@@ -373,7 +373,7 @@ def test_slurm_changes_no_qos_once_a_job_is_allocated(lab: Mapping[str, str]) ->
         wait_for("the job ran", lambda: _view(lab, job)["state"] in ("COMPLETED", ""),
                  timeout=60)
         wait_for("sacct shows the QOS it ran under", lambda: _sacct_qos(lab, job) == [
-            lab["RSA_LAB_QOS"]], timeout=30)
+            lab["RSA_LAB_QOS"]], timeout=90)
 
 
 def test_sacct_shows_the_jobs_own_qos_when_locked_in_by_priority(
@@ -402,5 +402,5 @@ def test_sacct_shows_the_jobs_own_qos_when_locked_in_by_priority(
                  timeout=60)
         out = wait_for("sacct has the end of the run", lambda: o if (o := root(
             lab, "sacct", "-X", "-n", "-P", "-j", job, "-o", "State,QOS,Priority").split())
-            and not o[0].startswith(("PENDING|", "RUNNING|")) else None, timeout=30)
+            and not o[0].startswith(("PENDING|", "RUNNING|")) else None, timeout=90)
         assert out == [f"COMPLETED|normal|{own[0]}"], out

@@ -74,7 +74,7 @@ def test_higher_priority_submission_demotes_the_on_deck_job(lab: Mapping[str, st
         wait_for("first job on-deck", lambda: cls.poll().get(first) is JobState.ON_DECK)
         urgent = jobs.submit(*LONG)
         root(lab, "scontrol", "update", f"jobid={urgent}", "priority=50000")
-        wait_for("demotion", lambda: cls.poll().get(first) is JobState.DEMOTED, timeout=30)
+        wait_for("demotion", lambda: cls.poll().get(first) is JobState.DEMOTED, timeout=90)
         assert cls.states[urgent] is JobState.ON_DECK
 
 

@@ -217,7 +217,7 @@ def test_the_watchdog_is_fed_while_the_api_is_attacked(lab: Mapping[str, str],
                                  str(tmp_path / "rsa.yaml")], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
-            wait_for("second rsad ready", lambda: sock_path.exists(), timeout=30, every=0.2)
+            wait_for("second rsad ready", lambda: sock_path.exists(), timeout=90, every=0.2)
             tcp = f"127.0.0.1:{port}"
             pool = ThreadPoolExecutor(8)
             attacks = [pool.submit(attack_as, lab, other, "slowloris", a, "1")

@@ -181,7 +181,7 @@ def test_a_bad_content_length_is_answered_at_once(make_api: Any, value: str,
         status, body = answer(sock)
     assert time.monotonic() - start < 10.0  # not the 30 s read timeout: at once
     assert (status in (400, 413) and "Content-Length" in body) or "over rsad's limit" in body
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + 10  # seconds on a loaded machine, at once when it is not
     while api.gate.counts()[0] and time.monotonic() < deadline:
         time.sleep(0.01)  # the server's thread closes right after we do
     assert api.gate.counts()[0] == 0

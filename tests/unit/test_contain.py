@@ -94,6 +94,22 @@ def _wait_gone(pid: int, timeout: float = 5.0) -> bool:
     return False
 
 
+def _wait_running_as(pid: int, uid: int, comm: str, timeout: float = 30.0) -> None:
+    """Until ``pid`` has exec'd ``comm`` as ``uid``: setpriv is root's until it switched
+    and exec'd (/proc/PID stays root's until the exec), and REAP and FENCE never signal
+    root's processes; a fixed wait lost that race on a loaded machine."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if (Path(f"/proc/{pid}").stat().st_uid == uid
+                    and Path(f"/proc/{pid}/comm").read_text().strip() == comm):
+                return
+        except OSError:
+            pass
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} is not {comm} as uid {uid} after {timeout}s")
+
+
 SCOPE = f"9{os.getpid()}"
 USER = replace(Identity.of("nobody"), scope=SCOPE)
 
@@ -148,7 +164,8 @@ def test_without_a_cgroup_reap_kills_the_tagged_processes_of_users_only() -> Non
                              "sleep", "3003"], env=env, start_new_session=True)
     mine = subprocess.Popen(["sleep", "3004"], env=env, start_new_session=True)
     try:
-        time.sleep(0.2)
+        _wait_running_as(user.pid, 65534, "sleep")
+        _wait_running_as(mine.pid, 0, "sleep")
         done = LocalHost().run(reap_argv(scope), timeout=60)
         assert parse_reaped(done.stdout) == (1, "environment", 0)
         assert user.wait(5) == -9
@@ -182,7 +199,9 @@ def test_fence_kills_every_leftover_command_of_every_job_and_keeps_root_processe
                                        "--clear-groups", "sleep", "3007"],
                                       start_new_session=True,
                                       env={"PATH": "/usr/bin:/bin", "RSA_SCOPE": "5"}))
-        time.sleep(0.2)
+        for p in procs:
+            _wait_running_as(p.pid, 65534, "sleep")
+        _wait_running_as(root_tagged.pid, 0, "sleep")
         done = LocalHost().run(fence_argv(), timeout=60)
         assert parse_fenced(done.stdout) == 3
         assert [p.wait(5) for p in procs] == [-9, -9, -9]

@@ -11,7 +11,7 @@ import dataclasses
 import json
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from pathlib import Path
@@ -137,6 +137,27 @@ def make_daemon(tmp_path: Path, slurm: SlurmPort, seen: list[str],
                clock=lambda: next(clock))
     d.start()
     return d
+
+
+def until(cond: Callable[[], bool], timeout: float = 30.0) -> bool:
+    """Poll ``cond`` until it holds or ``timeout`` seconds pass (a loaded CI machine may
+    take seconds to run a worker thread: a count of short sleeps gave up too soon)."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def drained_until(d: Daemon, cond: Callable[[], bool], timeout: float = 30.0) -> bool:
+    """Drain ``d``'s loop until ``cond`` holds or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        d.drain(timeout=0.02)
+    return True
 
 
 def settle(d: Daemon) -> None:
@@ -436,6 +457,7 @@ def test_a_milestone_is_durable_before_the_executor_goes_on_and_a_restart_knows_
     ev = [e for e in d.store.events("7") if e.name == "action.milestone"]
     assert ev and ev[0].context["action"] == "7/1/reset/9"
     assert d.facts["7"]["reset_of"] == "7/1/reset/9"
+    settle(d)  # the job's actions end (a worker waiting for a milestone held the exit 60 s)
     d.shutdown()
     d.store.close()
     d2 = make_daemon(tmp_path, slurm, [])
@@ -455,6 +477,7 @@ def test_every_milestone_an_executor_reads_back_is_remembered(tmp_path: Path) ->
     d.submit("milestone", ("7", "7/1/reset/9", {"written_back_of": "7/1/reset/9"}))
     d.drain(timeout=0.5)
     assert d.facts["7"]["written_back_of"] == "7/1/reset/9"
+    settle(d)  # the job's actions end (a worker waiting for a milestone held the exit 60 s)
     d.shutdown()
     d.store.close()
     assert make_daemon(tmp_path, slurm, []).facts["7"]["written_back_of"] == "7/1/reset/9"
@@ -627,7 +650,7 @@ def test_a_slow_or_huge_script_never_stalls_the_loop(tmp_path: Path) -> None:
         for _ in range(3):  # the script is still being read: each poll returns at once
             t = time.monotonic()
             d.poll()
-            assert time.monotonic() - t < 1.0
+            assert time.monotonic() - t < 10.0  # not the read's 30 s
         assert "8" not in d.sched.records
         slurm.release.set()
         parsed(d)
@@ -667,10 +690,8 @@ def test_a_mount_never_waits_behind_bulk_copies(tmp_path: Path) -> None:
         for a in urgent:
             d.dispatcher.start(a, tracked=True)
         d.dispatcher.tell("9", "RSA: staging")
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not (
-                all(a.id in ran for a in urgent) and ("comment", "RSA: staging") in slurm.calls):
-            time.sleep(0.01)
+        until(lambda: all(a.id in ran for a in urgent)
+              and ("comment", "RSA: staging") in slurm.calls, 20)  # the bulk waits 30 s
         assert all(a.id in ran for a in urgent), ran
         assert ("comment", "RSA: staging") in slurm.calls
         assert sum(1 for r in ran if "/stage-out/" in r) == 2  # the bulk lane is still full
@@ -686,10 +707,15 @@ def test_actions_still_queued_at_shutdown_are_left_for_the_restart(
     their done callbacks hand no outcome to the loop (the log still has them in flight:
     they run after the restart); it used to call result() on them and print
     "exception calling callback ... CancelledError" for each."""
-    release = threading.Event()
+    release, running = threading.Event(), threading.Event()
+
+    def run(_ctx: ActionContext) -> Mapping[str, Any]:
+        running.set()
+        release.wait(30)
+        return {}
     reg = Registry()
     for kind in ActionKind:
-        reg.register(kind, lambda ctx: (release.wait(30), {})[1])
+        reg.register(kind, run)
     slurm = ScriptedSlurm()
     store = Store.open(tmp_path / "rsa.db", durability="normal")
     d = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm, store=store,
@@ -703,6 +729,8 @@ def test_actions_still_queued_at_shutdown_are_left_for_the_restart(
     try:
         for n in range(4):  # one runs, three queue
             d.dispatcher.start(make_action(f"{n}/1/stage-out/1"), tracked=True)
+        # the worker thread has taken the first (else the shutdown cancels all four)
+        assert running.wait(30)
         threading.Timer(0.3, release.set).start()
         d.dispatcher.shutdown(timeout=10)
     finally:
@@ -937,10 +965,7 @@ def test_a_users_comments_are_written_in_the_order_told(tmp_path: Path) -> None:
     d.dispatcher.tell("7", "second")  # replaced before it is written
     d.dispatcher.tell("7", "third")
     d.dispatcher.tell("8", "other job")  # not held up by job 7's
-    for _ in range(200):
-        if ("comment", "other job") in slurm.calls:
-            break
-        time.sleep(0.01)
+    assert until(lambda: ("comment", "other job") in slurm.calls)
     assert slurm.calls == [("comment", "other job")]
     slurm.gate.set()
     flush_urgent(d)
@@ -1494,10 +1519,7 @@ def test_a_teardown_waits_for_the_cancelled_stage_in_to_wind_down(tmp_path: Path
     d.registry.register(ActionKind.DESTROY_FS, destroy)
     slurm.set("7", "PENDING", "Resources")
     d.poll()
-    for _ in range(200):
-        d.drain(timeout=0.02)
-        if staging.is_set():
-            break
+    drained_until(d, staging.is_set)
     assert staging.is_set() and d.sched.records["7"].rsa_state.value == "staging-in"
     slurm.set("7", "PENDING", "Priority")  # an urgent job came first: demoted
     d.poll()
@@ -1510,10 +1532,7 @@ def staging_in(d: Daemon, slurm: ScriptedSlurm, started: threading.Event) -> Non
     """Job 7 on deck, polled until its stage-in (``started`` by the executor) runs."""
     slurm.set("7", "PENDING", "Resources")
     d.poll()
-    for _ in range(200):
-        d.drain(timeout=0.02)
-        if started.is_set():
-            break
+    drained_until(d, started.is_set)
     assert started.is_set() and d.sched.records["7"].rsa_state.value == "staging-in"
 
 
@@ -2000,10 +2019,7 @@ def test_the_verified_mail_goes_out_though_slurm_forgot_the_job_during_its_stage
 
     def stage_out(ctx: ActionContext) -> Mapping[str, Any]:
         # the mail request is recorded before Slurm forgets the job (MinJobAge) mid-copy
-        for _ in range(200):
-            if "mail" in d_box[0].facts.get("7", {}):
-                break
-            time.sleep(0.01)
+        until(lambda: "mail" in d_box[0].facts.get("7", {}))
         slurm.forgotten = True
         return {}
 
@@ -2028,10 +2044,7 @@ def test_the_verified_mail_goes_out_though_slurm_forgot_the_job_during_its_stage
         slurm.set("7", state, reason, spec=out)
         d.poll()
         settle(d)
-    for _ in range(100):  # the mail is sent on the urgent lane
-        if mails:
-            break
-        time.sleep(0.01)
+    until(lambda: bool(mails))  # the mail is sent on the urgent lane
     assert slurm.forgotten
     assert d.facts["7"]["mail"] == ["alice@example.org", "END"]
     assert mails and mails[0][-1] == "alice@example.org" and "verified" in mails[0][2]

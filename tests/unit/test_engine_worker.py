@@ -185,7 +185,10 @@ def test_a_worker_killed_mid_call_fails_the_call_and_is_replaced(
         return f"killed {parse_reaped(done.stdout)[0]}"
 
     def kill_worker() -> None:
-        wait_for(lambda: marker_procs(marker))
+        # the copy itself, not its wrapper: the wrapper shows the marker before it joined
+        # the job's cgroup, and REAP would not find a copy killed in that window
+        wait_for(lambda: any(p.info["cmdline"] == ["sleep", marker]
+                             for p in marker_procs(marker)))
         for child in psutil.Process().children():
             if "rsa_scheduler.daemon.stagingworker" in " ".join(child.cmdline()):
                 child.send_signal(signal.SIGKILL)

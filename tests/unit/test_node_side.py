@@ -68,8 +68,10 @@ def start(reg: Registry, kind: ActionKind, args: Payload) -> Future[Outcome]:
 
 
 def until(side: NodeSide, ask: Callable[[], dict[str, Any]], want: str) -> dict[str, Any]:
-    """Ask until the answer is ``want`` (the executor publishes from its own thread)."""
-    for _ in range(2000):
+    """Ask until the answer is ``want`` (the executor publishes from its own thread), for
+    30 s at most (a count of short waits could end in a moment of notifications)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
         ans = ask()
         if ans["do"] == want:
             return ans

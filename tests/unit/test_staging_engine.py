@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from rsa_scheduler.hosts import Cancelled, CancelToken, LocalHost
@@ -257,21 +258,29 @@ def test_a_cancel_kills_a_command_that_runs_alone_not_only_the_parallel_streams(
     demotion, the RAMDISK's stall watch) must kill it too, not wait for its end."""
     token = CancelToken()
     stuck: list[str] = []
+    sleeper = ["sleep", f"64.{os.getpid()}"]
 
     class SlowHost(LocalHost):  # the scan stands still, as on a dead FUSE mount
         def run(self, argv: Sequence[str], **kw: Any) -> Completed:
             if list(argv[2:3]) in ([scripts.SCAN], [scripts.SCAN_CAPPED]):
                 stuck.append(argv[4])  # the root it scans
-                argv = ["sleep", "60"]
+                argv = sleeper
             return super().run(argv, **kw)
+
+    def cancel_once_it_runs() -> None:  # not after a fixed 0.3 s: the command may not
+        deadline = time.monotonic() + 30  # have started by then on a loaded machine
+        while time.monotonic() < deadline and not any(
+                p.info["cmdline"] == sleeper for p in psutil.process_iter(["cmdline"])):
+            time.sleep(0.01)
+        token.cancel("demoted")
 
     eng = StagingEngine([SlowHost("rsa1")], user, job_id="77", cancel=token)
     eng.prepare_root(str(area / "ram"))
-    threading.Timer(0.3, token.cancel, args=("demoted",)).start()
+    threading.Thread(target=cancel_once_it_runs, daemon=True).start()
     t0 = time.monotonic()
     with pytest.raises(Cancelled, match="demoted"):
         if what == "script":
-            eng.run_script(["sleep", "60"], "stage-out", ramdisk=str(area / "ram"))
+            eng.run_script(sleeper, "stage-out", ramdisk=str(area / "ram"))
         else:
             eng.stage_out(str(area / "ram"), str(area / "outs" / "o"))
     assert time.monotonic() - t0 < 10

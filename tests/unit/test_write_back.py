@@ -14,6 +14,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -194,13 +195,18 @@ def test_a_write_back_copies_changes_applies_deletions_and_keeps_theirs(
 
 @root_only
 def test_a_change_in_the_second_the_last_write_back_read_is_copied(
-        tree: tuple[Path, Path, StagingEngine, Bases], user: Identity) -> None:
+        tree: tuple[Path, Path, StagingEngine, Bases], user: Identity,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The job rewrites a file, same size, within the second the last write-back read
     it (MooseFS keeps mtimes to the second, the copy keeps them): size and mtime agree
     with the PFS's copy and the base, yet the content is new. It is copied. Before, it
     looked in place and the job's last change never reached the PFS (CI, stop 41)."""
     pfs, ram, eng, bases = tree
     now = int(time.time())
+    # rsad's clock reads the second the job wrote in: on a loaded machine the write-back
+    # began reading a second or two after ``now`` and the file was no longer racy
+    monkeypatch.setattr("rsa_scheduler.daemon.writeback.time",
+                        SimpleNamespace(time=lambda: now + 0.5))
     _put(ram / "mod", b"v2 job\n", user, now)
     first = bases.load("job77-c1")
     assert first is not None
