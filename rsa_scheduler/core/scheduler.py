@@ -257,11 +257,14 @@ class Scheduler:
         allocation)."""
         return bool(self._waiting or self._displaced)
 
-    def rsa_free(self) -> int:
+    def rsa_free(self, judged: Container[str] = frozenset()) -> int:
         """RSA nodes free for a job held from now on, after the on-deck jobs already
-        waiting for RSA nodes (core/admission.py: which held jobs wait for them)."""
+        waiting for RSA nodes (core/admission.py: which held jobs wait for them) but those
+        ``judged`` with it (after an rsad restart the held jobs waiting are judged again:
+        :func:`admit` takes their nodes in turn, they must not be counted twice)."""
         records = self.records
-        return rsa_free(self.pool, (records[j] for j in self._waiting if j in records),
+        return rsa_free(self.pool, (records[j] for j in self._waiting
+                                    if j in records and j not in judged),
                         bool(self.share.draining))
 
     def rsa_need(self, job_id: str, compute_nodes: int, spec: DirectiveSpec | None) -> int:

@@ -254,7 +254,7 @@ class StartHold:
         # busy or not, a job whose RSA nodes are not free waits for them, held, in
         # priority order (core/admission.py, issue 32)
         verdicts = admit((Candidate(r.job_id, r.job_id in fits, self._need(r))
-                          for r in new), sched.rsa_free())
+                          for r in new), sched.rsa_free({r.job_id for r in new}))
         for r in new:
             rec = records.get(r.job_id)
             # judged before an rsad restart (this memory is not kept): its RAMDISK is on

@@ -1493,6 +1493,57 @@ def test_a_job_released_just_before_an_rsad_restart_keeps_its_ramdisk(
     assert again.sched.records["7"].rsa_state.value == "mounted-input"
 
 
+def test_a_held_job_judged_again_after_a_restart_is_not_counted_twice(
+        tmp_path: Path) -> None:
+    """Found by review: after a restart every held job is judged again, and the RSA nodes
+    left for the newly held counted the on-deck jobs already waiting (alice's job 7:
+    held, at her limit of two RSA nodes) and then each one's nodes again as it was
+    judged. The cluster busy meanwhile, bob's job 8 (it needs two of the two free RSA
+    nodes) found none left for it, was kept held and given both, though it cannot start
+    (it holds them locked in, waiting for compute nodes). Counted once, it is let go to
+    queue, as before the restart."""
+    from rsa_scheduler.core.allocator import Pool, RsaNode
+    from rsa_scheduler.core.policy import AllocationPolicy, Tier
+
+    def make(slurm: ScriptedSlurm) -> Daemon:
+        pool = Pool([RsaNode(f"rsa{i}", Tier.RAM, 2 << 30) for i in range(1, 5)],
+                    AllocationPolicy(ratio=2, min_nodes=1, max_nodes=4, max_request=4,
+                                     user_nodes=2))
+        store = Store.open(tmp_path / "rsa.db", durability="normal")
+        clock = iter(float(t) for t in range(1000, 10**6))
+        d = Daemon(Scheduler(pool, StagingPolicy()), slurm=slurm, store=store,
+                   registry=with_slurm(instant_registry([]), slurm), workers=2,
+                   poll_interval=0, clock=lambda: next(clock))
+        d.start()
+        return d
+
+    slurm = ScriptedSlurm()
+    d = make(slurm)
+    for job in ("1", "2"):  # alice's: her two RSA nodes, then they run
+        slurm.set(job, "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    for job in ("1", "2"):
+        slurm.set(job, "RUNNING")
+    d.poll()
+    settle(d)
+    slurm.set("7", "PENDING", "BeginTime", hold=HOLD)  # alice's: waits for her limit
+    d.poll()
+    settle(d)
+    assert "7" in d.sched.waiting and len(d.sched.pool.free()) == 2
+    d.shutdown()
+    d.store.close()
+    slurm.idle = {"debug": 0}
+    comment = with_hold(SPEC.to_admin_comment(), HOLD)
+    slurm.rows.append(QueueRow("8", "PENDING", "BeginTime", 5, 4, "bob", comment, "debug"))
+    again = make(slurm)
+    again.poll()
+    settle(again)
+    flush_urgent(again)
+    rec = again.sched.records["8"]
+    assert rec.rsa_state.value == "none" and not rec.nodes, rec.message
+    assert "8" in [r.split(":")[0] for r in released(slurm)]
+
 def test_a_teardown_waits_for_the_cancelled_stage_in_to_wind_down(tmp_path: Path) -> None:
     """Chaos run (seed 20262128): a demotion cancels the stage-in and starts the teardown
     at once; the stage-in's last command made the job's cgroup on the RSA node again after
