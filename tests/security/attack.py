@@ -80,8 +80,10 @@ def slowloris(address: str, every: float = 1.0, give_up: float = 40.0) -> dict[s
 
 
 def hold(address: str, count: int, seconds: float) -> dict[str, Any]:
-    """Open ``count`` connections that never send a byte; after 1 s count how many rsad
-    still keeps open and what the others were told; hold the rest ``seconds``, close."""
+    """Open ``count`` connections that never send a byte; once rsad has answered or
+    closed no more of them for 2 s (at most 20 s: not a fixed 1 s, which a loaded machine's
+    rsad did not always need less than for hundreds of refusals), count how many it still
+    keeps open and what the others were told; hold the rest ``seconds``, close."""
     socks: list[socket.socket] = []
     statuses: dict[str, int] = {}
     failed = 0
@@ -90,20 +92,31 @@ def hold(address: str, count: int, seconds: float) -> dict[str, Any]:
             socks.append(connect(address))
         except OSError:
             failed += 1
-    time.sleep(1.0)
-    kept = []
     for sock in socks:
         sock.setblocking(False)
-        try:
-            data = sock.recv(65536)
-        except BlockingIOError:
-            kept.append(sock)
-            continue
-        except OSError:
-            data = b""
-        key = data.split(b" ", 2)[1].decode() if data.startswith(b"HTTP/") else "closed"
-        statuses[key] = statuses.get(key, 0) + 1
-        sock.close()
+    kept = socks
+    quiet_since = time.monotonic()
+    end = quiet_since + 20
+    while True:
+        still = []
+        for sock in kept:
+            try:
+                data = sock.recv(65536)
+            except BlockingIOError:
+                still.append(sock)
+                continue
+            except OSError:
+                data = b""
+            key = data.split(b" ", 2)[1].decode() if data.startswith(b"HTTP/") else "closed"
+            statuses[key] = statuses.get(key, 0) + 1
+            sock.close()
+        if len(still) < len(kept):
+            quiet_since = time.monotonic()
+        kept = still
+        now = time.monotonic()
+        if now - quiet_since >= 2.0 or now >= end:
+            break
+        time.sleep(0.1)
     print(json.dumps({"kept": len(kept), "refused": statuses, "connect_failed": failed}),
           flush=True)
     time.sleep(seconds)

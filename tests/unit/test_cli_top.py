@@ -407,7 +407,7 @@ class Rsad:
         """Run ``fn`` on the loop thread: everything queued before it has been handled."""
         return self.daemon.submit("call", fn, wait=True)
 
-    def wait(self, what: str, probe: Callable[[], Any], timeout: float = 10.0) -> Any:
+    def wait(self, what: str, probe: Callable[[], Any], timeout: float = 30.0) -> Any:
         deadline = time.monotonic() + timeout
         while not (got := self.ask(probe)):
             if time.monotonic() > deadline:
@@ -451,7 +451,7 @@ def make_rsad(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, serve: bool = 
                             daemon=True)
     loop.start()
     try:
-        assert rsad.reported.wait(10), "job 7 never reached its stage-in"
+        assert rsad.reported.wait(30), "job 7 never reached its stage-in"
         rsad.wait("job 8 locked in", lambda: d.sched.records["8"].rsa_state.value == "locked-in")
         rsad.wait("job 7's progress", lambda: "7" in d.progress)
         if serve:

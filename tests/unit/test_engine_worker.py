@@ -286,7 +286,8 @@ def test_workers_run_below_rsads_cpu_priority(area: Path, user: Identity) -> Non
 
         eng.progress, eng.progress_interval = look, 0.0
         WorkerEngine.of(pool, eng).stage_in(str(area / "src"), str(area / "ram"))
-        assert seen and set(seen) == {os.nice(0) + 10}
+        # 10 below ours, at most 19 (the kernel's floor: a test run already niced)
+        assert seen and set(seen) == {min(os.nice(0) + 10, 19)}
     finally:
         pool.close()
 
