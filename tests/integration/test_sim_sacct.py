@@ -50,7 +50,9 @@ def test_the_labs_own_sacct_replayed(lab: Mapping[str, str]) -> None:
         ids = f"{whole},{after},{never}"
 
         def ended() -> bool:
-            states = root(lab, "sacct", "-X", "-n", "-P", "-j", ids, "-o", "State").split()
+            # one line per job; a cancelled one's is "CANCELLED by UID"
+            states = [line.split(" ")[0] for line in root(
+                lab, "sacct", "-X", "-n", "-P", "-j", ids, "-o", "State").splitlines()]
             return len(states) == 3 and all(s in ("COMPLETED", "CANCELLED") for s in states)
 
         wait_for("the three jobs ended in sacct", ended, timeout=60, every=0.5)
