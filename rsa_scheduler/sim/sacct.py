@@ -13,8 +13,10 @@ replay treats them as it treats a trace:
   recorded when the site runs a ``jobacct_gather`` plugin) to the job's input and output;
   a job without such figures gets the synthetic volume model (docs/simulator.md);
 - submit times in seconds from the earliest submit; wait = Start - Submit; run =
-  ``ElapsedRaw``; processors ``AllocCPUS`` (``ReqCPUS`` when nothing was allocated: such
-  a job never ran, whatever its ``Start`` says, and the replay skips it);
+  ``ElapsedRaw``; processors ``AllocCPUS`` (``ReqCPUS`` when nothing was allocated); a
+  job ran if it has a ``Start``, ``AllocCPUS`` and a step row or ``ElapsedRaw`` > 0: one
+  cancelled while pending has none of the last two (Slurm gives it its cancel time as
+  ``Start``) and the replay skips it;
 - ``State`` to SWF's status: COMPLETED 1, CANCELLED 5, every other end 0 (failed);
   jobs still pending or running are left out and counted (:attr:`SacctLog.unfinished`).
 
@@ -66,7 +68,8 @@ class _Job:
     start: datetime | None
     elapsed: int
     cpus: int  # allocated, else requested
-    ran: bool  # it started and held CPUs
+    alloc: int  # AllocCPUS as sacct gives it
+    nodes: int
     limit_s: float
     status: int
     uid: int
@@ -156,6 +159,7 @@ def parse_sacct(stream: TextIO, name: str) -> SacctLog:
     bad = BadLines(name)  # every bad row is reported, not only the first
     jobs: dict[int, _Job] = {}
     io: dict[int, list[int | None]] = {}  # raw id -> [read, written] summed over steps
+    stepped: set[int] = set()  # raw ids of jobs with a step row
     for n, raw in lines:
         text = raw.rstrip("\n")
         if not text.strip():
@@ -176,6 +180,7 @@ def parse_sacct(stream: TextIO, name: str) -> SacctLog:
         raw_id, step = (int(m.group(1)), m.group(2)) if m else (0, None)
         if step is not None:  # a step: only its I/O figures matter
             log.steps += 1
+            stepped.add(raw_id)
             try:
                 read = _tres_bytes(get("TRESUsageInTot"))
                 written = _tres_bytes(get("TRESUsageOutTot"))
@@ -212,13 +217,8 @@ def parse_sacct(stream: TextIO, name: str) -> SacctLog:
             bad.add(f"{where}: " + "; ".join(problems))
             continue
         assert submit is not None
-        # a job that held no CPUs never ran, whatever its Start says (a job cancelled
-        # while pending may carry its cancel time there)
-        ran = start is not None and alloc > 0
-        jobs[raw_id] = _Job(n, raw_id, submit, start, elapsed, cpus, ran, limit_s,
-                            ENDED[state], uid)
-        if ran and nodes:
-            log.cpus_per_node = max(log.cpus_per_node, -(-alloc // nodes))
+        jobs[raw_id] = _Job(n, raw_id, submit, start, elapsed, cpus, alloc, nodes,
+                            limit_s, ENDED[state], uid)
     if bad:
         raise bad.error()
     if not jobs and not log.unfinished:
@@ -230,7 +230,13 @@ def parse_sacct(stream: TextIO, name: str) -> SacctLog:
         read, written = io.get(j.raw, (None, None))
         if read is not None or written is not None:
             log.with_io += 1
-        ran = j.ran
+        # ran: started, held CPUs, and either ran a step or for a second at least. Slurm
+        # 22.05 gives a job cancelled while pending its cancel time as Start and End,
+        # ElapsedRaw 0, its request as AllocCPUS and no step (tests/data/sacct/
+        # lab-cancelled-pending.txt): it never ran
+        ran = j.start is not None and j.alloc > 0 and (j.elapsed > 0 or j.raw in stepped)
+        if ran and j.nodes:
+            log.cpus_per_node = max(log.cpus_per_node, -(-j.alloc // j.nodes))
         wait = (j.start - j.submit).total_seconds() if j.start is not None else -1.0
         log.jobs.append(SwfJob(
             line=j.line, job=j.raw, submit=(j.submit - t0).total_seconds(),

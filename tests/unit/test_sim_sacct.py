@@ -248,3 +248,19 @@ def test_arrays_hetjobs_steps_and_unknown_times() -> None:
     guess = guess_size(log.jobs)
     # (127, 130, 131 and 141 all run at 41 s: 2 + 4 + 8 + 1)
     assert guess is not None and guess.largest == 8 and guess.procs == 15
+
+
+def test_a_job_cancelled_while_pending_never_ran_in_the_labs_own_accounting() -> None:
+    # real Slurm 22.05.8 output (tests/integration/test_sim_sacct.py's jobs): job 1 held the
+    # whole lab (4 one-CPU nodes), 2 waited for it, 3 was cancelled while pending: sacct
+    # gives 3 its cancel time as Start and End, ElapsedRaw 0, AllocCPUS 1 and no step
+    log = read_sacct(str(DATA / "lab-cancelled-pending.txt"))
+    assert [(j.job, j.wait, j.run, j.procs, j.status) for j in log.jobs] == [
+        (1, 1, 2, 4, 1), (2, 3, 1, 1, 1), (3, -1, -1, 1, 5)]
+    assert log.cpus_per_node == 1 and log.steps == 2
+    result = cli_runner().invoke(sim, ["replay", "--sacct", str(DATA / "lab-cancelled-pending"
+                                                                      ".txt"), "--json"])
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert (out["jobs"], out["skipped"]) == (2, 1)
+    assert out["workload"]["procs"] == 4  # the lab's size: job 1 held all of it
