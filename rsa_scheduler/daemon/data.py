@@ -132,6 +132,10 @@ def differed_fact(action_id: str, method: str, result: Verification) -> dict[str
     return {"action": action_id, "fs_id": fs_id(action_id), "method": method,
             "count": result.count, "all": not listed,
             "paths": [d.path.hex() for d in result.differences] if listed else [],
+            # mtime alone differed, the bytes hashed equal: the retry replaces exactly
+            # that version (the job's own copy) instead of keeping it as someone else's
+            "same_content": {d.path.hex(): list(d.same_content)
+                             for d in result.differences if d.same_content} if listed else {},
             "shown": [display(d.path) for d in result.differences[:5]]}
 
 
@@ -150,6 +154,17 @@ def redo_of(facts: Mapping[str, Any], action_id: str) -> tuple[list[bytes], bool
     if fact.get("all"):
         return [], False
     return [bytes.fromhex(str(p)) for p in fact.get("paths") or ()], True
+
+
+def redo_expect(facts: Mapping[str, Any], action_id: str) -> dict[bytes, tuple[int, int]]:
+    """The destination versions a stage-out's retry replaces although they are newer
+    than the RAMDISK's build: its own earlier copies a verify found holding the RAMDISK's
+    bytes under another mtime (a mtime the RAMDISK's filesystem reported late)."""
+    fact = facts.get("verify_differed")
+    if not fact or fact.get("fs_id") != fs_id(action_id):
+        return {}
+    return {bytes.fromhex(str(p)): (int(v[0]), int(v[1]))
+            for p, v in dict(fact.get("same_content") or {}).items()}
 
 
 def built_since(facts: Mapping[str, Any], action_id: str) -> int | None:
@@ -704,7 +719,8 @@ class DataPath:
                 since = None  # the rescue's own directory: nothing there to keep aside
             out = _stats(self.bulk(eng).stage_out(
                 spec.rsa_mountpoint, str(args.data_out), args.method.value,
-                resume=resume, redo=paths, since=since))
+                resume=resume, redo=paths, since=since,
+                expect=redo_expect(ctx.facts, ctx.action.id) if since is not None else {}))
         if redo is not None:
             fact = ctx.facts["verify_differed"]
             what = ("the archives were written again" if args.method.value == "tar" else

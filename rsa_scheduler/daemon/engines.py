@@ -375,10 +375,12 @@ class WorkerEngine:
 
     def stage_out(self, ramdisk: str, dst: str, method: str = "rsync", *,
                   resume: bool = True, redo: Sequence[bytes] = (),
-                  since: int | None = None) -> Stats:
+                  since: int | None = None,
+                  expect: Mapping[bytes, tuple[int, int]] | None = None) -> Stats:
         return stats_from_json(self._run(self._request(
             "stage_out", ramdisk=ramdisk, dst=dst, method=method, resume=resume,
-            redo=[p.hex() for p in redo], since=since)))
+            redo=[p.hex() for p in redo], since=since,
+            expect={p.hex(): list(v) for p, v in (expect or {}).items()})))
 
     def verify(self, ramdisk: str, dst: str, method: str = "rsync") -> Verification:
         return verification_from_json(self._run(self._request("verify", ramdisk=ramdisk,

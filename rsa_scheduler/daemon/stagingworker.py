@@ -39,7 +39,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from typing import IO, Any
 
@@ -105,17 +105,23 @@ def stats_from_json(d: Mapping[str, Any]) -> Stats:
 def verification_to_json(v: Verification) -> dict[str, Any]:
     return {"ok": v.ok, "level": v.level, "checked": v.checked,
             "checked_bytes": v.checked_bytes,
-            "differences": [[d.path.hex(), d.what] for d in v.differences],
+            "differences": [[d.path.hex(), d.what, list(d.same_content)
+                             if d.same_content else None] for d in v.differences],
             "extra": v.extra, "details": json.loads(json.dumps(v.details, default=str)),
             "differing": v.differing, "skipped": [p.hex() for p in v.skipped],
             "skipped_count": v.skipped_count, "read_back": v.read_back}
 
 
+def _difference(x: Sequence[Any]) -> Difference:
+    same = x[2] if len(x) > 2 else None
+    return Difference(bytes.fromhex(str(x[0])), str(x[1]),
+                      (int(same[0]), int(same[1])) if same else None)
+
+
 def verification_from_json(d: Mapping[str, Any]) -> Verification:
     return Verification(ok=bool(d["ok"]), level=str(d["level"]), checked=int(d["checked"]),
                         checked_bytes=int(d["checked_bytes"]),
-                        differences=tuple(Difference(bytes.fromhex(p), str(w))
-                                          for p, w in d["differences"]),
+                        differences=tuple(_difference(x) for x in d["differences"]),
                         extra=int(d["extra"]), details=dict(d["details"]),
                         differing=int(d["differing"]),
                         skipped=tuple(bytes.fromhex(p) for p in d.get("skipped") or ()),
@@ -324,7 +330,9 @@ class Worker:
                 args["ramdisk"], args["dst"], str(args.get("method", "rsync")),
                 resume=bool(args.get("resume", True)),
                 redo=[bytes.fromhex(str(p)) for p in args.get("redo") or ()],
-                since=None if args.get("since") is None else int(args["since"])))
+                since=None if args.get("since") is None else int(args["since"]),
+                expect={bytes.fromhex(str(p)): (int(v[0]), int(v[1]))
+                        for p, v in dict(args.get("expect") or {}).items()}))
         return verification_to_json(eng.verify(args["ramdisk"], args["dst"],
                                                str(args.get("method", "rsync"))))
 

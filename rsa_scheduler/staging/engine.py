@@ -152,7 +152,8 @@ class StagingEngine(TreeCopy, Packing, Verifier):
 
     def stage_out(self, ramdisk: str, dst: str, method: str = "rsync", *,
                   resume: bool = True, redo: Sequence[bytes] = (),
-                  since: int | None = None) -> Stats:
+                  since: int | None = None,
+                  expect: Mapping[bytes, tuple[int, int]] | None = None) -> Stats:
         """RAMDISK → DATA_OUT, as a tree (``rsync``, the default) or as archives (``tar``).
         Either way a file appears under its final name only once complete: the tree is
         copied into ``<dst>/.rsa-staging-<job>-<random>/`` and renamed into place, archives are
@@ -162,7 +163,9 @@ class StagingEngine(TreeCopy, Packing, Verifier):
         archives are always written whole). ``since`` (an epoch second: when the job's
         RAMDISK was built): a file of DATA_OUT modified after it is never replaced by the
         copy, which goes beside it as NAME.rsa-<job>[.c<cycle>] (``staging.aside``; not
-        in streamed mode nor for archives, whose names are the job's own)."""
+        in streamed mode nor for archives, whose names are the job's own), unless it is
+        the version ``expect`` gives for its name ((size, mtime): this job's own earlier
+        copy, which a verify found holding the same bytes under another mtime)."""
         if method not in METHODS:
             raise ValueError(f"stage-out method {method!r}: expected one of {METHODS}")
         self._start()
@@ -180,7 +183,7 @@ class StagingEngine(TreeCopy, Packing, Verifier):
         if method == "tar":
             return self._pack(ramdisk, dst)
         return self._copy("stage-out", ramdisk, dst, resume=resume, atomic=True, redo=redo,
-                          since=since)
+                          since=since, expect=dict(expect or {}))
 
     def scan(self, root: str, what: str) -> list[Entry]:
         """Every object below ``root``, as the user (``what``: the phase, for errors)."""

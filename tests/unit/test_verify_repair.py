@@ -29,6 +29,7 @@ from rsa_scheduler.daemon.data import (
     DataPath,
     _stats,
     differed_fact,
+    redo_expect,
     redo_of,
     verified_words,
 )
@@ -103,6 +104,68 @@ def test_a_stage_out_told_what_differed_repairs_a_corrupted_copy(
     assert tree_state(out) == tree_state(area / "src")
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a user")
+def test_a_copy_whose_ramdisk_mtime_moved_after_it_is_replaced_in_place_not_kept_aside(
+        area: Path, user: Identity) -> None:
+    """The RAMDISK's filesystem reported a file's mtime a second late (MooseFS: the
+    final lab phase of 2026-11-28, job 546): the copy holds the job's bytes under the
+    earlier mtime, the verify finds the mtime alone differing. The retry's placement
+    took that copy, newer than the build, for someone else's file: kept it and put the
+    RAMDISK's beside it as NAME.rsa-<job>, telling the user of a change nobody made. A
+    mtime-only difference whose content hashed equal is replaced in place now."""
+    import time
+
+    eng = staged(area, user)
+    ram, out = area / "ram", area / "outs" / "out"
+    name = b"sub dir/f020"
+    now = int(time.time())
+    os.utime(ram / "sub dir" / "f020", (now - 10, now - 10))  # written after the build
+    since = now - 60  # the RAMDISK's build
+    eng.stage_out(str(ram), str(out), since=since)
+    os.utime(ram / "sub dir" / "f020", (now - 9, now - 9))  # reported a second late
+    v = eng.verify(str(ram), str(out))
+    assert not v.ok and [d.path for d in v.differences] == [name]
+    (d,) = v.differences
+    assert d.same_content == ((out / "sub dir" / "f020").stat().st_size, now - 10), d
+    fact = differed_fact("7/1/verify/9", "rsync", v)
+    facts = {"verify_differed": fact}
+    paths, resume = redo_of(facts, "7/1/stage-out/10") or ([], True)
+    expect = redo_expect(facts, "7/1/stage-out/10")
+    assert paths == [name] and expect == {name: d.same_content}
+    eng.stage_out(str(ram), str(out), resume=resume, redo=paths, since=since,
+                  expect=expect)
+    assert not [p for p in (out / "sub dir").iterdir() if ".rsa-" in p.name]
+    assert (out / "sub dir" / "f020").stat().st_mtime == now - 9
+    assert eng.verify(str(ram), str(out)).ok
+    assert tree_state(out) == tree_state(ram)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a user")
+def test_a_file_changed_after_the_verify_still_goes_aside_on_the_retry(
+        area: Path, user: Identity) -> None:
+    """The version the verify saw is the only one the retry replaces: a write after the
+    verify (someone else's) keeps its file; the RAMDISK's goes beside it."""
+    import time
+
+    eng = staged(area, user)
+    ram, out = area / "ram", area / "outs" / "out"
+    now = int(time.time())
+    os.utime(ram / "sub dir" / "f020", (now - 10, now - 10))
+    since = now - 60
+    eng.stage_out(str(ram), str(out), since=since)
+    os.utime(ram / "sub dir" / "f020", (now - 9, now - 9))
+    v = eng.verify(str(ram), str(out))
+    facts = {"verify_differed": differed_fact("7/1/verify/9", "rsync", v)}
+    theirs = out / "sub dir" / "f020"
+    theirs.write_bytes(b"someone else's, after the verify\n")
+    os.chown(theirs, user.uid, user.gid)
+    paths, resume = redo_of(facts, "7/1/stage-out/10") or ([], True)
+    eng.stage_out(str(ram), str(out), resume=resume, redo=paths, since=since,
+                  expect=redo_expect(facts, "7/1/stage-out/10"))
+    assert theirs.read_bytes() == b"someone else's, after the verify\n"
+    assert [p.name for p in (out / "sub dir").iterdir() if ".rsa-" in p.name]
+
+
 # ---- the data path: recorded durably, used by the retry, cleared by a pass -------------
 
 class Engine:
@@ -114,9 +177,11 @@ class Engine:
 
     def stage_out(self, ramdisk: str, dst: str, method: str = "rsync", *,
                   resume: bool = True, redo: Sequence[bytes] = (),
-                  since: int | None = None) -> Stats:
+                  since: int | None = None,
+                  expect: Mapping[bytes, tuple[int, int]] | None = None) -> Stats:
         self.outs.append({"resume": resume, "redo": list(redo), "method": method,
-                          **({"since": since} if since is not None else {})})
+                          **({"since": since} if since is not None else {}),
+                          **({"expect": dict(expect)} if expect else {})})
         return Stats("stage-out", len(redo), 10 * len(redo), 0, 0.1, 1, 0, (), {})
 
     def verify(self, ramdisk: str, dst: str, method: str = "rsync") -> Verification:
