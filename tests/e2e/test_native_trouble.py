@@ -337,7 +337,9 @@ def test_rsad_down_at_pre_run_and_at_teardown_the_job_runs_on_its_ramdisk_and_ke
     res = area / "res"
     with make_jobs(lab) as jobs:
         for attempt in range(3):
-            out = area / f"out{attempt}"
+            out = area / f"out{attempt}"  # made by the user, as input_area makes out/
+            made = as_user(lab, lab["RSA_LAB_USER"], ["mkdir", "-p", str(out)], timeout=60)
+            assert made.returncode == 0, made.stderr
             script = (f"#!/bin/bash\n#SBATCH -t 5\n#RSA_DATA_OUT={out}\n"
                       f"findmnt -n -o TARGET --target {out} > {res}/outmnt{attempt}\n"
                       f"head -c $((4 << 20)) /dev/urandom > {out}/a\n"
