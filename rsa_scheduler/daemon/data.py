@@ -144,12 +144,20 @@ def differed_fact(action_id: str, method: str, result: Verification) -> dict[str
 WRITE_BACK_ROUNDS = 3
 
 
+def _differed(facts: Mapping[str, Any], action_id: str) -> Mapping[str, Any] | None:
+    """The fact ``verify_differed`` when it is of this action's RAMDISK, else None."""
+    fact = facts.get("verify_differed")
+    if not fact or fact.get("fs_id") != fs_id(action_id):
+        return None
+    return dict(fact)
+
+
 def redo_of(facts: Mapping[str, Any], action_id: str) -> tuple[list[bytes], bool] | None:
     """What a stage-out must copy again after a failed verify of the same RAMDISK: the
     paths that differed and whether the quick check may skip the rest (resume); None
     when no verify of this RAMDISK failed since the last one that passed."""
-    fact = facts.get("verify_differed")
-    if not fact or fact.get("fs_id") != fs_id(action_id):
+    fact = _differed(facts, action_id)
+    if fact is None:
         return None
     if fact.get("all"):
         return [], False
@@ -160,8 +168,8 @@ def redo_expect(facts: Mapping[str, Any], action_id: str) -> dict[bytes, tuple[i
     """The destination versions a stage-out's retry replaces although they are newer
     than the RAMDISK's build: its own earlier copies a verify found holding the RAMDISK's
     bytes under another mtime (a mtime the RAMDISK's filesystem reported late)."""
-    fact = facts.get("verify_differed")
-    if not fact or fact.get("fs_id") != fs_id(action_id):
+    fact = _differed(facts, action_id)
+    if fact is None:
         return {}
     return {bytes.fromhex(str(p)): (int(v[0]), int(v[1]))
             for p, v in dict(fact.get("same_content") or {}).items()}
