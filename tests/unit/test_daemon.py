@@ -351,6 +351,25 @@ def test_incremental_cycle_matches_the_full_parse(tmp_path: Path) -> None:
     assert results[1]["7"][0] == "running"
 
 
+def test_a_reason_with_a_bar_and_a_newline_is_read_like_any_other(tmp_path: Path) -> None:
+    """A site plugin's Reason with a ``|`` and a newline (a failed hook's message) made
+    every incremental read fail, leaving rsad blind for the whole cluster; now that job
+    is read whole and every other job as before, as the full parse reads them."""
+    results = []
+    for cls in (ScriptedSlurm, TextSlurm):
+        slurm = cls()
+        d = make_daemon(tmp_path / cls.__name__, slurm, [])
+        slurm.set("7", "PENDING", "Resources")
+        slurm.set("9", "PENDING", "other_bb: a|b failed\nsee the log")
+        d.poll()
+        settle(d)
+        results.append({j: (r.job_state.value if r.job_state else None, r.rsa_state.value)
+                        for j, r in d.sched.records.items()})
+        d.shutdown()
+    assert results[0] == results[1]
+    assert set(results[1]) == {"7", "9"} and results[1]["7"][0] == "on-deck"
+
+
 class ScriptSlurm(ScriptedSlurm):
     """Jobs without job_submit.lua's admin_comment: rsad reads their scripts."""
 
