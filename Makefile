@@ -80,14 +80,15 @@ test: install lint
 	$(MAKE) --no-print-directory debootstrap
 	@mkdir -p dist; rm -f dist/side-*.log dist/side-*.rc; \
 	( for t in $(SIDE_TESTS); do \
-	    s=$$(date +%s); $(MAKE) --no-print-directory $$t >dist/side-$$t.log 2>&1; \
-	    echo $$? >dist/side-$$t.rc; echo "side test $$t: rc $$(cat dist/side-$$t.rc), $$(( $$(date +%s) - s )) s" >>dist/side-$$t.log; \
+	    s=$$(date +%s); src=0; $(MAKE) --no-print-directory $$t >dist/side-$$t.log 2>&1 || src=$$?; \
+	    echo $$src >dist/side-$$t.rc; \
+	    echo "side test $$t: rc $$src, $$(( $$(date +%s) - s )) s" >>dist/side-$$t.log; \
 	  done ) & bg=$$!; \
 	trap 'kill $$bg 2>/dev/null; wait $$bg; exit 130' INT TERM; \
 	rc=0; for phase in lab-test lab-test-variant lab-test-native lab-test-tiers; do \
 	  $(MAKE) --no-print-directory $$phase || { rc=$$?; echo "make test: $$phase failed"; break; }; \
 	done; \
-	wait $$bg; \
+	wait $$bg || true; \
 	for t in $(SIDE_TESTS); do \
 	  echo "---- $$t (beside the lab phases): dist/side-$$t.log"; cat dist/side-$$t.log; \
 	  src=$$(cat dist/side-$$t.rc 2>/dev/null || echo 1); \
