@@ -55,9 +55,9 @@ def behind_line(node: str, hook: str, job: str, protocol: int) -> str:
            "RAMDISK (packages before 2026-11-28 17:00 UTC)" if protocol < 2 else "")
     return (f"{node}: the {_HOOKS.get(hook, hook)} of job {job} speaks hook protocol "
             f"{protocol}, rsad {PROTOCOL}: its rsa-scheduler package is older than rsad's; "
-            f"upgrade it on {node} (operator guide, \"Upgrades\": compute nodes first, "
-            "rsad last; a node agent started before its node's upgrade stays old until its "
-            f"job ends){why}")
+            f"upgrade it on {node} (operator guide, \"Upgrades and backups\": compute "
+            "nodes first, rsad last; a node agent started before its node's upgrade stays "
+            f"old until its job ends){why}")
 
 
 class HookProtocols:
