@@ -83,7 +83,7 @@ def test_defaults_alone_load_with_an_empty_pool() -> None:
     assert cfg.daemon.db_path == Path("/var/lib/rsa/rsa.db")
     assert cfg.daemon.poll_interval == 5.0
     assert cfg.daemon.api.listen is None
-    assert cfg.slurm.lockin.method is LockinMethod.QOS
+    assert cfg.slurm.lockin.method is LockinMethod.PRIORITY
     assert cfg.allocation == AllocationPolicy()
     assert cfg.filesystem.backend == {Tier.RAM: "moosefs", Tier.SSD: "moosefs"}
     assert cfg.ssh.command_timeout == 300.0
