@@ -202,8 +202,9 @@ def test_the_default_lock_in_is_restored_after_an_rsad_kill_between_lock_in_and_
     lab's Slurm)."""
     fake = FakeSlurm(prio=1234)
     cfg = load_defaults()
-    slurm = dataclasses.replace(make_slurm(cfg), runner=fake, bin_dir=Path("/b"))
-    assert isinstance(slurm, CliSlurm)
+    shipped = make_slurm(cfg)
+    assert isinstance(shipped, CliSlurm)  # slurm.backend cli, the default
+    slurm = dataclasses.replace(shipped, runner=fake, bin_dir=Path("/b"))
     lockin = cfg.slurm.lockin.priority
     reg = Registry()
     slurm_executors(reg, slurm)
