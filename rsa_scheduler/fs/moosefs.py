@@ -84,8 +84,6 @@ from rsa_scheduler.fs.mfslayout import (
     random_base,
 )
 from rsa_scheduler.fs.mfsscripts import (
-    AWAIT_CHUNKSERVERS,
-    AWAIT_MASTER,
     DAEMON_START,
     KILL_SCRIPT,
     MOUNT_CHECK,
@@ -139,9 +137,15 @@ CLIENT_OPTIONS = ("mfsioretries=20", "nosuid", "nodev", "default_permissions")
 # Not on compute nodes (spec.client options): ranks on different nodes replacing and
 # opening the same names could open a replaced file's old inode.
 RSA_NODE_OPTIONS = ("mfsentrycacheto=1",)
-# How often a node looks for the master's port, or the master's node for its chunkservers'
-# connections, before it goes on anyway (AWAIT_MASTER, AWAIT_CHUNKSERVERS: 20 ms apart)
-AWAIT_TRIES = 250
+# A chunkserver reports its space (and only then takes writes) no sooner than 1 s after it
+# started, at a whole second: MooseFS 3.0.117 and 4.x look at their chunk folders in a
+# thread that sleeps 1 s after it started a folder's scan (hddspacemgr.c,
+# hdd_folders_thread), and send the space once a second (masterconn.c,
+# REPORT_SPACE_FREQ). Its register message carries the space it knows then (0 before
+# that). No event tells: the master's node is asked (mfscli) from then on, every
+# SPACE_POLL s.
+SPACE_NOT_BEFORE = 1.0
+SPACE_POLL = 0.05
 
 
 def _step(fs_id: str, step: str, t0: float) -> None:
@@ -391,16 +395,15 @@ class MooseFsBackend(FilesystemBackend):
                t0: float | None = None) -> MountSpec:
         """Three round trips, each on every node at once:
 
-        1. ``servers``: every node unpacks its configs and starts its chunkserver; the
-           first node first starts the master, then mounts, hands the root directory to
-           the job's user and makes it keep one copy and no trash (``dialect``: the
-           nodes' MooseFS release); the others wait on their own until the master's port
-           answers before they start theirs (AWAIT_MASTER), so every chunkserver
-           registers at its first try.
-        2. ``mounts``: the other nodes mount (the root is the user's by then) while the
-           master's node waits on its own for its chunkservers' connections, then asks
-           mfscli whether each registered and reported its space (AWAIT_CHUNKSERVERS;
-           asked again only if one has not yet).
+        1. ``servers``: every node unpacks its configs and starts its chunkserver at
+           once (its space takes >= 1 s: SPACE_NOT_BEFORE; one started before the master
+           listens registers at its next try, MASTER_RECONNECTION_DELAY 1 s, within
+           that time); the first node then starts the master, mounts, hands the root
+           directory to the job's user and makes it keep one copy and no trash
+           (``dialect``: the nodes' MooseFS release).
+        2. ``mounts``: the other nodes mount (the root is the user's by then) while
+           mfscli on the master's node is asked, from SPACE_NOT_BEFORE after step 1
+           began, until every chunkserver registered and reported its space.
         3. ``spec``: the spec.json completion mark, once every node is mounted.
 
         Daemons and mounts start with their output on a log file (DAEMON_START).
@@ -421,17 +424,14 @@ class MooseFsBackend(FilesystemBackend):
 
             def start(node: str) -> None:
                 d = lay.dir(node)
-                steps: list[list[str]] = [["mkdir", "-p", lay.mountpoint, lay.pool_dirs[node]],
-                                          ["tar", "-x", "-C", lay.pool_dirs[node], "-f", "-"]]
+                # the chunkserver first: its space comes >= 1 s after it started
+                steps: list[list[str]] = [
+                    ["mkdir", "-p", lay.mountpoint, lay.pool_dirs[node]],
+                    ["tar", "-x", "-C", lay.pool_dirs[node], "-f", "-"],
+                    _daemon(d, ["mfschunkserver", "-c", f"{d}/mfschunkserver.cfg", "start"])]
                 if node == lay.master:
                     steps.append(_daemon(d, ["mfsmaster", "-c", f"{d}/mfsmaster.cfg",
                                              "start"]))
-                else:
-                    steps.append(["sh", "-c", AWAIT_MASTER, lay.master_address,
-                                  str(lay.base + 1), str(AWAIT_TRIES)])
-                steps.append(_daemon(d, ["mfschunkserver", "-c", f"{d}/mfschunkserver.cfg",
-                                         "start"]))
-                if node == lay.master:
                     if lay.guard:
                         steps.append(lay.guard_argv(node))
                     steps.append(_daemon(d, lay.mount_argv(node, self.rsa_node_options)))
@@ -443,13 +443,15 @@ class MooseFsBackend(FilesystemBackend):
                 self._run(node, sh_chain(*steps), dl.left(), input=lay.tarball(node),
                           cancel=cancel)
 
+            started = time.monotonic()
             on_nodes(lay.nodes, start, f"{req.fs_id}: start mfsmaster, mfschunkservers")
             _step(req.fs_id, "servers", t0)
             others = [n for n in lay.nodes if n != lay.master]
 
             def mount_or_wait(node: str) -> None:
                 if node == lay.master:
-                    self._wait_chunkservers(lay, dl, cancel, dialect)
+                    self._wait_chunkservers(lay, dl, cancel, dialect,
+                                            not_before=started + SPACE_NOT_BEFORE)
                 else:
                     mount = _daemon(lay.dir(node), lay.mount_argv(node, self.rsa_node_options))
                     self._run(node, sh_chain(lay.guard_argv(node), mount) if lay.guard
@@ -475,30 +477,29 @@ class MooseFsBackend(FilesystemBackend):
         return spec
 
     def _wait_chunkservers(self, lay: Layout, dl: Deadline, cancel: CancelToken | None,
-                           dialect: Dialect = LEGACY) -> None:
-        """Until every chunkserver registered with the master and reported its space:
-        one round trip to the master's node in the usual case (it waits there for their
-        connections, AWAIT_CHUNKSERVERS, then asks mfscli once); mfscli again every
-        50 ms while one has not."""
+                           dialect: Dialect = LEGACY, *,
+                           not_before: float | None = None) -> None:
+        """Until every chunkserver registered with the master and reported its space
+        (mfscli on the master's node, every SPACE_POLL s); not asked before
+        ``not_before`` (monotonic time: when they could first have, SPACE_NOT_BEFORE)."""
         want = {(lay.addresses[n], lay.cs_port(n)) for n in lay.nodes}
         argv = dialect.chunkservers_argv(lay.master_address, lay.client_port)
         seen: set[tuple[str, int]] = set()
-        waited = False
+        pause = 0.0 if not_before is None else not_before - time.monotonic()
         while not dl.expired():
+            if pause > 0:
+                if cancel is not None:
+                    cancel.wait(pause)
+                else:
+                    time.sleep(pause)
             if cancel is not None:
                 cancel.check()
-            ask = argv if waited else ["sh", "-c", AWAIT_CHUNKSERVERS, str(lay.base + 1),
-                                       str(len(want)), str(AWAIT_TRIES), *argv]
-            waited = True
-            out = self._run(lay.master, ask, min(10.0, dl.left()), check=False,
+            out = self._run(lay.master, argv, min(10.0, dl.left()), check=False,
                             cancel=cancel)
             seen = _ready(dialect, out) & want
             if seen == want:
                 return
-            if cancel is not None:
-                cancel.wait(0.05)
-            else:
-                time.sleep(0.05)
+            pause = SPACE_POLL
         raise FsError(f"{lay.fs_id}: only {len(seen)}/{len(want)} chunkservers registered "
                       f"with the master and reported their space within {dl.seconds:g}s")
 
