@@ -138,8 +138,12 @@ def _start_node(s: Settings, i: int, name: str, d: Path) -> None:
 
 
 def down(s: Settings) -> None:
+    # also nodes a lab-up with a larger RSA_LAB_RSA_COUNT started (bench/bench_fs.py
+    # --nodes 16): their namespaces are recorded
+    recorded = [f.name for f in NS.glob("rsa*") if f.name[3:].isdigit()] if NS.exists() else []
+    names = list(dict.fromkeys([*s.rsa_nodes, *recorded]))
     try:
-        for name in reversed(s.rsa_nodes):
+        for name in sorted(names, key=lambda n: int(n[3:]), reverse=True):
             stop_node(name)
     finally:  # the nodes' mounts go with their namespaces; then the devices can go
         ssdpool.release()
