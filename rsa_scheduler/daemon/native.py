@@ -185,6 +185,18 @@ def answer_data_out(rec: JobRecord | None, bb: BbJob | None, job: str = "") -> A
     storage; failed (output kept on the RAMDISK) once the stage-out is quarantined."""
     if rec is None:
         return _untracked(bb, job, "stage out")
+    if rec.rescue_to:
+        # quarantined, then rescued (issue 33): the verification that ends a rescue is of
+        # the copy in the rescue area, never of DATA_OUT; "done" would tell Slurm (and its
+        # record of the job) that the output was staged out where the job asked
+        if rec.holds_user_data():
+            return Answer("wait", f"job {rec.job_id}'s output, quarantined, is being "
+                                  f"rescued to {rec.rescue_to} (quarantine.rescue_after), "
+                                  "not staged out to its DATA_OUT")
+        return Answer("failed", f"job {rec.job_id}'s output was quarantined, then rescued "
+                                f"to {rec.rescue_to} (quarantine.rescue_after), not staged "
+                                "out to its DATA_OUT: it is verified there; "
+                                f"scancel --hurry {rec.job_id} ends the stage-out")
     if bb is not None and bb.verified:
         return Answer("done", "output staged out and verified")
     state = rec.rsa_state
