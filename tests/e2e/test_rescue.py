@@ -91,3 +91,95 @@ def test_a_quarantine_past_its_timeout_is_rescued_to_the_pfs_verified_and_releas
     assert told == [f"copied as the job's user to {copy}, verified before the RAMDISK is "
                     "released (a failed rescue keeps the quarantine)"], told
     assert nothing_of_job_mounted(job)
+
+
+def _rescue_job(out: Path, res: Path, requeue: bool) -> str:
+    """A DATA_OUT job whose first run writes 1 MiB to its RAMDISK, then waits for
+    ``res/go`` (the test has made DATA_OUT refuse the stage-out by then) and, if
+    ``requeue``, requeues itself as its owner may."""
+    again = "scontrol requeue $SLURM_JOB_ID; sleep 120\n" if requeue else ""
+    return f"""#!/bin/bash
+#SBATCH -t 5
+{'#SBATCH --requeue' if requeue else ''}
+#RSA_DATA_OUT={out}
+n=${{SLURM_RESTART_COUNT:-0}}
+findmnt -n -o TARGET --target {out} > {res}/outmnt.$n || true
+head -c 1M /dev/urandom > {out}/blob
+md5sum < {out}/blob > {res}/md5.$n
+if [ "$n" = 0 ]; then
+  while [ ! -e {res}/go ]; do sleep 0.5; done
+  {again}
+fi
+"""
+
+
+@pytest.mark.native
+def test_native_a_rescued_output_is_never_called_staged_out_and_its_rerun_never_starts(
+        lab: Mapping[str, str], area: Path, rescue_area: Path) -> None:
+    """Native mode, issue 33: two jobs' output quarantined (their DATA_OUT refuses the
+    stage-out), then rescued to ``rescue_dir/<user>/<job>.1``. slurmctld restarted runs
+    post_run and data_out again for the job still in stage-out: data_out fails naming the
+    rescue directory (on main it answered "output staged out and verified", from the
+    rescue's verification, and Slurm ended the stage-out as if the output were in
+    DATA_OUT). The job that requeued itself: its rerun's data_in fails with where the
+    output went (Slurm holds the job), and the rerun never starts."""
+    from tests.e2e.test_native import json_job
+    from tests.integration.conftest import as_user
+    from tests.integration.slurmkit import past_requeue_delay, restart_lab_slurmctld
+
+    if lab.get("RSA_LAB_MODE", "queue") != "native":
+        pytest.skip("native mode's hooks: make lab-test-native")
+    user = lab["RSA_LAB_USER"]
+    out, res = area / "out", area / "res"
+    rq = area / "rq"
+    made = as_user(lab, user, ["mkdir", "-p", str(rq / "out"), str(rq / "res")])
+    assert made.returncode == 0, made.stderr
+    rescue = f"\nquarantine:\n  rescue_after: 12s\n  rescue_dir: {rescue_area}\nstaging:\n"
+    with rsad_with(lab, "\nstaging:\n", rescue), make_jobs(lab) as jobs:
+        ended = jobs.submit(script=_rescue_job(out, res, requeue=False))
+        rerun = jobs.submit(script=_rescue_job(rq / "out", rq / "res", requeue=True))
+        for r in (res, rq / "res"):
+            wait_for_file(r / "md5.0", timeout=240)
+        out.chmod(0o555)  # the PFS side of each DATA_OUT refuses the stage-out
+        (rq / "out").chmod(0o555)
+        for r in (res, rq / "res"):
+            (r / "go").touch()
+        for job in (ended, rerun):
+            wait_state(lab, job, "quarantined", timeout=180)
+        wait_state(lab, ended, "released", timeout=120)  # rescued, verified, released
+        # the rerun's RAMDISK: released, or already its next one (Slurm set it up again)
+        wait_state(lab, rerun, "released", "allocated", "fs-building", "fs-ready",
+                   "staging-in", "staged-in", timeout=120)
+        copy, rq_copy = (rescue_area / user / f"{j}.1" for j in (ended, rerun))
+
+        def data_in_failed() -> dict[str, object] | None:
+            entry = json_job(lab, rerun)
+            return entry if entry.get("state_reason") == "BurstBufferOperation" else None
+
+        held = wait_for("the rerun's data_in to fail",
+                        past_requeue_delay(lab, rerun, data_in_failed), timeout=240)
+        assert held["job_state"] == "PENDING" and held["priority"] == 0, held
+        assert held["state_description"] == (
+            f"burst_buffer/lua: slurm_bb_data_in: job {rerun}'s previous run's output was "
+            f"quarantined, then rescued to {rq_copy}, not to its DATA_OUT: this run is not "
+            "started without it; put what it needs in place, then scancel the job and "
+            "submit it again"), held
+        restart_lab_slurmctld()  # it runs post_run and data_out again for a stage-out
+
+        def data_out_said() -> str | None:
+            text = str(json_job(lab, ended).get("state_description") or "")
+            return text if f"rescued to {copy}" in text else None
+
+        said = wait_for("data_out asked again to name the rescue directory", data_out_said,
+                        timeout=180)
+        assert said == (
+            f"burst_buffer/lua: slurm_bb_data_out: job {ended}'s output was quarantined, "
+            f"then rescued to {copy} (quarantine.rescue_after), not staged out to its "
+            f"DATA_OUT: it is verified there; scancel --hurry {ended} ends the stage-out")
+        root(lab, "scancel", "--hurry", ended)  # the way out the line names
+        assert not (rq / "res" / "outmnt.1").exists(), "the rerun started"
+    for job, r, c in ((ended, res, copy), (rerun, rq / "res", rq_copy)):
+        assert (r / "outmnt.0").read_text().strip() == str(r.parent / "out"), job
+        got = root(lab, "bash", "-c", f"md5sum < {c}/blob")
+        assert got == (r / "md5.0").read_text(), job  # every byte, in the rescue area
+        assert not (r.parent / "out" / "blob").exists(), job  # never in DATA_OUT
