@@ -15,6 +15,7 @@ import stat
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -117,15 +118,16 @@ fi
 def test_native_a_rescued_output_is_never_called_staged_out_and_its_rerun_never_starts(
         lab: Mapping[str, str], area: Path, rescue_area: Path) -> None:
     """Native mode, issue 33: two jobs' output quarantined (their DATA_OUT refuses the
-    stage-out), then rescued to ``rescue_dir/<user>/<job>.1``. slurmctld restarted runs
-    post_run and data_out again for the job still in stage-out: data_out fails naming the
-    rescue directory (on main it answered "output staged out and verified", from the
-    rescue's verification, and Slurm ended the stage-out as if the output were in
-    DATA_OUT). The job that requeued itself: its rerun's data_in fails with where the
-    output went (Slurm holds the job), and the rerun never starts."""
+    stage-out: data_out fails, Slurm keeps each buffer), then rescued to
+    ``rescue_dir/<user>/<job>.1``. slurmctld restarted runs post_run and data_out again
+    for both: data_out fails naming the rescue directory (on main it answered "output
+    staged out and verified", from the rescue's verification, and Slurm ended the
+    stage-out as if the output were in DATA_OUT). The job that requeued itself (its first
+    run's stage-out failed, so Slurm keeps it pending on that buffer) is told the same in
+    its SystemComment, and its rerun never starts."""
     from tests.e2e.test_native import json_job
     from tests.integration.conftest import as_user
-    from tests.integration.slurmkit import past_requeue_delay, restart_lab_slurmctld
+    from tests.integration.slurmkit import restart_lab_slurmctld
 
     if lab.get("RSA_LAB_MODE", "queue") != "native":
         pytest.skip("native mode's hooks: make lab-test-native")
@@ -146,36 +148,28 @@ def test_native_a_rescued_output_is_never_called_staged_out_and_its_rerun_never_
             (r / "go").touch()
         for job in (ended, rerun):
             wait_state(lab, job, "quarantined", timeout=180)
-        wait_state(lab, ended, "released", timeout=120)  # rescued, verified, released
-        # the rerun's RAMDISK: released, or already its next one (Slurm set it up again)
-        wait_state(lab, rerun, "released", "allocated", "fs-building", "fs-ready",
-                   "staging-in", "staged-in", timeout=120)
+        for job in (ended, rerun):
+            wait_state(lab, job, "released", timeout=120)  # rescued, verified, released
         copy, rq_copy = (rescue_area / user / f"{j}.1" for j in (ended, rerun))
+        restart_lab_slurmctld()  # it runs post_run and data_out again for both
 
-        def data_in_failed() -> dict[str, object] | None:
-            entry = json_job(lab, rerun)
-            return entry if entry.get("state_reason") == "BurstBufferOperation" else None
+        def data_out_said(job: str, field: str, where: Path) -> str | None:
+            text = str(json_job(lab, job).get(field) or "")
+            return text if f"rescued to {where} " in text else None
 
-        held = wait_for("the rerun's data_in to fail",
-                        past_requeue_delay(lab, rerun, data_in_failed), timeout=240)
-        assert held["job_state"] == "PENDING" and held["priority"] == 0, held
-        assert held["state_description"] == (
-            f"burst_buffer/lua: slurm_bb_data_in: job {rerun}'s previous run's output was "
-            f"quarantined, then rescued to {rq_copy}, not to its DATA_OUT: this run is not "
-            "started without it; put what it needs in place, then scancel the job and "
-            "submit it again"), held
-        restart_lab_slurmctld()  # it runs post_run and data_out again for a stage-out
-
-        def data_out_said() -> str | None:
-            text = str(json_job(lab, ended).get("state_description") or "")
-            return text if f"rescued to {copy}" in text else None
-
-        said = wait_for("data_out asked again to name the rescue directory", data_out_said,
+        said = wait_for("data_out asked again to name the rescue directory",
+                        partial(data_out_said, ended, "state_description", copy),
                         timeout=180)
         assert said == (
             f"burst_buffer/lua: slurm_bb_data_out: job {ended}'s output was quarantined, "
             f"then rescued to {copy} (quarantine.rescue_after), not staged out to its "
             f"DATA_OUT: it is verified there; scancel --hurry {ended} ends the stage-out")
+        told = wait_for("the requeued job told where its first run's output is",
+                        partial(data_out_said, rerun, "system_comment", rq_copy),
+                        timeout=120)
+        assert f"slurm_bb_data_out: job {rerun}'s output was quarantined, then rescued to " \
+            f"{rq_copy} (quarantine.rescue_after), not staged out" in told, told
+        assert json_job(lab, rerun)["job_state"] == "PENDING"
         root(lab, "scancel", "--hurry", ended)  # the way out the line names
         assert not (rq / "res" / "outmnt.1").exists(), "the rerun started"
     for job, r, c in ((ended, res, copy), (rerun, rq / "res", rq_copy)):
