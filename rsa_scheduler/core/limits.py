@@ -57,13 +57,13 @@ class Refusal:
 
 
 _KINDS = LIMIT_KINDS
-_WHO: tuple[tuple[str, str], ...] = (("user", "user"), ("account", "account"))
+_WHO: tuple[str, ...] = ("user", "account")
 
 
 def limits_set(policy: AllocationPolicy) -> bool:
     """Whether any limit per user or per account is set, for all or for a name (else
     :func:`judge` is skipped)."""
-    return any(getattr(policy, f"{who}_{what}") for who, _ in _WHO for what in _KINDS) \
+    return any(getattr(policy, f"{who}_{what}") for who in _WHO for what in _KINDS) \
         or any(getattr(named, what) for named in (*policy.user_limits.values(),
                                                   *policy.account_limits.values())
                for what in _KINDS)
@@ -82,7 +82,7 @@ def limit_lines(policy: AllocationPolicy) -> list[str]:
     """What ``rsad --check`` says of the limits: per user and per account, the values
     for all and each named user's / account's own (none when nothing is set)."""
     lines: list[str] = []
-    for who, word in _WHO:
+    for who in _WHO:
         named = policy.user_limits if who == "user" else policy.account_limits
         common = _values((what, getattr(policy, f"{who}_{what}")) for what in _KINDS
                          if getattr(policy, f"{who}_{what}"))
@@ -91,7 +91,7 @@ def limit_lines(policy: AllocationPolicy) -> list[str]:
         parts = [f"{common or 'no limit'} for all"]
         parts += [f"{name}: {_values((w, getattr(lim, w)) for w in _KINDS)}"
                   for name, lim in sorted(named.items())]
-        lines.append(f"limits per {word}: " + "; ".join(parts))
+        lines.append(f"limits per {who}: " + "; ".join(parts))
     return lines
 
 
