@@ -72,8 +72,10 @@ def test_a_quarantine_past_its_timeout_is_rescued_to_the_pfs_verified_and_releas
                         f"rescued to {copy}, not to DATA_OUT; put what this run needs in "
                         f"place, then release it: scontrol update JobId={job} "
                         "StartTime=now")
-        shown_now = show_job(lab, job)
-        assert (shown_now["JobState"], shown_now["Reason"]) == ("PENDING", "BeginTime")
+        # Slurm's scheduler sets the reason at its next pass (the comment may come first)
+        shown_now = wait_for(f"job {job} pending on its begin time", lambda: (
+            s if (s := show_job(lab, job))["Reason"] == "BeginTime" else None), timeout=30)
+        assert shown_now["JobState"] == "PENDING", shown_now
         assert shown_now["AdminComment"].endswith(" hold=rerun"), shown_now
     expected = (res / "md5").read_text()
     mine = rescue_area / user
@@ -169,8 +171,10 @@ def test_native_a_rescued_output_is_never_called_staged_out_and_its_rerun_never_
                         timeout=120)
         assert f"slurm_bb_data_out: job {rerun}'s output was quarantined, then rescued to " \
             f"{rq_copy} (quarantine.rescue_after), not staged out" in told, told
-        assert json_job(lab, rerun)["job_state"] == "PENDING"
-        root(lab, "scancel", "--hurry", ended)  # the way out the line names
+        # Slurm's recovery put it back in stage-out, where it stays: it never runs again
+        assert json_job(lab, rerun)["job_state"] in ("PENDING", "STAGE_OUT")
+        for job in (ended, rerun):
+            root(lab, "scancel", "--hurry", job)  # the way out the line names
         assert not (rq / "res" / "outmnt.1").exists(), "the rerun started"
     for job, r, c in ((ended, res, copy), (rerun, rq / "res", rq_copy)):
         assert (r / "outmnt.0").read_text().strip() == str(r.parent / "out"), job
