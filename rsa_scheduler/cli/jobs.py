@@ -88,7 +88,9 @@ def job(api: str | None, job_id: str | None, as_json: bool) -> None:
         click.echo(f"{'held':>10}: quarantined for {short_duration(now - data['since'])}"
                    f"{rescue}")
     if data.get("rescue_to"):
-        click.echo(f"{'rescue':>10}: {data['rescue_to']} (the quarantined RAMDISK's content)")
+        whose = "the previous run's" if data.get("rerun_started") else "the"
+        click.echo(f"{'rescue':>10}: {data['rescue_to']} ({whose} quarantined RAMDISK's "
+                   "content)")
     st = Staging.of(data, now)
     if st is not None:
         click.echo(f"{'staging':>10}: {st.phase} {st.staged} ({st.percent}), {st.files} files, "

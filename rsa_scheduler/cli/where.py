@@ -63,7 +63,16 @@ def verdict(job: Mapping[str, Any] | None) -> Verdict | None:
         return Verdict("quarantined", FAILED,
                        message or "the stage-out gave up: the output is kept on the "
                                   "RAMDISK for an operator (rsa job shows why)")
-    if job.get("rescue_to") and state in ("output-verified", "tearing-down", "released"):
+    rescued = state in ("output-verified", "tearing-down", "released") and \
+        job.get("rescue_to")
+    if rescued and job.get("rerun_started"):
+        # this run started while the earlier run's quarantined RAMDISK was kept (then
+        # rescued): the rescue, and its verification, are that run's (issue 33)
+        return Verdict("no RSA", OK, "this run started while the previous run's output "
+                                     "was kept on its RAMDISK (quarantined, then rescued "
+                                     f"to {job['rescue_to']}): it read and wrote the PFS "
+                                     "itself")
+    if rescued:
         return Verdict("rescued", FAILED,
                        f"the output was quarantined, then rescued to {job['rescue_to']} "
                        "(quarantine.rescue_after), not to its DATA_OUT: it is verified "

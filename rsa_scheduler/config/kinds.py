@@ -2,9 +2,10 @@
 
 Owns :class:`Kind` and its subclasses (string, bool, integer, number, duration, size,
 absolute path, choice, listen address, hostlist, address, section, list, mapping,
-optional), :class:`Setting` and :func:`meta` (a key's kind and documentation, carried in a
-dataclass field's metadata), the upper bounds of numbers (``MAX_*``, ``HOUR``, ``DAY``)
-and the exact short forms of durations and sizes. Pure data: the validator
+mapping by a site's own names, optional), :class:`Setting` and :func:`meta` (a key's
+kind and documentation, carried in a dataclass field's metadata), the upper bounds of
+numbers (``MAX_*``, ``HOUR``, ``DAY``) and the exact short forms of durations and sizes.
+Pure data: the validator
 (:mod:`rsa_scheduler.config.validate`) interprets the kinds, the schema
 (:mod:`rsa_scheduler.config.schema`) declares the keys with them. Must not import the
 rest of the configuration.
@@ -187,6 +188,22 @@ class MapOf(Kind):
     @property
     def label(self) -> str:
         return f"mapping {'/'.join(self.key_values)} → {self.value.label}"
+
+
+@dataclass(frozen=True, slots=True)
+class NameMap(Kind):
+    """A mapping whose keys are names a site chooses (users, Slurm accounts), each to a
+    ``value``; ``what`` names them in messages (``user``); ``lower``: Slurm keeps such
+    names in lower case (accounts), so a name with a capital never matches a job."""
+
+    value: Kind
+    what: str
+    lower: bool = False
+
+    @property
+    def label(self) -> str:
+        value = "mapping" if isinstance(self.value, Section) else self.value.label
+        return f"mapping {self.what} name → {value}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from rsa_scheduler.config.schema import (
     Config,
     Kind,
     ListOf,
+    NameMap,
     Optional,
     Section,
     Setting,
@@ -78,6 +79,9 @@ def _rows(cls: type, prefix: str, defaults: Any, *, item: bool) -> list[str]:
         rows.append(f"| `{key}` | {kind.label} | {default} | {s.doc} |")
         if isinstance(kind, ListOf) and isinstance(kind.item, Section):
             rows.extend(_rows(kind.item.cls, f"{key}[]", None, item=True))
+        if isinstance(kind, NameMap) and isinstance(kind.value, Section):
+            name = kind.what.split()[-1].upper()
+            rows.extend(_rows(kind.value.cls, f"{key}.<{name}>", None, item=True))
     return rows
 
 
@@ -101,6 +105,8 @@ def _show(value: Any) -> str:
         return "empty"
     if isinstance(value, list):
         return ", ".join(f"`{v}`" for v in value) if value else "`[]`"
+    if value == {}:
+        return "`{}`"
     if isinstance(value, dict):
         return ", ".join(f"`{k}: {v}`" for k, v in value.items())
     return f"`{value}`"

@@ -38,6 +38,7 @@ from rsa_scheduler.config.kinds import (
     Listen,
     ListOf,
     MapOf,
+    NameMap,
     Number,
     Optional,
     Section,
@@ -82,7 +83,13 @@ from rsa_scheduler.config.storage import (
     node_address,
 )
 from rsa_scheduler.core.allocator import Pool, RsaNode
-from rsa_scheduler.core.policy import NODE_TIERS, AllocationPolicy, StagingPolicy, Tier
+from rsa_scheduler.core.policy import (
+    NODE_TIERS,
+    AllocationPolicy,
+    NamedLimits,
+    StagingPolicy,
+    Tier,
+)
 
 MAX_PRICE = 1e12  # per RSA node-hour: past this a price is a typo
 
@@ -132,7 +139,27 @@ EXTERNAL_SETTINGS: dict[type, dict[str, Setting]] = {
                ("stage_ins", Int(0, MAX_POOL_NODES),
                 "the most jobs of one " + scope + " whose RAMDISK is built or staged in at "
                 "once"))},
-    }
+        **{f"{who}_limits": Setting(
+            NameMap(Section(NamedLimits), what, lower=who == "account"),
+            f"A named {what}'s own limits (its name as squeue's {column} shows it), e.g. "
+            f"`{example}: {{nodes: 3}}`: each of `nodes`, `capacity`, `stage_ins` given "
+            f"replaces `{who}_nodes`, `{who}_capacity`, `{who}_stage_ins` for it (0: no "
+            f"limit for it); one left out keeps the value for all." + note)
+           for who, what, column, example, note in (
+               ("user", "user", "`User`", "alice", ""),
+               ("account", "Slurm account", "`Account`, lower case", "bigproj",
+                " As strong as Slurm's association checks: without "
+                "`AccountingStorageEnforce=associations` a user may submit under any "
+                "account name."))},
+    },
+    NamedLimits: {
+        "nodes": Setting(Optional(Int(0, MAX_POOL_NODES)), "RSA nodes its jobs hold at "
+                         "once.", "the value for all"),
+        "capacity": Setting(Optional(Size(positive=False)), "RSA capacity its jobs hold "
+                            "at once.", "the value for all"),
+        "stage_ins": Setting(Optional(Int(0, MAX_POOL_NODES)), "Its jobs being built or "
+                             "staged in at once.", "the value for all"),
+    },
 }
 
 
@@ -246,6 +273,8 @@ def render(kind: Kind, value: Any) -> Any:
         return [render(kind.item, v) for v in value]
     if isinstance(kind, MapOf):
         return {str(k): render(kind.value, v) for k, v in value.items()}
+    if isinstance(kind, NameMap):  # an entry's keys left out stay out
+        return {str(k): _set_only(render(kind.value, v)) for k, v in value.items()}
     if isinstance(kind, Duration):
         return format_duration_short(value)
     if isinstance(kind, Size):
@@ -253,6 +282,11 @@ def render(kind: Kind, value: Any) -> Any:
     if isinstance(kind, AbsPath | Listen | Choice):
         return str(value)
     return value
+
+
+def _set_only(data: Any) -> Any:
+    return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) \
+        else data
 
 
 __all__ = [
@@ -294,6 +328,7 @@ __all__ = [
     "MapOf",
     "MetricsConfig",
     "MountScope",
+    "NameMap",
     "Number",
     "Optional",
     "PoolConfig",

@@ -33,6 +33,7 @@ from rsa_scheduler.config.kinds import (
     Listen,
     ListOf,
     MapOf,
+    NameMap,
     Number,
     Optional,
     Section,
@@ -48,6 +49,8 @@ BAD: Final = object()  # conversion failed; the issue is already recorded
 _HOSTNAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 _BRACKET_RE = re.compile(r"\[([^\]]*)\]")
 _RANGE_RE = re.compile(r"(\d+)-(\d+)")
+#: a user or Slurm account name: no blank, nor what Slurm's lists and paths use
+_NAME_RE = re.compile(r"^[^\s/:,]+$")
 _LISTEN_RE = re.compile(
     r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9._-]+))(?::(?P<port>\d+))?$")
 
@@ -121,6 +124,8 @@ class Validator:
             return BAD if any(v is BAD for v in items) else tuple(items)
         if isinstance(kind, MapOf):
             return self._map(kind, value, path)
+        if isinstance(kind, NameMap):
+            return self._names(kind, value, path)
         if isinstance(kind, Choice):
             return self._choice(kind, value, path)
         if isinstance(kind, Bool):
@@ -199,6 +204,32 @@ class Validator:
         if bad:
             return BAD
         return MappingProxyType({m: out[m] for m in kind.keys if m in out})
+
+    def _names(self, kind: NameMap, value: Any, path: KeyPath) -> Any:
+        if value is None:  # the key written with every entry commented out
+            return MappingProxyType({})
+        if not isinstance(value, dict):
+            return self._expected(path, "a mapping", value)
+        out: dict[str, Any] = {}
+        bad = False
+        for k, v in value.items():
+            where = (*path, k)
+            # (YAML's loader refuses a key that is not a string: 1234 unquoted)
+            if not _NAME_RE.match(k) or k.startswith("-"):
+                self.error(where, f"expected a {kind.what} name (no spaces, '/', ':' or ','), "
+                                  f"got {k!r}")
+                bad = True
+                continue
+            if kind.lower and k != k.lower():
+                word = kind.what.split()[-1]
+                self.error(where, f"Slurm keeps {word} names in lower case: write "
+                                  f"{k.lower()}")
+                bad = True
+                continue
+            converted = self.convert(kind.value, v, where)
+            bad = bad or converted is BAD
+            out[k] = converted
+        return BAD if bad else MappingProxyType(out)
 
     def _number(self, kind: Number, value: Any, path: KeyPath) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float) \

@@ -134,7 +134,7 @@ def parent_verdict(rec: JobRecord | None) -> Waiting | None:
         return None
     if rec.rsa_state is RsaState.QUARANTINED:
         return Waiting(rec.job_id, "quarantined")
-    if rec.rescue_to:  # its output went to the rescue area, not to DATA_OUT (issue 33)
+    if rec.rescued():  # its output went to the rescue area, not to DATA_OUT (issue 33)
         return Waiting(rec.job_id, "rescued")
     if rec.rsa_state is RsaState.STAGE_OUT_FAILED or \
             rec.rsa_state is RsaState.WRITEBACK_FAILED:

@@ -104,6 +104,9 @@ class AllocationPolicy:
     account_nodes: int = 0
     account_capacity: int = 0
     account_stage_ins: int = 0
+    #: their values for a named user / Slurm account (squeue's names), issue 33
+    user_limits: Mapping[str, NamedLimits] = field(default_factory=dict)
+    account_limits: Mapping[str, NamedLimits] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.ratio < 1:
@@ -140,6 +143,17 @@ class AllocationPolicy:
                      self.default_tier, tuple(sorted(self.price.items())),
                      tuple(sorted(self.bandwidth.items())), self.io_time, self.mix))
 
+    def limit(self, who: str, what: str, name: str) -> tuple[int, str]:
+        """The limit per ``who`` (``user`` / ``account``) on ``what`` (a LIMIT_KINDS
+        word) for the user or account ``name`` (0: none), and the key that sets it: the
+        name's own value if it has one, else the one for all. (The name's key is its map:
+        the refusal names the user or account, and a job's comment holds 250 characters.)"""
+        named = (self.user_limits if who == "user" else self.account_limits).get(name)
+        value = getattr(named, what) if named is not None else None
+        if value is not None:
+            return value, f"allocation.{who}_limits"
+        return getattr(self, f"{who}_{what}"), f"allocation.{who}_{what}"
+
     def price_of(self, tier: Tier) -> float:
         """Price of one RSA node-hour of ``tier`` (the default when not set)."""
         return self.price.get(tier, DEFAULT_PRICES.get(tier, 0.0))
@@ -147,6 +161,30 @@ class AllocationPolicy:
     def bandwidth_of(self, tier: Tier) -> int:
         """Bytes/s one RSA node of ``tier`` delivers (the default when not set)."""
         return self.bandwidth.get(tier, DEFAULT_BANDWIDTH.get(tier, 1))
+
+
+#: what a limit per user / per account counts (the suffix of its AllocationPolicy field)
+LIMIT_KINDS: tuple[str, ...] = ("nodes", "capacity", "stage_ins")
+
+
+@dataclass(frozen=True, slots=True)
+class NamedLimits:
+    """One user's, or one Slurm account's, own values of the limits per user / per account
+    (``allocation.user_limits`` / ``account_limits``): each value set replaces the one for
+    all for that name (0: no limit for it); None keeps the one for all."""
+
+    nodes: int | None = None
+    capacity: int | None = None  # bytes
+    stage_ins: int | None = None
+
+    def __post_init__(self) -> None:
+        values = [getattr(self, what) for what in LIMIT_KINDS]
+        for what, value in zip(LIMIT_KINDS, values, strict=True):
+            if value is not None and value < 0:
+                raise ValueError(f"{what} must be >= 0 (0: no limit for this name)")
+        if all(v is None for v in values):
+            raise ValueError("sets no limit: give nodes, capacity or stage_ins (a key left "
+                             "out keeps the value for all)")
 
 
 def _tiers() -> str:

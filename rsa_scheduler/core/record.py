@@ -71,8 +71,14 @@ class JobRecord:
     #: the job's Slurm account (squeue's): limits per account count it (core.limits)
     account: str = ""
     #: a quarantined RAMDISK rescued (quarantine.rescue_after): where its content goes on
-    #: the PFS instead of DATA_OUT; "" when none is under way
+    #: the PFS instead of DATA_OUT; "" when none is under way. The RAMDISK's fact: whose
+    #: run it tells of, :meth:`rescued` says
     rescue_to: str = ""
+    #: a later run of the job started while its RAMDISK still held an earlier run's data
+    #: (quarantined, staging out, being rescued: HOLDS_USER_DATA): what becomes of that
+    #: RAMDISK (its rescue) is the earlier run's, never this run's. The next start on no
+    #: such RAMDISK clears it (with ``rescue_to``)
+    rerun_started: bool = False
 
     # ---- derived --------------------------------------------------------------------
     @property
@@ -83,6 +89,12 @@ class JobRecord:
         """The RAMDISK may hold data that exists nowhere else: output, or writable input
         the job may have changed (HOLDS_WRITABLE_INPUT, for ``#RSA_INPUT=rw`` only)."""
         return holds_user_data(self.rsa_state, self.writable_input())
+
+    def rescued(self) -> bool:
+        """The latest run's output was (or is being) rescued to ``rescue_to`` instead of
+        DATA_OUT: no later run has started since that run's RAMDISK was quarantined (a
+        later run's output is its own: issue 33)."""
+        return bool(self.rescue_to) and not self.rerun_started
 
     def writable_input(self) -> bool:
         return bool(self.spec.input_writable) and self.spec.data_in is not None
@@ -125,6 +137,7 @@ class JobRecord:
             "superseded": self.superseded,
             "account": self.account,
             "rescue_to": self.rescue_to,
+            "rerun_started": self.rerun_started,
         }
 
     @classmethod

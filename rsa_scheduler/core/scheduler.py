@@ -391,11 +391,19 @@ class Scheduler:
                 rec.rsa_state in AWAITING_NODES | READY:
             updates["compute_nodes"] = obs.compute_nodes
         started = job_state is JobState.RUNNING and rec.job_state is not JobState.RUNNING
-        if started and rec.rescue_to and rec.rsa_state not in HOLDS_USER_DATA:
+        if started and rec.rsa_state in HOLDS_USER_DATA:
+            # a new run while the RAMDISK holds the earlier run's data (its rerun released
+            # by its user, or not held: quarantined): whatever becomes of that RAMDISK (a
+            # rescue, before or after this start) is the earlier run's, never this run's
+            # (rsa wait, dependents). rescue_to stays: a retry of the rescue reads it
+            if not rec.rerun_started:
+                updates["rerun_started"] = True
+        elif started and (rec.rescue_to or rec.rerun_started):
             # a new run, the rescue over: this run's output goes to DATA_OUT; the earlier
             # run's rescued output no longer holds it (daemon/holds.py rerun_rescued) nor
-            # reads as its own. Never during the rescue: a retry of it reads rescue_to
+            # reads as its own
             updates["rescue_to"] = ""
+            updates["rerun_started"] = False
         wait = self.policy.on_deck_settle
         not_before: float | None = None
         if wait and not held and job_state is JobState.ON_DECK \
@@ -442,6 +450,8 @@ class Scheduler:
             rec.account = obs.account
         if "rescue_to" in updates:
             rec.rescue_to = ""
+        if "rerun_started" in updates:
+            rec.rerun_started = bool(updates["rerun_started"])
         if not_before is not None:
             rec.not_before = not_before
         if started:

@@ -142,8 +142,10 @@ def rerun_rescued(rec: JobRecord) -> bool:
     DATA_OUT, and no stage-out puts it there. Its next run is held until its user (or an
     operator) releases it, having put in place what it needs: rsad never does (a
     verified rescue is not an output in DATA_OUT). A new cycle of the job (its next run's
-    RAMDISK, or its start from the PFS) clears ``rescue_to``."""
-    return rec.job_state in PENDING and bool(rec.rescue_to)
+    RAMDISK, or its start from the PFS) clears ``rescue_to``; a run started while the
+    RAMDISK still held the earlier run's output makes it that run's
+    (``JobRecord.rescued``)."""
+    return rec.job_state in PENDING and rec.rescued()
 
 
 def rerun_held_message(job_id: str, rescue_to: str = "", rescuing: bool = False) -> str:

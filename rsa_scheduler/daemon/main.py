@@ -74,9 +74,12 @@ def rsad(config_path: str | None, check: bool, check_nodes: bool,
 def _check(cfg: Config, nodes: bool) -> None:
     """``rsad --check``: report and exit (daemon/check.py); exit 1 when a node lacks
     something (``--nodes``)."""
+    from rsa_scheduler.core.limits import limit_lines
     from rsa_scheduler.daemon.check import check_nodes, inspect_store
 
     click.echo(f"rsad: config {cfg.source}: ok")
+    for line in limit_lines(cfg.allocation):
+        click.echo(f"rsad: {line}")
     for line in inspect_store(cfg).lines():
         click.echo(f"rsad: {line}")
     if nodes:

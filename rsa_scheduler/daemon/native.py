@@ -136,7 +136,7 @@ def answer_data_in(rec: JobRecord | None, bb: BbJob | None, job: str = "") -> An
         why = native_text(rec.message) or "the RSA will not serve this job"
         return Answer("failed", f"stage-in of job {rec.job_id} failed: {why}; fix it, then "
                                 "scancel the job and submit it again")
-    if rec.rescue_to and not rec.holds_user_data() and rec.job_state not in LEFT_QUEUE:
+    if rec.rescued() and not rec.holds_user_data() and rec.job_state not in LEFT_QUEUE:
         # requeued after its previous run's output was rescued (issue 33): it is on the
         # PFS, not in DATA_OUT; this run is not started as if it were (Slurm holds it)
         return Answer("failed", f"job {rec.job_id}'s previous run's output was "
@@ -188,6 +188,18 @@ def answer_data_out(rec: JobRecord | None, bb: BbJob | None, job: str = "") -> A
     storage; failed (output kept on the RAMDISK) once the stage-out is quarantined."""
     if rec is None:
         return _untracked(bb, job, "stage out")
+    if rec.rescued():
+        # quarantined, then rescued (issue 33): the verification that ends a rescue is of
+        # the copy in the rescue area, never of DATA_OUT; "done" would tell Slurm (and its
+        # record of the job) that the output was staged out where the job asked
+        if rec.holds_user_data():
+            return Answer("wait", f"job {rec.job_id}'s output, quarantined, is being "
+                                  f"rescued to {rec.rescue_to} (quarantine.rescue_after), "
+                                  "not staged out to its DATA_OUT")
+        return Answer("failed", f"job {rec.job_id}'s output was quarantined, then rescued "
+                                f"to {rec.rescue_to} (quarantine.rescue_after), not staged "
+                                "out to its DATA_OUT: it is verified there; "
+                                f"scancel --hurry {rec.job_id} ends the stage-out")
     if bb is not None and bb.verified:
         # what was checked, exactly (a POSTPROCESS: its exit status only), as rsa job says
         return Answer("done", bb.checked or "output staged out and verified")

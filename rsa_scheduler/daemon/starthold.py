@@ -423,14 +423,15 @@ class StartHold:
         rescue area instead: the user must act; told again once the rescue is over, after
         its own "stage-out finished"). A hold Slurm keeps across an rsad restart is told
         again only for a rescue (the user's comment may say the stage-out is under way)."""
-        message = rerun_held_message(job, rec.rescue_to, rec.holds_user_data())
+        rescued = rec.rescue_to if rec.rescued() else ""  # the earlier run's, not older
+        message = rerun_held_message(job, rescued, rec.holds_user_data())
         told = self.rerun_told.get(job)
-        if message == told or not (asked or told is not None or rec.rescue_to):
+        if message == told or not (asked or told is not None or rescued):
             return
         self.rerun_told[job] = message
         context: dict[str, JSON] = {"rsa_state": rec.rsa_state.value}
-        if rec.rescue_to:
-            context["rescue_to"] = rec.rescue_to
+        if rescued:
+            context["rescue_to"] = rescued
         self.commit(Decision(events=[Event(now, job, "job.rerun-held", context)]))
         self.tell(job, message)
 

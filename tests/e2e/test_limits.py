@@ -1,8 +1,9 @@
 """Limits per user in the lab (issue 33): with ``allocation.user_nodes: 1``, a user's second
 RSA job waits for RSA nodes while the first holds one, and its user reads why in the
-job's comment and in ``rsa job``; another user's job gets its RAMDISK meanwhile, and the
-second job, once the first gave its node back, runs from its own RAMDISK (early start
-``wait``, the lab's default).
+job's comment and in ``rsa job``; another user, allowed 2 by name
+(``allocation.user_limits``), gets a RAMDISK for each of two jobs at once meanwhile, and
+the second job, once the first gave its node back, runs from its own RAMDISK (early
+start ``wait``, the lab's default).
 
 On main (6dee349) there were no such limits: the second job got an RSA node at once.
 """
@@ -63,13 +64,18 @@ def reached(data: Mapping[str, Any]) -> list[str]:
 def test_a_users_second_job_waits_over_the_limit_and_another_users_job_does_not(
         lab: Mapping[str, str], area: Path, other_area: Path) -> None:
     user, other = lab["RSA_LAB_USER"], lab["RSA_LAB_OTHER_USER"]
-    with rsad_with(lab, "  array_share: 1\n", "  array_share: 1\n  user_nodes: 1\n"), \
-            make_jobs(lab) as jobs:
+    limits = f"  array_share: 1\n  user_nodes: 1\n  user_limits:\n    {other}: {{nodes: 2}}\n"
+    with rsad_with(lab, "  array_share: 1\n", limits), make_jobs(lab) as jobs:
         first = jobs.submit(script=script(area, "first", sleep=20))
         wait_for(f"job {first} holds an RSA node",
                  lambda: (rsa_job(lab, first) or {}).get("nodes"), timeout=60)
         second = jobs.submit(script=script(area, "second"))
-        theirs = jobs.submit(script=script(other_area, "theirs"), user=other)
+        theirs = jobs.submit(script=script(other_area, "theirs", sleep=15), user=other)
+        theirs2 = jobs.submit(script=script(other_area, "theirs2", sleep=15), user=other)
+        # the other user's own value: two RSA nodes at once, where the value for all is 1
+        wait_for(f"jobs {theirs} and {theirs2} holding RSA nodes at once",
+                 lambda: all((rsa_job(lab, j) or {}).get("nodes") for j in (theirs, theirs2)),
+                 timeout=90)
         reason = LIMIT.format(user=user)
         try:
             wait_for(f"job {second}'s comment says the limit",
@@ -81,10 +87,11 @@ def test_a_users_second_job_waits_over_the_limit_and_another_users_job_does_not(
         assert data is not None and f"RSA: {data['message']}" == reason, data
         assert not data["nodes"] and show_job(lab, second)["JobState"] == "PENDING"
         # the other user's job is not held back by rsauser's limit
-        wait_state(lab, theirs, "released", timeout=120)
-        done = rsa_job(lab, theirs)
-        assert done is not None
-        assert "mounted-input" in reached(done), reached(done)
+        for job in (theirs, theirs2):
+            wait_state(lab, job, "released", timeout=120)
+            done = rsa_job(lab, job)
+            assert done is not None
+            assert "mounted-input" in reached(done), reached(done)
         # the first job ends and gives its node back: the second gets its own RAMDISK
         wait_state(lab, second, "released", timeout=180)
         data = rsa_job(lab, second)
@@ -92,5 +99,5 @@ def test_a_users_second_job_waits_over_the_limit_and_another_users_job_does_not(
         assert "mounted-input" in reached(data) and "declined" not in reached(data), \
             reached(data)
     for res in (area / "res" / "first", area / "res" / "second",
-                other_area / "res" / "theirs"):
+                other_area / "res" / "theirs", other_area / "res" / "theirs2"):
         assert res.read_text().strip() == f"{res.parent.parent}/in", res  # a RAMDISK

@@ -15,6 +15,7 @@ import stat
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -71,8 +72,10 @@ def test_a_quarantine_past_its_timeout_is_rescued_to_the_pfs_verified_and_releas
                         f"rescued to {copy}, not to DATA_OUT; put what this run needs in "
                         f"place, then release it: scontrol update JobId={job} "
                         "StartTime=now")
-        shown_now = show_job(lab, job)
-        assert (shown_now["JobState"], shown_now["Reason"]) == ("PENDING", "BeginTime")
+        # Slurm's scheduler sets the reason at its next pass (the comment may come first)
+        shown_now = wait_for(f"job {job} pending on its begin time", lambda: (
+            s if (s := show_job(lab, job))["Reason"] == "BeginTime" else None), timeout=30)
+        assert shown_now["JobState"] == "PENDING", shown_now
         assert shown_now["AdminComment"].endswith(" hold=rerun"), shown_now
     expected = (res / "md5").read_text()
     mine = rescue_area / user
@@ -91,3 +94,90 @@ def test_a_quarantine_past_its_timeout_is_rescued_to_the_pfs_verified_and_releas
     assert told == [f"copied as the job's user to {copy}, verified before the RAMDISK is "
                     "released (a failed rescue keeps the quarantine)"], told
     assert nothing_of_job_mounted(job)
+
+
+def _rescue_job(out: Path, res: Path, requeue: bool) -> str:
+    """A DATA_OUT job whose first run writes 1 MiB to its RAMDISK, then waits for
+    ``res/go`` (the test has made DATA_OUT refuse the stage-out by then) and, if
+    ``requeue``, requeues itself as its owner may."""
+    again = "scontrol requeue $SLURM_JOB_ID; sleep 120\n" if requeue else ""
+    return f"""#!/bin/bash
+#SBATCH -t 5
+{'#SBATCH --requeue' if requeue else ''}
+#RSA_DATA_OUT={out}
+n=${{SLURM_RESTART_COUNT:-0}}
+findmnt -n -o TARGET --target {out} > {res}/outmnt.$n || true
+head -c 1M /dev/urandom > {out}/blob
+md5sum < {out}/blob > {res}/md5.$n
+if [ "$n" = 0 ]; then
+  while [ ! -e {res}/go ]; do sleep 0.5; done
+  {again}
+fi
+"""
+
+
+@pytest.mark.native
+def test_native_a_rescued_output_is_never_called_staged_out_and_its_rerun_never_starts(
+        lab: Mapping[str, str], area: Path, rescue_area: Path) -> None:
+    """Native mode, issue 33: two jobs' output quarantined (their DATA_OUT refuses the
+    stage-out: data_out fails, Slurm keeps each buffer), then rescued to
+    ``rescue_dir/<user>/<job>.1``. slurmctld restarted runs post_run and data_out again
+    for both: data_out fails naming the rescue directory (on main it answered "output
+    staged out and verified", from the rescue's verification, and Slurm ended the
+    stage-out as if the output were in DATA_OUT). The job that requeued itself (its first
+    run's stage-out failed, so Slurm keeps it pending on that buffer) is told the same in
+    its SystemComment, and its rerun never starts."""
+    from tests.e2e.test_native import json_job
+    from tests.integration.conftest import as_user
+    from tests.integration.slurmkit import restart_lab_slurmctld
+
+    if lab.get("RSA_LAB_MODE", "queue") != "native":
+        pytest.skip("native mode's hooks: make lab-test-native")
+    user = lab["RSA_LAB_USER"]
+    out, res = area / "out", area / "res"
+    rq = area / "rq"
+    made = as_user(lab, user, ["mkdir", "-p", str(rq / "out"), str(rq / "res")])
+    assert made.returncode == 0, made.stderr
+    rescue = f"\nquarantine:\n  rescue_after: 12s\n  rescue_dir: {rescue_area}\nstaging:\n"
+    with rsad_with(lab, "\nstaging:\n", rescue), make_jobs(lab) as jobs:
+        ended = jobs.submit(script=_rescue_job(out, res, requeue=False))
+        rerun = jobs.submit(script=_rescue_job(rq / "out", rq / "res", requeue=True))
+        for r in (res, rq / "res"):
+            wait_for_file(r / "md5.0", timeout=240)
+        out.chmod(0o555)  # the PFS side of each DATA_OUT refuses the stage-out
+        (rq / "out").chmod(0o555)
+        for r in (res, rq / "res"):
+            (r / "go").touch()
+        for job in (ended, rerun):
+            wait_state(lab, job, "quarantined", timeout=180)
+        for job in (ended, rerun):
+            wait_state(lab, job, "released", timeout=120)  # rescued, verified, released
+        copy, rq_copy = (rescue_area / user / f"{j}.1" for j in (ended, rerun))
+        restart_lab_slurmctld()  # it runs post_run and data_out again for both
+
+        def data_out_said(job: str, field: str, where: Path) -> str | None:
+            text = str(json_job(lab, job).get(field) or "")
+            return text if f"rescued to {where} " in text else None
+
+        said = wait_for("data_out asked again to name the rescue directory",
+                        partial(data_out_said, ended, "state_description", copy),
+                        timeout=180)
+        assert said == (
+            f"burst_buffer/lua: slurm_bb_data_out: job {ended}'s output was quarantined, "
+            f"then rescued to {copy} (quarantine.rescue_after), not staged out to its "
+            f"DATA_OUT: it is verified there; scancel --hurry {ended} ends the stage-out")
+        told = wait_for("the requeued job told where its first run's output is",
+                        partial(data_out_said, rerun, "system_comment", rq_copy),
+                        timeout=120)
+        assert f"slurm_bb_data_out: job {rerun}'s output was quarantined, then rescued to " \
+            f"{rq_copy} (quarantine.rescue_after), not staged out" in told, told
+        # Slurm's recovery put it back in stage-out, where it stays: it never runs again
+        assert json_job(lab, rerun)["job_state"] in ("PENDING", "STAGE_OUT")
+        for job in (ended, rerun):
+            root(lab, "scancel", "--hurry", job)  # the way out the line names
+        assert not (rq / "res" / "outmnt.1").exists(), "the rerun started"
+    for job, r, c in ((ended, res, copy), (rerun, rq / "res", rq_copy)):
+        assert (r / "outmnt.0").read_text().strip() == str(r.parent / "out"), job
+        got = root(lab, "bash", "-c", f"md5sum < {c}/blob")
+        assert got == (r / "md5.0").read_text(), job  # every byte, in the rescue area
+        assert not (r.parent / "out" / "blob").exists(), job  # never in DATA_OUT

@@ -274,7 +274,8 @@ def _events(data: dict[str, Any]) -> list[Event]:
 #: record fields added since the old logs were captured, at the value an old job has
 NEW_RECORD_FIELDS: dict[str, Any] = {"writeback_live": False, "end_state": "", "unlock": None,
                                      "unlock_failures": 0, "submitted": "", "restarts": 0,
-                                     "superseded": False, "account": "", "rescue_to": ""}
+                                     "superseded": False, "account": "", "rescue_to": "",
+                                     "rerun_started": False}
 
 
 def _with_new_fields(state: dict[str, Any]) -> dict[str, Any]:

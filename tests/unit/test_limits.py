@@ -11,18 +11,21 @@ import dataclasses
 from typing import Any
 
 import pytest
+import yaml
 
 from rsa_scheduler.core.actions import ActionKind
 from rsa_scheduler.core.allocator import Pool, RsaNode
-from rsa_scheduler.core.limits import Holder, Usage, judge, limits_set
+from rsa_scheduler.core.limits import Holder, Usage, judge, limit_lines, limits_set
 from rsa_scheduler.core.payloads import TellUserArgs
-from rsa_scheduler.core.policy import AllocationPolicy, EarlyStart, Tier
+from rsa_scheduler.core.policy import AllocationPolicy, EarlyStart, NamedLimits, Tier
 from rsa_scheduler.core.scheduler import Decision, Observation, Scheduler
 from rsa_scheduler.core.states import RsaState
 from rsa_scheduler.daemon.dispatch import COMMENT_MAX
 from tests.unit.corekit import GIB, Driver, make_scheduler, make_spec, obs
 
 pytestmark = pytest.mark.unit
+
+POOL_YAML = "pool:\n  nodes:\n    - names: \"rsa[1-4]\"\n      capacity: 2G\n"
 
 
 def pool(n: int = 4, **limits: Any) -> Pool:
@@ -167,3 +170,143 @@ def test_an_account_change_alone_moves_the_job_to_its_new_account() -> None:
 def test_a_limit_is_never_negative() -> None:
     with pytest.raises(ValueError, match="user_nodes must be >= 0"):
         AllocationPolicy(user_nodes=-1)
+
+
+# ---- per-name values (allocation.user_limits, allocation.account_limits) -----------------
+
+def test_a_named_user_or_account_has_its_own_value_and_the_others_keep_the_one_for_all(
+        ) -> None:
+    """Issue 33: a big project allowed 3 RSA nodes at once, a student account 1, a user
+    with no limit at all (0), everyone else 2. On main a limit was one value for all."""
+    policy = AllocationPolicy(
+        user_nodes=2, account_nodes=2,
+        user_limits={"carol": NamedLimits(nodes=0)},
+        account_limits={"bigproj": NamedLimits(nodes=3), "students": NamedLimits(nodes=1)})
+    one = Usage(1, GIB, 0)
+
+    def holding(n: int, user: str, account: str) -> list[Holder]:
+        return [Holder(str(i), user, account, one) for i in range(n)]
+
+    assert judge(policy, "alice", "bigproj", one, holding(2, "bob", "bigproj")) is None
+    over = judge(policy, "alice", "bigproj", one, holding(3, "bob", "bigproj"))
+    assert over is not None and not over.for_good
+    assert over.reason == ("over a limit: account bigproj's jobs hold 3 RSA nodes of the 3 "
+                           "RSA nodes allowed (allocation.account_limits), "
+                           "until they give some back")
+    student = judge(policy, "dave", "students", one, holding(1, "erin", "students"))
+    assert student is not None and "allocation.account_limits" in \
+        student.reason
+    alone = judge(policy, "dave", "students", Usage(2, 2 * GIB, 0), [])
+    assert alone is not None and alone.for_good and alone.reason == (
+        "this job alone needs 2 RSA nodes, over the limit of 1 RSA node for account "
+        "students (allocation.account_limits)")
+    # the others: the value for all
+    other = judge(policy, "alice", "physics", one, holding(2, "alice", "chem"))
+    assert other is not None and "(allocation.user_nodes)" in other.reason
+    # 0 for a name: no limit on that name's own count (its account's still holds)
+    assert judge(policy, "carol", "", one, holding(5, "carol", "")) is None
+    assert judge(policy, "carol", "students", one, holding(1, "carol", "students")) \
+        is not None
+    # a name's unset kinds keep the value for all
+    mixed = AllocationPolicy(user_stage_ins=1, user_limits={"bob": NamedLimits(nodes=4)})
+    staging = judge(mixed, "bob", "", Usage(1, GIB, 1), [Holder("1", "bob", "", Usage(1, GIB,
+                                                                                    1))])
+    assert staging is not None and "(allocation.user_stage_ins)" in staging.reason
+    assert limits_set(AllocationPolicy(user_limits={"bob": NamedLimits(nodes=1)}))
+    assert not limits_set(AllocationPolicy(user_limits={"bob": NamedLimits(nodes=0)}))
+
+
+def test_the_scheduler_holds_a_named_account_to_its_own_value() -> None:
+    """The core's allocation decisions use it: students' second job waits (its reason
+    names the key), bigproj's third job gets nodes although the value for all is 2."""
+    d = Driver(make_scheduler(pool(5, account_nodes=2, account_limits={
+        "students": NamedLimits(nodes=1), "bigproj": NamedLimits(nodes=3)})))
+    d.observe(job("10", user="s1", account="students", priority=99),
+              job("11", user="s2", account="students", priority=98),
+              job("20", user="p1", account="bigproj", priority=97),
+              job("21", user="p2", account="bigproj", priority=96),
+              job("22", user="p3", account="bigproj", priority=95))
+    assert holders(d.sched) == {"10", "20", "21", "22"}
+    msg = d.sched.records["11"].message
+    assert msg.startswith("waits for RSA nodes: over a limit: account students's jobs hold "
+                          "1 RSA node of the 1 RSA node allowed (allocation.account_limits)")
+    assert len(f"RSA: {msg}") <= COMMENT_MAX  # the job's comment holds it whole
+    # a job moved out of the limited account (scontrol update Account=) counts under its
+    # new account from the next cycle: 11 moved to bigproj, which is full, still waits
+    d.observe(job("10", user="s1", account="students", priority=99),
+              job("11", user="s2", account="bigproj", priority=98),
+              job("20", user="p1", account="bigproj", priority=97),
+              job("21", user="p2", account="bigproj", priority=96),
+              job("22", user="p3", account="bigproj", priority=95), at=5)
+    assert "11" not in holders(d.sched)
+    assert "account bigproj's jobs hold 3 RSA nodes of the 3 RSA nodes allowed " \
+        "(allocation.account_limits)" in d.sched.records["11"].message
+
+
+def test_a_named_limit_that_sets_nothing_or_is_negative_is_refused() -> None:
+    with pytest.raises(ValueError, match="sets no limit"):
+        NamedLimits()
+    with pytest.raises(ValueError, match="nodes must be >= 0"):
+        NamedLimits(nodes=-1)
+
+
+NAMED = """
+allocation:
+  user_nodes: 2
+  user_limits:
+    alice: {nodes: 3, capacity: 8G}
+  account_limits:
+    students: {nodes: 1, stage_ins: 1}
+"""
+
+
+def test_named_limits_load_render_and_show_in_rsad_check() -> None:
+    from rsa_scheduler.config.loader import load_config_text
+
+    cfg = load_config_text(POOL_YAML + NAMED)
+    policy = cfg.allocation
+    assert policy.user_limits == {"alice": NamedLimits(nodes=3, capacity=8 * GIB)}
+    assert policy.account_limits == {"students": NamedLimits(nodes=1, stage_ins=1)}
+    data = cfg.to_dict()["allocation"]
+    assert data["user_limits"] == {"alice": {"nodes": 3, "capacity": "8G"}}
+    assert load_config_text(POOL_YAML + yaml.safe_dump({"allocation": data})).allocation \
+        == policy
+    assert limit_lines(policy) == [
+        "limits per user: 2 RSA nodes for all; alice: 3 RSA nodes, 8G of RSA capacity",
+        "limits per account: no limit for all; students: 1 RSA node, 1 stage-in"]
+    assert limit_lines(AllocationPolicy(user_limits={"carol": NamedLimits(nodes=0)})) == [
+        "limits per user: no limit for all; carol: RSA nodes unlimited"]
+    assert limit_lines(AllocationPolicy()) == []
+
+
+@pytest.mark.parametrize(("snippet", "key", "reason"), [
+    ("  user_limits:\n    alice: {node: 3}\n", "allocation.user_limits.alice.node",
+     "unknown key; did you mean 'nodes'?"),
+    ("  user_limits:\n    alice: {nodes: -1}\n", "allocation.user_limits.alice.nodes",
+     "must be >= 0, got -1"),
+    ("  user_limits:\n    alice: {capacity: lots}\n",
+     "allocation.user_limits.alice.capacity", "lots"),
+    ("  user_limits:\n    alice: {}\n", "allocation.user_limits.alice",
+     "sets no limit: give nodes, capacity or stage_ins (a key left out keeps the value "
+     "for all)"),
+    ("  user_limits:\n    alice: 3\n", "allocation.user_limits.alice",
+     "expected a mapping, got number 3"),
+    ("  account_limits:\n    BigProj: {nodes: 3}\n", "allocation.account_limits.BigProj",
+     "Slurm keeps account names in lower case: write bigproj"),
+    ("  user_limits:\n    1234: {nodes: 3}\n", "allocation.user_limits",
+     "key 1234 is not a string"),
+    ("  user_limits:\n    \"a b\": {nodes: 3}\n", "allocation.user_limits.a b",
+     "expected a user name (no spaces, '/', ':' or ','), got 'a b'"),
+    ("  user_limit:\n    alice: {nodes: 3}\n", "allocation.user_limit",
+     "unknown key; did you mean 'user_limits'?"),
+])
+def test_a_bad_named_limit_is_one_line_naming_its_key(snippet: str, key: str,
+                                                      reason: str) -> None:
+    from rsa_scheduler.config.loader import load_config_text
+    from rsa_scheduler.errors import ConfigErrors
+
+    with pytest.raises(ConfigErrors) as e:
+        load_config_text(POOL_YAML + "allocation:\n" + snippet, file="site.yaml")
+    (issue,) = e.value.issues
+    assert issue.key == key, str(issue)
+    assert reason in issue.reason, str(issue)

@@ -94,6 +94,33 @@ def test_data_in_of_a_rerun_whose_earlier_output_was_rescued_fails_saying_where(
     assert answer_data_in(running, BbJob(setup=1.0, polled=True)).status != "failed"
 
 
+def test_data_out_of_a_rescued_output_fails_saying_where_never_verified() -> None:
+    """Issue 33: the rescue's verification is of the copy in the rescue area, and the
+    driver counts it as this run's (``bb.verified``). On main a data_out Slurm asked
+    again after the quarantine's failure (slurmctld restarted: it runs post_run and
+    data_out again) answered "done: output staged out and verified": Slurm ended the
+    stage-out as if the output were in DATA_OUT. It fails (Slurm keeps the job in
+    stage-out, the line its reason) naming the rescue directory."""
+    rescued = "/pfs/rescue/alice/7.1"
+    verified = BbJob(setup=1.0, ran=True, over=True, verified=True, polled=True)
+    for state in (RsaState.OUTPUT_VERIFIED, RsaState.TEARING_DOWN, RsaState.RELEASED):
+        answer = answer_data_out(record(state, job_state=JobState.FINISHED,
+                                        rescue_to=rescued), verified)
+        assert answer == Answer("failed", (
+            f"job 7's output was quarantined, then rescued to {rescued} "
+            "(quarantine.rescue_after), not staged out to its DATA_OUT: it is verified "
+            "there; scancel --hurry 7 ends the stage-out")), state
+    # while the rescue runs: wait, saying where it goes (also after a restart mid-rescue)
+    for state in (RsaState.STAGING_OUT, RsaState.STAGE_OUT_FAILED, RsaState.VERIFYING):
+        answer = answer_data_out(record(state, job_state=JobState.FINISHED,
+                                        rescue_to=rescued),
+                                 BbJob(setup=1.0, ran=True, over=True, polled=True))
+        assert answer.status == "wait" and f"rescued to {rescued}" in answer.message, state
+    # the same run verified into DATA_OUT (no rescue): done
+    assert answer_data_out(record(RsaState.RELEASED, job_state=JobState.FINISHED),
+                           verified).status == "done"
+
+
 def test_data_in_of_a_job_without_rsa_work_is_done_only_once_its_directives_were_read(
         ) -> None:
     """Issue 38: "nothing to stage" only when the job's own directives were read and ask

@@ -15,14 +15,16 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
+from rsa_scheduler.cli.where import verdict
 from rsa_scheduler.config.loader import load_config_text
 from rsa_scheduler.core.actions import ActionKind, Result
 from rsa_scheduler.core.dependency import held_message, parent_verdict
 from rsa_scheduler.core.payloads import MessageArgs, StageOutArgs, VerifyArgs
-from rsa_scheduler.core.scheduler import Decision
+from rsa_scheduler.core.scheduler import Decision, Scheduler
 from rsa_scheduler.core.states import Trigger
+from rsa_scheduler.daemon.holds import rerun_rescued
 from rsa_scheduler.staging.scripts import rescue_dir_argv
-from tests.unit.corekit import Driver, make_scheduler, obs
+from tests.unit.corekit import Driver, make_pool, make_scheduler, obs
 from tests.unit.test_machine import to_locked_in
 
 pytestmark = pytest.mark.unit
@@ -156,3 +158,59 @@ def test_a_rescued_jobs_dependents_stay_held() -> None:
     wait = parent_verdict(d.sched.records["10"])
     assert wait is not None and wait.why == "rescued"
     assert "rescued to the site's rescue area, not to its DATA_OUT" in held_message([wait])
+
+
+def _run_again(d: Driver) -> None:
+    """Job 10 requeued, and its next run started (its user released the rerun hold, or
+    none held it: a quarantine does not)."""
+    d.observe(obs("10", "PENDING"))
+    d.observe(obs("10", "RUNNING"))
+
+
+def test_a_run_started_during_the_rescue_is_not_called_rescued() -> None:
+    """Issue 33: the rerun's user released it while the earlier run's output was being
+    rescued. On main the new run kept ``rescue_to``: once the rescue was verified, rsa wait
+    and the run's dependents read "rescued" for the new run, whose output went to DATA_OUT
+    (and its next requeue was held for a rescue that was not its earlier run's). The
+    rescue itself still goes to the rescue area, also replayed after a restart."""
+    d = Driver(make_scheduler(retries=1, backoff=5.0, rescue_after=HOUR,
+                              rescue_dir="/pfs/rescue"))
+    quarantined(d)
+    d.tick(d.now + HOUR)
+    assert d.state("10") == "staging-out"
+    _run_again(d)
+    rec = d.sched.records["10"]
+    replayed = Scheduler.replay(make_pool(), d.sched.policy, d.log)  # rsad restarted
+    assert replayed.snapshot() == d.sched.snapshot()
+    dec = d.answer("10")  # the rescue's copy is verified where it went, not in DATA_OUT
+    assert dec.actions[-1].args_as(VerifyArgs).data_out == PurePosixPath(
+        "/pfs/rescue/alice/10.1")
+    d.answer_all("10")
+    assert d.state("10") == "released" and rec.rescue_to == "/pfs/rescue/alice/10.1"
+    d.observe(obs("10", "COMPLETED"))  # the new run ends: its output is in DATA_OUT
+    assert parent_verdict(rec) is None
+    said = verdict({**rec.to_json(), "events": []})
+    assert said is not None and said.word == "no RSA", said
+    assert "this run started while the previous run's output was kept" in said.why
+    d.observe(obs("10", "PENDING"))  # requeued again: not held for the old rescue
+    assert not rerun_rescued(rec)
+    d.observe(obs("10", "RUNNING"))
+    assert rec.rescue_to == "" and not rec.rerun_started
+
+
+def test_a_rescue_after_a_later_run_started_is_the_earlier_runs() -> None:
+    """A quarantine does not hold the rerun: it starts from the PFS, and the rescue comes
+    later (after it ended). On main that run read "rescued" (rsa wait: failed) and its
+    dependents were held for good."""
+    d = Driver(make_scheduler(retries=1, backoff=5.0, rescue_after=HOUR,
+                              rescue_dir="/pfs/rescue"))
+    quarantined(d)
+    _run_again(d)
+    d.observe(obs("10", "COMPLETED"))
+    d.tick(d.now + HOUR)
+    d.answer_all("10")
+    rec = d.sched.records["10"]
+    assert d.state("10") == "released" and rec.rescue_to == "/pfs/rescue/alice/10.1"
+    assert parent_verdict(rec) is None
+    said = verdict({**rec.to_json(), "events": []})
+    assert said is not None and said.word == "no RSA", said

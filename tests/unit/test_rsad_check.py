@@ -221,3 +221,20 @@ def test_the_real_rsad_refuses_a_store_another_holds(config: Path, tmp_path: Pat
         assert first.stdin is not None
         first.stdin.close()
         first.wait(timeout=30)
+
+
+def test_check_shows_the_limits_per_name(config: Path) -> None:
+    """Issue 33: an operator sees what the per-name limits came to before rsad runs."""
+    named = config.with_name("named.yaml")
+    named.write_text(config.read_text().replace("  max_nodes: 2\n", (
+        "  max_nodes: 2\n  user_nodes: 1\n  account_limits:\n    bigproj: {nodes: 2}\n"
+        "    students: {nodes: 1, stage_ins: 1}\n")))
+    named.chmod(0o600)
+    got = CliRunner().invoke(rsad_command, ["--config", str(named), "--check"])
+    assert got.exit_code == 0, got.output
+    lines = got.output.splitlines()
+    assert lines[:3] == [
+        f"rsad: config {named}: ok",
+        "rsad: limits per user: 1 RSA node for all",
+        "rsad: limits per account: no limit for all; bigproj: 2 RSA nodes; students: 1 RSA "
+        "node, 1 stage-in"], lines
