@@ -59,6 +59,15 @@ def verdict(job: Mapping[str, Any] | None) -> Verdict | None:
     end = _last_end(events)
     after = end if end is not None else -1
     spec = job.get("spec") or {}
+    earlier = bool(job.get("rerun_started"))  # this run started on no RAMDISK of its own
+    if state == "quarantined" and earlier:
+        # the quarantined RAMDISK holds the previous run's output (issue 33); a retry of
+        # it may still place files in DATA_OUT, so this run's dependents wait too
+        return Verdict("quarantined", FAILED,
+                       "this run read and wrote the PFS itself, but the previous run's "
+                       "output is kept on its RAMDISK in quarantine (rsa job shows why): "
+                       "an operator's rsa retry would stage it out into "
+                       f"{spec.get('data_out') or 'DATA_OUT'}")
     if state == "quarantined":
         return Verdict("quarantined", FAILED,
                        message or "the stage-out gave up: the output is kept on the "
@@ -77,6 +86,10 @@ def verdict(job: Mapping[str, Any] | None) -> Verdict | None:
                        f"the output was quarantined, then rescued to {job['rescue_to']} "
                        "(quarantine.rescue_after), not to its DATA_OUT: it is verified "
                        "there")
+    if _reached(events, "output-verified", after) and earlier:
+        return Verdict("no RSA", OK, "this run read and wrote the PFS itself; the previous "
+                                     "run's output, on its RAMDISK when this run started, "
+                                     "was staged out and verified after it")
     if _reached(events, "output-verified", after):
         return Verdict("verified", OK, message or "output verified on persistent storage")
     if state == "writeback-failed":

@@ -190,3 +190,24 @@ def test_a_rescued_output_is_not_called_verified_at_data_out() -> None:
     got = verdict(data)
     assert got is not None and (got.word, got.status) == ("rescued", FAILED)
     assert "rescued to /pfs/rescue/u/7.1" in got.why
+
+
+def test_a_run_started_beside_the_previous_runs_ramdisk_is_told_what_is_its_own() -> None:
+    """A rerun its user released while the previous run's output was still on the
+    RAMDISK (quarantined, or staging out) read and wrote the PFS itself: rsa wait said
+    "quarantined" with the quarantine's message, or "verified" for the previous run's
+    stage-out verified after this run ended (issue 33)."""
+    q = {**job("quarantined", "finished", *RUN, ("job", "finished"), ("rsa", "quarantined"),
+               ("job", "pending"), ("job", "running"), ("job", "finished"),
+               message="stage-out gave up: disk full"), "rerun_started": True}
+    got = verdict(q)
+    assert got is not None and (got.word, got.status) == ("quarantined", FAILED)
+    assert "this run read and wrote the PFS itself" in got.why
+    assert "previous run's output is kept on its RAMDISK" in got.why and "/pfs/u/out" in got.why
+    later = {**job("released", "finished", *RUN, ("job", "finished"), ("rsa", "staging-out"),
+                   ("job", "pending"), ("job", "running"), ("job", "finished"),
+                   ("rsa", "output-verified"), ("rsa", "released"),
+                   message="content verified"), "rerun_started": True}
+    got = verdict(later)
+    assert got is not None and (got.word, got.status) == ("no RSA", OK), got
+    assert "previous run's output" in got.why and "verified after it" in got.why
