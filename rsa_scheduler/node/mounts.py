@@ -240,7 +240,8 @@ class JobMounts:
         """Carry out a ``mount`` instruction; return a one-line summary."""
         target = str(ins["target"])
         done = self.entries()
-        if any(e.get("kind") == "target" and e.get("seq") == ins["seq"] for e in done):
+        if any(e.get("kind") == "target" and e.get("seq") == ins["seq"]
+               and not e.get("attaching") for e in done):
             return f"{target} already mounted"  # idempotent: a retried Prolog
         if done:
             rel = self.release(lazy=False)
@@ -259,6 +260,11 @@ class JobMounts:
             check_client_argv(umount_argv)
             argv = guard_proxy(argv, timeout=self.command_timeout)
             argv, secret_files = secret_to_file(argv, self.dir)
+            # Every mount is recorded BEFORE it is made: a Prolog killed at any instant
+            # (SIGKILL, its hard timeout) leaves no mount its unwind or the Epilog does
+            # not know of; undoing one never made finds nothing there and passes.
+            self._record(made, {"kind": "client", "path": str(self.ramdisk),
+                                "umount": umount_argv}, ins["seq"])
             try:
                 run(argv, timeout=self.command_timeout)
             except CommandError as e:
@@ -266,8 +272,6 @@ class JobMounts:
             finally:
                 for secret_file in secret_files:  # read as it mounts, kept in memory
                     secret_file.unlink(missing_ok=True)
-            made.append({"kind": "client", "path": str(self.ramdisk), "umount": umount_argv})
-            self._save(made, ins["seq"])
             if not os.path.ismount(self.ramdisk):
                 raise MountError(f"{argv[0]} succeeded but {self.ramdisk} is not a mount")
             mode = str(ins["mode"])
@@ -277,20 +281,26 @@ class JobMounts:
             else:
                 source = str(self.ramdisk)
                 if mode == "ro":  # read-only from its first instant: a copy of an ro bind
+                    self._record(made, {"kind": "bind", "path": str(self.ro)}, ins["seq"])
                     sys_mount(str(self.ramdisk), str(self.ro), None, MS_BIND)
-                    made.append({"kind": "bind", "path": str(self.ro)})
-                    self._save(made, ins["seq"])
                     sys_mount("none", str(self.ro), None, MS_REMOUNT | MS_BIND | MS_RDONLY)
                     source = str(self.ro)
                 tree = handles.clone(source)
             try:
-                # attached on the very directory checked (the fd), and named by its id
+                # named by the id it keeps once attached, recorded before the attach
+                # (``attaching`` until done: a record a killed Prolog left is undone,
+                # never taken for a mount in place)
+                entry = {"kind": "target", "path": target, "seq": ins["seq"],
+                         "role": ins.get("role"), "mode": mode, "attaching": True,
+                         "mount": handles.detached_ref(tree).to_json()}
+                self._record(made, entry, ins["seq"])
+                # attached on the very directory checked (the fd)
                 handles.attach(tree, fd)
                 ref = handles.ref_of(tree)
             finally:
                 os.close(tree)
-            made.append({"kind": "target", "path": target, "seq": ins["seq"],
-                         "role": ins.get("role"), "mode": mode, "mount": ref.to_json()})
+            del entry["attaching"]
+            entry["mount"] = ref.to_json()  # as procfs names it, now it is attached
             self._save(made, ins["seq"])
         except BaseException as e:
             self._unwind(made)
@@ -302,6 +312,11 @@ class JobMounts:
         finally:
             os.close(fd)
         return f"RAMDISK mounted over {target} ({mode})"
+
+    def _record(self, made: list[dict[str, Any]], entry: dict[str, Any], seq: int) -> None:
+        """Record a mount about to be made (in ``made``, then in mounts.json)."""
+        made.append(entry)
+        self._save(made, seq)
 
     def _unwind(self, made: list[dict[str, Any]]) -> None:
         for entry in reversed(made):
