@@ -227,7 +227,10 @@ def prolog(env: Mapping[str, str]) -> int:
         while ans.get("do") == "wait" and time.monotonic() < deadline:
             time.sleep(float(ans.get("retry", 0.5)))
             ans = client.post("/v1/hooks/prolog", body)
-        if ans.get("guard") and ans.get("do") != "mount":  # a mount loads it itself
+        if ans.get("guard"):
+            # first, whatever follows: a mount the node refuses (a path swapped for a
+            # symlink, not the user's) never reaches the mount's own load, and its job
+            # runs here all the same (the mount loads it again: the same table)
             load_guard(job, str(ans["guard"]), st.timeout)
         if ans.get("do") in ("mount", "wait") or ans.get("agent"):
             from rsa_scheduler.node.mounts import JobMounts
