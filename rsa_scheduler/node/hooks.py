@@ -18,6 +18,7 @@ import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -182,7 +183,7 @@ def note_start(jm: JobMounts | None, st: Settings, job: str, node: str,
     jobstate.write(jm.dir, state)
 
 
-def load_guard(job: str, options: str, timeout: float) -> None:
+def load_guard(job: str, options: str, timeout: float, base: str = DEFAULT_BASE) -> None:
     """The nftables guard rsad names (the RSA nodes' servers, mfsmount's proxy), loaded
     before any job starts here, whatever the job: a user of a plain job on this node is
     kept off another user's RAMDISK servers as on a node that mounted one. A node that
@@ -190,7 +191,8 @@ def load_guard(job: str, options: str, timeout: float) -> None:
     from rsa_scheduler.node.mounts import MountError, guard_proxy
 
     try:
-        guard_proxy(["mfsmount", "-o", options], timeout=timeout, mounting=False)
+        guard_proxy(["mfsmount", "-o", options], timeout=timeout, mounting=False,
+                    keep=Path(base))
     except MountError as e:
         _say("prolog", job, str(e))
 
@@ -231,7 +233,7 @@ def prolog(env: Mapping[str, str]) -> int:
             # first, whatever follows: a mount the node refuses (a path swapped for a
             # symlink, not the user's) never reaches the mount's own load, and its job
             # runs here all the same (the mount loads it again: the same table)
-            load_guard(job, str(ans["guard"]), st.timeout)
+            load_guard(job, str(ans["guard"]), st.timeout, st.base)
         if ans.get("do") in ("mount", "wait") or ans.get("agent"):
             from rsa_scheduler.node.mounts import JobMounts
 

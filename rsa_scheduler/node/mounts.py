@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import json
 import os
 import shutil
@@ -45,6 +46,10 @@ MNT_DETACH = 2
 #: the directive that names a mount's target, by the instruction's role (for messages)
 DIRECTIVES = {"input": "#RSA_DATA_IN", "output": "#RSA_DATA_OUT"}
 DEFAULT_BASE = "/run/rsa/node"
+#: in the node's state directory (``base``): what every guard load on this node named
+#: (proxy addresses, servers), and the lock its loads take (guard_proxy)
+GUARD_FILE = "guard.json"
+GUARD_LOCK = "guard.lock"
 #: what else lives in the per-job directory: job.env for the SPANK plugin (jobstate), the
 #: job's mount namespace handle and the plugin's job-container lock (namespace)
 JOB_FILES = ("job.env", ".job.env.tmp", "mnt", "carry.lock", "carried")
@@ -102,13 +107,17 @@ def _private_file(path: Path, text: str) -> Path:
     return path
 
 
-def guard_proxy(argv: Sequence[str], *, timeout: float, mounting: bool = True) -> list[str]:
+def guard_proxy(argv: Sequence[str], *, timeout: float, mounting: bool = True,
+                keep: Path | None = None) -> list[str]:
     """Before an mfsmount whose master proxy is to listen on a guarded address, or whose
     argv names RSA-node servers to guard (``rsaguard=``, rsad's option), load the nftables
     guard that keeps everyone but root off them (fs/mfsproxy.py); a node that cannot is
     refused the mount, never given an unguarded one. Returns the argv to run (without
     ``rsaguard=``). ``mounting`` False: a Prolog whose job mounts nothing loads it alone
-    (its errors then say so)."""
+    (its errors then say so). ``keep``: the node's root-only state directory, where
+    :data:`GUARD_FILE` records what every load on this node guarded: each load names it
+    all (a load replaces the table whole; another job's mount may have named another
+    proxy address or other servers), under a lock, so two Prologs never lose a rule."""
     what = ("cannot mount the RAMDISK on this node" if mounting else
             "cannot keep this node's users off the RSA nodes' servers")
     try:
@@ -126,11 +135,47 @@ def guard_proxy(argv: Sequence[str], *, timeout: float, mounting: bool = True) -
                          "nftables here (it keeps other users off the RAMDISK's servers and "
                          "mfsmount's master proxy; docs/security.md)")
     try:
-        run([nft, "-f", "-"], input=mfsproxy.ruleset(address, servers), timeout=timeout)
+        if keep is None:
+            run([nft, "-f", "-"], input=mfsproxy.ruleset(address, servers),
+                timeout=timeout)
+            return argv
+        ensure_root_dirs(keep)
+        lock = os.open(keep / GUARD_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+                       | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            addresses, groups = _guarded(keep / GUARD_FILE)
+            addresses |= {address} if address is not None else set()
+            groups |= {servers} if servers is not None else set()
+            # recorded first: a load that fails (or is killed) is named by the next
+            _private_file(keep / f"{GUARD_FILE}.tmp", json.dumps(
+                {"proxies": sorted(addresses),
+                 "servers": sorted(g.option() for g in groups)}) + "\n").replace(
+                keep / GUARD_FILE)
+            run([nft, "-f", "-"], input=mfsproxy.guard_ruleset(addresses, groups),
+                timeout=timeout)
+        finally:
+            os.close(lock)  # the lock goes with it
     except CommandError as e:
         raise MountError(f"cannot guard the RAMDISK's servers and mfsmount's master "
                          f"proxy on this node: {e}") from e
+    except (OSError, MountError) as e:
+        raise MountError(f"{what}: its guard record in {keep}: {e}") from e
     return argv
+
+
+def _guarded(path: Path) -> tuple[set[str], set[mfsproxy.Servers]]:
+    """What earlier loads on this node guarded (:data:`GUARD_FILE`; none: nothing)."""
+    try:
+        data = json.loads(path.read_text())
+        addresses = {mfsproxy.check_address(str(a)) for a in data.get("proxies") or ()}
+        groups = {mfsproxy.Servers.parse(str(o).removeprefix(f"{mfsproxy.GUARD_OPTION}="))
+                  for o in data.get("servers") or ()}
+    except FileNotFoundError:
+        return set(), set()
+    except (ValueError, AttributeError, mfsproxy.ProxyAddressError):
+        return set(), set()  # unreadable: this load's own rules, recorded anew
+    return addresses, groups
 
 
 _libc: ctypes.CDLL | None = None
@@ -201,7 +246,8 @@ class JobMounts:
                  command_timeout: float = 8.0) -> None:
         self.job = job
         self.node = node
-        self.dir = Path(base) / node / job
+        self.base = Path(base)
+        self.dir = self.base / node / job
         self.ramdisk = self.dir / "ramdisk"
         self.ro = self.dir / "ro"
         self.state_file = self.dir / "mounts.json"
@@ -258,7 +304,7 @@ class JobMounts:
             umount_argv = substitute(ins.get("client_umount_argv") or
                                      ["umount", "-l", str(self.ramdisk)], str(self.ramdisk))
             check_client_argv(umount_argv)
-            argv = guard_proxy(argv, timeout=self.command_timeout)
+            argv = guard_proxy(argv, timeout=self.command_timeout, keep=self.base)
             argv, secret_files = secret_to_file(argv, self.dir)
             # Every mount is recorded BEFORE it is made: a Prolog killed at any instant
             # (SIGKILL, its hard timeout) leaves no mount its unwind or the Epilog does

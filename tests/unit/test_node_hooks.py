@@ -268,7 +268,8 @@ def test_a_plain_jobs_prolog_loads_the_guard_rsad_names(
     assert hooks.prolog(env(tmp_path)) == 0
     assert loaded == [mfsproxy.ruleset("127.83.65.1", mfsproxy.Servers(
         ("10.0.0.5", "10.0.0.6"), 20000, 29983))]
-    assert not (tmp_path / "n").exists()
+    # no directory of the node's or the job's: only the record of what the node guards
+    assert sorted(os.listdir(tmp_path / "n")) == ["guard.json", "guard.lock"]
     # a node without nft says so in slurmd's log; the job (which mounts nothing) runs
     monkeypatch.setattr(shutil, "which", lambda *a, **k: None)
     fake.answers = [{"do": "nothing", "agent": False, "guard": guard}]
