@@ -286,9 +286,13 @@ class JobMounts:
         """Carry out a ``mount`` instruction; return a one-line summary."""
         target = str(ins["target"])
         done = self.entries()
+        # idempotent: a retried Prolog. Instruction numbers restart with rsad: only a
+        # mount of the same rsad (epoch) is the one asked now, never an earlier rsad's
+        # left by a killed Epilog of the job's earlier run
         if any(e.get("kind") == "target" and e.get("seq") == ins["seq"]
-               and not e.get("attaching") for e in done):
-            return f"{target} already mounted"  # idempotent: a retried Prolog
+               and e.get("epoch") == ins.get("epoch") and not e.get("attaching")
+               for e in done):
+            return f"{target} already mounted"
         if done:
             rel = self.release(lazy=False)
             if not rel.ok:
@@ -337,7 +341,8 @@ class JobMounts:
                 # (``attaching`` until done: a record a killed Prolog left is undone,
                 # never taken for a mount in place)
                 entry = {"kind": "target", "path": target, "seq": ins["seq"],
-                         "role": ins.get("role"), "mode": mode, "attaching": True,
+                         "epoch": ins.get("epoch"), "role": ins.get("role"), "mode": mode,
+                         "attaching": True,
                          "mount": handles.detached_ref(tree).to_json()}
                 self._record(made, entry, ins["seq"])
                 # attached on the very directory checked (the fd)

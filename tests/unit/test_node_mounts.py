@@ -357,3 +357,29 @@ def test_a_prolog_timed_out_just_after_the_attach_unwinds_the_mount_over_the_tar
     ''')
     assert out["raised"] == "hard timeout of 10s"
     assert out["after"] == "/media" and out["left"] == [] and out["entries"] == []
+
+
+def test_a_record_an_earlier_rsad_numbered_is_not_taken_for_the_mount_asked_now() -> None:
+    """Instruction numbers restart with rsad. A requeued job's Prolog on a node where the
+    earlier run's Epilog was killed (its record and mount left) is asked for mount 1 of
+    the new rsad: it is not the earlier rsad's mount 1 still in place. On the code
+    before, the node said "already mounted" and the job read the earlier run's RAMDISK
+    (torn down after that run) instead of its own."""
+    out = run('''
+        jm = JobMounts("7", "c1", str(R / "node"))
+        ins = {"seq": 1, "do": "mount", "role": "input", "target": str(pfs / "u" / "x" / "in"),
+               "mode": "rw", "client_argv": ["mount", "-t", "tmpfs", "ram", "@MOUNTPOINT@"],
+               "client_umount_argv": ["umount", "@MOUNTPOINT@"], "epoch": "1000.0"}
+        jm.mount(dict(ins), Who(0, frozenset({0})), [str(pfs)])
+        (pfs / "u" / "x" / "in" / "old").write_text("earlier run\\n")
+        out["again"] = jm.mount(dict(ins), Who(0, frozenset({0})), [str(pfs)])  # a retry
+        out["new"] = jm.mount({**ins, "epoch": "2000.0"}, Who(0, frozenset({0})), [str(pfs)])
+        out["seen"] = sorted(os.listdir(pfs / "u" / "x" / "in"))
+        rel = jm.release(lazy=True)
+        out["ok"] = rel.ok
+        out["after"] = target_of(pfs / "u" / "x" / "in")
+    ''')
+    assert out["again"] == "/media/pfs/u/x/in already mounted"  # the same rsad's retry
+    assert out["new"] == "RAMDISK mounted over /media/pfs/u/x/in (rw)"
+    assert out["seen"] == []  # the new RAMDISK, not the earlier run's
+    assert out["ok"] is True and out["after"] == "/media"
