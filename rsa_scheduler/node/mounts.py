@@ -298,10 +298,18 @@ class JobMounts:
             if not rel.ok:
                 raise MountError(f"earlier mounts still in place: {rel.message}")
         # refuse before mounting anything
-        fd = open_target(target, who, allowed_roots, shared_dirs,
-                         directive=DIRECTIVES.get(str(ins.get("role")), ""))
+        directive = DIRECTIVES.get(str(ins.get("role")), "")
+        fd = open_target(target, who, allowed_roots, shared_dirs, directive=directive)
         made: list[dict[str, Any]] = []
         try:
+            other = self._other_job_at(fd)
+            if other is not None:
+                name = f"{directive}={target}" if directive else target
+                raise UnsafePath(
+                    f"{name} has the RAMDISK of your job {other} mounted over it on this "
+                    "node: one job's RAMDISK is never mounted over another's; this job "
+                    f"sees job {other}'s RAMDISK there until that job ends, then the PFS "
+                    "(give each job a directory of its own)")
             self.prepare()
             argv = substitute(ins["client_argv"], str(self.ramdisk))
             check_client_argv(argv)
@@ -368,6 +376,27 @@ class JobMounts:
         """Record a mount about to be made (in ``made``, then in mounts.json)."""
         made.append(entry)
         self._save(made, seq)
+
+    def _other_job_at(self, fd: int) -> str | None:
+        """The job on this node whose RAMDISK is the mount at the directory ``fd``
+        holds (by its record), else None. Mounted over it, that job's Epilog could not
+        take its own down (covered), and its tasks would read this job's RAMDISK."""
+        try:
+            here = handles.ref_of(fd)
+        except OSError:
+            return None
+        for record in self.dir.parent.glob("*/mounts.json"):
+            if record.parent == self.dir:
+                continue
+            try:
+                data = json.loads(record.read_text())
+            except (OSError, ValueError):
+                continue
+            for e in data.get("mounts") or ():
+                if (isinstance(e, dict) and e.get("kind") == "target"
+                        and handles.MountRef.from_json(e.get("mount")) == here):
+                    return record.parent.name
+        return None
 
     def _unwind(self, made: list[dict[str, Any]]) -> None:
         for entry in reversed(made):

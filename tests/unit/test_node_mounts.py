@@ -383,3 +383,45 @@ def test_a_record_an_earlier_rsad_numbered_is_not_taken_for_the_mount_asked_now(
     assert out["new"] == "RAMDISK mounted over /media/pfs/u/x/in (rw)"
     assert out["seen"] == []  # the new RAMDISK, not the earlier run's
     assert out["ok"] is True and out["after"] == "/media"
+
+
+def test_a_jobs_ramdisk_is_never_mounted_over_another_jobs_on_the_node() -> None:
+    """Two jobs of one user on one node (cons_tres, an array's tasks) that name the same
+    DATA_IN. On the code before, the second job's RAMDISK was mounted over the first's:
+    the first job's tasks read the second's RAMDISK from then on, the first's Epilog
+    could not unmount its own (covered: "holds another mount now", left in place), and
+    once the second job ended, the first's RAMDISK, torn down meanwhile, stayed mounted
+    over the user's directory on that node for good. Now the second mount is refused
+    with a line that says what the second job sees there; both Epilogs leave nothing."""
+    out = run('''
+        target = pfs / "u" / "x" / "in"
+        def job(n, seq=1):
+            jm = JobMounts(n, "c1", str(R / "node"))
+            ins = {"seq": seq, "do": "mount", "role": "input", "target": str(target),
+                   "mode": "ro", "client_argv": ["mount", "-t", "tmpfs", "ram" + n,
+                                                 "@MOUNTPOINT@"],
+                   "client_umount_argv": ["umount", "@MOUNTPOINT@"], "epoch": "1"}
+            try:
+                return jm, jm.mount(ins, Who(0, frozenset({0})), [str(pfs)])
+            except Exception as e:
+                return jm, f"{type(e).__name__}: {e}"
+        first, out["first"] = job("7")
+        second, out["second"] = job("8")
+        out["source"] = subprocess.run(["findmnt", "-n", "-o", "SOURCE", str(target)],
+                                       capture_output=True, text=True).stdout.split()
+        out["left2"] = second.entries()
+        r1 = first.release(lazy=True)
+        r2 = second.release(lazy=True)
+        out["rel"] = [r1.ok, r1.message, r2.ok, r2.message]
+        out["after"] = target_of(target)
+        out["pfs"] = (target / "f").read_text()
+    ''')
+    assert out["first"] == "RAMDISK mounted over /media/pfs/u/x/in (ro)"
+    assert out["second"] == (
+        "UnsafePath: #RSA_DATA_IN=/media/pfs/u/x/in has the RAMDISK of your job 7 mounted "
+        "over it on this node: one job's RAMDISK is never mounted over another's; this "
+        "job sees job 7's RAMDISK there until that job ends, then the PFS (give each job "
+        "a directory of its own)")
+    assert out["source"] == ["ram7"] and out["left2"] == []
+    assert out["rel"] == [True, "released", True, "released"]
+    assert out["after"] == "/media" and out["pfs"] == "pfs\n"
