@@ -308,8 +308,8 @@ class JobMounts:
                 raise UnsafePath(
                     f"{name} has the RAMDISK of your job {other} mounted over it on this "
                     "node: one job's RAMDISK is never mounted over another's; this job "
-                    f"sees job {other}'s RAMDISK there until that job ends, then the PFS "
-                    "(give each job a directory of its own)")
+                    f"sees job {other}'s RAMDISK there until it is unmounted (at that "
+                    "job's end), then the PFS (give each job a directory of its own)")
             self.prepare()
             argv = substitute(ins["client_argv"], str(self.ramdisk))
             check_client_argv(argv)

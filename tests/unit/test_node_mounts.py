@@ -420,8 +420,8 @@ def test_a_jobs_ramdisk_is_never_mounted_over_another_jobs_on_the_node() -> None
     assert out["second"] == (
         "UnsafePath: #RSA_DATA_IN=/media/pfs/u/x/in has the RAMDISK of your job 7 mounted "
         "over it on this node: one job's RAMDISK is never mounted over another's; this "
-        "job sees job 7's RAMDISK there until that job ends, then the PFS (give each job "
-        "a directory of its own)")
+        "job sees job 7's RAMDISK there until it is unmounted (at that job's end), then "
+        "the PFS (give each job a directory of its own)")
     assert out["source"] == ["ram7"] and out["left2"] == []
     assert out["rel"] == [True, "released", True, "released"]
     assert out["after"] == "/media" and out["pfs"] == "pfs\n"
