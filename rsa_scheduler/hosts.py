@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from rsa_scheduler.contain import contain_argv
+from rsa_scheduler.contain import contain_argv, issued_now
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.runner import CommandError, Completed, Identity, LocalRunner
 
@@ -116,7 +116,7 @@ class LocalHost:
             wrapped = contain_argv(as_user.scope, "077", [
                 *as_user.setpriv(), "env", "-i",
                 *(f"{k}={v}" for k, v in as_user.env(env).items()), *argv],
-                as_user.private_tmp)
+                as_user.private_tmp, issued=issued_now())
             done = self._runner(wrapped, timeout=timeout, check=check, input=input,
                                 stopped=stopped)
         except CommandError as e:

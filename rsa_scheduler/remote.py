@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 import paramiko
 
-from rsa_scheduler.contain import contain_argv, kill_leaf_argv
+from rsa_scheduler.contain import contain_argv, issued_now, kill_leaf_argv
 from rsa_scheduler.hosts import Cancelled, CancelToken, HostError
 from rsa_scheduler.runner import CLEAN_PATH, CommandError, Completed, Identity
 
@@ -124,10 +124,15 @@ _WRAPPER = 'echo "RSA-PGID $$"; umask "$0"; cd /; exec "$@"'
 
 
 def remote_argv(argv: Sequence[str], *, as_user: Identity | None = None,
-                env: Mapping[str, str] | None = None) -> list[str]:
-    """The argv executed on the node for ``argv``: new session, environment, identity.
+                env: Mapping[str, str] | None = None,
+                issued: int | None = None) -> list[str]:
+    """The argv executed on the node for ``argv``: new session, environment, identity;
+    a command in a job's scope carries ``issued`` (rsad's µs when it issued it,
+    :func:`~rsa_scheduler.contain.issued_now` when None), which a later REAP of the job
+    keeps from starting.
 
-    Pure; the remote command string is ``shlex.join`` of this list, prefixed by ``exec``.
+    Pure when ``issued`` is given; the remote command string is ``shlex.join`` of this
+    list, prefixed by ``exec``.
     """
     if not argv:
         raise ValueError("empty argv")
@@ -142,9 +147,9 @@ def remote_argv(argv: Sequence[str], *, as_user: Identity | None = None,
     env_argv = ["env", "-i", *(f"{k}={v}" for k, v in clean.items())]
     if as_user is not None and as_user.scope:
         # in the job's cgroup; what the command leaves behind dies when it ends
-        return ["setsid", "-w", *contain_argv(as_user.scope, umask,
-                                              [*ident, *env_argv, *argv],
-                                              as_user.private_tmp)]
+        return ["setsid", "-w", *contain_argv(
+            as_user.scope, umask, [*ident, *env_argv, *argv], as_user.private_tmp,
+            issued=issued_now() if issued is None else issued)]
     return ["setsid", "-w", "sh", "-c", _WRAPPER, umask, *ident, *env_argv, *argv]
 
 

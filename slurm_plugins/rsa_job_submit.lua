@@ -15,8 +15,8 @@ What it owns
     directives.check_submission() does. It writes only admin_comment, begin_time (the
     start and dependency holds) and, in native mode, burst_buffer.
   * M.modify(job_desc, job_rec, part_list, modify_uid): users cannot undo a lock-in.
-    While a job's QOS is the lock-in QOS, only root and SlurmUser may change its qos,
-    priority or nice.
+    While a job's QOS is the lock-in QOS (or its priority at least lockin_priority),
+    only root and SlurmUser may change its qos, priority or nice.
   * M.configure(settings): the site's settings (the keys of DEFAULTS below; an unknown
     key fails the load in one line). M.config is the live table.
 
@@ -42,10 +42,13 @@ decode()).
 local CONFIG = {
   -- QOS the RSA daemon gives a job after stage-in (rsa config: slurm.lockin.qos).
   lockin_qos = "rsa-lockin",
-  -- Priority-mode lock-in (rsa config: slurm.lockin.method=priority): a job whose priority
-  -- is at least this is treated as locked in too. nil = off (with priority/multifactor,
-  -- ordinary priorities can be large; only set it if the lock-in value is above them all).
-  lockin_priority = nil,
+  -- Priority-mode lock-in (rsa config: slurm.lockin.method=priority, the default): a job
+  -- whose priority is at least this is treated as locked in too, so its user can neither
+  -- lower it to just below (a fixed place above every other job that rsad's restore
+  -- would leave alone) nor change its nice. Must equal slurm.lockin.priority (the default
+  -- is rsa's default) and lie above every ordinary job's priority (rsad checks its own
+  -- value at start-up). nil = off.
+  lockin_priority = 4294967000,
   -- uid of SlurmUser (`id -u slurm`); root (uid 0) is always privileged.
   slurm_user_uid = nil,
   -- Early-start policy of jobs that do not choose one (rsa config: staging.early_start;

@@ -312,14 +312,19 @@ def _wire(switch: int, name: str, init: int, net: str, addr: str) -> None:
         run(["nsenter", "-t", str(init), "-n", "--", *cmd], node=name)
 
 
-def on(name: str, argv: Sequence[str], *, timeout: float = 60, check: bool = True,
-       input: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run argv on node ``name`` (as root; ``runuser -u USER --`` for a user)."""
+def _init(name: str) -> int:
     entry = load_state().get(name)
     init = ours(entry, name) if entry else None
     if init is None:
         raise ClusterError(f"node {name} is not up (lab/cluster/clusterctl up)")
-    return run(node_argv(init, argv), timeout=timeout, check=check, input=input, node=name)
+    return init
+
+
+def on(name: str, argv: Sequence[str], *, timeout: float = 60, check: bool = True,
+       input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run argv on node ``name`` (as root; ``runuser -u USER --`` for a user)."""
+    return run(node_argv(_init(name), argv), timeout=timeout, check=check, input=input,
+               node=name)
 
 
 def sh(name: str, script: str, *, timeout: float = 60) -> str:
@@ -485,6 +490,68 @@ def _rsad(host: str) -> None:
     sh(host, "setsid /usr/bin/rsad </dev/null >>/var/log/rsad.log 2>&1 &")
     wait_for(f"rsad's API on {host}", lambda: on(
         host, ["rsa", "nodes"], check=False).returncode == 0, timeout=30)
+
+
+STORE_LOCK = "/var/lib/rsa/rsa.db.lock"  # rsad's store lock: holds its pid as text
+
+
+def _rsad_pid(host: str) -> int | None:
+    """The pid of the rsad holding the store on ``host`` (its lock file names it), if that
+    process is rsad; None when none runs."""
+    done = on(host, ["sh", "-c", f"p=$(cat {STORE_LOCK} 2>/dev/null) && "
+                     "[ \"$(cat /proc/$p/comm 2>/dev/null)\" = rsad ] && echo $p"],
+              check=False)
+    text = done.stdout.strip()
+    return int(text) if text.isdigit() else None
+
+
+def restart_rsad(host: str = "") -> None:
+    """``systemctl restart rsad`` as its unit does it (the lab runs no systemd): SIGTERM
+    to the running rsad (the store lock's pid, checked to be rsad), wait for it to end
+    (TimeoutStopSec=90), then ExecStartPre (``rsad --check``) and ExecStart, and wait
+    for its API. The operator guide's upgrade restarts rsad so."""
+    host = host or RSAD
+    pid = _rsad_pid(host)
+    if pid is not None:
+        on(host, ["kill", "-TERM", str(pid)])
+        wait_for(f"rsad (pid {pid}) on {host} to end", lambda: on(
+            host, ["test", "-e", f"/proc/{pid}"], check=False).returncode != 0, timeout=90)
+    sh(host, "rsad --check >>/var/log/rsad.log 2>&1")
+    sh(host, "setsid /usr/bin/rsad </dev/null >>/var/log/rsad.log 2>&1 &")
+    wait_for(f"rsad's API on {host}", lambda: on(
+        host, ["rsa", "nodes"], check=False).returncode == 0, timeout=60)
+
+
+def install(node: str, debs: Sequence[str]) -> str:
+    """``apt-get install ./PKG.deb ...`` on ``node``, as a site upgrades a host (the
+    operator guide: the conffile /etc/rsa/rsa.yaml kept; an older version allowed too,
+    for the previous release). The .debs are copied into the node's /tmp first. Returns
+    the installed rsa-scheduler version."""
+    names = []
+    for deb in debs:
+        name = Path(deb).name
+        with open(deb, "rb") as f:
+            done = subprocess.run(node_argv(_init(node), ["sh", "-c", f"cat > /tmp/{name}"]),
+                                  stdin=f, capture_output=True, timeout=60, check=False,
+                                  env={"PATH": HOST_PATH, MARK: node})
+        if done.returncode != 0:
+            raise ClusterError(f"{node}: copying {name}: {done.stderr.decode()[-300:]}")
+        names.append(f"/tmp/{name}")
+    on(node, ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-qq",
+              "--no-install-recommends", "--allow-downgrades",
+              "-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold",
+              *names], timeout=300)
+    on(node, ["rm", "-f", *names])
+    return on(node, ["dpkg-query", "-W", "-f", "${Version}", "rsa-scheduler"]).stdout
+
+
+def previous() -> Path:
+    """The previous release's .debs (lab/cluster/previous: an older commit's make deb,
+    cached)."""
+    env = [f"{k}={os.environ[k]}" for k in ("RSA_CLUSTER_WORK", "RSA_CLUSTER_PREVIOUS")
+           if k in os.environ]
+    done = run(["env", *env, str(HERE / "previous")], timeout=1800)
+    return Path(done.stdout.strip().splitlines()[-1])
 
 
 def _slurm_nodes_idle() -> bool:
@@ -670,7 +737,10 @@ def verify_check_clean() -> int:
 
 
 USAGE = """usage: lab/cluster/clusterctl up|down|status|check-clean|verify-check-clean|image
-       lab/cluster/clusterctl node NAME CMD...   (run CMD on node NAME, as root)"""
+       lab/cluster/clusterctl node NAME CMD...   (run CMD on node NAME, as root)
+       lab/cluster/clusterctl install NAME DEB...   (apt-get install the .debs on NAME)
+       lab/cluster/clusterctl restart-rsad   (as systemctl restart rsad would)
+       lab/cluster/clusterctl previous   (build or find the previous release's .debs)"""
 
 
 def main(argv: Sequence[str]) -> int:
@@ -694,6 +764,12 @@ def main(argv: Sequence[str]) -> int:
             return verify_check_clean()
         elif cmd == "image":
             print(image())
+        elif cmd == "install" and len(rest) >= 2:
+            print(install(rest[0], rest[1:]))
+        elif cmd == "restart-rsad" and not rest:
+            restart_rsad()
+        elif cmd == "previous" and not rest:
+            print(previous())
         elif cmd == "node" and len(rest) >= 2:
             entry = load_state().get(rest[0])
             init = ours(entry, rest[0]) if entry else None

@@ -73,12 +73,16 @@ def _not_the_labs(proc: Path, cmd: str) -> bool:
     return root != "/" or f" {work}/root " in f" {cmd} "
 
 
-CLUSTER_MARK = b"RSACL_NODE="  # lab/cluster/rsacluster.py's holders carry it
+#: what the holders of the namespaces beside the lab carry in their environment: the
+#: cluster lab's nodes (lab/cluster/rsacluster.py) and the sandboxes of tests/mfs4 and
+#: tests/slurm_release (make test runs them beside the lab phases; each ends its own)
+CLUSTER_MARKS = (b"RSACL_NODE=", b"RSA_SANDBOX=")
 
 
 def _cluster_lab() -> tuple[set[int], set[str]]:
-    """The cluster lab's holders (lab/cluster, its own check-clean watches them) and the
-    PID namespaces of its nodes: every process of a node lives in its node's."""
+    """The holders of namespaces beside the lab (the cluster lab's, lab/cluster, whose
+    own check-clean watches them, and the test sandboxes') and the PID namespaces they
+    made: every process of a node or sandbox lives in its own."""
     holders: set[int] = set()
     pidns: set[str] = set()
     host_pidns = os.readlink("/proc/self/ns/pid")
@@ -89,7 +93,7 @@ def _cluster_lab() -> tuple[set[int], set[str]]:
             env = (d / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if any(item.startswith(CLUSTER_MARK) for item in env):
+        if any(item.startswith(CLUSTER_MARKS) for item in env):
             holders.add(int(d.name))
             ns = _pidns(d)
             if ns and ns != host_pidns:  # a node's PID 1, not a holder in ours

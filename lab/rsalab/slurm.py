@@ -55,6 +55,7 @@ MYSQL_SOCK = STATE / "mysql/mysqld.sock"
 ENV = {"SLURM_CONF": str(CONF)}
 JOB_SUBMIT_SRC = REPO / "slurm_plugins/job_submit.lua"
 JOB_SUBMIT = CONF_DIR / "job_submit.lua"  # job_submit/lua reads it next to slurm.conf
+JOB_SUBMIT_LOCKIN_PRIORITY = 4_294_967_000  # job_submit.lua's default lockin_priority
 # ... and job_submit.lua loads these from its own directory (docs/job_submit.md)
 JOB_SUBMIT_PARTS = ("rsa_job_submit.lua", "rsa_grammar.lua", "rsa_text.lua",
                     "rsa_directives.lua")
@@ -325,12 +326,12 @@ def install_mailprog() -> None:
 
 def job_submit_files(s: Settings) -> dict[str, str]:
     """File name -> text of the job_submit plugin's files next to slurm.conf:
-    slurm_plugins/job_submit.lua with the lab's SlurmUser uid and, without accounting
-    (rsad locks in by priority), the lock-in priority; the files it loads, as they are."""
+    slurm_plugins/job_submit.lua with the lab's SlurmUser uid and the lab's lock-in
+    priority where it differs from the plugin's default; the files it loads, as they are."""
     settings = {"  slurm_user_uid = nil,":
                 f"  slurm_user_uid = {pwd.getpwnam('slurm').pw_uid}, -- lab: slurm"}
-    if not s.accounting:
-        settings["  lockin_priority = nil,"] = (
+    if s.lockin_priority != JOB_SUBMIT_LOCKIN_PRIORITY:
+        settings[f"  lockin_priority = {JOB_SUBMIT_LOCKIN_PRIORITY},"] = (
             f"  lockin_priority = {s.lockin_priority}, -- lab: rsad's slurm.lockin.priority")
     if s.mode == "native":
         settings["  bb_directive = nil,"] = '  bb_directive = "BB_LUA", -- lab: native mode'
@@ -343,7 +344,7 @@ def site_job_submit(s: Settings) -> str:
     """A site's own job_submit.lua chaining the RSA's module: examples/site-job_submit.lua
     with the module's path here and the lab's settings in its ``rsa.configure``."""
     lines = [f"  slurm_user_uid = {pwd.getpwnam('slurm').pw_uid}, -- lab: slurm"]
-    if not s.accounting:
+    if s.lockin_priority != JOB_SUBMIT_LOCKIN_PRIORITY:
         lines.append(f"  lockin_priority = {s.lockin_priority}, -- lab")
     if s.mode == "native":
         lines.append('  bb_directive = "BB_LUA", -- lab: native mode')

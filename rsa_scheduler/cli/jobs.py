@@ -20,7 +20,7 @@ from rsa_scheduler.cli.progress import Staging, short_duration
 from rsa_scheduler.cli.where import where_output
 from rsa_scheduler.client import ApiClient, ApiRefused
 from rsa_scheduler.core.jobkey import key_from_env
-from rsa_scheduler.core.states import HOLDS_USER_DATA, PRE_RUN, RESET_UNDER_WAY, RsaState
+from rsa_scheduler.core.states import HOLDS_USER_DATA, PRE_RUN, RESET_UNDER_WAY, RUN, RsaState
 from rsa_scheduler.errors import RsaError
 
 API_OPTION = click.option("--api", envvar="RSA_API", default=None,
@@ -165,6 +165,10 @@ def release(api: str | None, job_id: str, discard_output: bool, yes: bool) -> No
                                           f"({job['nodes']}) without a clean teardown")
     elif state in PRE_RUN:
         command, what = "cancel-staging", f"stop staging job {job_id} and release its nodes"
+    elif state in RUN:
+        raise click.ClickException(
+            f"job {job_id} runs on its RAMDISK ({state}, RSA nodes {job['nodes']}): they "
+            f"are released after it ends; `scancel {job_id}` ends it sooner")
     else:
         raise click.ClickException(f"job {job_id} holds no RSA resources to release "
                                    f"({state})")

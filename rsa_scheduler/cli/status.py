@@ -37,6 +37,8 @@ def status(api: str | None, as_json: bool) -> None:
         in_flight = sum(c for s, c in data["jobs_by_rsa_state"].items()
                         if s not in ("none", "released", "declined"))
         click.echo(f"DRAINING: {data['draining']}; {in_flight} job(s) in flight")
+    for line in (data.get("hooks_behind") or {}).values():  # a rolling upgrade not done
+        click.echo(f"UPGRADE: {line}")
     click.echo("RSA nodes:")
     for tier in sorted(cap):
         parts = ", ".join(f"{c} {s}" for (t, s), c in sorted(by.items()) if t == tier)

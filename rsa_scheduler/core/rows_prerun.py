@@ -296,7 +296,7 @@ def rows() -> list[Rule]:
         Rule(S.STAGED_IN, T.FINISHED, S.TEARING_DOWN, actions=(A.CANCEL, A.UNLOCK, A.DESTROY_FS),
              ref=REF_CANCELLED, note="cancelled before it ran: destroy the RAMDISK"),
         Rule(S.STAGED_IN, T.LOCKED, S.LOCKED_IN, effects=(E.LOCKED,), ref="§3.1",
-             note="lock-in QOS set: a demotion is now unlikely"),
+             note="lock-in priority (or QOS) set: a demotion is now unlikely"),
         Rule(S.STAGED_IN, T.LOCK_FAILED, S.LOCK_FAILED, actions=(A.ALERT,),
              ref=f"§3.1 (lock-in); {REF_FAIL}",
              note="lock-in failed: the job may be demoted and lose its RAMDISK"),

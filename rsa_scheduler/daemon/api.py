@@ -23,7 +23,7 @@ import pwd
 import re
 import resource
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
@@ -39,6 +39,7 @@ from rsa_scheduler.daemon import httpd
 from rsa_scheduler.daemon.service import Daemon, users_differ
 from rsa_scheduler.daemon.views import status_for_user
 from rsa_scheduler.errors import RsaError
+from rsa_scheduler.node.plan import protocol_of
 
 log = logging.getLogger(__name__)
 AUTH_HEADER = "X-RSA-Munge"
@@ -374,6 +375,15 @@ class Routes:
         d.aliases[own] = key
         return True
 
+    def _heard(self, node: str, hook: str, job: str, payload: Mapping[str, Any]) -> None:
+        """The hook protocol a compute node's request speaks: a node whose hooks are older
+        than rsad's (a package not upgraded yet, or a job's agent started before its
+        node's upgrade) is logged once, and shown by rsa status, until it speaks ours."""
+        said = self.daemon.hook_protocols.heard(node, hook, job, protocol_of(payload))
+        if said is not None:
+            level, line = said
+            (log.warning if level == "warning" else log.info)("%s", line)
+
     def _node_hook(self, hook: str, payload: dict[str, Any]) -> Any:
         """Node Prolog / node agent / Epilog of a compute node (rsa_scheduler.node)."""
         from rsa_scheduler.daemon.nodeside import nodeside_of
@@ -383,6 +393,7 @@ class Routes:
         if not re.fullmatch(r"[A-Za-z0-9._-]+", node):
             raise ApiError(HTTPStatus.BAD_REQUEST, "node hook without a valid node name")
         nodes = str(payload.get("nodes") or "")
+        self._heard(node, hook, job, payload)
         side = nodeside_of(self.daemon.registry)
         if side is None:
             return {"do": "nothing", "agent": False, "why": "rsad has no compute-node side"}

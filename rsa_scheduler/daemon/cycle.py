@@ -25,7 +25,7 @@ from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.record import JobRecord
 from rsa_scheduler.core.states import SLURM_END_STATES, JobState
 from rsa_scheduler.daemon.specs import ADMIN_COMMENT_PREFIX
-from rsa_scheduler.slurm.parse import QueueRow, merge_hetjobs, parse_queue
+from rsa_scheduler.slurm.parse import ROW_START, QueueRow, merge_hetjobs, parse_queue
 from rsa_scheduler.slurm.port import Accounting, SlurmError, SlurmPort
 from rsa_scheduler.staging.flush import submit_order
 
@@ -78,6 +78,21 @@ class Changes:
     later: set[str] = field(default_factory=set)
 
 
+def _whole_row(lines: list[str], i: int) -> str:
+    """The row line ``i`` belongs to, from the line that starts it (:data:`ROW_START`)
+    through line ``i``; "" when none does (a later line of a comment: already read with
+    its row, or text before the first row, which parse_queue refuses when it is a row's)."""
+    j = i
+    while j >= 0 and not ROW_START.match(lines[j]):
+        j -= 1
+    if j < 0:
+        return ""
+    row = "\n".join(lines[j:i + 1])
+    # the marker opens the comment: a line after it that carries the marker again is
+    # the comment's own, not a row's
+    return row if ("|" + ADMIN_COMMENT_PREFIX) not in "\n".join(lines[j:i]) else ""
+
+
 class QueueReader:
     """The RSA jobs of the queue that changed since the last read (loop thread)."""
 
@@ -101,9 +116,16 @@ class QueueReader:
         hets: set[str] = set()
         if queue_text is not None:
             marker = "|" + ADMIN_COMMENT_PREFIX
-            for line in queue_text().split("\n"):
+            text_lines = queue_text().split("\n")
+            for i, line in enumerate(text_lines):
                 if marker not in line and "+" not in line:
                     continue  # the common case, two substring tests: not split at all
+                if not ROW_START.match(line):
+                    # a Reason with a newline (a site plugin's message): the row began
+                    # on an earlier line; a comment's own later lines are not needed
+                    line = _whole_row(text_lines, i)
+                    if not line:
+                        continue
                 jid = line.split("|", 1)[0]
                 het = "+" in jid
                 if not het and marker not in line:

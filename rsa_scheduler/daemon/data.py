@@ -24,7 +24,13 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from rsa_scheduler.config import Config
-from rsa_scheduler.contain import fence_argv, parse_fenced, parse_reaped, reap_argv
+from rsa_scheduler.contain import (
+    fence_argv,
+    issued_now,
+    parse_fenced,
+    parse_reaped,
+    reap_argv,
+)
 from rsa_scheduler.core.actions import ActionKind
 from rsa_scheduler.core.payloads import (
     BuildFsArgs,
@@ -341,7 +347,7 @@ class DataPath:
             with self._fence_locks[node]:
                 if node not in self._fenced:
                     try:
-                        done = self.hosts[node].run(fence_argv(), timeout=120)
+                        done = self.hosts[node].run(fence_argv(issued_now()), timeout=120)
                         killed = parse_fenced(done.stdout)
                     except (RsaError, ValueError) as e:
                         raise RsaError(f"{node}: cannot stop what an earlier rsad left "
@@ -687,7 +693,8 @@ class DataPath:
 
     def _reap_on(self, node: str, job: str) -> tuple[int, str, int]:
         """REAP ``job``'s contained processes on ``node``: (killed, how, survivors)."""
-        return parse_reaped(self.fenced(node).run(reap_argv(job), timeout=60).stdout)
+        done = self.fenced(node).run(reap_argv(job, issued_now()), timeout=60)
+        return parse_reaped(done.stdout)
 
     def stage_in(self, ctx: ActionContext) -> Mapping[str, Any]:
         args = ctx.action.args_as(StageInArgs)

@@ -90,6 +90,9 @@ class BbJob:
     setup: float  # when slurm_bb_setup came (the latest one)
     torn: float | None = None  # when slurm_bb_job_teardown came for it while pending
     verified: bool = False  # its output was verified on persistent storage
+    #: what that verification checked, as the user was told it ("stage-out finished:
+    #: content verified: ...", "...: exit status only: ..."); "" when not known
+    checked: str = ""
     discarded: bool = False  # an operator discarded the output on its RAMDISK
     expired: bool = False  # torn and past bb_grace: no longer held
     #: the job started since this setup: a verification or discard is this run's (a
@@ -186,7 +189,8 @@ def answer_data_out(rec: JobRecord | None, bb: BbJob | None, job: str = "") -> A
     if rec is None:
         return _untracked(bb, job, "stage out")
     if bb is not None and bb.verified:
-        return Answer("done", "output staged out and verified")
+        # what was checked, exactly (a POSTPROCESS: its exit status only), as rsa job says
+        return Answer("done", bb.checked or "output staged out and verified")
     state = rec.rsa_state
     has_output = rec.spec.data_out is not None or rec.spec.postprocess is not None
     if state is RsaState.QUARANTINED:
@@ -292,7 +296,10 @@ class NativeDriver:
         elif ev.name == "rsa.transition" and \
                 ev.context.get("to") == RsaState.OUTPUT_VERIFIED.value:
             bb = self.jobs.setdefault(ev.job_id, BbJob(setup=ev.time, ran=True))
-            bb.verified = bb.verified or bb.ran
+            if bb.ran:
+                bb.verified = True
+                told = str((ev.context.get("set") or {}).get("message") or "")
+                bb.checked = told if ": " in told else ""  # without a summary: unknown
         elif ev.name == "rsa.transition" and ev.context.get("trigger") == "discard":
             bb = self.jobs.setdefault(ev.job_id, BbJob(setup=ev.time, ran=True))
             bb.discarded = bb.discarded or bb.ran
@@ -303,7 +310,8 @@ class NativeDriver:
 
     def to_json(self) -> dict[str, Any]:
         return {j: {"setup": b.setup, "torn": b.torn, "verified": b.verified,
-                    "discarded": b.discarded, "ran": b.ran, "over": b.over}
+                    "discarded": b.discarded, "ran": b.ran, "over": b.over,
+                    "checked": b.checked}
                 for j, b in self.jobs.items()}
 
     def load(self, data: Mapping[str, Any]) -> None:
@@ -313,7 +321,8 @@ class NativeDriver:
                                         discarded=bool(b.get("discarded")),
                                         # snapshots before "ran": as they behaved
                                         ran=bool(b.get("ran", True)),
-                                        over=bool(b.get("over")))
+                                        over=bool(b.get("over")),
+                                        checked=str(b.get("checked") or ""))
 
     # -- observation ------------------------------------------------------------------------
     def tracks(self, job: str) -> bool:

@@ -60,6 +60,7 @@ from rsa_scheduler.daemon.published import Published
 from rsa_scheduler.daemon.specs import ADMIN_COMMENT_PREFIX, SpecReader
 from rsa_scheduler.daemon.starthold import StartHold
 from rsa_scheduler.errors import RsaError, StoreError
+from rsa_scheduler.node.plan import HookProtocols
 from rsa_scheduler.slurm.parse import QueueRow, merge_hetjobs
 from rsa_scheduler.slurm.port import MailSource, SlurmError, SlurmPort
 from rsa_scheduler.store import JobRow, Store
@@ -134,6 +135,9 @@ class Daemon:
         # set once start() has replayed the log, fenced the RSA nodes and re-issued what
         # was in flight: before that the API answers "rsad is starting" (api.Routes)
         self.ready = threading.Event()
+        # compute nodes whose hooks speak an older hook protocol than ours (the API hears
+        # them; rsa status shows them): a rolling upgrade not finished
+        self.hook_protocols = HookProtocols()
 
     # ---- the collaborators' state, as the API, tests and benchmarks know it ---------------
     @property

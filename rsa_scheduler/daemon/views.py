@@ -4,10 +4,11 @@ Owns the views: one job (:func:`job_view`: its record, progress, RAMDISK and run
 actions), the jobs of a user or of all (:func:`jobs_view`), the status
 (:func:`status_view`: nodes with who set their state and why, jobs by RSA state, the
 quarantined jobs with their age and the capacity they hold, alerts, Slurm's health,
-on-deck jobs), what a user who is not an operator sees of the
-status (:func:`status_for_user`: no other user's job id anywhere) and the RAMDISKs the
-tender may check (:func:`tendable`). Plain dicts, built on the loop thread (via a
-``call`` request, or once per cycle for :mod:`rsa_scheduler.daemon.published`).
+on-deck jobs, compute nodes whose hooks are older than rsad's), what a user who is not
+an operator sees of the status (:func:`status_for_user`: no other user's job id
+anywhere) and the RAMDISKs the tender may check (:func:`tendable`). Plain dicts, built
+on the loop thread (via a ``call`` request, or once per cycle for
+:mod:`rsa_scheduler.daemon.published`).
 
 Imports nothing of the daemon but the dispatcher's :class:`Running` and the health
 loop's reasons; the daemon (service.py) is its :class:`Viewed`.
@@ -24,6 +25,7 @@ from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.core.states import TENDED, JobState, RsaState
 from rsa_scheduler.daemon.dispatch import Running
 from rsa_scheduler.daemon.health import HEALTH_BY, public_reason
+from rsa_scheduler.node.plan import HookProtocols
 
 HIDDEN_JOB = "(hidden)"  # a job the caller may not see, wherever it would be named
 
@@ -54,6 +56,9 @@ class Viewed(Protocol):
 
     @property
     def last_cycle_seconds(self) -> float: ...
+
+    @property
+    def hook_protocols(self) -> HookProtocols: ...
 
 
 def job_view(d: Viewed, rec: JobRecord) -> dict[str, Any]:
@@ -97,6 +102,8 @@ def status_view(d: Viewed) -> dict[str, Any]:
     return {"nodes": nodes, "jobs_by_rsa_state": by_state, "quarantined": quarantined,
             "alerts": d.alerts[-20:], "slurm_ok": d.slurm_ok,
             "draining": d.sched.draining,
+            # compute nodes whose hooks are older than rsad's (node.plan.HookProtocols)
+            "hooks_behind": dict(sorted(d.hook_protocols.behind.items())),
             "last_cycle_seconds": d.last_cycle_seconds,
             "running_actions": len(d.running),
             "on_deck": [r.job_id for r in d.sched.records.values()
@@ -123,6 +130,7 @@ def status_for_user(view: Mapping[str, Any], mine: Collection[str],
     out = dict(view)
     out["alerts"] = [a for a in view["alerts"] if a["job_id"] in mine]
     out["quarantined"] = [q for q in view.get("quarantined", ()) if q["job_id"] in mine]
+    out["hooks_behind"] = {}  # the operator's: they name other users' jobs
     out["on_deck"] = [j for j in view["on_deck"] if j in mine]
     nodes = []
     for node in view["nodes"]:

@@ -22,7 +22,7 @@ from rsa_scheduler.daemon.native import NativeDriver
 from rsa_scheduler.daemon.service import Daemon
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.hosts import Host
-from rsa_scheduler.slurm.cli import CliSlurm, lockin_problem, qos_warning
+from rsa_scheduler.slurm.cli import CliSlurm, guard_warning, lockin_problem, qos_warning
 from rsa_scheduler.slurm.port import SlurmError, SlurmPort, UnlockGone, UnlockLater
 from rsa_scheduler.store import Store
 
@@ -71,9 +71,10 @@ def check_lockin(cfg: Config, slurm: CliSlurm | None = None) -> None:
     problem = lockin_problem(lk.method.value, lk.priority, config)
     if problem:
         raise LockinUnusable(problem)
-    warning = qos_warning(lk.method.value, lk.qos, config)
-    if warning:
-        log.warning("%s", warning)
+    for warning in (qos_warning(lk.method.value, lk.qos, config),
+                    guard_warning(lk.method.value, lk.priority, config)):
+        if warning:
+            log.warning("%s", warning)
 
 
 def _cycle(action_id: str) -> str:

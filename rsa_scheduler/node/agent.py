@@ -22,6 +22,7 @@ from typing import Any
 from rsa_scheduler.core.jobkey import from_env
 from rsa_scheduler.node.hooks import execute, settings, who_of
 from rsa_scheduler.node.mounts import JobMounts
+from rsa_scheduler.node.plan import PROTOCOL
 
 POLL = 20.0
 
@@ -78,7 +79,7 @@ def serve(job: str, env: Mapping[str, str], max_life: float = 7 * 86400.0) -> in
     jm = JobMounts(job, node, st.base)
     # rsad's name for the job (an array task's <array>_<task>); ``job`` names the
     # node-side directory (the numeric job id)
-    ref = {**from_env(env), "job_id": job}
+    ref = {**from_env(env), "job_id": job, "protocol": PROTOCOL}
     who = who_of(env)
     private = st.mounts == "job" and enter_job_namespace(jm)
     client = ApiClient(st.address, timeout=POLL + 10, trust_uid=0)

@@ -2,7 +2,8 @@
 
 Owns :func:`prolog` and :func:`epilog`. Both are thin: read Slurm's environment, ask rsad
 (``POST /v1/hooks/prolog``), carry out at most one mount instruction, report it
-(``POST /v1/hooks/mounted``), start the job's node agent, and exit. Both ALWAYS exit 0:
+(``POST /v1/hooks/mounted``), start the job's node agent, and exit. Every request names
+the hook protocol they speak (``node.plan.PROTOCOL``). Both ALWAYS exit 0:
 a non-zero node Prolog drains the node and requeues the job held, and the RSA must never
 hurt a job — when anything is wrong (rsad unreachable, a path refused, a mount failing)
 the job runs from the PFS and the reason goes to rsad (which tells the user) and stderr
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rsa_scheduler.core.jobkey import from_env
 from rsa_scheduler.errors import RsaError
+from rsa_scheduler.node.plan import PROTOCOL
 
 if TYPE_CHECKING:  # imported when needed: the nothing-to-do path stays fast
     from rsa_scheduler.node.mounts import JobMounts
@@ -218,7 +220,7 @@ def prolog(env: Mapping[str, str]) -> int:
         deadline = time.monotonic() + st.timeout - st.api_timeout - 0.5
         # the job's user: rsad answers nothing of another user's earlier job of this id
         body = {**from_env(env), "node": node, "nodes": nodes,
-                "user": env.get("SLURM_JOB_USER", "")}
+                "user": env.get("SLURM_JOB_USER", ""), "protocol": PROTOCOL}
         ans = client.post("/v1/hooks/prolog", body)
         if ans.get("do") == "wait" and float(ans.get("hold") or 0) > 0:
             # early start "wait": hold the job's start while the stage-in finishes
@@ -252,7 +254,8 @@ def prolog(env: Mapping[str, str]) -> int:
                 report = {"seq": int(ans.get("seq", 0)), "ok": False, "message": str(e)}
             if not report["ok"]:
                 _say("prolog", job, f"{report['message']}; the job uses the PFS")
-            client.post("/v1/hooks/mounted", {**from_env(env), "node": node, **report})
+            client.post("/v1/hooks/mounted", {**from_env(env), "node": node,
+                                              "protocol": PROTOCOL, **report})
         elif ans.get("do") == "wait":
             _say("prolog", job, "RAMDISK not ready in time; the job starts from the PFS")
         if ans.get("agent") and jm is not None:
@@ -335,7 +338,7 @@ def epilog(env: Mapping[str, str]) -> int:
 
         ApiClient(st.address, timeout=st.api_timeout, trust_uid=0).post(
             "/v1/hooks/epilog", {**from_env(env), "node": node, "ok": rel.ok,
-                                 "message": rel.message})
+                                 "message": rel.message, "protocol": PROTOCOL})
     except Exception as e:  # HookTimeout included: never drain the node
         _say("epilog", job, f"{e}")
     finally:

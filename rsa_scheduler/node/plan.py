@@ -14,6 +14,12 @@ An instruction is ``{"seq": N, "do": ...}``:
 - ``release``: unmount everything of the job on the node, refusing (``busy``) when a
   mount is still in use — never forced (seed 004 footnote 3);
 - ``nothing`` / ``wait`` (Prolog: poll again after ``retry`` seconds) / ``exit`` (agent).
+
+Every request of the node side names the hook protocol it speaks (``protocol``,
+:data:`PROTOCOL`); a package older than that field names none (protocol 1). rsad reads
+it with :func:`protocol_of` and keeps, in :class:`HookProtocols`, which compute nodes'
+hooks speak an older protocol than its own, with the line to log and show (``rsa
+status``): a rolling upgrade leaves them for a while (operator guide, "Upgrades").
 """
 
 from __future__ import annotations
@@ -24,6 +30,56 @@ from typing import Any
 
 MOUNTPOINT = "@MOUNTPOINT@"
 MODES = ("ro", "rw", "union")
+
+#: The hook protocol of this package's node side (rsa-prolog, rsa-epilog, the node agent),
+#: sent as ``protocol`` with every request. 1: a package that names none; such a node
+#: takes every instruction of today's rsad, but one from before 2026-11-28 17:00 UTC
+#: (commit 0e19855) loads no guard of the RAMDISK servers in the Prolog of a job without a
+#: RAMDISK (rsad's ``guard``). 2: names it, and loads that guard.
+PROTOCOL = 2
+_HOOKS = {"prolog": "Prolog", "epilog": "Epilog", "agent": "node agent",
+          "mounted": "mount report"}
+
+
+def protocol_of(body: Mapping[str, Any]) -> int:
+    """The hook protocol a node-side request speaks: 1 when it names none (or nonsense)."""
+    try:
+        return max(1, int(body.get("protocol", 1)))
+    except (TypeError, ValueError):
+        return 1
+
+
+def behind_line(node: str, hook: str, job: str, protocol: int) -> str:
+    """What rsad says of a node whose hooks speak an older protocol than its own."""
+    why = ("; such a node may load no guard of the RAMDISK servers for jobs without a "
+           "RAMDISK (packages before 2026-11-28 17:00 UTC)" if protocol < 2 else "")
+    return (f"{node}: the {_HOOKS.get(hook, hook)} of job {job} speaks hook protocol "
+            f"{protocol}, rsad {PROTOCOL}: its rsa-scheduler package is older than rsad's; "
+            f"upgrade it on {node} (operator guide, \"Upgrades and backups\": compute "
+            "nodes first, rsad last; a node agent started before its node's upgrade stays "
+            f"old until its job ends){why}")
+
+
+class HookProtocols:
+    """Which compute nodes' hooks speak an older hook protocol than rsad's: the node's
+    newest such request, as the line rsad logs once when the node falls behind and
+    ``rsa status`` shows until a request of the current protocol comes from it."""
+
+    def __init__(self) -> None:
+        self.behind: dict[str, str] = {}  # node -> behind_line of its newest old request
+
+    def heard(self, node: str, hook: str, job: str, protocol: int) -> tuple[str, str] | None:
+        """A request of ``hook`` for ``job`` from ``node``. Returns what to log when the
+        node falls behind (``("warning", line)``) or catches up (``("info", line)``)."""
+        if protocol >= PROTOCOL:
+            if self.behind.pop(node, None) is None:
+                return None
+            return ("info", f"{node}: its node hooks speak hook protocol {protocol} now "
+                            f"(the {_HOOKS.get(hook, hook)} of job {job})")
+        line = behind_line(node, hook, job, protocol)
+        first = node not in self.behind
+        self.behind[node] = line
+        return ("warning", line) if first else None
 
 
 def mount_instruction(seq: int, *, job_id: str, user: str, role: str, target: str,

@@ -236,15 +236,32 @@ def qos_warning(method: str, qos: str, config: Mapping[str, str]) -> str | None:
             "qos to AccountingStorageEnforce")
 
 
+def guard_warning(method: str, priority: int, config: Mapping[str, str]) -> str | None:
+    """A priority lock-in its user can turn into a fixed place at the head of the queue:
+    without job_submit.lua's guard (JobSubmitPlugins lacks ``lua``) the owner of a
+    locked-in job may lower its priority by one (Slurm lets a user lower a job's
+    priority), and rsad's restore leaves a priority that is no longer the lock-in's alone.
+    rsad cannot read the plugin's own ``lockin_priority``: the operator guide says to set
+    it to rsad's value."""
+    plugins = {p.strip() for p in config.get("JobSubmitPlugins", "").split(",")}
+    if method != "priority" or "JobSubmitPlugins" not in config or \
+            plugins & {"lua", "job_submit/lua"}:
+        return None
+    return (f"JobSubmitPlugins={config['JobSubmitPlugins']} has no lua: without job_submit.lua's "
+            "lock-in guard a user can lower a locked-in job's priority to just below "
+            f"{priority} and keep it above every other job's: install slurm_plugins/"
+            f"job_submit.lua with lockin_priority = {priority} (docs/job_submit.md)")
+
+
 @dataclass
 class CliSlurm:
     """SlurmPort over squeue/scontrol."""
 
     bin_dir: Path = Path("/usr/bin")
     timeout: float = 30.0
-    lockin_method: str = "qos"
+    lockin_method: str = "priority"
     lockin_qos: str = "rsa-lockin"
-    lockin_priority: int = 1_000_000
+    lockin_priority: int = 4_294_967_000
     runner: Runner = field(default_factory=LocalRunner)
     env: Mapping[str, str] = field(default_factory=lambda: _slurm_env(os.environ))
 

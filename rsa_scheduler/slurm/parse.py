@@ -53,28 +53,44 @@ class QueueRow:
     account: str = ""  #: its Slurm account (limits per account)
 
 
+#: where a row starts: a line that opens with a job id and a state. A line of a multi-line
+#: admin_comment or Reason does not (rsad's own comment is JSON: its newlines are escaped).
+ROW_START = re.compile(r"\d+(?:_\d+)?(?:\+\d+)?\|[A-Z_]+\|")
+#: one whole row. Reason and admin_comment are free text: a site's other plugin may put a
+#: ``|`` or a newline in a job's Reason (a failed burst-buffer hook's message becomes it).
+#: Every field between them has a fixed shape, so the Reason is what lies between the
+#: State and the first ``|`` that is followed by fields of those shapes: text after the
+#: Reason (the comment, which a user's directives reach) can never move that split, and
+#: one odd Reason no longer fails the whole queue read.
+_ROW = re.compile(
+    r"(?P<id>\d+(?:_\d+)?(?:\+\d+)?)\|(?P<state>[A-Z_]+)\|(?P<reason>.*?)\|"
+    r"(?P<prio>\d+)\|(?P<nodes>\d+)\|(?P<user>[^|\n]*)\|(?P<partition>[^|\n]*)\|"
+    r"(?P<time_limit>[^|\n]*)\|(?P<account>[^|\n]*)\|(?P<submitted>[^|\n]*)\|"
+    r"(?P<restarts>\d+)\|(?P<comment>.*)", re.DOTALL)
+
+
 def parse_queue(text: str) -> list[QueueRow]:
     """Parse ``squeue -h -r -O QUEUE_FORMAT``.
 
-    A line that does not start a new job (an admin_comment containing a newline) is
-    joined to the previous row's comment.
+    A line that does not start a new job (:data:`ROW_START`: a line of a multi-line
+    admin_comment or Reason) belongs to the row before it.
     """
     rows: list[QueueRow] = []
-    pending: list[str] | None = None
+    pending: list[str] = []
+    start = 0
     for lineno, line in enumerate(text.split("\n"), 1):
         if not line:
             continue
-        parts = line.split("|", len(QUEUE_FIELDS) - 1)
-        if len(parts) == len(QUEUE_FIELDS) and _JOB_ID.match(parts[0]):
-            if pending is not None:
-                rows.append(_row(pending, lineno))
-            pending = parts
-        elif pending is not None:
-            pending[-1] += "\n" + line
+        if ROW_START.match(line):
+            if pending:
+                rows.append(_row("\n".join(pending), start))
+            pending, start = [line], lineno
+        elif pending:
+            pending.append(line)
         else:
             raise ParseError(f"squeue line {lineno}: unexpected {line[:80]!r}")
-    if pending is not None:
-        rows.append(_row(pending, 0))
+    if pending:
+        rows.append(_row("\n".join(pending), start))
     return rows
 
 
@@ -128,19 +144,21 @@ def merge_hetjobs(rows: list[QueueRow]) -> list[QueueRow]:
     return out
 
 
-def _row(parts: list[str], lineno: int) -> QueueRow:
-    (job_id, state, reason, prio, nodes, user, partition, time_limit, account, submitted,
-     restarts, comment) = parts
+def _row(text: str, lineno: int) -> QueueRow:
+    m = _ROW.fullmatch(text)
+    if m is None:
+        raise ParseError(f"squeue line {lineno}: not a row of {len(QUEUE_FIELDS)} fields: "
+                         f"{text[:80]!r}")
+    comment = m["comment"]
     if comment.endswith("|"):
         comment = comment[:-1]
-    try:
-        return QueueRow(job_id=job_id, state=state, reason=reason, priority=int(prio),
-                        num_nodes=int(nodes), user=user,
-                        admin_comment=None if comment in (NULL, "") else comment,
-                        partition=partition, time_limit=time_limit, submitted=submitted,
-                        restarts=int(restarts), account="" if account == NULL else account)
-    except ValueError as e:
-        raise ParseError(f"squeue line {lineno}: {e}") from e
+    account = m["account"]
+    return QueueRow(job_id=m["id"], state=m["state"], reason=m["reason"],
+                    priority=int(m["prio"]), num_nodes=int(m["nodes"]), user=m["user"],
+                    admin_comment=None if comment in (NULL, "") else comment,
+                    partition=m["partition"], time_limit=m["time_limit"],
+                    submitted=m["submitted"], restarts=int(m["restarts"]),
+                    account="" if account == NULL else account)
 
 
 #: ``squeue -h -t all -j JOB -O JOB_INFO_FORMAT``: one job's identity as Slurm keeps it.

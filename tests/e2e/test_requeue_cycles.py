@@ -89,8 +89,10 @@ fi
     if native:
         assert ended_with[1], "Slurm ended the job before its second run's output was " \
                               "on the PFS"
+    for n in (0, 1):  # each run wrote through a RAMDISK mounted over DATA_OUT
+        assert (res / f"outmnt.{n}").read_text().strip() == str(out), n
     reached = [e.get("to") for e in data["events"] if e["name"] == "rsa.transition"]
-    assert reached.count("output-verified") >= 1, reached
+    assert reached.count("output-verified") == 2, reached  # each run's own stage-out
 
 
 #: the host end of the PFS's veth (lab/rsalab/common.py PFS_VETH): it shapes writes to

@@ -194,8 +194,9 @@ def _priority_of(lab: Mapping[str, str], job: str) -> int:
 @pytest.mark.lockin
 def test_priority_locked_in_job_cannot_be_unlocked_by_its_user(
         lab: Mapping[str, str], jobs: Jobs, scripts: Path) -> None:
-    """Without accounting rsad locks in by priority; the lab sets job_submit.lua's
-    lockin_priority to rsad's slurm.lockin.priority, so the user cannot undo it either."""
+    """Without accounting rsad locks in by priority; job_submit.lua's default
+    lockin_priority is rsad's default slurm.lockin.priority (the lab's), so the user
+    cannot undo it either."""
     if lab.get("RSA_LAB_LOCKIN_METHOD", "qos") != "priority":
         pytest.skip("the lab locks in by QOS (accounting on): see the test above")
     from rsa_scheduler.slurm.cli import CliSlurm

@@ -343,8 +343,10 @@ def test_cancel_staging_racing_the_lock_in_still_restores_the_jobs_own_qos(
         assert hit, "no cancel landed while the lock-in ran (4 tries)"
 
 
-#: method priority's lock-in value in the accounting lab (rsad's default): above any job's
-#: priority there (priority/multifactor, PriorityWeightQOS 100000 + PriorityWeightAge 1000)
+#: method priority's lock-in value in the accounting lab (the default before issue 39; a
+#: value below rsad's default 4294967000 and job_submit.lua's, so the guard leaves it):
+#: above any job's priority there (priority/multifactor, PriorityWeightQOS 100000 +
+#: PriorityWeightAge 1000)
 MULTIFACTOR_LOCKIN_PRIORITY = 1_000_000
 
 

@@ -111,7 +111,7 @@ def make_node(root: Path, name: str = "rsa1") -> Iterator[ChrootHost]:
         ["unshare", "--pid", "--fork", "--mount", "--net", "--propagation", "private",
          "--", "sh", "-c", SETUP, "sh", str(root), DATA_ADDRESS, POOL, MOUNT_ROOT],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "REAPER": REAPER})
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "RSA_SANDBOX": "mfs4", "REAPER": REAPER})
     try:
         line = holder.stdout.readline() if holder.stdout else ""
         if line.strip() != "ready":

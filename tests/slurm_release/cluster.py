@@ -247,7 +247,7 @@ def holder(root: Path) -> Iterator[Cluster]:
          "private", "--", "sh", "-c", SETUP, "sh", str(root)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "REAPER": REAPER, "ADDRESS": ADDRESS,
-             "NAME": RELEASE.name})
+             "NAME": RELEASE.name, "RSA_SANDBOX": f"slurm{RELEASE.version}"})
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         if line.strip() != "ready":

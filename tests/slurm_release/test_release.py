@@ -71,7 +71,7 @@ def state(c: Cluster, job: str) -> str:
                  check=False).stdout.strip()
 
 
-def wait_state(c: Cluster, job: str, *wanted: str, timeout: float = 30) -> None:
+def wait_state(c: Cluster, job: str, *wanted: str, timeout: float = 90) -> None:
     c.wait(f"job {job} {'/'.join(wanted)}", lambda: state(c, job) in wanted, timeout)
 
 

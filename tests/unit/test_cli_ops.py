@@ -113,6 +113,19 @@ def test_release_picks_the_command_for_the_state(monkeypatch: pytest.MonkeyPatch
     assert rec.calls[-1] == ("POST", "/v1/jobs/7/command", {"command": command})
 
 
+@pytest.mark.parametrize("state", ["mounted-input", "reset-failed", "mounting-input"])
+def test_release_of_a_running_job_says_it_runs_and_sends_nothing(
+        monkeypatch: pytest.MonkeyPatch, state: str) -> None:
+    """A job running on its RAMDISK (an #RSA_INPUT=rw job's busy reset too) holds its
+    RSA nodes: release said "holds no RSA resources to release", which was untrue."""
+    rec = Recorder(job_state=state)
+    monkeypatch.setattr(ApiClient, "request", rec.request)
+    res = cli_runner().invoke(cli, ["release", "7", "--yes"])
+    assert res.exit_code != 0 and "runs on its RAMDISK" in res.output
+    assert "no RSA resources" not in res.output and "scancel 7" in res.output
+    assert not any(c[1].endswith("/command") for c in rec.calls)
+
+
 class ResetDouble:
     """rsad for ``rsa input-done``: the job's states as successive GETs see them."""
 

@@ -83,7 +83,7 @@ def test_defaults_alone_load_with_an_empty_pool() -> None:
     assert cfg.daemon.db_path == Path("/var/lib/rsa/rsa.db")
     assert cfg.daemon.poll_interval == 5.0
     assert cfg.daemon.api.listen is None
-    assert cfg.slurm.lockin.method is LockinMethod.QOS
+    assert cfg.slurm.lockin.method is LockinMethod.PRIORITY
     assert cfg.allocation == AllocationPolicy()
     assert cfg.filesystem.backend == {Tier.RAM: "moosefs", Tier.SSD: "moosefs"}
     assert cfg.ssh.command_timeout == 300.0
@@ -867,6 +867,9 @@ def test_the_shipped_example_and_its_beeond_block_are_valid() -> None:
     text = (REPO / "examples" / "rsa.yaml").read_text(encoding="utf-8")
     cfg = load_config_text(text, file="examples/rsa.yaml")
     assert cfg.filesystem.backend[Tier.RAM] == "moosefs"
+    # as shipped (/etc/rsa/rsa.yaml), a locked-in job runs under its own QOS (issue 39)
+    assert cfg.slurm.lockin.method is LockinMethod.PRIORITY
+    assert cfg.slurm.lockin.priority == 4_294_967_000  # = job_submit.lua's lockin_priority
     start = text.index("# >>> beeond\n") + len("# >>> beeond\n")
     block = text[start:text.index("# <<< beeond")]
     assert block and all(line.startswith("#") for line in block.splitlines())

@@ -12,8 +12,12 @@ from pathlib import Path
 import pytest
 
 from rsa_scheduler.contain import (
+    REAPED_BEFORE,
+    TOMBS,
     check_scope,
+    contain_argv,
     fence_argv,
+    issued_now,
     kill_leaf_argv,
     parse_fenced,
     parse_reaped,
@@ -58,15 +62,17 @@ def test_a_scope_that_is_not_a_job_id_is_refused(scope: str) -> None:
 @pytest.mark.parametrize("scope", ["123", "123_4", "123+1", "abc.1"])
 def test_job_ids_are_scopes(scope: str) -> None:
     assert check_scope(scope) == scope
-    assert reap_argv(scope)[-1] == scope and kill_leaf_argv(scope, 7)[-2:] == [scope, "7"]
+    assert reap_argv(scope, 5)[-2:] == [scope, "5"]
+    assert kill_leaf_argv(scope, 7)[-2:] == [scope, "7"]
 
 
 def test_a_scoped_remote_command_joins_the_cgroup_before_dropping_to_the_user() -> None:
     ident = Identity("alice", 1000, 1000, (1000, 20), "/home/alice", scope="42")
-    argv = remote_argv(["true"], as_user=ident)
+    argv = remote_argv(["true"], as_user=ident, issued=7)
     assert argv[:4] == ["setsid", "-w", "sh", "-c"] and "rsa.jobs" in argv[4]
-    assert argv[5:8] == ["077", "42", str(1 << 30)]  # umask, job, its private tmpfs
-    assert argv[8:12] == ["setpriv", "--reuid=1000", "--regid=1000", "--groups=1000,20"]
+    # umask, job, its private tmpfs, when rsad issued it (a later REAP keeps it from running)
+    assert argv[5:9] == ["077", "42", str(1 << 30), "7"]
+    assert argv[9:13] == ["setpriv", "--reuid=1000", "--regid=1000", "--groups=1000,20"]
     assert "RSA_SCOPE=42" in argv
     plain = remote_argv(["true"], as_user=replace(ident, scope=""))
     assert "rsa.jobs" not in plain[4] and "RSA_SCOPE=42" not in plain
@@ -123,7 +129,8 @@ def test_a_daemon_a_command_leaves_behind_is_killed_when_it_ends() -> None:
     assert uid == "65534" and done.argv[:2] == ("sh", "-c")  # ran as the user, argv shown
     assert _wait_gone(int(pid_s)), "the setsid daemon outlived its command"
     assert CG is not None and not list((CG / "rsa.jobs" / SCOPE).glob("p*"))
-    assert host.run(reap_argv(SCOPE), timeout=20).stdout.startswith("RSA-REAPED 0 cgroup")
+    reaped = host.run(reap_argv(SCOPE, issued_now()), timeout=20).stdout
+    assert reaped.startswith("RSA-REAPED 0 cgroup")
 
 
 @needs_cgroup
@@ -133,7 +140,7 @@ def test_exit_status_and_errors_are_the_commands_own() -> None:
                     check=False).returncode == 3
     with pytest.raises(CommandError, match=r"^false: exit 1"):
         host.run(["false"], timeout=20, as_user=USER)
-    host.run(reap_argv(SCOPE), timeout=20)
+    host.run(reap_argv(SCOPE, issued_now()), timeout=20)
 
 
 @needs_cgroup
@@ -145,7 +152,7 @@ def test_reap_kills_what_a_killed_command_left_in_the_jobs_cgroup() -> None:
                              "sleep", "3002"], start_new_session=True)
     try:
         (leaf / "cgroup.procs").write_text(str(proc.pid))
-        done = LocalHost().run(reap_argv(SCOPE), timeout=30)
+        done = LocalHost().run(reap_argv(SCOPE, issued_now()), timeout=30)
         assert parse_reaped(done.stdout) == (1, "cgroup", 0)
         assert proc.wait(5) == -9
         assert not (CG / "rsa.jobs" / SCOPE).exists()
@@ -166,7 +173,7 @@ def test_without_a_cgroup_reap_kills_the_tagged_processes_of_users_only() -> Non
     try:
         _wait_running_as(user.pid, 65534, "sleep")
         _wait_running_as(mine.pid, 0, "sleep")
-        done = LocalHost().run(reap_argv(scope), timeout=60)
+        done = LocalHost().run(reap_argv(scope, issued_now()), timeout=60)
         assert parse_reaped(done.stdout) == (1, "environment", 0)
         assert user.wait(5) == -9
         assert mine.poll() is None  # root's own processes are never signalled
@@ -202,8 +209,14 @@ def test_fence_kills_every_leftover_command_of_every_job_and_keeps_root_processe
         for p in procs:
             _wait_running_as(p.pid, 65534, "sleep")
         _wait_running_as(root_tagged.pid, 0, "sleep")
-        done = LocalHost().run(fence_argv(), timeout=60)
+        before = issued_now()
+        done = LocalHost().run(fence_argv(issued_now()), timeout=60)
         assert parse_fenced(done.stdout) == 3
+        # a command an earlier rsad issued before the fence never runs after it
+        late = LocalHost().run(contain_argv(SCOPE, "077", _as_nobody("echo RAN"),
+                                            issued=before), timeout=20, check=False)
+        assert late.returncode == 125 and "RAN" not in late.stdout, late
+        assert ".all" in late.stderr
         assert [p.wait(5) for p in procs] == [-9, -9, -9]
         assert root_tagged.poll() is None
         assert not any(leaf.exists() for leaf in leaves)
@@ -259,7 +272,7 @@ def test_what_a_command_writes_in_tmp_var_tmp_and_dev_shm_is_its_own_and_goes_wi
             (d / tag).unlink(missing_ok=True)
         for shmid in _shm_ids() - before:  # only what this test's command made
             subprocess.run(["ipcrm", "-m", shmid], check=False)
-        LocalHost().run(reap_argv(SCOPE), timeout=20, check=False)
+        LocalHost().run(reap_argv(SCOPE, issued_now()), timeout=20, check=False)
 
 
 @needs_root
@@ -274,7 +287,7 @@ def test_a_command_cannot_fill_the_nodes_memory_through_its_private_tmp() -> Non
         for path in (Path("/dev/shm/big"), Path("/var/tmp/big")):
             if path.exists() and path.stat().st_uid == 65534:
                 path.unlink()
-        LocalHost().run(reap_argv(SCOPE), timeout=20, check=False)
+        LocalHost().run(reap_argv(SCOPE, issued_now()), timeout=20, check=False)
 
 
 def test_the_private_set_up_is_roots_and_happens_before_the_switch_to_the_user() -> None:
@@ -296,4 +309,63 @@ def test_the_private_tmpfs_has_the_configured_size() -> None:
     done = LocalHost().run(["df", "-B1", "--output=size", "/tmp", "/var/tmp", "/dev/shm"],
                            timeout=30, as_user=replace(USER, private_tmp=16 << 20))
     assert done.stdout.split()[1:] == [str(16 << 20)] * 3
-    LocalHost().run(reap_argv(SCOPE), timeout=20, check=False)
+    LocalHost().run(reap_argv(SCOPE, issued_now()), timeout=20, check=False)
+
+
+def _as_nobody(script: str) -> list[str]:
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", script]
+
+
+@needs_cgroup
+def test_a_command_issued_before_its_jobs_reap_never_runs_and_a_later_one_does() -> None:
+    """A command still in CONTAIN's root prelude when its job was reaped (before it made
+    the job's cgroup, or while still root's, which the fallback spares) ran the user's
+    command after the reap, beside the retry (a copy of a lost staging worker). REAP
+    leaves a tombstone with rsad's time; a command issued before it stops before it runs
+    anything as the user, one issued after runs."""
+    scope = f"8{os.getpid()}"
+    host = LocalHost()
+    try:
+        before = issued_now()
+        host.run(reap_argv(scope, issued_now()), timeout=20)
+        late = host.run(contain_argv(scope, "077", _as_nobody("echo RAN"), issued=before),
+                        timeout=20, check=False)
+        assert late.returncode == 125 and "RAN" not in late.stdout
+        assert REAPED_BEFORE in late.stderr and f"job {scope}" in late.stderr
+        assert CG is not None and not list((CG / "rsa.jobs" / scope).glob("p*"))  # no leaf
+        retry = host.run(contain_argv(scope, "077", _as_nobody("echo RAN"),
+                                      issued=issued_now()), timeout=20)
+        assert "RAN" in retry.stdout
+    finally:
+        host.run(reap_argv(scope, issued_now()), timeout=20, check=False)
+        Path(TOMBS, scope).unlink(missing_ok=True)
+
+
+@needs_cgroup
+def test_a_command_that_joined_the_cgroup_before_the_reap_is_killed_by_it() -> None:
+    """The other order: the command's prelude read no tombstone and it runs in the job's
+    cgroup: the REAP that writes the tombstone after it kills it there."""
+    scope = f"7{os.getpid()}"
+    host = LocalHost()
+    proc = subprocess.Popen(contain_argv(scope, "077", _as_nobody("exec sleep 3003"),
+                                         issued=issued_now()), start_new_session=True)
+    try:
+        assert CG is not None
+        _wait_cgroup_pid(CG / "rsa.jobs" / scope)
+        done = host.run(reap_argv(scope, issued_now()), timeout=30)
+        assert parse_reaped(done.stdout)[0] >= 1
+        assert proc.wait(10) != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        Path(TOMBS, scope).unlink(missing_ok=True)
+
+
+def _wait_cgroup_pid(job_cg: Path, timeout: float = 20.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if any(p.read_text().strip() for p in job_cg.glob("p*/cgroup.procs")):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"no process in {job_cg} after {timeout}s")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -349,6 +350,25 @@ def test_incremental_cycle_matches_the_full_parse(tmp_path: Path) -> None:
     assert results[0] == results[1]
     assert results[1]["8"] == ("finished", "released")
     assert results[1]["7"][0] == "running"
+
+
+def test_a_reason_with_a_bar_and_a_newline_is_read_like_any_other(tmp_path: Path) -> None:
+    """A site plugin's Reason with a ``|`` and a newline (a failed hook's message) made
+    every incremental read fail, leaving rsad blind for the whole cluster; now that job
+    is read whole and every other job as before, as the full parse reads them."""
+    results = []
+    for cls in (ScriptedSlurm, TextSlurm):
+        slurm = cls()
+        d = make_daemon(tmp_path / cls.__name__, slurm, [])
+        slurm.set("7", "PENDING", "Resources")
+        slurm.set("9", "PENDING", "other_bb: a|b failed\nsee the log")
+        d.poll()
+        settle(d)
+        results.append({j: (r.job_state.value if r.job_state else None, r.rsa_state.value)
+                        for j, r in d.sched.records.items()})
+        d.shutdown()
+    assert results[0] == results[1]
+    assert set(results[1]) == {"7", "9"} and results[1]["7"][0] == "on-deck"
 
 
 class ScriptSlurm(ScriptedSlurm):
@@ -2101,6 +2121,43 @@ def test_the_verified_mail_goes_out_though_slurm_forgot_the_job_during_its_stage
     assert mails and mails[0][-1] == "alice@example.org" and "verified" in mails[0][2]
     assert [e for e in d.store.events("7") if e.name == "action.milestone"
             and "mail" in (e.context.get("detail") or {})]
+
+
+def test_a_compute_node_whose_hooks_are_older_than_rsad_is_said_once_and_shown(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A rolling upgrade: c2's node package (or a job's agent started before c2's
+    upgrade) names no hook protocol. rsad logs one line naming the node, the job and the
+    fix, rsa status shows it to operators (not to users: it names jobs) until c2 speaks
+    rsad's protocol; the old node's requests are served as before."""
+    from rsa_scheduler.daemon.nodeside import NodeSide
+    from rsa_scheduler.node.plan import PROTOCOL
+
+    slurm = ScriptedSlurm()
+    reg = with_slurm(instant_registry([]), slurm)
+    NodeSide(backend_for=lambda _ctx: (None, None)).register(reg)  # type: ignore[arg-type,return-value]
+    d = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm,
+               store=Store.open(tmp_path / "rsa.db", durability="normal"), registry=reg,
+               workers=2, poll_interval=0)
+    d.start()
+    old = {"job_id": "7", "node": "c2", "nodes": "c2", "user": "alice"}
+    with caplog.at_level(logging.INFO, logger="rsa_scheduler.daemon.api"), \
+            serving(d) as routes:
+        for _ in range(2):
+            assert routes.dispatch(ROOT, "POST", "/v1/hooks/prolog", old)["do"] == "nothing"
+        routes.dispatch(ROOT, "POST", "/v1/hooks/prolog", {**old, "node": "c1",
+                                                            "protocol": PROTOCOL})
+        said = [r for r in caplog.records if "hook protocol" in r.getMessage()]
+        assert [r.levelno for r in said] == [logging.WARNING]
+        assert said[0].getMessage().startswith(
+            f"c2: the Prolog of job 7 speaks hook protocol 1, rsad {PROTOCOL}: its "
+            "rsa-scheduler package is older than rsad's; upgrade it on c2")
+        shown = routes.dispatch(ROOT, "GET", "/v1/status", None)["hooks_behind"]
+        assert shown == {"c2": said[0].getMessage()}
+        assert routes.dispatch(ALICE, "GET", "/v1/status", None)["hooks_behind"] == {}
+        routes.dispatch(ROOT, "POST", "/v1/hooks/epilog", {**old, "protocol": PROTOCOL})
+        assert routes.dispatch(ROOT, "GET", "/v1/status", None)["hooks_behind"] == {}
+    caught_up = [r.getMessage() for r in caplog.records if "now (the Epilog" in r.getMessage()]
+    assert caught_up == ["c2: its node hooks speak hook protocol 2 now (the Epilog of job 7)"]
 
 
 def test_an_epilog_that_left_a_mount_is_on_the_jobs_timeline_and_alerted(

@@ -23,7 +23,7 @@ import psutil
 import pytest
 from prometheus_client import generate_latest
 
-from rsa_scheduler.contain import parse_reaped, reap_argv
+from rsa_scheduler.contain import issued_now, parse_reaped, reap_argv
 from rsa_scheduler.daemon.engines import (
     EnginePool,
     EngineWorker,
@@ -181,7 +181,7 @@ def test_a_worker_killed_mid_call_fails_the_call_and_is_replaced(
     eng.prepare_root(str(area / "ram"))
 
     def kill_left() -> str:  # what DataPath.kill_left does on the job's nodes
-        done = LocalHost().run(reap_argv("77"), timeout=60)
+        done = LocalHost().run(reap_argv("77", issued_now()), timeout=60)
         return f"killed {parse_reaped(done.stdout)[0]}"
 
     def kill_worker() -> None:

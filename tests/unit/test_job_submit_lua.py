@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rsa_scheduler.config import load_defaults
 from rsa_scheduler.core.dependency import read_dep_mark
 from rsa_scheduler.core.directives import (
     MAX_LINE,
@@ -315,10 +316,29 @@ def test_lockin_qos_is_configurable(lua: str) -> None:
 
 def test_priority_mode_lockin(lua: str) -> None:
     job = {"job__qos": "nil", "job__priority": 1_000_000, "desc__nice": NICE_OFFSET + 1}
-    assert run_modify(lua, USER, **job).rc == 0  # off by default
+    assert run_modify(lua, USER, **job).rc == 0  # below the default lockin_priority
     assert run_modify(lua, USER, config__lockin_priority=1_000_000, **job).rc == ACCESS_DENIED
     job["job__priority"] = 999_999
     assert run_modify(lua, USER, config__lockin_priority=1_000_000, **job).rc == 0
+    assert run_modify(lua, USER, config__lockin_priority="nil", **{  # nil: off
+        **job, "job__priority": 4_294_967_000}).rc == 0
+
+
+def test_the_default_guards_rsads_default_priority_lock_in(lua: str) -> None:
+    """rsad locks in by priority by default (slurm.lockin.priority): the plugin's default
+    lockin_priority is that value, so a stock install refuses the owner of a locked-in job
+    lowering its priority to just below the lock-in's (Slurm lets users lower a job's
+    priority; rsad's restore leaves a priority no longer the lock-in's alone: a fixed
+    place above every other job) or changing its nice."""
+    lockin = load_defaults().slurm.lockin.priority
+    job = {"job__qos": "normal", "job__priority": lockin}
+    for change in ({"desc__priority": lockin - 1}, {"desc__nice": NICE_OFFSET + 1}):
+        got = run_modify(lua, USER, **job, **change)
+        assert got.rc == ACCESS_DENIED, change
+    assert run_modify(lua, 0, **job, desc__priority=1234).rc == 0  # rsad's restore
+    assert run_modify(lua, USER, job__qos="normal", job__priority=lockin - 1,
+                      desc__priority=5).rc == 0  # its own priority back: the user's again
+    assert f"lockin_priority = {lockin}," in PLUGIN.read_text()
 
 
 def _code(path: Path) -> str:

@@ -6,15 +6,17 @@ unlock executors (daemon/wiring.py) with a recording milestone.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from rsa_scheduler.config import load_defaults
 from rsa_scheduler.core.actions import ActionKind, Result
 from rsa_scheduler.daemon.executors import ActionContext, Registry
-from rsa_scheduler.daemon.wiring import slurm_executors
+from rsa_scheduler.daemon.wiring import make_slurm, slurm_executors
 from rsa_scheduler.hosts import CancelToken
 from rsa_scheduler.runner import CommandError, Completed, Identity
 from rsa_scheduler.slurm.cli import CliSlurm
@@ -189,3 +191,43 @@ def test_the_unlock_executor_restores_the_recorded_original() -> None:
     fake.view = LockView("GONE", "", 0)
     out, _ = run(reg, ActionKind.UNLOCK, {"lock_orig": {"cycle": "1", "value": "normal"}})
     assert out.result is Result.REFUSED
+
+
+def test_the_default_lock_in_is_restored_after_an_rsad_kill_between_lock_in_and_start(
+) -> None:
+    """rsad as shipped (its defaults: method priority) SIGKILLed at each point between the
+    lock-in and the job's start: the restarted rsad re-issues the lock-in with the record
+    (never the lock-in's own priority as the job's), and the restore at the start gives
+    the job its own priority back (tests/integration/test_lockin_ends.py runs it on the
+    lab's Slurm)."""
+    fake = FakeSlurm(prio=1234)
+    cfg = load_defaults()
+    shipped = make_slurm(cfg)
+    assert isinstance(shipped, CliSlurm)  # slurm.backend cli, the default
+    slurm = dataclasses.replace(shipped, runner=fake, bin_dir=Path("/b"))
+    lockin = cfg.slurm.lockin.priority
+    reg = Registry()
+    slurm_executors(reg, slurm)
+    out, milestones = run(reg, ActionKind.LOCK_IN, {})
+    assert out.result is Result.OK
+    assert milestones == [{"lock_orig": {"cycle": "1", "value": "1234"}}]
+    assert fake.view == LockView("PENDING", "normal", lockin)
+    record = milestones[0]
+    # killed after the lock-in: the restart re-issues it; Slurm shows the lock-in's value
+    out, milestones = run(reg, ActionKind.LOCK_IN, record)
+    assert (out.result, milestones, out.detail["lock_orig"]["value"]) == (
+        Result.OK, [], "1234")
+    # killed after the record, before Slurm's update: the same
+    fake.view = LockView("PENDING", "normal", 1234)
+    out, milestones = run(reg, ActionKind.LOCK_IN, record)
+    assert (out.result, milestones, fake.view.priority) == (Result.OK, [], lockin)
+    # no record and Slurm shows the lock-in's value: refused, never recorded as its own
+    out, milestones = run(reg, ActionKind.LOCK_IN, {}, cycle=2)
+    assert out.result is Result.FAILED and milestones == []
+    assert "no record of its own" in out.message
+    # the job starts: its own priority back, by an update (never a hold or release)
+    fake.view = LockView("RUNNING", "normal", lockin)
+    out, _ = run(reg, ActionKind.UNLOCK, record)
+    assert out.result is Result.OK and out.message == "priority 1234 restored"
+    assert fake.view == LockView("RUNNING", "normal", 1234)
+    assert not [w for w in fake.writes() if w.startswith(("hold", "release"))]

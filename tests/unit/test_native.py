@@ -344,6 +344,42 @@ def native_daemon(tmp_path: Path, slurm: ScriptedSlurm, seen: list[str], clock: 
     return d
 
 
+def test_data_out_says_what_the_verification_checked_also_after_a_restart(
+        tmp_path: Path) -> None:
+    """Issue 37 item 5: data_out's "done" said "output staged out and verified" whatever
+    was checked; a POSTPROCESS job's output is checked by its exit status only, and the
+    answer says so, as `rsa job` does (from the log, and from a snapshot)."""
+    told = "exit status only: your POSTPROCESS exited 0 (what it wrote is not checked)"
+    slurm, seen, clock = ScriptedSlurm(), list[str](), Clock()
+    d = native_daemon(tmp_path, slurm, seen, clock)
+    d.registry.register(ActionKind.VERIFY, lambda ctx: {"summary": told})
+    spec = DirectiveSpec(data_out="/pfs/out", postprocess=("/pfs/post.sh",))
+    slurm.set("9", "PENDING", "BurstBufferResources", spec=spec)
+    d.bb("setup", "9", {})
+    d.poll()
+    settle(d)
+    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "9"})
+    settle(d)
+    d.submit("hook", {"hook": "epilog_slurmctld", "job_id": "9", "exit_code": "0"})
+    settle(d)
+    slurm.set("9", "STAGE_OUT", "None", spec=spec)
+    d.poll()
+    settle(d)
+    answer = d.bb("data_out", "9", {})
+    assert answer["status"] == "done"
+    assert answer["message"] == f"stage-out finished: {told}", answer
+    assert d.native is not None
+    snapshot = d.native.to_json()
+    d.shutdown()
+    d.store.close()
+    d2 = native_daemon(tmp_path, slurm, seen, clock)  # slurmctld re-runs data_out
+    assert d2.bb("data_out", "9", {})["message"] == f"stage-out finished: {told}"
+    again = NativeDriver(tmp_path / "bb-pools.json", grace=60.0)
+    again.load(snapshot)
+    assert answer_data_out(d2.sched.records["9"], again.jobs["9"]).message == \
+        f"stage-out finished: {told}"
+
+
 def test_a_job_is_staged_only_after_slurm_sets_it_up_and_is_never_demoted_meanwhile(
         tmp_path: Path) -> None:
     slurm, seen, clock = ScriptedSlurm(), list[str](), Clock()

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, cast
 import pytest
 
 from rsa_scheduler.node import hooks
-from rsa_scheduler.node.plan import MOUNTPOINT
+from rsa_scheduler.node.plan import MOUNTPOINT, PROTOCOL
 
 
 class FakeClient:
@@ -65,8 +65,9 @@ def test_nothing_to_do_makes_no_directory_and_starts_no_agent(
         tmp_path: Path, fake: type[FakeClient]) -> None:
     assert hooks.prolog(env(tmp_path)) == 0
     assert [p for p, _ in fake.posts] == ["/v1/hooks/prolog"]
+    # the hook protocol it speaks: rsad tells an operator of nodes older than itself
     assert fake.posts[0][1] == {"job_id": "42", "node": "c1", "nodes": "c[1-2]",
-                                "user": "alice"}
+                                "user": "alice", "protocol": PROTOCOL}
     assert not (tmp_path / "n").exists()
 
 
@@ -134,6 +135,7 @@ def test_epilog_releases_and_reports(tmp_path: Path, fake: type[FakeClient]) -> 
     (d / "mounts.json").write_text('{"mounts": []}')
     assert hooks.epilog(env(tmp_path)) == 0
     assert fake.posts[-1][0] == "/v1/hooks/epilog" and fake.posts[-1][1]["ok"] is True
+    assert fake.posts[-1][1]["protocol"] == PROTOCOL
     assert not d.exists()
 
 

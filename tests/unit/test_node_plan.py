@@ -6,8 +6,11 @@ import pytest
 
 from rsa_scheduler.node.plan import (
     MOUNTPOINT,
+    PROTOCOL,
+    HookProtocols,
     aggregate,
     mount_instruction,
+    protocol_of,
     release_instruction,
     substitute,
 )
@@ -63,3 +66,28 @@ def test_busy_when_a_node_cannot_release_and_none_failed() -> None:
         "c2": {"seq": 4, "ok": False, "busy": True, "message": "in use"}}
     v = aggregate(["c1", "c2"], reports, 4)
     assert v.state == "busy" and "c2: in use" in v.message
+
+
+def test_a_request_naming_no_hook_protocol_is_of_protocol_1() -> None:
+    assert protocol_of({"job_id": "7"}) == 1  # every package before the field
+    assert protocol_of({"protocol": PROTOCOL}) == PROTOCOL
+    assert protocol_of({"protocol": "x"}) == 1 and protocol_of({"protocol": None}) == 1
+
+
+def test_a_node_behind_is_said_once_shown_until_it_speaks_ours() -> None:
+    seen = HookProtocols()
+    assert seen.heard("c1", "prolog", "5", PROTOCOL) is None  # up to date: nothing to say
+    level, line = seen.heard("c2", "agent", "7", 1) or ("", "")
+    assert level == "warning"
+    assert line.startswith(f"c2: the node agent of job 7 speaks hook protocol 1, rsad "
+                           f"{PROTOCOL}: its rsa-scheduler package is older than rsad's; "
+                           "upgrade it on c2")
+    assert "compute nodes first, rsad last" in line and "guard" in line
+    # the agent polls again: said once, shown as long as it is old
+    assert seen.heard("c2", "agent", "7", 1) is None
+    assert seen.heard("c2", "mounted", "7", 1) is None
+    assert list(seen.behind) == ["c2"] and "mount report of job 7" in seen.behind["c2"]
+    assert seen.heard("c2", "epilog", "7", PROTOCOL) == (
+        "info", "c2: its node hooks speak hook protocol 2 now (the Epilog of job 7)")
+    assert seen.behind == {}
+    assert seen.heard("c2", "prolog", "8", PROTOCOL) is None

@@ -118,12 +118,12 @@ def test_rsad_reads_the_queue_through_pyslurm_and_writes_through_scontrol(
         d.poll()
         settle(d)
         assert fake.loads == 2 and d.sched.records["7"].job_state is JobState.RUNNING
-        # the lock-in reads the job's own QOS (squeue -j 7) and sets the lock-in QOS; the
-        # queue itself is never read with squeue
+        # the lock-in reads the job's own priority (squeue -j 7) and sets the lock-in
+        # priority (the default method); the queue itself is never read with squeue
         queue_reads = [a for a in runner.argv if a[0].endswith("squeue") and "-j" not in a]
         assert queue_reads == []
         assert {a[0] for a in runner.argv} == {"/opt/slurm/bin/squeue",
                                                "/opt/slurm/bin/scontrol"}
-        assert any("qos=rsa-lockin" in a for a in runner.argv)
+        assert any(f"priority={slurm.cli.lockin_priority}" in a for a in runner.argv)
     finally:
         d.shutdown()

@@ -19,6 +19,7 @@ from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.core.states import RsaState
 from rsa_scheduler.daemon.dispatch import QUARANTINE_REMIND
 from rsa_scheduler.daemon.views import status_for_user, status_view
+from rsa_scheduler.node.plan import HookProtocols
 from tests.clirunner import cli_runner
 from tests.unit.corekit import GIB, make_pool, make_spec
 from tests.unit.test_daemon import ScriptedSlurm, make_daemon
@@ -34,7 +35,8 @@ def _quarantined(sched: Scheduler, job: str, nodes: str, since: float) -> JobRec
 
 def _viewed(sched: Scheduler) -> Any:
     return SimpleNamespace(sched=sched, progress={}, facts={}, node_notes={}, running={},
-                           alerts=[], slurm_ok=True, last_cycle_seconds=0.01)
+                           alerts=[], slurm_ok=True, last_cycle_seconds=0.01,
+                           hook_protocols=HookProtocols())
 
 
 def test_status_shows_each_quarantined_job_its_age_and_what_it_holds(

@@ -1,5 +1,6 @@
 """rsad's start-up check of the lock-in method against ``scontrol show config``, on output
-captured from the lab's real Slurm 22.05 (accounting on and off)."""
+captured from the lab's real Slurm 22.05 (accounting on and off) and from 24.11 and 26.05
+(tests/data/slurm/24.11, 26.05)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from rsa_scheduler.config import LockinMethod, load_defaults
 from rsa_scheduler.slurm.cli import (
     BASIC_TOP_PRIORITY,
     MAX_PRIORITY,
+    CliSlurm,
+    guard_warning,
     lockin_problem,
     multifactor_top,
     parse_show_config,
@@ -23,6 +27,10 @@ pytestmark = pytest.mark.unit
 DATA = Path(__file__).parent.parent / "data" / "slurm"
 NOACCT = (DATA / "scontrol_show_config_noacct.txt").read_text()
 ACCT = (DATA / "scontrol_show_config.txt").read_text()
+#: every captured ``scontrol show config``: 22.05 stock (priority/basic, no accounting,
+#: as Debian 12's slurm.conf leaves it) and with slurmdbd (priority/multifactor), the same
+#: on 24.11 and 26.05
+CAPTURES = sorted(DATA.glob("**/scontrol_show_config*.txt"))
 
 
 def _with(text: str, key: str, value: str) -> dict[str, str]:
@@ -84,7 +92,8 @@ def test_qos_not_enforced_is_a_warning_not_a_refusal() -> None:
 
 def test_priority_under_priority_basic_must_beat_ordinary_jobs() -> None:
     config = parse_show_config(NOACCT)
-    # the default 1000000 would be a demotion: basic counts down from 0xffff0000
+    # 1000000 (the default before issue 39) would be a demotion: basic counts down from
+    # 0xffff0000
     problem = lockin_problem("priority", 1_000_000, config)
     assert problem and f"between {BASIC_TOP_PRIORITY} and {MAX_PRIORITY}" in problem
     assert lockin_problem("priority", BASIC_TOP_PRIORITY, config) is None
@@ -132,3 +141,69 @@ def test_multifactor_without_a_bound_is_not_refused() -> None:
 def test_none_and_unknown_output_pass() -> None:
     assert lockin_problem("none", 1, parse_show_config(NOACCT)) is None
     assert lockin_problem("qos", 1, {}) is None
+
+
+def test_the_default_lockin_is_by_priority_and_keeps_the_jobs_own_qos() -> None:
+    """Issue 39: a job's own QOS must be its own when it runs; Slurm changes no running
+    job's QOS, so only method priority gives that (docs/operator-guide.md)."""
+    lockin = load_defaults().slurm.lockin
+    assert lockin.method is LockinMethod.PRIORITY
+    assert (CliSlurm().lockin_method, CliSlurm().lockin_priority) == (
+        lockin.method.value, lockin.priority)
+
+
+@pytest.mark.parametrize("capture", CAPTURES, ids=lambda p: str(p.relative_to(DATA)))
+def test_the_default_lockin_passes_rsads_start_up_check_on_every_captured_slurm(
+        capture: Path) -> None:
+    """rsad starts with its defaults on a stock Slurm: priority/basic (22.05's default,
+    ordinary jobs up to 0xffff0000 - 1) and priority/multifactor, 22.05 to 26.05."""
+    lockin = load_defaults().slurm.lockin
+    config = parse_show_config(capture.read_text())
+    assert config["PriorityType"] in ("priority/basic", "priority/multifactor")
+    assert lockin_problem(lockin.method.value, lockin.priority, config) is None
+    assert guard_warning(lockin.method.value, lockin.priority, config) is None
+    assert BASIC_TOP_PRIORITY <= lockin.priority <= MAX_PRIORITY
+
+
+@pytest.mark.parametrize("weights", [
+    # Slurm's documentation's example (slurm.conf, "PriorityWeight*")
+    {"PriorityWeightAge": "1000", "PriorityWeightFairShare": "10000",
+     "PriorityWeightJobSize": "1000", "PriorityWeightPartition": "1000",
+     "PriorityWeightQOS": "0"},
+    # a site weighing everything heavily, TRES included
+    {"PriorityWeightAge": "100000", "PriorityWeightAssoc": "100000",
+     "PriorityWeightFairShare": "10000000", "PriorityWeightJobSize": "100000",
+     "PriorityWeightPartition": "1000000", "PriorityWeightQOS": "1000000",
+     "PriorityWeightTRES": "CPU=1000,Mem=2000,GRES/gpu=100000"},
+])
+def test_the_default_lock_in_priority_is_above_typical_multifactor_weights(
+        weights: dict[str, str]) -> None:
+    text = ACCT
+    for key, value in weights.items():
+        text = re.sub(rf"^{key}\s*=.*$", f"{key} = {value}", text, count=1, flags=re.M)
+    config = parse_show_config(text)
+    top = multifactor_top(config)
+    assert top is not None and top == sum(float(v) for k, v in weights.items()
+                                          if k != "PriorityWeightTRES") + sum(
+        float(w.split("=")[1]) for w in weights.get("PriorityWeightTRES", "").split(",") if w)
+    priority = load_defaults().slurm.lockin.priority
+    assert priority > top
+    assert lockin_problem("priority", priority, config) is None
+
+
+def test_a_priority_lock_in_without_job_submit_lua_is_a_warning() -> None:
+    """Without job_submit.lua's guard a user may lower a locked-in job's priority by one
+    (Slurm lets users lower their jobs' priority) and keep it above everyone's."""
+    for plugins in ("(null)", "pbs", "require_timelimit"):
+        config = _with(NOACCT, "JobSubmitPlugins", plugins)
+        assert lockin_problem("priority", 4_294_967_000, config) is None
+        warning = guard_warning("priority", 4_294_967_000, config)
+        assert warning == (
+            f"JobSubmitPlugins={plugins} has no lua: without job_submit.lua's lock-in "
+            "guard a user can lower a locked-in job's priority to just below 4294967000 "
+            "and keep it above every other job's: install slurm_plugins/job_submit.lua "
+            "with lockin_priority = 4294967000 (docs/job_submit.md)"), plugins
+        assert guard_warning("qos", 4_294_967_000, config) is None
+    for plugins in ("lua", "pbs,lua", "job_submit/lua"):
+        assert guard_warning("priority", 1, _with(NOACCT, "JobSubmitPlugins", plugins)) is None
+    assert guard_warning("priority", 1, {}) is None  # the output does not say

@@ -192,3 +192,37 @@ def test_sacct_end_states_are_read_per_job() -> None:
             "10|NODE_FAIL\n\nnot a line\n")
     assert parse_end_states(text) == {"7": "CANCELLED", "8_2": "COMPLETED", "9": "TIMEOUT",
                                       "10": "NODE_FAIL"}
+
+
+#: a real row (tests/data/slurm/squeue_rsa.txt, job 5), its Reason replaced by what a
+#: site's other plugin may write there: a ``|``, a newline, or text shaped like fields
+_CAPTURED_5 = next(line for line in (DATA / "squeue_rsa.txt").read_text().splitlines()
+                   if line.startswith("5|"))
+
+
+@pytest.mark.parametrize("reason", [
+    "burst_buffer/other: a|b failed", "first line\nsecond line", "x|\n|y",
+    "7|1|root|debug|5:00|acct|2026-01-01T00:00:00|0"])
+def test_a_reason_with_a_bar_or_a_newline_is_read_whole(reason: str) -> None:
+    """A ``|`` or a newline in one job's Reason failed the whole queue read (rsad blind
+    every cycle): it is read as that job's Reason, every other field where it was. A
+    Reason shaped like fields is read as one too, and moves nothing after it."""
+    line = _CAPTURED_5.replace("|Resources|", f"|{reason}|", 1)
+    other = "6|RUNNING|None|1|1|rsaother|debug|5:00|rsa|2026-11-28T13:16:43|0|(null)|"
+    rows = {r.job_id: r for r in parse_queue(f"{line}\n{other}\n")}
+    clean = parse_queue(_CAPTURED_5 + "\n")[0]
+    assert rows["5"] == replace(clean, reason=reason)
+    assert rows["6"].user == "rsaother" and rows["6"].admin_comment is None
+
+
+def test_a_comment_shaped_like_fields_never_moves_the_reason() -> None:
+    """The comment comes after the Reason and a user's directives reach it (a DATA_OUT
+    path may hold ``|1|1|root|...``): the row splits at the first place that fits, so
+    text in the comment cannot change the Reason, user or any field before it."""
+    forged = "|0|1|root|debug|5:00|acct|2026-01-01T00:00:00|0|rsa1:o=/x"
+    line = _CAPTURED_5.replace("o=/pfs/x%7Cy", "o=/pfs/x" + forged.replace("|", "%7C"))
+    raw = _CAPTURED_5.rstrip("|") + forged + "|"
+    for text in (line, raw):
+        row = parse_queue(text + "\n")[0]
+        assert (row.reason, row.user, row.priority) == ("Resources", "rsauser", 1)
+        assert (row.admin_comment or "").startswith("rsa1:i=/pfs/home/rsauser/in")

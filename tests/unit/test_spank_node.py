@@ -16,7 +16,7 @@ import pytest
 from rsa_scheduler.node import agent, hooks, jobstate
 from rsa_scheduler.node.mounts import JobMounts
 from rsa_scheduler.node.namespace import NamespaceError, propagation
-from rsa_scheduler.node.plan import MOUNTPOINT
+from rsa_scheduler.node.plan import MOUNTPOINT, PROTOCOL
 from tests.unit.test_node_hooks import FakeClient, env, fake  # noqa: F401
 
 INPUT = {"seq": 1, "do": "mount", "role": "input", "target": "/pfs/a/in", "mode": "ro"}
@@ -176,7 +176,8 @@ def test_job_mode_without_a_namespace_mounts_nothing(
     assert hooks.prolog(env(tmp_path, RSA_MOUNTS="job")) == 0
     mounted = [body for path, body in fake.posts if path == "/v1/hooks/mounted"]
     assert mounted == [{"job_id": "42", "node": "c1", "seq": 1, "ok": False,
-                        "message": "cannot make the job's mount namespace: denied"}]
+                        "message": "cannot make the job's mount namespace: denied",
+                        "protocol": PROTOCOL}]
     assert jobstate.read(jobdir(tmp_path))["RSA_STATE"] == "pfs"
     assert JobMounts("42", "c1", str(tmp_path / "n")).entries() == []
 
