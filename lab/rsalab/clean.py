@@ -37,6 +37,9 @@ DAEMONS = {"munged", "slurmctld", "slurmd", "slurmdbd", "slurmstepd", "mariadbd"
 # (rsa_scheduler/fs/mfsproxy.py); the lab's nodes share the host's network namespace, so
 # theirs is the host's, and lab-down removes it.
 NFT_GUARD = "rsa_mfsproxy"
+# the compute nodes' state directory (rsa_scheduler/node/mounts.py DEFAULT_BASE), where
+# each node records what its guard loads named: removed with the table
+NODE_DIR = Path("/run/rsa/node")
 
 
 def nft_guard_loaded() -> bool:

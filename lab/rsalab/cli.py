@@ -102,6 +102,9 @@ def _down(s: Settings, *, quiet: bool = False) -> None:
     shutil.rmtree(NS, ignore_errors=True)
     if clean.nft_guard_loaded():  # loaded by the RAMDISK mounts of the lab's nodes
         run(["nft", "delete", "table", "inet", clean.NFT_GUARD], check=False)
+    for name in ("guard.json", "guard.lock"):  # what the table guarded (node/mounts.py)
+        with contextlib.suppress(OSError):
+            (clean.NODE_DIR / name).unlink()
     for cg in clean.job_cgroups():  # of jobs rsad did not see to their end
         with contextlib.suppress(OSError):
             (cg / "cgroup.kill").write_text("1")  # the whole subtree (lab users' commands)

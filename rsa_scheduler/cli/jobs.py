@@ -120,6 +120,9 @@ def job(api: str | None, job_id: str | None, as_json: bool) -> None:
             what = f"rerun hold ended ({ev.get('then', '')}): {ev.get('why', '')}"
         elif what == "compute.unconfirmed":
             what = f"compute nodes {ev.get('nodes')} did not confirm a release: drained"
+        elif what == "compute.left":
+            what = (f"{ev.get('node')} kept a mount of the RAMDISK after the job (its "
+                    f"Epilog: {ev.get('message')})")
         elif what == "action.outcome":
             what = f"{ev['action']}: {ev['result']} {ev.get('message') or ''}"
         click.echo(f"    {when}  {what}")

@@ -400,6 +400,9 @@ class Routes:
         if hook == "mounted":
             return side.report(job, node, payload)
         if hook == "epilog":
+            if payload.get("ok") is False:  # a mount of the job stays on the node
+                why = str(payload.get("message") or "no reason given")[:500]
+                self._call(lambda: self.daemon.mount_left(job, node, why))
             return side.epilog(job, node)
         if hook == "agent":
             wait = min(float(payload.get("wait", 20.0)), 25.0)

@@ -296,7 +296,8 @@ class NodeSide:
         with self._cond:
             j = self._job(job)
             j.seq += 1
-            ins = {**ins, "seq": j.seq}
+            # numbered per rsad: a node tells this rsad's instruction 1 from an earlier's
+            ins = {**ins, "seq": j.seq, "epoch": self.epoch}
             j.current = ins
             if ins["do"] == "release":
                 j.standing = None

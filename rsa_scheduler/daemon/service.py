@@ -727,6 +727,20 @@ class Daemon:
             "nodes": nodes, "drain": reason})]))
         self.dispatcher.drain(job_id, nodes, reason)
 
+    def mount_left(self, job_id: str, node: str, message: str) -> None:
+        """Loop thread: ``node``'s Epilog could not take every mount of ``job_id``'s
+        RAMDISK down (``message``: why; its record stays on the node). On the job's
+        timeline and alerted. The teardown goes on: the job is over and its output is
+        staged from the RSA nodes, so the mount left (in the user's own directories,
+        where the user moved or covered it) only holds a RAMDISK that is gone."""
+        self._commit(Decision(events=[Event(self.clock(), job_id, "compute.left", {
+            "node": node, "message": message})]))
+        self.dispatcher.alert(job_id, (
+            f"compute node {node} could not unmount the job's RAMDISK in its Epilog: "
+            f"{message}; the mount stays on {node} (its record in the node directory's "
+            f"{node}/<job id>/mounts.json) after the RAMDISK is torn down: unmount it "
+            "there, then remove the record"))
+
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stop workers: running transfers are cancelled and resume after restart. Waits
         at most ``timeout`` seconds for the workers to end, then returns (what still runs

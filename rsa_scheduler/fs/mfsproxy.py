@@ -12,7 +12,9 @@ So RAMDISK mounts put their proxy on a dedicated loopback address (``PROXY_ADDRE
 default, ``filesystem.moosefs_proxy_address``), and before the first such mount a node
 loads one nftables table that rejects connections to that address from any socket not
 owned by root (``meta skuid != 0``: locally generated packets pass the output hook with
-their socket's owner). Loading is atomic and idempotent (the table is replaced whole).
+their socket's owner). Loading is atomic and idempotent (the table is replaced whole;
+a compute node, where several jobs' mounts may name different guards, loads the union
+of what it guarded before: ``node.mounts.guard_proxy``, :func:`guard_ruleset`).
 A node without ``nft`` refuses to mount: an unguarded RAMDISK is never mounted.
 
 The same table keeps everyone but root off the RAMDISKs' servers: MooseFS chunkservers
@@ -32,7 +34,7 @@ Pure text here (the ruleset, what an argv names); running ``nft`` is the caller'
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from rsa_scheduler.errors import RsaError
@@ -100,14 +102,19 @@ class Servers:
 def ruleset(address: str | None, servers: Servers | None = None) -> str:
     """The nftables text that (re)loads the guard in one transaction: of the proxy
     ``address`` (None: none) and of ``servers`` (None: none)."""
-    rules = []
-    if address is not None:
-        rules.append(f"    ip daddr {check_address(address)} meta skuid != 0 counter "
-                     "reject with tcp reset\n")
-    if servers is not None:
-        rules.append(f"    ip daddr {{ {', '.join(servers.addresses)} }} tcp dport "
-                     f"{servers.low}-{servers.high} meta skuid != 0 counter reject "
-                     "with tcp reset\n")
+    return guard_ruleset(() if address is None else (address,),
+                         () if servers is None else (servers,))
+
+
+def guard_ruleset(addresses: Iterable[str], servers: Iterable[Servers]) -> str:
+    """The table guarding every proxy address of ``addresses`` and every group of
+    ``servers`` (a node that loaded several guards keeps them all: the table is
+    replaced whole at each load, so each load names everything the node guards)."""
+    rules = [f"    ip daddr {a} meta skuid != 0 counter reject with tcp reset\n"
+             for a in sorted({check_address(a) for a in addresses})]
+    rules += [f"    ip daddr {{ {', '.join(s.addresses)} }} tcp dport {s.low}-{s.high} "
+              "meta skuid != 0 counter reject with tcp reset\n"
+              for s in sorted(set(servers), key=lambda s: (s.addresses, s.low, s.high))]
     if not rules:
         raise ProxyAddressError("nothing to guard")
     return (f"table inet {NFT_TABLE}\n"

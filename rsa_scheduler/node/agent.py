@@ -61,7 +61,7 @@ def input_state(jm: JobMounts, ins: Mapping[str, Any]) -> dict[str, Any]:
     already running, so nothing is mounted under it now; say whether the Prolog did."""
     seq = int(ins.get("seq", 0))
     for e in jm.entries():
-        if (e.get("kind") == "target" and e.get("role") == "input"
+        if (e.get("kind") == "target" and e.get("role") == "input" and not e.get("attaching")
                 and e.get("path") == ins.get("target") and e.get("mode") == ins.get("mode")):
             return {"seq": seq, "ok": True,
                     "message": f"RAMDISK already mounted over {e['path']} ({e['mode']})"}

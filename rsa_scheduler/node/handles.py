@@ -140,6 +140,15 @@ def ref_of(fd: int) -> MountRef:
     raise OSError(f"mount {mnt} is not in this mount namespace")
 
 
+def detached_ref(tree: int) -> MountRef:
+    """The name a detached mount (``clone``, ``overlay``) will have once attached: its
+    id, kept by ``move_mount``, and its filesystem's device (``fstat``: the superblock's,
+    as mountinfo gives it; a RAMDISK just mounted, so it answers). Lets the caller
+    record a mount before it exists."""
+    dev = os.fstat(tree).st_dev
+    return MountRef(mount_id(tree), f"{os.major(dev)}:{os.minor(dev)}")
+
+
 def unescape(field: str) -> str:
     """A mountinfo path: octal escapes (``\\040`` for a space) decoded."""
     out, i = [], 0

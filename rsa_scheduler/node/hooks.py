@@ -19,6 +19,7 @@ import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -184,7 +185,7 @@ def note_start(jm: JobMounts | None, st: Settings, job: str, node: str,
     jobstate.write(jm.dir, state)
 
 
-def load_guard(job: str, options: str, timeout: float) -> None:
+def load_guard(job: str, options: str, timeout: float, base: str = DEFAULT_BASE) -> None:
     """The nftables guard rsad names (the RSA nodes' servers, mfsmount's proxy), loaded
     before any job starts here, whatever the job: a user of a plain job on this node is
     kept off another user's RAMDISK servers as on a node that mounted one. A node that
@@ -192,7 +193,8 @@ def load_guard(job: str, options: str, timeout: float) -> None:
     from rsa_scheduler.node.mounts import MountError, guard_proxy
 
     try:
-        guard_proxy(["mfsmount", "-o", options], timeout=timeout, mounting=False)
+        guard_proxy(["mfsmount", "-o", options], timeout=timeout, mounting=False,
+                    keep=Path(base))
     except MountError as e:
         _say("prolog", job, str(e))
 
@@ -229,8 +231,11 @@ def prolog(env: Mapping[str, str]) -> int:
         while ans.get("do") == "wait" and time.monotonic() < deadline:
             time.sleep(float(ans.get("retry", 0.5)))
             ans = client.post("/v1/hooks/prolog", body)
-        if ans.get("guard") and ans.get("do") != "mount":  # a mount loads it itself
-            load_guard(job, str(ans["guard"]), st.timeout)
+        if ans.get("guard"):
+            # first, whatever follows: a mount the node refuses (a path swapped for a
+            # symlink, not the user's) never reaches the mount's own load, and its job
+            # runs here all the same (the mount loads it again: the same table)
+            load_guard(job, str(ans["guard"]), st.timeout, st.base)
         if ans.get("do") in ("mount", "wait") or ans.get("agent"):
             from rsa_scheduler.node.mounts import JobMounts
 

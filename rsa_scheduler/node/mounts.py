@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import json
 import os
 import shutil
@@ -45,6 +46,10 @@ MNT_DETACH = 2
 #: the directive that names a mount's target, by the instruction's role (for messages)
 DIRECTIVES = {"input": "#RSA_DATA_IN", "output": "#RSA_DATA_OUT"}
 DEFAULT_BASE = "/run/rsa/node"
+#: in the node's state directory (``base``): what every guard load on this node named
+#: (proxy addresses, servers), and the lock its loads take (guard_proxy)
+GUARD_FILE = "guard.json"
+GUARD_LOCK = "guard.lock"
 #: what else lives in the per-job directory: job.env for the SPANK plugin (jobstate), the
 #: job's mount namespace handle and the plugin's job-container lock (namespace)
 JOB_FILES = ("job.env", ".job.env.tmp", "mnt", "carry.lock", "carried")
@@ -102,13 +107,17 @@ def _private_file(path: Path, text: str) -> Path:
     return path
 
 
-def guard_proxy(argv: Sequence[str], *, timeout: float, mounting: bool = True) -> list[str]:
+def guard_proxy(argv: Sequence[str], *, timeout: float, mounting: bool = True,
+                keep: Path | None = None) -> list[str]:
     """Before an mfsmount whose master proxy is to listen on a guarded address, or whose
     argv names RSA-node servers to guard (``rsaguard=``, rsad's option), load the nftables
     guard that keeps everyone but root off them (fs/mfsproxy.py); a node that cannot is
     refused the mount, never given an unguarded one. Returns the argv to run (without
     ``rsaguard=``). ``mounting`` False: a Prolog whose job mounts nothing loads it alone
-    (its errors then say so)."""
+    (its errors then say so). ``keep``: the node's root-only state directory, where
+    :data:`GUARD_FILE` records what every load on this node guarded: each load names it
+    all (a load replaces the table whole; another job's mount may have named another
+    proxy address or other servers), under a lock, so two Prologs never lose a rule."""
     what = ("cannot mount the RAMDISK on this node" if mounting else
             "cannot keep this node's users off the RSA nodes' servers")
     try:
@@ -126,11 +135,47 @@ def guard_proxy(argv: Sequence[str], *, timeout: float, mounting: bool = True) -
                          "nftables here (it keeps other users off the RAMDISK's servers and "
                          "mfsmount's master proxy; docs/security.md)")
     try:
-        run([nft, "-f", "-"], input=mfsproxy.ruleset(address, servers), timeout=timeout)
+        if keep is None:
+            run([nft, "-f", "-"], input=mfsproxy.ruleset(address, servers),
+                timeout=timeout)
+            return argv
+        ensure_root_dirs(keep)
+        lock = os.open(keep / GUARD_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+                       | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            addresses, groups = _guarded(keep / GUARD_FILE)
+            addresses |= {address} if address is not None else set()
+            groups |= {servers} if servers is not None else set()
+            # recorded first: a load that fails (or is killed) is named by the next
+            _private_file(keep / f"{GUARD_FILE}.tmp", json.dumps(
+                {"proxies": sorted(addresses),
+                 "servers": sorted(g.option() for g in groups)}) + "\n").replace(
+                keep / GUARD_FILE)
+            run([nft, "-f", "-"], input=mfsproxy.guard_ruleset(addresses, groups),
+                timeout=timeout)
+        finally:
+            os.close(lock)  # the lock goes with it
     except CommandError as e:
         raise MountError(f"cannot guard the RAMDISK's servers and mfsmount's master "
                          f"proxy on this node: {e}") from e
+    except (OSError, MountError) as e:
+        raise MountError(f"{what}: its guard record in {keep}: {e}") from e
     return argv
+
+
+def _guarded(path: Path) -> tuple[set[str], set[mfsproxy.Servers]]:
+    """What earlier loads on this node guarded (:data:`GUARD_FILE`; none: nothing)."""
+    try:
+        data = json.loads(path.read_text())
+        addresses = {mfsproxy.check_address(str(a)) for a in data.get("proxies") or ()}
+        groups = {mfsproxy.Servers.parse(str(o).removeprefix(f"{mfsproxy.GUARD_OPTION}="))
+                  for o in data.get("servers") or ()}
+    except FileNotFoundError:
+        return set(), set()
+    except (ValueError, AttributeError, mfsproxy.ProxyAddressError):
+        return set(), set()  # unreadable: this load's own rules, recorded anew
+    return addresses, groups
 
 
 _libc: ctypes.CDLL | None = None
@@ -201,7 +246,8 @@ class JobMounts:
                  command_timeout: float = 8.0) -> None:
         self.job = job
         self.node = node
-        self.dir = Path(base) / node / job
+        self.base = Path(base)
+        self.dir = self.base / node / job
         self.ramdisk = self.dir / "ramdisk"
         self.ro = self.dir / "ro"
         self.state_file = self.dir / "mounts.json"
@@ -240,25 +286,43 @@ class JobMounts:
         """Carry out a ``mount`` instruction; return a one-line summary."""
         target = str(ins["target"])
         done = self.entries()
-        if any(e.get("kind") == "target" and e.get("seq") == ins["seq"] for e in done):
-            return f"{target} already mounted"  # idempotent: a retried Prolog
+        # idempotent: a retried Prolog. Instruction numbers restart with rsad: only a
+        # mount of the same rsad (epoch) is the one asked now, never an earlier rsad's
+        # left by a killed Epilog of the job's earlier run
+        if any(e.get("kind") == "target" and e.get("seq") == ins["seq"]
+               and e.get("epoch") == ins.get("epoch") and not e.get("attaching")
+               for e in done):
+            return f"{target} already mounted"
         if done:
             rel = self.release(lazy=False)
             if not rel.ok:
                 raise MountError(f"earlier mounts still in place: {rel.message}")
         # refuse before mounting anything
-        fd = open_target(target, who, allowed_roots, shared_dirs,
-                         directive=DIRECTIVES.get(str(ins.get("role")), ""))
+        directive = DIRECTIVES.get(str(ins.get("role")), "")
+        fd = open_target(target, who, allowed_roots, shared_dirs, directive=directive)
         made: list[dict[str, Any]] = []
         try:
+            other = self._other_job_at(fd)
+            if other is not None:
+                name = f"{directive}={target}" if directive else target
+                raise UnsafePath(
+                    f"{name} has the RAMDISK of your job {other} mounted over it on this "
+                    "node: one job's RAMDISK is never mounted over another's; this job "
+                    f"sees job {other}'s RAMDISK there until it is unmounted (at that "
+                    "job's end), then the PFS (give each job a directory of its own)")
             self.prepare()
             argv = substitute(ins["client_argv"], str(self.ramdisk))
             check_client_argv(argv)
             umount_argv = substitute(ins.get("client_umount_argv") or
                                      ["umount", "-l", str(self.ramdisk)], str(self.ramdisk))
             check_client_argv(umount_argv)
-            argv = guard_proxy(argv, timeout=self.command_timeout)
+            argv = guard_proxy(argv, timeout=self.command_timeout, keep=self.base)
             argv, secret_files = secret_to_file(argv, self.dir)
+            # Every mount is recorded BEFORE it is made: a Prolog killed at any instant
+            # (SIGKILL, its hard timeout) leaves no mount its unwind or the Epilog does
+            # not know of; undoing one never made finds nothing there and passes.
+            self._record(made, {"kind": "client", "path": str(self.ramdisk),
+                                "umount": umount_argv}, ins["seq"])
             try:
                 run(argv, timeout=self.command_timeout)
             except CommandError as e:
@@ -266,8 +330,6 @@ class JobMounts:
             finally:
                 for secret_file in secret_files:  # read as it mounts, kept in memory
                     secret_file.unlink(missing_ok=True)
-            made.append({"kind": "client", "path": str(self.ramdisk), "umount": umount_argv})
-            self._save(made, ins["seq"])
             if not os.path.ismount(self.ramdisk):
                 raise MountError(f"{argv[0]} succeeded but {self.ramdisk} is not a mount")
             mode = str(ins["mode"])
@@ -277,20 +339,27 @@ class JobMounts:
             else:
                 source = str(self.ramdisk)
                 if mode == "ro":  # read-only from its first instant: a copy of an ro bind
+                    self._record(made, {"kind": "bind", "path": str(self.ro)}, ins["seq"])
                     sys_mount(str(self.ramdisk), str(self.ro), None, MS_BIND)
-                    made.append({"kind": "bind", "path": str(self.ro)})
-                    self._save(made, ins["seq"])
                     sys_mount("none", str(self.ro), None, MS_REMOUNT | MS_BIND | MS_RDONLY)
                     source = str(self.ro)
                 tree = handles.clone(source)
             try:
-                # attached on the very directory checked (the fd), and named by its id
+                # named by the id it keeps once attached, recorded before the attach
+                # (``attaching`` until done: a record a killed Prolog left is undone,
+                # never taken for a mount in place)
+                entry = {"kind": "target", "path": target, "seq": ins["seq"],
+                         "epoch": ins.get("epoch"), "role": ins.get("role"), "mode": mode,
+                         "attaching": True,
+                         "mount": handles.detached_ref(tree).to_json()}
+                self._record(made, entry, ins["seq"])
+                # attached on the very directory checked (the fd)
                 handles.attach(tree, fd)
                 ref = handles.ref_of(tree)
             finally:
                 os.close(tree)
-            made.append({"kind": "target", "path": target, "seq": ins["seq"],
-                         "role": ins.get("role"), "mode": mode, "mount": ref.to_json()})
+            del entry["attaching"]
+            entry["mount"] = ref.to_json()  # as procfs names it, now it is attached
             self._save(made, ins["seq"])
         except BaseException as e:
             self._unwind(made)
@@ -302,6 +371,32 @@ class JobMounts:
         finally:
             os.close(fd)
         return f"RAMDISK mounted over {target} ({mode})"
+
+    def _record(self, made: list[dict[str, Any]], entry: dict[str, Any], seq: int) -> None:
+        """Record a mount about to be made (in ``made``, then in mounts.json)."""
+        made.append(entry)
+        self._save(made, seq)
+
+    def _other_job_at(self, fd: int) -> str | None:
+        """The job on this node whose RAMDISK is the mount at the directory ``fd``
+        holds (by its record), else None. Mounted over it, that job's Epilog could not
+        take its own down (covered), and its tasks would read this job's RAMDISK."""
+        try:
+            here = handles.ref_of(fd)
+        except OSError:
+            return None
+        for record in self.dir.parent.glob("*/mounts.json"):
+            if record.parent == self.dir:
+                continue
+            try:
+                data = json.loads(record.read_text())
+            except (OSError, ValueError):
+                continue
+            for e in data.get("mounts") or ():
+                if (isinstance(e, dict) and e.get("kind") == "target"
+                        and handles.MountRef.from_json(e.get("mount")) == here):
+                    return record.parent.name
+        return None
 
     def _unwind(self, made: list[dict[str, Any]]) -> None:
         for entry in reversed(made):

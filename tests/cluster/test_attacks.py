@@ -164,3 +164,71 @@ def test_rsaother_reaches_nothing_of_rsausers_ramdisk(cluster: Cluster) -> None:
         assert "input-done" not in shown and "cancel" not in shown, shown
     finally:
         cluster.run("ctl", ["touch", f"{HOME}/attack.stop"], user="rsauser", check=False)
+
+
+REFUSED = f"""#!/bin/bash
+#SBATCH -N 1 -t 3
+#RSA_DATA_IN=/pfs/home/pub
+touch {THEIRS}/refused.running
+t=0; while [ ! -e {THEIRS}/refused.stop ] && [ $t -lt 900 ]; do sleep 0.1; t=$((t+1)); done
+"""
+PROBE = """import socket, sys
+for t in sys.argv[1].split(","):
+    s = socket.socket(); s.settimeout(2)
+    try:
+        s.connect((t.rsplit(":", 1)[0], int(t.rsplit(":", 1)[1]))); print(t, "connected")
+    except OSError as e:
+        print(t, type(e).__name__, e.errno)
+"""
+
+
+def test_a_job_whose_mount_the_node_refuses_is_guarded_all_the_same(
+        cluster: Cluster) -> None:
+    """rsaother's RSA job names as DATA_IN a directory it may read but does not own: rsad
+    stages it, c2 refuses the mount (the job runs from the PFS). c2 starts without the
+    guard (as after a reboot): the job's Prolog loads it all the same, and rsaother on
+    c2 is refused at a server port of an RSA node (root, the control, connects). On
+    main only the mount loaded it, after the checks: no table on c2, and rsaother
+    connected."""
+    addr = cluster.out("rsa1", ["sh", "-c", "ip -4 -o addr show | awk '{print $4}' | "
+                                "cut -d/ -f1 | grep '^10\\.231\\.' | head -1"]).strip()
+    assert addr, "rsa1 has no data address"
+    cluster.run("ctl", ["sh", "-ec", "install -d -m 0755 /pfs/home/pub && "
+                        "head -c 4096 /dev/urandom > /pfs/home/pub/f"])
+    cluster.run("login", ["sh", "-c", f"rm -f {THEIRS}/refused.* && cat > "
+                          f"{THEIRS}/refused.sh"], user="rsaother", input=REFUSED)
+    cluster.run("c2", ["sh", "-c", "nft delete table inet rsa_mfsproxy; "
+                       "rm -f /run/rsa/node/guard.json"], check=False)
+    assert cluster.run("c2", ["nft", "list", "table", "inet", "rsa_mfsproxy"],
+                       check=False).returncode != 0
+    # a server port on rsa1's data address (a RAMDISK's, as far as the guard knows)
+    listener = cluster.out("rsa1", ["sh", "-c", (
+        "timeout 60 python3 -c 'import socket, sys, time; s = socket.socket(); "
+        f"s.bind((\"{addr}\", 29001)); s.listen(8); time.sleep(60)' "
+        "</dev/null >/dev/null 2>&1 & echo $!")]).strip()
+    job = cluster.out("login", ["sbatch", "--parsable", "-w", "c2", f"--chdir={THEIRS}",
+                                "-o", "/dev/null", f"{THEIRS}/refused.sh"],
+                      user="rsaother").strip()
+    assert job.isdigit(), job
+    try:
+        deadline = time.monotonic() + 90
+        while cluster.run("c2", ["test", "-e", f"{THEIRS}/refused.running"],
+                          check=False).returncode != 0:
+            assert time.monotonic() < deadline, cluster.out("ctl", ["rsa", "job", job])
+            time.sleep(0.3)
+        shown = cluster.out("ctl", ["rsa", "job", job])
+        assert "#RSA_DATA_IN=/pfs/home/pub is owned by root, not you" in shown, shown
+        table = cluster.run("c2", ["nft", "list", "table", "inet", "rsa_mfsproxy"],
+                            check=False)
+        target = f"{addr}:29001"
+        probes = [cluster.out("c2", ["python3", "-c", PROBE, target], user=u).strip()
+                  for u in (None, "rsaother")]
+        assert probes == [f"{target} connected", f"{target} ConnectionRefusedError 111"], \
+            probes
+        assert table.returncode == 0 and "meta skuid != 0" in table.stdout, table.stderr
+    finally:
+        cluster.run("ctl", ["touch", f"{THEIRS}/refused.stop"], user="rsaother",
+                    check=False)
+        cluster.run("ctl", ["rm", "-rf", "/pfs/home/pub"], check=False)
+        if listener.isdigit():
+            cluster.run("rsa1", ["kill", listener], check=False)

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from rsa_scheduler.runner import Identity
-from tests.e2e.test_prolog_lifecycle import nothing_of_job_mounted, run_to_start
+from tests.e2e.test_prolog_lifecycle import node_mounts, nothing_of_job_mounted, run_to_start
 from tests.integration.conftest import as_user
-from tests.integration.slurmkit import make_jobs, wait_for
-from tests.integration.test_rsad_staging import rsa_job, wait_state
+from tests.integration.slurmkit import make_jobs, root, wait_for
+from tests.integration.test_rsad_staging import FILL, fill, rsa_job, wait_state
 from tests.security.test_fs_access import on_node
 
 GROUP = "rsa"  # the lab's group of both users (lab/rsalab/users.py)
@@ -187,3 +187,49 @@ def test_a_shared_group_directory_as_data_out_is_not_mounted_over(
     assert after.pop("from-teammate")[0] == Identity.of(lab["RSA_LAB_OTHER_USER"]).uid
     assert after.pop("job-result")[0] == Identity.of(lab["RSA_LAB_USER"]).uid
     assert after == before, "rsaother's directory or files changed"
+
+
+@pytest.mark.once  # the compute node's mounts: the same whichever mode drives staging
+def test_two_jobs_naming_one_data_in_on_one_node_leave_nothing_mounted(
+        lab: Mapping[str, str], mine: Path) -> None:
+    """Two jobs of the lab user share c1 (the ``shared`` partition) and name the same
+    DATA_IN. The second job's mount is refused with the line that says what it sees (the
+    first job's RAMDISK, which it does read); after both, nothing is mounted there on
+    c1. On the code before, the second RAMDISK was mounted over the first, whose Epilog
+    could not unmount it (covered): it stayed over the user's directory on c1 after both
+    jobs (tests/unit/test_node_mounts.py shows it with real mounts)."""
+    data_in, res = mine / "in", mine / "res"
+
+    def script(tag: str) -> str:
+        return f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_IN={data_in}
+findmnt -n -o SOURCE --target {data_in} > {res}/src.{tag}
+touch {res}/running.{tag}
+while [ ! -e {res}/go ]; do sleep 0.2; done
+"""
+
+    with make_jobs(lab) as jobs:
+        fill(jobs)  # the first job waits on-deck while its input is staged
+        first = jobs.submit("-p", "shared", "-w", "c1", script=script("a"))
+        wait_state(lab, first, "locked-in", timeout=120)
+        for filler in jobs.ids[:4]:
+            root(lab, "scancel", filler)
+        wait_for(f"job {first} runs", (res / "running.a").exists, timeout=120)
+        slot = jobs.submit("-p", "shared", "-w", "c1", *FILL)  # c1's second place
+        second = jobs.submit("-p", "shared", "-w", "c1", script=script("b"))
+        wait_state(lab, second, "locked-in", timeout=120)
+        root(lab, "scancel", slot)
+        wait_for(f"job {second} runs", (res / "running.b").exists, timeout=120)
+        (res / "go").touch()
+        for job in (first, second):
+            wait_state(lab, job, "released", timeout=180)
+        wait_for("both jobs' client mounts gone", lambda: nothing_of_job_mounted(first)
+                 and nothing_of_job_mounted(second), timeout=60)
+        told = json.dumps(rsa_job(lab, second))
+    assert node_mounts(lab, str(data_in))["c1"] != str(data_in), "a RAMDISK left on c1"
+    assert (f"#RSA_DATA_IN={data_in} has the RAMDISK of your job {first} mounted over "
+            f"it on this node" in told), told
+    # what the line says: the second job read the first job's RAMDISK there
+    src = (res / "src.a").read_text().strip()
+    assert src and (res / "src.b").read_text().strip() == src

@@ -2158,3 +2158,37 @@ def test_a_compute_node_whose_hooks_are_older_than_rsad_is_said_once_and_shown(
         assert routes.dispatch(ROOT, "GET", "/v1/status", None)["hooks_behind"] == {}
     caught_up = [r.getMessage() for r in caplog.records if "now (the Epilog" in r.getMessage()]
     assert caught_up == ["c2: its node hooks speak hook protocol 2 now (the Epilog of job 7)"]
+
+
+def test_an_epilog_that_left_a_mount_is_on_the_jobs_timeline_and_alerted(
+        tmp_path: Path) -> None:
+    """A node's Epilog that could not take the job's mount down (the user stacked a FUSE
+    mount over it, or moved it where root will not follow) says so in its report: the
+    mount stays on the node, with its record, when the RAMDISK is torn down. On the code
+    before, rsad dropped that report's ``ok`` and message: nothing recorded, no alert;
+    only slurmd's log on the node said it."""
+    from rsa_scheduler.daemon.nodeside import NodeSide
+
+    slurm = ScriptedSlurm()
+    reg = with_slurm(instant_registry([]), slurm)
+    NodeSide(backend_for=lambda _ctx: (None, None)).register(reg)  # type: ignore[arg-type,return-value]
+    store = Store.open(tmp_path / "rsa.db", durability="normal")
+    d = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm, store=store,
+               registry=reg, workers=2, poll_interval=0)
+    d.start()
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    why = ("refused to unmount /pfs/in by path (another directory or mount is there now); "
+           "/pfs/in holds another mount now: mount 321 left in place")
+    with serving(d) as routes:
+        routes.dispatch(ROOT, "POST", "/v1/hooks/epilog",
+                        {"job_id": "7", "node": "c1", "ok": True, "message": "released"})
+        routes.dispatch(ROOT, "POST", "/v1/hooks/epilog",
+                        {"job_id": "7", "node": "c2", "ok": False, "message": why})
+    left = [e.context for e in d.store.events("7") if e.name == "compute.left"]
+    assert left == [{"node": "c2", "message": why}]
+    assert [a["message"] for a in d.alerts if a["job_id"] == "7"] == [
+        f"compute node c2 could not unmount the job's RAMDISK in its Epilog: {why}; the "
+        "mount stays on c2 (its record in the node directory's c2/<job id>/mounts.json) "
+        "after the RAMDISK is torn down: unmount it there, then remove the record"]

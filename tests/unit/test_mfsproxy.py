@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -228,3 +229,70 @@ def test_every_jobs_prolog_loads_the_table_a_mount_loads() -> None:
     off = MooseFsBackend({"rsa1": Host()}, proxy_address=None,  # type: ignore[dict-item]
                          addresses={"rsa1": "10.0.0.5"})
     assert off.node_guard() == "rsaguard=10.0.0.5@20000-29983"
+
+
+def test_a_load_never_drops_what_an_earlier_load_on_the_node_guarded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every load replaces the table whole. Two jobs on one node whose mounts name
+    different guards (a RAMDISK built before the proxy address was set or changed, the
+    RSA pool changed between two builds): on the code before, the second load's table
+    had only its own rules, and the first job's mfsmount proxy (or its servers) was open
+    to every local user again. Each load now keeps what the node guarded before."""
+    loaded: list[str] = []
+    monkeypatch.setattr(mounts, "run", lambda argv, input, timeout: loaded.append(input))
+    monkeypatch.setattr(shutil, "which", lambda *a, **k: "/usr/sbin/nft")
+    a = mfsproxy.Servers(("10.0.0.5",), 20000, 29983)
+    b = mfsproxy.Servers(("10.0.0.5", "10.0.0.6"), 20000, 29983)
+    first = ["mfsmount", "/m", "-o", f"mfsproxy=127.83.65.1,{a.option()}"]
+    later = ["mfsmount", "/m", "-o", f"mfsproxy=127.83.65.2,{b.option()}"]
+    older = ["mfsmount", "/m", "-o", f"nosuid,{a.option()}"]  # a spec without a proxy
+    for argv in (first, later, older):
+        mounts.guard_proxy(argv, timeout=5, keep=tmp_path / "node")
+    assert loaded[0] == mfsproxy.ruleset("127.83.65.1", a)
+    for text in loaded[1:]:
+        for rule in ("ip daddr 127.83.65.1 meta skuid", "ip daddr 127.83.65.2 meta skuid",
+                     "ip daddr { 10.0.0.5 } tcp dport 20000-29983",
+                     "ip daddr { 10.0.0.5, 10.0.0.6 } tcp dport 20000-29983"):
+            assert rule in text, (rule, text)
+    assert loaded[2] == loaded[1]  # nothing new: the same table
+    assert stat.S_IMODE((tmp_path / "node" / mounts.GUARD_FILE).stat().st_mode) == 0o600
+
+
+def test_two_guards_loaded_one_after_the_other_both_hold(tmp_path: Path) -> None:
+    """With nft, in a network namespace of the test's own: a mount naming one proxy
+    address, then another naming a second (and servers): `nobody` is refused at both
+    proxies and at the servers, root reaches them all."""
+    _nft_or_skip()
+    keep = tmp_path / "node"
+    script = f"""
+set -e
+ip link set lo up
+ip addr add 10.77.0.1/32 dev lo
+{sys.executable} -c '
+import socket, subprocess, sys
+from pathlib import Path
+sys.path.insert(0, "{Path(__file__).resolve().parents[2]}")
+from rsa_scheduler.node import mounts
+socks = []
+for host, port in (("127.83.65.1", 20001), ("127.83.65.2", 20002), ("10.77.0.1", 20005)):
+    s = socket.socket(); s.bind((host, port)); s.listen(8); socks.append(s)
+def probe(user, host, port):
+    argv = ["/usr/bin/python3", "-c", sys.argv[1], host, str(port)]
+    if user != "root":
+        argv = ["runuser", "-u", user, "--", *argv]
+    return subprocess.run(argv, capture_output=True, text=True).stdout.strip()
+mounts.guard_proxy(["mfsmount", "/m", "-o", "mfsproxy=127.83.65.1"], timeout=10,
+                   keep=Path("{keep}"))
+mounts.guard_proxy(["mfsmount", "/m", "-o", "mfsproxy=127.83.65.2,rsaguard=10.77.0.1@20000-20010"],
+                   timeout=10, keep=Path("{keep}"))
+for user in ("root", "nobody"):
+    print(user, *(probe(user, h, p) for h, p in (("127.83.65.1", 20001),
+          ("127.83.65.2", 20002), ("10.77.0.1", 20005))), sep=" | ")
+' "$1"
+"""
+    done = subprocess.run(["unshare", "--net", "sh", "-c", script, "sh", PROBE],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "root | connected | connected | connected",
+        "nobody | refused 111 | refused 111 | refused 111"], done.stdout

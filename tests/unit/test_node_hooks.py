@@ -214,6 +214,44 @@ def test_the_epilog_stops_the_jobs_agent_and_nothing_a_reused_pid_runs(
             p.wait(5)
 
 
+@pytest.mark.parametrize("why", ["symlink", "not theirs", "another user"])
+def test_a_refused_mount_still_loads_the_guard_before_the_job_starts(
+        tmp_path: Path, fake: type[FakeClient], monkeypatch: pytest.MonkeyPatch,
+        why: str) -> None:
+    """A job whose mount the node refuses (its DATA_IN swapped for a symlink after
+    rsad's check, a directory not its user's, an instruction for another user) runs from
+    the PFS on this node: it must be guarded like a plain job. On the code before, only
+    the mount loaded the guard, after the checks: a user who had a path refused ran
+    the first job on a freshly booted node with no table, and reached every RAMDISK
+    server of other users."""
+    import shutil
+
+    from rsa_scheduler.fs import mfsproxy
+    from rsa_scheduler.node import mounts
+
+    loaded: list[str] = []
+    monkeypatch.setattr(mounts, "run", lambda argv, input, timeout: loaded.append(input))
+    monkeypatch.setattr(shutil, "which", lambda *a, **k: "/usr/sbin/nft")
+    pfs = tmp_path / "pfs"
+    (pfs / "real").mkdir(parents=True)
+    target = pfs / "in"
+    if why == "symlink":
+        target.symlink_to(pfs / "real")
+    else:
+        target.mkdir()
+    guard = "mfsproxy=127.83.65.1,rsaguard=10.0.0.5@20000-29983"
+    fake.answers = [{"seq": 1, "do": "mount", "job_id": "42",
+                     "user": "mallory" if why == "another user" else "", "role": "input",
+                     "target": str(target), "mode": "ro", "guard": guard,
+                     "client_argv": ["mfsmount", MOUNTPOINT, "-o", guard],
+                     "client_umount_argv": []}]
+    assert hooks.prolog(env(tmp_path)) == 0
+    report = fake.posts[-1][1]
+    assert report["ok"] is False  # refused: nothing mounted ...
+    assert loaded == [mfsproxy.ruleset("127.83.65.1", mfsproxy.Servers(
+        ("10.0.0.5",), 20000, 29983))]  # ... and the node guarded all the same
+
+
 def test_a_plain_jobs_prolog_loads_the_guard_rsad_names(
         tmp_path: Path, fake: type[FakeClient], monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -232,7 +270,8 @@ def test_a_plain_jobs_prolog_loads_the_guard_rsad_names(
     assert hooks.prolog(env(tmp_path)) == 0
     assert loaded == [mfsproxy.ruleset("127.83.65.1", mfsproxy.Servers(
         ("10.0.0.5", "10.0.0.6"), 20000, 29983))]
-    assert not (tmp_path / "n").exists()
+    # no directory of the node's or the job's: only the record of what the node guards
+    assert sorted(os.listdir(tmp_path / "n")) == ["guard.json", "guard.lock"]
     # a node without nft says so in slurmd's log; the job (which mounts nothing) runs
     monkeypatch.setattr(shutil, "which", lambda *a, **k: None)
     fake.answers = [{"do": "nothing", "agent": False, "guard": guard}]

@@ -269,3 +269,159 @@ def test_a_beegfs_secret_becomes_a_root_only_conn_auth_file_named_by_a_cfg_file(
     assert not auth.is_symlink() and not (tmp_path / "planted").exists()
     assert {p.stat().st_mode & 0o777 for p in files} == {0o600}
     assert not any(secret in a for a in argv)
+
+
+KILLS = {  # where the Prolog dies: just after the client mount, the read-only bind, the
+    # attach over the user's directory (each before its record was written, on main), or
+    # just before that attach (its record written, the mount not made)
+    "client": ("M", "run", True), "bind": ("M", "sys_mount", True),
+    "target": ("H", "attach", True), "record": ("H", "attach", False)}
+
+
+@pytest.mark.parametrize(("mode", "step"), [("ro", "client"), ("ro", "bind"),
+                                             ("ro", "target"), ("rw", "target"),
+                                             ("union", "target"), ("rw", "record")])
+def test_a_prolog_killed_at_any_step_of_a_mount_leaves_nothing_its_epilog_misses(
+        mode: str, step: str) -> None:
+    """SIGKILL (the wrapper's backstop, slurmd's) at a step of a mount; then the Prolog
+    of the job's next run (the same instruction) and its Epilog. Every mount made is in
+    mounts.json, so the retried mount starts clean and the Epilog's release takes each
+    down. On the code before, the record was written after each mount: the RAMDISK
+    stayed mounted over the user's directory (or in the job's directory) after the
+    Epilog."""
+    where, name, after = KILLS[step]
+    out = run(f'''
+        import signal
+        from rsa_scheduler.node import mounts as M, handles as H
+        pid = os.fork()
+        if pid == 0:
+            mod = {where}
+            real = getattr(mod, {name!r})
+            def killed(*a, **k):
+                if not {after}:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                got = real(*a, **k)
+                os.kill(os.getpid(), signal.SIGKILL)
+                return got
+            setattr(mod, {name!r}, killed)
+            try:
+                mount({mode!r})
+            finally:
+                os._exit(3)
+        _, status = os.waitpid(pid, 0)
+        out["killed"] = os.WIFSIGNALED(status)
+        out["before"] = target_of(pfs / "u" / "x" / "in")
+        jm = mount({mode!r})  # the retried Prolog: a mount of its own, really made
+        out["ramdisk"] = sorted(os.listdir(pfs / "u" / "x" / "in"))
+        rel = jm.release(lazy=True)
+        out["ok"], out["message"] = rel.ok, rel.message
+        out["after"] = target_of(pfs / "u" / "x" / "in")
+        out["left"] = [str(p) for p in (jm.ramdisk, jm.ro) if os.path.ismount(p)]
+        out["pfs"] = (pfs / "u" / "x" / "in" / "f").read_text()
+        out["sentinel"] = sentinel_ok()
+    ''')
+    assert out["killed"] is True
+    if step == "target":
+        assert out["before"] == "/media/pfs/u/x/in"  # killed with the mount in place
+    assert out["mounted"].startswith("RAMDISK mounted over /media/pfs/u/x/in")
+    assert out["ramdisk"] == ([] if mode != "union" else ["f"])  # the fresh RAMDISK
+    assert out["ok"] is True, out["message"]
+    assert out["after"] == "/media" and out["left"] == []
+    assert out["pfs"] == "pfs\n" and out["sentinel"] is True
+
+
+@pytest.mark.parametrize("mode", ["ro", "rw", "union"])
+def test_a_prolog_timed_out_just_after_the_attach_unwinds_the_mount_over_the_target(
+        mode: str) -> None:
+    """The Prolog's hard timeout (SIGALRM, raised as HookTimeout) between the attach and
+    the record: the unwind takes the mount over the user's directory down too. On the
+    code before, only the client mount and the bind were unwound: the job, told it uses
+    the PFS, read the RAMDISK, and no Epilog ever unmounted it."""
+    out = run(f'''
+        from rsa_scheduler.node import handles as H
+        from rsa_scheduler.node.hooks import HookTimeout
+        real = H.attach
+        def timed_out(*a, **k):
+            real(*a, **k)
+            raise HookTimeout("hard timeout of 10s")
+        H.attach = timed_out
+        try:
+            mount({mode!r})
+        except HookTimeout as e:
+            out["raised"] = str(e)
+        H.attach = real
+        jm = JobMounts("7", "c1", str(R / "node"))
+        out["after"] = target_of(pfs / "u" / "x" / "in")
+        out["left"] = [str(p) for p in (jm.ramdisk, jm.ro) if os.path.ismount(p)]
+        out["entries"] = jm.entries()
+    ''')
+    assert out["raised"] == "hard timeout of 10s"
+    assert out["after"] == "/media" and out["left"] == [] and out["entries"] == []
+
+
+def test_a_record_an_earlier_rsad_numbered_is_not_taken_for_the_mount_asked_now() -> None:
+    """Instruction numbers restart with rsad. A requeued job's Prolog on a node where the
+    earlier run's Epilog was killed (its record and mount left) is asked for mount 1 of
+    the new rsad: it is not the earlier rsad's mount 1 still in place. On the code
+    before, the node said "already mounted" and the job read the earlier run's RAMDISK
+    (torn down after that run) instead of its own."""
+    out = run('''
+        jm = JobMounts("7", "c1", str(R / "node"))
+        ins = {"seq": 1, "do": "mount", "role": "input", "target": str(pfs / "u" / "x" / "in"),
+               "mode": "rw", "client_argv": ["mount", "-t", "tmpfs", "ram", "@MOUNTPOINT@"],
+               "client_umount_argv": ["umount", "@MOUNTPOINT@"], "epoch": "1000.0"}
+        jm.mount(dict(ins), Who(0, frozenset({0})), [str(pfs)])
+        (pfs / "u" / "x" / "in" / "old").write_text("earlier run\\n")
+        out["again"] = jm.mount(dict(ins), Who(0, frozenset({0})), [str(pfs)])  # a retry
+        out["new"] = jm.mount({**ins, "epoch": "2000.0"}, Who(0, frozenset({0})), [str(pfs)])
+        out["seen"] = sorted(os.listdir(pfs / "u" / "x" / "in"))
+        rel = jm.release(lazy=True)
+        out["ok"] = rel.ok
+        out["after"] = target_of(pfs / "u" / "x" / "in")
+    ''')
+    assert out["again"] == "/media/pfs/u/x/in already mounted"  # the same rsad's retry
+    assert out["new"] == "RAMDISK mounted over /media/pfs/u/x/in (rw)"
+    assert out["seen"] == []  # the new RAMDISK, not the earlier run's
+    assert out["ok"] is True and out["after"] == "/media"
+
+
+def test_a_jobs_ramdisk_is_never_mounted_over_another_jobs_on_the_node() -> None:
+    """Two jobs of one user on one node (cons_tres, an array's tasks) that name the same
+    DATA_IN. On the code before, the second job's RAMDISK was mounted over the first's:
+    the first job's tasks read the second's RAMDISK from then on, the first's Epilog
+    could not unmount its own (covered: "holds another mount now", left in place), and
+    once the second job ended, the first's RAMDISK, torn down meanwhile, stayed mounted
+    over the user's directory on that node for good. Now the second mount is refused
+    with a line that says what the second job sees there; both Epilogs leave nothing."""
+    out = run('''
+        target = pfs / "u" / "x" / "in"
+        def job(n, seq=1):
+            jm = JobMounts(n, "c1", str(R / "node"))
+            ins = {"seq": seq, "do": "mount", "role": "input", "target": str(target),
+                   "mode": "ro", "client_argv": ["mount", "-t", "tmpfs", "ram" + n,
+                                                 "@MOUNTPOINT@"],
+                   "client_umount_argv": ["umount", "@MOUNTPOINT@"], "epoch": "1"}
+            try:
+                return jm, jm.mount(ins, Who(0, frozenset({0})), [str(pfs)])
+            except Exception as e:
+                return jm, f"{type(e).__name__}: {e}"
+        first, out["first"] = job("7")
+        second, out["second"] = job("8")
+        out["source"] = subprocess.run(["findmnt", "-n", "-o", "SOURCE", str(target)],
+                                       capture_output=True, text=True).stdout.split()
+        out["left2"] = second.entries()
+        r1 = first.release(lazy=True)
+        r2 = second.release(lazy=True)
+        out["rel"] = [r1.ok, r1.message, r2.ok, r2.message]
+        out["after"] = target_of(target)
+        out["pfs"] = (target / "f").read_text()
+    ''')
+    assert out["first"] == "RAMDISK mounted over /media/pfs/u/x/in (ro)"
+    assert out["second"] == (
+        "UnsafePath: #RSA_DATA_IN=/media/pfs/u/x/in has the RAMDISK of your job 7 mounted "
+        "over it on this node: one job's RAMDISK is never mounted over another's; this "
+        "job sees job 7's RAMDISK there until it is unmounted (at that job's end), then "
+        "the PFS (give each job a directory of its own)")
+    assert out["source"] == ["ram7"] and out["left2"] == []
+    assert out["rel"] == [True, "released", True, "released"]
+    assert out["after"] == "/media" and out["pfs"] == "pfs\n"

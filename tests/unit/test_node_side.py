@@ -114,6 +114,9 @@ def test_mount_input_completes_when_every_node_reported_ok() -> None:
     ins = until(side, lambda: side.prolog("7", "c1", "c[1-2]", "mounting-input"), "mount")
     assert ins["target"] == "/scratch/a/in" and ins["mode"] == "ro"
     assert ins["client_argv"] == ["fakemount", "9421", "@MOUNTPOINT@"]
+    # numbered per rsad: the node tells it from an earlier rsad's instruction of that
+    # number (node/mounts.py; a requeued run where a killed Epilog left the record)
+    assert ins["epoch"] == side.epoch
     side.report("7", "c1", {"seq": ins["seq"], "ok": True})
     assert not fut.done()
     ins2 = side.prolog("7", "c2", "c[1-2]", "mounting-input")
