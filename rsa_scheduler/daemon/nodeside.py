@@ -198,8 +198,11 @@ class NodeSide:
             # The user's timeline says so (the outcome's message, e.g. a DATA_OUT that
             # is not theirs), and ``rsa input-done`` reads ``partial``.
             log.warning("job %s: reset: %s", ctx.action.job_id, e)
-            detail = {"partial": str(e),
-                      "summary": f"{e}; nodes without the mount write to the PFS"}
+            # a node that refused it over another job's RAMDISK says what the job sees
+            # there (node/mounts.py): not the PFS then
+            where = ("" if "mounted over it on this node" in str(e)
+                     else "; nodes without the mount write to the PFS")
+            detail = {"partial": str(e), "summary": f"{e}{where}"}
         detail["mount"] = spec.to_json()
         if written.get("summary") and "summary" not in detail:
             # what the last write-back did (files kept aside, kept) is the user's to read

@@ -185,6 +185,25 @@ def test_reset_whose_output_mount_fails_on_one_node_keeps_the_new_ramdisk() -> N
     assert out.detail["mount"]["rsa_mountpoint"] == "/mnt/rsa/new"
 
 
+def test_reset_whose_output_mount_a_node_refused_over_another_jobs_says_what_is_true() -> None:
+    """A node refuses the output mount over another job's RAMDISK on it (one path named by
+    two jobs): its line says the job sees that RAMDISK there, so the summary does not add
+    that nodes without the mount write to the PFS (untrue for that node)."""
+    side, reg, backend = make_side()
+    side.prolog("7", "c1", "c1", "mounted-input")
+    fut = start(reg, ActionKind.RESET, RESET_ARGS)
+    rel = side.agent("7", "c1", "c1", 0, wait=2)
+    side.report("7", "c1", {"seq": rel["seq"], "ok": True})
+    mount = side.agent("7", "c1", "c1", 1, wait=2)
+    refused = ("/scratch/a/out has the RAMDISK of your job 9 mounted over it on this node: "
+               "one job's RAMDISK is never mounted over another's; this job sees job 9's "
+               "RAMDISK there until it is unmounted (at that job's end), then the PFS")
+    side.report("7", "c1", {"seq": mount["seq"], "ok": False, "message": refused})
+    out = fut.result(5)
+    assert out.result is Result.OK and "sees job 9's RAMDISK there" in out.message
+    assert "nodes without the mount write to the PFS" not in out.message
+
+
 def test_reset_with_a_busy_input_mount_is_busy_and_changes_nothing() -> None:
     side, reg, backend = make_side()
     side.prolog("7", "c1", "c1", "mounted-input")
