@@ -189,7 +189,7 @@ def test_reset_whose_output_mount_a_node_refused_over_another_jobs_says_what_is_
     """A node refuses the output mount over another job's RAMDISK on it (one path named by
     two jobs): its line says the job sees that RAMDISK there, so the summary does not add
     that nodes without the mount write to the PFS (untrue for that node)."""
-    side, reg, backend = make_side()
+    side, reg, _backend = make_side()
     side.prolog("7", "c1", "c1", "mounted-input")
     fut = start(reg, ActionKind.RESET, RESET_ARGS)
     rel = side.agent("7", "c1", "c1", 0, wait=2)
