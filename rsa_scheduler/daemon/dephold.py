@@ -17,7 +17,10 @@ Slurm may start the dependent within one scheduling pass of it.
 job_submit.lua marks every job submitted with such a dependency the same way (its
 ``dependency_hold``, the marker without parents), so that a dependent submitted just as
 its parent ends is held too: rsad releases it at its next cycle when no parent has output
-on a RAMDISK.
+on a RAMDISK. A dependency added later (``scontrol update``) it holds by the begin time
+alone (``core.dependency.later_hold``: it cannot write the marker in a user's update):
+rsad replaces that hold with its own at its next cycle (a parent's output on a RAMDISK)
+or lifts it, keeping the begin time the update asked for.
 
 Imports nothing of the daemon; the daemon (service.py) hands it the scheduler, its
 commit and the user's comment as callables.
@@ -32,10 +35,13 @@ from concurrent.futures import Executor, Future
 
 from rsa_scheduler.core.dependency import (
     DEP_MARK,
+    LATER_BASE,
     DependencyError,
     Waiting,
     dep_marker,
+    ended_unsettled,
     held_message,
+    later_hold,
     own_begin,
     parent_verdict,
     parents_of,
@@ -99,7 +105,7 @@ class DepHold:
                           "jobs may start before their parents' output is on the PFS")
             return
         try:
-            rows: list[DependentRow] = read(DEP_MARK.lstrip())
+            rows: list[DependentRow] = read(DEP_MARK.lstrip(), LATER_BASE)
         except SlurmError as e:  # level-triggered: the next cycle looks again
             log.warning("cannot read the pending jobs' dependencies: %s", e)
             return
@@ -140,19 +146,28 @@ class DepHold:
         if own is not None and own.user != row.user:
             own = None
         named = parents_of(job, row.user, deps, records)
+        # job_submit.lua's hold (at submission: the marker without parents; added later:
+        # the begin time alone) of a job whose dependency Slurm has already fulfilled and
+        # cleared (its parents had ended: at once, or while rsad was down): which they
+        # were is gone, so every RSA job that ended with output not yet verified may be one
+        later = later_hold(row.begin)
+        if not deps and (later or marked == []):
+            named = ended_unsettled(job, records)
         waits = [w for p in sorted(set(named) | set(marked or []))
                  if (w := parent_verdict(records.get(p))) is not None]
         # another user's job: its dependent is held as well, but told nothing of how
         # that job's stage-out fares (failed, quarantined): that is its owner's
         waits = [w if records[w.parent].user == row.user else Waiting(w.parent, "staging")
                  for w in waits]
+        # job_submit.lua's hold of a dependency added later (scontrol update, its begin time
+        # alone says so): rsad holds the job in its own way now, or releases it
         when, holding = self.asked.get(job, (-1e18, False))
         recent = now - when < RETRY
         if waits:
             blocking = [w.parent for w in waits]
             message = held_message(waits)
             moved = mark is not None and keep is not None and keep != mark.begin
-            if marked is None or not set(blocking) <= set(marked) or moved:
+            if marked is None or not set(blocking) <= set(marked) or moved or later:
                 if recent and holding:
                     return
                 self.asked[job] = (now, True)
@@ -165,13 +180,13 @@ class DepHold:
             elif self.told.get(job) != message:
                 self.told[job] = message
                 self.tell(job, message)
-        elif marked is not None and not (recent and not holding):
+        elif (marked is not None or later) and not (recent and not holding):
             self.asked[job] = (now, False)
             wait = None if keep is not None else self._waits_for_ramdisk(own)
             after = None if keep is None else int(keep - now) + 1
-            self._event(own, now, "job.dependency-released", marked)
+            self._event(own, now, "job.dependency-released", marked or [])
             self.calls[job] = self.lane.submit(self._release, job, row.admin_comment,
-                                               marked, wait, after)
+                                               marked or [], wait, after)
 
     def _event(self, own: JobRecord | None, now: float, name: str,
                parents: list[str]) -> None:
