@@ -64,8 +64,10 @@ local CONFIG = {
   -- output on a RAMDISK, else once their output is verified on the PFS
   -- (rsa_scheduler/daemon/dephold.py). Slurm starts it by itself only after this: a year,
   -- as rsad's own dependency hold, so that no dependent starts on half its parent's
-  -- output while rsad is down. nil = off (rsad then holds dependents from its first
-  -- cycle that sees them, which a parent ending sooner can beat).
+  -- output while rsad is down. A dependency added later (scontrol update) is held by
+  -- modify until rsad has looked, however long (hold_later). nil = both off (rsad then
+  -- holds dependents from its first cycle that sees them, which a parent ending sooner
+  -- can beat).
   dependency_hold = 365 * 86400,
   -- The clock (seconds since the epoch; tests replace it). Reading it is no I/O.
   now = os.time,
