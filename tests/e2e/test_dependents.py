@@ -216,7 +216,8 @@ def test_a_dependency_added_later_by_its_user_waits_for_the_output_across_rsad_d
     """A has ended and its output is being staged out when rsad is killed; its user then
     adds ``afterok:A`` to their pending B (``scontrol update``) and releases their own
     hold. Slurm met the dependency at once (A ended ``COMPLETED``): on main B started
-    then and read part of A's output. job_submit.lua's job_modify holds B at the update;
+    then, on the part of A's output staged so far (it ended FAILED within the 3 s: its
+    md5sum missed files). job_submit.lua's job_modify holds B at the update;
     the next rsad keeps it held until A's output is verified, then lets it run."""
     out, res = area / "out", area / "res"
     user = lab["RSA_LAB_USER"]
