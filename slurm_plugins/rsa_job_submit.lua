@@ -244,10 +244,12 @@ end
 -- allows the job's owner): job_modify cannot mark it (Slurm 22.05 refuses an
 -- admin_comment a plugin sets in a user's update, and the job record it sees has no begin
 -- time), so the hold is in the begin time alone, a value no one asks for: LATER_BASE
--- (2^32 s, 2106-02-07T06:28:16 UTC) plus the begin time the same update asks for, if
--- ahead (0 if none). rsad tells it by that (core/dependency.py later_hold), at its next
--- cycle holds the job with its marker (a parent's output on a RAMDISK) or releases it,
--- giving that begin time back; while rsad is down Slurm keeps it pending.
+-- (2^32 s, 2106-02-07T06:28:16 UTC) plus the begin time the same update asks for if
+-- ahead, plus 1 if it asks for one not ahead (StartTime=now), plus 0 if none. rsad tells
+-- it by that (core/dependency.py later_hold), at its next cycle holds the job with its
+-- marker (a parent's output on a RAMDISK) or releases it, giving back that begin time
+-- (none asked: the one rsad saw the job have before); while rsad is down Slurm keeps it
+-- pending.
 local LATER_BASE = 4294967296
 local JOB_PENDING = 0 -- Slurm's job_state & JOB_STATE_BASE (0xff) of a pending job
 
@@ -264,6 +266,8 @@ local function hold_later(job_desc, job_rec, modify_uid)
   local keep = 0
   if type(own) == "number" and own ~= slurm.NO_VAL and own > now then
     keep = own
+  elseif type(own) == "number" and own ~= slurm.NO_VAL and own > 0 then
+    keep = 1 -- asked to start as soon as it may: not the begin time it had before
   end
   local held = keep >= LATER_BASE and keep or LATER_BASE + keep
   job_desc.begin_time = held

@@ -172,9 +172,10 @@ HELD_SLACK = 600
 
 #: the begin time job_submit.lua's job_modify gives a pending job whose update sets a
 #: dependency that waits for a job's end (``scontrol update JobId=N Dependency=...``): this
-#: (2^32 s: 2106-02-07T06:28:16 UTC) plus the begin time the same update asked for, if
-#: ahead, else plus 0. It cannot write the marker (Slurm 22.05 refuses an admin_comment a
-#: plugin sets in a user's update): a begin time no one asks for is the mark
+#: (2^32 s: 2106-02-07T06:28:16 UTC) plus the begin time the same update asked for if
+#: ahead, plus 1 if it asked for one not ahead (``StartTime=now``), plus 0 if it asked for
+#: none. It cannot write the marker (Slurm 22.05 refuses an admin_comment a plugin sets
+#: in a user's update): a begin time no one asks for is the mark
 #: (slurm_plugins/rsa_job_submit.lua ``hold_later`` writes it)
 LATER_BASE = 1 << 32
 
@@ -186,8 +187,8 @@ def later_hold(begin: int | None) -> bool:
 
 
 def later_begin(begin: int | None) -> int | None:
-    """The begin time of its own the update that set job_modify's hold asked for (None:
-    none, or ``begin`` is no such hold)."""
+    """The begin time of its own the update that set job_modify's hold asked for (1: one
+    not ahead; None: none, or ``begin`` is no such hold)."""
     if begin is None or begin < LATER_BASE:
         return None
     own = begin - LATER_BASE

@@ -258,13 +258,14 @@ def _epoch(text: str) -> int | None:
 
 def parse_dependents(text: str, mark: str,
                      fields: tuple[str, ...] = DEPENDENT_FIELDS,
-                     later: int | None = None) -> list[DependentRow]:
+                     ahead_of: int | None = None) -> list[DependentRow]:
     """The lines of ``squeue -h -r -t PD -O <fields>`` (:data:`DEPENDENT_FORMAT`; an
     older capture's ``fields`` without ``EligibleTime`` too) with a dependency, or with
     ``mark`` in their admin_comment (the dependency hold's: a held job whose dependency
-    Slurm already cleared), or a begin time of at least ``later`` (job_submit.lua's hold
-    of a dependency added later, core/dependency.py ``LATER_BASE``: Slurm may have cleared
-    that dependency too). An admin_comment over several lines is joined to its job."""
+    Slurm already cleared), or a begin time after ``ahead_of`` (now: job_submit.lua's
+    hold of a dependency added later, core/dependency.py ``LATER_BASE``, whose dependency
+    Slurm may have cleared too; a job's own begin time, which that hold replaces). An
+    admin_comment over several lines is joined to its job."""
     out: list[DependentRow] = []
     cur: list[str] | None = None
     where = {name: i for i, name in enumerate(fields)}
@@ -277,8 +278,8 @@ def parse_dependents(text: str, mark: str,
         comment = "" if comment == NULL else comment
         dep = "" if dep == NULL else dep
         begin = _epoch(cur[where["EligibleTime"]]) if "EligibleTime" in where else None
-        if dep or mark in comment or (later is not None and begin is not None
-                                      and begin >= later):
+        if dep or mark in comment or (ahead_of is not None and begin is not None
+                                      and begin > ahead_of):
             out.append(DependentRow(cur[where["JobArrayID"]], cur[where["UserName"]], dep,
                                     comment, begin))
 

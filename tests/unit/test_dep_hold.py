@@ -39,14 +39,14 @@ class DepSlurm(ScriptedSlurm):
         self.rows = [r for r in self.rows if r.job_id != job] + [QueueRow(
             job, "PENDING", "Dependency", 10, 1, "alice", None)]
 
-    def dependents(self, mark: str, later: int | None = None) -> list[DependentRow]:
+    def dependents(self, mark: str, ahead_of: int | None = None) -> list[DependentRow]:
         out = []
         for r in self.rows:
             comment = r.admin_comment or ""
             dep = self.deps.get(r.job_id, "")
             begin = self.begins.get(r.job_id)
             if r.state == "PENDING" and (dep or mark in comment or (
-                    later is not None and begin is not None and begin >= later)):
+                    ahead_of is not None and begin is not None and begin > ahead_of)):
                 out.append(DependentRow(r.job_id, r.user, dep, comment,
                                         self.begins.get(r.job_id)))
         return out
@@ -390,4 +390,30 @@ def test_a_dependent_whose_dependency_slurm_cleared_before_rsad_looked_waits_for
         cycle(d)
         settle(d)
     assert released(slurm) == ["8:"]
+    d.shutdown()
+
+
+def test_a_begin_time_set_before_the_dependency_was_added_is_given_back(
+        tmp_path: Path) -> None:
+    """job_modify cannot see the begin time a job had (22.05's job record has none): its
+    hold replaces it. rsad saw it before the update and gives it back at the release
+    (12); an update that asked for ``StartTime=now`` with the dependency gets that (13);
+    a begin time moved back to now before the update is not given back (14)."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    for job in ("12", "13", "14"):
+        slurm.rows.append(QueueRow(job, "PENDING", "BeginTime", 10, 1, "alice", None))
+        slurm.begins[job] = 30_000  # its user's --begin, no dependency yet
+    cycle(d)
+    assert holds(slurm) == [] and released(slurm) == []  # its own: never touched
+    slurm.begins["14"] = 1_000  # its user: StartTime=now (passed at once)
+    cycle(d)
+    for job, begin in (("12", LATER_BASE), ("13", LATER_BASE + 1), ("14", LATER_BASE)):
+        slurm.deps[job] = "afterok:5(unfulfilled)"  # 5: no RSA job
+        slurm.begins[job] = begin  # job_modify's hold
+    cycle(d)
+    settle(d)
+    job, seconds, comment = all_holds(slurm)[0].split(":", 2)
+    assert (job, comment) == ("12", "") and 28_000 < int(seconds) <= 29_000  # its own time
+    assert sorted(released(slurm)) == ["13:", "14:"] and len(all_holds(slurm)) == 1
     d.shutdown()

@@ -245,8 +245,13 @@ def test_job_modifys_hold_of_a_dependency_added_later_is_told_by_its_begin_time(
             "6|alice|(null)|1764337200|(null)|\n"
             f"7|alice|(null)|{LATER_BASE + 1764337200}|rsa1:i=%2Fpfs|\n")
     assert [r.job_id for r in parse_dependents(text, DEP_MARK)] == []
-    assert [(r.job_id, r.begin) for r in parse_dependents(text, DEP_MARK, later=LATER_BASE)
+    assert [(r.job_id, r.begin) for r in parse_dependents(text, DEP_MARK,
+                                                          ahead_of=1764337200)
             ] == [("5", LATER_BASE), ("7", LATER_BASE + 1764337200)]
+    # and one with a begin time of its own ahead (job_modify's hold replaces it)
+    assert [r.job_id for r in parse_dependents(text, DEP_MARK, ahead_of=1764337199)
+            ] == ["5", "6", "7"]
+    assert later_begin(LATER_BASE + 1) == 1  # StartTime=now in the update
 
 
 def test_the_parents_of_a_job_whose_dependency_slurm_cleared_are_every_ended_unsettled_job(

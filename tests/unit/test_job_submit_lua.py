@@ -24,7 +24,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rsa_scheduler.core.dependency import LATER_BASE, later_begin, later_hold, read_dep_mark
+from rsa_scheduler.core.dependency import (
+    LATER_BASE,
+    later_begin,
+    later_hold,
+    own_begin,
+    read_dep_mark,
+)
 from rsa_scheduler.core.directives import (
     MAX_LINE,
     MAX_SCRIPT,
@@ -878,7 +884,8 @@ REQUEUED_FLAG = 0x400  # JOB_REQUEUE: a flag above the base state
     (0, {"desc__dependency": "aftercorr:12"}, LATER),  # root (an admin) too
     # its own StartTime in the same update: kept in the hold's begin time
     (USER, {"desc__dependency": "afterok:12", "desc__begin_time": NOW + 60}, LATER + NOW + 60),
-    (USER, {"desc__dependency": "afterok:12", "desc__begin_time": NOW - 60}, LATER),  # passed
+    # StartTime=now (or passed): start as soon as it may, not at the begin time it had
+    (USER, {"desc__dependency": "afterok:12", "desc__begin_time": NOW - 60}, LATER + 1),
     (USER, {"desc__dependency": "afterok:12", "desc__begin_time": 0}, LATER),  # none asked
     # a locked-in job: the dependency is the user's (rsad's lock-in ends at the demotion)
     (USER, {"desc__dependency": "afterok:12", "job__qos": "rsa-lockin"}, LATER),
@@ -904,6 +911,7 @@ def test_a_dependency_added_later_holds_the_pending_job(
     assert got.sets == {"begin_time": str(want)}, got  # nothing else: admin_comment is refused
     assert "job 42" in got.logs[0] and "held until rsad has looked" in got.logs[0], got
     assert later_hold(want) and later_begin(want) == (want - LATER or None)
+    assert own_begin(None, want, now=NOW) == (want - LATER if want - LATER > NOW else None)
 
 
 def test_a_locked_in_job_is_still_refused_with_a_dependency_in_the_update(lua: str) -> None:
