@@ -47,7 +47,9 @@ local CONFIG = {
   wait_timeout = 1800,
   -- Dependents (issue 32): seconds a job submitted with a dependency on another job's
   -- end is held until rsad has looked at its parents (a year, as rsad's own dependency
-  -- hold). false = off (docs/job_submit.md, "Dependents").
+  -- hold); a dependency added later (scontrol update) holds the job until rsad has
+  -- looked at it, however long (its begin time in 2106). false = both off
+  -- (docs/job_submit.md, "Dependents").
   dependency_hold = 365 * 86400,
   -- Native mode (rsa config: slurm.mode=native, docs/design/native-mode.md): the
   -- burst_buffer.conf Directive= word (Slurm's default "BB_LUA"). nil = queue mode.

@@ -16,7 +16,9 @@ What it owns
     start and dependency holds) and, in native mode, burst_buffer.
   * M.modify(job_desc, job_rec, part_list, modify_uid): users cannot undo a lock-in.
     While a job's QOS is the lock-in QOS (or its priority at least lockin_priority),
-    only root and SlurmUser may change its qos, priority or nice.
+    only root and SlurmUser may change its qos, priority or nice. An update that sets a
+    dependency waiting for a job's end holds the pending job (its begin time only:
+    hold_later) until rsad has looked at its parents.
   * M.configure(settings): the site's settings (the keys of DEFAULTS below; an unknown
     key fails the load in one line). M.config is the live table.
 
@@ -66,8 +68,10 @@ local CONFIG = {
   -- output on a RAMDISK, else once their output is verified on the PFS
   -- (rsa_scheduler/daemon/dephold.py). Slurm starts it by itself only after this: a year,
   -- as rsad's own dependency hold, so that no dependent starts on half its parent's
-  -- output while rsad is down. nil = off (rsad then holds dependents from its first
-  -- cycle that sees them, which a parent ending sooner can beat).
+  -- output while rsad is down. A dependency added later (scontrol update) is held by
+  -- modify until rsad has looked, however long (hold_later). nil = both off (rsad then
+  -- holds dependents from its first cycle that sees them, which a parent ending sooner
+  -- can beat).
   dependency_hold = 365 * 86400,
   -- The clock (seconds since the epoch; tests replace it). Reading it is no I/O.
   now = os.time,
@@ -240,6 +244,42 @@ local function dependent_comment(job_desc, comment, user_begin)
   return spec .. " hold=after:" .. own .. string.format(";held=%d", held)
 end
 
+-- A dependency added later (scontrol update JobId=N Dependency=afterok:P, which Slurm
+-- allows the job's owner): job_modify cannot mark it (Slurm 22.05 refuses an
+-- admin_comment a plugin sets in a user's update, and the job record it sees has no begin
+-- time), so the hold is in the begin time alone, a value no one asks for: LATER_BASE
+-- (2^32 s, 2106-02-07T06:28:16 UTC) plus the begin time the same update asks for if
+-- ahead, plus 1 if it asks for one not ahead (StartTime=now), plus 0 if none. rsad tells
+-- it by that (core/dependency.py later_hold), at its next cycle holds the job with its
+-- marker (a parent's output on a RAMDISK) or releases it, giving back that begin time
+-- (none asked: the one rsad saw the job have before); while rsad is down Slurm keeps it
+-- pending.
+local LATER_BASE = 4294967296
+local JOB_PENDING = 0 -- Slurm's job_state & JOB_STATE_BASE (0xff) of a pending job
+
+local function hold_later(job_desc, job_rec, modify_uid)
+  if CONFIG.dependency_hold == nil or not data_dependency(job_desc.dependency) then
+    return
+  end
+  local state = job_rec.job_state
+  if type(state) ~= "number" or state % 256 ~= JOB_PENDING then
+    return -- Slurm refuses a dependency on a job that is not pending
+  end
+  local now = CONFIG.now()
+  local own = job_desc.begin_time
+  local keep = 0
+  if type(own) == "number" and own ~= slurm.NO_VAL and own > now then
+    keep = own
+  elseif type(own) == "number" and own ~= slurm.NO_VAL and own > 0 then
+    keep = 1 -- asked to start as soon as it may: not the begin time it had before
+  end
+  local held = keep >= LATER_BASE and keep or LATER_BASE + keep
+  job_desc.begin_time = held
+  slurm.log_info("rsa: job %s: uid %d set the dependency %s: held until rsad has looked at "
+    .. "its parents (begin time %s)", string.format("%d", job_rec.job_id or 0), modify_uid,
+    tostring(job_desc.dependency), string.format("%.0f", held))
+end
+
 local function mark_dependent(job_desc, user_begin)
   local comment = dependent_comment(job_desc, job_desc.admin_comment, user_begin)
   if comment ~= job_desc.admin_comment then
@@ -364,31 +404,43 @@ local function is_set(value) -- job_desc numbers are NO_VAL when the request lea
   return value ~= nil and value ~= slurm.NO_VAL
 end
 
--- Modification: a user cannot undo a lock-in. Slurm 22.05 discards slurm.log_user in
--- job_modify, so the user sees the error code's text ("Access/permission denied");
--- the reason goes to slurmctld's log.
-local function modify(job_desc, job_rec, part_list, modify_uid) -- luacheck: ignore
+-- The fields of a change a user may not make to a job the RSA locked in ({} if none).
+local function lockin_refused(job_desc, job_rec, modify_uid)
   if privileged(modify_uid) then
-    return slurm.SUCCESS
+    return {}
   end
   local locked = job_rec.qos ~= nil and job_rec.qos == CONFIG.lockin_qos
   if not locked and CONFIG.lockin_priority ~= nil then
     locked = (job_rec.priority or 0) >= CONFIG.lockin_priority
   end
-  if not locked then
-    return slurm.SUCCESS
-  end
   local refused = {}
+  if not locked then
+    return refused
+  end
   if job_desc.qos ~= nil then refused[#refused + 1] = "qos" end
   if is_set(job_desc.priority) then refused[#refused + 1] = "priority" end
   if is_set(job_desc.nice) then refused[#refused + 1] = "nice" end
-  if #refused == 0 then
-    return slurm.SUCCESS
+  return refused
+end
+
+-- Modification: a user cannot undo a lock-in; a dependency that waits for a job's end,
+-- set by anyone, holds the job until rsad has looked at its parents (hold_later). Slurm
+-- 22.05 discards slurm.log_user in job_modify, so the user sees the error code's text
+-- ("Access/permission denied"); the reason goes to slurmctld's log.
+local function modify(job_desc, job_rec, part_list, modify_uid) -- luacheck: ignore
+  local refused = lockin_refused(job_desc, job_rec, modify_uid)
+  if #refused > 0 then
+    slurm.log_info("rsa: refused uid %d changing %s of job %s: it is locked in by the RSA "
+      .. "(its input is staged); scancel it, or ask an administrator to release it",
+      modify_uid, table.concat(refused, ", "), string.format("%d", job_rec.job_id or 0))
+    return slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
   end
-  slurm.log_info("rsa: refused uid %d changing %s of job %s: it is locked in by the RSA "
-    .. "(its input is staged); scancel it, or ask an administrator to release it",
-    modify_uid, table.concat(refused, ", "), string.format("%d", job_rec.job_id or 0))
-  return slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
+  local ok, err = pcall(hold_later, job_desc, job_rec, modify_uid)
+  if not ok then -- a bug here must not stop the update: rsad holds the job at its next cycle
+    slurm.log_error("rsa: dependency hold of an update failed, update accepted: %s",
+      tostring(err))
+  end
+  return slurm.SUCCESS
 end
 
 -- ---------------------------------------------------------------------------------------
@@ -419,5 +471,6 @@ end
 -- (tests/lua/run_vector.lua); Slurm itself sees none of it.
 return { submit = submit, modify = modify, configure = configure, config = CONFIG,
   check = check, hold_comment = hold_comment, dependent_comment = dependent_comment,
+  later_base = LATER_BASE,
   bb_line = bb_line, has_bb_line = has_bb_line,
   quote = function(text) return quote(decode(text)) end, spank_options = spank_options }

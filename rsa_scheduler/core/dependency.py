@@ -12,7 +12,9 @@ keeps it held, with a reason its user can read.
 Owns the parser of Slurm's dependency text as ``squeue -O Dependency`` prints it
 (:func:`parse_dependency`, tested on real 22.05 output in tests/data/slurm/), the
 parents a dependency names (:func:`parents_of`), whether a parent's output is settled
-(:func:`parent_verdict`), the marker (:func:`dep_marker`, :func:`read_dep_mark`), the
+(:func:`parent_verdict`), the parents a dependent whose dependency Slurm already cleared
+may have (:func:`ended_unsettled`), the marker (:func:`dep_marker`, :func:`read_dep_mark`), the
+begin time job_modify gives a dependency added later (:func:`later_hold`), the
 begin time of its own a held job keeps (:func:`own_begin`: the release never starts it
 before its user's ``--begin`` or a ``StartTime`` set while it was held) and the messages.
 Pure: no I/O, no clock.
@@ -146,6 +148,19 @@ def parent_verdict(rec: JobRecord | None) -> Waiting | None:
     return None
 
 
+def ended_unsettled(job_id: str, records: Mapping[str, JobRecord]) -> list[str]:
+    """Every RSA job that has ended with its output not yet verified on the PFS: the
+    parents a dependent (``job_id``) may have when Slurm fulfilled and cleared its
+    dependency before rsad read it (a dependency on a job that had already ended, added
+    by ``scontrol update`` or at submission, or while rsad was down). Its real parents all
+    ended; any of them with output on a RAMDISK is among these. Sorted as
+    :func:`parents_of`."""
+    found = {k for k, r in records.items()
+             if r.job_state is JobState.FINISHED and parent_verdict(r) is not None}
+    found.discard(job_id)
+    return sorted(found, key=lambda k: (len(k), k))
+
+
 #: the marker's fields after the parents: the begin time the job had of its own (its
 #: user's ``--begin``, an admin's ``StartTime``), which the release keeps, and the begin
 #: time the hold set (a different one is someone else's since: kept too)
@@ -154,6 +169,30 @@ BEGIN_FIELD, HELD_FIELD = ";begin=", ";held="
 #: seconds a job's begin time may differ from the one the hold asked for and still be the
 #: hold's (rsad asks for ``now+N``; slurmctld's ``now`` is a moment later)
 HELD_SLACK = 600
+
+#: the begin time job_submit.lua's job_modify gives a pending job whose update sets a
+#: dependency that waits for a job's end (``scontrol update JobId=N Dependency=...``): this
+#: (2^32 s: 2106-02-07T06:28:16 UTC) plus the begin time the same update asked for if
+#: ahead, plus 1 if it asked for one not ahead (``StartTime=now``), plus 0 if it asked for
+#: none. It cannot write the marker (Slurm 22.05 refuses an admin_comment a plugin sets
+#: in a user's update): a begin time no one asks for is the mark
+#: (slurm_plugins/rsa_job_submit.lua ``hold_later`` writes it)
+LATER_BASE = 1 << 32
+
+
+def later_hold(begin: int | None) -> bool:
+    """Whether ``begin`` (a job's begin time) is job_modify's hold of a dependency added
+    later (:data:`LATER_BASE`)."""
+    return begin is not None and begin >= LATER_BASE
+
+
+def later_begin(begin: int | None) -> int | None:
+    """The begin time of its own the update that set job_modify's hold asked for (1: one
+    not ahead; None: none, or ``begin`` is no such hold)."""
+    if begin is None or begin < LATER_BASE:
+        return None
+    own = begin - LATER_BASE
+    return own if own > 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,9 +237,15 @@ def own_begin(mark: DepMark | None, begin: int | None, now: float,
     ahead of ``now``: the marker's, or the job's begin time in Slurm (``begin``) when it
     is none of rsad's: not the hold's (recorded in the marker; a marker that recorded
     none holds the job on its own time) nor the start hold's (``start_hold``, its
-    deadline). The release starts the job at the latest of ``now`` and these."""
+    deadline); job_modify's hold of a dependency added later (:func:`later_hold`) gives
+    the begin time its update asked for. The release starts the job at the latest of
+    ``now`` and these."""
     times = [mark.begin] if mark is not None and mark.begin is not None else []
-    if begin is not None:
+    if later_hold(begin):
+        asked = later_begin(begin)
+        if asked is not None:
+            times.append(asked)
+    elif begin is not None:
         ours: list[int | None] = [start_hold] if start_hold is not None else []
         if mark is not None:
             ours.append(mark.held)

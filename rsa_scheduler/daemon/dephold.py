@@ -1,7 +1,8 @@
 """The dependency hold at work: dependents wait for their parents' output (issue 32).
 
 Owns :class:`DepHold`: each cycle, in both modes, one ``squeue`` of the pending jobs
-that have a dependency (or carry the hold's marker), which of them depend on an RSA job
+that have a dependency (or carry the hold's marker, or a begin time ahead), which of them
+depend on an RSA job
 whose output is not yet verified on the PFS (:mod:`rsa_scheduler.core.dependency`
 decides), and the Slurm calls that hold and release them (on the urgent lane, one at a
 time per job). A held job's begin time is :data:`DEP_HOLD` ahead and its admin_comment
@@ -17,7 +18,12 @@ Slurm may start the dependent within one scheduling pass of it.
 job_submit.lua marks every job submitted with such a dependency the same way (its
 ``dependency_hold``, the marker without parents), so that a dependent submitted just as
 its parent ends is held too: rsad releases it at its next cycle when no parent has output
-on a RAMDISK.
+on a RAMDISK. A dependency added later (``scontrol update``) it holds by the begin time
+alone (``core.dependency.later_hold``: it cannot write the marker in a user's update):
+rsad replaces that hold with its own at its next cycle (a parent's output on a RAMDISK)
+or lifts it, keeping the begin time the update asked for, or, if none, the one the job had
+before (job_modify cannot see it): rsad's squeue lists every pending job with a begin time
+ahead, and it remembers the last one of each job's own.
 
 Imports nothing of the daemon; the daemon (service.py) hands it the scheduler, its
 commit and the user's comment as callables.
@@ -35,7 +41,10 @@ from rsa_scheduler.core.dependency import (
     DependencyError,
     Waiting,
     dep_marker,
+    ended_unsettled,
     held_message,
+    later_begin,
+    later_hold,
     own_begin,
     parent_verdict,
     parents_of,
@@ -85,6 +94,10 @@ class DepHold:
         # asked again within RETRY (Slurm may not show its effect at once)
         self.asked: dict[str, tuple[float, bool]] = {}
         self.told: dict[str, str] = {}  # job -> the last reason its user was told
+        # job -> the begin time of its own a pending job had when last seen (job_modify's
+        # hold of a dependency added later replaces it; given back at the release). In
+        # memory only: one set while rsad was down is not known
+        self.begins: dict[str, int] = {}
         self._unsupported = False
 
     def check(self) -> None:
@@ -99,11 +112,11 @@ class DepHold:
                           "jobs may start before their parents' output is on the PFS")
             return
         try:
-            rows: list[DependentRow] = read(DEP_MARK.lstrip())
+            now = self.clock()
+            rows: list[DependentRow] = read(DEP_MARK.lstrip(), int(now))
         except SlurmError as e:  # level-triggered: the next cycle looks again
             log.warning("cannot read the pending jobs' dependencies: %s", e)
             return
-        now = self.clock()
         records = self.scheduler().records
         seen: set[str] = set()
         for row in rows:
@@ -112,6 +125,8 @@ class DepHold:
         for job in [j for j in self.asked if j not in seen and j not in self.calls]:
             self.asked.pop(job, None)
             self.told.pop(job, None)
+        for job in [j for j in self.begins if j not in seen]:
+            del self.begins[job]  # started, gone, or its begin time passed or was moved
 
     def _one(self, row: DependentRow, records: dict[str, JobRecord], now: float) -> None:
         job = row.job_id
@@ -128,6 +143,17 @@ class DepHold:
         # while it was held): recorded in the marker, given back at the release
         _, start_hold = split_hold(without_dep_marker(row.admin_comment))
         keep = own_begin(mark, row.begin, now, start_hold)
+        later = later_hold(row.begin)
+        if not later:
+            if keep is None or (mark is not None and keep == mark.begin):
+                self.begins.pop(job, None)
+            else:
+                self.begins[job] = keep
+        elif later_begin(row.begin) is None and keep is None:
+            # the update that added the dependency asked for no begin time: the one the
+            # job had before, which job_modify could not see (its job record has none)
+            had = self.begins.get(job)
+            keep = had if had is not None and had > now else None
         try:
             deps = parse_dependency(row.dependency)
         except DependencyError as e:
@@ -140,19 +166,27 @@ class DepHold:
         if own is not None and own.user != row.user:
             own = None
         named = parents_of(job, row.user, deps, records)
+        # job_submit.lua's hold (at submission: the marker without parents; added later:
+        # the begin time alone) of a job whose dependency Slurm has already fulfilled and
+        # cleared (its parents had ended: at once, or while rsad was down): which they
+        # were is gone, so every RSA job that ended with output not yet verified may be one
+        if not deps and (later or marked == []):
+            named = ended_unsettled(job, records)
         waits = [w for p in sorted(set(named) | set(marked or []))
                  if (w := parent_verdict(records.get(p))) is not None]
         # another user's job: its dependent is held as well, but told nothing of how
         # that job's stage-out fares (failed, quarantined): that is its owner's
         waits = [w if records[w.parent].user == row.user else Waiting(w.parent, "staging")
                  for w in waits]
+        # job_submit.lua's hold of a dependency added later (scontrol update, its begin time
+        # alone says so): rsad holds the job in its own way now, or releases it
         when, holding = self.asked.get(job, (-1e18, False))
         recent = now - when < RETRY
         if waits:
             blocking = [w.parent for w in waits]
             message = held_message(waits)
             moved = mark is not None and keep is not None and keep != mark.begin
-            if marked is None or not set(blocking) <= set(marked) or moved:
+            if marked is None or not set(blocking) <= set(marked) or moved or later:
                 if recent and holding:
                     return
                 self.asked[job] = (now, True)
@@ -165,13 +199,13 @@ class DepHold:
             elif self.told.get(job) != message:
                 self.told[job] = message
                 self.tell(job, message)
-        elif marked is not None and not (recent and not holding):
+        elif (marked is not None or later) and not (recent and not holding):
             self.asked[job] = (now, False)
             wait = None if keep is not None else self._waits_for_ramdisk(own)
             after = None if keep is None else int(keep - now) + 1
-            self._event(own, now, "job.dependency-released", marked)
+            self._event(own, now, "job.dependency-released", marked or [])
             self.calls[job] = self.lane.submit(self._release, job, row.admin_comment,
-                                               marked, wait, after)
+                                               marked or [], wait, after)
 
     def _event(self, own: JobRecord | None, now: float, name: str,
                parents: list[str]) -> None:

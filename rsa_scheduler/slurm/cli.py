@@ -399,10 +399,12 @@ class CliSlurm:
         return parse_pending(self._run([str(self.bin_dir / "squeue"), "-h", "-r", "-t",
                                         "PD", "-O", PENDING_FORMAT]))
 
-    def dependents(self, mark: str) -> list[DependentRow]:
-        """Pending jobs with a dependency, or with ``mark`` in their admin_comment, with
-        their begin times (one ``squeue`` call: the dependency hold, daemon/dephold.py)."""
-        return parse_dependents(self._run(dependents_argv(self.bin_dir), EPOCH_TIME), mark)
+    def dependents(self, mark: str, ahead_of: int | None = None) -> list[DependentRow]:
+        """Pending jobs with a dependency, with ``mark`` in their admin_comment, or with a
+        begin time after ``ahead_of``, with their begin times (one ``squeue`` call: the
+        dependency hold, daemon/dephold.py)."""
+        return parse_dependents(self._run(dependents_argv(self.bin_dir), EPOCH_TIME), mark,
+                                ahead_of=ahead_of)
 
     def hold(self, job_id: str, seconds: int, admin_comment: str) -> None:
         self._run(update_argv(self.bin_dir, job_id, StartTime=f"now+{int(seconds)}",

@@ -275,11 +275,15 @@ def _epoch(text: str) -> int | None:
 
 
 def parse_dependents(text: str, mark: str,
-                     fields: tuple[str, ...] = DEPENDENT_FIELDS) -> list[DependentRow]:
+                     fields: tuple[str, ...] = DEPENDENT_FIELDS,
+                     ahead_of: int | None = None) -> list[DependentRow]:
     """The lines of ``squeue -h -r -t PD -O <fields>`` (:data:`DEPENDENT_FORMAT`; an
     older capture's ``fields`` without ``EligibleTime`` too) with a dependency, or with
     ``mark`` in their admin_comment (the dependency hold's: a held job whose dependency
-    Slurm already cleared). An admin_comment over several lines is joined to its job."""
+    Slurm already cleared), or a begin time after ``ahead_of`` (now: job_submit.lua's
+    hold of a dependency added later, core/dependency.py ``LATER_BASE``, whose dependency
+    Slurm may have cleared too; a job's own begin time, which that hold replaces). An
+    admin_comment over several lines is joined to its job."""
     out: list[DependentRow] = []
     cur: list[str] | None = None
     where = {name: i for i, name in enumerate(fields)}
@@ -292,7 +296,8 @@ def parse_dependents(text: str, mark: str,
         comment = "" if comment == NULL else comment
         dep = "" if dep == NULL else dep
         begin = _epoch(cur[where["EligibleTime"]]) if "EligibleTime" in where else None
-        if dep or mark in comment:
+        if dep or mark in comment or (ahead_of is not None and begin is not None
+                                      and begin > ahead_of):
             out.append(DependentRow(cur[where["JobArrayID"]], cur[where["UserName"]], dep,
                                     comment, begin))
 

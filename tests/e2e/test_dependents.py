@@ -10,6 +10,9 @@ output is verified, also across a kill -9 of rsad during A's stage-out and a res
 slurmctld meanwhile (both modes). A
 stage-out that fails for good keeps B held, with the reason in its comment, until
 ``rsa retry`` brings A's output to the PFS (queue mode; the hold is the same in both).
+A dependency its user adds with ``scontrol update`` after A has ended, while rsad is down
+and A's output is still on its RAMDISK, holds B too (job_submit.lua's job_modify), until
+the output is verified (queue mode).
 
 The dependency text Slurm prints for each type (``squeue -O Dependency``) is captured
 here too: tests/data/slurm/squeue_dependency*.txt were written from it.
@@ -31,7 +34,7 @@ from rsa_scheduler.slurm.cli import dependents_argv
 from rsa_scheduler.slurm.parse import EPOCH_TIME
 from tests.e2e.conftest import input_area, lab_mode
 from tests.e2e.test_requeue_cycles import pfs_writes_at
-from tests.integration.conftest import slurm_env
+from tests.integration.conftest import as_user, slurm_env
 from tests.integration.slurmkit import (
     make_jobs,
     restart_lab_slurmctld,
@@ -205,3 +208,38 @@ def test_a_dependent_keeps_its_own_begin_time_through_the_hold(
     assert int(started.strip()) >= begin, (started, begin)  # Slurm's StartTime of B
     assert float((res / "b.start").read_text()) >= begin
     assert (res / "b.md5").read_text() == (res / "a.md5").read_text()
+
+
+@pytest.mark.queue
+def test_a_dependency_added_later_by_its_user_waits_for_the_output_across_rsad_down(
+        lab: Mapping[str, str], area: Path) -> None:
+    """A has ended and its output is being staged out when rsad is killed; its user then
+    adds ``afterok:A`` to their pending B (``scontrol update``) and releases their own
+    hold. Slurm met the dependency at once (A ended ``COMPLETED``): on main B started
+    then, on the part of A's output staged so far (it ended FAILED within the 3 s: its
+    md5sum missed files). job_submit.lua's job_modify holds B at the update;
+    the next rsad keeps it held until A's output is verified, then lets it run."""
+    out, res = area / "out", area / "res"
+    user = lab["RSA_LAB_USER"]
+    with make_jobs(lab) as jobs, pfs_writes_at(lab, "4mbit"):
+        a = jobs.submit(script=parent_script(out, res, 1))
+        b = jobs.submit("-H", script=child_script(out, res))  # pending: its user's hold
+        wait_state(lab, a, "staging-out", "verifying", timeout=120)
+        stop_lab_rsad(signal.SIGKILL)
+        try:
+            for argv in (["scontrol", "update", f"JobId={b}", f"Dependency=afterok:{a}"],
+                         ["scontrol", "release", b]):
+                done = as_user(lab, user, argv)
+                assert done.returncode == 0, (argv, done.stderr)
+            time.sleep(3)  # Slurm alone: B must stay pending (on main it had started)
+            info = show_job(lab, b)
+            assert info["JobState"] == "PENDING", info
+        finally:
+            start_lab_rsad()
+        assert verified_at(lab, a) is None  # the update came while the output was staged
+        wait_for("B's end", lambda: (res / "b.md5").exists() and root(
+            lab, "squeue", "-h", "-j", b, "-o", "%T").strip() in ("", "COMPLETED"),
+            timeout=240)
+    assert (res / "a.md5").read_text().count("\n") == FILES
+    assert (res / "b.md5").read_text() == (res / "a.md5").read_text()
+    assert float((res / "b.start").read_text()) >= first_verified(lab, a)

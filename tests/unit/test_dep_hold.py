@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from rsa_scheduler.core.dependency import LATER_BASE
 from rsa_scheduler.core.directives import DirectiveSpec
 from rsa_scheduler.core.policy import EarlyStart
 from rsa_scheduler.daemon.dephold import DEP_HOLD
@@ -38,12 +39,14 @@ class DepSlurm(ScriptedSlurm):
         self.rows = [r for r in self.rows if r.job_id != job] + [QueueRow(
             job, "PENDING", "Dependency", 10, 1, "alice", None)]
 
-    def dependents(self, mark: str) -> list[DependentRow]:
+    def dependents(self, mark: str, ahead_of: int | None = None) -> list[DependentRow]:
         out = []
         for r in self.rows:
             comment = r.admin_comment or ""
             dep = self.deps.get(r.job_id, "")
-            if r.state == "PENDING" and (dep or mark in comment):
+            begin = self.begins.get(r.job_id)
+            if r.state == "PENDING" and (dep or mark in comment or (
+                    ahead_of is not None and begin is not None and begin > ahead_of)):
                 out.append(DependentRow(r.job_id, r.user, dep, comment,
                                         self.begins.get(r.job_id)))
         return out
@@ -281,4 +284,136 @@ def test_a_dependents_own_begin_time_is_kept_through_the_hold(tmp_path: Path) ->
     assert (job, comment) == ("8", "")  # no marker, no start hold: its own time
     assert 58_000 < int(seconds) < 60_000
     assert "released to start at its own begin time" in comments(slurm)[-1]
+    d.shutdown()
+
+
+def test_a_dependency_added_later_is_held_by_job_modify_until_rsad_looks(
+        tmp_path: Path) -> None:
+    """``scontrol update JobId=N Dependency=afterok:P``: job_submit.lua's job_modify holds
+    the job by its begin time alone (LATER_BASE plus the begin time the update asked for;
+    it cannot write the marker). rsad's next cycle replaces that hold with its own (8: a
+    parent with output on its RAMDISK) or lifts it (9, 10), giving back the begin time
+    the update asked for (9), also once Slurm cleared the fulfilled dependency (10). On
+    main rsad kept job_modify's begin time as the job's own (8 was released to 2106) and
+    never lifted it without a parent to wait for (9 and 10 held for ever)."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    parent_running_with_its_output_on_the_ramdisk(d, slurm)
+    slurm.pend("8", "afterok:7(unfulfilled)")
+    slurm.begins["8"] = LATER_BASE
+    slurm.pend("9", "afterok:5(unfulfilled)")  # 5: no RSA job
+    slurm.begins["9"] = LATER_BASE + 50_000  # StartTime=... in the same update
+    slurm.pend("10", "")  # Slurm dropped its fulfilled dependency
+    slurm.begins["10"] = LATER_BASE
+    slurm.rows.append(QueueRow("11", "PENDING", "BeginTime", 10, 1, "alice", None))
+    slurm.begins["11"] = 40_000  # a begin time of its own, no dependency: never touched
+    cycle(d)
+    settle(d)
+    assert holds(slurm)[0] == f"8:{DEP_HOLD}: hold=after:7"
+    job, seconds, comment = all_holds(slurm)[1].split(":", 2)
+    assert (job, comment) == ("9", "") and 48_000 < int(seconds) <= 50_001  # its own time
+    assert released(slurm) == ["10:"]
+    assert len(all_holds(slurm)) == 2
+    slurm.begins["8"] = int(all_holds(slurm)[0].rsplit(";held=", 1)[1])  # rsad's hold now
+    slurm.begins.pop("9")
+    slurm.begins.pop("10")
+    slurm.deps["8"] = ""
+    slurm.set("7", "COMPLETED", spec=OUT)
+    for _ in range(3):
+        cycle(d)
+    assert released(slurm) == ["10:"]  # 8 waits for 7's output
+    gated.gate.set()
+    settle(d)
+    for _ in range(2):
+        cycle(d)
+        settle(d)
+    assert released(slurm) == ["10:", "8:"] and len(all_holds(slurm)) == 2
+    d.shutdown()
+
+
+def test_a_dependency_added_later_while_rsad_is_down_waits_for_the_output(
+        tmp_path: Path) -> None:
+    """rsad is down when the update is made and when the parent ends: Slurm keeps
+    job_modify's hold and clears the fulfilled dependency; the next rsad holds the job for
+    the output of every RSA job that ended with it not yet verified (one of them may have
+    been its parent), with the begin time of its own the update asked for in the marker,
+    and releases it once verified."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    parent_running_with_its_output_on_the_ramdisk(d, slurm)
+    d.shutdown()
+    d.store.close()
+    slurm.pend("8", "afterok:7(unfulfilled)")  # the update, while rsad is down
+    slurm.begins["8"] = LATER_BASE + 20_000
+    slurm.set("7", "COMPLETED", spec=OUT)
+    slurm.deps["8"] = ""
+    slurm.calls.clear()
+    gated2 = Gated()
+    d2 = daemon(tmp_path, slurm, gated2, EarlyStart.FALLBACK)
+    for _ in range(3):
+        cycle(d2)
+    assert holds(slurm) == [f"8:{DEP_HOLD}: hold=after:7;begin=20000"]
+    assert released(slurm) == []
+    slurm.begins["8"] = int(all_holds(slurm)[0].rsplit(";held=", 1)[1])
+    gated2.gate.set()
+    settle(d2)
+    for _ in range(3):
+        cycle(d2)
+        settle(d2)
+    job, seconds, comment = all_holds(slurm)[-1].split(":", 2)
+    assert (job, comment) == ("8", "") and 0 < int(seconds) <= 20_001  # its own time
+    assert released(slurm) == []
+    d2.shutdown()
+
+
+def test_a_dependent_whose_dependency_slurm_cleared_before_rsad_looked_waits_for_the_output(
+        tmp_path: Path) -> None:
+    """Submitted with ``afterok:7`` after 7 ended, its output still staging out: Slurm
+    fulfils and clears the dependency before rsad's next cycle, leaving job_submit.lua's
+    marker without parents. rsad holds it for every RSA job that ended with its output
+    not yet verified (on main it released it at once: it read 7's half-staged output)."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    parent_running_with_its_output_on_the_ramdisk(d, slurm)
+    slurm.set("7", "COMPLETED", spec=OUT)
+    d.poll()  # the output stages out; verify waits for the gate
+    flush_urgent(d)
+    slurm.deps["8"] = ""
+    slurm.rows.append(QueueRow("8", "PENDING", "BeginTime", 10, 1, "alice", " hold=after:"))
+    for _ in range(2):
+        cycle(d)
+    assert released(slurm) == []
+    assert holds(slurm) == [f"8:{DEP_HOLD}: hold=after:7"]
+    gated.gate.set()
+    settle(d)
+    for _ in range(2):
+        cycle(d)
+        settle(d)
+    assert released(slurm) == ["8:"]
+    d.shutdown()
+
+
+def test_a_begin_time_set_before_the_dependency_was_added_is_given_back(
+        tmp_path: Path) -> None:
+    """job_modify cannot see the begin time a job had (22.05's job record has none): its
+    hold replaces it. rsad saw it before the update and gives it back at the release
+    (12); an update that asked for ``StartTime=now`` with the dependency gets that (13);
+    a begin time moved back to now before the update is not given back (14)."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    for job in ("12", "13", "14"):
+        slurm.rows.append(QueueRow(job, "PENDING", "BeginTime", 10, 1, "alice", None))
+        slurm.begins[job] = 30_000  # its user's --begin, no dependency yet
+    cycle(d)
+    assert holds(slurm) == [] and released(slurm) == []  # its own: never touched
+    slurm.begins["14"] = 1_000  # its user: StartTime=now (passed at once)
+    cycle(d)
+    for job, begin in (("12", LATER_BASE), ("13", LATER_BASE + 1), ("14", LATER_BASE)):
+        slurm.deps[job] = "afterok:5(unfulfilled)"  # 5: no RSA job
+        slurm.begins[job] = begin  # job_modify's hold
+    cycle(d)
+    settle(d)
+    job, seconds, comment = all_holds(slurm)[0].split(":", 2)
+    assert (job, comment) == ("12", "") and 28_000 < int(seconds) <= 29_000  # its own time
+    assert sorted(released(slurm)) == ["13:", "14:"] and len(all_holds(slurm)) == 1
     d.shutdown()

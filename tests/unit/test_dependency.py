@@ -9,12 +9,16 @@ import pytest
 
 from rsa_scheduler.core.dependency import (
     DEP_MARK,
+    LATER_BASE,
     Dependency,
     DependencyError,
     DepMark,
     dep_marker,
     dep_parents,
+    ended_unsettled,
     held_message,
+    later_begin,
+    later_hold,
     own_begin,
     parent_verdict,
     parents_of,
@@ -220,3 +224,45 @@ def test_the_begin_time_slurm_printed_in_the_lab_is_read() -> None:
     # Slurm shows the hold's own begin time: the job keeps its --begin, nothing else
     assert own_begin(mark, rows[0].begin, now=1795873749) == 1795873809
     assert own_begin(mark, rows[0].begin, now=1795873810) is None
+
+
+def test_job_modifys_hold_of_a_dependency_added_later_is_told_by_its_begin_time() -> None:
+    """job_submit.lua's job_modify cannot write the marker: its hold is LATER_BASE plus
+    the begin time the update asked for. It is rsad's, never the job's own (on main the
+    release kept it: the job waited until 2106), and gives that begin time back."""
+    assert LATER_BASE == 4294967296  # 2106-02-07T06:28:16 UTC
+    assert not later_hold(None) and not later_hold(LATER_BASE - 1) and later_hold(LATER_BASE)
+    assert later_begin(LATER_BASE) is None and later_begin(LATER_BASE + 5000) == 5000
+    assert later_begin(4000) is None
+    assert own_begin(None, LATER_BASE, now=100) is None
+    assert own_begin(None, LATER_BASE + 5000, now=100) == 5000
+    assert own_begin(None, LATER_BASE + 50, now=100) is None  # passed
+    assert own_begin(DepMark(["12"], 7000, 9000), LATER_BASE + 5000, now=100) == 7000
+    assert own_begin(DepMark(["12"], None, 9000), LATER_BASE, now=100) is None
+    # squeue lists a pending job with job_modify's hold even once Slurm cleared its
+    # fulfilled dependency (and with no marker)
+    text = (f"5|alice|(null)|{LATER_BASE}|(null)|\n"
+            "6|alice|(null)|1764337200|(null)|\n"
+            f"7|alice|(null)|{LATER_BASE + 1764337200}|rsa1:i=%2Fpfs|\n")
+    assert [r.job_id for r in parse_dependents(text, DEP_MARK)] == []
+    assert [(r.job_id, r.begin) for r in parse_dependents(text, DEP_MARK,
+                                                          ahead_of=1764337200)
+            ] == [("5", LATER_BASE), ("7", LATER_BASE + 1764337200)]
+    # and one with a begin time of its own ahead (job_modify's hold replaces it)
+    assert [r.job_id for r in parse_dependents(text, DEP_MARK, ahead_of=1764337199)
+            ] == ["5", "6", "7"]
+    assert later_begin(LATER_BASE + 1) == 1  # StartTime=now in the update
+
+
+def test_the_parents_of_a_job_whose_dependency_slurm_cleared_are_every_ended_unsettled_job(
+        ) -> None:
+    records = {
+        "7": rec("7", RsaState.STAGING_OUT, JobState.FINISHED),
+        "8": rec("8", RsaState.QUARANTINED, JobState.FINISHED, user="bob"),
+        "9": rec("9", RsaState.MOUNTED_OUTPUT, JobState.RUNNING),  # not ended
+        "10": rec("10", RsaState.OUTPUT_VERIFIED, JobState.FINISHED),  # settled
+        "11": rec("11", RsaState.STAGING_OUT, JobState.FINISHED, spec=IN),  # no output
+        "12": rec("12", RsaState.STAGING_OUT, JobState.FINISHED),
+    }
+    assert ended_unsettled("12", records) == ["7", "8"]
+    assert ended_unsettled("5", {}) == []

@@ -25,7 +25,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rsa_scheduler.config import load_defaults
-from rsa_scheduler.core.dependency import read_dep_mark
+from rsa_scheduler.core.dependency import (
+    LATER_BASE,
+    later_begin,
+    later_hold,
+    own_begin,
+    read_dep_mark,
+)
 from rsa_scheduler.core.directives import (
     MAX_LINE,
     MAX_SCRIPT,
@@ -127,10 +133,14 @@ def run_many(lua: str, scripts: list[Path]) -> dict[str, Result]:
 
 
 def run_modify(lua: str, uid: int, **fields: object) -> Result:
+    return run_modify_in(VECTOR_ENV, lua, uid, fields)
+
+
+def run_modify_in(env: dict[str, str], lua: str, uid: int,
+                  fields: dict[str, object]) -> Result:
     args = [f"{k.replace('__', '.', 1)}={v}" for k, v in fields.items()]
     done = subprocess.run([lua, str(DRIVER), str(PLUGIN), "modify", str(uid), *args],
-                          capture_output=True, text=True, timeout=30, check=False,
-                          env=VECTOR_ENV)
+                          capture_output=True, text=True, timeout=30, check=False, env=env)
     assert done.returncode == 0, done.stderr
     return _parse(done.stdout.rstrip("\n").split("\n"))
 
@@ -875,3 +885,61 @@ def test_the_dependency_hold_of_the_plugin_agrees_with_rsad() -> None:
     table = re.search(r"DATA_DEPENDENCY = \{(.*?)\}", text, re.S)
     assert table is not None
     assert set(re.findall(r"(\w+) = true", table.group(1))) == DATA_KINDS
+
+
+# --- dependents: a dependency added later (slurm_job_modify) -----------------------------
+
+LATER = 2**32  # core/dependency.py LATER_BASE
+PENDING, RUNNING = 0, 1  # Slurm's job_state (& JOB_STATE_BASE)
+REQUEUED_FLAG = 0x400  # JOB_REQUEUE: a flag above the base state
+
+
+@pytest.mark.parametrize(("uid", "fields", "want"), [
+    # scontrol update JobId=42 Dependency=afterok:12, by its owner: held by the begin time
+    # alone (on main the job was not held: Slurm could start it on 12's half-staged output)
+    (USER, {"desc__dependency": "afterok:12"}, LATER),
+    (USER, {"desc__dependency": "afterany:12?afternotok:13"}, LATER),
+    (USER, {"desc__dependency": "singleton"}, LATER),
+    (USER, {"desc__dependency": "afterok:12", "job__job_state": PENDING + REQUEUED_FLAG}, LATER),
+    (0, {"desc__dependency": "aftercorr:12"}, LATER),  # root (an admin) too
+    # its own StartTime in the same update: kept in the hold's begin time
+    (USER, {"desc__dependency": "afterok:12", "desc__begin_time": NOW + 60}, LATER + NOW + 60),
+    # StartTime=now (or passed): start as soon as it may, not at the begin time it had
+    (USER, {"desc__dependency": "afterok:12", "desc__begin_time": NOW - 60}, LATER + 1),
+    (USER, {"desc__dependency": "afterok:12", "desc__begin_time": 0}, LATER),  # none asked
+    # a locked-in job: the dependency is the user's (rsad's lock-in ends at the demotion)
+    (USER, {"desc__dependency": "afterok:12", "job__qos": "rsa-lockin"}, LATER),
+    # not held: the parent's start only, the dependency removed, no dependency in the
+    # update, a job that is not pending (Slurm refuses the dependency), the hold off
+    (USER, {"desc__dependency": "after:12+5"}, None),
+    (USER, {"desc__dependency": ""}, None),
+    (USER, {"desc__time_limit": 30}, None),
+    (USER, {"desc__begin_time": NOW + 60}, None),
+    (USER, {"desc__comment": "afterok:12"}, None),
+    (USER, {"desc__dependency": "afterok:12", "job__job_state": RUNNING}, None),
+    (USER, {"desc__dependency": "afterok:12", "job__job_state": "nil"}, None),
+    (USER, {"desc__dependency": "afterok:12", "config__dependency_hold": "nil"}, None),
+])
+def test_a_dependency_added_later_holds_the_pending_job(
+        lua: str, uid: int, fields: dict[str, object], want: int | None) -> None:
+    env = {**os.environ, "RSA_LUA_NOW": str(NOW)}
+    got = run_modify_in(env, lua, uid, {"job__job_state": PENDING, **fields})
+    assert got.rc == 0 and got.msgs == [], got
+    if want is None:
+        assert "begin_time" not in got.sets, got
+        return
+    assert got.sets == {"begin_time": str(want)}, got  # nothing else: admin_comment is refused
+    assert "job 42" in got.logs[0] and "held until rsad has looked" in got.logs[0], got
+    assert later_hold(want) and later_begin(want) == (want - LATER or None)
+    assert own_begin(None, want, now=NOW) == (want - LATER if want - LATER > NOW else None)
+
+
+def test_a_locked_in_job_is_still_refused_with_a_dependency_in_the_update(lua: str) -> None:
+    got = run_modify(lua, USER, job__qos="rsa-lockin", job__job_state=PENDING,
+                     desc__qos="normal", desc__dependency="afterok:12")
+    assert got.rc == ACCESS_DENIED and got.sets == {}, got
+
+
+def test_the_later_hold_of_the_plugin_agrees_with_rsad() -> None:
+    assert LATER_BASE == LATER
+    assert f"local LATER_BASE = {LATER_BASE}\n" in MODULE.read_text()
