@@ -148,15 +148,25 @@ def parent_verdict(rec: JobRecord | None) -> Waiting | None:
     return None
 
 
-def ended_unsettled(job_id: str, records: Mapping[str, JobRecord]) -> list[str]:
-    """Every RSA job that has ended with its output not yet verified on the PFS: the
-    parents a dependent (``job_id``) may have when Slurm fulfilled and cleared its
-    dependency before rsad read it (a dependency on a job that had already ended, added
-    by ``scontrol update`` or at submission, or while rsad was down). Its real parents all
-    ended; any of them with output on a RAMDISK is among these. Sorted as
+#: what a parent's output may be doing that ends by itself soon: a dependent whose
+#: dependency Slurm cleared waits only for these (:func:`ended_unsettled`)
+IN_FLIGHT = frozenset({"staging", "failed"})
+
+
+def ended_unsettled(job_id: str, user: str, records: Mapping[str, JobRecord]) -> list[str]:
+    """The parents a dependent (``job_id`` of ``user``) may have when Slurm fulfilled and
+    cleared its dependency before rsad read it (a dependency on a job that had already
+    ended, added by ``scontrol update`` or at submission, or while rsad was down): its
+    user's RSA jobs that have ended with their output on its way to the PFS (staging
+    out, verifying, a retry due). Its real parents all ended; one of them with output on
+    its way is among these when it is its user's own. Not waited for: another user's jobs
+    (one user's stage-outs never hold another's jobs whose parents are unknown) and
+    output that stays put until someone acts (quarantined, rescued: the dependent would
+    wait for as long; its user reads where that output is from ``rsa job``). Sorted as
     :func:`parents_of`."""
     found = {k for k, r in records.items()
-             if r.job_state is JobState.FINISHED and parent_verdict(r) is not None}
+             if r.user == user and r.job_state is JobState.FINISHED
+             and (w := parent_verdict(r)) is not None and w.why in IN_FLIGHT}
     found.discard(job_id)
     return sorted(found, key=lambda k: (len(k), k))
 

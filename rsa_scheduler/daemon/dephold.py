@@ -169,9 +169,9 @@ class DepHold:
         # job_submit.lua's hold (at submission: the marker without parents; added later:
         # the begin time alone) of a job whose dependency Slurm has already fulfilled and
         # cleared (its parents had ended: at once, or while rsad was down): which they
-        # were is gone, so every RSA job that ended with output not yet verified may be one
+        # were is gone, so every RSA job of its user whose output is on its way may be one
         if not deps and (later or marked == []):
-            named = ended_unsettled(job, records)
+            named = ended_unsettled(job, row.user, records)
         waits = [w for p in sorted(set(named) | set(marked or []))
                  if (w := parent_verdict(records.get(p))) is not None]
         # another user's job: its dependent is held as well, but told nothing of how

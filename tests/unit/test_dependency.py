@@ -254,15 +254,23 @@ def test_job_modifys_hold_of_a_dependency_added_later_is_told_by_its_begin_time(
     assert later_begin(LATER_BASE + 1) == 1  # StartTime=now in the update
 
 
-def test_the_parents_of_a_job_whose_dependency_slurm_cleared_are_every_ended_unsettled_job(
+def test_the_parents_of_a_job_whose_dependency_slurm_cleared_are_its_users_in_flight_jobs(
         ) -> None:
+    """Which parents are gone: the dependent waits for its user's ended jobs whose output
+    is on its way to the PFS; never for another user's (one user's stage-outs, or a
+    quarantine lasting a day, would hold every such job of every user) nor for output
+    that stays put until someone acts (quarantined, rescued)."""
     records = {
         "7": rec("7", RsaState.STAGING_OUT, JobState.FINISHED),
         "8": rec("8", RsaState.QUARANTINED, JobState.FINISHED, user="bob"),
+        "13": rec("13", RsaState.STAGING_OUT, JobState.FINISHED, user="bob"),
+        "14": rec("14", RsaState.QUARANTINED, JobState.FINISHED),  # stays until acted on
+        "15": rec("15", RsaState.STAGE_OUT_FAILED, JobState.FINISHED),  # a retry due
         "9": rec("9", RsaState.MOUNTED_OUTPUT, JobState.RUNNING),  # not ended
         "10": rec("10", RsaState.OUTPUT_VERIFIED, JobState.FINISHED),  # settled
         "11": rec("11", RsaState.STAGING_OUT, JobState.FINISHED, spec=IN),  # no output
         "12": rec("12", RsaState.STAGING_OUT, JobState.FINISHED),
     }
-    assert ended_unsettled("12", records) == ["7", "8"]
-    assert ended_unsettled("5", {}) == []
+    assert ended_unsettled("12", "alice", records) == ["7", "15"]
+    assert ended_unsettled("12", "bob", records) == ["13"]
+    assert ended_unsettled("5", "alice", {}) == []
