@@ -161,6 +161,22 @@ def drained_until(d: Daemon, cond: Callable[[], bool], timeout: float = 30.0) ->
     return True
 
 
+def nodeside_daemon(tmp_path: Path, fail: set[ActionKind] | None = None,
+                    clock: Callable[[], float] | None = None) -> tuple[Daemon, ScriptedSlurm]:
+    """A started daemon whose compute-node side (daemon/nodeside.py) answers the node
+    hooks, its other actions instant (``fail`` failing), on a scripted Slurm."""
+    from rsa_scheduler.daemon.nodeside import NodeSide
+
+    slurm = ScriptedSlurm()
+    reg = with_slurm(instant_registry([], fail), slurm)
+    NodeSide(backend_for=lambda _ctx: (None, None)).register(reg)  # type: ignore[arg-type,return-value]
+    store = Store.open(tmp_path / "rsa.db", durability="normal")
+    d = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm, store=store,
+               registry=reg, workers=2, poll_interval=0, clock=clock or time.time)
+    d.start()
+    return d, slurm
+
+
 def settle(d: Daemon) -> None:
     """Let workers finish and the loop handle every outcome."""
     for _ in range(400):
@@ -1890,15 +1906,7 @@ def test_a_node_prolog_of_another_users_job_of_a_tracked_id_learns_nothing_of_it
     its state; rsad has not read the queue since) was answered from alice's record: her
     message (what she was told, her paths) went into bob's job's RSA_MESSAGE. The Prolog
     names the job's user (SLURM_JOB_USER): another user's job learns nothing of it."""
-    from rsa_scheduler.daemon.nodeside import NodeSide
-
-    slurm = ScriptedSlurm()
-    reg = with_slurm(instant_registry([], {ActionKind.STAGE_IN}), slurm)
-    NodeSide(backend_for=lambda _ctx: (None, None)).register(reg)  # type: ignore[arg-type,return-value]
-    store = Store.open(tmp_path / "rsa.db", durability="normal")
-    d = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm, store=store,
-               registry=reg, workers=2, poll_interval=0)
-    d.start()
+    d, slurm = nodeside_daemon(tmp_path, {ActionKind.STAGE_IN})
     slurm.set("7", "PENDING", "Resources")
     d.poll()
     settle(d)
@@ -1998,16 +2006,8 @@ def test_the_same_users_new_job_under_a_reused_id_is_a_job_of_its_own(
     (its RAMDISK, action ids and tar archives never share a name with it); a requeue of
     it, counting more restarts than the earlier job did, never makes it the earlier job
     again."""
-    from rsa_scheduler.daemon.nodeside import NodeSide
-
-    slurm = ScriptedSlurm()
-    reg = with_slurm(instant_registry([], None), slurm)
-    NodeSide(backend_for=lambda _ctx: (None, None)).register(reg)  # type: ignore[arg-type,return-value]
-    store = Store.open(tmp_path / "rsa.db", durability="normal")
     clock = iter(float(t) for t in range(1000, 10**6))
-    d = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm, store=store,
-               registry=reg, workers=2, poll_interval=0, clock=lambda: next(clock))
-    d.start()
+    d, slurm = nodeside_daemon(tmp_path, clock=lambda: next(clock))
     first, second = DirectiveSpec(data_out="/pfs/out"), DirectiveSpec(data_out="/pfs/out2")
     alices_job(slurm, "7", "PENDING", first, "2026-11-28T10:00:00", reason="Resources")
     d.poll()
@@ -2029,7 +2029,7 @@ def test_the_same_users_new_job_under_a_reused_id_is_a_job_of_its_own(
     settle(d)
     rec = d.sched.records["7"]
     assert (rec.spec, rec.rsa_state.value) == (first, "released")
-    names = [e.name for e in store.events("7")]
+    names = [e.name for e in d.store.events("7")]
     assert "job.untracked" not in names
     d.poll()  # the earlier job's cycle is over: the id is the new job's
     rec = d.sched.records["7"]
@@ -2041,7 +2041,7 @@ def test_the_same_users_new_job_under_a_reused_id_is_a_job_of_its_own(
     d.poll()
     settle(d)
     assert d.sched.records["7"].cycle == 2
-    actions = [a for e in store.events("7") if e.name == "rsa.transition"
+    actions = [a for e in d.store.events("7") if e.name == "rsa.transition"
                for a in e.context["actions"]]
     assert len(actions) == len(set(actions))  # no action id of the two jobs is the same
     # the new job requeued twice (COMPLETING with the count raised, then pending anew)
@@ -2129,16 +2129,9 @@ def test_a_compute_node_whose_hooks_are_older_than_rsad_is_said_once_and_shown(
     upgrade) names no hook protocol. rsad logs one line naming the node, the job and the
     fix, rsa status shows it to operators (not to users: it names jobs) until c2 speaks
     rsad's protocol; the old node's requests are served as before."""
-    from rsa_scheduler.daemon.nodeside import NodeSide
     from rsa_scheduler.node.plan import PROTOCOL
 
-    slurm = ScriptedSlurm()
-    reg = with_slurm(instant_registry([]), slurm)
-    NodeSide(backend_for=lambda _ctx: (None, None)).register(reg)  # type: ignore[arg-type,return-value]
-    d = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm,
-               store=Store.open(tmp_path / "rsa.db", durability="normal"), registry=reg,
-               workers=2, poll_interval=0)
-    d.start()
+    d, _slurm = nodeside_daemon(tmp_path)
     old = {"job_id": "7", "node": "c2", "nodes": "c2", "user": "alice"}
     with caplog.at_level(logging.INFO, logger="rsa_scheduler.daemon.api"), \
             serving(d) as routes:
@@ -2167,15 +2160,7 @@ def test_an_epilog_that_left_a_mount_is_on_the_jobs_timeline_and_alerted(
     mount stays on the node, with its record, when the RAMDISK is torn down. On the code
     before, rsad dropped that report's ``ok`` and message: nothing recorded, no alert;
     only slurmd's log on the node said it."""
-    from rsa_scheduler.daemon.nodeside import NodeSide
-
-    slurm = ScriptedSlurm()
-    reg = with_slurm(instant_registry([]), slurm)
-    NodeSide(backend_for=lambda _ctx: (None, None)).register(reg)  # type: ignore[arg-type,return-value]
-    store = Store.open(tmp_path / "rsa.db", durability="normal")
-    d = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm, store=store,
-               registry=reg, workers=2, poll_interval=0)
-    d.start()
+    d, slurm = nodeside_daemon(tmp_path)
     slurm.set("7", "PENDING", "Resources")
     d.poll()
     settle(d)
