@@ -63,6 +63,15 @@ def cycle(d: Daemon) -> None:
     flush_urgent(d)
 
 
+def verified(d: Daemon, gated: Gated) -> None:
+    """Let the gated verify finish, then two cycles: the output verified, the release."""
+    gated.gate.set()
+    settle(d)
+    for _ in range(2):
+        cycle(d)
+        settle(d)
+
+
 def parent_running_with_its_output_on_the_ramdisk(d: Daemon, slurm: DepSlurm) -> None:
     slurm.set("7", "PENDING", "Resources", spec=OUT)
     d.poll()
@@ -168,11 +177,7 @@ def test_the_hold_survives_an_rsad_restart_and_only_rsads_own_hold_is_lifted(
     for _ in range(3):
         cycle(d2)
     assert released(slurm) == []  # still staging: the marker alone tells it is held
-    gated2.gate.set()
-    settle(d2)
-    for _ in range(2):
-        cycle(d2)
-        settle(d2)
+    verified(d2, gated2)
     assert released(slurm) == ["8:"]
     d2.shutdown()
 
@@ -322,11 +327,7 @@ def test_a_dependency_added_later_is_held_by_job_modify_until_rsad_looks(
     for _ in range(3):
         cycle(d)
     assert released(slurm) == ["10:"]  # 8 waits for 7's output
-    gated.gate.set()
-    settle(d)
-    for _ in range(2):
-        cycle(d)
-        settle(d)
+    verified(d, gated)
     assert released(slurm) == ["10:", "8:"] and len(all_holds(slurm)) == 2
     d.shutdown()
 
@@ -384,11 +385,7 @@ def test_a_dependent_whose_dependency_slurm_cleared_before_rsad_looked_waits_for
         cycle(d)
     assert released(slurm) == []
     assert holds(slurm) == [f"8:{DEP_HOLD}: hold=after:7"]
-    gated.gate.set()
-    settle(d)
-    for _ in range(2):
-        cycle(d)
-        settle(d)
+    verified(d, gated)
     assert released(slurm) == ["8:"]
     d.shutdown()
 
