@@ -66,6 +66,14 @@ except OSError as e:
 """
 
 
+
+def in_own_netns(script: str) -> subprocess.CompletedProcess[str]:
+    """``script`` (sh, PROBE as $1) in a network namespace of its own; it must succeed."""
+    done = subprocess.run(["unshare", "--net", "sh", "-c", script, "sh", PROBE],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done
+
 def _nft_or_skip() -> str:
     nft = shutil.which("nft", path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin"]))
     if os.geteuid() != 0 or nft is None or shutil.which("unshare") is None:
@@ -101,10 +109,7 @@ for _ in range(2):
 print("after", probe("root"), "|", probe("nobody"))
 ' "$1"
 """
-    done = subprocess.run(["unshare", "--net", "sh", "-c", script, "sh", PROBE],
-                          capture_output=True,
-                          text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
+    done = in_own_netns(script)
     lines = done.stdout.splitlines()
     assert lines == ["before connected | connected", "after connected | refused 111"], lines
 
@@ -203,9 +208,7 @@ subprocess.run(["{nft}", "-f", "{rules}"], check=True)
 row("after")
 ' "$1"
 """
-    done = subprocess.run(["unshare", "--net", "sh", "-c", script, "sh", PROBE],
-                          capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
+    done = in_own_netns(script)
     assert done.stdout.splitlines() == [
         "before | connected | connected | connected | connected",
         "after | connected | connected | refused 111 | connected"], done.stdout
@@ -290,9 +293,7 @@ for user in ("root", "nobody"):
           ("127.83.65.2", 20002), ("10.77.0.1", 20005))), sep=" | ")
 ' "$1"
 """
-    done = subprocess.run(["unshare", "--net", "sh", "-c", script, "sh", PROBE],
-                          capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
+    done = in_own_netns(script)
     assert done.stdout.splitlines() == [
         "root | connected | connected | connected",
         "nobody | refused 111 | refused 111 | refused 111"], done.stdout

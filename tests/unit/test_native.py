@@ -46,6 +46,14 @@ def record(state: RsaState, spec: DirectiveSpec = SPEC, **kw: object) -> JobReco
 
 # ---- answers -----------------------------------------------------------------------------
 
+def ran(d: Daemon, job: str) -> None:
+    """Slurm ran ``job``: its PrologSlurmctld, then its EpilogSlurmctld (exit 0)."""
+    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": job})
+    settle(d)
+    d.submit("hook", {"hook": "epilog_slurmctld", "job_id": job, "exit_code": "0"})
+    settle(d)
+
+
 def test_data_in_waits_until_the_input_is_staged() -> None:
     assert answer_data_in(None, None).status == "wait"
     for state in (RsaState.NONE, RsaState.ALLOCATED, RsaState.FS_BUILDING,
@@ -385,10 +393,7 @@ def test_data_out_says_what_the_verification_checked_also_after_a_restart(
     d.bb("setup", "9", {})
     d.poll()
     settle(d)
-    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "9"})
-    settle(d)
-    d.submit("hook", {"hook": "epilog_slurmctld", "job_id": "9", "exit_code": "0"})
-    settle(d)
+    ran(d, "9")
     slurm.set("9", "STAGE_OUT", "None", spec=spec)
     d.poll()
     settle(d)
@@ -473,10 +478,7 @@ def test_another_users_job_set_up_under_a_tracked_id_is_not_answered_from_its_re
     d.bb("setup", "9", {"uid": "1001"})
     d.poll()
     settle(d)
-    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "9"})
-    settle(d)
-    d.submit("hook", {"hook": "epilog_slurmctld", "job_id": "9", "exit_code": "0"})
-    settle(d)
+    ran(d, "9")
     assert d.sched.records["9"].rsa_state is RsaState.STAGE_OUT_FAILED
     bobs = DirectiveSpec(data_in="/pfs/bob/in")
     slurm.rows = [QueueRow("9", "PENDING", "BurstBufferStageIn", 10, 2, "bob",
