@@ -407,6 +407,22 @@ DEMOTING_REASONS_EXAMPLES: tuple[str, ...] = (
 )
 
 
+#: Pending reasons of a job Slurm will not start whatever the RSA does: the limits of
+#: its association or QOS (Slurm's ``WAIT_ASSOC_*`` and ``WAIT_QOS_*`` reasons, e.g.
+#: ``AssocGrpBB`` for ``GrpTRES=bb/lua``, ``QOSMaxJobsPerUserLimit``; the older
+#: ``AssociationJobLimit``, ``QOSResourceLimit``) and holds. Native mode: Slurm 22.05
+#: sets a job's burst buffer up and runs its stage-in while it pends for one of these
+#: (seen in the lab: ``AssocGrpBB``); rsad builds no RAMDISK for it until the reason goes.
+SLURM_WITHHOLDING_PREFIXES: tuple[str, ...] = ("Assoc", "QOS")
+SLURM_WITHHOLDING_REASONS: frozenset[str] = frozenset({"JobHeldUser", "JobHeldAdmin"})
+
+
+def slurm_withholds(reason: str) -> bool:
+    """Whether a pending job's ``reason`` says Slurm holds it for a limit of its
+    association or QOS, or a hold (:data:`SLURM_WITHHOLDING_PREFIXES`)."""
+    return reason in SLURM_WITHHOLDING_REASONS or reason.startswith(SLURM_WITHHOLDING_PREFIXES)
+
+
 class UnknownSlurmState(RsaError, ValueError):
     """A Slurm job state this table does not know (a newer Slurm?)."""
 

@@ -32,6 +32,7 @@ from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.machine import JobRecord
 from rsa_scheduler.core.policy import NodeState
 from rsa_scheduler.core.states import (
+    AWAITING_NODES,
     LEFT_QUEUE,
     POST_RUN,
     STAGED,
@@ -39,6 +40,7 @@ from rsa_scheduler.core.states import (
     TERMINAL,
     JobState,
     RsaState,
+    slurm_withholds,
 )
 from rsa_scheduler.daemon.holds import without_pfs_clause
 
@@ -108,6 +110,10 @@ class BbJob:
     #: rsad read the queue after this setup: what it knows of the job is not its previous
     #: run's (not durable: a restarted rsad reads the queue first)
     polled: bool = False
+    #: the pending reason for which Slurm holds the job whatever the RSA does (a limit of
+    #: its association or QOS, a hold: core.states.slurm_withholds), as rsad last read
+    #: it; "" when none. Not durable: read again at every poll
+    withheld: str = ""
 
 
 # ---- the answers (pure) -------------------------------------------------------------------
@@ -155,6 +161,13 @@ def answer_data_in(rec: JobRecord | None, bb: BbJob | None, job: str = "") -> An
                               f"({state.value}); this run's input is staged after it")
     if state in STAGED:
         return Answer("done", f"staged in on {rec.nodes}" if rec.nodes else "staged in")
+    if state in AWAITING_NODES and bb is not None and bb.withheld and \
+            rec.job_state not in LEFT_QUEUE:
+        # Slurm set the buffer up, but holds the job for a limit or a hold of its own:
+        # no RSA nodes are taken for a job that cannot start (issue 33)
+        return Answer("wait", f"Slurm holds job {rec.job_id} for {bb.withheld} (a limit of "
+                              "its association or QOS, or a hold), not for the RSA: its "
+                              "RAMDISK is built once Slurm no longer holds it for that")
     if state in (RsaState.TEARING_DOWN, RsaState.RELEASED) and \
             rec.job_state not in LEFT_QUEUE:
         # not declined and still pending: the RAMDISK is rebuilt (an RSA node was lost
@@ -341,12 +354,22 @@ class NativeDriver:
         """Slurm has set a burst buffer up for ``job``: rsad may track it."""
         return job in self.jobs
 
-    def held(self, job: str, slurm_state: str, now: float) -> bool:
+    def held(self, job: str, slurm_state: str, now: float, reason: str = "",
+             awaiting: bool = True) -> bool:
         """Whether a pending job is held by Slurm for its burst buffer (on-deck for the
         core: no demotion). After Slurm's teardown of a pending job, ``grace`` more
-        seconds (a restarted slurmctld sets it up again)."""
+        seconds (a restarted slurmctld sets it up again).
+
+        Not while Slurm holds the job for a limit of its association or QOS, or a hold
+        (``reason``, :func:`slurm_withholds`), and rsad has taken no RSA nodes for it yet
+        (``awaiting``): Slurm 22.05 runs the stage-in of such a job, which cannot start
+        (issue 33). A job that has its nodes keeps them: the lock-in bound
+        (``slurm.lockin.timeout``) frees them if it does not start."""
         bb = self.jobs.get(job)
         if bb is None or slurm_state != "PENDING" or bb.over:
+            return False
+        bb.withheld = reason if slurm_withholds(reason) and awaiting else ""
+        if bb.withheld:
             return False
         return bb.torn is None or now - bb.torn < self.grace
 

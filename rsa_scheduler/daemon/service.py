@@ -42,7 +42,7 @@ from rsa_scheduler.core.scheduler import (
     StaleOutcome,
     another_submission,
 )
-from rsa_scheduler.core.states import IDLE, JobState, RsaState
+from rsa_scheduler.core.states import AWAITING_NODES, IDLE, JobState, RsaState
 from rsa_scheduler.core.transitions import Trigger
 from rsa_scheduler.daemon import views
 from rsa_scheduler.daemon.cycle import FIRST_SIGHTS_PER_CYCLE, EndStates, QueueReader
@@ -411,7 +411,8 @@ class Daemon:
         _, deadline = self.specs.split_hold(row.admin_comment or "")
         if native is not None:
             # held by Slurm in stage-in (BurstBufferStageIn ...): on-deck, never demoted
-            held = native.held(row.job_id, row.state, self.clock())
+            held = native.held(row.job_id, row.state, self.clock(), row.reason,
+                               awaiting=rec is None or rec.rsa_state in AWAITING_NODES)
             reason = row.reason
         else:
             held = self.holds.counts_on_deck(row)

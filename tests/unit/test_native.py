@@ -15,7 +15,7 @@ from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.machine import JobRecord
 from rsa_scheduler.core.policy import NodeState, StagingPolicy
 from rsa_scheduler.core.scheduler import Scheduler
-from rsa_scheduler.core.states import JobState, RsaState
+from rsa_scheduler.core.states import JobState, RsaState, slurm_withholds
 from rsa_scheduler.daemon.native import (
     GRANULARITY,
     Answer,
@@ -369,9 +369,11 @@ class Clock:
 
 
 def native_daemon(tmp_path: Path, slurm: ScriptedSlurm, seen: list[str], clock: Clock,
-                  grace: float = 120.0, fail: set[ActionKind] | None = None) -> Daemon:
+                  grace: float = 120.0, fail: set[ActionKind] | None = None,
+                  policy: StagingPolicy | None = None) -> Daemon:
     store = Store.open(tmp_path / "rsa.db", durability="normal")
-    d = Daemon(Scheduler(make_pool(), StagingPolicy(wait_timeout=2_073_600.0)), slurm=slurm,
+    policy = policy or StagingPolicy(wait_timeout=2_073_600.0)
+    d = Daemon(Scheduler(make_pool(), policy), slurm=slurm,
                store=store, registry=instant_registry(seen, fail), workers=2, poll_interval=0,
                clock=clock)
     d.native = NativeDriver(tmp_path / "bb-pools.json", grace)
@@ -562,3 +564,59 @@ def test_only_root_or_slurm_may_call_the_burst_buffer_hooks(tmp_path: Path) -> N
         got = routes.dispatch(Caller(0, "root"), "POST", "/v1/bb/setup",
                               {"job_id": "14", "uid": "0"})  # Slurm's uid: not alice's
         assert got["job_id"] == "14" and "14" not in d.aliases
+
+
+def test_a_job_slurm_holds_for_a_limit_gets_no_rsa_nodes_until_the_limit_lets_it_go(
+        tmp_path: Path) -> None:
+    """Issue 33: Slurm 22.05 sets a job's burst buffer up and runs its stage-in while it
+    pends for its association's ``GrpTRES=bb/lua`` (``AssocGrpBB``, seen in the lab):
+    rsad built and locked in a RAMDISK for a job that could not start. Now data_in
+    waits, saying why, with no RSA nodes taken; once the reason goes the job is staged.
+    A job that has its RAMDISK when a limit comes keeps it until the lock-in bound."""
+    slurm, seen, clock = ScriptedSlurm(), list[str](), Clock()
+    d = native_daemon(tmp_path, slurm, seen, clock,
+                      policy=StagingPolicy(wait_timeout=2_073_600.0, lockin_timeout=60.0))
+    assert d.bb("setup", "7", {"uid": "1001"})["status"] == "done"
+    slurm.set("7", "PENDING", "AssocGrpBB")
+    d.poll()
+    settle(d)
+    rec = d.sched.records["7"]
+    assert rec.rsa_state is RsaState.NONE and not rec.nodes and seen == []
+    answer = d.bb("data_in", "7", {})
+    assert answer["status"] == "wait" and "AssocGrpBB" in answer["message"], answer
+    assert "free RSA nodes" not in answer["message"]
+    slurm.set("7", "PENDING", "QOSMaxJobsPerUserLimit")  # another limit: the same
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state is RsaState.NONE and seen == []
+    assert "QOSMaxJobsPerUserLimit" in d.bb("data_in", "7", {})["message"]
+    # the limit lets it go: Slurm waits for its stage-in, rsad stages it
+    slurm.set("7", "PENDING", "BurstBufferStageIn")
+    d.poll()
+    settle(d)
+    rec = d.sched.records["7"]
+    assert rec.rsa_state is RsaState.LOCKED_IN and rec.nodes
+    assert d.bb("data_in", "7", {})["status"] == "done"
+    # a limit now (another job of the user's started): the staged RAMDISK is kept ...
+    slurm.set("7", "PENDING", "AssocGrpBB")
+    d.poll()
+    settle(d)
+    rec = d.sched.records["7"]
+    assert rec.rsa_state is RsaState.LOCKED_IN and rec.nodes
+    assert d.bb("data_in", "7", {})["status"] == "done"
+    # ... until the lock-in bound: then its RSA nodes are free, and the job is told why
+    clock.now += 61
+    d.poll()
+    settle(d)
+    rec = d.sched.records["7"]
+    assert rec.rsa_state in (RsaState.RELEASED, RsaState.DECLINED) and not rec.nodes, rec
+    assert "slurm.lockin.timeout" in rec.message
+
+
+def test_slurm_withholds_names_limits_and_holds_not_resources() -> None:
+    for reason in ("AssocGrpBB", "AssocMaxBBPerJob", "AssociationJobLimit",
+                   "QOSGrpBB", "QOSMaxJobsPerUserLimit", "JobHeldUser", "JobHeldAdmin"):
+        assert slurm_withholds(reason), reason
+    for reason in ("Resources", "Priority", "BurstBufferStageIn", "BurstBufferResources",
+                   "None", "", "Dependency", "BeginTime", "ReqNodeNotAvail"):
+        assert not slurm_withholds(reason), reason
