@@ -174,6 +174,11 @@ def answer_data_in(rec: JobRecord | None, bb: BbJob | None, job: str = "") -> An
         # while the input was staged: the core stages it again on other nodes)
         why = native_text(rec.message)
         return Answer("wait", f"staging again: {why}" if why else "waiting for free RSA nodes")
+    if state in AWAITING_NODES and rec.job_state is JobState.FINISHED and not rec.cycle:
+        # cancelled (or gone) before any RSA node was taken: a data_in still waiting
+        # would hold its slurmscriptd helper until StageInTimeout (a day by default)
+        return Answer("failed", f"job {rec.job_id} left the queue before its stage-in "
+                                "began: nothing was staged")
     if state in TEARDOWN or (
             state is RsaState.RELEASED and rec.job_state is JobState.FINISHED):
         return Answer("failed", f"job {rec.job_id}'s RAMDISK was torn down before it "

@@ -590,6 +590,16 @@ def test_a_job_slurm_holds_for_a_limit_gets_no_rsa_nodes_until_the_limit_lets_it
     settle(d)
     assert d.sched.records["7"].rsa_state is RsaState.NONE and seen == []
     assert "QOSMaxJobsPerUserLimit" in d.bb("data_in", "7", {})["message"]
+    # cancelled while Slurm held it: a data_in still asking is let go, truly
+    slurm.set("8", "PENDING", "AssocGrpBB")
+    d.bb("setup", "8", {"uid": "1001"})
+    d.poll()
+    settle(d)
+    slurm.rows = [r for r in slurm.rows if r.job_id != "8"]  # scancel
+    d.poll()
+    settle(d)
+    gone = d.bb("data_in", "8", {})
+    assert gone["status"] == "failed" and "nothing was staged" in gone["message"], gone
     # the limit lets it go: Slurm waits for its stage-in, rsad stages it
     slurm.set("7", "PENDING", "BurstBufferStageIn")
     d.poll()
