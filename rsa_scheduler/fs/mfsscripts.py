@@ -18,8 +18,11 @@ from __future__ import annotations
 UMOUNT_SCRIPT = r"""mnt=$0; title=$1
 minor=$(findmnt -n -o MAJ:MIN --mountpoint "$mnt" | cut -d: -f2)
 if [ -n "$minor" ]; then
-  timeout -s KILL 10 umount "$mnt" 2>/dev/null || {
-    umount -l "$mnt" || exit 1
+  timeout -s KILL 10 umount "$mnt" 2>/dev/null || ! findmnt -n --mountpoint "$mnt" \
+      >/dev/null || {
+    # still mounted (a node's teardown runs beside the others': its client may lose
+    # the master, which another node's round trip kills, and go away by itself)
+    umount -l "$mnt" || ! findmnt -n --mountpoint "$mnt" >/dev/null || exit 1
     mountpoint -q /sys/fs/fuse/connections ||
       mount -t fusectl fusectl /sys/fs/fuse/connections
     c=/sys/fs/fuse/connections/$minor/abort
