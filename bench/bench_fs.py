@@ -1,27 +1,35 @@
 """Benchmark of RAMDISK create and destroy on the lab's RSA nodes (real MooseFS over SSH).
 
 For each run: ``MooseFsBackend.create`` on N RSA nodes (master on the first, one
-chunkserver per node, mfsmount on every node, goal 1, trash time 0) and ``destroy``
+chunkserver per node, mfsmount on every node, one copy, no trash) and ``destroy``
 (unmount everywhere, SIGKILL the servers, free the pools), timed separately, through one
 :class:`HostPool` whose SSH connections are opened (and timed) before the first run, as
-in rsad. Also reports SSH connect and per-command latency on the same connections.
-Target (issue 4): create < 5 s on 4 nodes.
+in rsad. Also reports SSH connect and per-command latency on the same connections, and
+what each step of a create and a destroy costs (the steps the backend logs: probe,
+servers, mounts, spec; teardown). ``--trace`` prints every SSH round trip of the last
+run (node, when it began and how long it took, from the start of the create or destroy).
+Targets (issue 34): create < 1 s on 4 nodes, 16 nodes < 1.5x 4 nodes.
 
-Needs the lab (``make lab-up``) and root. Prints a markdown table for docs/benchmarks.md.
-Not a test: nothing asserts.
+Needs the lab (``make lab-up``; ``RSA_LAB_RSA_COUNT=16`` for 16 nodes) and root. Prints a
+markdown table for docs/benchmarks.md. Not a test: nothing asserts.
 
-    .venv/bin/python bench/bench_fs.py [--nodes 4] [--runs 5] [--tier ram]
+    .venv/bin/python bench/bench_fs.py [--nodes 4] [--runs 5] [--tier ram] [--trace]
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import platform
+import shlex
 import statistics
 import sys
+import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -29,10 +37,61 @@ from rsa_scheduler.fs.base import FsRequest
 from tests.integration.conftest import LAB_ENV, read_lab_env
 from tests.integration.fskit import lab_hosts, lab_moosefs
 
+CREATE_STEPS = ("probe", "servers", "mounts", "spec")
+
 
 def _fmt(xs: list[float]) -> str:
     return (f"{statistics.median(xs):.2f} s (min {min(xs):.2f}, max {max(xs):.2f})"
             if xs else "-")
+
+
+class Steps(logging.Handler):
+    """Collects the step marks the backend logs (``rsa_step``, ``rsa_at``)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.marks: list[tuple[str, float]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        step = getattr(record, "rsa_step", None)
+        if step is not None:
+            self.marks.append((str(step), float(getattr(record, "rsa_at", 0.0))))
+
+    def take(self) -> dict[str, float]:
+        """Step -> its own cost (from the mark before it), and clear."""
+        out: dict[str, float] = {}
+        last = 0.0
+        for step, at in self.marks:
+            out[step] = at - last
+            last = at
+        self.marks.clear()
+        return out
+
+
+class Traced:
+    """A Host that records every round trip (node, start, seconds, command head)."""
+
+    def __init__(self, host: Any, log: list[tuple[str, float, float, str]],
+                 lock: threading.Lock) -> None:
+        self._host, self._log, self._lock, self.name = host, log, lock, host.name
+        self.address = getattr(host, "address", None)
+
+    def run(self, argv: Sequence[str], **kw: Any) -> Any:
+        t = time.monotonic()
+        try:
+            return self._host.run(argv, **kw)
+        finally:
+            what = " ".join(a for a in argv if "\n" not in a)[:90]
+            with self._lock:
+                self._log.append((self.name, t, time.monotonic() - t, what))
+
+
+def _print_trace(title: str, trace: list[tuple[str, float, float, str]], t0: float) -> None:
+    print(f"--- {title}", file=sys.stderr)
+    for node, t, secs, what in sorted(trace, key=lambda x: x[1]):
+        print(f"  {node:6} +{t - t0:6.3f} {secs:6.3f}s  {shlex.quote(what)[:100]}",
+              file=sys.stderr)
+    trace.clear()
 
 
 def main() -> int:
@@ -40,16 +99,26 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--tier", choices=("ram", "ssd"), default="ram")
+    ap.add_argument("--trace", action="store_true",
+                    help="print every SSH round trip of the last run to stderr")
     args = ap.parse_args()
     if not LAB_ENV.exists():
         print(f"lab is not up ({LAB_ENV} missing): run `make lab-up` as root", file=sys.stderr)
         return 2
     lab = read_lab_env()
     pool_dir = lab["RSA_LAB_POOL_RAM"] if args.tier == "ram" else lab["RSA_LAB_POOL_SSD"]
+    steps = Steps()
+    fslog = logging.getLogger("rsa_scheduler.fs.moosefs")
+    fslog.setLevel(logging.DEBUG)
+    fslog.addHandler(steps)
     with lab_hosts(lab) as hosts:
         nodes = tuple(list(hosts)[:args.nodes])
         if args.tier == "ssd":
             nodes = tuple(lab["RSA_LAB_RSA_SSD_NODES"].split(","))[:args.nodes]
+        if len(nodes) < args.nodes:
+            print(f"the lab has {len(nodes)} RSA nodes ({args.tier}), not {args.nodes}: "
+                  "bring it up with RSA_LAB_RSA_COUNT", file=sys.stderr)
+            return 2
         connect = []
         for n in nodes:
             t = time.monotonic()
@@ -60,19 +129,36 @@ def main() -> int:
             t = time.monotonic()
             hosts[nodes[0]].run(["true"], timeout=30)
             latency.append(time.monotonic() - t)
-        backend = lab_moosefs(lab, hosts)
+        trace: list[tuple[str, float, float, str]] = []
+        lock = threading.Lock()
+        used: Mapping[str, Any] = ({n: Traced(hosts[n], trace, lock) for n in hosts}
+                                   if args.trace else hosts)
+        backend = lab_moosefs(lab, used)  # type: ignore[arg-type]
         creates, destroys = [], []
+        create_steps: dict[str, list[float]] = {}
+        destroy_steps: dict[str, list[float]] = {}
         for i in range(args.runs):
             req = FsRequest(f"bench-{os.getpid()}-{i}", "0", nodes, args.tier,
                             {n: pool_dir for n in nodes}, "/run/rsa/mnt")
+            last = i == args.runs - 1
             try:
                 t = time.monotonic()
                 backend.create(req)
                 creates.append(time.monotonic() - t)
+                for k, secs in steps.take().items():
+                    create_steps.setdefault(k, []).append(secs)
+                if last and args.trace:
+                    _print_trace(f"create, {len(nodes)} nodes", trace, t)
             finally:
+                trace.clear()
                 t = time.monotonic()
                 backend.destroy(req)
                 destroys.append(time.monotonic() - t)
+                for k, secs in steps.take().items():
+                    destroy_steps.setdefault(k, []).append(secs)
+                if last and args.trace:
+                    _print_trace(f"destroy, {len(nodes)} nodes", trace, t)
+                trace.clear()
             print(f"run {i + 1}: create {creates[-1]:.2f} s, destroy {destroys[-1]:.2f} s",
                   file=sys.stderr)
     print(f"Host: {platform.node()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; "
@@ -82,8 +168,13 @@ def main() -> int:
     print("|---|---|")
     print(f"| SSH connect + auth (paramiko) | {_fmt(connect)} |")
     print(f"| one command on a reused connection | {_fmt(latency)} |")
-    print(f"| RAMDISK create, {len(nodes)} nodes | {_fmt(creates)} |")
-    print(f"| RAMDISK destroy, {len(nodes)} nodes | {_fmt(destroys)} |")
+    print(f"| **RAMDISK create, {len(nodes)} nodes** | **{_fmt(creates)}** |")
+    for k in [*CREATE_STEPS, *(k for k in create_steps if k not in CREATE_STEPS)]:
+        if k in create_steps:
+            print(f"| &nbsp; create: {k} | {_fmt(create_steps[k])} |")
+    print(f"| **RAMDISK destroy, {len(nodes)} nodes** | **{_fmt(destroys)}** |")
+    for k, xs in destroy_steps.items():
+        print(f"| &nbsp; destroy: {k} | {_fmt(xs)} |")
     return 0
 
 

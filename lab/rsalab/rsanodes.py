@@ -45,6 +45,17 @@ KNOWN_HOSTS = SSH / "known_hosts"
 AUTHORIZED = SSH / "authorized_keys"
 
 
+# root's ~/.bashrc inside the lab's RSA nodes: what Debian's default (/etc/skel/.bashrc)
+# does first for an SSH command (bash -c, not interactive): nothing
+ROOT_BASHRC = """# ~/.bashrc of root on a lab RSA node (lab/rsalab/rsanodes.py): as Debian's
+# default, nothing for a shell that is not interactive (every SSH command rsad runs)
+case $- in
+    *i*) ;;
+      *) return;;
+esac
+"""
+
+
 def addr(i: int) -> str:
     return f"{RSA_NET}.{i}"
 
@@ -113,9 +124,12 @@ def _start_node(s: Settings, i: int, name: str, d: Path) -> None:
         setup.append(f"mount --bind {ssd} {ssd} && mount -o remount,bind,ro {ssd}")
     # A real RSA node has a plain root account. This VM's /root/.bashrc runs `pyenv init`,
     # which bash sources for every SSH command (0.2-0.9 s each); inside the node's own
-    # mount namespace only, a plain rc file covers it (the host's file is never touched).
+    # mount namespace only (propagation slave: never seen by the host), the lab's copy of
+    # Debian's default start covers it: it returns at once when the shell is not
+    # interactive. The host's file is never touched; the bind mount goes with the
+    # namespace at lab-down (a node left running is a leftover check-clean reports).
     rc = d / "root.bashrc"
-    rc.write_text("# RSA node root shell rc (lab)\n")
+    rc.write_text(ROOT_BASHRC)
     setup.append(f"if [ -f /root/.bashrc ]; then mount --bind {rc} /root/.bashrc; fi")
     argv = in_node_ns(name, "; ".join(setup),
                       ["/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")])
@@ -124,8 +138,12 @@ def _start_node(s: Settings, i: int, name: str, d: Path) -> None:
 
 
 def down(s: Settings) -> None:
+    # also nodes a lab-up with a larger RSA_LAB_RSA_COUNT started (bench/bench_fs.py
+    # --nodes 16): their namespaces are recorded
+    recorded = [f.name for f in NS.glob("rsa*") if f.name[3:].isdigit()] if NS.exists() else []
+    names = list(dict.fromkeys([*s.rsa_nodes, *recorded]))
     try:
-        for name in reversed(s.rsa_nodes):
+        for name in sorted(names, key=lambda n: int(n[3:]), reverse=True):
             stop_node(name)
     finally:  # the nodes' mounts go with their namespaces; then the devices can go
         ssdpool.release()

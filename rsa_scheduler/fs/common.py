@@ -1,10 +1,10 @@
 """Helpers shared by the filesystem backends: parallel per-node steps, deadlines, argv.
 
 Owns :func:`on_nodes` (run one step on many RSA nodes at once, collect every failure),
-:class:`Deadline` (one budget for a multi-step create/destroy), :func:`sh_chain` (several
-argv lists joined with ``&&`` for one SSH round trip, every word quoted by
-:func:`shlex.join`), :func:`validate_fs_id` and :func:`listening_ports` (``ss``
-output). Must not import any backend.
+:class:`Deadline` (one budget for a multi-step create/destroy), :func:`sh_chain` and
+:func:`sh_all` (several argv lists in one SSH round trip, joined with ``&&`` or run
+every one, every word quoted by :func:`shlex.join`), :func:`validate_fs_id` and
+:func:`listening_ports` (``ss`` output). Must not import any backend.
 """
 
 from __future__ import annotations
@@ -35,6 +35,14 @@ def validate_fs_id(fs_id: str) -> str:
 def sh_chain(*argvs: Sequence[str]) -> list[str]:
     """One ``sh -c`` running each argv in turn, stopping at the first failure."""
     return ["sh", "-c", " && ".join(shlex.join(a) for a in argvs)]
+
+
+def sh_all(*argvs: Sequence[str]) -> list[str]:
+    """One ``sh -c`` running every argv in turn, also after one failed; its exit status
+    is the first failure's (0 when all succeeded)."""
+    steps = "".join(f"{shlex.join(a)} || {{ s=$?; [ $rc -ne 0 ] || rc=$s; }}\n"
+                    for a in argvs)
+    return ["sh", "-c", f"rc=0\n{steps}exit $rc"]
 
 
 class Deadline:

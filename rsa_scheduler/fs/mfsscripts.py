@@ -1,25 +1,38 @@
 """The shell MooseFS RAMDISKs run on RSA nodes.
 
 Owns the scripts :class:`~rsa_scheduler.fs.moosefs.MooseFsBackend` runs over SSH as root
-(``sh -c SCRIPT args``): unmount, the create-time probe, the server check and repair,
-the mount check and the kill of a filesystem's daemons. What differs between MooseFS
-releases (and the parser of ``mfscli``) is :mod:`rsa_scheduler.fs.mfsversion`'s. Text
-only: running them is the backend's, through :class:`~rsa_scheduler.hosts.Host`. Imports
-nothing of the package.
+(``sh -c SCRIPT args``): unmount, the create-time probe, the start of a daemon, the
+server check and repair, the mount check and the kill of a filesystem's daemons. What
+differs between MooseFS releases (and the parser of ``mfscli``) is
+:mod:`rsa_scheduler.fs.mfsversion`'s. Text only: running them is the backend's, through
+:class:`~rsa_scheduler.hosts.Host`. Imports nothing of the package.
 """
 
 from __future__ import annotations
 
-# One round trip per node to unmount: umount; if that fails or hangs, lazy umount and
-# abort the FUSE connection through fusectl so a dead server never hangs teardown; then
-# SIGKILL this node's mfsmount of the mountpoint (unmounted, and the data is being
-# discarded: nothing to flush; it would otherwise linger 1-3 s) and wait until it is
-# gone. pgrep --ns: nodes of one host share the PID namespace, not the mount namespace.
-UMOUNT_SCRIPT = r"""mnt=$0; title=$1
+# A shell function: is process $1 alive (not gone, not a zombie)? Shell builtins only: a
+# look starts no process.
+ALIVE = r"""alive() {
+  { read -r st < "/proc/$1/stat"; } 2>/dev/null || return 1
+  st=${st##*) }; [ "${st%% *}" != Z ]
+}
+"""
+
+# Unmount, in the round trip of a node's teardown (then KILL_SCRIPT, then the pool's
+# removal): umount; if that fails or hangs, lazy umount and abort the FUSE connection
+# through fusectl so a dead server never hangs teardown; then SIGKILL this node's
+# mfsmount of the mountpoint (unmounted, and the data is being discarded: nothing to
+# flush; it would otherwise linger 1-3 s) and wait until it is gone (ALIVE: no process
+# started per look, as a teardown runs on every node at once). pgrep --ns: nodes of one
+# host share the PID namespace, not the mount namespace.
+UMOUNT_SCRIPT = ALIVE + r"""mnt=$0; title=$1
 minor=$(findmnt -n -o MAJ:MIN --mountpoint "$mnt" | cut -d: -f2)
 if [ -n "$minor" ]; then
-  timeout -s KILL 10 umount "$mnt" 2>/dev/null || {
-    umount -l "$mnt" || exit 1
+  timeout -s KILL 10 umount "$mnt" 2>/dev/null || ! findmnt -n --mountpoint "$mnt" \
+      >/dev/null || {
+    # still mounted (a node's teardown runs beside the others': its client may lose
+    # the master, which another node's round trip kills, and go away by itself)
+    umount -l "$mnt" || ! findmnt -n --mountpoint "$mnt" >/dev/null || exit 1
     mountpoint -q /sys/fs/fuse/connections ||
       mount -t fusectl fusectl /sys/fs/fuse/connections
     c=/sys/fs/fuse/connections/$minor/abort
@@ -27,12 +40,15 @@ if [ -n "$minor" ]; then
     echo "lazy-unmounted $mnt, aborted FUSE connection $minor" >&2
   }
 fi
+pids=$(pgrep --ns $$ --nslist mnt -x -f "$title")
+kill -KILL $pids 2>/dev/null
 i=0
-while pids=$(pgrep --ns $$ --nslist mnt -x -f "$title"); do
-  i=$((i + 1))
-  if [ $i -gt 25 ]; then echo "mfsmount $pids did not exit" >&2; exit 1; fi
-  kill -KILL $pids
-  sleep 0.2
+for pid in $pids; do
+  while alive "$pid"; do
+    i=$((i + 1))
+    if [ $i -gt 500 ]; then echo "mfsmount $pid did not exit" >&2; exit 1; fi
+    sleep 0.02
+  done
 done
 rmdir "$mnt" 2>/dev/null || true
 """
@@ -85,21 +101,30 @@ else case $err in *"not connected"*) echo dead;; *) echo hung;; esac; fi"""
 # the pid comes from the daemon's own lock file and is only killed if that process runs
 # with this cfg (a recycled pid is left alone); then wait until each is gone or a zombie
 # (the lock file's lock is released at exit). All of a node's daemons die at once.
-KILL_SCRIPT = r"""pids=""
+KILL_SCRIPT = ALIVE + r"""pids=""
 while [ $# -ge 2 ]; do
   lock=$1; cfg=$2; shift 2
-  pid=$(cat "$lock" 2>/dev/null) || continue
+  { read -r pid < "$lock"; } 2>/dev/null || continue
   case $pid in ''|*[!0-9]*) continue;; esac
   tr '\0' ' ' < /proc/$pid/cmdline 2>/dev/null | grep -qF -- "$cfg" || continue
   kill -KILL "$pid" && pids="$pids $pid"
 done
 for pid in $pids; do
   i=0
-  while st=$(ps -o stat= -p "$pid") && [ "${st#Z}" = "$st" ]; do
+  while alive "$pid"; do
     i=$((i + 1))
-    if [ $i -gt 200 ]; then echo "pid $pid survived SIGKILL" >&2; exit 1; fi
-    sleep 0.05
+    if [ $i -gt 1000 ]; then echo "pid $pid survived SIGKILL" >&2; exit 1; fi
+    sleep 0.01
   done
 done
 """
 
+
+# Start a MooseFS daemon or mfsmount ("$@") with its stdin, stdout and stderr on a log file
+# in the RAMDISK's directory ($0): a daemon that kept the SSH channel's output open would
+# hold the round trip until the channel's quiet-output grace (remote.EOF_GRACE). When it
+# fails, its last lines are the error.
+DAEMON_START = r"""log="$0/${1##*/}.log"
+"$@" </dev/null >"$log" 2>&1 || {
+  echo "$1 failed: $(tail -n 3 "$log" | tr '\n' ' ')" >&2; exit 1; }
+"""

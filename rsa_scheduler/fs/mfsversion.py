@@ -1,6 +1,7 @@
 """Which MooseFS an RSA node runs, and what the RAMDISK driver says to each release.
 
-Owns :data:`VERSION_SCRIPT` (the shell that asks a node's MooseFS tools their versions),
+Owns :data:`VERSION_SCRIPT` (the shell that asks a node's MooseFS tools their versions;
+:data:`FINGERPRINT_SCRIPT` asks only when the tools' files changed),
 :func:`parse_versions` and :func:`node_version` (those answers, and the one release a node
 runs), and :class:`Dialect`: the commands of a build that differ between MooseFS 3.0 and
 4.x, and the parser of what ``mfscli`` says about the chunk servers.
@@ -41,6 +42,27 @@ for t in mfsmaster mfschunkserver mfsmount mfscli; do
   printf 'V:%s:%s\n' "$t" "$(command -v "$t" >/dev/null 2>&1 && "$t" $f 2>&1 | head -n 1)"
 done
 """
+
+# The tools' files as they are now ("P:" then tool=inode.size.mtime of each, "-" when
+# missing), and the versions only when that differs from "$1", what they were when the
+# versions were last asked (MooseFsBackend keeps it per node): `mfscli -v` alone starts a
+# Python interpreter (0.1-0.3 s, every node at once at each create). A package upgrade
+# replaces the files (new inode): the next create asks again.
+FINGERPRINT_SCRIPT = r"""fp=P:
+for t in mfsmaster mfschunkserver mfsmount mfscli; do
+  p=$(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin command -v "$t") &&
+    s=$(stat -L -c %i.%s.%Y "$p" 2>/dev/null) || s=-
+  fp="$fp$t=$s,"
+done
+echo "$fp"
+if [ "$fp" != "$1" ]; then
+""" + VERSION_SCRIPT + "fi\n"
+
+
+def parse_fingerprint(stdout: str) -> str:
+    """The ``P:`` line of :data:`FINGERPRINT_SCRIPT`'s output ("" when there is none)."""
+    return next((ln for ln in stdout.splitlines() if ln.startswith("P:")), "")
+
 
 _NUMBER = re.compile(r"\bversion:?\s*(\d+)\.(\d+)\.(\d+)", re.IGNORECASE)
 

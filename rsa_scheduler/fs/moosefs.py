@@ -67,6 +67,7 @@ from rsa_scheduler.fs.common import (
     Deadline,
     listening_ports,
     on_nodes,
+    sh_all,
     sh_chain,
     validate_fs_id,
 )
@@ -83,6 +84,7 @@ from rsa_scheduler.fs.mfslayout import (
     random_base,
 )
 from rsa_scheduler.fs.mfsscripts import (
+    DAEMON_START,
     KILL_SCRIPT,
     MOUNT_CHECK,
     PROBE_SCRIPT,
@@ -91,11 +93,13 @@ from rsa_scheduler.fs.mfsscripts import (
     UMOUNT_SCRIPT,
 )
 from rsa_scheduler.fs.mfsversion import (
+    FINGERPRINT_SCRIPT,
     LEGACY,
     VERSION_SCRIPT,
     Dialect,
     Version,
     node_version,
+    parse_fingerprint,
     parse_versions,
     same_release,
     version_facts,
@@ -133,6 +137,23 @@ CLIENT_OPTIONS = ("mfsioretries=20", "nosuid", "nodev", "default_permissions")
 # Not on compute nodes (spec.client options): ranks on different nodes replacing and
 # opening the same names could open a replaced file's old inode.
 RSA_NODE_OPTIONS = ("mfsentrycacheto=1",)
+# A chunkserver reports its space (and only then takes writes) no sooner than 1 s after it
+# started, at a whole second: MooseFS 3.0.117 and 4.x look at their chunk folders in a
+# thread that sleeps 1 s after it started a folder's scan (hddspacemgr.c,
+# hdd_folders_thread), and send the space once a second (masterconn.c,
+# REPORT_SPACE_FREQ). Its register message carries the space it knows then (0 before
+# that). No event tells: the master's node is asked (mfscli) from then on, every
+# SPACE_POLL s.
+SPACE_NOT_BEFORE = 1.0
+SPACE_POLL = 0.05
+
+
+def _step(fs_id: str, step: str, t0: float) -> None:
+    """Log that ``step`` of a create or destroy ended, ``rsa_step``/``rsa_at`` (seconds
+    since the operation began) attached for bench/bench_fs.py's table of step costs."""
+    at = time.monotonic() - t0
+    log.debug("%s: %s done at +%.3fs", fs_id, step, at,
+              extra={"rsa_fs": fs_id, "rsa_step": step, "rsa_at": at})
 
 
 class MooseFsBackend(FilesystemBackend):
@@ -210,6 +231,9 @@ class MooseFsBackend(FilesystemBackend):
         # them; "*": anywhere). A job's compute nodes are not known when its RAMDISK is
         # built (it is built while the job waits), so this is the site's compute network.
         self.client_networks = tuple(client_networks)
+        # node -> (its MooseFS tools' fingerprint, the release they said they were):
+        # a create asks a node's tools again only when their files changed
+        self._versions: dict[str, tuple[str, Version]] = {}
 
     # ----------------------------------------------------------------- layout
 
@@ -276,9 +300,11 @@ class MooseFsBackend(FilesystemBackend):
                 f"{req.fs_id}: moosefs data address of {', '.join(loop)} is loopback "
                 f"({lay.addresses[loop[0]]}); MooseFS chunkservers refuse a loopback "
                 "master: give each RSA node a routable data address (docs/filesystems.md)")
+        t0 = time.monotonic()
         probe = self._probe(lay)
         dialect = self._dialect(lay, probe)
         existing = self._existing(lay, probe)
+        _step(req.fs_id, "probe", t0)
         if existing is True:
             spec = self._read_spec(lay)
             if spec is not None and not spec.client.get("pass_file"):
@@ -299,7 +325,7 @@ class MooseFsBackend(FilesystemBackend):
                 if attempt > 0 or existing is not None:
                     probe = self._probe(lay)
                 busy = set().union(*(ports for _, ports, _ in probe.values()))
-                return self._build(req, attempt, busy, cancel, dialect)
+                return self._build(req, attempt, busy, cancel, dialect, t0)
             except Cancelled:
                 raise
             except FsError as e:
@@ -311,15 +337,23 @@ class MooseFsBackend(FilesystemBackend):
 
     def _probe(self, lay: Layout) -> dict[str, tuple[list[str], set[int], Version]]:
         """One round trip per node: what this fs_id left in the pool, listening ports,
-        the MooseFS release its tools belong to."""
+        the MooseFS release its tools belong to (asked of the tools only when their
+        files changed since the last time: FINGERPRINT_SCRIPT)."""
         def probe(node: str) -> tuple[list[str], set[int], Version]:
-            out = self._run(node, ["sh", "-c", f"{PROBE_SCRIPT}\n{VERSION_SCRIPT}",
-                                   lay.dir(node)], 30)
+            known = self._versions.get(node)
+            out = self._run(node, ["sh", "-c", f"{PROBE_SCRIPT}\n{FINGERPRINT_SCRIPT}",
+                                   lay.dir(node), known[0] if known else ""], 30)
             lines = out.splitlines()
             entries = [ln[2:] for ln in lines if ln.startswith("F:")]
             ports = listening_ports("\n".join(ln for ln in lines
-                                              if not ln.startswith(("F:", "V:"))))
-            return entries, ports, node_version(parse_versions(out))
+                                              if not ln.startswith(("F:", "V:", "P:"))))
+            fingerprint = parse_fingerprint(out)
+            if known is not None and fingerprint == known[0]:
+                return entries, ports, known[1]
+            version = node_version(parse_versions(out))
+            if fingerprint:
+                self._versions[node] = (fingerprint, version)
+            return entries, ports, version
 
         return on_nodes(lay.nodes, probe, f"{lay.fs_id}: look for an existing moosefs")
 
@@ -357,16 +391,29 @@ class MooseFsBackend(FilesystemBackend):
             return None
 
     def _build(self, req: FsRequest, attempt: int, busy: set[int],
-               cancel: CancelToken | None, dialect: Dialect = LEGACY) -> MountSpec:
-        """Round trips: (1) every node unpacks its configs and starts its chunkserver,
-        the first node also starts the master, mounts and hands the root directory to the
-        job's user; (2) the other nodes mount while the master node is polled until every
-        chunkserver registered; (3) one copy, no trash (``dialect``: the nodes' MooseFS
-        release) and the spec.json completion mark.
+               cancel: CancelToken | None, dialect: Dialect = LEGACY,
+               t0: float | None = None) -> MountSpec:
+        """Three round trips, each on every node at once:
+
+        1. ``servers``: every node unpacks its configs and starts its chunkserver at
+           once (its space takes >= 1 s: SPACE_NOT_BEFORE; one started before the master
+           listens registers at its next try, MASTER_RECONNECTION_DELAY 1 s, within
+           that time); the first node starts the master before its own chunkserver
+           (started the other way round, 3 of 12 creates on 16 lab nodes took ~5 s
+           longer in their mounts step, cause not found: docs/benchmarks.md), then
+           mounts, hands the root directory to the job's user and makes it keep one copy
+           and no trash (``dialect``: the nodes' MooseFS release).
+        2. ``mounts``: the other nodes mount (the root is the user's by then) while
+           mfscli on the master's node is asked, from SPACE_NOT_BEFORE after step 1
+           began, until every chunkserver registered and reported its space.
+        3. ``spec``: the spec.json completion mark, once every node is mounted.
+
+        Daemons and mounts start with their output on a log file (DAEMON_START).
         Each attempt draws a new port block (a bind failure is retried elsewhere) and a
-        new secret."""
+        new secret; a failed or cancelled attempt takes down what it started on every
+        node (one round trip: _teardown)."""
         dl = Deadline(self.create_timeout, f"{req.fs_id}: moosefs create")
-        t0 = time.monotonic()
+        t0 = time.monotonic() if t0 is None else t0
         first, slots = self.port_range
         try:
             base = random_base(busy, 3 + len(req.nodes), base=first, slots=slots)
@@ -374,43 +421,47 @@ class MooseFsBackend(FilesystemBackend):
             raise FsError(f"{req.fs_id}: {e}") from e
         lay = self.layout(req, base, new_secret(), admin=dialect.classes)
         uid, gid = req.owner or (0, 0)
-        with ExitStack() as undo:  # LIFO cleanup of whatever was built, on any exception
-            undo.callback(self._stop_servers, lay, dl)  # servers (if started), then dirs
-            undo.callback(self._umount_all, lay, dl)
+        with ExitStack() as undo:  # cleanup of whatever was built, on any exception
+            undo.callback(self._teardown, lay, dl)  # mounts, servers, then dirs
 
             def start(node: str) -> None:
                 d = lay.dir(node)
-                steps: list[list[str]] = [["mkdir", "-p", lay.mountpoint, lay.pool_dirs[node]],
-                                          ["tar", "-x", "-C", lay.pool_dirs[node], "-f", "-"]]
-                if node == lay.master:
-                    steps.append(["mfsmaster", "-c", f"{d}/mfsmaster.cfg", "start"])
-                steps.append(["mfschunkserver", "-c", f"{d}/mfschunkserver.cfg", "start"])
+                steps: list[list[str]] = [
+                    ["mkdir", "-p", lay.mountpoint, lay.pool_dirs[node]],
+                    ["tar", "-x", "-C", lay.pool_dirs[node], "-f", "-"]]
+                if node == lay.master:  # the master first on its node (see _build)
+                    steps.append(_daemon(d, ["mfsmaster", "-c", f"{d}/mfsmaster.cfg",
+                                             "start"]))
+                steps.append(_daemon(d, ["mfschunkserver", "-c", f"{d}/mfschunkserver.cfg",
+                                         "start"]))
                 if node == lay.master:
                     if lay.guard:
                         steps.append(lay.guard_argv(node))
-                    steps.append(lay.mount_argv(node, self.rsa_node_options))
+                    steps.append(_daemon(d, lay.mount_argv(node, self.rsa_node_options)))
                     # the root is the user's before any other node mounts: their clients
                     # never cache the fresh filesystem's root:root 0777 (attribute cache)
                     steps += [["chown", f"{uid}:{gid}", lay.mountpoint],
-                              ["chmod", "0700", lay.mountpoint]]
+                              ["chmod", "0700", lay.mountpoint],
+                              *dialect.one_copy(lay.mountpoint)]
                 self._run(node, sh_chain(*steps), dl.left(), input=lay.tarball(node),
                           cancel=cancel)
 
+            started = time.monotonic()
             on_nodes(lay.nodes, start, f"{req.fs_id}: start mfsmaster, mfschunkservers")
-            log.debug("%s: servers started at +%.2fs", req.fs_id, time.monotonic() - t0)
+            _step(req.fs_id, "servers", t0)
             others = [n for n in lay.nodes if n != lay.master]
 
             def mount_or_wait(node: str) -> None:
                 if node == lay.master:
-                    self._wait_chunkservers(lay, dl, cancel, dialect)
+                    self._wait_chunkservers(lay, dl, cancel, dialect,
+                                            not_before=started + SPACE_NOT_BEFORE)
                 else:
-                    mount = lay.mount_argv(node, self.rsa_node_options)
+                    mount = _daemon(lay.dir(node), lay.mount_argv(node, self.rsa_node_options))
                     self._run(node, sh_chain(lay.guard_argv(node), mount) if lay.guard
                               else mount, dl.left(), cancel=cancel)
 
             on_nodes([lay.master, *others], mount_or_wait, f"{req.fs_id}: mfsmount")
-            log.debug("%s: mounted, %d chunkservers at +%.2fs", req.fs_id, len(lay.nodes),
-                      time.monotonic() - t0)
+            _step(req.fs_id, "mounts", t0)
             spec = MountSpec(backend=self.name, fs_id=req.fs_id, nodes=lay.nodes,
                              rsa_mountpoint=lay.mountpoint,
                              client={"master_host": lay.master_address,
@@ -419,10 +470,9 @@ class MooseFsBackend(FilesystemBackend):
                                      "port_base": lay.base,
                                      "pass_file": f"{lay.dir(lay.master)}/{PASS_FILE}",
                                      "moosefs_version": str(dialect.version)})
-            self._run(lay.master, sh_chain(
-                *dialect.one_copy(lay.mountpoint),
-                ["dd", f"of={lay.dir(lay.master)}/spec.json", "status=none"]),
-                dl.left(), input=json.dumps(spec.to_json()), cancel=cancel)
+            self._run(lay.master, ["dd", f"of={lay.dir(lay.master)}/spec.json", "status=none"],
+                      dl.left(), input=json.dumps(spec.to_json()), cancel=cancel)
+            _step(req.fs_id, "spec", t0)
             undo.pop_all()
         log.info("%s: moosefs %s up on %s (master %s:%d, exported to %s) in %.2fs",
                  req.fs_id, dialect.version, ",".join(lay.nodes), lay.master_address,
@@ -430,18 +480,29 @@ class MooseFsBackend(FilesystemBackend):
         return spec
 
     def _wait_chunkservers(self, lay: Layout, dl: Deadline, cancel: CancelToken | None,
-                           dialect: Dialect = LEGACY) -> None:
+                           dialect: Dialect = LEGACY, *,
+                           not_before: float | None = None) -> None:
+        """Until every chunkserver registered with the master and reported its space
+        (mfscli on the master's node, every SPACE_POLL s); not asked before
+        ``not_before`` (monotonic time: when they could first have, SPACE_NOT_BEFORE)."""
         want = {(lay.addresses[n], lay.cs_port(n)) for n in lay.nodes}
         argv = dialect.chunkservers_argv(lay.master_address, lay.client_port)
         seen: set[tuple[str, int]] = set()
+        pause = 0.0 if not_before is None else not_before - time.monotonic()
         while not dl.expired():
+            if pause > 0:
+                if cancel is not None:
+                    cancel.wait(pause)
+                else:
+                    time.sleep(pause)
             if cancel is not None:
                 cancel.check()
-            out = self._run(lay.master, argv, min(10.0, dl.left()), check=False)
+            out = self._run(lay.master, argv, min(10.0, dl.left()), check=False,
+                            cancel=cancel)
             seen = _ready(dialect, out) & want
             if seen == want:
                 return
-            time.sleep(0.1)
+            pause = SPACE_POLL
         raise FsError(f"{lay.fs_id}: only {len(seen)}/{len(want)} chunkservers registered "
                       f"with the master and reported their space within {dl.seconds:g}s")
 
@@ -450,45 +511,39 @@ class MooseFsBackend(FilesystemBackend):
     def destroy(self, req: FsRequest) -> None:
         lay = self.layout(req, guarded=False)
         dl = Deadline(self.destroy_timeout, f"{req.fs_id}: moosefs destroy")
-        errors: list[str] = []
         t0 = time.monotonic()
-        for step in (self._umount_all, self._stop_servers):
-            try:
-                step(lay, dl)
-                log.debug("%s: %s done at +%.2fs", req.fs_id, step.__name__,
-                          time.monotonic() - t0)
-            except FsError as e:  # keep going: a later step may still free the pool
-                errors.append(str(e))
-        if errors:
-            raise FsError(f"{req.fs_id}: moosefs destroy incomplete: {'; '.join(errors)}")
+        try:
+            self._teardown(lay, dl)
+        except FsError as e:
+            raise FsError(f"{req.fs_id}: moosefs destroy incomplete: {e}") from e
+        _step(req.fs_id, "teardown", t0)
         log.info("%s: moosefs destroyed on %s", req.fs_id, ",".join(lay.nodes))
 
-    def _umount_all(self, lay: Layout, dl: Deadline) -> None:
-        title = lay.mount_title
-        out = on_nodes(lay.nodes, lambda n: self.hosts[n].run(
-            ["sh", "-c", UMOUNT_SCRIPT, lay.mountpoint, title], timeout=min(60.0, dl.left()),
-            check=False), f"{lay.fs_id}: unmount")
-        bad = {n: r.stderr.strip() for n, r in out.items() if r.returncode != 0}
-        for n, r in out.items():
-            if r.returncode == 0 and r.stderr.strip():
-                log.warning("%s: %s", n, r.stderr.strip())
-        if bad:
-            raise FsError(f"{lay.fs_id}: unmount failed: "
-                          + "; ".join(f"{n}: {e}" for n, e in bad.items()))
-
-    def _stop_servers(self, lay: Layout, dl: Deadline) -> None:
-        """SIGKILL chunkservers and master (pids from their lock files, see
-        KILL_SCRIPT), then free the pool. No lock file = never started."""
-        def stop(node: str) -> None:
+    def _teardown(self, lay: Layout, dl: Deadline) -> None:
+        """One round trip per node, all at once: unmount (UMOUNT_SCRIPT), SIGKILL the
+        node's chunkserver and, on the first node, the master (pids from their lock
+        files: KILL_SCRIPT; no lock file = never started), then free the pool. Every
+        step runs even when one before it failed (a later one may still free the pool);
+        FsError names each node whose steps did not all succeed. The servers may die
+        before another node's unmount: a FUSE unmount does not wait for them, and one
+        that hangs is made lazy and its connection aborted (UMOUNT_SCRIPT)."""
+        def down(node: str) -> str:
             d = lay.dir(node)
             daemons = [f"{d}/cs/.mfschunkserver.lock", f"{d}/mfschunkserver.cfg"]
             if node == lay.master:
                 daemons += [f"{d}/master/.mfsmaster.lock", f"{d}/mfsmaster.cfg"]
-            self._run(node, sh_chain(["sh", "-c", KILL_SCRIPT, "kill", *daemons],
-                                     ["rm", "-rf", "--one-file-system", d]),
-                      min(60.0, dl.left()))
+            r = self.hosts[node].run(sh_all(
+                ["sh", "-c", UMOUNT_SCRIPT, lay.mountpoint, lay.mount_title],
+                ["sh", "-c", KILL_SCRIPT, "kill", *daemons],
+                ["rm", "-rf", "--one-file-system", d]),
+                timeout=min(60.0, dl.left()), check=False)
+            if r.returncode != 0:
+                raise FsError(r.stderr.strip() or f"exit status {r.returncode}")
+            if r.stderr.strip():
+                log.warning("%s: %s", node, r.stderr.strip())
+            return ""
 
-        on_nodes(lay.nodes, stop, f"{lay.fs_id}: stop servers, free the pool")
+        on_nodes(lay.nodes, down, f"{lay.fs_id}: unmount, stop servers, free the pool")
 
     # ----------------------------------------------------------------- use
 
@@ -642,6 +697,12 @@ class MooseFsBackend(FilesystemBackend):
     def client_umount_argv(self, spec: MountSpec, mountpoint: str) -> list[str]:
         # lazy: a job's leftover open files must not make the Epilog fail
         return ["umount", "-l", mountpoint]
+
+
+def _daemon(node_dir: str, argv: list[str]) -> list[str]:
+    """``argv`` (a daemon's start, an mfsmount) run by DAEMON_START: output to a log in
+    the RAMDISK's directory on the node, its last lines the error when it fails."""
+    return ["sh", "-c", DAEMON_START, node_dir, *argv]
 
 
 def _ready(dialect: Dialect, mfscli_output: str) -> set[tuple[str, int]]:

@@ -56,12 +56,14 @@ class ScriptedHost:
         self.name = "rsa1"
         self.outputs = list(outputs)
         self.calls = 0
+        self.argvs: list[list[str]] = []
 
     def run(self, argv: Sequence[str], *, timeout: float, check: bool = True,
             input: str | None = None, as_user: object = None,
             env: Mapping[str, str] | None = None,
             cancel: CancelToken | None = None) -> Completed:
-        assert argv[0] == "mfscli" and "-SCS" in argv
+        assert "mfscli" in argv and "-SCS" in argv
+        self.argvs.append(list(argv))
         out = self.outputs[min(self.calls, len(self.outputs) - 1)]
         self.calls += 1
         return Completed(tuple(argv), 0, out, "", 0.0)
@@ -81,6 +83,27 @@ def test_create_waits_until_every_chunkserver_has_reported_its_space() -> None:
     backend, lay = _layout(host)
     backend._wait_chunkservers(lay, Deadline(10, "t"), None)
     assert host.calls == 4
+
+
+def test_mfscli_is_not_asked_before_the_chunkservers_could_have_reported_space() -> None:
+    """A chunkserver reports its space >= 1 s after it started (MooseFS's folder thread):
+    the master's node is not asked before then, and every 50 ms after."""
+    import time
+
+    host = ScriptedHost([REGISTERED, SCANNED])
+    times: list[float] = []
+    run = host.run
+
+    def timed(argv: Sequence[str], **kw: object) -> Completed:
+        times.append(time.monotonic())
+        return run(argv, **kw)  # type: ignore[arg-type]
+
+    host.run = timed  # type: ignore[method-assign]
+    backend, lay = _layout(host)
+    not_before = time.monotonic() + 0.1
+    backend._wait_chunkservers(lay, Deadline(10, "t"), None, not_before=not_before)
+    assert len(times) == 2 and times[0] >= not_before and times[1] - times[0] >= 0.05
+    assert host.argvs[0][0] == "mfscli"
 
 
 def test_create_gives_up_when_a_chunkserver_never_reports_space() -> None:
@@ -245,3 +268,105 @@ def test_only_what_may_mount_resolves_the_pools_addresses() -> None:
     assert good.servers().addresses == ("127.0.0.1",)
     good._resolved["localhost"] = ["10.9.9.9"]  # resolved before: not asked again
     assert good.servers().addresses == ("10.9.9.9",)
+
+
+class ProbeHost:
+    """Answers the create-time probe with a fingerprint of the node's MooseFS tools and,
+    when it differs from the one the backend sent, their versions."""
+
+    def __init__(self) -> None:
+        self.name = "rsa1"
+        self.fingerprint, self.version = "P:mfsmaster=1.2.3,", "3.0.117"
+        self.sent: list[str] = []
+        self.asked = 0
+
+    def run(self, argv: Sequence[str], *, timeout: float, check: bool = True,
+            input: str | None = None, as_user: object = None,
+            env: Mapping[str, str] | None = None,
+            cancel: CancelToken | None = None) -> Completed:
+        self.sent.append(argv[-1])
+        out = f"F:-\n{self.fingerprint}\n"
+        if argv[-1] != self.fingerprint:
+            self.asked += 1
+            out += f"V:mfsmaster:version: {self.version}-1 ; build: 1\n"
+        return Completed(tuple(argv), 0, out, "", 0.0)
+
+
+def test_a_nodes_tools_are_asked_their_version_only_when_their_files_changed() -> None:
+    host = ProbeHost()
+    backend = MooseFsBackend({"rsa1": host}, addresses={"rsa1": "10.0.0.5"})
+    req = FsRequest(fs_id="job1-c1", job_id="1", nodes=("rsa1",), tier="ram",
+                    pool_dirs={"rsa1": "/pool"}, mount_root="/mnt")
+    lay = backend.layout(req, guarded=False)
+    assert str(backend._probe(lay)["rsa1"][2]) == "3.0.117"
+    assert str(backend._probe(lay)["rsa1"][2]) == "3.0.117"
+    assert host.sent == ["", "P:mfsmaster=1.2.3,"] and host.asked == 1
+    host.fingerprint, host.version = "P:mfsmaster=4.5.6,", "4.57.5"  # upgraded
+    assert str(backend._probe(lay)["rsa1"][2]) == "4.57.5"
+    assert host.asked == 2
+
+
+def test_the_fingerprint_script_prints_the_versions_only_for_another_fingerprint() -> None:
+    import subprocess
+
+    from rsa_scheduler.fs.mfsversion import FINGERPRINT_SCRIPT, parse_fingerprint
+
+    def probe(known: str) -> str:
+        return subprocess.run(["sh", "-c", FINGERPRINT_SCRIPT, "-", known],
+                              capture_output=True, text=True, check=True).stdout
+
+    first = probe("")
+    fingerprint = parse_fingerprint(first)
+    assert fingerprint.startswith("P:mfsmaster=") and fingerprint.count("=") == 4
+    assert [ln[:7] for ln in first.splitlines() if ln.startswith("V:")] == [
+        "V:mfsma", "V:mfsch", "V:mfsmo", "V:mfscl"]
+    assert probe(fingerprint) == fingerprint + "\n"
+
+
+def test_every_step_of_a_teardown_runs_and_the_first_failure_is_its_status() -> None:
+    import subprocess
+
+    from rsa_scheduler.fs.common import sh_all
+
+    done = subprocess.run(sh_all(["true"], ["sh", "-c", "echo no >&2; exit 3"],
+                                 ["sh", "-c", "exit 4"], ["echo", "still ran"]),
+                          capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "still ran\n", "no\n")
+    assert subprocess.run(sh_all(["true"], ["true"])).returncode == 0
+
+
+class RecordingHost:
+    """Records every command; fails those that contain ``fail`` (exit 1, ``why``)."""
+
+    def __init__(self, name: str, fail: str = "", why: str = "") -> None:
+        self.name, self.fail, self.why = name, fail, why
+        self.argvs: list[list[str]] = []
+
+    def run(self, argv: Sequence[str], *, timeout: float, check: bool = True,
+            input: str | None = None, as_user: object = None,
+            env: Mapping[str, str] | None = None,
+            cancel: CancelToken | None = None) -> Completed:
+        self.argvs.append(list(argv))
+        bad = bool(self.fail) and any(self.fail in a for a in argv)
+        return Completed(tuple(argv), 1 if bad else 0, "", self.why if bad else "", 0.0)
+
+
+def test_a_destroy_is_one_round_trip_per_node_and_names_the_node_that_failed() -> None:
+    from rsa_scheduler.fs.mfsscripts import KILL_SCRIPT, UMOUNT_SCRIPT
+
+    hosts = {"rsa1": RecordingHost("rsa1"),
+             "rsa2": RecordingHost("rsa2", fail="umount", why="mfsmount 9 did not exit")}
+    backend = MooseFsBackend(hosts, addresses={"rsa1": "10.0.0.5", "rsa2": "10.0.0.6"})
+    req = FsRequest(fs_id="job1-c1", job_id="1", nodes=("rsa1", "rsa2"), tier="ram",
+                    pool_dirs={"rsa1": "/pool", "rsa2": "/pool"}, mount_root="/mnt")
+    with pytest.raises(FsError, match=r"job1-c1: moosefs destroy incomplete: .*rsa2: "
+                                      "mfsmount 9 did not exit"):
+        backend.destroy(req)
+    for name, host in hosts.items():
+        (argv,) = host.argvs
+        script = argv[2]
+        assert argv[:2] == ["sh", "-c"]
+        # unmount, kill, free the pool: in this order, every one whatever the one before did
+        assert (script.index("findmnt") < script.index("lock") < script.index("rm -rf"))
+        assert UMOUNT_SCRIPT.splitlines()[0] in script and KILL_SCRIPT.splitlines()[0] in script
+        assert ("mfsmaster.lock" in script) == (name == "rsa1")
