@@ -86,10 +86,14 @@ def test_a_native_job_through_its_whole_lifecycle(native: Cluster) -> None:
         shown = c.out("ctl", ["rsa", "job", job])
     lines = shown.splitlines()
 
-    def at(text: str) -> int:
-        return next(i for i, x in enumerate(lines) if text in x)
-    # staged in before Slurm let it start; data_out answered only once verified
-    assert at("-> staged-in") < at("job on-deck -> running (PrologSlurmctld)"), shown
+    def at(start: str, text: str) -> int:
+        found = [i for i, x in enumerate(lines)
+                 if x.strip().split("  ", 1)[-1].startswith(start) and text in x]
+        assert found, (start, text, shown)
+        return found[0]
+    # staged in before Slurm let it start (whether rsad's poll or slurmctld's hook told
+    # it first); data_out answered only once verified
+    assert at("", "-> staged-in") < at("job ", "-> running"), shown
     assert "ok content verified: 1 object" in shown and f"in {HOME}/nout" in shown, shown
     # its input was on the RAMDISK when it started, whole; its output on the PFS, whole
     report = c.out("c2", ["cat", f"{HOME}/native.report"], user="rsauser").splitlines()
