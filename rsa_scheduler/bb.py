@@ -14,10 +14,12 @@ runs as SlurmUser in slurmscriptd; it never touches user data.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from rsa_scheduler.errors import RsaError
@@ -27,7 +29,7 @@ BLOCKING = frozenset({"data_in", "data_out", "teardown"})
 #: hooks ``--once`` asks without blocking (Slurm 24.05+ polls them: test_data_in/out)
 ONCE = frozenset({"data_in", "data_out"})
 HOOKS = ("setup", "data_in", "real_size", "pre_run", "post_run", "data_out", "teardown",
-         "status")
+         "status", "pools")
 POLL = 1.0  # seconds between two questions to rsad while a stage runs
 #: how long rsad may be unreachable (or busy) before data_in / data_out give up (a
 #: restarting rsad must not fail a stage; a dead one must not hold the job for
@@ -215,12 +217,75 @@ def status_of(get: Callable[[str], Any], uid: str | None) -> str:
     return status_text(get(f"/v1/status?as={uid}"))
 
 
+#: where burst_buffer.lua's slurm_bb_pools reads the pools (its CONFIG.pools_file)
+POOLS_FILE = "/run/rsa/bb-pools.json"
+
+
+def pools_text(answer: Any) -> str:
+    """The pools file's text from rsad's ``GET /v1/bb/pools`` answer, as rsad writes it
+    on its own host (native.pools_json); ValueError for anything else."""
+    pools = answer.get("pools") if isinstance(answer, dict) else None
+    if not isinstance(pools, list) or not all(
+            isinstance(p, dict) and isinstance(p.get("id"), str)
+            and all(isinstance(p.get(k), int) for k in ("quantity", "granularity", "free"))
+            for p in pools):
+        raise ValueError("rsad's answer is not a pools list")
+    return json.dumps({"pools": pools}, sort_keys=True)
+
+
+def write_pools_file(path: Path, text: str) -> bool:
+    """Replace ``path`` with ``text`` atomically, mode 0644 (slurmctld reads it as
+    SlurmUser) unless it holds that already; returns whether it wrote."""
+    try:
+        if path.read_text() == text + "\n":
+            return False
+    except OSError:
+        pass
+    tmp = path.with_name(f".{path.name}.tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp.write_text(text + "\n")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    return True
+
+
+def sync_pools(get: Callable[[str], Any], path: Path, every: float | None, *,
+               sleep: Callable[[float], None] = time.sleep,
+               say: Callable[[str], None] = lambda line: print(line, file=sys.stderr,
+                                                               flush=True),
+               rounds: int | None = None) -> tuple[bool, str]:
+    """``rsa-bb pools``: rsad's pools into ``path`` once, or every ``every`` seconds for
+    ever (``rounds``: that many, for tests). A slurmctld host that does not run rsad
+    has no pools file of rsad's, and slurm_bb_pools may read only a local file (it runs
+    in slurmctld with its locks held): without this, Slurm sees no space and every
+    burst buffer job pends (BurstBufferResources). A failed round says why on stderr and
+    keeps the file as it was (rsad restarting: the next round writes it)."""
+    done = 0
+    message = ""
+    while True:
+        try:
+            wrote = write_pools_file(path, pools_text(get("/v1/bb/pools")))
+            ok, message = True, f"{path} {'written' if wrote else 'unchanged'}"
+        except Exception as e:  # one line, the file kept
+            ok, message = False, f"rsa-bb pools: {e} ({path} kept as it was)"
+            if every is not None:
+                say(message)
+        done += 1
+        if every is None or (rounds is not None and done >= rounds):
+            return ok, message
+        sleep(every)
+
+
 USAGE = """usage: rsa-bb HOOK JOB_ID [ARGS...]   (HOOK: setup data_in real_size pre_run
                                        post_run data_out teardown)
        rsa-bb --once data_in|data_out JOB_ID  (ask once: `busy MESSAGE` while staging;
                                        Slurm 24.05+ polls test_data_in/out)
        rsa-bb status [UID]  (UID: the caller of `scontrol show bbstat`, Slurm 23.02+;
                              without it: totals only, no job ids)
+       rsa-bb pools [FILE] [--every SECONDS]  (on a slurmctld host without rsad: rsad's
+                             pools into FILE, default /run/rsa/bb-pools.json, which
+                             burst_buffer.lua's slurm_bb_pools reads; the unit
+                             rsa-bb-pools.service runs it every 15 s)
 
 Run by slurm_plugins/burst_buffer.lua (native mode, slurm.mode: native) as SlurmUser.
 Prints `ok MESSAGE` or `error MESSAGE` and exits 0 or 1. rsad's address: --api ADDR,
@@ -244,6 +309,25 @@ def _post_with(address: str | None, timeout: float) -> tuple[Post, Callable[[str
             raise Unreachable(str(e)) from e
 
     return post, client.get
+
+
+def pools_args(args: Sequence[str]) -> tuple[Path, float | None]:
+    """``[FILE] [--every SECONDS]`` of ``rsa-bb pools``."""
+    rest = list(args)
+    every: float | None = None
+    if "--every" in rest:
+        i = rest.index("--every")
+        try:
+            every = float(rest[i + 1])
+        except (IndexError, ValueError):
+            raise ValueError("--every: give SECONDS, e.g. --every 15") from None
+        if not 1 <= every <= 3600:
+            raise ValueError("--every: SECONDS between 1 and 3600")
+        del rest[i:i + 2]
+    if len(rest) > 1 or (rest and not rest[0].startswith("/")):
+        raise ValueError("give one absolute FILE (burst_buffer.lua's "
+                         "CONFIG.pools_file) or none")
+    return Path(rest[0] if rest else POOLS_FILE), every
 
 
 def run(argv: Sequence[str], env: Mapping[str, str]) -> tuple[bool | None, str]:
@@ -271,6 +355,9 @@ def run(argv: Sequence[str], env: Mapping[str, str]) -> tuple[bool | None, str]:
         post, get = _post_with(address, max(timeout, 10.0))
         if hook == "status":
             return True, status_of(get, rest[0] if rest else None)
+        if hook == "pools":
+            path, every = pools_args(rest)
+            return sync_pools(get, path, every)
         if once:
             return ask_once(post, hook, request_body(hook, rest))
         return call_hook(post, hook, request_body(hook, rest))

@@ -522,6 +522,85 @@ def restart_rsad(host: str = "") -> None:
         host, ["rsa", "nodes"], check=False).returncode == 0, timeout=60)
 
 
+SLURM_NODES = ("ctl", *COMPUTE, "login", RSAD)  # every host with slurm.conf's clients
+BB_CONF = """# burst_buffer.conf of the cluster lab's native mode (the operator guide's)
+Directive=BB_LUA
+StageInTimeout=86400
+StageOutTimeout=86400
+OtherTimeout=300
+"""
+BB_TYPE = "BurstBufferType=burst_buffer/lua"
+# the operator guide's rsa-bb-pools.service, as its ExecStart runs it (no systemd here)
+POOLS_SYNC = "/usr/bin/rsa-bb pools /run/rsa/bb-pools.json --every {every}"
+
+
+def _pools_sync_pid() -> int | None:
+    done = on("ctl", ["pgrep", "-f", "-o", "^/usr/bin/python3 /usr/bin/rsa-bb pools "],
+              check=False)
+    text = done.stdout.strip()
+    return int(text) if text.isdigit() else None
+
+
+def _restart_slurmctld() -> None:
+    sh("ctl", "kill $(cat /run/slurm/slurmctld.pid)\n"
+              "t=0; while [ -e /proc/$(cat /run/slurm/slurmctld.pid) ] && [ $t -lt 100 ]; "
+              "do sleep 0.1; t=$((t+1)); done")
+    _start("ctl", "slurmctld")
+    wait_for("slurmd on every compute node idle", _slurm_nodes_idle, timeout=60)
+
+
+def mode(which: str, every: int = 15) -> None:
+    """Switch the running cluster between rsad's queue mode (as ``up`` makes it) and
+    native mode, as the operator guide's "Native mode" has a site do it: on ctl the
+    package's burst_buffer.lua next to slurm.conf, burst_buffer.conf, job_submit.lua's
+    ``bb_directive = "BB_LUA"``, and rsa-bb-pools (the unit's ExecStart) writing rsad's
+    pools where burst_buffer.lua reads them (rsad runs on a host of its own); every
+    host's slurm.conf ``BurstBufferType=burst_buffer/lua``; rsa.yaml ``slurm.mode:
+    native`` on rsad's host (and the compute nodes'). Then rsad restarted, then
+    slurmctld (a new burst buffer plugin needs a restart). ``queue`` undoes all of it."""
+    if which not in ("native", "queue"):
+        raise ClusterError(f"mode {which!r}: native or queue")
+    native = which == "native"
+    conf = "/etc/slurm/slurm.conf"
+    for node in SLURM_NODES:
+        lines = [f"grep -v '^BurstBufferType=' {conf} > {conf}.new || true",
+                 f"cat {conf}.new > {conf}", f"rm {conf}.new"]
+        if native:
+            lines.append(f"echo '{BB_TYPE}' >> {conf}")
+        sh(node, "\n".join(lines))
+    directive = '"BB_LUA"' if native else "nil"
+    sh("ctl", "\n".join([
+        f"sed -i 's/^  bb_directive = .*,$/  bb_directive = {directive},/' "
+        "/etc/slurm/job_submit.lua",
+        f"grep -q '^  bb_directive = {directive},$' /etc/slurm/job_submit.lua"]))
+    pid = _pools_sync_pid()
+    if pid is not None:
+        on("ctl", ["kill", str(pid)])
+    if native:
+        sh("ctl", "cp /usr/share/rsa-scheduler/slurm/burst_buffer.lua /etc/slurm/")
+        on("ctl", ["sh", "-ec", "cat > /etc/slurm/burst_buffer.conf"], input=BB_CONF)
+    else:
+        sh("ctl", "rm -f /etc/slurm/burst_buffer.lua /etc/slurm/burst_buffer.conf "
+                  "/run/rsa/bb-pools.json")
+    for node in (RSAD, *COMPUTE):
+        lines = ["sed -i '/^  mode: native$/d' /etc/rsa/rsa.yaml"]
+        if native:
+            lines.append("sed -i 's/^slurm:$/slurm:\\n  mode: native/' /etc/rsa/rsa.yaml")
+            lines.append("grep -q '^  mode: native$' /etc/rsa/rsa.yaml")
+        sh(node, "\n".join(lines))
+    restart_rsad()
+    if native:
+        sh("ctl", "\n".join([
+            "install -d -m 0755 /run/rsa",
+            f"setsid {POOLS_SYNC.format(every=every)} </dev/null "
+            ">>/var/log/rsa-bb-pools.log 2>&1 &"]))
+        wait_for("rsad's pools on ctl", lambda: on(
+            "ctl", ["test", "-s", "/run/rsa/bb-pools.json"], check=False).returncode == 0,
+            timeout=30)
+    _restart_slurmctld()
+    log(f"mode {which}")
+
+
 def install(node: str, debs: Sequence[str]) -> str:
     """``apt-get install ./PKG.deb ...`` on ``node``, as a site upgrades a host (the
     operator guide: the conffile /etc/rsa/rsa.yaml kept; an older version allowed too,
@@ -740,7 +819,8 @@ USAGE = """usage: lab/cluster/clusterctl up|down|status|check-clean|verify-check
        lab/cluster/clusterctl node NAME CMD...   (run CMD on node NAME, as root)
        lab/cluster/clusterctl install NAME DEB...   (apt-get install the .debs on NAME)
        lab/cluster/clusterctl restart-rsad   (as systemctl restart rsad would)
-       lab/cluster/clusterctl previous   (build or find the previous release's .debs)"""
+       lab/cluster/clusterctl previous   (build or find the previous release's .debs)
+       lab/cluster/clusterctl mode native|queue   (switch rsad and Slurm's burst buffer)"""
 
 
 def main(argv: Sequence[str]) -> int:
@@ -768,6 +848,8 @@ def main(argv: Sequence[str]) -> int:
             print(install(rest[0], rest[1:]))
         elif cmd == "restart-rsad" and not rest:
             restart_rsad()
+        elif cmd == "mode" and len(rest) == 1:
+            mode(rest[0])
         elif cmd == "previous" and not rest:
             print(previous())
         elif cmd == "node" and len(rest) >= 2:

@@ -94,6 +94,8 @@ class Routes:
         parts = parts[1:]
         if method == "GET" and parts == ["whoami"]:
             return {"uid": caller.uid, "user": caller.user, "operator": caller.operator}
+        if method == "GET" and parts == ["bb", "pools"]:
+            return self._bb_pools(caller)
         if method == "POST" and len(parts) == 2 and parts[0] == "bb":
             return self._bb(caller, parts[1], body)
         if not self.daemon.ready.is_set():
@@ -282,6 +284,22 @@ class Routes:
         if hook in NODE_HOOKS:
             return self._node_hook(hook, payload)
         return self.daemon.submit("hook", payload, wait=True)
+
+    def _bb_pools(self, caller: Caller) -> Any:
+        """The pools JSON rsad writes to ``slurm.bb_pools_file``, for ``rsa-bb pools`` on
+        a slurmctld host other than rsad's (slurm_bb_pools reads a local file only)."""
+        if not caller.operator:
+            raise ApiError(HTTPStatus.FORBIDDEN, "burst buffer pools are given to root or "
+                                                 "slurm only")
+        native = self.daemon.native
+        if native is None:
+            raise ApiError(HTTPStatus.CONFLICT, "rsad runs in queue mode: burst buffer "
+                                                "pools exist only with slurm.mode: native")
+        text = native.pools_text
+        if not text:
+            raise ApiError(HTTPStatus.SERVICE_UNAVAILABLE, "rsad has not counted its RSA "
+                                                           "nodes' capacity yet: not yet")
+        return json.loads(text)
 
     def _bb(self, caller: Caller, hook: str, body: Any) -> Any:
         """burst_buffer.lua's hooks, through ``rsa-bb`` (native mode, daemon/native.py):

@@ -497,6 +497,12 @@ class NativeDriver:
         return Served(answer, events, poll_now)
 
     # -- pools ------------------------------------------------------------------------------
+    @property
+    def pools_text(self) -> str:
+        """The pools JSON as last written ("" before the first write): what ``GET
+        /v1/bb/pools`` gives ``rsa-bb pools`` on a slurmctld host without rsad."""
+        return self._pools_text
+
     def write_pools(self, nodes: Iterable[tuple[str, int, NodeState, str | None]]) -> bool:
         """Rewrite the pools file when the free capacity changed (atomically, mode 0644:
         SlurmUser reads it). Returns whether it wrote."""

@@ -3,7 +3,9 @@ its arguments, and the one line it prints for Slurm."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -166,3 +168,63 @@ def test_bbstat_without_the_callers_uid_names_no_job() -> None:
     assert asked == ["/v1/status", "/v1/status?as=1002"]
     with pytest.raises(ValueError, match="UID must be a number"):
         status_of(get, "root")
+
+
+# ---- rsa-bb pools: rsad's pools on a slurmctld host without rsad -------------------------
+
+POOLS = {"pools": [{"id": "ram", "quantity": 2048, "granularity": 1048576, "free": 1024}]}
+
+
+def test_pools_are_written_where_slurm_bb_pools_reads_them(tmp_path: Path) -> None:
+    from rsa_scheduler.bb import sync_pools
+
+    asked: list[str] = []
+    target = tmp_path / "run" / "rsa" / "bb-pools.json"
+
+    def get(path: str) -> Any:
+        asked.append(path)
+        return POOLS
+    assert sync_pools(get, target, None) == (True, f"{target} written")
+    assert asked == ["/v1/bb/pools"]
+    assert json.loads(target.read_text()) == POOLS
+    assert target.stat().st_mode & 0o777 == 0o644
+    assert sync_pools(get, target, None) == (True, f"{target} unchanged")
+
+
+def test_a_failed_round_keeps_the_file_and_the_loop_goes_on(tmp_path: Path) -> None:
+    from rsa_scheduler.bb import sync_pools
+
+    target = tmp_path / "bb-pools.json"
+    answers: list[Any] = [POOLS, Unreachable("rsad restarting"), {"pools": "x"},
+                          {"pools": [{**POOLS["pools"][0], "free": 0}]}]
+    said: list[str] = []
+    slept: list[float] = []
+    seen: list[str] = []
+
+    def get(path: str) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        seen.append(target.read_text() if target.exists() else "")
+        return answer
+    ok, _ = sync_pools(get, target, 15.0, sleep=slept.append, say=said.append, rounds=4)
+    assert ok and slept == [15.0, 15.0, 15.0]
+    assert said == [f"rsa-bb pools: rsad restarting ({target} kept as it was)",
+                    f"rsa-bb pools: rsad's answer is not a pools list ({target} kept as "
+                    "it was)"]
+    assert json.loads(seen[1]) == POOLS  # the bad answer left the first round's file
+    assert json.loads(target.read_text())["pools"][0]["free"] == 0
+
+
+def test_pools_arguments_are_one_line_when_wrong() -> None:
+    from rsa_scheduler.bb import POOLS_FILE, pools_args
+
+    assert pools_args([]) == (Path(POOLS_FILE), None)
+    assert pools_args(["/x/p.json", "--every", "15"]) == (Path("/x/p.json"), 15.0)
+    for bad, line in ((["p.json"], "absolute FILE"), (["--every"], "give SECONDS"),
+                      (["--every", "0"], "between 1 and 3600"), (["/a", "/b"], "one")):
+        with pytest.raises(ValueError, match=line):
+            pools_args(bad)
+    assert run(["pools", "rel"], {"RSA_API": "/nonexistent.sock"}) == (
+        False, "rsa-bb pools: give one absolute FILE (burst_buffer.lua's "
+               "CONFIG.pools_file) or none")

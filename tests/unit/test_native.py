@@ -630,3 +630,25 @@ def test_slurm_withholds_names_limits_and_holds_not_resources() -> None:
     for reason in ("Resources", "Priority", "BurstBufferStageIn", "BurstBufferResources",
                    "None", "", "Dependency", "BeginTime", "ReqNodeNotAvail"):
         assert not slurm_withholds(reason), reason
+
+
+def test_the_pools_are_given_to_root_or_slurm_for_a_slurmctld_host_without_rsad(
+        tmp_path: Path) -> None:
+    import pytest
+
+    from rsa_scheduler.daemon.api import ApiError, Caller
+    from tests.unit.test_daemon import serving
+
+    slurm, seen, clock = ScriptedSlurm(), list[str](), Clock()
+    d = native_daemon(tmp_path, slurm, seen, clock)
+    with serving(d) as routes:
+        with pytest.raises(ApiError, match="root or slurm only"):
+            routes.dispatch(Caller(1001, "alice"), "GET", "/v1/bb/pools", None)
+        d.poll()
+        settle(d)
+        got = routes.dispatch(Caller(0, "root"), "GET", "/v1/bb/pools", None)
+        assert got == json.loads((tmp_path / "bb-pools.json").read_text())
+        assert got["pools"] and got["pools"][0]["id"] == "ram"
+        d.native = None
+        with pytest.raises(ApiError, match="queue mode"):
+            routes.dispatch(Caller(0, "root"), "GET", "/v1/bb/pools", None)
