@@ -81,10 +81,16 @@ def releases() -> Iterator[tuple[list[str], list[str]]]:
                     "clone: the upgrade test needs the repository's history")
     prev = Path(_ctl("previous", timeout=1800))
     old = sorted(str(p) for p in prev.glob("*.deb"))
-    new = sorted(str(p) for pattern in ("rsa-scheduler_*_all.deb",
-                                        "rsa-scheduler-spank_*_amd64.deb")
-                 for p in (ROOT / "dist").glob(pattern))  # as lab/cluster/image
+    release = os.environ.get("RSA_LAB_DEBIAN", "12")
+    spank = ROOT / "dist" / ("" if release == "12" else f"debian{release}")
+    new = sorted([*map(str, (ROOT / "dist").glob("rsa-scheduler_*_all.deb")),
+                  *map(str, spank.glob("rsa-scheduler-spank_*_amd64.deb"))])  # as the image
     assert len(old) == 2 and len(new) == 2, (old, new)
+    if release != "12":
+        # the previous release's SPANK package is built for Debian 12's Slurm (22.05) and
+        # pinned to it: on another release the nodes keep the image's (built for theirs)
+        # and the upgrade is rsa-scheduler's alone, the package the hooks come from
+        old = [p for p in old if "/rsa-scheduler-spank_" not in p]
     yield old, new
 
 
