@@ -431,19 +431,33 @@ class MooseFsBackend(FilesystemBackend):
 
     def _wait_chunkservers(self, lay: Layout, dl: Deadline, cancel: CancelToken | None,
                            dialect: Dialect = LEGACY) -> None:
-        want = {(lay.addresses[n], lay.cs_port(n)) for n in lay.nodes}
+        # each node's chunkserver as mfscli may list it: by the data address as configured
+        # (3.0's plain output names the host its master resolved it to) or by its IPv4
+        # address (4.x's JSON gives the address; a name there would never match)
+        want = {n: {(a, lay.cs_port(n)) for a in (lay.addresses[n],
+                                                   *self._ipv4_or_none(lay.addresses[n]))}
+                for n in lay.nodes}
         argv = dialect.chunkservers_argv(lay.master_address, lay.client_port)
-        seen: set[tuple[str, int]] = set()
+        seen: set[str] = set()
         while not dl.expired():
             if cancel is not None:
                 cancel.check()
             out = self._run(lay.master, argv, min(10.0, dl.left()), check=False)
-            seen = _ready(dialect, out) & want
-            if seen == want:
+            ready = _ready(dialect, out)
+            seen = {n for n, keys in want.items() if keys & ready}
+            if len(seen) == len(want):
                 return
             time.sleep(0.1)
         raise FsError(f"{lay.fs_id}: only {len(seen)}/{len(want)} chunkservers registered "
                       f"with the master and reported their space within {dl.seconds:g}s")
+
+    def _ipv4_or_none(self, address: str) -> list[str]:
+        """A data address's IPv4 addresses, or none when it cannot be resolved here (its
+        name alone is matched then)."""
+        try:
+            return self._ipv4(address)
+        except FsError:
+            return []
 
     # ----------------------------------------------------------------- destroy
 
