@@ -84,8 +84,9 @@ def releases() -> Iterator[tuple[list[str], list[str]]]:
         # the previous release is built on Debian 12 (its SPANK package pinned to Slurm
         # 22.05) and its RAMDISK builds fail on MooseFS 4 in this lab (seen on Debian 13:
         # "only 0/1 chunkservers registered with the master and reported their space
-        # within 60s" on every try; the current release builds them): an upgrade from it
-        # on Debian 13 is not one a site can make
+        # within 60s" on every try: it looked for rsa1-data in mfscli's JSON, which lists
+        # the address; fixed since): an upgrade from it on Debian 13 is not one a site
+        # with named data addresses can make
         pytest.skip(f"the upgrade test runs on Debian 12 only (RSA_LAB_DEBIAN={release}): "
                     "the previous release's RAMDISK builds fail on MooseFS 4 here and its "
                     "SPANK package is pinned to Slurm 22.05")
