@@ -171,13 +171,20 @@ clean:
 # (CLUSTER_TESTS narrows it), always takes it down, then checks nothing of it is left and
 # that the check sees a planted leftover. Separate from the shared lab (its own
 # namespaces, addresses 10.230.0.0/24, names rsacl*): it needs no lab lock.
+# RSA_LAB_DEBIAN picks the image's Debian release (issue 31): 12 (the default: Slurm
+# 22.05, MooseFS 3.0), 13 (Slurm 24.11, MooseFS 4.57) or testing (Slurm 26.05, MooseFS
+# 4.59); for 13 and testing, cluster-test also builds the SPANK package for that release's
+# Slurm (lab/deb-release, in a cached root of its own). make test runs Debian 12's only.
 CLUSTER_TESTS ?= tests/cluster
+RSA_LAB_DEBIAN ?= 12
 cluster-test: install deb
+	$(if $(filter-out 12,$(RSA_LAB_DEBIAN)),lab/deb-release $(RSA_LAB_DEBIAN))
 	$(MAKE) --no-print-directory cluster-run
 
 # cluster-test on the packages already in dist/ (make test builds them once).
 cluster-run: install
-	RSA_CLUSTER_LAB=1 $(VENV)/bin/pytest -q -p no:cacheprovider $(CLUSTER_TESTS); rc=$$?; \
+	RSA_CLUSTER_LAB=1 RSA_LAB_DEBIAN=$(RSA_LAB_DEBIAN) \
+	  $(VENV)/bin/pytest -q -p no:cacheprovider $(CLUSTER_TESTS); rc=$$?; \
 	lab/cluster/clusterctl check-clean || rc=1; \
 	lab/cluster/clusterctl verify-check-clean || rc=1; \
 	exit $$rc

@@ -80,7 +80,11 @@ ROLES: dict[str, tuple[str, ...]] = {
 # the process a role's name stands for, when not its own ("": none, a ruleset)
 COMM = {"pfs-client": "mfsmount", "firewall": ""}
 PFS = "/pfs"  # the PFS's mount point, the same on every node that mounts it
+# RSA_LAB_DEBIAN: the Debian release the image is built from (lab/cluster/image, issue 31)
+# -> its MooseFS's major version (4.x names its storage classes: no class "1" for goal 1)
+RELEASES = {"12": 3, "13": 4, "testing": 4}
 PFS_HOST = "pfs-st"  # the PFS's master, on the storage network
+PFS_CLASS = "lab1"  # the PFS's storage class of one copy on MooseFS 4.x
 USERS = ("rsauser", "rsaother")  # the directory's (lab/cluster/directory.ldif); PFS homes
 
 # PID 1 of a node: its mounts, its hostname, then init (reaps what daemonizes under it)
@@ -283,9 +287,19 @@ def node_argv(init: int, argv: Sequence[str]) -> list[str]:
             "/usr/bin/env", "-i", *ENV, *argv]
 
 
+def release() -> str:
+    """The Debian release of the image (``RSA_LAB_DEBIAN``: 12, the default, 13, testing)."""
+    wanted = os.environ.get("RSA_LAB_DEBIAN", "12")
+    if wanted not in RELEASES:
+        raise ClusterError(f"RSA_LAB_DEBIAN={wanted}: no such release here (one of "
+                           f"{', '.join(RELEASES)})")
+    return wanted
+
+
 def image() -> Path:
     env = {k: os.environ[k] for k in ("RSA_CLUSTER_WORK", "RSA_DEBIAN_MIRROR",
-                                       "RSA_INSTALL_WORK") if k in os.environ}
+                                       "RSA_INSTALL_WORK", "RSA_LAB_DEBIAN")
+           if k in os.environ}
     done = run(["env", *(f"{k}={v}" for k, v in env.items()), str(HERE / "image")],
                timeout=1800)
     return Path(done.stdout.strip().splitlines()[-1])
@@ -409,9 +423,14 @@ mfschunkserver -c /etc/mfs/mfschunkserver.cfg start""" + QUIET)
                  f"default_permissions" + QUIET)
         wait_for(f"the PFS on {name}", lambda: on(
             name, ["mountpoint", "-q", PFS], check=False).returncode == 0, timeout=30)
-        if name == "ctl":  # once, from the first client: goal 1, the users' homes
+        if name == "ctl":  # once, from the first client: one copy, the users' homes
             homes = " ".join(f"{PFS}/home/{u}" for u in USERS)
-            script = [f"mfssetgoal -r 1 {PFS} >/dev/null", f"mkdir -p {homes}"]
+            if RELEASES[release()] >= 4:  # a class of one copy, made (the export: admin)
+                one = [f"mfscreatesclass -M {PFS} -K '*' -c 'the lab PFS: one copy' "
+                       f"{PFS_CLASS} >/dev/null", f"mfssetsclass -r {PFS_CLASS} {PFS} >/dev/null"]
+            else:
+                one = [f"mfssetgoal -r 1 {PFS} >/dev/null"]
+            script = [*one, f"mkdir -p {homes}"]
             script += [f"chown {u}: {PFS}/home/{u}; chmod 0700 {PFS}/home/{u}" for u in USERS]
             sh(name, "\n".join(script))
     else:
@@ -652,6 +671,7 @@ def up() -> None:
         raise ClusterError(f"a cluster lab was left half up ({STATE_FILE}): run "
                            "lab/cluster/clusterctl down first")
     table = addresses()
+    debian = release()
     root = image()
     MNT.mkdir(parents=True, exist_ok=True)
     try:
@@ -677,7 +697,7 @@ def up() -> None:
         raise
     COMPLETE.write_text("up\n")
     where = ", ".join(f"{n} {table[n]['mgmt']}" for n in ROLES)
-    log(f"up in {time.monotonic() - t0:.1f}s: {where}")
+    log(f"up (Debian {debian}) in {time.monotonic() - t0:.1f}s: {where}")
 
 
 def _save_logs() -> None:

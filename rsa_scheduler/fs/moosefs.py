@@ -484,10 +484,15 @@ class MooseFsBackend(FilesystemBackend):
                            not_before: float | None = None) -> None:
         """Until every chunkserver registered with the master and reported its space
         (mfscli on the master's node, every SPACE_POLL s); not asked before
-        ``not_before`` (monotonic time: when they could first have, SPACE_NOT_BEFORE)."""
-        want = {(lay.addresses[n], lay.cs_port(n)) for n in lay.nodes}
+        ``not_before`` (monotonic time: when they could first have, SPACE_NOT_BEFORE).
+        Each node's chunkserver as mfscli may list it: by the data address as configured
+        (3.0's plain output names the host its master resolved it to) or by its IPv4
+        address (4.x's JSON gives the address; a name there would never match)."""
+        want = {n: {(a, lay.cs_port(n)) for a in (lay.addresses[n],
+                                                   *self._ipv4_or_none(lay.addresses[n]))}
+                for n in lay.nodes}
         argv = dialect.chunkservers_argv(lay.master_address, lay.client_port)
-        seen: set[tuple[str, int]] = set()
+        seen: set[str] = set()
         pause = 0.0 if not_before is None else not_before - time.monotonic()
         while not dl.expired():
             if pause > 0:
@@ -499,12 +504,21 @@ class MooseFsBackend(FilesystemBackend):
                 cancel.check()
             out = self._run(lay.master, argv, min(10.0, dl.left()), check=False,
                             cancel=cancel)
-            seen = _ready(dialect, out) & want
-            if seen == want:
+            ready = _ready(dialect, out)
+            seen = {n for n, keys in want.items() if keys & ready}
+            if len(seen) == len(want):
                 return
             pause = SPACE_POLL
         raise FsError(f"{lay.fs_id}: only {len(seen)}/{len(want)} chunkservers registered "
                       f"with the master and reported their space within {dl.seconds:g}s")
+
+    def _ipv4_or_none(self, address: str) -> list[str]:
+        """A data address's IPv4 addresses, or none when it cannot be resolved here (its
+        name alone is matched then)."""
+        try:
+            return self._ipv4(address)
+        except FsError:
+            return []
 
     # ----------------------------------------------------------------- destroy
 

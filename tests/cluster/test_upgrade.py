@@ -79,6 +79,17 @@ def releases() -> Iterator[tuple[list[str], list[str]]]:
     if have.returncode != 0 and shallow:
         pytest.skip(f"the previous release's commit {commit[:7]} is not in this shallow "
                     "clone: the upgrade test needs the repository's history")
+    release = os.environ.get("RSA_LAB_DEBIAN", "12")
+    if release != "12":
+        # the previous release is built on Debian 12 (its SPANK package pinned to Slurm
+        # 22.05) and its RAMDISK builds fail on MooseFS 4 in this lab (seen on Debian 13:
+        # "only 0/1 chunkservers registered with the master and reported their space
+        # within 60s" on every try: it looked for rsa1-data in mfscli's JSON, which lists
+        # the address; fixed since): an upgrade from it on Debian 13 is not one a site
+        # with named data addresses can make
+        pytest.skip(f"the upgrade test runs on Debian 12 only (RSA_LAB_DEBIAN={release}): "
+                    "the previous release's RAMDISK builds fail on MooseFS 4 here and its "
+                    "SPANK package is pinned to Slurm 22.05")
     prev = Path(_ctl("previous", timeout=1800))
     old = sorted(str(p) for p in prev.glob("*.deb"))
     new = sorted(str(p) for pattern in ("rsa-scheduler_*_all.deb",
@@ -96,10 +107,13 @@ def _log_since(cluster: Cluster, offset: int) -> str:
     return cluster.out("rsad", ["tail", "-c", f"+{offset + 1}", "/var/log/rsad.log"])
 
 
-def _wait(what: str, ok: Callable[[], bool], timeout: float) -> None:
+def _wait(what: str, ok: Callable[[], bool], timeout: float,
+          why: Callable[[], str] = str) -> None:
+    """Poll ``ok``; on time-out say ``what`` and, from ``why``, what was seen."""
     deadline = time.monotonic() + timeout
     while not ok():
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s: {what}"
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s: {what}\n{why()}")
         time.sleep(0.5)
 
 
@@ -131,7 +145,14 @@ def test_rolling_upgrade_with_jobs_in_flight(cluster: Cluster,
                                check=False).returncode == 0 for n in jobs)
 
     # each job runs, its input on a RAMDISK, when the upgrade starts
-    _wait(f"jobs {', '.join(jobs.values())} running", running, timeout=120)
+    def seen() -> str:
+        return "\n".join([cluster.run("ctl", ["squeue"], check=False).stdout,
+                          *(cluster.run("ctl", ["rsa", "job", j], check=False).stdout
+                            for j in jobs.values()),
+                          cluster.run("rsad", ["tail", "-n", "30", "/var/log/rsad.log"],
+                                      check=False).stdout])
+
+    _wait(f"jobs {', '.join(jobs.values())} running", running, timeout=120, why=seen)
     # compute node c2 upgraded in place under its job (whose node agent, started by the
     # old Prolog, keeps running), then rsad's host, and rsad restarted: rsad last
     assert _install([("c2", new)]) == {"c2": current}

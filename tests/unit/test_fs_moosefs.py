@@ -18,7 +18,7 @@ from rsa_scheduler.fs.mfslayout import (
     new_secret,
     random_base,
 )
-from rsa_scheduler.fs.mfsversion import LEGACY
+from rsa_scheduler.fs.mfsversion import LEGACY, Dialect, Version
 from rsa_scheduler.fs.moosefs import MooseFsBackend, _ready
 from rsa_scheduler.hosts import CancelToken
 from rsa_scheduler.runner import Completed
@@ -112,6 +112,24 @@ def test_create_gives_up_when_a_chunkserver_never_reports_space() -> None:
     with pytest.raises(FsError, match="0/1 chunkservers registered with the master and "
                                       "reported their space"):
         backend._wait_chunkservers(lay, Deadline(0.5, "t"), None)
+
+
+def test_a_chunkserver_named_by_its_data_address_is_found_in_moosefs_4s_json() -> None:
+    """The pool names an RSA node's data address by name (the cluster lab's
+    ``rsa1-data``); MooseFS 4's ``mfscli -SCS -j`` lists the chunkserver by its IPv4
+    address (real 4.57.5 output): it is matched through that name's address. Before,
+    every RAMDISK build on 4.x with a named data address waited its whole create time
+    and failed ("only 0/1 chunkservers registered ...", seen in the cluster lab on
+    Debian 13)."""
+    scanned = (DATA / "mfscli4-SCS-scanned.json").read_text()  # 10.213.40.1:21003
+    host = ScriptedHost([scanned])
+    backend = MooseFsBackend({"rsa1": host}, addresses={"rsa1": "rsa1-data"})
+    backend._resolved["rsa1-data"] = ["10.213.40.1"]  # as /etc/hosts resolves it
+    req = FsRequest(fs_id="job1-c1", job_id="1", nodes=("rsa1",), tier="ram",
+                    pool_dirs={"rsa1": "/pool"}, mount_root="/mnt")
+    lay = backend.layout(req, base=21000, secret="ab" * 16)  # chunkserver at base+3
+    backend._wait_chunkservers(lay, Deadline(0.5, "t"), None, Dialect(Version(4, 57, 5)))
+    assert host.calls == 1
 
 
 def test_only_the_rsa_nodes_own_mounts_cache_file_entries() -> None:
