@@ -14,7 +14,9 @@ A case is ``;``-separated ``key=value``: ``nodes`` (RSA nodes, default 4), ``cs`
 (chunkservers per node, default 1: the others get their own port, chunk directory and,
 with ``hdd``, limit), ``hdd`` (a size limit in each chunkserver's mfshdd.cfg, e.g.
 ``2GiB``: what a node of that pool size offers, on a lab brought up with bigger pools),
-``opts`` (mount options added to the clients' own, ``,``-separated), ``tmpfs=1`` (the
+``opts`` (mount options added to the clients' own, ``,``-separated), ``kib`` (each
+writer writes that many KiB at a time, with dd; default 0: ``head -c``, which writes 4-8
+KiB at a time), ``tmpfs=1`` (the
 writers write into a directory of each node's pool tmpfs instead: the limit), ``label``.
 
     .venv/bin/python bench/bench_mfs_writers.py --case 'nodes=4' --case 'nodes=1;hdd=2GiB'
@@ -45,14 +47,19 @@ from rsa_scheduler.fs.moosefs import MooseFsBackend
 from tests.integration.conftest import LAB_ENV, read_lab_env
 from tests.integration.fskit import lab_data_addresses, lab_hosts
 
-# One node's writers: for each mountpoint given, WRITERS processes each write one new file
-# of MIB MiB; prints "S <start>" once, then "E <mountpoint> <i> <end> <rc>" per file.
-WRITERS = r"""n=$0; mib=$1; shift
+# One node's writers: for each mountpoint given, N processes each write one new file of
+# MIB MiB, KIB KiB at a time (dd; 0: head -c, which writes 4-8 KiB at a time); prints
+# "S <start>" once, then "E <mountpoint> <i> <end> <rc> [<error>]" per file (the error:
+# what the writer said, after its last colon).
+WRITERS = r"""n=$0; mib=$1; kib=$2; shift 2
 echo "S $(date +%s.%N)"
 for mp in "$@"; do
   for i in $(seq 1 "$n"); do
-    ( head -c "${mib}M" /dev/zero > "$mp/w$i"; rc=$?
-      echo "E $mp $i $(date +%s.%N) $rc" ) &
+    ( if [ "$kib" -gt 0 ]; then
+        err=$(dd if=/dev/zero of="$mp/w$i" bs="${kib}K" count=$((mib * 1024 / kib)) \
+              status=none 2>&1); rc=$?
+      else err=$(head -c "${mib}M" /dev/zero 2>&1 > "$mp/w$i"); rc=$?; fi
+      echo "E $mp $i $(date +%s.%N) $rc ${err##*: }" ) &
   done
 done
 wait
@@ -60,7 +67,8 @@ wait
 
 
 def parse_case(text: str) -> dict[str, str]:
-    case = {"nodes": "4", "cs": "1", "hdd": "", "opts": "", "tmpfs": "0", "label": ""}
+    case = {"nodes": "4", "cs": "1", "hdd": "", "opts": "", "tmpfs": "0", "kib": "0",
+            "label": ""}
     for part in filter(None, text.split(";")):
         key, _, value = part.partition("=")
         if key not in case:
@@ -150,17 +158,18 @@ def host_busy() -> float:
 
 
 def write_all(hosts: Any, mounts: Mapping[str, list[str]], writers: int,
-              mib: int) -> dict[str, Any]:
+              mib: int, kib: int = 0) -> dict[str, Any]:
     """Run every node's writers at once; the files' end times and the failures."""
     from concurrent.futures import ThreadPoolExecutor
 
     def one(node: str) -> str:
-        return str(hosts[node].run(["bash", "-c", WRITERS, str(writers), str(mib),
+        return str(hosts[node].run(["bash", "-c", WRITERS, str(writers), str(mib), str(kib),
                                     *mounts[node]], timeout=600).stdout)
 
     with ThreadPoolExecutor(max_workers=len(mounts)) as pool:
         outs = list(pool.map(one, list(mounts)))
     starts, ends, failed = [], [], 0
+    errors: dict[str, int] = {}
     for out in outs:
         for line in out.splitlines():
             f = line.split()
@@ -168,10 +177,13 @@ def write_all(hosts: Any, mounts: Mapping[str, list[str]], writers: int,
                 starts.append(float(f[1]))
             elif f and f[0] == "E":
                 ends.append(float(f[3]))
-                failed += f[4] != "0"
+                if f[4] != "0":
+                    failed += 1
+                    said = " ".join(f[5:]) or f"exit {f[4]}"
+                    errors[said] = errors.get(said, 0) + 1
     t0 = min(starts)
     done = sorted(e - t0 for e in ends)
-    return {"hold": max(ends) - t0, "done": done, "failed": failed,
+    return {"hold": max(ends) - t0, "done": done, "failed": failed, "errors": errors,
             "spread": max(starts) - t0}
 
 
@@ -197,7 +209,7 @@ def run_case(lab: Mapping[str, str], hosts: Any, case: Mapping[str, str], i: int
             for nd, dirs in per_node.items():
                 hosts[nd].run(["mkdir", "-p", *dirs], timeout=30)
             busy = host_busy()
-            got = write_all(hosts, per_node, args.writers, args.mib)
+            got = write_all(hosts, per_node, args.writers, args.mib, int(case["kib"]))
             got["host_cpu"] = host_busy() - busy
             got["cpu"] = {}
             return got
@@ -247,7 +259,7 @@ def run_case(lab: Mapping[str, str], hosts: Any, case: Mapping[str, str], i: int
             per_node[nd].append(mp)
         pattern = re.escape(fs_id)
         cpu0, busy = cpu_of(pattern), host_busy()
-        got = write_all(hosts, per_node, args.writers, args.mib)
+        got = write_all(hosts, per_node, args.writers, args.mib, int(case["kib"]))
         cpu1 = cpu_of(pattern)
         got["rss_mib"] = {k: round(v) for k, v in cpu_of(pattern, rss=True).items()}
         got["host_cpu"] = host_busy() - busy
@@ -301,7 +313,7 @@ def main() -> int:
             d, cpu = r["done"], r["cpu"]
             rows.append({"case": case["label"], **r})
             print(f"| {case['label']} | {r['hold']:.2f} | {statistics.median(d):.2f} / "
-                  f"{d[int(len(d) * 0.9) - 1]:.2f} | {r['failed']} | "
+                  f"{d[int(len(d) * 0.9) - 1]:.2f} | {r['failed']} {r['errors'] or ''} | "
                   f"{cpu.get('mfsmaster', 0):.2f}, {cpu.get('mfschunkserver', 0):.2f}, "
                   f"{cpu.get('mfsmount', 0):.2f} | {r['host_cpu']:.2f} | "
                   f"{r.get('rss_mib', {}).get('mfschunkserver', 0)} | {waves(d)} |",

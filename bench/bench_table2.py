@@ -89,12 +89,24 @@ def job_gone(job: str) -> bool:
 SHM = "/dev/shm/rsa-bench-t2-$SLURM_JOB_ID-$SLURMD_NODENAME"
 
 
-def writer_script(out: str, res: str, size_mib: int, per_node: int, rsa: str) -> str:
+def writer(size_mib: int, write_kib: int) -> str:
+    """One writer's command, its output file to follow: ``head -c`` (GNU head writes 4-8
+    KiB at a time: through FUSE each write is a round trip to mfsmount) or, with
+    ``write_kib``, ``dd`` writing that many KiB at a time."""
+    if write_kib <= 0:
+        return f"head -c {size_mib}M /dev/zero >"
+    return (f"dd if=/dev/zero bs={write_kib}K count={size_mib * 1024 // write_kib} "
+            "status=none of=")
+
+
+def writer_script(out: str, res: str, size_mib: int, per_node: int, rsa: str,
+                  write_kib: int = 0) -> str:
     """The job: ``per_node`` writers on each of 4 nodes, one ``size_mib`` file each, in
     one timed ``srun`` step. Into ``/dev/shm`` (``out == SHM``) the node's directory is
     made before and counted and removed after the timed step (the count goes to
     ``res.files``)."""
     shm = out == SHM
+    cmd = writer(size_mib, write_kib)
     before = f"srun -N4 -n4 bash -c 'mkdir -p {out}'\n" if shm else ""
     after = (f"srun -N4 -n4 bash -c 'ls {out} | wc -l; rm -rf {out}' > {res}.files\n"
              if shm else "")
@@ -104,14 +116,15 @@ def writer_script(out: str, res: str, size_mib: int, per_node: int, rsa: str) ->
 {rsa}
 {before}t0=$(date +%s.%N)
 srun -N4 -n4 bash -c 'h=$(hostname); for i in $(seq 1 {per_node}); do
-  head -c {size_mib}M /dev/zero > {out}/$h-$i & done; wait'
+  {{ {cmd}{out}/$h-$i || echo "$h-$i $?" >> {res}.failed; }} &
+  done; wait'
 t1=$(date +%s.%N)
 {after}echo "$t0 $t1" > {res}
 """
 
 
 def run(mode: str, base: Path, user: str, venv: str, size_mib: int, per_node: int,
-        rsa_nodes: int = 0) -> dict[str, float]:
+        rsa_nodes: int = 0, write_kib: int = 0) -> dict[str, float]:
     out = base / mode
     res = base / f"{mode}.time"
     sh(["mkdir", "-p", str(out)], user)
@@ -123,7 +136,7 @@ def run(mode: str, base: Path, user: str, venv: str, size_mib: int, per_node: in
         fillers = [submit(user, "#!/bin/bash\n#SBATCH -t 5\nsleep 300\n", str(base))
                    for _ in range(4)]
     job = submit(user, writer_script(SHM if mode == "tmpfs" else str(out), str(res),
-                                     size_mib, per_node, rsa), str(base))
+                                     size_mib, per_node, rsa, write_kib), str(base))
     if rsa:
         try:
             wait("locked-in", lambda: rsa_job(venv, job)["rsa_state"] == "locked-in", 180)
@@ -137,6 +150,8 @@ def run(mode: str, base: Path, user: str, venv: str, size_mib: int, per_node: in
     # Slurm's own count (whole seconds) also covers the Prolog/Epilog mounts
     elapsed = sh(["sacct", "-X", "-n", "-P", "-j", job, "-o", "ElapsedRaw"]).split()
     row = {"hold": t1 - t0, "elapsed": float(elapsed[0]) if elapsed else -1.0}
+    failed = Path(f"{res}.failed")  # writers whose head failed (one line each)
+    row["failed"] = len(failed.read_text().splitlines()) if failed.exists() else 0
     if rsa:
         data = wait("released", lambda: (d := rsa_job(venv, job))["rsa_state"] == "released"
                     and d, 600)
@@ -163,6 +178,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--modes", default="direct,rsa-rsync,rsa-tar",
                     help="comma-separated: tmpfs (the limit: /dev/shm), direct, rsa-rsync, "
                     "rsa-tar")
+    ap.add_argument("--write-kib", type=int, default=0,
+                    help="each writer writes this many KiB at a time (dd); 0: head -c, "
+                    "as the job always did (4-8 KiB writes)")
     ap.add_argument("--rsa-nodes", type=int, default=0,
                     help="#RSA_NODES for the RSA modes (0: the site's ratio decides)")
     args = ap.parse_args(argv)
@@ -171,17 +189,21 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     base = Path(lab["RSA_LAB_PFS"]) / f"bench-t2-{os.getpid()}"
     sh(["mkdir", "-p", str(base)], user)
     total = 4 * args.procs_per_node
-    print(f"{total} processes x {args.size_mib} MiB = {total * args.size_mib} MiB")
-    print("| mode | hold s (script) | held s (sacct) | stage-out s | files |")
-    print("|---|---|---|---|---|")
+    print(f"{total} processes x {args.size_mib} MiB = {total * args.size_mib} MiB, "
+          f"written {f'{args.write_kib} KiB' if args.write_kib > 0 else '4-8 KiB (head)'}"
+          " at a time")
+    print("| mode | hold s (script) | held s (sacct) | stage-out s | files | writers failed |")
+    print("|---|---|---|---|---|---|")
     rows = []
     try:
         for mode in args.modes.split(","):
             r = run(mode, base, user, venv, args.size_mib, args.procs_per_node,
-                    args.rsa_nodes)
-            rows.append({"mode": mode, "rsa_nodes": args.rsa_nodes, **r})
+                    args.rsa_nodes, args.write_kib)
+            rows.append({"mode": mode, "rsa_nodes": args.rsa_nodes,
+                         "write_kib": args.write_kib, **r})
             print(f"| {mode} | {r['hold']:.2f} | {r['elapsed']:.0f} | "
-                  f"{r.get('stage_out', 0):.2f} | {where(r['files'])} |", flush=True)
+                  f"{r.get('stage_out', 0):.2f} | {where(r['files'])} | {r['failed']:.0f} |",
+                  flush=True)
     finally:
         subprocess.run(["rm", "-rf", str(base)], check=False, timeout=300)
     sys.stdout.flush()
