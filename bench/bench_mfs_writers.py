@@ -47,18 +47,19 @@ from rsa_scheduler.fs.moosefs import MooseFsBackend
 from tests.integration.conftest import LAB_ENV, read_lab_env
 from tests.integration.fskit import lab_data_addresses, lab_hosts
 
-# One node's writers: for each mountpoint given, N processes each write one new file of
-# MIB MiB, KIB KiB at a time (dd; 0: head -c, which writes 4-8 KiB at a time); prints
+# One node's writers: for each mountpoint given, N processes each write one new file (named
+# after the mountpoint: several mounts of one RAMDISK share its root) of MIB MiB, KIB KiB at a time (dd; 0: head -c, which writes 4-8 KiB at a time); prints
 # "S <start>" once, then "E <mountpoint> <i> <end> <rc> [<error>]" per file (the error:
 # what the writer said, after its last colon).
 WRITERS = r"""n=$0; mib=$1; kib=$2; shift 2
 echo "S $(date +%s.%N)"
 for mp in "$@"; do
   for i in $(seq 1 "$n"); do
+    f=$mp/${mp##*/}-$i
     ( if [ "$kib" -gt 0 ]; then
-        err=$(dd if=/dev/zero of="$mp/w$i" bs="${kib}K" count=$((mib * 1024 / kib)) \
+        err=$(dd if=/dev/zero of="$f" bs="${kib}K" count=$((mib * 1024 / kib)) \
               status=none 2>&1); rc=$?
-      else err=$(head -c "${mib}M" /dev/zero 2>&1 > "$mp/w$i"); rc=$?; fi
+      else err=$(head -c "${mib}M" /dev/zero 2>&1 > "$f"); rc=$?; fi
       echo "E $mp $i $(date +%s.%N) $rc ${err##*: }" ) &
   done
 done
