@@ -47,10 +47,11 @@ from rsa_scheduler.fs.moosefs import MooseFsBackend
 from tests.integration.conftest import LAB_ENV, read_lab_env
 from tests.integration.fskit import lab_data_addresses, lab_hosts
 
-# One node's writers: for each mountpoint given, N processes each write one new file (named
-# after the mountpoint: several mounts of one RAMDISK share its root) of MIB MiB, KIB KiB at a time (dd; 0: head -c, which writes 4-8 KiB at a time); prints
-# "S <start>" once, then "E <mountpoint> <i> <end> <rc> [<error>]" per file (the error:
-# what the writer said, after its last colon).
+# One node's writers: for each mountpoint given, N processes each write one new file
+# (named after the mountpoint: several mounts of one RAMDISK share its root) of MIB MiB,
+# KIB KiB at a time (dd; 0: head -c, which writes 4-8 KiB at a time); prints "S <start>"
+# once, then "E <mountpoint> <i> <end> <rc> [<error>]" per file (the error: what the
+# writer said, after its last colon).
 WRITERS = r"""n=$0; mib=$1; kib=$2; shift 2
 echo "S $(date +%s.%N)"
 for mp in "$@"; do
