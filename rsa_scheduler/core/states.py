@@ -410,9 +410,10 @@ DEMOTING_REASONS_EXAMPLES: tuple[str, ...] = (
 #: Pending reasons of a job Slurm will not start whatever the RSA does: the limits of
 #: its association or QOS (Slurm's ``WAIT_ASSOC_*`` and ``WAIT_QOS_*`` reasons, e.g.
 #: ``AssocGrpBB`` for ``GrpTRES=bb/lua``, ``QOSMaxJobsPerUserLimit``; the older
-#: ``AssociationJobLimit``, ``QOSResourceLimit``) and holds. Native mode: Slurm 22.05
-#: sets a job's burst buffer up and runs its stage-in while it pends for one of these
-#: (seen in the lab: ``AssocGrpBB``); rsad builds no RAMDISK for it until the reason goes.
+#: ``AssociationJobLimit``, ``QOSResourceLimit``) and holds. Native mode: rsad builds no
+#: RAMDISK for a job while it reads one of these as its reason. (Slurm 22.05 shows a bb
+#: TRES limit, ``AssocGrpBB``, only once the job's stage-in is done: such a job keeps its
+#: RAMDISK until the lock-in bound.)
 SLURM_WITHHOLDING_PREFIXES: tuple[str, ...] = ("Assoc", "QOS")
 SLURM_WITHHOLDING_REASONS: frozenset[str] = frozenset({"JobHeldUser", "JobHeldAdmin"})
 

@@ -367,9 +367,9 @@ class NativeDriver:
 
         Not while Slurm holds the job for a limit of its association or QOS, or a hold
         (``reason``, :func:`slurm_withholds`), and rsad has taken no RSA nodes for it yet
-        (``awaiting``): Slurm 22.05 runs the stage-in of such a job, which cannot start
-        (issue 33). A job that has its nodes keeps them: the lock-in bound
-        (``slurm.lockin.timeout``) frees them if it does not start."""
+        (``awaiting``): such a job cannot start (issue 33). A job that has its nodes
+        keeps them (Slurm 22.05 shows a bb TRES limit only after the stage-in): the
+        lock-in bound (``slurm.lockin.timeout``) frees them if it does not start."""
         bb = self.jobs.get(job)
         if bb is None or slurm_state != "PENDING" or bb.over:
             return False
