@@ -750,9 +750,14 @@ def test_a_mount_never_waits_behind_messages_to_a_slow_slurmctld(tmp_path: Path)
             super().set_comment(job_id, text)
 
     ran = threading.Event()
+
+    def run(_ctx: ActionContext) -> Mapping[str, Any]:
+        ran.set()
+        return {}
+
     reg = Registry()
     for kind in (ActionKind.MOUNT_INPUT, ActionKind.DESTROY_FS):
-        reg.register(kind, lambda _ctx: ran.set() or {})
+        reg.register(kind, run)
     slurm = SlowSlurm()
     store = Store.open(tmp_path / "rsa.db", durability="normal")
     d = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm, store=store,
