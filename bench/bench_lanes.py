@@ -169,6 +169,7 @@ class Phase:
     busy_at: dict[str, int] = field(default_factory=dict)  # mounts on the lane then
     copying: int = 0
     copies_done: int = 0
+    copies_finished: int = 0  # of those, ended by themselves (not cancelled at the end)
     failures: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -296,6 +297,7 @@ def one_mode(bench: Bench, tmp: Path, copies: int, mounts: int, spacing: float,
                 ph.failures.append(f"{o.action_id}: {o.message}")
             with ph.lock:
                 ph.copies_done += 1
+                ph.copies_finished += o.result is Result.OK
             bench.ended.put(action.id)
         future.add_done_callback(ended)
 
@@ -368,7 +370,7 @@ def one_mode(bench: Bench, tmp: Path, copies: int, mounts: int, spacing: float,
         if not one_lane else None,  # one lane: the copies hold every thread
         "copying_min": min(ph.copying_at.values()),
         "copying_mean": round(statistics.mean(ph.copying_at.values()), 1),
-        "copies_done": ph.copies_done,
+        "copies_done": ph.copies_done, "copies_finished": ph.copies_finished,
         "load_mean": round(statistics.mean(load), 2),
         "control_thread_ms": list(thread_control_ms), "control_process_ms": control_ms,
         "failures": ph.failures,
@@ -386,7 +388,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             extra.append(f"two lanes: at most "
                          f"{r['urgent_busy_max']} mounts on the urgent lane at a dispatch; "
                          f"the slowest start of a mount that had an idle thread "
-                         f"{r['start_max_idle_thread_ms']} ms")
+                         f"{r['start_max_idle_thread_ms']} ms; copies that ended by "
+                         f"themselves meanwhile {r['copies_finished']}")
         lines.append(
             f"| {'two (shipped)' if r['lanes'] == 2 else 'one (mounts as bulk)'} "
             f"| {r['copies']} | {r['start_p50_ms']} ms | {r['start_p90_ms']} ms "
@@ -506,8 +509,8 @@ def main() -> None:
 def test_lanes_benchmark() -> None:
     """``make lab-test LAB_TESTS='bench/bench_lanes.py'`` with ``RSA_BENCH=lanes``: the
     bench on the lab's nodes, two lanes, staging workers at nice 10, for each N of
-    ``RSA_BENCH_LANES`` (default ``8,32,8,32,8,32``); every run's figures to
-    ``RSA_BENCH_OUT`` (JSON), its table to stdout."""
+    ``RSA_BENCH_LANES`` (default ``8,32,8,32,8,32``), ``RSA_BENCH_MOUNTS`` mounts each
+    (default 30); every run's figures to ``RSA_BENCH_OUT`` (JSON), its table to stdout."""
     import pytest
 
     if os.environ.get("RSA_BENCH") != "lanes" or not LAB_ENV.exists():
@@ -515,7 +518,8 @@ def test_lanes_benchmark() -> None:
     runs = []
     for n in os.environ.get("RSA_BENCH_LANES", "8,32,8,32,8,32").split(","):
         args = parser().parse_args(["--copies", n, "--workers", "--engine-nice", "10",
-                                    "--lab", "--lanes", "two"])
+                                    "--lab", "--lanes", "two", "--mounts",
+                                    os.environ.get("RSA_BENCH_MOUNTS", "30")])
         runs.append(bench(args))
         Path(os.environ.get("RSA_BENCH_OUT", "/tmp/bench_lanes.json")).write_text(
             json.dumps(runs, indent=1) + "\n")
