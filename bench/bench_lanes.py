@@ -33,9 +33,26 @@ runs each stage-out's engine in the product's staging workers (``staging.engine_
 rsad's default since they exist); without it the engines run in the bench's threads (rsad
 with ``engine_process: false``).
 
+``--lab`` runs the copies where rsad runs them: on the lab's RSA nodes, over SSH (the
+product's ``SshHost``, the lab's key), stage-out ``i`` on node ``i`` mod the node count,
+the source tree in each node's RAM pool and the copies under ``--dst`` (the host's, seen by
+the nodes), removed by the node after each copy. Brought up with
+``RSA_LAB_NODE_CPU_WEIGHT=1``, the nodes' processes (sshd's sessions, rsync, tar, rm) run
+in a cpu cgroup of their own with that weight (lab/rsalab/nodecpu.py): they get the CPU
+rsad's host leaves, as on a site, where they have machines of their own. The header says
+which cgroup the nodes were in. ``--lanes two`` skips the one-lane run.
+
     .venv/bin/python bench/bench_lanes.py --copies 8          # as root
     .venv/bin/python bench/bench_lanes.py --copies 32 --json out.json
     .venv/bin/python bench/bench_lanes.py --copies 32 --workers      # as rsad runs them
+    .venv/bin/python bench/bench_lanes.py --copies 32 --workers --engine-nice 10 --lab \
+        --lanes two                                                  # the lab up
+
+Inside ``make lab-test`` (the lab comes up and down around it), N = 8 and 32 three times
+each, two lanes, staging workers at nice 10, copies on the lab's nodes::
+
+    RSA_BENCH=lanes RSA_LAB_NODE_CPU_WEIGHT=1 RSA_BENCH_OUT=/tmp/lanes.json \
+        flock /tmp/rsa-lab.lock make lab-test LAB_TESTS='bench/bench_lanes.py'
 
 Prints a table per lane mode and the ratios; ``--json`` writes the figures. Not a test:
 nothing asserts, but a failed stage-out or mount is reported and exits non-zero.
@@ -72,10 +89,12 @@ from rsa_scheduler.daemon import dispatch
 from rsa_scheduler.daemon.engines import WORKER_ARGV, EnginePool, WorkerEngine
 from rsa_scheduler.daemon.executors import ActionContext, Registry
 from rsa_scheduler.daemon.service import Daemon
-from rsa_scheduler.hosts import LocalHost
+from rsa_scheduler.hosts import Host, LocalHost
+from rsa_scheduler.remote import SshHost
 from rsa_scheduler.runner import Identity, run
 from rsa_scheduler.staging import StagingEngine
 from rsa_scheduler.store import Store
+from tests.integration.conftest import LAB_ENV, read_lab_env
 from tests.unit.corekit import make_action
 
 URGENT_WORKERS = 8  # daemon.urgent_workers' default, the Daemon's too
@@ -150,21 +169,55 @@ class Phase:
     busy_at: dict[str, int] = field(default_factory=dict)  # mounts on the lane then
     copying: int = 0
     copies_done: int = 0
+    copies_finished: int = 0  # of those, ended by themselves (not cancelled at the end)
     failures: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def lab_nodes() -> list[SshHost]:
+    """The lab's RSA nodes as rsad reaches them (its key, its known hosts, as root)."""
+    from ClusterShell.NodeSet import NodeSet
+
+    env = read_lab_env(LAB_ENV)
+    return [SshHost(name, addr, user=env["RSA_LAB_SSH_USER"], key=env["RSA_LAB_SSH_KEY"],
+                    known_hosts=env["RSA_LAB_SSH_KNOWN_HOSTS"])
+            for name, addr in zip(NodeSet(env["RSA_LAB_RSA_NODES"]),
+                                  env["RSA_LAB_RSA_ADDRESSES"].split(","), strict=True)]
+
+
+def node_cgroup(node: str) -> str:
+    """The cpu cgroup the lab's ``node`` runs in (its sshd's) and its weight, in words."""
+    try:
+        pid = int(Path(f"/run/rsa-lab/pids/sshd-{node}.pid").read_text())
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except (OSError, ValueError) as e:
+        return f"unknown ({e})"
+    for line in lines:
+        _n, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):  # cgroup v1's cpu hierarchy
+            shares = Path(f"/sys/fs/cgroup/cpu{path}/cpu.shares")
+            return f"cpu:{path} (cpu.shares {shares.read_text().strip()})"
+    for line in lines:
+        if line.startswith("0::"):
+            path = line[3:]
+            weight = Path(f"/sys/fs/cgroup{path}/cpu.weight")
+            return f"{path} (cpu.weight {weight.read_text().strip() if weight.exists() else '-'})"
+    return "none"
 
 
 class Bench:
     """The executors: stage-outs with the real engine, mounts as one real subprocess."""
 
     def __init__(self, src: Path, out: Path, user: Identity, nice: int = 0,
-                 workers: bool = False, engine_nice: int = 0) -> None:
+                 workers: bool = False, engine_nice: int = 0,
+                 nodes: list[SshHost] | None = None) -> None:
         self.nice = nice
+        self.nodes = nodes  # --lab: the copies run there, over SSH
         self.pool: EnginePool | None = None  # --workers
         if workers:
             self.pool = EnginePool(
                 (sys.executable, "-c", NICED_WORKER, json.dumps(copies_prefix(nice)))
-                if nice else WORKER_ARGV,
+                if nice and nodes is None else WORKER_ARGV,
                 nice=engine_nice)
         self.src, self.out, self.user = src, out, user
         self.phase = Phase()
@@ -183,22 +236,28 @@ class Bench:
         os.chown(dst, self.user.uid, self.user.gid)
         with ph.lock:
             ph.copying += 1
+        node: Host
+        if self.nodes is not None:  # --lab: job N's copy on node N mod the node count
+            node = self.nodes[int(ctx.action.job_id) % len(self.nodes)]
+        elif self.pool is not None:
+            node = LocalHost("rsa1")
+        else:
+            node = NicedHost("rsa1", self.nice)
         try:
-            if self.pool is not None:  # the engine's Python in a staging worker
-                eng = StagingEngine([LocalHost("rsa1")], self.user, job_id=ctx.action.job_id,
-                                    cancel=ctx.cancel, timeout=3600)
-                files = WorkerEngine.of(self.pool, eng).stage_out(str(self.src),
-                                                                  str(dst / "o")).files
-            else:
-                eng = StagingEngine([NicedHost("rsa1", self.nice)], self.user,
-                                    job_id=ctx.action.job_id,
-                                    cancel=ctx.cancel, timeout=3600)
-                files = eng.stage_out(str(self.src), str(dst / "o")).files
+            eng = StagingEngine([node], self.user, job_id=ctx.action.job_id,
+                                cancel=ctx.cancel, timeout=3600)
+            # with a pool, the engine's Python in a staging worker
+            files = WorkerEngine.of(self.pool, eng).stage_out(str(self.src),
+                                                              str(dst / "o")).files
         finally:
             # bulk work too (the worker stays busy), in a child process: rsad never
             # removes a tree itself, and shutil.rmtree here would add ~40 ms of this
-            # process's Python per copy (a third of what the engine's own costs)
-            subprocess.run(["rm", "-rf", "--", str(dst)], check=False)
+            # process's Python per copy (a third of what the engine's own costs); on the
+            # lab's node that made the copy (its CPU share, not rsad's host's)
+            if self.nodes is not None:
+                node.run(["rm", "-rf", "--", str(dst)], timeout=600, check=False)
+            else:
+                subprocess.run(["rm", "-rf", "--", str(dst)], check=False)
             with ph.lock:
                 ph.copying -= 1
         return {"files": files}
@@ -238,6 +297,7 @@ def one_mode(bench: Bench, tmp: Path, copies: int, mounts: int, spacing: float,
                 ph.failures.append(f"{o.action_id}: {o.message}")
             with ph.lock:
                 ph.copies_done += 1
+                ph.copies_finished += o.result is Result.OK
             bench.ended.put(action.id)
         future.add_done_callback(ended)
 
@@ -310,7 +370,7 @@ def one_mode(bench: Bench, tmp: Path, copies: int, mounts: int, spacing: float,
         if not one_lane else None,  # one lane: the copies hold every thread
         "copying_min": min(ph.copying_at.values()),
         "copying_mean": round(statistics.mean(ph.copying_at.values()), 1),
-        "copies_done": ph.copies_done,
+        "copies_done": ph.copies_done, "copies_finished": ph.copies_finished,
         "load_mean": round(statistics.mean(load), 2),
         "control_thread_ms": list(thread_control_ms), "control_process_ms": control_ms,
         "failures": ph.failures,
@@ -328,7 +388,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             extra.append(f"two lanes: at most "
                          f"{r['urgent_busy_max']} mounts on the urgent lane at a dispatch; "
                          f"the slowest start of a mount that had an idle thread "
-                         f"{r['start_max_idle_thread_ms']} ms")
+                         f"{r['start_max_idle_thread_ms']} ms; copies that ended by "
+                         f"themselves meanwhile {r['copies_finished']}")
         lines.append(
             f"| {'two (shipped)' if r['lanes'] == 2 else 'one (mounts as bulk)'} "
             f"| {r['copies']} | {r['start_p50_ms']} ms | {r['start_p90_ms']} ms "
@@ -338,7 +399,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines + extra)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--copies", type=int, default=8,
@@ -348,66 +409,121 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=3000, help="small files in the tree")
     ap.add_argument("--big", type=int, default=4, help="big files in the tree")
     ap.add_argument("--big-mib", type=int, default=4, help="size of each big file (MiB)")
-    ap.add_argument("--src", default="/dev/shm", help="where the source tree is (tmpfs)")
+    ap.add_argument("--src", default="/dev/shm",
+                    help="where the source tree is (tmpfs; --lab: each node's RAM pool)")
     ap.add_argument("--dst", default="/var/tmp", help="where the copies go")
     ap.add_argument("--user", default="nobody")
     ap.add_argument("--copies-nice", type=int, default=0,
                     help="run the copies' commands at this nice (19: as if on RSA nodes "
-                         "of their own; 0: compete with the bench's process)")
+                         "of their own; 0: compete with the bench's process; not --lab)")
     ap.add_argument("--workers", action="store_true",
                     help="run each stage-out's engine in a staging worker, as rsad does "
                          "(staging.engine_process); without it, in this process's threads")
     ap.add_argument("--engine-nice", type=int, default=0,
                     help="with --workers: the workers' nice (staging.engine_nice)")
+    ap.add_argument("--lab", action="store_true",
+                    help="the copies on the lab's RSA nodes over SSH (the lab up)")
+    ap.add_argument("--lanes", choices=("both", "two"), default="both",
+                    help="two: the shipped two lanes only, without the one-lane run")
     ap.add_argument("--json", help="write the figures to this file")
-    args = ap.parse_args()
+    return ap
+
+
+def bench(args: argparse.Namespace) -> dict[str, Any]:
+    """One run of the bench with ``args`` (parser()'s); prints its table, returns the
+    figures (``failures``: what failed)."""
     user = Identity.of(args.user)
-    src = Path(tempfile.mkdtemp(prefix="rsa-lanes-bench-", dir=args.src))
+    nodes = lab_nodes() if args.lab else None
+    where = f"{node_cgroup(nodes[0].name)}" if nodes else ""
+    if nodes:  # the tree in each node's RAM pool, as root, then the user's
+        src_top = Path(read_lab_env(LAB_ENV)["RSA_LAB_POOL_RAM"]) / \
+            f"rsa-lanes-bench-{os.getpid()}"
+        for n in nodes:
+            n.run(["/usr/bin/python3", "-c", MAKE_TREE, str(src_top / "tree"),
+                   str(args.files), str(args.big), str(args.big_mib)], timeout=600)
+            n.run(["chown", "-R", f"{user.uid}:{user.gid}", str(src_top)], timeout=600)
+    else:
+        src_top = Path(tempfile.mkdtemp(prefix="rsa-lanes-bench-", dir=args.src))
     out = Path(tempfile.mkdtemp(prefix="rsa-lanes-bench-", dir=args.dst))
     try:
-        for p in (src, out):
-            p.chmod(0o755)
-        tree = src / "tree"
-        tree.mkdir()
-        subprocess.run([sys.executable, "-c", MAKE_TREE, str(tree), str(args.files),
-                        str(args.big), str(args.big_mib)], check=True)
-        subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(tree)], check=True)
-        bench = Bench(tree, out, user, args.copies_nice, args.workers, args.engine_nice)
+        out.chmod(0o755)
+        tree = src_top / "tree"
+        if not nodes:
+            src_top.chmod(0o755)
+            tree.mkdir()
+            subprocess.run([sys.executable, "-c", MAKE_TREE, str(tree), str(args.files),
+                            str(args.big), str(args.big_mib)], check=True)
+            subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(tree)], check=True)
+        b = Bench(tree, out, user, args.copies_nice, args.workers, args.engine_nice, nodes)
+        modes = (False, True) if args.lanes == "both" else (False,)
         try:
-            rows = [one_mode(bench, out, args.copies, args.mounts, args.spacing, one_lane)
-                    for one_lane in (False, True)]
+            rows = [one_mode(b, out, args.copies, args.mounts, args.spacing, one_lane)
+                    for one_lane in modes]
         finally:
-            if bench.pool is not None:
-                bench.pool.close()
+            if b.pool is not None:
+                b.pool.close()
     finally:
-        subprocess.run(["rm", "-rf", "--", str(src), str(out)], check=False)
-    two, one = rows
+        subprocess.run(["rm", "-rf", "--", str(out)], check=False)
+        if nodes:
+            for n in nodes:
+                n.run(["rm", "-rf", "--", str(src_top)], timeout=600, check=False)
+        else:
+            subprocess.run(["rm", "-rf", "--", str(src_top)], check=False)
+    two, one = rows[0], rows[-1]
     ratios = {k: round(one[k] / two[k], 1) if two[k] else None
               for k in ("start_p50_ms", "start_p90_ms", "start_max_ms",
-                        "done_p50_ms", "done_p90_ms", "done_max_ms")}
+                        "done_p50_ms", "done_p90_ms", "done_max_ms")} if len(rows) > 1 else {}
     tree_mib = (args.files * 4096 + args.big * (args.big_mib << 20)) / (1 << 20)
+    copies_where = (f"on the lab's {', '.join(n.name for n in nodes)} over SSH, their "
+                    f"cgroup {where}" if nodes else
+                    f"{args.src} -> {args.dst}, copies at nice {args.copies_nice}")
     print(f"# {args.copies} stage-outs copying ({args.files} x 4 KiB + {args.big} x "
-          f"{args.big_mib} MiB = {tree_mib:.1f} MiB each, {args.src} -> {args.dst}), "
-          f"{args.mounts} mounts {args.spacing} s apart, copies at nice "
-          f"{args.copies_nice}, engines "
+          f"{args.big_mib} MiB = {tree_mib:.1f} MiB each, {copies_where}), "
+          f"{args.mounts} mounts {args.spacing} s apart, engines "
           f"{f'in staging workers at nice {args.engine_nice}' if args.workers else 'here'}"
           f"; load avg (1 min) now "
           f"{os.getloadavg()[0]:.2f}")
     print(table(rows))
-    print("one lane / two lanes: " + ", ".join(f"{k.removesuffix('_ms')} {v}x"
-                                               for k, v in ratios.items()))
-    failures = two["failures"] + one["failures"]
+    if ratios:
+        print("one lane / two lanes: " + ", ".join(f"{k.removesuffix('_ms')} {v}x"
+                                                   for k, v in ratios.items()))
+    failures = [f for r in rows for f in r["failures"]]
     for f in failures:
         print(f"FAILED: {f}")
+    return {"copies": args.copies, "mounts": args.mounts, "spacing": args.spacing,
+            "copies_nice": args.copies_nice, "workers": args.workers,
+            "engine_nice": args.engine_nice, "lab": args.lab, "nodes_cgroup": where,
+            "tree_mib": round(tree_mib, 1), "files": args.files + args.big,
+            "rows": rows, "ratios_one_over_two": ratios, "failures": failures}
+
+
+def main() -> None:
+    args = parser().parse_args()
+    got = bench(args)
     if args.json:
-        Path(args.json).write_text(json.dumps(
-            {"copies": args.copies, "mounts": args.mounts, "spacing": args.spacing,
-             "copies_nice": args.copies_nice, "workers": args.workers,
-             "engine_nice": args.engine_nice,
-             "tree_mib": round(tree_mib, 1), "files": args.files + args.big,
-             "rows": rows, "ratios_one_over_two": ratios}, indent=1) + "\n")
-    if failures:
+        Path(args.json).write_text(json.dumps(got, indent=1) + "\n")
+    if got["failures"]:
         raise SystemExit(1)
+
+
+def test_lanes_benchmark() -> None:
+    """``make lab-test LAB_TESTS='bench/bench_lanes.py'`` with ``RSA_BENCH=lanes``: the
+    bench on the lab's nodes, two lanes, staging workers at nice 10, for each N of
+    ``RSA_BENCH_LANES`` (default ``8,32,8,32,8,32``), ``RSA_BENCH_MOUNTS`` mounts each
+    (default 30); every run's figures to ``RSA_BENCH_OUT`` (JSON), its table to stdout."""
+    import pytest
+
+    if os.environ.get("RSA_BENCH") != "lanes" or not LAB_ENV.exists():
+        pytest.skip("a benchmark: RSA_BENCH=lanes and the lab up")
+    runs = []
+    for n in os.environ.get("RSA_BENCH_LANES", "8,32,8,32,8,32").split(","):
+        args = parser().parse_args(["--copies", n, "--workers", "--engine-nice", "10",
+                                    "--lab", "--lanes", "two", "--mounts",
+                                    os.environ.get("RSA_BENCH_MOUNTS", "30")])
+        runs.append(bench(args))
+        Path(os.environ.get("RSA_BENCH_OUT", "/tmp/bench_lanes.json")).write_text(
+            json.dumps(runs, indent=1) + "\n")
+    assert not [f for r in runs for f in r["failures"]]
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
-from . import ssd
+from . import nodecpu, ssd
 from .common import (
     CTLD_ADDR,
     CTLD_PORT,
@@ -153,6 +153,7 @@ def leftovers(s: Settings) -> list[str]:
     if nft_guard_loaded():
         found.append(f"nftables table inet {NFT_GUARD}")
     found += [f"job cgroup {d}" for d in job_cgroups()]
+    found += nodecpu.leftovers()  # the RSA nodes' cpu cgroup (RSA_LAB_NODE_CPU_WEIGHT)
     found += ssd.leftovers()  # loop devices, throttle rules, bdi strict_limit
     if run(["ip", "link", "show", PFS_VETH], check=False).returncode == 0:
         found.append(f"link {PFS_VETH}")

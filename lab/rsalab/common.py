@@ -70,6 +70,10 @@ class Settings:
         self.hooks = _read_hooks()
         # queue: rsad watches the queue (on-deck, demotion, lock-in); native: Slurm's
         # burst_buffer/lua runs slurm_plugins/burst_buffer.lua (docs/design/native-mode.md)
+        # the RSA nodes' processes in a cgroup of their own with this cpu.weight (1..10000;
+        # empty: none), standing in for the separate machines they are on a site
+        # (lab/rsalab/nodecpu.py, issue 34)
+        self.node_cpu_weight = os.environ.get("RSA_LAB_NODE_CPU_WEIGHT", "").strip()
         self.mode = _env("RSA_LAB_MODE", "queue")
         if self.mode not in ("queue", "native"):
             raise ValueError(f"RSA_LAB_MODE={self.mode!r}: use queue or native")

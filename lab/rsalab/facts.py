@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from . import pfs, rsad, rsanodes, slurm, ssd
+from . import nodecpu, pfs, rsad, rsanodes, slurm, ssd
 from .common import ENV_FILE, HOOKS_LOG, PFS_NET, RSA_NET, STATE, Settings
 
 RSA_YAML = STATE / "rsa.yaml"
@@ -48,6 +48,9 @@ def write(s: Settings) -> None:
         "RSA_LAB_SSD_POOL": pool["pool"],
         "RSA_LAB_SSD_RATE": pool["rate"],
         "RSA_LAB_SSD_THROTTLE": pool["throttle"],
+        # the RSA nodes' cpu cgroup (nodecpu.py): its path and cpu.weight, empty if none
+        "RSA_LAB_NODE_CPU_CGROUP": str(nodecpu.existing() or ""),
+        "RSA_LAB_NODE_CPU_WEIGHT": s.node_cpu_weight,
         "RSA_LAB_SSH_USER": "root",
         "RSA_LAB_SSH_KEY": str(rsanodes.KEY),
         "RSA_LAB_SSH_KNOWN_HOSTS": str(rsanodes.KNOWN_HOSTS),

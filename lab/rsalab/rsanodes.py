@@ -17,6 +17,7 @@ import signal
 import time
 from pathlib import Path
 
+from . import nodecpu
 from . import ssd as ssdpool
 from .common import (
     NS,
@@ -71,6 +72,10 @@ def up(s: Settings) -> None:
     AUTHORIZED.write_text(KEY.with_suffix(".pub").read_text())
     AUTHORIZED.chmod(0o600)
     ssdpool.prepare(s)  # the ssd nodes' images, devices and caps, before the nodes mount them
+    weight = nodecpu.parse_weight(s.node_cpu_weight)
+    if weight is not None:  # every node's sshd starts in it (_start_node: nodecpu.wrap)
+        where = nodecpu.make(weight)
+        log(f"RSA nodes' processes in {where} (cpu.weight {weight})")
     known = []
     for i, name in enumerate(s.rsa_nodes, start=1):
         a = addr(i)
@@ -131,8 +136,8 @@ def _start_node(s: Settings, i: int, name: str, d: Path) -> None:
     rc = d / "root.bashrc"
     rc.write_text(ROOT_BASHRC)
     setup.append(f"if [ -f /root/.bashrc ]; then mount --bind {rc} /root/.bashrc; fi")
-    argv = in_node_ns(name, "; ".join(setup),
-                      ["/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")])
+    argv = nodecpu.wrap(in_node_ns(name, "; ".join(setup),
+                                   ["/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")]))
     pid = spawn(f"sshd-{name}", argv)
     record_ns(name, pid)
 
@@ -148,6 +153,7 @@ def down(s: Settings) -> None:
     finally:  # the nodes' mounts go with their namespaces; then the devices can go
         ssdpool.release()
         shutil.rmtree(ssdpool.HOST.images, ignore_errors=True)
+        nodecpu.release()
     shutil.rmtree(SSH, ignore_errors=True)
 
 
@@ -183,8 +189,9 @@ def crash_sshd(s: Settings, name: str, down_for: float) -> None:
     members = ns_members(ns_id) if ns_id else []
     d = SSH / name
     if members:
-        spawn(f"sshd-{name}", ["/usr/bin/nsenter", "-t", str(members[0]), "-m", "-u",
-                               "/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")])
+        spawn(f"sshd-{name}", nodecpu.wrap(["/usr/bin/nsenter", "-t", str(members[0]), "-m",
+                                            "-u", "/usr/sbin/sshd", "-D", "-e", "-f",
+                                            str(d / "sshd_config")]))
     else:
         _start_node(s, i, name, d)
     wait_for(f"sshd of {name}", functools.partial(listening, addr(i), 22), timeout=20)

@@ -7,7 +7,8 @@
 * ``verify-check-clean`` (lab down): check-clean is not blind. It must fail on a leak this
   check makes itself (a tmpfs mounted under /var/lib/rsa-lab and a process in a network
   namespace of its own, like the lab's PFS holder), and pass again once that is removed;
-  and stop_named must not signal a process whose pidfile no longer names it.
+  and stop_named must not signal a process whose pidfile no longer names it; likewise
+  the RSA nodes' cpu cgroup (nodecpu.py) and a loop device left on an ssd image.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import clean, facts, ssd
+from . import clean, facts, nodecpu, ssd
 from .common import (
     DATA,
     ENV_FILE,
     LAB_DIR,
     PIDS,
     STATE,
+    LabError,
     Settings,
     alive,
     is_mounted,
@@ -155,6 +157,27 @@ def _loop_leak_checks() -> list[str]:
     return problems
 
 
+def _cgroup_leak_checks() -> list[str]:
+    """The RSA nodes' cpu cgroup left by a lab-down (RSA_LAB_NODE_CPU_WEIGHT): check-clean
+    must name it. Without a cpu controller here, nothing to plant."""
+    try:
+        path = nodecpu.locate().path
+    except (LabError, OSError) as e:
+        log(f"verify-check-clean: no cpu cgroup to plant ({e}): skipped")
+        return []
+    problems: list[str] = []
+    try:
+        path.mkdir()
+        rc, out = _check_clean()
+        if rc != 1 or f"cpu cgroup {path} " not in out:
+            problems.append(f"check-clean did not report the cpu cgroup {path} "
+                            f"(exit {rc}):\n{out}")
+    finally:
+        with contextlib.suppress(OSError):
+            path.rmdir()
+    return problems
+
+
 def check_clean_negative(s: Settings) -> int:
     if ENV_FILE.exists() or clean.leftovers(s):
         log("verify-check-clean: runs only with the lab down and clean (make lab-down)")
@@ -193,15 +216,16 @@ def check_clean_negative(s: Settings) -> int:
                 DATA.rmdir()
     problems += _stop_named_checks()
     problems += _loop_leak_checks()
+    problems += _cgroup_leak_checks()
     rc, out = _check_clean()
     if rc != 0:
         problems.append(f"check-clean still fails after the leak was removed:\n{out}")
     for p in problems:
         print(f"lab: verify-check-clean: FAILED: {p}", flush=True)
     if not problems:
-        log("verify-check-clean: check-clean failed on a planted mount, namespace and loop "
-            "device and passed once they were gone; stop_named spares a process its pidfile "
-            "no longer names")
+        log("verify-check-clean: check-clean failed on a planted mount, namespace, loop "
+            "device and cpu cgroup and passed once they were gone; stop_named spares a "
+            "process its pidfile no longer names")
     return 1 if problems else 0
 
 

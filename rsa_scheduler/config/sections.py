@@ -158,8 +158,10 @@ class DaemonConfig:
     )
     urgent_workers: int = field(
         metadata=meta(Int(min=1, max=1024), "Workers for everything else (mounts, the "
-                                            "reset, lock-in, teardown, messages): they "
-                                            "never wait behind bulk operations.")
+                                            "reset, lock-in, teardown): they never wait "
+                                            "behind bulk operations; as many again write "
+                                            "messages (job comments, drains, mail), so a "
+                                            "slow slurmctld or MTA never holds up a mount.")
     )
     log_level: LogLevel = field(metadata=meta(Choice.of(LogLevel), "Log level of rsad."))
     api: ApiConfig = field(metadata=meta(Section(ApiConfig), "rsad's API endpoints."))

@@ -16,7 +16,6 @@ import contextlib
 import logging
 import threading
 import time
-import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -318,11 +317,16 @@ class DataPath:
         self._fenced: set[str] = set()
         self._fence_locks = {name: threading.Lock() for name in hosts}
         # A repair never runs beside a destroy or a reset of the same RAMDISK (it would
-        # start servers on a filesystem being taken apart): one lock per fs_id, striped
-        # so the table never grows. ``_gone``: RAMDISKs destroyed lately (a check based on
-        # an older view of the jobs skips them); ``_current``: the newest spec of each
-        # RAMDISK this rsad built or reset (a check with an older spec skips it).
-        self._stripes = [threading.Lock() for _ in range(256)]
+        # start servers on a filesystem being taken apart): one lock per fs_id, kept
+        # while someone holds or waits for it, so the table never grows. Never shared
+        # between RAMDISKs (issue 34): a teardown (urgent) waited for the check of
+        # another RAMDISK a bulk copy's watch runs (seconds of SSH on busy nodes) when
+        # the two hashed to one of the 256 stripes that stood in before. ``_gone``:
+        # RAMDISKs destroyed lately (a check based on an older view of the jobs skips
+        # them); ``_current``: the newest spec of each RAMDISK this rsad built or reset
+        # (a check with an older spec skips it).
+        self._fs_locks: dict[str, tuple[threading.Lock, int]] = {}  # fs_id -> lock, users
+        self._fs_locks_guard = threading.Lock()
         self._gone: OrderedDict[str, None] = OrderedDict()
         self._current: dict[str, MountSpec] = {}
         self.tend_every = cfg.health.ramdisk_interval
@@ -463,9 +467,26 @@ class DataPath:
     # ---- keeping the RAMDISK alive ---------------------------------------------------
     @contextlib.contextmanager
     def exclusive(self, fs_id: str) -> Iterator[None]:
-        """No repair of ``fs_id`` while this block builds, resets or destroys it."""
-        with self._stripes[zlib.crc32(fs_id.encode()) % len(self._stripes)]:
-            yield
+        """No repair of ``fs_id`` while this block builds, resets or destroys it; other
+        RAMDISKs are never held up."""
+        with self._fs_locks_guard:
+            lock, users = self._fs_locks.get(fs_id) or (threading.Lock(), 0)
+            self._fs_locks[fs_id] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._fs_locks_guard:
+                users = self._fs_locks[fs_id][1] - 1
+                if users:
+                    self._fs_locks[fs_id] = (lock, users)
+                else:
+                    del self._fs_locks[fs_id]
+
+    def locked(self) -> int:
+        """How many RAMDISKs' locks are held or waited for now."""
+        with self._fs_locks_guard:
+            return len(self._fs_locks)
 
     def learned(self, spec: MountSpec) -> None:
         """``spec`` is now the RAMDISK ``spec.fs_id`` (built, or recreated by a reset)."""

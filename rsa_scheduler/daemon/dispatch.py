@@ -1,10 +1,10 @@
 """Running the core's actions: the two lanes of worker threads and what is in flight.
 
-Owns :class:`Dispatcher`: the bulk lane (core.actions.BULK: stage-in, stage-out) and the
-urgent lane (mounts, reset, lock-in, teardown, messages), the actions running on them
-(:class:`Running`, cancelled when superseded or when rsad stops), the alerts kept for
-``rsa status``, and the small Slurm writes done off the loop thread (the user's comment,
-draining compute nodes). An action's progress, milestones and outcome go back to the
+Owns :class:`Dispatcher`: the bulk lane (core.actions.BULK: stage-in, stage-out), the
+urgent lane (mounts, reset, lock-in, teardown) and the message lane (the user's comment,
+draining compute nodes, mail: Slurm and MTA writes that no action waits for), the actions
+running on them (:class:`Running`, cancelled when superseded or when rsad stops) and the
+alerts kept for ``rsa status``. An action's progress, milestones and outcome go back to the
 loop thread as requests (:meth:`Host.submit`); nothing here changes the core.
 
 Imports nothing of the daemon but the executors' interface and the metrics; the daemon
@@ -107,10 +107,16 @@ class Dispatcher:
         self.slurm = slurm
         self.clock = clock
         # two lanes: bulk work (core.actions.BULK) on ``workers`` threads, everything
-        # else (mounts, reset, lock-in, teardown, messages) on its own ``urgent_workers``
+        # else (mounts, reset, lock-in, teardown) on its own ``urgent_workers``; and the
+        # messages (comments, drains, mail) on threads of their own, as many: every
+        # stage-out's start and end tells its user, and with slurmctld slow to answer
+        # (or an MTA hung) those writes held every urgent thread, so a mount waited for
+        # them (issue 34)
         self.workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rsa-bulk")
         self.urgent = ThreadPoolExecutor(max_workers=urgent_workers,
                                          thread_name_prefix="rsa-urgent")
+        self.messages = ThreadPoolExecutor(max_workers=urgent_workers,
+                                           thread_name_prefix="rsa-tell")
         self.running: dict[str, Running] = {}
         self.alerts: list[dict[str, Any]] = []
         self._reminded: dict[tuple[str, float], int] = {}  # (job, since) -> reminders
@@ -234,7 +240,7 @@ class Dispatcher:
             del self._reminded[key]
 
     def drain(self, job_id: str, nodes: list[str], reason: str) -> None:
-        """Drain compute ``nodes`` in Slurm with ``reason`` (urgent lane), then alert the
+        """Drain compute ``nodes`` in Slurm with ``reason`` (message lane), then alert the
         operator (loop thread): they did not confirm the release of ``job_id``'s
         RAMDISK."""
         def work() -> None:
@@ -248,10 +254,10 @@ class Dispatcher:
                         f"of the job's RAMDISK (kept; retried): {what}; check them, then "
                         "scontrol update NodeName=... State=RESUME"))
 
-        self.urgent.submit(work)
+        self.messages.submit(work)
 
     def tell(self, job_id: str, text: str) -> None:
-        """Set the job's comment to ``text`` (urgent lane): what the user sees. Any
+        """Set the job's comment to ``text`` (message lane): what the user sees. Any
         thread. A job's comments are written one at a time, in the order told, and a
         message told while an earlier one is being written replaces any still unwritten:
         the lane has several workers, and a late write of an older message would leave
@@ -261,7 +267,7 @@ class Dispatcher:
             if job_id in self._writing:
                 return  # the writer in flight writes it next
             self._writing.add(job_id)
-        self.urgent.submit(self._write_comments, job_id)
+        self.messages.submit(self._write_comments, job_id)
 
     def _write_comments(self, job_id: str) -> None:
         """Worker: write ``job_id``'s newest message until none is left unwritten."""
@@ -277,13 +283,15 @@ class Dispatcher:
                 log.info("job %s: could not set the comment: %s", job_id, e)
 
     def shutdown(self, timeout: float | None = None) -> None:
-        """Cancel what runs (it resumes after a restart) and stop both lanes, the bulk lane
-        first: wait for their threads, at most ``timeout`` seconds in all (None: as long
-        as they take), then return, logging what is still running (it runs on)."""
+        """Cancel what runs (it resumes after a restart) and stop the lanes, the bulk lane
+        first, the messages last: wait for their threads, at most ``timeout`` seconds in
+        all (None: as long as they take), then return, logging what is still running (it
+        runs on)."""
         for run in self.running.values():
             run.cancel.cancel("rsad stopping")
         deadline = None if timeout is None else time.monotonic() + timeout
-        busy = [name for name, lane in (("bulk", self.workers), ("urgent", self.urgent))
+        busy = [name for name, lane in (("bulk", self.workers), ("urgent", self.urgent),
+                                        ("message", self.messages))
                 if not _stop(lane, deadline)]
         if busy:
             still = sorted(r.action.id for r in self.running.values() if not r.future.done())

@@ -70,7 +70,7 @@ def mailprog_argv(prog: str, subj: str, to: str) -> list[str]:
 
 
 class Mailer:
-    """Sends the outcome mails on ``lane`` (rsad's urgent lane), one Slurm read and one
+    """Sends the outcome mails on ``lane`` (rsad's message lane), one Slurm read and one
     MailProg run each; the site's MailProg and SlurmUser are read once."""
 
     def __init__(self, slurm: MailSource, lane: Executor, *, runner: Runner | None = None,

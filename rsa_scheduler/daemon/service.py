@@ -101,7 +101,7 @@ class Daemon:
         self.memory = Memory()
         self.progress: dict[str, dict[str, Any]] = {}
         # the RSA's mail to users (a backend that cannot say a job's mail request: none)
-        self.mailer = (Mailer(slurm, self.dispatcher.urgent)
+        self.mailer = (Mailer(slurm, self.dispatcher.messages)
                        if isinstance(slurm, MailSource) else None)
         self.specs = SpecReader(slurm, self.dispatcher.tell)
         self.queue_reader = QueueReader(slurm)

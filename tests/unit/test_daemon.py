@@ -737,6 +737,48 @@ def test_a_mount_never_waits_behind_bulk_copies(tmp_path: Path) -> None:
         store.close()
 
 
+def test_a_mount_never_waits_behind_messages_to_a_slow_slurmctld(tmp_path: Path) -> None:
+    """Issue 34: every stage-out's start and end tells its user (a comment: scontrol,
+    slurmctld's answer), and with slurmctld slow to answer those writes held every thread
+    of the urgent lane: a mount, a teardown waited for them. Messages have a lane of their
+    own; the comments are still written, in order."""
+    answer = threading.Event()
+
+    class SlowSlurm(ScriptedSlurm):
+        def set_comment(self, job_id: str, text: str) -> None:
+            answer.wait(30)
+            super().set_comment(job_id, text)
+
+    ran = threading.Event()
+
+    def run(_ctx: ActionContext) -> Mapping[str, Any]:
+        ran.set()
+        return {}
+
+    reg = Registry()
+    for kind in (ActionKind.MOUNT_INPUT, ActionKind.DESTROY_FS):
+        reg.register(kind, run)
+    slurm = SlowSlurm()
+    store = Store.open(tmp_path / "rsa.db", durability="normal")
+    d = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm, store=store,
+               registry=reg, workers=2, urgent_workers=2, poll_interval=0)
+    try:
+        for job in ("1", "2", "3"):  # more messages than urgent threads, all waiting
+            d.dispatcher.tell(job, f"RSA: job {job} staged out")
+        d.dispatcher.start(make_action("9/1/mount-input/3"), tracked=True)
+        assert ran.wait(10), "the mount waited for the comments"
+        ran.clear()
+        d.dispatcher.start(make_action("8/1/destroy-fs/5"), tracked=True)
+        assert ran.wait(10), "the teardown waited for the comments"
+    finally:
+        answer.set()
+        flush_urgent(d)
+        d.shutdown()
+        store.close()
+    assert sorted(c for c in slurm.calls if c[0] == "comment") == [
+        ("comment", f"RSA: job {j} staged out") for j in ("1", "2", "3")]
+
+
 def test_actions_still_queued_at_shutdown_are_left_for_the_restart(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """rsad stops with stage-outs queued behind busy workers: the lanes cancel them, and
@@ -849,7 +891,7 @@ def test_compute_nodes_that_do_not_confirm_a_release_are_drained_and_alerted(
     assert d.sched.records["7"].rsa_state.value == "mounted-input"
     d.submit("command", ("7", "input-done", "alice", False))
     settle(d)
-    d.urgent.submit(lambda: None).result(10)  # the drain ran
+    d.dispatcher.messages.submit(lambda: None).result(10)  # the drain ran
     settle(d)
     assert d.sched.records["7"].rsa_state.value == "reset-failed"
     assert ActionKind.DESTROY_FS.value not in {a.split("/")[2] for a in seen}
@@ -874,9 +916,11 @@ HOLD = 900_000  # the hold's deadline, far ahead of the test clock
 
 
 def flush_urgent(d: Daemon) -> None:
-    """Wait until the urgent lane wrote every comment told so far."""
+    """Wait until the urgent lane's work so far is done and the message lane wrote
+    every comment told so far."""
     for _ in range(1000):
         d.urgent.submit(lambda: None).result(10)
+        d.dispatcher.messages.submit(lambda: None).result(10)
         with d.dispatcher._comment_lock:
             if not d.dispatcher._writing:
                 return
@@ -1828,6 +1872,7 @@ def test_a_reused_job_id_holding_the_earlier_jobs_output_is_staged_out_first(
     settle(d)
     assert d.sched.records["7"].rsa_state is RsaState.MOUNTED_OUTPUT
     d.urgent.submit(lambda: None).result()
+    d.dispatcher.messages.submit(lambda: None).result()
     told = len(slurm.calls)
     bobs_job(slurm, "7", "PENDING", "Priority")
     d.poll()
@@ -1836,6 +1881,7 @@ def test_a_reused_job_id_holding_the_earlier_jobs_output_is_staged_out_first(
     settle(d)
     assert d.sched.records["7"].rsa_state.value == "released"
     d.urgent.shutdown(wait=True)
+    d.dispatcher.messages.shutdown(wait=True)
     # alice's "stage-out finished: ... in /pfs/out" is never written on bob's job
     assert [c for c in slurm.calls[told:] if c[0] == "comment"] == []
     d.poll()  # the same queue line: observed again, now bob's

@@ -243,6 +243,37 @@ def test_a_repair_waits_for_a_destroy_of_the_same_ramdisk() -> None:
     assert order == ["destroying", "skipped"] and backend.repairs == []
 
 
+def test_a_check_of_one_ramdisk_never_holds_up_a_teardown_of_another() -> None:
+    """Issue 34: an urgent teardown or reset of one RAMDISK never waits for the check of
+    another that a bulk copy's watch (or the tender) runs: a health probe goes over SSH to
+    every node and takes seconds on busy nodes. ``job426-c1`` and SPEC's ``job7-c1``
+    shared one of 256 lock stripes (crc32 % 256 = 130) before each RAMDISK had its own."""
+    probing, release = threading.Event(), threading.Event()
+
+    def slow_probe() -> Health:
+        probing.set()
+        release.wait(30)
+        return GOOD
+
+    dp = data_path(Backend(slow_probe))
+    check = threading.Thread(target=dp.tend, args=("7", SPEC.to_json(), lambda _d: None))
+    check.start()
+    try:
+        assert probing.wait(10)
+        got = threading.Event()
+
+        def teardown() -> None:
+            with dp.exclusive("job426-c1"):
+                got.set()
+
+        threading.Thread(target=teardown, daemon=True).start()
+        assert got.wait(5), "the teardown of job426-c1 waited for job7-c1's check"
+    finally:
+        release.set()
+        check.join(10)
+    assert dp.locked() == 0  # no lock is kept for a RAMDISK nobody holds
+
+
 def test_the_tender_checks_every_live_ramdisk_and_survives_a_failing_one() -> None:
     seen: list[str] = []
 
