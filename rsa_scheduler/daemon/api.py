@@ -33,7 +33,7 @@ from urllib.parse import parse_qs, urlsplit
 from rsa_scheduler import munge
 from rsa_scheduler.config.schema import ApiConfig
 from rsa_scheduler.core.jobkey import job_key
-from rsa_scheduler.core.scheduler import CommandRefused
+from rsa_scheduler.core.scheduler import CommandRefused, UnknownJob
 from rsa_scheduler.core.states import LEFT_QUEUE, OPERATOR_COMMANDS, USER_COMMANDS
 from rsa_scheduler.daemon import httpd
 from rsa_scheduler.daemon.service import Daemon, users_differ
@@ -252,9 +252,11 @@ class Routes:
             raise ApiError(HTTPStatus.FORBIDDEN,
                            f"{command or 'an empty command'} is not allowed for {caller.user}")
         self._visible(caller, job_id)
-        try:
+        try:  # the loop judges whose job it is again, with the command (core.scheduler)
             return self.daemon.submit("command", (job_id, command, caller.user,
                                                   caller.operator), wait=True)
+        except UnknownJob as e:
+            raise ApiError(HTTPStatus.NOT_FOUND, str(e)) from e
         except CommandRefused as e:
             raise ApiError(HTTPStatus.CONFLICT, str(e)) from e
 

@@ -332,6 +332,22 @@ def test_another_users_commands_are_refused(routes: Routes) -> None:
     assert out["rsa_state"] in TERMINAL | {RsaState.TEARING_DOWN}
 
 
+def test_a_command_is_judged_against_the_jobs_user_when_it_is_carried_out(
+        routes: Routes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API looks at the job (bob's then) and the loop carries the command out a
+    moment later: a cycle in between may have given the id to alice's job (Slurm lost its
+    state, or its ids wrapped). bob's cancel-staging never reaches alice's job (found by
+    review: it released her RSA nodes)."""
+    before = routes.daemon.sched.records["7"].rsa_state
+    assert before not in TERMINAL
+    monkeypatch.setattr(routes, "_visible", lambda caller, job: {"job_id": job,
+                                                                  "user": caller.user})
+    with pytest.raises(ApiError, match="job 7 is not tracked by the RSA") as refused:
+        routes.dispatch(BOB, "POST", "/v1/jobs/7/command", {"command": "cancel-staging"})
+    assert refused.value.status == 404
+    assert routes.daemon.sched.records["7"].rsa_state is before
+
+
 class TextSlurm(ScriptedSlurm):
     """Also offers the raw squeue text, so rsad takes its incremental path."""
 
