@@ -36,6 +36,7 @@ from rsa_scheduler.core.jobkey import job_key
 from rsa_scheduler.core.scheduler import CommandRefused, UnknownJob
 from rsa_scheduler.core.states import LEFT_QUEUE, OPERATOR_COMMANDS, USER_COMMANDS
 from rsa_scheduler.daemon import httpd
+from rsa_scheduler.daemon.inbox import NotTaken
 from rsa_scheduler.daemon.service import Daemon, users_differ
 from rsa_scheduler.daemon.views import status_for_user
 from rsa_scheduler.errors import RsaError
@@ -229,7 +230,7 @@ class Routes:
             return list(ro.events(job_id, since=since, limit=10_000))
 
     def _events(self, caller: Caller, query: dict[str, list[str]]) -> dict[str, Any]:
-        since = int(query.get("since", ["0"])[0])
+        since = _seq(query, "since")
         job = query.get("job", [None])[0]
         if job is not None:
             self._visible(caller, job)
@@ -473,7 +474,7 @@ class Endpoint:
     def respond(self, req: httpd.Request, who: httpd.Identity) -> httpd.Reply:
         method, path = req.head.method, req.head.target
         try:
-            body = json.loads(req.body) if req.body else None
+            body = _body(req.body)
             result = self.routes.dispatch(Caller(who.uid, who.name), method, path, body)
             return self._reply(HTTPStatus.OK, result, req, who)
         except ApiError as e:
@@ -482,10 +483,16 @@ class Endpoint:
             return self._reply(HTTPStatus.UNAUTHORIZED, {"error": str(e)})
         except (ValueError, KeyError) as e:
             return self._reply(HTTPStatus.BAD_REQUEST, {"error": str(e)})
+        except NotTaken:  # withdrawn before the loop took it: safe to send again
+            return self._reply(HTTPStatus.SERVICE_UNAVAILABLE,
+                               {"error": "rsad is busy: its loop did not take the request "
+                                         "in time; nothing of it was done, retry in a "
+                                         "moment"})
         except TimeoutError:
             return self._reply(HTTPStatus.SERVICE_UNAVAILABLE,
-                               {"error": "rsad is busy: its loop did not answer in "
-                                         "time"})
+                               {"error": "rsad is busy: its loop took the request but did "
+                                         "not answer in time; it may still be carried out "
+                                         "(rsa job shows the job's state)"})
         except Exception as e:
             log.exception("api: %s %s failed", method, path)
             return self._reply(HTTPStatus.INTERNAL_SERVER_ERROR,
@@ -512,6 +519,37 @@ class Endpoint:
             except munge.MungeError as e:
                 log.warning("api: reply not signed: %s", e)
         return httpd.Reply(int(status), out, headers)
+
+
+def _body(raw: bytes) -> dict[str, Any] | None:
+    """A request's JSON body: an object, or none. Anything else is the caller's mistake,
+    answered 400 in one line (it was a 500 and a traceback in rsad's log per request:
+    a list where the routes read keys, or nesting deep enough to exhaust the parser)."""
+    if not raw:
+        return None
+    try:
+        body = json.loads(raw)
+    except RecursionError as e:
+        raise ApiError(HTTPStatus.BAD_REQUEST, "the request body is nested too deeply: "
+                                               "send one JSON object") from e
+    except ValueError as e:
+        raise ApiError(HTTPStatus.BAD_REQUEST, f"the request body is not JSON ({e}): "
+                                               "send one JSON object") from e
+    if not isinstance(body, dict):
+        raise ApiError(HTTPStatus.BAD_REQUEST, f"the request body is a JSON "
+                                               f"{type(body).__name__}, not an object: "
+                                               "send one JSON object")
+    return body
+
+
+def _seq(query: Mapping[str, list[str]], key: str) -> int:
+    """An event sequence number from the query (``since=``): 0 to 2^63-1, as the store
+    keeps them (a larger one made the store's query fail: a 500 and a traceback)."""
+    text = query.get(key, ["0"])[0]
+    if not re.fullmatch(r"[0-9]{1,18}", text):
+        raise ApiError(HTTPStatus.BAD_REQUEST,
+                       f"{key}= takes an event number (0 or more), not {text[:20]!r}")
+    return int(text)
 
 
 def _same_uid(user: str, uid: object) -> bool:

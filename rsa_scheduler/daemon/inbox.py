@@ -3,7 +3,8 @@
 Owns :class:`Request` (something for the loop thread to do on behalf of another thread:
 an action's outcome, progress or milestone, a user's or operator's command, a node
 state, a hook event, or a ``call``, an API read) and :class:`Inbox`, the queue they wait
-in, with :meth:`Inbox.submit` (queue one, optionally wait for its answer) and
+in, with :meth:`Inbox.submit` (queue one, optionally wait for its answer; one its
+caller stopped waiting for is withdrawn, :meth:`Inbox.take`) and
 :meth:`Inbox.batches`: the requests that only change state come in groups, so the daemon
 (service.py) commits each group's decisions in ONE store transaction (group commit);
 any other request comes alone.
@@ -33,15 +34,39 @@ class Request:
     reply: Future[Any] | None = None
 
 
+class NotTaken(TimeoutError):
+    """The loop did not take a request within its caller's timeout: it never will (it
+    was withdrawn), so nothing of it was done."""
+
+
 class Inbox(queue.Queue[Request]):
     """Requests for the loop thread (any thread puts, the loop thread takes)."""
 
     def submit(self, kind: str, payload: Any, *, wait: bool = False,
                timeout: float = 10.0) -> Any:
-        """Queue a request for the loop thread; optionally wait for its answer."""
+        """Queue a request for the loop thread; optionally wait for its answer.
+
+        A request its caller stops waiting for is withdrawn: the loop skips it
+        (:meth:`take`), so a caller told "busy" (an API client, which may send it again)
+        is never overtaken by the first request being carried out later (:class:`NotTaken`).
+        One the loop took just then is waited for up to ``timeout`` more: its answer is
+        moments away (a plain TimeoutError after that: it may have been carried out)."""
         reply: Future[Any] | None = Future() if wait else None
         self.put(Request(kind, payload, reply=reply))
-        return reply.result(timeout=timeout) if reply else None
+        if reply is None:
+            return None
+        try:
+            return reply.result(timeout=timeout)
+        except TimeoutError:
+            if reply.cancel():
+                raise NotTaken(f"rsad's loop did not take the {kind} request within "
+                               f"{timeout:g}s; withdrawn, nothing of it was done") from None
+        return reply.result(timeout=timeout)
+
+    @staticmethod
+    def take(req: Request) -> bool:
+        """The loop thread, before it handles ``req``: False when its caller withdrew it."""
+        return req.reply is None or req.reply.set_running_or_notify_cancel()
 
     def batches(self, timeout: float = 0.0) -> Iterator[Request | list[Request]]:
         """What is queued, waiting up to ``timeout`` for the first: runs of up to

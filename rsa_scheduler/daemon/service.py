@@ -262,6 +262,8 @@ class Daemon:
         answers: list[tuple[Request, bool, Any]] = []
         try:
             for req in group:
+                if not self.inbox.take(req):
+                    continue  # withdrawn by its caller (Inbox.submit)
                 try:
                     answers.append((req, True, self._handle_one(req)))
                 except Exception as e:  # answered to its caller, never fatal to the loop
@@ -482,6 +484,8 @@ class Daemon:
         return self.inbox.submit(kind, payload, wait=wait, timeout=timeout)
 
     def _handle(self, req: Request) -> None:
+        if not self.inbox.take(req):
+            return  # its caller stopped waiting and was told so: nothing of it is done
         try:
             result = self._handle_one(req)
         except Exception as e:  # answered to the caller, never fatal to the loop

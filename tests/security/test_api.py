@@ -137,6 +137,44 @@ def test_unauthenticated_tcp_connections_cannot_lock_out_hooks(lab: Mapping[str,
         assert out.returncode == 0, out.stderr
 
 
+#: one authenticated request with a body of the caller's choosing, as the user runs it
+SIGNED = """
+import json, socket, sys
+from rsa_scheduler import munge
+from rsa_scheduler.client import _exchange, host_and_port
+address, method, path, body = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].encode()
+cred = munge.encode(munge.request_digest(method, path, body))
+head = (f"{method} {path} HTTP/1.1\\r\\nHost: x\\r\\nX-RSA-Munge: {cred}\\r\\n"
+        f"Content-Length: {len(body)}\\r\\nConnection: close\\r\\n\\r\\n")
+if address.startswith("/"):
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(address)
+else:
+    sock = socket.create_connection(host_and_port(address))
+status, _, data = _exchange(sock, head.encode() + body)
+print(json.dumps({"status": status, "error": json.loads(data).get("error")}))
+"""
+
+
+@pytest.mark.parametrize("address", [SOCK, TCP])
+def test_a_malformed_body_is_one_line_and_rsad_serves_on(lab: Mapping[str, str],
+                                                         address: str) -> None:
+    """rsaother's authenticated requests whose body is JSON but not an object, or nested
+    past the parser's depth: a 400 in one line each (before: 500 `internal error: 'list'
+    object has no attribute 'get'` and a traceback in rsad's log per request)."""
+    other = lab["RSA_LAB_OTHER_USER"]
+    cases = [("POST", "/v1/jobs/1/command", "[1]", "a JSON list, not an object"),
+             ("POST", "/v1/admin/drain", "[" * 50_000 + "]" * 50_000, "nested too deeply"),
+             ("GET", "/v1/events?since=99999999999999999999", "", "since= takes an event")]
+    for method, path, body, why in cases:
+        out = as_user(lab, other, [f"{lab['RSA_LAB_VENV']}/bin/python", "-c", SIGNED,
+                                   address, method, path, body], timeout=60)
+        assert out.returncode == 0, out.stderr[-2000:]
+        got = json.loads(out.stdout.splitlines()[-1])
+        assert got["status"] == 400 and why in got["error"], (path, got)
+    assert root_status_seconds(lab) < FAST
+
+
 def test_the_socket_is_for_its_group_only(lab: Mapping[str, str]) -> None:
     """0660 root:rsa (daemon.api.socket_group); the lab's users and slurm are members."""
     st = os.stat(SOCK)

@@ -348,6 +348,58 @@ def test_a_command_is_judged_against_the_jobs_user_when_it_is_carried_out(
     assert routes.daemon.sched.records["7"].rsa_state is before
 
 
+def test_a_command_its_caller_gave_up_on_is_never_carried_out_later(
+        tmp_path: Path) -> None:
+    """rsad's loop busy past the API's wait (a slow queue read): the caller is told 503
+    "busy" and the rsa CLI sends the command again. The first one stayed queued and was
+    carried out once the loop got to it, after the user had been told it was not (found
+    by review). A request its caller stopped waiting for is withdrawn: nothing of it is
+    done, and the answer says so; one the loop answers in time is carried out."""
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    before = d.sched.records["7"].rsa_state
+    assert before not in TERMINAL
+    with pytest.raises(TimeoutError):  # nobody drains the loop
+        d.submit("command", ("7", "cancel-staging", "alice", False), wait=True,
+                 timeout=0.05)
+    with pytest.raises(TimeoutError):
+        d.submit("call", lambda: pytest.fail("a withdrawn read ran"), wait=True,
+                 timeout=0.05)
+    d.drain()
+    assert d.sched.records["7"].rsa_state is before
+    assert not any(e.name == "rsa.transition" and e.context.get("trigger") == "cancel-staging"
+                   for e in d.store.events("7"))
+    with serving(d):
+        out = d.submit("command", ("7", "cancel-staging", "alice", False), wait=True)
+    assert out["rsa_state"] in TERMINAL | {RsaState.TEARING_DOWN}
+
+
+@pytest.mark.parametrize(("method", "path", "raw", "why"), [
+    ("POST", "/v1/jobs/7/command", b"[1]", "a JSON list, not an object"),
+    ("POST", "/v1/jobs/7/command", b'"input-done"', "a JSON str, not an object"),
+    ("POST", "/v1/admin/drain", b"[" * 50_000 + b"]" * 50_000, "nested too deeply"),
+    ("POST", "/v1/jobs/7/command", b"{", "not JSON"),
+    ("GET", "/v1/events?since=99999999999999999999", b"", "since= takes an event number"),
+])
+def test_a_malformed_request_is_one_line_400_not_a_traceback(
+        routes: Routes, caplog: pytest.LogCaptureFixture, method: str, path: str,
+        raw: bytes, why: str) -> None:
+    """A body that is JSON but not an object, nested past the parser's depth, or a
+    ``since`` past the store's integers: each was a 500 and a traceback in rsad's log,
+    per request, for any user (found by review)."""
+    from rsa_scheduler.daemon import httpd
+    from rsa_scheduler.daemon.api import Endpoint
+
+    req = httpd.Request(httpd.Head(method, path, {}, len(raw)), raw, None)
+    with caplog.at_level(logging.WARNING):
+        reply = Endpoint(routes).respond(req, httpd.Identity(1001, "alice", False))
+    assert (reply.status, why in json.loads(reply.body)["error"]) == (400, True), reply
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
 class TextSlurm(ScriptedSlurm):
     """Also offers the raw squeue text, so rsad takes its incremental path."""
 
