@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from rsa_scheduler.cli.progress import Staging, short_duration
+from rsa_scheduler.cli.show import echo, printable
 from rsa_scheduler.cli.where import where_output
 from rsa_scheduler.client import ApiClient, ApiRefused
 from rsa_scheduler.core.jobkey import key_from_env
@@ -35,21 +36,21 @@ def jobs(api: str | None, as_json: bool) -> None:
     """List jobs tracked by the RSA."""
     data = ApiClient(api).get("/v1/jobs")
     if as_json:
-        click.echo(json.dumps(data, sort_keys=True))
+        echo(json.dumps(data, sort_keys=True))
         return
     rows = data["jobs"]
     if not rows:
-        click.echo("no jobs tracked by the RSA")
+        echo("no jobs tracked by the RSA")
         return
     now = time.time()
-    click.echo(f"{'JOBID':<8} {'USER':<8} {'JOB STATE':<9} {'RSA STATE':<16} {'NODES':<10} "
+    echo(f"{'JOBID':<8} {'USER':<8} {'JOB STATE':<9} {'RSA STATE':<16} {'NODES':<10} "
                f"{'FOR':>10} {'STAGED':>11} {'FILES':>11} {'RATE':>7} {'ETA':>8}  MESSAGE")
     for j in rows:
         since = short_duration(now - j["since"]) if j.get("since") else "-"
         st = Staging.of(j, now)
         staged, files, rate, eta = ((st.staged, st.files, st.speed, st.time_left) if st
                                     else ("-", "-", "-", "-"))
-        click.echo(f"{j['job_id']:<8} {j['user']:<8} {(j['job_state'] or '-'):<9} "
+        echo(f"{j['job_id']:<8} {j['user']:<8} {(j['job_state'] or '-'):<9} "
                    f"{j['rsa_state']:<16} {(j['nodes'] or '-'):<10} {since:>10} {staged:>11} "
                    f"{files:>11} {rate:>7} {eta:>8}  {' '.join((j.get('message') or '').split())}"
                    .rstrip())
@@ -72,33 +73,33 @@ def job(api: str | None, job_id: str | None, as_json: bool) -> None:
     """One job in detail, with its event timeline (inside a job: that job)."""
     data = ApiClient(api).get(f"/v1/jobs/{_this_job(job_id)}")
     if as_json:
-        click.echo(json.dumps(data, sort_keys=True))
+        echo(json.dumps(data, sort_keys=True))
         return
     for key in ("job_id", "user", "job_state", "rsa_state", "nodes", "cycle", "message"):
         value = data.get(key)
         if key == "job_state" and data.get("end_state"):  # as Slurm recorded the end
             value = f"{value} ({data['end_state']})"
-        click.echo(f"{key:>10}: {value}")
+        echo(f"{key:>10}: {value}")
     now = time.time()
     if data.get("rsa_state") == RsaState.QUARANTINED:  # its age, and when it is rescued
         due = (data.get("timers") or {}).get("rescue-due")
         rescue = (f"; rescued to the PFS in {short_duration(max(due - now, 0))} "
                   "(quarantine.rescue_after)" if due else
                   "; waits for an operator (rsa retry, or rsa release --discard-output)")
-        click.echo(f"{'held':>10}: quarantined for {short_duration(now - data['since'])}"
+        echo(f"{'held':>10}: quarantined for {short_duration(now - data['since'])}"
                    f"{rescue}")
     if data.get("rescue_to"):
         whose = "the previous run's" if data.get("rerun_started") else "the"
-        click.echo(f"{'rescue':>10}: {data['rescue_to']} ({whose} quarantined RAMDISK's "
+        echo(f"{'rescue':>10}: {data['rescue_to']} ({whose} quarantined RAMDISK's "
                    "content)")
     st = Staging.of(data, now)
     if st is not None:
-        click.echo(f"{'staging':>10}: {st.phase} {st.staged} ({st.percent}), {st.files} files, "
+        echo(f"{'staging':>10}: {st.phase} {st.staged} ({st.percent}), {st.files} files, "
                    f"{st.speed}, ETA {st.time_left}")
     where = where_output(data)
     if where is not None:
-        click.echo(f"{'output':>10}: {where}")
-    click.echo("  timeline:")
+        echo(f"{'output':>10}: {where}")
+    echo("  timeline:")
     for ev in data.get("events", []):
         when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ev["time"]))
         what = ev["name"]
@@ -125,7 +126,7 @@ def job(api: str | None, job_id: str | None, as_json: bool) -> None:
                     f"Epilog: {ev.get('message')})")
         elif what == "action.outcome":
             what = f"{ev['action']}: {ev['result']} {ev.get('message') or ''}"
-        click.echo(f"    {when}  {what}")
+        echo(f"    {when}  {what}")
 
 
 
@@ -133,7 +134,7 @@ def job(api: str | None, job_id: str | None, as_json: bool) -> None:
 def _command(api: str | None, job_id: str, command: str) -> dict[str, Any]:
     out: dict[str, Any] = ApiClient(api).post(f"/v1/jobs/{job_id}/command",
                                               {"command": command})
-    click.echo(f"job {job_id}: {command}: now {out['rsa_state']}")
+    echo(f"job {job_id}: {command}: now {out['rsa_state']}")
     return out
 
 
@@ -175,7 +176,7 @@ def release(api: str | None, job_id: str, discard_output: bool, yes: bool) -> No
         raise click.ClickException(f"job {job_id} holds no RSA resources to release "
                                    f"({state})")
     if not yes:
-        click.confirm(f"{what}?", abort=True)
+        click.confirm(printable(f"{what}?"), abort=True)
     _command(api, job_id, command)
 
 
@@ -222,7 +223,7 @@ def input_done(api: str | None, job_id: str | None, no_wait: bool, timeout: floa
         data = client.get(f"/v1/jobs/{job_id}")
     if "spec" not in data:  # a command's answer is the short form
         data = client.get(f"/v1/jobs/{job_id}")
-    click.echo(_input_done_line(job_id, data))
+    echo(_input_done_line(job_id, data))
 
 
 def _reset_partial(data: Mapping[str, Any]) -> str:

@@ -13,6 +13,7 @@ import sys
 import click
 
 from rsa_scheduler import __version__
+from rsa_scheduler.cli.show import printable
 from rsa_scheduler.errors import RsaError, user_line
 
 # noun -> "module:attribute" of a click command or group
@@ -86,6 +87,7 @@ def main() -> None:
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
     except click.ClickException as e:
+        e.message = printable(e.message)  # may quote rsad's answers (cli/show.py)
         e.show()
         sys.exit(e.exit_code)
     except click.exceptions.Abort:
@@ -94,5 +96,5 @@ def main() -> None:
     except RsaError as e:
         if "--debug" in sys.argv:
             raise
-        click.echo(f"rsa: error: {user_line(e)}", err=True)
+        click.echo(f"rsa: error: {printable(user_line(e))}", err=True)
         sys.exit(1)

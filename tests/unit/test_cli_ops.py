@@ -260,3 +260,40 @@ def test_jobs_table_keeps_a_multi_line_message_on_its_row(monkeypatch: pytest.Mo
                         lambda self, method, path, body=None: {"jobs": [job]})
     out = run("jobs").output.splitlines()
     assert len(out) == 2 and out[1].endswith("PREPROCESS exited 1: first second")
+
+
+#: what a user's PREPROCESS can write as the last line of its stderr, which rsad quotes in
+#: the job's message: set the terminal's title, write its clipboard (OSC 52), a CSI (the
+#: C1 form too) that moves the cursor up and erases the line, and a forged second line
+EVIL = ("PREPROCESS exited 1: \x1b]0;owned\x07\x1b]52;c;cm0gLXJmIH4K\x07\x1b[1A\x1b[2K"
+        "\x9b2J\n    2026-01-01T00:00:00  staging-in -> released (discard)")
+
+
+def test_a_users_text_never_acts_on_the_operators_terminal(monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """rsad's answers hold text users wrote (the stderr of their PREPROCESS, paths): an
+    operator's rsa jobs, job, events, status, nodes and wait printed it raw, escape
+    sequences and newlines and all (found by review); now every control character is
+    shown as \\xNN, and a newline cannot start a line of its own."""
+    job = {**JOBS["jobs"][1], "job_id": "8", "job_state": "finished",
+           "rsa_state": "quarantined", "message": EVIL, "spec": {"data_out": "/o"},
+           "events": [{"seq": 9, "time": 0, "name": "action.outcome",
+                       "action": "8/1/stage-in/1", "result": "failed", "message": EVIL}]}
+    status = {**STATUS, "alerts": [{"time": 0, "job_id": "8", "message": EVIL}],
+              "nodes": [{**STATUS["nodes"][1], "reason": EVIL, "by": "root"}]}
+
+    def answer(self: ApiClient, method: str, path: str, body: Any = None) -> Any:
+        if path == "/v1/status":
+            return status
+        if path.startswith("/v1/events"):
+            return {"events": [{**job["events"][0], "job_id": "8"}]}
+        return {"jobs": [job]} if path == "/v1/jobs" else job
+
+    monkeypatch.setattr(ApiClient, "request", answer)
+    for args in (["jobs"], ["job", "8"], ["events"], ["status"], ["nodes"], ["wait", "8"]):
+        out = cli_runner().invoke(cli, args).output
+        assert "owned" in out, (args, out)  # the text is still shown ...
+        assert not any(c in out for c in "\x1b\x07\x9b"), (args, out)  # ... never acted on
+        assert "\\x1b]0;owned\\x07" in out, (args, out)
+        assert not any(line.lstrip().startswith("2026-01-01T00:00:00")
+                       for line in out.splitlines()), (args, out)
