@@ -400,6 +400,19 @@ def test_a_malformed_request_is_one_line_400_not_a_traceback(
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
+def test_a_jobs_timeline_is_read_only_from_a_record_of_the_callers(
+        routes: Routes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The timeline is read from the store after the API's look at the job: if the id
+    names another user's record by then, the caller gets none of it (before: alice's
+    events, under bob's look)."""
+    monkeypatch.setattr(routes, "_visible", lambda caller, job: {"job_id": job,
+                                                                  "user": caller.user})
+    for path in ("/v1/jobs/7", "/v1/events?job=7"):
+        with pytest.raises(ApiError, match="job 7 is not tracked by the RSA"):
+            routes.dispatch(BOB, "GET", path, None)
+    assert routes.dispatch(ALICE, "GET", "/v1/jobs/7", None)["events"]
+
+
 class TextSlurm(ScriptedSlurm):
     """Also offers the raw squeue text, so rsad takes its incremental path."""
 
@@ -1878,6 +1891,60 @@ def test_a_job_id_another_user_reuses_is_theirs_with_nothing_of_the_earlier_job(
     d2 = make_daemon(tmp_path, slurm, [])  # the same after a restart (replay)
     assert d2.sched.records["7"].user == "bob"
     assert d2.facts["7"]["lock_orig"]["value"] == "normal"  # bob's own
+
+
+def filler(store: Store, job: str, count: int = 10_001) -> None:
+    """``count`` events of ``job`` in the log (a long-lived rsad's history)."""
+    store.append([Event(1.0, job, "job.hook", {"hook": "filler"}) for _ in range(count)])
+
+
+def test_a_users_events_are_theirs_however_long_the_log_before_them(
+        tmp_path: Path) -> None:
+    """rsa events as a plain user read the whole log's oldest 10,000 events and kept
+    theirs: on a cluster whose log is longer than that, none (found by review); now
+    their own jobs' events are read by job."""
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    filler(d.store, "8")  # other jobs' history, before alice's job
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    with serving(d) as routes:
+        mine = routes.dispatch(ALICE, "GET", "/v1/events", None)["events"]
+        assert mine and mine[0]["name"] == "job.tracked"
+        assert {e["job_id"] for e in mine} == {"7"}
+        later = routes.dispatch(ALICE, "GET", f"/v1/events?since={mine[0]['seq']}",
+                                None)["events"]
+        assert [e["seq"] for e in later] == [e["seq"] for e in mine[1:]]
+        assert routes.dispatch(BOB, "GET", "/v1/events", None)["events"] == []
+
+
+def test_a_reused_ids_earlier_history_stays_hidden_however_long_it_is(
+        tmp_path: Path) -> None:
+    """Where the record of a job id began was found in the id's first 10,000 events: past
+    that many of alice's, bob's job under her reused id was shown her whole history (her
+    paths, her messages) as his (found by review)."""
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    slurm.rows = []
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state is RsaState.RELEASED
+    filler(d.store, "7")
+    bobs_job(slurm, "7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].user == "bob"
+    with serving(d) as routes:
+        for events in (routes.dispatch(BOB, "GET", "/v1/jobs/7", None)["events"],
+                       routes.dispatch(BOB, "GET", "/v1/events?job=7", None)["events"],
+                       routes.dispatch(BOB, "GET", "/v1/events", None)["events"]):
+            assert events[0]["name"] == "job.tracked"
+            assert not [e for e in events if e.get("hook") == "filler"]
+            assert "alice" not in json.dumps(events)
 
 
 def test_a_reused_job_id_holding_the_earlier_jobs_output_is_staged_out_first(
