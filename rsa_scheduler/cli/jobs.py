@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import click
@@ -19,7 +19,7 @@ import click
 from rsa_scheduler.cli.progress import Staging, short_duration
 from rsa_scheduler.cli.show import echo, printable
 from rsa_scheduler.cli.where import where_output
-from rsa_scheduler.client import ApiClient, ApiRefused
+from rsa_scheduler.client import ApiClient, ApiRefused, ApiUnavailable
 from rsa_scheduler.core.jobkey import key_from_env
 from rsa_scheduler.core.states import HOLDS_USER_DATA, PRE_RUN, RESET_UNDER_WAY, RUN, RsaState
 from rsa_scheduler.errors import RsaError
@@ -199,20 +199,26 @@ def input_done(api: str | None, job_id: str | None, no_wait: bool, timeout: floa
     Waits until the RAMDISK is mounted over the job's DATA_OUT on all its nodes, so what the
     job writes after this returns lands on the RAMDISK, or until the RSA says the output
     goes to the PFS (no RAMDISK for this run, no DATA_OUT, or the input mount never
-    freed). Exit status 0 in both cases, 1 when rsad cannot be reached or refuses, 2 when
-    the reset is still under way after --timeout.
+    freed). Exit status 0 in both cases, 1 when rsad refuses (or cannot be reached within
+    --timeout), 2 when the reset is still under way after --timeout. rsad restarting
+    meanwhile (unreachable, or busy starting) is waited for: every step reads the job's
+    state first, so a request rsad took before it went is never made twice.
     """
     job_id = _this_job(job_id)
     client = ApiClient(api)
-    data = client.get(f"/v1/jobs/{job_id}")
+    deadline = time.monotonic() + timeout
+    path = f"/v1/jobs/{job_id}"
+    data = _asked(lambda: client.get(path), deadline, job_id)
     if data["rsa_state"] == RsaState.MOUNTED_INPUT:
         try:
-            data = client.post(f"/v1/jobs/{job_id}/command", {"command": "input-done"})
-        except ApiRefused:  # the reset timer beat us to it: look again
-            data = client.get(f"/v1/jobs/{job_id}")
+            data = _asked(lambda: client.post(f"{path}/command", {"command": "input-done"}),
+                          deadline, job_id)
+        except ApiRefused as e:  # the reset timer beat us to it, or rsad took our first
+            if e.status in BUSY:  # request before it restarted: look again
+                raise
+            data = _asked(lambda: client.get(path), deadline, job_id)
             if data["rsa_state"] not in RESET_UNDER_WAY | {RsaState.MOUNTED_OUTPUT}:
                 raise
-    deadline = time.monotonic() + timeout
     while not no_wait and data["rsa_state"] in RESET_UNDER_WAY:
         if time.monotonic() >= deadline:
             raise _WaitTimeout(
@@ -220,10 +226,35 @@ def input_done(api: str | None, job_id: str | None, no_wait: bool, timeout: floa
                 f"{timeout:g}s ({data['rsa_state']}); `rsa job {job_id}` shows why, and "
                 "`rsa input-done --timeout` waits longer")
         time.sleep(0.5)
-        data = client.get(f"/v1/jobs/{job_id}")
+        data = _asked(lambda: client.get(path), deadline, job_id)
     if "spec" not in data:  # a command's answer is the short form
         data = client.get(f"/v1/jobs/{job_id}")
     echo(_input_done_line(job_id, data))
+
+
+#: rsad's answers that mean "not now" (429: this user's requests; 503: starting, busy)
+BUSY = frozenset({429, 503})
+#: seconds between asks while rsad cannot answer
+ASK_AGAIN = 1.0
+
+
+def _asked(ask: Callable[[], Any], deadline: float, job_id: str) -> Any:
+    """``ask()``'s answer; while rsad cannot answer (restarting: unreachable, or 503
+    while it replays its log) asked again until ``deadline``, said once on stderr."""
+    said = False
+    while True:
+        try:
+            return ask()
+        except (ApiUnavailable, ApiRefused) as e:
+            if isinstance(e, ApiRefused) and e.status not in BUSY:
+                raise
+            if time.monotonic() >= deadline:
+                raise
+            if not said:
+                echo(f"rsa input-done: job {job_id}: {e}; asking again until --timeout",
+                     err=True)
+                said = True
+        time.sleep(ASK_AGAIN)
 
 
 def _reset_partial(data: Mapping[str, Any]) -> str:

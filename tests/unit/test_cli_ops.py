@@ -213,6 +213,39 @@ def test_input_done_says_where_the_output_mount_was_refused(
                            f"/pfs/alice/out is on the PFS as usual")
 
 
+def test_input_done_rides_out_an_rsad_restart(monkeypatch: pytest.MonkeyPatch,
+                                              no_sleep: None) -> None:
+    """rsad restarted as a job said input-done: unreachable, then 503 while it replays
+    its log; killed after it committed the request, before it answered. The job's
+    `rsa input-done` exited 1 at the first of these (with `set -e`, the job with it;
+    found by review); now it asks again until --timeout, reading the job's state
+    before each step, so the reset is asked for once and the job told where to write."""
+    from rsa_scheduler.client import ApiRefused, ApiUnavailable
+
+    down = ApiUnavailable("cannot reach rsad at /run/rsa/rsad.sock: [Errno 111] "
+                          "Connection refused; is rsad running (systemctl status rsad)?")
+    script: list[Any] = [down, ApiRefused(503, "rsad is starting"), "mounted-input",
+                         down,  # the POST: committed, then rsad killed before answering
+                         ApiRefused(409, "job 7: can't input-done from resetting"),
+                         "resetting", "mounted-output"]
+    calls: list[str] = []
+
+    def rsad(_client: Any, method: str, path: str, body: Any = None) -> Any:
+        calls.append(method)
+        got = script.pop(0)
+        if isinstance(got, Exception):
+            raise got
+        return {"job_id": "7", "rsa_state": got, "spec": {"data_out": "/pfs/alice/out"}}
+
+    monkeypatch.setattr(ApiClient, "request", rsad)
+    result = cli_runner().invoke(cli, ["input-done", "7"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1] == (
+        "job 7: input done; the RAMDISK is mounted over /pfs/alice/out: write there")
+    assert "asking again until --timeout" in result.output
+    assert calls == ["GET", "GET", "GET", "POST", "POST", "GET", "GET"]
+
+
 def test_input_done_gives_up_after_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     rsad = ResetDouble(["mounted-input", "reset-failed"])
     monkeypatch.setattr(ApiClient, "request", rsad.request)
