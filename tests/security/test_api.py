@@ -175,6 +175,53 @@ def test_a_malformed_body_is_one_line_and_rsad_serves_on(lab: Mapping[str, str],
     assert root_status_seconds(lab) < FAST
 
 
+#: rsaother's PREPROCESS: its stderr's last lines become the job's message; they set the
+#: terminal's title, write its clipboard (OSC 52), erase a line, and forge a line
+EVIL_PRE = ("#!/bin/bash\nprintf 'tool: \\033]0;owned\\007\\033]52;c;b3duZWQ=\\007"
+            "\\033[2K\\nforged: released (discard)\\n' >&2\nexit 1\n")
+
+
+def test_a_users_escape_sequences_never_reach_an_operators_terminal(
+        lab: Mapping[str, str]) -> None:
+    """rsaother's PREPROCESS writes terminal escape sequences and a second line to its
+    stderr and fails: root's `rsa jobs`, `rsa job N` and `rsa events --job N` show the
+    text as `\\x1b...`, never the bytes, and no line of it stands alone (before: the
+    sequences reached root's terminal as they were)."""
+    from tests.integration.test_rsad_staging import fill, rsa_job
+
+    other = lab["RSA_LAB_OTHER_USER"]
+    base = Path(lab["RSA_LAB_PFS"]) / f"api-esc-{os.getpid()}"
+    made = as_user(lab, other, ["mkdir", "-p", str(base)])
+    assert made.returncode == 0, made.stderr
+    pre = base / "pre.sh"
+    pre.write_text(EVIL_PRE)  # root writes it, 0644: rsaother's PREPROCESS reads it
+    pre.chmod(0o644)
+
+    def failed(job: str) -> bool:
+        data = rsa_job(lab, job) or {}
+        return "PREPROCESS exited 1" in json.dumps(data)
+
+    try:
+        with make_jobs(lab) as jobs:
+            fill(jobs)
+            job = jobs.submit(user=other, script=f"#!/bin/bash\n#SBATCH -t 5\n"
+                                                 f"#RSA_PREPROCESS=/bin/bash {pre}\ntrue\n")
+            wait_for(f"job {job}'s PREPROCESS failed", lambda: failed(job), timeout=180)
+            assert "\\u001b]0;owned" in json.dumps(rsa_job(lab, job))  # the bytes, in rsad
+            for args in (("jobs",), ("job", job), ("events", "--job", job)):
+                out = rsa(lab, "root", *args)
+                assert out.returncode == 0, (args, out.stderr)
+                if args[0] != "jobs":  # their timeline quotes the PREPROCESS itself
+                    assert "\\x1b]0;owned\\x07" in out.stdout, (args, out.stdout[-2000:])
+                assert not any(c in out.stdout for c in "\x1b\x07\x9b"), args
+                assert not any(line.startswith("forged:")
+                               for line in out.stdout.splitlines()), args
+            for filler in jobs.ids[:4]:
+                root(lab, "scancel", filler)
+    finally:
+        root(lab, "rm", "-rf", str(base))
+
+
 def test_the_socket_is_for_its_group_only(lab: Mapping[str, str]) -> None:
     """0660 root:rsa (daemon.api.socket_group); the lab's users and slurm are members."""
     st = os.stat(SOCK)
