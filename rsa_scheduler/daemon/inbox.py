@@ -71,21 +71,35 @@ class Inbox(queue.Queue[Request]):
     def batches(self, timeout: float = 0.0) -> Iterator[Request | list[Request]]:
         """What is queued, waiting up to ``timeout`` for the first: runs of up to
         :data:`MAX_GROUP` :data:`GROUPED` requests as a list, any other request alone.
-        The next request is taken once the batch before it was handled."""
+        The next request is taken once the batch before it was handled.
+
+        One turn takes at most the requests queued when its first was taken: those that
+        come meanwhile wait for the next turn. A steady stream (users' reads sent again
+        the moment they are answered, eight at a time) kept the loop here for good,
+        never polling Slurm, firing timers or feeding systemd's watchdog."""
         try:
             req: Request | None = (self.get(timeout=timeout) if timeout > 0
                                    else self.get_nowait())
         except queue.Empty:
             return
+        left = self.qsize()  # queued before this turn began: the rest is the next turn's
+
+        def following() -> Request | None:
+            nonlocal left
+            if left <= 0:
+                return None
+            left -= 1
+            return self._next()
+
         while req is not None:
             if req.kind not in GROUPED:
                 yield req
-                req = self._next()
+                req = following()
                 continue
             group: list[Request] = []
             while req is not None and req.kind in GROUPED and len(group) < MAX_GROUP:
                 group.append(req)
-                req = self._next()
+                req = following()
             yield group
 
     def _next(self) -> Request | None:

@@ -239,7 +239,8 @@ class Daemon:
             self._commit(self.sched.tick(self.clock()))
 
     def drain(self, timeout: float = 0.0) -> int:
-        """Handle queued requests; wait up to ``timeout`` for the first one.
+        """Handle the requests queued now (those that come meanwhile are the next turn's:
+        :meth:`Inbox.batches`); wait up to ``timeout`` for the first one.
 
         Requests that only change state (outcomes, hooks, commands, node states) are
         handled in groups: their decisions are written in ONE store transaction before

@@ -413,6 +413,27 @@ def test_a_jobs_timeline_is_read_only_from_a_record_of_the_callers(
     assert routes.dispatch(ALICE, "GET", "/v1/jobs/7", None)["events"]
 
 
+def test_a_steady_stream_of_requests_never_keeps_the_loop_from_its_own_work(
+        tmp_path: Path) -> None:
+    """Users' reads sent again the moment they are answered (eight at a time, the
+    API's workers): the loop took requests as long as any was queued, so it never came
+    back to poll Slurm, fire timers or feed systemd's watchdog (found by review). A turn
+    now takes what was queued when it began; what comes meanwhile is the next turn's."""
+    d = make_daemon(tmp_path, ScriptedSlurm(), [])
+    handled: list[int] = []
+
+    def read() -> None:
+        handled.append(1)
+        if len(handled) < 10_000:
+            d.submit("call", read)  # the next read, queued as this one is answered
+
+    for _ in range(8):
+        d.submit("call", read)
+    assert d.drain() == 8
+    assert d.drain() == 8
+    assert len(handled) == 16
+
+
 class TextSlurm(ScriptedSlurm):
     """Also offers the raw squeue text, so rsad takes its incremental path."""
 
