@@ -86,9 +86,11 @@ def main() -> None:
             sys.exit(rc)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
-    except click.ClickException as e:
-        e.message = printable(e.message)  # may quote rsad's answers (cli/show.py)
+    except click.UsageError as e:
         e.show()
+        sys.exit(e.exit_code)
+    except click.ClickException as e:  # may quote rsad's answers: printable (cli/show.py)
+        click.echo(f"Error: {printable(e.format_message())}", err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)

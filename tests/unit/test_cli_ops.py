@@ -308,12 +308,15 @@ def test_a_users_text_never_acts_on_the_operators_terminal(monkeypatch: pytest.M
     operator's rsa jobs, job, events, status, nodes and wait printed it raw, escape
     sequences and newlines and all (found by review); now every control character is
     shown as \\xNN, and a newline cannot start a line of its own."""
-    job = {**JOBS["jobs"][1], "job_id": "8", "job_state": "finished",
-           "rsa_state": "quarantined", "message": EVIL, "spec": {"data_out": "/o"},
-           "events": [{"seq": 9, "time": 0, "name": "action.outcome",
-                       "action": "8/1/stage-in/1", "result": "failed", "message": EVIL}]}
+    job: dict[str, Any] = {**JOBS["jobs"][1], "job_id": "8", "job_state": "finished",
+                           "rsa_state": "quarantined", "message": EVIL,
+                           "spec": {"data_out": "/o"},
+                           "events": [{"seq": 9, "time": 0, "name": "action.outcome",
+                                       "action": "8/1/stage-in/1", "result": "failed",
+                                       "message": EVIL}]}
+    drained: dict[str, Any] = STATUS["nodes"][1]  # type: ignore[index]
     status = {**STATUS, "alerts": [{"time": 0, "job_id": "8", "message": EVIL}],
-              "nodes": [{**STATUS["nodes"][1], "reason": EVIL, "by": "root"}]}
+              "nodes": [{**drained, "reason": EVIL, "by": "root"}]}
 
     def answer(self: ApiClient, method: str, path: str, body: Any = None) -> Any:
         if path == "/v1/status":
@@ -330,3 +333,20 @@ def test_a_users_text_never_acts_on_the_operators_terminal(monkeypatch: pytest.M
         assert "\\x1b]0;owned\\x07" in out, (args, out)
         assert not any(line.lstrip().startswith("2026-01-01T00:00:00")
                        for line in out.splitlines()), (args, out)
+
+
+def test_rsads_refusal_is_printed_as_visible_text(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """An error line quotes rsad's answer (a refusal, a job's state): the same rule."""
+    from rsa_scheduler.cli.main import main
+    from rsa_scheduler.client import ApiRefused
+
+    def refuse(self: ApiClient, method: str, path: str, body: Any = None) -> Any:
+        raise ApiRefused(409, f"job 8: can't cancel-staging: {EVIL}")
+
+    monkeypatch.setattr(ApiClient, "request", refuse)
+    monkeypatch.setattr("sys.argv", ["rsa", "cancel-staging", "8"])
+    with pytest.raises(SystemExit):
+        main()
+    err = capsys.readouterr().err
+    assert "\\x1b]0;owned" in err and "\x1b" not in err and len(err.splitlines()) == 1
