@@ -9,7 +9,7 @@ caller stopped waiting for is withdrawn, :meth:`Inbox.take`) and
 (service.py) commits each group's decisions in ONE store transaction (group commit);
 any other request comes alone.
 
-Imports nothing of the daemon.
+Imports nothing of the daemon (the error tree only).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
+
+from rsa_scheduler.errors import RsaError
 
 #: request kinds handled in groups with one commit (group commit); the rest one by one
 GROUPED = frozenset({"outcome", "command", "hook", "progress", "node-state"})
@@ -34,7 +36,7 @@ class Request:
     reply: Future[Any] | None = None
 
 
-class NotTaken(TimeoutError):
+class NotTaken(RsaError, TimeoutError):
     """The loop did not take a request within its caller's timeout: it never will (it
     was withdrawn), so nothing of it was done."""
 
