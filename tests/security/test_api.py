@@ -190,7 +190,7 @@ def test_a_users_escape_sequences_never_reach_an_operators_terminal(
     from tests.integration.test_rsad_staging import fill, rsa_job
 
     other = lab["RSA_LAB_OTHER_USER"]
-    base = Path(lab["RSA_LAB_PFS"]) / f"api-esc-{os.getpid()}"
+    base = Path(lab["RSA_LAB_OTHER_PFS"]) / f"api-esc-{os.getpid()}"
     made = as_user(lab, other, ["mkdir", "-p", str(base)])
     assert made.returncode == 0, made.stderr
     pre = base / "pre.sh"
