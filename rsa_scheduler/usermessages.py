@@ -39,9 +39,9 @@ DEADLINE = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC
 
 #: what to do after a comment line, by the rsa-state it leads to (default: nothing)
 TO_DO = {
-    "quarantined": f"fix what the line says (PFS quota, permissions), then `rsa retry {JOB}`; "
-                   "the output stays on the RAMDISK until then; if the retry fails, ask "
-                   "your operator",
+    "quarantined": f"fix what the line says (PFS quota, permissions), then ask your "
+                   f"operator to run `rsa retry {JOB}` (an operator's command); the output "
+                   "stays on the RAMDISK until then",
     "writeback-failed": "your changes to the writable input are kept on the RAMDISK: ask "
                         "your operator (retry or discard)",
     "output-verified": f"read the output (`rsa job {JOB}` says where)",
@@ -135,8 +135,8 @@ def table() -> str:
         (dep_held_message([Waiting("1233", "staging")]), "nothing: it starts once job "
          "1233's output is verified"),
         (dep_held_message([Waiting("1233", "failed")]), "nothing: the stage-out is retried"),
-        (dep_held_message([Waiting("1233", "quarantined")]), "the owner of 1233: `rsa retry "
-         "1233` once the cause is fixed; or ask an operator"),
+        (dep_held_message([Waiting("1233", "quarantined")]), "the owner of 1233: fix the "
+         "cause, then ask an operator to run `rsa retry 1233`"),
         (released_message(["1233"]), "nothing"),
     ]
     for text, todo in holds:

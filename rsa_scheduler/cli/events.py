@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from rsa_scheduler.cli.jobs import API_OPTION
+from rsa_scheduler.cli.show import echo
 from rsa_scheduler.client import ApiClient
 
 
@@ -42,7 +43,7 @@ def events(api: str | None, job_id: str | None, since: int, follow: bool,
     while True:
         batch = client.get(f"/v1/events?since={since}{query}")["events"]
         for ev in batch:
-            click.echo(json.dumps(ev, sort_keys=True) if as_json else _line(ev))
+            echo(json.dumps(ev, sort_keys=True) if as_json else _line(ev))
             since = max(since, int(ev["seq"]))
         if not follow:
             return

@@ -11,14 +11,15 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import click
 
 from rsa_scheduler.cli.progress import Staging, short_duration
+from rsa_scheduler.cli.show import echo, printable
 from rsa_scheduler.cli.where import where_output
-from rsa_scheduler.client import ApiClient, ApiRefused
+from rsa_scheduler.client import ApiClient, ApiRefused, ApiUnavailable
 from rsa_scheduler.core.jobkey import key_from_env
 from rsa_scheduler.core.states import HOLDS_USER_DATA, PRE_RUN, RESET_UNDER_WAY, RUN, RsaState
 from rsa_scheduler.errors import RsaError
@@ -35,21 +36,21 @@ def jobs(api: str | None, as_json: bool) -> None:
     """List jobs tracked by the RSA."""
     data = ApiClient(api).get("/v1/jobs")
     if as_json:
-        click.echo(json.dumps(data, sort_keys=True))
+        echo(json.dumps(data, sort_keys=True))
         return
     rows = data["jobs"]
     if not rows:
-        click.echo("no jobs tracked by the RSA")
+        echo("no jobs tracked by the RSA")
         return
     now = time.time()
-    click.echo(f"{'JOBID':<8} {'USER':<8} {'JOB STATE':<9} {'RSA STATE':<16} {'NODES':<10} "
+    echo(f"{'JOBID':<8} {'USER':<8} {'JOB STATE':<9} {'RSA STATE':<16} {'NODES':<10} "
                f"{'FOR':>10} {'STAGED':>11} {'FILES':>11} {'RATE':>7} {'ETA':>8}  MESSAGE")
     for j in rows:
         since = short_duration(now - j["since"]) if j.get("since") else "-"
         st = Staging.of(j, now)
         staged, files, rate, eta = ((st.staged, st.files, st.speed, st.time_left) if st
                                     else ("-", "-", "-", "-"))
-        click.echo(f"{j['job_id']:<8} {j['user']:<8} {(j['job_state'] or '-'):<9} "
+        echo(f"{j['job_id']:<8} {j['user']:<8} {(j['job_state'] or '-'):<9} "
                    f"{j['rsa_state']:<16} {(j['nodes'] or '-'):<10} {since:>10} {staged:>11} "
                    f"{files:>11} {rate:>7} {eta:>8}  {' '.join((j.get('message') or '').split())}"
                    .rstrip())
@@ -72,33 +73,33 @@ def job(api: str | None, job_id: str | None, as_json: bool) -> None:
     """One job in detail, with its event timeline (inside a job: that job)."""
     data = ApiClient(api).get(f"/v1/jobs/{_this_job(job_id)}")
     if as_json:
-        click.echo(json.dumps(data, sort_keys=True))
+        echo(json.dumps(data, sort_keys=True))
         return
     for key in ("job_id", "user", "job_state", "rsa_state", "nodes", "cycle", "message"):
         value = data.get(key)
         if key == "job_state" and data.get("end_state"):  # as Slurm recorded the end
             value = f"{value} ({data['end_state']})"
-        click.echo(f"{key:>10}: {value}")
+        echo(f"{key:>10}: {value}")
     now = time.time()
     if data.get("rsa_state") == RsaState.QUARANTINED:  # its age, and when it is rescued
         due = (data.get("timers") or {}).get("rescue-due")
         rescue = (f"; rescued to the PFS in {short_duration(max(due - now, 0))} "
                   "(quarantine.rescue_after)" if due else
                   "; waits for an operator (rsa retry, or rsa release --discard-output)")
-        click.echo(f"{'held':>10}: quarantined for {short_duration(now - data['since'])}"
+        echo(f"{'held':>10}: quarantined for {short_duration(now - data['since'])}"
                    f"{rescue}")
     if data.get("rescue_to"):
         whose = "the previous run's" if data.get("rerun_started") else "the"
-        click.echo(f"{'rescue':>10}: {data['rescue_to']} ({whose} quarantined RAMDISK's "
+        echo(f"{'rescue':>10}: {data['rescue_to']} ({whose} quarantined RAMDISK's "
                    "content)")
     st = Staging.of(data, now)
     if st is not None:
-        click.echo(f"{'staging':>10}: {st.phase} {st.staged} ({st.percent}), {st.files} files, "
+        echo(f"{'staging':>10}: {st.phase} {st.staged} ({st.percent}), {st.files} files, "
                    f"{st.speed}, ETA {st.time_left}")
     where = where_output(data)
     if where is not None:
-        click.echo(f"{'output':>10}: {where}")
-    click.echo("  timeline:")
+        echo(f"{'output':>10}: {where}")
+    echo("  timeline:")
     for ev in data.get("events", []):
         when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ev["time"]))
         what = ev["name"]
@@ -125,7 +126,7 @@ def job(api: str | None, job_id: str | None, as_json: bool) -> None:
                     f"Epilog: {ev.get('message')})")
         elif what == "action.outcome":
             what = f"{ev['action']}: {ev['result']} {ev.get('message') or ''}"
-        click.echo(f"    {when}  {what}")
+        echo(f"    {when}  {what}")
 
 
 
@@ -133,7 +134,7 @@ def job(api: str | None, job_id: str | None, as_json: bool) -> None:
 def _command(api: str | None, job_id: str, command: str) -> dict[str, Any]:
     out: dict[str, Any] = ApiClient(api).post(f"/v1/jobs/{job_id}/command",
                                               {"command": command})
-    click.echo(f"job {job_id}: {command}: now {out['rsa_state']}")
+    echo(f"job {job_id}: {command}: now {out['rsa_state']}")
     return out
 
 
@@ -175,7 +176,7 @@ def release(api: str | None, job_id: str, discard_output: bool, yes: bool) -> No
         raise click.ClickException(f"job {job_id} holds no RSA resources to release "
                                    f"({state})")
     if not yes:
-        click.confirm(f"{what}?", abort=True)
+        click.confirm(printable(f"{what}?"), abort=True)
     _command(api, job_id, command)
 
 
@@ -198,20 +199,26 @@ def input_done(api: str | None, job_id: str | None, no_wait: bool, timeout: floa
     Waits until the RAMDISK is mounted over the job's DATA_OUT on all its nodes, so what the
     job writes after this returns lands on the RAMDISK, or until the RSA says the output
     goes to the PFS (no RAMDISK for this run, no DATA_OUT, or the input mount never
-    freed). Exit status 0 in both cases, 1 when rsad cannot be reached or refuses, 2 when
-    the reset is still under way after --timeout.
+    freed). Exit status 0 in both cases, 1 when rsad refuses (or cannot be reached within
+    --timeout), 2 when the reset is still under way after --timeout. rsad restarting
+    meanwhile (unreachable, or busy starting) is waited for: every step reads the job's
+    state first, so a request rsad took before it went is never made twice.
     """
     job_id = _this_job(job_id)
     client = ApiClient(api)
-    data = client.get(f"/v1/jobs/{job_id}")
+    deadline = time.monotonic() + timeout
+    path = f"/v1/jobs/{job_id}"
+    data = _asked(lambda: client.get(path), deadline, job_id)
     if data["rsa_state"] == RsaState.MOUNTED_INPUT:
         try:
-            data = client.post(f"/v1/jobs/{job_id}/command", {"command": "input-done"})
-        except ApiRefused:  # the reset timer beat us to it: look again
-            data = client.get(f"/v1/jobs/{job_id}")
+            data = _asked(lambda: client.post(f"{path}/command", {"command": "input-done"}),
+                          deadline, job_id)
+        except ApiRefused as e:  # the reset timer beat us to it, or rsad took our first
+            if e.status in BUSY:  # request before it restarted: look again
+                raise
+            data = _asked(lambda: client.get(path), deadline, job_id)
             if data["rsa_state"] not in RESET_UNDER_WAY | {RsaState.MOUNTED_OUTPUT}:
                 raise
-    deadline = time.monotonic() + timeout
     while not no_wait and data["rsa_state"] in RESET_UNDER_WAY:
         if time.monotonic() >= deadline:
             raise _WaitTimeout(
@@ -219,10 +226,35 @@ def input_done(api: str | None, job_id: str | None, no_wait: bool, timeout: floa
                 f"{timeout:g}s ({data['rsa_state']}); `rsa job {job_id}` shows why, and "
                 "`rsa input-done --timeout` waits longer")
         time.sleep(0.5)
-        data = client.get(f"/v1/jobs/{job_id}")
+        data = _asked(lambda: client.get(path), deadline, job_id)
     if "spec" not in data:  # a command's answer is the short form
         data = client.get(f"/v1/jobs/{job_id}")
-    click.echo(_input_done_line(job_id, data))
+    echo(_input_done_line(job_id, data))
+
+
+#: rsad's answers that mean "not now" (429: this user's requests; 503: starting, busy)
+BUSY = frozenset({429, 503})
+#: seconds between asks while rsad cannot answer
+ASK_AGAIN = 1.0
+
+
+def _asked(ask: Callable[[], Any], deadline: float, job_id: str) -> Any:
+    """``ask()``'s answer; while rsad cannot answer (restarting: unreachable, or 503
+    while it replays its log) asked again until ``deadline``, said once on stderr."""
+    said = False
+    while True:
+        try:
+            return ask()
+        except (ApiUnavailable, ApiRefused) as e:
+            if isinstance(e, ApiRefused) and e.status not in BUSY:
+                raise
+            if time.monotonic() >= deadline:
+                raise
+            if not said:
+                echo(f"rsa input-done: job {job_id}: {e}; asking again until --timeout",
+                     err=True)
+                said = True
+        time.sleep(ASK_AGAIN)
 
 
 def _reset_partial(data: Mapping[str, Any]) -> str:

@@ -13,6 +13,7 @@ import sys
 import click
 
 from rsa_scheduler import __version__
+from rsa_scheduler.cli.show import printable
 from rsa_scheduler.errors import RsaError, user_line
 
 # noun -> "module:attribute" of a click command or group
@@ -85,8 +86,11 @@ def main() -> None:
             sys.exit(rc)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
-    except click.ClickException as e:
+    except click.UsageError as e:
         e.show()
+        sys.exit(e.exit_code)
+    except click.ClickException as e:  # may quote rsad's answers: printable (cli/show.py)
+        click.echo(f"Error: {printable(e.format_message())}", err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
@@ -94,5 +98,5 @@ def main() -> None:
     except RsaError as e:
         if "--debug" in sys.argv:
             raise
-        click.echo(f"rsa: error: {user_line(e)}", err=True)
+        click.echo(f"rsa: error: {printable(user_line(e))}", err=True)
         sys.exit(1)

@@ -9,6 +9,7 @@ import click
 
 from rsa_scheduler.cli.config import config_option
 from rsa_scheduler.cli.jobs import API_OPTION
+from rsa_scheduler.cli.show import echo
 from rsa_scheduler.client import ApiClient
 from rsa_scheduler.core.units import format_size
 
@@ -29,20 +30,20 @@ def nodes(ctx: click.Context, api: str | None, as_json: bool) -> None:
         return
     data = ApiClient(api).get("/v1/status")["nodes"]
     if as_json:
-        click.echo(json.dumps({"nodes": data}, sort_keys=True))
+        echo(json.dumps({"nodes": data}, sort_keys=True))
         return
-    click.echo(f"{'NODE':<12} {'TIER':<5} {'STATE':<9} {'CAPACITY':>9}  {'JOB':<10} REASON")
+    echo(f"{'NODE':<12} {'TIER':<5} {'STATE':<9} {'CAPACITY':>9}  {'JOB':<10} REASON")
     for n in data:
         why = n.get("reason") or ""
         if why and n.get("by"):
             why = f"{why} [{n['by']}]"
-        click.echo(f"{n['name']:<12} {n['tier']:<5} {n['state']:<9} "
+        echo(f"{n['name']:<12} {n['tier']:<5} {n['state']:<9} "
                    f"{format_size(n['capacity']):>9}  {n['job'] or '-':<10} {why}".rstrip())
 
 
 def _set(api: str | None, node: str, state: str, reason: str) -> None:
     ApiClient(api).post(f"/v1/nodes/{node}/state", {"state": state, "reason": reason})
-    click.echo(f"{node}: {state}" + (f" ({reason})" if reason else ""))
+    echo(f"{node}: {state}" + (f" ({reason})" if reason else ""))
 
 
 REASON = click.option("--reason", default="", help="Why (shown by rsa nodes and logged).")
@@ -144,18 +145,18 @@ def _pfs_here(roots: list[str]) -> dict[str, Seen]:
     seen = parse_probe(run(probe_argv(list(dict.fromkeys(roots))), timeout=60).stdout)
     for root, here in seen.items():
         if not here.fstype:
-            click.echo(f"note: {root} (staging) is not on this host: not compared", err=True)
+            echo(f"note: {root} (staging) is not on this host: not compared", err=True)
     return seen
 
 
 def _report(reports: list[NodeReport], as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps({"nodes": {r.node: {"ok": r.ok, "lacks": list(r.lacks),
+        echo(json.dumps({"nodes": {r.node: {"ok": r.ok, "lacks": list(r.lacks),
                                                   "error": r.error, "facts": dict(r.facts)}
                                          for r in reports}}, sort_keys=True))
     else:
         for r in reports:
             for line in r.lines():
-                click.echo(line)
+                echo(line)
     if not all(r.ok for r in reports):
         raise SystemExit(1)

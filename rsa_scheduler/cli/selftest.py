@@ -36,6 +36,7 @@ from rsa_scheduler.cli.selfsteps import (
     nodes_step,
     report,
 )
+from rsa_scheduler.cli.show import echo
 from rsa_scheduler.client import ApiClient, ApiRefused, ApiUnavailable
 from rsa_scheduler.errors import RsaError
 
@@ -272,8 +273,8 @@ def selftest(api: str | None, config_file: str | None, user_name: str, directory
 
     def say(step: Step) -> None:
         if not as_json:
-            for line in report([step]):
-                click.echo(line)
+            for line in report([step]):  # rsad's messages: a user's stderr among them
+                echo(line)
 
     if not as_json:
         click.echo(f"rsa selftest: as {user_name}, in {base}")

@@ -28,6 +28,7 @@ from typing import Any
 import click
 
 from rsa_scheduler.cli.jobs import API_OPTION
+from rsa_scheduler.cli.show import echo
 from rsa_scheduler.cli.where import FAILED, OK, Verdict, verdict
 from rsa_scheduler.client import ApiClient, ApiRefused, ApiUnavailable
 
@@ -77,7 +78,7 @@ def _ask(client: ApiClient, job_id: str,
 def wait_for_jobs(ask: Callable[[str], Mapping[str, Any] | None], job_ids: Sequence[str],
                   timeout: float | None, *, clock: Callable[[], float] = time.monotonic,
                   sleep: Callable[[float], None] = time.sleep,
-                  say: Callable[[str], None] = click.echo) -> int:
+                  say: Callable[[str], None] = echo) -> int:
     """Ask about each job until it has a verdict or ``timeout`` seconds passed; one line
     per job as its verdict comes; the exit status. ``ask`` raising
     :class:`ApiUnavailable` (rsad restarting) is asked again until the timeout."""
@@ -157,14 +158,14 @@ def _cluster_status(client: ApiClient, job_id: str) -> str:
     try:
         word, why = cluster_status(_ask(client, job_id), lambda: slurm_end(job_id))
     except ApiUnavailable as e:
-        click.echo(f"rsa wait: job {job_id}: rsad not reachable ({e}): running", err=True)
+        echo(f"rsa wait: job {job_id}: rsad not reachable ({e}): running", err=True)
         return RUNNING
     except ApiRefused as e:
         if e.status in (429, 503):
             return RUNNING
         raise
     if word == FAILURE:
-        click.echo(f"rsa wait: job {job_id}: {why} (rsa job {job_id} says more)", err=True)
+        echo(f"rsa wait: job {job_id}: {why} (rsa job {job_id} says more)", err=True)
     return word
 
 
@@ -189,7 +190,7 @@ def wait(api: str | None, job_ids: tuple[str, ...], timeout: float | None,
     if cluster:
         if len(job_ids) != 1:
             raise click.UsageError("--cluster-status takes one job id")
-        click.echo(_cluster_status(client, job_ids[0].split(";")[0]))
+        echo(_cluster_status(client, job_ids[0].split(";")[0]))
         return
     rc = wait_for_jobs(lambda j: _ask(client, j), job_ids, timeout)
     if rc:

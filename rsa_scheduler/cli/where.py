@@ -131,8 +131,9 @@ def where_output(job: Mapping[str, Any]) -> str | None:
     if state == "quarantined":
         return (f"kept on the RAMDISK of {nodes}, NOT complete in {out}: the stage-out gave "
                 f"up (the message says why); do not read {out} yet. Once the cause is fixed "
-                f"(space, permissions), 'rsa retry {job_id}' stages it out again; if that "
-                "fails, ask your operator: the data stays kept until then")
+                f"(space, permissions), ask your operator to run 'rsa retry {job_id}' (an "
+                "operator's command), which stages it out again: the data stays kept until "
+                "then")
     if job.get("job_state") != "finished":
         if state in ("mounted-input", "resetting", "reset-failed"):
             return (f"not written yet: the job reads its input from the RAMDISK; at the "

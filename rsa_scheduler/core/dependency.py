@@ -294,8 +294,8 @@ def held_message(waits: list[Waiting]) -> str:
     p = worst.parent
     if worst.why == "quarantined":
         return (f"RSA: held: job {p}'s output is quarantined on its RAMDISK, not on the "
-                f"PFS; its owner can 'rsa retry {p}', or an operator decides (rsa job {p} "
-                f"says why)")
+                f"PFS; an operator's 'rsa retry {p}' stages it out once the cause is "
+                f"fixed, or an operator decides otherwise (rsa job {p} says why)")
     if worst.why == "rescued":
         return (f"RSA: held: job {p}'s output was quarantined, then rescued to the "
                 f"site's rescue area, not to its DATA_OUT (rsa job {p} says where); once "

@@ -199,6 +199,10 @@ class CommandRefused(RsaError):
     """A user/operator command that is not allowed now; the message says why."""
 
 
+class UnknownJob(CommandRefused):
+    """A command for a job rsad does not track, or not the caller's: one answer for both."""
+
+
 class Scheduler:
     """All tracked jobs and the RSA node pool."""
 
@@ -541,13 +545,18 @@ class Scheduler:
 
     def command(self, job_id: str, trigger: Trigger, now: float, *, by: str,
                 operator: bool) -> Decision:
-        """A user (``rsa input-done``, ``rsa cancel-staging``) or operator command."""
+        """A user (``rsa input-done``, ``rsa cancel-staging``) or operator command.
+
+        A user's command acts only on a record of their own (``by``), judged here, in the
+        same step as the command: the API's look at the job came a moment before, and a
+        cycle in between may have given the id to another user's job (Slurm lost its
+        state, or its ids wrapped). Refused in the words of an unknown job."""
         allowed = OPERATOR_COMMANDS if operator else USER_COMMANDS
         if trigger not in allowed:
             raise CommandRefused(f"{trigger.value} is an operator command")
         rec = self.records.get(job_id)
-        if rec is None:
-            raise CommandRefused(f"job {job_id} is not tracked by the RSA")
+        if rec is None or (not operator and rec.user != by):
+            raise UnknownJob(f"job {job_id} is not tracked by the RSA")
         dec = Decision()
         try:
             dec.add(fire(rec, trigger, now, self.policy, self.share, by=by))

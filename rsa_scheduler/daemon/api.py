@@ -33,9 +33,10 @@ from urllib.parse import parse_qs, urlsplit
 from rsa_scheduler import munge
 from rsa_scheduler.config.schema import ApiConfig
 from rsa_scheduler.core.jobkey import job_key
-from rsa_scheduler.core.scheduler import CommandRefused
+from rsa_scheduler.core.scheduler import CommandRefused, UnknownJob
 from rsa_scheduler.core.states import LEFT_QUEUE, OPERATOR_COMMANDS, USER_COMMANDS
 from rsa_scheduler.daemon import httpd
+from rsa_scheduler.daemon.inbox import NotTaken
 from rsa_scheduler.daemon.service import Daemon, users_differ
 from rsa_scheduler.daemon.views import status_for_user
 from rsa_scheduler.errors import RsaError
@@ -46,6 +47,7 @@ AUTH_HEADER = "X-RSA-Munge"
 REPLY_HEADER = "X-RSA-Munge-Reply"  # rsad's credential over its answer (node hooks check it)
 OPERATOR_USERS = frozenset({"root", "slurm"})
 NODE_HOOKS = frozenset({"prolog", "agent", "mounted", "epilog"})
+EVENTS_LIMIT = 10_000  # events in one answer (rsa events pages on with since=)
 #: the answer to everything but burst_buffer.lua's hooks until rsad is ready
 STARTING = ("rsad is starting (replaying its event log and fencing what an earlier rsad "
             "left on the RSA nodes); retry in a moment")
@@ -192,12 +194,17 @@ class Routes:
 
     def _archived(self, job_id: str) -> dict[str, Any] | None:
         """A job no longer in rsad's memory (finished, past ``daemon.retention``), rebuilt
-        from its history in the store, on this API thread."""
+        from its history in the store, on this API thread: from its record's start (its
+        last ``job.tracked``), however many events earlier jobs of the id left."""
         from rsa_scheduler.core.machine import JobRecord, apply_event
 
         recs: dict[str, JobRecord] = {}
-        for ev in self._store_events(job_id):
-            apply_event(recs, ev)
+        with self._read() as ro:
+            start = ro.last_named(job_id, "job.tracked")
+            if not start:
+                return None
+            for ev in ro.events(job_id, since=start - 1):
+                apply_event(recs, ev)
         rec = recs.get(job_id)
         if rec is None:
             return None
@@ -206,42 +213,52 @@ class Routes:
 
     def _job(self, caller: Caller, job_id: str) -> dict[str, Any]:
         job = self._visible(caller, job_id)
-        events = self._store_events(job_id)
-        if not caller.operator:
-            start = self._tracked_since(job_id, events)
-            events = [e for e in events if e.seq >= start]
         job["events"] = [
             {"seq": e.seq, "time": e.time, "name": e.name,
              **{k: v for k, v in e.context.items() if k != "set"}}
-            for e in events]
+            for e in self._job_events(caller, job_id, 0)]
         return job
 
-    def _tracked_since(self, job_id: str, events: list[Any] | None = None) -> int:
-        """The seq of the event that started the record of the job that has ``job_id``
-        now (its last ``job.tracked``): the events before it are an earlier job's of
-        the same id (Slurm lost its state, or its ids wrapped), perhaps another user's,
-        and only an operator sees them."""
-        got = self._store_events(job_id) if events is None else events
-        return max((e.seq for e in got if e.name == "job.tracked"), default=0)
-
-    def _store_events(self, job_id: str | None, since: int = 0) -> list[Any]:
+    def _read(self) -> Any:
         from rsa_scheduler.store import Store
 
-        with Store.open(self.daemon.store.path, readonly=True) as ro:
-            return list(ro.events(job_id, since=since, limit=10_000))
+        return Store.open(self.daemon.store.path, readonly=True)
+
+    def _job_events(self, caller: Caller, job_id: str, since: int) -> list[Any]:
+        """``job_id``'s events after ``since`` (at most :data:`EVENTS_LIMIT`, oldest
+        first): an operator's, all; a plain user's, those of the record that has the id
+        now (:func:`_mine_since`), which :meth:`_visible` found theirs a moment before;
+        if it is another user's by now, none (404, as an unknown job)."""
+        with self._read() as ro:
+            if not caller.operator:
+                start = _mine_since(ro, job_id, caller.user)
+                if start is None:
+                    raise ApiError(HTTPStatus.NOT_FOUND,
+                                   f"job {job_id} is not tracked by the RSA")
+                since = max(since, start - 1)
+            return list(ro.events(job_id, since=since, limit=EVENTS_LIMIT))
 
     def _events(self, caller: Caller, query: dict[str, list[str]]) -> dict[str, Any]:
-        since = int(query.get("since", ["0"])[0])
+        since = _seq(query, "since")
         job = query.get("job", [None])[0]
         if job is not None:
             self._visible(caller, job)
-        events = self._store_events(job, since)
-        if not caller.operator and job is None:  # one job: _visible checked it is theirs
-            mine = {j["job_id"] for j in self._call(lambda: self.daemon.jobs_view(caller.user))}
-            events = [e for e in events if e.job_id in mine]
-        if not caller.operator:  # and of their job only, not an earlier one of its id
-            start = {j: self._tracked_since(j) for j in {e.job_id for e in events}}
-            events = [e for e in events if e.seq >= start[e.job_id]]
+            events = self._job_events(caller, job, since)
+        elif caller.operator:
+            with self._read() as ro:
+                events = list(ro.events(None, since=since, limit=EVENTS_LIMIT))
+        else:  # each of their jobs' own events, read by job: never the whole log's head
+            user = caller.user
+            mine = self._call(lambda: sorted(j for j, r in self.daemon.sched.records.items()
+                                             if r.user == user))
+            events = []
+            with self._read() as ro:
+                for j in mine:
+                    start = _mine_since(ro, j, user)
+                    if start is not None:
+                        events += ro.events(j, since=max(since, start - 1),
+                                            limit=EVENTS_LIMIT)
+            events = sorted(events, key=lambda e: e.seq)[:EVENTS_LIMIT]
         return {"events": [{"seq": e.seq, "time": e.time, "job_id": e.job_id, "name": e.name,
                             **{k: v for k, v in e.context.items() if k != "set"}}
                            for e in events]}
@@ -254,9 +271,11 @@ class Routes:
             raise ApiError(HTTPStatus.FORBIDDEN,
                            f"{command or 'an empty command'} is not allowed for {caller.user}")
         self._visible(caller, job_id)
-        try:
+        try:  # the loop judges whose job it is again, with the command (core.scheduler)
             return self.daemon.submit("command", (job_id, command, caller.user,
                                                   caller.operator), wait=True)
+        except UnknownJob as e:
+            raise ApiError(HTTPStatus.NOT_FOUND, str(e)) from e
         except CommandRefused as e:
             raise ApiError(HTTPStatus.CONFLICT, str(e)) from e
 
@@ -489,7 +508,7 @@ class Endpoint:
     def respond(self, req: httpd.Request, who: httpd.Identity) -> httpd.Reply:
         method, path = req.head.method, req.head.target
         try:
-            body = json.loads(req.body) if req.body else None
+            body = _body(req.body)
             result = self.routes.dispatch(Caller(who.uid, who.name), method, path, body)
             return self._reply(HTTPStatus.OK, result, req, who)
         except ApiError as e:
@@ -498,10 +517,16 @@ class Endpoint:
             return self._reply(HTTPStatus.UNAUTHORIZED, {"error": str(e)})
         except (ValueError, KeyError) as e:
             return self._reply(HTTPStatus.BAD_REQUEST, {"error": str(e)})
+        except NotTaken:  # withdrawn before the loop took it: safe to send again
+            return self._reply(HTTPStatus.SERVICE_UNAVAILABLE,
+                               {"error": "rsad is busy: its loop did not take the request "
+                                         "in time; nothing of it was done, retry in a "
+                                         "moment"})
         except TimeoutError:
             return self._reply(HTTPStatus.SERVICE_UNAVAILABLE,
-                               {"error": "rsad is busy: its loop did not answer in "
-                                         "time"})
+                               {"error": "rsad is busy: its loop took the request but did "
+                                         "not answer in time; it may still be carried out "
+                                         "(rsa job shows the job's state)"})
         except Exception as e:
             log.exception("api: %s %s failed", method, path)
             return self._reply(HTTPStatus.INTERNAL_SERVER_ERROR,
@@ -528,6 +553,52 @@ class Endpoint:
             except munge.MungeError as e:
                 log.warning("api: reply not signed: %s", e)
         return httpd.Reply(int(status), out, headers)
+
+
+def _mine_since(ro: Any, job_id: str, user: str) -> int | None:
+    """The seq at which the record that has ``job_id`` now began (its last
+    ``job.tracked``), if that record is ``user``'s; None if it is another user's or there
+    is none. The events before it are an earlier job's of the same id (Slurm lost its
+    state, or its ids wrapped), perhaps another user's, and only an operator sees them.
+    Asked of the store itself: a job's first 10,000 events, which this was read from
+    before, could end before its newest record began."""
+    start = int(ro.last_named(job_id, "job.tracked"))
+    if not start:
+        return None
+    first = next(iter(ro.events(job_id, since=start - 1, limit=1)), None)
+    made = (first.context.get("set") or {}) if first is not None else {}
+    return start if made.get("user") == user else None
+
+
+def _body(raw: bytes) -> dict[str, Any] | None:
+    """A request's JSON body: an object, or none. Anything else is the caller's mistake,
+    answered 400 in one line (it was a 500 and a traceback in rsad's log per request:
+    a list where the routes read keys, or nesting deep enough to exhaust the parser)."""
+    if not raw:
+        return None
+    try:
+        body = json.loads(raw)
+    except RecursionError as e:
+        raise ApiError(HTTPStatus.BAD_REQUEST, "the request body is nested too deeply: "
+                                               "send one JSON object") from e
+    except ValueError as e:
+        raise ApiError(HTTPStatus.BAD_REQUEST, f"the request body is not JSON ({e}): "
+                                               "send one JSON object") from e
+    if not isinstance(body, dict):
+        raise ApiError(HTTPStatus.BAD_REQUEST, f"the request body is a JSON "
+                                               f"{type(body).__name__}, not an object: "
+                                               "send one JSON object")
+    return body
+
+
+def _seq(query: Mapping[str, list[str]], key: str) -> int:
+    """An event sequence number from the query (``since=``): 0 to 2^63-1, as the store
+    keeps them (a larger one made the store's query fail: a 500 and a traceback)."""
+    text = query.get(key, ["0"])[0]
+    if not re.fullmatch(r"[0-9]{1,18}", text):
+        raise ApiError(HTTPStatus.BAD_REQUEST,
+                       f"{key}= takes an event number (0 or more), not {text[:20]!r}")
+    return int(text)
 
 
 def _same_uid(user: str, uid: object) -> bool:

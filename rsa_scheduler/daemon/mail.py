@@ -59,8 +59,9 @@ def subject(job_id: str, outcome: str) -> str:
 
 def body(job_id: str, outcome: str, message: str) -> str:
     then = ("Its files are in place: steps that read them may run.\n" if outcome == VERIFIED
-            else f"Do not read its output yet. 'rsa retry {job_id}' stages it out again "
-                 "once the cause is fixed; the data is kept until then.\n")
+            else f"Do not read its output yet. Once the cause is fixed, ask your operator "
+                 f"to run 'rsa retry {job_id}', which stages it out again; the data is kept "
+                 "until then.\n")
     return f"{message}\n\n{then}'rsa job {job_id}' shows where the output is.\n"
 
 

@@ -156,7 +156,7 @@ def answer_data_in(rec: JobRecord | None, bb: BbJob | None, job: str = "") -> An
             return Answer("wait", f"the previous run's output is quarantined on its RAMDISK "
                                   f"({native_text(rec.message)}); this run is staged once "
                                   f"an operator runs `rsa retry {rec.job_id}` or "
-                                  f"`rsa discard {rec.job_id}`")
+                                  f"`rsa release {rec.job_id} --discard-output`")
         return Answer("wait", f"the previous run's output is being staged out "
                               f"({state.value}); this run's input is staged after it")
     if state in STAGED:
@@ -232,8 +232,9 @@ def answer_data_out(rec: JobRecord | None, bb: BbJob | None, job: str = "") -> A
             return Answer("done", "no #RSA_DATA_OUT: nothing to stage out")
         if bb is not None and bb.discarded:
             return Answer("failed", f"job {rec.job_id}'s output on its RAMDISK was discarded "
-                                    "by an operator (rsa discard): it is not on the PFS; "
-                                    f"scancel --hurry {rec.job_id} ends the stage-out")
+                                    "by an operator (rsa release --discard-output): it is "
+                                    f"not on the PFS; scancel --hurry {rec.job_id} ends the "
+                                    "stage-out")
         # the core never destroys a RAMDISK holding unverified output (HOLDS_USER_DATA):
         # released without a verification, the job wrote its output to the PFS itself
         # (it ended before its RAMDISK was reset for output, or never got one)
@@ -263,7 +264,7 @@ def answer_teardown(rec: JobRecord | None, job: str = "") -> Answer:
     if rec.rsa_state is RsaState.QUARANTINED:
         return Answer("failed", f"job {rec.job_id}'s output is quarantined on its RAMDISK "
                                 f"({rec.message}); kept until an operator runs `rsa retry "
-                                f"{rec.job_id}` or `rsa discard {rec.job_id}`")
+                                f"{rec.job_id}` or `rsa release {rec.job_id} --discard-output`")
     if rec.rsa_state in TEARDOWN:
         return Answer("wait", f"tearing job {rec.job_id}'s RAMDISK down")
     doing = _BEFORE_TEARDOWN.get(rec.rsa_state)

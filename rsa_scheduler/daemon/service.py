@@ -239,7 +239,8 @@ class Daemon:
             self._commit(self.sched.tick(self.clock()))
 
     def drain(self, timeout: float = 0.0) -> int:
-        """Handle queued requests; wait up to ``timeout`` for the first one.
+        """Handle the requests queued now (those that come meanwhile are the next turn's:
+        :meth:`Inbox.batches`); wait up to ``timeout`` for the first one.
 
         Requests that only change state (outcomes, hooks, commands, node states) are
         handled in groups: their decisions are written in ONE store transaction before
@@ -262,6 +263,8 @@ class Daemon:
         answers: list[tuple[Request, bool, Any]] = []
         try:
             for req in group:
+                if not self.inbox.take(req):
+                    continue  # withdrawn by its caller (Inbox.submit)
                 try:
                     answers.append((req, True, self._handle_one(req)))
                 except Exception as e:  # answered to its caller, never fatal to the loop
@@ -483,6 +486,8 @@ class Daemon:
         return self.inbox.submit(kind, payload, wait=wait, timeout=timeout)
 
     def _handle(self, req: Request) -> None:
+        if not self.inbox.take(req):
+            return  # its caller stopped waiting and was told so: nothing of it is done
         try:
             result = self._handle_one(req)
         except Exception as e:  # answered to the caller, never fatal to the loop

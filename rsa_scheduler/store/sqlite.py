@@ -416,6 +416,13 @@ class Store:
         data = _loads(row[1])
         return int(row[0]), dict(data)
 
+    def last_named(self, job_id: str, name: str) -> int:
+        """The ``seq`` of ``job_id``'s newest event called ``name`` (0: none), however
+        many events the job has (the API's "since this job's record began")."""
+        return int(self._query_one("reading a job's events",
+                                   "SELECT coalesce(max(seq), 0) FROM events "
+                                   "WHERE job_id = ? AND name = ?", (job_id, name))[0])
+
     def last_seq(self) -> int:
         """The ``seq`` of the newest committed event (0 for an empty log)."""
         return int(self._query_one("reading the last seq",

@@ -137,6 +137,91 @@ def test_unauthenticated_tcp_connections_cannot_lock_out_hooks(lab: Mapping[str,
         assert out.returncode == 0, out.stderr
 
 
+#: one authenticated request with a body of the caller's choosing, as the user runs it
+SIGNED = """
+import json, socket, sys
+from rsa_scheduler import munge
+from rsa_scheduler.client import _exchange, host_and_port
+address, method, path, body = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].encode()
+cred = munge.encode(munge.request_digest(method, path, body))
+head = (f"{method} {path} HTTP/1.1\\r\\nHost: x\\r\\nX-RSA-Munge: {cred}\\r\\n"
+        f"Content-Length: {len(body)}\\r\\nConnection: close\\r\\n\\r\\n")
+if address.startswith("/"):
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(address)
+else:
+    sock = socket.create_connection(host_and_port(address))
+status, _, data = _exchange(sock, head.encode() + body)
+print(json.dumps({"status": status, "error": json.loads(data).get("error")}))
+"""
+
+
+@pytest.mark.parametrize("address", [SOCK, TCP])
+def test_a_malformed_body_is_one_line_and_rsad_serves_on(lab: Mapping[str, str],
+                                                         address: str) -> None:
+    """rsaother's authenticated requests whose body is JSON but not an object, or nested
+    past the parser's depth: a 400 in one line each (before: 500 `internal error: 'list'
+    object has no attribute 'get'` and a traceback in rsad's log per request)."""
+    other = lab["RSA_LAB_OTHER_USER"]
+    cases = [("POST", "/v1/jobs/1/command", "[1]", "a JSON list, not an object"),
+             ("POST", "/v1/admin/drain", "[" * 50_000 + "]" * 50_000, "nested too deeply"),
+             ("GET", "/v1/events?since=99999999999999999999", "", "since= takes an event")]
+    for method, path, body, why in cases:
+        out = as_user(lab, other, [f"{lab['RSA_LAB_VENV']}/bin/python", "-c", SIGNED,
+                                   address, method, path, body], timeout=60)
+        assert out.returncode == 0, out.stderr[-2000:]
+        got = json.loads(out.stdout.splitlines()[-1])
+        assert got["status"] == 400 and why in got["error"], (path, got)
+    assert root_status_seconds(lab) < FAST
+
+
+#: rsaother's PREPROCESS: its stderr's last lines become the job's message; they set the
+#: terminal's title, write its clipboard (OSC 52), erase a line, and forge a line
+EVIL_PRE = ("#!/bin/bash\nprintf 'tool: \\033]0;owned\\007\\033]52;c;b3duZWQ=\\007"
+            "\\033[2K\\nforged: released (discard)\\n' >&2\nexit 1\n")
+
+
+def test_a_users_escape_sequences_never_reach_an_operators_terminal(
+        lab: Mapping[str, str]) -> None:
+    """rsaother's PREPROCESS writes terminal escape sequences and a second line to its
+    stderr and fails: root's `rsa jobs`, `rsa job N` and `rsa events --job N` show the
+    text as `\\x1b...`, never the bytes, and no line of it stands alone (before: the
+    sequences reached root's terminal as they were)."""
+    from tests.integration.test_rsad_staging import fill, rsa_job
+
+    other = lab["RSA_LAB_OTHER_USER"]
+    base = Path(lab["RSA_LAB_OTHER_PFS"]) / f"api-esc-{os.getpid()}"
+    made = as_user(lab, other, ["mkdir", "-p", str(base)])
+    assert made.returncode == 0, made.stderr
+    pre = base / "pre.sh"
+    pre.write_text(EVIL_PRE)  # root writes it, 0644: rsaother's PREPROCESS reads it
+    pre.chmod(0o644)
+
+    def failed(job: str) -> bool:
+        data = rsa_job(lab, job) or {}
+        return "PREPROCESS exited 1" in json.dumps(data)
+
+    try:
+        with make_jobs(lab) as jobs:
+            fill(jobs)
+            job = jobs.submit(user=other, script=f"#!/bin/bash\n#SBATCH -t 5\n"
+                                                 f"#RSA_PREPROCESS=/bin/bash {pre}\ntrue\n")
+            wait_for(f"job {job}'s PREPROCESS failed", lambda: failed(job), timeout=180)
+            assert "\\u001b]0;owned" in json.dumps(rsa_job(lab, job))  # the bytes, in rsad
+            for args in (("jobs",), ("job", job), ("events", "--job", job)):
+                out = rsa(lab, "root", *args)
+                assert out.returncode == 0, (args, out.stderr)
+                if args[0] != "jobs":  # their timeline quotes the PREPROCESS itself
+                    assert "\\x1b]0;owned\\x07" in out.stdout, (args, out.stdout[-2000:])
+                assert not any(c in out.stdout for c in "\x1b\x07\x9b"), args
+                assert not any(line.startswith("forged:")
+                               for line in out.stdout.splitlines()), args
+            for filler in jobs.ids[:4]:
+                root(lab, "scancel", filler)
+    finally:
+        root(lab, "rm", "-rf", str(base))
+
+
 def test_the_socket_is_for_its_group_only(lab: Mapping[str, str]) -> None:
     """0660 root:rsa (daemon.api.socket_group); the lab's users and slurm are members."""
     st = os.stat(SOCK)

@@ -27,6 +27,7 @@ from rsa_scheduler.client import ApiClient, ApiRefused, _denied
 from rsa_scheduler.daemon import httpd
 from rsa_scheduler.daemon.api import REPLY_HEADER, ApiError, ApiServers, Caller, Routes
 from rsa_scheduler.daemon.httpd import Conn, Gate, HttpError, Limits, parse_head
+from rsa_scheduler.daemon.inbox import NotTaken
 
 ME = os.getuid()
 _as = threading.local()
@@ -63,6 +64,10 @@ class FakeRoutes(Routes):
     def dispatch(self, caller: Caller, method: str, path: str, body: Any) -> Any:
         if path == "/v1/refuse":
             raise ApiError(HTTPStatus.FORBIDDEN, "not for you")
+        if path == "/v1/withdrawn":
+            raise NotTaken("withdrawn")
+        if path == "/v1/late":
+            raise TimeoutError("late")
         if path == "/v1/slow":
             self.waiting.release()
             self.go.wait(10)
@@ -391,6 +396,18 @@ def test_transport_errors_are_json(make_api: Any) -> None:
     assert status == 400 and json.loads(body)["error"].startswith("invalid Content-Length")
     assert httpd.encode_reply(httpd.plain(HTTPStatus.OK, "x")).startswith(
         b"HTTP/1.1 200 OK\r\n")
+
+
+def test_busy_says_whether_the_request_may_still_be_carried_out(make_api: Any) -> None:
+    """503 "busy" told a caller nothing of whether its command would still happen (it
+    did, later); now a request the loop never took is withdrawn and the answer says
+    nothing was done, and one it took but did not answer in time says it may be."""
+    api = make_api()
+    with pytest.raises(ApiRefused, match="nothing of it was done, retry") as withdrawn:
+        ApiClient(api.tcp).get("/v1/withdrawn")
+    with pytest.raises(ApiRefused, match="it may still be carried out") as late:
+        ApiClient(api.tcp).get("/v1/late")
+    assert withdrawn.value.status == late.value.status == 503
 
 
 def test_a_refusal_sent_before_the_request_was_read_still_reaches_the_client(

@@ -213,6 +213,39 @@ def test_input_done_says_where_the_output_mount_was_refused(
                            f"/pfs/alice/out is on the PFS as usual")
 
 
+def test_input_done_rides_out_an_rsad_restart(monkeypatch: pytest.MonkeyPatch,
+                                              no_sleep: None) -> None:
+    """rsad restarted as a job said input-done: unreachable, then 503 while it replays
+    its log; killed after it committed the request, before it answered. The job's
+    `rsa input-done` exited 1 at the first of these (with `set -e`, the job with it;
+    found by review); now it asks again until --timeout, reading the job's state
+    before each step, so the reset is asked for once and the job told where to write."""
+    from rsa_scheduler.client import ApiRefused, ApiUnavailable
+
+    down = ApiUnavailable("cannot reach rsad at /run/rsa/rsad.sock: [Errno 111] "
+                          "Connection refused; is rsad running (systemctl status rsad)?")
+    script: list[Any] = [down, ApiRefused(503, "rsad is starting"), "mounted-input",
+                         down,  # the POST: committed, then rsad killed before answering
+                         ApiRefused(409, "job 7: can't input-done from resetting"),
+                         "resetting", "mounted-output"]
+    calls: list[str] = []
+
+    def rsad(_client: Any, method: str, path: str, body: Any = None) -> Any:
+        calls.append(method)
+        got = script.pop(0)
+        if isinstance(got, Exception):
+            raise got
+        return {"job_id": "7", "rsa_state": got, "spec": {"data_out": "/pfs/alice/out"}}
+
+    monkeypatch.setattr(ApiClient, "request", rsad)
+    result = cli_runner().invoke(cli, ["input-done", "7"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1] == (
+        "job 7: input done; the RAMDISK is mounted over /pfs/alice/out: write there")
+    assert "asking again until --timeout" in result.output
+    assert calls == ["GET", "GET", "GET", "POST", "POST", "GET", "GET"]
+
+
 def test_input_done_gives_up_after_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     rsad = ResetDouble(["mounted-input", "reset-failed"])
     monkeypatch.setattr(ApiClient, "request", rsad.request)
@@ -260,3 +293,60 @@ def test_jobs_table_keeps_a_multi_line_message_on_its_row(monkeypatch: pytest.Mo
                         lambda self, method, path, body=None: {"jobs": [job]})
     out = run("jobs").output.splitlines()
     assert len(out) == 2 and out[1].endswith("PREPROCESS exited 1: first second")
+
+
+#: what a user's PREPROCESS can write as the last line of its stderr, which rsad quotes in
+#: the job's message: set the terminal's title, write its clipboard (OSC 52), a CSI (the
+#: C1 form too) that moves the cursor up and erases the line, and a forged second line
+EVIL = ("PREPROCESS exited 1: \x1b]0;owned\x07\x1b]52;c;cm0gLXJmIH4K\x07\x1b[1A\x1b[2K"
+        "\x9b2J\n    2026-01-01T00:00:00  staging-in -> released (discard)")
+
+
+def test_a_users_text_never_acts_on_the_operators_terminal(monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """rsad's answers hold text users wrote (the stderr of their PREPROCESS, paths): an
+    operator's rsa jobs, job, events, status, nodes and wait printed it raw, escape
+    sequences and newlines and all (found by review); now every control character is
+    shown as \\xNN, and a newline cannot start a line of its own."""
+    job: dict[str, Any] = {**JOBS["jobs"][1], "job_id": "8", "job_state": "finished",
+                           "rsa_state": "quarantined", "message": EVIL,
+                           "spec": {"data_out": "/o"},
+                           "events": [{"seq": 9, "time": 0, "name": "action.outcome",
+                                       "action": "8/1/stage-in/1", "result": "failed",
+                                       "message": EVIL}]}
+    drained: dict[str, Any] = STATUS["nodes"][1]  # type: ignore[index]
+    status = {**STATUS, "alerts": [{"time": 0, "job_id": "8", "message": EVIL}],
+              "nodes": [{**drained, "reason": EVIL, "by": "root"}]}
+
+    def answer(self: ApiClient, method: str, path: str, body: Any = None) -> Any:
+        if path == "/v1/status":
+            return status
+        if path.startswith("/v1/events"):
+            return {"events": [{**job["events"][0], "job_id": "8"}]}
+        return {"jobs": [job]} if path == "/v1/jobs" else job
+
+    monkeypatch.setattr(ApiClient, "request", answer)
+    for args in (["jobs"], ["job", "8"], ["events"], ["status"], ["nodes"], ["wait", "8"]):
+        out = cli_runner().invoke(cli, args).output
+        assert "owned" in out, (args, out)  # the text is still shown ...
+        assert not any(c in out for c in "\x1b\x07\x9b"), (args, out)  # ... never acted on
+        assert "\\x1b]0;owned\\x07" in out, (args, out)
+        assert not any(line.lstrip().startswith("2026-01-01T00:00:00")
+                       for line in out.splitlines()), (args, out)
+
+
+def test_rsads_refusal_is_printed_as_visible_text(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """An error line quotes rsad's answer (a refusal, a job's state): the same rule."""
+    from rsa_scheduler.cli.main import main
+    from rsa_scheduler.client import ApiRefused
+
+    def refuse(self: ApiClient, method: str, path: str, body: Any = None) -> Any:
+        raise ApiRefused(409, f"job 8: can't cancel-staging: {EVIL}")
+
+    monkeypatch.setattr(ApiClient, "request", refuse)
+    monkeypatch.setattr("sys.argv", ["rsa", "cancel-staging", "8"])
+    with pytest.raises(SystemExit):
+        main()
+    err = capsys.readouterr().err
+    assert "\\x1b]0;owned" in err and "\x1b" not in err and len(err.splitlines()) == 1

@@ -332,6 +332,108 @@ def test_another_users_commands_are_refused(routes: Routes) -> None:
     assert out["rsa_state"] in TERMINAL | {RsaState.TEARING_DOWN}
 
 
+def test_a_command_is_judged_against_the_jobs_user_when_it_is_carried_out(
+        routes: Routes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API looks at the job (bob's then) and the loop carries the command out a
+    moment later: a cycle in between may have given the id to alice's job (Slurm lost its
+    state, or its ids wrapped). bob's cancel-staging never reaches alice's job (found by
+    review: it released her RSA nodes)."""
+    before = routes.daemon.sched.records["7"].rsa_state
+    assert before not in TERMINAL
+    monkeypatch.setattr(routes, "_visible", lambda caller, job: {"job_id": job,
+                                                                  "user": caller.user})
+    with pytest.raises(ApiError, match="job 7 is not tracked by the RSA") as refused:
+        routes.dispatch(BOB, "POST", "/v1/jobs/7/command", {"command": "cancel-staging"})
+    assert refused.value.status == 404
+    assert routes.daemon.sched.records["7"].rsa_state is before
+
+
+def test_a_command_its_caller_gave_up_on_is_never_carried_out_later(
+        tmp_path: Path) -> None:
+    """rsad's loop busy past the API's wait (a slow queue read): the caller is told 503
+    "busy" and the rsa CLI sends the command again. The first one stayed queued and was
+    carried out once the loop got to it, after the user had been told it was not (found
+    by review). A request its caller stopped waiting for is withdrawn: nothing of it is
+    done, and the answer says so; one the loop answers in time is carried out."""
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    before = d.sched.records["7"].rsa_state
+    assert before not in TERMINAL
+    with pytest.raises(TimeoutError):  # nobody drains the loop
+        d.submit("command", ("7", "cancel-staging", "alice", False), wait=True,
+                 timeout=0.05)
+    with pytest.raises(TimeoutError):
+        d.submit("call", lambda: pytest.fail("a withdrawn read ran"), wait=True,
+                 timeout=0.05)
+    d.drain()
+    assert d.sched.records["7"].rsa_state is before
+    assert not any(e.name == "rsa.transition" and e.context.get("trigger") == "cancel-staging"
+                   for e in d.store.events("7"))
+    with serving(d):
+        out = d.submit("command", ("7", "cancel-staging", "alice", False), wait=True)
+    assert out["rsa_state"] in TERMINAL | {RsaState.TEARING_DOWN}
+
+
+@pytest.mark.parametrize(("method", "path", "raw", "why"), [
+    ("POST", "/v1/jobs/7/command", b"[1]", "a JSON list, not an object"),
+    ("POST", "/v1/jobs/7/command", b'"input-done"', "a JSON str, not an object"),
+    ("POST", "/v1/admin/drain", b"[" * 50_000 + b"]" * 50_000, "nested too deeply"),
+    ("POST", "/v1/jobs/7/command", b"{", "not JSON"),
+    ("GET", "/v1/events?since=99999999999999999999", b"", "since= takes an event number"),
+])
+def test_a_malformed_request_is_one_line_400_not_a_traceback(
+        routes: Routes, caplog: pytest.LogCaptureFixture, method: str, path: str,
+        raw: bytes, why: str) -> None:
+    """A body that is JSON but not an object, nested past the parser's depth, or a
+    ``since`` past the store's integers: each was a 500 and a traceback in rsad's log,
+    per request, for any user (found by review)."""
+    from rsa_scheduler.daemon import httpd
+    from rsa_scheduler.daemon.api import Endpoint
+
+    req = httpd.Request(httpd.Head(method, path, {}, len(raw)), raw, None)
+    with caplog.at_level(logging.WARNING):
+        reply = Endpoint(routes).respond(req, httpd.Identity(1001, "alice", False))
+    assert (reply.status, why in json.loads(reply.body)["error"]) == (400, True), reply
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_jobs_timeline_is_read_only_from_a_record_of_the_callers(
+        routes: Routes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The timeline is read from the store after the API's look at the job: if the id
+    names another user's record by then, the caller gets none of it (before: alice's
+    events, under bob's look)."""
+    monkeypatch.setattr(routes, "_visible", lambda caller, job: {"job_id": job,
+                                                                  "user": caller.user})
+    for path in ("/v1/jobs/7", "/v1/events?job=7"):
+        with pytest.raises(ApiError, match="job 7 is not tracked by the RSA"):
+            routes.dispatch(BOB, "GET", path, None)
+    assert routes.dispatch(ALICE, "GET", "/v1/jobs/7", None)["events"]
+
+
+def test_a_steady_stream_of_requests_never_keeps_the_loop_from_its_own_work(
+        tmp_path: Path) -> None:
+    """Users' reads sent again the moment they are answered (eight at a time, the
+    API's workers): the loop took requests as long as any was queued, so it never came
+    back to poll Slurm, fire timers or feed systemd's watchdog (found by review). A turn
+    now takes what was queued when it began; what comes meanwhile is the next turn's."""
+    d = make_daemon(tmp_path, ScriptedSlurm(), [])
+    handled: list[int] = []
+
+    def read() -> None:
+        handled.append(1)
+        if len(handled) < 10_000:
+            d.submit("call", read)  # the next read, queued as this one is answered
+
+    for _ in range(8):
+        d.submit("call", read)
+    assert d.drain() == 8
+    assert d.drain() == 8
+    assert len(handled) == 16
+
+
 class TextSlurm(ScriptedSlurm):
     """Also offers the raw squeue text, so rsad takes its incremental path."""
 
@@ -1854,6 +1956,60 @@ def test_a_job_id_another_user_reuses_is_theirs_with_nothing_of_the_earlier_job(
     d2 = make_daemon(tmp_path, slurm, [])  # the same after a restart (replay)
     assert d2.sched.records["7"].user == "bob"
     assert d2.facts["7"]["lock_orig"]["value"] == "normal"  # bob's own
+
+
+def filler(store: Store, job: str, count: int = 10_001) -> None:
+    """``count`` events of ``job`` in the log (a long-lived rsad's history)."""
+    store.append([Event(1.0, job, "job.hook", {"hook": "filler"}) for _ in range(count)])
+
+
+def test_a_users_events_are_theirs_however_long_the_log_before_them(
+        tmp_path: Path) -> None:
+    """rsa events as a plain user read the whole log's oldest 10,000 events and kept
+    theirs: on a cluster whose log is longer than that, none (found by review); now
+    their own jobs' events are read by job."""
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    filler(d.store, "8")  # other jobs' history, before alice's job
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    with serving(d) as routes:
+        mine = routes.dispatch(ALICE, "GET", "/v1/events", None)["events"]
+        assert mine and mine[0]["name"] == "job.tracked"
+        assert {e["job_id"] for e in mine} == {"7"}
+        later = routes.dispatch(ALICE, "GET", f"/v1/events?since={mine[0]['seq']}",
+                                None)["events"]
+        assert [e["seq"] for e in later] == [e["seq"] for e in mine[1:]]
+        assert routes.dispatch(BOB, "GET", "/v1/events", None)["events"] == []
+
+
+def test_a_reused_ids_earlier_history_stays_hidden_however_long_it_is(
+        tmp_path: Path) -> None:
+    """Where the record of a job id began was found in the id's first 10,000 events: past
+    that many of alice's, bob's job under her reused id was shown her whole history (her
+    paths, her messages) as his (found by review)."""
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    slurm.rows = []
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state is RsaState.RELEASED
+    filler(d.store, "7")
+    bobs_job(slurm, "7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].user == "bob"
+    with serving(d) as routes:
+        for events in (routes.dispatch(BOB, "GET", "/v1/jobs/7", None)["events"],
+                       routes.dispatch(BOB, "GET", "/v1/events?job=7", None)["events"],
+                       routes.dispatch(BOB, "GET", "/v1/events", None)["events"]):
+            assert events[0]["name"] == "job.tracked"
+            assert not [e for e in events if e.get("hook") == "filler"]
+            assert "alice" not in json.dumps(events)
 
 
 def test_a_reused_job_id_holding_the_earlier_jobs_output_is_staged_out_first(

@@ -332,6 +332,23 @@ def test_reset_on_input_done_command_only() -> None:
     assert kinds(dec) == ["reset"]
 
 
+def test_a_users_command_acts_only_on_a_record_of_their_own() -> None:
+    """The core judges whose job it is with the command itself: the API's look came a
+    moment before, and the id may name another user's job since (found by review: a
+    plain user's command was carried out on whatever record the id named)."""
+    d = Driver(make_scheduler())
+    to_locked_in(d, reset=Reset(after=None))
+    d.observe(obs("10", "RUNNING"))
+    d.answer("10")
+    assert d.state("10") == "mounted-input"
+    for trigger in (Trigger.INPUT_DONE, Trigger.CANCEL_STAGING):
+        with pytest.raises(CommandRefused, match="job 10 is not tracked by the RSA"):
+            d.sched.command("10", trigger, d.now, by="bob", operator=False)
+    assert d.state("10") == "mounted-input"
+    dec = d.sched.command("10", Trigger.INPUT_DONE, d.now, by="alice", operator=False)
+    assert kinds(dec) == ["reset"]
+
+
 def test_busy_reset_retries_then_output_goes_to_the_pfs() -> None:
     d = Driver(make_scheduler(retries=1, backoff=10.0, backoff_max=10.0))
     to_locked_in(d)

@@ -40,3 +40,32 @@ def test_every_comment_line_of_the_code_is_in_the_table() -> None:
     assert len(lines) > 10
     missing = [(f, t) for f, t in lines if t not in table]
     assert missing == [], "add them to rsa_scheduler/usermessages.py, then run docgen"
+
+
+def test_a_user_is_told_to_run_only_what_rsad_lets_them() -> None:
+    """``rsa retry`` is an operator's command (core.states: a user's is refused, 403 ``retry
+    is not allowed for alice``), yet the job's owner was told to run it: in ``rsa job``'s
+    output line, the quarantine mail, a dependent's held comment and the user guide's
+    table (found by review); and native mode named ``rsa discard``, which no ``rsa``
+    command is. Every such line now says whose command it is."""
+    import re
+
+    from rsa_scheduler.cli.main import COMMANDS
+    from rsa_scheduler.cli.where import where_output
+    from rsa_scheduler.core.dependency import Waiting, held_message
+    from rsa_scheduler.core.states import USER_COMMANDS, Trigger
+    from rsa_scheduler.daemon import mail, native
+
+    assert Trigger.RETRY not in USER_COMMANDS
+    told = [where_output({"job_id": "7", "rsa_state": "quarantined", "nodes": "rsa1",
+                          "job_state": "finished", "spec": {"data_out": "/o"}}) or "",
+            mail.body("7", "quarantined", "stage-out gave up"),
+            held_message([Waiting("7", "quarantined")]),
+            usermessages.table()]
+    for text in told:
+        for clause in re.split(r"[;.|]", text):
+            if "rsa retry" in clause:
+                assert "operator" in clause, clause
+    source = Path(native.__file__).read_text()
+    for name in re.findall(r"`rsa ([a-z-]+)", source):
+        assert name in COMMANDS, name
