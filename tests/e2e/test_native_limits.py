@@ -1,16 +1,16 @@
 """Slurm's own burst-buffer limits in the native lab (issue 33): ``GrpTRES=bb/lua=<MiB>``
 on a user's association (accounting on, ``AccountingStorageTRES=bb/lua``,
 ``AccountingStorageEnforce=limits``). What Slurm counts is the job's ``#BB_LUA``
-capacity, which job_submit.lua sizes from ``#RSA_CAPACITY``: a job asking more than the
-limit stays pending with Slurm's association-limit reason and rsad never allocates RSA
-nodes for it; the same user's small job runs through its RAMDISK meanwhile.
+capacity, which job_submit.lua sizes from ``#RSA_CAPACITY``.
 
-Slurm 22.05 sets such a job's burst buffer up and runs its stage-in all the same: before
-rsad read the pending reason (core.states.slurm_withholds) it built the big job's
-RAMDISK and locked it in, holding RSA nodes for a job that could not start. A job that
-already has its RAMDISK when a limit comes keeps it until the lock-in bound
-(``slurm.lockin.timeout``), which frees its RSA nodes in native mode too; it then runs
-from the PFS once the limit lets it. Skipped in a queue-mode lab.
+Slurm 22.05 checks that limit only when it selects nodes for the job, which it does only
+once the job's stage-in is done: until then the job pends with ``BurstBufferStageIn``,
+so rsad stages it like any other, and only then does Slurm hold it with ``AssocGrpBB``
+(seen in the lab; before this, rsad kept such a job's RAMDISK locked in). rsad never
+allocates while it reads a limit of the job's association or QOS, or a hold, as its
+reason (core.states.slurm_withholds), and a staged job Slurm holds keeps its RSA nodes
+only until the lock-in bound (``slurm.lockin.timeout``), in native mode too; it runs from
+the PFS if the limit ever lets it. Skipped in a queue-mode lab.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,8 +79,29 @@ def script(base: Path, name: str, capacity: str | None) -> str:
 """
 
 
-def test_slurms_grptres_bb_limit_keeps_a_job_over_it_pending_and_away_from_rsad(
+def limit_seen_at_allocation(events: list[dict[str, Any]]) -> list[str]:
+    """The limit reasons rsad had last read for the job whenever it allocated RSA nodes
+    for it (none: it never allocated while Slurm showed a limit)."""
+    reason, bad = "", []
+    for e in events:
+        if e["name"] == "job.state" and e.get("reason") is not None:
+            reason = str(e["reason"])
+        elif e["name"] == "rsa.transition" and e.get("to") == "allocated" and \
+                reason.startswith(("Assoc", "QOS")):
+            bad.append(reason)
+    return bad
+
+
+def test_a_job_over_slurms_grptres_bb_limit_holds_no_rsa_nodes_past_the_bound(
         lab: Mapping[str, str], other_area: Path) -> None:
+    """Slurm 22.05 checks a job's bb TRES against its association's limit only when it
+    selects nodes for it, after its stage-in (before, the job's reason is
+    BurstBufferStageIn): rsad stages it, then Slurm holds it with AssocGrpBB for ever.
+    Its RAMDISK is kept only until the lock-in bound; then its RSA nodes are free and
+    its user reads why. rsad never allocates while it reads the limit as the reason. The
+    same user's job under the limit runs through its RAMDISK meanwhile."""
+    from tests.integration.test_lockin_ends import _lockin_timeout
+
     other = lab["RSA_LAB_OTHER_USER"]
     # the limit is one RSA node's bytes: a small job (1M asked, raised by real_size to the
     # one node it gets) fits, a job asking two nodes' worth never does
@@ -90,13 +112,13 @@ def test_slurms_grptres_bb_limit_keeps_a_job_over_it_pending_and_away_from_rsad(
     try:
         assert limit_shown(limit) in root(lab, "sacctmgr", "-n", "-P", "show", "assoc",
                                           f"user={other}", "format=GrpTRES")
-        with make_jobs(lab) as jobs:
+        with _lockin_timeout(lab, "20s"), make_jobs(lab) as jobs:
             big = jobs.submit(script=script(other_area, "big", f"{2 * limit}M"), user=other)
             assert f"capacity={2 * limit}M" in root(lab, "scontrol", "show", "job", big)
             try:
                 wait_for(f"job {big} pending for {REASON}",
                          lambda: queue_line(lab, big) == ("PENDING", REASON),
-                         timeout=60, every=0.5)
+                         timeout=90, every=0.5)
             except AssertionError as exc:  # say what Slurm says instead
                 raise AssertionError(f"{exc}: {queue_line(lab, big)}") from None
             # the same user's job under the limit runs through its RAMDISK meanwhile
@@ -104,10 +126,17 @@ def test_slurms_grptres_bb_limit_keeps_a_job_over_it_pending_and_away_from_rsad(
             wait_state(lab, small, "released", timeout=120)
             assert (other_area / "res" / "small").read_text().strip() == \
                 f"{other_area}/in"  # a RAMDISK over the input
-            # the big one still waits for Slurm's limit, and rsad never allocated for it
+            # the big one: no RSA nodes once the bound has passed (or none ever)
+            data = wait_for(f"job {big} holds no RSA nodes", lambda: (
+                d if (d := rsa_job(lab, big) or {}).get("rsa_state") in (
+                    None, "none", "released", "declined") else None), timeout=90)
+            events = list(data.get("events") or [])
+            seen = [(e.get("to"), e.get("reason")) for e in events if e["name"] == "job.state"]
+            assert not data.get("nodes"), (data, seen)
+            assert limit_seen_at_allocation(events) == [], seen
+            if data.get("rsa_state") != "none":  # staged before Slurm's limit showed
+                assert "slurm.lockin.timeout" in str(data.get("message")), (data, seen)
             assert queue_line(lab, big) == ("PENDING", REASON), queue_line(lab, big)
-            data = rsa_job(lab, big) or {}
-            assert data.get("rsa_state") in (None, "none") and not data.get("nodes"), data
             assert not (other_area / "res" / "big").exists()
     finally:
         root(lab, "sacctmgr", "-i", "modify", "user", other, "set", "GrpTRES=bb/lua=-1")
