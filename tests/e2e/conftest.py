@@ -67,6 +67,21 @@ def input_area(lab: Mapping[str, str], prefix: str) -> Iterator[Path]:
 
 
 @contextmanager
+def other_user_area(lab: Mapping[str, str], prefix: str) -> Iterator[Path]:
+    """A fresh directory of the lab's second user (rsaother) on the PFS with in/f1 and
+    res/; removed afterwards."""
+    base = Path(lab["RSA_LAB_OTHER_PFS"]) / f"{prefix}-{time.monotonic_ns()}"
+    done = as_user(lab, lab["RSA_LAB_OTHER_USER"], [
+        "bash", "-c", f"mkdir -p {base}/in {base}/res && "
+                      f"head -c 20000 /dev/urandom > {base}/in/f1"])
+    assert done.returncode == 0, done.stderr
+    try:
+        yield base
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)
+
+
+@contextmanager
 def rsad_configured(lab: Mapping[str, str], staging: str) -> Iterator[None]:
     """The lab's rsad restarted with ``staging`` (YAML lines, two-space indented) added
     to its staging section; the lab's own configuration and rsad back afterwards."""

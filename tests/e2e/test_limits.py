@@ -10,17 +10,14 @@ On main (6dee349) there were no such limits: the second job got an RSA node at o
 
 from __future__ import annotations
 
-import subprocess
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import input_area
+from tests.e2e.conftest import input_area, other_user_area
 from tests.e2e.test_native_trouble import rsad_with
-from tests.integration.conftest import as_user
 from tests.integration.slurmkit import make_jobs, show_job, wait_for
 from tests.integration.test_rsad_staging import rsa_job, wait_state
 
@@ -39,13 +36,9 @@ def area(lab: Mapping[str, str]) -> Iterator[Path]:
 
 @pytest.fixture
 def other_area(lab: Mapping[str, str]) -> Iterator[Path]:
-    user = lab["RSA_LAB_OTHER_USER"]
-    base = Path(lab["RSA_LAB_OTHER_PFS"]) / f"limits-{time.monotonic_ns()}"
-    done = as_user(lab, user, ["bash", "-c", f"mkdir -p {base}/in {base}/res && "
-                               f"head -c 20000 /dev/urandom > {base}/in/f1"])
-    assert done.returncode == 0, done.stderr
-    yield base
-    subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)
+    """A fresh directory of rsaother's on the PFS with in/f1 and res/."""
+    with other_user_area(lab, "limits") as base:
+        yield base
 
 
 def script(base: Path, name: str, sleep: int = 0) -> str:

@@ -15,7 +15,6 @@ the PFS if the limit ever lets it. Skipped in a queue-mode lab.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import as_user
+from tests.e2e.conftest import other_user_area
 from tests.integration.slurmkit import make_jobs, root, wait_for
 from tests.integration.test_rsad_staging import rsa_job, wait_state
 
@@ -43,14 +42,9 @@ def _native_lab(lab: Mapping[str, str]) -> None:
 
 @pytest.fixture
 def other_area(lab: Mapping[str, str]) -> Iterator[Path]:
-    """A fresh directory of rsaother's on the PFS with in/f1 and res/; removed afterwards."""
-    user = lab["RSA_LAB_OTHER_USER"]
-    base = Path(lab["RSA_LAB_OTHER_PFS"]) / f"native-limits-{time.monotonic_ns()}"
-    done = as_user(lab, user, ["bash", "-c", f"mkdir -p {base}/in {base}/res && "
-                               f"head -c 20000 /dev/urandom > {base}/in/f1"])
-    assert done.returncode == 0, done.stderr
-    yield base
-    subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)
+    """A fresh directory of rsaother's on the PFS with in/f1 and res/."""
+    with other_user_area(lab, "native-limits") as base:
+        yield base
 
 
 def node_mib(size: str) -> int:

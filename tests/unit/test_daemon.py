@@ -1909,6 +1909,17 @@ def test_an_operator_may_see_the_status_as_a_user_sees_it(routes: Routes) -> Non
 BOBS = DirectiveSpec(data_in="/pfs/bob/in")
 
 
+def alices_job_7_ends(d: Daemon, slurm: ScriptedSlurm) -> None:
+    """alice's job 7 is on-deck, staged, then gone from the queue: released."""
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    slurm.rows = []
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state is RsaState.RELEASED
+
+
 def bobs_job(slurm: ScriptedSlurm, job: str, state: str, reason: str) -> None:
     slurm.rows = [r for r in slurm.rows if r.job_id != job] + [QueueRow(
         job, state, reason, 10, 2, "bob", BOBS.to_admin_comment())]
@@ -1924,13 +1935,7 @@ def test_a_job_id_another_user_reuses_is_theirs_with_nothing_of_the_earlier_job(
     slurm = cls()
     seen: list[str] = []
     d = make_daemon(tmp_path, slurm, seen)
-    slurm.set("7", "PENDING", "Resources")
-    d.poll()
-    settle(d)
-    slurm.rows = []
-    d.poll()
-    settle(d)
-    assert d.sched.records["7"].rsa_state is RsaState.RELEASED
+    alices_job_7_ends(d, slurm)
     assert d.facts["7"]["lock_orig"]["value"] == "normal"
     bobs_job(slurm, "7", "PENDING", "Resources")
     d.poll()
@@ -1991,13 +1996,7 @@ def test_a_reused_ids_earlier_history_stays_hidden_however_long_it_is(
     paths, her messages) as his (found by review)."""
     slurm = ScriptedSlurm()
     d = make_daemon(tmp_path, slurm, [])
-    slurm.set("7", "PENDING", "Resources")
-    d.poll()
-    settle(d)
-    slurm.rows = []
-    d.poll()
-    settle(d)
-    assert d.sched.records["7"].rsa_state is RsaState.RELEASED
+    alices_job_7_ends(d, slurm)
     filler(d.store, "7")
     bobs_job(slurm, "7", "PENDING", "Resources")
     d.poll()
