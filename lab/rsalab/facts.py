@@ -121,6 +121,12 @@ pool:
   key: {rsanodes.KEY}
   known_hosts: {rsanodes.KNOWN_HOSTS}
   host_key_policy: reject
+  # connect, banner and authentication, each (production default 10s; the lab's nodes
+  # answer in ~0.15 s): a hung node (its sshd stopped: tests/e2e/test_node_lost.py,
+  # test_health.py) costs each attempt to reach it 3 s, not 10 s. rsad tries a banner
+  # that never came up to 5 times, so the health loop took ~60 s to mark such a node
+  # down, and a teardown without it ~90 s, at 10s.
+  connect_timeout: 3s
 {rsad.daemon_yaml()}allocation:
   max_nodes: {s.n_rsa}
   max_request: {s.n_rsa}

@@ -4,10 +4,12 @@ and the input area several e2e files stage from.
 The tier runs in both modes (``make lab-test`` queue, ``make lab-test-native`` native):
 a test marked ``queue`` is about what only the queue-watching mode does (the start hold,
 early start on the PFS, a decline to the PFS) and is skipped in a native-mode lab; a test
-marked ``native`` needs a native-mode lab; a test marked ``once`` is about rsad and the
-RSA nodes alone (their health, a RAMDISK's repair, a lost staging worker, the order of
-stage-outs on the PFS), which work the same whichever mode drives staging, and runs in
-the queue-mode lab only; what a mode does differently around them keeps its tests in
+marked ``native`` needs a native-mode lab; a test marked ``once`` is about rsad, the
+RSA nodes or the compute nodes' agents alone (their health, a RAMDISK's repair, a lost
+staging worker, the order of stage-outs on the PFS, the mid-job reset, a hostile
+DATA_IN's mount refused, a streamed copy), which work the same whichever mode drives
+staging, and runs in the queue-mode lab only (docs/lab.md lists why each one); what a
+mode does differently around them keeps its tests in
 both (a node lost during stage-in: native mode's data_in hook must keep answering
 "wait"; rsad killed mid-stage-in or mid-stage-out: the hooks ride through an unreachable
 rsad); every other test runs in both."""

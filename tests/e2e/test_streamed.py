@@ -15,9 +15,12 @@ transfer was streamed (else the test proves nothing about streamed mode).
    output out, verified, and leaves nothing behind.
 3. A job array on an idle cluster: every task's streamed output (``%a`` in DATA_OUT)
    lands in its own directory, verified.
-1 and 3 run in both modes; 2 in the queue-mode lab only (``once``: resuming a streamed
-copy is rsad's own; Slurm's data_out hook riding through rsad killed mid-stage-out is
-tested in both modes by test_stage_out_failures.py and test_flush_order.py).
+3 runs in both modes; 1 and 2 in the queue-mode lab only (``once``): whether a copy is
+streamed or listed is rsad's own and invisible to Slurm's hooks, which answer from the
+job's state as for any copy (native mode's data_in and data_out: tests/e2e/test_native.py;
+a streamed stage-out in native mode: 3); resuming a streamed copy is rsad's own, and
+Slurm's data_out hook riding through rsad killed mid-stage-out is tested in both modes by
+test_stage_out_failures.py.
 """
 
 from __future__ import annotations
@@ -97,6 +100,7 @@ def area(lab: Mapping[str, str]) -> Iterator[Path]:
         yield base
 
 
+@pytest.mark.once  # streamed or listed is rsad's own (a native streamed stage-out: 3)
 def test_a_streamed_input_is_read_from_the_ramdisk_and_a_streamed_output_lands(
         lab: Mapping[str, str], area: Path) -> None:
     want_in = fingerprint(lab, area / "in")

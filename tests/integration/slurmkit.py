@@ -38,8 +38,11 @@ def show_job(lab: Mapping[str, str], job: str) -> dict[str, str]:
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0,
-             every: float = 1.0) -> T:
-    """Poll ``probe`` until it returns something truthy (bounded in time)."""
+             every: float = 0.5) -> T:
+    """Poll ``probe`` until it returns something truthy (bounded in time). Every half
+    second by default: a lab test waits through many such polls (each of Slurm's or
+    rsad's steps is often under a second), and the probes are cheap (an ``squeue``, an
+    ``rsa job``: ~0.05 s each)."""
     deadline = time.monotonic() + timeout
     while True:
         got = probe()
