@@ -252,12 +252,7 @@ def slurm_conf(s: Settings) -> str:
         "JobAcctGatherType=jobacct_gather/none",
         "SelectType=select/linear",
         "SchedulerType=sched/backfill",
-        # A job that can start starts within a second: backfill every second, and the
-        # main scheduler runs at the next second after an event (a submission, a job's
-        # end, a release) instead of at most every batch_sched_delay (default 3 s). A
-        # small cluster's settings; the full queue is still tested every 2 s.
-        "SchedulerParameters=bf_interval=1,sched_interval=2,batch_sched_delay=0,"
-        "bf_resolution=60",
+        "SchedulerParameters=bf_interval=2,sched_interval=2,bf_resolution=60",
         "SlurmdParameters=config_overrides",
         "MpiDefault=none",
         "ReturnToService=2",
