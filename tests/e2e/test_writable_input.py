@@ -38,6 +38,9 @@ def _script(lab: Mapping[str, str], area: Path, *, wait_for_go: bool) -> str:
     rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
     res, out, data_in = area / "res", area / "out", area / "in"
     go = f"while [ ! -e {res}/go ]; do sleep 0.2; done" if wait_for_go else ""
+    # go: rsad is down, and `rsa input-done` rides its outage out (--timeout): the job
+    # ends without it, as a job whose user does not wait for the reset would
+    unwait = "kill $! 2>/dev/null" if wait_for_go else ""
     return f"""#!/bin/bash
 #SBATCH -t 5
 #RSA_DATA_IN={data_in}
@@ -57,6 +60,7 @@ touch {res}/busy-seen
 echo v2 > {data_in}/mod   # after the write-back that came before the busy reset
 echo new > {data_in}/added-late
 exec 3<&-
+{unwait}
 wait
 """
 
