@@ -233,19 +233,26 @@ def pools_text(answer: Any) -> str:
     return json.dumps({"pools": pools}, sort_keys=True)
 
 
-def write_pools_file(path: Path, text: str) -> bool:
-    """Replace ``path`` with ``text`` atomically, mode 0644 (slurmctld reads it as
-    SlurmUser) unless it holds that already; returns whether it wrote."""
-    try:
-        if path.read_text() == text + "\n":
-            return False
-    except OSError:
-        pass
+def replace_pools_file(path: Path, text: str) -> None:
+    """Replace the pools file ``path`` with ``text`` and a newline atomically, mode 0644
+    (slurmctld reads it as SlurmUser). rsad's own (native.NativeDriver.write_pools) and
+    ``rsa-bb pools``'s copy on a slurmctld host without rsad are written so."""
     tmp = path.with_name(f".{path.name}.tmp")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp.write_text(text + "\n")
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
+
+
+def write_pools_file(path: Path, text: str) -> bool:
+    """:func:`replace_pools_file` unless ``path`` holds ``text`` already; returns whether
+    it wrote."""
+    try:
+        if path.read_text() == text + "\n":
+            return False
+    except OSError:
+        pass
+    replace_pools_file(path, text)
     return True
 
 

@@ -23,6 +23,7 @@ from rich.text import Text
 
 from rsa_scheduler.cli.events import describe
 from rsa_scheduler.cli.progress import Staging, short_duration, short_size
+from rsa_scheduler.cli.show import CONTROL
 from rsa_scheduler.core.states import FAILURES, IDLE, MOVING
 
 HEAD = "bold reverse"
@@ -91,7 +92,6 @@ def lines(frame: Frame, now: float, width: int, height: int, *,
 # ---- drawing helpers ----------------------------------------------------------------------
 
 Segment = tuple[str, str]  # text, rich style
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 class _Draw:
@@ -105,7 +105,7 @@ class _Draw:
     def clean(self, text: str) -> str:
         """One line of printable text: rsad's messages may quote a program's stderr
         (newlines, tabs, escape sequences)."""
-        text = _CONTROL.sub(" ", text)
+        text = CONTROL.sub(" ", text)
         return text.encode("ascii", "replace").decode() if self.ascii else text
 
     def cell(self, text: str, width: int, *, right: bool = False) -> str:

@@ -22,7 +22,8 @@ import re
 
 import click
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+#: the characters a terminal acts on: C0, DEL, C1 (also ``rsa top``'s, cli/dashboard.py)
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _SPACE = frozenset("\t\n\r")
 
 
@@ -33,7 +34,7 @@ def _visible(found: re.Match[str]) -> str:
 
 def printable(text: str) -> str:
     """``text`` as one line a terminal only shows: no control character acts."""
-    return _CONTROL.sub(_visible, text)
+    return CONTROL.sub(_visible, text)
 
 
 def echo(text: str = "", *, err: bool = False) -> None:
@@ -41,4 +42,4 @@ def echo(text: str = "", *, err: bool = False) -> None:
     click.echo(printable(text), err=err)
 
 
-__all__ = ["echo", "printable"]
+__all__ = ["CONTROL", "echo", "printable"]

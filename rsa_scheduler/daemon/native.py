@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 
+from rsa_scheduler.bb import replace_pools_file
 from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.machine import JobRecord
 from rsa_scheduler.core.policy import NodeState
@@ -510,12 +510,8 @@ class NativeDriver:
         text = pools_json(nodes)
         if text == self._pools_text:
             return False
-        tmp = self.pools_file.with_name(f".{self.pools_file.name}.tmp")
         try:
-            self.pools_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(text + "\n")
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, self.pools_file)
+            replace_pools_file(self.pools_file, text)
         except OSError as e:
             log.error("cannot write the burst buffer pools file %s: %s (slurm_bb_pools "
                       "reports no pools)", self.pools_file, e)
