@@ -1,8 +1,9 @@
 """The mounts of one job on one compute node, made and undone by root.
 
 Owns :class:`JobMounts`: the per-job directory ``<base>/<node>/<job>/`` (private, root
-only) with the RAMDISK's client mount (``ramdisk/``), a read-only bind of it (``ro/``,
-so the bind over DATA_IN is read-only from its first instant) and ``mounts.json``, the
+only, as are ``<base>`` and ``<base>/<node>``: :func:`ensure_root_dirs`) with the
+RAMDISK's client mount (``ramdisk/``), a read-only bind of it (``ro/``, so the bind over
+DATA_IN is read-only from its first instant) and ``mounts.json``, the
 LIFO record of every mount made, which the node agent and the Epilog undo. Mounts over
 user paths are made and undone by handle (:mod:`~rsa_scheduler.node.handles`): the
 directory is opened by :func:`~rsa_scheduler.node.paths.open_target` (no symlink
@@ -139,7 +140,7 @@ def guard_proxy(argv: Sequence[str], *, timeout: float, mounting: bool = True,
             run([nft, "-f", "-"], input=mfsproxy.ruleset(address, servers),
                 timeout=timeout)
             return argv
-        ensure_root_dirs(keep)
+        ensure_root_dirs(keep, private=keep)
         lock = os.open(keep / GUARD_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
                        | os.O_CLOEXEC, 0o600)
         try:
@@ -222,14 +223,38 @@ def check_root_dir(path: str) -> None:
                          "it or set RSA_NODE_DIR")
 
 
-def ensure_root_dirs(path: Path) -> None:
-    """Create ``path`` and its missing parents (0755) and check every component with
-    :func:`check_root_dir`, parents first, so none could be made or swapped by a user."""
+def ensure_root_dirs(path: Path, private: Path | None = None) -> None:
+    """Create ``path`` and its missing parents and check every component with
+    :func:`check_root_dir`, parents first, so none could be made or swapped by a user.
+
+    Components from ``private`` down (the node state directory ``<node_dir>`` and
+    ``<node_dir>/<node>``) are root's alone, 0700: only root goes through them (the
+    hooks, the node agent, the SPANK plugin in slurmstepd, the mfsmount they start),
+    and listed by anyone they would name every job with RAMDISK state on the node.
+    One an older version made 0755 is tightened here (:func:`_tighten`); the parents
+    above it (``/run/rsa``, rsad's socket directory on its host) are made 0755."""
     real = Path(os.path.realpath(path))  # a root-owned /var/run -> /run is fine
+    own = Path(os.path.realpath(private)) if private is not None else None
     for d in (*reversed(real.parents), real):
+        mine = own is not None and (d == own or own in d.parents)
         with contextlib.suppress(FileExistsError):
-            os.mkdir(d, 0o755)
+            os.mkdir(d, 0o700 if mine else 0o755)
         check_root_dir(str(d))
+        if mine:
+            _tighten(d)
+
+
+def _tighten(path: Path) -> None:
+    """``path`` (a root-only directory, :func:`check_root_dir` passed) to 0700, through a
+    descriptor of that very directory. A sticky one (``/tmp`` named as the node
+    directory) is shared by design and left as it is."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        if mode != 0o700 and not mode & stat.S_ISVTX:
+            os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +297,7 @@ class JobMounts:
     def prepare(self) -> None:
         """Make the per-job directory, private, below directories only root can change
         (else a user could have made or replaced one of them: refused)."""
-        ensure_root_dirs(self.dir.parent)
+        ensure_root_dirs(self.dir.parent, private=self.base)
         with contextlib.suppress(FileExistsError):
             os.mkdir(self.dir, 0o700)
         check_root_dir(str(self.dir))

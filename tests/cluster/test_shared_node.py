@@ -44,8 +44,8 @@ head -c 32768 /dev/urandom > {THEIRS}/sout/mine
 sha256sum < {THEIRS}/sout/mine > {THEIRS}/mine.sha
 """
 # rsaother's job on c1 (argv: the RSA nodes' server ports host:port,..., rsauser's
-# DATA_OUT, its own): one line per attempt, "end" last
-ATTACK = """import glob, os, socket, sys
+# DATA_OUT, its own, rsauser's uid, rsauser's job): one line per attempt, "end" last
+ATTACK = """import os, socket, sys
 servers, theirs, mine = sys.argv[1].split(","), sys.argv[2], sys.argv[3]
 
 def connect(kind, target):
@@ -108,8 +108,9 @@ for pid in sorted((p for p in os.listdir("/proc") if p.isdigit()), key=int):
     if os.path.exists(p):
         for line in tried:
             print(line)
-# the node hooks' directory of each job on this node (its RAMDISK's private mount)
-for d in sorted(glob.glob("/run/rsa/node/*/*")):
+# the node hooks' directories: the node's (which would name every job with RAMDISK
+# state here) and rsauser's job's (its RAMDISK's private mount), by name
+for d in ("/run/rsa/node", "/run/rsa/node/c1", "/run/rsa/node/c1/" + sys.argv[5]):
     attempt("node", d, lambda d=d: os.listdir(d))
 print("end")
 """
@@ -159,6 +160,9 @@ def test_rsaother_beside_rsausers_job_on_one_node_reaches_nothing_of_it(
                           f"cat > {THEIRS}/shared.sh"], user="rsaother", input=ATTACKER)
     cluster.run("login", ["sh", "-c", f"cat > {THEIRS}/shared-attack.py"], user="rsaother",
                 input=ATTACK)
+    # the node hooks' directories as an older version left them: listable by anyone
+    cluster.run("c1", ["sh", "-ec", "install -d -m 0755 /run/rsa/node /run/rsa/node/c1\n"
+                       "chmod 0755 /run/rsa/node /run/rsa/node/c1"])
     victim = cluster.out("login", ["sbatch", "--parsable", "-w", "c1", f"--chdir={HOME}",
                                    "-o", f"{HOME}/shared.log", f"{HOME}/shared.sh"],
                          user="rsauser").strip()
@@ -175,7 +179,7 @@ def test_rsaother_beside_rsausers_job_on_one_node_reaches_nothing_of_it(
         attacker = cluster.out("login", [
             "sbatch", "--parsable", "-w", "c1", f"--chdir={THEIRS}", "-o",
             f"{THEIRS}/shared.log", f"{THEIRS}/shared.sh", ",".join(servers),
-            f"{OPEN}/sout", f"{THEIRS}/sout", uid], user="rsaother").strip()
+            f"{OPEN}/sout", f"{THEIRS}/sout", uid, victim], user="rsaother").strip()
         assert attacker.isdigit(), attacker
         report: list[str] = []
 
@@ -220,9 +224,13 @@ def test_rsaother_beside_rsausers_job_on_one_node_reaches_nothing_of_it(
         for line in by["proc"]:
             assert line.endswith(" PermissionError 13") or line.endswith(
                 " PermissionError 1"), line  # EACCES, or EPERM for kill
-        nodedirs = [x.split()[1] for x in by["node"]]
-        assert f"/run/rsa/node/c1/{victim}" in nodedirs, report
-        assert by["node"] == [f"node {d} PermissionError 13" for d in nodedirs]
+        # the node hooks' directories, left 0755 as an older version made them
+        # (before the jobs): tightened to 0700 by the jobs' Prologs (on main rsaother listed the
+        # node's two and read every job id in them)
+        nodedirs = ["/run/rsa/node", "/run/rsa/node/c1", f"/run/rsa/node/c1/{victim}"]
+        assert by["node"] == [f"node {d} PermissionError 13" for d in nodedirs], report
+        assert cluster.out("c1", ["stat", "-c", "%a", *nodedirs[:2]]).split() == [
+            "700", "700"]
         # rsauser's job still has its RAMDISK, as it left it
         assert _state(cluster, victim) == "mounted-output"
         assert cluster.out("c1", ["sh", "-c", f"sha256sum < {OPEN}/sout/secret"],

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import textwrap
@@ -213,7 +214,11 @@ def test_node_state_lives_only_below_directories_no_user_can_change(tmp_path: Pa
     jm = JobMounts("7", "c1", str(base))
     jm.prepare()
     assert oct(jm.dir.stat().st_mode & 0o7777) == "0o700"
-    assert oct(base.stat().st_mode & 0o7777) == "0o755"  # never the umask's say
+    # the node directory and the node's own are root's alone (a user listing them would
+    # learn every job with RAMDISK state here); above them 0755, never the umask's say
+    assert oct(base.stat().st_mode & 0o7777) == "0o700"
+    assert oct((base / "c1").stat().st_mode & 0o7777) == "0o700"
+    assert oct(base.parent.stat().st_mode & 0o7777) == "0o755"
     # a user-made node directory (say, world-writable, or a user's own) is refused
     other = JobMounts("8", "c2", str(base))
     (base / "c2").mkdir(mode=0o777)
@@ -231,6 +236,39 @@ def test_node_state_lives_only_below_directories_no_user_can_change(tmp_path: Pa
     with pytest.raises(MountError, match="a symlink"):
         other.prepare()
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_an_older_versions_listable_node_directories_are_made_root_only(
+        tmp_path: Path) -> None:
+    """An upgrade: an older version left ``<node_dir>`` and ``<node_dir>/<node>`` 0755
+    (any user on the node could list which jobs have RAMDISK state there). The next job's
+    Prolog (prepare) and any job's guard load (ensure_root_dirs of the node directory)
+    make them 0700; a parent such as /run/rsa (rsad's socket directory on its host) and
+    a sticky node directory (/tmp named as one) are left as they are."""
+    from rsa_scheduler.node.mounts import JobMounts, ensure_root_dirs
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the directories are root's)")
+    base = tmp_path / "run" / "rsa" / "node"
+    (base / "c1" / "5").mkdir(parents=True)
+    for d in (base.parent, base, base / "c1"):
+        os.chmod(d, 0o755)
+    os.chmod(base / "c1" / "5", 0o700)  # a running job's, left as it is
+    JobMounts("7", "c1", str(base)).prepare()
+    modes = {d.name: stat.S_IMODE(d.stat().st_mode)
+             for d in (base.parent, base, base / "c1", base / "c1" / "5", base / "c1" / "7")}
+    assert modes == {"rsa": 0o755, "node": 0o700, "c1": 0o700, "5": 0o700, "7": 0o700}
+    # a plain job's Prolog makes no job directory: its guard load keeps the node
+    # directory, and tightens it too
+    os.chmod(base, 0o711)
+    ensure_root_dirs(base, private=base)
+    assert stat.S_IMODE(base.stat().st_mode) == 0o700
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    ensure_root_dirs(shared / "c1", private=shared)
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
+    assert stat.S_IMODE((shared / "c1").stat().st_mode) == 0o700
 
 
 def test_the_access_secret_never_reaches_the_process_table(tmp_path: Path) -> None:
