@@ -4,8 +4,10 @@ starts and ends, so it does not wait for its next squeue poll (seed 004 §3.2–
 Owns ``rsa-hook`` (``rsa-hook prolog_slurmctld|epilog_slurmctld``). Hooks are thin: they
 read only Slurm's environment, make one API call with a hard timeout, and ALWAYS exit 0 —
 a failing PrologSlurmctld would requeue the job, and the RSA must never hurt a job. Any
-problem is one line on stderr and in syslog (facility daemon, tag ``rsa-hook``: Slurm
-22.05 drops what these hooks print), and rsad learns the same from its poll.
+problem is one line on stderr, in syslog (facility daemon, tag ``rsa-hook``) and in
+slurmctld's own log (``SlurmctldLogFile``, which SlurmUser owns: Slurm drops what these
+hooks print and says nothing of a hook that exits 0), and rsad learns the same from its
+poll.
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ if TYPE_CHECKING:
 HOOKS = ("prolog_slurmctld", "epilog_slurmctld")
 DEFAULT_TIMEOUT = 2.0
 SYSLOG = "/dev/log"
+SLURM_CONF = "/etc/slurm/slurm.conf"
 LOG_DAEMON_WARNING = (3 << 3) | 4  # syslog facility daemon, severity warning
 
 
-def say(line: str) -> None:
-    """One line for the operator: on stderr and to syslog (``journalctl -t rsa-hook``).
-    slurmctld discards PrologSlurmctld's output, so syslog is where it can be read; a host
-    without a syslog socket keeps stderr alone."""
+def say(line: str, env: Mapping[str, str] | None = None) -> None:
+    """One line for the operator: on stderr, to syslog (``journalctl -t rsa-hook``) and,
+    run by slurmctld (``env``: the hook's), in slurmctld's log. slurmctld discards
+    PrologSlurmctld's output; a host without a syslog socket keeps the other two."""
     sys.stderr.write(line + "\n")
     import socket
 
@@ -40,6 +43,52 @@ def say(line: str) -> None:
             sock.send(f"<{LOG_DAEMON_WARNING}>rsa-hook[{os.getpid()}]: {line}".encode())
     except OSError:
         pass
+    if env is not None:
+        to_slurmctld_log(line, env)
+
+
+def slurmctld_log_file(env: Mapping[str, str]) -> str | None:
+    """``SlurmctldLogFile`` of slurm.conf (``SLURM_CONF``, else /etc/slurm/slurm.conf;
+    keys are case-insensitive, as Slurm reads them), or None."""
+    try:
+        with open(env.get("SLURM_CONF") or SLURM_CONF, encoding="utf-8",
+                  errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    found = None
+    for raw in text.splitlines():
+        key, sep, value = raw.split("#", 1)[0].partition("=")
+        if sep and key.strip().lower() == "slurmctldlogfile":
+            found = value.strip() or None
+    return found
+
+
+def to_slurmctld_log(line: str, env: Mapping[str, str]) -> None:
+    """Append ``line`` to slurmctld's log as an error of its own format, when the hook
+    runs under slurmctld (``SLURM_SCRIPT_CONTEXT``) and may write that file (SlurmUser's:
+    slurmctld writes it as SlurmUser). One write with O_APPEND, as slurmctld's own: no
+    line of either is cut. Never created, never through a symlink."""
+    if not env.get("SLURM_SCRIPT_CONTEXT", "").endswith("_slurmctld"):
+        return
+    path = slurmctld_log_file(env)
+    if not path or not path.startswith("/"):
+        return
+    import time
+
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
+    text = " ".join(line.split())  # one line, whatever the error held
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.write(fd, f"[{stamp}] error: {text}\n".encode())
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _api_address(env: Mapping[str, str]) -> tuple[str, float]:
@@ -113,7 +162,7 @@ def run(hook: str, env: Mapping[str, str]) -> int:
         ApiClient(address, timeout=timeout).post(f"/v1/hooks/{hook}", data)
     except Exception as e:  # never fail the job: rsad's poll will see the change
         say(f"rsa-hook {hook} job {data['job_id']}: rsad not told ({e}); it will notice "
-            "on its next poll")
+            "on its next poll", env)
     return 0
 
 
@@ -126,7 +175,8 @@ name the hook):
   PrologSlurmctld=/usr/lib/rsa-scheduler/rsa-prolog-slurmctld
   EpilogSlurmctld=/usr/lib/rsa-scheduler/rsa-epilog-slurmctld
 Always exits 0: a failing PrologSlurmctld would requeue the job; a problem is one line
-on stderr and in syslog (tag rsa-hook: journalctl -t rsa-hook). rsad's address: RSA_API,
+on stderr, in syslog (tag rsa-hook: journalctl -t rsa-hook) and in slurmctld's log
+(SlurmctldLogFile of slurm.conf, SLURM_CONF). rsad's address: RSA_API,
 else /etc/rsa/client.conf (RSA_CLIENT_CONFIG; world-readable: rsad's socket where this
 host has it, else api = HOST:PORT), else daemon.api of the configuration (RSA_CONFIG,
 default /etc/rsa/rsa.yaml), which SlurmUser must then be able to read. Timeout:

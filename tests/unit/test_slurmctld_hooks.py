@@ -74,3 +74,38 @@ def test_without_a_syslog_socket_stderr_still_has_the_line(
     assert hooks.run("prolog_slurmctld", {}) == 0
     assert capsys.readouterr().err == ("rsa-hook prolog_slurmctld: no SLURM_JOB_ID in the "
                                        "environment\n")
+
+
+def test_run_by_slurmctld_the_line_is_in_slurmctlds_own_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """slurmctld drops the hooks' output and logs nothing of a hook that exits 0; a host
+    without syslog (the cluster lab's controller) would lose the line. Run by slurmctld
+    (SLURM_SCRIPT_CONTEXT), the hook appends it to SlurmctldLogFile, SlurmUser's, in
+    slurmctld's own format; never one it would have to create, never through a symlink,
+    and not when run by hand."""
+    monkeypatch.setattr(hooks, "SYSLOG", str(tmp_path / "no-log"))
+    log = tmp_path / "slurmctld.log"
+    log.write_text("[2026-11-29T04:00:00.000] slurmctld version 22.05.8 started\n")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(f"ClusterName=x\nslurmctldlogfile = {log}  # the controller's\n")
+    client = tmp_path / "client.conf"
+    client.write_text("where = ctl\n")
+    env = {**JOB, "SLURM_CONF": str(conf), "RSA_CLIENT_CONFIG": str(client),
+           "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"}
+    assert hooks.run("prolog_slurmctld", env) == 0
+    said = capsys.readouterr().err.strip()
+    assert said.startswith("rsa-hook prolog_slurmctld job 42: rsad not told (")
+    assert f"{client}:1: expected one of api = ..., socket = ..." in said
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2 and lines[1].endswith(f"] error: {said}"), lines
+    assert lines[1][:25].startswith("[20") and lines[1][24] == "]", lines[1]
+    # by hand (no slurmctld context), a log given as a symlink, a log that is not there
+    for context, target in (("", log), ("epilog_slurmctld", tmp_path / "link"),
+                            ("epilog_slurmctld", tmp_path / "none.log")):
+        if target.name == "link":
+            target.symlink_to(log)
+        conf.write_text(f"SlurmctldLogFile={target}\n")
+        assert hooks.run("epilog_slurmctld", {**env, "SLURM_SCRIPT_CONTEXT": context}) == 0
+    assert len(log.read_text().splitlines()) == 2
+    assert not (tmp_path / "none.log").exists()
