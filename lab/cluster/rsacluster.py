@@ -69,7 +69,7 @@ ENV = (f"PATH={HOST_PATH}", "LC_ALL=C.UTF-8", "HOME=/root")
 ROLES: dict[str, tuple[str, ...]] = {
     "ldap": ("slapd",),
     "pfs": ("nslcd", "mfsmaster", "mfschunkserver"),
-    "ctl": ("nslcd", "munged", "pfs-client", "slurmctld"),
+    "ctl": ("nslcd", "munged", "pfs-client", "mariadb", "slurmdbd", "slurmctld"),
     "c1": ("nslcd", "munged", "pfs-client", "slurmd"),
     "c2": ("nslcd", "munged", "pfs-client", "slurmd"),
     "rsa1": ("firewall", "nslcd", "munged", "pfs-client", "sshd"),
@@ -78,7 +78,14 @@ ROLES: dict[str, tuple[str, ...]] = {
     "rsad": ("nslcd", "munged", "pfs-client", "rsad"),
 }
 # the process a role's name stands for, when not its own ("": none, a ruleset)
-COMM = {"pfs-client": "mfsmount", "firewall": ""}
+COMM = {"pfs-client": "mfsmount", "firewall": "", "mariadb": "mariadbd"}
+# accounting (slurmdbd and its MariaDB, on the controller as the issue has it: a site's
+# usual place, and no host more to boot); RSA_CLUSTER_ACCOUNTING=0 brings the cluster up
+# without it (slurm.conf's accounting lines taken out on every host), as a site without
+# slurmdbd runs
+ACCOUNTING = ("mariadb", "slurmdbd")
+ACCOUNT = "rsa"  # the lab users' account (sacctmgr), associations enforced
+LOCKIN_QOS = "rsa-lockin"  # slurm.lockin.qos's default: for slurm.lockin.method qos
 PFS = "/pfs"  # the PFS's mount point, the same on every node that mounts it
 # RSA_LAB_DEBIAN: the Debian release the image is built from (lab/cluster/image, issue 31)
 # -> its MooseFS's major version (4.x names its storage classes: no class "1" for goal 1)
@@ -388,6 +395,10 @@ def _start(name: str, daemon: str) -> None:
         sh(name, "install -d -o nslcd -g nslcd /run/nslcd\n/usr/sbin/nslcd" + QUIET)
         wait_for(f"rsauser through nslcd on {name}", lambda: on(
             name, ["getent", "passwd", "rsauser"], check=False).returncode == 0, timeout=30)
+    elif daemon == "mariadb":
+        _mariadb(name)
+    elif daemon == "slurmdbd":
+        _slurmdbd(name)
     elif daemon == "slurmctld":
         # through its own name: Slurm picks its role from argv[0] (notes/slurm-lab.md)
         sh(name, "install -d -o slurm -g slurm /run/slurm\n/usr/sbin/slurmctld" + QUIET)
@@ -437,11 +448,86 @@ mfschunkserver -c /etc/mfs/mfschunkserver.cfg start""" + QUIET)
         raise ClusterError(f"no such daemon {daemon}")
 
 
+def accounting() -> bool:
+    """Whether the cluster runs slurmdbd (``RSA_CLUSTER_ACCOUNTING``, default 1)."""
+    return os.environ.get("RSA_CLUSTER_ACCOUNTING", "1") not in ("0", "no", "false")
+
+
+def daemons_of(name: str) -> tuple[str, ...]:
+    """What node ``name`` runs in this cluster (ROLES, less accounting when it is off)."""
+    return tuple(d for d in ROLES[name] if accounting() or d not in ACCOUNTING)
+
+
+def _sql(name: str, text: str) -> subprocess.CompletedProcess[str]:
+    # root by MariaDB's unix_socket authentication, as Debian installs it
+    return on(name, ["mariadb", "-u", "root", "-e", text], check=False)
+
+
+def _mariadb(name: str) -> None:
+    """MariaDB as Debian's unit runs it (its datadir from the package's postinst, in the
+    image; the cluster's settings in /etc/mysql/mariadb.conf.d/60-rsa-cluster.cnf), and
+    the database and user slurmdbd needs, as the Slurm accounting guide has a site make
+    them (the password: a new one each up, in slurmdbd.conf only)."""
+    sh(name, "install -d -o mysql -g mysql -m 0755 /run/mysqld\n"
+             "setsid /usr/sbin/mariadbd --user=mysql </dev/null >/dev/null 2>&1 &")
+    wait_for(f"mariadbd on {name}", lambda: _sql(name, "SELECT 1").returncode == 0,
+             timeout=60)
+    secret = os.urandom(12).hex()
+    done = _sql(name, "CREATE DATABASE IF NOT EXISTS slurm_acct_db;"
+                f"CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '{secret}';"
+                "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';")
+    if done.returncode != 0:
+        raise ClusterError(f"{name}: MariaDB's slurm_acct_db: {done.stderr.strip()}")
+    on(name, ["sh", "-ec", "umask 077\ncat > /etc/slurm/slurmdbd.conf\n"
+              "chown slurm:slurm /etc/slurm/slurmdbd.conf"], input=SLURMDBD_CONF.format(
+                  host=name, secret=secret))
+
+
+# slurmdbd.conf on the controller (slurm:slurm 0600: slurmdbd refuses others' reading it)
+SLURMDBD_CONF = """# the cluster lab's slurmdbd (lab/cluster/rsacluster.py), MariaDB on this host
+AuthType=auth/munge
+DbdHost={host}
+SlurmUser=slurm
+LogFile=/var/log/slurm/slurmdbd.log
+PidFile=/run/slurm/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=slurm
+StoragePass={secret}
+StorageLoc=slurm_acct_db
+"""
+
+
+def _slurmdbd(name: str) -> None:
+    """slurmdbd, then what the operator guide's accounting wants in it before slurmctld
+    registers: the cluster, the lab users in one account (associations enforced), the
+    lock-in QOS (for slurm.lockin.method qos)."""
+    sh(name, "install -d -o slurm -g slurm /run/slurm\n/usr/sbin/slurmdbd" + QUIET)
+    wait_for(f"slurmdbd on {name}", lambda: on(
+        name, ["sacctmgr", "-n", "list", "cluster"], check=False).returncode == 0, timeout=60)
+    cluster = next(line.split("=", 1)[1].strip() for line in (
+        HERE / "files/etc/slurm/slurm.conf").read_text().splitlines()
+        if line.startswith("ClusterName="))
+    # one sacctmgr reading the commands from its standard input (one call each: +1 s)
+    done = on(name, ["sacctmgr", "-i"], input="\n".join([
+        f"add cluster {cluster}",
+        f"add qos {LOCKIN_QOS} Priority=1000000",
+        f"add account {ACCOUNT} Cluster={cluster}",
+        f"add user {','.join((*USERS, 'root'))} Account={ACCOUNT} Cluster={cluster}", ""]))
+    users = on(name, ["sacctmgr", "-n", "-P", "list", "assoc", f"account={ACCOUNT}",
+                      "format=user"]).stdout.split()
+    if sorted(users) != sorted((*USERS, "root")):
+        raise ClusterError(f"{name}: sacctmgr made the associations {users}: "
+                           f"{(done.stdout + done.stderr).strip()[-600:]}")
+
+
 RSA_NODES = tuple(n for n, r in ROLES.items() if "sshd" in r)
 RSAD = next(n for n, r in ROLES.items() if "rsad" in r)  # rsad's host
 COMPUTE = tuple(n for n, r in ROLES.items() if "slurmd" in r)
 POOL = "/var/lib/rsa-ram"  # the ram tier's pool: a tmpfs of its own on each RSA node
-LOCKIN_PRIORITY = 4_294_967_000  # without accounting: above every ordinary job's
+# above every ordinary job's: priority/basic's (no accounting) and multifactor's sum of
+# weights (slurm.conf: 100000)
+LOCKIN_PRIORITY = 4_294_967_000
 
 
 def rsa_yaml() -> str:
@@ -475,7 +561,7 @@ staging:
   allowed_roots: [{PFS}/home]
 slurm:
   lockin:
-    # no accounting in the cluster lab (yet): lock-in by priority
+    # the default: a locked-in job keeps its own QOS (and is accounted under it)
     method: priority
     priority: {LOCKIN_PRIORITY}
 daemon:
@@ -652,6 +738,16 @@ def previous() -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
+def _without_accounting() -> None:
+    """slurm.conf on every host as a site without slurmdbd has it: no Accounting* or
+    Priority* line (priority/basic, Slurm's default), accounting_storage/none."""
+    conf = "/etc/slurm/slurm.conf"
+    for node in SLURM_NODES:
+        sh(node, f"sed -i -e '/^Accounting/d' -e '/^Priority/d' {conf}\n"
+                 f"echo AccountingStorageType=accounting_storage/none >> {conf}")
+    log("without accounting (RSA_CLUSTER_ACCOUNTING=0)")
+
+
 def _slurm_nodes_idle() -> bool:
     out = on("ctl", ["sinfo", "-h", "-N", "-o", "%N %T"], check=False).stdout
     states = dict(line.split() for line in out.splitlines() if len(line.split()) == 2)
@@ -685,8 +781,10 @@ def up() -> None:
             entry = _boot(name, root)
             for net, addr in table[name].items():
                 _wire(switch, name, int(str(entry["init"])), net, addr)
-        for name, daemons in ROLES.items():
-            for daemon in daemons:
+        if not accounting():
+            _without_accounting()
+        for name in ROLES:
+            for daemon in daemons_of(name):
                 _start(name, daemon)
         wait_for("slurmd on every compute node idle", _slurm_nodes_idle, timeout=60)
     except BaseException:
@@ -781,7 +879,8 @@ def status() -> int:
         return 1
     bad = 0
     table = hosts()
-    for name, daemons in ROLES.items():
+    for name in ROLES:
+        daemons = daemons_of(name)
         entry = state.get(name)
         if not entry or ours(entry, name) is None:
             print(f"{name}: DOWN")
