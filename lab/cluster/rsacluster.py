@@ -508,7 +508,7 @@ def _slurmdbd(name: str) -> None:
     cluster = next(line.split("=", 1)[1].strip() for line in (
         HERE / "files/etc/slurm/slurm.conf").read_text().splitlines()
         if line.startswith("ClusterName="))
-    # one sacctmgr reading the commands from its standard input (one call each: +1 s)
+    # one sacctmgr for the four (from its standard input), then the associations checked
     done = on(name, ["sacctmgr", "-i"], input="\n".join([
         f"add cluster {cluster}",
         f"add qos {LOCKIN_QOS} Priority=1000000",
