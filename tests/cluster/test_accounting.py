@@ -10,8 +10,9 @@ enforced. From the login node, which runs neither, ``sacct`` reads slurmdbd on c
 - Under ``slurm.lockin.method: qos`` a locked-in job runs and is accounted under
   ``rsa-lockin``, as the operator guide says ("Method qos and running jobs").
 
-On main the cluster had no slurmdbd: sacct answered ``Slurm accounting storage is
-disabled`` and every test here failed."""
+On main the cluster had no slurmdbd (``accounting_storage/none``, as it still runs with
+RSA_CLUSTER_ACCOUNTING=0): every test here failed there (checked with the fixture's skip
+taken out, 2026-11-29)."""
 
 from __future__ import annotations
 
