@@ -37,6 +37,7 @@ from rsa_scheduler.core.scheduler import CommandRefused, UnknownJob
 from rsa_scheduler.core.states import LEFT_QUEUE, OPERATOR_COMMANDS, USER_COMMANDS
 from rsa_scheduler.daemon import httpd
 from rsa_scheduler.daemon.inbox import NotTaken
+from rsa_scheduler.daemon.operators import OPERATORS
 from rsa_scheduler.daemon.service import Daemon, users_differ
 from rsa_scheduler.daemon.views import status_for_user
 from rsa_scheduler.errors import RsaError
@@ -45,7 +46,6 @@ from rsa_scheduler.node.plan import protocol_of
 log = logging.getLogger(__name__)
 AUTH_HEADER = "X-RSA-Munge"
 REPLY_HEADER = "X-RSA-Munge-Reply"  # rsad's credential over its answer (node hooks check it)
-OPERATOR_USERS = frozenset({"root", "slurm"})
 NODE_HOOKS = frozenset({"prolog", "agent", "mounted", "epilog"})
 EVENTS_LIMIT = 10_000  # events in one answer (rsa events pages on with since=)
 #: the answer to everything but burst_buffer.lua's hooks until rsad is ready
@@ -68,7 +68,8 @@ class Caller:
 
     @property
     def operator(self) -> bool:
-        return self.uid == 0 or self.user in OPERATOR_USERS
+        """Root or SlurmUser (daemon/operators.py), by uid."""
+        return OPERATORS.is_operator(self.uid, self.user)
 
 
 def _user_of(uid: int) -> str:

@@ -125,6 +125,10 @@ def _serve(cfg: Config) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # SlurmUser (an operator of the API, its hooks among them) by uid, as Slurm names it
+    from rsa_scheduler.daemon.operators import learn_in_background
+
+    learn_in_background(daemon.slurm.show_config, stop)
     listen = cfg.daemon.api.listen
     from rsa_scheduler.daemon.wiring import make_health, make_tender
 
