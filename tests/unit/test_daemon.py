@@ -582,6 +582,43 @@ def test_a_burst_of_requests_is_one_commit_before_any_action(tmp_path: Path) -> 
         d.shutdown()
 
 
+def test_a_log_that_cannot_be_written_stops_rsad_and_its_restart_replays_the_truth(
+        tmp_path: Path) -> None:
+    """A group commit that fails (disk full, I/O error) leaves rsad's memory ahead of its
+    log: the callers are told, nothing of it is dispatched, and rsad stops (it went on
+    before, serving a state its log did not have); a restart replays what the log holds."""
+    from rsa_scheduler.daemon.service import LogWriteFailed
+
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state.value == "locked-in"
+    append, dispatched = d.store.append, list(seen)
+
+    def full(events: Sequence[Event], rows: Sequence[JobRow] = ()) -> list[Event]:
+        raise OSError(28, "No space left on device")
+
+    d.store.append = full  # type: ignore[method-assign]
+    waited: Future[Any] = Future()
+    d.inbox.put(Request("hook", {"hook": "prolog_slurmctld", "job_id": "7"}, reply=waited))
+    with pytest.raises(LogWriteFailed, match="No space left on device"):
+        d.drain()
+    with pytest.raises(LogWriteFailed):
+        waited.result(timeout=1)  # its caller was answered before rsad stopped
+    assert seen == dispatched  # nothing of the unwritten decision was carried out
+    d.store.append = append  # type: ignore[method-assign]
+    d.shutdown()
+    d.store.close()
+    d2 = make_daemon(tmp_path, slurm, [])
+    try:  # the log's truth: the job is still locked in, its start never written
+        assert d2.sched.records["7"].rsa_state.value == "locked-in"
+    finally:
+        d2.shutdown()
+
+
 def test_a_milestone_is_durable_before_the_executor_goes_on_and_a_restart_knows_it(
         tmp_path: Path) -> None:
     slurm = ScriptedSlurm()
