@@ -100,6 +100,24 @@ def test_a_failed_rescue_keeps_the_quarantine_and_tries_again_later() -> None:
     assert (out.data_out, out.rescue) == (PurePosixPath("/pfs/out"), False)
 
 
+def test_an_operators_retry_during_a_failing_rescue_goes_to_data_out() -> None:
+    """``rsa retry`` means one thing: stage out to DATA_OUT now. While a failed rescue
+    waited for its next try it went on with the rescue instead (to the rescue area),
+    unlike the same command on the quarantine the rescue falls back to."""
+    d = Driver(make_scheduler(retries=2, backoff=5.0, rescue_after=HOUR,
+                              rescue_dir="/pfs/rescue"))
+    quarantined(d)
+    d.tick(d.now + HOUR)
+    d.answer("10", Result.FAILED, "rescue: making /pfs/rescue/alice: refused")
+    assert d.state("10") == "stage-out-failed"
+    dec = d.take(d.sched.command("10", Trigger.RETRY, d.now, by="root", operator=True))
+    out = dec.actions[-1].args_as(StageOutArgs)
+    assert (out.data_out, out.rescue) == (PurePosixPath("/pfs/out"), False)
+    assert d.sched.records["10"].rescue_to == ""
+    d.answer_all("10")  # verified at DATA_OUT: never called rescued
+    assert d.state("10") == "released" and d.sched.records["10"].rescue_to == ""
+
+
 def test_without_rescue_after_a_quarantine_waits_for_an_operator() -> None:
     d = Driver(make_scheduler(retries=1, backoff=5.0))
     quarantined(d)
