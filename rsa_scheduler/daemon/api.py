@@ -69,7 +69,7 @@ class Caller:
     @property
     def operator(self) -> bool:
         """Root or SlurmUser (daemon/operators.py), by uid."""
-        return OPERATORS.is_operator(self.uid, self.user)
+        return OPERATORS.is_operator(self.uid)
 
 
 def _user_of(uid: int) -> str:
@@ -119,7 +119,7 @@ class Routes:
             return self._hook(caller, parts[1], body)
         if method == "POST" and parts == ["admin", "drain"]:
             if not caller.operator:
-                raise ApiError(HTTPStatus.FORBIDDEN, "only root or slurm may drain the RSA")
+                raise ApiError(HTTPStatus.FORBIDDEN, "only root or SlurmUser may drain the RSA")
             on = (body or {}).get("on")
             if not isinstance(on, bool):
                 raise ApiError(HTTPStatus.BAD_REQUEST, "on must be true or false")
@@ -131,7 +131,7 @@ class Routes:
                                       wait=True)
         if method == "POST" and len(parts) == 3 and parts[0] == "nodes" and parts[2] == "state":
             if not caller.operator:
-                raise ApiError(HTTPStatus.FORBIDDEN, "only root or slurm may drain nodes")
+                raise ApiError(HTTPStatus.FORBIDDEN, "only root or SlurmUser may drain nodes")
             state = str((body or {}).get("state", ""))
             reason = " ".join(str((body or {}).get("reason") or "").split())[:200]
             if state not in ("up", "drained", "down"):
@@ -174,7 +174,7 @@ class Routes:
         if uid is None:
             return caller
         if not caller.operator:
-            raise ApiError(HTTPStatus.FORBIDDEN, "only root or slurm may see the status as "
+            raise ApiError(HTTPStatus.FORBIDDEN, "only root or SlurmUser may see the status as "
                                                  "another user")
         if not uid.isdigit():
             raise ApiError(HTTPStatus.BAD_REQUEST, f"as= takes a uid, not {uid[:20]!r}")
@@ -282,7 +282,7 @@ class Routes:
 
     def _hook(self, caller: Caller, hook: str, body: Any) -> Any:
         if not caller.operator:
-            raise ApiError(HTTPStatus.FORBIDDEN, "hooks are accepted from root or slurm only")
+            raise ApiError(HTTPStatus.FORBIDDEN, "hooks are accepted from root or SlurmUser only")
         payload = dict(body or {})
         payload["hook"] = hook
         if not re.fullmatch(r"\d+(_\d+)?", str(payload.get("job_id", ""))):
@@ -310,7 +310,7 @@ class Routes:
         a slurmctld host other than rsad's (slurm_bb_pools reads a local file only)."""
         if not caller.operator:
             raise ApiError(HTTPStatus.FORBIDDEN, "burst buffer pools are given to root or "
-                                                 "slurm only")
+                                                 "SlurmUser only")
         native = self.daemon.native
         if native is None:
             raise ApiError(HTTPStatus.CONFLICT, "rsad runs in queue mode: burst buffer "
@@ -329,7 +329,7 @@ class Routes:
 
         if not caller.operator:
             raise ApiError(HTTPStatus.FORBIDDEN, "burst buffer hooks are accepted from root "
-                                                 "or slurm only")
+                                                 "or SlurmUser only")
         if hook not in HOOKS:
             raise ApiError(HTTPStatus.NOT_FOUND, f"no burst buffer hook {hook[:32]!r}")
         payload = dict(body or {})
@@ -614,7 +614,8 @@ def _same_uid(user: str, uid: object) -> bool:
 
 
 def _privileged_uid(uid: int) -> bool:
-    return Caller(uid, _user_of(uid)).operator
+    """Asked on the accept thread: by uid, no name lookup (daemon/operators.py)."""
+    return OPERATORS.is_operator(uid)
 
 
 def bind_unix(path: Path, group: str) -> socket.socket:

@@ -28,20 +28,35 @@ _SLURM_USER = re.compile(r"^\s*([^\s(]+)\s*(?:\((\d+)\))?\s*$")
 class Operators:
     """The operator uids: 0 and SlurmUser's. Thread-safe to read while it is learned."""
 
-    def __init__(self) -> None:
+    def __init__(self, lookup: Callable[[str], int] | None = None) -> None:
         self._slurm_uid: int | None = None  # None: not learned from Slurm yet
+        self._lookup = lookup or (lambda name: pwd.getpwnam(name).pw_uid)
+        self._stand_in: int | None = None  # the account named slurm's uid; -2: none
+        self._lock = threading.Lock()
 
     @property
     def learned(self) -> bool:
         return self._slurm_uid is not None
 
-    def is_operator(self, uid: int, user: str) -> bool:
+    def is_operator(self, uid: int) -> bool:
+        """By uid alone: the API's accept thread asks this of every unix-socket peer, and
+        a name lookup there (NSS: a slow directory) would stall every connection. The
+        stand-in's uid is looked up once in rsad's life."""
         if uid == 0:
             return True
         known = self._slurm_uid
         if known is None:
-            return user == DEFAULT_SLURM_USER
+            known = self._stand_in_uid()
         return uid == known
+
+    def _stand_in_uid(self) -> int:
+        with self._lock:
+            if self._stand_in is None:
+                try:
+                    self._stand_in = self._lookup(DEFAULT_SLURM_USER)
+                except KeyError:
+                    self._stand_in = -2  # no caller's uid (peers are 0..2^32-2)
+            return self._stand_in
 
     def learn(self, config: Mapping[str, str]) -> str:
         """Take SlurmUser from a parsed ``scontrol show config``; returns what was learned

@@ -324,7 +324,7 @@ def test_another_users_commands_are_refused(routes: Routes) -> None:
         routes.dispatch(BOB, "POST", "/v1/jobs/7/command", {"command": "cancel-staging"})
     with pytest.raises(ApiError, match="not allowed for alice"):
         routes.dispatch(ALICE, "POST", "/v1/jobs/7/command", {"command": "discard"})
-    with pytest.raises(ApiError, match="root or slurm"):
+    with pytest.raises(ApiError, match="root or SlurmUser"):
         routes.dispatch(ALICE, "POST", "/v1/hooks/prolog_slurmctld", {"job_id": "7"})
     with pytest.raises(ApiError, match="may drain"):
         routes.dispatch(ALICE, "POST", "/v1/nodes/rsa1/state", {"state": "drained"})
@@ -1935,7 +1935,7 @@ def test_an_operator_may_see_the_status_as_a_user_sees_it(routes: Routes) -> Non
     slurm = Caller(64030, "slurm")
     assert held(slurm, "/v1/status?as=4242") == {"(hidden)"} == held(BOB, "/v1/status")
     assert held(slurm, "/v1/status?as=0") == {"7"} == held(ROOT, "/v1/status")
-    with pytest.raises(ApiError, match="only root or slurm may see the status as another"):
+    with pytest.raises(ApiError, match="only root or SlurmUser may see the status as another"):
         routes.dispatch(BOB, "GET", "/v1/status?as=0", None)
     with pytest.raises(ApiError, match="as= takes a uid"):
         routes.dispatch(ROOT, "GET", "/v1/status?as=root", None)

@@ -546,7 +546,7 @@ def test_only_root_or_slurm_may_call_the_burst_buffer_hooks(tmp_path: Path) -> N
     slurm, seen, clock = ScriptedSlurm(), list[str](), Clock()
     d = native_daemon(tmp_path, slurm, seen, clock)
     with serving(d) as routes:
-        with pytest.raises(ApiError, match="root or slurm only"):
+        with pytest.raises(ApiError, match="root or SlurmUser only"):
             routes.dispatch(Caller(1001, "alice"), "POST", "/v1/bb/setup", {"job_id": "7"})
         with pytest.raises(ApiError, match="valid job_id"):
             routes.dispatch(Caller(0, "root"), "POST", "/v1/bb/setup", {"job_id": "7;x"})
@@ -642,7 +642,7 @@ def test_the_pools_are_given_to_root_or_slurm_for_a_slurmctld_host_without_rsad(
     slurm, seen, clock = ScriptedSlurm(), list[str](), Clock()
     d = native_daemon(tmp_path, slurm, seen, clock)
     with serving(d) as routes:
-        with pytest.raises(ApiError, match="root or slurm only"):
+        with pytest.raises(ApiError, match="root or SlurmUser only"):
             routes.dispatch(Caller(1001, "alice"), "GET", "/v1/bb/pools", None)
         d.poll()
         settle(d)

@@ -34,15 +34,32 @@ def test_slurm_user_is_read_from_each_releases_show_config(capture: str, uid: in
 
 def test_a_slurm_user_of_another_name_is_an_operator_and_a_user_named_slurm_is_not(
 ) -> None:
-    ops = Operators()
-    # before Slurm answered: the account named slurm stands in, as rsad always did
-    assert ops.is_operator(64030, "slurm") and not ops.is_operator(990, "slurmadm")
-    assert ops.is_operator(0, "root") and not ops.is_operator(1001, "alice")
+    looked: list[str] = []
+
+    def lookup(name: str) -> int:
+        looked.append(name)
+        return 64030
+
+    ops = Operators(lookup)
+    # before Slurm answered: the account named slurm stands in, as rsad always did,
+    # looked up once (the accept thread asks by uid, never by name)
+    assert ops.is_operator(64030) and not ops.is_operator(990)
+    assert ops.is_operator(0) and not ops.is_operator(1001)
+    assert looked == ["slurm"]
     line = ops.learn({"SlurmUser": "slurmadm(990)"})
     assert "uid 990" in line
-    assert ops.is_operator(990, "slurmadm")  # the site's SlurmUser: its hooks answered
-    assert not ops.is_operator(64030, "slurm")  # a plain account that is named slurm
-    assert ops.is_operator(0, "root")
+    assert ops.is_operator(990)  # the site's SlurmUser: its hooks answered
+    assert not ops.is_operator(64030)  # a plain account that is named slurm
+    assert ops.is_operator(0) and looked == ["slurm"]
+
+
+def test_without_an_account_named_slurm_only_root_is_an_operator_until_slurm_answers(
+) -> None:
+    def lookup(name: str) -> int:
+        raise KeyError(name)
+
+    ops = Operators(lookup)
+    assert ops.is_operator(0) and not ops.is_operator(64030)
 
 
 def test_a_slurm_user_that_names_no_account_is_refused_in_one_line() -> None:
@@ -54,7 +71,7 @@ def test_a_slurm_user_that_names_no_account_is_refused_in_one_line() -> None:
 
 def test_the_api_callers_operator_flag_follows_what_was_learned(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    ops = Operators()
+    ops = Operators(lambda name: 64030)
     monkeypatch.setattr(api, "OPERATORS", ops)
     assert not api.Caller(990, "slurmadm").operator
     ops.learn({"SlurmUser": "slurmadm(990)"})
@@ -64,7 +81,7 @@ def test_the_api_callers_operator_flag_follows_what_was_learned(
 
 
 def test_rsad_asks_slurm_again_until_it_answers() -> None:
-    ops = Operators()
+    ops = Operators(lambda name: 64030)
     answers: list[object] = [OSError("slurmctld down"), OSError("still down"),
                              {"SlurmUser": "slurmadm(990)"}]
     asked = threading.Event()
@@ -82,4 +99,4 @@ def test_rsad_asks_slurm_again_until_it_answers() -> None:
     thread = learn_in_background(show_config, stop, every=0.0, operators=ops)
     thread.join(timeout=10)
     assert not thread.is_alive() and asked.is_set()
-    assert ops.learned and ops.is_operator(990, "slurmadm")
+    assert ops.learned and ops.is_operator(990)
