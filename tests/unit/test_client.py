@@ -153,7 +153,7 @@ def test_rsa_bb_acts_only_on_answers_rsad_signed(server: str) -> None:
         post("/v1/bb/data_out", {"job_id": "7"})
     with pytest.raises(ApiUnavailable, match="is not signed with MUNGE"):
         get("/v1/bb/pools")  # rsa-bb pools: the file kept as it was
-    with pytest.raises(Refused, match="^no$"):
+    with pytest.raises(Refused, match=r"^no$"):
         post("/refuse", {"job_id": "7"})
 
 
