@@ -120,8 +120,16 @@ class Bases:
             raise RsaError(f"cannot record the write-back base {final}: {e}") from e
 
     def drop(self, fs_id: str) -> None:
+        """Forget the base of ``fs_id``, and any half-written copy a process killed in
+        :meth:`save` left (``.<fs>.json.<pid>.tmp``: a base of up to hundreds of MB, which
+        nothing else would ever remove)."""
+        final = self.path(fs_id)
         with contextlib.suppress(FileNotFoundError):
-            self.path(fs_id).unlink()
+            final.unlink()
+        with contextlib.suppress(OSError):
+            for left in self.root.glob(f".{final.name}.*.tmp"):
+                with contextlib.suppress(OSError):
+                    left.unlink()
 
 
 def record_stage_in(bases: Bases, fs_id: str, eng: StagingEngine, data_in: str) -> int:
