@@ -187,6 +187,19 @@ def settle(d: Daemon) -> None:
     raise AssertionError("daemon did not settle")
 
 
+def locked_in_daemon(tmp_path: Path) -> tuple[Daemon, ScriptedSlurm, list[str]]:
+    """A started daemon whose job 7 (alice) is staged and locked in; the action ids it
+    ran so far."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state.value == "locked-in"
+    return d, slurm, seen
+
+
 def test_poll_commits_before_dispatch_and_runs_to_locked_in(tmp_path: Path) -> None:
     slurm = ScriptedSlurm()
     seen: list[str] = []
@@ -589,13 +602,7 @@ def test_a_log_that_cannot_be_written_stops_rsad_and_its_restart_replays_the_tru
     before, serving a state its log did not have); a restart replays what the log holds."""
     from rsa_scheduler.daemon.service import LogWriteFailed
 
-    slurm = ScriptedSlurm()
-    seen: list[str] = []
-    d = make_daemon(tmp_path, slurm, seen)
-    slurm.set("7", "PENDING", "Resources")
-    d.poll()
-    settle(d)
-    assert d.sched.records["7"].rsa_state.value == "locked-in"
+    d, slurm, seen = locked_in_daemon(tmp_path)
     append, dispatched = d.store.append, list(seen)
 
     def full(events: Sequence[Event], rows: Sequence[JobRow] = ()) -> list[Event]:
@@ -993,13 +1000,7 @@ def test_finished_jobs_leave_memory_and_their_history_stays_readable(tmp_path: P
 def test_only_ramdisks_no_step_works_on_are_tendable(tmp_path: Path) -> None:
     """The RAMDISK tender checks jobs in core.states.TENDED that have a RAMDISK and no
     action running: a staged, locked-in job is one; a job still staging is not."""
-    slurm = ScriptedSlurm()
-    seen: list[str] = []
-    d = make_daemon(tmp_path, slurm, seen)
-    slurm.set("7", "PENDING", "Resources")
-    d.poll()
-    settle(d)
-    assert d.sched.records["7"].rsa_state.value == "locked-in"
+    d, _, _ = locked_in_daemon(tmp_path)
     assert d.tendable() == [("7", {"fs_id": "x"})]
     step = make_action("7/1/stage-in/9")
     d.running[step.id] = Running(step, CancelToken(), Future())
