@@ -171,9 +171,9 @@ def run(argv: Sequence[str], *, timeout: float, check: bool = True, input: str |
     :class:`CommandError` raised with ``stopped`` set (a cancelled operation). With
     ``as_user`` the child runs with that user's uid, gid and supplementary groups and
     umask 077 (switched by the kernel in the child, not by a Python ``preexec_fn``).
-    ``keep`` > 0: of stdout and of stderr only about the last ``keep`` characters are
-    held, however much the command prints (a user's PRE/POSTPROCESS may print without
-    end: all of it would be held in rsad's memory until it ends or times out).
+    ``keep`` > 0: of stdout and of stderr only about the last ``keep`` bytes are held,
+    however much the command prints (a user's PRE/POSTPROCESS may print without end: all
+    of it would be held in rsad's memory until it ends or times out).
     """
     if not argv:
         raise ValueError("empty argv")
@@ -245,47 +245,56 @@ def _communicate(proc: subprocess.Popen[str], input: str | None, timeout: float,
 
 
 class _Tail:
-    """The last ``keep`` characters of one of a child's pipes, read by a thread of its
-    own until EOF: held memory stays bounded however much the child writes."""
+    """The last ``keep`` bytes of one of a child's pipes, read by a thread of its own as
+    they come until EOF: held memory stays bounded however much the child writes."""
 
     def __init__(self, pipe: IO[str], keep: int) -> None:
         self.keep = keep
-        self._buf: list[str] = []
-        self._pipe = pipe
+        self._buf = bytearray()
+        self._lock = threading.Lock()
+        self._pipe = pipe.buffer  # type: ignore[attr-defined]
         self.thread = threading.Thread(target=self._read, name="tail", daemon=True)
         self.thread.start()
 
     @property
     def text(self) -> str:
-        """What was kept so far (all of it once the pipe is at EOF)."""
-        return "".join(list(self._buf))[-self.keep:]
+        """What was kept so far (decoded as the runner decodes: ``errors="replace"``)."""
+        with self._lock:
+            return bytes(self._buf[-self.keep:]).decode(errors="replace")
 
     def _read(self) -> None:
-        held = 0
-        while chunk := self._pipe.read(65536):
-            self._buf.append(chunk)
-            held += len(chunk)
-            if held > 2 * self.keep:  # trimmed in batches, not at every read
-                self._buf = [self.text]
-                held = len(self._buf[0])
+        # read1: what the pipe holds now, so the tail is current if the child is killed
+        while chunk := self._pipe.read1(65536):
+            with self._lock:
+                self._buf += chunk
+                if len(self._buf) > 2 * self.keep:  # trimmed in batches
+                    del self._buf[:-self.keep]
 
 
 def _communicate_kept(proc: subprocess.Popen[str], input: str | None, timeout: float,
                       stopped: Callable[[], bool] | None, keep: int
                       ) -> tuple[str, str, bool]:
-    """:func:`_communicate` holding only the last ``keep`` characters of each pipe.
-    On timeout raises TimeoutExpired with what stderr kept so far (``.stderr``)."""
+    """:func:`_communicate` holding only the last ``keep`` bytes of each pipe. On
+    timeout kills the process group and raises TimeoutExpired with what stderr kept
+    (``.stderr``)."""
     assert proc.stdout is not None and proc.stderr is not None
     tails = (_Tail(proc.stdout, keep), _Tail(proc.stderr, keep))
     if proc.stdin is not None:
         def feed() -> None:
-            with contextlib.suppress(BrokenPipeError, OSError, ValueError):
+            with contextlib.suppress(OSError, ValueError):
                 assert proc.stdin is not None
                 if input:
                     proc.stdin.write(input)
                 proc.stdin.close()
         threading.Thread(target=feed, name="feed", daemon=True).start()
     deadline = time.monotonic() + timeout
+
+    def expired() -> subprocess.TimeoutExpired:
+        kill_group(proc)
+        for t in tails:  # what the killed group wrote last
+            t.thread.join(1.0)
+        return subprocess.TimeoutExpired(proc.args, timeout, stderr=tails[1].text)
+
     fired = False
     while True:
         try:
@@ -297,12 +306,11 @@ def _communicate_kept(proc: subprocess.Popen[str], input: str | None, timeout: f
                 kill_group(proc)
                 break
             if time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(proc.args, timeout,
-                                                stderr=tails[1].text) from None
+                raise expired() from None
     for t in tails:  # the pipes' writers may outlive the child (a daemon it started)
         t.thread.join(max(0.0, deadline - time.monotonic()))
         if t.thread.is_alive():
-            raise subprocess.TimeoutExpired(proc.args, timeout, stderr=tails[1].text)
+            raise expired()
     return tails[0].text, tails[1].text, fired
 
 

@@ -75,6 +75,9 @@ def test_a_script_that_times_out_printing_still_shows_its_last_words(
     assert peak < HELD, f"rsad held {peak >> 20} MiB of a script's output"
     assert res.returncode is None and "timed out" in res.summary()
     assert "still going" in res.stderr_tail.splitlines()
+    quiet = _engine(user, timeout=1.0).run_script(
+        ["sh", "-c", "echo started >&2; exec sleep 30"], "stage-out", ramdisk=ram)
+    assert quiet.returncode is None and quiet.stderr_tail == "started\n"  # not lost
 
 
 def test_keep_holds_the_tails_and_the_exit_status_of_a_plain_command() -> None:
