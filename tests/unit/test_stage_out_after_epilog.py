@@ -89,3 +89,33 @@ def test_the_stage_out_asks_before_it_reads_the_ramdisk_and_a_rescue_does_not() 
     with pytest.raises(BaseException) as other:
         dp.stage_out(stage_out_ctx(rescue=True))
     assert not isinstance(other.value, Asked) and seen == ["7/1/stage-out/12"]
+
+
+def write_back_ctx(*, job_ended: bool) -> ActionContext:
+    action = make_action("7/1/write-back/12", user="nobody", data_in=PurePosixPath("/pfs/in"))
+    return ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
+                         facts={"mount": SPEC.to_json()}, job_ended=job_ended)
+
+
+def test_the_write_back_after_the_job_ended_waits_too_and_one_while_it_runs_does_not() -> None:
+    """Writable input (#RSA_INPUT=rw): the write-back issued at the job's end is the last
+    before the teardown destroys the RAMDISK; what the job changed in DATA_IN on SIGTERM,
+    during KillWait, after it was lost the same way. A write-back while the job runs
+    (before a reset) is followed by another: it does not wait."""
+    class Asked(Exception):
+        pass
+
+    dp = data_path(Backend(lambda: pytest.fail("the RAMDISK was looked at first")))
+    seen: list[str] = []
+
+    def await_epilogs(ctx: ActionContext) -> None:
+        seen.append(ctx.action.id)
+        raise Asked
+
+    dp.await_epilogs = await_epilogs
+    with pytest.raises(Asked):
+        dp.write_back(write_back_ctx(job_ended=True))
+    assert seen == ["7/1/write-back/12"]
+    with pytest.raises(BaseException) as other:
+        dp.write_back(write_back_ctx(job_ended=False))
+    assert not isinstance(other.value, Asked) and seen == ["7/1/write-back/12"]
