@@ -89,7 +89,7 @@ class Host(Protocol):
         """Run argv (no shell) on the node, as root or as ``as_user`` (uid, gid, groups,
         clean environment). Raise CommandError on failure when ``check``; on timeout or
         cancellation kill the whole remote process tree. ``keep`` > 0: hold only about
-        the last ``keep`` characters of stdout and of stderr (a user's script may print
+        the last ``keep`` bytes of stdout and of stderr (a user's script may print
         without end)."""
         ...
 

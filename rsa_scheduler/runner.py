@@ -293,7 +293,14 @@ def _communicate_kept(proc: subprocess.Popen[str], input: str | None, timeout: f
         kill_group(proc)
         for t in tails:  # what the killed group wrote last
             t.thread.join(1.0)
+        if not any(t.thread.is_alive() for t in tails):  # else a reader still holds them
+            closed()
         return subprocess.TimeoutExpired(proc.args, timeout, stderr=tails[1].text)
+
+    def closed() -> None:  # at EOF: as communicate() leaves them
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
 
     fired = False
     while True:
@@ -311,6 +318,7 @@ def _communicate_kept(proc: subprocess.Popen[str], input: str | None, timeout: f
         t.thread.join(max(0.0, deadline - time.monotonic()))
         if t.thread.is_alive():
             raise expired()
+    closed()
     return tails[0].text, tails[1].text, fired
 
 
