@@ -822,9 +822,10 @@ class DataPath:
                 "verify_differed": None, "verify_redone": None}
 
     def write_back(self, ctx: ActionContext) -> Mapping[str, Any]:
-        if ctx.job_ended and self.await_epilogs is not None:
-            # the last write-back before the teardown: the job's processes may still
-            # change its input (SIGTERM, then KillWait), as for a stage-out
+        if not ctx.job_running and self.await_epilogs is not None:
+            # the run is over (ended, or requeued): the last write-back before the
+            # teardown; its processes may still change the input (SIGTERM, then
+            # KillWait), as for a stage-out
             self.await_epilogs(ctx)
         return self.write_back_to(ctx, str(ctx.action.args_as(WriteBackArgs).data_in))
 

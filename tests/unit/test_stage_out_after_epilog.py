@@ -91,17 +91,18 @@ def test_the_stage_out_asks_before_it_reads_the_ramdisk_and_a_rescue_does_not() 
     assert not isinstance(other.value, Asked) and seen == ["7/1/stage-out/12"]
 
 
-def write_back_ctx(*, job_ended: bool) -> ActionContext:
+def write_back_ctx(*, job_ended: bool, job_running: bool) -> ActionContext:
     action = make_action("7/1/write-back/12", user="nobody", data_in=PurePosixPath("/pfs/in"))
     return ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
-                         facts={"mount": SPEC.to_json()}, job_ended=job_ended)
+                         facts={"mount": SPEC.to_json()}, job_ended=job_ended,
+                         job_running=job_running)
 
 
-def test_the_write_back_after_the_job_ended_waits_too_and_one_while_it_runs_does_not() -> None:
-    """Writable input (#RSA_INPUT=rw): the write-back issued at the job's end is the last
-    before the teardown destroys the RAMDISK; what the job changed in DATA_IN on SIGTERM,
-    during KillWait, after it was lost the same way. A write-back while the job runs
-    (before a reset) is followed by another: it does not wait."""
+def test_the_write_back_after_the_run_waits_too_and_one_while_it_runs_does_not() -> None:
+    """Writable input (#RSA_INPUT=rw): the write-back issued at the job's end (or at its
+    requeue) is the last before the teardown destroys the RAMDISK; what the job changed
+    in DATA_IN on SIGTERM, during KillWait, after it was lost the same way. A write-back
+    while the job runs (before a reset) is followed by another: it does not wait."""
     class Asked(Exception):
         pass
 
@@ -114,8 +115,10 @@ def test_the_write_back_after_the_job_ended_waits_too_and_one_while_it_runs_does
 
     dp.await_epilogs = await_epilogs
     with pytest.raises(Asked):
-        dp.write_back(write_back_ctx(job_ended=True))
-    assert seen == ["7/1/write-back/12"]
+        dp.write_back(write_back_ctx(job_ended=True, job_running=False))
+    with pytest.raises(Asked):  # requeued: its processes are killed as at an end
+        dp.write_back(write_back_ctx(job_ended=False, job_running=False))
+    assert seen == ["7/1/write-back/12"] * 2
     with pytest.raises(BaseException) as other:
-        dp.write_back(write_back_ctx(job_ended=False))
-    assert not isinstance(other.value, Asked) and seen == ["7/1/write-back/12"]
+        dp.write_back(write_back_ctx(job_ended=False, job_running=True))
+    assert not isinstance(other.value, Asked) and len(seen) == 2
