@@ -340,6 +340,9 @@ class DataPath:
         #: the compute nodes release the RAMDISK before a teardown destroys it
         #: (NodeSide.release_mounts; None: no compute-node side, as in some tests)
         self.release_mounts: Callable[[ActionContext], object] | None = None
+        #: before a stage-out reads the RAMDISK: the job's compute nodes ran their Epilog,
+        #: its processes are gone (NodeSide.await_epilogs; None: no compute-node side)
+        self.await_epilogs: Callable[[ActionContext], object] | None = None
 
     # ---- fencing --------------------------------------------------------------------------
     def fenced(self, node: str) -> Host:
@@ -738,6 +741,10 @@ class DataPath:
     def stage_out(self, ctx: ActionContext) -> Mapping[str, Any]:
         args = ctx.action.args_as(StageOutArgs)
         spec = self.mount(ctx)
+        if self.await_epilogs is not None and not args.rescue:
+            # the job's processes may still write (SIGTERM, then KillWait): what it
+            # writes after the verify would be destroyed with the RAMDISK
+            self.await_epilogs(ctx)
         with self.tended(ctx, spec) as cancel:
             eng = self.engine(ctx, spec, cancel)
             if args.postprocess is not None:
@@ -815,6 +822,11 @@ class DataPath:
                 "verify_differed": None, "verify_redone": None}
 
     def write_back(self, ctx: ActionContext) -> Mapping[str, Any]:
+        if not ctx.job_running and self.await_epilogs is not None:
+            # the run is over (ended, or requeued): the last write-back before the
+            # teardown; its processes may still change the input (SIGTERM, then
+            # KillWait), as for a stage-out
+            self.await_epilogs(ctx)
         return self.write_back_to(ctx, str(ctx.action.args_as(WriteBackArgs).data_in))
 
     def write_back_to(self, ctx: ActionContext, data_in: str) -> Mapping[str, Any]:
