@@ -129,6 +129,17 @@ def test_data_out_of_a_rescued_output_fails_saying_where_never_verified() -> Non
                            verified).status == "done"
 
 
+def test_data_out_with_no_verification_known_never_claims_where_the_output_went() -> None:
+    """Released with no verification rsad knows of: the job wrote to the PFS itself, or
+    rsad verified it in a record it forgot (daemon.retention) before Slurm asked again;
+    it said "it was written to the PFS directly", untrue in the second case."""
+    answer = answer_data_out(record(RsaState.RELEASED, job_state=JobState.FINISHED),
+                             BbJob(setup=1.0, ran=True, over=True, polled=True))
+    assert answer.status == "done"
+    assert "or (a job rsad has forgotten" in answer.message
+    assert "staged out and verified earlier" in answer.message
+
+
 def test_data_in_of_a_job_without_rsa_work_is_done_only_once_its_directives_were_read(
         ) -> None:
     """Issue 38: "nothing to stage" only when the job's own directives were read and ask
