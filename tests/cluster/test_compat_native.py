@@ -95,6 +95,7 @@ def test_a_native_arrays_tasks_each_stage_in_and_out_through_slurms_hooks(
     assert array.isdigit(), array
     seen = c.out("ctl", ["sh", "-c", WATCH, "sh", "90", array], timeout=120)
     tasks = [f"{array}_{t}" for t in (0, 1)]
+    polls = _slurm(c) >= (24, 5)
     deadline = time.monotonic() + 180
     while True:  # Slurm ends a task only once data_out answered: output verified
         states = c.out("ctl", ["squeue", "-h", "-r", "-t", "all", "-j", array, "-o",
@@ -117,13 +118,15 @@ def test_a_native_arrays_tasks_each_stage_in_and_out_through_slurms_hooks(
         report = c.out("rsa2", ["cat", f"{base}/res/{t}.report"], user=USER).splitlines()
         assert report[0].startswith("mfs#rsa"), report  # its input from its RAMDISK
         assert report[1].split()[0] == _sha(c, f"{base}/in/{t}/f").split()[0], report
-        assert report[2] == "mode=native", report
+        # 22.05 gives every task RSA_MODE; 24.11 and 26.05 no path file to a task split
+        # off the array (burst_buffer.lua's slurm_bb_paths: the user guide says so)
+        assert report[2] == "mode=native" or (polls and report[2] == "mode="), report
         assert _sha(c, f"{base}/out/{t}/o") == c.out(
             "rsa2", ["cat", f"{base}/res/{t}.osha"], user=USER)
         assert _owner(c, f"{base}/out/{t}/o") == USER
     assert _job(c, array) is None
     blocking = [x for x in seen.splitlines() if "--once" not in x]
-    if _slurm(c) >= (24, 5):
+    if polls:
         # Slurm polled test_data_in (`rsa-bb --once data_in`, one question each), and no
         # slurmscriptd helper was held by a blocking data_in for a stage-in
         assert any("--once" in x for x in seen.splitlines()), seen
