@@ -6,10 +6,12 @@ On Slurm 24.05 and later (Debian 13's 24.11, testing's 26.05) burst_buffer.lua's
 and data_out return at once and Slurm polls test_data_in/test_data_out (``rsa-bb
 --once``); on 22.05 (Debian 12) they block. Either way a task starts only once its
 input is on its RAMDISK and Slurm ends it only once its output is verified on the PFS
-(checksums, owner). While the tasks stage in, ctl's processes are sampled every 0.2 s:
-on the polling releases ``rsa-bb --once data_in`` is seen (one question per poll) and no
-``rsa-bb data_in`` without ``--once`` (a slurmscriptd helper held for a whole
-stage-in); on 22.05 that blocking one is seen."""
+(checksums, owner). On the polling releases slurmctld's log has burst_buffer.lua's line
+for an answer of "still staging" (BUSY, which only ``rsa-bb --once`` gives: the second
+task waits for the RSA node the first holds, ``allocation.array_share``), and no ``rsa-bb
+data_in`` without ``--once`` (a slurmscriptd helper held for a whole stage-in) is seen
+on ctl, whose processes are sampled every 0.2 s while the tasks stage in; on 22.05 that
+blocking one is seen, and no BUSY line."""
 
 from __future__ import annotations
 
@@ -88,6 +90,7 @@ def test_a_native_arrays_tasks_each_stage_in_and_out_through_slurms_hooks(
         f"mkdir -p {base}/in/{t} {base}/out/{t}\n"
         f"head -c {8000000 + 777 * t} /dev/urandom > {base}/in/{t}/f" for t in (0, 1))],
         user=USER)
+    log_from = int(c.out("ctl", ["stat", "-c", "%s", "/var/log/slurm/slurmctld.log"]))
     c.run("login", ["sh", "-ec", f"cat > {base}/array.sh"], user=USER,
           input=ARRAY.format(base=base))
     array = c.out("login", ["sbatch", "--parsable", f"--chdir={base}", "-o",
@@ -126,12 +129,17 @@ def test_a_native_arrays_tasks_each_stage_in_and_out_through_slurms_hooks(
         assert _owner(c, f"{base}/out/{t}/o") == USER
     assert _job(c, array) is None
     blocking = [x for x in seen.splitlines() if "--once" not in x]
+    log = c.out("ctl", ["tail", "-c", f"+{log_from + 1}", "/var/log/slurm/slurmctld.log"])
+    busy = [x for x in log.splitlines() if "rsa: data_in of job " in x]
     if polls:
-        # Slurm polled test_data_in (`rsa-bb --once data_in`, one question each), and no
-        # slurmscriptd helper was held by a blocking data_in for a stage-in
-        assert any("--once" in x for x in seen.splitlines()), seen
+        # Slurm polled test_data_in: burst_buffer.lua logs each answer of "still staging"
+        # (BUSY, only `rsa-bb --once` gives one): the task waiting for the RSA node the
+        # other held was asked again and again; and no slurmscriptd helper was seen held
+        # by a blocking data_in
+        assert busy, log[-3000:]
         assert blocking == [], blocking
     else:
         assert blocking, seen  # 22.05: data_in blocks for the stage-in
+        assert busy == [], busy
     _nothing_left(c)
     c.run("login", ["rm", "-rf", base], user=USER, check=False, timeout=120)
