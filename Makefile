@@ -101,7 +101,9 @@ test: install lint
 
 # The Debian packages, built with Debian's own tooling (debhelper, pybuild) from a clean
 # copy of the tree (tracked files and new ones not ignored), into dist/:
-#   dist/rsa-scheduler_<version>_all.deb, dist/rsa-scheduler-spank_<version>_<arch>.deb
+#   dist/rsa-scheduler_<version>_all.deb, dist/rsa-scheduler-spank_<version>+slurm<X.Y>_<arch>.deb
+# (the SPANK package's version names the Slurm release it is built for: debian/rules);
+# the packages of an earlier make deb go first, so dist/ holds one of each
 DEB_PKGS := debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools \
             libslurm-dev gcc make
 VERSION  := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
@@ -117,6 +119,7 @@ deb:
 	cd dist/build/rsa-scheduler-$(VERSION) && env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
 	  HOME=/nonexistent LC_ALL=C.UTF-8 dpkg-buildpackage -us -uc -b >../build.log 2>&1 || \
 	  { tail -40 ../build.log; exit 1; }
+	rm -f dist/rsa-scheduler*.deb
 	mv dist/build/*.deb dist/
 	@ls -1 dist/*.deb
 

@@ -305,7 +305,10 @@ def _post_with(address: str | None, timeout: float) -> tuple[Post, Callable[[str
     from rsa_scheduler.client import ApiClient, ApiRefused, ApiUnavailable
     from rsa_scheduler.munge import MungeError
 
-    client = ApiClient(address, timeout=timeout)
+    # SlurmUser acts on these answers (Slurm starts a job whose data_in said done, ends
+    # one whose data_out did): only rsad's, signed with its MUNGE credential (root's),
+    # count; an impostor on rsad's TCP port while rsad is down cannot sign one
+    client = ApiClient(address, timeout=timeout, trust_uid=0)
 
     def post(path: str, body: Mapping[str, Any]) -> Any:
         try:

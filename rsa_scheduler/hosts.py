@@ -85,10 +85,12 @@ class Host(Protocol):
     def run(self, argv: Sequence[str], *, timeout: float, check: bool = True,
             input: str | None = None, as_user: Identity | None = None,
             env: Mapping[str, str] | None = None,
-            cancel: CancelToken | None = None) -> Completed:
+            cancel: CancelToken | None = None, keep: int = 0) -> Completed:
         """Run argv (no shell) on the node, as root or as ``as_user`` (uid, gid, groups,
         clean environment). Raise CommandError on failure when ``check``; on timeout or
-        cancellation kill the whole remote process tree."""
+        cancellation kill the whole remote process tree. ``keep`` > 0: hold only about
+        the last ``keep`` bytes of stdout and of stderr (a user's script may print
+        without end)."""
         ...
 
 
@@ -104,21 +106,21 @@ class LocalHost:
     def run(self, argv: Sequence[str], *, timeout: float, check: bool = True,
             input: str | None = None, as_user: Identity | None = None,
             env: Mapping[str, str] | None = None,
-            cancel: CancelToken | None = None) -> Completed:
+            cancel: CancelToken | None = None, keep: int = 0) -> Completed:
         if cancel is not None:
             cancel.check()
         stopped = None if cancel is None else (lambda: cancel.cancelled)
         try:
             if as_user is None or not as_user.scope:
                 return self._runner(argv, timeout=timeout, check=check, input=input,
-                                    as_user=as_user, env=env, stopped=stopped)
+                                    as_user=as_user, env=env, stopped=stopped, keep=keep)
             # in the job's cgroup, as on a remote node: root joins it, then drops to the user
             wrapped = contain_argv(as_user.scope, "077", [
                 *as_user.setpriv(), "env", "-i",
                 *(f"{k}={v}" for k, v in as_user.env(env).items()), *argv],
                 as_user.private_tmp, issued=issued_now())
             done = self._runner(wrapped, timeout=timeout, check=check, input=input,
-                                stopped=stopped)
+                                stopped=stopped, keep=keep)
         except CommandError as e:
             if e.stopped and cancel is not None:
                 raise Cancelled(f"{self.name}: {shlex.join(argv[:4])}: "

@@ -321,7 +321,7 @@ class SshHost:
     def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True,
             input: str | None = None, as_user: Identity | None = None,
             env: Mapping[str, str] | None = None,
-            cancel: CancelToken | None = None) -> Completed:
+            cancel: CancelToken | None = None, keep: int = 0) -> Completed:
         """Run argv on the node; see :class:`~rsa_scheduler.hosts.Host`."""
         if cancel is not None:
             cancel.check()
@@ -335,7 +335,7 @@ class SshHost:
                 if input is not None:
                     chan.sendall(input.encode())
                 chan.shutdown_write()
-                out, err, rc, pgid = self._collect(chan, start + limit, cancel)
+                out, err, rc, pgid = self._collect(chan, start + limit, cancel, keep)
             except (paramiko.SSHException, EOFError, OSError) as e:
                 # the connection broke mid-command: its outcome is unknown, do not re-run
                 raise HostError(f"{self.name}: SSH connection lost during "
@@ -355,12 +355,15 @@ class SshHost:
             raise CommandError([f"{self.name}:", *argv], rc, err)
         return done
 
-    def _collect(self, chan: paramiko.Channel, deadline: float, cancel: CancelToken | None
-                 ) -> tuple[str, str, int | None, int | None]:
-        """Read stdout/stderr until exit, deadline or cancel. rc None = not finished."""
+    def _collect(self, chan: paramiko.Channel, deadline: float, cancel: CancelToken | None,
+                 keep: int = 0) -> tuple[str, str, int | None, int | None]:
+        """Read stdout/stderr until exit, deadline or cancel. rc None = not finished.
+        ``keep`` > 0: hold only about the last ``keep`` bytes of each (a user's script
+        may print without end: rsad's memory would hold all of it)."""
         out = bytearray()
         err = bytearray()
         pgid: int | None = None
+        headed = False  # the wrapper's first line (the process group) was looked at
         quiet_since: float | None = None  # when output last arrived after the exit status
         while True:
             got = False
@@ -376,6 +379,12 @@ class SshHost:
                 if text.startswith(PGID_MARK):
                     pgid = int(text[len(PGID_MARK):])
                     out = bytearray(rest)
+                headed = True
+            if keep > 0:  # trimmed in batches, not at every read
+                if len(err) > 2 * keep:
+                    del err[:-keep]
+                if len(out) > 2 * keep and headed:  # the wrapper's line is read first
+                    del out[:-keep]
             # sshd may send the exit status before the last of the output: done at EOF,
             # or once output has been quiet for EOF_GRACE (a daemon the command started
             # may hold stdout open, and then EOF never comes)

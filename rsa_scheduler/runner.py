@@ -9,6 +9,7 @@ argv, exit code and the tail of stderr. Tests swap the :class:`Runner` seam, nev
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -17,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import IO, Protocol
 
 from rsa_scheduler.errors import RsaError
 
@@ -151,16 +152,17 @@ class LocalRunner:
     def __call__(self, argv: Sequence[str], *, timeout: float, check: bool = True,
                  input: str | None = None, as_user: Identity | None = None,
                  env: Mapping[str, str] | None = None, cwd: str | None = None,
-                 stopped: Callable[[], bool] | None = None) -> Completed:
+                 stopped: Callable[[], bool] | None = None, keep: int = 0) -> Completed:
         return run(argv, timeout=timeout, check=check, input=input, as_user=as_user,
                    env=env if env is not None else (
                        as_user.env() if as_user else dict(self.base_env)),
-                   cwd=cwd, stopped=stopped)
+                   cwd=cwd, stopped=stopped, keep=keep)
 
 
 def run(argv: Sequence[str], *, timeout: float, check: bool = True, input: str | None = None,
         as_user: Identity | None = None, env: Mapping[str, str] | None = None,
-        cwd: str | None = None, stopped: Callable[[], bool] | None = None) -> Completed:
+        cwd: str | None = None, stopped: Callable[[], bool] | None = None,
+        keep: int = 0) -> Completed:
     """Run ``argv`` (never through a shell) and wait at most ``timeout`` seconds.
 
     The child gets its own session, so on timeout the whole process group is killed
@@ -169,6 +171,9 @@ def run(argv: Sequence[str], *, timeout: float, check: bool = True, input: str |
     :class:`CommandError` raised with ``stopped`` set (a cancelled operation). With
     ``as_user`` the child runs with that user's uid, gid and supplementary groups and
     umask 077 (switched by the kernel in the child, not by a Python ``preexec_fn``).
+    ``keep`` > 0: of stdout and of stderr only about the last ``keep`` bytes are held,
+    however much the command prints (a user's PRE/POSTPROCESS may print without end: all
+    of it would be held in rsad's memory until it ends or times out).
     """
     if not argv:
         raise ValueError("empty argv")
@@ -187,10 +192,16 @@ def run(argv: Sequence[str], *, timeout: float, check: bool = True, input: str |
     except OSError as e:
         raise CommandError(argv, None, f"cannot execute: {e}") from e
     try:
-        out, err, was_stopped = _communicate(proc, input, timeout, stopped)
-    except subprocess.TimeoutExpired:
+        if keep > 0:
+            out, err, was_stopped = _communicate_kept(proc, input, timeout, stopped, keep)
+        else:
+            out, err, was_stopped = _communicate(proc, input, timeout, stopped)
+    except subprocess.TimeoutExpired as e:
         kill_group(proc)
-        out, err = proc.communicate()
+        if keep > 0:  # the readers hold what they kept (the pipes close with the group)
+            err = e.stderr if isinstance(e.stderr, str) else ""
+        else:
+            out, err = proc.communicate()
         raise CommandError(argv, None, err or "", timeout=timeout) from None
     except BaseException:
         kill_group(proc)
@@ -231,6 +242,84 @@ def _communicate(proc: subprocess.Popen[str], input: str | None, timeout: float,
         ended.set()
         watcher.join()
     return out, err, fired.is_set()
+
+
+class _Tail:
+    """The last ``keep`` bytes of one of a child's pipes, read by a thread of its own as
+    they come until EOF: held memory stays bounded however much the child writes."""
+
+    def __init__(self, pipe: IO[str], keep: int) -> None:
+        self.keep = keep
+        self._buf = bytearray()
+        self._lock = threading.Lock()
+        self._pipe = pipe.buffer  # type: ignore[attr-defined]
+        self.thread = threading.Thread(target=self._read, name="tail", daemon=True)
+        self.thread.start()
+
+    @property
+    def text(self) -> str:
+        """What was kept so far (decoded as the runner decodes: ``errors="replace"``)."""
+        with self._lock:
+            return bytes(self._buf[-self.keep:]).decode(errors="replace")
+
+    def _read(self) -> None:
+        # read1: what the pipe holds now, so the tail is current if the child is killed
+        while chunk := self._pipe.read1(65536):
+            with self._lock:
+                self._buf += chunk
+                if len(self._buf) > 2 * self.keep:  # trimmed in batches
+                    del self._buf[:-self.keep]
+
+
+def _communicate_kept(proc: subprocess.Popen[str], input: str | None, timeout: float,
+                      stopped: Callable[[], bool] | None, keep: int
+                      ) -> tuple[str, str, bool]:
+    """:func:`_communicate` holding only the last ``keep`` bytes of each pipe. On
+    timeout kills the process group and raises TimeoutExpired with what stderr kept
+    (``.stderr``)."""
+    assert proc.stdout is not None and proc.stderr is not None
+    tails = (_Tail(proc.stdout, keep), _Tail(proc.stderr, keep))
+    if proc.stdin is not None:
+        def feed() -> None:
+            with contextlib.suppress(OSError, ValueError):
+                assert proc.stdin is not None
+                if input:
+                    proc.stdin.write(input)
+                proc.stdin.close()
+        threading.Thread(target=feed, name="feed", daemon=True).start()
+    deadline = time.monotonic() + timeout
+
+    def expired() -> subprocess.TimeoutExpired:
+        kill_group(proc)
+        for t in tails:  # what the killed group wrote last
+            t.thread.join(1.0)
+        if not any(t.thread.is_alive() for t in tails):  # else a reader still holds them
+            closed()
+        return subprocess.TimeoutExpired(proc.args, timeout, stderr=tails[1].text)
+
+    def closed() -> None:  # at EOF: as communicate() leaves them
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+    fired = False
+    while True:
+        try:
+            proc.wait(timeout=min(STOP_POLL, max(0.0, deadline - time.monotonic())))
+            break
+        except subprocess.TimeoutExpired:
+            if stopped is not None and stopped():
+                fired = True
+                kill_group(proc)
+                break
+            if time.monotonic() >= deadline:
+                raise expired() from None
+    for t in tails:  # the pipes' writers may outlive the child (a daemon it started)
+        t.thread.join(max(0.0, deadline - time.monotonic()))
+        if t.thread.is_alive():
+            raise expired()
+    closed()
+    return tails[0].text, tails[1].text, fired
 
 
 def kill_group(proc: subprocess.Popen[str], grace: float = 2.0) -> None:

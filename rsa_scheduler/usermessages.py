@@ -35,6 +35,8 @@ from rsa_scheduler.daemon.holds import (
 from rsa_scheduler.daemon.specs import TOO_SLOW
 
 JOB, OUT, NODES = "1234", "/pfs/alice/out", "rsa[1-2]"
+#: where a rescue (quarantine.rescue_after) puts a run's output: <job>.<cycle>-<submitted>
+RESCUED = f"/pfs/rescue/alice/{JOB}.1-20261129T043512"
 DEADLINE = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC
 
 #: what to do after a comment line, by the rsa-state it leads to (default: nothing)
@@ -125,9 +127,9 @@ def table() -> str:
          "the deadline it starts and reads the PFS"),
         (rerun_held_message(JOB), "nothing: it starts once the earlier run's output is "
          "verified"),
-        (rerun_held_message(JOB, f"/pfs/rescue/alice/{JOB}.1", True), "nothing yet: once "
+        (rerun_held_message(JOB, RESCUED, True), "nothing yet: once "
          "the rescue is over, as the next line says"),
-        (rerun_held_message(JOB, f"/pfs/rescue/alice/{JOB}.1"), "copy what the run needs "
+        (rerun_held_message(JOB, RESCUED), "copy what the run needs "
          "from the rescue area into DATA_OUT (or nothing, if it starts afresh), then release "
          f"it: `scontrol update JobId={JOB} StartTime=now`"),
         (rerun_released_message(JOB, False, None), "nothing"),

@@ -645,8 +645,10 @@ def install(node: str, debs: Sequence[str]) -> str:
 
 def previous() -> Path:
     """The previous release's .debs (lab/cluster/previous: an older commit's make deb,
-    cached)."""
-    env = [f"{k}={os.environ[k]}" for k in ("RSA_CLUSTER_WORK", "RSA_CLUSTER_PREVIOUS")
+    its SPANK package built for the release under test, cached)."""
+    env = [f"{k}={os.environ[k]}" for k in ("RSA_CLUSTER_WORK", "RSA_CLUSTER_PREVIOUS",
+                                            "RSA_LAB_DEBIAN", "RSA_DEBIAN_MIRROR",
+                                            "RSA_DEB_WORK")
            if k in os.environ]
     done = run(["env", *env, str(HERE / "previous")], timeout=1800)
     return Path(done.stdout.strip().splitlines()[-1])

@@ -1,6 +1,6 @@
 """``rsa jobs`` and ``rsa job ID``: what the RSA is doing for each job, from rsad's API.
 
-Users see their own jobs; root and slurm see all. ``--json`` keys are stable:
+Users see their own jobs; root and SlurmUser see all. ``--json`` keys are stable:
 ``job_id, user, job_state, rsa_state, nodes, cycle, message, since, progress`` (plus the
 full record fields) — documented in docs/user-guide.md. The table shows ``progress`` as
 bytes and files staged of total, rate and ETA (cli/progress.py).

@@ -119,8 +119,15 @@ def _arm_lockin(f: Firing) -> None:
 
 def rescue_path(rec: JobRecord, policy: StagingPolicy) -> str:
     """Where a quarantined RAMDISK's content goes on the PFS: one directory per user
-    (made private by the user) and per RSA cycle of the job."""
-    return f"{policy.rescue_dir.rstrip('/')}/{rec.user}/{rec.job_id}.{rec.cycle}"
+    (made private by the user) and per run of the job: ``<job>.<cycle>-<submitted>``,
+    its RSA cycle and Slurm's submit time of the run (compact, ``20261129T043512``;
+    without it when Slurm never said). A later job given the same id (Slurm lost its
+    state, or its ids wrapped) after rsad forgot the earlier one starts at cycle 1
+    again: by ``<job>.<cycle>`` alone its rescue went into the earlier job's rescued
+    copy, replacing its files of the same names (the rescue keeps nothing aside)."""
+    base = f"{policy.rescue_dir.rstrip('/')}/{rec.user}/{rec.job_id}.{rec.cycle}"
+    stamp = "".join(c for c in rec.submitted if c.isascii() and c.isalnum())
+    return f"{base}-{stamp}" if stamp[:8].isdigit() else base
 
 
 def _arm_rescue(f: Firing) -> None:

@@ -423,7 +423,8 @@ class OutputArgs(OnNodes):
     method: StageOut
     postprocess: tuple[str, ...] | None
     #: the rescue of a quarantined RAMDISK (issue 33): ``data_out`` is
-    #: ``quarantine.rescue_dir/<user>/<job>.<cycle>``, whose parent the user makes private
+    #: ``quarantine.rescue_dir/<user>/<job>.<cycle>-<submitted>``, whose parent the user
+    #: makes private
     rescue: bool = False
 
     KEYS: ClassVar[tuple[str, ...]] = ("user", "nodes", "data_out", "method", "postprocess",

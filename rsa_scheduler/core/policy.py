@@ -225,9 +225,10 @@ class StagingPolicy:
     # as here: no bound).
     lockin_timeout: float = 0.0
     # A quarantined RAMDISK (its stage-out gave up) is rescued after this long: its
-    # content copied as the job's user to ``rescue_dir/<user>/<job>`` on the PFS, verified
-    # as a stage-out is, then the RAMDISK released (quarantine.rescue_after; 0, as here:
-    # never, it waits for an operator). A failed rescue keeps the quarantine.
+    # content copied as the job's user to ``rescue_dir/<user>/<job>.<cycle>-<submitted>``
+    # on the PFS (effects.rescue_path), verified as a stage-out is, then the RAMDISK
+    # released (quarantine.rescue_after; 0, as here: never, it waits for an operator). A
+    # failed rescue keeps the quarantine.
     rescue_after: float = 0.0
     rescue_dir: str = ""
 

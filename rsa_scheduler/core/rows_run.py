@@ -213,8 +213,9 @@ def rows() -> list[Rule]:
         Rule(S.STAGE_OUT_FAILED, T.RETRY_DUE, S.STAGING_OUT, actions=(A.STAGE_OUT,), ref=REF_FAIL,
              note="back-off over: stage out again"),
         Rule(S.STAGE_OUT_FAILED, T.RETRY, S.STAGING_OUT, actions=(A.STAGE_OUT,),
-             effects=(E.RESET_ATTEMPTS,), ref=REF_OPERATOR,
-             note="operator: stage out again now, with a fresh retry budget"),
+             effects=(E.RESET_ATTEMPTS, E.END_RESCUE), ref=REF_OPERATOR,
+             note="operator: stage out again now (to DATA_OUT, also during a rescue), "
+                  "with a fresh retry budget"),
         Rule(S.STAGE_OUT_FAILED, T.GIVE_UP, S.QUARANTINED, actions=(A.ALERT, A.TELL_USER),
              effects=(E.ARM_RESCUE,), ref=REF_QUARANTINE,
              note="kept on the RSA nodes for the operator"),

@@ -37,6 +37,7 @@ from rsa_scheduler.core.scheduler import CommandRefused, UnknownJob
 from rsa_scheduler.core.states import LEFT_QUEUE, OPERATOR_COMMANDS, USER_COMMANDS
 from rsa_scheduler.daemon import httpd
 from rsa_scheduler.daemon.inbox import NotTaken
+from rsa_scheduler.daemon.operators import OPERATORS
 from rsa_scheduler.daemon.service import Daemon, users_differ
 from rsa_scheduler.daemon.views import status_for_user
 from rsa_scheduler.errors import RsaError
@@ -45,7 +46,6 @@ from rsa_scheduler.node.plan import protocol_of
 log = logging.getLogger(__name__)
 AUTH_HEADER = "X-RSA-Munge"
 REPLY_HEADER = "X-RSA-Munge-Reply"  # rsad's credential over its answer (node hooks check it)
-OPERATOR_USERS = frozenset({"root", "slurm"})
 NODE_HOOKS = frozenset({"prolog", "agent", "mounted", "epilog"})
 EVENTS_LIMIT = 10_000  # events in one answer (rsa events pages on with since=)
 #: the answer to everything but burst_buffer.lua's hooks until rsad is ready
@@ -68,7 +68,8 @@ class Caller:
 
     @property
     def operator(self) -> bool:
-        return self.uid == 0 or self.user in OPERATOR_USERS
+        """Root or SlurmUser (daemon/operators.py), by uid."""
+        return OPERATORS.is_operator(self.uid)
 
 
 def _user_of(uid: int) -> str:
@@ -118,7 +119,7 @@ class Routes:
             return self._hook(caller, parts[1], body)
         if method == "POST" and parts == ["admin", "drain"]:
             if not caller.operator:
-                raise ApiError(HTTPStatus.FORBIDDEN, "only root or slurm may drain the RSA")
+                raise ApiError(HTTPStatus.FORBIDDEN, "only root or SlurmUser may drain the RSA")
             on = (body or {}).get("on")
             if not isinstance(on, bool):
                 raise ApiError(HTTPStatus.BAD_REQUEST, "on must be true or false")
@@ -130,7 +131,7 @@ class Routes:
                                       wait=True)
         if method == "POST" and len(parts) == 3 and parts[0] == "nodes" and parts[2] == "state":
             if not caller.operator:
-                raise ApiError(HTTPStatus.FORBIDDEN, "only root or slurm may drain nodes")
+                raise ApiError(HTTPStatus.FORBIDDEN, "only root or SlurmUser may drain nodes")
             state = str((body or {}).get("state", ""))
             reason = " ".join(str((body or {}).get("reason") or "").split())[:200]
             if state not in ("up", "drained", "down"):
@@ -173,7 +174,7 @@ class Routes:
         if uid is None:
             return caller
         if not caller.operator:
-            raise ApiError(HTTPStatus.FORBIDDEN, "only root or slurm may see the status as "
+            raise ApiError(HTTPStatus.FORBIDDEN, "only root or SlurmUser may see the status as "
                                                  "another user")
         if not uid.isdigit():
             raise ApiError(HTTPStatus.BAD_REQUEST, f"as= takes a uid, not {uid[:20]!r}")
@@ -281,7 +282,7 @@ class Routes:
 
     def _hook(self, caller: Caller, hook: str, body: Any) -> Any:
         if not caller.operator:
-            raise ApiError(HTTPStatus.FORBIDDEN, "hooks are accepted from root or slurm only")
+            raise ApiError(HTTPStatus.FORBIDDEN, "hooks are accepted from root or SlurmUser only")
         payload = dict(body or {})
         payload["hook"] = hook
         if not re.fullmatch(r"\d+(_\d+)?", str(payload.get("job_id", ""))):
@@ -309,7 +310,7 @@ class Routes:
         a slurmctld host other than rsad's (slurm_bb_pools reads a local file only)."""
         if not caller.operator:
             raise ApiError(HTTPStatus.FORBIDDEN, "burst buffer pools are given to root or "
-                                                 "slurm only")
+                                                 "SlurmUser only")
         native = self.daemon.native
         if native is None:
             raise ApiError(HTTPStatus.CONFLICT, "rsad runs in queue mode: burst buffer "
@@ -328,7 +329,7 @@ class Routes:
 
         if not caller.operator:
             raise ApiError(HTTPStatus.FORBIDDEN, "burst buffer hooks are accepted from root "
-                                                 "or slurm only")
+                                                 "or SlurmUser only")
         if hook not in HOOKS:
             raise ApiError(HTTPStatus.NOT_FOUND, f"no burst buffer hook {hook[:32]!r}")
         payload = dict(body or {})
@@ -613,7 +614,8 @@ def _same_uid(user: str, uid: object) -> bool:
 
 
 def _privileged_uid(uid: int) -> bool:
-    return Caller(uid, _user_of(uid)).operator
+    """Asked on the accept thread: by uid, no name lookup (daemon/operators.py)."""
+    return OPERATORS.is_operator(uid)
 
 
 def bind_unix(path: Path, group: str) -> socket.socket:

@@ -42,12 +42,11 @@ from rsa_scheduler.core.payloads import (
 from rsa_scheduler.core.units import format_size
 from rsa_scheduler.daemon.engines import EnginePool, WorkerEngine
 from rsa_scheduler.daemon.executors import ActionContext, PermanentError, Registry
-from rsa_scheduler.daemon.writeback import Bases, kept_words, record_stage_in, write_back
+from rsa_scheduler.daemon.writeback import Bases, record_stage_in, written_back
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.fs.base import FilesystemBackend, FsRequest, MountSpec
 from rsa_scheduler.hosts import Cancelled, CancelToken, Host
 from rsa_scheduler.runner import Identity
-from rsa_scheduler.staging import scripts
 from rsa_scheduler.staging.aside import aside_words
 from rsa_scheduler.staging.engine import StagingEngine
 from rsa_scheduler.staging.flush import FlushGate
@@ -341,6 +340,9 @@ class DataPath:
         #: the compute nodes release the RAMDISK before a teardown destroys it
         #: (NodeSide.release_mounts; None: no compute-node side, as in some tests)
         self.release_mounts: Callable[[ActionContext], object] | None = None
+        #: before a stage-out reads the RAMDISK: the job's compute nodes ran their Epilog,
+        #: its processes are gone (NodeSide.await_epilogs; None: no compute-node side)
+        self.await_epilogs: Callable[[ActionContext], object] | None = None
 
     # ---- fencing --------------------------------------------------------------------------
     def fenced(self, node: str) -> Host:
@@ -728,16 +730,21 @@ class DataPath:
                                data_in=args.data_in, data_out=None)
             if args.data_in is None:  # refused at construction: never both missing
                 raise PermanentError("the stage-in names neither DATA_IN nor PREPROCESS")
+            bulk = self.bulk(eng)
             if args.writable:  # what its write-backs compare with (daemon/writeback)
-                n = record_stage_in(self.bases, spec.fs_id, eng, str(args.data_in))
+                n = record_base(self.bases, bulk, spec.fs_id, str(args.data_in))
                 log.info("job %s: writable input: %d objects of %s recorded before the "
                          "stage-in", ctx.action.job_id, n, args.data_in)
-            return _stats(self.bulk(eng).stage_in(
-                str(args.data_in), spec.rsa_mountpoint, atomic=args.atomic))
+            return _stats(bulk.stage_in(str(args.data_in), spec.rsa_mountpoint,
+                                        atomic=args.atomic))
 
     def stage_out(self, ctx: ActionContext) -> Mapping[str, Any]:
         args = ctx.action.args_as(StageOutArgs)
         spec = self.mount(ctx)
+        if self.await_epilogs is not None and not args.rescue:
+            # the job's processes may still write (SIGTERM, then KillWait): what it
+            # writes after the verify would be destroyed with the RAMDISK
+            self.await_epilogs(ctx)
         with self.tended(ctx, spec) as cancel:
             eng = self.engine(ctx, spec, cancel)
             if args.postprocess is not None:
@@ -815,6 +822,11 @@ class DataPath:
                 "verify_differed": None, "verify_redone": None}
 
     def write_back(self, ctx: ActionContext) -> Mapping[str, Any]:
+        if not ctx.job_running and self.await_epilogs is not None:
+            # the run is over (ended, or requeued): the last write-back before the
+            # teardown; its processes may still change the input (SIGTERM, then
+            # KillWait), as for a stage-out
+            self.await_epilogs(ctx)
         return self.write_back_to(ctx, str(ctx.action.args_as(WriteBackArgs).data_in))
 
     def write_back_to(self, ctx: ActionContext, data_in: str) -> Mapping[str, Any]:
@@ -824,29 +836,19 @@ class DataPath:
         verified. WRITE_BACK's, and the reset's last one (RESET with ``write_back``:
         after the input mounts are released, before the RAMDISK is recreated)."""
         spec = self.mount(ctx)
-        base = self.bases.load(spec.fs_id)
-        if base is not None:
-            with self.tended(ctx, spec) as cancel:
-                own = self.engine(ctx, spec, cancel)
-                done, _result = write_back(self.bases, spec.fs_id, own,
-                                           spec.rsa_mountpoint, data_in, base)
-            suffix = scripts.aside_suffix(own.job_id, own.cycle).encode()
-            out: dict[str, Any] = {
-                "verified": {"objects": done.checked},
-                "written_back": {"copied": len(done.copied), "deleted": len(done.deleted),
-                                 "aside": kept_words(done),
-                                 "kept": [display(p) for p in sorted(done.kept)][:20]},
-                "summary": done.summary(data_in, suffix)}
-            return out
-        # no base recorded (staged in by an older rsad): the whole input copied over
-        # DATA_IN, as that rsad did; nothing deleted, nothing kept aside
-        log.warning("job %s: no record of what its writable input was staged in from: "
-                    "written back whole (the job's deletions are not applied)",
-                    ctx.action.job_id)
-        redo: list[bytes] = []
-        resume = True
         with self.tended(ctx, spec) as cancel:
             eng = self.bulk(self.engine(ctx, spec, cancel))
+            # the scans, the plan and the base's JSON in the staging worker (issue 34)
+            out = write_back_of(self.bases, eng, spec.fs_id, spec.rsa_mountpoint, data_in)
+            if out is not None:
+                return out
+            # no base recorded (staged in by an older rsad): the whole input copied over
+            # DATA_IN, as that rsad did; nothing deleted, nothing kept aside
+            log.warning("job %s: no record of what its writable input was staged in "
+                        "from: written back whole (the job's deletions are not applied)",
+                        ctx.action.job_id)
+            redo: list[bytes] = []
+            resume = True
             for _ in range(WRITE_BACK_ROUNDS):
                 eng.stage_out(spec.rsa_mountpoint, data_in, "rsync", resume=resume,
                               redo=redo)
@@ -874,6 +876,27 @@ class DataPath:
         registry.register(ActionKind.STAGE_OUT, self.stage_out)
         registry.register(ActionKind.VERIFY, self.verify)
         registry.register(ActionKind.WRITE_BACK, self.write_back)
+
+
+def record_base(bases: Bases, eng: StagingEngine | WorkerEngine, fs: str,
+                data_in: str) -> int:
+    """A writable input's base scan before its stage-in (``writeback.record_stage_in``),
+    in ``eng``'s staging worker when it has one (``DataPath.bulk``): a scan of a large
+    DATA_IN is seconds of Python, and its JSON document is written in one C call that
+    holds the GIL throughout, never in rsad's process while urgent actions wait."""
+    if isinstance(eng, WorkerEngine):
+        return eng.record_base(str(bases.root), fs, data_in)
+    return record_stage_in(bases, fs, eng, data_in)
+
+
+def write_back_of(bases: Bases, eng: StagingEngine | WorkerEngine, fs: str, ramdisk: str,
+                  data_in: str) -> dict[str, Any] | None:
+    """One write-back against the recorded base (``writeback.written_back``: its
+    outcome, None without a base), in ``eng``'s staging worker when it has one, as
+    :func:`record_base`."""
+    if isinstance(eng, WorkerEngine):
+        return eng.write_back(str(bases.root), fs, ramdisk, data_in)
+    return written_back(bases, fs, eng, ramdisk, data_in)
 
 
 def _cycle_of(action_id: str) -> int:

@@ -173,6 +173,7 @@ class Dispatcher:
         ctx = ActionContext(action=action, cancel=cancel, progress=progress,
                             facts=dict(host.facts.get(job, {})), milestone=milestone,
                             job_ended=rec is not None and rec.job_state is JobState.FINISHED,
+                            job_running=rec is None or rec.job_state is JobState.RUNNING,
                             down=down)
         lane = self.workers if action.kind in BULK else self.urgent
         run: Callable[[ActionContext], Outcome] = self.registry.run

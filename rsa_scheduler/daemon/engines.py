@@ -3,7 +3,8 @@
 Owns :class:`EnginePool` (the worker processes: started when needed, a few kept idle
 with their SSH connections open, one call at a time each) and :class:`WorkerEngine`
 (the bulk operations of a :class:`~rsa_scheduler.staging.engine.StagingEngine` --
-``stage_in``, ``stage_out``, ``verify`` -- run in a worker with the same settings,
+``stage_in``, ``stage_out``, ``verify``, and a writable input's ``record_base`` and
+``write_back`` (``daemon.writeback``) -- run in a worker with the same settings,
 arguments, results and errors).
 
 Why: an engine spends ~0.15 CPU-s of Python on a 3,000-file stage-out (scan parsing,
@@ -385,3 +386,17 @@ class WorkerEngine:
     def verify(self, ramdisk: str, dst: str, method: str = "rsync") -> Verification:
         return verification_from_json(self._run(self._request("verify", ramdisk=ramdisk,
                                                               dst=dst, method=method)))
+
+    def record_base(self, bases: str, fs_id: str, data_in: str) -> int:
+        """``daemon.writeback.record_stage_in`` in the worker, the base kept in the
+        directory ``bases`` (rsad's ``Bases.root``); how many objects it holds."""
+        return int(self._run(self._request("record_base", bases=bases, fs_id=fs_id,
+                                           data_in=data_in))["objects"])
+
+    def write_back(self, bases: str, fs_id: str, ramdisk: str,
+                   data_in: str) -> dict[str, Any] | None:
+        """``daemon.writeback.written_back`` in the worker: the outcome, or None when no
+        base is recorded in ``bases``."""
+        out = self._run(self._request("write_back", bases=bases, fs_id=fs_id,
+                                      ramdisk=ramdisk, data_in=data_in))["outcome"]
+        return None if out is None else dict(out)

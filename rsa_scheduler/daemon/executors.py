@@ -39,6 +39,9 @@ class ActionContext:
     #: Slurm had reported the job over when the action was dispatched (a step re-issued
     #: after an rsad restart must not wait for the job's nodes to answer)
     job_ended: bool = False
+    #: the job was running when the action was dispatched (False: it ended, or was
+    #: requeued: its processes may still be winding down, daemon/data.py write_back)
+    job_running: bool = True
     #: RSA nodes of the job the health loop has marked down when the action was
     #: dispatched (a teardown skips them; they are cleaned when they come back)
     down: frozenset[str] = frozenset()

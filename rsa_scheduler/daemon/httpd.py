@@ -178,7 +178,7 @@ class Request:
 class Identity:
     uid: int
     name: str
-    privileged: bool  # operators (root, slurm): their own lane, never counted per uid
+    privileged: bool  # operators (root, SlurmUser): their own lane, never counted per uid
 
 
 @dataclass(frozen=True, slots=True)

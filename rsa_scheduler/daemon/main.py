@@ -125,6 +125,12 @@ def _serve(cfg: Config) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # SlurmUser (an operator of the API, its hooks among them) by uid, as Slurm names it
+    from rsa_scheduler.daemon.operators import learn_in_background
+    from rsa_scheduler.slurm.cli import CliSlurm
+
+    learn_in_background(CliSlurm(bin_dir=cfg.slurm.bin_dir,
+                                 timeout=cfg.slurm.command_timeout).show_config, stop)
     listen = cfg.daemon.api.listen
     from rsa_scheduler.daemon.wiring import make_health, make_tender
 

@@ -237,9 +237,12 @@ def answer_data_out(rec: JobRecord | None, bb: BbJob | None, job: str = "") -> A
                                     "stage-out")
         # the core never destroys a RAMDISK holding unverified output (HOLDS_USER_DATA):
         # released without a verification, the job wrote its output to the PFS itself
-        # (it ended before its RAMDISK was reset for output, or never got one)
-        return Answer("done", "no RAMDISK held the job's output: it was written to the PFS "
-                              "directly")
+        # (it ended before its RAMDISK was reset for output, or never got one), or rsad
+        # verified it in a record it has since forgotten (Slurm asking again, after a
+        # slurmctld restart, about a job older than daemon.retention)
+        return Answer("done", "no RAMDISK of rsad's holds the job's output: it was written "
+                              "to the PFS directly, or (a job rsad has forgotten, older "
+                              "than daemon.retention) staged out and verified earlier")
     if rec.job_state is not JobState.FINISHED:
         return Answer("wait", "waiting for rsad to see the job end")
     return Answer("wait", state.value)

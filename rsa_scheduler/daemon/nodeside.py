@@ -248,6 +248,44 @@ class NodeSide:
                  ",".join(sorted(ask)))
         return sorted(ask)
 
+    def await_epilogs(self, ctx: ActionContext) -> list[str]:
+        """Before a stage-out reads the RAMDISK (daemon/data.py): wait until every compute
+        node that may hold the job's mount ran its Epilog, which Slurm runs once the
+        job's processes there are gone. The job ends for rsad at EpilogSlurmctld, which
+        slurmctld runs *before* it asks the nodes to end the job's processes: those get
+        SIGTERM and ``KillWait`` seconds (30 by default) before SIGKILL, and a job that
+        writes its last checkpoint on SIGTERM (a cancel, its time limit) wrote it to the
+        RAMDISK after a quick stage-out had been verified: destroyed with the RAMDISK,
+        while the user read "stage-out finished: content verified". The nodes asked:
+        those with a live agent or a confirmed mount, less those whose Epilog ran (after
+        an rsad restart, the recorded ones whose agent reconnects within
+        ``agent_settle``, as :meth:`release_mounts`). Waits at most ``reset_timeout``
+        (a node that failed never runs its Epilog): returns the nodes that still had
+        not, and the stage-out goes on (the teardown asks them to release it)."""
+        job = ctx.action.job_id
+        known = frozenset(str(n) for n in ctx.facts.get("mounted") or ())
+        deadline = self.clock() + self.reset_timeout
+        with self._cond:
+            j = self._jobs.get(job)
+            if j is None and not known:
+                return []
+            j = self._job(job)
+            while known - j.agents - j.ended and self.clock() - self.born < self.agent_settle:
+                self._cond.wait(0.2)
+            while True:
+                left = sorted((j.agents | j.mounted) - j.ended)
+                if not left:
+                    return []
+                if ctx.cancel.cancelled:
+                    raise Cancelled(ctx.cancel.reason)
+                wait = deadline - self.clock()
+                if wait <= 0:
+                    log.warning("job %s: %s did not run the Epilog within %.0fs of the "
+                                "job's end: staging its output out all the same", job,
+                                ",".join(left), self.reset_timeout)
+                    return left
+                self._cond.wait(min(wait, 0.5))
+
     def _mount(self, ctx: ActionContext, *, role: str, target: PurePosixPath | None,
                mode: MountMode, spec: MountSpec | None = None,
                via: str = "prolog") -> Mapping[str, Any]:

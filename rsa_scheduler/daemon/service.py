@@ -72,6 +72,13 @@ REMIND_EVERY = 60.0
 MAIL_ON = {"output-verified": VERIFIED, "quarantined": QUARANTINED}
 
 
+class LogWriteFailed(StoreError):
+    """The event log could not be written: rsad's memory holds decisions its log does not.
+    Never answered and forgotten: rsad stops (its callers told first), and its restart
+    (systemd: ``Restart=on-failure``) replays the log, which has every decision before
+    this one; nothing of the failed one was dispatched (write-ahead)."""
+
+
 class Daemon:
     """The RSA scheduler daemon, minus its transports (API, systemd) — see main.py."""
 
@@ -271,11 +278,13 @@ class Daemon:
                     answers.append((req, False, e))
         finally:
             decision, self._group = self._group, None
+        failed: LogWriteFailed | None = None
         try:
             self._commit(decision)
-        except Exception as e:
-            log.exception("cannot commit %d requests' decisions", len(group))
+        except LogWriteFailed as e:
+            log.error("cannot commit %d requests' decisions", len(group))
             answers = [(r, False, e) for r, _, _ in answers]
+            failed = e
         for req, ok, value in answers:
             if req.reply is None:
                 if not ok:
@@ -284,6 +293,8 @@ class Daemon:
                 req.reply.set_result(value)
             else:
                 req.reply.set_exception(value)
+        if failed is not None:
+            raise failed  # after every caller has its answer: rsad stops (LogWriteFailed)
 
     # ---- the cycle ----------------------------------------------------------------------
     def poll(self) -> None:
@@ -490,11 +501,13 @@ class Daemon:
             return  # its caller stopped waiting and was told so: nothing of it is done
         try:
             result = self._handle_one(req)
-        except Exception as e:  # answered to the caller, never fatal to the loop
+        except Exception as e:  # answered to the caller, never fatal to the loop...
             if req.reply is not None:
                 req.reply.set_exception(e)
             else:
                 log.exception("request %s failed", req.kind)
+            if isinstance(e, LogWriteFailed):
+                raise  # ...but for the log's: memory is ahead of it (LogWriteFailed)
             return
         if req.reply is not None:
             req.reply.set_result(result)
@@ -657,7 +670,13 @@ class Daemon:
         rows = [self._row(self.sched.records[j]) for j in sorted(touched)
                 if j in self.sched.records]
         if dec.events:
-            self.store.append(dec.events, rows)
+            try:
+                self.store.append(dec.events, rows)
+            except Exception as e:
+                raise LogWriteFailed(
+                    f"cannot write rsad's event log ({e}): rsad stops; its restart replays "
+                    "the log, which holds every decision before this one (none of this one "
+                    "was carried out)") from e
         for ev in dec.events:
             if ev.name in ("job.tracked", "job.untracked"):
                 # a new record of this id: nothing an earlier job of it left is its own

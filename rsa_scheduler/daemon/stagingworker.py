@@ -2,9 +2,11 @@
 
 Owns the worker side of the engine-process protocol and its wire codec (what a call,
 its result and its error look like as JSON). rsad (``daemon/engines.py``) runs each
-stage-in, stage-out and verify of a tree through a worker, so the engine's Python (scan
-parsing, plans, spawning the copies) never holds rsad's GIL while a mount waits
-(docs/architecture.md, "Engine workers").
+stage-in, stage-out and verify of a tree through a worker, and a writable input's base
+scan (``record_base``) and write-backs (``write_back``: ``daemon/writeback.py``, whose
+bases the worker reads and replaces in rsad's state directory, as rsad would), so the
+engine's Python (scan parsing, plans, the bases' JSON, spawning the copies) never holds
+rsad's GIL while a mount waits (docs/architecture.md, "Engine workers").
 
 The protocol is newline-delimited JSON on the worker's stdin and stdout, one call at a
 time:
@@ -25,7 +27,8 @@ after its rsad is gone (the next rsad fences the nodes as well, rsa_scheduler.co
 
 Every command that touches user data still runs through the engine, as the job's user.
 Part of rsad (it builds SSH hosts, which the staging package may not import), but runs
-in a process of its own: imports no other module of the daemon.
+in a process of its own: imports no other module of the daemon but ``daemon.writeback``
+(the write-back it runs), which imports none.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import IO, Any
 
 from rsa_scheduler.errors import RsaError
@@ -51,7 +55,7 @@ from rsa_scheduler.staging.report import Progress, StagingError, Stats
 
 log = logging.getLogger(__name__)
 
-OPS = ("stage_in", "stage_out", "verify")
+OPS = ("stage_in", "stage_out", "verify", "record_base", "write_back")
 #: seconds a cancelled call may take to end once the pipe closed, before the worker exits
 EXIT_GRACE = 30.0
 POLL = 0.5  # seconds between looks at the cancel token while waiting for a PFS slot
@@ -333,8 +337,18 @@ class Worker:
                 since=None if args.get("since") is None else int(args["since"]),
                 expect={bytes.fromhex(str(p)): (int(v[0]), int(v[1]))
                         for p, v in dict(args.get("expect") or {}).items()}))
-        return verification_to_json(eng.verify(args["ramdisk"], args["dst"],
-                                               str(args.get("method", "rsync"))))
+        if op == "verify":
+            return verification_to_json(eng.verify(args["ramdisk"], args["dst"],
+                                                   str(args.get("method", "rsync"))))
+        # writable input: the base in rsad's state directory, as rsad names it
+        from rsa_scheduler.daemon.writeback import Bases, record_stage_in, written_back
+
+        bases = Bases(Path(str(args["bases"])))
+        if op == "record_base":
+            return {"objects": record_stage_in(bases, str(args["fs_id"]), eng,
+                                               str(args["data_in"]))}
+        return {"outcome": written_back(bases, str(args["fs_id"]), eng,
+                                        str(args["ramdisk"]), str(args["data_in"]))}
 
 
 def main(argv: list[str] | None = None) -> int:

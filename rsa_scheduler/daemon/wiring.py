@@ -194,6 +194,7 @@ def make_registry(cfg: Config, slurm: SlurmPort, hosts: Mapping[str, Host] | Non
                         written_back=data.bases.drop, guard=guard)
         side.register(registry)
         data.release_mounts = side.release_mounts  # before every teardown
+        data.await_epilogs = side.await_epilogs  # before every stage-out
     return registry
 
 

@@ -4,17 +4,24 @@ write-back carried out with the staging engine.
 Owns :class:`Bases` (per RAMDISK, the base ``staging.writeback`` compares with: DATA_IN
 as scanned when the input was staged in, then as each write-back left it; one file in
 rsad's state directory, root's, replaced atomically and fsynced, removed with the
-RAMDISK) and :func:`write_back` (rounds of scan both sides -> plan -> record the pending
-base -> copy what the job changed, place aside what someone else changed too, delete
-what the job deleted -> verify what was copied -> record the settled base). Every
-command that touches user data runs as the job's user, through the engine.
+RAMDISK), :func:`record_stage_in` (the base scan) and :func:`write_back` (rounds of scan
+both sides -> plan -> record the pending base -> copy what the job changed, place aside
+what someone else changed too, delete what the job deleted -> verify what was copied ->
+record the settled base), and :func:`written_back` (one write-back against the recorded
+base, as the action's outcome). Every command that touches user data runs as the job's
+user, through the engine.
 
 A kill -9 of rsad between any two steps is safe: the base is recorded before anything
 on the PFS changes and names both versions of what the step changes, so the re-issued
 write-back finds the PFS in either state "nobody else's change" and does only what is
 left; a deletion is applied only while the PFS still holds the version the job deleted.
 
-Runs in rsad's worker threads; never touches the core.
+Runs in a staging worker (daemon/stagingworker.py: ``record_base`` and ``write_back``),
+so that parsing the scans of a large input, the plan and the base's JSON (seconds of
+Python, and one C call each way that holds the GIL for the whole document) never hold
+rsad's GIL while an urgent action waits (issue 34); in rsad's worker threads only with
+``staging.engine_process: false``. Imports nothing else of the daemon; never touches
+the core.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.staging import scripts
@@ -113,8 +120,16 @@ class Bases:
             raise RsaError(f"cannot record the write-back base {final}: {e}") from e
 
     def drop(self, fs_id: str) -> None:
+        """Forget the base of ``fs_id``, and any half-written copy a process killed in
+        :meth:`save` left (``.<fs>.json.<pid>.tmp``: a base of up to hundreds of MB, which
+        nothing else would ever remove)."""
+        final = self.path(fs_id)
         with contextlib.suppress(FileNotFoundError):
-            self.path(fs_id).unlink()
+            final.unlink()
+        with contextlib.suppress(OSError):
+            for left in self.root.glob(f".{final.name}.*.tmp"):
+                with contextlib.suppress(OSError):
+                    left.unlink()
 
 
 def record_stage_in(bases: Bases, fs_id: str, eng: StagingEngine, data_in: str) -> int:
@@ -261,3 +276,22 @@ def write_back(bases: Bases, fs_id: str, eng: StagingEngine, ramdisk: str,
 def kept_words(done: Done) -> Sequence[str]:
     """The names of what was kept aside (display form), for the outcome's detail."""
     return [display(p) for p in sorted(done.aside)][:20]
+
+
+def written_back(bases: Bases, fs_id: str, eng: StagingEngine, ramdisk: str,
+                 data_in: str) -> dict[str, Any] | None:
+    """One write-back of ``ramdisk`` to ``data_in`` against the base recorded for
+    ``fs_id``, as the action's outcome (what was copied, deleted, kept aside, the
+    user's line); None when no base is recorded (staged in by an rsad before bases: the
+    caller writes the input back whole). Raises as :func:`write_back` does, or when the
+    base cannot be read."""
+    stored = bases.load(fs_id)
+    if stored is None:
+        return None
+    done, _result = write_back(bases, fs_id, eng, ramdisk, data_in, stored)
+    suffix = scripts.aside_suffix(eng.job_id, eng.cycle).encode()
+    return {"verified": {"objects": done.checked},
+            "written_back": {"copied": len(done.copied), "deleted": len(done.deleted),
+                             "aside": list(kept_words(done)),
+                             "kept": [display(p) for p in sorted(done.kept)][:20]},
+            "summary": done.summary(data_in, suffix)}

@@ -6,7 +6,8 @@ rsad's API answering from here with an answer signed as the node hooks require; 
 the PATH a job gets from a login (jobs run ``rsa input-done`` bare); the node hooks'
 configuration (rsa.yaml, read by the Prolog as root) and each tier's filesystem client;
 slurm.conf's ``Prolog``/``Epilog``; every ``rsa_spank.so`` plugstack.conf names, built for
-the Slurm that runs here (slurmstepd refuses a plugin of another major.minor release).
+the Slurm that runs here (slurmstepd refuses a plugin of another major.minor release; the
+line says what that means for the node's jobs, by ``optional`` or ``required``).
 The pure parts (slurm.conf keys, plugstack lines, Slurm version numbers) are functions of
 text. Changes nothing.
 """
@@ -42,15 +43,31 @@ def conf_value(text: str, key: str) -> str | None:
     return found
 
 
-def spank_plugins(text: str) -> list[str]:
-    """The rsa_spank.so paths of plugstack.conf ``text`` (``optional|required PATH ...``)."""
+#: what a plugin slurmstepd cannot load means for the node's jobs, by its plugstack.conf
+#: word (seen in the cluster lab, tests/cluster/test_spank_release.py: with ``required``
+#: slurmstepd aborts the batch step and slurmctld drains the node, on 22.05 and 24.11)
+REFUSED = {
+    "optional": "plugstack.conf has it optional: jobs run here without it, with no RSA_* "
+                "variables and no private mounts",
+    "required": "plugstack.conf requires it: no job step starts here, and a batch job "
+                "drains this node",
+}
+
+
+def spank_entries(text: str) -> list[tuple[str, str]]:
+    """``(optional|required, PATH)`` of each rsa_spank.so line of plugstack.conf ``text``."""
     out = []
     for raw in text.splitlines():
         words = raw.split("#", 1)[0].split()
         if len(words) >= 2 and words[0] in ("optional", "required") \
                 and os.path.basename(words[1]).startswith("rsa_spank"):
-            out.append(words[1])
+            out.append((words[0], words[1]))
     return out
+
+
+def spank_plugins(text: str) -> list[str]:
+    """The rsa_spank.so paths of plugstack.conf ``text`` (``optional|required PATH ...``)."""
+    return [path for _, path in spank_entries(text)]
 
 
 def version_number(text: str) -> int | None:
@@ -157,7 +174,7 @@ def _spank_lacks(slurm_text: str, slurm_conf: Path) -> list[str]:
     plugstack = Path(conf_value(slurm_text, "PlugStackConfig")
                      or slurm_conf.with_name("plugstack.conf"))
     try:
-        plugins = spank_plugins(plugstack.read_text())
+        plugins = spank_entries(plugstack.read_text())
     except FileNotFoundError:
         return []  # the plugin is optional: #RSA_ directives work without it
     except OSError as e:
@@ -168,15 +185,17 @@ def _spank_lacks(slurm_text: str, slurm_conf: Path) -> list[str]:
     if slurm is None:
         return ["the Slurm version of this node (slurmd -V): install slurmd"]
     lacks = []
-    for path in plugins:
+    for mode, path in plugins:
         try:
             built = plugin_version(path)
         except RsaError as e:
-            lacks.append(f"the SPANK plugin {path} of {plugstack} ({e}): {SPANK_FIX}")
+            lacks.append(f"the SPANK plugin {path} of {plugstack} ({e}; {REFUSED[mode]}): "
+                         f"{SPANK_FIX}")
             continue
         if built >> 8 != slurm >> 8:
             lacks.append(f"the SPANK plugin {path} for Slurm {release(slurm)} (it was built "
-                         f"for {release(built)}; slurmstepd refuses it): {SPANK_FIX}")
+                         f"for {release(built)}; slurmstepd refuses it; {REFUSED[mode]}): "
+                         f"{SPANK_FIX}")
     return lacks
 
 

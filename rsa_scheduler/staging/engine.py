@@ -58,6 +58,9 @@ from rsa_scheduler.staging.verifier import READ_BACK, Verifier
 METHODS = ("rsync", "tar")  # core.policy.StageOut values; "rsync" = the default copy
 LEVELS = ("content", "metadata")
 PHASES = ("stage-in", "stage-out")
+#: of a PRE/POSTPROCESS's stdout and stderr rsad holds only this many last characters
+#: while it runs (the result keeps ``TAIL`` of each); the rest is read and dropped
+SCRIPT_KEEP = 4 * TAIL
 
 
 class StagingEngine(TreeCopy, Packing, Verifier):
@@ -327,8 +330,10 @@ class StagingEngine(TreeCopy, Packing, Verifier):
         full = scripts.script_argv(argv, ramdisk)
         t0 = self.clock()
         try:
+            # the user's program may print without end: only the tails the result keeps
+            # are held (all of it in rsad's memory took rsad down: SCRIPT_KEEP)
             done = host.run(full, timeout=self._left(), check=False, as_user=self.identity,
-                            env=env, cancel=self._abort)
+                            env=env, cancel=self._abort, keep=SCRIPT_KEEP)
         except CommandError as e:
             if self.cancel.cancelled:
                 raise Cancelled(self.cancel.reason) from e

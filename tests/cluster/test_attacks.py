@@ -83,7 +83,7 @@ def _check(report: list[str], job: str, servers: list[str], refused: str) -> Non
                                                  in line), line
     hooks = [line for line in report if line.startswith("hook ")]
     assert len(hooks) == 3 and all(
-        "ApiRefused" in h and "accepted from root or slurm only" in h for h in hooks), hooks
+        "ApiRefused" in h and "accepted from root or SlurmUser only" in h for h in hooks), hooks
     files = report[len(servers) + 9:-1]
     assert files and all(line.endswith("PermissionError") for line in files), report
     assert report[-1] == "end", report

@@ -87,7 +87,9 @@ def test_the_compute_node_check_says_when_slurm_and_the_plugin_disagree(
         assert done.returncode == 1, done
         assert done.stdout.splitlines() == [
             f"c2: lacks the SPANK plugin {other} for Slurm {release} (it was built for 23.11; "
-            "slurmstepd refuses it): rebuild it on this node's image against this Slurm "
+            "slurmstepd refuses it; plugstack.conf has it optional: jobs run here without "
+            "it, with no RSA_* variables and no private mounts): rebuild it on this node's "
+            "image against this Slurm "
             "(make -C slurm_plugins/spank install, or the rsa-scheduler-spank package built "
             "for it)"], done.stdout
         # and what it says is true: slurmstepd on c2 refuses that plugin (a job runs;

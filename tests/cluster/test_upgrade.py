@@ -1,16 +1,20 @@
 """A rolling upgrade with jobs in flight (issue 33), as the operator guide's "Upgrades"
 has a site do it: compute nodes first, rsad last, each host by ``apt-get install`` of the
 new packages, rsad restarted as its unit does. The previous release is an older commit's
-``make deb`` (lab/cluster/previous, cached), installed on c2 and rsad's host before the
-jobs start; c1 runs the new one already (upgraded first).
+packages (lab/cluster/previous, cached; per Debian release: on 12 one from before the hook
+protocol, on 13 and testing main's last landing, the first that runs on MooseFS 4; its
+SPANK package built for the release's Slurm), installed on c2 and rsad's host before the
+jobs start; c1 runs the new one already (upgraded first). apt upgrades the SPANK package
+from the previous ``0.1.0~git...`` to today's, whose version names the node's Slurm.
 
 One job on each compute node, each with its input staged to a RAMDISK and its output
 written to one, stays in flight across both upgrades: c2's job keeps the node agent its
 old Prolog started (an old node agent against the new rsad, the window every rolling
 upgrade has); c1's job is a new Prolog against the old rsad (the guide's order). Both
-jobs' input is read whole from the RAMDISK, their output staged out and verified. rsad
-says, once, that c2's hooks are older than its own (the node, the job, the fix), rsa
-status shows it until c2's hooks speak rsad's protocol (the job's new Epilog)."""
+jobs' input is read whole from the RAMDISK, their output staged out and verified. When
+the previous release speaks an older hook protocol, rsad says, once, that c2's hooks are
+older than its own (the node, the job, the fix), rsa status shows it until c2's hooks
+speak rsad's protocol (the job's new Epilog); when it speaks rsad's, nothing is said."""
 
 from __future__ import annotations
 
@@ -19,10 +23,12 @@ import re
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from rsa_scheduler.node.plan import PROTOCOL
 from tests.cluster.conftest import CTL, Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,40 +69,42 @@ def _install(pairs: list[tuple[str, list[str]]]) -> dict[str, str]:
     return versions
 
 
+@dataclass(frozen=True)
+class Releases:
+    old: list[str]  # the previous release's .debs, on the host
+    new: list[str]  # this tree's: make deb's rsa-scheduler, the SPANK package of the release
+    protocol: int  # the hook protocol the previous release's node side speaks
+
+
+def _git(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
+                          check=False, timeout=60)
+
+
 @pytest.fixture(scope="module")
-def releases() -> Iterator[tuple[list[str], list[str]]]:
-    """(previous, new): the .debs of each release, on the host. A shallow clone (CI may
-    make one) lacks the previous release's commit and cannot fetch it: skipped then,
-    saying so; any other clone without it fails."""
-    script = (ROOT / "lab" / "cluster" / "previous").read_text()
-    commit = os.environ.get("RSA_CLUSTER_PREVIOUS") or re.search(
-        r"^PREVIOUS=(\w+)$", script, re.MULTILINE).group(1)  # type: ignore[union-attr]
-    have = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "-q", "--verify",
-                           f"{commit}^{{commit}}"], capture_output=True, check=False)
-    shallow = subprocess.run(["git", "-C", str(ROOT), "rev-parse",
-                              "--is-shallow-repository"], capture_output=True, text=True,
-                             check=False).stdout.strip() == "true"
+def releases() -> Iterator[Releases]:
+    """The previous release (lab/cluster/previous: per Debian release, its SPANK package
+    built for that release's Slurm) and this one. A shallow clone (CI may make one) lacks
+    the previous release's commit and cannot fetch it: skipped then, saying so; any other
+    clone without it fails."""
+    commit = subprocess.run([str(ROOT / "lab" / "cluster" / "previous"), "--commit"],
+                            capture_output=True, text=True, check=True,
+                            timeout=30).stdout.strip()
+    have = _git("rev-parse", "-q", "--verify", f"{commit}^{{commit}}")
+    shallow = _git("rev-parse", "--is-shallow-repository").stdout.strip() == "true"
     if have.returncode != 0 and shallow:
         pytest.skip(f"the previous release's commit {commit[:7]} is not in this shallow "
                     "clone: the upgrade test needs the repository's history")
-    release = os.environ.get("RSA_LAB_DEBIAN", "12")
-    if release != "12":
-        # the previous release is built on Debian 12 (its SPANK package pinned to Slurm
-        # 22.05) and its RAMDISK builds fail on MooseFS 4 in this lab (seen on Debian 13:
-        # "only 0/1 chunkservers registered with the master and reported their space
-        # within 60s" on every try: it looked for rsa1-data in mfscli's JSON, which lists
-        # the address; fixed since): an upgrade from it on Debian 13 is not one a site
-        # with named data addresses can make
-        pytest.skip(f"the upgrade test runs on Debian 12 only (RSA_LAB_DEBIAN={release}): "
-                    "the previous release's RAMDISK builds fail on MooseFS 4 here and its "
-                    "SPANK package is pinned to Slurm 22.05")
+    plan = _git("show", f"{commit}:rsa_scheduler/node/plan.py").stdout
+    said = re.search(r"^PROTOCOL = (\d+)$", plan, re.MULTILINE)
     prev = Path(_ctl("previous", timeout=1800))
     old = sorted(str(p) for p in prev.glob("*.deb"))
-    new = sorted(str(p) for pattern in ("rsa-scheduler_*_all.deb",
-                                        "rsa-scheduler-spank_*_amd64.deb")
-                 for p in (ROOT / "dist").glob(pattern))  # as lab/cluster/image
+    release = os.environ.get("RSA_LAB_DEBIAN", "12")
+    spank = ROOT / "dist" / ("" if release == "12" else f"debian{release}")
+    new = sorted([*map(str, (ROOT / "dist").glob("rsa-scheduler_*_all.deb")),
+                  *map(str, spank.glob("rsa-scheduler-spank_*_amd64.deb"))])  # as the image
     assert len(old) == 2 and len(new) == 2, (old, new)
-    yield old, new
+    yield Releases(old, new, int(said.group(1)) if said else 1)
 
 
 def _log_size(cluster: Cluster) -> int:
@@ -117,9 +125,12 @@ def _wait(what: str, ok: Callable[[], bool], timeout: float,
         time.sleep(0.5)
 
 
-def test_rolling_upgrade_with_jobs_in_flight(cluster: Cluster,
-                                             releases: tuple[list[str], list[str]]) -> None:
-    old, new = releases
+def _spank(cluster: Cluster, node: str) -> str:
+    return cluster.out(node, ["dpkg-query", "-W", "-f", "${Version}", "rsa-scheduler-spank"])
+
+
+def test_rolling_upgrade_with_jobs_in_flight(cluster: Cluster, releases: Releases) -> None:
+    old, new = releases.old, releases.new
     # the previous release on c2 and on rsad's host (rsad restarted into it); c1 has the
     # new one already: the upgrade is under way, compute nodes first
     versions = _install([("c2", old), ("rsad", old)])
@@ -127,6 +138,11 @@ def test_rolling_upgrade_with_jobs_in_flight(cluster: Cluster,
     assert previous == versions["rsad"] and "~git" in previous, versions
     current = cluster.out("c1", ["dpkg-query", "-W", "-f", "${Version}", "rsa-scheduler"])
     assert current != previous and "~" not in current
+    # the SPANK package: the previous one (0.1.0~git..., built for this node's Slurm)
+    # and today's, whose version names that Slurm release
+    slurm = ".".join(cluster.out("c2", ["slurmd", "-V"]).split()[1].split(".")[:2])
+    assert _spank(cluster, "c2") == previous
+    assert _spank(cluster, "c1") == f"{current}+slurm{slurm}"
     _ctl("restart-rsad")
     jobs: dict[str, str] = {}
     want: dict[str, str] = {}
@@ -156,17 +172,20 @@ def test_rolling_upgrade_with_jobs_in_flight(cluster: Cluster,
     # compute node c2 upgraded in place under its job (whose node agent, started by the
     # old Prolog, keeps running), then rsad's host, and rsad restarted: rsad last
     assert _install([("c2", new)]) == {"c2": current}
+    assert _spank(cluster, "c2") == f"{current}+slurm{slurm}"  # apt upgraded it
     assert _install([("rsad", new)]) == {"rsad": current}
     mark = _log_size(cluster)
     _ctl("restart-rsad")
-    # c2's old agent asks the new rsad: one line naming the node, the job and the fix,
-    # and rsa status shows it while it lasts
-    behind = (f"c2: the node agent of job {jobs['c2']} speaks hook protocol 1, rsad 2: "
-              "its rsa-scheduler package is older than rsad's; upgrade it on c2")
-    _wait("rsad's line on c2's old agent", lambda: behind in _log_since(cluster, mark),
-          timeout=60)
-    status = cluster.out("rsad", ["rsa", "status"])
-    assert f"UPGRADE: {behind}" in status, status
+    behind = (f"c2: the node agent of job {jobs['c2']} speaks hook protocol "
+              f"{releases.protocol}, rsad {PROTOCOL}: its rsa-scheduler package is older than "
+              "rsad's; upgrade it on c2")
+    if releases.protocol < PROTOCOL:
+        # c2's old agent asks the new rsad: one line naming the node, the job and the
+        # fix, and rsa status shows it while it lasts
+        _wait("rsad's line on c2's old agent", lambda: behind in _log_since(cluster, mark),
+              timeout=60)
+        status = cluster.out("rsad", ["rsa", "status"])
+        assert f"UPGRADE: {behind}" in status, status
     said = [line for line in _log_since(cluster, mark).splitlines() if "hook protocol" in line]
     assert not [line for line in said if "c1: " in line], said  # c1's hooks are rsad's
     # the jobs go on: input done (c2's old agent releases the input and mounts the
@@ -188,9 +207,14 @@ def test_rolling_upgrade_with_jobs_in_flight(cluster: Cluster,
         assert got == cluster.out("ctl", ["cat", f"{d}/written.sha"])
         assert cluster.out("ctl", ["stat", "-c", "%U %s", f"{d}/out/data.bin"]) \
             == "rsauser 1048576\n"
-    # c2's new Epilog spoke rsad's protocol: the line is gone from rsa status
-    assert (f"c2: its node hooks speak hook protocol 2 now (the Epilog of job "
-            f"{jobs['c2']})") in _log_since(cluster, mark)
+    # c2's new Epilog spoke rsad's protocol: the line is gone from rsa status (a
+    # previous release of rsad's protocol: no line at any time)
+    back = (f"c2: its node hooks speak hook protocol {PROTOCOL} now (the Epilog of job "
+            f"{jobs['c2']})")
+    if releases.protocol < PROTOCOL:
+        assert back in _log_since(cluster, mark)
+    else:
+        assert "hook protocol" not in _log_since(cluster, mark)
     assert "UPGRADE:" not in cluster.out("rsad", ["rsa", "status"])
     for node in ("rsa1", "rsa2"):
         assert cluster.out(node, ["sh", "-c", "ls -A /var/lib/rsa-ram"]) == ""

@@ -1,8 +1,9 @@
 """A quarantine that ends, in the lab (issue 33): with ``quarantine.rescue_after: 12s`` a
 job's output, quarantined because its DATA_OUT refused writes, is copied as the job's
-user to ``quarantine.rescue_dir/<user>/<job>.<cycle>`` on the PFS, verified, and only then
-is its RAMDISK released; ``rsa job`` showed its age and when the rescue comes. Requeued
-then, the job's next run is held (the rerun hold), its comment naming the rescued copy.
+user to ``quarantine.rescue_dir/<user>/<job>.<cycle>-<submit time>`` on the PFS,
+verified, and only then is its RAMDISK released; ``rsa job`` showed its age and when the
+rescue comes. Requeued then, the job's next run is held (the rerun hold), its comment
+naming the rescued copy.
 
 On main (6dee349) a quarantine held its RSA nodes until an operator acted.
 """
@@ -40,6 +41,14 @@ def rescue_area(lab: Mapping[str, str]) -> Iterator[Path]:
     subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)
 
 
+def _rescued(mine: Path, job: str) -> Path:
+    """The one directory job ``job``'s first run was rescued to in ``mine`` (the user's
+    directory of the rescue area): ``<job>.1-<Slurm's submit time>``."""
+    found = sorted(mine.glob(f"{job}.1-2*"))
+    assert len(found) == 1, f"rescue directories of job {job}: {found}"
+    return found[0]
+
+
 def _held_comment(lab: Mapping[str, str], job: str) -> str | None:
     comment = show_job(lab, job)["Comment"]
     return comment if comment.startswith("RSA: requeued: held") else None
@@ -64,7 +73,7 @@ def test_a_quarantine_past_its_timeout_is_rescued_to_the_pfs_verified_and_releas
         wait_state(lab, job, "released", timeout=120)
         # requeued now, its next run would not find that output in DATA_OUT: rsad holds
         # it (the rerun hold) and says where the output is (on main it was not held)
-        copy = rescue_area / user / f"{job}.1"
+        copy = _rescued(rescue_area / user, job)
         root(lab, "scontrol", "requeue", job)
         said = wait_for(f"job {job}'s rerun held, saying where its output is",
                         lambda: _held_comment(lab, job), timeout=60)
@@ -82,7 +91,7 @@ def test_a_quarantine_past_its_timeout_is_rescued_to_the_pfs_verified_and_releas
     st = mine.lstat()
     assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700
     assert st.st_uid == pwd.getpwnam(user).pw_uid  # the user's, not root's
-    copy = mine / f"{job}.1"
+    assert copy.parent == mine
     assert md5_of(copy) == expected  # every byte, on the PFS
     assert copy.stat().st_uid == st.st_uid
     outcomes = [(str(e["action"]), e["result"]) for e in events(lab, job, "action.outcome")]
@@ -152,7 +161,7 @@ def test_native_a_rescued_output_is_never_called_staged_out_and_its_rerun_never_
             wait_state(lab, job, "quarantined", timeout=180)
         for job in (ended, rerun):
             wait_state(lab, job, "released", timeout=120)  # rescued, verified, released
-        copy, rq_copy = (rescue_area / user / f"{j}.1" for j in (ended, rerun))
+        copy, rq_copy = (_rescued(rescue_area / user, j) for j in (ended, rerun))
         restart_lab_slurmctld()  # it runs post_run and data_out again for both
 
         def data_out_said(job: str, field: str, where: Path) -> str | None:

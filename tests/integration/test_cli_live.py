@@ -33,7 +33,7 @@ def test_read_commands_work_for_root_and_users(lab: Mapping[str, str]) -> None:
 
 def test_drain_and_resume_are_operator_actions(lab: Mapping[str, str]) -> None:
     refused = rsa(lab, "drain", "rsa4", user=lab["RSA_LAB_USER"])
-    assert refused.returncode == 1 and "only root or slurm may drain nodes" in refused.stderr
+    assert refused.returncode == 1 and "only root or SlurmUser may drain nodes" in refused.stderr
     assert rsa(lab, "drain", "rsa4").returncode == 0
     try:
         nodes = json.loads(rsa(lab, "nodes", "--json").stdout)["nodes"]

@@ -175,6 +175,26 @@ def test_a_daemon_holding_stdout_does_not_hold_the_command(rsa1: SshHost) -> Non
     rsa1.run(["kill", pid], timeout=10)
 
 
+def test_keep_holds_only_the_tails_of_a_command_that_prints_without_end(
+        rsa1: SshHost) -> None:
+    # a user's PRE/POSTPROCESS may print for its whole timeout: rsad held all of it
+    # (48 MiB here: ~100 MiB of Python objects) until it ended; now about ``keep`` bytes
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        done = rsa1.run(["sh", "-c", "head -c 50331648 /dev/zero | tr '\\0' o; echo end; "
+                                     "head -c 50331648 /dev/zero >&2; printf err >&2"],
+                        timeout=120, keep=4096)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"held {peak >> 20} MiB of a command's output"
+    assert done.returncode == 0 and done.stdout.endswith("oooend\n")
+    assert 4096 <= len(done.stdout) <= 2 * 4096 and done.stderr.endswith("\0err")
+    assert "RSA-PGID" not in done.stdout
+
+
 class DroppingProxy:
     """A loopback TCP relay to ``target`` that closes its first ``drop`` connections at
     once, as an sshd over its MaxStartups does (before its banner)."""

@@ -94,7 +94,7 @@ class ChrootHost:
     def run(self, argv: Sequence[str], *, timeout: float, check: bool = True,
             input: str | None = None, as_user: Identity | None = None,
             env: Mapping[str, str] | None = None,
-            cancel: CancelToken | None = None) -> Completed:
+            cancel: CancelToken | None = None, keep: int = 0) -> Completed:
         if as_user is not None or env:
             raise NotImplementedError("ChrootHost runs root's commands only")
         if cancel is not None:

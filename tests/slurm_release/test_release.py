@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from rsa_scheduler.node.check import (
+    REFUSED,
     SPANK_FIX,
     _spank_lacks,
     plugin_version,
@@ -115,7 +116,8 @@ def test_the_spank_plugin_built_for_the_release_loads_and_one_for_22_05_is_refus
         told = _spank_lacks(f"PlugStackConfig={tmp_path}/plugstack.conf\n",
                             tmp_path / "slurm.conf")
         assert told == [f"the SPANK plugin {plugin} for Slurm {release(host)} (it was "
-                        f"built for {RELEASE.version}; slurmstepd refuses it): {SPANK_FIX}"]
+                        f"built for {RELEASE.version}; slurmstepd refuses it; "
+                        f"{REFUSED['required']}): {SPANK_FIX}"]
     # sbatch loads it (plugstack.conf says required): the --rsa-* options are there
     helped = c.out("sbatch", "--help", user=True)
     assert "--rsa-data-in" in helped and "--rsa-tier" in helped

@@ -142,6 +142,21 @@ def test_a_hooks_client_takes_an_unsigned_refusal_as_a_refusal(server: str) -> N
         ApiClient(server, timeout=5, trust_uid=0).get("/v1/status")
 
 
+def test_rsa_bb_acts_only_on_answers_rsad_signed(server: str) -> None:
+    """burst_buffer.lua acts on rsa-bb's answers (a "done" data_in starts the job): an
+    answer without rsad's MUNGE signature (someone else on rsad's TCP port while rsad is
+    down) is no answer; rsad's refusal is still a refusal."""
+    from rsa_scheduler.bb import Refused, Unreachable, _post_with
+
+    post, get = _post_with(server, 5)
+    with pytest.raises(Unreachable, match="is not signed with MUNGE"):
+        post("/v1/bb/data_out", {"job_id": "7"})
+    with pytest.raises(ApiUnavailable, match="is not signed with MUNGE"):
+        get("/v1/bb/pools")  # rsa-bb pools: the file kept as it was
+    with pytest.raises(Refused, match=r"^no$"):
+        post("/refuse", {"job_id": "7"})
+
+
 def test_no_daemon_is_one_actionable_line(tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(munge, "encode", lambda payload: "CRED")

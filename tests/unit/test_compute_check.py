@@ -1,5 +1,6 @@
 """``rsa nodes check --compute`` (node/check.py): the parsers, the SPANK plugin's Slurm
-version read from the plugin built here, and a compute node that lacks everything (a
+version read from the plugin built here, what a plugin of another Slurm release means for
+the node's jobs (optional or required), and a compute node that lacks everything (a
 slurm.conf, plugstack.conf and client file of the test's own). The lab runs it on its
 compute nodes (tests/integration/test_nodes_check.py)."""
 
@@ -12,10 +13,13 @@ from pathlib import Path
 import pytest
 
 from rsa_scheduler.node.check import (
+    SPANK_FIX,
+    _spank_lacks,
     check_compute,
     conf_value,
     plugin_version,
     release,
+    spank_entries,
     spank_plugins,
     version_number,
 )
@@ -30,6 +34,7 @@ def test_slurm_conf_and_plugstack_lines() -> None:
     stack = ("optional /usr/lib/x/slurm-wlm/rsa_spank.so node_dir=/run/rsa/node\n"
              "# required /old/rsa_spank.so\nrequired /usr/lib/other.so\ninclude /etc/x/*\n")
     assert spank_plugins(stack) == ["/usr/lib/x/slurm-wlm/rsa_spank.so"]
+    assert spank_entries(stack) == [("optional", "/usr/lib/x/slurm-wlm/rsa_spank.so")]
     assert version_number("slurm-wlm 22.05.8\n") == 0x160508
     assert version_number("slurm 23.02.1") == (23 << 16) | (2 << 8) | 1
     assert version_number("no version") is None
@@ -43,6 +48,29 @@ def test_the_plugins_slurm_release_is_the_one_it_was_built_for() -> None:
                                             text=True, check=True, timeout=30).stdout)
     assert running is not None
     assert plugin_version(str(SPANK_SO)) >> 8 == running >> 8
+
+
+def test_a_plugin_of_another_release_is_told_with_what_it_means_for_jobs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Slurm upgrade's window: slurmd of 24.11, plugins built for 22.05. Optional, jobs
+    run without it; required, none starts and a batch job drains the node (both seen in
+    the cluster lab, tests/cluster/test_spank_release.py)."""
+    monkeypatch.setattr("rsa_scheduler.node.check._slurm_version", lambda: 0x180B05)
+    monkeypatch.setattr("rsa_scheduler.node.check.plugin_version", lambda path: 0x160508)
+    (tmp_path / "plugstack.conf").write_text("optional /a/rsa_spank.so\n"
+                                             "required /b/rsa_spank.so node_dir=/x\n")
+    told = _spank_lacks(f"PlugStackConfig={tmp_path}/plugstack.conf\n",
+                        tmp_path / "slurm.conf")
+    refused = "the SPANK plugin {} for Slurm 24.11 (it was built for 22.05; slurmstepd " \
+              "refuses it; {}): " + SPANK_FIX
+    assert told == [
+        refused.format("/a/rsa_spank.so", "plugstack.conf has it optional: jobs run here "
+                       "without it, with no RSA_* variables and no private mounts"),
+        refused.format("/b/rsa_spank.so", "plugstack.conf requires it: no job step starts "
+                       "here, and a batch job drains this node")]
+    monkeypatch.setattr("rsa_scheduler.node.check.plugin_version", lambda path: 0x180B02)
+    assert _spank_lacks(f"PlugStackConfig={tmp_path}/plugstack.conf\n",
+                        tmp_path / "slurm.conf") == []  # a point release of the same
 
 
 def test_a_compute_node_that_lacks_everything_is_told_each_fix(
@@ -69,5 +97,6 @@ def test_a_compute_node_that_lacks_everything_is_told_each_fix(
                                "(not an executable here)")
     assert lacks[5].startswith(f"the SPANK plugin {bad_so} of {tmp_path}/plugstack.conf "
                                "(cannot load it")
+    assert "; plugstack.conf requires it: no job step starts here" in lacks[5]
     assert lacks[6].startswith("the node hooks' configuration (")
     assert len(lacks) == 7 and not report.ok

@@ -32,7 +32,7 @@ from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.payloads import ResetArgs
 from rsa_scheduler.core.policy import EarlyStart
 from rsa_scheduler.core.scheduler import CommandRefused, Decision, Observation, Scheduler
-from rsa_scheduler.core.states import TERMINAL
+from rsa_scheduler.core.states import SLURM_FINISHED, TERMINAL
 from rsa_scheduler.core.transitions import Trigger
 from tests.unit.corekit import make_pool, make_spec
 from tests.unit.test_core_properties import POLICY, check_pool
@@ -76,6 +76,11 @@ class Runs(RuleBasedStateMachine):
         self.output_runs: set[str] = set()  # every RAMDISK the job's output was written to
         self.verified: set[str] = set()
         self.final_writeback: dict[str, bool] = {}
+        # Slurm showed this run ended (a state of SLURM_FINISHED): a RUNNING row after it
+        # with no pending one between is a poll taken before the end and read after it,
+        # which the core rightly ignores (states.derive_job_state); a pending row (a
+        # requeue, a new job of the id) starts the next run
+        self.run_ended = False
         self.given_away: set[str] = set()  # RAMDISKs of a job whose id Slurm gave away
         self.issued: set[str] = set()  # every action id issued (replays re-issue none)
 
@@ -102,7 +107,7 @@ class Runs(RuleBasedStateMachine):
                 assert disk not in self.input_at_risk or act.args_as(ResetArgs).write_back, \
                     f"{act.id}: reset before write-back"
             if act.kind is ActionKind.WRITE_BACK:
-                self.final_writeback[act.id] = self.slurm[0] != "RUNNING"
+                self.final_writeback[act.id] = self.slurm[0] != "RUNNING" or self.run_ended
 
     def _outcome_seen(self, action: Action, result: Result) -> None:
         if result is not Result.OK:
@@ -125,6 +130,10 @@ class Runs(RuleBasedStateMachine):
     def _observe(self, dt: float) -> None:
         self.now += dt
         state, reason = self.slurm
+        if state in SLURM_FINISHED:
+            self.run_ended = True
+        elif state == "PENDING":
+            self.run_ended = False
         obs = Observation(JOB, self.user, state, reason, 10, 2, self.spec,
                           submitted=f"t{self.submitted}", restarts=self.restarts)
         self._take(self.sched.observe([obs], self.now))

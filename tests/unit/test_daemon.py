@@ -187,6 +187,19 @@ def settle(d: Daemon) -> None:
     raise AssertionError("daemon did not settle")
 
 
+def locked_in_daemon(tmp_path: Path) -> tuple[Daemon, ScriptedSlurm, list[str]]:
+    """A started daemon whose job 7 (alice) is staged and locked in; the action ids it
+    ran so far."""
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    assert d.sched.records["7"].rsa_state.value == "locked-in"
+    return d, slurm, seen
+
+
 def test_poll_commits_before_dispatch_and_runs_to_locked_in(tmp_path: Path) -> None:
     slurm = ScriptedSlurm()
     seen: list[str] = []
@@ -324,7 +337,7 @@ def test_another_users_commands_are_refused(routes: Routes) -> None:
         routes.dispatch(BOB, "POST", "/v1/jobs/7/command", {"command": "cancel-staging"})
     with pytest.raises(ApiError, match="not allowed for alice"):
         routes.dispatch(ALICE, "POST", "/v1/jobs/7/command", {"command": "discard"})
-    with pytest.raises(ApiError, match="root or slurm"):
+    with pytest.raises(ApiError, match="root or SlurmUser"):
         routes.dispatch(ALICE, "POST", "/v1/hooks/prolog_slurmctld", {"job_id": "7"})
     with pytest.raises(ApiError, match="may drain"):
         routes.dispatch(ALICE, "POST", "/v1/nodes/rsa1/state", {"state": "drained"})
@@ -580,6 +593,37 @@ def test_a_burst_of_requests_is_one_commit_before_any_action(tmp_path: Path) -> 
             bogus.result(timeout=1)
     finally:
         d.shutdown()
+
+
+def test_a_log_that_cannot_be_written_stops_rsad_and_its_restart_replays_the_truth(
+        tmp_path: Path) -> None:
+    """A group commit that fails (disk full, I/O error) leaves rsad's memory ahead of its
+    log: the callers are told, nothing of it is dispatched, and rsad stops (it went on
+    before, serving a state its log did not have); a restart replays what the log holds."""
+    from rsa_scheduler.daemon.service import LogWriteFailed
+
+    d, slurm, seen = locked_in_daemon(tmp_path)
+    append, dispatched = d.store.append, list(seen)
+
+    def full(events: Sequence[Event], rows: Sequence[JobRow] = ()) -> list[Event]:
+        raise OSError(28, "No space left on device")
+
+    d.store.append = full  # type: ignore[method-assign]
+    waited: Future[Any] = Future()
+    d.inbox.put(Request("hook", {"hook": "prolog_slurmctld", "job_id": "7"}, reply=waited))
+    with pytest.raises(LogWriteFailed, match="No space left on device"):
+        d.drain()
+    with pytest.raises(LogWriteFailed):
+        waited.result(timeout=1)  # its caller was answered before rsad stopped
+    assert seen == dispatched  # nothing of the unwritten decision was carried out
+    d.store.append = append  # type: ignore[method-assign]
+    d.shutdown()
+    d.store.close()
+    d2 = make_daemon(tmp_path, slurm, [])
+    try:  # the log's truth: the job is still locked in, its start never written
+        assert d2.sched.records["7"].rsa_state.value == "locked-in"
+    finally:
+        d2.shutdown()
 
 
 def test_a_milestone_is_durable_before_the_executor_goes_on_and_a_restart_knows_it(
@@ -957,13 +1001,7 @@ def test_finished_jobs_leave_memory_and_their_history_stays_readable(tmp_path: P
 def test_only_ramdisks_no_step_works_on_are_tendable(tmp_path: Path) -> None:
     """The RAMDISK tender checks jobs in core.states.TENDED that have a RAMDISK and no
     action running: a staged, locked-in job is one; a job still staging is not."""
-    slurm = ScriptedSlurm()
-    seen: list[str] = []
-    d = make_daemon(tmp_path, slurm, seen)
-    slurm.set("7", "PENDING", "Resources")
-    d.poll()
-    settle(d)
-    assert d.sched.records["7"].rsa_state.value == "locked-in"
+    d, _, _ = locked_in_daemon(tmp_path)
     assert d.tendable() == [("7", {"fs_id": "x"})]
     step = make_action("7/1/stage-in/9")
     d.running[step.id] = Running(step, CancelToken(), Future())
@@ -1899,7 +1937,7 @@ def test_an_operator_may_see_the_status_as_a_user_sees_it(routes: Routes) -> Non
     slurm = Caller(64030, "slurm")
     assert held(slurm, "/v1/status?as=4242") == {"(hidden)"} == held(BOB, "/v1/status")
     assert held(slurm, "/v1/status?as=0") == {"7"} == held(ROOT, "/v1/status")
-    with pytest.raises(ApiError, match="only root or slurm may see the status as another"):
+    with pytest.raises(ApiError, match="only root or SlurmUser may see the status as another"):
         routes.dispatch(BOB, "GET", "/v1/status?as=0", None)
     with pytest.raises(ApiError, match="as= takes a uid"):
         routes.dispatch(ROOT, "GET", "/v1/status?as=root", None)

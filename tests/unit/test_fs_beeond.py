@@ -66,7 +66,7 @@ class ScriptedHost:
     def run(self, argv: Sequence[str], *, timeout: float, check: bool = True,
             input: str | None = None, as_user: Identity | None = None,
             env: Mapping[str, str] | None = None,
-            cancel: CancelToken | None = None) -> Completed:
+            cancel: CancelToken | None = None, keep: int = 0) -> Completed:
         self.calls.append(list(argv))
         self.inputs.append(input)
         self.timeouts.append(timeout)

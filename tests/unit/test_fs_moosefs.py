@@ -61,7 +61,7 @@ class ScriptedHost:
     def run(self, argv: Sequence[str], *, timeout: float, check: bool = True,
             input: str | None = None, as_user: object = None,
             env: Mapping[str, str] | None = None,
-            cancel: CancelToken | None = None) -> Completed:
+            cancel: CancelToken | None = None, keep: int = 0) -> Completed:
         assert "mfscli" in argv and "-SCS" in argv
         self.argvs.append(list(argv))
         out = self.outputs[min(self.calls, len(self.outputs) - 1)]
@@ -235,7 +235,7 @@ class PassHost:
     def run(self, argv: Sequence[str], *, timeout: float, check: bool = True,
             input: str | None = None, as_user: object = None,
             env: Mapping[str, str] | None = None,
-            cancel: CancelToken | None = None) -> Completed:
+            cancel: CancelToken | None = None, keep: int = 0) -> Completed:
         self.calls.append(list(argv))
         return Completed(tuple(argv), 0, f"mfspassword={self.secret}\n", "", 0.0)
 
@@ -301,7 +301,7 @@ class ProbeHost:
     def run(self, argv: Sequence[str], *, timeout: float, check: bool = True,
             input: str | None = None, as_user: object = None,
             env: Mapping[str, str] | None = None,
-            cancel: CancelToken | None = None) -> Completed:
+            cancel: CancelToken | None = None, keep: int = 0) -> Completed:
         self.sent.append(argv[-1])
         out = f"F:-\n{self.fingerprint}\n"
         if argv[-1] != self.fingerprint:
@@ -363,7 +363,7 @@ class RecordingHost:
     def run(self, argv: Sequence[str], *, timeout: float, check: bool = True,
             input: str | None = None, as_user: object = None,
             env: Mapping[str, str] | None = None,
-            cancel: CancelToken | None = None) -> Completed:
+            cancel: CancelToken | None = None, keep: int = 0) -> Completed:
         self.argvs.append(list(argv))
         bad = bool(self.fail) and any(self.fail in a for a in argv)
         return Completed(tuple(argv), 1 if bad else 0, "", self.why if bad else "", 0.0)

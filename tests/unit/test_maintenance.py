@@ -96,7 +96,7 @@ def test_a_mode_switch_with_nothing_in_flight_is_recorded() -> None:
 
 
 def test_only_an_operator_may_drain_the_rsa(routes: Routes) -> None:
-    with pytest.raises(ApiError, match="only root or slurm may drain the RSA"):
+    with pytest.raises(ApiError, match="only root or SlurmUser may drain the RSA"):
         routes.dispatch(ALICE, "POST", "/v1/admin/drain", {"on": True})
     with pytest.raises(ApiError, match="on must be true or false"):
         routes.dispatch(ROOT, "POST", "/v1/admin/drain", {"on": "yes"})

@@ -129,6 +129,17 @@ def test_data_out_of_a_rescued_output_fails_saying_where_never_verified() -> Non
                            verified).status == "done"
 
 
+def test_data_out_with_no_verification_known_never_claims_where_the_output_went() -> None:
+    """Released with no verification rsad knows of: the job wrote to the PFS itself, or
+    rsad verified it in a record it forgot (daemon.retention) before Slurm asked again;
+    it said "it was written to the PFS directly", untrue in the second case."""
+    answer = answer_data_out(record(RsaState.RELEASED, job_state=JobState.FINISHED),
+                             BbJob(setup=1.0, ran=True, over=True, polled=True))
+    assert answer.status == "done"
+    assert "or (a job rsad has forgotten" in answer.message
+    assert "staged out and verified earlier" in answer.message
+
+
 def test_data_in_of_a_job_without_rsa_work_is_done_only_once_its_directives_were_read(
         ) -> None:
     """Issue 38: "nothing to stage" only when the job's own directives were read and ask
@@ -546,7 +557,7 @@ def test_only_root_or_slurm_may_call_the_burst_buffer_hooks(tmp_path: Path) -> N
     slurm, seen, clock = ScriptedSlurm(), list[str](), Clock()
     d = native_daemon(tmp_path, slurm, seen, clock)
     with serving(d) as routes:
-        with pytest.raises(ApiError, match="root or slurm only"):
+        with pytest.raises(ApiError, match="root or SlurmUser only"):
             routes.dispatch(Caller(1001, "alice"), "POST", "/v1/bb/setup", {"job_id": "7"})
         with pytest.raises(ApiError, match="valid job_id"):
             routes.dispatch(Caller(0, "root"), "POST", "/v1/bb/setup", {"job_id": "7;x"})
@@ -642,7 +653,7 @@ def test_the_pools_are_given_to_root_or_slurm_for_a_slurmctld_host_without_rsad(
     slurm, seen, clock = ScriptedSlurm(), list[str](), Clock()
     d = native_daemon(tmp_path, slurm, seen, clock)
     with serving(d) as routes:
-        with pytest.raises(ApiError, match="root or slurm only"):
+        with pytest.raises(ApiError, match="root or SlurmUser only"):
             routes.dispatch(Caller(1001, "alice"), "GET", "/v1/bb/pools", None)
         d.poll()
         settle(d)

@@ -221,7 +221,7 @@ def test_the_api_answers_not_yet_until_rsad_has_replayed_and_fenced(tmp_path: Pa
         with pytest.raises(ApiError, match="rsad is starting") as err:
             r.dispatch(ROOT, "GET", "/v1/status", None)
         assert err.value.status == 503
-        with pytest.raises(ApiError, match="root or slurm only"):  # still checked first
+        with pytest.raises(ApiError, match="root or SlurmUser only"):  # still checked first
             r.dispatch(Caller(1001, "alice"), "POST", "/v1/bb/setup", {"job_id": "7"})
     d.start()
     slurm.set("7", "PENDING", "BurstBufferStageIn")

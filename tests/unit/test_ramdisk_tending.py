@@ -591,7 +591,7 @@ class AnsweringHost(Host):
         self.asked = asked
 
     def run(self, argv: Any, *, timeout: float, check: bool = True, input: Any = None,
-            as_user: Any = None, env: Any = None, cancel: Any = None) -> Any:
+            as_user: Any = None, env: Any = None, cancel: Any = None, keep: int = 0) -> Any:
         from rsa_scheduler.contain import FENCED_MARK, REAPED_MARK
         from rsa_scheduler.runner import Completed
 

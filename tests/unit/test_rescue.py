@@ -1,6 +1,6 @@
 """A quarantine that ends (issue 33): after ``quarantine.rescue_after`` a quarantined
 RAMDISK's content is staged out as the job's user to ``quarantine.rescue_dir/<user>/
-<job>.<cycle>``, verified, and only then is the RAMDISK released; a failed rescue keeps
+<job>.<cycle>-<submitted>``, verified, and only then is the RAMDISK released; a failed rescue keeps
 the quarantine (core: rows_run.py, effects.py; the rescue directory: staging/scripts).
 
 On main (6dee349) a quarantine held its RSA nodes until an operator acted.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -24,7 +25,7 @@ from rsa_scheduler.core.scheduler import Decision, Scheduler
 from rsa_scheduler.core.states import Trigger
 from rsa_scheduler.daemon.holds import rerun_rescued
 from rsa_scheduler.staging.scripts import rescue_dir_argv
-from tests.unit.corekit import Driver, make_pool, make_scheduler, obs
+from tests.unit.corekit import Driver, make_pool, make_scheduler, make_spec, obs
 from tests.unit.test_machine import to_locked_in
 
 pytestmark = pytest.mark.unit
@@ -77,6 +78,42 @@ def test_a_quarantine_past_rescue_after_is_rescued_verified_then_released() -> N
     assert d.sched.records["10"].rescue_to == "/pfs/rescue/alice/10.1"  # where it went
 
 
+def _rescued_to(submitted: str) -> str:
+    """Where a fresh rsad (no memory of any earlier job 10) rescues job 10 of alice,
+    submitted at ``submitted`` (squeue's SubmitTime), after its stage-out gave up."""
+    d = Driver(make_scheduler(retries=1, backoff=5.0, rescue_after=HOUR,
+                              rescue_dir="/pfs/rescue"))
+    seen = replace(obs("10", "PENDING", "Resources", make_spec(data_in=None)),
+                   submitted=submitted)
+    d.observe(seen)
+    while d.state("10") != "locked-in":
+        d.answer("10")
+    d.observe(replace(seen, state="RUNNING", reason="None"))
+    d.answer("10")
+    d.observe(replace(seen, state="COMPLETED", reason="None"))
+    while d.state("10") != "quarantined":
+        d.answer("10", Result.FAILED, "rsync: Input/output error")
+        if d.state("10") == "stage-out-failed":
+            due = d.sched.next_timer()
+            assert due is not None
+            d.tick(due)
+    dec = d.tick(d.now + HOUR)
+    return str(dec.actions[-1].args_as(StageOutArgs).data_out)
+
+
+def test_a_later_job_given_the_same_id_never_rescues_into_the_earlier_ones_copy() -> None:
+    """Slurm gave job 10's id to a new job of the same user (it lost its state, or its
+    ids wrapped) after rsad forgot the first (daemon.retention): the new record starts at
+    cycle 1 again. Both quarantined and rescued: on main both went to
+    /pfs/rescue/alice/10.1, the second rescue's files renamed over the first's (a
+    rescue keeps nothing aside) and its verify passed."""
+    first = _rescued_to("2026-11-01T10:00:00")
+    second = _rescued_to("2026-11-20T09:30:05")
+    assert first == "/pfs/rescue/alice/10.1-20261101T100000"
+    assert second == "/pfs/rescue/alice/10.1-20261120T093005"
+    assert _rescued_to("") == "/pfs/rescue/alice/10.1"  # Slurm never said: as before
+
+
 def test_a_failed_rescue_keeps_the_quarantine_and_tries_again_later() -> None:
     d = Driver(make_scheduler(retries=1, backoff=5.0, rescue_after=HOUR,
                               rescue_dir="/pfs/rescue"))
@@ -98,6 +135,24 @@ def test_a_failed_rescue_keeps_the_quarantine_and_tries_again_later() -> None:
     dec = d.take(d.sched.command("10", Trigger.RETRY, d.now, by="root", operator=True))
     out = dec.actions[-1].args_as(StageOutArgs)
     assert (out.data_out, out.rescue) == (PurePosixPath("/pfs/out"), False)
+
+
+def test_an_operators_retry_during_a_failing_rescue_goes_to_data_out() -> None:
+    """``rsa retry`` means one thing: stage out to DATA_OUT now. While a failed rescue
+    waited for its next try it went on with the rescue instead (to the rescue area),
+    unlike the same command on the quarantine the rescue falls back to."""
+    d = Driver(make_scheduler(retries=2, backoff=5.0, rescue_after=HOUR,
+                              rescue_dir="/pfs/rescue"))
+    quarantined(d)
+    d.tick(d.now + HOUR)
+    d.answer("10", Result.FAILED, "rescue: making /pfs/rescue/alice: refused")
+    assert d.state("10") == "stage-out-failed"
+    dec = d.take(d.sched.command("10", Trigger.RETRY, d.now, by="root", operator=True))
+    out = dec.actions[-1].args_as(StageOutArgs)
+    assert (out.data_out, out.rescue) == (PurePosixPath("/pfs/out"), False)
+    assert d.sched.records["10"].rescue_to == ""
+    d.answer_all("10")  # verified at DATA_OUT: never called rescued
+    assert d.state("10") == "released" and d.sched.records["10"].rescue_to == ""
 
 
 def test_without_rescue_after_a_quarantine_waits_for_an_operator() -> None:

@@ -487,3 +487,19 @@ def test_a_same_second_rewrite_after_a_kill_in_the_first_write_back_is_copied(
     done, result = write_back(bases, "job77-c1", eng, str(ram), str(pfs), again)
     assert (pfs / "mod").read_bytes() == b"v3 job\n"
     assert done.copied == {b"mod"} and result is not None and result.ok
+
+
+def test_dropping_a_base_also_removes_what_a_killed_save_left(tmp_path: Path) -> None:
+    """A process killed inside Bases.save (rsad, or the staging worker that records a
+    base now) leaves its .tmp copy; the RAMDISK's end drops it with the base, and no other
+    RAMDISK's files (a name that only starts alike) are touched."""
+    bases = Bases(tmp_path / "wb")
+    bases.save("fs1", {})
+    left = bases.root / ".fs1.json.4242.tmp"
+    left.write_text("half a base")
+    other = bases.root / ".fs10.json.4242.tmp"
+    other.write_text("another RAMDISK's")
+    bases.save("fs10", {})
+    bases.drop("fs1")
+    assert not bases.path("fs1").exists() and not left.exists()
+    assert other.exists() and bases.path("fs10").exists()
