@@ -26,7 +26,8 @@ WF_VENV    ?= $(CURDIR)/.venv-wf
 WF_PKGS    := snakemake==9.27.1 snakemake-executor-plugin-cluster-generic==1.0.9
 
 .PHONY: install test unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
-        slurm24-test slurm26-test cluster-test cluster-run
+        slurm24-test slurm26-test cluster-test cluster-run test-compat cluster-run-13 \
+        cluster-run-testing
 
 install: $(VENV)/.installed spank $(WF_VENV)/.installed
 
@@ -67,13 +68,15 @@ unit: install
 # once). Then the tests that need no lab run one after the other BESIDE the lab phases,
 # each in roots and namespaces of its own (check-clean tells them from the lab): the
 # install test (a chroot with its own dpkg), MooseFS 4, Slurm 24.11 and 26.05, and the
-# cluster lab (lab/cluster: every node its own host). Each one's output is kept in
+# cluster lab (lab/cluster: every node its own host) on Debian 12, 13 and testing (issue
+# 31: Slurm 22.05, 24.11, 26.05; MooseFS 3.0, 4.57, 4.59). Each one's output is kept in
 # dist/side-NAME.log and shown at the end. The lab phases run one after the other and stop
 # at the first that fails; the side tests always run to their end. The first failure's
 # status is make test's. Side by side they save the ~5-10 min the side tests take (more on
 # a machine that builds their roots cold), while the lab phases mostly wait on Slurm's and
 # MooseFS's own clocks.
-SIDE_TESTS := install-test-run mfs4-test slurm24-test slurm26-test cluster-run
+SIDE_TESTS := install-test-run mfs4-test slurm24-test slurm26-test cluster-run \
+              cluster-run-13 cluster-run-testing
 test: install lint
 	$(VENV)/bin/pytest -q tests/unit
 	$(MAKE) --no-print-directory deb
@@ -177,12 +180,25 @@ clean:
 # RSA_LAB_DEBIAN picks the image's Debian release (issue 31): 12 (the default: Slurm
 # 22.05, MooseFS 3.0), 13 (Slurm 24.11, MooseFS 4.57) or testing (Slurm 26.05, MooseFS
 # 4.59); for 13 and testing, cluster-test also builds the SPANK package for that release's
-# Slurm (lab/deb-release, in a cached root of its own). make test runs Debian 12's only.
+# Slurm (lab/deb-release, in a cached root of its own). make test runs all three beside the
+# lab phases (cluster-run, cluster-run-13, cluster-run-testing).
 CLUSTER_TESTS ?= tests/cluster
 RSA_LAB_DEBIAN ?= 12
 cluster-test: install deb
 	$(if $(filter-out 12,$(RSA_LAB_DEBIAN)),lab/deb-release $(RSA_LAB_DEBIAN))
 	$(MAKE) --no-print-directory cluster-run
+
+# The whole cluster suite on one Debian release (issue 31's compatibility set:
+# tests/cluster, tests/cluster/test_compat*.py among them): cluster-test by another name.
+# The host lab's phases (lab-test, ...) run on this host's Slurm 22.05 only.
+test-compat: cluster-test
+
+# make test's side tests of the cluster lab on Debian 13 and testing: cluster-run on the
+# packages already in dist/, with that release's SPANK package built first (as
+# cluster-test does).
+cluster-run-13 cluster-run-testing: install
+	lab/deb-release $(patsubst cluster-run-%,%,$@)
+	$(MAKE) --no-print-directory cluster-run RSA_LAB_DEBIAN=$(patsubst cluster-run-%,%,$@)
 
 # cluster-test on the packages already in dist/ (make test builds them once).
 cluster-run: install

@@ -121,11 +121,25 @@ class Observation:
             return cls(job_id=rec.job_id, user=rec.user, state="RUNNING", reason="None",
                        priority=rec.priority, compute_nodes=rec.compute_nodes,
                        by="PrologSlurmctld")
-        code = str(exit_code or "").strip()
+        said = end_text(exit_code)
         return cls(job_id=rec.job_id, user=rec.user, state=_HOOK_STATE[hook],
                    reason="EpilogSlurmctld", priority=rec.priority,
                    compute_nodes=rec.compute_nodes,
-                   by=f"EpilogSlurmctld, exit code {code}" if code else "EpilogSlurmctld")
+                   by=f"EpilogSlurmctld, {said}" if said else "EpilogSlurmctld")
+
+
+def end_text(exit_code: object) -> str:
+    """EpilogSlurmctld's ``SLURM_JOB_EXIT_CODE`` (the batch script's wait status, as
+    wait(2) gives it) as the user knows it: ``exit code 3`` for 768, ``signal 9`` for 9
+    (``sacct`` writes them 3:0 and 0:9); "" when the hook said nothing. Anything else is
+    shown as it came."""
+    text = str(exit_code or "").strip()
+    if not text.isdigit():
+        return f"exit code {text}" if text else ""
+    status = int(text)
+    if status & 0x7F:
+        return f"signal {status & 0x7F}"
+    return f"exit code {(status >> 8) & 0xFF}"
 
 
 def another_job(rec: JobRecord, obs: Observation) -> bool:

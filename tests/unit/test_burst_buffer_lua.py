@@ -245,6 +245,19 @@ def test_paths_and_job_process_stay_local(tmp_path: Path) -> None:
     assert call("slurm_bb_test_data_in", "42", "/s").rc == "0"
 
 
+def test_a_path_file_slurm_never_made_does_not_hold_the_job(tmp_path: Path) -> None:
+    # Slurm 24.11 gives a task split off an array (job id 10 of array 9) a path file in
+    # hash.0/job.10/, which does not exist: paths failing made Slurm hold the task
+    # ("Burst Buffer request invalid") with its input staged (the cluster lab, 24.11)
+    path_file = tmp_path / "hash.0" / "job.10" / "path"
+    got = call("slurm_bb_paths", "10", "/s", str(path_file),
+               config={"rsa_bb": str(tmp_path / "must-not-run")})
+    assert got.rc == "0", got
+    assert any("paths of job 10: cannot write" in line and "without RSA_MODE" in line
+               for line in got.log), got.log
+    assert not path_file.exists()
+
+
 # --- job_submit.lua in native mode ----------------------------------------------------------
 
 def submit(tmp_path: Path, script: str, **config: str) -> dict[str, str]:

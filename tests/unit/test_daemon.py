@@ -665,9 +665,10 @@ def test_every_milestone_an_executor_reads_back_is_remembered(tmp_path: Path) ->
     assert make_daemon(tmp_path, slurm, []).facts["7"]["written_back_of"] == "7/1/reset/9"
 
 
-@pytest.mark.parametrize("code", ["768", "9", "0", ""])
+@pytest.mark.parametrize(("code", "said"), [("768", "exit code 3"), ("9", "signal 9"),
+                                           ("0", "exit code 0"), ("", "")])
 def test_the_end_hook_says_what_it_heard_and_slurms_record_says_how_the_job_ended(
-        tmp_path: Path, code: str) -> None:
+        tmp_path: Path, code: str, said: str) -> None:
     slurm = ScriptedSlurm()
     d = make_daemon(tmp_path, slurm, [])
     slurm.set("7", "PENDING", "Resources")
@@ -679,7 +680,7 @@ def test_the_end_hook_says_what_it_heard_and_slurms_record_says_how_the_job_ende
     ends = [e.context for e in d.store.events("7") if e.context.get("to") == "finished"]
     # EpilogSlurmctld's exit code is no end state: the event names the hook, not one
     assert [(c.get("by"), c.get("slurm_state")) for c in ends] == [
-        (f"EpilogSlurmctld, exit code {code}" if code else "EpilogSlurmctld", None)]
+        (f"EpilogSlurmctld, {said}" if said else "EpilogSlurmctld", None)]
     assert d.sched.records["7"].end_state == ""
     # the user cancelled it (exit code 0 or not): Slurm's own record says so, and the
     # next poll that shows it is written down; a later poll of the same changes nothing
