@@ -181,7 +181,8 @@ clean:
 # 22.05, MooseFS 3.0), 13 (Slurm 24.11, MooseFS 4.57) or testing (Slurm 26.05, MooseFS
 # 4.59); for 13 and testing, cluster-test also builds the SPANK package for that release's
 # Slurm (lab/deb-release, in a cached root of its own). make test runs all three beside the
-# lab phases (cluster-run, cluster-run-13, cluster-run-testing).
+# lab phases: the whole suite on 12 (cluster-run), the compatibility set on 13 and testing
+# (cluster-run-13, cluster-run-testing).
 CLUSTER_TESTS ?= tests/cluster
 RSA_LAB_DEBIAN ?= 12
 cluster-test: install deb
@@ -193,12 +194,22 @@ cluster-test: install deb
 # The host lab's phases (lab-test, ...) run on this host's Slurm 22.05 only.
 test-compat: cluster-test
 
-# make test's side tests of the cluster lab on Debian 13 and testing: cluster-run on the
-# packages already in dist/, with that release's SPANK package built first (as
-# cluster-test does).
+# make test's side tests of the cluster lab on Debian 13 and testing: issue 31's
+# compatibility set (COMPAT_TESTS: a whole lifecycle with checksums in both modes, an
+# array, a hetjob, an idle-cluster wait, native stage-in and stage-out, the attacks and
+# networks, one chaos round), on the packages already in dist/, with that release's
+# SPANK package built first (as cluster-test does). The rest of tests/cluster (the upgrade
+# from the previous landing, whose packages it builds; accounting; the other-release
+# plugin; the directory; slurmctld's hooks) runs on Debian 12 in make test, and on these
+# releases with make test-compat.
+COMPAT_TESTS := tests/cluster/test_hosts.py tests/cluster/test_native.py \
+                tests/cluster/test_compat.py tests/cluster/test_compat_native.py \
+                tests/cluster/test_attacks.py tests/cluster/test_shared_node.py \
+                tests/cluster/test_networks.py
 cluster-run-13 cluster-run-testing: install
 	lab/deb-release $(patsubst cluster-run-%,%,$@)
-	$(MAKE) --no-print-directory cluster-run RSA_LAB_DEBIAN=$(patsubst cluster-run-%,%,$@)
+	$(MAKE) --no-print-directory cluster-run RSA_LAB_DEBIAN=$(patsubst cluster-run-%,%,$@) \
+	  CLUSTER_TESTS='$(COMPAT_TESTS)'
 
 # cluster-test on the packages already in dist/ (make test builds them once).
 cluster-run: install
