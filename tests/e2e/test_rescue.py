@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from rsa_scheduler.daemon.dispatch import fit_comment
 from tests.e2e.test_native_trouble import rsad_with
 from tests.e2e.test_prolog_lifecycle import nothing_of_job_mounted, run_to_start
 from tests.e2e.test_stage_out_failures import area, events, md5_of, output_job, wait_for_file
@@ -77,10 +78,13 @@ def test_a_quarantine_past_its_timeout_is_rescued_to_the_pfs_verified_and_releas
         root(lab, "scontrol", "requeue", job)
         said = wait_for(f"job {job}'s rerun held, saying where its output is",
                         lambda: _held_comment(lab, job), timeout=60)
-        assert said == (f"RSA: requeued: held: the previous run's output, quarantined, was "
-                        f"rescued to {copy}, not to DATA_OUT; put what this run needs in "
-                        f"place, then release it: scontrol update JobId={job} "
-                        "StartTime=now")
+        # as squeue shows it: shortened in its middle past COMMENT_MAX (the rescue
+        # directory's name, with its submit time, makes it long; the command stays whole)
+        assert said == fit_comment(
+            f"RSA: requeued: held: the previous run's output, quarantined, was rescued to "
+            f"{copy}, not to DATA_OUT; put what this run needs in place, then release it: "
+            f"scontrol update JobId={job} StartTime=now")
+        assert said.endswith(f"scontrol update JobId={job} StartTime=now")
         # Slurm's scheduler sets the reason at its next pass (the comment may come first)
         shown_now = wait_for(f"job {job} pending on its begin time", lambda: (
             s if (s := show_job(lab, job))["Reason"] == "BeginTime" else None), timeout=30)
