@@ -318,6 +318,11 @@ class Pool:
         free": never, for the pool itself (``core.share`` says why it refused)."""
         return ""
 
+    def limit_now(self, req: Request) -> str:
+        """A limit ``req`` is over now: never, for the pool itself (``core.share`` keeps
+        the limits)."""
+        return ""
+
     def explain(self, job_id: str) -> str:
         """Why tier auto chose the nodes ``job_id`` holds ("" when it asked for a tier)."""
         return self._why.get(job_id, "")

@@ -32,6 +32,7 @@ class PoolPort(Protocol):
     def release(self, job_id: str) -> Any: ...  # NodeSet
     def explain(self, job_id: str) -> str: ...  # why tier auto chose them ("" otherwise)
     def refusal(self, job_id: str) -> str: ...  # why it refused beyond "none free" (limits)
+    def limit_now(self, req: Request) -> str: ...  # a limit ``req`` is over now ("" if none)
 
 
 
@@ -258,6 +259,11 @@ def _try_allocate(rec: JobRecord, pool: PoolPort, policy: StagingPolicy, now: fl
     if got is None:
         why = pool.refusal(rec.job_id)
         held = rec.hold_until is not None and rec.hold_until > now  # Slurm holds it
+        if not why and rec.message.startswith(f"{OVER_LIMIT_NOTE}: "):
+            # no free nodes, so no limit was judged: the limit it was told of may be gone
+            # (the others gave some back) or be another's (its account changed): judged
+            # again on what it needs at least, its message kept true
+            why = pool.limit_now(req) or NO_FREE_NODES
         if not why and held:
             why = NO_FREE_NODES  # waits for RSA nodes as one over a limit does (issue 32)
         if why:

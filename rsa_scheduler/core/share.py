@@ -101,6 +101,25 @@ class FairShare:
         not: no free nodes, or the fair share)."""
         return self._refused.get(job_id, "")
 
+    def limit_now(self, req: Request) -> str:
+        """A limit ``req``'s job is over now, judged without allocating (no node is free):
+        on the fewest RSA nodes it can be given (``Pool.check``), each of the pool's
+        smallest capacity, against what the other jobs hold now and under the account the
+        job has now; "" when it fits that, or no limit is set. Asked only for a job that
+        was told it waits for a limit (core.effects), so that what it reads stays true."""
+        policy = self.pool.policy
+        if not limits_set(policy):
+            return ""
+        try:
+            n = self.pool.check(req)
+        except PolicyViolation:
+            return ""  # told when an allocation is tried with nodes free
+        smallest = min((node.capacity for node in self.pool.nodes()), default=0)
+        refused = judge(policy, self.user_of(req.job_id), self._account(req.job_id),
+                        Usage(n, n * smallest, int(self._stages_in(req.job_id))),
+                        self._holders(req.job_id))
+        return refused.reason if refused is not None and not refused.for_good else ""
+
     def _account(self, job_id: str) -> str:
         rec = self.records.get(job_id)
         return rec.account if rec is not None else ""

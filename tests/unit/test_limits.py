@@ -167,6 +167,36 @@ def test_an_account_change_alone_moves_the_job_to_its_new_account() -> None:
     assert again.records["10"].account == "chem"
 
 
+def test_a_waiting_jobs_limit_message_follows_its_account_while_no_node_is_free() -> None:
+    """A job told it waits for its account's limit, moved to another account while every
+    RSA node is held: with none free the limits were never judged again, and its comment
+    named the old account's limit until a node freed (core/share.py). Judged again on
+    what it needs at least, it now reads that it waits for free nodes; moved back, the
+    limit again, in the words of the account it has."""
+    d = Driver(make_scheduler(pool(n=2, account_nodes=1)))
+    # 10 (physics) holds rsa1; 11 (physics) finds rsa2 free but its account at its limit
+    dec = d.observe(job("10", priority=99), held(job("11", priority=98)))
+    (msg,) = told(dec, "11")
+    assert "account physics's jobs hold 1 RSA node" in msg
+    # 20 (bob, chem) takes rsa2: no node is free any more
+    d.observe(job("10", priority=99), held(job("11", priority=98)),
+              job("20", user="bob", account="chem", priority=97), at=5)
+    assert holders(d.sched) == {"10", "20"}
+    # 11 moves to biology, under no limit it is over: waits for free nodes, says so
+    dec = d.observe(job("10", priority=99), held(job("11", account="biology", priority=98)),
+                    job("20", user="bob", account="chem", priority=97), at=10)
+    (msg,) = told(dec, "11")
+    assert msg == ("waits for RSA nodes: not enough RSA nodes are free now (jobs get them in "
+                   "priority order); held meanwhile, at most staging.wait_timeout, then it "
+                   "reads the PFS")
+    assert not told(d.tick(11), "11")  # told once
+    # and to chem, whose job 20 holds its one node: the limit again, chem's
+    dec = d.observe(job("10", priority=99), held(job("11", account="chem", priority=98)),
+                    job("20", user="bob", account="chem", priority=97), at=15)
+    (msg,) = told(dec, "11")
+    assert "account chem's jobs hold 1 RSA node" in msg and "physics" not in msg
+
+
 def test_a_limit_is_never_negative() -> None:
     with pytest.raises(ValueError, match="user_nodes must be >= 0"):
         AllocationPolicy(user_nodes=-1)
