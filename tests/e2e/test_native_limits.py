@@ -130,7 +130,11 @@ def test_a_job_over_slurms_grptres_bb_limit_holds_no_rsa_nodes_past_the_bound(
             assert limit_seen_at_allocation(events) == [], seen
             if data.get("rsa_state") != "none":  # staged before Slurm's limit showed
                 assert "slurm.lockin.timeout" in str(data.get("message")), (data, seen)
-            assert queue_line(lab, big) == ("PENDING", REASON), queue_line(lab, big)
+            # Slurm still holds it for its limit (its reason reads None for a moment after
+            # an update of the job, rsad's comment among them, until its next pass)
+            wait_for(f"job {big} still pending for {REASON}",
+                     lambda: queue_line(lab, big) == ("PENDING", REASON), timeout=30,
+                     every=0.5)
             assert not (other_area / "res" / "big").exists()
     finally:
         root(lab, "sacctmgr", "-i", "modify", "user", other, "set", "GrpTRES=bb/lua=-1")
@@ -169,7 +173,9 @@ def test_a_staged_job_slurm_then_holds_for_a_limit_keeps_its_rsa_nodes_only_to_t
             data = rsa_job(lab, job) or {}
             assert not data.get("nodes"), data
             assert "slurm.lockin.timeout" in str(data.get("message")), data.get("message")
-            assert queue_line(lab, job) == ("PENDING", REASON)
+            wait_for(f"job {job} still pending for {REASON}",  # (as above)
+                     lambda: queue_line(lab, job) == ("PENDING", REASON), timeout=30,
+                     every=0.5)
         finally:
             root(lab, "sacctmgr", "-i", "modify", "user", other, "set", "GrpTRES=bb/lua=-1")
         wait_for(f"job {job} ran", lambda: queue_line(lab, job)[0] in ("COMPLETED", ""),
