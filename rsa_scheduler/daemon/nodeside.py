@@ -222,14 +222,10 @@ class NodeSide:
         away (the Epilog takes every mount of the job down, and stops its agent): nothing
         to ask. Returns the nodes that released."""
         job = ctx.action.job_id
-        known = frozenset(str(n) for n in ctx.facts.get("mounted") or ())
         with self._cond:
-            j = self._jobs.get(job)
-            if j is None and not known:
+            j = self._settled(ctx)
+            if j is None:
                 return []
-            j = self._job(job)
-            while known - j.agents - j.ended and self.clock() - self.born < self.agent_settle:
-                self._cond.wait(0.2)
             ask = frozenset((j.agents | j.mounted) - j.ended)
             if not ask:
                 return []
@@ -263,15 +259,11 @@ class NodeSide:
         (a node that failed never runs its Epilog): returns the nodes that still had
         not, and the stage-out goes on (the teardown asks them to release it)."""
         job = ctx.action.job_id
-        known = frozenset(str(n) for n in ctx.facts.get("mounted") or ())
         deadline = self.clock() + self.reset_timeout
         with self._cond:
-            j = self._jobs.get(job)
-            if j is None and not known:
+            j = self._settled(ctx)
+            if j is None:
                 return []
-            j = self._job(job)
-            while known - j.agents - j.ended and self.clock() - self.born < self.agent_settle:
-                self._cond.wait(0.2)
             while True:
                 left = sorted((j.agents | j.mounted) - j.ended)
                 if not left:
@@ -414,6 +406,20 @@ class NodeSide:
         is the earlier run's, staged out and destroyed under the new run (issue 35)."""
         j.standing = None
         j.asked.clear()
+
+    def _settled(self, ctx: ActionContext) -> JobNodes | None:
+        """Holding ``self._cond``: the nodes of ``ctx``'s job, once the agents of the nodes
+        its facts record as mounted (``mounted`` survives an rsad restart) reconnected or
+        a restarted rsad's ``agent_settle`` passed; None when nothing of the job's nodes
+        is known."""
+        known = frozenset(str(n) for n in ctx.facts.get("mounted") or ())
+        j = self._jobs.get(ctx.action.job_id)
+        if j is None and not known:
+            return None
+        j = self._job(ctx.action.job_id)
+        while known - j.agents - j.ended and self.clock() - self.born < self.agent_settle:
+            self._cond.wait(0.2)
+        return j
 
     def _job(self, job: str) -> JobNodes:
         return self._jobs.setdefault(job, JobNodes())
