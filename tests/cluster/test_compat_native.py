@@ -16,14 +16,14 @@ blocking one is seen, and no BUSY line."""
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.conftest import CTL, Cluster
+from tests.cluster.conftest import Cluster
 from tests.cluster.test_compat import HOME, USER, _job, _nothing_left, _owner, _sha
+from tests.cluster.test_native import switch_mode
 
 ARRAY = """#!/bin/bash
 #SBATCH -N 1 -t 5
@@ -48,21 +48,15 @@ done
 """
 
 
-def _mode(which: str) -> None:
-    done = subprocess.run([str(CTL), "mode", which], capture_output=True, text=True,
-                          timeout=300, check=False)
-    assert done.returncode == 0, f"clusterctl mode {which}: {done.stdout}{done.stderr}"
-
-
 @pytest.fixture
 def native(cluster: Cluster) -> Iterator[Cluster]:
     try:
-        _mode("native")
+        switch_mode("native")
         yield cluster
     finally:  # a failed test's jobs end before the cluster goes back to queue mode
         cluster.run("ctl", ["scancel", "-u", USER], check=False)
         _idle(cluster)  # rsad refuses to start in another mode with jobs in flight
-        _mode("queue")
+        switch_mode("queue")
 
 
 def _idle(c: Cluster, timeout: float = 120) -> None:

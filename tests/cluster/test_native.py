@@ -37,7 +37,8 @@ sha256sum < {HOME}/nout/o > {HOME}/native.osha
 """
 
 
-def _mode(which: str) -> None:
+def switch_mode(which: str) -> None:
+    """`clusterctl mode WHICH` on the running cluster, as the operator guide has a site do it."""
     done = subprocess.run([str(CTL), "mode", which], capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 0, f"clusterctl mode {which}: {done.stdout}{done.stderr}"
@@ -46,10 +47,10 @@ def _mode(which: str) -> None:
 @pytest.fixture
 def native(cluster: Cluster) -> Iterator[Cluster]:
     try:
-        _mode("native")
+        switch_mode("native")
         yield cluster
     finally:
-        _mode("queue")
+        switch_mode("queue")
 
 
 def test_a_native_job_through_its_whole_lifecycle(native: Cluster) -> None:

@@ -39,6 +39,11 @@ def quarantined(d: Driver) -> None:
     d.observe(obs("10", "RUNNING"))
     d.answer("10")
     d.observe(obs("10", "COMPLETED"))
+    fail_until_quarantined(d)
+
+
+def fail_until_quarantined(d: Driver) -> None:
+    """Job 10's stage-out fails, and each retry when it falls due, until it gives up."""
     while d.state("10") != "quarantined":
         d.answer("10", Result.FAILED, "rsync: Input/output error")
         if d.state("10") == "stage-out-failed":
@@ -91,12 +96,7 @@ def _rescued_to(submitted: str) -> str:
     d.observe(replace(seen, state="RUNNING", reason="None"))
     d.answer("10")
     d.observe(replace(seen, state="COMPLETED", reason="None"))
-    while d.state("10") != "quarantined":
-        d.answer("10", Result.FAILED, "rsync: Input/output error")
-        if d.state("10") == "stage-out-failed":
-            due = d.sched.next_timer()
-            assert due is not None
-            d.tick(due)
+    fail_until_quarantined(d)
     dec = d.tick(d.now + HOUR)
     return str(dec.actions[-1].args_as(StageOutArgs).data_out)
 

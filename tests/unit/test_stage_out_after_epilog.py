@@ -18,6 +18,7 @@ from pathlib import PurePosixPath
 
 import pytest
 
+from rsa_scheduler.daemon.data import DataPath
 from rsa_scheduler.daemon.executors import ActionContext
 from rsa_scheduler.daemon.nodeside import NodeSide
 from rsa_scheduler.hosts import CancelToken
@@ -70,10 +71,13 @@ def test_a_job_whose_nodes_held_no_mount_is_not_waited_for() -> None:
     assert awaiting(side, stage_out_ctx()).result(1) == []
 
 
-def test_the_stage_out_asks_before_it_reads_the_ramdisk_and_a_rescue_does_not() -> None:
-    class Asked(Exception):
-        pass
+class Asked(Exception):
+    """What the Epilog wait of :func:`asking_data_path` raises: it was asked."""
 
+
+def asking_data_path() -> tuple[DataPath, list[str]]:
+    """A DataPath whose Epilog wait records the action it was asked for and raises
+    :class:`Asked`, and which fails the test if the RAMDISK is looked at first."""
     dp = data_path(Backend(lambda: pytest.fail("the RAMDISK was looked at first")))
     seen: list[str] = []
 
@@ -82,6 +86,11 @@ def test_the_stage_out_asks_before_it_reads_the_ramdisk_and_a_rescue_does_not() 
         raise Asked
 
     dp.await_epilogs = await_epilogs
+    return dp, seen
+
+
+def test_the_stage_out_asks_before_it_reads_the_ramdisk_and_a_rescue_does_not() -> None:
+    dp, seen = asking_data_path()
     with pytest.raises(Asked):
         dp.stage_out(stage_out_ctx())
     assert seen == ["7/1/stage-out/12"]
@@ -103,17 +112,7 @@ def test_the_write_back_after_the_run_waits_too_and_one_while_it_runs_does_not()
     requeue) is the last before the teardown destroys the RAMDISK; what the job changed
     in DATA_IN on SIGTERM, during KillWait, after it was lost the same way. A write-back
     while the job runs (before a reset) is followed by another: it does not wait."""
-    class Asked(Exception):
-        pass
-
-    dp = data_path(Backend(lambda: pytest.fail("the RAMDISK was looked at first")))
-    seen: list[str] = []
-
-    def await_epilogs(ctx: ActionContext) -> None:
-        seen.append(ctx.action.id)
-        raise Asked
-
-    dp.await_epilogs = await_epilogs
+    dp, seen = asking_data_path()
     with pytest.raises(Asked):
         dp.write_back(write_back_ctx(job_ended=True, job_running=False))
     with pytest.raises(Asked):  # requeued: its processes are killed as at an end
