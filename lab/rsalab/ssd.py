@@ -21,14 +21,22 @@ limit are recorded before they are set: lab-down (a fresh process) resets exactl
 detaches the device and check-clean reports what is left. A kernel or host that cannot do
 this never fails lab-up: one line says why the ssd tier is not throttled, and the facts
 (RSA_LAB_SSD_THROTTLE) say it to the tests.
+
+Loop devices are the kernel's, not a mount namespace's: a lab in a sandbox of its own
+(lab/sandbox) attaches devices this host sees too, and their backing file's name reads
+the same (``/var/lib/rsa-lab/ssd/rsa3.img``, the path in the namespace that attached it).
+So a device is this lab's when the file it is attached to *is* one of this lab's images
+(the same device and inode, :func:`backing_identity`), not when its name looks like one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -51,6 +59,7 @@ class Paths:
     proc_cgroup: Path = Path("/proc/self/cgroup")
     images: Path = DATA / "ssd"  # rsaN.img, or the directory rsaN without a loop device
     records: Path = STATE / "ssd"  # <node>.json per attached device; "status" for the facts
+    dev: Path = Path("/dev")  # the loop devices, asked what they are attached to
 
     @property
     def status(self) -> Path:
@@ -151,17 +160,67 @@ def preflight(majmin: str, where: Paths = HOST) -> str | None:
     return None
 
 
-def backing_file(device: str, where: Paths = HOST) -> str | None:
-    """The file a loop device is attached to, or None when it is not attached."""
+DELETED = " (deleted)"  # what the kernel appends to the name of a removed backing file
+
+
+def _backing_name(device: str, where: Paths) -> str | None:
     f = where.block / Path(device).name / "loop" / "backing_file"
     try:
-        return f.read_text().strip().removesuffix(" (deleted)")
+        return f.read_text().strip()
     except OSError:
         return None
 
 
-def is_ours(backing: str, where: Paths = HOST) -> bool:
-    return Path(backing).is_relative_to(where.images)
+def backing_file(device: str, where: Paths = HOST) -> str | None:
+    """The file a loop device is attached to, or None when it is not attached."""
+    name = _backing_name(device, where)
+    return None if name is None else name.removesuffix(DELETED)
+
+
+LOOP_GET_STATUS64 = 0x4C05  # linux/loop.h
+LOOP_INFO64 = 232  # sizeof(struct loop_info64); lo_device, lo_inode are its first fields
+
+
+def backing_identity(device: str, where: Paths = HOST) -> tuple[int, int] | None:
+    """(device, inode) of the file a loop device is attached to, as the kernel holds it
+    (the same whichever mount namespace attached it), or None when it cannot be asked
+    (not attached, no such device node)."""
+    try:
+        fd = os.open(where.dev / Path(device).name, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = fcntl.ioctl(fd, LOOP_GET_STATUS64, bytes(LOOP_INFO64))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    lo_device, lo_inode = struct.unpack_from("=QQ", info)
+    return lo_device, lo_inode
+
+
+def _image_identities(where: Paths) -> set[tuple[int, int]]:
+    found = set()
+    with contextlib.suppress(OSError):
+        for f in where.images.glob("*.img"):
+            with contextlib.suppress(OSError):
+                st = f.stat()
+                found.add((st.st_dev, st.st_ino))
+    return found
+
+
+def is_ours(device: str, where: Paths = HOST) -> bool:
+    """Whether ``device`` is attached to one of this lab's images: the very file when the
+    device can be asked (another lab's image of the same name is not ours), else by the
+    file's name (a scratch tree); an image removed while still attached (its name marked
+    deleted) by its name alone, as nothing else can say whose it was."""
+    name = _backing_name(device, where)
+    if name is None or not Path(name.removesuffix(DELETED)).is_relative_to(where.images):
+        return False
+    if name.endswith(DELETED):
+        return True
+    ident = backing_identity(device, where)
+    return ident is None or ident in _image_identities(where)
 
 
 def lab_loops(where: Paths = HOST) -> list[Device]:
@@ -169,7 +228,7 @@ def lab_loops(where: Paths = HOST) -> list[Device]:
     found = []
     for d in sorted(where.block.glob("loop*")):
         backing = backing_file(d.name, where)
-        if backing is None or not is_ours(backing, where):
+        if backing is None or not is_ours(d.name, where):
             continue
         with contextlib.suppress(OSError):
             majmin = (d / "dev").read_text().strip()
@@ -349,7 +408,7 @@ def release(where: Paths = HOST, *, quiet: bool = False,
     for d in devices:
         rec = where.records / f"{d.node}.json"
         backing = backing_file(d.device, where)
-        if backing is not None and not is_ours(backing, where):
+        if backing is not None and not is_ours(d.device, where):
             log(f"{d.device} ({d.node}'s ssd pool once) now backs {backing}: left alone")
             rec.unlink(missing_ok=True)
             continue

@@ -43,7 +43,8 @@ def fake_host(tmp: Path, cgroup: str = "/") -> Any:
     (loop / "loop" / "backing_file").write_text(f"{images}/rsa3.img\n")
     (tmp / "cgroup").write_text(f"9:name=systemd:/\n7:blkio:{cgroup}\n0::/\n")
     return ssd.Paths(blkio=blkio, bdi=tmp / "bdi", block=tmp / "block",
-                     proc_cgroup=tmp / "cgroup", images=images, records=tmp / "records")
+                     proc_cgroup=tmp / "cgroup", images=images, records=tmp / "records",
+                     dev=tmp / "dev")
 
 
 def device(where: Any) -> Any:
