@@ -12,6 +12,7 @@ from . import nodecpu, ssd
 from .common import (
     CTLD_ADDR,
     CTLD_PORT,
+    DATA,
     DBD_PORT,
     ENV_FILE,
     MYSQL_PORT,
@@ -143,7 +144,10 @@ def leftovers(s: Settings) -> list[str]:
                 found.append(f"pidfile {f.name}: pid {pid} alive")
     roots = (str(s.pfs_mount), str(s.pool_root), "/var/lib/rsa-lab", "/run/rsa-lab",
              "/sys/fs/fuse/connections")
+    in_sandbox = bool(os.environ.get("RSA_LAB_SANDBOX"))  # lab/sandbox: DATA is its mount
     for mnt, fstype, src in mounts():
+        if in_sandbox and mnt == str(DATA):
+            continue
         if mnt.startswith(roots) or fstype.startswith("fuse") or "mfs" in src:
             found.append(f"mount {mnt} ({fstype} {src})")
     routes = run(["ip", "route", "show", "table", "all"], check=False).stdout
