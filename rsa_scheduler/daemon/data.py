@@ -109,6 +109,7 @@ def _script(ctx: ActionContext, eng: StagingEngine, spec: MountSpec, argv: Seque
                          data_in="" if data_in is None else str(data_in),
                          data_out="" if data_out is None else str(data_out))
     if not res.ok:
+        ctx.cancel.check()  # killed because the action was cancelled: say that, not -9
         why = f"{key.upper()} exited {res.returncode}: {res.stderr_tail.strip()[-300:]}"
         if key == "preprocess":
             raise PermanentError(why)

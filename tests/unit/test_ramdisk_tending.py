@@ -632,3 +632,25 @@ def test_a_teardown_skips_a_node_that_is_down_and_says_what_it_left_there() -> N
     dp.scrub("rsa2", [{"fs_id": "job7-c2", "job_id": "7", "tier": "ram"}])
     assert backend.destroyed[-1].nodes == ("rsa2",) and backend.destroyed[-1].fs_id == "job7-c2"
     assert set(asked) == {"rsa2"}
+
+
+@pytest.mark.parametrize("key", ["postprocess", "preprocess"])
+def test_a_script_killed_by_its_cancel_says_cancelled_not_its_exit_status(key: str) -> None:
+    """The cancel kills the script; the script's end may come back before anything else
+    looks at the token: the action still ends as cancelled, with the cancel's reason
+    (not "POSTPROCESS exited -9", and never a PREPROCESS's permanent failure)."""
+    from rsa_scheduler.daemon import data
+    from rsa_scheduler.staging.report import ScriptResult
+
+    cancel = CancelToken()
+
+    class KilledByCancel:
+        def run_script(self, argv: list[str], phase: str, **_kw: str) -> ScriptResult:
+            cancel.cancel("superseded (7)")  # the kill happens while the script runs
+            return ScriptResult("rsa1", phase, tuple(argv), -9, "", "", 0.1)
+
+    ctx = SimpleNamespace(facts={}, milestone=lambda _f: None, cancel=cancel,
+                          action=SimpleNamespace(id="7/1/stage-out/5"))
+    with pytest.raises(Cancelled, match=r"superseded \(7\)"):
+        data._script(ctx, KilledByCancel(), SPEC, ["sleep", "60"],  # type: ignore[arg-type]
+                     key, "stage-out", data_in=None, data_out=PurePosixPath("/pfs/out"))
