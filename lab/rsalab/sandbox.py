@@ -1,0 +1,301 @@
+"""``lab/sandbox NAME CMD...``: run CMD (a lab phase: ``make lab-test-native``) on a host of
+its own, so that several labs run side by side on one machine (docs/lab.md, "Labs side
+by side").
+
+The lab (lab/rsalab) is one host's: its daemons listen on this host's loopback, its state
+is at fixed paths (/run/rsa-lab, /var/lib/rsa-lab, /pfs, /etc/slurm/slurm.conf), its RSA
+nodes' jobs live in this host's cgroup tree. A sandbox gives CMD all of that afresh, as a
+second machine would:
+
+* PID, mount, UTS, IPC, network and cgroup namespaces of its own (``unshare``): its own
+  loopback and links, hostname ``sandbox-NAME``, ``/proc``, and cgroup trees whose root
+  is ``rsa-sandbox-NAME`` of this host's cgroup v2 tree (the RSA nodes' per-job cgroups,
+  ``rsa.jobs``, and an rsad's fence of them stay inside it) and of its cgroup v1 cpu
+  hierarchy if it has one (the lab's RSA nodes' cpu cgroup);
+* a root of its own: an overlay of this host's ``/`` with a writable layer in a tmpfs
+  (RSA_SANDBOX_SIZE, 8g), so whatever the lab writes to /etc, /var or /pfs is the
+  sandbox's, and nothing the host removes (a host lab's lab-down removing /pfs) can
+  reach under a mount of the sandbox's; fresh tmpfs ``/run``, ``/tmp``, ``/dev/shm``;
+* the lab's on-disk data (``/var/lib/rsa-lab``: the PFS's chunks, MariaDB, the ssd
+  images) on this host's disk, in ``/var/tmp/rsa-sandbox/NAME/data`` (RSA_SANDBOX_WORK);
+* the repository (the current directory's top, with its .venv) shared, read and written
+  as on the host.
+
+The holder of the namespaces, PID 1 inside, is a small reaper: it runs CMD, reaps what
+daemonizes under it, and exits with CMD's status; its environment, not CMD's, carries
+``RSA_SANDBOX=NAME``, by which this host's lab/check-clean leaves the sandbox's processes
+to it (CMD gets ``RSA_LAB_SANDBOX=NAME``: its check-clean knows /var/lib/rsa-lab is the
+sandbox's mount, not a leftover of the lab's). When it exits the kernel kills every
+process of the sandbox, and its mounts, links and namespaces go with them; what the
+kernel keeps (loop devices, their caps, the cgroups) is removed afterwards, and then what
+is left, if anything, is said. CMD runs its own lab-down and check-clean inside, as on
+any host.
+
+Exit status: CMD's, or 1 when something of the sandbox was left; 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent  # lab/
+REPO = HERE.parent
+WORK = Path(os.environ.get("RSA_SANDBOX_WORK", "/var/tmp/rsa-sandbox"))
+SIZE = os.environ.get("RSA_SANDBOX_SIZE", "8g")
+MARK = "RSA_SANDBOX"
+PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+# Run as PID 1 of the new namespaces, in this host's root still: the sandbox's root,
+# its system mounts, then pivot into it and hand over to the reaper.
+SETUP = r"""set -e
+w=$1; repo=$2; cgroups=$3; name=$4; size=$5; shift 5
+r=$w/root
+mount --make-rprivate /
+mount -t tmpfs -o "size=$size,mode=0755" rsa-sandbox "$w/layer"
+mkdir -p "$w/layer/upper" "$w/layer/work"
+mount -t overlay rsa-sandbox -o "lowerdir=/,upperdir=$w/layer/upper,workdir=$w/layer/work" "$r"
+mount --rbind /dev "$r/dev"
+mount -t tmpfs -o mode=1777 rsa-sandbox-shm "$r/dev/shm"
+mount --rbind /sys "$r/sys"
+# each hierarchy the sandbox has a cgroup of its own in ("MOUNTPOINT TYPE OPTIONS" lines),
+# mounted afresh: in the cgroup namespace its root is that cgroup
+echo "$cgroups" | while read -r at type opts; do
+  [ -n "$at" ] || continue
+  umount "$r$at"
+  mount -t "$type" ${opts:+-o "$opts"} rsa-sandbox-cgroup "$r$at"
+done
+mount -t proc proc "$r/proc"
+mount -t tmpfs -o mode=0755 rsa-sandbox-run "$r/run"
+install -d -m 1777 "$r/run/lock"
+mount -t tmpfs -o mode=1777 rsa-sandbox-tmp "$r/tmp"
+mkdir -p "$r/var/lib/rsa-lab" "$r$repo"
+mount --bind "$w/data" "$r/var/lib/rsa-lab"
+mount --rbind "$repo" "$r$repo"
+if mountpoint -q /home; then mount --rbind /home "$r/home"; fi
+hostname "sandbox-$name"
+ip link set lo up
+cd "$r"
+mkdir -p .rsa-sandbox-old
+pivot_root . .rsa-sandbox-old
+umount -l /.rsa-sandbox-old
+rmdir /.rsa-sandbox-old
+cd "$repo"
+exec /usr/bin/python3 -c "$REAPER" "$@"
+"""
+
+# PID 1 inside: runs the command (without the mark), reaps orphans, exits with its status
+# (a signal is passed to the command's whole process group: make, its shell, pytest)
+REAPER = """import os, signal, subprocess, sys
+env = {k: v for k, v in os.environ.items() if k not in ("RSA_SANDBOX", "REAPER")}
+env["RSA_LAB_SANDBOX"] = os.environ["RSA_SANDBOX"]  # the lab's data dir is a mount of ours
+child = subprocess.Popen(sys.argv[1:], env=env, start_new_session=True)
+def forward(n, f):
+    try:
+        os.killpg(child.pid, n)
+    except OSError:
+        pass
+for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(sig, forward)
+status = 1
+while True:
+    try:
+        pid, code = os.waitpid(-1, 0)
+    except ChildProcessError:
+        break
+    if pid == child.pid:
+        status = os.waitstatus_to_exitcode(code)
+        break
+sys.exit(status if status >= 0 else 128 - status)
+"""
+
+
+def log(msg: str) -> None:
+    print(f"sandbox: {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    """A cgroup hierarchy the sandbox gets a cgroup of its own in: cgroup2's (the RSA
+    nodes' per-job cgroups) and a cgroup v1 one with the cpu controller (the lab's RSA
+    nodes' cpu cgroup, lab/rsalab/nodecpu.py). Other v1 hierarchies are left as they are:
+    the lab does not make cgroups there, and a memory cgroup the machine put us in keeps
+    its limit."""
+
+    at: str  # mount point
+    type: str  # cgroup2 | cgroup
+    options: str  # the v1 controllers to mount it with ("" for cgroup2)
+
+    def cgroup(self, name: str) -> Path:
+        return Path(self.at) / f"rsa-sandbox-{name}"
+
+    def line(self) -> str:
+        return f"{self.at} {self.type} {self.options}".rstrip()
+
+
+def hierarchies() -> list[Hierarchy]:
+    found: list[Hierarchy] = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        fields = right.split()
+        at = left.split()[4]
+        if fields[:1] == ["cgroup2"] and not any(h.type == "cgroup2" for h in found):
+            found.append(Hierarchy(at, "cgroup2", ""))
+        elif fields[:1] == ["cgroup"] and len(fields) > 2:
+            opts = [o for o in fields[2].split(",") if o not in ("rw", "ro")]
+            if "cpu" in opts:
+                found.append(Hierarchy(at, "cgroup", ",".join(opts)))
+    return found
+
+
+def holder_alive(pidfile: Path) -> int | None:
+    """The PID of a sandbox of this name still running, if any."""
+    try:
+        pid = int(pidfile.read_text())
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    return pid if any(e.startswith(f"{MARK}=".encode()) for e in env) else None
+
+
+def in_sandbox(name: str) -> list[int]:
+    """This host's processes that carry the sandbox's mark, or live in its PID namespace."""
+    mark = f"{MARK}={name}".encode()
+    pidns: set[str] = set()
+    found: list[int] = []
+    procs = [d for d in Path("/proc").iterdir() if d.name.isdigit()]
+    for d in procs:
+        try:
+            if mark in (d / "environ").read_bytes().split(b"\0"):
+                found.append(int(d.name))
+                pidns.add(os.readlink(d / "ns" / "pid"))
+        except OSError:
+            continue
+    mine = os.readlink("/proc/self/ns/pid")
+    pidns.discard(mine)
+    for d in procs:
+        try:
+            if int(d.name) not in found and os.readlink(d / "ns" / "pid") in pidns:
+                found.append(int(d.name))
+        except OSError:
+            continue
+    return found
+
+
+def reapers(holder: int) -> list[int]:
+    """The sandbox's PID 1 as this host sees it: the child of ``unshare`` (which the
+    holder's shell became)."""
+    try:
+        return [int(p) for p in
+                Path(f"/proc/{holder}/task/{holder}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def remove_cgroup(top: Path) -> str | None:
+    """Remove the sandbox's cgroup subtree, deepest first (every process in it is gone)."""
+    if not top.is_dir():
+        return None
+    for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        try:
+            d.rmdir()
+        except OSError as e:
+            return f"cgroup {d}: {e.strerror}"
+    try:
+        top.rmdir()
+    except OSError as e:
+        return f"cgroup {top}: {e.strerror}"
+    return None
+
+
+def release_devices(data: Path) -> list[str]:
+    """Detach the loop devices on the sandbox's ssd images and reset their caps (the
+    lab's own teardown, lab/rsalab/ssd.py, pointed at the sandbox's images); what is
+    left."""
+    from . import ssd  # the ssd pools' own teardown
+
+    where = ssd.Paths(images=data / "ssd", records=data / ".ssd-records")
+    ssd.release(where, quiet=True)
+    return ssd.leftovers(where)
+
+
+def run(name: str, argv: list[str]) -> int:
+    box = WORK / name
+    pidfile = box / "holder.pid"
+    if (pid := holder_alive(pidfile)) is not None:
+        log(f"a sandbox {name} is running (pid {pid}); end it first or choose another name")
+        return 2
+    tree = hierarchies()
+    cgs = [h.cgroup(name) for h in tree]
+    for cg in cgs:
+        if (err := remove_cgroup(cg)) is not None:
+            log(f"a cgroup of an earlier sandbox {name} is in use: {err}")
+            return 2
+    shutil.rmtree(box, ignore_errors=True)  # an earlier sandbox's data, its holder gone
+    for sub in ("root", "layer", "data"):
+        (box / sub).mkdir(parents=True, exist_ok=True)
+    for cg in cgs:
+        cg.mkdir()
+    enter = "".join(f'echo $$ > "{cg}/cgroup.procs"; ' for cg in cgs)
+    holder = subprocess.Popen(
+        ["sh", "-c", enter + 'exec "$@"', "sh",
+         "unshare", "--pid", "--fork", "--mount", "--uts", "--ipc", "--net", "--cgroup",
+         "--propagation", "private", "--kill-child", "--",
+         "sh", "-c", SETUP, "sh", str(box), str(REPO), "\n".join(h.line() for h in tree),
+         name, SIZE, *argv],
+        env={**os.environ, MARK: name, "REAPER": REAPER, "PATH": PATH})
+    pidfile.write_text(f"{holder.pid}\n")
+
+    def stop(signum: int, _frame: object) -> None:
+        log(f"signal {signum}: ending the sandbox {name} (its command's own teardown, "
+            "then the kernel's)")
+        for pid in reapers(holder.pid):  # the reaper hands it to CMD (a lab-down runs)
+            os.kill(pid, signal.SIGTERM)
+        try:
+            holder.wait(timeout=120)
+        except subprocess.TimeoutExpired:  # else unshare's end kills PID 1, and all
+            holder.kill()
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, stop)
+    rc = holder.wait()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    return finish(name, box, cgs, rc)
+
+
+def finish(name: str, box: Path, cgs: list[Path], rc: int) -> int:
+    """After the holder: wait for the kernel to end the sandbox's processes, remove what
+    it keeps, say what is left."""
+    deadline = time.monotonic() + 30
+    while (left := in_sandbox(name)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    problems = [f"process {pid} still runs" for pid in left]
+    if not left:
+        problems += release_devices(box / "data")
+        problems += [err for cg in cgs if (err := remove_cgroup(cg))]
+    if problems:
+        log(f"{name}: left behind: " + "; ".join(problems))
+        return rc or 1
+    shutil.rmtree(box, ignore_errors=True)
+    return rc
+
+
+USAGE = "usage: lab/sandbox NAME CMD... (as root; NAME: lowercase letters, digits, -)"
+
+
+def main(args: list[str]) -> int:
+    if len(args) < 2 or not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,30}", args[0]):
+        print(USAGE, file=sys.stderr)
+        return 2
+    if os.geteuid() != 0:
+        log("run it as root (namespaces, mounts)")
+        return 2
+    return run(args[0], args[1:])
