@@ -210,17 +210,21 @@ def _image_identities(where: Paths) -> set[tuple[int, int]]:
 
 
 def is_ours(device: str, where: Paths = HOST) -> bool:
-    """Whether ``device`` is attached to one of this lab's images: the very file when the
-    device can be asked (another lab's image of the same name is not ours), else by the
-    file's name (a scratch tree); an image removed while still attached (its name marked
-    deleted) by its name alone, as nothing else can say whose it was."""
+    """Whether ``device`` is attached to one of this lab's images: the very file, whatever
+    its name reads from here (attached in a mount namespace since gone, it reads relative
+    to the mount it was reached through: ``/ssd/rsa3.img``), when the device can be asked;
+    else by the file's name (a scratch tree). An image removed while still attached (its
+    name marked deleted) is the lab's by its name alone, as nothing else can say whose it
+    was; another lab's image of the same name, still there, is not."""
     name = _backing_name(device, where)
-    if name is None or not Path(name.removesuffix(DELETED)).is_relative_to(where.images):
+    if name is None:
         return False
-    if name.endswith(DELETED):
-        return True
     ident = backing_identity(device, where)
-    return ident is None or ident in _image_identities(where)
+    if ident is not None and ident in _image_identities(where):
+        return True
+    if not Path(name.removesuffix(DELETED)).is_relative_to(where.images):
+        return False
+    return name.endswith(DELETED) or ident is None
 
 
 def lab_loops(where: Paths = HOST) -> list[Device]:
