@@ -72,7 +72,7 @@ losetup --find --show /var/lib/rsa-lab/ssd/rsa3.img""")
 def test_a_host_lab_does_not_take_a_sandboxs_loop_device_for_its_own(tmp_path: Path) -> None:
     """The name of a loop device's file reads the same from every mount namespace: the
     device is the lab's only when its file is the lab's image."""
-    from rsalab import ssd  # type: ignore[import-not-found]
+    from rsalab import ssd
 
     images = tmp_path / "ssd"
     images.mkdir()
