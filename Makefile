@@ -25,7 +25,7 @@ SPANK      := slurm_plugins/spank
 WF_VENV    ?= $(CURDIR)/.venv-wf
 WF_PKGS    := snakemake==9.27.1 snakemake-executor-plugin-cluster-generic==1.0.9
 
-.PHONY: install test unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
+.PHONY: install test lane-unit lane-queue lane-e2e lane-native lane-side unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
         slurm24-test slurm26-test cluster-test cluster-run test-compat cluster-run-13 \
         cluster-run-testing
 
@@ -63,41 +63,69 @@ lint: install
 unit: install
 	$(VENV)/bin/pytest -q -m unit tests/unit
 
-# The unit tests run first, alone (some refuse while a lab is up), then the packages are
-# built and debootstrap installed (both may apt-get on the host, as lab-up does: never at
-# once). Then the tests that need no lab run one after the other BESIDE the lab phases,
-# each in roots and namespaces of its own (check-clean tells them from the lab): the
-# install test (a chroot with its own dpkg), MooseFS 4, Slurm 24.11 and 26.05, and the
-# cluster lab (lab/cluster: every node its own host) on Debian 12, 13 and testing (issue
-# 31: Slurm 22.05, 24.11, 26.05; MooseFS 3.0, 4.57, 4.59). Each one's output is kept in
-# dist/side-NAME.log and shown at the end. The lab phases run one after the other and stop
-# at the first that fails; the side tests always run to their end. The first failure's
-# status is make test's. Side by side they save the ~5-10 min the side tests take (more on
-# a machine that builds their roots cold), while the lab phases mostly wait on Slurm's and
-# MooseFS's own clocks.
+# make test runs in lanes, side by side, after what needs the network (the lab's Debian
+# packages, the .debs' build tools, debootstrap: apt on the host, never at once):
+#   unit    the unit tests
+#   queue   the queue-mode phase's integration, security and chaos tests (lab-test),
+#           then the tier phase (lab-test-tiers)
+#   e2e     the queue-mode phase's whole lifecycles (lab-test LAB_TESTS=tests/e2e)
+#   native  lab-test-native, then lab-test-variant
+# each phase of these in a sandbox of its own (lab/sandbox: a host of its own, its own
+# network, /run, /etc, cgroups), so that the labs cannot reach each other or a lab of
+# this host's (a unit test that would fence a running lab's cgroups, a port in use);
+#   side    the tests that need no lab, one after the other, each in roots and namespaces
+#           of its own: the install test, MooseFS 4, Slurm 24.11 and 26.05, and the
+#           cluster lab (lab/cluster) on Debian 12, 13 and testing (issue 31)
+# Each lane's phases stop at its first failure; every lane runs to its end. Each lane's
+# output is kept in dist/lane-NAME.log and shown at the end, with its time; the first
+# failing lane's status is make test's. The lab phases mostly wait on Slurm's and
+# MooseFS's own clocks, so lanes side by side save most of what they add up to (docs/lab.md,
+# "Where make test's time goes").
 SIDE_TESTS := install-test-run mfs4-test slurm24-test slurm26-test cluster-run \
               cluster-run-13 cluster-run-testing
+LANES := unit queue e2e native side
 test: install lint
-	$(VENV)/bin/pytest -q tests/unit
+	lab/install-packages.sh
 	$(MAKE) --no-print-directory deb
 	$(MAKE) --no-print-directory debootstrap
-	@mkdir -p dist; rm -f dist/side-*.log dist/side-*.rc; \
-	( for t in $(SIDE_TESTS); do \
-	    s=$$(date +%s); src=0; $(MAKE) --no-print-directory $$t >dist/side-$$t.log 2>&1 || src=$$?; \
-	    echo $$src >dist/side-$$t.rc; \
-	    echo "side test $$t: rc $$src, $$(( $$(date +%s) - s )) s" >>dist/side-$$t.log; \
-	  done ) & bg=$$!; \
-	trap 'kill $$bg 2>/dev/null; wait $$bg; exit 130' INT TERM; \
-	rc=0; for phase in lab-test lab-test-variant lab-test-native lab-test-tiers; do \
-	  $(MAKE) --no-print-directory $$phase || { rc=$$?; echo "make test: $$phase failed"; break; }; \
+	@mkdir -p dist; rm -f dist/lane-*.log dist/lane-*.rc; pids=; \
+	for lane in $(LANES); do \
+	  ( s=$$(date +%s); rc=0; $(MAKE) --no-print-directory lane-$$lane >dist/lane-$$lane.log 2>&1 || rc=$$?; \
+	    echo $$rc >dist/lane-$$lane.rc; \
+	    echo "lane $$lane: rc $$rc, $$(( $$(date +%s) - s )) s" >>dist/lane-$$lane.log ) & pids="$$pids $$!"; \
 	done; \
-	wait $$bg || true; \
-	for t in $(SIDE_TESTS); do \
-	  echo "---- $$t (beside the lab phases): dist/side-$$t.log"; cat dist/side-$$t.log; \
-	  src=$$(cat dist/side-$$t.rc 2>/dev/null || echo 1); \
-	  [ "$$src" = 0 ] || { echo "make test: $$t failed"; [ $$rc -ne 0 ] || rc=$$src; }; \
+	trap 'kill $$pids 2>/dev/null; wait; exit 130' INT TERM; \
+	wait; rc=0; \
+	for lane in $(LANES); do \
+	  echo "---- lane $$lane: dist/lane-$$lane.log"; cat dist/lane-$$lane.log; \
+	done; \
+	for lane in $(LANES); do \
+	  lrc=$$(cat dist/lane-$$lane.rc 2>/dev/null || echo 1); tail -n1 dist/lane-$$lane.log; \
+	  [ "$$lrc" = 0 ] || { echo "make test: lane $$lane failed"; [ $$rc -ne 0 ] || rc=$$lrc; }; \
 	done; \
 	exit $$rc
+
+lane-unit: install
+	lab/sandbox unit $(VENV)/bin/pytest -q -p no:cacheprovider tests/unit
+
+lane-queue: install
+	lab/sandbox queue $(MAKE) --no-print-directory lab-test \
+	  LAB_TESTS='tests/integration tests/security tests/chaos'
+	lab/sandbox tiers $(MAKE) --no-print-directory lab-test-tiers
+
+lane-e2e: install
+	lab/sandbox e2e $(MAKE) --no-print-directory lab-test LAB_TESTS=tests/e2e
+
+lane-native: install
+	lab/sandbox native $(MAKE) --no-print-directory lab-test-native
+	lab/sandbox variant $(MAKE) --no-print-directory lab-test-variant
+
+lane-side: install
+	@rc=0; for t in $(SIDE_TESTS); do \
+	  s=$$(date +%s); src=0; $(MAKE) --no-print-directory $$t || src=$$?; \
+	  echo "side test $$t: rc $$src, $$(( $$(date +%s) - s )) s"; \
+	  [ $$src = 0 ] || { echo "make test: $$t failed"; [ $$rc -ne 0 ] || rc=$$src; }; \
+	done; exit $$rc
 
 # The Debian packages, built with Debian's own tooling (debhelper, pybuild) from a clean
 # copy of the tree (tracked files and new ones not ignored), into dist/:
