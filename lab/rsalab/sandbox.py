@@ -253,15 +253,20 @@ def run(name: str, argv: list[str]) -> int:
         env={**os.environ, MARK: name, "REAPER": REAPER, "PATH": PATH})
     pidfile.write_text(f"{holder.pid}\n")
 
+    signalled: list[int] = []
+
     def stop(signum: int, _frame: object) -> None:
-        log(f"signal {signum}: ending the sandbox {name} (its command's own teardown, "
-            "then the kernel's)")
-        for pid in reapers(holder.pid):  # the reaper hands it to CMD (a lab-down runs)
-            os.kill(pid, signal.SIGTERM)
-        try:
-            holder.wait(timeout=120)
-        except subprocess.TimeoutExpired:  # else unshare's end kills PID 1, and all
+        """The first signal goes to CMD (through the reaper: its lab-down runs); a second
+        ends the sandbox at once (unshare's end kills its PID 1, and the kernel the rest)."""
+        signalled.append(signum)
+        if len(signalled) > 1:
+            log(f"signal {signum} again: killing the sandbox {name}")
             holder.kill()
+            return
+        log(f"signal {signum}: ending the sandbox {name} (its command's own teardown "
+            "first; signal again to kill it)")
+        for pid in reapers(holder.pid):
+            os.kill(pid, signal.SIGTERM)
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, stop)

@@ -110,3 +110,25 @@ def test_a_host_lab_does_not_take_a_sandboxs_loop_device_for_its_own(tmp_path: P
         holder.kill()
         holder.wait()
         subprocess.run(["losetup", "-d", device], check=False)
+
+
+def test_a_signal_reaches_the_commands_own_teardown_then_nothing_is_left() -> None:
+    """As make's SIGTERM or a Ctrl-C: the command's trap runs (a lab phase's lab-down),
+    its status is the sandbox's, and the sandbox is gone at once after it."""
+    import signal
+    import time
+
+    name = f"t{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen(
+        [str(SANDBOX), name, "sh", "-c",
+         'trap "echo torn down; exit 5" TERM; echo ready; sleep 100 & wait'],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 5, err
+    assert out.strip() == "torn down"
+    assert time.monotonic() - t0 < 20
+    assert not sandbox.in_sandbox(name) and not (sandbox.WORK / name).exists()
