@@ -15,9 +15,10 @@ second machine would:
 * a root of its own: an overlay of this host's ``/`` with a writable layer in a tmpfs
   (RSA_SANDBOX_SIZE, 8g), so whatever the lab writes to /etc, /var or /pfs is the
   sandbox's, and nothing the host removes (a host lab's lab-down removing /pfs) can
-  reach under a mount of the sandbox's; fresh tmpfs ``/run``, ``/tmp``, ``/dev/shm``;
+  reach under a mount of the sandbox's; fresh tmpfs ``/run`` and ``/dev/shm``;
 * the lab's on-disk data (``/var/lib/rsa-lab``: the PFS's chunks, MariaDB, the ssd
-  images) on this host's disk, in ``/var/tmp/rsa-sandbox/NAME/data`` (RSA_SANDBOX_WORK);
+  images) and ``/tmp`` on this host's disk, in ``/var/tmp/rsa-sandbox/NAME/data`` and
+  ``.../tmp`` (RSA_SANDBOX_WORK): a file there leaves the page cache as on the host;
 * the repository (the current directory's top, with its .venv) shared, read and written
   as on the host.
 
@@ -75,7 +76,8 @@ done
 mount -t proc proc "$r/proc"
 mount -t tmpfs -o mode=0755 rsa-sandbox-run "$r/run"
 install -d -m 1777 "$r/run/lock"
-mount -t tmpfs -o mode=1777 rsa-sandbox-tmp "$r/tmp"
+chmod 1777 "$w/tmp"
+mount --bind "$w/tmp" "$r/tmp"
 mkdir -p "$r/var/lib/rsa-lab" "$r$repo"
 mount --bind "$w/data" "$r/var/lib/rsa-lab"
 mount --rbind "$repo" "$r$repo"
@@ -239,7 +241,7 @@ def run(name: str, argv: list[str]) -> int:
             log(f"a cgroup of an earlier sandbox {name} is in use: {err}")
             return 2
     shutil.rmtree(box, ignore_errors=True)  # an earlier sandbox's data, its holder gone
-    for sub in ("root", "layer", "data"):
+    for sub in ("root", "layer", "data", "tmp"):
         (box / sub).mkdir(parents=True, exist_ok=True)
     for cg in cgs:
         cg.mkdir()

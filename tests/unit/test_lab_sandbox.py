@@ -37,16 +37,18 @@ def test_the_command_runs_on_a_host_of_its_own_and_leaves_nothing() -> None:
 hostname; ip -o link show | wc -l; cat /proc/self/cgroup | grep '^0::'
 echo $$; ps -e -o pid= | wc -l; echo "mark=${{RSA_SANDBOX:-}} lab=$RSA_LAB_SANDBOX"
 touch {mark}; findmnt -n -o FSTYPE /var/lib/rsa-lab; touch /var/lib/rsa-lab/kept
+findmnt -n -o FSTYPE /tmp; ls -A /tmp | wc -l
 setsid sleep 300 </dev/null >/dev/null 2>&1 &
 exit 7""")
     assert done.returncode == 7, done.stderr  # the command's status
-    host, links, cgroup, pid, procs, marks, datafs = done.stdout.split("\n")[:7]
+    host, links, cgroup, pid, procs, marks, datafs, tmpfs, tmps = done.stdout.split("\n")[:9]
     assert host == f"sandbox-{name}" and host != socket.gethostname()
     assert links == "1"  # lo alone: a network of its own
     assert cgroup == "0::/"  # the root of a cgroup tree of its own
     assert int(pid) > 1 and int(procs) < 10  # its own PIDs: the reaper, sh, ps, wc
     assert marks == f"mark= lab={name}"  # the command is not the mark's holder
     assert datafs  # the lab's data: a directory of this host's bound there (its disk)
+    assert tmpfs != "tmpfs" and tmps == "0"  # /tmp: fresh, on disk (not in memory)
     assert not mark.exists()  # /etc written in the sandbox is the sandbox's
     assert not (sandbox.WORK / name).exists()  # its data went with it
     assert not sandbox.in_sandbox(name)  # the daemon it left is gone
