@@ -105,6 +105,18 @@ def test_preflight_says_why_not(tmp_path: Path) -> None:
     assert "blkio.throttle.write_bps_device" in ssd.preflight(MAJMIN, where)
 
 
+def test_in_a_sandbox_kthreadd_is_looked_for_by_the_sandbox(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """lab/sandbox's PID namespace cannot see pid 2: the sandbox, which leaves the blkio
+    hierarchy as it is, looked in the host's and says so (RSA_LAB_HOST_BLKIO_ROOT)."""
+    where = fake_host(tmp_path)
+    (where.blkio / "tasks").write_text("1\n3\n")  # as seen from a PID namespace
+    monkeypatch.setenv("RSA_LAB_HOST_BLKIO_ROOT", "1")
+    assert ssd.preflight(MAJMIN, where) is None
+    monkeypatch.setenv("RSA_LAB_HOST_BLKIO_ROOT", "0")  # the host's is not the root either
+    assert "kthreadd (pid 2)" in ssd.preflight(MAJMIN, where)
+
+
 def test_the_rule_also_goes_in_the_labs_own_blkio_cgroup(tmp_path: Path) -> None:
     where = fake_host(tmp_path, cgroup="/lab/slice")
     assert ssd.rule_dirs(where) == [where.blkio, where.blkio / "lab/slice"]
