@@ -135,8 +135,14 @@ def stop_lab_rsad(sig: int) -> None:
 
     pid = int(Path("/run/rsa-lab/pids/rsad.pid").read_text())
     os.kill(pid, _signal.Signals(sig))
-    wait_for("rsad gone", lambda: not Path(f"/proc/{pid}").exists()
-             or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2], timeout=30)
+
+    def gone() -> bool:  # reaped (even while its stat is read: ESRCH), or a zombie
+        try:
+            return "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+        except OSError:
+            return True
+
+    wait_for("rsad gone", gone, timeout=30)
     Path("/run/rsa/rsad.sock").unlink(missing_ok=True)
 
 
