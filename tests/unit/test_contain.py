@@ -44,13 +44,26 @@ needs_cgroup = pytest.mark.skipif(
 
 def lab_is_running() -> bool:
     """True when the local Slurm lab's rsad is alive: its RSA nodes share this host's
-    cgroup tree, so a real FENCE here would kill the lab's staging commands too."""
+    cgroup tree, so a real FENCE here would kill the lab's staging commands too; or when
+    a lab/sandbox runs in a PID namespace below ours: FENCE's environment-tag sweep
+    (for nodes without cgroups) sees its processes too. (Inside a sandbox its own PID 1
+    carries the mark, in our PID namespace: that is not another lab.)"""
     pid_file = Path("/run/rsa-lab/pids/rsad.pid")
     try:
         pid = int(pid_file.read_text().split()[0])
+        if Path(f"/proc/{pid}").exists():
+            return True
     except (OSError, ValueError, IndexError):
-        return False
-    return Path(f"/proc/{pid}").exists()
+        pass
+    ours = os.readlink("/proc/self/ns/pid")
+    for d in Path("/proc").iterdir():
+        try:
+            if (d.name.isdigit() and os.readlink(d / "ns" / "pid") != ours
+                    and b"RSA_SANDBOX=" in (d / "environ").read_bytes()):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 @pytest.mark.parametrize("scope", ["", "../x", "a/b", "1 2", "-1", "x" * 65, "1..2"])
@@ -188,8 +201,9 @@ def test_without_a_cgroup_reap_kills_the_tagged_processes_of_users_only() -> Non
 def test_fence_kills_every_leftover_command_of_every_job_and_keeps_root_processes() -> None:
     assert CG is not None
     if lab_is_running():
-        pytest.fail("the lab is up: a real FENCE on this host would kill its staging "
-                    "commands; run the unit tests with the lab down (make lab-down)")
+        pytest.fail("a lab is up (make lab-up, or a lab/sandbox): a real FENCE on this host "
+                    "would kill its staging commands; run the unit tests with the labs down "
+                    "or in a sandbox of their own (lab/sandbox unit .venv/bin/pytest ...)")
     leaves = [CG / "rsa.jobs" / f"7{os.getpid()}" / "p1", CG / "rsa.jobs" / SCOPE / "p2"]
     procs = []
     root_tagged = subprocess.Popen(["sleep", "3005"], start_new_session=True,
