@@ -25,7 +25,7 @@ SPANK      := slurm_plugins/spank
 WF_VENV    ?= $(CURDIR)/.venv-wf
 WF_PKGS    := snakemake==9.27.1 snakemake-executor-plugin-cluster-generic==1.0.9
 
-.PHONY: install test lane-unit lane-queue lane-e2e lane-native lane-side unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
+.PHONY: install test lane-unit lane-queue lane-e2e lane-native lane-roots lane-cluster unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
         slurm24-test slurm26-test cluster-test cluster-run test-compat cluster-run-13 \
         cluster-run-testing
 
@@ -63,31 +63,33 @@ lint: install
 unit: install
 	$(VENV)/bin/pytest -q -m unit tests/unit
 
-# make test runs in lanes, side by side, after what needs the network (the lab's Debian
-# packages, the .debs' build tools, debootstrap: apt on the host, never at once):
-#   unit    the unit tests
+# make test runs lint, then what needs the network (the lab's Debian packages, the .debs'
+# build tools, debootstrap: apt on the host, never at once), then the unit tests (alone:
+# they are CPU-bound, and fail fast), then five lanes side by side:
 #   queue   the queue-mode phase's integration, security and chaos tests (lab-test),
 #           then the tier phase (lab-test-tiers)
 #   e2e     the queue-mode phase's whole lifecycles (lab-test LAB_TESTS=tests/e2e)
 #   native  lab-test-native, then lab-test-variant
-# each phase of these in a sandbox of its own (lab/sandbox: a host of its own, its own
-# network, /run, /etc, cgroups), so that the labs cannot reach each other or a lab of
-# this host's (a unit test that would fence a running lab's cgroups, a port in use);
-#   side    the tests that need no lab, one after the other, each in roots and namespaces
-#           of its own: the install test, MooseFS 4, Slurm 24.11 and 26.05, and the
-#           cluster lab (lab/cluster) on Debian 12, 13 and testing (issue 31)
-# Each lane's phases stop at its first failure; every lane runs to its end. Each lane's
-# output is kept in dist/lane-NAME.log and shown at the end, with its time; the first
-# failing lane's status is make test's. The lab phases mostly wait on Slurm's and
-# MooseFS's own clocks, so lanes side by side save most of what they add up to (docs/lab.md,
-# "Where make test's time goes").
-SIDE_TESTS := install-test-run mfs4-test slurm24-test slurm26-test cluster-run \
-              cluster-run-13 cluster-run-testing
-LANES := unit queue e2e native side
+#   roots   the install test, MooseFS 4, Slurm 24.11 and 26.05, each in roots and
+#           namespaces of its own
+#   cluster the cluster lab (lab/cluster: every node its own host) on Debian 12, 13 and
+#           testing (issue 31), one after the other (one cluster lab at a time)
+# The unit tests and each lab phase run in a sandbox of their own (lab/sandbox: a host of
+# its own, its own network, /run, /etc, cgroups), so that the labs cannot reach each
+# other or a lab of this host's (a unit test that would fence a running lab's cgroups, a
+# port in use). Each lane's phases stop at its first failure; every lane runs to its end.
+# Each lane's output is kept in dist/lane-NAME.log and shown at the end, with its time;
+# the first failing lane's status is make test's. The lab phases mostly wait on Slurm's
+# and MooseFS's own clocks, so lanes side by side save most of what they add up to
+# (docs/lab.md, "Where make test's time goes").
+ROOTS_TESTS := install-test-run mfs4-test slurm24-test slurm26-test
+CLUSTER_RUNS := cluster-run cluster-run-13 cluster-run-testing
+LANES := queue e2e native roots cluster
 test: install lint
 	lab/install-packages.sh
 	$(MAKE) --no-print-directory deb
 	$(MAKE) --no-print-directory debootstrap
+	$(MAKE) --no-print-directory lane-unit
 	@mkdir -p dist; rm -f dist/lane-*.log dist/lane-*.rc; pids=; \
 	for lane in $(LANES); do \
 	  ( s=$$(date +%s); rc=0; $(MAKE) --no-print-directory lane-$$lane >dist/lane-$$lane.log 2>&1 || rc=$$?; \
@@ -120,10 +122,10 @@ lane-native: install
 	lab/sandbox native $(MAKE) --no-print-directory lab-test-native
 	lab/sandbox variant $(MAKE) --no-print-directory lab-test-variant
 
-lane-side: install
-	@rc=0; for t in $(SIDE_TESTS); do \
+lane-roots lane-cluster: install
+	@rc=0; for t in $(if $(filter lane-roots,$@),$(ROOTS_TESTS),$(CLUSTER_RUNS)); do \
 	  s=$$(date +%s); src=0; $(MAKE) --no-print-directory $$t || src=$$?; \
-	  echo "side test $$t: rc $$src, $$(( $$(date +%s) - s )) s"; \
+	  echo "$@ $$t: rc $$src, $$(( $$(date +%s) - s )) s"; \
 	  [ $$src = 0 ] || { echo "make test: $$t failed"; [ $$rc -ne 0 ] || rc=$$src; }; \
 	done; exit $$rc
 
