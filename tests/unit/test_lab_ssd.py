@@ -23,6 +23,13 @@ MAJMIN = "7:5"
 RATE = 50 << 20
 
 
+@pytest.fixture(autouse=True)
+def _not_told_by_a_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests run in lab/sandbox under make test, which tells the lab about the host's
+    blkio hierarchy: these tests say what the fake host is themselves."""
+    monkeypatch.delenv("RSA_LAB_HOST_BLKIO_ROOT", raising=False)
+
+
 def fake_host(tmp: Path, cgroup: str = "/") -> Any:
     """A blkio root with kthreadd, the bdi of 7:5 and loop5 attached to the lab's rsa3.img."""
     blkio = tmp / "blkio"
