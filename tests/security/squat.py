@@ -11,17 +11,21 @@ import json
 import socket
 import sys
 import threading
+import time
 
 
 def forged(job_id: str) -> bytes:
     """What the squatter wants a user to believe: the job's output is verified on the
     PFS (so its user deletes their own copy)."""
+    now = time.time()
     return json.dumps({
-        "job_id": job_id, "job_state": "finished", "rsa_state": "output-verified",
-        "message": "output verified on persistent storage", "nodes": [],
-        "spec": {"data_out": "/pfs/out"},
-        "events": [{"seq": 1, "name": "job.state", "to": "finished"},
-                   {"seq": 2, "name": "rsa.transition", "to": "output-verified"}]}).encode()
+        "job_id": job_id, "user": "rsauser", "job_state": "finished",
+        "rsa_state": "output-verified", "message": "output verified on persistent storage",
+        "nodes": [], "spec": {"data_out": "/pfs/out"},
+        "events": [{"seq": 1, "time": now - 60, "name": "job.state", "from": "running",
+                    "to": "finished", "by": "EpilogSlurmctld"},
+                   {"seq": 2, "time": now, "name": "rsa.transition", "from": "verifying",
+                    "to": "output-verified", "trigger": "verified"}]}).encode()
 
 
 def serve(listener: socket.socket) -> None:
