@@ -227,10 +227,10 @@ class ApiClient:
         the caller's uid: an answer (200) without a valid signature is refused
         (:class:`ApiUnavailable`; whatever answered is not rsad, e.g. another user's
         program on rsad's TCP port while rsad is down), and so is a refusal whose
-        signature is forged. An unsigned refusal is still :class:`ApiRefused` (rsad
-        refuses before it knows the caller: a full connection table, a credential munged
-        rejects), and its message says it is unsigned: whoever asked acts on it as a "no",
-        and no user takes its reason for rsad's."""
+        signature is forged or missing. Only what rsad refuses before it knows the caller
+        (:data:`UNSIGNED_REFUSALS`: a full connection table, a credential munged rejects)
+        may come unsigned: it is :class:`ApiRefused`, its message saying it is unsigned,
+        acted on as a "no" or a "busy", and no user takes its reason for rsad's."""
         self.found = (address if isinstance(address, Found)
                       else Found(address, "given") if address else locate(os.environ))
         self.address = self.found.address
