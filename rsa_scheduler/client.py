@@ -1,7 +1,9 @@
 """The rsad API client used by the ``rsa`` CLI and the Slurm hooks.
 
 Owns :class:`ApiClient`: HTTP/1.1 over rsad's unix socket (or TCP ``host:port``), each
-request carrying a MUNGE credential bound to its method, path and body; and
+request carrying a MUNGE credential bound to its method, path and body, each answer
+believed only with rsad's MUNGE signature over it (root's credential, restricted to this
+process's uid, over this request's credential, the status and the body); and
 :func:`locate`, where every client (``rsa`` on any node and inside jobs, ``rsa-hook`` as
 SlurmUser, ``rsa-bb``, the node hooks) finds rsad: ``RSA_API``, else the world-readable
 client file ``/etc/rsa/client.conf`` (rsad's socket where this host has one this user may
@@ -33,6 +35,13 @@ CLIENT_CONF_ENV = "RSA_CLIENT_CONFIG"
 CLIENT_KEYS = ("api", "socket")
 AUTH_HEADER = "X-RSA-Munge"
 REPLY_HEADER = "X-RSA-Munge-Reply"
+#: the uid rsad runs as (systemd/rsad.service: User=root), whose signature answers carry
+RSAD_UID = 0
+#: what rsad refuses before it knows the caller (daemon/httpd.py: a malformed, slow or
+#: oversized request, a credential munged rejects, full tables), so unsigned: 400, 401,
+#: 405, 408, 413, 429, 431, 501, 503. Any other status comes only signed: an unsigned 404
+#: ("not tracked") would tell ``rsa wait`` a job has no RSA work.
+UNSIGNED_REFUSALS = frozenset({400, 401, 405, 408, 413, 429, 431, 501, 503})
 
 
 class ApiUnavailable(RsaError):
@@ -212,12 +221,16 @@ class ApiClient:
     :func:`locate`."""
 
     def __init__(self, address: str | Found | None = None, timeout: float = 10.0,
-                 trust_uid: int | None = None) -> None:
-        """``trust_uid``: accept only answers signed with a MUNGE credential of this uid
-        (rsad runs as root: the node hooks pass 0 before they mount anything as root on
-        what rsad answers); None: answers are not checked (the ``rsa`` CLI). rsad signs
-        only its answers (200) to operators, never a refusal: a refusal is
-        :class:`ApiRefused` either way, and whoever asked acts on it as a "no"."""
+                 trust_uid: int = RSAD_UID) -> None:
+        """``trust_uid``: accept only answers signed with a MUNGE credential of this uid,
+        rsad's (root). rsad signs every answer to an authenticated caller, restricted to
+        the caller's uid: an answer (200) without a valid signature is refused
+        (:class:`ApiUnavailable`; whatever answered is not rsad, e.g. another user's
+        program on rsad's TCP port while rsad is down), and so is a refusal whose
+        signature is forged or missing. Only what rsad refuses before it knows the caller
+        (:data:`UNSIGNED_REFUSALS`: a full connection table, a credential munged rejects)
+        may come unsigned: it is :class:`ApiRefused`, its message saying it is unsigned,
+        acted on as a "no" or a "busy", and no user takes its reason for rsad's."""
         self.found = (address if isinstance(address, Found)
                       else Found(address, "given") if address else locate(os.environ))
         self.address = self.found.address
@@ -268,8 +281,9 @@ class ApiClient:
             raise ApiUnavailable(_denied(self.address)) from e
         except (OSError, ValueError, _BadReply) as e:
             raise ApiUnavailable(_unreachable(self.found, e)) from e
-        if self.trust_uid is not None and status == 200:
-            self._check_signature(cred, status, data, headers.get(REPLY_HEADER.lower()))
+        signature = headers.get(REPLY_HEADER.lower())
+        if signature or status not in UNSIGNED_REFUSALS:
+            self._check_signature(method, cred, status, data, signature)
         try:
             decoded = json.loads(data) if data else None
         except ValueError as e:
@@ -277,24 +291,40 @@ class ApiClient:
                                  "JSON") from e
         if status != 200:
             msg = decoded.get("error") if isinstance(decoded, dict) else None
-            raise ApiRefused(status, str(msg or f"HTTP {status}"))
+            text = str(msg or f"HTTP {status}")
+            if not signature:
+                text += (f" (unsigned HTTP {status}: from rsad before it knew who you are, "
+                         "or not from rsad)")
+            raise ApiRefused(status, text)
         return decoded
 
-    def _check_signature(self, cred: str, status: int, data: bytes,
+    def _check_signature(self, method: str, cred: str, status: int, data: bytes,
                          signature: str | None) -> None:
         where = f"the answer from {self.address}"
+        if self.found.source not in ("default", "given"):
+            where += f" (from {self.found.source})"
+        # the request may have been carried out by an rsad whose answer this is not
+        unknown = ("; whether the request was carried out is not known" if method != "GET"
+                   else "")
         if not signature:
-            raise ApiUnavailable(f"{where} is not signed with MUNGE; refusing it (is it "
-                                 "rsad, and is munged running there?)")
+            raise ApiUnavailable(
+                f"{where} is not signed with MUNGE by rsad; refusing it{unknown}: whatever "
+                "answered is not rsad (another program on its port while rsad is down?) or "
+                "is an rsad older than this rsa; tell your administrator (rsad is upgraded "
+                "before its clients)")
         try:
             sender, payload = munge.decode(signature)
+        except munge.Unauthorized as e:
+            raise ApiUnavailable(f"{where} is signed for another uid, not for yours; "
+                                 f"refusing it{unknown} ({e})") from e
         except munge.MungeError as e:
-            raise ApiUnavailable(f"{where}: {e}; refusing it") from e
+            raise ApiUnavailable(f"{where}: {e}; refusing it{unknown}") from e
         if sender.uid != self.trust_uid:
             raise ApiUnavailable(f"{where} is signed by uid {sender.uid}, not by rsad's "
-                                 f"uid {self.trust_uid}; refusing it")
+                                 f"uid {self.trust_uid}; refusing it{unknown}")
         if payload != munge.reply_digest(cred, status, data):
-            raise ApiUnavailable(f"{where} does not match its MUNGE signature; refusing it")
+            raise ApiUnavailable(f"{where} does not match its MUNGE signature; refusing "
+                                 f"it{unknown}")
 
     def get(self, path: str) -> Any:
         return self.request("GET", path)

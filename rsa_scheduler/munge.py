@@ -5,15 +5,18 @@ and :func:`decode` (server: verify a credential and learn who sent it), through 
 (ctypes, ``libmunge.so.2`` from Debian's ``libmunge2``). munged rejects replayed
 credentials and expired ones (default TTL 300 s); the API binds each credential to the
 request's method, path and body by putting their SHA-256 in the payload. rsad (root)
-signs an answer with a credential only the caller's uid can decode
-(``MUNGE_OPT_UID_RESTRICTION``): a root credential anyone could decode would be a root
-credential for whatever trusts a MUNGE uid without binding its payload.
+signs every answer to an authenticated caller with a credential only the caller's uid can
+decode (``MUNGE_OPT_UID_RESTRICTION``; munged refuses it to every other uid, root
+included, unless built to let root decode anything: :func:`root_decodes_restricted`): a
+root credential anyone, or root, could decode would be a root credential for whatever
+trusts a MUNGE uid without binding its payload (slurmd).
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
 from typing import NamedTuple
 
 from rsa_scheduler.errors import RsaError
@@ -23,6 +26,10 @@ _LIB: ctypes.CDLL | None = None
 
 class MungeError(RsaError):
     """A credential could not be made or verified."""
+
+
+class Unauthorized(MungeError):
+    """munged refuses this process a credential restricted to another uid."""
 
 
 def _lib() -> ctypes.CDLL:
@@ -77,29 +84,48 @@ def reply_digest(request_credential: str, status: int, body: bytes) -> bytes:
                           + str(status).encode() + b"\0" + body).digest()
 
 
-#: munge.h's munge_opt_t: the uid allowed to decode a credential (uid_t)
+#: munge.h's munge_opt_t: munged's socket (str), the uid allowed to decode (uid_t)
+MUNGE_OPT_SOCKET = 8
 MUNGE_OPT_UID_RESTRICTION = 9
+#: munge.h's munge_err_t for a credential restricted to another uid
+EMUNGE_CRED_UNAUTHORIZED = 18
+
+#: munged's socket; None: libmunge's default (/run/munge/munge.socket.2). The unit tests
+#: point it at a munged of their own.
+SOCKET: str | None = None
+
+
+def _context(lib: ctypes.CDLL, restrict_uid: int | None = None) -> int | None:
+    """A libmunge context for :data:`SOCKET` and ``restrict_uid``; None: the default."""
+    if SOCKET is None and restrict_uid is None:
+        return None
+    ctx: int | None = lib.munge_ctx_create()
+    if not ctx:
+        raise MungeError("munge: cannot create a context (out of memory)")
+    err = 0
+    if SOCKET is not None:
+        err = lib.munge_ctx_set(ctypes.c_void_p(ctx), ctypes.c_int(MUNGE_OPT_SOCKET),
+                                ctypes.c_char_p(SOCKET.encode()))
+    if err == 0 and restrict_uid is not None:
+        err = lib.munge_ctx_set(ctypes.c_void_p(ctx), ctypes.c_int(MUNGE_OPT_UID_RESTRICTION),
+                                ctypes.c_uint(restrict_uid))
+    if err != 0:
+        lib.munge_ctx_destroy(ctx)
+        raise MungeError(f"munge: cannot set up a context (socket {SOCKET or 'default'}, "
+                         f"restricted to uid {restrict_uid}): "
+                         f"{lib.munge_strerror(err).decode()}")
+    return ctx
 
 
 def encode(payload: bytes, restrict_uid: int | None = None) -> str:
     """A credential for ``payload`` from this process's uid/gid. ``restrict_uid``: only
-    a process of that uid can decode it (munged refuses any other, root included)."""
+    a process of that uid can decode it (munged refuses any other, root included:
+    :func:`root_decodes_restricted`)."""
     lib = _lib()
     cred = ctypes.c_char_p()
     buf = ctypes.create_string_buffer(payload, len(payload))
-    ctx: int | None = None
-    if restrict_uid is not None:
-        ctx = lib.munge_ctx_create()
-        if not ctx:
-            raise MungeError("munge: cannot create a context (out of memory)")
+    ctx = _context(lib, restrict_uid)
     try:
-        if ctx is not None and restrict_uid is not None:
-            err = lib.munge_ctx_set(ctypes.c_void_p(ctx),
-                                    ctypes.c_int(MUNGE_OPT_UID_RESTRICTION),
-                                    ctypes.c_uint(restrict_uid))
-            if err != 0:
-                raise MungeError(f"munge: cannot restrict a credential to uid {restrict_uid}: "
-                                 f"{lib.munge_strerror(err).decode()}")
         err = lib.munge_encode(ctypes.byref(cred), ctx, buf, len(payload))
     finally:
         if ctx is not None:
@@ -128,9 +154,18 @@ def decode(credential: str) -> tuple[Sender, bytes]:
     length = ctypes.c_int()
     uid = ctypes.c_uint()
     gid = ctypes.c_uint()
-    err = lib.munge_decode(credential.encode("ascii"), None, ctypes.byref(data),
-                           ctypes.byref(length), ctypes.byref(uid), ctypes.byref(gid))
+    ctx = _context(lib)
     try:
+        err = lib.munge_decode(credential.encode("ascii"), ctx, ctypes.byref(data),
+                               ctypes.byref(length), ctypes.byref(uid), ctypes.byref(gid))
+    finally:
+        if ctx is not None:
+            lib.munge_ctx_destroy(ctx)
+    try:
+        if err == EMUNGE_CRED_UNAUTHORIZED:
+            raise Unauthorized(f"munge: credential rejected: "
+                               f"{lib.munge_strerror(err).decode()} (it is restricted to "
+                               "another uid)")
         if err != 0:
             raise MungeError(f"munge: credential rejected: {lib.munge_strerror(err).decode()}")
         payload = ctypes.string_at(data, length.value) if data.value else b""
@@ -138,6 +173,21 @@ def decode(credential: str) -> tuple[Sender, bytes]:
     finally:
         if data.value:
             _free(data)
+
+
+def root_decodes_restricted() -> bool:
+    """Whether munged lets root decode a credential restricted to another uid (a munged
+    built with MUNGE_AUTH_ROOT_ALLOW_FLAG; munge's own default, Debian's and every
+    release's, refuses: src/munged/dec.c ``dec_validate_auth``). Asked by rsad (root)
+    before it signs an answer to a plain user: where root may decode it, the user could
+    hand rsad's root credential to slurmd. A probe restricted to uid 65534 (nobody)."""
+    other = 65534 if os.geteuid() != 65534 else 65533
+    try:
+        decode(encode(b"rsad: may root decode a credential restricted to another uid?",
+                      restrict_uid=other))
+    except Unauthorized:
+        return False
+    return True
 
 
 def available() -> bool:
@@ -151,4 +201,5 @@ def available() -> bool:
         return False
 
 
-__all__ = ["MungeError", "Sender", "available", "decode", "encode", "request_digest"]
+__all__ = ["MungeError", "Sender", "Unauthorized", "available", "decode", "encode",
+           "reply_digest", "request_digest", "root_decodes_restricted"]

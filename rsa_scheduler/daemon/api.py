@@ -482,11 +482,15 @@ class Routes:
 class Endpoint:
     """The API over :mod:`rsa_scheduler.daemon.httpd`: MUNGE says who is calling (and on
     the unix socket must agree with the kernel's SO_PEERCRED), :class:`Routes` answer, and
-    an operator's answers are signed with rsad's own credential, decodable by that
-    operator only (the node hooks act on it as root)."""
+    every answer to an authenticated caller is signed with rsad's own credential,
+    decodable by that caller's uid only: the node hooks act on it as root, and a user's
+    ``rsa`` believes nothing else (a program on rsad's TCP port while rsad is down)."""
 
     def __init__(self, routes: Routes) -> None:
         self.routes = routes
+        #: whether rsad may sign a plain user's answers: munged refuses root a credential
+        #: restricted to another uid (asked once, on the first such answer)
+        self._users_signed: bool | None = None
 
     def identify(self, req: httpd.Request) -> httpd.Identity:
         cred = req.head.headers.get(AUTH_HEADER.lower())
@@ -513,47 +517,70 @@ class Endpoint:
             result = self.routes.dispatch(Caller(who.uid, who.name), method, path, body)
             return self._reply(HTTPStatus.OK, result, req, who)
         except ApiError as e:
-            return self._reply(e.status, {"error": str(e)})
+            return self._reply(e.status, {"error": str(e)}, req, who)
         except munge.MungeError as e:
-            return self._reply(HTTPStatus.UNAUTHORIZED, {"error": str(e)})
+            return self._reply(HTTPStatus.UNAUTHORIZED, {"error": str(e)}, req, who)
         except (ValueError, KeyError) as e:
-            return self._reply(HTTPStatus.BAD_REQUEST, {"error": str(e)})
+            return self._reply(HTTPStatus.BAD_REQUEST, {"error": str(e)}, req, who)
         except NotTaken:  # withdrawn before the loop took it: safe to send again
             return self._reply(HTTPStatus.SERVICE_UNAVAILABLE,
                                {"error": "rsad is busy: its loop did not take the request "
                                          "in time; nothing of it was done, retry in a "
-                                         "moment"})
+                                         "moment"}, req, who)
         except TimeoutError:
             return self._reply(HTTPStatus.SERVICE_UNAVAILABLE,
                                {"error": "rsad is busy: its loop took the request but did "
                                          "not answer in time; it may still be carried out "
-                                         "(rsa job shows the job's state)"})
+                                         "(rsa job shows the job's state)"}, req, who)
         except Exception as e:
             log.exception("api: %s %s failed", method, path)
             return self._reply(HTTPStatus.INTERNAL_SERVER_ERROR,
-                               {"error": f"internal error: {e}"})
+                               {"error": f"internal error: {e}"}, req, who)
 
     def refuse(self, req: httpd.Request, status: HTTPStatus, message: str) -> httpd.Reply:
-        """Never signed: a refusal goes to anyone who connects, authenticated or not."""
+        """Never signed: refused before (or instead of) reading a valid credential, rsad
+        does not know whose uid could decode a signature."""
         return self._reply(status, {"error": message})
 
     def _reply(self, status: HTTPStatus, data: Any, req: httpd.Request | None = None,
                who: httpd.Identity | None = None) -> httpd.Reply:
-        """The answer; signed (``REPLY_HEADER``) only when it is an answer (200) to an
-        authenticated operator, the node hooks among them, which act as root on what it
-        says, and then with a credential only that caller's uid can decode: rsad's
-        credential is root's, and nobody else gets one (an error is acted on by nobody:
-        the hooks take it as "no")."""
+        """The answer; signed (``REPLY_HEADER``) when it goes to an authenticated caller,
+        whatever its status, with a credential only that caller's uid can decode over the
+        caller's request credential, the status and the body (:func:`munge.reply_digest`):
+        rsad's credential is root's, and nobody but its caller gets it, root included
+        (:meth:`_may_sign`)."""
         out = json.dumps(data, sort_keys=True).encode()
         headers: dict[str, str] = {}
-        if status == HTTPStatus.OK and req is not None and who is not None and who.privileged:
+        if req is not None and who is not None and self._may_sign(who):
             try:
                 headers[REPLY_HEADER] = munge.encode(munge.reply_digest(
                     req.head.headers.get(AUTH_HEADER.lower(), ""), int(status), out),
                     restrict_uid=who.uid)
             except munge.MungeError as e:
-                log.warning("api: reply not signed: %s", e)
+                log.warning("api: reply to uid %d not signed: %s", who.uid, e)
         return httpd.Reply(int(status), out, headers)
+
+    def _may_sign(self, who: httpd.Identity) -> bool:
+        """Operators' answers always (root and SlurmUser hold Slurm's trust anyway); a
+        plain user's only where munged refuses root a credential restricted to another
+        uid, munge's default. A munged built to let root decode anything would make a
+        user's copy a root credential slurmd (root) takes for an RPC: then no plain
+        user's answer is signed, and their ``rsa`` refuses every answer, loudly."""
+        if who.privileged:
+            return True
+        if self._users_signed is None:
+            try:
+                self._users_signed = not munge.root_decodes_restricted()
+            except munge.MungeError as e:
+                log.warning("api: cannot ask munged whether root may decode a credential "
+                            "restricted to another uid (%s); this answer is not signed", e)
+                return False
+            if not self._users_signed:
+                log.error("api: munged lets root decode credentials restricted to other "
+                          "uids (built with MUNGE_AUTH_ROOT_ALLOW_FLAG): rsad signs no "
+                          "plain user's answer, and their rsa refuses every answer; "
+                          "install a munge built without it (Debian's)")
+        return self._users_signed
 
 
 def _mine_since(ro: Any, job_id: str, user: str) -> int | None:

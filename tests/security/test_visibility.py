@@ -1,9 +1,10 @@
 """What another user gets from rsad (issue 36), tried for real against the lab's rsad as
 the second lab user (rsaother), in both modes (``make lab-test``, ``make lab-test-native``):
 
-- rsad's reply credential (``X-RSA-Munge-Reply``, root's MUNGE credential) goes with an
-  operator's answers only, and only that operator's uid can decode it: an
-  unauthenticated request, a refused one and a plain user's answer carry none;
+- rsad's reply credential (``X-RSA-Munge-Reply``, root's MUNGE credential) goes with
+  every answer to an authenticated caller, and only that caller's uid can decode it
+  (root cannot decode a user's, nor that user root's): an unauthenticated request's
+  answer carries none;
 - while rsauser's job holds RSA nodes, and a node's reason names that job, no read
   endpoint (status, nodes, jobs, events), and in native mode no
   ``scontrol show bbstat``, names it to rsaother. The job itself reads its input from
@@ -61,23 +62,25 @@ def unmunge(lab: Mapping[str, str], user: str, credential: str) -> str:
 
 
 @pytest.mark.parametrize("address", [SOCK, TCP])
-def test_rsad_signs_only_an_operators_answers_and_for_that_operator(
+def test_rsad_signs_every_answer_to_a_caller_for_that_caller_only(
         lab: Mapping[str, str], address: str) -> None:
-    """Before: every answer, a 401 to a request without any credential included, carried
-    a root credential anyone could decode (``unmunge`` said UID root, TTL 300)."""
+    """Before issue 36: every answer, a 401 to a request without any credential included,
+    carried a root credential anyone could decode (``unmunge`` said UID root, TTL 300).
+    Before 2026-11-29: only operators' answers were signed, and a user's rsa believed any
+    answer (tests/security/test_squatter.py)."""
     other = lab["RSA_LAB_OTHER_USER"]
-    for method, path, auth, status in [
-            ("GET", "/v1/status", "none", 401),  # no credential at all
-            ("GET", "/v1/status", "bad", 401),  # one munged rejects
-            ("POST", "/v1/hooks/prolog", "munge", 403),  # refused: hooks are root's
-            ("GET", "/v1/whoami", "munge", 200)]:  # a plain user's answer
+    for method, path, auth in [("GET", "/v1/status", "none"),  # no credential at all
+                               ("GET", "/v1/status", "bad")]:  # one munged rejects
         got = ask(lab, other, address, method, path, auth)
-        assert got["status"] == status, (method, path, auth, got)
-        if got["reply"] is not None:  # none is sent; were one sent, it is rsaother's only
-            said = unmunge(lab, other, got["reply"])
-            assert re.search(rf"UID_RESTRICTION:\s+{other} ", said), said
-            assert "Unauthorized credential" in unmunge(lab, "root", got["reply"])
-        assert got["reply"] is None, (method, path, auth)
+        assert got["status"] == 401 and got["reply"] is None, (method, path, auth, got)
+    for method, path, status in [("POST", "/v1/hooks/prolog", 403),  # hooks are root's
+                                 ("GET", "/v1/whoami", 200)]:  # a plain user's answer
+        got = ask(lab, other, address, method, path, "munge")
+        assert got["status"] == status and got["reply"], (method, path, got)
+        assert "Unauthorized credential" in unmunge(lab, "root", got["reply"])
+        said = unmunge(lab, other, got["reply"])
+        assert re.search(r"STATUS:\s+Success", said) and re.search(r"UID:\s+root \(0\)", said)
+        assert re.search(rf"UID_RESTRICTION:\s+{other} ", said), said
     # root (the node hooks): signed, and only root can decode it
     got = ask(lab, "root", address, "GET", "/v1/whoami", "munge")
     assert got["status"] == 200 and got["reply"], got

@@ -45,9 +45,12 @@ def fake_munge(monkeypatch: pytest.MonkeyPatch) -> None:
         return made if restrict_uid is None else f"{made}:for-{restrict_uid}"
 
     def decode(cred: str) -> tuple[munge.Sender, bytes]:
-        uid, _, hexed = cred.partition(":")
+        uid, _, rest = cred.partition(":")
+        hexed, _, restricted = rest.partition(":for-")
         if not uid.isdigit():
             raise munge.MungeError("munge: credential rejected: Invalid credential format")
+        if restricted and int(restricted) != getattr(_as, "uid", ME):  # munged, root too
+            raise munge.Unauthorized("munge: credential rejected: Unauthorized credential")
         return munge.Sender(int(uid), int(uid)), bytes.fromhex(hexed)
 
     monkeypatch.setattr(munge, "encode", encode)
@@ -456,35 +459,59 @@ def reply_head(address: str, uid: int | None, path: str = "/v1/echo",
                                "Content-Length: 0\r\n\r\n".encode())
 
 
-def test_only_an_operators_answer_is_signed_and_only_for_that_operator(
+def test_every_answer_to_a_known_caller_is_signed_for_that_caller_only(
         make_api: Any) -> None:
-    """rsad's credential is root's: it goes with answers (200) to operators only (the node
-    hooks act as root on them), restricted to the caller's uid; never with a refusal, an
-    unauthenticated request's answer or a plain user's (issue 36)."""
+    """rsad's credential is root's: it goes with every answer to an authenticated caller,
+    a refusal included, restricted to the caller's uid (the node hooks act as root on it,
+    users' rsa believes nothing else); never with the answer to a request rsad could not
+    authenticate (it knows no uid to restrict it to). Before: only operators' answers
+    (200) were signed, and a user's rsa took any answer from whatever held rsad's port."""
     import pwd
 
     api = make_api()
     header = REPLY_HEADER.lower()
     # the unix socket checks the peer's uid too: there only this process (root) speaks
     for address in (api.tcp, str(api.sock)) if ME == 0 else (api.tcp,):
-        cases: list[tuple[int | None, str, str | None, int]] = [
-            (None, "/v1/echo", None, 401),  # no credential at all
-            (None, "/v1/echo", "garbage", 401),  # one munged rejects
-            (0, "/v1/refuse", None, 403),  # an operator, refused
-        ]
-        if address == api.tcp:
-            cases += [(1002, "/v1/echo", None, 200),  # a plain user's answer
-                      (1002, "/v1/refuse", None, 403)]
-        for uid, path, cred, status in cases:
+        for uid, path, cred, status in [
+                (None, "/v1/echo", None, 401),  # no credential at all
+                (None, "/v1/echo", "garbage", 401)]:  # one munged rejects
             got, headers, _ = reply_head(address, uid, path, cred)
-            assert got == status, (address, uid, path)
-            assert header not in headers, (address, uid, path, headers)
-        got, headers, body = reply_head(address, 0)
-        cred = f"0:{munge.request_digest('GET', '/v1/echo', b'').hex()}"
-        assert got == 200
-        assert headers[header] == f"{ME}:{munge.reply_digest(cred, 200, body).hex()}:for-0"
+            assert got == status and header not in headers, (address, path, headers)
+        callers = [0, 1002] if address == api.tcp else [0]
+        for uid in callers:
+            for path, status in [("/v1/echo", 200), ("/v1/refuse", 403)]:
+                got, headers, body = reply_head(address, uid, path)
+                cred = f"{uid}:{munge.request_digest('GET', path, b'').hex()}"
+                assert got == status
+                assert headers[header] == \
+                    f"{ME}:{munge.reply_digest(cred, status, body).hex()}:for-{uid}"
     slurm = pwd.getpwnam("slurm").pw_uid if "slurm" in {p.pw_name for p in pwd.getpwall()} \
         else None
     if slurm is not None:
         got, headers, _ = reply_head(api.tcp, slurm)
         assert got == 200 and headers[header].endswith(f":for-{slurm}")
+
+
+def test_no_users_answer_is_signed_where_root_could_decode_it(
+        make_api: Any, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A munged built to let root decode any credential would make a user's copy of
+    rsad's signature a root credential slurmd takes: rsad asks munged once and then
+    signs operators' answers only, saying why in its log."""
+    asked: list[int] = []
+
+    def root_decodes() -> bool:
+        asked.append(1)
+        return True
+
+    monkeypatch.setattr(munge, "root_decodes_restricted", root_decodes)
+    api = make_api()
+    header = REPLY_HEADER.lower()
+    with caplog.at_level(logging.ERROR, logger="rsa_scheduler.daemon.api"):
+        for _ in range(2):
+            got, headers, _ = reply_head(api.tcp, 1002)
+            assert got == 200 and header not in headers
+    assert asked == [1]
+    assert "rsad signs no plain user's answer" in caplog.text
+    got, headers, _ = reply_head(api.tcp, 0)
+    assert got == 200 and headers[header].endswith(":for-0")

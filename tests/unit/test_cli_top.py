@@ -6,11 +6,13 @@ own daemon, routes and HTTP server on a unix socket (a scripted Slurm, executors
 stage nothing), with ``rsa top`` running in a real terminal (tmux, 80x24).
 
 The MUNGE seam: munged is not running in the unit tier, and libmunge is only used by
-``rsa_scheduler.munge.encode`` (client) and ``.decode`` (rsad). Both are replaced
-by a stand-in credential ``test:<uid>:<hex of the request digest>``: in this process with
-monkeypatch, in the ``rsa top`` under tmux by a launcher that patches ``encode`` before
-running ``rsa``. The digest check stays real, so each request is still bound to its
-method, path and body. The socket path is the client's ordinary ``--api`` option.
+``rsa_scheduler.munge.encode`` and ``.decode`` (the client's request credential, rsad's
+signature over its answer). Both are replaced by a stand-in credential
+``test:<uid>:<hex of the payload>``, rsad's signature ``test:0:<hex>`` (rsad is root): in
+this process with monkeypatch, in the ``rsa top`` under tmux by a launcher that patches
+both before running ``rsa``. The digest checks stay real, so each request is still bound
+to its method, path and body, and each answer to its request. The socket path is the
+client's ordinary ``--api`` option.
 The same command runs against the lab's rsad in tests/integration/test_cli_top.py.
 """
 
@@ -374,8 +376,10 @@ def test_once_with_rsad_away_is_one_line_and_exit_1(
 # ---- a real rsad (daemon, routes, HTTP on a unix socket) ---------------------------------
 
 def fake_encode(uid: int) -> Callable[..., str]:
-    """rsad signs an operator's answer ``restrict_uid`` (ignored here: nobody checks)."""
-    return lambda payload, restrict_uid=None: f"test:{uid}:{payload.hex()}"
+    """Credentials of ``uid``; one restricted to a uid is rsad's signature, root's (whom
+    it is restricted to is not checked here: tests/unit/test_reply_signature.py)."""
+    return lambda payload, restrict_uid=None: \
+        f"test:{uid if restrict_uid is None else 0}:{payload.hex()}"
 
 
 def fake_decode(credential: str) -> tuple[munge.Sender, bytes]:
@@ -419,7 +423,9 @@ class Rsad:
 @contextmanager
 def make_rsad(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, serve: bool = True
               ) -> Iterator[Rsad]:
+    monkeypatch.setattr(munge, "encode", fake_encode(0))  # rsad's signatures (as_uid: callers')
     monkeypatch.setattr(munge, "decode", fake_decode)
+    monkeypatch.setattr(munge, "root_decodes_restricted", lambda: False)  # munge's default
     # the stand-in credential names the caller; the kernel's SO_PEERCRED would say root
     # (test_api_server.py tests that check): the socket peer is left unknown, as on TCP
     monkeypatch.setattr(httpd, "peer_uid", lambda _sock: None)
@@ -526,7 +532,11 @@ LAUNCHER = """\
 import os, sys
 from rsa_scheduler import munge
 munge.encode = lambda payload, restrict_uid=None: f"test:{os.getuid()}:{payload.hex()}"
-# (the line above: see the module doc)
+def decode(credential):
+    kind, uid, payload = credential.split(":")
+    return munge.Sender(int(uid), int(uid)), bytes.fromhex(payload)
+munge.decode = decode
+# (the lines above: see the module doc)
 from rsa_scheduler.cli import main
 sys.argv[0] = "rsa"
 main()

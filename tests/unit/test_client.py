@@ -1,6 +1,8 @@
 """The API client's own HTTP/1.1 exchange (client._exchange and ApiClient.request) against
 byte-exact answers on a socket pair, and against Python's own HTTP server over a unix
-socket (the server rsad uses). MUNGE is replaced here; the lab tests use the real one."""
+socket (the server rsad uses), which signs its answers as rsad does, or does not (another
+program on rsad's port). MUNGE is replaced here (``SIG:<uid>:<hex of the payload>``);
+tests/unit/test_reply_signature.py and the lab tests use the real one."""
 
 from __future__ import annotations
 
@@ -75,7 +77,18 @@ def test_what_is_not_an_answer_is_refused(raw: bytes, why: str) -> None:
         answer(raw)
 
 
+def fake_decode(credential: str) -> tuple[munge.Sender, bytes]:
+    kind, uid, hexed = credential.split(":")
+    if kind != "SIG":
+        raise munge.MungeError("munge: credential rejected: Invalid credential format")
+    return munge.Sender(int(uid), int(uid)), bytes.fromhex(hexed)
+
+
 class Echo(BaseHTTPRequestHandler):
+    """Says what it was asked. ``/refuse...`` is refused (409); ``.../unsigned...`` is not
+    signed, ``.../by-1000...`` signed by uid 1000, ``.../other...`` signed for another
+    request, ``.../busy`` a 503 and ``.../401`` a 401 (rsad's own unsigned refusals)."""
+
     protocol_version = "HTTP/1.1"  # keep-alive, as rsad: the client must not wait for EOF
 
     def log_message(self, *_args: Any) -> None:
@@ -84,12 +97,19 @@ class Echo(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length)) if length else None
-        status = 409 if self.path == "/refuse" else 200
-        out = json.dumps({"error": "no"} if status == 409 else {
+        status = (409 if "/refuse" in self.path else 503 if "/busy" in self.path
+                  else 401 if "/401" in self.path else 200)
+        out = json.dumps({"error": "no"} if status != 200 else {
             "method": self.command, "path": self.path, "body": body,
             "cred": self.headers.get("X-RSA-Munge")}).encode()
         self.send_response(status)
         self.send_header("Content-Length", str(len(out)))
+        cred = self.headers.get("X-RSA-Munge") or ""
+        if "/unsigned" not in self.path:
+            signer = 1000 if "/by-1000" in self.path else 0
+            over = "another request" if "/other" in self.path else cred
+            self.send_header(client.REPLY_HEADER,
+                             f"SIG:{signer}:{munge.reply_digest(over, status, out).hex()}")
         self.end_headers()
         self.wfile.write(out)
 
@@ -101,6 +121,8 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     import socketserver
 
     monkeypatch.setattr(munge, "encode", lambda payload: "CRED" + payload.hex())
+    monkeypatch.setattr(munge, "decode", fake_decode)
+    monkeypatch.setattr(client, "BUSY_RETRIES", (0.01,))
 
     class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         daemon_threads = True
@@ -132,14 +154,47 @@ def test_an_error_answer_is_rsads_message(server: str) -> None:
     assert e.value.status == 409
 
 
-def test_a_hooks_client_takes_an_unsigned_refusal_as_a_refusal(server: str) -> None:
-    """rsad signs only its answers (200) to operators: a node hook (trust_uid=0) gets
-    rsad's refusal as ApiRefused (a "no"), not as an impostor's answer."""
+def test_an_unsigned_answer_is_refused_by_every_client(server: str) -> None:
+    """rsad signs every answer to a caller it knows: an answer without its signature is
+    whatever holds rsad's address (another user's program on its TCP port while rsad is
+    down), and neither a user's rsa nor a node hook (both trust_uid 0) believes it. Before,
+    the rsa CLI (trust_uid None) took it: a forged "output verified" for `rsa wait`."""
+    for api in (ApiClient(server, timeout=5), ApiClient(server, timeout=5, trust_uid=0)):
+        with pytest.raises(ApiUnavailable, match=r"^the answer from .* is not signed with "
+                                                 r"MUNGE by rsad; refusing it: whatever "
+                                                 r"answered is not rsad"):
+            api.get("/unsigned/v1/jobs/7")
+        with pytest.raises(ApiUnavailable, match=r"refusing it; whether the request was "
+                                                 r"carried out is not known: "):
+            api.post("/unsigned/v1/jobs/7/command", {"command": "input-done"})
+
+
+@pytest.mark.parametrize(("path", "why"), [
+    ("/by-1000/v1/status", r"is signed by uid 1000, not by rsad's uid 0; refusing it$"),
+    ("/other/v1/status", r"does not match its MUNGE signature; refusing it$"),
+    ("/by-1000/refuse", r"is signed by uid 1000, not by rsad's uid 0; refusing it$"),
+])
+def test_a_forged_signature_is_refused(server: str, path: str, why: str) -> None:
+    with pytest.raises(ApiUnavailable, match=why):
+        ApiClient(server, timeout=5).get(path)
+
+
+def test_only_what_rsad_refuses_before_knowing_the_caller_may_come_unsigned(
+        server: str) -> None:
+    """A 404 ("not tracked") tells rsa wait a job has no RSA work: unsigned, it is
+    refused. rsad's refusals before it knows the caller (a full table, a credential
+    munged rejects) are still refusals, said to be unsigned; rsad's signed ones are
+    rsad's message as it wrote it."""
+    with pytest.raises(ApiUnavailable, match="is not signed with MUNGE by rsad"):
+        ApiClient(server, timeout=5).get("/unsigned/refuse")
+    for path, status in (("/unsigned/busy", 503), ("/unsigned/401", 401)):
+        with pytest.raises(ApiRefused, match=rf"^no \(unsigned HTTP {status}: from rsad before "
+                                             r"it knew who you are, or not from rsad\)$") as e:
+            ApiClient(server, timeout=5).get(path)
+        assert e.value.status == status
     with pytest.raises(ApiRefused, match=r"^no$") as e:
         ApiClient(server, timeout=5, trust_uid=0).get("/refuse")
     assert e.value.status == 409
-    with pytest.raises(ApiUnavailable, match="is not signed with MUNGE"):
-        ApiClient(server, timeout=5, trust_uid=0).get("/v1/status")
 
 
 def test_rsa_bb_acts_only_on_answers_rsad_signed(server: str) -> None:
@@ -150,9 +205,11 @@ def test_rsa_bb_acts_only_on_answers_rsad_signed(server: str) -> None:
 
     post, get = _post_with(server, 5)
     with pytest.raises(Unreachable, match="is not signed with MUNGE"):
-        post("/v1/bb/data_out", {"job_id": "7"})
+        post("/unsigned/v1/bb/data_out", {"job_id": "7"})
+    with pytest.raises(Unreachable, match="is not signed with MUNGE"):
+        post("/unsigned/refuse", {"job_id": "7"})  # a forged "no" is no answer either
     with pytest.raises(ApiUnavailable, match="is not signed with MUNGE"):
-        get("/v1/bb/pools")  # rsa-bb pools: the file kept as it was
+        get("/unsigned/v1/bb/pools")  # rsa-bb pools: the file kept as it was
     with pytest.raises(Refused, match=r"^no$"):
         post("/refuse", {"job_id": "7"})
 
