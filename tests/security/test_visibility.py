@@ -127,7 +127,8 @@ for i in $(seq 1 240); do [ -e {area}/res/go ] && break; sleep 0.5; done
             seen = {n["name"]: n["reason"] for n in json.loads(
                 root(lab, rsa, "nodes", "--json"))["nodes"]}
             assert seen[free[0]] == reason  # operators see it as typed
-            named = re.compile(rf"(?<![\w.]){re.escape(job)}(?!\w)")
+            # the job id as a word: not the seconds or day of a timestamp (09:21:47)
+            named = re.compile(rf"(?<![\w.:-]){re.escape(job)}(?![\w:])")
             for api in (SOCK, TCP):
                 for args in (("status", "--json"), ("nodes", "--json"), ("jobs", "--json"),
                              ("events", "--json", "--since", "0")):
