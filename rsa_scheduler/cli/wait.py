@@ -91,7 +91,7 @@ def wait_for_jobs(ask: Callable[[str], Mapping[str, Any] | None], job_ids: Seque
             try:
                 got = verdict(ask(job_id))
             except ApiUnavailable as e:
-                last[job_id] = f"rsad not reachable ({e})"
+                last[job_id] = f"no answer from rsad to go by ({e})"
                 continue
             except ApiRefused as e:
                 if e.status in (429, 503):
@@ -158,7 +158,7 @@ def _cluster_status(client: ApiClient, job_id: str) -> str:
     try:
         word, why = cluster_status(_ask(client, job_id), lambda: slurm_end(job_id))
     except ApiUnavailable as e:
-        echo(f"rsa wait: job {job_id}: rsad not reachable ({e}): running", err=True)
+        echo(f"rsa wait: job {job_id}: no answer from rsad to go by ({e}): running", err=True)
         return RUNNING
     except ApiRefused as e:
         if e.status in (429, 503):
