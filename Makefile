@@ -81,7 +81,7 @@ unit: install
 # Each lane's output is kept in dist/lane-NAME.log and shown at the end, with its time;
 # the first failing lane's status is make test's. The lab phases mostly wait on Slurm's
 # and MooseFS's own clocks, so lanes side by side save most of what they add up to
-# (docs/lab.md, "Where make test's time goes").
+# (docs/lab.md, "Measured times": where make test's time goes).
 ROOTS_TESTS := install-test-run mfs4-test slurm24-test slurm26-test
 CLUSTER_RUNS := cluster-run cluster-run-13 cluster-run-testing
 LANES := queue e2e native roots cluster
