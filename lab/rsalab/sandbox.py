@@ -253,7 +253,12 @@ def run(name: str, argv: list[str]) -> int:
         if (err := remove_cgroup(cg)) is not None:
             log(f"a cgroup of an earlier sandbox {name} is in use: {err}")
             return 2
-    shutil.rmtree(box, ignore_errors=True)  # an earlier sandbox's data, its holder gone
+    # an earlier sandbox of this name whose end was never seen to (lab/sandbox killed):
+    # its loop devices first, then its data
+    if (left := release_devices(box / "data")):
+        log(f"an earlier sandbox {name} left: {'; '.join(left)}")
+        return 2
+    shutil.rmtree(box, ignore_errors=True)
     for sub in ("root", "layer", "data", "tmp"):
         (box / sub).mkdir(parents=True, exist_ok=True)
     for cg in cgs:

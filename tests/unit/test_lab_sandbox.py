@@ -134,3 +134,24 @@ def test_a_signal_reaches_the_commands_own_teardown_then_nothing_is_left() -> No
     assert out.strip() == "torn down"
     assert time.monotonic() - t0 < 20
     assert not sandbox.in_sandbox(name) and not (sandbox.WORK / name).exists()
+
+
+def test_an_earlier_sandbox_left_unended_has_its_devices_detached_before_its_data_goes() -> (
+        None):
+    """lab/sandbox itself killed (a CI timeout): nobody saw to its end. The next sandbox
+    of that name detaches the loop devices on its images and removes its data."""
+    name = f"t{uuid.uuid4().hex[:8]}"
+    ssd_dir = sandbox.WORK / name / "data" / "ssd"
+    ssd_dir.mkdir(parents=True)
+    subprocess.run(["truncate", "-s", "8M", str(ssd_dir / "rsa3.img")], check=True)
+    device = subprocess.run(["losetup", "--find", "--show", str(ssd_dir / "rsa3.img")],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    backing = Path(f"/sys/block/{Path(device).name}/loop/backing_file")
+    try:
+        done = run_in(name, "true")
+        assert done.returncode == 0, done.stderr
+        assert not backing.exists() or str(ssd_dir) not in backing.read_text()
+        assert not (sandbox.WORK / name).exists()
+    finally:
+        if backing.exists() and str(ssd_dir) in backing.read_text():
+            subprocess.run(["losetup", "-d", device], check=False)
