@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from . import nodecpu, ssd
@@ -80,10 +81,10 @@ def _not_the_labs(proc: Path, cmd: str) -> bool:
 CLUSTER_MARKS = (b"RSACL_NODE=", b"RSA_SANDBOX=")
 
 
-def _cluster_lab() -> tuple[set[int], set[str]]:
-    """The holders of namespaces beside the lab (the cluster lab's, lab/cluster, whose
-    own check-clean watches them, and the test sandboxes') and the PID namespaces they
-    made: every process of a node or sandbox lives in its own."""
+def marked(mark: Callable[[bytes], bool]) -> tuple[set[int], set[str]]:
+    """The processes with an environment item that is ``mark``'s (the holders of
+    namespaces beside the lab) and the PID namespaces other than ours they are in: every
+    process of a node or sandbox lives in its PID 1's."""
     holders: set[int] = set()
     pidns: set[str] = set()
     host_pidns = os.readlink("/proc/self/ns/pid")
@@ -94,12 +95,18 @@ def _cluster_lab() -> tuple[set[int], set[str]]:
             env = (d / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if any(item.startswith(CLUSTER_MARKS) for item in env):
+        if any(mark(item) for item in env):
             holders.add(int(d.name))
             ns = _pidns(d)
             if ns and ns != host_pidns:  # a node's PID 1, not a holder in ours
                 pidns.add(ns)
     return holders, pidns
+
+
+def _cluster_lab() -> tuple[set[int], set[str]]:
+    """The holders of namespaces beside the lab (the cluster lab's, lab/cluster, whose
+    own check-clean watches them, and the sandboxes') and the PID namespaces they made."""
+    return marked(lambda item: item.startswith(CLUSTER_MARKS))
 
 
 def _pidns(proc: Path) -> str:

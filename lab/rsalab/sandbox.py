@@ -169,26 +169,18 @@ def holder_alive(pidfile: Path) -> int | None:
 
 def in_sandbox(name: str) -> list[int]:
     """This host's processes that carry the sandbox's mark, or live in its PID namespace."""
+    from .clean import marked  # check-clean's own scan
+
     mark = f"{MARK}={name}".encode()
-    pidns: set[str] = set()
-    found: list[int] = []
-    procs = [d for d in Path("/proc").iterdir() if d.name.isdigit()]
-    for d in procs:
+    holders, pidns = marked(lambda item: item == mark)
+    found = set(holders)
+    for d in Path("/proc").iterdir():
         try:
-            if mark in (d / "environ").read_bytes().split(b"\0"):
-                found.append(int(d.name))
-                pidns.add(os.readlink(d / "ns" / "pid"))
+            if d.name.isdigit() and os.readlink(d / "ns" / "pid") in pidns:
+                found.add(int(d.name))
         except OSError:
             continue
-    mine = os.readlink("/proc/self/ns/pid")
-    pidns.discard(mine)
-    for d in procs:
-        try:
-            if int(d.name) not in found and os.readlink(d / "ns" / "pid") in pidns:
-                found.append(int(d.name))
-        except OSError:
-            continue
-    return found
+    return sorted(found)
 
 
 #: told to the command: whether this host's blkio hierarchy (which the sandbox leaves as
