@@ -25,7 +25,7 @@ SPANK      := slurm_plugins/spank
 WF_VENV    ?= $(CURDIR)/.venv-wf
 WF_PKGS    := snakemake==9.27.1 snakemake-executor-plugin-cluster-generic==1.0.9
 
-.PHONY: install test lane-unit lane-queue lane-e2e lane-native lane-roots lane-cluster unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
+.PHONY: install test lane-unit lane-queue lane-e2e lane-native lane-roots lane-cluster lab-host unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
         slurm24-test slurm26-test cluster-test cluster-run test-compat cluster-run-13 \
         cluster-run-testing
 
@@ -89,6 +89,7 @@ test: install lint
 	lab/install-packages.sh
 	$(MAKE) --no-print-directory deb
 	$(MAKE) --no-print-directory debootstrap
+	$(MAKE) --no-print-directory lab-host
 	$(MAKE) --no-print-directory lane-unit
 	@mkdir -p dist; rm -f dist/lane-*.log dist/lane-*.rc; pids=; \
 	for lane in $(LANES); do \
@@ -110,17 +111,33 @@ test: install lint
 lane-unit: install
 	lab/sandbox unit $(VENV)/bin/pytest -q -p no:cacheprovider tests/unit
 
-lane-queue: install
-	lab/sandbox queue $(MAKE) --no-print-directory lab-test \
-	  LAB_TESTS='tests/integration tests/security tests/chaos'
-	lab/sandbox tiers $(MAKE) --no-print-directory lab-test-tiers
+# The lab phases' host: RSA_LAB_HOST picks its Debian release, 13 (Slurm 24.11, MooseFS
+# 4.57: what a centre installs today, the default) or testing (Slurm 26.05, MooseFS 4.59),
+# each a sandbox booted from lab/host-root's root of that release with its venvs; 12 is
+# this host's own root (Slurm 22.05, MooseFS 3.0). Issue 31; docs/lab.md "Labs side by side".
+RSA_LAB_HOST ?= 13
+ifeq ($(RSA_LAB_HOST),12)
+LAB_SANDBOX := lab/sandbox
+LAB_VARS    :=
+else
+LAB_SANDBOX  = RSA_SANDBOX_ROOT=$$(lab/host-root $(RSA_LAB_HOST)) lab/sandbox
+LAB_VARS    := VENV=$(CURDIR)/.venv-debian$(RSA_LAB_HOST) WF_VENV=$(CURDIR)/.venv-wf-debian$(RSA_LAB_HOST)
+endif
+LAB_IN       = $(LAB_SANDBOX) $(1) $(MAKE) --no-print-directory $(LAB_VARS)
 
-lane-e2e: install
-	lab/sandbox e2e $(MAKE) --no-print-directory lab-test LAB_TESTS=tests/e2e
+lab-host: install
+	$(if $(filter-out 12,$(RSA_LAB_HOST)),lab/host-root $(RSA_LAB_HOST) >/dev/null)
 
-lane-native: install
-	lab/sandbox native $(MAKE) --no-print-directory lab-test-native
-	lab/sandbox variant $(MAKE) --no-print-directory lab-test-variant
+lane-queue: lab-host
+	$(call LAB_IN,queue) lab-test LAB_TESTS='tests/integration tests/security tests/chaos'
+	$(call LAB_IN,tiers) lab-test-tiers
+
+lane-e2e: lab-host
+	$(call LAB_IN,e2e) lab-test LAB_TESTS=tests/e2e
+
+lane-native: lab-host
+	$(call LAB_IN,native) lab-test-native
+	$(call LAB_IN,variant) lab-test-variant
 
 lane-roots lane-cluster: install
 	@rc=0; for t in $(if $(filter lane-roots,$@),$(ROOTS_TESTS),$(CLUSTER_RUNS)); do \

@@ -88,3 +88,8 @@ demo: install
 	if [ $$rc -eq 0 ]; then $(VENV)/bin/python $(CURDIR)/lab/demo.py $(DEMO_ARGS) || rc=$$?; fi; \
 	$(LABCTL) down || { [ $$rc -ne 0 ] || rc=1; }; \
 	exit $$rc
+
+# The lab's users, hooks and tests run the package from make's VENV (lab/host-root's
+# .venv-debian13 on a Debian 13 lab host), the workflow test its WF_VENV.
+export RSA_LAB_VENV ?= $(VENV)
+export RSA_WF_VENV ?= $(WF_VENV)

@@ -41,6 +41,7 @@ CONF = STATE / "pfs"
 N_CHUNKSERVERS = 2
 HOST_END = f"{PFS_NET}.1"
 MASTER = f"{PFS_NET}.2"
+PFS_CLASS = "lab1"  # the PFS's storage class of one copy on MooseFS 4.x
 GUARD_MARK = STATE / "route-guard"  # exists while the lab owns the unreachable route
 
 
@@ -105,8 +106,16 @@ def up(s: Settings) -> None:
            # a 0644 file below a 0700 home by its path)
            "-o", "mfsioretries=5,default_permissions"])
     wait_for("mfsmount on /pfs", lambda: _fuse_at(mnt), timeout=30)
-    run(["mfssetgoal", "-r", "1", str(mnt)])
-    run(["mfssettrashtime", "-r", "0", str(mnt)])
+    if shutil.which("mfscreatesclass"):
+        # MooseFS 4.x (a lab host of Debian 13 or testing): goals are storage classes,
+        # none of one copy on a fresh master; trash time is trash retention
+        run(["mfscreatesclass", "-M", str(mnt), "-K", "*", "-c", "the lab PFS: one copy",
+             PFS_CLASS])
+        run(["mfssetsclass", "-r", PFS_CLASS, str(mnt)])
+        run(["mfssettrashretention", "-r", "0", str(mnt)])
+    else:
+        run(["mfssetgoal", "-r", "1", str(mnt)])
+        run(["mfssettrashtime", "-r", "0", str(mnt)])
     os.chmod(mnt, 0o755)  # a fresh MooseFS root is 0777
     make_dir(mnt / "home", 0o755)
     for user in (s.user, s.other_user):

@@ -12,7 +12,8 @@ second machine would:
   is ``rsa-sandbox-NAME`` of this host's cgroup v2 tree (the RSA nodes' per-job cgroups,
   ``rsa.jobs``, and an rsad's fence of them stay inside it) and of its cgroup v1 cpu
   hierarchy if it has one (the lab's RSA nodes' cpu cgroup);
-* a root of its own: an overlay of this host's ``/`` with a writable layer in a tmpfs
+* a root of its own: an overlay of this host's ``/`` (or of RSA_SANDBOX_ROOT: another
+  Debian release's root, ``lab/host-root 13``) with a writable layer in a tmpfs
   (RSA_SANDBOX_SIZE, 8g), so whatever the lab writes to /etc, /var or /pfs is the
   sandbox's, and nothing the host removes (a host lab's lab-down removing /pfs) can
   reach under a mount of the sandbox's; fresh tmpfs ``/run`` and ``/dev/shm``;
@@ -52,17 +53,18 @@ REPO = HERE.parent
 WORK = Path(os.environ.get("RSA_SANDBOX_WORK", "/var/tmp/rsa-sandbox"))
 SIZE = os.environ.get("RSA_SANDBOX_SIZE", "8g")
 MARK = "RSA_SANDBOX"
+ROOT = "RSA_SANDBOX_ROOT"
 PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 # Run as PID 1 of the new namespaces, in this host's root still: the sandbox's root,
 # its system mounts, then pivot into it and hand over to the reaper.
 SETUP = r"""set -e
-w=$1; repo=$2; cgroups=$3; name=$4; size=$5; shift 5
+w=$1; repo=$2; cgroups=$3; name=$4; size=$5; lower=$6; shift 6
 r=$w/root
 mount --make-rprivate /
 mount -t tmpfs -o "size=$size,mode=0755" rsa-sandbox "$w/layer"
 mkdir -p "$w/layer/upper" "$w/layer/work"
-mount -t overlay rsa-sandbox -o "lowerdir=/,upperdir=$w/layer/upper,workdir=$w/layer/work" "$r"
+mount -t overlay rsa-sandbox -o "lowerdir=$lower,upperdir=$w/layer/upper,workdir=$w/layer/work" "$r"
 mount --rbind /dev "$r/dev"
 mount -t tmpfs -o mode=1777 rsa-sandbox-shm "$r/dev/shm"
 mount --rbind /sys "$r/sys"
@@ -233,7 +235,7 @@ def release_devices(data: Path) -> list[str]:
     return ssd.leftovers(where)
 
 
-def run(name: str, argv: list[str]) -> int:
+def run(name: str, argv: list[str], lower: Path = Path("/")) -> int:
     box = WORK / name
     pidfile = box / "holder.pid"
     if (pid := holder_alive(pidfile)) is not None:
@@ -261,7 +263,7 @@ def run(name: str, argv: list[str]) -> int:
          "unshare", "--pid", "--fork", "--mount", "--uts", "--ipc", "--net", "--cgroup",
          "--propagation", "private", "--kill-child", "--",
          "sh", "-c", SETUP, "sh", str(box), str(REPO), "\n".join(h.line() for h in tree),
-         name, SIZE, *argv],
+         name, SIZE, str(lower), *argv],
         env={**os.environ, MARK: name, "REAPER": REAPER, "PATH": PATH,
              BLKIO_ROOT: "1" if blkio_is_the_root() else "0"})
     pidfile.write_text(f"{holder.pid}\n")
@@ -316,4 +318,8 @@ def main(args: list[str]) -> int:
     if os.geteuid() != 0:
         log("run it as root (namespaces, mounts)")
         return 2
-    return run(args[0], args[1:])
+    lower = Path(os.environ.get(ROOT, "/"))
+    if not (lower / "usr/bin/python3").exists():
+        log(f"{ROOT}={lower}: not a root with /usr/bin/python3 (lab/host-root builds one)")
+        return 2
+    return run(args[0], args[1:], lower)
