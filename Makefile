@@ -26,8 +26,8 @@ WF_VENV    ?= $(CURDIR)/.venv-wf
 WF_PKGS    := snakemake==9.27.1 snakemake-executor-plugin-cluster-generic==1.0.9
 
 .PHONY: install test lane-unit lane-queue lane-e2e lane-native lane-roots lane-cluster lab-host unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
-        slurm24-test slurm26-test cluster-test cluster-run test-compat cluster-run-13 \
-        cluster-run-testing
+        slurm24-test slurm26-test cluster-test cluster-run test-compat cluster-run-whole \
+        cluster-run-12 cluster-run-13 cluster-run-testing
 
 install: $(VENV)/.installed spank $(WF_VENV)/.installed
 
@@ -83,7 +83,6 @@ unit: install
 # and MooseFS's own clocks, so lanes side by side save most of what they add up to
 # (docs/lab.md, "Measured times": where make test's time goes).
 ROOTS_TESTS := install-test-run mfs4-test slurm24-test slurm26-test
-CLUSTER_RUNS := cluster-run cluster-run-13 cluster-run-testing
 LANES := queue e2e native roots cluster
 test: install lint
 	lab/install-packages.sh
@@ -111,22 +110,24 @@ test: install lint
 lane-unit: install
 	lab/sandbox unit $(VENV)/bin/pytest -q -p no:cacheprovider tests/unit
 
-# The lab phases' host: RSA_LAB_HOST picks its Debian release, 13 (Slurm 24.11, MooseFS
-# 4.57: what a centre installs today, the default) or testing (Slurm 26.05, MooseFS 4.59),
-# each a sandbox booted from lab/host-root's root of that release with its venvs; 12 is
-# this host's own root (Slurm 22.05, MooseFS 3.0). Issue 31; docs/lab.md "Labs side by side".
-RSA_LAB_HOST ?= 13
-ifeq ($(RSA_LAB_HOST),12)
+# The Debian release make test's labs run on (issue 31; docs/lab.md "Debian releases"):
+# RSA_LAB_DEBIAN, 13 (Slurm 24.11, MooseFS 4.57: what a centre installs today, the
+# default), 12 (Slurm 22.05, MooseFS 3.0) or testing (Slurm 26.05, MooseFS 4.59). The lab
+# phases' sandboxes boot lab/host-root's root of that release with its venvs (12: this
+# host's own root); the cluster lab runs its whole suite on it, the compatibility set on
+# the two others.
+RSA_LAB_DEBIAN ?= 13
+ifeq ($(RSA_LAB_DEBIAN),12)
 LAB_SANDBOX := lab/sandbox
 LAB_VARS    :=
 else
-LAB_SANDBOX  = RSA_SANDBOX_ROOT=$$(lab/host-root $(RSA_LAB_HOST)) lab/sandbox
-LAB_VARS    := VENV=$(CURDIR)/.venv-debian$(RSA_LAB_HOST) WF_VENV=$(CURDIR)/.venv-wf-debian$(RSA_LAB_HOST)
+LAB_SANDBOX  = RSA_SANDBOX_ROOT=$$(lab/host-root $(RSA_LAB_DEBIAN)) lab/sandbox
+LAB_VARS    := VENV=$(CURDIR)/.venv-debian$(RSA_LAB_DEBIAN) WF_VENV=$(CURDIR)/.venv-wf-debian$(RSA_LAB_DEBIAN)
 endif
 LAB_IN       = $(LAB_SANDBOX) $(1) $(MAKE) --no-print-directory $(LAB_VARS)
 
 lab-host: install
-	$(if $(filter-out 12,$(RSA_LAB_HOST)),lab/host-root $(RSA_LAB_HOST) >/dev/null)
+	$(if $(filter-out 12,$(RSA_LAB_DEBIAN)),lab/host-root $(RSA_LAB_DEBIAN) >/dev/null)
 
 lane-queue: lab-host
 	$(call LAB_IN,queue) lab-test LAB_TESTS='tests/integration tests/security tests/chaos'
@@ -219,42 +220,43 @@ clean:
 -include lab/lab.mk
 
 # The cluster lab (lab/cluster, issue 30; docs/lab.md "The cluster lab"): every node its
-# own host, booted from one Debian 12 image with the packages of `make deb` installed by
-# apt. Run as root; make test runs it beside the lab phases. It brings the cluster up, runs tests/cluster
-# (CLUSTER_TESTS narrows it), always takes it down, then checks nothing of it is left and
-# that the check sees a planted leftover. Separate from the shared lab (its own
-# namespaces, addresses 10.230.0.0/24, names rsacl*): it needs no lab lock.
-# RSA_LAB_DEBIAN picks the image's Debian release (issue 31): 12 (the default: Slurm
-# 22.05, MooseFS 3.0), 13 (Slurm 24.11, MooseFS 4.57) or testing (Slurm 26.05, MooseFS
-# 4.59); for 13 and testing, cluster-test also builds the SPANK package for that release's
-# Slurm (lab/deb-release, in a cached root of its own). make test runs all three beside the
-# lab phases: the whole suite on 12 (cluster-run), the compatibility set on 13 and testing
-# (cluster-run-13, cluster-run-testing).
+# own host, booted from one Debian image with the packages of `make deb` installed by apt.
+# Run as root; make test runs it beside the lab phases. It brings the cluster up, runs
+# tests/cluster (CLUSTER_TESTS narrows it), always takes it down, then checks nothing of it
+# is left and that the check sees a planted leftover. Separate from the shared lab (its
+# own namespaces, addresses 10.230.0.0/24, names rsacl*): it needs no lab lock.
+# RSA_LAB_DEBIAN (above) picks the image's Debian release (issue 31): 13 (the default),
+# 12 or testing; for 13 and testing, cluster-test also builds the SPANK package for that
+# release's Slurm (lab/deb-release, in a cached root of its own).
 CLUSTER_TESTS ?= tests/cluster
-RSA_LAB_DEBIAN ?= 12
 cluster-test: install deb
+	$(MAKE) --no-print-directory cluster-run-whole
+
+# The whole cluster suite on one Debian release: cluster-test by another name.
+test-compat: cluster-test
+
+# cluster-test on the packages already in dist/ (make test builds them once): that
+# release's SPANK package, then the suite.
+cluster-run-whole: install
 	$(if $(filter-out 12,$(RSA_LAB_DEBIAN)),lab/deb-release $(RSA_LAB_DEBIAN))
 	$(MAKE) --no-print-directory cluster-run
 
-# The whole cluster suite on one Debian release (issue 31's compatibility set:
-# tests/cluster, tests/cluster/test_compat*.py among them): cluster-test by another name.
-# The host lab's phases (lab-test, ...) run on this host's Slurm 22.05 only.
-test-compat: cluster-test
-
-# make test's side tests of the cluster lab on Debian 13 and testing: issue 31's
-# compatibility set (COMPAT_TESTS: a whole lifecycle with checksums in both modes, an
-# array, a hetjob, an idle-cluster wait, native stage-in and stage-out, the attacks and
-# networks, one chaos round), on the packages already in dist/, with that release's
-# SPANK package built first (as cluster-test does). The rest of tests/cluster (the upgrade
-# from the previous landing, whose packages it builds; accounting; the other-release
-# plugin; the directory; slurmctld's hooks) runs on Debian 12 in make test, and on these
-# releases with make test-compat.
+# make test's cluster runs: the whole suite on RSA_LAB_DEBIAN (cluster-run-whole), issue
+# 31's compatibility set on the two other releases (COMPAT_TESTS: a whole lifecycle with
+# checksums in both modes, an array, a hetjob, an idle-cluster wait, native stage-in and
+# stage-out, the attacks and networks, one chaos round), each on the packages already in
+# dist/ with that release's SPANK package built first. The rest of tests/cluster (the
+# upgrade from the previous landing, whose packages it builds; accounting; the
+# other-release plugin; the directory; slurmctld's hooks) runs on the default release in
+# make test, and on the others with make test-compat RSA_LAB_DEBIAN=12|testing.
 COMPAT_TESTS := tests/cluster/test_hosts.py tests/cluster/test_native.py \
                 tests/cluster/test_compat.py tests/cluster/test_compat_native.py \
                 tests/cluster/test_attacks.py tests/cluster/test_shared_node.py \
                 tests/cluster/test_networks.py
-cluster-run-13 cluster-run-testing: install
-	lab/deb-release $(patsubst cluster-run-%,%,$@)
+CLUSTER_RUNS := cluster-run-whole \
+                $(patsubst %,cluster-run-%,$(filter-out $(RSA_LAB_DEBIAN),12 13 testing))
+cluster-run-12 cluster-run-13 cluster-run-testing: install
+	$(if $(filter-out cluster-run-12,$@),lab/deb-release $(patsubst cluster-run-%,%,$@))
 	$(MAKE) --no-print-directory cluster-run RSA_LAB_DEBIAN=$(patsubst cluster-run-%,%,$@) \
 	  CLUSTER_TESTS='$(COMPAT_TESTS)'
 

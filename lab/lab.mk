@@ -90,6 +90,7 @@ demo: install
 	exit $$rc
 
 # The lab's users, hooks and tests run the package from make's VENV (lab/host-root's
-# .venv-debian13 on a Debian 13 lab host), the workflow test its WF_VENV.
-export RSA_LAB_VENV ?= $(VENV)
-export RSA_WF_VENV ?= $(WF_VENV)
+# .venv-debian13 on a Debian 13 lab host), the workflow test its WF_VENV (make's, not
+# an outer make's: make test runs a lab phase's make in a sandbox with its own).
+export RSA_LAB_VENV = $(VENV)
+export RSA_WF_VENV = $(WF_VENV)

@@ -295,8 +295,8 @@ def node_argv(init: int, argv: Sequence[str]) -> list[str]:
 
 
 def release() -> str:
-    """The Debian release of the image (``RSA_LAB_DEBIAN``: 12, the default, 13, testing)."""
-    wanted = os.environ.get("RSA_LAB_DEBIAN", "12")
+    """The Debian release of the image (``RSA_LAB_DEBIAN``: 13, the default, 12, testing)."""
+    wanted = os.environ.get("RSA_LAB_DEBIAN", "13")
     if wanted not in RELEASES:
         raise ClusterError(f"RSA_LAB_DEBIAN={wanted}: no such release here (one of "
                            f"{', '.join(RELEASES)})")

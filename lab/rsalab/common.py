@@ -269,7 +269,7 @@ def stop_pid(pid: int, label: str, *, grace: float = 5.0) -> None:
         if not alive(pid):
             return
         time.sleep(0.1)
-    log(f"{label} (pid {pid}) ignored SIGTERM, sending SIGKILL")
+    log(f"{label} (pid {pid}) still runs {grace:g} s after SIGTERM: sending SIGKILL")
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:

@@ -61,7 +61,7 @@ def _so_of(deb: Path) -> bytes:
 def _other_build(cluster: Cluster) -> tuple[str, str]:
     """(path on c2 and login, release) of a plugin built for a Slurm release not the
     image's: a real build where dist/ has one, else the patched copy."""
-    release = os.environ.get("RSA_LAB_DEBIAN", "12")
+    release = os.environ.get("RSA_LAB_DEBIAN", "13")
     found = [(d, f"rsa-scheduler-spank_*+slurm{r}_amd64.deb", r) for d, r in
              (("", "22.05"), ("debian13", "24.11"), ("debiantesting", "26.05"))
              if d != ("" if release == "12" else f"debian{release}")]

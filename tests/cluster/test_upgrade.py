@@ -99,7 +99,7 @@ def releases() -> Iterator[Releases]:
     said = re.search(r"^PROTOCOL = (\d+)$", plan, re.MULTILINE)
     prev = Path(_ctl("previous", timeout=1800))
     old = sorted(str(p) for p in prev.glob("*.deb"))
-    release = os.environ.get("RSA_LAB_DEBIAN", "12")
+    release = os.environ.get("RSA_LAB_DEBIAN", "13")
     spank = ROOT / "dist" / ("" if release == "12" else f"debian{release}")
     new = sorted([*map(str, (ROOT / "dist").glob("rsa-scheduler_*_all.deb")),
                   *map(str, spank.glob("rsa-scheduler-spank_*_amd64.deb"))])  # as the image

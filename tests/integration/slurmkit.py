@@ -27,6 +27,23 @@ def root(lab: Mapping[str, str], *argv: str) -> str:
     return done.stdout
 
 
+def slurm_release() -> tuple[int, int]:
+    """The lab's Slurm release (major, minor): ``slurmctld -V`` says e.g. slurm 24.11.5
+    (22.05 on a Debian 12 lab host, 24.11 on Debian 13's)."""
+    said = subprocess.run(["slurmctld", "-V"], capture_output=True, text=True, timeout=30,
+                          check=True).stdout.split()[-1]
+    major, minor = said.split("-")[0].split(".")[:2]
+    return int(major), int(minor)
+
+
+def bb_hook(stage: str) -> str:
+    """The burst_buffer.lua function whose failure Slurm names in a job's reason for a
+    stage (``data_in``, ``data_out``): Slurm 24.05+ poll ``slurm_bb_test_data_in`` and
+    ``slurm_bb_test_data_out`` until a stage ends, and the poll reports its failure;
+    22.05 runs ``slurm_bb_data_in``/``slurm_bb_data_out`` until it ends."""
+    return f"slurm_bb_test_{stage}" if slurm_release() >= (24, 5) else f"slurm_bb_{stage}"
+
+
 def show_job(lab: Mapping[str, str], job: str) -> dict[str, str]:
     """A job's JobState, Reason, Comment and AdminComment, each from its own squeue call
     (never from ``scontrol show job -o``, whose values can read as other fields)."""
