@@ -110,10 +110,10 @@ def test_a_node_that_is_no_pfs_client_or_lacks_mfscli_is_told_the_fix(
     lines = done.stdout.splitlines()
     assert lines[0] == f"rsa1: ok (MooseFS {mfs_version()})", lines
     assert lines[1] == f"rsa2: MooseFS {mfs_version()}", lines
-    # the PFS's type as this host (rsad's) sees it: fuseblk (MooseFS 3.0's mfsmount),
-    # fuse (4.x's, on fuse3)
-    here = subprocess.run(["findmnt", "-n", "-o", "FSTYPE", "--target", pfs_home],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    # the PFS's type as this host (rsad's) names it, by statfs as the check does (GNU
+    # stat names FUSE's magic fuseblk on Debian 12, fuse on 13)
+    here = subprocess.run(["stat", "-f", "-c", "%T", "--", pfs_home], capture_output=True,
+                          text=True, check=True).stdout.strip()
     assert here in ("fuse", "fuseblk"), here
     assert lines[2].startswith(f"rsa2: lacks the PFS at {pfs_home} as rsad's host sees it "
                                f"(tmpfs there, {here} on rsad's host): mount the site's PFS "
