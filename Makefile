@@ -64,18 +64,21 @@ unit: install
 	$(VENV)/bin/pytest -q -m unit tests/unit
 
 # make test runs lint, then what needs the network (the lab's Debian packages, the .debs'
-# build tools, debootstrap: apt on the host, never at once), then the unit tests (alone:
-# they are CPU-bound, and fail fast), then five lanes side by side:
+# build tools, debootstrap, the lab host's root and venvs: apt on the host, never at
+# once), then the unit tests (alone: they are CPU-bound, and fail fast), then five lanes
+# side by side:
 #   queue   the queue-mode phase's integration, security and chaos tests (lab-test),
-#           then the tier phase (lab-test-tiers)
+#           then the tier phase (lab-test-tiers), then the variant (lab-test-variant)
 #   e2e     the queue-mode phase's whole lifecycles (lab-test LAB_TESTS=tests/e2e)
-#   native  lab-test-native, then lab-test-variant
+#   native  lab-test-native
 #   roots   the install test, MooseFS 4, Slurm 24.11 and 26.05, each in roots and
 #           namespaces of its own
-#   cluster the cluster lab (lab/cluster: every node its own host) on Debian 12, 13 and
-#           testing (issue 31), one after the other (one cluster lab at a time)
+#   cluster the cluster lab (lab/cluster: every node its own host): the whole suite on
+#           RSA_LAB_DEBIAN, the compatibility set on the two other releases (issue 31),
+#           one after the other (one cluster lab at a time)
 # The unit tests and each lab phase run in a sandbox of their own (lab/sandbox: a host of
-# its own, its own network, /run, /etc, cgroups), so that the labs cannot reach each
+# its own, its own network, /run, /etc, cgroups; booted from RSA_LAB_DEBIAN's root, below,
+# for the lab phases), so that the labs cannot reach each
 # other or a lab of this host's (a unit test that would fence a running lab's cgroups, a
 # port in use). Each lane's phases stop at its first failure; every lane runs to its end.
 # Each lane's output is kept in dist/lane-NAME.log and shown at the end, with its time;
@@ -132,13 +135,13 @@ lab-host: install
 lane-queue: lab-host
 	$(call LAB_IN,queue) lab-test LAB_TESTS='tests/integration tests/security tests/chaos'
 	$(call LAB_IN,tiers) lab-test-tiers
+	$(call LAB_IN,variant) lab-test-variant
 
 lane-e2e: lab-host
 	$(call LAB_IN,e2e) lab-test LAB_TESTS=tests/e2e
 
 lane-native: lab-host
 	$(call LAB_IN,native) lab-test-native
-	$(call LAB_IN,variant) lab-test-variant
 
 lane-roots lane-cluster: install
 	@rc=0; for t in $(if $(filter lane-roots,$@),$(ROOTS_TESTS),$(CLUSTER_RUNS)); do \
