@@ -18,6 +18,34 @@ chaos: install
 e2e: install
 	$(MAKE) --no-print-directory lab-test LAB_TESTS=tests/e2e
 
+# Another Debian release's lab (issue 31; docs/lab.md "Another Debian release"): with
+# RSA_LAB_DEBIAN=13|testing|12 given on the command line or in the environment, and not
+# this host's own release, the lab runs on a host of that release: a sandbox booted from
+# lab/host-root's root. lab-up starts one in the background (lab/sandbox --detach
+# lab-debianN) and brings the lab up inside; lab-status asks there, lab-down takes the lab
+# down and ends the sandbox (lab/sandbox --stop); lab-test and demo run in a sandbox of
+# their own until they end. lab/sandbox --exec lab-debianN CMD... runs a command there
+# (pytest, rsa, squeue). Inside a sandbox (RSA_LAB_SANDBOX) the lab is always this host's.
+HOST_DEBIAN   := $(shell cut -d. -f1 /etc/debian_version 2>/dev/null)
+LAB_ELSEWHERE := $(if $(RSA_LAB_SANDBOX),,$(if $(filter command line environment,$(origin \
+                 RSA_LAB_DEBIAN)),$(filter-out $(HOST_DEBIAN),$(RSA_LAB_DEBIAN))))
+LAB_BOX       := lab-debian$(RSA_LAB_DEBIAN)
+# the detached sandbox's command: waits; its end (lab/sandbox --stop) takes the lab down
+LAB_KEEPER    := sh -c 'trap "$(LABCTL) down; exit" TERM INT HUP; \
+                 while :; do sleep 3600 & wait $$!; done'
+
+ifneq ($(LAB_ELSEWHERE),)
+lab-up: lab-host
+	@lab/sandbox --exec $(LAB_BOX) true 2>/dev/null || \
+	  $(LAB_SANDBOX) --detach $(LAB_BOX) $(LAB_KEEPER)
+	lab/sandbox --exec $(LAB_BOX) $(MAKE) --no-print-directory $(LAB_VARS) lab-up
+
+lab-down:
+	lab/sandbox --stop $(LAB_BOX)
+
+lab-status:
+	lab/sandbox --exec $(LAB_BOX) $(LABCTL) status
+else
 lab-up:
 	$(LABCTL) up
 
@@ -26,6 +54,7 @@ lab-down:
 
 lab-status:
 	$(LABCTL) status
+endif
 
 lab-check-clean:
 	$(LABCTL) check-clean
@@ -34,6 +63,10 @@ lab-check-clean:
 # e2e tiers, prove the health check sees a dead rsad and chunkserver, ALWAYS bring it down, prove nothing is left, then prove check-clean would
 # have seen a leak (it plants one and removes it). The first failure's status wins;
 # pytest's 5 (no tests) is not one.
+ifneq ($(LAB_ELSEWHERE),)
+lab-test: lab-host
+	$(call LAB_IN,$(LAB_BOX)-test) lab-test LAB_TESTS='$(LAB_TESTS)'
+else
 lab-test: install
 	@rc=0; \
 	trap '$(LABCTL) down; exit 130' INT TERM; \
@@ -49,6 +82,7 @@ lab-test: install
 	  $(LABCTL) verify-check-clean || { [ $$rc -ne 0 ] || rc=1; }; \
 	else [ $$rc -ne 0 ] || rc=1; fi; \
 	exit $$rc
+endif
 
 # The second lab set-up `make test` runs: no accounting (so rsad locks in by priority,
 # job_submit.lua with lockin_priority) and PrologFlags=Alloc,Contain (Prolog at allocation
@@ -81,6 +115,10 @@ lab-test-tiers: install
 DEMO_PFS_RATE ?= 200mbit
 DEMO_ARGS ?=
 
+ifneq ($(LAB_ELSEWHERE),)
+demo: lab-host
+	$(call LAB_IN,$(LAB_BOX)-demo) demo
+else
 demo: install
 	@rc=0; \
 	trap '$(LABCTL) down; exit 130' INT TERM; \
@@ -88,6 +126,7 @@ demo: install
 	if [ $$rc -eq 0 ]; then $(VENV)/bin/python $(CURDIR)/lab/demo.py $(DEMO_ARGS) || rc=$$?; fi; \
 	$(LABCTL) down || { [ $$rc -ne 0 ] || rc=1; }; \
 	exit $$rc
+endif
 
 # The lab's users, hooks and tests run the package from make's VENV (lab/host-root's
 # .venv-debian13 on a Debian 13 lab host), the workflow test its WF_VENV (make's, not

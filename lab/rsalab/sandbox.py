@@ -308,18 +308,154 @@ def finish(name: str, box: Path, cgs: list[Path], rc: int) -> int:
     return rc
 
 
-USAGE = "usage: lab/sandbox NAME CMD... (as root; NAME: lowercase letters, digits, -)"
+USAGE = """usage (as root; NAME: lowercase letters, digits, -):
+  lab/sandbox NAME CMD...            run CMD on a host of its own until it ends
+  lab/sandbox --detach NAME CMD...   the same in the background (output: WORK/NAME.log)
+  lab/sandbox --exec NAME CMD...     run CMD inside a running sandbox, as ssh would
+  lab/sandbox --stop NAME            end a sandbox: its command's own teardown first"""
+
+
+def _name_ok(name: str) -> bool:
+    return re.fullmatch(r"[a-z0-9][a-z0-9-]{0,30}", name) is not None
+
+
+def detach(name: str, argv: list[str], lower: Path) -> int:
+    """run() in a process of its own session, its output in WORK/NAME.log; back once
+    the sandbox's PID 1 runs (or the sandbox ended at once: then its log's end)."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    out = WORK / f"{name}.log"
+    if (pid := holder_alive(WORK / name / "holder.pid")) is not None:
+        log(f"a sandbox {name} is running (pid {pid}); end it first or choose another name")
+        return 2
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the detached sandbox itself
+        os.setsid()
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        try:
+            rc = run(name, argv, lower)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(rc)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(child, os.WNOHANG)
+        if done:
+            tail = out.read_text(errors="replace").strip().splitlines()[-5:]
+            log(f"{name} ended at once (status {os.waitstatus_to_exitcode(status)}): "
+                + " | ".join(tail))
+            return 1
+        holder = holder_alive(WORK / name / "holder.pid")
+        if holder is not None and reapers(holder):
+            log(f"{name} runs in the background (pid {child}; output in {out}): "
+                f"lab/sandbox --exec {name} CMD..., lab/sandbox --stop {name}")
+            return 0
+        time.sleep(0.1)
+    log(f"{name}: no PID 1 after 60 s; its output is in {out}")
+    return 1
+
+
+def _running(name: str) -> tuple[int, int] | None:
+    """(holder, PID 1) of the running sandbox NAME, as this host sees them."""
+    holder = holder_alive(WORK / name / "holder.pid")
+    if holder is None:
+        return None
+    pid1 = reapers(holder)
+    return (holder, pid1[0]) if pid1 else None
+
+
+def exec_in(name: str, argv: list[str]) -> int:
+    """CMD in the running sandbox's namespaces, root and cgroups, from its PID 1's working
+    directory (the repository), as a login there would run it; its status."""
+    found = _running(name)
+    if found is None:
+        log(f"no sandbox {name} is running (lab/sandbox --detach {name} CMD... starts one)")
+        return 2
+    _holder, pid1 = found
+    enter = "".join(f'echo $$ > "{h.cgroup(name)}/cgroup.procs"; ' for h in hierarchies())
+    env = {k: v for k, v in os.environ.items() if k not in (MARK, ROOT, "REAPER")}
+    env.update({"RSA_LAB_SANDBOX": name, "PATH": PATH,
+                BLKIO_ROOT: "1" if blkio_is_the_root() else "0"})
+    done = subprocess.run(
+        ["sh", "-c", enter + 'exec "$@"', "sh",
+         "nsenter", "-t", str(pid1), "-m", "-u", "-i", "-n", "-p", "-C", "-r", "-w", "--",
+         *argv], env=env, check=False)
+    return done.returncode
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def stop(name: str, timeout: float = 300) -> int:
+    """End a detached sandbox as a signal to its lab/sandbox would (its command's own
+    teardown, then the sandbox's cleanup), and wait for the end; 0 when nothing of it is
+    left (also when none runs)."""
+    box = WORK / name
+    found = _running(name)
+    if found is None:
+        if box.exists() and holder_alive(box / "holder.pid") is None and not in_sandbox(name):
+            log(f"no sandbox {name} is running; an earlier one's data is at {box} "
+                "(the next start of that name removes it)")
+        else:
+            log(f"no sandbox {name} is running")
+        return 0
+    holder, _pid1 = found
+    keeper = _parent(holder)
+    if keeper is None or keeper <= 1:
+        log(f"{name}: its lab/sandbox process is gone; ending the sandbox at once")
+        os.kill(holder, signal.SIGKILL)
+        keeper = None
+    else:
+        os.kill(keeper, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (keeper is None or not Path(f"/proc/{keeper}").exists()) and not in_sandbox(name):
+            break
+        time.sleep(0.2)
+    else:
+        log(f"{name} still runs {timeout:g} s after SIGTERM: lab/sandbox --stop {name} "
+            "again, or kill its holder")
+        return 1
+    said = (WORK / f"{name}.log").read_text(errors="replace").splitlines()
+    for line in said[-20:]:
+        if line.startswith("sandbox: "):
+            print(line, file=sys.stderr)
+    if keeper is None:
+        return finish(name, box, [h.cgroup(name) for h in hierarchies()], 1)
+    if box.exists():
+        log(f"{name}: something of it is left (its output: {WORK / f'{name}.log'})")
+        return 1
+    log(f"{name} ended; nothing of it is left")
+    return 0
 
 
 def main(args: list[str]) -> int:
-    if len(args) < 2 or not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,30}", args[0]):
+    mode = args[0] if args[:1] and args[0].startswith("--") else ""
+    rest = args[1:] if mode else args
+    need = 1 if mode == "--stop" else 2
+    if mode not in ("", "--detach", "--exec", "--stop") or len(rest) < need or \
+            (mode == "--stop" and len(rest) != 1) or not _name_ok(rest[0]):
         print(USAGE, file=sys.stderr)
         return 2
     if os.geteuid() != 0:
         log("run it as root (namespaces, mounts)")
         return 2
+    if mode == "--exec":
+        return exec_in(rest[0], rest[1:])
+    if mode == "--stop":
+        return stop(rest[0])
     lower = Path(os.environ.get(ROOT, "/"))
     if not (lower / "usr/bin/python3").exists():
         log(f"{ROOT}={lower}: not a root with /usr/bin/python3 (lab/host-root builds one)")
         return 2
-    return run(args[0], args[1:], lower)
+    if mode == "--detach":
+        return detach(rest[0], rest[1:], lower)
+    return run(rest[0], rest[1:], lower)
