@@ -333,6 +333,9 @@ class Routes:
         if hook not in HOOKS:
             raise ApiError(HTTPStatus.NOT_FOUND, f"no burst buffer hook {hook[:32]!r}")
         payload = dict(body or {})
+        # an array task's own id is matched to its task here alone (asked of Slurm, the
+        # users compared), never as the caller says: rsa-bb sends no "alias"
+        payload.pop("alias", None)
         own = str(payload.get("job_id", ""))
         if not re.fullmatch(r"\d+", own):
             raise ApiError(HTTPStatus.BAD_REQUEST, "burst buffer hook without a valid job_id")

@@ -187,6 +187,21 @@ def test_an_alias_learned_at_setup_survives_a_restart_without_a_snapshot(
     assert d.aliases == {"12": "10_2"}
 
 
+
+def test_a_callers_own_alias_is_never_taken_for_an_array_task_match(
+        tmp_path: Path) -> None:
+    """Only Slurm's answer matches an own id to a task. On main a setup body's "alias"
+    went into the bb.setup event as it came, and a restarted rsad took that id for the
+    job (here: any hook of job 99 answered from job 7's record)."""
+    slurm, clock = TroubledSlurm(), Clock()
+    d = native(tmp_path, slurm, clock)
+    slurm.set("7", "PENDING", "BurstBufferStageIn")
+    with serving(d) as routes:
+        got = routes.dispatch(ROOT, "POST", "/v1/bb/setup", {"job_id": "7", "alias": "99"})
+    assert (got["job_id"], got["status"]) == ("7", "done"), got
+    d = restart(d, tmp_path, slurm, clock)
+    assert "99" not in d.aliases, d.aliases
+
 def test_aliases_leave_memory_with_their_job(tmp_path: Path) -> None:
     """Retention: an alias goes once its job left memory (and is not in the next
     snapshot); an alias of a live job stays."""
