@@ -12,6 +12,8 @@ output is verified on the PFS, and no RAMDISK goes before that.
    job up again before that stage-out is over (its burst buffer is still staging out);
    the first run's output is verified before its RAMDISK goes, the second run writes its
    own, which is verified too.
+3. A job that fails: its output is verified before Slurm shows it FAILED, its user's
+   ``scancel`` during the stage-out notwithstanding.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import pytest
 from rsa_scheduler.store import Store
 from tests.e2e.conftest import input_area
 from tests.e2e.test_native_trouble import STORE, queue_line
+from tests.integration.conftest import as_user
 from tests.integration.slurmkit import (
     make_jobs,
     past_requeue_delay,
@@ -142,3 +145,31 @@ def test_a_job_requeued_while_its_output_stages_out_keeps_both_runs_output(
     for n in ("0", "1"):
         got = root(lab, "bash", "-c", f"cd {out} && md5sum big{n}")
         assert got == (area / "res" / f"md5.{n}").read_text(), n
+
+
+def test_a_failed_jobs_output_is_verified_before_slurm_ends_it_even_if_cancelled(
+        lab: Mapping[str, str], area: Path) -> None:
+    """A job that writes its output and fails (exit 3): its output is staged out and
+    verified like any, and Slurm shows it FAILED only after that; its user's plain
+    ``scancel`` while the output stages out ends nothing early (Slurm refuses to signal
+    a job that ended; ``--hurry`` is tests/e2e/test_native_trouble.py's)."""
+    out = area / "out"
+    script = (f"#!/bin/bash\n#SBATCH -t 10\n#RSA_DATA_OUT={out}\n"
+              f"head -c $((120 << 20)) /dev/urandom > {out}/big\n"
+              f"(cd {out} && md5sum big) > {area}/res/md5.out\n"
+              "exit 3\n")
+    with make_jobs(lab) as jobs:
+        job = jobs.submit(script=script)
+        wait_state(lab, job, "staging-out", timeout=240)
+        as_user(lab, lab["RSA_LAB_USER"], ["scancel", job])
+        deadline = time.monotonic() + 300
+        while (state := queue_line(lab, job)[0]) != "FAILED":
+            slurm_ended_after_verify(lab, job)
+            assert time.monotonic() < deadline and state not in ("COMPLETED",
+                                                                 "CANCELLED"), state
+            time.sleep(0.2)
+        slurm_ended_after_verify(lab, job)
+        wait_state(lab, job, "released", timeout=120)
+    in_order(reached(job))
+    got = root(lab, "bash", "-c", f"cd {out} && md5sum big")
+    assert got == (area / "res" / "md5.out").read_text()
