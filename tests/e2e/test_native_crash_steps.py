@@ -129,6 +129,7 @@ def test_a_job_requeued_while_its_output_stages_out_keeps_both_runs_output(
         job = jobs.submit(script=script)
         wait_state(lab, job, "staging-out", timeout=240)
         root(lab, "scontrol", "requeue", job)
+        assert "output-verified" not in reached(job), "the requeue came after the stage-out"
         wait_for("the second run's output", past_requeue_delay(
             lab, job, lambda: (area / "res" / "md5.1").exists()), timeout=400)
         wait_for("Slurm's end of the job", lambda: queue_line(lab, job)[0] == "COMPLETED",
