@@ -240,8 +240,9 @@ def test_an_array_task_whose_user_this_host_cannot_resolve_is_served_as_its_task
         for own, key, uid in (("12", "10_2", "64998"), ("13", "10_3", "64999")):
             got = routes.dispatch(ROOT, "POST", "/v1/bb/setup", {"job_id": own, "uid": uid})
             assert (got["job_id"], got["status"]) == (key, "done"), got
-        d.poll()
-        settle(d)
+    d.poll()  # the loop's own work, once the API's loop thread is gone
+    settle(d)
+    with serving(d) as routes:
         for own in ("12", "13"):
             got = routes.dispatch(ROOT, "POST", "/v1/bb/data_in", {"job_id": own})
             assert "nothing to stage" not in got["message"], got
