@@ -234,8 +234,8 @@ test-compat: cluster-test
 # releases with make test-compat.
 COMPAT_TESTS := tests/cluster/test_hosts.py tests/cluster/test_native.py \
                 tests/cluster/test_compat.py tests/cluster/test_compat_native.py \
-                tests/cluster/test_attacks.py tests/cluster/test_shared_node.py \
-                tests/cluster/test_networks.py
+                tests/cluster/test_native_crash.py tests/cluster/test_attacks.py \
+                tests/cluster/test_shared_node.py tests/cluster/test_networks.py
 cluster-run-13 cluster-run-testing: install
 	lab/deb-release $(patsubst cluster-run-%,%,$@)
 	$(MAKE) --no-print-directory cluster-run RSA_LAB_DEBIAN=$(patsubst cluster-run-%,%,$@) \
