@@ -254,8 +254,8 @@ cluster-run-whole: install
 # make test, and on the others with make test-compat RSA_LAB_DEBIAN=12|testing.
 COMPAT_TESTS := tests/cluster/test_hosts.py tests/cluster/test_native.py \
                 tests/cluster/test_compat.py tests/cluster/test_compat_native.py \
-                tests/cluster/test_attacks.py tests/cluster/test_shared_node.py \
-                tests/cluster/test_networks.py
+                tests/cluster/test_native_crash.py tests/cluster/test_attacks.py \
+                tests/cluster/test_shared_node.py tests/cluster/test_networks.py
 CLUSTER_RUNS := cluster-run-whole \
                 $(patsubst %,cluster-run-%,$(filter-out $(RSA_LAB_DEBIAN),12 13 testing))
 cluster-run-12 cluster-run-13 cluster-run-testing: install

@@ -14,9 +14,11 @@ runs as SlurmUser in slurmscriptd; it never touches user data.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -236,12 +238,25 @@ def pools_text(answer: Any) -> str:
 def replace_pools_file(path: Path, text: str) -> None:
     """Replace the pools file ``path`` with ``text`` and a newline atomically, mode 0644
     (slurmctld reads it as SlurmUser). rsad's own (native.NativeDriver.write_pools) and
-    ``rsa-bb pools``'s copy on a slurmctld host without rsad are written so."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    ``rsa-bb pools``'s copy on a slurmctld host without rsad are written so, as root.
+
+    The new content goes to a file of its own, created (never opened: ``mkstemp``'s
+    ``O_EXCL``) under a name no one can guess, and its mode is set on the open file:
+    whoever else may write in the file's directory (a site's choice of
+    ``slurm.bb_pools_file``: SlurmUser's state directory, a shared one) cannot have root
+    write into, or make readable, a file a symlink of theirs names, as a fixed temporary
+    name let them. The rename replaces ``path`` itself, a symlink there included."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp.write_text(text + "\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), 0o644)
+            f.write(text + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def write_pools_file(path: Path, text: str) -> bool:

@@ -58,7 +58,10 @@ local CONFIG = {
   -- Whether Slurm polls test_data_in/test_data_out (24.05 and later): data_in/data_out
   -- then return at once and each poll asks rsad once (`rsa-bb --once`), answering BUSY
   -- while the stage runs. false: data_in/data_out block until rsad says done, as on
-  -- 22.05. nil: as the running Slurm says (slurm.SLURM_BB_BUSY defined: 24.05+).
+  -- 22.05. nil (or true): as the running Slurm says (slurm.SLURM_BB_BUSY defined:
+  -- 24.05+). A Slurm that does not poll never gets the quick return, true or not: to
+  -- it a data_in that returned says the input is staged, and the job would start
+  -- without it (logged).
   poll = nil,
 }
 
@@ -72,6 +75,24 @@ local function setting(value)
     return slurm_polls()
   end
   return value
+end
+
+-- Whether data_in/data_out return at once and Slurm's test_data_in/out polls ask rsad
+-- (CONFIG.poll). Never on a Slurm that does not poll (22.05, 23.02, 23.11): there the
+-- stage is done when data_in/data_out return, so they must block until rsad says so.
+local function polls()
+  if CONFIG.poll == false then
+    return false
+  end
+  if not slurm_polls() then
+    if CONFIG.poll then
+      slurm.log_error("rsa: CONFIG.poll is true, but this Slurm does not poll "
+        .. "slurm_bb_test_data_in/out (no slurm.SLURM_BB_BUSY): data_in and data_out "
+        .. "block until rsad is done")
+    end
+    return false
+  end
+  return true
 end
 
 -- ---------------------------------------------------------------------------------------
@@ -236,7 +257,7 @@ end
 -- 22.05: blocks until rsad has staged the job in. 24.05+: returns at once; Slurm then
 -- polls slurm_bb_test_data_in.
 function slurm_bb_data_in(job_id, job_script) -- luacheck: ignore (Slurm API)
-  if setting(CONFIG.poll) then
+  if polls() then
     return slurm.SUCCESS, ""
   end
   return ask_rsad("data_in", job_id)
@@ -255,7 +276,7 @@ function slurm_bb_post_run(job_id, job_script) -- luacheck: ignore (Slurm API)
 end
 
 function slurm_bb_data_out(job_id, job_script) -- luacheck: ignore (Slurm API)
-  if setting(CONFIG.poll) then
+  if polls() then
     return slurm.SUCCESS, ""
   end
   return ask_rsad("data_out", job_id)
@@ -281,14 +302,14 @@ end
 -- question to rsad (`rsa-bb --once`). With CONFIG.poll false data_in/data_out blocked
 -- until done, so a test is always done.
 function slurm_bb_test_data_in(job_id, job_script) -- luacheck: ignore (Slurm API)
-  if not setting(CONFIG.poll) then
+  if not polls() then
     return slurm.SUCCESS, ""
   end
   return ask(true, "data_in", job_id)
 end
 
 function slurm_bb_test_data_out(job_id, job_script) -- luacheck: ignore (Slurm API)
-  if not setting(CONFIG.poll) then
+  if not polls() then
     return slurm.SUCCESS, ""
   end
   return ask(true, "data_out", job_id)

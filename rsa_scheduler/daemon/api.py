@@ -333,6 +333,9 @@ class Routes:
         if hook not in HOOKS:
             raise ApiError(HTTPStatus.NOT_FOUND, f"no burst buffer hook {hook[:32]!r}")
         payload = dict(body or {})
+        # an array task's own id is matched to its task here alone (asked of Slurm, the
+        # users compared), never as the caller says: rsa-bb sends no "alias"
+        payload.pop("alias", None)
         own = str(payload.get("job_id", ""))
         if not re.fullmatch(r"\d+", own):
             raise ApiError(HTTPStatus.BAD_REQUEST, "burst buffer hook without a valid job_id")
@@ -353,8 +356,17 @@ class Routes:
                         "message": f"rsad cannot ask Slurm about job {own} yet ({e}): "
                                    "asking again"}
             key = info.array_key
-            if key is not None and _same_uid(info.user, payload.get("uid")) and \
-                    self._call(lambda: self._learn_alias(own, key, info.user, tracked=False)):
+            if key is not None:
+                # an array task is never served under its own id: rsad tracks it as
+                # <array>_<task>, which the queue lists, so under its own id it would be
+                # a job without directives ("nothing to stage") started without its input
+                why = _other_uid(info.user, payload.get("uid")) or \
+                    self._call(lambda: self._learn_alias(own, key, info.user, tracked=False))
+                if why:
+                    return {"job_id": own, "status": "failed", "rsa_state": None,
+                            "message": f"job {own} is array task {key}, which rsad cannot "
+                                       f"take for it: {why}; scancel the task and submit "
+                                       "it again"}
                 job = key
                 payload["alias"] = own
         try:
@@ -385,15 +397,15 @@ class Routes:
         key = info.array_key
         if key is None:
             return None
-        return key if self._call(lambda: self._learn_alias(own, key, info.user,
-                                                           tracked=True)) else None
+        return None if self._call(lambda: self._learn_alias(own, key, info.user,
+                                                            tracked=True)) else key
 
-    def _learn_alias(self, own: str, key: str, user: str, *, tracked: bool) -> bool:
+    def _learn_alias(self, own: str, key: str, user: str, *, tracked: bool) -> str:
         """Loop thread: remember that job ``own`` (Slurm says: ``user``'s array task
         ``key``) is rsad's ``key``, unless that would let one job pass for another: the
         RSA job ``key`` (untracked allowed only when not ``tracked``, native mode's setup
         comes first) must be ``user``'s, and neither ``own`` nor ``key`` may be matched
-        to another job already."""
+        to another job already. Returns why not, "" when remembered."""
         d = self.daemon
         rec = d.sched.records.get(key)
         why = None
@@ -409,9 +421,9 @@ class Routes:
                 why = f"task {key} is job {other} already"
         if why is not None:
             log.warning("job %s: not taken for array task %s: %s", own, key, why)
-            return False
+            return why
         d.aliases[own] = key
-        return True
+        return ""
 
     def _heard(self, node: str, hook: str, job: str, payload: Mapping[str, Any]) -> None:
         """The hook protocol a compute node's request speaks: a node whose hooks are older
@@ -629,15 +641,23 @@ def _seq(query: Mapping[str, list[str]], key: str) -> int:
     return int(text)
 
 
-def _same_uid(user: str, uid: object) -> bool:
-    """Whether ``uid`` (a hook's, from Slurm) is ``user``'s; no uid given: nothing to
-    compare."""
-    if uid in (None, ""):
-        return True
-    try:
-        return pwd.getpwnam(user).pw_uid == int(str(uid))
-    except (KeyError, ValueError):
-        return False
+def _other_uid(user: str, uid: object) -> str:
+    """Why ``uid`` (a hook's, from slurmctld) is not ``user``'s (squeue's name of the
+    same job), "" when it is or cannot be told otherwise: no uid given, or a name this
+    host cannot resolve (squeue prints a uid it cannot resolve as the number itself;
+    both answers are Slurm's own of the same job, so only two that differ count)."""
+    if uid in (None, "") or not str(uid).isdigit():
+        return ""
+    if user.isdigit():
+        known: int | None = int(user)
+    else:
+        try:
+            known = pwd.getpwnam(user).pw_uid
+        except KeyError:
+            known = None
+    if known is None or known == int(str(uid)):
+        return ""
+    return f"Slurm's hook names uid {uid}, its queue user {user} (uid {known})"
 
 
 def _privileged_uid(uid: int) -> bool:

@@ -191,6 +191,37 @@ def test_pools_are_written_where_slurm_bb_pools_reads_them(tmp_path: Path) -> No
     assert sync_pools(get, target, None) == (True, f"{target} unchanged")
 
 
+
+def test_a_symlink_planted_in_the_pools_files_directory_is_never_written_through(
+        tmp_path: Path) -> None:
+    """rsad and rsa-bb pools write the pools file as root. Someone else who may write in
+    its directory (a site's slurm.bb_pools_file in SlurmUser's state directory, or a
+    shared one) plants a symlink where the temporary copy went, naming a file of
+    root's: on main root truncated that file, wrote the pools into it and made it
+    world-readable (0644). Now the copy is a file of its own; the victim is untouched."""
+    from rsa_scheduler.bb import replace_pools_file, write_pools_file
+
+    victim = tmp_path / "shadow"
+    victim.write_text("root's secret\n")
+    victim.chmod(0o600)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    target = shared / "bb-pools.json"
+    (shared / ".bb-pools.json.tmp").symlink_to(victim)
+    assert write_pools_file(target, json.dumps(POOLS))
+    assert victim.read_text() == "root's secret\n"
+    assert victim.stat().st_mode & 0o777 == 0o600
+    assert json.loads(target.read_text()) == POOLS and not target.is_symlink()
+    assert target.stat().st_mode & 0o777 == 0o644
+    # a symlink planted as the pools file itself is replaced, never written through
+    target.unlink()
+    target.symlink_to(victim)
+    replace_pools_file(target, json.dumps(POOLS))
+    assert victim.read_text() == "root's secret\n" and not target.is_symlink()
+    # nothing but the file and the planted link are left in the directory
+    assert sorted(p.name for p in shared.iterdir()) == [".bb-pools.json.tmp",
+                                                         "bb-pools.json"]
+
 def test_a_failed_round_keeps_the_file_and_the_loop_goes_on(tmp_path: Path) -> None:
     from rsa_scheduler.bb import sync_pools
 

@@ -212,6 +212,29 @@ def test_on_slurm_24_the_stage_hooks_return_at_once_and_the_polls_ask_rsad_once(
     assert call("slurm_bb_data_in", "42", "/s", config={"rsa_bb": str(script)}).rc == "-1"
 
 
+
+def test_poll_set_by_hand_never_makes_a_slurm_that_does_not_poll_skip_the_stage(
+        tmp_path: Path) -> None:
+    """CONFIG.poll = true on a Slurm without test_data_in/out (22.05, 23.x: no
+    slurm.SLURM_BB_BUSY): on main data_in and data_out returned at once, which such a
+    Slurm takes for "staged in" / "staged out": the job started without its input, and
+    its stage-out ended before its output was on the PFS. Now they block until rsad
+    answers, and the setting is logged as ignored."""
+    script, args = fake_rsa_bb(tmp_path, "ok staged in")
+    cfg = {"rsa_bb": str(script), "poll": "true"}
+    got = call("slurm_bb_data_in", "42", "/s", config=cfg)
+    assert (got.rc, got.msg) == ("0", ["staged in"])
+    assert args.read_text().split("\n")[:-1] == ["data_in", "42"]
+    assert any("CONFIG.poll is true, but this Slurm does not poll" in e for e in got.log)
+    script, args = fake_rsa_bb(tmp_path, "ok staged out and verified")
+    got = call("slurm_bb_data_out", "42", "/s", config={**cfg, "rsa_bb": str(script)})
+    assert (got.rc, got.msg) == ("0", ["staged out and verified"])
+    assert args.read_text().split("\n")[:-1] == ["data_out", "42"]
+    # and on 24.11 poll = true is what Slurm says anyway: at once, then polled
+    args.unlink()
+    assert call("slurm_bb_data_in", "42", "/s", config=cfg, slurm="24.11").msg == [""]
+    assert not args.exists()
+
 def test_bbstat_failing_is_a_line_too(tmp_path: Path) -> None:
     script, _ = fake_rsa_bb(tmp_path, "error rsa-bb status: cannot reach rsad")
     got = call("slurm_bb_get_status", config={"rsa_bb": str(script)})

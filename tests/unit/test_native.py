@@ -568,13 +568,16 @@ def test_only_root_or_slurm_may_call_the_burst_buffer_hooks(tmp_path: Path) -> N
         assert got["job_id"] == "10_2" and got["status"] == "done"
         assert d.aliases["12"] == "10_2"
         # issue 36: another job, or another user's, never passes for the same task
+        # (its setup fails, saying why: never served under its own id, which the queue
+        # does not list, as a job without directives)
         slurm.tasks["13"] = ("10", "2")
         got = routes.dispatch(Caller(0, "root"), "POST", "/v1/bb/setup", {"job_id": "13"})
-        assert got["job_id"] == "13" and d.aliases == {"12": "10_2"}
+        assert got["status"] == "failed" and d.aliases == {"12": "10_2"}
         slurm.tasks["14"] = ("10", "3")
+        slurm.users["14"] = "root"  # squeue's user, whose uid is 0
         got = routes.dispatch(Caller(0, "root"), "POST", "/v1/bb/setup",
-                              {"job_id": "14", "uid": "0"})  # Slurm's uid: not alice's
-        assert got["job_id"] == "14" and "14" not in d.aliases
+                              {"job_id": "14", "uid": "1"})  # Slurm's uid: not root's
+        assert got["status"] == "failed" and "14" not in d.aliases
 
 
 def test_a_job_slurm_holds_for_a_limit_gets_no_rsa_nodes_until_the_limit_lets_it_go(

@@ -187,6 +187,21 @@ def test_an_alias_learned_at_setup_survives_a_restart_without_a_snapshot(
     assert d.aliases == {"12": "10_2"}
 
 
+
+def test_a_callers_own_alias_is_never_taken_for_an_array_task_match(
+        tmp_path: Path) -> None:
+    """Only Slurm's answer matches an own id to a task. On main a setup body's "alias"
+    went into the bb.setup event as it came, and a restarted rsad took that id for the
+    job (here: any hook of job 99 answered from job 7's record)."""
+    slurm, clock = TroubledSlurm(), Clock()
+    d = native(tmp_path, slurm, clock)
+    slurm.set("7", "PENDING", "BurstBufferStageIn")
+    with serving(d) as routes:
+        got = routes.dispatch(ROOT, "POST", "/v1/bb/setup", {"job_id": "7", "alias": "99"})
+    assert (got["job_id"], got["status"]) == ("7", "done"), got
+    d = restart(d, tmp_path, slurm, clock)
+    assert "99" not in d.aliases, d.aliases
+
 def test_aliases_leave_memory_with_their_job(tmp_path: Path) -> None:
     """Retention: an alias goes once its job left memory (and is not in the next
     snapshot); an alias of a live job stays."""
@@ -206,6 +221,60 @@ def test_aliases_leave_memory_with_their_job(tmp_path: Path) -> None:
     settle(d)
     assert "10_3" in d.sched.records and d.aliases == {"13": "10_3"}
     assert d.memory.to_json()["aliases"] == {"13": "10_3"}
+
+
+
+def test_an_array_task_whose_user_this_host_cannot_resolve_is_served_as_its_task(
+        tmp_path: Path) -> None:
+    """slurmctld names the task's uid, squeue its user, a name rsad's host cannot
+    resolve (or the uid itself): on main the uid check failed, the task went on under its
+    own id, which the queue never lists (it lists 10_2), and data_in answered "nothing to
+    stage": Slurm started the task without its input. Now it is the task's."""
+    slurm, clock = TroubledSlurm(), Clock()
+    d = native(tmp_path, slurm, clock)
+    slurm.tasks.update({"12": ("10", "2"), "13": ("10", "3")})
+    slurm.users.update({"12": "rsa-no-such-user", "13": "64999"})  # 13: squeue's number
+    slurm.set("10_2", "PENDING", "BurstBufferStageIn")
+    slurm.set("10_3", "PENDING", "BurstBufferStageIn")
+    with serving(d) as routes:
+        for own, key, uid in (("12", "10_2", "64998"), ("13", "10_3", "64999")):
+            got = routes.dispatch(ROOT, "POST", "/v1/bb/setup", {"job_id": own, "uid": uid})
+            assert (got["job_id"], got["status"]) == (key, "done"), got
+    d.poll()  # the loop's own work, once the API's loop thread is gone
+    settle(d)
+    with serving(d) as routes:
+        for own in ("12", "13"):
+            got = routes.dispatch(ROOT, "POST", "/v1/bb/data_in", {"job_id": own})
+            assert "nothing to stage" not in got["message"], got
+    assert d.sched.records["10_2"].rsa_state is RsaState.LOCKED_IN
+    assert d.sched.records["10_3"].rsa_state is RsaState.LOCKED_IN
+
+
+def test_an_array_task_rsad_cannot_take_fails_its_setup_and_never_stages_nothing(
+        tmp_path: Path) -> None:
+    """Slurm's hook and its queue name two users for the task, or the task is matched to
+    another job id already: setup fails, saying why (Slurm holds the task), instead of
+    going on under the task's own id and answering data_in "nothing to stage"."""
+    import pwd
+
+    slurm, clock = TroubledSlurm(), Clock()
+    d = native(tmp_path, slurm, clock)
+    me = pwd.getpwuid(0).pw_name
+    slurm.tasks.update({"12": ("10", "2"), "14": ("10", "2")})
+    slurm.users.update({"12": me, "14": me})
+    slurm.set("10_2", "PENDING", "BurstBufferStageIn")
+    with serving(d) as routes:
+        got = routes.dispatch(ROOT, "POST", "/v1/bb/setup", {"job_id": "12", "uid": "64998"})
+        assert got["status"] == "failed", got
+        assert "job 12 is array task 10_2" in got["message"], got
+        assert "uid 64998" in got["message"], got
+        assert "12" not in (d.native.jobs if d.native else {})
+        got = routes.dispatch(ROOT, "POST", "/v1/bb/setup", {"job_id": "12", "uid": "0"})
+        assert (got["job_id"], got["status"]) == ("10_2", "done"), got
+        got = routes.dispatch(ROOT, "POST", "/v1/bb/setup", {"job_id": "14", "uid": "0"})
+        assert got["status"] == "failed" and "task 10_2 is job 12 already" in \
+            got["message"], got
+        assert "14" not in (d.native.jobs if d.native else {})
 
 
 # ---- item 3: the API answers while rsad starts; setup waits for Slurm's answer -----------
