@@ -155,3 +155,45 @@ def test_an_earlier_sandbox_left_unended_has_its_devices_detached_before_its_dat
     finally:
         if backing.exists() and str(ssd_dir) in backing.read_text():
             subprocess.run(["losetup", "-d", device], check=False)
+
+
+def test_a_detached_sandbox_takes_commands_and_its_stop_runs_its_teardown() -> None:
+    """make lab-up RSA_LAB_DEBIAN=13's way: --detach returns once the sandbox runs,
+    --exec runs a command in it (its hostname, its processes, its data; the command's
+    status), --stop runs the command's trap (lab-down) and leaves nothing."""
+    name = f"t{uuid.uuid4().hex[:8]}"
+    keeper = ('trap "echo torn down; exit 0" TERM; '  # into the sandbox's output file
+              "setsid sleep 300 </dev/null >/dev/null 2>&1 & "
+              "while :; do sleep 3600 & wait $!; done")
+    done = subprocess.run([str(SANDBOX), "--detach", name, "sh", "-c", keeper],
+                          capture_output=True, text=True, timeout=90, check=False)
+    try:
+        assert done.returncode == 0, done.stderr
+        assert f"lab/sandbox --stop {name}" in done.stderr
+        assert sandbox.in_sandbox(name)  # running after --detach returned
+        inside = subprocess.run(
+            [str(SANDBOX), "--exec", name, "sh", "-c",
+             "hostname; echo $RSA_LAB_SANDBOX; pgrep -x sleep | wc -l; "
+             "touch /var/lib/rsa-lab/mine; exit 3"],
+            capture_output=True, text=True, timeout=60, check=False)
+        assert inside.returncode == 3, inside.stderr
+        host, lab, sleeps = inside.stdout.split()[:3]
+        assert (host, lab) == (f"sandbox-{name}", name)
+        assert int(sleeps) >= 2  # the keeper's and the daemon it started
+        assert (sandbox.WORK / name / "data" / "mine").exists()
+        again = subprocess.run([str(SANDBOX), "--detach", name, "true"],
+                               capture_output=True, text=True, timeout=60, check=False)
+        assert again.returncode == 2 and "is running" in again.stderr
+    finally:
+        stopped = subprocess.run([str(SANDBOX), "--stop", name], capture_output=True,
+                                 text=True, timeout=120, check=False)
+    assert stopped.returncode == 0, stopped.stderr
+    assert f"{name} ended; nothing of it is left" in stopped.stderr
+    said = (sandbox.WORK / f"{name}.log").read_text()
+    assert "torn down" in said.splitlines(), said  # its teardown ran
+    assert not sandbox.in_sandbox(name) and not (sandbox.WORK / name).exists()
+    assert all(not h.cgroup(name).exists() for h in sandbox.hierarchies())
+    none = subprocess.run([str(SANDBOX), "--exec", name, "true"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert none.returncode == 2 and f"no sandbox {name} is running" in none.stderr
+    (sandbox.WORK / f"{name}.log").unlink()
