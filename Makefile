@@ -25,7 +25,7 @@ SPANK      := slurm_plugins/spank
 WF_VENV    ?= $(CURDIR)/.venv-wf
 WF_PKGS    := snakemake==9.27.1 snakemake-executor-plugin-cluster-generic==1.0.9
 
-.PHONY: install test lane-unit lane-queue lane-e2e lane-native lane-roots lane-cluster lab-host unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
+.PHONY: install test lanes lane-cluster-whole lane-unit lane-queue lane-e2e lane-native lane-roots lane-cluster lab-host unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
         slurm24-test slurm26-test cluster-test cluster-run test-compat cluster-run-whole \
         cluster-run-12 cluster-run-13 cluster-run-testing
 
@@ -93,6 +93,10 @@ test: install lint
 	$(MAKE) --no-print-directory debootstrap
 	$(MAKE) --no-print-directory lab-host
 	$(MAKE) --no-print-directory lane-unit
+	$(MAKE) --no-print-directory lanes LANES='$(LANES)'
+
+# The lanes named in LANES, side by side (make test, make test-compat).
+lanes:
 	@mkdir -p dist; rm -f dist/lane-*.log dist/lane-*.rc; pids=; \
 	for lane in $(LANES); do \
 	  ( s=$$(date +%s); rc=0; $(MAKE) --no-print-directory lane-$$lane >dist/lane-$$lane.log 2>&1 || rc=$$?; \
@@ -235,8 +239,18 @@ CLUSTER_TESTS ?= tests/cluster
 cluster-test: install deb
 	$(MAKE) --no-print-directory cluster-run-whole
 
-# The whole cluster suite on one Debian release: cluster-test by another name.
-test-compat: cluster-test
+# The whole suite on one Debian release (make test-compat RSA_LAB_DEBIAN=12|testing):
+# every lab phase on a host of that release and the whole cluster suite on it, side by
+# side as in make test (the lanes queue, e2e, native and cluster-whole).
+test-compat: install lint
+	lab/install-packages.sh
+	$(MAKE) --no-print-directory deb
+	$(MAKE) --no-print-directory debootstrap
+	$(MAKE) --no-print-directory lab-host
+	$(MAKE) --no-print-directory lanes LANES='queue e2e native cluster-whole'
+
+lane-cluster-whole: install
+	$(MAKE) --no-print-directory cluster-run-whole
 
 # cluster-test on the packages already in dist/ (make test builds them once): that
 # release's SPANK package, then the suite.
