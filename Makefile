@@ -14,8 +14,9 @@ PY         := $(VENV)/bin/python
 # gcc, make, libc6-dev, libslurm-dev build the SPANK plugin; slurm-client gives the unit
 # tests a real sbatch to load it into (no daemon is started or contacted). nftables: the
 # mfsmount proxy guard, loaded for real in a network namespace of the unit tests' own.
+# util-linux-extra: fincore (the verify read-back tests see what left the page cache).
 APT_PKGS   := python3-venv python3-dev lua5.1 lua5.4 sqlite3 tmux rsync tar munge libmunge2 groff-base \
-              gcc make libc6-dev libslurm-dev slurm-client nftables
+              gcc make libc6-dev libslurm-dev slurm-client nftables util-linux-extra
 SPANK      := slurm_plugins/spank
 
 # A workflow manager in a venv of its own (not the package's: its dependencies stay out of
@@ -114,8 +115,9 @@ lanes:
 	done; \
 	exit $$rc
 
-lane-unit: install
-	lab/sandbox unit $(VENV)/bin/pytest -q -p no:cacheprovider tests/unit
+# the unit tests on RSA_LAB_DEBIAN's Python and libraries (Debian 12's: make install-test)
+lane-unit: lab-host
+	$(LAB_SANDBOX) unit $(LAB_VENV)/bin/pytest -q -p no:cacheprovider tests/unit
 
 # The Debian release make test's labs run on (issue 31; docs/lab.md "Debian releases"):
 # RSA_LAB_DEBIAN, 13 (Slurm 24.11, MooseFS 4.57: what a centre installs today, the
@@ -126,10 +128,12 @@ lane-unit: install
 RSA_LAB_DEBIAN ?= 13
 ifeq ($(RSA_LAB_DEBIAN),12)
 LAB_SANDBOX := lab/sandbox
+LAB_VENV    := $(VENV)
 LAB_VARS    :=
 else
 LAB_SANDBOX  = RSA_SANDBOX_ROOT=$$(lab/host-root $(RSA_LAB_DEBIAN)) lab/sandbox
-LAB_VARS    := VENV=$(CURDIR)/.venv-debian$(RSA_LAB_DEBIAN) WF_VENV=$(CURDIR)/.venv-wf-debian$(RSA_LAB_DEBIAN)
+LAB_VENV    := $(CURDIR)/.venv-debian$(RSA_LAB_DEBIAN)
+LAB_VARS    := VENV=$(LAB_VENV) WF_VENV=$(CURDIR)/.venv-wf-debian$(RSA_LAB_DEBIAN)
 endif
 LAB_IN       = $(LAB_SANDBOX) $(1) $(MAKE) --no-print-directory $(LAB_VARS)
 

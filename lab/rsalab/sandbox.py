@@ -98,7 +98,8 @@ exec /usr/bin/python3 -c "$REAPER" "$@"
 # PID 1 inside: runs the command (without the mark), reaps orphans, exits with its status
 # (a signal is passed to the command's whole process group: make, its shell, pytest)
 REAPER = """import os, signal, subprocess, sys
-env = {k: v for k, v in os.environ.items() if k not in ("RSA_SANDBOX", "REAPER")}
+env = {k: v for k, v in os.environ.items()
+       if k not in ("RSA_SANDBOX", "RSA_SANDBOX_ROOT", "REAPER")}  # the root: a host path
 env["RSA_LAB_SANDBOX"] = os.environ["RSA_SANDBOX"]  # the lab's data dir is a mount of ours
 child = subprocess.Popen(sys.argv[1:], env=env, start_new_session=True)
 def forward(n, f):

@@ -23,8 +23,7 @@ from rsa_scheduler.node.check import (
     spank_plugins,
     version_number,
 )
-
-SPANK_SO = Path(__file__).resolve().parents[2] / "slurm_plugins/spank/rsa_spank.so"
+from tests.unit.test_spank import build  # noqa: F401  (module-scoped fixture)
 
 
 def test_slurm_conf_and_plugstack_lines() -> None:
@@ -41,13 +40,14 @@ def test_slurm_conf_and_plugstack_lines() -> None:
     assert release(0x160508) == "22.05"
 
 
-@pytest.mark.skipif(not SPANK_SO.exists() or not shutil.which("slurmd", path="/usr/sbin"),
-                    reason="needs the SPANK plugin built here (make install) and slurmd")
-def test_the_plugins_slurm_release_is_the_one_it_was_built_for() -> None:
+@pytest.mark.skipif(not shutil.which("slurmd", path="/usr/sbin"), reason="needs slurmd")
+def test_the_plugins_slurm_release_is_the_one_it_was_built_for(build: Path) -> None:  # noqa: F811
+    """The plugin as its Makefile builds it against this host's libslurm-dev (test_spank's
+    build) says the release slurmd says."""
     running = version_number(subprocess.run(["/usr/sbin/slurmd", "-V"], capture_output=True,
                                             text=True, check=True, timeout=30).stdout)
     assert running is not None
-    assert plugin_version(str(SPANK_SO)) >> 8 == running >> 8
+    assert plugin_version(str(build / "rsa_spank.so")) >> 8 == running >> 8
 
 
 def test_a_plugin_of_another_release_is_told_with_what_it_means_for_jobs(
