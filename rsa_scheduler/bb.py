@@ -43,9 +43,14 @@ UNREACHABLE = 300.0
 OTHER_WAIT = 240.0
 #: teardown answers before Slurm's OtherTimeout (default 300 s) kills it: Slurm retries
 TEARDOWN_WAIT = 240.0
-#: rsad's answers that say "not now" (429: too many requests, 503: busy or starting) and
-#: 401 (the credential was refused: munged restarting, clock skew): asked again
-TRANSIENT = frozenset({401, 429, 503})
+#: rsad's answers that say "not now" (429: too many requests, 503: busy or starting),
+#: 401 (the credential was refused: munged restarting, clock skew) and 500 (rsad's
+#: internal error: its event log could not be written, and rsad stops, its restart
+#: replaying the log without the failed request; or a fault in serving it): asked again
+#: within the hook's time. Every hook is safe to ask again (daemon/native.py: setup of a
+#: job set up already changes nothing; the others read or wait), and only an answer
+#: rsad signed (client.py: a 500 comes only signed) is taken for rsad's
+TRANSIENT = frozenset({401, 429, 500, 503})
 
 #: what Slurm does when the hook fails, and the way out (``{job}``: the job id)
 THEN = {
@@ -99,8 +104,9 @@ def call_hook(post: Post, hook: str, body: Mapping[str, Any], *,
     """Ask rsad, and ask again until done or failed.
 
     ``post(path, body)`` returns rsad's JSON answer or raises :class:`Unreachable` /
-    :class:`Refused`. rsad unreachable, busy or starting, and "wait" answers are asked
-    again: data_in and data_out while rsad stays unreachable less than ``unreachable``
+    :class:`Refused`. rsad unreachable, busy, starting or failing inside (an answer in
+    :data:`TRANSIENT`), and "wait" answers are asked again: data_in and data_out while
+    rsad stays without an answer (unreachable, or transient) less than ``unreachable``
     seconds (a stage may take as long as Slurm's StageInTimeout / StageOutTimeout allow);
     teardown for ``teardown_wait`` seconds in all, the other hooks ``other_wait``: both
     under Slurm's OtherTimeout. Returns (success, the one line for Slurm: on a failure,
@@ -146,8 +152,9 @@ def call_hook(post: Post, hook: str, body: Mapping[str, Any], *,
 def ask_once(post: Post, hook: str, body: Mapping[str, Any]) -> tuple[bool | None, str]:
     """One question to rsad, for a hook Slurm polls (``--once``): (True, message) when
     done, (None, what rsad is doing) while it works or cannot answer now (unreachable,
-    busy, starting: Slurm asks again at its next poll, up to StageInTimeout /
-    StageOutTimeout), (False, the one line for Slurm) when it failed or refused."""
+    busy, starting, failing inside: :data:`TRANSIENT`; Slurm asks again at its next
+    poll, up to StageInTimeout / StageOutTimeout), (False, the one line for Slurm) when
+    it failed or refused."""
     job = str(body.get("job_id"))
     try:
         answer = post(f"/v1/bb/{hook}", body)
