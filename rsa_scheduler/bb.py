@@ -8,8 +8,9 @@ StageOutTimeout / OtherTimeout kill it). With ``--once`` (Slurm 24.05+, whose
 slurm_bb_test_data_in/out Slurm itself calls every PollInterval), ``data_in`` and
 ``data_out`` ask rsad once and answer ``busy MESSAGE`` while the stage runs. It prints ONE
 answer on stdout, ``ok MESSAGE``, ``busy MESSAGE`` or ``error MESSAGE`` (the message is
-what Slurm shows: the job's Reason text on a failure) and exits 0 (ok, busy) or 1. It
-runs as SlurmUser in slurmscriptd; it never touches user data.
+what Slurm shows: the job's Reason text on a failure), and nothing else there (whatever
+else writes to stdout goes to stderr: :func:`answer_only_on_stdout`), and exits 0 (ok,
+busy) or 1. It runs as SlurmUser in slurmscriptd; it never touches user data.
 """
 
 from __future__ import annotations
@@ -317,9 +318,11 @@ USAGE = """usage: rsa-bb HOOK JOB_ID [ARGS...]   (HOOK: setup data_in real_size 
                              rsa-bb-pools.service runs it every 15 s)
 
 Run by slurm_plugins/burst_buffer.lua (native mode, slurm.mode: native) as SlurmUser.
-Prints `ok MESSAGE` or `error MESSAGE` and exits 0 or 1. rsad's address: --api ADDR,
-RSA_API, else /etc/rsa/client.conf (RSA_CLIENT_CONFIG), else daemon.api of the
-configuration (RSA_CONFIG, default /etc/rsa/rsa.yaml), which SlurmUser must then read.
+Prints `ok MESSAGE` or `error MESSAGE` on stdout, nothing else there (anything else goes
+to stderr, which burst_buffer.lua logs in slurmctld's log), and exits 0 or 1. rsad's
+address: --api ADDR, RSA_API, else /etc/rsa/client.conf (RSA_CLIENT_CONFIG), else
+daemon.api of the configuration (RSA_CONFIG, default /etc/rsa/rsa.yaml), which SlurmUser
+must then read.
 """
 
 
@@ -406,8 +409,21 @@ def main() -> None:
 
         sys.stdout.write(f"rsa-bb {__version__}\n")
         sys.exit(0)
+    answer = answer_only_on_stdout()
     ok, message = run(sys.argv[1:], os.environ)
     line = " ".join(message.split()) if "\n" not in message else message
     word = "busy" if ok is None else "ok" if ok else "error"
-    sys.stdout.write(f"{word} {line}\n")
+    os.write(answer, f"{word} {line}\n".encode(errors="replace"))
     sys.exit(1 if ok is False else 0)
+
+
+def answer_only_on_stdout() -> int:
+    """Keep stdout for rsa-bb's answer alone: a duplicate of it is returned for the
+    answer, and file descriptor 1 becomes stderr, so whatever else writes to stdout (a
+    library's message, a ``print``) reaches stderr with the warnings. burst_buffer.lua
+    reads the answer from stdout only and logs stderr (its ``command``): nothing but the
+    answer can be taken for it."""
+    sys.stdout.flush()
+    answer = os.dup(1)
+    os.dup2(2, 1)
+    return answer
