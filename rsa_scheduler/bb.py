@@ -8,8 +8,9 @@ StageOutTimeout / OtherTimeout kill it). With ``--once`` (Slurm 24.05+, whose
 slurm_bb_test_data_in/out Slurm itself calls every PollInterval), ``data_in`` and
 ``data_out`` ask rsad once and answer ``busy MESSAGE`` while the stage runs. It prints ONE
 answer on stdout, ``ok MESSAGE``, ``busy MESSAGE`` or ``error MESSAGE`` (the message is
-what Slurm shows: the job's Reason text on a failure) and exits 0 (ok, busy) or 1. It
-runs as SlurmUser in slurmscriptd; it never touches user data.
+what Slurm shows: the job's Reason text on a failure), and nothing else there (whatever
+else writes to stdout goes to stderr: :func:`answer_only_on_stdout`), and exits 0 (ok,
+busy) or 1. It runs as SlurmUser in slurmscriptd; it never touches user data.
 """
 
 from __future__ import annotations
@@ -43,9 +44,14 @@ UNREACHABLE = 300.0
 OTHER_WAIT = 240.0
 #: teardown answers before Slurm's OtherTimeout (default 300 s) kills it: Slurm retries
 TEARDOWN_WAIT = 240.0
-#: rsad's answers that say "not now" (429: too many requests, 503: busy or starting) and
-#: 401 (the credential was refused: munged restarting, clock skew): asked again
-TRANSIENT = frozenset({401, 429, 503})
+#: rsad's answers that say "not now" (429: too many requests, 503: busy or starting),
+#: 401 (the credential was refused: munged restarting, clock skew) and 500 (rsad's
+#: internal error: its event log could not be written, and rsad stops, its restart
+#: replaying the log without the failed request; or a fault in serving it): asked again
+#: within the hook's time. Every hook is safe to ask again (daemon/native.py: setup of a
+#: job set up already changes nothing; the others read or wait), and only an answer
+#: rsad signed (client.py: a 500 comes only signed) is taken for rsad's
+TRANSIENT = frozenset({401, 429, 500, 503})
 
 #: what Slurm does when the hook fails, and the way out (``{job}``: the job id)
 THEN = {
@@ -99,8 +105,9 @@ def call_hook(post: Post, hook: str, body: Mapping[str, Any], *,
     """Ask rsad, and ask again until done or failed.
 
     ``post(path, body)`` returns rsad's JSON answer or raises :class:`Unreachable` /
-    :class:`Refused`. rsad unreachable, busy or starting, and "wait" answers are asked
-    again: data_in and data_out while rsad stays unreachable less than ``unreachable``
+    :class:`Refused`. rsad unreachable, busy, starting or failing inside (an answer in
+    :data:`TRANSIENT`), and "wait" answers are asked again: data_in and data_out while
+    rsad stays without an answer (unreachable, or transient) less than ``unreachable``
     seconds (a stage may take as long as Slurm's StageInTimeout / StageOutTimeout allow);
     teardown for ``teardown_wait`` seconds in all, the other hooks ``other_wait``: both
     under Slurm's OtherTimeout. Returns (success, the one line for Slurm: on a failure,
@@ -146,8 +153,9 @@ def call_hook(post: Post, hook: str, body: Mapping[str, Any], *,
 def ask_once(post: Post, hook: str, body: Mapping[str, Any]) -> tuple[bool | None, str]:
     """One question to rsad, for a hook Slurm polls (``--once``): (True, message) when
     done, (None, what rsad is doing) while it works or cannot answer now (unreachable,
-    busy, starting: Slurm asks again at its next poll, up to StageInTimeout /
-    StageOutTimeout), (False, the one line for Slurm) when it failed or refused."""
+    busy, starting, failing inside: :data:`TRANSIENT`; Slurm asks again at its next
+    poll, up to StageInTimeout / StageOutTimeout), (False, the one line for Slurm) when
+    it failed or refused."""
     job = str(body.get("job_id"))
     try:
         answer = post(f"/v1/bb/{hook}", body)
@@ -310,9 +318,11 @@ USAGE = """usage: rsa-bb HOOK JOB_ID [ARGS...]   (HOOK: setup data_in real_size 
                              rsa-bb-pools.service runs it every 15 s)
 
 Run by slurm_plugins/burst_buffer.lua (native mode, slurm.mode: native) as SlurmUser.
-Prints `ok MESSAGE` or `error MESSAGE` and exits 0 or 1. rsad's address: --api ADDR,
-RSA_API, else /etc/rsa/client.conf (RSA_CLIENT_CONFIG), else daemon.api of the
-configuration (RSA_CONFIG, default /etc/rsa/rsa.yaml), which SlurmUser must then read.
+Prints `ok MESSAGE` or `error MESSAGE` on stdout, nothing else there (anything else goes
+to stderr, which burst_buffer.lua logs in slurmctld's log), and exits 0 or 1. rsad's
+address: --api ADDR, RSA_API, else /etc/rsa/client.conf (RSA_CLIENT_CONFIG), else
+daemon.api of the configuration (RSA_CONFIG, default /etc/rsa/rsa.yaml), which SlurmUser
+must then read.
 """
 
 
@@ -399,8 +409,21 @@ def main() -> None:
 
         sys.stdout.write(f"rsa-bb {__version__}\n")
         sys.exit(0)
+    answer = answer_only_on_stdout()
     ok, message = run(sys.argv[1:], os.environ)
     line = " ".join(message.split()) if "\n" not in message else message
     word = "busy" if ok is None else "ok" if ok else "error"
-    sys.stdout.write(f"{word} {line}\n")
+    os.write(answer, f"{word} {line}\n".encode(errors="replace"))
     sys.exit(1 if ok is False else 0)
+
+
+def answer_only_on_stdout() -> int:
+    """Keep stdout for rsa-bb's answer alone: a duplicate of it is returned for the
+    answer, and file descriptor 1 becomes stderr, so whatever else writes to stdout (a
+    library's message, a ``print``) reaches stderr with the warnings. burst_buffer.lua
+    reads the answer from stdout only and logs stderr (its ``command``): nothing but the
+    answer can be taken for it."""
+    sys.stdout.flush()
+    answer = os.dup(1)
+    os.dup2(2, 1)
+    return answer

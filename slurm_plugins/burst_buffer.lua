@@ -103,8 +103,16 @@ local function quote(word)
   return "'" .. tostring(word):gsub("'", "'\\''") .. "'"
 end
 
--- The command line of `rsa-bb HOOK ARGS...` (stderr joined: its last words are the
--- message when rsa-bb cannot even start).
+-- What marks a line of rsa-bb's stderr in the pipe (ASCII RS): rsa-bb's stdout lines
+-- come as they are, its stderr lines each behind this byte.
+local STDERR = "\030"
+
+-- The command line of `rsa-bb HOOK ARGS...`. Its answer is read from its stdout alone:
+-- a line rsa-bb's stderr carries (a Python warning, a library's message, sh's "not
+-- found") is never taken for it, even one starting with "ok", nor breaks it. stderr
+-- comes through the same pipe, each line whole behind STDERR (one printf per line), to
+-- be logged (ask) and, when there is no answer at all, to say why. No file is made:
+-- nothing is left behind when Slurm kills the hook at its timeout.
 local function command(hook, args, once)
   local parts = { quote(CONFIG.rsa_bb) }
   if CONFIG.api ~= nil then
@@ -117,7 +125,8 @@ local function command(hook, args, once)
   for _, a in ipairs(args) do
     parts[#parts + 1] = quote(a)
   end
-  return table.concat(parts, " ") .. " 2>&1"
+  return "{ " .. table.concat(parts, " ") .. " 2>&1 1>&3 3>&- | "
+    .. "while IFS= read -r l || [ -n \"$l\" ]; do printf '\\036%s\\n' \"$l\"; done; } 3>&1"
 end
 
 -- A failure's message as Slurm keeps it: the job's reason (squeue's Reason, which rsad
@@ -129,12 +138,28 @@ local function one_line(text)
   return (tostring(text):gsub("%c+", " "):gsub("|", "%%7C"))
 end
 
--- rsa-bb's output -> rc, message. Its answer is the first line starting with "ok",
--- "busy" (--once: the stage still runs; Slurm's BUSY, rsa-bb's text logged) or "error";
--- what follows belongs to the message (bbstat's lines).
-local function parse_answer(out, hook, what)
-  local answer, rest = nil, {}
+-- What came through command's pipe -> rsa-bb's stdout lines, its stderr lines.
+local function split_output(out)
+  local stdout, stderr = {}, {}
   for line in (out or ""):gmatch("[^\n]+") do
+    if line:sub(1, 1) == STDERR then
+      stderr[#stderr + 1] = line:sub(2)
+    else
+      stdout[#stdout + 1] = line
+    end
+  end
+  return stdout, stderr
+end
+
+-- rsa-bb's output (command's pipe) -> rc, message, its stderr ("" if none). The answer
+-- is the first line of its stdout starting with "ok", "busy" (--once: the stage still
+-- runs; Slurm's BUSY, rsa-bb's text logged) or "error"; the stdout lines after it
+-- belong to the message (bbstat's lines). Without one, the last words of all it printed
+-- are the message.
+local function parse_answer(out, hook, what)
+  local stdout, stderr = split_output(out)
+  local answer, rest = nil, {}
+  for _, line in ipairs(stdout) do
     if answer == nil then
       local word, text = line:match("^(%a+)%s?(.*)$")
       if word == "ok" or word == "error" or (word == "busy" and slurm.SLURM_BB_BUSY) then
@@ -144,23 +169,24 @@ local function parse_answer(out, hook, what)
       rest[#rest + 1] = line
     end
   end
+  local errors = table.concat(stderr, "\n")
   if answer == nil then
-    local tail = (out or ""):gsub("%s+", " "):sub(-200)
+    local tail = (out or ""):gsub(STDERR, ""):gsub("%s+", " "):gsub(" $", ""):sub(-200)
     return slurm.ERROR, one_line("rsa-bb " .. hook .. " gave no answer (is " .. CONFIG.rsa_bb
-      .. " installed and rsa-scheduler's config readable by SlurmUser?): " .. tail)
+      .. " installed and rsa-scheduler's config readable by SlurmUser?): " .. tail), ""
   end
   local text = answer.text
   if #rest > 0 then
     text = text .. "\n" .. table.concat(rest, "\n")
   end
   if answer.word == "ok" then
-    return slurm.SUCCESS, text
+    return slurm.SUCCESS, text, errors
   end
   if answer.word == "busy" then
     slurm.log_info("rsa: %s: %s", what or hook, text)
-    return slurm.SUCCESS, slurm.SLURM_BB_BUSY
+    return slurm.SUCCESS, slurm.SLURM_BB_BUSY, errors
   end
-  return slurm.ERROR, one_line(text)
+  return slurm.ERROR, one_line(text), errors
 end
 
 -- Run rsa-bb for one killable hook (slurmscriptd child; never inside slurmctld).
@@ -177,7 +203,10 @@ local function ask(once, hook, ...)
   local out = pipe:read("*a")
   pipe:close()
   local what = job_id and (hook .. " of job " .. tostring(job_id)) or hook
-  local rc, text = parse_answer(out, hook, what)
+  local rc, text, errors = parse_answer(out, hook, what)
+  if errors ~= "" then -- slurmctld's log (the message given without it was the answer)
+    slurm.log_info("rsa: %s: rsa-bb's stderr: %s", what, one_line(errors):sub(-1000))
+  end
   if rc ~= slurm.SUCCESS then
     slurm.log_error("rsa: %s: %s", what, text)
   end

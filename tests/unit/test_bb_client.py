@@ -259,3 +259,27 @@ def test_pools_arguments_are_one_line_when_wrong() -> None:
     assert run(["pools", "rel"], {"RSA_API": "/nonexistent.sock"}) == (
         False, "rsa-bb pools: give one absolute FILE (burst_buffer.lua's "
                "CONFIG.pools_file) or none")
+
+
+def test_rsa_bbs_stdout_carries_its_answer_alone() -> None:
+    """burst_buffer.lua takes the answer from rsa-bb's stdout: whatever else inside
+    rsa-bb writes to stdout (a library's ``print``, here one starting with ``ok``) goes
+    to stderr, and stdout holds the one answer line (on main the ``ok`` line came first
+    on stdout, and burst_buffer.lua took it for the answer)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, warnings\n"
+            "import rsa_scheduler.bb as bb\n"
+            "def run(argv, env):\n"
+            "    print('ok from a library')\n"
+            "    warnings.warn('a warning')\n"
+            "    return False, 'rsad refused setup of job 42: x'\n"
+            "bb.run = run\n"
+            "sys.argv = ['rsa-bb', 'setup', '42']\n"
+            "bb.main()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == "error rsad refused setup of job 42: x\n"
+    assert "ok from a library" in done.stderr and "a warning" in done.stderr

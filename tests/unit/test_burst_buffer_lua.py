@@ -71,12 +71,16 @@ def call(fn: str, *args: str, config: dict[str, str] | None = None,
     return got
 
 
-def fake_rsa_bb(tmp_path: Path, answer: str) -> tuple[Path, Path]:
-    """A stand-in for rsa-bb: records its arguments one per line, prints ``answer``."""
+def fake_rsa_bb(tmp_path: Path, answer: str, stderr: str = "",
+                after: str = "") -> tuple[Path, Path]:
+    """A stand-in for rsa-bb: records its arguments one per line, prints ``answer`` on
+    stdout, ``stderr`` on stderr before it and ``after`` on stderr after it."""
     args = tmp_path / "args"
     script = tmp_path / "rsa-bb"
     script.write_text(f"#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done > {args}\n"
-                      f"printf '%s\\n' '{answer}'\n")
+                      + (f"printf '%s\\n' '{stderr}' >&2\n" if stderr else "")
+                      + f"printf '%s\\n' '{answer}'\n"
+                      + (f"printf '%s' '{after}' >&2\n" if after else ""))
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return script, args
 
@@ -126,6 +130,49 @@ def test_a_failures_message_is_one_line_without_a_bar(tmp_path: Path) -> None:
     assert got.rc == "-1" and "|" not in got.msg[0] and "\n" not in got.msg[0], got.msg
 
 
+def test_the_answer_comes_from_rsa_bbs_stdout_alone_and_its_stderr_is_logged(
+        tmp_path: Path) -> None:
+    """On main rsa-bb ran with ``2>&1`` and the first line starting with ``ok``, ``busy``
+    or ``error`` was the answer: a stray stderr line before the real answer (a Python
+    warning, a library's message) starting with ``ok`` made a failed stage-in "done", and
+    Slurm would have started the job without its input; stderr after the answer went
+    into the job's reason and bbstat's text. Now the answer is read from stdout alone and
+    stderr goes to slurmctld's log."""
+    script, _ = fake_rsa_bb(tmp_path, "error stage-in of job 42 failed: cannot read /pfs/x",
+                            stderr="ok: a warning from a library",
+                            after="DeprecationWarning: x\nok trailing, no newline")
+    for hook, slurm in (("slurm_bb_data_in", "22.05"), ("slurm_bb_test_data_in", "24.11")):
+        got = call(hook, "42", "/s", config={"rsa_bb": str(script)}, slurm=slurm)
+        assert (got.rc, got.msg) == ("-1", ["stage-in of job 42 failed: cannot read "
+                                            "/pfs/x"]), (hook, got)
+        assert ("rsa: data_in of job 42: rsa-bb's stderr: ok: a warning from a library "
+                "DeprecationWarning: x ok trailing, no newline") in got.log, got.log
+    # a stderr "error" line does not fail a stage that runs, nor an "ok" one end it
+    script, _ = fake_rsa_bb(tmp_path, "busy staging in", stderr="error: noise",
+                            after="ok noise")
+    got = call("slurm_bb_test_data_out", "42", "/s", config={"rsa_bb": str(script)},
+               slurm="24.11")
+    assert (got.rc, got.msg) == ("0", ["BUSY"]), got
+    # bbstat's lines are rsa-bb's stdout, without what came on stderr between them
+    script, _ = fake_rsa_bb(tmp_path, "ok RSA nodes: 4, free 3\njobs: locked-in 1",
+                            stderr="error: noise", after="more noise\n")
+    got = call("slurm_bb_get_status", config={"rsa_bb": str(script)})
+    assert (got.rc, got.msg) == ("0", ["RSA nodes: 4, free 3", "jobs: locked-in 1"]), got
+    assert any("rsa-bb's stderr: error: noise more noise" in e for e in got.log), got.log
+
+
+def test_without_an_answer_on_stdout_rsa_bbs_stderr_says_why(tmp_path: Path) -> None:
+    """rsa-bb that cannot even start (a broken install: Python's traceback on stderr):
+    the job's reason ends with the last words it printed, stderr included, as before."""
+    script, _ = fake_rsa_bb(tmp_path, "", stderr="Traceback (most recent call last):\n"
+                            "ModuleNotFoundError: No module named rsa_scheduler")
+    got = call("slurm_bb_setup", "42", "1001", "1001", "(null)", "0", "/s",
+               config={"rsa_bb": str(script)})
+    assert got.rc == "-1" and got.msg[0].startswith("rsa-bb setup gave no answer (is "), got
+    assert got.msg[0].endswith("ModuleNotFoundError: No module named rsa_scheduler"), got
+    assert "\036" not in got.msg[0] and "\x1e" not in got.msg[0]
+
+
 def test_teardown_passes_hurry_and_arguments_are_never_shell_code(tmp_path: Path) -> None:
     script, args = fake_rsa_bb(tmp_path, "ok no RAMDISK left")
     got = call("slurm_bb_job_teardown", "42", "/s", "true; touch /tmp/pwned'",
@@ -138,6 +185,7 @@ def test_a_missing_rsa_bb_fails_with_a_line_saying_so(tmp_path: Path) -> None:
     got = call("slurm_bb_pre_run", "42", "/s", config={"rsa_bb": str(tmp_path / "none")})
     assert got.rc == "-1"
     assert got.msg[0].startswith("rsa-bb pre_run gave no answer (is ")
+    assert got.msg[0].endswith("not found"), got.msg  # sh's words, on its stderr
 
 
 def test_bbstat_shows_rsads_lines(tmp_path: Path) -> None:

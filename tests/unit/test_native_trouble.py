@@ -369,13 +369,15 @@ def hook(rsad: Rsad, name: str) -> tuple[bool, str]:
                                   "data_out"])
 def test_busy_starting_and_munge_trouble_are_asked_again(name: str) -> None:
     rsad = Rsad(Refused("rsad is busy: its loop did not answer in time", 503),
+                Refused("internal error: cannot write rsad's event log (disk full): rsad "
+                        "stops; its restart replays the log", 500),
                 Refused("uid 0 already has 8 connections", 429),
                 Unreachable("munge_encode: Socket communication error"),
                 Refused("Expired credential", 401),
                 {"status": "wait", "message": "rsad is starting: not yet"},
                 {"status": "done", "message": "set up"})
     assert hook(rsad, name) == (True, "set up")
-    assert rsad.calls == 6
+    assert rsad.calls == 7
 
 
 def test_a_hook_gives_up_within_slurms_other_timeout_saying_what_slurm_does() -> None:
@@ -396,3 +398,66 @@ def test_a_hook_gives_up_within_slurms_other_timeout_saying_what_slurm_does() ->
     refused = Rsad(Refused("no burst buffer hook 'x'", 404))
     ok, line = hook(refused, "setup")  # not transient: at once
     assert not ok and refused.now == 0.0 and refused.calls == 1
+
+
+def test_a_setup_rsad_failed_to_log_is_asked_again_and_done_once_after_its_restart(
+        tmp_path: Path) -> None:
+    """rsad's event log cannot be written while it serves setup: the API answers 500
+    (``internal error: cannot write rsad's event log ...``, api.py's respond) and rsad
+    stops. On main rsa-bb took the 500 for a refusal and Slurm held the job for good;
+    now it asks again, through the restart, and the restarted rsad (which never logged
+    the failed setup) sets the job up: once in its log, not twice."""
+    from rsa_scheduler.daemon.service import LogWriteFailed
+
+    slurm, clock = TroubledSlurm(), Clock()
+    slurm.set("9", "PENDING", "BurstBufferStageIn")
+    daemons = [native(tmp_path, slurm, clock)]
+    append = daemons[0].store.append
+
+    def full(*args: Any, **kw: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    daemons[0].store.append = full  # type: ignore[method-assign]
+    answered: list[str] = []
+
+    def post(path: str, body: Mapping[str, Any]) -> Any:
+        d = daemons[-1]
+        try:
+            got = d.bb(path.rsplit("/", 1)[1], str(body["job_id"]), body)
+        except LogWriteFailed as e:  # api.py's respond: any other exception is a 500
+            answered.append("500")
+            d.store.append = append  # type: ignore[method-assign]
+            daemons.append(restart(d, tmp_path, slurm, clock))  # rsad stops; restarted
+            raise Refused(f"internal error: {e}", 500) from e
+        answered.append(got["status"])
+        return got
+
+    rsad = Rsad()
+    ok, line = call_hook(post, "setup", {"job_id": "9", "uid": "1001", "gid": "1001"},
+                         sleep=rsad.sleep, clock=rsad.clock)
+    assert (ok, line, answered) == (True, "set up", ["500", "done"])
+    assert [e.name for e in daemons[-1].store.events("9")].count("bb.setup") == 1
+    daemons[-1].shutdown()
+
+
+def test_an_internal_error_that_lasts_fails_the_hook_within_its_time_saying_so() -> None:
+    """rsad answering 500 on and on (a fault, not a restart): setup gives up under
+    Slurm's OtherTimeout, data_in 300 s after rsad last answered, each saying what rsad
+    answered and what Slurm does; a polled stage (Slurm 24.05+) stays busy."""
+    from rsa_scheduler.bb import UNREACHABLE, ask_once
+
+    error = Refused("internal error: boom", 500)
+    broken = Rsad(error)
+    ok, line = hook(broken, "setup")
+    assert not ok and broken.now == OTHER_WAIT
+    assert line == ("setup of job 42: rsad answered 500 (internal error: boom) for 240s; "
+                    "Slurm holds job 42 (BurstBufferOperation); once rsad answers, "
+                    "scancel it and submit it again")
+    staging = Rsad({"status": "wait", "message": "staging in"}, *[error] * 400)
+    ok, line = hook(staging, "data_in")
+    assert not ok and staging.now == UNREACHABLE, staging.now  # from its last answer
+    assert line.startswith("data_in of job 42: rsad answered 500 (internal error: boom) "
+                           "for 300s; Slurm holds job 42"), line
+    busy, line = ask_once(Rsad(error).post, "data_out", {"job_id": "42"})
+    assert busy is None and line == ("rsad answered 500 (internal error: boom); asked "
+                                     "again at Slurm's next poll")
