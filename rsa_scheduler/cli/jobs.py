@@ -232,8 +232,10 @@ def input_done(api: str | None, job_id: str | None, no_wait: bool, timeout: floa
     echo(_input_done_line(job_id, data))
 
 
-#: rsad's answers that mean "not now" (429: this user's requests; 503: starting, busy)
-BUSY = frozenset({429, 503})
+#: rsad's answers that mean "not now" (429: this user's requests; 503: starting, busy;
+#: 500: an internal error, after which rsad stops and its restart replays its log
+#: without the request: asked again, as rsa-bb does)
+BUSY = frozenset({429, 500, 503})
 #: seconds between asks while rsad cannot answer
 ASK_AGAIN = 1.0
 

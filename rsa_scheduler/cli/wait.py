@@ -27,7 +27,7 @@ from typing import Any
 
 import click
 
-from rsa_scheduler.cli.jobs import API_OPTION
+from rsa_scheduler.cli.jobs import API_OPTION, BUSY
 from rsa_scheduler.cli.show import echo
 from rsa_scheduler.cli.where import FAILED, OK, Verdict, verdict
 from rsa_scheduler.client import ApiClient, ApiRefused, ApiUnavailable
@@ -94,8 +94,8 @@ def wait_for_jobs(ask: Callable[[str], Mapping[str, Any] | None], job_ids: Seque
                 last[job_id] = f"no answer from rsad to go by ({e})"
                 continue
             except ApiRefused as e:
-                if e.status in (429, 503):
-                    last[job_id] = f"rsad busy ({e})"
+                if e.status in BUSY:
+                    last[job_id] = f"rsad answered {e.status} ({e})"
                     continue
                 raise
             if got is None:
@@ -161,9 +161,12 @@ def _cluster_status(client: ApiClient, job_id: str) -> str:
         echo(f"rsa wait: job {job_id}: no answer from rsad to go by ({e}): running", err=True)
         return RUNNING
     except ApiRefused as e:
-        if e.status in (429, 503):
-            return RUNNING
-        raise
+        if e.status not in BUSY:
+            raise
+        if e.status == 500:  # an internal error is the operator's to see; waited out
+            echo(f"rsa wait: job {job_id}: rsad answered {e.status} ({e}); asking again: "
+                 "running", err=True)
+        return RUNNING
     if word == FAILURE:
         echo(f"rsa wait: job {job_id}: {why} (rsa job {job_id} says more)", err=True)
     return word

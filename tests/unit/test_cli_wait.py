@@ -96,6 +96,7 @@ def test_the_loop_rides_through_rsad_restarts_and_says_one_line_per_job() -> Non
     clock, said = Clock(), list[str]()
     answers: dict[str, list[Any]] = {
         "7": [ApiUnavailable("connection refused"), ApiRefused(503, "rsad is starting"),
+              ApiRefused(500, "internal error: the event log could not be written"),
               job("staging-out", "finished", ("job", "finished")),
               job("released", "finished", ("job", "finished"), ("rsa", "output-verified"))],
         "8": [None],
@@ -211,3 +212,44 @@ def test_a_run_started_beside_the_previous_runs_ramdisk_is_told_what_is_its_own(
     got = verdict(later)
     assert got is not None and (got.word, got.status) == ("no RSA", OK), got
     assert "previous run's output" in got.why and "verified after it" in got.why
+
+
+class Failing:
+    """rsad answering 500 (an internal error: it stops, and its restart replays its log)."""
+
+    def get(self, path: str) -> Any:
+        raise ApiRefused(500, "internal error: the event log could not be written")
+
+
+def test_cluster_status_waits_out_an_internal_error_saying_so(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from rsa_scheduler.cli.wait import RUNNING, _cluster_status
+
+    assert _cluster_status(Failing(), "7") == RUNNING  # type: ignore[arg-type]
+    err = capsys.readouterr().err
+    assert err == ("rsa wait: job 7: rsad answered 500 (internal error: the event log "
+                   "could not be written); asking again: running\n"), err
+
+
+def test_input_done_asks_again_after_an_internal_error_until_its_deadline() -> None:
+    import time
+
+    from rsa_scheduler.cli import jobs
+
+    calls: list[int] = []
+
+    def ask() -> Any:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ApiRefused(500, "internal error")
+        return {"rsa_state": "mounted-output"}
+
+    saved = jobs.ASK_AGAIN
+    jobs.ASK_AGAIN = 0.0
+    try:
+        assert jobs._asked(ask, time.monotonic() + 30, "7") == {"rsa_state": "mounted-output"}
+        assert len(calls) == 3
+        with pytest.raises(ApiRefused):  # past its deadline: the refusal is the answer
+            jobs._asked(lambda: Failing().get("/"), time.monotonic() - 1, "7")
+    finally:
+        jobs.ASK_AGAIN = saved
