@@ -140,7 +140,7 @@ def test_a_quarantined_stage_out_keeps_the_dependent_held_until_rsa_retry(
     for _ in range(3):
         cycle(d)
         settle(d)
-    assert released(slurm) == ["8:", "11:"]
+    assert sorted(released(slurm)) == ["11:", "8:"]  # one cycle's: in either order
     d.shutdown()
 
 
@@ -314,12 +314,14 @@ def test_a_dependency_added_later_is_held_by_job_modify_until_rsad_looks(
     slurm.begins["11"] = 40_000  # a begin time of its own, no dependency: never touched
     cycle(d)
     settle(d)
-    assert holds(slurm)[0] == f"8:{DEP_HOLD}: hold=after:7"
-    job, seconds, comment = all_holds(slurm)[1].split(":", 2)
+    # one cycle's holds, made on the urgent lane's workers: in either order
+    of = {h.split(":", 1)[0]: h for h in all_holds(slurm)}
+    assert holds(slurm).count(f"8:{DEP_HOLD}: hold=after:7") == 1
+    job, seconds, comment = of["9"].split(":", 2)
     assert (job, comment) == ("9", "") and 48_000 < int(seconds) <= 50_001  # its own time
     assert released(slurm) == ["10:"]
     assert len(all_holds(slurm)) == 2
-    slurm.begins["8"] = int(all_holds(slurm)[0].rsplit(";held=", 1)[1])  # rsad's hold now
+    slurm.begins["8"] = int(of["8"].rsplit(";held=", 1)[1])  # rsad's hold now
     slurm.begins.pop("9")
     slurm.begins.pop("10")
     slurm.deps["8"] = ""
