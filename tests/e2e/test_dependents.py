@@ -47,9 +47,7 @@ from tests.integration.slurmkit import (
 from tests.integration.test_rsad_staging import rsa_job, wait_state
 
 DEP_MARK = "hold=after:"  # rsad's dependency hold (core/dependency.py DEP_MARK)
-# B's own --begin, seconds ahead: A's output is verified well before it (~5 s alone; over
-# 25 s beside make test's other lanes on 2 cores, which failed a 30 s --begin)
-BEGIN = 60
+BEGIN = 30  # B's own --begin, seconds ahead: A's output is verified well before (~5 s)
 FILES = 30  # A's output: 30 files of 128 KiB, about 8 s through 4 Mbit/s
 
 
