@@ -44,6 +44,9 @@ def lab_mode(lab: Mapping[str, str]) -> str:
 
 @pytest.fixture(autouse=True)
 def _mode_of_the_test(request: pytest.FixtureRequest, lab: Mapping[str, str]) -> None:
+    if request.node.get_closest_marker("native") and lab_mode(lab) != "native":
+        pytest.skip("the lab runs in queue mode: RSA_LAB_MODE=native make lab-up "
+                    "(make lab-test-native)")
     if request.node.get_closest_marker("queue") and lab_mode(lab) == "native":
         pytest.skip("queue-watching mode only (the native-mode lab runs the rest)")
     if request.node.get_closest_marker("once") and lab_mode(lab) == "native":

@@ -29,12 +29,6 @@ from tests.slurm_json import squeue_json_job
 pytestmark = pytest.mark.native
 
 
-@pytest.fixture(autouse=True)
-def _native_lab(lab: Mapping[str, str]) -> None:
-    if lab.get("RSA_LAB_MODE", "queue") != "native":
-        pytest.skip("the lab runs in queue mode: RSA_LAB_MODE=native make lab-up "
-                    "(make lab-test-native)")
-
 
 @pytest.fixture
 def area(lab: Mapping[str, str]) -> Iterator[Path]:

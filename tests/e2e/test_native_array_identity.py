@@ -34,11 +34,6 @@ pytestmark = pytest.mark.native
 UNKNOWN = "rsa-ldap-only"  # a user name no host of the lab resolves
 
 
-@pytest.fixture(autouse=True)
-def _native_lab(lab: Mapping[str, str]) -> None:
-    if lab.get("RSA_LAB_MODE", "queue") != "native":
-        pytest.skip("the lab runs in queue mode: make lab-test-native")
-
 
 @pytest.fixture
 def area(lab: Mapping[str, str]) -> Iterator[Path]:

@@ -45,11 +45,6 @@ pytestmark = pytest.mark.native
 STEPS = ("staging-out", "verifying", "output-verified", "tearing-down")
 
 
-@pytest.fixture(autouse=True)
-def _native_lab(lab: Mapping[str, str]) -> None:
-    if lab.get("RSA_LAB_MODE", "queue") != "native":
-        pytest.skip("the lab runs in queue mode: make lab-test-native")
-
 
 @pytest.fixture
 def area(lab: Mapping[str, str]) -> Iterator[Path]:

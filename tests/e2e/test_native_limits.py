@@ -32,10 +32,7 @@ REASON = "AssocGrpBB"  # Slurm 22.05's reason for a job over its association's G
 
 
 @pytest.fixture(autouse=True)
-def _native_lab(lab: Mapping[str, str]) -> None:
-    if lab.get("RSA_LAB_MODE", "queue") != "native":
-        pytest.skip("the lab runs in queue mode: RSA_LAB_MODE=native make lab-up "
-                    "(make lab-test-native)")
+def _accounting(lab: Mapping[str, str]) -> None:
     if lab["RSA_LAB_ACCOUNTING"] != "1":
         pytest.skip("needs slurmdbd (RSA_LAB_ACCOUNTING=1)")
 

@@ -58,11 +58,6 @@ SLURM_TOOLS = ("squeue", "scontrol", "sinfo", "sacct", "sacctmgr", "scancel", "s
                "srun", "sprio", "sshare", "sdiag")
 
 
-@pytest.fixture(autouse=True)
-def _native_lab(lab: Mapping[str, str]) -> None:
-    if lab.get("RSA_LAB_MODE", "queue") != "native":
-        pytest.skip("the lab runs in queue mode: make lab-test-native")
-
 
 @pytest.fixture
 def area(lab: Mapping[str, str]) -> Iterator[Path]:
