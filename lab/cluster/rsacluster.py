@@ -219,6 +219,13 @@ def _marked(pid: int) -> str | None:
     return None
 
 
+def _comm(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
 def load_state() -> dict[str, dict[str, object]]:
     try:
         data = json.loads(STATE_FILE.read_text())
@@ -921,7 +928,9 @@ def verify_check_clean() -> int:
     plant = subprocess.Popen(["unshare", "--net", "--", "sleep", "300"],
                              stdin=subprocess.DEVNULL, env={"PATH": HOST_PATH, MARK: "plant"})
     try:
-        wait_for("the planted process", lambda: _marked(plant.pid) == "plant", timeout=10)
+        # past unshare's exec of sleep: during an exec /proc/PID/environ can be unreadable
+        wait_for("the planted process", lambda: _marked(plant.pid) == "plant" and _comm(
+            plant.pid) == "sleep", timeout=10)
         seen = [x for x in leftovers() if f"process {plant.pid} " in x]
     finally:
         os.kill(plant.pid, signal.SIGKILL)
