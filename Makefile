@@ -28,7 +28,7 @@ WF_PKGS    := snakemake==9.27.1 snakemake-executor-plugin-cluster-generic==1.0.9
 
 .PHONY: install test lanes lane-cluster-whole lane-unit lane-queue lane-e2e lane-native lane-roots lane-cluster lab-host unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
         slurm24-test slurm26-test cluster-test cluster-run test-compat cluster-run-whole \
-        cluster-run-12 cluster-run-13 cluster-run-testing
+        cluster-run-12 cluster-run-13 cluster-run-testing cluster-lab-test
 
 install: $(VENV)/.installed spank $(WF_VENV)/.installed
 
@@ -281,10 +281,28 @@ cluster-run-12 cluster-run-13 cluster-run-testing: install
 	$(MAKE) --no-print-directory cluster-run RSA_LAB_DEBIAN=$(patsubst cluster-run-%,%,$@) \
 	  CLUSTER_TESTS='$(COMPAT_TESTS)'
 
+# The host lab's tests on the cluster lab (lab/cluster/harness.py; docs/lab.md, "The host
+# lab's tests on the cluster"): the cluster brought up with this repository bound into
+# rsad's host, CLUSTER_LAB_TESTS run there by pytest as root (every other node through the
+# harness's door), CLUSTER_LAB_MODE=native switches it to native mode first; the cluster
+# is always taken down and checked clean. The packages already in dist/ (make deb).
+CLUSTER_LAB_TESTS ?= tests/e2e
+CLUSTER_LAB_MODE ?= queue
+cluster-lab-test: lab-host deb
+	$(if $(filter-out 12,$(RSA_LAB_DEBIAN)),lab/deb-release $(RSA_LAB_DEBIAN))
+	export RSA_CLUSTER_HARNESS=$(CURDIR) RSA_LAB_DEBIAN=$(RSA_LAB_DEBIAN); rc=0; \
+	trap 'lab/cluster/clusterctl down; exit 130' INT TERM; \
+	{ lab/cluster/clusterctl up && \
+	  { [ $(CLUSTER_LAB_MODE) = queue ] || lab/cluster/clusterctl mode $(CLUSTER_LAB_MODE); } && \
+	  lab/cluster/clusterctl lab-test -q $(CLUSTER_LAB_TESTS); } || rc=$$?; \
+	lab/cluster/clusterctl down || rc=1; \
+	lab/cluster/clusterctl check-clean || rc=1; \
+	exit $$rc
+
 # cluster-test on the packages already in dist/ (make test builds them once).
 cluster-run: install
-	RSA_CLUSTER_LAB=1 RSA_LAB_DEBIAN=$(RSA_LAB_DEBIAN) \
-	  $(VENV)/bin/pytest -q -p no:cacheprovider $(CLUSTER_TESTS); rc=$$?; \
+	rc=0; RSA_CLUSTER_LAB=1 RSA_LAB_DEBIAN=$(RSA_LAB_DEBIAN) \
+	  $(VENV)/bin/pytest -q -p no:cacheprovider $(CLUSTER_TESTS) || rc=$$?; \
 	lab/cluster/clusterctl check-clean || rc=1; \
 	lab/cluster/clusterctl verify-check-clean || rc=1; \
 	exit $$rc

@@ -30,7 +30,9 @@ import contextlib
 import functools
 import json
 import os
+import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -41,12 +43,19 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 WORK = Path(os.environ.get("RSA_CLUSTER_WORK", "/var/tmp/rsa-cluster"))
-MNT = WORK / "mnt"  # an empty directory: each node mounts its own tmpfs on it, privately
-STATE = Path("/run/rsa-cluster")
+# RSA_CLUSTER_NAME: a second cluster lab beside the first (its own state, mark and nodes;
+# the same image); its networks are its own namespaces, so the same addresses serve both
+INSTANCE = os.environ.get("RSA_CLUSTER_NAME", "")
+if INSTANCE and not re.fullmatch(r"[a-z0-9]{1,8}", INSTANCE):
+    sys.exit(f"cluster: RSA_CLUSTER_NAME={INSTANCE!r}: 1 to 8 of a-z, 0-9")
+SUFFIX = f"-{INSTANCE}" if INSTANCE else ""
+MNT = WORK / f"mnt{SUFFIX}"  # an empty directory: each node mounts its own tmpfs on it
+STATE = Path(f"/run/rsa-cluster{SUFFIX}")
 STATE_FILE = STATE / "state.json"
 COMPLETE = STATE / "up"  # written last by an up that finished
 LOGS = STATE / "log"
-MARK = "RSACL_NODE"
+DOOR_DIR = STATE / "door"  # the harness's door (lab/cluster/harness.py), on rsad's host too
+MARK = "RSACL_NODE" + (f"_{INSTANCE.upper()}" if INSTANCE else "")
 PREFIX = "rsacl"  # every link name (the shared lab's start with rsalab)
 NETMASK = 24
 # network -> (its bridge in the switch, the node's interface on it, the suffix of a
@@ -96,7 +105,7 @@ USERS = ("rsauser", "rsaother")  # the directory's (lab/cluster/directory.ldif);
 
 # PID 1 of a node: its mounts, its hostname, then init (reaps what daemonizes under it)
 SETUP = r"""set -e
-name=$1 image=$2 m=$3
+name=$1 image=$2 m=$3 binds=$4
 mount -t tmpfs -o mode=0755,size=2g "rsacl-$name" "$m"
 mkdir "$m/upper" "$m/work" "$m/root"
 mount -t overlay -o "lowerdir=$image,upperdir=$m/upper,workdir=$m/work" "rsacl-$name" "$m/root"
@@ -114,6 +123,9 @@ mount --rbind /dev "$r/dev"
 mount -t tmpfs -o mode=1777 shm "$r/dev/shm"
 mount -t tmpfs -o mode=0755 run "$r/run"
 mount -t tmpfs -o mode=1777 tmp "$r/tmp"
+# the test harness's (lab/cluster/harness.py), on rsad's host only: the repository and
+# the door directory, each at its own path
+for d in $binds; do mkdir -p "$r$d"; mount --bind "$d" "$r$d"; done
 hostname "$name"
 echo "$name" > "$r/etc/hostname"
 cd "$r"
@@ -319,10 +331,25 @@ def image() -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
-def _boot(name: str, root: Path) -> dict[str, object]:
+def _boot(name: str, root: Path, binds: Sequence[Path] = ()) -> dict[str, object]:
+    for path in binds:
+        if not path.is_absolute() or not re.fullmatch(r"[\w./-]+", str(path)):
+            raise ClusterError(f"{path}: a bind into a node must be an absolute path of "
+                               "letters, digits, '.', '_', '-' and '/'")
     return _hold(name, ["unshare", "--pid", "--fork", "--mount", "--uts", "--ipc", "--net",
                         "--propagation", "private", "--", "sh", "-c", SETUP, "sh", name,
-                        str(root), str(MNT)], {"INIT": INIT})
+                        str(root), str(MNT), " ".join(map(str, binds))], {"INIT": INIT})
+
+
+def harness_binds(name: str) -> list[Path]:
+    """What rsad's host gets bound in when ``RSA_CLUSTER_HARNESS`` names a repository
+    (lab/cluster/harness.py runs that repository's lab tests there): the repository and
+    the door's directory. Nothing for any other node, or without the variable."""
+    repo = os.environ.get("RSA_CLUSTER_HARNESS")
+    if not repo or name != RSAD:
+        return []
+    DOOR_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return [Path(repo).resolve(), DOOR_DIR]
 
 
 def _wire(switch: int, name: str, init: int, net: str, addr: str) -> None:
@@ -787,7 +814,7 @@ def up() -> None:
                         ["ip", "link", "set", bridge, "up"]):
                 run(["nsenter", "-t", str(switch), "-n", "--", *cmd], node="switch")
         for name in ROLES:
-            entry = _boot(name, root)
+            entry = _boot(name, root, harness_binds(name))
             for net, addr in table[name].items():
                 _wire(switch, name, int(str(entry["init"])), net, addr)
         if not accounting():
@@ -854,6 +881,7 @@ def down() -> None:
         raise ClusterError("down left:\n  " + "\n  ".join(left))
     COMPLETE.unlink(missing_ok=True)
     STATE_FILE.unlink(missing_ok=True)
+    shutil.rmtree(DOOR_DIR, ignore_errors=True)
     log("down")
 
 
@@ -949,6 +977,8 @@ USAGE = """usage: lab/cluster/clusterctl up|down|status|check-clean|verify-check
        lab/cluster/clusterctl node NAME CMD...   (run CMD on node NAME, as root)
        lab/cluster/clusterctl install NAME DEB...   (apt-get install the .debs on NAME)
        lab/cluster/clusterctl restart-rsad   (as systemctl restart rsad would)
+       lab/cluster/clusterctl lab-test PYTEST-ARGS...   (the repository's lab tests on
+           rsad's host: up with RSA_CLUSTER_HARNESS=<repository>; docs/lab.md)
        lab/cluster/clusterctl previous   (build or find the previous release's .debs)
        lab/cluster/clusterctl mode native|queue   (switch rsad and Slurm's burst buffer)"""
 
@@ -980,6 +1010,9 @@ def main(argv: Sequence[str]) -> int:
             restart_rsad()
         elif cmd == "mode" and len(rest) == 1:
             mode(rest[0])
+        elif cmd == "lab-test":
+            import harness  # the repository's lab tests on rsad's host (docs/lab.md)
+            return harness.lab_test(rest)
         elif cmd == "previous" and not rest:
             print(previous())
         elif cmd == "node" and len(rest) >= 2:

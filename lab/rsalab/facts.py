@@ -7,7 +7,7 @@ import os
 import shlex
 
 from . import nodecpu, pfs, rsad, rsanodes, slurm, ssd
-from .common import ENV_FILE, HOOKS_LOG, PFS_NET, RSA_NET, STATE, Settings
+from .common import ENV_FILE, HOOKS_LOG, PFS_NET, REPO, RSA_NET, STATE, Settings
 
 RSA_YAML = STATE / "rsa.yaml"
 
@@ -65,6 +65,14 @@ def write(s: Settings) -> None:
         "SLURM_CONF": str(slurm.CONF),
         "RSA_LAB_HOOKS_LOG": str(HOOKS_LOG),
         "RSA_LAB_VENV": str(s.venv),
+        # the Python that imports rsa_scheduler, the `rsa` a job finds on its PATH, the
+        # directory of the shipped hook wrappers (the cluster lab's: the package's)
+        "RSA_LAB_PYTHON": str(s.venv / "bin" / "python"),
+        "RSA_LAB_RSA_ON_PATH": "/usr/local/bin/rsa",  # slurm.NODE_BIN, bound there
+        "RSA_LAB_HOOK_WRAPPERS": str(REPO / "prolog_epilog"),
+        # rsad's output and its event store (the cluster lab's: the package's paths)
+        "RSA_LAB_RSAD_LOG": str(STATE / "log" / "rsad.out"),
+        "RSA_LAB_RSAD_STORE": str(rsad.STATE_DIR / "rsa.db"),
         "RSA_LAB_RSA_CONFIG": str(RSA_YAML),
         "RSA_LAB_MODE": s.mode,
         "RSA_LAB_MAIL_DIR": str(slurm.MAIL_DIR),

@@ -21,7 +21,7 @@ import pytest
 from tests.e2e.conftest import lab_mode, md5_of
 from tests.e2e.test_native import json_job
 from tests.integration.conftest import as_user
-from tests.integration.slurmkit import make_jobs, root, wait_for
+from tests.integration.slurmkit import lab_nodes, make_jobs, on_lab_node, root, wait_for
 from tests.integration.test_rsad_staging import rsa_job, wait_state
 
 CHUNKS = 37  # of 64 MiB: 2.31 GiB, more than one lab RSA node (2 GiB), less than two
@@ -57,14 +57,11 @@ def pool_peak(lab: Mapping[str, str], stop: threading.Event) -> int:
     """Watch the RSA nodes' RAM pools (a tmpfs each) until ``stop`` is set: the most used."""
     peak = 0
     pool = lab["RSA_LAB_POOL_RAM"]
-    pids = [Path(f"/run/rsa-lab/pids/sshd-rsa{i}.pid") for i in range(1, 5)]
+    nodes = lab_nodes(lab, "RSA_LAB_RSA_NODES")
     while not stop.is_set():
-        for pidfile in pids:
-            if not pidfile.exists():
-                continue
-            out = subprocess.run(["nsenter", "-t", pidfile.read_text().strip(), "-m", "--",
-                                  "df", "-B1", "--output=used", pool], capture_output=True,
-                                 text=True, timeout=30, check=False).stdout.split()
+        for node in nodes:
+            out = on_lab_node(node, ["df", "-B1", "--output=used", pool],
+                              timeout=30).stdout.split()
             if out and out[-1].isdigit():
                 peak = max(peak, int(out[-1]))
         stop.wait(0.5)

@@ -27,7 +27,7 @@ import pytest
 
 from rsa_scheduler.store import Store
 from tests.e2e.conftest import input_area
-from tests.e2e.test_native_trouble import STORE, queue_line
+from tests.e2e.test_native_trouble import queue_line, rsad_store
 from tests.integration.conftest import as_user
 from tests.integration.slurmkit import (
     make_jobs,
@@ -55,7 +55,7 @@ def area(lab: Mapping[str, str]) -> Iterator[Path]:
 def reached(job: str) -> list[str]:
     """The rsa-states ``job`` went to, in order, as rsad's log holds them (read while
     rsad is down too)."""
-    with Store.open(STORE, readonly=True) as ro:
+    with Store.open(rsad_store(), readonly=True) as ro:
         return [str(e.context.get("to")) for e in ro.events(job)
                 if e.name == "rsa.transition"]
 

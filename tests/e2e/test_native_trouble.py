@@ -38,7 +38,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from rsa_scheduler.store import Store
 from tests.e2e.conftest import input_area, md5_of
-from tests.integration.conftest import as_user
+from tests.integration.conftest import as_user, read_lab_env
 from tests.integration.slurmkit import (
     make_jobs,
     past_requeue_delay,
@@ -53,7 +53,6 @@ from tests.security.test_reap import _owned_script
 
 pytestmark = pytest.mark.native
 
-STORE = Path("/run/rsa-lab/rsad/rsa.db")  # the lab rsad's event log (lab/rsalab/rsad.py)
 SLURM_TOOLS = ("squeue", "scontrol", "sinfo", "sacct", "sacctmgr", "scancel", "sbatch",
                "srun", "sprio", "sshare", "sdiag")
 
@@ -150,15 +149,20 @@ exec /usr/bin/squeue "$@"
     read_its_input_from_the_ramdisk(area)
 
 
+def rsad_store() -> Path:
+    """The lab rsad's event store (lab/rsalab/rsad.py; the cluster lab's, the package's)."""
+    return Path(read_lab_env()["RSA_LAB_RSAD_STORE"])
+
+
 def set_up(job: str) -> bool:
     """rsad has logged Slurm's burst buffer setup of ``job``."""
-    with Store.open(STORE, readonly=True) as ro:
+    with Store.open(rsad_store(), readonly=True) as ro:
         return any(e.name == "bb.setup" for e in ro.events(job))
 
 
 def snapshot_after(job: str) -> bool:
     """A snapshot of the lab rsad's state written after ``job``'s burst buffer setup."""
-    with Store.open(STORE, readonly=True) as ro:
+    with Store.open(rsad_store(), readonly=True) as ro:
         setup = [e.seq for e in ro.events(job) if e.name == "bb.setup"]
         snap = ro.latest_snapshot()
     return bool(setup) and snap is not None and snap[0] > max(setup)

@@ -14,13 +14,10 @@ from ClusterShell.NodeSet import NodeSet
 from tests.e2e.test_prolog_lifecycle import run_to_start
 from tests.e2e.test_stage_out_failures import area, events, md5_of, output_job
 from tests.integration.conftest import as_user, slurm_env
-from tests.integration.slurmkit import make_jobs, make_slurm, wait_for
+from tests.integration.slurmkit import lab_rsad_pid, make_jobs, make_slurm, wait_for
 from tests.integration.test_rsad_staging import rsa_job, wait_state
 
 __all__ = ["area"]
-
-RSAD_PID = Path("/run/rsa-lab/pids/rsad.pid")
-
 
 def rsad(lab: Mapping[str, str], *args: str,
          timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -40,7 +37,7 @@ def store_of(lab: Mapping[str, str]) -> str:
 def test_rsad_check_during_a_stage_out_leaves_it_untouched(
         lab: Mapping[str, str], area: Path) -> None:
     out, res = area / "out", area / "res"
-    pid = int(RSAD_PID.read_text())
+    pid = lab_rsad_pid()
     with make_jobs(lab) as jobs:
         job = run_to_start(lab, jobs, output_job(out, res, 500))
         wait_state(lab, job, "staging-out", timeout=240)
@@ -58,18 +55,18 @@ def test_rsad_check_during_a_stage_out_leaves_it_untouched(
                 for e in events(lab, job, "action.outcome")]
     assert [r for a, r, _ in outcomes if "/stage-out/" in a] == ["ok"], outcomes
     assert md5_of(out) == (res / "md5").read_text()
-    assert int(RSAD_PID.read_text()) == pid
+    assert lab_rsad_pid() == pid
 
 
 @pytest.mark.once  # rsad alone
 def test_a_second_rsad_on_the_same_store_is_refused_at_once(lab: Mapping[str, str]) -> None:
-    pid = int(RSAD_PID.read_text())
+    pid = lab_rsad_pid()
     done = rsad(lab, timeout=30)
     assert done.returncode == 1, (done.stdout, done.stderr)
     assert done.stderr.strip().splitlines()[-1] == (
         f"rsad: error: rsad (pid {pid}) already runs on {store_of(lab)}")
     # it touched nothing of the first: same process, its socket, and it answers
-    assert int(RSAD_PID.read_text()) == pid and Path(f"/proc/{pid}").exists()
+    assert lab_rsad_pid() == pid and Path(f"/proc/{pid}").exists()
     status = subprocess.run([f"{lab['RSA_LAB_VENV']}/bin/rsa", "status", "--json"],
                             capture_output=True, text=True, timeout=30)
     assert status.returncode == 0, status.stderr

@@ -19,8 +19,17 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import lab_mode
-from tests.integration.conftest import as_user
-from tests.integration.slurmkit import Jobs, make_jobs, restart_lab_rsad, root, wait_for
+from tests.integration.conftest import as_user, read_lab_env
+from tests.integration.slurmkit import (
+    Jobs,
+    lab_nodes,
+    lab_rsad_pid,
+    make_jobs,
+    on_lab_node,
+    restart_lab_rsad,
+    root,
+    wait_for,
+)
 from tests.integration.test_rsad_staging import fill, rsa_job, wait_state
 
 NODE_DIR = Path("/run/rsa/node")
@@ -40,20 +49,15 @@ def area(lab: Mapping[str, str]) -> Iterator[Path]:
 
 def node_mounts(lab: Mapping[str, str], path: str) -> dict[str, str]:
     """node -> the mount point containing ``path`` as that node (its namespace) sees it."""
-    seen = {}
-    for n in range(1, 5):
-        pid = Path(f"/run/rsa-lab/pids/slurmd-c{n}.pid").read_text().strip()
-        out = subprocess.run(["nsenter", "-t", pid, "-m", "findmnt", "-n", "-o", "TARGET",
-                              "--target", path], capture_output=True, text=True, timeout=10)
-        seen[f"c{n}"] = out.stdout.strip()
-    return seen
+    return {node: on_lab_node(node, ["findmnt", "-n", "-o", "TARGET", "--target", path],
+                              timeout=10).stdout.strip()
+            for node in lab_nodes(lab, "RSA_LAB_COMPUTE_NODES")}
 
 
 def nothing_of_job_mounted(job: str) -> bool:
-    for n in range(1, 5):
-        pid = Path(f"/run/rsa-lab/pids/slurmd-c{n}.pid").read_text().strip()
-        text = Path(f"/proc/{pid}/mounts").read_text()
-        if f"/run/rsa/node/c{n}/{job}/" in text:
+    for node in lab_nodes(read_lab_env(), "RSA_LAB_COMPUTE_NODES"):
+        text = on_lab_node(node, ["cat", "/proc/self/mounts"], check=True).stdout
+        if f"/run/rsa/node/{node}/{job}/" in text:
             return False
     return True
 
@@ -211,7 +215,7 @@ def test_hostile_data_in_is_refused_with_nothing_mounted(
 @pytest.mark.queue
 def test_rsad_down_during_the_prolog_the_job_runs_from_the_pfs(
         lab: Mapping[str, str], area: Path) -> None:
-    pid = int(Path("/run/rsa-lab/pids/rsad.pid").read_text())
+    pid = lab_rsad_pid()
     with make_jobs(lab) as jobs:
         try:
             # rsad alive but unresponsive when the job starts: the worst case for a hook

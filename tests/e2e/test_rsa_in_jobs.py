@@ -76,12 +76,13 @@ def finished(lab: Mapping[str, str]) -> Iterator[tuple[str, Path, dict[str, Any]
 
 
 def test_rsa_in_a_job_without_rsads_socket_finds_rsad_from_the_client_file(
-        finished: tuple[str, Path, dict[str, Any]]) -> None:
+        lab: Mapping[str, str], finished: tuple[str, Path, dict[str, Any]]) -> None:
     job, area, data = finished
     res = area / "res"
     assert (res / "unshare.err").read_text() == ""
     assert not (res / "socket").exists(), "the job saw rsad's socket: the test proves nothing"
-    assert (res / "which").read_text().strip() == "/usr/local/bin/rsa"  # bare, on PATH
+    # bare, on PATH: the lab's on a compute node, the package's on the cluster lab's
+    assert (res / "which").read_text().strip() == lab["RSA_LAB_RSA_ON_PATH"]
     assert (res / "md5in").read_text() == md5_of(area / "in", "f*")
     said = (res / "input-done").read_text()
     assert (res / "input-done.rc").read_text().strip() == "0", said
@@ -113,10 +114,10 @@ def test_a_slurmctld_hook_that_cannot_find_rsad_says_why_and_exits_0(
     """No client file and rsa.yaml unreadable to SlurmUser: the shipped wrapper, run as
     slurmctld runs it, exits 0 and says what to fix (stderr here; syslog on a site)."""
     slurm = pwd.getpwnam("slurm")
-    wrapper = Path(__file__).resolve().parents[2] / "prolog_epilog/rsa-prolog-slurmctld"
+    wrapper = Path(lab["RSA_LAB_HOOK_WRAPPERS"]) / "rsa-prolog-slurmctld"
     env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "999999", "SLURM_JOB_USER": "rsauser",
            "SLURM_JOB_UID": str(pwd.getpwnam("rsauser").pw_uid), "SLURM_JOB_NODELIST": "c1",
-           "RSA_PYTHON": f"{lab['RSA_LAB_VENV']}/bin/python",
+           "RSA_PYTHON": lab["RSA_LAB_PYTHON"],
            "RSA_CONFIG": lab["RSA_LAB_RSA_CONFIG"], "RSA_CLIENT_CONFIG": "/nonexistent/client.conf"}
     done = subprocess.run(["setpriv", f"--reuid={slurm.pw_uid}", f"--regid={slurm.pw_gid}",
                            "--init-groups", str(wrapper)], env=env, capture_output=True,

@@ -19,7 +19,7 @@ import pytest
 from tests.e2e.conftest import lab_mode
 from tests.e2e.test_prolog_lifecycle import nothing_of_job_mounted, run_to_start
 from tests.integration.conftest import as_user
-from tests.integration.slurmkit import make_jobs, restart_lab_rsad, root
+from tests.integration.slurmkit import lab_rsad_pid, make_jobs, restart_lab_rsad, root
 from tests.integration.test_rsad_staging import rsa_job, ssh, wait_state
 
 
@@ -166,7 +166,7 @@ def test_rsad_killed_during_stage_out_resumes_verifies_and_leaks_nothing(
 
 def staging_workers() -> list[psutil.Process]:
     """The lab rsad's staging workers (staging.engine_process)."""
-    rsad = psutil.Process(int(Path("/run/rsa-lab/pids/rsad.pid").read_text()))
+    rsad = psutil.Process(lab_rsad_pid())
     found = []
     for p in rsad.children():  # also rsad's short-lived children (squeue, scontrol)
         try:

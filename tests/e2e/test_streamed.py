@@ -33,11 +33,10 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import input_area, rsad_configured
-from tests.integration.conftest import as_user
+from tests.integration.conftest import as_user, read_lab_env
 from tests.integration.slurmkit import make_jobs, start_lab_rsad, stop_lab_rsad, wait_for
 from tests.integration.test_rsad_staging import state_of, wait_state
 
-RSAD_LOG = Path("/run/rsa-lab/log/rsad.out")
 STREAMED = "  stream_objects: 1000\n"
 
 # bash: make the tree in "$1" (2,500 small files in 25 directories and the odd ones)
@@ -69,7 +68,7 @@ def fingerprint(lab: Mapping[str, str], tree: Path) -> str:
 def streamed_lines(start: int, path: Path) -> list[str]:
     """rsad's log lines since byte ``start`` saying a transfer from or to ``path`` was
     streamed (stream.StreamedCopy's line)."""
-    with RSAD_LOG.open("rb") as f:
+    with Path(read_lab_env()["RSA_LAB_RSAD_LOG"]).open("rb") as f:
         f.seek(start)
         text = f.read().decode(errors="replace")
     return [line for line in text.splitlines()
@@ -78,7 +77,7 @@ def streamed_lines(start: int, path: Path) -> list[str]:
 
 
 def log_size() -> int:
-    return RSAD_LOG.stat().st_size
+    return Path(read_lab_env()["RSA_LAB_RSAD_LOG"]).stat().st_size
 
 
 def job_script(area: Path, body: str, *, data_in: bool = False) -> str:

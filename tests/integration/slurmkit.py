@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 from rsa_scheduler.slurm.cli import CliSlurm
-from tests.integration.conftest import as_user, slurm_env
+from tests.integration.conftest import as_user, read_lab_env, slurm_env
 
 T = TypeVar("T")
 
@@ -137,6 +139,76 @@ def make_jobs(lab: Mapping[str, str]) -> Iterator[Jobs]:
 
 
 LAB_DIR = Path(__file__).resolve().parents[2] / "lab"
+CLEAN_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8", "HOME": "/root"}
+RSAD_LOCK = Path("/var/lib/rsa/rsa.db.lock")  # the package's store lock: rsad's pid
+
+
+def in_cluster() -> bool:
+    """Whether the tests run on the cluster lab (lab/cluster/harness.py: on rsad's host,
+    every other node through the door), not on the host lab."""
+    return read_lab_env().get("RSA_LAB_KIND") == "cluster"
+
+
+def on_node(node: str, argv: Sequence[str], *, input: str | None = None,
+            timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``argv`` as root on the cluster lab's node ``node`` (lab/cluster/node's way), asked
+    of the door lab/cluster/harness.py serves while the tests run."""
+    ask = {"node": node, "argv": list(argv), "input": input, "timeout": timeout}
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as door:
+        door.settimeout(timeout + 30)
+        door.connect(read_lab_env()["RSA_LAB_DOOR"])
+        door.sendall(json.dumps(ask).encode() + b"\n")
+        data = b""
+        while chunk := door.recv(1 << 16):
+            data += chunk
+    said = json.loads(data)
+    done = subprocess.CompletedProcess(list(argv), int(said["rc"]), said["stdout"],
+                                       said["stderr"])
+    if check and done.returncode != 0:
+        raise AssertionError(f"{node}: {list(argv)} exited {done.returncode}: "
+                             f"{done.stderr.strip()[-600:]}")
+    return done
+
+
+def lab_nodes(lab: Mapping[str, str], key: str) -> list[str]:
+    """The node names of a lab fact such as RSA_LAB_COMPUTE_NODES (``c[1-4]``)."""
+    prefix, _, rest = lab[key].partition("[")
+    if not rest:
+        return [prefix]
+    first, _, last = rest.rstrip("]").partition("-")
+    return [f"{prefix}{i}" for i in range(int(first), int(last or first) + 1)]
+
+
+def lab_rsad_pid() -> int:
+    """The pid of the lab's rsad (the host lab's pidfile; the cluster lab's store lock)."""
+    if in_cluster():
+        pid = _cluster_rsad_pid()
+        if pid is None:
+            raise AssertionError(f"no rsad runs here ({RSAD_LOCK} names none)")
+        return pid
+    return int(Path("/run/rsa-lab/pids/rsad.pid").read_text())
+
+
+def on_lab_node(node: str, argv: Sequence[str], *, timeout: float = 60,
+                check: bool = False) -> subprocess.CompletedProcess[str]:
+    """``argv`` as root in the mount namespace of the lab node ``node`` (a compute node
+    ``cN`` or an RSA node ``rsaN``): in the host lab, entered by its slurmd's or sshd's
+    pid; in the cluster lab, on that host through the door."""
+    if in_cluster():
+        return on_node(node, argv, timeout=timeout, check=check)
+    daemon = f"slurmd-{node}" if node.startswith("c") else f"sshd-{node}"
+    pid = Path(f"/run/rsa-lab/pids/{daemon}.pid").read_text().split()[0]
+    return subprocess.run(["nsenter", "-t", pid, "-m", "--", *argv], capture_output=True,
+                          text=True, timeout=timeout, check=check)
+
+
+def _cluster_rsad_pid() -> int | None:
+    """rsad's pid on this host of the cluster lab: its store lock names it."""
+    try:
+        pid = int(RSAD_LOCK.read_text().split()[0])
+        return pid if Path(f"/proc/{pid}/comm").read_text().strip() == "rsad" else None
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def restart_lab_rsad(sig: int) -> None:
@@ -150,7 +222,13 @@ def stop_lab_rsad(sig: int) -> None:
     """Stop the lab's rsad with ``sig`` (SIGKILL: a crash); its state stays."""
     import signal as _signal
 
-    pid = int(Path("/run/rsa-lab/pids/rsad.pid").read_text())
+    if in_cluster():
+        found = _cluster_rsad_pid()
+        if found is None:
+            raise AssertionError(f"no rsad runs here ({RSAD_LOCK} names none)")
+        pid = found
+    else:
+        pid = int(Path("/run/rsa-lab/pids/rsad.pid").read_text())
     os.kill(pid, _signal.Signals(sig))
 
     def gone() -> bool:  # reaped (even while its stat is read: ESRCH), or a zombie
@@ -164,7 +242,16 @@ def stop_lab_rsad(sig: int) -> None:
 
 
 def start_lab_rsad() -> None:
-    """Start the lab's rsad on its state, as lab-up does."""
+    """Start the lab's rsad on its state, as lab-up does (on the cluster lab, as its unit
+    does: ExecStartPre ``rsad --check``, then ``rsad``)."""
+    if in_cluster():
+        subprocess.run(["sh", "-ec", "rsad --check >>/var/log/rsad.log 2>&1\n"
+                        "setsid /usr/bin/rsad </dev/null >>/var/log/rsad.log 2>&1 &"],
+                       check=True, timeout=60, env=CLEAN_ENV)
+        wait_for("rsad's API", lambda: subprocess.run(
+            ["rsa", "nodes"], capture_output=True, timeout=30, env=CLEAN_ENV,
+            check=False).returncode == 0, timeout=60)
+        return
     code = ("import sys; sys.path.insert(0, sys.argv[1]); "
             "from rsalab import common, facts, rsad; s = common.Settings(); "
             "rsad.up(s, facts.RSA_YAML)")
@@ -174,7 +261,18 @@ def start_lab_rsad() -> None:
 
 def crash_lab_rsa_sshd(node: str, down_for: float) -> None:
     """SIGKILL the sshd of the lab's RSA node ``node`` and start it again ``down_for``
-    seconds later in the node's namespace (lab/rsalab/rsanodes.py crash_sshd)."""
+    seconds later in the node's namespace (lab/rsalab/rsanodes.py crash_sshd; on the
+    cluster lab, on that node)."""
+    if in_cluster():
+        on_node(node, ["sh", "-ec", f"""pid=$(cat /run/sshd.pid)
+[ "$(cat /proc/$pid/comm)" = sshd ]
+kill -KILL "$pid"
+while [ -e /proc/$pid ]; do sleep 0.05; done
+sleep {down_for}
+/usr/sbin/sshd
+for i in $(seq 100); do [ -s /run/sshd.pid ] && exit 0; sleep 0.1; done
+exit 1"""], timeout=60 + down_for)
+        return
     code = ("import sys; sys.path.insert(0, sys.argv[1]); "
             "from rsalab import common, rsanodes; "
             "rsanodes.crash_sshd(common.Settings(), sys.argv[2], float(sys.argv[3]))")
@@ -188,7 +286,18 @@ def restart_lab_slurmctld(clean: bool = False) -> None:
     saved state, as lab-up does; running jobs keep running on their slurmd. ``clean``:
     its StateSaveLocation is emptied first, as when it is lost: every job is forgotten
     (slurmd kills the running ones) and job ids start again at FirstJobId (``-c`` alone
-    keeps the id sequence: seen in the lab)."""
+    keeps the id sequence: seen in the lab). On the cluster lab, on ctl."""
+    if in_cluster():
+        wipe = "rm -rf /var/lib/slurm/slurmctld/*\n" if clean else ""
+        on_node("ctl", ["sh", "-ec", f"""pid=$(cat /run/slurm/slurmctld.pid)
+[ "$(cat /proc/$pid/comm)" = slurmctld ]
+kill -TERM "$pid"
+for i in $(seq 100); do [ -e /proc/$pid ] || break; sleep 0.1; done
+[ -e /proc/$pid ] && kill -KILL "$pid" && sleep 1
+{wipe}/usr/sbin/slurmctld -i </dev/null >/dev/null 2>&1
+for i in $(seq 300); do scontrol ping | grep -q UP && exit 0; sleep 0.1; done
+exit 1"""], timeout=90)
+        return
     wipe = ("import shutil; d = common.DATA / 'slurm/ctld'; "
             "[shutil.rmtree(p) if p.is_dir() else p.unlink() for p in d.iterdir()]; "
             if clean else "")
@@ -221,6 +330,14 @@ def lab_command_hidden(node: str, command: str) -> Iterator[None]:
     lasts: /dev/null bound over it in that node's mount namespace only (not executable:
     ``command -v`` finds nothing, running it fails), unbound afterwards. The host and the
     other nodes keep theirs; lab-down ends the namespace in any case."""
+    if in_cluster():
+        path = on_node(node, ["sh", "-c", f"command -v {command}"]).stdout.strip()
+        on_node(node, ["mount", "--bind", "/dev/null", path])
+        try:
+            yield
+        finally:
+            on_node(node, ["umount", path])
+        return
     pid = Path(f"/run/rsa-lab/pids/sshd-{node}.pid").read_text().split()[0]
     path = subprocess.run(["sh", "-c", f"command -v {command}"], capture_output=True,
                           text=True, check=True, timeout=10).stdout.strip()

@@ -19,7 +19,7 @@ def test_the_demo_runs_its_whole_story_and_summarises_it(lab: Mapping[str, str])
         ["sinfo", "-h", "-o", "%t"], capture_output=True, text=True,
         env={"SLURM_CONF": lab["RSA_LAB_SLURM_CONF"], "PATH": "/usr/bin:/bin"}
     ).stdout.split() == ["idle"], timeout=120)
-    done = subprocess.run([f"{lab['RSA_LAB_VENV']}/bin/python", str(DEMO), "--plain",
+    done = subprocess.run([lab["RSA_LAB_PYTHON"], str(DEMO), "--plain",
                            "--scale", "0.2"], capture_output=True, text=True, timeout=1200)
     out = done.stdout
     assert done.returncode == 0, out[-3000:] + done.stderr[-2000:]

@@ -49,7 +49,7 @@ def test_users_see_and_act_only_on_their_own_jobs(lab: Mapping[str, str]) -> Non
         assert not tracked_by(lab, other, job)
         seen = rsa(lab, other, "job", job, "--api", TCP)
         assert seen.returncode == 1 and f"job {job} is not tracked by the RSA" in seen.stderr
-        refused = as_user(lab, other, [f"{lab['RSA_LAB_VENV']}/bin/python", "-c",
+        refused = as_user(lab, other, [lab["RSA_LAB_PYTHON"], "-c",
                                        "from rsa_scheduler.client import ApiClient;"
                                        f"ApiClient('{TCP}').post('/v1/jobs/{job}/command',"
                                        "{'command': 'cancel-staging'})"])
@@ -190,7 +190,7 @@ class _Impostor:
 def _encode_as(lab: Mapping[str, str], user: str, payload: bytes) -> str:
     code = ("import sys; from rsa_scheduler import munge; "
             "print(munge.encode(bytes.fromhex(sys.argv[1])))")
-    done = as_user(lab, user, [f"{lab['RSA_LAB_VENV']}/bin/python", "-c", code, payload.hex()])
+    done = as_user(lab, user, [lab["RSA_LAB_PYTHON"], "-c", code, payload.hex()])
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 

@@ -131,7 +131,7 @@ def test_demotion_during_stage_in_stops_the_transfer_and_frees_the_nodes(
                                str(area / "big")], capture_output=True, text=True).stdout
         assert left.strip() == ""
         status = json.loads(subprocess.run(
-            [f"{lab['RSA_LAB_VENV']}/bin/python", "-c",
+            [lab["RSA_LAB_PYTHON"], "-c",
              "import json; from rsa_scheduler.client import ApiClient; "
              "print(json.dumps(ApiClient().get('/v1/status')))"],
             capture_output=True, text=True, check=True).stdout)

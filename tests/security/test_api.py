@@ -60,7 +60,7 @@ def root_status_seconds(lab: Mapping[str, str], api: str = SOCK) -> float:
 
 def attack_as(lab: Mapping[str, str], user: str, *args: str,
               timeout: float = 90) -> dict[str, Any]:
-    out = as_user(lab, user, [f"{lab['RSA_LAB_VENV']}/bin/python", ATTACK, *args],
+    out = as_user(lab, user, [lab["RSA_LAB_PYTHON"], ATTACK, *args],
                   timeout=timeout)
     assert out.returncode == 0, out.stderr
     result: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])
@@ -71,7 +71,7 @@ def attack_as(lab: Mapping[str, str], user: str, *args: str,
 def holding(lab: Mapping[str, str], user: str, address: str, count: int,
             seconds: float) -> Iterator[dict[str, Any]]:
     """``count`` idle connections held by ``user``; yields what rsad did with them."""
-    proc = subprocess.Popen(["runuser", "-u", user, "--", f"{lab['RSA_LAB_VENV']}/bin/python",
+    proc = subprocess.Popen(["runuser", "-u", user, "--", lab["RSA_LAB_PYTHON"],
                              ATTACK, "hold", address, str(count), str(seconds)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd="/")
@@ -175,7 +175,7 @@ def test_a_malformed_body_is_one_line_and_rsad_serves_on(lab: Mapping[str, str],
              ("POST", "/v1/admin/drain", "[" * 50_000 + "]" * 50_000, "nested too deeply"),
              ("GET", "/v1/events?since=99999999999999999999", "", "since= takes an event")]
     for method, path, body, why in cases:
-        out = as_user(lab, other, [f"{lab['RSA_LAB_VENV']}/bin/python", "-c", SIGNED,
+        out = as_user(lab, other, [lab["RSA_LAB_PYTHON"], "-c", SIGNED,
                                    address, method, path, body], timeout=60)
         assert out.returncode == 0, out.stderr[-2000:]
         got = json.loads(out.stdout.splitlines()[-1])

@@ -37,7 +37,7 @@ ROOT_DIR = str(Path(reply.__file__).resolve().parents[2])
 def ask(lab: Mapping[str, str], user: str, address: str, method: str, path: str,
         auth: str) -> dict[str, Any]:
     """One raw request to rsad as ``user`` (tests/security/reply.py)."""
-    argv = ["env", f"PYTHONPATH={ROOT_DIR}", f"{lab['RSA_LAB_VENV']}/bin/python", REPLY,
+    argv = ["env", f"PYTHONPATH={ROOT_DIR}", lab["RSA_LAB_PYTHON"], REPLY,
             address, method, path, auth]
     if user == "root":
         out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,

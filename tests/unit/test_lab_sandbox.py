@@ -173,7 +173,11 @@ def test_a_detached_sandbox_takes_commands_and_its_stop_runs_its_teardown() -> N
         assert sandbox.in_sandbox(name)  # running after --detach returned
         inside = subprocess.run(
             [str(SANDBOX), "--exec", name, "sh", "-c",
-             "hostname; echo $RSA_LAB_SANDBOX; pgrep -x sleep | wc -l; "
+             # (the keeper starts its sleeps after --detach returned: a busy machine
+             # may not have run them yet)
+             "hostname; echo $RSA_LAB_SANDBOX; for i in $(seq 300); do "
+             "[ $(pgrep -x sleep | wc -l) -ge 2 ] && break; sleep 0.1; done; "
+             "pgrep -x sleep | wc -l; "
              "touch /var/lib/rsa-lab/mine; exit 3"],
             capture_output=True, text=True, timeout=60, check=False)
         assert inside.returncode == 3, inside.stderr
