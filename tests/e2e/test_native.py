@@ -22,7 +22,7 @@ import pytest
 from rsa_scheduler.core.states import RsaState
 from tests.e2e.conftest import input_area, md5_of
 from tests.integration.conftest import as_user
-from tests.integration.slurmkit import bb_hook, make_jobs, root, show_job, wait_for
+from tests.integration.slurmkit import bb_reason, make_jobs, root, show_job, wait_for
 from tests.integration.test_rsad_staging import rsa_job, wait_state
 from tests.slurm_json import squeue_json_job
 
@@ -179,7 +179,7 @@ echo ran > {area}/res/ran
         assert entry["job_state"] == "PENDING" and entry["priority"] == 0, entry  # held
         # what squeue's reason and scontrol show: Slurm's prefix and rsad's one line
         text = str(entry["state_description"])
-        assert text.startswith(f"burst_buffer/lua: {bb_hook('data_in')}: "
+        assert text.startswith(f"{bb_reason('data_in')}"
                                f"stage-in of job {job} failed: "), text
         assert str(area / "in") in text and text.endswith(
             "; fix it, then scancel the job and submit it again"), text

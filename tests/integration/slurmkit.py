@@ -46,6 +46,15 @@ def bb_hook(stage: str) -> str:
     return f"slurm_bb_test_{stage}" if slurm_release() >= (24, 5) else f"slurm_bb_{stage}"
 
 
+def bb_reason(stage: str) -> str:
+    """What Slurm writes before a failed stage's message in the job's reason: 22.05-24.11
+    ``burst_buffer/lua: <hook>: ``; 26.05 ``burst_buffer/lua: JobHeldAdmin: <hook>
+    failed: `` (docs/operator-guide.md, "Slurm versions")."""
+    if slurm_release() >= (26, 5):
+        return f"burst_buffer/lua: JobHeldAdmin: {bb_hook(stage)} failed: "
+    return f"burst_buffer/lua: {bb_hook(stage)}: "
+
+
 def show_job(lab: Mapping[str, str], job: str) -> dict[str, str]:
     """A job's JobState, Reason, Comment and AdminComment, each from its own squeue call
     (never from ``scontrol show job -o``, whose values can read as other fields)."""

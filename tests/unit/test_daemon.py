@@ -394,6 +394,9 @@ def test_a_command_its_caller_gave_up_on_is_never_carried_out_later(
     ("POST", "/v1/jobs/7/command", b"[1]", "a JSON list, not an object"),
     ("POST", "/v1/jobs/7/command", b'"input-done"', "a JSON str, not an object"),
     ("POST", "/v1/admin/drain", b"[" * 50_000 + b"]" * 50_000, "nested too deeply"),
+    # past the API's own bound, well within every Python's parser (3.14 parses 50,000)
+    ("POST", "/v1/admin/drain", b"{\"a\": " + b"[" * 65 + b"]" * 65 + b"}",
+     "nested too deeply (over 64 levels)"),
     ("POST", "/v1/jobs/7/command", b"{", "not JSON"),
     ("GET", "/v1/events?since=99999999999999999999", b"", "since= takes an event number"),
 ])
@@ -411,6 +414,15 @@ def test_a_malformed_request_is_one_line_400_not_a_traceback(
         reply = Endpoint(routes).respond(req, httpd.Identity(1001, "alice", False))
     assert (reply.status, why in json.loads(reply.body)["error"]) == (400, True), reply
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
+    from rsa_scheduler.daemon.api import _too_deep
+
+    assert not _too_deep(b'{"reason": "' + b"[{" * 500 + b'\\"[["}')
+    assert not _too_deep(b"[" * 64 + b"]" * 64)
+    assert _too_deep(b"[" * 65 + b"]" * 65)
+    assert _too_deep(b'{"a": "x\\"", "b": ' + b"{" * 70)
 
 
 def test_a_jobs_timeline_is_read_only_from_a_record_of_the_callers(
