@@ -94,7 +94,48 @@ def lab_env() -> dict[str, str]:
         "RSA_LAB_MODE": mode(),
         "RSA_LAB_DEBIAN": rc.release(),
         "RSA_LAB_DOOR": str(DOOR),
+        "SLURM_CONF": "/etc/slurm/slurm.conf",
+        "RSA_LAB_PROLOG_FLAGS": "",
+        "RSA_LAB_NODE_CPU_CGROUP": "",
+        "RSA_LAB_NODE_CPU_WEIGHT": "",
     }
+
+
+#: the host lab's test timings (lab/rsalab/facts.py rsa_yaml, where each is explained),
+#: added to the cluster's rsa.yaml for its tests: they wait seconds, not a site's minutes
+TUNING = {
+    "ssh:": ("  connect_timeout: 3s",),
+    "daemon:": ("  poll_interval: 1s",),
+    "health:": ("  interval: 2s", "  ramdisk_interval: 5s"),
+    "allocation:": ("  array_share: 1",),
+    "staging:": ("  retries: 2", "  backoff: 2s", "  backoff_max: 4s", "  on_deck_settle: 3s"),
+}
+TUNED = "# tuned for the host lab's tests (lab/cluster/harness.py TUNING)"
+
+
+def tuned_yaml(native: bool) -> str:
+    """The cluster's rsa.yaml with the host lab's test timings (and ``slurm.mode:
+    native`` when the cluster runs in native mode)."""
+    lines: list[str] = [TUNED]
+    for line in rc.rsa_yaml().splitlines():
+        lines.append(line)
+        lines.extend(TUNING.get(line, ()))
+        if native and line == "slurm:":
+            lines.append("  mode: native")
+    lines += ["hooks:", "  max_hold: 30s"]
+    return "\n".join(lines) + "\n"
+
+
+def tune() -> None:
+    """rsa.yaml with the test timings on rsad's host and the compute nodes (each keeps
+    its owner and mode: rewritten in place), checked, then rsad restarted on it."""
+    if rc.on(rc.RSAD, ["head", "-n", "1", "/etc/rsa/rsa.yaml"]).stdout.strip() == TUNED:
+        return
+    text = tuned_yaml(mode() == "native")
+    for node in (rc.RSAD, *rc.COMPUTE):
+        rc.on(node, ["sh", "-ec", "cat > /etc/rsa/rsa.yaml"], input=text)
+    rc.on(rc.RSAD, ["rsa", "config", "check", "/etc/rsa/rsa.yaml"])
+    rc.restart_rsad()
 
 
 class _Door(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -161,10 +202,14 @@ def lab_test(args: Sequence[str]) -> int:
         raise rc.ClusterError(f"{repo_path} is not on {rc.RSAD}: the cluster was brought up "
                               "without RSA_CLUSTER_HARNESS: clusterctl down, then up with it")
     venv = _venv(repo_path)
+    tune()
     env = lab_env()
     rc.on(rc.RSAD, ["sh", "-ec", f"mkdir -p {Path(LAB_ENV).parent}\ncat > {LAB_ENV}"],
           input="".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items()))
     passed = [f"{k}={os.environ[k]}" for k in ("CI",) if k in os.environ]
+    # the workflow tools' venv for the image's Python (make's WF_VENV; lab/host-root)
+    wf = repo_path / VENVS[rc.release()].replace(".venv", ".venv-wf", 1)
+    passed.append(f"RSA_WF_VENV={wf}")
     argv = ["sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", str(repo_path),
             "env", *passed, "PYTHONDONTWRITEBYTECODE=1",
             str(venv / "bin" / "pytest"), "-p", "no:cacheprovider", *args]

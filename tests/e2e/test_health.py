@@ -10,12 +10,12 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
-from tests.integration.slurmkit import wait_for
+from tests.integration.slurmkit import in_cluster, lab_nodes, on_node, wait_for
 
 pytestmark = pytest.mark.once  # RSA-node health is rsad's own, whichever mode drives staging
 
@@ -64,33 +64,59 @@ def thaw(pids: list[int]) -> None:
             os.kill(p, signal.SIGCONT)
 
 
-def test_a_node_that_stops_answering_is_down_then_back(lab: Mapping[str, str]) -> None:
-    listener = int((SSH_DIR / "rsa4" / "sshd.pid").read_text())
-    assert nodes(lab)["rsa4"]["state"] == "up"
-    pids = freeze(listener)
+#: the same as freeze(), on a node of the cluster lab (its sshd's pidfile, in the node)
+FREEZE = """stopped=" " todo=$(cat /run/sshd.pid)
+while [ -n "$todo" ]; do
+  next=""
+  for p in $todo; do kill -STOP "$p" 2>/dev/null || true; stopped="$stopped$p "
+    next="$next $(ps -o pid= --ppid "$p" || true)"; done
+  todo=""; for p in $next; do case "$stopped" in *" $p "*) ;; *) todo="$todo $p";; esac; done
+done
+echo $stopped"""
+
+
+@contextlib.contextmanager
+def sshd_frozen(node: str) -> Iterator[None]:
+    """The RSA node's sshd and its sessions stopped (SIGSTOP) while the context lasts."""
+    if in_cluster():
+        frozen = on_node(node, ["sh", "-ec", FREEZE]).stdout.split()
+        try:
+            yield
+        finally:
+            on_node(node, ["kill", "-CONT", *frozen], check=False)
+        return
+    pids = freeze(int((SSH_DIR / node / "sshd.pid").read_text()))
     try:
-        down = wait_for("rsa4 down", lambda: n if (n := nodes(lab)["rsa4"])["state"]
+        yield
+    finally:
+        thaw(pids)
+
+
+def test_a_node_that_stops_answering_is_down_then_back(lab: Mapping[str, str]) -> None:
+    node = lab_nodes(lab, "RSA_LAB_RSA_NODES")[-1]
+    assert nodes(lab)[node]["state"] == "up"
+    with sshd_frozen(node):
+        down = wait_for(f"{node} down", lambda: n if (n := nodes(lab)[node])["state"]
                         == "down" else None, timeout=120)
         assert down["by"] == "health" and "probes in a row" in down["reason"]
         text = subprocess.run([f"{lab['RSA_LAB_VENV']}/bin/rsa", "nodes"],
                               capture_output=True, text=True, timeout=30).stdout
-        assert any(ln.startswith("rsa4") and "[health]" in ln for ln in text.splitlines())
-    finally:
-        thaw(pids)
-    wait_for("rsa4 up again", lambda: nodes(lab)["rsa4"]["state"] == "up", timeout=120)
+        assert any(ln.startswith(node) and "[health]" in ln for ln in text.splitlines())
+    wait_for(f"{node} up again", lambda: nodes(lab)[node]["state"] == "up", timeout=120)
 
 
 def test_an_operators_drain_keeps_its_reason_and_is_not_undone(
         lab: Mapping[str, str]) -> None:
     rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
-    subprocess.run([rsa, "drain", "rsa3", "--reason", "DIMM swap"], check=True,
+    node = lab_nodes(lab, "RSA_LAB_RSA_NODES")[0]
+    subprocess.run([rsa, "drain", node, "--reason", "DIMM swap"], check=True,
                    capture_output=True, timeout=30)
     try:
         time.sleep(5)  # two health rounds at the lab's 2 s interval
-        n = nodes(lab)["rsa3"]
+        n = nodes(lab)[node]
         assert n["state"] == "drained" and n["reason"] == "DIMM swap" and n["by"] == "root"
     finally:
-        subprocess.run([rsa, "resume", "rsa3"], check=True, capture_output=True, timeout=30)
-    assert nodes(lab)["rsa3"]["state"] == "up"
+        subprocess.run([rsa, "resume", node], check=True, capture_output=True, timeout=30)
+    assert nodes(lab)[node]["state"] == "up"
     bad = subprocess.run([rsa, "drain", "rsa9"], capture_output=True, text=True, timeout=30)
     assert bad.returncode != 0 and "no RSA node 'rsa9'" in bad.stderr + bad.stdout

@@ -22,7 +22,14 @@ import pytest
 from rsa_scheduler.core.states import RsaState
 from tests.e2e.conftest import input_area, md5_of
 from tests.integration.conftest import as_user
-from tests.integration.slurmkit import bb_reason, make_jobs, root, show_job, wait_for
+from tests.integration.slurmkit import (
+    bb_reason,
+    lab_nodes,
+    make_jobs,
+    root,
+    show_job,
+    wait_for,
+)
 from tests.integration.test_rsad_staging import rsa_job, wait_state
 from tests.slurm_json import squeue_json_job
 
@@ -90,8 +97,8 @@ echo "$RSA_MODE|$RSA_STATE" > {area}/res/env
         # either sees no free space in the pool (BurstBufferResources: rsad's pools file
         # says so) or, with a pools view up to 30 s old, already runs setup, which waits
         # in rsad (BurstBufferStageIn)
-        for n in range(1, 5):
-            root(lab, rsa, "drain", f"rsa{n}", "--reason", "native e2e")
+        for node in lab_nodes(lab, "RSA_LAB_RSA_NODES"):
+            root(lab, rsa, "drain", node, "--reason", "native e2e")
         seen: set[str] = set()
         try:
             job = jobs.submit(script=script)
@@ -105,10 +112,11 @@ echo "$RSA_MODE|$RSA_STATE" > {area}/res/env
             # nothing allocated (rsad may not track it yet: Slurm has not set it up)
             assert (rsa_job(lab, job) or {}).get("rsa_state") in (None, "none")
             states = node_states(lab)
-            assert set(states) == {f"c{i}" for i in range(1, 5)} and all_free(states), states
+            assert set(states) == set(lab_nodes(lab, "RSA_LAB_COMPUTE_NODES")) and all_free(
+                states), states
         finally:
-            for n in range(1, 5):
-                root(lab, rsa, "resume", f"rsa{n}")
+            for node in lab_nodes(lab, "RSA_LAB_RSA_NODES"):
+                root(lab, rsa, "resume", node)
         # once nodes are free Slurm starts the stage-in and holds the job in it until done
         deadline = time.monotonic() + 180
         while (line := queue_line(lab, job))[0] == "PENDING" and time.monotonic() < deadline:

@@ -40,6 +40,7 @@ from rsa_scheduler.store import Store
 from tests.e2e.conftest import input_area, md5_of
 from tests.integration.conftest import as_user, read_lab_env
 from tests.integration.slurmkit import (
+    lab_nodes,
     make_jobs,
     past_requeue_delay,
     restart_lab_rsad,
@@ -177,7 +178,7 @@ def snapshot_soon(lab: Mapping[str, str], tasks: list[str]) -> None:
     held: set[str] = set()
     for task in tasks:
         held |= set(NodeSet(str((rsa_job(lab, task) or {}).get("nodes") or "")))
-    spare = next(f"rsa{n}" for n in range(1, 5) if f"rsa{n}" not in held)
+    spare = next(n for n in lab_nodes(lab, "RSA_LAB_RSA_NODES") if n not in held)
     deadline = time.monotonic() + 180
     while not all(snapshot_after(t) for t in tasks):
         assert time.monotonic() < deadline, "rsad wrote no snapshot after the setup"

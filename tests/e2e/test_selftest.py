@@ -1,7 +1,7 @@
 """``rsa selftest`` against the live lab (issue 33): green on the lab as it is, every step
 passed with its time, in both modes (native: Slurm's burst buffer hooks drive the same
 steps); red at the right step with the right fix when an RSA node lacks a tool (rsync
-made unusable on rsa3 in that node's namespace only, and back afterwards)."""
+made unusable on the last RSA node in that node's namespace only, and back afterwards)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import slurm_env
-from tests.integration.slurmkit import lab_command_hidden, root, wait_for
+from tests.integration.slurmkit import lab_command_hidden, lab_nodes, root, wait_for
 
 
 def selftest(lab: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
@@ -52,15 +52,16 @@ def test_selftest_passes_every_step_on_the_lab(lab: Mapping[str, str]) -> None:
 @pytest.mark.once  # the RSA nodes' check alone: the same in both modes
 def test_selftest_fails_at_the_nodes_step_with_the_fix_when_a_node_lacks_rsync(
         lab: Mapping[str, str]) -> None:
-    with lab_command_hidden("rsa3", "rsync"):
+    node = lab_nodes(lab, "RSA_LAB_RSA_NODES")[-1]
+    with lab_command_hidden(node, "rsync"):
         done = selftest(lab)
     assert done.returncode == 1, (done.stdout, done.stderr)
     lines = done.stdout.splitlines()
     assert _steps(done.stdout)["nodes"] == "FAILED", done.stdout
     failed = next(i for i, ln in enumerate(lines) if ln.startswith("  nodes "))
-    assert lines[failed].endswith("rsa3 lacks command rsync"), lines
+    assert lines[failed].endswith(f"{node} lacks command rsync"), lines
     assert lines[failed + 1].strip() == (
-        "fix: on rsa3: install rsync, then run rsa selftest again (rsa nodes check rsa3 "
+        f"fix: on {node}: install rsync, then run rsa selftest again (rsa nodes check {node} "
         "lists everything it lacks)")
     assert all(_steps(done.stdout)[s] == "not" for s in ("submit check", "teardown"))
     assert lines[-1] == "rsa selftest: FAILED at nodes"

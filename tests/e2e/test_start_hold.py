@@ -21,6 +21,7 @@ import pytest
 from rsa_scheduler.core.directives import split_hold
 from tests.e2e.conftest import input_area
 from tests.integration.slurmkit import (
+    lab_nodes,
     make_jobs,
     root,
     show_job,
@@ -133,8 +134,8 @@ def test_a_hold_nobody_releases_ends_at_its_deadline_even_with_rsad_down(
     the PFS; rsad, back, finds the wait used up and does not hold it again."""
     with make_jobs(lab) as jobs:
         rsa = lab["RSA_LAB_VENV"] + "/bin/rsa"
-        for n in range(1, 5):  # no RSA node free: the job can only wait
-            root(lab, rsa, "drain", f"rsa{n}", "--reason", "hold test")
+        for node in lab_nodes(lab, "RSA_LAB_RSA_NODES"):  # none free: the job can only wait
+            root(lab, rsa, "drain", node, "--reason", "hold test")
         try:
             job = jobs.submit(script=job_script(area))
             wait_for("rsad to see it", lambda: rsa_job(lab, job), timeout=90)
@@ -151,8 +152,8 @@ def test_a_hold_nobody_releases_ends_at_its_deadline_even_with_rsad_down(
                 start_lab_rsad()
             wait_state(lab, job, "released", "declined", timeout=120)
         finally:
-            for n in range(1, 5):
-                root(lab, rsa, "resume", f"rsa{n}")
+            for node in lab_nodes(lab, "RSA_LAB_RSA_NODES"):
+                root(lab, rsa, "resume", node)
     assert (area / "res" / "md5").read_text() == md5_pfs(area)  # from the PFS
     assert (area / "res" / "inmnt").read_text().strip() != f"{area}/in"
 

@@ -16,7 +16,7 @@ import pytest
 from rsa_scheduler.core.directives import DirectiveSpec
 from rsa_scheduler.core.states import READY, TERMINAL, RsaState
 from tests.integration.conftest import as_user
-from tests.integration.slurmkit import Jobs, make_jobs, root, wait_for
+from tests.integration.slurmkit import Jobs, lab_nodes, make_jobs, root, wait_for
 from tests.unit.test_cli_top import make_terminal
 
 FILL = ("-t", "5", "--wrap", "sleep 300")
@@ -80,8 +80,8 @@ def area(lab: Mapping[str, str]) -> Iterator[Path]:
 
 
 def fill(jobs: Jobs) -> None:
-    """Occupy the 4 compute nodes so the next job waits on Resources (on-deck)."""
-    for _ in range(4):
+    """Occupy every compute node so the next job waits on Resources (on-deck)."""
+    for _ in lab_nodes(jobs.lab, "RSA_LAB_COMPUTE_NODES"):
         jobs.submit(*FILL)
 
 

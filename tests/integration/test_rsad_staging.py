@@ -17,7 +17,14 @@ import pytest
 
 from rsa_scheduler.remote import SshHost
 from tests.integration.conftest import as_user
-from tests.integration.slurmkit import Jobs, make_jobs, restart_lab_rsad, root, wait_for
+from tests.integration.slurmkit import (
+    Jobs,
+    lab_nodes,
+    make_jobs,
+    restart_lab_rsad,
+    root,
+    wait_for,
+)
 
 FILL = ("-t", "5", "--wrap", "sleep 300")
 
@@ -62,8 +69,8 @@ def area(lab: Mapping[str, str]) -> Iterator[Path]:
 
 
 def fill(jobs: Jobs) -> None:
-    """Occupy the 4 compute nodes so the next job waits on Resources (on-deck)."""
-    for _ in range(4):
+    """Occupy every compute node so the next job waits on Resources (on-deck)."""
+    for _ in lab_nodes(jobs.lab, "RSA_LAB_COMPUTE_NODES"):
         jobs.submit(*FILL)
 
 
