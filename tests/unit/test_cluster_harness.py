@@ -1,0 +1,102 @@
+"""lab/cluster/harness.py's pure parts: the host lab's keys in the cluster's lab env file,
+the test timings in the cluster's rsa.yaml, and the door's answers (a real unix socket,
+a fake node runner)."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rsa_scheduler.config.loader import load_config_text
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "lab" / "cluster"))
+try:
+    import harness  # type: ignore[import-not-found]
+    import rsacluster  # type: ignore[import-not-found]
+finally:
+    sys.path.remove(str(ROOT / "lab" / "cluster"))
+
+
+def _host_lab_keys() -> set[str]:
+    text = (ROOT / "lab" / "rsalab" / "facts.py").read_text()
+    return set(re.findall(r'"(RSA_LAB_[A-Z_]+|SLURM_CONF)": ', text))
+
+
+#: the host lab's keys the cluster has no value for: its throttles and its ssd tier
+HOST_ONLY = {"RSA_LAB_PFS_RATE", "RSA_LAB_POOL_SSD", "RSA_LAB_SSD_SIZE", "RSA_LAB_SSD_POOL",
+             "RSA_LAB_SSD_RATE", "RSA_LAB_SSD_THROTTLE", "RSA_LAB_HOOKS_LOG",
+             "RSA_LAB_MAIL_DIR"}
+
+
+def test_the_cluster_writes_every_key_of_the_host_labs_but_its_throttles_and_ssd_tier(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(harness, "mode", lambda: "queue")
+    env = harness.lab_env()
+    assert len(_host_lab_keys()) > 30  # the parse found them
+    assert _host_lab_keys() - HOST_ONLY <= set(env), _host_lab_keys() - HOST_ONLY - set(env)
+    assert env["RSA_LAB_KIND"] == "cluster" and env["RSA_LAB_MODE"] == "queue"
+    assert env["RSA_LAB_COMPUTE_NODES"] == "c[1-2]" and env["RSA_LAB_RSA_NODES"] == "rsa[1-2]"
+    assert env["RSA_LAB_DOOR"] == str(rsacluster.DOOR_DIR / "door.sock")
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_the_tuned_rsa_yaml_is_a_valid_config_with_the_labs_timings(native: bool) -> None:
+    text = harness.tuned_yaml(native)
+    assert text.startswith(harness.TUNED + "\n")
+    config = load_config_text(text)
+    assert config.health.interval == 2 and config.health.ramdisk_interval == 5
+    assert config.daemon.poll_interval == 1 and config.ssh.connect_timeout == 3
+    assert config.staging.retries == 2 and config.staging.on_deck_settle == 3
+    assert config.hooks.max_hold == 30 and config.allocation.array_share == 1
+    assert config.slurm.mode == ("native" if native else "queue")
+    # the site's own settings stay
+    assert config.health.min_free == 64 << 20
+    assert [str(r) for r in config.staging.allowed_roots] == ["/pfs/home"]
+
+
+def _ask(path: Path, request: bytes) -> dict[str, Any]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(str(path))
+        s.sendall(request)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    answer: dict[str, Any] = json.loads(data)
+    return answer
+
+
+def test_the_door_runs_a_command_on_a_named_node_and_refuses_anything_else(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    ran: list[tuple[str, list[str], str | None, float]] = []
+
+    def on(node: str, argv: list[str], *, timeout: float, check: bool,
+           input: str | None) -> Any:
+        ran.append((node, argv, input, timeout))
+        if argv == ["slow"]:
+            raise rsacluster.ClusterError("timed out after 1s: slow")
+        return type("Done", (), {"returncode": 3, "stdout": "out", "stderr": "err"})()
+
+    monkeypatch.setattr(rsacluster, "on", on)
+    monkeypatch.setattr(harness, "DOOR", tmp_path / "door.sock")
+    with harness.door():
+        assert (harness.DOOR.stat().st_mode & 0o777) == 0o600
+        ask = {"node": "rsa1", "argv": ["cat", "/x"], "input": "in", "timeout": 5}
+        assert _ask(harness.DOOR, json.dumps(ask).encode() + b"\n") == {
+            "rc": 3, "stdout": "out", "stderr": "err"}
+        assert ran == [("rsa1", ["cat", "/x"], "in", 5.0)]
+        other = _ask(harness.DOOR, b'{"node": "host", "argv": ["id"]}\n')
+        assert other["rc"] == 2 and "'host' is no node of the cluster lab" in other["stderr"]
+        bad = _ask(harness.DOOR, b"not json\n")
+        assert bad["rc"] == 2 and bad["stderr"].startswith("door: a bad request")
+        slow = _ask(harness.DOOR, b'{"node": "c1", "argv": ["slow"]}\n')
+        assert slow["rc"] == 124 and "timed out" in slow["stderr"]
+        assert len(ran) == 2  # nothing ran for the refused ones
+    assert not harness.DOOR.exists()
