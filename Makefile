@@ -28,7 +28,7 @@ WF_PKGS    := snakemake==9.27.1 snakemake-executor-plugin-cluster-generic==1.0.9
 
 .PHONY: install test lanes lane-cluster-whole lane-unit lane-queue lane-e2e lane-native lane-roots lane-cluster lab-host unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
         slurm24-test slurm26-test cluster-test cluster-run test-compat cluster-run-whole \
-        cluster-run-12 cluster-run-13 cluster-run-testing cluster-lab-test
+        cluster-run-12 cluster-run-13 cluster-run-testing cluster-lab-test cluster-demo
 
 install: $(VENV)/.installed spank $(WF_VENV)/.installed
 
@@ -295,6 +295,18 @@ cluster-lab-test: lab-host deb
 	{ lab/cluster/clusterctl up && \
 	  { [ $(CLUSTER_LAB_MODE) = queue ] || lab/cluster/clusterctl mode $(CLUSTER_LAB_MODE); } && \
 	  lab/cluster/clusterctl lab-test -q $(CLUSTER_LAB_TESTS); } || rc=$$?; \
+	lab/cluster/clusterctl down || rc=1; \
+	lab/cluster/clusterctl check-clean || rc=1; \
+	exit $$rc
+
+# make demo on the cluster lab: lab/demo.py on rsad's host (clusterctl lab-run), every job
+# across the cluster's 2 compute nodes; the cluster is always taken down and checked clean.
+cluster-demo: lab-host deb
+	$(if $(filter-out 12,$(RSA_LAB_DEBIAN)),lab/deb-release $(RSA_LAB_DEBIAN))
+	export RSA_CLUSTER_HARNESS=$(CURDIR) RSA_LAB_DEBIAN=$(RSA_LAB_DEBIAN); rc=0; \
+	trap 'lab/cluster/clusterctl down; exit 130' INT TERM; \
+	{ lab/cluster/clusterctl up && \
+	  lab/cluster/clusterctl lab-run /usr/bin/python3 lab/demo.py $(DEMO_ARGS); } || rc=$$?; \
 	lab/cluster/clusterctl down || rc=1; \
 	lab/cluster/clusterctl check-clean || rc=1; \
 	exit $$rc

@@ -5,7 +5,8 @@ the lab, the live dashboard while they run, and a summary of what happened.
 Owns the demo's story, its job scripts and the summary; the lab itself is brought up and
 down by ``make demo`` (lab/lab.mk). Needs a running lab (``make lab-up``) and root.
 
-The story (4 compute nodes c[1-4], 4 RSA nodes rsa[1-4], the PFS throttled):
+The story (4 compute nodes c[1-4], 4 RSA nodes rsa[1-4], the PFS throttled; on the cluster
+lab, ``make cluster-demo``, every job spans its 2 compute nodes instead of 4):
 
 1. ``busy``      — a plain 4-node job: the cluster is full, the next job waits on-deck
    (it holds the nodes until ``analysis`` is locked in, and at least 30 s).
@@ -75,6 +76,9 @@ class Demo:
         self.rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
         self.env = {**os.environ, "SLURM_CONF": lab["RSA_LAB_SLURM_CONF"]}
         self.base = Path(lab["RSA_LAB_PFS"]) / f"rsa-demo-{int(time.time())}"
+        # every job spans the whole cluster: c[1-4] in the lab, c[1-2] in the cluster lab
+        first, _, last = lab["RSA_LAB_COMPUTE_NODES"].partition("[")[2].rstrip("]").partition("-")
+        self.n = int(last or first) - int(first) + 1
         self.t0 = time.monotonic()
         self.jobs: dict[str, Job] = {}
         self.log: list[str] = []
@@ -183,17 +187,17 @@ class Demo:
             f"head -c 900M /dev/zero > {self.base}/in-demoted/blob")
 
     def analysis_script(self, rsa: bool, out: str) -> str:
-        mib = max(1, int(16 * self.scale))
+        mib, n = max(1, int(16 * self.scale)), self.n
         directives = (f"#RSA_DATA_IN={self.base}/input\n#RSA_DATA_OUT={self.base}/{out}\n"
                       "#RSA_RESET=input-done\n") if rsa else ""
-        # returns once the RAMDISK is over DATA_OUT on all 4 nodes (or the RSA says the
+        # returns once the RAMDISK is over DATA_OUT on all its nodes (or the RSA says the
         # output goes to the PFS)
         reset = f"{self.rsa} input-done --timeout 120\n" if rsa else ""
         return f"""#!/bin/bash
-#SBATCH -N 4 -t 10
+#SBATCH -N {n} -t 10
 {directives}# read the input on every node, then write one file per process
-srun -N4 -n4 bash -c 'cat {self.base}/input/part* | md5sum > /dev/null'
-{reset}srun -N4 -n16 --overcommit bash -c \\
+srun -N{n} -n{n} bash -c 'cat {self.base}/input/part* | md5sum > /dev/null'
+{reset}srun -N{n} -n{4 * n} --overcommit bash -c \\
   'head -c {mib}M /dev/urandom > {self.base}/{out}/rank-$SLURM_PROCID'
 """
 
@@ -215,12 +219,13 @@ srun -N4 -n4 bash -c 'cat {self.base}/input/part* | md5sum > /dev/null'
         # busy holds the nodes at least busy_s, and until the demo says go: analysis is
         # staged and locked in meanwhile however slow this machine is today
         started = time.monotonic()
-        self.submit(Job("busy", "plain 4-node job: the cluster is full", False),
-                    "#!/bin/bash\n#SBATCH -N 4 -t 5\n"
+        n = self.n
+        self.submit(Job("busy", f"plain {n}-node job: the cluster is full", False),
+                    f"#!/bin/bash\n#SBATCH -N {n} -t 5\n"
                     f"for i in $(seq 1 600); do [ -e {self.base}/go-busy ] && break; "
                     "sleep 0.5; done\n")
         mib = max(8, int(300 * self.scale))
-        self.submit(Job("analysis", f"RSA job: {mib} MiB input, 16 output files", True),
+        self.submit(Job("analysis", f"RSA job: {mib} MiB input, {4 * n} output files", True),
                     self.analysis_script(True, "out-analysis"))
         self.wait("analysis locked in", lambda: self.rsa_state(self.jobs["analysis"])
                   == "locked-in")
@@ -228,16 +233,16 @@ srun -N4 -n4 bash -c 'cat {self.base}/input/part* | md5sum > /dev/null'
         self.as_user_sh(f"touch {self.base}/go-busy")
         files = max(50, int(2000 * self.scale))
         self.submit(Job("many-files", f"RSA job: {files} small files, tar stage-out", True),
-                    f"#!/bin/bash\n#SBATCH -N 4 -t 5\n#RSA_DATA_OUT={self.base}/out-many\n"
+                    f"#!/bin/bash\n#SBATCH -N {n} -t 5\n#RSA_DATA_OUT={self.base}/out-many\n"
                     "#RSA_STAGE_OUT=tar\n"
-                    f"srun -N4 -n4 bash -c 'for i in $(seq 1 {files // 4}); do "
+                    f"srun -N{n} -n{n} bash -c 'for i in $(seq 1 {files // n}); do "
                     f"echo $SLURM_PROCID-$i > {self.base}/out-many/f-$SLURM_PROCID-$i; "
                     "done'\n# hold the nodes until the demo says go: the demoted job is staged "
                     "meanwhile\n"
                     f"for i in $(seq 1 600); do [ -e {self.base}/go-many ] && break; "
                     "sleep 0.5; done\n")
         self.submit(Job("demoted", "RSA job that an urgent job will push back", True),
-                    f"#!/bin/bash\n#SBATCH -N 4 -t 5\n#RSA_DATA_IN={self.base}/in-demoted\n"
+                    f"#!/bin/bash\n#SBATCH -N {n} -t 5\n#RSA_DATA_IN={self.base}/in-demoted\n"
                     f"md5sum {self.base}/in-demoted/blob > {self.base}/out-demoted/md5\n")
         demoted = self.jobs["demoted"]
         # The urgent job must find analysis running and many-files locked in (the busy
@@ -249,7 +254,7 @@ srun -N4 -n4 bash -c 'cat {self.base}/input/part* | md5sum > /dev/null'
         self.wait("demoted on-deck and staging", lambda: self.rsa_state(demoted)
                   == "staging-in", timeout=600)
         self.submit(Job("urgent", "plain job, high priority: jumps the queue", False),
-                    "#!/bin/bash\n#SBATCH -N 4 -t 5\nsleep 2\n")
+                    f"#!/bin/bash\n#SBATCH -N {n} -t 5\nsleep 2\n")
         # Above demoted, below any locked-in job: lock-in keeps a staged job ahead (seed
         # 004 §3.1); only the job still staging is pushed back. The gap is twice the lab's
         # PriorityWeightAge, so demoted's ageing can never catch up while the demo waits

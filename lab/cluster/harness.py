@@ -193,31 +193,44 @@ def door() -> Iterator[None]:
 def lab_test(args: Sequence[str]) -> int:
     """pytest ``args`` on rsad's host, from the repository the cluster was brought up with;
     its exit status."""
+    repo = _repo()
+    venv = _venv(repo)
+    return lab_run(["env", "PYTHONDONTWRITEBYTECODE=1", str(venv / "bin" / "pytest"),
+                    "-p", "no:cacheprovider", *args], what="lab-test")
+
+
+def _repo() -> Path:
     repo = os.environ.get("RSA_CLUSTER_HARNESS")
     if not repo:
         raise rc.ClusterError("RSA_CLUSTER_HARNESS=<repository> names the repository whose "
                               "tests run (and must have named it at clusterctl up)")
-    repo_path = Path(repo).resolve()
-    if rc.on(rc.RSAD, ["test", "-d", str(repo_path / "tests")], check=False).returncode:
-        raise rc.ClusterError(f"{repo_path} is not on {rc.RSAD}: the cluster was brought up "
+    path = Path(repo).resolve()
+    if rc.on(rc.RSAD, ["test", "-d", str(path / "tests")], check=False).returncode:
+        raise rc.ClusterError(f"{path} is not on {rc.RSAD}: the cluster was brought up "
                               "without RSA_CLUSTER_HARNESS: clusterctl down, then up with it")
-    venv = _venv(repo_path)
+    return path
+
+
+def lab_run(argv: Sequence[str], what: str = "lab-run") -> int:
+    """``argv`` as root on rsad's host, in the repository the cluster was brought up with,
+    with /run/rsa-lab/env written there and the door served (as for lab-test: e.g. the
+    demo, ``python3 lab/demo.py``); its exit status."""
+    repo = _repo()
     tune()
     env = lab_env()
     rc.on(rc.RSAD, ["sh", "-ec", f"mkdir -p {Path(LAB_ENV).parent}\ncat > {LAB_ENV}"],
           input="".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items()))
     passed = [f"{k}={os.environ[k]}" for k in ("CI",) if k in os.environ]
     # the workflow tools' venv for the image's Python (make's WF_VENV; lab/host-root)
-    wf = repo_path / VENVS[rc.release()].replace(".venv", ".venv-wf", 1)
+    wf = repo / VENVS[rc.release()].replace(".venv", ".venv-wf", 1)
     passed.append(f"RSA_WF_VENV={wf}")
-    argv = ["sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", str(repo_path),
-            "env", *passed, "PYTHONDONTWRITEBYTECODE=1",
-            str(venv / "bin" / "pytest"), "-p", "no:cacheprovider", *args]
-    rc.log(f"lab-test on {rc.RSAD} ({env['RSA_LAB_MODE']} mode, Debian {rc.release()}): "
-           f"{shlex.join(args)}")
+    full = ["sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", str(repo),
+            "env", *passed, *argv]
+    rc.log(f"{what} on {rc.RSAD} ({env['RSA_LAB_MODE']} mode, Debian {rc.release()}): "
+           f"{shlex.join(argv)}")
     try:
         with door():
-            done = subprocess.run(rc.node_argv(rc._init(rc.RSAD), argv), check=False,
+            done = subprocess.run(rc.node_argv(rc._init(rc.RSAD), full), check=False,
                                   env={"PATH": rc.HOST_PATH, rc.MARK: rc.RSAD})
     finally:
         rc.on(rc.RSAD, ["rm", "-f", LAB_ENV], check=False)

@@ -979,6 +979,7 @@ USAGE = """usage: lab/cluster/clusterctl up|down|status|check-clean|verify-check
        lab/cluster/clusterctl restart-rsad   (as systemctl restart rsad would)
        lab/cluster/clusterctl lab-test PYTEST-ARGS...   (the repository's lab tests on
            rsad's host: up with RSA_CLUSTER_HARNESS=<repository>; docs/lab.md)
+       lab/cluster/clusterctl lab-run CMD...   (the same way, any command: the demo)
        lab/cluster/clusterctl previous   (build or find the previous release's .debs)
        lab/cluster/clusterctl mode native|queue   (switch rsad and Slurm's burst buffer)"""
 
@@ -1013,6 +1014,9 @@ def main(argv: Sequence[str]) -> int:
         elif cmd == "lab-test":
             import harness  # the repository's lab tests on rsad's host (docs/lab.md)
             return harness.lab_test(rest)
+        elif cmd == "lab-run" and rest:
+            import harness
+            return harness.lab_run(rest)
         elif cmd == "previous" and not rest:
             print(previous())
         elif cmd == "node" and len(rest) >= 2:
