@@ -1517,6 +1517,38 @@ def test_another_users_job_never_passes_for_an_array_task(tmp_path: Path) -> Non
     assert d.sched.records["127_4"].job_state is JobState.ON_DECK
 
 
+@pytest.mark.parametrize("hook", ["prolog_slurmctld", "prolog"])
+def test_an_alias_in_a_hooks_body_is_never_taken_for_an_array_task_match(
+        tmp_path: Path, hook: str) -> None:
+    """Only rsad matches an own job id to an array task (from slurmctld's pair, or
+    Slurm asked, the users compared). The hook routes kept an ``alias`` the caller put in
+    the body, and the loop recorded it unchecked (logged and replayed): one hook from
+    root on any compute node, or SlurmUser, naming alice's job 7 with ``alias: 900`` made
+    every later hook of job 900, bob's or anybody's, alice's job 7's: 900's Epilog on c1
+    marked c1 done with job 7 (its agent told to exit, its RAMDISK released and its
+    output staged out without waiting for c1)."""
+    d, slurm = nodeside_daemon(tmp_path)
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    assert state_of(d, "7") == "locked-in"
+    body = {"job_id": "7", "alias": "900", "user": "alice", "node": "c1", "nodes": "c1"}
+    with serving(d) as routes:
+        routes.dispatch(ROOT, "POST", f"/v1/hooks/{hook}", body)
+        assert "900" not in d.aliases, d.aliases
+        routes.dispatch(ROOT, "POST", "/v1/hooks/epilog", {"job_id": "900", "node": "c1"})
+    from rsa_scheduler.daemon.nodeside import nodeside_of
+
+    side = nodeside_of(d.registry)
+    assert side is not None
+    job7 = side._jobs.get("7")
+    assert job7 is None or "c1" not in job7.ended, job7
+    again = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm,
+                   store=Store.open(tmp_path / "rsa.db", durability="normal"),
+                   registry=instant_registry([]), workers=1, poll_interval=0)
+    assert "900" not in again.aliases  # nor from the log
+
+
 def test_a_requeued_wait_job_is_held_again_until_its_ramdisk_is_rebuilt(
         tmp_path: Path) -> None:
     """Issue 14: requeued on an idle cluster, the job would start again before its first
