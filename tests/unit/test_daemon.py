@@ -1549,6 +1549,46 @@ def test_an_alias_in_a_hooks_body_is_never_taken_for_an_array_task_match(
     assert "900" not in again.aliases  # nor from the log
 
 
+def test_a_reused_own_id_of_an_array_task_is_the_new_jobs_own(tmp_path: Path) -> None:
+    """alice's array task 127_4 ran as job 131 (rsad matched the two from slurmctld's
+    pair) and is released; slurmctld lost its state and gave 131 to alice's next job, an
+    RSA job of its own. The match outlived the task's run (until the task leaves rsad's
+    memory): the new job's PrologSlurmctld and EpilogSlurmctld were the task's, so rsad
+    never heard 131 start (its node Prologs were answered from the task's record too:
+    no RAMDISK mounted). A job the queue lists under a plain id is no task's: the match
+    ends when its record begins, live and on replay."""
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    slurm.set("127_4", "PENDING", "Resources")
+    slurm.tasks = {"131": ("127", "4")}
+    d.poll()
+    settle(d)
+    pair = {"job_id": "131", "array_job_id": "127", "array_task_id": "4", "user": "alice",
+            "nodes": "c1"}
+    with serving(d) as routes:
+        routes.dispatch(ROOT, "POST", "/v1/hooks/prolog_slurmctld", pair)
+    assert d.aliases == {"131": "127_4"}
+    for state in ("RUNNING", "COMPLETED"):
+        slurm.set("127_4", state)
+        d.poll()
+        settle(d)
+    assert state_of(d, "127_4") == "released"
+    slurm.rows, slurm.tasks = [], {}  # slurmctld without its state: 131 is a new job
+    slurm.set("131", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    assert "131" not in d.aliases, d.aliases
+    with serving(d) as routes:
+        got = routes.dispatch(ROOT, "POST", "/v1/hooks/prolog_slurmctld",
+                              {"job_id": "131", "user": "alice", "nodes": "c1"})
+    assert got["job_id"] == "131", got
+    assert d.sched.records["131"].job_state is JobState.RUNNING
+    again = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm,
+                   store=Store.open(tmp_path / "rsa.db", durability="normal"),
+                   registry=instant_registry([]), workers=1, poll_interval=0)
+    assert "131" not in again.aliases  # nor on replay
+
+
 def test_a_requeued_wait_job_is_held_again_until_its_ramdisk_is_rebuilt(
         tmp_path: Path) -> None:
     """Issue 14: requeued on an idle cluster, the job would start again before its first
