@@ -1589,6 +1589,35 @@ def test_a_reused_own_id_of_an_array_task_is_the_new_jobs_own(tmp_path: Path) ->
     assert "131" not in again.aliases  # nor on replay
 
 
+def test_slurmctlds_hooks_sent_again_change_nothing_more(tmp_path: Path) -> None:
+    """A hook rsad took just before it was killed may come again (or be read again from
+    the queue): a start heard twice, an end heard twice, and a start heard for a job that
+    has ended change nothing more than the first did."""
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    out = DirectiveSpec(data_out="/pfs/out")
+    slurm.set("7", "PENDING", "Resources", spec=out)
+    d.poll()
+    settle(d)
+    start = {"hook": "prolog_slurmctld", "job_id": "7", "user": "alice", "nodes": "c1"}
+    end = {"hook": "epilog_slurmctld", "job_id": "7", "user": "alice", "exit_code": "0"}
+    for _ in range(2):
+        d.submit("hook", dict(start))
+        settle(d)
+        assert (state_of(d, "7"), d.sched.records["7"].job_state) == (
+            "mounted-output", JobState.RUNNING)
+    d.submit("hook", dict(end))
+    settle(d)
+    assert d.sched.records["7"].job_state is JobState.FINISHED
+    cycle = d.sched.records["7"].cycle
+    for hook in (end, start):
+        d.submit("hook", dict(hook))
+        settle(d)
+        rec = d.sched.records["7"]
+        assert (rec.job_state, rec.cycle, state_of(d, "7")) == (
+            JobState.FINISHED, cycle, "released"), rec
+
+
 def test_a_requeued_wait_job_is_held_again_until_its_ramdisk_is_rebuilt(
         tmp_path: Path) -> None:
     """Issue 14: requeued on an idle cluster, the job would start again before its first
