@@ -285,6 +285,11 @@ class Routes:
             raise ApiError(HTTPStatus.FORBIDDEN, "hooks are accepted from root or SlurmUser only")
         payload = dict(body or {})
         payload["hook"] = hook
+        # an own job id is matched to an array task here alone, from what Slurm says (the
+        # pair slurmctld gives its hooks, or Slurm asked, the users compared), never as the
+        # caller says: no hook sends an "alias", and one the loop took (unchecked, logged,
+        # replayed) made every later hook of that id, anyone's job's, the named job's
+        payload.pop("alias", None)
         if not re.fullmatch(r"\d+(_\d+)?", str(payload.get("job_id", ""))):
             raise ApiError(HTTPStatus.BAD_REQUEST, "hook without a valid job_id")
         # an array task is known to rsad (squeue) as <array job>_<task>; its hooks see its

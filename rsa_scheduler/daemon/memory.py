@@ -76,9 +76,18 @@ class Memory:
         of an earlier job's of the same id once a new record starts (``job.tracked``;
         ``job.untracked``: the id names another user's job now). A reused id's actions
         have the same ids as the earlier job's: its ``reset_of`` or ``written_back_of``
-        would make a reset skip its work."""
+        would make a reset skip its work.
+
+        A record tracked under a plain id also ends that id's match to an array task: the
+        queue lists a task under its key (``127_4``) and never under its own id, so a job
+        the queue lists as ``131`` is no task's. Slurm gave the id to a new job (it lost
+        its state, or its ids wrapped) while the task it was matched to is still
+        remembered: the new job's hooks were the task's (its start and end never heard,
+        its node Prologs answered from the task's record, its RAMDISK never mounted)."""
         if ev.name in ("job.tracked", "job.untracked"):
             self.facts.pop(ev.job_id, None)
+            if ev.name == "job.tracked":
+                self.aliases.pop(ev.job_id, None)
             return
         if not (ev.name == "action.milestone" or (
                 ev.name == "action.outcome" and ev.context.get("result") == "ok")):

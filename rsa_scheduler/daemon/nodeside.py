@@ -521,6 +521,17 @@ class NodeSide:
                 self._cond.wait(min(left, 1.0))
 
     def report(self, job: str, node: str, data: Mapping[str, Any]) -> dict[str, Any]:
+        """A node's report of the instruction it carried out. Instruction numbers restart
+        with rsad: a report naming another rsad's epoch (an agent that carried out the
+        earlier rsad's instruction while rsad restarted) answers none of this rsad's,
+        whose own may carry the same number. A node of an older package names no epoch:
+        taken as before."""
+        epoch = str(data.get("epoch") or "")
+        if epoch and epoch != self.epoch:
+            log.info("job %s node %s: a report to an earlier rsad's instruction %s "
+                     "(epoch %s): no answer to this rsad's", job, node, data.get("seq"),
+                     epoch[:32])
+            return {"job_id": job, "node": node, "recorded": False}
         with self._cond:
             j = self._job(job)
             j.reports[node] = {"seq": int(data.get("seq", -1)), "ok": bool(data.get("ok")),

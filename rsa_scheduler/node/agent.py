@@ -110,7 +110,9 @@ def serve(job: str, env: Mapping[str, str], max_life: float = 7 * 86400.0) -> in
             note(jm, ins, report, st.mounts)
             last = int(ins.get("seq", last))
             try:
-                client.post("/v1/hooks/mounted", {**ref, "node": node, **report})
+                # the epoch of the rsad that gave it: a restarted rsad's numbers restart
+                given = {"epoch": str(ins["epoch"])} if ins.get("epoch") else {}
+                client.post("/v1/hooks/mounted", {**ref, "node": node, **report, **given})
             except (ApiUnavailable, ApiRefused) as e:
                 sys.stderr.write(f"rsa-node-agent job {job}: report lost: {e}\n")
     return 0

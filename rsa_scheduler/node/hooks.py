@@ -254,8 +254,11 @@ def prolog(env: Mapping[str, str]) -> int:
                 report = {"seq": int(ans.get("seq", 0)), "ok": False, "message": str(e)}
             if not report["ok"]:
                 _say("prolog", job, f"{report['message']}; the job uses the PFS")
+            # the epoch of the rsad whose instruction it answers (a restarted rsad's
+            # instruction numbers start again: NodeSide.report)
+            epoch = {"epoch": str(ans["epoch"])} if ans.get("epoch") else {}
             client.post("/v1/hooks/mounted", {**from_env(env), "node": node,
-                                              "protocol": PROTOCOL, **report})
+                                              "protocol": PROTOCOL, **report, **epoch})
         elif ans.get("do") == "wait":
             _say("prolog", job, "RAMDISK not ready in time; the job starts from the PFS")
         if ans.get("agent") and jm is not None:

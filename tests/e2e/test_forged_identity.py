@@ -125,3 +125,46 @@ sleep 2
         reached = [e.get("to") for e in data["events"] if e["name"] == "rsa.transition"]
         assert "mounted-output" in reached and "output-verified" in reached, " ".join(
             map(str, reached))
+
+
+@pytest.mark.queue
+def test_an_alias_in_a_hooks_body_never_makes_another_job_the_running_ones(
+        lab: Mapping[str, str], area: Path) -> None:
+    """Root on any compute node (or SlurmUser) posts one PrologSlurmctld hook of rsauser's
+    running job naming ``alias`` = the id of another job, a held plain one of the same
+    user. On the code before, rsad kept that alias (logged, replayed): when the plain job
+    ran and ended, its EpilogSlurmctld ended the running job's lifecycle; its output so
+    far was staged out and its RAMDISK destroyed under it. Only the pair Slurm gives its
+    hooks, or Slurm's own answer, matches an own job id to an array task now."""
+    from rsa_scheduler.client import ApiClient
+
+    out, res = area / "out", area / "res"
+    victim = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_OUT={out}
+#RSA_EARLY_START=wait
+echo first > {out}/part1
+touch {res}/started
+while [ ! -e {res}/go ]; do sleep 0.5; done
+echo second > {out}/part2
+"""
+    with make_jobs(lab) as jobs:
+        job = jobs.submit(script=victim)
+        wait_for("the job writing", lambda: (res / "started").exists(), timeout=240)
+        wait_state(lab, job, RsaState.MOUNTED_OUTPUT, timeout=60)
+        plain = jobs.submit("-H", "--wrap", "true")
+        ApiClient("127.0.0.1:7820", trust_uid=0).post(
+            "/v1/hooks/prolog_slurmctld",
+            {"job_id": job, "alias": plain, "user": lab["RSA_LAB_USER"]})
+        done = as_user(lab, lab["RSA_LAB_USER"], ["scontrol", "release", plain])
+        assert done.returncode == 0, done.stderr
+        wait_for(f"plain job {plain} ended", partial(_ended, lab, plain), timeout=120)
+        time.sleep(3)  # its EpilogSlurmctld's hook, after it left the queue
+        data = rsa_job(lab, job) or {}
+        assert data.get("rsa_state") == RsaState.MOUNTED_OUTPUT, data.get("events")
+        assert data.get("job_state") == "running", data.get("events")
+        assert not [e for e in _hooks_of(lab, job) if e.get("alias") == plain]
+        (res / "go").touch()
+        wait_state(lab, job, "released", timeout=240)
+    assert (out / "part1").read_text() == "first\n"
+    assert (out / "part2").read_text() == "second\n"

@@ -14,6 +14,7 @@ earlier test's id.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 from collections.abc import Iterator, Mapping
@@ -114,3 +115,44 @@ def test_the_same_users_job_under_a_reused_id_is_a_new_job_of_its_own(
         assert "output-verified" in [e.get("to") for e in own
                                      if e["name"] == "rsa.transition"]
         assert not (out_a / "b").exists() and not (out_b / "a").exists()
+
+
+def test_an_array_tasks_own_id_reused_by_a_new_job_is_that_jobs_own(
+        lab: Mapping[str, str], area: Path) -> None:
+    """rsauser's array task ran under its own job id N (rsad matched the two from
+    slurmctld's hooks) and is released; slurmctld loses its state and gives N to
+    rsauser's next RSA job. rsad still remembered N as the task's (until the task leaves
+    its memory): the new job's hooks were the task's, its node Prolog was told "nothing"
+    and it ran from the PFS, its RAMDISK never mounted. A job the queue lists under a
+    plain id is no task's: the new job is mounted on its own RAMDISK."""
+    out_a, out_b, res = area / "out", area / "outb", area / "res"
+    as_user(lab, lab["RSA_LAB_USER"], ["mkdir", str(out_b)])
+    with make_jobs(lab) as jobs:
+        array = jobs.submit("--array=0", script=_script("a", out_a, res, "true"))
+        task = f"{array}_0"
+        wait_state(lab, task, "released", "quarantined", timeout=240)
+        hooks = [e for e in (rsa_job(lab, task) or {}).get("events", [])
+                 if e["name"] == "job.hook" and e.get("alias")]
+        assert hooks, "rsad never matched the task to its own job id"
+        own = str(hooks[0]["alias"])
+        restart_lab_slurmctld(clean=True)
+        dummies = []
+        while True:  # the ids below the task's own go to held jobs without RSA work
+            got = jobs.submit("-H", "--wrap", "true") if int(own) > 1 else own
+            if got == own or int(got) >= int(own) - 1:
+                break
+            dummies.append(got)
+        if int(own) > 1:
+            subprocess.run(["scancel", *dummies, got], env=slurm_env(lab), check=True,
+                           timeout=60)
+        wait_for("the nodes back in slurmctld without its state", lambda: all(
+            line.split("|")[1] == "idle"
+            for line in root(lab, "sinfo", "-h", "-N", "-o", "%N|%T").splitlines()),
+            timeout=60)
+        job = jobs.submit(script=_script("b", out_b, res, "true"))
+        assert job == own, f"job {job} did not get the task's own id {own}"
+        wait_state(lab, job, "released", "quarantined", timeout=240)
+        data = rsa_job(lab, job) or {}
+        assert data["rsa_state"] == "released", data["events"][-10:]
+    assert (out_b / "b").read_text() == "job b\n"
+    assert str(out_b) in (res / "b.mnt").read_text(), json.dumps(data["events"])

@@ -1529,6 +1529,107 @@ def test_another_users_job_never_passes_for_an_array_task(tmp_path: Path) -> Non
     assert d.sched.records["127_4"].job_state is JobState.ON_DECK
 
 
+@pytest.mark.parametrize("hook", ["prolog_slurmctld", "prolog"])
+def test_an_alias_in_a_hooks_body_is_never_taken_for_an_array_task_match(
+        tmp_path: Path, hook: str) -> None:
+    """Only rsad matches an own job id to an array task (from slurmctld's pair, or
+    Slurm asked, the users compared). The hook routes kept an ``alias`` the caller put in
+    the body, and the loop recorded it unchecked (logged and replayed): one hook from
+    root on any compute node, or SlurmUser, naming alice's job 7 with ``alias: 900`` made
+    every later hook of job 900, bob's or anybody's, alice's job 7's: 900's Epilog on c1
+    marked c1 done with job 7 (its agent told to exit, its RAMDISK released and its
+    output staged out without waiting for c1)."""
+    d, slurm = nodeside_daemon(tmp_path)
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    assert state_of(d, "7") == "locked-in"
+    body = {"job_id": "7", "alias": "900", "user": "alice", "node": "c1", "nodes": "c1"}
+    with serving(d) as routes:
+        routes.dispatch(ROOT, "POST", f"/v1/hooks/{hook}", body)
+        assert "900" not in d.aliases, d.aliases
+        routes.dispatch(ROOT, "POST", "/v1/hooks/epilog", {"job_id": "900", "node": "c1"})
+    from rsa_scheduler.daemon.nodeside import nodeside_of
+
+    side = nodeside_of(d.registry)
+    assert side is not None
+    job7 = side._jobs.get("7")
+    assert job7 is None or "c1" not in job7.ended, job7
+    again = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm,
+                   store=Store.open(tmp_path / "rsa.db", durability="normal"),
+                   registry=instant_registry([]), workers=1, poll_interval=0)
+    assert "900" not in again.aliases  # nor from the log
+
+
+def test_a_reused_own_id_of_an_array_task_is_the_new_jobs_own(tmp_path: Path) -> None:
+    """alice's array task 127_4 ran as job 131 (rsad matched the two from slurmctld's
+    pair) and is released; slurmctld lost its state and gave 131 to alice's next job, an
+    RSA job of its own. The match outlived the task's run (until the task leaves rsad's
+    memory): the new job's PrologSlurmctld and EpilogSlurmctld were the task's, so rsad
+    never heard 131 start (its node Prologs were answered from the task's record too:
+    no RAMDISK mounted). A job the queue lists under a plain id is no task's: the match
+    ends when its record begins, live and on replay."""
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    slurm.set("127_4", "PENDING", "Resources")
+    slurm.tasks = {"131": ("127", "4")}
+    d.poll()
+    settle(d)
+    pair = {"job_id": "131", "array_job_id": "127", "array_task_id": "4", "user": "alice",
+            "nodes": "c1"}
+    with serving(d) as routes:
+        routes.dispatch(ROOT, "POST", "/v1/hooks/prolog_slurmctld", pair)
+    assert d.aliases == {"131": "127_4"}
+    for state in ("RUNNING", "COMPLETED"):
+        slurm.set("127_4", state)
+        d.poll()
+        settle(d)
+    assert state_of(d, "127_4") == "released"
+    slurm.rows, slurm.tasks = [], {}  # slurmctld without its state: 131 is a new job
+    slurm.set("131", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    assert "131" not in d.aliases, d.aliases
+    with serving(d) as routes:
+        got = routes.dispatch(ROOT, "POST", "/v1/hooks/prolog_slurmctld",
+                              {"job_id": "131", "user": "alice", "nodes": "c1"})
+    assert got["job_id"] == "131", got
+    assert d.sched.records["131"].job_state is JobState.RUNNING
+    again = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm,
+                   store=Store.open(tmp_path / "rsa.db", durability="normal"),
+                   registry=instant_registry([]), workers=1, poll_interval=0)
+    assert "131" not in again.aliases  # nor on replay
+
+
+def test_slurmctlds_hooks_sent_again_change_nothing_more(tmp_path: Path) -> None:
+    """A hook rsad took just before it was killed may come again (or be read again from
+    the queue): a start heard twice, an end heard twice, and a start heard for a job that
+    has ended change nothing more than the first did."""
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    out = DirectiveSpec(data_out="/pfs/out")
+    slurm.set("7", "PENDING", "Resources", spec=out)
+    d.poll()
+    settle(d)
+    start = {"hook": "prolog_slurmctld", "job_id": "7", "user": "alice", "nodes": "c1"}
+    end = {"hook": "epilog_slurmctld", "job_id": "7", "user": "alice", "exit_code": "0"}
+    for _ in range(2):
+        d.submit("hook", dict(start))
+        settle(d)
+        assert (state_of(d, "7"), d.sched.records["7"].job_state) == (
+            "mounted-output", JobState.RUNNING)
+    d.submit("hook", dict(end))
+    settle(d)
+    assert d.sched.records["7"].job_state is JobState.FINISHED
+    cycle = d.sched.records["7"].cycle
+    for hook in (end, start):
+        d.submit("hook", dict(hook))
+        settle(d)
+        rec = d.sched.records["7"]
+        assert (rec.job_state, rec.cycle, state_of(d, "7")) == (
+            JobState.FINISHED, cycle, "released"), rec
+
+
 def test_a_requeued_wait_job_is_held_again_until_its_ramdisk_is_rebuilt(
         tmp_path: Path) -> None:
     """Issue 14: requeued on an idle cluster, the job would start again before its first

@@ -83,12 +83,14 @@ def test_a_refused_path_is_reported_and_nothing_is_mounted(
     (tmp_path / "elsewhere").mkdir()
     fake.answers = [{"seq": 1, "do": "mount", "job_id": "42", "user": "", "role": "input",
                      "target": str(tmp_path / "elsewhere"), "mode": "ro",
-                     "client_argv": ["/bin/false", MOUNTPOINT], "client_umount_argv": []}]
+                     "client_argv": ["/bin/false", MOUNTPOINT], "client_umount_argv": [],
+                     "epoch": "1795965407.5"}]
     assert hooks.prolog(env(tmp_path)) == 0
     path, report = fake.posts[-1]
     assert path == "/v1/hooks/mounted"
     assert report["ok"] is False and "outside the allowed roots" in report["message"]
     assert report["seq"] == 1 and report["node"] == "c1"
+    assert report["epoch"] == "1795965407.5"  # the rsad whose instruction it answers
     assert not (tmp_path / "n" / "c1" / "42" / "mounts.json").exists()
 
 

@@ -707,3 +707,25 @@ def test_a_teardown_never_destroys_what_a_node_did_not_release() -> None:
     with pytest.raises(RsaError, match="kept"):
         dp.destroy_fs(ctx)
     assert asked == ["7/1/destroy-fs/9"]
+
+
+def test_a_report_to_an_earlier_rsads_instruction_never_answers_this_ones() -> None:
+    """Instruction numbers restart with rsad (its epoch): an agent that carried out the
+    earlier rsad's release while rsad restarted reports it once the new rsad is up, and
+    the new rsad's own release may carry the same number. On the code before, that
+    report answered it: the RAMDISK was recreated while c2, which had not been asked,
+    still held its input mount. A report names the epoch of its instruction now, and one
+    of another epoch is no answer (a node of an older package names none: as before)."""
+    side, reg, backend = make_side(timeout=1.5)
+    side.prolog("7", "c1", "c[1-2]", "mounted-input")
+    for node in ("c1", "c2"):  # both agents connected to this rsad
+        assert side.agent("7", node, "c[1-2]", 0, wait=0)["do"] == "idle"
+    fut = start(reg, ActionKind.RESET, RESET_ARGS)
+    rel = side.agent("7", "c1", "c[1-2]", 0, wait=2, epoch=side.epoch)
+    assert rel["do"] == "release" and rel["epoch"] == side.epoch
+    side.report("7", "c1", {"seq": rel["seq"], "ok": True, "epoch": side.epoch})
+    got = side.report("7", "c2", {"seq": rel["seq"], "ok": True, "epoch": "1795000000.0"})
+    assert got["recorded"] is False
+    out = fut.result(10)
+    assert out.result is Result.BUSY and out.detail == {"silent": ["c2"]}, out
+    assert backend.resets == 0
