@@ -56,6 +56,6 @@ cat {area}/in/x
         said = [str(e.get("message") or "") for e in record["events"]
                 if e["name"] == "action.outcome" and "/stage-in/" in str(e.get("action"))]
         assert any("interrupted when rsad restarted" in m for m in said), said
-        for filler in jobs.ids[:4]:
+        for filler in jobs.fillers:
             root(lab, "scancel", filler)
         wait_state(lab, job, "released", timeout=120)

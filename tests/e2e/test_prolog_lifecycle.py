@@ -94,7 +94,7 @@ def run_to_start(lab: Mapping[str, str], jobs: Jobs, script: str,
     wait_state(lab, job, staged_state, timeout=120)
     if before_start is not None:
         before_start()
-    for filler in jobs.ids[:4]:
+    for filler in jobs.fillers:
         root(lab, "scancel", filler)
     return job
 
@@ -190,7 +190,7 @@ def test_hostile_data_in_is_refused_with_nothing_mounted(
         fill(jobs)
         job = jobs.submit(script=job_script(lab, area, data_in=hostile_dir))
         reached = wait_state(lab, job, "locked-in", "declined", "released", timeout=120)
-        for filler in jobs.ids[:4]:
+        for filler in jobs.fillers:
             root(lab, "scancel", filler)
         wait_for(f"job {job} ended", lambda: root(lab, "squeue", "-h", "-j", job, "-o",
                                                   "%T").strip() in ("", "COMPLETED"),
@@ -282,7 +282,7 @@ touch {data_in}/new 2> {res}/write-err; echo $? > {res}/write-rc
         fill(jobs)
         job = jobs.submit(script=script)
         wait_state(lab, job, "staging-in", timeout=120)
-        for filler in jobs.ids[:4]:
+        for filler in jobs.fillers:
             root(lab, "scancel", filler)
         wait_state(lab, job, "released", timeout=240)
     assert (res / "inmnt").read_text().split() == [str(data_in), "overlay"]
@@ -311,7 +311,7 @@ stat -c %s {data_in}/zz-blob > {res}/blob-size
         fill(jobs)
         job = jobs.submit(script=script)
         wait_state(lab, job, "staging-in", timeout=120)
-        for filler in jobs.ids[:4]:
+        for filler in jobs.fillers:
             root(lab, "scancel", filler)
         wait_state(lab, job, "released", timeout=300)
     assert (res / "inmnt").read_text().strip() == str(data_in)
@@ -449,7 +449,7 @@ echo result > {out}/result
         fill(jobs)
         job = jobs.submit(script=script)
         wait_state(lab, job, "staging-in", timeout=120)
-        for filler in jobs.ids[:4]:
+        for filler in jobs.fillers:
             root(lab, "scancel", filler)
         wait_state(lab, job, "released", timeout=240)
     assert (res / "inmnt").read_text().strip() != str(data_in)  # the PFS
@@ -477,7 +477,7 @@ echo out > {area}/out/result
         fill(jobs)
         job = jobs.submit(script=script)
         wait_state(lab, job, "declined", timeout=120)
-        for filler in jobs.ids[:4]:
+        for filler in jobs.fillers:
             root(lab, "scancel", filler)
         wait_for(f"job {job} ran", lambda: (res / "env").exists(), timeout=120)
     state, _, message = (res / "env").read_text().strip().partition("|")

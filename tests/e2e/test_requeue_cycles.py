@@ -200,7 +200,7 @@ def test_a_rerun_under_fallback_waits_for_the_first_runs_output_and_keeps_an_adm
         fill(jobs)  # the first run gets its RAMDISK while it is on-deck (fallback)
         job = jobs.submit(script=rerun_script(out, res, "fallback", "rsync"))
         wait_state(lab, job, "locked-in", timeout=120)
-        for filler in jobs.ids[:4]:
+        for filler in jobs.fillers:
             root(lab, "scancel", filler)
         wait_for("the first run's output", lambda: (res / "written.0").exists(),
                  timeout=120)

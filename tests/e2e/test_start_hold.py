@@ -121,7 +121,7 @@ def test_on_a_busy_cluster_the_hold_is_released_at_once(
         why = data["events"][released]["why"]
         assert why.startswith(busy), why
         # it is staged when it is next, as in the paper
-        for filler in jobs.ids[:4]:
+        for filler in jobs.fillers:
             root(lab, "scancel", filler)
         wait_state(lab, job, "released", timeout=240)
     assert (area / "res" / "md5").read_text() == md5_pfs(area)

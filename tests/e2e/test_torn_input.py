@@ -93,7 +93,7 @@ findmnt -n -o TARGET --target {inp} > {res}/inmnt
                                capture_output=True, text=True, timeout=120,
                                check=True).stdout
         wait_state(lab, job, "locked-in", "declined", timeout=300)
-        for filler in jobs.ids[:4]:
+        for filler in jobs.fillers:
             root(lab, "scancel", filler)
         wait_state(lab, job, "released", timeout=240)
     data = rsa_job(lab, job)

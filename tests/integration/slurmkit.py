@@ -110,6 +110,7 @@ class Jobs:
     def __init__(self, lab: Mapping[str, str]) -> None:
         self.lab = lab
         self.ids: list[str] = []
+        self.fillers: list[str] = []  # the jobs fill() submitted to occupy every node
 
     def submit(self, *args: str, user: str | None = None, script: str | None = None) -> str:
         user = user or self.lab["RSA_LAB_USER"]

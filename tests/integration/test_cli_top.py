@@ -82,7 +82,7 @@ def area(lab: Mapping[str, str]) -> Iterator[Path]:
 def fill(jobs: Jobs) -> None:
     """Occupy every compute node so the next job waits on Resources (on-deck)."""
     for _ in lab_nodes(jobs.lab, "RSA_LAB_COMPUTE_NODES"):
-        jobs.submit(*FILL)
+        jobs.fillers.append(jobs.submit(*FILL))
 
 
 def test_root_watches_a_job_stage_in_live_and_in_one_frame(

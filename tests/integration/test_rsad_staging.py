@@ -71,7 +71,7 @@ def area(lab: Mapping[str, str]) -> Iterator[Path]:
 def fill(jobs: Jobs) -> None:
     """Occupy every compute node so the next job waits on Resources (on-deck)."""
     for _ in lab_nodes(jobs.lab, "RSA_LAB_COMPUTE_NODES"):
-        jobs.submit(*FILL)
+        jobs.fillers.append(jobs.submit(*FILL))
 
 
 def submit_rsa(jobs: Jobs, data_in: Path, data_out: Path, tmp: Path) -> str:

@@ -286,7 +286,7 @@ def test_private_mounts_only_the_job_sees_its_ramdisk(
         fill(jobs)  # the job waits on-deck while its input is staged
         job = jobs.submit("-p", "shared", script=script)  # a node two jobs may share
         wait_state(lab, job, "locked-in", timeout=120)
-        for filler in jobs.ids[:4]:
+        for filler in jobs.fillers:
             root(lab, "scancel", filler)
         wait_for("the job's probe", res.exists, timeout=120)
         seen = parse_probe(res)

@@ -224,7 +224,7 @@ def test_a_users_escape_sequences_never_reach_an_operators_terminal(
                 assert not any(c in out.stdout for c in "\x1b\x07\x9b"), args
                 assert not any(line.startswith("forged:")
                                for line in out.stdout.splitlines()), args
-            for filler in jobs.ids[:4]:
+            for filler in jobs.fillers:
                 root(lab, "scancel", filler)
     finally:
         root(lab, "rm", "-rf", str(base))
@@ -276,7 +276,7 @@ def test_another_users_job_ids_are_nowhere(lab: Mapping[str, str], tmp_path: Pat
             seen = rsa(lab, other, "job", job, api=api)
             assert seen.returncode == 1
             assert seen.stderr.strip() == f"rsa: error: job {job} is not tracked by the RSA"
-        for filler in jobs.ids[:4]:
+        for filler in jobs.fillers:
             root(lab, "scancel", filler)
     root(lab, "rm", "-rf", str(base))
 

@@ -104,7 +104,7 @@ def test_another_users_job_ramdisk_cannot_be_mounted_read_or_written(
         fill(jobs)
         job = jobs.submit(script=job_script(lab, area))
         wait_state(lab, job, "locked-in", timeout=120)
-        for filler in jobs.ids[:4]:
+        for filler in jobs.fillers:
             root(lab, "scancel", filler)
         wait_state(lab, job, "mounted-input", timeout=120)
         node = root(lab, "squeue", "-h", "-j", job, "-o", "%N").strip()

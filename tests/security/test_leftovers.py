@@ -110,7 +110,7 @@ true
         job = jobs.submit(user=other, script=attack)
         wait_state(lab, job, "locked-in", timeout=180)
         nodes = str((rsa_job(lab, job) or {}).get("nodes", ""))
-        for filler in jobs.ids[:4]:
+        for filler in jobs.fillers:
             root(lab, "scancel", filler)
         wait_state(lab, job, "released", timeout=180)
     data = rsa_job(lab, job) or {}
@@ -137,7 +137,7 @@ findmnt -n -o FSTYPE --target {good}/in >> {good}/read
         job2 = jobs.submit(script=victim)
         wait_state(lab, job2, "locked-in", timeout=300)
         got_nodes = str((rsa_job(lab, job2) or {}).get("nodes", ""))
-        for filler in jobs.ids[:4]:
+        for filler in jobs.fillers:
             root(lab, "scancel", filler)
         wait_state(lab, job2, "released", timeout=300)
     assert ran_on in got_nodes, f"the next job went to {got_nodes}, not {ran_on}"

@@ -213,7 +213,7 @@ while [ ! -e {res}/go ]; do sleep 0.2; done
         fill(jobs)  # the first job waits on-deck while its input is staged
         first = jobs.submit("-p", "shared", "-w", "c1", script=script("a"))
         wait_state(lab, first, "locked-in", timeout=120)
-        for filler in jobs.ids[:4]:
+        for filler in jobs.fillers:
             root(lab, "scancel", filler)
         wait_for(f"job {first} runs", (res / "running.a").exists, timeout=120)
         slot = jobs.submit("-p", "shared", "-w", "c1", *FILL)  # c1's second place
