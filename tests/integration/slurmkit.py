@@ -232,13 +232,7 @@ def stop_lab_rsad(sig: int) -> None:
     """Stop the lab's rsad with ``sig`` (SIGKILL: a crash); its state stays."""
     import signal as _signal
 
-    if in_cluster():
-        found = _cluster_rsad_pid()
-        if found is None:
-            raise AssertionError(f"no rsad runs here ({RSAD_LOCK} names none)")
-        pid = found
-    else:
-        pid = int(Path("/run/rsa-lab/pids/rsad.pid").read_text())
+    pid = lab_rsad_pid()
     os.kill(pid, _signal.Signals(sig))
 
     def gone() -> bool:  # reaped (even while its stat is read: ESRCH), or a zombie
