@@ -76,9 +76,10 @@ def _not_the_labs(proc: Path, cmd: str) -> bool:
 
 
 #: what the holders of the namespaces beside the lab carry in their environment: the
-#: cluster lab's nodes (lab/cluster/rsacluster.py) and the sandboxes of tests/mfs4 and
-#: tests/slurm_release (make test runs them beside the lab phases; each ends its own)
-CLUSTER_MARKS = (b"RSACL_NODE=", b"RSA_SANDBOX=")
+#: cluster lab's nodes (lab/cluster/rsacluster.py: RSACL_NODE=, a second cluster's
+#: RSACL_NODE_<NAME>=) and the sandboxes of tests/mfs4 and tests/slurm_release (make test
+#: runs them beside the lab phases; each ends its own)
+CLUSTER_MARKS = (b"RSACL_NODE=", b"RSACL_NODE_", b"RSA_SANDBOX=")
 
 
 def marked(mark: Callable[[bytes], bool]) -> tuple[set[int], set[str]]:
