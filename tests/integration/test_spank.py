@@ -294,7 +294,10 @@ def test_private_mounts_only_the_job_sees_its_ramdisk(
         assert seen["RSA_STATE"] == "input" and seen["RSA_MOUNTS"] == "job", seen
         assert seen["RSA_RAMDISK"] == str(area / "in")
         assert int(seen["ns"]) != slurmd_ns(node)  # the task is in the job's namespace
-        assert (area / "res" / "mnt").read_text().strip() == str(area / "in")
+        # the job writes mnt after its probe (a busy machine: read it once it is written)
+        mnt = wait_for("the job's findmnt", lambda: (area / "res" / "mnt").read_text().strip()
+                       if (area / "res" / "mnt").exists() else None, timeout=60)
+        assert mnt == str(area / "in")
         assert node_view(node, area / "in") != str(area / "in")  # the node sees the PFS
         handle = NODE_DIR / node / job / "mnt"
         pid = Path(f"/run/rsa-lab/pids/slurmd-{node}.pid").read_text().strip()
