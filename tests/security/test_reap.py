@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_prolog_lifecycle import run_to_start
-from tests.integration.conftest import as_user
-from tests.integration.slurmkit import make_jobs
+from tests.integration.conftest import as_user, read_lab_env
+from tests.integration.slurmkit import in_cluster, lab_nodes, make_jobs, on_node
 from tests.integration.test_rsad_staging import rsa_job, wait_state
 
 
@@ -40,6 +40,13 @@ def daemon_script(marker: int, tail: str) -> str:
 
 
 def alive(pid: int, marker: int) -> bool:
+    """Whether ``pid`` is still the ``sleep MARKER`` a script on an RSA node started: in
+    the host lab the RSA nodes share this host's PID view; in the cluster lab each RSA
+    node is a host of its own, asked through the door."""
+    if in_cluster():
+        return any(f"sleep\0{marker}" in on_node(node, ["cat", f"/proc/{pid}/cmdline"],
+                                                   check=False).stdout
+                   for node in lab_nodes(read_lab_env(), "RSA_LAB_RSA_NODES"))
     try:
         return f"sleep\0{marker}" in Path(f"/proc/{pid}/cmdline").read_text()
     except OSError:
