@@ -16,9 +16,9 @@ from ClusterShell.NodeSet import NodeSet
 
 from rsa_scheduler.core.states import RsaState
 from tests.e2e.conftest import md5_of
-from tests.e2e.test_health import SSH_DIR, freeze, nodes, thaw
+from tests.e2e.test_health import nodes, sshd_frozen
 from tests.integration.conftest import as_user
-from tests.integration.slurmkit import make_jobs, wait_for
+from tests.integration.slurmkit import lab_nodes, make_jobs, on_lab_node, wait_for
 from tests.integration.test_rsad_staging import rsa_job, wait_state
 
 BIG = 700 << 20  # seconds to stage through the lab's throttled PFS
@@ -57,8 +57,7 @@ findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
         lost = str((rsa_job(lab, job) or {})["nodes"])
         assert len(NodeSet(lost)) == 1
         # the node hangs: its sshd and every session through it stop
-        pids = freeze(int((SSH_DIR / lost / "sshd.pid").read_text()))
-        try:
+        with sshd_frozen(lost):
             wait_for("the node lost", lambda: any(
                 t == "node-lost" for _, _, t in transitions(lab, job)), timeout=120)
             wait_for("staged again elsewhere", lambda: (d := rsa_job(lab, job)) and
@@ -66,8 +65,6 @@ findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
                                         RsaState.MOUNTED_INPUT, RsaState.TEARING_DOWN,
                                         RsaState.RELEASED)
                      and d["cycle"] == 2, timeout=240)
-        finally:
-            thaw(pids)
         wait_state(lab, job, "released", timeout=240)
         # back: what the teardown left on it is cleaned before it is up again
         wait_for(f"{lost} up again", lambda: nodes(lab)[lost]["state"] == "up", timeout=120)
@@ -78,8 +75,10 @@ findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
             and e.get("trigger") == "node-lost"]
     assert told and told[0]["to"] == "tearing-down"
     assert not data.get("declined")
-    left = subprocess.run(["pgrep", "-a", "-f", f"mfs(master|chunkserver).*job{job}-c1"],
-                          capture_output=True, text=True).stdout.strip()
+    # (on every RSA node: in the cluster lab each is a host of its own)
+    left = "".join(on_lab_node(node, ["pgrep", "-a", "-f",
+                                      f"mfs(master|chunkserver).*job{job}-c1"]).stdout
+                   for node in lab_nodes(lab, "RSA_LAB_RSA_NODES")).strip()
     assert not left, f"the first RAMDISK's servers are still running: {left}"
     events = subprocess.run([f"{lab['RSA_LAB_VENV']}/bin/rsa", "events", "--json"],
                             capture_output=True, text=True, timeout=30).stdout
