@@ -290,11 +290,15 @@ CLUSTER_LAB_TESTS ?= tests/e2e
 CLUSTER_LAB_MODE ?= queue
 cluster-lab-test: lab-host deb
 	$(if $(filter-out 12,$(RSA_LAB_DEBIAN)),lab/deb-release $(RSA_LAB_DEBIAN))
-	export RSA_CLUSTER_HARNESS=$(CURDIR) RSA_LAB_DEBIAN=$(RSA_LAB_DEBIAN); rc=0; \
-	trap 'lab/cluster/clusterctl down; exit 130' INT TERM; \
-	{ lab/cluster/clusterctl up && \
-	  { [ $(CLUSTER_LAB_MODE) = queue ] || lab/cluster/clusterctl mode $(CLUSTER_LAB_MODE); } && \
-	  lab/cluster/clusterctl lab-test -q $(CLUSTER_LAB_TESTS); } || rc=$$?; \
+	$(call CLUSTER_HARNESS_RUN,{ [ $(CLUSTER_LAB_MODE) = queue ] || \
+	  lab/cluster/clusterctl mode $(CLUSTER_LAB_MODE); } && \
+	  lab/cluster/clusterctl lab-test -q $(CLUSTER_LAB_TESTS))
+
+# $(1), run once the cluster is up with this repository on rsad's host; whatever it
+# returns, the cluster is taken down and checked clean (also on INT or TERM)
+CLUSTER_HARNESS_RUN = export RSA_CLUSTER_HARNESS=$(CURDIR) RSA_LAB_DEBIAN=$(RSA_LAB_DEBIAN); \
+	rc=0; trap 'lab/cluster/clusterctl down; exit 130' INT TERM; \
+	{ lab/cluster/clusterctl up && $(1); } || rc=$$?; \
 	lab/cluster/clusterctl down || rc=1; \
 	lab/cluster/clusterctl check-clean || rc=1; \
 	exit $$rc
@@ -303,13 +307,8 @@ cluster-lab-test: lab-host deb
 # across the cluster's 2 compute nodes; the cluster is always taken down and checked clean.
 cluster-demo: lab-host deb
 	$(if $(filter-out 12,$(RSA_LAB_DEBIAN)),lab/deb-release $(RSA_LAB_DEBIAN))
-	export RSA_CLUSTER_HARNESS=$(CURDIR) RSA_LAB_DEBIAN=$(RSA_LAB_DEBIAN); rc=0; \
-	trap 'lab/cluster/clusterctl down; exit 130' INT TERM; \
-	{ lab/cluster/clusterctl up && \
-	  lab/cluster/clusterctl lab-run /usr/bin/python3 lab/demo.py $(DEMO_ARGS); } || rc=$$?; \
-	lab/cluster/clusterctl down || rc=1; \
-	lab/cluster/clusterctl check-clean || rc=1; \
-	exit $$rc
+	$(call CLUSTER_HARNESS_RUN,lab/cluster/clusterctl lab-run /usr/bin/python3 lab/demo.py \
+	  $(DEMO_ARGS))
 
 # cluster-test on the packages already in dist/ (make test builds them once).
 cluster-run: install
