@@ -288,6 +288,9 @@ cluster-run-12 cluster-run-13 cluster-run-testing: install
 # is always taken down and checked clean. The packages already in dist/ (make deb).
 CLUSTER_LAB_TESTS ?= tests/e2e
 CLUSTER_LAB_MODE ?= queue
+# the host lab's shape: 4 compute nodes, 4 RSA nodes with 2G pools
+CLUSTER_LAB_NODES ?= 4
+CLUSTER_LAB_POOL ?= 2G
 cluster-lab-test: lab-host deb
 	$(if $(filter-out 12,$(RSA_LAB_DEBIAN)),lab/deb-release $(RSA_LAB_DEBIAN))
 	$(call CLUSTER_HARNESS_RUN,{ [ $(CLUSTER_LAB_MODE) = queue ] || \
@@ -296,7 +299,8 @@ cluster-lab-test: lab-host deb
 
 # $(1), run once the cluster is up with this repository on rsad's host; whatever it
 # returns, the cluster is taken down and checked clean (also on INT or TERM)
-CLUSTER_HARNESS_RUN = export RSA_CLUSTER_HARNESS=$(CURDIR) RSA_LAB_DEBIAN=$(RSA_LAB_DEBIAN); \
+CLUSTER_HARNESS_RUN = export RSA_CLUSTER_HARNESS=$(CURDIR) RSA_LAB_DEBIAN=$(RSA_LAB_DEBIAN) \
+	  RSA_CLUSTER_NODES=$(CLUSTER_LAB_NODES) RSA_CLUSTER_POOL=$(CLUSTER_LAB_POOL); \
 	rc=0; trap 'lab/cluster/clusterctl down; exit 130' INT TERM; \
 	{ lab/cluster/clusterctl up && $(1); } || rc=$$?; \
 	lab/cluster/clusterctl down || rc=1; \
@@ -304,7 +308,8 @@ CLUSTER_HARNESS_RUN = export RSA_CLUSTER_HARNESS=$(CURDIR) RSA_LAB_DEBIAN=$(RSA_
 	exit $$rc
 
 # make demo on the cluster lab: lab/demo.py on rsad's host (clusterctl lab-run), every job
-# across the cluster's 2 compute nodes; the cluster is always taken down and checked clean.
+# across the cluster's compute nodes (CLUSTER_LAB_NODES); the cluster is always taken
+# down and checked clean.
 cluster-demo: lab-host deb
 	$(if $(filter-out 12,$(RSA_LAB_DEBIAN)),lab/deb-release $(RSA_LAB_DEBIAN))
 	$(call CLUSTER_HARNESS_RUN,lab/cluster/clusterctl lab-run /usr/bin/python3 lab/demo.py \

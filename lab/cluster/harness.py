@@ -30,13 +30,10 @@ import rsacluster as rc
 DOOR = rc.DOOR_DIR / "door.sock"
 LAB_ENV = "/run/rsa-lab/env"
 MAX_REQUEST = 1 << 20
-# the repository's venv for the image's Python, by Debian release (lab/host-root builds
-# .venv-debian13 and .venv-debiantesting; Debian 12's is the repository's own .venv)
-VENVS = {"12": ".venv", "13": ".venv-debian13", "testing": ".venv-debiantesting"}
 
 
 def _venv(repo: Path) -> Path:
-    venv = repo / VENVS[rc.release()]
+    venv = repo / rc.VENVS[rc.release()]
     if not (venv / "bin" / "pytest").exists():
         hint = ("make install" if rc.release() == "12"
                 else f"lab/host-root {rc.release()}")
@@ -70,7 +67,7 @@ def lab_env() -> dict[str, str]:
         "RSA_LAB_RSA_ADDRESSES": ",".join(rc.RSA_NODES),
         "RSA_LAB_RSA_SSD_NODES": "",
         "RSA_LAB_POOL_RAM": rc.POOL,
-        "RSA_LAB_RAM_SIZE": "1G",
+        "RSA_LAB_RAM_SIZE": rc.POOL_SIZE,
         "RSA_LAB_TIERS": "ram",
         "RSA_LAB_SSH_USER": "root",
         "RSA_LAB_SSH_KEY": "/etc/rsa/id_ed25519",
@@ -91,6 +88,8 @@ def lab_env() -> dict[str, str]:
         "RSA_LAB_HOOK_WRAPPERS": "/usr/lib/rsa-scheduler",
         "RSA_LAB_RSAD_LOG": "/var/log/rsad.log",
         "RSA_LAB_RSAD_STORE": "/var/lib/rsa/rsa.db",
+        # rsad's mail, kept on rsad's host by the cluster's MailProg (/etc/slurm/mailprog)
+        "RSA_LAB_MAIL_DIR": "/var/spool/slurm-mail",
         "RSA_LAB_MODE": mode(),
         "RSA_LAB_DEBIAN": rc.release(),
         "RSA_LAB_DOOR": str(DOOR),
@@ -222,8 +221,7 @@ def lab_run(argv: Sequence[str], what: str = "lab-run") -> int:
           input="".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items()))
     passed = [f"{k}={os.environ[k]}" for k in ("CI",) if k in os.environ]
     # the workflow tools' venv for the image's Python (make's WF_VENV; lab/host-root)
-    wf = repo / VENVS[rc.release()].replace(".venv", ".venv-wf", 1)
-    passed.append(f"RSA_WF_VENV={wf}")
+    passed.append(f"RSA_WF_VENV={rc.wf_venv(repo)}")
     full = ["sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", str(repo),
             "env", *passed, *argv]
     rc.log(f"{what} on {rc.RSAD} ({env['RSA_LAB_MODE']} mode, Debian {rc.release()}): "

@@ -75,14 +75,49 @@ ENV = (f"PATH={HOST_PATH}", "LC_ALL=C.UTF-8", "HOME=/root")
 # of its own, last: it reaches slurmctld, the RSA nodes' sshd and is reached by ctl's
 # hooks and the compute nodes, all over the network. firewall: the operator guide's
 # rules for the RSA data network, loaded before anything listens, as at boot)
+# The cluster's shape: RSA_CLUSTER_NODES compute nodes and as many RSA nodes (c1.., rsa1..;
+# 2 by default, at most the 4 of each that lab/cluster/files/etc/hosts names), each RSA
+# node's pool a tmpfs of RSA_CLUSTER_POOL (1G by default). The harness's lab-test brings
+# up 4 and 2G, the host lab's shape, for the host lab's tests. An up records the shape in
+# its state (SHAPE_FILE): every later command on that cluster reads it from there.
+SHAPE_FILE = STATE / "shape.json"
+MAX_NODES = 4
+DEFAULT_SHAPE = {"nodes": 2, "pool": "1G"}
+
+
+def _shape() -> dict[str, object]:
+    """The cluster's shape: the recorded one of a cluster that is up, else the
+    environment's (RSA_CLUSTER_NODES, RSA_CLUSTER_POOL), else the default."""
+    with contextlib.suppress(OSError, ValueError):
+        if not STATE_FILE.exists():  # a record without a cluster is a stale one
+            raise OSError
+        recorded = json.loads(SHAPE_FILE.read_text())
+        if isinstance(recorded, dict) and set(recorded) == set(DEFAULT_SHAPE):
+            return recorded
+    return wanted_shape()
+
+
+def wanted_shape() -> dict[str, object]:
+    """The shape the environment asks for (:func:`_shape`)."""
+    nodes = os.environ.get("RSA_CLUSTER_NODES", str(DEFAULT_SHAPE["nodes"]))
+    pool = os.environ.get("RSA_CLUSTER_POOL", str(DEFAULT_SHAPE["pool"]))
+    if not nodes.isdigit() or not 1 <= int(nodes) <= MAX_NODES:
+        sys.exit(f"cluster: RSA_CLUSTER_NODES={nodes!r}: 1 to {MAX_NODES}")
+    if not re.fullmatch(r"[1-9][0-9]{0,2}[MG]", pool):
+        sys.exit(f"cluster: RSA_CLUSTER_POOL={pool!r}: a size such as 512M or 2G")
+    return {"nodes": int(nodes), "pool": pool}
+
+
+SHAPE = _shape()
+COUNT = int(str(SHAPE["nodes"]))
+POOL_SIZE = str(SHAPE["pool"])
 ROLES: dict[str, tuple[str, ...]] = {
     "ldap": ("slapd",),
     "pfs": ("nslcd", "mfsmaster", "mfschunkserver"),
     "ctl": ("nslcd", "munged", "pfs-client", "mariadb", "slurmdbd", "slurmctld"),
-    "c1": ("nslcd", "munged", "pfs-client", "slurmd"),
-    "c2": ("nslcd", "munged", "pfs-client", "slurmd"),
-    "rsa1": ("firewall", "nslcd", "munged", "pfs-client", "sshd"),
-    "rsa2": ("firewall", "nslcd", "munged", "pfs-client", "sshd"),
+    **{f"c{i}": ("nslcd", "munged", "pfs-client", "slurmd") for i in range(1, COUNT + 1)},
+    **{f"rsa{i}": ("firewall", "nslcd", "munged", "pfs-client", "sshd")
+       for i in range(1, COUNT + 1)},
     "login": ("nslcd", "munged", "pfs-client"),  # users' door: sbatch, rsa, the PFS
     "rsad": ("nslcd", "munged", "pfs-client", "rsad"),
 }
@@ -105,7 +140,7 @@ USERS = ("rsauser", "rsaother")  # the directory's (lab/cluster/directory.ldif);
 
 # PID 1 of a node: its mounts, its hostname, then init (reaps what daemonizes under it)
 SETUP = r"""set -e
-name=$1 image=$2 m=$3 binds=$4
+name=$1 image=$2 m=$3 binds=$4 ro_binds=$5
 mount -t tmpfs -o mode=0755,size=2g "rsacl-$name" "$m"
 mkdir "$m/upper" "$m/work" "$m/root"
 mount -t overlay -o "lowerdir=$image,upperdir=$m/upper,workdir=$m/work" "rsacl-$name" "$m/root"
@@ -123,9 +158,13 @@ mount --rbind /dev "$r/dev"
 mount -t tmpfs -o mode=1777 shm "$r/dev/shm"
 mount -t tmpfs -o mode=0755 run "$r/run"
 mount -t tmpfs -o mode=1777 tmp "$r/tmp"
-# the test harness's (lab/cluster/harness.py), on rsad's host only: the repository and
-# the door directory, each at its own path
+# the test harness's (lab/cluster/harness.py): on rsad's host the repository and the door
+# directory, on the compute nodes the workflow tools' venv read-only (software a site
+# shares), each at its own path
 for d in $binds; do mkdir -p "$r$d"; mount --bind "$d" "$r$d"; done
+for d in $ro_binds; do
+  mkdir -p "$r$d"; mount --bind "$d" "$r$d"; mount -o remount,bind,ro "$r$d"
+done
 hostname "$name"
 echo "$name" > "$r/etc/hostname"
 cd "$r"
@@ -331,25 +370,44 @@ def image() -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
-def _boot(name: str, root: Path, binds: Sequence[Path] = ()) -> dict[str, object]:
-    for path in binds:
+def _boot(name: str, root: Path, binds: Sequence[Path] = (),
+          ro_binds: Sequence[Path] = ()) -> dict[str, object]:
+    for path in (*binds, *ro_binds):
         if not path.is_absolute() or not re.fullmatch(r"[\w./-]+", str(path)):
             raise ClusterError(f"{path}: a bind into a node must be an absolute path of "
                                "letters, digits, '.', '_', '-' and '/'")
     return _hold(name, ["unshare", "--pid", "--fork", "--mount", "--uts", "--ipc", "--net",
                         "--propagation", "private", "--", "sh", "-c", SETUP, "sh", name,
-                        str(root), str(MNT), " ".join(map(str, binds))], {"INIT": INIT})
+                        str(root), str(MNT), " ".join(map(str, binds)),
+                        " ".join(map(str, ro_binds))], {"INIT": INIT})
 
 
-def harness_binds(name: str) -> list[Path]:
-    """What rsad's host gets bound in when ``RSA_CLUSTER_HARNESS`` names a repository
-    (lab/cluster/harness.py runs that repository's lab tests there): the repository and
-    the door's directory. Nothing for any other node, or without the variable."""
+# the repository's venvs for the image's Python, by Debian release (lab/host-root builds
+# .venv-debian13 and .venv-debiantesting; Debian 12's is the repository's own .venv)
+VENVS = {"12": ".venv", "13": ".venv-debian13", "testing": ".venv-debiantesting"}
+
+
+def wf_venv(repo: Path) -> Path:
+    """The repository's workflow tools' venv for the image's Python (make's WF_VENV)."""
+    return repo / VENVS[release()].replace(".venv", ".venv-wf", 1)
+
+
+def harness_binds(name: str) -> tuple[list[Path], list[Path]]:
+    """What a node gets bound in (read-write, read-only) when ``RSA_CLUSTER_HARNESS``
+    names a repository (lab/cluster/harness.py runs that repository's lab tests on
+    rsad's host): there the repository and the door's directory; on each compute node the
+    workflow tools' venv, read-only, where a job of a workflow manager runs it again
+    (a site shares such software on every node). Nothing else, or without the variable."""
     repo = os.environ.get("RSA_CLUSTER_HARNESS")
-    if not repo or name != RSAD:
-        return []
-    DOOR_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return [Path(repo).resolve(), DOOR_DIR]
+    if not repo:
+        return [], []
+    if name == RSAD:
+        DOOR_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return [Path(repo).resolve(), DOOR_DIR], []
+    wf = wf_venv(Path(repo).resolve())
+    if name in COMPUTE and wf.is_dir():
+        return [], [wf]
+    return [], []
 
 
 def _wire(switch: int, name: str, init: int, net: str, addr: str) -> None:
@@ -574,7 +632,7 @@ pool:
   nodes:
     - names: "{names}"
       tier: ram
-      capacity: 1G
+      capacity: {POOL_SIZE}
       pool_dir: {POOL}
       # the RAMDISKs' servers on the RSA data network (resolved by rsad: /etc/hosts)
       data_address: "{{name}}{NETWORKS["data"][2]}"
@@ -585,7 +643,7 @@ ssh:
   key: /etc/rsa/id_ed25519
   known_hosts: /etc/rsa/known_hosts
 health:
-  # the pool is a 1G tmpfs: the default (1G free) drained a node whenever a probe found
+  # the pool is a small tmpfs: the default (1G free) drained a node whenever a probe found
   # anything in it, a live RAMDISK or what a teardown had not yet removed
   min_free: 64M
 allocation:
@@ -615,7 +673,8 @@ def _rsad(host: str) -> None:
         on(node, ["sh", "-ec", "install -d -m 0700 /root/.ssh\n"
                   "cat > /root/.ssh/authorized_keys\n"
                   f"mkdir -p {POOL}\n"
-                  f"mount -t tmpfs -o size=1g,mode=0700,nosuid,nodev,noexec rsa-ram {POOL}"],
+                  f"mount -t tmpfs -o size={POOL_SIZE.lower()},mode=0700,nosuid,nodev,"
+                  f"noexec rsa-ram {POOL}"],
            input=pub)
     # (the lab is its own admin: the host keys it scans are the ones sshd made just now)
     known = on(host, ["ssh-keyscan", "-t", "ed25519", *RSA_NODES]).stdout
@@ -784,6 +843,30 @@ def _without_accounting() -> None:
     log("without accounting (RSA_CLUSTER_ACCOUNTING=0)")
 
 
+def slurm_conf(text: str) -> str:
+    """The image's slurm.conf with this cluster's compute nodes: one NodeName line per
+    node (the first one's the pattern) and every partition on all of them."""
+    node_lines = [ln for ln in text.splitlines() if ln.startswith("NodeName=")]
+    pattern = node_lines[0].split()[0].removeprefix("NodeName=")
+    out: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("NodeName="):
+            if line == node_lines[0]:
+                out += [line.replace(pattern, node) for node in COMPUTE]
+            continue
+        if line.startswith("PartitionName="):
+            line = re.sub(r"\bNodes=\S+", f"Nodes={','.join(COMPUTE)}", line)
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _slurm_conf_nodes() -> None:
+    """slurm.conf on every host with the cluster's compute nodes (:func:`slurm_conf`)."""
+    text = slurm_conf((HERE / "files/etc/slurm/slurm.conf").read_text())
+    for node in SLURM_NODES:
+        on(node, ["sh", "-ec", "cat > /etc/slurm/slurm.conf"], input=text)
+
+
 def _slurm_nodes_idle() -> bool:
     out = on("ctl", ["sinfo", "-h", "-N", "-o", "%N %T"], check=False).stdout
     states = dict(line.split() for line in out.splitlines() if len(line.split()) == 2)
@@ -795,6 +878,12 @@ def _slurm_nodes_idle() -> bool:
 def up() -> None:
     t0 = time.monotonic()
     state = load_state()
+    asked = {k: v for k, v in wanted_shape().items()
+             if f"RSA_CLUSTER_{k.upper()}" in os.environ}
+    if state and any(SHAPE[k] != v for k, v in asked.items()):
+        raise ClusterError(f"a cluster lab of {COUNT} compute and {COUNT} RSA nodes, "
+                           f"{POOL_SIZE} pools, is up: lab/cluster/clusterctl down first "
+                           "to bring it up in another shape")
     if state:
         if COMPLETE.exists() and set(state) == {"switch", *ROLES} and all(
                 ours(e, n) for n, e in state.items()):
@@ -806,6 +895,8 @@ def up() -> None:
     debian = release()
     root = image()
     MNT.mkdir(parents=True, exist_ok=True)
+    STATE.mkdir(parents=True, exist_ok=True)
+    SHAPE_FILE.write_text(json.dumps(SHAPE) + "\n")
     try:
         sw = _hold("switch", ["unshare", "--net", "--", "sh", "-c", SWITCH], {})
         switch = int(str(sw["init"]))
@@ -814,9 +905,11 @@ def up() -> None:
                         ["ip", "link", "set", bridge, "up"]):
                 run(["nsenter", "-t", str(switch), "-n", "--", *cmd], node="switch")
         for name in ROLES:
-            entry = _boot(name, root, harness_binds(name))
+            entry = _boot(name, root, *harness_binds(name))
             for net, addr in table[name].items():
                 _wire(switch, name, int(str(entry["init"])), net, addr)
+        if COMPUTE != ("c1", "c2"):
+            _slurm_conf_nodes()
         if not accounting():
             _without_accounting()
         for name in ROLES:
@@ -881,6 +974,7 @@ def down() -> None:
         raise ClusterError("down left:\n  " + "\n  ".join(left))
     COMPLETE.unlink(missing_ok=True)
     STATE_FILE.unlink(missing_ok=True)
+    SHAPE_FILE.unlink(missing_ok=True)
     shutil.rmtree(DOOR_DIR, ignore_errors=True)
     log("down")
 

@@ -31,8 +31,7 @@ def _host_lab_keys() -> set[str]:
 
 #: the host lab's keys the cluster has no value for: its throttles and its ssd tier
 HOST_ONLY = {"RSA_LAB_PFS_RATE", "RSA_LAB_POOL_SSD", "RSA_LAB_SSD_SIZE", "RSA_LAB_SSD_POOL",
-             "RSA_LAB_SSD_RATE", "RSA_LAB_SSD_THROTTLE", "RSA_LAB_HOOKS_LOG",
-             "RSA_LAB_MAIL_DIR"}
+             "RSA_LAB_SSD_RATE", "RSA_LAB_SSD_THROTTLE", "RSA_LAB_HOOKS_LOG"}
 
 
 def test_the_cluster_writes_every_key_of_the_host_labs_but_its_throttles_and_ssd_tier(
@@ -42,7 +41,10 @@ def test_the_cluster_writes_every_key_of_the_host_labs_but_its_throttles_and_ssd
     assert len(_host_lab_keys()) > 30  # the parse found them
     assert _host_lab_keys() - HOST_ONLY <= set(env), _host_lab_keys() - HOST_ONLY - set(env)
     assert env["RSA_LAB_KIND"] == "cluster" and env["RSA_LAB_MODE"] == "queue"
-    assert env["RSA_LAB_COMPUTE_NODES"] == "c[1-2]" and env["RSA_LAB_RSA_NODES"] == "rsa[1-2]"
+    n = rsacluster.COUNT  # 2, or a cluster lab's that is up on this host
+    assert env["RSA_LAB_COMPUTE_NODES"] == f"c[1-{n}]"
+    assert env["RSA_LAB_RSA_NODES"] == f"rsa[1-{n}]"
+    assert env["RSA_LAB_RAM_SIZE"] == rsacluster.POOL_SIZE
     assert env["RSA_LAB_DOOR"] == str(rsacluster.DOOR_DIR / "door.sock")
 
 
@@ -100,3 +102,69 @@ def test_the_door_runs_a_command_on_a_named_node_and_refuses_anything_else(
         assert slow["rc"] == 124 and "timed out" in slow["stderr"]
         assert len(ran) == 2  # nothing ran for the refused ones
     assert not harness.DOOR.exists()
+
+
+def test_slurm_conf_names_every_compute_node_of_a_cluster_of_four(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rsacluster, "COMPUTE", ("c1", "c2", "c3", "c4"))
+    image = (ROOT / "lab/cluster/files/etc/slurm/slurm.conf").read_text()
+    text = rsacluster.slurm_conf(image)
+    nodes = [ln.split()[0] for ln in text.splitlines() if ln.startswith("NodeName=")]
+    assert nodes == ["NodeName=c1", "NodeName=c2", "NodeName=c3", "NodeName=c4"]
+    assert "NodeName=c3 NodeAddr=c3 CPUs=1 RealMemory=1000 State=UNKNOWN" in text
+    parts = [ln for ln in text.splitlines() if ln.startswith("PartitionName=")]
+    assert len(parts) == 2 and all(" Nodes=c1,c2,c3,c4 " in p for p in parts), parts
+    # everything else as the image has it
+    rest = [ln for ln in image.splitlines() if not ln.startswith(("NodeName=", "Partition"))]
+    assert [ln for ln in text.splitlines()
+            if not ln.startswith(("NodeName=", "Partition"))] == rest
+
+
+def test_the_image_hosts_file_names_four_compute_and_four_rsa_nodes_on_their_networks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    four = {**{f"c{i}": ("slurmd",) for i in range(1, 5)},
+            **{f"rsa{i}": ("sshd",) for i in range(1, 5)}}
+    monkeypatch.setattr(rsacluster, "ROLES", four)
+    table = rsacluster.addresses()
+    assert set(table) == set(four)
+    for name, nets in table.items():
+        assert set(nets) == {"mgmt", "data", "storage"}, name
+    assert len({nets["data"] for nets in table.values()}) == 8  # no address twice
+
+
+@pytest.mark.parametrize("nodes,pool", [("0", "1G"), ("5", "1G"), ("x", "1G"),
+                                        ("2", "1T"), ("2", "-1G"), ("2", "1G; rm")])
+def test_a_cluster_shape_out_of_range_is_refused_with_its_bounds(
+        monkeypatch: pytest.MonkeyPatch, nodes: str, pool: str) -> None:
+    monkeypatch.setenv("RSA_CLUSTER_NODES", nodes)
+    monkeypatch.setenv("RSA_CLUSTER_POOL", pool)
+    with pytest.raises(SystemExit, match=r"RSA_CLUSTER_(NODES|POOL)="):
+        rsacluster.wanted_shape()
+
+
+def test_the_shape_asked_for_is_read_from_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RSA_CLUSTER_NODES", raising=False)
+    monkeypatch.delenv("RSA_CLUSTER_POOL", raising=False)
+    assert rsacluster.wanted_shape() == {"nodes": 2, "pool": "1G"}
+    monkeypatch.setenv("RSA_CLUSTER_NODES", "4")
+    monkeypatch.setenv("RSA_CLUSTER_POOL", "2G")
+    assert rsacluster.wanted_shape() == {"nodes": 4, "pool": "2G"}
+
+
+def test_the_harness_binds_the_repository_into_rsads_host_and_the_wf_venv_read_only(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    monkeypatch.setattr(rsacluster, "release", lambda: "13")
+    monkeypatch.setattr(rsacluster, "DOOR_DIR", tmp_path / "door")
+    monkeypatch.delenv("RSA_CLUSTER_HARNESS", raising=False)
+    assert rsacluster.harness_binds(rsacluster.RSAD) == ([], [])  # no harness: nothing
+    monkeypatch.setenv("RSA_CLUSTER_HARNESS", str(repo))
+    assert rsacluster.harness_binds(rsacluster.RSAD) == ([repo, tmp_path / "door"], [])
+    assert (tmp_path / "door").stat().st_mode & 0o777 == 0o700
+    compute = rsacluster.COMPUTE[0]
+    assert rsacluster.harness_binds(compute) == ([], [])  # no workflow venv built
+    (repo / ".venv-wf-debian13").mkdir(parents=True)
+    assert rsacluster.harness_binds(compute) == ([], [repo / ".venv-wf-debian13"])
+    for other in ("ctl", "login", rsacluster.RSA_NODES[0]):
+        assert rsacluster.harness_binds(other) == ([], [])
