@@ -50,6 +50,10 @@ if INSTANCE and not re.fullmatch(r"[a-z0-9]{1,8}", INSTANCE):
     sys.exit(f"cluster: RSA_CLUSTER_NAME={INSTANCE!r}: 1 to 8 of a-z, 0-9")
 SUFFIX = f"-{INSTANCE}" if INSTANCE else ""
 MNT = WORK / f"mnt{SUFFIX}"  # an empty directory: each node mounts its own tmpfs on it
+# the PFS's chunks: on the host's disk (as the shared lab's), bound into the pfs node at
+# the same path; made empty at up, removed at down (a node's tmpfs would hold 2G at most,
+# and the tests' inputs and outputs are GiBs)
+PFS_CHUNKS = WORK / f"pfs-chunks{SUFFIX}"
 STATE = Path(f"/run/rsa-cluster{SUFFIX}")
 STATE_FILE = STATE / "state.json"
 COMPLETE = STATE / "up"  # written last by an up that finished
@@ -514,8 +518,8 @@ install -o mfs -g mfs -m 0644 /var/lib/mfs/metadata.mfs.empty /var/lib/mfs/metad
 mfsmaster -c /etc/mfs/mfsmaster.cfg start""" + QUIET)
     elif daemon == "mfschunkserver":
         st = addresses()[name]["storage"]
-        sh(name, f"""install -d -o mfs -g mfs /var/lib/mfs/chunks
-echo /var/lib/mfs/chunks > /etc/mfs/mfshdd.cfg
+        sh(name, f"""install -d -o mfs -g mfs -m 0700 {PFS_CHUNKS}
+echo {PFS_CHUNKS} > /etc/mfs/mfshdd.cfg
 printf 'MASTER_HOST = {PFS_HOST}\nBIND_HOST = {st}\nCSSERV_LISTEN_HOST = {st}\n\
 HDD_LEAVE_SPACE_DEFAULT = 256MiB\n' > /etc/mfs/mfschunkserver.cfg
 mfschunkserver -c /etc/mfs/mfschunkserver.cfg start""" + QUIET)
@@ -895,6 +899,8 @@ def up() -> None:
     debian = release()
     root = image()
     MNT.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(PFS_CHUNKS, ignore_errors=True)  # ours: what a killed lab left
+    PFS_CHUNKS.mkdir(mode=0o700)
     STATE.mkdir(parents=True, exist_ok=True)
     SHAPE_FILE.write_text(json.dumps(SHAPE) + "\n")
     try:
@@ -905,7 +911,10 @@ def up() -> None:
                         ["ip", "link", "set", bridge, "up"]):
                 run(["nsenter", "-t", str(switch), "-n", "--", *cmd], node="switch")
         for name in ROLES:
-            entry = _boot(name, root, *harness_binds(name))
+            binds, ro_binds = harness_binds(name)
+            if "mfschunkserver" in ROLES[name]:
+                binds.append(PFS_CHUNKS)
+            entry = _boot(name, root, binds, ro_binds)
             for net, addr in table[name].items():
                 _wire(switch, name, int(str(entry["init"])), net, addr)
         if COMPUTE != ("c1", "c2"):
@@ -969,6 +978,7 @@ def down() -> None:
                 os.kill(pid, signal.SIGKILL)
         wait_for("the lab's processes to end", functools.partial(_all_gone, marked),
                  timeout=30)
+    shutil.rmtree(PFS_CHUNKS, ignore_errors=True)
     left = leftovers()
     if left:
         raise ClusterError("down left:\n  " + "\n  ".join(left))
@@ -982,7 +992,7 @@ def down() -> None:
 def leftovers() -> list[str]:
     """Everything of the cluster lab still there: marked processes (a node's holder or
     PID 1), links named rsacl* in the host's network namespace, mounts of the lab's in
-    the host's mount namespace."""
+    the host's mount namespace, the PFS's chunk directory."""
     left: list[str] = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit() and (name := _marked(int(proc.name))) is not None:
@@ -1000,6 +1010,8 @@ def leftovers() -> list[str]:
         for line in mountinfo.read_text().splitlines():
             if str(WORK) in line or f"{PREFIX}-" in line:
                 left.append(f"mount {line.split()[4]} ({mountinfo})")
+    if PFS_CHUNKS.exists():
+        left.append(f"the PFS's chunks {PFS_CHUNKS}")
     return left
 
 

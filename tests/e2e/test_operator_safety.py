@@ -28,9 +28,7 @@ def rsad(lab: Mapping[str, str], *args: str,
 
 
 def store_of(lab: Mapping[str, str]) -> str:
-    line = next(ln for ln in Path(lab["RSA_LAB_RSA_CONFIG"]).read_text().splitlines()
-                if ln.strip().startswith("state_dir:"))
-    return f"{line.split(':', 1)[1].strip()}/rsa.db"
+    return lab["RSA_LAB_RSAD_STORE"]
 
 
 @pytest.mark.once  # rsad and the RSA nodes alone

@@ -18,7 +18,7 @@ import pytest
 
 from tests.e2e.test_prolog_lifecycle import nothing_of_job_mounted, run_to_start
 from tests.e2e.test_stage_out_failures import area, events, wait_for_file
-from tests.integration.slurmkit import make_jobs
+from tests.integration.slurmkit import in_cluster, lab_nodes, make_jobs, on_lab_node
 from tests.integration.test_rsad_staging import rsa_job, wait_state
 
 pytestmark = pytest.mark.once  # the RAMDISK's repair is rsad's own, whichever mode drives staging
@@ -26,16 +26,31 @@ pytestmark = pytest.mark.once  # the RAMDISK's repair is rsad's own, whichever m
 __all__ = ["area"]  # the fixture, shared with the stage-out tests
 
 
-def servers_of(fs_id: str) -> dict[int, str]:
-    """PIDs and command lines of the RAMDISK's processes (all RSA nodes share this
-    host's PID namespace): its master, chunkservers and the RSA nodes' own mfsmounts."""
-    out = subprocess.run(["pgrep", "-a", "-f", f"mfs(master|chunkserver|mount).*{fs_id}"],
-                         capture_output=True, text=True, timeout=30).stdout
+def servers_of(lab: Mapping[str, str], fs_id: str) -> dict[tuple[str, int], str]:
+    """(RSA node, PID) -> command line of the RAMDISK's processes: its master,
+    chunkservers and the RSA nodes' own mfsmounts. In the host lab the RSA nodes share
+    this host's PID view (node ""); in the cluster lab each is asked through the door."""
+    argv = ["pgrep", "-a", "-f", f"mfs(master|chunkserver|mount).*{fs_id}"]
+    if in_cluster():
+        outs = {node: on_lab_node(node, argv, timeout=30).stdout
+                for node in lab_nodes(lab, "RSA_LAB_RSA_NODES")}
+    else:
+        outs = {"": subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout}
     procs = {}
-    for line in out.splitlines():
-        pid, _, cmd = line.partition(" ")
-        procs[int(pid)] = cmd
+    for node, out in outs.items():
+        for line in out.splitlines():
+            pid, _, cmd = line.partition(" ")
+            procs[(node, int(pid))] = cmd
     return procs
+
+
+def kill9(node: str, pid: int) -> None:
+    """SIGKILL to ``pid`` on RSA node ``node`` (servers_of's)."""
+    if node:
+        done = on_lab_node(node, ["kill", "-KILL", str(pid)], timeout=30)
+        assert done.returncode == 0, (node, pid, done.stderr)
+    else:
+        os.kill(pid, signal.SIGKILL)
 
 
 def test_servers_killed_during_the_run_are_restarted_and_the_output_kept(
@@ -61,15 +76,15 @@ sync
         wait_for_file(res / "md5-before")
         fs_id = f"job{job}-c1"
         time.sleep(2)  # let the master write its change log
-        procs = servers_of(fs_id)
+        procs = servers_of(lab, fs_id)
         master = [p for p, c in procs.items() if c.startswith("mfsmaster")]
         chunkservers = [p for p, c in procs.items() if c.startswith("mfschunkserver")]
         own_mounts = [p for p, c in procs.items() if c.startswith("mfsmount")]
         assert len(master) == 1 and chunkservers and own_mounts, procs
         # what the lab started for this job, by PID: its master, every chunkserver and
         # the first RSA node's own mount
-        for pid in [*master, *chunkservers, own_mounts[0]]:
-            os.kill(pid, signal.SIGKILL)
+        for node, pid in [*master, *chunkservers, own_mounts[0]]:
+            kill9(node, pid)
         (res / "go").touch()
         wait_for_file(res / "md5", timeout=180)  # the late writes waited for the repair
         wait_state(lab, job, "released", timeout=300)
@@ -89,7 +104,7 @@ sync
     verified = [e for e in events(lab, job, "action.outcome")
                 if "/verify/" in str(e["action"]) and e["result"] == "ok"]
     assert verified
-    assert servers_of(fs_id) == {}
+    assert servers_of(lab, fs_id) == {}
     assert nothing_of_job_mounted(job)
     status = rsa_job(lab, job)
     assert status is not None and status["rsa_state"] == "released"
