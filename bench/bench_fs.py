@@ -111,6 +111,7 @@ def main() -> int:
     fslog = logging.getLogger("rsa_scheduler.fs.moosefs")
     fslog.setLevel(logging.DEBUG)
     fslog.addHandler(steps)
+    load0 = os.getloadavg()[0]  # the host's, before and after (a shared host moves it)
     with lab_hosts(lab) as hosts:
         nodes = tuple(list(hosts)[:args.nodes])
         if args.tier == "ssd":
@@ -161,7 +162,8 @@ def main() -> int:
                 trace.clear()
             print(f"run {i + 1}: create {creates[-1]:.2f} s, destroy {destroys[-1]:.2f} s",
                   file=sys.stderr)
-    print(f"Host: {platform.node()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; "
+    print(f"Host: {platform.node()}, {os.cpu_count()} CPUs, load (1 min) "
+          f"{load0:.1f} before, {os.getloadavg()[0]:.1f} after; "
           f"{len(nodes)} RSA nodes ({args.tier}), {args.runs} runs")
     print()
     print("| step | median (min, max) |")

@@ -320,6 +320,7 @@ def main() -> int:
                   f"{cpu.get('mfsmount', 0):.2f} | {r['host_cpu']:.2f} | "
                   f"{r.get('rss_mib', {}).get('mfschunkserver', 0)} | {waves(d)} |",
                   flush=True)
+    print(f"load (1 min) after: {os.getloadavg()[0]:.1f}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

@@ -192,18 +192,23 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     print(f"{total} processes x {args.size_mib} MiB = {total * args.size_mib} MiB, "
           f"written {f'{args.write_kib} KiB' if args.write_kib > 0 else '4-8 KiB (head)'}"
           " at a time")
-    print("| mode | hold s (script) | held s (sacct) | stage-out s | files | writers failed |")
-    print("|---|---|---|---|---|---|")
+    print("| mode | hold s (script) | held s (sacct) | stage-out s | files | writers failed "
+          "| load before → after |")
+    print("|---|---|---|---|---|---|---|")
     rows = []
     try:
         for mode in args.modes.split(","):
+            # the host's 1-min load average around the mode: a lab host shared with other
+            # work makes the holds move, so a ratio is only read within one run
+            before = os.getloadavg()[0]
             r = run(mode, base, user, venv, args.size_mib, args.procs_per_node,
                     args.rsa_nodes, args.write_kib)
+            r["load_before"], r["load_after"] = before, os.getloadavg()[0]
             rows.append({"mode": mode, "rsa_nodes": args.rsa_nodes,
                          "write_kib": args.write_kib, **r})
             print(f"| {mode} | {r['hold']:.2f} | {r['elapsed']:.0f} | "
-                  f"{r.get('stage_out', 0):.2f} | {where(r['files'])} | {r['failed']:.0f} |",
-                  flush=True)
+                  f"{r.get('stage_out', 0):.2f} | {where(r['files'])} | {r['failed']:.0f} | "
+                  f"{before:.1f} → {r['load_after']:.1f} |", flush=True)
     finally:
         subprocess.run(["rm", "-rf", str(base)], check=False, timeout=300)
     sys.stdout.flush()
