@@ -28,7 +28,8 @@ WF_PKGS    := snakemake==9.27.1 snakemake-executor-plugin-cluster-generic==1.0.9
 
 .PHONY: install test lanes lane-cluster-whole lane-unit lane-queue lane-e2e lane-native lane-roots lane-cluster lab-host unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
         slurm24-test slurm26-test cluster-test cluster-run test-compat cluster-run-whole \
-        cluster-run-12 cluster-run-13 cluster-run-testing cluster-lab-test cluster-demo
+        cluster-run-12 cluster-run-13 cluster-run-testing cluster-lab-test cluster-demo \
+        cluster-lab-run release-debs
 
 install: $(VENV)/.installed spank $(WF_VENV)/.installed
 
@@ -70,7 +71,9 @@ unit: install
 # side by side:
 #   queue   the queue-mode phase's integration, security and chaos tests (lab-test),
 #           then the tier phase (lab-test-tiers), then the variant (lab-test-variant)
-#   e2e     the queue-mode phase's whole lifecycles (lab-test LAB_TESTS=tests/e2e)
+#   e2e     the queue-mode phase's whole lifecycles, tests/e2e, on a cluster lab of its
+#           own (RSA_CLUSTER_NAME=e2e: every node its own host, the host lab's shape;
+#           cluster-lab-run); make lab-test LAB_TESTS=tests/e2e runs them on the host lab
 #   native  lab-test-native
 #   roots   the install test, MooseFS 4, Slurm 24.11 and 26.05, each in roots and
 #           namespaces of its own
@@ -93,8 +96,9 @@ test: install lint
 	$(MAKE) --no-print-directory deb
 	$(MAKE) --no-print-directory debootstrap
 	$(MAKE) --no-print-directory lab-host
+	$(MAKE) --no-print-directory release-debs
 	$(MAKE) --no-print-directory lane-unit
-	$(MAKE) --no-print-directory lanes LANES='$(LANES)'
+	$(MAKE) --no-print-directory lanes LANES='$(LANES)' RELEASE_DEBS=built
 
 # The lanes named in LANES, side by side (make test, make test-compat).
 lanes:
@@ -146,7 +150,15 @@ lane-queue: lab-host
 	$(call LAB_IN,variant) lab-test-variant
 
 lane-e2e: lab-host
-	$(call LAB_IN,e2e) lab-test LAB_TESTS=tests/e2e
+	$(MAKE) --no-print-directory cluster-lab-run RSA_CLUSTER_NAME=e2e \
+	  CLUSTER_LAB_TESTS='tests/e2e --durations=20'
+
+# RSA_LAB_DEBIAN's packages (lab/deb-release; Debian 12's are make deb's), built once
+# before the lanes: two lanes boot cluster labs from that release's image, which a
+# package built anew in one lane would rebuild under the other's running nodes
+# (RELEASE_DEBS=built then keeps the cluster targets from building them again)
+release-debs:
+	$(if $(filter-out 12,$(RSA_LAB_DEBIAN)),lab/deb-release $(RSA_LAB_DEBIAN))
 
 lane-native: lab-host
 	$(call LAB_IN,native) lab-test-native
@@ -251,7 +263,8 @@ test-compat: install lint
 	$(MAKE) --no-print-directory deb
 	$(MAKE) --no-print-directory debootstrap
 	$(MAKE) --no-print-directory lab-host
-	$(MAKE) --no-print-directory lanes LANES='queue e2e native cluster-whole'
+	$(MAKE) --no-print-directory release-debs
+	$(MAKE) --no-print-directory lanes LANES='queue e2e native cluster-whole' RELEASE_DEBS=built
 
 lane-cluster-whole: install
 	$(MAKE) --no-print-directory cluster-run-whole
@@ -259,7 +272,7 @@ lane-cluster-whole: install
 # cluster-test on the packages already in dist/ (make test builds them once): that
 # release's SPANK package, then the suite.
 cluster-run-whole: install
-	$(if $(filter-out 12,$(RSA_LAB_DEBIAN)),lab/deb-release $(RSA_LAB_DEBIAN))
+	$(if $(filter built,$(RELEASE_DEBS)),,$(MAKE) --no-print-directory release-debs)
 	$(MAKE) --no-print-directory cluster-run
 
 # make test's cluster runs: the whole suite on RSA_LAB_DEBIAN (cluster-run-whole), issue
@@ -292,7 +305,11 @@ CLUSTER_LAB_MODE ?= queue
 CLUSTER_LAB_NODES ?= 4
 CLUSTER_LAB_POOL ?= 2G
 cluster-lab-test: lab-host deb
-	$(if $(filter-out 12,$(RSA_LAB_DEBIAN)),lab/deb-release $(RSA_LAB_DEBIAN))
+	$(MAKE) --no-print-directory release-debs
+	$(MAKE) --no-print-directory cluster-lab-run
+
+# cluster-lab-test on the packages already in dist/ (make test builds them once)
+cluster-lab-run:
 	$(call CLUSTER_HARNESS_RUN,{ [ $(CLUSTER_LAB_MODE) = queue ] || \
 	  lab/cluster/clusterctl mode $(CLUSTER_LAB_MODE); } && \
 	  lab/cluster/clusterctl lab-test -q $(CLUSTER_LAB_TESTS))
@@ -300,6 +317,7 @@ cluster-lab-test: lab-host deb
 # $(1), run once the cluster is up with this repository on rsad's host; whatever it
 # returns, the cluster is taken down and checked clean (also on INT or TERM)
 CLUSTER_HARNESS_RUN = export RSA_CLUSTER_HARNESS=$(CURDIR) RSA_LAB_DEBIAN=$(RSA_LAB_DEBIAN) \
+	  RSA_CLUSTER_NAME=$(RSA_CLUSTER_NAME) \
 	  RSA_CLUSTER_NODES=$(CLUSTER_LAB_NODES) RSA_CLUSTER_POOL=$(CLUSTER_LAB_POOL); \
 	rc=0; trap 'lab/cluster/clusterctl down; exit 130' INT TERM; \
 	{ lab/cluster/clusterctl up && $(1); } || rc=$$?; \
@@ -311,7 +329,7 @@ CLUSTER_HARNESS_RUN = export RSA_CLUSTER_HARNESS=$(CURDIR) RSA_LAB_DEBIAN=$(RSA_
 # across the cluster's compute nodes (CLUSTER_LAB_NODES); the cluster is always taken
 # down and checked clean.
 cluster-demo: lab-host deb
-	$(if $(filter-out 12,$(RSA_LAB_DEBIAN)),lab/deb-release $(RSA_LAB_DEBIAN))
+	$(MAKE) --no-print-directory release-debs
 	$(call CLUSTER_HARNESS_RUN,lab/cluster/clusterctl lab-run /usr/bin/python3 lab/demo.py \
 	  $(DEMO_ARGS))
 

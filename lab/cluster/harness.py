@@ -57,6 +57,10 @@ def lab_env() -> dict[str, str]:
         "RSA_LAB_KIND": "cluster",
         "RSA_LAB_USER": user,
         "RSA_LAB_OTHER_USER": other,
+        # rsad's TCP API on its host's management address (rsa.yaml daemon.api.listen)
+        "RSA_LAB_API_TCP": f"{rc.hosts()[rc.RSAD]}:7820",
+        # the user's project group, in the directory only (lab/cluster/directory.ldif)
+        "RSA_LAB_PROJECT_GROUP": rc.PROJECT_GROUP,
         "RSA_LAB_PFS": f"{rc.PFS}/home/{user}",
         "RSA_LAB_OTHER_PFS": f"{rc.PFS}/home/{other}",
         "RSA_LAB_PFS_ROOT": rc.PFS,
@@ -119,8 +123,8 @@ def tuned_yaml(native: bool) -> str:
     for line in rc.rsa_yaml().splitlines():
         lines.append(line)
         lines.extend(TUNING.get(line, ()))
-        if native and line == "slurm:":
-            lines.append("  mode: native")
+        if line == "slurm:":  # said, as the lab above's says it
+            lines.append(f"  mode: {'native' if native else 'queue'}")
     lines += ["hooks:", "  max_hold: 30s"]
     return "\n".join(lines) + "\n"
 
@@ -144,7 +148,8 @@ class _Door(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 class _Request(socketserver.StreamRequestHandler):
     """One request: a JSON line {"node", "argv", "input", "timeout"}; one JSON answer
     {"rc", "stdout", "stderr"} (rc 124 and a line on stderr when it timed out, 2 for a
-    request that names no node of the cluster)."""
+    request that names no node of the cluster). The node ``switch`` runs the command in
+    the switch's network namespace only (rsacluster.on_switch)."""
 
     def handle(self) -> None:
         try:
@@ -155,13 +160,16 @@ class _Request(socketserver.StreamRequestHandler):
         except (ValueError, KeyError, TypeError) as e:
             self._answer(2, "", f"door: a bad request: {e}")
             return
-        if node not in rc.ROLES or not argv:
+        if (node not in rc.ROLES and node != "switch") or not argv:
             self._answer(2, "", f"door: {node!r} is no node of the cluster lab "
-                                f"({', '.join(rc.ROLES)}), or no command")
+                                f"({', '.join(rc.ROLES)}, switch), or no command")
             return
         try:
-            done = rc.on(node, argv, timeout=timeout, check=False,
-                         input=None if stdin is None else str(stdin))
+            if node == "switch":
+                done = rc.on_switch(argv, timeout=timeout, check=False)
+            else:
+                done = rc.on(node, argv, timeout=timeout, check=False,
+                             input=None if stdin is None else str(stdin))
         except rc.ClusterError as e:
             self._answer(124, "", f"door: {node}: {e}")
             return

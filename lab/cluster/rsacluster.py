@@ -141,6 +141,7 @@ RELEASES = {"12": 3, "13": 4, "testing": 4}
 PFS_HOST = "pfs-st"  # the PFS's master, on the storage network
 PFS_CLASS = "lab1"  # the PFS's storage class of one copy on MooseFS 4.x
 USERS = ("rsauser", "rsaother")  # the directory's (lab/cluster/directory.ldif); PFS homes
+PROJECT_GROUP = "proj1"  # rsauser's project group, in the directory only (directory.ldif)
 
 # PID 1 of a node: its mounts, its hostname, then init (reaps what daemonizes under it)
 SETUP = r"""set -e
@@ -442,6 +443,14 @@ def on(name: str, argv: Sequence[str], *, timeout: float = 60, check: bool = Tru
     """Run argv on node ``name`` (as root; ``runuser -u USER --`` for a user)."""
     return run(node_argv(_init(name), argv), timeout=timeout, check=check, input=input,
                node=name)
+
+
+def on_switch(argv: Sequence[str], *, timeout: float = 60,
+              check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run argv (as root) in the switch's network namespace, where every node's veth has
+    its bridge end (``rsacl<n>-<node>``): e.g. ``tc`` shaping what a bridge sends a node."""
+    return run(["nsenter", "-t", str(_init("switch")), "-n", "--", *argv], timeout=timeout,
+               check=check, node="switch")
 
 
 def sh(name: str, script: str, *, timeout: float = 60) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from . import nodecpu, pfs, rsad, rsanodes, slurm, ssd
+from . import nodecpu, pfs, rsad, rsanodes, slurm, ssd, users
 from .common import ENV_FILE, HOOKS_LOG, PFS_NET, REPO, RSA_NET, STATE, Settings
 
 RSA_YAML = STATE / "rsa.yaml"
@@ -28,6 +28,10 @@ def write(s: Settings) -> None:
     facts = {
         "RSA_LAB_USER": s.user,
         "RSA_LAB_OTHER_USER": s.other_user,
+        # rsad's TCP API, where compute nodes and slurmctld's hooks reach it
+        "RSA_LAB_API_TCP": rsad.LISTEN,
+        # a supplementary group of the lab user's (here rsad's API group, users.py)
+        "RSA_LAB_PROJECT_GROUP": users.API_GROUP,
         "RSA_LAB_PFS": f"{s.pfs_mount}/home/{s.user}",
         "RSA_LAB_OTHER_PFS": f"{s.pfs_mount}/home/{s.other_user}",
         "RSA_LAB_PFS_ROOT": str(s.pfs_mount),

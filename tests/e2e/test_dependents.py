@@ -34,10 +34,10 @@ import pytest
 from rsa_scheduler.slurm.cli import dependents_argv
 from rsa_scheduler.slurm.parse import EPOCH_TIME
 from tests.e2e.conftest import input_area, lab_mode
-from tests.e2e.test_requeue_cycles import pfs_writes_at
 from tests.integration.conftest import as_user, slurm_env
 from tests.integration.slurmkit import (
     make_jobs,
+    pfs_writes_at,
     restart_lab_slurmctld,
     root,
     show_job,

@@ -153,7 +153,7 @@ echo second > {out}/part2
         wait_for("the job writing", lambda: (res / "started").exists(), timeout=240)
         wait_state(lab, job, RsaState.MOUNTED_OUTPUT, timeout=60)
         plain = jobs.submit("-H", "--wrap", "true")
-        ApiClient("127.0.0.1:7820", trust_uid=0).post(
+        ApiClient(lab["RSA_LAB_API_TCP"], trust_uid=0).post(
             "/v1/hooks/prolog_slurmctld",
             {"job_id": job, "alias": plain, "user": lab["RSA_LAB_USER"]})
         done = as_user(lab, lab["RSA_LAB_USER"], ["scontrol", "release", plain])

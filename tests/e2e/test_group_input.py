@@ -2,7 +2,9 @@
 user with the groups the kernel gives that user at login (os.getgrouplist, as initgroups),
 not only those a directory service enumerates. In the lab the group is a local one
 (``rsa``: both lab users are members); the unit test of runner.Identity stands in for a
-directory that does not enumerate (tests/unit/test_runner.py)."""
+directory that does not enumerate (tests/unit/test_runner.py); in the cluster lab the
+group is the directory's project group of the user (``proj1``), which no host's files
+name and nslcd does not enumerate."""
 
 from __future__ import annotations
 
@@ -20,11 +22,11 @@ from tests.integration.test_rsad_staging import rsa_job, wait_state
 
 pytestmark = pytest.mark.once  # how rsad runs its copies, whichever mode drives staging
 
-GROUP = "rsa"  # lab/rsalab/users.py: rsauser and rsaother are members
 
 
 def test_input_readable_only_through_a_group_is_staged_in(lab: Mapping[str, str]) -> None:
-    owner, group = pwd.getpwnam(lab["RSA_LAB_OTHER_USER"]), grp.getgrnam(GROUP)
+    owner = pwd.getpwnam(lab["RSA_LAB_OTHER_USER"])
+    group = grp.getgrnam(lab["RSA_LAB_PROJECT_GROUP"])  # the lab user is a member
     assert group.gr_gid in os.getgrouplist(lab["RSA_LAB_USER"],
                                            pwd.getpwnam(lab["RSA_LAB_USER"]).pw_gid)
     with input_area(lab, "group-in") as area, make_jobs(lab) as jobs:

@@ -19,7 +19,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from tests.e2e.conftest import input_area, lab_mode, rsad_configured
 from tests.integration.slurmkit import (
     make_jobs,
     past_requeue_delay,
+    pfs_writes_at,
     restart_lab_rsad,
     root,
     show_job,
@@ -99,28 +99,8 @@ fi
     assert reached.count("output-verified") == 2, reached  # each run's own stage-out
 
 
-#: the host end of the PFS's veth (lab/rsalab/common.py PFS_VETH): it shapes writes to
-#: the PFS, which a stage-out is
-PFS_VETH = "rsalab-pfs0"
 RERUN_MARK = " hold=rerun"  # rsad's rerun hold (core/directive_spec.py RERUN_MARK)
 MB = 40  # each run's output: 40 MiB through 8 Mbit/s, a stage-out of about 40 s
-
-
-@contextmanager
-def pfs_writes_at(lab: Mapping[str, str], rate: str) -> Iterator[None]:
-    """The PFS's write bandwidth at ``rate`` for a block (its htb class, lab/rsalab/
-    pfs.py); the lab's own rate back afterwards, also when the test fails."""
-    def set_rate(r: str) -> None:
-        subprocess.run(["/usr/sbin/tc", "class", "change", "dev", PFS_VETH, "parent", "1:",
-                        "classid", "1:10", "htb", "rate", r, "ceil", r, "burst", "256k",
-                        "cburst", "256k", "quantum", "131072"],
-                       check=True, capture_output=True, timeout=30)
-
-    set_rate(rate)
-    try:
-        yield
-    finally:
-        set_rate(lab.get("RSA_LAB_PFS_RATE", "1gbit"))
 
 
 def rerun_script(out: Path, res: Path, early: str, method: str) -> str:

@@ -180,6 +180,46 @@ def on_node(node: str, argv: Sequence[str], *, input: str | None = None,
     return done
 
 
+#: the host lab's PFS veth, host end (lab/rsalab/common.py PFS_VETH): its htb class 1:10
+#: shapes what the host sends the PFS, its writes
+PFS_VETH = "rsalab-pfs0"
+#: the cluster lab's: the storage bridge's port to the PFS's host, in the switch's network
+#: namespace (lab/cluster/rsacluster.py NETWORKS): what every PFS client sends the PFS
+CLUSTER_PFS_PORT = "rsacl2-pfs"
+_HTB = ["burst", "256k", "cburst", "256k", "quantum", "131072"]
+
+
+@contextmanager
+def pfs_writes_at(lab: Mapping[str, str], rate: str) -> Iterator[None]:
+    """The PFS's write bandwidth at ``rate`` for a block; the lab's own afterwards, also
+    when the test fails. The host lab: its PFS throttle's htb class (lab/rsalab/pfs.py).
+    The cluster lab, whose PFS is not throttled: an htb qdisc on the storage bridge's
+    port to the PFS's host, in the switch (through the door), removed afterwards."""
+    if in_cluster():
+        on_node("switch", ["tc", "qdisc", "replace", "dev", CLUSTER_PFS_PORT, "root",
+                           "handle", "1:", "htb", "default", "10"], timeout=30)
+        try:
+            on_node("switch", ["tc", "class", "replace", "dev", CLUSTER_PFS_PORT, "parent",
+                               "1:", "classid", "1:10", "htb", "rate", rate, "ceil", rate,
+                               *_HTB], timeout=30)
+            yield
+        finally:
+            on_node("switch", ["tc", "qdisc", "del", "dev", CLUSTER_PFS_PORT, "root"],
+                    timeout=30)
+        return
+
+    def set_rate(r: str) -> None:
+        subprocess.run(["/usr/sbin/tc", "class", "change", "dev", PFS_VETH, "parent", "1:",
+                        "classid", "1:10", "htb", "rate", r, "ceil", r, *_HTB],
+                       check=True, capture_output=True, timeout=30)
+
+    set_rate(rate)
+    try:
+        yield
+    finally:
+        set_rate(lab.get("RSA_LAB_PFS_RATE", "1gbit"))
+
+
 def lab_nodes(lab: Mapping[str, str], key: str) -> list[str]:
     """The node names of a lab fact such as RSA_LAB_COMPUTE_NODES (``c[1-4]``)."""
     prefix, _, rest = lab[key].partition("[")
