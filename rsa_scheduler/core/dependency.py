@@ -154,12 +154,13 @@ IN_FLIGHT = frozenset({"staging", "failed"})
 
 
 def ended_unsettled(job_id: str, user: str, records: Mapping[str, JobRecord]) -> list[str]:
-    """The parents a dependent (``job_id`` of ``user``) may have when Slurm fulfilled and
-    cleared its dependency before rsad read it (a dependency on a job that had already
-    ended, added by ``scontrol update`` or at submission, or while rsad was down): its
-    user's RSA jobs that have ended with their output on its way to the PFS (staging
-    out, verifying, a retry due). Its real parents all ended; one of them with output on
-    its way is among these when it is its user's own. Not waited for: another user's jobs
+    """The parents a dependent (``job_id`` of ``user``) may have that Slurm fulfilled and
+    no longer prints before rsad read its dependency (a parent that had already ended
+    when the dependency was given, by ``scontrol update`` or at submission, or that ended
+    while rsad was down; Slurm prints only the parents still to end): its user's RSA
+    jobs that have ended with their output on its way to the PFS (staging out,
+    verifying, a retry due). Such a parent with output on its way is among these when it
+    is its user's own. Not waited for: another user's jobs
     (one user's stage-outs never hold another's jobs whose parents are unknown) and
     output that stays put until someone acts (quarantined, rescued: the dependent would
     wait for as long; its user reads where that output is from ``rsa job``). Sorted as

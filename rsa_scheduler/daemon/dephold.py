@@ -167,11 +167,17 @@ class DepHold:
             own = None
         named = parents_of(job, row.user, deps, records)
         # job_submit.lua's hold (at submission: the marker without parents; added later:
-        # the begin time alone) of a job whose dependency Slurm has already fulfilled and
-        # cleared (its parents had ended: at once, or while rsad was down): which they
-        # were is gone, so every RSA job of its user whose output is on its way may be one
-        if not deps and (later or marked == []):
-            named = ended_unsettled(job, row.user, records)
+        # the begin time alone), before rsad has looked: Slurm no longer prints a parent
+        # it counts fulfilled (it ended: before the submission or the update, or while
+        # rsad was down), so the text names only the parents still to end, or none, and
+        # which the others were is gone. Every RSA job of its user that ended with its
+        # output on its way to the PFS may be one: waited for as well (on the code before,
+        # only when the text named none: ``afterok:7:8`` after 7 ended, its output still
+        # staging, read ``afterok:8`` and was released once 8, a job without RSA output,
+        # was the only parent left)
+        if later or marked == []:
+            named = sorted(set(named) | set(ended_unsettled(job, row.user, records)),
+                           key=lambda k: (len(k), k))
         waits = [w for p in sorted(set(named) | set(marked or []))
                  if (w := parent_verdict(records.get(p))) is not None]
         # another user's job: its dependent is held as well, but told nothing of how

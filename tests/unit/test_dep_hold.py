@@ -416,3 +416,28 @@ def test_a_begin_time_set_before_the_dependency_was_added_is_given_back(
     assert (job, comment) == ("12", "") and 28_000 < int(seconds) <= 29_000  # its own time
     assert sorted(released(slurm)) == ["13:", "14:"] and len(all_holds(slurm)) == 1
     d.shutdown()
+
+
+def test_a_parent_slurm_no_longer_prints_is_waited_for_beside_the_ones_it_does(
+        tmp_path: Path) -> None:
+    """``sbatch --dependency=afterok:7:5`` just after 7 ended, its output still staging
+    out: Slurm prints only the parents still to end (``afterok:5``: 7 is fulfilled and
+    dropped) before rsad's next cycle, and 5 has no RSA output. On the code before, the
+    text named a parent, so rsad took it for the whole dependency and released the job at
+    that cycle: once 5 ended it read 7's half-staged output."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    parent_running_with_its_output_on_the_ramdisk(d, slurm)
+    slurm.set("7", "COMPLETED", spec=OUT)
+    d.poll()  # the output stages out; verify waits for the gate
+    flush_urgent(d)
+    slurm.deps["8"] = "afterok:5(unfulfilled)"  # 5: a job without RSA work
+    slurm.rows.append(QueueRow("8", "PENDING", "BeginTime", 10, 1, "alice", " hold=after:"))
+    for _ in range(2):
+        cycle(d)
+    assert released(slurm) == []
+    assert holds(slurm) == [f"8:{DEP_HOLD}: hold=after:7"]
+    verified(d, gated)
+    assert released(slurm) == ["8:"]
+    d.shutdown()
+
