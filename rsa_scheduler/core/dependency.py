@@ -86,13 +86,18 @@ def parse_dependency(text: str) -> list[Dependency]:
 
 
 def parents_of(job_id: str, user: str, deps: Iterable[Dependency],
-               records: Mapping[str, JobRecord]) -> list[str]:
+               records: Mapping[str, JobRecord],
+               aliases: Mapping[str, str] | None = None) -> list[str]:
     """The RSA jobs (keys of ``records``) whose output ``job_id`` (owned by ``user``) may
     read: each parent of a data dependency (:data:`DATA_KINDS`); an array's every task
     (``aftercorr``: only the task of the dependent's own index); for ``singleton`` every
     RSA job of the same user that runs or ran (rsad does not know job names: it may wait
-    for more than Slurm does, never for less). Sorted, without ``job_id`` itself."""
+    for more than Slurm does, never for less). A parent named by an array task's own job
+    id (``afterok:$SLURM_JOB_ID`` in a task's script: Slurm keeps and prints that id,
+    not ``<array>_<task>``) is that task, by ``aliases`` (own id -> key, learned from
+    slurmctld's hooks). Sorted, without ``job_id`` itself."""
     found: set[str] = set()
+    aliases = aliases or {}
     own_task = job_id.split("_", 1)[1] if "_" in job_id else None
     for dep in deps:
         if dep.kind not in DATA_KINDS:
@@ -105,7 +110,8 @@ def parents_of(job_id: str, user: str, deps: Iterable[Dependency],
             continue
         task = dep.task
         if dep.kind == "aftercorr" and own_task is not None and task in (None, "*") \
-                and dep.job not in records:  # an array: the task of the same index
+                and dep.job not in records and dep.job not in aliases:
+            # an array: the task of the same index
             task = own_task
         if task is not None and task != "*":
             key = f"{dep.job}_{task}"
@@ -113,7 +119,11 @@ def parents_of(job_id: str, user: str, deps: Iterable[Dependency],
                 found.add(key)
             continue
         prefix = f"{dep.job}_"
-        found.update(k for k in records if k == dep.job or k.startswith(prefix))
+        named = {k for k in records if k == dep.job or k.startswith(prefix)}
+        own = aliases.get(dep.job) if task is None else None
+        if not named and own is not None and own in records:
+            named = {own}  # an array task named by its own job id
+        found |= named
     found.discard(job_id)
     return sorted(found, key=lambda k: (len(k), k))
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, Future
 
 from rsa_scheduler.core.dependency import (
@@ -81,8 +81,12 @@ class DepHold:
     def __init__(self, *, slurm: SlurmPort, clock: Callable[[], float],
                  scheduler: Callable[[], Scheduler], commit: Callable[[Decision], None],
                  tell: Callable[[str, str], None], lane: Executor,
-                 native: Callable[[], bool] = lambda: False) -> None:
+                 native: Callable[[], bool] = lambda: False,
+                 aliases: Callable[[], Mapping[str, str]] = dict) -> None:
         self.slurm = slurm
+        # an array task's own job id -> its key (Memory.aliases): a dependency may name a
+        # task by the former (afterok:$SLURM_JOB_ID in a task's script)
+        self.aliases = aliases
         self.native = native  # native mode: no start hold (Slurm holds it in stage-in)
         self.clock = clock
         self.scheduler = scheduler
@@ -165,7 +169,7 @@ class DepHold:
         own = records.get(job)
         if own is not None and own.user != row.user:
             own = None
-        named = parents_of(job, row.user, deps, records)
+        named = parents_of(job, row.user, deps, records, self.aliases())
         # job_submit.lua's hold (at submission: the marker without parents; added later:
         # the begin time alone), before rsad has looked: Slurm no longer prints a parent
         # it counts fulfilled (it ended: before the submission or the update, or while

@@ -135,7 +135,8 @@ class Daemon:
         self.deps = DepHold(slurm=slurm, clock=clock, scheduler=lambda: self.sched,
                             commit=self._commit, tell=self.dispatcher.tell,
                             lane=self.dispatcher.urgent,
-                            native=lambda: self.native is not None)
+                            native=lambda: self.native is not None,
+                            aliases=lambda: self.memory.aliases)
         # native mode (slurm.mode: native): Slurm's burst_buffer/lua hooks start stage-in
         # and stage-out (daemon/native.py); None in queue mode
         self.native: NativeDriver | None = None

@@ -441,3 +441,32 @@ def test_a_parent_slurm_no_longer_prints_is_waited_for_beside_the_ones_it_does(
     assert released(slurm) == ["8:"]
     d.shutdown()
 
+
+def test_an_array_task_named_by_its_own_job_id_is_waited_for(tmp_path: Path) -> None:
+    """A task's script chains its next step with ``afterok:$SLURM_JOB_ID``: its own job
+    id (131), which Slurm keeps and prints as given, not ``127_4``. rsad knows the match
+    from slurmctld's Prolog hook. On the code before, 131 was no RSA job: the dependent
+    was never held and started on the task's half-staged output."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    slurm.set("127_4", "PENDING", "Resources", spec=OUT)
+    d.poll()
+    settle(d)
+    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "127_4", "alias": "131"})
+    settle(d)
+    slurm.set("127_4", "RUNNING", spec=OUT)
+    d.poll()
+    settle(d)
+    assert d.sched.records["127_4"].rsa_state.value == "mounted-output"
+    slurm.pend("8", "afterok:131(unfulfilled)")
+    cycle(d)
+    assert holds(slurm) == [f"8:{DEP_HOLD}: hold=after:127_4"]
+    assert "job 127_4's output" in comments(slurm)[-1]
+    slurm.deps["8"] = ""
+    slurm.set("127_4", "COMPLETED", spec=OUT)
+    for _ in range(3):
+        cycle(d)
+    assert released(slurm) == []
+    verified(d, gated)
+    assert released(slurm) == ["8:"]
+    d.shutdown()

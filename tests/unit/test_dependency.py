@@ -100,6 +100,26 @@ def test_the_parents_are_the_rsa_jobs_of_every_data_dependency() -> None:
     assert parents_of("31", "bob", single, records) == ["30"]
 
 
+def test_an_array_task_named_by_its_own_job_id_is_that_task() -> None:
+    """Slurm keeps a parent given by an array task's own job id as that id
+    (``afterok:131``); rsad's key is ``127_4``, matched from slurmctld's hooks. A job id
+    that names an array of records (its tasks) or a record of its own stays that."""
+    records = {"127_4": rec("127_4"), "127_5": rec("127_5"), "12": rec("12")}
+    aliases = {"131": "127_4", "127": "127_5", "12": "127_5"}
+    assert parents_of("50", "alice", parse_dependency("afterok:131(unfulfilled)"),
+                      records) == []  # the code before: no RSA job
+    assert parents_of("50", "alice", parse_dependency("afterok:131(unfulfilled)"),
+                      records, aliases) == ["127_4"]
+    assert parents_of("60_1", "alice", parse_dependency("aftercorr:131(unfulfilled)"),
+                      records, aliases) == ["127_4"]
+    assert parents_of("50", "alice", parse_dependency("afterok:127(unfulfilled)"),
+                      records, aliases) == ["127_4", "127_5"]  # every task
+    assert parents_of("50", "alice", parse_dependency("afterok:12(unfulfilled)"),
+                      records, aliases) == ["12"]
+    assert parents_of("50", "alice", parse_dependency("afterok:131_2(unfulfilled)"),
+                      records, aliases) == []
+
+
 @pytest.mark.parametrize(("record", "why"), [
     (None, None),
     (rec("12", spec=IN), None),  # no output of its own
