@@ -298,11 +298,22 @@ def without_dep_marker(comment: str) -> str:
     return _split_marker(comment)[0]
 
 
+#: a parent's ``Waiting.why`` when it is another user's job: its dependent is told
+#: nothing of how that job's stage-out fares, nor to look at it (``rsa job`` shows only
+#: one's own jobs)
+ANOTHER = "another"
+
+
 def held_message(waits: list[Waiting]) -> str:
     """What a dependent's comment says while it is held (the worst parent first)."""
-    order = {"rescued": 0, "quarantined": 0, "failed": 1, "staging": 2, "running": 3}
+    order = {"rescued": 0, "quarantined": 0, "failed": 1, "staging": 2, ANOTHER: 2,
+             "running": 3}
     worst = min(waits, key=lambda w: (order.get(w.why, 9), w.parent))
     p = worst.parent
+    if worst.why == ANOTHER:
+        return (f"RSA: held until job {p}'s output is staged out and verified on the PFS "
+                f"(job {p} is another user's: only its owner can follow it, with rsa job "
+                f"{p})")
     if worst.why == "quarantined":
         return (f"RSA: held: job {p}'s output is quarantined on its RAMDISK, not on the "
                 f"PFS; an operator's 'rsa retry {p}' stages it out once the cause is "
@@ -319,11 +330,25 @@ def held_message(waits: list[Waiting]) -> str:
             f"(rsa job {p} shows how far it is)")
 
 
-def released_message(parents: Iterable[str], begin: str | None = None) -> str:
-    """What a dependent's comment says once the hold ends (``begin``: the job's own begin
+def released_message(parents: Iterable[str], begin: str | None = None, *,
+                     unverified: Iterable[str] = (), others: Iterable[str] = ()) -> str:
+    """What a dependent's comment says once the hold ends: ``parents``, whose output is
+    verified on the PFS; ``unverified``, its user's own jobs whose RAMDISK holds nothing
+    any more though their output was not verified (an operator discarded it, the job
+    ended before its RAMDISK was mounted, or it wrote the PFS itself); ``others``, other
+    users' jobs, of which it is told no more than that (``begin``: the job's own begin
     time it now waits for, as Slurm writes times)."""
-    names = ", ".join(parents)
+    parts = []
+    if names := ", ".join(parents):
+        parts.append(f"the output of job {names} is verified on the PFS")
+    unverified = list(unverified)
+    if names := ", ".join(unverified):
+        parts.append(f"job {names} has nothing left on its RAMDISK, but no verified "
+                     f"stage-out of its output (rsa job {unverified[0]} says why)")
+    if names := ", ".join(others):
+        parts.append(f"job {names} (another user's) has nothing on its way to the PFS "
+                     "any more")
+    said = "; ".join(parts)
     if begin is not None:
-        return (f"RSA: the output of job {names} is verified on the PFS; released to "
-                f"start at its own begin time, {begin}")
-    return f"RSA: the output of job {names} is verified on the PFS; released to start"
+        return f"RSA: {said}; released to start at its own begin time, {begin}"
+    return f"RSA: {said}; released to start"

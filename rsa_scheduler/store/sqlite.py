@@ -423,6 +423,24 @@ class Store:
                                    "SELECT coalesce(max(seq), 0) FROM events "
                                    "WHERE job_id = ? AND name = ?", (job_id, name))[0])
 
+    def verified_since_end(self, job_id: str) -> bool:
+        """Whether ``job_id``'s output was verified after its newest end (an
+        ``rsa.transition`` to ``output-verified`` after its newest ``job.state`` to
+        ``finished``): a dependent's release says so only then (an output an operator
+        discarded, or a job that ended before its RAMDISK held any, reaches ``released``
+        as well)."""
+        end = int(self._query_one(
+            "reading a job's events",
+            "SELECT coalesce(max(seq), 0) FROM events WHERE job_id = ? AND name = "
+            "'job.state' AND json_extract(context, '$.to') = 'finished'", (job_id,))[0])
+        if not end:
+            return False
+        return self._query_one(
+            "reading a job's events",
+            "SELECT 1 FROM events WHERE job_id = ? AND seq > ? AND name = "
+            "'rsa.transition' AND json_extract(context, '$.to') = 'output-verified' "
+            "LIMIT 1", (job_id, end)) is not None
+
     def last_seq(self) -> int:
         """The ``seq`` of the newest committed event (0 for an empty log)."""
         return int(self._query_one("reading the last seq",

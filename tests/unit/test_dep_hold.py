@@ -32,6 +32,11 @@ class DepSlurm(ScriptedSlurm):
         super().__init__()
         self.deps: dict[str, str] = {}  # job -> Slurm's dependency text
         self.begins: dict[str, int] = {}  # job -> its begin time in Slurm
+        self.told: dict[str, str] = {}  # job -> the last comment written to it
+
+    def set_comment(self, job_id: str, text: str) -> None:
+        super().set_comment(job_id, text)
+        self.told[job_id] = text
 
     def pend(self, job: str, dependency: str) -> None:
         """A job without RSA work of its own, pending on its dependency."""
@@ -469,4 +474,42 @@ def test_an_array_task_named_by_its_own_job_id_is_waited_for(tmp_path: Path) -> 
     assert released(slurm) == []
     verified(d, gated)
     assert released(slurm) == ["8:"]
+    d.shutdown()
+
+
+def test_a_dependent_is_told_only_what_is_true_of_each_parent(tmp_path: Path) -> None:
+    """Job 7's stage-out is quarantined; an operator discards the output. alice's
+    dependent 8 is released told that 7 has no verified stage-out (on the code before:
+    "the output of job 7 is verified on the PFS"); bob's dependent 11 is told, while
+    held, that 7 is another user's, not to run ``rsa job 7`` (which answers him "not
+    tracked"), and at its release nothing of how 7's output fared (before: "verified")."""
+    slurm, gated = DepSlurm(), Gated()
+    gated.fail_out = True
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    parent_running_with_its_output_on_the_ramdisk(d, slurm)
+    slurm.pend("8", "afterany:7(unfulfilled)")
+    slurm.pend("11", "afterok:7(unfulfilled)")
+    slurm.rows = [r if r.job_id != "11" else QueueRow("11", "PENDING", "Dependency", 10, 1,
+                                                      "bob", None) for r in slurm.rows]
+    cycle(d)
+    told = slurm.told
+    assert "rsa job 7 shows" in told["8"]
+    assert "another user's" in told["11"] and "rsa job 7 shows" not in told["11"]
+    slurm.set("7", "COMPLETED", spec=OUT)
+    for _ in range(4):
+        cycle(d)
+        settle(d)
+    assert d.sched.records["7"].rsa_state.value == "quarantined"
+    assert released(slurm) == []
+    gated.gate.set()
+    d.submit("command", ("7", "discard", "root", True))
+    settle(d)
+    for _ in range(3):
+        cycle(d)
+        settle(d)
+    assert d.sched.records["7"].rsa_state.value == "released"
+    assert sorted(released(slurm)) == ["11:", "8:"]
+    assert "verified" not in told["8"].replace("no verified stage-out", "")
+    assert "job 7 has nothing left on its RAMDISK, but no verified stage-out" in told["8"]
+    assert "verified" not in told["11"] and "job 7 (another user's)" in told["11"]
     d.shutdown()

@@ -168,6 +168,15 @@ def test_the_dependents_reason_says_what_happened_and_what_to_do() -> None:
     assert "held until job 12's output is staged out and verified" in held_message(
         [Waiting("12", "running")])
     assert released_message(["12", "13"]).endswith("released to start")
+    # another user's job: neither how it fares nor a command that answers "not tracked"
+    other = held_message([Waiting("12", "another")])
+    assert "another user's" in other and "rsa job 12 shows" not in other
+    # verified only where it is: a discarded output, another user's job
+    said = released_message(["12"], unverified=["13"], others=["14"])
+    assert said.startswith("RSA: the output of job 12 is verified on the PFS; job 13 has "
+                           "nothing left on its RAMDISK, but no verified stage-out")
+    assert "job 14 (another user's) has nothing on its way" in said
+    assert "verified" not in released_message([], others=["14"])
 
 
 def test_the_dependents_are_read_from_squeue_with_their_admin_comment() -> None:
