@@ -390,6 +390,19 @@ class Store:
             if remaining is not None:
                 remaining -= len(page)
 
+    def newest_events(self, job_id: str, *, since: int = 0, limit: int) -> list[Event]:
+        """``job_id``'s newest ``limit`` committed events with ``seq > since``, oldest
+        first (a job's timeline: its end and what became of its output are its newest
+        events, however many came before)."""
+        try:
+            rows = self._conn.execute(
+                "SELECT seq, time, job_id, name, context FROM events WHERE job_id = ? "
+                "AND seq > ? ORDER BY seq DESC LIMIT ?", (job_id, since, limit)).fetchall()
+        except sqlite3.Error as e:
+            raise _error(self.path, "reading events", e) from e
+        return [Event(t, jid, name, _loads(ctx), seq) for seq, t, jid, name, ctx in
+                reversed(rows)]
+
     def write_snapshot(self, seq: int, time: float, data: Mapping[str, Any],
                        keep: int = 2) -> None:
         """Record the daemon's state as of event ``seq`` (every event up to it folded in);

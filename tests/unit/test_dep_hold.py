@@ -11,14 +11,30 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
+from rsa_scheduler.cli.where import verdict
 from rsa_scheduler.core.dependency import LATER_BASE
 from rsa_scheduler.core.directives import DirectiveSpec
 from rsa_scheduler.core.policy import EarlyStart
+from rsa_scheduler.daemon import api
 from rsa_scheduler.daemon.dephold import DEP_HOLD
 from rsa_scheduler.daemon.service import Daemon
 from rsa_scheduler.slurm.parse import DependentRow, QueueRow
-from tests.unit.test_daemon import ScriptedSlurm, flush_urgent, released, settle
-from tests.unit.test_rerun_hold import Gated, comments, daemon
+from tests.unit.test_daemon import (
+    ALICE,
+    ScriptedSlurm,
+    flush_urgent,
+    released,
+    serving,
+    settle,
+)
+from tests.unit.test_rerun_hold import (
+    Gated,
+    comments,
+    daemon,
+    requeued_while_its_output_is_on_the_ramdisk,
+)
 from tests.unit.test_rerun_hold import holds as all_holds
 
 OUT = DirectiveSpec(data_out="/pfs/out")
@@ -512,4 +528,43 @@ def test_a_dependent_is_told_only_what_is_true_of_each_parent(tmp_path: Path) ->
     assert "verified" not in told["8"].replace("no verified stage-out", "")
     assert "job 7 has nothing left on its RAMDISK, but no verified stage-out" in told["8"]
     assert "verified" not in told["11"] and "job 7 (another user's)" in told["11"]
+    d.shutdown()
+
+
+def test_rsa_wait_reads_a_long_timeline_from_its_newest_events(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job's answer carries at most EVENTS_LIMIT events (10,000: a job long pending on
+    a busy cluster, on-deck and demoted again and again, or requeued many times, has
+    more). They were its oldest: a requeued job's first run verified within them, its
+    second run's end and stage-out after them, and ``rsa wait`` said ``verified`` while
+    the second run's output was still on its RAMDISK (and ``failed`` once it was
+    verified). Now the newest: the verdict is the last run's."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    requeued_while_its_output_is_on_the_ramdisk(d, slurm)
+    gated.gate.set()
+    for _ in range(3):
+        cycle(d)
+        settle(d)
+    first = len(list(d.store.events("7")))
+    assert any(e.context.get("to") == "output-verified" for e in d.store.events("7"))
+    gated.gate.clear()
+    parent_running_with_its_output_on_the_ramdisk(d, slurm)  # the second run
+    slurm.set("7", "COMPLETED", spec=OUT)
+    for _ in range(2):
+        cycle(d)
+    assert d.sched.records["7"].rsa_state.value == "verifying"
+    assert len(list(d.store.events("7"))) > first + 2
+    monkeypatch.setattr(api, "EVENTS_LIMIT", first)
+    with serving(d) as routes:
+        job = routes.dispatch(ALICE, "GET", "/v1/jobs/7", None)
+        assert len(job["events"]) == first
+        assert verdict(job) is None  # the code before: verified, the first run's
+        gated.gate.set()
+        settle(d)
+        for _ in range(3):
+            cycle(d)
+            settle(d)
+        got = verdict(routes.dispatch(ALICE, "GET", "/v1/jobs/7", None))
+        assert got is not None and got.word == "verified", got
     d.shutdown()
