@@ -20,6 +20,7 @@ quarantined (:func:`cluster_status`).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,8 +33,8 @@ from rsa_scheduler.cli.show import echo
 from rsa_scheduler.cli.where import FAILED, OK, Verdict, verdict
 from rsa_scheduler.client import ApiClient, ApiRefused, ApiUnavailable
 
-__all__ = ["FAILED", "OK", "TIMED_OUT", "Verdict", "cluster_status", "verdict",
-           "wait_for_jobs"]
+__all__ = ["FAILED", "OK", "TIMED_OUT", "Verdict", "cluster_status", "expand_arrays",
+           "verdict", "wait_for_jobs"]
 
 TIMED_OUT = 3
 #: a job rsad cannot be asked about now (restarting, busy) is asked again this often
@@ -56,6 +57,80 @@ def slurm_state(job_id: str) -> str:
         return ""
     lines = done.stdout.split() if done.returncode == 0 else []
     return lines[0] if len(lines) == 1 else ""
+
+
+def slurm_tasks(job_id: str) -> list[str]:
+    """The tasks of array ``job_id`` as Slurm lists them (``squeue -r``: ``1234_0``, ...);
+    [] for a job that is no array, one Slurm no longer lists, or when squeue cannot be
+    run here."""
+    try:
+        done = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-j", job_id, "-O",
+                               "JobArrayID:0"], capture_output=True, text=True, timeout=30,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    words = done.stdout.split() if done.returncode == 0 else []
+    return [w for w in words if re.fullmatch(rf"{re.escape(job_id)}_[0-9]+", w)]
+
+
+def _task_order(key: str) -> tuple[int, str]:
+    task = key.rpartition("_")[2]
+    return (int(task), key) if task.isdigit() else (-1, key)
+
+
+def expand_arrays(job_ids: Sequence[str], mine: Callable[[], list[str]],
+                  tasks: Callable[[str], list[str]] = slurm_tasks) -> list[str]:
+    """``job_ids`` with each array's id (``sbatch --parsable --array`` prints it) in
+    place of its tasks: rsad names every task ``<array>_<task>`` and tracks no job under
+    the array's own id, so ``rsa wait 1234`` of an array waits for every task, those
+    Slurm lists (``tasks``) and those rsad still has (``mine``: the caller's jobs rsad
+    tracks; a task Slurm has forgotten may still be staging out). An id of neither stays
+    as given. ``mine`` may raise :class:`ApiUnavailable`."""
+    out: list[str] = []
+    known: list[str] | None = None
+    for job_id in job_ids:
+        if not job_id.isdigit():
+            out.append(job_id)
+            continue
+        if known is None:
+            known = mine()
+        found = set(tasks(job_id)) | {k for k in known if k.startswith(f"{job_id}_")}
+        out += sorted(found, key=_task_order) if found else [job_id]
+    return list(dict.fromkeys(out))
+
+
+def _tracked(client: ApiClient, job_id: str) -> bool:
+    """Whether rsad tracks ``job_id`` as it is named (not an array's id)."""
+    try:
+        client.get(f"/v1/jobs/{job_id}")
+    except ApiRefused as e:
+        if e.status != 404:
+            raise
+        return False
+    return True
+
+
+def _mine(client: ApiClient) -> list[str]:
+    """The keys of the jobs rsad tracks that the caller may see."""
+    answer: Mapping[str, Any] = client.get("/v1/jobs")
+    return [str(j.get("job_id")) for j in answer.get("jobs") or ()]
+
+
+def _expand(client: ApiClient, job_ids: Sequence[str], timeout: float | None,
+            *, clock: Callable[[], float] = time.monotonic,
+            sleep: Callable[[float], None] = time.sleep) -> list[str]:
+    """:func:`expand_arrays`, rsad being restarted waited out (up to ``timeout``; past
+    it, the arrays' tasks Slurm lists)."""
+    start = clock()
+    while True:
+        try:
+            return expand_arrays(job_ids, lambda: _mine(client))
+        except (ApiUnavailable, ApiRefused) as e:
+            if isinstance(e, ApiRefused) and e.status not in BUSY:
+                raise
+            if timeout is not None and clock() - start >= timeout:
+                return expand_arrays(job_ids, list)
+            sleep(POLL)
 
 
 def _ask(client: ApiClient, job_id: str,
@@ -193,8 +268,22 @@ def wait(api: str | None, job_ids: tuple[str, ...], timeout: float | None,
     if cluster:
         if len(job_ids) != 1:
             raise click.UsageError("--cluster-status takes one job id")
-        echo(_cluster_status(client, job_ids[0].split(";")[0]))
+        job_id = job_ids[0].split(";")[0]
+        try:
+            tasks = [job_id]
+            if job_id.isdigit() and not _tracked(client, job_id):
+                tasks = expand_arrays(tasks, lambda: _mine(client))
+        except (ApiUnavailable, ApiRefused) as e:
+            if isinstance(e, ApiRefused) and e.status not in BUSY:
+                raise
+            echo(f"rsa wait: job {job_ids[0]}: no answer from rsad to go by ({e}): "
+                 "running", err=True)
+            echo(RUNNING)
+            return
+        words = [_cluster_status(client, t) for t in tasks]  # an array: every task's
+        echo(FAILURE if FAILURE in words else RUNNING if RUNNING in words else SUCCESS)
         return
-    rc = wait_for_jobs(lambda j: _ask(client, j), job_ids, timeout)
+    rc = wait_for_jobs(lambda j: _ask(client, j), _expand(client, job_ids, timeout),
+                       timeout)
     if rc:
         raise click.exceptions.Exit(rc)

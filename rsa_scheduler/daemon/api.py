@@ -181,8 +181,14 @@ class Routes:
         return Caller(int(uid), _user_of(int(uid)))
 
     def _visible(self, caller: Caller, job_id: str) -> dict[str, Any]:
+        """The job's view if the caller may see it; an array task named by its own job
+        id (``$SLURM_JOB_ID`` in the task, which squeue shows as ``<array>_<task>``) is
+        that task, by the match slurmctld's hooks taught rsad (its ``job_id`` says which)."""
         def view() -> dict[str, Any] | None:
-            rec = self.daemon.sched.records.get(job_id)
+            records = self.daemon.sched.records
+            rec = records.get(job_id)
+            if rec is None and job_id in self.daemon.aliases:
+                rec = records.get(self.daemon.aliases[job_id])
             return self.daemon.job_view(rec) if rec else None
 
         job = self._call(view)
@@ -217,7 +223,8 @@ class Routes:
         job["events"] = [
             {"seq": e.seq, "time": e.time, "name": e.name,
              **{k: v for k, v in e.context.items() if k != "set"}}
-            for e in self._job_events(caller, job_id, 0, newest=True)]
+            for e in self._job_events(caller, str(job.get("job_id") or job_id), 0,
+                                      newest=True)]
         return job
 
     def _read(self) -> Any:
@@ -249,7 +256,7 @@ class Routes:
         since = _seq(query, "since")
         job = query.get("job", [None])[0]
         if job is not None:
-            self._visible(caller, job)
+            job = str(self._visible(caller, job).get("job_id") or job)
             events = self._job_events(caller, job, since)
         elif caller.operator:
             with self._read() as ro:

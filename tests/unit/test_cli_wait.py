@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from rsa_scheduler.cli.wait import FAILED, OK, TIMED_OUT, cluster_status, verdict, wait_for_jobs
+from rsa_scheduler.cli.wait import (
+    FAILED,
+    OK,
+    TIMED_OUT,
+    cluster_status,
+    expand_arrays,
+    verdict,
+    wait_for_jobs,
+)
 from rsa_scheduler.client import ApiRefused, ApiUnavailable
 
 pytestmark = pytest.mark.unit
@@ -253,3 +261,30 @@ def test_input_done_asks_again_after_an_internal_error_until_its_deadline() -> N
             jobs._asked(lambda: Failing().get("/"), time.monotonic() - 1, "7")
     finally:
         jobs.ASK_AGAIN = saved
+
+
+def test_an_arrays_id_is_waited_for_as_every_task_of_it() -> None:
+    """``sbatch --parsable --array=0-2`` prints the array's id; rsad tracks its tasks as
+    ``127_0`` ... and no job ``127``. On the code before, ``rsa wait 127`` asked rsad
+    about 127 (not tracked), then Slurm, whose squeue prints one line per task (no one
+    state): it answered at once ``127: no RSA: ... its files are where it wrote them``,
+    exit 0, while the tasks ran or staged out. Now every task: those Slurm lists and
+    those rsad still tracks (127_0: Slurm forgot it, its output still staging)."""
+    tasks = {"127": ["127_1", "127_2"]}
+    mine = ["127_0", "127_1", "1270_3", "12"]
+    assert expand_arrays(["127", "12", "128_4"], lambda: mine,
+                         lambda j: tasks.get(j, [])) == ["127_0", "127_1", "127_2", "12",
+                                                         "128_4"]
+    asked: list[str] = []
+    staging = job("staging-out", "finished", *RUN, ("job", "finished"))
+    done = job("released", "finished", *RUN, ("job", "finished"), ("rsa", "output-verified"))
+
+    def ask(job_id: str) -> Mapping[str, Any] | None:
+        asked.append(job_id)
+        return staging if job_id == "127_0" and asked.count(job_id) < 3 else done
+
+    said: list[str] = []
+    ids = expand_arrays(["127"], lambda: mine, lambda j: tasks.get(j, []))
+    assert wait_for_jobs(ask, ids, None, sleep=lambda s: None, say=said.append) == OK
+    assert [line.split(":")[0] for line in said] == ["127_1", "127_2", "127_0"]
+    assert asked.count("127_0") == 3  # waited for while its output was staged out

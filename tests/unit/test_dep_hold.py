@@ -23,6 +23,7 @@ from rsa_scheduler.daemon.service import Daemon
 from rsa_scheduler.slurm.parse import DependentRow, QueueRow
 from tests.unit.test_daemon import (
     ALICE,
+    BOB,
     ScriptedSlurm,
     flush_urgent,
     released,
@@ -566,5 +567,41 @@ def test_rsa_wait_reads_a_long_timeline_from_its_newest_events(
             cycle(d)
             settle(d)
         got = verdict(routes.dispatch(ALICE, "GET", "/v1/jobs/7", None))
+        assert got is not None and got.word == "verified", got
+    d.shutdown()
+
+
+def test_rsa_wait_of_an_array_tasks_own_job_id_is_that_tasks(tmp_path: Path) -> None:
+    """``rsa wait $SLURM_JOB_ID`` (or ``rsa job``) of an array task's own job id: rsad
+    answers with the task's record and timeline (the match slurmctld's hook taught it).
+    On the code before: not tracked, and ``rsa wait`` said ``no RSA`` once Slurm ended
+    the task, while its output was staged out. Another user still gets "not tracked"."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    slurm.set("127_4", "PENDING", "Resources", spec=OUT)
+    d.poll()
+    settle(d)
+    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "127_4", "alias": "131"})
+    settle(d)
+    slurm.set("127_4", "RUNNING", spec=OUT)
+    d.poll()
+    settle(d)
+    slurm.set("127_4", "COMPLETED", spec=OUT)
+    for _ in range(2):
+        cycle(d)
+    with serving(d) as routes:
+        job = routes.dispatch(ALICE, "GET", "/v1/jobs/131", None)
+        assert job["job_id"] == "127_4" and job["events"]
+        assert verdict(job) is None  # staging out: not over
+        with pytest.raises(api.ApiError, match="not tracked"):
+            routes.dispatch(BOB, "GET", "/v1/jobs/131", None)
+        events = routes.dispatch(ALICE, "GET", "/v1/events?job=131", None)["events"]
+        assert events and {e["job_id"] for e in events} == {"127_4"}
+        gated.gate.set()
+        settle(d)
+        for _ in range(3):
+            cycle(d)
+            settle(d)
+        got = verdict(routes.dispatch(ALICE, "GET", "/v1/jobs/131", None))
         assert got is not None and got.word == "verified", got
     d.shutdown()
