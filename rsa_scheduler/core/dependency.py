@@ -62,7 +62,8 @@ def parse_dependency(text: str) -> list[Dependency]:
     """Slurm's dependency text: ``afterok:12(unfulfilled),afterany:13_*(unfulfilled)``,
     ``?`` between alternatives, ``singleton(unfulfilled)``, ``(null)`` or ``""`` for
     none; the text as submitted (``afterok:12:13``) too. Raises :class:`DependencyError`
-    on anything else (the caller then holds the job: unsure is never released)."""
+    on anything else (the caller then reads it with :func:`loose_dependency`: unsure is
+    never released)."""
     text = text.strip()
     if text in ("", "(null)"):
         return []
@@ -82,6 +83,18 @@ def parse_dependency(text: str) -> list[Dependency]:
             if j is None:
                 raise DependencyError(f"unknown job {part!r} in dependency {entry!r}")
             out.append(Dependency(kind, j.group("job"), j.group("task"), state))
+    return out
+
+
+def loose_dependency(text: str) -> list[Dependency]:
+    """What a dependency text :func:`parse_dependency` refuses may still name: every job
+    id in it (``12``, ``12_3``), as ``afterany`` (one that waits for the job's end), and
+    ``singleton`` if the word is there. The dependency hold waits for these rather than
+    for none: unsure is never released."""
+    out = [Dependency("afterany", m.group(1), m.group(2))
+           for m in re.finditer(r"(?<![0-9_])([0-9]+)(?:_([0-9]+))?(?![0-9])", text)]
+    if "singleton" in text:
+        out.append(Dependency("singleton"))
     return out
 
 

@@ -47,6 +47,7 @@ from rsa_scheduler.core.dependency import (
     held_message,
     later_begin,
     later_hold,
+    loose_dependency,
     own_begin,
     parent_verdict,
     parents_of,
@@ -186,8 +187,12 @@ class DepHold:
         try:
             deps = parse_dependency(row.dependency)
         except DependencyError as e:
-            log.error("job %s: %s: not held for its parents' output", job, e)
-            deps = []
+            # unsure is never released: every job id the text names is waited for (on
+            # the code before: none, and the job started on a parent's half-staged
+            # output if the text was a form this parser does not know)
+            deps = loose_dependency(row.dependency)
+            log.error("job %s: %s: held for the output of every job it names (%s)", job, e,
+                      ", ".join(d.job or d.kind for d in deps) or "none")
         # the dependent's own record only if it is this job's: a record of another user
         # under the same id is an earlier job's (Slurm lost its state or its ids wrapped;
         # core/scheduler.py ``observe`` displaces or untracks it), never this one's

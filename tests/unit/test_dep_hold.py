@@ -178,6 +178,20 @@ def test_a_dependent_of_a_job_without_rsa_output_is_never_held(tmp_path: Path) -
     d.shutdown()
 
 
+def test_a_dependency_text_rsad_does_not_understand_is_held_for_every_job_it_names(
+        tmp_path: Path) -> None:
+    """On the code before, a text the parser refused was logged and the job never held:
+    it started on its parent's half-staged output."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    parent_running_with_its_output_on_the_ramdisk(d, slurm)
+    slurm.pend("8", "afterok:7(unfulfilled,remote)")
+    cycle(d)
+    assert holds(slurm) == [f"8:{DEP_HOLD}: hold=after:7"]
+    gated.gate.set()
+    d.shutdown()
+
+
 def test_the_hold_survives_an_rsad_restart_and_only_rsads_own_hold_is_lifted(
         tmp_path: Path) -> None:
     slurm, gated = DepSlurm(), Gated()

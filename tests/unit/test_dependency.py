@@ -19,6 +19,7 @@ from rsa_scheduler.core.dependency import (
     held_message,
     later_begin,
     later_hold,
+    loose_dependency,
     own_begin,
     parent_verdict,
     parents_of,
@@ -98,6 +99,18 @@ def test_the_parents_are_the_rsa_jobs_of_every_data_dependency() -> None:
     single = parse_dependency("singleton(unfulfilled)")
     assert parents_of("40", "alice", single, records) == ["12", "13", "20_0", "20_1"]
     assert parents_of("31", "bob", single, records) == ["30"]
+
+
+def test_a_dependency_text_not_understood_still_names_its_jobs() -> None:
+    """Unsure is never released: a form the parser does not know (a later Slurm's) is
+    read for every job id in it, as a dependency on the job's end."""
+    text = "afterok:7(unfulfilled,remote),afterany:20_3@other(failed)"
+    with pytest.raises(DependencyError):
+        parse_dependency(text)
+    assert loose_dependency(text) == [Dependency("afterany", "7"),
+                                      Dependency("afterany", "20", "3")]
+    assert loose_dependency("afterok:x(unfulfilled)") == []
+    assert loose_dependency("singleton(unfulfilled,new)") == [Dependency("singleton")]
 
 
 def test_an_array_task_named_by_its_own_job_id_is_that_task() -> None:
