@@ -5,10 +5,12 @@ Slurm ends a job before its output leaves the RAMDISK (the compute nodes are rel
 once; stage-out runs afterwards), so "the job ended" is not "its files are on the PFS".
 This command owns the answer to the second question: :func:`verdict` reads one job's
 record and timeline from rsad's API and says whether its output is verified on
-persistent storage, failed or quarantined, the job had no RSA work, or it is not over
-yet. Exit status: 0 every job's data is in place (verified, nothing to stage, or no RSA
-work: the job wrote to the PFS itself); 2 one or more failed or are quarantined; 3 the
-``--timeout`` passed first; 1 rsad could not be asked (usage, refusals).
+persistent storage, failed or quarantined, the job had no RSA work, it is another
+user's (rsad tells only its owner), or it is not over yet. An array's id stands for
+every task of it (:func:`expand_arrays`). Exit status: 0 every job's data is in place
+(verified, nothing to stage, or no RSA work: the job wrote to the PFS itself); 2 one or
+more failed or are quarantined; 3 the ``--timeout`` passed first; 1 rsad could not be
+asked (usage, refusals), or a job is another user's.
 
 ``rsa wait --cluster-status JOB`` asks once and prints one word, the answer a workflow
 manager's cluster-status command gives (Snakemake's ``--cluster-generic-status-cmd``,
@@ -20,6 +22,8 @@ quarantined (:func:`cluster_status`).
 
 from __future__ import annotations
 
+import os
+import pwd
 import re
 import subprocess
 import time
@@ -133,15 +137,47 @@ def _expand(client: ApiClient, job_ids: Sequence[str], timeout: float | None,
             sleep(POLL)
 
 
+def slurm_owner(job_id: str) -> str:
+    """The user Slurm names for ``job_id`` (``squeue -O UserName``), "" when squeue does
+    not show the job here (unknown, or another user's under ``PrivateData=jobs``)."""
+    try:
+        done = subprocess.run(["squeue", "-h", "-t", "all", "-j", job_id, "-O",
+                               "UserName:0"], capture_output=True, text=True, timeout=30,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    words = set(done.stdout.split()) if done.returncode == 0 else set()
+    return words.pop() if len(words) == 1 else ""
+
+
+def _me() -> str:
+    """The caller's user name; "" for root (rsad shows root every job: a job it does
+    not answer for is one it does not track, whoever's)."""
+    if os.getuid() == 0:
+        return ""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return ""
+
+
 def _ask(client: ApiClient, job_id: str,
-         slurm: Callable[[str], str] = slurm_state) -> Mapping[str, Any] | None:
+         slurm: Callable[[str], str] = slurm_state,
+         owner: Callable[[str], str] = slurm_owner,
+         me: Callable[[], str] = _me) -> Mapping[str, Any] | None:
     """rsad's record of the job; a job rsad does not track is still waited for while
-    Slurm says it is not over (rsad learns a new job at its next queue read)."""
+    Slurm says it is not over (rsad learns a new job at its next queue read), unless
+    Slurm says it is another user's: rsad tells only a job's owner about it, so nothing
+    here can wait for its output (``other_user``)."""
     try:
         answer: Mapping[str, Any] = client.get(f"/v1/jobs/{job_id}")
     except ApiRefused as e:
         if e.status != 404:
             raise
+        caller = me()
+        who = owner(job_id) if caller else ""
+        if who and who != caller:
+            return {"job_id": job_id, "other_user": who}
         state = slurm(job_id)
         if state in ACTIVE:
             return {"job_id": job_id, "job_state": f"{state.lower()} (in Slurm)",
@@ -260,10 +296,12 @@ def wait(api: str | None, job_ids: tuple[str, ...], timeout: float | None,
          cluster: bool) -> None:
     """Wait until each job's output is verified on persistent storage.
 
-    One line per job: verified, done (nothing to stage), no RSA (the job used the PFS
-    itself), failed or quarantined. Exit status 0 when every job's data is in place, 2
-    when one failed or is quarantined, 3 on --timeout. Use it after Slurm says a job
-    ended, before reading what it wrote (workflow managers: see the user guide)."""
+    One line per job (an array's id: per task): verified, done (nothing to stage), no
+    RSA (the job used the PFS itself), failed, quarantined, or not yours (another user's
+    job: rsad tells only its owner). Exit status 0 when every job's data is in place, 2
+    when one failed or is quarantined, 3 on --timeout, 1 for another user's job. Use it
+    after Slurm says a job ended, before reading what it wrote (workflow managers: see
+    the user guide)."""
     client = ApiClient(api)
     if cluster:
         if len(job_ids) != 1:

@@ -79,3 +79,26 @@ def test_rsa_wait_of_an_arrays_id_waits_for_every_tasks_output(
         assert on_pfs[t] == (res / f"md5.{t}").read_text()
     assert again.returncode == 0, (again.stdout, again.stderr)
     assert again.stdout.startswith(f"{own}: verified: "), again.stdout
+
+
+def test_rsa_wait_of_another_users_job_says_whose_it_is(
+        lab: Mapping[str, str], area: Path) -> None:
+    """rsaother's ``rsa wait`` of rsauser's RSA job: rsad tells rsaother nothing of it
+    (as of an unknown job); Slurm says whose it is. On the code before the line was ``no
+    RSA: ... its files are where it wrote them``, exit 0, as soon as Slurm ended the job,
+    while its output was still on its RAMDISK."""
+    out = area / "out"
+    writer = (f"#!/bin/bash\n#SBATCH -t 5\n#RSA_DATA_OUT={out}\n"
+              f"head -c $((4 << 20)) /dev/urandom > {out}/big\n")
+    rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
+    with make_jobs(lab) as jobs:
+        job = jobs.submit(script=writer)
+        theirs = as_user(lab, lab["RSA_LAB_OTHER_USER"], [rsa, "wait", "--timeout", "60",
+                                                          job], timeout=90)
+        mine = as_user(lab, lab["RSA_LAB_USER"], [rsa, "wait", "--timeout", "400", job],
+                       timeout=420)
+    assert theirs.returncode == 1, (theirs.stdout, theirs.stderr)
+    assert theirs.stdout.startswith(
+        f"{job}: not yours: job {job} is {lab['RSA_LAB_USER']}'s"), theirs.stdout
+    assert str(out) not in theirs.stdout + theirs.stderr  # nothing of the job's paths
+    assert mine.returncode == 0 and mine.stdout.startswith(f"{job}: verified: "), mine

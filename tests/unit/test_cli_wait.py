@@ -288,3 +288,30 @@ def test_an_arrays_id_is_waited_for_as_every_task_of_it() -> None:
     assert wait_for_jobs(ask, ids, None, sleep=lambda s: None, say=said.append) == OK
     assert [line.split(":")[0] for line in said] == ["127_1", "127_2", "127_0"]
     assert asked.count("127_0") == 3  # waited for while its output was staged out
+
+
+def test_another_users_job_is_said_to_be_theirs_not_in_place() -> None:
+    """rsad answers "not tracked" for another user's job as for an unknown one (no leak).
+    On the code before, ``rsa wait`` then said ``no RSA: ... its files are where it
+    wrote them``, exit 0, once Slurm ended the job, though its output might still be on
+    its RAMDISK. Slurm names the job's user to all (without PrivateData): now the line
+    says whose it is and that only its owner can wait for it, exit 1, at once."""
+    from rsa_scheduler.cli.wait import _ask
+
+    def theirs(job_id: str) -> Mapping[str, Any] | None:
+        return _ask(Untracked(), job_id, slurm=lambda j: "COMPLETED",  # type: ignore[arg-type]
+                    owner=lambda j: "bob", me=lambda: "alice")
+
+    got = verdict(theirs("7"))
+    assert got is not None and (got.word, got.status) == ("not yours", 1)
+    assert "job 7 is bob's" in got.why and "where it wrote them" not in got.why
+    said: list[str] = []
+    assert wait_for_jobs(theirs, ["7"], None, sleep=lambda s: None, say=said.append) == 1
+    assert said[0].startswith("7: not yours: job 7 is bob's")
+    assert cluster_status(theirs("7"), lambda: "COMPLETED")[0] == "failed"
+    # their own untracked job (no directives), or root's look: as before
+    own = _ask(Untracked(), "7", slurm=lambda j: "COMPLETED",  # type: ignore[arg-type]
+               owner=lambda j: "alice", me=lambda: "alice")
+    assert own is None and verdict(own) is not None and verdict(own).word == "no RSA"  # type: ignore[union-attr]
+    assert _ask(Untracked(), "7", slurm=lambda j: "COMPLETED",  # type: ignore[arg-type]
+                owner=lambda j: "bob", me=lambda: "") is None
