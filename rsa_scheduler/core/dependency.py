@@ -200,6 +200,12 @@ def ended_unsettled(job_id: str, user: str, records: Mapping[str, JobRecord]) ->
 #: time the hold set (a different one is someone else's since: kept too)
 BEGIN_FIELD, HELD_FIELD = ";begin=", ";held="
 
+#: the marker's field job_submit.lua writes at submission: the parents the dependency
+#: names (``7,8_3``; an array by its id), which Slurm no longer prints once it counts one
+#: fulfilled (it had ended). Not a hold's parents (the marker's head): rsad reads them as
+#: a dependency on each one's end
+NAMED_FIELD = ";named="
+
 #: seconds a job's begin time may differ from the one the hold asked for and still be the
 #: hold's (rsad asks for ``now+N``; slurmctld's ``now`` is a moment later)
 HELD_SLACK = 600
@@ -236,6 +242,9 @@ class DepMark:
     parents: list[str]  #: the parents it waits for ([] when job_submit.lua placed it)
     begin: int | None = None  #: the job's own begin time, kept at the release
     held: int | None = None  #: the begin time the hold set (None: not recorded)
+    #: job_submit.lua's: the parents the dependency named at submission (None: not
+    #: written: a plugin before this field, ``singleton``, or too many)
+    named: list[str] | None = None
 
 
 def dep_marker(parents: Iterable[str], begin: int | None = None,
@@ -261,8 +270,20 @@ def read_dep_mark(comment: str) -> DepMark | None:
     if tail is None:
         return None
     head, _, _ = tail.partition(";")
-    return DepMark([p for p in head.split(",") if re.fullmatch(r"\d+(?:_\d+)?", p)],
-                   _time_field(tail, BEGIN_FIELD), _time_field(tail, HELD_FIELD))
+    m = re.search(re.escape(NAMED_FIELD) + r"([0-9_,]*)(?:;|$)", tail)
+    return DepMark(_ids(head), _time_field(tail, BEGIN_FIELD), _time_field(tail, HELD_FIELD),
+                   None if m is None else _ids(m.group(1)))
+
+
+def _ids(text: str) -> list[str]:
+    """The job ids (``123``, ``124_5``) of a comma-separated list, nothing else."""
+    return [p for p in text.split(",") if re.fullmatch(r"\d+(?:_\d+)?", p)]
+
+
+def named_dependency(named: Iterable[str]) -> list[Dependency]:
+    """The marker's :data:`NAMED_FIELD` as a dependency on each parent's end."""
+    return [Dependency("afterany", *(p.split("_", 1) if "_" in p else (p, None)))
+            for p in named]
 
 
 def own_begin(mark: DepMark | None, begin: int | None, now: float,

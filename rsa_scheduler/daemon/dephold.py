@@ -48,6 +48,7 @@ from rsa_scheduler.core.dependency import (
     later_begin,
     later_hold,
     loose_dependency,
+    named_dependency,
     own_begin,
     parent_verdict,
     parents_of,
@@ -210,8 +211,13 @@ class DepHold:
         # staging, read ``afterok:8`` and was released once 8, a job without RSA output,
         # was the only parent left)
         if later or marked == []:
-            named = sorted(set(named) | set(ended_unsettled(job, row.user, records)),
-                           key=lambda k: (len(k), k))
+            if not later and mark is not None and mark.named is not None:
+                # job_submit.lua named them at submission: exactly those, whoever's
+                extra = parents_of(job, row.user, named_dependency(mark.named), records,
+                                   self.aliases())
+            else:  # not named (an update, singleton, an older plugin): its user's
+                extra = ended_unsettled(job, row.user, records)
+            named = sorted(set(named) | set(extra), key=lambda k: (len(k), k))
         waits = [w for p in sorted(set(named) | set(marked or []))
                  if (w := parent_verdict(records.get(p))) is not None]
         # another user's job: its dependent is held as well, but told nothing of how

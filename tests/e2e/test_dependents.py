@@ -33,7 +33,7 @@ import pytest
 
 from rsa_scheduler.slurm.cli import dependents_argv
 from rsa_scheduler.slurm.parse import EPOCH_TIME
-from tests.e2e.conftest import input_area, lab_mode
+from tests.e2e.conftest import input_area, lab_mode, other_user_area
 from tests.e2e.test_requeue_cycles import pfs_writes_at
 from tests.integration.conftest import as_user, slurm_env
 from tests.integration.slurmkit import (
@@ -330,3 +330,29 @@ def test_a_dependent_of_an_array_task_by_its_own_job_id_waits_for_its_output(
     assert (res / f"a.md5.{task}").read_text().count("\n") == FILES
     assert (res / "b.md5").read_text() == (res / f"a.md5.{task}").read_text()
     assert float((res / "b.start").read_text()) >= first_verified(lab, f"{a}_{task}")
+
+
+@pytest.mark.queue
+def test_another_users_dependent_submitted_after_the_parent_ended_waits_for_its_output(
+        lab: Mapping[str, str], area: Path) -> None:
+    """rsaother submits B with ``afterok:A``, rsauser's job, once A has ended, its output
+    still staging out: Slurm counts A fulfilled and prints no dependency by rsad's next
+    cycle. job_submit.lua named A in B's marker (``;named=A``): rsad holds B for it,
+    telling rsaother only that A is another user's. On the code before, rsad could only
+    guess rsaother's own in-flight jobs and released B at once."""
+    out, res = area / "out", area / "res"
+    with other_user_area(lab, "dependents") as theirs, make_jobs(lab) as jobs, \
+            pfs_writes_at(lab, "2mbit"):
+        a = jobs.submit(script=parent_script(out, res, 1))
+        wait_state(lab, a, "staging-out", "verifying", timeout=120)
+        b = jobs.submit(f"--dependency=afterok:{a}", user=lab["RSA_LAB_OTHER_USER"],
+                        script=f"#!/bin/bash\n#SBATCH -t 5\ndate +%s.%N > {theirs}/res/b.start\n")
+        held = show_job(lab, b)["AdminComment"]  # job_submit.lua's marker, or rsad's
+        assert f";named={a}" in held or f"{DEP_MARK}{a}" in held, held
+        wait_for("B told whose A is", lambda: "another user's" in show_job(lab, b)[
+            "Comment"], timeout=60)
+        assert show_job(lab, b)["JobState"] == "PENDING"
+        wait_for("B's end", lambda: (theirs / "res" / "b.start").exists() and job_ended(
+            lab, b), timeout=240)
+        started = float((theirs / "res" / "b.start").read_text())
+    assert started >= first_verified(lab, a)

@@ -619,3 +619,43 @@ def test_rsa_wait_of_an_array_tasks_own_job_id_is_that_tasks(tmp_path: Path) -> 
         got = verdict(routes.dispatch(ALICE, "GET", "/v1/jobs/131", None))
         assert got is not None and got.word == "verified", got
     d.shutdown()
+
+
+def test_the_parents_named_at_submission_are_waited_for_whoever_they_are(
+        tmp_path: Path) -> None:
+    """alice submits ``afterok:7`` once bob's job 7 has ended, its output still staging
+    out: Slurm counts 7 fulfilled and prints no dependency. job_submit.lua named 7 in the
+    marker (``;named=7``): rsad holds her job for it. On the code before, rsad could only
+    guess her own in-flight jobs (one user's stage-outs never hold another's guessed
+    dependents) and released the job at once, onto 7's half-staged output."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+
+    def bobs(state: str, reason: str) -> None:
+        slurm.set("7", state, reason, spec=OUT)
+        slurm.rows = [r if r.job_id != "7" else QueueRow(
+            "7", r.state, r.reason, 10, 1, "bob", r.admin_comment) for r in slurm.rows]
+        d.poll()
+        if state == "COMPLETED":
+            flush_urgent(d)  # the output stages out; verify waits for the gate
+        else:
+            settle(d)
+
+    bobs("PENDING", "Resources")
+    bobs("RUNNING", "None")
+    assert d.sched.records["7"].user == "bob"
+    assert d.sched.records["7"].rsa_state.value == "mounted-output"
+    bobs("COMPLETED", "None")
+    flush_urgent(d)
+    slurm.deps["8"] = ""
+    slurm.rows.append(QueueRow("8", "PENDING", "BeginTime", 10, 1, "alice",
+                               " hold=after:;held=99999;named=7"))
+    for _ in range(2):
+        cycle(d)
+    assert released(slurm) == []
+    assert holds(slurm) == [f"8:{DEP_HOLD}: hold=after:7"]
+    assert "another user's" in slurm.told["8"]
+    verified(d, gated)
+    assert released(slurm) == ["8:"]
+    assert "job 7 (another user's) has nothing on its way" in slurm.told["8"]
+    d.shutdown()
