@@ -64,8 +64,8 @@ def slurm_state(job_id: str) -> str:
 
 
 def slurm_tasks(job_id: str) -> list[str]:
-    """The tasks of array ``job_id`` as Slurm lists them (``squeue -r``: ``1234_0``, ...);
-    [] for a job that is no array, one Slurm no longer lists, or when squeue cannot be
+    """What Slurm lists for ``job_id`` (``squeue -r``): an array's tasks (``1234_0``,
+    ...), a plain job's id; [] for a job Slurm no longer lists, or when squeue cannot be
     run here."""
     try:
         done = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-j", job_id, "-O",
@@ -73,8 +73,7 @@ def slurm_tasks(job_id: str) -> list[str]:
                               check=False)
     except (OSError, subprocess.TimeoutExpired):
         return []
-    words = done.stdout.split() if done.returncode == 0 else []
-    return [w for w in words if re.fullmatch(rf"{re.escape(job_id)}_[0-9]+", w)]
+    return done.stdout.split() if done.returncode == 0 else []
 
 
 def _task_order(key: str) -> tuple[int, str]:
@@ -89,29 +88,25 @@ def expand_arrays(job_ids: Sequence[str], mine: Callable[[], list[str]],
     the array's own id, so ``rsa wait 1234`` of an array waits for every task, those
     Slurm lists (``tasks``) and those rsad still has (``mine``: the caller's jobs rsad
     tracks; a task Slurm has forgotten may still be staging out). An id of neither stays
-    as given. ``mine`` may raise :class:`ApiUnavailable`."""
+    as given. rsad is asked (``mine``, which may raise :class:`ApiUnavailable`) only
+    for an array, or an id Slurm no longer lists: a plain job Slurm lists costs one
+    squeue (``rsa wait --cluster-status`` of every step of a workflow)."""
     out: list[str] = []
     known: list[str] | None = None
     for job_id in job_ids:
         if not job_id.isdigit():
             out.append(job_id)
             continue
+        listed = tasks(job_id)
+        found = {w for w in listed if re.fullmatch(rf"{job_id}_[0-9]+", w)}
+        if listed and not found:
+            out.append(job_id)  # a plain job (or a task's own id, which rsad resolves)
+            continue
         if known is None:
             known = mine()
-        found = set(tasks(job_id)) | {k for k in known if k.startswith(f"{job_id}_")}
+        found |= {k for k in known if k.startswith(f"{job_id}_")}
         out += sorted(found, key=_task_order) if found else [job_id]
     return list(dict.fromkeys(out))
-
-
-def _tracked(client: ApiClient, job_id: str) -> bool:
-    """Whether rsad tracks ``job_id`` as it is named (not an array's id)."""
-    try:
-        client.get(f"/v1/jobs/{job_id}")
-    except ApiRefused as e:
-        if e.status != 404:
-            raise
-        return False
-    return True
 
 
 def _mine(client: ApiClient) -> list[str]:
@@ -308,9 +303,7 @@ def wait(api: str | None, job_ids: tuple[str, ...], timeout: float | None,
             raise click.UsageError("--cluster-status takes one job id")
         job_id = job_ids[0].split(";")[0]
         try:
-            tasks = [job_id]
-            if job_id.isdigit() and not _tracked(client, job_id):
-                tasks = expand_arrays(tasks, lambda: _mine(client))
+            tasks = expand_arrays([job_id], lambda: _mine(client))
         except (ApiUnavailable, ApiRefused) as e:
             if isinstance(e, ApiRefused) and e.status not in BUSY:
                 raise

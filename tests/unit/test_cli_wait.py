@@ -275,6 +275,13 @@ def test_an_arrays_id_is_waited_for_as_every_task_of_it() -> None:
     assert expand_arrays(["127", "12", "128_4"], lambda: mine,
                          lambda j: tasks.get(j, [])) == ["127_0", "127_1", "127_2", "12",
                                                          "128_4"]
+
+    def unreachable() -> list[str]:
+        raise ApiUnavailable("rsad is not asked for a plain job Slurm lists")
+
+    # a plain job (or a task's own id, listed as its task) costs one squeue, no listing
+    assert expand_arrays(["12", "131"], unreachable,
+                         {"12": ["12"], "131": ["127_4"]}.__getitem__) == ["12", "131"]
     asked: list[str] = []
     staging = job("staging-out", "finished", *RUN, ("job", "finished"))
     done = job("released", "finished", *RUN, ("job", "finished"), ("rsa", "output-verified"))
