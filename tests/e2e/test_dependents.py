@@ -356,7 +356,9 @@ def test_another_users_dependent_submitted_after_the_parent_ended_waits_for_its_
 
         wait_for("B's end", ended, timeout=240)
         started = float((theirs / "res" / "b.start").read_text())
-    # on the code before, B was released at once and started on A's half-staged output
-    assert started >= first_verified(lab, a)
+        verified = verified_at(lab, a)
+    # on the code before, B was released at once: it had started and ended while A's
+    # output was still being staged out (verified None here)
+    assert verified is not None and started >= verified, (started, verified)
     assert f";named={a}" in held or f"{DEP_MARK}{a}" in held, held
     assert any("another user's" in c for c in told), told
