@@ -18,7 +18,7 @@ from typing import Any
 from rsa_scheduler.cli.wait import RUNNING, SUCCESS, cluster_status
 from rsa_scheduler.cli.where import verdict, where_output
 from rsa_scheduler.core.actions import ActionKind
-from rsa_scheduler.core.dependency import Waiting, released_message
+from rsa_scheduler.core.dependency import ANOTHER, Waiting, released_message
 from rsa_scheduler.core.dependency import held_message as dep_held_message
 from rsa_scheduler.core.directive_spec import DirectiveSpec
 from rsa_scheduler.core.effects import NO_FREE_NODES, over_limit_detail
@@ -139,7 +139,12 @@ def table() -> str:
         (dep_held_message([Waiting("1233", "failed")]), "nothing: the stage-out is retried"),
         (dep_held_message([Waiting("1233", "quarantined")]), "the owner of 1233: fix the "
          "cause, then ask an operator to run `rsa retry 1233`"),
+        (dep_held_message([Waiting("1233", ANOTHER)]), "nothing: it starts once job "
+         "1233's output is verified (its owner can follow it)"),
         (released_message(["1233"]), "nothing"),
+        (released_message([], unverified=["1233"]), "look where job 1233's output is "
+         "(`rsa job 1233`) before this job reads it"),
+        (released_message([], others=["1233"]), "nothing"),
     ]
     for text, todo in holds:
         rows.append(f"| job comment (a held job) | {_md(text)} | {todo} |")

@@ -221,12 +221,44 @@ local function data_dependency(dependency)
   return false
 end
 
+-- the most parents the marker names (";named="); a job with more is held for every RSA
+-- job of its user whose output is on its way, as one marked before this field was
+local MAX_NAMED = 64
+
+-- The parents a data dependency names, as the marker's ";named=" field: "7,8_3" (an
+-- array's "_*" as the array's id), from every entry of a type that waits for the end;
+-- nil when it names none, more than MAX_NAMED, or has "singleton" (its parents are not
+-- named). Slurm prints a parent it counts fulfilled no more (squeue -O Dependency): a
+-- parent that had ended when the job was submitted is gone from what rsad reads, and
+-- rsad then reads it here (rsa_scheduler/core/dependency.py NAMED_FIELD).
+local function named_parents(dependency)
+  local out = {}
+  for entry in dependency:gmatch("[^,?]+") do
+    local kind = entry:match("^%s*(%a+)")
+    if kind == "singleton" then return nil end
+    if kind ~= nil and DATA_DEPENDENCY[kind] then
+      for tok in entry:gmatch(":([^:]+)") do
+        local id, task = tok:match("^(%d+)_(%d+)")
+        if id ~= nil then
+          out[#out + 1] = id .. "_" .. task
+        else
+          id = tok:match("^(%d+)")
+          if id ~= nil then out[#out + 1] = id end
+        end
+      end
+    end
+  end
+  if #out == 0 or #out > MAX_NAMED then return nil end
+  return table.concat(out, ",")
+end
+
 -- The admin_comment of a job submitted with a data dependency: its begin time set to
 -- now + dependency_hold, " hold=after:" in place of any start hold's marker (rsad puts
 -- the job's start hold back once it releases it), then ";held=<that begin time>". A job
 -- with a begin time of its own in the future (`user_begin`, its --begin) is held too,
 -- its own time kept in the marker (";begin=<t>"): rsad's release starts it not before
--- then (rsa_scheduler/core/dependency.py dep_marker writes the same).
+-- then (rsa_scheduler/core/dependency.py dep_marker writes the same). The parents the
+-- dependency names follow (";named=7,8_3": named_parents).
 local function dependent_comment(job_desc, comment, user_begin)
   if CONFIG.dependency_hold == nil or not data_dependency(job_desc.dependency) then
     return comment
@@ -241,7 +273,9 @@ local function dependent_comment(job_desc, comment, user_begin)
   if user_begin ~= nil and user_begin ~= slurm.NO_VAL and user_begin > now then
     own = string.format(";begin=%d", user_begin)
   end
+  local named = named_parents(job_desc.dependency)
   return spec .. " hold=after:" .. own .. string.format(";held=%d", held)
+    .. (named and (";named=" .. named) or "")
 end
 
 -- A dependency added later (scontrol update JobId=N Dependency=afterok:P, which Slurm

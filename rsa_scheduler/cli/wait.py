@@ -5,10 +5,12 @@ Slurm ends a job before its output leaves the RAMDISK (the compute nodes are rel
 once; stage-out runs afterwards), so "the job ended" is not "its files are on the PFS".
 This command owns the answer to the second question: :func:`verdict` reads one job's
 record and timeline from rsad's API and says whether its output is verified on
-persistent storage, failed or quarantined, the job had no RSA work, or it is not over
-yet. Exit status: 0 every job's data is in place (verified, nothing to stage, or no RSA
-work: the job wrote to the PFS itself); 2 one or more failed or are quarantined; 3 the
-``--timeout`` passed first; 1 rsad could not be asked (usage, refusals).
+persistent storage, failed or quarantined, the job had no RSA work, it is another
+user's (rsad tells only its owner), or it is not over yet. An array's id stands for
+every task of it (:func:`expand_arrays`). Exit status: 0 every job's data is in place
+(verified, nothing to stage, or no RSA work: the job wrote to the PFS itself); 2 one or
+more failed or are quarantined; 3 the ``--timeout`` passed first; 1 rsad could not be
+asked (usage, refusals), or a job is another user's.
 
 ``rsa wait --cluster-status JOB`` asks once and prints one word, the answer a workflow
 manager's cluster-status command gives (Snakemake's ``--cluster-generic-status-cmd``,
@@ -20,6 +22,9 @@ quarantined (:func:`cluster_status`).
 
 from __future__ import annotations
 
+import os
+import pwd
+import re
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,8 +37,8 @@ from rsa_scheduler.cli.show import echo
 from rsa_scheduler.cli.where import FAILED, OK, Verdict, verdict
 from rsa_scheduler.client import ApiClient, ApiRefused, ApiUnavailable
 
-__all__ = ["FAILED", "OK", "TIMED_OUT", "Verdict", "cluster_status", "verdict",
-           "wait_for_jobs"]
+__all__ = ["FAILED", "OK", "TIMED_OUT", "Verdict", "cluster_status", "expand_arrays",
+           "verdict", "wait_for_jobs"]
 
 TIMED_OUT = 3
 #: a job rsad cannot be asked about now (restarting, busy) is asked again this often
@@ -58,15 +63,116 @@ def slurm_state(job_id: str) -> str:
     return lines[0] if len(lines) == 1 else ""
 
 
+def slurm_tasks(job_id: str) -> list[str]:
+    """What Slurm lists for ``job_id`` (``squeue -r``): an array's tasks (``1234_0``,
+    ...), a plain job's id; [] for a job Slurm no longer lists, or when squeue cannot be
+    run here."""
+    try:
+        done = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-j", job_id, "-O",
+                               "JobArrayID:0"], capture_output=True, text=True, timeout=30,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return done.stdout.split() if done.returncode == 0 else []
+
+
+def _task_order(key: str) -> tuple[int, str]:
+    task = key.rpartition("_")[2]
+    return (int(task), key) if task.isdigit() else (-1, key)
+
+
+def expand_arrays(job_ids: Sequence[str], mine: Callable[[], list[str]],
+                  tasks: Callable[[str], list[str]] = slurm_tasks) -> list[str]:
+    """``job_ids`` with each array's id (``sbatch --parsable --array`` prints it) in
+    place of its tasks: rsad names every task ``<array>_<task>`` and tracks no job under
+    the array's own id, so ``rsa wait 1234`` of an array waits for every task, those
+    Slurm lists (``tasks``) and those rsad still has (``mine``: the caller's jobs rsad
+    tracks; a task Slurm has forgotten may still be staging out). An id of neither stays
+    as given. rsad is asked (``mine``, which may raise :class:`ApiUnavailable`) only
+    for an array, or an id Slurm no longer lists: a plain job Slurm lists costs one
+    squeue (``rsa wait --cluster-status`` of every step of a workflow)."""
+    out: list[str] = []
+    known: list[str] | None = None
+    for job_id in job_ids:
+        if not job_id.isdigit():
+            out.append(job_id)
+            continue
+        listed = tasks(job_id)
+        found = {w for w in listed if re.fullmatch(rf"{job_id}_[0-9]+", w)}
+        if listed and not found:
+            out.append(job_id)  # a plain job (or a task's own id, which rsad resolves)
+            continue
+        if known is None:
+            known = mine()
+        found |= {k for k in known if k.startswith(f"{job_id}_")}
+        out += sorted(found, key=_task_order) if found else [job_id]
+    return list(dict.fromkeys(out))
+
+
+def _mine(client: ApiClient) -> list[str]:
+    """The keys of the jobs rsad tracks that the caller may see."""
+    answer: Mapping[str, Any] = client.get("/v1/jobs")
+    return [str(j.get("job_id")) for j in answer.get("jobs") or ()]
+
+
+def _expand(client: ApiClient, job_ids: Sequence[str], timeout: float | None,
+            *, clock: Callable[[], float] = time.monotonic,
+            sleep: Callable[[float], None] = time.sleep) -> list[str]:
+    """:func:`expand_arrays`, rsad being restarted waited out (up to ``timeout``; past
+    it, the arrays' tasks Slurm lists)."""
+    start = clock()
+    while True:
+        try:
+            return expand_arrays(job_ids, lambda: _mine(client))
+        except (ApiUnavailable, ApiRefused) as e:
+            if isinstance(e, ApiRefused) and e.status not in BUSY:
+                raise
+            if timeout is not None and clock() - start >= timeout:
+                return expand_arrays(job_ids, list)
+            sleep(POLL)
+
+
+def slurm_owner(job_id: str) -> str:
+    """The user Slurm names for ``job_id`` (``squeue -O UserName``), "" when squeue does
+    not show the job here (unknown, or another user's under ``PrivateData=jobs``)."""
+    try:
+        done = subprocess.run(["squeue", "-h", "-t", "all", "-j", job_id, "-O",
+                               "UserName:0"], capture_output=True, text=True, timeout=30,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    words = set(done.stdout.split()) if done.returncode == 0 else set()
+    return words.pop() if len(words) == 1 else ""
+
+
+def _me() -> str:
+    """The caller's user name; "" for root (rsad shows root every job: a job it does
+    not answer for is one it does not track, whoever's)."""
+    if os.getuid() == 0:
+        return ""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return ""
+
+
 def _ask(client: ApiClient, job_id: str,
-         slurm: Callable[[str], str] = slurm_state) -> Mapping[str, Any] | None:
+         slurm: Callable[[str], str] = slurm_state,
+         owner: Callable[[str], str] = slurm_owner,
+         me: Callable[[], str] = _me) -> Mapping[str, Any] | None:
     """rsad's record of the job; a job rsad does not track is still waited for while
-    Slurm says it is not over (rsad learns a new job at its next queue read)."""
+    Slurm says it is not over (rsad learns a new job at its next queue read), unless
+    Slurm says it is another user's: rsad tells only a job's owner about it, so nothing
+    here can wait for its output (``other_user``)."""
     try:
         answer: Mapping[str, Any] = client.get(f"/v1/jobs/{job_id}")
     except ApiRefused as e:
         if e.status != 404:
             raise
+        caller = me()
+        who = owner(job_id) if caller else ""
+        if who and who != caller:
+            return {"job_id": job_id, "other_user": who}
         state = slurm(job_id)
         if state in ACTIVE:
             return {"job_id": job_id, "job_state": f"{state.lower()} (in Slurm)",
@@ -185,16 +291,30 @@ def wait(api: str | None, job_ids: tuple[str, ...], timeout: float | None,
          cluster: bool) -> None:
     """Wait until each job's output is verified on persistent storage.
 
-    One line per job: verified, done (nothing to stage), no RSA (the job used the PFS
-    itself), failed or quarantined. Exit status 0 when every job's data is in place, 2
-    when one failed or is quarantined, 3 on --timeout. Use it after Slurm says a job
-    ended, before reading what it wrote (workflow managers: see the user guide)."""
+    One line per job (an array's id: per task): verified, done (nothing to stage), no
+    RSA (the job used the PFS itself), failed, quarantined, or not yours (another user's
+    job: rsad tells only its owner). Exit status 0 when every job's data is in place, 2
+    when one failed or is quarantined, 3 on --timeout, 1 for another user's job. Use it
+    after Slurm says a job ended, before reading what it wrote (workflow managers: see
+    the user guide)."""
     client = ApiClient(api)
     if cluster:
         if len(job_ids) != 1:
             raise click.UsageError("--cluster-status takes one job id")
-        echo(_cluster_status(client, job_ids[0].split(";")[0]))
+        job_id = job_ids[0].split(";")[0]
+        try:
+            tasks = expand_arrays([job_id], lambda: _mine(client))
+        except (ApiUnavailable, ApiRefused) as e:
+            if isinstance(e, ApiRefused) and e.status not in BUSY:
+                raise
+            echo(f"rsa wait: job {job_ids[0]}: no answer from rsad to go by ({e}): "
+                 "running", err=True)
+            echo(RUNNING)
+            return
+        words = [_cluster_status(client, t) for t in tasks]  # an array: every task's
+        echo(FAILURE if FAILURE in words else RUNNING if RUNNING in words else SUCCESS)
         return
-    rc = wait_for_jobs(lambda j: _ask(client, j), job_ids, timeout)
+    rc = wait_for_jobs(lambda j: _ask(client, j), _expand(client, job_ids, timeout),
+                       timeout)
     if rc:
         raise click.exceptions.Exit(rc)

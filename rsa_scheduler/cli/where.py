@@ -17,8 +17,9 @@ from typing import Any
 
 from rsa_scheduler.core.states import POST_RUN, TEARDOWN
 
-#: exit statuses of rsa wait: the data in place, failed or quarantined
-OK, FAILED = 0, 2
+#: exit statuses of rsa wait: the data in place, failed or quarantined; another user's
+#: job (nothing to wait for: rsad tells only its owner)
+OK, FAILED, NOT_YOURS = 0, 2, 1
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
@@ -48,9 +49,16 @@ def verdict(job: Mapping[str, Any] | None) -> Verdict | None:
     or its output or writable input still on the RAMDISK (staging out, verifying, a retry
     due)."""
     if job is None:
-        return Verdict("no RSA", OK, "rsad tracks no RSA work for this job (no #RSA_ "
-                                     "directives, or not your job): its files are where "
-                                     "it wrote them")
+        return Verdict("no RSA", OK, "rsad tracks no RSA work of this job that you may "
+                                     "see: a job of yours without #RSA_ directives (or "
+                                     "not served) wrote its files where they are; another "
+                                     "user's, only its owner can wait for")
+    if job.get("other_user"):
+        jid = job.get("job_id")
+        return Verdict("not yours", NOT_YOURS,
+                       f"job {jid} is {job['other_user']}'s: rsad tells only its owner "
+                       "whether its output is on the PFS yet (a job of yours that reads "
+                       f"it waits for that output with sbatch --dependency=afterok:{jid})")
     state = str(job.get("rsa_state") or "")
     message = " ".join(str(job.get("message") or "").split())
     if job.get("job_state") != "finished":

@@ -62,7 +62,8 @@ def parse_dependency(text: str) -> list[Dependency]:
     """Slurm's dependency text: ``afterok:12(unfulfilled),afterany:13_*(unfulfilled)``,
     ``?`` between alternatives, ``singleton(unfulfilled)``, ``(null)`` or ``""`` for
     none; the text as submitted (``afterok:12:13``) too. Raises :class:`DependencyError`
-    on anything else (the caller then holds the job: unsure is never released)."""
+    on anything else (the caller then reads it with :func:`loose_dependency`: unsure is
+    never released)."""
     text = text.strip()
     if text in ("", "(null)"):
         return []
@@ -85,14 +86,31 @@ def parse_dependency(text: str) -> list[Dependency]:
     return out
 
 
+def loose_dependency(text: str) -> list[Dependency]:
+    """What a dependency text :func:`parse_dependency` refuses may still name: every job
+    id in it (``12``, ``12_3``), as ``afterany`` (one that waits for the job's end), and
+    ``singleton`` if the word is there. The dependency hold waits for these rather than
+    for none: unsure is never released."""
+    out = [Dependency("afterany", m.group(1), m.group(2))
+           for m in re.finditer(r"(?<![0-9_])([0-9]+)(?:_([0-9]+))?(?![0-9])", text)]
+    if "singleton" in text:
+        out.append(Dependency("singleton"))
+    return out
+
+
 def parents_of(job_id: str, user: str, deps: Iterable[Dependency],
-               records: Mapping[str, JobRecord]) -> list[str]:
+               records: Mapping[str, JobRecord],
+               aliases: Mapping[str, str] | None = None) -> list[str]:
     """The RSA jobs (keys of ``records``) whose output ``job_id`` (owned by ``user``) may
     read: each parent of a data dependency (:data:`DATA_KINDS`); an array's every task
     (``aftercorr``: only the task of the dependent's own index); for ``singleton`` every
     RSA job of the same user that runs or ran (rsad does not know job names: it may wait
-    for more than Slurm does, never for less). Sorted, without ``job_id`` itself."""
+    for more than Slurm does, never for less). A parent named by an array task's own job
+    id (``afterok:$SLURM_JOB_ID`` in a task's script: Slurm keeps and prints that id,
+    not ``<array>_<task>``) is that task, by ``aliases`` (own id -> key, learned from
+    slurmctld's hooks). Sorted, without ``job_id`` itself."""
     found: set[str] = set()
+    aliases = aliases or {}
     own_task = job_id.split("_", 1)[1] if "_" in job_id else None
     for dep in deps:
         if dep.kind not in DATA_KINDS:
@@ -105,7 +123,8 @@ def parents_of(job_id: str, user: str, deps: Iterable[Dependency],
             continue
         task = dep.task
         if dep.kind == "aftercorr" and own_task is not None and task in (None, "*") \
-                and dep.job not in records:  # an array: the task of the same index
+                and dep.job not in records and dep.job not in aliases:
+            # an array: the task of the same index
             task = own_task
         if task is not None and task != "*":
             key = f"{dep.job}_{task}"
@@ -113,7 +132,11 @@ def parents_of(job_id: str, user: str, deps: Iterable[Dependency],
                 found.add(key)
             continue
         prefix = f"{dep.job}_"
-        found.update(k for k in records if k == dep.job or k.startswith(prefix))
+        named = {k for k in records if k == dep.job or k.startswith(prefix)}
+        own = aliases.get(dep.job) if task is None else None
+        if not named and own is not None and own in records:
+            named = {own}  # an array task named by its own job id
+        found |= named
     found.discard(job_id)
     return sorted(found, key=lambda k: (len(k), k))
 
@@ -154,12 +177,13 @@ IN_FLIGHT = frozenset({"staging", "failed"})
 
 
 def ended_unsettled(job_id: str, user: str, records: Mapping[str, JobRecord]) -> list[str]:
-    """The parents a dependent (``job_id`` of ``user``) may have when Slurm fulfilled and
-    cleared its dependency before rsad read it (a dependency on a job that had already
-    ended, added by ``scontrol update`` or at submission, or while rsad was down): its
-    user's RSA jobs that have ended with their output on its way to the PFS (staging
-    out, verifying, a retry due). Its real parents all ended; one of them with output on
-    its way is among these when it is its user's own. Not waited for: another user's jobs
+    """The parents a dependent (``job_id`` of ``user``) may have that Slurm fulfilled and
+    no longer prints before rsad read its dependency (a parent that had already ended
+    when the dependency was given, by ``scontrol update`` or at submission, or that ended
+    while rsad was down; Slurm prints only the parents still to end): its user's RSA
+    jobs that have ended with their output on its way to the PFS (staging out,
+    verifying, a retry due). Such a parent with output on its way is among these when it
+    is its user's own. Not waited for: another user's jobs
     (one user's stage-outs never hold another's jobs whose parents are unknown) and
     output that stays put until someone acts (quarantined, rescued: the dependent would
     wait for as long; its user reads where that output is from ``rsa job``). Sorted as
@@ -175,6 +199,12 @@ def ended_unsettled(job_id: str, user: str, records: Mapping[str, JobRecord]) ->
 #: user's ``--begin``, an admin's ``StartTime``), which the release keeps, and the begin
 #: time the hold set (a different one is someone else's since: kept too)
 BEGIN_FIELD, HELD_FIELD = ";begin=", ";held="
+
+#: the marker's field job_submit.lua writes at submission: the parents the dependency
+#: names (``7,8_3``; an array by its id), which Slurm no longer prints once it counts one
+#: fulfilled (it had ended). Not a hold's parents (the marker's head): rsad reads them as
+#: a dependency on each one's end
+NAMED_FIELD = ";named="
 
 #: seconds a job's begin time may differ from the one the hold asked for and still be the
 #: hold's (rsad asks for ``now+N``; slurmctld's ``now`` is a moment later)
@@ -212,6 +242,9 @@ class DepMark:
     parents: list[str]  #: the parents it waits for ([] when job_submit.lua placed it)
     begin: int | None = None  #: the job's own begin time, kept at the release
     held: int | None = None  #: the begin time the hold set (None: not recorded)
+    #: job_submit.lua's: the parents the dependency named at submission (None: not
+    #: written: a plugin before this field, ``singleton``, or too many)
+    named: list[str] | None = None
 
 
 def dep_marker(parents: Iterable[str], begin: int | None = None,
@@ -237,8 +270,20 @@ def read_dep_mark(comment: str) -> DepMark | None:
     if tail is None:
         return None
     head, _, _ = tail.partition(";")
-    return DepMark([p for p in head.split(",") if re.fullmatch(r"\d+(?:_\d+)?", p)],
-                   _time_field(tail, BEGIN_FIELD), _time_field(tail, HELD_FIELD))
+    m = re.search(re.escape(NAMED_FIELD) + r"([0-9_,]*)(?:;|$)", tail)
+    return DepMark(_ids(head), _time_field(tail, BEGIN_FIELD), _time_field(tail, HELD_FIELD),
+                   None if m is None else _ids(m.group(1)))
+
+
+def _ids(text: str) -> list[str]:
+    """The job ids (``123``, ``124_5``) of a comma-separated list, nothing else."""
+    return [p for p in text.split(",") if re.fullmatch(r"\d+(?:_\d+)?", p)]
+
+
+def named_dependency(named: Iterable[str]) -> list[Dependency]:
+    """The marker's :data:`NAMED_FIELD` as a dependency on each parent's end."""
+    return [Dependency("afterany", *(p.split("_", 1) if "_" in p else (p, None)))
+            for p in named]
 
 
 def own_begin(mark: DepMark | None, begin: int | None, now: float,
@@ -287,11 +332,22 @@ def without_dep_marker(comment: str) -> str:
     return _split_marker(comment)[0]
 
 
+#: a parent's ``Waiting.why`` when it is another user's job: its dependent is told
+#: nothing of how that job's stage-out fares, nor to look at it (``rsa job`` shows only
+#: one's own jobs)
+ANOTHER = "another"
+
+
 def held_message(waits: list[Waiting]) -> str:
     """What a dependent's comment says while it is held (the worst parent first)."""
-    order = {"rescued": 0, "quarantined": 0, "failed": 1, "staging": 2, "running": 3}
+    order = {"rescued": 0, "quarantined": 0, "failed": 1, "staging": 2, ANOTHER: 2,
+             "running": 3}
     worst = min(waits, key=lambda w: (order.get(w.why, 9), w.parent))
     p = worst.parent
+    if worst.why == ANOTHER:
+        return (f"RSA: held until job {p}'s output is staged out and verified on the PFS "
+                f"(job {p} is another user's: only its owner can follow it, with rsa job "
+                f"{p})")
     if worst.why == "quarantined":
         return (f"RSA: held: job {p}'s output is quarantined on its RAMDISK, not on the "
                 f"PFS; an operator's 'rsa retry {p}' stages it out once the cause is "
@@ -308,11 +364,25 @@ def held_message(waits: list[Waiting]) -> str:
             f"(rsa job {p} shows how far it is)")
 
 
-def released_message(parents: Iterable[str], begin: str | None = None) -> str:
-    """What a dependent's comment says once the hold ends (``begin``: the job's own begin
+def released_message(parents: Iterable[str], begin: str | None = None, *,
+                     unverified: Iterable[str] = (), others: Iterable[str] = ()) -> str:
+    """What a dependent's comment says once the hold ends: ``parents``, whose output is
+    verified on the PFS; ``unverified``, its user's own jobs whose RAMDISK holds nothing
+    any more though their output was not verified (an operator discarded it, the job
+    ended before its RAMDISK was mounted, or it wrote the PFS itself); ``others``, other
+    users' jobs, of which it is told no more than that (``begin``: the job's own begin
     time it now waits for, as Slurm writes times)."""
-    names = ", ".join(parents)
+    parts = []
+    if names := ", ".join(parents):
+        parts.append(f"the output of job {names} is verified on the PFS")
+    unverified = list(unverified)
+    if names := ", ".join(unverified):
+        parts.append(f"job {names} has nothing left on its RAMDISK, but no verified "
+                     f"stage-out of its output (rsa job {unverified[0]} says why)")
+    if names := ", ".join(others):
+        parts.append(f"job {names} (another user's) has nothing on its way to the PFS "
+                     "any more")
+    said = "; ".join(parts)
     if begin is not None:
-        return (f"RSA: the output of job {names} is verified on the PFS; released to "
-                f"start at its own begin time, {begin}")
-    return f"RSA: the output of job {names} is verified on the PFS; released to start"
+        return f"RSA: {said}; released to start at its own begin time, {begin}"
+    return f"RSA: {said}; released to start"

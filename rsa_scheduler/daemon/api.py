@@ -181,8 +181,14 @@ class Routes:
         return Caller(int(uid), _user_of(int(uid)))
 
     def _visible(self, caller: Caller, job_id: str) -> dict[str, Any]:
+        """The job's view if the caller may see it; an array task named by its own job
+        id (``$SLURM_JOB_ID`` in the task, which squeue shows as ``<array>_<task>``) is
+        that task, by the match slurmctld's hooks taught rsad (its ``job_id`` says which)."""
         def view() -> dict[str, Any] | None:
-            rec = self.daemon.sched.records.get(job_id)
+            records = self.daemon.sched.records
+            rec = records.get(job_id)
+            if rec is None and job_id in self.daemon.aliases:
+                rec = records.get(self.daemon.aliases[job_id])
             return self.daemon.job_view(rec) if rec else None
 
         job = self._call(view)
@@ -217,7 +223,8 @@ class Routes:
         job["events"] = [
             {"seq": e.seq, "time": e.time, "name": e.name,
              **{k: v for k, v in e.context.items() if k != "set"}}
-            for e in self._job_events(caller, job_id, 0)]
+            for e in self._job_events(caller, str(job.get("job_id") or job_id), 0,
+                                      newest=True)]
         return job
 
     def _read(self) -> Any:
@@ -225,11 +232,15 @@ class Routes:
 
         return Store.open(self.daemon.store.path, readonly=True)
 
-    def _job_events(self, caller: Caller, job_id: str, since: int) -> list[Any]:
+    def _job_events(self, caller: Caller, job_id: str, since: int, *,
+                    newest: bool = False) -> list[Any]:
         """``job_id``'s events after ``since`` (at most :data:`EVENTS_LIMIT`, oldest
-        first): an operator's, all; a plain user's, those of the record that has the id
-        now (:func:`_mine_since`), which :meth:`_visible` found theirs a moment before;
-        if it is another user's by now, none (404, as an unknown job)."""
+        first; with ``newest``, the newest of them: a job's timeline, which ``rsa wait``
+        reads its verdict from, ends with the job's last end and what became of its
+        output, however many events came before): an operator's, all; a plain user's,
+        those of the record that has the id now (:func:`_mine_since`), which
+        :meth:`_visible` found theirs a moment before; if it is another user's by now,
+        none (404, as an unknown job)."""
         with self._read() as ro:
             if not caller.operator:
                 start = _mine_since(ro, job_id, caller.user)
@@ -237,13 +248,15 @@ class Routes:
                     raise ApiError(HTTPStatus.NOT_FOUND,
                                    f"job {job_id} is not tracked by the RSA")
                 since = max(since, start - 1)
+            if newest:
+                return list(ro.newest_events(job_id, since=since, limit=EVENTS_LIMIT))
             return list(ro.events(job_id, since=since, limit=EVENTS_LIMIT))
 
     def _events(self, caller: Caller, query: dict[str, list[str]]) -> dict[str, Any]:
         since = _seq(query, "since")
         job = query.get("job", [None])[0]
         if job is not None:
-            self._visible(caller, job)
+            job = str(self._visible(caller, job).get("job_id") or job)
             events = self._job_events(caller, job, since)
         elif caller.operator:
             with self._read() as ro:

@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, Future
+from dataclasses import dataclass
 
 from rsa_scheduler.core.dependency import (
+    ANOTHER,
     DEP_MARK,
     DependencyError,
     Waiting,
@@ -45,6 +47,8 @@ from rsa_scheduler.core.dependency import (
     held_message,
     later_begin,
     later_hold,
+    loose_dependency,
+    named_dependency,
     own_begin,
     parent_verdict,
     parents_of,
@@ -58,7 +62,7 @@ from rsa_scheduler.core.events import Event
 from rsa_scheduler.core.machine import JobRecord
 from rsa_scheduler.core.policy import EarlyStart
 from rsa_scheduler.core.scheduler import Decision, Scheduler
-from rsa_scheduler.core.states import PENDING
+from rsa_scheduler.core.states import PENDING, RsaState
 from rsa_scheduler.daemon.starthold import end_hold
 from rsa_scheduler.slurm.parse import DependentRow
 from rsa_scheduler.slurm.port import SlurmError, SlurmPort
@@ -75,14 +79,41 @@ DEP_HOLD = 365 * 86400
 RETRY = 30.0
 
 
+@dataclass(frozen=True, slots=True)
+class Outcomes:
+    """The parents a released dependent waited for, by what it is told of each."""
+
+    verified: list[str]  #: their output is verified on the PFS (after their last end)
+    unverified: list[str]  #: its user's, nothing left on a RAMDISK, no verified output
+    others: list[str]  #: another user's jobs: told nothing more
+
+    def any(self) -> bool:
+        return bool(self.verified or self.unverified or self.others)
+
+
+def no_history(job: str) -> tuple[str | None, bool]:
+    """A store without the history of ``job``: its user unknown, its output not
+    verified."""
+    return None, False
+
+
 class DepHold:
     """The dependents rsad holds (loop thread); Slurm is called on ``lane``."""
 
     def __init__(self, *, slurm: SlurmPort, clock: Callable[[], float],
                  scheduler: Callable[[], Scheduler], commit: Callable[[Decision], None],
                  tell: Callable[[str, str], None], lane: Executor,
-                 native: Callable[[], bool] = lambda: False) -> None:
+                 native: Callable[[], bool] = lambda: False,
+                 aliases: Callable[[], Mapping[str, str]] = dict,
+                 history: Callable[[str], tuple[str | None, bool]] = no_history) -> None:
         self.slurm = slurm
+        # a parent job's user as the store has it (None: unknown) and whether its output
+        # was verified after its last end (a record's rsa-state no longer says so once
+        # its RAMDISK is torn down: discarded output is torn down too)
+        self.history = history
+        # an array task's own job id -> its key (Memory.aliases): a dependency may name a
+        # task by the former (afterok:$SLURM_JOB_ID in a task's script)
+        self.aliases = aliases
         self.native = native  # native mode: no start hold (Slurm holds it in stage-in)
         self.clock = clock
         self.scheduler = scheduler
@@ -157,26 +188,41 @@ class DepHold:
         try:
             deps = parse_dependency(row.dependency)
         except DependencyError as e:
-            log.error("job %s: %s: not held for its parents' output", job, e)
-            deps = []
+            # unsure is never released: every job id the text names is waited for (on
+            # the code before: none, and the job started on a parent's half-staged
+            # output if the text was a form this parser does not know)
+            deps = loose_dependency(row.dependency)
+            log.error("job %s: %s: held for the output of every job it names (%s)", job, e,
+                      ", ".join(d.job or d.kind for d in deps) or "none")
         # the dependent's own record only if it is this job's: a record of another user
         # under the same id is an earlier job's (Slurm lost its state or its ids wrapped;
         # core/scheduler.py ``observe`` displaces or untracks it), never this one's
         own = records.get(job)
         if own is not None and own.user != row.user:
             own = None
-        named = parents_of(job, row.user, deps, records)
+        named = parents_of(job, row.user, deps, records, self.aliases())
         # job_submit.lua's hold (at submission: the marker without parents; added later:
-        # the begin time alone) of a job whose dependency Slurm has already fulfilled and
-        # cleared (its parents had ended: at once, or while rsad was down): which they
-        # were is gone, so every RSA job of its user whose output is on its way may be one
-        if not deps and (later or marked == []):
-            named = ended_unsettled(job, row.user, records)
+        # the begin time alone), before rsad has looked: Slurm no longer prints a parent
+        # it counts fulfilled (it ended: before the submission or the update, or while
+        # rsad was down), so the text names only the parents still to end, or none, and
+        # which the others were is gone. Every RSA job of its user that ended with its
+        # output on its way to the PFS may be one: waited for as well (on the code before,
+        # only when the text named none: ``afterok:7:8`` after 7 ended, its output still
+        # staging, read ``afterok:8`` and was released once 8, a job without RSA output,
+        # was the only parent left)
+        if later or marked == []:
+            if not later and mark is not None and mark.named is not None:
+                # job_submit.lua named them at submission: exactly those, whoever's
+                extra = parents_of(job, row.user, named_dependency(mark.named), records,
+                                   self.aliases())
+            else:  # not named (an update, singleton, an older plugin): its user's
+                extra = ended_unsettled(job, row.user, records)
+            named = sorted(set(named) | set(extra), key=lambda k: (len(k), k))
         waits = [w for p in sorted(set(named) | set(marked or []))
                  if (w := parent_verdict(records.get(p))) is not None]
         # another user's job: its dependent is held as well, but told nothing of how
         # that job's stage-out fares (failed, quarantined): that is its owner's
-        waits = [w if records[w.parent].user == row.user else Waiting(w.parent, "staging")
+        waits = [w if records[w.parent].user == row.user else Waiting(w.parent, ANOTHER)
                  for w in waits]
         # job_submit.lua's hold of a dependency added later (scontrol update, its begin time
         # alone says so): rsad holds the job in its own way now, or releases it
@@ -204,8 +250,31 @@ class DepHold:
             wait = None if keep is not None else self._waits_for_ramdisk(own)
             after = None if keep is None else int(keep - now) + 1
             self._event(own, now, "job.dependency-released", marked or [])
+            told = self._outcomes(marked or [], row.user, records)
             self.calls[job] = self.lane.submit(self._release, job, row.admin_comment,
-                                               marked or [], wait, after)
+                                               told, wait, after)
+
+    def _outcomes(self, parents: list[str], user: str,
+                  records: dict[str, JobRecord]) -> Outcomes:
+        """What the released dependent of ``user`` is told of each parent it waited for
+        (loop thread: the store is read here): verified (its output, after its last
+        end), not verified (its own), or another user's (nothing more)."""
+        verified: list[str] = []
+        unverified: list[str] = []
+        others: list[str] = []
+        for p in parents:
+            rec = records.get(p)
+            if rec is not None and rec.user != user:
+                others.append(p)
+                continue
+            owner, done = self.history(p)
+            if rec is None and owner is not None and owner != user:
+                others.append(p)  # left memory: its user from the store
+            elif (rec is not None and rec.rsa_state is RsaState.OUTPUT_VERIFIED) or done:
+                verified.append(p)
+            else:
+                unverified.append(p)
+        return Outcomes(verified, unverified, others)
 
     def _event(self, own: JobRecord | None, now: float, name: str,
                parents: list[str]) -> None:
@@ -237,7 +306,7 @@ class DepHold:
         self.tell(job, message)
         return True
 
-    def _release(self, job: str, comment: str, parents: list[str],
+    def _release(self, job: str, comment: str, told: Outcomes,
                  wait: int | None, after: int | None) -> bool:
         """Worker: the begin time rsad set lifted (now; under early start ``wait`` the
         start hold's deadline; the job's own begin time, ``after`` seconds ahead, when it
@@ -248,14 +317,15 @@ class DepHold:
         except SlurmError as e:
             log.warning("job %s: could not end its dependency hold: %s", job, e)
             return False
-        if not parents:  # marked at submission, no parent with RSA output: not told
+        if not told.any():  # marked at submission, no parent with RSA output: not told
             log.info("job %s: released: no parent of it has output on a RAMDISK%s", job,
                      "" if after is None else f"; its own begin time is in {after} s")
             return True
         begin = None
         if after is not None:
             begin = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + after))
-        message = released_message(parents, begin)
+        message = released_message(told.verified, begin, unverified=told.unverified,
+                                   others=told.others)
         log.info("job %s: dependency hold ended: %s", job, message)
         self.tell(job, message)
         return True

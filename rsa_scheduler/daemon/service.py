@@ -135,7 +135,9 @@ class Daemon:
         self.deps = DepHold(slurm=slurm, clock=clock, scheduler=lambda: self.sched,
                             commit=self._commit, tell=self.dispatcher.tell,
                             lane=self.dispatcher.urgent,
-                            native=lambda: self.native is not None)
+                            native=lambda: self.native is not None,
+                            aliases=lambda: self.memory.aliases,
+                            history=self._history)
         # native mode (slurm.mode: native): Slurm's burst_buffer/lua hooks start stage-in
         # and stage-out (daemon/native.py); None in queue mode
         self.native: NativeDriver | None = None
@@ -145,6 +147,17 @@ class Daemon:
         # compute nodes whose hooks speak an older hook protocol than ours (the API hears
         # them; rsa status shows them): a rolling upgrade not finished
         self.hook_protocols = HookProtocols()
+
+    def _history(self, job: str) -> tuple[str | None, bool]:
+        """Loop thread: ``job``'s user as the store's projection has it (None: none) and
+        whether its output was verified after its last end (the dependency hold's
+        release message)."""
+        try:
+            row = self.store.job(job)
+            return (row.user if row is not None else None), self.store.verified_since_end(job)
+        except StoreError as e:
+            log.warning("job %s: cannot read its history: %s", job, e)
+            return None, False
 
     # ---- the collaborators' state, as the API, tests and benchmarks know it ---------------
     @property

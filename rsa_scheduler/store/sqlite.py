@@ -390,6 +390,19 @@ class Store:
             if remaining is not None:
                 remaining -= len(page)
 
+    def newest_events(self, job_id: str, *, since: int = 0, limit: int) -> list[Event]:
+        """``job_id``'s newest ``limit`` committed events with ``seq > since``, oldest
+        first (a job's timeline: its end and what became of its output are its newest
+        events, however many came before)."""
+        try:
+            rows = self._conn.execute(
+                "SELECT seq, time, job_id, name, context FROM events WHERE job_id = ? "
+                "AND seq > ? ORDER BY seq DESC LIMIT ?", (job_id, since, limit)).fetchall()
+        except sqlite3.Error as e:
+            raise _error(self.path, "reading events", e) from e
+        return [Event(t, jid, name, _loads(ctx), seq) for seq, t, jid, name, ctx in
+                reversed(rows)]
+
     def write_snapshot(self, seq: int, time: float, data: Mapping[str, Any],
                        keep: int = 2) -> None:
         """Record the daemon's state as of event ``seq`` (every event up to it folded in);
@@ -422,6 +435,24 @@ class Store:
         return int(self._query_one("reading a job's events",
                                    "SELECT coalesce(max(seq), 0) FROM events "
                                    "WHERE job_id = ? AND name = ?", (job_id, name))[0])
+
+    def verified_since_end(self, job_id: str) -> bool:
+        """Whether ``job_id``'s output was verified after its newest end (an
+        ``rsa.transition`` to ``output-verified`` after its newest ``job.state`` to
+        ``finished``): a dependent's release says so only then (an output an operator
+        discarded, or a job that ended before its RAMDISK held any, reaches ``released``
+        as well)."""
+        end = int(self._query_one(
+            "reading a job's events",
+            "SELECT coalesce(max(seq), 0) FROM events WHERE job_id = ? AND name = "
+            "'job.state' AND json_extract(context, '$.to') = 'finished'", (job_id,))[0])
+        if not end:
+            return False
+        return self._query_one(
+            "reading a job's events",
+            "SELECT 1 FROM events WHERE job_id = ? AND seq > ? AND name = "
+            "'rsa.transition' AND json_extract(context, '$.to') = 'output-verified' "
+            "LIMIT 1", (job_id, end)) is not None
 
     def last_seq(self) -> int:
         """The ``seq`` of the newest committed event (0 for an empty log)."""

@@ -33,7 +33,7 @@ import pytest
 
 from rsa_scheduler.slurm.cli import dependents_argv
 from rsa_scheduler.slurm.parse import EPOCH_TIME
-from tests.e2e.conftest import input_area, lab_mode
+from tests.e2e.conftest import input_area, lab_mode, other_user_area
 from tests.integration.conftest import as_user, slurm_env
 from tests.integration.slurmkit import (
     make_jobs,
@@ -246,3 +246,119 @@ def test_a_dependency_added_later_by_its_user_waits_for_the_output_across_rsad_d
     assert (res / "a.md5").read_text().count("\n") == FILES
     assert (res / "b.md5").read_text() == (res / "a.md5").read_text()
     assert float((res / "b.start").read_text()) >= first_verified(lab, a)
+
+
+def job_ended(lab: Mapping[str, str], job: str) -> bool:
+    return root(lab, "squeue", "-h", "-j", job, "-o", "%T").strip() in ("", "COMPLETED")
+
+
+@pytest.mark.queue
+def test_a_parent_slurm_no_longer_prints_is_waited_for_beside_one_it_does(
+        lab: Mapping[str, str], area: Path) -> None:
+    """B depends on A and on P (``afterok:A:P``) and is submitted once A has ended, its
+    output still staging out; P is a job without RSA work, held by its user. Slurm counts
+    A fulfilled at once and prints only ``afterok:P``: on the code before, rsad took P
+    for B's only parent and released B at its next cycle; once P ran, B started on the
+    part of A's output staged so far. Now B waits for A's output too."""
+    out, res = area / "out", area / "res"
+    with make_jobs(lab) as jobs, pfs_writes_at(lab, "2mbit"):
+        a = jobs.submit(script=parent_script(out, res, 1))
+        p = jobs.submit("-H", script="#!/bin/bash\n#SBATCH -t 5\ntrue\n")
+        wait_state(lab, a, "staging-out", "verifying", timeout=120)
+        b = jobs.submit(f"--dependency=afterok:{a}:{p}", script=child_script(out, res))
+        wait_for("Slurm's fulfilled A dropped from B's dependency", lambda: root(
+            lab, "squeue", "-h", "-j", b, "-O", "Dependency:0").strip().startswith(
+            f"afterok:{p}"), timeout=30)
+        done = as_user(lab, lab["RSA_LAB_USER"], ["scontrol", "release", p])
+        assert done.returncode == 0, done.stderr
+        wait_for("P's end", lambda: job_ended(lab, p), timeout=60)
+        assert verified_at(lab, a) is None  # P ended while A's output was still staged
+        time.sleep(3)  # on the code before, B had started by now
+        info = show_job(lab, b)
+        assert info["JobState"] == "PENDING", info
+        assert DEP_MARK + a in info["AdminComment"], info
+        wait_for("B's end", lambda: (res / "b.md5").exists() and job_ended(lab, b),
+                 timeout=240)
+    assert (res / "a.md5").read_text().count("\n") == FILES
+    assert (res / "b.md5").read_text() == (res / "a.md5").read_text()
+    assert float((res / "b.start").read_text()) >= first_verified(lab, a)
+
+
+def task_script(out: Path, res: Path) -> str:
+    """Each task of A writes its output on its RAMDISK, over out/<task>."""
+    return f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_OUT={out}/%a
+#RSA_EARLY_START=wait
+echo $SLURM_JOB_ID > {res}/own.$SLURM_ARRAY_TASK_ID
+sleep 8
+for i in $(seq 1 {FILES}); do head -c 128K /dev/urandom > {out}/$SLURM_ARRAY_TASK_ID/f$i; done
+(cd {out}/$SLURM_ARRAY_TASK_ID && md5sum f*) > {res}/a.md5.$SLURM_ARRAY_TASK_ID
+"""
+
+
+@pytest.mark.queue
+def test_a_dependent_of_an_array_task_by_its_own_job_id_waits_for_its_output(
+        lab: Mapping[str, str], area: Path) -> None:
+    """``afterok:$SLURM_JOB_ID`` of an array task (its own job id, as a task's script
+    chains its next step): Slurm keeps that id, not ``<array>_<task>``. On the code
+    before, rsad knew no RSA job of that id: B was released at its first cycle and
+    started when the task ended, on the part of its output staged so far."""
+    out, res = area / "out", area / "res"
+    for task in ("0", "1"):
+        done = as_user(lab, lab["RSA_LAB_USER"], ["mkdir", "-p", str(out / task)])
+        assert done.returncode == 0, done.stderr
+    with make_jobs(lab) as jobs, pfs_writes_at(lab, "2mbit"):
+        a = jobs.submit("--array=0-1", script=task_script(out, res))
+        wait_for("both tasks running", lambda: all(
+            (res / f"own.{t}").exists() for t in ("0", "1")), timeout=120)
+        # the task whose own job id is not the array's
+        task, own = next((t, (res / f"own.{t}").read_text().strip()) for t in ("0", "1")
+                         if (res / f"own.{t}").read_text().strip() != a)
+        b = jobs.submit(f"--dependency=afterok:{own}",
+                        script=child_script(out / task, res))
+        dep = root(lab, "squeue", "-h", "-j", b, "-O", "Dependency:0").strip()
+        assert dep.startswith(f"afterok:{own}"), dep  # Slurm keeps the own id
+        wait_for("B held for the task", lambda: f"{DEP_MARK}{a}_{task}" in show_job(
+            lab, b)["AdminComment"], timeout=60)
+        wait_state(lab, f"{a}_{task}", "staging-out", "verifying", timeout=120)
+        time.sleep(3)  # on the code before, B had started by now
+        info = show_job(lab, b)
+        assert info["JobState"] == "PENDING", info
+        wait_for("B's end", lambda: (res / "b.md5").exists() and job_ended(lab, b),
+                 timeout=240)
+    assert (res / f"a.md5.{task}").read_text().count("\n") == FILES
+    assert (res / "b.md5").read_text() == (res / f"a.md5.{task}").read_text()
+    assert float((res / "b.start").read_text()) >= first_verified(lab, f"{a}_{task}")
+
+
+@pytest.mark.queue
+def test_another_users_dependent_submitted_after_the_parent_ended_waits_for_its_output(
+        lab: Mapping[str, str], area: Path) -> None:
+    """rsaother submits B with ``afterok:A``, rsauser's job, once A has ended, its output
+    still staging out: Slurm counts A fulfilled and prints no dependency by rsad's next
+    cycle. job_submit.lua named A in B's marker (``;named=A``): rsad holds B for it,
+    telling rsaother only that A is another user's. On the code before, rsad could only
+    guess rsaother's own in-flight jobs and released B at once."""
+    out, res = area / "out", area / "res"
+    with other_user_area(lab, "dependents") as theirs, make_jobs(lab) as jobs, \
+            pfs_writes_at(lab, "2mbit"):
+        a = jobs.submit(script=parent_script(out, res, 1))
+        wait_state(lab, a, "staging-out", "verifying", timeout=120)
+        b = jobs.submit(f"--dependency=afterok:{a}", user=lab["RSA_LAB_OTHER_USER"],
+                        script=f"#!/bin/bash\n#SBATCH -t 5\ndate +%s.%N > {theirs}/res/b.start\n")
+        held = show_job(lab, b)["AdminComment"]  # job_submit.lua's marker, or rsad's
+        told: set[str] = set()
+
+        def ended() -> bool:
+            told.add(show_job(lab, b).get("Comment", ""))
+            return (theirs / "res" / "b.start").exists() and job_ended(lab, b)
+
+        wait_for("B's end", ended, timeout=240)
+        started = float((theirs / "res" / "b.start").read_text())
+        verified = verified_at(lab, a)
+    # on the code before, B was released at once: it had started and ended while A's
+    # output was still being staged out (verified None here)
+    assert verified is not None and started >= verified, (started, verified)
+    assert f";named={a}" in held or f"{DEP_MARK}{a}" in held, held
+    assert any("another user's" in c for c in told), told

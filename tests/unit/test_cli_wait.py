@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from rsa_scheduler.cli.wait import FAILED, OK, TIMED_OUT, cluster_status, verdict, wait_for_jobs
+from rsa_scheduler.cli.wait import (
+    FAILED,
+    OK,
+    TIMED_OUT,
+    cluster_status,
+    expand_arrays,
+    verdict,
+    wait_for_jobs,
+)
 from rsa_scheduler.client import ApiRefused, ApiUnavailable
 
 pytestmark = pytest.mark.unit
@@ -253,3 +261,64 @@ def test_input_done_asks_again_after_an_internal_error_until_its_deadline() -> N
             jobs._asked(lambda: Failing().get("/"), time.monotonic() - 1, "7")
     finally:
         jobs.ASK_AGAIN = saved
+
+
+def test_an_arrays_id_is_waited_for_as_every_task_of_it() -> None:
+    """``sbatch --parsable --array=0-2`` prints the array's id; rsad tracks its tasks as
+    ``127_0`` ... and no job ``127``. On the code before, ``rsa wait 127`` asked rsad
+    about 127 (not tracked), then Slurm, whose squeue prints one line per task (no one
+    state): it answered at once ``127: no RSA: ... its files are where it wrote them``,
+    exit 0, while the tasks ran or staged out. Now every task: those Slurm lists and
+    those rsad still tracks (127_0: Slurm forgot it, its output still staging)."""
+    tasks = {"127": ["127_1", "127_2"]}
+    mine = ["127_0", "127_1", "1270_3", "12"]
+    assert expand_arrays(["127", "12", "128_4"], lambda: mine,
+                         lambda j: tasks.get(j, [])) == ["127_0", "127_1", "127_2", "12",
+                                                         "128_4"]
+
+    def unreachable() -> list[str]:
+        raise ApiUnavailable("rsad is not asked for a plain job Slurm lists")
+
+    # a plain job (or a task's own id, listed as its task) costs one squeue, no listing
+    assert expand_arrays(["12", "131"], unreachable,
+                         {"12": ["12"], "131": ["127_4"]}.__getitem__) == ["12", "131"]
+    asked: list[str] = []
+    staging = job("staging-out", "finished", *RUN, ("job", "finished"))
+    done = job("released", "finished", *RUN, ("job", "finished"), ("rsa", "output-verified"))
+
+    def ask(job_id: str) -> Mapping[str, Any] | None:
+        asked.append(job_id)
+        return staging if job_id == "127_0" and asked.count(job_id) < 3 else done
+
+    said: list[str] = []
+    ids = expand_arrays(["127"], lambda: mine, lambda j: tasks.get(j, []))
+    assert wait_for_jobs(ask, ids, None, sleep=lambda s: None, say=said.append) == OK
+    assert [line.split(":")[0] for line in said] == ["127_1", "127_2", "127_0"]
+    assert asked.count("127_0") == 3  # waited for while its output was staged out
+
+
+def test_another_users_job_is_said_to_be_theirs_not_in_place() -> None:
+    """rsad answers "not tracked" for another user's job as for an unknown one (no leak).
+    On the code before, ``rsa wait`` then said ``no RSA: ... its files are where it
+    wrote them``, exit 0, once Slurm ended the job, though its output might still be on
+    its RAMDISK. Slurm names the job's user to all (without PrivateData): now the line
+    says whose it is and that only its owner can wait for it, exit 1, at once."""
+    from rsa_scheduler.cli.wait import _ask
+
+    def theirs(job_id: str) -> Mapping[str, Any] | None:
+        return _ask(Untracked(), job_id, slurm=lambda j: "COMPLETED",  # type: ignore[arg-type]
+                    owner=lambda j: "bob", me=lambda: "alice")
+
+    got = verdict(theirs("7"))
+    assert got is not None and (got.word, got.status) == ("not yours", 1)
+    assert "job 7 is bob's" in got.why and "where it wrote them" not in got.why
+    said: list[str] = []
+    assert wait_for_jobs(theirs, ["7"], None, sleep=lambda s: None, say=said.append) == 1
+    assert said[0].startswith("7: not yours: job 7 is bob's")
+    assert cluster_status(theirs("7"), lambda: "COMPLETED")[0] == "failed"
+    # their own untracked job (no directives), or root's look: as before
+    own = _ask(Untracked(), "7", slurm=lambda j: "COMPLETED",  # type: ignore[arg-type]
+               owner=lambda j: "alice", me=lambda: "alice")
+    assert own is None and verdict(own) is not None and verdict(own).word == "no RSA"  # type: ignore[union-attr]
+    assert _ask(Untracked(), "7", slurm=lambda j: "COMPLETED",  # type: ignore[arg-type]
+                owner=lambda j: "bob", me=lambda: "") is None

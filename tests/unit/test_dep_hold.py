@@ -11,14 +11,31 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
+from rsa_scheduler.cli.where import verdict
 from rsa_scheduler.core.dependency import LATER_BASE
 from rsa_scheduler.core.directives import DirectiveSpec
 from rsa_scheduler.core.policy import EarlyStart
+from rsa_scheduler.daemon import api
 from rsa_scheduler.daemon.dephold import DEP_HOLD
 from rsa_scheduler.daemon.service import Daemon
 from rsa_scheduler.slurm.parse import DependentRow, QueueRow
-from tests.unit.test_daemon import ScriptedSlurm, flush_urgent, released, settle
-from tests.unit.test_rerun_hold import Gated, comments, daemon
+from tests.unit.test_daemon import (
+    ALICE,
+    BOB,
+    ScriptedSlurm,
+    flush_urgent,
+    released,
+    serving,
+    settle,
+)
+from tests.unit.test_rerun_hold import (
+    Gated,
+    comments,
+    daemon,
+    requeued_while_its_output_is_on_the_ramdisk,
+)
 from tests.unit.test_rerun_hold import holds as all_holds
 
 OUT = DirectiveSpec(data_out="/pfs/out")
@@ -32,6 +49,11 @@ class DepSlurm(ScriptedSlurm):
         super().__init__()
         self.deps: dict[str, str] = {}  # job -> Slurm's dependency text
         self.begins: dict[str, int] = {}  # job -> its begin time in Slurm
+        self.told: dict[str, str] = {}  # job -> the last comment written to it
+
+    def set_comment(self, job_id: str, text: str) -> None:
+        super().set_comment(job_id, text)
+        self.told[job_id] = text
 
     def pend(self, job: str, dependency: str) -> None:
         """A job without RSA work of its own, pending on its dependency."""
@@ -153,6 +175,20 @@ def test_a_dependent_of_a_job_without_rsa_output_is_never_held(tmp_path: Path) -
     for _ in range(2):
         cycle(d)
     assert holds(slurm) == [] and released(slurm) == []
+    d.shutdown()
+
+
+def test_a_dependency_text_rsad_does_not_understand_is_held_for_every_job_it_names(
+        tmp_path: Path) -> None:
+    """On the code before, a text the parser refused was logged and the job never held:
+    it started on its parent's half-staged output."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    parent_running_with_its_output_on_the_ramdisk(d, slurm)
+    slurm.pend("8", "afterok:7(unfulfilled,remote)")
+    cycle(d)
+    assert holds(slurm) == [f"8:{DEP_HOLD}: hold=after:7"]
+    gated.gate.set()
     d.shutdown()
 
 
@@ -415,4 +451,211 @@ def test_a_begin_time_set_before_the_dependency_was_added_is_given_back(
     job, seconds, comment = all_holds(slurm)[0].split(":", 2)
     assert (job, comment) == ("12", "") and 28_000 < int(seconds) <= 29_000  # its own time
     assert sorted(released(slurm)) == ["13:", "14:"] and len(all_holds(slurm)) == 1
+    d.shutdown()
+
+
+def test_a_parent_slurm_no_longer_prints_is_waited_for_beside_the_ones_it_does(
+        tmp_path: Path) -> None:
+    """``sbatch --dependency=afterok:7:5`` just after 7 ended, its output still staging
+    out: Slurm prints only the parents still to end (``afterok:5``: 7 is fulfilled and
+    dropped) before rsad's next cycle, and 5 has no RSA output. On the code before, the
+    text named a parent, so rsad took it for the whole dependency and released the job at
+    that cycle: once 5 ended it read 7's half-staged output."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    parent_running_with_its_output_on_the_ramdisk(d, slurm)
+    slurm.set("7", "COMPLETED", spec=OUT)
+    d.poll()  # the output stages out; verify waits for the gate
+    flush_urgent(d)
+    slurm.deps["8"] = "afterok:5(unfulfilled)"  # 5: a job without RSA work
+    slurm.rows.append(QueueRow("8", "PENDING", "BeginTime", 10, 1, "alice", " hold=after:"))
+    for _ in range(2):
+        cycle(d)
+    assert released(slurm) == []
+    assert holds(slurm) == [f"8:{DEP_HOLD}: hold=after:7"]
+    verified(d, gated)
+    assert released(slurm) == ["8:"]
+    d.shutdown()
+
+
+def test_an_array_task_named_by_its_own_job_id_is_waited_for(tmp_path: Path) -> None:
+    """A task's script chains its next step with ``afterok:$SLURM_JOB_ID``: its own job
+    id (131), which Slurm keeps and prints as given, not ``127_4``. rsad knows the match
+    from slurmctld's Prolog hook. On the code before, 131 was no RSA job: the dependent
+    was never held and started on the task's half-staged output."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    slurm.set("127_4", "PENDING", "Resources", spec=OUT)
+    d.poll()
+    settle(d)
+    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "127_4", "alias": "131"})
+    settle(d)
+    slurm.set("127_4", "RUNNING", spec=OUT)
+    d.poll()
+    settle(d)
+    assert d.sched.records["127_4"].rsa_state.value == "mounted-output"
+    slurm.pend("8", "afterok:131(unfulfilled)")
+    cycle(d)
+    assert holds(slurm) == [f"8:{DEP_HOLD}: hold=after:127_4"]
+    assert "job 127_4's output" in comments(slurm)[-1]
+    slurm.deps["8"] = ""
+    slurm.set("127_4", "COMPLETED", spec=OUT)
+    for _ in range(3):
+        cycle(d)
+    assert released(slurm) == []
+    verified(d, gated)
+    assert released(slurm) == ["8:"]
+    d.shutdown()
+
+
+def test_a_dependent_is_told_only_what_is_true_of_each_parent(tmp_path: Path) -> None:
+    """Job 7's stage-out is quarantined; an operator discards the output. alice's
+    dependent 8 is released told that 7 has no verified stage-out (on the code before:
+    "the output of job 7 is verified on the PFS"); bob's dependent 11 is told, while
+    held, that 7 is another user's, not to run ``rsa job 7`` (which answers him "not
+    tracked"), and at its release nothing of how 7's output fared (before: "verified")."""
+    slurm, gated = DepSlurm(), Gated()
+    gated.fail_out = True
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    parent_running_with_its_output_on_the_ramdisk(d, slurm)
+    slurm.pend("8", "afterany:7(unfulfilled)")
+    slurm.pend("11", "afterok:7(unfulfilled)")
+    slurm.rows = [r if r.job_id != "11" else QueueRow("11", "PENDING", "Dependency", 10, 1,
+                                                      "bob", None) for r in slurm.rows]
+    cycle(d)
+    told = slurm.told
+    assert "rsa job 7 shows" in told["8"]
+    assert "another user's" in told["11"] and "rsa job 7 shows" not in told["11"]
+    slurm.set("7", "COMPLETED", spec=OUT)
+    for _ in range(4):
+        cycle(d)
+        settle(d)
+    assert d.sched.records["7"].rsa_state.value == "quarantined"
+    assert released(slurm) == []
+    gated.gate.set()
+    d.submit("command", ("7", "discard", "root", True))
+    settle(d)
+    for _ in range(3):
+        cycle(d)
+        settle(d)
+    assert d.sched.records["7"].rsa_state.value == "released"
+    assert sorted(released(slurm)) == ["11:", "8:"]
+    assert "verified" not in told["8"].replace("no verified stage-out", "")
+    assert "job 7 has nothing left on its RAMDISK, but no verified stage-out" in told["8"]
+    assert "verified" not in told["11"] and "job 7 (another user's)" in told["11"]
+    d.shutdown()
+
+
+def test_rsa_wait_reads_a_long_timeline_from_its_newest_events(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job's answer carries at most EVENTS_LIMIT events (10,000: a job long pending on
+    a busy cluster, on-deck and demoted again and again, or requeued many times, has
+    more). They were its oldest: a requeued job's first run verified within them, its
+    second run's end and stage-out after them, and ``rsa wait`` said ``verified`` while
+    the second run's output was still on its RAMDISK (and ``failed`` once it was
+    verified). Now the newest: the verdict is the last run's."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    requeued_while_its_output_is_on_the_ramdisk(d, slurm)
+    gated.gate.set()
+    for _ in range(3):
+        cycle(d)
+        settle(d)
+    first = len(list(d.store.events("7")))
+    assert any(e.context.get("to") == "output-verified" for e in d.store.events("7"))
+    gated.gate.clear()
+    parent_running_with_its_output_on_the_ramdisk(d, slurm)  # the second run
+    slurm.set("7", "COMPLETED", spec=OUT)
+    for _ in range(2):
+        cycle(d)
+    assert d.sched.records["7"].rsa_state.value == "verifying"
+    assert len(list(d.store.events("7"))) > first + 2
+    monkeypatch.setattr(api, "EVENTS_LIMIT", first)
+    with serving(d) as routes:
+        job = routes.dispatch(ALICE, "GET", "/v1/jobs/7", None)
+        assert len(job["events"]) == first
+        assert verdict(job) is None  # the code before: verified, the first run's
+        gated.gate.set()
+        settle(d)
+        for _ in range(3):
+            cycle(d)
+            settle(d)
+        got = verdict(routes.dispatch(ALICE, "GET", "/v1/jobs/7", None))
+        assert got is not None and got.word == "verified", got
+    d.shutdown()
+
+
+def test_rsa_wait_of_an_array_tasks_own_job_id_is_that_tasks(tmp_path: Path) -> None:
+    """``rsa wait $SLURM_JOB_ID`` (or ``rsa job``) of an array task's own job id: rsad
+    answers with the task's record and timeline (the match slurmctld's hook taught it).
+    On the code before: not tracked, and ``rsa wait`` said ``no RSA`` once Slurm ended
+    the task, while its output was staged out. Another user still gets "not tracked"."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    slurm.set("127_4", "PENDING", "Resources", spec=OUT)
+    d.poll()
+    settle(d)
+    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "127_4", "alias": "131"})
+    settle(d)
+    slurm.set("127_4", "RUNNING", spec=OUT)
+    d.poll()
+    settle(d)
+    slurm.set("127_4", "COMPLETED", spec=OUT)
+    for _ in range(2):
+        cycle(d)
+    with serving(d) as routes:
+        job = routes.dispatch(ALICE, "GET", "/v1/jobs/131", None)
+        assert job["job_id"] == "127_4" and job["events"]
+        assert verdict(job) is None  # staging out: not over
+        with pytest.raises(api.ApiError, match="not tracked"):
+            routes.dispatch(BOB, "GET", "/v1/jobs/131", None)
+        events = routes.dispatch(ALICE, "GET", "/v1/events?job=131", None)["events"]
+        assert events and {e["job_id"] for e in events} == {"127_4"}
+        gated.gate.set()
+        settle(d)
+        for _ in range(3):
+            cycle(d)
+            settle(d)
+        got = verdict(routes.dispatch(ALICE, "GET", "/v1/jobs/131", None))
+        assert got is not None and got.word == "verified", got
+    d.shutdown()
+
+
+def test_the_parents_named_at_submission_are_waited_for_whoever_they_are(
+        tmp_path: Path) -> None:
+    """alice submits ``afterok:7`` once bob's job 7 has ended, its output still staging
+    out: Slurm counts 7 fulfilled and prints no dependency. job_submit.lua named 7 in the
+    marker (``;named=7``): rsad holds her job for it. On the code before, rsad could only
+    guess her own in-flight jobs (one user's stage-outs never hold another's guessed
+    dependents) and released the job at once, onto 7's half-staged output."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+
+    def bobs(state: str, reason: str) -> None:
+        slurm.set("7", state, reason, spec=OUT)
+        slurm.rows = [r if r.job_id != "7" else QueueRow(
+            "7", r.state, r.reason, 10, 1, "bob", r.admin_comment) for r in slurm.rows]
+        d.poll()
+        if state == "COMPLETED":
+            flush_urgent(d)  # the output stages out; verify waits for the gate
+        else:
+            settle(d)
+
+    bobs("PENDING", "Resources")
+    bobs("RUNNING", "None")
+    assert d.sched.records["7"].user == "bob"
+    assert d.sched.records["7"].rsa_state.value == "mounted-output"
+    bobs("COMPLETED", "None")
+    flush_urgent(d)
+    slurm.deps["8"] = ""
+    slurm.rows.append(QueueRow("8", "PENDING", "BeginTime", 10, 1, "alice",
+                               " hold=after:;held=99999;named=7"))
+    for _ in range(2):
+        cycle(d)
+    assert released(slurm) == []
+    assert holds(slurm) == [f"8:{DEP_HOLD}: hold=after:7"]
+    assert "another user's" in slurm.told["8"]
+    verified(d, gated)
+    assert released(slurm) == ["8:"]
+    assert "job 7 (another user's) has nothing on its way" in slurm.told["8"]
     d.shutdown()

@@ -19,6 +19,7 @@ from rsa_scheduler.core.dependency import (
     held_message,
     later_begin,
     later_hold,
+    loose_dependency,
     own_begin,
     parent_verdict,
     parents_of,
@@ -100,6 +101,38 @@ def test_the_parents_are_the_rsa_jobs_of_every_data_dependency() -> None:
     assert parents_of("31", "bob", single, records) == ["30"]
 
 
+def test_a_dependency_text_not_understood_still_names_its_jobs() -> None:
+    """Unsure is never released: a form the parser does not know (a later Slurm's) is
+    read for every job id in it, as a dependency on the job's end."""
+    text = "afterok:7(unfulfilled,remote),afterany:20_3@other(failed)"
+    with pytest.raises(DependencyError):
+        parse_dependency(text)
+    assert loose_dependency(text) == [Dependency("afterany", "7"),
+                                      Dependency("afterany", "20", "3")]
+    assert loose_dependency("afterok:x(unfulfilled)") == []
+    assert loose_dependency("singleton(unfulfilled,new)") == [Dependency("singleton")]
+
+
+def test_an_array_task_named_by_its_own_job_id_is_that_task() -> None:
+    """Slurm keeps a parent given by an array task's own job id as that id
+    (``afterok:131``); rsad's key is ``127_4``, matched from slurmctld's hooks. A job id
+    that names an array of records (its tasks) or a record of its own stays that."""
+    records = {"127_4": rec("127_4"), "127_5": rec("127_5"), "12": rec("12")}
+    aliases = {"131": "127_4", "127": "127_5", "12": "127_5"}
+    assert parents_of("50", "alice", parse_dependency("afterok:131(unfulfilled)"),
+                      records) == []  # the code before: no RSA job
+    assert parents_of("50", "alice", parse_dependency("afterok:131(unfulfilled)"),
+                      records, aliases) == ["127_4"]
+    assert parents_of("60_1", "alice", parse_dependency("aftercorr:131(unfulfilled)"),
+                      records, aliases) == ["127_4"]
+    assert parents_of("50", "alice", parse_dependency("afterok:127(unfulfilled)"),
+                      records, aliases) == ["127_4", "127_5"]  # every task
+    assert parents_of("50", "alice", parse_dependency("afterok:12(unfulfilled)"),
+                      records, aliases) == ["12"]
+    assert parents_of("50", "alice", parse_dependency("afterok:131_2(unfulfilled)"),
+                      records, aliases) == []
+
+
 @pytest.mark.parametrize(("record", "why"), [
     (None, None),
     (rec("12", spec=IN), None),  # no output of its own
@@ -148,6 +181,15 @@ def test_the_dependents_reason_says_what_happened_and_what_to_do() -> None:
     assert "held until job 12's output is staged out and verified" in held_message(
         [Waiting("12", "running")])
     assert released_message(["12", "13"]).endswith("released to start")
+    # another user's job: neither how it fares nor a command that answers "not tracked"
+    other = held_message([Waiting("12", "another")])
+    assert "another user's" in other and "rsa job 12 shows" not in other
+    # verified only where it is: a discarded output, another user's job
+    said = released_message(["12"], unverified=["13"], others=["14"])
+    assert said.startswith("RSA: the output of job 12 is verified on the PFS; job 13 has "
+                           "nothing left on its RAMDISK, but no verified stage-out")
+    assert "job 14 (another user's) has nothing on its way" in said
+    assert "verified" not in released_message([], others=["14"])
 
 
 def test_the_dependents_are_read_from_squeue_with_their_admin_comment() -> None:

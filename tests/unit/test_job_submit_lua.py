@@ -824,25 +824,33 @@ def test_the_default_policy_agrees_with_rsad() -> None:
 HELD = f";held={NOW + 600}"  # the hold's own begin time, in the marker
 
 @pytest.mark.parametrize(("script", "dependency", "begin", "want"), [
-    # a job without RSA work: the marker alone; rsad releases it at its next cycle when no
-    # parent has output on a RAMDISK
-    ("#!/bin/sh\necho hi\n", "afterok:12", None, f" hold=after:{HELD}"),
-    ("#!/bin/sh\necho hi\n", "afterany:12?afternotok:13", None, f" hold=after:{HELD}"),
-    ("#!/bin/sh\necho hi\n", "aftercorr:12", None, f" hold=after:{HELD}"),
-    ("#!/bin/sh\necho hi\n", "singleton", None, f" hold=after:{HELD}"),
+    # a job without RSA work: the marker alone, with the parents the dependency names
+    # (";named=": Slurm stops printing one once it counts it fulfilled); rsad releases it
+    # at its next cycle when no parent has output on a RAMDISK
+    ("#!/bin/sh\necho hi\n", "afterok:12", None, f" hold=after:{HELD};named=12"),
+    ("#!/bin/sh\necho hi\n", "afterany:12?afternotok:13", None,
+     f" hold=after:{HELD};named=12,13"),
+    ("#!/bin/sh\necho hi\n", "aftercorr:12", None, f" hold=after:{HELD};named=12"),
+    ("#!/bin/sh\necho hi\n", "afterok:12_3:14_*:15+5,after:16", None,
+     f" hold=after:{HELD};named=12_3,14,15"),
+    ("#!/bin/sh\necho hi\n", "singleton", None, f" hold=after:{HELD}"),  # none named
+    ("#!/bin/sh\necho hi\n", "afterok:12,singleton", None, f" hold=after:{HELD}"),
+    ("#!/bin/sh\necho hi\n", "afterok:" + ":".join(str(n) for n in range(1, 66)), None,
+     f" hold=after:{HELD}"),  # too many to name: its user's in-flight jobs instead
     ("#!/bin/sh\necho hi\n", "after:12+5", None, None),  # the parent's start only
     ("#!/bin/sh\necho hi\n", None, None, None),
     # its own --begin: held too, its time kept in the marker (on main it was not held:
     # rsad's later hold then lost the time)
-    ("#!/bin/sh\necho hi\n", "afterok:12", NOW + 60, f" hold=after:;begin={NOW + 60}{HELD}"),
-    ("#!/bin/sh\necho hi\n", "afterok:12", NOW - 60, f" hold=after:{HELD}"),  # passed
-    ("-", "afterok:12", None, f" hold=after:{HELD}"),  # salloc/srun: no script
+    ("#!/bin/sh\necho hi\n", "afterok:12", NOW + 60,
+     f" hold=after:;begin={NOW + 60}{HELD};named=12"),
+    ("#!/bin/sh\necho hi\n", "afterok:12", NOW - 60, f" hold=after:{HELD};named=12"),
+    ("-", "afterok:12", None, f" hold=after:{HELD};named=12"),  # salloc/srun: no script
     # an RSA job under wait: the dependency's marker in place of the start hold's (rsad
     # puts the start hold back when it releases it)
     ("#!/bin/sh\n#RSA_DATA_IN=/gpfs/in\n", "afterok:12", None,
-     f"rsa1:i=/gpfs/in hold=after:{HELD}"),
+     f"rsa1:i=/gpfs/in hold=after:{HELD};named=12"),
     ("#!/bin/sh\n#RSA_DATA_IN=/gpfs/in\n", "afterok:12", NOW + 60,
-     f"rsa1:i=/gpfs/in hold=after:;begin={NOW + 60}{HELD}"),
+     f"rsa1:i=/gpfs/in hold=after:;begin={NOW + 60}{HELD};named=12"),
 ])
 def test_a_job_with_a_data_dependency_is_held_at_submission(
         lua: str, tmp_path: Path, script: str, dependency: str | None, begin: int | None,
@@ -871,6 +879,8 @@ def test_a_job_with_a_data_dependency_is_held_at_submission(
         mark = read_dep_mark(want)  # what rsad reads of it
         assert mark is not None and mark.held == NOW + 600 and mark.parents == []
         assert mark.begin == (begin if begin is not None and begin > NOW else None)
+        named = want.partition(";named=")[2]
+        assert mark.named == (named.split(",") if named else None)
 
 
 def test_the_dependency_hold_of_the_plugin_agrees_with_rsad() -> None:
