@@ -478,11 +478,9 @@ def test_a_parent_slurm_no_longer_prints_is_waited_for_beside_the_ones_it_does(
     d.shutdown()
 
 
-def test_an_array_task_named_by_its_own_job_id_is_waited_for(tmp_path: Path) -> None:
-    """A task's script chains its next step with ``afterok:$SLURM_JOB_ID``: its own job
-    id (131), which Slurm keeps and prints as given, not ``127_4``. rsad knows the match
-    from slurmctld's Prolog hook. On the code before, 131 was no RSA job: the dependent
-    was never held and started on the task's half-staged output."""
+def running_task_131(tmp_path: Path) -> tuple[DepSlurm, Gated, Daemon]:
+    """A daemon whose array task 127_4 runs with its output on a RAMDISK, its own job id
+    131 matched to it by slurmctld's Prolog hook."""
     slurm, gated = DepSlurm(), Gated()
     d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
     slurm.set("127_4", "PENDING", "Resources", spec=OUT)
@@ -493,6 +491,15 @@ def test_an_array_task_named_by_its_own_job_id_is_waited_for(tmp_path: Path) -> 
     slurm.set("127_4", "RUNNING", spec=OUT)
     d.poll()
     settle(d)
+    return slurm, gated, d
+
+
+def test_an_array_task_named_by_its_own_job_id_is_waited_for(tmp_path: Path) -> None:
+    """A task's script chains its next step with ``afterok:$SLURM_JOB_ID``: its own job
+    id (131), which Slurm keeps and prints as given, not ``127_4``. rsad knows the match
+    from slurmctld's Prolog hook. On the code before, 131 was no RSA job: the dependent
+    was never held and started on the task's half-staged output."""
+    slurm, gated, d = running_task_131(tmp_path)
     assert d.sched.records["127_4"].rsa_state.value == "mounted-output"
     slurm.pend("8", "afterok:131(unfulfilled)")
     cycle(d)
@@ -590,16 +597,7 @@ def test_rsa_wait_of_an_array_tasks_own_job_id_is_that_tasks(tmp_path: Path) -> 
     answers with the task's record and timeline (the match slurmctld's hook taught it).
     On the code before: not tracked, and ``rsa wait`` said ``no RSA`` once Slurm ended
     the task, while its output was staged out. Another user still gets "not tracked"."""
-    slurm, gated = DepSlurm(), Gated()
-    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
-    slurm.set("127_4", "PENDING", "Resources", spec=OUT)
-    d.poll()
-    settle(d)
-    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "127_4", "alias": "131"})
-    settle(d)
-    slurm.set("127_4", "RUNNING", spec=OUT)
-    d.poll()
-    settle(d)
+    slurm, gated, d = running_task_131(tmp_path)
     slurm.set("127_4", "COMPLETED", spec=OUT)
     for _ in range(2):
         cycle(d)
