@@ -24,7 +24,9 @@ second machine would:
   as on the host.
 
 The holder of the namespaces, PID 1 inside, is a small reaper: it runs CMD, reaps what
-daemonizes under it, and exits with CMD's status; its environment, not CMD's, carries
+daemonizes under it, and exits with CMD's status (before CMD, with its signal handlers in
+place, it says "ready" on a pipe: from then on --exec and --stop take the sandbox as a
+running one, and --detach returns); its environment, not CMD's, carries
 ``RSA_SANDBOX=NAME``, by which this host's lab/check-clean leaves the sandbox's processes
 to it (CMD gets ``RSA_LAB_SANDBOX=NAME``: its check-clean knows /var/lib/rsa-lab is the
 sandbox's mount, not a leftover of the lab's). When it exits the kernel kills every
