@@ -40,6 +40,7 @@ Exit status: CMD's, or 1 when something of the sandbox was left; 2 for bad usage
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
@@ -122,7 +123,10 @@ def forward(n, f):
 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(sig, forward)
 ready = int(os.environ["RSA_SANDBOX_READY"])
-os.write(ready, b"ready\\n")
+try:
+    os.write(ready, b"ready\\n")
+except BrokenPipeError:
+    sys.exit("sandbox: its lab/sandbox is gone: the command is not started")
 os.close(ready)
 if early:
     sys.exit(128 + early[0])
@@ -372,7 +376,9 @@ class Keeper:
                         self.ready = True
                         (box / "ready").touch()
                         if tell is not None and not self.signalled:
-                            os.write(tell, b"ready\n")
+                            # (its --detach gone, killed: no one to tell)
+                            with contextlib.suppress(OSError):
+                                os.write(tell, b"ready\n")
                     if not chunk:  # EOF: the setup and the reaper are gone, or ready
                         if not self.ready and not self.signalled:
                             log(f"{self.name}: its setup failed (its error is above)")
@@ -382,7 +388,8 @@ class Keeper:
                             os.close(tell)
                             tell = None
                 self.act()
-            return self.holder.wait()
+            rc = self.holder.wait()
+            return rc if rc >= 0 else 128 - rc  # killed: as a shell says it
         finally:
             signal.set_wakeup_fd(old)
             for sig in (*SIGNALS, signal.SIGCHLD):
@@ -588,11 +595,10 @@ def stop(name: str, timeout: float = 300) -> int:
     keeper = keeper_alive(name)
     holder = holder_alive(box / "holder.pid")
     if keeper is None and holder is None:
-        if box.exists() and not in_sandbox(name):
-            log(f"no sandbox {name} is running; an earlier one's data is at {box} "
-                "(the next start of that name removes it)")
-        else:
-            log(f"no sandbox {name} is running")
+        if box.exists() and not in_sandbox(name):  # its lab/sandbox was killed
+            log(f"no sandbox {name} is running; removing what an earlier one left")
+            return finish(name, box, [h.cgroup(name) for h in hierarchies()], 0)
+        log(f"no sandbox {name} is running")
         return 0
     if keeper is None:
         assert holder is not None
@@ -617,7 +623,9 @@ def stop(name: str, timeout: float = 300) -> int:
         if line.startswith("sandbox: "):
             print(line, file=sys.stderr)
     if keeper is None:
-        return finish(name, box, [h.cgroup(name) for h in hierarchies()], 1)
+        if (rc := finish(name, box, [h.cgroup(name) for h in hierarchies()], 0)) == 0:
+            log(f"{name} ended; nothing of it is left")
+        return rc
     if box.exists():
         log(f"{name}: something of it is left (its output: {WORK / f'{name}.log'})")
         return 1

@@ -286,6 +286,43 @@ def test_stop_during_the_setup_ends_the_sandbox_at_once(delay: float) -> None:
         _clean_log(name)
 
 
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.3])
+def test_stop_after_its_lab_sandbox_was_killed_ends_it_and_cleans_up(delay: float) -> None:
+    """kill -9 of the sandbox's lab/sandbox (its keeper) during the setup or after it:
+    --stop kills the holder and does the cleanup the keeper would have done."""
+    import signal
+    import time
+
+    name = f"t{uuid.uuid4().hex[:8]}"
+    detached = subprocess.Popen([str(SANDBOX), "--detach", name, "sh", "-c", KEEPER],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while (sandbox.holder_alive(sandbox.WORK / name / "holder.pid") is None
+               and time.monotonic() < deadline):
+            time.sleep(0.001)
+        time.sleep(delay)
+        keeper = sandbox.keeper_alive(name)
+        assert keeper is not None
+        os.kill(keeper, signal.SIGKILL)
+        detached.communicate(timeout=150)
+        stopped = subprocess.run([str(SANDBOX), "--stop", name], capture_output=True,
+                                 text=True, timeout=120, check=False)
+        # (killed before the setup said "ready", the sandbox has ended itself: the
+        # reaper could not say it)
+        assert stopped.returncode == 0, stopped.stderr
+        assert (f"{name} ended; nothing of it is left" in stopped.stderr
+                or "removing what an earlier one left" in stopped.stderr), stopped.stderr
+        _gone(name)
+    finally:
+        if detached.poll() is None:
+            detached.kill()
+            detached.wait()
+        subprocess.run([str(SANDBOX), "--stop", name], capture_output=True, timeout=120,
+                       check=False)
+        _clean_log(name)
+
+
 def test_a_setup_that_fails_is_said_in_one_line_and_leaves_nothing(tmp_path: Path) -> None:
     """A root the overlay cannot be made of (a lower directory without /dev to bind):
     --detach fails with one line naming the failed step and the log, and cleans up."""
