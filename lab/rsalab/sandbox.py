@@ -350,8 +350,11 @@ class Keeper:
         for fd in (said, wake, woken):
             os.set_blocking(fd, False)
         old = signal.set_wakeup_fd(woken)
-        for sig in (*SIGNALS, signal.SIGCHLD):  # SIGCHLD: the holder's end wakes us too
+        for sig in SIGNALS:
             signal.signal(sig, self.on_signal)
+        # the holder's end wakes us too (a handler of its own: the wakeup fd is written
+        # for a signal Python handles), and is no signal to act on
+        signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
         got = b""
         try:
             while self.holder.poll() is None or said >= 0:

@@ -195,6 +195,7 @@ def test_a_detached_sandbox_takes_commands_and_its_stop_runs_its_teardown() -> N
     assert f"{name} ended; nothing of it is left" in stopped.stderr
     said = (sandbox.WORK / f"{name}.log").read_text()
     assert "torn down" in said.splitlines(), said  # its teardown ran
+    assert "killing" not in said, said  # and was not cut short
     assert not sandbox.in_sandbox(name) and not (sandbox.WORK / name).exists()
     assert all(not h.cgroup(name).exists() for h in sandbox.hierarchies())
     none = subprocess.run([str(SANDBOX), "--exec", name, "true"], capture_output=True,
@@ -245,7 +246,8 @@ def test_a_command_right_after_detach_runs_in_the_ready_sandbox() -> None:
                                      text=True, timeout=120, check=False)
         assert stopped.returncode == 0, stopped.stderr
         assert time.monotonic() - t0 < 30
-        assert "torn down" in (sandbox.WORK / f"{name}.log").read_text().splitlines()
+        said = (sandbox.WORK / f"{name}.log").read_text()
+        assert "torn down" in said.splitlines() and "killing" not in said, said
         _gone(name)
         _clean_log(name)
 
