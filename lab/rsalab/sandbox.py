@@ -600,7 +600,9 @@ def stop(name: str, timeout: float = 300) -> int:
     if keeper is None and holder is None:
         if box.exists() and not in_sandbox(name):  # its lab/sandbox was killed
             log(f"no sandbox {name} is running; removing what an earlier one left")
-            return finish(name, box, [h.cgroup(name) for h in hierarchies()], 0)
+            if (rc := finish(name, box, [h.cgroup(name) for h in hierarchies()], 0)) == 0:
+                log(f"{name}: removed; nothing of it is left")
+            return rc
         log(f"no sandbox {name} is running")
         return 0
     if keeper is None:

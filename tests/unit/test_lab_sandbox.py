@@ -252,6 +252,58 @@ def test_a_command_right_after_detach_runs_in_the_ready_sandbox() -> None:
         _clean_log(name)
 
 
+def test_detach_waits_for_a_slow_setup_and_exec_waits_for_it_too() -> None:
+    """A busy machine's setup, made as slow as it gets: its shell (the sandbox's PID 1,
+    before the reaper) stopped. --detach does not return before it has finished, --exec
+    meanwhile runs nothing and says so; once it goes on both work."""
+    import signal
+    import time
+
+    for _ in range(20):  # until the setup is caught in its shell (it takes some 50 ms)
+        name = f"t{uuid.uuid4().hex[:8]}"
+        detached = subprocess.Popen([str(SANDBOX), "--detach", name, "sh", "-c", KEEPER],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)
+        pid1, caught = 0, False
+        try:
+            deadline = time.monotonic() + 30
+            while not pid1 and time.monotonic() < deadline:
+                holder = sandbox.holder_alive(sandbox.WORK / name / "holder.pid")
+                pid1 = (sandbox.reapers(holder) or [0])[0] if holder else 0
+            os.kill(pid1, signal.SIGSTOP)
+            # (before the reaper: unshare's fork, then the setup's shell)
+            caught = Path(f"/proc/{pid1}/comm").read_text().strip() in ("unshare", "sh")
+            if caught:
+                with pytest.raises(subprocess.TimeoutExpired):
+                    detached.wait(timeout=3)
+                early = subprocess.run([str(SANDBOX), "--exec", name, "sh", "-c",
+                                        "echo ran"], capture_output=True, text=True,
+                                       timeout=60, check=False)
+                assert early.returncode == 2 and "ran" not in early.stdout
+                assert "still being set up" in early.stderr, early.stderr
+            os.kill(pid1, signal.SIGCONT)
+            _out, err = detached.communicate(timeout=150)
+            assert detached.returncode == 0, err
+            inside = subprocess.run([str(SANDBOX), "--exec", name, "pwd"],
+                                    capture_output=True, text=True, timeout=60,
+                                    check=False)
+            assert (inside.returncode, inside.stdout.strip()) == (0, str(ROOT)), inside
+        finally:
+            if pid1:
+                os.kill(pid1, signal.SIGCONT)
+            if detached.poll() is None:
+                detached.kill()
+                detached.wait()
+            stopped = subprocess.run([str(SANDBOX), "--stop", name], capture_output=True,
+                                     text=True, timeout=120, check=False)
+            _clean_log(name)
+        assert stopped.returncode == 0, stopped.stderr
+        _gone(name)
+        if caught:
+            return
+    pytest.fail("the setup was never caught in its shell")
+
+
 @pytest.mark.parametrize("delay", [0.0, 0.01, 0.03, 0.06, 0.1, 0.2, 0.4])
 def test_stop_during_the_setup_ends_the_sandbox_at_once(delay: float) -> None:
     """--stop at any step of a --detach (from its first sign, the log, to a running
