@@ -42,8 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rsa_scheduler.fs.base import FsRequest
 from rsa_scheduler.fs.mfslayout import PASS_FILE, Layout
 from rsa_scheduler.fs.mfsscripts import KILL_SCRIPT, UMOUNT_SCRIPT
-from rsa_scheduler.fs.mfsversion import LEGACY
-from rsa_scheduler.fs.moosefs import MooseFsBackend
+from rsa_scheduler.fs.moosefs import MooseFsBackend, _dialect_of
 from tests.integration.conftest import LAB_ENV, read_lab_env
 from tests.integration.fskit import lab_data_addresses, lab_hosts
 
@@ -242,11 +241,12 @@ def run_case(lab: Mapping[str, str], hosts: Any, case: Mapping[str, str], i: int
                                "start"], timeout=60)
         want = n * int(case["cs"])
         end = time.monotonic() + 60
+        dialect = _dialect_of(spec)  # the release it was built with: mfscli's 3.x/4.x form
         while True:
-            out = hosts[nodes[0]].run(LEGACY.chunkservers_argv(lay.master_address,
-                                                               lay.client_port),
+            out = hosts[nodes[0]].run(dialect.chunkservers_argv(lay.master_address,
+                                                                lay.client_port),
                                       timeout=15, check=False).stdout
-            space = {cs: total for cs, total in LEGACY.chunkservers(out).items() if total}
+            space = {cs: total for cs, total in dialect.chunkservers(out).items() if total}
             if len(space) >= want or time.monotonic() > end:
                 break
             time.sleep(0.2)

@@ -24,7 +24,9 @@ second machine would:
   as on the host.
 
 The holder of the namespaces, PID 1 inside, is a small reaper: it runs CMD, reaps what
-daemonizes under it, and exits with CMD's status; its environment, not CMD's, carries
+daemonizes under it, and exits with CMD's status (before CMD, with its signal handlers in
+place, it says "ready" on a pipe: from then on --exec and --stop take the sandbox as a
+running one, and --detach returns); its environment, not CMD's, carries
 ``RSA_SANDBOX=NAME``, by which this host's lab/check-clean leaves the sandbox's processes
 to it (CMD gets ``RSA_LAB_SANDBOX=NAME``: its check-clean knows /var/lib/rsa-lab is the
 sandbox's mount, not a leftover of the lab's). When it exits the kernel kills every
@@ -38,8 +40,10 @@ Exit status: CMD's, or 1 when something of the sandbox was left; 2 for bad usage
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -96,19 +100,39 @@ exec /usr/bin/python3 -c "$REAPER" "$@"
 """
 
 # PID 1 inside: runs the command (without the mark), reaps orphans, exits with its status
-# (a signal is passed to the command's whole process group: make, its shell, pytest)
+# (a signal is passed to the command's whole process group: make, its shell, pytest).
+# With its handlers in place, before it starts the command, it says "ready" on the
+# setup's pipe (fd RSA_SANDBOX_READY): a namespace's init ignores a signal from outside it
+# has no handler for, so until then the keeper ends the sandbox by killing it, from then
+# on by a signal here (one before the command's start keeps it from starting).
 REAPER = """import os, signal, subprocess, sys
 env = {k: v for k, v in os.environ.items()
-       if k not in ("RSA_SANDBOX", "RSA_SANDBOX_ROOT", "REAPER")}  # the root: a host path
+       if k not in ("RSA_SANDBOX", "RSA_SANDBOX_ROOT",  # the root: a host path
+                    "REAPER", "RSA_SANDBOX_READY")}
 env["RSA_LAB_SANDBOX"] = os.environ["RSA_SANDBOX"]  # the lab's data dir is a mount of ours
-child = subprocess.Popen(sys.argv[1:], env=env, start_new_session=True)
+child = None
+early = []
 def forward(n, f):
+    if child is None:
+        early.append(n)
+        return
     try:
         os.killpg(child.pid, n)
     except OSError:
         pass
 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(sig, forward)
+ready = int(os.environ["RSA_SANDBOX_READY"])
+try:
+    os.write(ready, b"ready\\n")
+except BrokenPipeError:
+    sys.exit("sandbox: its lab/sandbox is gone: the command is not started")
+os.close(ready)
+if early:
+    sys.exit(128 + early[0])
+child = subprocess.Popen(sys.argv[1:], env=env, start_new_session=True)
+if early:
+    forward(early[0], None)
 status = 1
 while True:
     try:
@@ -236,60 +260,214 @@ def release_devices(data: Path) -> list[str]:
     return ssd.leftovers(where)
 
 
-def run(name: str, argv: list[str], lower: Path = Path("/")) -> int:
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _started(pid: int) -> str | None:
+    """A process's start time (ticks after boot), None when it is gone or a zombie: with
+    its PID it names the process for good."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return fields[19] if len(fields) > 19 and fields[0] != "Z" else None
+
+
+def keeper_file(name: str) -> Path:
+    """Where the sandbox's lab/sandbox process (its keeper) says who it is, from before
+    it makes anything until it has removed all of it: what --stop signals."""
+    return WORK / f"{name}.keeper"
+
+
+def note_keeper(name: str, pid: int) -> None:
+    WORK.mkdir(parents=True, exist_ok=True)
+    keeper_file(name).write_text(f"{pid} {_started(pid)}\n")
+
+
+def keeper_alive(name: str) -> int | None:
+    """The PID of the keeper of a sandbox NAME, if one runs (another than this process)."""
+    try:
+        pid, started = keeper_file(name).read_text().split()
+        if int(pid) != os.getpid() and _started(int(pid)) == started:
+            return int(pid)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def read_ready(fd: int) -> bool:
+    """Whether "ready" came on the pipe fd before its end (EOF: the sandbox's setup
+    failed, or it was ended); closes fd."""
+    got = b""
+    with os.fdopen(fd, "rb", buffering=0) as pipe:
+        while chunk := pipe.read(64):
+            got += chunk
+            if b"ready\n" in got:
+                return True
+    return False
+
+
+class Keeper:
+    """The sandbox's lab/sandbox process while its holder runs: it watches the setup's
+    pipe (the reaper says "ready" there before it starts CMD) and acts on signals, both
+    in one loop, so that a signal is read after whatever came on the pipe before it.
+
+    Once the sandbox is ready the first signal goes to CMD (through the reaper: its
+    lab-down runs), a second one ends the sandbox at once (unshare's end kills its PID 1,
+    and the kernel the rest). Before that a signal ends it at once too: the setup's
+    shell, PID 1 there, would not see it (a namespace's init ignores a signal from
+    outside that it has no handler for), and CMD has not started."""
+
+    def __init__(self, name: str, holder: subprocess.Popen[bytes],
+                 signalled: list[int]) -> None:
+        self.name = name
+        self.holder = holder
+        self.signalled = signalled  # run()'s, with those since the holder's start
+        self.handled = 0
+        self.ready = False
+
+    def on_signal(self, signum: int, _frame: object) -> None:
+        self.signalled.append(signum)  # acted on by watch(), woken by the wakeup fd
+
+    def act(self) -> None:
+        while self.handled < len(self.signalled):
+            signum = self.signalled[self.handled]
+            self.handled += 1
+            if self.ready and self.handled == 1:
+                log(f"signal {signum}: ending the sandbox {self.name} (its command's own "
+                    "teardown first; signal again to kill it)")
+                for pid in reapers(self.holder.pid):
+                    os.kill(pid, signal.SIGTERM)
+            else:
+                log(f"signal {signum}{' again' if self.ready else ' during its setup'}: "
+                    f"killing the sandbox {self.name}")
+                self.holder.kill()
+
+    def watch(self, said: int, box: Path, tell: int | None) -> int:
+        """Until the holder ends: its status. "ready" on said touches box/ready (what
+        --exec looks for) and is passed on to tell."""
+        wake, woken = os.pipe()
+        for fd in (said, wake, woken):
+            os.set_blocking(fd, False)
+        old = signal.set_wakeup_fd(woken)
+        for sig in SIGNALS:
+            signal.signal(sig, self.on_signal)
+        # the holder's end wakes us too (a handler of its own: the wakeup fd is written
+        # for a signal Python handles), and is no signal to act on
+        signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
+        got = b""
+        try:
+            while self.holder.poll() is None or said >= 0:
+                unseen = self.handled < len(self.signalled)  # before the wakeup fd
+                select.select([wake] + ([said] if said >= 0 else []), [], [],
+                              0 if unseen else 5.0)
+                while True:  # the wakeup bytes: the signals are in self.signalled
+                    try:
+                        if not os.read(wake, 256):
+                            break
+                    except BlockingIOError:
+                        break
+                while said >= 0:  # first what came on the pipe, then the signals
+                    try:
+                        chunk = os.read(said, 64)
+                    except BlockingIOError:
+                        break
+                    got += chunk
+                    if b"ready\n" in got and not self.ready:
+                        # the reaper's handlers are in place: a signal, even one that came
+                        # before, reaches CMD (or keeps the reaper from starting it)
+                        self.ready = True
+                        (box / "ready").touch()
+                        if tell is not None and not self.signalled:
+                            # (its --detach gone, killed: no one to tell)
+                            with contextlib.suppress(OSError):
+                                os.write(tell, b"ready\n")
+                    if not chunk:  # EOF: the setup and the reaper are gone, or ready
+                        if not self.ready and not self.signalled:
+                            log(f"{self.name}: its setup failed (its error is above)")
+                        os.close(said)
+                        said = -1
+                        if tell is not None:
+                            os.close(tell)
+                            tell = None
+                self.act()
+            rc = self.holder.wait()
+            return rc if rc >= 0 else 128 - rc  # killed: as a shell says it
+        finally:
+            signal.set_wakeup_fd(old)
+            for sig in (*SIGNALS, signal.SIGCHLD):
+                signal.signal(sig, signal.SIG_DFL)
+            for fd in (wake, woken, said, *([tell] if tell is not None else [])):
+                if fd >= 0:
+                    os.close(fd)
+
+
+def run(name: str, argv: list[str], lower: Path = Path("/"), tell: int | None = None) -> int:
+    """The sandbox NAME running argv, until it ends; its keeper's part. ``tell``: a pipe
+    to write "ready" on once the sandbox takes --exec and --stop as a running one (its
+    setup done, its command starting); closed unwritten if it is not."""
     box = WORK / name
     pidfile = box / "holder.pid"
-    if (pid := holder_alive(pidfile)) is not None:
-        log(f"a sandbox {name} is running (pid {pid}); end it first or choose another name")
-        return 2
-    tree = hierarchies()
-    cgs = [h.cgroup(name) for h in tree]
-    for cg in cgs:
-        if (err := remove_cgroup(cg)) is not None:
-            log(f"a cgroup of an earlier sandbox {name} is in use: {err}")
+    early: list[int] = []  # signals before the Keeper's handlers
+
+    def before(signum: int, _frame: object) -> None:
+        early.append(signum)
+
+    for sig in SIGNALS:
+        signal.signal(sig, before)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)  # blocked by detach until here
+    try:
+        if (pid := holder_alive(pidfile) or keeper_alive(name)) is not None:
+            log(f"a sandbox {name} is running (pid {pid}); end it first or choose another "
+                "name")
             return 2
-    # an earlier sandbox of this name whose end was never seen to (lab/sandbox killed):
-    # its loop devices first, then its data
-    if (left := release_devices(box / "data")):
-        log(f"an earlier sandbox {name} left: {'; '.join(left)}")
-        return 2
-    shutil.rmtree(box, ignore_errors=True)
-    for sub in ("root", "layer", "data", "tmp"):
-        (box / sub).mkdir(parents=True, exist_ok=True)
-    for cg in cgs:
-        cg.mkdir()
-    enter = "".join(f'echo $$ > "{cg}/cgroup.procs"; ' for cg in cgs)
-    holder = subprocess.Popen(
-        ["sh", "-c", enter + 'exec "$@"', "sh",
-         "unshare", "--pid", "--fork", "--mount", "--uts", "--ipc", "--net", "--cgroup",
-         "--propagation", "private", "--kill-child", "--",
-         "sh", "-c", SETUP, "sh", str(box), str(REPO), "\n".join(h.line() for h in tree),
-         name, SIZE, str(lower), *argv],
-        env={**os.environ, MARK: name, "REAPER": REAPER, "PATH": PATH,
-             BLKIO_ROOT: "1" if blkio_is_the_root() else "0"})
-    pidfile.write_text(f"{holder.pid}\n")
-
-    signalled: list[int] = []
-
-    def stop(signum: int, _frame: object) -> None:
-        """The first signal goes to CMD (through the reaper: its lab-down runs); a second
-        ends the sandbox at once (unshare's end kills its PID 1, and the kernel the rest)."""
-        signalled.append(signum)
-        if len(signalled) > 1:
-            log(f"signal {signum} again: killing the sandbox {name}")
-            holder.kill()
-            return
-        log(f"signal {signum}: ending the sandbox {name} (its command's own teardown "
-            "first; signal again to kill it)")
-        for pid in reapers(holder.pid):
-            os.kill(pid, signal.SIGTERM)
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, stop)
-    rc = holder.wait()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-    return finish(name, box, cgs, rc)
+        note_keeper(name, os.getpid())
+        tree = hierarchies()
+        cgs = [h.cgroup(name) for h in tree]
+        for cg in cgs:
+            if (err := remove_cgroup(cg)) is not None:
+                log(f"a cgroup of an earlier sandbox {name} is in use: {err}")
+                return 2
+        # an earlier sandbox of this name whose end was never seen to (lab/sandbox
+        # killed): its loop devices first, then its data
+        if (left := release_devices(box / "data")):
+            log(f"an earlier sandbox {name} left: {'; '.join(left)}")
+            return 2
+        shutil.rmtree(box, ignore_errors=True)
+        for sub in ("root", "layer", "data", "tmp"):
+            (box / sub).mkdir(parents=True, exist_ok=True)
+        for cg in cgs:
+            cg.mkdir()
+        enter = "".join(f'echo $$ > "{cg}/cgroup.procs"; ' for cg in cgs)
+        said, says = os.pipe()
+        if early:
+            log(f"signal {early[0]}: {name} is ended before its start")
+            os.close(said)
+            os.close(says)
+            return finish(name, box, cgs, 128 + early[0])
+        holder = subprocess.Popen(
+            ["sh", "-c", enter + 'exec "$@"', "sh",
+             "unshare", "--pid", "--fork", "--mount", "--uts", "--ipc", "--net", "--cgroup",
+             "--propagation", "private", "--kill-child", "--",
+             "sh", "-c", SETUP, "sh", str(box), str(REPO), "\n".join(h.line() for h in tree),
+             name, SIZE, str(lower), *argv],
+            env={**os.environ, MARK: name, "REAPER": REAPER, "PATH": PATH,
+                 "RSA_SANDBOX_READY": str(says),
+                 BLKIO_ROOT: "1" if blkio_is_the_root() else "0"},
+            pass_fds=(says,))
+        os.close(says)
+        pidfile.write_text(f"{holder.pid}\n")
+        rc = Keeper(name, holder, early).watch(said, box, tell)
+        tell = None  # watch() closed it
+        return finish(name, box, cgs, rc)
+    finally:
+        if tell is not None:
+            os.close(tell)
+        try:
+            if keeper_file(name).read_text().split()[:1] == [str(os.getpid())]:
+                keeper_file(name).unlink()
+        except OSError:
+            pass
 
 
 def finish(name: str, box: Path, cgs: list[Path], rc: int) -> int:
@@ -320,16 +498,26 @@ def _name_ok(name: str) -> bool:
     return re.fullmatch(r"[a-z0-9][a-z0-9-]{0,30}", name) is not None
 
 
+#: how long --detach waits for the sandbox to be ready (about a second on an idle machine)
+READY_WITHIN = 120.0
+
+
 def detach(name: str, argv: list[str], lower: Path) -> int:
-    """run() in a process of its own session, its output in WORK/NAME.log; back once
-    the sandbox's PID 1 runs (or the sandbox ended at once: then its log's end)."""
+    """run() in a process of its own session, its output in WORK/NAME.log; back once the
+    sandbox is ready (its setup done, its command started: --exec and --stop find it
+    running), or with one line saying why it is not."""
     WORK.mkdir(parents=True, exist_ok=True)
     out = WORK / f"{name}.log"
-    if (pid := holder_alive(WORK / name / "holder.pid")) is not None:
+    if (pid := holder_alive(WORK / name / "holder.pid") or keeper_alive(name)) is not None:
         log(f"a sandbox {name} is running (pid {pid}); end it first or choose another name")
         return 2
+    said, says = os.pipe()
+    # the keeper's signals wait for its handlers: a --stop from its first step on is seen
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
     child = os.fork()
     if child == 0:  # pragma: no cover - the detached sandbox itself
+        os.close(said)
+        note_keeper(name, os.getpid())  # before anything of it shows, its log first
         os.setsid()
         fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         null = os.open("/dev/null", os.O_RDONLY)
@@ -337,27 +525,37 @@ def detach(name: str, argv: list[str], lower: Path) -> int:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         try:
-            rc = run(name, argv, lower)
+            rc = run(name, argv, lower, tell=says)
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(rc)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(child, os.WNOHANG)
-        if done:
-            tail = out.read_text(errors="replace").strip().splitlines()[-5:]
-            log(f"{name} ended at once (status {os.waitstatus_to_exitcode(status)}): "
-                + " | ".join(tail))
-            return 1
-        holder = holder_alive(WORK / name / "holder.pid")
-        if holder is not None and reapers(holder):
-            log(f"{name} runs in the background (pid {child}; output in {out}): "
-                f"lab/sandbox --exec {name} CMD..., lab/sandbox --stop {name}")
-            return 0
-        time.sleep(0.1)
-    log(f"{name}: no PID 1 after 60 s; its output is in {out}")
+    os.close(says)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    if not select.select([said], [], [], READY_WITHIN)[0]:
+        os.close(said)
+        log(f"{name}: not ready after {READY_WITHIN:g} s (its output: {out}); "
+            f"lab/sandbox --stop {name} ends it")
+        return 1
+    if read_ready(said):
+        log(f"{name} runs in the background (pid {child}; output in {out}): "
+            f"lab/sandbox --exec {name} CMD..., lab/sandbox --stop {name}")
+        return 0
+    _, status = os.waitpid(child, 0)
+    log(f"{name} did not start (status {os.waitstatus_to_exitcode(status)}): "
+        f"{why(out.read_text(errors='replace'))} (its output: {out})")
     return 1
+
+
+def why(said: str) -> str:
+    """What a sandbox that did not start said last: its setup's error (a failed mount),
+    else lab/sandbox's own last word."""
+    lines = [line.rstrip() for line in said.splitlines() if line.strip()]
+    theirs = [line for line in lines  # (an indented line continues an error: mount's hint)
+              if not line.startswith("sandbox: ") and not line[:1].isspace()]
+    if theirs:
+        return theirs[-1]
+    return lines[-1].removeprefix("sandbox: ") if lines else "it said nothing"
 
 
 def _running(name: str) -> tuple[int, int] | None:
@@ -377,6 +575,10 @@ def exec_in(name: str, argv: list[str]) -> int:
         log(f"no sandbox {name} is running (lab/sandbox --detach {name} CMD... starts one)")
         return 2
     _holder, pid1 = found
+    if not (WORK / name / "ready").exists():  # its PID 1 is the setup's shell still
+        log(f"the sandbox {name} is still being set up: run CMD once its "
+            f"lab/sandbox --detach has returned (its output: {WORK / f'{name}.log'})")
+        return 2
     enter = "".join(f'echo $$ > "{h.cgroup(name)}/cgroup.procs"; ' for h in hierarchies())
     env = {k: v for k, v in os.environ.items() if k not in (MARK, ROOT, "REAPER")}
     env.update({"RSA_LAB_SANDBOX": name, "PATH": PATH,
@@ -388,49 +590,47 @@ def exec_in(name: str, argv: list[str]) -> int:
     return done.returncode
 
 
-def _parent(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def stop(name: str, timeout: float = 300) -> int:
-    """End a detached sandbox as a signal to its lab/sandbox would (its command's own
-    teardown, then the sandbox's cleanup), and wait for the end; 0 when nothing of it is
-    left (also when none runs)."""
+    """End a sandbox as a signal to its lab/sandbox (its keeper) would: its command's own
+    teardown once it is ready, at once while it is being set up; then the sandbox's
+    cleanup. Waits for the end; 0 when nothing of it is left (also when none runs)."""
     box = WORK / name
-    found = _running(name)
-    if found is None:
-        if box.exists() and holder_alive(box / "holder.pid") is None and not in_sandbox(name):
-            log(f"no sandbox {name} is running; an earlier one's data is at {box} "
-                "(the next start of that name removes it)")
-        else:
-            log(f"no sandbox {name} is running")
+    keeper = keeper_alive(name)
+    holder = holder_alive(box / "holder.pid")
+    if keeper is None and holder is None:
+        if box.exists() and not in_sandbox(name):  # its lab/sandbox was killed
+            log(f"no sandbox {name} is running; removing what an earlier one left")
+            if (rc := finish(name, box, [h.cgroup(name) for h in hierarchies()], 0)) == 0:
+                log(f"{name}: removed; nothing of it is left")
+            return rc
+        log(f"no sandbox {name} is running")
         return 0
-    holder, _pid1 = found
-    keeper = _parent(holder)
-    if keeper is None or keeper <= 1:
+    if keeper is None:
+        assert holder is not None
         log(f"{name}: its lab/sandbox process is gone; ending the sandbox at once")
         os.kill(holder, signal.SIGKILL)
-        keeper = None
     else:
         os.kill(keeper, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if (keeper is None or not Path(f"/proc/{keeper}").exists()) and not in_sandbox(name):
+        if (keeper is None or _started(keeper) is None) and not in_sandbox(name):
             break
         time.sleep(0.2)
     else:
         log(f"{name} still runs {timeout:g} s after SIGTERM: lab/sandbox --stop {name} "
             "again, or kill its holder")
         return 1
-    said = (WORK / f"{name}.log").read_text(errors="replace").splitlines()
+    try:
+        said = (WORK / f"{name}.log").read_text(errors="replace").splitlines()
+    except OSError:  # a sandbox in the foreground: its output is its terminal's
+        said = []
     for line in said[-20:]:
         if line.startswith("sandbox: "):
             print(line, file=sys.stderr)
     if keeper is None:
-        return finish(name, box, [h.cgroup(name) for h in hierarchies()], 1)
+        if (rc := finish(name, box, [h.cgroup(name) for h in hierarchies()], 0)) == 0:
+            log(f"{name} ended; nothing of it is left")
+        return rc
     if box.exists():
         log(f"{name}: something of it is left (its output: {WORK / f'{name}.log'})")
         return 1

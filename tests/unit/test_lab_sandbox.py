@@ -195,9 +195,232 @@ def test_a_detached_sandbox_takes_commands_and_its_stop_runs_its_teardown() -> N
     assert f"{name} ended; nothing of it is left" in stopped.stderr
     said = (sandbox.WORK / f"{name}.log").read_text()
     assert "torn down" in said.splitlines(), said  # its teardown ran
+    assert "killing" not in said, said  # and was not cut short
     assert not sandbox.in_sandbox(name) and not (sandbox.WORK / name).exists()
     assert all(not h.cgroup(name).exists() for h in sandbox.hierarchies())
     none = subprocess.run([str(SANDBOX), "--exec", name, "true"], capture_output=True,
                           text=True, timeout=60, check=False)
     assert none.returncode == 2 and f"no sandbox {name} is running" in none.stderr
     (sandbox.WORK / f"{name}.log").unlink()
+
+
+KEEPER = 'trap "echo torn down; exit 0" TERM; while :; do sleep 3600 & wait $!; done'
+
+
+def _gone(name: str) -> None:
+    """Nothing of the sandbox NAME is left on this host."""
+    assert not sandbox.in_sandbox(name)
+    assert sandbox.holder_alive(sandbox.WORK / name / "holder.pid") is None
+    assert sandbox.keeper_alive(name) is None
+    assert not (sandbox.WORK / name).exists()
+    assert all(not h.cgroup(name).exists() for h in sandbox.hierarchies())
+
+
+def _clean_log(name: str) -> None:
+    for f in (sandbox.WORK / f"{name}.log", sandbox.keeper_file(name)):
+        f.unlink(missing_ok=True)
+
+
+def test_a_command_right_after_detach_runs_in_the_ready_sandbox() -> None:
+    """make lab-up RSA_LAB_DEBIAN=13's way, at once and again: --detach returns only once
+    the setup is done, so the --exec right after it runs in the sandbox's root, from the
+    repository (not in its setup shell's: "getcwd() failed", "No rule to make target");
+    and --stop right after ends it by its command's teardown, at once."""
+    import time
+
+    for _ in range(8):
+        name = f"t{uuid.uuid4().hex[:8]}"
+        try:
+            done = subprocess.run([str(SANDBOX), "--detach", name, "sh", "-c", KEEPER],
+                                  capture_output=True, text=True, timeout=150, check=False)
+            assert done.returncode == 0, done.stderr
+            inside = subprocess.run(
+                [str(SANDBOX), "--exec", name, "sh", "-c",
+                 "hostname; pwd; test -f Makefile && echo repo"],
+                capture_output=True, text=True, timeout=60, check=False)
+            assert inside.returncode == 0, inside.stderr
+            assert inside.stdout.split() == [f"sandbox-{name}", str(ROOT), "repo"]
+        finally:
+            t0 = time.monotonic()
+            stopped = subprocess.run([str(SANDBOX), "--stop", name], capture_output=True,
+                                     text=True, timeout=120, check=False)
+        assert stopped.returncode == 0, stopped.stderr
+        assert time.monotonic() - t0 < 30
+        said = (sandbox.WORK / f"{name}.log").read_text()
+        assert "torn down" in said.splitlines() and "killing" not in said, said
+        _gone(name)
+        _clean_log(name)
+
+
+def test_detach_waits_for_a_slow_setup_and_exec_waits_for_it_too() -> None:
+    """A busy machine's setup, made as slow as it gets: its shell (the sandbox's PID 1,
+    before the reaper) stopped. --detach does not return before it has finished, --exec
+    meanwhile runs nothing and says so; once it goes on both work."""
+    import signal
+    import time
+
+    for _ in range(20):  # until the setup is caught in its shell (it takes some 50 ms)
+        name = f"t{uuid.uuid4().hex[:8]}"
+        detached = subprocess.Popen([str(SANDBOX), "--detach", name, "sh", "-c", KEEPER],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)
+        pid1, caught = 0, False
+        try:
+            deadline = time.monotonic() + 30
+            while not pid1 and time.monotonic() < deadline:
+                holder = sandbox.holder_alive(sandbox.WORK / name / "holder.pid")
+                pid1 = (sandbox.reapers(holder) or [0])[0] if holder else 0
+            os.kill(pid1, signal.SIGSTOP)
+            # (before the reaper: unshare's fork, then the setup's shell)
+            caught = Path(f"/proc/{pid1}/comm").read_text().strip() in ("unshare", "sh")
+            if caught:
+                with pytest.raises(subprocess.TimeoutExpired):
+                    detached.wait(timeout=3)
+                early = subprocess.run([str(SANDBOX), "--exec", name, "sh", "-c",
+                                        "echo ran"], capture_output=True, text=True,
+                                       timeout=60, check=False)
+                assert early.returncode == 2 and "ran" not in early.stdout
+                assert "still being set up" in early.stderr, early.stderr
+            os.kill(pid1, signal.SIGCONT)
+            _out, err = detached.communicate(timeout=150)
+            assert detached.returncode == 0, err
+            inside = subprocess.run([str(SANDBOX), "--exec", name, "pwd"],
+                                    capture_output=True, text=True, timeout=60,
+                                    check=False)
+            assert (inside.returncode, inside.stdout.strip()) == (0, str(ROOT)), inside
+        finally:
+            if pid1:
+                os.kill(pid1, signal.SIGCONT)
+            if detached.poll() is None:
+                detached.kill()
+                detached.wait()
+            stopped = subprocess.run([str(SANDBOX), "--stop", name], capture_output=True,
+                                     text=True, timeout=120, check=False)
+            _clean_log(name)
+        assert stopped.returncode == 0, stopped.stderr
+        _gone(name)
+        if caught:
+            return
+    pytest.fail("the setup was never caught in its shell")
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.01, 0.03, 0.06, 0.1, 0.2, 0.4])
+def test_stop_during_the_setup_ends_the_sandbox_at_once(delay: float) -> None:
+    """--stop at any step of a --detach (from its first sign, the log, to a running
+    command): the sandbox ends at once and nothing of it is left; the --detach says
+    whether it started (its setup's shell, PID 1 there, would ignore the signal: the
+    stop must not wait its 300 s for a command that never got it)."""
+    import time
+
+    name = f"t{uuid.uuid4().hex[:8]}"
+    log = sandbox.WORK / f"{name}.log"
+    detached = subprocess.Popen([str(SANDBOX), "--detach", name, "sh", "-c", KEEPER],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not log.exists() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(delay)
+        t0 = time.monotonic()
+        stopped = subprocess.run([str(SANDBOX), "--stop", name], capture_output=True,
+                                 text=True, timeout=60, check=False)
+        assert stopped.returncode == 0, stopped.stderr
+        assert time.monotonic() - t0 < 30
+        _out, err = detached.communicate(timeout=150)
+        assert detached.returncode in (0, 1), err
+        if detached.returncode == 1:  # stopped before it was ready: one line, and why
+            assert len(err.strip().splitlines()) == 1 and "did not start" in err, err
+        _gone(name)
+    finally:
+        if detached.poll() is None:
+            detached.kill()
+            detached.wait()
+        subprocess.run([str(SANDBOX), "--stop", name], capture_output=True, timeout=120,
+                       check=False)
+        _clean_log(name)
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.3])
+def test_stop_after_its_lab_sandbox_was_killed_ends_it_and_cleans_up(delay: float) -> None:
+    """kill -9 of the sandbox's lab/sandbox (its keeper) during the setup or after it:
+    --stop kills the holder and does the cleanup the keeper would have done."""
+    import signal
+    import time
+
+    name = f"t{uuid.uuid4().hex[:8]}"
+    detached = subprocess.Popen([str(SANDBOX), "--detach", name, "sh", "-c", KEEPER],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while (sandbox.holder_alive(sandbox.WORK / name / "holder.pid") is None
+               and time.monotonic() < deadline):
+            time.sleep(0.001)
+        time.sleep(delay)
+        keeper = sandbox.keeper_alive(name)
+        assert keeper is not None
+        os.kill(keeper, signal.SIGKILL)
+        detached.communicate(timeout=150)
+        stopped = subprocess.run([str(SANDBOX), "--stop", name], capture_output=True,
+                                 text=True, timeout=120, check=False)
+        # (killed before the setup said "ready", the sandbox has ended itself: the
+        # reaper could not say it)
+        assert stopped.returncode == 0, stopped.stderr
+        assert (f"{name} ended; nothing of it is left" in stopped.stderr
+                or "removing what an earlier one left" in stopped.stderr), stopped.stderr
+        _gone(name)
+    finally:
+        if detached.poll() is None:
+            detached.kill()
+            detached.wait()
+        subprocess.run([str(SANDBOX), "--stop", name], capture_output=True, timeout=120,
+                       check=False)
+        _clean_log(name)
+
+
+def test_a_setup_that_fails_is_said_in_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    """A root the overlay cannot be made of (a lower directory without /dev to bind):
+    --detach fails with one line naming the failed step and the log, and cleans up."""
+    lower = tmp_path / "root"
+    (lower / "usr/bin").mkdir(parents=True)
+    (lower / "usr/bin/python3").touch()
+    name = f"t{uuid.uuid4().hex[:8]}"
+    try:
+        done = subprocess.run([str(SANDBOX), "--detach", name, "true"],
+                              capture_output=True, text=True, timeout=150, check=False,
+                              env={**os.environ, "RSA_SANDBOX_ROOT": str(lower)})
+        assert done.returncode == 1
+        line, = done.stderr.strip().splitlines()
+        assert line.startswith(f"sandbox: {name} did not start (status ") and \
+            "mount point does not exist" in line
+        assert str(sandbox.WORK / f"{name}.log") in line
+        _gone(name)
+    finally:
+        _clean_log(name)
+
+
+def test_why_a_sandbox_did_not_start_is_its_setups_last_error() -> None:
+    said = ("mount: /x/dev: mount point does not exist.\n"
+            "       dmesg(1) may have more information after failed mount system call.\n"
+            "sandbox: t1: its setup failed (its error is above)\n")
+    assert sandbox.why(said) == "mount: /x/dev: mount point does not exist."
+    assert sandbox.why("sandbox: a sandbox t1 is running (pid 7); end it first\n") == (
+        "a sandbox t1 is running (pid 7); end it first")
+    assert sandbox.why("") == "it said nothing"
+
+
+def test_a_keeper_is_known_by_its_pid_and_start_time(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sandbox, "WORK", tmp_path)
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        sandbox.note_keeper("k", other.pid)
+        assert sandbox.keeper_alive("k") == other.pid
+        sandbox.note_keeper("k", os.getpid())
+        assert sandbox.keeper_alive("k") is None  # this process is not another keeper
+        sandbox.keeper_file("k").write_text(f"{other.pid} 1\n")  # a reused PID
+        assert sandbox.keeper_alive("k") is None
+    finally:
+        other.kill()
+        other.wait()
+    sandbox.note_keeper("k", other.pid)  # reaped: gone
+    assert sandbox.keeper_alive("k") is None
