@@ -183,18 +183,33 @@ class Routes:
     def _visible(self, caller: Caller, job_id: str) -> dict[str, Any]:
         """The job's view if the caller may see it; an array task named by its own job
         id (``$SLURM_JOB_ID`` in the task, which squeue shows as ``<array>_<task>``) is
-        that task, by the match slurmctld's hooks taught rsad (its ``job_id`` says which)."""
+        that task, by the match slurmctld's hooks taught rsad (its ``job_id`` says which).
+        The array's own id, which one of its tasks also carries, names the array, as in
+        Slurm (``scontrol show job`` of it shows every task): no task of it is answered
+        for it; its owner is told that rsad tracks each task."""
+        array_task: list[dict[str, Any]] = []
+
         def view() -> dict[str, Any] | None:
             records = self.daemon.sched.records
             rec = records.get(job_id)
-            if rec is None and job_id in self.daemon.aliases:
-                rec = records.get(self.daemon.aliases[job_id])
+            target = self.daemon.aliases.get(job_id) if rec is None else None
+            if target is not None:
+                task = records.get(target)
+                if target.partition("_")[0] != job_id:
+                    rec = task
+                elif task is not None:
+                    array_task.append(self.daemon.job_view(task))
             return self.daemon.job_view(rec) if rec else None
 
         job = self._call(view)
-        if job is None:
+        if job is None and not array_task:
             job = self._archived(job_id)
         if job is None or (not caller.operator and job["user"] != caller.user):
+            task = array_task[0] if array_task else None
+            if task is not None and (caller.operator or task["user"] == caller.user):
+                raise ApiError(HTTPStatus.NOT_FOUND,
+                               f"job {job_id} is an array: the RSA tracks each of its tasks "
+                               f"(rsa job {job_id}_<task>; rsa wait {job_id} waits for all)")
             # the same answer for "not yours" and "unknown": no information leak
             raise ApiError(HTTPStatus.NOT_FOUND, f"job {job_id} is not tracked by the RSA")
         return dict(job)

@@ -7,6 +7,7 @@ would, and ours then does not run. Everything is put back afterwards."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -18,25 +19,19 @@ from tests.integration.conftest import as_user
 from tests.integration.slurmkit import (
     in_cluster,
     install_lab_job_submit,
+    lab_nodes,
     make_jobs,
+    on_node,
     root,
     wait_for,
 )
 from tests.integration.test_rsad_staging import rsa_job, wait_state
 
 SITE = Path("/run/rsa-lab/site-hooks")  # RSA_SITE_HOOKS of the lab's hooks (lab/hooks)
-MARKS = SITE / "marks"
-FAIL_ONCE = SITE / "fail-once"
+#: the site Prolog's directory on the cluster lab's compute nodes: the hooks' default
+CLUSTER_SITE_PROLOG = Path("/etc/rsa/site-prolog.d")
 
 pytestmark = pytest.mark.once  # Slurm's side: the same whichever mode drives staging
-
-
-@pytest.fixture(autouse=True)
-def _host_lab() -> None:
-    if in_cluster():
-        pytest.skip("the site's job_submit.lua and site Prolog are put in place by the host "
-                    "lab's own tooling (lab/rsalab/slurm.py, RSA_SITE_HOOKS), not yet on "
-                    "the cluster lab's ctl and compute nodes")
 
 
 @pytest.fixture
@@ -55,24 +50,41 @@ def site_job_submit(lab: Mapping[str, str]) -> Iterator[None]:
 
 
 @pytest.fixture
-def site_prolog() -> Iterator[Path]:
-    """A site Prolog that writes a marker per job and, once, fails (while FAIL_ONCE
-    exists: the first Prolog to remove it exits 3)."""
-    d = SITE / "site-prolog.d"
-    d.mkdir(parents=True, mode=0o755, exist_ok=True)
-    SITE.chmod(0o755)
-    MARKS.mkdir(mode=0o755, exist_ok=True)
-    script = d / "10-site-gate"
-    script.write_text("#!/bin/sh\n"
-                      f'echo "$SLURMD_NODENAME" > {MARKS}/"$SLURM_JOB_ID"\n'
-                      f"rm {FAIL_ONCE} 2>/dev/null && "
-                      "{ echo 'site: node failed its health check' >&2; exit 3; }\n"
-                      "exit 0\n")
-    script.chmod(0o755)
+def site_prolog(lab: Mapping[str, str]) -> Iterator[Path]:
+    """A site Prolog that writes a marker per job into ``marks/`` and, once, fails (while
+    ``fail-once`` exists: the first Prolog to remove it exits 3); yields the directory
+    that holds both. The host lab: in RSA_SITE_HOOKS, which its compute nodes share. The
+    cluster lab: the script in each compute node's own /etc/rsa/site-prolog.d (through
+    the door), the marker and the flag on the PFS, which every node mounts (root there
+    is root on the PFS: the lab's export maps it so)."""
+    cluster = in_cluster()
+    base = (Path(lab["RSA_LAB_PFS_ROOT"]) / f"rsa-site-hooks-{os.getpid()}" if cluster
+            else SITE)
+    marks = base / "marks"
+    base.mkdir(parents=True, mode=0o755, exist_ok=True)
+    base.chmod(0o755)
+    marks.mkdir(mode=0o755, exist_ok=True)
+    text = ("#!/bin/sh\n"
+            f'echo "$SLURMD_NODENAME" > {marks}/"$SLURM_JOB_ID"\n'
+            f"rm {base}/fail-once 2>/dev/null && "
+            "{ echo 'site: node failed its health check' >&2; exit 3; }\n"
+            "exit 0\n")
+    nodes = lab_nodes(lab, "RSA_LAB_COMPUTE_NODES") if cluster else []
+    for node in nodes:
+        on_node(node, ["sh", "-ec", f"install -d -m 0755 {CLUSTER_SITE_PROLOG}\n"
+                       f"cat > {CLUSTER_SITE_PROLOG}/10-site-gate\n"
+                       f"chmod 0755 {CLUSTER_SITE_PROLOG}/10-site-gate"], input=text)
+    if not cluster:
+        d = SITE / "site-prolog.d"
+        d.mkdir(mode=0o755, exist_ok=True)
+        (d / "10-site-gate").write_text(text)
+        (d / "10-site-gate").chmod(0o755)
     try:
-        yield script
+        yield base
     finally:
-        shutil.rmtree(SITE, ignore_errors=True)
+        for node in nodes:
+            on_node(node, ["rm", "-rf", str(CLUSTER_SITE_PROLOG)], check=False)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _sbatch(lab: Mapping[str, str], *args: str) -> tuple[int, str]:
@@ -117,6 +129,7 @@ def test_a_sites_job_submit_and_the_rsas_both_act_on_real_jobs(
 
 def test_a_site_prolog_runs_before_ours_and_its_failure_fails_the_job(
         lab: Mapping[str, str], area: Path, site_prolog: Path) -> None:
+    marks, fail_once = site_prolog / "marks", site_prolog / "fail-once"
     script = (f"#!/bin/bash\n#RSA_DATA_IN={area}/in\n"
               f"findmnt -n -o SOURCE --target {area}/in > {area}/res/inmnt\n")
     with make_jobs(lab) as jobs:
@@ -124,13 +137,13 @@ def test_a_site_prolog_runs_before_ours_and_its_failure_fails_the_job(
         wait_state(lab, job, "released", timeout=180)
         history = [e.get("to") for e in (rsa_job(lab, job) or {}).get("events", [])]
         assert "mounted-input" in history, history  # ours ran after the site's
-        assert (MARKS / job).exists(), "the site Prolog did not run"
+        assert (marks / job).exists(), "the site Prolog did not run"
         # once more, the site Prolog fails: Slurm drains the node and holds the job;
         # ours never ran for it (no mount asked of rsad)
-        FAIL_ONCE.write_text("")
+        fail_once.write_text("")
         failed = jobs.submit(script=script)
         node = wait_for("the site Prolog's marker", lambda: (
-            (MARKS / failed).read_text().strip() if (MARKS / failed).exists() else None),
+            (marks / failed).read_text().strip() if (marks / failed).exists() else None),
             timeout=180)
         try:
             wait_for("the node drained by the Prolog's failure", lambda: "prolog" in root(
@@ -140,7 +153,7 @@ def test_a_site_prolog_runs_before_ours_and_its_failure_fails_the_job(
             # 24.11 shows the held job COMPLETING while its launch is cleaned up
             wait_for("the held job pending", lambda: _squeue(
                 lab, failed, "State") == "PENDING", timeout=60)
-            assert not FAIL_ONCE.exists()
+            assert not fail_once.exists()
         finally:
             root(lab, "scancel", failed)
             root(lab, "scontrol", "update", f"nodename={node}", "state=resume")

@@ -360,12 +360,53 @@ def install_lab_job_submit(lab: Mapping[str, str], site: bool) -> None:
     """The lab's job_submit.lua: a site's own that chains the RSA's module
     (examples/site-job_submit.lua, ``site``) or the RSA's own (lab/rsalab/slurm.py
     install_job_submit); slurmctld rereads it at the next submission."""
+    if in_cluster():
+        _install_cluster_job_submit(lab, site)
+        return
+    if in_cluster():
+        _install_cluster_job_submit(lab, site)
+        return
     code = ("import sys; sys.path.insert(0, sys.argv[1]); "
             "from rsalab import common, slurm; "
             "slurm.install_job_submit(common.Settings(), site=sys.argv[2] == 'site')")
     subprocess.run(["/usr/bin/python3", "-c", code, str(LAB_DIR), "site" if site else "rsa"],
                    check=True, timeout=60,
                    env={**os.environ, **lab, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+
+
+#: the cluster lab's job_submit.lua on ctl, and the RSA's own kept beside it while a site's
+#: is in its place
+CLUSTER_JOB_SUBMIT = "/etc/slurm/job_submit.lua"
+CLUSTER_RSA_JOB_SUBMIT = "/etc/slurm/job_submit.lua.rsa-lab"
+SITE_EXAMPLE = "/usr/share/rsa-scheduler/examples/site-job_submit.lua"
+
+
+def _install_cluster_job_submit(lab: Mapping[str, str], site: bool) -> None:
+    """On the cluster lab's ctl: the package's example of a site's own job_submit.lua
+    (configured as the operator guide says: SlurmUser's uid, the lock-in priority, the
+    mode's directive) in place of the RSA's, which is kept aside and put back without
+    ``site``; the mtime moved forward so that slurmctld rereads it."""
+    before = int(on_node("ctl", ["stat", "-c", "%Y", CLUSTER_JOB_SUBMIT]).stdout)
+    if site:
+        ours = on_node("ctl", ["cat", CLUSTER_JOB_SUBMIT]).stdout
+        settings = [ln for ln in ours.splitlines()
+                    if ln.startswith(("  slurm_user_uid = ", "  lockin_priority = ",
+                                      "  bb_directive = "))]
+        example = on_node("ctl", ["cat", SITE_EXAMPLE]).stdout
+        line = "  slurm_user_uid = nil, -- `id -u slurm`"
+        assert example.count(line) == 1, f"{SITE_EXAMPLE}: no line {line!r}"
+        text = example.replace(line, "\n".join(settings))
+        on_node("ctl", ["sh", "-ec", f"[ -e {CLUSTER_RSA_JOB_SUBMIT} ] || "
+                        f"cp -p {CLUSTER_JOB_SUBMIT} {CLUSTER_RSA_JOB_SUBMIT}\n"
+                        f"cat > {CLUSTER_JOB_SUBMIT}.new\n"
+                        f"mv {CLUSTER_JOB_SUBMIT}.new {CLUSTER_JOB_SUBMIT}"], input=text)
+    else:
+        on_node("ctl", ["sh", "-ec", f"[ ! -e {CLUSTER_RSA_JOB_SUBMIT} ] || "
+                        f"mv {CLUSTER_RSA_JOB_SUBMIT} {CLUSTER_JOB_SUBMIT}"])
+    # slurmctld rereads job_submit.lua only when its mtime (whole seconds) grew
+    stamp = max(int(time.time()), before + 1)
+    on_node("ctl", ["sh", "-ec", f"chmod 0644 {CLUSTER_JOB_SUBMIT}\n"
+                    f"touch -d @{stamp} {CLUSTER_JOB_SUBMIT}"])
 
 
 @contextmanager

@@ -619,6 +619,30 @@ def test_rsa_wait_of_an_array_tasks_own_job_id_is_that_tasks(tmp_path: Path) -> 
     d.shutdown()
 
 
+def test_rsa_job_of_the_arrays_own_id_names_the_array_not_the_task_that_carries_it(
+        tmp_path: Path) -> None:
+    """Slurm gives one task of an array the array's own id (here 127_4 runs as 127):
+    ``rsa job 127`` means the array, as ``scontrol show job 127`` does, so it is not
+    answered with that one task's record; its owner is told rsad tracks each task,
+    another user the same "not tracked" as for any job not theirs."""
+    slurm, gated = DepSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    slurm.set("127_4", "PENDING", "Resources", spec=OUT)
+    d.poll()
+    settle(d)
+    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "127_4", "alias": "127"})
+    settle(d)
+    with serving(d) as routes:
+        assert routes.dispatch(ALICE, "GET", "/v1/jobs/127_4", None)["job_id"] == "127_4"
+        with pytest.raises(api.ApiError, match=r"job 127 is an array: the RSA tracks each "
+                           r"of its tasks \(rsa job 127_<task>; rsa wait 127 waits for all\)"):
+            routes.dispatch(ALICE, "GET", "/v1/jobs/127", None)
+        with pytest.raises(api.ApiError, match=r"^job 127 is not tracked by the RSA$"):
+            routes.dispatch(BOB, "GET", "/v1/jobs/127", None)
+    gated.gate.set()
+    d.shutdown()
+
+
 def test_the_parents_named_at_submission_are_waited_for_whoever_they_are(
         tmp_path: Path) -> None:
     """alice submits ``afterok:7`` once bob's job 7 has ended, its output still staging
