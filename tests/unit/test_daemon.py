@@ -1069,11 +1069,15 @@ HOLD = 900_000  # the hold's deadline, far ahead of the test clock
 
 
 def flush_urgent(d: Daemon) -> None:
-    """Wait until the urgent lane's work so far is done and the message lane wrote
-    every comment told so far."""
+    """Wait until every Slurm call the start, rerun and dependency holds handed the
+    urgent lane so far is done (its holds and releases), and the message lane wrote every
+    comment told so far. Not a no-op submitted to each lane: the lanes have several
+    workers, and one finishes the no-op while another has yet to make a call submitted
+    before it (seen on a loaded machine: the rerun hold not yet placed)."""
+    _, late = wait_futures(d.holds.calls_in_flight() + list(d.deps.calls.values()),
+                           timeout=30)
+    assert not late, "hold calls still running after 30 s"
     for _ in range(1000):
-        d.urgent.submit(lambda: None).result(10)
-        d.dispatcher.messages.submit(lambda: None).result(10)
         with d.dispatcher._comment_lock:
             if not d.dispatcher._writing:
                 return
