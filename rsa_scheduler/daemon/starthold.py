@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future
+from typing import Any, TypeVar
 
 from rsa_scheduler.core.admission import Admission, Candidate, admit
 from rsa_scheduler.core.directive_spec import DirectiveSpec
@@ -52,6 +53,8 @@ from rsa_scheduler.slurm.parse import ELIGIBLE_REASONS, QueueRow
 from rsa_scheduler.slurm.port import SlurmError, SlurmPort
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 #: seconds after rsad released a job's start hold in which Slurm still showing it pending
 #: for ``BeginTime`` is not news (it has not rescheduled it yet)
@@ -155,6 +158,22 @@ class StartHold:
         # requeued jobs under early start wait, to be held for their RAMDISK once Slurm has
         # finished the requeue (:meth:`requeued`)
         self.rehold: set[str] = set()
+        # every Slurm call handed to the lane, until seen done (:meth:`calls_in_flight`)
+        self._calls: list[Future[Any]] = []
+
+    def calls_in_flight(self) -> list[Future[Any]]:
+        """The Slurm calls (holds, releases) handed to the lane and not yet done. Done
+        once each of these is: the lane has several workers, so work submitted behind
+        them may finish first and says nothing of them."""
+        self._calls = [c for c in self._calls if not c.done()]
+        return list(self._calls)
+
+    def _submit(self, fn: Callable[..., _T], *args: object) -> Future[_T]:
+        """Hand a Slurm call to the lane (loop thread), kept in :meth:`calls_in_flight`."""
+        call = self.lane.submit(fn, *args)
+        self._calls = [c for c in self._calls if not c.done()]
+        self._calls.append(call)
+        return call
 
     def __contains__(self, job: object) -> bool:
         """Whether Slurm holds ``job`` for the RSA (as of the last cycle)."""
@@ -327,7 +346,7 @@ class StartHold:
             if rec is not None:
                 self.commit(Decision(events=[Event(now, job, "job.hold-released", {
                     "deadline": deadline, "why": verdict.message})]))
-            self.lane.submit(self._release, job, spec_text, verdict.message)
+            self._submit(self._release, job, spec_text, verdict.message)
 
     def requeued(self, dec: Decision) -> None:
         """A requeued job under early start wait is held again, as at submission: on an
@@ -365,7 +384,7 @@ class StartHold:
             rec = sched.records.get(job)
             if rec is None or job in self.held or rec.job_state not in PENDING:
                 continue  # gone, held already, or started meanwhile
-            self.lane.submit(self._hold, job, int(sched.policy.wait_timeout))
+            self._submit(self._hold, job, int(sched.policy.wait_timeout))
 
     def check_reruns(self) -> None:
         """The rerun hold (issue 35): hold every requeued job whose earlier run's output
@@ -456,7 +475,7 @@ class StartHold:
     def _ask(self, job: str, now: float, holding: bool,
              fn: Callable[..., tuple[bool, str] | None], *args: object) -> None:
         self.rerun_asked[job] = (now, holding)
-        self.rerun_calls[job] = self.lane.submit(fn, *args)
+        self.rerun_calls[job] = self._submit(fn, *args)
 
     def _rerun_over(self, job: str) -> None:
         """``job`` needs no rerun hold and Slurm holds none for it (or it left the

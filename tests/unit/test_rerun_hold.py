@@ -78,7 +78,16 @@ def daemon(tmp_path: Path, slurm: ScriptedSlurm, gated: Gated,
 
 
 def requeued_while_its_output_is_on_the_ramdisk(d: Daemon, slurm: ScriptedSlurm) -> None:
-    """An output-only job runs with its RAMDISK over DATA_OUT, then is requeued."""
+    """An output-only job runs with its RAMDISK over DATA_OUT, then is requeued; the
+    Slurm calls that asks for are done."""
+    requeued_while_its_output_is_on_the_ramdisk_unflushed(d, slurm)
+    flush_urgent(d)
+
+
+def requeued_while_its_output_is_on_the_ramdisk_unflushed(d: Daemon,
+                                                          slurm: ScriptedSlurm) -> None:
+    """An output-only job runs with its RAMDISK over DATA_OUT, then is requeued (the
+    Slurm calls the cycle that saw it asked for may still be in flight)."""
     slurm.set("7", "PENDING", "Resources", spec=OUT)
     d.poll()
     settle(d)
@@ -88,7 +97,6 @@ def requeued_while_its_output_is_on_the_ramdisk(d: Daemon, slurm: ScriptedSlurm)
     assert d.sched.records["7"].rsa_state.value == "mounted-output"
     slurm.set("7", "PENDING", "None", spec=OUT)  # scontrol requeue
     d.poll()  # the output stages out; verify waits for the gate
-    flush_urgent(d)
 
 
 def holds(slurm: ScriptedSlurm) -> list[str]:
@@ -235,6 +243,38 @@ def test_the_rerun_hold_waits_until_slurm_has_finished_the_requeue(tmp_path: Pat
     d.poll()
     flush_urgent(d)
     assert holds(slurm) == [f"7:{RERUN_HOLD}:{COMMENT} hold=rerun"]
+    gated.gate.set()
+    d.shutdown()
+
+
+class SlowHold(ScriptedSlurm):
+    """slurmctld answers a hold only once ``answer`` is set (a loaded machine)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = threading.Event()
+
+    def hold(self, job_id: str, seconds: int, admin_comment: str) -> None:
+        assert self.answer.wait(10)
+        super().hold(job_id, seconds, admin_comment)
+
+
+def test_a_rerun_hold_slurm_is_slow_to_place_is_in_flight_until_placed(
+        tmp_path: Path) -> None:
+    """The hold is asked in the cycle that sees the requeue and stays a call in flight
+    until Slurm placed it: a no-op on the urgent lane (the tests' old wait for it) ran on
+    another of its workers and came back before the hold was placed (seen under load)."""
+    slurm, gated = SlowHold(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    requeued_while_its_output_is_on_the_ramdisk_unflushed(d, slurm)
+    calls = d.holds.calls_in_flight()
+    assert len(calls) == 1 and not calls[0].done()
+    d.urgent.submit(lambda: None).result(10)  # another worker: says nothing of the hold
+    assert holds(slurm) == [] and d.holds.calls_in_flight() == calls
+    slurm.answer.set()
+    flush_urgent(d)
+    assert holds(slurm) == [f"7:{RERUN_HOLD}:{COMMENT} hold=rerun"]
+    assert d.holds.calls_in_flight() == []
     gated.gate.set()
     d.shutdown()
 
