@@ -85,6 +85,7 @@ ENV = (f"PATH={HOST_PATH}", "LC_ALL=C.UTF-8", "HOME=/root")
 # up 4 and 2G, the host lab's shape, for the host lab's tests. An up records the shape in
 # its state (SHAPE_FILE): every later command on that cluster reads it from there.
 SHAPE_FILE = STATE / "shape.json"
+IMAGE_FILE = STATE / "image"  # the image this cluster's nodes boot from, while it is up
 MAX_NODES = 4
 DEFAULT_SHAPE = {"nodes": 2, "pool": "1G"}
 
@@ -912,6 +913,7 @@ def up() -> None:
     PFS_CHUNKS.mkdir(mode=0o700)
     STATE.mkdir(parents=True, exist_ok=True)
     SHAPE_FILE.write_text(json.dumps(SHAPE) + "\n")
+    IMAGE_FILE.write_text(f"{root}\n")  # lab/cluster/image rebuilds no image in use
     try:
         sw = _hold("switch", ["unshare", "--net", "--", "sh", "-c", SWITCH], {})
         switch = int(str(sw["init"]))
@@ -994,6 +996,7 @@ def down() -> None:
     COMPLETE.unlink(missing_ok=True)
     STATE_FILE.unlink(missing_ok=True)
     SHAPE_FILE.unlink(missing_ok=True)
+    IMAGE_FILE.unlink(missing_ok=True)
     shutil.rmtree(DOOR_DIR, ignore_errors=True)
     log("down")
 
