@@ -69,8 +69,7 @@ unit: install
 # build tools, debootstrap, the lab host's root and venvs: apt on the host, never at
 # once), then the unit tests (alone: they are CPU-bound, and fail fast), then five lanes
 # side by side:
-#   queue   the queue-mode phase's integration, security and chaos tests, and the e2e
-#           tests the cluster lab cannot run yet (E2E_HOST_ONLY) (lab-test),
+#   queue   the queue-mode phase's integration, security and chaos tests (lab-test),
 #           then the tier phase (lab-test-tiers), then the variant (lab-test-variant)
 #   e2e     the queue-mode phase's whole lifecycles, tests/e2e, on a cluster lab of its
 #           own (RSA_CLUSTER_NAME=e2e: every node its own host, the host lab's shape;
@@ -146,13 +145,10 @@ lab-host: install
 	$(if $(filter-out 12,$(RSA_LAB_DEBIAN)),lab/host-root $(RSA_LAB_DEBIAN) >/dev/null)
 
 lane-queue: lab-host
-	$(call LAB_IN,queue) lab-test LAB_TESTS='$(QUEUE_TESTS)'
+	$(call LAB_IN,queue) lab-test LAB_TESTS='tests/integration tests/security tests/chaos'
 	$(call LAB_IN,tiers) lab-test-tiers
 	$(call LAB_IN,variant) lab-test-variant
 
-# the e2e tests the cluster lab skips, run on the host lab in the queue lane instead
-E2E_HOST_ONLY := tests/e2e/test_site_chaining.py
-QUEUE_TESTS := tests/integration tests/security tests/chaos $(E2E_HOST_ONLY)
 lane-e2e: lab-host
 	$(MAKE) --no-print-directory cluster-lab-run RSA_CLUSTER_NAME=e2e \
 	  CLUSTER_LAB_TESTS='tests/e2e --durations=20'
