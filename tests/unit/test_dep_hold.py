@@ -405,19 +405,17 @@ def test_a_dependency_added_later_while_rsad_is_down_waits_for_the_output(
     d2.shutdown()
 
 
-def test_a_dependent_whose_dependency_slurm_cleared_before_rsad_looked_waits_for_the_output(
-        tmp_path: Path) -> None:
-    """Submitted with ``afterok:7`` after 7 ended, its output still staging out: Slurm
-    fulfils and clears the dependency before rsad's next cycle, leaving job_submit.lua's
-    marker without parents. rsad holds it for every RSA job that ended with its output
-    not yet verified (on main it released it at once: it read 7's half-staged output)."""
+def held_for_7_while_its_output_stages(tmp_path: Path, deps: str) -> None:
+    """7 ended, its output staging out (verify waits for the gate); 8, submitted with
+    job_submit.lua's marker, shows ``deps`` as Slurm prints its dependency: 8 is held for
+    7 and released once 7's output is verified, not before."""
     slurm, gated = DepSlurm(), Gated()
     d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
     parent_running_with_its_output_on_the_ramdisk(d, slurm)
     slurm.set("7", "COMPLETED", spec=OUT)
     d.poll()  # the output stages out; verify waits for the gate
     flush_urgent(d)
-    slurm.deps["8"] = ""
+    slurm.deps["8"] = deps
     slurm.rows.append(QueueRow("8", "PENDING", "BeginTime", 10, 1, "alice", " hold=after:"))
     for _ in range(2):
         cycle(d)
@@ -426,6 +424,15 @@ def test_a_dependent_whose_dependency_slurm_cleared_before_rsad_looked_waits_for
     verified(d, gated)
     assert released(slurm) == ["8:"]
     d.shutdown()
+
+
+def test_a_dependent_whose_dependency_slurm_cleared_before_rsad_looked_waits_for_the_output(
+        tmp_path: Path) -> None:
+    """Submitted with ``afterok:7`` after 7 ended, its output still staging out: Slurm
+    fulfils and clears the dependency before rsad's next cycle, leaving job_submit.lua's
+    marker without parents. rsad holds it for every RSA job that ended with its output
+    not yet verified (on main it released it at once: it read 7's half-staged output)."""
+    held_for_7_while_its_output_stages(tmp_path, "")
 
 
 def test_a_begin_time_set_before_the_dependency_was_added_is_given_back(
@@ -461,21 +468,7 @@ def test_a_parent_slurm_no_longer_prints_is_waited_for_beside_the_ones_it_does(
     dropped) before rsad's next cycle, and 5 has no RSA output. On the code before, the
     text named a parent, so rsad took it for the whole dependency and released the job at
     that cycle: once 5 ended it read 7's half-staged output."""
-    slurm, gated = DepSlurm(), Gated()
-    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
-    parent_running_with_its_output_on_the_ramdisk(d, slurm)
-    slurm.set("7", "COMPLETED", spec=OUT)
-    d.poll()  # the output stages out; verify waits for the gate
-    flush_urgent(d)
-    slurm.deps["8"] = "afterok:5(unfulfilled)"  # 5: a job without RSA work
-    slurm.rows.append(QueueRow("8", "PENDING", "BeginTime", 10, 1, "alice", " hold=after:"))
-    for _ in range(2):
-        cycle(d)
-    assert released(slurm) == []
-    assert holds(slurm) == [f"8:{DEP_HOLD}: hold=after:7"]
-    verified(d, gated)
-    assert released(slurm) == ["8:"]
-    d.shutdown()
+    held_for_7_while_its_output_stages(tmp_path, "afterok:5(unfulfilled)")  # 5: no RSA
 
 
 def running_task_131(tmp_path: Path) -> tuple[DepSlurm, Gated, Daemon]:

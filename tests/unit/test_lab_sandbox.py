@@ -221,6 +221,17 @@ def _clean_log(name: str) -> None:
         f.unlink(missing_ok=True)
 
 
+def _gone_anyway(detached: subprocess.Popen[str], name: str) -> None:
+    """A test's cleanup, whatever it left: its --detach ended, the sandbox stopped, its
+    log and keeper file removed."""
+    if detached.poll() is None:
+        detached.kill()
+        detached.wait()
+    subprocess.run([str(SANDBOX), "--stop", name], capture_output=True, timeout=120,
+                   check=False)
+    _clean_log(name)
+
+
 def test_a_command_right_after_detach_runs_in_the_ready_sandbox() -> None:
     """make lab-up RSA_LAB_DEBIAN=13's way, at once and again: --detach returns only once
     the setup is done, so the --exec right after it runs in the sandbox's root, from the
@@ -332,12 +343,7 @@ def test_stop_during_the_setup_ends_the_sandbox_at_once(delay: float) -> None:
             assert len(err.strip().splitlines()) == 1 and "did not start" in err, err
         _gone(name)
     finally:
-        if detached.poll() is None:
-            detached.kill()
-            detached.wait()
-        subprocess.run([str(SANDBOX), "--stop", name], capture_output=True, timeout=120,
-                       check=False)
-        _clean_log(name)
+        _gone_anyway(detached, name)
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.05, 0.3])
@@ -369,12 +375,7 @@ def test_stop_after_its_lab_sandbox_was_killed_ends_it_and_cleans_up(delay: floa
                 or "removing what an earlier one left" in stopped.stderr), stopped.stderr
         _gone(name)
     finally:
-        if detached.poll() is None:
-            detached.kill()
-            detached.wait()
-        subprocess.run([str(SANDBOX), "--stop", name], capture_output=True, timeout=120,
-                       check=False)
-        _clean_log(name)
+        _gone_anyway(detached, name)
 
 
 def test_a_setup_that_fails_is_said_in_one_line_and_leaves_nothing(tmp_path: Path) -> None:
