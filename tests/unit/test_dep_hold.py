@@ -471,15 +471,15 @@ def test_a_parent_slurm_no_longer_prints_is_waited_for_beside_the_ones_it_does(
     held_for_7_while_its_output_stages(tmp_path, "afterok:5(unfulfilled)")  # 5: no RSA
 
 
-def running_task_131(tmp_path: Path) -> tuple[DepSlurm, Gated, Daemon]:
+def running_task_127_4(tmp_path: Path, own: str = "131") -> tuple[DepSlurm, Gated, Daemon]:
     """A daemon whose array task 127_4 runs with its output on a RAMDISK, its own job id
-    131 matched to it by slurmctld's Prolog hook."""
+    ``own`` matched to it by slurmctld's Prolog hook."""
     slurm, gated = DepSlurm(), Gated()
     d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
     slurm.set("127_4", "PENDING", "Resources", spec=OUT)
     d.poll()
     settle(d)
-    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "127_4", "alias": "131"})
+    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "127_4", "alias": own})
     settle(d)
     slurm.set("127_4", "RUNNING", spec=OUT)
     d.poll()
@@ -492,7 +492,7 @@ def test_an_array_task_named_by_its_own_job_id_is_waited_for(tmp_path: Path) -> 
     id (131), which Slurm keeps and prints as given, not ``127_4``. rsad knows the match
     from slurmctld's Prolog hook. On the code before, 131 was no RSA job: the dependent
     was never held and started on the task's half-staged output."""
-    slurm, gated, d = running_task_131(tmp_path)
+    slurm, gated, d = running_task_127_4(tmp_path)
     assert d.sched.records["127_4"].rsa_state.value == "mounted-output"
     slurm.pend("8", "afterok:131(unfulfilled)")
     cycle(d)
@@ -546,6 +546,19 @@ def test_a_dependent_is_told_only_what_is_true_of_each_parent(tmp_path: Path) ->
     d.shutdown()
 
 
+def assert_verified_once_the_gate_opens(d: Daemon, gated: Gated, routes: api.Routes,
+                                        job: str) -> None:
+    """The held verify let through: a few cycles later ``rsa wait``'s verdict of ``job``
+    (as its owner reads it) is ``verified``."""
+    gated.gate.set()
+    settle(d)
+    for _ in range(3):
+        cycle(d)
+        settle(d)
+    got = verdict(routes.dispatch(ALICE, "GET", f"/v1/jobs/{job}", None))
+    assert got is not None and got.word == "verified", got
+
+
 def test_rsa_wait_reads_a_long_timeline_from_its_newest_events(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A job's answer carries at most EVENTS_LIMIT events (10,000: a job long pending on
@@ -575,13 +588,7 @@ def test_rsa_wait_reads_a_long_timeline_from_its_newest_events(
         job = routes.dispatch(ALICE, "GET", "/v1/jobs/7", None)
         assert len(job["events"]) == first
         assert verdict(job) is None  # the code before: verified, the first run's
-        gated.gate.set()
-        settle(d)
-        for _ in range(3):
-            cycle(d)
-            settle(d)
-        got = verdict(routes.dispatch(ALICE, "GET", "/v1/jobs/7", None))
-        assert got is not None and got.word == "verified", got
+        assert_verified_once_the_gate_opens(d, gated, routes, "7")
     d.shutdown()
 
 
@@ -590,7 +597,7 @@ def test_rsa_wait_of_an_array_tasks_own_job_id_is_that_tasks(tmp_path: Path) -> 
     answers with the task's record and timeline (the match slurmctld's hook taught it).
     On the code before: not tracked, and ``rsa wait`` said ``no RSA`` once Slurm ended
     the task, while its output was staged out. Another user still gets "not tracked"."""
-    slurm, gated, d = running_task_131(tmp_path)
+    slurm, gated, d = running_task_127_4(tmp_path)
     slurm.set("127_4", "COMPLETED", spec=OUT)
     for _ in range(2):
         cycle(d)
@@ -602,13 +609,7 @@ def test_rsa_wait_of_an_array_tasks_own_job_id_is_that_tasks(tmp_path: Path) -> 
             routes.dispatch(BOB, "GET", "/v1/jobs/131", None)
         events = routes.dispatch(ALICE, "GET", "/v1/events?job=131", None)["events"]
         assert events and {e["job_id"] for e in events} == {"127_4"}
-        gated.gate.set()
-        settle(d)
-        for _ in range(3):
-            cycle(d)
-            settle(d)
-        got = verdict(routes.dispatch(ALICE, "GET", "/v1/jobs/131", None))
-        assert got is not None and got.word == "verified", got
+        assert_verified_once_the_gate_opens(d, gated, routes, "131")
     d.shutdown()
 
 
@@ -618,13 +619,7 @@ def test_rsa_job_of_the_arrays_own_id_names_the_array_not_the_task_that_carries_
     ``rsa job 127`` means the array, as ``scontrol show job 127`` does, so it is not
     answered with that one task's record; its owner is told rsad tracks each task,
     another user the same "not tracked" as for any job not theirs."""
-    slurm, gated = DepSlurm(), Gated()
-    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
-    slurm.set("127_4", "PENDING", "Resources", spec=OUT)
-    d.poll()
-    settle(d)
-    d.submit("hook", {"hook": "prolog_slurmctld", "job_id": "127_4", "alias": "127"})
-    settle(d)
+    _slurm, gated, d = running_task_127_4(tmp_path, own="127")
     with serving(d) as routes:
         assert routes.dispatch(ALICE, "GET", "/v1/jobs/127_4", None)["job_id"] == "127_4"
         with pytest.raises(api.ApiError, match=r"job 127 is an array: the RSA tracks each "
