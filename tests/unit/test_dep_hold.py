@@ -132,6 +132,17 @@ def test_a_dependent_is_held_before_its_parent_ends_and_released_once_verified(
     d.shutdown()
 
 
+def quarantined_7_holds_its_dependents(d: Daemon, slurm: DepSlurm) -> None:
+    """7 ends; its stage-out fails (the gate's ``fail_out``) until it is quarantined, and
+    no dependent of it is released meanwhile."""
+    slurm.set("7", "COMPLETED", spec=OUT)
+    for _ in range(4):
+        cycle(d)
+        settle(d)
+    assert d.sched.records["7"].rsa_state.value == "quarantined"
+    assert released(slurm) == []
+
+
 def test_a_quarantined_stage_out_keeps_the_dependent_held_until_rsa_retry(
         tmp_path: Path) -> None:
     slurm, gated = DepSlurm(), Gated()
@@ -140,12 +151,7 @@ def test_a_quarantined_stage_out_keeps_the_dependent_held_until_rsa_retry(
     parent_running_with_its_output_on_the_ramdisk(d, slurm)
     slurm.pend("8", "afterany:7(unfulfilled)")
     cycle(d)
-    slurm.set("7", "COMPLETED", spec=OUT)
-    for _ in range(4):
-        cycle(d)
-        settle(d)
-    assert d.sched.records["7"].rsa_state.value == "quarantined"
-    assert released(slurm) == []
+    quarantined_7_holds_its_dependents(d, slurm)
     assert "job 7's output is quarantined" in comments(slurm)[-1]
     assert "rsa retry 7" in comments(slurm)[-1]
     # another user's dependent is held as well, told nothing of how job 7 fares
@@ -526,12 +532,7 @@ def test_a_dependent_is_told_only_what_is_true_of_each_parent(tmp_path: Path) ->
     told = slurm.told
     assert "rsa job 7 shows" in told["8"]
     assert "another user's" in told["11"] and "rsa job 7 shows" not in told["11"]
-    slurm.set("7", "COMPLETED", spec=OUT)
-    for _ in range(4):
-        cycle(d)
-        settle(d)
-    assert d.sched.records["7"].rsa_state.value == "quarantined"
-    assert released(slurm) == []
+    quarantined_7_holds_its_dependents(d, slurm)
     gated.gate.set()
     d.submit("command", ("7", "discard", "root", True))
     settle(d)
