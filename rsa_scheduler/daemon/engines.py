@@ -356,7 +356,8 @@ class WorkerEngine:
                            "stripe_bytes": e.stripe_bytes, "stripe_min": e.stripe_min,
                            "stream_objects": e.stream_objects,
                            "verify_range_bytes": e.verify_range_bytes,
-                           "ramdisk_mounted": e.ramdisk_mounted},
+                           "ramdisk_mounted": e.ramdisk_mounted,
+                           "input_settle": e.input_settle},
                 "gate": {"gates": bool(gate is not None and gate.gates),
                          "order": gate.order if gate is not None else "fifo"}}
 

@@ -79,6 +79,7 @@ class Commands:
     stripe_min: int
     stream_objects: int
     verify_range_bytes: int
+    input_settle: float
     # seconds a fresh RAMDISK's free space may take to count all its nodes
     free_space_settle: float = 10.0
     _deadline: float

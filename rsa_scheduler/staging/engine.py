@@ -36,7 +36,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from rsa_scheduler.hosts import Cancelled, CancelToken, Host
 from rsa_scheduler.runner import CommandError, Identity
-from rsa_scheduler.staging import scripts
+from rsa_scheduler.staging import scripts, treecopy
 from rsa_scheduler.staging.aside import aside_view
 from rsa_scheduler.staging.commands import log
 from rsa_scheduler.staging.flush import Gate
@@ -80,7 +80,7 @@ class StagingEngine(TreeCopy, Packing, Verifier):
                  copy_command: str = "", stripe_bytes: int = 0,
                  stripe_min: int = STRIPE_MIN, stream_objects: int = 0,
                  verify_range_bytes: int = VERIFY_RANGE_BYTES, cycle: int = 1,
-                 ramdisk_mounted: bool = False) -> None:
+                 ramdisk_mounted: bool = False, input_settle: float | None = None) -> None:
         if not hosts:
             raise ValueError("StagingEngine needs at least one RSA node")
         if identity.uid == 0:
@@ -118,6 +118,9 @@ class StagingEngine(TreeCopy, Packing, Verifier):
         self.stream_objects = stream_objects
         # verify reads files this large back in ranges, uncached (0: whole, as cached)
         self.verify_range_bytes = verify_range_bytes
+        # a stage-in's big files are checked this long after their copies ended (0: not
+        # checked; None: treecopy.INPUT_SETTLE; TreeCopy._settle)
+        self.input_settle = treecopy.INPUT_SETTLE if input_settle is None else input_settle
         self._deadline = 0.0
         self._abort = CancelToken()
         self._held = contextlib.ExitStack()

@@ -8,17 +8,20 @@ or the site's own ``copy_command``), optionally placed atomically through a part
 directory (``scripts.placement``) → directory modes and mtimes set last. A file of at
 least ``stripe_bytes`` is copied in checksummed ranges by every stream at once
 (``stripe``); a tree of more than ``stream_objects`` objects is listed and copied on the
-nodes, rsad keeping counters only (``stream``).
+nodes, rsad keeping counters only (``stream``). A stage-in's big files are checked once
+their copies have settled (:meth:`TreeCopy._settle`): one written to during its copy, or
+just before it, is copied again.
 
 Must not import the daemon, the store or Slurm, nor ``engine``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 import secrets
 import threading
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from rsa_scheduler.hosts import Host
 from rsa_scheduler.runner import Completed
@@ -27,7 +30,8 @@ from rsa_scheduler.staging.aside import aside_view, kept_newer
 from rsa_scheduler.staging.commands import Commands, log
 from rsa_scheduler.staging.manifest import Entry, display
 from rsa_scheduler.staging.plan import Bucket, below_any, make_plan, pending, whole_roots
-from rsa_scheduler.staging.report import ProgressMeter, Stats
+from rsa_scheduler.staging.report import ProgressMeter, StagingError, Stats
+from rsa_scheduler.staging.scripts.copiers import BIG_TRIES
 from rsa_scheduler.staging.stream import StreamedCopy
 from rsa_scheduler.staging.stripe import (
     Range,
@@ -36,6 +40,14 @@ from rsa_scheduler.staging.stripe import (
     ranges_first,
     striped_files,
 )
+
+# Seconds after a big input file's copy ended before the source is checked again, and how
+# recently before a copy began a file may have been written for the copy to be trusted.
+# A filesystem that keeps times to the second (MooseFS) cannot show a write in the second
+# of a stat, and another client's write reaches this node's stat late: on the cluster lab
+# (MooseFS 4.57, separate hosts) 0.5-1.0 s after the writer's dd had closed the file (the
+# writer's client reports on a 1 s tick), then this node's attribute cache (1 s).
+INPUT_SETTLE = 3.0
 
 
 class TreeCopy(Commands):
@@ -123,6 +135,10 @@ class TreeCopy(Commands):
                               self.progress_interval, self.clock)
         per_node: dict[str, int] = {}
         lock = threading.Lock()
+        big_ended: list[float] = []  # when each big file's copy ended (``_settle``)
+        big = [e for e in todo if e.kind == "f" and e.size >= self.big_bytes]
+        big_names = {e.path for e in big}
+        recopying = False
         token = secrets.token_hex(8)  # unpredictable: see scripts.part_dir
         parts = posixpath.join(dst, scripts.part_dir(self.job_id, token))
         striped: list[StripedFile] = []
@@ -148,6 +164,8 @@ class TreeCopy(Commands):
                        f"{phase}: creating {f.tmp}")
 
         def count(host: Host, files: int, nbytes: int) -> None:
+            if recopying:  # the settle check's second copies: counted once already
+                return
             meter.add(files, nbytes)
             with lock:
                 per_node[host.name] = per_node.get(host.name, 0) + nbytes
@@ -166,6 +184,8 @@ class TreeCopy(Commands):
                     f"{phase}: placing {display(f.path)!r}",
                     input=scripts.encode_list([f.path]))
                 meter.add(1, 0)
+                with lock:
+                    big_ended.append(self.clock())
 
         def copy(host: Host, item: Bucket | Range) -> None:
             if isinstance(item, Range):
@@ -191,8 +211,29 @@ class TreeCopy(Commands):
             self._user(host, argv, f"{phase}: copying bucket {b.index} ({b.files} files)",
                        input=scripts.encode_list(b.paths) + (expected if atomic else ""))
             count(host, b.files, b.bytes)
+            if big_names.intersection(b.paths):
+                with lock:
+                    big_ended.append(self.clock())
 
         self._parallel(ranges_first(striped, plan.buckets), copy, meter)
+        if phase == "stage-in" and self.input_settle > 0 and big_ended:
+            first_index = len(plan.buckets)
+
+            def recopy(entries: Sequence[Entry], round_: int) -> None:
+                nonlocal recopying
+                again = make_plan(entries, len(self.hosts) * self.parallel_per_node,
+                                  big_bytes=self.big_bytes)
+                # part directories of their own (atomic placement): indexes past the plan's
+                offset = first_index + round_ * (len(entries) + 1)
+                recopying = True
+                try:
+                    self._parallel([dataclasses.replace(b, index=b.index + offset)
+                                    for b in again.buckets], copy, None)
+                finally:
+                    recopying = False
+
+            self._settle(src, dst, big, t_scan=t0, ended=max(big_ended), recopy=recopy,
+                         atomic=atomic)
         if atomic or striped:
             self._user(first, scripts.remove_tree_argv(parts), f"{phase}: removing {parts}")
         # Directory modes and mtimes last: writing into a directory changes its mtime,
@@ -207,6 +248,86 @@ class TreeCopy(Commands):
         return Stats(phase, plan.files, plan.bytes, len(plan.dirs), self.clock() - t0,
                      len(plan.buckets), already, tuple(display(e.path) for e in plan.skipped),
                      per_node)
+
+    def _settle(self, src: str, dst: str, big: Sequence[Entry], *, t_scan: float,
+                ended: float, recopy: Callable[[Sequence[Entry], int], None],
+                atomic: bool = False) -> None:
+        """Check a stage-in's big files once their copies have settled, and copy again
+        those that may be torn: a copy of a file someone wrote to meanwhile mixes old and
+        new blocks, and carries the mtime it saw, which a resume's quick check keeps.
+
+        The copier (``scripts.BIG``) compares the source before and after its copy, but
+        on a filesystem of separate clients a write shows in another node's ``stat`` only
+        a moment later, and one in the second of the first ``stat`` not at all (times to
+        the second). So ``input_settle`` seconds after the last big copy ended, the
+        sources are read again (one node, as the user): a file whose inode, size or mtime
+        differs from the scan's, or that was changed (its ctime) less than
+        ``input_settle`` seconds before the copy began, is truncated and, once it has been
+        quiet that long, copied again and checked the same way; at most
+        ``BIG_TRIES`` rounds, then the stage-in fails naming the files (retried
+        later; the truncated copies are made again then). ``atomic`` (a ``union`` job may
+        already read its files): no file is ever cut short under its name; the second
+        copy replaces the first whole (renamed into place), and one given up on is
+        removed (the job's overlay then shows the PFS's)."""
+        first = self.hosts[0]
+        by_name = {e.path: e for e in big}
+        ref = {e.path: (e.inode[1], e.size, e.mtime_s) for e in big}
+        began = t_scan  # when the copies compared with ``ref`` began (this clock)
+        for round_ in range(1, BIG_TRIES + 1):
+            pause = ended + self.input_settle - self.clock()
+            if pause > 0:
+                self._abort.wait(pause)
+            self._abort.check()
+            names = list(ref)
+            asked = self.clock()
+            done = self._user(first, scripts.settle_stat_argv(src),
+                              f"stage-in: checking {len(names)} big file(s) of {src} again",
+                              input=scripts.encode_list(names))
+            try:
+                node_now, stats = scripts.parse_settle(done.stdout, len(names))
+            except ValueError as err:
+                raise StagingError(f"stage-in: the check of the big files of {src} "
+                                   f"failed: {err}", permanent=False) from None
+            # the node's clock when the copies began, less the settle time: a change
+            # (ctime: the real time of the last write, which no user can set) in the
+            # second of a ctime above it is too recent to trust the copy
+            since = node_now - (asked - began) - self.input_settle
+            moved: dict[bytes, tuple[int, int, int, int] | None] = {}
+            for name, cur in zip(names, stats, strict=True):
+                if cur is None or cur[:3] != ref[name] or cur[3] + 1 > since:
+                    moved[name] = cur
+            if not moved:
+                return
+            shown = ", ".join(repr(display(p)) for p in list(moved)[:3])
+            more = f" and {len(moved) - 3} more" if len(moved) > 3 else ""
+            last = round_ == BIG_TRIES or any(c is None for c in moved.values())
+            if last or not atomic:
+                self._user(first, scripts.truncate_argv(dst, remove=atomic),
+                           f"stage-in: {'removing' if atomic else 'truncating'} "
+                           f"{len(moved)} copies that may be torn",
+                           input=scripts.encode_list(moved))
+            if last:
+                raise StagingError(
+                    f"stage-in: {len(moved)} big file(s) of {src} changed while they were "
+                    f"copied or just before, {round_} time(s): {shown}{more}; not staged "
+                    f"(a file still being written cannot be copied whole)", permanent=False)
+            log.info("%s: stage-in: %d big file(s) of %s changed while they were copied "
+                     "or just before (%s%s): copied again", self.job_id, len(moved), src,
+                     shown, more)
+            newest = max(c[3] for c in moved.values() if c is not None)
+            quiet = min(newest + 1 + self.input_settle - node_now, self.input_settle + 1)
+            if quiet > 0:
+                self._abort.wait(quiet)
+            self._abort.check()
+            ref = {p: c[:3] for p, c in moved.items() if c is not None}
+            began = self.clock()
+            # as scanned (hard links stay together), with what the source has now
+            entries = [dataclasses.replace(by_name[p], size=c[1],
+                                           mtime_ns=c[2] * 1_000_000_000,
+                                           inode=(by_name[p].inode[0], c[0]))
+                       for p, c in moved.items() if c is not None]
+            recopy(entries, round_)
+            ended = self.clock()
 
     def _stream(self, phase: str, src: str, dst: str, atomic: bool,
                 resume: bool = True) -> Stats:

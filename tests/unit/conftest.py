@@ -18,7 +18,16 @@ from pathlib import Path
 import pytest
 
 from rsa_scheduler.runner import Identity
+from rsa_scheduler.staging import treecopy
 from tests.unit.test_staging_engine import make_tree
+
+
+@pytest.fixture(autouse=True)
+def brief_input_settle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every engine test runs the settle check of a stage-in's big files, briefly: their
+    files are seconds old, and the default (``treecopy.INPUT_SETTLE``) waits for a
+    cluster's clients; tests/unit/test_input_settle.py checks the check itself."""
+    monkeypatch.setattr(treecopy, "INPUT_SETTLE", 0.2)
 
 
 def _is(argv: Sequence[str], program: str) -> bool:

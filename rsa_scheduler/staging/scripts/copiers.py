@@ -4,7 +4,9 @@ Owns ``TAR_PIPE`` (a list of names), ``TREE_PIPE`` (whole directories), ``BIG`` 
 a block size per direction: ``big_block``), ``RSYNC`` (``staging.copy_tool: rsync``), the
 ``copy_command`` template of ``staging.copy_tool: custom`` (``COPY_TOOLS``,
 ``COPY_PLACEHOLDERS``, :func:`check_copy_command`, :func:`custom_program`) and their argv
-builders. Each reads its bucket's list on stdin (``shell.encode_list``).
+builders. Each reads its bucket's list on stdin (``shell.encode_list``). Also the two
+programs of a stage-in's settle check of its big files (``SETTLE_STAT``, parsed by
+:func:`parse_settle`, and ``TRUNCATE``; ``treecopy.TreeCopy._settle``).
 
 Pure: builds lists, runs nothing. Imports only ``shell``.
 """
@@ -64,6 +66,21 @@ BIG = PRELUDE + (
     f'[ "$n" -lt {BIG_TRIES} ] || {{ printf "rsa: %s changed while it was copied, '
     f'%s times: not staged\\n" "$2" "$n" >&2; exit {CHANGED_EXIT}; }}; '
     'done\' "$2" "$3"')
+# The settle check of a stage-in's big files (``treecopy.TreeCopy._settle``): the node's
+# clock (epoch seconds, to the nanosecond), then one line "<inode> <size> <mtime> <ctime>"
+# (seconds) per listed name, in order, of the name itself (never through a symlink:
+# lstat), or "-" for a name that is gone or cannot be read.
+SETTLE_STAT = PRELUDE + (
+    'cd -- "$1" || exit 66; date +%s.%N || exit 1; base64 -d | while IFS= read -r -d "" p; do '
+    'stat --printf "%i %s %Y %Z\\n" -- "$p" 2>/dev/null || echo -; done')
+# Truncate the listed copies to nothing (a resume's quick check then copies them again):
+# regular files only, never through a symlink (O_NOFOLLOW), below $1; with $2 "remove",
+# remove them instead (the name itself, never what a symlink points to).
+TRUNCATE = PRELUDE + (
+    'cd -- "$1" || exit 66; base64 -d | while IFS= read -r -d "" p; do '
+    'if [ -f "$p" ] && [ ! -L "$p" ]; then if [ "$2" = remove ]; then rm -f -- "$p" '
+    '|| exit 1; else dd if=/dev/null of="$p" oflag=nofollow status=none || exit 1; fi; '
+    'fi; done')
 # The same list copied by rsync (``staging.copy_tool: rsync``): -a without the recursion
 # --files-from turns off ($3 is "-r" for a bucket of whole directories), -H keeps hard
 # links inside the list as the tar pipe does, -S keeps holes in big files. rsync writes
@@ -139,3 +156,32 @@ def big_block(phase: str) -> str:
 def big_argv(src: str, dst: str, block: str = BLOCK_INTO_RAMDISK) -> list[str]:
     """Copy the listed big files with dd in ``block``-sized blocks (see ``big_block``)."""
     return bash(BIG, src, dst, block)
+
+
+def settle_stat_argv(root: str) -> list[str]:
+    """The node's clock, then (inode, size, mtime, ctime) of each name listed below
+    ``root`` (``parse_settle``)."""
+    return bash(SETTLE_STAT, root)
+
+
+def truncate_argv(root: str, *, remove: bool = False) -> list[str]:
+    """Truncate the regular files listed below ``root`` to nothing (``remove``: remove
+    them)."""
+    return bash(TRUNCATE, root, "remove" if remove else "")
+
+
+def parse_settle(stdout: str, count: int
+                 ) -> tuple[float, list[tuple[int, int, int, int] | None]]:
+    """``SETTLE_STAT``'s output for ``count`` names: the node's clock, and per name
+    (inode, size, mtime, ctime) or None (gone or unreadable)."""
+    lines = stdout.splitlines()
+    if len(lines) != count + 1 or re.fullmatch(r"\d+(\.\d+)?", lines[0].strip()) is None:
+        raise ValueError(f"expected the clock and {count} lines, got {stdout[:200]!r}")
+    out: list[tuple[int, int, int, int] | None] = []
+    for line in lines[1:]:
+        m = re.fullmatch(r"(\d+) (\d+) (-?\d+) (-?\d+)", line.strip())
+        if m is None and line.strip() != "-":
+            raise ValueError(f"unexpected stat line {line[:200]!r}")
+        out.append(None if m is None
+                   else (int(m[1]), int(m[2]), int(m[3]), int(m[4])))
+    return float(lines[0]), out
