@@ -41,13 +41,16 @@ from rsa_scheduler.staging.stripe import (
     striped_files,
 )
 
-# Seconds after a big input file's copy ended before the source is checked again, and how
-# recently before a copy began a file may have been written for the copy to be trusted.
-# A filesystem that keeps times to the second (MooseFS) cannot show a write in the second
-# of a stat, and another client's write reaches this node's stat late: on the cluster lab
-# (MooseFS 4.57, separate hosts) 0.5-1.0 s after the writer's dd had closed the file (the
-# writer's client reports on a 1 s tick), then this node's attribute cache (1 s).
+# Seconds after a big input file's copy ended before the source is checked again: another
+# client's write reaches this node's stat late (on the cluster lab, MooseFS 4.57 on
+# separate hosts: 0.5-1.0 s after the writer's dd had closed the file, the writer's client
+# reporting on a 1 s tick), then this node's attribute cache (1 s).
 INPUT_SETTLE = 3.0
+# Seconds the clocks of the RSA nodes and of the PFS's servers (which set ctimes) may
+# disagree: a file changed (ctime) in the second the copies began, or this much before, may
+# have been changed again in that second after its copy read it, which no time to the
+# second shows (MooseFS): its copy is compared byte for byte with it.
+CLOCK_SKEW = 1.0
 
 
 class TreeCopy(Commands):
@@ -261,9 +264,10 @@ class TreeCopy(Commands):
         a moment later, and one in the second of the first ``stat`` not at all (times to
         the second). So ``input_settle`` seconds after the last big copy ended, the
         sources are read again (one node, as the user): a file whose inode, size or mtime
-        differs from the scan's, or that was changed (its ctime) less than
-        ``input_settle`` seconds before the copy began, is truncated and, once it has been
-        quiet that long, copied again and checked the same way; at most
+        differs from the scan's is truncated and, once it has been quiet that long,
+        copied again and checked the same way; one whose ctime is in the second the
+        copies began (``CLOCK_SKEW``) is compared byte for byte with its copy (read
+        afresh: ``scripts.COMPARE``) and copied again only if they differ; at most
         ``BIG_TRIES`` rounds, then the stage-in fails naming the files (retried
         later; the truncated copies are made again then). ``atomic`` (a ``union`` job may
         already read its files): no file is ever cut short under its name; the second
@@ -288,14 +292,30 @@ class TreeCopy(Commands):
             except ValueError as err:
                 raise StagingError(f"stage-in: the check of the big files of {src} "
                                    f"failed: {err}", permanent=False) from None
-            # the node's clock when the copies began, less the settle time: a change
-            # (ctime: the real time of the last write, which no user can set) in the
-            # second of a ctime above it is too recent to trust the copy
-            since = node_now - (asked - began) - self.input_settle
+            # the second of the node's clock when the copies began: a change (ctime: the
+            # real time of the last write, which no user can set) in it, or up to
+            # CLOCK_SKEW before, may hide a second one after the copy read the file
+            since = int(node_now - (asked - began)) - CLOCK_SKEW
             moved: dict[bytes, tuple[int, int, int, int] | None] = {}
+            racy: list[bytes] = []
             for name, cur in zip(names, stats, strict=True):
-                if cur is None or cur[:3] != ref[name] or cur[3] + 1 > since:
+                if cur is None or cur[:3] != ref[name]:
                     moved[name] = cur
+                elif cur[3] >= since:
+                    racy.append(name)
+            if racy:
+                done = self._user(first, scripts.compare_argv(src, dst),
+                                  f"stage-in: comparing {len(racy)} big file(s) of {src} "
+                                  "changed just before their copies with them",
+                                  input=scripts.encode_list(racy))
+                said = done.stdout.split()
+                if len(said) != len(racy):
+                    raise StagingError(f"stage-in: the comparison of {len(racy)} big file(s) "
+                                       f"of {src} with their copies answered "
+                                       f"{done.stdout[:200]!r}", permanent=False)
+                now_of = dict(zip(names, stats, strict=True))
+                moved.update((name, now_of[name])
+                             for name, word in zip(racy, said, strict=True) if word != "same")
             if not moved:
                 return
             shown = ", ".join(repr(display(p)) for p in list(moved)[:3])

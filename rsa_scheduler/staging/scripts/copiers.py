@@ -6,7 +6,7 @@ a block size per direction: ``big_block``), ``RSYNC`` (``staging.copy_tool: rsyn
 ``COPY_PLACEHOLDERS``, :func:`check_copy_command`, :func:`custom_program`) and their argv
 builders. Each reads its bucket's list on stdin (``shell.encode_list``). Also the two
 programs of a stage-in's settle check of its big files (``SETTLE_STAT``, parsed by
-:func:`parse_settle`, and ``TRUNCATE``; ``treecopy.TreeCopy._settle``).
+:func:`parse_settle`, ``COMPARE`` and ``TRUNCATE``; ``treecopy.TreeCopy._settle``).
 
 Pure: builds lists, runs nothing. Imports only ``shell``.
 """
@@ -45,9 +45,12 @@ TREE_PIPE = PRELUDE + (
 # idle.
 # Writes never go through a symlink: dd opens with O_NOFOLLOW (a planted symlink fails
 # the bucket), and cp, which would follow one, runs only on what dd wrote.
-# A source that changed while it was copied (written to by someone during the stage-in:
-# its device, inode, size, mtime or ctime, to the nanosecond where the filesystem keeps
-# them, differ after the copy from before it) would be a torn copy carrying the source's
+# First the node drops what its page cache holds of the source (a client keeps its cache
+# across opens while the file's attributes look unchanged: a same-second rewrite by
+# another client would be read back stale). A source that changed while it was copied
+# (written to by someone during the stage-in: its device, inode, size, mtime or ctime,
+# to the nanosecond where the filesystem keeps them, differ after the copy from before
+# it) would be a torn copy carrying the source's
 # final mtime, which a resume's quick check keeps: the copy is truncated to nothing (a
 # resume copies it again) and made again, at most BIG_TRIES times; then the bucket fails
 # naming the file on stderr (the copy's own exit CHANGED_EXIT reaches xargs, which then
@@ -57,7 +60,7 @@ CHANGED_EXIT = 75
 BIG = PRELUDE + (
     'cd -- "$1" || exit 66; base64 -d | xargs -0 -r -n 1 sh -c \''
     'st() { stat -c "%d %i %s %y %z" -- "$1"; }; n=0; while :; do '
-    'b=$(st "$2") && '
+    'dd if="$2" iflag=nocache count=0 status=none 2>/dev/null; b=$(st "$2") && '
     'dd if="$2" of="$0/$2" bs="$1" conv=sparse oflag=nofollow status=none && '
     '! [ -L "$0/$2" ] && '
     'cp --attributes-only --preserve=mode,timestamps -- "$2" "$0/$2" && '
@@ -73,6 +76,15 @@ BIG = PRELUDE + (
 SETTLE_STAT = PRELUDE + (
     'cd -- "$1" || exit 66; date +%s.%N || exit 1; base64 -d | while IFS= read -r -d "" p; do '
     'stat --printf "%i %s %Y %Z\\n" -- "$p" 2>/dev/null || echo -; done')
+# Compare each listed source (below $1) with its copy (below $2), both read afresh (each
+# file's pages dropped from this node's cache first), as ``cmp``: one line per name,
+# "same", "differs", or "-" where either cannot be read.
+COMPARE = PRELUDE + (
+    'cd -- "$1" || exit 66; base64 -d | while IFS= read -r -d "" p; do '
+    'dd if="$p" iflag=nocache count=0 status=none 2>/dev/null; '
+    'dd if="$2/$p" iflag=nocache,nofollow count=0 status=none 2>/dev/null; '
+    'cmp -s -- "$p" "$2/$p"; case $? in 0) echo same;; 1) echo differs;; *) echo -;; esac; '
+    'done')
 # Truncate the listed copies to nothing (a resume's quick check then copies them again):
 # regular files only, never through a symlink (O_NOFOLLOW), below $1; with $2 "remove",
 # remove them instead (the name itself, never what a symlink points to).
@@ -185,3 +197,9 @@ def parse_settle(stdout: str, count: int
         out.append(None if m is None
                    else (int(m[1]), int(m[2]), int(m[3]), int(m[4])))
     return float(lines[0]), out
+
+
+def compare_argv(src: str, dst: str) -> list[str]:
+    """Compare the listed names below ``src`` with their copies below ``dst`` (one line
+    each: "same", "differs" or "-")."""
+    return bash(COMPARE, src, dst)
