@@ -346,7 +346,16 @@ class TreeCopy(Commands):
                                            mtime_ns=c[2] * 1_000_000_000,
                                            inode=(by_name[p].inode[0], c[0]))
                        for p, c in moved.items() if c is not None]
-            recopy(entries, round_)
+            try:
+                recopy(entries, round_)
+            except StagingError as err:
+                if not err.permanent:
+                    raise
+                # e.g. no space: the first copies' chunks are not freed yet; a later try
+                # finds them freed (their truncated copies are copied again then)
+                raise StagingError(f"stage-in: copying again {len(entries)} big file(s) "
+                                   f"that changed while they were copied failed: {err}",
+                                   permanent=False, node=err.node) from None
             ended = self.clock()
 
     def _stream(self, phase: str, src: str, dst: str, atomic: bool,

@@ -288,3 +288,33 @@ def test_an_atomic_stage_in_replaces_a_torn_copy_whole_and_removes_one_given_up_
     with pytest.raises(StagingError):
         eng.stage_in(str(src), str(area / "ram2"), atomic=True)
     assert not (area / "ram2" / "big").exists()
+
+
+def test_a_second_copy_that_runs_out_of_space_is_retried_later_not_refused(
+        area: Path, user: Identity) -> None:
+    """The second copy of a changed big file can find the RAMDISK full (a MooseFS frees
+    the first copy's chunks only in its next chunk loop): the stage-in fails worth a
+    retry, saying so, instead of being refused as too big for its RAMDISK."""
+    src, big = area / "src", area / "src" / "big"
+    big_file(big, user, os.urandom(3 * MiB))
+
+    def late_write(n: int) -> None:
+        if n == 1:
+            rewrite_start(big, os.urandom(MiB), mtime=big.stat().st_mtime + 5)
+
+    class Full(Meddling):
+        def run(self, argv: Sequence[str], **kw: Any) -> Completed:
+            if list(argv)[2:3] == [scripts.BIG] and programs(self.seen).count("big") == 1:
+                argv = ["bash", "-c", "echo \"dd: closing output file './big': No space "
+                        "left on device\" >&2; exit 1"]
+            return super().run(argv, **kw)
+
+    seen: list[tuple[str, float]] = []
+    eng = engine([Full("rsa1", seen, late_write)], user, 0.2)
+    eng.prepare_root(str(area / "ram"))
+    with pytest.raises(StagingError) as err:
+        eng.stage_in(str(src), str(area / "ram"))
+    assert not err.value.permanent, err.value
+    assert "copying again 1 big file(s) that changed while they were copied failed" in str(
+        err.value) and "No space left" in str(err.value)
+    assert (area / "ram" / "big").stat().st_size == 0  # truncated: a retry copies it again
