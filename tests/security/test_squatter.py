@@ -41,8 +41,8 @@ def client_api(lab: Mapping[str, str]) -> str:
     """``api`` of the client file where rsauser's rsa runs (the host lab's names
     127.0.0.1:7820, lab/rsalab/rsad.py LISTEN; the cluster login node's ``rsad:7820``)."""
     text = run_as(lab, "root", ["cat", CLIENT_CONF], node=node_for(api_tcp(lab))).stdout
-    return next(line.split("=", 1)[1].strip() for line in text.splitlines()
-                if line.split("=", 1)[0].strip() == "api")
+    return next(line.split("=", 1)[1].split("#", 1)[0].strip()  # a comment may follow
+                for line in text.splitlines() if line.split("=", 1)[0].strip() == "api")
 
 
 @contextmanager
