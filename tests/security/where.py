@@ -35,6 +35,12 @@ def api_tcp(lab: Mapping[str, str]) -> str:
     return lab.get("RSA_LAB_API_TCP", "127.0.0.1:7820")
 
 
+def submit_node() -> str | None:
+    """Where a user submits jobs from: this host in the host lab, the cluster lab's login
+    node."""
+    return LOGIN if in_cluster() else None
+
+
 def node_for(address: str) -> str | None:
     """The node a user reaches ``address`` from: None for this host (the host lab; rsad's
     socket on the cluster lab), the login node for the cluster lab's TCP API."""
