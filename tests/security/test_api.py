@@ -34,6 +34,7 @@ from tests.security.where import (
     first_line,
     in_background,
     node_for,
+    posts,
     run_as,
     script_argv,
 )
@@ -44,12 +45,13 @@ ATTACK = Path(attack.__file__).resolve()
 FAST = 2.0  # seconds rsad may take to answer root's status while its API is under attack
 
 
-def rsa(lab: Mapping[str, str], user: str, *args: str,
-        api: str = SOCK) -> subprocess.CompletedProcess[str]:
+def rsa(lab: Mapping[str, str], user: str, *args: str, api: str = SOCK,
+        node: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``user``'s rsa against ``api``, on ``node`` (None: where ``api`` is reached)."""
     argv = [f"{lab['RSA_LAB_VENV']}/bin/rsa", *args, "--api", api]
-    if user == "root":
+    if user == "root" and node is None:
         return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-    return run_as(lab, user, argv, node=node_for(api), timeout=60)
+    return run_as(lab, user, argv, node=node or node_for(api), timeout=60)
 
 
 def root_status_seconds(lab: Mapping[str, str], api: str = SOCK) -> float:
@@ -287,15 +289,18 @@ def test_another_users_job_ids_are_nowhere(lab: Mapping[str, str], tmp_path: Pat
         assert job in {n["job"] for n in held}
         assert job in {n["job"] for n in json.loads(rsa(lab, user, "nodes", "--json").stdout)[
             "nodes"]}
-        for api in (SOCK, TCP):
+        # the cluster's: also from a compute node where another job (a filler) runs
+        busy = root(lab, "squeue", "-h", "-j", jobs.fillers[0], "-o", "%N").strip()
+        for api, where in posts(lab, busy):
             for args in (("status", "--json"), ("nodes", "--json"), ("jobs", "--json"),
                          ("events", "--json", "--since", "0")):
-                out = rsa(lab, other, *args, api=api)
-                assert out.returncode == 0, (args, out.stderr)
-                assert f'"{job}"' not in out.stdout, (args, out.stdout[:2000])
-            nodes = json.loads(rsa(lab, other, "nodes", "--json", api=api).stdout)["nodes"]
+                out = rsa(lab, other, *args, api=api, node=where)
+                assert out.returncode == 0, (args, where, out.stderr)
+                assert f'"{job}"' not in out.stdout, (args, where, out.stdout[:2000])
+            nodes = json.loads(rsa(lab, other, "nodes", "--json", api=api,
+                                   node=where).stdout)["nodes"]
             assert "(hidden)" in {n["job"] for n in nodes}
-            seen = rsa(lab, other, "job", job, api=api)
+            seen = rsa(lab, other, "job", job, api=api, node=where)
             assert seen.returncode == 1
             assert seen.stderr.strip() == f"rsa: error: job {job} is not tracked by the RSA"
         for filler in jobs.fillers:

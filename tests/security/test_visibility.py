@@ -30,7 +30,7 @@ from tests.integration.conftest import LAB_ENV, as_user, read_lab_env
 from tests.integration.slurmkit import make_jobs, root, wait_for
 from tests.integration.test_rsad_staging import wait_state
 from tests.security import reply
-from tests.security.where import SOCK, api_tcp, node_for, run_as, script_argv
+from tests.security.where import SOCK, api_tcp, node_for, posts, run_as, script_argv
 
 #: rsad's TCP API (the cluster lab's on its host's address; the params need it at import)
 TCP = api_tcp(read_lab_env() if LAB_ENV.exists() else {})
@@ -133,19 +133,19 @@ for i in $(seq 1 240); do [ -e {area}/res/go ] && break; sleep 0.5; done
             assert seen[free[0]] == reason  # operators see it as typed
             # the job id as a word: not the seconds or day of a timestamp (09:21:47)
             named = re.compile(rf"(?<![\w.:-]){re.escape(job)}(?![\w:])")
-            for api in (SOCK, TCP):
+            job_node = root(lab, "squeue", "-h", "-j", job, "-o", "%N").strip()
+            for api, where in posts(lab, job_node):  # the cluster's: also from job's node
                 for args in (("status", "--json"), ("nodes", "--json"), ("jobs", "--json"),
                              ("events", "--json", "--since", "0")):
-                    out = run_as(lab, other, [rsa, *args, "--api", api],
-                                 node=node_for(api))
-                    assert out.returncode == 0, (args, out.stderr)
+                    out = run_as(lab, other, [rsa, *args, "--api", api], node=where)
+                    assert out.returncode == 0, (args, where, out.stderr)
                     said = [t for line in out.stdout.splitlines()  # events: a line each
                             for t in texts(json.loads(line)) if named.search(t)]
-                    assert said == [], (args, out.stdout[:3000])
+                    assert said == [], (args, where, out.stdout[:3000])
                     assert user not in out.stdout and str(area) not in out.stdout, args
                 nodes = {n["name"]: n for n in json.loads(run_as(
                     lab, other, [rsa, "nodes", "--json", "--api", api],
-                    node=node_for(api)).stdout)["nodes"]}
+                    node=where).stdout)["nodes"]}
                 assert {nodes[n]["job"] for n in held} == {"(hidden)"}
                 assert nodes[free[0]]["reason"] == "job (hidden) filled its pool"
             if lab_mode(lab) == "native":

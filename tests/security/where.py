@@ -49,6 +49,18 @@ def node_for(address: str) -> str | None:
     return LOGIN
 
 
+def posts(lab: Mapping[str, str], job_node: str | None = None
+          ) -> list[tuple[str, str | None]]:
+    """(address, node) of every place a user asks rsad from: the host lab's socket and TCP
+    API from this host; the cluster lab's socket on rsad's host, its TCP API from the login
+    node and, given ``job_node``, from that compute node (where another user's job runs)."""
+    tcp = api_tcp(lab)
+    found: list[tuple[str, str | None]] = [(SOCK, None), (tcp, node_for(tcp))]
+    if in_cluster() and job_node:
+        found.append((tcp, job_node))
+    return found
+
+
 def run_as(lab: Mapping[str, str], user: str, argv: Sequence[str], *,
            node: str | None = None, input: str | None = None,
            timeout: float = 60) -> subprocess.CompletedProcess[str]:
