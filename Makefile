@@ -26,7 +26,7 @@ SPANK      := slurm_plugins/spank
 WF_VENV    ?= $(CURDIR)/.venv-wf
 WF_PKGS    := snakemake==9.27.1 snakemake-executor-plugin-cluster-generic==1.0.9
 
-.PHONY: install test lanes lane-cluster-whole lane-unit lane-queue lane-e2e lane-native lane-roots lane-cluster lab-host unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
+.PHONY: install test lanes lane-cluster-whole lane-unit lane-queue lane-e2e lane-security lane-native lane-roots lane-cluster lab-host unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
         slurm24-test slurm26-test cluster-test cluster-run test-compat cluster-run-whole \
         cluster-run-12 cluster-run-13 cluster-run-testing cluster-lab-test cluster-demo \
         cluster-lab-run release-debs
@@ -152,6 +152,14 @@ lane-queue: lab-host
 lane-e2e: lab-host
 	$(MAKE) --no-print-directory cluster-lab-run RSA_CLUSTER_NAME=e2e \
 	  CLUSTER_LAB_TESTS='tests/e2e --durations=20'
+
+# tests/security on a cluster lab of its own (RSA_CLUSTER_NAME=sec: rsaother attacks from
+# the login node and the compute nodes, tests/security/where.py), as lane-e2e runs
+# tests/e2e. Not in LANES: lane-queue still runs tests/security on the host lab (a lane of
+# its own, or lane-e2e after tests/e2e, would take it from there: docs/lab.md)
+lane-security: lab-host
+	$(MAKE) --no-print-directory cluster-lab-run RSA_CLUSTER_NAME=sec \
+	  CLUSTER_LAB_TESTS='tests/security --durations=20'
 
 # RSA_LAB_DEBIAN's packages (lab/deb-release; Debian 12's are make deb's), built once
 # before the lanes: two lanes boot cluster labs from that release's image, which a

@@ -2,7 +2,8 @@
 second lab user (rsaother) and as an unauthenticated TCP peer: bad Content-Length values,
 a slow-loris, hundreds of idle connections, another user's job ids. Meanwhile rsad must
 stay live: root's `rsa status` answers at once, and (a second rsad under a fake systemd)
-the watchdog keeps being fed."""
+the watchdog keeps being fed. On the cluster lab rsaother attacks the TCP API from the
+login node, the socket on rsad's host (tests/security/where.py)."""
 
 from __future__ import annotations
 
@@ -24,22 +25,33 @@ from typing import Any
 import pytest
 
 from rsa_scheduler.client import ApiClient
-from tests.integration.conftest import as_user
+from tests.integration.conftest import LAB_ENV, as_user, read_lab_env
 from tests.integration.slurmkit import make_jobs, root, wait_for
 from tests.security import attack
+from tests.security.where import (
+    SOCK,
+    api_tcp,
+    first_line,
+    in_background,
+    node_for,
+    posts,
+    run_as,
+    script_argv,
+)
 
-SOCK = "/run/rsa/rsad.sock"
-TCP = "127.0.0.1:7820"
-ATTACK = str(Path(attack.__file__).resolve())
+#: rsad's TCP API (the cluster lab's on its host's address; the params need it at import)
+TCP = api_tcp(read_lab_env() if LAB_ENV.exists() else {})
+ATTACK = Path(attack.__file__).resolve()
 FAST = 2.0  # seconds rsad may take to answer root's status while its API is under attack
 
 
-def rsa(lab: Mapping[str, str], user: str, *args: str,
-        api: str = SOCK) -> subprocess.CompletedProcess[str]:
+def rsa(lab: Mapping[str, str], user: str, *args: str, api: str = SOCK,
+        node: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``user``'s rsa against ``api``, on ``node`` (None: where ``api`` is reached)."""
     argv = [f"{lab['RSA_LAB_VENV']}/bin/rsa", *args, "--api", api]
-    if user == "root":
+    if user == "root" and node is None:
         return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-    return as_user(lab, user, argv, timeout=60)
+    return run_as(lab, user, argv, node=node or node_for(api), timeout=60)
 
 
 def root_status_seconds(lab: Mapping[str, str], api: str = SOCK) -> float:
@@ -60,8 +72,10 @@ def root_status_seconds(lab: Mapping[str, str], api: str = SOCK) -> float:
 
 def attack_as(lab: Mapping[str, str], user: str, *args: str,
               timeout: float = 90) -> dict[str, Any]:
-    out = as_user(lab, user, [lab["RSA_LAB_PYTHON"], ATTACK, *args],
-                  timeout=timeout)
+    """attack.py ``args`` (KIND ADDRESS ...) as ``user``, from where it reaches ADDRESS."""
+    node = node_for(args[1])
+    argv, text = script_argv(lab, ATTACK, node, *args)
+    out = run_as(lab, user, argv, node=node, input=text, timeout=timeout)
     assert out.returncode == 0, out.stderr
     result: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])
     return result
@@ -71,18 +85,28 @@ def attack_as(lab: Mapping[str, str], user: str, *args: str,
 def holding(lab: Mapping[str, str], user: str, address: str, count: int,
             seconds: float) -> Iterator[dict[str, Any]]:
     """``count`` idle connections held by ``user``; yields what rsad did with them."""
-    proc = subprocess.Popen(["runuser", "-u", user, "--", lab["RSA_LAB_PYTHON"],
-                             ATTACK, "hold", address, str(count), str(seconds)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd="/")
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line, proc.stderr.read() if proc.stderr else "no output"
-        yield json.loads(line)
-    finally:
-        proc.kill()
-        proc.wait(30)
+    node = node_for(address)
+    with in_background(lab, user, ATTACK, node, "hold", address, str(count),
+                       str(seconds)) as running:
+        yield json.loads(first_line(node, running))
+
+
+def second_rsad_yaml(lab: Mapping[str, str], state: Path, sock: Path, tcp: str) -> str:
+    """The lab's rsa.yaml for a second rsad: its own state, socket and TCP address, no
+    metrics, one inert RSA node (rsa99 at 127.0.1.99, which nothing answers)."""
+    import yaml
+
+    cfg = yaml.safe_load(Path(lab["RSA_LAB_RSA_CONFIG"]).read_text())
+    daemon = cfg.setdefault("daemon", {})
+    daemon["state_dir"] = str(state)
+    daemon.setdefault("api", {}).update(socket=str(sock), listen=tcp)
+    cfg.setdefault("metrics", {})["listen"] = ""
+    node = cfg["pool"]["nodes"][0]
+    node.update(names="rsa99", address="127.0.1.99")
+    if "{name}" in str(node.get("data_address", "")):
+        node["data_address"] = "127.0.1.99"
+    cfg["pool"]["nodes"] = [node]
+    return str(yaml.safe_dump(cfg, sort_keys=False))
 
 
 @pytest.mark.parametrize("address", [SOCK, TCP])
@@ -175,8 +199,8 @@ def test_a_malformed_body_is_one_line_and_rsad_serves_on(lab: Mapping[str, str],
              ("POST", "/v1/admin/drain", "[" * 50_000 + "]" * 50_000, "nested too deeply"),
              ("GET", "/v1/events?since=99999999999999999999", "", "since= takes an event")]
     for method, path, body, why in cases:
-        out = as_user(lab, other, [lab["RSA_LAB_PYTHON"], "-c", SIGNED,
-                                   address, method, path, body], timeout=60)
+        out = run_as(lab, other, [lab["RSA_LAB_PYTHON"], "-c", SIGNED, address, method,
+                                  path, body], node=node_for(address), timeout=60)
         assert out.returncode == 0, out.stderr[-2000:]
         got = json.loads(out.stdout.splitlines()[-1])
         assert got["status"] == 400 and why in got["error"], (path, got)
@@ -265,15 +289,18 @@ def test_another_users_job_ids_are_nowhere(lab: Mapping[str, str], tmp_path: Pat
         assert job in {n["job"] for n in held}
         assert job in {n["job"] for n in json.loads(rsa(lab, user, "nodes", "--json").stdout)[
             "nodes"]}
-        for api in (SOCK, TCP):
+        # the cluster's: also from a compute node where another job (a filler) runs
+        busy = root(lab, "squeue", "-h", "-j", jobs.fillers[0], "-o", "%N").strip()
+        for api, where in posts(lab, busy):
             for args in (("status", "--json"), ("nodes", "--json"), ("jobs", "--json"),
                          ("events", "--json", "--since", "0")):
-                out = rsa(lab, other, *args, api=api)
-                assert out.returncode == 0, (args, out.stderr)
-                assert f'"{job}"' not in out.stdout, (args, out.stdout[:2000])
-            nodes = json.loads(rsa(lab, other, "nodes", "--json", api=api).stdout)["nodes"]
+                out = rsa(lab, other, *args, api=api, node=where)
+                assert out.returncode == 0, (args, where, out.stderr)
+                assert f'"{job}"' not in out.stdout, (args, where, out.stdout[:2000])
+            nodes = json.loads(rsa(lab, other, "nodes", "--json", api=api,
+                                   node=where).stdout)["nodes"]
             assert "(hidden)" in {n["job"] for n in nodes}
-            seen = rsa(lab, other, "job", job, api=api)
+            seen = rsa(lab, other, "job", job, api=api, node=where)
             assert seen.returncode == 1
             assert seen.stderr.strip() == f"rsa: error: job {job} is not tracked by the RSA"
         for filler in jobs.fillers:
@@ -290,14 +317,9 @@ def test_the_watchdog_is_fed_while_the_api_is_attacked(lab: Mapping[str, str],
     public = Path(tempfile.mkdtemp(prefix="rsa-api-sec-"))  # rsaother must reach the socket
     public.chmod(0o755)
     sock_path = public / "rsad.sock"
-    cfg = Path(lab["RSA_LAB_RSA_CONFIG"]).read_text()
-    cfg = cfg.replace("/run/rsa-lab/rsad", str(tmp_path / "state"))
-    cfg = cfg.replace(SOCK, str(sock_path))
-    cfg = cfg.replace(f'listen: "{TCP}"', f'listen: "127.0.0.1:{port}"')
-    cfg = cfg.replace('listen: "127.0.0.1:9465"', 'listen: ""')
-    cfg = cfg.replace('names: "rsa[1-4]"', 'names: "rsa99"').replace(
-        'address: "127.0.1.{num}"', 'address: "127.0.1.99"')
-    (tmp_path / "rsa.yaml").write_text(cfg)
+    tcp = f"{TCP.rpartition(':')[0]}:{port}"  # rsad's host's address: the login node's too
+    (tmp_path / "rsa.yaml").write_text(second_rsad_yaml(lab, tmp_path / "state",
+                                                        sock_path, tcp))
     (tmp_path / "rsa.yaml").chmod(0o600)
     notify = tmp_path / "notify.sock"
     other = lab["RSA_LAB_OTHER_USER"]
@@ -311,7 +333,6 @@ def test_the_watchdog_is_fed_while_the_api_is_attacked(lab: Mapping[str, str],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             wait_for("second rsad ready", lambda: sock_path.exists(), timeout=90, every=0.2)
-            tcp = f"127.0.0.1:{port}"
             pool = ThreadPoolExecutor(8)
             attacks = [pool.submit(attack_as, lab, other, "slowloris", a, "1")
                        for a in (str(sock_path), tcp, tcp)]

@@ -7,6 +7,11 @@ same protocol whether root runs ``mfsmount`` or a user links ``libmfsio``). The 
 directories are world-traversable on purpose, so that once the RAMDISK is mounted over
 DATA_IN/DATA_OUT only the RAMDISK's own access control stands in the way. Each route has
 a control (the job's user, or the right secret) proving that the route itself works.
+
+On the cluster lab (every node a host of its own) the outside node is another compute
+node (on the RSA data network, not in the job), the proxy is probed on the RSA node whose
+staging mount it is, and the RAMDISK's servers from a compute node where a plain job of
+rsaother's runs (its Prolog loaded the guard), each through the harness's door.
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ import pytest
 from rsa_scheduler.runner import Identity
 from tests.integration.conftest import as_user
 from tests.integration.fskit import lab_hosts
-from tests.integration.slurmkit import make_jobs, root, wait_for
+from tests.integration.slurmkit import in_cluster, lab_nodes, make_jobs, root, wait_for
+from tests.integration.slurmkit import on_node as door
 from tests.integration.test_rsad_staging import fill, rsa_job, wait_state
+from tests.security.where import run_as
 
 PIDS = Path("/run/rsa-lab/pids")
 SECRET_WORDS = "the job's private input\n"
@@ -54,13 +61,15 @@ def _ids(user: str) -> tuple[int, int]:
 
 
 def on_node(node: str, user: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
-    """``argv`` in compute node ``node``'s mount namespace, as ``user``."""
+    """``argv`` in compute node ``node``'s mount namespace (the cluster lab's: on that
+    host), as ``user``."""
+    drop = [] if user == "root" else ["setpriv", f"--reuid={user}", f"--regid={user}",
+                                      "--init-groups"]
+    if in_cluster():
+        return door(node, [*drop, *argv], check=False)
     pid = (PIDS / f"slurmd-{node}.pid").read_text().strip()
-    prefix = ["nsenter", "-t", pid, "-m", "--"]
-    if user != "root":
-        prefix += ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups"]
-    return subprocess.run([*prefix, *argv], capture_output=True, text=True, timeout=60,
-                          cwd="/", check=False)
+    return subprocess.run(["nsenter", "-t", pid, "-m", "--", *drop, *argv],
+                          capture_output=True, text=True, timeout=60, cwd="/", check=False)
 
 
 def refused(done: subprocess.CompletedProcess[str]) -> bool:
@@ -81,17 +90,35 @@ while [ ! -e {base}/stop ]; do sleep 0.5; done
 """
 
 
-def mfsmount(mnt: Path, spec: Mapping[str, Any], *opts: str
-             ) -> subprocess.CompletedProcess[str]:
-    c = spec["client"]
-    argv = ["mfsmount", str(mnt), "-H", str(c["master_host"]), "-P", str(c["master_port"]),
-            "-o", ",".join(["mfsioretries=2", *opts])]
+def as_root(node: str | None, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``argv`` as root on ``node`` (None: this host)."""
+    if node is not None:
+        return door(node, argv, check=False)
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
 
 
-def umount(mnt: Path) -> None:
-    if os.path.ismount(mnt):
-        subprocess.run(["umount", "-l", str(mnt)], check=False, timeout=30)
+def mfsmount(mnt: Path, spec: Mapping[str, Any], *opts: str, node: str | None = None
+             ) -> subprocess.CompletedProcess[str]:
+    c = spec["client"]
+    return as_root(node, ["mfsmount", str(mnt), "-H", str(c["master_host"]), "-P",
+                          str(c["master_port"]), "-o", ",".join(["mfsioretries=2", *opts])])
+
+
+def is_mount(mnt: Path, node: str | None = None) -> bool:
+    return as_root(node, ["mountpoint", "-q", str(mnt)]).returncode == 0
+
+
+def umount(mnt: Path, node: str | None = None) -> None:
+    if is_mount(mnt, node):
+        as_root(node, ["umount", "-l", str(mnt)])
+
+
+def outside(lab: Mapping[str, str], job_node: str) -> str | None:
+    """The node outside the job root mounts from: this host in the host lab, another
+    compute node (on the RSA data network) in the cluster lab."""
+    if not in_cluster():
+        return None
+    return next(n for n in lab_nodes(lab, "RSA_LAB_COMPUTE_NODES") if n != job_node)
 
 
 def test_another_users_job_ramdisk_cannot_be_mounted_read_or_written(
@@ -129,21 +156,25 @@ def test_another_users_job_ramdisk_cannot_be_mounted_read_or_written(
             assert refused(done), (argv, done.returncode, done.stdout, done.stderr)
 
         # -- a client mount from a node outside the job ----------------------------------
+        there = outside(lab, node)
+        as_root(there, ["mkdir", "-p", str(mnt)])
         try:
-            bare = mfsmount(mnt, spec)
-            assert bare.returncode != 0 and not os.path.ismount(mnt), (
+            bare = mfsmount(mnt, spec, node=there)
+            assert bare.returncode != 0 and not is_mount(mnt, there), (
                 f"mounted job {job}'s RAMDISK without a secret: {bare.stderr}")
-            wrong = mfsmount(mnt, spec, "mfspassword=" + "0" * 32)
-            assert wrong.returncode != 0 and not os.path.ismount(mnt), wrong.stderr
+            wrong = mfsmount(mnt, spec, "mfspassword=" + "0" * 32, node=there)
+            assert wrong.returncode != 0 and not is_mount(mnt, there), wrong.stderr
             # control: with the secret (root on the RSA node can read it) the route works
             secret = hosts[rsa_node].run(["cat", "--", spec["client"]["pass_file"]],
                                          timeout=30).stdout.strip().split("=", 1)[1]
             assert secret and secret not in json.dumps(info)  # never in what rsad shows
-            right = mfsmount(mnt, spec, f"mfspassword={secret}")
+            right = mfsmount(mnt, spec, f"mfspassword={secret}", node=there)
             assert right.returncode == 0, right.stderr
-            assert (mnt / "private").read_text() == SECRET_WORDS
+            assert as_root(there, ["cat", str(mnt / "private")]).stdout == SECRET_WORDS
         finally:
-            umount(mnt)
+            umount(mnt, there)
+            if there is not None:
+                as_root(there, ["rmdir", str(mnt)])
 
         # -- the RAMDISK's backing files and staging mount on its RSA node ---------------
         pool = lab["RSA_LAB_POOL_RAM"]
@@ -191,9 +222,10 @@ def test_another_users_job_ramdisk_cannot_be_mounted_read_or_written(
 # forwards any request on its own authenticated session (mfsmount/masterproxy.c), with
 # the uid the request names. Unguarded, a local user of a node where a RAMDISK is
 # mounted could act as root on it without the secret. RAMDISK mounts put the proxy on a
-# dedicated address only root may reach (fs/mfsproxy.py). In the lab every node shares
-# the host's network namespace, so rsaother on the host tries every loopback listener
-# there, the RSA node's staging mount among them.
+# dedicated address only root may reach (fs/mfsproxy.py). In the host lab every node
+# shares the host's network namespace, so rsaother on the host tries every loopback
+# listener there, the RSA node's staging mount among them; in the cluster lab rsaother
+# tries them on the RSA node itself, where the staging mount is.
 PROXY_PROBE = r"""
 import socket, struct
 def readn(s, n):
@@ -241,10 +273,10 @@ def test_a_local_user_cannot_use_a_mounts_master_proxy(lab: Mapping[str, str]) -
             spec = backend.create(req)
             hosts["rsa1"].run(["touch", f"{spec.rsa_mountpoint}/victim-file"], timeout=30)
             # the probe works: root, whom the guard lets through, lists the RAMDISK
-            ctl = subprocess.run(["python3", "-c", PROXY_PROBE], capture_output=True,
-                                 text=True, timeout=60, check=False)
+            where = "rsa1" if in_cluster() else None
+            ctl = run_as(lab, "root", ["python3", "-c", PROXY_PROBE], node=where)
             assert "victim-file" in ctl.stdout.split(), (ctl.stdout, ctl.stderr)
-            seen = as_user(lab, other, ["python3", "-c", PROXY_PROBE], timeout=60)
+            seen = run_as(lab, other, ["python3", "-c", PROXY_PROBE], node=where)
             assert seen.returncode == 0, seen.stderr
             assert "victim-file" not in seen.stdout.split(), (
                 f"{other} listed the RAMDISK through an mfsmount proxy")
@@ -254,22 +286,28 @@ def test_a_local_user_cannot_use_a_mounts_master_proxy(lab: Mapping[str, str]) -
 
 # -- the RAMDISK's servers --------------------------------------------------------------
 # MooseFS chunkservers authenticate nobody: whoever reaches one and names a chunk reads
-# or writes it, bypassing the master's password. Every node where a RAMDISK is mounted
-# keeps everyone but root off the RSA nodes' server ports (fs/mfsproxy.py, rsaguard=).
-# rsaother on the host (the lab's nodes share its network namespace) tries to connect to
-# every listener the RAMDISK's master and chunkserver opened; root, the control, does.
-SERVER_PROBE = r"""
-import socket, sys
+# or writes it, bypassing the master's password. Every node where a job runs keeps
+# everyone but root off the RSA nodes' server ports (fs/mfsproxy.py, rsaguard=: loaded by
+# the RAMDISK's mounts and by every job's Prolog). rsaother tries to connect to every
+# listener the RAMDISK's master and chunkservers opened; root, the control, does. In the
+# host lab from the host (the lab's nodes share its network namespace); in the cluster
+# lab from a compute node where a plain job of rsaother's runs.
+LISTENERS = r"""
+import sys
 low, high = int(sys.argv[1]), int(sys.argv[2])
 for line in open("/proc/net/tcp").read().splitlines()[1:]:
     f = line.split()
     ip, port = f[1].split(":")
     port = int(port, 16)
-    if f[3] != "0A" or not low <= port <= high:
-        continue
-    addr = ".".join(str(int(ip, 16) >> s & 0xFF) for s in (0, 8, 16, 24))
+    if f[3] == "0A" and low <= port <= high:
+        print(".".join(str(int(ip, 16) >> s & 0xFF) for s in (0, 8, 16, 24)), port)
+"""
+CONNECT = r"""
+import socket, sys
+for target in sys.argv[1:]:
+    addr, port = target.rsplit(":", 1)
     try:
-        socket.create_connection((addr, port), timeout=3).close()
+        socket.create_connection((addr, int(port)), timeout=3).close()
         print("connected", addr, port)
     except OSError as e:
         print("refused", addr, port, e.errno)
@@ -285,27 +323,36 @@ def test_a_local_user_cannot_reach_the_ramdisks_servers(lab: Mapping[str, str]) 
     req = FsRequest(f"sec-servers-{os.getpid()}", "0", nodes, "ram",
                     {n: lab["RSA_LAB_POOL_RAM"] for n in nodes}, "/run/rsa/mnt",
                     owner=_ids(lab["RSA_LAB_USER"]))
-    with lab_hosts(lab) as hosts:
+    with lab_hosts(lab) as hosts, make_jobs(lab) as jobs:
         backend = lab_moosefs(lab, hosts)
         servers = backend.servers()
-        probe = ["python3", "-c", SERVER_PROBE, str(servers.low), str(servers.high)]
+        where: str | None = None
+        if in_cluster():  # rsaother's plain job: its Prolog loaded the node's guard
+            job = jobs.submit("-t", "5", "--wrap", "sleep 300", user=other)
+            where = wait_for(f"job {job} running", lambda: root(
+                lab, "squeue", "-h", "-j", job, "-t", "R", "-o", "%N").strip(), timeout=120)
         try:
             spec = backend.create(req)
             port = int(spec.client["master_port"])
-            ctl = subprocess.run(probe, capture_output=True, text=True, timeout=120,
-                                 check=False)
-            mine = [ln for ln in ctl.stdout.splitlines()
-                    if ln.split()[1] in servers.addresses]
+            listing = "".join(
+                run_as(lab, "root", ["python3", "-c", LISTENERS, str(servers.low),
+                                     str(servers.high)],
+                       node=n if in_cluster() else None).stdout
+                for n in (nodes if in_cluster() else ("here",)))
+            targets = sorted({f"{a}:{p}" for a, p in (ln.split() for ln in
+                                                        listing.splitlines())
+                              if a in servers.addresses})
+            probe = ["python3", "-c", CONNECT, *targets]
+            mine = run_as(lab, "root", probe, node=where, timeout=120).stdout.splitlines()
             # the control: root reaches the master's port and the chunkservers'
             assert len(mine) >= 3 and all(ln.startswith("connected") for ln in mine), \
-                ctl.stdout
-            assert any(ln.endswith(f" {port}") for ln in mine), (port, ctl.stdout)
-            seen = as_user(lab, other, probe, timeout=120)
+                (listing, mine)
+            assert any(ln.endswith(f" {port}") for ln in mine), (port, mine)
+            seen = run_as(lab, other, probe, node=where, timeout=120)
             assert seen.returncode == 0, seen.stderr
-            theirs = [ln for ln in seen.stdout.splitlines()
-                      if ln.split()[1] in servers.addresses]
+            theirs = seen.stdout.splitlines()
             assert len(theirs) == len(mine) and all(
                 ln.startswith("refused") for ln in theirs), (
-                f"{other} reached a RAMDISK server: {seen.stdout}")
+                f"{other} reached a RAMDISK server from {where or 'the host'}: {seen.stdout}")
         finally:
             backend.destroy(req)

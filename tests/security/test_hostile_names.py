@@ -4,7 +4,8 @@ rsaother submits held jobs whose name, comment, working directory and output pat
 spaces, ``=``, ``|``, quotes, newlines and other fields' keys (``ArrayJobId=1``,
 ``UserId=root(0)``, ``AdminComment=rsa1:...``). rsad's real readers of the real
 slurmctld (the queue, one job's identity, the pending list, the partitions) must give
-each job its own id and user, and nothing of another job.
+each job its own id and user, and nothing of another job. On the cluster lab rsaother
+submits from the login node, its directories on the PFS.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from tests.integration.conftest import as_user
 from tests.integration.slurmkit import make_jobs, make_slurm
+from tests.security.where import run_as, submit_node
 
 #: what a user can put where scontrol's ``Key=value`` line has no quoting
 HOSTILE = [
@@ -28,8 +29,9 @@ HOSTILE = [
 
 def test_hostile_job_text_never_changes_whose_job_it_is(
         lab: Mapping[str, str], tmp_path: Path) -> None:
-    other = lab["RSA_LAB_OTHER_USER"]
-    base = Path("/tmp") / f"rsa-hostile {tmp_path.name} ArrayJobId=1 |x"
+    other, node = lab["RSA_LAB_OTHER_USER"], submit_node()
+    parent = Path(lab["RSA_LAB_OTHER_PFS"] if node else "/tmp")  # where rsaother submits
+    base = parent / f"rsa-hostile {tmp_path.name} ArrayJobId=1 |x"
     base.mkdir(mode=0o777)
     try:
         base.chmod(0o777)
@@ -37,11 +39,15 @@ def test_hostile_job_text_never_changes_whose_job_it_is(
         with make_jobs(lab) as jobs:
             for i, text in enumerate(HOSTILE):
                 work = base / f"w{i} {text.replace('/', '_')}"
-                made = as_user(lab, other, ["mkdir", "-p", str(work)])
+                made = run_as(lab, other, ["mkdir", "-p", str(work)], node=node)
                 assert made.returncode == 0, made.stderr
-                job = jobs.submit("-H", "-J", text, f"--comment={text}\nUserId=root(0)",
-                                  f"--chdir={work}", f"--output={work}/o {text}.%j",
-                                  "--wrap", "true", user=other)
+                done = run_as(lab, other, ["sbatch", "--parsable", "-H", "-J", text,
+                                           f"--comment={text}\nUserId=root(0)",
+                                           f"--chdir={work}", f"--output={work}/o {text}.%j",
+                                           "--wrap", "true"], node=node)
+                assert done.returncode == 0, done.stderr
+                job = done.stdout.strip().split(";")[0]
+                jobs.ids.append(job)
                 submitted[job] = text
             slurm = make_slurm(lab)
             rows = {r.job_id: r for r in slurm.queue()}

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import as_user
-from tests.integration.slurmkit import make_jobs, root
+from tests.integration.conftest import as_user, read_lab_env
+from tests.integration.slurmkit import in_cluster, lab_nodes, make_jobs, on_lab_node, root
 from tests.integration.test_rsad_staging import fill, rsa_job, wait_state
 
 #: the victim's input: half the lab's 2G RAM pool of one node
@@ -33,26 +33,24 @@ FILL = "1536M"
 PLACES = ("/dev/shm", "/tmp", "/var/tmp")
 
 
-def node_ns_pid(node: str) -> str:
-    """A process inside the lab RSA node's mount namespace: its sshd."""
-    return Path(f"/run/rsa-lab/pids/sshd-{node}.pid").read_text().split()[0]
-
-
 def left_on(node: str, tag: str) -> list[str]:
     """The attacker's files in the RSA node's /dev/shm, /tmp and /var/tmp, as the node's
     own mount namespace sees them."""
-    done = subprocess.run(["nsenter", "-t", node_ns_pid(node), "-m", "--", "find", *PLACES,
-                           "-maxdepth", "1", "-name", f"*{tag}*"],
-                          capture_output=True, text=True, timeout=30)
+    done = on_lab_node(node, ["find", *PLACES, "-maxdepth", "1", "-name", f"*{tag}*"],
+                       timeout=30)
     return done.stdout.split()
 
 
 def shm_of(user: str) -> list[str]:
-    """The ids of SysV shared memory segments ``user`` holds (the lab's nodes share the
-    host's IPC namespace)."""
-    out = subprocess.run(["ipcs", "-m"], capture_output=True, text=True, timeout=30,
-                         check=True).stdout
-    return [f[1] for f in (line.split() for line in out.splitlines())
+    """The ids of SysV shared memory segments ``user`` holds: in the host lab its nodes
+    share the host's IPC namespace; in the cluster lab on any RSA node (each its own)."""
+    if in_cluster():
+        outs = [on_lab_node(n, ["ipcs", "-m"], timeout=30, check=True).stdout
+                for n in lab_nodes(read_lab_env(), "RSA_LAB_RSA_NODES")]
+    else:
+        outs = [subprocess.run(["ipcs", "-m"], capture_output=True, text=True, timeout=30,
+                               check=True).stdout]
+    return [f[1] for out in outs for f in (line.split() for line in out.splitlines())
             if len(f) > 2 and f[0].startswith("0x") and f[2] == user]
 
 
@@ -86,13 +84,20 @@ def area(lab: Mapping[str, str]) -> Iterator[tuple[Path, Path, str]]:
     finally:
         subprocess.run(["rm", "-rf", str(bad), str(good)], check=False, timeout=120)
         # what the attack left on this host (the lab's nodes share its /tmp, /var/tmp and
-        # /dev/shm when they have no private ones): only the attacker's files, by name
+        # /dev/shm when they have no private ones; the cluster lab's RSA nodes each their
+        # own): only the attacker's files, by name
+        if in_cluster():
+            for node in lab_nodes(lab, "RSA_LAB_RSA_NODES"):
+                on_lab_node(node, ["sh", "-c", f"rm -f {' '.join(f'{p}/.{tag}' for p in PLACES)}"
+                                   f"; for m in $(ipcs -m | awk '$3 == \"{other}\" "
+                                   "{print $2}'); do ipcrm -m $m; done"], timeout=60)
         for place in PLACES:
             path = Path(place) / f".{tag}"
             if path.exists() and path.stat().st_uid != 0:
                 path.unlink()
-        for shmid in shm_of(other):
-            subprocess.run(["ipcrm", "-m", shmid], check=False, timeout=30)
+        if not in_cluster():
+            for shmid in shm_of(other):
+                subprocess.run(["ipcrm", "-m", shmid], check=False, timeout=30)
 
 
 def test_a_preprocess_leaves_nothing_and_the_next_job_gets_the_whole_pool(

@@ -7,10 +7,14 @@ within seconds with a bounded refusal, and root's `squeue` answers meanwhile.
 The bound (DOS_SECONDS) is far above what a linear parser needs (milliseconds: see
 docs/benchmarks.md) and far below what a quadratic one takes: it tells the two apart on
 a noisy machine, it is not a speed target.
+
+On the cluster lab rsaother submits from the login node (its scripts on the PFS), root's
+`squeue` runs on rsad's host.
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -21,8 +25,9 @@ from pathlib import Path
 import pytest
 
 from rsa_scheduler.core.directives import MAX_ERRORS, MAX_LINE, split_hold
-from tests.integration.conftest import as_user, slurm_env
+from tests.integration.conftest import slurm_env
 from tests.integration.slurmkit import Jobs, make_jobs, root
+from tests.security.where import run_as, submit_node
 
 ATTACKER = "rsaother"
 DOS_SECONDS = 5.0  # one submission of a worst-case script, end to end
@@ -43,8 +48,12 @@ def _worst_scripts() -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def scripts() -> Iterator[dict[str, Path]]:
-    with tempfile.TemporaryDirectory(prefix="rsa-dos-") as tmp:
+def scripts(lab: Mapping[str, str]) -> Iterator[dict[str, Path]]:
+    """The worst scripts, where the attacker submits from (the cluster lab: on the PFS,
+    which the login node mounts)."""
+    on_pfs = submit_node() is not None
+    tmp = tempfile.mkdtemp(prefix="rsa-dos-", dir=lab["RSA_LAB_OTHER_PFS"] if on_pfs else None)
+    try:
         d = Path(tmp)
         d.chmod(0o755)
         paths = {}
@@ -55,6 +64,8 @@ def scripts() -> Iterator[dict[str, Path]]:
             p.chmod(0o644)
             paths[name] = p
         yield paths
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +105,9 @@ def test_worst_scripts_are_refused_quickly_and_boundedly(
         lab: Mapping[str, str], jobs: Jobs, scripts: dict[str, Path], name: str) -> None:
     with Squeue(lab) as sq:
         t = time.monotonic()
-        done = as_user(lab, ATTACKER, ["sbatch", "--parsable", "-H", "-o", "/dev/null",
-                                       "--chdir=/tmp", str(scripts[name])], timeout=300)
+        done = run_as(lab, ATTACKER, ["sbatch", "--parsable", "-H", "-o", "/dev/null",
+                                      "--chdir=/tmp", str(scripts[name])],
+                      node=submit_node(), timeout=300)
         took = time.monotonic() - t
     if done.stdout.strip():
         jobs.ids.append(done.stdout.strip().split(";")[0])
@@ -119,8 +131,9 @@ def test_a_valid_huge_script_is_accepted_quickly(lab: Mapping[str, str], jobs: J
                                                  scripts: dict[str, Path]) -> None:
     """4 MB of header before the first command: parsed linearly, accepted, annotated."""
     t = time.monotonic()
-    done = as_user(lab, ATTACKER, ["sbatch", "--parsable", "-H", "-o", "/dev/null",
-                                   "--chdir=/tmp", str(scripts["long_header"])], timeout=300)
+    done = run_as(lab, ATTACKER, ["sbatch", "--parsable", "-H", "-o", "/dev/null",
+                                  "--chdir=/tmp", str(scripts["long_header"])],
+                  node=submit_node(), timeout=300)
     took = time.monotonic() - t
     assert done.returncode == 0, done.stderr[:2000]
     job = done.stdout.strip().split(";")[0]

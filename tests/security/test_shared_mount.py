@@ -3,10 +3,11 @@
 A job's RAMDISK mounted over ``#RSA_DATA_IN``/``#RSA_DATA_OUT`` hides that directory on
 the node (node-wide in the lab's ``hooks.mounts: node``). The lab user (``rsauser``)
 names as DATA_IN, then as DATA_OUT, a project directory of the second lab user
-(``rsaother``) that both may write: owned by rsaother, group ``rsa`` (both are members),
-mode 2775. The node must refuse the mount with one actionable line naming the directive,
-the job runs from the PFS, and all along rsaother on the job's node still sees and
-writes the directory, its files untouched; the job's output is not hidden from it.
+(``rsaother``) that both may write: owned by rsaother, group the job user's project
+group (``RSA_LAB_PROJECT_GROUP``), mode 2775. The node must refuse the mount with one
+actionable line naming the directive, the job runs from the PFS, and all along rsaother
+on the job's node still sees and writes the directory, its files untouched; the job's
+output is not hidden from it.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from tests.integration.slurmkit import make_jobs, root, wait_for
 from tests.integration.test_rsad_staging import FILL, fill, rsa_job, wait_state
 from tests.security.test_fs_access import on_node
 
-GROUP = "rsa"  # the lab's group of both users (lab/rsalab/users.py)
 THEIRS = {"plan.txt": "the team's plan\n", "data.bin": "0123456789" * 500}
 
 
@@ -45,14 +45,16 @@ def _tree(d: Path) -> dict[str, tuple[int, int, int, str]]:
 
 @pytest.fixture
 def project(lab: Mapping[str, str]) -> Iterator[Path]:
-    """``<pfs>/home/rsa-proj-*/{in,out}``: rsaother's, group rsa, 2775, with rsaother's
-    files; the job user is in the group and may write both."""
+    """``<pfs>/home/rsa-proj-*/{in,out}``: rsaother's, the job user's project group (the
+    host lab's ``rsa``, of both users; the cluster lab's ``proj1``, from the directory),
+    2775, with rsaother's files; the job user is in the group and may write both."""
     other = Identity.of(lab["RSA_LAB_OTHER_USER"])
+    group = lab["RSA_LAB_PROJECT_GROUP"]
     tag = f"{os.getpid()}-{time.monotonic_ns()}"
     base = Path(lab["RSA_LAB_PFS_ROOT"]) / "home" / f"rsa-proj-{tag}"
     try:
         for d in (base, base / "in", base / "out"):
-            subprocess.run(["install", "-d", "-m", "2775", "-o", other.user, "-g", GROUP,
+            subprocess.run(["install", "-d", "-m", "2775", "-o", other.user, "-g", group,
                             str(d)], check=True, timeout=30)
         for d in (base / "in", base / "out"):
             for name, text in THEIRS.items():

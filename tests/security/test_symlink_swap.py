@@ -28,20 +28,26 @@ from rsa_scheduler.runner import Identity
 from rsa_scheduler.staging import StagingEngine, StagingError
 from tests.e2e.test_prolog_lifecycle import nothing_of_job_mounted, run_to_start
 from tests.integration.conftest import as_user
-from tests.integration.slurmkit import make_jobs, wait_for
+from tests.integration.slurmkit import in_cluster, make_jobs, on_node, wait_for
 from tests.integration.test_rsad_staging import wait_state
 
 SENTINEL = Path(f"/run/rsa-sentinel-{os.getpid()}")
 
 
-def slurmd_pids(lab: Mapping[str, str]) -> dict[str, int]:
-    return {n: int(Path(f"/run/rsa-lab/pids/slurmd-{n}.pid").read_text())
+def slurmd_pids(lab: Mapping[str, str]) -> dict[str, str]:
+    """Each compute node and how to reach its mount namespace: the host lab's slurmd pid,
+    the cluster lab's node name (the door)."""
+    if in_cluster():
+        return {n: n for n in NodeSet(lab["RSA_LAB_COMPUTE_NODES"])}
+    return {n: Path(f"/run/rsa-lab/pids/slurmd-{n}.pid").read_text().strip()
             for n in NodeSet(lab["RSA_LAB_COMPUTE_NODES"])}
 
 
-def in_node(pid: int, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run a command (as root) in a compute node's mount namespace."""
-    return subprocess.run(["nsenter", "-t", str(pid), "-m", "--", *argv], check=check,
+def in_node(pid: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run a command (as root) in a compute node's mount namespace (:func:`slurmd_pids`)."""
+    if in_cluster():
+        return on_node(pid, argv, timeout=30, check=check)
+    return subprocess.run(["nsenter", "-t", pid, "-m", "--", *argv], check=check,
                           capture_output=True, text=True, timeout=30)
 
 
@@ -49,7 +55,7 @@ def in_node(pid: int, *argv: str, check: bool = True) -> subprocess.CompletedPro
 def sentinel(lab: Mapping[str, str]) -> Iterator[Path]:
     """``SENTINEL/in``: a tmpfs mounted in every compute node's namespace, root-owned."""
     pids = slurmd_pids(lab)
-    mounted: list[int] = []
+    mounted: list[str] = []
     try:
         for pid in pids.values():
             in_node(pid, "install", "-d", "-m", "0755", str(SENTINEL / "in"))

@@ -9,6 +9,9 @@ the second lab user (rsaother), in both modes (``make lab-test``, ``make lab-tes
   endpoint (status, nodes, jobs, events), and in native mode no
   ``scontrol show bbstat``, names it to rsaother. The job itself reads its input from
   its RAMDISK: the node Prolog (root) took rsad's answers, signed for root only.
+
+On the cluster lab rsaother asks the TCP API from the login node, the socket on rsad's
+host (tests/security/where.py).
 """
 
 from __future__ import annotations
@@ -23,41 +26,42 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import input_area, lab_mode
-from tests.integration.conftest import as_user
+from tests.integration.conftest import LAB_ENV, as_user, read_lab_env
 from tests.integration.slurmkit import make_jobs, root, wait_for
 from tests.integration.test_rsad_staging import wait_state
 from tests.security import reply
+from tests.security.where import SOCK, api_tcp, node_for, posts, run_as, script_argv
 
-SOCK = "/run/rsa/rsad.sock"
-TCP = "127.0.0.1:7820"
-REPLY = str(Path(reply.__file__).resolve())
-ROOT_DIR = str(Path(reply.__file__).resolve().parents[2])
+#: rsad's TCP API (the cluster lab's on its host's address; the params need it at import)
+TCP = api_tcp(read_lab_env() if LAB_ENV.exists() else {})
+REPLY = Path(reply.__file__).resolve()
+ROOT_DIR = str(REPLY.parents[2])
 
 
 def ask(lab: Mapping[str, str], user: str, address: str, method: str, path: str,
         auth: str) -> dict[str, Any]:
-    """One raw request to rsad as ``user`` (tests/security/reply.py)."""
-    argv = ["env", f"PYTHONPATH={ROOT_DIR}", lab["RSA_LAB_PYTHON"], REPLY,
-            address, method, path, auth]
-    if user == "root":
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
-                             cwd="/")
-    else:
-        out = as_user(lab, user, argv)
+    """One raw request to rsad as ``user`` (tests/security/reply.py), from where that
+    user reaches ``address``."""
+    node = node_for(address)
+    argv, text = script_argv(lab, REPLY, node, address, method, path, auth)
+    if node is None:  # this checkout's rsa_scheduler; another node's Python has its own
+        argv = ["env", f"PYTHONPATH={ROOT_DIR}", *argv]
+    out = run_as(lab, user, argv, node=node, input=text)
     assert out.returncode == 0, out.stderr
     got: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])
     return got
 
 
-def unmunge(lab: Mapping[str, str], user: str, credential: str) -> str:
-    """What ``unmunge`` says of ``credential`` when ``user`` decodes it (its metadata;
-    the payload, binary, is dropped)."""
+def unmunge(lab: Mapping[str, str], user: str, credential: str,
+            node: str | None = None) -> str:
+    """What ``unmunge`` says of ``credential`` when ``user`` decodes it on ``node`` (its
+    metadata; the payload, binary, is dropped)."""
     argv = ["sh", "-c", 'printf "%s" "$1" | unmunge -o /dev/null', "sh", credential]
-    if user == "root":
+    if user == "root" and node is None:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
                              cwd="/")
     else:
-        out = as_user(lab, user, argv)
+        out = run_as(lab, user, argv, node=node)
     return out.stdout + out.stderr
 
 
@@ -78,13 +82,13 @@ def test_rsad_signs_every_answer_to_a_caller_for_that_caller_only(
         got = ask(lab, other, address, method, path, "munge")
         assert got["status"] == status and got["reply"], (method, path, got)
         assert "Unauthorized credential" in unmunge(lab, "root", got["reply"])
-        said = unmunge(lab, other, got["reply"])
+        said = unmunge(lab, other, got["reply"], node_for(address))
         assert re.search(r"STATUS:\s+Success", said) and re.search(r"UID:\s+root \(0\)", said)
         assert re.search(rf"UID_RESTRICTION:\s+{other} ", said), said
     # root (the node hooks): signed, and only root can decode it
     got = ask(lab, "root", address, "GET", "/v1/whoami", "munge")
     assert got["status"] == 200 and got["reply"], got
-    assert "Unauthorized credential" in unmunge(lab, other, got["reply"])
+    assert "Unauthorized credential" in unmunge(lab, other, got["reply"], node_for(address))
     said = unmunge(lab, "root", got["reply"])
     assert re.search(r"STATUS:\s+Success", said) and re.search(r"UID:\s+root \(0\)", said)
     assert re.search(r"UID_RESTRICTION:\s+root \(0\)", said), said
@@ -129,17 +133,19 @@ for i in $(seq 1 240); do [ -e {area}/res/go ] && break; sleep 0.5; done
             assert seen[free[0]] == reason  # operators see it as typed
             # the job id as a word: not the seconds or day of a timestamp (09:21:47)
             named = re.compile(rf"(?<![\w.:-]){re.escape(job)}(?![\w:])")
-            for api in (SOCK, TCP):
+            job_node = root(lab, "squeue", "-h", "-j", job, "-o", "%N").strip()
+            for api, where in posts(lab, job_node):  # the cluster's: also from job's node
                 for args in (("status", "--json"), ("nodes", "--json"), ("jobs", "--json"),
                              ("events", "--json", "--since", "0")):
-                    out = as_user(lab, other, [rsa, *args, "--api", api])
-                    assert out.returncode == 0, (args, out.stderr)
+                    out = run_as(lab, other, [rsa, *args, "--api", api], node=where)
+                    assert out.returncode == 0, (args, where, out.stderr)
                     said = [t for line in out.stdout.splitlines()  # events: a line each
                             for t in texts(json.loads(line)) if named.search(t)]
-                    assert said == [], (args, out.stdout[:3000])
+                    assert said == [], (args, where, out.stdout[:3000])
                     assert user not in out.stdout and str(area) not in out.stdout, args
-                nodes = {n["name"]: n for n in json.loads(as_user(
-                    lab, other, [rsa, "nodes", "--json", "--api", api]).stdout)["nodes"]}
+                nodes = {n["name"]: n for n in json.loads(run_as(
+                    lab, other, [rsa, "nodes", "--json", "--api", api],
+                    node=where).stdout)["nodes"]}
                 assert {nodes[n]["job"] for n in held} == {"(hidden)"}
                 assert nodes[free[0]]["reason"] == "job (hidden) filled its pool"
             if lab_mode(lab) == "native":
