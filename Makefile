@@ -69,8 +69,9 @@ unit: install
 # build tools, debootstrap, the lab host's root and venvs: apt on the host, never at
 # once), then the unit tests (alone: they are CPU-bound, and fail fast), then five lanes
 # side by side:
-#   queue   the queue-mode phase's integration, security and chaos tests (lab-test),
-#           then the tier phase (lab-test-tiers), then the variant (lab-test-variant)
+#   queue   the queue-mode phase's integration and chaos tests (lab-test), then the tier
+#           phase (lab-test-tiers), then the variant (lab-test-variant), then the
+#           security tier on a cluster lab of its own (lane-security)
 #   e2e     the queue-mode phase's whole lifecycles, tests/e2e, on a cluster lab of its
 #           own (RSA_CLUSTER_NAME=e2e: every node its own host, the host lab's shape;
 #           cluster-lab-run); make lab-test LAB_TESTS=tests/e2e runs them on the host lab
@@ -145,9 +146,10 @@ lab-host: install
 	$(if $(filter-out 12,$(RSA_LAB_DEBIAN)),lab/host-root $(RSA_LAB_DEBIAN) >/dev/null)
 
 lane-queue: lab-host
-	$(call LAB_IN,queue) lab-test LAB_TESTS='tests/integration tests/security tests/chaos'
+	$(call LAB_IN,queue) lab-test LAB_TESTS='tests/integration tests/chaos'
 	$(call LAB_IN,tiers) lab-test-tiers
 	$(call LAB_IN,variant) lab-test-variant
+	$(MAKE) --no-print-directory lane-security
 
 lane-e2e: lab-host
 	$(MAKE) --no-print-directory cluster-lab-run RSA_CLUSTER_NAME=e2e \
@@ -155,8 +157,8 @@ lane-e2e: lab-host
 
 # tests/security on a cluster lab of its own (RSA_CLUSTER_NAME=sec: rsaother attacks from
 # the login node and the compute nodes, tests/security/where.py), as lane-e2e runs
-# tests/e2e. Not in LANES: lane-queue still runs tests/security on the host lab (a lane of
-# its own, or lane-e2e after tests/e2e, would take it from there: docs/lab.md)
+# tests/e2e; the last phase of lane-queue (make lab-test LAB_TESTS=tests/security runs
+# the tier on the host lab)
 lane-security: lab-host
 	$(MAKE) --no-print-directory cluster-lab-run RSA_CLUSTER_NAME=sec \
 	  CLUSTER_LAB_TESTS='tests/security --durations=20'

@@ -264,12 +264,12 @@ class TreeCopy(Commands):
         a moment later, and one in the second of the first ``stat`` not at all (times to
         the second). So ``input_settle`` seconds after the last big copy ended, the
         sources are read again (one node, as the user): a file whose inode, size or mtime
-        differs from the scan's is truncated and, once it has been quiet that long,
+        differs from the scan's is removed and, once it has been quiet that long,
         copied again and checked the same way; one whose ctime is in the second the
         copies began (``CLOCK_SKEW``) is compared byte for byte with its copy (read
         afresh: ``scripts.COMPARE``) and copied again only if they differ; at most
         ``BIG_TRIES`` rounds, then the stage-in fails naming the files (retried
-        later; the truncated copies are made again then). ``atomic`` (a ``union`` job may
+        later; the removed copies are made again then). ``atomic`` (a ``union`` job may
         already read its files): no file is ever cut short under its name; the second
         copy replaces the first whole (renamed into place), and one given up on is
         removed (the job's overlay then shows the PFS's)."""
@@ -322,9 +322,8 @@ class TreeCopy(Commands):
             more = f" and {len(moved) - 3} more" if len(moved) > 3 else ""
             last = round_ == BIG_TRIES or any(c is None for c in moved.values())
             if last or not atomic:
-                self._user(first, scripts.truncate_argv(dst, remove=atomic),
-                           f"stage-in: {'removing' if atomic else 'truncating'} "
-                           f"{len(moved)} copies that may be torn",
+                self._user(first, scripts.discard_argv(dst),
+                           f"stage-in: removing {len(moved)} copies that may be torn",
                            input=scripts.encode_list(moved))
             if last:
                 raise StagingError(
@@ -352,7 +351,7 @@ class TreeCopy(Commands):
                 if not err.permanent:
                     raise
                 # e.g. no space: the first copies' chunks are not freed yet; a later try
-                # finds them freed (their truncated copies are copied again then)
+                # finds them freed (their removed copies are copied again then)
                 raise StagingError(f"stage-in: copying again {len(entries)} big file(s) "
                                    f"that changed while they were copied failed: {err}",
                                    permanent=False, node=err.node) from None

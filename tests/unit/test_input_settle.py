@@ -48,7 +48,7 @@ class Meddling(LocalHost):
         if args[2:3] == [scripts.ATOMIC]:  # the copier it wraps (scripts.atomic_argv)
             args = args[5:]
         program = {scripts.BIG: "big", scripts.TAR_PIPE: "tar", scripts.SETTLE_STAT: "stat",
-                   scripts.TRUNCATE: "truncate", scripts.COMPARE: "compare"}.get(
+                   scripts.DISCARD: "discard", scripts.COMPARE: "compare"}.get(
                        args[2] if len(args) > 2 else "")
         if program is not None:
             self.seen.append((program, time.monotonic()))
@@ -98,7 +98,7 @@ def test_a_write_the_copier_missed_is_caught_and_the_file_copied_again(
         area: Path, user: Identity) -> None:
     """The source is rewritten right after its copy, with an mtime 5 s on (a write that
     reached this node's stat late): the copy, old bytes under the scan's mtime, would
-    stay. The settle check sees the mtime differ, truncates the copy and copies again."""
+    stay. The settle check sees the mtime differ, removes the copy and copies again."""
     src, big = area / "src", area / "src" / "big"
     big_file(big, user, os.urandom(3 * MiB))
     new = os.urandom(MiB)
@@ -114,7 +114,7 @@ def test_a_write_the_copier_missed_is_caught_and_the_file_copied_again(
     eng.stage_in(str(src), str(area / "ram"))
     assert (area / "ram" / "big").read_bytes() == big.read_bytes()  # before: old bytes
     assert int((area / "ram" / "big").stat().st_mtime) == int(mtime)
-    assert programs(seen).count("big") == 2 and "truncate" in programs(seen)
+    assert programs(seen).count("big") == 2 and "discard" in programs(seen)
 
 
 def test_without_the_check_the_missed_write_leaves_a_stale_copy(
@@ -173,7 +173,7 @@ def test_a_write_in_the_second_of_the_scan_is_caught_by_its_recent_change(
 
 def test_a_quiet_file_is_copied_once_and_checked_only_after_the_settle_time(
         area: Path, user: Identity) -> None:
-    """An input last changed well before the stage-in: one copy, no truncation; the
+    """An input last changed well before the stage-in: one copy, nothing removed; the
     check runs no sooner than ``input_settle`` after the copy ended."""
     src, big = area / "src", area / "src" / "big"
     big_file(big, user, os.urandom(3 * MiB))
@@ -190,7 +190,7 @@ def test_a_quiet_file_is_copied_once_and_checked_only_after_the_settle_time(
 def test_a_file_that_keeps_changing_fails_the_stage_in_and_leaves_no_complete_copy(
         area: Path, user: Identity) -> None:
     """Rewritten after every copy: after ``BIG_TRIES`` rounds the stage-in fails (worth a
-    retry, not permanent) naming the file, and the copy is truncated, so a resume's quick
+    retry, not permanent) naming the file, and the copy is removed, so a resume's quick
     check copies it again rather than keeping a torn file."""
     src, big = area / "src", area / "src" / "big"
     big_file(big, user, os.urandom(3 * MiB))
@@ -206,7 +206,7 @@ def test_a_file_that_keeps_changing_fails_the_stage_in_and_leaves_no_complete_co
     assert not err.value.permanent
     assert "'big'" in str(err.value) and "changed while they were copied" in str(err.value)
     assert f"{BIG_TRIES} time(s)" in str(err.value)
-    assert (area / "ram" / "big").stat().st_size == 0
+    assert not (area / "ram" / "big").exists()
     assert programs(seen).count("big") == BIG_TRIES
 
 
@@ -230,7 +230,7 @@ def test_a_hard_linked_big_file_copied_again_stays_one_file(
     assert os.stat(ram / "big").st_ino == os.stat(ram / "big-too").st_ino
 
 
-def test_a_big_file_removed_after_its_copy_fails_the_stage_in_and_its_copy_is_truncated(
+def test_a_big_file_removed_after_its_copy_fails_the_stage_in_and_its_copy_is_removed(
         area: Path, user: Identity) -> None:
     src, big = area / "src", area / "src" / "big"
     big_file(big, user, os.urandom(3 * MiB))
@@ -243,7 +243,7 @@ def test_a_big_file_removed_after_its_copy_fails_the_stage_in_and_its_copy_is_tr
     with pytest.raises(StagingError) as err:
         eng.stage_in(str(src), str(area / "ram"))
     assert not err.value.permanent and "'big'" in str(err.value)
-    assert (area / "ram" / "big").stat().st_size == 0
+    assert not (area / "ram" / "big").exists()
 
 
 def test_parse_settle_reads_the_clock_stats_and_gone_names() -> None:
@@ -317,4 +317,32 @@ def test_a_second_copy_that_runs_out_of_space_is_retried_later_not_refused(
     assert not err.value.permanent, err.value
     assert "copying again 1 big file(s) that changed while they were copied failed" in str(
         err.value) and "No space left" in str(err.value)
-    assert (area / "ram" / "big").stat().st_size == 0  # truncated: a retry copies it again
+    assert not (area / "ram" / "big").exists()  # removed: a retry copies it again
+
+
+def test_a_read_only_big_input_changed_after_its_copy_is_copied_again(
+        area: Path, user: Identity) -> None:
+    """A copy has its source's mode: a read-only input's copy cannot be opened for
+    writing by its user, so a doubtful copy is removed (not truncated in place, which
+    failed with "Permission denied", a permanent error: the job's stage-in refused)."""
+    src, big = area / "src", area / "src" / "big"
+    big_file(big, user, os.urandom(3 * MiB))
+    big.chmod(0o444)
+    mtime = big.stat().st_mtime + 5
+
+    def late_write(n: int) -> None:
+        if n == 1:
+            rewrite_start(big, os.urandom(MiB), mtime=mtime)
+
+    eng = engine([Meddling("rsa1", [], late_write)], user, 0.2)
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(src), str(area / "ram"))
+    assert (area / "ram" / "big").read_bytes() == big.read_bytes()
+    assert (area / "ram" / "big").stat().st_mode & 0o777 == 0o444
+    # a resume over a read-only copy cut short (a crash mid-copy) copies it again too
+    (area / "ram" / "big").chmod(0o644)
+    with open(area / "ram" / "big", "r+b") as f:
+        f.truncate(MiB)
+    (area / "ram" / "big").chmod(0o444)
+    eng.stage_in(str(src), str(area / "ram"))
+    assert (area / "ram" / "big").read_bytes() == big.read_bytes()
