@@ -123,8 +123,10 @@ def tuned_yaml(native: bool) -> str:
     for line in rc.rsa_yaml().splitlines():
         lines.append(line)
         lines.extend(TUNING.get(line, ()))
-        if line == "slurm:":  # said, as the lab above's says it
+        if line == "slurm:":  # said, as the lab above's says them
             lines.append(f"  mode: {'native' if native else 'queue'}")
+            if "\n  bin_dir:" not in rc.rsa_yaml():
+                lines.append("  bin_dir: /usr/bin")
     lines += ["hooks:", "  max_hold: 30s"]
     return "\n".join(lines) + "\n"
 

@@ -742,6 +742,9 @@ StageOutTimeout=86400
 OtherTimeout=300
 """
 BB_TYPE = "BurstBufferType=burst_buffer/lua"
+# with slurmdbd, the burst buffer's TRES accounted (the operator guide's "Native mode"):
+# sacct's bb/lua, and GrpTRES=bb/lua limits
+BB_TRES = "AccountingStorageTRES=bb/lua"
 # the operator guide's rsa-bb-pools.service, as its ExecStart runs it (no systemd here)
 POOLS_SYNC = "/usr/bin/rsa-bb pools /run/rsa/bb-pools.json --every {every}"
 
@@ -767,7 +770,8 @@ def mode(which: str, every: int = 15) -> None:
     package's burst_buffer.lua next to slurm.conf, burst_buffer.conf, job_submit.lua's
     ``bb_directive = "BB_LUA"``, and rsa-bb-pools (the unit's ExecStart) writing rsad's
     pools where burst_buffer.lua reads them (rsad runs on a host of its own); every
-    host's slurm.conf ``BurstBufferType=burst_buffer/lua``; rsa.yaml ``slurm.mode:
+    host's slurm.conf ``BurstBufferType=burst_buffer/lua`` (and, with slurmdbd,
+    ``AccountingStorageTRES=bb/lua``); rsa.yaml ``slurm.mode:
     native`` on rsad's host (and the compute nodes'). Then rsad restarted, then
     slurmctld (a new burst buffer plugin needs a restart). ``queue`` undoes all of it."""
     if which not in ("native", "queue"):
@@ -775,10 +779,12 @@ def mode(which: str, every: int = 15) -> None:
     native = which == "native"
     conf = "/etc/slurm/slurm.conf"
     for node in SLURM_NODES:
-        lines = [f"grep -v '^BurstBufferType=' {conf} > {conf}.new || true",
-                 f"cat {conf}.new > {conf}", f"rm {conf}.new"]
+        lines = [f"grep -v '^BurstBufferType=\\|^AccountingStorageTRES=' {conf} "
+                 f"> {conf}.new || true", f"cat {conf}.new > {conf}", f"rm {conf}.new"]
         if native:
             lines.append(f"echo '{BB_TYPE}' >> {conf}")
+            lines.append(f"! grep -q '^AccountingStorageType=accounting_storage/slurmdbd' "
+                         f"{conf} || echo '{BB_TRES}' >> {conf}")
         sh(node, "\n".join(lines))
     directive = '"BB_LUA"' if native else "nil"
     sh("ctl", "\n".join([
