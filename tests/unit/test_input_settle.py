@@ -94,6 +94,26 @@ def programs(seen: list[tuple[str, float]]) -> list[str]:
     return [p for p, _ in seen]
 
 
+def rewrite_once(big: Path, mtime: float) -> Callable[[int], None]:
+    """An ``after_big`` that rewrites the start of ``big`` after the first copy, its mtime
+    set to ``mtime`` afterwards (a write this node's stat shows late)."""
+    def after(n: int) -> None:
+        if n == 1:
+            rewrite_start(big, os.urandom(MiB), mtime=mtime)
+    return after
+
+
+def stage(area: Path, user: Identity, after: Callable[[int], None] | None,
+          settle: float = 0.3) -> list[tuple[str, float]]:
+    """A stage-in of ``area``/src into ``area``/ram on one node calling ``after``; the
+    programs it ran."""
+    seen: list[tuple[str, float]] = []
+    eng = engine([Meddling("rsa1", seen, after)], user, settle)
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(area / "src"), str(area / "ram"))
+    return seen
+
+
 def test_a_write_the_copier_missed_is_caught_and_the_file_copied_again(
         area: Path, user: Identity) -> None:
     """The source is rewritten right after its copy, with an mtime 5 s on (a write that
@@ -155,18 +175,9 @@ def test_a_write_in_the_second_of_the_scan_is_caught_by_its_recent_change(
     """A file written moments before the stage-in began, then again after its copy in
     the same second, the mtime put back: size, inode and mtime all match the scan. Its
     recent change makes the copy untrusted: compared, found different, copied again."""
-    src, big = area / "src", area / "src" / "big"
+    big = area / "src" / "big"
     big_file(big, user, os.urandom(3 * MiB))
-    keep = big.stat().st_mtime
-
-    def same_second(n: int) -> None:
-        if n == 1:
-            rewrite_start(big, os.urandom(MiB), mtime=keep)
-
-    seen: list[tuple[str, float]] = []
-    eng = engine([Meddling("rsa1", seen, same_second)], user, 0.3)
-    eng.prepare_root(str(area / "ram"))
-    eng.stage_in(str(src), str(area / "ram"))
+    seen = stage(area, user, rewrite_once(big, big.stat().st_mtime))
     assert (area / "ram" / "big").read_bytes() == big.read_bytes()
     assert programs(seen).count("big") == 2 and "compare" in programs(seen)
 
@@ -214,16 +225,7 @@ def test_a_hard_linked_big_file_copied_again_stays_one_file(
         area: Path, user: Identity) -> None:
     src, big = area / "src", area / "src" / "big"
     big_file(big, user, os.urandom(3 * MiB), links=[src / "big-too"])
-    mtime = big.stat().st_mtime + 5
-
-    def late_write(n: int) -> None:
-        if n == 1:
-            rewrite_start(big, os.urandom(MiB), mtime=mtime)
-
-    seen: list[tuple[str, float]] = []
-    eng = engine([Meddling("rsa1", seen, late_write)], user, 0.3)
-    eng.prepare_root(str(area / "ram"))
-    eng.stage_in(str(src), str(area / "ram"))
+    seen = stage(area, user, rewrite_once(big, big.stat().st_mtime + 5))
     ram = area / "ram"
     assert programs(seen).count("tar") == 3  # the file, again, the directories
     assert (ram / "big").read_bytes() == big.read_bytes()
