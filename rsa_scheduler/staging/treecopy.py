@@ -325,6 +325,14 @@ class TreeCopy(Commands):
                 self._user(first, scripts.discard_argv(dst),
                            f"stage-in: removing {len(moved)} copies that may be torn",
                            input=scripts.encode_list(moved))
+            gone = [p for p, c in moved.items() if c is None]
+            if gone:
+                raise StagingError(
+                    f"stage-in: {len(gone)} big file(s) of {src} removed or no longer "
+                    f"readable after they were copied: "
+                    f"{', '.join(repr(display(p)) for p in gone[:3])}"
+                    f"{f' and {len(gone) - 3} more' if len(gone) > 3 else ''}; "
+                    f"{len(moved)} not staged", permanent=False)
             if last:
                 raise StagingError(
                     f"stage-in: {len(moved)} big file(s) of {src} changed while they were "

@@ -245,6 +245,7 @@ def test_a_big_file_removed_after_its_copy_fails_the_stage_in_and_its_copy_is_re
     with pytest.raises(StagingError) as err:
         eng.stage_in(str(src), str(area / "ram"))
     assert not err.value.permanent and "'big'" in str(err.value)
+    assert "removed or no longer readable after they were copied" in str(err.value)
     assert not (area / "ram" / "big").exists()
 
 
