@@ -220,14 +220,13 @@ class TreeCopy(Commands):
 
         self._parallel(ranges_first(striped, plan.buckets), copy, meter)
         if phase == "stage-in" and self.input_settle > 0 and big_ended:
-            first_index = len(plan.buckets)
+            next_index = len(plan.buckets)  # part directories of their own (atomic)
 
             def recopy(entries: Sequence[Entry], round_: int) -> None:
-                nonlocal recopying
+                nonlocal recopying, next_index
                 again = make_plan(entries, len(self.hosts) * self.parallel_per_node,
                                   big_bytes=self.big_bytes)
-                # part directories of their own (atomic placement): indexes past the plan's
-                offset = first_index + round_ * (len(entries) + 1)
+                offset, next_index = next_index, next_index + len(again.buckets)
                 recopying = True
                 try:
                     self._parallel([dataclasses.replace(b, index=b.index + offset)

@@ -363,9 +363,6 @@ def install_lab_job_submit(lab: Mapping[str, str], site: bool) -> None:
     if in_cluster():
         _install_cluster_job_submit(lab, site)
         return
-    if in_cluster():
-        _install_cluster_job_submit(lab, site)
-        return
     code = ("import sys; sys.path.insert(0, sys.argv[1]); "
             "from rsalab import common, slurm; "
             "slurm.install_job_submit(common.Settings(), site=sys.argv[2] == 'site')")

@@ -30,9 +30,9 @@ API_GROUP = "rsa"  # daemon.api.socket_group
 
 
 def api_tcp(lab: Mapping[str, str]) -> str:
-    """rsad's TCP API: the cluster lab says it (its host's address), the host lab's is
-    127.0.0.1:7820 (lab/rsalab/rsad.py LISTEN)."""
-    return lab.get("RSA_LAB_API_TCP", "127.0.0.1:7820")
+    """rsad's TCP API, as each lab's facts say it (the host lab's lab/rsalab/rsad.py
+    LISTEN, the cluster lab's rsad host's address)."""
+    return lab["RSA_LAB_API_TCP"]
 
 
 def submit_node() -> str | None:

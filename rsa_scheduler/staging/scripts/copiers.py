@@ -4,7 +4,7 @@ Owns ``TAR_PIPE`` (a list of names), ``TREE_PIPE`` (whole directories), ``BIG`` 
 a block size per direction: ``big_block``), ``RSYNC`` (``staging.copy_tool: rsync``), the
 ``copy_command`` template of ``staging.copy_tool: custom`` (``COPY_TOOLS``,
 ``COPY_PLACEHOLDERS``, :func:`check_copy_command`, :func:`custom_program`) and their argv
-builders. Each reads its bucket's list on stdin (``shell.encode_list``). Also the two
+builders. Each reads its bucket's list on stdin (``shell.encode_list``). Also the
 programs of a stage-in's settle check of its big files (``SETTLE_STAT``, parsed by
 :func:`parse_settle`, ``COMPARE`` and ``DISCARD``; ``treecopy.TreeCopy._settle``).
 
@@ -36,8 +36,8 @@ TREE_PIPE = PRELUDE + (
 # Copy a list of big regular files, one at a time: dd with the block size in $3, all-zero
 # blocks seeked over (holes kept), then cp --attributes-only for mode and mtime. An
 # earlier copy is removed first (it has its source's mode, maybe read-only, which dd
-# could not open for writing): a re-run after a crash is safe. The block size depends on which side
-# is the RAMDISK (measured on a 4-node MooseFS RAMDISK, 2 GiB file, cold reads;
+# could not open for writing): a re-run after a crash is safe. The block size depends on
+# which side is the RAMDISK (measured on a 4-node MooseFS RAMDISK, 2 GiB file, cold reads;
 # docs/benchmarks.md#staging): writing into it favours big writes (bs=16M 403-465 MB/s,
 # bs=128K 355-382, rsync 270-290), reading out of it small reads (bs=128K 324-407 MB/s,
 # bs=64K 193-396, bs=256K 233-321, bs=1M 165-262, bs=16M 127-203), most likely as the
@@ -51,9 +51,9 @@ TREE_PIPE = PRELUDE + (
 # another client would be read back stale). A source that changed while it was copied
 # (written to by someone during the stage-in: its device, inode, size, mtime or ctime,
 # to the nanosecond where the filesystem keeps them, differ after the copy from before
-# it) would be a torn copy carrying the source's
-# final mtime, which a resume's quick check keeps: the copy is removed (a resume copies
-# it again) and made again, at most BIG_TRIES times; then the bucket fails
+# it) would be a torn copy carrying the source's final mtime, which a resume's quick
+# check keeps: the copy is removed (a resume copies it again) and made again, at most
+# BIG_TRIES times; then the bucket fails
 # naming the file on stderr (the copy's own exit CHANGED_EXIT reaches xargs, which then
 # exits 123: the bucket fails as any failed copy does; the stage-in is retried later).
 BIG_TRIES = 3
