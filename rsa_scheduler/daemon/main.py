@@ -157,11 +157,16 @@ def _serve(cfg: Config) -> None:
     log.info("rsad %s serving on %s%s; %d RSA nodes", __version__, cfg.daemon.api.socket,
              f" and {listen.host}:{listen.port}" if listen else "",
              len(daemon.sched.pool.nodes()))
-    notify("READY=1")
+    def status() -> str:
+        return (f"STATUS={len(daemon.sched.records)} jobs tracked, "
+                f"{len(daemon.running)} actions running")
+
+    # the status goes with READY=1: `systemctl start` returns on READY, and the first
+    # cycle (which may wait on Slurm) must not leave the unit without one until it ends
+    notify(f"READY=1\n{status()}")
 
     def on_cycle() -> None:
-        notify(f"STATUS={len(daemon.sched.records)} jobs tracked, "
-               f"{len(daemon.running)} actions running")
+        notify(status())
 
     last_beat = [0.0]
 

@@ -120,9 +120,15 @@ def test_rsad_notifies_systemd_ready_and_watchdog(lab: Mapping[str, str], tmp_pa
             messages: list[str] = []
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and not (
-                    "READY=1" in messages and "WATCHDOG=1" in messages):
+                    any(m.startswith("READY=1") for m in messages)
+                    and "WATCHDOG=1" in messages):
                 messages.append(srv.recv(4096).decode())
-            assert "READY=1" in messages and "WATCHDOG=1" in messages, messages
+            ready = [m for m in messages if m.startswith("READY=1")]
+            assert ready and "WATCHDOG=1" in messages, messages
+            # the status comes with READY=1 (systemctl start returns on it), not only
+            # once the first cycle is over
+            assert ready[0].splitlines() == ["READY=1", "STATUS=0 jobs tracked, "
+                                             "0 actions running"], messages
         finally:
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=60)
