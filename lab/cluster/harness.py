@@ -229,7 +229,9 @@ def lab_run(argv: Sequence[str], what: str = "lab-run") -> int:
     env = lab_env()
     rc.on(rc.RSAD, ["sh", "-ec", f"mkdir -p {Path(LAB_ENV).parent}\ncat > {LAB_ENV}"],
           input="".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items()))
-    passed = [f"{k}={os.environ[k]}" for k in ("CI",) if k in os.environ]
+    # (the chaos tier's seed and rounds: make chaos-cluster)
+    passed = [f"{k}={os.environ[k]}" for k in ("CI", "RSA_CHAOS_SEED", "RSA_CHAOS_ROUNDS")
+              if k in os.environ]
     # the workflow tools' venv for the image's Python (make's WF_VENV; lab/host-root)
     passed.append(f"RSA_WF_VENV={rc.wf_venv(repo)}")
     full = ["sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", str(repo),

@@ -40,7 +40,10 @@ from tests.e2e.test_prolog_lifecycle import nothing_of_job_mounted
 from tests.integration.conftest import as_user
 from tests.integration.slurmkit import (
     crash_lab_rsa_sshd,
+    in_cluster,
+    lab_nodes,
     make_jobs,
+    on_node,
     restart_lab_rsad,
     restart_lab_slurmctld,
     root,
@@ -156,12 +159,12 @@ def rsa_state(rsa: str, job: str) -> str:
 
 def chaos(lab: Mapping[str, str], rng: random.Random, stop: threading.Event,
           log: list[str]) -> None:
-    nodes = [f"rsa{i}" for i in range(1, len(lab["RSA_LAB_RSA_ADDRESSES"].split(",")) + 1)]
+    nodes = lab_nodes(lab, "RSA_LAB_RSA_NODES")
     while not stop.wait(rng.uniform(3.0, 12.0)):
         what = rng.choice(["rsad", "rsad", "rsad", "slurmctld", "sshd", "ramdisk"])
         try:
             if what == "ramdisk":  # a job's RAMDISK server or RSA-node mount (SIGKILL)
-                what = kill_a_ramdisk_process(rng)
+                what = kill_a_ramdisk_process(lab, rng)
             elif what == "rsad":
                 restart_lab_rsad(signal.SIGKILL)
             elif what == "sshd":  # an RSA node unreachable for a while (its data stays)
@@ -176,25 +179,52 @@ def chaos(lab: Mapping[str, str], rng: random.Random, stop: threading.Event,
             raise
 
 
-def kill_a_ramdisk_process(rng: random.Random) -> str:
+#: a RAMDISK's own processes (the lab's rsad starts them for a job; their command lines
+#: name the RAMDISK ``job<ID>-c<CYCLE>``; compute-node mounts do not)
+SERVERS = ("mfsmaster", "mfschunkserver", "mfsmount")
+
+
+def ramdisk_processes(lab: Mapping[str, str], pattern: str) -> list[tuple[str, int, str, str]]:
+    """(RSA node, pid, program, rest of its command line) of each RAMDISK process whose
+    command line matches ``pattern``. The host lab's RSA nodes share this host's PID
+    view, so ``pgrep`` here sees them all (node ""); the cluster lab's are hosts of their
+    own, each asked through the door."""
+    argv = ["pgrep", "-a", "-f", pattern]
+    if in_cluster():
+        asked = [(node, on_node(node, argv, timeout=30, check=False).stdout)
+                 for node in lab_nodes(lab, "RSA_LAB_RSA_NODES")]
+    else:
+        asked = [("", subprocess.run(argv, capture_output=True, text=True,
+                                     timeout=30).stdout)]
+    found = []
+    for node, out in asked:
+        for line in out.splitlines():
+            fields = line.split(" ", 2)
+            # (the door's own shell may carry the pattern too: only the servers count)
+            if len(fields) == 3 and fields[1] in SERVERS:
+                found.append((node, int(fields[0]), fields[1], fields[2]))
+    return sorted(found)
+
+
+def kill_a_ramdisk_process(lab: Mapping[str, str], rng: random.Random) -> str:
     """SIGKILL one process of a live RAMDISK: a master, a chunkserver or an RSA node's
-    own mfsmount (all started by the lab's rsad for a job; their command lines name the
-    RAMDISK ``job<ID>-c<CYCLE>``; compute-node mounts do not, and are left alone)."""
-    pattern = r"mfs(master|chunkserver|mount) .*job[0-9]+-c[0-9]+"
-    out = subprocess.run(["pgrep", "-a", "-f", pattern], capture_output=True, text=True,
-                         timeout=30).stdout
-    procs = [line.split(" ", 2) for line in out.splitlines() if line.count(" ") >= 2]
-    procs = [p for p in procs if p[1] in ("mfsmaster", "mfschunkserver", "mfsmount")]
+    own mfsmount, on the RSA node that runs it."""
+    procs = ramdisk_processes(lab, r"mfs(master|chunkserver|mount) .*job[0-9]+-c[0-9]+")
     if not procs:
         return "ramdisk: none alive"
-    pid, prog, rest = rng.choice(sorted(procs))
+    node, pid, prog, rest = rng.choice(procs)
     named = re.search(r"job[0-9]+-c[0-9]+", rest)
     fs = named.group(0) if named else "?"
-    try:
-        os.kill(int(pid), signal.SIGKILL)
-    except ProcessLookupError:
-        return f"ramdisk: {prog} of {fs} already gone"
-    return f"ramdisk: SIGKILL {prog} of {fs}"
+    where = f" on {node}" if node else ""
+    if node:
+        if on_node(node, ["kill", "-KILL", str(pid)], timeout=30, check=False).returncode:
+            return f"ramdisk: {prog} of {fs}{where} already gone"
+    else:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return f"ramdisk: {prog} of {fs} already gone"
+    return f"ramdisk: SIGKILL {prog} of {fs}{where}"
 
 
 def check_output(shape: Shape, lab: Mapping[str, str]) -> None:
@@ -219,12 +249,14 @@ def check_output(shape: Shape, lab: Mapping[str, str]) -> None:
                                        f"corrupt {wrong}")
 
 
-def leaks(job: str) -> list[str]:
+def leaks(lab: Mapping[str, str], job: str) -> list[str]:
     found = []
-    servers = subprocess.run(["pgrep", "-a", "-f", f"mfs(master|chunkserver).*job{job}-"],
-                             capture_output=True, text=True).stdout.strip()
+    servers = [f"{prog} {pid}" + (f" on {node}" if node else "")
+               for node, pid, prog, _ in ramdisk_processes(
+                   lab, f"mfs(master|chunkserver).*job{job}-")
+               if prog != "mfsmount"]
     if servers:
-        found.append(f"job {job}: filesystem servers left: {servers}")
+        found.append(f"job {job}: filesystem servers left: {', '.join(servers)}")
     if not nothing_of_job_mounted(job):
         found.append(f"job {job}: a compute node still mounts its RAMDISK")
     cg = job_cgroup(job)
@@ -302,7 +334,7 @@ def one_round(lab: Mapping[str, str], seed: int) -> None:
                 check_output(s, lab)
             except AssertionError as e:
                 problems.append(f"{e}; history {json.dumps(data.get('events', [])[-8:])}")
-        problems += leaks(s.job)
+        problems += leaks(lab, s.job)
     res = base / "res-inout"
     if res.exists():
         assert res.read_text() == want_in, "the input read through the RAMDISK differs"
