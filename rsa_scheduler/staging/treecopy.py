@@ -93,8 +93,23 @@ class TreeCopy(Commands):
         todo: Sequence[Entry] = entries
         already = 0
         complete: set[bytes] = set()
-        existing = [e for e in self._scan(first, dst, f"{phase}: scanning {dst}")
+        scanned = self._scan(first, dst, f"{phase}: scanning {dst}")
+        existing = [e for e in scanned
                     if not scripts.is_part_dir(e.path.split(b"/", 1)[0], self.job_id)]
+        # a stage-in's big files whose copies an earlier run made but never checked
+        # (``_settle``): copied again whatever the quick check says
+        settling = phase == "stage-in" and self.input_settle > 0
+        unchecked = posixpath.join(dst, scripts.unchecked_name(self.job_id))
+        if settling and any(e.path == scripts.unchecked_name(self.job_id).encode()
+                            for e in scanned):
+            listed = scripts.parse_unchecked(self._user(
+                first, scripts.unchecked_argv(unchecked),
+                f"{phase}: reading {unchecked}").stdout) & {e.path for e in entries}
+            if listed:
+                log.info("%s: %s: %d big file(s) an earlier run copied were never checked "
+                         "once their copies settled (%s): copied again", self.job_id, phase,
+                         len(listed), ", ".join(repr(display(p)) for p in sorted(listed)[:3]))
+            redo = redo | listed
         self._refuse_planted(entries, existing, dst, phase)
         if only is not None:
             # the others are left as the destination has them: never in a whole-directory
@@ -215,8 +230,12 @@ class TreeCopy(Commands):
                 with lock:
                     big_ended.append(self.clock())
 
+        if settling and big:  # until the settle check concludes (``_settle``)
+            self._user(first, scripts.write_argv(unchecked),
+                       f"{phase}: listing {len(big)} big file(s) to check in {unchecked}",
+                       input=scripts.encode_list(e.path for e in big))
         self._parallel(ranges_first(striped, plan.buckets), copy, meter)
-        if phase == "stage-in" and self.input_settle > 0 and big_ended:
+        if settling and big:
             first_index = len(plan.buckets)
 
             def recopy(entries: Sequence[Entry], round_: int) -> None:
@@ -232,8 +251,8 @@ class TreeCopy(Commands):
                 finally:
                     recopying = False
 
-            self._settle(src, dst, big, t_scan=t0, ended=max(big_ended), recopy=recopy,
-                         atomic=atomic)
+            self._settle(src, dst, big, t_scan=t0, ended=max(big_ended, default=t0),
+                         recopy=recopy, atomic=atomic, unchecked=unchecked)
         if atomic or striped:
             self._user(first, scripts.remove_tree_argv(parts), f"{phase}: removing {parts}")
         # Directory modes and mtimes last: writing into a directory changes its mtime,
@@ -251,7 +270,7 @@ class TreeCopy(Commands):
 
     def _settle(self, src: str, dst: str, big: Sequence[Entry], *, t_scan: float,
                 ended: float, recopy: Callable[[Sequence[Entry], int], None],
-                atomic: bool = False) -> None:
+                atomic: bool = False, unchecked: str) -> None:
         """Check a stage-in's big files once their copies have settled, and copy again
         those that may be torn: a copy of a file someone wrote to meanwhile mixes old and
         new blocks, and carries the mtime it saw, which a resume's quick check keeps.
@@ -266,9 +285,16 @@ class TreeCopy(Commands):
         quiet that long, copied again and checked the same way; at most
         ``BIG_TRIES`` rounds, then the stage-in fails naming the files (retried
         later; the truncated copies are made again then). ``atomic`` (a ``union`` job may
-        already read its files): no file is ever cut short under its name; the second
-        copy replaces the first whole (renamed into place), and one given up on is
-        removed (the job's overlay then shows the PFS's)."""
+        already read its files): no file is ever cut short under its name; a copy that
+        may be torn is removed at once (the job's overlay then shows the PFS's file), and
+        the second copy renamed into place whole.
+
+        ``unchecked`` (below the destination root) lists every big file from before its
+        first copy: removed only once the check concluded (all passed, or the stage-in
+        failed with the doubtful copies truncated or removed). A stage-in killed,
+        cancelled or failed before that leaves it, and the next run copies those files
+        again: a torn copy can carry the source's size and mtime, and the quick check
+        would keep it, never checked."""
         first = self.hosts[0]
         by_name = {e.path: e for e in big}
         ref = {e.path: (e.inode[1], e.size, e.mtime_s) for e in big}
@@ -297,23 +323,35 @@ class TreeCopy(Commands):
                 if cur is None or cur[:3] != ref[name] or cur[3] + 1 > since:
                     moved[name] = cur
             if not moved:
+                self._user(first, ["rm", "-f", "--", unchecked],
+                           f"stage-in: removing {unchecked}")
                 return
             shown = ", ".join(repr(display(p)) for p in list(moved)[:3])
             more = f" and {len(moved) - 3} more" if len(moved) > 3 else ""
-            last = round_ == BIG_TRIES or any(c is None for c in moved.values())
-            if last or not atomic:
-                self._user(first, scripts.truncate_argv(dst, remove=atomic),
-                           f"stage-in: {'removing' if atomic else 'truncating'} "
-                           f"{len(moved)} copies that may be torn",
-                           input=scripts.encode_list(moved))
+            gone = [p for p, c in moved.items() if c is None]
+            last = round_ == BIG_TRIES or bool(gone)
+            # (atomic: removed at once, never left readable while it waits to be replaced)
+            self._user(first, scripts.truncate_argv(dst, remove=atomic),
+                       f"stage-in: {'removing' if atomic else 'truncating'} "
+                       f"{len(moved)} copies that may be torn",
+                       input=scripts.encode_list(moved))
             if last:
+                self._user(first, ["rm", "-f", "--", unchecked],
+                           f"stage-in: removing {unchecked}")
+                if gone:
+                    listed = ", ".join(repr(display(p)) for p in gone[:3])
+                    listed += f" and {len(gone) - 3} more" if len(gone) > 3 else ""
+                    raise StagingError(
+                        f"stage-in: {len(gone)} big file(s) of {src} removed or no longer "
+                        f"readable after they were copied: {listed}; {len(moved)} big "
+                        f"file(s) not staged", permanent=False)
                 raise StagingError(
                     f"stage-in: {len(moved)} big file(s) of {src} changed while they were "
                     f"copied or just before, {round_} time(s): {shown}{more}; not staged "
                     f"(a file still being written cannot be copied whole)", permanent=False)
             log.info("%s: stage-in: %d big file(s) of %s changed while they were copied "
-                     "or just before (%s%s): copied again", self.job_id, len(moved), src,
-                     shown, more)
+                     "or just before (%s%s): %s, copied again once quiet", self.job_id,
+                     len(moved), src, shown, more, "removed" if atomic else "truncated")
             newest = max(c[3] for c in moved.values() if c is not None)
             quiet = min(newest + 1 + self.input_settle - node_now, self.input_settle + 1)
             if quiet > 0:

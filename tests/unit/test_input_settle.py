@@ -271,3 +271,138 @@ def test_an_atomic_stage_in_replaces_a_torn_copy_whole_and_removes_one_given_up_
     with pytest.raises(StagingError):
         eng.stage_in(str(src), str(area / "ram2"), atomic=True)
     assert not (area / "ram2" / "big").exists()
+
+
+class Killed(Exception):
+    """rsad killed (or stopped, or the step failed) at this point of the stage-in."""
+
+
+class Dying(Meddling):
+    """A Meddling host whose stage-in dies just before its ``nth`` run of ``program``
+    (a name of ``Meddling``'s: "big", "tar", "stat", "truncate")."""
+
+    def __init__(self, name: str, seen: list[tuple[str, float]],
+                 after_big: Callable[[int], None] | None, *, program: str,
+                 nth: int = 1) -> None:
+        super().__init__(name, seen, after_big)
+        self.program = program
+        self.nth = nth
+        self.met = 0
+
+    def run(self, argv: Sequence[str], **kw: Any) -> Completed:
+        args = list(argv)
+        if args[2:3] == [scripts.ATOMIC]:
+            args = args[5:]
+        program = {scripts.BIG: "big", scripts.TAR_PIPE: "tar", scripts.SETTLE_STAT: "stat",
+                   scripts.TRUNCATE: "truncate"}.get(args[2] if len(args) > 2 else "")
+        if program == self.program:
+            self.met += 1
+            if self.met == self.nth:
+                raise Killed(f"killed before {program} #{self.nth}")
+        return super().run(argv, **kw)
+
+
+def torn_in_the_same_second(big: Path, copies: Sequence[int] = (1,)
+                            ) -> Callable[[int], None]:
+    """After each of ``copies`` (the first copy is 1): the start of ``big`` rewritten,
+    size and mtime as the scan saw them (a write in the second of the copier's first
+    stat, which on MooseFS also reaches the node late): only its ctime tells."""
+    keep = big.stat().st_mtime
+
+    def write(n: int) -> None:
+        if n in copies:
+            rewrite_start(big, os.urandom(MiB), mtime=keep)
+    return write
+
+
+def leftovers(ram: Path) -> list[str]:
+    """The names of the engine's own below the RAMDISK root (part directories, lists)."""
+    return [n for n in os.listdir(ram) if n.startswith(".rsa-staging")]
+
+
+@pytest.mark.parametrize(("program", "nth", "torn"), [
+    ("stat", 1, (1,)),  # between the copy and the settle check (also: the wait cancelled)
+    ("big", 2, (1,)),  # the check found it, the copy again not yet made
+    ("stat", 2, (1, 2)),  # the copy made again (torn again), not yet checked
+])
+@pytest.mark.parametrize("atomic", [False, True])
+def test_a_stage_in_killed_before_its_big_files_were_checked_never_keeps_a_torn_copy(
+        area: Path, user: Identity, program: str, nth: int, torn: Sequence[int],
+        atomic: bool) -> None:
+    """rsad killed (or stopped, or the step cancelled) at any point between a big file's
+    copy and the check that passed it: the stage-in resumes, and its quick check (size
+    and mtime, which a torn copy of a write in the same second shares with the source)
+    must not keep the unchecked copy."""
+    src, big = area / "src", area / "src" / "big"
+    big_file(big, user, os.urandom(3 * MiB))
+    ram = area / "ram"
+    eng = engine([Dying("rsa1", [], torn_in_the_same_second(big, torn), program=program,
+                        nth=nth)], user, 0.3)
+    eng.prepare_root(str(ram))
+    with pytest.raises(Killed):
+        eng.stage_in(str(src), str(ram), atomic=atomic)
+    seen: list[tuple[str, float]] = []
+    engine([Meddling("rsa1", seen)], user, 0.3).stage_in(str(src), str(ram), atomic=atomic)
+    assert (ram / "big").read_bytes() == big.read_bytes()
+    assert programs(seen).count("big") >= 1 and leftovers(ram) == []
+
+
+def test_a_stage_in_failed_by_another_bucket_never_keeps_an_unchecked_big_copy(
+        area: Path, user: Identity) -> None:
+    """The big file copied (torn, in the same second), then a bucket of small files
+    fails: the settle check never ran; the retry's quick check must not keep it."""
+    src, big = area / "src", area / "src" / "big"
+    big_file(big, user, os.urandom(3 * MiB))
+    (src / "small").write_bytes(b"x")
+    os.chown(src / "small", user.uid, user.gid)
+    ram = str(area / "ram")
+    eng = StagingEngine([Dying("rsa1", [], torn_in_the_same_second(big), program="tar")],
+                        user, job_id="91", big_bytes=MiB, input_settle=0.3,
+                        parallel_per_node=1)  # the big file first, then the small one
+    eng.prepare_root(ram)
+    with pytest.raises(Killed):
+        eng.stage_in(str(src), ram)
+    engine([LocalHost("rsa1")], user, 0.3).stage_in(str(src), ram)
+    assert (area / "ram" / "big").read_bytes() == big.read_bytes()
+    assert leftovers(area / "ram") == []
+
+
+def test_a_quiet_resume_copies_nothing_again(area: Path, user: Identity) -> None:
+    """The list of the unchecked goes once the check passed: a stage-in run again over
+    a complete, checked RAMDISK copies nothing (the quick check keeps it all)."""
+    src, big = area / "src", area / "src" / "big"
+    big_file(big, user, os.urandom(3 * MiB))
+    time.sleep(1.6)  # its ctime more than 0.5 s + 1 s old: the check passes it
+    ram = str(area / "ram")
+    eng = engine([LocalHost("rsa1")], user, 0.5)
+    eng.prepare_root(ram)
+    eng.stage_in(str(src), ram)
+    seen: list[tuple[str, float]] = []
+    stats = engine([Meddling("rsa1", seen)], user, 0.5).stage_in(str(src), ram)
+    assert programs(seen) == ["tar"] and stats.already == 1  # (tar: the directories)
+
+
+def test_an_atomic_stage_in_never_leaves_a_copy_it_found_doubtful_readable(
+        area: Path, user: Identity) -> None:
+    """Under ``union`` the job may read its files while the stage-in runs: a copy the
+    check found doubtful is removed at once (the overlay shows the PFS's file), not left
+    under its name for the seconds until its second copy is placed."""
+    src, big = area / "src", area / "src" / "big"
+    big_file(big, user, os.urandom(3 * MiB))
+    there: list[tuple[str, bool]] = []
+
+    class Watching(Meddling):
+        def run(self, argv: Sequence[str], **kw: Any) -> Completed:
+            before = len(self.seen)
+            done = super().run(argv, **kw)
+            if len(self.seen) > before:  # one of the programs Meddling names
+                there.append((self.seen[-1][0], (area / "ram" / "big").exists()))
+            return done
+
+    eng = engine([Watching("rsa1", [], torn_in_the_same_second(big))], user, 0.3)
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(src), str(area / "ram"), atomic=True)
+    # after: placed, checked (doubtful), removed, placed again, checked, the directories
+    assert there == [("big", True), ("stat", True), ("truncate", False), ("big", True),
+                     ("stat", True), ("tar", True)]
+    assert (area / "ram" / "big").read_bytes() == big.read_bytes()

@@ -6,13 +6,15 @@ a block size per direction: ``big_block``), ``RSYNC`` (``staging.copy_tool: rsyn
 ``COPY_PLACEHOLDERS``, :func:`check_copy_command`, :func:`custom_program`) and their argv
 builders. Each reads its bucket's list on stdin (``shell.encode_list``). Also the two
 programs of a stage-in's settle check of its big files (``SETTLE_STAT``, parsed by
-:func:`parse_settle`, and ``TRUNCATE``; ``treecopy.TreeCopy._settle``).
+:func:`parse_settle`, ``TRUNCATE``, and ``UNCHECKED``, the list of those not checked yet;
+``treecopy.TreeCopy._settle``).
 
 Pure: builds lists, runs nothing. Imports only ``shell``.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 
 from rsa_scheduler.staging.scripts.shell import PRELUDE, bash
@@ -73,6 +75,14 @@ BIG = PRELUDE + (
 SETTLE_STAT = PRELUDE + (
     'cd -- "$1" || exit 66; date +%s.%N || exit 1; base64 -d | while IFS= read -r -d "" p; do '
     'stat --printf "%i %s %Y %Z\\n" -- "$p" 2>/dev/null || echo -; done')
+# The list of a stage-in's big files whose copies the settle check has not passed yet
+# (``treecopy.TreeCopy._settle``), kept below the destination root as
+# ``placement.unchecked_name`` from before the first copy until the check concluded: a
+# stage-in killed, cancelled or failed meanwhile leaves it, and the next run copies those
+# files again whatever its quick check says (a torn copy can carry the source's size and
+# mtime). Written with ``archives.WRITE`` (a fresh .part file renamed over it); read here
+# as base64 (nothing when absent; never through a symlink).
+UNCHECKED = PRELUDE + ('[ -f "$1" ] && [ ! -L "$1" ] || exit 0; base64 -w0 < "$1"')
 # Truncate the listed copies to nothing (a resume's quick check then copies them again):
 # regular files only, never through a symlink (O_NOFOLLOW), below $1; with $2 "remove",
 # remove them instead (the name itself, never what a symlink points to).
@@ -168,6 +178,17 @@ def truncate_argv(root: str, *, remove: bool = False) -> list[str]:
     """Truncate the regular files listed below ``root`` to nothing (``remove``: remove
     them)."""
     return bash(TRUNCATE, root, "remove" if remove else "")
+
+
+def unchecked_argv(path: str) -> list[str]:
+    """What the unchecked list at ``path`` holds (``parse_unchecked``)."""
+    return bash(UNCHECKED, path)
+
+
+def parse_unchecked(stdout: str) -> set[bytes]:
+    """``UNCHECKED``'s output: the names it lists (``encode_list``'s records)."""
+    raw = base64.b64decode(stdout.strip() or b"")
+    return {r[2:] if r.startswith(b"./") else r for r in raw.split(b"\0") if r}
 
 
 def parse_settle(stdout: str, count: int
