@@ -85,9 +85,17 @@ class TreeCopy(Commands):
         first = self.hosts[0]
         limit = self._stream_limit() if only is None else -1
         entries = self._scan(first, src, f"{phase}: scanning {src}", limit=limit)
+        settling = phase == "stage-in" and self.input_settle > 0
+        unchecked = posixpath.join(dst, scripts.unchecked_name(self.job_id))
         if limit >= 0 and len(entries) > limit:  # too many to list here: the nodes do
             del entries  # (their quick check cannot leave out a list: no resume then)
-            return self._stream(phase, src, dst, atomic, resume and not redo)
+            # an earlier listed run's unchecked big files (``_settle``; the tree has grown
+            # since): streamed mode cannot single them out, so it copies everything
+            left = settling and bool(self._unchecked(first, unchecked))
+            stats = self._stream(phase, src, dst, atomic, resume and not redo and not left)
+            if left:
+                self._user(first, ["rm", "-f", "--", unchecked], f"{phase}: removing {unchecked}")
+            return stats
         self._refuse_unreadable(entries, src, phase)
         self._user(first, scripts.mkdir_argv(dst), f"{phase}: creating {dst}")
         todo: Sequence[Entry] = entries
@@ -98,13 +106,10 @@ class TreeCopy(Commands):
                     if not scripts.is_part_dir(e.path.split(b"/", 1)[0], self.job_id)]
         # a stage-in's big files whose copies an earlier run made but never checked
         # (``_settle``): copied again whatever the quick check says
-        settling = phase == "stage-in" and self.input_settle > 0
-        unchecked = posixpath.join(dst, scripts.unchecked_name(self.job_id))
-        if settling and any(e.path == scripts.unchecked_name(self.job_id).encode()
-                            for e in scanned):
-            listed = scripts.parse_unchecked(self._user(
-                first, scripts.unchecked_argv(unchecked),
-                f"{phase}: reading {unchecked}").stdout) & {e.path for e in entries}
+        had_unchecked = settling and any(
+            e.path == scripts.unchecked_name(self.job_id).encode() for e in scanned)
+        if had_unchecked:
+            listed = self._unchecked(first, unchecked) & {e.path for e in entries}
             if listed:
                 log.info("%s: %s: %d big file(s) an earlier run copied were never checked "
                          "once their copies settled (%s): copied again", self.job_id, phase,
@@ -253,6 +258,8 @@ class TreeCopy(Commands):
 
             self._settle(src, dst, big, t_scan=t0, ended=max(big_ended, default=t0),
                          recopy=recopy, atomic=atomic, unchecked=unchecked)
+        elif had_unchecked:  # none big any more: the list goes (never staged out with it)
+            self._user(first, ["rm", "-f", "--", unchecked], f"{phase}: removing {unchecked}")
         if atomic or striped:
             self._user(first, scripts.remove_tree_argv(parts), f"{phase}: removing {parts}")
         # Directory modes and mtimes last: writing into a directory changes its mtime,
@@ -267,6 +274,11 @@ class TreeCopy(Commands):
         return Stats(phase, plan.files, plan.bytes, len(plan.dirs), self.clock() - t0,
                      len(plan.buckets), already, tuple(display(e.path) for e in plan.skipped),
                      per_node)
+
+    def _unchecked(self, host: Host, path: str) -> set[bytes]:
+        """The names the unchecked list at ``path`` holds (none when absent; ``_settle``)."""
+        return scripts.parse_unchecked(self._user(
+            host, scripts.unchecked_argv(path), f"stage-in: reading {path}").stdout)
 
     def _settle(self, src: str, dst: str, big: Sequence[Entry], *, t_scan: float,
                 ended: float, recopy: Callable[[Sequence[Entry], int], None],

@@ -406,3 +406,44 @@ def test_an_atomic_stage_in_never_leaves_a_copy_it_found_doubtful_readable(
     assert there == [("big", True), ("stat", True), ("truncate", False), ("big", True),
                      ("stat", True), ("tar", True)]
     assert (area / "ram" / "big").read_bytes() == big.read_bytes()
+
+
+def killed_before_the_check(area: Path, user: Identity, big: Path) -> None:
+    """A stage-in of ``area``/src whose big file was torn in the second of the scan and
+    which was killed before its settle check."""
+    eng = engine([Dying("rsa1", [], torn_in_the_same_second(big), program="stat")],
+                 user, 0.3)
+    eng.prepare_root(str(area / "ram"))
+    with pytest.raises(Killed):
+        eng.stage_in(str(area / "src"), str(area / "ram"))
+
+
+def test_a_resume_in_streamed_mode_copies_everything_after_an_unchecked_run(
+        area: Path, user: Identity) -> None:
+    """The tree grew past ``stream_objects`` after a listed run was killed before its
+    check: streamed mode cannot single out the unchecked files, so it copies the tree
+    without its quick check, and the list goes."""
+    src, big = area / "src", area / "src" / "big"
+    big_file(big, user, os.urandom(3 * MiB))
+    killed_before_the_check(area, user, big)
+    for name in ("a", "b", "c"):
+        (src / name).write_bytes(b"x")
+        os.chown(src / name, user.uid, user.gid)
+    StagingEngine([LocalHost("rsa1")], user, job_id="91", big_bytes=MiB, input_settle=0.3,
+                  stream_objects=2).stage_in(str(src), str(area / "ram"))
+    assert (area / "ram" / "big").read_bytes() == big.read_bytes()
+    assert leftovers(area / "ram") == []
+
+
+def test_the_list_of_the_unchecked_goes_when_none_of_them_is_big_any_more(
+        area: Path, user: Identity) -> None:
+    """Killed before the check, then the big file cut to a small one: the next run has no
+    big file to check; the list is removed all the same (never left for the job to see,
+    nor staged out with its output)."""
+    src, big = area / "src", area / "src" / "big"
+    big_file(big, user, os.urandom(3 * MiB))
+    killed_before_the_check(area, user, big)
+    os.truncate(big, 1000)
+    engine([LocalHost("rsa1")], user, 0.3).stage_in(str(src), str(area / "ram"))
+    assert (area / "ram" / "big").read_bytes() == big.read_bytes()
+    assert leftovers(area / "ram") == []
