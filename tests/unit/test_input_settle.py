@@ -447,3 +447,34 @@ def test_the_list_of_the_unchecked_goes_when_none_of_them_is_big_any_more(
     engine([LocalHost("rsa1")], user, 0.3).stage_in(str(src), str(area / "ram"))
     assert (area / "ram" / "big").read_bytes() == big.read_bytes()
     assert leftovers(area / "ram") == []
+
+
+def test_many_big_files_are_checked_by_one_command_after_one_wait(
+        area: Path, user: Identity) -> None:
+    """Every big file is checked by one command on one node, the names on its stdin (its
+    argv the same for 1 or 10,000 files), after one wait of ``input_settle`` once the
+    last copy ended, never one per file."""
+    src = area / "src"
+    for i in range(40):
+        big_file(src / f"big{i:02}", user, os.urandom(8192))
+    time.sleep(1.6)  # their ctimes more than 0.5 s + 1 s old: the check passes them
+    argvs: list[list[str]] = []
+
+    class Counting(Meddling):
+        def run(self, argv: Sequence[str], **kw: Any) -> Completed:
+            if list(argv[2:3]) == [scripts.SETTLE_STAT]:
+                argvs.append(list(argv))
+            return super().run(argv, **kw)
+
+    seen: list[tuple[str, float]] = []
+    eng = StagingEngine([Counting("rsa1", seen)], user, job_id="91", big_bytes=4096,
+                        input_settle=0.5)
+    eng.prepare_root(str(area / "ram"))
+    t = time.monotonic()
+    eng.stage_in(str(src), str(area / "ram"))
+    took = time.monotonic() - t
+    assert programs(seen).count("big") == 40 and programs(seen).count("stat") == 1
+    assert argvs == [scripts.settle_stat_argv(str(src))]
+    last_copy = max(at for p, at in seen if p == "big")
+    assert next(at for p, at in seen if p == "stat") - last_copy >= 0.5
+    assert took < 40 * 0.5  # (one wait, not one per file)
