@@ -293,17 +293,17 @@ class TreeCopy(Commands):
         the second). So ``input_settle`` seconds after the last big copy ended, the
         sources are read again (one node, as the user): a file whose inode, size or mtime
         differs from the scan's, or that was changed (its ctime) less than
-        ``input_settle`` seconds before the copy began, is truncated and, once it has been
+        ``input_settle`` seconds before the copy began, is removed and, once it has been
         quiet that long, copied again and checked the same way; at most
         ``BIG_TRIES`` rounds, then the stage-in fails naming the files (retried
-        later; the truncated copies are made again then). ``atomic`` (a ``union`` job may
+        later; the removed copies are made again then). ``atomic`` (a ``union`` job may
         already read its files): no file is ever cut short under its name; a copy that
         may be torn is removed at once (the job's overlay then shows the PFS's file), and
         the second copy renamed into place whole.
 
         ``unchecked`` (below the destination root) lists every big file from before its
         first copy: removed only once the check concluded (all passed, or the stage-in
-        failed with the doubtful copies truncated or removed). A stage-in killed,
+        failed with the doubtful copies removed). A stage-in killed,
         cancelled or failed before that leaves it, and the next run copies those files
         again: a torn copy can carry the source's size and mtime, and the quick check
         would keep it, never checked."""
@@ -342,10 +342,10 @@ class TreeCopy(Commands):
             more = f" and {len(moved) - 3} more" if len(moved) > 3 else ""
             gone = [p for p, c in moved.items() if c is None]
             last = round_ == BIG_TRIES or bool(gone)
-            # (atomic: removed at once, never left readable while it waits to be replaced)
-            self._user(first, scripts.truncate_argv(dst, remove=atomic),
-                       f"stage-in: {'removing' if atomic else 'truncating'} "
-                       f"{len(moved)} copies that may be torn",
+            # (removed, not truncated: a read-only copy cannot be opened for writing; and
+            # under atomic placement never left readable while it waits to be replaced)
+            self._user(first, scripts.discard_argv(dst),
+                       f"stage-in: removing {len(moved)} copies that may be torn",
                        input=scripts.encode_list(moved))
             if last:
                 self._user(first, ["rm", "-f", "--", unchecked],
@@ -362,8 +362,8 @@ class TreeCopy(Commands):
                     f"copied or just before, {round_} time(s): {shown}{more}; not staged "
                     f"(a file still being written cannot be copied whole)", permanent=False)
             log.info("%s: stage-in: %d big file(s) of %s changed while they were copied "
-                     "or just before (%s%s): %s, copied again once quiet", self.job_id,
-                     len(moved), src, shown, more, "removed" if atomic else "truncated")
+                     "or just before (%s%s): removed, copied again once quiet", self.job_id,
+                     len(moved), src, shown, more)
             newest = max(c[3] for c in moved.values() if c is not None)
             quiet = min(newest + 1 + self.input_settle - node_now, self.input_settle + 1)
             if quiet > 0:

@@ -48,7 +48,7 @@ class Meddling(LocalHost):
         if args[2:3] == [scripts.ATOMIC]:  # the copier it wraps (scripts.atomic_argv)
             args = args[5:]
         program = {scripts.BIG: "big", scripts.TAR_PIPE: "tar", scripts.SETTLE_STAT: "stat",
-                   scripts.TRUNCATE: "truncate"}.get(args[2] if len(args) > 2 else "")
+                   scripts.DISCARD: "discard"}.get(args[2] if len(args) > 2 else "")
         if program is not None:
             self.seen.append((program, time.monotonic()))
         if program in ("big", "tar") and self.after_big is not None:
@@ -97,7 +97,7 @@ def test_a_write_the_copier_missed_is_caught_and_the_file_copied_again(
         area: Path, user: Identity) -> None:
     """The source is rewritten right after its copy, with an mtime 5 s on (a write that
     reached this node's stat late): the copy, old bytes under the scan's mtime, would
-    stay. The settle check sees the mtime differ, truncates the copy and copies again."""
+    stay. The settle check sees the mtime differ, removes the copy and copies again."""
     src, big = area / "src", area / "src" / "big"
     big_file(big, user, os.urandom(3 * MiB))
     new = os.urandom(MiB)
@@ -113,7 +113,7 @@ def test_a_write_the_copier_missed_is_caught_and_the_file_copied_again(
     eng.stage_in(str(src), str(area / "ram"))
     assert (area / "ram" / "big").read_bytes() == big.read_bytes()  # before: old bytes
     assert int((area / "ram" / "big").stat().st_mtime) == int(mtime)
-    assert programs(seen).count("big") == 2 and "truncate" in programs(seen)
+    assert programs(seen).count("big") == 2 and "discard" in programs(seen)
 
 
 def test_without_the_check_the_missed_write_leaves_a_stale_copy(
@@ -156,7 +156,7 @@ def test_a_write_in_the_second_of_the_scan_is_caught_by_its_recent_change(
 
 def test_a_quiet_file_is_copied_once_and_checked_only_after_the_settle_time(
         area: Path, user: Identity) -> None:
-    """An input last changed well before the stage-in: one copy, no truncation; the
+    """An input last changed well before the stage-in: one copy, none removed; the
     check runs no sooner than ``input_settle`` after the copy ended."""
     src, big = area / "src", area / "src" / "big"
     big_file(big, user, os.urandom(3 * MiB))
@@ -173,7 +173,7 @@ def test_a_quiet_file_is_copied_once_and_checked_only_after_the_settle_time(
 def test_a_file_that_keeps_changing_fails_the_stage_in_and_leaves_no_complete_copy(
         area: Path, user: Identity) -> None:
     """Rewritten after every copy: after ``BIG_TRIES`` rounds the stage-in fails (worth a
-    retry, not permanent) naming the file, and the copy is truncated, so a resume's quick
+    retry, not permanent) naming the file, and the copy is removed, so a resume's quick
     check copies it again rather than keeping a torn file."""
     src, big = area / "src", area / "src" / "big"
     big_file(big, user, os.urandom(3 * MiB))
@@ -189,7 +189,7 @@ def test_a_file_that_keeps_changing_fails_the_stage_in_and_leaves_no_complete_co
     assert not err.value.permanent
     assert "'big'" in str(err.value) and "changed while they were copied" in str(err.value)
     assert f"{BIG_TRIES} time(s)" in str(err.value)
-    assert (area / "ram" / "big").stat().st_size == 0
+    assert not (area / "ram" / "big").exists()
     assert programs(seen).count("big") == BIG_TRIES
 
 
@@ -213,7 +213,7 @@ def test_a_hard_linked_big_file_copied_again_stays_one_file(
     assert os.stat(ram / "big").st_ino == os.stat(ram / "big-too").st_ino
 
 
-def test_a_big_file_removed_after_its_copy_fails_the_stage_in_and_its_copy_is_truncated(
+def test_a_big_file_removed_after_its_copy_fails_the_stage_in_and_its_copy_is_removed(
         area: Path, user: Identity) -> None:
     src, big = area / "src", area / "src" / "big"
     big_file(big, user, os.urandom(3 * MiB))
@@ -226,7 +226,7 @@ def test_a_big_file_removed_after_its_copy_fails_the_stage_in_and_its_copy_is_tr
     with pytest.raises(StagingError) as err:
         eng.stage_in(str(src), str(area / "ram"))
     assert not err.value.permanent and "'big'" in str(err.value)
-    assert (area / "ram" / "big").stat().st_size == 0
+    assert not (area / "ram" / "big").exists()
 
 
 def test_parse_settle_reads_the_clock_stats_and_gone_names() -> None:
@@ -279,7 +279,7 @@ class Killed(Exception):
 
 class Dying(Meddling):
     """A Meddling host whose stage-in dies just before its ``nth`` run of ``program``
-    (a name of ``Meddling``'s: "big", "tar", "stat", "truncate")."""
+    (a name of ``Meddling``'s: "big", "tar", "stat", "discard")."""
 
     def __init__(self, name: str, seen: list[tuple[str, float]],
                  after_big: Callable[[int], None] | None, *, program: str,
@@ -294,7 +294,7 @@ class Dying(Meddling):
         if args[2:3] == [scripts.ATOMIC]:
             args = args[5:]
         program = {scripts.BIG: "big", scripts.TAR_PIPE: "tar", scripts.SETTLE_STAT: "stat",
-                   scripts.TRUNCATE: "truncate"}.get(args[2] if len(args) > 2 else "")
+                   scripts.DISCARD: "discard"}.get(args[2] if len(args) > 2 else "")
         if program == self.program:
             self.met += 1
             if self.met == self.nth:
@@ -403,7 +403,7 @@ def test_an_atomic_stage_in_never_leaves_a_copy_it_found_doubtful_readable(
     eng.prepare_root(str(area / "ram"))
     eng.stage_in(str(src), str(area / "ram"), atomic=True)
     # after: placed, checked (doubtful), removed, placed again, checked, the directories
-    assert there == [("big", True), ("stat", True), ("truncate", False), ("big", True),
+    assert there == [("big", True), ("stat", True), ("discard", False), ("big", True),
                      ("stat", True), ("tar", True)]
     assert (area / "ram" / "big").read_bytes() == big.read_bytes()
 
@@ -478,3 +478,44 @@ def test_many_big_files_are_checked_by_one_command_after_one_wait(
     last_copy = max(at for p, at in seen if p == "big")
     assert next(at for p, at in seen if p == "stat") - last_copy >= 0.5
     assert took < 40 * 0.5  # (one wait, not one per file)
+
+
+def test_a_read_only_big_file_the_check_doubts_is_copied_again(
+        area: Path, user: Identity) -> None:
+    """Inputs are often read-only (0444), and so is their copy once its mode is set:
+    the user cannot open it for writing. A doubtful copy is removed, never truncated in
+    place, and copied again fresh."""
+    src, big = area / "src", area / "src" / "big"
+    big_file(big, user, os.urandom(3 * MiB))
+    big.chmod(0o444)
+    mtime = big.stat().st_mtime + 5
+
+    def late_write(n: int) -> None:
+        if n == 1:
+            big.chmod(0o644)
+            rewrite_start(big, os.urandom(MiB), mtime=mtime)
+            big.chmod(0o444)
+
+    eng = engine([Meddling("rsa1", [], late_write)], user, 0.3)
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(src), str(area / "ram"))
+    assert (area / "ram" / "big").read_bytes() == big.read_bytes()
+    assert (area / "ram" / "big").stat().st_mode & 0o777 == 0o444
+
+
+def test_a_read_only_big_copy_is_made_again_when_its_source_changed_between_runs(
+        area: Path, user: Identity) -> None:
+    """A finished stage-in run again (a retry, or a resume after the list of the
+    unchecked asked for it) over a read-only big copy whose source changed since."""
+    src, big = area / "src", area / "src" / "big"
+    big_file(big, user, os.urandom(3 * MiB))
+    big.chmod(0o444)
+    time.sleep(1.6)  # its ctime more than 0.3 s + 1 s old: the first run passes it
+    eng = engine([LocalHost("rsa1")], user, 0.3)
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(src), str(area / "ram"))
+    big.chmod(0o644)
+    big.write_bytes(os.urandom(2 * MiB))
+    big.chmod(0o444)
+    eng.stage_in(str(src), str(area / "ram"))
+    assert (area / "ram" / "big").read_bytes() == big.read_bytes()

@@ -6,7 +6,7 @@ a block size per direction: ``big_block``), ``RSYNC`` (``staging.copy_tool: rsyn
 ``COPY_PLACEHOLDERS``, :func:`check_copy_command`, :func:`custom_program`) and their argv
 builders. Each reads its bucket's list on stdin (``shell.encode_list``). Also the two
 programs of a stage-in's settle check of its big files (``SETTLE_STAT``, parsed by
-:func:`parse_settle`, ``TRUNCATE``, and ``UNCHECKED``, the list of those not checked yet;
+:func:`parse_settle`, ``DISCARD``, and ``UNCHECKED``, the list of those not checked yet;
 ``treecopy.TreeCopy._settle``).
 
 Pure: builds lists, runs nothing. Imports only ``shell``.
@@ -36,8 +36,10 @@ TREE_PIPE = PRELUDE + (
     '| tar -C "$2" -xpf -')
 
 # Copy a list of big regular files, one at a time: dd with the block size in $3, all-zero
-# blocks seeked over (holes kept), then cp --attributes-only for mode and mtime. dd
-# truncates first: a re-run after a crash is safe. The block size depends on which side
+# blocks seeked over (holes kept), then cp --attributes-only for mode and mtime. A regular
+# file already there is removed first, never written into: a re-run after a crash is
+# safe, and a copy an earlier run finished has the source's mode, often read-only (0444),
+# which its owner cannot open for writing. The block size depends on which side
 # is the RAMDISK (measured on a 4-node MooseFS RAMDISK, 2 GiB file, cold reads;
 # docs/benchmarks.md#staging): writing into it favours big writes (bs=16M 403-465 MB/s,
 # bs=128K 355-382, rsync 270-290), reading out of it small reads (bs=128K 324-407 MB/s,
@@ -50,8 +52,8 @@ TREE_PIPE = PRELUDE + (
 # A source that changed while it was copied (written to by someone during the stage-in:
 # its device, inode, size, mtime or ctime, to the nanosecond where the filesystem keeps
 # them, differ after the copy from before it) would be a torn copy carrying the source's
-# final mtime, which a resume's quick check keeps: the copy is truncated to nothing (a
-# resume copies it again) and made again, at most BIG_TRIES times; then the bucket fails
+# final mtime, which a resume's quick check keeps: the copy is removed (a resume
+# copies it again) and made again, at most BIG_TRIES times; then the bucket fails
 # naming the file on stderr (the copy's own exit CHANGED_EXIT reaches xargs, which then
 # exits 123: the bucket fails as any failed copy does; the stage-in is retried later).
 BIG_TRIES = 3
@@ -59,12 +61,12 @@ CHANGED_EXIT = 75
 BIG = PRELUDE + (
     'cd -- "$1" || exit 66; base64 -d | xargs -0 -r -n 1 sh -c \''
     'st() { stat -c "%d %i %s %y %z" -- "$1"; }; n=0; while :; do '
-    'b=$(st "$2") && '
+    'b=$(st "$2") && { [ -L "$0/$2" ] || [ ! -f "$0/$2" ] || rm -f -- "$0/$2"; } && '
     'dd if="$2" of="$0/$2" bs="$1" conv=sparse oflag=nofollow status=none && '
     '! [ -L "$0/$2" ] && '
     'cp --attributes-only --preserve=mode,timestamps -- "$2" "$0/$2" && '
     'a=$(st "$2") || exit 1; [ "$a" = "$b" ] && exit 0; '
-    'dd if=/dev/null of="$0/$2" oflag=nofollow status=none || exit 1; n=$((n + 1)); '
+    'rm -f -- "$0/$2" || exit 1; n=$((n + 1)); '
     f'[ "$n" -lt {BIG_TRIES} ] || {{ printf "rsa: %s changed while it was copied, '
     f'%s times: not staged\\n" "$2" "$n" >&2; exit {CHANGED_EXIT}; }}; '
     'done\' "$2" "$3"')
@@ -83,14 +85,13 @@ SETTLE_STAT = PRELUDE + (
 # mtime). Written with ``archives.WRITE`` (a fresh .part file renamed over it); read here
 # as base64 (nothing when absent; never through a symlink).
 UNCHECKED = PRELUDE + ('[ -f "$1" ] && [ ! -L "$1" ] || exit 0; base64 -w0 < "$1"')
-# Truncate the listed copies to nothing (a resume's quick check then copies them again):
-# regular files only, never through a symlink (O_NOFOLLOW), below $1; with $2 "remove",
-# remove them instead (the name itself, never what a symlink points to).
-TRUNCATE = PRELUDE + (
+# Remove the listed copies below $1 (a resume's quick check then copies them again):
+# regular files only, the name itself, never what a symlink points to. Removed, not
+# truncated: a copy has its source's mode, often read-only (0444), which its owner cannot
+# open for writing; and under atomic placement a copy is never cut short under its name.
+DISCARD = PRELUDE + (
     'cd -- "$1" || exit 66; base64 -d | while IFS= read -r -d "" p; do '
-    'if [ -f "$p" ] && [ ! -L "$p" ]; then if [ "$2" = remove ]; then rm -f -- "$p" '
-    '|| exit 1; else dd if=/dev/null of="$p" oflag=nofollow status=none || exit 1; fi; '
-    'fi; done')
+    'if [ -f "$p" ] && [ ! -L "$p" ]; then rm -f -- "$p" || exit 1; fi; done')
 # The same list copied by rsync (``staging.copy_tool: rsync``): -a without the recursion
 # --files-from turns off ($3 is "-r" for a bucket of whole directories), -H keeps hard
 # links inside the list as the tar pipe does, -S keeps holes in big files. rsync writes
@@ -174,10 +175,9 @@ def settle_stat_argv(root: str) -> list[str]:
     return bash(SETTLE_STAT, root)
 
 
-def truncate_argv(root: str, *, remove: bool = False) -> list[str]:
-    """Truncate the regular files listed below ``root`` to nothing (``remove``: remove
-    them)."""
-    return bash(TRUNCATE, root, "remove" if remove else "")
+def discard_argv(root: str) -> list[str]:
+    """Remove the regular files listed below ``root`` (never through a symlink)."""
+    return bash(DISCARD, root)
 
 
 def unchecked_argv(path: str) -> list[str]:
