@@ -9,8 +9,10 @@ directory (``scripts.placement``) → directory modes and mtimes set last. A fil
 least ``stripe_bytes`` is copied in checksummed ranges by every stream at once
 (``stripe``); a tree of more than ``stream_objects`` objects is listed and copied on the
 nodes, rsad keeping counters only (``stream``). A stage-in's big files are checked once
-their copies have settled (:meth:`TreeCopy._settle`): one written to during its copy, or
-just before it, is copied again.
+their copies have settled (:meth:`TreeCopy._settle`; streamed: ``_settle_streamed``): one
+written to during its copy, or just before it, is copied again; until then they are
+listed below the destination root, so a run killed meanwhile is followed by one that
+copies them again.
 
 Must not import the daemon, the store or Slurm, nor ``engine``.
 """
@@ -28,7 +30,7 @@ from rsa_scheduler.runner import Completed
 from rsa_scheduler.staging import scripts
 from rsa_scheduler.staging.aside import aside_view, kept_newer
 from rsa_scheduler.staging.commands import Commands, log
-from rsa_scheduler.staging.manifest import Entry, display
+from rsa_scheduler.staging.manifest import Entry, display, parse_scan_fields, scan_fields
 from rsa_scheduler.staging.plan import Bucket, below_any, make_plan, pending, whole_roots
 from rsa_scheduler.staging.report import ProgressMeter, StagingError, Stats
 from rsa_scheduler.staging.scripts.copiers import BIG_TRIES
@@ -48,6 +50,9 @@ from rsa_scheduler.staging.stripe import (
 # (MooseFS 4.57, separate hosts) 0.5-1.0 s after the writer's dd had closed the file (the
 # writer's client reports on a 1 s tick), then this node's attribute cache (1 s).
 INPUT_SETTLE = 3.0
+# What a streamed stage-in lists as unchecked (``_settle``): every big file of the tree
+# (no file is named "." below a root).
+STREAMED = b"."
 
 
 class TreeCopy(Commands):
@@ -89,13 +94,9 @@ class TreeCopy(Commands):
         unchecked = posixpath.join(dst, scripts.unchecked_name(self.job_id))
         if limit >= 0 and len(entries) > limit:  # too many to list here: the nodes do
             del entries  # (their quick check cannot leave out a list: no resume then)
-            # an earlier listed run's unchecked big files (``_settle``; the tree has grown
-            # since): streamed mode cannot single them out, so it copies everything
-            left = settling and bool(self._unchecked(first, unchecked))
-            stats = self._stream(phase, src, dst, atomic, resume and not redo and not left)
-            if left:
-                self._user(first, ["rm", "-f", "--", unchecked], f"{phase}: removing {unchecked}")
-            return stats
+            if settling:  # the copies an earlier run never checked: removed first
+                self._discard_unchecked(first, dst, unchecked)
+            return self._stream(phase, src, dst, atomic, resume and not redo)
         self._refuse_unreadable(entries, src, phase)
         self._user(first, scripts.mkdir_argv(dst), f"{phase}: creating {dst}")
         todo: Sequence[Entry] = entries
@@ -109,7 +110,11 @@ class TreeCopy(Commands):
         had_unchecked = settling and any(
             e.path == scripts.unchecked_name(self.job_id).encode() for e in scanned)
         if had_unchecked:
-            listed = self._unchecked(first, unchecked) & {e.path for e in entries}
+            listed = self._unchecked(first, unchecked)
+            if STREAMED in listed:  # a streamed run's: every big file of the tree
+                listed = {e.path for e in entries
+                          if e.kind == "f" and e.size >= self.big_bytes}
+            listed &= {e.path for e in entries}
             if listed:
                 log.info("%s: %s: %d big file(s) an earlier run copied were never checked "
                          "once their copies settled (%s): copied again", self.job_id, phase,
@@ -394,11 +399,18 @@ class TreeCopy(Commands):
                 input: str | None = None) -> Completed:
             return self._user(host, argv, what, input=input)
 
+        settling = phase == "stage-in" and self.input_settle > 0
+        unchecked = posixpath.join(dst, scripts.unchecked_name(self.job_id))
+
         def slot(nbytes: int, files: int, fresh: bool) -> None:
             if phase == "stage-out":
                 self._take_slot(dst, nbytes)
             elif fresh:  # a resumed copy's total counts what is there already
                 self._refuse_too_big(first, src, dst, nbytes, files, phase)
+            if settling:  # until the settle check concludes (``_settle``): every big file
+                self._user(first, scripts.write_argv(unchecked),
+                           f"{phase}: listing the big files to check in {unchecked}",
+                           input=scripts.encode_list([STREAMED]))
 
         streamed = StreamedCopy(
             self.hosts, run, self._parallel, uid=self.identity.uid,
@@ -406,8 +418,88 @@ class TreeCopy(Commands):
             meter=lambda files, nbytes: ProgressMeter(
                 phase, files, nbytes, self.progress, self.progress_interval, self.clock),
             clock=self.clock)
+        t0 = self.clock()
+
+        def settle() -> None:
+            if settling:
+                self._settle_streamed(src, dst, parts, atomic=atomic, t_copy=t0,
+                                      unchecked=unchecked)
+
         stats = streamed.copy(phase, src, dst, parts, atomic=atomic, resume=resume,
-                              before_copy=slot)
+                              before_copy=slot, after_copy=settle)
         self._user(first, scripts.remove_tree_argv(parts), f"{phase}: removing {parts}")
         return stats
+
+    def _settle_streamed(self, src: str, dst: str, parts: str, *, atomic: bool,
+                         t_copy: float, unchecked: str) -> None:
+        """``_settle`` for a streamed stage-in (its chunks all copied, the directory modes
+        not yet set): rsad never held the tree's list, so once the copies have settled
+        the big files are found by a scan of the destination (``SCAN_BIG``), and each
+        source is compared with what its copy holds (size and mtime: the version the
+        copier saw), and its ctime with the time the copy began. As in the listed mode,
+        a file copied small is not checked (there, a file scanned small)."""
+        first = self.hosts[0]
+        ended = self.clock()
+        self._abort.wait(self.input_settle)  # (a write the copier missed shows by then)
+        self._abort.check()
+        copies = {e.path: e for e in self._user_scan_big(first, dst)
+                  if not scripts.is_part_dir(e.path.split(b"/", 1)[0], self.job_id)}
+        if not copies:
+            self._user(first, ["rm", "-f", "--", unchecked], f"stage-in: removing {unchecked}")
+            return
+        names = sorted(copies)
+        done = self._user(first, scripts.settle_stat_argv(src),
+                          f"stage-in: reading the inodes of {len(names)} big file(s) of {src}",
+                          input=scripts.encode_list(names))
+        try:
+            _, stats = scripts.parse_settle(done.stdout, len(names))
+        except ValueError as err:
+            raise StagingError(f"stage-in: the check of the big files of {src} "
+                               f"failed: {err}", permanent=False) from None
+        # what the source must still have: the copy's size and mtime; its own inode
+        big = [dataclasses.replace(copies[p], inode=(copies[p].inode[0],
+                                                     -1 if c is None else c[0]))
+               for p, c in zip(names, stats, strict=True)]
+        streams = len(self.hosts) * self.parallel_per_node
+
+        def recopy(entries: Sequence[Entry], round_: int) -> None:
+            again = make_plan(entries, streams, big_bytes=self.big_bytes)
+
+            def copy(host: Host, b: Bucket) -> None:
+                argv = (scripts.big_argv(src, dst, scripts.big_block("stage-in"))
+                        if b.tool == "dd" else
+                        scripts.tar_pipe_argv(src, dst, sparse=b.bytes >= self.big_bytes))
+                if atomic:
+                    argv = scripts.atomic_argv(
+                        argv, dst, posixpath.join(parts, f"settle-{round_}-{b.index}"))
+                self._user(host, argv, f"stage-in: copying bucket {b.index} again "
+                           f"({b.files} files)", input=scripts.encode_list(b.paths))
+
+            self._parallel(again.buckets, copy, None)
+
+        self._settle(src, dst, big, t_scan=t_copy, ended=ended, recopy=recopy,
+                     atomic=atomic, unchecked=unchecked)
+
+    def _discard_unchecked(self, host: Host, dst: str, unchecked: str) -> None:
+        """Before a streamed stage-in: remove the copies an earlier run made but never
+        checked (``_settle``; all big files of ``dst`` for a streamed run's list), so its
+        quick check, which cannot single them out, copies them again; the rest resumes."""
+        names = self._unchecked(host, unchecked)
+        if STREAMED in names:
+            names = {e.path for e in self._user_scan_big(host, dst)
+                     if not scripts.is_part_dir(e.path.split(b"/", 1)[0], self.job_id)}
+        if names:
+            log.info("%s: stage-in: %d big file(s) an earlier run copied were never checked "
+                     "once their copies settled: removed, copied again", self.job_id,
+                     len(names))
+            self._user(host, scripts.discard_argv(dst),
+                       f"stage-in: removing {len(names)} copies never checked",
+                       input=scripts.encode_list(sorted(names)))
+
+    def _user_scan_big(self, host: Host, root: str) -> list[Entry]:
+        """The regular files of at least ``big_bytes`` below ``root``, as the user."""
+        done = self._user(host, scripts.scan_big_argv(root, self.identity.uid,
+                                                      self.big_bytes),
+                          f"stage-in: scanning the big files of {root}")
+        return parse_scan_fields(scan_fields(done.stdout))
 

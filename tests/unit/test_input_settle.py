@@ -31,6 +31,11 @@ from rsa_scheduler.staging.scripts.copiers import BIG_TRIES
 MiB = 1 << 20
 
 
+PROGRAMS = {scripts.BIG: "big", scripts.TAR_PIPE: "tar", scripts.SETTLE_STAT: "stat",
+            scripts.DISCARD: "discard", scripts.STREAM_COPY: "stream"}
+COPIES = ("big", "tar", "stream")  # (a streamed copy's calls: one stream, it copies all)
+
+
 class Meddling(LocalHost):
     """A LocalHost that remembers which staging programs it ran (and when they ended),
     and calls ``after_big`` once a copy returned (``scripts.BIG``, or a tar pipe: a big
@@ -47,12 +52,11 @@ class Meddling(LocalHost):
         args = list(argv)
         if args[2:3] == [scripts.ATOMIC]:  # the copier it wraps (scripts.atomic_argv)
             args = args[5:]
-        program = {scripts.BIG: "big", scripts.TAR_PIPE: "tar", scripts.SETTLE_STAT: "stat",
-                   scripts.DISCARD: "discard"}.get(args[2] if len(args) > 2 else "")
+        program = PROGRAMS.get(args[2] if len(args) > 2 else "")
         if program is not None:
             self.seen.append((program, time.monotonic()))
-        if program in ("big", "tar") and self.after_big is not None:
-            self.after_big(sum(p in ("big", "tar") for p, _ in self.seen))
+        if program in COPIES and self.after_big is not None:
+            self.after_big(sum(p in COPIES for p, _ in self.seen))
         return done
 
 
@@ -293,8 +297,7 @@ class Dying(Meddling):
         args = list(argv)
         if args[2:3] == [scripts.ATOMIC]:
             args = args[5:]
-        program = {scripts.BIG: "big", scripts.TAR_PIPE: "tar", scripts.SETTLE_STAT: "stat",
-                   scripts.DISCARD: "discard"}.get(args[2] if len(args) > 2 else "")
+        program = PROGRAMS.get(args[2] if len(args) > 2 else "")
         if program == self.program:
             self.met += 1
             if self.met == self.nth:
@@ -418,11 +421,11 @@ def killed_before_the_check(area: Path, user: Identity, big: Path) -> None:
         eng.stage_in(str(area / "src"), str(area / "ram"))
 
 
-def test_a_resume_in_streamed_mode_copies_everything_after_an_unchecked_run(
+def test_a_resume_in_streamed_mode_copies_the_unchecked_files_again(
         area: Path, user: Identity) -> None:
     """The tree grew past ``stream_objects`` after a listed run was killed before its
-    check: streamed mode cannot single out the unchecked files, so it copies the tree
-    without its quick check, and the list goes."""
+    check: streamed mode's quick check cannot single out the unchecked files, so their
+    copies are removed first; the list goes once the streamed run's own check passed."""
     src, big = area / "src", area / "src" / "big"
     big_file(big, user, os.urandom(3 * MiB))
     killed_before_the_check(area, user, big)
@@ -519,3 +522,83 @@ def test_a_read_only_big_copy_is_made_again_when_its_source_changed_between_runs
     big.chmod(0o444)
     eng.stage_in(str(src), str(area / "ram"))
     assert (area / "ram" / "big").read_bytes() == big.read_bytes()
+
+
+def streamed(hosts: Sequence[LocalHost], user: Identity, settle: float) -> StagingEngine:
+    """An engine that stages a tree of more than 2 objects in streamed mode, one stream."""
+    return StagingEngine(hosts, user, job_id="91", big_bytes=MiB, input_settle=settle,
+                         stream_objects=2, parallel_per_node=1)
+
+
+def small_files(src: Path, user: Identity) -> None:
+    for name in ("a", "b", "c"):
+        (src / name).write_bytes(b"x")
+        os.chown(src / name, user.uid, user.gid)
+
+
+@pytest.mark.parametrize("atomic", [False, True])
+def test_a_streamed_stage_in_checks_its_big_files_once_their_copies_settled(
+        area: Path, user: Identity, atomic: bool) -> None:
+    """A tree too large to list in rsad: its big files are found on both sides once the
+    chunks are copied, and one the copier saw before a late write is copied again
+    (``atomic``: the union early start, renamed into place)."""
+    src, big = area / "src", area / "src" / "big"
+    big_file(big, user, os.urandom(3 * MiB))
+    small_files(src, user)
+    mtime = big.stat().st_mtime + 5
+
+    def late_write(n: int) -> None:
+        if n == 1:
+            rewrite_start(big, os.urandom(MiB), mtime=mtime)
+
+    seen: list[tuple[str, float]] = []
+    eng = streamed([Meddling("rsa1", seen, late_write)], user, 0.3)
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(src), str(area / "ram"), atomic=atomic)
+    assert (area / "ram" / "big").read_bytes() == big.read_bytes()
+    assert "stat" in programs(seen) and "discard" in programs(seen)
+    assert leftovers(area / "ram") == []
+
+
+def test_a_streamed_stage_in_of_quiet_files_copies_each_once(
+        area: Path, user: Identity) -> None:
+    src, big = area / "src", area / "src" / "big"
+    big_file(big, user, os.urandom(3 * MiB))
+    small_files(src, user)
+    time.sleep(1.6)  # their ctimes more than 0.3 s + 1 s old
+    seen: list[tuple[str, float]] = []
+    eng = streamed([Meddling("rsa1", seen)], user, 0.3)
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(src), str(area / "ram"))
+    # the sources' inodes, then the check (both after the settle time)
+    assert programs(seen).count("stat") == 2 and "discard" not in programs(seen)
+    assert "big" not in programs(seen) and "tar" not in programs(seen)
+    assert (area / "ram" / "big").read_bytes() == big.read_bytes()
+    assert leftovers(area / "ram") == []
+
+
+@pytest.mark.parametrize("mode", ["streamed", "listed"])
+def test_a_streamed_stage_in_killed_before_its_check_never_leaves_a_torn_copy_kept(
+        area: Path, user: Identity, mode: str) -> None:
+    """Killed between the streamed copy and its check, the big file torn in the second of
+    the listing: the next run, streamed (the tree as it was) or listed (it shrank),
+    copies the big files again whatever its quick check says."""
+    src, big = area / "src", area / "src" / "big"
+    big_file(big, user, os.urandom(3 * MiB))
+    small_files(src, user)
+    eng = StagingEngine([Dying("rsa1", [], torn_in_the_same_second(big), program="stat")],
+                        user, job_id="91", big_bytes=MiB, input_settle=0.3,
+                        stream_objects=2, parallel_per_node=1)
+    eng.prepare_root(str(area / "ram"))
+    with pytest.raises(Killed):
+        eng.stage_in(str(src), str(area / "ram"))
+    if mode == "listed":
+        for name in ("a", "b", "c"):
+            (src / name).unlink()
+        again = engine([LocalHost("rsa1")], user, 0.3)
+    else:
+        again = streamed([LocalHost("rsa1")], user, 0.3)
+    again.stage_in(str(src), str(area / "ram"))
+    assert (area / "ram" / "big").read_bytes() == big.read_bytes()
+    # (the listed run leaves the streamed run's part directory: not its to remove)
+    assert [n for n in leftovers(area / "ram") if n.endswith("-unchecked-list")] == []
