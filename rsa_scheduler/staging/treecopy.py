@@ -437,7 +437,8 @@ class TreeCopy(Commands):
         the big files are found by a scan of the destination (``SCAN_BIG``), and each
         source is compared with what its copy holds (size and mtime: the version the
         copier saw), and its ctime with the time the copy began. As in the listed mode,
-        a file copied small is not checked (there, a file scanned small)."""
+        a file copied small is not checked (there, a file scanned small); nor a copy whose
+        source is gone by then (there, one not scanned)."""
         first = self.hosts[0]
         ended = self.clock()
         self._abort.wait(self.input_settle)  # (a write the copier missed shows by then)
@@ -456,10 +457,14 @@ class TreeCopy(Commands):
         except ValueError as err:
             raise StagingError(f"stage-in: the check of the big files of {src} "
                                f"failed: {err}", permanent=False) from None
-        # what the source must still have: the copy's size and mtime; its own inode
-        big = [dataclasses.replace(copies[p], inode=(copies[p].inode[0],
-                                                     -1 if c is None else c[0]))
-               for p, c in zip(names, stats, strict=True)]
+        # what the source must still have: the copy's size and mtime; its own inode. A
+        # copy without a source (gone since an earlier run copied it: a stage-in never
+        # removes what its source lost) is none of this run's.
+        big = [dataclasses.replace(copies[p], inode=(copies[p].inode[0], c[0]))
+               for p, c in zip(names, stats, strict=True) if c is not None]
+        if not big:
+            self._user(first, ["rm", "-f", "--", unchecked], f"stage-in: removing {unchecked}")
+            return
         streams = len(self.hosts) * self.parallel_per_node
 
         def recopy(entries: Sequence[Entry], round_: int) -> None:

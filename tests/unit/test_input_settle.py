@@ -602,3 +602,20 @@ def test_a_streamed_stage_in_killed_before_its_check_never_leaves_a_torn_copy_ke
     assert (area / "ram" / "big").read_bytes() == big.read_bytes()
     # (the listed run leaves the streamed run's part directory: not its to remove)
     assert [n for n in leftovers(area / "ram") if n.endswith("-unchecked-list")] == []
+
+
+def test_a_streamed_stage_in_run_again_ignores_a_copy_whose_source_is_gone(
+        area: Path, user: Identity) -> None:
+    """A stage-in run again (a retry) after its source lost a big file: the RAMDISK still
+    holds that copy, but it is none of this run's; the check leaves it alone."""
+    src = area / "src"
+    big_file(src / "big", user, os.urandom(3 * MiB))
+    big_file(src / "gone", user, os.urandom(2 * MiB))
+    small_files(src, user)
+    time.sleep(1.6)  # their ctimes more than 0.3 s + 1 s old
+    eng = streamed([LocalHost("rsa1")], user, 0.3)
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(src), str(area / "ram"))
+    (src / "gone").unlink()
+    eng.stage_in(str(src), str(area / "ram"))
+    assert (area / "ram" / "big").read_bytes() == (src / "big").read_bytes()
