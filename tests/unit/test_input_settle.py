@@ -426,7 +426,7 @@ def test_a_quiet_resume_copies_nothing_again(area: Path, user: Identity) -> None
     a complete, checked RAMDISK copies nothing (the quick check keeps it all)."""
     src, big = area / "src", area / "src" / "big"
     big_file(big, user, os.urandom(3 * MiB))
-    time.sleep(1.6)  # its ctime more than 0.5 s + 1 s old: the check passes it
+    time.sleep(2.2)  # its ctime before the second before the copies: the check passes it
     ram = str(area / "ram")
     eng = engine([LocalHost("rsa1")], user, 0.5)
     eng.prepare_root(ram)
@@ -514,7 +514,7 @@ def test_many_big_files_are_checked_by_one_command_after_one_wait(
     src = area / "src"
     for i in range(40):
         big_file(src / f"big{i:02}", user, os.urandom(8192))
-    time.sleep(1.6)  # their ctimes more than 0.5 s + 1 s old: the check passes them
+    time.sleep(2.2)  # their ctimes before the second before the copies: passed
     argvs: list[list[str]] = []
 
     class Counting(Meddling):
@@ -572,7 +572,7 @@ def test_a_read_only_big_copy_is_made_again_when_its_source_changed_between_runs
     src, big = area / "src", area / "src" / "big"
     big_file(big, user, os.urandom(3 * MiB))
     big.chmod(0o444)
-    time.sleep(1.6)  # its ctime more than 0.3 s + 1 s old: the first run passes it
+    time.sleep(2.2)  # its ctime before the second before the copies: the first run passes it
     eng = engine([LocalHost("rsa1")], user, 0.3)
     eng.prepare_root(str(area / "ram"))
     eng.stage_in(str(src), str(area / "ram"))
@@ -624,7 +624,7 @@ def test_a_streamed_stage_in_of_quiet_files_copies_each_once(
     src, big = area / "src", area / "src" / "big"
     big_file(big, user, os.urandom(3 * MiB))
     small_files(src, user)
-    time.sleep(1.6)  # their ctimes more than 0.3 s + 1 s old
+    time.sleep(2.2)  # their ctimes before the second before the copies (no compare)
     seen: list[tuple[str, float]] = []
     eng = streamed([Meddling("rsa1", seen)], user, 0.3)
     eng.prepare_root(str(area / "ram"))
@@ -632,7 +632,45 @@ def test_a_streamed_stage_in_of_quiet_files_copies_each_once(
     # the sources' inodes, then the check (both after the settle time)
     assert programs(seen).count("stat") == 2 and "discard" not in programs(seen)
     assert "big" not in programs(seen) and "tar" not in programs(seen)
+    assert "compare" not in programs(seen)
     assert (area / "ram" / "big").read_bytes() == big.read_bytes()
+    assert leftovers(area / "ram") == []
+
+
+def test_a_streamed_stage_in_compares_a_file_changed_just_before_and_keeps_it_if_same(
+        area: Path, user: Identity) -> None:
+    """As in the listed mode: a big file written the moment before the streamed stage-in
+    (its ctime in the second the copy began) and left alone is compared byte for byte
+    with its copy, found the same and kept: no second copy (which a MooseFS RAMDISK would
+    need the space for twice)."""
+    src, big = area / "src", area / "src" / "big"
+    small_files(src, user)
+    big_file(big, user, os.urandom(3 * MiB))
+    seen: list[tuple[str, float]] = []
+    eng = streamed([Meddling("rsa1", seen)], user, 0.3)
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(src), str(area / "ram"))
+    assert "compare" in programs(seen)
+    assert "discard" not in programs(seen) and "big" not in programs(seen)
+    assert (area / "ram" / "big").read_bytes() == big.read_bytes()
+    assert leftovers(area / "ram") == []
+
+
+def test_a_streamed_stage_in_copies_again_a_file_torn_in_the_second_of_its_copy(
+        area: Path, user: Identity) -> None:
+    """Rewritten right after the streamed copy read it, in the same second, its size and
+    mtime put back (only the ctime tells): compared, found different, removed and copied
+    again."""
+    src, big = area / "src", area / "src" / "big"
+    small_files(src, user)
+    big_file(big, user, os.urandom(3 * MiB))
+    seen: list[tuple[str, float]] = []
+    eng = streamed([Meddling("rsa1", seen, torn_in_the_same_second(big))], user, 0.3)
+    eng.prepare_root(str(area / "ram"))
+    eng.stage_in(str(src), str(area / "ram"))
+    assert (area / "ram" / "big").read_bytes() == big.read_bytes()  # before: torn
+    assert programs(seen).index("compare") < programs(seen).index("discard")
+    assert programs(seen).count("big") == 1  # (the streamed copy's own is "stream")
     assert leftovers(area / "ram") == []
 
 
@@ -671,7 +709,7 @@ def test_a_streamed_stage_in_run_again_ignores_a_copy_whose_source_is_gone(
     big_file(src / "big", user, os.urandom(3 * MiB))
     big_file(src / "gone", user, os.urandom(2 * MiB))
     small_files(src, user)
-    time.sleep(1.6)  # their ctimes more than 0.3 s + 1 s old
+    time.sleep(2.2)  # their ctimes before the second before the copies (no compare)
     eng = streamed([LocalHost("rsa1")], user, 0.3)
     eng.prepare_root(str(area / "ram"))
     eng.stage_in(str(src), str(area / "ram"))
