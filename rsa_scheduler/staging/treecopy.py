@@ -464,9 +464,11 @@ class TreeCopy(Commands):
         not yet set): rsad never held the tree's list, so once the copies have settled
         the big files are found by a scan of the destination (``SCAN_BIG``), and each
         source is compared with what its copy holds (size and mtime: the version the
-        copier saw), and its ctime with the time the copy began. As in the listed mode,
-        a file copied small is not checked (there, a file scanned small); nor a copy whose
-        source is gone by then (there, one not scanned)."""
+        copier saw), and its ctime with the time the copy began (in that second or the
+        one before: compared byte for byte, copied again only if different, by
+        ``_settle`` as in the listed mode). As in the listed mode, a file copied small is
+        not checked (there, a file scanned small); nor a copy whose source is gone by then
+        (there, one not scanned)."""
         first = self.hosts[0]
         ended = self.clock()
         self._abort.wait(self.input_settle)  # (a write the copier missed shows by then)
