@@ -122,14 +122,16 @@ class StreamedCopy:
 
     def copy(self, phase: str, src: str, dst: str, parts: str, *, atomic: bool,
              resume: bool = True,
-             before_copy: Callable[[int, int, bool], None] = lambda *_: None) -> Stats:
+             before_copy: Callable[[int, int, bool], None] = lambda *_: None,
+             after_copy: Callable[[], None] = lambda: None) -> Stats:
         """Copy ``src`` into ``dst``; ``parts``: the part directory (already made, empty)
         that holds the spool and, when ``atomic``, the chunks' part directories.
         ``resume``: names the destination already holds complete (the listed mode's
         quick check, on the nodes) are not copied again; they count in
         ``Stats.already``. ``before_copy(bytes, files, fresh)`` runs once the size is known
         (the stage-out's PFS slot, the stage-in's free-space check); ``fresh``: the
-        destination held nothing yet."""
+        destination held nothing yet. ``after_copy()`` runs once every chunk is copied,
+        before the directory modes and times are set (a stage-in's settle check)."""
         t0 = self.clock()
         first = self.hosts[0]
         spool = posixpath.join(parts, "spool")
@@ -181,6 +183,7 @@ class StreamedCopy:
                 f"{phase}: streamed copy of {src} copied {meter.files} and found "
                 f"{already[0]} complete of {files} files (the chunks were not all "
                 "copied); will retry", permanent=False)
+        after_copy()
         self.run(first, scripts.stream_dir_times_argv(spool, src, dst),
                  f"{phase}: setting directory modes and times")
         meter.tick(final=True)

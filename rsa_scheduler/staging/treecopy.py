@@ -9,8 +9,10 @@ directory (``scripts.placement``) → directory modes and mtimes set last. A fil
 least ``stripe_bytes`` is copied in checksummed ranges by every stream at once
 (``stripe``); a tree of more than ``stream_objects`` objects is listed and copied on the
 nodes, rsad keeping counters only (``stream``). A stage-in's big files are checked once
-their copies have settled (:meth:`TreeCopy._settle`): one written to during its copy, or
-just before it, is copied again.
+their copies have settled (:meth:`TreeCopy._settle`; streamed: ``_settle_streamed``): one
+written to during its copy, or just before it, is copied again; until then they are
+listed below the destination root, so a run killed meanwhile is followed by one that
+copies them again.
 
 Must not import the daemon, the store or Slurm, nor ``engine``.
 """
@@ -28,7 +30,7 @@ from rsa_scheduler.runner import Completed
 from rsa_scheduler.staging import scripts
 from rsa_scheduler.staging.aside import aside_view, kept_newer
 from rsa_scheduler.staging.commands import Commands, log
-from rsa_scheduler.staging.manifest import Entry, display
+from rsa_scheduler.staging.manifest import Entry, display, parse_scan_fields, scan_fields
 from rsa_scheduler.staging.plan import Bucket, below_any, make_plan, pending, whole_roots
 from rsa_scheduler.staging.report import ProgressMeter, StagingError, Stats
 from rsa_scheduler.staging.scripts.copiers import BIG_TRIES
@@ -51,6 +53,9 @@ INPUT_SETTLE = 3.0
 # have been changed again in that second after its copy read it, which no time to the
 # second shows (MooseFS): its copy is compared byte for byte with it.
 CLOCK_SKEW = 1.0
+# What a streamed stage-in lists as unchecked (``_settle``): every big file of the tree
+# (no file is named "." below a root).
+STREAMED = b"."
 
 
 class TreeCopy(Commands):
@@ -88,16 +93,36 @@ class TreeCopy(Commands):
         first = self.hosts[0]
         limit = self._stream_limit() if only is None else -1
         entries = self._scan(first, src, f"{phase}: scanning {src}", limit=limit)
+        settling = phase == "stage-in" and self.input_settle > 0
+        unchecked = posixpath.join(dst, scripts.unchecked_name(self.job_id))
         if limit >= 0 and len(entries) > limit:  # too many to list here: the nodes do
             del entries  # (their quick check cannot leave out a list: no resume then)
+            if settling:  # the copies an earlier run never checked: removed first
+                self._discard_unchecked(first, dst, unchecked)
             return self._stream(phase, src, dst, atomic, resume and not redo)
         self._refuse_unreadable(entries, src, phase)
         self._user(first, scripts.mkdir_argv(dst), f"{phase}: creating {dst}")
         todo: Sequence[Entry] = entries
         already = 0
         complete: set[bytes] = set()
-        existing = [e for e in self._scan(first, dst, f"{phase}: scanning {dst}")
+        scanned = self._scan(first, dst, f"{phase}: scanning {dst}")
+        existing = [e for e in scanned
                     if not scripts.is_part_dir(e.path.split(b"/", 1)[0], self.job_id)]
+        # a stage-in's big files whose copies an earlier run made but never checked
+        # (``_settle``): copied again whatever the quick check says
+        had_unchecked = settling and any(
+            e.path == scripts.unchecked_name(self.job_id).encode() for e in scanned)
+        if had_unchecked:
+            listed = self._unchecked(first, unchecked)
+            if STREAMED in listed:  # a streamed run's: every big file of the tree
+                listed = {e.path for e in entries
+                          if e.kind == "f" and e.size >= self.big_bytes}
+            listed &= {e.path for e in entries}
+            if listed:
+                log.info("%s: %s: %d big file(s) an earlier run copied were never checked "
+                         "once their copies settled (%s): copied again", self.job_id, phase,
+                         len(listed), ", ".join(repr(display(p)) for p in sorted(listed)[:3]))
+            redo = redo | listed
         self._refuse_planted(entries, existing, dst, phase)
         if only is not None:
             # the others are left as the destination has them: never in a whole-directory
@@ -218,8 +243,12 @@ class TreeCopy(Commands):
                 with lock:
                     big_ended.append(self.clock())
 
+        if settling and big:  # until the settle check concludes (``_settle``)
+            self._user(first, scripts.write_argv(unchecked),
+                       f"{phase}: listing {len(big)} big file(s) to check in {unchecked}",
+                       input=scripts.encode_list(e.path for e in big))
         self._parallel(ranges_first(striped, plan.buckets), copy, meter)
-        if phase == "stage-in" and self.input_settle > 0 and big_ended:
+        if settling and big:
             next_index = len(plan.buckets)  # part directories of their own (atomic)
 
             def recopy(entries: Sequence[Entry], round_: int) -> None:
@@ -234,8 +263,10 @@ class TreeCopy(Commands):
                 finally:
                     recopying = False
 
-            self._settle(src, dst, big, t_scan=t0, ended=max(big_ended), recopy=recopy,
-                         atomic=atomic)
+            self._settle(src, dst, big, t_scan=t0, ended=max(big_ended, default=t0),
+                         recopy=recopy, atomic=atomic, unchecked=unchecked)
+        elif had_unchecked:  # none big any more: the list goes (never staged out with it)
+            self._user(first, ["rm", "-f", "--", unchecked], f"{phase}: removing {unchecked}")
         if atomic or striped:
             self._user(first, scripts.remove_tree_argv(parts), f"{phase}: removing {parts}")
         # Directory modes and mtimes last: writing into a directory changes its mtime,
@@ -251,9 +282,14 @@ class TreeCopy(Commands):
                      len(plan.buckets), already, tuple(display(e.path) for e in plan.skipped),
                      per_node)
 
+    def _unchecked(self, host: Host, path: str) -> set[bytes]:
+        """The names the unchecked list at ``path`` holds (none when absent; ``_settle``)."""
+        return scripts.parse_unchecked(self._user(
+            host, scripts.unchecked_argv(path), f"stage-in: reading {path}").stdout)
+
     def _settle(self, src: str, dst: str, big: Sequence[Entry], *, t_scan: float,
                 ended: float, recopy: Callable[[Sequence[Entry], int], None],
-                atomic: bool = False) -> None:
+                atomic: bool = False, unchecked: str) -> None:
         """Check a stage-in's big files once their copies have settled, and copy again
         those that may be torn: a copy of a file someone wrote to meanwhile mixes old and
         new blocks, and carries the mtime it saw, which a resume's quick check keeps.
@@ -269,9 +305,16 @@ class TreeCopy(Commands):
         afresh: ``scripts.COMPARE``) and copied again only if they differ; at most
         ``BIG_TRIES`` rounds, then the stage-in fails naming the files (retried
         later; the removed copies are made again then). ``atomic`` (a ``union`` job may
-        already read its files): no file is ever cut short under its name; the second
-        copy replaces the first whole (renamed into place), and one given up on is
-        removed (the job's overlay then shows the PFS's)."""
+        already read its files): no file is ever cut short under its name; a copy that
+        may be torn is removed at once (the job's overlay then shows the PFS's file), and
+        the second copy renamed into place whole.
+
+        ``unchecked`` (below the destination root) lists every big file from before its
+        first copy: removed only once the check concluded (all passed, or the stage-in
+        failed with the doubtful copies removed). A stage-in killed,
+        cancelled or failed before that leaves it, and the next run copies those files
+        again: a torn copy can carry the source's size and mtime, and the quick check
+        would keep it, never checked."""
         first = self.hosts[0]
         by_name = {e.path: e for e in big}
         ref = {e.path: (e.inode[1], e.size, e.mtime_s) for e in big}
@@ -316,30 +359,35 @@ class TreeCopy(Commands):
                 moved.update((name, now_of[name])
                              for name, word in zip(racy, said, strict=True) if word != "same")
             if not moved:
+                self._user(first, ["rm", "-f", "--", unchecked],
+                           f"stage-in: removing {unchecked}")
                 return
             shown = ", ".join(repr(display(p)) for p in list(moved)[:3])
             more = f" and {len(moved) - 3} more" if len(moved) > 3 else ""
-            last = round_ == BIG_TRIES or any(c is None for c in moved.values())
-            if last or not atomic:
-                self._user(first, scripts.discard_argv(dst),
-                           f"stage-in: removing {len(moved)} copies that may be torn",
-                           input=scripts.encode_list(moved))
             gone = [p for p, c in moved.items() if c is None]
-            if gone:
-                raise StagingError(
-                    f"stage-in: {len(gone)} big file(s) of {src} removed or no longer "
-                    f"readable after they were copied: "
-                    f"{', '.join(repr(display(p)) for p in gone[:3])}"
-                    f"{f' and {len(gone) - 3} more' if len(gone) > 3 else ''}; "
-                    f"{len(moved)} not staged", permanent=False)
+            last = round_ == BIG_TRIES or bool(gone)
+            # (removed, not truncated: a read-only copy cannot be opened for writing; and
+            # under atomic placement never left readable while it waits to be replaced)
+            self._user(first, scripts.discard_argv(dst),
+                       f"stage-in: removing {len(moved)} copies that may be torn",
+                       input=scripts.encode_list(moved))
             if last:
+                self._user(first, ["rm", "-f", "--", unchecked],
+                           f"stage-in: removing {unchecked}")
+                if gone:
+                    raise StagingError(
+                        f"stage-in: {len(gone)} big file(s) of {src} removed or no longer "
+                        f"readable after they were copied: "
+                        f"{', '.join(repr(display(p)) for p in gone[:3])}"
+                        f"{f' and {len(gone) - 3} more' if len(gone) > 3 else ''}; "
+                        f"{len(moved)} not staged", permanent=False)
                 raise StagingError(
                     f"stage-in: {len(moved)} big file(s) of {src} changed while they were "
                     f"copied or just before, {round_} time(s): {shown}{more}; not staged "
                     f"(a file still being written cannot be copied whole)", permanent=False)
             log.info("%s: stage-in: %d big file(s) of %s changed while they were copied "
-                     "or just before (%s%s): copied again", self.job_id, len(moved), src,
-                     shown, more)
+                     "or just before (%s%s): removed, copied again once quiet", self.job_id,
+                     len(moved), src, shown, more)
             newest = max(c[3] for c in moved.values() if c is not None)
             quiet = min(newest + 1 + self.input_settle - node_now, self.input_settle + 1)
             if quiet > 0:
@@ -379,11 +427,18 @@ class TreeCopy(Commands):
                 input: str | None = None) -> Completed:
             return self._user(host, argv, what, input=input)
 
+        settling = phase == "stage-in" and self.input_settle > 0
+        unchecked = posixpath.join(dst, scripts.unchecked_name(self.job_id))
+
         def slot(nbytes: int, files: int, fresh: bool) -> None:
             if phase == "stage-out":
                 self._take_slot(dst, nbytes)
             elif fresh:  # a resumed copy's total counts what is there already
                 self._refuse_too_big(first, src, dst, nbytes, files, phase)
+            if settling:  # until the settle check concludes (``_settle``): every big file
+                self._user(first, scripts.write_argv(unchecked),
+                           f"{phase}: listing the big files to check in {unchecked}",
+                           input=scripts.encode_list([STREAMED]))
 
         streamed = StreamedCopy(
             self.hosts, run, self._parallel, uid=self.identity.uid,
@@ -391,8 +446,95 @@ class TreeCopy(Commands):
             meter=lambda files, nbytes: ProgressMeter(
                 phase, files, nbytes, self.progress, self.progress_interval, self.clock),
             clock=self.clock)
+        t0 = self.clock()
+
+        def settle() -> None:
+            if settling:
+                self._settle_streamed(src, dst, parts, atomic=atomic, t_copy=t0,
+                                      unchecked=unchecked)
+
         stats = streamed.copy(phase, src, dst, parts, atomic=atomic, resume=resume,
-                              before_copy=slot)
+                              before_copy=slot, after_copy=settle)
         self._user(first, scripts.remove_tree_argv(parts), f"{phase}: removing {parts}")
         return stats
+
+    def _settle_streamed(self, src: str, dst: str, parts: str, *, atomic: bool,
+                         t_copy: float, unchecked: str) -> None:
+        """``_settle`` for a streamed stage-in (its chunks all copied, the directory modes
+        not yet set): rsad never held the tree's list, so once the copies have settled
+        the big files are found by a scan of the destination (``SCAN_BIG``), and each
+        source is compared with what its copy holds (size and mtime: the version the
+        copier saw), and its ctime with the time the copy began (in that second or the
+        one before: compared byte for byte, copied again only if different, by
+        ``_settle`` as in the listed mode). As in the listed mode, a file copied small is
+        not checked (there, a file scanned small); nor a copy whose source is gone by then
+        (there, one not scanned)."""
+        first = self.hosts[0]
+        ended = self.clock()
+        self._abort.wait(self.input_settle)  # (a write the copier missed shows by then)
+        self._abort.check()
+        copies = {e.path: e for e in self._user_scan_big(first, dst)
+                  if not scripts.is_part_dir(e.path.split(b"/", 1)[0], self.job_id)}
+        if not copies:
+            self._user(first, ["rm", "-f", "--", unchecked], f"stage-in: removing {unchecked}")
+            return
+        names = sorted(copies)
+        done = self._user(first, scripts.settle_stat_argv(src),
+                          f"stage-in: reading the inodes of {len(names)} big file(s) of {src}",
+                          input=scripts.encode_list(names))
+        try:
+            _, stats = scripts.parse_settle(done.stdout, len(names))
+        except ValueError as err:
+            raise StagingError(f"stage-in: the check of the big files of {src} "
+                               f"failed: {err}", permanent=False) from None
+        # what the source must still have: the copy's size and mtime; its own inode. A
+        # copy without a source (gone since an earlier run copied it: a stage-in never
+        # removes what its source lost) is none of this run's.
+        big = [dataclasses.replace(copies[p], inode=(copies[p].inode[0], c[0]))
+               for p, c in zip(names, stats, strict=True) if c is not None]
+        if not big:
+            self._user(first, ["rm", "-f", "--", unchecked], f"stage-in: removing {unchecked}")
+            return
+        streams = len(self.hosts) * self.parallel_per_node
+
+        def recopy(entries: Sequence[Entry], round_: int) -> None:
+            again = make_plan(entries, streams, big_bytes=self.big_bytes)
+
+            def copy(host: Host, b: Bucket) -> None:
+                argv = (scripts.big_argv(src, dst, scripts.big_block("stage-in"))
+                        if b.tool == "dd" else
+                        scripts.tar_pipe_argv(src, dst, sparse=b.bytes >= self.big_bytes))
+                if atomic:
+                    argv = scripts.atomic_argv(
+                        argv, dst, posixpath.join(parts, f"settle-{round_}-{b.index}"))
+                self._user(host, argv, f"stage-in: copying bucket {b.index} again "
+                           f"({b.files} files)", input=scripts.encode_list(b.paths))
+
+            self._parallel(again.buckets, copy, None)
+
+        self._settle(src, dst, big, t_scan=t_copy, ended=ended, recopy=recopy,
+                     atomic=atomic, unchecked=unchecked)
+
+    def _discard_unchecked(self, host: Host, dst: str, unchecked: str) -> None:
+        """Before a streamed stage-in: remove the copies an earlier run made but never
+        checked (``_settle``; all big files of ``dst`` for a streamed run's list), so its
+        quick check, which cannot single them out, copies them again; the rest resumes."""
+        names = self._unchecked(host, unchecked)
+        if STREAMED in names:
+            names = {e.path for e in self._user_scan_big(host, dst)
+                     if not scripts.is_part_dir(e.path.split(b"/", 1)[0], self.job_id)}
+        if names:
+            log.info("%s: stage-in: %d big file(s) an earlier run copied were never checked "
+                     "once their copies settled: removed, copied again", self.job_id,
+                     len(names))
+            self._user(host, scripts.discard_argv(dst),
+                       f"stage-in: removing {len(names)} copies never checked",
+                       input=scripts.encode_list(sorted(names)))
+
+    def _user_scan_big(self, host: Host, root: str) -> list[Entry]:
+        """The regular files of at least ``big_bytes`` below ``root``, as the user."""
+        done = self._user(host, scripts.scan_big_argv(root, self.identity.uid,
+                                                      self.big_bytes),
+                          f"stage-in: scanning the big files of {root}")
+        return parse_scan_fields(scan_fields(done.stdout))
 

@@ -13,9 +13,12 @@ tests/e2e/test_torn_input.py."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
+from rsa_scheduler.runner import Identity
 from rsa_scheduler.staging.scripts import big_argv, encode_list
 from rsa_scheduler.staging.scripts.copiers import BIG_TRIES
 
@@ -65,3 +68,36 @@ def test_a_source_that_keeps_changing_fails_naming_it_and_leaves_no_complete_loo
     assert not dst.exists() and src.stat().st_size > 0  # a resume copies it again
 
 
+def test_a_read_only_source_changed_during_its_copy_is_copied_again_as_the_user() -> None:
+    """As the user (not root, who may write any file): the first copy got the source's
+    mode, 0444, before the comparison found the change; the copy is removed (it cannot be
+    opened for writing to truncate it) and made again."""
+    user = Identity.of("nobody")
+    tmp_path = Path(tempfile.mkdtemp(prefix="rsa-torn-"))
+    try:
+        read_only_change(tmp_path, user)
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def read_only_change(tmp_path: Path, user: Identity) -> None:
+    tmp_path.chmod(0o755)
+    src, dst, bin_ = tmp_path / "src", tmp_path / "dst", tmp_path / "bin"
+    for d in (src, dst, bin_):
+        d.mkdir()
+        os.chown(d, user.uid, user.gid)
+    (src / "big").write_bytes(os.urandom(1 << 20))
+    os.chown(src / "big", user.uid, user.gid)
+    (src / "big").chmod(0o444)  # (the meddler, the owner, makes it writable to change it)
+    (bin_ / "cp").write_text(MEDDLER.replace('printf', 'chmod u+w -- "$src"; printf')
+                             .replace('  touch', '  chmod a-w -- "$src"; touch'))
+    (bin_ / "cp").chmod(0o755)
+    (tmp_path / "count").write_text("1")
+    os.chown(tmp_path / "count", user.uid, user.gid)
+    env = {"PATH": f"{bin_}:/usr/bin:/bin", "COUNT": str(tmp_path / "count")}
+    done = subprocess.run(big_argv(str(src), str(dst), "64K"), input=encode_list([b"big"]),
+                          capture_output=True, text=True, env=env, timeout=60,
+                          user=user.uid, group=user.gid, extra_groups=[])
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "count").read_text().strip() == "0"  # it did change the source
+    assert (dst / "big").read_bytes() == (src / "big").read_bytes()

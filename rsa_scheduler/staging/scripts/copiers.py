@@ -6,13 +6,15 @@ a block size per direction: ``big_block``), ``RSYNC`` (``staging.copy_tool: rsyn
 ``COPY_PLACEHOLDERS``, :func:`check_copy_command`, :func:`custom_program`) and their argv
 builders. Each reads its bucket's list on stdin (``shell.encode_list``). Also the
 programs of a stage-in's settle check of its big files (``SETTLE_STAT``, parsed by
-:func:`parse_settle`, ``COMPARE`` and ``DISCARD``; ``treecopy.TreeCopy._settle``).
+:func:`parse_settle`, ``COMPARE`` and ``DISCARD``; and ``UNCHECKED``, the list of those
+not checked yet; ``treecopy.TreeCopy._settle``).
 
 Pure: builds lists, runs nothing. Imports only ``shell``.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 
 from rsa_scheduler.staging.scripts.shell import PRELUDE, bash
@@ -87,6 +89,14 @@ COMPARE = PRELUDE + (
     'dd if="$2/$p" iflag=nocache,nofollow count=0 status=none 2>/dev/null; '
     'cmp -s -- "$p" "$2/$p"; case $? in 0) echo same;; 1) echo differs;; *) echo -;; esac; '
     'done')
+# The list of a stage-in's big files whose copies the settle check has not passed yet
+# (``treecopy.TreeCopy._settle``), kept below the destination root as
+# ``placement.unchecked_name`` from before the first copy until the check concluded: a
+# stage-in killed, cancelled or failed meanwhile leaves it, and the next run copies those
+# files again whatever its quick check says (a torn copy can carry the source's size and
+# mtime). Written with ``archives.WRITE`` (a fresh .part file renamed over it); read here
+# as base64 (nothing when absent; never through a symlink).
+UNCHECKED = PRELUDE + ('[ -f "$1" ] && [ ! -L "$1" ] || exit 0; base64 -w0 < "$1"')
 # Remove the listed copies (a resume's quick check then copies them again): regular
 # files only, the name itself (never what a symlink points to), below $1. Removed, not
 # truncated: a copy has its source's mode, often read-only, which its user cannot open
@@ -178,8 +188,19 @@ def settle_stat_argv(root: str) -> list[str]:
 
 
 def discard_argv(root: str) -> list[str]:
-    """Remove the regular files listed below ``root``."""
+    """Remove the regular files listed below ``root`` (never through a symlink)."""
     return bash(DISCARD, root)
+
+
+def unchecked_argv(path: str) -> list[str]:
+    """What the unchecked list at ``path`` holds (``parse_unchecked``)."""
+    return bash(UNCHECKED, path)
+
+
+def parse_unchecked(stdout: str) -> set[bytes]:
+    """``UNCHECKED``'s output: the names it lists (``encode_list``'s records)."""
+    raw = base64.b64decode(stdout.strip() or b"")
+    return {r[2:] if r.startswith(b"./") else r for r in raw.split(b"\0") if r}
 
 
 def parse_settle(stdout: str, count: int

@@ -31,6 +31,10 @@ SCAN = PRELUDE + (
     "-o -type d \\! -executable -printf 'U\\0' "
     "-o -printf 'R\\0' \\) -printf '" + SCAN_FORMAT + "' | base64 -w0")
 
+# The same scan of the regular files of more than $3 bytes only (a streamed stage-in's
+# big files, for its settle check: ``treecopy.TreeCopy._settle_streamed``).
+SCAN_BIG = SCAN.replace("find . -mindepth 1 ", 'find . -mindepth 1 -type f -size +"$3"c ', 1)
+
 # The same scan, cut after $3 NUL-separated fields (10 per object): a tree with more
 # objects than the engine lists in rsad is staged by the streamed mode instead (find is
 # stopped by SIGPIPE there, which is not an error).
@@ -78,6 +82,11 @@ HASH_UNCACHED = PRELUDE + (
 def scan_argv(root: str, uid: int) -> list[str]:
     """Scan ``root`` as the user ``uid`` (objects owned by ``uid``: owner bits decide)."""
     return bash(SCAN, root, str(uid))
+
+
+def scan_big_argv(root: str, uid: int, big_bytes: int) -> list[str]:
+    """``scan_argv`` of the regular files of at least ``big_bytes`` only."""
+    return bash(SCAN_BIG, root, str(uid), str(max(0, big_bytes - 1)))
 
 
 def mounted_argv(root: str) -> list[str]:

@@ -1,7 +1,8 @@
 """Where a copy writes: the destination's directories, part directories, atomic renames.
 
 Owns ``ATOMIC`` (copy a bucket into a private part directory, then rename every name into
-place), the part directories' names (``PART_DIR``, :func:`part_dir`, :func:`is_part_dir`)
+place), the part directories' names (``PART_DIR``, :func:`part_dir`, :func:`is_part_dir`; and
+:func:`unchecked_name`, the list a stage-in's settle check keeps beside them)
 and ``NEW_PART`` (a fresh one, the job's own leftovers removed), ``MKDIRS`` and ``MKDIR``
 (directories created as the user, never through a symlink), the root-only RAMDISK root
 (:func:`prepare_root_argv`), removing a part directory, and the deletions of a
@@ -118,6 +119,14 @@ def is_part_dir(name: bytes, job_id: str) -> bool:
     name older versions used)."""
     prefix = part_prefix(job_id).encode()
     return name == prefix or name.startswith(prefix + b"-")
+
+
+def unchecked_name(job_id: str) -> str:
+    """The file below a stage-in's destination root listing the big files whose copies
+    its settle check has not passed yet (``copiers.UNCHECKED``): named as the job's part
+    directories are, so every scan of the destination leaves it out (``is_part_dir``),
+    never a token (letters and digits only: never "-")."""
+    return f"{part_prefix(job_id)}-unchecked-list"
 
 
 # Make a fresh part directory: first remove the user's own leftovers of the job's earlier
