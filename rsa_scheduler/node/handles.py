@@ -162,12 +162,13 @@ def unescape(field: str) -> str:
     return "".join(out)
 
 
-def mount_point(mountinfo: str, mnt_id: int) -> str | None:
-    """Where mount ``mnt_id`` is mounted now (as this process sees it), or None."""
+def mount_point(mountinfo: str, mnt_id: int, dev: str | None = None) -> str | None:
+    """Where mount ``mnt_id`` is mounted now (as this process sees it), or None; with
+    ``dev``, only if its filesystem is that one (a recycled id is someone else's)."""
     for line in mountinfo.splitlines():
         fields = line.split(" ")
         if len(fields) > 4 and fields[0] == str(mnt_id):
-            return unescape(fields[4])
+            return unescape(fields[4]) if dev is None or fields[2] == dev else None
     return None
 
 

@@ -30,7 +30,7 @@ import shutil
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from rsa_scheduler.errors import RsaError
@@ -335,6 +335,14 @@ class JobMounts:
                     "node: one job's RAMDISK is never mounted over another's; this job "
                     f"sees job {other}'s RAMDISK there until it is unmounted (at that "
                     "job's end), then the PFS (give each job a directory of its own)")
+            below = self._other_job_below(target)
+            if below is not None:
+                name = f"{directive}={target}" if directive else target
+                raise UnsafePath(
+                    f"{name} has the RAMDISK of another job mounted below it on this "
+                    f"node, over {below}: one job's RAMDISK is never mounted over "
+                    "another's; give each job a directory of its own, none inside "
+                    "another's")
             self.prepare()
             argv = substitute(ins["client_argv"], str(self.ramdisk))
             check_client_argv(argv)
@@ -421,6 +429,30 @@ class JobMounts:
                 if (isinstance(e, dict) and e.get("kind") == "target"
                         and handles.MountRef.from_json(e.get("mount")) == here):
                     return record.parent.name
+        return None
+
+    def _other_job_below(self, target: str) -> str | None:
+        """Where another job's recorded RAMDISK mount on this node lies below ``target``
+        now (mountinfo, by id and device), else None. Mounted over a parent of it, this
+        job's RAMDISK would hide it: that job's tasks would lose their paths, its Epilog
+        could not reach its own mount (left in place, node-wide, once this job ended).
+        Found by review; :meth:`_other_job_at` sees only the mount the target is on."""
+        top = PurePosixPath(target)
+        mountinfo = handles.read_mountinfo()
+        for record in self.dir.parent.glob("*/mounts.json"):
+            if record.parent == self.dir:
+                continue
+            try:
+                data = json.loads(record.read_text())
+            except (OSError, ValueError):
+                continue
+            for e in data.get("mounts") or ():
+                ref = (handles.MountRef.from_json(e.get("mount"))
+                       if isinstance(e, dict) and e.get("kind") == "target" else None)
+                where = (handles.mount_point(mountinfo, ref.mnt_id, ref.dev)
+                         if ref is not None else None)
+                if where is not None and top in PurePosixPath(where).parents:
+                    return where
         return None
 
     def _unwind(self, made: list[dict[str, Any]]) -> None:

@@ -463,3 +463,48 @@ def test_a_jobs_ramdisk_is_never_mounted_over_another_jobs_on_the_node() -> None
     assert out["source"] == ["ram7"] and out["left2"] == []
     assert out["rel"] == [True, "released", True, "released"]
     assert out["after"] == "/media" and out["pfs"] == "pfs\n"
+
+
+def test_a_jobs_ramdisk_is_never_mounted_over_a_parent_of_another_jobs_mount() -> None:
+    """Found by review: the check above looked only at the mount the target directory
+    is on. A job whose DATA_OUT is a parent of another running job's DATA_IN on the node
+    (``/u/x`` over ``/u/x/in``) had its RAMDISK mounted over the parent: the first job's
+    tasks lost their input (``/u/x/in`` led into the second RAMDISK), its Epilog could not
+    reach its own mount ("not safely reachable": left in place, with its client mount),
+    and once the second job ended the first's torn-down RAMDISK stayed over ``/u/x/in``
+    on that node, node-wide, for whatever ran there next. Now such a mount is refused."""
+    out = run('''
+        def job(n, target, role, mode):
+            jm = JobMounts(n, "c1", str(R / "node"))
+            ins = {"seq": 1, "do": "mount", "role": role, "target": str(target),
+                   "mode": mode, "client_argv": ["mount", "-t", "tmpfs", "ram" + n,
+                                                 "@MOUNTPOINT@"],
+                   "client_umount_argv": ["umount", "@MOUNTPOINT@"], "epoch": "1"}
+            try:
+                return jm, jm.mount(ins, Who(0, frozenset({0})), [str(pfs)])
+            except Exception as e:
+                return jm, f"{type(e).__name__}: {e}"
+        first, out["first"] = job("7", pfs / "u" / "x" / "in", "input", "ro")
+        second, out["second"] = job("8", pfs / "u" / "x", "output", "rw")
+        try:
+            out["input"] = sorted(os.listdir(pfs / "u" / "x" / "in"))
+        except OSError as e:
+            out["input"] = str(e)
+        out["left2"] = second.entries()
+        r1 = first.release(lazy=True)
+        r2 = second.release(lazy=True)
+        out["rel"] = [r1.ok, r2.ok]
+        for n in ("7", "8"):  # what a failing run left: undone, so nothing stays
+            for e in reversed(JobMounts(n, "c1", str(R / "node")).entries()):
+                subprocess.run(["umount", "-l", e["path"]], capture_output=True)
+        out["after"] = [target_of(pfs / "u" / "x" / "in"), target_of(pfs / "u" / "x")]
+    ''')
+    assert out["first"] == "RAMDISK mounted over /media/pfs/u/x/in (ro)"
+    assert out["input"] == [] and out["left2"] == []  # job 7 still reads its own RAMDISK
+    assert out["rel"] == [True, True]
+    assert out["after"] == ["/media", "/media"]
+    assert out["second"] == (
+        "UnsafePath: #RSA_DATA_OUT=/media/pfs/u/x has the RAMDISK of another job mounted "
+        "below it on this node, over /media/pfs/u/x/in: one job's RAMDISK is never "
+        "mounted over another's; give each job a directory of its own, none inside "
+        "another's")
