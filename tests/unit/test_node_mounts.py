@@ -508,3 +508,44 @@ def test_a_jobs_ramdisk_is_never_mounted_over_a_parent_of_another_jobs_mount() -
         "below it on this node, over /media/pfs/u/x/in: one job's RAMDISK is never "
         "mounted over another's; give each job a directory of its own, none inside "
         "another's")
+
+
+def test_a_dead_fuse_mount_at_the_target_is_refused_in_the_report_not_raised() -> None:
+    """Found by review: a user's FUSE mount at DATA_IN or DATA_OUT whose daemon is gone
+    (the user killed it; its mount stays) answers every stat with ENOTCONN. The path
+    check read the owner with an unguarded ``fstat``, so the OSError went past
+    ``execute`` (which returns a report for every node problem): the Prolog sent rsad no
+    report, started no node agent and wrote no job.env (rsad waited for the node; the
+    reset had no agent there), and the node agent, on DATA_OUT at the reset, died. Now it
+    is a refused path, reported like any other. The FUSE mount here is a real one whose
+    connection is closed (``/dev/fuse`` opened, mounted, closed)."""
+    if not os.path.exists("/dev/fuse"):
+        pytest.skip("needs /dev/fuse")
+    out = run('''
+        import ctypes
+        from rsa_scheduler.node.hooks import execute
+        target = pfs / "u" / "x" / "in"
+        fuse = os.open("/dev/fuse", os.O_RDWR)
+        rc = ctypes.CDLL(None, use_errno=True).mount(
+            b"userfs", str(target).encode(), b"fuse", ctypes.c_ulong(0),
+            f"fd={fuse},rootmode=40000,user_id=0,group_id=0".encode())
+        assert rc == 0, ctypes.get_errno()
+        os.close(fuse)  # the user's daemon is gone: ENOTCONN from now on
+        jm = JobMounts("7", "c1", str(R / "node"))
+        for role, mode in (("input", "ro"), ("output", "rw")):
+            ins = {"seq": 1, "do": "mount", "role": role, "target": str(target),
+                   "mode": mode, "client_argv": ["mount", "-t", "tmpfs", "ram",
+                                                 "@MOUNTPOINT@"],
+                   "client_umount_argv": ["umount", "@MOUNTPOINT@"], "epoch": "1"}
+            try:
+                out[role] = execute(ins, jm, Who(0, frozenset({0})), [str(pfs)])
+            except Exception as e:
+                out[role] = f"raised {type(e).__name__}: {e}"
+        out["left"] = jm.entries()
+    ''')
+    for role, directive in (("input", "#RSA_DATA_IN"), ("output", "#RSA_DATA_OUT")):
+        assert out[role] == {
+            "seq": 1, "ok": False,
+            "message": f"refused: {directive}=/media/pfs/u/x/in: cannot inspect it "
+                       "(Transport endpoint is not connected)"}
+    assert out["left"] == []
