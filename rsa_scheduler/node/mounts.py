@@ -28,7 +28,7 @@ import json
 import os
 import shutil
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -51,6 +51,9 @@ DEFAULT_BASE = "/run/rsa/node"
 #: (proxy addresses, servers), and the lock its loads take (guard_proxy)
 GUARD_FILE = "guard.json"
 GUARD_LOCK = "guard.lock"
+#: in ``<base>/<node>``: the lock one job's check for other jobs' mounts and its attach
+#: take together (JobMounts._attach_lock)
+ATTACH_LOCK = "attach.lock"
 #: what else lives in the per-job directory: job.env for the SPANK plugin (jobstate), the
 #: job's mount namespace handle and the plugin's job-container lock (namespace)
 JOB_FILES = ("job.env", ".job.env.tmp", "mnt", "carry.lock", "carried")
@@ -327,22 +330,7 @@ class JobMounts:
         fd = open_target(target, who, allowed_roots, shared_dirs, directive=directive)
         made: list[dict[str, Any]] = []
         try:
-            other = self._other_job_at(fd)
-            if other is not None:
-                name = f"{directive}={target}" if directive else target
-                raise UnsafePath(
-                    f"{name} has the RAMDISK of your job {other} mounted over it on this "
-                    "node: one job's RAMDISK is never mounted over another's; this job "
-                    f"sees job {other}'s RAMDISK there until it is unmounted (at that "
-                    "job's end), then the PFS (give each job a directory of its own)")
-            below = self._other_job_below(target)
-            if below is not None:
-                name = f"{directive}={target}" if directive else target
-                raise UnsafePath(
-                    f"{name} has the RAMDISK of another job mounted below it on this "
-                    f"node, over {below}: one job's RAMDISK is never mounted over "
-                    "another's; give each job a directory of its own, none inside "
-                    "another's")
+            self._refuse_other_jobs(fd, target, directive)
             self.prepare()
             argv = substitute(ins["client_argv"], str(self.ramdisk))
             check_client_argv(argv)
@@ -377,23 +365,28 @@ class JobMounts:
                     sys_mount("none", str(self.ro), None, MS_REMOUNT | MS_BIND | MS_RDONLY)
                     source = str(self.ro)
                 tree = handles.clone(source)
-            try:
-                # named by the id it keeps once attached, recorded before the attach
-                # (``attaching`` until done: a record a killed Prolog left is undone,
-                # never taken for a mount in place)
-                entry = {"kind": "target", "path": target, "seq": ins["seq"],
-                         "epoch": ins.get("epoch"), "role": ins.get("role"), "mode": mode,
-                         "attaching": True,
-                         "mount": handles.detached_ref(tree).to_json()}
-                self._record(made, entry, ins["seq"])
-                # attached on the very directory checked (the fd)
-                handles.attach(tree, fd)
-                ref = handles.ref_of(tree)
-            finally:
-                os.close(tree)
-            del entry["attaching"]
-            entry["mount"] = ref.to_json()  # as procfs names it, now it is attached
-            self._save(made, ins["seq"])
+            # checked again with the attach and its record, under the node's lock: another
+            # job's Prolog may have attached on the same place since the check above
+            # (made before the client mount, seconds ago)
+            with self._attach_lock():
+                try:
+                    self._refuse_other_jobs(fd, target, directive)
+                    # named by the id it keeps once attached, recorded before the attach
+                    # (``attaching`` until done: a record a killed Prolog left is undone,
+                    # never taken for a mount in place)
+                    entry = {"kind": "target", "path": target, "seq": ins["seq"],
+                             "epoch": ins.get("epoch"), "role": ins.get("role"),
+                             "mode": mode, "attaching": True,
+                             "mount": handles.detached_ref(tree).to_json()}
+                    self._record(made, entry, ins["seq"])
+                    # attached on the very directory checked (the fd)
+                    handles.attach(tree, fd)
+                    ref = handles.ref_of(tree)
+                finally:
+                    os.close(tree)
+                del entry["attaching"]
+                entry["mount"] = ref.to_json()  # as procfs names it, now it is attached
+                self._save(made, ins["seq"])
         except BaseException as e:
             self._unwind(made)
             if isinstance(e, handles.MountApiMissing):
@@ -409,6 +402,44 @@ class JobMounts:
         """Record a mount about to be made (in ``made``, then in mounts.json)."""
         made.append(entry)
         self._save(made, seq)
+
+    @contextlib.contextmanager
+    def _attach_lock(self) -> Iterator[None]:
+        """The node's lock (:data:`ATTACH_LOCK` in ``<base>/<node>``, root-only) held
+        across one job's last check for other jobs' mounts, its attach and its record, so
+        two Prologs (or agents) on the node never both pass the check and both attach."""
+        lock = os.open(self.dir.parent / ATTACH_LOCK, os.O_RDWR | os.O_CREAT
+                       | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(lock)  # the lock goes with it (and with a killed holder)
+
+    def _refuse_other_jobs(self, fd: int, target: str, directive: str) -> None:
+        """Raise :class:`UnsafePath` if another job's RAMDISK on this node is at the
+        directory ``fd`` holds (``target``) or below it."""
+        name = f"{directive}={target}" if directive else target
+        other = self._other_job_at(fd)
+        if other is not None:
+            raise UnsafePath(
+                f"{name} has the RAMDISK of your job {other} mounted over it on this "
+                "node: one job's RAMDISK is never mounted over another's; this job "
+                f"sees job {other}'s RAMDISK there until it is unmounted (at that "
+                "job's end), then the PFS (give each job a directory of its own)")
+        where = self._other_job_under(target)
+        if where is not None and PurePosixPath(where) == PurePosixPath(target):
+            # attached since the descriptor was opened: it holds the directory under it
+            raise UnsafePath(
+                f"{name} has the RAMDISK of another job mounted over it on this node: "
+                "one job's RAMDISK is never mounted over another's; give each job a "
+                "directory of its own")
+        if where is not None:
+            raise UnsafePath(
+                f"{name} has the RAMDISK of another job mounted below it on this "
+                f"node, over {where}: one job's RAMDISK is never mounted over "
+                "another's; give each job a directory of its own, none inside "
+                "another's")
 
     def _other_job_at(self, fd: int) -> str | None:
         """The job on this node whose RAMDISK is the mount at the directory ``fd``
@@ -431,12 +462,13 @@ class JobMounts:
                     return record.parent.name
         return None
 
-    def _other_job_below(self, target: str) -> str | None:
-        """Where another job's recorded RAMDISK mount on this node lies below ``target``
-        now (mountinfo, by id and device), else None. Mounted over a parent of it, this
-        job's RAMDISK would hide it: that job's tasks would lose their paths, its Epilog
-        could not reach its own mount (left in place, node-wide, once this job ended).
-        Found by review; :meth:`_other_job_at` sees only the mount the target is on."""
+    def _other_job_under(self, target: str) -> str | None:
+        """Where another job's recorded RAMDISK mount on this node lies at or below
+        ``target`` now (mountinfo, by id and device), else None. Mounted over a parent of
+        it, this job's RAMDISK would hide it: that job's tasks would lose their paths, its
+        Epilog could not reach its own mount (left in place, node-wide, once this job
+        ended). Found by review; :meth:`_other_job_at` sees only the mount the target's
+        descriptor is on, which is not one attached over it since it was opened."""
         top = PurePosixPath(target)
         mountinfo = handles.read_mountinfo()
         for record in self.dir.parent.glob("*/mounts.json"):
@@ -451,7 +483,8 @@ class JobMounts:
                        if isinstance(e, dict) and e.get("kind") == "target" else None)
                 where = (handles.mount_point(mountinfo, ref.mnt_id, ref.dev)
                          if ref is not None else None)
-                if where is not None and top in PurePosixPath(where).parents:
+                if where is not None and (PurePosixPath(where) == top
+                                          or top in PurePosixPath(where).parents):
                     return where
         return None
 

@@ -549,3 +549,57 @@ def test_a_dead_fuse_mount_at_the_target_is_refused_in_the_report_not_raised() -
             "message": f"refused: {directive}=/media/pfs/u/x/in: cannot inspect it "
                        "(Transport endpoint is not connected)"}
     assert out["left"] == []
+
+
+def test_two_prologs_at_once_never_mount_one_jobs_ramdisk_over_anothers() -> None:
+    """Found by review: the check that no other job's RAMDISK is at the target ran
+    before the client mount (an mfsmount: seconds), the attach after it, with nothing
+    between two jobs' Prologs. Two Prologs at once on one node (an array's tasks
+    starting together, one DATA_IN) both passed the check and both attached: the second
+    RAMDISK covered the first, as before that check existed (the first job read the
+    second's RAMDISK; its Epilog could not reach its own mount, left for good). Job 8's
+    Prolog here reaches its attach just as job 7's Prolog runs whole; now the check is
+    made again, under a lock on the node, with the attach and its record."""
+    out = run('''
+        import threading
+        from rsa_scheduler.node import handles
+        target = pfs / "u" / "x" / "in"
+        def job(n):
+            jm = JobMounts(n, "c1", str(R / "node"))
+            ins = {"seq": 1, "do": "mount", "role": "input", "target": str(target),
+                   "mode": "ro", "client_argv": ["mount", "-t", "tmpfs", "ram" + n,
+                                                 "@MOUNTPOINT@"],
+                   "client_umount_argv": ["umount", "@MOUNTPOINT@"], "epoch": "1"}
+            try:
+                out[n] = jm.mount(ins, Who(0, frozenset({0})), [str(pfs)])
+            except Exception as e:
+                out[n] = f"{type(e).__name__}: {e}"
+            return jm
+        attach = handles.attach
+        other = threading.Thread(target=job, args=("7",))
+        def late_attach(tree, onto):
+            if not other.is_alive() and "7" not in out:  # job 8's, the first attach
+                other.start()
+                other.join(timeout=1.5)  # job 7's Prolog, whole, meanwhile (or blocked)
+            attach(tree, onto)
+        handles.attach = late_attach
+        second = job("8")
+        other.join()
+        first = JobMounts("7", "c1", str(R / "node"))
+        out["source"] = subprocess.run(["findmnt", "-n", "-o", "SOURCE", str(target)],
+                                       capture_output=True, text=True).stdout.split()
+        r1, r2 = first.release(lazy=True), second.release(lazy=True)
+        out["rel"] = [r1.ok, r1.message, r2.ok, r2.message]
+        for n in ("7", "8"):  # what a failing run left: undone, so nothing stays
+            for e in reversed(JobMounts(n, "c1", str(R / "node")).entries()):
+                subprocess.run(["umount", "-l", e["path"]], capture_output=True)
+        out["after"] = target_of(target)
+    ''')
+    assert out["8"] == "RAMDISK mounted over /media/pfs/u/x/in (ro)"
+    assert out["source"] == ["ram8"]  # one RAMDISK there, never two stacked
+    assert out["7"] == (
+        "UnsafePath: #RSA_DATA_IN=/media/pfs/u/x/in has the RAMDISK of another job mounted "
+        "over it on this node: one job's RAMDISK is never mounted over another's; give "
+        "each job a directory of its own")
+    assert out["rel"] == [True, "released", True, "released"]
+    assert out["after"] == "/media"
