@@ -41,6 +41,9 @@ from rsa_scheduler.node.plan import substitute
 from rsa_scheduler.runner import CommandError, run
 
 MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
 MS_REMOUNT = 32
 MS_BIND = 4096
 MNT_DETACH = 2
@@ -354,15 +357,22 @@ class JobMounts:
             if not os.path.ismount(self.ramdisk):
                 raise MountError(f"{argv[0]} succeeded but {self.ramdisk} is not a mount")
             mode = str(ins["mode"])
+            # the client mount's nosuid, nodev, noexec (MS_* = ST_* = MOUNT_ATTR_*): a
+            # bind remount clears every per-mount flag it does not name, and a new
+            # overlay has none (found by review: the mount over DATA_IN honoured setuid)
+            keep = os.statvfs(self.ramdisk).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
             if mode == "union":
-                # read-only overlay: RAMDISK first, the PFS directory (the fd) below it
-                tree = handles.overlay([str(self.ramdisk), f"/proc/self/fd/{fd}"])
+                # read-only overlay: RAMDISK first, the PFS directory (the fd) below it;
+                # nosuid,nodev whatever the client: the PFS mount's own are not kept
+                tree = handles.overlay([str(self.ramdisk), f"/proc/self/fd/{fd}"],
+                                       attrs=keep | MS_NOSUID | MS_NODEV)
             else:
                 source = str(self.ramdisk)
                 if mode == "ro":  # read-only from its first instant: a copy of an ro bind
                     self._record(made, {"kind": "bind", "path": str(self.ro)}, ins["seq"])
                     sys_mount(str(self.ramdisk), str(self.ro), None, MS_BIND)
-                    sys_mount("none", str(self.ro), None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+                    sys_mount("none", str(self.ro), None,
+                              MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
                     source = str(self.ro)
                 tree = handles.clone(source)
             # checked again with the attach and its record, under the node's lock: another

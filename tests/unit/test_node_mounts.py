@@ -603,3 +603,34 @@ def test_two_prologs_at_once_never_mount_one_jobs_ramdisk_over_anothers() -> Non
         "each job a directory of its own")
     assert out["rel"] == [True, "released", True, "released"]
     assert out["after"] == "/media"
+
+
+@pytest.mark.parametrize("mode", ["ro", "rw", "union"])
+def test_the_mount_over_the_target_keeps_the_client_mounts_nosuid_nodev_noexec(
+        mode: str) -> None:
+    """Found by review: the client mount is ``nosuid,nodev`` (moosefs.CLIENT_OPTIONS: a
+    root on one compute node of a job could otherwise plant a setuid binary for the
+    job's other nodes), but the read-only bind over DATA_IN was made read-only by a
+    bind remount naming MS_RDONLY alone, which clears every other per-mount flag, and the
+    union overlay was made with none: the default DATA_IN mount honoured setuid bits and
+    device nodes. Now each keeps the client mount's ``nosuid``, ``nodev`` and ``noexec``
+    (the union is ``nosuid,nodev`` whatever the client: its lower layer is the PFS
+    directory, whose own mount's flags it would not keep)."""
+    out = run(f'''
+        jm = JobMounts("7", "c1", str(R / "node"))
+        target = pfs / "u" / "x" / "in"
+        ins = {{"seq": 1, "do": "mount", "role": "input", "target": str(target),
+               "mode": "{mode}", "client_argv": ["mount", "-t", "tmpfs", "-o",
+                                                 "nosuid,nodev,noexec", "ram",
+                                                 "@MOUNTPOINT@"],
+               "client_umount_argv": ["umount", "@MOUNTPOINT@"]}}
+        jm.mount(ins, Who(0, frozenset({{0}})), [str(pfs)])
+        out["options"] = subprocess.run(["findmnt", "-n", "-o", "VFS-OPTIONS",
+                                         str(target)], capture_output=True,
+                                        text=True).stdout.strip().split(",")
+        out["rel"] = jm.release(lazy=True).ok
+    ''')
+    for flag in ("nosuid", "nodev", "noexec"):
+        assert flag in out["options"], out["options"]
+    assert ("ro" in out["options"]) is (mode != "rw")
+    assert out["rel"] is True
