@@ -381,6 +381,7 @@ class JobMounts:
             with self._attach_lock():
                 try:
                     self._refuse_other_jobs(fd, target, directive)
+                    self._refuse_changed(fd, target, directive)
                     # named by the id it keeps once attached, recorded before the attach
                     # (``attaching`` until done: a record a killed Prolog left is undone,
                     # never taken for a mount in place)
@@ -450,6 +451,30 @@ class JobMounts:
                 f"node, over {where}: one job's RAMDISK is never mounted over "
                 "another's; give each job a directory of its own, none inside "
                 "another's")
+
+    @staticmethod
+    def _refuse_changed(fd: int, target: str, directive: str) -> None:
+        """Raise :class:`UnsafePath` unless ``target``, walked again without symlinks,
+        still leads to the directory ``fd`` holds (same mount, device and inode). Found
+        by review: a mount over a parent made since the check (another job's RAMDISK,
+        while this one's client mounted) hid it, and the attach went beneath it."""
+        name = f"{directive}={target}" if directive else target
+        try:
+            now, parent, _ = open_nofollow(target)
+        except UnsafePath:
+            now, parent = -1, -1
+        try:
+            a, b = (os.fstat(fd), os.fstat(now)) if now >= 0 else (None, None)
+            if (a is None or b is None or (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino)
+                    or handles.mount_id(fd) != handles.mount_id(now)):
+                raise UnsafePath(
+                    f"{name} is no longer the directory checked: it was moved, or "
+                    "something was mounted over it or a directory above it on this "
+                    "node, while its RAMDISK was being mounted")
+        finally:
+            for d in (now, parent):
+                if d >= 0:
+                    os.close(d)
 
     def _other_job_at(self, fd: int) -> str | None:
         """The job on this node whose RAMDISK is the mount at the directory ``fd``

@@ -634,3 +634,49 @@ def test_the_mount_over_the_target_keeps_the_client_mounts_nosuid_nodev_noexec(
         assert flag in out["options"], out["options"]
     assert ("ro" in out["options"]) is (mode != "rw")
     assert out["rel"] is True
+
+
+def test_a_mount_over_a_parent_made_during_the_client_mount_refuses_the_attach() -> None:
+    """Found by review: the directory is opened and checked first; the attach comes
+    after the client mount (seconds). Another job's RAMDISK mounted meanwhile over a
+    parent of it (its DATA_OUT ``/u/x`` over this job's DATA_IN ``/u/x/in``) was not seen
+    by the checks made again under the node's lock (the descriptor still holds the PFS
+    directory, now hidden): this job's RAMDISK was attached beneath the other's, where
+    its tasks never see it and its Epilog cannot reach it (left in place). Now the path
+    must still lead to the very directory checked, else the attach is refused."""
+    out = run('''
+        from rsa_scheduler.node import mounts
+        def ins(n, target, role, mode):
+            return {"seq": 1, "do": "mount", "role": role, "target": str(target),
+                    "mode": mode, "client_argv": ["mount", "-t", "tmpfs", "ram" + n,
+                                                  "@MOUNTPOINT@"],
+                    "client_umount_argv": ["umount", "@MOUNTPOINT@"], "epoch": "1"}
+        def mount(jm, i):
+            try:
+                return jm.mount(i, Who(0, frozenset({0})), [str(pfs)])
+            except Exception as e:
+                return f"{type(e).__name__}: {e}"
+        first = JobMounts("7", "c1", str(R / "node"))
+        second = JobMounts("8", "c1", str(R / "node"))
+        client = mounts.run
+        def slow_client(argv, **kw):  # job 8's client mount; job 7's Prolog meanwhile
+            client(argv, **kw)
+            if "ram8" in argv and "7" not in out:
+                out["7"] = mount(first, ins("7", pfs / "u" / "x", "output", "rw"))
+        mounts.run = slow_client
+        out["8"] = mount(second, ins("8", pfs / "u" / "x" / "in", "input", "ro"))
+        mounts.run = client
+        r2, r1 = second.release(lazy=True), first.release(lazy=True)
+        out["rel"] = [r2.ok, r1.ok]
+        for n in ("7", "8"):  # what a failing run left: undone, so nothing stays
+            for e in reversed(JobMounts(n, "c1", str(R / "node")).entries()):
+                subprocess.run(["umount", "-l", e["path"]], capture_output=True)
+        out["after"] = target_of(pfs / "u" / "x" / "in")
+    ''')
+    assert out["7"] == "RAMDISK mounted over /media/pfs/u/x (rw)"
+    assert out["rel"] == [True, True]
+    assert out["after"] == "/media"
+    assert out["8"] == (
+        "UnsafePath: #RSA_DATA_IN=/media/pfs/u/x/in is no longer the directory checked: "
+        "it was moved, or something was mounted over it or a directory above it on this "
+        "node, while its RAMDISK was being mounted")
