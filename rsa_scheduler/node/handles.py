@@ -35,6 +35,9 @@ FSCONFIG_SET_FLAG = 0
 FSCONFIG_SET_STRING = 1
 FSCONFIG_CMD_CREATE = 6
 MOUNT_ATTR_RDONLY = 1
+MOUNT_ATTR_NOSUID = 2
+MOUNT_ATTR_NODEV = 4
+MOUNT_ATTR_NOEXEC = 8
 MNT_DETACH = 2
 UMOUNT_NOFOLLOW = 8
 
@@ -74,9 +77,10 @@ def clone(path: str) -> int:
                 ctypes.c_uint(flags))
 
 
-def overlay(lowerdirs: list[str], source: str = "rsa-union") -> int:
+def overlay(lowerdirs: list[str], source: str = "rsa-union", attrs: int = 0) -> int:
     """A detached, read-only overlayfs of ``lowerdirs`` (first on top): its descriptor.
-    A lower directory may be ``/proc/self/fd/N``: it is looked up here, once."""
+    A lower directory may be ``/proc/self/fd/N``: it is looked up here, once. ``attrs``:
+    more ``MOUNT_ATTR_*`` flags of the mount (``MOUNT_ATTR_NOSUID`` ...)."""
     fs = _sys(SYS_FSOPEN, "fsopen overlay", _s("overlay"), ctypes.c_uint(FSOPEN_CLOEXEC))
     try:
         for key, value in (("source", source), ("lowerdir", ":".join(lowerdirs))):
@@ -87,7 +91,7 @@ def overlay(lowerdirs: list[str], source: str = "rsa-union") -> int:
         _sys(SYS_FSCONFIG, "overlay create", ctypes.c_int(fs),
              ctypes.c_uint(FSCONFIG_CMD_CREATE), _s(None), _s(None), ctypes.c_int(0))
         return _sys(SYS_FSMOUNT, "fsmount overlay", ctypes.c_int(fs),
-                    ctypes.c_uint(FSMOUNT_CLOEXEC), ctypes.c_uint(MOUNT_ATTR_RDONLY))
+                    ctypes.c_uint(FSMOUNT_CLOEXEC), ctypes.c_uint(MOUNT_ATTR_RDONLY | attrs))
     finally:
         os.close(fs)
 
@@ -162,12 +166,13 @@ def unescape(field: str) -> str:
     return "".join(out)
 
 
-def mount_point(mountinfo: str, mnt_id: int) -> str | None:
-    """Where mount ``mnt_id`` is mounted now (as this process sees it), or None."""
+def mount_point(mountinfo: str, mnt_id: int, dev: str | None = None) -> str | None:
+    """Where mount ``mnt_id`` is mounted now (as this process sees it), or None; with
+    ``dev``, only if its filesystem is that one (a recycled id is someone else's)."""
     for line in mountinfo.splitlines():
         fields = line.split(" ")
         if len(fields) > 4 and fields[0] == str(mnt_id):
-            return unescape(fields[4])
+            return unescape(fields[4]) if dev is None or fields[2] == dev else None
     return None
 
 

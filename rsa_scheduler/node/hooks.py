@@ -34,6 +34,8 @@ if TYPE_CHECKING:  # imported when needed: the nothing-to-do path stays fast
 
 AGENT_MODULE = "rsa_scheduler.node.agent"
 DEFAULT_BASE = "/run/rsa/node"  # = rsa_scheduler.node.mounts.DEFAULT_BASE
+#: the Epilog's hard timeout when the configuration cannot be read (hooks.timeout's default)
+FALLBACK_TIMEOUT = 10.0
 
 
 class HookTimeout(RsaError):
@@ -321,8 +323,13 @@ def epilog(env: Mapping[str, str]) -> int:
     jm = JobMounts(job, node, base)
     ns = JobNamespace(jm.dir)
     try:
-        st = settings(env)
-        _alarm(st.timeout)
+        st: Settings | None = None
+        unread: Exception | None = None
+        try:
+            st = settings(env)
+        except Exception as e:  # the release needs none of it: done all the same
+            unread = e
+        _alarm(st.timeout if st is not None else FALLBACK_TIMEOUT)
         stop_agent(jm)
         if ns.exists():  # private mounts: they are all inside the job's namespace
             with ns.entered():
@@ -337,6 +344,9 @@ def epilog(env: Mapping[str, str]) -> int:
             jm.remove()
             if rel.message != "released":  # e.g. a mount the job moved: refused by path
                 _say("epilog", job, rel.message)
+        if st is None:
+            _say("epilog", job, f"rsad not told of the release: {unread}")
+            return 0
         from rsa_scheduler.client import ApiClient
 
         ApiClient(st.address, timeout=st.api_timeout, trust_uid=0).post(

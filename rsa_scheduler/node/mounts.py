@@ -28,9 +28,9 @@ import json
 import os
 import shutil
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from rsa_scheduler.errors import RsaError
@@ -41,6 +41,9 @@ from rsa_scheduler.node.plan import substitute
 from rsa_scheduler.runner import CommandError, run
 
 MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
 MS_REMOUNT = 32
 MS_BIND = 4096
 MNT_DETACH = 2
@@ -51,6 +54,9 @@ DEFAULT_BASE = "/run/rsa/node"
 #: (proxy addresses, servers), and the lock its loads take (guard_proxy)
 GUARD_FILE = "guard.json"
 GUARD_LOCK = "guard.lock"
+#: in ``<base>/<node>``: the lock one job's check for other jobs' mounts and its attach
+#: take together (JobMounts._attach_lock)
+ATTACH_LOCK = "attach.lock"
 #: what else lives in the per-job directory: job.env for the SPANK plugin (jobstate), the
 #: job's mount namespace handle and the plugin's job-container lock (namespace)
 JOB_FILES = ("job.env", ".job.env.tmp", "mnt", "carry.lock", "carried")
@@ -327,14 +333,7 @@ class JobMounts:
         fd = open_target(target, who, allowed_roots, shared_dirs, directive=directive)
         made: list[dict[str, Any]] = []
         try:
-            other = self._other_job_at(fd)
-            if other is not None:
-                name = f"{directive}={target}" if directive else target
-                raise UnsafePath(
-                    f"{name} has the RAMDISK of your job {other} mounted over it on this "
-                    "node: one job's RAMDISK is never mounted over another's; this job "
-                    f"sees job {other}'s RAMDISK there until it is unmounted (at that "
-                    "job's end), then the PFS (give each job a directory of its own)")
+            self._refuse_other_jobs(fd, target, directive)
             self.prepare()
             argv = substitute(ins["client_argv"], str(self.ramdisk))
             check_client_argv(argv)
@@ -358,34 +357,47 @@ class JobMounts:
             if not os.path.ismount(self.ramdisk):
                 raise MountError(f"{argv[0]} succeeded but {self.ramdisk} is not a mount")
             mode = str(ins["mode"])
+            # the client mount's nosuid, nodev, noexec (MS_* = ST_* = MOUNT_ATTR_*): a
+            # bind remount clears every per-mount flag it does not name, and a new
+            # overlay has none (found by review: the mount over DATA_IN honoured setuid)
+            keep = os.statvfs(self.ramdisk).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
             if mode == "union":
-                # read-only overlay: RAMDISK first, the PFS directory (the fd) below it
-                tree = handles.overlay([str(self.ramdisk), f"/proc/self/fd/{fd}"])
+                # read-only overlay: RAMDISK first, the PFS directory (the fd) below it;
+                # nosuid,nodev whatever the client: the PFS mount's own are not kept
+                tree = handles.overlay([str(self.ramdisk), f"/proc/self/fd/{fd}"],
+                                       attrs=keep | MS_NOSUID | MS_NODEV)
             else:
                 source = str(self.ramdisk)
                 if mode == "ro":  # read-only from its first instant: a copy of an ro bind
                     self._record(made, {"kind": "bind", "path": str(self.ro)}, ins["seq"])
                     sys_mount(str(self.ramdisk), str(self.ro), None, MS_BIND)
-                    sys_mount("none", str(self.ro), None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+                    sys_mount("none", str(self.ro), None,
+                              MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
                     source = str(self.ro)
                 tree = handles.clone(source)
-            try:
-                # named by the id it keeps once attached, recorded before the attach
-                # (``attaching`` until done: a record a killed Prolog left is undone,
-                # never taken for a mount in place)
-                entry = {"kind": "target", "path": target, "seq": ins["seq"],
-                         "epoch": ins.get("epoch"), "role": ins.get("role"), "mode": mode,
-                         "attaching": True,
-                         "mount": handles.detached_ref(tree).to_json()}
-                self._record(made, entry, ins["seq"])
-                # attached on the very directory checked (the fd)
-                handles.attach(tree, fd)
-                ref = handles.ref_of(tree)
-            finally:
-                os.close(tree)
-            del entry["attaching"]
-            entry["mount"] = ref.to_json()  # as procfs names it, now it is attached
-            self._save(made, ins["seq"])
+            # checked again with the attach and its record, under the node's lock: another
+            # job's Prolog may have attached on the same place since the check above
+            # (made before the client mount, seconds ago)
+            with self._attach_lock():
+                try:
+                    self._refuse_other_jobs(fd, target, directive)
+                    self._refuse_changed(fd, target, directive)
+                    # named by the id it keeps once attached, recorded before the attach
+                    # (``attaching`` until done: a record a killed Prolog left is undone,
+                    # never taken for a mount in place)
+                    entry = {"kind": "target", "path": target, "seq": ins["seq"],
+                             "epoch": ins.get("epoch"), "role": ins.get("role"),
+                             "mode": mode, "attaching": True,
+                             "mount": handles.detached_ref(tree).to_json()}
+                    self._record(made, entry, ins["seq"])
+                    # attached on the very directory checked (the fd)
+                    handles.attach(tree, fd)
+                    ref = handles.ref_of(tree)
+                finally:
+                    os.close(tree)
+                del entry["attaching"]
+                entry["mount"] = ref.to_json()  # as procfs names it, now it is attached
+                self._save(made, ins["seq"])
         except BaseException as e:
             self._unwind(made)
             if isinstance(e, handles.MountApiMissing):
@@ -401,6 +413,68 @@ class JobMounts:
         """Record a mount about to be made (in ``made``, then in mounts.json)."""
         made.append(entry)
         self._save(made, seq)
+
+    @contextlib.contextmanager
+    def _attach_lock(self) -> Iterator[None]:
+        """The node's lock (:data:`ATTACH_LOCK` in ``<base>/<node>``, root-only) held
+        across one job's last check for other jobs' mounts, its attach and its record, so
+        two Prologs (or agents) on the node never both pass the check and both attach."""
+        lock = os.open(self.dir.parent / ATTACH_LOCK, os.O_RDWR | os.O_CREAT
+                       | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(lock)  # the lock goes with it (and with a killed holder)
+
+    def _refuse_other_jobs(self, fd: int, target: str, directive: str) -> None:
+        """Raise :class:`UnsafePath` if another job's RAMDISK on this node is at the
+        directory ``fd`` holds (``target``) or below it."""
+        name = f"{directive}={target}" if directive else target
+        other = self._other_job_at(fd)
+        if other is not None:
+            raise UnsafePath(
+                f"{name} has the RAMDISK of your job {other} mounted over it on this "
+                "node: one job's RAMDISK is never mounted over another's; this job "
+                f"sees job {other}'s RAMDISK there until it is unmounted (at that "
+                "job's end), then the PFS (give each job a directory of its own)")
+        where = self._other_job_under(target)
+        if where is not None and PurePosixPath(where) == PurePosixPath(target):
+            # attached since the descriptor was opened: it holds the directory under it
+            raise UnsafePath(
+                f"{name} has the RAMDISK of another job mounted over it on this node: "
+                "one job's RAMDISK is never mounted over another's; give each job a "
+                "directory of its own")
+        if where is not None:
+            raise UnsafePath(
+                f"{name} has the RAMDISK of another job mounted below it on this "
+                f"node, over {where}: one job's RAMDISK is never mounted over "
+                "another's; give each job a directory of its own, none inside "
+                "another's")
+
+    @staticmethod
+    def _refuse_changed(fd: int, target: str, directive: str) -> None:
+        """Raise :class:`UnsafePath` unless ``target``, walked again without symlinks,
+        still leads to the directory ``fd`` holds (same mount, device and inode). Found
+        by review: a mount over a parent made since the check (another job's RAMDISK,
+        while this one's client mounted) hid it, and the attach went beneath it."""
+        name = f"{directive}={target}" if directive else target
+        try:
+            now, parent, _ = open_nofollow(target)
+        except UnsafePath:
+            now, parent = -1, -1
+        try:
+            a, b = (os.fstat(fd), os.fstat(now)) if now >= 0 else (None, None)
+            if (a is None or b is None or (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino)
+                    or handles.mount_id(fd) != handles.mount_id(now)):
+                raise UnsafePath(
+                    f"{name} is no longer the directory checked: it was moved, or "
+                    "something was mounted over it or a directory above it on this "
+                    "node, while its RAMDISK was being mounted")
+        finally:
+            for d in (now, parent):
+                if d >= 0:
+                    os.close(d)
 
     def _other_job_at(self, fd: int) -> str | None:
         """The job on this node whose RAMDISK is the mount at the directory ``fd``
@@ -421,6 +495,32 @@ class JobMounts:
                 if (isinstance(e, dict) and e.get("kind") == "target"
                         and handles.MountRef.from_json(e.get("mount")) == here):
                     return record.parent.name
+        return None
+
+    def _other_job_under(self, target: str) -> str | None:
+        """Where another job's recorded RAMDISK mount on this node lies at or below
+        ``target`` now (mountinfo, by id and device), else None. Mounted over a parent of
+        it, this job's RAMDISK would hide it: that job's tasks would lose their paths, its
+        Epilog could not reach its own mount (left in place, node-wide, once this job
+        ended). Found by review; :meth:`_other_job_at` sees only the mount the target's
+        descriptor is on, which is not one attached over it since it was opened."""
+        top = PurePosixPath(target)
+        mountinfo = handles.read_mountinfo()
+        for record in self.dir.parent.glob("*/mounts.json"):
+            if record.parent == self.dir:
+                continue
+            try:
+                data = json.loads(record.read_text())
+            except (OSError, ValueError):
+                continue
+            for e in data.get("mounts") or ():
+                ref = (handles.MountRef.from_json(e.get("mount"))
+                       if isinstance(e, dict) and e.get("kind") == "target" else None)
+                where = (handles.mount_point(mountinfo, ref.mnt_id, ref.dev)
+                         if ref is not None else None)
+                if where is not None and (PurePosixPath(where) == top
+                                          or top in PurePosixPath(where).parents):
+                    return where
         return None
 
     def _unwind(self, made: list[dict[str, Any]]) -> None:

@@ -183,7 +183,12 @@ def open_target(path: str, who: Who, allowed_roots: Sequence[str],
     p = lexical_check(path, allowed_roots)
     fd, _ = _walk(p, advice="; use the real path")
     try:
-        why = mount_refusal(os.fstat(fd), who, p, shared_dirs, directive=directive)
+        try:
+            st = os.fstat(fd)
+        except OSError as e:  # e.g. a user's FUSE mount there whose daemon is gone
+            name = f"{directive}={p}" if directive else str(p)
+            raise UnsafePath(f"{name}: cannot inspect it ({e.strerror})") from e
+        why = mount_refusal(st, who, p, shared_dirs, directive=directive)
         if why is not None:
             raise UnsafePath(why)
         return fd

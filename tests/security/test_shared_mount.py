@@ -235,3 +235,82 @@ while [ ! -e {res}/go ]; do sleep 0.2; done
     # what the line says: the second job read the first job's RAMDISK there
     src = (res / "src.a").read_text().strip()
     assert src and (res / "src.b").read_text().strip() == src
+
+
+def test_a_job_naming_a_parent_of_another_jobs_data_in_on_one_node_is_refused(
+        lab: Mapping[str, str], mine: Path) -> None:
+    """Found by review: two jobs of the lab user share c1; the second names as DATA_IN a
+    parent of the first's (``run`` over ``run/in``). Its mount is refused with the line
+    that says where the other job's RAMDISK is; the first job keeps reading its own
+    RAMDISK; after both, nothing is mounted on c1. On the code before, the second RAMDISK
+    hid the first job's input mount, whose Epilog could not reach it (left in place:
+    the unit test with real mounts, tests/unit/test_node_mounts.py::
+    test_a_jobs_ramdisk_is_never_mounted_over_a_parent_of_another_jobs_mount)."""
+    run, res = mine / "run", mine / "res"
+    data_in = run / "in"
+    done = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", f"set -e; umask 022; "
+                                              f"mkdir -p {data_in}; echo x > {data_in}/f"],
+                   timeout=60)
+    assert done.returncode == 0, done.stderr
+
+    def script(tag: str, path: Path) -> str:
+        return f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_IN={path}
+findmnt -n -o SOURCE --target {data_in} > {res}/src.{tag}
+touch {res}/running.{tag}
+while [ ! -e {res}/go ]; do sleep 0.2; done
+findmnt -n -o SOURCE --target {data_in} > {res}/end.{tag}
+"""
+
+    with make_jobs(lab) as jobs:
+        fill(jobs)  # the first job waits on-deck while its input is staged
+        first = jobs.submit("-p", "shared", "-w", "c1", script=script("a", data_in))
+        wait_state(lab, first, "locked-in", timeout=120)
+        for filler in jobs.fillers:
+            root(lab, "scancel", filler)
+        wait_for(f"job {first} runs", (res / "running.a").exists, timeout=120)
+        slot = jobs.submit("-p", "shared", "-w", "c1", *FILL)  # c1's second place
+        second = jobs.submit("-p", "shared", "-w", "c1", script=script("b", run))
+        wait_state(lab, second, "locked-in", timeout=120)
+        root(lab, "scancel", slot)
+        wait_for(f"job {second} runs", (res / "running.b").exists, timeout=120)
+        (res / "go").touch()
+        for job in (first, second):
+            wait_state(lab, job, "released", timeout=180)
+        wait_for("both jobs' client mounts gone", lambda: nothing_of_job_mounted(first)
+                 and nothing_of_job_mounted(second), timeout=60)
+        told = json.dumps(rsa_job(lab, second))
+    assert (f"#RSA_DATA_IN={run} has the RAMDISK of another job mounted below it on this "
+            f"node, over {data_in}" in told), told
+    src = (res / "src.a").read_text().strip()
+    assert src and (res / "end.a").read_text().strip() == src  # its own RAMDISK to the end
+    left = node_mounts(lab, str(data_in))["c1"]
+    assert left not in (str(data_in), str(run)), f"a RAMDISK left on c1 at {left}"
+
+
+def test_the_ramdisk_over_data_in_is_nosuid_and_nodev_on_the_node(
+        lab: Mapping[str, str], mine: Path) -> None:
+    """Found by review: the RAMDISK's client mount is ``nosuid,nodev`` (a root on one
+    compute node of a job must not plant a setuid binary for the job's other nodes), but
+    the read-only mount over DATA_IN (the default) was made read-only by a bind remount
+    that cleared both: the job's tasks saw ``ro,relatime`` there. Now they see the
+    client mount's flags (tests/unit/test_node_mounts.py, every mode)."""
+    data_in, res = mine / "in", mine / "res"
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_IN={data_in}
+findmnt -n -o SOURCE,VFS-OPTIONS {data_in} > {res}/opts
+"""
+    with make_jobs(lab) as jobs:
+        fill(jobs)  # the job waits on-deck while its input is staged
+        job = jobs.submit("-p", "shared", "-w", "c1", script=script)
+        wait_state(lab, job, "locked-in", timeout=120)
+        for filler in jobs.fillers:
+            root(lab, "scancel", filler)
+        wait_state(lab, job, "released", timeout=180)
+    text = (res / "opts").read_text()
+    assert text.strip(), "no RAMDISK over DATA_IN"
+    options = text.split()[-1]
+    flags = options.split(",")
+    assert "ro" in flags and "nosuid" in flags and "nodev" in flags, options

@@ -280,3 +280,25 @@ def test_a_plain_jobs_prolog_loads_the_guard_rsad_names(
     assert hooks.prolog(env(tmp_path)) == 0
     assert "rsa-prolog job 42: cannot keep this node's users off the RSA nodes' servers: " \
         "nft not found; install nftables here" in capsys.readouterr().err
+
+
+def test_the_epilog_releases_the_jobs_mounts_even_when_the_configuration_is_unreadable(
+        tmp_path: Path, fake: type[FakeClient], capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by review: the Epilog read the configuration (rsad's address, its timeout)
+    before it released anything, and an error there ended it: a rsa.yaml broken or
+    removed while jobs ran (an edit, an upgrade) left every ending job's RAMDISK mounted
+    over its user's directory, node-wide, for the jobs after it. The release needs
+    nothing of it: now it is done all the same, and the line says why rsad was not told."""
+    d = tmp_path / "n" / "c1" / "42"
+    d.mkdir(parents=True)
+    (d / "mounts.json").write_text(
+        '{"mounts": [{"kind": "bind", "path": "%s"}]}' % (tmp_path / "not-mounted"))
+    (tmp_path / "rsa.yaml").write_text("pool: [unclosed\n")
+    e = env(tmp_path, RSA_CONFIG=str(tmp_path / "rsa.yaml"),
+            RSA_CLIENT_CONFIG=str(tmp_path / "none.conf"))
+    del e["RSA_API"]
+    assert hooks.epilog(e) == 0
+    assert not d.exists()  # released and removed
+    err = capsys.readouterr().err
+    assert "rsa-epilog job 42: rsad not told of the release:" in err
+    assert fake.posts == []

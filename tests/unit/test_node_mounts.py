@@ -463,3 +463,220 @@ def test_a_jobs_ramdisk_is_never_mounted_over_another_jobs_on_the_node() -> None
     assert out["source"] == ["ram7"] and out["left2"] == []
     assert out["rel"] == [True, "released", True, "released"]
     assert out["after"] == "/media" and out["pfs"] == "pfs\n"
+
+
+def test_a_jobs_ramdisk_is_never_mounted_over_a_parent_of_another_jobs_mount() -> None:
+    """Found by review: the check above looked only at the mount the target directory
+    is on. A job whose DATA_OUT is a parent of another running job's DATA_IN on the node
+    (``/u/x`` over ``/u/x/in``) had its RAMDISK mounted over the parent: the first job's
+    tasks lost their input (``/u/x/in`` led into the second RAMDISK), its Epilog could not
+    reach its own mount ("not safely reachable": left in place, with its client mount),
+    and once the second job ended the first's torn-down RAMDISK stayed over ``/u/x/in``
+    on that node, node-wide, for whatever ran there next. Now such a mount is refused."""
+    out = run('''
+        def job(n, target, role, mode):
+            jm = JobMounts(n, "c1", str(R / "node"))
+            ins = {"seq": 1, "do": "mount", "role": role, "target": str(target),
+                   "mode": mode, "client_argv": ["mount", "-t", "tmpfs", "ram" + n,
+                                                 "@MOUNTPOINT@"],
+                   "client_umount_argv": ["umount", "@MOUNTPOINT@"], "epoch": "1"}
+            try:
+                return jm, jm.mount(ins, Who(0, frozenset({0})), [str(pfs)])
+            except Exception as e:
+                return jm, f"{type(e).__name__}: {e}"
+        first, out["first"] = job("7", pfs / "u" / "x" / "in", "input", "ro")
+        second, out["second"] = job("8", pfs / "u" / "x", "output", "rw")
+        try:
+            out["input"] = sorted(os.listdir(pfs / "u" / "x" / "in"))
+        except OSError as e:
+            out["input"] = str(e)
+        out["left2"] = second.entries()
+        r1 = first.release(lazy=True)
+        r2 = second.release(lazy=True)
+        out["rel"] = [r1.ok, r2.ok]
+        for n in ("7", "8"):  # what a failing run left: undone, so nothing stays
+            for e in reversed(JobMounts(n, "c1", str(R / "node")).entries()):
+                subprocess.run(["umount", "-l", e["path"]], capture_output=True)
+        out["after"] = [target_of(pfs / "u" / "x" / "in"), target_of(pfs / "u" / "x")]
+    ''')
+    assert out["first"] == "RAMDISK mounted over /media/pfs/u/x/in (ro)"
+    assert out["input"] == [] and out["left2"] == []  # job 7 still reads its own RAMDISK
+    assert out["rel"] == [True, True]
+    assert out["after"] == ["/media", "/media"]
+    assert out["second"] == (
+        "UnsafePath: #RSA_DATA_OUT=/media/pfs/u/x has the RAMDISK of another job mounted "
+        "below it on this node, over /media/pfs/u/x/in: one job's RAMDISK is never "
+        "mounted over another's; give each job a directory of its own, none inside "
+        "another's")
+
+
+def test_a_dead_fuse_mount_at_the_target_is_refused_in_the_report_not_raised() -> None:
+    """Found by review: a user's FUSE mount at DATA_IN or DATA_OUT whose daemon is gone
+    (the user killed it; its mount stays) answers every stat with ENOTCONN. The path
+    check read the owner with an unguarded ``fstat``, so the OSError went past
+    ``execute`` (which returns a report for every node problem): the Prolog sent rsad no
+    report, started no node agent and wrote no job.env (rsad waited for the node; the
+    reset had no agent there), and the node agent, on DATA_OUT at the reset, died. Now it
+    is a refused path, reported like any other. The FUSE mount here is a real one whose
+    connection is closed (``/dev/fuse`` opened, mounted, closed)."""
+    if not os.path.exists("/dev/fuse"):
+        pytest.skip("needs /dev/fuse")
+    out = run('''
+        import ctypes
+        from rsa_scheduler.node.hooks import execute
+        target = pfs / "u" / "x" / "in"
+        fuse = os.open("/dev/fuse", os.O_RDWR)
+        rc = ctypes.CDLL(None, use_errno=True).mount(
+            b"userfs", str(target).encode(), b"fuse", ctypes.c_ulong(0),
+            f"fd={fuse},rootmode=40000,user_id=0,group_id=0".encode())
+        assert rc == 0, ctypes.get_errno()
+        os.close(fuse)  # the user's daemon is gone: ENOTCONN from now on
+        jm = JobMounts("7", "c1", str(R / "node"))
+        for role, mode in (("input", "ro"), ("output", "rw")):
+            ins = {"seq": 1, "do": "mount", "role": role, "target": str(target),
+                   "mode": mode, "client_argv": ["mount", "-t", "tmpfs", "ram",
+                                                 "@MOUNTPOINT@"],
+                   "client_umount_argv": ["umount", "@MOUNTPOINT@"], "epoch": "1"}
+            try:
+                out[role] = execute(ins, jm, Who(0, frozenset({0})), [str(pfs)])
+            except Exception as e:
+                out[role] = f"raised {type(e).__name__}: {e}"
+        out["left"] = jm.entries()
+    ''')
+    for role, directive in (("input", "#RSA_DATA_IN"), ("output", "#RSA_DATA_OUT")):
+        assert out[role] == {
+            "seq": 1, "ok": False,
+            "message": f"refused: {directive}=/media/pfs/u/x/in: cannot inspect it "
+                       "(Transport endpoint is not connected)"}
+    assert out["left"] == []
+
+
+def test_two_prologs_at_once_never_mount_one_jobs_ramdisk_over_anothers() -> None:
+    """Found by review: the check that no other job's RAMDISK is at the target ran
+    before the client mount (an mfsmount: seconds), the attach after it, with nothing
+    between two jobs' Prologs. Two Prologs at once on one node (an array's tasks
+    starting together, one DATA_IN) both passed the check and both attached: the second
+    RAMDISK covered the first, as before that check existed (the first job read the
+    second's RAMDISK; its Epilog could not reach its own mount, left for good). Job 8's
+    Prolog here reaches its attach just as job 7's Prolog runs whole; now the check is
+    made again, under a lock on the node, with the attach and its record."""
+    out = run('''
+        import threading
+        from rsa_scheduler.node import handles
+        target = pfs / "u" / "x" / "in"
+        def job(n):
+            jm = JobMounts(n, "c1", str(R / "node"))
+            ins = {"seq": 1, "do": "mount", "role": "input", "target": str(target),
+                   "mode": "ro", "client_argv": ["mount", "-t", "tmpfs", "ram" + n,
+                                                 "@MOUNTPOINT@"],
+                   "client_umount_argv": ["umount", "@MOUNTPOINT@"], "epoch": "1"}
+            try:
+                out[n] = jm.mount(ins, Who(0, frozenset({0})), [str(pfs)])
+            except Exception as e:
+                out[n] = f"{type(e).__name__}: {e}"
+            return jm
+        attach = handles.attach
+        other = threading.Thread(target=job, args=("7",))
+        def late_attach(tree, onto):
+            if not other.is_alive() and "7" not in out:  # job 8's, the first attach
+                other.start()
+                other.join(timeout=1.5)  # job 7's Prolog, whole, meanwhile (or blocked)
+            attach(tree, onto)
+        handles.attach = late_attach
+        second = job("8")
+        other.join()
+        first = JobMounts("7", "c1", str(R / "node"))
+        out["source"] = subprocess.run(["findmnt", "-n", "-o", "SOURCE", str(target)],
+                                       capture_output=True, text=True).stdout.split()
+        r1, r2 = first.release(lazy=True), second.release(lazy=True)
+        out["rel"] = [r1.ok, r1.message, r2.ok, r2.message]
+        for n in ("7", "8"):  # what a failing run left: undone, so nothing stays
+            for e in reversed(JobMounts(n, "c1", str(R / "node")).entries()):
+                subprocess.run(["umount", "-l", e["path"]], capture_output=True)
+        out["after"] = target_of(target)
+    ''')
+    assert out["8"] == "RAMDISK mounted over /media/pfs/u/x/in (ro)"
+    assert out["source"] == ["ram8"]  # one RAMDISK there, never two stacked
+    assert out["7"] == (
+        "UnsafePath: #RSA_DATA_IN=/media/pfs/u/x/in has the RAMDISK of another job mounted "
+        "over it on this node: one job's RAMDISK is never mounted over another's; give "
+        "each job a directory of its own")
+    assert out["rel"] == [True, "released", True, "released"]
+    assert out["after"] == "/media"
+
+
+@pytest.mark.parametrize("mode", ["ro", "rw", "union"])
+def test_the_mount_over_the_target_keeps_the_client_mounts_nosuid_nodev_noexec(
+        mode: str) -> None:
+    """Found by review: the client mount is ``nosuid,nodev`` (moosefs.CLIENT_OPTIONS: a
+    root on one compute node of a job could otherwise plant a setuid binary for the
+    job's other nodes), but the read-only bind over DATA_IN was made read-only by a
+    bind remount naming MS_RDONLY alone, which clears every other per-mount flag, and the
+    union overlay was made with none: the default DATA_IN mount honoured setuid bits and
+    device nodes. Now each keeps the client mount's ``nosuid``, ``nodev`` and ``noexec``
+    (the union is ``nosuid,nodev`` whatever the client: its lower layer is the PFS
+    directory, whose own mount's flags it would not keep)."""
+    out = run(f'''
+        jm = JobMounts("7", "c1", str(R / "node"))
+        target = pfs / "u" / "x" / "in"
+        ins = {{"seq": 1, "do": "mount", "role": "input", "target": str(target),
+               "mode": "{mode}", "client_argv": ["mount", "-t", "tmpfs", "-o",
+                                                 "nosuid,nodev,noexec", "ram",
+                                                 "@MOUNTPOINT@"],
+               "client_umount_argv": ["umount", "@MOUNTPOINT@"]}}
+        jm.mount(ins, Who(0, frozenset({{0}})), [str(pfs)])
+        out["options"] = subprocess.run(["findmnt", "-n", "-o", "VFS-OPTIONS",
+                                         str(target)], capture_output=True,
+                                        text=True).stdout.strip().split(",")
+        out["rel"] = jm.release(lazy=True).ok
+    ''')
+    for flag in ("nosuid", "nodev", "noexec"):
+        assert flag in out["options"], out["options"]
+    assert ("ro" in out["options"]) is (mode != "rw")
+    assert out["rel"] is True
+
+
+def test_a_mount_over_a_parent_made_during_the_client_mount_refuses_the_attach() -> None:
+    """Found by review: the directory is opened and checked first; the attach comes
+    after the client mount (seconds). Another job's RAMDISK mounted meanwhile over a
+    parent of it (its DATA_OUT ``/u/x`` over this job's DATA_IN ``/u/x/in``) was not seen
+    by the checks made again under the node's lock (the descriptor still holds the PFS
+    directory, now hidden): this job's RAMDISK was attached beneath the other's, where
+    its tasks never see it and its Epilog cannot reach it (left in place). Now the path
+    must still lead to the very directory checked, else the attach is refused."""
+    out = run('''
+        from rsa_scheduler.node import mounts
+        def ins(n, target, role, mode):
+            return {"seq": 1, "do": "mount", "role": role, "target": str(target),
+                    "mode": mode, "client_argv": ["mount", "-t", "tmpfs", "ram" + n,
+                                                  "@MOUNTPOINT@"],
+                    "client_umount_argv": ["umount", "@MOUNTPOINT@"], "epoch": "1"}
+        def mount(jm, i):
+            try:
+                return jm.mount(i, Who(0, frozenset({0})), [str(pfs)])
+            except Exception as e:
+                return f"{type(e).__name__}: {e}"
+        first = JobMounts("7", "c1", str(R / "node"))
+        second = JobMounts("8", "c1", str(R / "node"))
+        client = mounts.run
+        def slow_client(argv, **kw):  # job 8's client mount; job 7's Prolog meanwhile
+            client(argv, **kw)
+            if "ram8" in argv and "7" not in out:
+                out["7"] = mount(first, ins("7", pfs / "u" / "x", "output", "rw"))
+        mounts.run = slow_client
+        out["8"] = mount(second, ins("8", pfs / "u" / "x" / "in", "input", "ro"))
+        mounts.run = client
+        r2, r1 = second.release(lazy=True), first.release(lazy=True)
+        out["rel"] = [r2.ok, r1.ok]
+        for n in ("7", "8"):  # what a failing run left: undone, so nothing stays
+            for e in reversed(JobMounts(n, "c1", str(R / "node")).entries()):
+                subprocess.run(["umount", "-l", e["path"]], capture_output=True)
+        out["after"] = target_of(pfs / "u" / "x" / "in")
+    ''')
+    assert out["7"] == "RAMDISK mounted over /media/pfs/u/x (rw)"
+    assert out["rel"] == [True, True]
+    assert out["after"] == "/media"
+    assert out["8"] == (
+        "UnsafePath: #RSA_DATA_IN=/media/pfs/u/x/in is no longer the directory checked: "
+        "it was moved, or something was mounted over it or a directory above it on this "
+        "node, while its RAMDISK was being mounted")
