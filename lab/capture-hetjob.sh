@@ -11,7 +11,7 @@ out=${1:-$here/../tests/data/slurm}
 export SLURM_CONF
 user=$RSA_LAB_USER
 pfs=$RSA_LAB_PFS
-fmt=$("$RSA_LAB_VENV/bin/python" -c \
+fmt=$("$RSA_LAB_PYTHON" -c \
   'from rsa_scheduler.slurm.parse import QUEUE_FORMAT; print(QUEUE_FORMAT)')
 work=$pfs/capture-hetjob
 runuser -u "$user" -- mkdir -p "$work/in"

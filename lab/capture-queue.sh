@@ -15,7 +15,7 @@ out=${1:-$here/../tests/data/slurm}
 export SLURM_CONF
 user=$RSA_LAB_USER
 pfs=$RSA_LAB_PFS
-fmt=$("$RSA_LAB_VENV/bin/python" -c \
+fmt=$("$RSA_LAB_PYTHON" -c \
   'from rsa_scheduler.slurm.parse import QUEUE_FORMAT; print(QUEUE_FORMAT)')
 mkdir -p "$out"
 sub() { runuser -u "$user" -- sbatch --parsable --chdir="$pfs" -o /dev/null "$@" | cut -d';' -f1; }
@@ -47,7 +47,9 @@ sleep 12  # two scheduler passes (5 s intervals) give the pending jobs their rea
 squeue -h -r -t all -j "$mix" -O "$fmt" >"$out/squeue_rsa.txt"
 scontrol update jobid="${ids[5]}" priority=1000000
 scontrol hold "${ids[6]}"
-scontrol update jobid="${arr}_2" qos="$RSA_LAB_QOS"
+# (the lock-in QOS: the lab's; the cluster lab locks in by priority, its accounting has
+# the QOS all the same)
+scontrol update jobid="${arr}_2" qos="${RSA_LAB_QOS:-rsa-lockin}"
 sleep 12
 squeue -h -r -t all -j "$mix" -O "$fmt" >"$out/squeue_rsa_2.txt"
 scancel "${ids[@]}" "$arr"

@@ -127,7 +127,9 @@ def tuned_yaml(native: bool) -> str:
             lines.append(f"  mode: {'native' if native else 'queue'}")
             if "\n  bin_dir:" not in rc.rsa_yaml():
                 lines.append("  bin_dir: /usr/bin")
-    lines += ["hooks:", "  max_hold: 30s"]
+    lines += ["hooks:", "  max_hold: 30s",
+              # the lab above's rsad serves its metrics there too (test_rsad reads them)
+              "metrics:", '  listen: "127.0.0.1:9465"']
     return "\n".join(lines) + "\n"
 
 

@@ -429,3 +429,55 @@ def lab_command_hidden(node: str, command: str) -> Iterator[None]:
         yield
     finally:
         subprocess.run([*enter, "umount", path], check=True, timeout=30)
+
+
+def node_path_exists(node: str, path: str | Path) -> bool:
+    """Whether ``path`` exists on the lab node ``node``: the host lab's nodes share this
+    host's ``/run`` and ``/pfs``; the cluster lab's node is asked through the door."""
+    if in_cluster():
+        return on_node(node, ["test", "-e", str(path)], check=False).returncode == 0
+    return Path(path).exists()
+
+
+def slurmd_mnt_ns(node: str) -> int:
+    """The inode of the mount namespace slurmd of the compute node ``node`` runs in (its
+    pidfile: the host lab's, or the cluster node's own ``SlurmdPidFile``)."""
+    if in_cluster():
+        said = on_node(node, ["sh", "-ec", "stat -L -c %i /proc/$(cat /run/slurm/slurmd.pid)"
+                                           "/ns/mnt"]).stdout
+        return int(said.strip())
+    pid = Path(f"/run/rsa-lab/pids/slurmd-{node}.pid").read_text().strip()
+    return os.stat(f"/proc/{pid}/ns/mnt").st_ino
+
+
+#: the host lab's switch to ``hooks.mounts: job``: lab/hooks/log-env.sh reads it at every
+#: job (its hooks run with RSA_MOUNTS set from it)
+LAB_MOUNTS = Path("/run/rsa-lab/mounts")
+
+
+@contextmanager
+def lab_private_mounts(lab: Mapping[str, str]) -> Iterator[None]:
+    """The lab's node hooks in ``hooks.mounts: job`` for a block; node-wide afterwards.
+    The host lab: its switch file. The cluster lab: ``mounts: job`` in the ``hooks:``
+    section of each compute node's /etc/rsa/rsa.yaml (the hooks read it at every job),
+    each node's file put back afterwards."""
+    if not in_cluster():
+        LAB_MOUNTS.write_text("job\n")
+        try:
+            yield
+        finally:
+            LAB_MOUNTS.unlink(missing_ok=True)
+        return
+    saved: dict[str, str] = {}
+    try:
+        for node in lab_nodes(lab, "RSA_LAB_COMPUTE_NODES"):
+            text = on_node(node, ["cat", "/etc/rsa/rsa.yaml"]).stdout
+            if "\nhooks:\n" not in text:
+                raise AssertionError(f"{node}: /etc/rsa/rsa.yaml has no hooks: section")
+            saved[node] = text
+            on_node(node, ["sh", "-ec", "cat > /etc/rsa/rsa.yaml"],
+                    input=text.replace("\nhooks:\n", "\nhooks:\n  mounts: job\n", 1))
+        yield
+    finally:
+        for node, text in saved.items():
+            on_node(node, ["sh", "-ec", "cat > /etc/rsa/rsa.yaml"], input=text)

@@ -17,6 +17,7 @@ from rsa_scheduler.hosts import Cancelled, CancelToken
 from rsa_scheduler.remote import HostPool
 from tests.fs_conformance import FsConformance, Leftovers, MakeRequest
 from tests.integration.fskit import lab_hosts, lab_moosefs, moosefs_leftovers
+from tests.integration.slurmkit import in_cluster
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +87,10 @@ class TestMooseFsSsd(MooseFsContract):
     @pytest.fixture
     def make_request(self, backend: MooseFsBackend,
                      lab: Mapping[str, str]) -> Iterator[MakeRequest]:
+        if in_cluster():
+            pytest.skip("the cluster lab has no ssd tier: its RSA nodes have a RAM pool "
+                        "only (lab/cluster/rsacluster.py POOL); make lab-test-tiers and "
+                        "make lab-test run these on the host lab's ssd nodes")
         nodes = tuple(lab["RSA_LAB_RSA_SSD_NODES"].split(","))
         yield from _factory(backend, lab, "ssd", nodes)
 
@@ -108,7 +113,9 @@ def test_two_filesystems_coexist_on_the_same_nodes(backend: MooseFsBackend,
 
 def test_loopback_data_address_is_refused_before_anything_starts(
         hosts: HostPool, lab: Mapping[str, str]) -> None:
-    backend = MooseFsBackend(hosts)  # the SSH addresses 127.0.1.N
+    # a loopback data address: the host lab's nodes' SSH addresses (127.0.1.N), the default
+    # without one; the cluster lab's are routable, so one is given
+    backend = MooseFsBackend(hosts, addresses={"rsa1": "127.0.0.1"} if in_cluster() else None)
     req = FsRequest("itest-loop", "0", ("rsa1",), "ram", {"rsa1": lab["RSA_LAB_POOL_RAM"]},
                     "/run/rsa/mnt")
     with pytest.raises(FsError, match="loopback"):

@@ -21,7 +21,7 @@ from rsa_scheduler.config import Config, load_config
 from rsa_scheduler.config.schema import LockinMethod
 from rsa_scheduler.daemon.wiring import LockinUnusable, check_lockin
 from tests.integration.conftest import as_user
-from tests.integration.slurmkit import make_jobs, root, slurm_release, wait_for
+from tests.integration.slurmkit import lab_rsad_pid, make_jobs, root, slurm_release, wait_for
 from tests.integration.test_rsad_staging import fill, rsa_job, submit_rsa, wait_state
 from tests.integration.test_slurm_adapter import lockin_method, urgent_priority
 
@@ -90,7 +90,7 @@ def _lab_config(lab: Mapping[str, str]) -> Config:
 def test_lab_rsad_runs_with_the_lock_in_the_lab_set(lab: Mapping[str, str]) -> None:
     cfg = _lab_config(lab)
     assert cfg.slurm.lockin.method.value == lockin_method(lab)
-    pid = int(Path("/run/rsa-lab/pids/rsad.pid").read_text())
+    pid = lab_rsad_pid()
     assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1].endswith(b"rsad")
     # rsad ran check_lockin at start-up against this same Slurm: it passes here too
     check_lockin(cfg)
@@ -135,18 +135,24 @@ def test_start_up_check_refuses_qos_without_accounting(lab: Mapping[str, str],
 def test_start_up_check_refuses_a_priority_multifactor_can_reach(
         lab: Mapping[str, str]) -> None:
     """Method priority with accounting (what a site that bills or limits by QOS is told to
-    use): under the lab's priority/multifactor (PriorityWeightQOS 100000, PriorityWeightAge
-    1000) a lock-in priority of 101000 is one an ordinary job can reach."""
+    use): under the lab's priority/multifactor (the lab above: PriorityWeightQOS 100000,
+    PriorityWeightAge 1000; the cluster lab: PriorityWeightQOS 100000) a lock-in priority
+    of the weights' sum is one an ordinary job can reach."""
     if lab["RSA_LAB_ACCOUNTING"] != "1":
         pytest.skip("priority/multifactor is the accounting lab's (make lab-test)")
     cfg = _lab_config(lab)
+    reach = sum(int(value) for key, _, value in (
+        line.partition("=") for line in
+        root(lab, "scontrol", "show", "config").replace(" ", "").splitlines())
+        if key.startswith("PriorityWeight") and value.isdigit())
+    assert reach >= 100_000, reach
 
     def by_priority(value: int) -> Config:
         return replace(cfg, slurm=replace(cfg.slurm, lockin=replace(
             cfg.slurm.lockin, method=LockinMethod.PRIORITY, priority=value)))
 
     with pytest.raises(LockinUnusable) as exc:
-        check_lockin(by_priority(101_000))
-    assert "can give ordinary jobs (up to 101000, the sum of the PriorityWeight*" in str(
+        check_lockin(by_priority(reach))
+    assert f"can give ordinary jobs (up to {reach}, the sum of the PriorityWeight*" in str(
         exc.value)
-    check_lockin(by_priority(101_001))
+    check_lockin(by_priority(reach + 1))

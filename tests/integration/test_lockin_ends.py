@@ -356,6 +356,13 @@ def test_cancel_staging_racing_the_lock_in_still_restores_the_jobs_own_qos(
 MULTIFACTOR_LOCKIN_PRIORITY = 1_000_000
 
 
+def _lockin_qos(lab: Mapping[str, str]) -> str:
+    """The lock-in QOS of the lab's accounting: the lab's (method qos), or on the cluster
+    lab, which locks in by priority, the one its accounting has all the same (slurm.lockin
+    .qos's default)."""
+    return lab.get("RSA_LAB_QOS") or "rsa-lockin"
+
+
 def _needs_accounting(lab: Mapping[str, str]) -> None:
     if lab.get("RSA_LAB_ACCOUNTING") != "1":
         pytest.skip("needs accounting (sacct, QOS): the lab of make lab-test")
@@ -369,7 +376,7 @@ def test_slurm_changes_no_qos_once_a_job_is_allocated(lab: Mapping[str, str]) ->
     _needs_accounting(lab)
     with make_jobs(lab) as jobs:
         job = jobs.submit("--hold", "-t", "5", "--wrap", "sleep 3")
-        root(lab, "scontrol", "update", f"jobid={job}", f"qos={lab['RSA_LAB_QOS']}")
+        root(lab, "scontrol", "update", f"jobid={job}", f"qos={_lockin_qos(lab)}")
         root(lab, "scontrol", "release", job)
         state = wait_for("the job allocated", lambda: s if (
             s := _view(lab, job)["state"]) != "PENDING" else None, timeout=30, every=0.02)
@@ -381,7 +388,7 @@ def test_slurm_changes_no_qos_once_a_job_is_allocated(lab: Mapping[str, str]) ->
         wait_for("the job ran", lambda: _view(lab, job)["state"] in ("COMPLETED", ""),
                  timeout=60)
         wait_for("sacct shows the QOS it ran under", lambda: _sacct_qos(lab, job) == [
-            lab["RSA_LAB_QOS"]], timeout=90)
+            _lockin_qos(lab)], timeout=90)
 
 
 def test_sacct_shows_the_jobs_own_qos_when_locked_in_by_priority(
@@ -392,9 +399,12 @@ def test_sacct_shows_the_jobs_own_qos_when_locked_in_by_priority(
     rsa-lockin in sacct (Slurm changes no running job's QOS)."""
     _needs_accounting(lab)
     lockin = MULTIFACTOR_LOCKIN_PRIORITY
-    with _lockin_changed(lab, "    method: qos",
-                         f"    method: priority\n    priority: {lockin}"), \
-            make_jobs(lab) as jobs:
+    if lockin_method(lab) == "qos":
+        old, new = "    method: qos", f"    method: priority\n    priority: {lockin}"
+    else:  # the cluster lab: by priority already, its rsad's default value
+        old = f"    priority: {lab['RSA_LAB_LOCKIN_PRIORITY']}"
+        new = f"    priority: {lockin}"
+    with _lockin_changed(lab, old, new), make_jobs(lab) as jobs:
         fill(jobs)
         job = _submit(jobs, area)
         wait_state(lab, job, "locked-in")

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.integration.slurmkit import in_cluster, on_node
+
 
 def check(lab: Mapping[str, str], config: Path | str,
           *args: str) -> subprocess.CompletedProcess[str]:
@@ -76,14 +78,29 @@ def test_a_node_that_does_not_answer_is_named(lab: Mapping[str, str], tmp_path: 
     assert len(done.stdout.splitlines()) == 1
 
 
-def in_node(node_pid: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    """argv as root inside a lab node's mount and UTS namespaces (its hostname)."""
-    return subprocess.run(["nsenter", "-t", node_pid, "-m", "-u", "--", *argv],
+def in_node(node: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """argv as root on the lab node ``node`` (``rsaN``, ``cN``): the host lab's, inside its
+    mount and UTS namespaces (its hostname), entered by its sshd's or slurmd's pid; the
+    cluster lab's, on that host through the door."""
+    if in_cluster():
+        return on_node(node, argv, timeout=120, check=False)
+    daemon = f"sshd-{node}" if node.startswith("rsa") else f"slurmd-{node}"
+    pid = Path(f"/run/rsa-lab/pids/{daemon}.pid").read_text().strip()
+    return subprocess.run(["nsenter", "-t", pid, "-m", "-u", "--", *argv],
                           capture_output=True, text=True, timeout=120, check=False)
 
 
-def pid_of(name: str) -> str:
-    return Path(f"/run/rsa-lab/pids/{name}.pid").read_text().strip()
+def node_file(node: str, path: Path, text: str, mode: int = 0o644) -> Path:
+    """A file of ``text`` at ``path`` as the node sees it: the host lab's nodes see this
+    host's /tmp; on the cluster lab it is written on the node (``path`` there)."""
+    if in_cluster():
+        done = on_node(node, ["sh", "-ec", 'mkdir -p "${0%/*}"; cat > "$0"; chmod "$1" "$0"',
+                              str(path), f"{mode:o}"], input=text)
+        assert done.returncode == 0, done.stderr
+    else:
+        path.write_text(text)
+        path.chmod(mode)
+    return path
 
 
 def test_a_node_that_is_no_pfs_client_or_lacks_mfscli_is_told_the_fix(
@@ -91,10 +108,8 @@ def test_a_node_that_is_no_pfs_client_or_lacks_mfscli_is_told_the_fix(
     """rsa2 sees a directory of its own at /pfs/home (the PFS not mounted there), rsa3 has
     no mfscli (every MooseFS build waits for its chunkservers with it): each is named with
     its fix; rsa1 is ok."""
-    rsa2, rsa3 = pid_of("sshd-rsa2"), pid_of("sshd-rsa3")
-    stub = tmp_path / "mfscli"
-    stub.write_text("")
-    stub.chmod(0o644)  # not executable: no mfscli on rsa3's PATH
+    rsa2, rsa3 = "rsa2", "rsa3"
+    stub = node_file(rsa3, tmp_path / "mfscli", "")  # not executable: no mfscli on its PATH
     pfs_home = str(Path(lab["RSA_LAB_PFS"]).parent)
     mounted: list[tuple[str, str]] = []
     try:
@@ -104,8 +119,8 @@ def test_a_node_that_is_no_pfs_client_or_lacks_mfscli_is_told_the_fix(
         mounted.append((rsa3, "/usr/bin/mfscli"))
         done = check(lab, lab["RSA_LAB_RSA_CONFIG"], "rsa[1-3]")
     finally:
-        for pid, target in mounted:
-            in_node(pid, "umount", target)
+        for node, target in mounted:
+            in_node(node, "umount", target)
     assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == f"rsa1: ok (MooseFS {mfs_version()})", lines
@@ -123,15 +138,15 @@ def test_a_node_that_is_no_pfs_client_or_lacks_mfscli_is_told_the_fix(
                          "its chunkservers with it)"], lines
 
 
-def compute_check(lab: Mapping[str, str], pid: str | None, client: Path) -> \
+def compute_check(lab: Mapping[str, str], node: str | None, client: Path) -> \
         subprocess.CompletedProcess[str]:
     argv = ["env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
             f"SLURM_CONF={lab['RSA_LAB_SLURM_CONF']}", f"RSA_CLIENT_CONFIG={client}",
             f"{lab['RSA_LAB_VENV']}/bin/rsa", "nodes", "check", "--compute", "--config",
             lab["RSA_LAB_RSA_CONFIG"]]
-    if pid is None:
+    if node is None:
         return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-    return in_node(pid, *argv)
+    return in_node(node, *argv)
 
 
 def test_a_compute_node_has_what_jobs_and_hooks_need(lab: Mapping[str, str],
@@ -140,13 +155,13 @@ def test_a_compute_node_has_what_jobs_and_hooks_need(lab: Mapping[str, str],
     compute node without rsad's socket does: ok. Where rsad's address is wrong, and
     outside the compute nodes (no rsa on a job's PATH), each is named with its fix."""
     client = tmp_path / "client.conf"
-    client.write_text("socket = /nonexistent/rsad.sock\napi = 127.0.0.1:7820\n")
-    client.chmod(0o644)
-    done = compute_check(lab, pid_of("slurmd-c1"), client)
+    api = lab["RSA_LAB_API_TCP"]  # as the compute nodes reach rsad
+    node_file("c1", client, f"socket = /nonexistent/rsad.sock\napi = {api}\n")
+    done = compute_check(lab, "c1", client)
     assert (done.returncode, done.stdout) == (0, "c1: ok\n"), done.stdout + done.stderr
 
-    client.write_text("socket = /nonexistent/rsad.sock\napi = 127.0.0.1:1\n")
-    done = compute_check(lab, pid_of("slurmd-c2"), client)
+    node_file("c2", client, "socket = /nonexistent/rsad.sock\napi = 127.0.0.1:1\n")
+    done = compute_check(lab, "c2", client)
     assert done.returncode == 1
     assert done.stdout.startswith("c2: lacks rsad's API from here (cannot reach rsad at "
                                   f"127.0.0.1:1 (from {client}): "), done.stdout
@@ -155,7 +170,9 @@ def test_a_compute_node_has_what_jobs_and_hooks_need(lab: Mapping[str, str],
         f"cluster's key, and name rsad's address in {client}")
     assert len(done.stdout.splitlines()) == 1
 
-    client.write_text("socket = /nonexistent/rsad.sock\napi = 127.0.0.1:7820\n")
+    if in_cluster():  # every node of the cluster lab has the package: rsa in /usr/bin
+        return
+    client.write_text(f"socket = /nonexistent/rsad.sock\napi = {api}\n")
     done = compute_check(lab, None, client)  # the lab's host: not a compute node
     assert done.returncode == 1
     assert done.stdout.splitlines()[0].endswith(

@@ -63,7 +63,7 @@ def test_as_user_has_the_users_uid_gid_groups_env_and_umask(
 
 
 def test_user_cannot_read_a_root_only_file(rsa1: SshHost, lab: Mapping[str, str]) -> None:
-    path = "/var/lib/rsa-node/ram/itest-root-only"
+    path = f"{lab['RSA_LAB_POOL_RAM']}/itest-root-only"  # the RAM pool: root's, 0700
     rsa1.run(["sh", "-c", f"umask 077; echo secret > {path}"], timeout=10)
     try:
         assert rsa1.run(["cat", path], timeout=10).stdout == "secret\n"
@@ -132,24 +132,27 @@ def test_reconnects_after_the_connection_drops(rsa1: SshHost) -> None:
 
 
 def test_wrong_known_hosts_is_rejected(lab: Mapping[str, str], tmp_path: Path) -> None:
-    # rsa2's key under rsa1's address: a host-key mismatch
+    # rsa2's key under rsa1's address: a host-key mismatch (the lab's known_hosts names
+    # each node "rsaN,ADDRESS", the cluster lab's as ssh-keyscan wrote it: "rsaN")
+    address = lab["RSA_LAB_RSA_ADDRESSES"].split(",")[0]
     lines = Path(lab["RSA_LAB_SSH_KNOWN_HOSTS"]).read_text().splitlines()
-    rsa2_key = next(line for line in lines if line.startswith("rsa2,")).split(None, 1)[1]
+    rsa2_key = next(line for line in lines
+                    if "rsa2" in line.split(None, 1)[0].split(",")).split(None, 1)[1]
     wrong = tmp_path / "known_hosts"
-    wrong.write_text(f"127.0.1.1 {rsa2_key}\n")
-    host = SshHost("rsa1", "127.0.1.1", key=lab["RSA_LAB_SSH_KEY"], known_hosts=wrong)
+    wrong.write_text(f"{address} {rsa2_key}\n")
+    host = SshHost("rsa1", address, key=lab["RSA_LAB_SSH_KEY"], known_hosts=wrong)
     with pytest.raises(HostError, match="does not match"):
         host.run(["true"], timeout=10)
     empty = tmp_path / "empty"
     empty.write_text("")
-    host = SshHost("rsa1", "127.0.1.1", key=lab["RSA_LAB_SSH_KEY"], known_hosts=empty)
+    host = SshHost("rsa1", address, key=lab["RSA_LAB_SSH_KEY"], known_hosts=empty)
     with pytest.raises(HostError, match="not in known_hosts"):
         host.run(["true"], timeout=10)
-    added = SshHost("rsa1", "127.0.1.1", key=lab["RSA_LAB_SSH_KEY"], known_hosts=empty,
+    added = SshHost("rsa1", address, key=lab["RSA_LAB_SSH_KEY"], known_hosts=empty,
                     host_key_policy="auto-add")
     try:
         assert added.run(["hostname"], timeout=10).stdout.strip() == "rsa1"
-        assert "127.0.1.1" in empty.read_text()
+        assert address in empty.read_text()
     finally:
         added.close()
 

@@ -13,13 +13,20 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
+import yaml
 
+from rsa_scheduler.config import load_config
 from rsa_scheduler.core.directives import DirectiveSpec
 from tests.integration.conftest import as_user
-from tests.integration.slurmkit import make_jobs, root, wait_for
+from tests.integration.slurmkit import lab_nodes, make_jobs, root, wait_for
 
 SPEC = DirectiveSpec(data_in="/pfs/home/rsauser/in", data_out="/pfs/home/rsauser/out")
-TCP = "127.0.0.1:7820"
+
+
+def tcp(lab: Mapping[str, str]) -> str:
+    """rsad's TCP API, as the lab says it (the host lab: 127.0.0.1:7820; the cluster lab:
+    rsad's host on the management network)."""
+    return lab["RSA_LAB_API_TCP"]
 
 
 def rsa(lab: Mapping[str, str], user: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -32,8 +39,8 @@ def track(lab: Mapping[str, str], job: str) -> None:
     root(lab, "scontrol", "update", f"jobid={job}", f"admincomment={SPEC.to_admin_comment()}")
 
 
-def tracked_by(lab: Mapping[str, str], user: str, job: str, api: str = TCP) -> bool:
-    out = rsa(lab, user, "jobs", "--json", "--api", api)
+def tracked_by(lab: Mapping[str, str], user: str, job: str, api: str | None = None) -> bool:
+    out = rsa(lab, user, "jobs", "--json", "--api", api or tcp(lab))
     assert out.returncode == 0, out.stderr
     return job in {j["job_id"] for j in json.loads(out.stdout)["jobs"]}
 
@@ -47,14 +54,14 @@ def test_users_see_and_act_only_on_their_own_jobs(lab: Mapping[str, str]) -> Non
                  timeout=30)
         assert tracked_by(lab, user, job)
         assert not tracked_by(lab, other, job)
-        seen = rsa(lab, other, "job", job, "--api", TCP)
+        seen = rsa(lab, other, "job", job, "--api", tcp(lab))
         assert seen.returncode == 1 and f"job {job} is not tracked by the RSA" in seen.stderr
         refused = as_user(lab, other, [lab["RSA_LAB_PYTHON"], "-c",
                                        "from rsa_scheduler.client import ApiClient;"
-                                       f"ApiClient('{TCP}').post('/v1/jobs/{job}/command',"
+                                       f"ApiClient('{tcp(lab)}').post('/v1/jobs/{job}/command',"
                                        "{'command': 'cancel-staging'})"])
         assert refused.returncode != 0 and "not tracked" in refused.stderr
-        mine = rsa(lab, user, "job", job, "--json", "--api", TCP)
+        mine = rsa(lab, user, "job", job, "--json", "--api", tcp(lab))
         data = json.loads(mine.stdout)
         assert data["user"] == user and data["rsa_state"] == "none"
         assert any(e["name"] == "job.tracked" for e in data["events"])
@@ -63,7 +70,8 @@ def test_users_see_and_act_only_on_their_own_jobs(lab: Mapping[str, str]) -> Non
 def test_forged_or_missing_credentials_are_refused(lab: Mapping[str, str]) -> None:
     import http.client
 
-    conn = http.client.HTTPConnection("127.0.0.1", 7820, timeout=10)
+    host, _, port = tcp(lab).rpartition(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
     conn.request("GET", "/v1/jobs")
     resp = conn.getresponse()
     assert resp.status == 401 and b"missing MUNGE credential" in resp.read()
@@ -96,15 +104,20 @@ def test_slurmctld_hooks_reach_rsad(lab: Mapping[str, str]) -> None:
 
 def test_rsad_notifies_systemd_ready_and_watchdog(lab: Mapping[str, str], tmp_path: Path) -> None:
     """A second rsad (own state and socket) under a fake systemd notify socket."""
-    cfg = Path(lab["RSA_LAB_RSA_CONFIG"]).read_text()
-    cfg = cfg.replace("/run/rsa-lab/rsad", str(tmp_path / "state"))
-    cfg = cfg.replace("/run/rsa/rsad.sock", str(tmp_path / "rsad.sock"))
-    cfg = cfg.replace('listen: "127.0.0.1:7820"', 'listen: ""')
-    cfg = cfg.replace('listen: "127.0.0.1:9465"', 'listen: ""')  # the lab rsad's metrics
-    # an empty pool would be refused; one unallocatable node keeps this rsad inert
-    cfg = cfg.replace('names: "rsa[1-4]"', 'names: "rsa99"').replace(
-        'address: "127.0.1.{num}"', 'address: "127.0.1.99"')
-    (tmp_path / "rsa.yaml").write_text(cfg)
+    cfg = yaml.safe_load(Path(lab["RSA_LAB_RSA_CONFIG"]).read_text())
+    daemon = cfg.setdefault("daemon", {})
+    daemon["state_dir"] = str(tmp_path / "state")
+    daemon.setdefault("api", {}).update(socket=str(tmp_path / "rsad.sock"), listen="")
+    cfg.setdefault("metrics", {})["listen"] = ""  # the lab rsad's
+    # an empty pool would be refused; one unallocatable node keeps this rsad inert (its
+    # address answers nothing; its data address the lab's first node's)
+    group = dict(cfg["pool"]["nodes"][0])
+    first = lab_nodes(lab, "RSA_LAB_RSA_NODES")[0]
+    group.update(names="rsa99", address="127.0.1.99")
+    if "data_address" in group:
+        group["data_address"] = str(group["data_address"]).replace("{name}", first)
+    cfg["pool"]["nodes"] = [group]
+    (tmp_path / "rsa.yaml").write_text(yaml.safe_dump(cfg))
     (tmp_path / "rsa.yaml").chmod(0o600)
     notify = tmp_path / "notify.sock"
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as srv:
@@ -140,7 +153,9 @@ def test_rsad_notifies_systemd_ready_and_watchdog(lab: Mapping[str, str], tmp_pa
 def test_prometheus_endpoint_serves_pool_and_job_metrics(lab: Mapping[str, str]) -> None:
     import urllib.request
 
-    with urllib.request.urlopen("http://127.0.0.1:9465/metrics", timeout=10) as resp:
+    listen = load_config(lab["RSA_LAB_RSA_CONFIG"]).metrics.listen
+    assert listen, "the lab's rsad serves no metrics (metrics.listen)"
+    with urllib.request.urlopen(f"http://{listen}/metrics", timeout=10) as resp:
         text = resp.read().decode()
     for name in ("rsa_nodes{", "rsa_slurm_up 1.0", "rsa_cycle_seconds_count",
                  "rsa_actions_running",
@@ -210,7 +225,7 @@ def test_node_hooks_accept_only_answers_signed_by_rsad(lab: Mapping[str, str],
     from rsa_scheduler.client import ApiClient, ApiUnavailable
 
     # the real rsad, over TCP as the compute nodes reach it
-    assert ApiClient(TCP, trust_uid=0).get("/v1/whoami")["uid"] == 0
+    assert ApiClient(tcp(lab), trust_uid=0).get("/v1/whoami")["uid"] == 0
     cases: dict[str, Callable[[str, bytes], str | None]] = {
         "is not signed with MUNGE": lambda cred, out: None,
         "is signed by uid": lambda cred, out: _encode_as(

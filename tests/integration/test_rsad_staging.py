@@ -19,12 +19,15 @@ from rsa_scheduler.remote import SshHost
 from tests.integration.conftest import as_user
 from tests.integration.slurmkit import (
     Jobs,
+    in_cluster,
     lab_nodes,
     make_jobs,
+    on_node,
     restart_lab_rsad,
     root,
     wait_for,
 )
+from tests.integration.test_slurm_adapter import lockin_method
 
 FILL = ("-t", "5", "--wrap", "sleep 300")
 
@@ -83,6 +86,17 @@ def submit_rsa(jobs: Jobs, data_in: Path, data_out: Path, tmp: Path) -> str:
     return jobs.submit(script=script.read_text())
 
 
+def rsa_node_procs(lab: Mapping[str, str], pgrep: list[str]) -> list[str]:
+    """``pgrep -a`` with ``pgrep``'s arguments over the RSA nodes: the host lab's share
+    this host's processes; the cluster lab's are asked each through the door."""
+    if in_cluster():
+        return [f"{node}: {line}" for node in lab_nodes(lab, "RSA_LAB_RSA_NODES")
+                for line in on_node(node, ["pgrep", "-a", *pgrep],
+                                    check=False).stdout.splitlines()]
+    return subprocess.run(["pgrep", "-a", *pgrep], capture_output=True,
+                          text=True).stdout.splitlines()
+
+
 def ssh(lab: Mapping[str, str], node: int) -> SshHost:
     addr = lab["RSA_LAB_RSA_ADDRESSES"].split(",")[node - 1]
     return SshHost(f"rsa{node}", addr, key=lab["RSA_LAB_SSH_KEY"],
@@ -112,8 +126,14 @@ def test_input_is_staged_into_a_real_ramdisk_with_identical_contents(
             assert owner == lab["RSA_LAB_USER"]
         finally:
             host.close()
-        qos = root(lab, "squeue", "-h", "-j", job, "-O", "QOS:0").strip()
-        assert qos.startswith("rsa-lockin")  # locked in after the stage-in
+        # locked in after the stage-in: by the lab's QOS, or by priority (the variant lab
+        # and the cluster lab)
+        if lockin_method(lab) == "qos":
+            qos = root(lab, "squeue", "-h", "-j", job, "-O", "QOS:0").strip()
+            assert qos.startswith("rsa-lockin")
+        else:
+            prio = root(lab, "squeue", "-h", "-j", job, "-o", "%Q").strip()
+            assert int(prio) == int(lab["RSA_LAB_LOCKIN_PRIORITY"])
 
 
 def test_demotion_during_stage_in_stops_the_transfer_and_frees_the_nodes(
@@ -132,11 +152,9 @@ def test_demotion_during_stage_in_stops_the_transfer_and_frees_the_nodes(
         transitions = [(e["from"], e["to"]) for e in data["events"]
                        if e["name"] == "rsa.transition"]
         assert ("staging-in", "tearing-down") in transitions
-        # nothing of the transfer survives on the RSA nodes (they share this PID space)
+        # nothing of the transfer survives on the RSA nodes
         time.sleep(1)
-        left = subprocess.run(["pgrep", "-u", lab["RSA_LAB_USER"], "-a", "-f",
-                               str(area / "big")], capture_output=True, text=True).stdout
-        assert left.strip() == ""
+        assert rsa_node_procs(lab, ["-u", lab["RSA_LAB_USER"], "-f", str(area / "big")]) == []
         status = json.loads(subprocess.run(
             [lab["RSA_LAB_PYTHON"], "-c",
              "import json; from rsa_scheduler.client import ApiClient; "
@@ -184,10 +202,7 @@ def test_rsad_killed_during_stage_in_resumes_without_rebuilding(
         assert (stage_in, "ok") in outcomes  # the same action, re-issued after the crash
         assert sum(1 for a, _ in outcomes if "/build-fs/" in a) == 1  # not rebuilt
         fs_id = f"job{job}-c1"
-        masters = subprocess.run(["pgrep", "-f", f"mfsmaster.*{fs_id}"], capture_output=True,
-                                 text=True).stdout.split()
+        masters = rsa_node_procs(lab, ["-f", f"mfsmaster.*{fs_id}"])
         assert len(masters) == 1, masters  # one RAMDISK, nothing leaked
     wait_state(lab, job, "released", timeout=90)
-    gone = subprocess.run(["pgrep", "-f", f"mfsmaster.*{fs_id}"], capture_output=True,
-                          text=True).stdout.split()
-    assert gone == []
+    assert rsa_node_procs(lab, ["-f", f"mfsmaster.*{fs_id}"]) == []

@@ -28,6 +28,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -42,11 +43,22 @@ from rsa_scheduler.core.directives import (
 )
 from rsa_scheduler.node import jobstate
 from tests.integration.conftest import as_user, slurm_env
-from tests.integration.slurmkit import Jobs, make_jobs, root, wait_for
+from tests.integration.slurmkit import (
+    Jobs,
+    in_cluster,
+    lab_nodes,
+    lab_private_mounts,
+    make_jobs,
+    node_path_exists,
+    on_lab_node,
+    on_node,
+    root,
+    slurmd_mnt_ns,
+    wait_for,
+)
 from tests.integration.test_rsad_staging import fill, wait_state
 from tests.unit.test_spank import vector_values
 
-LAB_MOUNTS = Path("/run/rsa-lab/mounts")  # read by lab/hooks/log-env.sh at every job
 NODE_DIR = Path("/run/rsa/node")
 VARIABLES = jobstate.KEYS  # what the plugin may export (the runner's own RSA_* aside)
 
@@ -59,7 +71,11 @@ def plugstack(lab: Mapping[str, str]) -> Path:
 def plugin(lab: Mapping[str, str]) -> str:
     """The lab's plugstack.conf line for the plugin (its load mode first)."""
     conf = Path(lab["RSA_LAB_SLURM_CONF"]).read_text()
-    assert f"PlugStackConfig={plugstack(lab)}" in conf, "lab/rsalab/slurm.py names no plugstack"
+    if in_cluster():  # a site's slurm.conf names none: Slurm reads the one beside it
+        assert "PlugStackConfig=" not in conf
+    else:
+        assert f"PlugStackConfig={plugstack(lab)}" in conf, \
+            "lab/rsalab/slurm.py names no plugstack"
     lines = [ln for ln in plugstack(lab).read_text().splitlines()
              if ln.strip() and not ln.startswith("#")]
     if not lines:
@@ -165,8 +181,8 @@ def test_plugin_loads_as(lab: Mapping[str, str], jobs: Jobs, plugin: str, how: s
         d = Path(tmp)
         d.chmod(0o755)
         conf = Path(lab["RSA_LAB_SLURM_CONF"]).read_text()
-        conf = re.sub(r"^PlugStackConfig=.*$", f"PlugStackConfig={d / 'plugstack.conf'}",
-                      conf, flags=re.M)
+        conf = re.sub(r"^PlugStackConfig=.*\n", "", conf, flags=re.M)
+        conf += f"PlugStackConfig={d / 'plugstack.conf'}\n"
         (d / "slurm.conf").write_text(conf)
         (d / "plugstack.conf").write_text(f"{how} {' '.join(plugin.split()[1:])}\n")
         for f in d.iterdir():
@@ -188,11 +204,9 @@ def test_nodes_run_jobs_with_the_plugin_loaded_as(lab: Mapping[str, str], jobs: 
     """Node side: slurmstepd reads plugstack.conf for every step; with the plugin
     ``optional`` or ``required`` a job with an option gets its RSA_* variables (here
     RSA_STATE=pfs: a job that started at once, with nothing staged, reads the PFS), and a
-    plain job runs untouched."""
-    conf = plugstack(lab)
-    saved = conf.read_text()
-    conf.write_text(f"{how} {' '.join(plugin.split()[1:])}\n")
-    try:
+    plain job runs untouched. The cluster lab: the plugstack.conf of every compute node
+    (each node's own file, beside its slurm.conf)."""
+    with plugin_on_the_nodes(lab, f"{how} {' '.join(plugin.split()[1:])}\n"):
         base = Path(lab["RSA_LAB_PFS"]) / f"spank-{how}-{os.getpid()}-{time.monotonic_ns()}"
         with_opt, plain = Path(f"{base}-opt"), Path(f"{base}-plain")
         jobs.submit("--rsa-tier=ram", script=probe_script(with_opt))
@@ -202,8 +216,27 @@ def test_nodes_run_jobs_with_the_plugin_loaded_as(lab: Mapping[str, str], jobs: 
         assert [k for k in parse_probe(plain) if k in VARIABLES] == []
         for p in (with_opt, plain):
             p.unlink()
+
+
+@contextmanager
+def plugin_on_the_nodes(lab: Mapping[str, str], line: str) -> Iterator[None]:
+    """plugstack.conf saying ``line`` where slurmstepd reads it for a block, put back
+    afterwards: the host lab's one file, or each compute node's of the cluster lab."""
+    conf = plugstack(lab)
+    nodes = lab_nodes(lab, "RSA_LAB_COMPUTE_NODES") if in_cluster() else []
+    saved = {n: on_node(n, ["cat", str(conf)]).stdout for n in nodes}
+    here = "" if nodes else conf.read_text()
+    try:
+        for n in nodes:
+            on_node(n, ["sh", "-ec", 'cat > "$0"', str(conf)], input=line)
+        if not nodes:
+            conf.write_text(line)
+        yield
     finally:
-        conf.write_text(saved)
+        for n, text in saved.items():
+            on_node(n, ["sh", "-ec", 'cat > "$0"', str(conf)], input=text)
+        if not nodes:
+            conf.write_text(here)
 
 
 # --- the job's side ---------------------------------------------------------------------
@@ -227,11 +260,6 @@ def wait_done(lab: Mapping[str, str], job: str, timeout: float = 120) -> None:
              timeout=timeout)
 
 
-def slurmd_ns(node: str) -> int:
-    pid = Path(f"/run/rsa-lab/pids/slurmd-{node}.pid").read_text().strip()
-    return os.stat(f"/proc/{pid}/ns/mnt").st_ino
-
-
 def parse_probe(path: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
 
@@ -242,19 +270,16 @@ def test_job_without_rsa_is_untouched(lab: Mapping[str, str], jobs: Jobs) -> Non
     wait_for(f"{out}", out.exists, timeout=120)
     seen = parse_probe(out)
     assert [k for k in seen if k in VARIABLES] == []
-    assert int(seen["ns"]) == slurmd_ns(seen["node"])  # tasks stay in the node's namespace
-    assert not (NODE_DIR / seen["node"] / job).exists()
+    assert int(seen["ns"]) == slurmd_mnt_ns(seen["node"])  # tasks stay in the node's namespace
+    assert not node_path_exists(seen["node"], NODE_DIR / seen["node"] / job)
     out.unlink()
 
 
 @pytest.fixture
-def private_mounts() -> Iterator[None]:
+def private_mounts(lab: Mapping[str, str]) -> Iterator[None]:
     """The lab's node hooks in ``hooks.mounts: job`` for the jobs of one test."""
-    LAB_MOUNTS.write_text("job\n")
-    try:
+    with lab_private_mounts(lab):
         yield
-    finally:
-        LAB_MOUNTS.unlink(missing_ok=True)
 
 
 @pytest.fixture
@@ -269,10 +294,8 @@ def area(lab: Mapping[str, str]) -> Iterator[Path]:
 
 def node_view(node: str, path: Path) -> str:
     """What the node's own namespace (every other job and user there) has at ``path``."""
-    pid = Path(f"/run/rsa-lab/pids/slurmd-{node}.pid").read_text().strip()
-    done = subprocess.run(["nsenter", "-t", pid, "-m", "findmnt", "-n", "-o", "TARGET",
-                           "--target", str(path)], capture_output=True, text=True, timeout=10)
-    return done.stdout.strip()
+    return on_lab_node(node, ["findmnt", "-n", "-o", "TARGET", "--target", str(path)],
+                       timeout=10).stdout.strip()
 
 
 @pytest.mark.prologflags
@@ -293,16 +316,14 @@ def test_private_mounts_only_the_job_sees_its_ramdisk(
         node = seen["node"]
         assert seen["RSA_STATE"] == "input" and seen["RSA_MOUNTS"] == "job", seen
         assert seen["RSA_RAMDISK"] == str(area / "in")
-        assert int(seen["ns"]) != slurmd_ns(node)  # the task is in the job's namespace
+        assert int(seen["ns"]) != slurmd_mnt_ns(node)  # the task is in the job's namespace
         # the job writes mnt after its probe (a busy machine: read it once it is written)
         mnt = wait_for("the job's findmnt", lambda: (area / "res" / "mnt").read_text().strip()
                        if (area / "res" / "mnt").exists() else None, timeout=60)
         assert mnt == str(area / "in")
         assert node_view(node, area / "in") != str(area / "in")  # the node sees the PFS
         handle = NODE_DIR / node / job / "mnt"
-        pid = Path(f"/run/rsa-lab/pids/slurmd-{node}.pid").read_text().strip()
-        assert subprocess.run(["nsenter", "-t", pid, "-m", "findmnt", str(handle)],
-                              capture_output=True, timeout=10).returncode == 0
+        assert on_lab_node(node, ["findmnt", str(handle)], timeout=10).returncode == 0
         shared = _second_user_on(lab, jobs, node, area)
         # ... while this job still ran there: the two really shared the node
         assert root(lab, "squeue", "-h", "-j", job, "-o", "%T").strip() == "RUNNING"
@@ -310,7 +331,8 @@ def test_private_mounts_only_the_job_sees_its_ramdisk(
     # the other user's job ran on the same node at the same time and saw none of it
     assert shared.get("RSA_STATE") is None, shared
     assert shared["mounts"] == "0"  # no mount point at the first job's DATA_IN
-    wait_for("the Epilog's cleanup", lambda: not (NODE_DIR / node / job).exists(), timeout=60)
+    wait_for("the Epilog's cleanup", lambda: not node_path_exists(node, NODE_DIR / node / job),
+             timeout=60)
 
 
 def _second_user_on(lab: Mapping[str, str], jobs: Jobs, node: str,
@@ -318,7 +340,9 @@ def _second_user_on(lab: Mapping[str, str], jobs: Jobs, node: str,
     """rsaother's job on the same node at the same time (the lab's ``shared`` partition
     lets two jobs share a node)."""
     other = lab["RSA_LAB_OTHER_USER"]
-    out = Path(f"/tmp/rsa-spank-other-{os.getpid()}")
+    # in the other user's PFS home: the compute node's /tmp is not this host's on the
+    # cluster lab
+    out = Path(lab["RSA_LAB_OTHER_PFS"]) / f"rsa-spank-other-{os.getpid()}"
     # the other user cannot enter rsauser's home: read the mount table, not the path
     script = (f"#!/bin/bash\n#SBATCH -t 2\n{{ env | grep '^RSA_STATE='; echo mounts=$(awk "
               f"'$5 == \"{area / 'in'}\"' /proc/self/mountinfo | wc -l); }} > {out}\n")

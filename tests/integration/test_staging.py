@@ -11,6 +11,7 @@ what comes back out (and the engine's own content-hash verify).
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import re
@@ -20,6 +21,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator, Mapping
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +33,10 @@ from rsa_scheduler.hosts import Cancelled, CancelToken
 from rsa_scheduler.remote import SshHost
 from rsa_scheduler.runner import Identity
 from rsa_scheduler.staging import StagingEngine, StagingError
+from tests.integration.fskit import lab_data_addresses
+from tests.integration.slurmkit import in_cluster, lab_nodes, on_node, pfs_writes_at
 from tests.unit.test_staging_engine import add_whole_directory, make_tree, tree_state
 
-DATA_ADDRESS = os.environ.get("RSA_STAGING_DATA_ADDRESS", "10.213.0.1")  # lab veth, host end
 MOUNT_ROOT = "/run/rsa-staging-it"
 
 
@@ -52,7 +55,10 @@ def ramfs(lab: Mapping[str, str], hosts: list[SshHost], user: Identity) -> Itera
     """A real MooseFS RAMDISK over every RSA node's RAM pool, destroyed afterwards; its
     root is the lab user's (as the daemon makes it the job's user's)."""
     by_name = {h.name: h for h in hosts}
-    backend = MooseFsBackend(by_name, addresses={n: DATA_ADDRESS for n in by_name})
+    # each node's data address of the lab's rsa.yaml (the host lab: its PFS veth's host
+    # end; the cluster lab: the node's own on the RSA data network)
+    addresses = lab_data_addresses(lab)
+    backend = MooseFsBackend(by_name, addresses={n: addresses[n] for n in by_name})
     req = FsRequest(fs_id=f"stagingit{os.getpid()}-c1", job_id=f"stagingit{os.getpid()}",
                     nodes=tuple(by_name), tier="ram",
                     pool_dirs={n: lab["RSA_LAB_POOL_RAM"] for n in by_name},
@@ -221,16 +227,25 @@ def test_user_cannot_write_into_another_users_data_out(
     assert not os.path.exists(theirs)
 
 
-def user_procs(user: Identity, token: str) -> list[str]:
-    done = subprocess.run(["pgrep", "-a", "-u", str(user.uid), "-f", token],
-                          capture_output=True, text=True, check=False)
+def user_procs(lab: Mapping[str, str], user: Identity, token: str) -> list[str]:
+    """The user's processes naming ``token``: on this host (the host lab's RSA nodes share
+    its processes), or on each RSA node of the cluster lab, through the door."""
+    argv = ["pgrep", "-a", "-u", str(user.uid), "-f", token]
+    if in_cluster():
+        return [f"{node}: {line}" for node in lab_nodes(lab, "RSA_LAB_RSA_NODES")
+                for line in on_node(node, argv, check=False).stdout.splitlines()]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
     return done.stdout.splitlines()
 
 
-def test_cancel_kills_every_transfer_on_every_node(hosts: list[SshHost], user: Identity,
-                                                    work: Path) -> None:
+def test_cancel_kills_every_transfer_on_every_node(
+        lab: Mapping[str, str], hosts: list[SshHost], user: Identity, work: Path) -> None:
+    """The host lab: from this host's /var/tmp (its RSA nodes' too) to the PFS, throttled
+    to ~100 MB/s by the lab. The cluster lab: from the PFS (this host's /var/tmp is no RSA
+    node's) to the PFS, its writes shaped to ~100 MB/s for the test (it is not
+    throttled there)."""
     token = f"rsa-staging-cancel-{os.getpid()}"
-    src = Path("/var/tmp") / token
+    src = work / f"{token}-src" if in_cluster() else Path("/var/tmp") / token
     src.mkdir()
     try:
         for i in range(8):  # 8 x 64 MiB of data that does not compress or sparse away
@@ -247,23 +262,24 @@ def test_cancel_kills_every_transfer_on_every_node(hosts: list[SshHost], user: I
             except BaseException as e:
                 result.append(e)
 
-        t = threading.Thread(target=run)
-        t.start()
-        deadline = time.monotonic() + 10
-        while not user_procs(user, token) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(1.0)
-        assert user_procs(user, token), "no transfer seen running"
-        t0 = time.monotonic()
-        cancel.cancel("demoted")
-        t.join(15)
-        assert not t.is_alive()
-        assert time.monotonic() - t0 < 8
-        assert result and isinstance(result[0], Cancelled)
-        deadline = time.monotonic() + 5
-        while user_procs(user, token) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert user_procs(user, token) == []
+        with pfs_writes_at(lab, "800mbit") if in_cluster() else nullcontext():
+            t = threading.Thread(target=run)
+            t.start()
+            deadline = time.monotonic() + 10
+            while not user_procs(lab, user, token) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(1.0)
+            assert user_procs(lab, user, token), "no transfer seen running"
+            t0 = time.monotonic()
+            cancel.cancel("demoted")
+            t.join(15)
+            assert not t.is_alive()
+            assert time.monotonic() - t0 < 8
+            assert result and isinstance(result[0], Cancelled)
+            deadline = time.monotonic() + 5
+            while user_procs(lab, user, token) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert user_procs(lab, user, token) == []
     finally:
         shutil.rmtree(src, ignore_errors=True)
 
@@ -319,8 +335,7 @@ def change_behind_the_clients(path: Path, marker: bytes) -> None:
     info = subprocess.run(["mfsfileinfo", str(path)], capture_output=True, text=True,
                           check=True).stdout
     for cid, ver in re.findall(r"\b([0-9A-F]{16})_([0-9A-F]{8})\b", info):
-        for chunk in Path("/var/lib/rsa-lab/pfs").glob(f"cs*/chunks/*/chunk_{cid}_{ver}.mfs"):
-            data = chunk.read_bytes()
+        for chunk, data in pfs_chunks(f"chunk_{cid}_{ver}.mfs"):
             at = data.find(marker, 8192)  # header 4 KiB, CRCs 4 KiB, then the data
             if at < 0:
                 continue
@@ -329,11 +344,38 @@ def change_behind_the_clients(path: Path, marker: bytes) -> None:
             want = zlib.crc32(block)
             block[at - start] ^= 0x01
             _keep_crc(block, at - start + 1, want)
-            with chunk.open("r+b") as f:
-                f.seek(start)
-                f.write(block)
+            write_pfs_chunk(chunk, start, bytes(block))
             return
     raise AssertionError(f"{marker!r} of {path} not found in its chunks: {info}")
+
+
+#: the cluster lab's PFS chunkserver: on the node ``pfs``, its chunk directory named in
+#: its mfshdd.cfg (lab/cluster/rsacluster.py PFS_CHUNKS)
+PFS_NODE = "pfs"
+
+
+def pfs_chunks(name: str) -> list[tuple[str, bytes]]:
+    """Each chunk file called ``name`` on the PFS's chunkservers, with its bytes: the host
+    lab's, under /var/lib/rsa-lab/pfs on this host; the cluster lab's, on its PFS node."""
+    if not in_cluster():
+        return [(str(c), c.read_bytes())
+                for c in Path("/var/lib/rsa-lab/pfs").glob(f"cs*/chunks/*/{name}")]
+    found = on_node(PFS_NODE, ["sh", "-c", 'for d in $(cat /etc/mfs/mfshdd.cfg); do '
+                               'ls "$d"/*/"$0" 2>/dev/null; done; exit 0', name]).stdout
+    return [(c, base64.b64decode(on_node(PFS_NODE, ["base64", "-w0", c]).stdout))
+            for c in found.split()]
+
+
+def write_pfs_chunk(chunk: str, start: int, data: bytes) -> None:
+    """``data`` over the chunk file's bytes from ``start`` on (where pfs_chunks found it)."""
+    if not in_cluster():
+        with open(chunk, "r+b") as f:
+            f.seek(start)
+            f.write(data)
+        return
+    on_node(PFS_NODE, ["sh", "-ec", 'base64 -d | dd of="$0" bs=65536 seek="$1" '
+                       "oflag=seek_bytes conv=notrunc status=none", chunk, str(start)],
+            input=base64.b64encode(data).decode())
 
 
 @pytest.mark.parametrize("method, stream", [("rsync", 0), ("tar", 0), ("rsync", 3)],
