@@ -26,7 +26,7 @@ SPANK      := slurm_plugins/spank
 WF_VENV    ?= $(CURDIR)/.venv-wf
 WF_PKGS    := snakemake==9.27.1 snakemake-executor-plugin-cluster-generic==1.0.9
 
-.PHONY: install test lanes lane-cluster-whole lane-unit lane-queue lane-e2e lane-security lane-chaos lane-native lane-roots lane-cluster lab-host unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
+.PHONY: install test lanes lane-cluster-whole lane-unit lane-queue lane-e2e lane-integration lane-security lane-chaos lane-native lane-roots lane-cluster lab-host unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
         slurm24-test slurm26-test cluster-test cluster-run test-compat cluster-run-whole \
         cluster-run-12 cluster-run-13 cluster-run-testing cluster-lab-test cluster-demo \
         cluster-lab-run release-debs chaos-cluster
@@ -69,10 +69,10 @@ unit: install
 # build tools, debootstrap, the lab host's root and venvs: apt on the host, never at
 # once), then the unit tests (alone: they are CPU-bound, and fail fast), then five lanes
 # side by side:
-#   queue   the queue-mode phase's integration tests (lab-test), then the tier
-#           phase (lab-test-tiers), then the variant (lab-test-variant), then the
-#           security tier and one chaos round, each on a cluster lab of its own
-#           (lane-security, lane-chaos)
+#   queue   the tier phase (lab-test-tiers), the variant (lab-test-variant), then the
+#           queue-mode phase's integration tests, the security tier and one chaos
+#           round, each on a cluster lab of its own (lane-integration, lane-security,
+#           lane-chaos)
 #   e2e     the queue-mode phase's whole lifecycles, tests/e2e, on a cluster lab of its
 #           own (RSA_CLUSTER_NAME=e2e: every node its own host, the host lab's shape;
 #           cluster-lab-run); make lab-test LAB_TESTS=tests/e2e runs them on the host lab
@@ -147,9 +147,9 @@ lab-host: install
 	$(if $(filter-out 12,$(RSA_LAB_DEBIAN)),lab/host-root $(RSA_LAB_DEBIAN) >/dev/null)
 
 lane-queue: lab-host
-	$(call LAB_IN,queue) lab-test LAB_TESTS='tests/integration'
 	$(call LAB_IN,tiers) lab-test-tiers
 	$(call LAB_IN,variant) lab-test-variant
+	$(MAKE) --no-print-directory lane-integration
 	$(MAKE) --no-print-directory lane-security
 	$(MAKE) --no-print-directory lane-chaos
 
@@ -157,17 +157,23 @@ lane-e2e: lab-host
 	$(MAKE) --no-print-directory cluster-lab-run RSA_CLUSTER_NAME=e2e \
 	  CLUSTER_LAB_TESTS='tests/e2e --durations=20'
 
+# tests/integration on a cluster lab of its own (RSA_CLUSTER_NAME=integ; the ssd tier's
+# tests and the ones needing faketime or tmux skip there, saying why), as lane-e2e runs
+# tests/e2e; make lab-test LAB_TESTS=tests/integration runs the tier on the host lab
+lane-integration: lab-host
+	$(MAKE) --no-print-directory cluster-lab-run RSA_CLUSTER_NAME=integ \
+	  CLUSTER_LAB_TESTS='tests/integration --durations=20'
+
 # tests/security on a cluster lab of its own (RSA_CLUSTER_NAME=sec: rsaother attacks from
 # the login node and the compute nodes, tests/security/where.py), as lane-e2e runs
-# tests/e2e; the last phase of lane-queue (make lab-test LAB_TESTS=tests/security runs
-# the tier on the host lab)
+# tests/e2e (make lab-test LAB_TESTS=tests/security runs the tier on the host lab)
 lane-security: lab-host
 	$(MAKE) --no-print-directory cluster-lab-run RSA_CLUSTER_NAME=sec \
 	  CLUSTER_LAB_TESTS='tests/security --durations=20'
 
 # One chaos round (tests/chaos: rsad, slurmctld, an RSA node's sshd and a RAMDISK's
 # servers killed on the hosts that run them) on a cluster lab of its own
-# (RSA_CLUSTER_NAME=chaos); the last phase of lane-queue. `make chaos-cluster N=20
+# (RSA_CLUSTER_NAME=chaos), the last phase of lane-queue. `make chaos-cluster N=20
 # [SEED=123]` runs N rounds there (make chaos: on the host lab).
 lane-chaos: lab-host
 	$(MAKE) --no-print-directory cluster-lab-run RSA_CLUSTER_NAME=chaos \
