@@ -26,7 +26,7 @@ SPANK      := slurm_plugins/spank
 WF_VENV    ?= $(CURDIR)/.venv-wf
 WF_PKGS    := snakemake==9.27.1 snakemake-executor-plugin-cluster-generic==1.0.9
 
-.PHONY: install test lanes lane-cluster-whole lane-unit lane-queue lane-e2e lane-integration lane-security lane-chaos lane-native lane-roots lane-cluster lab-host unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
+.PHONY: install test lanes lane-cluster-whole lane-unit lane-queue lane-e2e lane-integration lane-security lane-variant lane-chaos lane-native lane-roots lane-cluster lab-host unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
         slurm24-test slurm26-test cluster-test cluster-run test-compat cluster-run-whole \
         cluster-run-12 cluster-run-13 cluster-run-testing cluster-lab-test cluster-demo \
         cluster-lab-run release-debs chaos-cluster
@@ -170,6 +170,14 @@ lane-integration: lab-host
 lane-security: lab-host
 	$(MAKE) --no-print-directory cluster-lab-run RSA_CLUSTER_NAME=sec \
 	  CLUSTER_LAB_TESTS='tests/security --durations=20'
+
+# The second Slurm set-up (lab-test-variant's: no slurmdbd, so rsad locks in by priority;
+# PrologFlags=Alloc,Contain: the Prolog at allocation on every node, the extern step) on a
+# cluster lab of its own (RSA_CLUSTER_NAME=variant): the tests marked prologflags or lockin
+lane-variant: lab-host
+	RSA_CLUSTER_ACCOUNTING=0 RSA_CLUSTER_PROLOG_FLAGS=Alloc,Contain \
+	  $(MAKE) --no-print-directory cluster-lab-run RSA_CLUSTER_NAME=variant \
+	  CLUSTER_LAB_TESTS='$(VARIANT_TESTS)'
 
 # One chaos round (tests/chaos: rsad, slurmctld, an RSA node's sshd and a RAMDISK's
 # servers killed on the hosts that run them) on a cluster lab of its own

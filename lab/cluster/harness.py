@@ -98,7 +98,7 @@ def lab_env() -> dict[str, str]:
         "RSA_LAB_DEBIAN": rc.release(),
         "RSA_LAB_DOOR": str(DOOR),
         "SLURM_CONF": "/etc/slurm/slurm.conf",
-        "RSA_LAB_PROLOG_FLAGS": "",
+        "RSA_LAB_PROLOG_FLAGS": rc.prolog_flags(),
         "RSA_LAB_NODE_CPU_CGROUP": "",
         "RSA_LAB_NODE_CPU_WEIGHT": "",
     }

@@ -559,6 +559,17 @@ def accounting() -> bool:
     return os.environ.get("RSA_CLUSTER_ACCOUNTING", "1") not in ("0", "no", "false")
 
 
+def prolog_flags() -> str:
+    """slurm.conf's PrologFlags on every host (``RSA_CLUSTER_PROLOG_FLAGS``, e.g.
+    ``Alloc,Contain``, as the host lab's RSA_LAB_PROLOG_FLAGS for make test's variant;
+    default none: each node's Prolog runs at its first step)."""
+    flags = os.environ.get("RSA_CLUSTER_PROLOG_FLAGS", "").strip()
+    if flags and not re.fullmatch(r"[A-Za-z]+(,[A-Za-z]+)*", flags):
+        raise ClusterError(f"RSA_CLUSTER_PROLOG_FLAGS={flags!r}: Slurm's flag names, comma "
+                           "separated (e.g. Alloc,Contain)")
+    return flags
+
+
 def daemons_of(name: str) -> tuple[str, ...]:
     """What node ``name`` runs in this cluster (ROLES, less accounting when it is off)."""
     return tuple(d for d in ROLES[name] if accounting() or d not in ACCOUNTING)
@@ -863,6 +874,14 @@ def _without_accounting() -> None:
     log("without accounting (RSA_CLUSTER_ACCOUNTING=0)")
 
 
+def _with_prolog_flags(flags: str) -> None:
+    """slurm.conf on every host with ``PrologFlags=flags`` (:func:`prolog_flags`)."""
+    conf = "/etc/slurm/slurm.conf"
+    for node in SLURM_NODES:
+        sh(node, f"sed -i '/^PrologFlags=/d' {conf}\necho PrologFlags={flags} >> {conf}")
+    log(f"PrologFlags={flags} (RSA_CLUSTER_PROLOG_FLAGS)")
+
+
 def slurm_conf(text: str) -> str:
     """The image's slurm.conf with this cluster's compute nodes: one NodeName line per
     node (the first one's the pattern) and every partition on all of them."""
@@ -938,6 +957,8 @@ def up() -> None:
             _slurm_conf_nodes()
         if not accounting():
             _without_accounting()
+        if prolog_flags():
+            _with_prolog_flags(prolog_flags())
         for name in ROLES:
             for daemon in daemons_of(name):
                 _start(name, daemon)

@@ -168,3 +168,22 @@ def test_the_harness_binds_the_repository_into_rsads_host_and_the_wf_venv_read_o
     assert rsacluster.harness_binds(compute) == ([], [repo / ".venv-wf-debian13"])
     for other in ("ctl", "login", rsacluster.RSA_NODES[0]):
         assert rsacluster.harness_binds(other) == ([], [])
+
+
+def test_prolog_flags_are_read_from_the_environment_and_reach_the_labs_facts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(harness, "mode", lambda: "queue")
+    monkeypatch.delenv("RSA_CLUSTER_PROLOG_FLAGS", raising=False)
+    assert rsacluster.prolog_flags() == ""
+    assert harness.lab_env()["RSA_LAB_PROLOG_FLAGS"] == ""
+    monkeypatch.setenv("RSA_CLUSTER_PROLOG_FLAGS", "Alloc,Contain")
+    assert rsacluster.prolog_flags() == "Alloc,Contain"
+    assert harness.lab_env()["RSA_LAB_PROLOG_FLAGS"] == "Alloc,Contain"
+
+
+@pytest.mark.parametrize("flags", ["Alloc;reboot", "Alloc Contain", "Alloc,", "$(id)"])
+def test_prolog_flags_other_than_flag_names_are_refused(
+        monkeypatch: pytest.MonkeyPatch, flags: str) -> None:
+    monkeypatch.setenv("RSA_CLUSTER_PROLOG_FLAGS", flags)
+    with pytest.raises(rsacluster.ClusterError, match="RSA_CLUSTER_PROLOG_FLAGS="):
+        rsacluster.prolog_flags()
