@@ -331,15 +331,23 @@ def epilog(env: Mapping[str, str]) -> int:
             unread = e
         _alarm(st.timeout if st is not None else FALLBACK_TIMEOUT)
         stop_agent(jm)
+        kept = ""  # why the job's directory stays although its mounts are released
         if ns.exists():  # private mounts: they are all inside the job's namespace
             with ns.entered():
                 rel = jm.release(lazy=True)
-            ns.destroy()
+            try:  # (rsad is told of the release all the same: the RAMDISK is off)
+                ns.destroy()
+            except HookTimeout:
+                raise
+            except RsaError as e:
+                kept = str(e)
         else:
             rel = jm.release(lazy=True)
         if not rel.ok:  # mounts.json stays: what is left, for the operator
             _say("epilog", job, f"could not release everything: {rel.message} (record "
                                 f"kept in {jm.state_file})")
+        elif kept:
+            _say("epilog", job, f"{rel.message}, but {kept} (kept in {jm.dir})")
         else:
             jm.remove()
             if rel.message != "released":  # e.g. a mount the job moved: refused by path

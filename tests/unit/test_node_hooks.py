@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -302,3 +303,33 @@ def test_the_epilog_releases_the_jobs_mounts_even_when_the_configuration_is_unre
     err = capsys.readouterr().err
     assert "rsa-epilog job 42: rsad not told of the release:" in err
     assert fake.posts == []
+
+
+def test_a_namespace_that_cannot_be_dropped_still_tells_rsad_the_ramdisk_is_released(
+        tmp_path: Path, fake: type[FakeClient], capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by review: under ``hooks.mounts: job`` the Epilog released the job's mounts
+    inside its namespace, then an error dropping the namespace's handle skipped the
+    report to rsad, whose stage-out then waited for this node's Epilog up to
+    ``reset_timeout`` (10 min by default; NodeSide.await_epilogs). Now rsad hears the
+    release, and the job's directory is kept with a line that says why."""
+    from rsa_scheduler.node import namespace
+
+    d = tmp_path / "n" / "c1" / "42"
+    d.mkdir(parents=True)
+    (d / "mounts.json").write_text(
+        '{"mounts": [{"kind": "bind", "path": "%s"}]}' % (tmp_path / "not-mounted"))
+
+    def refuse(_self: object) -> None:
+        raise namespace.NamespaceError("cannot drop the job's mount namespace: busy")
+
+    monkeypatch.setattr(namespace.JobNamespace, "exists", lambda _self: True)
+    monkeypatch.setattr(namespace.JobNamespace, "entered", lambda _self: contextlib.nullcontext())
+    monkeypatch.setattr(namespace.JobNamespace, "destroy", refuse)
+    assert hooks.epilog(env(tmp_path)) == 0
+    assert [p for p, _ in fake.posts] == ["/v1/hooks/epilog"]
+    assert fake.posts[0][1]["ok"] is True
+    assert d.exists()  # kept: the handle is still there
+    err = capsys.readouterr().err
+    assert "rsa-epilog job 42: released, but cannot drop the job's mount namespace: busy " \
+        f"(kept in {d})" in err
