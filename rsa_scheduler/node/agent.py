@@ -106,7 +106,13 @@ def serve(job: str, env: Mapping[str, str], max_life: float = 7 * 86400.0) -> in
                           "message": "the job has no mount namespace of its own on this "
                                      "node; it uses the PFS"}
             else:
-                report = execute(ins, jm, who, st.allowed_roots, st.shared_dirs)
+                try:
+                    report = execute(ins, jm, who, st.allowed_roots, st.shared_dirs)
+                except Exception as e:  # never end the agent: rsad would wait for this
+                    # node's report up to reset_timeout; it hears the failure instead
+                    report = {"seq": int(ins.get("seq", 0)), "ok": False,
+                              "message": f"the node agent failed to {ins['do']}: "
+                                         f"{type(e).__name__}: {e}"}
             note(jm, ins, report, st.mounts)
             last = int(ins.get("seq", last))
             try:

@@ -333,3 +333,40 @@ def test_a_namespace_that_cannot_be_dropped_still_tells_rsad_the_ramdisk_is_rele
     err = capsys.readouterr().err
     assert "rsa-epilog job 42: released, but cannot drop the job's mount namespace: busy " \
         f"(kept in {d})" in err
+
+
+def test_the_node_agent_reports_an_unexpected_failure_and_keeps_serving(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by review: an exception the mount code did not expect (not a refused path,
+    not a mount error) ended the node agent: rsad then waited for this node's report
+    of the reset up to ``reset_timeout`` and no later instruction reached the node. Now
+    the failure is reported for that instruction and the agent serves the next one."""
+    from rsa_scheduler.node import agent
+
+    posts: list[tuple[str, dict[str, Any]]] = []
+    answers: list[dict[str, Any]] = [
+        {"seq": 3, "do": "mount", "role": "output", "target": "/x"},
+        {"seq": 4, "do": "release"}, {"do": "exit"}]
+
+    class Rsad:
+        def __init__(self, address: str, timeout: float, trust_uid: int | None = None) -> None:
+            pass
+
+        def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+            posts.append((path, body))
+            return answers.pop(0) if path == "/v1/hooks/agent" else {}
+
+    def boom(ins: dict[str, Any], *_a: object) -> dict[str, Any]:
+        if ins["do"] == "mount":
+            raise ValueError("unexpected")
+        return {"seq": ins["seq"], "ok": True, "message": "released"}
+
+    import rsa_scheduler.client
+
+    monkeypatch.setattr(rsa_scheduler.client, "ApiClient", Rsad)
+    monkeypatch.setattr(agent, "execute", boom)
+    (tmp_path / "n" / "c1" / "42").mkdir(parents=True)
+    assert agent.serve("42", env(tmp_path)) == 0
+    reports = [b for p, b in posts if p == "/v1/hooks/mounted"]
+    assert [(r["seq"], r["ok"]) for r in reports] == [(3, False), (4, True)]
+    assert reports[0]["message"] == "the node agent failed to mount: ValueError: unexpected"
