@@ -484,6 +484,14 @@ class JobMounts:
             here = handles.ref_of(fd)
         except OSError:
             return None
+        for job, ref in self._others_target_mounts():
+            if ref == here:
+                return job
+        return None
+
+    def _others_target_mounts(self) -> Iterator[tuple[str, handles.MountRef]]:
+        """(job, mount) of every other job's recorded mount over its target on this node
+        (their ``mounts.json``; one that cannot be read is skipped)."""
         for record in self.dir.parent.glob("*/mounts.json"):
             if record.parent == self.dir:
                 continue
@@ -492,10 +500,10 @@ class JobMounts:
             except (OSError, ValueError):
                 continue
             for e in data.get("mounts") or ():
-                if (isinstance(e, dict) and e.get("kind") == "target"
-                        and handles.MountRef.from_json(e.get("mount")) == here):
-                    return record.parent.name
-        return None
+                if isinstance(e, dict) and e.get("kind") == "target":
+                    ref = handles.MountRef.from_json(e.get("mount"))
+                    if ref is not None:
+                        yield record.parent.name, ref
 
     def _other_job_under(self, target: str) -> str | None:
         """Where another job's recorded RAMDISK mount on this node lies at or below
@@ -506,21 +514,11 @@ class JobMounts:
         descriptor is on, which is not one attached over it since it was opened."""
         top = PurePosixPath(target)
         mountinfo = handles.read_mountinfo()
-        for record in self.dir.parent.glob("*/mounts.json"):
-            if record.parent == self.dir:
-                continue
-            try:
-                data = json.loads(record.read_text())
-            except (OSError, ValueError):
-                continue
-            for e in data.get("mounts") or ():
-                ref = (handles.MountRef.from_json(e.get("mount"))
-                       if isinstance(e, dict) and e.get("kind") == "target" else None)
-                where = (handles.mount_point(mountinfo, ref.mnt_id, ref.dev)
-                         if ref is not None else None)
-                if where is not None and (PurePosixPath(where) == top
-                                          or top in PurePosixPath(where).parents):
-                    return where
+        for _job, ref in self._others_target_mounts():
+            where = handles.mount_point(mountinfo, ref.mnt_id, ref.dev)
+            if where is not None and (PurePosixPath(where) == top
+                                      or top in PurePosixPath(where).parents):
+                return where
         return None
 
     def _unwind(self, made: list[dict[str, Any]]) -> None:
