@@ -326,14 +326,8 @@ class TreeCopy(Commands):
             self._abort.check()
             names = list(ref)
             asked = self.clock()
-            done = self._user(first, scripts.settle_stat_argv(src),
-                              f"stage-in: checking {len(names)} big file(s) of {src} again",
-                              input=scripts.encode_list(names))
-            try:
-                node_now, stats = scripts.parse_settle(done.stdout, len(names))
-            except ValueError as err:
-                raise StagingError(f"stage-in: the check of the big files of {src} "
-                                   f"failed: {err}", permanent=False) from None
+            node_now, stats = self._settle_stat(
+                first, src, names, f"checking {len(names)} big file(s) of {src} again")
             # the second of the node's clock when the copies began: a change (ctime: the
             # real time of the last write, which no user can set) in it, or up to
             # CLOCK_SKEW before, may hide a second one after the copy read the file
@@ -458,6 +452,18 @@ class TreeCopy(Commands):
         self._user(first, scripts.remove_tree_argv(parts), f"{phase}: removing {parts}")
         return stats
 
+    def _settle_stat(self, host: Host, src: str, names: Sequence[bytes], what: str
+                     ) -> tuple[float, list[tuple[int, int, int, int] | None]]:
+        """``SETTLE_STAT`` of ``names`` below ``src`` on ``host``, as the user: the node's
+        clock and each name's (inode, size, mtime, ctime), None where it is gone."""
+        done = self._user(host, scripts.settle_stat_argv(src), f"stage-in: {what}",
+                          input=scripts.encode_list(names))
+        try:
+            return scripts.parse_settle(done.stdout, len(names))
+        except ValueError as err:
+            raise StagingError(f"stage-in: the check of the big files of {src} "
+                               f"failed: {err}", permanent=False) from None
+
     def _settle_streamed(self, src: str, dst: str, parts: str, *, atomic: bool,
                          t_copy: float, unchecked: str) -> None:
         """``_settle`` for a streamed stage-in (its chunks all copied, the directory modes
@@ -479,14 +485,8 @@ class TreeCopy(Commands):
             self._user(first, ["rm", "-f", "--", unchecked], f"stage-in: removing {unchecked}")
             return
         names = sorted(copies)
-        done = self._user(first, scripts.settle_stat_argv(src),
-                          f"stage-in: reading the inodes of {len(names)} big file(s) of {src}",
-                          input=scripts.encode_list(names))
-        try:
-            _, stats = scripts.parse_settle(done.stdout, len(names))
-        except ValueError as err:
-            raise StagingError(f"stage-in: the check of the big files of {src} "
-                               f"failed: {err}", permanent=False) from None
+        _, stats = self._settle_stat(
+            first, src, names, f"reading the inodes of {len(names)} big file(s) of {src}")
         # what the source must still have: the copy's size and mtime; its own inode. A
         # copy without a source (gone since an earlier run copied it: a stage-in never
         # removes what its source lost) is none of this run's.
