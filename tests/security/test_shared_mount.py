@@ -191,6 +191,33 @@ def test_a_shared_group_directory_as_data_out_is_not_mounted_over(
     assert after == before, "rsaother's directory or files changed"
 
 
+def _two_jobs_on_c1(lab: Mapping[str, str], res: Path, script_a: str, script_b: str
+                    ) -> tuple[str, str]:
+    """Two jobs of the lab user side by side on c1 (the ``shared`` partition): the first
+    (``script_a``) staged while on-deck and running, then the second (``script_b``) beside
+    it; each script touches ``res/running.<a|b>`` and waits for ``res/go``. Once both are
+    released and nothing of either is mounted on any compute node: the first's id and
+    what ``rsa job`` tells of the second."""
+    with make_jobs(lab) as jobs:
+        fill(jobs)  # the first job waits on-deck while its input is staged
+        first = jobs.submit("-p", "shared", "-w", "c1", script=script_a)
+        wait_state(lab, first, "locked-in", timeout=120)
+        for filler in jobs.fillers:
+            root(lab, "scancel", filler)
+        wait_for(f"job {first} runs", (res / "running.a").exists, timeout=120)
+        slot = jobs.submit("-p", "shared", "-w", "c1", *FILL)  # c1's second place
+        second = jobs.submit("-p", "shared", "-w", "c1", script=script_b)
+        wait_state(lab, second, "locked-in", timeout=120)
+        root(lab, "scancel", slot)
+        wait_for(f"job {second} runs", (res / "running.b").exists, timeout=120)
+        (res / "go").touch()
+        for job in (first, second):
+            wait_state(lab, job, "released", timeout=180)
+        wait_for("both jobs' client mounts gone", lambda: nothing_of_job_mounted(first)
+                 and nothing_of_job_mounted(second), timeout=60)
+        return first, json.dumps(rsa_job(lab, second))
+
+
 @pytest.mark.once  # the compute node's mounts: the same whichever mode drives staging
 def test_two_jobs_naming_one_data_in_on_one_node_leave_nothing_mounted(
         lab: Mapping[str, str], mine: Path) -> None:
@@ -211,24 +238,7 @@ touch {res}/running.{tag}
 while [ ! -e {res}/go ]; do sleep 0.2; done
 """
 
-    with make_jobs(lab) as jobs:
-        fill(jobs)  # the first job waits on-deck while its input is staged
-        first = jobs.submit("-p", "shared", "-w", "c1", script=script("a"))
-        wait_state(lab, first, "locked-in", timeout=120)
-        for filler in jobs.fillers:
-            root(lab, "scancel", filler)
-        wait_for(f"job {first} runs", (res / "running.a").exists, timeout=120)
-        slot = jobs.submit("-p", "shared", "-w", "c1", *FILL)  # c1's second place
-        second = jobs.submit("-p", "shared", "-w", "c1", script=script("b"))
-        wait_state(lab, second, "locked-in", timeout=120)
-        root(lab, "scancel", slot)
-        wait_for(f"job {second} runs", (res / "running.b").exists, timeout=120)
-        (res / "go").touch()
-        for job in (first, second):
-            wait_state(lab, job, "released", timeout=180)
-        wait_for("both jobs' client mounts gone", lambda: nothing_of_job_mounted(first)
-                 and nothing_of_job_mounted(second), timeout=60)
-        told = json.dumps(rsa_job(lab, second))
+    first, told = _two_jobs_on_c1(lab, res, script("a"), script("b"))
     assert node_mounts(lab, str(data_in))["c1"] != str(data_in), "a RAMDISK left on c1"
     assert (f"#RSA_DATA_IN={data_in} has the RAMDISK of your job {first} mounted over "
             f"it on this node" in told), told
@@ -263,24 +273,7 @@ while [ ! -e {res}/go ]; do sleep 0.2; done
 findmnt -n -o SOURCE --target {data_in} > {res}/end.{tag}
 """
 
-    with make_jobs(lab) as jobs:
-        fill(jobs)  # the first job waits on-deck while its input is staged
-        first = jobs.submit("-p", "shared", "-w", "c1", script=script("a", data_in))
-        wait_state(lab, first, "locked-in", timeout=120)
-        for filler in jobs.fillers:
-            root(lab, "scancel", filler)
-        wait_for(f"job {first} runs", (res / "running.a").exists, timeout=120)
-        slot = jobs.submit("-p", "shared", "-w", "c1", *FILL)  # c1's second place
-        second = jobs.submit("-p", "shared", "-w", "c1", script=script("b", run))
-        wait_state(lab, second, "locked-in", timeout=120)
-        root(lab, "scancel", slot)
-        wait_for(f"job {second} runs", (res / "running.b").exists, timeout=120)
-        (res / "go").touch()
-        for job in (first, second):
-            wait_state(lab, job, "released", timeout=180)
-        wait_for("both jobs' client mounts gone", lambda: nothing_of_job_mounted(first)
-                 and nothing_of_job_mounted(second), timeout=60)
-        told = json.dumps(rsa_job(lab, second))
+    _first, told = _two_jobs_on_c1(lab, res, script("a", data_in), script("b", run))
     assert (f"#RSA_DATA_IN={run} has the RAMDISK of another job mounted below it on this "
             f"node, over {data_in}" in told), told
     src = (res / "src.a").read_text().strip()

@@ -56,6 +56,18 @@ PRELUDE = textwrap.dedent('''
         os.symlink(str(sentinel), pfs / "u" / "x")
     def sentinel_ok():
         return os.path.ismount(sentinel / "in") and (sentinel / "in" / "marker").exists()
+    def job_mount(n, target, role="input", mode="ro", seq=1):
+        """Job n's RAMDISK (a tmpfs named ram<n>) mounted over target on c1: its
+        JobMounts and the mount's message, or the error it raised as its text."""
+        jm = JobMounts(n, "c1", str(R / "node"))
+        ins = {"seq": seq, "do": "mount", "role": role, "target": str(target),
+               "mode": mode, "client_argv": ["mount", "-t", "tmpfs", "ram" + n,
+                                             "@MOUNTPOINT@"],
+               "client_umount_argv": ["umount", "@MOUNTPOINT@"], "epoch": "1"}
+        try:
+            return jm, jm.mount(ins, Who(0, frozenset({0})), [str(pfs)])
+        except Exception as e:
+            return jm, f"{type(e).__name__}: {e}"
 ''')
 
 
@@ -433,18 +445,8 @@ def test_a_jobs_ramdisk_is_never_mounted_over_another_jobs_on_the_node() -> None
     with a line that says what the second job sees there; both Epilogs leave nothing."""
     out = run('''
         target = pfs / "u" / "x" / "in"
-        def job(n, seq=1):
-            jm = JobMounts(n, "c1", str(R / "node"))
-            ins = {"seq": seq, "do": "mount", "role": "input", "target": str(target),
-                   "mode": "ro", "client_argv": ["mount", "-t", "tmpfs", "ram" + n,
-                                                 "@MOUNTPOINT@"],
-                   "client_umount_argv": ["umount", "@MOUNTPOINT@"], "epoch": "1"}
-            try:
-                return jm, jm.mount(ins, Who(0, frozenset({0})), [str(pfs)])
-            except Exception as e:
-                return jm, f"{type(e).__name__}: {e}"
-        first, out["first"] = job("7")
-        second, out["second"] = job("8")
+        first, out["first"] = job_mount("7", target)
+        second, out["second"] = job_mount("8", target)
         out["source"] = subprocess.run(["findmnt", "-n", "-o", "SOURCE", str(target)],
                                        capture_output=True, text=True).stdout.split()
         out["left2"] = second.entries()
@@ -474,18 +476,8 @@ def test_a_jobs_ramdisk_is_never_mounted_over_a_parent_of_another_jobs_mount() -
     and once the second job ended the first's torn-down RAMDISK stayed over ``/u/x/in``
     on that node, node-wide, for whatever ran there next. Now such a mount is refused."""
     out = run('''
-        def job(n, target, role, mode):
-            jm = JobMounts(n, "c1", str(R / "node"))
-            ins = {"seq": 1, "do": "mount", "role": role, "target": str(target),
-                   "mode": mode, "client_argv": ["mount", "-t", "tmpfs", "ram" + n,
-                                                 "@MOUNTPOINT@"],
-                   "client_umount_argv": ["umount", "@MOUNTPOINT@"], "epoch": "1"}
-            try:
-                return jm, jm.mount(ins, Who(0, frozenset({0})), [str(pfs)])
-            except Exception as e:
-                return jm, f"{type(e).__name__}: {e}"
-        first, out["first"] = job("7", pfs / "u" / "x" / "in", "input", "ro")
-        second, out["second"] = job("8", pfs / "u" / "x", "output", "rw")
+        first, out["first"] = job_mount("7", pfs / "u" / "x" / "in", "input", "ro")
+        second, out["second"] = job_mount("8", pfs / "u" / "x", "output", "rw")
         try:
             out["input"] = sorted(os.listdir(pfs / "u" / "x" / "in"))
         except OSError as e:
@@ -565,15 +557,7 @@ def test_two_prologs_at_once_never_mount_one_jobs_ramdisk_over_anothers() -> Non
         from rsa_scheduler.node import handles
         target = pfs / "u" / "x" / "in"
         def job(n):
-            jm = JobMounts(n, "c1", str(R / "node"))
-            ins = {"seq": 1, "do": "mount", "role": "input", "target": str(target),
-                   "mode": "ro", "client_argv": ["mount", "-t", "tmpfs", "ram" + n,
-                                                 "@MOUNTPOINT@"],
-                   "client_umount_argv": ["umount", "@MOUNTPOINT@"], "epoch": "1"}
-            try:
-                out[n] = jm.mount(ins, Who(0, frozenset({0})), [str(pfs)])
-            except Exception as e:
-                out[n] = f"{type(e).__name__}: {e}"
+            jm, out[n] = job_mount(n, target)
             return jm
         attach = handles.attach
         other = threading.Thread(target=job, args=("7",))
