@@ -104,7 +104,7 @@ def test_slurm_runs_with_the_prolog_flags_this_run_asked_for(lab: Mapping[str, s
     """The tests marked ``prologflags`` run twice in `make test`: with no PrologFlags (the
     Prolog runs at each node's first step) and with Alloc,Contain (at allocation, on every
     node, with an extern step). This proves which one Slurm really runs."""
-    want = os.environ.get("RSA_LAB_PROLOG_FLAGS", "")
+    want = lab.get("RSA_LAB_PROLOG_FLAGS", "")  # the lab's fact (either lab writes it)
     config = root(lab, "scontrol", "show", "config")
     line = next(ln for ln in config.splitlines() if ln.startswith("PrologFlags"))
     have = line.split("=", 1)[1].strip()
