@@ -128,3 +128,41 @@ def test_the_installed_docs_ship_every_page_they_name() -> None:
             named.add(str((base / link).as_posix()).removeprefix("docs/"))
         missing += [f"{page} names {n}" for n in sorted(named) if n not in shipped]
     assert missing == [], "install them (debian/rules, dh_installdocs) or drop the reference"
+
+
+def test_the_payload_table_names_every_field_of_every_payload() -> None:
+    """docs/architecture.md, "Actions and their ids": each payload class's row (``+``:
+    the ``user`` and ``nodes`` every action on nodes carries) names all its fields; a field
+    added to a payload without its row is drift."""
+    import dataclasses
+
+    from rsa_scheduler.core.actions import PAYLOADS
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text.split("| kind | payload | fields |", 1)[1].split("\n\n", 1)[0]
+    missing = []
+    for cls in sorted(set(PAYLOADS.values()), key=lambda c: c.__name__):
+        rows = [r for r in table.splitlines() if f"`{cls.__name__}`" in r]
+        assert len(rows) == 1, f"{cls.__name__}: {len(rows)} rows in the payload table"
+        named = set(re.findall(r"`(\w+)`", rows[0].split("|")[3]))
+        if rows[0].split("|")[3].strip().startswith("+"):
+            named |= {"user", "nodes"}
+        missing += [f"{cls.__name__}.{f.name}" for f in dataclasses.fields(cls)
+                    if f.name not in named]
+    assert missing == [], "docs/architecture.md's payload table lacks these fields"
+
+
+def test_the_architecture_page_names_every_group_of_states() -> None:
+    """Every named group of ``core/states.py`` (a frozenset of rsa-states or job-states, a
+    set of commands) is listed in docs/architecture.md's "One vocabulary"."""
+    from rsa_scheduler.core import states
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    vocabulary = text.split("**One vocabulary.**", 1)[1].split("\n\n", 1)[0]
+    groups = [name for name, value in vars(states).items()
+              if name.isupper() and isinstance(value, frozenset)
+              and value and all(isinstance(v, (states.RsaState, states.JobState,
+                                                states.Trigger)) for v in value)]
+    assert groups
+    assert [g for g in groups if f"`{g}`" not in vocabulary] == []
+
