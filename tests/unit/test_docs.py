@@ -166,3 +166,53 @@ def test_the_architecture_page_names_every_group_of_states() -> None:
     assert groups
     assert [g for g in groups if f"`{g}`" not in vocabulary] == []
 
+
+def _commands() -> dict[str, set[str]]:
+    """``rsa`` and ``rsad`` as click sees them: "rsa admin drain" -> its options."""
+    import click
+
+    from rsa_scheduler.cli.main import cli
+    from rsa_scheduler.daemon.main import rsad
+
+    tree: dict[str, set[str]] = {}
+
+    def walk(cmd: click.Command, path: str) -> None:
+        tree[path] = {o for p in cmd.params if isinstance(p, click.Option)
+                      for o in [*p.opts, *p.secondary_opts]} | {"--help", "-h"}
+        if isinstance(cmd, click.Group):
+            ctx = click.Context(cmd)
+            for name in cmd.list_commands(ctx):
+                sub = cmd.get_command(ctx, name)
+                assert sub is not None
+                walk(sub, f"{path} {name}")
+
+    walk(cli, "rsa")
+    walk(rsad, "rsad")
+    return tree
+
+
+def test_every_command_and_option_the_docs_quote_exists() -> None:
+    """A command quoted inline (`rsa events --job ID`) names a sub-command and options the
+    CLI has: a renamed or moved option (`rsa sim --tiers`, which is `rsa sim replay`'s)
+    is drift. ``rsa sim FILE`` is ``rsa sim run FILE``."""
+    tree = _commands()
+    wrong = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for m in re.finditer(r"`((?:rsa|rsad) [^`\n]*[^`\n:])`", text):  # not a prefix
+            words = m.group(1).split()
+            path = words[0]
+            rest = words[1:]
+            while rest and f"{path} {rest[0]}" in tree:
+                path = f"{path} {rest.pop(0)}"
+            if path == "rsa sim" and rest and not rest[0].startswith("-"):
+                path = "rsa sim run"
+            if path == "rsa" and rest and re.fullmatch(r"[a-z]+(-[a-z]+)*", rest[0]):
+                wrong.append(f"{page.relative_to(ROOT)}: `{m.group(1)}`: no command "
+                             f"{rest[0]!r}")
+            for word in rest:
+                opt = re.match(r"(--?[A-Za-z][\w-]*)", word)
+                if opt and opt.group(1) not in tree[path] | tree[words[0]]:
+                    wrong.append(f"{page.relative_to(ROOT)}: `{m.group(1)}`: {path} has "
+                                 f"no {opt.group(1)}")
+    assert wrong == [], "the docs quote commands or options the CLI lacks"
