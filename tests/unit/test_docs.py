@@ -216,3 +216,15 @@ def test_every_command_and_option_the_docs_quote_exists() -> None:
                     wrong.append(f"{page.relative_to(ROOT)}: `{m.group(1)}`: {path} has "
                                  f"no {opt.group(1)}")
     assert wrong == [], "the docs quote commands or options the CLI lacks"
+
+
+def test_the_job_submit_page_lists_every_setting_of_job_submit_lua() -> None:
+    """docs/job_submit.md's settings table (step 2 of "Deploying on a cluster") names
+    every key of job_submit.lua's ``CONFIG`` with its default as the file has it."""
+    lua = (ROOT / "slurm_plugins" / "job_submit.lua").read_text()
+    block = lua.split("local CONFIG = {", 1)[1].split("\n}", 1)[0]
+    settings = dict(re.findall(r"^  (\w+) = (.+?),?$", block, re.M))
+    assert "lockin_qos" in settings
+    page = (ROOT / "docs" / "job_submit.md").read_text()
+    rows = dict(re.findall(r"^   \| `(\w+)` \| `([^`]*)` \|", page, re.M))
+    assert {k: rows.get(k) for k in settings} == settings
