@@ -128,3 +128,103 @@ def test_the_installed_docs_ship_every_page_they_name() -> None:
             named.add(str((base / link).as_posix()).removeprefix("docs/"))
         missing += [f"{page} names {n}" for n in sorted(named) if n not in shipped]
     assert missing == [], "install them (debian/rules, dh_installdocs) or drop the reference"
+
+
+def test_the_payload_table_names_every_field_of_every_payload() -> None:
+    """docs/architecture.md, "Actions and their ids": each payload class's row (``+``:
+    the ``user`` and ``nodes`` every action on nodes carries) names all its fields; a field
+    added to a payload without its row is drift."""
+    import dataclasses
+
+    from rsa_scheduler.core.actions import PAYLOADS
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text.split("| kind | payload | fields |", 1)[1].split("\n\n", 1)[0]
+    missing = []
+    for cls in sorted(set(PAYLOADS.values()), key=lambda c: c.__name__):
+        rows = [r for r in table.splitlines() if f"`{cls.__name__}`" in r]
+        assert len(rows) == 1, f"{cls.__name__}: {len(rows)} rows in the payload table"
+        named = set(re.findall(r"`(\w+)`", rows[0].split("|")[3]))
+        if rows[0].split("|")[3].strip().startswith("+"):
+            named |= {"user", "nodes"}
+        missing += [f"{cls.__name__}.{f.name}" for f in dataclasses.fields(cls)
+                    if f.name not in named]
+    assert missing == [], "docs/architecture.md's payload table lacks these fields"
+
+
+def test_the_architecture_page_names_every_group_of_states() -> None:
+    """Every named group of ``core/states.py`` (a frozenset of rsa-states or job-states, a
+    set of commands) is listed in docs/architecture.md's "One vocabulary"."""
+    from rsa_scheduler.core import states
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    vocabulary = text.split("**One vocabulary.**", 1)[1].split("\n\n", 1)[0]
+    groups = [name for name, value in vars(states).items()
+              if name.isupper() and isinstance(value, frozenset)
+              and value and all(isinstance(v, (states.RsaState, states.JobState,
+                                                states.Trigger)) for v in value)]
+    assert groups
+    assert [g for g in groups if f"`{g}`" not in vocabulary] == []
+
+
+def _commands() -> dict[str, set[str]]:
+    """``rsa`` and ``rsad`` as click sees them: "rsa admin drain" -> its options."""
+    import click
+
+    from rsa_scheduler.cli.main import cli
+    from rsa_scheduler.daemon.main import rsad
+
+    tree: dict[str, set[str]] = {}
+
+    def walk(cmd: click.Command, path: str) -> None:
+        tree[path] = {o for p in cmd.params if isinstance(p, click.Option)
+                      for o in [*p.opts, *p.secondary_opts]} | {"--help", "-h"}
+        if isinstance(cmd, click.Group):
+            ctx = click.Context(cmd)
+            for name in cmd.list_commands(ctx):
+                sub = cmd.get_command(ctx, name)
+                assert sub is not None
+                walk(sub, f"{path} {name}")
+
+    walk(cli, "rsa")
+    walk(rsad, "rsad")
+    return tree
+
+
+def test_every_command_and_option_the_docs_quote_exists() -> None:
+    """A command quoted inline (`rsa events --job ID`) names a sub-command and options the
+    CLI has: a renamed or moved option (`rsa sim --tiers`, which is `rsa sim replay`'s)
+    is drift. ``rsa sim FILE`` is ``rsa sim run FILE``."""
+    tree = _commands()
+    wrong = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for m in re.finditer(r"`((?:rsa|rsad) [^`\n]*[^`\n:])`", text):  # not a prefix
+            words = m.group(1).split()
+            path = words[0]
+            rest = words[1:]
+            while rest and f"{path} {rest[0]}" in tree:
+                path = f"{path} {rest.pop(0)}"
+            if path == "rsa sim" and rest and not rest[0].startswith("-"):
+                path = "rsa sim run"
+            if path == "rsa" and rest and re.fullmatch(r"[a-z]+(-[a-z]+)*", rest[0]):
+                wrong.append(f"{page.relative_to(ROOT)}: `{m.group(1)}`: no command "
+                             f"{rest[0]!r}")
+            for word in rest:
+                opt = re.match(r"(--?[A-Za-z][\w-]*)", word)
+                if opt and opt.group(1) not in tree[path] | tree[words[0]]:
+                    wrong.append(f"{page.relative_to(ROOT)}: `{m.group(1)}`: {path} has "
+                                 f"no {opt.group(1)}")
+    assert wrong == [], "the docs quote commands or options the CLI lacks"
+
+
+def test_the_job_submit_page_lists_every_setting_of_job_submit_lua() -> None:
+    """docs/job_submit.md's settings table (step 2 of "Deploying on a cluster") names
+    every key of job_submit.lua's ``CONFIG`` with its default as the file has it."""
+    lua = (ROOT / "slurm_plugins" / "job_submit.lua").read_text()
+    block = lua.split("local CONFIG = {", 1)[1].split("\n}", 1)[0]
+    settings = dict(re.findall(r"^  (\w+) = (.+?),?$", block, re.M))
+    assert "lockin_qos" in settings
+    page = (ROOT / "docs" / "job_submit.md").read_text()
+    rows = dict(re.findall(r"^   \| `(\w+)` \| `([^`]*)` \|", page, re.M))
+    assert {k: rows.get(k) for k in settings} == settings
