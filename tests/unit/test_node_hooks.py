@@ -311,8 +311,9 @@ def test_a_namespace_that_cannot_be_dropped_still_tells_rsad_the_ramdisk_is_rele
     """Found by review: under ``hooks.mounts: job`` the Epilog released the job's mounts
     inside its namespace, then an error dropping the namespace's handle skipped the
     report to rsad, whose stage-out then waited for this node's Epilog up to
-    ``reset_timeout`` (10 min by default; NodeSide.await_epilogs). Now rsad hears the
-    release, and the job's directory is kept with a line that says why."""
+    ``reset_timeout`` (90 s by default, 3 × ``hooks.timeout`` if longer;
+    NodeSide.await_epilogs). Now rsad hears the release, and the job's directory is kept
+    with a line that says why."""
     from rsa_scheduler.node import namespace
 
     d = tmp_path / "n" / "c1" / "42"
