@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rsa_scheduler.config import Config, load_config
 from rsa_scheduler.config.schema import LockinMethod
@@ -114,12 +115,13 @@ def test_start_up_check_refuses_qos_without_accounting(lab: Mapping[str, str],
         f"(AccountingStorageType={none}), so it accepts qos= and ignores "
         "it: set slurm.lockin.method: priority, or enable slurmdbd")
     # the real rsad refuses to start with it, in one line (--check starts no servers)
-    text = Path(lab["RSA_LAB_RSA_CONFIG"]).read_text()
-    text = text.replace("method: priority", "method: qos")
-    text = text.replace("state_dir: /run/rsa-lab/rsad", f"state_dir: {tmp_path}/state")
-    assert "method: qos" in text and str(tmp_path) in text
+    # (the lab's rsa.yaml by its keys: the two labs write it differently)
+    data = yaml.safe_load(Path(lab["RSA_LAB_RSA_CONFIG"]).read_text())
+    data.setdefault("slurm", {}).setdefault("lockin", {})["method"] = "qos"
+    data.setdefault("daemon", {})["state_dir"] = f"{tmp_path}/state"
     conf = tmp_path / "rsa.yaml"
-    conf.write_text(text)
+    conf.write_text(yaml.safe_dump(data))
+    conf.chmod(0o600)
     done = subprocess.run([f"{lab['RSA_LAB_VENV']}/bin/rsad", "--config", str(conf), "--check"],
                           capture_output=True, text=True, timeout=60,
                           env={**os.environ, "SLURM_CONF": lab["RSA_LAB_SLURM_CONF"]})
