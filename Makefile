@@ -69,10 +69,10 @@ unit: install
 # build tools, debootstrap, the lab host's root and venvs: apt on the host, never at
 # once), then the unit tests (alone: they are CPU-bound, and fail fast), then five lanes
 # side by side:
-#   queue   the tier phase (lab-test-tiers), the variant (lab-test-variant), then the
-#           queue-mode phase's integration tests, the security tier and one chaos
-#           round, each on a cluster lab of its own (lane-integration, lane-security,
-#           lane-chaos)
+#   queue   the tier phase (lab-test-tiers), then the queue-mode phase's integration
+#           tests, the security tier, the variant (a second Slurm set-up) and one
+#           chaos round, each on a cluster lab of its own (lane-integration,
+#           lane-security, lane-variant, lane-chaos)
 #   e2e     the queue-mode phase's whole lifecycles, tests/e2e, on a cluster lab of its
 #           own (RSA_CLUSTER_NAME=e2e: every node its own host, the host lab's shape;
 #           cluster-lab-run); make lab-test LAB_TESTS=tests/e2e runs them on the host lab
@@ -148,9 +148,9 @@ lab-host: install
 
 lane-queue: lab-host
 	$(call LAB_IN,tiers) lab-test-tiers
-	$(call LAB_IN,variant) lab-test-variant
 	$(MAKE) --no-print-directory lane-integration
 	$(MAKE) --no-print-directory lane-security
+	$(MAKE) --no-print-directory lane-variant
 	$(MAKE) --no-print-directory lane-chaos
 
 lane-e2e: lab-host
@@ -173,7 +173,8 @@ lane-security: lab-host
 
 # The second Slurm set-up (lab-test-variant's: no slurmdbd, so rsad locks in by priority;
 # PrologFlags=Alloc,Contain: the Prolog at allocation on every node, the extern step) on a
-# cluster lab of its own (RSA_CLUSTER_NAME=variant): the tests marked prologflags or lockin
+# cluster lab of its own (RSA_CLUSTER_NAME=variant): the tests marked prologflags or
+# lockin (make lab-test-variant runs them on the host lab)
 lane-variant: lab-host
 	RSA_CLUSTER_ACCOUNTING=0 RSA_CLUSTER_PROLOG_FLAGS=Alloc,Contain \
 	  $(MAKE) --no-print-directory cluster-lab-run RSA_CLUSTER_NAME=variant \

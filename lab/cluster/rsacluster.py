@@ -865,12 +865,16 @@ def previous() -> Path:
 
 
 def _without_accounting() -> None:
-    """slurm.conf on every host as a site without slurmdbd has it: no Accounting* or
-    Priority* line (priority/basic, Slurm's default), accounting_storage/none."""
+    """slurm.conf on every host as a site without slurmdbd has it, and as the host lab's
+    RSA_LAB_ACCOUNTING=0: no other Accounting* or Priority* line,
+    accounting_storage/none, priority/basic, said: current Slurm's default is
+    priority/multifactor (SchedMD's priority_multifactor page), and without the line the
+    cluster on Debian 13 (Slurm 24.11) ran that, its weights all 0, not basic."""
     conf = "/etc/slurm/slurm.conf"
     for node in SLURM_NODES:
         sh(node, f"sed -i -e '/^Accounting/d' -e '/^Priority/d' {conf}\n"
-                 f"echo AccountingStorageType=accounting_storage/none >> {conf}")
+                 f"echo AccountingStorageType=accounting_storage/none >> {conf}\n"
+                 f"echo PriorityType=priority/basic >> {conf}")
     log("without accounting (RSA_CLUSTER_ACCOUNTING=0)")
 
 
