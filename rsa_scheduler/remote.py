@@ -59,6 +59,7 @@ SIMPLE_TIMEOUT = 30.0  # seconds a kill/probe on the node may take (a hung node:
 DEFAULT_MAX_SESSIONS = 8
 CONNECT_TRIES = 5  # connection attempts when sshd drops us before its banner
 CONNECT_PAUSE = 0.2  # seconds before the 2nd attempt (x attempt, x 1-2 jitter)
+OPEN_TRIES = 6  # session channels sshd refused in a row before giving up (same pauses)
 
 
 class _Dropped(HostError):
@@ -296,15 +297,28 @@ class SshHost:
             return t
 
     def _open_channel(self) -> paramiko.Channel:
-        """A new session channel; reconnect once if the connection went away."""
-        for attempt in (0, 1):
+        """A new session channel. sshd refusing the channel alone (``ChannelException``:
+        over its MaxSessions while the sessions just closed are still being torn down on
+        its side, as under load) is asked again on the same connection, a little later
+        each time: closing it would cut every other command running over it (their
+        outcome unknown). A connection that went away is made again, once."""
+        refused = 0
+        fresh = False
+        while True:
             try:
-                return self._transport(fresh=attempt == 1).open_session(
+                return self._transport(fresh=fresh).open_session(
                     timeout=self.connect_timeout)
+            except paramiko.ChannelException as e:
+                refused += 1
+                if refused >= OPEN_TRIES:
+                    raise HostError(f"{self.name}: sshd refused an SSH session {refused} "
+                                    f"times ({e}): is its MaxSessions below "
+                                    f"{DEFAULT_MAX_SESSIONS}?") from e
+                time.sleep(CONNECT_PAUSE * refused * (1 + random.random()))
             except (paramiko.SSHException, EOFError, OSError) as e:
-                if attempt == 1:
+                if fresh:
                     raise HostError(f"{self.name}: cannot open an SSH session: {e}") from e
-        raise AssertionError("unreachable")
+                fresh = True
 
     def connect(self) -> None:
         """Connect now (otherwise the first command connects)."""

@@ -212,3 +212,43 @@ def test_a_connection_closed_after_the_banner_is_not_blamed_on_maxstartups(
     assert "SSH-2.0-OpenSSH_9.2p1" in text and "see sshd's log on rsa9" in text, text
     assert "MaxStartups" not in text, text
     assert not [r for r in caplog.records if "before its banner" in r.getMessage()]
+
+
+def test_a_refused_session_is_asked_again_on_the_same_connection(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen on the cluster lab under load: sshd refused one session channel ("open
+    failed: Connect failed", over its MaxSessions while sessions just closed were still
+    being torn down). The refusal was taken for a lost connection and the connection
+    closed, which cut the commands of five other threads running over it ("SSH
+    connection lost during hostname"). Now the channel is asked again on the same
+    connection; only a connection that went away is made again."""
+    import paramiko
+
+    class Transport:
+        def __init__(self) -> None:
+            self.refusals = 2
+            self.opened = 0
+
+        def open_session(self, timeout: float) -> str:
+            if self.refusals:
+                self.refusals -= 1
+                raise paramiko.ChannelException(2, "Connect failed")
+            self.opened += 1
+            return "channel"
+
+    transport = Transport()
+    fresh_asked: list[bool] = []
+
+    def get(self: SshHost, fresh: bool = False) -> Transport:
+        fresh_asked.append(fresh)
+        return transport
+
+    monkeypatch.setattr(SshHost, "_transport", get)
+    monkeypatch.setattr(remote, "CONNECT_PAUSE", 0.0)
+    host = SshHost("rsa2", "127.0.0.1")
+    got: object = host._open_channel()
+    assert got == "channel"
+    assert fresh_asked == [False, False, False]  # never a new connection
+    transport.refusals = remote.OPEN_TRIES
+    with pytest.raises(HostError, match=r"rsa2: sshd refused an SSH session 6 times"):
+        host._open_channel()
