@@ -303,11 +303,12 @@ class SshHost:
         each time: closing it would cut every other command running over it (their
         outcome unknown). A connection that went away is made again, once."""
         refused = 0
-        fresh = False
+        fresh = reconnected = False
         while True:
             try:
-                return self._transport(fresh=fresh).open_session(
-                    timeout=self.connect_timeout)
+                transport = self._transport(fresh=fresh)
+                fresh = False  # (made anew once: a later refusal keeps that connection)
+                return transport.open_session(timeout=self.connect_timeout)
             except paramiko.ChannelException as e:
                 refused += 1
                 if refused >= OPEN_TRIES:
@@ -316,9 +317,9 @@ class SshHost:
                                     f"{DEFAULT_MAX_SESSIONS}?") from e
                 time.sleep(CONNECT_PAUSE * refused * (1 + random.random()))
             except (paramiko.SSHException, EOFError, OSError) as e:
-                if fresh:
+                if reconnected:
                     raise HostError(f"{self.name}: cannot open an SSH session: {e}") from e
-                fresh = True
+                fresh = reconnected = True
 
     def connect(self) -> None:
         """Connect now (otherwise the first command connects)."""
