@@ -220,6 +220,44 @@ def pfs_writes_at(lab: Mapping[str, str], rate: str) -> Iterator[None]:
         set_rate(lab.get("RSA_LAB_PFS_RATE", "1gbit"))
 
 
+#: the cluster lab's PFS host's storage interface (lab/cluster/rsacluster.py NETWORKS):
+#: what it sends there is what every PFS client reads
+CLUSTER_PFS_DEV = "eth2"
+
+
+@contextmanager
+def pfs_reads_at(lab: Mapping[str, str], rate: str) -> Iterator[None]:
+    """The PFS's read bandwidth at ``rate`` for a block (a stage-in that lasts long enough
+    to be interrupted whatever the machine's speed); the lab's own afterwards, also when
+    the test fails. The host lab: the htb class on its storage namespace's end of the
+    veth (lab/rsalab/pfs.py). The cluster lab, whose PFS is not throttled: an htb qdisc on
+    the PFS host's storage interface (through the door), removed afterwards."""
+    if in_cluster():
+        on_node("pfs", ["tc", "qdisc", "replace", "dev", CLUSTER_PFS_DEV, "root",
+                        "handle", "1:", "htb", "default", "10"], timeout=30)
+        try:
+            on_node("pfs", ["tc", "class", "replace", "dev", CLUSTER_PFS_DEV, "parent", "1:",
+                            "classid", "1:10", "htb", "rate", rate, "ceil", rate, *_HTB],
+                    timeout=30)
+            yield
+        finally:
+            on_node("pfs", ["tc", "qdisc", "del", "dev", CLUSTER_PFS_DEV, "root"], timeout=30)
+        return
+    holder = Path("/run/rsa-lab/pids/pfsnet.pid").read_text().split()[0]
+
+    def set_rate(r: str) -> None:
+        subprocess.run(["/usr/bin/nsenter", f"--net=/proc/{holder}/ns/net", "/usr/sbin/tc",
+                        "class", "change", "dev", "eth0", "parent", "1:", "classid", "1:10",
+                        "htb", "rate", r, "ceil", r, *_HTB],
+                       check=True, capture_output=True, timeout=30)
+
+    set_rate(rate)
+    try:
+        yield
+    finally:
+        set_rate(lab.get("RSA_LAB_PFS_RATE", "1gbit"))
+
+
 def lab_nodes(lab: Mapping[str, str], key: str) -> list[str]:
     """The node names of a lab fact such as RSA_LAB_COMPUTE_NODES (``c[1-4]``)."""
     prefix, _, rest = lab[key].partition("[")

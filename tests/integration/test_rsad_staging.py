@@ -23,6 +23,7 @@ from tests.integration.slurmkit import (
     lab_nodes,
     make_jobs,
     on_node,
+    pfs_reads_at,
     restart_lab_rsad,
     root,
     wait_for,
@@ -138,7 +139,9 @@ def test_input_is_staged_into_a_real_ramdisk_with_identical_contents(
 
 def test_demotion_during_stage_in_stops_the_transfer_and_frees_the_nodes(
         lab: Mapping[str, str], area: Path, tmp_path: Path) -> None:
-    with make_jobs(lab) as jobs:
+    # 900 MB at 100 Mbit/s: 72 s of stage-in, far more than Slurm takes to demote the job
+    # (unshaped, the cluster lab's PFS gave it in 7.5 s once, before the demotion was seen)
+    with make_jobs(lab) as jobs, pfs_reads_at(lab, "100mbit"):
         fill(jobs)
         job = submit_rsa(jobs, area / "big", area / "out", tmp_path)
         wait_state(lab, job, "staging-in")
