@@ -75,19 +75,24 @@ ENV = (f"PATH={HOST_PATH}", "LC_ALL=C.UTF-8", "HOME=/root")
 # the roles: what each node runs (start order: this table's order, then daemons' order)
 # (pfs-client: each node mounts the PFS at PFS with its own mfsmount)
 # (nslcd: the node resolves users and groups through the directory, slapd on ldap, which
-# therefore starts first; the lab's users are in no node's /etc/passwd. rsad: on a host
-# of its own, last: it reaches slurmctld, the RSA nodes' sshd and is reached by ctl's
-# hooks and the compute nodes, all over the network. firewall: the operator guide's
-# rules for the RSA data network, loaded before anything listens, as at boot)
+# therefore starts first; the lab's users are in no node's /etc/passwd. rsad: on the
+# controller beside slurmctld and slurmdbd (RSA_CLUSTER_RSAD=ctl, the default: the
+# issue's controller, a site's usual place; slurmctld's hooks reach it by its socket) or
+# on a host of its own (RSA_CLUSTER_RSAD=own: its hooks over the network), started last
+# either way: it reaches the RSA nodes' sshd and is reached by the compute nodes over the
+# network; the name "rsad" resolves to whichever host runs it. firewall: the operator
+# guide's rules for the RSA data network, loaded before anything listens, as at boot)
 # The cluster's shape: RSA_CLUSTER_NODES compute nodes and as many RSA nodes (c1.., rsa1..;
 # 2 by default, at most the 4 of each that lab/cluster/files/etc/hosts names), each RSA
-# node's pool a tmpfs of RSA_CLUSTER_POOL (1G by default). The harness's lab-test brings
+# node's pool a tmpfs of RSA_CLUSTER_POOL (1G by default), rsad where RSA_CLUSTER_RSAD
+# says (ctl by default, or own). The harness's lab-test brings
 # up 4 and 2G, the host lab's shape, for the host lab's tests. An up records the shape in
 # its state (SHAPE_FILE): every later command on that cluster reads it from there.
 SHAPE_FILE = STATE / "shape.json"
 IMAGE_FILE = STATE / "image"  # the image this cluster's nodes boot from, while it is up
 MAX_NODES = 4
-DEFAULT_SHAPE = {"nodes": 2, "pool": "1G"}
+DEFAULT_SHAPE = {"nodes": 2, "pool": "1G", "rsad": "ctl"}
+RSAD_PLACES = ("ctl", "own")  # RSA_CLUSTER_RSAD: the controller, or a host of its own
 
 
 def _shape() -> dict[str, object]:
@@ -106,26 +111,35 @@ def wanted_shape() -> dict[str, object]:
     """The shape the environment asks for (:func:`_shape`)."""
     nodes = os.environ.get("RSA_CLUSTER_NODES", str(DEFAULT_SHAPE["nodes"]))
     pool = os.environ.get("RSA_CLUSTER_POOL", str(DEFAULT_SHAPE["pool"]))
+    rsad = os.environ.get("RSA_CLUSTER_RSAD", str(DEFAULT_SHAPE["rsad"]))
+    if rsad not in RSAD_PLACES:
+        sys.exit(f"cluster: RSA_CLUSTER_RSAD={rsad!r}: ctl (on the controller) or own "
+                 "(a host of its own)")
     if not nodes.isdigit() or not 1 <= int(nodes) <= MAX_NODES:
         sys.exit(f"cluster: RSA_CLUSTER_NODES={nodes!r}: 1 to {MAX_NODES}")
     if not re.fullmatch(r"[1-9][0-9]{0,2}[MG]", pool):
         sys.exit(f"cluster: RSA_CLUSTER_POOL={pool!r}: a size such as 512M or 2G")
-    return {"nodes": int(nodes), "pool": pool}
+    return {"nodes": int(nodes), "pool": pool, "rsad": rsad}
 
 
 SHAPE = _shape()
 COUNT = int(str(SHAPE["nodes"]))
 POOL_SIZE = str(SHAPE["pool"])
+RSAD_ON_CTL = SHAPE.get("rsad", "ctl") == "ctl"
 ROLES: dict[str, tuple[str, ...]] = {
     "ldap": ("slapd",),
     "pfs": ("nslcd", "mfsmaster", "mfschunkserver"),
-    "ctl": ("nslcd", "munged", "pfs-client", "mariadb", "slurmdbd", "slurmctld"),
+    "ctl": ("nslcd", "munged", "pfs-client", "mariadb", "slurmdbd", "slurmctld",
+            *(("rsad",) if RSAD_ON_CTL else ())),
     **{f"c{i}": ("nslcd", "munged", "pfs-client", "slurmd") for i in range(1, COUNT + 1)},
     **{f"rsa{i}": ("firewall", "nslcd", "munged", "pfs-client", "sshd")
        for i in range(1, COUNT + 1)},
     "login": ("nslcd", "munged", "pfs-client"),  # users' door: sbatch, rsa, the PFS
-    "rsad": ("nslcd", "munged", "pfs-client", "rsad"),
+    **({} if RSAD_ON_CTL else {"rsad": ("nslcd", "munged", "pfs-client", "rsad")}),
 }
+# the service name every client finds rsad by (client.conf's ``api = rsad:7820``): with
+# rsad on the controller, an alias of ctl's addresses in every node's /etc/hosts
+RSAD_NAME = "rsad"
 # the process a role's name stands for, when not its own ("": none, a ruleset)
 COMM = {"pfs-client": "mfsmount", "firewall": "", "mariadb": "mariadbd"}
 # accounting (slurmdbd and its MariaDB, on the controller as the issue has it: a site's
@@ -218,6 +232,25 @@ def addresses() -> dict[str, dict[str, str]]:
     if missing:
         raise ClusterError(f"lab/cluster/files/etc/hosts names no address for {missing}")
     return table
+
+
+def hosts_file(text: str, rsad_on: str) -> str:
+    """The image's /etc/hosts as a node of this cluster has it: with rsad on the
+    controller (``rsad_on`` "ctl") the lines of the host of its own dropped and the names
+    ``rsad``, ``rsad-st`` added to ctl's (every client finds rsad by that name, as a site
+    names a service by an alias of the host that runs it); else as it is."""
+    if rsad_on != "ctl":
+        return text
+    out = []
+    for line in text.splitlines():
+        fields = line.split("#", 1)[0].split()
+        name = fields[1] if len(fields) >= 2 else ""
+        if name in (RSAD_NAME, f"{RSAD_NAME}{NETWORKS['storage'][2]}"):
+            continue
+        if name == "ctl" or name == f"ctl{NETWORKS['storage'][2]}":
+            line = f"{line}\t{RSAD_NAME}{name.removeprefix('ctl')}"
+        out.append(line)
+    return "\n".join(out) + "\n"
 
 
 def hosts() -> dict[str, str]:
@@ -706,7 +739,8 @@ def _rsad(host: str) -> None:
     on(host, ["sh", "-ec", "cat > /etc/rsa/known_hosts"], input=known)
     # the package's rsa.yaml is root:root 0640 (its postinst): rewritten in place, kept
     # so; the same file on the compute nodes (their Prolog and Epilog read it)
-    # (ctl keeps the package's: slurmctld's hooks find rsad by client.conf)
+    # (with rsad on a host of its own ctl keeps the package's: slurmctld's hooks find
+    # rsad by client.conf)
     for node in (host, *COMPUTE):
         on(node, ["sh", "-ec", "cat > /etc/rsa/rsa.yaml"], input=rsa_yaml())
     sh(host, "rsa config check /etc/rsa/rsa.yaml >/dev/null\nrsad --check >/var/log/rsad.log 2>&1")
@@ -745,7 +779,8 @@ def restart_rsad(host: str = "") -> None:
         host, ["rsa", "nodes"], check=False).returncode == 0, timeout=60)
 
 
-SLURM_NODES = ("ctl", *COMPUTE, "login", RSAD)  # every host with slurm.conf's clients
+# every host with slurm.conf's clients
+SLURM_NODES = tuple(dict.fromkeys(("ctl", *COMPUTE, "login", RSAD)))
 BB_CONF = """# burst_buffer.conf of the cluster lab's native mode (the operator guide's)
 Directive=BB_LUA
 StageInTimeout=86400
@@ -780,7 +815,8 @@ def mode(which: str, every: int = 15) -> None:
     native mode, as the operator guide's "Native mode" has a site do it: on ctl the
     package's burst_buffer.lua next to slurm.conf, burst_buffer.conf, job_submit.lua's
     ``bb_directive = "BB_LUA"``, and rsa-bb-pools (the unit's ExecStart) writing rsad's
-    pools where burst_buffer.lua reads them (rsad runs on a host of its own); every
+    pools where burst_buffer.lua reads them when rsad runs on a host of its own (on ctl
+    rsad writes them there itself, ``slurm.bb_pools_file``); every
     host's slurm.conf ``BurstBufferType=burst_buffer/lua`` (and, with slurmdbd,
     ``AccountingStorageTRES=bb/lua``); rsa.yaml ``slurm.mode:
     native`` on rsad's host (and the compute nodes'). Then rsad restarted, then
@@ -818,7 +854,11 @@ def mode(which: str, every: int = 15) -> None:
             lines.append("grep -q '^  mode: native$' /etc/rsa/rsa.yaml")
         sh(node, "\n".join(lines))
     restart_rsad()
-    if native:
+    if native and RSAD_ON_CTL:  # rsad writes slurm.bb_pools_file itself, on ctl
+        wait_for("rsad's pools on ctl", lambda: on(
+            "ctl", ["test", "-s", "/run/rsa/bb-pools.json"], check=False).returncode == 0,
+            timeout=30)
+    elif native:
         sh("ctl", "\n".join([
             "install -d -m 0755 /run/rsa",
             f"setsid {POOLS_SYNC.format(every=every)} </dev/null "
@@ -957,15 +997,20 @@ def up() -> None:
             entry = _boot(name, root, binds, ro_binds)
             for net, addr in table[name].items():
                 _wire(switch, name, int(str(entry["init"])), net, addr)
+            if RSAD_ON_CTL:
+                on(name, ["sh", "-ec", "cat > /etc/hosts"], input=hosts_file(
+                    (HERE / "files/etc/hosts").read_text(), "ctl"))
         if COMPUTE != ("c1", "c2"):
             _slurm_conf_nodes()
         if not accounting():
             _without_accounting()
         if prolog_flags():
             _with_prolog_flags(prolog_flags())
-        for name in ROLES:
+        for name in ROLES:  # rsad last, wherever it runs (it reaches every other)
             for daemon in daemons_of(name):
-                _start(name, daemon)
+                if daemon != "rsad":
+                    _start(name, daemon)
+        _start(RSAD, "rsad")
         wait_for("slurmd on every compute node idle", _slurm_nodes_idle, timeout=60)
     except BaseException:
         log("up failed: the nodes' daemon logs are kept in " + str(LOGS))

@@ -16,6 +16,9 @@ import pytest
 
 CLUSTER = Path(__file__).resolve().parents[2] / "lab" / "cluster"
 CTL = CLUSTER / "clusterctl"
+#: the host rsad runs on: the controller, or a host of its own named rsad with
+#: RSA_CLUSTER_RSAD=own (lab/cluster/rsacluster.py reads the same variable at up)
+RSAD = "rsad" if os.environ.get("RSA_CLUSTER_RSAD", "ctl") == "own" else "ctl"
 
 
 @dataclass(frozen=True)

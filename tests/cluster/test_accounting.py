@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.cluster.conftest import Cluster
+from tests.cluster.conftest import RSAD, Cluster
 
 HOME = "/pfs/home/rsauser"
 JOB = f"""#!/bin/bash
@@ -136,13 +136,13 @@ def qos_method(cluster: Cluster) -> Iterator[None]:
     """rsad with ``slurm.lockin.method: qos`` (rsa.yaml on its host, restarted as its
     unit would be); back to the default, priority, also when the test fails."""
     yaml = "/etc/rsa/rsa.yaml"
-    cluster.run("rsad", ["sed", "-i", "s/^    method: priority$/    method: qos/", yaml])
+    cluster.run(RSAD, ["sed", "-i", "s/^    method: priority$/    method: qos/", yaml])
     try:
-        assert "    method: qos" in cluster.out("rsad", ["cat", yaml])
+        assert "    method: qos" in cluster.out(RSAD, ["cat", yaml])
         _restart_rsad()
         yield
     finally:
-        cluster.run("rsad", ["sed", "-i", "s/^    method: qos$/    method: priority/", yaml])
+        cluster.run(RSAD, ["sed", "-i", "s/^    method: qos$/    method: priority/", yaml])
         _restart_rsad()
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.conftest import CTL, Cluster
+from tests.cluster.conftest import CTL, RSAD, Cluster
 
 HOME = "/pfs/home/rsauser"
 USER = "rsauser"
@@ -291,15 +291,15 @@ def test_rsad_killed_mid_stage_in_the_job_completes_and_nothing_leaks(
                     f"for f in f1 f2 f3; do head -c 40000000 /dev/urandom > {area}/in/$f; "
                     "done"], user=USER, timeout=120)
     job = _submit(c, "compat-chaos", CHAOS.format(base=area))
-    killed = c.run("rsad", ["sh", "-c", KILL_MID_STAGE_IN, "sh", job], timeout=90)
+    killed = c.run(RSAD, ["sh", "-c", KILL_MID_STAGE_IN, "sh", job], timeout=90)
     pid = killed.stdout.strip()
     assert pid.isdigit(), killed
-    assert c.run("rsad", ["test", "-e", f"/proc/{pid}"], check=False).returncode != 0
+    assert c.run(RSAD, ["test", "-e", f"/proc/{pid}"], check=False).returncode != 0
     restart = subprocess.run([str(CTL), "restart-rsad"], capture_output=True, text=True,
                              timeout=180, check=False)
     assert restart.returncode == 0, restart.stdout + restart.stderr
     # the restarted rsad found the stage-in outstanding in its store and issued it again
-    log = c.out("rsad", ["cat", "/var/log/rsad.log"])
+    log = c.out(RSAD, ["cat", "/var/log/rsad.log"])
     assert f"({job}/1/stage-in/" in log.split("actions outstanding:")[-1].split("\n")[0], \
         log[-3000:]
     data = _released(c, job, timeout=240)

@@ -9,11 +9,13 @@ import sys
 import time
 from pathlib import Path
 
-from tests.cluster.conftest import Cluster
+from tests.cluster.conftest import RSAD, Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 
-NODES = ("ctl", "c1", "c2", "rsa1", "rsa2", "pfs", "ldap", "rsad", "login")
+# rsad's own host only with RSA_CLUSTER_RSAD=own; by default rsad runs on ctl
+NODES = ("ctl", "c1", "c2", "rsa1", "rsa2", "pfs", "ldap", "login",
+         *(("rsad",) if RSAD == "rsad" else ()))
 ADDRESS = {"ctl": "10.230.0.10", "c1": "10.230.0.11", "c2": "10.230.0.12",
            "rsa1": "10.230.0.21", "rsa2": "10.230.0.22", "pfs": "10.230.0.30",
            "ldap": "10.230.0.40", "rsad": "10.230.0.41", "login": "10.230.0.50"}
@@ -86,38 +88,45 @@ def test_pfs_is_one_filesystem_at_the_same_path(cluster: Cluster) -> None:
     assert denied.returncode != 0 and "Permission denied" in denied.stderr
 
 
-def test_rsad_is_on_a_host_of_its_own(cluster: Cluster) -> None:
-    # rsad runs on the host rsad, slurmctld on ctl: each only there; rsad's socket is on
-    # its host alone, its API listens on its address (daemon.api.listen)
-    assert "rsad" in cluster.out("rsad", ["ps", "-e", "-o", "comm="]).split()
-    assert "slurmctld" not in cluster.out("rsad", ["ps", "-e", "-o", "comm="]).split()
-    for node in ("ctl", "c1", "rsa1"):
+def test_rsad_runs_on_its_host_only(cluster: Cluster) -> None:
+    # rsad runs on its host (the controller beside slurmctld, or the host rsad of its
+    # own with RSA_CLUSTER_RSAD=own, slurmctld not there), and there only; its socket is
+    # on its host alone, its API listens on its address (daemon.api.listen); every node
+    # finds it by the name rsad
+    comms = cluster.out(RSAD, ["ps", "-e", "-o", "comm="]).split()
+    assert "rsad" in comms
+    assert ("slurmctld" in comms) == (RSAD == "ctl")
+    assert ADDRESS[RSAD] in cluster.out("c1", ["getent", "hosts", "rsad"])
+    for node in ("ctl", "c1", "rsa1", "login"):
+        if node == RSAD:
+            continue
         assert "rsad" not in cluster.out(node, ["ps", "-e", "-o", "comm="]).split()
         assert cluster.run(node, ["test", "-e", "/run/rsa/rsad.sock"],
                            check=False).returncode == 1
-    assert cluster.run("rsad", ["test", "-S", "/run/rsa/rsad.sock"]).returncode == 0
-    assert f"{ADDRESS['rsad']}:7820" in cluster.out("rsad", ["ss", "-Hltn"])
+    assert cluster.run(RSAD, ["test", "-S", "/run/rsa/rsad.sock"]).returncode == 0
+    assert f"{ADDRESS[RSAD]}:7820" in cluster.out(RSAD, ["ss", "-Hltn"])
     # every other host reaches it over the management network by /etc/rsa/client.conf,
-    # MUNGE-authenticated: root on ctl (slurmctld's host) and a user on a compute node
+    # MUNGE-authenticated: root on ctl (slurmctld's host: by the socket when rsad runs
+    # there) and a user on a compute node
     assert "rsa1" in cluster.out("ctl", ["rsa", "nodes"])
     assert cluster.run("c1", ["rsa", "status"], user="rsauser").returncode == 0
     # the compute node's own check: rsad's API answers c1 with replies signed for root,
     # as the node hooks require (the operator guide's `rsa nodes check --compute`)
     assert cluster.out("c1", ["rsa", "nodes", "check", "--compute"]) == "c1: ok\n"
     # and rsad reaches slurmctld on ctl (its squeue/scontrol, as root, with MUNGE)
-    assert "UP" in cluster.out("rsad", ["scontrol", "ping"])
+    assert "UP" in cluster.out(RSAD, ["scontrol", "ping"])
 
 
 def test_rsad_reaches_rsa_nodes_by_ssh(cluster: Cluster) -> None:
     # rsad on its host, configured as the operator guide says (its key and known_hosts in
     # /etc/rsa, rsa.yaml root's 0640), sees both RSA nodes over SSH across the bridge, and
     # `rsa nodes check` finds every tool and the PFS at the same paths on each
-    assert cluster.out("rsad", ["stat", "-c", "%U:%G:%a", "/etc/rsa/rsa.yaml"]) \
+    assert cluster.out(RSAD, ["stat", "-c", "%U:%G:%a", "/etc/rsa/rsa.yaml"]) \
         == "root:root:640\n"
-    nodes = cluster.out("rsad", ["rsa", "nodes"])
+    nodes = cluster.out(RSAD, ["rsa", "nodes"])
     assert [line.split()[:3] for line in nodes.splitlines()[1:]] == [
         ["rsa1", "ram", "up"], ["rsa2", "ram", "up"]]
-    check = cluster.out("rsad", ["rsa", "nodes", "check"], timeout=120)
+    check = cluster.out(RSAD, ["rsa", "nodes", "check"], timeout=120)
     # each with the MooseFS its Debian release installed (12: 3.0.117, 13: 4.57.5, ...)
     installed = {n: cluster.out(n, ["dpkg-query", "-W", "-f", "${Version}", "moosefs-master"])
                  .split("-")[0] for n in ("rsa1", "rsa2")}
@@ -127,7 +136,7 @@ def test_rsad_reaches_rsa_nodes_by_ssh(cluster: Cluster) -> None:
     keys = {cluster.out(n, ["cut", "-d", " ", "-f2", "/etc/ssh/ssh_host_ed25519_key.pub"])
             for n in ("rsa1", "rsa2")}
     assert len(keys) == 2
-    assert cluster.out("rsad", ["ssh", "-i", "/etc/rsa/id_ed25519", "-o", "BatchMode=yes",
+    assert cluster.out(RSAD, ["ssh", "-i", "/etc/rsa/id_ed25519", "-o", "BatchMode=yes",
                                "-o", "UserKnownHostsFile=/etc/rsa/known_hosts",
                                "-o", "StrictHostKeyChecking=yes", "root@rsa2",
                                "hostname"]) == "rsa2\n"
@@ -248,10 +257,13 @@ def _cluster_pids() -> list[int]:
     marked: set[int] = set()
     namespaces: set[str] = set()
     host = os.readlink("/proc/self/ns/pid")
+    # this cluster's mark (rsacluster.MARK): a named cluster's (RSA_CLUSTER_NAME) its own
+    name = os.environ.get("RSA_CLUSTER_NAME", "")
+    mark = f"RSACL_NODE{'_' + name.upper() if name else ''}=".encode()
     procs = [p for p in Path("/proc").iterdir() if p.name.isdigit()]
     for p in procs:
         try:
-            if any(e.startswith(b"RSACL_NODE=") for e in (p / "environ").read_bytes().split(b"\0")):
+            if any(e.startswith(mark) for e in (p / "environ").read_bytes().split(b"\0")):
                 marked.add(int(p.name))
                 if (ns := os.readlink(p / "ns" / "pid")) != host:
                     namespaces.add(ns)

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.conftest import CTL, Cluster
+from tests.cluster.conftest import CTL, RSAD, Cluster
 from tests.cluster.test_compat import (
     HOME,
     USER,
@@ -102,7 +102,7 @@ def test_rsad_killed_after_setup_and_during_stage_out_loses_nothing(
                     "done"], user=USER, timeout=120)
     job = _submit(c, "ncrash", JOB.format(base=base))
     # 1. Slurm has set the job up (rsad tracks it), its input is not staged yet
-    killed = c.run("rsad", ["sh", "-c", KILL_IN, "sh", job,
+    killed = c.run(RSAD, ["sh", "-c", KILL_IN, "sh", job,
                             "none allocated fs-building fs-ready staging-in",
                             AFTER_STAGE_IN], timeout=200)
     try:
@@ -112,7 +112,7 @@ def test_rsad_killed_after_setup_and_during_stage_out_loses_nothing(
     finally:
         _restart_rsad()
     # 2. the job ran; its output stages out
-    killed = c.run("rsad", ["sh", "-c", KILL_IN, "sh", job, "staging-out verifying",
+    killed = c.run(RSAD, ["sh", "-c", KILL_IN, "sh", job, "staging-out verifying",
                             AFTER_STAGE_OUT], timeout=400)
     try:
         deadline = time.monotonic() + 20

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from rsa_scheduler.node.plan import PROTOCOL
-from tests.cluster.conftest import CTL, Cluster
+from tests.cluster.conftest import CTL, RSAD, Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 HOME = "/pfs/home/rsauser"
@@ -108,11 +108,11 @@ def releases() -> Iterator[Releases]:
 
 
 def _log_size(cluster: Cluster) -> int:
-    return int(cluster.out("rsad", ["stat", "-c", "%s", "/var/log/rsad.log"]))
+    return int(cluster.out(RSAD, ["stat", "-c", "%s", "/var/log/rsad.log"]))
 
 
 def _log_since(cluster: Cluster, offset: int) -> str:
-    return cluster.out("rsad", ["tail", "-c", f"+{offset + 1}", "/var/log/rsad.log"])
+    return cluster.out(RSAD, ["tail", "-c", f"+{offset + 1}", "/var/log/rsad.log"])
 
 
 def _wait(what: str, ok: Callable[[], bool], timeout: float,
@@ -133,9 +133,9 @@ def test_rolling_upgrade_with_jobs_in_flight(cluster: Cluster, releases: Release
     old, new = releases.old, releases.new
     # the previous release on c2 and on rsad's host (rsad restarted into it); c1 has the
     # new one already: the upgrade is under way, compute nodes first
-    versions = _install([("c2", old), ("rsad", old)])
+    versions = _install([("c2", old), (RSAD, old)])
     previous = versions["c2"]
-    assert previous == versions["rsad"] and "~git" in previous, versions
+    assert previous == versions[RSAD] and "~git" in previous, versions
     current = cluster.out("c1", ["dpkg-query", "-W", "-f", "${Version}", "rsa-scheduler"])
     assert current != previous and "~" not in current
     # the SPANK package: the previous one (0.1.0~git..., built for this node's Slurm)
@@ -165,7 +165,7 @@ def test_rolling_upgrade_with_jobs_in_flight(cluster: Cluster, releases: Release
         return "\n".join([cluster.run("ctl", ["squeue"], check=False).stdout,
                           *(cluster.run("ctl", ["rsa", "job", j], check=False).stdout
                             for j in jobs.values()),
-                          cluster.run("rsad", ["tail", "-n", "30", "/var/log/rsad.log"],
+                          cluster.run(RSAD, ["tail", "-n", "30", "/var/log/rsad.log"],
                                       check=False).stdout])
 
     _wait(f"jobs {', '.join(jobs.values())} running", running, timeout=120, why=seen)
@@ -173,7 +173,7 @@ def test_rolling_upgrade_with_jobs_in_flight(cluster: Cluster, releases: Release
     # old Prolog, keeps running), then rsad's host, and rsad restarted: rsad last
     assert _install([("c2", new)]) == {"c2": current}
     assert _spank(cluster, "c2") == f"{current}+slurm{slurm}"  # apt upgraded it
-    assert _install([("rsad", new)]) == {"rsad": current}
+    assert _install([(RSAD, new)]) == {RSAD: current}
     mark = _log_size(cluster)
     _ctl("restart-rsad")
     behind = (f"c2: the node agent of job {jobs['c2']} speaks hook protocol "
@@ -184,7 +184,7 @@ def test_rolling_upgrade_with_jobs_in_flight(cluster: Cluster, releases: Release
         # fix, and rsa status shows it while it lasts
         _wait("rsad's line on c2's old agent", lambda: behind in _log_since(cluster, mark),
               timeout=60)
-        status = cluster.out("rsad", ["rsa", "status"])
+        status = cluster.out(RSAD, ["rsa", "status"])
         assert f"UPGRADE: {behind}" in status, status
     said = [line for line in _log_since(cluster, mark).splitlines() if "hook protocol" in line]
     assert not [line for line in said if "c1: " in line], said  # c1's hooks are rsad's
@@ -215,7 +215,7 @@ def test_rolling_upgrade_with_jobs_in_flight(cluster: Cluster, releases: Release
         assert back in _log_since(cluster, mark)
     else:
         assert "hook protocol" not in _log_since(cluster, mark)
-    assert "UPGRADE:" not in cluster.out("rsad", ["rsa", "status"])
+    assert "UPGRADE:" not in cluster.out(RSAD, ["rsa", "status"])
     for node in ("rsa1", "rsa2"):
         assert cluster.out(node, ["sh", "-c", "ls -A /var/lib/rsa-ram"]) == ""
 

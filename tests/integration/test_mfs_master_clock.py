@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from rsa_scheduler.fs.mfslayout import Layout
-from tests.integration.slurmkit import in_cluster
 
 MFSMASTER = "/usr/sbin/mfsmaster"
 #: 8 s before a full hour (any hour will do; a fixed one keeps the test the same each run)
@@ -31,10 +30,6 @@ EMPTY_BACK = 8  # bytes of the "MFSM NEW" metadata a fresh master starts from
 
 @pytest.fixture
 def pool(lab: Mapping[str, str]) -> Iterator[Path]:
-    if in_cluster():
-        pytest.skip("faketime is not in the cluster lab's image; the test runs one "
-                    "mfsmaster alone in a network namespace of its own on one host (nothing "
-                    "of it crosses hosts), as make lab-test does on the host lab")
     for tool in (MFSMASTER, shutil.which("faketime")):
         if not tool or not Path(tool).exists():
             pytest.fail(f"{tool or 'faketime'} missing: lab-up installs it (lab/packages.txt)")

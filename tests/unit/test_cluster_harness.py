@@ -146,10 +146,12 @@ def test_the_shape_asked_for_is_read_from_the_environment(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RSA_CLUSTER_NODES", raising=False)
     monkeypatch.delenv("RSA_CLUSTER_POOL", raising=False)
-    assert rsacluster.wanted_shape() == {"nodes": 2, "pool": "1G"}
+    monkeypatch.delenv("RSA_CLUSTER_RSAD", raising=False)
+    assert rsacluster.wanted_shape() == {"nodes": 2, "pool": "1G", "rsad": "ctl"}
     monkeypatch.setenv("RSA_CLUSTER_NODES", "4")
     monkeypatch.setenv("RSA_CLUSTER_POOL", "2G")
-    assert rsacluster.wanted_shape() == {"nodes": 4, "pool": "2G"}
+    monkeypatch.setenv("RSA_CLUSTER_RSAD", "own")
+    assert rsacluster.wanted_shape() == {"nodes": 4, "pool": "2G", "rsad": "own"}
 
 
 def test_the_harness_binds_the_repository_into_rsads_host_and_the_wf_venv_read_only(
@@ -166,7 +168,7 @@ def test_the_harness_binds_the_repository_into_rsads_host_and_the_wf_venv_read_o
     assert rsacluster.harness_binds(compute) == ([], [])  # no workflow venv built
     (repo / ".venv-wf-debian13").mkdir(parents=True)
     assert rsacluster.harness_binds(compute) == ([], [repo / ".venv-wf-debian13"])
-    for other in ("ctl", "login", rsacluster.RSA_NODES[0]):
+    for other in {"ctl", "login", rsacluster.RSA_NODES[0]} - {rsacluster.RSAD}:
         assert rsacluster.harness_binds(other) == ([], [])
 
 
@@ -187,3 +189,40 @@ def test_prolog_flags_other_than_flag_names_are_refused(
     monkeypatch.setenv("RSA_CLUSTER_PROLOG_FLAGS", flags)
     with pytest.raises(rsacluster.ClusterError, match="RSA_CLUSTER_PROLOG_FLAGS="):
         rsacluster.prolog_flags()
+
+
+def test_with_rsad_on_the_controller_every_node_finds_it_by_its_name_at_ctls_address() -> None:
+    image = (ROOT / "lab" / "cluster" / "files" / "etc" / "hosts").read_text()
+    on_ctl = rsacluster.hosts_file(image, "ctl")
+    names = {f[1]: f[0] for line in on_ctl.splitlines()
+             if len(f := line.split("#", 1)[0].split()) >= 2}
+    aliases = {a: f[0] for line in on_ctl.splitlines()
+               if len(f := line.split("#", 1)[0].split()) >= 3 for a in f[2:]}
+    # rsad's own host is gone; its names are ctl's, on the management and storage networks
+    assert "rsad" not in names and "rsad-st" not in names
+    assert aliases["rsad"] == names["ctl"] == "10.230.0.10"
+    assert aliases["rsad-st"] == names["ctl-st"] == "10.232.0.10"
+    # every other line as the image has it
+    assert [line.replace("\trsad-st", "").replace("\trsad", "")
+            for line in on_ctl.splitlines()] == [
+        line for line in image.splitlines() if line.split("#", 1)[0].split()[1:2] not in (
+            ["rsad"], ["rsad-st"])]
+    # a host of its own: the image's file unchanged
+    assert rsacluster.hosts_file(image, "own") == image
+
+
+def test_rsad_runs_on_the_controller_unless_asked_for_a_host_of_its_own() -> None:
+    # this process's shape (no cluster up here, no RSA_CLUSTER_RSAD): the default
+    assert rsacluster.DEFAULT_SHAPE["rsad"] == "ctl"
+    if rsacluster.RSAD_ON_CTL:
+        assert rsacluster.RSAD == "ctl" and "rsad" not in rsacluster.ROLES
+        assert "rsad" in rsacluster.ROLES["ctl"]
+        assert rsacluster.SLURM_NODES.count("ctl") == 1
+    else:
+        assert rsacluster.RSAD == "rsad" and "rsad" not in rsacluster.ROLES["ctl"]
+
+
+def test_an_rsad_place_other_than_ctl_or_own_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RSA_CLUSTER_RSAD", "login")
+    with pytest.raises(SystemExit, match=r"RSA_CLUSTER_RSAD='login': ctl .* or own"):
+        rsacluster.wanted_shape()
