@@ -299,7 +299,9 @@ class Routes:
         if command not in allowed:
             raise ApiError(HTTPStatus.FORBIDDEN,
                            f"{command or 'an empty command'} is not allowed for {caller.user}")
-        self._visible(caller, job_id)
+        # an array task's own job id names the task (as rsa job shows it): the command
+        # is the task's, sent under its key (it was sent for the own id: "not tracked")
+        job_id = str(self._visible(caller, job_id).get("job_id") or job_id)
         try:  # the loop judges whose job it is again, with the command (core.scheduler)
             return self.daemon.submit("command", (job_id, command, caller.user,
                                                   caller.operator), wait=True)
