@@ -216,11 +216,27 @@ def _unreachable(found: Found, e: BaseException) -> str:
             "(systemctl status rsad)?")
 
 
+#: seconds to wait for rsad: longer than rsad waits for its loop (10 s for it to take a
+#: request, 10 more for its answer: daemon/inbox.py), so that rsad's own answer, which
+#: says whether the request was done, comes before the client gives up
+DEFAULT_TIMEOUT = 30.0
+
+
+def _unanswered(found: Found, e: BaseException, method: str) -> str:
+    """What to say when rsad took the connection (the request was sent) but no answer
+    came: a request that changes state may have been carried out."""
+    where = "" if found.source in ("default", "given") else f" (from {found.source})"
+    unknown = ("; whether the request was carried out is not known" if method != "GET"
+               else "")
+    return (f"rsad at {found.address}{where} did not answer ({e}){unknown}; is rsad "
+            "running (systemctl status rsad)?")
+
+
 class ApiClient:
     """Talks to rsad. ``address`` is a unix socket path or ``host:port``; None:
     :func:`locate`."""
 
-    def __init__(self, address: str | Found | None = None, timeout: float = 10.0,
+    def __init__(self, address: str | Found | None = None, timeout: float = DEFAULT_TIMEOUT,
                  trust_uid: int = RSAD_UID) -> None:
         """``trust_uid``: accept only answers signed with a MUNGE credential of this uid,
         rsad's (root). rsad signs every answer to an authenticated caller, restricted to
@@ -273,14 +289,16 @@ class ApiClient:
                 "Connection: close\r\n\r\n")
         try:
             sock = self._connect()
-            try:
-                status, headers, data = _exchange(sock, head.encode("latin-1") + raw)
-            finally:
-                sock.close()
         except PermissionError as e:
             raise ApiUnavailable(_denied(self.address)) from e
-        except (OSError, ValueError, _BadReply) as e:
+        except (OSError, ValueError) as e:
             raise ApiUnavailable(_unreachable(self.found, e)) from e
+        try:  # from here rsad may have the request: its silence is no "not done"
+            status, headers, data = _exchange(sock, head.encode("latin-1") + raw)
+        except (OSError, ValueError, _BadReply) as e:
+            raise ApiUnavailable(_unanswered(self.found, e, method)) from e
+        finally:
+            sock.close()
         signature = headers.get(REPLY_HEADER.lower())
         if signature or status not in UNSIGNED_REFUSALS:
             self._check_signature(method, cred, status, data, signature)

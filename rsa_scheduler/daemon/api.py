@@ -575,7 +575,11 @@ class Endpoint:
                                          "in time; nothing of it was done, retry in a "
                                          "moment"}, req, who)
         except TimeoutError:
-            return self._reply(HTTPStatus.SERVICE_UNAVAILABLE,
+            # a request that changes state is 504, never 503: clients send a 503 again
+            # (rsad full, or nothing of it done), and this one may still be carried out
+            late = HTTPStatus.SERVICE_UNAVAILABLE if method == "GET" else \
+                HTTPStatus.GATEWAY_TIMEOUT
+            return self._reply(late,
                                {"error": "rsad is busy: its loop took the request but did "
                                          "not answer in time; it may still be carried out "
                                          "(rsa job shows the job's state)"}, req, who)

@@ -63,6 +63,7 @@ class FakeRoutes(Routes):
     def __init__(self) -> None:
         self.go = threading.Event()
         self.waiting = threading.Semaphore(0)
+        self.late = 0  # times /v1/late was asked
 
     def dispatch(self, caller: Caller, method: str, path: str, body: Any) -> Any:
         if path == "/v1/refuse":
@@ -70,6 +71,7 @@ class FakeRoutes(Routes):
         if path == "/v1/withdrawn":
             raise NotTaken("withdrawn")
         if path == "/v1/late":
+            self.late += 1
             raise TimeoutError("late")
         if path == "/v1/slow":
             self.waiting.release()
@@ -410,7 +412,14 @@ def test_busy_says_whether_the_request_may_still_be_carried_out(make_api: Any) -
         ApiClient(api.tcp).get("/v1/withdrawn")
     with pytest.raises(ApiRefused, match="it may still be carried out") as late:
         ApiClient(api.tcp).get("/v1/late")
-    assert withdrawn.value.status == late.value.status == 503
+    assert withdrawn.value.status == late.value.status == 503  # reads: asked again
+    # a command's is not "busy, retry": the rsa CLI sends a 503 again (found by review: a
+    # command that may have been carried out was sent up to three more times, and the
+    # next was refused, "can't cancel-staging from tearing-down", for one that was done)
+    api.routes.late = 0
+    with pytest.raises(ApiRefused, match="it may still be carried out") as command:
+        ApiClient(api.tcp).post("/v1/late", {"command": "cancel-staging"})
+    assert command.value.status == 504 and api.routes.late == 1
 
 
 def test_a_refusal_sent_before_the_request_was_read_still_reaches_the_client(

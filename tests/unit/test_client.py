@@ -222,6 +222,52 @@ def test_no_daemon_is_one_actionable_line(tmp_path: Path,
         ApiClient(str(tmp_path / "missing.sock"), timeout=2).get("/v1/status")
 
 
+@pytest.mark.parametrize("answers", [False, True])
+def test_a_request_rsad_took_but_never_answered_is_not_called_unreachable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answers: bool) -> None:
+    """rsad read the request, then died (or its loop stayed busy past the client's
+    timeout) before answering: a POST may have been carried out (a ``rsa cancel-staging``
+    committed, rsad killed before its answer). The client said ``cannot reach rsad at
+    ...: connection closed before the answer's headers; is rsad running?``, as if nothing
+    had been sent (found by review). Now it says rsad did not answer and, for a request
+    that changes state, that whether it was carried out is not known."""
+    monkeypatch.setattr(munge, "encode", lambda payload: "CRED")
+    path = str(tmp_path / "api.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(4)
+    held: list[socket.socket] = []
+
+    def take() -> None:
+        for _ in range(2):
+            conn, _ = srv.accept()
+            conn.recv(65536)
+            if answers:  # never answers: the client's timeout runs out
+                held.append(conn)
+            else:  # killed after reading it
+                conn.close()
+
+    t = threading.Thread(target=take, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(ApiUnavailable) as post:
+            ApiClient(path, timeout=0.3).post("/v1/jobs/7/command",
+                                              {"command": "cancel-staging"})
+        with pytest.raises(ApiUnavailable) as get:
+            ApiClient(path, timeout=0.3).get("/v1/jobs/7")
+    finally:
+        t.join(5)
+        for conn in held:
+            conn.close()
+        srv.close()
+    said = str(post.value)
+    assert said.startswith(f"rsad at {path} did not answer (")
+    assert "cannot reach" not in said
+    assert "whether the request was carried out is not known" in said
+    assert "carried out" not in str(get.value)
+    assert str(get.value).startswith(f"rsad at {path} did not answer (")
+
+
 def test_a_path_that_would_break_the_request_line_is_refused(server: str) -> None:
     with pytest.raises(ValueError, match="not a request path"):
         ApiClient(server).get("/v1/jobs/7 HTTP/1.1\r\nX: y")
