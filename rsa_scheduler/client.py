@@ -57,6 +57,9 @@ class ApiRefused(RsaError):
 
 
 MAX_HEADER = 64 << 10  # rsad's answer headers are a few hundred bytes
+#: rsad's largest answers (an operator's rsa jobs, 10,000 events) are some MB; more is
+#: no answer of rsad's (a program on its port while it is down), and is not kept
+MAX_ANSWER = 256 << 20
 
 
 class _BadReply(RsaError):
@@ -89,19 +92,23 @@ def _exchange(sock: socket.socket, request: bytes) -> tuple[int, dict[str, str],
             raise _BadReply(f"bad header line {line[:60]!r}")
         headers[name.strip().lower()] = value.strip()
     length_text = headers.get("content-length")
-    if length_text is None:  # no length: the body runs to the end of the connection
-        while chunk := sock.recv(65536):
-            body += chunk
-        return int(parts[1]), headers, body
-    if not length_text.isdigit():
+    if length_text is not None and not length_text.isdigit():
         raise _BadReply(f"bad Content-Length {length_text[:20]!r}")
-    length = int(length_text)
-    while len(body) < length:
-        chunk = sock.recv(min(1 << 20, length - len(body)))
+    # no length: the body runs to the end of the connection
+    length = int(length_text) if length_text is not None else None
+    if length is not None and length > MAX_ANSWER:
+        raise _BadReply(f"answer over {MAX_ANSWER} bytes (Content-Length {length})")
+    got = bytearray(body)
+    while length is None or len(got) < length:
+        chunk = sock.recv(1 << 20 if length is None else min(1 << 20, length - len(got)))
         if not chunk:
-            raise _BadReply(f"connection closed after {len(body)} of {length} body bytes")
-        body += chunk
-    return int(parts[1]), headers, body[:length]
+            if length is None:
+                break
+            raise _BadReply(f"connection closed after {len(got)} of {length} body bytes")
+        got += chunk
+        if len(got) > MAX_ANSWER:
+            raise _BadReply(f"answer over {MAX_ANSWER} bytes")
+    return int(parts[1]), headers, bytes(got if length is None else got[:length])
 
 
 #: pauses before retrying an answer of 429/503 (rsad full for the moment)

@@ -6,6 +6,7 @@ tests/unit/test_reply_signature.py and the lab tests use the real one."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -75,6 +76,37 @@ def test_a_reply_without_length_runs_to_the_end_of_the_connection() -> None:
 def test_what_is_not_an_answer_is_refused(raw: bytes, why: str) -> None:
     with pytest.raises(_BadReply, match=why):
         answer(raw)
+
+
+@pytest.mark.parametrize("length", [b"Content-Length: 100000000000\r\n", b""])
+def test_an_endless_answer_is_cut_off_not_buffered(monkeypatch: pytest.MonkeyPatch,
+                                                   length: bytes) -> None:
+    """A program on rsad's TCP port while rsad is down (docs/security.md) answered with
+    an endless body, or a Content-Length of 100 GB: the client (root's node Prolog, every
+    user's rsa) kept all of it in memory, until its timeout or the node's OOM killer
+    (found by review). Its signature would be refused, but only once all of it was read."""
+    monkeypatch.setattr(client, "MAX_ANSWER", 1 << 20)
+    ours, theirs = socket.socketpair()
+    stop = threading.Event()
+
+    def peer() -> None:
+        theirs.recv(65536)
+        with contextlib.suppress(OSError):
+            theirs.sendall(b"HTTP/1.1 200 OK\r\n" + length + b"\r\n")
+            while not stop.is_set():
+                theirs.sendall(b"x" * 65536)
+
+    t = threading.Thread(target=peer, daemon=True)
+    t.start()
+    try:
+        ours.settimeout(5)
+        with pytest.raises(_BadReply, match="answer over 1048576 bytes"):
+            _exchange(ours, b"GET / HTTP/1.1\r\n\r\n")
+    finally:
+        stop.set()
+        ours.close()
+        theirs.close()
+        t.join(5)
 
 
 def fake_decode(credential: str) -> tuple[munge.Sender, bytes]:
