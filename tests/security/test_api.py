@@ -371,7 +371,8 @@ def test_a_command_rsad_took_while_stopped_is_never_called_unreachable(
     the request, nobody answers. The CLI said ``cannot reach rsad ...: timed out; is rsad
     running?``, and once rsad went on it carried the drain out all the same (found by
     review). Now the CLI waits past rsad's own waits and says rsad did not answer and that
-    whether the request was carried out is not known, which is true: it is, later."""
+    whether the request was carried out is not known; rsad, going on, finds the caller
+    gone and drops the request."""
     public = Path(tempfile.mkdtemp(prefix="rsa-api-stop-"))
     sock_path = public / "rsad.sock"
     tcp = f"{TCP.rpartition(':')[0]}:6832"
@@ -400,10 +401,13 @@ def test_a_command_rsad_took_while_stopped_is_never_called_unreachable(
         assert "whether the request was carried out is not known" in out.stderr
         assert "cannot reach" not in out.stderr
         assert took >= 25, took  # not before rsad's own answer could have come
-        # it was carried out: the request waited in the socket for rsad to go on
-        wait_for("the drain carried out once rsad went on", lambda: json.loads(rsa(
-            lab, "root", "status", "--json", api=str(sock_path)).stdout).get("draining"),
-            timeout=60, every=1)
+        # the request waited in the socket for rsad to go on; its caller had gone
+        wait_for("rsad dropping the request its caller gave up on", lambda: (
+            "POST /v1/admin/drain of uid 0 not carried out: its caller closed the "
+            "connection" in (tmp_path / "rsad.log").read_text()), timeout=60, every=1)
+        status = rsa(lab, "root", "status", "--json", api=str(sock_path))
+        assert status.returncode == 0, status.stderr
+        assert not json.loads(status.stdout).get("draining")
     finally:
         proc.send_signal(signal.SIGCONT)
         proc.send_signal(signal.SIGTERM)

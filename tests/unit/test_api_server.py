@@ -64,6 +64,7 @@ class FakeRoutes(Routes):
         self.go = threading.Event()
         self.waiting = threading.Semaphore(0)
         self.late = 0  # times /v1/late was asked
+        self.counted = 0  # times /v1/count was carried out
 
     def dispatch(self, caller: Caller, method: str, path: str, body: Any) -> Any:
         if path == "/v1/refuse":
@@ -76,6 +77,8 @@ class FakeRoutes(Routes):
         if path == "/v1/slow":
             self.waiting.release()
             self.go.wait(10)
+        if path == "/v1/count":
+            self.counted += 1
         return {"uid": caller.uid, "user": caller.user, "body": body}
 
 
@@ -302,6 +305,38 @@ def test_users_wait_for_workers_but_root_does_not(make_api: Any) -> None:
     t.join(5)
     t2.join(5)
     assert out2[0]["uid"] == 1002
+
+
+def test_a_request_whose_caller_gave_up_before_rsad_took_it_is_not_carried_out(
+        make_api: Any) -> None:
+    """A request waits (for a worker slot here; in the kernel's queue while rsad is
+    stopped or its accept loop behind) past its client's timeout: the client closes and
+    tells its user rsad did not answer. rsad then read it whole from the socket and
+    carried it out all the same, a command its caller had given up on (found by review,
+    in the lab: a stopped rsad's ``rsa admin drain``). Our clients hold the connection
+    open until the answer: one closed before rsad takes its request has gone, and the
+    request is dropped; one still there is served."""
+    api = make_api(Limits(read_timeout=5.0, per_user=4, workers=1))
+    t, _out = in_thread(ApiClient(api.tcp, timeout=8).get, "/v1/slow", uid=1001)
+    assert api.routes.waiting.acquire(timeout=5)
+    body = b'{"command": "cancel-staging"}'
+    cred = munge.encode(munge.request_digest("POST", "/v1/count", body))
+    request = (f"POST /v1/count HTTP/1.1\r\nX-RSA-Munge: {cred}\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    with connect(api.tcp) as gone:
+        gone.sendall(request)
+    waiting = connect(api.tcp)
+    waiting.sendall(request)
+    time.sleep(0.3)  # both read, both waiting for the one worker
+    api.routes.go.set()
+    t.join(5)
+    status, _body = answer(waiting)
+    waiting.close()
+    assert status == 200
+    deadline = time.monotonic() + 10
+    while api.gate.counts()[0] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert api.routes.counted == 1  # the one whose caller was still there
 
 
 def test_idle_connections_are_capped_and_the_oldest_makes_room(make_api: Any) -> None:
