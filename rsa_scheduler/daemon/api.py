@@ -41,7 +41,7 @@ from rsa_scheduler.daemon.operators import OPERATORS
 from rsa_scheduler.daemon.service import Daemon, users_differ
 from rsa_scheduler.daemon.views import status_for_user
 from rsa_scheduler.errors import RsaError
-from rsa_scheduler.node.plan import protocol_of
+from rsa_scheduler.node.plan import SEALED_ARGV, protocol_of
 
 log = logging.getLogger(__name__)
 AUTH_HEADER = "X-RSA-Munge"
@@ -491,8 +491,9 @@ class Routes:
             return side.epilog(job, node)
         if hook == "agent":
             wait = min(float(payload.get("wait", 20.0)), 25.0)
-            return side.agent(job, node, nodes, int(payload.get("last_seq", 0)), wait,
-                              str(payload.get("epoch") or ""))
+            return sealed(side.agent(job, node, nodes, int(payload.get("last_seq", 0)),
+                                     wait, str(payload.get("epoch") or "")),
+                          protocol_of(payload))
 
         user = str(payload.get("user") or "")
 
@@ -523,7 +524,26 @@ class Routes:
                 told["alias"] = payload["alias"]
             self.daemon.submit("hook", told, wait=True)
             rsa_state, job_state, hold, message = self._call(state)
-        return side.prolog(job, node, nodes, rsa_state, hold=hold, message=message)
+        return sealed(side.prolog(job, node, nodes, rsa_state, hold=hold, message=message),
+                      protocol_of(payload))
+
+
+def sealed(answer: dict[str, Any], protocol: int) -> dict[str, Any]:
+    """A node hook's answer with its mount instruction's ``client_argv``, which holds the
+    RAMDISK's secret (``mfspassword=``, BeeGFS's connAuth), sealed in a MUNGE credential
+    of rsad's that only root can decode (``sealed_argv``; munged encrypts a credential's
+    payload, and refuses one restricted to uid 0 to every other uid). The answer goes in
+    the clear over TCP to whoever passed as root: a user on rsad's host who held its TCP
+    port while rsad was down kept a node Prolog's request, root's credential in it
+    unused, and sent it to rsad once rsad was back (within the credential's 5 minutes):
+    rsad answered it, the job's RAMDISK secret in the clear. A node whose hooks are older
+    (protocol < :data:`~rsa_scheduler.node.plan.SEALED_ARGV`) gets the argv as before."""
+    argv = answer.get("client_argv")
+    if argv is None or protocol < SEALED_ARGV:
+        return answer
+    out = {k: v for k, v in answer.items() if k != "client_argv"}
+    out["sealed_argv"] = munge.encode(json.dumps(argv).encode(), restrict_uid=0)
+    return out
 
 
 class Endpoint:

@@ -559,3 +559,84 @@ def test_no_users_answer_is_signed_where_root_could_decode_it(
     assert "rsad signs no plain user's answer" in caplog.text
     got, headers, _ = reply_head(api.tcp, 0)
     assert got == 200 and headers[header].endswith(":for-0")
+
+
+# ---- a mount command's secret on the wire -----------------------------------------------
+
+SECRET_ARGV = ["mfsmount", "@MOUNTPOINT@", "-o", "mfspassword=5ecre7c0ffee"]
+
+
+class OneMount:
+    """A compute-node side whose every Prolog and agent answer is a mount instruction."""
+
+    def prolog(self, *_args: Any, **_kw: Any) -> dict[str, Any]:
+        return {"seq": 1, "do": "mount", "role": "input", "client_argv": SECRET_ARGV,
+                "agent": True}
+
+    def agent(self, *_args: Any, **_kw: Any) -> dict[str, Any]:
+        return {"seq": 2, "do": "mount", "role": "output", "client_argv": SECRET_ARGV,
+                "epoch": "e"}
+
+
+class NoJobs:
+    """Just enough of a daemon for the node hooks' routes: ready, tracking nothing."""
+
+    def __init__(self) -> None:
+        from rsa_scheduler.node.plan import HookProtocols
+
+        self.ready = threading.Event()
+        self.ready.set()
+        self.registry = object()
+        self.hook_protocols = HookProtocols()
+        self.aliases: dict[str, str] = {}
+        self.sched = type("Sched", (), {"records": {}, "displaced": set()})()
+
+    def submit(self, kind: str, payload: Any, *, wait: bool = False) -> Any:
+        return payload() if kind == "call" else None
+
+
+@pytest.mark.parametrize("hook", ["prolog", "agent"])
+def test_a_mount_commands_secret_goes_sealed_for_root_alone(
+        monkeypatch: pytest.MonkeyPatch, hook: str) -> None:
+    """The answer to a node hook goes in the clear over TCP to whoever passed as root. A
+    user on rsad's host who held its TCP port while rsad was down kept a node Prolog's
+    request (root's credential in it, unused) and sent it to rsad once rsad was back:
+    rsad answered with the job's mount command, ``mfspassword=`` and all (found by
+    review). A node of hook protocol 3 gets it sealed, a MUNGE credential restricted to
+    root (tests/unit/test_reply_signature.py has munged's side of it); an older one as
+    before."""
+    from rsa_scheduler.daemon import nodeside
+    from rsa_scheduler.node.plan import SEALED_ARGV
+
+    monkeypatch.setattr(nodeside, "nodeside_of", lambda _registry: OneMount())
+    routes = Routes(NoJobs())  # type: ignore[arg-type]
+    body = {"job_id": "7", "node": "c1", "nodes": "c1", "user": "alice"}
+    root = Caller(0, "root")
+    new = routes.dispatch(root, "POST", f"/v1/hooks/{hook}", {**body, "protocol": SEALED_ARGV})
+    assert new["do"] == "mount" and "client_argv" not in new
+    assert "5ecre7" not in json.dumps(new)
+    uid, payload, restricted = new["sealed_argv"].split(":")
+    assert (uid, restricted) == (str(ME), "for-0")  # rsad's, for root alone
+    assert json.loads(bytes.fromhex(payload)) == SECRET_ARGV
+    old = routes.dispatch(root, "POST", f"/v1/hooks/{hook}", {**body, "protocol": 2})
+    assert old["client_argv"] == SECRET_ARGV and "sealed_argv" not in old
+
+
+def test_the_node_opens_only_rsads_sealed_mount_command() -> None:
+    """The node side decodes the sealed argv as root; one sealed by another uid (a user's
+    own credential restricted to root) is no command of rsad's."""
+    from rsa_scheduler.node.mounts import MountError, client_argv_of
+
+    mine = munge.encode(json.dumps(SECRET_ARGV).encode(), restrict_uid=0)
+    speak_as(0)
+    try:
+        assert client_argv_of({"sealed_argv": mine}) == SECRET_ARGV
+        assert client_argv_of({"client_argv": SECRET_ARGV}) == SECRET_ARGV
+        speak_as(1001)
+        forged = munge.encode(json.dumps(["mount", "--bind", "/", "/x"]).encode(),
+                              restrict_uid=0)
+        speak_as(0)
+        with pytest.raises(MountError, match=r"not rsad's \(sealed by uid 1001\)"):
+            client_argv_of({"sealed_argv": forged})
+    finally:
+        speak_as(ME)

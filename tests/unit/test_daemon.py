@@ -2530,7 +2530,8 @@ def test_a_compute_node_whose_hooks_are_older_than_rsad_is_said_once_and_shown(
         routes.dispatch(ROOT, "POST", "/v1/hooks/epilog", {**old, "protocol": PROTOCOL})
         assert routes.dispatch(ROOT, "GET", "/v1/status", None)["hooks_behind"] == {}
     caught_up = [r.getMessage() for r in caplog.records if "now (the Epilog" in r.getMessage()]
-    assert caught_up == ["c2: its node hooks speak hook protocol 2 now (the Epilog of job 7)"]
+    assert caught_up == [f"c2: its node hooks speak hook protocol {PROTOCOL} now (the Epilog "
+                         "of job 7)"]
 
 
 def test_an_epilog_that_left_a_mount_is_on_the_jobs_timeline_and_alerted(
