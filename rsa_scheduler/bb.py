@@ -44,14 +44,15 @@ UNREACHABLE = 300.0
 OTHER_WAIT = 240.0
 #: teardown answers before Slurm's OtherTimeout (default 300 s) kills it: Slurm retries
 TEARDOWN_WAIT = 240.0
-#: rsad's answers that say "not now" (429: too many requests, 503: busy or starting),
+#: rsad's answers that say "not now" (429: too many requests, 503: busy or starting, 504:
+#: its loop took the request but did not answer in time),
 #: 401 (the credential was refused: munged restarting, clock skew) and 500 (rsad's
 #: internal error: its event log could not be written, and rsad stops, its restart
 #: replaying the log without the failed request; or a fault in serving it): asked again
 #: within the hook's time. Every hook is safe to ask again (daemon/native.py: setup of a
 #: job set up already changes nothing; the others read or wait), and only an answer
 #: rsad signed (client.py: a 500 comes only signed) is taken for rsad's
-TRANSIENT = frozenset({401, 429, 500, 503})
+TRANSIENT = frozenset({401, 429, 500, 503, 504})
 
 #: what Slurm does when the hook fails, and the way out (``{job}``: the job id)
 THEN = {

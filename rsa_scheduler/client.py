@@ -57,6 +57,9 @@ class ApiRefused(RsaError):
 
 
 MAX_HEADER = 64 << 10  # rsad's answer headers are a few hundred bytes
+#: rsad's largest answers (an operator's rsa jobs, 10,000 events) are some MB; more is
+#: no answer of rsad's (a program on its port while it is down), and is not kept
+MAX_ANSWER = 256 << 20
 
 
 class _BadReply(RsaError):
@@ -89,19 +92,23 @@ def _exchange(sock: socket.socket, request: bytes) -> tuple[int, dict[str, str],
             raise _BadReply(f"bad header line {line[:60]!r}")
         headers[name.strip().lower()] = value.strip()
     length_text = headers.get("content-length")
-    if length_text is None:  # no length: the body runs to the end of the connection
-        while chunk := sock.recv(65536):
-            body += chunk
-        return int(parts[1]), headers, body
-    if not length_text.isdigit():
+    if length_text is not None and not length_text.isdigit():
         raise _BadReply(f"bad Content-Length {length_text[:20]!r}")
-    length = int(length_text)
-    while len(body) < length:
-        chunk = sock.recv(min(1 << 20, length - len(body)))
+    # no length: the body runs to the end of the connection
+    length = int(length_text) if length_text is not None else None
+    if length is not None and length > MAX_ANSWER:
+        raise _BadReply(f"answer over {MAX_ANSWER} bytes (Content-Length {length})")
+    got = bytearray(body)
+    while length is None or len(got) < length:
+        chunk = sock.recv(1 << 20 if length is None else min(1 << 20, length - len(got)))
         if not chunk:
-            raise _BadReply(f"connection closed after {len(body)} of {length} body bytes")
-        body += chunk
-    return int(parts[1]), headers, body[:length]
+            if length is None:
+                break
+            raise _BadReply(f"connection closed after {len(got)} of {length} body bytes")
+        got += chunk
+        if len(got) > MAX_ANSWER:
+            raise _BadReply(f"answer over {MAX_ANSWER} bytes")
+    return int(parts[1]), headers, bytes(got if length is None else got[:length])
 
 
 #: pauses before retrying an answer of 429/503 (rsad full for the moment)
@@ -216,11 +223,27 @@ def _unreachable(found: Found, e: BaseException) -> str:
             "(systemctl status rsad)?")
 
 
+#: seconds to wait for rsad: longer than rsad waits for its loop (10 s for it to take a
+#: request, 10 more for its answer: daemon/inbox.py), so that rsad's own answer, which
+#: says whether the request was done, comes before the client gives up
+DEFAULT_TIMEOUT = 30.0
+
+
+def _unanswered(found: Found, e: BaseException, method: str) -> str:
+    """What to say when rsad took the connection (the request was sent) but no answer
+    came: a request that changes state may have been carried out."""
+    where = "" if found.source in ("default", "given") else f" (from {found.source})"
+    unknown = ("; whether the request was carried out is not known" if method != "GET"
+               else "")
+    return (f"rsad at {found.address}{where} did not answer ({e}){unknown}; is rsad "
+            "running (systemctl status rsad)?")
+
+
 class ApiClient:
     """Talks to rsad. ``address`` is a unix socket path or ``host:port``; None:
     :func:`locate`."""
 
-    def __init__(self, address: str | Found | None = None, timeout: float = 10.0,
+    def __init__(self, address: str | Found | None = None, timeout: float = DEFAULT_TIMEOUT,
                  trust_uid: int = RSAD_UID) -> None:
         """``trust_uid``: accept only answers signed with a MUNGE credential of this uid,
         rsad's (root). rsad signs every answer to an authenticated caller, restricted to
@@ -273,14 +296,16 @@ class ApiClient:
                 "Connection: close\r\n\r\n")
         try:
             sock = self._connect()
-            try:
-                status, headers, data = _exchange(sock, head.encode("latin-1") + raw)
-            finally:
-                sock.close()
         except PermissionError as e:
             raise ApiUnavailable(_denied(self.address)) from e
-        except (OSError, ValueError, _BadReply) as e:
+        except (OSError, ValueError) as e:
             raise ApiUnavailable(_unreachable(self.found, e)) from e
+        try:  # from here rsad may have the request: its silence is no "not done"
+            status, headers, data = _exchange(sock, head.encode("latin-1") + raw)
+        except (OSError, ValueError, _BadReply) as e:
+            raise ApiUnavailable(_unanswered(self.found, e, method)) from e
+        finally:
+            sock.close()
         signature = headers.get(REPLY_HEADER.lower())
         if signature or status not in UNSIGNED_REFUSALS:
             self._check_signature(method, cred, status, data, signature)

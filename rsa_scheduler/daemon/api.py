@@ -41,7 +41,7 @@ from rsa_scheduler.daemon.operators import OPERATORS
 from rsa_scheduler.daemon.service import Daemon, users_differ
 from rsa_scheduler.daemon.views import status_for_user
 from rsa_scheduler.errors import RsaError
-from rsa_scheduler.node.plan import protocol_of
+from rsa_scheduler.node.plan import SEALED_ARGV, protocol_of
 
 log = logging.getLogger(__name__)
 AUTH_HEADER = "X-RSA-Munge"
@@ -299,7 +299,9 @@ class Routes:
         if command not in allowed:
             raise ApiError(HTTPStatus.FORBIDDEN,
                            f"{command or 'an empty command'} is not allowed for {caller.user}")
-        self._visible(caller, job_id)
+        # an array task's own job id names the task (as rsa job shows it): the command
+        # is the task's, sent under its key (it was sent for the own id: "not tracked")
+        job_id = str(self._visible(caller, job_id).get("job_id") or job_id)
         try:  # the loop judges whose job it is again, with the command (core.scheduler)
             return self.daemon.submit("command", (job_id, command, caller.user,
                                                   caller.operator), wait=True)
@@ -489,8 +491,9 @@ class Routes:
             return side.epilog(job, node)
         if hook == "agent":
             wait = min(float(payload.get("wait", 20.0)), 25.0)
-            return side.agent(job, node, nodes, int(payload.get("last_seq", 0)), wait,
-                              str(payload.get("epoch") or ""))
+            return sealed(side.agent(job, node, nodes, int(payload.get("last_seq", 0)),
+                                     wait, str(payload.get("epoch") or "")),
+                          protocol_of(payload))
 
         user = str(payload.get("user") or "")
 
@@ -521,7 +524,26 @@ class Routes:
                 told["alias"] = payload["alias"]
             self.daemon.submit("hook", told, wait=True)
             rsa_state, job_state, hold, message = self._call(state)
-        return side.prolog(job, node, nodes, rsa_state, hold=hold, message=message)
+        return sealed(side.prolog(job, node, nodes, rsa_state, hold=hold, message=message),
+                      protocol_of(payload))
+
+
+def sealed(answer: dict[str, Any], protocol: int) -> dict[str, Any]:
+    """A node hook's answer with its mount instruction's ``client_argv``, which holds the
+    RAMDISK's secret (``mfspassword=``, BeeGFS's connAuth), sealed in a MUNGE credential
+    of rsad's that only root can decode (``sealed_argv``; munged encrypts a credential's
+    payload, and refuses one restricted to uid 0 to every other uid). The answer goes in
+    the clear over TCP to whoever passed as root: a user on rsad's host who held its TCP
+    port while rsad was down kept a node Prolog's request, root's credential in it
+    unused, and sent it to rsad once rsad was back (within the credential's 5 minutes):
+    rsad answered it, the job's RAMDISK secret in the clear. A node whose hooks are older
+    (protocol < :data:`~rsa_scheduler.node.plan.SEALED_ARGV`) gets the argv as before."""
+    argv = answer.get("client_argv")
+    if argv is None or protocol < SEALED_ARGV:
+        return answer
+    out = {k: v for k, v in answer.items() if k != "client_argv"}
+    out["sealed_argv"] = munge.encode(json.dumps(argv).encode(), restrict_uid=0)
+    return out
 
 
 class Endpoint:
@@ -573,7 +595,11 @@ class Endpoint:
                                          "in time; nothing of it was done, retry in a "
                                          "moment"}, req, who)
         except TimeoutError:
-            return self._reply(HTTPStatus.SERVICE_UNAVAILABLE,
+            # a request that changes state is 504, never 503: clients send a 503 again
+            # (rsad full, or nothing of it done), and this one may still be carried out
+            late = HTTPStatus.SERVICE_UNAVAILABLE if method == "GET" else \
+                HTTPStatus.GATEWAY_TIMEOUT
+            return self._reply(late,
                                {"error": "rsad is busy: its loop took the request but did "
                                          "not answer in time; it may still be carried out "
                                          "(rsa job shows the job's state)"}, req, who)

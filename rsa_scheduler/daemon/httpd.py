@@ -9,7 +9,7 @@ a non-negative decimal ``Content-Length`` or none, the whole request within
 connection still sending its request evicted when the table is full), and serving
 (:class:`Server`: a thread per admitted connection; requests of ordinary users share a
 bounded pool of ``Limits.workers`` slots, operators' requests — the Slurm hooks — never
-wait for them).
+wait for them; a request whose caller closed before it was taken is dropped).
 
 It knows nothing of routes, MUNGE or the daemon: :mod:`rsa_scheduler.daemon.api` gives it
 an :class:`Endpoint`. Errors it finds before a request is complete are answered with a
@@ -405,7 +405,8 @@ class Server:
                 self._send(sock, self.endpoint.refuse(req, HTTPStatus.TOO_MANY_REQUESTS, why))
                 return
             if who.privileged:
-                self._send(sock, self.endpoint.respond(req, who))
+                if not _hung_up(sock, req, who):
+                    self._send(sock, self.endpoint.respond(req, who))
                 return
             if not self.gate.workers.acquire(timeout=lim.read_timeout):
                 self._send(sock, self.endpoint.refuse(
@@ -414,6 +415,8 @@ class Server:
                     "retry in a moment"))
                 return
             try:
+                if _hung_up(sock, req, who):
+                    return
                 reply = self.endpoint.respond(req, who)
             finally:
                 self.gate.workers.release()
@@ -431,6 +434,30 @@ class Server:
             sock.sendall(encode_reply(reply))
         except OSError as e:
             log.debug("api: answer not delivered: %s", e)
+
+
+def _hung_up(sock: socket.socket, req: Request, who: Identity) -> bool:
+    """Whether the caller closed its connection before rsad took its request: rsad's
+    clients hold it open until the answer, so one that closed gave up (its timeout ran
+    out while the request waited: in the kernel's queue while rsad was stopped or its
+    accept loop behind, or for a worker slot) and told its user rsad did not answer.
+    Such a request is dropped: carried out now, it would do what its caller gave up on."""
+    timeout = sock.gettimeout()
+    try:
+        sock.setblocking(False)
+        gone = sock.recv(1, socket.MSG_PEEK) == b""
+    except BlockingIOError:
+        gone = False
+    except OSError:  # reset: gone as well
+        gone = True
+    finally:
+        with contextlib.suppress(OSError):
+            sock.settimeout(timeout)
+    if gone:
+        log.info("api: %s %s of uid %d not carried out: its caller closed the connection "
+                 "before rsad took the request", req.head.method, req.head.target[:80],
+                 who.uid)
+    return gone
 
 
 def _linger(sock: socket.socket, limit: int = 1 << 16, wait: float = 0.5) -> None:

@@ -28,7 +28,7 @@ import json
 import os
 import shutil
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -64,6 +64,26 @@ JOB_FILES = ("job.env", ".job.env.tmp", "mnt", "carry.lock", "carried")
 #: is refused, so a forged or confused answer cannot make root run an arbitrary program
 CLIENT_PROGRAMS = frozenset({"mfsmount", "mount", "umount", "fusermount", "fusermount3",
                              "beegfs-client", "mount.beegfs", "mount.glusterfs"})
+
+
+def client_argv_of(ins: Mapping[str, Any]) -> list[str]:
+    """A mount instruction's client argv: in the clear (``client_argv``, a node of an
+    older protocol), or sealed by rsad (``sealed_argv``: a MUNGE credential restricted
+    to root, daemon/api.py ``sealed``), decoded here, once, as root. A credential of any
+    uid but rsad's (root) is no instruction of rsad's."""
+    if "sealed_argv" not in ins:
+        return [str(a) for a in ins["client_argv"]]
+    from rsa_scheduler import munge
+
+    try:
+        sender, payload = munge.decode(str(ins["sealed_argv"]))
+        argv = json.loads(payload)
+    except (munge.MungeError, ValueError) as e:
+        raise MountError(f"cannot open rsad's sealed mount command: {e}") from e
+    if sender.uid != 0 or not isinstance(argv, list):
+        raise MountError(f"the sealed mount command is not rsad's (sealed by uid "
+                         f"{sender.uid}): refused")
+    return [str(a) for a in argv]
 
 
 def check_client_argv(argv: Sequence[str]) -> None:
@@ -335,7 +355,7 @@ class JobMounts:
         try:
             self._refuse_other_jobs(fd, target, directive)
             self.prepare()
-            argv = substitute(ins["client_argv"], str(self.ramdisk))
+            argv = substitute(client_argv_of(ins), str(self.ramdisk))
             check_client_argv(argv)
             umount_argv = substitute(ins.get("client_umount_argv") or
                                      ["umount", "-l", str(self.ramdisk)], str(self.ramdisk))

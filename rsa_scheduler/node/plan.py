@@ -8,9 +8,11 @@ turns per-node reports into one verdict for a tracked action. No I/O here.
 An instruction is ``{"seq": N, "do": ...}``:
 
 - ``mount``: client-mount the RAMDISK at the node's private per-job place (``client_argv``
-  with :data:`MOUNTPOINT` replaced) and bind it over ``target`` — ``mode`` ``ro`` (read-only
-  bind), ``rw`` (writable bind) or ``union`` (read-only overlayfs, RAMDISK over the PFS
-  directory; FUSE is accepted as an overlay lower layer, never as the upper one);
+  with :data:`MOUNTPOINT` replaced; on the wire to a node of protocol
+  :data:`SEALED_ARGV` or later, ``sealed_argv`` instead) and bind it over ``target`` —
+  ``mode`` ``ro`` (read-only bind), ``rw`` (writable bind) or ``union`` (read-only
+  overlayfs, RAMDISK over the PFS directory; FUSE is accepted as an overlay lower layer,
+  never as the upper one);
 - ``release``: unmount everything of the job on the node, refusing (``busy``) when a
   mount is still in use — never forced (seed 004 footnote 3);
 - ``nothing`` / ``wait`` (Prolog: poll again after ``retry`` seconds) / ``exit`` (agent).
@@ -35,8 +37,13 @@ MODES = ("ro", "rw", "union")
 #: sent as ``protocol`` with every request. 1: a package that names none; such a node
 #: takes every instruction of today's rsad, but one from before 2026-11-28 17:00 UTC
 #: (commit 0e19855) loads no guard of the RAMDISK servers in the Prolog of a job without a
-#: RAMDISK (rsad's ``guard``). 2: names it, and loads that guard.
-PROTOCOL = 2
+#: RAMDISK (rsad's ``guard``). 2: names it, and loads that guard. 3: takes a mount
+#: instruction's ``client_argv`` sealed (``sealed_argv``: a MUNGE credential of rsad's
+#: only root decodes, node.mounts.client_argv_of), which rsad sends a node of protocol 3
+#: or later instead of the argv in the clear (it holds the RAMDISK's secret).
+PROTOCOL = 3
+#: the first protocol whose node side takes ``sealed_argv``
+SEALED_ARGV = 3
 _HOOKS = {"prolog": "Prolog", "epilog": "Epilog", "agent": "node agent",
           "mounted": "mount report"}
 
@@ -52,7 +59,9 @@ def protocol_of(body: Mapping[str, Any]) -> int:
 def behind_line(node: str, hook: str, job: str, protocol: int) -> str:
     """What rsad says of a node whose hooks speak an older protocol than its own."""
     why = ("; such a node may load no guard of the RAMDISK servers for jobs without a "
-           "RAMDISK (packages before 2026-11-28 17:00 UTC)" if protocol < 2 else "")
+           "RAMDISK (packages before 2026-11-28 17:00 UTC)" if protocol < 2 else
+           "; rsad sends such a node its RAMDISK mount commands with their secret in the "
+           "clear (packages before 2026-11-30)" if protocol < SEALED_ARGV else "")
     return (f"{node}: the {_HOOKS.get(hook, hook)} of job {job} speaks hook protocol "
             f"{protocol}, rsad {PROTOCOL}: its rsa-scheduler package is older than rsad's; "
             f"upgrade it on {node} (operator guide, \"Upgrades and backups\": compute "

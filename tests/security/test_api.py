@@ -362,3 +362,55 @@ def test_the_watchdog_is_fed_while_the_api_is_attacked(lab: Mapping[str, str],
             _, err = proc.communicate(timeout=60)
         shutil.rmtree(public, ignore_errors=True)
         assert proc.returncode == 0, err[-2000:]
+
+
+def test_a_command_rsad_took_while_stopped_is_never_called_unreachable(
+        lab: Mapping[str, str], tmp_path: Path) -> None:
+    """rsad stopped (SIGSTOP: a stall, as a kill between taking a request and answering
+    it is) while root's ``rsa admin drain`` is sent: the kernel takes the connection and
+    the request, nobody answers. The CLI said ``cannot reach rsad ...: timed out; is rsad
+    running?``, and once rsad went on it carried the drain out all the same (found by
+    review). Now the CLI waits past rsad's own waits and says rsad did not answer and that
+    whether the request was carried out is not known; rsad, going on, finds the caller
+    gone and drops the request."""
+    public = Path(tempfile.mkdtemp(prefix="rsa-api-stop-"))
+    sock_path = public / "rsad.sock"
+    tcp = f"{TCP.rpartition(':')[0]}:6832"
+    (tmp_path / "rsa.yaml").write_text(second_rsad_yaml(lab, tmp_path / "state",
+                                                        sock_path, tcp))
+    (tmp_path / "rsa.yaml").chmod(0o600)
+    env = {**os.environ, "SLURM_CONF": lab["RSA_LAB_SLURM_CONF"]}
+    with (tmp_path / "rsad.log").open("w") as log:
+        proc = subprocess.Popen([f"{lab['RSA_LAB_VENV']}/bin/rsad", "--config",
+                                 str(tmp_path / "rsa.yaml")], env=env,
+                                stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        wait_for("second rsad ready", lambda: sock_path.exists() and rsa(
+            lab, "root", "status", "--json", api=str(sock_path)).returncode == 0,
+            timeout=180, every=1)
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            start = time.monotonic()
+            out = rsa(lab, "root", "admin", "drain", "--reason", "stopped",
+                      api=str(sock_path))
+            took = time.monotonic() - start
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        assert out.returncode != 0
+        assert f"rsad at {sock_path} did not answer" in out.stderr, out.stderr
+        assert "whether the request was carried out is not known" in out.stderr
+        assert "cannot reach" not in out.stderr
+        assert took >= 25, took  # not before rsad's own answer could have come
+        # the request waited in the socket for rsad to go on; its caller had gone
+        wait_for("rsad dropping the request its caller gave up on", lambda: (
+            "POST /v1/admin/drain of uid 0 not carried out: its caller closed the "
+            "connection" in (tmp_path / "rsad.log").read_text()), timeout=60, every=1)
+        status = rsa(lab, "root", "status", "--json", api=str(sock_path))
+        assert status.returncode == 0, status.stderr
+        assert not json.loads(status.stdout).get("draining")
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        shutil.rmtree(public, ignore_errors=True)
+    assert proc.returncode == 0, (tmp_path / "rsad.log").read_text()[-2000:]

@@ -63,6 +63,8 @@ class FakeRoutes(Routes):
     def __init__(self) -> None:
         self.go = threading.Event()
         self.waiting = threading.Semaphore(0)
+        self.late = 0  # times /v1/late was asked
+        self.counted = 0  # times /v1/count was carried out
 
     def dispatch(self, caller: Caller, method: str, path: str, body: Any) -> Any:
         if path == "/v1/refuse":
@@ -70,10 +72,13 @@ class FakeRoutes(Routes):
         if path == "/v1/withdrawn":
             raise NotTaken("withdrawn")
         if path == "/v1/late":
+            self.late += 1
             raise TimeoutError("late")
         if path == "/v1/slow":
             self.waiting.release()
             self.go.wait(10)
+        if path == "/v1/count":
+            self.counted += 1
         return {"uid": caller.uid, "user": caller.user, "body": body}
 
 
@@ -302,6 +307,38 @@ def test_users_wait_for_workers_but_root_does_not(make_api: Any) -> None:
     assert out2[0]["uid"] == 1002
 
 
+def test_a_request_whose_caller_gave_up_before_rsad_took_it_is_not_carried_out(
+        make_api: Any) -> None:
+    """A request waits (for a worker slot here; in the kernel's queue while rsad is
+    stopped or its accept loop behind) past its client's timeout: the client closes and
+    tells its user rsad did not answer. rsad then read it whole from the socket and
+    carried it out all the same, a command its caller had given up on (found by review,
+    in the lab: a stopped rsad's ``rsa admin drain``). Our clients hold the connection
+    open until the answer: one closed before rsad takes its request has gone, and the
+    request is dropped; one still there is served."""
+    api = make_api(Limits(read_timeout=5.0, per_user=4, workers=1))
+    t, _out = in_thread(ApiClient(api.tcp, timeout=8).get, "/v1/slow", uid=1001)
+    assert api.routes.waiting.acquire(timeout=5)
+    body = b'{"command": "cancel-staging"}'
+    cred = munge.encode(munge.request_digest("POST", "/v1/count", body))
+    request = (f"POST /v1/count HTTP/1.1\r\nX-RSA-Munge: {cred}\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    with connect(api.tcp) as gone:
+        gone.sendall(request)
+    waiting = connect(api.tcp)
+    waiting.sendall(request)
+    time.sleep(0.3)  # both read, both waiting for the one worker
+    api.routes.go.set()
+    t.join(5)
+    status, _body = answer(waiting)
+    waiting.close()
+    assert status == 200
+    deadline = time.monotonic() + 10
+    while api.gate.counts()[0] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert api.routes.counted == 1  # the one whose caller was still there
+
+
 def test_idle_connections_are_capped_and_the_oldest_makes_room(make_api: Any) -> None:
     lim = Limits(read_timeout=30.0, max_connections=8)
     api = make_api(lim)
@@ -410,7 +447,14 @@ def test_busy_says_whether_the_request_may_still_be_carried_out(make_api: Any) -
         ApiClient(api.tcp).get("/v1/withdrawn")
     with pytest.raises(ApiRefused, match="it may still be carried out") as late:
         ApiClient(api.tcp).get("/v1/late")
-    assert withdrawn.value.status == late.value.status == 503
+    assert withdrawn.value.status == late.value.status == 503  # reads: asked again
+    # a command's is not "busy, retry": the rsa CLI sends a 503 again (found by review: a
+    # command that may have been carried out was sent up to three more times, and the
+    # next was refused, "can't cancel-staging from tearing-down", for one that was done)
+    api.routes.late = 0
+    with pytest.raises(ApiRefused, match="it may still be carried out") as command:
+        ApiClient(api.tcp).post("/v1/late", {"command": "cancel-staging"})
+    assert command.value.status == 504 and api.routes.late == 1
 
 
 def test_a_refusal_sent_before_the_request_was_read_still_reaches_the_client(
@@ -515,3 +559,84 @@ def test_no_users_answer_is_signed_where_root_could_decode_it(
     assert "rsad signs no plain user's answer" in caplog.text
     got, headers, _ = reply_head(api.tcp, 0)
     assert got == 200 and headers[header].endswith(":for-0")
+
+
+# ---- a mount command's secret on the wire -----------------------------------------------
+
+SECRET_ARGV = ["mfsmount", "@MOUNTPOINT@", "-o", "mfspassword=5ecre7c0ffee"]
+
+
+class OneMount:
+    """A compute-node side whose every Prolog and agent answer is a mount instruction."""
+
+    def prolog(self, *_args: Any, **_kw: Any) -> dict[str, Any]:
+        return {"seq": 1, "do": "mount", "role": "input", "client_argv": SECRET_ARGV,
+                "agent": True}
+
+    def agent(self, *_args: Any, **_kw: Any) -> dict[str, Any]:
+        return {"seq": 2, "do": "mount", "role": "output", "client_argv": SECRET_ARGV,
+                "epoch": "e"}
+
+
+class NoJobs:
+    """Just enough of a daemon for the node hooks' routes: ready, tracking nothing."""
+
+    def __init__(self) -> None:
+        from rsa_scheduler.node.plan import HookProtocols
+
+        self.ready = threading.Event()
+        self.ready.set()
+        self.registry = object()
+        self.hook_protocols = HookProtocols()
+        self.aliases: dict[str, str] = {}
+        self.sched = type("Sched", (), {"records": {}, "displaced": set()})()
+
+    def submit(self, kind: str, payload: Any, *, wait: bool = False) -> Any:
+        return payload() if kind == "call" else None
+
+
+@pytest.mark.parametrize("hook", ["prolog", "agent"])
+def test_a_mount_commands_secret_goes_sealed_for_root_alone(
+        monkeypatch: pytest.MonkeyPatch, hook: str) -> None:
+    """The answer to a node hook goes in the clear over TCP to whoever passed as root. A
+    user on rsad's host who held its TCP port while rsad was down kept a node Prolog's
+    request (root's credential in it, unused) and sent it to rsad once rsad was back:
+    rsad answered with the job's mount command, ``mfspassword=`` and all (found by
+    review). A node of hook protocol 3 gets it sealed, a MUNGE credential restricted to
+    root (tests/unit/test_reply_signature.py has munged's side of it); an older one as
+    before."""
+    from rsa_scheduler.daemon import nodeside
+    from rsa_scheduler.node.plan import SEALED_ARGV
+
+    monkeypatch.setattr(nodeside, "nodeside_of", lambda _registry: OneMount())
+    routes = Routes(NoJobs())  # type: ignore[arg-type]
+    body = {"job_id": "7", "node": "c1", "nodes": "c1", "user": "alice"}
+    root = Caller(0, "root")
+    new = routes.dispatch(root, "POST", f"/v1/hooks/{hook}", {**body, "protocol": SEALED_ARGV})
+    assert new["do"] == "mount" and "client_argv" not in new
+    assert "5ecre7" not in json.dumps(new)
+    uid, payload, restricted = new["sealed_argv"].split(":")
+    assert (uid, restricted) == (str(ME), "for-0")  # rsad's, for root alone
+    assert json.loads(bytes.fromhex(payload)) == SECRET_ARGV
+    old = routes.dispatch(root, "POST", f"/v1/hooks/{hook}", {**body, "protocol": 2})
+    assert old["client_argv"] == SECRET_ARGV and "sealed_argv" not in old
+
+
+def test_the_node_opens_only_rsads_sealed_mount_command() -> None:
+    """The node side decodes the sealed argv as root; one sealed by another uid (a user's
+    own credential restricted to root) is no command of rsad's."""
+    from rsa_scheduler.node.mounts import MountError, client_argv_of
+
+    mine = munge.encode(json.dumps(SECRET_ARGV).encode(), restrict_uid=0)
+    speak_as(0)
+    try:
+        assert client_argv_of({"sealed_argv": mine}) == SECRET_ARGV
+        assert client_argv_of({"client_argv": SECRET_ARGV}) == SECRET_ARGV
+        speak_as(1001)
+        forged = munge.encode(json.dumps(["mount", "--bind", "/", "/x"]).encode(),
+                              restrict_uid=0)
+        speak_as(0)
+        with pytest.raises(MountError, match=r"not rsad's \(sealed by uid 1001\)"):
+            client_argv_of({"sealed_argv": forged})
+    finally:
+        speak_as(ME)

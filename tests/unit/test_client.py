@@ -6,6 +6,7 @@ tests/unit/test_reply_signature.py and the lab tests use the real one."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -75,6 +76,37 @@ def test_a_reply_without_length_runs_to_the_end_of_the_connection() -> None:
 def test_what_is_not_an_answer_is_refused(raw: bytes, why: str) -> None:
     with pytest.raises(_BadReply, match=why):
         answer(raw)
+
+
+@pytest.mark.parametrize("length", [b"Content-Length: 100000000000\r\n", b""])
+def test_an_endless_answer_is_cut_off_not_buffered(monkeypatch: pytest.MonkeyPatch,
+                                                   length: bytes) -> None:
+    """A program on rsad's TCP port while rsad is down (docs/security.md) answered with
+    an endless body, or a Content-Length of 100 GB: the client (root's node Prolog, every
+    user's rsa) kept all of it in memory, until its timeout or the node's OOM killer
+    (found by review). Its signature would be refused, but only once all of it was read."""
+    monkeypatch.setattr(client, "MAX_ANSWER", 1 << 20)
+    ours, theirs = socket.socketpair()
+    stop = threading.Event()
+
+    def peer() -> None:
+        theirs.recv(65536)
+        with contextlib.suppress(OSError):
+            theirs.sendall(b"HTTP/1.1 200 OK\r\n" + length + b"\r\n")
+            while not stop.is_set():
+                theirs.sendall(b"x" * 65536)
+
+    t = threading.Thread(target=peer, daemon=True)
+    t.start()
+    try:
+        ours.settimeout(5)
+        with pytest.raises(_BadReply, match="answer over 1048576 bytes"):
+            _exchange(ours, b"GET / HTTP/1.1\r\n\r\n")
+    finally:
+        stop.set()
+        ours.close()
+        theirs.close()
+        t.join(5)
 
 
 def fake_decode(credential: str) -> tuple[munge.Sender, bytes]:
@@ -220,6 +252,52 @@ def test_no_daemon_is_one_actionable_line(tmp_path: Path,
     with pytest.raises(ApiUnavailable, match=r"cannot reach rsad at .*missing\.sock.*is rsad "
                                              r"running"):
         ApiClient(str(tmp_path / "missing.sock"), timeout=2).get("/v1/status")
+
+
+@pytest.mark.parametrize("answers", [False, True])
+def test_a_request_rsad_took_but_never_answered_is_not_called_unreachable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answers: bool) -> None:
+    """rsad read the request, then died (or its loop stayed busy past the client's
+    timeout) before answering: a POST may have been carried out (a ``rsa cancel-staging``
+    committed, rsad killed before its answer). The client said ``cannot reach rsad at
+    ...: connection closed before the answer's headers; is rsad running?``, as if nothing
+    had been sent (found by review). Now it says rsad did not answer and, for a request
+    that changes state, that whether it was carried out is not known."""
+    monkeypatch.setattr(munge, "encode", lambda payload: "CRED")
+    path = str(tmp_path / "api.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(4)
+    held: list[socket.socket] = []
+
+    def take() -> None:
+        for _ in range(2):
+            conn, _ = srv.accept()
+            conn.recv(65536)
+            if answers:  # never answers: the client's timeout runs out
+                held.append(conn)
+            else:  # killed after reading it
+                conn.close()
+
+    t = threading.Thread(target=take, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(ApiUnavailable) as post:
+            ApiClient(path, timeout=0.3).post("/v1/jobs/7/command",
+                                              {"command": "cancel-staging"})
+        with pytest.raises(ApiUnavailable) as get:
+            ApiClient(path, timeout=0.3).get("/v1/jobs/7")
+    finally:
+        t.join(5)
+        for conn in held:
+            conn.close()
+        srv.close()
+    said = str(post.value)
+    assert said.startswith(f"rsad at {path} did not answer (")
+    assert "cannot reach" not in said
+    assert "whether the request was carried out is not known" in said
+    assert "carried out" not in str(get.value)
+    assert str(get.value).startswith(f"rsad at {path} did not answer (")
 
 
 def test_a_path_that_would_break_the_request_line_is_refused(server: str) -> None:

@@ -361,6 +361,28 @@ def test_a_command_is_judged_against_the_jobs_user_when_it_is_carried_out(
     assert routes.daemon.sched.records["7"].rsa_state is before
 
 
+def test_a_command_by_an_array_tasks_own_job_id_acts_on_that_task(tmp_path: Path) -> None:
+    """``rsa job 131`` of array task 127_4's own job id shows the task (the match
+    slurmctld's hook taught rsad); ``rsa cancel-staging 131`` was answered ``job 131 is
+    not tracked by the RSA`` (found by review: the API looked the task up by its own id,
+    then sent the command for the id as typed). Another user's stays "not tracked"."""
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    slurm.set("127_4", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    d.aliases["131"] = "127_4"
+    with serving(d) as routes:
+        assert routes.dispatch(ALICE, "GET", "/v1/jobs/131", None)["job_id"] == "127_4"
+        with pytest.raises(ApiError, match=r"^job 131 is not tracked by the RSA$"):
+            routes.dispatch(BOB, "POST", "/v1/jobs/131/command", {"command": "cancel-staging"})
+        out = routes.dispatch(ALICE, "POST", "/v1/jobs/131/command",
+                              {"command": "cancel-staging"})
+    assert out["job_id"] == "127_4"
+    assert out["rsa_state"] in TERMINAL | {RsaState.TEARING_DOWN}
+    assert "131" not in d.sched.records
+
+
 def test_a_command_its_caller_gave_up_on_is_never_carried_out_later(
         tmp_path: Path) -> None:
     """rsad's loop busy past the API's wait (a slow queue read): the caller is told 503
@@ -2508,7 +2530,8 @@ def test_a_compute_node_whose_hooks_are_older_than_rsad_is_said_once_and_shown(
         routes.dispatch(ROOT, "POST", "/v1/hooks/epilog", {**old, "protocol": PROTOCOL})
         assert routes.dispatch(ROOT, "GET", "/v1/status", None)["hooks_behind"] == {}
     caught_up = [r.getMessage() for r in caplog.records if "now (the Epilog" in r.getMessage()]
-    assert caught_up == ["c2: its node hooks speak hook protocol 2 now (the Epilog of job 7)"]
+    assert caught_up == [f"c2: its node hooks speak hook protocol {PROTOCOL} now (the Epilog "
+                         "of job 7)"]
 
 
 def test_an_epilog_that_left_a_mount_is_on_the_jobs_timeline_and_alerted(

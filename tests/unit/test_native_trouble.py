@@ -369,6 +369,8 @@ def hook(rsad: Rsad, name: str) -> tuple[bool, str]:
                                   "data_out"])
 def test_busy_starting_and_munge_trouble_are_asked_again(name: str) -> None:
     rsad = Rsad(Refused("rsad is busy: its loop did not answer in time", 503),
+                Refused("rsad is busy: its loop took the request but did not answer in "
+                        "time; it may still be carried out", 504),
                 Refused("internal error: cannot write rsad's event log (disk full): rsad "
                         "stops; its restart replays the log", 500),
                 Refused("uid 0 already has 8 connections", 429),
@@ -377,7 +379,7 @@ def test_busy_starting_and_munge_trouble_are_asked_again(name: str) -> None:
                 {"status": "wait", "message": "rsad is starting: not yet"},
                 {"status": "done", "message": "set up"})
     assert hook(rsad, name) == (True, "set up")
-    assert rsad.calls == 7
+    assert rsad.calls == 8
 
 
 def test_a_hook_gives_up_within_slurms_other_timeout_saying_what_slurm_does() -> None:

@@ -88,6 +88,9 @@ def test_a_node_behind_is_said_once_shown_until_it_speaks_ours() -> None:
     assert seen.heard("c2", "mounted", "7", 1) is None
     assert list(seen.behind) == ["c2"] and "mount report of job 7" in seen.behind["c2"]
     assert seen.heard("c2", "epilog", "7", PROTOCOL) == (
-        "info", "c2: its node hooks speak hook protocol 2 now (the Epilog of job 7)")
+        "info", f"c2: its node hooks speak hook protocol {PROTOCOL} now (the Epilog of "
+                "job 7)")
     assert seen.behind == {}
     assert seen.heard("c2", "prolog", "8", PROTOCOL) is None
+    # protocol 2 loads the guard, but takes its mount commands in the clear
+    assert "secret in the clear" in (seen.heard("c3", "prolog", "9", 2) or ("", ""))[1]

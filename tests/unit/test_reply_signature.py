@@ -114,6 +114,37 @@ def test_only_the_uid_it_is_restricted_to_decodes_rsads_credential(munged: str) 
     assert munge.root_decodes_restricted() is False
 
 
+def test_a_sealed_mount_command_is_read_by_root_alone_and_once(munged: str) -> None:
+    """What rsad sends a node of hook protocol 3 for a mount (daemon/api.py ``sealed``):
+    munged encrypts the argv (the RAMDISK's secret is nowhere in the credential's text),
+    refuses it to every uid but root (a user who got rsad's answer to a replayed Prolog
+    request holds it and cannot read it), and the node reads it once (node/mounts.py
+    ``client_argv_of``). One a user sealed for root is refused as not rsad's."""
+    import base64
+
+    from rsa_scheduler.daemon.api import sealed
+    from rsa_scheduler.node.mounts import MountError, client_argv_of
+    from rsa_scheduler.node.plan import SEALED_ARGV
+
+    argv = ["mfsmount", "@MOUNTPOINT@", "-o", "mfspassword=5ecre7c0ffee5ecre7"]
+    ins = sealed({"seq": 1, "do": "mount", "client_argv": argv}, SEALED_ARGV)
+    cred = ins["sealed_argv"]
+    assert "client_argv" not in ins and "5ecre7" not in cred
+    inner = cred.split(":")[1]
+    assert b"5ecre7" not in base64.b64decode(inner + "=" * (-len(inner) % 4))
+    said = unmunge(munged, USER, cred)
+    assert "Unauthorized credential" in said and "5ecre7" not in said
+    assert client_argv_of(ins) == argv  # root, once
+    with pytest.raises(MountError, match="Replayed credential"):
+        client_argv_of(ins)
+    forged = subprocess.run(
+        ["munge", f"--socket={munged}", "--restrict-uid=0", "-s",
+         json.dumps(["mount", "--bind", "/", "/mnt"])], capture_output=True, text=True,
+        timeout=30, user=USER, cwd="/", check=True).stdout.strip()
+    with pytest.raises(MountError, match=r"not rsad's \(sealed by uid "):
+        client_argv_of({"sealed_argv": forged})
+
+
 class JobRoutes(Routes):
     """rsad's answers about job 7: staging out, nothing verified yet."""
 
