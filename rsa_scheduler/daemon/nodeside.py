@@ -77,10 +77,10 @@ class JobNodes:
     asked: dict[str, int] = field(default_factory=dict)
     # nodes that confirmed the RAMDISK mounted (Prolog or agent) and did not release it
     mounted: set[str] = field(default_factory=set)
-    # nodes that took back a mount they had confirmed (their Prolog undid it: its hard
-    # timeout, an error after the report): they hold nothing, whatever the recorded
+    # node -> the mount instruction (seq) it took back (its Prolog undid the mount: its
+    # hard timeout, an error after the report): it holds nothing, whatever the recorded
     # ``mounted`` of a step issued before says (NodeSide.report)
-    undone: set[str] = field(default_factory=set)
+    undone: dict[str, int] = field(default_factory=dict)
 
 
 class NodeSide:
@@ -355,7 +355,8 @@ class NodeSide:
                     if v.state == "ok" and ins["do"] == "mount":
                         j.standing = ins
                         j.mounted |= self._oks(j, ins)
-                        j.undone -= j.mounted
+                        for node in j.mounted:
+                            j.undone.pop(node, None)
                     elif v.state == "ok":
                         j.mounted -= self._oks(j, ins)
                     if v.state != "pending":
@@ -431,7 +432,7 @@ class NodeSide:
         """The nodes ``ctx``'s facts record as holding the mount (``mounted``: what the
         last node step recorded, and the changes the API recorded since: daemon/memory),
         less those that took theirs back since the step was issued."""
-        return frozenset(str(n) for n in ctx.facts.get("mounted") or ()) - j.undone
+        return frozenset(str(n) for n in ctx.facts.get("mounted") or ()) - j.undone.keys()
 
     def _job(self, job: str) -> JobNodes:
         return self._jobs.setdefault(job, JobNodes())
@@ -539,11 +540,13 @@ class NodeSide:
         whose own may carry the same number. A node of an older package names no epoch:
         taken as before.
 
-        A failed report to a mount the node had reported done takes it back: its Prolog
-        undid the mount (its hard timeout, an error after the report; node/hooks.py) and
-        the job reads the PFS there. The node holds nothing of the RAMDISK then: no
-        release is asked of it (it may have no agent to answer one: the reset would wait
-        for it, fail busy and drain it). The answer says ``held`` when the node's place
+        A failed report marked ``undone`` takes the node's mount of that instruction back:
+        its Prolog undid it (its hard timeout, an error after the report; node/hooks.py
+        ``undo``) and the job reads the PFS there. The node holds nothing of the RAMDISK
+        then: no release is asked of it (it may have no agent to answer one: the reset
+        would wait for it, fail busy and drain it), and its ok report of that instruction
+        arriving after (rsad answered it too late: the Prolog undid the mount on that) is
+        stale. The answer says ``held`` when the node's place
         among the job's mounts changed outside a node step (taken back, or a late
         Prolog's mount counted): the API records that (``compute.unmounted``,
         ``compute.mounted``), so a restarted rsad knows it (daemon/memory.py)."""
@@ -556,17 +559,20 @@ class NodeSide:
         answer: dict[str, Any] = {"job_id": job, "node": node, "recorded": True}
         with self._cond:
             j = self._job(job)
-            before = j.reports.get(node)
-            now = j.reports[node] = {
-                "seq": int(data.get("seq", -1)), "ok": bool(data.get("ok")),
-                "busy": bool(data.get("busy")), "message": str(data.get("message") or "")[:500]}
+            seq = int(data.get("seq", -1))
+            now: dict[str, Any] = {"seq": seq, "ok": bool(data.get("ok")),
+                                   "busy": bool(data.get("busy")),
+                                   "message": str(data.get("message") or "")[:500]}
+            if now["ok"] and j.undone.get(node) == seq:
+                log.info("job %s node %s: a report of instruction %s the node took back "
+                         "since: stale", job, node, seq)
+                return {**answer, "recorded": False}
+            j.reports[node] = now
             if not now["ok"]:
                 log.warning("job %s node %s: %s", job, node, now["message"])
-                if (not now["busy"] and before is not None and before["ok"]
-                        and before["seq"] == now["seq"]):
-                    # the node took back the mount it had reported (a release is never
-                    # reported twice): it holds nothing of it
-                    j.undone.add(node)
+                if data.get("undone") and not now["busy"]:
+                    # the node took back its mount of that instruction: it holds nothing
+                    j.undone[node] = seq
                     if node in j.mounted:
                         j.mounted.discard(node)
                         answer["held"] = False
@@ -577,7 +583,7 @@ class NodeSide:
                 # a late Prolog mounted the standing mount; a report that comes after
                 # the node's Epilog (a requeue between the mount and its report) is
                 # none: that Epilog took every mount of the job down
-                j.undone.discard(node)
+                j.undone.pop(node, None)
                 if node not in j.mounted:
                     j.mounted.add(node)
                     answer["held"] = True

@@ -295,9 +295,9 @@ def undo(jm: JobMounts, ns: JobNamespace | None, ins: Mapping[str, Any] | None,
          env: Mapping[str, str], node: str) -> None:
     """A Prolog that does not finish undoes what it mounted: the job uses the PFS on this
     node, as its line says. rsad may have counted the mount already (its report went out,
-    or the timeout struck while rsad answered it): a failed report to the same instruction
-    takes it back, or rsad would hold the node to a release its missing agent never gives
-    (NodeSide.report). Never raises: the job runs all the same."""
+    or the timeout struck while rsad answered it): a failed report to the same instruction,
+    marked ``undone``, takes it back, or rsad would hold the node to a release its missing
+    agent never gives (NodeSide.report). Never raises: the job runs all the same."""
     try:
         with inside(ns):
             jm.release(lazy=True)
@@ -308,7 +308,7 @@ def undo(jm: JobMounts, ns: JobNamespace | None, ins: Mapping[str, Any] | None,
         epoch = {"epoch": str(ins["epoch"])} if ins.get("epoch") else {}
         client.post("/v1/hooks/mounted", {**from_env(env), "node": node, "protocol": PROTOCOL,
                                           "seq": int(ins.get("seq", 0)), "ok": False,
-                                          "message": msg, **epoch})
+                                          "undone": True, "message": msg, **epoch})
     except Exception as e:
         _say("prolog", str(jm.job), f"rsad not told that the mount was undone: {e}")
 

@@ -2537,8 +2537,9 @@ def test_a_mount_a_node_took_back_or_a_late_prolog_made_is_recorded_for_a_restar
             routes.dispatch(ROOT, "POST", "/v1/hooks/mounted",
                             {"job_id": "7", "node": node, "seq": 1, "ok": True})
         routes.dispatch(ROOT, "POST", "/v1/hooks/mounted",
-                        {"job_id": "7", "node": "c3", "seq": 1, "ok": False,
+                        {"job_id": "7", "node": "c3", "seq": 1, "ok": False, "undone": True,
                          "message": "the Prolog did not finish: its mount was undone"})
+    d.drain(timeout=0.5)
     names = [(e.name, e.context["node"]) for e in d.store.events("7")
              if e.name.startswith("compute.")]
     assert names == [("compute.mounted", "c2"), ("compute.mounted", "c3"),

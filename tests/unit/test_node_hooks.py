@@ -408,6 +408,7 @@ def test_a_prolog_that_does_not_finish_after_its_report_undoes_the_mount_and_say
     reports = [b for p, b in fake.posts if p == "/v1/hooks/mounted"]
     assert [(r["seq"], r["ok"], r["epoch"]) for r in reports] == [(4, True, "E1"),
                                                                   (4, False, "E1")]
+    assert reports[1]["undone"] is True  # takes the mount back (NodeSide.report)
     why = "hard timeout of 5s" if failure == "timeout" else "[Errno 28] No space left on device"
     assert reports[1]["message"].startswith(f"the Prolog did not finish ({why}"), reports[1]
     assert reports[1]["message"].endswith(
