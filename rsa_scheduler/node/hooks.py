@@ -303,8 +303,9 @@ def undo(jm: JobMounts, ns: JobNamespace | None, ins: Mapping[str, Any] | None,
             jm.release(lazy=True)
         if client is None or ins is None or (report is not None and not report["ok"]):
             return  # no mount instruction, or its failure already said so
-        msg = (f"the Prolog did not finish ({why}): its mount of the RAMDISK over "
-               f"{ins.get('target')} was undone; the job uses the PFS on {node}")
+        # (the timeout may strike amid the mount: whatever of it was made is undone)
+        msg = (f"the Prolog did not finish ({why}): what it had mounted of the RAMDISK "
+               f"over {ins.get('target')} was undone; the job uses the PFS on {node}")
         epoch = {"epoch": str(ins["epoch"])} if ins.get("epoch") else {}
         client.post("/v1/hooks/mounted", {**from_env(env), "node": node, "protocol": PROTOCOL,
                                           "seq": int(ins.get("seq", 0)), "ok": False,

@@ -754,8 +754,8 @@ def test_a_node_that_undid_its_reported_mount_is_no_longer_held_to_release_it() 
     assert done.result is Result.OK and done.detail["mounted"] == ["c1", "c2"]
     got = side.report("7", "c2", {"seq": ins["seq"], "ok": False, "undone": True,
                                   "message": "the Prolog did not finish (hard timeout of "
-                                             "10s): its mount of the RAMDISK over "
-                                             "/scratch/a/in was undone"})
+                                             "10s): what it had mounted of the RAMDISK "
+                                             "over /scratch/a/in was undone"})
     assert got == {"job_id": "7", "node": "c2", "recorded": True, "held": False}
     # what rsad recorded of the mount step still names c2 (its outcome was committed
     # before the report; the API records the change as compute.unmounted)
