@@ -121,6 +121,10 @@ def job(api: str | None, job_id: str | None, as_json: bool) -> None:
             what = f"rerun hold ended ({ev.get('then', '')}): {ev.get('why', '')}"
         elif what == "compute.unconfirmed":
             what = f"compute nodes {ev.get('nodes')} did not confirm a release: drained"
+        elif what == "compute.mounted":
+            what = f"{ev.get('node')} mounted the RAMDISK (its Prolog ran late)"
+        elif what == "compute.unmounted":
+            what = f"{ev.get('node')} took back its mount of the RAMDISK: {ev.get('message')}"
         elif what == "compute.left":
             what = (f"{ev.get('node')} kept a mount of the RAMDISK after the job (its "
                     f"Epilog: {ev.get('message')})")

@@ -483,7 +483,14 @@ class Routes:
         if side is None:
             return {"do": "nothing", "agent": False, "why": "rsad has no compute-node side"}
         if hook == "mounted":
-            return side.report(job, node, payload)
+            answer = side.report(job, node, payload)
+            if "held" in answer:  # a mount taken back, or a late Prolog's counted
+                held, why = bool(answer["held"]), str(payload.get("message") or "")[:500]
+                # recorded by the loop, without waiting for it: a node's report is
+                # answered at once (a Prolog whose answer is late undoes its mount)
+                self.daemon.submit("call", lambda: self.daemon.mount_noted(job, node, held,
+                                                                           why))
+            return answer
         if hook == "epilog":
             if payload.get("ok") is False:  # a mount of the job stays on the node
                 why = str(payload.get("message") or "no reason given")[:500]

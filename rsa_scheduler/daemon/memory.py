@@ -89,6 +89,17 @@ class Memory:
             if ev.name == "job.tracked":
                 self.aliases.pop(ev.job_id, None)
             return
+        if ev.name in ("compute.mounted", "compute.unmounted"):
+            # a node's mount counted, or taken back, after the node step that recorded
+            # ``mounted`` (daemon/nodeside.py NodeSide.report); a job rsad let go of
+            # keeps no facts
+            facts = self.facts.get(ev.job_id)
+            if facts is not None:
+                node = str(ev.context["node"])
+                held = {str(n) for n in facts.get("mounted") or ()} - {node}
+                facts["mounted"] = sorted(held | ({node} if ev.name == "compute.mounted"
+                                                  else set()))
+            return
         if not (ev.name == "action.milestone" or (
                 ev.name == "action.outcome" and ev.context.get("result") == "ok")):
             return

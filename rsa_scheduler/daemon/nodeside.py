@@ -77,6 +77,10 @@ class JobNodes:
     asked: dict[str, int] = field(default_factory=dict)
     # nodes that confirmed the RAMDISK mounted (Prolog or agent) and did not release it
     mounted: set[str] = field(default_factory=set)
+    # node -> the mount instruction (seq) it took back (its Prolog undid the mount: its
+    # hard timeout, an error after the report): it holds nothing, whatever the recorded
+    # ``mounted`` of a step issued before says (NodeSide.report)
+    undone: dict[str, int] = field(default_factory=dict)
 
 
 class NodeSide:
@@ -323,11 +327,11 @@ class NodeSide:
     def _step(self, ctx: ActionContext, ins: dict[str, Any], timeout: float,
               only: frozenset[str] | None = None) -> Verdict:
         job = ctx.action.job_id
-        known = frozenset(str(n) for n in ctx.facts.get("mounted") or ())
         start = self.clock()
         deadline = start + timeout
         with self._cond:
             j = self._job(job)
+            known = self._known(ctx, j)
             j.seq += 1
             # numbered per rsad: a node tells this rsad's instruction 1 from an earlier's
             ins = {**ins, "seq": j.seq, "epoch": self.epoch}
@@ -351,6 +355,8 @@ class NodeSide:
                     if v.state == "ok" and ins["do"] == "mount":
                         j.standing = ins
                         j.mounted |= self._oks(j, ins)
+                        for node in j.mounted:
+                            j.undone.pop(node, None)
                     elif v.state == "ok":
                         j.mounted -= self._oks(j, ins)
                     if v.state != "pending":
@@ -412,14 +418,21 @@ class NodeSide:
         its facts record as mounted (``mounted`` survives an rsad restart) reconnected or
         a restarted rsad's ``agent_settle`` passed; None when nothing of the job's nodes
         is known."""
-        known = frozenset(str(n) for n in ctx.facts.get("mounted") or ())
         j = self._jobs.get(ctx.action.job_id)
+        known = self._known(ctx, j or JobNodes())
         if j is None and not known:
             return None
         j = self._job(ctx.action.job_id)
         while known - j.agents - j.ended and self.clock() - self.born < self.agent_settle:
             self._cond.wait(0.2)
         return j
+
+    @staticmethod
+    def _known(ctx: ActionContext, j: JobNodes) -> frozenset[str]:
+        """The nodes ``ctx``'s facts record as holding the mount (``mounted``: what the
+        last node step recorded, and the changes the API recorded since: daemon/memory),
+        less those that took theirs back since the step was issued."""
+        return frozenset(str(n) for n in ctx.facts.get("mounted") or ()) - j.undone.keys()
 
     def _job(self, job: str) -> JobNodes:
         return self._jobs.setdefault(job, JobNodes())
@@ -525,25 +538,57 @@ class NodeSide:
         with rsad: a report naming another rsad's epoch (an agent that carried out the
         earlier rsad's instruction while rsad restarted) answers none of this rsad's,
         whose own may carry the same number. A node of an older package names no epoch:
-        taken as before."""
+        taken as before.
+
+        A failed report marked ``undone`` takes the node's mount of that instruction back:
+        its Prolog undid it (its hard timeout, an error after the report; node/hooks.py
+        ``undo``) and the job reads the PFS there. The node holds nothing of the RAMDISK
+        then: no release is asked of it (it may have no agent to answer one: the reset
+        would wait for it, fail busy and drain it), and its ok report of that instruction
+        arriving after (rsad answered it too late: the Prolog undid the mount on that) is
+        stale. The answer says ``held`` when the node's place
+        among the job's mounts changed outside a node step (taken back, or a late
+        Prolog's mount counted): the API records that (``compute.unmounted``,
+        ``compute.mounted``), so a restarted rsad knows it (daemon/memory.py)."""
         epoch = str(data.get("epoch") or "")
         if epoch and epoch != self.epoch:
             log.info("job %s node %s: a report to an earlier rsad's instruction %s "
                      "(epoch %s): no answer to this rsad's", job, node, data.get("seq"),
                      epoch[:32])
             return {"job_id": job, "node": node, "recorded": False}
+        answer: dict[str, Any] = {"job_id": job, "node": node, "recorded": True}
         with self._cond:
             j = self._job(job)
-            j.reports[node] = {"seq": int(data.get("seq", -1)), "ok": bool(data.get("ok")),
-                               "busy": bool(data.get("busy")),
-                               "message": str(data.get("message") or "")[:500]}
-            if not j.reports[node]["ok"]:
-                log.warning("job %s node %s: %s", job, node, j.reports[node]["message"])
-            elif (j.current is None and j.standing is not None
-                  and j.reports[node]["seq"] == j.standing["seq"]):
-                j.mounted.add(node)  # a late Prolog mounted the standing mount
+            seq = int(data.get("seq", -1))
+            now: dict[str, Any] = {"seq": seq, "ok": bool(data.get("ok")),
+                                   "busy": bool(data.get("busy")),
+                                   "message": str(data.get("message") or "")[:500]}
+            if now["ok"] and j.undone.get(node) == seq:
+                log.info("job %s node %s: a report of instruction %s the node took back "
+                         "since: stale", job, node, seq)
+                return {**answer, "recorded": False}
+            j.reports[node] = now
+            if not now["ok"]:
+                log.warning("job %s node %s: %s", job, node, now["message"])
+                if data.get("undone") and not now["busy"]:
+                    # the node took back its mount of that instruction: it holds nothing
+                    j.undone[node] = seq
+                    if node in j.mounted:
+                        j.mounted.discard(node)
+                        answer["held"] = False
+                        log.warning("job %s node %s: took back its mount of the RAMDISK; "
+                                    "no longer counted as holding it", job, node)
+            elif (j.current is None and j.standing is not None and node not in j.ended
+                  and now["seq"] == j.standing["seq"]):
+                # a late Prolog mounted the standing mount; a report that comes after
+                # the node's Epilog (a requeue between the mount and its report) is
+                # none: that Epilog took every mount of the job down
+                j.undone.pop(node, None)
+                if node not in j.mounted:
+                    j.mounted.add(node)
+                    answer["held"] = True
             self._cond.notify_all()
-        return {"job_id": job, "node": node, "recorded": True}
+        return answer
 
     def epilog(self, job: str, node: str) -> dict[str, Any]:
         with self._cond:

@@ -765,6 +765,20 @@ class Daemon:
             "nodes": nodes, "drain": reason})]))
         self.dispatcher.drain(job_id, nodes, reason)
 
+    def mount_noted(self, job_id: str, node: str, held: bool, message: str) -> None:
+        """Loop thread: ``node`` holds the job's RAMDISK mounted (a late Prolog's mount)
+        or no longer does (its Prolog took back the mount it had reported: ``message``),
+        outside any node step whose outcome records it: ``compute.mounted`` /
+        ``compute.unmounted``, which the job's facts (``mounted``) follow, so a restarted
+        rsad asks the right nodes to release it (daemon/nodeside.py)."""
+        ev = Event(self.clock(), job_id, "compute.mounted" if held else "compute.unmounted",
+                   {"node": node, **({} if held else {"message": message})})
+        self._commit(Decision(events=[ev]))
+        self.memory.learn_facts(ev)
+        if not held:
+            log.warning("job %s: compute node %s took back its mount of the RAMDISK: %s",
+                        job_id, node, message)
+
     def mount_left(self, job_id: str, node: str, message: str) -> None:
         """Loop thread: ``node``'s Epilog could not take every mount of ``job_id``'s
         RAMDISK down (``message``: why; its record stays on the node). On the job's

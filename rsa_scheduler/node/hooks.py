@@ -7,8 +7,8 @@ the hook protocol they speak (``node.plan.PROTOCOL``). Both ALWAYS exit 0:
 a non-zero node Prolog drains the node and requeues the job held, and the RSA must never
 hurt a job — when anything is wrong (rsad unreachable, a path refused, a mount failing)
 the job runs from the PFS and the reason goes to rsad (which tells the user) and stderr
-(slurmd's log). A hard timeout (``hooks.timeout``) bounds every run; what a timed-out run
-had mounted is unwound.
+(slurmd's log). A hard timeout (``hooks.timeout``) bounds every run; what a Prolog that
+does not finish (its timeout, an error) had mounted is unwound, and rsad is told so.
 """
 
 from __future__ import annotations
@@ -213,6 +213,8 @@ def prolog(env: Mapping[str, str]) -> int:
     jm: JobMounts | None = None
     ns: JobNamespace | None = None
     client: Any = None
+    mounting: Mapping[str, Any] | None = None  # the mount instruction being carried out
+    report: dict[str, Any] | None = None
     try:
         st = settings(env)
         _alarm(st.timeout)
@@ -242,8 +244,8 @@ def prolog(env: Mapping[str, str]) -> int:
             from rsa_scheduler.node.mounts import JobMounts
 
             jm = JobMounts(job, node, st.base)
-        report: dict[str, Any] | None = None
         if ans.get("do") == "mount" and jm is not None:
+            mounting = ans
             who = who_of(env)
             try:
                 if st.mounts == "job":
@@ -277,13 +279,39 @@ def prolog(env: Mapping[str, str]) -> int:
     except HookTimeout as e:
         _say("prolog", job, f"{e}; unwinding, the job uses the PFS")
         if jm is not None:
-            with inside(ns):
-                jm.release(lazy=True)
+            undo(jm, ns, mounting, report, str(e), client=client, env=env, node=node)
     except Exception as e:  # never fail the job or drain the node because of the RSA
         _say("prolog", job, f"{e}; the job uses the PFS")
+        if jm is not None and mounting is not None:  # what it says: nothing mounted
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            undo(jm, ns, mounting, report, str(e), client=client, env=env, node=node)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
     return 0
+
+
+def undo(jm: JobMounts, ns: JobNamespace | None, ins: Mapping[str, Any] | None,
+         report: Mapping[str, Any] | None, why: str, *, client: Any,
+         env: Mapping[str, str], node: str) -> None:
+    """A Prolog that does not finish undoes what it mounted: the job uses the PFS on this
+    node, as its line says. rsad may have counted the mount already (its report went out,
+    or the timeout struck while rsad answered it): a failed report to the same instruction,
+    marked ``undone``, takes it back, or rsad would hold the node to a release its missing
+    agent never gives (NodeSide.report). Never raises: the job runs all the same."""
+    try:
+        with inside(ns):
+            jm.release(lazy=True)
+        if client is None or ins is None or (report is not None and not report["ok"]):
+            return  # no mount instruction, or its failure already said so
+        # (the timeout may strike amid the mount: whatever of it was made is undone)
+        msg = (f"the Prolog did not finish ({why}): what it had mounted of the RAMDISK "
+               f"over {ins.get('target')} was undone; the job uses the PFS on {node}")
+        epoch = {"epoch": str(ins["epoch"])} if ins.get("epoch") else {}
+        client.post("/v1/hooks/mounted", {**from_env(env), "node": node, "protocol": PROTOCOL,
+                                          "seq": int(ins.get("seq", 0)), "ok": False,
+                                          "undone": True, "message": msg, **epoch})
+    except Exception as e:
+        _say("prolog", str(jm.job), f"rsad not told that the mount was undone: {e}")
 
 
 def stop_agent(jm: JobMounts, grace: float = 1.0) -> None:

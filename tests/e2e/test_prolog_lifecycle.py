@@ -424,6 +424,65 @@ srun -N2 -n2 bash -c 'h=$(hostname); echo "written by $h" > {out}/from-$h'
     assert nothing_of_job_mounted(job)
 
 
+@pytest.mark.once  # rsad's record of the node side, in either mode
+def test_a_late_prologs_mount_is_recorded_and_known_after_an_rsad_crash(
+        lab: Mapping[str, str], area: Path) -> None:
+    """Without ``PrologFlags=Alloc`` a node's Prolog runs at the job's first step there:
+    the second node mounts the standing mount after the mount step's outcome recorded
+    which nodes hold it. On the code before, that mount was counted in rsad's memory
+    only: a restarted rsad did not know the node held the RAMDISK (only a reconnecting
+    agent told it). Now it is the event ``compute.mounted``, the job's ``mounted`` fact
+    follows it across a restart (SIGKILL here), and the reset after the restart releases
+    and remounts on both nodes; nothing is drained."""
+    if "alloc" in lab.get("RSA_LAB_PROLOG_FLAGS", "").lower():
+        pytest.skip("PrologFlags=Alloc runs every node's Prolog at allocation: none is late")
+    rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
+    res, out, data_in = area / "res", area / "out", area / "in"
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#SBATCH -N 2
+#RSA_DATA_IN={data_in}
+#RSA_DATA_OUT={out}
+#RSA_RESET=input-done
+echo "$SLURMD_NODENAME" > {res}/batch
+sleep 4  # the mount step is done (its settle: 0.5 s) before the other node's Prolog
+srun -N2 -n2 bash -c 'findmnt -n -o TARGET --target {data_in} > {res}/inmnt.$SLURMD_NODENAME'
+touch {res}/stepped
+while [ ! -e {res}/go ]; do sleep 0.5; done
+until {rsa} input-done > {res}/input-done 2>&1; do sleep 1; done
+srun -N2 -n2 bash -c 'echo "written by $SLURMD_NODENAME" > {out}/from-$SLURMD_NODENAME'
+"""
+    with make_jobs(lab) as jobs:
+        job = run_to_start(lab, jobs, script)
+        wait_for("the job's first step", (res / "stepped").exists, timeout=90)
+        batch = (res / "batch").read_text().strip()
+        nodes = sorted(p.name.split(".", 1)[1] for p in res.glob("inmnt.*"))
+        assert len(nodes) == 2 and batch in nodes, nodes
+        late = next(n for n in nodes if n != batch)
+        for node in nodes:  # both read their input through the RAMDISK
+            assert (res / f"inmnt.{node}").read_text().strip() == str(data_in)
+
+        def recorded() -> list[str]:
+            data = rsa_job(lab, job) or {}
+            return [str(e.get("node")) for e in data.get("events") or ()
+                    if e.get("name") == "compute.mounted"]
+
+        wait_for("compute.mounted recorded", lambda: recorded() == [late], timeout=30)
+        restart_lab_rsad(signal.SIGKILL)
+        (res / "go").write_text("")
+        wait_state(lab, job, "released", timeout=300)
+    assert sorted(p.name for p in out.glob("from-*")) == [f"from-{n}" for n in nodes]
+    data = rsa_job(lab, job)
+    assert data is not None
+    resets = [e["result"] for e in data["events"]
+              if e["name"] == "action.outcome" and "/reset/" in e["action"]]
+    assert resets == ["ok"], resets
+    assert not [e for e in data["events"] if e["name"] == "compute.unconfirmed"]
+    assert nothing_of_job_mounted(job)
+    sinfo = root(lab, "sinfo", "-h", "-o", "%T").split()
+    assert "drained" not in sinfo and "draining" not in sinfo
+
+
 @pytest.mark.queue
 @pytest.mark.prologflags
 def test_early_start_fallback_reads_the_pfs_and_still_gets_the_output_ramdisk(

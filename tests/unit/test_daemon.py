@@ -2534,6 +2534,48 @@ def test_a_compute_node_whose_hooks_are_older_than_rsad_is_said_once_and_shown(
                          "of job 7)"]
 
 
+def test_a_mount_a_node_took_back_or_a_late_prolog_made_is_recorded_for_a_restart(
+        tmp_path: Path) -> None:
+    """A node's place among the nodes that hold the RAMDISK changes outside a node step:
+    a late Prolog mounts the standing mount, or a Prolog takes back the mount it had
+    reported (its hard timeout, an error after the report). On the code before, only
+    the step's outcome recorded ``mounted``: a restarted rsad asked a node that had
+    taken its mount back to release it (no agent answers: the reset failed busy and the
+    node was drained) and did not wait for a late Prolog's node. Now each change is an
+    event (``compute.mounted``, ``compute.unmounted``) the job's facts follow."""
+    from rsa_scheduler.daemon.nodeside import nodeside_of
+
+    d, slurm = nodeside_daemon(tmp_path)
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    d.submit("milestone", ("7", "7/1/mount-input/5", {"mounted": ["c1"]}))
+    d.drain(timeout=0.5)
+    side = nodeside_of(d.registry)
+    assert side is not None
+    with side._cond:  # the input mount done on c1; c[2-3] run their Prolog late
+        side._job("7").standing = {"seq": 1, "do": "mount"}
+    with serving(d) as routes:
+        for node in ("c2", "c3"):
+            routes.dispatch(ROOT, "POST", "/v1/hooks/mounted",
+                            {"job_id": "7", "node": node, "seq": 1, "ok": True})
+        routes.dispatch(ROOT, "POST", "/v1/hooks/mounted",
+                        {"job_id": "7", "node": "c3", "seq": 1, "ok": False, "undone": True,
+                         "message": "the Prolog did not finish: its mount was undone"})
+    d.drain(timeout=0.5)
+    names = [(e.name, e.context["node"]) for e in d.store.events("7")
+             if e.name.startswith("compute.")]
+    assert names == [("compute.mounted", "c2"), ("compute.mounted", "c3"),
+                     ("compute.unmounted", "c3")]
+    assert d.facts["7"]["mounted"] == ["c1", "c2"]
+    settle(d)
+    d.shutdown()
+    d.store.close()
+    again = make_daemon(tmp_path, slurm, [])
+    assert again.facts["7"]["mounted"] == ["c1", "c2"]  # what a re-issued step reads
+
+
+
 def test_an_epilog_that_left_a_mount_is_on_the_jobs_timeline_and_alerted(
         tmp_path: Path) -> None:
     """A node's Epilog that could not take the job's mount down (the user stacked a FUSE

@@ -371,3 +371,54 @@ def test_the_node_agent_reports_an_unexpected_failure_and_keeps_serving(
     reports = [b for p, b in posts if p == "/v1/hooks/mounted"]
     assert [(r["seq"], r["ok"]) for r in reports] == [(3, False), (4, True)]
     assert reports[0]["message"] == "the node agent failed to mount: ValueError: unexpected"
+
+
+@pytest.mark.parametrize("failure", ["timeout", "error", "timeout amid the mount"])
+def test_a_prolog_that_does_not_finish_after_its_report_undoes_the_mount_and_says_so(
+        tmp_path: Path, fake: type[FakeClient], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], failure: str) -> None:
+    """The bug: the Prolog mounted the RAMDISK and reported it, then met its hard
+    timeout (or an error) before the job's agent ran. It undid the mount on the timeout
+    (on an error it kept it, and slurmd's log said the job uses the PFS), but never told
+    rsad, which went on counting the node among those that hold the RAMDISK: the reset
+    waited for the release of a node with no agent, failed busy and drained it. Now the
+    mount is undone either way (the job uses the PFS there, as the line says) and rsad
+    is told, as a failed report to the same instruction (NodeSide.report). A timeout
+    amid the mount (no report yet) says so at once: rsad's step no longer waits for this
+    node until its own timeout (35 s by default) to fail."""
+    from rsa_scheduler.node.mounts import JobMounts, Released
+
+    released: list[bool] = []
+
+    def release(_self: JobMounts, *, lazy: bool) -> Released:
+        released.append(lazy)
+        return Released(True, False, "released")
+
+    def stop(*_a: object) -> None:
+        if failure == "timeout":
+            raise hooks.HookTimeout("hard timeout of 5s")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(JobMounts, "release", release)
+    def execute(ins: dict[str, Any], *_a: object) -> dict[str, Any]:
+        if failure == "timeout amid the mount":
+            raise hooks.HookTimeout("hard timeout of 5s")
+        return {"seq": ins["seq"], "ok": True, "message": "RAMDISK mounted over /pfs/in (ro)"}
+
+    monkeypatch.setattr(hooks, "execute", execute)
+    monkeypatch.setattr(hooks, "start_agent", stop)
+    fake.answers = [{"seq": 4, "do": "mount", "job_id": "42", "user": "", "role": "input",
+                     "target": "/pfs/in", "mode": "ro", "agent": True, "epoch": "E1",
+                     "client_argv": ["mfsmount", MOUNTPOINT], "client_umount_argv": []}]
+    assert hooks.prolog(env(tmp_path)) == 0
+    reports = [b for p, b in fake.posts if p == "/v1/hooks/mounted"]
+    sent = [(4, True, "E1")] if failure != "timeout amid the mount" else []
+    assert [(r["seq"], r["ok"], r["epoch"]) for r in reports] == [*sent, (4, False, "E1")]
+    assert reports[-1]["undone"] is True  # takes the mount back (NodeSide.report)
+    why = "[Errno 28] No space left on device" if failure == "error" else "hard timeout of 5s"
+    assert reports[-1]["message"].startswith(f"the Prolog did not finish ({why}"), reports[-1]
+    assert reports[-1]["message"].endswith(
+        "what it had mounted of the RAMDISK over /pfs/in was undone; the job uses the PFS "
+        "on c1")
+    assert released == [True]  # lazily, as the timeout's unwind always did
+    assert "the job uses the PFS" in capsys.readouterr().err

@@ -729,3 +729,100 @@ def test_a_report_to_an_earlier_rsads_instruction_never_answers_this_ones() -> N
     out = fut.result(10)
     assert out.result is Result.BUSY and out.detail == {"silent": ["c2"]}, out
     assert backend.resets == 0
+
+
+def test_a_node_that_undid_its_reported_mount_is_no_longer_held_to_release_it() -> None:
+    """The bug: c2's Prolog reported its input mount, then met its hard timeout (or an
+    error) before it started the job's agent and undid the mount: the job reads the PFS
+    there. rsad went on counting c2 among the nodes that hold the RAMDISK (a failed
+    report never dropped a node from ``mounted``, nor from the recorded ``mounted``): the
+    reset (``rsa input-done``) waited for c2's release, which no agent would give,
+    failed busy after ``reset_timeout``, drained c2 in Slurm ("did not confirm release")
+    and left the job's output on the PFS; a teardown while the job ran was refused
+    ("they may still use it") until c2's Epilog. The Prolog now reports the undone mount
+    (failed, the same instruction): c2 holds nothing, the reset and the teardown do not
+    ask it, and the API records that (``held``) durably."""
+    side, reg, backend = make_side(timeout=1.5)
+    side.agent_settle = 0.1
+    side.settle = 0.05
+    fut = start(reg, ActionKind.MOUNT_INPUT, INPUT)
+    ins = until(side, lambda: side.prolog("7", "c1", "c[1-2]", "mounting-input"), "mount")
+    side.prolog("7", "c2", "c[1-2]", "mounting-input")
+    for node in ("c1", "c2"):
+        side.report("7", node, {"seq": ins["seq"], "ok": True})
+    done = fut.result(5)
+    assert done.result is Result.OK and done.detail["mounted"] == ["c1", "c2"]
+    got = side.report("7", "c2", {"seq": ins["seq"], "ok": False, "undone": True,
+                                  "message": "the Prolog did not finish (hard timeout of "
+                                             "10s): what it had mounted of the RAMDISK "
+                                             "over /scratch/a/in was undone"})
+    assert got == {"job_id": "7", "node": "c2", "recorded": True, "held": False}
+    # what rsad recorded of the mount step still names c2 (its outcome was committed
+    # before the report; the API records the change as compute.unmounted)
+    facts = {"mount": SPEC.to_json(), "mounted": ["c1", "c2"]}
+    teardown = releasing(side, teardown_ctx(facts))
+    rel = side.agent("7", "c1", "c[1-2]", 0, wait=2)
+    side.report("7", "c1", {"seq": rel["seq"], "ok": True})
+    assert teardown.result(5) == ["c1"]
+    action = Action("7/1/reset/3", "7", ActionKind.RESET, RESET_ARGS)
+    ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
+                        facts=facts)
+    reset: Future[Outcome] = Future()
+    threading.Thread(target=lambda: reset.set_result(reg.run(ctx)), daemon=True).start()
+    rel = side.agent("7", "c1", "c[1-2]", rel["seq"], wait=2)
+    assert rel["do"] == "release"
+    side.report("7", "c1", {"seq": rel["seq"], "ok": True})
+    mount = side.agent("7", "c1", "c[1-2]", rel["seq"], wait=2)
+    assert mount["do"] == "mount" and mount["role"] == "output"
+    side.report("7", "c1", {"seq": mount["seq"], "ok": True})
+    out = reset.result(5)
+    assert out.result is Result.OK, out  # before: BUSY, {"silent": ["c2"]} (drained)
+    assert backend.resets == 1
+
+
+def test_a_mount_taken_back_before_the_step_was_done_fails_it_whatever_comes_late() -> None:
+    """A Prolog that undid its mount before rsad's step was done: the step fails with
+    its reason (the first failure decides), and there is nothing to record. Its report
+    of the mount, which rsad answered too late (the Prolog gave up waiting and undid the
+    mount), may reach the node side after the take-back: stale, it counts nothing."""
+    side, reg, _ = make_side()
+    side.settle = 60.0
+    fut = start(reg, ActionKind.MOUNT_INPUT, INPUT)
+    ins = until(side, lambda: side.prolog("7", "c1", "c[1-2]", "mounting-input"), "mount")
+    side.prolog("7", "c2", "c[1-2]", "mounting-input")
+    side.report("7", "c1", {"seq": ins["seq"], "ok": True})
+    got = side.report("7", "c2", {"seq": ins["seq"], "ok": False, "undone": True,
+                                  "message": "undone"})
+    assert "held" not in got
+    late = side.report("7", "c2", {"seq": ins["seq"], "ok": True})
+    assert late["recorded"] is False
+    out = fut.result(5)
+    assert out.result is Result.FAILED and "c2: undone" in out.message
+
+
+def test_a_late_mount_report_of_a_node_whose_epilog_ran_holds_nothing() -> None:
+    """A requeue between a node's mount and its report: the report (ok, to the run's
+    standing mount) reaches rsad after that node's Epilog took every mount of the job
+    down (c1 failed and never runs its Epilog, so the run's standing mount stays). It
+    counted c2 as holding the RAMDISK: once the requeued run's Prolog ran on c2, the
+    earlier run's teardown asked c2 to release a mount it never had, and was refused
+    until the new run ended. A late Prolog's mount, counted, is recorded (``held``)."""
+    side, reg, _ = make_side(timeout=1.5)
+    side.settle = 0.05
+    fut = start(reg, ActionKind.MOUNT_INPUT, INPUT)
+    ins = until(side, lambda: side.prolog("7", "c1", "c[1-3]", "mounting-input"), "mount")
+    side.report("7", "c1", {"seq": ins["seq"], "ok": True})
+    assert fut.result(5).result is Result.OK
+    assert side.prolog("7", "c3", "c[1-3]", "mounted-input")["do"] == "mount"
+    got = side.report("7", "c3", {"seq": ins["seq"], "ok": True})  # a late Prolog
+    assert got["held"] is True  # recorded by the API: a restarted rsad knows it
+    assert side.prolog("7", "c2", "c[1-3]", "mounted-input")["do"] == "mount"
+    for node in ("c2", "c3"):
+        side.epilog("7", node)  # the run ends (requeued) before c2's report arrives
+    got = side.report("7", "c2", {"seq": ins["seq"], "ok": True})
+    assert "held" not in got
+    side.prolog("7", "c2", "c2", "staged-in")  # the requeued run's Prolog on c2
+    teardown = releasing(side, teardown_ctx())
+    rel = side.agent("7", "c1", "c[1-3]", 0, wait=2)
+    side.report("7", "c1", {"seq": rel["seq"], "ok": True})
+    assert teardown.result(5) == ["c1"]  # before: c2 asked too, silent: refused
