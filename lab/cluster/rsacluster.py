@@ -810,6 +810,23 @@ def _restart_slurmctld() -> None:
     wait_for("slurmd on every compute node idle", _slurm_nodes_idle, timeout=60)
 
 
+def bb_poll_line() -> str:
+    """burst_buffer.conf's ``PollInterval`` line from ``RSA_CLUSTER_BB_POLL`` (seconds):
+    on Slurm 24.05+ a native job starts up to one poll after its stage-in and its
+    stage-out ends up to one poll after rsad verified it. Unset: no line, Slurm's default
+    (15 s), as a site that leaves it gets. Slurm 22.05 (Debian 12) knows no such key and
+    its slurmctld stops on it: refused there."""
+    every = os.environ.get("RSA_CLUSTER_BB_POLL", "")
+    if not every:
+        return ""
+    if not every.isdigit() or not 1 <= int(every) <= 3600:
+        raise ClusterError(f"RSA_CLUSTER_BB_POLL={every!r}: seconds, 1 to 3600")
+    if release() == "12":
+        raise ClusterError("RSA_CLUSTER_BB_POLL: Slurm 22.05 (Debian 12) has no PollInterval "
+                           "(its burst_buffer/lua blocks in data_in); leave it unset there")
+    return f"PollInterval={int(every)}\n"
+
+
 def mode(which: str, every: int = 15) -> None:
     """Switch the running cluster between rsad's queue mode (as ``up`` makes it) and
     native mode, as the operator guide's "Native mode" has a site do it: on ctl the
@@ -843,7 +860,8 @@ def mode(which: str, every: int = 15) -> None:
         on("ctl", ["kill", str(pid)])
     if native:
         sh("ctl", "cp /usr/share/rsa-scheduler/slurm/burst_buffer.lua /etc/slurm/")
-        on("ctl", ["sh", "-ec", "cat > /etc/slurm/burst_buffer.conf"], input=BB_CONF)
+        on("ctl", ["sh", "-ec", "cat > /etc/slurm/burst_buffer.conf"],
+           input=BB_CONF + bb_poll_line())
     else:
         sh("ctl", "rm -f /etc/slurm/burst_buffer.lua /etc/slurm/burst_buffer.conf "
                   "/run/rsa/bb-pools.json")

@@ -226,3 +226,21 @@ def test_an_rsad_place_other_than_ctl_or_own_is_refused(monkeypatch: pytest.Monk
     monkeypatch.setenv("RSA_CLUSTER_RSAD", "login")
     with pytest.raises(SystemExit, match=r"RSA_CLUSTER_RSAD='login': ctl .* or own"):
         rsacluster.wanted_shape()
+
+
+def test_the_native_modes_poll_interval_is_slurms_default_unless_asked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rsacluster, "release", lambda: "13")
+    monkeypatch.delenv("RSA_CLUSTER_BB_POLL", raising=False)
+    assert rsacluster.bb_poll_line() == ""  # Slurm's 15 s, as a site that leaves it
+    monkeypatch.setenv("RSA_CLUSTER_BB_POLL", "5")
+    assert rsacluster.bb_poll_line() == "PollInterval=5\n"
+    for bad in ("0", "x", "5s", "99999"):
+        monkeypatch.setenv("RSA_CLUSTER_BB_POLL", bad)
+        with pytest.raises(rsacluster.ClusterError, match="seconds, 1 to 3600"):
+            rsacluster.bb_poll_line()
+    # Slurm 22.05 has no such key (its slurmctld stops on it): refused, not written
+    monkeypatch.setattr(rsacluster, "release", lambda: "12")
+    monkeypatch.setenv("RSA_CLUSTER_BB_POLL", "5")
+    with pytest.raises(rsacluster.ClusterError, match="Slurm 22.05"):
+        rsacluster.bb_poll_line()
