@@ -33,6 +33,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rsa_scheduler.core import states as core_states
 from rsa_scheduler.core.states import TERMINAL, RsaState
@@ -249,6 +250,14 @@ def check_output(shape: Shape, lab: Mapping[str, str]) -> None:
                                        f"corrupt {wrong}")
 
 
+def never_launched(base: Path, shape: Shape, data: Mapping[str, Any]) -> bool:
+    """Whether Slurm ended the job at its time limit or for a node failure without
+    having started its script: its first line marks the start (``started-<name>``)."""
+    ended = [e for e in data.get("events", []) if e.get("name") == "job.ended"]
+    return (not (base / f"started-{shape.name}").exists() and bool(ended)
+            and ended[-1].get("slurm_state") in ("TIMEOUT", "NODE_FAIL"))
+
+
 def leaks(lab: Mapping[str, str], job: str) -> list[str]:
     found = []
     servers = [f"{prog} {pid}" + (f" on {node}" if node else "")
@@ -287,8 +296,9 @@ def one_round(lab: Mapping[str, str], seed: int) -> None:
         # whole-cluster jobs behind a whole-cluster filler: each waits on Resources
         # (on-deck) while the one before it runs, so each gets its RAMDISK staged
         jobs.submit("-N4", "--wrap", f"sleep {rng.randint(8, 15)}")
-        for s in jobs_made:
-            s.job = jobs.submit(script="#!/bin/bash\n#SBATCH -t 10 -N 4\n"
+        for s in jobs_made:  # each marks its start first (never_launched)
+            s.job = jobs.submit(script=f"#!/bin/bash\n#SBATCH -t 10 -N 4\n"
+                                f": > {base}/started-{s.name}\n"
                                 + s.script.replace("{rsa}", rsa))
         killer = threading.Thread(target=chaos, args=(lab, random.Random(seed + 1), stop, log),
                                   daemon=True)
@@ -327,9 +337,19 @@ def one_round(lab: Mapping[str, str], seed: int) -> None:
                 t.join(timeout=60)
     print(f"chaos seed {seed}: kills {log}")
     problems: list[str] = []
+    lost = set()
     for s in jobs_made:
         data = rsa_job(lab, s.job) or {}
-        if s.out is not None:
+        if s.out is not None and never_launched(base, s, data):
+            # Slurm's own loss, not the RSA's: slurmctld killed between the job's
+            # allocation and its batch launch recovers it as running on nodes that never
+            # got it, and it ends at its time limit without having run a line (Slurm
+            # 24.11 fails such a job early only after a node reboot): there is no output
+            # to check. What the RSA did for it is checked all the same (leaks, below).
+            lost.add(s.name)
+            print(f"chaos seed {seed}: job {s.job} ({s.name}) never ran: Slurm lost its "
+                  "batch launch (slurmctld killed between allocation and launch)")
+        elif s.out is not None:
             try:
                 check_output(s, lab)
             except AssertionError as e:
@@ -339,7 +359,8 @@ def one_round(lab: Mapping[str, str], seed: int) -> None:
     if res.exists():
         assert res.read_text() == want_in, "the input read through the RAMDISK differs"
     res = base / "res-demote"  # written only if the demoted job read its input intact
-    assert res.exists(), "the demoted job's input read back differs (or it never ran)"
+    assert res.exists() or "demote" in lost, (
+        "the demoted job's input read back differs (or it never ran)")
     held = [n for n in json.loads(subprocess.run([rsa, "nodes", "--json"], capture_output=True,
                                                  text=True, timeout=30, check=True).stdout)
             ["nodes"] if n["job"]]

@@ -16,7 +16,14 @@ import pytest
 from rsa_scheduler.core.directives import DirectiveSpec
 from rsa_scheduler.core.states import READY, TERMINAL, RsaState
 from tests.integration.conftest import as_user
-from tests.integration.slurmkit import Jobs, lab_nodes, make_jobs, root, wait_for
+from tests.integration.slurmkit import (
+    Jobs,
+    lab_nodes,
+    make_jobs,
+    pfs_reads_at,
+    root,
+    wait_for,
+)
 from tests.unit.test_cli_top import make_terminal
 
 FILL = ("-t", "5", "--wrap", "sleep 300")
@@ -88,7 +95,10 @@ def fill(jobs: Jobs) -> None:
 def test_root_watches_a_job_stage_in_live_and_in_one_frame(
         lab: Mapping[str, str], area: Path, tmp_path: Path) -> None:
     user = lab["RSA_LAB_USER"]
-    with make_jobs(lab) as jobs, make_terminal(tmp_path, "rsa-top-it-root") as term:
+    # 900 MB read at 400 Mbit/s: ~18 s of stage-in to watch (the cluster lab's PFS is not
+    # throttled: there it took under 2 s once, done before a frame showed its progress)
+    with make_jobs(lab) as jobs, make_terminal(tmp_path, "rsa-top-it-root") as term, \
+            pfs_reads_at(lab, "400mbit"):
         term.start([f"{lab['RSA_LAB_VENV']}/bin/rsa", "top", "--interval", "0.5"])
         term.until("rsa top's first frame", lambda s: "Slurm ok" in s, timeout=60)
         fill(jobs)
