@@ -41,8 +41,9 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from .common import DATA, STATE, LabError, Settings, log, run
+from .common import DATA, STATE, LabError, log, run
 
 THROTTLE_FILES = ("blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device")
 DIRTY_BYTES = 16 << 20  # the device's own dirty limit (bdi max_bytes)
@@ -67,6 +68,23 @@ class Paths:
 
 
 HOST = Paths()
+
+
+class Shape(Protocol):
+    """What :func:`prepare` is told: the lab's Settings, or the cluster lab's ssd tier
+    (lab/cluster/ssdpool.py)."""
+
+    @property
+    def ssd_nodes(self) -> list[int]: ...  # rsaN numbers, 1-based
+
+    @property
+    def n_rsa(self) -> int: ...
+
+    @property
+    def ssd_size(self) -> str: ...  # truncate's size, e.g. 4G
+
+    @property
+    def ssd_rate(self) -> int: ...  # bytes/s each way; 0: not capped
 
 
 @dataclass
@@ -252,7 +270,7 @@ def recorded(where: Paths = HOST) -> list[Device]:
 # --- lab-up -------------------------------------------------------------------------------
 
 
-def prepare(s: Settings, where: Paths = HOST) -> None:
+def prepare(s: Shape, where: Paths = HOST) -> None:
     """Make every ssd node's image and device and cap the devices (before the nodes start).
     Logs one line: the pools and their cap, or why they are not capped."""
     names = [f"rsa{i}" for i in s.ssd_nodes if 1 <= i <= s.n_rsa]
@@ -297,7 +315,7 @@ def _mkdir(path: Path) -> None:
     path.chmod(0o755)
 
 
-def _attach(s: Settings, name: str, where: Paths) -> Device:
+def _attach(s: Shape, name: str, where: Paths) -> Device:
     img = where.images / f"{name}.img"
     run(["truncate", "-s", s.ssd_size, str(img)])
     run(["mkfs.ext4", "-q", "-F", "-m", "0", "-L", f"rsa-ssd-{name}",
