@@ -26,7 +26,7 @@ SPANK      := slurm_plugins/spank
 WF_VENV    ?= $(CURDIR)/.venv-wf
 WF_PKGS    := snakemake==9.27.1 snakemake-executor-plugin-cluster-generic==1.0.9
 
-.PHONY: install test lanes lane-cluster-whole lane-unit lane-queue lane-e2e lane-integration lane-security lane-variant lane-chaos lane-native lane-roots lane-cluster lab-host unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
+.PHONY: install test lanes lane-cluster-whole lane-unit lane-queue lane-e2e lane-integration lane-security lane-variant lane-tiers lane-chaos lane-native lane-roots lane-cluster lab-host unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
         slurm24-test slurm26-test cluster-test cluster-run test-compat cluster-run-whole \
         cluster-run-12 cluster-run-13 cluster-run-testing cluster-lab-test cluster-demo \
         cluster-lab-run release-debs chaos-cluster
@@ -179,6 +179,13 @@ lane-variant: lab-host
 	RSA_CLUSTER_ACCOUNTING=0 RSA_CLUSTER_PROLOG_FLAGS=Alloc,Contain \
 	  $(MAKE) --no-print-directory cluster-lab-run RSA_CLUSTER_NAME=variant \
 	  CLUSTER_LAB_TESTS='$(VARIANT_TESTS)'
+
+# The tier phase (lab-test-tiers' tests: rsa1-2 in the ram tier, rsa3-4 in the ssd tier on
+# capped loop devices) on a cluster lab of its own (RSA_CLUSTER_NAME=tiers,
+# RSA_CLUSTER_TIERS=mixed: lab/cluster/ssdpool.py)
+lane-tiers: lab-host
+	RSA_CLUSTER_TIERS=mixed $(MAKE) --no-print-directory cluster-lab-run \
+	  RSA_CLUSTER_NAME=tiers CLUSTER_LAB_TESTS='$(TIERS_TESTS)'
 
 # One chaos round (tests/chaos: rsad, slurmctld, an RSA node's sshd and a RAMDISK's
 # servers killed on the hosts that run them) on a cluster lab of its own
