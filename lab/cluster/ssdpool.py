@@ -133,7 +133,7 @@ def prepare() -> None:
     tmp.write_text(json.dumps(asdict(rec)) + "\n")
     tmp.replace(record_file())
     if rec.ssd_nodes:
-        ssd.prepare(_Shape(rec), paths())
+        ssd.prepare(_Shape(rec), paths(), rate_setting="RSA_CLUSTER_SSD_RATE")
 
 
 @dataclass(frozen=True)

@@ -270,9 +270,10 @@ def recorded(where: Paths = HOST) -> list[Device]:
 # --- lab-up -------------------------------------------------------------------------------
 
 
-def prepare(s: Shape, where: Paths = HOST) -> None:
+def prepare(s: Shape, where: Paths = HOST, rate_setting: str = "RSA_LAB_SSD_RATE") -> None:
     """Make every ssd node's image and device and cap the devices (before the nodes start).
-    Logs one line: the pools and their cap, or why they are not capped."""
+    Logs one line: the pools and their cap, or why they are not capped (``rate_setting``:
+    the variable that set the rate, named when it is 0)."""
     names = [f"rsa{i}" for i in s.ssd_nodes if 1 <= i <= s.n_rsa]
     shutil.rmtree(where.images, ignore_errors=True)
     _mkdir(where.images)
@@ -290,7 +291,7 @@ def prepare(s: Shape, where: Paths = HOST) -> None:
         pool = "dir"
     else:
         pool = "loop" if names else "none"
-        why = _cap(devices, s.ssd_rate, where) if names else "no ssd nodes"
+        why = _cap(devices, s.ssd_rate, where, rate_setting) if names else "no ssd nodes"
     status = {"pool": pool, "throttle": "on" if why is None else f"off: {why}",
               "rate": s.ssd_rate}
     where.records.mkdir(parents=True, exist_ok=True)
@@ -331,10 +332,11 @@ def _attach(s: Shape, name: str, where: Paths) -> Device:
     return d
 
 
-def _cap(devices: list[Device], rate: int, where: Paths) -> str | None:
+def _cap(devices: list[Device], rate: int, where: Paths,
+         rate_setting: str = "RSA_LAB_SSD_RATE") -> str | None:
     """Cap every device; why not (nothing left set) or None."""
     if rate == 0:
-        return "RSA_LAB_SSD_RATE=0"
+        return f"{rate_setting}=0"
     for d in devices:
         why = preflight(d.majmin, where)
         if why:

@@ -103,12 +103,13 @@ def test_mixed_rsa_yaml_is_a_valid_config_with_the_ssd_nodes_in_the_ssd_tier(
 def test_prepare_records_the_tiers_and_makes_the_ssd_nodes_pools(
         monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[Any] = []
-    monkeypatch.setattr(ssdpool.ssd, "prepare", lambda s, where: asked.append((
-        s.ssd_nodes, s.n_rsa, s.ssd_size, s.ssd_rate, where)))
+    monkeypatch.setattr(ssdpool.ssd, "prepare", lambda s, where, rate_setting: asked.append((
+        s.ssd_nodes, s.n_rsa, s.ssd_size, s.ssd_rate, where, rate_setting)))
     monkeypatch.setenv("RSA_CLUSTER_TIERS", "mixed")
     monkeypatch.setenv("RSA_CLUSTER_SSD_RATE", "20M")
     ssdpool.prepare()
-    [(nodes, n_rsa, size, rate, where)] = asked
+    [(nodes, n_rsa, size, rate, where, setting)] = asked
+    assert setting == "RSA_CLUSTER_SSD_RATE"  # named when 0 (not throttled)
     assert (nodes, n_rsa, size, rate) == ([3, 4], 4, "4G", 20 << 20)
     assert where.images == rsacluster.WORK / "ssd-t"
     assert where.records == rsacluster.STATE / "ssd"
@@ -124,7 +125,7 @@ def test_prepare_records_the_tiers_and_makes_the_ssd_nodes_pools(
 
 def test_one_tier_prepare_records_ram_and_makes_no_pool(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ssdpool.ssd, "prepare", lambda s, where: pytest.fail("made"))
+    monkeypatch.setattr(ssdpool.ssd, "prepare", lambda *a, **k: pytest.fail("made"))
     ssdpool.prepare()
     assert ssdpool.record().tiers == "ram"
     # a cluster that is up without a record (brought up before tiers) runs one tier
