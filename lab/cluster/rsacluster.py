@@ -928,6 +928,7 @@ def up() -> None:
         raise ClusterError(f"a cluster lab of {COUNT} compute and {COUNT} RSA nodes, "
                            f"{POOL_SIZE} pools, is up: lab/cluster/clusterctl down first "
                            "to bring it up in another shape")
+    ssdpool.check_asked()  # nor other tiers (RSA_CLUSTER_TIERS)
     if state:
         if COMPLETE.exists() and set(state) == {"switch", *ROLES} and all(
                 ours(e, n) for n, e in state.items()):

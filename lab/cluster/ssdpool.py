@@ -6,9 +6,10 @@ Owns which tiers a cluster runs, its ssd nodes, their pools' images, loop device
 (made, capped, released and checked by lab/rsalab/ssd.py's functions, on this cluster's own
 paths: :func:`paths`), each pool's mount in its node, the ssd group of the cluster's
 rsa.yaml, the facts the tests read, and what ``down`` and ``check-clean`` release and
-report. rsacluster.py calls it at a few points: ``up`` (:func:`prepare` before the nodes
-boot, :func:`add_binds` for each node, :func:`mount_pools` once they run), ``rsa_yaml``
-(:func:`ram_names`, :func:`ssd_group`), ``down`` (:func:`release`) and ``leftovers``.
+report. rsacluster.py calls it at a few points: ``up`` (:func:`check_asked`,
+:func:`prepare` before the nodes boot, :func:`add_binds` for each node,
+:func:`mount_pools` once they run), ``rsa_yaml`` (:func:`ram_names`, :func:`ssd_group`),
+``down`` (:func:`release`) and ``leftovers``.
 
 Each ssd node's pool is an ext4 image (sparse, :data:`SIZE`) in ``WORK/ssd[-NAME]`` on the
 host's disk, attached to a loop device of its own by ``up`` and mounted at :data:`POOL_DIR`
@@ -123,6 +124,18 @@ def _rate() -> int:
 
 
 # ---- up ----
+
+def check_asked() -> None:
+    """An ``up`` that asks for other tiers than the cluster that is up runs is refused
+    (as another shape is: rsacluster.up)."""
+    if "RSA_CLUSTER_TIERS" not in os.environ or not rc.STATE_FILE.exists():
+        return
+    running = record().tiers
+    if wanted() != running:
+        raise rc.ClusterError(f"a cluster lab with RSA_CLUSTER_TIERS={running} is up: "
+                              "lab/cluster/clusterctl down first to bring it up with "
+                              f"RSA_CLUSTER_TIERS={wanted()}")
+
 
 def prepare() -> None:
     """Before the nodes boot: the tiers recorded; with mixed, each ssd node's image,

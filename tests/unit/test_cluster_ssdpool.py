@@ -186,3 +186,18 @@ def test_check_clean_reports_the_images_the_record_and_a_device_record() -> None
     assert f"ssd device record {ssdpool.paths().records}/rsa3.json (/dev/loop99 7:99)" in left
     assert f"the ssd pools' images {rsacluster.WORK / 'ssd-t'}" in left
     assert f"the tiers record {rsacluster.STATE / 'tiers.json'}" in left
+
+
+def test_an_up_asking_for_other_tiers_than_the_running_clusters_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ssdpool.ssd, "prepare", lambda *a, **k: None)
+    ssdpool.check_asked()  # nothing up
+    ssdpool.prepare()  # ram
+    rsacluster.STATE_FILE.write_text("{}")
+    ssdpool.check_asked()  # nothing asked
+    monkeypatch.setenv("RSA_CLUSTER_TIERS", "ram")
+    ssdpool.check_asked()  # what runs
+    monkeypatch.setenv("RSA_CLUSTER_TIERS", "mixed")
+    with pytest.raises(rsacluster.ClusterError,
+                       match=r"RSA_CLUSTER_TIERS=ram is up: .* down first"):
+        ssdpool.check_asked()
