@@ -26,7 +26,7 @@ SPANK      := slurm_plugins/spank
 WF_VENV    ?= $(CURDIR)/.venv-wf
 WF_PKGS    := snakemake==9.27.1 snakemake-executor-plugin-cluster-generic==1.0.9
 
-.PHONY: install test lanes lane-cluster-whole lane-unit lane-queue lane-e2e lane-integration lane-security lane-variant lane-chaos lane-native lane-roots lane-cluster lab-host unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
+.PHONY: install test lanes lane-cluster-whole lane-unit lane-queue lane-e2e lane-integration lane-security lane-variant lane-tiers lane-chaos lane-native lane-roots lane-cluster lab-host unit lint clean spank deb install-test install-test-run debootstrap grammar mfs4-test \
         slurm24-test slurm26-test cluster-test cluster-run test-compat cluster-run-whole \
         cluster-run-12 cluster-run-13 cluster-run-testing cluster-lab-test cluster-demo \
         cluster-lab-run release-debs chaos-cluster
@@ -69,10 +69,10 @@ unit: install
 # build tools, debootstrap, the lab host's root and venvs: apt on the host, never at
 # once), then the unit tests (alone: they are CPU-bound, and fail fast), then five lanes
 # side by side:
-#   queue   the tier phase (lab-test-tiers), then the queue-mode phase's integration
-#           tests, the security tier, the variant (a second Slurm set-up) and one
-#           chaos round, each on a cluster lab of its own (lane-integration,
-#           lane-security, lane-variant, lane-chaos)
+#   queue   the tier phase, the queue-mode phase's integration tests, the security
+#           tier, the variant (a second Slurm set-up) and one chaos round, each on a
+#           cluster lab of its own (lane-tiers, lane-integration, lane-security,
+#           lane-variant, lane-chaos)
 #   e2e     the queue-mode phase's whole lifecycles, tests/e2e, on a cluster lab of its
 #           own (RSA_CLUSTER_NAME=e2e: every node its own host, the host lab's shape;
 #           cluster-lab-run); make lab-test LAB_TESTS=tests/e2e runs them on the host lab
@@ -147,7 +147,7 @@ lab-host: install
 	$(if $(filter-out 12,$(RSA_LAB_DEBIAN)),lab/host-root $(RSA_LAB_DEBIAN) >/dev/null)
 
 lane-queue: lab-host
-	$(call LAB_IN,tiers) lab-test-tiers
+	$(MAKE) --no-print-directory lane-tiers
 	$(MAKE) --no-print-directory lane-integration
 	$(MAKE) --no-print-directory lane-security
 	$(MAKE) --no-print-directory lane-variant
@@ -179,6 +179,13 @@ lane-variant: lab-host
 	RSA_CLUSTER_ACCOUNTING=0 RSA_CLUSTER_PROLOG_FLAGS=Alloc,Contain \
 	  $(MAKE) --no-print-directory cluster-lab-run RSA_CLUSTER_NAME=variant \
 	  CLUSTER_LAB_TESTS='$(VARIANT_TESTS)'
+
+# The tier phase (lab-test-tiers' tests: rsa1-2 in the ram tier, rsa3-4 in the ssd tier on
+# capped loop devices) on a cluster lab of its own (RSA_CLUSTER_NAME=tiers,
+# RSA_CLUSTER_TIERS=mixed: lab/cluster/ssdpool.py)
+lane-tiers: lab-host
+	RSA_CLUSTER_TIERS=mixed $(MAKE) --no-print-directory cluster-lab-run \
+	  RSA_CLUSTER_NAME=tiers CLUSTER_LAB_TESTS='$(TIERS_TESTS)'
 
 # One chaos round (tests/chaos: rsad, slurmctld, an RSA node's sshd and a RAMDISK's
 # servers killed on the hosts that run them) on a cluster lab of its own

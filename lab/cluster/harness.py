@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import rsacluster as rc
+import ssdpool
 
 DOOR = rc.DOOR_DIR / "door.sock"
 LAB_ENV = "/run/rsa-lab/env"
@@ -69,10 +70,10 @@ def lab_env() -> dict[str, str]:
         "RSA_LAB_RSA_NODES": f"rsa[{first.removeprefix('rsa')}-{last.removeprefix('rsa')}]",
         # rsad reaches the RSA nodes' sshd by their names on the management network
         "RSA_LAB_RSA_ADDRESSES": ",".join(rc.RSA_NODES),
-        "RSA_LAB_RSA_SSD_NODES": "",
         "RSA_LAB_POOL_RAM": rc.POOL,
         "RSA_LAB_RAM_SIZE": rc.POOL_SIZE,
-        "RSA_LAB_TIERS": "ram",
+        # the tiers, the ssd nodes and their pools (RSA_CLUSTER_TIERS; ssdpool.py)
+        **ssdpool.facts(),
         "RSA_LAB_SSH_USER": "root",
         "RSA_LAB_SSH_KEY": "/etc/rsa/id_ed25519",
         "RSA_LAB_SSH_KNOWN_HOSTS": "/etc/rsa/known_hosts",

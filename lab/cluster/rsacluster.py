@@ -40,6 +40,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import ssdpool  # the ssd tier of RSA_CLUSTER_TIERS=mixed
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 WORK = Path(os.environ.get("RSA_CLUSTER_WORK", "/var/tmp/rsa-cluster"))
@@ -682,8 +684,7 @@ LOCKIN_PRIORITY = 4_294_967_000
 
 def rsa_yaml() -> str:
     """/etc/rsa/rsa.yaml on rsad's host, as the operator guide has a site write it."""
-    first, last = RSA_NODES[0], RSA_NODES[-1]
-    names = f"rsa[{first.removeprefix('rsa')}-{last.removeprefix('rsa')}]"
+    names = ssdpool.ram_names()  # every RSA node, or the ram tier's (RSA_CLUSTER_TIERS)
     return f"""\
 # /etc/rsa/rsa.yaml of the cluster lab (lab/cluster/rsacluster.py; docs/lab.md)
 pool:
@@ -694,7 +695,7 @@ pool:
       pool_dir: {POOL}
       # the RAMDISKs' servers on the RSA data network (resolved by rsad: /etc/hosts)
       data_address: "{{name}}{NETWORKS["data"][2]}"
-filesystem:
+{ssdpool.ssd_group(NETWORKS["data"][2])}filesystem:
   # the compute nodes mount RAMDISKs from the RSA data network only
   client_networks: ["{net_of("data")}"]
 ssh:
@@ -985,6 +986,7 @@ def up() -> None:
         raise ClusterError(f"a cluster lab of {COUNT} compute and {COUNT} RSA nodes, "
                            f"{POOL_SIZE} pools, is up: lab/cluster/clusterctl down first "
                            "to bring it up in another shape")
+    ssdpool.check_asked()  # nor other tiers (RSA_CLUSTER_TIERS)
     if state:
         if COMPLETE.exists() and set(state) == {"switch", *ROLES} and all(
                 ours(e, n) for n, e in state.items()):
@@ -1002,6 +1004,7 @@ def up() -> None:
     SHAPE_FILE.write_text(json.dumps(SHAPE) + "\n")
     IMAGE_FILE.write_text(f"{root}\n")  # lab/cluster/image rebuilds no image in use
     try:
+        ssdpool.prepare()  # the ssd pools' devices and caps (RSA_CLUSTER_TIERS=mixed)
         sw = _hold("switch", ["unshare", "--net", "--", "sh", "-c", SWITCH], {})
         switch = int(str(sw["init"]))
         for bridge, _dev, _suffix in NETWORKS.values():
@@ -1012,12 +1015,14 @@ def up() -> None:
             binds, ro_binds = harness_binds(name)
             if "mfschunkserver" in ROLES[name]:
                 binds.append(PFS_CHUNKS)
+            ssdpool.add_binds(name, binds, ro_binds)
             entry = _boot(name, root, binds, ro_binds)
             for net, addr in table[name].items():
                 _wire(switch, name, int(str(entry["init"])), net, addr)
             if RSAD_ON_CTL:
                 on(name, ["sh", "-ec", "cat > /etc/hosts"], input=hosts_file(
                     (HERE / "files/etc/hosts").read_text(), "ctl"))
+        ssdpool.mount_pools()
         if COMPUTE != ("c1", "c2"):
             _slurm_conf_nodes()
         if not accounting():
@@ -1084,6 +1089,7 @@ def down() -> None:
         wait_for("the lab's processes to end", functools.partial(_all_gone, marked),
                  timeout=30)
     shutil.rmtree(PFS_CHUNKS, ignore_errors=True)
+    ssdpool.release()  # the nodes' mounts are gone: the ssd pools' devices can go
     left = leftovers()
     if left:
         raise ClusterError("down left:\n  " + "\n  ".join(left))
@@ -1118,6 +1124,7 @@ def leftovers() -> list[str]:
                 left.append(f"mount {line.split()[4]} ({mountinfo})")
     if PFS_CHUNKS.exists():
         left.append(f"the PFS's chunks {PFS_CHUNKS}")
+    left += ssdpool.leftovers()
     return left
 
 

@@ -41,8 +41,9 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from .common import DATA, STATE, LabError, Settings, log, run
+from .common import DATA, STATE, LabError, log, run
 
 THROTTLE_FILES = ("blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device")
 DIRTY_BYTES = 16 << 20  # the device's own dirty limit (bdi max_bytes)
@@ -67,6 +68,23 @@ class Paths:
 
 
 HOST = Paths()
+
+
+class Shape(Protocol):
+    """What :func:`prepare` is told: the lab's Settings, or the cluster lab's ssd tier
+    (lab/cluster/ssdpool.py)."""
+
+    @property
+    def ssd_nodes(self) -> list[int]: ...  # rsaN numbers, 1-based
+
+    @property
+    def n_rsa(self) -> int: ...
+
+    @property
+    def ssd_size(self) -> str: ...  # truncate's size, e.g. 4G
+
+    @property
+    def ssd_rate(self) -> int: ...  # bytes/s each way; 0: not capped
 
 
 @dataclass
@@ -252,9 +270,10 @@ def recorded(where: Paths = HOST) -> list[Device]:
 # --- lab-up -------------------------------------------------------------------------------
 
 
-def prepare(s: Settings, where: Paths = HOST) -> None:
+def prepare(s: Shape, where: Paths = HOST, rate_setting: str = "RSA_LAB_SSD_RATE") -> None:
     """Make every ssd node's image and device and cap the devices (before the nodes start).
-    Logs one line: the pools and their cap, or why they are not capped."""
+    Logs one line: the pools and their cap, or why they are not capped (``rate_setting``:
+    the variable that set the rate, named when it is 0)."""
     names = [f"rsa{i}" for i in s.ssd_nodes if 1 <= i <= s.n_rsa]
     shutil.rmtree(where.images, ignore_errors=True)
     _mkdir(where.images)
@@ -272,7 +291,7 @@ def prepare(s: Settings, where: Paths = HOST) -> None:
         pool = "dir"
     else:
         pool = "loop" if names else "none"
-        why = _cap(devices, s.ssd_rate, where) if names else "no ssd nodes"
+        why = _cap(devices, s.ssd_rate, where, rate_setting) if names else "no ssd nodes"
     status = {"pool": pool, "throttle": "on" if why is None else f"off: {why}",
               "rate": s.ssd_rate}
     where.records.mkdir(parents=True, exist_ok=True)
@@ -297,7 +316,7 @@ def _mkdir(path: Path) -> None:
     path.chmod(0o755)
 
 
-def _attach(s: Settings, name: str, where: Paths) -> Device:
+def _attach(s: Shape, name: str, where: Paths) -> Device:
     img = where.images / f"{name}.img"
     run(["truncate", "-s", s.ssd_size, str(img)])
     run(["mkfs.ext4", "-q", "-F", "-m", "0", "-L", f"rsa-ssd-{name}",
@@ -313,10 +332,11 @@ def _attach(s: Settings, name: str, where: Paths) -> Device:
     return d
 
 
-def _cap(devices: list[Device], rate: int, where: Paths) -> str | None:
+def _cap(devices: list[Device], rate: int, where: Paths,
+         rate_setting: str = "RSA_LAB_SSD_RATE") -> str | None:
     """Cap every device; why not (nothing left set) or None."""
     if rate == 0:
-        return "RSA_LAB_SSD_RATE=0"
+        return f"{rate_setting}=0"
     for d in devices:
         why = preflight(d.majmin, where)
         if why:

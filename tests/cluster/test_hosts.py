@@ -253,7 +253,10 @@ def test_the_shared_labs_check_clean_leaves_the_cluster_alone(cluster: Cluster) 
 
 def _cluster_pids() -> list[int]:
     """Every process of the cluster lab as the host sees it: the marked holders and every
-    process in a marked node's PID namespace."""
+    process in a marked node's PID namespace (a named cluster's mark is RSACL_NODE_<NAME>,
+    lab/cluster/rsacluster.py MARK)."""
+    name = os.environ.get("RSA_CLUSTER_NAME", "")
+    mark = ("RSACL_NODE" + (f"_{name.upper()}" if name else "") + "=").encode()
     marked: set[int] = set()
     namespaces: set[str] = set()
     host = os.readlink("/proc/self/ns/pid")

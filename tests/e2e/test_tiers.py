@@ -9,8 +9,11 @@ gets ram nodes instead of waiting; ``#RSA_TIER=ram`` is served from the ram tier
 one node free in each tier, or for a job larger than either tier, auto builds one
 RAMDISK across nodes of both (``allocation.mix``).
 The ssd tier's pools are ext4 images on loop devices capped at RSA_LAB_SSD_RATE each way
-(lab/rsalab/ssd.py): a node's pool is such a device, the host's blkio root holds its rule,
-its dirty limit is strict, and random data written to the pool reaches the device.
+(lab/rsalab/ssd.py; the cluster lab's RSA_CLUSTER_TIERS=mixed, lab/cluster/ssdpool.py): a
+node's pool is such a device, the blkio root holds its rule, its dirty limit is strict,
+and random data written to the pool reaches the device, each as the ssd node itself reads
+its kernel's files (over SSH, as rsad reaches it: the host lab's nodes share the host's
+kernel files, the cluster lab's ssd nodes see them read-only).
 Skipped in a lab whose RSA nodes are all in one tier.
 """
 
@@ -26,6 +29,7 @@ from pathlib import Path
 import pytest
 from ClusterShell.NodeSet import NodeSet
 
+from rsa_scheduler.remote import SshHost
 from rsa_scheduler.runner import Identity
 from tests.e2e.conftest import input_area, md5_of
 from tests.integration.slurmkit import make_jobs, root
@@ -165,23 +169,34 @@ BLKIO = Path("/sys/fs/cgroup/blkio")
 WRITTEN = 80 * MIB  # random: data from /dev/zero barely reaches a disk
 
 
-def ssd_pool_device(lab: Mapping[str, str]) -> tuple[str, str]:
-    """The first ssd node's pool as that node sees it: (/dev/loopN, MAJ:MIN); skips when the
+@pytest.fixture
+def ssd_node(lab: Mapping[str, str]) -> Iterator[SshHost]:
+    """The first ssd node, over SSH."""
+    node = lab["RSA_LAB_RSA_SSD_NODES"].split(",")[0]
+    host = ssh(lab, int(node.removeprefix("rsa")))
+    try:
+        yield host
+    finally:
+        host.close()
+
+
+def read(host: SshHost, path: Path | str) -> str:
+    """A kernel file as the node reads it."""
+    return host.run(["cat", str(path)], timeout=30).stdout
+
+
+def ssd_pool_device(lab: Mapping[str, str], host: SshHost) -> tuple[str, str]:
+    """The ssd node's pool as that node sees it: (/dev/loopN, MAJ:MIN); skips when the
     lab's ssd pools are no loop devices (RSA_LAB_SSD_POOL, set by lab-up)."""
     pool = lab.get("RSA_LAB_SSD_POOL", "")
     if pool != "loop":
         why = lab.get("RSA_LAB_SSD_THROTTLE", "an older lab: no RSA_LAB_SSD_POOL")
         pytest.skip(f"the lab's ssd pools are not loop devices ({pool or '?'}): {why}")
-    node = lab["RSA_LAB_RSA_SSD_NODES"].split(",")[0]
-    host = ssh(lab, int(node.removeprefix("rsa")))
-    try:
-        found = host.run(["findmnt", "-n", "-o", "SOURCE,FSTYPE", lab["RSA_LAB_POOL_SSD"]],
-                         timeout=30).stdout.split()
-    finally:
-        host.close()
+    found = host.run(["findmnt", "-n", "-o", "SOURCE,FSTYPE", lab["RSA_LAB_POOL_SSD"]],
+                     timeout=30).stdout.split()
     assert len(found) == 2 and re.fullmatch(r"/dev/loop\d+", found[0]), found
     assert found[1] == "ext4", found
-    majmin = Path("/sys/block", Path(found[0]).name, "dev").read_text().strip()
+    majmin = read(host, Path("/sys/block", Path(found[0]).name, "dev")).strip()
     return found[0], majmin
 
 
@@ -193,16 +208,16 @@ def throttled(lab: Mapping[str, str]) -> int:
     return int(lab["RSA_LAB_SSD_RATE"])
 
 
-def rules(name: str) -> dict[str, int]:
+def rules(host: SshHost, name: str) -> dict[str, int]:
     """{MAJ:MIN: bytes/s} of the blkio root's read or write throttle rules."""
-    text = (BLKIO / f"blkio.throttle.{name}_bps_device").read_text()
+    text = read(host, BLKIO / f"blkio.throttle.{name}_bps_device")
     return {dev: int(rate) for dev, rate in (line.split() for line in text.splitlines())}
 
 
-def written_to(majmin: str) -> int:
+def written_to(host: SshHost, majmin: str) -> int:
     """Bytes written to the device so far, all blkio cgroups (background writeback is
     charged to the root, an fsync to its caller's cgroup)."""
-    text = (BLKIO / "blkio.throttle.io_service_bytes_recursive").read_text()
+    text = read(host, BLKIO / "blkio.throttle.io_service_bytes_recursive")
     for line in text.splitlines():
         fields = line.split()
         if fields[:2] == [majmin, "Write"]:
@@ -210,39 +225,38 @@ def written_to(majmin: str) -> int:
     return 0
 
 
-def test_an_ssd_nodes_pool_is_an_ext4_loop_device(lab: Mapping[str, str]) -> None:
-    device, majmin = ssd_pool_device(lab)
+def test_an_ssd_nodes_pool_is_an_ext4_loop_device(lab: Mapping[str, str],
+                                                  ssd_node: SshHost) -> None:
+    device, majmin = ssd_pool_device(lab, ssd_node)
     assert majmin.startswith("7:"), (device, majmin)  # the loop driver's major
 
 
 def test_the_ssd_pools_device_is_capped_and_random_writes_reach_it(
-        lab: Mapping[str, str]) -> None:
-    _, majmin = ssd_pool_device(lab)
+        lab: Mapping[str, str], ssd_node: SshHost) -> None:
+    host = ssd_node
+    _, majmin = ssd_pool_device(lab, host)
     rate = throttled(lab)
-    assert rules("read").get(majmin) == rate
-    assert rules("write").get(majmin) == rate
+    assert rules(host, "read").get(majmin) == rate
+    assert rules(host, "write").get(majmin) == rate
     bdi = Path("/sys/class/bdi", majmin)
-    assert (bdi / "strict_limit").read_text().strip() == "1"
+    assert read(host, bdi / "strict_limit").strip() == "1"
     # The kernel keeps max_bytes as a share of the dirty threshold, which follows free
     # memory: 16 MiB written reads back a few percent off when memory has changed since.
-    assert 0 < int((bdi / "max_bytes").read_text()) <= 2 * 16 * MIB
-    assert int((bdi / "max_ratio").read_text()) < 100
+    assert 0 < int(read(host, bdi / "max_bytes")) <= 2 * 16 * MIB
+    assert int(read(host, bdi / "max_ratio")) < 100
     user = lab["RSA_LAB_USER"]
-    node = lab["RSA_LAB_RSA_SSD_NODES"].split(",")[0]
-    host = ssh(lab, int(node.removeprefix("rsa")))
     work = f"{lab['RSA_LAB_POOL_SSD']}/e2e-throttle-{os.getpid()}"
-    before = written_to(majmin)
+    before = written_to(host, majmin)
     try:
         host.run(["install", "-d", "-o", user, "-m", "0700", work], timeout=30)
         host.run(["sh", "-c", f"head -c {WRITTEN} /dev/urandom > {work}/random && "
                               f"sync {work}/random"],
                  as_user=Identity.of(user), timeout=600)
         deadline = time.monotonic() + 120  # the journal and metadata follow on their own
-        while written_to(majmin) - before < WRITTEN and time.monotonic() < deadline:
+        while written_to(host, majmin) - before < WRITTEN and time.monotonic() < deadline:
             time.sleep(0.5)
-        grew = written_to(majmin) - before
+        grew = written_to(host, majmin) - before
         assert grew >= WRITTEN, (f"{majmin}: {grew} bytes written to the device for "
                                  f"{WRITTEN} bytes of random data in the pool")
     finally:
         host.run(["rm", "-rf", work], timeout=120, check=False)
-        host.close()

@@ -87,10 +87,10 @@ class TestMooseFsSsd(MooseFsContract):
     @pytest.fixture
     def make_request(self, backend: MooseFsBackend,
                      lab: Mapping[str, str]) -> Iterator[MakeRequest]:
-        if in_cluster():
-            pytest.skip("the cluster lab has no ssd tier: its RSA nodes have a RAM pool "
-                        "only (lab/cluster/rsacluster.py POOL); make lab-test-tiers and "
-                        "make lab-test run these on the host lab's ssd nodes")
+        if not lab.get("RSA_LAB_RSA_SSD_NODES"):
+            pytest.skip("the cluster lab has no ssd pools without RSA_CLUSTER_TIERS=mixed "
+                        "(lab/cluster/ssdpool.py): its RSA nodes have a RAM pool only; "
+                        "make lab-test and make lane-tiers run these on ssd nodes")
         nodes = tuple(lab["RSA_LAB_RSA_SSD_NODES"].split(","))
         yield from _factory(backend, lab, "ssd", nodes)
 

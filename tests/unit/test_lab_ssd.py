@@ -181,6 +181,7 @@ def test_a_failed_cap_is_undone_and_reported(tmp_path: Path) -> None:
         f"ssd device record {where.records}/rsa3.json (/dev/loop5 {MAJMIN})",
         f"loop device /dev/loop5 ({MAJMIN}) on {where.images}/rsa3.img"]
     assert ssd._cap([d], 0, where) == "RSA_LAB_SSD_RATE=0"
+    assert ssd._cap([d], 0, where, "RSA_CLUSTER_SSD_RATE") == "RSA_CLUSTER_SSD_RATE=0"
 
 
 def test_check_clean_sees_the_device_rules_and_dirty_limit_and_down_removes_them(
