@@ -242,5 +242,5 @@ def test_the_native_modes_poll_interval_is_slurms_default_unless_asked(
     # Slurm 22.05 has no such key (its slurmctld stops on it): refused, not written
     monkeypatch.setattr(rsacluster, "release", lambda: "12")
     monkeypatch.setenv("RSA_CLUSTER_BB_POLL", "5")
-    with pytest.raises(rsacluster.ClusterError, match="Slurm 22.05"):
+    with pytest.raises(rsacluster.ClusterError, match=r"Slurm 22\.05"):
         rsacluster.bb_poll_line()
