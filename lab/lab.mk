@@ -34,7 +34,34 @@ LAB_BOX       := lab-debian$(RSA_LAB_DEBIAN)
 LAB_KEEPER    := sh -c 'trap "$(LABCTL) down; exit" TERM INT HUP; \
                  while :; do sleep 3600 & wait $$!; done'
 
-ifneq ($(LAB_ELSEWHERE),)
+# LAB=cluster: the same targets on the cluster lab (lab/cluster: every node its own host,
+# in the host lab's shape, CLUSTER_LAB_NODES and CLUSTER_LAB_POOL; docs/lab.md, "The
+# cluster lab"), this repository bound into rsad's host for lab-test: lab-up brings it
+# up (in native mode with RSA_LAB_MODE=native), lab-status, lab-down (then checks it
+# clean), lab-check-clean; lab-test brings it up, runs LAB_TESTS there, takes it down
+# and checks it clean, as the host lab's lab-test does (make cluster-lab-test).
+ifeq ($(LAB),cluster)
+CLUSTER_ENV = RSA_CLUSTER_HARNESS=$(CURDIR) RSA_LAB_DEBIAN=$(RSA_LAB_DEBIAN) \
+  RSA_CLUSTER_NODES=$(CLUSTER_LAB_NODES) RSA_CLUSTER_POOL=$(CLUSTER_LAB_POOL)
+lab-up: lab-host deb
+	$(MAKE) --no-print-directory release-debs
+	$(CLUSTER_ENV) lab/cluster/clusterctl up
+	$(if $(filter native,$(RSA_LAB_MODE)),$(CLUSTER_ENV) lab/cluster/clusterctl mode native)
+
+lab-down:
+	lab/cluster/clusterctl down
+	lab/cluster/clusterctl check-clean
+
+lab-status:
+	lab/cluster/clusterctl status
+
+lab-check-clean:
+	lab/cluster/clusterctl check-clean
+
+lab-test: lab-host deb
+	$(MAKE) --no-print-directory cluster-lab-test CLUSTER_LAB_TESTS='$(LAB_TESTS)' \
+	  CLUSTER_LAB_MODE=$(or $(RSA_LAB_MODE),queue)
+else ifneq ($(LAB_ELSEWHERE),)
 lab-up: lab-host
 	@lab/sandbox --exec $(LAB_BOX) true 2>/dev/null || \
 	  $(LAB_SANDBOX) --detach $(LAB_BOX) $(LAB_KEEPER)
@@ -56,14 +83,18 @@ lab-status:
 	$(LABCTL) status
 endif
 
+ifneq ($(LAB),cluster)
 lab-check-clean:
 	$(LABCTL) check-clean
+endif
 
 # Bring the lab up, prove a second `labctl up` changes nothing, run the integration and
 # e2e tiers, prove the health check sees a dead rsad and chunkserver, ALWAYS bring it down, prove nothing is left, then prove check-clean would
 # have seen a leak (it plants one and removes it). The first failure's status wins;
 # pytest's 5 (no tests) is not one.
-ifneq ($(LAB_ELSEWHERE),)
+ifeq ($(LAB),cluster)
+# (lab-test: above)
+else ifneq ($(LAB_ELSEWHERE),)
 lab-test: lab-host
 	$(call LAB_IN,$(LAB_BOX)-test) lab-test LAB_TESTS='$(LAB_TESTS)'
 else
