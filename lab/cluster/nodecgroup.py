@@ -141,6 +141,17 @@ def release(where: Paths = HOST, wait: float = 10.0) -> list[str]:
     return problems
 
 
+def plant(where: Paths = HOST) -> Path | None:
+    """For verify-check-clean (the cluster down): this cluster's directory as a killed
+    cluster leaves it (a node's and a job's cgroup in it); None without cgroup2 here.
+    :func:`release` removes it."""
+    base = top(where)
+    if base is None:
+        return None
+    (base / rc.RSA_NODES[0] / "rsa.jobs" / "1").mkdir(parents=True)
+    return base
+
+
 def leftovers(where: Paths = HOST) -> list[str]:
     """What check-clean reports: this cluster's cgroup directory, if ``down`` left it."""
     base = top(where)

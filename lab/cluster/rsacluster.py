@@ -1178,7 +1178,9 @@ def check_clean() -> int:
 def verify_check_clean() -> int:
     """check-clean must see what it is for: with the cluster down, a planted marked
     process in a network namespace of its own (as a node's holder) makes it fail naming
-    the process; once that is killed (by PID) it passes again."""
+    the process, and so does a planted cgroup directory of the RSA nodes'
+    (nodecgroup.plant); once they are removed (the process killed by PID) it passes
+    again."""
     if STATE_FILE.exists():
         print("cluster: verify-check-clean runs with the cluster down", file=sys.stderr)
         return 2
@@ -1198,9 +1200,19 @@ def verify_check_clean() -> int:
         print(f"cluster verify-check-clean: FAILED: a planted process {plant.pid} was not "
               "seen", file=sys.stderr)
         return 1
+    if (cgroup := nodecgroup.plant()) is not None:  # the RSA nodes' cgroups, as left
+        try:
+            seen += [x for x in leftovers() if x.startswith(f"cgroup {cgroup} ")][:1]
+        finally:
+            nodecgroup.release()
+        if len(seen) < 2:
+            print(f"cluster verify-check-clean: FAILED: a planted cgroup {cgroup} was not "
+                  "seen", file=sys.stderr)
+            return 1
     if check_clean() != 0:
         return 1
-    print(f"cluster verify-check-clean: ok (saw {seen[0]}; clean once it was killed)")
+    print(f"cluster verify-check-clean: ok (saw {'; '.join(seen)}; clean once they were "
+          "removed)")
     return 0
 
 

@@ -135,3 +135,14 @@ def test_a_node_s_pid_1_is_handed_its_cgroup(monkeypatch: pytest.MonkeyPatch,
     assert 'mount --bind "$cg" "$r/sys/fs/cgroup/unified"' in rsacluster.SETUP
     with pytest.raises(rsacluster.ClusterError, match="absolute path"):
         rsacluster._boot("rsa1", tmp_path, cgroup=Path("/sys/fs/cgroup/a b"))
+
+
+def test_verify_check_clean_plants_what_a_killed_cluster_leaves(
+        scratch: nodecgroup.Paths) -> None:
+    top = scratch.root / "sys/fs/cgroup/unified/lab/rsa-cluster-t"
+    assert nodecgroup.plant(scratch) == top
+    assert (top / "rsa1" / "rsa.jobs" / "1").is_dir()
+    assert nodecgroup.leftovers(scratch) == [f"cgroup {top} (processes: none)"]
+    assert nodecgroup.release(scratch) == [] and nodecgroup.leftovers(scratch) == []
+    scratch.mountinfo.write_text(V1_ONLY)
+    assert nodecgroup.plant(scratch) is None
