@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import nodecgroup  # the RSA nodes' cgroup v2 subtrees
 import ssdpool  # the ssd tier of RSA_CLUSTER_TIERS=mixed
 
 HERE = Path(__file__).resolve().parent
@@ -162,7 +163,7 @@ PROJECT_GROUP = "proj1"  # rsauser's project group, in the directory only (direc
 
 # PID 1 of a node: its mounts, its hostname, then init (reaps what daemonizes under it)
 SETUP = r"""set -e
-name=$1 image=$2 m=$3 binds=$4 ro_binds=$5
+name=$1 image=$2 m=$3 binds=$4 ro_binds=$5 cg=$6
 mount -t tmpfs -o mode=0755,size=2g "rsacl-$name" "$m"
 mkdir "$m/upper" "$m/work" "$m/root"
 mount -t overlay -o "lowerdir=$image,upperdir=$m/upper,workdir=$m/work" "rsacl-$name" "$m/root"
@@ -171,11 +172,18 @@ mount -t proc proc "$r/proc"
 mount -t sysfs -o ro sysfs "$r/sys"
 # Slurm 22.05 loads a cgroup plugin even with proctrack/linuxproc and task/none: it wants
 # a tmpfs on /sys/fs/cgroup and a cgroup hierarchy at its systemd/ (v1). The node gets the
-# host's name=systemd hierarchy there, read-only: nothing in a node writes cgroups
+# host's name=systemd hierarchy there, read-only: nothing in a node writes v1 cgroups
 mount -t tmpfs -o mode=0755,size=1m cgroup "$r/sys/fs/cgroup"
 mkdir "$r/sys/fs/cgroup/systemd"
 mount --bind /sys/fs/cgroup/systemd "$r/sys/fs/cgroup/systemd"
 mount -o remount,bind,ro "$r/sys/fs/cgroup/systemd"
+# an RSA node's cgroup v2 subtree of its own (lab/cluster/nodecgroup.py), where rsad's
+# commands make their jobs' cgroups: PID 1 joins it; the node sees it at unified/
+if [ -n "$cg" ]; then
+  echo $$ > "$cg/cgroup.procs"
+  mkdir "$r/sys/fs/cgroup/unified"
+  mount --bind "$cg" "$r/sys/fs/cgroup/unified"
+fi
 mount --rbind /dev "$r/dev"
 mount -t tmpfs -o mode=1777 shm "$r/dev/shm"
 mount -t tmpfs -o mode=0755 run "$r/run"
@@ -412,15 +420,15 @@ def image() -> Path:
 
 
 def _boot(name: str, root: Path, binds: Sequence[Path] = (),
-          ro_binds: Sequence[Path] = ()) -> dict[str, object]:
-    for path in (*binds, *ro_binds):
+          ro_binds: Sequence[Path] = (), cgroup: Path | None = None) -> dict[str, object]:
+    for path in (*binds, *ro_binds, *([cgroup] if cgroup else [])):
         if not path.is_absolute() or not re.fullmatch(r"[\w./-]+", str(path)):
             raise ClusterError(f"{path}: a bind into a node must be an absolute path of "
                                "letters, digits, '.', '_', '-' and '/'")
     return _hold(name, ["unshare", "--pid", "--fork", "--mount", "--uts", "--ipc", "--net",
                         "--propagation", "private", "--", "sh", "-c", SETUP, "sh", name,
                         str(root), str(MNT), " ".join(map(str, binds)),
-                        " ".join(map(str, ro_binds))], {"INIT": INIT})
+                        " ".join(map(str, ro_binds)), str(cgroup or "")], {"INIT": INIT})
 
 
 # the repository's venvs for the image's Python, by Debian release (lab/host-root builds
@@ -1005,6 +1013,7 @@ def up() -> None:
     IMAGE_FILE.write_text(f"{root}\n")  # lab/cluster/image rebuilds no image in use
     try:
         ssdpool.prepare()  # the ssd pools' devices and caps (RSA_CLUSTER_TIERS=mixed)
+        nodecgroup.prepare()  # the RSA nodes' cgroup v2 subtrees' directory
         sw = _hold("switch", ["unshare", "--net", "--", "sh", "-c", SWITCH], {})
         switch = int(str(sw["init"]))
         for bridge, _dev, _suffix in NETWORKS.values():
@@ -1016,7 +1025,7 @@ def up() -> None:
             if "mfschunkserver" in ROLES[name]:
                 binds.append(PFS_CHUNKS)
             ssdpool.add_binds(name, binds, ro_binds)
-            entry = _boot(name, root, binds, ro_binds)
+            entry = _boot(name, root, binds, ro_binds, nodecgroup.make(name))
             for net, addr in table[name].items():
                 _wire(switch, name, int(str(entry["init"])), net, addr)
             if RSAD_ON_CTL:
@@ -1090,6 +1099,7 @@ def down() -> None:
                  timeout=30)
     shutil.rmtree(PFS_CHUNKS, ignore_errors=True)
     ssdpool.release()  # the nodes' mounts are gone: the ssd pools' devices can go
+    nodecgroup.release()  # and the RSA nodes' cgroups (leftovers reports what is left)
     left = leftovers()
     if left:
         raise ClusterError("down left:\n  " + "\n  ".join(left))
@@ -1104,7 +1114,8 @@ def down() -> None:
 def leftovers() -> list[str]:
     """Everything of the cluster lab still there: marked processes (a node's holder or
     PID 1), links named rsacl* in the host's network namespace, mounts of the lab's in
-    the host's mount namespace, the PFS's chunk directory."""
+    the host's mount namespace, the PFS's chunk directory, the ssd pools' devices, the RSA
+    nodes' cgroups."""
     left: list[str] = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit() and (name := _marked(int(proc.name))) is not None:
@@ -1125,6 +1136,7 @@ def leftovers() -> list[str]:
     if PFS_CHUNKS.exists():
         left.append(f"the PFS's chunks {PFS_CHUNKS}")
     left += ssdpool.leftovers()
+    left += nodecgroup.leftovers()
     return left
 
 
@@ -1166,7 +1178,9 @@ def check_clean() -> int:
 def verify_check_clean() -> int:
     """check-clean must see what it is for: with the cluster down, a planted marked
     process in a network namespace of its own (as a node's holder) makes it fail naming
-    the process; once that is killed (by PID) it passes again."""
+    the process, and so does a planted cgroup directory of the RSA nodes'
+    (nodecgroup.plant); once they are removed (the process killed by PID) it passes
+    again."""
     if STATE_FILE.exists():
         print("cluster: verify-check-clean runs with the cluster down", file=sys.stderr)
         return 2
@@ -1186,9 +1200,19 @@ def verify_check_clean() -> int:
         print(f"cluster verify-check-clean: FAILED: a planted process {plant.pid} was not "
               "seen", file=sys.stderr)
         return 1
+    if (cgroup := nodecgroup.plant()) is not None:  # the RSA nodes' cgroups, as left
+        try:
+            seen += [x for x in leftovers() if x.startswith(f"cgroup {cgroup} ")][:1]
+        finally:
+            nodecgroup.release()
+        if len(seen) < 2:
+            print(f"cluster verify-check-clean: FAILED: a planted cgroup {cgroup} was not "
+                  "seen", file=sys.stderr)
+            return 1
     if check_clean() != 0:
         return 1
-    print(f"cluster verify-check-clean: ok (saw {seen[0]}; clean once it was killed)")
+    print(f"cluster verify-check-clean: ok (saw {'; '.join(seen)}; clean once they were "
+          "removed)")
     return 0
 
 

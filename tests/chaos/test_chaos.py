@@ -51,7 +51,7 @@ from tests.integration.slurmkit import (
     wait_for,
 )
 from tests.integration.test_rsad_staging import rsa_job
-from tests.security.test_reap import job_cgroup
+from tests.security.test_reap import job_cgroups_left
 
 
 @dataclass
@@ -268,9 +268,8 @@ def leaks(lab: Mapping[str, str], job: str) -> list[str]:
         found.append(f"job {job}: filesystem servers left: {', '.join(servers)}")
     if not nothing_of_job_mounted(job):
         found.append(f"job {job}: a compute node still mounts its RAMDISK")
-    cg = job_cgroup(job)
-    if cg is not None and cg.exists():
-        found.append(f"job {job}: cgroup {cg} left on the RSA nodes")
+    if cgroups := job_cgroups_left(job):
+        found.append(f"job {job}: cgroups left on the RSA nodes: {', '.join(cgroups)}")
     return found
 
 

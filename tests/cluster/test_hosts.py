@@ -279,3 +279,52 @@ def _cluster_pids() -> list[int]:
         except OSError:
             continue
     return sorted(marked)
+
+
+# the cgroup2 mount of a node: "ROOT MOUNT-POINT" (root: its path in the host's hierarchy)
+_CG2 = ("awk '{for(i=7;i<=NF;i++) if($i==\"-\"){if($(i+1)==\"cgroup2\")"
+        "{print $4, $5} break}}' /proc/self/mountinfo")
+
+
+def _host_cgroup2() -> Path:
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        if right.split()[:1] == ["cgroup2"]:
+            return Path(left.split()[4])
+    raise AssertionError("this host has no cgroup2 hierarchy")
+
+
+def test_each_rsa_node_has_a_cgroup2_subtree_of_its_own(cluster: Cluster) -> None:
+    """An RSA node sees a cgroup v2 subtree of its own at /sys/fs/cgroup/unified
+    (lab/cluster/nodecgroup.py), where root makes, fills, kills and removes cgroups as
+    rsad's commands do (rsa_scheduler/contain.py), and a user can do none of that; the
+    other nodes have no cgroup2."""
+    name = os.environ.get("RSA_CLUSTER_NAME", "")
+    tops = {}
+    for node in ("rsa1", "rsa2"):
+        root, at = cluster.out(node, ["sh", "-c", _CG2]).split()
+        assert at == "/sys/fs/cgroup/unified"
+        assert root.endswith(f"/rsa-cluster{'-' + name if name else ''}/{node}"), root
+        tops[node] = _host_cgroup2() / root.lstrip("/")
+    assert cluster.out("c1", ["sh", "-c", _CG2]).strip() == ""
+    probe = "/sys/fs/cgroup/unified/rsa.jobs/probe/p1"
+    cluster.run("rsa1", ["mkdir", "-p", probe])
+    cluster.run("rsa1", ["sh", "-c", f'echo $$ > {probe}/cgroup.procs; exec setsid sleep 301 '
+                         '</dev/null >/dev/null 2>&1 &'])
+    try:
+        # the host sees it in rsa1's subtree; rsa2 does not see it at all
+        host_leaf = tops["rsa1"] / "rsa.jobs/probe/p1"
+        assert len((host_leaf / "cgroup.procs").read_text().split()) == 1
+        assert cluster.run("rsa2", ["test", "-e", probe], check=False).returncode == 1
+        # a user cannot create cgroups there, nor move a process of its own in
+        assert cluster.run("rsa1", ["mkdir", "/sys/fs/cgroup/unified/rsa.jobs/mine"],
+                           user="rsauser", check=False).returncode != 0
+        assert cluster.run("rsa1", ["sh", "-c", f"echo $$ > {probe}/cgroup.procs"],
+                           user="rsauser", check=False).returncode != 0
+    finally:
+        cluster.run("rsa1", ["sh", "-c", f"echo 1 > {probe}/cgroup.kill; i=0; "
+                             f'while grep -q "populated 1" {probe}/cgroup.events && '
+                             "[ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; "
+                             "rmdir $0 ${0%/p1} ${0%/probe/p1}", probe])
+    assert "sleep 301" not in cluster.out("rsa1", ["ps", "-e", "-o", "args="])
+    assert not host_leaf.exists()

@@ -20,17 +20,32 @@ from tests.integration.conftest import as_user, read_lab_env
 from tests.integration.slurmkit import in_cluster, lab_nodes, make_jobs, on_node
 from tests.integration.test_rsad_staging import rsa_job, wait_state
 
+# the job's cgroup below the first cgroup2 mount (rsa_scheduler/contain.py's), if it is there
+_JOB_CGROUP = ("awk '{for(i=7;i<=NF;i++) if($i==\"-\"){if($(i+1)==\"cgroup2\")"
+               "{print $5; exit} break}}' /proc/self/mountinfo | "
+               "{ read -r r && [ -d \"$r/rsa.jobs/$0\" ] && echo \"$r/rsa.jobs/$0\"; } "
+               "|| true")
+
 
 def job_cgroup(job: str) -> Path | None:
-    """The job's cgroup on this host (the lab's RSA nodes share its kernel), if any (the
-    cluster lab's RSA nodes have none: :func:`rsa_nodes_without_cgroup2`)."""
-    if in_cluster():
-        return None
+    """The job's cgroup on this host (the lab's RSA nodes share its kernel), if any."""
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         left, _, right = line.partition(" - ")
         if right.split()[0] == "cgroup2":
             return Path(left.split()[4]) / "rsa.jobs" / job
     return None
+
+
+def job_cgroups_left(job: str) -> list[str]:
+    """The job's cgroups still on its RSA nodes: on the host lab this host's (the nodes
+    share its cgroup tree), on the cluster lab each RSA node's own (lab/cluster/
+    nodecgroup.py: a cgroup v2 subtree of its own), asked through the door."""
+    if not in_cluster():
+        cg = job_cgroup(job)
+        return [str(cg)] if cg is not None and cg.exists() else []
+    return [f"{path} on {node}"
+            for node in lab_nodes(read_lab_env(), "RSA_LAB_RSA_NODES")
+            if (path := on_node(node, ["sh", "-c", _JOB_CGROUP, job]).stdout.strip())]
 
 
 def daemon_script(marker: int, tail: str) -> str:
@@ -57,10 +72,10 @@ def alive(pid: int, marker: int) -> bool:
 
 
 def rsa_nodes_without_cgroup2() -> list[str]:
-    """The cluster lab's RSA nodes with no cgroup v2 hierarchy mounted (lab/cluster's
-    nodes get only a read-only name=systemd v1 one), where CONTAIN cannot kill what a
-    command left when it ends (rsa_scheduler/contain.py: REAP's environment tag, at the
-    job's release, is the fallback there)."""
+    """The cluster lab's RSA nodes with no cgroup v2 hierarchy mounted, where CONTAIN
+    could not kill what a command left when it ends (rsa_scheduler/contain.py: REAP's
+    environment tag, at the job's release, is the fallback there). lab/cluster gives
+    each RSA node a subtree of its own (nodecgroup.py): none is expected."""
     if not in_cluster():
         return []
     return [n for n in lab_nodes(read_lab_env(), "RSA_LAB_RSA_NODES")
@@ -110,15 +125,15 @@ echo result > {out}/result
     listing = subprocess.run(["tar", "-tf", str(out / "packed.tar")], capture_output=True,
                              text=True, timeout=30, check=True).stdout
     assert "./result" in listing
-    cg = job_cgroup(job)
-    assert cg is None or not cg.exists(), f"job {job}'s cgroup {cg} is left on the RSA node"
+    assert not (left := job_cgroups_left(job)), f"job {job}'s cgroups are left: {left}"
 
 
 def test_a_preprocess_daemon_dies_before_the_job_starts(lab: Mapping[str, str],
                                                         area: Path) -> None:
-    if without := rsa_nodes_without_cgroup2():
-        pytest.skip(f"no cgroup v2 on {','.join(without)}: killing at a command's end "
-                    "needs one (the cluster lab's nodes have none)")
+    # killing at a command's end needs cgroup v2 on the node (the cluster lab's RSA nodes
+    # have a subtree of their own): a node without one fails the test, never skips it
+    assert not (without := rsa_nodes_without_cgroup2()), \
+        f"no cgroup v2 on {','.join(without)}: CONTAIN cannot kill at a command's end"
     marker = 7100 + os.getpid() % 1000
     pre = area / "pre.sh"
     # PREPROCESS runs with RSA_DATA_OUT unset when the job has no DATA_OUT: write the
@@ -140,6 +155,7 @@ cat {area}/in/x
         assert pids and not [p for p in pids if alive(p, marker)], \
             f"PREPROCESS daemons {pids} outlived their command"
         wait_state(lab, job, "released", timeout=180)
+    assert not (left := job_cgroups_left(job)), f"job {job}'s cgroups are left: {left}"
 
 
 def _ids(lab: Mapping[str, str]) -> tuple[int, int]:
