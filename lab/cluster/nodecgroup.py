@@ -30,26 +30,21 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import rsacluster as rc
 
+LAB = Path(__file__).resolve().parent.parent  # <repo>/lab: the host lab's package
+if str(LAB) not in sys.path:
+    sys.path.append(str(LAB))
+# where the kernel's files are (tests use a scratch tree): the host lab's RSA-node cgroup's
+from rsalab.nodecpu import Paths  # noqa: E402
+
 #: where an RSA node sees its subtree (a hybrid host's place for cgroup2; the node's
 #: /sys/fs/cgroup is a tmpfs with the v1 name=systemd hierarchy Slurm wants)
 IN_NODE = "/sys/fs/cgroup/unified"
-
-
-@dataclass(frozen=True)
-class Paths:
-    """Where the kernel's files are (tests use a scratch tree)."""
-
-    mountinfo: Path = Path("/proc/self/mountinfo")
-    proc_cgroup: Path = Path("/proc/self/cgroup")
-    # prepended to every mount point read from mountinfo (tests: the scratch tree)
-    root: Path = Path("/")
-
 
 HOST = Paths()
 
