@@ -8,7 +8,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -190,34 +190,41 @@ _HTB = ["burst", "256k", "cburst", "256k", "quantum", "131072"]
 
 
 @contextmanager
-def pfs_writes_at(lab: Mapping[str, str], rate: str) -> Iterator[None]:
-    """The PFS's write bandwidth at ``rate`` for a block; the lab's own afterwards, also
-    when the test fails. The host lab: its PFS throttle's htb class (lab/rsalab/pfs.py).
-    The cluster lab, whose PFS is not throttled: an htb qdisc on the storage bridge's
-    port to the PFS's host, in the switch (through the door), removed afterwards."""
+def _pfs_shaped(lab: Mapping[str, str], rate: str, node: str, dev: str,
+                host_tc: Sequence[str]) -> Iterator[None]:
+    """``rate`` on one direction of the PFS's traffic for a block, the lab's own
+    afterwards, also when the test fails. The cluster lab, whose PFS is not throttled:
+    an htb qdisc on ``dev`` of ``node`` (through the door), removed afterwards. The host
+    lab: its PFS throttle's htb class 1:10 changed, by ``host_tc`` (tc and its device),
+    and set back to RSA_LAB_PFS_RATE."""
     if in_cluster():
-        on_node("switch", ["tc", "qdisc", "replace", "dev", CLUSTER_PFS_PORT, "root",
-                           "handle", "1:", "htb", "default", "10"], timeout=30)
+        on_node(node, ["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb",
+                       "default", "10"], timeout=30)
         try:
-            on_node("switch", ["tc", "class", "replace", "dev", CLUSTER_PFS_PORT, "parent",
-                               "1:", "classid", "1:10", "htb", "rate", rate, "ceil", rate,
-                               *_HTB], timeout=30)
+            on_node(node, ["tc", "class", "replace", "dev", dev, "parent", "1:", "classid",
+                           "1:10", "htb", "rate", rate, "ceil", rate, *_HTB], timeout=30)
             yield
         finally:
-            on_node("switch", ["tc", "qdisc", "del", "dev", CLUSTER_PFS_PORT, "root"],
-                    timeout=30)
+            on_node(node, ["tc", "qdisc", "del", "dev", dev, "root"], timeout=30)
         return
 
     def set_rate(r: str) -> None:
-        subprocess.run(["/usr/sbin/tc", "class", "change", "dev", PFS_VETH, "parent", "1:",
-                        "classid", "1:10", "htb", "rate", r, "ceil", r, *_HTB],
-                       check=True, capture_output=True, timeout=30)
+        subprocess.run([*host_tc, "parent", "1:", "classid", "1:10", "htb", "rate", r,
+                        "ceil", r, *_HTB], check=True, capture_output=True, timeout=30)
 
     set_rate(rate)
     try:
         yield
     finally:
         set_rate(lab.get("RSA_LAB_PFS_RATE", "1gbit"))
+
+
+def pfs_writes_at(lab: Mapping[str, str], rate: str) -> AbstractContextManager[None]:
+    """The PFS's write bandwidth at ``rate`` for a block (:func:`_pfs_shaped`). The host
+    lab: its PFS veth's host end (lab/rsalab/pfs.py). The cluster lab: the storage
+    bridge's port to the PFS's host, in the switch."""
+    return _pfs_shaped(lab, rate, "switch", CLUSTER_PFS_PORT,
+                       ["/usr/sbin/tc", "class", "change", "dev", PFS_VETH])
 
 
 #: the cluster lab's PFS host's storage interface (lab/cluster/rsacluster.py NETWORKS):
@@ -225,37 +232,16 @@ def pfs_writes_at(lab: Mapping[str, str], rate: str) -> Iterator[None]:
 CLUSTER_PFS_DEV = "eth2"
 
 
-@contextmanager
-def pfs_reads_at(lab: Mapping[str, str], rate: str) -> Iterator[None]:
-    """The PFS's read bandwidth at ``rate`` for a block (a stage-in that lasts long enough
-    to be interrupted whatever the machine's speed); the lab's own afterwards, also when
-    the test fails. The host lab: the htb class on its storage namespace's end of the
-    veth (lab/rsalab/pfs.py). The cluster lab, whose PFS is not throttled: an htb qdisc on
-    the PFS host's storage interface (through the door), removed afterwards."""
-    if in_cluster():
-        on_node("pfs", ["tc", "qdisc", "replace", "dev", CLUSTER_PFS_DEV, "root",
-                        "handle", "1:", "htb", "default", "10"], timeout=30)
-        try:
-            on_node("pfs", ["tc", "class", "replace", "dev", CLUSTER_PFS_DEV, "parent", "1:",
-                            "classid", "1:10", "htb", "rate", rate, "ceil", rate, *_HTB],
-                    timeout=30)
-            yield
-        finally:
-            on_node("pfs", ["tc", "qdisc", "del", "dev", CLUSTER_PFS_DEV, "root"], timeout=30)
-        return
-    holder = Path("/run/rsa-lab/pids/pfsnet.pid").read_text().split()[0]
-
-    def set_rate(r: str) -> None:
-        subprocess.run(["/usr/bin/nsenter", f"--net=/proc/{holder}/ns/net", "/usr/sbin/tc",
-                        "class", "change", "dev", "eth0", "parent", "1:", "classid", "1:10",
-                        "htb", "rate", r, "ceil", r, *_HTB],
-                       check=True, capture_output=True, timeout=30)
-
-    set_rate(rate)
-    try:
-        yield
-    finally:
-        set_rate(lab.get("RSA_LAB_PFS_RATE", "1gbit"))
+def pfs_reads_at(lab: Mapping[str, str], rate: str) -> AbstractContextManager[None]:
+    """The PFS's read bandwidth at ``rate`` for a block (:func:`_pfs_shaped`; a stage-in
+    that lasts long enough to be interrupted whatever the machine's speed). The host lab:
+    its storage namespace's end of the veth (lab/rsalab/pfs.py). The cluster lab: the PFS
+    host's storage interface."""
+    holder = "" if in_cluster() else \
+        Path("/run/rsa-lab/pids/pfsnet.pid").read_text().split()[0]
+    return _pfs_shaped(lab, rate, "pfs", CLUSTER_PFS_DEV,
+                       ["/usr/bin/nsenter", f"--net=/proc/{holder}/ns/net", "/usr/sbin/tc",
+                        "class", "change", "dev", "eth0"])
 
 
 def lab_nodes(lab: Mapping[str, str], key: str) -> list[str]:
