@@ -112,11 +112,9 @@ class Dispatcher:
         # stage-out's start and end tells its user, and with slurmctld slow to answer
         # (or an MTA hung) those writes held every urgent thread, so a mount waited for
         # them (issue 34)
-        self.workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rsa-bulk")
-        self.urgent = ThreadPoolExecutor(max_workers=urgent_workers,
-                                         thread_name_prefix="rsa-urgent")
-        self.messages = ThreadPoolExecutor(max_workers=urgent_workers,
-                                           thread_name_prefix="rsa-tell")
+        self.workers = Lane(max_workers=workers, thread_name_prefix="rsa-bulk")
+        self.urgent = Lane(max_workers=urgent_workers, thread_name_prefix="rsa-urgent")
+        self.messages = Lane(max_workers=urgent_workers, thread_name_prefix="rsa-tell")
         self.running: dict[str, Running] = {}
         self.alerts: list[dict[str, Any]] = []
         self._reminded: dict[tuple[str, float], int] = {}  # (job, since) -> reminders
@@ -309,9 +307,43 @@ def _report(host: Host, future: Future[Outcome]) -> None:
         host.submit("outcome", future.result())
 
 
-def _stop(lane: ThreadPoolExecutor, deadline: float | None) -> bool:
+class Lane(ThreadPoolExecutor):
+    """A pool of worker threads that knows how much of its work is not done: at
+    shutdown a lane with none has nothing left running, whether or not its idle threads
+    have yet woken up to exit (on a loaded host that takes a while, and a lane stopped
+    after the deadline was reported busy with nothing in it)."""
+
+    def __init__(self, max_workers: int, thread_name_prefix: str) -> None:
+        super().__init__(max_workers=max_workers, thread_name_prefix=thread_name_prefix)
+        self._undone = 0
+        self._undone_lock = threading.Lock()
+
+    @property
+    def undone(self) -> int:
+        """How many work items are queued or running (a cancelled one is done)."""
+        with self._undone_lock:
+            return self._undone
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        with self._undone_lock:
+            self._undone += 1
+        try:
+            future = super().submit(fn, *args, **kwargs)
+        except BaseException:
+            self._done(None)
+            raise
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, _future: Future[Any] | None) -> None:
+        with self._undone_lock:
+            self._undone -= 1
+
+
+def _stop(lane: Lane, deadline: float | None) -> bool:
     """Shut ``lane`` down (its queued work cancelled) and wait for its threads until
-    ``deadline`` (time.monotonic(); None: no limit). Whether they all ended."""
+    ``deadline`` (time.monotonic(); None: no limit). Whether nothing of it still runs:
+    its threads all ended, or those left are idle (they exit on their own)."""
     lane.shutdown(wait=False, cancel_futures=True)
     if deadline is None:
         lane.shutdown(wait=True)
@@ -320,4 +352,4 @@ def _stop(lane: ThreadPoolExecutor, deadline: float | None) -> bool:
     waiter = threading.Thread(target=lane.shutdown, name="rsa-lane-stop", daemon=True)
     waiter.start()
     waiter.join(max(0.0, deadline - time.monotonic()))
-    return not waiter.is_alive()
+    return not waiter.is_alive() or lane.undone == 0

@@ -25,7 +25,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from rsa_scheduler.core.actions import Action, Outcome
@@ -47,7 +46,7 @@ from rsa_scheduler.core.transitions import Trigger
 from rsa_scheduler.daemon import views
 from rsa_scheduler.daemon.cycle import FIRST_SIGHTS_PER_CYCLE, EndStates, QueueReader
 from rsa_scheduler.daemon.dephold import DepHold
-from rsa_scheduler.daemon.dispatch import Dispatcher, Running
+from rsa_scheduler.daemon.dispatch import Dispatcher, Lane, Running
 from rsa_scheduler.daemon.executors import Registry
 from rsa_scheduler.daemon.health import HEALTH_BY
 from rsa_scheduler.daemon.inbox import Inbox, Request
@@ -185,11 +184,11 @@ class Daemon:
         return self.dispatcher.alerts
 
     @property
-    def workers(self) -> ThreadPoolExecutor:
+    def workers(self) -> Lane:
         return self.dispatcher.workers
 
     @property
-    def urgent(self) -> ThreadPoolExecutor:
+    def urgent(self) -> Lane:
         return self.dispatcher.urgent
 
     @property

@@ -2004,6 +2004,31 @@ def test_shutdown_gives_up_after_its_timeout_and_says_what_still_runs(
     d.store.close()
 
 
+def test_a_lane_stopped_after_the_deadline_is_busy_only_while_its_work_runs() -> None:
+    # CI: the bulk lane used the whole timeout, the urgent lane was stopped with none
+    # left, and its idle threads had not yet woken to exit: "bulk and urgent still busy"
+    from rsa_scheduler.daemon.dispatch import Lane, _stop
+
+    idle = Lane(max_workers=64, thread_name_prefix="t-idle")
+    for f in [idle.submit(time.sleep, 0.05) for _ in range(64)]:  # 64 threads to wake
+        f.result()
+    assert idle.undone == 0
+    assert _stop(idle, time.monotonic() - 1)  # the deadline passed before it was stopped
+
+    release = threading.Event()
+    busy = Lane(max_workers=1, thread_name_prefix="t-busy")
+    running = busy.submit(release.wait, 30)
+    queued = busy.submit(time.sleep, 0)
+    assert busy.undone == 2
+    try:
+        assert not _stop(busy, time.monotonic() + 0.1)
+        assert queued.cancelled() and busy.undone == 1  # the cancelled one is done
+    finally:
+        release.set()
+    assert running.result(10) is True
+    assert _stop(busy, None) and busy.undone == 0
+
+
 def test_new_quiet_jobs_beyond_the_limit_wait_for_a_later_cycle() -> None:
     from rsa_scheduler.daemon.cycle import defer_first_sights
 
