@@ -2,9 +2,10 @@
 
 Owns the scripts :class:`~rsa_scheduler.fs.moosefs.MooseFsBackend` runs over SSH as root
 (``sh -c SCRIPT args``): unmount, the create-time probe, the start of a daemon, the
-server check and repair, the mount check and the kill of a filesystem's daemons. What
-differs between MooseFS releases (and the parser of ``mfscli``) is
-:mod:`rsa_scheduler.fs.mfsversion`'s. Text only: running them is the backend's, through
+server check and repair, the mount check and the kill of a filesystem's daemons; and the
+one Python program, the create's wait for the chunkservers' space (``python3 -c
+SPACE_WAIT args``). What differs between MooseFS releases (and the parser of ``mfscli``)
+is :mod:`rsa_scheduler.fs.mfsversion`'s. Text only: running them is the backend's, through
 :class:`~rsa_scheduler.hosts.Host`. Imports nothing of the package.
 """
 
