@@ -2,9 +2,10 @@
 
 Owns the scripts :class:`~rsa_scheduler.fs.moosefs.MooseFsBackend` runs over SSH as root
 (``sh -c SCRIPT args``): unmount, the create-time probe, the start of a daemon, the
-server check and repair, the mount check and the kill of a filesystem's daemons. What
-differs between MooseFS releases (and the parser of ``mfscli``) is
-:mod:`rsa_scheduler.fs.mfsversion`'s. Text only: running them is the backend's, through
+server check and repair, the mount check and the kill of a filesystem's daemons; and the
+one Python program, the create's wait for the chunkservers' space (``python3 -c
+SPACE_WAIT args``). What differs between MooseFS releases (and the parser of ``mfscli``)
+is :mod:`rsa_scheduler.fs.mfsversion`'s. Text only: running them is the backend's, through
 :class:`~rsa_scheduler.hosts.Host`. Imports nothing of the package.
 """
 
@@ -127,4 +128,76 @@ done
 DAEMON_START = r"""log="$0/${1##*/}.log"
 "$@" </dev/null >"$log" 2>&1 || {
   echo "$1 failed: $(tail -n 3 "$log" | tr '\n' ' ')" >&2; exit 1; }
+"""
+
+
+# Wait on the master's node, in one round trip, until every chunkserver of a RAMDISK has
+# registered with the master and reported its space, i.e. can take writes (the master gives
+# a new chunk only to a server whose total space > 0: matocsserv.c). MooseFS has no event
+# for it; this asks the master what mfscli -SCS asks (CLTOMA_CSERV_LIST, 500 -> 501) on one
+# connection every $4 s, in one Python process: mfscli is a 0.5 MB script that Python
+# compiles at every start (0.15-0.4 s on the lab's loaded CPUs), which was most of the
+# time from the last space report to the create's end. python3 is there wherever mfscli is.
+# Arguments: master host, port, seconds, poll, the record's "size,ip,port,total" offsets
+# (Dialect.cslist_record), then one "PORT:ADDR[,ADDR...]" per chunkserver (its listen port
+# and its data addresses, resolved here as the master resolves them). Prints "R IP PORT"
+# for every connected chunkserver with space>0 of the last answer (and "E what" when the
+# last ask failed); exit 0 once every chunkserver is among them, 1 when the time is up.
+SPACE_WAIT = r"""import socket, struct, sys, time
+host, port, seconds, poll = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+size, ip_at, port_at, total_at = (int(x) for x in sys.argv[5].split(","))
+want = []
+for arg in sys.argv[6:]:
+    cs_port, _, addrs = arg.partition(":")
+    keys = set()
+    for a in addrs.split(","):
+        try:
+            keys |= {(i[4][0], int(cs_port))
+                     for i in socket.getaddrinfo(a, None, socket.AF_INET, socket.SOCK_STREAM)}
+        except OSError:
+            pass
+    want.append(keys)
+end = time.monotonic() + seconds
+conn, ready, err = None, set(), ""
+
+def recv(n):
+    buf = b""
+    while len(buf) < n:
+        part = conn.recv(n - len(buf))
+        if not part:
+            raise OSError("the master closed the connection")
+        buf += part
+    return buf
+
+while True:
+    try:
+        if conn is None:
+            conn = socket.create_connection((host, port), timeout=5)
+        conn.settimeout(max(0.05, min(5.0, end - time.monotonic())))
+        conn.sendall(struct.pack(">LL", 500, 0))
+        kind = 0
+        while kind != 501:  # the master may send keep-alives (0) first
+            kind, n = struct.unpack(">LL", recv(8))
+            data = recv(n)
+        if len(data) % size:
+            raise OSError("answer of %d bytes is not a list of %d-byte records" % (len(data), size))
+        ready, err = set(), ""
+        for at in range(0, len(data), size):
+            r = data[at:at + size]
+            if r[0] & 1 == 0 and struct.unpack_from(">Q", r, total_at)[0] > 0:
+                ready.add((socket.inet_ntoa(r[ip_at:ip_at + 4]),
+                           struct.unpack_from(">H", r, port_at)[0]))
+    except (OSError, struct.error) as e:
+        err = str(e) or type(e).__name__
+        if conn is not None:
+            conn.close()
+        conn = None
+    done = all(keys & ready for keys in want)
+    if done or time.monotonic() >= end:
+        for ip, p in sorted(ready):
+            print("R", ip, p)
+        if err:
+            print("E", err)
+        sys.exit(0 if done else 1)
+    time.sleep(poll)
 """

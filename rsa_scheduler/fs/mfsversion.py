@@ -161,6 +161,18 @@ class Dialect:
         return ["mfscli", "-H", host, "-P", str(port), "-SCS",
                 *(["-j"] if self.version.major >= 4 else [])]
 
+    def cslist_record(self) -> tuple[int, int, int, int]:
+        """The master's answer to CLTOMA_CSERV_LIST (no mode byte) as mfsscripts'
+        SPACE_WAIT reads it: (record size, offset of the IPv4 address, of the port, of
+        the total space); every record starts with a byte whose bit 0 says
+        "disconnected". 4.26 and later (4.57.5's ``csdb_servlist_data``, mode 0):
+        version 4, ip 4, ip as the client sees it 4, port 2, csid 2, used 8, total 8,
+        ... (73); 3.0.38 to 4.25 (3.0.117's): flags+version 4, ip 4, port 2, csid 2,
+        used 8, total 8, ... (69). mfscli's ``get_chunkservers`` reads them so."""
+        if self.version >= Version(4, 26, 0):
+            return 73, 4, 12, 24
+        return 69, 4, 8, 20
+
     def chunkservers(self, mfscli_output: str) -> dict[tuple[str, int], int]:
         if self.version.major >= 4:
             return chunkservers_json(mfscli_output)

@@ -90,6 +90,7 @@ from rsa_scheduler.fs.mfsscripts import (
     PROBE_SCRIPT,
     REPAIR_SCRIPT,
     SERVERS_CHECK,
+    SPACE_WAIT,
     UMOUNT_SCRIPT,
 )
 from rsa_scheduler.fs.mfsversion import (
@@ -141,11 +142,10 @@ RSA_NODE_OPTIONS = ("mfsentrycacheto=1",)
 # started, at a whole second: MooseFS 3.0.117 and 4.x look at their chunk folders in a
 # thread that sleeps 1 s after it started a folder's scan (hddspacemgr.c,
 # hdd_folders_thread), and send the space once a second (masterconn.c,
-# REPORT_SPACE_FREQ). Its register message carries the space it knows then (0 before
-# that). No event tells: the master's node is asked (mfscli) from then on, every
-# SPACE_POLL s.
-SPACE_NOT_BEFORE = 1.0
-SPACE_POLL = 0.05
+# REPORT_SPACE_FREQ, on whole seconds of the clock). Its register message carries the
+# space it knows then (0 before that). No event tells: the master is asked (SPACE_WAIT,
+# one process on its node, one connection) every SPACE_POLL s from the servers' start.
+SPACE_POLL = 0.02
 
 
 def _step(fs_id: str, step: str, t0: float) -> None:
@@ -164,8 +164,12 @@ class MooseFsBackend(FilesystemBackend):
         command_need("mfsmaster", "moosefs-master"),
         command_need("mfschunkserver", "moosefs-chunkserver"),
         command_need("mfsmount", "moosefs-client"),
-        # a build waits for its chunkservers with mfscli, and sets goal and trash time
-        command_need("mfscli", "moosefs-cli (a build waits for its chunkservers with it)"),
+        # the health check asks mfscli for the chunkservers; a build waits for them with
+        # python3 (SPACE_WAIT), which moosefs-cli brings (mfscli is a python3 script)
+        command_need("mfscli", "moosefs-cli (the health check asks it for the "
+                     "chunkservers)"),
+        command_need("python3", "python3 (a build waits for its chunkservers with it; "
+                     "moosefs-cli depends on it)"),
         # one copy and no trash: mfssetgoal, mfssettrashtime (3.0); mfscreatesclass,
         # mfssetsclass, mfssettrashretention (4.x, the same package)
         Need("command mfssetgoal (3.0) or mfssetsclass (4.x)",
@@ -396,7 +400,7 @@ class MooseFsBackend(FilesystemBackend):
         """Three round trips, each on every node at once:
 
         1. ``servers``: every node unpacks its configs and starts its chunkserver at
-           once (its space takes >= 1 s: SPACE_NOT_BEFORE; one started before the master
+           once (its space takes 1-2 s: see SPACE_POLL; one started before the master
            listens registers at its next try, MASTER_RECONNECTION_DELAY 1 s, within
            that time); the first node starts the master before its own chunkserver
            (started the other way round, 3 of 12 creates on 16 lab nodes took ~5 s
@@ -404,8 +408,8 @@ class MooseFsBackend(FilesystemBackend):
            mounts, hands the root directory to the job's user and makes it keep one copy
            and no trash (``dialect``: the nodes' MooseFS release).
         2. ``mounts``: the other nodes mount (the root is the user's by then) while
-           mfscli on the master's node is asked, from SPACE_NOT_BEFORE after step 1
-           began, until every chunkserver registered and reported its space.
+           the master's node waits (SPACE_WAIT, one process asking the master every
+           SPACE_POLL s) until every chunkserver registered and reported its space.
         3. ``spec``: the spec.json completion mark, once every node is mounted.
 
         Daemons and mounts start with their output on a log file (DAEMON_START).
@@ -446,15 +450,13 @@ class MooseFsBackend(FilesystemBackend):
                 self._run(node, sh_chain(*steps), dl.left(), input=lay.tarball(node),
                           cancel=cancel)
 
-            started = time.monotonic()
             on_nodes(lay.nodes, start, f"{req.fs_id}: start mfsmaster, mfschunkservers")
             _step(req.fs_id, "servers", t0)
             others = [n for n in lay.nodes if n != lay.master]
 
             def mount_or_wait(node: str) -> None:
                 if node == lay.master:
-                    self._wait_chunkservers(lay, dl, cancel, dialect,
-                                            not_before=started + SPACE_NOT_BEFORE)
+                    self._wait_chunkservers(lay, dl, cancel, dialect)
                 else:
                     mount = _daemon(lay.dir(node), lay.mount_argv(node, self.rsa_node_options))
                     self._run(node, sh_chain(lay.guard_argv(node), mount) if lay.guard
@@ -480,37 +482,33 @@ class MooseFsBackend(FilesystemBackend):
         return spec
 
     def _wait_chunkservers(self, lay: Layout, dl: Deadline, cancel: CancelToken | None,
-                           dialect: Dialect = LEGACY, *,
-                           not_before: float | None = None) -> None:
-        """Until every chunkserver registered with the master and reported its space
-        (mfscli on the master's node, every SPACE_POLL s); not asked before
-        ``not_before`` (monotonic time: when they could first have, SPACE_NOT_BEFORE).
-        Each node's chunkserver as mfscli may list it: by the data address as configured
-        (3.0's plain output names the host its master resolved it to) or by its IPv4
-        address (4.x's JSON gives the address; a name there would never match)."""
+                           dialect: Dialect = LEGACY) -> None:
+        """Until every chunkserver registered with the master and reported its space:
+        one round trip to the master's node, whose SPACE_WAIT asks the master every
+        SPACE_POLL s on one connection (no event tells: SPACE_POLL). Each node's
+        chunkserver is looked for by its data address as the master's node resolves it
+        and by the IPv4 addresses rsad resolves it to (the master lists IPv4
+        addresses). What the wait printed is checked here too: ``ready`` only when it
+        lists every chunkserver."""
         want = {n: {(a, lay.cs_port(n)) for a in (lay.addresses[n],
                                                    *self._ipv4_or_none(lay.addresses[n]))}
                 for n in lay.nodes}
-        argv = dialect.chunkservers_argv(lay.master_address, lay.client_port)
-        seen: set[str] = set()
-        pause = 0.0 if not_before is None else not_before - time.monotonic()
-        while not dl.expired():
-            if pause > 0:
-                if cancel is not None:
-                    cancel.wait(pause)
-                else:
-                    time.sleep(pause)
-            if cancel is not None:
-                cancel.check()
-            out = self._run(lay.master, argv, min(10.0, dl.left()), check=False,
-                            cancel=cancel)
-            ready = _ready(dialect, out)
-            seen = {n for n, keys in want.items() if keys & ready}
-            if len(seen) == len(want):
-                return
-            pause = SPACE_POLL
+        groups = [f"{lay.cs_port(n)}:" + ",".join(sorted({a for a, _ in keys}))
+                  for n, keys in want.items()]
+        seconds = max(0.0, dl.left() - 1.0)  # its own end first: it says what it saw
+        out = self._run(lay.master,
+                        ["python3", "-c", SPACE_WAIT, lay.master_address,
+                         str(lay.client_port), f"{seconds:.3f}", f"{SPACE_POLL:g}",
+                         ",".join(map(str, dialect.cslist_record())), *groups],
+                        dl.left(), check=False, cancel=cancel)
+        ready = space_wait_ready(out)
+        seen = {n for n, keys in want.items() if keys & ready}
+        if len(seen) == len(want):
+            return
+        why = next((ln[2:] for ln in out.splitlines() if ln.startswith("E ")), "")
         raise FsError(f"{lay.fs_id}: only {len(seen)}/{len(want)} chunkservers registered "
-                      f"with the master and reported their space within {dl.seconds:g}s")
+                      f"with the master and reported their space within {dl.seconds:g}s"
+                      + (f" (last ask: {why})" if why else ""))
 
     def _ipv4_or_none(self, address: str) -> list[str]:
         """A data address's IPv4 addresses, or none when it cannot be resolved here (its
@@ -717,6 +715,17 @@ def _daemon(node_dir: str, argv: list[str]) -> list[str]:
     """``argv`` (a daemon's start, an mfsmount) run by DAEMON_START: output to a log in
     the RAMDISK's directory on the node, its last lines the error when it fails."""
     return ["sh", "-c", DAEMON_START, node_dir, *argv]
+
+
+def space_wait_ready(output: str) -> set[tuple[str, int]]:
+    """(IPv4, port) of every chunkserver SPACE_WAIT's output lists as connected with
+    space ("R IP PORT" lines; anything else is not one)."""
+    found: set[tuple[str, int]] = set()
+    for line in output.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "R" and parts[2].isdigit():
+            found.add((parts[1], int(parts[2])))
+    return found
 
 
 def _ready(dialect: Dialect, mfscli_output: str) -> set[tuple[str, int]]:

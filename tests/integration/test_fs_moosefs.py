@@ -95,6 +95,29 @@ class TestMooseFsSsd(MooseFsContract):
         yield from _factory(backend, lab, "ssd", nodes)
 
 
+def test_a_ramdisk_is_ready_only_once_every_chunkserver_takes_writes(
+        backend: MooseFsBackend, lab: Mapping[str, str]) -> None:
+    """Ready means every chunkserver registered and reported its space to the master (a
+    new chunk goes only to a server with space): right after create returns, MooseFS's
+    own mfscli (the health check) lists all four with space, and a write with fsync on
+    every node goes through."""
+    nodes = ("rsa1", "rsa2", "rsa3", "rsa4")
+    req = FsRequest(fs_id="itest-ready", job_id="0", nodes=nodes, tier="ram",
+                    pool_dirs={n: lab["RSA_LAB_POOL_RAM"] for n in nodes},
+                    mount_root="/run/rsa/mnt")
+    try:
+        spec = backend.create(req)
+        health = backend.health(spec)
+        assert health.ok, health.detail
+        assert health.detail == "4 chunkservers, mounted on every node"
+        for node in nodes:
+            backend.hosts[node].run(["dd", "if=/dev/zero", f"of={spec.rsa_mountpoint}/{node}",
+                                     "bs=1M", "count=4", "conv=fsync", "status=none"],
+                                    timeout=60)
+    finally:
+        backend.destroy(req)
+
+
 def test_two_filesystems_coexist_on_the_same_nodes(backend: MooseFsBackend,
                                                    lab: Mapping[str, str]) -> None:
     nodes = ("rsa1", "rsa2")

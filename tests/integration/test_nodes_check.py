@@ -106,7 +106,7 @@ def node_file(node: str, path: Path, text: str, mode: int = 0o644) -> Path:
 def test_a_node_that_is_no_pfs_client_or_lacks_mfscli_is_told_the_fix(
         lab: Mapping[str, str], tmp_path: Path) -> None:
     """rsa2 sees a directory of its own at /pfs/home (the PFS not mounted there), rsa3 has
-    no mfscli (every MooseFS build waits for its chunkservers with it): each is named with
+    no mfscli (the health check asks it for the chunkservers): each is named with
     its fix; rsa1 is ok."""
     rsa2, rsa3 = "rsa2", "rsa3"
     stub = node_file(rsa3, tmp_path / "mfscli", "")  # not executable: no mfscli on its PATH
@@ -134,8 +134,8 @@ def test_a_node_that_is_no_pfs_client_or_lacks_mfscli_is_told_the_fix(
                                f"(tmpfs there, {here} on rsad's host): mount the site's PFS "
                                f"at {pfs_home} on this node as on rsad's host"), lines
     assert lines[3:] == [f"rsa3: MooseFS {mfs_version()}",
-                         "rsa3: lacks command mfscli: install moosefs-cli (a build waits for "
-                         "its chunkservers with it)"], lines
+                         "rsa3: lacks command mfscli: install moosefs-cli (the health check "
+                         "asks it for the chunkservers)"], lines
 
 
 def compute_check(lab: Mapping[str, str], node: str | None, client: Path) -> \

@@ -3,6 +3,11 @@ lab) and the create-time wait for chunk servers that can take writes."""
 
 from __future__ import annotations
 
+import socket
+import struct
+import subprocess
+import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -18,8 +23,9 @@ from rsa_scheduler.fs.mfslayout import (
     new_secret,
     random_base,
 )
+from rsa_scheduler.fs.mfsscripts import SPACE_WAIT
 from rsa_scheduler.fs.mfsversion import LEGACY, Dialect, Version
-from rsa_scheduler.fs.moosefs import MooseFsBackend, _ready
+from rsa_scheduler.fs.moosefs import MooseFsBackend, _ready, space_wait_ready
 from rsa_scheduler.hosts import CancelToken
 from rsa_scheduler.runner import Completed
 
@@ -50,23 +56,21 @@ def test_other_sections_and_garbage_are_ignored() -> None:
 
 
 class ScriptedHost:
-    """Answers ``mfscli -SCS`` with the next canned output (the last one repeats)."""
+    """Answers SPACE_WAIT with a canned output (what it printed on the master's node)."""
 
-    def __init__(self, outputs: Sequence[str]) -> None:
+    def __init__(self, output: str) -> None:
         self.name = "rsa1"
-        self.outputs = list(outputs)
-        self.calls = 0
+        self.output = output
         self.argvs: list[list[str]] = []
 
     def run(self, argv: Sequence[str], *, timeout: float, check: bool = True,
             input: str | None = None, as_user: object = None,
             env: Mapping[str, str] | None = None,
             cancel: CancelToken | None = None, keep: int = 0) -> Completed:
-        assert "mfscli" in argv and "-SCS" in argv
+        assert list(argv[:3]) == ["python3", "-c", SPACE_WAIT]
         self.argvs.append(list(argv))
-        out = self.outputs[min(self.calls, len(self.outputs) - 1)]
-        self.calls += 1
-        return Completed(tuple(argv), 0, out, "", 0.0)
+        return Completed(tuple(argv), 0 if self.output.startswith("R") else 1,
+                         self.output, "", 0.0)
 
 
 def _layout(host: ScriptedHost) -> tuple[MooseFsBackend, Layout]:
@@ -78,64 +82,158 @@ def _layout(host: ScriptedHost) -> tuple[MooseFsBackend, Layout]:
     return backend, lay
 
 
-def test_create_waits_until_every_chunkserver_has_reported_its_space() -> None:
-    host = ScriptedHost(["", REGISTERED, REGISTERED, SCANNED])
+def test_create_waits_in_one_round_trip_until_every_chunkserver_has_reported_space() -> None:
+    """One process on the master's node asks the master (its client port) every
+    SPACE_POLL s; rsad checks the chunkservers it printed itself."""
+    host = ScriptedHost("R 10.213.0.1 22947\n")
     backend, lay = _layout(host)
     backend._wait_chunkservers(lay, Deadline(10, "t"), None)
-    assert host.calls == 4
-
-
-def test_mfscli_is_not_asked_before_the_chunkservers_could_have_reported_space() -> None:
-    """A chunkserver reports its space >= 1 s after it started (MooseFS's folder thread):
-    the master's node is not asked before then, and every 50 ms after."""
-    import time
-
-    host = ScriptedHost([REGISTERED, SCANNED])
-    times: list[float] = []
-    run = host.run
-
-    def timed(argv: Sequence[str], **kw: object) -> Completed:
-        times.append(time.monotonic())
-        return run(argv, **kw)  # type: ignore[arg-type]
-
-    host.run = timed  # type: ignore[method-assign]
-    backend, lay = _layout(host)
-    not_before = time.monotonic() + 0.1
-    backend._wait_chunkservers(lay, Deadline(10, "t"), None, not_before=not_before)
-    assert len(times) == 2 and times[0] >= not_before and times[1] - times[0] >= 0.05
-    assert host.argvs[0][0] == "mfscli"
+    assert len(host.argvs) == 1
+    argv = host.argvs[0]
+    assert argv[3:5] == ["10.213.0.1", str(lay.client_port)]
+    assert 8.0 <= float(argv[5]) <= 9.0  # its own end before rsad's deadline
+    assert argv[6:] == ["0.02", "69,4,8,20", "22947:10.213.0.1"]  # 3.0's records
 
 
 def test_create_gives_up_when_a_chunkserver_never_reports_space() -> None:
-    host = ScriptedHost([REGISTERED])
+    host = ScriptedHost("E timed out\n")
     backend, lay = _layout(host)
-    with pytest.raises(FsError, match="0/1 chunkservers registered with the master and "
-                                      "reported their space"):
+    with pytest.raises(FsError, match=r"0/1 chunkservers registered with the master and "
+                                      r"reported their space within 0.5s \(last ask: "
+                                      r"timed out\)"):
         backend._wait_chunkservers(lay, Deadline(0.5, "t"), None)
 
 
-def test_a_chunkserver_named_by_its_data_address_is_found_in_moosefs_4s_json() -> None:
+def test_another_chunkserver_with_space_is_not_taken_for_this_one() -> None:
+    host = ScriptedHost("R 10.213.0.1 22950\nR 10.213.0.2 22947\n")
+    backend, lay = _layout(host)
+    with pytest.raises(FsError, match="0/1 chunkservers"):
+        backend._wait_chunkservers(lay, Deadline(0.5, "t"), None)
+
+
+def test_a_chunkserver_named_by_its_data_address_is_found_by_its_ipv4_address() -> None:
     """The pool names an RSA node's data address by name (the cluster lab's
-    ``rsa1-data``); MooseFS 4's ``mfscli -SCS -j`` lists the chunkserver by its IPv4
-    address (real 4.57.5 output): it is matched through that name's address. Before,
-    every RAMDISK build on 4.x with a named data address waited its whole create time
-    and failed ("only 0/1 chunkservers registered ...", seen in the cluster lab on
-    Debian 13)."""
-    scanned = (DATA / "mfscli4-SCS-scanned.json").read_text()  # 10.213.40.1:21003
-    host = ScriptedHost([scanned])
+    ``rsa1-data``); the master lists the chunkserver by its IPv4 address: the wait is
+    given both (it resolves the name on the master's node too), rsad matches the
+    address it resolved. Before, every RAMDISK build on 4.x with a named data address
+    waited its whole create time and failed (cluster lab, Debian 13)."""
+    host = ScriptedHost("R 10.213.40.1 21003\n")
     backend = MooseFsBackend({"rsa1": host}, addresses={"rsa1": "rsa1-data"})
     backend._resolved["rsa1-data"] = ["10.213.40.1"]  # as /etc/hosts resolves it
     req = FsRequest(fs_id="job1-c1", job_id="1", nodes=("rsa1",), tier="ram",
                     pool_dirs={"rsa1": "/pool"}, mount_root="/mnt")
     lay = backend.layout(req, base=21000, secret="ab" * 16)  # chunkserver at base+3
     backend._wait_chunkservers(lay, Deadline(0.5, "t"), None, Dialect(Version(4, 57, 5)))
-    assert host.calls == 1
+    assert host.argvs[0][7:] == ["73,4,12,24", "21003:10.213.40.1,rsa1-data"]
+
+
+def test_space_wait_output_lists_only_ready_lines() -> None:
+    assert space_wait_ready("R 10.0.0.1 9422\nE boom\nR x\nR 10.0.0.2 port\n\n") == {
+        ("10.0.0.1", 9422)}
+
+
+def _record(size: int, ip: str, port: int, total: int, *, disconnected: bool = False) -> bytes:
+    """A CSERV_LIST record as the master writes it: 3.0.117 (69 bytes) or 4.57.5 (73)."""
+    flags = (1 << 24) if disconnected else 0x030075
+    addr = socket.inet_aton(ip)
+    if size == 69:
+        head = struct.pack(">L4sHHQQ", flags, addr, port, 7, 1 << 20, total)
+    else:
+        head = struct.pack(">L4s4sHHQQ", flags, addr, addr, port, 7, 1 << 20, total)
+    return head + bytes(size - len(head))
+
+
+class FakeMaster:
+    """A master's client port answering CLTOMA_CSERV_LIST (500) with the next list of
+    records (the last repeats), a keep-alive (0) before every second answer."""
+
+    def __init__(self, answers: Sequence[bytes]) -> None:
+        self.answers = list(answers)
+        self.asked = 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        while True:  # a client that found an answer unreadable connects again
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            with conn:
+                self.answer(conn)
+
+    def answer(self, conn: socket.socket) -> None:
+        while True:
+            head = conn.recv(8, socket.MSG_WAITALL)
+            if len(head) < 8:
+                return
+            assert struct.unpack(">LL", head) == (500, 0)
+            data = self.answers[min(self.asked, len(self.answers) - 1)]
+            if self.asked % 2:
+                conn.sendall(struct.pack(">LL", 0, 0))
+            self.asked += 1
+            conn.sendall(struct.pack(">LL", 501, len(data)) + data)
+
+    def wait(self, *groups: str, record: str, seconds: float = 5.0
+             ) -> subprocess.CompletedProcess[str]:
+        try:
+            return subprocess.run(
+                [sys.executable, "-c", SPACE_WAIT, "127.0.0.1", str(self.port),
+                 str(seconds), "0.01", record, *groups],
+                capture_output=True, text=True, timeout=30, check=False)
+        finally:
+            self.sock.close()
+
+
+@pytest.mark.parametrize("release", [Version(3, 0, 117), Version(4, 57, 5)])
+def test_space_wait_reads_the_masters_list_until_every_chunkserver_has_space(
+        release: Version) -> None:
+    """The real wait against a fake master: registered with no space, then one with
+    space, then both (another RAMDISK's server and a disconnected one never count)."""
+    layout = Dialect(release).cslist_record()
+    size = layout[0]
+    other = _record(size, "10.0.0.9", 9000, 5 << 30)
+    gone = _record(size, "10.0.0.2", 9002, 5 << 30, disconnected=True)
+    master = FakeMaster([
+        _record(size, "10.0.0.1", 9001, 0) + _record(size, "10.0.0.2", 9002, 0) + other,
+        _record(size, "10.0.0.1", 9001, 2 << 30) + gone + other,
+        _record(size, "10.0.0.1", 9001, 2 << 30) + _record(size, "10.0.0.2", 9002, 2 << 30),
+    ])
+    r = master.wait("9001:10.0.0.1", "9002:10.0.0.2,localhost",
+                    record=",".join(map(str, layout)))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert space_wait_ready(r.stdout) == {("10.0.0.1", 9001), ("10.0.0.2", 9002)}
+    assert master.asked == 3
+
+
+def test_space_wait_ends_at_its_time_saying_what_it_saw() -> None:
+    master = FakeMaster([_record(73, "10.0.0.1", 9001, 2 << 30)])
+    r = master.wait("9001:10.0.0.1", "9002:10.0.0.2", record="73,4,12,24", seconds=0.3)
+    assert r.returncode == 1
+    assert r.stdout == "R 10.0.0.1 9001\n"
+    assert master.asked >= 2
+
+
+def test_space_wait_says_why_it_could_not_ask() -> None:
+    """No master listening (or an answer of another layout): exit 1, the reason last."""
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        port = s.getsockname()[1]
+    r = subprocess.run([sys.executable, "-c", SPACE_WAIT, "127.0.0.1", str(port), "0.2",
+                        "0.01", "73,4,12,24", "9001:10.0.0.1"],
+                       capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 1 and r.stdout.startswith("E "), r.stdout
+    master = FakeMaster([_record(69, "10.0.0.1", 9001, 2 << 30)])
+    r = master.wait("9001:10.0.0.1", record="73,4,12,24", seconds=0.2)
+    assert r.returncode == 1
+    assert r.stdout == "E answer of 69 bytes is not a list of 73-byte records\n"
 
 
 def test_only_the_rsa_nodes_own_mounts_cache_file_entries() -> None:
     from rsa_scheduler.fs.base import MountSpec
 
-    host = ScriptedHost([SCANNED])
+    host = ScriptedHost("")
     backend, lay = _layout(host)
     rsa_side = lay.mount_argv("rsa1", backend.rsa_node_options)
     assert "mfsentrycacheto=1" in " ".join(rsa_side)
@@ -203,7 +301,7 @@ def test_the_secret_reaches_rsa_nodes_in_a_root_only_file_never_in_argv() -> Non
     import io
     import tarfile
 
-    backend = MooseFsBackend({"rsa1": ScriptedHost([]), "rsa2": ScriptedHost([])},
+    backend = MooseFsBackend({"rsa1": ScriptedHost(""), "rsa2": ScriptedHost("")},
                              addresses={"rsa1": "10.0.0.5", "rsa2": "10.0.0.6"},
                              client_networks=("10.1.0.0/16",))
     req = FsRequest(fs_id="job1-c1", job_id="1", nodes=("rsa1", "rsa2"), tier="ram",

@@ -108,10 +108,12 @@ def test_a_pool_without_a_filesystem_of_its_own_is_lacking(tmp_path: Path) -> No
 
 
 def test_moosefs_nodes_are_asked_for_every_tool_a_build_runs() -> None:
-    """A build waits for its chunkservers with mfscli (moosefs-cli, a package of its own)
-    and sets goal and trash time: a node without them failed its first build."""
+    """A build waits for its chunkservers with python3, a health check asks mfscli
+    (moosefs-cli, a package of its own), a build sets goal and trash time: a node without
+    them failed its first build."""
     fixes = {n.what: n.fix for n in MooseFsBackend.node_needs}
     assert fixes["command mfscli"].startswith("install moosefs-cli")
+    assert fixes["command python3"].startswith("install python3")
     assert {"command mfssetgoal (3.0) or mfssetsclass (4.x)",
             "command mfssettrashtime (3.0) or mfssettrashretention (4.x)", "command ss",
             "command pgrep"} <= set(fixes)
