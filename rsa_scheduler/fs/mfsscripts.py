@@ -142,7 +142,9 @@ DAEMON_START = r"""log="$0/${1##*/}.log"
 # (Dialect.cslist_record), then one "PORT:ADDR[,ADDR...]" per chunkserver (its listen port
 # and its data addresses, resolved here as the master resolves them). Prints "R IP PORT"
 # for every connected chunkserver with space>0 of the last answer (and "E what" when the
-# last ask failed); exit 0 once every chunkserver is among them, 1 when the time is up.
+# last ask failed); exit 0 once every chunkserver is among them, 1 when the time is up,
+# 3 at once ("P what") when the answer is not in the layout it was given (a MooseFS
+# release whose records differ: the caller asks mfscli instead, whose format is kept).
 SPACE_WAIT = r"""import socket, struct, sys, time
 host, port, seconds, poll = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 size, ip_at, port_at, total_at = (int(x) for x in sys.argv[5].split(","))
@@ -180,7 +182,9 @@ while True:
             kind, n = struct.unpack(">LL", recv(8))
             data = recv(n)
         if len(data) % size:
-            raise OSError("answer of %d bytes is not a list of %d-byte records" % (len(data), size))
+            print("P the master's chunkserver list of %d bytes is not a list of %d-byte records"
+                  % (len(data), size))
+            sys.exit(3)
         ready, err = set(), ""
         for at in range(0, len(data), size):
             r = data[at:at + size]

@@ -501,7 +501,13 @@ class MooseFsBackend(FilesystemBackend):
                          str(lay.client_port), f"{seconds:.3f}", f"{SPACE_POLL:g}",
                          ",".join(map(str, dialect.cslist_record())), *groups],
                         dl.left(), check=False, cancel=cancel)
-        ready = space_wait_ready(out)
+        layout = next((ln[2:] for ln in out.splitlines() if ln.startswith("P ")), "")
+        if layout:
+            log.warning("%s: %s (MooseFS %s on %s): asking mfscli instead, slower; report "
+                        "this with the release", lay.fs_id, layout, dialect.version, lay.master)
+            ready = self._poll_mfscli(lay, dl, cancel, dialect, want)
+        else:
+            ready = space_wait_ready(out)
         seen = {n for n, keys in want.items() if keys & ready}
         if len(seen) == len(want):
             return
@@ -509,6 +515,29 @@ class MooseFsBackend(FilesystemBackend):
         raise FsError(f"{lay.fs_id}: only {len(seen)}/{len(want)} chunkservers registered "
                       f"with the master and reported their space within {dl.seconds:g}s"
                       + (f" (last ask: {why})" if why else ""))
+
+    def _poll_mfscli(self, lay: Layout, dl: Deadline, cancel: CancelToken | None,
+                     dialect: Dialect, want: dict[str, set[tuple[str, int]]],
+                     ) -> set[tuple[str, int]]:
+        """The chunkservers ready for writes, by mfscli on the master's node (its output
+        format is kept across releases), asked every SPACE_POLL s until every one of
+        ``want`` is among them or the deadline: when SPACE_WAIT cannot read the master's
+        answer. What the last ask listed."""
+        argv = dialect.chunkservers_argv(lay.master_address, lay.client_port)
+        ready: set[tuple[str, int]] = set()
+        while not dl.expired():
+            if cancel is not None:
+                cancel.check()
+            out = self._run(lay.master, argv, min(10.0, dl.left()), check=False,
+                            cancel=cancel)
+            ready = _ready(dialect, out)
+            if all(keys & ready for keys in want.values()):
+                break
+            if cancel is not None:
+                cancel.wait(SPACE_POLL)
+            else:
+                time.sleep(SPACE_POLL)
+        return ready
 
     def _ipv4_or_none(self, address: str) -> list[str]:
         """A data address's IPv4 addresses, or none when it cannot be resolved here (its

@@ -217,7 +217,8 @@ def test_space_wait_ends_at_its_time_saying_what_it_saw() -> None:
 
 
 def test_space_wait_says_why_it_could_not_ask() -> None:
-    """No master listening (or an answer of another layout): exit 1, the reason last."""
+    """No master listening: exit 1, the reason last; an answer of another layout: exit 3
+    at once, saying so (the caller asks mfscli instead)."""
     with socket.create_server(("127.0.0.1", 0)) as s:
         port = s.getsockname()[1]
     r = subprocess.run([sys.executable, "-c", SPACE_WAIT, "127.0.0.1", str(port), "0.2",
@@ -225,9 +226,42 @@ def test_space_wait_says_why_it_could_not_ask() -> None:
                        capture_output=True, text=True, timeout=30, check=False)
     assert r.returncode == 1 and r.stdout.startswith("E "), r.stdout
     master = FakeMaster([_record(69, "10.0.0.1", 9001, 2 << 30)])
-    r = master.wait("9001:10.0.0.1", record="73,4,12,24", seconds=0.2)
-    assert r.returncode == 1
-    assert r.stdout == "E answer of 69 bytes is not a list of 73-byte records\n"
+    r = master.wait("9001:10.0.0.1", record="73,4,12,24", seconds=30)
+    assert r.returncode == 3 and master.asked == 1
+    assert r.stdout == ("P the master's chunkserver list of 69 bytes is not a list of "
+                        "73-byte records\n")
+
+
+class MfscliHost(ScriptedHost):
+    """SPACE_WAIT finds the master's records in another layout; mfscli lists the
+    chunkserver without space, then with it."""
+
+    def __init__(self) -> None:
+        super().__init__("P the master's chunkserver list of 69 bytes is not a list of "
+                         "73-byte records\n")
+        self.mfscli = [REGISTERED, SCANNED]
+
+    def run(self, argv: Sequence[str], *, timeout: float, check: bool = True,
+            input: str | None = None, as_user: object = None,
+            env: Mapping[str, str] | None = None,
+            cancel: CancelToken | None = None, keep: int = 0) -> Completed:
+        if argv[0] == "python3":
+            return super().run(argv, timeout=timeout, check=check, cancel=cancel)
+        self.argvs.append(list(argv))
+        assert argv[0] == "mfscli"
+        return Completed(tuple(argv), 0, self.mfscli.pop(0) if len(self.mfscli) > 1
+                         else self.mfscli[0], "", 0.0)
+
+
+def test_a_master_answering_in_another_layout_is_asked_by_mfscli_instead(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A MooseFS release whose chunkserver records SPACE_WAIT cannot read: the build
+    does not wait its whole create time and fail, it polls mfscli (a kept format)."""
+    host = MfscliHost()
+    backend, lay = _layout(host)
+    backend._wait_chunkservers(lay, Deadline(10, "t"), None)
+    assert [a[0] for a in host.argvs] == ["python3", "mfscli", "mfscli"]
+    assert "asking mfscli instead" in caplog.text
 
 
 def test_only_the_rsa_nodes_own_mounts_cache_file_entries() -> None:
