@@ -12,6 +12,7 @@ import pytest
 from rsa_scheduler.fs.base import FilesystemBackend, FsError, FsRequest
 from rsa_scheduler.fs.common import sh_chain
 from rsa_scheduler.fs.mfslayout import new_secret, random_base
+from rsa_scheduler.fs.mfsversion import Dialect
 from rsa_scheduler.fs.moosefs import MooseFsBackend
 from rsa_scheduler.hosts import Cancelled, CancelToken
 from rsa_scheduler.remote import HostPool
@@ -95,12 +96,18 @@ class TestMooseFsSsd(MooseFsContract):
         yield from _factory(backend, lab, "ssd", nodes)
 
 
+@pytest.mark.parametrize("records", ["known", "unknown"])
 def test_a_ramdisk_is_ready_only_once_every_chunkserver_takes_writes(
-        backend: MooseFsBackend, lab: Mapping[str, str]) -> None:
+        backend: MooseFsBackend, lab: Mapping[str, str], records: str,
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """Ready means every chunkserver registered and reported its space to the master (a
     new chunk goes only to a server with space): right after create returns, MooseFS's
     own mfscli (the health check) lists all four with space, and a write with fsync on
-    every node goes through."""
+    every node goes through. Also when the master's chunkserver records are not in a
+    layout the wait knows (a future MooseFS, played by a record size of 71): the wait
+    ends at once and the real mfscli is asked instead."""
+    if records == "unknown":
+        monkeypatch.setattr(Dialect, "cslist_record", lambda self: (71, 4, 8, 20))
     nodes = ("rsa1", "rsa2", "rsa3", "rsa4")
     req = FsRequest(fs_id="itest-ready", job_id="0", nodes=nodes, tier="ram",
                     pool_dirs={n: lab["RSA_LAB_POOL_RAM"] for n in nodes},
@@ -114,6 +121,7 @@ def test_a_ramdisk_is_ready_only_once_every_chunkserver_takes_writes(
             backend.hosts[node].run(["dd", "if=/dev/zero", f"of={spec.rsa_mountpoint}/{node}",
                                      "bs=1M", "count=4", "conv=fsync", "status=none"],
                                     timeout=60)
+        assert ("asking mfscli instead" in caplog.text) == (records == "unknown")
     finally:
         backend.destroy(req)
 
