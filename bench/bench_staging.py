@@ -43,6 +43,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -51,15 +52,19 @@ from pathlib import Path
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from rsa_scheduler.fs.base import FsRequest, MountSpec
 from rsa_scheduler.fs.moosefs import MooseFsBackend
 from rsa_scheduler.remote import SshHost
 from rsa_scheduler.runner import CommandError, Identity
 from rsa_scheduler.staging import StagingEngine, Stats, scripts
 from rsa_scheduler.staging.stripe import STRIPE_BYTES, VERIFY_RANGE_BYTES
+from tests.integration.fskit import lab_data_addresses
 
 LAB_ENV = Path("/run/rsa-lab/env")
-DATA_ADDRESS = os.environ.get("RSA_STAGING_DATA_ADDRESS", "10.213.0.1")
+# every RSA node's data address: the lab's (tests.integration.fskit), or this one for all
+DATA_ADDRESS = os.environ.get("RSA_STAGING_DATA_ADDRESS", "")
 TREE_FILES, TREE_FILE_SIZE = 10_000, 4096
 TOOLS = ("rsync", "tar", "engine", "engine-rsync")  # engine-rsync: staging.copy_tool rsync
 # dd: one dd as the user (the path's speed); engine-striped: stripe_bytes 256M
@@ -84,8 +89,9 @@ class Bench:
         self.hosts = [SshHost(f"rsa{i + 1}", a, key=lab["RSA_LAB_SSH_KEY"],
                               known_hosts=lab["RSA_LAB_SSH_KNOWN_HOSTS"])
                       for i, a in enumerate(lab["RSA_LAB_RSA_ADDRESSES"].split(","))]
-        self.backend = MooseFsBackend({h.name: h for h in self.hosts},
-                                      addresses={h.name: DATA_ADDRESS for h in self.hosts})
+        addresses = ({h.name: DATA_ADDRESS for h in self.hosts} if DATA_ADDRESS
+                     else lab_data_addresses(lab))
+        self.backend = MooseFsBackend({h.name: h for h in self.hosts}, addresses=addresses)
         self.parallel = parallel
         self.results: list[dict[str, object]] = []
         self._n = 0
