@@ -18,6 +18,7 @@ import contextlib
 import grp
 import json
 import logging
+import math
 import os
 import pwd
 import re
@@ -32,6 +33,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from rsa_scheduler import munge
 from rsa_scheduler.config.schema import ApiConfig
+from rsa_scheduler.core.hostlist import check_size
 from rsa_scheduler.core.jobkey import job_key
 from rsa_scheduler.core.scheduler import CommandRefused, UnknownJob
 from rsa_scheduler.core.states import LEFT_QUEUE, OPERATOR_COMMANDS, USER_COMMANDS
@@ -48,6 +50,12 @@ AUTH_HEADER = "X-RSA-Munge"
 REPLY_HEADER = "X-RSA-Munge-Reply"  # rsad's credential over its answer (node hooks check it)
 NODE_HOOKS = frozenset({"prolog", "agent", "mounted", "epilog"})
 EVENTS_LIMIT = 10_000  # events in one answer (rsa events pages on with since=)
+#: the largest uid (uid_t's (uid_t)-1 is "no uid"): ``?as=`` takes 0 to this
+MAX_UID = 2**32 - 2
+#: the longest a node agent's long poll is held (its ``wait``, seconds): below the
+#: agent's own client timeout (node/agent.py: POLL + 10) and rsad's per-request budget
+AGENT_WAIT_MAX = 25.0
+AGENT_WAIT_DEFAULT = 20.0  # a request without one (node/agent.py sends its POLL, 20 s)
 #: the answer to everything but burst_buffer.lua's hooks until rsad is ready
 STARTING = ("rsad is starting (replaying its event log and fencing what an earlier rsad "
             "left on the RSA nodes); retry in a moment")
@@ -176,8 +184,9 @@ class Routes:
         if not caller.operator:
             raise ApiError(HTTPStatus.FORBIDDEN, "only root or SlurmUser may see the status as "
                                                  "another user")
-        if not uid.isdigit():
-            raise ApiError(HTTPStatus.BAD_REQUEST, f"as= takes a uid, not {uid[:20]!r}")
+        if not re.fullmatch(r"[0-9]{1,10}", uid) or int(uid) > MAX_UID:
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"as= takes a uid, a number from 0 to "
+                                                   f"{MAX_UID}, not {uid[:20]!r}")
         return Caller(int(uid), _user_of(int(uid)))
 
     def _visible(self, caller: Caller, job_id: str) -> dict[str, Any]:
@@ -322,6 +331,11 @@ class Routes:
         payload.pop("alias", None)
         if not re.fullmatch(r"\d+(_\d+)?", str(payload.get("job_id", ""))):
             raise ApiError(HTTPStatus.BAD_REQUEST, "hook without a valid job_id")
+        if payload.get("nodes"):  # expanded by NodeSide: bounded before, whoever sent it
+            try:
+                check_size(str(payload["nodes"]))
+            except ValueError as e:
+                raise ApiError(HTTPStatus.BAD_REQUEST, f"{hook} hook: {e}") from e
         # an array task is known to rsad (squeue) as <array job>_<task>; its hooks see its
         # own job id too: the task's key replaces it (core.jobkey). slurmctld's hooks name
         # both (rsad remembers the pair); a node's Prolog/Epilog only the job's own id
@@ -479,6 +493,18 @@ class Routes:
             raise ApiError(HTTPStatus.BAD_REQUEST, "node hook without a valid node name")
         nodes = str(payload.get("nodes") or "")
         self._heard(node, hook, job, payload)
+        protocol = protocol_of(payload)
+        if hook == "prolog" and protocol < SEALED_ARGV and \
+                self.daemon.hook_protocols.seals(node):
+            log.warning("job %s: a Prolog request of hook protocol %d from %s, whose hooks "
+                        "spoke protocol %d or later before, refused: rsad sends a "
+                        "RAMDISK's secret in the clear only to a node not upgraded yet",
+                        job, protocol, node, SEALED_ARGV)
+            raise ApiError(HTTPStatus.CONFLICT,
+                           f"{node}'s hooks spoke hook protocol {SEALED_ARGV} or later "
+                           f"before, this Prolog {protocol}: refused (a request replayed "
+                           "from an old capture, or an rsa-scheduler package downgraded "
+                           f"on {node}: upgrade it, or restart rsad after a downgrade)")
         side = nodeside_of(self.daemon.registry)
         if side is None:
             return {"do": "nothing", "agent": False, "why": "rsad has no compute-node side"}
@@ -497,10 +523,11 @@ class Routes:
                 self._call(lambda: self.daemon.mount_left(job, node, why))
             return side.epilog(job, node)
         if hook == "agent":
-            wait = min(float(payload.get("wait", 20.0)), 25.0)
-            return sealed(side.agent(job, node, nodes, int(payload.get("last_seq", 0)),
-                                     wait, str(payload.get("epoch") or "")),
-                          protocol_of(payload))
+            wait = _agent_wait(payload.get("wait", AGENT_WAIT_DEFAULT))
+            return self._sealed(side.agent(job, node, nodes,
+                                           int(payload.get("last_seq", 0)), wait,
+                                           str(payload.get("epoch") or "")),
+                                job, node, protocol)
 
         user = str(payload.get("user") or "")
 
@@ -531,8 +558,23 @@ class Routes:
                 told["alias"] = payload["alias"]
             self.daemon.submit("hook", told, wait=True)
             rsa_state, job_state, hold, message = self._call(state)
-        return sealed(side.prolog(job, node, nodes, rsa_state, hold=hold, message=message),
-                      protocol_of(payload))
+        return self._sealed(side.prolog(job, node, nodes, rsa_state, hold=hold,
+                                        message=message), job, node, protocol)
+
+    @staticmethod
+    def _sealed(answer: dict[str, Any], job: str, node: str,
+                protocol: int) -> dict[str, Any]:
+        """:func:`sealed`; a mount command that goes in the clear (a node older than
+        protocol :data:`~rsa_scheduler.node.plan.SEALED_ARGV`) is said in rsad's log
+        each time, naming the job and the node to upgrade."""
+        out = sealed(answer, protocol)
+        if "client_argv" in out:
+            log.warning("job %s: its RAMDISK's mount command went to %s with its secret in "
+                        "the clear: %s speaks hook protocol %d, and only %d or later takes "
+                        "it sealed; upgrade rsa-scheduler on %s (operator guide, "
+                        "\"Upgrades and backups\")", job, node, node,
+                        protocol, SEALED_ARGV, node)
+        return out
 
 
 def sealed(answer: dict[str, Any], protocol: int) -> dict[str, Any]:
@@ -729,6 +771,19 @@ def _body(raw: bytes) -> dict[str, Any] | None:
                                                f"{type(body).__name__}, not an object: "
                                                "send one JSON object")
     return body
+
+
+def _agent_wait(raw: object) -> float:
+    """A node agent's ``wait``: seconds to hold its long poll, 0 to
+    :data:`AGENT_WAIT_MAX` (more is held that long). NaN (which made the poll spin on its
+    lock for ever: every comparison with it is false), infinity, a negative number or
+    anything but a number is refused in one line."""
+    wait = raw if isinstance(raw, (int, float)) and not isinstance(raw, bool) else None
+    if wait is None or not math.isfinite(wait) or wait < 0:
+        raise ApiError(HTTPStatus.BAD_REQUEST,
+                       f"agent hook: wait takes a number of seconds from 0 to "
+                       f"{AGENT_WAIT_MAX:g}, not {str(raw)[:20]!r}")
+    return min(float(wait), AGENT_WAIT_MAX)
 
 
 def _seq(query: Mapping[str, list[str]], key: str) -> int:

@@ -76,10 +76,22 @@ class HookProtocols:
 
     def __init__(self) -> None:
         self.behind: dict[str, str] = {}  # node -> behind_line of its newest old request
+        #: nodes a request of protocol :data:`SEALED_ARGV` or later came from in this
+        #: rsad's life: their package takes a mount command sealed
+        self.sealing: set[str] = set()
+
+    def seals(self, node: str) -> bool:
+        """Whether ``node`` spoke a protocol that takes ``sealed_argv`` since rsad started:
+        its Prolog (run from the installed package at every job start) speaks it too, so
+        an older Prolog's request from it is none of today's (a replay of an old capture,
+        or a package downgraded there)."""
+        return node in self.sealing
 
     def heard(self, node: str, hook: str, job: str, protocol: int) -> tuple[str, str] | None:
         """A request of ``hook`` for ``job`` from ``node``. Returns what to log when the
         node falls behind (``("warning", line)``) or catches up (``("info", line)``)."""
+        if protocol >= SEALED_ARGV:
+            self.sealing.add(node)
         if protocol >= PROTOCOL:
             if self.behind.pop(node, None) is None:
                 return None
