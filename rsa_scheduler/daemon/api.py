@@ -495,7 +495,7 @@ class Routes:
         self._heard(node, hook, job, payload)
         protocol = protocol_of(payload)
         if hook == "prolog" and protocol < SEALED_ARGV and \
-                self.daemon.hook_protocols.seals(node):
+                self.daemon.hook_protocols.seals(node, job):
             log.warning("job %s: a Prolog request of hook protocol %d from %s, whose hooks "
                         "spoke protocol %d or later before, refused: rsad sends a "
                         "RAMDISK's secret in the clear only to a node not upgraded yet",

@@ -145,7 +145,8 @@ def test_an_old_prolog_from_a_node_that_takes_sealed_commands_gets_no_secret(
     new = routes.dispatch(ROOT, "POST", "/v1/hooks/agent", {**BODY, "protocol": 3})
     assert "client_argv" not in new and "sealed_argv" in new
     caplog.clear()
-    err = _refused(routes, "POST", "/v1/hooks/prolog", {**BODY, "protocol": 2})
+    err = _refused(routes, "POST", "/v1/hooks/prolog", {**BODY, "job_id": "12",
+                                                         "protocol": 2})
     assert err.status == HTTPStatus.CONFLICT
     assert str(err).startswith("c1's hooks spoke hook protocol 3 or later before, this "
                                "Prolog 2: refused")
@@ -155,3 +156,15 @@ def test_an_old_prolog_from_a_node_that_takes_sealed_commands_gets_no_secret(
     c2 = routes.dispatch(ROOT, "POST", "/v1/hooks/prolog",
                          {**BODY, "node": "c2", "protocol": 2})
     assert c2["client_argv"] == SECRET_ARGV  # another node, not upgraded yet
+    # a Prolog holding its job's start while its node is upgraded polls on in its own
+    # protocol: served as before (the rolling upgrade, jobs running)
+    routes.dispatch(ROOT, "POST", "/v1/hooks/prolog",
+                    {**BODY, "job_id": "8", "node": "c2", "protocol": 2})
+    routes.dispatch(ROOT, "POST", "/v1/hooks/agent",  # c2 upgraded: another job's agent
+                    {**BODY, "job_id": "9", "node": "c2", "protocol": 3})
+    again = routes.dispatch(ROOT, "POST", "/v1/hooks/prolog",
+                            {**BODY, "job_id": "8", "node": "c2", "protocol": 2})
+    assert again["client_argv"] == SECRET_ARGV
+    err = _refused(routes, "POST", "/v1/hooks/prolog",
+                   {**BODY, "job_id": "10", "node": "c2", "protocol": 2})
+    assert err.status == HTTPStatus.CONFLICT
