@@ -137,7 +137,7 @@ def test_an_old_prolog_from_a_node_that_takes_sealed_commands_gets_no_secret(
 
     monkeypatch.setattr(nodeside, "nodeside_of", lambda _registry: OneMount())
     routes = Routes(NoJobs())  # type: ignore[arg-type]
-    caplog.set_level(logging.WARNING, logger="rsa_scheduler.daemon.api")
+    caplog.set_level(logging.WARNING, logger="rsa_scheduler.daemon.nodehooks")
     old = routes.dispatch(ROOT, "POST", "/v1/hooks/prolog", {**BODY, "protocol": 2})
     assert old["client_argv"] == SECRET_ARGV  # c1 never spoke 3: not upgraded yet
     assert "job 7: its RAMDISK's mount command went to c1 with its secret in the clear: " \

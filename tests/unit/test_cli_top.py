@@ -52,7 +52,8 @@ from rsa_scheduler.core.actions import ActionKind
 from rsa_scheduler.core.policy import StagingPolicy
 from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.daemon import httpd
-from rsa_scheduler.daemon.api import ApiServers, Routes
+from rsa_scheduler.daemon.api import Routes
+from rsa_scheduler.daemon.apiserver import ApiServers
 from rsa_scheduler.daemon.executors import ActionContext
 from rsa_scheduler.daemon.service import Daemon
 from rsa_scheduler.slurm.parse import QueueRow
