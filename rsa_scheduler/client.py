@@ -17,6 +17,7 @@ imports this module runs at every job start on every node.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import socket
@@ -66,17 +67,30 @@ class _BadReply(RsaError):
     """The peer's bytes are not an HTTP/1.1 answer."""
 
 
-def _exchange(sock: socket.socket, request: bytes) -> tuple[int, dict[str, str], bytes]:
-    """Send one request, read one answer: (status, lower-cased headers, body)."""
+def _by(sock: socket.socket, end: float | None) -> socket.socket:
+    """``sock`` with its timeout set to what is left until ``end`` (``time.monotonic()``;
+    None: the timeout it has, per operation); TimeoutError once nothing is left."""
+    if end is not None:
+        left = end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("timed out")
+        sock.settimeout(left)
+    return sock
+
+
+def _exchange(sock: socket.socket, request: bytes,
+              end: float | None = None) -> tuple[int, dict[str, str], bytes]:
+    """Send one request, read one answer: (status, lower-cased headers, body); with
+    ``end``, all of it by then (TimeoutError), however the answer trickles in."""
     # rsad may refuse a connection (429, 503) and close it before reading the request:
     # its answer is still there to read
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        sock.sendall(request)
+        _by(sock, end).sendall(request)
     buf = b""
     while b"\r\n\r\n" not in buf:
         if len(buf) > MAX_HEADER:
             raise _BadReply("answer headers too long")
-        chunk = sock.recv(65536)
+        chunk = _by(sock, end).recv(65536)
         if not chunk:
             raise _BadReply("connection closed before the answer's headers")
         buf += chunk
@@ -100,7 +114,8 @@ def _exchange(sock: socket.socket, request: bytes) -> tuple[int, dict[str, str],
         raise _BadReply(f"answer over {MAX_ANSWER} bytes (Content-Length {length})")
     got = bytearray(body)
     while length is None or len(got) < length:
-        chunk = sock.recv(1 << 20 if length is None else min(1 << 20, length - len(got)))
+        chunk = _by(sock, end).recv(1 << 20 if length is None
+                                    else min(1 << 20, length - len(got)))
         if not chunk:
             if length is None:
                 break
@@ -244,7 +259,7 @@ class ApiClient:
     :func:`locate`."""
 
     def __init__(self, address: str | Found | None = None, timeout: float = DEFAULT_TIMEOUT,
-                 trust_uid: int = RSAD_UID) -> None:
+                 trust_uid: int = RSAD_UID, deadline: float | None = None) -> None:
         """``trust_uid``: accept only answers signed with a MUNGE credential of this uid,
         rsad's (root). rsad signs every answer to an authenticated caller, restricted to
         the caller's uid: an answer (200) without a valid signature is refused
@@ -253,24 +268,52 @@ class ApiClient:
         signature is forged or missing. Only what rsad refuses before it knows the caller
         (:data:`UNSIGNED_REFUSALS`: a full connection table, a credential munged rejects)
         may come unsigned: it is :class:`ApiRefused`, its message saying it is unsigned,
-        acted on as a "no" or a "busy", and no user takes its reason for rsad's."""
+        acted on as a "no" or a "busy", and no user takes its reason for rsad's.
+
+        ``deadline`` (``time.monotonic()``; :meth:`within`): every request ends by then,
+        its timeout the smaller of ``timeout`` and what is left (a command's own
+        ``--timeout``, which a hung rsad must not stretch by a whole ``timeout``)."""
+        self.deadline = deadline
+        #: why the newest request (of this client and its :meth:`within` copies) went
+        #: unanswered: what is said when the deadline passes before the next is asked
+        self._unanswered: list[str] = []
         self.found = (address if isinstance(address, Found)
                       else Found(address, "given") if address else locate(os.environ))
         self.address = self.found.address
         self.timeout = timeout
         self.trust_uid = trust_uid
 
-    def _connect(self) -> socket.socket:
+    def within(self, deadline: float | None) -> ApiClient:
+        """This client, whose every request ends by ``deadline`` (``time.monotonic()``;
+        None: each within ``timeout``)."""
+        out = copy.copy(self)
+        out.deadline = deadline
+        return out
+
+    def _budget(self) -> float:
+        """Seconds this request may take: ``timeout``, or less when the deadline is
+        nearer; :class:`ApiUnavailable` when it has passed (rsad is not asked)."""
+        if self.deadline is None:
+            return self.timeout
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            if self._unanswered:
+                raise ApiUnavailable(f"the time given ran out; {self._unanswered[-1]}")
+            raise ApiUnavailable(f"the time given ran out before rsad at {self.address} "
+                                 "was asked")
+        return min(self.timeout, left)
+
+    def _connect(self, timeout: float) -> socket.socket:
         if self.address.startswith("/"):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                sock.settimeout(self.timeout)
+                sock.settimeout(timeout)
                 sock.connect(self.address)
             except BaseException:
                 sock.close()
                 raise
             return sock
-        return socket.create_connection(host_and_port(self.address), timeout=self.timeout)
+        return socket.create_connection(host_and_port(self.address), timeout=timeout)
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         """One API call. rsad answers 429 (this user has ``daemon.api.per_user``
@@ -284,6 +327,8 @@ class ApiClient:
             except ApiRefused as e:
                 if e.status not in (429, 503):
                     raise
+                if self.deadline is not None and time.monotonic() + pause >= self.deadline:
+                    raise  # no time for another try: rsad's "busy" is the answer
             time.sleep(pause)
         return self._request_once(method, path, body)
 
@@ -294,18 +339,22 @@ class ApiClient:
         head = (f"{method} {path} HTTP/1.1\r\nHost: {host}\r\n{AUTH_HEADER}: {cred}\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(raw)}\r\n"
                 "Connection: close\r\n\r\n")
+        timeout = self._budget()
+        # with a deadline, the whole exchange within the budget; else each operation
+        end = time.monotonic() + timeout if self.deadline is not None else None
         try:
-            sock = self._connect()
+            sock = self._connect(timeout)
         except PermissionError as e:
             raise ApiUnavailable(_denied(self.address)) from e
         except (OSError, ValueError) as e:
-            raise ApiUnavailable(_unreachable(self.found, e)) from e
+            raise ApiUnavailable(self._said(_unreachable(self.found, e))) from e
         try:  # from here rsad may have the request: its silence is no "not done"
-            status, headers, data = _exchange(sock, head.encode("latin-1") + raw)
+            status, headers, data = _exchange(sock, head.encode("latin-1") + raw, end)
         except (OSError, ValueError, _BadReply) as e:
-            raise ApiUnavailable(_unanswered(self.found, e, method)) from e
+            raise ApiUnavailable(self._said(_unanswered(self.found, e, method))) from e
         finally:
             sock.close()
+        self._unanswered.clear()
         signature = headers.get(REPLY_HEADER.lower())
         if signature or status not in UNSIGNED_REFUSALS:
             self._check_signature(method, cred, status, data, signature)
@@ -322,6 +371,11 @@ class ApiClient:
                          "or not from rsad)")
             raise ApiRefused(status, text)
         return decoded
+
+    def _said(self, why: str) -> str:
+        """``why`` a request went unanswered, kept for :meth:`_budget` (the newest only)."""
+        self._unanswered[:] = [why]
+        return why
 
     def _check_signature(self, method: str, cred: str, status: int, data: bytes,
                          signature: str | None) -> None:

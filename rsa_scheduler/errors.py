@@ -21,7 +21,7 @@ The tree (where each is defined; the classes a module owns stay beside its code)
   ``munge.MungeError``, ``slurm.port.SlurmError``, ``slurm.parse.ParseError``,
   ``fs.mfsproxy.ProxyAddressError``, ``staging.report.StagingError``
 - rsad: ``daemon.executors.PermanentError``/``BusyError``, ``daemon.wiring.LockinUnusable``,
-  ``daemon.api.ApiError``, ``daemon.httpd.HttpError``, ``sim.engine.SimulationBroken``
+  ``daemon.httpd.ApiError``/``HttpError``, ``sim.engine.SimulationBroken``
 - clients and nodes: ``client.ApiUnavailable``/``ApiRefused``, ``bb.Unreachable``/
   ``Refused``, ``node.hooks.HookTimeout``, ``node.mounts.MountError``,
   ``node.paths.UnsafePath``, ``node.namespace.NamespaceError``,

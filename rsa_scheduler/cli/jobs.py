@@ -209,8 +209,9 @@ def input_done(api: str | None, job_id: str | None, no_wait: bool, timeout: floa
     state first, so a request rsad took before it went is never made twice.
     """
     job_id = _this_job(job_id)
-    client = ApiClient(api)
     deadline = time.monotonic() + timeout
+    # each request within what is left of --timeout: a hung rsad holds none past it
+    client = ApiClient(api).within(deadline)
     path = f"/v1/jobs/{job_id}"
     data = _asked(lambda: client.get(path), deadline, job_id)
     if data["rsa_state"] == RsaState.MOUNTED_INPUT:
@@ -231,8 +232,8 @@ def input_done(api: str | None, job_id: str | None, no_wait: bool, timeout: floa
                 "`rsa input-done --timeout` waits longer")
         time.sleep(0.5)
         data = _asked(lambda: client.get(path), deadline, job_id)
-    if "spec" not in data:  # a command's answer is the short form
-        data = client.get(f"/v1/jobs/{job_id}")
+    if "spec" not in data:  # a command's answer is the short form: one more look
+        data = client.within(max(deadline, time.monotonic() + LAST_LOOK)).get(path)
     echo(_input_done_line(job_id, data))
 
 
@@ -242,6 +243,9 @@ def input_done(api: str | None, job_id: str | None, no_wait: bool, timeout: floa
 BUSY = frozenset({429, 500, 503})
 #: seconds between asks while rsad cannot answer
 ASK_AGAIN = 1.0
+#: seconds the last look at the job (what ``rsa input-done`` prints) may take past
+#: --timeout, the reset being done
+LAST_LOOK = 5.0
 
 
 def _asked(ask: Callable[[], Any], deadline: float, job_id: str) -> Any:

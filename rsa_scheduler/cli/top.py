@@ -48,9 +48,12 @@ class Source:
         self.seq = 0
 
     def read(self) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
-        """``(jobs, status, events)``; raises :class:`RsaError` when rsad cannot answer."""
-        status: dict[str, Any] = self.client.get("/v1/status")
-        jobs: list[dict[str, Any]] = self.client.get("/v1/jobs")["jobs"]
+        """``(jobs, status, events)``; raises :class:`RsaError` when rsad cannot answer.
+        The frame's requests together take at most the client's timeout (each had a
+        whole one: a hung rsad held a frame, and ``--once``, three times as long)."""
+        client = self.client.within(time.monotonic() + self.client.timeout)
+        status: dict[str, Any] = client.get("/v1/status")
+        jobs: list[dict[str, Any]] = client.get("/v1/jobs")["jobs"]
         last = status.get("last_seq")
         if last is not None:  # an rsad older than `rsa top` does not say: no events then
             if last < self.seq:  # a new event log (the lab was rebuilt)
@@ -58,7 +61,7 @@ class Source:
                 self.seq = 0
             if last > self.seq:
                 since = max(self.seq, last - TAIL)
-                for ev in self.client.get(f"/v1/events?since={since}")["events"]:
+                for ev in client.get(f"/v1/events?since={since}")["events"]:
                     self.events.append(ev)
                     self.seq = max(self.seq, int(ev["seq"]))
                 # users get only their own jobs' events: never ask for the others again

@@ -217,7 +217,8 @@ def wait_for_jobs(ask: Callable[[str], Mapping[str, Any] | None], job_ids: Seque
                 say(f"{job_id}: timed out after {timeout:g}s: {last.get(job_id, 'not over')}"
                     f" (rsa job {job_id} shows where its data is)")
             return max(worst, TIMED_OUT)
-        sleep(POLL)
+        # never past the timeout: the next round would only find it passed
+        sleep(POLL if timeout is None else max(0.0, min(POLL, timeout - (clock() - start))))
     return worst
 
 
@@ -298,6 +299,8 @@ def wait(api: str | None, job_ids: tuple[str, ...], timeout: float | None,
     after Slurm says a job ended, before reading what it wrote (workflow managers: see
     the user guide)."""
     client = ApiClient(api)
+    if timeout is not None:  # a hung rsad must not hold a request past --timeout
+        client = client.within(time.monotonic() + timeout)
     if cluster:
         if len(job_ids) != 1:
             raise click.UsageError("--cluster-status takes one job id")

@@ -4,7 +4,9 @@ Owns :class:`Hostlist`: the RSA nodes of one action, parsed once (where the core
 log reader has Slurm's folded form, ``rsa[1-2,5]``) and then read as names by whoever
 executes the action; it writes back the same folded form. Parsing and folding go
 through ClusterShell's ``NodeSet`` without group resolution (a name with ``@`` would
-name a group), never a hand-written parser.
+name a group), never a hand-written parser. Also owns the bound on a hostlist that comes
+from outside rsad (:func:`check_size`, :data:`MAX_NAMES`): counted from its ranges' ends
+before ``NodeSet`` expands it, since ``c[1-100000000]`` expands to that many names.
 
 Pure: ClusterShell and the stdlib only. Values are shared: :meth:`Hostlist.parse`
 returns the same instance for the same text (an allocation's actions all name it), and
@@ -13,6 +15,7 @@ returns the same instance for the same text (an allocation's actions all name it
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -21,6 +24,53 @@ from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 
 #: characters of the folded syntax (and whitespace): never part of one node's name
 _SYNTAX = frozenset(",[]@ \t\n\r")
+#: the most names a hostlist from outside rsad (a hook's job nodes) may expand to: more
+#: compute nodes than one job of any Slurm cluster rsad serves has (Slurm's largest
+#: clusters have some 10,000 nodes); a longer list is refused before it is expanded
+MAX_NAMES = 65536
+#: one numeric range of the folded syntax, ``a``, ``a-b`` or ``a-b/step``
+_RANGE = re.compile(r"\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?(?:/\s*([0-9]+)\s*)?")
+
+
+def size_bound(text: str) -> int:
+    """At least as many as the names Slurm's folded ``text`` expands to, counted from its
+    ranges' ends alone, without expanding them (``c[1-100000000]``: 100000000, at once;
+    ClusterShell's ``NodeSet`` would build every name first). Each comma-separated item
+    counts the product of its bracket groups' sizes (``c[1-4]-[1-2]``: 8); ClusterShell's
+    operators (``!``, ``&``, ``^``) count as commas, which only counts more. What is not
+    a range counts one: ``NodeSet`` refuses it afterwards. A bound, not a parser."""
+    total, item, depth, group = 0, 1, 0, ""
+    for ch in text + ",":
+        if depth:
+            if ch == "]":
+                depth = 0
+                size = 0
+                for part in group.split(","):
+                    m = _RANGE.fullmatch(part)
+                    if m is None or m[2] is None:
+                        size += 1
+                        continue
+                    first, last, step = int(m[1]), int(m[2]), int(m[3] or 1)
+                    size += (last - first) // max(step, 1) + 1 if last >= first else 1
+                item *= max(size, 1)
+                group = ""
+            else:
+                group += ch
+        elif ch == "[":
+            depth = 1
+        elif ch in ",!&^":
+            total += item
+            item = 1
+    return total + (item if depth else 0)
+
+
+def check_size(text: str, limit: int = MAX_NAMES) -> None:
+    """Refuse (ValueError, one line) a folded hostlist that would expand to more than
+    ``limit`` names, before anything expands it."""
+    if len(text) > limit * 8 or size_bound(text) > limit:
+        raise ValueError(f"the hostlist {text[:40]!r}{'...' if len(text) > 40 else ''} "
+                         f"names more than {limit} nodes: a job's nodes are at most "
+                         f"{limit}; send Slurm's own folded list of its nodes")
 
 
 @dataclass(frozen=True, slots=True)

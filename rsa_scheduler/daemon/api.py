@@ -1,11 +1,15 @@
-"""rsad's API: JSON over HTTP on a unix socket (local CLI) and optionally TCP (compute-node
-hooks), every request authenticated with a MUNGE credential, as Slurm does.
+"""rsad's API routes: what each request of the ``rsa`` CLI, ``rsa-bb`` and Slurm's hooks
+does, JSON over HTTP, every request authenticated with a MUNGE credential, as Slurm does.
 
-Owns the routes, the authorisation rule (root and the Slurm user may see and act on every
-job; anyone else only on their own jobs, and sees other users' job ids nowhere), the
-identity check (MUNGE, and on the unix socket the kernel's SO_PEERCRED must name the same
-uid), the unix socket's mode (0660 root:``daemon.api.socket_group``, else 0600) and the
-listeners. The limits on what a caller can hold live in :mod:`rsa_scheduler.daemon.httpd`.
+Owns :class:`Routes` (the endpoints of ``/v1``), :class:`Caller` and the authorisation
+rule (root and the Slurm user may see and act on every job; anyone else only on their own
+jobs, and sees other users' job ids nowhere), slurmctld's and burst_buffer.lua's hooks
+(an array task's own job id matched to its task from what Slurm says), and what a
+request may name (``?as=`` a uid, ``since=`` an event number, a hook's job id and its
+hostlist, bounded before anything expands it). The compute nodes' hooks are
+:mod:`rsa_scheduler.daemon.nodehooks`'s; the transport (identity, signed answers, the
+socket, the listeners) :mod:`rsa_scheduler.daemon.apiserver`'s, which imports this
+module; the limits on what a caller can hold :mod:`rsa_scheduler.daemon.httpd`'s.
 Requests that change state are handed to the daemon's loop thread; nothing here touches
 the core directly. The API answers from the moment rsad starts: until the daemon is ready
 (its log replayed, the RSA nodes fenced: ``Daemon.ready``) burst_buffer.lua's hooks hear
@@ -14,51 +18,38 @@ the core directly. The API answers from the moment rsad starts: until the daemon
 
 from __future__ import annotations
 
-import contextlib
-import grp
 import json
 import logging
-import os
 import pwd
 import re
-import resource
-import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from rsa_scheduler import munge
-from rsa_scheduler.config.schema import ApiConfig
+from rsa_scheduler.core.hostlist import check_size
 from rsa_scheduler.core.jobkey import job_key
 from rsa_scheduler.core.scheduler import CommandRefused, UnknownJob
-from rsa_scheduler.core.states import LEFT_QUEUE, OPERATOR_COMMANDS, USER_COMMANDS
-from rsa_scheduler.daemon import httpd
-from rsa_scheduler.daemon.inbox import NotTaken
+from rsa_scheduler.core.states import OPERATOR_COMMANDS, USER_COMMANDS
+from rsa_scheduler.daemon.httpd import ApiError
+from rsa_scheduler.daemon.nodehooks import AGENT_WAIT_MAX, NODE_HOOKS, NodeHooks, sealed
 from rsa_scheduler.daemon.operators import OPERATORS
-from rsa_scheduler.daemon.service import Daemon, users_differ
+from rsa_scheduler.daemon.service import Daemon
 from rsa_scheduler.daemon.views import status_for_user
-from rsa_scheduler.errors import RsaError
-from rsa_scheduler.node.plan import SEALED_ARGV, protocol_of
+
+__all__ = ["AGENT_WAIT_MAX", "AUTH_HEADER", "EVENTS_LIMIT", "MAX_UID", "REPLY_HEADER",
+           "ApiError", "Caller", "Routes", "sealed", "user_of"]
 
 log = logging.getLogger(__name__)
 AUTH_HEADER = "X-RSA-Munge"
 REPLY_HEADER = "X-RSA-Munge-Reply"  # rsad's credential over its answer (node hooks check it)
-NODE_HOOKS = frozenset({"prolog", "agent", "mounted", "epilog"})
 EVENTS_LIMIT = 10_000  # events in one answer (rsa events pages on with since=)
+#: the largest uid (uid_t's (uid_t)-1 is "no uid"): ``?as=`` takes 0 to this
+MAX_UID = 2**32 - 2
 #: the answer to everything but burst_buffer.lua's hooks until rsad is ready
 STARTING = ("rsad is starting (replaying its event log and fencing what an earlier rsad "
             "left on the RSA nodes); retry in a moment")
-
-
-class ApiError(RsaError):
-    """A request the API refuses: the HTTP status and one line saying why."""
-
-    def __init__(self, status: HTTPStatus, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +63,7 @@ class Caller:
         return OPERATORS.is_operator(self.uid)
 
 
-def _user_of(uid: int) -> str:
+def user_of(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
@@ -84,6 +75,7 @@ class Routes:
 
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
+        self.node_hooks = NodeHooks(daemon, self._call)
 
     def _call(self, fn: Callable[[], Any]) -> Any:
         return self.daemon.submit("call", fn, wait=True)
@@ -176,9 +168,10 @@ class Routes:
         if not caller.operator:
             raise ApiError(HTTPStatus.FORBIDDEN, "only root or SlurmUser may see the status as "
                                                  "another user")
-        if not uid.isdigit():
-            raise ApiError(HTTPStatus.BAD_REQUEST, f"as= takes a uid, not {uid[:20]!r}")
-        return Caller(int(uid), _user_of(int(uid)))
+        if not re.fullmatch(r"[0-9]{1,10}", uid) or int(uid) > MAX_UID:
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"as= takes a uid, a number from 0 to "
+                                                   f"{MAX_UID}, not {uid[:20]!r}")
+        return Caller(int(uid), user_of(int(uid)))
 
     def _visible(self, caller: Caller, job_id: str) -> dict[str, Any]:
         """The job's view if the caller may see it; an array task named by its own job
@@ -322,6 +315,11 @@ class Routes:
         payload.pop("alias", None)
         if not re.fullmatch(r"\d+(_\d+)?", str(payload.get("job_id", ""))):
             raise ApiError(HTTPStatus.BAD_REQUEST, "hook without a valid job_id")
+        if payload.get("nodes"):  # expanded by NodeSide: bounded before, whoever sent it
+            try:
+                check_size(str(payload["nodes"]))
+            except ValueError as e:
+                raise ApiError(HTTPStatus.BAD_REQUEST, f"{hook} hook: {e}") from e
         # an array task is known to rsad (squeue) as <array job>_<task>; its hooks see its
         # own job id too: the task's key replaces it (core.jobkey). slurmctld's hooks name
         # both (rsad remembers the pair); a node's Prolog/Epilog only the job's own id
@@ -337,7 +335,7 @@ class Routes:
             payload["alias"] = own
         payload["job_id"] = self.daemon.aliases.get(key, key)
         if hook in NODE_HOOKS:
-            return self._node_hook(hook, payload)
+            return self.node_hooks.answer(hook, payload)
         return self.daemon.submit("hook", payload, wait=True)
 
     def _bb_pools(self, caller: Caller) -> Any:
@@ -460,207 +458,6 @@ class Routes:
         d.aliases[own] = key
         return ""
 
-    def _heard(self, node: str, hook: str, job: str, payload: Mapping[str, Any]) -> None:
-        """The hook protocol a compute node's request speaks: a node whose hooks are older
-        than rsad's (a package not upgraded yet, or a job's agent started before its
-        node's upgrade) is logged once, and shown by rsa status, until it speaks ours."""
-        said = self.daemon.hook_protocols.heard(node, hook, job, protocol_of(payload))
-        if said is not None:
-            level, line = said
-            (log.warning if level == "warning" else log.info)("%s", line)
-
-    def _node_hook(self, hook: str, payload: dict[str, Any]) -> Any:
-        """Node Prolog / node agent / Epilog of a compute node (rsa_scheduler.node)."""
-        from rsa_scheduler.daemon.nodeside import nodeside_of
-
-        job = str(payload["job_id"])
-        node = str(payload.get("node") or "")
-        if not re.fullmatch(r"[A-Za-z0-9._-]+", node):
-            raise ApiError(HTTPStatus.BAD_REQUEST, "node hook without a valid node name")
-        nodes = str(payload.get("nodes") or "")
-        self._heard(node, hook, job, payload)
-        side = nodeside_of(self.daemon.registry)
-        if side is None:
-            return {"do": "nothing", "agent": False, "why": "rsad has no compute-node side"}
-        if hook == "mounted":
-            answer = side.report(job, node, payload)
-            if "held" in answer:  # a mount taken back, or a late Prolog's counted
-                held, why = bool(answer["held"]), str(payload.get("message") or "")[:500]
-                # recorded by the loop, without waiting for it: a node's report is
-                # answered at once (a Prolog whose answer is late undoes its mount)
-                self.daemon.submit("call", lambda: self.daemon.mount_noted(job, node, held,
-                                                                           why))
-            return answer
-        if hook == "epilog":
-            if payload.get("ok") is False:  # a mount of the job stays on the node
-                why = str(payload.get("message") or "no reason given")[:500]
-                self._call(lambda: self.daemon.mount_left(job, node, why))
-            return side.epilog(job, node)
-        if hook == "agent":
-            wait = min(float(payload.get("wait", 20.0)), 25.0)
-            return sealed(side.agent(job, node, nodes, int(payload.get("last_seq", 0)),
-                                     wait, str(payload.get("epoch") or "")),
-                          protocol_of(payload))
-
-        user = str(payload.get("user") or "")
-
-        def state() -> tuple[str | None, str | None, float, str]:
-            rec = self.daemon.sched.records.get(job)
-            if rec is None or users_differ(rec.user, user) or \
-                    job in self.daemon.sched.displaced:
-                # none, or another job had this id (Slurm lost its state, or its ids
-                # wrapped; the same user's: the queue told them apart): nothing of that
-                # job's is this one's
-                return None, None, 0.0, ""
-            policy = self.daemon.sched.policy
-            early = rec.spec.early_start or policy.early_start
-            hold = policy.wait_timeout if early.value == "wait" and not rec.wait_over else 0.0
-            due = rec.timers.get("wait-expired")
-            if hold and (due is not None or rec.hold_until is not None):
-                # what is left of the wait (a job Slurm held has spent some already)
-                end = due if due is not None else float(rec.hold_until or 0.0)
-                hold = max(0.0, min(hold, end - self.daemon.clock()))
-            return (rec.rsa_state.value, rec.job_state.value if rec.job_state else None,
-                    hold, rec.message)
-
-        rsa_state, job_state, hold, message = self._call(state)
-        if rsa_state is not None and job_state not in LEFT_QUEUE:
-            # the node Prolog runs after PrologSlurmctld; if rsad missed that, tell it now
-            told = {"hook": "prolog_slurmctld", "job_id": job, "nodes": nodes}
-            if payload.get("alias"):  # an array task's own id: kept in the event log
-                told["alias"] = payload["alias"]
-            self.daemon.submit("hook", told, wait=True)
-            rsa_state, job_state, hold, message = self._call(state)
-        return sealed(side.prolog(job, node, nodes, rsa_state, hold=hold, message=message),
-                      protocol_of(payload))
-
-
-def sealed(answer: dict[str, Any], protocol: int) -> dict[str, Any]:
-    """A node hook's answer with its mount instruction's ``client_argv``, which holds the
-    RAMDISK's secret (``mfspassword=``, BeeGFS's connAuth), sealed in a MUNGE credential
-    of rsad's that only root can decode (``sealed_argv``; munged encrypts a credential's
-    payload, and refuses one restricted to uid 0 to every other uid). The answer goes in
-    the clear over TCP to whoever passed as root: a user on rsad's host who held its TCP
-    port while rsad was down kept a node Prolog's request, root's credential in it
-    unused, and sent it to rsad once rsad was back (within the credential's 5 minutes):
-    rsad answered it, the job's RAMDISK secret in the clear. A node whose hooks are older
-    (protocol < :data:`~rsa_scheduler.node.plan.SEALED_ARGV`) gets the argv as before."""
-    argv = answer.get("client_argv")
-    if argv is None or protocol < SEALED_ARGV:
-        return answer
-    out = {k: v for k, v in answer.items() if k != "client_argv"}
-    out["sealed_argv"] = munge.encode(json.dumps(argv).encode(), restrict_uid=0)
-    return out
-
-
-class Endpoint:
-    """The API over :mod:`rsa_scheduler.daemon.httpd`: MUNGE says who is calling (and on
-    the unix socket must agree with the kernel's SO_PEERCRED), :class:`Routes` answer, and
-    every answer to an authenticated caller is signed with rsad's own credential,
-    decodable by that caller's uid only: the node hooks act on it as root, and a user's
-    ``rsa`` believes nothing else (a program on rsad's TCP port while rsad is down)."""
-
-    def __init__(self, routes: Routes) -> None:
-        self.routes = routes
-        #: whether rsad may sign a plain user's answers: munged refuses root a credential
-        #: restricted to another uid (asked once, on the first such answer)
-        self._users_signed: bool | None = None
-
-    def identify(self, req: httpd.Request) -> httpd.Identity:
-        cred = req.head.headers.get(AUTH_HEADER.lower())
-        if not cred:
-            raise httpd.HttpError(HTTPStatus.UNAUTHORIZED, "missing MUNGE credential")
-        try:
-            sender, payload = munge.decode(cred)
-        except (munge.MungeError, ValueError) as e:
-            raise httpd.HttpError(HTTPStatus.UNAUTHORIZED, str(e)) from e
-        if payload != munge.request_digest(req.head.method, req.head.target, req.body):
-            raise httpd.HttpError(HTTPStatus.UNAUTHORIZED,
-                                  "MUNGE credential does not match this request")
-        if req.peer_uid is not None and req.peer_uid != sender.uid:
-            raise httpd.HttpError(HTTPStatus.UNAUTHORIZED,
-                                  f"the MUNGE credential is uid {sender.uid}'s but the "
-                                  f"connection is uid {req.peer_uid}'s")
-        caller = Caller(sender.uid, _user_of(sender.uid))
-        return httpd.Identity(caller.uid, caller.user, caller.operator)
-
-    def respond(self, req: httpd.Request, who: httpd.Identity) -> httpd.Reply:
-        method, path = req.head.method, req.head.target
-        try:
-            body = _body(req.body)
-            result = self.routes.dispatch(Caller(who.uid, who.name), method, path, body)
-            return self._reply(HTTPStatus.OK, result, req, who)
-        except ApiError as e:
-            return self._reply(e.status, {"error": str(e)}, req, who)
-        except munge.MungeError as e:
-            return self._reply(HTTPStatus.UNAUTHORIZED, {"error": str(e)}, req, who)
-        except (ValueError, KeyError) as e:
-            return self._reply(HTTPStatus.BAD_REQUEST, {"error": str(e)}, req, who)
-        except NotTaken:  # withdrawn before the loop took it: safe to send again
-            return self._reply(HTTPStatus.SERVICE_UNAVAILABLE,
-                               {"error": "rsad is busy: its loop did not take the request "
-                                         "in time; nothing of it was done, retry in a "
-                                         "moment"}, req, who)
-        except TimeoutError:
-            # a request that changes state is 504, never 503: clients send a 503 again
-            # (rsad full, or nothing of it done), and this one may still be carried out
-            late = HTTPStatus.SERVICE_UNAVAILABLE if method == "GET" else \
-                HTTPStatus.GATEWAY_TIMEOUT
-            return self._reply(late,
-                               {"error": "rsad is busy: its loop took the request but did "
-                                         "not answer in time; it may still be carried out "
-                                         "(rsa job shows the job's state)"}, req, who)
-        except Exception as e:
-            log.exception("api: %s %s failed", method, path)
-            return self._reply(HTTPStatus.INTERNAL_SERVER_ERROR,
-                               {"error": f"internal error: {e}"}, req, who)
-
-    def refuse(self, req: httpd.Request, status: HTTPStatus, message: str) -> httpd.Reply:
-        """Never signed: refused before (or instead of) reading a valid credential, rsad
-        does not know whose uid could decode a signature."""
-        return self._reply(status, {"error": message})
-
-    def _reply(self, status: HTTPStatus, data: Any, req: httpd.Request | None = None,
-               who: httpd.Identity | None = None) -> httpd.Reply:
-        """The answer; signed (``REPLY_HEADER``) when it goes to an authenticated caller,
-        whatever its status, with a credential only that caller's uid can decode over the
-        caller's request credential, the status and the body (:func:`munge.reply_digest`):
-        rsad's credential is root's, and nobody but its caller gets it, root included
-        (:meth:`_may_sign`)."""
-        out = json.dumps(data, sort_keys=True).encode()
-        headers: dict[str, str] = {}
-        if req is not None and who is not None and self._may_sign(who):
-            try:
-                headers[REPLY_HEADER] = munge.encode(munge.reply_digest(
-                    req.head.headers.get(AUTH_HEADER.lower(), ""), int(status), out),
-                    restrict_uid=who.uid)
-            except munge.MungeError as e:
-                log.warning("api: reply to uid %d not signed: %s", who.uid, e)
-        return httpd.Reply(int(status), out, headers)
-
-    def _may_sign(self, who: httpd.Identity) -> bool:
-        """Operators' answers always (root and SlurmUser hold Slurm's trust anyway); a
-        plain user's only where munged refuses root a credential restricted to another
-        uid, munge's default. A munged built to let root decode anything would make a
-        user's copy a root credential slurmd (root) takes for an RPC: then no plain
-        user's answer is signed, and their ``rsa`` refuses every answer, loudly."""
-        if who.privileged:
-            return True
-        if self._users_signed is None:
-            try:
-                self._users_signed = not munge.root_decodes_restricted()
-            except munge.MungeError as e:
-                log.warning("api: cannot ask munged whether root may decode a credential "
-                            "restricted to another uid (%s); this answer is not signed", e)
-                return False
-            if not self._users_signed:
-                log.error("api: munged lets root decode credentials restricted to other "
-                          "uids (built with MUNGE_AUTH_ROOT_ALLOW_FLAG): rsad signs no "
-                          "plain user's answer, and their rsa refuses every answer; "
-                          "install a munge built without it (Debian's)")
-        return self._users_signed
-
-
 def _mine_since(ro: Any, job_id: str, user: str) -> int | None:
     """The seq at which the record that has ``job_id`` now began (its last
     ``job.tracked``), if that record is ``user``'s; None if it is another user's or there
@@ -674,61 +471,6 @@ def _mine_since(ro: Any, job_id: str, user: str) -> int | None:
     first = next(iter(ro.events(job_id, since=start - 1, limit=1)), None)
     made = (first.context.get("set") or {}) if first is not None else {}
     return start if made.get("user") == user else None
-
-
-#: no route reads a body nested past a few levels; deeper is refused before parsing, on
-#: every Python (3.14's parser takes a depth of 50,000 that 3.11-3.13's refuse)
-MAX_BODY_DEPTH = 64
-
-
-def _too_deep(raw: bytes, limit: int = MAX_BODY_DEPTH) -> bool:
-    """Whether the JSON text ``raw`` opens more than ``limit`` arrays or objects inside
-    one another (brackets inside strings do not count)."""
-    if raw.count(b"[") + raw.count(b"{") <= limit:
-        return False
-    depth, in_string, escaped = 0, False, False
-    for byte in raw:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:  # quote
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):  # [ {
-            depth += 1
-            if depth > limit:
-                return True
-        elif byte in (0x5D, 0x7D):  # ] }
-            depth -= 1
-    return False
-
-
-def _body(raw: bytes) -> dict[str, Any] | None:
-    """A request's JSON body: an object, or none. Anything else is the caller's mistake,
-    answered 400 in one line (it was a 500 and a traceback in rsad's log per request:
-    a list where the routes read keys, or nesting deep enough to exhaust the parser)."""
-    if not raw:
-        return None
-    if _too_deep(raw):
-        raise ApiError(HTTPStatus.BAD_REQUEST, "the request body is nested too deeply "
-                                               f"(over {MAX_BODY_DEPTH} levels): send one "
-                                               "JSON object")
-    try:
-        body = json.loads(raw)
-    except RecursionError as e:
-        raise ApiError(HTTPStatus.BAD_REQUEST, "the request body is nested too deeply: "
-                                               "send one JSON object") from e
-    except ValueError as e:
-        raise ApiError(HTTPStatus.BAD_REQUEST, f"the request body is not JSON ({e}): "
-                                               "send one JSON object") from e
-    if not isinstance(body, dict):
-        raise ApiError(HTTPStatus.BAD_REQUEST, f"the request body is a JSON "
-                                               f"{type(body).__name__}, not an object: "
-                                               "send one JSON object")
-    return body
 
 
 def _seq(query: Mapping[str, list[str]], key: str) -> int:
@@ -758,92 +500,3 @@ def _other_uid(user: str, uid: object) -> str:
     if known is None or known == int(str(uid)):
         return ""
     return f"Slurm's hook names uid {uid}, its queue user {user} (uid {known})"
-
-
-def _privileged_uid(uid: int) -> bool:
-    """Asked on the accept thread: by uid, no name lookup (daemon/operators.py)."""
-    return OPERATORS.is_operator(uid)
-
-
-def bind_unix(path: Path, group: str) -> socket.socket:
-    """rsad's unix socket, mode 0660 root:``group`` (0600 without a group), put in place
-    atomically: it never exists at ``path`` with a looser mode."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.unlink(missing_ok=True)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.bind(str(tmp))
-        gid: int | None = None
-        if group:
-            try:
-                gid = grp.getgrnam(group).gr_gid
-            except KeyError:
-                log.warning("daemon.api.socket_group %s does not exist: %s is mode 0600 "
-                            "(root only); create it (groupadd --system %s), add slurm and "
-                            "the users who run rsa on this host, and restart rsad",
-                            group, path, group)
-        if gid is None:
-            os.chmod(tmp, 0o600)
-        else:
-            os.chown(tmp, -1, gid)
-            os.chmod(tmp, 0o660)
-        if path.exists() or path.is_symlink():
-            path.unlink()
-        os.replace(tmp, path)
-        sock.listen(socket.SOMAXCONN)
-    except BaseException:
-        sock.close()
-        tmp.unlink(missing_ok=True)
-        raise
-    return sock
-
-
-def _raise_fd_limit(needed: int) -> None:
-    """Connections are file descriptors: make room for ``needed`` more than rsad's own."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = needed + 256
-    if soft != resource.RLIM_INFINITY and soft < want:
-        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
-        if new < want:
-            log.warning("daemon.api.max_connections %d needs %d file descriptors; the hard "
-                        "limit is %d (LimitNOFILE= in rsad.service)", needed, want, hard)
-
-
-class ApiServers:
-    """The unix-socket listener (always) and the TCP listener (when configured), served
-    by one bounded :class:`rsa_scheduler.daemon.httpd.Server`."""
-
-    def __init__(self, routes: Routes, socket_path: Path,
-                 listen: tuple[str, int] | None = None, *, socket_group: str = "",
-                 limits: httpd.Limits | None = None) -> None:
-        self.limits = limits or httpd.Limits()
-        _raise_fd_limit(self.limits.max_connections)
-        listeners = [bind_unix(socket_path, socket_group)]
-        if listen is not None:
-            family = socket.AF_INET6 if ":" in listen[0] else socket.AF_INET
-            try:
-                listeners.append(socket.create_server(listen, family=family,
-                                                      backlog=socket.SOMAXCONN))
-            except BaseException:
-                listeners[0].close()
-                raise
-        self.socket_path = socket_path
-        self.server = httpd.Server(listeners, Endpoint(routes), self.limits, _privileged_uid)
-
-    @classmethod
-    def from_config(cls, routes: Routes, api: ApiConfig) -> ApiServers:
-        listen = (api.listen.host, api.listen.port) if api.listen else None
-        return cls(routes, api.socket, listen, socket_group=api.socket_group,
-                   limits=httpd.Limits(read_timeout=api.read_timeout,
-                                       max_connections=api.max_connections,
-                                       per_user=api.per_user, workers=api.workers))
-
-    def start(self) -> None:
-        self.server.start()
-
-    def stop(self) -> None:
-        self.server.stop()
-        with contextlib.suppress(FileNotFoundError):
-            self.socket_path.unlink()

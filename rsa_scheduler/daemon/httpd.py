@@ -52,6 +52,15 @@ class HttpError(RsaError):
         self.status = status
 
 
+class ApiError(RsaError):
+    """A request the API refuses: the HTTP status and one line saying why (raised by the
+    routes, rsa_scheduler.daemon.api and .nodehooks; answered, signed, by the endpoint)."""
+
+    def __init__(self, status: HTTPStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class _Gone(RsaError):
     """The peer closed (or was evicted) before its request was complete."""
 

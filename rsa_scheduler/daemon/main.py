@@ -92,7 +92,8 @@ def _check(cfg: Config, nodes: bool) -> None:
 
 def _serve(cfg: Config) -> None:
     """Take the store's lock, start, serve until SIGTERM."""
-    from rsa_scheduler.daemon.api import ApiServers, Routes
+    from rsa_scheduler.daemon.api import Routes
+    from rsa_scheduler.daemon.apiserver import ApiServers
     from rsa_scheduler.daemon.systemd import notify, watchdog_interval
     from rsa_scheduler.daemon.wiring import make_daemon
     from rsa_scheduler.store.lock import StoreLock

@@ -28,6 +28,7 @@ from typing import Any
 from ClusterShell.NodeSet import NodeSet
 
 from rsa_scheduler.core.actions import ActionKind
+from rsa_scheduler.core.hostlist import check_size
 from rsa_scheduler.core.payloads import (
     MountInputArgs,
     MountMode,
@@ -440,6 +441,8 @@ class NodeSide:
     def _learn_nodes(self, j: JobNodes, node: str, nodes: str) -> None:
         """The job's nodes, from what a node says it belongs to. A heterogeneous job's
         component knows only its own nodes (the leader's know them all): the union."""
+        if nodes:
+            check_size(nodes)  # the API refused a longer one already: never expanded
         self._add_nodes(j, (frozenset(NodeSet(nodes)) if nodes else frozenset()) | {node})
 
     def _add_nodes(self, j: JobNodes, names: frozenset[str]) -> None:
@@ -454,6 +457,7 @@ class NodeSide:
         """slurmctld named the job's nodes (PrologSlurmctld; a hetjob leader's names every
         component's): steps wait for them all, whichever node reports first."""
         if nodes:
+            check_size(nodes)
             with self._cond:
                 self._add_nodes(self._job(job), frozenset(NodeSet(nodes)))
 

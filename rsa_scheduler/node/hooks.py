@@ -315,8 +315,13 @@ def undo(jm: JobMounts, ns: JobNamespace | None, ins: Mapping[str, Any] | None,
 
 
 def stop_agent(jm: JobMounts, grace: float = 1.0) -> None:
-    """SIGTERM the job's node agent, SIGKILL it after ``grace``: only if the recorded pid
-    still runs the agent of this job (a reused pid is left alone)."""
+    """SIGTERM the job's node agent, SIGKILL it after ``grace``, and wait (``grace`` again)
+    until it is gone: only if the recorded pid still runs the agent of this job (a
+    reused pid is left alone). Reaped when it is this process's child (psutil's wait
+    collects its exit status), else waited for until its pid is gone: the Epilog releases
+    the job's mounts next, and a killed agent still in its mount or release holds them
+    (its release would then fail busy). One that outlives SIGKILL (in an uninterruptible
+    wait on a dead mount) is said on stderr, with its pid."""
     import psutil
 
     try:
@@ -331,8 +336,14 @@ def stop_agent(jm: JobMounts, grace: float = 1.0) -> None:
         proc.terminate()
         proc.wait(timeout=grace)
     except psutil.TimeoutExpired:
-        with contextlib.suppress(psutil.NoSuchProcess):
+        try:
             proc.kill()
+            proc.wait(timeout=grace)
+        except psutil.NoSuchProcess:
+            pass
+        except psutil.TimeoutExpired:
+            _say("epilog", str(jm.job), f"the node agent (pid {pid}) outlived SIGKILL for "
+                                        f"{grace:g}s (stuck in the kernel on a mount?)")
     except psutil.NoSuchProcess:
         pass
 

@@ -44,6 +44,9 @@ MODES = ("ro", "rw", "union")
 PROTOCOL = 3
 #: the first protocol whose node side takes ``sealed_argv``
 SEALED_ARGV = 3
+#: the jobs per node whose older-protocol Prolog is remembered (HookProtocols.old_prologs):
+#: more than start on one node within a Prolog's longest hold
+OLD_PROLOGS = 256
 _HOOKS = {"prolog": "Prolog", "epilog": "Epilog", "agent": "node agent",
           "mounted": "mount report"}
 
@@ -76,10 +79,33 @@ class HookProtocols:
 
     def __init__(self) -> None:
         self.behind: dict[str, str] = {}  # node -> behind_line of its newest old request
+        #: nodes a request of protocol :data:`SEALED_ARGV` or later came from in this
+        #: rsad's life: their package takes a mount command sealed
+        self.sealing: set[str] = set()
+        #: node -> the jobs whose Prolog asked in an older protocol before the node
+        #: sealed (the newest :data:`OLD_PROLOGS`): a Prolog that was holding its job's
+        #: start (``wait``) while its node was upgraded polls on in its own protocol
+        self.old_prologs: dict[str, dict[str, None]] = {}
+
+    def seals(self, node: str, job: str) -> bool:
+        """Whether a Prolog request of an older protocol than :data:`SEALED_ARGV` for
+        ``job`` from ``node`` is none of today's: ``node`` spoke a protocol that takes
+        ``sealed_argv`` since rsad started, and that job's Prolog there did not ask before
+        it did. A node's Prolog runs from its installed package at every job start, so
+        such a request is a replay of an old capture (a squatter on rsad's port) or comes
+        from a package downgraded there."""
+        return node in self.sealing and job not in self.old_prologs.get(node, {})
 
     def heard(self, node: str, hook: str, job: str, protocol: int) -> tuple[str, str] | None:
         """A request of ``hook`` for ``job`` from ``node``. Returns what to log when the
         node falls behind (``("warning", line)``) or catches up (``("info", line)``)."""
+        if protocol >= SEALED_ARGV:
+            self.sealing.add(node)
+        elif hook == "prolog" and node not in self.sealing:
+            jobs = self.old_prologs.setdefault(node, {})
+            jobs[job] = None
+            while len(jobs) > OLD_PROLOGS:
+                del jobs[next(iter(jobs))]
         if protocol >= PROTOCOL:
             if self.behind.pop(node, None) is None:
                 return None

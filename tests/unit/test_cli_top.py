@@ -52,7 +52,8 @@ from rsa_scheduler.core.actions import ActionKind
 from rsa_scheduler.core.policy import StagingPolicy
 from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.daemon import httpd
-from rsa_scheduler.daemon.api import ApiServers, Routes
+from rsa_scheduler.daemon.api import Routes
+from rsa_scheduler.daemon.apiserver import ApiServers
 from rsa_scheduler.daemon.executors import ActionContext
 from rsa_scheduler.daemon.service import Daemon
 from rsa_scheduler.slurm.parse import QueueRow
@@ -673,3 +674,22 @@ def test_top_waits_for_rsad_and_ctrl_c_quits(tmp_path: Path,
         term.keys("C-c")
         assert term.exit_status() == 0
         assert term.restored()
+
+
+def test_a_frames_requests_share_one_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frame is three requests (status, jobs, events); each had the client's whole
+    timeout, so a hung rsad held a frame (and ``rsa top --once``) three times as long.
+    Now they share one deadline: the client's timeout from the frame's start."""
+    fake = FakeApi()
+    deadlines: list[float | None] = []
+
+    def request(self: ApiClient, method: str, path: str, body: Any = None) -> Any:
+        deadlines.append(self.deadline)
+        return fake.request(method, path, body)
+
+    monkeypatch.setattr(ApiClient, "request", request)
+    before = time.monotonic()
+    Source(ApiClient("/nowhere", timeout=30.0)).read()
+    assert len(deadlines) == 3 and len(set(deadlines)) == 1
+    assert deadlines[0] is not None
+    assert before + 30.0 <= deadlines[0] <= time.monotonic() + 30.0

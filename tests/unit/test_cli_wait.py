@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import time
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -322,3 +324,66 @@ def test_another_users_job_is_said_to_be_theirs_not_in_place() -> None:
     assert own is None and verdict(own) is not None and verdict(own).word == "no RSA"  # type: ignore[union-attr]
     assert _ask(Untracked(), "7", slurm=lambda j: "COMPLETED",  # type: ignore[arg-type]
                 owner=lambda j: "bob", me=lambda: "") is None
+
+
+# ---- a hung rsad: the commands end within their --timeout ------------------------------
+
+@pytest.fixture
+def hung_rsad(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """rsad's socket, whose rsad takes every request and never answers (its loop hung);
+    no squeue here (PATH): Slurm is asked nothing."""
+    import socket
+    import threading
+
+    from rsa_scheduler import munge
+
+    monkeypatch.setattr(munge, "encode", lambda payload: "CRED")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    path = str(tmp_path / "rsad.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(16)
+    held: list[socket.socket] = []
+
+    def take() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(srv.accept()[0])
+
+    threading.Thread(target=take, daemon=True).start()
+    yield path
+    with contextlib.suppress(OSError):
+        srv.shutdown(socket.SHUT_RDWR)
+    srv.close()
+    for conn in held:
+        conn.close()
+
+
+def test_rsa_wait_ends_within_its_timeout_while_rsad_hangs(hung_rsad: str) -> None:
+    """Each request had the client's whole 30 s: ``rsa wait --timeout 1`` of a job with
+    rsad hung took a minute (the job list, then the job). Now each request gets what is
+    left of --timeout, and the line says rsad did not answer."""
+    from rsa_scheduler.cli.main import cli
+    from tests.clirunner import cli_runner
+
+    start = time.monotonic()
+    res = cli_runner().invoke(cli, ["wait", "--api", hung_rsad, "--timeout", "1", "7"])
+    took = time.monotonic() - start
+    assert res.exit_code == 3, res.output
+    assert took < 3, took
+    assert "7: timed out after 1s: no answer from rsad to go by (" in res.output
+    assert f"rsad at {hung_rsad} did not answer" in res.output
+
+
+def test_rsa_input_done_ends_within_its_timeout_while_rsad_hangs(hung_rsad: str) -> None:
+    from rsa_scheduler.cli.main import cli
+    from tests.clirunner import cli_runner
+
+    start = time.monotonic()
+    res = cli_runner().invoke(cli, ["input-done", "--api", hung_rsad, "--timeout", "1",
+                                    "7"])
+    took = time.monotonic() - start
+    assert res.exit_code == 1, res.output
+    assert took < 3, took
+    said = str(res.exception)  # rsa's main prints it as "rsa: error: ..."
+    assert said.startswith(f"rsad at {hung_rsad} did not answer ("), said

@@ -429,7 +429,7 @@ def test_a_malformed_request_is_one_line_400_not_a_traceback(
     ``since`` past the store's integers: each was a 500 and a traceback in rsad's log,
     per request, for any user (found by review)."""
     from rsa_scheduler.daemon import httpd
-    from rsa_scheduler.daemon.api import Endpoint
+    from rsa_scheduler.daemon.apiserver import Endpoint
 
     req = httpd.Request(httpd.Head(method, path, {}, len(raw)), raw, None)
     with caplog.at_level(logging.WARNING):
@@ -439,7 +439,7 @@ def test_a_malformed_request_is_one_line_400_not_a_traceback(
 
 
 def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
-    from rsa_scheduler.daemon.api import _too_deep
+    from rsa_scheduler.daemon.apiserver import _too_deep
 
     assert not _too_deep(b'{"reason": "' + b"[{" * 500 + b'\\"[["}')
     assert not _too_deep(b"[" * 64 + b"]" * 64)
@@ -2538,7 +2538,7 @@ def test_a_compute_node_whose_hooks_are_older_than_rsad_is_said_once_and_shown(
 
     d, _slurm = nodeside_daemon(tmp_path)
     old = {"job_id": "7", "node": "c2", "nodes": "c2", "user": "alice"}
-    with caplog.at_level(logging.INFO, logger="rsa_scheduler.daemon.api"), \
+    with caplog.at_level(logging.INFO, logger="rsa_scheduler.daemon.nodehooks"), \
             serving(d) as routes:
         for _ in range(2):
             assert routes.dispatch(ROOT, "POST", "/v1/hooks/prolog", old)["do"] == "nothing"

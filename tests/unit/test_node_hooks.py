@@ -422,3 +422,24 @@ def test_a_prolog_that_does_not_finish_after_its_report_undoes_the_mount_and_say
         "on c1")
     assert released == [True]  # lazily, as the timeout's unwind always did
     assert "the job uses the PFS" in capsys.readouterr().err
+
+
+def test_an_agent_that_ignores_sigterm_is_killed_and_reaped(tmp_path: Path) -> None:
+    """After SIGKILL the Epilog went on at once: the agent (here its child) stayed a
+    zombie, and one still in its mount or release held the job's mounts while the
+    Epilog released them. Now it is waited for until it is gone."""
+    agent = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time; "
+         "signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
+         "time.sleep(60)", hooks.AGENT_MODULE, "7"], stdout=subprocess.PIPE)
+    try:
+        assert agent.stdout is not None and agent.stdout.readline() == b"ready\n"
+        (tmp_path / "agent.pid").write_text(f"{agent.pid}\n")
+        hooks.stop_agent(cast(Any, SimpleNamespace(dir=tmp_path, job="7")), grace=0.5)
+        with pytest.raises(ProcessLookupError):  # gone, and no zombie left
+            os.kill(agent.pid, 0)
+    finally:
+        agent.kill()
+        agent.wait(5)
+        if agent.stdout is not None:
+            agent.stdout.close()

@@ -31,7 +31,8 @@ import pytest
 
 from rsa_scheduler import munge
 from rsa_scheduler.client import AUTH_HEADER, REPLY_HEADER, ApiClient, _exchange
-from rsa_scheduler.daemon.api import ApiError, ApiServers, Caller, Routes
+from rsa_scheduler.daemon.api import ApiError, Caller, Routes
+from rsa_scheduler.daemon.apiserver import ApiServers
 from rsa_scheduler.daemon.httpd import Limits
 
 MUNGED = "/usr/sbin/munged"
