@@ -42,6 +42,8 @@ ATTACKER = f"""#!/bin/bash
 python3 {THEIRS}/shared-attack.py "$@" > {THEIRS}/shared.report 2>&1
 head -c 32768 /dev/urandom > {THEIRS}/sout/mine
 sha256sum < {THEIRS}/sout/mine > {THEIRS}/mine.sha
+# kept running (its RAMDISK mounted) until the test has probed both RAMDISKs as root
+t=0; while [ ! -e {THEIRS}/shared.stop ] && [ $t -lt 1800 ]; do sleep 0.1; t=$((t+1)); done
 """
 # rsaother's job on c1 (argv: the RSA nodes' server ports host:port,..., rsauser's
 # DATA_OUT, its own, rsauser's uid, rsauser's job): one line per attempt, "end" last
@@ -238,6 +240,8 @@ def test_rsaother_beside_rsausers_job_on_one_node_reaches_nothing_of_it(
                                                           user="rsauser")
     finally:
         cluster.run("ctl", ["touch", f"{HOME}/shared.stop"], user="rsauser", check=False)
+        cluster.run("login", ["touch", f"{THEIRS}/shared.stop"], user="rsaother",
+                    check=False)
     # each job's output is staged out and verified, as its own user's
     for job, out, home, name, user in ((victim, OPEN, HOME, "secret", "rsauser"),
                                        (attacker, THEIRS, THEIRS, "mine", "rsaother")):
