@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rsa_scheduler import usermessages
-from rsa_scheduler.core import diagram
+from rsa_scheduler.core import diagram, events
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -22,6 +22,9 @@ BLOCKS: dict[str, dict[str, Callable[[], str]]] = {
     "architecture.md": {
         "state-diagrams": diagram.diagrams,
         "transition-reference": diagram.reference,
+    },
+    "events.md": {
+        "event-catalogue": events.reference,
     },
     "user-guide.md": {
         "user-messages": usermessages.table,

@@ -1,5 +1,6 @@
 """Man pages of the installed programs, generated from their own help (one source: the
-click commands' docstrings and options, the hooks' usage texts).
+click commands' docstrings and options, the hooks' usage texts), and the environment
+variables each program honours (:data:`ENVIRONMENT`, beside the click options' own).
 
 ``python -m rsa_scheduler.manpages [DIR]`` writes ``rsa.1``, ``rsad.8``, ``rsa-hook.8``,
 ``rsa-bb.8``, ``rsa-prolog.8`` and ``rsa-epilog.8`` into DIR (default ``docs/man``);
@@ -27,6 +28,102 @@ FILES = ("/etc/rsa/rsa.yaml  the configuration (RSA_CONFIG overrides)",
          "/var/lib/rsa/rsa.db  rsad's state (event log and snapshots)",
          "/usr/share/doc/rsa-scheduler/  the operator and user guides")
 
+_JOB = ("SLURM_JOB_ID, SLURM_JOBID, SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID, "
+        "SLURM_HET_JOB_ID, SLURM_HET_JOB_OFFSET, SLURM_PACK_JOB_ID, SLURM_PACK_JOB_OFFSET")
+_HOOK_API = (
+    ("RSA_CLIENT_CONFIG", "The client file that says where rsad is (default "
+                          "/etc/rsa/client.conf)."),
+    ("RSA_CONFIG", "The configuration file (default /etc/rsa/rsa.yaml), whose daemon.api "
+                   "says where rsad is when neither RSA_API nor the client file does."),
+)
+#: the environment variables each page lists ("NAME, NAME": one entry for several), beside
+#: its click options' own ``envvar`` (added by :func:`environment`, saying which option).
+#: tests/unit/test_manpage_environment.py reads the code of each program and fails on a
+#: variable it reads that its page lacks, or one its page lists that it does not read.
+ENVIRONMENT: dict[str, tuple[tuple[str, str], ...]] = {
+    "rsa.1": (
+        ("RSA_API", "rsad's address, a socket path or HOST:PORT. Without it (and --api), "
+                    "/etc/rsa/client.conf says where rsad is, else rsad's socket "
+                    "/run/rsa/rsad.sock."),
+        ("RSA_CLIENT_CONFIG", "The client file that says where rsad is (default "
+                              "/etc/rsa/client.conf)."),
+        ("RSA_CONFIG", "The configuration file of the commands that read it (default "
+                       "/etc/rsa/rsa.yaml)."),
+        ("RSA_DEBUG", "1 (or true, yes, on): tracebacks on errors."),
+        (_JOB, "Inside a job: the job rsa job and rsa input-done act on when given no "
+               "JOB_ID (an array task as ARRAYID_TASK, a heterogeneous job's component "
+               "by its leader's id)."),
+        ("SLURM_CONF", "The slurm.conf whose Prolog and Epilog rsa nodes check --compute "
+                       "reads (default /etc/slurm/slurm.conf); rsa selftest passes it on "
+                       "to the commands it runs as the user."),
+    ),
+    "rsad.8": (
+        ("RSA_CONFIG", "The configuration file (default /etc/rsa/rsa.yaml)."),
+        ("NOTIFY_SOCKET", "Set by systemd (Type=notify): rsad says there when it is ready, "
+                          "its status, and when it stops."),
+        ("WATCHDOG_USEC, WATCHDOG_PID", "Set by systemd (WatchdogSec=): rsad pings the "
+                                        "watchdog every half of WATCHDOG_USEC, unless "
+                                        "WATCHDOG_PID names another process."),
+        ("SLURM_CONF, SLURM_CLUSTERS", "Passed on to the Slurm commands rsad runs "
+                                       "(squeue, scontrol, ...): which slurm.conf and "
+                                       "clusters. Nothing else of rsad's environment is "
+                                       "(their PATH and LANG are fixed)."),
+    ),
+    "rsa-hook.8": (
+        (_JOB, "The job (an array task, a heterogeneous job's component)."),
+        ("SLURM_JOB_USER, SLURM_JOB_UID", "The job's user."),
+        ("SLURM_HET_JOB_NODELIST, SLURM_JOB_NODELIST, SLURM_NODELIST",
+         "The job's compute nodes (the first of them that is set)."),
+        ("SLURM_JOB_NUM_NODES", "How many compute nodes the job has."),
+        ("SLURM_JOB_EXIT_CODE", "epilog_slurmctld: the batch script's wait status."),
+        ("SLURM_SCRIPT_CONTEXT", "Ending in _slurmctld (slurmctld runs the hook): a "
+                                 "problem is written to slurmctld's log too."),
+        ("SLURM_CONF", "The slurm.conf that names slurmctld's log (SlurmctldLogFile; "
+                       "default /etc/slurm/slurm.conf)."),
+        ("RSA_API", "rsad's address; else the client file, else daemon.api of the "
+                    "configuration."),
+        *_HOOK_API,
+        ("RSA_HOOK_TIMEOUT", "Seconds the call to rsad may take (else hooks.api_timeout "
+                             "when the configuration was read, else 2)."),
+    ),
+    "rsa-bb.8": (
+        ("RSA_API", "rsad's address, unless --api gives it; else the client file, else "
+                    "daemon.api of the configuration."),
+        *_HOOK_API,
+        ("RSA_HOOK_TIMEOUT", "Seconds a call to rsad may take (else hooks.api_timeout "
+                             "when the configuration was read), never less than 10."),
+    ),
+}
+_NODE_HOOK: tuple[tuple[str, str], ...] = (
+    (_JOB, "The job (an array task, a heterogeneous job's component)."),
+    ("SLURMD_NODENAME", "This compute node."),
+    ("SLURM_HET_JOB_NODELIST, SLURM_NODELIST, SLURM_JOB_NODELIST",
+     "The job's compute nodes (the first of them that is set)."),
+    ("SLURM_JOB_USER, SLURM_JOB_UID, SLURM_JOB_GID", "The job's user: told to rsad; its "
+                                                    "paths are checked as this user."),
+    ("SPANK_RSA_*", "The job's --rsa-* options (the SPANK plugin): the Prolog tells such a "
+                    "job what it got even when rsad has nothing for it."),
+    ("RSA_API, RSA_ALLOWED_ROOTS", "Both set: rsad's address and staging.allowed_roots "
+                                   "(colon-separated), and the configuration is not read. "
+                                   "RSA_API alone: rsad's address, instead of the client "
+                                   "file or daemon.api of the configuration."),
+    ("RSA_HOOK_TIMEOUT, RSA_PROLOG_TIMEOUT, RSA_SHARED_DIRS",
+     "With RSA_API and RSA_ALLOWED_ROOTS: seconds the call to rsad may take (default 2), "
+     "the hook's hard timeout (default 10) and staging.shared_dirs (colon-separated), "
+     "instead of the configuration's hooks.api_timeout, hooks.timeout and "
+     "staging.shared_dirs."),
+    ("RSA_MOUNTS", "node or job (the job's mounts in a mount namespace of its own), "
+                   "instead of hooks.mounts."),
+    ("RSA_NODE_DIR", "Where the hooks keep each job's state on the node (default "
+                     "/run/rsa/node)."),
+    _HOOK_API[0],
+    ("RSA_CONFIG", "The configuration file (default /etc/rsa/rsa.yaml): the hooks' "
+                   "settings, and rsad's address (daemon.api) when neither RSA_API nor the "
+                   "client file says; not read when RSA_API and RSA_ALLOWED_ROOTS are both "
+                   "set."),
+)
+ENVIRONMENT["rsa-prolog.8"] = ENVIRONMENT["rsa-epilog.8"] = _NODE_HOOK
+
 
 def esc(text: str) -> str:
     """``text`` safe as roff body text: backslashes as ``\\e``, '-' as a minus glyph,
@@ -53,6 +150,31 @@ def paragraphs(text: str) -> str:
         else:
             blocks.append(esc(" ".join(ln.strip() for ln in lines)))
     return "\n.PP\n".join(blocks)
+
+
+def environment(page: str, cmd: click.Command | None = None, name: str = "") -> str:
+    """The ENVIRONMENT section of ``page``: its :data:`ENVIRONMENT` entries and, for a
+    click command, every option's ``envvar`` (which option of which commands)."""
+    told = dict(ENVIRONMENT.get(page, ()))
+    options: dict[str, dict[str, list[str]]] = {}  # envvar -> option -> commands
+    if cmd is not None:
+        root = click.Context(cmd, info_name=name, **cmd.context_settings)
+        for path, sub, ctx in _walk(cmd, root, (name,)):
+            for param in sub.get_params(ctx):
+                if isinstance(param, click.Option) and isinstance(param.envvar, str):
+                    opt = max(param.opts, key=len)
+                    options.setdefault(param.envvar, {}).setdefault(opt, []).append(
+                        " ".join(path))
+    entries = []
+    for var in sorted(set(told) | set(options)):
+        text = told.get(var, "")
+        for opt, paths in options.get(var, {}).items():
+            said = (f"{paths[0]} {opt}" if len(paths) == 1 else
+                    f"the option {opt} of {' and '.join(paths)}" if len(paths) <= 3 else
+                    f"the option {opt} (of {len(paths)} commands)")
+            text = f"{text} Same as {said}.".strip()
+        entries.append(f".TP\n{esc(var)}\n{esc(text)}\n")
+    return ".SH ENVIRONMENT\n" + "".join(entries) if entries else ""
 
 
 def header(name: str, section: int, summary: str) -> str:
@@ -118,9 +240,7 @@ def click_page(cmd: click.Command, name: str, section: int, summary: str) -> str
                 parts += [opts, "\n"]
     parts += [".SH EXIT STATUS\n0 on success; 1 with one line on standard error "
               "(\\fBrsa: error: ...\\fR) when the request failed; 2 for a usage error.\n",
-              ".SH ENVIRONMENT\n.TP\nRSA_CONFIG\nthe configuration file "
-              "(default /etc/rsa/rsa.yaml)\n.TP\nRSA_API\nrsad's address, instead of "
-              "daemon.api of the configuration\n", footer(name)]
+              environment(f"{name}.{section}", cmd, name), footer(name)]
     return "".join(parts)
 
 
@@ -136,7 +256,8 @@ def text_page(name: str, section: int, summary: str, usage: str) -> str:
                     f".nf\n\\fB{esc(synopsis)}\\fR\n.fi\n", ".SH DESCRIPTION\n",
                     paragraphs(rest),
                     "\n.SH OPTIONS\n.TP\n\\fB\\-h\\fR, \\fB\\-\\-help\\fR\nthis text\n"
-                    ".TP\n\\fB\\-\\-version\\fR\nthe version\n", footer(name)])
+                    ".TP\n\\fB\\-\\-version\\fR\nthe version\n",
+                    environment(f"{name}.{section}"), footer(name)])
 
 
 def pages() -> dict[str, Callable[[], str]]:

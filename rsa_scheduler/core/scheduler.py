@@ -22,7 +22,7 @@ from rsa_scheduler.core.actions import Action, Outcome
 from rsa_scheduler.core.admission import rsa_free, rsa_need
 from rsa_scheduler.core.allocator import Pool
 from rsa_scheduler.core.directives import DirectiveSpec
-from rsa_scheduler.core.events import Event
+from rsa_scheduler.core.events import POOL, Event
 from rsa_scheduler.core.machine import (
     JobRecord,
     Step,
@@ -52,7 +52,7 @@ from rsa_scheduler.core.states import (
 )
 from rsa_scheduler.errors import RsaError
 
-POOL_STREAM = "@pool"  # event stream for node drain/resume (not a job)
+POOL_STREAM = POOL  # event stream of RSA nodes and the whole RSA (not a job)
 
 
 @dataclass(frozen=True, slots=True)
