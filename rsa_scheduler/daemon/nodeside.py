@@ -82,6 +82,10 @@ class JobNodes:
     # hard timeout, an error after the report): it holds nothing, whatever the recorded
     # ``mounted`` of a step issued before says (NodeSide.report)
     undone: dict[str, int] = field(default_factory=dict)
+    # how many times this rsad changed ``mounted``: what each record of it (a step's
+    # outcome, ``compute.*``) says it is as of, so the job's facts keep the newest
+    # whatever order the loop commits them in (daemon/memory.py)
+    changes: int = 0
 
 
 class NodeSide:
@@ -306,7 +310,20 @@ class NodeSide:
             raise RsaError(f"mounting the RAMDISK over {target} failed: {v.message}")
         j = self._job(ctx.action.job_id)
         with self._cond:
-            return {"nodes": sorted(j.nodes or ()), "mounted": sorted(j.mounted)}
+            return {"nodes": sorted(j.nodes or ()), "mounted": sorted(j.mounted),
+                    "mounted_at": self._as_of(j)}
+
+    def _changed(self, j: JobNodes) -> list[Any]:
+        """Holding ``self._cond``: ``j.mounted`` changed; what a record of it is as of."""
+        j.changes += 1
+        return self._as_of(j)
+
+    def _as_of(self, j: JobNodes) -> list[Any]:
+        """Holding ``self._cond``: [this rsad's epoch, the changes to ``j.mounted`` so
+        far]: the job's facts take a step's ``mounted`` only with the changes recorded
+        after it (a late Prolog's report committed before the step's outcome that did
+        not see it: daemon/memory.py ``Memory.learn_facts``)."""
+        return [self.epoch, j.changes]
 
     def _expected(self, j: JobNodes, ins: Mapping[str, Any],
                   known: frozenset[str] = frozenset(),
@@ -356,10 +373,12 @@ class NodeSide:
                     if v.state == "ok" and ins["do"] == "mount":
                         j.standing = ins
                         j.mounted |= self._oks(j, ins)
+                        self._changed(j)
                         for node in j.mounted:
                             j.undone.pop(node, None)
                     elif v.state == "ok":
                         j.mounted -= self._oks(j, ins)
+                        self._changed(j)
                     if v.state != "pending":
                         log.info("job %s: node step %s %s: %s %s", job, ins["seq"],
                                  ins["do"], v.state, v.message)
@@ -580,6 +599,7 @@ class NodeSide:
                     if node in j.mounted:
                         j.mounted.discard(node)
                         answer["held"] = False
+                        answer["at"] = self._changed(j)
                         log.warning("job %s node %s: took back its mount of the RAMDISK; "
                                     "no longer counted as holding it", job, node)
             elif (j.current is None and j.standing is not None and node not in j.ended
@@ -591,21 +611,30 @@ class NodeSide:
                 if node not in j.mounted:
                     j.mounted.add(node)
                     answer["held"] = True
+                    answer["at"] = self._changed(j)
             self._cond.notify_all()
         return answer
 
     def epilog(self, job: str, node: str) -> dict[str, Any]:
+        """``node``'s Epilog ran: it took every mount of the job down and stopped its
+        agent. The answer's ``held`` says whether this rsad counted the node among those
+        that hold the mount, ``at`` what the change is as of (:meth:`_as_of`): the API
+        records it (``compute.epilog``) for a node the job's facts may count, so a
+        restarted rsad does not wait for a release from it (daemon/memory.py)."""
+        answer: dict[str, Any] = {"job_id": job, "node": node}
         with self._cond:
             j = self._jobs.get(job)
             if j is not None:
                 j.ended.add(node)
                 j.agents.discard(node)
+                answer["held"] = node in j.mounted
                 j.mounted.discard(node)
+                answer["at"] = self._changed(j)
                 if j.nodes is not None and j.nodes <= j.ended:
                     self._run_over(j)
                 self._cond.notify_all()
             self._prune()
-        return {"job_id": job, "node": node}
+        return answer
 
     def forget(self, job: str) -> None:
         """``job``'s id names a new job now (a new record: Slurm lost its state, or its
