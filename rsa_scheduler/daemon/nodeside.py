@@ -80,8 +80,9 @@ class JobNodes:
     mounted: set[str] = field(default_factory=set)
     # node -> the mount instruction (seq) it took back (its Prolog undid the mount: its
     # hard timeout, an error after the report): it holds nothing, whatever the recorded
-    # ``mounted`` of a step issued before says (NodeSide.report)
-    undone: dict[str, int] = field(default_factory=dict)
+    # ``mounted`` of a step issued before says (NodeSide.report); None: an earlier rsad's
+    # instruction (its numbers are not this rsad's)
+    undone: dict[str, int | None] = field(default_factory=dict)
     # how many times this rsad changed ``mounted``: what each record of it (a step's
     # outcome, ``compute.*``) says it is as of, so the job's facts keep the newest
     # whatever order the loop commits them in (daemon/memory.py)
@@ -339,7 +340,10 @@ class NodeSide:
         if only is not None:  # a teardown's release: the nodes it asks (release_mounts)
             return frozenset(only - j.ended) or frozenset()
         if ins["do"] == "release":
-            return frozenset((j.agents | j.mounted | known) - j.ended) or None
+            # a node that took its mount back while the step waits holds nothing: no
+            # agent would answer for it (a restarted rsad's re-issued reset)
+            return frozenset((j.agents | j.mounted | (known - j.undone.keys()))
+                             - j.ended) or None
         return frozenset(j.agents - j.ended) or None
 
     def _step(self, ctx: ActionContext, ins: dict[str, Any], timeout: float,
@@ -560,8 +564,9 @@ class NodeSide:
         """A node's report of the instruction it carried out. Instruction numbers restart
         with rsad: a report naming another rsad's epoch (an agent that carried out the
         earlier rsad's instruction while rsad restarted) answers none of this rsad's,
-        whose own may carry the same number. A node of an older package names no epoch:
-        taken as before.
+        whose own may carry the same number, except a take-back (below), which is heard
+        (:meth:`_taken_back_before`). A node of an older package names no epoch: taken
+        as before.
 
         A failed report marked ``undone`` takes the node's mount of that instruction back:
         its Prolog undid it (its hard timeout, an error after the report; node/hooks.py
@@ -575,6 +580,8 @@ class NodeSide:
         ``compute.mounted``), so a restarted rsad knows it (daemon/memory.py)."""
         epoch = str(data.get("epoch") or "")
         if epoch and epoch != self.epoch:
+            if data.get("undone") and not data.get("ok") and not data.get("busy"):
+                return self._taken_back_before(job, node, data)
             log.info("job %s node %s: a report to an earlier rsad's instruction %s "
                      "(epoch %s): no answer to this rsad's", job, node, data.get("seq"),
                      epoch[:32])
@@ -612,6 +619,31 @@ class NodeSide:
                     j.mounted.add(node)
                     answer["held"] = True
                     answer["at"] = self._changed(j)
+            self._cond.notify_all()
+        return answer
+
+    def _taken_back_before(self, job: str, node: str,
+                           data: Mapping[str, Any]) -> dict[str, Any]:
+        """A node's Prolog took back the mount an earlier rsad's instruction gave it (it
+        undid it before it said so: its hard timeout, an error after its report; rsad
+        restarted meanwhile). Nothing of it is left on the node, but the earlier rsad may
+        have counted the node, and recorded it in the job's ``mounted``: this one would
+        have waited for its release at a reset (none comes: that Prolog started no
+        agent), failed busy and drained the node. The node holds nothing of this rsad's
+        instructions either (its Prolog carries out one, and this is its word on the
+        earlier one's): no longer counted, recorded like a take-back of this rsad's
+        (``held``). A node this rsad counts, from a report to its own instruction,
+        keeps that mount: the word is not about it."""
+        answer: dict[str, Any] = {"job_id": job, "node": node, "recorded": True}
+        with self._cond:
+            j = self._job(job)
+            if node in j.mounted:
+                return {**answer, "recorded": False}
+            log.warning("job %s node %s: took back its mount of an earlier rsad's "
+                        "instruction: %s", job, node, str(data.get("message") or "")[:500])
+            j.undone[node] = None
+            answer["held"] = False
+            answer["at"] = self._changed(j)
             self._cond.notify_all()
         return answer
 

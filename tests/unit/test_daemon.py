@@ -2640,6 +2640,30 @@ def test_a_late_mount_committed_before_the_steps_outcome_is_kept_by_it(
     assert again.facts["7"]["mounted"] == ["c1"]
 
 
+def test_a_take_back_naming_an_earlier_rsads_epoch_is_recorded(tmp_path: Path) -> None:
+    """c2's Prolog undid the mount an earlier rsad gave it and recorded (rsad restarted
+    between its report and the take-back). On the code before, the take-back was
+    ignored (another epoch) and the job's ``mounted`` still named c2 after any number of
+    restarts."""
+    d, slurm = nodeside_daemon(tmp_path)
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    d.submit("milestone", ("7", "7/1/mount-input/5", {"mounted": ["c1", "c2"]}))
+    d.drain(timeout=0.5)
+    with serving(d) as routes:
+        routes.dispatch(ROOT, "POST", "/v1/hooks/mounted",
+                        {"job_id": "7", "node": "c2", "seq": 1, "ok": False, "undone": True,
+                         "epoch": "1796000000.000001",
+                         "message": "the Prolog did not finish: its mount was undone"})
+    d.drain(timeout=0.5)
+    assert [(e.name, e.context["node"]) for e in d.store.events("7")
+            if e.name.startswith("compute.")] == [("compute.unmounted", "c2")]
+    assert d.facts["7"]["mounted"] == ["c1"]
+    settle(d)
+    d.shutdown()
+
+
 def test_an_epilog_of_a_node_that_held_the_mount_is_recorded_for_a_restart(
         tmp_path: Path) -> None:
     """A node's Epilog takes every mount of the job down. On the code before, only the

@@ -876,3 +876,41 @@ def test_a_reset_after_a_restart_does_not_wait_for_a_node_whose_epilog_was_recor
     assert out.result is Result.OK, out  # before: BUSY, {"silent": ["c2"]} (drained)
     assert backend.resets == 1
     assert ended["held"] is True and ended["at"][1] > done.detail["mounted_at"][1]
+
+
+def test_a_take_back_of_an_earlier_rsads_mount_is_heard_by_the_restarted_one() -> None:
+    """c2's Prolog reported the mount an earlier rsad gave it (counted, recorded in the
+    job's ``mounted``), then rsad restarted, then the Prolog met its hard timeout before
+    it started the job's agent and undid the mount: its take-back names the earlier
+    epoch. On the code before, the restarted rsad ignored it (another epoch: its
+    numbers are not this rsad's): its reset waited for a release from c2, which no agent
+    gives, and ended BUSY with c2 silent (drained in Slurm, alerted). Nothing of the
+    mount is left on c2: it no longer counts, and the API records that (``held``)."""
+    side, reg, backend = make_side(timeout=1.5)  # the restarted rsad
+    side.agent_settle = 0.1
+    action = Action("7/1/reset/3", "7", ActionKind.RESET, RESET_ARGS)
+    ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
+                        facts={"mount": SPEC.to_json(), "mounted": ["c1", "c2"]})
+    reset: Future[Outcome] = Future()
+    threading.Thread(target=lambda: reset.set_result(reg.run(ctx)), daemon=True).start()
+    rel = until(side, lambda: side.agent("7", "c1", "c[1-2]", 0, wait=0.05), "release")
+    got = side.report("7", "c2", {"seq": 1, "ok": False, "undone": True,
+                                  "epoch": "1796000000.000001",
+                                  "message": "the Prolog did not finish (hard timeout of "
+                                             "10s): what it had mounted of the RAMDISK "
+                                             "over /scratch/a/in was undone"})
+    side.report("7", "c1", {"seq": rel["seq"], "ok": True, "epoch": side.epoch})
+    mount = until(side, lambda: side.agent("7", "c1", "c[1-2]", rel["seq"], wait=0.05),
+                  "mount")
+    side.report("7", "c1", {"seq": mount["seq"], "ok": True, "epoch": side.epoch})
+    out = reset.result(5)
+    assert out.result is Result.OK, out  # before: BUSY, {"silent": ["c2"]} (drained)
+    assert backend.resets == 1
+    assert got["recorded"] is True and got["held"] is False
+    # an earlier rsad's ok, or a take-back by a node this rsad counts a mount of, is not
+    # about this rsad's instructions: nothing changes
+    assert side.report("7", "c2", {"seq": 1, "ok": True, "epoch": "1796000000.000001"}) \
+        == {"job_id": "7", "node": "c2", "recorded": False}
+    assert side.report("7", "c1", {"seq": 1, "ok": False, "undone": True,
+                                   "epoch": "1796000000.000001", "message": "undone"}) \
+        == {"job_id": "7", "node": "c1", "recorded": False}
