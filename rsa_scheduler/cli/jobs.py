@@ -125,6 +125,8 @@ def job(api: str | None, job_id: str | None, as_json: bool) -> None:
             what = f"{ev.get('node')} mounted the RAMDISK (its Prolog ran late)"
         elif what == "compute.unmounted":
             what = f"{ev.get('node')} took back its mount of the RAMDISK: {ev.get('message')}"
+        elif what == "compute.epilog":
+            what = f"{ev.get('node')} ran its Epilog: the job's mounts there are down"
         elif what == "compute.left":
             what = (f"{ev.get('node')} kept a mount of the RAMDISK after the job (its "
                     f"Epilog: {ev.get('message')})")

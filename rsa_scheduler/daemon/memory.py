@@ -25,6 +25,55 @@ FACT_KEYS = ("mount", "lock_orig", "lock_token", "manifest", "mounted", "reset_o
              "written_back_of", "mail")
 
 
+#: what changes a node's place among the nodes that hold a job's mount outside a node step
+MOUNT_NEWS = ("compute.mounted", "compute.unmounted", "compute.epilog")
+
+
+def _as_of(at: object) -> tuple[str, int] | None:
+    """A record's ``at`` (NodeSide._as_of: [epoch, changes]), or None (none: an event of
+    an older rsad, or a node step's milestone)."""
+    if isinstance(at, list | tuple) and len(at) == 2 and isinstance(at[1], int):
+        return str(at[0]), at[1]
+    return None
+
+
+def _mount_news(facts: dict[str, Any], node: str, held: bool, at: object) -> None:
+    """``node`` holds the job's mount (``held``) or no longer does, as of ``at``: the
+    job's ``mounted`` follows, and the news is kept (``mounted_news``: the newest per
+    node) until a node step's ``mounted`` that saw it replaces it."""
+    rest = {str(n) for n in facts.get("mounted") or ()} - {node}
+    facts["mounted"] = sorted(rest | ({node} if held else set()))
+    when = _as_of(at)
+    if when is not None:
+        news = dict(facts.get("mounted_news") or {})
+        news[node] = [when[0], when[1], held]
+        facts["mounted_news"] = news
+
+
+def _step_mounted(facts: dict[str, Any], detail: Mapping[str, Any]) -> None:
+    """A node step's ``mounted`` (its outcome, or a milestone): it replaces the job's,
+    and the news recorded after the step read it (the same rsad, more changes: a late
+    Prolog's report, a take-back or an Epilog the loop committed before the step's
+    outcome) are applied again on top of it. Before, the outcome undid them: a node
+    mounted after the step read its nodes was not known to hold the mount after an rsad
+    restart (not asked to release it before a reset or a teardown, nor waited for
+    before a stage-out), and a node whose mount was taken back or whose Epilog ran was
+    waited for."""
+    mounted = {str(n) for n in detail["mounted"] or ()}
+    when = _as_of(detail.get("mounted_at"))
+    later: dict[str, list[Any]] = {}
+    if when is not None:
+        for node, (epoch, changes, held) in dict(facts.get("mounted_news") or {}).items():
+            if epoch == when[0] and changes > when[1]:
+                later[node] = [epoch, changes, held]
+                mounted = (mounted - {node}) | ({node} if held else set())
+    facts["mounted"] = sorted(mounted)
+    if later:
+        facts["mounted_news"] = later
+    else:
+        facts.pop("mounted_news", None)
+
+
 class Memory:
     """Facts, node notes, debris and aliases (loop thread)."""
 
@@ -89,16 +138,14 @@ class Memory:
             if ev.name == "job.tracked":
                 self.aliases.pop(ev.job_id, None)
             return
-        if ev.name in ("compute.mounted", "compute.unmounted"):
-            # a node's mount counted, or taken back, after the node step that recorded
-            # ``mounted`` (daemon/nodeside.py NodeSide.report); a job rsad let go of
-            # keeps no facts
+        if ev.name in MOUNT_NEWS:
+            # a node's mount counted, or taken back, or taken down by its Epilog, outside
+            # the node step that recorded ``mounted`` (daemon/nodeside.py
+            # NodeSide.report, NodeSide.epilog); a job rsad let go of keeps no facts
             facts = self.facts.get(ev.job_id)
             if facts is not None:
-                node = str(ev.context["node"])
-                held = {str(n) for n in facts.get("mounted") or ()} - {node}
-                facts["mounted"] = sorted(held | ({node} if ev.name == "compute.mounted"
-                                                  else set()))
+                _mount_news(facts, str(ev.context["node"]), ev.name == "compute.mounted",
+                            ev.context.get("at"))
             return
         if not (ev.name == "action.milestone" or (
                 ev.name == "action.outcome" and ev.context.get("result") == "ok")):
@@ -106,7 +153,11 @@ class Memory:
         detail = ev.context.get("detail") or {}
         for key in FACT_KEYS:
             if key in detail:
-                self.facts.setdefault(ev.job_id, {})[key] = detail[key]
+                facts = self.facts.setdefault(ev.job_id, {})
+                if key == "mounted":
+                    _step_mounted(facts, detail)
+                else:
+                    facts[key] = detail[key]
 
     def forget(self, gone: Iterable[str]) -> None:
         """Jobs that left memory: their facts and aliases go with them."""

@@ -84,16 +84,22 @@ class NodeHooks:
             answer = side.report(job, node, payload)
             if "held" in answer:  # a mount taken back, or a late Prolog's counted
                 held, why = bool(answer["held"]), str(payload.get("message") or "")[:500]
+                at = answer.pop("at", None)
                 # recorded by the loop, without waiting for it: a node's report is
                 # answered at once (a Prolog whose answer is late undoes its mount)
                 self.daemon.submit("call", lambda: self.daemon.mount_noted(job, node, held,
-                                                                           why))
+                                                                           why, at))
             return answer
         if hook == "epilog":
             if payload.get("ok") is False:  # a mount of the job stays on the node
                 why = str(payload.get("message") or "no reason given")[:500]
                 self._call(lambda: self.daemon.mount_left(job, node, why))
-            return side.epilog(job, node)
+            answer = side.epilog(job, node)
+            counted, at = bool(answer.pop("held", False)), answer.pop("at", None)
+            # recorded by the loop for a node the job's facts may count (as a report's)
+            self.daemon.submit("call", lambda: self.daemon.epilog_noted(job, node, counted,
+                                                                        at))
+            return answer
         if hook == "agent":
             wait = agent_wait(payload.get("wait", AGENT_WAIT_DEFAULT))
             return self._sealed(side.agent(job, node, nodes,

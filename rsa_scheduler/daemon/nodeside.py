@@ -80,8 +80,13 @@ class JobNodes:
     mounted: set[str] = field(default_factory=set)
     # node -> the mount instruction (seq) it took back (its Prolog undid the mount: its
     # hard timeout, an error after the report): it holds nothing, whatever the recorded
-    # ``mounted`` of a step issued before says (NodeSide.report)
-    undone: dict[str, int] = field(default_factory=dict)
+    # ``mounted`` of a step issued before says (NodeSide.report); None: an earlier rsad's
+    # instruction (its numbers are not this rsad's)
+    undone: dict[str, int | None] = field(default_factory=dict)
+    # how many times this rsad changed ``mounted``: what each record of it (a step's
+    # outcome, ``compute.*``) says it is as of, so the job's facts keep the newest
+    # whatever order the loop commits them in (daemon/memory.py)
+    changes: int = 0
 
 
 class NodeSide:
@@ -306,7 +311,20 @@ class NodeSide:
             raise RsaError(f"mounting the RAMDISK over {target} failed: {v.message}")
         j = self._job(ctx.action.job_id)
         with self._cond:
-            return {"nodes": sorted(j.nodes or ()), "mounted": sorted(j.mounted)}
+            return {"nodes": sorted(j.nodes or ()), "mounted": sorted(j.mounted),
+                    "mounted_at": self._as_of(j)}
+
+    def _changed(self, j: JobNodes) -> list[Any]:
+        """Holding ``self._cond``: ``j.mounted`` changed; what a record of it is as of."""
+        j.changes += 1
+        return self._as_of(j)
+
+    def _as_of(self, j: JobNodes) -> list[Any]:
+        """Holding ``self._cond``: [this rsad's epoch, the changes to ``j.mounted`` so
+        far]: the job's facts take a step's ``mounted`` only with the changes recorded
+        after it (a late Prolog's report committed before the step's outcome that did
+        not see it: daemon/memory.py ``Memory.learn_facts``)."""
+        return [self.epoch, j.changes]
 
     def _expected(self, j: JobNodes, ins: Mapping[str, Any],
                   known: frozenset[str] = frozenset(),
@@ -322,7 +340,10 @@ class NodeSide:
         if only is not None:  # a teardown's release: the nodes it asks (release_mounts)
             return frozenset(only - j.ended) or frozenset()
         if ins["do"] == "release":
-            return frozenset((j.agents | j.mounted | known) - j.ended) or None
+            # a node that took its mount back while the step waits holds nothing: no
+            # agent would answer for it (a restarted rsad's re-issued reset)
+            return frozenset((j.agents | j.mounted | (known - j.undone.keys()))
+                             - j.ended) or None
         return frozenset(j.agents - j.ended) or None
 
     def _step(self, ctx: ActionContext, ins: dict[str, Any], timeout: float,
@@ -356,10 +377,12 @@ class NodeSide:
                     if v.state == "ok" and ins["do"] == "mount":
                         j.standing = ins
                         j.mounted |= self._oks(j, ins)
+                        self._changed(j)
                         for node in j.mounted:
                             j.undone.pop(node, None)
                     elif v.state == "ok":
                         j.mounted -= self._oks(j, ins)
+                        self._changed(j)
                     if v.state != "pending":
                         log.info("job %s: node step %s %s: %s %s", job, ins["seq"],
                                  ins["do"], v.state, v.message)
@@ -541,8 +564,9 @@ class NodeSide:
         """A node's report of the instruction it carried out. Instruction numbers restart
         with rsad: a report naming another rsad's epoch (an agent that carried out the
         earlier rsad's instruction while rsad restarted) answers none of this rsad's,
-        whose own may carry the same number. A node of an older package names no epoch:
-        taken as before.
+        whose own may carry the same number, except a take-back (below), which is heard
+        (:meth:`_taken_back_before`). A node of an older package names no epoch: taken
+        as before.
 
         A failed report marked ``undone`` takes the node's mount of that instruction back:
         its Prolog undid it (its hard timeout, an error after the report; node/hooks.py
@@ -556,6 +580,8 @@ class NodeSide:
         ``compute.mounted``), so a restarted rsad knows it (daemon/memory.py)."""
         epoch = str(data.get("epoch") or "")
         if epoch and epoch != self.epoch:
+            if data.get("undone") and not data.get("ok") and not data.get("busy"):
+                return self._taken_back_before(job, node, data)
             log.info("job %s node %s: a report to an earlier rsad's instruction %s "
                      "(epoch %s): no answer to this rsad's", job, node, data.get("seq"),
                      epoch[:32])
@@ -580,6 +606,7 @@ class NodeSide:
                     if node in j.mounted:
                         j.mounted.discard(node)
                         answer["held"] = False
+                        answer["at"] = self._changed(j)
                         log.warning("job %s node %s: took back its mount of the RAMDISK; "
                                     "no longer counted as holding it", job, node)
             elif (j.current is None and j.standing is not None and node not in j.ended
@@ -591,21 +618,55 @@ class NodeSide:
                 if node not in j.mounted:
                     j.mounted.add(node)
                     answer["held"] = True
+                    answer["at"] = self._changed(j)
+            self._cond.notify_all()
+        return answer
+
+    def _taken_back_before(self, job: str, node: str,
+                           data: Mapping[str, Any]) -> dict[str, Any]:
+        """A node's Prolog took back the mount an earlier rsad's instruction gave it (it
+        undid it before it said so: its hard timeout, an error after its report; rsad
+        restarted meanwhile). Nothing of it is left on the node, but the earlier rsad may
+        have counted the node, and recorded it in the job's ``mounted``: this one would
+        have waited for its release at a reset (none comes: that Prolog started no
+        agent), failed busy and drained the node. The node holds nothing of this rsad's
+        instructions either (its Prolog carries out one, and this is its word on the
+        earlier one's): no longer counted, recorded like a take-back of this rsad's
+        (``held``). A node this rsad counts, from a report to its own instruction,
+        keeps that mount: the word is not about it."""
+        answer: dict[str, Any] = {"job_id": job, "node": node, "recorded": True}
+        with self._cond:
+            j = self._job(job)
+            if node in j.mounted:
+                return {**answer, "recorded": False}
+            log.warning("job %s node %s: took back its mount of an earlier rsad's "
+                        "instruction: %s", job, node, str(data.get("message") or "")[:500])
+            j.undone[node] = None
+            answer["held"] = False
+            answer["at"] = self._changed(j)
             self._cond.notify_all()
         return answer
 
     def epilog(self, job: str, node: str) -> dict[str, Any]:
+        """``node``'s Epilog ran: it took every mount of the job down and stopped its
+        agent. The answer's ``held`` says whether this rsad counted the node among those
+        that hold the mount, ``at`` what the change is as of (:meth:`_as_of`): the API
+        records it (``compute.epilog``) for a node the job's facts may count, so a
+        restarted rsad does not wait for a release from it (daemon/memory.py)."""
+        answer: dict[str, Any] = {"job_id": job, "node": node}
         with self._cond:
             j = self._jobs.get(job)
             if j is not None:
                 j.ended.add(node)
                 j.agents.discard(node)
+                answer["held"] = node in j.mounted
                 j.mounted.discard(node)
+                answer["at"] = self._changed(j)
                 if j.nodes is not None and j.nodes <= j.ended:
                     self._run_over(j)
                 self._cond.notify_all()
             self._prune()
-        return {"job_id": job, "node": node}
+        return answer
 
     def forget(self, job: str) -> None:
         """``job``'s id names a new job now (a new record: Slurm lost its state, or its

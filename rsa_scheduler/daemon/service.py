@@ -764,19 +764,39 @@ class Daemon:
             "nodes": nodes, "drain": reason})]))
         self.dispatcher.drain(job_id, nodes, reason)
 
-    def mount_noted(self, job_id: str, node: str, held: bool, message: str) -> None:
+    def mount_noted(self, job_id: str, node: str, held: bool, message: str,
+                    at: object = None) -> None:
         """Loop thread: ``node`` holds the job's RAMDISK mounted (a late Prolog's mount)
         or no longer does (its Prolog took back the mount it had reported: ``message``),
         outside any node step whose outcome records it: ``compute.mounted`` /
         ``compute.unmounted``, which the job's facts (``mounted``) follow, so a restarted
-        rsad asks the right nodes to release it (daemon/nodeside.py)."""
+        rsad asks the right nodes to release it (daemon/nodeside.py). ``at``: what the
+        change is as of (``NodeSide._as_of``): a step's outcome committed after it that
+        did not see it does not undo it (daemon/memory.py)."""
         ev = Event(self.clock(), job_id, "compute.mounted" if held else "compute.unmounted",
-                   {"node": node, **({} if held else {"message": message})})
+                   {"node": node, **({} if held else {"message": message}),
+                    **({"at": at} if at is not None else {})})
         self._commit(Decision(events=[ev]))
         self.memory.learn_facts(ev)
         if not held:
             log.warning("job %s: compute node %s took back its mount of the RAMDISK: %s",
                         job_id, node, message)
+
+    def epilog_noted(self, job_id: str, node: str, counted: bool, at: object) -> None:
+        """Loop thread: ``node``'s Epilog took every mount of the job down. Recorded
+        (``compute.epilog``) when the node was counted among those that hold the mount
+        (``counted``, by NodeSide) or the job's facts count it: otherwise a restarted
+        rsad, the job not over for it (a requeue, or its end not yet seen), waited for a
+        release from the node, which no agent gives: its reset failed busy after its
+        wait and drained the node. Nothing for the other nodes: one event per node that
+        held the mount, not per Epilog."""
+        facts = self.memory.facts.get(job_id)
+        if facts is None or not (counted or node in (facts.get("mounted") or ())):
+            return
+        ev = Event(self.clock(), job_id, "compute.epilog",
+                   {"node": node, **({"at": at} if at is not None else {})})
+        self._commit(Decision(events=[ev]))
+        self.memory.learn_facts(ev)
 
     def mount_left(self, job_id: str, node: str, message: str) -> None:
         """Loop thread: ``node``'s Epilog could not take every mount of ``job_id``'s

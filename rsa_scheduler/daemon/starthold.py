@@ -403,6 +403,7 @@ class StartHold:
         now = self.clock()
         for job in sorted(self.rerun_due):
             call = self.rerun_calls.get(job)
+            placed = False  # the call that just came back placed the hold
             if call is not None:
                 if not call.done():
                     continue  # one Slurm call at a time per job, in order
@@ -410,18 +411,18 @@ class StartHold:
                 done = call.result()  # None: failed (asked again after RELEASE_RETRY)
                 if done is not None and done[0]:
                     self.rerun_held[job] = done[1]
+                    placed = True
                 elif done is not None:
                     self.rerun_held.pop(job, None)
             rec = sched.records.get(job)
             held = job in self.rerun_held
             when, holding = self.rerun_asked.get(job, (-1e18, False))
             if rec is not None and rerun_waits(rec):
-                if not held and job in self.requeueing:
-                    continue
-                asked = not held and not (holding and now - when < RELEASE_RETRY)
-                if asked:
+                if held:
+                    self._tell_rerun_held(job, rec, now, placed)
+                elif job not in self.requeueing and not (
+                        holding and now - when < RELEASE_RETRY):
                     self._ask(job, now, True, self._hold_rerun, job)
-                self._tell_rerun_held(job, rec, now, asked)
             elif not held:
                 if job not in self.rerun_calls:
                     if job in self.rerun_asked and not holding:
@@ -436,16 +437,18 @@ class StartHold:
                     "why": rerun_released_message(job, quarantined, None),
                     "then": "held for its new RAMDISK" if wait else "released"})]))
 
-    def _tell_rerun_held(self, job: str, rec: JobRecord, now: float, asked: bool) -> None:
-        """Tell ``job``'s user why its rerun is held: once the hold is asked for, and
-        again when the reason changes (its earlier run's output goes, or went, to the
-        rescue area instead: the user must act; told again once the rescue is over, after
-        its own "stage-out finished"). A hold Slurm keeps across an rsad restart is told
-        again only for a rescue (the user's comment may say the stage-out is under way)."""
+    def _tell_rerun_held(self, job: str, rec: JobRecord, now: float, placed: bool) -> None:
+        """Tell the user of ``job``, which Slurm holds for its rerun hold, why: once
+        Slurm placed the hold (``placed``: never when it is only asked for, a call that
+        fails would leave a comment saying "held" on a job that is not), and again when
+        the reason changes (its earlier run's output goes, or went, to the rescue area
+        instead: the user must act; told again once the rescue is over, after its own
+        "stage-out finished"). A hold Slurm keeps across an rsad restart is told again
+        only for a rescue (the user's comment may say the stage-out is under way)."""
         rescued = rec.rescue_to if rec.rescued() else ""  # the earlier run's, not older
         message = rerun_held_message(job, rescued, rec.holds_user_data())
         told = self.rerun_told.get(job)
-        if message == told or not (asked or told is not None or rescued):
+        if message == told or not (placed or told is not None or rescued):
             return
         self.rerun_told[job] = message
         context: dict[str, JSON] = {"rsa_state": rec.rsa_state.value}

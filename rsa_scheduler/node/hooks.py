@@ -314,6 +314,68 @@ def undo(jm: JobMounts, ns: JobNamespace | None, ins: Mapping[str, Any] | None,
         _say("prolog", str(jm.job), f"rsad not told that the mount was undone: {e}")
 
 
+#: seconds the word to rsad of :func:`prolog_killed` may take: it runs within what is left
+#: of Slurm's PrologEpilogTimeout after the wrapper's backstop (340 s against 330 s + 2)
+KILLED_API_TIMEOUT = 3.0
+
+
+def prolog_killed(env: Mapping[str, str]) -> int:
+    """After the Prolog wrapper's backstop (``timeout`` in rsa-prolog) killed the Prolog:
+    stuck where its own hard timeout could not unwind it (a call hung in the kernel, on a
+    RAMDISK that does not answer), between a mount and its report, or after it. The
+    job starts all the same (the wrapper exits 0); whatever the Prolog had mounted is
+    undone first, lazily (a hung mount is detached, never touched), as its own unwind
+    would have: the job uses the PFS on this node. Before, the mount stayed under the
+    job while rsad, never told, did not count the node: a reset or a teardown destroyed
+    the RAMDISK under it without asking it, and a stage-out did not wait for its Epilog
+    (what the job wrote there after was lost with the RAMDISK). rsad may have counted
+    the mount (the Prolog's report went out: then the mount over the job's directory is
+    recorded, with the instruction's number and epoch): it is told the mount was taken
+    back (NodeSide.report). Always exits 0."""
+    job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""
+    node = env.get("SLURMD_NODENAME", "")
+    base = env.get("RSA_NODE_DIR", DEFAULT_BASE)
+    if not job or not node or not os.path.isdir(os.path.join(base, node, job)):
+        return 0  # it made nothing of the RSA here
+    from rsa_scheduler.node.mounts import JobMounts
+    from rsa_scheduler.node.namespace import JobNamespace
+
+    jm = JobMounts(job, node, base)
+    try:
+        targets = [e for e in jm.entries() if e.get("kind") == "target"]
+        ns = JobNamespace(jm.dir)
+        with inside(ns if ns.exists() else None):
+            rel = jm.release(lazy=True)
+        if not rel.ok:  # still mounted: rsad keeps counting what it counted
+            _say("prolog", job, f"killed by the wrapper's backstop; could not undo what it "
+                                f"had mounted: {rel.message} (record kept in "
+                                f"{jm.state_file})")
+            return 0
+        if not targets:
+            _say("prolog", job, "killed by the wrapper's backstop; nothing of the "
+                                "RAMDISK is left mounted over the job's directories; the "
+                                "job uses the PFS")
+            return 0
+        last = targets[-1]
+        msg = (f"the Prolog was killed by its wrapper's backstop (stuck past its hard "
+               f"timeout): what it had mounted of the RAMDISK over {last.get('path')} was "
+               f"undone; the job uses the PFS on {node}")
+        _say("prolog", job, msg)
+        st = settings(env)
+        from rsa_scheduler.client import ApiClient
+
+        epoch = {"epoch": str(last["epoch"])} if last.get("epoch") else {}
+        ApiClient(st.address, timeout=min(st.api_timeout, KILLED_API_TIMEOUT),
+                  trust_uid=0).post("/v1/hooks/mounted", {
+                      **from_env(env), "node": node, "protocol": PROTOCOL,
+                      "seq": int(last.get("seq") or 0), "ok": False, "undone": True,
+                      "message": msg, **epoch})
+    except Exception as e:  # never fail the job or drain the node
+        _say("prolog", job, f"after the wrapper's backstop: {e}; rsad not told that the "
+                            "mount was undone")
+    return 0
+
+
 def stop_agent(jm: JobMounts, grace: float = 1.0) -> None:
     """SIGTERM the job's node agent, SIGKILL it after ``grace``, and wait (``grace`` again)
     until it is gone: only if the recorded pid still runs the agent of this job (a
@@ -444,6 +506,8 @@ def main_epilog() -> None:
 
 if __name__ == "__main__":
     hook_name = sys.argv.pop(1) if len(sys.argv) > 1 else ""
+    if hook_name == "prolog-killed":  # rsa-prolog, after its backstop killed the Prolog
+        sys.exit(prolog_killed(os.environ))
     if hook_name not in _WHAT:
         sys.stderr.write("usage: python -m rsa_scheduler.node.hooks prolog|epilog [--help]\n")
         sys.exit(0)

@@ -433,7 +433,8 @@ def test_a_late_prologs_mount_is_recorded_and_known_after_an_rsad_crash(
     only: a restarted rsad did not know the node held the RAMDISK (only a reconnecting
     agent told it). Now it is the event ``compute.mounted``, the job's ``mounted`` fact
     follows it across a restart (SIGKILL here), and the reset after the restart releases
-    and remounts on both nodes; nothing is drained."""
+    and remounts on both nodes; nothing is drained. Each node's Epilog is recorded
+    (``compute.epilog``)."""
     if "alloc" in lab.get("RSA_LAB_PROLOG_FLAGS", "").lower():
         pytest.skip("PrologFlags=Alloc runs every node's Prolog at allocation: none is late")
     rsa = f"{lab['RSA_LAB_VENV']}/bin/rsa"
@@ -478,6 +479,9 @@ srun -N2 -n2 bash -c 'echo "written by $SLURMD_NODENAME" > {out}/from-$SLURMD_NO
               if e["name"] == "action.outcome" and "/reset/" in e["action"]]
     assert resets == ["ok"], resets
     assert not [e for e in data["events"] if e["name"] == "compute.unconfirmed"]
+    # each node's Epilog, of a node that held the mount, is recorded for a restart
+    assert sorted(str(e["node"]) for e in data["events"]
+                  if e["name"] == "compute.epilog") == nodes
     assert nothing_of_job_mounted(job)
     sinfo = root(lab, "sinfo", "-h", "-o", "%T").split()
     assert "drained" not in sinfo and "draining" not in sinfo

@@ -2601,6 +2601,105 @@ def test_a_mount_a_node_took_back_or_a_late_prolog_made_is_recorded_for_a_restar
 
 
 
+def test_a_late_mount_committed_before_the_steps_outcome_is_kept_by_it(
+        tmp_path: Path) -> None:
+    """The mount step read its nodes (c1, c2), then c3's late Prolog reported the standing
+    mount, and the loop committed ``compute.mounted`` before the step's own outcome. On
+    the code before, the outcome replaced ``mounted`` with what the step had read: a
+    restarted rsad did not know c3 held the RAMDISK (its reset and teardown did not wait
+    for c3's agent, a stage-out did not wait for its Epilog). Now the step's ``mounted``
+    says what it is as of, and later news is applied again on top of it."""
+    from rsa_scheduler.daemon.nodeside import nodeside_of
+
+    d, slurm = nodeside_daemon(tmp_path)
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    side = nodeside_of(d.registry)
+    assert side is not None
+    with side._cond:  # the input mount done on c[1-2], read by the step as of then
+        j = side._job("7")
+        j.standing, j.mounted = {"seq": 1, "do": "mount"}, {"c1", "c2"}
+        read = {"mounted": ["c1", "c2"], "mounted_at": [side.epoch, 0]}
+    with serving(d) as routes:
+        routes.dispatch(ROOT, "POST", "/v1/hooks/mounted",
+                        {"job_id": "7", "node": "c3", "seq": 1, "ok": True})
+    d.drain(timeout=0.5)
+    d.submit("milestone", ("7", "7/1/mount-input/5", read))  # the step's, committed late
+    d.drain(timeout=0.5)
+    assert d.facts["7"]["mounted"] == ["c1", "c2", "c3"]
+    settle(d)
+    d.shutdown()
+    d.store.close()
+    again = make_daemon(tmp_path, slurm, [])
+    assert again.facts["7"]["mounted"] == ["c1", "c2", "c3"]
+    # a later step's own read (it saw every change) is the job's, as before
+    again.submit("milestone", ("7", "7/1/reset/6", {"mounted": ["c1"],
+                                                    "mounted_at": ["another rsad", 1]}))
+    again.drain(timeout=0.5)
+    assert again.facts["7"]["mounted"] == ["c1"]
+
+
+def test_a_take_back_naming_an_earlier_rsads_epoch_is_recorded(tmp_path: Path) -> None:
+    """c2's Prolog undid the mount an earlier rsad gave it and recorded (rsad restarted
+    between its report and the take-back). On the code before, the take-back was
+    ignored (another epoch) and the job's ``mounted`` still named c2 after any number of
+    restarts."""
+    d, slurm = nodeside_daemon(tmp_path)
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    d.submit("milestone", ("7", "7/1/mount-input/5", {"mounted": ["c1", "c2"]}))
+    d.drain(timeout=0.5)
+    with serving(d) as routes:
+        routes.dispatch(ROOT, "POST", "/v1/hooks/mounted",
+                        {"job_id": "7", "node": "c2", "seq": 1, "ok": False, "undone": True,
+                         "epoch": "1796000000.000001",
+                         "message": "the Prolog did not finish: its mount was undone"})
+    d.drain(timeout=0.5)
+    assert [(e.name, e.context["node"]) for e in d.store.events("7")
+            if e.name.startswith("compute.")] == [("compute.unmounted", "c2")]
+    assert d.facts["7"]["mounted"] == ["c1"]
+    settle(d)
+    d.shutdown()
+
+
+def test_an_epilog_of_a_node_that_held_the_mount_is_recorded_for_a_restart(
+        tmp_path: Path) -> None:
+    """A node's Epilog takes every mount of the job down. On the code before, only the
+    live rsad knew: a restarted one still counted the node (the job's ``mounted`` fact),
+    and a reset re-issued for a job Slurm had requeued (or whose end it had not seen yet)
+    waited for a release from it, which no agent gives: busy after its wait, the node
+    drained. Now the Epilog of a node the job's facts count is ``compute.epilog``; the
+    Epilog of a node that never held the mount records nothing."""
+    from rsa_scheduler.daemon.nodeside import nodeside_of
+
+    d, slurm = nodeside_daemon(tmp_path)
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    d.submit("milestone", ("7", "7/1/mount-input/5", {"mounted": ["c1", "c2"]}))
+    d.drain(timeout=0.5)
+    side = nodeside_of(d.registry)
+    assert side is not None
+    with side._cond:
+        side._job("7").mounted = {"c1", "c2"}
+    with serving(d) as routes:
+        for node in ("c2", "c4"):
+            assert routes.dispatch(ROOT, "POST", "/v1/hooks/epilog",
+                                   {"job_id": "7", "node": node, "ok": True,
+                                    "message": "released"}) == {"job_id": "7", "node": node}
+    d.drain(timeout=0.5)
+    assert [(e.name, e.context["node"]) for e in d.store.events("7")
+            if e.name.startswith("compute.")] == [("compute.epilog", "c2")]
+    assert d.facts["7"]["mounted"] == ["c1"]
+    settle(d)
+    d.shutdown()
+    d.store.close()
+    again = make_daemon(tmp_path, slurm, [])
+    assert again.facts["7"]["mounted"] == ["c1"]  # what a re-issued reset waits for
+
+
 def test_an_epilog_that_left_a_mount_is_on_the_jobs_timeline_and_alerted(
         tmp_path: Path) -> None:
     """A node's Epilog that could not take the job's mount down (the user stacked a FUSE

@@ -443,3 +443,59 @@ def test_an_agent_that_ignores_sigterm_is_killed_and_reaped(tmp_path: Path) -> N
         agent.wait(5)
         if agent.stdout is not None:
             agent.stdout.close()
+
+
+@pytest.mark.parametrize("recorded", ["reported", "before the attach", "release fails"])
+def test_a_prolog_killed_by_its_backstop_has_its_mount_undone_and_taken_back(
+        tmp_path: Path, fake: type[FakeClient], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], recorded: str) -> None:
+    """The wrapper's backstop killed the Prolog between its mount and its report (or
+    after the report, before its end): before, the mount stayed under the job, and
+    rsad, never told (or told it was mounted), did not count the node (or went on
+    counting it): a reset or a teardown destroyed the RAMDISK under it, a stage-out did
+    not wait for its Epilog. Now ``prolog-killed`` undoes it lazily before the job starts
+    and takes it back with the instruction's number and epoch (NodeSide.report); a mount
+    it cannot undo stays counted (nothing said)."""
+    from rsa_scheduler.node.mounts import JobMounts, Released
+
+    released: list[bool] = []
+
+    def release(_self: JobMounts, *, lazy: bool) -> Released:
+        released.append(lazy)
+        if recorded == "release fails":
+            return Released(False, False, "umount: /pfs/in: Invalid argument")
+        return Released(True, False, "released")
+
+    monkeypatch.setattr(JobMounts, "release", release)
+    jobdir = tmp_path / "n" / "c1" / "42"
+    jobdir.mkdir(parents=True)
+    mounts: list[dict[str, Any]] = [{"kind": "client", "path": str(jobdir / "ramdisk"),
+                                     "seq": 4}]
+    if recorded != "before the attach":
+        mounts.append({"kind": "target", "path": "/pfs/in", "seq": 4, "epoch": "E1",
+                       "role": "input"})
+    import json
+
+    (jobdir / "mounts.json").write_text(json.dumps({"job": "42", "node": "c1", "seq": 4,
+                                                    "mounts": mounts}))
+    assert hooks.prolog_killed(env(tmp_path)) == 0
+    assert released == [True]  # lazily: a hung mount is detached, never touched
+    reports = [b for p, b in fake.posts if p == "/v1/hooks/mounted"]
+    err = capsys.readouterr().err
+    if recorded != "reported":
+        assert reports == []  # never reported (rsad never counted it), or still mounted
+        assert ("could not undo" in err) == (recorded == "release fails")
+        return
+    assert [(r["seq"], r["ok"], r["undone"], r["epoch"]) for r in reports] == [
+        (4, False, True, "E1")]
+    assert reports[0]["message"] == (
+        "the Prolog was killed by its wrapper's backstop (stuck past its hard timeout): "
+        "what it had mounted of the RAMDISK over /pfs/in was undone; the job uses the PFS "
+        "on c1")
+    assert "the job uses the PFS on c1" in err
+
+
+def test_after_a_prolog_killed_before_it_made_anything_nothing_happens(
+        tmp_path: Path, fake: type[FakeClient]) -> None:
+    assert hooks.prolog_killed(env(tmp_path)) == 0
+    assert fake.posts == [] and not (tmp_path / "n").exists()

@@ -756,6 +756,9 @@ def test_a_node_that_undid_its_reported_mount_is_no_longer_held_to_release_it() 
                                   "message": "the Prolog did not finish (hard timeout of "
                                              "10s): what it had mounted of the RAMDISK "
                                              "over /scratch/a/in was undone"})
+    # as of a change after the step's own record of ``mounted`` (daemon/memory.py)
+    at = got.pop("at")
+    assert at[0] == done.detail["mounted_at"][0] and at[1] > done.detail["mounted_at"][1]
     assert got == {"job_id": "7", "node": "c2", "recorded": True, "held": False}
     # what rsad recorded of the mount step still names c2 (its outcome was committed
     # before the report; the API records the change as compute.unmounted)
@@ -826,3 +829,88 @@ def test_a_late_mount_report_of_a_node_whose_epilog_ran_holds_nothing() -> None:
     rel = side.agent("7", "c1", "c[1-3]", 0, wait=2)
     side.report("7", "c1", {"seq": rel["seq"], "ok": True})
     assert teardown.result(5) == ["c1"]  # before: c2 asked too, silent: refused
+
+
+def test_a_reset_after_a_restart_does_not_wait_for_a_node_whose_epilog_was_recorded() -> None:
+    """c2's Epilog ran (the job was requeued, or its end not yet seen), then rsad was
+    restarted with the reset outstanding. On the code before, the Epilog was known only
+    to the rsad that heard it: the next one's facts still counted c2, the re-issued
+    reset waited for a release from c2, which no agent gives, and ended BUSY with c2
+    silent (drained in Slurm, alerted). Now the API records it (``compute.epilog``, as
+    of after the step's record of ``mounted``) and the job's facts follow."""
+    from rsa_scheduler.core.events import Event
+    from rsa_scheduler.daemon.memory import Memory
+
+    side, reg, _ = make_side(timeout=1.5)
+    side.settle = 0.05
+    fut = start(reg, ActionKind.MOUNT_INPUT, INPUT)
+    ins = until(side, lambda: side.prolog("7", "c1", "c[1-2]", "mounting-input"), "mount")
+    side.prolog("7", "c2", "c[1-2]", "mounting-input")
+    for node in ("c1", "c2"):
+        side.report("7", node, {"seq": ins["seq"], "ok": True})
+    done = fut.result(5)
+    ended = side.epilog("7", "c2")
+    # what the log holds, replayed by the next rsad: the Epilog's record committed
+    # before the step's outcome (the loop takes them in the order they came)
+    memory = Memory()
+    memory.learn(Event(1.0, "7", "action.outcome", {"result": "ok", "detail": {
+        "mount": SPEC.to_json()}}))
+    memory.learn(Event(2.0, "7", "compute.epilog", {"node": "c2",
+                                                    "at": ended.get("at")}))
+    memory.learn(Event(3.0, "7", "action.outcome", {"result": "ok",
+                                                   "detail": dict(done.detail)}))
+    assert memory.facts["7"]["mounted"] == ["c1"]
+    again, reg2, backend = make_side(timeout=1.5)  # the restarted rsad
+    again.agent_settle = 0.1
+    action = Action("7/1/reset/3", "7", ActionKind.RESET, RESET_ARGS)
+    ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
+                        facts=dict(memory.facts["7"]))
+    reset: Future[Outcome] = Future()
+    threading.Thread(target=lambda: reset.set_result(reg2.run(ctx)), daemon=True).start()
+    rel = until(again, lambda: again.agent("7", "c1", "c[1-2]", 0, wait=0.05), "release")
+    again.report("7", "c1", {"seq": rel["seq"], "ok": True, "epoch": again.epoch})
+    mount = until(again, lambda: again.agent("7", "c1", "c[1-2]", rel["seq"], wait=0.05),
+                  "mount")
+    again.report("7", "c1", {"seq": mount["seq"], "ok": True, "epoch": again.epoch})
+    out = reset.result(5)
+    assert out.result is Result.OK, out  # before: BUSY, {"silent": ["c2"]} (drained)
+    assert backend.resets == 1
+    assert ended["held"] is True and ended["at"][1] > done.detail["mounted_at"][1]
+
+
+def test_a_take_back_of_an_earlier_rsads_mount_is_heard_by_the_restarted_one() -> None:
+    """c2's Prolog reported the mount an earlier rsad gave it (counted, recorded in the
+    job's ``mounted``), then rsad restarted, then the Prolog met its hard timeout before
+    it started the job's agent and undid the mount: its take-back names the earlier
+    epoch. On the code before, the restarted rsad ignored it (another epoch: its
+    numbers are not this rsad's): its reset waited for a release from c2, which no agent
+    gives, and ended BUSY with c2 silent (drained in Slurm, alerted). Nothing of the
+    mount is left on c2: it no longer counts, and the API records that (``held``)."""
+    side, reg, backend = make_side(timeout=1.5)  # the restarted rsad
+    side.agent_settle = 0.1
+    action = Action("7/1/reset/3", "7", ActionKind.RESET, RESET_ARGS)
+    ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
+                        facts={"mount": SPEC.to_json(), "mounted": ["c1", "c2"]})
+    reset: Future[Outcome] = Future()
+    threading.Thread(target=lambda: reset.set_result(reg.run(ctx)), daemon=True).start()
+    rel = until(side, lambda: side.agent("7", "c1", "c[1-2]", 0, wait=0.05), "release")
+    got = side.report("7", "c2", {"seq": 1, "ok": False, "undone": True,
+                                  "epoch": "1796000000.000001",
+                                  "message": "the Prolog did not finish (hard timeout of "
+                                             "10s): what it had mounted of the RAMDISK "
+                                             "over /scratch/a/in was undone"})
+    side.report("7", "c1", {"seq": rel["seq"], "ok": True, "epoch": side.epoch})
+    mount = until(side, lambda: side.agent("7", "c1", "c[1-2]", rel["seq"], wait=0.05),
+                  "mount")
+    side.report("7", "c1", {"seq": mount["seq"], "ok": True, "epoch": side.epoch})
+    out = reset.result(5)
+    assert out.result is Result.OK, out  # before: BUSY, {"silent": ["c2"]} (drained)
+    assert backend.resets == 1
+    assert got["recorded"] is True and got["held"] is False
+    # an earlier rsad's ok, or a take-back by a node this rsad counts a mount of, is not
+    # about this rsad's instructions: nothing changes
+    assert side.report("7", "c2", {"seq": 1, "ok": True, "epoch": "1796000000.000001"}) \
+        == {"job_id": "7", "node": "c2", "recorded": False}
+    assert side.report("7", "c1", {"seq": 1, "ok": False, "undone": True,
+                                   "epoch": "1796000000.000001", "message": "undone"}) \
+        == {"job_id": "7", "node": "c1", "recorded": False}

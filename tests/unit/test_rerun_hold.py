@@ -125,6 +125,9 @@ def test_a_requeued_run_is_held_until_its_earlier_runs_output_is_verified(
     requeued_while_its_output_is_on_the_ramdisk(d, slurm)
     assert holds(slurm) == [f"7:{RERUN_HOLD}:{COMMENT} hold=rerun"]
     assert rerun_held(admin_comment(slurm))
+    assert not any("held" in c for c in comments(slurm))  # told once Slurm placed it
+    d.poll()  # the hold's outcome read: placed
+    flush_urgent(d)
     assert any("held until the previous run's output is staged out and verified" in c
                for c in comments(slurm))
     for _ in range(3):  # Slurm shows it held (BeginTime): nothing more while it verifies
@@ -171,6 +174,43 @@ def test_a_rerun_is_released_once_its_earlier_runs_output_is_quarantined(
 class FailingHold(ScriptedSlurm):
     def hold(self, job_id: str, seconds: int, admin_comment: str) -> None:
         raise SlurmError("slurmctld not answering")
+
+
+def test_a_rerun_hold_slurm_refused_is_never_told_as_held(tmp_path: Path) -> None:
+    """The hold call fails (slurmctld not answering): the job is not held, and its
+    comment must not say it is. Before, the user was told "held" when the hold was asked
+    for, and the comment said so until a retry placed it (30 s, or never)."""
+    slurm, gated = FailingHold(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    requeued_while_its_output_is_on_the_ramdisk(d, slurm)
+    for _ in range(3):  # its outcome read (failed), and later cycles
+        d.poll()
+        flush_urgent(d)
+    assert not rerun_held(admin_comment(slurm))
+    assert not any("held" in c for c in comments(slurm))
+    assert "job.rerun-held" not in [e.name for e in d.store.events("7")]
+    gated.gate.set()
+    d.shutdown()
+
+
+def test_a_rerun_hold_is_told_once_slurm_placed_it_not_when_asked(tmp_path: Path) -> None:
+    """slurmctld slow to answer the hold: nothing said of a hold until it is placed,
+    then the user is told once."""
+    slurm, gated = SlowHold(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    requeued_while_its_output_is_on_the_ramdisk_unflushed(d, slurm)
+    d.poll()  # the call still in flight
+    assert not any("held" in c for c in comments(slurm))
+    assert "job.rerun-held" not in [e.name for e in d.store.events("7")]
+    slurm.answer.set()
+    flush_urgent(d)
+    d.poll()
+    flush_urgent(d)
+    told = [c for c in comments(slurm) if "held until the previous run's output" in c]
+    assert len(told) == 1
+    assert [e.name for e in d.store.events("7")].count("job.rerun-held") == 1
+    gated.gate.set()
+    d.shutdown()
 
 
 def test_a_rerun_hold_a_crash_cut_off_is_placed_by_the_next_rsad(tmp_path: Path) -> None:
@@ -364,6 +404,8 @@ def test_a_job_requeued_after_its_rescue_is_held_with_where_its_output_is(
     d.poll()
     flush_urgent(d)
     assert holds(slurm) == [f"7:{RERUN_HOLD}:{COMMENT} hold=rerun"]
+    d.poll()  # the hold placed: told
+    flush_urgent(d)
     assert f"was rescued to {RESCUED}, not to DATA_OUT" in comments(slurm)[-1]
     names = [e.name for e in d.store.events("7")]
     assert names.count("job.rerun-held") == 1

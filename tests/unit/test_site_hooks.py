@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,26 @@ def test_without_site_scripts_the_hooks_exit_0_as_before(
                     RSA_PYTHON=str(python))
         assert done.returncode == 0, (hook, done.stderr)
     assert len(_lines(tmp_path / "log")) == 4
+
+
+def test_a_prolog_killed_by_the_backstop_is_followed_by_its_undo(
+        site: Path, tmp_path: Path) -> None:
+    """Our Prolog stuck past the wrapper's backstop (a call hung in the kernel, where its
+    own hard timeout cannot unwind it) is killed; before, the job then started with
+    whatever it had mounted, rsad never told. Now the wrapper runs the undo
+    (``prolog-killed``: node/hooks.py ``prolog_killed``), bounded, and still exits 0;
+    a Prolog that ends by itself is followed by nothing."""
+    stuck = _script(tmp_path / "python",
+                    'echo "ours $*" >> "$LOG"; [ "$3" = prolog ] && exec sleep 30; exit 0')
+    log = tmp_path / "log"
+    t0 = time.monotonic()
+    done = _run([str(HOOKS / "rsa-prolog")], site, log, RSA_PYTHON=str(stuck),
+                RSA_PROLOG_BACKSTOP="1")
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - t0 < 20
+    assert _lines(log) == ["ours -m rsa_scheduler.node.hooks prolog",
+                           "ours -m rsa_scheduler.node.hooks prolog-killed"]
+    log.unlink()
+    done = _run([str(HOOKS / "rsa-prolog")], site, log,
+                RSA_PYTHON=str(_script(tmp_path / "quick", 'echo "ours $*" >> "$LOG"')))
+    assert done.returncode == 0 and _lines(log) == ["ours -m rsa_scheduler.node.hooks prolog"]
