@@ -200,11 +200,26 @@ CATALOGUE: Mapping[str, EventKind] = {
     "compute.mounted": EventKind(
         "a compute node's Prolog mounted the job's RAMDISK outside any node step of rsad "
         "(it ran late)",
-        {"node": "the compute node"},
+        {"node": "the compute node",
+         "at": "what the change is as of: [the epoch of the rsad that counted it, how many "
+               "changes to the job's mounted nodes preceded it] (a step's outcome committed "
+               "after it that did not see it does not undo it)"},
         _SERVICE),
     "compute.unmounted": EventKind(
-        "a compute node's Prolog took back a mount of the RAMDISK it had reported",
-        {"node": "the compute node", "message": "why"},
+        "a compute node's Prolog took back a mount of the RAMDISK it had reported (also "
+        "one an earlier rsad counted, or that a Prolog killed by its backstop undid)",
+        {"node": "the compute node", "message": "why",
+         "at": "what the change is as of: [the epoch of the rsad that counted it, how many "
+               "changes to the job's mounted nodes preceded it] (a step's outcome committed "
+               "after it that did not see it does not undo it)"},
+        _SERVICE),
+    "compute.epilog": EventKind(
+        "the Epilog of a compute node that held the job's RAMDISK took every mount of it "
+        "down: a restarted rsad does not wait for a release from that node",
+        {"node": "the compute node",
+         "at": "what the change is as of: [the epoch of the rsad that counted it, how many "
+               "changes to the job's mounted nodes preceded it] (a step's outcome committed "
+               "after it that did not see it does not undo it)"},
         _SERVICE),
     "compute.left": EventKind(
         "a compute node's Epilog could not take every mount of the job's RAMDISK down: "
