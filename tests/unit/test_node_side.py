@@ -21,6 +21,11 @@ from rsa_scheduler.fs.base import FilesystemBackend, FsRequest, Health, MountSpe
 from rsa_scheduler.hosts import CancelToken
 from tests.unit.corekit import make_args
 
+#: how long a test's agent long-polls for an instruction another thread publishes: it
+#: returns as soon as one comes, so only a failing test waits this long (at 2 s, a loaded
+#: CI host could leave the instruction unpublished and the poll answered "idle")
+SOON = 30.0
+
 SPEC = MountSpec("fake", "job7-c1", ("rsa1",), "/mnt/rsa/job7-c1",
                  {"master_host": "10.0.0.1", "master_port": 9421})
 
@@ -150,10 +155,10 @@ def test_reset_releases_recreates_and_mounts_output_through_the_agents() -> None
     side.prolog("7", "c1", "c[1-2]", "mounted-input")
     fut = start(reg, ActionKind.RESET, RESET_ARGS)
     for node in ("c1", "c2"):
-        rel = side.agent("7", node, "c[1-2]", 0, wait=2)
+        rel = side.agent("7", node, "c[1-2]", 0, wait=SOON)
         assert rel["do"] == "release"
         side.report("7", node, {"seq": rel["seq"], "ok": True})
-    mounts = [side.agent("7", n, "c[1-2]", 1, wait=2) for n in ("c1", "c2")]
+    mounts = [side.agent("7", n, "c[1-2]", 1, wait=SOON) for n in ("c1", "c2")]
     assert all(m["do"] == "mount" and m["role"] == "output" for m in mounts)
     assert mounts[0]["target"] == "/scratch/a/out" and mounts[0]["mode"] == "rw"
     assert mounts[0]["client_argv"] == ["fakemount", "1", "@MOUNTPOINT@"]  # the new FS
@@ -171,9 +176,9 @@ def test_reset_whose_output_mount_fails_on_one_node_keeps_the_new_ramdisk() -> N
     side.prolog("7", "c1", "c[1-2]", "mounted-input")
     fut = start(reg, ActionKind.RESET, RESET_ARGS)
     for node in ("c1", "c2"):
-        rel = side.agent("7", node, "c[1-2]", 0, wait=2)
+        rel = side.agent("7", node, "c[1-2]", 0, wait=SOON)
         side.report("7", node, {"seq": rel["seq"], "ok": True})
-    mounts = [side.agent("7", n, "c[1-2]", 1, wait=2) for n in ("c1", "c2")]
+    mounts = [side.agent("7", n, "c[1-2]", 1, wait=SOON) for n in ("c1", "c2")]
     side.report("7", "c1", {"seq": mounts[0]["seq"], "ok": True})
     side.report("7", "c2", {"seq": mounts[1]["seq"], "ok": False,
                             "message": "mfsmount: ETIMEDOUT"})
@@ -192,9 +197,9 @@ def test_reset_whose_output_mount_a_node_refused_over_another_jobs_says_what_is_
     side, reg, _backend = make_side()
     side.prolog("7", "c1", "c1", "mounted-input")
     fut = start(reg, ActionKind.RESET, RESET_ARGS)
-    rel = side.agent("7", "c1", "c1", 0, wait=2)
+    rel = side.agent("7", "c1", "c1", 0, wait=SOON)
     side.report("7", "c1", {"seq": rel["seq"], "ok": True})
-    mount = side.agent("7", "c1", "c1", 1, wait=2)
+    mount = side.agent("7", "c1", "c1", 1, wait=SOON)
     refused = ("/scratch/a/out has the RAMDISK of your job 9 mounted over it on this node: "
                "one job's RAMDISK is never mounted over another's; this job sees job 9's "
                "RAMDISK there until it is unmounted (at that job's end), then the PFS")
@@ -208,7 +213,7 @@ def test_reset_with_a_busy_input_mount_is_busy_and_changes_nothing() -> None:
     side, reg, backend = make_side()
     side.prolog("7", "c1", "c1", "mounted-input")
     fut = start(reg, ActionKind.RESET, RESET_ARGS)
-    rel = side.agent("7", "c1", "c1", 0, wait=2)
+    rel = side.agent("7", "c1", "c1", 0, wait=SOON)
     side.report("7", "c1", {"seq": rel["seq"], "ok": False, "busy": True,
                             "message": "target is busy"})
     out = fut.result(5)
@@ -230,7 +235,7 @@ def test_an_input_mount_reissued_after_a_restart_is_answered_by_the_agents() -> 
     for node in ("c1", "c2"):  # the agents of the earlier rsad reconnect
         assert side.agent("7", node, "c[1-2]", 0, wait=0)["do"] == "idle"
     fut = start(reg, ActionKind.MOUNT_INPUT, INPUT)
-    got = [side.agent("7", n, "c[1-2]", 0, wait=2) for n in ("c1", "c2")]
+    got = [side.agent("7", n, "c[1-2]", 0, wait=SOON) for n in ("c1", "c2")]
     assert all(g["do"] == "mount" and g["role"] == "input" for g in got)
     side.report("7", "c1", {"seq": got[0]["seq"], "ok": True})
     side.report("7", "c2", {"seq": got[1]["seq"], "ok": True})
@@ -283,12 +288,12 @@ def test_release_waits_for_every_nodes_agent_before_destroying() -> None:
     side.agent_settle = 0.3
     side.prolog("7", "c1", "c[1-2]", "mounted-input")
     fut = start(reg, ActionKind.RESET, RESET_ARGS)
-    rel = side.agent("7", "c1", "c[1-2]", 0, wait=2)
+    rel = side.agent("7", "c1", "c[1-2]", 0, wait=SOON)
     side.report("7", "c1", {"seq": rel["seq"], "ok": True})
-    rel2 = side.agent("7", "c2", "c[1-2]", 0, wait=2)  # c2's agent reconnects later
+    rel2 = side.agent("7", "c2", "c[1-2]", 0, wait=SOON)  # c2's agent reconnects later
     assert rel2["do"] == "release" and backend.resets == 0
     side.report("7", "c2", {"seq": rel2["seq"], "ok": True})
-    mount = side.agent("7", "c1", "c[1-2]", rel["seq"], wait=2)
+    mount = side.agent("7", "c1", "c[1-2]", rel["seq"], wait=SOON)
     for node in ("c1", "c2"):
         side.report("7", node, {"seq": mount["seq"], "ok": True})
     assert fut.result(5).result is Result.OK and backend.resets == 1
@@ -333,7 +338,7 @@ def test_a_release_is_never_done_while_a_node_that_holds_the_mount_is_silent() -
     assert done.result is Result.OK and done.detail["mounted"] == ["c1", "c2"]
     # only c1's agent is there: c2 (which holds the input mount) never confirms
     reset = start(reg, ActionKind.RESET, RESET_ARGS)
-    rel = side.agent("7", "c1", "c[1-2]", 0, wait=2)
+    rel = side.agent("7", "c1", "c[1-2]", 0, wait=SOON)
     side.report("7", "c1", {"seq": rel["seq"], "ok": True})
     out = reset.result(5)
     # busy, not failed: a failed reset tears the RAMDISK down; a busy one is retried and
@@ -352,7 +357,7 @@ def test_after_a_restart_the_recorded_mounts_must_confirm_the_release() -> None:
                         facts={"mount": SPEC.to_json(), "mounted": ["c1", "c2"]})
     fut: Future[Outcome] = Future()
     threading.Thread(target=lambda: fut.set_result(reg.run(ctx)), daemon=True).start()
-    rel = side.agent("7", "c1", "c[1-2]", 0, wait=2)  # c2's agent never comes back
+    rel = side.agent("7", "c1", "c[1-2]", 0, wait=SOON)  # c2's agent never comes back
     side.report("7", "c1", {"seq": rel["seq"], "ok": True})
     out = fut.result(5)
     assert out.result is Result.BUSY and out.detail == {"silent": ["c2"]}
@@ -376,9 +381,9 @@ def test_a_reset_reissued_after_a_crash_never_destroys_the_ramdisk_it_made() -> 
 
     side.prolog("7", "c1", "c1", "mounted-input")
     first = run({"mount": SPEC.to_json()})
-    rel = side.agent("7", "c1", "c1", 0, wait=2)
+    rel = side.agent("7", "c1", "c1", 0, wait=SOON)
     side.report("7", "c1", {"seq": rel["seq"], "ok": True})
-    mount = side.agent("7", "c1", "c1", rel["seq"], wait=2)
+    mount = side.agent("7", "c1", "c1", rel["seq"], wait=SOON)
     assert mount["do"] == "mount" and backend.resets == 1
     assert milestones == [{"reset_of": "7/1/reset/3", "mount": milestones[0]["mount"]}]
     # rsad dies here, the job writes its output; the new rsad re-issues the same action
@@ -386,7 +391,7 @@ def test_a_reset_reissued_after_a_crash_never_destroys_the_ramdisk_it_made() -> 
     first.result(5)  # (a crash records no outcome: this one is dropped)
     token = CancelToken()
     again = run({"mount": milestones[0]["mount"], "reset_of": "7/1/reset/3"})
-    mount2 = side.agent("7", "c1", "c1", mount["seq"], wait=2)
+    mount2 = side.agent("7", "c1", "c1", mount["seq"], wait=SOON)
     assert mount2["do"] == "mount" and mount2["role"] == "output"  # no release first
     side.report("7", "c1", {"seq": mount2["seq"], "ok": True})
     assert again.result(5).result is Result.OK
@@ -496,10 +501,10 @@ def test_a_reset_of_writable_input_writes_it_back_after_the_release() -> None:
     side.written_back = lambda fs_id: order.append(f"forget {fs_id}")
     side.prolog("7", "c1", "c1", "mounted-input")
     fut = start(reg, ActionKind.RESET, make_args(ActionKind.RESET, write_back=True))
-    rel = side.agent("7", "c1", "c1", 0, wait=2)
+    rel = side.agent("7", "c1", "c1", 0, wait=SOON)
     assert rel["do"] == "release" and order == []
     side.report("7", "c1", {"seq": rel["seq"], "ok": True})
-    mount = side.agent("7", "c1", "c1", 1, wait=2)
+    mount = side.agent("7", "c1", "c1", 1, wait=SOON)
     side.report("7", "c1", {"seq": mount["seq"], "ok": True})
     out = fut.result(5)
     assert out.result is Result.OK
@@ -643,7 +648,7 @@ def test_a_teardown_asks_every_node_that_holds_the_mount_to_release_it_first() -
     mounted_input_on(side, reg, ("c1", "c2"))
     fut = releasing(side, teardown_ctx())
     for node in ("c1", "c2"):
-        rel = side.agent("7", node, "c[1-2]", 0, wait=2)
+        rel = side.agent("7", node, "c[1-2]", 0, wait=SOON)
         assert rel["do"] == "release"
         assert not fut.done()
         side.report("7", node, {"seq": rel["seq"], "ok": True})
@@ -654,13 +659,13 @@ def test_a_node_that_does_not_release_keeps_the_ramdisk() -> None:
     side, reg, _ = make_side(timeout=1.0)
     mounted_input_on(side, reg, ("c1", "c2"))
     fut = releasing(side, teardown_ctx())
-    rel = side.agent("7", "c1", "c[1-2]", 0, wait=2)
+    rel = side.agent("7", "c1", "c[1-2]", 0, wait=SOON)
     side.report("7", "c1", {"seq": rel["seq"], "ok": True})  # c2 never answers
     with pytest.raises(RsaError, match=r"c2 did not confirm .* kept"):
         fut.result(5)
     busy = releasing(side, teardown_ctx())
     for node in ("c1", "c2"):
-        rel = side.agent("7", node, "c[1-2]", 0, wait=2)
+        rel = side.agent("7", node, "c[1-2]", 0, wait=SOON)
         side.report("7", node, {"seq": rel["seq"], "ok": node == "c1", "busy": node == "c2",
                                 "message": "/scratch/a/in is in use"})
     with pytest.raises(RsaError, match="kept"):
@@ -721,7 +726,7 @@ def test_a_report_to_an_earlier_rsads_instruction_never_answers_this_ones() -> N
     for node in ("c1", "c2"):  # both agents connected to this rsad
         assert side.agent("7", node, "c[1-2]", 0, wait=0)["do"] == "idle"
     fut = start(reg, ActionKind.RESET, RESET_ARGS)
-    rel = side.agent("7", "c1", "c[1-2]", 0, wait=2, epoch=side.epoch)
+    rel = side.agent("7", "c1", "c[1-2]", 0, wait=SOON, epoch=side.epoch)
     assert rel["do"] == "release" and rel["epoch"] == side.epoch
     side.report("7", "c1", {"seq": rel["seq"], "ok": True, "epoch": side.epoch})
     got = side.report("7", "c2", {"seq": rel["seq"], "ok": True, "epoch": "1795000000.0"})
@@ -764,7 +769,7 @@ def test_a_node_that_undid_its_reported_mount_is_no_longer_held_to_release_it() 
     # before the report; the API records the change as compute.unmounted)
     facts = {"mount": SPEC.to_json(), "mounted": ["c1", "c2"]}
     teardown = releasing(side, teardown_ctx(facts))
-    rel = side.agent("7", "c1", "c[1-2]", 0, wait=2)
+    rel = side.agent("7", "c1", "c[1-2]", 0, wait=SOON)
     side.report("7", "c1", {"seq": rel["seq"], "ok": True})
     assert teardown.result(5) == ["c1"]
     action = Action("7/1/reset/3", "7", ActionKind.RESET, RESET_ARGS)
@@ -772,10 +777,10 @@ def test_a_node_that_undid_its_reported_mount_is_no_longer_held_to_release_it() 
                         facts=facts)
     reset: Future[Outcome] = Future()
     threading.Thread(target=lambda: reset.set_result(reg.run(ctx)), daemon=True).start()
-    rel = side.agent("7", "c1", "c[1-2]", rel["seq"], wait=2)
+    rel = side.agent("7", "c1", "c[1-2]", rel["seq"], wait=SOON)
     assert rel["do"] == "release"
     side.report("7", "c1", {"seq": rel["seq"], "ok": True})
-    mount = side.agent("7", "c1", "c[1-2]", rel["seq"], wait=2)
+    mount = side.agent("7", "c1", "c[1-2]", rel["seq"], wait=SOON)
     assert mount["do"] == "mount" and mount["role"] == "output"
     side.report("7", "c1", {"seq": mount["seq"], "ok": True})
     out = reset.result(5)
@@ -826,7 +831,7 @@ def test_a_late_mount_report_of_a_node_whose_epilog_ran_holds_nothing() -> None:
     assert "held" not in got
     side.prolog("7", "c2", "c2", "staged-in")  # the requeued run's Prolog on c2
     teardown = releasing(side, teardown_ctx())
-    rel = side.agent("7", "c1", "c[1-3]", 0, wait=2)
+    rel = side.agent("7", "c1", "c[1-3]", 0, wait=SOON)
     side.report("7", "c1", {"seq": rel["seq"], "ok": True})
     assert teardown.result(5) == ["c1"]  # before: c2 asked too, silent: refused
 
