@@ -133,14 +133,13 @@ class Bases:
                     left.unlink()
 
 
-def too_many_words(data_in: str, limit: int) -> str:
-    """The user's line when a writable input holds more than ``limit`` objects: what the
-    limit is, why, and what to do."""
-    return (f"stage-in refused: the writable input {data_in} holds more than {limit} "
-            f"objects, the most #RSA_INPUT=rw may hold on this cluster "
-            f"(staging.writable_objects: its write-back lists every object in memory): "
-            f"use #RSA_INPUT=ro (results to #RSA_DATA_OUT), or a DATA_IN of at most "
-            f"{limit} objects")
+def too_many_words(limit: int) -> str:
+    """The user's line when a writable input holds more than ``limit`` objects: that it
+    does, the limit, what to do. Short enough for the job's comment whole (with its
+    words around it: ``dispatch.COMMENT_MAX``), so it names neither DATA_IN (the user's
+    own) nor the key (rsad's log does)."""
+    return (f"stage-in refused: this writable input holds more than {limit} objects, "
+            "the most #RSA_INPUT=rw may hold here: use #RSA_INPUT=ro, or a smaller DATA_IN")
 
 
 def record_stage_in(bases: Bases, fs_id: str, eng: StagingEngine, data_in: str,
@@ -160,7 +159,7 @@ def record_stage_in(bases: Bases, fs_id: str, eng: StagingEngine, data_in: str,
         del entries
         log.warning("job %s: writable input %s holds more than %d objects "
                     "(staging.writable_objects): refused", eng.job_id, data_in, cap)
-        raise StagingError(too_many_words(data_in, cap), permanent=True)
+        raise StagingError(too_many_words(cap), permanent=True)
     base = base_of(entries)
     del entries
     bases.save(fs_id, base)

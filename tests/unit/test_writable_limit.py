@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from rsa_scheduler.core.actions import Result
+from rsa_scheduler.daemon.dispatch import fit_comment
 from rsa_scheduler.daemon.engines import EnginePool, WorkerEngine
 from rsa_scheduler.daemon.writeback import Bases, record_stage_in, too_many_words
 from rsa_scheduler.hosts import CancelToken
@@ -75,11 +76,14 @@ def test_a_writable_input_above_the_limit_is_refused_before_anything_is_recorded
         record_stage_in(bases, "job77-c1", eng, str(pfs), limit=50)
     assert e.value.permanent
     line = str(e.value)
-    assert line == too_many_words(str(pfs), 50)
-    assert "\n" not in line
-    for words in (f"stage-in refused: the writable input {pfs} holds more than 50 objects",
-                  "staging.writable_objects", "#RSA_INPUT=ro", "at most 50 objects"):
-        assert words in line, line
+    assert line == too_many_words(50)
+    assert line == ("stage-in refused: this writable input holds more than 50 objects, "
+                    "the most #RSA_INPUT=rw may hold here: use #RSA_INPUT=ro, or a "
+                    "smaller DATA_IN")
+    # whole in the job's comment, with the words around it, at the largest limit
+    said = f"RSA: no RAMDISK for this run (refused, no retry: {too_many_words(10**9)}" \
+        "); released to start: it reads from the PFS"
+    assert fit_comment(said) == said
     assert read == [51]  # never the whole tree: limit + 1 objects read, then refused
     assert bases.load("job77-c1") is None  # nothing recorded
     assert not (area / "state").exists() or not list((area / "state").iterdir())
@@ -105,7 +109,7 @@ def test_the_refusal_crosses_the_staging_worker_intact(area: Path, user: Identit
     bases = Bases(area / "state")
     with pytest.raises(StagingError) as e:
         twin.record_base(str(bases.root), "job77-c1", str(pfs), 10)
-    assert e.value.permanent and str(e.value) == too_many_words(str(pfs), 10)
+    assert e.value.permanent and str(e.value) == too_many_words(10)
     assert bases.load("job77-c1") is None
     # the worker stays usable (a refusal is no crash)
     assert twin.record_base(str(bases.root), "job77-c1", str(pfs), 64) == 64
@@ -122,8 +126,7 @@ class LimitedPool(RecordingPool):
         if request["op"] == "record_base" and args["limit"] is not None \
                 and args["limit"] < 4:
             self.calls.append(request)
-            raise StagingError(too_many_words(args["data_in"], args["limit"]),
-                               permanent=True)
+            raise StagingError(too_many_words(args["limit"]), permanent=True)
         return super().run(request, cancel=cancel, progress=progress, gate=gate)
 
 
@@ -139,7 +142,7 @@ def test_the_data_path_refuses_the_stage_in_of_a_writable_input_above_the_limit(
     assert staged.result is Result.REFUSED, staged
     assert pool.ops == ["record_base"]  # nothing copied
     assert pool.calls[0]["args"]["limit"] == 3
-    assert staged.message == too_many_words("/pfs/u/in", 3)
+    assert staged.message == too_many_words(3)
     # a read-only input of the same DATA_IN is never scanned for a base, nor limited
     ro = run(registry, tmp_path, "8/1/stage-in/1")
     assert ro.result is Result.OK, ro
