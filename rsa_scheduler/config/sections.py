@@ -420,7 +420,8 @@ class StagingConfig:
             "rsad or slurmctld. A listed tree costs ~1.2 KB per object, a write-back "
             "~2.7 KB per object of its input: with `copy_tool` rsync or custom, or "
             "`stream_objects` empty (every tree listed), or a larger `writable_objects`, "
-            "raise it to fit. Empty: no bound.",
+            "or tar stage-outs (`#RSA_STAGE_OUT=tar`, listed whole) of many millions of "
+            "files, raise it to fit. Empty: no bound.",
         )
     )
     private_tmp: int = field(

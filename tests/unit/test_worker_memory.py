@@ -72,9 +72,9 @@ def test_the_worker_takes_its_bound_on_its_command_line() -> None:
 
 def test_rsad_starts_its_workers_with_staging_engine_memory() -> None:
     cfg = load_config_text("pool:\n  nodes:\n    - names: rsa1\n      capacity: 2G\n")
-    assert cfg.staging.engine_memory == 4 << 30  # the default
+    assert cfg.staging.engine_memory == 8 << 30  # the default
     pool = make_engines(cfg)
-    assert pool is not None and pool.argv[-2:] == ("--memory", str(4 << 30))
+    assert pool is not None and pool.argv[-2:] == ("--memory", str(8 << 30))
     off = load_config_text("pool:\n  nodes:\n    - names: rsa1\n      capacity: 2G\n"
                            "staging:\n  engine_memory: null\n")
     pool = make_engines(off)
@@ -124,7 +124,7 @@ def bounded() -> Iterator[EnginePool]:
 @root_only
 def test_a_bounded_worker_stages_with_many_threads_as_before(
         area: Path, user: Identity, bounded: EnginePool) -> None:
-    """512M (an eighth of the default) is plenty for a normal copy: 2 nodes x 8
+    """512M (a sixteenth of the default) is plenty for a normal copy: 2 nodes x 8
     streams, each thread's 8 MiB stack counted in the bound too."""
     eng = engine(user, parallel_per_node=8)
     twin = WorkerEngine.of(bounded, eng)
