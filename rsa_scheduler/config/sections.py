@@ -399,6 +399,31 @@ class StagingConfig:
             "~1.2 GB).",
         )
     )
+    writable_objects: int | None = field(
+        metadata=meta(
+            Optional(Int(min=1, max=1_000_000_000)),
+            "The most objects a writable input (`#RSA_INPUT=rw`) may hold: a larger "
+            "DATA_IN is refused before anything is staged (the job reads and writes the "
+            "PFS, its comment says why and what to do). Its write-back compares three "
+            "manifests of the whole input in a staging worker: ~2.7 KB of its memory per "
+            "object (bench: docs/security.md, \"Memory of rsad's host\"; 500000: ~1.4 GB). "
+            "Empty: no limit (a writable input of tens of millions of objects then takes "
+            "tens of GB on rsad's host).",
+        )
+    )
+    engine_memory: int | None = field(
+        metadata=meta(
+            Optional(Size(max=1 << 50)),
+            "With `engine_process`, the most data memory of one staging worker "
+            "(RLIMIT_DATA): an operation that needs more fails alone, with a message "
+            "naming this key, and is retried, instead of the kernel's OOM killer choosing "
+            "rsad or slurmctld. A listed tree costs ~1.2 KB per object, a write-back "
+            "~2.7 KB per object of its input: with `copy_tool` rsync or custom, or "
+            "`stream_objects` empty (every tree listed), or a larger `writable_objects`, "
+            "or tar stage-outs (`#RSA_STAGE_OUT=tar`, listed whole) of many millions of "
+            "files, raise it to fit. Empty: no bound.",
+        )
+    )
     private_tmp: int = field(
         metadata=meta(
             Size(max=1 << 40),

@@ -733,7 +733,8 @@ class DataPath:
                 raise PermanentError("the stage-in names neither DATA_IN nor PREPROCESS")
             bulk = self.bulk(eng)
             if args.writable:  # what its write-backs compare with (daemon/writeback)
-                n = record_base(self.bases, bulk, spec.fs_id, str(args.data_in))
+                n = record_base(self.bases, bulk, spec.fs_id, str(args.data_in),
+                                self.cfg.staging.writable_objects)
                 log.info("job %s: writable input: %d objects of %s recorded before the "
                          "stage-in", ctx.action.job_id, n, args.data_in)
             return _stats(bulk.stage_in(str(args.data_in), spec.rsa_mountpoint,
@@ -880,14 +881,15 @@ class DataPath:
 
 
 def record_base(bases: Bases, eng: StagingEngine | WorkerEngine, fs: str,
-                data_in: str) -> int:
+                data_in: str, limit: int | None = None) -> int:
     """A writable input's base scan before its stage-in (``writeback.record_stage_in``),
     in ``eng``'s staging worker when it has one (``DataPath.bulk``): a scan of a large
     DATA_IN is seconds of Python, and its JSON document is written in one C call that
-    holds the GIL throughout, never in rsad's process while urgent actions wait."""
+    holds the GIL throughout, never in rsad's process while urgent actions wait.
+    ``limit``: ``staging.writable_objects`` (a larger DATA_IN is refused, permanently)."""
     if isinstance(eng, WorkerEngine):
-        return eng.record_base(str(bases.root), fs, data_in)
-    return record_stage_in(bases, fs, eng, data_in)
+        return eng.record_base(str(bases.root), fs, data_in, limit)
+    return record_stage_in(bases, fs, eng, data_in, limit)
 
 
 def write_back_of(bases: Bases, eng: StagingEngine | WorkerEngine, fs: str, ramdisk: str,

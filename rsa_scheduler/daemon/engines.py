@@ -135,6 +135,8 @@ class EngineWorker:
                     return msg["result"]
                 if "error" in msg:
                     answered = True
+                    if msg["error"].get("spent"):
+                        self.healthy = False  # out of memory: never given another call
                     raise error_from_json(msg["error"])
                 try:
                     self._follow(msg, progress, gate, cancel, slot)
@@ -243,8 +245,10 @@ class EnginePool:
     runs, and gives it back; at most ``keep_idle`` idle workers are kept."""
 
     def __init__(self, argv: Sequence[str] = WORKER_ARGV, keep_idle: int = KEEP_IDLE,
-                 nice: int = 0) -> None:
-        self.argv = tuple(argv) + (("--nice", str(nice)) if nice else ())
+                 nice: int = 0, memory: int | None = None) -> None:
+        # memory: each worker's RLIMIT_DATA (staging.engine_memory; None: unbounded)
+        self.argv = (tuple(argv) + (("--nice", str(nice)) if nice else ())
+                     + (("--memory", str(memory)) if memory else ()))
         self.keep_idle = keep_idle
         self._idle: list[EngineWorker] = []
         self._lock = threading.Lock()  # guards the idle list and the figures below
@@ -388,11 +392,13 @@ class WorkerEngine:
         return verification_from_json(self._run(self._request("verify", ramdisk=ramdisk,
                                                               dst=dst, method=method)))
 
-    def record_base(self, bases: str, fs_id: str, data_in: str) -> int:
+    def record_base(self, bases: str, fs_id: str, data_in: str,
+                    limit: int | None = None) -> int:
         """``daemon.writeback.record_stage_in`` in the worker, the base kept in the
-        directory ``bases`` (rsad's ``Bases.root``); how many objects it holds."""
+        directory ``bases`` (rsad's ``Bases.root``); how many objects it holds
+        (``limit``: a larger DATA_IN is refused)."""
         return int(self._run(self._request("record_base", bases=bases, fs_id=fs_id,
-                                           data_in=data_in))["objects"])
+                                           data_in=data_in, limit=limit))["objects"])
 
     def write_back(self, bases: str, fs_id: str, ramdisk: str,
                    data_in: str) -> dict[str, Any] | None:

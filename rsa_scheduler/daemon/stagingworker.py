@@ -20,6 +20,13 @@ time:
   003) and ``{"gate_release": true}``; then exactly one ``{"result": {...}}`` or
   ``{"error": {...}}`` per call.
 
+Memory: ``--memory BYTES`` (``staging.engine_memory``) sets the worker's RLIMIT_DATA, so
+an operation that needs more than that (a manifest larger than any limit foresaw) fails
+alone, with a :exc:`MemoryError` answered as a staging error naming the key (retryable;
+the worker is not reused), instead of the kernel's OOM killer choosing rsad or slurmctld
+on rsad's host. The bound is inherited by what the worker runs on its own host (a
+``LocalHost``'s commands; the RSA nodes' run over SSH, without it).
+
 Crash behaviour: when rsad's end of the pipe closes (rsad stopped, or was killed) or
 the worker gets SIGTERM, the running call is cancelled, which kills its commands' whole
 process trees on the RSA nodes, and the worker exits: a copy never goes on writing
@@ -38,6 +45,7 @@ import json
 import logging
 import os
 import queue
+import resource
 import signal
 import sys
 import threading
@@ -47,6 +55,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
+from rsa_scheduler.core.units import format_size
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.hosts import Cancelled, CancelToken, Host, LocalHost
 from rsa_scheduler.runner import Identity
@@ -133,8 +142,41 @@ def verification_from_json(d: Mapping[str, Any]) -> Verification:
                         read_back=str(d.get("read_back", "")))
 
 
-def error_to_json(e: BaseException) -> dict[str, Any]:
-    """What the caller must know of an error to act as if the engine ran in its process."""
+#: what each operation is called in a message
+OP_WORDS = {"stage_in": "a stage-in", "stage_out": "a stage-out", "verify": "a verify",
+            "record_base": "a writable input's base scan", "write_back": "a write-back"}
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """Whether ``e`` says the worker's memory ran out: a :exc:`MemoryError`, or a
+    thread that could not start (its stack is data memory too: 8 MiB each, by default)."""
+    return isinstance(e, MemoryError) or (
+        isinstance(e, RuntimeError) and str(e).startswith("can't start new thread"))
+
+
+def memory_words(op: str, bound: int | None) -> str:
+    """The line of an operation that ran out of the worker's memory (``bound``: its
+    RLIMIT_DATA, ``staging.engine_memory``; None: none was set, the host's ran out)."""
+    what = OP_WORDS.get(op, op.replace("_", "-") or "an operation")
+    if bound is None:
+        return (f"the staging worker ran out of memory during {what} (rsad's host has "
+                "no more to give it): this operation alone failed; will retry")
+    return (f"the staging worker ran out of its memory bound during {what} "
+            f"(staging.engine_memory: {format_size(bound)}): this operation alone "
+            "failed, rsad and its other operations go on; will retry (a tree this large "
+            "needs a larger staging.engine_memory, or streamed mode: "
+            "staging.stream_objects)")
+
+
+def error_to_json(e: BaseException, op: str = "", memory: int | None = None
+                  ) -> dict[str, Any]:
+    """What the caller must know of an error to act as if the engine ran in its process.
+    Memory that ran out (:func:`out_of_memory`; ``op``, ``memory``: what ran, the
+    worker's bound) is a retryable staging error whose worker is ``spent``: never
+    reused."""
+    if out_of_memory(e):
+        return {"type": "staging", "message": memory_words(op, memory),
+                "permanent": False, "node": "", "unanswered": False, "spent": True}
     if isinstance(e, Cancelled):
         return {"type": "cancelled", "message": str(e)}
     if isinstance(e, RsaError):
@@ -235,9 +277,10 @@ class RemoteGate:
 class Worker:
     """Serves calls read from ``inp``, one at a time, answering on ``chan``."""
 
-    def __init__(self, inp: IO[str], chan: Channel) -> None:
+    def __init__(self, inp: IO[str], chan: Channel, memory: int | None = None) -> None:
         self.inp = inp
         self.chan = chan
+        self.memory = memory  # its RLIMIT_DATA (--memory), for the message
         self._hosts: dict[str, Host] = {}  # connection settings -> host (SSH kept open)
         self._cancel: CancelToken | None = None
         self._answers: queue.Queue[Mapping[str, Any]] = queue.Queue()
@@ -303,9 +346,14 @@ class Worker:
         try:
             self.chan.send({"result": self.execute(call, token)})
         except BaseException as e:  # every failure is the call's answer
-            if not isinstance(e, RsaError):
-                log.exception("staging worker: %s crashed", call.get("op"))
-            self.chan.send({"error": error_to_json(e)})
+            op = str(call.get("op", ""))
+            if out_of_memory(e):
+                e.__traceback__ = None  # its frames hold what filled the memory
+                log.error("staging worker: %s (%s)", memory_words(op, self.memory),
+                          e or type(e).__name__)
+            elif not isinstance(e, RsaError):
+                log.exception("staging worker: %s crashed", op)
+            self.chan.send({"error": error_to_json(e, op, self.memory)})
 
     def execute(self, call: Mapping[str, Any], token: CancelToken) -> dict[str, Any]:
         from rsa_scheduler.staging.engine import StagingEngine
@@ -345,22 +393,51 @@ class Worker:
 
         bases = Bases(Path(str(args["bases"])))
         if op == "record_base":
+            limit = args.get("limit")
             return {"objects": record_stage_in(bases, str(args["fs_id"]), eng,
-                                               str(args["data_in"]))}
+                                               str(args["data_in"]),
+                                               None if limit is None else int(limit))}
         return {"outcome": written_back(bases, str(args["fs_id"]), eng,
                                         str(args["ramdisk"]), str(args["data_in"]))}
 
 
+USAGE = "usage: python -m rsa_scheduler.daemon.stagingworker [--nice N] [--memory BYTES]"
+
+
+def parse_args(args: Sequence[str]) -> dict[str, int]:
+    """``--nice N`` and ``--memory BYTES``, each at most once; ValueError otherwise."""
+    out: dict[str, int] = {}
+    rest = list(args)
+    while rest:
+        if len(rest) < 2 or rest[0] not in ("--nice", "--memory") or rest[0][2:] in out:
+            raise ValueError(" ".join(args))
+        out[rest[0][2:]] = int(rest[1])
+        del rest[:2]
+    if out.get("memory", 1) <= 0:
+        raise ValueError(" ".join(args))
+    return out
+
+
+def bound_memory(nbytes: int) -> None:
+    """This process's data memory (RLIMIT_DATA: heap and private writable mappings,
+    thread stacks included) at most ``nbytes``; soft and hard, for good."""
+    resource.setrlimit(resource.RLIMIT_DATA, (nbytes, nbytes))
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rsa_scheduler.daemon.stagingworker [--nice N]``: serve rsad on
-    stdin/stdout, ``N`` lower in CPU priority than rsad (staging.engine_nice)."""
+    """``python -m rsa_scheduler.daemon.stagingworker [--nice N] [--memory BYTES]``:
+    serve rsad on stdin/stdout, ``N`` lower in CPU priority than rsad
+    (staging.engine_nice), its data memory at most ``BYTES`` (staging.engine_memory)."""
     args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["--nice"] and len(args) == 2:
-        os.nice(int(args[1]))
-    elif args:
-        sys.stderr.write("usage: python -m rsa_scheduler.daemon.stagingworker [--nice N] "
-                         f"(not {' '.join(args)})\n")
+    try:
+        opts = parse_args(args)
+    except ValueError:
+        sys.stderr.write(f"{USAGE} (not {' '.join(args)})\n")
         return 2
+    if "nice" in opts:
+        os.nice(opts["nice"])
+    if "memory" in opts:
+        bound_memory(opts["memory"])
     out = sys.stdout
     sys.stdout = sys.stderr  # a stray print must never corrupt the protocol
     chan = Channel(out)
@@ -368,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     root.handlers[:] = [PipeLog(chan)]
     root.setLevel(logging.INFO)
     logging.getLogger("paramiko").setLevel(logging.WARNING)
-    worker = Worker(sys.stdin, chan)
+    worker = Worker(sys.stdin, chan, opts.get("memory"))
 
     def stop(_sig: int, _frame: object) -> None:
         worker.cancel("the staging worker was told to stop (SIGTERM)")

@@ -151,7 +151,7 @@ def make_engines(cfg: Config) -> EnginePool | None:
         return None
     from rsa_scheduler.daemon.engines import EnginePool
 
-    return EnginePool(nice=cfg.staging.engine_nice)
+    return EnginePool(nice=cfg.staging.engine_nice, memory=cfg.staging.engine_memory)
 
 
 def make_registry(cfg: Config, slurm: SlurmPort, hosts: Mapping[str, Host] | None = None,

@@ -39,6 +39,7 @@ from rsa_scheduler.errors import RsaError
 from rsa_scheduler.staging import scripts
 from rsa_scheduler.staging.engine import StagingEngine
 from rsa_scheduler.staging.manifest import Verification, display
+from rsa_scheduler.staging.report import StagingError
 from rsa_scheduler.staging.writeback import (
     Base,
     base_of,
@@ -132,11 +133,35 @@ class Bases:
                     left.unlink()
 
 
-def record_stage_in(bases: Bases, fs_id: str, eng: StagingEngine, data_in: str) -> int:
+def too_many_words(limit: int) -> str:
+    """The user's line when a writable input holds more than ``limit`` objects: that it
+    does, the limit, what to do. Short enough for the job's comment whole (with its
+    words around it: ``dispatch.COMMENT_MAX``), so it names neither DATA_IN (the user's
+    own) nor the key (rsad's log does)."""
+    return (f"stage-in refused: this writable input holds more than {limit} objects, "
+            "the most #RSA_INPUT=rw may hold here: use #RSA_INPUT=ro, or a smaller DATA_IN")
+
+
+def record_stage_in(bases: Bases, fs_id: str, eng: StagingEngine, data_in: str,
+                    limit: int | None = None) -> int:
     """Before a writable input is staged in: DATA_IN as it is now is the base (a file
     changed after this scan reaches the RAMDISK in its new version, which then agrees
-    with the PFS). Returns how many objects it holds."""
-    base = base_of(eng.scan(data_in, "stage-in"))
+    with the PFS). Returns how many objects it holds.
+
+    ``limit`` (``staging.writable_objects``; None: none): a DATA_IN of more objects is
+    refused (:class:`StagingError`, permanent) before anything is recorded or staged;
+    its scan stops after ``limit`` + 1 objects, so what it costs here stays bounded
+    whatever the tree holds (each write-back keeps three manifests of it: the base,
+    the RAMDISK, the PFS)."""
+    cap = -1 if limit is None else max(0, limit)
+    entries = eng.scan(data_in, "stage-in", limit=cap)
+    if cap >= 0 and len(entries) > cap:
+        del entries
+        log.warning("job %s: writable input %s holds more than %d objects "
+                    "(staging.writable_objects): refused", eng.job_id, data_in, cap)
+        raise StagingError(too_many_words(cap), permanent=True)
+    base = base_of(entries)
+    del entries
     bases.save(fs_id, base)
     return len(base)
 

@@ -191,11 +191,13 @@ class StagingEngine(TreeCopy, Packing, Verifier):
         return self._copy("stage-out", ramdisk, dst, resume=resume, atomic=True, redo=redo,
                           since=since, expect=dict(expect or {}))
 
-    def scan(self, root: str, what: str) -> list[Entry]:
-        """Every object below ``root``, as the user (``what``: the phase, for errors)."""
+    def scan(self, root: str, what: str, *, limit: int = -1) -> list[Entry]:
+        """Every object below ``root``, as the user (``what``: the phase, for errors);
+        with ``limit`` >= 0 at most ``limit`` + 1 of them (more: the tree holds more
+        than ``limit``; the rest is never read into this process)."""
         self._start()
         try:
-            return self._scan(self.hosts[0], root, f"{what}: scanning {root}")
+            return self._scan(self.hosts[0], root, f"{what}: scanning {root}", limit=limit)
         finally:
             self._stop()
 

@@ -3,7 +3,8 @@ and the same with rsad killed across the retry while the job ends. The write-bac
 copies only what the job changed, applies its deletions and keeps aside what someone
 else changed on the PFS meanwhile (issue 37 item 2), and a file the job rewrites on the
 PFS once its input mount is released is never replaced by the RAMDISK's older copy
-(review finding F3).
+(review finding F3). A writable input above ``staging.writable_objects`` is refused
+before anything is staged, and its job runs on the PFS with its input whole.
 
 The job holds an input file open so that the reset's release finds the mount busy
 (seed 004 §3.2 fn. 3), waits until rsad says ``reset-failed`` (the write-back before
@@ -20,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import input_area
+from tests.e2e.conftest import input_area, rsad_configured
 from tests.e2e.test_prolog_lifecycle import nothing_of_job_mounted, run_to_start
 from tests.e2e.test_stage_out_failures import events
 from tests.integration.conftest import as_user
 from tests.integration.slurmkit import make_jobs, root, start_lab_rsad, stop_lab_rsad, wait_for
-from tests.integration.test_rsad_staging import wait_state
+from tests.integration.test_rsad_staging import rsa_job, wait_state
 
 
 @pytest.fixture
@@ -183,4 +184,51 @@ wait
         wait_state(lab, job, "released", timeout=240)
     assert (res / "inmnt-after").read_text().strip() != str(data_in)
     assert (data_in / "big").read_bytes() == b"v3\n"
+    assert nothing_of_job_mounted(job)
+
+
+@pytest.mark.once  # the refusal is rsad's own (native mode holds a refused stage-in
+# with rsad's line, whatever refused it: tests/e2e/test_huge_input.py)
+def test_a_writable_input_above_staging_writable_objects_is_refused_and_the_job_runs(
+        lab: Mapping[str, str], area: Path) -> None:
+    """rsad with ``staging.writable_objects: 20``, a writable DATA_IN of 8 + 24 files:
+    the stage-in is refused before anything is staged, the user reads the limit, the
+    count and what to do; the job runs on the PFS, reading its whole input and writing
+    there; nothing is written back over its changes, nothing of the input is lost."""
+    res, data_in = area / "res", area / "in"
+    made = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", (
+        f"set -e; mkdir {data_in}/more; for i in $(seq 1 24); do echo $i > "
+        f"{data_in}/more/m$i; done; cd {data_in} && find . -type f | sort | "
+        f"xargs md5sum > {res}/md5-in")], timeout=120)
+    assert made.returncode == 0, made.stderr
+    script = f"""#!/bin/bash
+#SBATCH -t 5
+#RSA_DATA_IN={data_in}
+#RSA_INPUT=rw
+findmnt -n -o TARGET --target {data_in} > {res}/inmnt
+(cd {data_in} && find . -type f | sort | xargs md5sum) > {res}/md5-job
+echo job > {data_in}/f1
+rm {data_in}/more/m1
+echo new > {data_in}/added
+touch {res}/done
+"""
+    with rsad_configured(lab, "  writable_objects: 20\n"), make_jobs(lab) as jobs:
+        job = jobs.submit(script=script)
+        wait_state(lab, job, "released", timeout=300)
+        wait_for("the job ran", lambda: (res / "done").exists(), timeout=120)
+        told = root(lab, "squeue", "-h", "-t", "all", "-j", job, "-o", "%k") or \
+            str((rsa_job(lab, job) or {}).get("message"))
+    assert told.strip() == (
+        "RSA: no RAMDISK for this run (refused, no retry: stage-in refused: this writable "
+        "input holds more than 20 objects, the most #RSA_INPUT=rw may hold here: use "
+        "#RSA_INPUT=ro, or a smaller DATA_IN); released to start: it reads from the PFS"
+    ), told  # whole, in the job's comment
+    # it ran on the PFS, with its whole input, and its changes are there as it left them
+    assert (res / "inmnt").read_text().strip() != str(data_in)
+    assert (res / "md5-job").read_text() == (res / "md5-in").read_text()
+    assert (data_in / "f1").read_text() == "job\n"
+    assert (data_in / "added").read_text() == "new\n"
+    assert not (data_in / "more" / "m1").exists()
+    assert (data_in / "more" / "m2").read_text() == "2\n"
+    assert not list(data_in.glob("*.rsa-*"))  # nothing placed aside: nothing written back
     assert nothing_of_job_mounted(job)

@@ -158,7 +158,7 @@ def test_the_data_path_scans_a_writable_input_only_in_its_staging_worker(
     assert staged.result is Result.OK, staged
     assert pool.ops == ["record_base", "stage_in"]
     assert pool.calls[0]["args"] == {"bases": str(dp.bases.root), "fs_id": "job7-c1",
-                                     "data_in": "/pfs/u/in"}
+                                     "data_in": "/pfs/u/in", "limit": 500_000}
     back = run(registry, tmp_path, "7/1/write-back/2")
     assert back.result is Result.OK, back
     assert pool.ops[2:] == ["write_back"]
