@@ -11,6 +11,7 @@ the job with ``BurstBufferOperation`` and rsad's line. Skipped in a queue-mode l
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from functools import partial
@@ -26,6 +27,7 @@ from tests.integration.slurmkit import (
     bb_reason,
     lab_nodes,
     make_jobs,
+    pfs_reads_at,
     root,
     show_job,
     wait_for,
@@ -92,7 +94,13 @@ findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
 (cd {area}/in && md5sum f*) > {area}/res/md5
 echo "$RSA_MODE|$RSA_STATE" > {area}/res/env
 """
-    with make_jobs(lab) as jobs:
+    # a 40 MB file read at 32 Mbit/s: ~10 s of stage-in, so the hold is seen whatever the
+    # load (the small files alone were staged, and the job started, before a loaded host
+    # had resumed the RSA nodes and looked at the queue)
+    big = as_user(lab, lab["RSA_LAB_USER"], ["sh", "-c", f"head -c 40M /dev/urandom > "
+                                                         f"{area}/in/big"], timeout=120)
+    assert big.returncode == 0, big.stderr
+    with make_jobs(lab) as jobs, pfs_reads_at(lab, "32mbit"):
         # no RSA node free at first: the job stays pending, the compute nodes idle. Slurm
         # either sees no free space in the pool (BurstBufferResources: rsad's pools file
         # says so) or, with a pools view up to 30 s old, already runs setup, which waits
@@ -100,6 +108,19 @@ echo "$RSA_MODE|$RSA_STATE" > {area}/res/env
         for node in lab_nodes(lab, "RSA_LAB_RSA_NODES"):
             root(lab, rsa, "drain", node, "--reason", "native e2e")
         seen: set[str] = set()
+        job = ""
+        stop = threading.Event()
+
+        def watch() -> None:
+            """The reasons the job pends for, from the moment the nodes are resumed."""
+            while not stop.is_set():
+                line = queue_line(lab, job)
+                if line[0] != "PENDING":
+                    return
+                seen.add(line[1])
+                stop.wait(0.2)
+
+        watcher = threading.Thread(target=watch, daemon=True)
         try:
             job = jobs.submit(script=script)
             assert "   BurstBuffer=#BB_LUA pool=ram capacity=1M\n" in root(
@@ -114,14 +135,13 @@ echo "$RSA_MODE|$RSA_STATE" > {area}/res/env
             states = node_states(lab)
             assert set(states) == set(lab_nodes(lab, "RSA_LAB_COMPUTE_NODES")) and all_free(
                 states), states
+            watcher.start()
         finally:
             for node in lab_nodes(lab, "RSA_LAB_RSA_NODES"):
                 root(lab, rsa, "resume", node)
         # once nodes are free Slurm starts the stage-in and holds the job in it until done
-        deadline = time.monotonic() + 180
-        while (line := queue_line(lab, job))[0] == "PENDING" and time.monotonic() < deadline:
-            seen.add(line[1])
-            time.sleep(0.2)
+        watcher.join(180)
+        stop.set()
         assert "BurstBufferStageIn" in seen, seen
         wait_state(lab, job, "released", timeout=300)
     assert (area / "res" / "inmnt").read_text().strip() == f"{area}/in"  # the RAMDISK
