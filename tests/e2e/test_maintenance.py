@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -58,15 +59,39 @@ def reached(lab: Mapping[str, str], job: str) -> list[str]:
     return [str(e.get("to")) for e in data["events"] if e["name"] == "rsa.transition"]
 
 
+#: a job's wait for the test's go (at most 5 min: its time limit)
+GO_WAIT = ("t=0; while [ ! -e {go} ] && [ $t -lt 2800 ]; do sleep 0.1; t=$((t+1)); "
+           "done")
+
+
+def go(lab: Mapping[str, str], res: Path) -> None:
+    """Let the job waiting in GO_WAIT go on."""
+    done = as_user(lab, lab["RSA_LAB_USER"], ["touch", str(res / "go")])
+    assert done.returncode == 0, done.stderr
+
+
+@contextmanager
+def _resumed_after(lab: Mapping[str, str]) -> Iterator[None]:
+    """Whatever happens, no drain is left for the next test (a failure here left one, and
+    the next test's jobs were held by it)."""
+    try:
+        yield
+    finally:
+        subprocess.run([f"{lab['RSA_LAB_VENV']}/bin/rsa", "admin", "resume"],
+                       capture_output=True, text=True, timeout=60, check=False)
+
+
 def test_a_drain_finishes_what_is_in_flight_and_holds_new_jobs_off_across_a_restart(
         lab: Mapping[str, str], area: Path, tmp_path: Path) -> None:
     out, res = area / "out", area / "res"
     made = as_user(lab, lab["RSA_LAB_USER"], ["bash", "-c", f"mkdir {area}/in && "
                                                    f"head -c 10000 /dev/urandom > {area}/in/f1"])
     assert made.returncode == 0, made.stderr
-    with make_jobs(lab) as jobs:
+    with make_jobs(lab) as jobs, _resumed_after(lab):
+        # in flight until the test says go (a sleep of 30 s ended under load before the
+        # checks below, which need it in flight)
         first = jobs.submit(script=output_job(out, res, 2).replace(
-            f"(cd {out}", f"sleep 30\n(cd {out}"))
+            f"(cd {out}", f"{GO_WAIT.format(go=res / 'go')}\n(cd {out}"))
         wait_state(lab, first, "mounted-output", timeout=120)
         # an rsad for the other mode refuses to start under it, and says why
         conf = Path(lab["RSA_LAB_RSA_CONFIG"]).read_text()
@@ -114,6 +139,7 @@ findmnt -n -o TARGET --target {area}/in > {res}/second
             raise AssertionError(f"{exc}: {show_job(lab, second)['Comment']!r}; rsa job: "
                                  f"{rsa_job(lab, second)}") from None
         assert status(lab)["draining"].startswith("RSA maintenance (rsa admin drain by root")
+        go(lab, res)
         wait_state(lab, first, "released", timeout=120)
         assert "output-verified" in reached(lab, first)
         assert md5_of(out) == (res / "md5").read_text()  # staged out during the drain
@@ -142,7 +168,7 @@ def test_a_drain_to_the_pfs_starts_held_jobs_from_the_pfs_and_finishes_what_is_i
     try:
         with make_jobs(lab) as jobs:
             first = jobs.submit(script=output_job(out, res, 2).replace(
-                f"(cd {out}", f"sleep 15\n(cd {out}"))
+                f"(cd {out}", f"{GO_WAIT.format(go=res / 'go')}\n(cd {out}"))
             wait_state(lab, first, "mounted-output", timeout=120)
             rsa(lab, "admin", "drain", "--reason", "lab maintenance")
             second = jobs.submit(script=f"""#!/bin/bash
@@ -158,6 +184,8 @@ findmnt -n -o TARGET --target {area}/in > {res}/second
                      timeout=90)
             comment = show_job(lab, second)["Comment"]
             assert "rsa admin drain --pfs by root: removal" in comment, comment
+            assert (rsa_job(lab, first) or {}).get("rsa_state") == "mounted-output"  # in flight
+            go(lab, res)
             wait_state(lab, first, "released", timeout=120)
         assert (res / "second").read_text().strip() != f"{area}/in"  # the PFS's mount
         assert "output-verified" in reached(lab, first)
