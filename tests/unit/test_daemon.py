@@ -2640,17 +2640,23 @@ def test_a_late_mount_committed_before_the_steps_outcome_is_kept_by_it(
     assert again.facts["7"]["mounted"] == ["c1"]
 
 
-def test_a_take_back_naming_an_earlier_rsads_epoch_is_recorded(tmp_path: Path) -> None:
-    """c2's Prolog undid the mount an earlier rsad gave it and recorded (rsad restarted
-    between its report and the take-back). On the code before, the take-back was
-    ignored (another epoch) and the job's ``mounted`` still named c2 after any number of
-    restarts."""
+def mounted_on_c1_c2(tmp_path: Path) -> tuple[Daemon, ScriptedSlurm]:
+    """An rsad of the node side whose job 7's input mount step recorded c1 and c2."""
     d, slurm = nodeside_daemon(tmp_path)
     slurm.set("7", "PENDING", "Resources")
     d.poll()
     settle(d)
     d.submit("milestone", ("7", "7/1/mount-input/5", {"mounted": ["c1", "c2"]}))
     d.drain(timeout=0.5)
+    return d, slurm
+
+
+def test_a_take_back_naming_an_earlier_rsads_epoch_is_recorded(tmp_path: Path) -> None:
+    """c2's Prolog undid the mount an earlier rsad gave it and recorded (rsad restarted
+    between its report and the take-back). On the code before, the take-back was
+    ignored (another epoch) and the job's ``mounted`` still named c2 after any number of
+    restarts."""
+    d, _ = mounted_on_c1_c2(tmp_path)
     with serving(d) as routes:
         routes.dispatch(ROOT, "POST", "/v1/hooks/mounted",
                         {"job_id": "7", "node": "c2", "seq": 1, "ok": False, "undone": True,
@@ -2674,12 +2680,7 @@ def test_an_epilog_of_a_node_that_held_the_mount_is_recorded_for_a_restart(
     Epilog of a node that never held the mount records nothing."""
     from rsa_scheduler.daemon.nodeside import nodeside_of
 
-    d, slurm = nodeside_daemon(tmp_path)
-    slurm.set("7", "PENDING", "Resources")
-    d.poll()
-    settle(d)
-    d.submit("milestone", ("7", "7/1/mount-input/5", {"mounted": ["c1", "c2"]}))
-    d.drain(timeout=0.5)
+    d, slurm = mounted_on_c1_c2(tmp_path)
     side = nodeside_of(d.registry)
     assert side is not None
     with side._cond:
