@@ -242,6 +242,10 @@ def _unreachable(found: Found, e: BaseException) -> str:
 #: request, 10 more for its answer: daemon/inbox.py), so that rsad's own answer, which
 #: says whether the request was done, comes before the client gives up
 DEFAULT_TIMEOUT = 30.0
+#: seconds a command's first request to rsad may take when its own deadline has already
+#: passed (``rsa wait --timeout 4`` whose squeue took 4 s): it is made all the same, so
+#: the command says what rsad answers (or that it did not), at most this much late
+FIRST_ASK = 5.0
 
 
 def _unanswered(found: Found, e: BaseException, method: str) -> str:
@@ -277,6 +281,9 @@ class ApiClient:
         #: why the newest request (of this client and its :meth:`within` copies) went
         #: unanswered: what is said when the deadline passes before the next is asked
         self._unanswered: list[str] = []
+        #: whether this client (or a :meth:`within` copy) has asked rsad yet: the first
+        #: request goes out even when the deadline has passed (FIRST_ASK)
+        self._asked: list[bool] = []
         self.found = (address if isinstance(address, Found)
                       else Found(address, "given") if address else locate(os.environ))
         self.address = self.found.address
@@ -292,15 +299,21 @@ class ApiClient:
 
     def _budget(self) -> float:
         """Seconds this request may take: ``timeout``, or less when the deadline is
-        nearer; :class:`ApiUnavailable` when it has passed (rsad is not asked)."""
+        nearer; :class:`ApiUnavailable` when it has passed (rsad is not asked again).
+        The first request of a command is always made: when the deadline passed before
+        it (a short ``--timeout`` that Slurm's answers, or Python's start on a loaded
+        node, used up), it gets FIRST_ASK s, so the command does not end without a word
+        from rsad."""
         if self.deadline is None:
             return self.timeout
         left = self.deadline - time.monotonic()
+        if left <= 0 and not self._asked:
+            left = min(self.timeout, FIRST_ASK)
         if left <= 0:
             if self._unanswered:
                 raise ApiUnavailable(f"the time given ran out; {self._unanswered[-1]}")
             raise ApiUnavailable(f"the time given ran out before rsad at {self.address} "
-                                 "was asked")
+                                 "was asked again")
         return min(self.timeout, left)
 
     def _connect(self, timeout: float) -> socket.socket:
@@ -340,6 +353,7 @@ class ApiClient:
                 f"Content-Type: application/json\r\nContent-Length: {len(raw)}\r\n"
                 "Connection: close\r\n\r\n")
         timeout = self._budget()
+        self._asked[:] = [True]
         # with a deadline, the whole exchange within the budget; else each operation
         end = time.monotonic() + timeout if self.deadline is not None else None
         try:

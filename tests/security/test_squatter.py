@@ -93,7 +93,8 @@ def test_a_users_rsa_refuses_whoever_holds_rsads_port_while_it_is_down(
                                    "refusing it: whatever answered is not rsad"), line
             assert "verified" not in line
 
-            waited = rsa_as_user(lab, "wait", JOB, "--timeout", "4")
+            # 10 s: under load squeue alone took 4 s, and rsad was not asked in time
+            waited = rsa_as_user(lab, "wait", JOB, "--timeout", "10")
             assert waited.returncode == 3, waited  # --timeout: never "verified"
             assert "verified" not in waited.stdout, waited.stdout
             assert "is not signed with MUNGE by rsad" in waited.stdout + waited.stderr

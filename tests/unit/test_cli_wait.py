@@ -387,3 +387,46 @@ def test_rsa_input_done_ends_within_its_timeout_while_rsad_hangs(hung_rsad: str)
     assert took < 3, took
     said = str(res.exception)  # rsa's main prints it as "rsa: error: ..."
     assert said.startswith(f"rsad at {hung_rsad} did not answer ("), said
+
+
+def test_a_commands_first_request_is_made_even_when_its_time_ran_out_before_it(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rsa wait --timeout 4`` whose squeue took the 4 s on a loaded node said "the time
+    given ran out before rsad was asked": the first request is made all the same (here
+    something that is not rsad answers: its unsigned answer is refused, which shows it
+    was asked); a later one past the deadline is not."""
+    import socket
+    import threading
+
+    from rsa_scheduler import munge
+    from rsa_scheduler.client import ApiClient, ApiUnavailable
+
+    monkeypatch.setattr(munge, "encode", lambda payload: "CRED")
+    path = str(tmp_path / "rsad.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(4)
+    asked: list[bytes] = []
+
+    def answer() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn = srv.accept()[0]
+                with conn:
+                    asked.append(conn.recv(65536))
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n"
+                                 b"Connection: close\r\n\r\n{}")
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        client = ApiClient(path, timeout=30.0).within(time.monotonic() - 1)
+        with pytest.raises(ApiUnavailable, match="not signed with MUNGE by rsad"):
+            client.get("/v1/jobs")
+        assert len(asked) == 1
+        with pytest.raises(ApiUnavailable, match="the time given ran out"):
+            client.get("/v1/jobs")
+        assert len(asked) == 1
+    finally:
+        with contextlib.suppress(OSError):
+            srv.shutdown(socket.SHUT_RDWR)
+        srv.close()
