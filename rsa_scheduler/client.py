@@ -371,12 +371,16 @@ class ApiClient:
         self._unanswered.clear()
         signature = headers.get(REPLY_HEADER.lower())
         if signature or status not in UNSIGNED_REFUSALS:
-            self._check_signature(method, cred, status, data, signature)
+            try:
+                self._check_signature(method, cred, status, data, signature)
+            except ApiUnavailable as e:  # what the deadline's message repeats
+                self._said(str(e))
+                raise
         try:
             decoded = json.loads(data) if data else None
         except ValueError as e:
-            raise ApiUnavailable(f"rsad at {self.address} sent something that is not "
-                                 "JSON") from e
+            raise ApiUnavailable(self._said(f"rsad at {self.address} sent something that "
+                                            "is not JSON")) from e
         if status != 200:
             msg = decoded.get("error") if isinstance(decoded, dict) else None
             text = str(msg or f"HTTP {status}")
