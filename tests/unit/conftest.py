@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from rsa_scheduler.daemon.engines import EnginePool
 from rsa_scheduler.runner import Identity
 from rsa_scheduler.staging import treecopy
 from tests.unit.test_staging_engine import make_tree
@@ -52,6 +53,18 @@ def scratch_area(user: Identity, *, prefix: str = "rsa-staging-",
     finally:
         subprocess.run(["chmod", "-R", "u+rwx", str(base)], check=False)
         shutil.rmtree(base, ignore_errors=True)
+
+
+#: a test that runs commands as another user (``user``: nobody) needs root
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a user")
+
+
+@pytest.fixture
+def pool() -> Iterator[EnginePool]:
+    """A pool of staging worker processes (rsad's daemon/engines.py), closed after."""
+    p = EnginePool()
+    yield p
+    p.close()
 
 
 @pytest.fixture

@@ -45,13 +45,6 @@ from tests.unit.test_staging_engine import ODD, tree_state
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a user")
 
 
-@pytest.fixture
-def pool() -> Any:
-    p = EnginePool()
-    yield p
-    p.close()
-
-
 def engine(user: Identity, **kw: Any) -> StagingEngine:
     return StagingEngine([LocalHost("rsa1"), LocalHost("rsa2")], user, job_id="77", **kw)
 

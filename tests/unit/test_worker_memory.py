@@ -34,10 +34,10 @@ from rsa_scheduler.daemon.wiring import make_engines
 from rsa_scheduler.daemon.writeback import Bases
 from rsa_scheduler.runner import Identity
 from rsa_scheduler.staging import StagingError
+from tests.unit.conftest import root_only
 from tests.unit.test_engine_worker import engine
 from tests.unit.test_staging_engine import tree_state
 
-root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a user")
 MiB = 1 << 20
 
 

@@ -15,7 +15,7 @@ a tree is scanned; a recording pool where only the routing is checked.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,11 +31,10 @@ from rsa_scheduler.runner import Identity
 from rsa_scheduler.staging import StagingEngine
 from rsa_scheduler.staging.manifest import Entry
 from rsa_scheduler.staging.report import StagingError
+from tests.unit.conftest import root_only
 from tests.unit.test_staging_engine import make_engine
 from tests.unit.test_write_back import _put
 from tests.unit.test_write_back_worker import RecordingPool, data_path, run
-
-root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a user")
 
 
 def dataset(area: Path, user: Identity, files: int) -> Path:
@@ -48,13 +47,6 @@ def dataset(area: Path, user: Identity, files: int) -> Path:
     for i in range(files):
         _put(pfs / f"d{i % 4}" / f"f{i}", b"x", user)
     return pfs
-
-
-@pytest.fixture
-def pool() -> Iterator[EnginePool]:
-    p = EnginePool()
-    yield p
-    p.close()
 
 
 @root_only

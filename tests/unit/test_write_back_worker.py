@@ -15,7 +15,7 @@ recording pool where only the routing is checked.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -34,22 +34,14 @@ from rsa_scheduler.runner import Identity
 from rsa_scheduler.staging import StagingEngine
 from rsa_scheduler.staging.manifest import Verification
 from rsa_scheduler.staging.report import Stats
+from tests.unit.conftest import root_only
 from tests.unit.test_ramdisk_tending import GOOD, SPEC, Backend
 from tests.unit.test_staging_engine import make_engine
 from tests.unit.test_write_back import _expect, _job_and_someone_else, _put
 
-root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a user")
-
 
 def no_scan_here(self: StagingEngine, root: str, what: str) -> list[Any]:
     raise AssertionError(f"rsad's own process scanned {root} ({what})")
-
-
-@pytest.fixture
-def pool() -> Iterator[EnginePool]:
-    p = EnginePool()
-    yield p
-    p.close()
 
 
 @root_only
