@@ -282,6 +282,15 @@ class FilesystemConfig:
             "a RAMDISK can read and change it as root.",
         )
     )
+    moosefs_standby: bool = field(
+        metadata=meta(
+            Bool(),
+            "Keep one moosefs chunkserver started ahead in each RSA node's pool, holding "
+            "nothing until a create claims it: a create then waits for the next whole "
+            "second instead of the 1-2 s a chunkserver takes to report its space "
+            "(docs/filesystems.md). `false`: every create starts its chunkservers.",
+        )
+    )
     beeond: BeeondConfig = field(
         metadata=meta(Section(BeeondConfig), "The `beeond` backend (BeeGFS On Demand).")
     )

@@ -40,6 +40,9 @@ SECRET_BYTES = 16  # 128 random bits, written as 32 hex digits (safe in mfsexpor
 PASS_FILE = "mfsmount.cfg"
 MAX_NODES = PORT_BLOCK - 3
 DIR_PREFIX = "rsa-mfs-"
+#: the chunkserver's directory in ``mfschunkserver.claim.cfg``, which CS_START replaces by
+#: the standby's it claimed
+CLAIM_HOME = "@HOME@"
 EMPTY_METADATA = "MFSM NEW"  # /var/lib/mfs/metadata.mfs.empty, 8 bytes
 
 
@@ -58,6 +61,14 @@ def random_base(busy: set[int], width: int, *, base: int = PORT_BASE,
     if not free:
         raise FsError(f"no free port block in {base}..{base + slots * PORT_BLOCK - 1}")
     return free[secrets.randbelow(len(free))]
+
+
+def standby_ports(base: int = PORT_BASE, slots: int = PORT_SLOTS) -> tuple[int, int, int]:
+    """The port range's last block, which no RAMDISK draws while standbys are on
+    (``random_base`` over the others): (the port standby chunkservers "connect" to, where
+    nothing of MooseFS listens; the first and last port they listen on)."""
+    first = base + (slots - 1) * PORT_BLOCK
+    return first, first + 1, first + PORT_BLOCK - 1
 
 
 def export_ranges(addresses: Sequence[str], networks: Sequence[str]) -> list[str]:
@@ -201,8 +212,10 @@ class Layout:
             "BACK_LOGS": MIN_BACK_LOGS,
         })
 
-    def cs_cfg(self, node: str) -> str:
-        d, a = self.dir(node), self.addresses[node]
+    def cs_cfg(self, node: str, home: str | None = None) -> str:
+        """``home``: the chunkserver's directory when not the RAMDISK's own (a claimed
+        standby's, CS_START: ``@HOME@`` there, which the node replaces)."""
+        d, a = home or self.dir(node), self.addresses[node]
         return _cfg({
             "WORKING_USER": "root", "WORKING_GROUP": "root",
             "SYSLOG_IDENT": f"mfscs-{self.fs_id}",
@@ -218,6 +231,7 @@ class Layout:
         """Relative path (under the node's dir) → content; '' ending in '/' = a directory."""
         d = self.dir(node)
         out = {"cs/": "", "chunks/": "", "mfschunkserver.cfg": self.cs_cfg(node),
+               "mfschunkserver.claim.cfg": self.cs_cfg(node, CLAIM_HOME),
                "mfshdd.cfg": f"{d}/chunks\n", PASS_FILE: f"mfspassword={self.secret}\n"}
         if self.guard:
             out[mfsproxy.NFT_FILE] = self.guard

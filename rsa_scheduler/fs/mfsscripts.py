@@ -19,6 +19,113 @@ ALIVE = r"""alive() {
 }
 """
 
+# A shell function: the directory of a RAMDISK's chunkserver on this node, given the
+# RAMDISK's directory $1 (<pool>/rsa-mfs-<fs_id>): the standby it claimed
+# (<pool>/rsa-mfs-.standby-*, whose ``claim`` link names the fs_id: CS_START), else $1
+# itself (a chunkserver started cold, or a RAMDISK built before standbys). Builtins and one
+# readlink per standby in the pool (one or two).
+CS_HOME = r"""cshome() {
+  for sb in "${1%/*}"/rsa-mfs-.standby-*; do
+    [ "$(readlink "$sb/claim" 2>/dev/null)" = "${1##*/rsa-mfs-}" ] && {
+      echo "$sb"; return; }
+  done
+  echo "$1"
+}
+"""
+# Start a standby chunkserver in the pool $0 unless it has a live unclaimed one: a
+# chunkserver whose folder is scanned before any create needs it (a cold one reports its
+# space no sooner than 1 s after it starts: moosefs.STANDBY). Its own directory
+# <pool>/rsa-mfs-.standby-<random> (a name no fs_id has: an fs_id never starts with a
+# dot), root-only; it listens on the data address $1 at a free port of $3..$4 (the port
+# range's last block, which no RAMDISK draws) and "connects" to port $2 of its own address,
+# where nothing of MooseFS ever listens (tried once an hour: MASTER_RECONNECTION_DELAY
+# 3600; never a loopback address, which a chunkserver refuses at its start). It holds no
+# data until a create claims it (CS_START), and a claimed one goes with its RAMDISK. First,
+# what the pool holds that no RAMDISK owns goes: unclaimed standbys that died, claimed ones
+# whose RAMDISK directory is gone (an rsad stopped between a claim and a teardown). Run in
+# the background (its log: the standby's mfschunkserver.log); prints nothing.
+STANDBY_START = ALIVE + r"""p=$0; addr=$1; parking=$2; first=$3; last=$4
+live=
+for sb in "$p"/rsa-mfs-.standby-*; do
+  [ -d "$sb" ] || continue
+  if [ -L "$sb/claim" ]; then
+    [ -d "$p/rsa-mfs-$(readlink "$sb/claim")" ] && continue
+  elif mfschunkserver -c "$sb/mfschunkserver.cfg" test >/dev/null 2>&1; then
+    live=1; continue
+  fi
+  { read -r pid < "$sb/cs/.mfschunkserver.lock"; } 2>/dev/null &&
+    tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$sb/mfschunkserver.cfg" &&
+    kill -KILL "$pid" && while alive "$pid"; do sleep 0.01; done
+  rm -rf --one-file-system "$sb"
+done
+[ -z "$live" ] || exit 0
+used=" $(ss -Hltn | awk '{n = split($4, a, ":"); printf "%s ", a[n]}')"
+port=$first
+while [ "$port" -le "$last" ]; do
+  case $used in *" $port "*) port=$((port + 1));; *) break;; esac
+done
+[ "$port" -le "$last" ] || { echo "no free standby port in $first..$last" >&2; exit 1; }
+sb="$p/rsa-mfs-.standby-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
+mkdir -m 0700 "$sb" "$sb/cs" "$sb/chunks" || exit 1
+printf '%s\n' "$sb/chunks" > "$sb/mfshdd.cfg"
+printf '%s\n' "WORKING_USER = root" "WORKING_GROUP = root" "SYSLOG_IDENT = mfscs-standby" \
+  "DATA_PATH = $sb/cs" "HDD_CONF_FILENAME = $sb/mfshdd.cfg" "HDD_LEAVE_SPACE_DEFAULT = 64MiB" \
+  "MASTER_HOST = $addr" "MASTER_PORT = $parking" "BIND_HOST = $addr" \
+  "CSSERV_LISTEN_HOST = $addr" "CSSERV_LISTEN_PORT = $port" \
+  "MASTER_RECONNECTION_DELAY = 3600" > "$sb/mfschunkserver.cfg"
+exec mfschunkserver -c "$sb/mfschunkserver.cfg" start </dev/null >"$sb/mfschunkserver.log" 2>&1
+"""
+# A RAMDISK's chunkserver on one node, in its create's first round trip: $0 the RAMDISK's
+# directory (its files unpacked: mfschunkserver.cfg, and mfschunkserver.claim.cfg, the
+# same with @HOME@ for the chunkserver's directory), $1 "1" to claim a standby, $2 its
+# listen port, $3 STANDBY_START's text, then its arguments after the pool. Claims the
+# pool's first live unclaimed standby (the ``claim`` link, made atomically: two creates
+# never share one), gives it the RAMDISK's master and port and reloads it (a reload re-reads both,
+# masterconn_reload and csserv_reload; it registers at the next whole second and its
+# register carries the space it scanned). A claimed standby that does not listen on the
+# new port within 1 s is killed and removed, and the chunkserver starts cold in $0, as
+# without standbys. Prints "CS standby" or "CS cold"; with $1 "1" it then starts a new
+# standby in the background (STANDBY_START) for the next create.
+CS_START = ALIVE + r"""d=$0; claim=$1; port=$2; standby=$3; shift 4
+p=${d%/*}; f=${d##*/rsa-mfs-}
+got=
+if [ "$claim" = 1 ]; then
+  for sb in "$p"/rsa-mfs-.standby-*; do
+    [ -d "$sb" ] && [ ! -L "$sb/claim" ] || continue
+    mfschunkserver -c "$sb/mfschunkserver.cfg" test >/dev/null 2>&1 || continue
+    ln -s "$f" "$sb/claim" 2>/dev/null || continue
+    esc=$(printf '%s' "$sb" | sed 's/[\\&|]/\\&/g')
+    sed "s|@HOME@|$esc|g" "$d/mfschunkserver.claim.cfg" > "$sb/mfschunkserver.cfg.new" &&
+      mv "$sb/mfschunkserver.cfg.new" "$sb/mfschunkserver.cfg" &&
+      mfschunkserver -c "$sb/mfschunkserver.cfg" reload >"$sb/reload.log" 2>&1 || {
+      echo "standby $sb: reload failed: $(tail -n 1 "$sb/reload.log")" >&2; break; }
+    i=0
+    while [ $i -lt 50 ]; do
+      if [ -n "$(ss -Hltn "sport = :$port")" ]; then got=$sb; break; fi
+      i=$((i + 1)); sleep 0.02
+    done
+    [ -n "$got" ] && break
+    echo "standby $sb did not take port $port: started cold" >&2
+    break
+  done
+  if [ -z "$got" ] && [ -n "${sb:-}" ] && [ "$(readlink "$sb/claim" 2>/dev/null)" = "$f" ]; then
+    { read -r pid < "$sb/cs/.mfschunkserver.lock"; } 2>/dev/null &&
+      kill -KILL "$pid" 2>/dev/null && while alive "$pid"; do sleep 0.01; done
+    rm -rf --one-file-system "$sb"
+  fi
+fi
+if [ -n "$got" ]; then
+  echo "CS standby"
+else
+  log="$d/mfschunkserver.log"
+  mfschunkserver -c "$d/mfschunkserver.cfg" start </dev/null >"$log" 2>&1 || {
+    echo "mfschunkserver failed: $(tail -n 3 "$log" | tr '\n' ' ')" >&2; exit 1; }
+  echo "CS cold"
+fi
+if [ "$claim" = 1 ]; then
+  setsid sh -c "$standby" "$p" "$@" </dev/null >/dev/null 2>&1 &
+fi
+"""
 # Unmount, in the round trip of a node's teardown (then KILL_SCRIPT, then the pool's
 # removal): umount; if that fails or hangs, lazy umount and abort the FUSE connection
 # through fusectl so a dead server never hangs teardown; then SIGKILL this node's
@@ -64,16 +171,17 @@ PROBE_SCRIPT = ('if [ -e "$0" ]; then echo F:.; ls -A "$0" | sed "s/^/F:/"; else
 # rebuilds its metadata from its last dump and change logs. $0: the node's dir, $1: 1 on
 # the master's node. Prints "restarted: <daemon>" per restart. A node whose files are
 # gone (rebooted, pool wiped) exits 3: starting empty servers there would hide the loss.
-REPAIR_SCRIPT = r"""d=$0
+REPAIR_SCRIPT = CS_HOME + r"""d=$0
 [ -f "$d/mfschunkserver.cfg" ] || {
   echo "its RAMDISK files are gone from this node (restarted? pool wiped?)" >&2; exit 3; }
+h=$(cshome "$d")
 if [ "$1" = 1 ] && ! mfsmaster -c "$d/mfsmaster.cfg" test >/dev/null 2>&1; then
   mfsmaster -a -c "$d/mfsmaster.cfg" start >/dev/null 2>"$d/repair.err" || {
     echo "mfsmaster would not start: $(tail -n 1 "$d/repair.err")" >&2; exit 1; }
   echo "restarted: master"
 fi
-if ! mfschunkserver -c "$d/mfschunkserver.cfg" test >/dev/null 2>&1; then
-  mfschunkserver -c "$d/mfschunkserver.cfg" start >/dev/null 2>"$d/repair.err" || {
+if ! mfschunkserver -c "$h/mfschunkserver.cfg" test >/dev/null 2>&1; then
+  mfschunkserver -c "$h/mfschunkserver.cfg" start >/dev/null 2>"$d/repair.err" || {
     echo "mfschunkserver would not start: $(tail -n 1 "$d/repair.err")" >&2; exit 1; }
   echo "restarted: chunkserver"
 fi
@@ -83,11 +191,11 @@ fi
 # daemon's lock file and pid: instant, never waits on the network), without restarting
 # anything. $0: the node's dir, $1: 1 on the master's node. Prints what is dead, one line
 # each ("gone" when the node's RAMDISK files are gone); nothing when all live.
-SERVERS_CHECK = r"""d=$0
+SERVERS_CHECK = CS_HOME + r"""d=$0
 [ -f "$d/mfschunkserver.cfg" ] || { echo gone; exit 0; }
 if [ "$1" = 1 ] && ! mfsmaster -c "$d/mfsmaster.cfg" test >/dev/null 2>&1; then
   echo master; fi
-mfschunkserver -c "$d/mfschunkserver.cfg" test >/dev/null 2>&1 || echo chunkserver
+mfschunkserver -c "$(cshome "$d")/mfschunkserver.cfg" test >/dev/null 2>&1 || echo chunkserver
 """
 
 # Is the node's own mount of the RAMDISK alive? "ok", "missing" (not mounted), "dead"
@@ -121,6 +229,19 @@ done
 """
 
 
+# The kill of a RAMDISK's servers on one node, in its teardown: $0 the RAMDISK's
+# directory, $1 "1" on the master's node. KILL_SCRIPT on its chunkserver (where CS_HOME
+# finds it) and master, then the removal of a claimed standby's directory (with the
+# RAMDISK's chunks: the RAMDISK's own directory is removed after this).
+KILL_SERVERS = ALIVE + CS_HOME + r"""d=$0; h=$(cshome "$d")
+if [ "$1" = 1 ]; then
+  set -- "$h/cs/.mfschunkserver.lock" "$h/mfschunkserver.cfg" \
+    "$d/master/.mfsmaster.lock" "$d/mfsmaster.cfg"
+else
+  set -- "$h/cs/.mfschunkserver.lock" "$h/mfschunkserver.cfg"
+fi
+""" + KILL_SCRIPT[len(ALIVE):] + r"""[ "$h" = "$d" ] || rm -rf --one-file-system "$h"
+"""
 # Start a MooseFS daemon or mfsmount ("$@") with its stdin, stdout and stderr on a log file
 # in the RAMDISK's directory ($0): a daemon that kept the SSH channel's output open would
 # hold the round trip until the channel's quiet-output grace (remote.EOF_GRACE). When it

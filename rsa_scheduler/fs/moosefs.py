@@ -82,15 +82,18 @@ from rsa_scheduler.fs.mfslayout import (
     is_loopback,
     new_secret,
     random_base,
+    standby_ports,
 )
 from rsa_scheduler.fs.mfsscripts import (
+    CS_START,
     DAEMON_START,
-    KILL_SCRIPT,
+    KILL_SERVERS,
     MOUNT_CHECK,
     PROBE_SCRIPT,
     REPAIR_SCRIPT,
     SERVERS_CHECK,
     SPACE_WAIT,
+    STANDBY_START,
     UMOUNT_SCRIPT,
 )
 from rsa_scheduler.fs.mfsversion import (
@@ -146,6 +149,17 @@ RSA_NODE_OPTIONS = ("mfsentrycacheto=1",)
 # space it knows then (0 before that). No event tells: the master is asked (SPACE_WAIT,
 # one process on its node, one connection) every SPACE_POLL s from the servers' start.
 SPACE_POLL = 0.02
+# Standby chunkservers (``filesystem.moosefs_standby``, on by default): each pool of an RSA
+# node keeps one chunkserver started ahead, its folder scanned, holding nothing, listening
+# in the port range's reserved last block (mfslayout.standby_ports). A create claims it
+# (CS_START: it gets the RAMDISK's master and port by a reload) instead of starting one:
+# it registers at the next whole second after the reload with the space it scanned, so
+# the create waits for the next whole second instead of 1-2 s (docs/benchmarks.md). A
+# claimed standby is the RAMDISK's chunkserver from then on, and goes with it; the
+# teardown (and a create, in the background) starts the pool's next one. A node without
+# one (the first create after it started, two creates at once) starts one cold, as before.
+# Run in the background of a round trip (its output on its own log): STANDBY_START's args.
+BACKGROUND = 'setsid sh -c "$0" "$@" </dev/null >/dev/null 2>&1 &'
 
 
 def _step(fs_id: str, step: str, t0: float) -> None:
@@ -210,7 +224,8 @@ class MooseFsBackend(FilesystemBackend):
         proxy = str(settings.options.get("proxy", "off"))
         return {"addresses": dict(settings.addresses),
                 "client_networks": tuple(settings.client_networks),
-                "proxy_address": None if proxy == "off" else proxy}
+                "proxy_address": None if proxy == "off" else proxy,
+                "standby": bool(settings.options.get("standby", True))}
 
     def __init__(self, hosts: Mapping[str, Host], *, create_timeout: float = 60.0,
                  destroy_timeout: float = 60.0, retries: int = 2,
@@ -218,7 +233,8 @@ class MooseFsBackend(FilesystemBackend):
                  client_options: Sequence[str] = CLIENT_OPTIONS,
                  port_range: tuple[int, int] = (PORT_BASE, PORT_SLOTS),
                  client_networks: Sequence[str] = ("*",),
-                 proxy_address: str | None = mfsproxy.PROXY_ADDRESS) -> None:
+                 proxy_address: str | None = mfsproxy.PROXY_ADDRESS,
+                 standby: bool = True) -> None:
         super().__init__(hosts, create_timeout=create_timeout,
                          destroy_timeout=destroy_timeout, retries=retries)
         self.addresses = dict(addresses or {})
@@ -231,6 +247,8 @@ class MooseFsBackend(FilesystemBackend):
         self.client_options = (*client_options, *proxy)
         self.rsa_node_options = (*self.client_options, *RSA_NODE_OPTIONS)
         self.port_range = port_range
+        # standby chunkservers (STANDBY), in the range's last block: never with one block
+        self.standby = standby and port_range[1] > 1
         # where compute nodes mount from (IP, IP/bits or IP-IP, as mfsexports.cfg takes
         # them; "*": anywhere). A job's compute nodes are not known when its RAMDISK is
         # built (it is built while the job waits), so this is the site's compute network.
@@ -339,6 +357,12 @@ class MooseFsBackend(FilesystemBackend):
         raise FsError(f"{req.fs_id}: moosefs create failed after {self.retries + 1} "
                       f"attempts: {last}") from last
 
+    def _standby_args(self, lay: Layout, node: str) -> list[str]:
+        """STANDBY_START's arguments for ``node``'s pool of ``lay``."""
+        parking, first, last = standby_ports(*self.port_range)
+        return [lay.pool_dirs[node], lay.addresses[node], str(parking), str(first),
+                str(last)]
+
     def _probe(self, lay: Layout) -> dict[str, tuple[list[str], set[int], Version]]:
         """One round trip per node: what this fs_id left in the pool, listening ports,
         the MooseFS release its tools belong to (asked of the tools only when their
@@ -419,8 +443,9 @@ class MooseFsBackend(FilesystemBackend):
         dl = Deadline(self.create_timeout, f"{req.fs_id}: moosefs create")
         t0 = time.monotonic() if t0 is None else t0
         first, slots = self.port_range
-        try:
-            base = random_base(busy, 3 + len(req.nodes), base=first, slots=slots)
+        try:  # the last block is the standbys' (STANDBY)
+            base = random_base(busy, 3 + len(req.nodes), base=first,
+                               slots=slots - 1 if self.standby else slots)
         except FsError as e:
             raise FsError(f"{req.fs_id}: {e}") from e
         lay = self.layout(req, base, new_secret(), admin=dialect.classes)
@@ -428,7 +453,7 @@ class MooseFsBackend(FilesystemBackend):
         with ExitStack() as undo:  # cleanup of whatever was built, on any exception
             undo.callback(self._teardown, lay, dl)  # mounts, servers, then dirs
 
-            def start(node: str) -> None:
+            def start(node: str) -> str:
                 d = lay.dir(node)
                 steps: list[list[str]] = [
                     ["mkdir", "-p", lay.mountpoint, lay.pool_dirs[node]],
@@ -436,8 +461,9 @@ class MooseFsBackend(FilesystemBackend):
                 if node == lay.master:  # the master first on its node (see _build)
                     steps.append(_daemon(d, ["mfsmaster", "-c", f"{d}/mfsmaster.cfg",
                                              "start"]))
-                steps.append(_daemon(d, ["mfschunkserver", "-c", f"{d}/mfschunkserver.cfg",
-                                         "start"]))
+                steps.append(["sh", "-c", CS_START, d, "1" if self.standby else "0",
+                              str(lay.cs_port(node)), STANDBY_START,
+                              *self._standby_args(lay, node)])
                 if node == lay.master:
                     if lay.guard:
                         steps.append(lay.guard_argv(node))
@@ -447,10 +473,14 @@ class MooseFsBackend(FilesystemBackend):
                     steps += [["chown", f"{uid}:{gid}", lay.mountpoint],
                               ["chmod", "0700", lay.mountpoint],
                               *dialect.one_copy(lay.mountpoint)]
-                self._run(node, sh_chain(*steps), dl.left(), input=lay.tarball(node),
-                          cancel=cancel)
+                out = self._run(node, sh_chain(*steps), dl.left(), input=lay.tarball(node),
+                                cancel=cancel)
+                return "standby" if "CS standby" in out.splitlines() else "cold"
 
-            on_nodes(lay.nodes, start, f"{req.fs_id}: start mfsmaster, mfschunkservers")
+            how = on_nodes(lay.nodes, start, f"{req.fs_id}: start mfsmaster, mfschunkservers")
+            warm = sum(1 for h in how.values() if h == "standby")
+            log.info("%s: %d of %d chunkservers from standbys", req.fs_id, warm,
+                     len(lay.nodes), extra={"rsa_fs": req.fs_id, "rsa_standbys": warm})
             _step(req.fs_id, "servers", t0)
             others = [n for n in lay.nodes if n != lay.master]
 
@@ -570,14 +600,14 @@ class MooseFsBackend(FilesystemBackend):
         that hangs is made lazy and its connection aborted (UMOUNT_SCRIPT)."""
         def down(node: str) -> str:
             d = lay.dir(node)
-            daemons = [f"{d}/cs/.mfschunkserver.lock", f"{d}/mfschunkserver.cfg"]
-            if node == lay.master:
-                daemons += [f"{d}/master/.mfsmaster.lock", f"{d}/mfsmaster.cfg"]
-            r = self.hosts[node].run(sh_all(
-                ["sh", "-c", UMOUNT_SCRIPT, lay.mountpoint, lay.mount_title],
-                ["sh", "-c", KILL_SCRIPT, "kill", *daemons],
-                ["rm", "-rf", "--one-file-system", d]),
-                timeout=min(60.0, dl.left()), check=False)
+            steps = [["sh", "-c", UMOUNT_SCRIPT, lay.mountpoint, lay.mount_title],
+                     ["sh", "-c", KILL_SERVERS, d, "1" if node == lay.master else "0"],
+                     ["rm", "-rf", "--one-file-system", d]]
+            if self.standby:  # the pool's next standby, once this one is gone
+                steps.append(["sh", "-c", BACKGROUND, STANDBY_START,
+                              *self._standby_args(lay, node)])
+            r = self.hosts[node].run(sh_all(*steps), timeout=min(60.0, dl.left()),
+                                     check=False)
             if r.returncode != 0:
                 raise FsError(r.stderr.strip() or f"exit status {r.returncode}")
             if r.stderr.strip():

@@ -41,10 +41,10 @@ from tests.e2e.test_prolog_lifecycle import nothing_of_job_mounted
 from tests.integration.conftest import as_user
 from tests.integration.slurmkit import (
     crash_lab_rsa_sshd,
-    in_cluster,
     lab_nodes,
     make_jobs,
     on_node,
+    ramdisk_servers,
     restart_lab_rsad,
     restart_lab_slurmctld,
     root,
@@ -180,37 +180,17 @@ def chaos(lab: Mapping[str, str], rng: random.Random, stop: threading.Event,
             raise
 
 
-#: a RAMDISK's own processes (the lab's rsad starts them for a job; their command lines
-#: name the RAMDISK ``job<ID>-c<CYCLE>``; compute-node mounts do not)
-SERVERS = ("mfsmaster", "mfschunkserver", "mfsmount")
-
-
 def ramdisk_processes(lab: Mapping[str, str], pattern: str) -> list[tuple[str, int, str, str]]:
-    """(RSA node, pid, program, rest of its command line) of each RAMDISK process whose
-    command line matches ``pattern``. The host lab's RSA nodes share this host's PID
-    view, so ``pgrep`` here sees them all (node ""); the cluster lab's are hosts of their
-    own, each asked through the door."""
-    argv = ["pgrep", "-a", "-f", pattern]
-    if in_cluster():
-        asked = [(node, on_node(node, argv, timeout=30, check=False).stdout)
-                 for node in lab_nodes(lab, "RSA_LAB_RSA_NODES")]
-    else:
-        asked = [("", subprocess.run(argv, capture_output=True, text=True,
-                                     timeout=30).stdout)]
-    found = []
-    for node, out in asked:
-        for line in out.splitlines():
-            fields = line.split(" ", 2)
-            # (the door's own shell may carry the pattern too: only the servers count)
-            if len(fields) == 3 and fields[1] in SERVERS:
-                found.append((node, int(fields[0]), fields[1], fields[2]))
-    return sorted(found)
+    """(RSA node, pid, program, rest of its command line) of each process of a RAMDISK
+    whose fs_id matches ``pattern`` (its master, chunkservers, RSA nodes' own mfsmounts;
+    compute-node mounts are not its: ramdisk_servers)."""
+    return ramdisk_servers(lab, pattern)
 
 
 def kill_a_ramdisk_process(lab: Mapping[str, str], rng: random.Random) -> str:
     """SIGKILL one process of a live RAMDISK: a master, a chunkserver or an RSA node's
     own mfsmount, on the RSA node that runs it."""
-    procs = ramdisk_processes(lab, r"mfs(master|chunkserver|mount) .*job[0-9]+-c[0-9]+")
+    procs = ramdisk_processes(lab, r"job[0-9]+-c[0-9]+")
     if not procs:
         return "ramdisk: none alive"
     node, pid, prog, rest = rng.choice(procs)
@@ -261,9 +241,8 @@ def never_launched(base: Path, shape: Shape, data: Mapping[str, Any]) -> bool:
 def leaks(lab: Mapping[str, str], job: str) -> list[str]:
     found = []
     servers = [f"{prog} {pid}" + (f" on {node}" if node else "")
-               for node, pid, prog, _ in ramdisk_processes(
-                   lab, f"mfs(master|chunkserver).*job{job}-")
-               if prog != "mfsmount"]
+               for node, pid, prog, _ in ramdisk_servers(
+                   lab, f"job{job}-", "mfsmaster|mfschunkserver")]
     if servers:
         found.append(f"job {job}: filesystem servers left: {', '.join(servers)}")
     if not nothing_of_job_mounted(job):

@@ -41,6 +41,26 @@ class Cluster:
         return self.run(node, argv, user=user, timeout=timeout).stdout
 
 
+#: what of a RAMDISK an RSA node's pool still holds, one line each (nothing: none): any
+#: entry but the pool's standby chunkservers (filesystem.moosefs_standby), and a standby
+#: that a RAMDISK claimed or that holds chunks. $0: the pool.
+POOL_LEFT = r"""for e in "$0"/* "$0"/.[!.]*; do
+  [ -e "$e" ] || [ -L "$e" ] || continue
+  case ${e##*/} in
+    rsa-mfs-.standby-*)
+      [ -L "$e/claim" ] && echo "$e: claimed by $(readlink "$e/claim")"
+      n=$(find "$e/chunks" -type f -name 'chunk_*' | wc -l)
+      [ "$n" = 0 ] || echo "$e: $n chunk files";;
+    *) echo "$e";;
+  esac
+done"""
+
+
+def pool_left(c: Cluster, node: str, pool: str = "/var/lib/rsa-ram") -> str:
+    """What of any RAMDISK ``node``'s pool still holds (POOL_LEFT); "" when nothing."""
+    return c.out(node, ["sh", "-c", POOL_LEFT, pool])
+
+
 def _ctl(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(CTL), *args], capture_output=True, text=True,
                           timeout=timeout, check=False)

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.conftest import CTL, RSAD, Cluster
+from tests.cluster.conftest import CTL, RSAD, Cluster, pool_left
 
 HOME = "/pfs/home/rsauser"
 USER = "rsauser"
@@ -81,10 +81,12 @@ def _nothing_left(c: Cluster) -> None:
     """No RAMDISK of any job is left: the RSA nodes' pools empty, no MooseFS server or
     process of the user on them, no RAMDISK mounted on any node, both RSA nodes free."""
     for node in RSA_NODES:
-        assert c.out(node, ["sh", "-c", "ls -A /var/lib/rsa-ram"]) == "", node
-        procs = c.out(node, ["ps", "-e", "-o", "user=,comm="]).splitlines()
+        assert pool_left(c, node) == "", node
+        # the pool's standby chunkservers hold nothing (pool_left): not a RAMDISK's
+        procs = c.out(node, ["ps", "-e", "-o", "user=,comm=,args="]).splitlines()
         left = [p for p in procs if p.split()[0] == USER
-                or p.split()[-1] in ("mfsmaster", "mfschunkserver")]
+                or (p.split()[1] in ("mfsmaster", "mfschunkserver")
+                    and "/rsa-mfs-.standby-" not in p)]
         assert left == [], (node, left)
     for node in (*RSA_NODES, *COMPUTE):
         mounts = c.out(node, ["findmnt", "-rn", "-o", "TARGET,SOURCE"]).splitlines()

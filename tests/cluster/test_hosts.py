@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.cluster.conftest import RSAD, Cluster
+from tests.cluster.conftest import RSAD, Cluster, pool_left
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -188,7 +188,7 @@ def test_rsa_data_out_job_through_its_lifecycle(cluster: Cluster) -> None:
         == "rsauser 1048576\n"
     # nothing of the RAMDISK is left on the RSA nodes
     for node in ("rsa1", "rsa2"):
-        assert cluster.out(node, ["sh", "-c", "ls -A /var/lib/rsa-ram"]) == ""
+        assert pool_left(cluster, node) == ""
 
 
 IO_JOB = """#!/bin/bash

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from rsa_scheduler.node.plan import PROTOCOL
-from tests.cluster.conftest import CTL, RSAD, Cluster
+from tests.cluster.conftest import CTL, RSAD, Cluster, pool_left
 
 ROOT = Path(__file__).resolve().parents[2]
 HOME = "/pfs/home/rsauser"
@@ -217,7 +217,7 @@ def test_rolling_upgrade_with_jobs_in_flight(cluster: Cluster, releases: Release
         assert "hook protocol" not in _log_since(cluster, mark)
     assert "UPGRADE:" not in cluster.out(RSAD, ["rsa", "status"])
     for node in ("rsa1", "rsa2"):
-        assert cluster.out(node, ["sh", "-c", "ls -A /var/lib/rsa-ram"]) == ""
+        assert pool_left(cluster, node) == ""
 
 
 def _released(cluster: Cluster, job: str, timeout: float = 120) -> str:

@@ -10,7 +10,6 @@ the job with ``BurstBufferOperation`` and rsad's line. Skipped in a queue-mode l
 
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -28,6 +27,7 @@ from tests.integration.slurmkit import (
     lab_nodes,
     make_jobs,
     pfs_reads_at,
+    ramdisk_servers,
     root,
     show_job,
     wait_for,
@@ -299,8 +299,7 @@ findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
     assert len(builds) == 1 and [e["result"] for e in stage_ins] == ["ok"], outcomes
     assert (area / "res" / "inmnt").read_text().strip() == f"{area}/in"  # the RAMDISK
     assert (area / "res" / "md5").read_text() == md5_of(area / "in", "f* blob")
-    left = subprocess.run(["pgrep", "-a", "-f", f"mfs(master|chunkserver).*job{job}-"],
-                          capture_output=True, text=True).stdout.strip()
+    left = ramdisk_servers(lab, f"job{job}-", "mfsmaster|mfschunkserver")
     assert not left, f"the job's RAMDISK servers are still running: {left}"
 
 

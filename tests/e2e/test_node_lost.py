@@ -18,7 +18,11 @@ from rsa_scheduler.core.states import RsaState
 from tests.e2e.conftest import md5_of
 from tests.e2e.test_health import nodes, sshd_frozen
 from tests.integration.conftest import as_user
-from tests.integration.slurmkit import lab_nodes, make_jobs, on_lab_node, wait_for
+from tests.integration.slurmkit import (
+    make_jobs,
+    ramdisk_servers,
+    wait_for,
+)
 from tests.integration.test_rsad_staging import rsa_job, wait_state
 
 BIG = 700 << 20  # seconds to stage through the lab's throttled PFS
@@ -76,9 +80,7 @@ findmnt -n -o TARGET --target {area}/in > {area}/res/inmnt
     assert told and told[0]["to"] == "tearing-down"
     assert not data.get("declined")
     # (on every RSA node: in the cluster lab each is a host of its own)
-    left = "".join(on_lab_node(node, ["pgrep", "-a", "-f",
-                                      f"mfs(master|chunkserver).*job{job}-c1"]).stdout
-                   for node in lab_nodes(lab, "RSA_LAB_RSA_NODES")).strip()
+    left = ramdisk_servers(lab, f"job{job}-c1", "mfsmaster|mfschunkserver")
     assert not left, f"the first RAMDISK's servers are still running: {left}"
     events = subprocess.run([f"{lab['RSA_LAB_VENV']}/bin/rsa", "events", "--json"],
                             capture_output=True, text=True, timeout=30).stdout

@@ -8,6 +8,7 @@ nothing leaks."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -18,7 +19,11 @@ import pytest
 
 from tests.e2e.test_prolog_lifecycle import nothing_of_job_mounted, run_to_start
 from tests.e2e.test_stage_out_failures import area, events, wait_for_file
-from tests.integration.slurmkit import in_cluster, lab_nodes, make_jobs, on_lab_node
+from tests.integration.slurmkit import (
+    make_jobs,
+    on_lab_node,
+    ramdisk_servers,
+)
 from tests.integration.test_rsad_staging import rsa_job, wait_state
 
 pytestmark = pytest.mark.once  # the RAMDISK's repair is rsad's own, whichever mode drives staging
@@ -28,20 +33,10 @@ __all__ = ["area"]  # the fixture, shared with the stage-out tests
 
 def servers_of(lab: Mapping[str, str], fs_id: str) -> dict[tuple[str, int], str]:
     """(RSA node, PID) -> command line of the RAMDISK's processes: its master,
-    chunkservers and the RSA nodes' own mfsmounts. In the host lab the RSA nodes share
-    this host's PID view (node ""); in the cluster lab each is asked through the door."""
-    argv = ["pgrep", "-a", "-f", f"mfs(master|chunkserver|mount).*{fs_id}"]
-    if in_cluster():
-        outs = {node: on_lab_node(node, argv, timeout=30).stdout
-                for node in lab_nodes(lab, "RSA_LAB_RSA_NODES")}
-    else:
-        outs = {"": subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout}
-    procs = {}
-    for node, out in outs.items():
-        for line in out.splitlines():
-            pid, _, cmd = line.partition(" ")
-            procs[(node, int(pid))] = cmd
-    return procs
+    chunkservers and the RSA nodes' own mfsmounts (ramdisk_servers: node "" in the host
+    lab, whose RSA nodes share this host's PID view)."""
+    return {(node, pid): f"{prog} {rest}"
+            for node, pid, prog, rest in ramdisk_servers(lab, re.escape(fs_id))}
 
 
 def kill9(node: str, pid: int) -> None:

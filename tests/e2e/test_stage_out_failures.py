@@ -19,7 +19,13 @@ import pytest
 from tests.e2e.conftest import lab_mode
 from tests.e2e.test_prolog_lifecycle import nothing_of_job_mounted, run_to_start
 from tests.integration.conftest import as_user
-from tests.integration.slurmkit import lab_rsad_pid, make_jobs, restart_lab_rsad, root
+from tests.integration.slurmkit import (
+    lab_rsad_pid,
+    make_jobs,
+    ramdisk_servers,
+    restart_lab_rsad,
+    root,
+)
 from tests.integration.test_rsad_staging import rsa_job, ssh, wait_state
 
 
@@ -156,9 +162,7 @@ def test_rsad_killed_during_stage_out_resumes_verifies_and_leaks_nothing(
     assert [r for a, r in outcomes if "/verify/" in a] == ["ok"]
     assert sum(1 for a, _ in outcomes if "/build-fs/" in a) == 1
     fs_id = f"job{job}-c1"
-    left = subprocess.run(["pgrep", "-a", "-f", f"mfs(master|chunkserver).*{fs_id}"],
-                          capture_output=True, text=True).stdout
-    assert left.strip() == ""
+    assert ramdisk_servers(lab, fs_id, "mfsmaster|mfschunkserver") == []
     assert nothing_of_job_mounted(job)
     status = rsa_job(lab, job)
     assert status is not None and status["rsa_state"] == "released"

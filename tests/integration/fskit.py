@@ -52,6 +52,14 @@ findmnt -n --mountpoint "$mnt" >/dev/null && echo "mount $mnt"
 pgrep --ns $$ --nslist mnt -a -f "$daemons" | sed 's/^/process /'
 pgrep --ns $$ --nslist mnt -a -x -f "$title" | sed 's/^/process /'
 if [ -e "$d" ]; then echo "pool entry $d"; fi
+for sb in "${d%/*}"/rsa-mfs-.standby-*; do
+  [ "$(readlink "$sb/claim" 2>/dev/null)" = "${d##*/rsa-mfs-}" ] && echo "claimed standby $sb"
+done
+pgrep --ns $$ --nslist mnt -a -f "^\S*mfschunkserver -c ${d%/*}/rsa-mfs-\.standby-" |
+  while read -r pid cmd; do
+    cfg=${cmd##* -c }; cfg=${cfg%% *}
+    [ -e "$cfg" ] || echo "process $pid $cmd (its standby directory is gone)"
+  done
 exit 0
 """
 

@@ -276,6 +276,50 @@ def on_lab_node(node: str, argv: Sequence[str], *, timeout: float = 60,
                           text=True, timeout=timeout, check=check)
 
 
+# The chunkservers that are standbys claimed by a RAMDISK whose fs_id matches the
+# extended regex $0, in the pools $1.. of one RSA node: "PID mfschunkserver REST" as pgrep
+# -a prints them (the command line names the standby, not the RAMDISK: the fs_id follows).
+CLAIMED = r"""for pool in "$@"; do for sb in "$pool"/rsa-mfs-.standby-*; do
+  c=$(readlink "$sb/claim" 2>/dev/null) || continue
+  printf '%s\n' "$c" | grep -Eq -- "$0" || continue
+  { read -r pid < "$sb/cs/.mfschunkserver.lock"; } 2>/dev/null || continue
+  [ -e "/proc/$pid" ] && echo "$pid mfschunkserver -c $sb/mfschunkserver.cfg (claimed by $c)"
+done; done
+exit 0"""
+
+
+def ramdisk_servers(lab: Mapping[str, str], pattern: str,
+                    programs: str = "mfsmaster|mfschunkserver|mfsmount",
+                    ) -> list[tuple[str, int, str, str]]:
+    """(RSA node, PID, program, rest of its command line) of each MooseFS process of a
+    RAMDISK whose fs_id matches the extended regex ``pattern``: its master and the RSA
+    nodes' own mfsmounts by their command lines, its chunkservers by theirs or, for a
+    standby the RAMDISK claimed (filesystem.moosefs_standby), by the claim in the pool. The
+    host lab's RSA nodes share this host's PID view: found once, node ""; the cluster
+    lab's are hosts of their own, each asked through the door."""
+    argv = ["pgrep", "-a", "-f", f"({programs}) .*({pattern})"]
+    pools = [lab[k] for k in ("RSA_LAB_POOL_RAM", "RSA_LAB_POOL_SSD") if lab.get(k)]
+    claimed = ["sh", "-c", CLAIMED, pattern, *pools]
+    nodes = lab_nodes(lab, "RSA_LAB_RSA_NODES")
+    asked: list[tuple[str, str]] = []
+    if in_cluster():
+        asked += [(n, on_node(n, argv, timeout=30, check=False).stdout) for n in nodes]
+    else:
+        asked.append(("", subprocess.run(argv, capture_output=True, text=True,
+                                         timeout=30).stdout))
+    if "mfschunkserver" in programs:
+        asked += [(n if in_cluster() else "", on_lab_node(n, claimed, timeout=30).stdout)
+                  for n in nodes]
+    found = set()
+    for node, out in asked:
+        for line in out.splitlines():
+            fields = line.split(" ", 2)
+            # (the door's own shell may carry the pattern too: only the servers count)
+            if len(fields) == 3 and fields[1] in programs.split("|"):
+                found.add((node, int(fields[0]), fields[1], fields[2]))
+    return sorted(found)
+
+
 def _cluster_rsad_pid() -> int | None:
     """rsad's pid on this host of the cluster lab: its store lock names it."""
     try:

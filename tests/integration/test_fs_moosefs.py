@@ -12,6 +12,7 @@ import pytest
 from rsa_scheduler.fs.base import FilesystemBackend, FsError, FsRequest
 from rsa_scheduler.fs.common import sh_chain
 from rsa_scheduler.fs.mfslayout import new_secret, random_base
+from rsa_scheduler.fs.mfsscripts import CS_HOME, UMOUNT_SCRIPT
 from rsa_scheduler.fs.mfsversion import Dialect
 from rsa_scheduler.fs.moosefs import MooseFsBackend
 from rsa_scheduler.hosts import Cancelled, CancelToken
@@ -171,8 +172,9 @@ def test_health_names_the_dead_server_before_asking_a_mount_that_would_hang(
         lay = backend.layout(req)
         hosts["rsa1"].run(["mfsmaster", "-c", f"{lay.dir('rsa1')}/mfsmaster.cfg", "kill"],
                           timeout=30)
-        hosts["rsa2"].run(["mfschunkserver", "-c",
-                           f"{lay.dir('rsa2')}/mfschunkserver.cfg", "kill"], timeout=30)
+        # the chunkserver where it runs: the RAMDISK's directory or the standby it claimed
+        hosts["rsa2"].run(["sh", "-c", CS_HOME + 'mfschunkserver -c "$(cshome "$0")/'
+                           'mfschunkserver.cfg" kill', lay.dir("rsa2")], timeout=30)
         h = backend.health(spec, req)
         assert not h.ok and h.detail == "rsa1: master dead; rsa2: chunkserver dead", h
         assert sorted(backend.repair(req, spec)) == ["chunkserver on rsa2", "master on rsa1"]
@@ -230,8 +232,8 @@ def test_dead_servers_and_a_busy_mount_never_hang_teardown(
              mnt], timeout=30).stdout.strip()
         lay = backend.layout(req)
         for node in req.nodes:  # every server dies at once
-            hosts[node].run(["mfschunkserver", "-c",
-                             f"{lay.dir(node)}/mfschunkserver.cfg", "kill"], timeout=30)
+            hosts[node].run(["sh", "-c", CS_HOME + 'mfschunkserver -c "$(cshome "$0")/'
+                             'mfschunkserver.cfg" kill', lay.dir(node)], timeout=30)
         hosts["rsa1"].run(["mfsmaster", "-c", f"{lay.dir('rsa1')}/mfsmaster.cfg", "kill"],
                           timeout=30)
         assert not backend.health(spec).ok
@@ -283,3 +285,127 @@ def test_cancel_during_create_unwinds_everything(
         assert not left, left
     finally:
         backend.destroy(req)
+
+
+# ----------------------------------------------------------------- standby chunkservers
+
+STANDBYS = r"""for sb in "$0"/rsa-mfs-.standby-*; do
+  [ -d "$sb" ] || continue
+  c=$(readlink "$sb/claim" 2>/dev/null || echo -)
+  mfschunkserver -c "$sb/mfschunkserver.cfg" test >/dev/null 2>&1 && a=live || a=dead
+  echo "$sb $c $a $(find "$sb/chunks" -type f -name 'chunk_*' | wc -l)"
+done"""
+
+
+def _standbys(backend: MooseFsBackend, node: str, pool: str) -> list[tuple[str, str, str, int]]:
+    """(directory, the fs_id that claimed it or -, live|dead, chunk files) of each
+    standby in ``pool`` on ``node``."""
+    out = backend.hosts[node].run(["sh", "-c", STANDBYS, pool], timeout=30).stdout
+    return [(d, c, a, int(n)) for d, c, a, n in (ln.split() for ln in out.splitlines())]
+
+
+def _await_one_standby(backend: MooseFsBackend, nodes: tuple[str, ...], pool: str,
+                       ) -> dict[str, str]:
+    """Each node's one live unclaimed standby, once it has scanned its folder (a teardown
+    starts it in the background: 1.5 s after it is seen alive)."""
+    deadline = time.monotonic() + 30
+    while True:
+        found = {n: [s for s in _standbys(backend, n, pool) if s[1] == "-"] for n in nodes}
+        if all(len(v) == 1 and v[0][2] == "live" for v in found.values()):
+            time.sleep(1.5)
+            return {n: v[0][0] for n, v in found.items()}
+        assert time.monotonic() < deadline, f"no standby chunkserver came up: {found}"
+        time.sleep(0.2)
+
+
+def test_a_create_takes_the_pools_standby_and_its_teardown_leaves_a_fresh_one(
+        backend: MooseFsBackend, lab: Mapping[str, str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The chunkservers of a create are the standbys a teardown left (the log says so),
+    registered at the RAMDISK's ports with their space (writes with fsync go through on
+    every node), with the RAMDISK's chunks in their folders; the RAMDISK's teardown
+    removes them with those chunks, and the next standby of each pool holds nothing."""
+    nodes, pool = ("rsa1", "rsa2"), lab["RSA_LAB_POOL_RAM"]
+    first, second = (FsRequest(f"itest-sb-{i}", "0", nodes, "ram", {n: pool for n in nodes},
+                               "/run/rsa/mnt") for i in (1, 2))
+    try:
+        backend.create(first)
+        backend.destroy(first)  # whatever the pools held: now each has its standby
+        ahead = _await_one_standby(backend, nodes, pool)
+        caplog.clear()
+        with caplog.at_level("INFO", logger="rsa_scheduler.fs.moosefs"):
+            spec = backend.create(second)
+        assert "itest-sb-2: 2 of 2 chunkservers from standbys" in caplog.text
+        assert backend.health(spec).ok
+        for node in nodes:
+            backend.hosts[node].run(["dd", "if=/dev/urandom", f"of={spec.rsa_mountpoint}/{node}",
+                                     "bs=1M", "count=4", "conv=fsync", "status=none"],
+                                    timeout=60)
+        for node in nodes:
+            mine = {d: (c, a, n) for d, c, a, n in _standbys(backend, node, pool)}
+            assert mine[ahead[node]][:2] == ("itest-sb-2", "live"), mine
+        # the chunks are in the claimed standbys' folders (one of the two holds each file)
+        assert sum(n for node in nodes
+                   for d, c, a, n in _standbys(backend, node, pool) if c == "itest-sb-2") >= 2
+        backend.destroy(second)
+        for node in nodes:
+            left = _standbys(backend, node, pool)
+            assert ahead[node] not in {d for d, *_ in left}, left
+            assert all(c == "-" and n == 0 for _, c, _, n in left), left
+        assert not moosefs_leftovers(backend.hosts, second)  # type: ignore[arg-type]
+    finally:
+        backend.destroy(first)
+        backend.destroy(second)
+
+
+def test_a_standby_left_claimed_by_a_ramdisk_that_is_gone_is_swept(
+        backend: MooseFsBackend, lab: Mapping[str, str]) -> None:
+    """A claimed standby whose RAMDISK's directory is gone (its teardown by an rsad that
+    did not know standbys, or a pool cleaned by hand) is killed and removed, with what it
+    held, by the next start of a standby in that pool (a teardown's or a create's)."""
+    nodes, pool = ("rsa1",), lab["RSA_LAB_POOL_RAM"]
+    gone, later = (FsRequest(f"itest-sbg-{i}", "0", nodes, "ram", {"rsa1": pool},
+                             "/run/rsa/mnt") for i in (1, 2))
+    host = backend.hosts["rsa1"]
+    try:
+        backend.create(later)
+        backend.destroy(later)
+        ahead = _await_one_standby(backend, nodes, pool)["rsa1"]
+        spec = backend.create(gone)
+        host.run(["dd", "if=/dev/urandom", f"of={spec.rsa_mountpoint}/x", "bs=1M", "count=2",
+                  "conv=fsync", "status=none"], timeout=60)
+        lay = backend.layout(gone, guarded=False)
+        d = lay.dir("rsa1")
+        # the old teardown: unmount, the master by its lock, the RAMDISK's directory
+        host.run(["sh", "-c", UMOUNT_SCRIPT, lay.mountpoint, lay.mount_title], timeout=30)
+        host.run(["sh", "-c", 'kill -KILL $(cat "$0/master/.mfsmaster.lock"); '
+                  'rm -rf --one-file-system "$0"', d], timeout=30)
+        assert [s[1:3] for s in _standbys(backend, "rsa1", pool) if s[0] == ahead] == [
+            ("itest-sbg-1", "live")]
+        backend.create(later)  # its background standby start sweeps the pool
+        deadline = time.monotonic() + 20
+        while any(s[0] == ahead for s in _standbys(backend, "rsa1", pool)):
+            assert time.monotonic() < deadline, "the orphaned standby was not swept"
+            time.sleep(0.2)
+        assert not moosefs_leftovers(backend.hosts, gone)  # type: ignore[arg-type]
+    finally:
+        backend.destroy(gone)
+        backend.destroy(later)
+
+
+def test_without_standbys_every_chunkserver_starts_cold(
+        lab: Mapping[str, str], hosts: HostPool, caplog: pytest.LogCaptureFixture) -> None:
+    """``filesystem.moosefs_standby: false``: a create claims none (also when the pools
+    hold one) and a teardown starts none."""
+    backend = lab_moosefs(lab, hosts, standby=False)
+    nodes, pool = ("rsa1", "rsa2"), lab["RSA_LAB_POOL_RAM"]
+    req = FsRequest("itest-sboff", "0", nodes, "ram", {n: pool for n in nodes}, "/run/rsa/mnt")
+    before = {n: _standbys(backend, n, pool) for n in nodes}
+    try:
+        with caplog.at_level("INFO", logger="rsa_scheduler.fs.moosefs"):
+            spec = backend.create(req)
+        assert "itest-sboff: 0 of 2 chunkservers from standbys" in caplog.text
+        assert backend.health(spec).ok
+    finally:
+        backend.destroy(req)
+    assert {n: _standbys(backend, n, pool) for n in nodes} == before

@@ -3,6 +3,7 @@ lab) and the create-time wait for chunk servers that can take writes."""
 
 from __future__ import annotations
 
+import shlex
 import socket
 import struct
 import subprocess
@@ -502,7 +503,7 @@ class RecordingHost:
 
 
 def test_a_destroy_is_one_round_trip_per_node_and_names_the_node_that_failed() -> None:
-    from rsa_scheduler.fs.mfsscripts import KILL_SCRIPT, UMOUNT_SCRIPT
+    from rsa_scheduler.fs.mfsscripts import KILL_SERVERS, STANDBY_START, UMOUNT_SCRIPT
 
     hosts = {"rsa1": RecordingHost("rsa1"),
              "rsa2": RecordingHost("rsa2", fail="umount", why="mfsmount 9 did not exit")}
@@ -517,6 +518,12 @@ def test_a_destroy_is_one_round_trip_per_node_and_names_the_node_that_failed() -
         script = argv[2]
         assert argv[:2] == ["sh", "-c"]
         # unmount, kill, free the pool: in this order, every one whatever the one before did
-        assert (script.index("findmnt") < script.index("lock") < script.index("rm -rf"))
-        assert UMOUNT_SCRIPT.splitlines()[0] in script and KILL_SCRIPT.splitlines()[0] in script
-        assert ("mfsmaster.lock" in script) == (name == "rsa1")
+        # then the pool's next standby chunkserver, in the background
+        free = "rm -rf --one-file-system /pool/rsa-mfs-job1-c1"
+        assert (script.index("findmnt") < script.index("lock") < script.index(free)
+                < script.index("setsid") < script.index("mfscs-standby"))
+        assert UMOUNT_SCRIPT.splitlines()[0] in script and shlex.quote(KILL_SERVERS) in script
+        assert shlex.quote(STANDBY_START) in script
+        # the master's kill on its node only
+        flag = "1" if name == "rsa1" else "0"
+        assert f"/pool/rsa-mfs-job1-c1 {flag} ||" in script

@@ -209,7 +209,7 @@ filesystem:
   beeond: {port_shift_min: 3000, port_shift_max: 3990}
 """)
     fs = cfg.filesystem
-    assert own_options(fs, "moosefs") == {"proxy": "127.83.65.7"}
+    assert own_options(fs, "moosefs") == {"proxy": "127.83.65.7", "standby": True}
     beeond = own_options(fs, "beeond")
     assert (beeond["port_shift_min"], beeond["port_shift_max"]) == (3000, 3990)
     assert own_options(fs, "tmpfs") == {} and own_options(fs, "lustre") == {}
