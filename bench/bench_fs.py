@@ -17,11 +17,19 @@ create a job gets. ``--phases`` starts run i at (i + 0.5) / runs of a second of 
 wall clock (the lab's RSA nodes share this host's clock), so the runs cover the second
 evenly and their mean is what a create costs on average.
 
+Standby chunkservers (``filesystem.moosefs_standby``, on by default): a create claims each
+node's standby, which a teardown started; it is ready (its folder scanned) 1-2 s after
+that teardown. ``--idle S`` waits S seconds after each destroy (default 2: the time an RSA
+node is idle between two jobs is longer), and a first create and destroy, not counted,
+leaves every pool its standby. ``--no-standby`` times creates that start every
+chunkserver (``moosefs_standby: false``). The table says how many chunkservers came
+from standbys.
+
 Needs the lab (``make lab-up``; ``RSA_LAB_RSA_COUNT=16`` for 16 nodes) and root. Prints a
 markdown table for docs/benchmarks.md. Not a test: nothing asserts.
 
     .venv/bin/python bench/bench_fs.py [--nodes 4] [--runs 5] [--tier ram] [--trace]
-        [--phases]
+        [--phases] [--idle 2] [--no-standby]
 """
 
 from __future__ import annotations
@@ -71,8 +79,12 @@ class Steps(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.marks: list[tuple[str, float]] = []
+        self.standbys: list[int] = []  # per create: its chunkservers from standbys
 
     def emit(self, record: logging.LogRecord) -> None:
+        warm = getattr(record, "rsa_standbys", None)
+        if warm is not None:
+            self.standbys.append(int(warm))
         step = getattr(record, "rsa_step", None)
         if step is not None:
             self.marks.append((str(step), float(getattr(record, "rsa_at", 0.0))))
@@ -123,6 +135,10 @@ def main() -> int:
                     help="print every SSH round trip of the last run to stderr")
     ap.add_argument("--phases", action="store_true",
                     help="start run i at (i + 0.5) / runs of a wall-clock second")
+    ap.add_argument("--idle", type=float, default=2.0,
+                    help="seconds between a destroy and the next create (default 2)")
+    ap.add_argument("--no-standby", action="store_true",
+                    help="every create starts its chunkservers (moosefs_standby: false)")
     args = ap.parse_args()
     if not LAB_ENV.exists():
         print(f"lab is not up ({LAB_ENV} missing): run `make lab-up` as root", file=sys.stderr)
@@ -156,7 +172,17 @@ def main() -> int:
         lock = threading.Lock()
         used: Mapping[str, Any] = ({n: Traced(hosts[n], trace, lock) for n in hosts}
                                    if args.trace else hosts)
-        backend = lab_moosefs(lab, used)  # type: ignore[arg-type]
+        backend = lab_moosefs(lab, used, standby=not args.no_standby)  # type: ignore[arg-type]
+        if not args.no_standby:  # not counted: leaves every pool its standby
+            warm = FsRequest(f"bench-{os.getpid()}-warm", "0", nodes, args.tier,
+                             {n: pool_dir for n in nodes}, "/run/rsa/mnt")
+            try:
+                backend.create(warm)
+            finally:
+                backend.destroy(warm)
+            steps.take()
+            steps.standbys.clear()
+            trace.clear()
         creates, destroys = [], []
         create_steps: dict[str, list[float]] = {}
         destroy_steps: dict[str, list[float]] = {}
@@ -164,6 +190,7 @@ def main() -> int:
             req = FsRequest(f"bench-{os.getpid()}-{i}", "0", nodes, args.tier,
                             {n: pool_dir for n in nodes}, "/run/rsa/mnt")
             last = i == args.runs - 1
+            time.sleep(args.idle)
             if args.phases:
                 time.sleep(phase_delay(time.time(), run_phase(i, args.runs)))
             started = time.time() % 1.0
@@ -189,7 +216,9 @@ def main() -> int:
                   f"(began {started:.2f} into a second)", file=sys.stderr)
     print(f"Host: {platform.node()}, {os.cpu_count()} CPUs, load (1 min) "
           f"{load0:.1f} before, {os.getloadavg()[0]:.1f} after; "
-          f"{len(nodes)} RSA nodes ({args.tier}), {args.runs} runs")
+          f"{len(nodes)} RSA nodes ({args.tier}), {args.runs} runs, "
+          f"{'no standbys' if args.no_standby else 'standby chunkservers'}, "
+          f"{args.idle:g} s idle after each destroy")
     print()
     print("| step | median (min, max) |")
     print("|---|---|")
@@ -201,6 +230,9 @@ def main() -> int:
     for k in [*CREATE_STEPS, *(k for k in create_steps if k not in CREATE_STEPS)]:
         if k in create_steps:
             print(f"| &nbsp; create: {k} | {_fmt(create_steps[k])} |")
+    if steps.standbys:
+        print(f"| &nbsp; chunkservers from standbys | {sum(steps.standbys)} of "
+              f"{len(nodes) * len(steps.standbys)} |")
     print(f"| **RAMDISK destroy, {len(nodes)} nodes** | **{_fmt(destroys)}** |")
     for k, xs in destroy_steps.items():
         print(f"| &nbsp; destroy: {k} | {_fmt(xs)} |")
