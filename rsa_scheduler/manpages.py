@@ -91,7 +91,9 @@ ENVIRONMENT: dict[str, tuple[tuple[str, str], ...]] = {
                     "daemon.api of the configuration."),
         *_HOOK_API,
         ("RSA_HOOK_TIMEOUT", "Seconds a call to rsad may take (else hooks.api_timeout "
-                             "when the configuration was read), never less than 10."),
+                             "when the configuration was read), never less than 30: rsad "
+                             "answers a busy moment itself within 20 s (503, 504), and "
+                             "rsa-bb asks again."),
     ),
 }
 _NODE_HOOK: tuple[tuple[str, str], ...] = (

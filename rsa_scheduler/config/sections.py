@@ -482,7 +482,11 @@ class HooksConfig:
         )
     )
     api_timeout: float = field(
-        metadata=meta(Duration(max=HOUR), "Timeout of one hook→rsad API call.")
+        metadata=meta(
+            Duration(max=HOUR),
+            "Timeout of one hook→rsad API call (rsa-bb, native mode: never less than "
+            "30 s, so that rsad's own answer to a busy moment comes first).",
+        )
     )
     max_hold: float = field(
         metadata=meta(
