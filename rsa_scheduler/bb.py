@@ -34,6 +34,12 @@ ONCE = frozenset({"data_in", "data_out"})
 HOOKS = ("setup", "data_in", "real_size", "pre_run", "post_run", "data_out", "teardown",
          "status", "pools")
 POLL = 1.0  # seconds between two questions to rsad while a stage runs
+#: the least time rsa-bb waits for one answer of rsad's (client.DEFAULT_TIMEOUT): longer
+#: than rsad waits for its loop (10 s for it to take a request, 10 more for its answer:
+#: daemon/inbox.py), so that rsad's own answer to a busy moment (503, 504: TRANSIENT,
+#: which says whether the request was done) comes before rsa-bb gives up on it. The hooks'
+#: call timeout (RSA_HOOK_TIMEOUT, hooks.api_timeout: 2 s) counts only above it
+ANSWER_WAIT = 30.0
 #: how long rsad may be unreachable (or busy) before data_in / data_out give up (a
 #: restarting rsad must not fail a stage; a dead one must not hold the job for
 #: StageInTimeout without a word)
@@ -387,8 +393,8 @@ def run(argv: Sequence[str], env: Mapping[str, str]) -> tuple[bool | None, str]:
 
             address, timeout = _api_address(env)
         else:
-            timeout = 10.0
-        post, get = _post_with(address, max(timeout, 10.0))
+            timeout = ANSWER_WAIT
+        post, get = _post_with(address, max(timeout, ANSWER_WAIT))
         if hook == "status":
             return True, status_of(get, rest[0] if rest else None)
         if hook == "pools":

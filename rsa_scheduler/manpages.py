@@ -91,7 +91,9 @@ ENVIRONMENT: dict[str, tuple[tuple[str, str], ...]] = {
                     "daemon.api of the configuration."),
         *_HOOK_API,
         ("RSA_HOOK_TIMEOUT", "Seconds a call to rsad may take (else hooks.api_timeout "
-                             "when the configuration was read), never less than 10."),
+                             "when the configuration was read), never less than 30: rsad "
+                             "answers a busy moment itself within 20 s (503, 504), and "
+                             "rsa-bb asks again."),
     ),
 }
 _NODE_HOOK: tuple[tuple[str, str], ...] = (
@@ -109,9 +111,11 @@ _NODE_HOOK: tuple[tuple[str, str], ...] = (
                                    "file or daemon.api of the configuration."),
     ("RSA_HOOK_TIMEOUT, RSA_PROLOG_TIMEOUT, RSA_SHARED_DIRS",
      "With RSA_API and RSA_ALLOWED_ROOTS: seconds the call to rsad may take (default 2), "
-     "the hook's hard timeout (default 10) and staging.shared_dirs (colon-separated), "
-     "instead of the configuration's hooks.api_timeout, hooks.timeout and "
-     "staging.shared_dirs."),
+     "the hard timeout of the Prolog and of the Epilog alike (RSA_PROLOG_TIMEOUT, default "
+     "10, as hooks.timeout is both's: the Epilog's wrapper kills it at its backstop, "
+     "RSA_EPILOG_BACKSTOP, 20 s, so raise that with it) and staging.shared_dirs "
+     "(colon-separated), instead of the configuration's hooks.api_timeout, hooks.timeout "
+     "and staging.shared_dirs."),
     ("RSA_MOUNTS", "node or job (the job's mounts in a mount namespace of its own), "
                    "instead of hooks.mounts."),
     ("RSA_NODE_DIR", "Where the hooks keep each job's state on the node (default "

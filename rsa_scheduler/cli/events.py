@@ -31,7 +31,9 @@ def _line(ev: dict[str, Any]) -> str:
 
 @click.command("events")
 @API_OPTION
-@click.option("--job", "job_id", default=None, help="Only this job's events.")
+@click.option("--job", "job_id", default=None,
+              help="Only this job's events; @pool: the RSA nodes' and the whole RSA's "
+                   "(operators).")
 @click.option("--since", default=0, show_default=True, help="Events after this sequence number.")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new events (Ctrl-C stops).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")

@@ -18,6 +18,11 @@ Snakemake 7's ``--cluster-status``): ``running`` until Slurm has ended the job *
 data is in place, ``success`` once the job COMPLETED and its output is verified (or it
 had none to stage), ``failed`` when Slurm ended it otherwise or its output failed or is
 quarantined (:func:`cluster_status`).
+
+Slurm is asked with ``squeue`` and ``sacct`` (:func:`slurm_out`), each within
+:data:`SLURM_TIMEOUT` and, with ``--timeout``, within what is left of it: a slurmctld
+that does not answer holds the command no longer than rsad's silence would, and what
+Slurm did not say is never read as "Slurm does not know the job" (:class:`SlurmUnanswered`).
 """
 
 from __future__ import annotations
@@ -36,9 +41,10 @@ from rsa_scheduler.cli.jobs import API_OPTION, BUSY
 from rsa_scheduler.cli.show import echo
 from rsa_scheduler.cli.where import FAILED, OK, Verdict, verdict
 from rsa_scheduler.client import ApiClient, ApiRefused, ApiUnavailable
+from rsa_scheduler.errors import RsaError
 
-__all__ = ["FAILED", "OK", "TIMED_OUT", "Verdict", "cluster_status", "expand_arrays",
-           "verdict", "wait_for_jobs"]
+__all__ = ["FAILED", "OK", "TIMED_OUT", "SlurmUnanswered", "Verdict", "cluster_status",
+           "expand_arrays", "verdict", "wait_for_jobs"]
 
 TIMED_OUT = 3
 #: a job rsad cannot be asked about now (restarting, busy) is asked again this often
@@ -51,29 +57,50 @@ ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDE
                     "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"})
 
 
-def slurm_state(job_id: str) -> str:
-    """Slurm's state of ``job_id`` (``squeue -O State``), "" when squeue does not know
-    the job or cannot be run here."""
+#: seconds squeue or sacct may take; with ``--timeout``, at most what is left of it
+SLURM_TIMEOUT = 30.0
+
+
+class SlurmUnanswered(RsaError):
+    """squeue or sacct did not answer in the time it had, or was not run because the
+    time given had run out: what Slurm would say is not known (never "Slurm does not
+    know the job")."""
+
+
+def slurm_out(argv: Sequence[str], deadline: float | None = None) -> str:
+    """``argv``'s standard output when it exits 0, "" when it fails or cannot be run
+    here. It has :data:`SLURM_TIMEOUT` seconds, and no more than what is left until
+    ``deadline`` (``time.monotonic()``: ``rsa wait --timeout``); once that has passed it
+    is not run at all. Either way, :class:`SlurmUnanswered` says what ran out."""
+    timeout = SLURM_TIMEOUT
+    if deadline is not None:
+        timeout = min(timeout, deadline - time.monotonic())
+        if timeout <= 0:
+            raise SlurmUnanswered(f"the time given ran out before {argv[0]} was asked")
     try:
-        done = subprocess.run(["squeue", "-h", "-t", "all", "-j", job_id, "-O", "State:0"],
-                              capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                              check=False)
+    except subprocess.TimeoutExpired as e:
+        raise SlurmUnanswered(f"{argv[0]} did not answer within {timeout:.3g}s") from e
+    except OSError:
         return ""
-    lines = done.stdout.split() if done.returncode == 0 else []
+    return done.stdout if done.returncode == 0 else ""
+
+
+def slurm_state(job_id: str, deadline: float | None = None) -> str:
+    """Slurm's state of ``job_id`` (``squeue -O State``), "" when squeue does not know
+    the job or cannot be run here (:func:`slurm_out`)."""
+    lines = slurm_out(["squeue", "-h", "-t", "all", "-j", job_id, "-O", "State:0"],
+                      deadline).split()
     return lines[0] if len(lines) == 1 else ""
 
 
-def slurm_tasks(job_id: str) -> list[str]:
+def slurm_tasks(job_id: str, deadline: float | None = None) -> list[str]:
     """What Slurm lists for ``job_id`` (``squeue -r``): an array's tasks (``1234_0``,
     ...), a plain job's id; [] for a job Slurm no longer lists, or when squeue cannot be
-    run here."""
-    try:
-        done = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-j", job_id, "-O",
-                               "JobArrayID:0"], capture_output=True, text=True, timeout=30,
-                              check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return done.stdout.split() if done.returncode == 0 else []
+    run here (:func:`slurm_out`)."""
+    return slurm_out(["squeue", "-h", "-r", "-t", "all", "-j", job_id, "-O",
+                      "JobArrayID:0"], deadline).split()
 
 
 def _task_order(key: str) -> tuple[int, str]:
@@ -90,7 +117,8 @@ def expand_arrays(job_ids: Sequence[str], mine: Callable[[], list[str]],
     tracks; a task Slurm has forgotten may still be staging out). An id of neither stays
     as given. rsad is asked (``mine``, which may raise :class:`ApiUnavailable`) only
     for an array, or an id Slurm no longer lists: a plain job Slurm lists costs one
-    squeue (``rsa wait --cluster-status`` of every step of a workflow)."""
+    squeue (``rsa wait --cluster-status`` of every step of a workflow). ``tasks`` may
+    raise :class:`SlurmUnanswered`."""
     out: list[str] = []
     known: list[str] | None = None
     for job_id in job_ids:
@@ -118,30 +146,34 @@ def _mine(client: ApiClient) -> list[str]:
 def _expand(client: ApiClient, job_ids: Sequence[str], timeout: float | None,
             *, clock: Callable[[], float] = time.monotonic,
             sleep: Callable[[float], None] = time.sleep) -> list[str]:
-    """:func:`expand_arrays`, rsad being restarted waited out (up to ``timeout``; past
-    it, the arrays' tasks Slurm lists)."""
+    """:func:`expand_arrays`, rsad being restarted or Slurm not answering waited out (up
+    to ``timeout``; past it, the arrays' tasks Slurm listed, and each id Slurm did not
+    answer for as given: rsad is asked about it then)."""
+    listed: dict[str, list[str]] = {}
+
+    def known(job_id: str) -> list[str]:  # Slurm is asked once per id that it answers
+        if job_id not in listed:
+            listed[job_id] = slurm_tasks(job_id, client.deadline)
+        return listed[job_id]
+
     start = clock()
     while True:
         try:
-            return expand_arrays(job_ids, lambda: _mine(client))
-        except (ApiUnavailable, ApiRefused) as e:
+            return expand_arrays(job_ids, lambda: _mine(client), known)
+        except (ApiUnavailable, ApiRefused, SlurmUnanswered) as e:
             if isinstance(e, ApiRefused) and e.status not in BUSY:
                 raise
             if timeout is not None and clock() - start >= timeout:
-                return expand_arrays(job_ids, list)
+                return expand_arrays(job_ids, list, lambda j: listed.get(j, []))
             sleep(POLL)
 
 
-def slurm_owner(job_id: str) -> str:
+def slurm_owner(job_id: str, deadline: float | None = None) -> str:
     """The user Slurm names for ``job_id`` (``squeue -O UserName``), "" when squeue does
-    not show the job here (unknown, or another user's under ``PrivateData=jobs``)."""
-    try:
-        done = subprocess.run(["squeue", "-h", "-t", "all", "-j", job_id, "-O",
-                               "UserName:0"], capture_output=True, text=True, timeout=30,
-                              check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    words = set(done.stdout.split()) if done.returncode == 0 else set()
+    not show the job here (unknown, or another user's under ``PrivateData=jobs``), or
+    cannot be run here (:func:`slurm_out`)."""
+    words = set(slurm_out(["squeue", "-h", "-t", "all", "-j", job_id, "-O", "UserName:0"],
+                          deadline).split())
     return words.pop() if len(words) == 1 else ""
 
 
@@ -157,25 +189,32 @@ def _me() -> str:
 
 
 def _ask(client: ApiClient, job_id: str,
-         slurm: Callable[[str], str] = slurm_state,
-         owner: Callable[[str], str] = slurm_owner,
+         slurm: Callable[[str], str] | None = None,
+         owner: Callable[[str], str] | None = None,
          me: Callable[[], str] = _me) -> Mapping[str, Any] | None:
     """rsad's record of the job; a job rsad does not track is still waited for while
     Slurm says it is not over (rsad learns a new job at its next queue read), unless
     Slurm says it is another user's: rsad tells only a job's owner about it, so nothing
-    here can wait for its output (``other_user``)."""
+    here can wait for its output (``other_user``). Slurm (``slurm``, ``owner``; default:
+    squeue by the client's deadline) not answering raises :class:`SlurmUnanswered`."""
+    def state(j: str) -> str:
+        return slurm(j) if slurm is not None else slurm_state(j, client.deadline)
+
+    def whose(j: str) -> str:
+        return owner(j) if owner is not None else slurm_owner(j, client.deadline)
+
     try:
         answer: Mapping[str, Any] = client.get(f"/v1/jobs/{job_id}")
     except ApiRefused as e:
         if e.status != 404:
             raise
         caller = me()
-        who = owner(job_id) if caller else ""
+        who = whose(job_id) if caller else ""
         if who and who != caller:
             return {"job_id": job_id, "other_user": who}
-        state = slurm(job_id)
-        if state in ACTIVE:
-            return {"job_id": job_id, "job_state": f"{state.lower()} (in Slurm)",
+        now = state(job_id)
+        if now in ACTIVE:
+            return {"job_id": job_id, "job_state": f"{now.lower()} (in Slurm)",
                     "rsa_state": "none", "events": []}
         return None
     return answer
@@ -187,7 +226,8 @@ def wait_for_jobs(ask: Callable[[str], Mapping[str, Any] | None], job_ids: Seque
                   say: Callable[[str], None] = echo) -> int:
     """Ask about each job until it has a verdict or ``timeout`` seconds passed; one line
     per job as its verdict comes; the exit status. ``ask`` raising
-    :class:`ApiUnavailable` (rsad restarting) is asked again until the timeout."""
+    :class:`ApiUnavailable` (rsad restarting) or :class:`SlurmUnanswered` is asked again
+    until the timeout, whose line says what did not answer."""
     start = clock()
     left = list(dict.fromkeys(job_ids))
     worst = OK
@@ -198,6 +238,9 @@ def wait_for_jobs(ask: Callable[[str], Mapping[str, Any] | None], job_ids: Seque
                 got = verdict(ask(job_id))
             except ApiUnavailable as e:
                 last[job_id] = f"no answer from rsad to go by ({e})"
+                continue
+            except SlurmUnanswered as e:
+                last[job_id] = f"no answer from Slurm to go by ({e})"
                 continue
             except ApiRefused as e:
                 if e.status in BUSY:
@@ -226,19 +269,15 @@ def wait_for_jobs(ask: Callable[[str], Mapping[str, Any] | None], job_ids: Seque
 RUNNING, SUCCESS, FAILURE = "running", "success", "failed"
 
 
-def slurm_end(job_id: str) -> str:
+def slurm_end(job_id: str, deadline: float | None = None) -> str:
     """How Slurm ended ``job_id`` (``COMPLETED``, ``FAILED``, ``CANCELLED``, ...): its
     state in squeue while Slurm still lists it, else in accounting (``sacct``); "" when
-    neither knows it (yet)."""
-    state = slurm_state(job_id)
+    neither knows it (yet). :class:`SlurmUnanswered` when one did not answer in time."""
+    state = slurm_state(job_id, deadline)
     if state:
         return state
-    try:
-        done = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State", "-j", job_id],
-                              capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    words = done.stdout.split() if done.returncode == 0 else []
+    words = slurm_out(["sacct", "-n", "-X", "-P", "-o", "State", "-j", job_id],
+                      deadline).split()
     return words[0] if words else ""  # "CANCELLED by 1000" -> CANCELLED
 
 
@@ -260,12 +299,16 @@ def cluster_status(job: Mapping[str, Any] | None, end: Callable[[], str]) -> tup
 
 
 def _cluster_status(client: ApiClient, job_id: str) -> str:
-    """One look: the word to print; a line to stderr when it is ``failed`` or rsad cannot
-    be asked (then ``running``: rsad restarting is waited out, as by ``rsa wait``)."""
+    """One look: the word to print; a line to stderr when it is ``failed`` or rsad or
+    Slurm cannot be asked (then ``running``: rsad restarting is waited out, as by ``rsa
+    wait``)."""
     try:
-        word, why = cluster_status(_ask(client, job_id), lambda: slurm_end(job_id))
-    except ApiUnavailable as e:
-        echo(f"rsa wait: job {job_id}: no answer from rsad to go by ({e}): running", err=True)
+        word, why = cluster_status(_ask(client, job_id),
+                                   lambda: slurm_end(job_id, client.deadline))
+    except (ApiUnavailable, SlurmUnanswered) as e:
+        who = "Slurm" if isinstance(e, SlurmUnanswered) else "rsad"
+        echo(f"rsa wait: job {job_id}: no answer from {who} to go by ({e}): running",
+             err=True)
         return RUNNING
     except ApiRefused as e:
         if e.status not in BUSY:
@@ -306,11 +349,13 @@ def wait(api: str | None, job_ids: tuple[str, ...], timeout: float | None,
             raise click.UsageError("--cluster-status takes one job id")
         job_id = job_ids[0].split(";")[0]
         try:
-            tasks = expand_arrays([job_id], lambda: _mine(client))
-        except (ApiUnavailable, ApiRefused) as e:
+            tasks = expand_arrays([job_id], lambda: _mine(client),
+                                  lambda j: slurm_tasks(j, client.deadline))
+        except (ApiUnavailable, ApiRefused, SlurmUnanswered) as e:
             if isinstance(e, ApiRefused) and e.status not in BUSY:
                 raise
-            echo(f"rsa wait: job {job_ids[0]}: no answer from rsad to go by ({e}): "
+            who = "Slurm" if isinstance(e, SlurmUnanswered) else "rsad"
+            echo(f"rsa wait: job {job_ids[0]}: no answer from {who} to go by ({e}): "
                  "running", err=True)
             echo(RUNNING)
             return

@@ -473,10 +473,20 @@ class StagingConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HooksConfig:
     timeout: float = field(
-        metadata=meta(Duration(max=HOUR), "Hard timeout of a Prolog/Epilog run.")
+        metadata=meta(
+            Duration(max=HOUR),
+            "Hard timeout of a Prolog/Epilog run (of both: with `RSA_API` and "
+            "`RSA_ALLOWED_ROOTS` in their environment, `RSA_PROLOG_TIMEOUT` sets it for "
+            "the Epilog too). The Epilog's wrapper kills it at its backstop "
+            "(`RSA_EPILOG_BACKSTOP`, 20 s): raise that with this.",
+        )
     )
     api_timeout: float = field(
-        metadata=meta(Duration(max=HOUR), "Timeout of one hook→rsad API call.")
+        metadata=meta(
+            Duration(max=HOUR),
+            "Timeout of one hook→rsad API call (rsa-bb, native mode: never less than "
+            "30 s, so that rsad's own answer to a busy moment comes first).",
+        )
     )
     max_hold: float = field(
         metadata=meta(

@@ -181,7 +181,10 @@ class Result(enum.StrEnum):
     OK = "ok"
     FAILED = "failed"  # may succeed if retried
     REFUSED = "refused"  # will never succeed as asked (e.g. the user cannot read DATA_IN)
-    BUSY = "busy"  # RESET only: input mounts still in use, nothing changed
+    # RESET: input mounts still in use (or a node silent), nothing changed; UNLOCK (the
+    # restore of a lock-in): Slurm changes no running job's QOS, owed until the job's
+    # next change of job-state (core.machine.unlock_outcome)
+    BUSY = "busy"
 
 
 @dataclass(frozen=True, slots=True)

@@ -257,7 +257,8 @@ CATALOGUE: Mapping[str, EventKind] = {
         "a teardown skipped an RSA node that was down: what it left there (cleaned "
         "before the node is up again)",
         {"node": "the RSA node", "fs_id": "the RAMDISK's filesystem id",
-         "job_id": "the job whose RAMDISK it was", "tier": "its tier"},
+         "job_id": "the job whose RAMDISK it was (`rsa events` and the API show it as "
+                   "`job`: the event's own job id is @pool)", "tier": "its tier"},
         _SERVICE, pool=True),
     "node.scrubbed": EventKind(
         "the health loop cleaned what teardowns left on an RSA node while it was down",
@@ -281,7 +282,8 @@ def reference() -> str:
     out: list[str] = []
     for pool, head in ((False, "Events of a job (`rsa job ID`, `rsa events --job ID`)"),
                        (True, f"Events of the RSA nodes and the whole RSA (job id `{POOL}`; "
-                              f"`rsa events` shows them to operators)")):
+                              f"`rsa events` shows them to operators, `rsa events --job "
+                              f"{POOL}` them alone)")):
         out += [f"### {head}", "", "| event | meaning | context keys | written by |",
                 "|---|---|---|---|"]
         for name, kind in CATALOGUE.items():

@@ -28,6 +28,7 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from rsa_scheduler.core.events import POOL, Event
 from rsa_scheduler.core.hostlist import check_size
 from rsa_scheduler.core.jobkey import job_key
 from rsa_scheduler.core.scheduler import CommandRefused, UnknownJob
@@ -39,7 +40,7 @@ from rsa_scheduler.daemon.service import Daemon
 from rsa_scheduler.daemon.views import status_for_user
 
 __all__ = ["AGENT_WAIT_MAX", "AUTH_HEADER", "EVENTS_LIMIT", "MAX_UID", "REPLY_HEADER",
-           "ApiError", "Caller", "Routes", "sealed", "user_of"]
+           "ApiError", "Caller", "Routes", "event_view", "sealed", "user_of"]
 
 log = logging.getLogger(__name__)
 AUTH_HEADER = "X-RSA-Munge"
@@ -47,6 +48,10 @@ REPLY_HEADER = "X-RSA-Munge-Reply"  # rsad's credential over its answer (node ho
 EVENTS_LIMIT = 10_000  # events in one answer (rsa events pages on with since=)
 #: the largest uid (uid_t's (uid_t)-1 is "no uid"): ``?as=`` takes 0 to this
 MAX_UID = 2**32 - 2
+#: context keys shown under another name beside an event's own fields, which they would
+#: hide: ``node.debris`` names the job whose RAMDISK it was (``job_id``), its own job id
+#: being ``@pool``
+CONTEXT_SHOWN_AS = {"job_id": "job"}
 #: the answer to everything but burst_buffer.lua's hooks until rsad is ready
 STARTING = ("rsad is starting (replaying its event log and fencing what an earlier rsad "
             "left on the RSA nodes); retry in a moment")
@@ -68,6 +73,23 @@ def user_of(uid: int) -> str:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return str(uid)
+
+
+def event_view(e: Event, *, with_job: bool = True) -> dict[str, Any]:
+    """An event as the API shows it (``rsa events``, ``rsa job``'s timeline): its own
+    ``seq``, ``time``, ``job_id`` (without ``with_job``: a job's timeline) and ``name``,
+    its context's keys beside them but ``set``. A context key never hides one of its own:
+    it is shown as :data:`CONTEXT_SHOWN_AS` says (``node.debris``'s ``job_id`` as
+    ``job``: the event stays ``@pool``'s, where ``rsa events --job @pool`` finds it)."""
+    out: dict[str, Any] = {"seq": e.seq, "time": e.time}
+    if with_job:
+        out["job_id"] = e.job_id
+    out["name"] = e.name
+    for key, value in e.context.items():
+        shown = CONTEXT_SHOWN_AS.get(key, key)
+        if key != "set" and shown not in out:
+            out[shown] = value
+    return out
 
 
 class Routes:
@@ -229,8 +251,7 @@ class Routes:
     def _job(self, caller: Caller, job_id: str) -> dict[str, Any]:
         job = self._visible(caller, job_id)
         job["events"] = [
-            {"seq": e.seq, "time": e.time, "name": e.name,
-             **{k: v for k, v in e.context.items() if k != "set"}}
+            event_view(e, with_job=False)
             for e in self._job_events(caller, str(job.get("job_id") or job_id), 0,
                                       newest=True)]
         return job
@@ -263,7 +284,15 @@ class Routes:
     def _events(self, caller: Caller, query: dict[str, list[str]]) -> dict[str, Any]:
         since = _seq(query, "since")
         job = query.get("job", [None])[0]
-        if job is not None:
+        if job == POOL:  # the RSA nodes' and the whole RSA's: other users' job ids in them
+            if not caller.operator:
+                raise ApiError(HTTPStatus.FORBIDDEN,
+                               f"the {POOL} events (the RSA nodes', the whole RSA's) are "
+                               "for operators (root, SlurmUser); rsa nodes and rsa status "
+                               "show the RSA nodes")
+            with self._read() as ro:
+                events = list(ro.events(POOL, since=since, limit=EVENTS_LIMIT))
+        elif job is not None:
             job = str(self._visible(caller, job).get("job_id") or job)
             events = self._job_events(caller, job, since)
         elif caller.operator:
@@ -281,9 +310,7 @@ class Routes:
                         events += ro.events(j, since=max(since, start - 1),
                                             limit=EVENTS_LIMIT)
             events = sorted(events, key=lambda e: e.seq)[:EVENTS_LIMIT]
-        return {"events": [{"seq": e.seq, "time": e.time, "job_id": e.job_id, "name": e.name,
-                            **{k: v for k, v in e.context.items() if k != "set"}}
-                           for e in events]}
+        return {"events": [event_view(e) for e in events]}
 
     def _command(self, caller: Caller, job_id: str, body: Any) -> Any:
         command = str((body or {}).get("command", ""))

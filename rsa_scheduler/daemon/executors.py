@@ -136,8 +136,10 @@ class Registry:
 
 
 class BusyError(RsaError):
-    """RESET only: the input mounts are still in use, or not every node that holds one
-    confirmed its release (``silent``: those nodes); nothing was changed."""
+    """Nothing was changed, and the action is owed again: a RESET whose input mounts are
+    still in use, or not every node that holds one confirmed its release (``silent``:
+    those nodes); an UNLOCK (the restore of a lock-in) of a job Slurm runs, whose QOS it
+    does not change (``slurm.port.UnlockLater``)."""
 
     def __init__(self, message: str, *, silent: Iterable[str] = ()) -> None:
         super().__init__(message)

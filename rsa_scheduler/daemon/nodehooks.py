@@ -103,7 +103,7 @@ class NodeHooks:
         if hook == "agent":
             wait = agent_wait(payload.get("wait", AGENT_WAIT_DEFAULT))
             return self._sealed(side.agent(job, node, nodes,
-                                           int(payload.get("last_seq", 0)), wait,
+                                           agent_seq(payload.get("last_seq", 0)), wait,
                                            str(payload.get("epoch") or "")),
                                 job, node, protocol)
 
@@ -184,3 +184,15 @@ def agent_wait(raw: object) -> float:
                        f"agent hook: wait takes a number of seconds from 0 to "
                        f"{AGENT_WAIT_MAX:g}, not {str(raw)[:20]!r}")
     return min(float(wait), AGENT_WAIT_MAX)
+
+
+def agent_seq(raw: object) -> int:
+    """A node agent's ``last_seq``: the number of the last instruction it carried out (0:
+    none yet), a whole number from 0. Anything else (a string, a fraction, null, true) is
+    refused in one line: ``int()`` of it answered Python's own words (``invalid literal
+    for int() with base 10``), or a 500 (``int(None)``), or took 2.9 for 2."""
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        raise ApiError(HTTPStatus.BAD_REQUEST,
+                       "agent hook: last_seq takes the number of the last instruction the "
+                       f"node agent carried out, a whole number from 0, not {str(raw)[:20]!r}")
+    return raw

@@ -1,9 +1,9 @@
-"""What rsad's API takes from its callers before it acts on it: the node agent's ``wait``,
-``?as=`` of ``/v1/status``, a hook's hostlist of the job's nodes, and a mount command's
-secret to a node older than the sealed protocol (rsa_scheduler.daemon.api). Each was
-taken as sent: NaN spun an API thread for ever, ``c[1-100000000]`` built 100 million
-names, a malformed uid answered with Python's words. MUNGE is the fake of
-tests/unit/test_api_server.py."""
+"""What rsad's API takes from its callers before it acts on it: the node agent's ``wait``
+and ``last_seq``, ``?as=`` of ``/v1/status``, a hook's hostlist of the job's nodes, and a
+mount command's secret to a node older than the sealed protocol
+(rsa_scheduler.daemon.api). Each was taken as sent: NaN spun an API thread for ever,
+``c[1-100000000]`` built 100 million names, a malformed uid or ``last_seq`` answered with
+Python's words. MUNGE is the fake of tests/unit/test_api_server.py."""
 
 from __future__ import annotations
 
@@ -64,6 +64,26 @@ def test_an_agents_wait_that_is_no_number_of_seconds_is_refused_in_one_line(
     assert err.status == HTTPStatus.BAD_REQUEST
     assert str(err).startswith("agent hook: wait takes a number of seconds from 0 to 25")
     assert "\n" not in str(err) and side.waits == []
+
+
+@pytest.mark.parametrize("last_seq", ["abc", "3", None, 2.9, -1, True, [3]])
+def test_an_agents_last_seq_that_is_no_instruction_number_is_refused_in_one_line(
+        side: Side, last_seq: Any) -> None:
+    """``int()`` of it answered Python's own words (``invalid literal for int() with base
+    10: 'abc'``), a 500 (``int(None)``: internal error), or took 2.9 for 2. Now one line
+    saying what is taken; the agent's own 0 and 12 go through."""
+    err = _refused(Routes(NoJobs()), "POST", "/v1/hooks/agent",  # type: ignore[arg-type]
+                   {**BODY, "protocol": SEALED_ARGV, "last_seq": last_seq})
+    assert err.status == HTTPStatus.BAD_REQUEST
+    assert str(err).startswith("agent hook: last_seq takes the number of the last "
+                               "instruction the node agent carried out, a whole number "
+                               "from 0, not "), str(err)
+    assert "\n" not in str(err) and side.waits == []
+    routes = Routes(NoJobs())  # type: ignore[arg-type]
+    for ok in (0, 12):
+        routes.dispatch(ROOT, "POST", "/v1/hooks/agent",
+                        {**BODY, "protocol": SEALED_ARGV, "last_seq": ok})
+    assert len(side.waits) == 2
 
 
 def test_an_agents_wait_is_held_at_most_the_documented_maximum(side: Side) -> None:

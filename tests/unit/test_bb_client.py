@@ -283,3 +283,32 @@ def test_rsa_bbs_stdout_carries_its_answer_alone() -> None:
     assert done.returncode == 1, done.stderr
     assert done.stdout == "error rsad refused setup of job 42: x\n"
     assert "ok from a library" in done.stderr and "a warning" in done.stderr
+
+
+def test_rsa_bb_waits_for_rsads_own_answer_to_a_busy_moment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """rsad answers a request its loop does not take within 10 s itself (503, nothing
+    done), and one it took but did not answer within 10 more (504): both TRANSIENT, with
+    rsad's words. rsa-bb waited at least 10 s for an answer (RSA_HOOK_TIMEOUT and
+    hooks.api_timeout are 2 s for rsa-hook), so it gave up just as rsad's 503 came and
+    never saw a 504: its line said "rsad unreachable (... did not answer ...; is rsad
+    running?)" of an rsad that was running, busy. Now it waits longer than rsad does; a
+    longer RSA_HOOK_TIMEOUT still counts."""
+    import inspect
+
+    from rsa_scheduler import bb
+    from rsa_scheduler.daemon.inbox import Inbox
+
+    rsads_wait = 2 * inspect.signature(Inbox.submit).parameters["timeout"].default
+    waits: list[float] = []
+
+    def post_with(address: str | None, timeout: float) -> Any:
+        waits.append(timeout)
+        return (lambda path, body: {"status": "done", "message": "staged"}), None
+
+    monkeypatch.setattr(bb, "_post_with", post_with)
+    assert run(["setup", "42"], {"RSA_API": "/x", "RSA_HOOK_TIMEOUT": "2"})[0] is True
+    assert run(["--api", "/x", "--once", "data_in", "42"], {})[0] is True
+    assert run(["data_out", "42"], {"RSA_API": "/x", "RSA_HOOK_TIMEOUT": "45"})[0] is True
+    assert waits[0] > rsads_wait and waits[1] > rsads_wait, (waits, rsads_wait)
+    assert waits[2] == 45

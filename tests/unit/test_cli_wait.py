@@ -14,6 +14,7 @@ from rsa_scheduler.cli.wait import (
     FAILED,
     OK,
     TIMED_OUT,
+    SlurmUnanswered,
     cluster_status,
     expand_arrays,
     verdict,
@@ -433,3 +434,78 @@ def test_a_commands_first_request_is_made_even_when_its_time_ran_out_before_it(
         with contextlib.suppress(OSError):
             srv.shutdown(socket.SHUT_RDWR)
         srv.close()
+
+
+# ---- Slurm not answering: the commands end within their --timeout, saying so -----------
+
+@pytest.fixture
+def hung_slurm(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """squeue and sacct on PATH that never answer (a slurmctld that does not), before
+    whatever else PATH holds (the hung_rsad fixture's empty directory)."""
+    import os
+    import shutil
+
+    bin_dir = tmp_path / "slurm-bin"
+    bin_dir.mkdir()
+    for name in ("squeue", "sacct"):
+        script = bin_dir / name
+        script.write_text(f"#!/bin/sh\nexec {shutil.which('sleep', path=os.defpath)} 10\n")
+        script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ.get('PATH', '')}")
+
+
+class UntrackedBy(Untracked):
+    """rsad answering "not tracked", as a client whose requests end by ``deadline``."""
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+
+
+@pytest.mark.usefixtures("hung_slurm")
+def test_a_slurm_that_does_not_answer_is_said_within_the_timeout_never_no_rsa(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """squeue and sacct had a fixed 30 s each, whatever --timeout said: ``rsa wait
+    --timeout 1`` of a job rsad does not track took a minute with slurmctld hung, then
+    said ``no RSA: ... its files are where it wrote them`` (exit 0): squeue's silence
+    read as "Slurm does not know the job". Now Slurm gets what is left of --timeout, and
+    the line says Slurm did not answer; ``--cluster-status`` says running, and why."""
+    from rsa_scheduler.cli.wait import RUNNING, _ask, _cluster_status
+
+    said: list[str] = []
+    start = time.monotonic()
+    client = UntrackedBy(time.monotonic() + 1)
+    rc = wait_for_jobs(lambda j: _ask(client, j, me=lambda: "alice"),  # type: ignore[arg-type]
+                       ["7"], 1.0, say=said.append)
+    assert time.monotonic() - start < 3
+    assert rc == TIMED_OUT, said
+    assert said[0].startswith("7: timed out after 1s: no answer from Slurm to go by "
+                              "(squeue did not answer within "), said
+    start = time.monotonic()
+    assert _cluster_status(UntrackedBy(time.monotonic() + 1), "7") == RUNNING  # type: ignore[arg-type]
+    assert time.monotonic() - start < 3
+    err = capsys.readouterr().err
+    assert err.startswith("rsa wait: job 7: no answer from Slurm to go by (squeue did not "
+                          "answer within "), err
+    assert err.endswith("): running\n"), err
+    # past the time given Slurm is not asked at all, and the line says so
+    with pytest.raises(SlurmUnanswered, match="the time given ran out before squeue was "
+                                              "asked"):
+        _ask(UntrackedBy(time.monotonic() - 1), "7", me=lambda: "")  # type: ignore[arg-type]
+
+
+def test_rsa_wait_ends_within_its_timeout_while_slurm_and_rsad_hang(
+        hung_rsad: str, hung_slurm: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The array expansion's squeue (the command's first question) had 30 s whatever
+    --timeout said. Now it has what is left of --timeout; rsad is then asked about the
+    job as given, once (FIRST_ASK: 1 s here), and the line says it did not answer."""
+    from rsa_scheduler import client as client_module
+    from rsa_scheduler.cli.main import cli
+    from tests.clirunner import cli_runner
+
+    monkeypatch.setattr(client_module, "FIRST_ASK", 1.0)
+    start = time.monotonic()
+    res = cli_runner().invoke(cli, ["wait", "--api", hung_rsad, "--timeout", "1", "7"])
+    took = time.monotonic() - start
+    assert res.exit_code == 3, res.output
+    assert took < 4, took
+    assert "7: timed out after 1s: no answer from rsad to go by (" in res.output

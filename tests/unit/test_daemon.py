@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -1804,6 +1805,44 @@ def test_what_a_teardown_left_on_a_down_node_is_remembered_until_it_is_cleaned(
     again.submit("node-state", (node, "up", "health", ""))
     settle(again)
     assert again.sched.pool.state(node) is NodeState.UP
+
+
+def test_the_pool_events_are_found_under_at_pool_with_the_job_they_name(
+        tmp_path: Path) -> None:
+    """``node.debris`` names the job whose RAMDISK it was (``job_id``): the API spread its
+    context over the event's own fields, so ``rsa events`` showed it under job 7, not
+    ``@pool``; and ``rsa events --job @pool`` answered 404 ("job @pool is not tracked").
+    Now the event is @pool's, the job shown as ``job``, and ``--job @pool`` lists the
+    pool's events to operators (a user is told they are for operators)."""
+    slurm = ScriptedSlurm()
+    d = make_daemon(tmp_path, slurm, [])
+    d.registry.register(ActionKind.DESTROY_FS, lambda ctx: {"left_on": [
+        {"node": n, "fs_id": "job7-c1", "job_id": "7", "tier": "ram"} for n in ctx.down]})
+    slurm.set("7", "PENDING", "Resources")
+    d.poll()
+    settle(d)
+    node = next(iter(NodeSet(d.sched.records["7"].nodes)))
+    d.submit("node-state", (node, "down", "health", "ssh: no route"))
+    settle(d)
+    slurm.set("7", "CANCELLED")
+    d.poll()
+    settle(d)
+    with serving(d) as routes:
+        pool = routes.dispatch(ROOT, "GET", "/v1/events?job=@pool", None)["events"]
+        assert {e["job_id"] for e in pool} == {"@pool"}
+        debris = [e for e in pool if e["name"] == "node.debris"]
+        assert [(e["node"], e["job"], e["fs_id"]) for e in debris] == [(node, "7", "job7-c1")]
+        assert "node.state" in {e["name"] for e in pool}
+        everything = routes.dispatch(ROOT, "GET", "/v1/events", None)["events"]
+        assert [e["job_id"] for e in everything if e["name"] == "node.debris"] == ["@pool"]
+        later = routes.dispatch(ROOT, "GET", f"/v1/events?job=@pool&since={debris[0]['seq']}",
+                                None)["events"]
+        assert all(e["seq"] > debris[0]["seq"] for e in later)
+        with pytest.raises(ApiError, match=r"the @pool events .* are for operators") as no:
+            routes.dispatch(ALICE, "GET", "/v1/events?job=@pool", None)
+        assert no.value.status == HTTPStatus.FORBIDDEN
+    d.shutdown()
+    d.store.close()
 
 
 def test_a_held_job_being_staged_is_not_demoted_by_an_rsad_restart(tmp_path: Path) -> None:

@@ -499,3 +499,28 @@ def test_after_a_prolog_killed_before_it_made_anything_nothing_happens(
         tmp_path: Path, fake: type[FakeClient]) -> None:
     assert hooks.prolog_killed(env(tmp_path)) == 0
     assert fake.posts == [] and not (tmp_path / "n").exists()
+
+
+def test_rsa_prolog_timeout_is_the_epilogs_hard_timeout_as_its_page_says(
+        tmp_path: Path, fake: type[FakeClient], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``RSA_PROLOG_TIMEOUT`` (with RSA_API and RSA_ALLOWED_ROOTS) stands for
+    hooks.timeout, which both hooks share: it arms the Epilog's hard timeout too. The
+    Epilog's man page called it "the hook's hard timeout" under a Prolog's name, and
+    named neither the Epilog nor its wrapper's backstop (RSA_EPILOG_BACKSTOP, 20 s),
+    which kills an Epilog given more before its own timeout unwinds it."""
+    from rsa_scheduler import manpages
+
+    armed: list[float] = []
+    monkeypatch.setattr(hooks, "_alarm", armed.append)
+    d = tmp_path / "n" / "c1" / "42"
+    d.mkdir(parents=True)
+    (d / "mounts.json").write_text('{"mounts": []}')
+    assert hooks.epilog(env(tmp_path, RSA_PROLOG_TIMEOUT="7")) == 0
+    assert armed[:1] == [7.0]
+    for page in ("rsa-epilog.8", "rsa-prolog.8"):
+        said = dict(manpages.ENVIRONMENT[page])["RSA_HOOK_TIMEOUT, RSA_PROLOG_TIMEOUT, "
+                                                 "RSA_SHARED_DIRS"]
+        assert "the hard timeout of the Prolog and of the Epilog alike" in said, page
+        assert "RSA_EPILOG_BACKSTOP, 20 s" in said, page
+    backstop = (Path(hooks.__file__).parents[2] / "prolog_epilog" / "rsa-epilog").read_text()
+    assert '"${RSA_EPILOG_BACKSTOP:-20}"' in backstop
