@@ -43,8 +43,12 @@ CS_HOME = r"""cshome() {
 # data until a create claims it (CS_START), and a claimed one goes with its RAMDISK. First,
 # what the pool holds that no RAMDISK owns goes: unclaimed standbys that died, claimed ones
 # whose RAMDISK directory is gone (an rsad stopped between a claim and a teardown). Run in
-# the background (its log: the standby's mfschunkserver.log); prints nothing.
+# the background (its log: the standby's mfschunkserver.log), under a lock of the pool
+# directory (flock); prints nothing but why it could not start one.
 STANDBY_START = ALIVE + r"""p=$0; addr=$1; parking=$2; first=$3; last=$4
+# one at a time per pool (a create's and a teardown's may run at once): the pool's lock
+# (not inherited by the chunkserver, which would hold it for its life)
+exec 9<"$p" && flock -w 60 9 || { echo "the pool $p stayed locked 60 s" >&2; exit 1; }
 live=
 for sb in "$p"/rsa-mfs-.standby-*; do
   [ -d "$sb" ] || continue
@@ -59,21 +63,28 @@ for sb in "$p"/rsa-mfs-.standby-*; do
   rm -rf --one-file-system "$sb"
 done
 [ -z "$live" ] || exit 0
-used=" $(ss -Hltn | awk '{n = split($4, a, ":"); printf "%s ", a[n]}')"
-port=$first
-while [ "$port" -le "$last" ]; do
-  case $used in *" $port "*) port=$((port + 1));; *) break;; esac
-done
-[ "$port" -le "$last" ] || { echo "no free standby port in $first..$last" >&2; exit 1; }
 sb="$p/rsa-mfs-.standby-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
 mkdir -m 0700 "$sb" "$sb/cs" "$sb/chunks" || exit 1
 printf '%s\n' "$sb/chunks" > "$sb/mfshdd.cfg"
-printf '%s\n' "WORKING_USER = root" "WORKING_GROUP = root" "SYSLOG_IDENT = mfscs-standby" \
-  "DATA_PATH = $sb/cs" "HDD_CONF_FILENAME = $sb/mfshdd.cfg" "HDD_LEAVE_SPACE_DEFAULT = 64MiB" \
-  "MASTER_HOST = $addr" "MASTER_PORT = $parking" "BIND_HOST = $addr" \
-  "CSSERV_LISTEN_HOST = $addr" "CSSERV_LISTEN_PORT = $port" \
-  "MASTER_RECONNECTION_DELAY = 3600" > "$sb/mfschunkserver.cfg"
-exec mfschunkserver -c "$sb/mfschunkserver.cfg" start </dev/null >"$sb/mfschunkserver.log" 2>&1
+# a free port of the block, from a random one on: nodes sharing a network namespace (a
+# lab) start theirs at once; a port another took first fails the start, the next is tried
+used=" $(ss -Hltn | awk '{n = split($4, a, ":"); printf "%s ", a[n]}')"
+span=$((last - first + 1)); at=$(( $(od -An -N2 -tu2 /dev/urandom) % span )); tries=0
+while [ $tries -lt $span ]; do
+  port=$((first + (at + tries) % span)); tries=$((tries + 1))
+  case $used in *" $port "*) continue;; esac
+  printf '%s\n' "WORKING_USER = root" "WORKING_GROUP = root" "SYSLOG_IDENT = mfscs-standby" \
+    "DATA_PATH = $sb/cs" "HDD_CONF_FILENAME = $sb/mfshdd.cfg" \
+    "HDD_LEAVE_SPACE_DEFAULT = 64MiB" "MASTER_HOST = $addr" "MASTER_PORT = $parking" \
+    "BIND_HOST = $addr" "CSSERV_LISTEN_HOST = $addr" "CSSERV_LISTEN_PORT = $port" \
+    "MASTER_RECONNECTION_DELAY = 3600" > "$sb/mfschunkserver.cfg"
+  mfschunkserver -c "$sb/mfschunkserver.cfg" start </dev/null >"$sb/mfschunkserver.log" 2>&1 \
+    9<&- && exit 0
+  used="$used$port "
+done
+echo "no standby chunkserver started in $first..$last: $(tail -n 1 "$sb/mfschunkserver.log")" >&2
+rm -rf --one-file-system "$sb"
+exit 1
 """
 # A RAMDISK's chunkserver on one node, in its create's first round trip: $0 the RAMDISK's
 # directory (its files unpacked: mfschunkserver.cfg, and mfschunkserver.claim.cfg, the
@@ -83,7 +94,8 @@ exec mfschunkserver -c "$sb/mfschunkserver.cfg" start </dev/null >"$sb/mfschunks
 # never share one), gives it the RAMDISK's master and port and reloads it (a reload re-reads both,
 # masterconn_reload and csserv_reload; it registers at the next whole second and its
 # register carries the space it scanned). A claimed standby that does not listen on the
-# new port within 1 s is killed and removed, and the chunkserver starts cold in $0, as
+# new port within 1 s (its own socket, by its pid: a reload that cannot bind keeps the old
+# port and says nothing) is killed and removed, and the chunkserver starts cold in $0, as
 # without standbys. Prints "CS standby" or "CS cold"; with $1 "1" it then starts a new
 # standby in the background (STANDBY_START) for the next create.
 CS_START = ALIVE + r"""d=$0; claim=$1; port=$2; standby=$3; shift 4
@@ -99,9 +111,10 @@ if [ "$claim" = 1 ]; then
       mv "$sb/mfschunkserver.cfg.new" "$sb/mfschunkserver.cfg" &&
       mfschunkserver -c "$sb/mfschunkserver.cfg" reload >"$sb/reload.log" 2>&1 || {
       echo "standby $sb: reload failed: $(tail -n 1 "$sb/reload.log")" >&2; break; }
+    { read -r pid < "$sb/cs/.mfschunkserver.lock"; } 2>/dev/null
     i=0
     while [ $i -lt 50 ]; do
-      if [ -n "$(ss -Hltn "sport = :$port")" ]; then got=$sb; break; fi
+      case $(ss -Hltnp "sport = :$port") in *"pid=$pid,"*) got=$sb; break;; esac
       i=$((i + 1)); sleep 0.02
     done
     [ -n "$got" ] && break

@@ -196,6 +196,8 @@ class MooseFsBackend(FilesystemBackend):
                      "filesystem.moosefs_proxy)"),
         command_need("ss", "iproute2 (rsad looks for free ports with it)"),
         command_need("pgrep", "procps (an unmount stops what is left of its mfsmount)"),
+        command_need("flock", "util-linux (standby chunkservers start under a lock of "
+                     "the pool; filesystem.moosefs_standby)"),
         Need("the fuse device", "[ -c /dev/fuse ]", "load the fuse module (modprobe fuse)"),
     )
     client_needs: ClassVar[tuple[Need, ...]] = (

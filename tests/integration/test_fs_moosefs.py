@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from rsa_scheduler.fs.base import FilesystemBackend, FsError, FsRequest
 from rsa_scheduler.fs.common import sh_chain
 from rsa_scheduler.fs.mfslayout import new_secret, random_base
-from rsa_scheduler.fs.mfsscripts import CS_HOME, UMOUNT_SCRIPT
+from rsa_scheduler.fs.mfsscripts import CS_HOME, CS_START, STANDBY_START, UMOUNT_SCRIPT
 from rsa_scheduler.fs.mfsversion import Dialect
 from rsa_scheduler.fs.moosefs import MooseFsBackend
 from rsa_scheduler.hosts import Cancelled, CancelToken
@@ -409,3 +410,84 @@ def test_without_standbys_every_chunkserver_starts_cold(
     finally:
         backend.destroy(req)
     assert {n: _standbys(backend, n, pool) for n in nodes} == before
+
+
+def test_two_creates_at_once_on_a_node_never_share_its_standby(
+        backend: MooseFsBackend, lab: Mapping[str, str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Two creates on the same node at the same time: one claims the pool's standby, the
+    other starts its chunkserver cold (the claim is atomic); both RAMDISKs work."""
+    pool = lab["RSA_LAB_POOL_RAM"]
+    warm, reqs = (FsRequest("itest-sbc-0", "0", ("rsa1",), "ram", {"rsa1": pool},
+                            "/run/rsa/mnt"),
+                  [FsRequest(f"itest-sbc-{i}", "0", ("rsa1",), "ram", {"rsa1": pool},
+                             "/run/rsa/mnt") for i in (1, 2)])
+    try:
+        backend.create(warm)
+        backend.destroy(warm)
+        _await_one_standby(backend, ("rsa1",), pool)
+        with caplog.at_level("INFO", logger="rsa_scheduler.fs.moosefs"), \
+                ThreadPoolExecutor(max_workers=2) as both:
+            specs = list(both.map(backend.create, reqs))
+        said = sorted(ln for ln in caplog.text.splitlines() if "from standbys" in ln)
+        assert sum("1 of 1 chunkservers from standbys" in ln for ln in said) == 1, said
+        assert sum("0 of 1 chunkservers from standbys" in ln for ln in said) == 1, said
+        for spec in specs:
+            assert backend.health(spec).ok
+        claims = [c for _, c, _, _ in _standbys(backend, "rsa1", pool) if c != "-"]
+        assert len(claims) == 1 and claims[0] in {r.fs_id for r in reqs}, claims
+    finally:
+        for req in (warm, *reqs):
+            backend.destroy(req)
+
+
+HOLD_PORT = r"""
+import socket, sys, time
+s = socket.socket()
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen()
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_standby_that_cannot_take_the_ramdisks_port_is_removed_not_left_claimed(
+        backend: MooseFsBackend, lab: Mapping[str, str]) -> None:
+    """A reload that cannot bind the RAMDISK's port keeps the old one and says nothing:
+    the claim sees the standby's own socket is not on the port, kills and removes the
+    standby (nothing of it left claimed) and starts the chunkserver cold, whose failure
+    (the port is taken) is the step's error."""
+    pool = lab["RSA_LAB_POOL_RAM"]
+    req = FsRequest("itest-sbp", "0", ("rsa1",), "ram", {"rsa1": pool}, "/run/rsa/mnt")
+    host = backend.hosts["rsa1"]
+    warm = FsRequest("itest-sbp-0", "0", ("rsa1",), "ram", {"rsa1": pool}, "/run/rsa/mnt")
+    holder = ""
+    try:
+        backend.create(warm)
+        backend.destroy(warm)
+        ahead = _await_one_standby(backend, ("rsa1",), pool)["rsa1"]
+        lay = backend.layout(req, random_base(set(), 4, slots=155), new_secret())
+        host.run(sh_chain(["tar", "-x", "-C", pool, "-f", "-"]), timeout=30,
+                 input=lay.tarball("rsa1"))
+        port, address = lay.cs_port("rsa1"), lay.addresses["rsa1"]
+        holder = host.run(["sh", "-c", 'setsid python3 -c "$0" "$@" >"$3" 2>&1 & echo $!',
+                           HOLD_PORT, address, str(port), f"{lay.dir('rsa1')}/held"],
+                          timeout=30).stdout.strip()
+        deadline = time.monotonic() + 10
+        while host.run(["cat", f"{lay.dir('rsa1')}/held"], timeout=30).stdout != "held\n":
+            assert time.monotonic() < deadline, "the port holder did not start"
+            time.sleep(0.1)
+        r = host.run(["sh", "-c", CS_START, lay.dir("rsa1"), "1", str(port), STANDBY_START,
+                      *backend._standby_args(lay, "rsa1")], timeout=60, check=False)
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert f"standby {ahead} did not take port {port}" in r.stderr
+        assert "mfschunkserver failed" in r.stderr
+        assert ahead not in {d for d, *_ in _standbys(backend, "rsa1", pool)}
+        left = [ln for ln in moosefs_leftovers(backend.hosts, req)  # type: ignore[arg-type]
+                if "pool entry" not in ln]  # its directory: the teardown's, below
+        assert not left, left
+    finally:
+        if holder.isdigit():
+            host.run(["kill", "-KILL", holder], timeout=30, check=False)
+        backend.destroy(req)
+        backend.destroy(warm)
