@@ -93,11 +93,11 @@ exit 1
 # pool's first live unclaimed standby (the ``claim`` link, made atomically: two creates
 # never share one), gives it the RAMDISK's master and port and reloads it (a reload re-reads both,
 # masterconn_reload and csserv_reload; it registers at the next whole second and its
-# register carries the space it scanned). A claimed standby that does not listen on the
-# new port within 1 s (its own socket, by its pid: a reload that cannot bind keeps the old
-# port and says nothing) is killed and removed, and the chunkserver starts cold in $0, as
+# register carries the space it scanned). A claimed standby that has not moved from its
+# port to the new one within 1 s (a reload that cannot bind keeps the old port and says
+# nothing: a listener on the new port is not enough) is killed and removed, and the chunkserver starts cold in $0, as
 # without standbys. Prints "CS standby" or "CS cold"; with $1 "1" it then starts a new
-# standby in the background (STANDBY_START) for the next create.
+# standby in the background (STANDBY_START, 5 s later) for the next create on the node.
 CS_START = ALIVE + r"""d=$0; claim=$1; port=$2; standby=$3; shift 4
 p=${d%/*}; f=${d##*/rsa-mfs-}
 got=
@@ -106,15 +106,16 @@ if [ "$claim" = 1 ]; then
     [ -d "$sb" ] && [ ! -L "$sb/claim" ] || continue
     mfschunkserver -c "$sb/mfschunkserver.cfg" test >/dev/null 2>&1 || continue
     ln -s "$f" "$sb/claim" 2>/dev/null || continue
+    old=$(sed -n 's/^CSSERV_LISTEN_PORT = //p' "$sb/mfschunkserver.cfg")
     esc=$(printf '%s' "$sb" | sed 's/[\\&|]/\\&/g')
     sed "s|@HOME@|$esc|g" "$d/mfschunkserver.claim.cfg" > "$sb/mfschunkserver.cfg.new" &&
       mv "$sb/mfschunkserver.cfg.new" "$sb/mfschunkserver.cfg" &&
       mfschunkserver -c "$sb/mfschunkserver.cfg" reload >"$sb/reload.log" 2>&1 || {
       echo "standby $sb: reload failed: $(tail -n 1 "$sb/reload.log")" >&2; break; }
-    { read -r pid < "$sb/cs/.mfschunkserver.lock"; } 2>/dev/null
     i=0
     while [ $i -lt 50 ]; do
-      case $(ss -Hltnp "sport = :$port") in *"pid=$pid,"*) got=$sb; break;; esac
+      if [ -z "$(ss -Hltn "sport = :$old")" ] && [ -n "$(ss -Hltn "sport = :$port")" ]; then
+        got=$sb; break; fi
       i=$((i + 1)); sleep 0.02
     done
     [ -n "$got" ] && break
@@ -135,8 +136,8 @@ else
     echo "mfschunkserver failed: $(tail -n 3 "$log" | tr '\n' ' ')" >&2; exit 1; }
   echo "CS cold"
 fi
-if [ "$claim" = 1 ]; then
-  setsid sh -c "$standby" "$p" "$@" </dev/null >/dev/null 2>&1 &
+if [ "$claim" = 1 ]; then  # 5 s on: off the create's CPU (16 nodes start it at once)
+  setsid sh -c 'sleep 5; exec sh -c "$0" "$@"' "$standby" "$p" "$@" </dev/null >/dev/null 2>&1 &
 fi
 """
 # Unmount, in the round trip of a node's teardown (then KILL_SCRIPT, then the pool's
