@@ -121,7 +121,8 @@ def _script(ctx: ActionContext, eng: StagingEngine, spec: MountSpec, argv: Seque
 
 
 #: at most this many differing paths are kept for the retry (an event each verify);
-#: more, and the retry copies the whole output again
+#: more, and the retry copies the whole output again. At most a staging worker's
+#: ``stagingworker.NAMED`` (the most a verify's result names to rsad)
 REDO_LIMIT = 1000
 
 
@@ -804,8 +805,9 @@ class DataPath:
         listed = result.details.get("aside")
         aside = [(bytes.fromhex(str(p)), bytes.fromhex(str(a)))
                  for p, a in (listed if isinstance(listed, list) else ())]
-        if aside:
-            summary += "; " + aside_words(aside, out)
+        if aside:  # the worker names at most stagingworker.NAMED of them: the count
+            total = result.details.get("aside_count")
+            summary += "; " + aside_words(aside, out, total=int(str(total or len(aside))))
         if result.skipped_total:
             summary += "; " + _skipped_words(result.skipped_total,
                                              [display(p) for p in result.skipped],

@@ -27,6 +27,10 @@ the worker is not reused), instead of the kernel's OOM killer choosing rsad or s
 on rsad's host. The bound is inherited by what the worker runs on its own host (a
 ``LocalHost``'s commands; the RSA nodes' run over SSH, without it).
 
+What crosses into rsad is bounded too (rsad's own process has no such ceiling): a result
+names at most :data:`NAMED` objects of each list (a verify's differences, the sockets
+and devices skipped, the copies kept aside), with the count of all of them beside.
+
 Crash behaviour: when rsad's end of the pipe closes (rsad stopped, or was killed) or
 the worker gets SIGTERM, the running call is cancelled, which kills its commands' whole
 process trees on the RSA nodes, and the worker exits: a copy never goes on writing
@@ -51,7 +55,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -102,7 +106,22 @@ def identity_from_json(d: Mapping[str, Any]) -> Identity:
     return who
 
 
-def stats_to_json(s: Stats) -> dict[str, Any]:
+#: a result names at most this many objects of each list to rsad (a verify's
+#: differences, the sockets and devices skipped, the copies kept aside), the count of all
+#: of them beside (``Verification.differing``, ``skipped_count``, ``aside_count``): what
+#: crosses into rsad's own process, which ``staging.engine_memory`` does not bound, stays
+#: at most ~NAMED x 12 KB (a 4,096-byte name, in hex and parsed) whatever the job's
+#: output holds. Not below ``daemon.data.REDO_LIMIT``: a failed verify's retry copies
+#: again exactly the differences named when they are all named (fewer named, it copies
+#: the whole output again: safe, only slower)
+NAMED = 1000
+
+
+def stats_to_json(s: Stats, named: int = NAMED) -> dict[str, Any]:
+    """``s`` naming at most ``named`` of the special files it skipped (their count
+    beside)."""
+    if len(s.skipped) > named:
+        s = replace(s, skipped=s.skipped[:named], skipped_count=s.skipped_total)
     return asdict(s)
 
 
@@ -115,14 +134,27 @@ def stats_from_json(d: Mapping[str, Any]) -> Stats:
                  skipped_count=int(d.get("skipped_count", -1)))
 
 
-def verification_to_json(v: Verification) -> dict[str, Any]:
+def verification_to_json(v: Verification, named: int = NAMED) -> dict[str, Any]:
+    """``v`` naming at most ``named`` differences, skipped special files and copies kept
+    aside (``details["aside"]``), each with the count of all of them: ``differing``,
+    ``skipped_count``, ``details["aside_count"]`` (a list cut short is never read as
+    whole: ``Verification.count``, ``listed``, ``skipped_total``)."""
+    details = dict(v.details)
+    aside = details.get("aside")
+    if isinstance(aside, list) and len(aside) > named:
+        details["aside"], details["aside_count"] = aside[:named], len(aside)
+    cut = len(v.differences) > named
     return {"ok": v.ok, "level": v.level, "checked": v.checked,
             "checked_bytes": v.checked_bytes,
             "differences": [[d.path.hex(), d.what, list(d.same_content)
-                             if d.same_content else None] for d in v.differences],
-            "extra": v.extra, "details": json.loads(json.dumps(v.details, default=str)),
-            "differing": v.differing, "skipped": [p.hex() for p in v.skipped],
-            "skipped_count": v.skipped_count, "read_back": v.read_back}
+                             if d.same_content else None]
+                            for d in v.differences[:named]],
+            "extra": v.extra, "details": json.loads(json.dumps(details, default=str)),
+            "differing": v.count if cut else v.differing,
+            "skipped": [p.hex() for p in v.skipped[:named]],
+            "skipped_count": (v.skipped_total if len(v.skipped) > named
+                              else v.skipped_count),
+            "read_back": v.read_back}
 
 
 def _difference(x: Sequence[Any]) -> Difference:
