@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from rsa_scheduler.daemon.data import REDO_LIMIT, _stats, differed_fact, redo_of
 from rsa_scheduler.daemon.engines import EnginePool, WorkerEngine
 from rsa_scheduler.daemon.stagingworker import (
     NAMED,
+    NAMED_BYTES,
     stats_from_json,
     stats_to_json,
     verification_from_json,
@@ -28,7 +30,7 @@ from rsa_scheduler.daemon.stagingworker import (
 )
 from rsa_scheduler.hosts import CancelToken
 from rsa_scheduler.runner import Identity
-from rsa_scheduler.staging.manifest import Difference, Verification
+from rsa_scheduler.staging.manifest import Difference, Entry, Verification, compare
 from rsa_scheduler.staging.report import Stats
 from tests.unit.conftest import root_only
 from tests.unit.test_engine_worker import engine
@@ -72,6 +74,28 @@ def test_a_result_names_at_most_NAMED_of_each_list_and_counts_them_all() -> None
     assert _stats(back_stats)["summary"].startswith(
         f"{MANY} special files (sockets, devices) on the RAMDISK not staged")
     assert _stats(back_stats)["skipped"]["count"] == MANY
+
+
+def test_long_names_are_named_up_to_NAMED_BYTES_and_counted_all() -> None:
+    """The worst names a job can make (4,095 bytes, symlinks whose 4,095-byte targets
+    differ, every byte unprintable): a thousand of them were ~66 MB of JSON in one line
+    rsad read. Fewer than NAMED are named then, the count is all of them, and the
+    retry copies everything again (the list is not whole)."""
+    n = NAMED
+    ram = [Entry(b"%04d" % i + b"\xff" * 4091, "l", target=b"\x01" * 4095)
+           for i in range(n)]
+    out = [replace(e, target=b"\x02" * 4095) for e in ram]
+    sockets = [Entry(b"s%04d" % i + b"\xff" * 4090, "s") for i in range(n)]
+    v = compare(ram + sockets, out, level="content")
+    assert len(v.differences) == n and len(v.skipped) == n
+    sent = verification_to_json(v)
+    assert len(json.dumps(sent)) < 2 * NAMED_BYTES + 200_000
+    got = verification_from_json(json.loads(json.dumps(sent)))
+    assert 0 < len(got.differences) < n and got.count == n and not got.listed
+    assert got.differences[0] == v.differences[0]
+    assert 0 < len(got.skipped) < n and got.skipped_total == n
+    assert got.summary().startswith(f"verify failed: {n} of {n} objects differ in ")
+    assert differed_fact("7/1/verify/6", "rsync", got)["all"]  # fewer than REDO_LIMIT
 
 
 def test_a_cut_list_is_told_whole_and_its_retry_copies_everything_again() -> None:
