@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import tracemalloc
 from dataclasses import replace
 from pathlib import Path
 
@@ -135,13 +136,15 @@ def test_a_verify_that_passed_counts_every_copy_kept_aside() -> None:
 @root_only
 def test_a_real_verify_of_many_differing_files_names_NAMED_of_them_to_rsad(
         area: Path, user: Identity, pool: EnginePool) -> None:
-    """A real worker verifies a RAMDISK of MANY files (long names) against a DATA_OUT
-    that holds none of them: rsad's side reads NAMED names, and every count."""
+    """A real worker verifies a RAMDISK of 4 x NAMED files (long names) against a
+    DATA_OUT that holds none of them: rsad's side reads NAMED names, and every count;
+    what rsad's own process allocates for the answer stays that of NAMED names."""
+    many = 4 * NAMED
     ram = area / "ram"
     eng = engine(user)
     eng.prepare_root(str(ram))
     stem = "d" * 200
-    for i in range(MANY):
+    for i in range(many):
         (ram / f"{stem}{i:05d}").touch()
         os.chown(ram / f"{stem}{i:05d}", user.uid, user.gid)
     out = area / "outs" / "out"
@@ -153,11 +156,18 @@ def test_a_real_verify_of_many_differing_files_names_NAMED_of_them_to_rsad(
     raw = pool.run(twin._request("verify", ramdisk=str(ram), dst=str(out), method="rsync"),
                    cancel=CancelToken())
     line = json.dumps(raw)
-    assert len(raw["differences"]) == NAMED and raw["differing"] == MANY
-    assert len(line) < NAMED * (2 * len(stem) + 64) + 4096  # whole: ~1.7 times that
-    got = twin.verify(str(ram), str(out))
-    assert not got.ok and got.count == MANY and got.checked == MANY
+    assert len(raw["differences"]) == NAMED and raw["differing"] == many
+    named = NAMED * (2 * len(stem) + 64)  # NAMED names in hex, and their words
+    assert len(line) < named + 4096  # measured 0.43 MB; whole: 1.7 MB
+    tracemalloc.start()
+    try:
+        got = twin.verify(str(ram), str(out))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * named, peak  # measured 1.0 MB; whole: 4.1 MB
+    assert not got.ok and got.count == many and got.checked == many
     assert len(got.differences) == NAMED
-    assert got.summary(str(out)).startswith(f"verify failed: {MANY} of {MANY} objects "
+    assert got.summary(str(out)).startswith(f"verify failed: {many} of {many} objects "
                                             f"differ in {out}: '{stem}")
     assert differed_fact("7/1/verify/6", "rsync", got)["all"]
