@@ -805,9 +805,10 @@ class DataPath:
         listed = result.details.get("aside")
         aside = [(bytes.fromhex(str(p)), bytes.fromhex(str(a)))
                  for p, a in (listed if isinstance(listed, list) else ())]
-        if aside:  # the worker names at most stagingworker.NAMED of them: the count
-            total = result.details.get("aside_count")
-            summary += "; " + aside_words(aside, out, total=int(str(total or len(aside))))
+        # the worker names only the first (stagingworker.NAMED), and counts them all
+        aside_count = int(str(result.details.get("aside_count") or len(aside)))
+        if aside:
+            summary += "; " + aside_words(aside, out, total=aside_count)
         if result.skipped_total:
             summary += "; " + _skipped_words(result.skipped_total,
                                              [display(p) for p in result.skipped],
@@ -821,7 +822,9 @@ class DataPath:
         # None: nothing is left to copy again (Memory.learn_facts)
         return {"verified": {"objects": result.checked, "bytes": result.checked_bytes,
                              "level": result.level,
-                             **({"aside": [display(a) for _p, a in aside]} if aside else {})},
+                             **({"aside": [display(a) for _p, a in aside]} if aside else {}),
+                             **({"aside_count": aside_count}
+                                if aside_count > len(aside) else {})},
                 "summary": summary,
                 "verify_differed": None, "verify_redone": None}
 

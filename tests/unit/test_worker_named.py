@@ -127,7 +127,8 @@ def test_a_verify_that_passed_counts_every_copy_kept_aside() -> None:
     got = verification_from_json(json.loads(json.dumps(verification_to_json(ok))))
     assert len(got.details["aside"]) == NAMED  # type: ignore[arg-type]
     out, said = Job().run(Path_(Engine([got])), "7/1/verify/6")
-    assert out is not None
+    assert out is not None and out["verified"]["aside_count"] == MANY
+    assert out["verified"]["aside"][:2] == ["f0.rsa-7", "f1.rsa-7"]
     assert f"{MANY} files kept aside in /pfs/u/out" in said
     assert "'f0' as 'f0.rsa-7'; 'f1' as 'f1.rsa-7'" in said
     assert f"; and {MANY - 5} more" in said
