@@ -160,6 +160,13 @@ class Checks:
                            f"{', '.join(inside)}: a DATA_IN or DATA_OUT there would not be "
                            "seen by staging commands on RSA nodes (they get private ones); "
                            "name the PFS's own directories instead")
+            if not staging.engine_process:
+                v.warn(("staging", "engine_process"), "false: staging runs in rsad's own "
+                       "process, which staging.engine_memory does not bound; only "
+                       "staging.writable_objects and staging.stream_objects bound its "
+                       "lists, and a job with millions of files (a tar stage-out, a "
+                       "write-back, DATA_OUT of a verify) can take all the memory of "
+                       "rsad's host (docs/security.md, \"Memory of rsad's host\")")
             if staging.copy_tool == "custom":
                 try:
                     check_copy_command(staging.copy_command or "")

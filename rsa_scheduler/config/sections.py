@@ -372,7 +372,11 @@ class StagingConfig:
             "connections), so the copies' Python never slows rsad's loop and mounts "
             "(docs/architecture.md#engine-workers: with 32 stage-outs at once, a "
             "mount's p90 wait fell from 0.7-1.9 s to under 0.5 s). `false`: in rsad's "
-            "own threads, as before.",
+            "own threads, as before, and in rsad's own memory, which `engine_memory` "
+            "does not bound: only `writable_objects` and `stream_objects` bound the "
+            "lists of a job's files there, and a job with millions of files (a tar "
+            "stage-out, a write-back, the DATA_OUT of a verify) can take all the memory "
+            "of rsad's host (warned by `rsa config check`).",
         )
     )
     engine_nice: int = field(

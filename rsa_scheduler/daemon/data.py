@@ -121,7 +121,8 @@ def _script(ctx: ActionContext, eng: StagingEngine, spec: MountSpec, argv: Seque
 
 
 #: at most this many differing paths are kept for the retry (an event each verify);
-#: more, and the retry copies the whole output again
+#: more, and the retry copies the whole output again. At most a staging worker's
+#: ``stagingworker.NAMED`` (the most a verify's result names to rsad)
 REDO_LIMIT = 1000
 
 
@@ -804,8 +805,10 @@ class DataPath:
         listed = result.details.get("aside")
         aside = [(bytes.fromhex(str(p)), bytes.fromhex(str(a)))
                  for p, a in (listed if isinstance(listed, list) else ())]
+        # the worker names only the first (stagingworker.NAMED), and counts them all
+        aside_count = int(str(result.details.get("aside_count") or len(aside)))
         if aside:
-            summary += "; " + aside_words(aside, out)
+            summary += "; " + aside_words(aside, out, total=aside_count)
         if result.skipped_total:
             summary += "; " + _skipped_words(result.skipped_total,
                                              [display(p) for p in result.skipped],
@@ -819,7 +822,9 @@ class DataPath:
         # None: nothing is left to copy again (Memory.learn_facts)
         return {"verified": {"objects": result.checked, "bytes": result.checked_bytes,
                              "level": result.level,
-                             **({"aside": [display(a) for _p, a in aside]} if aside else {})},
+                             **({"aside": [display(a) for _p, a in aside]} if aside else {}),
+                             **({"aside_count": aside_count}
+                                if aside_count > len(aside) else {})},
                 "summary": summary,
                 "verify_differed": None, "verify_redone": None}
 

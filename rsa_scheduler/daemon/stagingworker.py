@@ -27,6 +27,11 @@ the worker is not reused), instead of the kernel's OOM killer choosing rsad or s
 on rsad's host. The bound is inherited by what the worker runs on its own host (a
 ``LocalHost``'s commands; the RSA nodes' run over SSH, without it).
 
+What crosses into rsad is bounded too (rsad's own process has no such ceiling): a result
+names at most :data:`NAMED` objects of each list (a verify's differences, the sockets
+and devices skipped, the copies kept aside), at most ~:data:`NAMED_BYTES` of each, with
+the count of all of them beside.
+
 Crash behaviour: when rsad's end of the pipe closes (rsad stopped, or was killed) or
 the worker gets SIGTERM, the running call is cancelled, which kills its commands' whole
 process trees on the RSA nodes, and the worker exits: a copy never goes on writing
@@ -50,10 +55,11 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, replace
+from itertools import islice
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from rsa_scheduler.core.units import format_size
 from rsa_scheduler.errors import RsaError
@@ -63,6 +69,7 @@ from rsa_scheduler.staging.manifest import Difference, Verification
 from rsa_scheduler.staging.report import Progress, StagingError, Stats
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 OPS = ("stage_in", "stage_out", "verify", "record_base", "write_back")
 #: seconds a cancelled call may take to end once the pipe closed, before the worker exits
@@ -102,7 +109,38 @@ def identity_from_json(d: Mapping[str, Any]) -> Identity:
     return who
 
 
-def stats_to_json(s: Stats) -> dict[str, Any]:
+#: a result names at most this many objects of each list to rsad (a verify's
+#: differences, the sockets and devices skipped, the copies kept aside), and of each list
+#: at most about NAMED_BYTES of JSON, the count of all of them beside
+#: (``Verification.differing``, ``skipped_count``, ``aside_count``): what crosses into
+#: rsad's own process, which ``staging.engine_memory`` does not bound, stays under ~13 MB
+#: of JSON whatever the job's output holds (~0.2 MB for a thousand ordinary names).
+#: Not below ``daemon.data.REDO_LIMIT``: a failed verify's retry copies again exactly
+#: the differences named when they are all named (fewer named, it copies the whole output
+#: again: safe, only slower)
+NAMED = 1000
+NAMED_BYTES = 4 << 20
+
+
+def first_named(items: Iterable[T], named: int = NAMED) -> list[T]:
+    """The first of ``items`` (each JSON-ready) while at most ``named`` of them and
+    :data:`NAMED_BYTES` of their JSON; at least one (a name is at most 4,095 bytes)."""
+    out: list[T] = []
+    size = 0
+    for item in islice(items, named):
+        size += len(json.dumps(item)) + 1
+        if out and size > NAMED_BYTES:
+            break
+        out.append(item)
+    return out
+
+
+def stats_to_json(s: Stats, named: int = NAMED) -> dict[str, Any]:
+    """``s`` naming only the first special files it skipped (:func:`first_named`),
+    the count of all of them beside."""
+    shown = first_named(s.skipped, named)
+    if len(shown) < len(s.skipped):
+        s = replace(s, skipped=tuple(shown), skipped_count=s.skipped_total)
     return asdict(s)
 
 
@@ -115,14 +153,29 @@ def stats_from_json(d: Mapping[str, Any]) -> Stats:
                  skipped_count=int(d.get("skipped_count", -1)))
 
 
-def verification_to_json(v: Verification) -> dict[str, Any]:
+def verification_to_json(v: Verification, named: int = NAMED) -> dict[str, Any]:
+    """``v`` naming only the first differences, skipped special files and copies kept
+    aside (``details["aside"]``) (:func:`first_named`), each list with the count of all
+    of it: ``differing``, ``skipped_count``, ``details["aside_count"]`` (a list cut short
+    is never read as whole: ``Verification.count``, ``listed``, ``skipped_total``)."""
+    details = dict(v.details)
+    aside = details.get("aside")
+    if isinstance(aside, list):
+        shown_aside = first_named(aside, named)
+        if len(shown_aside) < len(aside):
+            details["aside"], details["aside_count"] = shown_aside, len(aside)
+    diffs = first_named(([d.path.hex(), d.what,
+                          list(d.same_content) if d.same_content else None]
+                         for d in v.differences), named)
+    skipped = first_named((p.hex() for p in v.skipped), named)
     return {"ok": v.ok, "level": v.level, "checked": v.checked,
-            "checked_bytes": v.checked_bytes,
-            "differences": [[d.path.hex(), d.what, list(d.same_content)
-                             if d.same_content else None] for d in v.differences],
-            "extra": v.extra, "details": json.loads(json.dumps(v.details, default=str)),
-            "differing": v.differing, "skipped": [p.hex() for p in v.skipped],
-            "skipped_count": v.skipped_count, "read_back": v.read_back}
+            "checked_bytes": v.checked_bytes, "differences": diffs,
+            "extra": v.extra, "details": json.loads(json.dumps(details, default=str)),
+            "differing": v.count if len(diffs) < len(v.differences) else v.differing,
+            "skipped": skipped,
+            "skipped_count": (v.skipped_total if len(skipped) < len(v.skipped)
+                              else v.skipped_count),
+            "read_back": v.read_back}
 
 
 def _difference(x: Sequence[Any]) -> Difference:

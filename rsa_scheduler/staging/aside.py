@@ -77,13 +77,14 @@ def aside_view(dst: Iterable[Entry], names: Collection[bytes] | Mapping[bytes, E
 
 
 def aside_words(moved: Mapping[bytes, bytes] | Sequence[tuple[bytes, bytes]],
-                where: str, limit: int = 5) -> str:
+                where: str, limit: int = 5, *, total: int | None = None) -> str:
     """``2 files kept aside in /pfs/out: a newer 'a' (changed there after the job's
-    RAMDISK was built) was not replaced: the job's copy is 'a.rsa-12'; ...``."""
+    RAMDISK was built) was not replaced: the job's copy is 'a.rsa-12'; ...``.
+    ``total``: how many there are, when ``moved`` names only the first."""
     pairs = list(moved.items()) if isinstance(moved, Mapping) else list(moved)
-    n = len(pairs)
+    n = max(len(pairs), total or 0)
     shown = "; ".join(f"{display(name)!r} as {display(alt)!r}" for name, alt in pairs[:limit])
-    more = f"; and {n - limit} more" if n > limit else ""
+    more = f"; and {n - min(limit, len(pairs))} more" if n > min(limit, len(pairs)) else ""
     return (f"{n} file{'s' if n != 1 else ''} kept aside in {where}: the PFS held a "
             f"newer file of the same name (changed there after the job's RAMDISK was "
             f"built), which was not replaced; the job's cop{'ies are' if n != 1 else 'y is'}"

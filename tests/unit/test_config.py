@@ -1120,6 +1120,17 @@ def test_a_custom_copy_tool_needs_a_usable_copy_command() -> None:
     assert any("copy_command: set, but copy_tool is engine" in w for w in warned.warnings)
 
 
+def test_staging_in_rsads_own_process_is_warned_unbounded() -> None:
+    """staging.engine_process: false puts every list of a job's files in rsad's own
+    process, which no staging.engine_memory bounds: rsa config check and rsad's log
+    say so (docs/security.md, "Memory of rsad's host")."""
+    off = load_config_text(POOL + "staging:\n  engine_process: false\n")
+    said = [w for w in off.warnings if "staging.engine_process: false:" in w]
+    assert len(said) == 1 and "staging.engine_memory does not bound" in said[0]
+    assert "can take all the memory of rsad's host" in said[0]
+    assert not [w for w in load_config_text(POOL).warnings if "engine_process" in w]
+
+
 def test_striping_is_off_and_streamed_mode_on_unless_the_operator_says_otherwise() -> None:
     from rsa_scheduler.staging.stream import STREAM_OBJECTS
 
