@@ -91,31 +91,50 @@ exit 1
 # same with @HOME@ for the chunkserver's directory), $1 "1" to claim a standby, $2 its
 # listen port, $3 STANDBY_START's text, then its arguments after the pool. Claims the
 # pool's first live unclaimed standby (the ``claim`` link, made atomically: two creates
-# never share one), gives it the RAMDISK's master and port and reloads it (a reload re-reads both,
-# masterconn_reload and csserv_reload; it registers at the next whole second and its
-# register carries the space it scanned). A claimed standby that has not moved from its
-# port to the new one within 1 s (a reload that cannot bind keeps the old port and says
-# nothing: a listener on the new port is not enough) is killed and removed, and the chunkserver starts cold in $0, as
-# without standbys. Prints "CS standby" or "CS cold"; with $1 "1" it then starts a new
-# standby in the background (STANDBY_START, 5 s later) for the next create on the node.
+# never share one), gives it the RAMDISK's master and port and reloads it (SIGHUP, what
+# ``mfschunkserver reload`` sends; a reload re-reads both, masterconn_reload and
+# csserv_reload): it registers at the next whole second, its register carrying the space
+# it scanned. A claimed standby that has not moved from its port to the new one within
+# 1 s (a reload that cannot bind keeps the old port and says nothing: a listener on the
+# new port is not enough) is killed and removed, and the chunkserver starts cold in $0,
+# as without standbys. Shell builtins up to the wait (16 nodes of a lab share 2 CPUs).
+# Prints "CS standby" or "CS cold"; with $1 "1" it then starts a new standby in the
+# background (STANDBY_START, 5 s later) for the next create on the node.
 CS_START = ALIVE + r"""d=$0; claim=$1; port=$2; standby=$3; shift 4
 p=${d%/*}; f=${d##*/rsa-mfs-}
+# is port $1 listened on here (this network namespace)? /proc/net/tcp, shell builtins only
+listened() {
+  h=$(printf ':%04X' "$1")
+  while read -r _ local _ st _; do
+    [ "$st" = 0A ] && case $local in *"$h") return 0;; esac
+  done < /proc/net/tcp
+  return 1
+}
 got=
 if [ "$claim" = 1 ]; then
   for sb in "$p"/rsa-mfs-.standby-*; do
     [ -d "$sb" ] && [ ! -L "$sb/claim" ] || continue
-    mfschunkserver -c "$sb/mfschunkserver.cfg" test >/dev/null 2>&1 || continue
+    { read -r pid < "$sb/cs/.mfschunkserver.lock"; } 2>/dev/null || continue
+    case $pid in ''|*[!0-9]*) continue;; esac
+    # its chunkserver (works in its cs/: a recycled pid is not it), alive
+    [ "/proc/$pid/cwd" -ef "$sb/cs" ] && alive "$pid" || continue
     ln -s "$f" "$sb/claim" 2>/dev/null || continue
-    old=$(sed -n 's/^CSSERV_LISTEN_PORT = //p' "$sb/mfschunkserver.cfg")
-    esc=$(printf '%s' "$sb" | sed 's/[\\&|]/\\&/g')
-    sed "s|@HOME@|$esc|g" "$d/mfschunkserver.claim.cfg" > "$sb/mfschunkserver.cfg.new" &&
+    # the RAMDISK's config, its @HOME@ the standby's directory; the port it leaves
+    old=; cfg=
+    while IFS= read -r line; do
+      case $line in "CSSERV_LISTEN_PORT = "*) old=${line#*= };; esac
+    done < "$sb/mfschunkserver.cfg"
+    while IFS= read -r line; do
+      case $line in *@HOME@*) line="${line%%@HOME@*}$sb${line#*@HOME@}";; esac
+      cfg="$cfg$line
+"
+    done < "$d/mfschunkserver.claim.cfg"
+    printf '%s' "$cfg" > "$sb/mfschunkserver.cfg.new" &&
       mv "$sb/mfschunkserver.cfg.new" "$sb/mfschunkserver.cfg" &&
-      mfschunkserver -c "$sb/mfschunkserver.cfg" reload >"$sb/reload.log" 2>&1 || {
-      echo "standby $sb: reload failed: $(tail -n 1 "$sb/reload.log")" >&2; break; }
+      kill -HUP "$pid" || { echo "standby $sb: its reload failed" >&2; break; }
     i=0
     while [ $i -lt 50 ]; do
-      if [ -z "$(ss -Hltn "sport = :$old")" ] && [ -n "$(ss -Hltn "sport = :$port")" ]; then
-        got=$sb; break; fi
+      if ! listened "$old" && listened "$port"; then got=$sb; break; fi
       i=$((i + 1)); sleep 0.02
     done
     [ -n "$got" ] && break
