@@ -67,6 +67,10 @@ KILL_AFTER = 60.0
 #: idle workers kept (their SSH connections open) for the next calls
 KEEP_IDLE = 4
 WORKER_ARGV = (sys.executable, "-m", "rsa_scheduler.daemon.stagingworker")
+#: characters of one line rsad reads from a worker: a result is bounded far below it
+#: (stagingworker.NAMED, NAMED_BYTES: ~13 MB at most); a longer line is a broken worker,
+#: never read whole into rsad's own memory
+LINE_LIMIT = 64 << 20
 
 
 class WorkerGone(RsaError):
@@ -117,7 +121,12 @@ class EngineWorker:
         try:
             self.send({"call": request})
             while True:
-                line = self._stdout.readline()
+                line = self._stdout.readline(LINE_LIMIT + 1)
+                if len(line) > LINE_LIMIT:
+                    self.kill()
+                    raise WorkerGone(f"the staging worker (pid {self.pid}) wrote a line of "
+                                     f"more than {LINE_LIMIT / (1 << 20):g} MiB during "
+                                     f"{op.replace('_', '-')}, not the protocol")
                 if not line:
                     self.healthy = False
                     rc = self._reap()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -323,3 +324,23 @@ def test_a_failure_on_rsads_side_mid_call_stops_the_worker_and_reaps(
     assert WorkerEngine.of(pool, again).verify(str(area / "ram"), str(area / "src")).ok
     assert pool.started == 2
     assert pool.counts().lost == 1  # stopped by rsad mid-call: lost too
+
+
+def test_a_worker_line_over_the_limit_is_never_read_whole(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line past LINE_LIMIT (a broken worker: results are bounded far below it) fails
+    the call and kills the worker after LINE_LIMIT + 1 characters, not the whole line."""
+    import rsa_scheduler.daemon.engines as engines
+
+    monkeypatch.setattr(engines, "LINE_LIMIT", 1000)
+    spew = ("import sys\nsys.stdin.readline()\n"
+            "sys.stdout.write('{\"result\": \"' + 'x' * 5000 + '\"}\\n'); sys.stdout.flush()\n"
+            "sys.stdin.readline()\n")
+    worker = engines.EngineWorker([sys.executable, "-c", spew])
+    try:
+        with pytest.raises(engines.WorkerGone, match=r"wrote a line of more than \S+ MiB during "
+                                                    "stage-out, not the protocol"):
+            worker.call({"op": "stage_out"}, cancel=CancelToken())
+        assert worker.proc.wait(timeout=10) != 0  # killed
+    finally:
+        worker.kill()
