@@ -124,7 +124,9 @@ class NodeSide:
         self._jobs: dict[str, JobNodes] = {}
         # instruction numbers restart with rsad: agents send back the epoch they saw
         self.epoch = f"{time.time():.6f}"
-        self.born = clock()  # agents reconnect within seconds of it (release_mounts)
+        # when rsad's API began to answer the agents (:meth:`opened`): they reconnect
+        # within seconds of it (release_mounts); None while rsad starts (:meth:`closed`)
+        self.born: float | None = clock()
 
     # ---- executors ----------------------------------------------------------------------
     def mount_input(self, ctx: ActionContext) -> Mapping[str, Any]:
@@ -226,7 +228,8 @@ class NodeSide:
         the job's RAMDISK, of any run of the job, releases it first: the nodes with a
         live agent and those that confirmed a mount and did not run their Epilog since
         (recorded: ``mounted``, which survives an rsad restart; a restarted rsad first
-        gives their agents ``agent_settle`` to reconnect). A node that does not confirm
+        gives their agents ``agent_settle`` to reconnect, from when its API answers them:
+        :meth:`closed`). A node that does not confirm
         within ``reset_timeout`` (busy, failed or silent) keeps the RAMDISK: the teardown
         fails and is retried. A recorded node with no agent ran its Epilog while rsad was
         away (the Epilog takes every mount of the job down, and stops its agent): nothing
@@ -269,11 +272,11 @@ class NodeSide:
         (a node that failed never runs its Epilog): returns the nodes that still had
         not, and the stage-out goes on (the teardown asks them to release it)."""
         job = ctx.action.job_id
-        deadline = self.clock() + self.reset_timeout
         with self._cond:
             j = self._settled(ctx)
             if j is None:
                 return []
+            deadline = self.clock() + self.reset_timeout
             while True:
                 left = sorted((j.agents | j.mounted) - j.ended)
                 if not left:
@@ -350,7 +353,6 @@ class NodeSide:
               only: frozenset[str] | None = None) -> Verdict:
         job = ctx.action.job_id
         start = self.clock()
-        deadline = start + timeout
         with self._cond:
             j = self._job(job)
             known = self._known(ctx, j)
@@ -370,7 +372,7 @@ class NodeSide:
                                           "Prolog runs")
                     if (v.state == "ok" and ins["do"] == "mount" and self._agent_step(ins)
                             and not (j.nodes and j.agents >= j.nodes)
-                            and self.clock() - start < self.agent_settle):
+                            and self._settling(start)):
                         # some nodes have no agent (yet): after an rsad restart agents
                         # reconnect within seconds; never destroy a RAMDISK one still uses
                         v = Verdict("pending", "waiting for the other nodes' agents")
@@ -389,7 +391,7 @@ class NodeSide:
                         return v
                     if ctx.cancel.cancelled:
                         raise Cancelled(ctx.cancel.reason)
-                    left = deadline - self.clock()
+                    left = self._left(start, timeout)
                     if left <= 0:
                         why = v.message if j.nodes is not None else (
                             "no compute node asked rsad (is rsa-prolog the node Prolog?)")
@@ -447,9 +449,45 @@ class NodeSide:
         if j is None and not known:
             return None
         j = self._job(ctx.action.job_id)
-        while known - j.agents - j.ended and self.clock() - self.born < self.agent_settle:
+        while known - j.agents - j.ended and self._settling():
+            if ctx.cancel.cancelled:
+                raise Cancelled(ctx.cancel.reason)
             self._cond.wait(0.2)
         return j
+
+    def _settling(self, since: float | None = None) -> bool:
+        """Holding ``self._cond``: whether agents may still be reconnecting: rsad's API
+        answers none yet (:meth:`closed`), or has for less than ``agent_settle``, counted
+        from ``since`` (a step's start) when that is later."""
+        if self.born is None:
+            return True
+        return self.clock() - max(self.born, self.born if since is None else since) \
+            < self.agent_settle
+
+    def _left(self, start: float, timeout: float) -> float:
+        """Holding ``self._cond``: what is left of a step's ``timeout`` for the nodes to
+        answer, counted from its ``start`` or from when rsad's API began to answer them,
+        whichever is later (all of it while rsad starts: :meth:`closed`)."""
+        if self.born is None:
+            return timeout
+        return timeout - (self.clock() - max(start, self.born))
+
+    def closed(self) -> None:
+        """rsad starts (Registry.starting, before it re-issues what was outstanding): its
+        API answers no agent until it is ready (:meth:`opened`). A re-issued step that
+        gives the agents of the recorded mounts ``agent_settle`` to reconnect counts it
+        from then: before, it counted from rsad's construction, and a start that took
+        longer (the log replayed, the RSA nodes fenced) left the agents no time at all,
+        the stage-out read the RAMDISK and the teardown destroyed it while a node still
+        had it mounted, its job's processes still writing."""
+        with self._cond:
+            self.born = None
+
+    def opened(self) -> None:
+        """rsad is ready (Registry.ready): the agents can reconnect from now on."""
+        with self._cond:
+            self.born = self.clock()
+            self._cond.notify_all()
 
     @staticmethod
     def _known(ctx: ActionContext, j: JobNodes) -> frozenset[str]:
@@ -695,4 +733,6 @@ class NodeSide:
         registry.register(ActionKind.MOUNT_INPUT, self.mount_input)
         registry.register(ActionKind.MOUNT_OUTPUT, self.mount_output)
         registry.register(ActionKind.RESET, self.reset)
+        registry.on_start(self.closed)
+        registry.on_ready(self.opened)
         _BY_REGISTRY[registry] = self

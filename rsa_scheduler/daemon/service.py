@@ -234,6 +234,9 @@ class Daemon:
         self.registry.starting()  # fence: what an earlier rsad left running is killed
         self._dispatch(outstanding)
         self.ready.set()
+        # the API answers the compute nodes' agents from now on: a re-issued step gives
+        # them time to reconnect from here, not from rsad's construction (NodeSide.opened)
+        self.registry.ready()
 
     # ---- the loop -------------------------------------------------------------------------
     def run(self, stop: threading.Event, on_cycle: Callable[[], None] | None = None,

@@ -437,6 +437,49 @@ def test_a_reset_of_a_job_that_ended_before_it_ran_does_not_wait_for_a_release()
     assert milestones and milestones[0]["reset_of"] == "7/1/reset/3"
 
 
+def reissued_reset(reg: Registry, facts: Mapping[str, Any], *, job_ended: bool = False,
+                   job_running: bool = True) -> Future[Outcome]:
+    """The RESET a restarted rsad re-issues, with the job's facts and how Slurm had the
+    job when it was dispatched; run in a thread."""
+    action = Action("7/1/reset/3", "7", ActionKind.RESET, RESET_ARGS)
+    ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
+                        facts=dict(facts), job_ended=job_ended, job_running=job_running)
+    fut: Future[Outcome] = Future()
+    threading.Thread(target=lambda: fut.set_result(reg.run(ctx)), daemon=True).start()
+    return fut
+
+
+def test_a_slow_start_leaves_every_agent_its_time_to_mount_the_output() -> None:
+    """A reset that recreated the RAMDISK before rsad restarted is re-issued during the
+    restarted rsad's start, and mounts the RAMDISK over DATA_OUT through the agents. On
+    the code before, their ``agent_settle`` to reconnect, and the step's own timeout,
+    counted from the step's start: a start slower than that (the log replayed, the RSA
+    nodes fenced) left them none, and the step was over before any agent could reach
+    rsad (a release's timeout drains the silent nodes). Both count from when rsad's API
+    answers the agents."""
+    now = [1000.0]
+    backend = FakeBackend()
+    req = FsRequest("job7-c1", "7", ("rsa1",), "ram", {"rsa1": "/p"}, "/mnt/rsa")
+    side = NodeSide(backend_for=lambda _ctx: (backend, req), mount_timeout=30.0,
+                    clock=lambda: now[0])
+    reg = Registry()
+    side.register(reg)
+    reg.starting()
+    fut = reissued_reset(reg, {"mount": SPEC.to_json(), "reset_of": "7/1/reset/3"})
+    with pytest.raises(TimeoutError):
+        fut.result(0.3)  # the step waits for agents: none can reach rsad yet
+    now[0] += 60.0  # the start took a minute
+    reg.ready()
+    mount = until(side, lambda: side.agent("7", "c1", "c[1-2]", 0, wait=0.05), "mount")
+    side.report("7", "c1", {"seq": mount["seq"], "ok": True, "epoch": side.epoch})
+    with pytest.raises(TimeoutError):
+        fut.result(0.5)  # c2's agent has not reconnected yet
+    mount2 = until(side, lambda: side.agent("7", "c2", "c[1-2]", 0, wait=0.05), "mount")
+    side.report("7", "c2", {"seq": mount2["seq"], "ok": True, "epoch": side.epoch})
+    out = fut.result(5)
+    assert out.result is Result.OK and out.detail["mounted"] == ["c1", "c2"], out
+
+
 def test_a_declined_job_is_told_the_reason() -> None:
     side, _, _ = make_side()
     ans = side.prolog("7", "c1", "c1", "declined", message="no RSA node holds 9T")
