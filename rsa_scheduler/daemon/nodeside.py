@@ -153,23 +153,29 @@ class NodeSide:
             # this reset recreated the RAMDISK before rsad restarted: the job may already
             # write its output there; never destroy it again, only finish the mounts
             spec = MountSpec.from_json(ctx.facts["mount"])
-            if ctx.job_ended:
-                # the job ended meanwhile: no node will mount it any more; whatever the
-                # job wrote there before it ended is staged out from it
-                log.info("job %s: reset already recreated the RAMDISK and the job has "
-                         "ended: nothing left to mount", job)
+            if ctx.job_ended or self._run_ended(job):
+                # no node of the run will mount it any more; whatever the job wrote
+                # there before its run ended is staged out from it
+                log.info("job %s: reset already recreated the RAMDISK and %s: nothing "
+                         "left to mount", job, self._ended_words(ctx))
                 return {"mount": spec.to_json(),
-                        "partial": "the job ended before every node mounted the "
-                                   "recreated RAMDISK over DATA_OUT"}
+                        "partial": f"{self._ended_words(ctx)} before every node mounted "
+                                   "the recreated RAMDISK over DATA_OUT"}
             log.info("job %s: reset already recreated the RAMDISK; mounting it over "
                      "DATA_OUT", job)
         else:
-            if ctx.job_ended:
-                # re-issued after an rsad restart, the job over meanwhile: its nodes'
-                # Epilogs took every mount of it down and no agent will answer a release;
-                # the RAMDISK held only input, so it is recreated empty at once
-                log.info("job %s: the job has ended: its nodes hold no mount; recreating "
-                         "the RAMDISK without asking them", job)
+            if ctx.job_ended or not ctx.job_running:
+                # the job was not running when the reset was (re-)issued: it ended, Slurm
+                # requeued it (both: its nodes' Epilogs take every mount of the job down
+                # and stop its agents, so no agent answers a release), or it has not
+                # started yet (early start wait over while Slurm held it): no node holds
+                # this run's input. Processes of a run that is over may still run
+                # (SIGTERM, then KillWait) and change writable input: waited for as before
+                # a stage-out; the RAMDISK held only input, so it is recreated empty then
+                log.info("job %s: not running (Slurm: %s): no release asked; recreating "
+                         "the RAMDISK once the nodes that held it ran their Epilog", job,
+                         "ended" if ctx.job_ended else "pending")
+                self.await_epilogs(ctx)
             else:
                 v = self._step(ctx, release_instruction(0, job_id=job), self.reset_timeout)
                 if v.state == "busy":
@@ -196,10 +202,10 @@ class NodeSide:
                 spec = backend.reset(req, ctx.cancel)
                 self.learned(spec)
             ctx.milestone({"reset_of": ctx.action.id, "mount": spec.to_json()})
-            if ctx.job_ended:
+            if ctx.job_ended or self._run_ended(job):
                 return {"mount": spec.to_json(),
-                        "partial": "the job ended before the RAMDISK was reset for its "
-                                   "output: its output is on the PFS"}
+                        "partial": f"{self._ended_words(ctx)} before the RAMDISK was reset "
+                                   "for its output: its output is on the PFS"}
         try:
             detail = dict(self._mount(ctx, role="output", target=data_out,
                                       mode=MountMode.RW, spec=spec, via="agent"))
@@ -222,6 +228,25 @@ class NodeSide:
         if written.get("written_back"):
             detail["written_back"] = written["written_back"]
         return detail
+
+    @staticmethod
+    def _ended_words(ctx: ActionContext) -> str:
+        """How the job's run ended, as the reset's ``partial`` says it."""
+        if ctx.job_ended:
+            return "the job ended"
+        return "the job's run ended (every node of it ran its Epilog)"
+
+    def _run_ended(self, job: str) -> bool:
+        """Every node of ``job``'s run ran its Epilog (:meth:`_expected`)."""
+        with self._cond:
+            j = self._jobs.get(job)
+            return j is not None and self._over(j)
+
+    @staticmethod
+    def _over(j: JobNodes) -> bool:
+        """Holding ``self._cond``: every node of the job's run ran its Epilog: none holds a
+        mount of the job, no agent of it answers any more."""
+        return j.nodes is not None and bool(j.nodes) and j.nodes <= j.ended
 
     def release_mounts(self, ctx: ActionContext) -> list[str]:
         """Before DESTROY_FS (daemon/data.py): every compute node that may hold a mount of
@@ -345,8 +370,12 @@ class NodeSide:
         if ins["do"] == "release":
             # a node that took its mount back while the step waits holds nothing: no
             # agent would answer for it (a restarted rsad's re-issued reset)
-            return frozenset((j.agents | j.mounted | (known - j.undone.keys()))
-                             - j.ended) or None
+            left = frozenset((j.agents | j.mounted | (known - j.undone.keys())) - j.ended)
+            # every node of the run ran its Epilog (its job requeued, or ended, while the
+            # reset waited): they took every mount of the job down, the release is done;
+            # before, it waited ``reset_timeout`` for nobody and failed ("no compute
+            # node has asked yet"): the user told the reset failed, the operator alerted
+            return left or (frozenset() if self._over(j) else None)
         return frozenset(j.agents - j.ended) or None
 
     def _step(self, ctx: ActionContext, ins: dict[str, Any], timeout: float,
@@ -370,6 +399,12 @@ class NodeSide:
                     if v.state == "pending" and self._enough(j, ins, start):
                         v = Verdict("ok", f"{', '.join(v.missing)}: mount when their "
                                           "Prolog runs")
+                    elif v.state == "pending" and ins.get("via") == "agent" and \
+                            self._over(j):
+                        # the run ended (requeued, or over) while the reset mounted: no
+                        # agent is left to mount it (before: mount_timeout for nobody)
+                        v = Verdict("failed", "every node of the job's run ran its "
+                                              "Epilog before it mounted the RAMDISK")
                     if (v.state == "ok" and ins["do"] == "mount" and self._agent_step(ins)
                             and not (j.nodes and j.agents >= j.nodes)
                             and self._settling(start)):
@@ -394,7 +429,10 @@ class NodeSide:
                     left = self._left(start, timeout)
                     if left <= 0:
                         why = v.message if j.nodes is not None else (
-                            "no compute node asked rsad (is rsa-prolog the node Prolog?)")
+                            "no compute node asked rsad (is rsa-prolog the node Prolog?)"
+                            if ctx.job_running else "no compute node asked rsad: the job "
+                            "was not running when the step began (requeued, or not "
+                            "started yet)")
                         if ins["do"] == "release" and v.missing:
                             raise BusyError(
                                 f"compute node(s) {', '.join(v.missing)} did not confirm "
