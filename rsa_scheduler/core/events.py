@@ -177,7 +177,8 @@ CATALOGUE: Mapping[str, EventKind] = {
         _STARTHOLD),
     "job.rerun-held": EventKind(
         "a requeued job is held until its earlier run's output is staged out and verified "
-        "(written when the hold is asked for, and again when the reason changes)",
+        "(written once Slurm placed the hold, again when the reason changes, and by a "
+        "restarted rsad for a hold no rsad told)",
         {"rsa_state": "the earlier run's rsa-state",
          "rescue_to": "where its output is rescued to instead (the rescue area)"},
         _STARTHOLD),

@@ -59,6 +59,7 @@ class Registry:
     def __init__(self) -> None:
         self._by_kind: dict[ActionKind, Executor] = {}
         self._on_start: list[Callable[[], None]] = []
+        self._on_ready: list[Callable[[], None]] = []
         self._tend: Callable[[str, Mapping[str, Any],
                               Callable[[Mapping[str, Any]], None]], Any] | None = None
         self._scrub: Callable[[str, list[Mapping[str, Any]]], None] | None = None
@@ -69,6 +70,12 @@ class Registry:
     def on_start(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` when rsad starts, before it re-issues any outstanding action."""
         self._on_start.append(fn)
+
+    def on_ready(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` once rsad is ready: its API answers every request from then on (the
+        compute nodes' hooks and agents among them), after its start re-issued what was
+        outstanding."""
+        self._on_ready.append(fn)
 
     def on_scrub(self, fn: Callable[[str, list[Mapping[str, Any]]], None]) -> None:
         """``fn(node, leftovers)`` cleans what teardowns left on ``node`` while it was down
@@ -96,6 +103,10 @@ class Registry:
 
     def starting(self) -> None:
         for fn in self._on_start:
+            fn()
+
+    def ready(self) -> None:
+        for fn in self._on_ready:
             fn()
 
     def kinds(self) -> frozenset[ActionKind]:

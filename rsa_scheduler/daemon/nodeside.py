@@ -124,7 +124,9 @@ class NodeSide:
         self._jobs: dict[str, JobNodes] = {}
         # instruction numbers restart with rsad: agents send back the epoch they saw
         self.epoch = f"{time.time():.6f}"
-        self.born = clock()  # agents reconnect within seconds of it (release_mounts)
+        # when rsad's API began to answer the agents (:meth:`opened`): they reconnect
+        # within seconds of it (release_mounts); None while rsad starts (:meth:`closed`)
+        self.born: float | None = clock()
 
     # ---- executors ----------------------------------------------------------------------
     def mount_input(self, ctx: ActionContext) -> Mapping[str, Any]:
@@ -151,23 +153,29 @@ class NodeSide:
             # this reset recreated the RAMDISK before rsad restarted: the job may already
             # write its output there; never destroy it again, only finish the mounts
             spec = MountSpec.from_json(ctx.facts["mount"])
-            if ctx.job_ended:
-                # the job ended meanwhile: no node will mount it any more; whatever the
-                # job wrote there before it ended is staged out from it
-                log.info("job %s: reset already recreated the RAMDISK and the job has "
-                         "ended: nothing left to mount", job)
+            if ctx.job_ended or self._run_ended(job):
+                # no node of the run will mount it any more; whatever the job wrote
+                # there before its run ended is staged out from it
+                log.info("job %s: reset already recreated the RAMDISK and %s: nothing "
+                         "left to mount", job, self._ended_words(ctx))
                 return {"mount": spec.to_json(),
-                        "partial": "the job ended before every node mounted the "
-                                   "recreated RAMDISK over DATA_OUT"}
+                        "partial": f"{self._ended_words(ctx)} before every node mounted "
+                                   "the recreated RAMDISK over DATA_OUT"}
             log.info("job %s: reset already recreated the RAMDISK; mounting it over "
                      "DATA_OUT", job)
         else:
-            if ctx.job_ended:
-                # re-issued after an rsad restart, the job over meanwhile: its nodes'
-                # Epilogs took every mount of it down and no agent will answer a release;
-                # the RAMDISK held only input, so it is recreated empty at once
-                log.info("job %s: the job has ended: its nodes hold no mount; recreating "
-                         "the RAMDISK without asking them", job)
+            if ctx.job_ended or not ctx.job_running:
+                # the job was not running when the reset was (re-)issued: it ended, Slurm
+                # requeued it (both: its nodes' Epilogs take every mount of the job down
+                # and stop its agents, so no agent answers a release), or it has not
+                # started yet (early start wait over while Slurm held it): no node holds
+                # this run's input. Processes of a run that is over may still run
+                # (SIGTERM, then KillWait) and change writable input: waited for as before
+                # a stage-out; the RAMDISK held only input, so it is recreated empty then
+                log.info("job %s: not running (Slurm: %s): no release asked; recreating "
+                         "the RAMDISK once the nodes that held it ran their Epilog", job,
+                         "ended" if ctx.job_ended else "pending")
+                self.await_epilogs(ctx)
             else:
                 v = self._step(ctx, release_instruction(0, job_id=job), self.reset_timeout)
                 if v.state == "busy":
@@ -194,10 +202,10 @@ class NodeSide:
                 spec = backend.reset(req, ctx.cancel)
                 self.learned(spec)
             ctx.milestone({"reset_of": ctx.action.id, "mount": spec.to_json()})
-            if ctx.job_ended:
+            if ctx.job_ended or self._run_ended(job):
                 return {"mount": spec.to_json(),
-                        "partial": "the job ended before the RAMDISK was reset for its "
-                                   "output: its output is on the PFS"}
+                        "partial": f"{self._ended_words(ctx)} before the RAMDISK was reset "
+                                   "for its output: its output is on the PFS"}
         try:
             detail = dict(self._mount(ctx, role="output", target=data_out,
                                       mode=MountMode.RW, spec=spec, via="agent"))
@@ -221,12 +229,32 @@ class NodeSide:
             detail["written_back"] = written["written_back"]
         return detail
 
+    @staticmethod
+    def _ended_words(ctx: ActionContext) -> str:
+        """How the job's run ended, as the reset's ``partial`` says it."""
+        if ctx.job_ended:
+            return "the job ended"
+        return "the job's run ended (every node of it ran its Epilog)"
+
+    def _run_ended(self, job: str) -> bool:
+        """Every node of ``job``'s run ran its Epilog (:meth:`_expected`)."""
+        with self._cond:
+            j = self._jobs.get(job)
+            return j is not None and self._over(j)
+
+    @staticmethod
+    def _over(j: JobNodes) -> bool:
+        """Holding ``self._cond``: every node of the job's run ran its Epilog: none holds a
+        mount of the job, no agent of it answers any more."""
+        return j.nodes is not None and bool(j.nodes) and j.nodes <= j.ended
+
     def release_mounts(self, ctx: ActionContext) -> list[str]:
         """Before DESTROY_FS (daemon/data.py): every compute node that may hold a mount of
         the job's RAMDISK, of any run of the job, releases it first: the nodes with a
         live agent and those that confirmed a mount and did not run their Epilog since
         (recorded: ``mounted``, which survives an rsad restart; a restarted rsad first
-        gives their agents ``agent_settle`` to reconnect). A node that does not confirm
+        gives their agents ``agent_settle`` to reconnect, from when its API answers them:
+        :meth:`closed`). A node that does not confirm
         within ``reset_timeout`` (busy, failed or silent) keeps the RAMDISK: the teardown
         fails and is retried. A recorded node with no agent ran its Epilog while rsad was
         away (the Epilog takes every mount of the job down, and stops its agent): nothing
@@ -269,11 +297,11 @@ class NodeSide:
         (a node that failed never runs its Epilog): returns the nodes that still had
         not, and the stage-out goes on (the teardown asks them to release it)."""
         job = ctx.action.job_id
-        deadline = self.clock() + self.reset_timeout
         with self._cond:
             j = self._settled(ctx)
             if j is None:
                 return []
+            deadline = self.clock() + self.reset_timeout
             while True:
                 left = sorted((j.agents | j.mounted) - j.ended)
                 if not left:
@@ -342,15 +370,18 @@ class NodeSide:
         if ins["do"] == "release":
             # a node that took its mount back while the step waits holds nothing: no
             # agent would answer for it (a restarted rsad's re-issued reset)
-            return frozenset((j.agents | j.mounted | (known - j.undone.keys()))
-                             - j.ended) or None
+            left = frozenset((j.agents | j.mounted | (known - j.undone.keys())) - j.ended)
+            # every node of the run ran its Epilog (its job requeued, or ended, while the
+            # reset waited): they took every mount of the job down, the release is done;
+            # before, it waited ``reset_timeout`` for nobody and failed ("no compute
+            # node has asked yet"): the user told the reset failed, the operator alerted
+            return left or (frozenset() if self._over(j) else None)
         return frozenset(j.agents - j.ended) or None
 
     def _step(self, ctx: ActionContext, ins: dict[str, Any], timeout: float,
               only: frozenset[str] | None = None) -> Verdict:
         job = ctx.action.job_id
         start = self.clock()
-        deadline = start + timeout
         with self._cond:
             j = self._job(job)
             known = self._known(ctx, j)
@@ -368,9 +399,15 @@ class NodeSide:
                     if v.state == "pending" and self._enough(j, ins, start):
                         v = Verdict("ok", f"{', '.join(v.missing)}: mount when their "
                                           "Prolog runs")
+                    elif v.state == "pending" and ins.get("via") == "agent" and \
+                            self._over(j):
+                        # the run ended (requeued, or over) while the reset mounted: no
+                        # agent is left to mount it (before: mount_timeout for nobody)
+                        v = Verdict("failed", "every node of the job's run ran its "
+                                              "Epilog before it mounted the RAMDISK")
                     if (v.state == "ok" and ins["do"] == "mount" and self._agent_step(ins)
                             and not (j.nodes and j.agents >= j.nodes)
-                            and self.clock() - start < self.agent_settle):
+                            and self._settling(start)):
                         # some nodes have no agent (yet): after an rsad restart agents
                         # reconnect within seconds; never destroy a RAMDISK one still uses
                         v = Verdict("pending", "waiting for the other nodes' agents")
@@ -389,10 +426,13 @@ class NodeSide:
                         return v
                     if ctx.cancel.cancelled:
                         raise Cancelled(ctx.cancel.reason)
-                    left = deadline - self.clock()
+                    left = self._left(start, timeout)
                     if left <= 0:
                         why = v.message if j.nodes is not None else (
-                            "no compute node asked rsad (is rsa-prolog the node Prolog?)")
+                            "no compute node asked rsad (is rsa-prolog the node Prolog?)"
+                            if ctx.job_running else "no compute node asked rsad: the job "
+                            "was not running when the step began (requeued, or not "
+                            "started yet)")
                         if ins["do"] == "release" and v.missing:
                             raise BusyError(
                                 f"compute node(s) {', '.join(v.missing)} did not confirm "
@@ -447,9 +487,45 @@ class NodeSide:
         if j is None and not known:
             return None
         j = self._job(ctx.action.job_id)
-        while known - j.agents - j.ended and self.clock() - self.born < self.agent_settle:
+        while known - j.agents - j.ended and self._settling():
+            if ctx.cancel.cancelled:
+                raise Cancelled(ctx.cancel.reason)
             self._cond.wait(0.2)
         return j
+
+    def _settling(self, since: float | None = None) -> bool:
+        """Holding ``self._cond``: whether agents may still be reconnecting: rsad's API
+        answers none yet (:meth:`closed`), or has for less than ``agent_settle``, counted
+        from ``since`` (a step's start) when that is later."""
+        if self.born is None:
+            return True
+        return self.clock() - max(self.born, self.born if since is None else since) \
+            < self.agent_settle
+
+    def _left(self, start: float, timeout: float) -> float:
+        """Holding ``self._cond``: what is left of a step's ``timeout`` for the nodes to
+        answer, counted from its ``start`` or from when rsad's API began to answer them,
+        whichever is later (all of it while rsad starts: :meth:`closed`)."""
+        if self.born is None:
+            return timeout
+        return timeout - (self.clock() - max(start, self.born))
+
+    def closed(self) -> None:
+        """rsad starts (Registry.starting, before it re-issues what was outstanding): its
+        API answers no agent until it is ready (:meth:`opened`). A re-issued step that
+        gives the agents of the recorded mounts ``agent_settle`` to reconnect counts it
+        from then: before, it counted from rsad's construction, and a start that took
+        longer (the log replayed, the RSA nodes fenced) left the agents no time at all,
+        the stage-out read the RAMDISK and the teardown destroyed it while a node still
+        had it mounted, its job's processes still writing."""
+        with self._cond:
+            self.born = None
+
+    def opened(self) -> None:
+        """rsad is ready (Registry.ready): the agents can reconnect from now on."""
+        with self._cond:
+            self.born = self.clock()
+            self._cond.notify_all()
 
     @staticmethod
     def _known(ctx: ActionContext, j: JobNodes) -> frozenset[str]:
@@ -695,4 +771,6 @@ class NodeSide:
         registry.register(ActionKind.MOUNT_INPUT, self.mount_input)
         registry.register(ActionKind.MOUNT_OUTPUT, self.mount_output)
         registry.register(ActionKind.RESET, self.reset)
+        registry.on_start(self.closed)
+        registry.on_ready(self.opened)
         _BY_REGISTRY[registry] = self

@@ -129,7 +129,8 @@ class Daemon:
         # early start wait: the jobs Slurm holds for the RSA (daemon/starthold.py)
         self.holds = StartHold(slurm=slurm, clock=clock, scheduler=lambda: self.sched,
                                commit=self._commit, tell=self.dispatcher.tell,
-                               lane=self.dispatcher.urgent, split=self.specs.split_hold)
+                               lane=self.dispatcher.urgent, split=self.specs.split_hold,
+                               told_before=self._rerun_told)
         # dependents of RSA jobs wait for their parents' output (daemon/dephold.py)
         self.deps = DepHold(slurm=slurm, clock=clock, scheduler=lambda: self.sched,
                             commit=self._commit, tell=self.dispatcher.tell,
@@ -157,6 +158,21 @@ class Daemon:
         except StoreError as e:
             log.warning("job %s: cannot read its history: %s", job, e)
             return None, False
+
+    def _rerun_told(self, job: str) -> bool:
+        """Loop thread: whether the log says ``job``'s user was told of the rerun hold
+        Slurm has it under: a ``job.rerun-held`` after its last ``job.rerun-released``
+        (read once per hold, after a restart: daemon/starthold.py). A log that cannot be
+        read says yes: nothing is told twice."""
+        last = ""
+        try:
+            for ev in self.store.events(job):
+                if ev.name in ("job.rerun-held", "job.rerun-released"):
+                    last = ev.name
+        except StoreError as e:
+            log.warning("job %s: cannot read its history: %s", job, e)
+            return True
+        return last == "job.rerun-held"
 
     # ---- the collaborators' state, as the API, tests and benchmarks know it ---------------
     @property
@@ -234,6 +250,9 @@ class Daemon:
         self.registry.starting()  # fence: what an earlier rsad left running is killed
         self._dispatch(outstanding)
         self.ready.set()
+        # the API answers the compute nodes' agents from now on: a re-issued step gives
+        # them time to reconnect from here, not from rsad's construction (NodeSide.opened)
+        self.registry.ready()
 
     # ---- the loop -------------------------------------------------------------------------
     def run(self, stop: threading.Event, on_cycle: Callable[[], None] | None = None,

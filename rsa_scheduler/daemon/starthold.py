@@ -118,7 +118,8 @@ class StartHold:
     def __init__(self, *, slurm: SlurmPort, clock: Callable[[], float],
                  scheduler: Callable[[], Scheduler], commit: Callable[[Decision], None],
                  tell: Callable[[str, str], None], lane: Executor,
-                 split: Callable[[str], tuple[str, int | None]]) -> None:
+                 split: Callable[[str], tuple[str, int | None]],
+                 told_before: Callable[[str], bool] = lambda _job: True) -> None:
         self.slurm = slurm
         self.clock = clock
         self.scheduler = scheduler  # the daemon's current one (replaced at start-up)
@@ -126,6 +127,9 @@ class StartHold:
         self.tell = tell
         self.lane = lane
         self.split = split  # SpecReader.split_hold (cached per admin_comment)
+        # whether the log says a job's user was told of the rerun hold Slurm has it under
+        # (an earlier rsad's job.rerun-held after its last job.rerun-released)
+        self.told_before = told_before
         # job -> (deadline, its admin_comment without the marker) while Slurm holds it for
         # the RSA; whether it could start now (judged once); releases asked for (job ->
         # when); jobs told
@@ -145,6 +149,8 @@ class StartHold:
         self.rerun_calls: dict[str, Future[tuple[bool, str] | None]] = {}
         self.rerun_asked: dict[str, tuple[float, bool]] = {}  # job -> (when, to hold)
         self.rerun_told: dict[str, str] = {}  # job -> what its user was told
+        # jobs Slurm showed held for their rerun whose told_before was read (once each)
+        self.rerun_looked: set[str] = set()
         # rerun holds ended (job -> when): a queue line read before the release still
         # shows the marker for a moment; it must not read as a new hold
         self.rerun_ended: dict[str, float] = {}
@@ -444,10 +450,17 @@ class StartHold:
         the reason changes (its earlier run's output goes, or went, to the rescue area
         instead: the user must act; told again once the rescue is over, after its own
         "stage-out finished"). A hold Slurm keeps across an rsad restart is told again
-        only for a rescue (the user's comment may say the stage-out is under way)."""
+        only for a rescue (the user's comment may say the stage-out is under way), or
+        when no rsad told it: the log has no ``job.rerun-held`` since the job's last
+        rerun hold ended (``told_before``: an rsad killed after Slurm placed the hold,
+        before its next cycle read that; before, the hold was never told, and the job's
+        comment said nothing of why it waited until its release)."""
         rescued = rec.rescue_to if rec.rescued() else ""  # the earlier run's, not older
         message = rerun_held_message(job, rescued, rec.holds_user_data())
         told = self.rerun_told.get(job)
+        if told is None and not placed and job not in self.rerun_looked:
+            self.rerun_looked.add(job)
+            placed = not self.told_before(job)
         if message == told or not (placed or told is not None or rescued):
             return
         self.rerun_told[job] = message
@@ -487,6 +500,7 @@ class StartHold:
         self.rerun_held.pop(job, None)
         self.rerun_asked.pop(job, None)
         self.rerun_told.pop(job, None)
+        self.rerun_looked.discard(job)
 
     def _hold_rerun(self, job: str) -> tuple[bool, str] | None:
         """Worker: hold ``job`` for its earlier run's output (begin time ``RERUN_HOLD``

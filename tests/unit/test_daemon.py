@@ -2690,6 +2690,32 @@ def mounted_on_c1_c2(tmp_path: Path) -> tuple[Daemon, ScriptedSlurm]:
     return d, slurm
 
 
+def test_the_agents_get_their_time_to_reconnect_from_when_rsad_is_ready(
+        tmp_path: Path) -> None:
+    """A restarted rsad's re-issued steps give the agents of the recorded mounts
+    ``agent_settle`` to reconnect: counted from when its API answers them (``ready``),
+    after the log is replayed and the RSA nodes are fenced. On the code before, it
+    counted from rsad's construction: a start slower than ``agent_settle`` left the
+    agents none (unit: tests/unit/test_stage_out_after_epilog.py)."""
+    from rsa_scheduler.daemon.nodeside import NodeSide
+
+    ticks = iter(float(t) for t in range(10**6))
+    slurm = ScriptedSlurm()
+    reg = with_slurm(instant_registry([]), slurm)
+    side = NodeSide(backend_for=lambda _ctx: (None, None),  # type: ignore[arg-type,return-value]
+                    clock=lambda: next(ticks))
+    side.register(reg)
+    during: list[float | None] = []
+    reg.on_start(lambda: during.append(side.born))  # the fence, after the replay
+    store = Store.open(tmp_path / "rsa.db", durability="normal")
+    d = Daemon(Scheduler(make_pool(), StagingPolicy()), slurm=slurm, store=store,
+               registry=reg, workers=2, poll_interval=0)
+    d.start()
+    assert during == [None]  # no agent can reach rsad while it starts
+    assert d.ready.is_set() and side.born is not None and side.born > 0.0
+    d.shutdown()
+
+
 def test_a_take_back_naming_an_earlier_rsads_epoch_is_recorded(tmp_path: Path) -> None:
     """c2's Prolog undid the mount an earlier rsad gave it and recorded (rsad restarted
     between its report and the take-back). On the code before, the take-back was

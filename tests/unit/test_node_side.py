@@ -422,9 +422,11 @@ def test_a_reset_of_a_job_that_ended_before_it_ran_does_not_wait_for_a_release()
     """Found by the chaos harness (seed 20273127): rsad killed before the reset recreated
     the RAMDISK, the job ended meanwhile. The Epilogs took the job's mounts down and no
     agent will answer a release: the re-issued reset recreates the (input-only) RAMDISK
-    at once, empty, instead of waiting its whole timeout after every restart."""
+    empty once the recorded nodes' agents had ``agent_settle`` to reconnect (none does:
+    their Epilogs ran), instead of waiting its whole timeout after every restart."""
     side, reg, backend = make_side()
     side.reset_timeout = 60.0
+    side.agent_settle = 0.1
     milestones: list[Mapping[str, Any]] = []
     action = Action("7/1/reset/3", "7", ActionKind.RESET, RESET_ARGS)
     ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
@@ -435,6 +437,188 @@ def test_a_reset_of_a_job_that_ended_before_it_ran_does_not_wait_for_a_release()
     assert out.result is Result.OK and time.monotonic() - t0 < 5
     assert backend.resets == 1 and "its output is on the PFS" in out.detail["partial"]
     assert milestones and milestones[0]["reset_of"] == "7/1/reset/3"
+
+
+def reissued_reset(reg: Registry, facts: Mapping[str, Any], *, job_ended: bool = False,
+                   job_running: bool = True) -> Future[Outcome]:
+    """The RESET a restarted rsad re-issues, with the job's facts and how Slurm had the
+    job when it was dispatched; run in a thread."""
+    action = Action("7/1/reset/3", "7", ActionKind.RESET, RESET_ARGS)
+    ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
+                        facts=dict(facts), job_ended=job_ended, job_running=job_running)
+    fut: Future[Outcome] = Future()
+    threading.Thread(target=lambda: fut.set_result(reg.run(ctx)), daemon=True).start()
+    return fut
+
+
+def test_a_reset_reissued_for_a_requeued_job_asks_no_release() -> None:
+    """rsad restarted with a reset outstanding and Slurm requeued the job meanwhile; the
+    Epilogs of both nodes were recorded (``compute.epilog``: the job's ``mounted`` is
+    empty). On the code before, the release waited ``reset_timeout`` for nobody, then
+    failed "no compute node asked rsad (is rsa-prolog the node Prolog?)": the user was
+    told the reset failed, the operator alerted, and the RAMDISK torn down. No node holds
+    the input of a job that is not running: no release is asked, the RAMDISK (input only)
+    is recreated, and the output mount says why no node mounted it."""
+    side, reg, backend = make_side(timeout=1.5)
+    side.agent_settle = 0.1
+    out = reissued_reset(reg, {"mount": SPEC.to_json(), "mounted": []},
+                         job_running=False).result(10)
+    assert out.result is Result.OK, out  # before: FAILED after reset_timeout
+    assert backend.resets == 1
+    assert out.detail["partial"] == ("compute nodes did not mount within 2s: no compute "
+                                     "node asked rsad: the job was not running when the "
+                                     "step began (requeued, or not started yet)")
+
+
+def test_a_reset_reissued_for_a_requeued_job_drains_no_node_whose_epilog_was_unheard() -> None:
+    """As above, but the nodes' Epilogs ran while rsad was down (unheard: the job's facts
+    still count c1 and c2). On the code before, the release waited for c1 and c2, whose
+    agents the Epilogs had stopped, and ended BUSY with both silent: rsad drained them in
+    Slurm. Their agents do not reconnect within ``agent_settle``: they ran their Epilog."""
+    side, reg, backend = make_side(timeout=1.5)
+    side.agent_settle = 0.1
+    out = reissued_reset(reg, {"mount": SPEC.to_json(), "mounted": ["c1", "c2"]},
+                         job_running=False).result(10)
+    assert out.result is Result.OK, out  # before: BUSY, {"silent": ["c1", "c2"]}
+    assert backend.resets == 1 and "not running" in out.detail["partial"]
+
+
+def test_a_reset_issued_before_the_job_starts_mounts_the_output_once_it_does() -> None:
+    """Early start wait over while Slurm still held the job (STAGING_IN, wait-expired):
+    the reset is issued before the job runs; once it starts, its nodes' agents mount the
+    recreated RAMDISK over DATA_OUT (a job that is not running is not one whose run is
+    over)."""
+    side, reg, backend = make_side(timeout=10.0)
+    side.agent_settle = 0.1
+    fut = reissued_reset(reg, {"mount": SPEC.to_json()}, job_running=False)
+    with pytest.raises(TimeoutError):
+        fut.result(0.3)  # nobody runs the job yet
+    assert side.prolog("7", "c1", "c1", "resetting")["agent"] is True  # the job starts
+    last = 0
+    while True:
+        ins = side.agent("7", "c1", "c1", last, wait=SOON)  # old code: release first
+        assert ins["do"] in ("release", "mount"), ins
+        side.report("7", "c1", {"seq": ins["seq"], "ok": True})
+        last = ins["seq"]
+        if ins["do"] == "mount":
+            break
+    out = fut.result(5)
+    assert out.result is Result.OK and out.detail["mounted"] == ["c1"], out
+    assert "partial" not in out.detail and backend.resets == 1
+
+
+def test_a_reset_whose_run_ends_while_it_waits_for_the_release_is_done_by_the_epilogs(
+        ) -> None:
+    """The reset asks for the release; before any node answers, the job is requeued (or
+    ends) and every node of the run runs its Epilog, which takes every mount of the job
+    down. On the code before, the release then waited for no node at all until
+    ``reset_timeout`` and failed ("no compute node has asked yet"): the user told the
+    reset failed, the operator alerted. The release is done; no node will mount the
+    recreated RAMDISK, and the reset says why."""
+    side, reg, backend = make_side(timeout=1.5)
+    mounted_input_on(side, reg, ("c1", "c2"))
+    fut = start(reg, ActionKind.RESET, RESET_ARGS)
+    rel = until(side, lambda: side.agent("7", "c1", "c[1-2]", 0, wait=0.05), "release")
+    assert rel["do"] == "release"
+    for node in ("c1", "c2"):
+        side.epilog("7", node)  # the agents are stopped before they report
+    t0 = time.monotonic()
+    out = fut.result(10)
+    assert out.result is Result.OK, out  # before: FAILED after reset_timeout
+    assert time.monotonic() - t0 < 1.5 and backend.resets == 1
+    assert out.detail["partial"] == ("the job's run ended (every node of it ran its "
+                                     "Epilog) before the RAMDISK was reset for its "
+                                     "output: its output is on the PFS")
+
+
+def test_a_reset_that_recreated_the_ramdisk_before_a_requeue_says_why_nothing_mounted(
+        ) -> None:
+    """rsad restarted after the reset recreated the RAMDISK; Slurm requeued the job
+    meanwhile. The re-issued reset waits for the agents, which do not come; on the code
+    before, its ``partial`` then said "(is rsa-prolog the node Prolog?)", a set-up error
+    that is none: the job was not running."""
+    _side, reg, backend = make_side(timeout=1.5)
+    out = reissued_reset(reg, {"mount": SPEC.to_json(), "reset_of": "7/1/reset/3"},
+                         job_running=False).result(10)
+    assert out.result is Result.OK and backend.resets == 0
+    assert out.detail["partial"] == ("compute nodes did not mount within 2s: no compute "
+                                     "node asked rsad: the job was not running when the "
+                                     "step began (requeued, or not started yet)")
+
+
+def test_a_slow_start_leaves_every_agent_its_time_to_mount_the_output() -> None:
+    """A reset that recreated the RAMDISK before rsad restarted is re-issued during the
+    restarted rsad's start, and mounts the RAMDISK over DATA_OUT through the agents. On
+    the code before, their ``agent_settle`` to reconnect, and the step's own timeout,
+    counted from the step's start: a start slower than that (the log replayed, the RSA
+    nodes fenced) left them none, and the step was over before any agent could reach
+    rsad (a release's timeout drains the silent nodes). Both count from when rsad's API
+    answers the agents."""
+    now = [1000.0]
+    backend = FakeBackend()
+    req = FsRequest("job7-c1", "7", ("rsa1",), "ram", {"rsa1": "/p"}, "/mnt/rsa")
+    side = NodeSide(backend_for=lambda _ctx: (backend, req), mount_timeout=30.0,
+                    clock=lambda: now[0])
+    reg = Registry()
+    side.register(reg)
+    reg.starting()
+    fut = reissued_reset(reg, {"mount": SPEC.to_json(), "reset_of": "7/1/reset/3"})
+    with pytest.raises(TimeoutError):
+        fut.result(0.3)  # the step waits for agents: none can reach rsad yet
+    now[0] += 60.0  # the start took a minute
+    reg.ready()
+    mount = until(side, lambda: side.agent("7", "c1", "c[1-2]", 0, wait=0.05), "mount")
+    side.report("7", "c1", {"seq": mount["seq"], "ok": True, "epoch": side.epoch})
+    with pytest.raises(TimeoutError):
+        fut.result(0.5)  # c2's agent has not reconnected yet
+    mount2 = until(side, lambda: side.agent("7", "c2", "c[1-2]", 0, wait=0.05), "mount")
+    side.report("7", "c2", {"seq": mount2["seq"], "ok": True, "epoch": side.epoch})
+    out = fut.result(5)
+    assert out.result is Result.OK and out.detail["mounted"] == ["c1", "c2"], out
+
+
+def test_a_reset_whose_run_ends_before_the_output_mounts_says_so_at_once() -> None:
+    """The nodes released the input and the RAMDISK is recreated; before their agents
+    mount it over DATA_OUT, the job is requeued (or ends) and every node runs its
+    Epilog. On the code before, the mount waited ``mount_timeout`` for agents that were
+    gone and its ``partial`` said "no compute node has asked yet"."""
+    side, reg, backend = make_side(timeout=3.0)
+    mounted_input_on(side, reg, ("c1", "c2"))
+    fut = start(reg, ActionKind.RESET, RESET_ARGS)
+    for node in ("c1", "c2"):
+        rel = side.agent("7", node, "c[1-2]", 0, wait=SOON)
+        assert rel["do"] == "release"
+        side.report("7", node, {"seq": rel["seq"], "ok": True})
+    mount = side.agent("7", "c1", "c[1-2]", rel["seq"], wait=SOON)
+    assert mount["do"] == "mount" and mount["role"] == "output"
+    for node in ("c1", "c2"):
+        side.epilog("7", node)
+    t0 = time.monotonic()
+    out = fut.result(10)
+    assert out.result is Result.OK and backend.resets == 1
+    assert time.monotonic() - t0 < 3.0, out  # before: mount_timeout
+    assert "ran its Epilog" in out.detail["partial"], out
+
+
+def test_a_reset_reissued_after_the_job_ended_waits_for_the_epilogs_still_to_come() -> None:
+    """rsad restarted with a reset outstanding; the job ended meanwhile (EpilogSlurmctld),
+    its processes on c1 still winding down (SIGTERM, then KillWait) with the input
+    mounted, c1's agent reconnecting. On the code before, the reset recreated the
+    RAMDISK at once, under c1's mount; with writable input its last write-back ran
+    before the job's last changes, which were lost with the RAMDISK. It waits for c1's
+    Epilog first, as a stage-out does (``await_epilogs``)."""
+    side, reg, backend = make_side(timeout=5.0)
+    side.agent_settle = 5.0
+    fut = reissued_reset(reg, {"mount": SPEC.to_json(), "mounted": ["c1"]}, job_ended=True,
+                         job_running=False)
+    assert side.agent("7", "c1", "c1", 0, wait=0)["do"] == "idle"  # c1's agent is back
+    with pytest.raises(TimeoutError):
+        fut.result(0.5)
+    assert backend.resets == 0  # before: 1, under c1's mount
+    side.epilog("7", "c1")
+    out = fut.result(5)
+    assert out.result is Result.OK and backend.resets == 1
+    assert "the job ended" in out.detail["partial"]
 
 
 def test_a_declined_job_is_told_the_reason() -> None:

@@ -263,6 +263,57 @@ def test_a_rerun_held_across_a_restart_is_released_by_the_next_rsad(tmp_path: Pa
     d2.shutdown()
 
 
+def test_a_rerun_hold_placed_just_before_a_crash_is_told_by_the_next_rsad(
+        tmp_path: Path) -> None:
+    """rsad dies after Slurm placed the rerun hold, before its next cycle read that: no
+    rsad told the job's user. On the code before, the next rsad never did (a hold Slurm
+    keeps across a restart was told again only for a rescue): until the release, the
+    job's comment said nothing of why it waited (its earlier run's last message, such
+    as its RAMDISK mounted over DATA_OUT). The log says whether it was told."""
+    slurm, gated = ScriptedSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    requeued_while_its_output_is_on_the_ramdisk(d, slurm)  # placed; no cycle after it
+    assert rerun_held(admin_comment(slurm)) and not comments(slurm)
+    d.shutdown()  # (killed)
+    d.store.close()
+    gated2 = Gated()
+    d2 = daemon(tmp_path, slurm, gated2, EarlyStart.FALLBACK)
+    for _ in range(3):
+        d2.poll()
+        d2.drain(timeout=0.1)
+        flush_urgent(d2)
+    told = [c for c in comments(slurm) if "held until the previous run's output" in c]
+    assert len(told) == 1, comments(slurm)  # before: none
+    assert [e.name for e in d2.store.events("7")].count("job.rerun-held") == 1
+    assert holds(slurm) == [f"7:{RERUN_HOLD}:{COMMENT} hold=rerun"]  # not held twice
+    gated2.gate.set()
+    d2.shutdown()
+
+
+def test_a_rerun_hold_told_before_a_restart_is_not_told_again(tmp_path: Path) -> None:
+    """The other side: the first rsad told the hold (its next cycle read that Slurm had
+    placed it); the next rsad, which finds the hold in Slurm, does not tell it again."""
+    slurm, gated = ScriptedSlurm(), Gated()
+    d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
+    requeued_while_its_output_is_on_the_ramdisk(d, slurm)
+    d.poll()
+    flush_urgent(d)
+    assert len([c for c in comments(slurm) if "held until" in c]) == 1
+    d.shutdown()
+    d.store.close()
+    slurm.calls.clear()
+    gated2 = Gated()
+    d2 = daemon(tmp_path, slurm, gated2, EarlyStart.FALLBACK)
+    for _ in range(3):
+        d2.poll()
+        d2.drain(timeout=0.1)
+        flush_urgent(d2)
+    assert comments(slurm) == [] and holds(slurm) == []
+    assert [e.name for e in d2.store.events("7")].count("job.rerun-held") == 1
+    gated2.gate.set()
+    d2.shutdown()
+
+
 def test_the_rerun_hold_waits_until_slurm_has_finished_the_requeue(tmp_path: Path) -> None:
     """Slurm sets a requeued job's begin time itself when its requeue is complete
     (REQUEUED until then): a hold set before would be replaced by that."""

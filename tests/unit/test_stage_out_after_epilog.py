@@ -19,7 +19,7 @@ from pathlib import PurePosixPath
 import pytest
 
 from rsa_scheduler.daemon.data import DataPath
-from rsa_scheduler.daemon.executors import ActionContext
+from rsa_scheduler.daemon.executors import ActionContext, Registry
 from rsa_scheduler.daemon.nodeside import NodeSide
 from rsa_scheduler.hosts import CancelToken
 from tests.unit.corekit import make_action
@@ -29,12 +29,13 @@ from tests.unit.test_ramdisk_tending import SPEC, Backend, data_path
 pytestmark = pytest.mark.unit
 
 
-def stage_out_ctx(*, rescue: bool = False) -> ActionContext:
+def stage_out_ctx(*, rescue: bool = False, mounted: tuple[str, ...] = ()) -> ActionContext:
     out = "/pfs/rescue/u/7.1" if rescue else "/pfs/u/out"
     action = make_action("7/1/stage-out/12", user="nobody", data_out=PurePosixPath(out),
                          rescue=rescue)
     return ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
-                         facts={"mount": SPEC.to_json()})
+                         facts={"mount": SPEC.to_json(),
+                                **({"mounted": list(mounted)} if mounted else {})})
 
 
 def awaiting(side: NodeSide, ctx: ActionContext) -> Future[list[str]]:
@@ -121,3 +122,30 @@ def test_the_write_back_after_the_run_waits_too_and_one_while_it_runs_does_not()
     with pytest.raises(BaseException) as other:
         dp.write_back(write_back_ctx(job_ended=False, job_running=True))
     assert not isinstance(other.value, Asked) and len(seen) == 2
+
+
+def test_a_slow_start_leaves_the_agents_their_time_to_reconnect() -> None:
+    """rsad restarted while the job's processes were winding down (SIGTERM, KillWait):
+    its re-issued stage-out waits for the nodes the job's facts record as holding the
+    mount once their agents reconnect, and their agents get ``agent_settle`` to do so.
+    On the code before, that time counted from rsad's construction, not from the moment
+    its API answers the agents again (after the log is replayed and the RSA nodes are
+    fenced): a start slower than ``agent_settle`` left them none, and the stage-out read
+    the RAMDISK at once while c1 still had it mounted and its job still wrote."""
+    now = [1000.0]
+    side = NodeSide(backend_for=lambda _ctx: pytest.fail("no backend needed"),
+                    reset_timeout=5.0, clock=lambda: now[0])
+    reg = Registry()
+    side.register(reg)
+    reg.starting()  # rsad starts: its log replayed, the RSA nodes fenced ...
+    now[0] += 60.0  # ... for a minute, more than agent_settle (12 s)
+    # the job's facts: c1 holds the mount (no Epilog of it recorded)
+    fut = awaiting(side, stage_out_ctx(mounted=("c1",)))  # re-issued before rsad answers any agent
+    with pytest.raises(TimeoutError):
+        fut.result(0.5)
+    reg.ready()  # the API answers the agents from now on
+    assert side.agent("7", "c1", "c1", 0, wait=0)["do"] == "idle"  # c1's agent is back
+    with pytest.raises(TimeoutError):
+        fut.result(0.5)  # c1's processes may still write
+    side.epilog("7", "c1")
+    assert fut.result(5) == []
