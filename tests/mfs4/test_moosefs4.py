@@ -18,9 +18,27 @@ from tests.mfs4.sandbox import DATA_ADDRESS, MOUNT_ROOT, POOL, ChrootHost, make_
 
 pytestmark = pytest.mark.mfs4
 
-LEFT = r"""pgrep -a -f '^\S*mfs(master|chunkserver|mount)' | sed 's/^/process /'
+# what is left of any RAMDISK: its processes, mounts and pool entries; the pool's standby
+# chunkserver (filesystem.moosefs_standby) is no RAMDISK's while unclaimed and empty
+LEFT = r"""pgrep -a -f '^\S*mfs(master|chunkserver|mount)' | while read -r pid cmd; do
+  case $cmd in
+    "mfschunkserver -c $1/rsa-mfs-.standby-"*)
+      sb=${cmd#mfschunkserver -c }; sb=${sb%/mfschunkserver.cfg*}
+      [ -d "$sb" ] && [ ! -L "$sb/claim" ] && continue;;
+  esac
+  echo "process $pid $cmd"
+done
 findmnt -n -o TARGET,FSTYPE -t fuse,fuse.mfs | sed 's/^/mount /'
-ls -A "$1" | sed 's/^/pool entry /'
+for e in "$1"/* "$1"/.[!.]*; do
+  [ -e "$e" ] || [ -L "$e" ] || continue
+  case ${e##*/} in
+    rsa-mfs-.standby-*)
+      [ -L "$e/claim" ] && echo "pool entry ${e##*/} claimed by $(readlink "$e/claim")"
+      [ -z "$(find "$e/chunks" -type f -name 'chunk_*')" ] ||
+        echo "pool entry ${e##*/} holds chunks";;
+    *) echo "pool entry ${e##*/}";;
+  esac
+done
 exit 0
 """
 

@@ -522,5 +522,6 @@ def test_rsa_prolog_timeout_is_the_epilogs_hard_timeout_as_its_page_says(
                                                  "RSA_SHARED_DIRS"]
         assert "the hard timeout of the Prolog and of the Epilog alike" in said, page
         assert "RSA_EPILOG_BACKSTOP, 20 s" in said, page
-    backstop = (Path(hooks.__file__).parents[2] / "prolog_epilog" / "rsa-epilog").read_text()
+    # the repository's wrapper (the package's installed copy is elsewhere: make install-test)
+    backstop = (Path(__file__).resolve().parents[2] / "prolog_epilog" / "rsa-epilog").read_text()
     assert '"${RSA_EPILOG_BACKSTOP:-20}"' in backstop
