@@ -38,8 +38,9 @@ CS_HOME = r"""cshome() {
 # <pool>/rsa-mfs-.standby-<random> (a name no fs_id has: an fs_id never starts with a
 # dot), root-only; it listens on the data address $1 at a free port of $3..$4 (the port
 # range's last block, which no RAMDISK draws) and "connects" to port $2 of its own address,
-# where nothing of MooseFS ever listens (tried once an hour: MASTER_RECONNECTION_DELAY
-# 3600; never a loopback address, which a chunkserver refuses at its start). It holds no
+# below 1024 (only root may listen there) and where nothing listens
+# (mfslayout.STANDBY_MASTER_PORT; tried once an hour: MASTER_RECONNECTION_DELAY 3600;
+# never a loopback address, which a chunkserver refuses at its start). It holds no
 # data until a create claims it (CS_START), and a claimed one goes with its RAMDISK. First,
 # what the pool holds that no RAMDISK owns goes: unclaimed standbys that died, claimed ones
 # whose RAMDISK directory is gone (an rsad stopped between a claim and a teardown). Run in
