@@ -556,3 +556,49 @@ def test_no_user_on_an_rsa_node_can_be_a_standbys_master(
     assert "connected" not in rest, (first, rest)
     assert first.startswith("refused"), first
 
+
+def test_a_claim_left_by_an_earlier_build_never_hides_the_ramdisks_chunkserver(
+        backend: MooseFsBackend, lab: Mapping[str, str], hosts: HostPool) -> None:
+    """A standby claimed by a RAMDISK whose directory went without it (a teardown by an
+    rsad without standbys), then the same fs_id built again on the node (its chunkserver
+    cold: ``moosefs_standby: false``): the health check looks at the new build's
+    chunkserver, not the old claim's (which lived on, pointed at the old master), and
+    the teardown kills it (it was left running, its directory removed)."""
+    pool = lab["RSA_LAB_POOL_RAM"]
+    req = FsRequest("itest-sbr", "0", ("rsa1",), "ram", {"rsa1": pool}, "/run/rsa/mnt")
+    warm = FsRequest("itest-sbr-0", "0", ("rsa1",), "ram", {"rsa1": pool}, "/run/rsa/mnt")
+    host, cold = backend.hosts["rsa1"], lab_moosefs(lab, hosts, standby=False)
+    lay = backend.layout(req, guarded=False)
+    d, pid = lay.dir("rsa1"), ""
+    try:
+        backend.create(warm)
+        backend.destroy(warm)
+        ahead = _await_one_standby(backend, ("rsa1",), pool)["rsa1"]
+        backend.create(req)  # claims `ahead`
+        _await_one_standby(backend, ("rsa1",), pool)  # its next: the sweep kept `ahead`
+        # the old teardown: unmount, the master by its lock, the RAMDISK's directory
+        host.run(["sh", "-c", UMOUNT_SCRIPT, lay.mountpoint, lay.mount_title], timeout=30)
+        host.run(["sh", "-c", 'kill -KILL $(cat "$0/master/.mfsmaster.lock"); '
+                  'rm -rf --one-file-system "$0"', d], timeout=30)
+        assert [s[1:3] for s in _standbys(backend, "rsa1", pool) if s[0] == ahead] == [
+            ("itest-sbr", "live")]
+        spec = cold.create(req)
+        pid = host.run(["cat", f"{d}/cs/.mfschunkserver.lock"], timeout=30).stdout.strip()
+        assert pid.isdigit(), pid
+        assert cold.health(spec, req).ok
+        host.run(["kill", "-KILL", pid], timeout=30)
+        deadline = time.monotonic() + 10  # its lock goes once it has exited
+        while (dead := cold._dead_servers(req, spec)) != {"rsa1": "chunkserver dead"}:
+            assert time.monotonic() < deadline, dead
+            time.sleep(0.1)
+        cold.repair(req, spec)
+        pid = host.run(["cat", f"{d}/cs/.mfschunkserver.lock"], timeout=30).stdout.strip()
+        cold.destroy(req)
+        assert not moosefs_leftovers(backend.hosts, req)  # type: ignore[arg-type]
+    finally:
+        if pid.isdigit():  # the old code left it running
+            host.run(["sh", "-c", 'tr "\\0" " " < /proc/$0/cmdline | grep -qF -- "$1" && '
+                      'kill -KILL "$0"', pid, f"{d}/mfschunkserver.cfg"],
+                     timeout=30, check=False)
+        backend.destroy(req)
+        backend.destroy(warm)
