@@ -134,7 +134,7 @@ listened() {
   done < /proc/net/tcp
   return 1
 }
-got=; mine=
+got=; mine=; why=
 if [ "$claim" = 1 ]; then
   for sb in "$p"/rsa-mfs-.standby-*; do
     [ -d "$sb" ] && [ ! -L "$sb/claim" ] || continue
@@ -156,19 +156,19 @@ if [ "$claim" = 1 ]; then
     done < "$d/mfschunkserver.claim.cfg"
     printf '%s' "$cfg" > "$sb/mfschunkserver.cfg.new" &&
       mv "$sb/mfschunkserver.cfg.new" "$sb/mfschunkserver.cfg" &&
-      kill -HUP "$pid" || { echo "standby $sb: its reload failed" >&2; break; }
+      kill -HUP "$pid" || { why="its reload failed"; break; }
     i=0
     while [ $i -lt 50 ]; do
       if ! listened "$old" && listened "$port"; then got=$sb; break; fi
       i=$((i + 1)); sleep 0.02
     done
-    [ -n "$got" ] && break
-    echo "standby $sb did not take port $port: started cold" >&2
+    why="did not take port $port"
     break
   done
   if [ -z "$got" ] && [ -n "$mine" ]; then
     sbkill "$mine" || exit 1
     rm -rf --one-file-system "$mine"
+    echo "standby $mine $why: removed; the chunkserver starts cold" >&2
   fi
 fi
 if [ -n "$got" ]; then

@@ -481,8 +481,10 @@ def test_a_standby_that_cannot_take_the_ramdisks_port_is_removed_not_left_claime
         r = host.run(["sh", "-c", CS_START, lay.dir("rsa1"), "1", str(port), STANDBY_START,
                       *backend._standby_args(lay, "rsa1")], timeout=60, check=False)
         assert r.returncode == 1, (r.stdout, r.stderr)
-        assert f"standby {ahead} did not take port {port}" in r.stderr
-        assert "mfschunkserver failed" in r.stderr
+        # each line true: the standby went, the cold start was tried and failed
+        assert r.stderr.splitlines()[0] == (f"standby {ahead} did not take port {port}: "
+                                            "removed; the chunkserver starts cold"), r.stderr
+        assert r.stderr.splitlines()[1].startswith("mfschunkserver failed"), r.stderr
         assert ahead not in {d for d, *_ in _standbys(backend, "rsa1", pool)}
         left = [ln for ln in moosefs_leftovers(backend.hosts, req)  # type: ignore[arg-type]
                 if "pool entry" not in ln]  # its directory: the teardown's, below
