@@ -44,6 +44,16 @@ DIR_PREFIX = "rsa-mfs-"
 #: the standby's it claimed
 CLAIM_HOME = "@HOME@"
 EMPTY_METADATA = "MFSM NEW"  # /var/lib/mfs/metadata.mfs.empty, 8 bytes
+#: the "master" of an unclaimed standby chunkserver, on its node's data address: a port
+#: below 1024, where only root may listen, and where nothing does (tcpmux, unused). A
+#: standby connects there at its start and once an hour; whoever listens is its master.
+#: In the range (it was 29920 first), a user's command on the RSA node (staging, PRE- or
+#: POSTPROCESS) listening there became the master of every standby started meanwhile: it
+#: could fill its folder before another user's create claimed it, or make that create
+#: fail (a chunkserver keeps its first master's metaid and refuses any other); the guard
+#: keeps users off the servers' ports, not off answering root's connections (lab:
+#: tests/integration/test_fs_moosefs.py::test_no_user_on_an_rsa_node_can_be_a_standbys_master)
+STANDBY_MASTER_PORT = 1
 
 
 def new_secret() -> str:
@@ -64,11 +74,11 @@ def random_base(busy: set[int], width: int, *, base: int = PORT_BASE,
 
 
 def standby_ports(base: int = PORT_BASE, slots: int = PORT_SLOTS) -> tuple[int, int, int]:
-    """The port range's last block, which no RAMDISK draws while standbys are on
-    (``random_base`` over the others): (the port standby chunkservers "connect" to, where
-    nothing of MooseFS listens; the first and last port they listen on)."""
+    """(the port standby chunkservers "connect" to, STANDBY_MASTER_PORT; the first and
+    last port they listen on: the port range's last block, which no RAMDISK draws while
+    standbys are on, ``random_base`` over the others)."""
     first = base + (slots - 1) * PORT_BLOCK
-    return first, first + 1, first + PORT_BLOCK - 1
+    return STANDBY_MASTER_PORT, first, first + PORT_BLOCK - 1
 
 
 def export_ranges(addresses: Sequence[str], networks: Sequence[str]) -> list[str]:

@@ -32,20 +32,38 @@ CS_HOME = r"""cshome() {
   echo "$1"
 }
 """
+# A shell function (ALIVE's alive first): SIGKILL the chunkserver of the standby directory
+# $1, its pid from its lock file and only if that process works in the standby's cs/ (a
+# recycled pid is not it), and wait until it is gone; 1 when it outlived SIGKILL 10 s
+# (then its directory must stay). Shell builtins but the kill's wait.
+SB_KILL = r"""sbkill() {
+  { read -r pid < "$1/cs/.mfschunkserver.lock"; } 2>/dev/null || return 0
+  case $pid in ''|*[!0-9]*) return 0;; esac
+  [ "/proc/$pid/cwd" -ef "$1/cs" ] || return 0
+  kill -KILL "$pid" 2>/dev/null || return 0
+  i=0
+  while alive "$pid"; do
+    i=$((i + 1))
+    [ $i -le 1000 ] || { echo "standby $1: pid $pid survived SIGKILL" >&2; return 1; }
+    sleep 0.01
+  done
+}
+"""
 # Start a standby chunkserver in the pool $0 unless it has a live unclaimed one: a
 # chunkserver whose folder is scanned before any create needs it (a cold one reports its
 # space no sooner than 1 s after it starts: moosefs.STANDBY). Its own directory
 # <pool>/rsa-mfs-.standby-<random> (a name no fs_id has: an fs_id never starts with a
 # dot), root-only; it listens on the data address $1 at a free port of $3..$4 (the port
 # range's last block, which no RAMDISK draws) and "connects" to port $2 of its own address,
-# where nothing of MooseFS ever listens (tried once an hour: MASTER_RECONNECTION_DELAY
-# 3600; never a loopback address, which a chunkserver refuses at its start). It holds no
+# below 1024 (only root may listen there) and where nothing listens
+# (mfslayout.STANDBY_MASTER_PORT; tried once an hour: MASTER_RECONNECTION_DELAY 3600;
+# never a loopback address, which a chunkserver refuses at its start). It holds no
 # data until a create claims it (CS_START), and a claimed one goes with its RAMDISK. First,
 # what the pool holds that no RAMDISK owns goes: unclaimed standbys that died, claimed ones
 # whose RAMDISK directory is gone (an rsad stopped between a claim and a teardown). Run in
 # the background (its log: the standby's mfschunkserver.log), under a lock of the pool
 # directory (flock); prints nothing but why it could not start one.
-STANDBY_START = ALIVE + r"""p=$0; addr=$1; parking=$2; first=$3; last=$4
+STANDBY_START = ALIVE + SB_KILL + r"""p=$0; addr=$1; parking=$2; first=$3; last=$4
 # one at a time per pool (a create's and a teardown's may run at once): the pool's lock
 # (not inherited by the chunkserver, which would hold it for its life)
 exec 9<"$p" && flock -w 60 9 || { echo "the pool $p stayed locked 60 s" >&2; exit 1; }
@@ -57,10 +75,7 @@ for sb in "$p"/rsa-mfs-.standby-*; do
   elif mfschunkserver -c "$sb/mfschunkserver.cfg" test >/dev/null 2>&1; then
     live=1; continue
   fi
-  { read -r pid < "$sb/cs/.mfschunkserver.lock"; } 2>/dev/null &&
-    tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$sb/mfschunkserver.cfg" &&
-    kill -KILL "$pid" && while alive "$pid"; do sleep 0.01; done
-  rm -rf --one-file-system "$sb"
+  sbkill "$sb" && rm -rf --one-file-system "$sb"
 done
 [ -z "$live" ] || exit 0
 sb="$p/rsa-mfs-.standby-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
@@ -99,9 +114,18 @@ exit 1
 # new port is not enough) is killed and removed, and the chunkserver starts cold in $0,
 # as without standbys. Shell builtins up to the wait (16 nodes of a lab share 2 CPUs).
 # Prints "CS standby" or "CS cold"; with $1 "1" it then starts a new standby in the
-# background (STANDBY_START, 5 s later) for the next create on the node.
-CS_START = ALIVE + r"""d=$0; claim=$1; port=$2; standby=$3; shift 4
+# background (STANDBY_START, 5 s later) for the next create on the node. First, with $1
+# "1" or not, a standby this fs_id claimed before goes (killed, removed with what it
+# held): one an earlier build of the RAMDISK left on the node (its teardown by an rsad
+# without standbys, or one that failed there) would otherwise be the one CS_HOME finds,
+# not this build's chunkserver, for the health check, the repair and the teardown.
+CS_START = ALIVE + SB_KILL + r"""d=$0; claim=$1; port=$2; standby=$3; shift 4
 p=${d%/*}; f=${d##*/rsa-mfs-}
+for sb in "$p"/rsa-mfs-.standby-*; do
+  [ -L "$sb/claim" ] && [ "$(readlink "$sb/claim")" = "$f" ] || continue
+  sbkill "$sb" || exit 1
+  rm -rf --one-file-system "$sb"
+done
 # is port $1 listened on here (this network namespace)? /proc/net/tcp, shell builtins only
 listened() {
   h=$(printf ':%04X' "$1")
@@ -110,7 +134,7 @@ listened() {
   done < /proc/net/tcp
   return 1
 }
-got=
+got=; mine=; why=
 if [ "$claim" = 1 ]; then
   for sb in "$p"/rsa-mfs-.standby-*; do
     [ -d "$sb" ] && [ ! -L "$sb/claim" ] || continue
@@ -119,6 +143,7 @@ if [ "$claim" = 1 ]; then
     # its chunkserver (works in its cs/: a recycled pid is not it), alive
     [ "/proc/$pid/cwd" -ef "$sb/cs" ] && alive "$pid" || continue
     ln -s "$f" "$sb/claim" 2>/dev/null || continue
+    mine=$sb
     # the RAMDISK's config, its @HOME@ the standby's directory; the port it leaves
     old=; cfg=
     while IFS= read -r line; do
@@ -131,20 +156,19 @@ if [ "$claim" = 1 ]; then
     done < "$d/mfschunkserver.claim.cfg"
     printf '%s' "$cfg" > "$sb/mfschunkserver.cfg.new" &&
       mv "$sb/mfschunkserver.cfg.new" "$sb/mfschunkserver.cfg" &&
-      kill -HUP "$pid" || { echo "standby $sb: its reload failed" >&2; break; }
+      kill -HUP "$pid" || { why="its reload failed"; break; }
     i=0
     while [ $i -lt 50 ]; do
       if ! listened "$old" && listened "$port"; then got=$sb; break; fi
       i=$((i + 1)); sleep 0.02
     done
-    [ -n "$got" ] && break
-    echo "standby $sb did not take port $port: started cold" >&2
+    why="did not take port $port"
     break
   done
-  if [ -z "$got" ] && [ -n "${sb:-}" ] && [ "$(readlink "$sb/claim" 2>/dev/null)" = "$f" ]; then
-    { read -r pid < "$sb/cs/.mfschunkserver.lock"; } 2>/dev/null &&
-      kill -KILL "$pid" 2>/dev/null && while alive "$pid"; do sleep 0.01; done
-    rm -rf --one-file-system "$sb"
+  if [ -z "$got" ] && [ -n "$mine" ]; then
+    sbkill "$mine" || exit 1
+    rm -rf --one-file-system "$mine"
+    echo "standby $mine $why: removed; the chunkserver starts cold" >&2
   fi
 fi
 if [ -n "$got" ]; then

@@ -3,6 +3,7 @@ on the RAM tier of rsa[1-4] and on the ssd tier of rsa3/rsa4, plus port and conf
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -480,8 +481,10 @@ def test_a_standby_that_cannot_take_the_ramdisks_port_is_removed_not_left_claime
         r = host.run(["sh", "-c", CS_START, lay.dir("rsa1"), "1", str(port), STANDBY_START,
                       *backend._standby_args(lay, "rsa1")], timeout=60, check=False)
         assert r.returncode == 1, (r.stdout, r.stderr)
-        assert f"standby {ahead} did not take port {port}" in r.stderr
-        assert "mfschunkserver failed" in r.stderr
+        # each line true: the standby went, the cold start was tried and failed
+        assert r.stderr.splitlines()[0] == (f"standby {ahead} did not take port {port}: "
+                                            "removed; the chunkserver starts cold"), r.stderr
+        assert r.stderr.splitlines()[1].startswith("mfschunkserver failed"), r.stderr
         assert ahead not in {d for d, *_ in _standbys(backend, "rsa1", pool)}
         left = [ln for ln in moosefs_leftovers(backend.hosts, req)  # type: ignore[arg-type]
                 if "pool entry" not in ln]  # its directory: the teardown's, below
@@ -489,5 +492,115 @@ def test_a_standby_that_cannot_take_the_ramdisks_port_is_removed_not_left_claime
     finally:
         if holder.isdigit():
             host.run(["kill", "-KILL", holder], timeout=30, check=False)
+        backend.destroy(req)
+        backend.destroy(warm)
+
+
+# Another user's "master" for the standbys: listens on (address, port) if it may, prints
+# "held" (or "refused ERRNO"), then "connected" for the first connection within $3 s.
+FAKE_MASTER = r"""
+import socket, sys
+s = socket.socket()
+try:
+    s.bind((sys.argv[1], int(sys.argv[2])))
+    s.listen()
+except OSError as e:
+    print("refused", e.errno, flush=True)
+    sys.exit(0)
+print("held", flush=True)
+s.settimeout(float(sys.argv[3]))
+try:
+    s.accept()
+    print("connected", flush=True)
+except OSError:
+    print("none", flush=True)
+"""
+
+
+def test_no_user_on_an_rsa_node_can_be_a_standbys_master(
+        backend: MooseFsBackend, lab: Mapping[str, str]) -> None:
+    """A standby connects at its start (then hourly) to the "master" of its config, on its
+    node's data address. Users run commands on RSA nodes (staging, PRE/POSTPROCESS): one
+    listening there became the master of every standby started meanwhile (the guard keeps
+    users off the servers' ports, not off answering root's connections), which could
+    fill the standby's folder before another user's create claimed it, or make that
+    create fail (MooseFS keeps the first master's metaid). The port is one only root may
+    listen on: the other lab user cannot take it, and no standby connects to them."""
+    pool, other = lab["RSA_LAB_POOL_RAM"], lab["RSA_LAB_OTHER_USER"]
+    warm = FsRequest("itest-sbm", "0", ("rsa1",), "ram", {"rsa1": pool}, "/run/rsa/mnt")
+    lay = backend.layout(warm, guarded=False)
+    _, address, master_port, *_ = backend._standby_args(lay, "rsa1")
+    before = {d for d, *_ in _standbys(backend, "rsa1", pool)}
+    fake = subprocess.Popen(["runuser", "-u", other, "--", "python3", "-c", FAKE_MASTER,
+                             address, master_port, "60"],
+                            stdout=subprocess.PIPE, text=True, cwd="/")
+    try:
+        assert fake.stdout is not None
+        first = fake.stdout.readline().strip()
+        # a create claims the pool's standby (or starts cold) and starts the next one
+        backend.create(warm)
+        backend.destroy(warm)
+        deadline = time.monotonic() + 30
+        while True:
+            new = [s for s in _standbys(backend, "rsa1", pool)
+                   if s[0] not in before and s[1] == "-" and s[2] == "live"]
+            if new:
+                break
+            assert time.monotonic() < deadline, "no new standby came up"
+            time.sleep(0.2)
+        cfg = backend.hosts["rsa1"].run(["cat", f"{new[0][0]}/mfschunkserver.cfg"],
+                                        timeout=30).stdout
+        assert f"MASTER_HOST = {address}\n" in cfg and f"MASTER_PORT = {master_port}\n" in cfg
+        time.sleep(2)  # its first connect is at its start
+    finally:
+        fake.kill()
+        rest = fake.communicate(timeout=30)[0]
+    assert "connected" not in rest, (first, rest)
+    assert first.startswith("refused"), first
+
+
+def test_a_claim_left_by_an_earlier_build_never_hides_the_ramdisks_chunkserver(
+        backend: MooseFsBackend, lab: Mapping[str, str], hosts: HostPool) -> None:
+    """A standby claimed by a RAMDISK whose directory went without it (a teardown by an
+    rsad without standbys), then the same fs_id built again on the node (its chunkserver
+    cold: ``moosefs_standby: false``): the health check looks at the new build's
+    chunkserver, not the old claim's (which lived on, pointed at the old master), and
+    the teardown kills it (it was left running, its directory removed)."""
+    pool = lab["RSA_LAB_POOL_RAM"]
+    req = FsRequest("itest-sbr", "0", ("rsa1",), "ram", {"rsa1": pool}, "/run/rsa/mnt")
+    warm = FsRequest("itest-sbr-0", "0", ("rsa1",), "ram", {"rsa1": pool}, "/run/rsa/mnt")
+    host, cold = backend.hosts["rsa1"], lab_moosefs(lab, hosts, standby=False)
+    lay = backend.layout(req, guarded=False)
+    d, pid = lay.dir("rsa1"), ""
+    try:
+        backend.create(warm)
+        backend.destroy(warm)
+        ahead = _await_one_standby(backend, ("rsa1",), pool)["rsa1"]
+        backend.create(req)  # claims `ahead`
+        _await_one_standby(backend, ("rsa1",), pool)  # its next: the sweep kept `ahead`
+        # the old teardown: unmount, the master by its lock, the RAMDISK's directory
+        host.run(["sh", "-c", UMOUNT_SCRIPT, lay.mountpoint, lay.mount_title], timeout=30)
+        host.run(["sh", "-c", 'kill -KILL $(cat "$0/master/.mfsmaster.lock"); '
+                  'rm -rf --one-file-system "$0"', d], timeout=30)
+        assert [s[1:3] for s in _standbys(backend, "rsa1", pool) if s[0] == ahead] == [
+            ("itest-sbr", "live")]
+        spec = cold.create(req)
+        pid = host.run(["cat", f"{d}/cs/.mfschunkserver.lock"], timeout=30).stdout.strip()
+        assert pid.isdigit(), pid
+        assert cold.health(spec, req).ok
+        host.run(["kill", "-KILL", pid], timeout=30)
+        deadline = time.monotonic() + 10  # its lock goes once it has exited
+        while (dead := cold._dead_servers(req, spec)) != {"rsa1": "chunkserver dead"}:
+            assert time.monotonic() < deadline, dead
+            time.sleep(0.1)
+        cold.repair(req, spec)
+        pid = host.run(["cat", f"{d}/cs/.mfschunkserver.lock"], timeout=30).stdout.strip()
+        cold.destroy(req)
+        assert not moosefs_leftovers(backend.hosts, req)  # type: ignore[arg-type]
+    finally:
+        if pid.isdigit():  # the old code left it running
+            host.run(["sh", "-c", 'tr "\\0" " " < /proc/$0/cmdline | grep -qF -- "$1" && '
+                      'kill -KILL "$0"', pid, f"{d}/mfschunkserver.cfg"],
+                     timeout=30, check=False)
         backend.destroy(req)
         backend.destroy(warm)
