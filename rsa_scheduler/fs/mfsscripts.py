@@ -297,7 +297,9 @@ if [ "$1" = 1 ]; then
 else
   set -- "$h/cs/.mfschunkserver.lock" "$h/mfschunkserver.cfg"
 fi
-""" + KILL_SCRIPT[len(ALIVE):] + r"""[ "$h" = "$d" ] || rm -rf --one-file-system "$h"
+""" + KILL_SCRIPT[len(ALIVE):] + r"""# the chunks first: a teardown stopped half-way
+# never leaves them unclaimed
+[ "$h" = "$d" ] || { rm -rf --one-file-system "$h/chunks" && rm -rf --one-file-system "$h"; }
 """
 # Start a MooseFS daemon or mfsmount ("$@") with its stdin, stdout and stderr on a log file
 # in the RAMDISK's directory ($0): a daemon that kept the SSH channel's output open would

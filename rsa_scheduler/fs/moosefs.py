@@ -108,7 +108,8 @@ from rsa_scheduler.fs.mfsversion import (
     same_release,
     version_facts,
 )
-from rsa_scheduler.hosts import Cancelled, CancelToken, Host
+from rsa_scheduler.hosts import Cancelled, CancelToken, Host, HostError
+from rsa_scheduler.runner import CommandError
 
 log = logging.getLogger(__name__)
 
@@ -475,9 +476,15 @@ class MooseFsBackend(FilesystemBackend):
                     steps += [["chown", f"{uid}:{gid}", lay.mountpoint],
                               ["chmod", "0700", lay.mountpoint],
                               *dialect.one_copy(lay.mountpoint)]
-                out = self._run(node, sh_chain(*steps), dl.left(), input=lay.tarball(node),
-                                cancel=cancel)
-                return "standby" if "CS standby" in out.splitlines() else "cold"
+                try:
+                    r = self.hosts[node].run(sh_chain(*steps), timeout=dl.left(), check=True,
+                                             input=lay.tarball(node), cancel=cancel)
+                except (CommandError, HostError) as e:
+                    raise FsError(f"{node}: {e}") from e
+                for line in r.stderr.splitlines():  # why a standby was not used
+                    if line.startswith("standby "):
+                        log.warning("%s: %s: %s", req.fs_id, node, line)
+                return "standby" if "CS standby" in r.stdout.splitlines() else "cold"
 
             how = on_nodes(lay.nodes, start, f"{req.fs_id}: start mfsmaster, mfschunkservers")
             warm = sum(1 for h in how.values() if h == "standby")
