@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from rsa_scheduler.fs.mfslayout import standby_ports
+
 CLUSTER = Path(__file__).resolve().parents[2] / "lab" / "cluster"
 CTL = CLUSTER / "clusterctl"
 #: the host rsad runs on: the controller, or a host of its own named rsad with
@@ -54,6 +56,17 @@ POOL_LEFT = r"""for e in "$0"/* "$0"/.[!.]*; do
     *) echo "$e";;
   esac
 done"""
+
+
+def ramdisk_listeners(c: Cluster, nodes: Sequence[str] = ("rsa1", "rsa2")) -> list[str]:
+    """"ADDRESS:PORT" of every RAMDISK server listening on the RSA data network (10.231.*)
+    of ``nodes`` now: masters and chunkservers, not the pools' standby chunkservers (their
+    block of the port range: they hold nothing, and a create may move or start one at any
+    time, so a later look would not find the same ones)."""
+    _, first, last = standby_ports()
+    return sorted({f"{a}:{p}" for n in nodes for a, p in (
+        line.split()[3].rsplit(":", 1) for line in c.out(n, ["ss", "-Hltn"]).splitlines())
+        if a.startswith("10.231.") and not first <= int(p) <= last})
 
 
 def pool_left(c: Cluster, node: str, pool: str = "/var/lib/rsa-ram") -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from tests.cluster.conftest import Cluster
+from tests.cluster.conftest import Cluster, ramdisk_listeners
 
 HOME = "/pfs/home/rsauser"
 THEIRS = "/pfs/home/rsaother"
@@ -110,9 +110,7 @@ def test_rsaother_reaches_nothing_of_rsausers_ramdisk(cluster: Cluster) -> None:
             time.sleep(0.5)
         # the RAMDISK's servers (master and chunkservers) on the RSA data network, and
         # where its data is: the job's mounts on c1, the staging mount on the RSA node
-        servers = sorted({f"{a}:{p}" for n in ("rsa1", "rsa2") for a, p in (
-            line.split()[3].rsplit(":", 1) for line in cluster.out(
-                n, ["ss", "-Hltn"]).splitlines()) if a.startswith("10.231.")})
+        servers = ramdisk_listeners(cluster)
         assert len(servers) >= 4, servers  # master's 3 ports, a chunkserver
         mounts = cluster.out("c1", ["findmnt", "-n", "-r", "-t", "fuse", "-o",
                                     "TARGET,SOURCE"]).splitlines()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from tests.cluster.conftest import Cluster
+from tests.cluster.conftest import Cluster, ramdisk_listeners
 
 HOME = "/pfs/home/rsauser"
 THEIRS = "/pfs/home/rsaother"
@@ -173,9 +173,7 @@ def test_rsaother_beside_rsausers_job_on_one_node_reaches_nothing_of_it(
         _wait("rsauser's job to write its secret on its RAMDISK", lambda: cluster.run(
             "c1", ["test", "-e", f"{HOME}/shared.ready"], check=False).returncode == 0, 120)
         # the RAMDISK's servers on the RSA data network (master, chunkserver)
-        servers = sorted({f"{a}:{p}" for n in ("rsa1", "rsa2") for a, p in (
-            line.split()[3].rsplit(":", 1) for line in cluster.out(
-                n, ["ss", "-Hltn"]).splitlines()) if a.startswith("10.231.")})
+        servers = ramdisk_listeners(cluster)
         assert len(servers) >= 4, servers
         uid = cluster.out("c1", ["id", "-u", "rsauser"]).strip()
         attacker = cluster.out("login", [
