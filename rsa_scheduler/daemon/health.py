@@ -47,8 +47,14 @@ def public_reason(reason: str) -> str:
     return reason if reason.startswith(VERDICT) else LEFT_OVER
 
 #: argv: sh -c PROBE POOL_DIR POOL_CHECK (run as root); ``free`` is what statvfs says is
-#: available to the pool's filesystem (``df``'s avail, f_bavail)
+#: available to the pool's filesystem (``df``'s avail, f_bavail), plus what the pool's
+#: standby servers take there (``STANDBYS``: a backend's server started ahead, which a
+#: create takes over; fs/moosefs.py STANDBY): the RSA's own, free for the next job, and
+#: never "something outside the RSA" (the allocator's short nodes)
+STANDBYS = "rsa-*-.standby-*"
 PROBE = ('f=$(df -PB1 -- "$0" 2>/dev/null | awk \'NR==2{print $4}\'); '
+         's=$(du -sB1 -- "$0"/' + STANDBYS + ' 2>/dev/null | awk \'{t += $1} END {print t + 0}\'); '
+         '[ -z "$f" ] || f=$((f + s)); '
          'echo "free ${f:--1}"; echo "clock $(date +%s.%N)"; sh -c "$1" "$0"; '
          'echo "probe ok"')
 

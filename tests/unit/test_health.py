@@ -184,3 +184,33 @@ def test_the_loop_hands_each_nodes_real_free_space_to_the_allocator(
     said = [r.getMessage() for r in caplog.records]
     assert said == ["RSA node rsa1: 1G of its 4G pool free: something outside the RSA "
                     "uses it; not handed out", "RSA node rsa1: its pool is free again"]
+
+
+def test_the_probe_counts_a_pools_standby_servers_as_free_and_nothing_else() -> None:
+    """A backend's standby server in the pool (fs/moosefs.py: a chunkserver started ahead,
+    its files a few KB) is the RSA's own: the probe counts it free, so an idle node with a
+    standby is neither "something outside the RSA uses it" nor ranked below the others;
+    anything else in the pool (a RAMDISK's leftovers) still counts against it. On a tmpfs
+    of its own (a mount namespace of the test's)."""
+    import subprocess
+
+    from rsa_scheduler.daemon.health import probe_argv
+
+    script = r"""set -e
+p=$(mktemp -d); mount -t tmpfs -o size=64m,mode=0700 rsa-probe "$p"
+mkdir -p "$p/rsa-mfs-.standby-0a1b2c/chunks"
+head -c 1048576 /dev/zero > "$p/rsa-mfs-.standby-0a1b2c/mfschunkserver.log"
+sh -c "$1" "$p" "$2"
+mkdir "$p/rsa-mfs-job1-c1"; head -c 1048576 /dev/zero > "$p/rsa-mfs-job1-c1/left"
+sh -c "$1" "$p" "$2"
+umount "$p"; rmdir "$p"
+"""
+    _sh, _c, probe, _pool, check = probe_argv("POOL")
+    done = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                           script, "sh", probe, check], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    first, second = (parse_probe(out + "probe ok\n", 0.0, 0.0)
+                     for out in done.stdout.split("probe ok\n")[:2])
+    assert first.free == 64 << 20  # the standby's MiB counted free
+    assert second.free == 63 << 20  # a RAMDISK's leftover is not
