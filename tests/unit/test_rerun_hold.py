@@ -238,6 +238,24 @@ def test_a_rerun_hold_a_crash_cut_off_is_placed_by_the_next_rsad(tmp_path: Path)
     d2.shutdown()
 
 
+def restarted(tmp_path: Path, d: Daemon, slurm: ScriptedSlurm, *, cycles: int,
+              clear: bool = True) -> tuple[Daemon, Gated]:
+    """``d`` stopped (killed: its store closed as it is) and the next rsad started on its
+    store, ``cycles`` cycles run (poll, drain, urgent lane); Slurm's calls so far forgotten
+    unless ``clear`` is false."""
+    d.shutdown()
+    d.store.close()
+    if clear:
+        slurm.calls.clear()
+    gated2 = Gated()
+    d2 = daemon(tmp_path, slurm, gated2, EarlyStart.FALLBACK)
+    for _ in range(cycles):
+        d2.poll()
+        d2.drain(timeout=0.1)
+        flush_urgent(d2)
+    return d2, gated2
+
+
 def test_a_rerun_held_across_a_restart_is_released_by_the_next_rsad(tmp_path: Path) -> None:
     """Slurm keeps the marker: the next rsad knows the hold is its own and lifts it once
     the re-issued verify is done; never before."""
@@ -245,15 +263,7 @@ def test_a_rerun_held_across_a_restart_is_released_by_the_next_rsad(tmp_path: Pa
     d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
     requeued_while_its_output_is_on_the_ramdisk(d, slurm)
     assert rerun_held(admin_comment(slurm))
-    d.shutdown()
-    d.store.close()
-    slurm.calls.clear()
-    gated2 = Gated()
-    d2 = daemon(tmp_path, slurm, gated2, EarlyStart.FALLBACK)
-    for _ in range(2):
-        d2.poll()
-        d2.drain(timeout=0.1)
-        flush_urgent(d2)
+    d2, gated2 = restarted(tmp_path, d, slurm, cycles=2)
     assert released(slurm) == [] and holds(slurm) == []  # still held, not held twice
     gated2.gate.set()
     settle(d2)
@@ -274,14 +284,7 @@ def test_a_rerun_hold_placed_just_before_a_crash_is_told_by_the_next_rsad(
     d = daemon(tmp_path, slurm, gated, EarlyStart.FALLBACK)
     requeued_while_its_output_is_on_the_ramdisk(d, slurm)  # placed; no cycle after it
     assert rerun_held(admin_comment(slurm)) and not comments(slurm)
-    d.shutdown()  # (killed)
-    d.store.close()
-    gated2 = Gated()
-    d2 = daemon(tmp_path, slurm, gated2, EarlyStart.FALLBACK)
-    for _ in range(3):
-        d2.poll()
-        d2.drain(timeout=0.1)
-        flush_urgent(d2)
+    d2, gated2 = restarted(tmp_path, d, slurm, cycles=3, clear=False)  # (killed)
     told = [c for c in comments(slurm) if "held until the previous run's output" in c]
     assert len(told) == 1, comments(slurm)  # before: none
     assert [e.name for e in d2.store.events("7")].count("job.rerun-held") == 1
@@ -299,15 +302,7 @@ def test_a_rerun_hold_told_before_a_restart_is_not_told_again(tmp_path: Path) ->
     d.poll()
     flush_urgent(d)
     assert len([c for c in comments(slurm) if "held until" in c]) == 1
-    d.shutdown()
-    d.store.close()
-    slurm.calls.clear()
-    gated2 = Gated()
-    d2 = daemon(tmp_path, slurm, gated2, EarlyStart.FALLBACK)
-    for _ in range(3):
-        d2.poll()
-        d2.drain(timeout=0.1)
-        flush_urgent(d2)
+    d2, gated2 = restarted(tmp_path, d, slurm, cycles=3)
     assert comments(slurm) == [] and holds(slurm) == []
     assert [e.name for e in d2.store.events("7")].count("job.rerun-held") == 1
     gated2.gate.set()
