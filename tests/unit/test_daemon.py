@@ -1774,14 +1774,15 @@ def test_the_array_task_aliases_survive_a_restart(tmp_path: Path) -> None:
     assert again.aliases == {"131": "127_4"}
 
 
-def test_what_a_teardown_left_on_a_down_node_is_remembered_until_it_is_cleaned(
-        tmp_path: Path) -> None:
-    slurm = ScriptedSlurm()
-    seen: list[str] = []
-    d = make_daemon(tmp_path, slurm, seen)
-    left = {"fs_id": "job7-c1", "job_id": "7", "tier": "ram"}
+#: what job 7's teardown leaves on its node that went down (left_on_a_down_node)
+LEFT = {"fs_id": "job7-c1", "job_id": "7", "tier": "ram"}
+
+
+def left_on_a_down_node(d: Daemon, slurm: ScriptedSlurm) -> str:
+    """Job 7's RAMDISK built, one of its nodes down, the job cancelled: its teardown
+    leaves LEFT on that node (returned)."""
     d.registry.register(ActionKind.DESTROY_FS, lambda ctx: {"left_on": [
-        {"node": n, **left} for n in ctx.down]})
+        {"node": n, **LEFT} for n in ctx.down]})
     slurm.set("7", "PENDING", "Resources")
     d.poll()
     settle(d)
@@ -1791,6 +1792,16 @@ def test_what_a_teardown_left_on_a_down_node_is_remembered_until_it_is_cleaned(
     slurm.set("7", "CANCELLED")  # the job goes: its RAMDISK is destroyed without the node
     d.poll()
     settle(d)
+    return str(node)
+
+
+def test_what_a_teardown_left_on_a_down_node_is_remembered_until_it_is_cleaned(
+        tmp_path: Path) -> None:
+    slurm = ScriptedSlurm()
+    seen: list[str] = []
+    d = make_daemon(tmp_path, slurm, seen)
+    left = LEFT
+    node = left_on_a_down_node(d, slurm)
     assert d.debris == {node: [left]}
     d.submit("node-state", (node, "up", "root", ""))
     settle(d)
@@ -1816,17 +1827,7 @@ def test_the_pool_events_are_found_under_at_pool_with_the_job_they_name(
     pool's events to operators (a user is told they are for operators)."""
     slurm = ScriptedSlurm()
     d = make_daemon(tmp_path, slurm, [])
-    d.registry.register(ActionKind.DESTROY_FS, lambda ctx: {"left_on": [
-        {"node": n, "fs_id": "job7-c1", "job_id": "7", "tier": "ram"} for n in ctx.down]})
-    slurm.set("7", "PENDING", "Resources")
-    d.poll()
-    settle(d)
-    node = next(iter(NodeSet(d.sched.records["7"].nodes)))
-    d.submit("node-state", (node, "down", "health", "ssh: no route"))
-    settle(d)
-    slurm.set("7", "CANCELLED")
-    d.poll()
-    settle(d)
+    node = left_on_a_down_node(d, slurm)
     with serving(d) as routes:
         pool = routes.dispatch(ROOT, "GET", "/v1/events?job=@pool", None)["events"]
         assert {e["job_id"] for e in pool} == {"@pool"}
