@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from rsa_scheduler.core.policy import NODE_TIERS, Tier
 from rsa_scheduler.errors import FsError
 from rsa_scheduler.hosts import CancelToken, Host, HostError
-from rsa_scheduler.runner import CommandError
+from rsa_scheduler.runner import CommandError, Completed
 
 __all__ = ["BackendSettings", "Capabilities", "FilesystemBackend", "FsError", "FsRequest",
            "Health", "MountSpec", "Need", "NodeFacts", "SettingProblem", "command_need"]
@@ -253,8 +253,15 @@ class FilesystemBackend(abc.ABC):
     def _run(self, node: str, argv: Sequence[str], timeout: float, *, check: bool = True,
              input: str | None = None, cancel: CancelToken | None = None) -> str:
         """Run argv as root on RSA node ``node``; failures become one FsError line."""
+        return self._run_all(node, argv, timeout, check=check, input=input,
+                             cancel=cancel).stdout
+
+    def _run_all(self, node: str, argv: Sequence[str], timeout: float, *,
+                 check: bool = True, input: str | None = None,
+                 cancel: CancelToken | None = None) -> Completed:
+        """:meth:`_run`, its whole result (stdout and stderr)."""
         try:
             return self.hosts[node].run(argv, timeout=timeout, check=check, input=input,
-                                        cancel=cancel).stdout
+                                        cancel=cancel)
         except (CommandError, HostError) as e:
             raise FsError(f"{node}: {e}") from e

@@ -108,8 +108,7 @@ from rsa_scheduler.fs.mfsversion import (
     same_release,
     version_facts,
 )
-from rsa_scheduler.hosts import Cancelled, CancelToken, Host, HostError
-from rsa_scheduler.runner import CommandError
+from rsa_scheduler.hosts import Cancelled, CancelToken, Host
 
 log = logging.getLogger(__name__)
 
@@ -476,11 +475,8 @@ class MooseFsBackend(FilesystemBackend):
                     steps += [["chown", f"{uid}:{gid}", lay.mountpoint],
                               ["chmod", "0700", lay.mountpoint],
                               *dialect.one_copy(lay.mountpoint)]
-                try:
-                    r = self.hosts[node].run(sh_chain(*steps), timeout=dl.left(), check=True,
-                                             input=lay.tarball(node), cancel=cancel)
-                except (CommandError, HostError) as e:
-                    raise FsError(f"{node}: {e}") from e
+                r = self._run_all(node, sh_chain(*steps), dl.left(), input=lay.tarball(node),
+                                  cancel=cancel)
                 for line in r.stderr.splitlines():  # why a standby was not used
                     if line.startswith("standby "):
                         log.warning("%s: %s: %s", req.fs_id, node, line)
