@@ -320,6 +320,31 @@ def _await_one_standby(backend: MooseFsBackend, nodes: tuple[str, ...], pool: st
         time.sleep(0.2)
 
 
+# Prints the pids of this node's standby starts, waiting or running (STANDBY_START, by a
+# line of its text; this program's own text never holds that line whole).
+STANDBY_STARTS = r"""
+import os
+mark = b"stayed locked " + b"60 s"
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if mark in f.read():
+                print(pid)
+    except OSError:
+        pass
+"""
+
+
+def _await_no_standby_start(backend: MooseFsBackend, node: str) -> None:
+    """Until no standby start is pending on ``node`` (a create's starts 5 s after it; its
+    sweep removes a claimed standby whose RAMDISK directory is gone)."""
+    deadline = time.monotonic() + 60
+    while out := backend.hosts[node].run(["python3", "-c", STANDBY_STARTS],
+                                         timeout=30).stdout.split():
+        assert time.monotonic() < deadline, f"standby starts still running: {out}"
+        time.sleep(0.2)
+
+
 def test_a_create_takes_the_pools_standby_and_its_teardown_leaves_a_fresh_one(
         backend: MooseFsBackend, lab: Mapping[str, str],
         caplog: pytest.LogCaptureFixture) -> None:
@@ -578,6 +603,8 @@ def test_a_claim_left_by_an_earlier_build_never_hides_the_ramdisks_chunkserver(
         ahead = _await_one_standby(backend, ("rsa1",), pool)["rsa1"]
         backend.create(req)  # claims `ahead`
         _await_one_standby(backend, ("rsa1",), pool)  # its next: the sweep kept `ahead`
+        # no sweep after the directory goes (the creates' starts would remove `ahead`)
+        _await_no_standby_start(backend, "rsa1")
         # the old teardown: unmount, the master by its lock, the RAMDISK's directory
         host.run(["sh", "-c", UMOUNT_SCRIPT, lay.mountpoint, lay.mount_title], timeout=30)
         host.run(["sh", "-c", 'kill -KILL $(cat "$0/master/.mfsmaster.lock"); '
