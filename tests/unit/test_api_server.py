@@ -321,14 +321,19 @@ def test_a_request_whose_caller_gave_up_before_rsad_took_it_is_not_carried_out(
     t, _out = in_thread(ApiClient(api.tcp, timeout=8).get, "/v1/slow", uid=1001)
     assert api.routes.waiting.acquire(timeout=5)
     body = b'{"command": "cancel-staging"}'
+    speak_as(1001)  # a user's requests (root's never wait for a worker)
     cred = munge.encode(munge.request_digest("POST", "/v1/count", body))
+    speak_as(ME)
     request = (f"POST /v1/count HTTP/1.1\r\nX-RSA-Munge: {cred}\r\n"
                f"Content-Length: {len(body)}\r\n\r\n").encode() + body
     with connect(api.tcp) as gone:
         gone.sendall(request)
     waiting = connect(api.tcp)
     waiting.sendall(request)
-    time.sleep(0.3)  # both read, both waiting for the one worker
+    deadline = time.monotonic() + 10  # both read, both waiting for the one worker
+    while api.gate.counts()[:2] != (3, 0):
+        assert time.monotonic() < deadline, api.gate.counts()
+        time.sleep(0.01)
     api.routes.go.set()
     t.join(5)
     status, _body = answer(waiting)
