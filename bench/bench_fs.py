@@ -6,8 +6,10 @@ chunkserver per node, mfsmount on every node, one copy, no trash) and ``destroy`
 :class:`HostPool` whose SSH connections are opened (and timed) before the first run, as
 in rsad. Also reports SSH connect and per-command latency on the same connections, and
 what each step of a create and a destroy costs (the steps the backend logs: probe,
-servers, mounts, spec; teardown). ``--trace`` prints every SSH round trip of the last
-run (node, when it began and how long it took, from the start of the create or destroy).
+servers, mounts, spec; teardown), and the CPU seconds a create cost this process (rsad's
+side: SSH, configs) and the whole host (every node's side too, and whatever else runs).
+``--trace`` prints every SSH round trip of the last run (node, when it began and how long
+it took, from the start of the create or destroy).
 Targets (issue 34): create < 1 s on 4 nodes, 16 nodes < 1.5x 4 nodes.
 
 A chunkserver's space reaches the master on a whole second of its node's clock (MooseFS's
@@ -65,6 +67,14 @@ def phase_delay(now: float, phase: float) -> float:
     """Seconds from ``now`` (wall clock, seconds) until the clock is ``phase`` (0 <= phase
     < 1) of the way through one of its seconds."""
     return (phase - now % 1.0) % 1.0
+
+
+def host_busy() -> float:
+    """CPU seconds the whole host spent busy (every CPU, /proc/stat: all but idle and
+    iowait) since it started."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def run_phase(i: int, runs: int) -> float:
@@ -184,6 +194,7 @@ def main() -> int:
             steps.standbys.clear()
             trace.clear()
         creates, destroys = [], []
+        own_cpu, host_cpu = [], []  # per create: this process's (rsad's side), the host's
         create_steps: dict[str, list[float]] = {}
         destroy_steps: dict[str, list[float]] = {}
         for i in range(args.runs):
@@ -195,9 +206,11 @@ def main() -> int:
                 time.sleep(phase_delay(time.time(), run_phase(i, args.runs)))
             started = time.time() % 1.0
             try:
-                t = time.monotonic()
+                t, c, h = time.monotonic(), time.process_time(), host_busy()
                 backend.create(req)
                 creates.append(time.monotonic() - t)
+                own_cpu.append(time.process_time() - c)
+                host_cpu.append(host_busy() - h)
                 for k, secs in steps.take().items():
                     create_steps.setdefault(k, []).append(secs)
                 if last and args.trace:
@@ -230,6 +243,10 @@ def main() -> int:
     for k in [*CREATE_STEPS, *(k for k in create_steps if k not in CREATE_STEPS)]:
         if k in create_steps:
             print(f"| &nbsp; create: {k} | {_fmt(create_steps[k])} |")
+    if creates:
+        print(f"| &nbsp; create: CPU of this process (rsad's side) | {_fmt(own_cpu)} |")
+        print(f"| &nbsp; create: CPU of the whole host ({os.cpu_count()} CPUs) | "
+              f"{_fmt(host_cpu)} |")
     if steps.standbys:
         print(f"| &nbsp; chunkservers from standbys | {sum(steps.standbys)} of "
               f"{len(nodes) * len(steps.standbys)} |")
