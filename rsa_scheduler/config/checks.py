@@ -45,6 +45,13 @@ SLURM_PORTS: Final = {
 
 _ADDRESS_RE: Final = re.compile(r"^[A-Za-z0-9._:-]+$")
 
+#: the node hooks' wrappers' backstops when slurmd's environment sets none (the
+#: ``timeout`` in prolog_epilog/rsa-prolog and rsa-epilog: RSA_PROLOG_BACKSTOP,
+#: RSA_EPILOG_BACKSTOP), and what a hook needs past its own timeout to unwind (its
+#: mounts undone, rsad told) before the backstop's SIGTERM
+HOOK_BACKSTOPS: Final = {"prolog": 330.0, "epilog": 20.0}
+HOOK_UNWIND: Final = 5.0
+
 #: the shortest quarantine.remind_every: rsad looks for quarantined jobs to remind of once
 #: a minute (daemon/service.py REMIND_EVERY), so a shorter one would not be kept
 REMIND_MIN: Final = 60.0
@@ -199,6 +206,7 @@ class Checks:
             hooks: HooksConfig = self.s["hooks"]
             if hooks.api_timeout > hooks.timeout:
                 v.error(("hooks", "api_timeout"), "must not exceed hooks.timeout")
+            self._hook_backstops(hooks)
         if self.ok("ssh") and self.s["ssh"].host_key_policy == HostKeyPolicy.AUTO_ADD:
             v.warn(("ssh", "host_key_policy"), "auto-add trusts any host key on first contact")
         if self.ok("daemon", "metrics"):
@@ -214,6 +222,25 @@ class Checks:
                            "every host's client.conf and rsa.yaml, RSA_API and "
                            "burst_buffer.lua's CONFIG.api")
 
+
+    def _hook_backstops(self, hooks: HooksConfig) -> None:
+        """A hook's own timeout must end before its wrapper's backstop kills it: a hook
+        killed there leaves what it was doing half done (the Epilog: a mount not undone,
+        rsad not told). The wrappers' backstops are slurmd's environment's, not this
+        file's: warned against their defaults."""
+        needs = {"prolog": hooks.timeout + hooks.max_hold + HOOK_UNWIND,
+                 "epilog": hooks.timeout + HOOK_UNWIND}
+        for hook, need in needs.items():
+            backstop = HOOK_BACKSTOPS[hook]
+            if need > backstop:
+                what = ("hooks.timeout + hooks.max_hold" if hook == "prolog"
+                        else "hooks.timeout")
+                self.v.warn(("hooks", "max_hold" if hook == "prolog" else "timeout"), (
+                    f"the {hook.capitalize()}'s wrapper kills it at {backstop:.0f} s "
+                    f"(RSA_{hook.upper()}_BACKSTOP's default), before {what} and "
+                    f"{HOOK_UNWIND:.0f} s to unwind: set RSA_{hook.upper()}_BACKSTOP to "
+                    f"at least {need:.0f} in slurmd's environment on every compute node "
+                    "(prolog_epilog/README.md)"))
 
 
 def check_pool(v: Validator, pool: PoolConfig, require_pool: bool) -> None:

@@ -482,7 +482,8 @@ class HooksConfig:
             "Hard timeout of a Prolog/Epilog run (of both: with `RSA_API` and "
             "`RSA_ALLOWED_ROOTS` in their environment, `RSA_PROLOG_TIMEOUT` sets it for "
             "the Epilog too). The Epilog's wrapper kills it at its backstop "
-            "(`RSA_EPILOG_BACKSTOP`, 20 s): raise that with this.",
+            "(`RSA_EPILOG_BACKSTOP`, 20 s): raise that with this (`rsa config check` "
+            "warns past 15 s).",
         )
     )
     api_timeout: float = field(
@@ -498,8 +499,9 @@ class HooksConfig:
             "Longest the node Prolog holds a job's start for its stage-in (early start "
             "`wait` when an on-deck job's nodes freed before its input was staged; a job "
             "held from submission waits in Slurm instead). Slurm's `PrologEpilogTimeout` "
-            "and the Prolog wrapper's backstop (`RSA_PROLOG_BACKSTOP`) must exceed "
-            "`hooks.timeout` + this.",
+            "and the Prolog wrapper's backstop (`RSA_PROLOG_BACKSTOP`, 330 s) must exceed "
+            "`hooks.timeout` + this (`rsa config check` warns when they are within 5 s "
+            "of 330 s).",
         )
     )
     mounts: MountScope = field(

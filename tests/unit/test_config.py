@@ -1214,3 +1214,38 @@ def test_the_api_port_is_none_of_slurms_and_a_config_naming_6820_keeps_working()
     with pytest.raises(ConfigErrors, match=r"metrics\.listen: expected host:port \(e\.g\. "
                        r"127\.0\.0\.1:9465"):
         load_config_text("metrics:\n  listen: 127.0.0.1\n", require_pool=False)
+
+
+def _wrapper(name: str) -> Path:
+    """prolog_epilog/``name``: the repository's, or where a package installed it
+    (make install-test runs these tests without the repository's prolog_epilog/)."""
+    found = [w for w in (Path(__file__).resolve().parents[2] / "prolog_epilog" / name,
+                         Path("/usr/lib/rsa-scheduler") / name,
+                         Path(sys.prefix) / "share" / "rsa-scheduler" / "prolog_epilog" / name)
+             if w.is_file()]
+    assert found, f"no {name} wrapper found"
+    return found[0]
+
+
+def test_a_hook_timeout_past_its_wrappers_backstop_is_warned() -> None:
+    """The node hooks' wrappers kill them at a backstop of slurmd's environment (20 s
+    for the Epilog, 330 s for the Prolog by default): a hooks.timeout (+ max_hold for the
+    Prolog) the hook cannot reach and unwind before it was only documented. rsa config
+    check now says so, with the value to set; the defaults are quiet, and the backstops
+    it assumes are the wrappers' own defaults."""
+    from rsa_scheduler.config.checks import HOOK_BACKSTOPS
+
+    for hook, backstop in HOOK_BACKSTOPS.items():
+        text = _wrapper(f"rsa-{hook}").read_text()
+        assert f'"${{RSA_{hook.upper()}_BACKSTOP:-{backstop:.0f}}}"' in text, hook
+    assert not [w for w in load_config_text(POOL).warnings if "BACKSTOP" in w]
+    (epilog,) = [w for w in load_config_text(POOL + "hooks:\n  timeout: 18s\n").warnings
+                 if "BACKSTOP" in w]
+    assert "hooks.timeout: the Epilog's wrapper kills it at 20 s (RSA_EPILOG_BACKSTOP's " \
+        "default), before hooks.timeout and 5 s to unwind" in epilog, epilog
+    assert "set RSA_EPILOG_BACKSTOP to at least 23 in slurmd's environment" in epilog
+    (prolog,) = [w for w in load_config_text(POOL + "hooks:\n  max_hold: 10m\n").warnings
+                 if "BACKSTOP" in w]
+    assert "hooks.max_hold: the Prolog's wrapper kills it at 330 s" in prolog, prolog
+    assert "before hooks.timeout + hooks.max_hold" in prolog
+    assert "RSA_PROLOG_BACKSTOP to at least 615" in prolog
