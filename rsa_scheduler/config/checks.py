@@ -174,6 +174,13 @@ class Checks:
                        "lists, and a job with millions of files (a tar stage-out, a "
                        "write-back, DATA_OUT of a verify) can take all the memory of "
                        "rsad's host (docs/security.md, \"Memory of rsad's host\")")
+            elif staging.engine_memory is None:
+                v.warn(("staging", "engine_memory"), "empty: no bound on a staging "
+                       "worker's memory; a job with millions of files (a tar stage-out, "
+                       "a write-back, DATA_OUT of a verify) can take all the memory of "
+                       "rsad's host, and the kernel's OOM killer chooses what dies "
+                       "(docs/security.md, \"Memory of rsad's host\"); give a size "
+                       "(the default: 8G)")
             if staging.copy_tool == "custom":
                 try:
                     check_copy_command(staging.copy_command or "")

@@ -1131,6 +1131,16 @@ def test_staging_in_rsads_own_process_is_warned_unbounded() -> None:
     assert not [w for w in load_config_text(POOL).warnings if "engine_process" in w]
 
 
+def test_staging_workers_without_a_memory_bound_are_warned() -> None:
+    """staging.engine_memory empty leaves the staging workers unbounded (documented,
+    not warned before): rsa config check says so; the default (8G) is quiet."""
+    (said,) = [w for w in load_config_text(POOL + "staging:\n  engine_memory: null\n")
+               .warnings if "engine_memory" in w]
+    assert "staging.engine_memory: empty: no bound on a staging worker's memory" in said
+    assert "give a size (the default: 8G)" in said
+    assert not [w for w in load_config_text(POOL).warnings if "engine_memory" in w]
+
+
 def test_striping_is_off_and_streamed_mode_on_unless_the_operator_says_otherwise() -> None:
     from rsa_scheduler.staging.stream import STREAM_OBJECTS
 
