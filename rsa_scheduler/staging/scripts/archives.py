@@ -4,7 +4,8 @@ Owns ``TAR_PACK`` (a list into one POSIX archive, written to a fresh ``.part`` n
 renamed), ``TAR_LIST`` (parsed by ``manifest.parse_tar_listing``), ``TAR_HASH`` with
 ``TAR_HASH_MEMBER`` (every member's content hash; both read the archive after dropping
 it from the node's page cache, ``UNCACHE``), ``WRITE`` (the index, written the same
-way; ``FRESH``) and their argv builders.
+way; ``FRESH``), ``READ`` (the index read back for verify, the same way as an archive)
+and their argv builders.
 
 Pure: builds lists, runs nothing. Imports only ``shell``.
 """
@@ -47,6 +48,11 @@ WRITE = PRELUDE + ('p=$1; ' + FRESH + 'base64 -d > "$p.part" && '
                    'mv -f -- "$p.part" "$p"')
 
 
+# Read a file ($1: the index) back for verify, as TAR_LIST reads an archive: written back
+# and dropped from this node's page cache first, never through a symlink.
+READ = PRELUDE + UNCACHE + 'dd if="$1" iflag=nofollow bs=1M status=none | base64 -w0'
+
+
 def tar_pack_argv(root: str, archive: str) -> list[str]:
     return bash(TAR_PACK, root, archive)
 
@@ -61,3 +67,8 @@ def tar_hash_argv(archive: str) -> list[str]:
 
 def write_argv(path: str) -> list[str]:
     return bash(WRITE, path)
+
+
+def read_argv(path: str) -> list[str]:
+    """``path`` (the index) as this node's filesystem client fetches it (``READ``)."""
+    return bash(READ, path)
