@@ -124,6 +124,13 @@ def archive_prefix(job_id: str, cycle: int) -> str:
     return f"rsa-{job_id}" + (f".c{cycle}" if cycle > 1 else "")
 
 
+def restore_command(prefix: str) -> str:
+    """The shell line that extracts a run's archives in its DATA_OUT: those its index
+    names (``cut -s``: the header has no tab), archive 0 last (``sort -rV``)."""
+    return (f'for a in $(cut -s -f1 {prefix}.index | sort -urV); do tar -xpf "$a"; '
+            "done")
+
+
 def where_output(job: Mapping[str, Any]) -> str | None:
     """One line: where the job's ``#RSA_DATA_OUT`` output is now and what to do about
     it; None when the job has no ``#RSA_DATA_OUT``."""
@@ -157,9 +164,12 @@ def where_output(job: Mapping[str, Any]) -> str | None:
                     "is not checked)")
         if spec.get("stage_out") == "tar":
             prefix = archive_prefix(job_id, int(job.get("cycle") or 1))
+            # the archives the index names, archive 0 (the directories) last so their
+            # mtimes come out exact; never a glob: another file so named (an earlier
+            # job's with this id) would be extracted over this run's (restore_command)
             return (f"on the PFS in {out} as tar archives {prefix}-<n>.tar (index "
-                    f"{prefix}.index), verified; to get the files back: cd {out} && for a "
-                    f"in {prefix}-*.tar; do tar -xpf \"$a\"; done")
+                    f"{prefix}.index), verified; to get the files back: cd {out} && "
+                    f"{restore_command(prefix)}")
         return f"on the PFS in {out}, verified (every file compared with the RAMDISK's)"
     if got is not None:
         return f"not staged out: {got.why}"

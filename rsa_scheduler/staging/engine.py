@@ -40,7 +40,14 @@ from rsa_scheduler.staging import scripts, treecopy
 from rsa_scheduler.staging.aside import aside_view
 from rsa_scheduler.staging.commands import log
 from rsa_scheduler.staging.flush import Gate
-from rsa_scheduler.staging.manifest import Entry, Verification, compare, with_hashes
+from rsa_scheduler.staging.manifest import (
+    Difference,
+    Entry,
+    Verification,
+    compare,
+    with_differences,
+    with_hashes,
+)
 from rsa_scheduler.staging.packing import Packing
 from rsa_scheduler.staging.plan import STRIPE_MIN
 from rsa_scheduler.staging.report import (
@@ -260,8 +267,9 @@ class StagingEngine(TreeCopy, Packing, Verifier):
             del expected  # too many to list here: the nodes compare
             return self._read_back(self._stream_verify(ramdisk, dst), method)
         moved: dict[bytes, bytes] = {}
+        misplaced: list[Difference] = []  # archives and index disagree (tar)
         if method == "tar":
-            actual = self._archive_manifest(dst)
+            actual, misplaced = self._archive_manifest(dst)
         else:
             actual = self._scan(self.hosts[-1], dst, "verify: scanning DATA_OUT")
             # a copy kept aside beside a newer file (staging.aside) is the job's
@@ -278,7 +286,8 @@ class StagingEngine(TreeCopy, Packing, Verifier):
         if method == "tar" and self.verify_level == "content":
             files = [e for e in expected if e.kind == "f"]
             expected = with_hashes(expected, self._hash(ramdisk, files))
-        result = compare(expected, actual, level=self.verify_level)
+        result = with_differences(compare(expected, actual, level=self.verify_level),
+                                  misplaced)
         if moved:
             result = replace(result, details={
                 **result.details, "aside": [[p.hex(), a.hex()] for p, a in moved.items()]})

@@ -269,12 +269,37 @@ def parse_member_hashes(raw: bytes) -> dict[bytes, str]:
             for i in range(0, len(parts) - 1, 2)}
 
 
+INDEX_HEAD = "# rsa-scheduler archive index v1: archive<TAB>type<TAB>size<TAB>path"
+
+
 def index_lines(members: Iterable[tuple[str, Entry]]) -> str:
     """The archive index: one ``<archive>\\t<type>\\t<size>\\t<path>`` line per member,
     path written with :func:`display` escapes."""
-    head = "# rsa-scheduler archive index v1: archive<TAB>type<TAB>size<TAB>path\n"
-    return head + "".join(f"{archive}\t{e.kind}\t{e.size}\t{display(e.path)}\n"
-                          for archive, e in members)
+    return INDEX_HEAD + "\n" + "".join(f"{archive}\t{e.kind}\t{e.size}\t{display(e.path)}\n"
+                                       for archive, e in members)
+
+
+def parse_index(raw: bytes) -> list[tuple[str, str, int, bytes]]:
+    """The lines of an archive index (:func:`index_lines`): (archive, type, size, path).
+    Raises ValueError for anything a stage-out never writes: another header, a line
+    that is not four fields, an index that does not end with a newline (cut short)."""
+    text = raw.decode("utf-8")
+    lines = text.split("\n")
+    if lines[0] != INDEX_HEAD:
+        raise ValueError(f"its first line is {lines[0][:80]!r}, not the index header")
+    if lines[-1] != "":
+        raise ValueError("it does not end with a newline (cut short?)")
+    out: list[tuple[str, str, int, bytes]] = []
+    for n, line in enumerate(lines[1:-1], start=2):
+        fields = line.split("\t", 3)
+        if len(fields) != 4 or not fields[2].isdigit() or fields[1] not in KINDS:
+            raise ValueError(f"line {n} is {line[:80]!r}")
+        try:
+            path = undisplay(fields[3])
+        except (IndexError, KeyError, ValueError) as e:
+            raise ValueError(f"line {n} has a path with a broken escape: {line[:80]!r}") from e
+        out.append((fields[0], fields[1], int(fields[2]), path))
+    return out
 
 
 # --- comparison ---------------------------------------------------------------------
@@ -395,3 +420,56 @@ def compare(expected: Iterable[Entry], actual: Iterable[Entry], *, level: str,
                                     (a.size, a.mtime_s) if hashed else None))
     return Verification(ok=not diffs, level=level, checked=checked, checked_bytes=nbytes,
                         differences=tuple(diffs), extra=len(have), skipped=tuple(skipped))
+
+
+def index_differences(index: Iterable[tuple[str, str, int, bytes]],
+                      members: Mapping[str, Iterable[Entry]]) -> list[Difference]:
+    """Where the archives (``members``: each archive's name and its objects, hard links
+    resolved: :func:`resolve_tar`) and the index (:func:`parse_index`) disagree, one
+    difference per path: an object in two archives, in an archive the index does not
+    name for it or not in the index at all, of another type or (a file) another size
+    than the index says; a line of the index whose object its archive lacks. Pure."""
+    listed: dict[bytes, tuple[str, str, int]] = {}
+    diffs: dict[bytes, Difference] = {}
+    for archive, kind, size, path in index:
+        if path in listed:
+            diffs[path] = Difference(path, "listed twice in the index")
+        listed.setdefault(path, (archive, kind, size))
+    found: dict[bytes, list[tuple[str, Entry]]] = {}
+    for archive, entries in members.items():
+        for e in entries:
+            found.setdefault(e.path, []).append((archive, e))
+    for path, where in found.items():
+        archive, e = where[0]
+        want = listed.get(path)
+        if len(where) > 1:
+            what = f"in {' and '.join(a for a, _e in where)}"
+        elif want is None:
+            what = f"in {archive} but not in the index"
+        elif want[0] != archive:
+            what = f"in {archive}, the index says {want[0]}"
+        elif want[1] != e.kind:
+            what = (f"type {KINDS.get(e.kind, e.kind)} in {archive}, the index says "
+                    f"{KINDS.get(want[1], want[1])}")
+        elif e.kind == "f" and want[2] != e.size:
+            what = f"size {e.size} in {archive}, the index says {want[2]}"
+        else:
+            continue
+        diffs.setdefault(path, Difference(path, what))
+    for path, (archive, _kind, _size) in listed.items():
+        if path not in found:
+            diffs.setdefault(path, Difference(
+                path, f"missing from {archive} (the index lists it there)"))
+    return list(diffs.values())
+
+
+def with_differences(result: Verification, more: Iterable[Difference]) -> Verification:
+    """``result`` with the differences ``more`` adds (an archive's disagreement with its
+    index: :func:`index_differences`), one per path (``result``'s own first). Pure."""
+    have = {d.path for d in result.differences}
+    added = tuple(d for d in more if d.path not in have)
+    if not added:
+        return result
+    diffs = result.differences + added
+    return replace(result, ok=False, differences=diffs,
+                   differing=-1 if result.differing < 0 else result.differing + len(added))

@@ -3,7 +3,8 @@
 Owns :class:`Packing`: the RAMDISK's buckets grouped into one archive per RSA node
 (``<dst>/rsa-<job>-<n>.tar``, written to ``.part`` names and renamed), the index of every
 member (``<dst>/rsa-<job>.index``), and the manifest of those archives verify compares
-(their listings and, at level ``content``, their members' hashes), each archive read
+(their listings and, at level ``content``, their members' hashes: of exactly the
+archives the index names, every member where the index says, once), each archive read
 back by another node than the one that packed it (archive n is packed on node n, read on
 node n + 1) after that node dropped it from its page cache. The programs are
 ``scripts.archives``'.
@@ -15,14 +16,18 @@ from __future__ import annotations
 
 import base64
 import posixpath
+import re
 
 from rsa_scheduler.hosts import Host
 from rsa_scheduler.staging import scripts
 from rsa_scheduler.staging.commands import Commands
 from rsa_scheduler.staging.manifest import (
+    Difference,
     Entry,
     display,
+    index_differences,
     index_lines,
+    parse_index,
     parse_member_hashes,
     parse_tar_listing,
     resolve_tar,
@@ -102,14 +107,33 @@ class Packing(Commands):
         finally:
             self._stop()
 
-    def _archive_manifest(self, dst: str) -> list[Entry]:
-        listing = self._user(self.hosts[0], ["find", dst, "-maxdepth", "1", "-name",
-                                             f"{self.archive_prefix}-*.tar", "-printf", "%f\\n"],
-                             "verify: listing archives")
-        names = sorted(posixpath.join(dst, n) for n in listing.stdout.split("\n") if n)
-        if not names:
-            raise StagingError(f"verify: no archives {self.archive_prefix}-*.tar in {dst}",
-                               permanent=False)
+    def _archive_manifest(self, dst: str) -> tuple[list[Entry], list[Difference]]:
+        """The objects of exactly the archives this run's index names (``<dst>/<prefix>
+        .index``, written by the stage-out once every archive was renamed into place),
+        and where they and the index disagree (``manifest.index_differences``). Another
+        file of DATA_OUT matching ``<prefix>-*.tar`` (an archive of an earlier job Slurm
+        gave this id, the user's own) is never read: its members would stand for this
+        run's, and a member lost from an archive cut short at a member boundary (which
+        ``tar -t`` lists without an error) would pass where that file held it."""
+        prefix = self.archive_prefix
+        index = posixpath.join(dst, f"{prefix}.index")
+        # by another node than the one that wrote it (the first), where there is one
+        raw = scripts.decode_output(self._user(self.hosts[-1], scripts.read_argv(index),
+                                               f"verify: reading {index}").stdout)
+        try:
+            listed = parse_index(raw)
+        except ValueError as e:
+            raise StagingError(f"verify: {index} is not an index a stage-out wrote: {e}; "
+                               "the retry writes the archives and the index again",
+                               permanent=False) from e
+        archives = sorted({line[0] for line in listed}, key=archive_number)
+        own = re.compile(re.escape(prefix) + r"-\d+\.tar")
+        strange = [a for a in archives if not own.fullmatch(a)]
+        if strange:
+            raise StagingError(f"verify: {index} names {strange[0]!r}, not an archive "
+                               f"{prefix}-<n>.tar of this run; the retry writes the "
+                               "archives and the index again", permanent=False)
+        names = [posixpath.join(dst, a) for a in archives]
         out: list[list[Entry]] = [[] for _ in names]
 
         def read(host: Host, n: int) -> None:
@@ -126,7 +150,8 @@ class Packing(Commands):
         # is one; the node drops it from its page cache first (scripts.archives.UNCACHE)
         self._parallel(range(len(names)), read, None, spread=True,
                        on=lambda n: archive_number(names[n]) + 1)
-        return [e for part in out for e in part]
+        return ([e for part in out for e in part],
+                index_differences(listed, dict(zip(archives, out, strict=True))))
 
     def archive_read_back(self) -> str:
         """How ``_archive_manifest`` read the archives (the user's message)."""

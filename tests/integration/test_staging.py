@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import tarfile
 import threading
 import time
 import zlib
@@ -123,6 +124,46 @@ def test_stage_in_out_identical_over_four_nodes(hosts: list[SshHost], ramfs: Mou
         subprocess.run(["tar", "-xpf", str(archive), "-C", str(back)], check=True)
     os.chmod(back, os.stat(src).st_mode & 0o7777)
     assert tree_state(back) == tree_state(src)
+
+
+def test_a_tar_verify_reads_only_the_archives_its_index_names(
+        hosts: list[SshHost], ramfs: MountSpec, user: Identity, work: Path) -> None:
+    """Review 2026-11-30, on MooseFS over four RSA nodes: verify read every
+    rsa-<job>-*.tar of DATA_OUT, a member in two counting as the last one's. An earlier
+    job's archive with the id (rsa-4242-7.tar, its 'sub dir/f005' other bytes) failed
+    this run's verify; this run's last archive cut short at its last member (``tar -t``
+    lists it without an error) passed while another such file held that member."""
+    src = make_tree(work / "in", user)
+    eng = make_engine(hosts, user)
+    ram = job_root(ramfs, "tarindex")
+    eng.prepare_root(ram)
+    eng.stage_in(str(src), ram)
+    out = work / "tar"
+    out.mkdir()
+    old = work / "old"
+    (old / "sub dir").mkdir(parents=True)
+    (old / "sub dir" / "f005").write_bytes(b"an earlier job's output")
+
+    def pack(root: Path, archive: Path, name: str) -> None:
+        subprocess.run(["tar", "--no-recursion", "--format=posix", "-C", str(root), "-cf",
+                        str(archive), "--", name], check=True)
+        os.chown(archive, user.uid, user.gid)
+
+    pack(old, out / "rsa-4242-7.tar", "sub dir/f005")
+    os.chown(out, user.uid, user.gid)
+    stats = eng.stage_out(ram, str(out), method="tar")
+    assert str(out / "rsa-4242-7.tar") not in stats.archives
+    v = eng.verify(ram, str(out), method="tar")
+    assert v.ok, v.summary(str(out))
+    last = Path(stats.archives[-2])  # (the index is the last)
+    with tarfile.open(last) as t:
+        member = [m for m in t.getmembers() if m.isfile()][-1]
+    with open(last, "r+b") as f:
+        f.truncate(member.offset)
+    pack(src, out / "rsa-4242-9.tar", member.name)
+    v = eng.verify(ram, str(out), method="tar")
+    lost = os.fsencode(member.name.removeprefix("./"))
+    assert not v.ok and [d.path for d in v.differences] == [lost], v.summary(str(out))
 
 
 def test_whole_directories_round_trip_over_four_nodes(

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import subprocess
+import tarfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,10 +46,48 @@ def test_each_moment_says_where_the_output_is() -> None:
 def test_tar_archives_come_with_the_command_that_restores_them() -> None:
     first = where_output(job("released", "finished", *END, ("rsa", "output-verified"),
                              stage_out="tar"))
-    assert "rsa-7-<n>.tar" in first and 'for a in rsa-7-*.tar; do tar -xpf "$a"; done' in first
+    assert "rsa-7-<n>.tar" in first
+    assert first.endswith('cd /pfs/u/out && for a in $(cut -s -f1 rsa-7.index | sort -urV); '
+                          'do tar -xpf "$a"; done')
     again = where_output(job("released", "finished", *END, ("rsa", "output-verified"),
                              stage_out="tar", cycle=2))
-    assert "rsa-7.c2-*.tar" in again
+    assert "cut -s -f1 rsa-7.c2.index" in again
+
+
+def _archive(path: Path, members: list[tuple[str, bytes | None, int]]) -> None:
+    """A pax archive of (name, content or None for a directory, mtime) members."""
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as t:
+        for name, data, mtime in members:
+            info = tarfile.TarInfo(name)
+            info.mtime = mtime
+            if data is None:
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                t.addfile(info)
+            else:
+                info.size, info.mode = len(data), 0o644
+                t.addfile(info, io.BytesIO(data))
+
+
+def test_the_restore_command_extracts_the_runs_archives_only_archive_0_last(
+        tmp_path: Path) -> None:
+    """Found by review 2026-11-30: the line globbed rsa-7-*.tar, archive 0 first. An
+    earlier job's rsa-7-2.tar (Slurm gave the id again) was extracted after this run's
+    and replaced its files; the directories' mtimes were those of the extraction."""
+    out = tmp_path / "out"
+    out.mkdir()
+    _archive(out / "rsa-7-0.tar", [("d", None, 1_000_000_000), ("d/a", b"this run", 5)])
+    _archive(out / "rsa-7-1.tar", [("d/b", b"this run too", 5)])
+    _archive(out / "rsa-7-2.tar", [("d/a", b"an earlier job's", 5)])
+    (out / "rsa-7.index").write_text(
+        "# rsa-scheduler archive index v1: archive<TAB>type<TAB>size<TAB>path\n"
+        "rsa-7-0.tar\td\t0\td\nrsa-7-0.tar\tf\t8\td/a\nrsa-7-1.tar\tf\t12\td/b\n")
+    line = where_output(job("released", "finished", *END, ("rsa", "output-verified"),
+                            stage_out="tar", data_out=str(out)))
+    command = line.split("to get the files back: ", 1)[1]
+    subprocess.run(["bash", "-c", command], check=True, cwd="/")
+    assert (out / "d" / "a").read_bytes() == b"this run"
+    assert (out / "d" / "b").read_bytes() == b"this run too"
+    assert (out / "d").stat().st_mtime == 1_000_000_000
 
 
 def test_quarantine_says_the_data_is_kept_and_what_to_do() -> None:

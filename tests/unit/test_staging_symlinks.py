@@ -150,3 +150,22 @@ def test_tar_stage_out_never_writes_through_planted_archive_names(
     assert not (out / "rsa-88.index.part").exists()
     assert str(out / "rsa-88-0.tar") in stats.archives
     assert eng.verify(str(area / "src"), str(out), method="tar").ok
+
+
+@needs_root
+def test_tar_stage_out_never_moves_its_archives_through_a_symlink_to_a_directory(
+        area: Path, user: Identity) -> None:
+    """Found by review 2026-11-30: the archive and the index were renamed into place
+    with ``mv -f`` (no ``-T``), which takes a symlink to a directory at the archive's
+    name for that directory and moves the file into it: someone who may write DATA_OUT
+    (a teammate in a group-writable one, sticky or not: the kernel's protected_symlinks
+    spares only world-writable ones) had the job's archive and index moved into a
+    directory of their choice, and every verify then fail."""
+    out = area / "out"
+    os.symlink(area / "victim" / "dir", out / "rsa-88-0.tar")
+    os.symlink(area / "victim" / "dir", out / "rsa-88.index")
+    eng = engine(user)
+    eng.stage_out(str(area / "src"), str(out), method="tar")
+    assert list((area / "victim" / "dir").iterdir()) == []
+    assert not (out / "rsa-88-0.tar").is_symlink() and not (out / "rsa-88.index").is_symlink()
+    assert eng.verify(str(area / "src"), str(out), method="tar").ok

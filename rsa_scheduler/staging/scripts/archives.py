@@ -4,7 +4,8 @@ Owns ``TAR_PACK`` (a list into one POSIX archive, written to a fresh ``.part`` n
 renamed), ``TAR_LIST`` (parsed by ``manifest.parse_tar_listing``), ``TAR_HASH`` with
 ``TAR_HASH_MEMBER`` (every member's content hash; both read the archive after dropping
 it from the node's page cache, ``UNCACHE``), ``WRITE`` (the index, written the same
-way; ``FRESH``) and their argv builders.
+way; ``FRESH``), ``READ`` (the index read back for verify, the same way as an archive)
+and their argv builders.
 
 Pure: builds lists, runs nothing. Imports only ``shell``.
 """
@@ -17,13 +18,15 @@ from rsa_scheduler.staging.scripts.shell import PRELUDE, bash
 # odd names; written to <archive>.part and renamed, so a re-run never leaves a torn file.
 # The .part file is created afresh (rm, then noclobber: O_EXCL), so a symlink planted
 # under that predictable name in a shared DATA_OUT is removed, never written through;
-# the rename replaces one at the archive's own name.
+# the rename replaces one at the archive's own name: ``mv -T``, since a plain ``mv``
+# takes a symlink to a directory there (or a directory) for the directory to move the
+# file into (found by review 2026-11-30); a directory there fails the stage-out.
 FRESH = 'rm -f -- "$p.part" && set -C && '
 TAR_PACK = PRELUDE + (
     'cd -- "$1" || exit 66; p=$2; ' + FRESH + 'base64 -d | tar --null '
     '--verbatim-files-from --no-recursion -T - --format=posix '
     '--pax-option=delete=atime,delete=ctime -S -cf - > "$p.part" '
-    '&& mv -f -- "$p.part" "$p"')
+    '&& mv -f -T -- "$p.part" "$p"')
 
 # Verify reads an archive ($1) back only after this node wrote back what it holds
 # dirty of it (sync FILE: fsync) and dropped it from its page cache (dd iflag=nocache
@@ -44,7 +47,12 @@ TAR_HASH = PRELUDE + UNCACHE + (
 
 # Write stdin (base64) to a file atomically (a fresh .part file, as for TAR_PACK).
 WRITE = PRELUDE + ('p=$1; ' + FRESH + 'base64 -d > "$p.part" && '
-                   'mv -f -- "$p.part" "$p"')
+                   'mv -f -T -- "$p.part" "$p"')
+
+
+# Read a file ($1: the index) back for verify, as TAR_LIST reads an archive: written back
+# and dropped from this node's page cache first, never through a symlink.
+READ = PRELUDE + UNCACHE + 'dd if="$1" iflag=nofollow bs=1M status=none | base64 -w0'
 
 
 def tar_pack_argv(root: str, archive: str) -> list[str]:
@@ -61,3 +69,8 @@ def tar_hash_argv(archive: str) -> list[str]:
 
 def write_argv(path: str) -> list[str]:
     return bash(WRITE, path)
+
+
+def read_argv(path: str) -> list[str]:
+    """``path`` (the index) as this node's filesystem client fetches it (``READ``)."""
+    return bash(READ, path)
