@@ -11,6 +11,7 @@ clock.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -168,7 +169,7 @@ def where_output(job: Mapping[str, Any]) -> str | None:
             # mtimes come out exact; never a glob: another file so named (an earlier
             # job's with this id) would be extracted over this run's (restore_command)
             return (f"on the PFS in {out} as tar archives {prefix}-<n>.tar (index "
-                    f"{prefix}.index), verified; to get the files back: cd {out} && "
+                    f"{prefix}.index), verified; to get the files back: cd {shlex.quote(out)} && "
                     f"{restore_command(prefix)}")
         return f"on the PFS in {out}, verified (every file compared with the RAMDISK's)"
     if got is not None:

@@ -72,8 +72,9 @@ def test_the_restore_command_extracts_the_runs_archives_only_archive_0_last(
         tmp_path: Path) -> None:
     """Found by review 2026-11-30: the line globbed rsa-7-*.tar, archive 0 first. An
     earlier job's rsa-7-2.tar (Slurm gave the id again) was extracted after this run's
-    and replaced its files; the directories' mtimes were those of the extraction."""
-    out = tmp_path / "out"
+    and replaced its files; the directories' mtimes were those of the extraction. And a
+    DATA_OUT with a space in its path is one word of the line's ``cd``."""
+    out = tmp_path / "my out"
     out.mkdir()
     _archive(out / "rsa-7-0.tar", [("d", None, 1_000_000_000), ("d/a", b"this run", 5)])
     _archive(out / "rsa-7-1.tar", [("d/b", b"this run too", 5)])
