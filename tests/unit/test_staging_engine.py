@@ -443,6 +443,33 @@ def test_stage_out_in_a_shared_sticky_directory_is_not_stopped_by_another_users_
         sorted(p.name for p in planted)
 
 
+def test_an_archive_name_another_user_holds_in_a_sticky_directory_says_whose_and_what_to_do(
+        area: Path, user: Identity) -> None:
+    """Archive names are predictable: in a shared sticky DATA_OUT another user can create
+    one first, and only they or root can remove it there. The stage-out fails, as it
+    did, permanently (the RAMDISK kept for a retry), but the line now says whose name it
+    is and what to do (found by review 2026-11-30: "Operation not permitted" alone); the
+    name stays theirs. In the user's own sticky directory nothing is refused."""
+    eng = staged(area, user)
+    out = area / "outs" / "shared"
+    out.mkdir()
+    out.chmod(0o1777)
+    other_uid = 12345
+    theirs = out / "rsa-77-1.tar"
+    theirs.write_text("theirs")
+    os.chown(theirs, other_uid, other_uid)
+    with pytest.raises(StagingError) as e:
+        eng.stage_out(str(area / "ram"), str(out), method="tar")
+    assert e.value.permanent
+    assert f"{theirs} is UNKNOWN's (uid {other_uid}): Operation not permitted to replace " \
+        "it, in a sticky directory only its owner or root may; ask them to remove it; " \
+        "then an operator's rsa retry stages the output out again" in str(e.value), str(e.value)
+    assert theirs.read_text() == "theirs" and theirs.stat().st_uid == other_uid
+    os.chown(out, user.uid, user.gid)  # the user's own sticky directory: theirs to replace
+    eng.stage_out(str(area / "ram"), str(out), method="tar")
+    assert eng.verify(str(area / "ram"), str(out), method="tar").ok
+
+
 def test_part_directory_names_are_unpredictable_and_checked() -> None:
     assert scripts.part_dir("77", "ab12") == ".rsa-staging-77-ab12"
     assert scripts.is_part_dir(b".rsa-staging-77-ab12", "77")

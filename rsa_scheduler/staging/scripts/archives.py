@@ -21,7 +21,20 @@ from rsa_scheduler.staging.scripts.shell import PRELUDE, bash
 # the rename replaces one at the archive's own name: ``mv -T``, since a plain ``mv``
 # takes a symlink to a directory there (or a directory) for the directory to move the
 # file into (found by review 2026-11-30); a directory there fails the stage-out.
-FRESH = 'rm -f -- "$p.part" && set -C && '
+#
+# In a sticky directory (a shared DATA_OUT) another user may hold an archive's (or the
+# index's) name, or its .part name, first: nothing but its owner or root can remove it
+# there, so the stage-out cannot write that name. TAKEN says whose it is and what to do
+# in one line (rm or mv only said "Operation not permitted", which it keeps: the failure
+# stays permanent, the RAMDISK kept for an operator's rsa retry).
+TAKEN = ('me=$(id -u); d=${p%/*}; if [ -k "$d" ] && [ "$(stat -c %u -- "$d")" != "$me" ]; '
+         'then for n in "$p" "$p.part"; do o=$(stat -c %u -- "$n" 2>/dev/null) || continue; '
+         '[ "$o" = "$me" ] || { echo "$n is $(stat -c %U -- "$n")\'s (uid $o): Operation '
+         'not permitted to replace it, in a sticky directory only its owner or root may; '
+         'ask them to remove it; then an operator\'s rsa retry stages the output out again" '
+         '>&2; exit 1; }; '
+         'done; fi; ')
+FRESH = TAKEN + 'rm -f -- "$p.part" && set -C && '
 TAR_PACK = PRELUDE + (
     'cd -- "$1" || exit 66; p=$2; ' + FRESH + 'base64 -d | tar --null '
     '--verbatim-files-from --no-recursion -T - --format=posix '
