@@ -28,6 +28,12 @@ from typing import Any
 from ClusterShell.NodeSet import NodeSet
 
 from rsa_scheduler.core.actions import ActionKind
+from rsa_scheduler.core.epilogs import (
+    SLURM_EVERY,
+    epilogs_left,
+    slurm_due,
+    unconfirmed_words,
+)
 from rsa_scheduler.core.hostlist import check_size
 from rsa_scheduler.core.payloads import (
     MountInputArgs,
@@ -102,8 +108,15 @@ class NodeSide:
                  write_back: Callable[[ActionContext, str], Mapping[str, Any]] | None = None,
                  written_back: Callable[[str], None] = lambda _fs_id: None,
                  guard: Callable[[], str | None] = lambda: None,
+                 slurm_nodes: Callable[[str], frozenset[str] | None] = lambda _job: None,
+                 slurm_every: float = SLURM_EVERY,
                  ) -> None:
         self.backend_for = backend_for
+        # the nodes on which Slurm still has a job (running it, or its Epilog not finished
+        # there: core/epilogs.py); None when Slurm cannot say. What confirms the Epilog of
+        # a node rsad did not hear (it was away): never the silence of the node's agent
+        self.slurm_nodes = slurm_nodes
+        self.slurm_every = slurm_every  # how often it is asked while rsad waits
         # the guard every node Prolog loads, whatever its job (FilesystemBackend.node_guard)
         self.guard = guard
         # writable input's last write-back, between the release and the recreation
@@ -250,37 +263,32 @@ class NodeSide:
 
     def release_mounts(self, ctx: ActionContext) -> list[str]:
         """Before DESTROY_FS (daemon/data.py): every compute node that may hold a mount of
-        the job's RAMDISK, of any run of the job, releases it first: the nodes with a
-        live agent and those that confirmed a mount and did not run their Epilog since
-        (recorded: ``mounted``, which survives an rsad restart; a restarted rsad first
-        gives their agents ``agent_settle`` to reconnect, from when its API answers them:
-        :meth:`closed`). A node that does not confirm
-        within ``reset_timeout`` (busy, failed or silent) keeps the RAMDISK: the teardown
-        fails and is retried. A recorded node with no agent ran its Epilog while rsad was
-        away (the Epilog takes every mount of the job down, and stops its agent): nothing
-        to ask. Returns the nodes that released."""
+        the job's RAMDISK, of any run of the job, releases it first: the nodes with an
+        agent and those that confirmed a mount (recorded: ``mounted``, which survives an
+        rsad restart), less those whose Epilog is confirmed (:meth:`_unconfirmed`: rsad
+        heard it, or Slurm no longer has the job there). A node that does not confirm the
+        release within ``reset_timeout`` (busy, failed or silent: its agent may have died
+        while the job still runs there) keeps the RAMDISK: the teardown fails and is
+        retried. Returns the nodes that released."""
         job = ctx.action.job_id
-        with self._cond:
-            j = self._settled(ctx)
-            if j is None:
-                return []
-            ask = frozenset((j.agents | j.mounted) - j.ended)
-            if not ask:
-                return []
+        wait, held = self._unconfirmed(ctx)
+        if not wait:
+            return []
         try:
             v = self._step(ctx, release_instruction(0, job_id=job), self.reset_timeout,
-                           only=ask)
+                           only=wait)
         except BusyError as e:  # silent nodes
             raise RsaError(f"compute node(s) {', '.join(e.silent)} did not confirm the "
-                           f"release of the RAMDISK within {self.reset_timeout:.0f}s: it is "
+                           f"release of the RAMDISK within {self.reset_timeout:.0f}s, nor "
+                           f"is their Epilog confirmed ({unconfirmed_words(held)}): it is "
                            "kept (they may still use it); the teardown will retry") from e
         if v.state != "ok":
             raise RsaError(f"compute node(s) did not release the RAMDISK before its "
                            f"teardown ({v.state}: {v.message}): the RAMDISK is kept (they "
                            "may still use it); will retry")
         log.info("job %s: %s released the RAMDISK before its teardown", job,
-                 ",".join(sorted(ask)))
-        return sorted(ask)
+                 ",".join(sorted(wait)))
+        return sorted(wait)
 
     def await_epilogs(self, ctx: ActionContext) -> list[str]:
         """Before a stage-out reads the RAMDISK (daemon/data.py): wait until every compute
@@ -290,31 +298,72 @@ class NodeSide:
         SIGTERM and ``KillWait`` seconds (30 by default) before SIGKILL, and a job that
         writes its last checkpoint on SIGTERM (a cancel, its time limit) wrote it to the
         RAMDISK after a quick stage-out had been verified: destroyed with the RAMDISK,
-        while the user read "stage-out finished: content verified". The nodes asked:
-        those with a live agent or a confirmed mount, less those whose Epilog ran (after
-        an rsad restart, the recorded ones whose agent reconnects within
-        ``agent_settle``, as :meth:`release_mounts`). Waits at most ``reset_timeout``
-        (a node that failed never runs its Epilog): returns the nodes that still had
-        not, and the stage-out goes on (the teardown asks them to release it)."""
+        while the user read "stage-out finished: content verified". The nodes waited for:
+        those with an agent or a confirmed mount (recorded, after an rsad restart), until
+        rsad hears their Epilog or Slurm no longer has the job there (asked every
+        ``slurm_every`` s: :meth:`_unconfirmed`); never because an agent is silent. Waits
+        at most ``reset_timeout`` (counted from when rsad's API answers the nodes: a node
+        that failed never runs its Epilog): returns the nodes still not confirmed, and
+        the stage-out goes on (the teardown asks them to release it)."""
         job = ctx.action.job_id
         with self._cond:
-            j = self._settled(ctx)
-            if j is None:
-                return []
-            deadline = self.clock() + self.reset_timeout
-            while True:
-                left = sorted((j.agents | j.mounted) - j.ended)
-                if not left:
+            start = self.clock()
+        asked: float | None = None
+        held: frozenset[str] | None = None
+        while True:
+            with self._cond:
+                j = self._jobs.get(job)
+                known = self._known(ctx, j or JobNodes())
+                if j is None and not known:
+                    return []
+                j = self._job(job)
+                left = epilogs_left(j.agents | j.mounted | known, j.ended, held)
+                if not left.waiting:
+                    if left.confirmed:
+                        log.info("job %s: Slurm no longer has the job on %s: their Epilog "
+                                 "ran (rsad did not hear it)", job,
+                                 ",".join(sorted(left.confirmed)))
                     return []
                 if ctx.cancel.cancelled:
                     raise Cancelled(ctx.cancel.reason)
-                wait = deadline - self.clock()
+                now = self.clock()
+                wait = self._left(start, self.reset_timeout)
                 if wait <= 0:
-                    log.warning("job %s: %s did not run the Epilog within %.0fs of the "
-                                "job's end: staging its output out all the same", job,
-                                ",".join(left), self.reset_timeout)
-                    return left
-                self._cond.wait(min(wait, 0.5))
+                    log.warning("job %s: %s: no Epilog confirmed within %.0fs of the "
+                                "job's end (%s): staging its output out all the same; what "
+                                "the job's processes there write after the copy is not in "
+                                "it", job, ",".join(sorted(left.waiting)),
+                                self.reset_timeout, unconfirmed_words(held))
+                    return sorted(left.waiting)
+                if not slurm_due(asked, now, self.slurm_every):
+                    self._cond.wait(min(wait, 0.5))
+                    continue
+                asked = now
+            held = self.slurm_nodes(job)  # outside the lock: Slurm may take seconds
+
+    def _unconfirmed(self, ctx: ActionContext) -> tuple[frozenset[str],
+                                                         frozenset[str] | None]:
+        """The nodes that may hold a mount of ``ctx``'s job and whose Epilog is not
+        confirmed (core/epilogs.py): with an agent, a confirmed mount or recorded as
+        holding it (``mounted``, across rsad restarts), less those whose Epilog rsad
+        heard and those on which Slurm (asked once, when any is left) no longer has the
+        job. Also Slurm's answer (None: not asked, or it could not say)."""
+        job = ctx.action.job_id
+        with self._cond:
+            j = self._jobs.get(job)
+            known = self._known(ctx, j or JobNodes())
+            if j is None and not known:
+                return frozenset(), None
+            j = self._job(job)
+            if not epilogs_left(j.agents | j.mounted | known, j.ended, None).waiting:
+                return frozenset(), None
+        held = self.slurm_nodes(job)
+        with self._cond:
+            left = epilogs_left(j.agents | j.mounted | known, j.ended, held)
+        if left.confirmed:
+            log.info("job %s: Slurm no longer has the job on %s: their Epilog ran "
+                     "(rsad did not hear it)", job, ",".join(sorted(left.confirmed)))
+        return left.waiting, held
 
     def _mount(self, ctx: ActionContext, *, role: str, target: PurePosixPath | None,
                mode: MountMode, spec: MountSpec | None = None,
@@ -477,22 +526,6 @@ class NodeSide:
         j.standing = None
         j.asked.clear()
 
-    def _settled(self, ctx: ActionContext) -> JobNodes | None:
-        """Holding ``self._cond``: the nodes of ``ctx``'s job, once the agents of the nodes
-        its facts record as mounted (``mounted`` survives an rsad restart) reconnected or
-        a restarted rsad's ``agent_settle`` passed; None when nothing of the job's nodes
-        is known."""
-        j = self._jobs.get(ctx.action.job_id)
-        known = self._known(ctx, j or JobNodes())
-        if j is None and not known:
-            return None
-        j = self._job(ctx.action.job_id)
-        while known - j.agents - j.ended and self._settling():
-            if ctx.cancel.cancelled:
-                raise Cancelled(ctx.cancel.reason)
-            self._cond.wait(0.2)
-        return j
-
     def _settling(self, since: float | None = None) -> bool:
         """Holding ``self._cond``: whether agents may still be reconnecting: rsad's API
         answers none yet (:meth:`closed`), or has for less than ``agent_settle``, counted
@@ -512,12 +545,11 @@ class NodeSide:
 
     def closed(self) -> None:
         """rsad starts (Registry.starting, before it re-issues what was outstanding): its
-        API answers no agent until it is ready (:meth:`opened`). A re-issued step that
-        gives the agents of the recorded mounts ``agent_settle`` to reconnect counts it
-        from then: before, it counted from rsad's construction, and a start that took
-        longer (the log replayed, the RSA nodes fenced) left the agents no time at all,
-        the stage-out read the RAMDISK and the teardown destroyed it while a node still
-        had it mounted, its job's processes still writing."""
+        API answers no agent or Epilog until it is ready (:meth:`opened`). A re-issued
+        step's timeout (a stage-out's wait for the Epilogs too), and the ``agent_settle``
+        an output mount gives the agents to reconnect, count from then: before, they
+        counted from rsad's construction, and a start that took longer (the log
+        replayed, the RSA nodes fenced) left the nodes no time at all."""
         with self._cond:
             self.born = None
 

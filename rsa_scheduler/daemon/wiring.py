@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from rsa_scheduler.config import Config, SlurmMode
 from rsa_scheduler.core.actions import ActionKind
+from rsa_scheduler.core.epilogs import slurm_holds
 from rsa_scheduler.core.policy import NodeState
 from rsa_scheduler.core.scheduler import Scheduler
 from rsa_scheduler.daemon.executors import ActionContext, BusyError, PermanentError, Registry
@@ -23,7 +24,7 @@ from rsa_scheduler.daemon.service import Daemon
 from rsa_scheduler.errors import RsaError
 from rsa_scheduler.hosts import Host
 from rsa_scheduler.slurm.cli import CliSlurm, guard_warning, lockin_problem, qos_warning
-from rsa_scheduler.slurm.port import SlurmError, SlurmPort, UnlockGone, UnlockLater
+from rsa_scheduler.slurm.port import JobPlaces, SlurmError, SlurmPort, UnlockGone, UnlockLater
 from rsa_scheduler.store import Store
 
 if TYPE_CHECKING:
@@ -154,6 +155,20 @@ def make_engines(cfg: Config) -> EnginePool | None:
     return EnginePool(nice=cfg.staging.engine_nice, memory=cfg.staging.engine_memory)
 
 
+def slurm_nodes(slurm: object, job: str) -> frozenset[str] | None:
+    """The nodes on which Slurm still has ``job`` (running it, or its Epilog not finished
+    there: core/epilogs.py); None when Slurm cannot say (a port without ``job_nodes``,
+    slurmctld unreachable): then no node's Epilog is taken as confirmed by Slurm."""
+    if not isinstance(slurm, JobPlaces):
+        return None
+    try:
+        rows = slurm.job_nodes(job)
+    except SlurmError as e:
+        log.warning("job %s: Slurm could not say where the job still is: %s", job, e)
+        return None
+    return slurm_holds((r.state, r.nodes) for r in rows)
+
+
 def make_registry(cfg: Config, slurm: SlurmPort, hosts: Mapping[str, Host] | None = None,
                   workers: EnginePool | None = None) -> Registry:
     """The executors; with ``hosts``, the data path's, its bulk staging run in ``workers``
@@ -191,7 +206,8 @@ def make_registry(cfg: Config, slurm: SlurmPort, hosts: Mapping[str, Host] | Non
                         reset_timeout=max(90.0, 3 * cfg.hooks.timeout),
                         max_hold=cfg.hooks.max_hold, exclusive=data.exclusive,
                         learned=data.learned, write_back=data.write_back_to,
-                        written_back=data.bases.drop, guard=guard)
+                        written_back=data.bases.drop, guard=guard,
+                        slurm_nodes=lambda job: slurm_nodes(slurm, job))
         side.register(registry)
         data.release_mounts = side.release_mounts  # before every teardown
         data.await_epilogs = side.await_epilogs  # before every stage-out

@@ -22,6 +22,7 @@ from rsa_scheduler.slurm.parse import (
     DEPENDENT_FORMAT,
     EPOCH_TIME,
     JOB_INFO_FORMAT,
+    JOB_NODES_FORMAT,
     LOCK_VIEW_FORMAT,
     NULL,
     PENDING_FORMAT,
@@ -29,12 +30,14 @@ from rsa_scheduler.slurm.parse import (
     SINFO_PARTITIONS,
     DependentRow,
     JobInfo,
+    JobNodesRow,
     LockView,
     ParseError,
     QueueRow,
     parse_dependents,
     parse_end_states,
     parse_job_info,
+    parse_job_nodes,
     parse_lock_view,
     parse_pending,
     parse_queue,
@@ -91,6 +94,24 @@ def drain_argv(bin_dir: Path, nodes: Sequence[str], reason: str) -> list[str]:
 def job_info_argv(bin_dir: Path, job_id: str) -> list[str]:
     """One job's identity (parse.JOB_INFO_FIELDS), in any state Slurm still keeps."""
     return [str(bin_dir / "squeue"), "-h", "-t", "all", "-j", job_id, "-O", JOB_INFO_FORMAT]
+
+
+def job_nodes_argv(bin_dir: Path, job_id: str) -> list[str]:
+    """Where Slurm has one job: its state and the nodes that still run it or have not
+    finished it (parse.JOB_NODES_FIELDS), in any state Slurm still keeps."""
+    return [str(bin_dir / "squeue"), "-h", "-t", "all", "-j", job_id, "-O", JOB_NODES_FORMAT]
+
+
+#: what squeue says (on stderr, exit 1) of a job id slurmctld has no record of
+UNKNOWN_JOB = "Invalid job id specified"
+
+
+def unknown_job(error: CommandError) -> bool:
+    """Whether squeue failed because slurmctld has no record of the job (it purges one
+    MinJobAge after the job finished on every node), not because Slurm could not be
+    read."""
+    return (not error.timed_out and not error.stopped and error.returncode == 1
+            and UNKNOWN_JOB in error.stderr_tail)
 
 
 def end_states_argv(bin_dir: Path, job_ids: Sequence[str]) -> list[str]:
@@ -381,6 +402,22 @@ class CliSlurm:
         if not job_ids:
             return {}
         return parse_end_states(self._run(end_states_argv(self.bin_dir, job_ids)))
+
+    def job_nodes(self, job_id: str) -> list[JobNodesRow]:
+        """Where Slurm has ``job_id`` (one squeue call): a line per job or hetjob
+        component, none when Slurm no longer has it (:func:`unknown_job`). Raises
+        SlurmError when Slurm cannot be read."""
+        try:
+            text = self._run(job_nodes_argv(self.bin_dir, job_id))
+        except SlurmError as e:
+            cause = e.__cause__
+            if isinstance(cause, CommandError) and unknown_job(cause):
+                return []
+            raise
+        try:
+            return parse_job_nodes(text, job_id)
+        except ParseError as e:
+            raise SlurmError(f"job {job_id}: {e}") from e
 
     def drain_nodes(self, nodes: Sequence[str], reason: str) -> None:
         self._run(drain_argv(self.bin_dir, nodes, reason))

@@ -222,6 +222,48 @@ def parse_job_info(text: str, job_id: str) -> JobInfo:
     return found[0]
 
 
+#: ``squeue -h -t all -j JOB -O JOB_NODES_FORMAT``: where Slurm has one job, per line (a
+#: heterogeneous job's components each have theirs): its state and node list. For a
+#: COMPLETING job the node list holds only the nodes that have not yet finished it (their
+#: Epilog has not run, or is running: squeue(1), ``%N``); a pending job has none. No field
+#: holds text a user chose.
+JOB_NODES_FIELDS: tuple[str, ...] = ("JobArrayID", "State", "NodeList")
+JOB_NODES_FORMAT = ",".join(f"{f}:0|" for f in JOB_NODES_FIELDS)
+
+
+@dataclass(frozen=True, slots=True)
+class JobNodesRow:
+    """One line of :data:`JOB_NODES_FORMAT`: a job (or a hetjob's component), its state
+    and Slurm's folded node list (``""`` for none)."""
+
+    job_id: str
+    state: str
+    nodes: str
+
+
+def parse_job_nodes(text: str, job_id: str) -> list[JobNodesRow]:
+    """The lines of ``squeue -h -t all -j JOB -O JOB_NODES_FORMAT`` that are job
+    ``job_id``'s: its own (an array task's ``A_T``) or its components' (``job_id+N``).
+    No line: Slurm no longer has the job (it purges a job's record only once the job is
+    done on every node). A line of another shape is a ParseError."""
+    out: list[JobNodesRow] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split("|")
+        if len(parts) < len(JOB_NODES_FIELDS) or not _JOB_ID.match(parts[0]) or \
+                any(p.strip() for p in parts[len(JOB_NODES_FIELDS):]):
+            raise ParseError(f"squeue job nodes line not understood: {line[:200]!r}")
+        own, state, nodes = (p.strip() for p in parts[:len(JOB_NODES_FIELDS)])
+        if own != job_id and own.partition("+")[0] != job_id:
+            continue
+        if not state:
+            raise ParseError(f"squeue printed no state for job {own}: {line[:200]!r}")
+        out.append(JobNodesRow(job_id=own, state=state,
+                               nodes="" if nodes in (NULL, "None assigned") else nodes))
+    return out
+
+
 #: ``squeue -t PD`` fields of :func:`parse_pending` (as captured in tests/data/slurm/)
 PENDING_FIELDS: tuple[str, ...] = ("JobArrayID", "NumNodes", "Reason", "Partition")
 PENDING_FORMAT = ",".join(f"{f}:0|" for f in PENDING_FIELDS)

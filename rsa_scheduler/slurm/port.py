@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from rsa_scheduler.errors import RsaError
-from rsa_scheduler.slurm.parse import JobInfo, QueueRow
+from rsa_scheduler.slurm.parse import JobInfo, JobNodesRow, QueueRow
 
 
 class SlurmError(RsaError):
@@ -112,4 +112,16 @@ class Accounting(Protocol):
     def end_states(self, job_ids: Sequence[str]) -> dict[str, str]:
         """{job id: its end state (``COMPLETED``, ``CANCELLED``, ...)} of the jobs
         accounting knows; raises SlurmError without accounting."""
+        ...
+
+
+@runtime_checkable
+class JobPlaces(Protocol):
+    """A port that says where a job still is: the compute nodes that run it or have not
+    finished it (their Epilog), which rsad waits for before it reads or destroys the
+    job's RAMDISK (daemon/nodeside.py)."""
+
+    def job_nodes(self, job_id: str) -> list[JobNodesRow]:
+        """The job's (or its hetjob components') state and node list, one row each; none
+        when Slurm no longer has the job. Raises SlurmError when Slurm cannot be read."""
         ...

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rsa_scheduler.slurm.cli import CliSlurm
-from rsa_scheduler.slurm.parse import JobInfo, QueueRow
+from rsa_scheduler.slurm.parse import JobInfo, JobNodesRow, QueueRow
 from rsa_scheduler.slurm.port import SlurmError
 
 
@@ -91,6 +91,9 @@ class PySlurm:
 
     def job_info(self, job_id: str) -> JobInfo:
         return self.cli.job_info(job_id)
+
+    def job_nodes(self, job_id: str) -> list[JobNodesRow]:
+        return self.cli.job_nodes(job_id)
 
     def idle_nodes(self) -> dict[str, int]:
         return self.cli.idle_nodes()

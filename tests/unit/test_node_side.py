@@ -422,11 +422,11 @@ def test_a_reset_of_a_job_that_ended_before_it_ran_does_not_wait_for_a_release()
     """Found by the chaos harness (seed 20273127): rsad killed before the reset recreated
     the RAMDISK, the job ended meanwhile. The Epilogs took the job's mounts down and no
     agent will answer a release: the re-issued reset recreates the (input-only) RAMDISK
-    empty once the recorded nodes' agents had ``agent_settle`` to reconnect (none does:
-    their Epilogs ran), instead of waiting its whole timeout after every restart."""
+    empty once Slurm says the job is done on the recorded nodes (their Epilogs ran),
+    instead of waiting its whole timeout after every restart."""
     side, reg, backend = make_side()
     side.reset_timeout = 60.0
-    side.agent_settle = 0.1
+    side.slurm_nodes = lambda _job: frozenset()  # the job ended on every node
     milestones: list[Mapping[str, Any]] = []
     action = Action("7/1/reset/3", "7", ActionKind.RESET, RESET_ARGS)
     ctx = ActionContext(action=action, cancel=CancelToken(), progress=lambda _d: None,
@@ -474,9 +474,10 @@ def test_a_reset_reissued_for_a_requeued_job_drains_no_node_whose_epilog_was_unh
     """As above, but the nodes' Epilogs ran while rsad was down (unheard: the job's facts
     still count c1 and c2). On the code before, the release waited for c1 and c2, whose
     agents the Epilogs had stopped, and ended BUSY with both silent: rsad drained them in
-    Slurm. Their agents do not reconnect within ``agent_settle``: they ran their Epilog."""
+    Slurm. Slurm says the requeued job is pending: its run is over on c1 and c2, their
+    Epilogs ran."""
     side, reg, backend = make_side(timeout=1.5)
-    side.agent_settle = 0.1
+    side.slurm_nodes = lambda _job: frozenset()  # PENDING again: on no node
     out = reissued_reset(reg, {"mount": SPEC.to_json(), "mounted": ["c1", "c2"]},
                          job_running=False).result(10)
     assert out.result is Result.OK, out  # before: BUSY, {"silent": ["c1", "c2"]}
@@ -864,16 +865,57 @@ def test_nodes_whose_epilog_ran_are_not_asked() -> None:
     assert releasing(side, teardown_ctx()).result(2) == []
 
 
-def test_after_a_restart_the_agents_of_recorded_mounts_are_waited_for() -> None:
-    """A restarted rsad knows the mounts from the log (``mounted``): it gives their agents
-    time to reconnect; a recorded node with no agent ran its Epilog while rsad was down."""
+def test_after_a_restart_a_recorded_node_slurm_is_done_with_is_not_asked() -> None:
+    """A restarted rsad knows the mounts from the log (``mounted``). c2's Epilog ran while
+    rsad was down (unheard): Slurm no longer has the job there, so it holds nothing and
+    is not asked; c1, where Slurm still has the job, releases its mount."""
     side, _reg, _ = make_side(timeout=2.0)
-    side.agent_settle = 1.0
+    side.slurm_nodes = lambda job: frozenset({"c1"}) if job == "7" else None
     fut = releasing(side, teardown_ctx({"mount": SPEC.to_json(), "mounted": ["c1", "c2"]}))
-    rel = side.agent("7", "c1", "c[1-2]", 0, wait=3)  # c1's agent reconnects; c2's never
+    rel = side.agent("7", "c1", "c[1-2]", 0, wait=SOON)  # c1's agent reconnects
     assert rel["do"] == "release"
     side.report("7", "c1", {"seq": rel["seq"], "ok": True})
     assert fut.result(5) == ["c1"]
+
+
+def test_after_a_restart_a_recorded_node_whose_agent_died_keeps_the_ramdisk() -> None:
+    """c2's agent died (kill -9, the OOM killer) while the job still runs there, its
+    processes still writing to the RAMDISK; rsad restarted. On the code before, c2's
+    agent not reconnecting within ``agent_settle`` was taken for an Epilog that ran
+    while rsad was away: only c1 was asked, and the teardown destroyed the RAMDISK c2
+    still had mounted. Slurm still has the job on c2: its Epilog is not confirmed, it is
+    asked to release, and being silent it keeps the RAMDISK (the teardown retries)."""
+    side, _reg, _ = make_side(timeout=1.5)
+    side.agent_settle = 0.1
+    side.slurm_nodes = lambda _job: frozenset({"c1", "c2"})  # RUNNING on c[1-2]
+    fut = releasing(side, teardown_ctx({"mount": SPEC.to_json(), "mounted": ["c1", "c2"]}))
+    rel = side.agent("7", "c1", "c[1-2]", 0, wait=SOON)
+    side.report("7", "c1", {"seq": rel["seq"], "ok": True})
+    with pytest.raises(RsaError, match=r"c2 did not confirm the release of the RAMDISK "
+                                       r"within 2s, nor is their Epilog confirmed "
+                                       r"\(Slurm still has the job there\): it is kept"):
+        fut.result(5)  # before: ["c1"], and the RAMDISK destroyed under c2
+
+
+def test_after_a_restart_a_recorded_node_is_asked_while_slurm_cannot_say() -> None:
+    """slurmctld does not answer: no Epilog of c2 is confirmed, so c2 is asked, and
+    keeps the RAMDISK while it does not answer; the error says why."""
+    side, _reg, _ = make_side(timeout=1.0)
+    side.slurm_nodes = lambda _job: None
+    fut = releasing(side, teardown_ctx({"mount": SPEC.to_json(), "mounted": ["c2"]}))
+    with pytest.raises(RsaError, match=r"c2 did not confirm .*\(Slurm could not be asked "
+                                       r"whether it ran\): it is kept"):
+        fut.result(5)
+
+
+def test_a_node_slurm_is_done_with_is_not_asked_though_its_epilog_was_unheard() -> None:
+    """The live rsad: c2's Epilog ran but its report was lost (rsad busy, the network):
+    Slurm no longer has the job there; its stale agent is not waited for."""
+    side, reg, _ = make_side(timeout=5.0)
+    mounted_input_on(side, reg, ("c1", "c2"))
+    side.epilog("7", "c1")
+    side.slurm_nodes = lambda _job: frozenset()  # COMPLETED: done on every node
+    assert releasing(side, teardown_ctx()).result(2) == []
 
 
 def test_a_teardown_never_destroys_what_a_node_did_not_release() -> None:

@@ -12,7 +12,9 @@ into ``DataPath.stage_out``). The lab test: ``tests/e2e/test_late_write.py``.
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import PurePosixPath
 
@@ -126,10 +128,10 @@ def test_the_write_back_after_the_run_waits_too_and_one_while_it_runs_does_not()
 
 def test_a_slow_start_leaves_the_agents_their_time_to_reconnect() -> None:
     """rsad restarted while the job's processes were winding down (SIGTERM, KillWait):
-    its re-issued stage-out waits for the nodes the job's facts record as holding the
-    mount once their agents reconnect, and their agents get ``agent_settle`` to do so.
-    On the code before, that time counted from rsad's construction, not from the moment
-    its API answers the agents again (after the log is replayed and the RSA nodes are
+    its re-issued stage-out waits for the Epilogs of the nodes the job's facts record as
+    holding the mount, its time counted from when its API answers the nodes again. On
+    the code before, the agents' time to reconnect counted from rsad's construction, not
+    from the moment its API answers them (after the log is replayed and the RSA nodes are
     fenced): a start slower than ``agent_settle`` left them none, and the stage-out read
     the RAMDISK at once while c1 still had it mounted and its job still wrote."""
     now = [1000.0]
@@ -149,3 +151,72 @@ def test_a_slow_start_leaves_the_agents_their_time_to_reconnect() -> None:
         fut.result(0.5)  # c1's processes may still write
     side.epilog("7", "c1")
     assert fut.result(5) == []
+
+
+def restarted_side(held: Callable[[str], frozenset[str] | None], *,
+                   timeout: float = 30.0) -> NodeSide:
+    """A NodeSide as an rsad restarted a moment ago has it (its API open), Slurm asked
+    through ``held`` (every 0.05 s)."""
+    side, _reg, _ = make_side(timeout=timeout)
+    side.agent_settle = 0.1
+    side.slurm_nodes = held
+    side.slurm_every = 0.05
+    return side
+
+
+def test_after_a_restart_the_stage_out_waits_for_a_node_whose_agent_died() -> None:
+    """c2's agent died (kill -9, the OOM killer) while the job ran there; rsad restarted;
+    the job ends, its processes on c2 write their checkpoint on SIGTERM (KillWait). On
+    the code before, c2's agent not reconnecting within ``agent_settle`` was taken for an
+    Epilog that ran while rsad was away: the stage-out read and verified the RAMDISK
+    while c2 still wrote, and the checkpoint was destroyed with the RAMDISK. Slurm still
+    has the job on c2 (COMPLETING there): the stage-out waits for c2's Epilog."""
+    where = {"7": frozenset({"c1", "c2"})}  # COMPLETING on c[1-2]
+    side = restarted_side(lambda job: where.get(job, frozenset()))
+    fut = awaiting(side, stage_out_ctx(mounted=("c1", "c2")))
+    assert side.agent("7", "c1", "c[1-2]", 0, wait=0)["do"] == "idle"  # c1's is back
+    side.epilog("7", "c1")
+    where["7"] = frozenset({"c2"})
+    with pytest.raises(TimeoutError):
+        fut.result(1.0)  # before: [] after agent_settle, c2 still writing
+    side.epilog("7", "c2")  # c2's processes are gone: its Epilog tells rsad
+    assert fut.result(5) == []
+
+
+def test_a_node_whose_epilog_rsad_did_not_hear_is_confirmed_by_slurm() -> None:
+    """As above, but c2's Epilog could not tell rsad (it ran while rsad was away, or its
+    report was lost): Slurm no longer has the job there, and the stage-out goes on."""
+    where = {"7": frozenset({"c2"})}
+    side = restarted_side(lambda job: where.get(job, frozenset()))
+    fut = awaiting(side, stage_out_ctx(mounted=("c1", "c2")))
+    side.epilog("7", "c1")
+    with pytest.raises(TimeoutError):
+        fut.result(0.5)
+    where["7"] = frozenset()  # COMPLETED (or CANCELLED, TIMEOUT ...): done everywhere
+    assert fut.result(5) == []
+
+
+def test_after_a_restart_a_job_slurm_is_done_with_is_staged_out_at_once() -> None:
+    """Every recorded node's Epilog ran while rsad was away: Slurm says the job is done
+    on all of them, and the stage-out does not wait (before: ``agent_settle``, 12 s)."""
+    side, _reg, _ = make_side()
+    side.slurm_nodes = lambda _job: frozenset()
+    assert awaiting(side, stage_out_ctx(mounted=("c1", "c2"))).result(5) == []
+
+
+def test_while_slurm_cannot_say_the_stage_out_waits_its_whole_time(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """slurmctld does not answer: no unheard Epilog is confirmed; the stage-out waits
+    ``reset_timeout``, then goes on and says which node it did not hear, and why."""
+    asked: list[str] = []
+
+    def held(job: str) -> frozenset[str] | None:
+        asked.append(job)
+        return None
+
+    side = restarted_side(held, timeout=0.6)
+    with caplog.at_level(logging.WARNING, logger="rsa_scheduler.daemon.nodeside"):
+        assert awaiting(side, stage_out_ctx(mounted=("c2",))).result(5) == ["c2"]
+    assert len(asked) >= 2  # asked again while it waited
+    assert ("c2: no Epilog confirmed within 1s of the job's end (Slurm could not be "
+            "asked whether it ran): staging its output out all the same") in caplog.text
