@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from typing import Any
@@ -216,6 +216,20 @@ def _verify_advice(fact: Mapping[str, Any]) -> str:
             "size and mtime) and verifies again")
 
 
+def _unconfirmed_words(nodes: object) -> str:
+    """What the user's "stage-out finished: ..." adds when the stage-out began without
+    every compute node's end confirmed (``epilogs_unconfirmed``: NodeSide.await_epilogs
+    ran out of time): the job may have written there after the copy read the RAMDISK,
+    and that is not in the output. Empty when every node's end was confirmed."""
+    if not isinstance(nodes, list) or not nodes:
+        return ""
+    names = ", ".join(str(n) for n in nodes)
+    return (f"; but the job's end on compute node{'s' if len(nodes) != 1 else ''} {names} "
+            "was never confirmed (no Epilog heard, and Slurm did not say it was done "
+            "there) before the stage-out read the RAMDISK: anything the job wrote there "
+            "after that is not in the output")
+
+
 def verified_words(result: Verification, out: str, method: str) -> str:
     """What a passing verify checked, exactly (the user's "stage-out finished: ..."):
     the level, what was read back and how (``Verification.read_back``: what the engine
@@ -344,7 +358,8 @@ class DataPath:
         self.release_mounts: Callable[[ActionContext], object] | None = None
         #: before a stage-out reads the RAMDISK: the job's compute nodes ran their Epilog,
         #: its processes are gone (NodeSide.await_epilogs; None: no compute-node side)
-        self.await_epilogs: Callable[[ActionContext], object] | None = None
+        #: returns the nodes it stopped waiting for (their end never confirmed)
+        self.await_epilogs: Callable[[ActionContext], Iterable[str] | None] | None = None
 
     # ---- fencing --------------------------------------------------------------------------
     def fenced(self, node: str) -> Host:
@@ -744,15 +759,20 @@ class DataPath:
     def stage_out(self, ctx: ActionContext) -> Mapping[str, Any]:
         args = ctx.action.args_as(StageOutArgs)
         spec = self.mount(ctx)
+        late: list[str] = []
         if self.await_epilogs is not None and not args.rescue:
             # the job's processes may still write (SIGTERM, then KillWait): what it
             # writes after the verify would be destroyed with the RAMDISK
-            self.await_epilogs(ctx)
+            late = sorted(str(n) for n in (self.await_epilogs(ctx) or ()))
+        # the nodes whose end was never confirmed (their wait ran out): the verify says so
+        # (a fact, so the message stays true across a restart; None: every node ended)
+        unconfirmed = {"epilogs_unconfirmed": late or None}
         with self.tended(ctx, spec) as cancel:
             eng = self.engine(ctx, spec, cancel)
             if args.postprocess is not None:
-                return _script(ctx, eng, spec, args.postprocess, "postprocess", "stage-out",
-                               data_in=None, data_out=args.data_out)
+                return {**_script(ctx, eng, spec, args.postprocess, "postprocess",
+                                  "stage-out", data_in=None, data_out=args.data_out),
+                        **unconfirmed}
             if args.data_out is None:  # refused at construction: never both missing
                 raise PermanentError("the stage-out names neither DATA_OUT nor POSTPROCESS")
             # after a failed verify: what differed is copied again, whatever the quick
@@ -777,15 +797,17 @@ class DataPath:
             said = out.get("summary")
             out["summary"] = (f"the last verify found {_redo_words(fact)} differing in "
                               f"{args.data_out}: {what}" + (f"; {said}" if said else ""))
-        return out
+        return {**out, **unconfirmed}
 
     def verify(self, ctx: ActionContext) -> Mapping[str, Any]:
         args = ctx.action.args_as(VerifyArgs)
+        late = _unconfirmed_words(ctx.facts.get("epilogs_unconfirmed"))
         if args.postprocess is not None:
             # The user's POSTPROCESS owns the output's form; its exit status was checked.
             return {"verified": "postprocess exit status",
                     "summary": "exit status only: your POSTPROCESS exited 0 (what it wrote "
-                               "is not checked)"}
+                               "is not checked)" + late,
+                    "epilogs_unconfirmed": None}
         if args.data_out is None:  # refused at construction: never both missing
             raise PermanentError("the verification names neither DATA_OUT nor POSTPROCESS")
         out = str(args.data_out)
@@ -819,6 +841,7 @@ class DataPath:
                 and redone.get("after") == earlier.get("action")):
             summary += (f" (an earlier verify found {_redo_words(earlier)} differing: "
                         "copied again, they match now)")
+        summary += late
         # None: nothing is left to copy again (Memory.learn_facts)
         return {"verified": {"objects": result.checked, "bytes": result.checked_bytes,
                              "level": result.level,
@@ -826,7 +849,7 @@ class DataPath:
                              **({"aside_count": aside_count}
                                 if aside_count > len(aside) else {})},
                 "summary": summary,
-                "verify_differed": None, "verify_redone": None}
+                "verify_differed": None, "verify_redone": None, "epilogs_unconfirmed": None}
 
     def write_back(self, ctx: ActionContext) -> Mapping[str, Any]:
         if not ctx.job_running and self.await_epilogs is not None:

@@ -22,7 +22,7 @@ from rsa_scheduler.core.events import Event
 # outcome (and milestone) details worth remembering
 FACT_KEYS = ("mount", "lock_orig", "lock_token", "manifest", "mounted", "reset_of",
              "script_started", "verify_differed", "verify_redone", "built",
-             "written_back_of", "mail")
+             "written_back_of", "mail", "epilogs_unconfirmed")
 
 
 #: what changes a node's place among the nodes that hold a job's mount outside a node step

@@ -437,3 +437,27 @@ def test_the_stage_out_keeps_pfs_files_newer_than_the_build_and_verify_says_whic
     # another run's RAMDISK: its build is not this one's
     job.run(dp, "7/2/stage-out/9")
     assert "since" not in eng.outs[-1]
+
+
+def test_a_stage_out_begun_without_every_nodes_end_confirmed_says_so_when_verified() -> None:
+    """The Epilog wait gives up after reset_timeout (a node that failed never runs its
+    Epilog): the stage-out goes on, and only rsad's log said which nodes were never
+    confirmed; the user read "stage-out finished: content verified" though what the job
+    wrote there after the copy read the RAMDISK is not in it (found by review
+    2026-11-30). The verify's message now says so, also after an rsad restart between
+    the stage-out and its verify, and the next stage-out whose nodes all ended clears it."""
+    eng = Engine([GOOD, GOOD])
+    dp, job = Path_(eng), Job()
+    dp.await_epilogs = lambda ctx: ["c2"]
+    job.run(dp, "7/1/stage-out/5")
+    job.restart()
+    _, said = job.run(dp, "7/1/verify/6")
+    assert said.startswith("content verified: 40 objects (")
+    assert said.endswith(
+        "; but the job's end on compute node c2 was never confirmed (no Epilog heard, and "
+        "Slurm did not say it was done there) before the stage-out read the RAMDISK: "
+        "anything the job wrote there after that is not in the output"), said
+    dp.await_epilogs = lambda ctx: []
+    job.run(dp, "7/1/stage-out/8")
+    _, said = job.run(dp, "7/1/verify/9")
+    assert "never confirmed" not in said
