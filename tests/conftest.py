@@ -14,6 +14,20 @@ TIERS = ("unit", "integration", "e2e")
 DATA = Path(__file__).parent / "data"
 
 
+def hook_wrapper(name: str) -> Path:
+    """prolog_epilog/``name`` (rsa-prolog, rsa-epilog): the repository's, or where a
+    package installed it (make install-test runs the unit tests without the
+    repository's prolog_epilog/: debian/rules, pyproject.toml)."""
+    import sys
+
+    places = [Path(__file__).resolve().parents[1] / "prolog_epilog" / name,
+              Path("/usr/lib/rsa-scheduler") / name,
+              Path(sys.prefix) / "share" / "rsa-scheduler" / "prolog_epilog" / name]
+    found = [w for w in places if w.is_file()]
+    assert found, f"no {name} wrapper at any of {places}"
+    return found[0]
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         parts = Path(str(item.fspath)).parts

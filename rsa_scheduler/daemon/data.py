@@ -216,7 +216,7 @@ def _verify_advice(fact: Mapping[str, Any]) -> str:
             "size and mtime) and verifies again")
 
 
-def _unconfirmed_words(nodes: object) -> str:
+def _late_words(nodes: object) -> str:
     """What the user's "stage-out finished: ..." adds when the stage-out began without
     every compute node's end confirmed (``epilogs_unconfirmed``: NodeSide.await_epilogs
     ran out of time): the job may have written there after the copy read the RAMDISK,
@@ -801,7 +801,7 @@ class DataPath:
 
     def verify(self, ctx: ActionContext) -> Mapping[str, Any]:
         args = ctx.action.args_as(VerifyArgs)
-        late = _unconfirmed_words(ctx.facts.get("epilogs_unconfirmed"))
+        late = _late_words(ctx.facts.get("epilogs_unconfirmed"))
         if args.postprocess is not None:
             # The user's POSTPROCESS owns the output's form; its exit status was checked.
             return {"verified": "postprocess exit status",

@@ -45,7 +45,7 @@ from rsa_scheduler.core.policy import AllocationPolicy, EarlyStart, Tier
 from rsa_scheduler.core.units import MAX_DURATION, parse_duration, parse_size
 from rsa_scheduler.errors import ConfigError, RsaError
 from tests.clirunner import cli_runner
-from tests.conftest import DATA
+from tests.conftest import DATA, hook_wrapper
 
 CONFIGS = DATA / "config"
 LAB = CONFIGS / "lab.yaml"
@@ -1226,17 +1226,6 @@ def test_the_api_port_is_none_of_slurms_and_a_config_naming_6820_keeps_working()
         load_config_text("metrics:\n  listen: 127.0.0.1\n", require_pool=False)
 
 
-def _wrapper(name: str) -> Path:
-    """prolog_epilog/``name``: the repository's, or where a package installed it
-    (make install-test runs these tests without the repository's prolog_epilog/)."""
-    found = [w for w in (Path(__file__).resolve().parents[2] / "prolog_epilog" / name,
-                         Path("/usr/lib/rsa-scheduler") / name,
-                         Path(sys.prefix) / "share" / "rsa-scheduler" / "prolog_epilog" / name)
-             if w.is_file()]
-    assert found, f"no {name} wrapper found"
-    return found[0]
-
-
 def test_a_hook_timeout_past_its_wrappers_backstop_is_warned() -> None:
     """The node hooks' wrappers kill them at a backstop of slurmd's environment (20 s
     for the Epilog, 330 s for the Prolog by default): a hooks.timeout (+ max_hold for the
@@ -1246,7 +1235,7 @@ def test_a_hook_timeout_past_its_wrappers_backstop_is_warned() -> None:
     from rsa_scheduler.config.checks import HOOK_BACKSTOPS
 
     for hook, backstop in HOOK_BACKSTOPS.items():
-        text = _wrapper(f"rsa-{hook}").read_text()
+        text = hook_wrapper(f"rsa-{hook}").read_text()
         assert f'"${{RSA_{hook.upper()}_BACKSTOP:-{backstop:.0f}}}"' in text, hook
     assert not [w for w in load_config_text(POOL).warnings if "BACKSTOP" in w]
     (epilog,) = [w for w in load_config_text(POOL + "hooks:\n  timeout: 18s\n").warnings

@@ -522,12 +522,7 @@ def test_rsa_prolog_timeout_is_the_epilogs_hard_timeout_as_its_page_says(
                                                  "RSA_SHARED_DIRS"]
         assert "the hard timeout of the Prolog and of the Epilog alike" in said, page
         assert "RSA_EPILOG_BACKSTOP, 20 s" in said, page
-    # the repository's wrapper, or where a package installed it (make install-test runs
-    # these tests without the repository's prolog_epilog/: debian/rules, pyproject.toml)
-    wrappers = [Path(__file__).resolve().parents[2] / "prolog_epilog" / "rsa-epilog",
-                Path("/usr/lib/rsa-scheduler/rsa-epilog"),
-                Path(sys.prefix) / "share" / "rsa-scheduler" / "prolog_epilog" / "rsa-epilog"]
-    found = [w for w in wrappers if w.is_file()]
-    assert found, f"no rsa-epilog wrapper at any of {wrappers}"
-    backstop = found[0].read_text()
+    from tests.conftest import hook_wrapper
+
+    backstop = hook_wrapper("rsa-epilog").read_text()
     assert '"${RSA_EPILOG_BACKSTOP:-20}"' in backstop
